@@ -1,0 +1,1 @@
+"""Subcommands of the `genesis-fp16` CLI, one module each."""

@@ -1,0 +1,130 @@
+"""The contract between genesis-fp16 and its agent plugins.
+
+A plugin is any object that satisfies :class:`AgentPlugin`. It is registered in the
+``genesis_fp16.agents`` entry-point group of its own distribution; the entry point names
+either the plugin object or a zero-argument callable that returns it::
+
+    # pyproject.toml of a third-party agent
+    [project.entry-points."genesis_fp16.agents"]
+    my_agent = "my_agent.plugin:plugin"
+
+The daemon refuses a plugin whose ``api_version`` differs from :data:`API_VERSION`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from infrastructure.training.summary import TrainingSummary
+
+API_VERSION = 1
+
+
+def _never_stop() -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    """What the daemon, or ``genesis-fp16 train``, asks an agent to do in one run.
+
+    ``precision`` is the requested name (``auto``, ``fp32``, ``bf16`` or ``fp16``) and
+    ``precision_reason`` says who asked for it (a CLI flag, ``ENABLE_FP16_TRAINING``, a
+    per-agent override). ``steps`` counts optimizer steps of this run, skipped ones
+    included; with ``resume`` they come on top of the checkpoint's.
+    """
+
+    agent: str
+    precision: str
+    precision_reason: str
+    state_dir: Path
+    checkpoint_dir: Path
+    device: str = "cpu"
+    data_path: Path | None = None
+    steps: int | None = None
+    epochs: int | None = None
+    seed: int = 0
+    resume: bool = True
+    log_interval: int = 50
+    on_log: Callable[[TrainingSummary], None] | None = None
+    should_stop: Callable[[], bool] = _never_stop
+    quarantine_path: Path | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """The outcome of one training run; :meth:`to_json` is the ``train --json`` object."""
+
+    agent: str
+    precision_requested: str
+    precision_used: str
+    precision_reason: str
+    device: str
+    steps: int
+    skipped_steps: int
+    overflow_rate: float
+    loss_scale: float
+    final_train_loss: float
+    eval: Mapping[str, float]
+    samples_per_second: float
+    wall_seconds: float
+    checkpoint: Path | None
+    quarantined: int
+    stopped_early: bool = False
+    demotions: Sequence[Mapping[str, Any]] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["checkpoint"] = str(self.checkpoint) if self.checkpoint else None
+        out["eval"] = dict(self.eval)
+        out["demotions"] = [dict(d) for d in self.demotions]
+        return out
+
+
+@dataclass(frozen=True)
+class ProbeSetup:
+    """What the precision probe needs from an agent, through the agent's own code.
+
+    ``build_model`` returns a fresh FP32 model; called twice with the same seed set, it
+    returns identical weights. ``batches[0]`` is the frozen probe batch and the rest feed
+    the N-step part. ``split_batch`` halves a batch, for the minibatch-noise floor.
+    ``components`` maps a component name to module-name prefixes that the probe may keep
+    in FP32 (an "FP32 island").
+    """
+
+    build_model: Callable[[], nn.Module]
+    loss: Callable[[nn.Module, Any], torch.Tensor]
+    batches: Sequence[Any]
+    split_batch: Callable[[Any], tuple[Any, Any]]
+    components: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    learning_rate: float = 1e-3
+
+
+@runtime_checkable
+class AgentPlugin(Protocol):
+    """The interface every agent plugin implements."""
+
+    api_version: int
+    name: str
+    description: str
+
+    def generate_sample_data(self, out: Path, count: int, seed: int) -> Path:
+        """Write a synthetic dataset to ``out`` and return the path to train on."""
+        ...
+
+    def train(self, request: TrainRequest) -> TrainResult:
+        """Run one training job as the request says, through the precision core."""
+        ...
+
+    def probe_setup(self, data_path: Path | None, seed: int) -> ProbeSetup:
+        """Return the model, loss and batches the precision probe runs on."""
+        ...
