@@ -1,0 +1,139 @@
+"""Agent plugins, found through the ``genesis_fp16.agents`` entry-point group.
+
+Discovery reads only package metadata; the allowlist is applied before anything is
+imported, and a plugin is imported only when it is allowed. A plugin that fails to
+import, has the wrong API version, or does not implement :class:`AgentPlugin` is
+recorded with its state and error, and the others are unaffected.
+
+>>> [(r.name, r.state) for r in discover_plugins(allowlist=["se_darwin"])]
+[('se_darwin', 'loaded')]
+>>> load_plugin("se_darwin").name
+'se_darwin'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from importlib.metadata import EntryPoint, entry_points
+from typing import Literal
+
+from infrastructure.plugin_api import API_VERSION, AgentPlugin
+
+ENTRY_POINT_GROUP = "genesis_fp16.agents"
+
+PluginState = Literal["loaded", "failed", "wrong_api", "not_allowed"]
+
+
+class PluginError(Exception):
+    """An agent that cannot be used: unknown, not allowed, failed or wrong API."""
+
+
+@dataclass(frozen=True)
+class PluginRecord:
+    """What discovery found under one entry-point name."""
+
+    name: str
+    value: str
+    distribution: str | None
+    state: PluginState
+    error: str | None = None
+    plugin: AgentPlugin | None = None
+
+    def to_json(self) -> dict[str, str | None]:
+        return {
+            "name": self.name,
+            "value": self.value,
+            "distribution": self.distribution,
+            "state": self.state,
+            "error": self.error,
+            "description": getattr(self.plugin, "description", None),
+        }
+
+
+def _entry_points() -> dict[str, EntryPoint]:
+    # The same distribution can be visible twice (an editable install plus the
+    # source tree's egg-info on sys.path); the first one on the path wins.
+    found: dict[str, EntryPoint] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(ep.name, ep)
+    return dict(sorted(found.items()))
+
+
+def _distribution_name(ep: EntryPoint) -> str | None:
+    dist = ep.dist
+    return dist.metadata["Name"] if dist is not None else None
+
+
+def _load(ep: EntryPoint) -> PluginRecord:
+    found = PluginRecord(
+        name=ep.name, value=ep.value, distribution=_distribution_name(ep), state="failed"
+    )
+    try:
+        obj = ep.load()
+        # The entry point names the plugin itself or a zero-argument factory.
+        if callable(obj) and not hasattr(obj, "api_version"):
+            obj = obj()
+    except Exception as exc:  # any error in third-party import code is the plugin's
+        return replace(found, error=f"{type(exc).__name__}: {exc}")
+    api = getattr(obj, "api_version", None)
+    if api != API_VERSION:
+        return replace(
+            found,
+            state="wrong_api",
+            error=f"api_version {api!r}, this daemon supports {API_VERSION}",
+        )
+    if not isinstance(obj, AgentPlugin):
+        missing = [
+            attr
+            for attr in ("name", "description", "generate_sample_data", "train", "probe_setup")
+            if not hasattr(obj, attr)
+        ]
+        return replace(found, error=f"not an AgentPlugin: missing {', '.join(missing)}")
+    return replace(found, state="loaded", plugin=obj)
+
+
+def discover_plugins(allowlist: Iterable[str] | None = None) -> list[PluginRecord]:
+    """Find every agent plugin and import the allowed ones; sorted by name.
+
+    ``allowlist=None`` allows all. Names outside the allowlist are listed with the state
+    ``not_allowed`` and are never imported.
+    """
+    allowed = None if allowlist is None else set(allowlist)
+    records = []
+    for name, ep in _entry_points().items():
+        if allowed is not None and name not in allowed:
+            records.append(
+                PluginRecord(
+                    name=name,
+                    value=ep.value,
+                    distribution=_distribution_name(ep),
+                    state="not_allowed",
+                    error="not in GENESIS_FP16_PLUGIN_ALLOWLIST",
+                )
+            )
+        else:
+            records.append(_load(ep))
+    return records
+
+
+def known_agent_names() -> list[str]:
+    return list(_entry_points())
+
+
+def load_plugin(name: str, allowlist: Iterable[str] | None = None) -> AgentPlugin:
+    """Import and return one agent plugin; only that plugin's code is imported.
+
+    Raises :class:`PluginError` naming the known agents when ``name`` is unknown, and
+    the reason when the plugin is not allowed or cannot be loaded.
+    """
+    eps = _entry_points()
+    if name not in eps:
+        known = ", ".join(eps) or "none installed"
+        raise PluginError(f"unknown agent {name!r}; known agents: {known}")
+    if allowlist is not None and name not in set(allowlist):
+        raise PluginError(f"agent {name!r} is not in GENESIS_FP16_PLUGIN_ALLOWLIST")
+    record = _load(eps[name])
+    if record.plugin is None:
+        raise PluginError(f"agent {name!r} cannot be loaded ({record.state}): {record.error}")
+    return record.plugin

@@ -1,0 +1,295 @@
+"""The daemon's configuration: environment variables and a ``.env`` file, read once.
+
+Every setting except ``ENABLE_FP16_TRAINING`` has the prefix ``GENESIS_FP16_``. Per-agent
+settings nest with a double underscore, or come as one JSON object::
+
+    GENESIS_FP16_AGENTS__SE_DARWIN__SCHEDULE=600
+    GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION=bf16
+    GENESIS_FP16_AGENTS='{"se_darwin": {"schedule": "*/30 * * * *", "steps": 500}}'
+
+>>> settings = load_settings()
+>>> requested_precision(settings, "se_darwin", None)
+('auto', 'default: auto (no flag, no ENABLE_FP16_TRAINING, no per-agent override)')
+
+A bad value raises :class:`SettingsError`, whose message names the variable.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+ENV_PREFIX = "GENESIS_FP16_"
+ENV_FILE_VARIABLE = "GENESIS_FP16_ENV_FILE"
+DEFAULT_ENV_FILE = ".env"
+PRECISION_CHOICES = ("auto", "fp32", "bf16", "fp16")
+
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
+
+
+class SettingsError(Exception):
+    """Invalid configuration; ``str(exc)`` is one line naming each bad setting."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(errors))
+
+
+def parse_schedule(value: str) -> tuple[str, float | str]:
+    """Return ``("interval", seconds)`` or ``("cron", expression)`` for a schedule string.
+
+    >>> parse_schedule("600")
+    ('interval', 600.0)
+    >>> parse_schedule("*/15 * * * *")
+    ('cron', '*/15 * * * *')
+    """
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        if not seconds > 0:
+            raise ValueError(f"interval must be > 0 seconds, got {value!r}")
+        return "interval", seconds
+    from apscheduler.triggers.cron import CronTrigger
+
+    try:
+        CronTrigger.from_crontab(text)
+    except ValueError as exc:
+        raise ValueError(
+            f"{value!r} is neither an interval in seconds nor a 5-field cron string ({exc})"
+        ) from None
+    return "cron", text
+
+
+class AgentSettings(BaseModel):
+    """One agent's settings; unset fields fall back to the daemon-wide defaults."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = True
+    schedule: str | None = None
+    precision: Precision | None = None
+    data_path: Path | None = None
+    steps: int | None = Field(default=None, ge=1)
+    epochs: int | None = Field(default=None, ge=1)
+    device: str | None = None
+
+    @field_validator("schedule")
+    @classmethod
+    def _check_schedule(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_schedule(value)
+        return value
+
+    @model_validator(mode="after")
+    def _steps_or_epochs(self) -> AgentSettings:
+        if self.steps is not None and self.epochs is not None:
+            raise ValueError("set steps or epochs per run, not both")
+        return self
+
+
+class Settings(BaseSettings):
+    """Resolved daemon settings. Build it with :func:`load_settings`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="ignore",
+        frozen=True,
+    )
+
+    # Genesis already uses this name, so it has no prefix. None: not set.
+    enable_fp16_training: bool | None = Field(
+        default=None, validation_alias=AliasChoices("ENABLE_FP16_TRAINING")
+    )
+    state_dir: Path = Path("state")
+    metrics_addr: str = "127.0.0.1"
+    metrics_port: int = Field(default=9464, ge=1, le=65535)
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_key_password: SecretStr | None = None
+    log_format: Literal["auto", "json", "console"] = "auto"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    plugin_allowlist: Annotated[list[str] | None, NoDecode] = None
+    device: str = "auto"
+    device_concurrency: int = Field(default=1, ge=1)
+    schedule: str = "3600"
+    schedule_jitter_seconds: float = Field(default=30.0, ge=0)
+    misfire_grace_seconds: float = Field(default=600.0, gt=0)
+    run_at_start: bool = True
+    steps_per_run: int = Field(default=200, ge=1)
+    log_interval: int = Field(default=50, ge=1)
+    sample_count: int = Field(default=2000, ge=1)
+    seed: int = 0
+    shutdown_timeout_seconds: float = Field(default=30.0, gt=0)
+    heartbeat_seconds: float = Field(default=5.0, gt=0)
+    watch_env_file: bool = True
+    agents: dict[str, AgentSettings] = Field(default_factory=dict)
+
+    @field_validator("plugin_allowlist", mode="before")
+    @classmethod
+    def _split_allowlist(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            names = [name.strip() for name in value.split(",") if name.strip()]
+            return names or None
+        return value
+
+    @field_validator("schedule")
+    @classmethod
+    def _check_schedule(cls, value: str) -> str:
+        parse_schedule(value)
+        return value
+
+    @field_validator("device")
+    @classmethod
+    def _check_device(cls, value: str) -> str:
+        return _check_device_name(value)
+
+    @field_validator("agents", mode="before")
+    @classmethod
+    def _lowercase_agent_names(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(name).lower(): spec for name, spec in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _check_tls(self) -> Settings:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError(
+                "GENESIS_FP16_TLS_CERT_FILE and GENESIS_FP16_TLS_KEY_FILE must be set together"
+            )
+        tls_files = (("tls_cert_file", self.tls_cert_file), ("tls_key_file", self.tls_key_file))
+        for name, path in tls_files:
+            if path is not None and not path.is_file():
+                raise ValueError(f"{_env_name((name,))}: file {str(path)!r} does not exist")
+        for agent, spec in self.agents.items():
+            if spec.device is not None:
+                try:
+                    _check_device_name(spec.device)
+                except ValueError as exc:
+                    raise ValueError(f"{_env_name(('agents', agent, 'device'))}: {exc}") from None
+        return self
+
+    def agent(self, name: str) -> AgentSettings:
+        """The settings of ``name``, defaults when it has no entry."""
+        return self.agents.get(name.lower(), AgentSettings())
+
+    def schedule_for(self, name: str) -> str:
+        return self.agent(name).schedule or self.schedule
+
+    def device_for(self, name: str) -> str:
+        """The configured device of an agent, with ``auto`` resolved (cuda if present)."""
+        device = self.agent(name).device or self.device
+        if device != "auto":
+            return device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def redacted(self) -> dict[str, Any]:
+        """The settings as JSON-ready data with secrets replaced by ``**********``."""
+        return self.model_dump(mode="json")
+
+
+def _check_device_name(value: str) -> str:
+    kind = value.split(":", 1)[0]
+    if kind not in ("auto", "cpu", "cuda", "mps", "xpu"):
+        raise ValueError(f"device {value!r} is not one of auto, cpu, cuda[:N], mps, xpu")
+    return value
+
+
+def _env_name(loc: tuple[Any, ...]) -> str:
+    """The environment variable behind a pydantic error location."""
+    parts = [str(part) for part in loc if not isinstance(part, int)]
+    if not parts:
+        return "configuration"
+    if parts[0] == "enable_fp16_training" or parts[0] == "ENABLE_FP16_TRAINING":
+        return "ENABLE_FP16_TRAINING"
+    return ENV_PREFIX + "__".join(part.upper() for part in parts)
+
+
+def _describe(error: Any) -> str:
+    message = str(error["msg"]).removeprefix("Value error, ")
+    loc = tuple(error.get("loc", ()))
+    # Pydantic puts the precision Literal's choices in the message; errors raised by the
+    # model validators already carry the variable name.
+    if not loc or message.startswith(ENV_PREFIX) or message.startswith("ENABLE_FP16"):
+        return message
+    if error.get("type") == "missing":
+        return f"{_env_name(loc)}: required"
+    value = error.get("input")
+    # Our own validators quote the value already; pydantic's built-in checks do not.
+    quote = error.get("type") != "value_error" and isinstance(value, str | int | float)
+    shown = f" (got {value!r})" if quote else ""
+    return f"{_env_name(loc)}: {message}{shown}"
+
+
+def load_settings(env_file: Path | str | None = None) -> Settings:
+    """Read the environment and the ``.env`` file into :class:`Settings`.
+
+    ``env_file`` defaults to ``$GENESIS_FP16_ENV_FILE``, or ``.env`` in the working
+    directory. A missing default file is fine; a missing named one is an error.
+    Environment variables win over the file.
+    """
+    explicit = env_file is not None or ENV_FILE_VARIABLE in os.environ
+    path = Path(env_file or os.environ.get(ENV_FILE_VARIABLE) or DEFAULT_ENV_FILE)
+    if explicit and not path.is_file():
+        raise SettingsError([f"{ENV_FILE_VARIABLE}: env file {str(path)!r} does not exist"])
+    try:
+        return Settings(_env_file=path if path.is_file() else None)  # type: ignore[call-arg]
+    except ValidationError as exc:
+        raise SettingsError([_describe(error) for error in exc.errors()]) from None
+    except ValueError as exc:  # a value pydantic-settings could not decode (bad JSON)
+        match = re.search(r'field "(\w+)"', str(exc))
+        name = _env_name((match.group(1),)) if match else "configuration"
+        raise SettingsError([f"{name}: not valid JSON ({exc.__cause__ or exc})"]) from None
+
+
+def resolve_env_file() -> Path:
+    """The ``.env`` path the daemon reads (and watches), whether or not it exists."""
+    return Path(os.environ.get(ENV_FILE_VARIABLE) or DEFAULT_ENV_FILE)
+
+
+def requested_precision(
+    settings: Settings, agent: str, cli_precision: str | None
+) -> tuple[str, str]:
+    """Return ``(requested precision, why)`` for one run of ``agent``.
+
+    Precedence: the CLI ``--precision`` flag, then ``ENABLE_FP16_TRAINING=false`` (the
+    rollback switch: fp32), then the agent's own precision override, then
+    ``ENABLE_FP16_TRAINING=true`` (fp16), then ``auto``.
+
+    >>> requested_precision(load_settings(), "se_darwin", "bf16")
+    ('bf16', '--precision bf16 on the command line')
+    """
+    if cli_precision is not None:
+        if cli_precision not in PRECISION_CHOICES:
+            raise SettingsError(
+                [f"--precision: {cli_precision!r} is not one of {', '.join(PRECISION_CHOICES)}"]
+            )
+        return cli_precision, f"--precision {cli_precision} on the command line"
+    if settings.enable_fp16_training is False:
+        return "fp32", "ENABLE_FP16_TRAINING=false (rollback to fp32)"
+    override = settings.agent(agent).precision
+    if override is not None:
+        variable = _env_name(("agents", agent, "precision"))
+        return override, f"{variable}={override}"
+    if settings.enable_fp16_training is True:
+        return "fp16", "ENABLE_FP16_TRAINING=true"
+    return "auto", "default: auto (no flag, no ENABLE_FP16_TRAINING, no per-agent override)"
