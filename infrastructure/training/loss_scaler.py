@@ -1,0 +1,453 @@
+"""Dynamic loss scaling for fp16 training, without a host-device sync per step.
+
+:class:`LossScaler` has the methods of ``torch.amp.GradScaler`` (``scale``, ``unscale_``,
+``step``, ``update``, ``get_scale``, ``is_enabled``, ``state_dict``, ``load_state_dict``)
+and adds a floor and a ceiling for the scale, DeepSpeed-style hysteresis, an ``unstable``
+flag for a run that keeps overflowing at the floor, and device-side overflow counters.
+
+All of its state lives in tensors on the scaler's device, and the per-step methods never
+read them back to the host, with one documented exception: ``step()`` of an optimizer
+that cannot skip on its own (anything but ``fused=True`` Adam/AdamW/SGD) needs one host
+read to decide whether to call ``optimizer.step()`` at all, exactly as ``GradScaler`` does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Stages of one optimizer within one step (between two update() calls).
+_READY, _UNSCALED, _STEPPED = "ready", "unscaled", "stepped"
+
+STATE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ScalerConfig:
+    """The keyword arguments of :class:`LossScaler`, as one frozen value.
+
+    Defaults are Precision-RL's (65536 / 2.0 / 0.5 / 2000) plus a floor of 1.0, a
+    ceiling of 2**24, no hysteresis and an ``unstable`` verdict after 50 consecutive
+    overflowing steps at the floor::
+
+        config = ScalerConfig(growth_interval=500, hysteresis=2)
+        scaler = LossScaler.from_config("cpu", config)
+    """
+
+    init_scale: float = 65536.0
+    growth_factor: float = 2.0
+    backoff_factor: float = 0.5
+    growth_interval: int = 2000
+    min_scale: float = 1.0
+    max_scale: float = 2.0**24
+    hysteresis: int = 1
+    unstable_after: int = 50
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+
+def _validate(c: ScalerConfig) -> None:
+    checks = [
+        (c.growth_factor > 1.0, f"growth_factor={c.growth_factor!r} must be > 1.0"),
+        (0.0 < c.backoff_factor < 1.0, f"backoff_factor={c.backoff_factor!r} must be in (0, 1)"),
+        (c.growth_interval >= 1, f"growth_interval={c.growth_interval!r} must be >= 1"),
+        (c.min_scale >= 0.0, f"min_scale={c.min_scale!r} must be >= 0"),
+        (c.max_scale >= c.min_scale, f"max_scale={c.max_scale!r} must be >= min_scale"),
+        (
+            c.min_scale <= c.init_scale <= c.max_scale,
+            f"init_scale={c.init_scale!r} must lie in [min_scale={c.min_scale!r}, "
+            f"max_scale={c.max_scale!r}]",
+        ),
+        (c.hysteresis >= 1, f"hysteresis={c.hysteresis!r} must be >= 1 (1 = no hysteresis)"),
+        (c.unstable_after >= 1, f"unstable_after={c.unstable_after!r} must be >= 1"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ValueError(f"invalid loss-scaler setting: {message}")
+
+
+class LossScaler:
+    """A ``torch.amp.GradScaler`` with a floor, a ceiling, hysteresis and an unstable flag.
+
+    Use it exactly like ``GradScaler``::
+
+        scaler = LossScaler("cpu")                 # or PrecisionPolicy.create(...).scaler
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(x).float().pow(2).mean()
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)                 # optional: clip unscaled grads here
+        scaler.step(optimizer)                     # skipped if any grad is inf/nan
+        scaler.update()                            # back off or grow the scale
+
+    How the scale moves, per ``update()``:
+
+    - a step whose gradients hold inf/nan is always skipped. It backs the scale off
+      (``scale * backoff_factor``, never below ``min_scale``) unless hysteresis tolerates
+      it. With ``hysteresis=h`` the first ``h - 1`` overflows in a row only spend the
+      budget; the budget refills to ``h`` after every step without overflow, so a run of
+      overflows backs off on its ``h``-th and every later step. Any overflow, tolerated
+      or not, restarts the growth interval.
+    - after ``growth_interval`` steps in a row without overflow the scale grows
+      (``scale * growth_factor``, never above ``max_scale``, and never to inf).
+    - with ``min_scale=0.0, max_scale=float("inf"), hysteresis=1`` the trajectory equals
+      ``GradScaler``'s step for step.
+
+    ``unstable`` turns true (and stays true) once ``unstable_after`` consecutive steps
+    overflowed while the scale was already at ``min_scale``: the precision cannot train
+    this model, and skipping steps forever in silence would hide that.
+
+    A disabled scaler (fp32, bf16) passes everything through, reports a scale of 1.0
+    and still has a full ``state_dict()`` so that checkpoints always carry one.
+    """
+
+    def __init__(
+        self,
+        device: torch.device | str,
+        init_scale: float = 65536.0,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+        min_scale: float = 1.0,
+        max_scale: float = 2.0**24,
+        hysteresis: int = 1,
+        unstable_after: int = 50,
+        enabled: bool = True,
+        process_group: Any = None,
+    ) -> None:
+        self._config = ScalerConfig(
+            init_scale=float(init_scale),
+            growth_factor=float(growth_factor),
+            backoff_factor=float(backoff_factor),
+            growth_interval=int(growth_interval),
+            min_scale=float(min_scale),
+            max_scale=float(max_scale),
+            hysteresis=int(hysteresis),
+            unstable_after=int(unstable_after),
+            enabled=bool(enabled),
+        )
+        self.device = torch.device(device)
+        self._process_group = process_group
+        self._per_optimizer: dict[int, dict[str, Any]] = {}
+        self._init_state(self._config.init_scale)
+
+    @classmethod
+    def from_config(
+        cls, device: torch.device | str, config: ScalerConfig, process_group: Any = None
+    ) -> LossScaler:
+        """Build a scaler from a :class:`ScalerConfig`: ``LossScaler.from_config("cpu", c)``."""
+        return cls(device, process_group=process_group, **asdict(config))
+
+    @property
+    def config(self) -> ScalerConfig:
+        """The settings this scaler runs with (restored by ``load_state_dict``)."""
+        return self._config
+
+    def _init_state(self, scale: float) -> None:
+        def full(value: float | int | bool, dtype: torch.dtype) -> torch.Tensor:
+            return torch.full((), value, dtype=dtype, device=self.device)
+
+        self._scale = full(scale, torch.float32)
+        self._growth_tracker = full(0, torch.int32)
+        self._hysteresis_left = full(self._config.hysteresis, torch.int32)
+        self._floor_overflows = full(0, torch.int32)
+        self._unstable = full(False, torch.bool)
+        self._overflow_total = full(0, torch.int64)
+        self._last_found_inf = full(0.0, torch.float32)
+
+    # ------------------------------------------------------------------ per step
+
+    def is_enabled(self) -> bool:
+        """True when this scaler scales losses (the fp16 policy); False passes through."""
+        return self._config.enabled
+
+    def scale(self, outputs: T) -> T:
+        """Multiply a loss (or a list/tuple of them) by the current scale, on the device."""
+        if not self._config.enabled:
+            return outputs
+        scaled: T = self._apply_scale(outputs)
+        return scaled
+
+    def _apply_scale(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return value * self._scale.to(value.device, non_blocking=True)
+        if isinstance(value, Iterable):
+            scaled = [self._apply_scale(v) for v in value]
+            return type(value)(scaled) if isinstance(value, list | tuple) else scaled
+        raise TypeError(f"scale() takes a Tensor or an iterable of Tensors, got {type(value)!r}")
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        """Divide the optimizer's gradients by the scale in place and record inf/nan.
+
+        Call it before clipping so that clipping sees true gradient magnitudes. At most
+        once per optimizer per step; ``step()`` calls it when you have not. No host sync.
+        """
+        if not self._config.enabled:
+            return
+        state = self._state_of(optimizer)
+        if state["stage"] == _UNSCALED:
+            raise RuntimeError("unscale_() was already called on this optimizer since update()")
+        if state["stage"] == _STEPPED:
+            raise RuntimeError("unscale_() was called after step(); call it before step()")
+        inv_scale = self._scale.double().reciprocal().float()
+        state["found_inf"] = self._check_grads(optimizer, inv_scale)
+        state["stage"] = _UNSCALED
+
+    def _check_grads(
+        self, optimizer: torch.optim.Optimizer, inv_scale: torch.Tensor
+    ) -> torch.Tensor:
+        """Unscale by ``inv_scale`` (1.0 = check only) and return found_inf on our device."""
+        groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+        with torch.no_grad():
+            for group in optimizer.param_groups:
+                for param in group["params"]:
+                    grad = param.grad
+                    if grad is None:
+                        continue
+                    if grad.dtype in (torch.float16, torch.bfloat16):
+                        raise ValueError(
+                            f"a gradient is {grad.dtype}: the loss scaler needs float32 "
+                            "parameters. AMP keeps FP32 master weights and autocast casts to "
+                            "fp16 per operation, so do not call model.half()/.bfloat16()"
+                        )
+                    if grad.is_sparse:
+                        grad = grad.coalesce()._values()
+                    groups.setdefault((grad.device, grad.dtype), []).append(grad)
+            found: dict[torch.device, torch.Tensor] = {}
+            for (device, _), grads in groups.items():
+                if device not in found:
+                    found[device] = torch.zeros((), dtype=torch.float32, device=device)
+                torch._amp_foreach_non_finite_check_and_unscale_(
+                    grads, found[device], inv_scale.to(device, non_blocking=True)
+                )
+        combined = torch.zeros((), dtype=torch.float32, device=self.device)
+        for flag in found.values():
+            combined += flag.to(self.device, non_blocking=True)
+        return self._all_reduce_max(combined)
+
+    def _all_reduce_max(self, found_inf: torch.Tensor) -> torch.Tensor:
+        # One collective per optimizer per step, queued on the device: every rank then
+        # skips (or not) together and their scales stay identical.
+        distributed = dist.is_available() and dist.is_initialized()
+        if distributed and dist.get_world_size(self._process_group) > 1:
+            dist.all_reduce(found_inf, op=dist.ReduceOp.MAX, group=self._process_group)
+        return found_inf
+
+    def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+        """Run ``optimizer.step()`` unless this step's gradients hold inf/nan.
+
+        Host syncs: none for optimizers with ``_step_supports_amp_scaling`` (torch's
+        ``fused=True`` Adam, AdamW and SGD): they get ``found_inf`` (and the scale, if the
+        gradients are still scaled) and skip on the device. Any other optimizer must be
+        told on the host whether to step, which costs one host read of found_inf per
+        step: on CUDA prefer ``fused=True`` optimizers.
+        """
+        if not self._config.enabled:
+            return optimizer.step(*args, **kwargs)
+        if "closure" in kwargs:
+            raise RuntimeError("step(closure=...) is not supported while loss scaling is enabled")
+        state = self._state_of(optimizer)
+        if state["stage"] == _STEPPED:
+            raise RuntimeError("step() was already called on this optimizer since update()")
+        if getattr(optimizer, "_step_supports_amp_scaling", False):
+            return self._step_on_device(optimizer, state, *args, **kwargs)
+        if state["stage"] == _READY:
+            self.unscale_(optimizer)
+        result = None
+        # The one host read of this path: a non-fused optimizer cannot skip by itself.
+        if not bool(state["found_inf"].item()):
+            result = optimizer.step(*args, **kwargs)
+        state["stage"] = _STEPPED
+        return result
+
+    def _step_on_device(
+        self, optimizer: torch.optim.Optimizer, state: dict[str, Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        if state["stage"] == _READY:
+            one = torch.ones((), dtype=torch.float32, device=self.device)
+            state["found_inf"] = self._check_grads(optimizer, one)
+            # The fused kernel divides by grad_scale itself (product with any user value).
+            optimizer.grad_scale = self._scale * getattr(optimizer, "grad_scale", 1)  # type: ignore[attr-defined]
+        else:
+            optimizer.grad_scale = getattr(optimizer, "grad_scale", None)  # type: ignore[attr-defined]
+        optimizer.found_inf = state["found_inf"]  # type: ignore[attr-defined]
+        try:
+            return optimizer.step(*args, **kwargs)
+        finally:
+            del optimizer.grad_scale  # type: ignore[attr-defined]
+            del optimizer.found_inf  # type: ignore[attr-defined]
+            state["stage"] = _STEPPED
+
+    def update(self, new_scale: float | torch.Tensor | None = None) -> None:
+        """Move the scale once per step, after ``step()`` of every optimizer. No host sync.
+
+        ``new_scale`` sets the scale directly (as ``GradScaler.update(new_scale)`` does)
+        and leaves every counter as it is.
+        """
+        if not self._config.enabled:
+            return
+        if new_scale is not None:
+            if isinstance(new_scale, torch.Tensor):
+                self._scale.copy_(new_scale.detach().reshape(()))
+            else:
+                self._scale.fill_(float(new_scale))
+        else:
+            flags = [s["found_inf"] for s in self._per_optimizer.values() if "found_inf" in s]
+            if not flags:
+                raise RuntimeError(
+                    "update() found no inf checks this step: call scaler.step(optimizer) "
+                    "(or unscale_) for at least one optimizer first"
+                )
+            found_inf = torch.stack(flags).sum()
+            self._advance(found_inf)
+            self._last_found_inf = found_inf
+        self._per_optimizer = {}
+
+    def _advance(self, found_inf: torch.Tensor) -> None:
+        c = self._config
+        overflow = found_inf > 0
+        back_off = overflow & (self._hysteresis_left <= 1)
+        tracker_next = self._growth_tracker + 1
+        grow = ~overflow & (tracker_next >= c.growth_interval)
+        # Products in float64, then rounded to float32: the arithmetic of torch's own
+        # _amp_update_scale_ kernels, so the trajectories agree bit for bit.
+        scale64 = self._scale.double()
+        grown = (scale64 * c.growth_factor).float()
+        grown = torch.where(torch.isfinite(grown), grown, self._scale).clamp(max=c.max_scale)
+        shrunk = (scale64 * c.backoff_factor).float().clamp(min=c.min_scale)
+        at_floor = self._scale <= c.min_scale
+
+        zero = torch.zeros_like(self._growth_tracker)
+        self._floor_overflows = torch.where(overflow & at_floor, self._floor_overflows + 1, zero)
+        self._unstable |= self._floor_overflows >= c.unstable_after
+        self._scale = torch.where(back_off, shrunk, torch.where(grow, grown, self._scale))
+        self._growth_tracker = torch.where(overflow | grow, zero, tracker_next)
+        spent = torch.where(back_off, self._hysteresis_left, self._hysteresis_left - 1)
+        self._hysteresis_left = torch.where(
+            overflow, spent, torch.full_like(self._hysteresis_left, c.hysteresis)
+        )
+        self._overflow_total += overflow.to(torch.int64)
+
+    def _state_of(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        return self._per_optimizer.setdefault(id(optimizer), {"stage": _READY})
+
+    # ------------------------------------------------------------------ device-side reads
+
+    def found_inf_tensor(self) -> torch.Tensor:
+        """0-dim float32 on the device: > 0 when the current step overflowed.
+
+        Before ``update()`` it covers the optimizers stepped (or unscaled) so far this
+        step; after ``update()`` it is the flag of the step just finished. Reading it
+        is free; only turning it into a Python value syncs.
+        """
+        flags = [s["found_inf"] for s in self._per_optimizer.values() if "found_inf" in s]
+        return torch.stack(flags).sum() if flags else self._last_found_inf
+
+    def overflow_count_tensor(self) -> torch.Tensor:
+        """0-dim int64 on the device: steps that overflowed since construction (or load)."""
+        return self._overflow_total
+
+    def scale_tensor(self) -> torch.Tensor:
+        """0-dim float32 on the device: the current scale (1.0 semantics if disabled)."""
+        return self._scale if self._config.enabled else torch.ones((), device=self.device)
+
+    def unstable_tensor(self) -> torch.Tensor:
+        """0-dim bool on the device: the ``unstable`` verdict, without a sync."""
+        return self._unstable
+
+    # ------------------------------------------------------------------ host reads
+
+    def get_scale(self) -> float:
+        """The current scale as a float (1.0 when disabled). Reads the device: a host sync."""
+        return float(self._scale.item()) if self._config.enabled else 1.0
+
+    @property
+    def unstable(self) -> bool:
+        """True once ``unstable_after`` consecutive steps overflowed at ``min_scale``.
+
+        Reads the device: a host sync. Read it at log intervals, not every step.
+        """
+        return bool(self._unstable.item())
+
+    def state_dict(self) -> dict[str, Any]:
+        """Scale, counters and settings as plain Python values (``weights_only``-safe).
+
+        Reads the device: a host sync. A disabled scaler returns a full state too.
+        The keys ``scale``, ``growth_factor``, ``backoff_factor``, ``growth_interval``
+        and ``_growth_tracker`` mean what they mean in ``GradScaler.state_dict()``.
+        """
+        c = self._config
+        return {
+            "version": STATE_VERSION,
+            "scale": float(self._scale.item()),
+            "growth_factor": c.growth_factor,
+            "backoff_factor": c.backoff_factor,
+            "growth_interval": c.growth_interval,
+            "_growth_tracker": int(self._growth_tracker.item()),
+            "min_scale": c.min_scale,
+            "max_scale": c.max_scale,
+            "hysteresis": c.hysteresis,
+            "unstable_after": c.unstable_after,
+            "init_scale": c.init_scale,
+            "enabled": c.enabled,
+            "hysteresis_left": int(self._hysteresis_left.item()),
+            "floor_overflows": int(self._floor_overflows.item()),
+            "unstable": bool(self._unstable.item()),
+            "overflow_steps_total": int(self._overflow_total.item()),
+            "last_found_inf": float(self._last_found_inf.item()),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a ``state_dict()`` bit for bit (settings included, ``enabled`` excepted).
+
+        ``enabled`` stays what the precision policy says, so an fp16 run can resume from
+        an fp32 or bf16 checkpoint. A ``torch.amp.GradScaler`` state dict loads too; the
+        keys it lacks keep their defaults.
+        """
+        if "scale" not in state or "_growth_tracker" not in state:
+            raise ValueError(
+                "not a loss-scaler state dict (needs 'scale' and '_growth_tracker'); "
+                f"got keys {sorted(state)}"
+            )
+        self._config = self._merged_config(state)
+        self._init_state(float(state["scale"]))
+        self._growth_tracker.fill_(int(state["_growth_tracker"]))
+        self._hysteresis_left.fill_(int(state.get("hysteresis_left", self._config.hysteresis)))
+        self._floor_overflows.fill_(int(state.get("floor_overflows", 0)))
+        self._unstable.fill_(bool(state.get("unstable", False)))
+        self._overflow_total.fill_(int(state.get("overflow_steps_total", 0)))
+        self._last_found_inf.fill_(float(state.get("last_found_inf", 0.0)))
+        self._per_optimizer = {}
+
+    def _merged_config(self, state: Mapping[str, Any]) -> ScalerConfig:
+        c = self._config
+        scale = float(state["scale"])
+        return ScalerConfig(
+            init_scale=float(state.get("init_scale", c.init_scale)),
+            growth_factor=float(state.get("growth_factor", c.growth_factor)),
+            backoff_factor=float(state.get("backoff_factor", c.backoff_factor)),
+            growth_interval=int(state.get("growth_interval", c.growth_interval)),
+            # A GradScaler state has no floor or ceiling: widen ours to admit its scale.
+            min_scale=min(float(state.get("min_scale", c.min_scale)), scale),
+            max_scale=max(float(state.get("max_scale", c.max_scale)), scale),
+            hysteresis=int(state.get("hysteresis", c.hysteresis)),
+            unstable_after=int(state.get("unstable_after", c.unstable_after)),
+            enabled=c.enabled,
+        )
+
+    def __repr__(self) -> str:
+        c = self._config
+        return (
+            f"LossScaler(device={str(self.device)!r}, enabled={c.enabled}, "
+            f"min_scale={c.min_scale}, max_scale={c.max_scale}, hysteresis={c.hysteresis})"
+        )
