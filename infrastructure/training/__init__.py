@@ -3,6 +3,7 @@
 Imports torch, pydantic and the standard library only.
 """
 
+from infrastructure.training.checkpoint import CheckpointError, CheckpointManager
 from infrastructure.training.loss_scaler import LossScaler, ScalerConfig
 from infrastructure.training.precision import (
     PRECISIONS,
@@ -13,15 +14,22 @@ from infrastructure.training.precision import (
     ResolvedPrecision,
     resolve_precision,
 )
+from infrastructure.training.summary import TrainingSummary
+from infrastructure.training.trainer import Trainer, TrainerConfig
 
 __all__ = [
     "PRECISIONS",
     "REQUESTABLE",
+    "CheckpointError",
+    "CheckpointManager",
     "DeviceCapabilities",
     "LossScaler",
     "PrecisionError",
     "PrecisionPolicy",
     "ResolvedPrecision",
     "ScalerConfig",
+    "Trainer",
+    "TrainerConfig",
+    "TrainingSummary",
     "resolve_precision",
 ]

@@ -1,0 +1,323 @@
+"""One correct mixed-precision optimizer step at a time, with statistics kept on the device.
+
+::
+
+    policy = PrecisionPolicy.create("fp16", "cpu")
+    trainer = Trainer(model, [torch.optim.AdamW(model.parameters(), fused=True)], policy,
+                      TrainerConfig(max_grad_norm=1.0, log_interval=50))
+    for batch in batches:
+        trainer.step([batch], lambda m, b: F.mse_loss(m(b[0]), b[1]), num_samples=len(batch[0]))
+    print(trainer.summary())  # reads the device: a host sync
+
+Host syncs, honestly:
+
+- fp32 and bf16 (the loss scaler is off): none per step.
+- fp16 with ``fused=True`` Adam/AdamW/SGD and no LR schedulers: none per step. The
+  overflow flag stays on the device; the fused kernels skip the update themselves.
+- fp16 with any other optimizer, or with LR schedulers: one host read of the overflow
+  flag per step, because a non-fused optimizer cannot skip on its own and a scheduler
+  must not advance on a skipped step (its learning rate is computed on the host).
+- Statistics are read only at log intervals, by ``summary()`` and by ``state_dict()``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
+
+from infrastructure.training import checkpoint_keys as keys
+from infrastructure.training.precision import PrecisionPolicy
+from infrastructure.training.rng import capture_rng_state, restore_rng_state
+from infrastructure.training.summary import TrainingSummary
+
+B = TypeVar("B")
+LossFn = Callable[[nn.Module, Any], torch.Tensor]
+OnLog = Callable[[TrainingSummary], None]
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """How each step runs and how often it reports.
+
+    - ``max_grad_norm``: clip the global norm of the *unscaled* gradients to this value;
+      None turns clipping off.
+    - ``grad_accum_steps``: micro-batches per optimizer step. ``Trainer.step`` accumulates
+      over however many micro-batches it is given (and divides the loss by that count);
+      this setting tells ``fit()`` how many consecutive batches to group into one step.
+    - ``log_interval``: every this many steps the trainer reads its statistics (a host
+      sync) and calls ``on_log`` with a :class:`TrainingSummary`.
+    - ``overflow_window``: the number of recent steps ``overflow_rate_window`` covers.
+    """
+
+    max_grad_norm: float | None = 1.0
+    grad_accum_steps: int = 1
+    log_interval: int = 50
+    overflow_window: int = 100
+
+    def __post_init__(self) -> None:
+        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
+            raise ValueError(f"max_grad_norm={self.max_grad_norm!r}: must be > 0, or None")
+        for name in ("grad_accum_steps", "log_interval", "overflow_window"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)!r}: must be >= 1")
+
+
+class Trainer:
+    """Runs optimizer steps in the order AMP needs, for any :class:`PrecisionPolicy`.
+
+    Per ``step()``: for each micro-batch, the forward in ``policy.autocast()``, the loss
+    cast to fp32, divided by the number of micro-batches, scaled and back-propagated;
+    then ``unscale_`` for every optimizer, clipping of the unscaled gradients, one
+    optimizer step each (all skipped when any gradient overflowed), exactly one
+    ``scaler.update()``, gradients set to None (after a skipped step too), and the LR
+    schedulers advanced only when the step was taken.
+
+    Several optimizers share one skip decision: with a global gradient norm, an
+    overflow in one optimizer's gradients would otherwise reach the others through
+    clipping (a NaN norm makes every gradient NaN).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizers: Sequence[Optimizer],
+        policy: PrecisionPolicy,
+        config: TrainerConfig = TrainerConfig(),  # frozen, so sharing the default is safe
+        schedulers: Sequence[LRScheduler] = (),
+        on_log: OnLog | None = None,
+    ) -> None:
+        if not optimizers:
+            raise ValueError("Trainer needs at least one optimizer; got none")
+        self.model = model
+        self.optimizers = list(optimizers)
+        self.policy = policy
+        self.config = config
+        self.schedulers = list(schedulers)
+        self.on_log = on_log
+        self.scaler = policy.scaler
+        self.step_count = 0
+        self._params = [p for o in self.optimizers for g in o.param_groups for p in g["params"]]
+        self._fused = all(getattr(o, "_step_supports_amp_scaling", False) for o in self.optimizers)
+        self._init_counters()
+
+    # ------------------------------------------------------------------ state on the device
+
+    def _init_counters(self) -> None:
+        def zero(dtype: torch.dtype) -> torch.Tensor:
+            return torch.zeros((), dtype=dtype, device=self.policy.device)
+
+        self._skipped = zero(torch.int64)
+        self._nonfinite = zero(torch.int64)
+        self._grad_norm = torch.full((), math.nan, device=self.policy.device)
+        self._interval_loss = zero(torch.float32)
+        self._interval_count = zero(torch.int64)
+        self._window = torch.zeros(self.config.overflow_window, device=self.policy.device)
+        self._last_train_loss = math.nan
+        self._samples = 0
+        self._started: float | None = None
+
+    @property
+    def host_sync_per_step(self) -> bool:
+        """True when ``step()`` must read the overflow flag on the host (see module doc)."""
+        return self.scaler.is_enabled() and (not self._fused or bool(self.schedulers))
+
+    # ------------------------------------------------------------------ the step
+
+    def step(self, micro_batches: Sequence[B], loss_fn: LossFn, num_samples: int) -> None:
+        """Run one optimizer step over ``micro_batches`` (gradient accumulation).
+
+        ``loss_fn(model, batch)`` runs the forward and returns a scalar loss; it is called
+        inside ``policy.autocast()``. ``num_samples`` counts the samples in all
+        micro-batches together, for samples/s.
+        """
+        if not micro_batches:
+            raise ValueError("step() needs at least one micro-batch; got an empty sequence")
+        if self._started is None:
+            self._started = time.perf_counter()
+        self.model.train()
+        self._accumulate(micro_batches, loss_fn)
+        for optimizer in self.optimizers:
+            self.scaler.unscale_(optimizer)  # a no-op when loss scaling is off
+        found_inf = self.scaler.found_inf_tensor()  # 0-dim, on the device: no sync
+        norm = self._clip()
+        taken = self._step_optimizers(found_inf)
+        self.scaler.update()
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        if taken:
+            for scheduler in self.schedulers:
+                scheduler.step()
+        self._record(found_inf, norm, num_samples)
+
+    def _accumulate(self, micro_batches: Sequence[B], loss_fn: LossFn) -> None:
+        count = len(micro_batches)
+        step_loss = torch.zeros((), device=self.policy.device)
+        for batch in micro_batches:
+            with self.policy.autocast():
+                loss = loss_fn(self.model, batch)
+            loss = loss.float()
+            self.scaler.scale(loss / count).backward()
+            self._nonfinite += (~torch.isfinite(loss.detach())).to(torch.int64)
+            step_loss += loss.detach()
+        finite = torch.isfinite(step_loss)
+        self._interval_loss += torch.where(finite, step_loss / count, 0.0)
+        self._interval_count += finite.to(torch.int64)
+
+    def _clip(self) -> torch.Tensor | None:
+        if self.config.max_grad_norm is None:
+            return None
+        # error_if_nonfinite=False: an overflowing step is skipped below, not raised.
+        return torch.nn.utils.clip_grad_norm_(
+            self._params, self.config.max_grad_norm, error_if_nonfinite=False, foreach=True
+        )
+
+    def _step_optimizers(self, found_inf: torch.Tensor) -> bool:
+        """Step every optimizer unless the step overflowed; return whether it was taken.
+
+        The return value is a Python bool only on the paths that already read the flag;
+        on the sync-free path the decision stays on the device and True is returned
+        because there are no schedulers to hold back.
+        """
+        if not self.scaler.is_enabled():
+            for optimizer in self.optimizers:
+                optimizer.step()
+            return True
+        if not self.host_sync_per_step:
+            for optimizer in self.optimizers:
+                _fused_step(optimizer, found_inf)
+            return True
+        # The one host read of this path (see the module docstring).
+        if bool(found_inf.item()):
+            return False
+        for optimizer in self.optimizers:
+            optimizer.step()
+        return True
+
+    def _record(self, found_inf: torch.Tensor, norm: torch.Tensor | None, samples: int) -> None:
+        overflow = found_inf > 0
+        self._skipped += overflow.to(torch.int64)
+        self._window[self.step_count % self.config.overflow_window] = overflow.float()
+        if norm is not None:
+            self._grad_norm = torch.where(overflow, self._grad_norm, norm.float())
+        self._samples += samples
+        self.step_count += 1
+        if self.on_log is not None and self.step_count % self.config.log_interval == 0:
+            self.on_log(self.summary(reset_interval=True))
+
+    # ------------------------------------------------------------------ reading the device
+
+    def summary(self, reset_interval: bool = False) -> TrainingSummary:
+        """The statistics so far. Reads the device: a host sync.
+
+        ``train_loss`` is the mean finite step loss since the last log interval (or the
+        previous interval's value when no step has run since). ``reset_interval`` starts
+        a new interval; the trainer does that itself when it calls ``on_log``.
+        """
+        count = int(self._interval_count.item())
+        if count:
+            self._last_train_loss = float(self._interval_loss.item()) / count
+        if reset_interval:
+            self._interval_loss.zero_()
+            self._interval_count.zero_()
+        steps = self.step_count
+        skipped = int(self._skipped.item())
+        recent = min(steps, self.config.overflow_window)
+        window = float(self._window[:recent].sum().item()) / recent if recent else 0.0
+        wall = time.perf_counter() - self._started if self._started is not None else 0.0
+        return TrainingSummary(
+            precision=self.policy.name,
+            step=steps,
+            optimizer_steps=steps - skipped,
+            skipped_steps=skipped,
+            overflow_rate=skipped / steps if steps else 0.0,
+            overflow_rate_window=window,
+            loss_scale=self.scaler.get_scale(),
+            grad_norm=float(self._grad_norm.item()),
+            train_loss=self._last_train_loss,
+            nonfinite_losses=int(self._nonfinite.item()),
+            samples=self._samples,
+            samples_per_second=self._samples / wall if wall > 0 else 0.0,
+            wall_seconds=wall,
+            unstable=self.scaler.unstable,
+        )
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue bit for bit, as ``weights_only``-safe data.
+
+        Keys are those of :mod:`~infrastructure.training.checkpoint_keys`; ``fit()`` adds
+        the epoch position and the task's extra state. Reads the device: a host sync.
+        """
+        resolved = self.policy.resolved
+        return {
+            keys.SCHEMA: keys.SCHEMA_VERSION,
+            keys.MODEL: self.model.state_dict(),
+            keys.OPTIMIZER: [o.state_dict() for o in self.optimizers],
+            keys.SCHEDULER: [s.state_dict() for s in self.schedulers],
+            keys.SCALER: self.scaler.state_dict(),
+            keys.PRECISION: {
+                "requested": resolved.requested,
+                "used": resolved.used,
+                "reason": resolved.reason,
+            },
+            keys.STEP: self.step_count,
+            keys.RNG: capture_rng_state(),
+            keys.CONFIG: {"trainer": asdict(self.config)},
+            keys.STATS: {
+                "skipped_steps": int(self._skipped.item()),
+                "nonfinite_losses": int(self._nonfinite.item()),
+                "grad_norm": float(self._grad_norm.item()),
+                "overflow_window": self._window.cpu().clone(),
+            },
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` (model, optimizers, schedulers, scaler, step, RNG)."""
+        _check_counts("optimizer", len(state[keys.OPTIMIZER]), len(self.optimizers))
+        _check_counts("scheduler", len(state[keys.SCHEDULER]), len(self.schedulers))
+        self.model.load_state_dict(state[keys.MODEL])
+        for optimizer, saved in zip(self.optimizers, state[keys.OPTIMIZER], strict=True):
+            optimizer.load_state_dict(saved)
+        for scheduler, saved in zip(self.schedulers, state[keys.SCHEDULER], strict=True):
+            scheduler.load_state_dict(saved)
+        self.scaler.load_state_dict(state[keys.SCALER])
+        self.step_count = int(state[keys.STEP])
+        self._init_counters()
+        stats = state.get(keys.STATS, {})
+        device = self.policy.device
+        self._skipped.fill_(int(stats.get("skipped_steps", 0)))
+        self._nonfinite.fill_(int(stats.get("nonfinite_losses", 0)))
+        self._grad_norm.fill_(float(stats.get("grad_norm", math.nan)))
+        window = stats.get("overflow_window")
+        if window is not None and window.numel() == self._window.numel():
+            self._window.copy_(window.to(device))
+        restore_rng_state(state[keys.RNG])
+
+
+def _fused_step(optimizer: Optimizer, found_inf: torch.Tensor) -> None:
+    # torch's fused Adam/AdamW/SGD read these two attributes and skip on the device when
+    # found_inf > 0; grad_scale is None because the gradients are already unscaled.
+    optimizer.grad_scale = None  # type: ignore[attr-defined]
+    optimizer.found_inf = found_inf  # type: ignore[attr-defined]
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.grad_scale  # type: ignore[attr-defined]
+        del optimizer.found_inf  # type: ignore[attr-defined]
+
+
+def _check_counts(what: str, saved: int, here: int) -> None:
+    if saved != here:
+        raise ValueError(
+            f"the checkpoint holds {saved} {what} state(s) but this run built {here}: "
+            f"the task must build the same {what}s to resume"
+        )
