@@ -4,6 +4,7 @@ Imports torch, pydantic and the standard library only.
 """
 
 from infrastructure.training.checkpoint import CheckpointError, CheckpointManager
+from infrastructure.training.fit import FitOptions, FitResult, TrainingTask, fit
 from infrastructure.training.loss_scaler import LossScaler, ScalerConfig
 from infrastructure.training.precision import (
     PRECISIONS,
@@ -23,6 +24,8 @@ __all__ = [
     "CheckpointError",
     "CheckpointManager",
     "DeviceCapabilities",
+    "FitOptions",
+    "FitResult",
     "LossScaler",
     "PrecisionError",
     "PrecisionPolicy",
@@ -31,5 +34,7 @@ __all__ = [
     "Trainer",
     "TrainerConfig",
     "TrainingSummary",
+    "TrainingTask",
+    "fit",
     "resolve_precision",
 ]

@@ -1,0 +1,340 @@
+"""``fit()``: a whole training run from a task: resume, loop, checkpoint, stop, evaluate.
+
+An agent describes its model and data as a :class:`TrainingTask`; ``fit`` does the rest::
+
+    result = fit(task, FitOptions(precision="auto", steps=1000,
+                                  checkpoint_dir=Path("state/ckpt"), log_interval=50))
+    print(result.precision.used, result.summary.train_loss, result.eval["loss"])
+
+Run it again with the same options and it continues from the newest valid checkpoint:
+the parameters after 2 runs of N steps equal, bit for bit, those after one run of 2N,
+provided ``train_batches(epoch, seed)`` yields the same batches in the same order for the
+same ``(epoch, seed)`` (draw from a generator seeded by both, not the global RNG).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from itertools import islice
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from torch import nn
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
+
+from infrastructure.training import checkpoint_keys as keys
+from infrastructure.training.checkpoint import CheckpointManager
+from infrastructure.training.loss_scaler import ScalerConfig
+from infrastructure.training.precision import PrecisionPolicy, ResolvedPrecision
+from infrastructure.training.rng import seed_everything
+from infrastructure.training.summary import TrainingSummary
+from infrastructure.training.trainer import Trainer, TrainerConfig
+
+logger = logging.getLogger(__name__)
+
+StepHook = Callable[[Trainer], None]
+
+
+@runtime_checkable
+class TrainingTask(Protocol):
+    """What ``fit()`` needs from an agent.
+
+    ``train_batches(epoch, seed)`` yields ``(batch, num_samples)`` pairs and must yield
+    the same sequence for the same arguments: that is what makes resume exact. A task
+    may also define ``load_extra_state(state)``; on resume it receives what
+    ``extra_state()`` returned when the checkpoint was written (plain Python values and
+    tensors only, so that the checkpoint stays ``weights_only``-loadable).
+    """
+
+    def build_model(self) -> nn.Module:
+        """A fresh fp32 model (``fit`` moves it to the device)."""
+        ...
+
+    def build_optimizers(self, model: nn.Module) -> Sequence[Optimizer]:
+        """The optimizers over ``model``'s parameters (``fused=True`` avoids host syncs)."""
+        ...
+
+    def build_schedulers(self, optimizers: Sequence[Optimizer]) -> Sequence[LRScheduler]:
+        """LR schedulers for those optimizers; may be ``()``."""
+        ...
+
+    def train_batches(self, epoch: int, seed: int) -> Iterable[tuple[Any, int]]:
+        """One epoch of ``(batch, num_samples)``, in an order fixed by ``(epoch, seed)``."""
+        ...
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        """The forward on one batch; ``fit`` runs it under the policy's autocast."""
+        ...
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        """Held-out metrics, including ``"loss"``; run under ``torch.no_grad()``."""
+        ...
+
+    def extra_state(self) -> dict[str, Any]:
+        """Task state saved into every checkpoint under ``extra`` (e.g. a feature encoder)."""
+        ...
+
+
+def _never_stop() -> bool:
+    return False
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitOptions:
+    """How ``fit()`` runs. Give ``steps``, ``epochs`` or both (whichever ends first).
+
+    - ``steps``: optimizer steps of *this* invocation, skipped ones included.
+    - ``epochs``: epoch ends of this invocation; a run resumed mid-epoch finishes that
+      epoch as its first.
+    - ``resume``: continue from the newest valid checkpoint in ``checkpoint_dir``.
+    - ``checkpoint_dir``: None writes no checkpoints. ``keep`` files are kept; one is
+      written every ``checkpoint_interval`` steps (None: only at the end) and at the end.
+    - ``log_interval`` replaces ``trainer.log_interval``; ``on_log`` receives a
+      :class:`TrainingSummary` every interval and once more at the end.
+    - ``should_stop``: polled before every step; when it returns True the run stops
+      there, checkpoints and evaluates, and ``FitResult.stopped_early`` is True.
+    - ``step_hooks``: called with the trainer after every step (before checkpointing).
+    """
+
+    precision: str = "auto"
+    device: str = "cpu"
+    steps: int | None = None
+    epochs: int | None = None
+    seed: int = 0
+    resume: bool = True
+    checkpoint_dir: Path | None = None
+    keep: int = 3
+    checkpoint_interval: int | None = None
+    log_interval: int = 50
+    on_log: Callable[[TrainingSummary], None] | None = None
+    should_stop: Callable[[], bool] = _never_stop
+    scaler: ScalerConfig = field(default_factory=ScalerConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    step_hooks: Sequence[StepHook] = ()
+
+    def __post_init__(self) -> None:
+        if self.steps is None and self.epochs is None:
+            raise ValueError("FitOptions needs steps=N or epochs=N (or both); got neither")
+        for name in ("steps", "epochs"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name}={value!r}: must be >= 0")
+        if self.checkpoint_interval is not None and self.checkpoint_interval < 1:
+            raise ValueError(f"checkpoint_interval={self.checkpoint_interval!r}: must be >= 1")
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """The outcome of ``fit()``.
+
+    ``summary`` covers the whole run's counters (``step`` continues across resumes);
+    ``steps_run`` counts this invocation's steps. ``checkpoint`` is the file written at
+    the end (None without ``checkpoint_dir``), ``resumed_from`` the one started from.
+    ``demotions`` lists precision changes made during the run (none yet: no guard).
+    """
+
+    summary: TrainingSummary
+    eval: Mapping[str, float]
+    checkpoint: Path | None
+    precision: ResolvedPrecision
+    steps_run: int
+    stopped_early: bool
+    resumed_from: Path | None = None
+    demotions: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass
+class _Position:
+    epoch: int = 0
+    batch: int = 0
+
+
+def fit(task: TrainingTask, options: FitOptions) -> FitResult:
+    """Train ``task`` as ``options`` say and return what happened; see the module docstring."""
+    policy = PrecisionPolicy.create(options.precision, options.device, options.scaler)
+    seed_everything(options.seed)
+    model = task.build_model().to(policy.device)
+    policy.check_model(model)
+    optimizers = task.build_optimizers(model)
+    schedulers = task.build_schedulers(optimizers)
+    trainer_config = replace(options.trainer, log_interval=options.log_interval)
+    trainer = Trainer(model, optimizers, policy, trainer_config, schedulers, options.on_log)
+    manager = None
+    if options.checkpoint_dir is not None:
+        manager = CheckpointManager(options.checkpoint_dir, options.keep)
+
+    position = _Position()
+    resumed_from = _resume(task, trainer, manager, position) if options.resume else None
+    first_step = trainer.step_count
+    stopped = _run_loop(task, trainer, options, manager, position)
+    steps_run = trainer.step_count - first_step
+
+    checkpoint = resumed_from if steps_run == 0 else None
+    if manager is not None and checkpoint is None:
+        checkpoint = manager.save(_checkpoint_state(task, trainer, options, position))
+    summary = trainer.summary(reset_interval=True)
+    if options.on_log is not None and steps_run and trainer.step_count % options.log_interval:
+        options.on_log(summary)
+    metrics = _evaluate(task, model, policy)
+    logger.info(
+        "fit: %d step(s) in %s, train loss %.6g, eval %s%s",
+        steps_run,
+        policy.name,
+        summary.train_loss,
+        metrics,
+        " (stopped early)" if stopped else "",
+    )
+    return FitResult(
+        summary=summary,
+        eval=metrics,
+        checkpoint=checkpoint,
+        precision=policy.resolved,
+        steps_run=steps_run,
+        stopped_early=stopped,
+        resumed_from=resumed_from,
+    )
+
+
+def _resume(
+    task: TrainingTask, trainer: Trainer, manager: CheckpointManager | None, position: _Position
+) -> Path | None:
+    found = manager.load_latest() if manager is not None else None
+    if found is None:
+        return None
+    state, path = found
+    trainer.load_state_dict(state)
+    position.epoch = int(state.get(keys.EPOCH, 0))
+    position.batch = int(state.get(keys.BATCH, 0))
+    loader = getattr(task, "load_extra_state", None)
+    if callable(loader):
+        loader(state.get(keys.EXTRA, {}))
+    saved = state[keys.PRECISION].get("used")
+    if saved != trainer.policy.name:
+        logger.info("checkpoint %s ran in %s; continuing in %s", path, saved, trainer.policy.name)
+    logger.info(
+        "resumed from %s at step %d (epoch %d, batch %d)",
+        path,
+        trainer.step_count,
+        position.epoch,
+        position.batch,
+    )
+    return path
+
+
+def _run_loop(
+    task: TrainingTask,
+    trainer: Trainer,
+    options: FitOptions,
+    manager: CheckpointManager | None,
+    position: _Position,
+) -> bool:
+    """Run steps until the step or epoch budget is spent; return True if stopped early."""
+    step_target = trainer.step_count + options.steps if options.steps is not None else None
+    epoch_target = position.epoch + options.epochs if options.epochs is not None else None
+    accum = options.trainer.grad_accum_steps
+
+    def done() -> bool:
+        return (step_target is not None and trainer.step_count >= step_target) or (
+            epoch_target is not None and position.epoch >= epoch_target
+        )
+
+    while not done():
+        batches = iter(task.train_batches(position.epoch, options.seed))
+        # Exact mid-epoch resume: skip exactly the batches the checkpointed run consumed.
+        for _ in islice(batches, position.batch):
+            pass
+        yielded = position.batch > 0
+        for group in _grouped(batches, accum):
+            yielded = True
+            if options.should_stop():
+                logger.info("stop requested: stopping at step %d", trainer.step_count)
+                return True
+            trainer.step([b for b, _ in group], task.loss, sum(n for _, n in group))
+            position.batch += len(group)
+            for hook in options.step_hooks:
+                hook(trainer)
+            interval = options.checkpoint_interval
+            if manager is not None and interval and trainer.step_count % interval == 0:
+                manager.save(_checkpoint_state(task, trainer, options, position))
+            if done():
+                return False
+        if not yielded:
+            raise ValueError(
+                f"train_batches(epoch={position.epoch}, seed={options.seed}) yielded no "
+                "batches: an epoch needs at least one"
+            )
+        position.epoch += 1
+        position.batch = 0
+    return False
+
+
+def _grouped(batches: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    while group := list(islice(batches, size)):
+        yield group
+
+
+def _checkpoint_state(
+    task: TrainingTask, trainer: Trainer, options: FitOptions, position: _Position
+) -> dict[str, Any]:
+    state = trainer.state_dict()
+    extra = task.extra_state()
+    _check_plain(extra, "extra")
+    state[keys.EPOCH] = position.epoch
+    state[keys.BATCH] = position.batch
+    state[keys.EXTRA] = extra
+    state[keys.CONFIG] = _resolved_config(trainer, options)
+    return state
+
+
+def _resolved_config(trainer: Trainer, options: FitOptions) -> dict[str, Any]:
+    resolved = trainer.policy.resolved
+    return {
+        "precision": {"requested": resolved.requested, "used": resolved.used},
+        "device": str(trainer.policy.device),
+        "seed": options.seed,
+        "steps": options.steps,
+        "epochs": options.epochs,
+        "keep": options.keep,
+        "checkpoint_interval": options.checkpoint_interval,
+        "log_interval": options.log_interval,
+        "trainer": asdict(trainer.config),
+        "scaler": asdict(trainer.scaler.config),
+    }
+
+
+_PLAIN = (str, int, float, bool, type(None), torch.Tensor, torch.dtype, torch.device, torch.Size)
+
+
+def _check_plain(value: Any, where: str) -> None:
+    """Fail at save time, not at the next resume, on state ``weights_only`` would refuse."""
+    if isinstance(value, _PLAIN):
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str | int):
+                raise TypeError(f"{where}: key {key!r} must be a str or int")
+            _check_plain(item, f"{where}[{key!r}]")
+        return
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check_plain(item, f"{where}[{index}]")
+        return
+    raise TypeError(
+        f"{where} is a {type(value).__name__}: checkpoint extra state must be plain Python "
+        "values and tensors (dict, list, tuple, str, int, float, bool, None, Tensor) so that "
+        "torch.load(weights_only=True) can read it"
+    )
+
+
+def _evaluate(task: TrainingTask, model: nn.Module, policy: PrecisionPolicy) -> dict[str, float]:
+    model.eval()
+    try:
+        with torch.no_grad(), policy.autocast():
+            metrics = task.evaluate(model)
+    finally:
+        model.train()
+    return {name: float(value) for name, value in metrics.items()}
