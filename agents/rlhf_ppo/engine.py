@@ -1,0 +1,284 @@
+"""One PPO run: rollouts, reference/reward/value passes, KL-shaped GAE, clipped updates.
+
+Each component runs in its own dtype, as the preset says:
+
+- ``policy`` trains under ``torch.autocast`` in the policy dtype over fp32 master weights
+  (fp16 adds loss scaling through the core's :class:`LossScaler`);
+- ``rollout`` is a copy of the policy whose *weights* are cast to the rollout dtype, as
+  an inference engine serves them; it is re-synced from the master weights after every
+  iteration;
+- ``reference`` and ``reward`` are frozen copies whose weights are cast to their dtype;
+- ``value`` (a separate critic) trains under autocast in the value dtype; its
+  predictions keep that dtype until GAE, so a bf16 critic hands GAE bf16-rounded values;
+- ``kl``: the log-ratio ``log ref - log policy`` and k3 = expm1(x) - x are computed in
+  the KL dtype (log-probs themselves always come from log_softmax in fp32).
+
+    >>> from agents.rlhf_ppo.presets import PRESETS
+    >>> engine = PPOEngine(PPOConfig(batch_size=8, group_size=4), PRESETS["fp32_baseline"], seed=0)
+    >>> stats = engine.iteration()
+    >>> 0.0 <= stats["reward_true_mean"] <= 1.0
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from agents.rlhf_ppo.model import (
+    Critic,
+    Policy,
+    RewardModel,
+    TaskConfig,
+    init_weights,
+    random_prompts,
+)
+from agents.rlhf_ppo.presets import ComponentPrecision
+from infrastructure.rl import diagnostics as dg
+from infrastructure.rl.ppo_math import clipped_policy_loss, gae, token_logprobs, value_loss, whiten
+from infrastructure.training.loss_scaler import LossScaler
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """PPO hyper-parameters; the defaults train visibly on a CPU in under a minute."""
+
+    task: TaskConfig = field(default_factory=TaskConfig)
+    batch_size: int = 64  # rollouts per iteration
+    group_size: int = 4  # completions per prompt (the reward-resolution groups)
+    ppo_epochs: int = 2
+    minibatches: int = 2
+    lr: float = 3e-3
+    critic_lr: float = 3e-3
+    clip_eps: float = 0.2
+    kl_coef: float = 0.05
+    vf_coef: float = 0.5
+    gamma: float = 1.0
+    lam: float = 0.95
+    max_grad_norm: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.batch_size % self.group_size or self.batch_size % self.minibatches:
+            raise ValueError(
+                f"rlhf_ppo: batch_size {self.batch_size} must be a multiple of group_size "
+                f"{self.group_size} and of minibatches {self.minibatches}"
+            )
+
+    @property
+    def steps_per_iteration(self) -> int:
+        return self.ppo_epochs * self.minibatches
+
+
+def _autocast(dtype: torch.dtype, device: str) -> contextlib.AbstractContextManager[None]:
+    """Autocast to ``dtype``; fp32 disables it (also inside an enclosing 16-bit region)."""
+    if dtype == torch.float32:
+        return torch.autocast(device, enabled=False)
+    return torch.autocast(device, dtype=dtype)
+
+
+def _frozen_copy(module: nn.Module, dtype: torch.dtype) -> nn.Module:
+    return copy.deepcopy(module).to(dtype).requires_grad_(False).eval()
+
+
+class PPOEngine:
+    """The models, optimizer and loss scaler of one run, and its iteration loop."""
+
+    def __init__(
+        self, cfg: PPOConfig, preset: ComponentPrecision, seed: int, device: str = "cpu"
+    ) -> None:
+        self.cfg, self.preset, self.device = cfg, preset, device
+        self.gen = torch.Generator().manual_seed(seed)
+        self.policy = Policy(cfg.task)
+        init_weights(self.policy, seed)
+        self.critic = Critic(cfg.task)
+        init_weights(self.critic, seed + 10_000)
+        self.policy.to(device)
+        self.critic.to(device)
+        self.reference = _frozen_copy(self.policy, preset.dtype("reference"))
+        # An fp32 copy of the reference measures the reference's own rounding (H4).
+        self.reference_fp32 = _frozen_copy(self.policy, torch.float32)
+        self.reward_model = RewardModel(cfg.task).to(device, preset.dtype("reward"))
+        self.reward_fp32 = RewardModel(cfg.task).to(device)
+        self.rollout_policy = _frozen_copy(self.policy, preset.dtype("rollout"))
+        self.optimizer = torch.optim.AdamW(
+            [
+                {"params": self.policy.parameters(), "lr": cfg.lr},
+                {"params": self.critic.parameters(), "lr": cfg.critic_lr},
+            ],
+            weight_decay=0.0,
+        )
+        self.scaler = LossScaler(device, enabled=preset.loss_scaling)
+        self.optimizer_steps = 0
+        self.iterations = 0
+        self.kl_dtype_seen: torch.dtype | None = None
+
+    # -- forward passes -------------------------------------------------------------
+
+    def _gen_slice(self, per_position: torch.Tensor) -> torch.Tensor:
+        """Outputs at the positions that predict the generated tokens."""
+        p = self.cfg.task.prompt_len
+        return per_position[:, p - 1 : -1]
+
+    def _logp(self, model: nn.Module, seqs: torch.Tensor) -> torch.Tensor:
+        return token_logprobs(self._gen_slice(model(seqs)), seqs[:, self.cfg.task.prompt_len :])
+
+    def policy_logp(self, seqs: torch.Tensor) -> torch.Tensor:
+        with _autocast(self.preset.dtype("policy"), self.device):
+            return self._logp(self.policy, seqs)
+
+    def values(self, seqs: torch.Tensor) -> torch.Tensor:
+        with _autocast(self.preset.dtype("value"), self.device):
+            return self._gen_slice(self.critic(seqs))
+
+    @torch.no_grad()
+    def generate(self, prompts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample ``gen_len`` tokens with the rollout copy: (sequences, rollout log-probs)."""
+        seqs, logps = prompts, []
+        for _ in range(self.cfg.task.gen_len):
+            logits = self.rollout_policy(seqs)[:, -1]
+            logp_all = torch.log_softmax(logits.float(), dim=-1)
+            nxt = torch.multinomial(logp_all.exp(), 1, generator=self.gen)
+            logps.append(logp_all.gather(-1, nxt))
+            seqs = torch.cat([seqs, nxt], dim=1)
+        return seqs, torch.cat(logps, dim=1)
+
+    # -- one iteration ----------------------------------------------------------------
+
+    def iteration(self, max_steps: int | None = None) -> dict[str, float]:
+        """Roll out, score, update; returns this iteration's diagnostics (plain floats)."""
+        cfg = self.cfg
+        groups = cfg.batch_size // cfg.group_size
+        prompts = random_prompts(groups, cfg.task, self.gen).repeat_interleave(cfg.group_size, 0)
+        seqs, rollout_logp = self.generate(prompts.to(self.device))
+        with torch.no_grad():
+            trainer_logp = self.policy_logp(seqs)
+            ref_logp = self._logp(self.reference, seqs)
+            ref_fp32_logp = self._logp(self.reference_fp32, seqs)
+            values = self.values(seqs)
+            score = self.reward_model(seqs)
+            true_score = self.reward_fp32(seqs).double()
+
+        kl_dtype = self.preset.dtype("kl")
+        log_ratio = ref_logp.to(kl_dtype) - trainer_logp.to(kl_dtype)  # x = log ref/pi
+        k3 = dg.k3_terms(log_ratio)
+        self.kl_dtype_seen = k3.dtype
+        rewards = -cfg.kl_coef * k3.float()
+        rewards[:, -1] += score.float()
+        adv, returns = gae(rewards, values, cfg.gamma, cfg.lam)
+        adv = whiten(adv)
+
+        stats = self._update(seqs, rollout_logp, adv, returns, max_steps)
+        stats.update(
+            self._diagnostics(
+                seqs, rollout_logp, trainer_logp, ref_logp, ref_fp32_logp, log_ratio, k3,
+                values, returns, score, true_score, groups,
+            )
+        )  # fmt: skip
+        self._sync_rollout()
+        self.iterations += 1
+        return stats
+
+    def _minibatches(self, n: int) -> Iterator[torch.Tensor]:
+        size = n // self.cfg.minibatches
+        for _ in range(self.cfg.ppo_epochs):
+            perm = torch.randperm(n, generator=self.gen)
+            for i in range(self.cfg.minibatches):
+                yield perm[i * size : (i + 1) * size]
+
+    def _update(
+        self,
+        seqs: torch.Tensor,
+        old_logp: torch.Tensor,
+        adv: torch.Tensor,
+        returns: torch.Tensor,
+        max_steps: int | None,
+    ) -> dict[str, float]:
+        cfg = self.cfg
+        clip_fracs, losses, v_losses = [], [], []
+        params = list(self.policy.parameters()) + list(self.critic.parameters())
+        for idx in self._minibatches(seqs.shape[0]):
+            if max_steps is not None and self.optimizer_steps >= max_steps:
+                break
+            logp = self.policy_logp(seqs[idx])
+            p_loss, clip_frac = clipped_policy_loss(logp, old_logp[idx], adv[idx], cfg.clip_eps)
+            v_loss = value_loss(self.values(seqs[idx]), returns[idx])
+            loss = p_loss + cfg.vf_coef * v_loss
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(self.optimizer)
+            nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.optimizer_steps += 1
+            clip_fracs.append(clip_frac)
+            losses.append(loss.detach())
+            v_losses.append(v_loss.detach())
+        if not losses:
+            return {}
+        return {
+            "policy_clip_frac": float(torch.stack(clip_fracs).mean()),
+            "train_loss": float(torch.stack(losses).mean()),
+            "value_loss": float(torch.stack(v_losses).mean()),
+        }
+
+    def _diagnostics(
+        self,
+        seqs: torch.Tensor,
+        rollout_logp: torch.Tensor,
+        trainer_logp: torch.Tensor,
+        ref_logp: torch.Tensor,
+        ref_fp32_logp: torch.Tensor,
+        log_ratio: torch.Tensor,
+        k3: torch.Tensor,
+        values: torch.Tensor,
+        returns: torch.Tensor,
+        score: torch.Tensor,
+        true_score: torch.Tensor,
+        groups: int,
+    ) -> dict[str, float]:
+        p = self.preset
+        out = {f"mismatch_{k}": v for k, v in dg.mismatch_metrics(
+            trainer_logp, rollout_logp, clip_eps=self.cfg.clip_eps).items()}  # fmt: skip
+        exact_x = ref_fp32_logp.double() - trainer_logp.double()
+        out["kl_k1"] = dg.k1_kl(log_ratio)
+        out["kl_k3"] = float(k3.double().mean())
+        out["kl_k3_exact"] = dg.k3_kl(exact_x)
+        out["kl_k3_abs_error"] = abs(out["kl_k3"] - out["kl_k3_exact"])
+        out["kl_log_ratio_below_ulp_frac"] = dg.below_resolution_frac(
+            log_ratio, trainer_logp, p.dtype("kl")
+        )
+        out["kl_log_ratio_below_1e6_frac"] = dg.fixed_threshold_frac(log_ratio, 1e-6)
+        out["kl_log_ratio_zero_frac"] = float((log_ratio == 0).double().mean())
+        out["mismatch_log_ratio_below_ulp_frac"] = dg.below_resolution_frac(
+            trainer_logp - rollout_logp, trainer_logp, p.dtype("rollout")
+        )
+        out.update(dg.reward_resolution(score.view(groups, -1), p.dtype("reward")))
+        out["reward_true_dead_groups"] = dg.reward_resolution(
+            true_score.view(groups, -1), torch.float64
+        )["reward_dead_groups"]
+        out.update(dg.value_quantization(values, returns, p.dtype("value")))
+        ref_err = dg.sequence_error_growth(ref_logp, ref_fp32_logp)
+        mis_err = dg.sequence_error_growth(trainer_logp, rollout_logp)
+        out["ref_seq_err_slope_per_1k"] = ref_err["slope_per_1k"]
+        out["ref_seq_err_growth_exponent"] = ref_err["growth_exponent"]
+        out["ref_seq_err_final"] = ref_err["final_abs_err"]
+        out["mismatch_seq_err_slope_per_1k"] = mis_err["slope_per_1k"]
+        out["mismatch_seq_err_growth_exponent"] = mis_err["growth_exponent"]
+        out["reward_mean"] = float(score.double().mean())
+        out["reward_true_mean"] = float(true_score.mean())
+        out["reward_abs_error"] = float((score.double() - true_score).abs().mean())
+        out["loss_scale"] = self.scaler.get_scale()
+        return out
+
+    def _sync_rollout(self) -> None:
+        """Copy the fp32 master weights into the rollout copy, rounding to its dtype."""
+        with torch.no_grad():
+            for dst, src in zip(
+                self.rollout_policy.parameters(), self.policy.parameters(), strict=True
+            ):
+                dst.copy_(src)

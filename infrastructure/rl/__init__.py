@@ -1,0 +1,1 @@
+"""Library-level RL formulas: PPO arithmetic and precision diagnostics (pure torch)."""
