@@ -1,0 +1,30 @@
+"""Trajectory data: the versioned schema, readers for both record shapes, and a generator."""
+
+from infrastructure.data.readers import DataError, ReadResult, list_data_files, read_trajectories
+from infrastructure.data.schema import (
+    OUTCOMES,
+    SCHEMA_VERSION,
+    AttemptInput,
+    Example,
+    Label,
+    ReplayRecord,
+    Trajectory,
+    TrajectoryPool,
+    derive_label,
+)
+
+__all__ = [
+    "OUTCOMES",
+    "SCHEMA_VERSION",
+    "AttemptInput",
+    "DataError",
+    "Example",
+    "Label",
+    "ReadResult",
+    "ReplayRecord",
+    "Trajectory",
+    "TrajectoryPool",
+    "derive_label",
+    "list_data_files",
+    "read_trajectories",
+]

@@ -1,0 +1,267 @@
+"""Read trajectory pools and replay buffers from files and folders into labelled examples.
+
+A path may be one file or a folder (searched recursively, in sorted order). Files are
+``.json`` (a trajectory pool, a list of records or one record), ``.jsonl`` (one record a
+line), or gzip of either (``.json.gz``, ``.jsonl.gz``).
+
+A malformed record, line or file never stops a read: it is skipped, counted, and written
+with its reason to the quarantine file. What does stop it is input the user has to fix:
+a missing path, a file the process may not open, or nothing labelled to train on
+(:class:`DataError`).
+
+>>> result = read_trajectories(Path("data/trajectory_pools"), quarantine=Path("q.jsonl"))
+>>> len(result.examples), result.quarantined  # doctest: +SKIP
+(19610, 3)
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from pydantic import ValidationError
+
+from infrastructure.data.schema import (
+    FAILURE_THRESHOLD,
+    SUCCESS_THRESHOLD,
+    Example,
+    ReplayRecord,
+    Trajectory,
+    TrajectoryPool,
+    derive_label,
+    derive_replay_label,
+)
+
+logger = logging.getLogger(__name__)
+
+DATA_SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
+_REPLAY_KEYS = frozenset({"final_outcome", "agent_id", "steps", "reward", "task_description"})
+_RAW_LIMIT = 2000  # characters of a bad record kept in the quarantine file
+
+
+class DataError(Exception):
+    """Input the user has to fix: a missing path, an unreadable file, nothing to train on."""
+
+
+@dataclass
+class ReadResult:
+    """Labelled examples, the recorded scores of every record, and what was skipped."""
+
+    examples: list[Example] = field(default_factory=list)
+    scores: dict[str, float] = field(default_factory=dict)  # id -> success_score, for parents
+    quarantined: int = 0
+    duplicates: int = 0
+    unlabelled: int = 0
+    files: int = 0
+
+
+@dataclass(frozen=True)
+class _Source:
+    path: Path
+    where: str  # "line 3", "trajectories['t7']", "file"
+
+
+@dataclass(frozen=True)
+class _Valid:
+    record: Trajectory | ReplayRecord
+    success_threshold: float
+    failure_threshold: float
+
+
+class _Quarantine:
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.count = 0
+        self._handle: TextIO | None = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # One file per run: a stale list from an earlier read would mislead.
+            self._handle = path.open("w", encoding="utf-8")
+
+    def add(self, source: _Source, reason: str, raw: Any) -> None:
+        self.count += 1
+        logger.warning("quarantined a record from %s (%s): %s", source.path, source.where, reason)
+        if self._handle is None:
+            return
+        text = raw if isinstance(raw, str) else json.dumps(raw, default=str)
+        entry = {
+            "source": str(source.path),
+            "where": source.where,
+            "reason": reason,
+            "record": text[:_RAW_LIMIT],
+        }
+        self._handle.write(json.dumps(entry) + "\n")
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+
+
+def list_data_files(path: Path) -> list[Path]:
+    """The data files at ``path``: itself, or the data files under a folder, sorted."""
+    if not path.exists():
+        raise DataError(f"data path {str(path)!r} does not exist")
+    if path.is_file():
+        return [path]
+    files = sorted(
+        p
+        for p in path.rglob("*")
+        if p.is_file() and p.name.endswith(DATA_SUFFIXES) and not p.name.startswith(".")
+    )
+    if not files:
+        raise DataError(
+            f"data folder {str(path)!r} holds no data files (expected {', '.join(DATA_SUFFIXES)})"
+        )
+    return files
+
+
+def read_trajectories(path: Path, quarantine: Path | None = None) -> ReadResult:
+    """Read every record under ``path`` and derive the labelled examples.
+
+    Duplicate trajectory ids are read once (the first in sorted file order wins).
+    Pending and executing records give no example, but their ids still resolve as
+    parents. Raises :class:`DataError` for a missing path, an unreadable file, or no
+    labelled record at all.
+    """
+    path = Path(path)
+    files = list_data_files(path)
+    sink = _Quarantine(quarantine)
+    result = ReadResult(files=len(files))
+    valid: dict[str, _Valid] = {}
+    try:
+        for file in files:
+            for source, raw, thresholds in _raw_records(file, sink):
+                item = _validate(source, raw, thresholds, sink)
+                if item is None:
+                    continue
+                if item.record.trajectory_id in valid:
+                    result.duplicates += 1
+                    continue
+                valid[item.record.trajectory_id] = item
+    finally:
+        sink.close()
+    result.quarantined = sink.count
+    _label(valid, result)
+    if not result.examples:
+        raise DataError(
+            f"no labelled records in {str(path)!r} ({len(valid)} valid, "
+            f"{result.unlabelled} unfinished or unlabelled, {result.quarantined} quarantined)"
+        )
+    logger.info(
+        "read %d examples from %d files (%d quarantined, %d duplicates, %d unlabelled)",
+        len(result.examples),
+        result.files,
+        result.quarantined,
+        result.duplicates,
+        result.unlabelled,
+    )
+    return result
+
+
+def _label(valid: dict[str, _Valid], result: ReadResult) -> None:
+    for trajectory_id, item in valid.items():
+        record = item.record
+        if isinstance(record, Trajectory):
+            if record.success_score is not None:
+                result.scores[trajectory_id] = record.success_score
+            label = derive_label(
+                record.status, record.success_score, item.success_threshold, item.failure_threshold
+            )
+        else:
+            if record.reward is not None:
+                result.scores[trajectory_id] = record.reward
+            label = derive_replay_label(record, item.success_threshold, item.failure_threshold)
+        if label is None:
+            result.unlabelled += 1
+            continue
+        result.examples.append(Example(trajectory_id, record.to_input(), label))
+
+
+def _read_text(file: Path) -> str:
+    try:
+        if file.name.endswith(".gz"):
+            with gzip.open(file, "rt", encoding="utf-8") as handle:
+                return handle.read()
+        return file.read_text(encoding="utf-8")
+    except (gzip.BadGzipFile, EOFError, UnicodeDecodeError):
+        raise  # malformed content: the caller quarantines the file
+    except OSError as exc:
+        raise DataError(f"cannot read data file {str(file)!r}: {exc.strerror or exc}") from exc
+
+
+def _raw_records(
+    file: Path, sink: _Quarantine
+) -> Iterator[tuple[_Source, Any, tuple[float, float]]]:
+    defaults = (SUCCESS_THRESHOLD, FAILURE_THRESHOLD)
+    try:
+        text = _read_text(file)
+    except (gzip.BadGzipFile, EOFError, UnicodeDecodeError) as exc:
+        sink.add(_Source(file, "file"), f"cannot decode file: {exc}", "")
+        return
+    if file.name.endswith((".jsonl", ".jsonl.gz")):
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            source = _Source(file, f"line {number}")
+            try:
+                yield source, json.loads(line), defaults
+            except json.JSONDecodeError as exc:
+                sink.add(source, f"invalid JSON: {exc}", line)
+        return
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        sink.add(_Source(file, "file"), f"invalid JSON: {exc}", text)
+        return
+    if isinstance(document, list):
+        for index, raw in enumerate(document):
+            yield _Source(file, f"item {index}"), raw, defaults
+    elif isinstance(document, dict) and "trajectories" in document:
+        yield from _pool_records(file, document, sink)
+    else:
+        yield _Source(file, "file"), document, defaults
+
+
+def _pool_records(
+    file: Path, document: dict[str, Any], sink: _Quarantine
+) -> Iterator[tuple[_Source, Any, tuple[float, float]]]:
+    try:
+        pool = TrajectoryPool.model_validate(document)
+    except ValidationError as exc:
+        sink.add(_Source(file, "file"), f"invalid trajectory pool: {_reason(exc)}", document)
+        return
+    thresholds = (pool.success_threshold, pool.failure_threshold)
+    for key, raw in pool.trajectories.items():
+        if isinstance(raw, dict) and "trajectory_id" not in raw:
+            raw = {**raw, "trajectory_id": key}  # the mapping key is the id
+        yield _Source(file, f"trajectories[{key!r}]"), raw, thresholds
+
+
+def _validate(
+    source: _Source, raw: Any, thresholds: tuple[float, float], sink: _Quarantine
+) -> _Valid | None:
+    if not isinstance(raw, dict):
+        sink.add(source, f"record is a JSON {type(raw).__name__}, not an object", raw)
+        return None
+    is_replay = "operator_applied" not in raw and bool(_REPLAY_KEYS & raw.keys())
+    model = ReplayRecord if is_replay else Trajectory
+    try:
+        record = model.model_validate(raw)
+    except ValidationError as exc:
+        sink.add(source, _reason(exc), raw)
+        return None
+    return _Valid(record, *thresholds)
+
+
+def _reason(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors()[:3]:
+        where = ".".join(str(p) for p in error["loc"]) or "record"
+        parts.append(f"{where}: {error['msg']}")
+    more = exc.error_count() - len(parts)
+    return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")

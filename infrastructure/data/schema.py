@@ -1,0 +1,261 @@
+"""The trajectory schema (version 1): the two record shapes Genesis writes, and their labels.
+
+Genesis writes two shapes of record:
+
+* SE-Darwin trajectory pools, one JSON object per agent with a ``trajectories`` mapping
+  from id to :class:`Trajectory`;
+* replay-buffer records, one :class:`ReplayRecord` per JSON line.
+
+Both become :class:`Example` objects: an :class:`AttemptInput` (what was known before the
+attempt ran, the only thing the feature encoder sees) and a :class:`Label` (the outcome).
+
+How labels are derived (see :func:`derive_label`): the measured score decides when it is
+present (``score >= success_threshold`` is a success, ``score < failure_threshold`` a
+failure, anything between partial); the status word decides only when the score is
+missing. Real pools hold records whose status disagrees with their score (status
+``failure`` with ``success_score`` 0.68); the score is the measurement, while the status
+is a word set by the agent's control flow, so the score wins. Pending and executing
+records, pruned records without a score, and replay records with outcome ``unknown`` and
+no reward have no label.
+
+>>> t = Trajectory(trajectory_id="t1", status="failure", success_score=0.68)
+>>> derive_label(t.status, t.success_score).outcome
+'partial'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+SUCCESS_THRESHOLD = 0.7
+FAILURE_THRESHOLD = 0.3
+
+Operator = Literal["baseline", "revision", "recombination", "refinement"]
+OPERATORS: tuple[str, ...] = ("baseline", "revision", "recombination", "refinement")
+Status = Literal["pending", "executing", "success", "partial_success", "failure", "pruned"]
+UNFINISHED_STATUSES = frozenset({"pending", "executing"})
+
+# Outcome classes, in the order of the world model's class head.
+OUTCOMES: tuple[str, ...] = ("failure", "partial", "success")
+
+_STATUS_OUTCOME = {"success": "success", "partial_success": "partial", "failure": "failure"}
+_REPLAY_OUTCOME = {"success": "success", "partial": "partial", "failure": "failure"}
+
+
+class _Record(BaseModel):
+    # Real files carry fields we do not model; they are ignored, not errors.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class TestResults(_Record):
+    __test__ = False  # not a pytest class, despite the name
+
+    tasks_total: int | None = Field(default=None, ge=0)
+    tasks_passed: int | None = Field(default=None, ge=0)
+    tasks_failed: int | None = Field(default=None, ge=0)
+
+
+class TrajectoryMetrics(_Record):
+    accuracy: float | None = None
+    speed: float | None = None
+    robustness: float | None = None
+
+
+class Trajectory(_Record):
+    """One SE-Darwin attempt, as stored in a trajectory pool. Only the id is required."""
+
+    # identity and lineage
+    trajectory_id: str = Field(min_length=1)
+    generation: int = Field(default=0, ge=0)
+    agent_name: str = ""
+    parent_trajectories: list[str] = Field(default_factory=list)
+    plan_id: str | None = None
+    # the attempt
+    operator_applied: Operator = "baseline"
+    code_changes: str = ""
+    problem_diagnosis: str = ""
+    proposed_strategy: str = ""
+    code_after: str | None = None
+    strategy_description: str = ""
+    # the result (labels and post-hoc measurements: never features)
+    status: Status = "pending"
+    success_score: float | None = Field(default=None, ge=0.0, le=1.0)
+    test_results: TestResults | None = None
+    metrics: TrajectoryMetrics | None = None
+    failure_reasons: list[str] = Field(default_factory=list)
+    # context
+    tools_used: list[str] = Field(default_factory=list)
+    reasoning_pattern: str = ""
+    key_insights: list[str] = Field(default_factory=list)
+    assumptions_made: list[str] = Field(default_factory=list)
+    modified_files: list[str] = Field(default_factory=list)
+    # bookkeeping
+    created_at: str | float | None = None
+    execution_time_seconds: float | None = None
+    cost_dollars: float | None = None
+
+    def to_input(self) -> AttemptInput:
+        """The pre-attempt view of this record: the encoder's only input."""
+        return AttemptInput(
+            operator=self.operator_applied,
+            generation=self.generation,
+            # A record naming itself as parent would read its own score: dropped.
+            parent_ids=tuple(p for p in self.parent_trajectories if p != self.trajectory_id),
+            code_changes=self.code_changes,
+            modified_files=tuple(self.modified_files),
+            proposed_strategy=self.proposed_strategy,
+            problem_diagnosis=self.problem_diagnosis,
+            tools_used=tuple(self.tools_used),
+            reasoning_pattern=self.reasoning_pattern,
+        )
+
+
+class TrajectoryPool(_Record):
+    """The header of a ``trajectory_pool.json`` file; records are validated one by one."""
+
+    agent_name: str = ""
+    max_trajectories: int | None = None
+    success_threshold: float = Field(default=SUCCESS_THRESHOLD, ge=0.0, le=1.0)
+    failure_threshold: float = Field(default=FAILURE_THRESHOLD, ge=0.0, le=1.0)
+    total_added: int | None = None
+    total_pruned: int | None = None
+    saved_at: str | float | None = None
+    trajectories: dict[str, Any] = Field(default_factory=dict)
+
+
+class ReplayStep(_Record):
+    timestamp: str | float | None = None
+    tool_name: str = ""
+    tool_args: dict[str, Any] = Field(default_factory=dict)
+    tool_result: Any = None
+    agent_reasoning: str = ""
+
+
+class ReplayRecord(_Record):
+    """One replay-buffer line.
+
+    Mapped to an attempt as: operator and generation from ``metadata`` (``baseline`` and
+    0 when absent), the task description as the problem diagnosis, the distinct tool
+    names of the steps as ``tools_used``; the reward is the score.
+    """
+
+    trajectory_id: str = Field(min_length=1)
+    agent_id: str = ""
+    task_description: str = ""
+    initial_state: dict[str, Any] = Field(default_factory=dict)
+    steps: list[ReplayStep] = Field(default_factory=list)
+    final_outcome: Literal["success", "failure", "partial", "unknown"] = "unknown"
+    reward: float | None = Field(default=None, ge=0.0, le=1.0)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: str | float | None = None
+    duration_seconds: float | None = None
+    failure_rationale: str | None = None
+    error_category: str | None = None
+    fix_applied: str | None = None
+
+    def to_input(self) -> AttemptInput:
+        operator = self.metadata.get("operator_applied", "baseline")
+        generation = self.metadata.get("generation", 0)
+        tools = tuple(dict.fromkeys(step.tool_name for step in self.steps if step.tool_name))
+        return AttemptInput(
+            operator=operator if operator in OPERATORS else "baseline",
+            generation=generation if isinstance(generation, int) and generation >= 0 else 0,
+            parent_ids=tuple(
+                str(p)
+                for p in self.metadata.get("parent_trajectories", ())
+                if p != self.trajectory_id
+            ),
+            code_changes=str(self.metadata.get("code_changes", "")),
+            modified_files=tuple(str(f) for f in self.metadata.get("modified_files", ())),
+            proposed_strategy=str(self.metadata.get("proposed_strategy", "")),
+            problem_diagnosis=self.task_description,
+            tools_used=tools,
+            reasoning_pattern=str(self.metadata.get("reasoning_pattern", "")),
+        )
+
+
+@dataclass(frozen=True)
+class AttemptInput:
+    """What is known before an attempt runs. The feature encoder sees nothing else."""
+
+    operator: str = "baseline"
+    generation: int = 0
+    parent_ids: tuple[str, ...] = ()
+    code_changes: str = ""
+    modified_files: tuple[str, ...] = ()
+    proposed_strategy: str = ""
+    problem_diagnosis: str = ""
+    tools_used: tuple[str, ...] = ()
+    reasoning_pattern: str = ""
+
+
+@dataclass(frozen=True)
+class Label:
+    """The outcome of a finished attempt: the three targets of the world model."""
+
+    success: bool
+    score: float | None  # None when only the status word is known: no regression target
+    outcome: str  # one of OUTCOMES
+
+    @property
+    def outcome_index(self) -> int:
+        return OUTCOMES.index(self.outcome)
+
+
+@dataclass(frozen=True)
+class Example:
+    """One labelled attempt: its id, its pre-attempt input and its label."""
+
+    trajectory_id: str
+    attempt: AttemptInput
+    label: Label
+
+
+def outcome_for_score(
+    score: float,
+    success_threshold: float = SUCCESS_THRESHOLD,
+    failure_threshold: float = FAILURE_THRESHOLD,
+) -> str:
+    """``success`` at or above the success threshold, ``failure`` below the failure one."""
+    if score >= success_threshold:
+        return "success"
+    if score < failure_threshold:
+        return "failure"
+    return "partial"
+
+
+def derive_label(
+    status: str,
+    score: float | None,
+    success_threshold: float = SUCCESS_THRESHOLD,
+    failure_threshold: float = FAILURE_THRESHOLD,
+) -> Label | None:
+    """The label of a trajectory pool record, or None when it has none (see module doc)."""
+    if status in UNFINISHED_STATUSES:
+        return None
+    if score is not None:
+        outcome = outcome_for_score(score, success_threshold, failure_threshold)
+        return Label(success=outcome == "success", score=score, outcome=outcome)
+    from_status = _STATUS_OUTCOME.get(status)
+    if from_status is None:  # pruned without a score: the outcome is unknown
+        return None
+    return Label(success=from_status == "success", score=None, outcome=from_status)
+
+
+def derive_replay_label(
+    record: ReplayRecord,
+    success_threshold: float = SUCCESS_THRESHOLD,
+    failure_threshold: float = FAILURE_THRESHOLD,
+) -> Label | None:
+    """A replay record's label: the reward decides as the score does, else the outcome."""
+    if record.reward is not None:
+        return derive_label("replay", record.reward, success_threshold, failure_threshold)
+    outcome = _REPLAY_OUTCOME.get(record.final_outcome)
+    if outcome is None:
+        return None
+    return Label(success=outcome == "success", score=None, outcome=outcome)

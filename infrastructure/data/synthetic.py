@@ -1,0 +1,292 @@
+"""Synthetic SE-Darwin trajectory pools with learnable structure, for demos, tests and benchmarks.
+
+Each attempt's success score comes from a hidden logit built from what is known before it
+runs, plus Gaussian noise:
+
+* the operator (refinement and recombination beat revision, which beats a fresh baseline);
+* the generation (later generations do slightly better);
+* the parents' recorded scores (good parents, good children);
+* the size of the planned change (about 20 lines is best; large rewrites fail more often;
+  many modified files hurt);
+* the tools used (running tests helps, rewriting blindly hurts) and the reasoning pattern.
+
+The post-hoc fields (status, test results, metrics, failure reasons, execution time and
+cost) are then filled in consistently with the score, as Genesis fills them in. A few
+records are made the way real pools are: 3% carry a status that disagrees with their
+score, 2% are still pending or executing, 1% were pruned, and optional fields are
+sometimes missing. The output depends only on ``count`` and ``seed``.
+
+>>> pool = generate_pool(100, seed=0)
+>>> len(pool["trajectories"]), pool["success_threshold"]
+(100, 0.7)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from infrastructure.data.schema import FAILURE_THRESHOLD, SUCCESS_THRESHOLD, outcome_for_score
+
+OPERATOR_EFFECT = {"baseline": -0.8, "revision": 0.0, "recombination": 0.4, "refinement": 0.6}
+TOOL_EFFECT = {
+    "pytest": 0.7,
+    "static_analyzer": 0.4,
+    "debugger": 0.3,
+    "profiler": 0.1,
+    "linter": 0.1,
+    "grep": 0.0,
+    "web_search": -0.35,
+    "llm_rewrite": -0.6,
+}
+PATTERN_EFFECT = {
+    "decomposition": 0.35,
+    "chain_of_thought": 0.2,
+    "reflection": 0.1,
+    "analogy": -0.1,
+    "trial_and_error": -0.45,
+}
+NOISE_STD = 0.6
+_BASE_TIME = datetime(2025, 1, 6, 9, 0, tzinfo=UTC)
+_OPERATOR_WEIGHTS = {"baseline": 0.1, "revision": 0.35, "recombination": 0.25, "refinement": 0.3}
+_FAILURES = (
+    "tests failed: assertion mismatch",
+    "timeout while running benchmark",
+    "import error after refactor",
+    "regression in edge-case handling",
+    "syntax error in generated code",
+)
+_DIAGNOSES = (
+    "Edge cases in input parsing are not handled",
+    "The retry loop hides the original exception",
+    "Benchmark shows quadratic behaviour on large inputs",
+    "State leaks between test cases",
+    "The tool call result is not validated",
+)
+_STRATEGIES = (
+    "Add explicit validation and targeted tests",
+    "Replace the nested loop with an index lookup",
+    "Isolate state in fixtures and reset between runs",
+    "Combine the parents' error handling with the faster path",
+    "Rewrite the module from the task description",
+)
+_FILES = ("agent.py", "tools.py", "parser.py", "planner.py", "memory.py", "eval.py", "utils.py")
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def _clip(x: float, low: float = 0.0, high: float = 1.0) -> float:
+    return min(high, max(low, x))
+
+
+def _hidden_logit(
+    rng: random.Random,
+    operator: str,
+    generation: int,
+    parent_scores: list[float],
+    lines: int,
+    files: int,
+    tools: list[str],
+    pattern: str,
+) -> float:
+    logit = OPERATOR_EFFECT[operator] + 0.02 * min(generation, 40) - 0.3
+    if parent_scores:
+        logit += 3.0 * (sum(parent_scores) / len(parent_scores) - 0.5)
+    logit -= 0.6 * abs(math.log(lines / 20.0)) + 0.12 * (files - 1)
+    logit += sum(TOOL_EFFECT[t] for t in tools) + PATTERN_EFFECT[pattern]
+    return logit + rng.gauss(0.0, NOISE_STD)
+
+
+_History = list[tuple[str, float | None]]
+_Plan = tuple[int, str, _History, int, int, list[str], str, float]
+
+
+def _attempt(rng: random.Random, index: int, count: int, history: _History) -> _Plan:
+    generations = max(1, min(60, count // 150))
+    generation = index * generations // count
+    operator = "baseline"
+    parents: _History = []
+    if generation > 0 and history:
+        operator = rng.choices(list(_OPERATOR_WEIGHTS), list(_OPERATOR_WEIGHTS.values()))[0]
+        window = history[-min(len(history), 600) :]
+        wanted = {"baseline": 0, "revision": 1, "refinement": 1, "recombination": 2}[operator]
+        parents = rng.sample(window, min(wanted, len(window)))
+    lines = int(_clip(rng.lognormvariate(math.log(20.0), 0.8), 1, 400))
+    files = 1 + min(lines // 30, 6) + rng.randint(0, 2)
+    tools = rng.sample(list(TOOL_EFFECT), rng.randint(1, 4))
+    pattern = rng.choice(list(PATTERN_EFFECT))
+    known = [score for _, score in parents if score is not None]
+    logit = _hidden_logit(rng, operator, generation, known, lines, files, tools, pattern)
+    return generation, operator, parents, lines, files, tools, pattern, logit
+
+
+def _code_changes(rng: random.Random, lines: int) -> str:
+    out = [f"@@ -{rng.randint(1, 300)},{lines} @@"]
+    for j in range(lines):
+        sign = "+" if rng.random() < 0.6 else "-"
+        out.append(f"{sign} v{j}=f{rng.randint(0, 99)}(v{max(0, j - 1)})")
+    return "\n".join(out)
+
+
+def _record(
+    rng: random.Random, index: int, count: int, agent: str, history: _History
+) -> dict[str, Any]:
+    generation, operator, parents, lines, files, tools, pattern, logit = _attempt(
+        rng, index, count, history
+    )
+    trajectory_id = f"{agent}_gen{generation}_{rng.getrandbits(40):010x}"
+    score = round(_sigmoid(logit), 4)
+    outcome = outcome_for_score(score)
+    status = {"success": "success", "partial": "partial_success", "failure": "failure"}[outcome]
+    roll = rng.random()
+    if roll < 0.03:  # real pools: the status word disagrees with the score
+        status = rng.choice([s for s in ("success", "partial_success", "failure") if s != status])
+    elif roll < 0.05:
+        status = rng.choice(("pending", "executing"))
+    elif roll < 0.06:
+        status = "pruned"
+    record: dict[str, Any] = {
+        "trajectory_id": trajectory_id,
+        "generation": generation,
+        "agent_name": agent,
+        "parent_trajectories": [pid for pid, _ in parents],
+        "operator_applied": operator,
+        "code_changes": _code_changes(rng, lines),
+        "problem_diagnosis": rng.choice(_DIAGNOSES),
+        "proposed_strategy": rng.choice(_STRATEGIES),
+        "strategy_description": f"{operator} of {len(parents)} parent(s) touching {files} file(s)",
+        "status": status,
+        "tools_used": tools,
+        "reasoning_pattern": pattern,
+        "modified_files": rng.sample(_FILES, min(files, len(_FILES))),
+        "created_at": (_BASE_TIME + timedelta(seconds=37 * index)).isoformat(),
+    }
+    if rng.random() < 0.9:
+        record["plan_id"] = f"plan_{rng.getrandbits(24):06x}"
+        record["key_insights"] = [f"insight about {rng.choice(_FILES)}"]
+        record["assumptions_made"] = ["tests cover the changed paths"]
+    if status in ("pending", "executing"):
+        history.append((trajectory_id, None))
+        return record
+    record.update(_post_hoc(rng, score, outcome, lines))
+    history.append((trajectory_id, score))
+    return record
+
+
+def _post_hoc(rng: random.Random, score: float, outcome: str, lines: int) -> dict[str, Any]:
+    total = rng.randint(5, 20)
+    passed = round(score * total)
+    seconds = 4.0 + 0.35 * lines + rng.expovariate(1 / 20.0)
+    return {
+        "success_score": score,
+        "test_results": {
+            "tasks_total": total,
+            "tasks_passed": passed,
+            "tasks_failed": total - passed,
+        },
+        "metrics": {
+            "accuracy": score,  # as in real pools
+            "speed": round(_clip(0.8 - 0.001 * lines + rng.gauss(0, 0.1)), 4),
+            "robustness": round(_clip(0.8 * score + rng.gauss(0, 0.08)), 4),
+        },
+        "failure_reasons": [] if outcome == "success" else rng.sample(_FAILURES, rng.randint(1, 2)),
+        "code_after": None if rng.random() < 0.3 else f"# {lines} lines changed",
+        "execution_time_seconds": round(seconds, 2),
+        "cost_dollars": round(0.0004 * lines + 0.01 + rng.random() * 0.02, 4),
+    }
+
+
+def generate_pool(count: int, seed: int, agent: str = "se_darwin") -> dict[str, Any]:
+    """A trajectory pool object with ``count`` records, the same for the same seed."""
+    if count < 1:
+        raise ValueError(f"count must be at least 1, got {count}")
+    rng = random.Random(seed)
+    history: _History = []
+    trajectories: dict[str, Any] = {}
+    for index in range(count):
+        record = _record(rng, index, count, agent, history)
+        trajectories[record["trajectory_id"]] = record
+    pruned = sum(1 for r in trajectories.values() if r["status"] == "pruned")
+    return {
+        "agent_name": agent,
+        "max_trajectories": count,
+        "success_threshold": SUCCESS_THRESHOLD,
+        "failure_threshold": FAILURE_THRESHOLD,
+        "total_added": count,
+        "total_pruned": pruned,
+        "saved_at": (_BASE_TIME + timedelta(seconds=37 * count)).isoformat(),
+        "trajectories": trajectories,
+    }
+
+
+def write_pool(out: Path, count: int, seed: int, agent: str = "se_darwin") -> Path:
+    """Write ``<out>/trajectory_pools/<agent>/trajectory_pool.json`` and return its path."""
+    path = Path(out) / "trajectory_pools" / agent / "trajectory_pool.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(generate_pool(count, seed, agent)), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def generate_replay_records(
+    count: int, seed: int, agent: str = "se_darwin"
+) -> list[dict[str, Any]]:
+    """The same attempts as :func:`generate_pool`, in the replay-buffer record shape."""
+    out = []
+    for record in generate_pool(count, seed, agent)["trajectories"].values():
+        score = record.get("success_score")
+        outcome = "unknown" if score is None else outcome_for_score(score)
+        out.append(
+            {
+                "trajectory_id": record["trajectory_id"],
+                "agent_id": agent,
+                "task_description": record["problem_diagnosis"],
+                "initial_state": {"files": record["modified_files"]},
+                "steps": [
+                    {
+                        "timestamp": record["created_at"],
+                        "tool_name": tool,
+                        "tool_args": {},
+                        "tool_result": None,
+                        "agent_reasoning": record["reasoning_pattern"],
+                    }
+                    for tool in record["tools_used"]
+                ],
+                "final_outcome": outcome,
+                "reward": score,
+                "metadata": {
+                    key: record[key]
+                    for key in (
+                        "operator_applied",
+                        "generation",
+                        "parent_trajectories",
+                        "code_changes",
+                        "modified_files",
+                        "proposed_strategy",
+                        "reasoning_pattern",
+                    )
+                },
+                "created_at": record["created_at"],
+                "duration_seconds": record.get("execution_time_seconds"),
+                "failure_rationale": "; ".join(record.get("failure_reasons", [])) or None,
+                "error_category": None,
+                "fix_applied": None,
+            }
+        )
+    return out
+
+
+def write_replay_buffer(path: Path, count: int, seed: int, agent: str = "se_darwin") -> Path:
+    """Write replay-buffer records as JSON lines to ``path`` and return it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = (json.dumps(r) for r in generate_replay_records(count, seed, agent))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path

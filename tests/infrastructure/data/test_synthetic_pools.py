@@ -1,0 +1,82 @@
+"""The synthetic pool generator: deterministic, realistic shape, learnable and consistent."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from infrastructure.data.schema import Trajectory, TrajectoryPool
+from infrastructure.data.synthetic import generate_pool, write_pool
+
+
+def test_same_seed_same_bytes_other_seed_other_data(tmp_path: Path) -> None:
+    """Two runs with one seed write identical files; another seed writes different data."""
+    a = write_pool(tmp_path / "a", 200, seed=7).read_bytes()
+    b = write_pool(tmp_path / "b", 200, seed=7).read_bytes()
+    c = write_pool(tmp_path / "c", 200, seed=8).read_bytes()
+    assert a == b
+    assert a != c
+
+
+def test_pool_has_the_real_layout(tmp_path: Path) -> None:
+    """The file sits at trajectory_pools/<agent>/trajectory_pool.json with the pool header."""
+    path = write_pool(tmp_path, 50, seed=0, agent="demo")
+    assert path == tmp_path / "trajectory_pools" / "demo" / "trajectory_pool.json"
+    document = json.loads(path.read_text())
+    assert {
+        "agent_name",
+        "max_trajectories",
+        "success_threshold",
+        "failure_threshold",
+        "total_added",
+        "total_pruned",
+        "saved_at",
+        "trajectories",
+    } <= document.keys()
+    pool = TrajectoryPool.model_validate(document)
+    assert (pool.success_threshold, pool.failure_threshold) == (0.7, 0.3)
+    for key, raw in pool.trajectories.items():
+        assert Trajectory.model_validate(raw).trajectory_id == key
+
+
+def test_post_hoc_fields_agree_with_the_score() -> None:
+    """metrics.accuracy equals the score, tests passed follow it, failures carry reasons."""
+    records = generate_pool(500, seed=1)["trajectories"].values()
+    scored = [r for r in records if "success_score" in r]
+    assert len(scored) > 450
+    for r in scored:
+        assert r["metrics"]["accuracy"] == r["success_score"]
+        tests = r["test_results"]
+        assert tests["tasks_passed"] + tests["tasks_failed"] == tests["tasks_total"]
+        assert abs(tests["tasks_passed"] / tests["tasks_total"] - r["success_score"]) <= 0.11
+        assert (r["success_score"] >= 0.7) == (r["failure_reasons"] == [])
+    statuses = {r["status"] for r in records}
+    assert {"success", "partial_success", "failure", "pending"} <= statuses
+
+
+OPS = ("baseline", "refinement")
+
+
+def test_outcome_depends_on_operator_parents_and_tools() -> None:
+    """Refinement beats baseline, good parents give good children, pytest helps."""
+    records = [r for r in generate_pool(3000, seed=2)["trajectories"].values()]
+    scores = {r["trajectory_id"]: r.get("success_score") for r in records}
+    scored = [r for r in records if r.get("success_score") is not None]
+
+    def mean(rs: list[dict[str, object]]) -> float:
+        return statistics.fmean(float(r["success_score"]) for r in rs)  # type: ignore[arg-type]
+
+    by_op = {op: [r for r in scored if r["operator_applied"] == op] for op in OPS}
+    assert mean(by_op["refinement"]) > mean(by_op["baseline"]) + 0.1
+    with_pytest = [r for r in scored if "pytest" in r["tools_used"]]
+    without = [r for r in scored if "pytest" not in r["tools_used"]]
+    assert mean(with_pytest) > mean(without) + 0.05
+    pairs = [
+        (scores[p], r["success_score"])
+        for r in scored
+        for p in r["parent_trajectories"]
+        if scores.get(p) is not None
+    ]
+    parent, child = zip(*pairs, strict=True)
+    assert statistics.correlation(parent, child) > 0.2

@@ -1,0 +1,195 @@
+"""Readers for trajectory pools and replay buffers: shapes, gzip, quarantine, duplicates."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infrastructure.data.readers import DataError, read_trajectories
+from infrastructure.data.schema import derive_label
+from infrastructure.data.synthetic import generate_pool, write_pool, write_replay_buffer
+
+
+def _pool(records: dict[str, dict[str, Any]], **header: Any) -> dict[str, Any]:
+    return {
+        "agent_name": "se_darwin",
+        "max_trajectories": 100,
+        "success_threshold": 0.7,
+        "failure_threshold": 0.3,
+        "total_added": len(records),
+        "total_pruned": 0,
+        "saved_at": "2025-01-01T00:00:00",
+        "trajectories": records,
+        **header,
+    }
+
+
+def _write(path: Path, document: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document))
+    return path
+
+
+def _record(trajectory_id: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "trajectory_id": trajectory_id,
+        "operator_applied": "revision",
+        "status": "success",
+        "success_score": 0.9,
+        **fields,
+    }
+
+
+def test_reads_a_generated_pool_with_every_finished_record(tmp_path: Path) -> None:
+    """A pool file gives one example per finished record, none for pending or executing."""
+    pool = generate_pool(300, seed=3)
+    path = write_pool(tmp_path, 300, seed=3)
+    result = read_trajectories(path)
+    records = pool["trajectories"].values()
+    unfinished = sum(1 for r in records if r["status"] in ("pending", "executing"))
+    assert unfinished > 0
+    assert len(result.examples) == 300 - unfinished
+    assert result.unlabelled == unfinished
+    assert result.quarantined == 0 and result.duplicates == 0
+    ids = {e.trajectory_id for e in result.examples}
+    assert not any(r["trajectory_id"] in ids for r in records if r["status"] == "pending")
+
+
+def test_score_decides_over_a_disagreeing_status(tmp_path: Path) -> None:
+    """status=failure with score 0.68 is partial; the status word decides only without a score."""
+    path = _write(
+        tmp_path / "pool.json",
+        _pool(
+            {
+                "a": _record("a", status="failure", success_score=0.68),
+                "b": _record("b", status="success", success_score=0.1),
+                "c": _record("c", status="partial_success", success_score=None),
+                "d": _record("d", status="pruned", success_score=None),
+                "e": _record("e", status="pruned", success_score=0.05),
+            }
+        ),
+    )
+    labels = {e.trajectory_id: e.label for e in read_trajectories(path).examples}
+    assert labels["a"].outcome == "partial" and not labels["a"].success
+    assert labels["b"].outcome == "failure" and labels["b"].score == 0.1
+    assert labels["c"].outcome == "partial" and labels["c"].score is None
+    assert "d" not in labels
+    assert labels["e"].outcome == "failure"
+
+
+def test_pool_thresholds_come_from_the_file(tmp_path: Path) -> None:
+    """A pool with success_threshold 0.6 labels a 0.65 score a success."""
+    path = _write(
+        tmp_path / "pool.json",
+        _pool({"a": _record("a", success_score=0.65)}, success_threshold=0.6),
+    )
+    assert read_trajectories(path).examples[0].label.success
+    assert derive_label("success", 0.65) is not None
+    assert not derive_label("success", 0.65).success  # type: ignore[union-attr]
+
+
+def test_reads_replay_buffer_lines(tmp_path: Path) -> None:
+    """Replay-buffer JSONL records become examples labelled by reward, tools from steps."""
+    path = write_replay_buffer(tmp_path / "replay.jsonl", 120, seed=1)
+    pool = generate_pool(120, seed=1)["trajectories"]
+    result = read_trajectories(path)
+    scored = [r for r in pool.values() if r.get("success_score") is not None]
+    assert len(result.examples) == len(scored)
+    first = next(e for e in result.examples if e.trajectory_id == scored[0]["trajectory_id"])
+    assert first.label.score == scored[0]["success_score"]
+    assert first.attempt.tools_used == tuple(scored[0]["tools_used"])
+    assert first.attempt.operator == scored[0]["operator_applied"]
+
+
+def test_gzip_of_both_shapes_reads_like_plain(tmp_path: Path) -> None:
+    """.json.gz and .jsonl.gz give the same examples as the plain files."""
+    plain_pool = write_pool(tmp_path / "plain", 80, seed=2)
+    plain_replay = write_replay_buffer(tmp_path / "plain" / "r.jsonl", 80, seed=4)
+    zipped = tmp_path / "zipped"
+    zipped.mkdir()
+    for source, name in ((plain_pool, "pool.json.gz"), (plain_replay, "r.jsonl.gz")):
+        with gzip.open(zipped / name, "wb") as handle:
+            handle.write(source.read_bytes())
+    plain = read_trajectories(tmp_path / "plain")
+    packed = read_trajectories(zipped)
+    assert sorted(e.trajectory_id for e in plain.examples) == sorted(
+        e.trajectory_id for e in packed.examples
+    )
+    assert len(packed.examples) > 80  # both shapes were read
+
+
+def test_malformed_records_are_quarantined_with_reasons(tmp_path: Path) -> None:
+    """Bad records, lines and files are skipped, counted and written with a reason."""
+    _write(
+        tmp_path / "data" / "pool.json",
+        _pool(
+            {
+                "good": _record("good"),
+                "score": _record("score", success_score=1.5),
+                "op": _record("op", operator_applied="mutation"),
+                "list": [1, 2, 3],  # type: ignore[dict-item]
+            }
+        ),
+    )
+    bad_generation = json.dumps(_record("g2", generation=-1))
+    lines = [json.dumps(_record("line-good")), "{not json", bad_generation]
+    (tmp_path / "data" / "more.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "data" / "broken.json.gz").write_bytes(b"this is not gzip")
+    (tmp_path / "data" / "latin.json").write_bytes(b'{"trajectory_id": "\xff"}')
+    quarantine = tmp_path / "out" / "quarantine.jsonl"
+    result = read_trajectories(tmp_path / "data", quarantine=quarantine)
+    assert sorted(e.trajectory_id for e in result.examples) == ["good", "line-good"]
+    assert result.quarantined == 7
+    entries = [json.loads(line) for line in quarantine.read_text().splitlines()]
+    assert len(entries) == 7
+    reasons = " | ".join(e["reason"] for e in entries)
+    for fragment in ("success_score", "operator_applied", "not an object", "invalid JSON"):
+        assert fragment in reasons
+    assert all(e["source"] and e["where"] for e in entries)
+
+
+def test_duplicate_ids_are_read_once(tmp_path: Path) -> None:
+    """The same trajectory_id in two files is read once, the first file in sorted order."""
+    _write(tmp_path / "a.json", _pool({"x": _record("x", success_score=0.9)}))
+    _write(tmp_path / "b.json", [_record("x", success_score=0.1), _record("y")])
+    result = read_trajectories(tmp_path)
+    assert [e.trajectory_id for e in result.examples] == ["x", "y"]
+    assert result.examples[0].label.score == 0.9
+    assert result.duplicates == 1
+
+
+def test_pending_parents_resolve_but_are_not_labels(tmp_path: Path) -> None:
+    """A pending record gives no example; its children still read their other parents' scores."""
+    records = {
+        "p": _record("p", status="pending", success_score=None),
+        "q": _record("q", success_score=0.8),
+        "child": _record("child", parent_trajectories=["p", "q"]),
+    }
+    result = read_trajectories(_write(tmp_path / "pool.json", _pool(records)))
+    assert {e.trajectory_id for e in result.examples} == {"q", "child"}
+    assert result.scores == {"q": 0.8, "child": 0.9}
+    assert result.unlabelled == 1
+
+
+def test_missing_path_and_nothing_labelled_are_errors(tmp_path: Path) -> None:
+    """A missing path, an empty folder or only pending records raise DataError naming the path."""
+    with pytest.raises(DataError, match="does not exist"):
+        read_trajectories(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="no data files"):
+        read_trajectories(tmp_path / "empty")
+    only_pending = _pool({"p": _record("p", status="pending", success_score=None)})
+    with pytest.raises(DataError, match="no labelled records"):
+        read_trajectories(_write(tmp_path / "pending.json", only_pending))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc/self/mem")
+def test_unreadable_file_is_an_error() -> None:
+    """A file the process cannot read raises DataError, not a quarantine entry."""
+    with pytest.raises(DataError, match="cannot read data file"):
+        read_trajectories(Path("/proc/self/mem"))
