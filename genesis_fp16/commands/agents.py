@@ -1,0 +1,38 @@
+"""`genesis-fp16 agents [--json]`: the agent plugins found and the state of each."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from genesis_fp16.plugins import discover_plugins
+from genesis_fp16.settings import SettingsError, load_settings
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "agents", help="list agent plugins and whether they load", description=__doc__
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON array")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        allowlist = load_settings().plugin_allowlist
+    except SettingsError as exc:
+        print(f"genesis-fp16: error: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    records = discover_plugins(allowlist)
+    if args.json:
+        print(json.dumps([record.to_json() for record in records], indent=2))
+    elif not records:
+        print("no agent plugins found in the entry-point group genesis_fp16.agents")
+    else:
+        width = max(len(record.name) for record in records)
+        for record in records:
+            detail = record.error or getattr(record.plugin, "description", "")
+            print(f"{record.name:<{width}}  {record.state:<11}  {record.value}  {detail}")
+    return 0

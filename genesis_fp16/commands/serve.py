@@ -1,0 +1,53 @@
+"""`genesis-fp16 serve`: run the training daemon until SIGTERM or SIGINT.
+
+With no configuration at all it uses ./state, generates sample data for agents without
+configured data, trains each agent once at start-up and then on its schedule, and serves
+metrics on 127.0.0.1:9464. See docs/daemon.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from genesis_fp16.settings import SettingsError, load_settings, resolve_env_file
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the training daemon (scheduler, metrics, reload on SIGHUP)",
+        description=__doc__,
+    )
+    parser.add_argument(
+        "--env-file",
+        type=Path,
+        default=None,
+        help="settings file, re-read on SIGHUP (default: $GENESIS_FP16_ENV_FILE or .env)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    # Imported here so that `genesis-fp16 --help` does not pay for torch and APScheduler.
+    from genesis_fp16.daemon import Daemon, hard_exit
+    from genesis_fp16.logsetup import configure_logging
+
+    env_file = args.env_file or resolve_env_file()
+    try:
+        settings = load_settings(args.env_file)
+    except SettingsError as exc:
+        print(f"genesis-fp16: error: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_format, settings.log_level)
+    try:
+        code = Daemon(settings, env_file=Path(env_file)).run()
+    except OSError as exc:  # the metrics port is taken, the state folder is not writable
+        print(f"genesis-fp16: error: {exc}", file=sys.stderr)
+        code = 1
+    if code != 0:
+        sys.stderr.flush()
+        hard_exit(code)
+    return code

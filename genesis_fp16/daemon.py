@@ -1,0 +1,266 @@
+"""The long-running service behind ``genesis-fp16 serve``.
+
+Start-up: load plugins (failures are counted, the rest go on), start the HTTP endpoints
+and the scheduler, then tell systemd READY=1. The main thread then only waits for
+signals: SIGHUP (or a change of the ``.env`` file) re-reads the settings, SIGTERM and
+SIGINT shut down. Shutdown pauses the agent jobs, sends STOPPING=1, asks running jobs to
+stop at their next step boundary (they checkpoint), and waits for them at most
+``shutdown_timeout_seconds``; past that it exits 1 without waiting.
+
+>>> Daemon(load_settings(), env_file=Path(".env")).run()  # doctest: +SKIP
+0
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+import structlog
+from prometheus_client import CollectorRegistry
+
+from genesis_fp16 import __version__
+from genesis_fp16.http import StatusServer, tls_context
+from genesis_fp16.jobs import DeviceSlots, JobContext, run_agent_job
+from genesis_fp16.metrics import DaemonMetrics
+from genesis_fp16.plugins import discover_plugins
+from genesis_fp16.scheduler import AgentScheduler
+from genesis_fp16.settings import Settings, SettingsError, load_settings, requested_precision
+from genesis_fp16.systemd import Notifier
+from infrastructure.plugin_api import AgentPlugin
+
+log = structlog.get_logger("genesis_fp16.daemon")
+
+# Settings read once at start-up; a reload that changes them logs that a restart is needed.
+RESTART_ONLY = (
+    "state_dir",
+    "metrics_addr",
+    "metrics_port",
+    "tls_cert_file",
+    "tls_key_file",
+    "tls_key_password",
+    "log_format",
+    "log_level",
+    "plugin_allowlist",
+    "device_concurrency",
+    "heartbeat_seconds",
+    "misfire_grace_seconds",
+)
+# The heartbeat is stale after this many missed intervals.
+HEARTBEAT_TOLERANCE = 3
+
+
+class Daemon:
+    """Wires settings, plugins, metrics, scheduler, HTTP and systemd together."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        env_file: Path,
+        registry: CollectorRegistry | None = None,
+        notifier: Notifier | None = None,
+    ) -> None:
+        self.settings = settings
+        self.env_file = env_file
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = DaemonMetrics(self.registry, __version__)
+        self.notifier = notifier if notifier is not None else Notifier.from_environment()
+        self.stopping = threading.Event()
+        self._wake = threading.Event()
+        self._reload_requested = False
+        self._heartbeat = 0.0
+        self._ready = False
+        self.plugins: dict[str, AgentPlugin] = {}
+
+    # -- health -----------------------------------------------------------------------
+    def beat(self) -> None:
+        self._heartbeat = time.time()
+        self.metrics.heartbeat.set(self._heartbeat)
+
+    def heartbeat_fresh(self) -> bool:
+        age = time.time() - self._heartbeat
+        return age <= HEARTBEAT_TOLERANCE * self.settings.heartbeat_seconds
+
+    def health(self) -> tuple[bool, str]:
+        if self.heartbeat_fresh():
+            return True, "ok: scheduler heartbeat is fresh"
+        return False, f"unhealthy: scheduler heartbeat is {time.time() - self._heartbeat:.0f} s old"
+
+    def readiness(self) -> tuple[bool, str]:
+        if self.stopping.is_set():
+            return False, "not ready: shutting down"
+        if not self._ready:
+            return False, "not ready: starting"
+        return True, f"ready: agents {', '.join(sorted(self.plugins)) or 'none'}"
+
+    # -- lifecycle --------------------------------------------------------------------
+    def _load_plugins(self) -> None:
+        for record in discover_plugins(self.settings.plugin_allowlist):
+            if record.state == "loaded" and record.plugin is not None:
+                self.plugins[record.name] = record.plugin
+                self.metrics.add_agent(record.name)
+                log.info("plugin loaded", plugin=record.name, value=record.value)
+            elif record.state == "not_allowed":
+                log.info("plugin not in allowlist, not imported", plugin=record.name)
+            else:
+                self.metrics.plugin_load_failures.labels(plugin=record.name).inc()
+                log.error(
+                    "plugin failed to load",
+                    plugin=record.name,
+                    state=record.state,
+                    error=record.error,
+                )
+        if not self.plugins:
+            log.warning("no agent plugin loaded; the daemon runs but trains nothing")
+
+    def _show_precisions(self) -> None:
+        for agent in self.plugins:
+            precision, reason = requested_precision(self.settings, agent, None)
+            if precision != "auto":
+                self.metrics.set_precision(agent, precision)
+            log.info("agent precision", agent=agent, requested=precision, reason=reason)
+
+    def run(self) -> int:
+        """Serve until SIGTERM or SIGINT; returns the exit code."""
+        self._install_signal_handlers()
+        settings = self.settings
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
+        self._load_plugins()
+        self._show_precisions()
+        tls = None
+        if settings.tls_cert_file is not None and settings.tls_key_file is not None:
+            password = settings.tls_key_password
+            tls = tls_context(
+                settings.tls_cert_file,
+                settings.tls_key_file,
+                password.get_secret_value() if password else None,
+            )
+        server = StatusServer(
+            (settings.metrics_addr, settings.metrics_port),
+            self.registry,
+            self.health,
+            self.readiness,
+            tls,
+        )
+        server.start()
+        self.context = JobContext(
+            settings=settings,
+            metrics=self.metrics,
+            slots=DeviceSlots(settings.device_concurrency),
+            stopping=self.stopping,
+        )
+        self.scheduler = AgentScheduler(
+            settings, self._job, self.beat, max_workers=len(self.plugins)
+        )
+        self.scheduler.start(self.plugins)
+        self._ready = True
+        self.notifier.notify("READY=1")
+        log.info(
+            "daemon ready",
+            version=__version__,
+            address=settings.metrics_addr,
+            port=server.port,
+            tls=tls is not None,
+            state_dir=str(settings.state_dir),
+            agents=sorted(self.plugins),
+        )
+        try:
+            self._wait()
+        finally:
+            code = self._shutdown()
+            server.stop()
+        return code
+
+    def _job(self, agent: str, plugin: AgentPlugin) -> None:
+        run_agent_job(self.context, agent, plugin)
+
+    def _wait(self) -> None:
+        env_mtime = self._env_mtime()
+        watchdog = self.notifier.watchdog_seconds
+        last_ping = 0.0
+        while not self.stopping.is_set():
+            self._wake.wait(timeout=0.5)
+            self._wake.clear()
+            if watchdog and time.monotonic() - last_ping >= watchdog / 2 and self.heartbeat_fresh():
+                # A stuck scheduler stops the pings, and systemd restarts the service.
+                self.notifier.notify("WATCHDOG=1")
+                last_ping = time.monotonic()
+            mtime = self._env_mtime()
+            if self.settings.watch_env_file and mtime != env_mtime:
+                log.info("env file changed", path=str(self.env_file))
+                self._reload_requested = True
+            env_mtime = mtime
+            if self._reload_requested and not self.stopping.is_set():
+                self._reload_requested = False
+                self.reload()
+
+    def _env_mtime(self) -> float | None:
+        try:
+            return self.env_file.stat().st_mtime
+        except OSError:
+            return None
+
+    def reload(self) -> bool:
+        """Re-read the settings; an invalid file keeps the old ones. True on success."""
+        try:
+            new = load_settings(self.env_file if self.env_file.is_file() else None)
+        except SettingsError as exc:
+            self.metrics.config_reloads.labels(outcome="failure").inc()
+            self.metrics.config_last_reload_successful.set(0)
+            log.error("config reload failed, keeping the running configuration", error=str(exc))
+            return False
+        old = self.settings
+        ignored = [name for name in RESTART_ONLY if getattr(old, name) != getattr(new, name)]
+        if ignored:
+            log.warning("changed settings take effect after a restart", settings=ignored)
+        self.settings = new
+        self.context.settings = new
+        changes = self.scheduler.sync(new)
+        self.metrics.config_reloads.labels(outcome="success").inc()
+        self.metrics.config_last_reload_successful.set(1)
+        log.info("config reloaded", schedule_changes=changes)
+        self._show_precisions()
+        return True
+
+    def _shutdown(self) -> int:
+        log.info("shutting down", timeout_seconds=self.settings.shutdown_timeout_seconds)
+        self.notifier.notify("STOPPING=1")
+        self.stopping.set()
+        self.scheduler.pause()
+        deadline = time.monotonic() + self.settings.shutdown_timeout_seconds
+        ctx = self.context
+        with ctx.running_changed:
+            while ctx.running and time.monotonic() < deadline:
+                ctx.running_changed.wait(timeout=deadline - time.monotonic())
+            still_running = sorted(ctx.running)
+        self.scheduler.shutdown()
+        if still_running:
+            log.error(
+                "jobs did not stop within the shutdown timeout; exiting without them",
+                agents=still_running,
+            )
+            return 1
+        log.info("stopped cleanly")
+        return 0
+
+    def _install_signal_handlers(self) -> None:
+        def on_stop(signum: int, frame: FrameType | None) -> None:
+            self.stopping.set()
+            self._wake.set()
+
+        def on_hup(signum: int, frame: FrameType | None) -> None:
+            self._reload_requested = True
+            self._wake.set()
+
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGHUP, on_hup)
+
+
+def hard_exit(code: int) -> None:
+    """Exit now even if worker threads still run (they are not daemon threads)."""
+    os._exit(code)

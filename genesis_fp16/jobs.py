@@ -1,0 +1,175 @@
+"""One scheduled training job of one agent: from settings to a TrainRequest to metrics.
+
+A job takes a device slot (jobs on the same device never exceed the configured
+concurrency), resumes from the agent's newest checkpoint, trains on the configured data
+(or the generated sample data), and reports every log interval to the metrics. Its log
+records carry ``agent`` and ``run_id``.
+
+Rollback: the job asks ``should_stop`` at every step boundary. It turns true when the
+daemon shuts down, or when a reload changed the precision this agent would now be asked
+to run in; the run then checkpoints and ends, and the same job starts a new run, resumed
+from that checkpoint, in the new precision.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import structlog
+
+from genesis_fp16.metrics import DaemonMetrics
+from genesis_fp16.paths import AgentPaths, ensure_sample_data
+from genesis_fp16.settings import Settings, requested_precision
+from infrastructure.plugin_api import AgentPlugin, TrainRequest, TrainResult
+
+log = structlog.get_logger("genesis_fp16.jobs")
+
+# A precision switch restarts the run at once; more than this many in one job means the
+# configuration keeps flapping, and the next scheduled job picks up the rest.
+MAX_RESTARTS_PER_JOB = 3
+
+
+class DeviceSlots:
+    """A counting semaphore per device, shared by every agent's jobs."""
+
+    def __init__(self, concurrency: int) -> None:
+        self._concurrency = concurrency
+        self._slots: dict[str, threading.BoundedSemaphore] = {}
+        self._lock = threading.Lock()
+
+    def acquire(self, device: str, give_up: Callable[[], bool]) -> bool:
+        """Wait for a slot on ``device``; False when ``give_up()`` turns true first."""
+        with self._lock:
+            slot = self._slots.setdefault(device, threading.BoundedSemaphore(self._concurrency))
+        while not slot.acquire(timeout=0.2):
+            if give_up():
+                return False
+        return True
+
+    def release(self, device: str) -> None:
+        self._slots[device].release()
+
+
+@dataclass
+class JobContext:
+    """What every job shares with the daemon; ``settings`` is swapped on reload."""
+
+    settings: Settings
+    metrics: DaemonMetrics
+    slots: DeviceSlots
+    stopping: threading.Event
+    running: set[str] = field(default_factory=set)
+    running_changed: threading.Condition = field(default_factory=threading.Condition)
+
+
+def run_agent_job(ctx: JobContext, agent: str, plugin: AgentPlugin) -> None:
+    """The scheduler's entry point for one agent; never raises."""
+    settings = ctx.settings
+    if ctx.stopping.is_set() or not settings.agent(agent).enabled:
+        return
+    device = settings.device_for(agent)
+    if not ctx.slots.acquire(device, ctx.stopping.is_set):
+        return
+    with ctx.running_changed:
+        ctx.running.add(agent)
+    try:
+        for _ in range(MAX_RESTARTS_PER_JOB):
+            switched = _run_once(ctx, agent, plugin, device)
+            if not switched or ctx.stopping.is_set():
+                break
+    finally:
+        ctx.slots.release(device)
+        with ctx.running_changed:
+            ctx.running.discard(agent)
+            ctx.running_changed.notify_all()
+
+
+def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> bool:
+    """One run; True when it stopped early because the requested precision changed."""
+    settings = ctx.settings
+    precision, reason = requested_precision(settings, agent, None)
+    run_id = uuid.uuid4().hex[:12]
+    structlog.contextvars.bind_contextvars(agent=agent, run_id=run_id)
+    started = time.monotonic()
+    try:
+        paths = AgentPaths.for_agent(settings.state_dir, agent)
+        spec = settings.agent(agent)
+        data_path = spec.data_path or ensure_sample_data(
+            plugin, paths, count=settings.sample_count, seed=settings.seed
+        )
+
+        def precision_changed() -> bool:
+            return requested_precision(ctx.settings, agent, None)[0] != precision
+
+        def should_stop() -> bool:
+            return ctx.stopping.is_set() or precision_changed()
+
+        def on_log(summary: object) -> None:
+            ctx.metrics.observe_summary(agent, summary)
+            log.info(
+                "training progress",
+                step=getattr(summary, "step", None),
+                precision=getattr(summary, "precision", None),
+                train_loss=getattr(summary, "train_loss", None),
+                loss_scale=getattr(summary, "loss_scale", None),
+                skipped_steps=getattr(summary, "skipped_steps", None),
+            )
+
+        steps = None if spec.epochs else (spec.steps or settings.steps_per_run)
+        request = TrainRequest(
+            agent=agent,
+            precision=precision,
+            precision_reason=reason,
+            state_dir=settings.state_dir,
+            checkpoint_dir=paths.checkpoint_dir,
+            device=device,
+            data_path=data_path,
+            steps=steps,
+            epochs=spec.epochs,
+            seed=settings.seed,
+            resume=True,
+            log_interval=settings.log_interval,
+            on_log=on_log,
+            should_stop=should_stop,
+            quarantine_path=paths.quarantine_path,
+        )
+        log.info("training run started", precision=precision, reason=reason, device=device)
+        ctx.metrics.start_run(agent)
+        result = plugin.train(request)
+    except Exception:
+        duration = time.monotonic() - started
+        log.exception("training run failed", duration_seconds=round(duration, 3))
+        ctx.metrics.finish_run(agent, "failed", duration, None, time.time())
+        return False
+    finally:
+        structlog.contextvars.unbind_contextvars("agent", "run_id")
+    return _finish(ctx, agent, run_id, result, time.monotonic() - started)
+
+
+def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, duration: float) -> bool:
+    outcome = "stopped" if result.stopped_early else "success"
+    ctx.metrics.set_precision(agent, result.precision_used)
+    ctx.metrics.finish_run(agent, outcome, duration, result.eval.get("loss"), time.time())
+    peak = result.extra.get("device_memory_peak_bytes")
+    if peak is not None:
+        ctx.metrics.device_memory_peak.labels(agent=agent).set(float(peak))
+    log.info(
+        "training run finished",
+        agent=agent,
+        run_id=run_id,
+        outcome=outcome,
+        precision_requested=result.precision_requested,
+        precision_used=result.precision_used,
+        steps=result.steps,
+        skipped_steps=result.skipped_steps,
+        final_train_loss=result.final_train_loss,
+        eval=dict(result.eval),
+        checkpoint=str(result.checkpoint) if result.checkpoint else None,
+        duration_seconds=round(duration, 3),
+    )
+    switched = requested_precision(ctx.settings, agent, None)[0] != result.precision_requested
+    return result.stopped_early and switched and not ctx.stopping.is_set()

@@ -1,0 +1,83 @@
+"""Logging for the daemon: structlog for our records, the same pipeline for the stdlib's.
+
+``configure_logging`` is called once by a command, never at import. Records of a
+training job carry ``agent`` and ``run_id`` because the job binds them with
+``structlog.contextvars``; the standard-library records of APScheduler, torch and
+``infrastructure.*`` go through structlog's ``ProcessorFormatter`` and pick up the same
+context variables.
+
+>>> configure_logging("json", "INFO")
+>>> structlog.get_logger("genesis_fp16").info("started", port=9464)  # doctest: +SKIP
+{"port": 9464, "event": "started", "level": "info", "logger": "genesis_fp16", ...}
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import MutableMapping
+from typing import Any
+
+import structlog
+
+# Loggers that are chatty at INFO about each job execution; WARNING keeps the problems.
+_QUIET = {"apscheduler.executors": logging.WARNING, "apscheduler.scheduler": logging.INFO}
+
+
+def choose_format(configured: str, stream: Any = None) -> str:
+    """``json`` or ``console``: ``auto`` means console on a terminal, JSON otherwise."""
+    if configured != "auto":
+        return configured
+    stream = stream if stream is not None else sys.stderr
+    return "console" if getattr(stream, "isatty", lambda: False)() else "json"
+
+
+def configure_logging(log_format: str = "auto", level: str = "INFO") -> str:
+    """Route structlog and the standard library to stderr in one format; returns it."""
+    chosen = choose_format(log_format)
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if chosen == "json"
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    )
+    structlog.configure(
+        processors=[
+            structlog.stdlib.filter_by_level,
+            *shared,
+            structlog.processors.StackInfoRenderer(),
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder()],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.format_exc_info if chosen == "json" else _keep,
+            renderer,
+        ],
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    for name, quiet in _QUIET.items():
+        logging.getLogger(name).setLevel(max(quiet, logging.getLevelName(level)))
+    logging.captureWarnings(True)
+    return chosen
+
+
+def _keep(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    # The console renderer formats exceptions itself.
+    return event

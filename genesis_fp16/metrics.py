@@ -1,0 +1,192 @@
+"""The daemon's Prometheus metrics, on a registry the daemon creates and passes in.
+
+Every name has the prefix ``genesis_fp16_``; per-agent series carry the label ``agent``
+and every label has a bounded set of values (agent names come from installed plugins,
+precisions and outcomes from fixed lists).
+
+>>> from prometheus_client import CollectorRegistry, generate_latest
+>>> metrics = DaemonMetrics(CollectorRegistry(), version="0.1.0")
+>>> metrics.set_precision("se_darwin", "bf16")
+>>> b'genesis_fp16_precision{agent="se_darwin",precision="bf16"} 1.0' in generate_latest(
+...     metrics.registry)
+True
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+PREFIX = "genesis_fp16"
+PRECISION_LABELS = ("fp32", "bf16", "fp16")
+RUN_OUTCOMES = ("success", "failed", "stopped")
+RELOAD_OUTCOMES = ("success", "failure")
+# Runs last minutes; the tail reaches two hours so a stuck run still lands in a bucket.
+RUN_DURATION_BUCKETS = (5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0)
+
+# The summary's cumulative counts and the counters they advance.
+_CUMULATIVE = {
+    "optimizer_steps": "optimizer_steps",
+    "skipped_steps": "skipped_steps",
+    "nonfinite_losses": "nonfinite_loss",
+    "samples": "samples",
+}
+
+# Every metric name this module exports, as scraped (counters with their _total).
+METRIC_NAMES = (
+    "genesis_fp16_loss_scale",
+    "genesis_fp16_optimizer_steps_total",
+    "genesis_fp16_skipped_steps_total",
+    "genesis_fp16_overflow_rate",
+    "genesis_fp16_nonfinite_loss_total",
+    "genesis_fp16_grad_norm",
+    "genesis_fp16_samples_total",
+    "genesis_fp16_train_loss",
+    "genesis_fp16_eval_loss",
+    "genesis_fp16_precision",
+    "genesis_fp16_precision_demotions_total",
+    "genesis_fp16_training_runs_total",
+    "genesis_fp16_training_run_duration_seconds",
+    "genesis_fp16_last_success_timestamp_seconds",
+    "genesis_fp16_scheduler_heartbeat_timestamp_seconds",
+    "genesis_fp16_plugin_load_failures_total",
+    "genesis_fp16_config_reloads_total",
+    "genesis_fp16_config_last_reload_successful",
+    "genesis_fp16_build_info",
+    "genesis_fp16_device_memory_peak_bytes",
+)
+
+
+class DaemonMetrics:
+    """All series of the daemon, registered on ``registry``.
+
+    Counters that the training core reports as running totals (skipped steps, samples)
+    advance by the increase between two summaries of the same agent; see
+    :meth:`observe_summary`.
+    """
+
+    def __init__(self, registry: CollectorRegistry, version: str) -> None:
+        self.registry = registry
+        agent = ("agent",)
+
+        def gauge(name: str, doc: str, labels: tuple[str, ...] = agent) -> Gauge:
+            return Gauge(f"{PREFIX}_{name}", doc, labels, registry=registry)
+
+        def counter(name: str, doc: str, labels: tuple[str, ...] = agent) -> Counter:
+            return Counter(f"{PREFIX}_{name}", doc, labels, registry=registry)
+
+        self.loss_scale = gauge("loss_scale", "Current dynamic loss scale (1 outside fp16).")
+        self.optimizer_steps = counter("optimizer_steps", "Optimizer steps, skipped included.")
+        self.skipped_steps = counter("skipped_steps", "Optimizer steps skipped for overflow.")
+        self.overflow_rate = gauge("overflow_rate", "Share of recent steps that overflowed.")
+        self.nonfinite_loss = counter("nonfinite_loss", "Losses that were NaN or infinite.")
+        self.grad_norm = gauge("grad_norm", "Gradient norm (unscaled) at the last log.")
+        self.samples = counter("samples", "Training samples consumed.")
+        self.train_loss = gauge("train_loss", "Training loss at the last log.")
+        self.eval_loss = gauge("eval_loss", "Held-out loss after the last finished run.")
+        self.precision = gauge(
+            "precision",
+            "1 for the precision the agent trains in, 0 for the others.",
+            ("agent", "precision"),
+        )
+        self.precision_demotions = counter(
+            "precision_demotions",
+            "Precision demotions by the precision guard.",
+            ("agent", "from", "to", "reason"),
+        )
+        self.training_runs = counter(
+            "training_runs", "Finished training runs by outcome.", ("agent", "outcome")
+        )
+        self.run_duration = Histogram(
+            f"{PREFIX}_training_run_duration_seconds",
+            "Wall time of one training run.",
+            agent,
+            buckets=RUN_DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.last_success = gauge(
+            "last_success_timestamp_seconds", "Unix time of the last successful run."
+        )
+        self.heartbeat = gauge(
+            "scheduler_heartbeat_timestamp_seconds",
+            "Unix time of the scheduler's last heartbeat job.",
+            (),
+        )
+        self.plugin_load_failures = counter(
+            "plugin_load_failures", "Plugins that failed to load or had a wrong API.", ("plugin",)
+        )
+        self.config_reloads = counter(
+            "config_reloads", "Configuration reloads by outcome.", ("outcome",)
+        )
+        self.config_last_reload_successful = gauge(
+            "config_last_reload_successful", "1 if the last configuration reload worked.", ()
+        )
+        self.build_info = gauge(
+            "build_info", "Always 1; the label carries the version.", ("version",)
+        )
+        self.device_memory_peak = gauge(
+            "device_memory_peak_bytes", "Peak accelerator memory of the last run (GPU only)."
+        )
+        self.build_info.labels(version=version).set(1)
+        self.config_last_reload_successful.set(1)
+        for outcome in RELOAD_OUTCOMES:
+            self.config_reloads.labels(outcome=outcome)
+        self._last: dict[str, dict[str, float]] = {}
+        self._lock = threading.Lock()
+
+    def add_agent(self, agent: str) -> None:
+        """Create the agent's series at zero so that rates work from the first run."""
+        for counter in (
+            self.optimizer_steps,
+            self.skipped_steps,
+            self.nonfinite_loss,
+            self.samples,
+        ):
+            counter.labels(agent=agent)
+        for outcome in RUN_OUTCOMES:
+            self.training_runs.labels(agent=agent, outcome=outcome)
+        self.run_duration.labels(agent=agent)
+
+    def start_run(self, agent: str) -> None:
+        """Forget the previous run's totals: the next summary counts from zero."""
+        with self._lock:
+            self._last[agent] = {}
+
+    def observe_summary(self, agent: str, summary: Any) -> None:
+        """Export one ``TrainingSummary`` (a per-log-interval report) of ``agent``.
+
+        The summary's counts are running totals of the current run; the counters advance
+        by their increase since the previous summary of the run (a smaller value than
+        before is a new count starting at zero).
+        """
+        with self._lock:
+            last = self._last.setdefault(agent, {})
+            for field, name in _CUMULATIVE.items():
+                value = float(getattr(summary, field))
+                before = last.get(field, 0.0)
+                increase = value - before if value >= before else value
+                if increase > 0:
+                    getattr(self, name).labels(agent=agent).inc(increase)
+                last[field] = value
+        self.loss_scale.labels(agent=agent).set(float(summary.loss_scale))
+        self.overflow_rate.labels(agent=agent).set(float(summary.overflow_rate))
+        self.grad_norm.labels(agent=agent).set(float(summary.grad_norm))
+        self.train_loss.labels(agent=agent).set(float(summary.train_loss))
+        self.set_precision(agent, str(summary.precision))
+
+    def set_precision(self, agent: str, precision: str) -> None:
+        """Mark ``precision`` as the agent's active precision (1) and the others 0."""
+        for name in PRECISION_LABELS:
+            self.precision.labels(agent=agent, precision=name).set(1 if name == precision else 0)
+
+    def finish_run(
+        self, agent: str, outcome: str, duration: float, eval_loss: float | None, now: float
+    ) -> None:
+        self.training_runs.labels(agent=agent, outcome=outcome).inc()
+        self.run_duration.labels(agent=agent).observe(duration)
+        if eval_loss is not None:
+            self.eval_loss.labels(agent=agent).set(eval_loss)
+        if outcome == "success":
+            self.last_success.labels(agent=agent).set(now)

@@ -1,0 +1,132 @@
+"""APScheduler 3 wiring: one job per enabled agent, plus the heartbeat.
+
+Each agent job has ``max_instances=1`` (an agent never trains twice at once),
+``coalesce=True`` (runs missed while busy or asleep collapse into one), a real
+``misfire_grace_time`` and a jittered trigger. The heartbeat runs on its own executor so
+that long training jobs cannot starve it; a stale heartbeat means the scheduler itself
+is stuck, which is what ``/healthz`` and the systemd watchdog report.
+
+>>> scheduler = AgentScheduler(settings, run_job, on_heartbeat)  # doctest: +SKIP
+>>> scheduler.start(plugins)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from genesis_fp16.settings import Settings, parse_schedule
+from infrastructure.plugin_api import AgentPlugin
+
+HEARTBEAT_JOB = "heartbeat"
+JOB_PREFIX = "train:"
+
+
+def build_trigger(schedule: str, jitter: float) -> IntervalTrigger | CronTrigger:
+    """The trigger for a schedule string: seconds between runs, or a 5-field cron line."""
+    kind, value = parse_schedule(schedule)
+    jitter_seconds = round(jitter) or None
+    if kind == "interval":
+        return IntervalTrigger(seconds=float(value), jitter=jitter_seconds, timezone=UTC)
+    # from_crontab() takes no jitter, so the five fields go to the constructor.
+    return CronTrigger(**_cron_fields(str(value)), jitter=jitter_seconds, timezone=UTC)
+
+
+def _cron_fields(expr: str) -> dict[str, str]:
+    minute, hour, day, month, day_of_week = expr.split()
+    return {
+        "minute": minute,
+        "hour": hour,
+        "day": day,
+        "month": month,
+        "day_of_week": day_of_week,
+    }
+
+
+class AgentScheduler:
+    """Owns the BackgroundScheduler; add, change and remove agent jobs from settings."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        run_job: Callable[[str, AgentPlugin], None],
+        on_heartbeat: Callable[[], None],
+        max_workers: int,
+    ) -> None:
+        self._settings = settings
+        self._run_job = run_job
+        self._scheduler = BackgroundScheduler(
+            executors={
+                "default": ThreadPoolExecutor(max_workers=max(1, max_workers)),
+                HEARTBEAT_JOB: ThreadPoolExecutor(max_workers=1),
+            },
+            job_defaults={
+                "coalesce": True,
+                "max_instances": 1,
+                "misfire_grace_time": int(settings.misfire_grace_seconds),
+            },
+            timezone=UTC,
+        )
+        self._scheduler.add_job(
+            on_heartbeat,
+            IntervalTrigger(seconds=settings.heartbeat_seconds, timezone=UTC),
+            id=HEARTBEAT_JOB,
+            executor=HEARTBEAT_JOB,
+            next_run_time=datetime.now(UTC),
+        )
+        self._schedules: dict[str, str] = {}
+
+    @property
+    def running(self) -> bool:
+        return bool(self._scheduler.running)
+
+    def start(self, plugins: Mapping[str, AgentPlugin]) -> None:
+        """Start the scheduler with a job per enabled agent; the first runs at once if asked."""
+        self._plugins = dict(plugins)
+        self._scheduler.start()
+        self.sync(self._settings, first=self._settings.run_at_start)
+
+    def sync(self, settings: Settings, first: bool = False) -> list[str]:
+        """Make the jobs match ``settings``; returns what changed, for the log."""
+        self._settings = settings
+        changes = []
+        for agent, plugin in self._plugins.items():
+            job_id = JOB_PREFIX + agent
+            job = self._scheduler.get_job(job_id)
+            schedule = settings.schedule_for(agent)
+            if not settings.agent(agent).enabled:
+                if job is not None:
+                    job.remove()
+                    self._schedules.pop(agent, None)
+                    changes.append(f"{agent}: disabled")
+                continue
+            trigger = build_trigger(schedule, settings.schedule_jitter_seconds)
+            if job is None:
+                extra: dict[str, Any] = {}
+                if first:
+                    extra["next_run_time"] = datetime.now(UTC)
+                self._scheduler.add_job(
+                    self._run_job, trigger, args=(agent, plugin), id=job_id, name=agent, **extra
+                )
+                changes.append(f"{agent}: scheduled every {schedule}")
+            elif self._schedules.get(agent) != schedule:
+                job.reschedule(trigger)
+                changes.append(f"{agent}: rescheduled to {schedule}")
+            self._schedules[agent] = schedule
+        return changes
+
+    def pause(self) -> None:
+        """Start no new jobs; the heartbeat keeps going."""
+        for job in self._scheduler.get_jobs():
+            if job.id.startswith(JOB_PREFIX):
+                job.pause()
+
+    def shutdown(self) -> None:
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=False)
