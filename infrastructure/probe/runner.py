@@ -1,0 +1,394 @@
+"""``run_probe``: every variant from the same FP32 weights and seed, measured and graded.
+
+>>> report = run_probe(plugin.probe_setup(None, seed=0), "cpu", steps=10)  # doctest: +SKIP
+>>> report.recommended, report.verdict["fp16_autocast"]                    # doctest: +SKIP
+('bf16_autocast', 'green')
+
+A daemon that wants a verdict before an agent's first low-precision run calls
+``run_probe`` with the agent's ``ProbeSetup`` and exports ``report.verdict`` (one colour
+per variant) and ``report.recommended``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from infrastructure.plugin_api import ProbeSetup
+from infrastructure.probe import measures as ms
+from infrastructure.probe.measures import FP16_MAX, Activations
+from infrastructure.probe.report import Measures, ProbeReport, VariantResult
+from infrastructure.probe.scale_search import all_finite, search_loss_scale
+from infrastructure.probe.variants import (
+    ProbeError,
+    Variant,
+    build_variants,
+    forward_loss,
+    move_to,
+    prepare_model,
+)
+from infrastructure.probe.verdict import Candidate, Thresholds, grade_measures, recommend
+
+logger = logging.getLogger(__name__)
+
+OPTIMIZERS = ("sgd", "adam")
+
+
+@dataclass
+class _Run:
+    """The raw numbers of one variant, before comparison with the reference."""
+
+    loss: float
+    grads: dict[str, torch.Tensor]
+    activations: Activations
+    scale: float
+    halvings: int | None
+    params: dict[str, torch.Tensor] = field(default_factory=dict)
+    unchanged: dict[str, float] = field(default_factory=dict)  # per parameter, mean per step
+    unchanged_total: float = math.nan
+    skipped: int = 0
+    seconds_per_step: float = math.nan
+
+
+@dataclass(frozen=True)
+class _Context:
+    setup: ProbeSetup
+    base: nn.Module
+    frozen: Any
+    train: Sequence[Any]
+    steps: int
+    seed: int
+    device: torch.device
+    optimizer: str
+
+
+def run_probe(
+    setup: ProbeSetup,
+    device: str | torch.device = "cpu",
+    steps: int = 10,
+    seed: int = 0,
+    *,
+    optimizer: str = "sgd",
+    only: Sequence[str] | None = None,
+    thresholds: Thresholds | None = None,
+) -> ProbeReport:
+    """Run every precision variant of the agent's model and compare it with FP32.
+
+    ``only`` limits the low-precision variants to these names (the two FP32 runs always
+    run). Deterministic algorithms are on, and on CUDA TF32 is off, for the whole probe;
+    both settings and the global RNG state are restored afterwards.
+    """
+    if steps < 1:
+        raise ProbeError(f"steps={steps}: the probe needs at least 1 optimizer step")
+    if optimizer not in OPTIMIZERS:
+        raise ProbeError(f"optimizer {optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
+    if not setup.batches:
+        raise ProbeError("the agent's ProbeSetup has no batches")
+    dev = torch.device(device)
+    variants = _select(build_variants(setup.components), only)
+    with _deterministic(dev):
+        torch.manual_seed(seed)
+        base = setup.build_model().to(dev)
+        _check_fp32(base)
+        frozen = move_to(setup.batches[0], dev)
+        train = [move_to(b, dev) for b in setup.batches[1:]] or [frozen]
+        ctx = _Context(setup, base, frozen, train, steps, seed, dev, optimizer)
+        ref = _run_variant(variants[0], ctx)
+        noise_floor, sign_noise = _noise_floor(ctx, ref)
+        runs: list[_Run | str] = [ref]
+        for variant in variants[1:]:
+            runs.append(_run_or_error(variant, ctx))
+    return _report(variants, runs, ctx, noise_floor, sign_noise, thresholds or Thresholds())
+
+
+def _select(variants: list[Variant], only: Sequence[str] | None) -> list[Variant]:
+    if only is None:
+        return variants
+    names = [v.name for v in variants]
+    unknown = [n for n in only if n not in names]
+    if unknown:
+        raise ProbeError(f"unknown variant(s) {', '.join(unknown)}; variants: {', '.join(names)}")
+    return [v for v in variants if v.family == "fp32" or v.name in only]
+
+
+@contextmanager
+def _deterministic(device: torch.device) -> Iterator[None]:
+    was = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.use_deterministic_algorithms(True)
+    if device.type == "cuda":  # the FP32 reference must be real FP32, not TF32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            yield
+    finally:
+        torch.use_deterministic_algorithms(was, warn_only=warn_only)
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+
+
+def _check_fp32(model: nn.Module) -> None:
+    wrong = [f"{n} ({p.dtype})" for n, p in model.named_parameters() if p.dtype != torch.float32]
+    if wrong:
+        raise ProbeError(
+            f"build_model must return an FP32 model; these are not: {', '.join(wrong[:5])}"
+        )
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _run_or_error(variant: Variant, ctx: _Context) -> _Run | str:
+    # A variant that cannot run (an op without a 16-bit kernel, say) is reported as such.
+    try:
+        return _run_variant(variant, ctx)
+    except (ProbeError, RuntimeError, TypeError, ValueError) as exc:
+        logger.warning("probe variant %s did not run: %s", variant.name, exc)
+        return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
+def _frozen_pass(variant: Variant, model: nn.Module, ctx: _Context) -> _Run:
+    """Loss, gradients and activations on the frozen batch; fp16 searches its loss scale."""
+    seen: dict[str, Any] = {}
+
+    def scaled_grads(scale: float) -> list[torch.Tensor | None]:
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(ctx.seed)
+        with ms.record_activations(model) as rec:
+            loss = forward_loss(variant, model, ctx.setup.loss, ctx.frozen, ctx.device.type)
+        (loss * scale).backward()
+        seen["loss"], seen["acts"] = float(loss.detach()), rec["result"]
+        return [p.grad for p in model.parameters()]
+
+    if variant.scaled:
+        found = search_loss_scale(scaled_grads, hopeless=lambda: not math.isfinite(seen["loss"]))
+        scale, halvings = found.scale, found.halvings
+    else:
+        scaled_grads(1.0)
+        scale, halvings = 1.0, None
+    return _Run(seen["loss"], ms.gradients(model, scale), seen["acts"], scale, halvings)
+
+
+def _run_variant(variant: Variant, ctx: _Context) -> _Run:
+    model = prepare_model(variant, ctx.base)
+    run = _frozen_pass(variant, model, ctx)
+    _train(variant, model, ctx, run)
+    run.params = ms.snapshot(model)
+    return run
+
+
+def _optimizer(model: nn.Module, ctx: _Context) -> torch.optim.Optimizer:
+    lr = ctx.setup.learning_rate
+    if ctx.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=lr)
+    return torch.optim.SGD(model.parameters(), lr=lr)
+
+
+def _train(variant: Variant, model: nn.Module, ctx: _Context, run: _Run) -> None:
+    """N optimizer steps; fp16 skips a step with non-finite gradients and halves its scale."""
+    named = list(model.named_parameters())
+    opt = _optimizer(model, ctx)
+    scale = run.scale
+    times: list[float] = []
+    unchanged = {n: 0.0 for n, _ in named}
+    total, taken = 0.0, 0
+    numel = sum(p.numel() for _, p in named)
+    for i in range(ctx.steps):
+        batch = ctx.train[i % len(ctx.train)]
+        before = [p.detach().clone() for _, p in named]  # outside the timed region
+        torch.manual_seed(ctx.seed + 1 + i)
+        _sync(ctx.device)
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = forward_loss(variant, model, ctx.setup.loss, batch, ctx.device.type)
+        (loss * scale).backward()
+        finite = True
+        if variant.scaled:
+            grads = [p.grad for _, p in named if p.grad is not None]
+            for grad in grads:
+                grad.div_(scale)  # in the gradient's own dtype: fp16 for the pure variant
+            finite = all_finite(grads)  # a host sync, as GradScaler's step has
+        if finite:
+            opt.step()
+        _sync(ctx.device)
+        times.append(time.perf_counter() - start)
+        if not finite:
+            run.skipped += 1
+            scale /= 2
+            continue
+        taken += 1
+        same = 0
+        for (name, p), old in zip(named, before, strict=True):
+            count = int((p.detach() == old).sum())
+            unchanged[name] += count / max(p.numel(), 1)
+            same += count
+        total += same / max(numel, 1)
+    # The fastest step: on a shared machine, slower ones measure the neighbours.
+    run.seconds_per_step = min(times)
+    if taken:
+        run.unchanged = {n: v / taken for n, v in unchanged.items()}
+        run.unchanged_total = total / taken
+
+
+def _noise_floor(ctx: _Context, ref: _Run) -> tuple[float, float]:
+    """||g(A) - g(B)|| / ||g|| and the sign disagreement between the two half-batches."""
+    half_a, half_b = ctx.setup.split_batch(ctx.setup.batches[0])
+    fp32 = build_variants({})[0]
+    halves = []
+    for half in (half_a, half_b):
+        model = prepare_model(fp32, ctx.base)
+        torch.manual_seed(ctx.seed)
+        forward_loss(
+            fp32, model, ctx.setup.loss, move_to(half, ctx.device), ctx.device.type
+        ).backward()
+        halves.append(ms.gradients(model))
+    gap = {n: halves[0][n] - halves[1][n] for n in ref.grads}
+    floor = ms.ratio(ms.norm(gap), ms.norm(ref.grads))
+    return floor, ms.sign_flip_fraction(halves[0], halves[1])
+
+
+def _headroom(variant: Variant, run: _Run, ref: _Run) -> tuple[str, float]:
+    """The fp16 module nearest to (or first past) 65504, valued by its true magnitude."""
+    acts = run.activations
+    if variant.dtype != torch.float16:
+        return acts.largest()
+    over = acts.first_over(FP16_MAX, torch.float16)
+    if over is None:
+        return acts.largest(only=torch.float16)
+    # The fp16 value is inf; FP32's value of the same output shows how far past it was.
+    true = ref.activations.max_abs.get(over, math.inf)
+    return over, true if true > FP16_MAX else math.inf
+
+
+def _measure(
+    variant: Variant, run: _Run, ref: _Run, ctx: _Context, noise: float, sign_noise: float
+) -> Measures:
+    errors = ms.layer_errors(run.grads, ref.grads)
+    cos_layer, cos = ms.worst_layer_cosine(run.grads, ref.grads)
+    grad_err = ms.relative_distance(run.grads, ref.grads)
+    flips = ms.sign_flip_fraction(run.grads, ref.grads)
+    act_module, act_max = _headroom(variant, run, ref)
+    start = ms.snapshot(ctx.base)
+    drift = ms.parameter_drift(run.params, ref.params, start)
+    per_layer_drift = {
+        n: ms.relative_distance({n: run.params[n]}, {n: ref.params[n]}) for n in ref.params
+    }
+    excess = {n: run.unchanged.get(n, math.nan) - ref.unchanged.get(n, 0.0) for n in ref.params}
+    return Measures(
+        loss=run.loss,
+        loss_rel_err=ms.relative_error(run.loss, ref.loss),
+        grad_err=grad_err,
+        grad_noise_ratio=ms.ratio(grad_err, noise),
+        worst_error_layer=max(errors, key=lambda n: errors[n]),
+        worst_cosine_layer=cos_layer,
+        worst_layer_cosine=cos,
+        flushed_fraction=ms.flushed_fraction(run.grads, ref.grads),
+        sign_flip_fraction=flips,
+        sign_flip_ratio=ms.ratio(flips, sign_noise),
+        activation_max=act_max,
+        activation_module=act_module,
+        loss_scale=run.scale if variant.scaled else math.nan,
+        scale_halvings=run.halvings,
+        param_drift=drift,
+        drift_noise_ratio=ms.ratio(drift, noise) if not math.isnan(drift) else math.nan,
+        drift_layer=max(per_layer_drift, key=lambda n: per_layer_drift[n]),
+        update_cosine=ms.update_cosine(run.params, ref.params, start),
+        unchanged_fraction=run.unchanged_total,
+        unchanged_excess=run.unchanged_total - ref.unchanged_total,
+        unchanged_layer=max(excess, key=lambda n: excess[n] if not math.isnan(excess[n]) else -1.0),
+        skipped_steps=run.skipped,
+        seconds_per_step=run.seconds_per_step,
+        layer_errors=errors,
+    )
+
+
+def _report(
+    variants: Sequence[Variant],
+    runs: Sequence[_Run | str],
+    ctx: _Context,
+    noise: float,
+    sign_noise: float,
+    thresholds: Thresholds,
+) -> ProbeReport:
+    ref = runs[0]
+    assert isinstance(ref, _Run)
+    results: list[VariantResult] = []
+    candidates: list[Candidate] = []
+    for variant, run in zip(variants, runs, strict=True):
+        modules = variant.fp32_prefixes
+        if isinstance(run, str):
+            results.append(
+                VariantResult(
+                    variant.name,
+                    variant.family,
+                    variant.precision,
+                    modules,
+                    Measures(),
+                    {},
+                    "red",
+                    (f"red: did not run: {run}",),
+                    run,
+                )
+            )
+            candidates.append(
+                Candidate(
+                    variant.name, variant.cost_rank, "red", math.nan, (f"did not run: {run}",), ()
+                )
+            )
+            continue
+        measured = _measure(variant, run, ref, ctx, noise, sign_noise)
+        colours, problems, blocking = grade_measures(measured, variant.precision, thresholds)
+        overall = (
+            "green"
+            if not problems
+            else ("red" if any(c == "red" for c in colours.values()) else "amber")
+        )
+        results.append(
+            VariantResult(
+                variant.name,
+                variant.family,
+                variant.precision,
+                modules,
+                measured,
+                colours,
+                overall,
+                problems,
+            )
+        )
+        if variant.family != "fp32":
+            candidates.append(
+                Candidate(
+                    variant.name,
+                    variant.cost_rank,
+                    overall,
+                    measured.seconds_per_step,
+                    problems,
+                    blocking,
+                )
+            )
+    fp32_times = [r.seconds_per_step for r in runs if isinstance(r, _Run)][:2]
+    choice = recommend(candidates, max(fp32_times))
+    return ProbeReport(
+        device=str(ctx.device),
+        steps=ctx.steps,
+        seed=ctx.seed,
+        optimizer=ctx.optimizer,
+        learning_rate=ctx.setup.learning_rate,
+        noise_floor=noise,
+        sign_noise=sign_noise,
+        variants=tuple(results),
+        recommended=choice.variant,
+        reasons=choice.reasons,
+        blocking_modules=choice.blocking_modules,
+    )

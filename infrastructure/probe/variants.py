@@ -1,0 +1,199 @@
+"""The precision variants the probe compares, and how each one runs a forward pass.
+
+Every variant starts from a deep copy of the same FP32 model. Families:
+
+- ``fp32``: the reference, and its repeat (``fp32_repeat``) to measure its own noise.
+- ``autocast``: ``torch.autocast`` around the agent's whole loss, as the trainer runs it.
+- ``island``: autocast inside the model's forward only, the named modules forced to FP32
+  and the loss computed in FP32 from FP32 outputs. Islands are explicit because CPU
+  autocast keeps log_softmax, exp and sum in 16-bit where CUDA autocast promotes them.
+- ``pure``: a ``.half()`` / ``.bfloat16()`` copy with no FP32 master weights.
+
+>>> [v.name for v in build_variants({"heads": ["head"]})][:4]
+['fp32', 'fp32_repeat', 'bf16_autocast', 'fp16_autocast']
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+Family = Literal["fp32", "autocast", "island", "pure"]
+
+DTYPE_NAMES: dict[torch.dtype, str] = {
+    torch.float32: "fp32",
+    torch.bfloat16: "bf16",
+    torch.float16: "fp16",
+}
+
+# Lower is cheaper: fewer FP32 bytes and FP32 operations per step.
+_COST_RANK: dict[Family, int] = {"pure": 0, "autocast": 1, "island": 2, "fp32": 4}
+
+
+class ProbeError(Exception):
+    """The probe cannot run on what the agent gave it."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of running the agent's model; ``name`` is what reports show."""
+
+    name: str
+    family: Family
+    dtype: torch.dtype
+    fp32_prefixes: tuple[str, ...] = ()
+
+    @property
+    def precision(self) -> str:
+        return DTYPE_NAMES[self.dtype]
+
+    @property
+    def scaled(self) -> bool:
+        """fp16 variants scale the loss; bf16 has fp32's exponent range and does not."""
+        return self.dtype == torch.float16
+
+    @property
+    def cost_rank(self) -> int:
+        # An island with modules costs more than the loss alone in FP32.
+        return _COST_RANK[self.family] + (1 if self.fp32_prefixes else 0)
+
+
+def build_variants(components: Mapping[str, Sequence[str]]) -> list[Variant]:
+    """All variants for a model with these FP32-island components, reference first."""
+    variants = [
+        Variant("fp32", "fp32", torch.float32),
+        Variant("fp32_repeat", "fp32", torch.float32),
+    ]
+    low = (torch.bfloat16, torch.float16)
+    variants += [Variant(f"{DTYPE_NAMES[d]}_autocast", "autocast", d) for d in low]
+    for dtype in low:
+        name = DTYPE_NAMES[dtype]
+        variants.append(Variant(f"{name}_autocast+fp32[loss]", "island", dtype))
+        for component, prefixes in components.items():
+            variants.append(
+                Variant(f"{name}_autocast+fp32[{component}]", "island", dtype, tuple(prefixes))
+            )
+    variants += [Variant(f"{DTYPE_NAMES[d]}_pure", "pure", d) for d in low]
+    return variants
+
+
+def prepare_model(variant: Variant, base: nn.Module) -> nn.Module:
+    """A fresh copy of ``base`` for this variant: cast to 16-bit for the pure family."""
+    model = copy.deepcopy(base)
+    if variant.family == "pure":
+        model = model.to(variant.dtype)
+    for prefix in variant.fp32_prefixes:
+        _submodule(model, prefix)  # fail before running anything
+    model.train()
+    return model
+
+
+def _submodule(model: nn.Module, prefix: str) -> nn.Module:
+    try:
+        return model.get_submodule(prefix)
+    except AttributeError:
+        names = [n for n, _ in model.named_modules() if n][:12]
+        raise ProbeError(
+            f"component module {prefix!r} is not in the model; modules include: {', '.join(names)}"
+        ) from None
+
+
+def _cast_floats(obj: Any, dtype: torch.dtype) -> Any:
+    """``obj`` with every floating tensor inside it (tuples, lists, dicts) cast to ``dtype``."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(dtype) if obj.is_floating_point() else obj
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a namedtuple
+        return type(obj)(*(_cast_floats(o, dtype) for o in obj))
+    if isinstance(obj, list | tuple):
+        return type(obj)(_cast_floats(o, dtype) for o in obj)
+    if isinstance(obj, Mapping):
+        return {k: _cast_floats(v, dtype) for k, v in obj.items()}
+    return obj
+
+
+def move_to(obj: Any, device: torch.device) -> Any:
+    """``obj`` with its tensors on ``device``; objects with their own ``.to`` use it."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(move_to(o, device) for o in obj))
+    if isinstance(obj, list | tuple):
+        return type(obj)(move_to(o, device) for o in obj)
+    if isinstance(obj, Mapping):
+        return {k: move_to(v, device) for k, v in obj.items()}
+    to = getattr(obj, "to", None)
+    return to(device) if callable(to) else obj
+
+
+LossFn = Callable[[nn.Module, Any], torch.Tensor]
+
+
+def forward_loss(
+    variant: Variant, model: nn.Module, loss_fn: LossFn, batch: Any, device_type: str
+) -> torch.Tensor:
+    """Run the agent's loss as this variant runs it; the result is an fp32 scalar."""
+    if variant.family == "fp32":
+        return loss_fn(model, batch).float()
+    if variant.family == "autocast":
+        with torch.autocast(device_type, dtype=variant.dtype):
+            return loss_fn(model, batch).float()
+    if variant.family == "pure":
+        return loss_fn(model, _cast_floats(batch, variant.dtype)).float()
+    with _islands(variant, model, device_type) as root_ran:
+        loss = loss_fn(model, batch).float()
+    if not root_ran():
+        raise ProbeError(
+            "the agent's loss never calls the model itself, so the probe cannot keep "
+            "the loss outside autocast; FP32-island variants need loss(model, batch) "
+            "to call model(...)"
+        )
+    return loss
+
+
+@contextmanager
+def _islands(variant: Variant, model: nn.Module, device_type: str) -> Iterator[Callable[[], bool]]:
+    """Autocast inside ``model.forward`` only, with FP32 islands; outputs leave in FP32."""
+    stack: list[torch.autocast] = []
+    calls = [0]
+
+    def enter(enabled: bool) -> None:
+        ctx = torch.autocast(device_type, dtype=variant.dtype, enabled=enabled)
+        ctx.__enter__()
+        stack.append(ctx)
+
+    def root_pre(_m: nn.Module, args: Any, kwargs: Any) -> None:
+        calls[0] += 1
+        enter(True)
+
+    def root_post(_m: nn.Module, _args: Any, _kwargs: Any, out: Any) -> Any:
+        stack.pop().__exit__(None, None, None)
+        return _cast_floats(out, torch.float32)
+
+    def island_pre(_m: nn.Module, args: Any, kwargs: Any) -> tuple[Any, Any]:
+        enter(False)
+        return _cast_floats(args, torch.float32), _cast_floats(kwargs, torch.float32)
+
+    def island_post(_m: nn.Module, _args: Any, _kwargs: Any, out: Any) -> None:
+        stack.pop().__exit__(None, None, None)
+
+    handles = [
+        model.register_forward_pre_hook(root_pre, with_kwargs=True),
+        model.register_forward_hook(root_post, with_kwargs=True),
+    ]
+    for prefix in variant.fp32_prefixes:
+        island = _submodule(model, prefix)
+        handles.append(island.register_forward_pre_hook(island_pre, with_kwargs=True))
+        handles.append(island.register_forward_hook(island_post, with_kwargs=True))
+    try:
+        yield lambda: calls[0] > 0
+    finally:
+        for handle in handles:
+            handle.remove()
+        while stack:  # a forward that raised left its contexts open
+            stack.pop().__exit__(None, None, None)
