@@ -41,11 +41,16 @@ def _params(model: nn.Module) -> list[torch.Tensor]:
     return [p.detach().clone() for p in model.parameters()]
 
 
+def _param(model: nn.Module, index: int) -> nn.Parameter:
+    """The index-th parameter: 0/1 first layer weight/bias, 2/3 second layer."""
+    return list(model.parameters())[index]
+
+
 def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
-def _inject_inf(param: nn.Parameter, bad_steps: set[int]) -> Callable[[], None]:
+def _inject_inf(param: torch.Tensor, bad_steps: set[int]) -> Callable[[], None]:
     """Make ``param``'s gradient inf on the given steps; returns a function to call per step."""
     state = {"step": -1}
 
@@ -79,11 +84,12 @@ def _expected_scales(
 def test_injected_overflow_skips_exactly_those_steps(fused: bool) -> None:
     """fp16: inf grads on chosen steps skip exactly those steps; scale backs off and regrows."""
     model = _mlp()
-    policy = PrecisionPolicy.create("fp16", "cpu", ScalerConfig(init_scale=1024.0, growth_interval=2))
+    config = ScalerConfig(init_scale=1024.0, growth_interval=2)
+    policy = PrecisionPolicy.create("fp16", "cpu", config)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, fused=fused)
     trainer = Trainer(model, [optimizer], policy, TrainerConfig(overflow_window=4))
     bad = {1, 2, 6}
-    tick = _inject_inf(model[0].weight, bad)
+    tick = _inject_inf(_param(model, 0), bad)
     scales = []
     for i in range(10):
         before = _params(model)
@@ -149,10 +155,15 @@ def test_two_optimizers_one_update_and_a_shared_skip() -> None:
     first = torch.optim.SGD(model[0].parameters(), lr=0.1)
     second = torch.optim.AdamW(model[2].parameters(), lr=0.01, fused=True)
     trainer = Trainer(model, [first, second], policy)
-    updates = []
+    updates: list[int] = []
     original = policy.scaler.update
-    policy.scaler.update = lambda *a: (updates.append(1), original(*a))[1]  # type: ignore[method-assign]
-    tick = _inject_inf(model[2].weight, {1})
+
+    def counted_update(new_scale: Any = None) -> None:
+        updates.append(1)
+        original(new_scale)
+
+    policy.scaler.update = counted_update  # type: ignore[method-assign]
+    tick = _inject_inf(_param(model, 2), {1})
     for i in range(3):
         before = _params(model)
         tick()
@@ -170,7 +181,7 @@ def test_scheduler_does_not_advance_on_a_skipped_step() -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=0.1, fused=True)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda n: 0.5**n)
     trainer = Trainer(model, [opt], policy, schedulers=[sched])
-    tick = _inject_inf(model[0].bias, {2})
+    tick = _inject_inf(_param(model, 1), {2})
     lrs = []
     for i in range(4):
         tick()
@@ -190,7 +201,7 @@ def test_fused_adamw_matches_the_unfused_one(precision: str) -> None:
         policy = PrecisionPolicy.create(precision, "cpu", ScalerConfig(init_scale=512.0))
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=fused, foreach=not fused)
         trainer = Trainer(model, [opt], policy)
-        tick = _inject_inf(model[0].weight, {3} if precision == "fp16" else set())
+        tick = _inject_inf(_param(model, 0), {3} if precision == "fp16" else set())
         for i in range(6):
             tick()
             trainer.step([_batch(i)], _mse, 32)
