@@ -1,0 +1,11 @@
+"""The SE-Darwin world model: feature encoder, model, metrics and the prediction API."""
+
+from infrastructure.world_model.features import FeatureEncoder
+from infrastructure.world_model.model import (
+    ModelConfig,
+    WorldModel,
+    WorldModelOutput,
+    world_model_losses,
+)
+
+__all__ = ["FeatureEncoder", "ModelConfig", "WorldModel", "WorldModelOutput", "world_model_losses"]

@@ -1,0 +1,149 @@
+"""The feature encoder uses only pre-attempt information and survives a save/load."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from infrastructure.data.readers import read_trajectories
+from infrastructure.data.schema import Trajectory
+from infrastructure.data.synthetic import generate_pool
+from infrastructure.world_model.features import FeatureEncoder
+
+POST_HOC = (
+    "status",
+    "success_score",
+    "test_results",
+    "metrics",
+    "failure_reasons",
+    "execution_time_seconds",
+    "cost_dollars",
+)
+
+
+def _records(count: int = 400, seed: int = 5) -> list[dict[str, Any]]:
+    return list(generate_pool(count, seed=seed)["trajectories"].values())
+
+
+def _scores(records: list[dict[str, Any]]) -> dict[str, float]:
+    return {r["trajectory_id"]: r["success_score"] for r in records if "success_score" in r}
+
+
+def _encode(
+    encoder: FeatureEncoder, records: list[dict[str, Any]], scores: dict[str, float]
+) -> torch.Tensor:
+    attempts = [Trajectory.model_validate(r).to_input() for r in records]
+    return encoder.encode(attempts, scores)
+
+
+def test_records_differing_only_in_outcome_encode_identically() -> None:
+    """A success and a failure with the same plan give the same feature row."""
+    records = _records()
+    scores = _scores(records)
+    encoder = FeatureEncoder.fit([Trajectory.model_validate(r).to_input() for r in records], scores)
+    base = next(r for r in records if r.get("parent_trajectories"))
+    good = {**base, "status": "success", "success_score": 0.95, "failure_reasons": []}
+    bad = {
+        **base,
+        "status": "failure",
+        "success_score": 0.02,
+        "test_results": {"tasks_total": 10, "tasks_passed": 0, "tasks_failed": 10},
+        "metrics": {"accuracy": 0.02, "speed": 0.1, "robustness": 0.0},
+        "failure_reasons": ["everything broke"],
+        "execution_time_seconds": 999.0,
+        "cost_dollars": 12.5,
+    }
+    rows = _encode(encoder, [good, bad], scores)
+    assert torch.equal(rows[0], rows[1])
+    # The check can fail: a pre-attempt field does move the features.
+    other = {
+        **base,
+        "operator_applied": "baseline" if base["operator_applied"] != "baseline" else "revision",
+    }
+    assert not torch.equal(_encode(encoder, [other], scores)[0], rows[0])
+
+
+def test_shuffled_and_blanked_outcomes_give_identical_tensors() -> None:
+    """Shuffling every record's post-hoc fields among records, or deleting them, leaves X as is."""
+    records = _records()
+    scores = _scores(records)
+    encoder = FeatureEncoder.fit([Trajectory.model_validate(r).to_input() for r in records], scores)
+    reference = _encode(encoder, records, scores)
+    rng = random.Random(0)
+    donors = records[:]
+    rng.shuffle(donors)
+    shuffled = [
+        {**r, **{k: d[k] for k in POST_HOC if k in d}} for r, d in zip(records, donors, strict=True)
+    ]
+    blanked = [{k: v for k, v in r.items() if k not in POST_HOC} for r in records]
+    assert torch.equal(_encode(encoder, shuffled, scores), reference)
+    assert torch.equal(_encode(encoder, blanked, scores), reference)
+
+
+def test_own_score_never_reaches_own_row_through_the_reader(tmp_path: Path) -> None:
+    """Through the full read path, changing one record's outcome leaves that record's row as is."""
+    pool = generate_pool(300, seed=9)
+    path = tmp_path / "pool.json"
+    path.write_text(json.dumps(pool))
+    before = read_trajectories(path)
+    encoder = FeatureEncoder.fit([e.attempt for e in before.examples], before.scores)
+    rows_before = {
+        e.trajectory_id: row
+        for e, row in zip(
+            before.examples,
+            encoder.encode([e.attempt for e in before.examples], before.scores),
+            strict=True,
+        )
+    }
+    targets = [e.trajectory_id for e in before.examples[::37]]
+    for trajectory_id in targets:
+        record = pool["trajectories"][trajectory_id]
+        record["parent_trajectories"] = [*record["parent_trajectories"], trajectory_id]  # self-loop
+        record["success_score"] = 1.0 - record["success_score"]
+        record["status"] = "success" if record["success_score"] >= 0.7 else "failure"
+    path.write_text(json.dumps(pool))
+    after = read_trajectories(path)
+    mine = [e for e in after.examples if e.trajectory_id in targets]
+    rows_after = encoder.encode([e.attempt for e in mine], after.scores)
+    for example, row in zip(mine, rows_after, strict=True):
+        assert torch.equal(row, rows_before[example.trajectory_id])
+    assert any(e.label != b.label for e, b in zip(after.examples, before.examples, strict=True))
+
+
+def test_parent_scores_are_features() -> None:
+    """Parents' recorded scores, looked up in the pool, change the features of their child."""
+    records = _records()
+    scores = _scores(records)
+    encoder = FeatureEncoder.fit([Trajectory.model_validate(r).to_input() for r in records], scores)
+    child = next(r for r in records if r.get("parent_trajectories"))
+    low = {**scores, **{p: 0.0 for p in child["parent_trajectories"]}}
+    high = {**scores, **{p: 1.0 for p in child["parent_trajectories"]}}
+    assert not torch.equal(_encode(encoder, [child], low), _encode(encoder, [child], high))
+
+
+def test_state_round_trip_is_plain_and_exact() -> None:
+    """state_dict() is JSON-able, and the restored encoder gives bit-identical features."""
+    records = _records()
+    scores = _scores(records)
+    encoder = FeatureEncoder.fit([Trajectory.model_validate(r).to_input() for r in records], scores)
+    state = json.loads(json.dumps(encoder.state_dict()))
+    restored = FeatureEncoder.from_state(state)
+    assert restored == encoder
+    assert torch.equal(_encode(restored, records, scores), _encode(encoder, records, scores))
+    assert _encode(encoder, records, scores).shape == (len(records), encoder.n_features)
+
+
+def test_unknown_encoder_version_is_refused() -> None:
+    """A saved encoder from another version is refused with a message naming the version."""
+    records = _records(50)
+    scores = _scores(records)
+    state = FeatureEncoder.fit(
+        [Trajectory.model_validate(r).to_input() for r in records], scores
+    ).state_dict()
+    with pytest.raises(ValueError, match="version 99"):
+        FeatureEncoder.from_state({**state, "version": 99})
