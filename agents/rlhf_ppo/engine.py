@@ -2,8 +2,8 @@
 
 Each component runs in its own dtype, as the preset says:
 
-- ``policy`` trains under ``torch.autocast`` in the policy dtype over fp32 master weights
-  (fp16 adds loss scaling through the core's :class:`LossScaler`);
+- ``policy`` trains through the core :class:`Trainer` under ``torch.autocast`` in the
+  policy dtype over fp32 master weights (fp16 adds the core's loss scaling);
 - ``rollout`` is a copy of the policy whose *weights* are cast to the rollout dtype, as
   an inference engine serves them; it is re-synced from the master weights after every
   iteration;
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -41,7 +41,7 @@ from agents.rlhf_ppo.model import (
 from agents.rlhf_ppo.presets import ComponentPrecision
 from infrastructure.rl import diagnostics as dg
 from infrastructure.rl.ppo_math import clipped_policy_loss, gae, token_logprobs, value_loss, whiten
-from infrastructure.training.loss_scaler import LossScaler
+from infrastructure.training import PrecisionPolicy, Trainer, TrainerConfig, TrainingSummary
 
 
 @dataclass(frozen=True)
@@ -85,11 +85,26 @@ def _frozen_copy(module: nn.Module, dtype: torch.dtype) -> nn.Module:
     return copy.deepcopy(module).to(dtype).requires_grad_(False).eval()
 
 
+class ActorCritic(nn.Module):
+    """The two trained networks as one module, so that one Trainer steps them together."""
+
+    def __init__(self, policy: Policy, critic: Critic) -> None:
+        super().__init__()
+        self.policy = policy
+        self.critic = critic
+
+
 class PPOEngine:
     """The models, optimizer and loss scaler of one run, and its iteration loop."""
 
     def __init__(
-        self, cfg: PPOConfig, preset: ComponentPrecision, seed: int, device: str = "cpu"
+        self,
+        cfg: PPOConfig,
+        preset: ComponentPrecision,
+        seed: int,
+        device: str = "cpu",
+        log_interval: int = 50,
+        on_log: Callable[[TrainingSummary], None] | None = None,
     ) -> None:
         self.cfg, self.preset, self.device = cfg, preset, device
         self.gen = torch.Generator().manual_seed(seed)
@@ -105,6 +120,7 @@ class PPOEngine:
         self.reward_model = RewardModel(cfg.task).to(device, preset.dtype("reward"))
         self.reward_fp32 = RewardModel(cfg.task).to(device)
         self.rollout_policy = _frozen_copy(self.policy, preset.dtype("rollout"))
+        self.model = ActorCritic(self.policy, self.critic)
         self.optimizer = torch.optim.AdamW(
             [
                 {"params": self.policy.parameters(), "lr": cfg.lr},
@@ -112,8 +128,16 @@ class PPOEngine:
             ],
             weight_decay=0.0,
         )
-        self.scaler = LossScaler(device, enabled=preset.loss_scaling)
-        self.optimizer_steps = 0
+        # The trainer's precision is the policy's; the critic opens its own autocast.
+        self.precision = PrecisionPolicy.create(preset.policy, device)
+        self.trainer = Trainer(
+            self.model,
+            [self.optimizer],
+            self.precision,
+            TrainerConfig(max_grad_norm=cfg.max_grad_norm, log_interval=log_interval),
+            on_log=on_log,
+        )
+        self.scaler = self.precision.scaler
         self.iterations = 0
         self.kl_dtype_seen: torch.dtype | None = None
 
@@ -179,7 +203,7 @@ class PPOEngine:
                 values, returns, score, true_score, groups,
             )
         )  # fmt: skip
-        self._sync_rollout()
+        self.sync_rollout()
         self.iterations += 1
         return stats
 
@@ -199,30 +223,25 @@ class PPOEngine:
         max_steps: int | None,
     ) -> dict[str, float]:
         cfg = self.cfg
-        clip_fracs, losses, v_losses = [], [], []
-        params = list(self.policy.parameters()) + list(self.critic.parameters())
-        for idx in self._minibatches(seqs.shape[0]):
-            if max_steps is not None and self.optimizer_steps >= max_steps:
-                break
+        clip_fracs: list[torch.Tensor] = []
+        v_losses: list[torch.Tensor] = []
+
+        def loss_fn(model: nn.Module, idx: torch.Tensor) -> torch.Tensor:
             logp = self.policy_logp(seqs[idx])
             p_loss, clip_frac = clipped_policy_loss(logp, old_logp[idx], adv[idx], cfg.clip_eps)
             v_loss = value_loss(self.values(seqs[idx]), returns[idx])
-            loss = p_loss + cfg.vf_coef * v_loss
-            self.scaler.scale(loss).backward()
-            self.scaler.unscale_(self.optimizer)
-            nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            self.optimizer.zero_grad(set_to_none=True)
-            self.optimizer_steps += 1
             clip_fracs.append(clip_frac)
-            losses.append(loss.detach())
             v_losses.append(v_loss.detach())
-        if not losses:
+            return p_loss + cfg.vf_coef * v_loss
+
+        for idx in self._minibatches(seqs.shape[0]):
+            if max_steps is not None and self.trainer.step_count >= max_steps:
+                break
+            self.trainer.step([idx], loss_fn, num_samples=int(idx.numel()))
+        if not clip_fracs:
             return {}
         return {
             "policy_clip_frac": float(torch.stack(clip_fracs).mean()),
-            "train_loss": float(torch.stack(losses).mean()),
             "value_loss": float(torch.stack(v_losses).mean()),
         }
 
@@ -275,7 +294,7 @@ class PPOEngine:
         out["loss_scale"] = self.scaler.get_scale()
         return out
 
-    def _sync_rollout(self) -> None:
+    def sync_rollout(self) -> None:
         """Copy the fp32 master weights into the rollout copy, rounding to its dtype."""
         with torch.no_grad():
             for dst, src in zip(

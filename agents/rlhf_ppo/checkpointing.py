@@ -1,0 +1,61 @@
+"""Saving and resuming a PPO run through the core's atomic, weights_only checkpoints.
+
+The core :class:`Trainer` state (policy + critic master weights, optimizer, scaler, step,
+RNG) is stored as is; the PPO-specific state goes under the ``extra`` key: the frozen
+reference weights, the iteration count, the rollout sampler's generator and the preset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from agents.rlhf_ppo.engine import PPOEngine
+from infrastructure.training import CheckpointManager
+from infrastructure.training import checkpoint_keys as keys
+
+REFERENCE = "reference"
+ITERATIONS = "iterations"
+GENERATOR = "generator"
+PRESET = "preset"
+
+
+def save_engine(engine: PPOEngine, directory: Path, keep: int = 3) -> Path:
+    """Write the engine's state atomically under ``directory``; returns the file."""
+    state = engine.trainer.state_dict()
+    state[keys.CONFIG] = {
+        **state[keys.CONFIG],
+        "ppo": _plain(dataclasses.asdict(engine.cfg)),
+        "preset": engine.preset.as_dict(),
+    }
+    state[keys.EXTRA] = {
+        REFERENCE: engine.reference_fp32.state_dict(),  # fp32: the exact initial policy
+        ITERATIONS: engine.iterations,
+        GENERATOR: engine.gen.get_state(),
+        PRESET: engine.preset.name,
+    }
+    return CheckpointManager(directory, keep=keep).save(state)
+
+
+def resume_engine(engine: PPOEngine, directory: Path) -> Path | None:
+    """Load the newest valid checkpoint into ``engine``; None when there is none."""
+    found = CheckpointManager(directory).load_latest()
+    if found is None:
+        return None
+    state, path = found
+    engine.trainer.load_state_dict(state)
+    extra = state.get(keys.EXTRA, {})
+    engine.reference_fp32.load_state_dict(extra[REFERENCE])
+    engine.reference.load_state_dict(extra[REFERENCE])  # copy_ rounds to its dtype
+    engine.iterations = int(extra[ITERATIONS])
+    engine.gen.set_state(extra[GENERATOR])
+    engine.sync_rollout()
+    return path
+
+
+def _plain(value: Any) -> Any:
+    """Dataclass dicts hold only ints, floats, strings and nested dicts: weights_only-safe."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value

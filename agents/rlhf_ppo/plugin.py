@@ -1,0 +1,213 @@
+"""The ``rlhf_ppo`` agent plugin: PPO with per-component precision and live diagnostics.
+
+    >>> from agents.rlhf_ppo import plugin
+    >>> plugin.name
+    'rlhf_ppo'
+
+``train(request)`` reads these ``request.options`` (all optional): ``preset`` (one of
+:data:`~agents.rlhf_ppo.presets.PRESETS`), ``rollout_precision`` (fp32/bf16/fp16) and the
+PPO settings ``batch_size``, ``group_size``, ``ppo_epochs``, ``minibatches``, ``lr``,
+``critic_lr``, ``kl_coef``, ``clip_eps``. ``request.steps`` counts optimizer steps (each
+PPO iteration takes ``ppo_epochs * minibatches`` of them); ``request.epochs``, when given
+without steps, counts PPO iterations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agents.rlhf_ppo.checkpointing import resume_engine, save_engine
+from agents.rlhf_ppo.engine import PPOConfig, PPOEngine
+from agents.rlhf_ppo.model import TaskConfig, random_prompts
+from agents.rlhf_ppo.presets import PresetChoice, resolve_preset
+from agents.rlhf_ppo.probe import build_probe_setup
+from infrastructure.plugin_api import API_VERSION, ProbeSetup, TrainRequest, TrainResult
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_ITERATIONS = 60
+HISTORY_KEYS = (
+    "reward_true_mean",
+    "kl_k3",
+    "kl_log_ratio_below_ulp_frac",
+    "mismatch_abs_dlogp_mean",
+    "reward_dead_groups",
+)
+PPO_OPTIONS = (
+    "batch_size",
+    "group_size",
+    "ppo_epochs",
+    "minibatches",
+    "lr",
+    "critic_lr",
+    "kl_coef",
+    "clip_eps",
+)
+OPTIONS = ("preset", "rollout_precision", *PPO_OPTIONS)
+
+
+def load_task(data_path: Path | None) -> tuple[TaskConfig, torch.Tensor | None]:
+    """The task config and eval prompts from a file written by generate_sample_data."""
+    if data_path is None:
+        return TaskConfig(), None
+    raw = json.loads(Path(data_path).read_text())
+    task = TaskConfig(**raw["task"])
+    prompts = torch.tensor(raw["eval_prompts"], dtype=torch.long)
+    return task, prompts
+
+
+def _ppo_config(task: TaskConfig, options: Mapping[str, Any]) -> PPOConfig:
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"rlhf_ppo: unknown option(s) {unknown}; valid: {list(OPTIONS)}")
+    overrides = {k: options[k] for k in PPO_OPTIONS if k in options}
+    return PPOConfig(task=task, **overrides)
+
+
+class RlhfPpoPlugin:
+    """PPO on the "count up by one" digit task, each component in its preset's dtype."""
+
+    api_version = API_VERSION
+    name = "rlhf_ppo"
+    description = (
+        "PPO policy training (tiny transformer, value head, GAE, KL to a frozen reference) "
+        "with per-component precision presets and trainer-rollout mismatch diagnostics"
+    )
+
+    def generate_sample_data(self, out: Path, count: int, seed: int) -> Path:
+        """Write the task file: the task config and ``count`` held-out eval prompts.
+
+        The training prompts are drawn fresh every iteration (the task is synthetic);
+        the file fixes the task sizes and the prompts ``train`` evaluates on. ``out`` is
+        a folder (the file is ``out/rlhf_ppo_task.json``) or a ``.json`` path.
+        """
+        if count < 1:
+            raise ValueError(f"rlhf_ppo: count={count!r} must be >= 1")
+        path = out if out.suffix == ".json" else out / "rlhf_ppo_task.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        task = TaskConfig()
+        prompts = random_prompts(count, task, torch.Generator().manual_seed(seed))
+        doc = {"task": dataclasses.asdict(task), "seed": seed, "eval_prompts": prompts.tolist()}
+        path.write_text(json.dumps(doc, indent=1))
+        return path
+
+    def probe_setup(self, data_path: Path | None, seed: int) -> ProbeSetup:
+        """A frozen PPO batch from fp32 rollouts; components policy / value / reward."""
+        task, _ = load_task(data_path)
+        return build_probe_setup(PPOConfig(task=task), seed)
+
+    def train(self, request: TrainRequest) -> TrainResult:
+        """Run PPO for ``request.steps`` optimizer steps in the chosen preset."""
+        options = dict(request.options)
+        choice = resolve_preset(
+            request.precision, options.pop("preset", None), options.pop("rollout_precision", None)
+        )
+        logger.info("rlhf_ppo preset %s (%s)", choice.preset.name, choice.reason)
+        task, eval_prompts = load_task(request.data_path)
+        cfg = _ppo_config(task, options)
+        engine = PPOEngine(
+            cfg,
+            choice.preset,
+            seed=request.seed,
+            device=request.device,
+            log_interval=request.log_interval,
+            on_log=request.on_log,
+        )
+        resumed = resume_engine(engine, request.checkpoint_dir) if request.resume else None
+        start_step = engine.trainer.step_count
+        if request.steps is not None:
+            budget = request.steps
+        elif request.epochs is not None:
+            budget = request.epochs * cfg.steps_per_iteration
+        else:
+            budget = DEFAULT_ITERATIONS * cfg.steps_per_iteration
+        target = start_step + budget
+        return self._run(request, choice, engine, target, eval_prompts, resumed)
+
+    def _run(
+        self,
+        request: TrainRequest,
+        choice: PresetChoice,
+        engine: PPOEngine,
+        target: int,
+        eval_prompts: torch.Tensor | None,
+        resumed: Path | None,
+    ) -> TrainResult:
+        start = time.perf_counter()
+        start_step = engine.trainer.step_count
+        history: list[dict[str, float]] = []
+        stats: dict[str, float] = {}
+        stopped = False
+        while engine.trainer.step_count < target:
+            if request.should_stop():
+                stopped = True
+                break
+            stats = engine.iteration(max_steps=target)
+            history.append({k: stats[k] for k in HISTORY_KEYS})
+        checkpoint = save_engine(engine, request.checkpoint_dir)
+        summary = engine.trainer.summary()
+        evaluation = evaluate(engine, eval_prompts, request.seed)
+        if history:
+            evaluation["reward_first_iteration"] = history[0]["reward_true_mean"]
+        preset = choice.preset
+        return TrainResult(
+            agent=self.name,
+            precision_requested=request.precision,
+            precision_used=preset.policy,
+            precision_reason=f"{request.precision_reason}; {choice.reason}",
+            device=request.device,
+            steps=engine.trainer.step_count - start_step,
+            skipped_steps=summary.skipped_steps,
+            overflow_rate=summary.overflow_rate,
+            loss_scale=summary.loss_scale,
+            final_train_loss=summary.train_loss,
+            eval=evaluation,
+            samples_per_second=summary.samples_per_second,
+            wall_seconds=time.perf_counter() - start,
+            checkpoint=checkpoint,
+            quarantined=0,
+            stopped_early=stopped,
+            extra={
+                "preset": preset.name,
+                "preset_requested": choice.requested_preset,
+                "preset_reason": choice.reason,
+                "components": preset.as_dict(),
+                "master_weights": preset.master_weights,
+                "kl_dtype_seen": str(engine.kl_dtype_seen),
+                "iterations": engine.iterations,
+                "resumed_from": str(resumed) if resumed else None,
+                "diagnostics": {k: float(v) for k, v in stats.items()},
+                "history": history,
+            },
+        )
+
+
+@torch.no_grad()
+def evaluate(engine: PPOEngine, prompts: torch.Tensor | None, seed: int) -> dict[str, float]:
+    """Mean exact (fp32) reward of completions sampled on fixed prompts, and of greedy ones."""
+    task = engine.cfg.task
+    if prompts is None:
+        prompts = random_prompts(256, task, torch.Generator().manual_seed(10_000 + seed))
+    saved = engine.gen.get_state()
+    engine.gen.manual_seed(20_000 + seed)
+    seqs, _ = engine.generate(prompts.to(engine.device))
+    engine.gen.set_state(saved)  # evaluation must not shift the training sample stream
+    greedy = prompts.to(engine.device)
+    for _ in range(task.gen_len):
+        nxt = engine.rollout_policy(greedy)[:, -1].float().argmax(-1, keepdim=True)
+        greedy = torch.cat([greedy, nxt], dim=1)
+    return {
+        "reward": float(engine.reward_fp32(seqs).mean()),
+        "reward_greedy": float(engine.reward_fp32(greedy).mean()),
+    }
+
+
+plugin = RlhfPpoPlugin()

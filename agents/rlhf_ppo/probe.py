@@ -1,0 +1,79 @@
+"""What the precision probe runs for this agent: one PPO loss over frozen fp32 rollouts.
+
+The probe's model holds the three components it may keep in fp32 (``policy``, ``value``
+and ``reward``); the loss re-runs the reward model and the critic inside the forward,
+so each component's precision reaches the loss.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from agents.rlhf_ppo.engine import PPOConfig, PPOEngine
+from agents.rlhf_ppo.model import Critic, Policy, RewardModel, init_weights, random_prompts
+from agents.rlhf_ppo.presets import PRESETS
+from infrastructure.plugin_api import ProbeSetup
+from infrastructure.rl.ppo_math import clipped_policy_loss, gae, token_logprobs, value_loss, whiten
+
+Batch = dict[str, torch.Tensor]
+PROBE_BATCHES = 5
+
+
+class ProbeModel(nn.Module):
+    """Policy, critic and reward model as one module (the reward has no trainable weights)."""
+
+    def __init__(self, cfg: PPOConfig, seed: int) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.policy = Policy(cfg.task)
+        init_weights(self.policy, seed)
+        self.critic = Critic(cfg.task)
+        init_weights(self.critic, seed + 10_000)
+        self.reward = RewardModel(cfg.task)
+
+
+def probe_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+    """The PPO loss (clipped policy + value) on a frozen batch, rewards recomputed in-forward."""
+    if not isinstance(model, ProbeModel):
+        raise TypeError(f"probe_loss needs a ProbeModel, got {type(model).__name__}")
+    cfg = model.cfg
+    p = cfg.task.prompt_len
+    seqs = batch["seqs"]
+    logp = token_logprobs(model.policy(seqs)[:, p - 1 : -1], seqs[:, p:])
+    values = model.critic(seqs)[:, p - 1 : -1]
+    rewards = torch.zeros_like(batch["old_logp"])
+    rewards[:, -1] += model.reward(seqs).float()
+    adv, returns = gae(rewards, values, cfg.gamma, cfg.lam)
+    p_loss, _ = clipped_policy_loss(logp, batch["old_logp"], whiten(adv), cfg.clip_eps)
+    return p_loss + cfg.vf_coef * value_loss(values, returns)
+
+
+def split_batch(batch: Batch) -> tuple[Batch, Batch]:
+    """Halve every tensor along the batch dimension."""
+    half = batch["seqs"].shape[0] // 2
+    return (
+        {k: v[:half] for k, v in batch.items()},
+        {k: v[half:] for k, v in batch.items()},
+    )
+
+
+def build_probe_setup(cfg: PPOConfig, seed: int) -> ProbeSetup:
+    """Rollouts of the fp32 initial policy; batches[0] is the frozen probe batch."""
+    engine = PPOEngine(cfg, PRESETS["fp32_baseline"], seed=seed)
+    batches: list[Any] = []
+    groups = cfg.batch_size // cfg.group_size
+    for _ in range(PROBE_BATCHES):
+        prompts = random_prompts(groups, cfg.task, engine.gen).repeat_interleave(cfg.group_size, 0)
+        seqs, old_logp = engine.generate(prompts)
+        batches.append({"seqs": seqs, "old_logp": old_logp})
+    return ProbeSetup(
+        build_model=lambda: ProbeModel(cfg, seed),
+        loss=probe_loss,
+        batches=batches,
+        split_batch=split_batch,
+        components={"policy": ["policy"], "value": ["critic"], "reward": ["reward"]},
+        learning_rate=cfg.lr,
+    )
