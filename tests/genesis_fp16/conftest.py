@@ -1,0 +1,28 @@
+"""Fixtures for the daemon tests: ``daemon_factory`` starts real daemons and stops them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import pytest
+from daemon_harness import DaemonProcess, start_daemon
+
+DaemonFactory = Callable[..., DaemonProcess]
+
+
+@pytest.fixture
+def daemon_factory(tmp_path: Path) -> Iterator[DaemonFactory]:
+    """Start daemons in tmp_path (``factory(env, fixtures=True)``); all stop at teardown."""
+    started: list[DaemonProcess] = []
+
+    def factory(
+        env: Mapping[str, str], fixtures: bool = True, timeout: float = 60.0
+    ) -> DaemonProcess:
+        daemon = start_daemon(tmp_path, env, fixtures, timeout)
+        started.append(daemon)
+        return daemon
+
+    yield factory
+    for daemon in started:
+        daemon.stop()

@@ -1,0 +1,225 @@
+"""The real `genesis-fp16 serve` subprocess: training, metrics, reload, shutdown, systemd."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import DaemonFactory
+from daemon_harness import DaemonProcess, daemon_env, launch, start_daemon
+
+GOOD = "fixture_good"
+ALL_FIXTURES = "fixture_good,fixture_broken,fixture_wrong_api,fixture_raising"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    """A daemon with the good plugin beside broken ones, after the good one's first run."""
+    daemon = start_daemon(
+        tmp_path_factory.mktemp("trained"),
+        {
+            "GENESIS_FP16_PLUGIN_ALLOWLIST": ALL_FIXTURES,
+            "GENESIS_FP16_STEPS_PER_RUN": "4",
+            "GENESIS_FP16_LOG_INTERVAL": "2",
+            "GENESIS_FP16_SAMPLE_COUNT": "64",
+            "GENESIS_FP16_SCHEDULE": "3600",
+            "FIXTURE_STEP_SECONDS": "0.01",
+        },
+    )
+    runs = ("genesis_fp16_training_runs_total",)
+    daemon.wait_for(lambda: daemon.sample(*runs, agent=GOOD, outcome="success"), "a good run")
+    daemon.wait_for(
+        lambda: daemon.sample(*runs, agent="fixture_raising", outcome="failed"), "a failed run"
+    )
+    yield daemon
+    daemon.stop()
+
+
+def test_ready_and_series_move_after_a_short_job(trained: DaemonProcess) -> None:
+    """/readyz answers and the training series carry the run's real counts."""
+    status, body = trained.get("/readyz")
+    assert status == 200 and GOOD in body
+    assert trained.get("/healthz")[0] == 200
+    s = trained.sample
+    assert s("genesis_fp16_optimizer_steps_total", agent=GOOD) == 4
+    assert s("genesis_fp16_samples_total", agent=GOOD) == 64
+    assert s("genesis_fp16_skipped_steps_total", agent=GOOD) == 0
+    assert s("genesis_fp16_training_run_duration_seconds_count", agent=GOOD) == 1
+    assert (s("genesis_fp16_last_success_timestamp_seconds", agent=GOOD) or 0) > 1e9
+    assert (s("genesis_fp16_scheduler_heartbeat_timestamp_seconds") or 0) > 1e9
+    assert s("genesis_fp16_train_loss", agent=GOOD) is not None
+    assert s("genesis_fp16_eval_loss", agent=GOOD) is not None
+    active = [
+        p
+        for p in ("fp32", "bf16", "fp16")
+        if s("genesis_fp16_precision", agent=GOOD, precision=p) == 1
+    ]
+    finished = trained.events("training run finished")[0]
+    assert active == [finished["precision_used"]]
+    assert list((trained.state_dir / "agents" / GOOD / "checkpoints").glob("*.pt"))
+
+
+def test_broken_plugins_are_counted_and_the_good_one_trains(trained: DaemonProcess) -> None:
+    """Import failure and wrong API are counted per plugin; a raising job is a failed run."""
+    s = trained.sample
+    assert s("genesis_fp16_plugin_load_failures_total", plugin="fixture_broken") == 1
+    assert s("genesis_fp16_plugin_load_failures_total", plugin="fixture_wrong_api") == 1
+    assert s("genesis_fp16_training_runs_total", agent="fixture_raising", outcome="failed") == 1
+    assert s("genesis_fp16_training_runs_total", agent=GOOD, outcome="success") == 1
+    assert any("not_installed_anywhere" in str(r.get("error")) for r in trained.logs())
+
+
+def test_job_records_carry_agent_and_run_id(trained: DaemonProcess) -> None:
+    """structlog and stdlib records of a job (including infrastructure.*) carry agent and run_id."""
+    job_records = [r for r in trained.logs() if r.get("event") == "training progress"]
+    assert job_records and all(r.get("agent") == GOOD and r.get("run_id") for r in job_records)
+    stdlib = [r for r in trained.logs() if str(r.get("logger", "")).startswith("infrastructure.")]
+    assert stdlib and all(r.get("agent") and r.get("run_id") for r in stdlib)
+    assert any(str(r.get("logger", "")).startswith("apscheduler") for r in trained.logs())
+
+
+def test_metrics_pass_promtool(trained: DaemonProcess) -> None:
+    """The real /metrics exposition passes `promtool check metrics` with no warnings."""
+    promtool = shutil.which("promtool") or (
+        "/usr/bin/promtool" if Path("/usr/bin/promtool").exists() else None
+    )
+    if promtool is None:
+        if os.environ.get("CI"):
+            pytest.fail("promtool is required in CI but is not installed")
+        pytest.skip("promtool is not installed")
+    text = trained.metrics_text()
+    checked = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
+    )
+    assert checked.returncode == 0 and not checked.stdout.strip() and not checked.stderr.strip(), (
+        checked.stdout + checked.stderr
+    )
+
+
+def _write_env(path: Path, text: str) -> None:
+    path.write_text(text)
+
+
+@pytest.mark.slow
+def test_sighup_rollback_makes_the_next_run_fp32(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """SIGHUP with ENABLE_FP16_TRAINING=false: the fp16 run stops at a step, the next is fp32."""
+    env_file = tmp_path / ".env"
+    _write_env(env_file, "ENABLE_FP16_TRAINING=true\n")
+    daemon = daemon_factory(
+        {
+            "GENESIS_FP16_PLUGIN_ALLOWLIST": GOOD,
+            "GENESIS_FP16_STEPS_PER_RUN": "60",
+            "GENESIS_FP16_LOG_INTERVAL": "1",
+            "GENESIS_FP16_SAMPLE_COUNT": "64",
+            "GENESIS_FP16_WATCH_ENV_FILE": "false",
+            "FIXTURE_STEP_SECONDS": "0.05",
+        }
+    )
+    precision = "genesis_fp16_precision"
+    daemon.wait_for(lambda: daemon.sample(precision, agent=GOOD, precision="fp16") == 1, "fp16 run")
+    daemon.wait_for(lambda: daemon.events("training progress"), "a step in fp16")
+    _write_env(env_file, "ENABLE_FP16_TRAINING=false\n")
+    daemon.signal(signal.SIGHUP)
+    daemon.wait_for(lambda: daemon.sample(precision, agent=GOOD, precision="fp32") == 1, "fp32")
+    assert daemon.sample(precision, agent=GOOD, precision="fp16") == 0
+    assert daemon.sample("genesis_fp16_config_reloads_total", outcome="success") == 1
+    stopped = daemon.wait_for(
+        lambda: [r for r in daemon.events("training run finished") if r["outcome"] == "stopped"],
+        "the fp16 run to stop at a step boundary",
+    )
+    assert stopped[0]["precision_used"] == "fp16"
+    started = daemon.events("training run started")
+    assert [r["precision"] for r in started] == ["fp16", "fp32"]
+    assert started[1]["reason"].startswith("ENABLE_FP16_TRAINING=false")
+
+    # An invalid new configuration keeps the running one and is counted.
+    _write_env(env_file, "ENABLE_FP16_TRAINING=false\nGENESIS_FP16_DEVICE_CONCURRENCY=0\n")
+    daemon.signal(signal.SIGHUP)
+    reloads = "genesis_fp16_config_reloads_total"
+    daemon.wait_for(lambda: daemon.sample(reloads, outcome="failure") == 1, "failed reload")
+    assert daemon.sample("genesis_fp16_config_last_reload_successful") == 0
+    assert daemon.get("/readyz")[0] == 200
+    failed = daemon.events("config reload failed, keeping the running configuration")
+    assert "GENESIS_FP16_DEVICE_CONCURRENCY" in failed[0]["error"]
+
+
+def _notify_socket(tmp_path: Path) -> tuple[socket.socket, str]:
+    # AF_UNIX paths are limited to ~108 bytes; pytest's tmp_path can be longer.
+    path = f"/tmp/gfp16-notify-{os.getpid()}-{tmp_path.name[-20:]}.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(30)
+    return sock, path
+
+
+def _receive_until(sock: socket.socket, wanted: str) -> list[str]:
+    messages: list[str] = []
+    while wanted not in messages:
+        messages.append(sock.recv(4096).decode())
+    return messages
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_and_exits_zero_with_sd_notify(tmp_path: Path) -> None:
+    """Under systemd: READY=1, WATCHDOG=1, then on SIGTERM STOPPING=1, a checkpoint, exit 0."""
+    sock, path = _notify_socket(tmp_path)
+    try:
+        daemon = launch(
+            tmp_path,
+            {
+                "GENESIS_FP16_PLUGIN_ALLOWLIST": GOOD,
+                "GENESIS_FP16_STEPS_PER_RUN": "1000",
+                "GENESIS_FP16_LOG_INTERVAL": "1",
+                "GENESIS_FP16_SAMPLE_COUNT": "64",
+                "FIXTURE_STEP_SECONDS": "0.05",
+                "NOTIFY_SOCKET": path,
+                "WATCHDOG_USEC": "1000000",
+            },
+        )
+        try:
+            assert _receive_until(sock, "READY=1")[0] == "READY=1"
+            assert "WATCHDOG=1" in _receive_until(sock, "WATCHDOG=1")
+            daemon.wait_for(lambda: daemon.events("training progress"), "a training step")
+            daemon.signal(signal.SIGTERM)
+            assert "STOPPING=1" in _receive_until(sock, "STOPPING=1")
+            assert daemon.wait_exit(timeout=25) == 0, daemon.tail()
+        finally:
+            daemon.stop()
+    finally:
+        sock.close()
+        os.unlink(path)
+    finished = daemon.events("training run finished")
+    assert finished and finished[-1]["outcome"] == "stopped" and finished[-1]["steps"] < 1000
+    checkpoint = Path(tmp_path / finished[-1]["checkpoint"])
+    assert (
+        checkpoint.is_file()
+        and checkpoint.parent == tmp_path / "state/agents" / GOOD / "checkpoints"
+    )
+    assert daemon.events("stopped cleanly")
+
+
+def test_invalid_setting_stops_start_up_with_a_clear_error(tmp_path: Path) -> None:
+    """An invalid value: exit 2 and one line naming the variable and the problem."""
+    env = daemon_env({"GENESIS_FP16_METRICS_PORT": "70000", "GENESIS_FP16_LOG_FORMAT": "xml"})
+    result = subprocess.run(
+        [sys.executable, "-m", "genesis_fp16", "serve"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "GENESIS_FP16_METRICS_PORT" in result.stderr and "65535" in result.stderr
+    assert "GENESIS_FP16_LOG_FORMAT" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "state").exists()
