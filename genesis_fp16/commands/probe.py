@@ -1,0 +1,103 @@
+"""`genesis-fp16 probe AGENT`: what FP16 and BF16 do to an agent's model, against FP32.
+
+Runs every precision variant of the agent's own model, loss and data from the same FP32
+weights and seed, grades each measure green / amber / red, and recommends the cheapest
+variant that is green everywhere and not slower than FP32 on this device. Thresholds
+and their basis: docs/precision-probe.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from genesis_fp16.cli import UsageError
+from genesis_fp16.plugins import PluginError, load_plugin
+from genesis_fp16.settings import SettingsError, load_settings
+from infrastructure.probe import OPTIMIZERS, ProbeError, format_table, run_probe
+
+
+def _integer_from(low: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value}: must be at least {low}")
+        return value
+
+    return parse
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "probe", help="measure what fp16/bf16 do to an agent's model", description=__doc__
+    )
+    parser.add_argument("agent", help="agent plugin name (see `genesis-fp16 agents`)")
+    parser.add_argument("--data", type=Path, help="data the agent builds its batches from")
+    parser.add_argument(
+        "--steps", type=_integer_from(1), default=10, help="optimizer steps per variant (10)"
+    )
+    parser.add_argument("--seed", type=_integer_from(0), default=0, help="seed (0)")
+    parser.add_argument("--device", default="cpu", help="torch device to probe on (cpu)")
+    parser.add_argument(
+        "--optimizer", choices=OPTIMIZERS, default="sgd", help="optimizer of the N-step part"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--out", type=Path, help="folder for probe.json and the PNG plot")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.out is not None and importlib.util.find_spec("matplotlib") is None:
+        raise UsageError(
+            "--out writes a plot, which needs matplotlib: pip install 'genesis-fp16[plot]'"
+        )
+    if args.data is not None and not args.data.exists():
+        raise UsageError(f"--data {args.data}: no such file or folder")
+    if args.device.startswith("cuda"):
+        # cuBLAS is deterministic only with this set before CUDA starts.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    try:
+        plugin = load_plugin(args.agent, load_settings().plugin_allowlist)
+    except (PluginError, SettingsError) as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        setup = plugin.probe_setup(args.data, args.seed)
+        report = run_probe(
+            setup, args.device, steps=args.steps, seed=args.seed, optimizer=args.optimizer
+        )
+    except (ProbeError, NotImplementedError) as exc:
+        raise UsageError(f"cannot probe agent {args.agent!r}: {exc}") from None
+    except RuntimeError as exc:  # e.g. an unknown or absent --device
+        raise UsageError(f"cannot probe agent {args.agent!r} on {args.device!r}: {exc}") from None
+    out = {"agent": args.agent, **report.to_json()}
+    if args.out is not None:
+        out["files"] = _write_files(args, report, out)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(format_table(report))
+        for kind, path in out.get("files", {}).items():
+            print(f"{kind}: {path}")
+    return 0
+
+
+def _write_files(args: argparse.Namespace, report: Any, out: dict[str, Any]) -> dict[str, str]:
+    from genesis_fp16.probe_plot import PlotUnavailable, plot_layer_errors
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    data = args.out / f"probe-{args.agent}.json"
+    data.write_text(json.dumps(out, indent=2) + "\n")
+    try:
+        plot = plot_layer_errors(
+            report, args.out / f"probe-{args.agent}.png", f"probe: {args.agent}"
+        )
+    except PlotUnavailable as exc:
+        raise UsageError(str(exc)) from None
+    return {"json": str(data), "plot": str(plot)}
