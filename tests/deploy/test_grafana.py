@@ -1,0 +1,263 @@
+"""deploy/grafana/: the dashboard's structure, its queries against the daemon's real metric
+names, and every panel query run through a real Prometheus scraping a real daemon.
+
+No Grafana server is available to the tests, so the JSON and the provisioning files are
+checked structurally; the queries themselves are checked by a real Prometheus.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+from promql_names import COUNTER_FUNCTIONS, exported_series_names, is_counter_series, selectors
+
+ROOT = Path(__file__).resolve().parents[2]
+GRAFANA = ROOT / "deploy" / "grafana"
+DASHBOARD = GRAFANA / "genesis-fp16.json"
+sys.path.insert(0, str(ROOT / "tests" / "genesis_fp16"))
+from daemon_harness import DaemonProcess, start_daemon  # noqa: E402
+
+# The fixture agent of the daemon tests: it really trains (autocast forward, scaled
+# backward, optimizer step on the CPU) and takes milliseconds per run.
+AGENT = "fixture_good"
+SCRAPE_SECONDS = 1
+# Grafana's $__rate_interval is at least four scrape intervals; 15 s leaves margin.
+RATE_INTERVAL = "15s"
+# Panels that have no data in a clean CPU run, and why.
+EXPECTED_EMPTY = {
+    "Precision demotions": "no demotion happens in a clean run",
+    **(
+        {}
+        if torch.cuda.is_available()
+        else {"GPU memory (peak per run)": "the daemon exports it only where a GPU is used"}
+    ),
+}
+
+
+def _dashboard() -> dict[str, Any]:
+    return dict(json.loads(DASHBOARD.read_text()))
+
+
+def _panels() -> list[dict[str, Any]]:
+    return [panel for panel in _dashboard()["panels"] if panel["type"] != "row"]
+
+
+def _queries() -> list[tuple[str, str]]:
+    """(panel title, expression) of every panel query."""
+    return [(panel["title"], target["expr"]) for panel in _panels() for target in panel["targets"]]
+
+
+def _problems(expr: str, exported: set[str]) -> list[str]:
+    """What is wrong with one dashboard query: unknown metrics, counters used raw."""
+    found = []
+    for selector in selectors(expr):
+        if selector.metric not in exported:
+            found.append(f"{selector.metric} is not exported by the daemon")
+        if is_counter_series(selector.metric) and selector.function not in COUNTER_FUNCTIONS:
+            found.append(f"{selector.metric} is a counter used outside rate()/increase()")
+    return found
+
+
+def test_dashboard_has_stable_uid_schema_and_variables() -> None:
+    """uid and schemaVersion are set; `datasource` and `agent` variables exist as required."""
+    dashboard = _dashboard()
+    assert dashboard["uid"] == "genesis-fp16"
+    assert isinstance(dashboard["schemaVersion"], int) and dashboard["schemaVersion"] >= 36
+    variables = {item["name"]: item for item in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    agent = variables["agent"]
+    assert agent["query"]["query"] == "label_values(genesis_fp16_optimizer_steps_total, agent)"
+    assert agent["datasource"]["uid"] == "${datasource}"
+
+
+def test_every_panel_has_a_unit_and_uses_the_datasource_variable() -> None:
+    """Each panel and query reads from ${datasource}, and each panel sets a unit."""
+    for panel in _panels():
+        assert panel["fieldConfig"]["defaults"].get("unit"), panel["title"]
+        assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == "${datasource}", panel["title"]
+
+
+def test_dashboard_shows_the_required_panels() -> None:
+    """Loss scale, skips/overflow, throughput, losses, precision, runs, GPU memory, demotions."""
+    titles = {panel["title"] for panel in _panels()}
+    assert titles >= {
+        "Loss scale",
+        "Skipped steps",
+        "Overflow rate",
+        "Throughput",
+        "Losses",
+        "Precision per agent",
+        "Run outcomes",
+        "Run duration",
+        "GPU memory (peak per run)",
+        "Precision demotions",
+    }
+    duration = next(panel for panel in _panels() if panel["title"] == "Run duration")
+    assert all(
+        "histogram_quantile(" in t["expr"] and "_bucket" in t["expr"] for t in duration["targets"]
+    )
+
+
+def test_range_queries_use_rate_interval_and_the_agent_filter() -> None:
+    """Every range is [$__rate_interval]; every per-agent query filters on $agent."""
+    per_agent = exported_series_names() - {
+        "genesis_fp16_scheduler_heartbeat_timestamp_seconds",
+        "genesis_fp16_config_last_reload_successful",
+        "genesis_fp16_config_reloads_total",
+        "genesis_fp16_build_info",
+        "genesis_fp16_plugin_load_failures_total",
+    }
+    for title, expr in _queries():
+        ranges = re.findall(r"\[([^\]]*)\]", expr)
+        assert all(value == "$__rate_interval" for value in ranges), (title, expr)
+        if any(selector.metric in per_agent for selector in selectors(expr)):
+            assert 'agent=~"$agent"' in expr, (title, expr)
+
+
+def test_queries_use_only_exported_metrics_and_wrap_counters() -> None:
+    """Every queried metric is registered by genesis_fp16.metrics; counters sit in rate/increase."""
+    exported = exported_series_names()
+    problems = {f"{title}: {expr}": _problems(expr, exported) for title, expr in _queries()}
+    assert not {query: found for query, found in problems.items() if found}
+
+
+def test_query_checks_can_fail() -> None:
+    """The same checks reject an unknown metric and a counter plotted raw."""
+    exported = exported_series_names()
+    assert _problems("genesis_fp16_samples_total", exported) == [
+        "genesis_fp16_samples_total is a counter used outside rate()/increase()"
+    ]
+    assert _problems("rate(genesis_fp16_sample_total[5m])", exported) == [
+        "genesis_fp16_sample_total is not exported by the daemon"
+    ]
+
+
+def test_provisioning_points_grafana_at_the_dashboard_and_prometheus() -> None:
+    """A file dashboard provider and a default Prometheus data source, in Grafana's format."""
+    provider = yaml.safe_load((GRAFANA / "provisioning/dashboards/genesis-fp16.yaml").read_text())
+    assert provider["apiVersion"] == 1
+    (entry,) = provider["providers"]
+    assert entry["type"] == "file" and entry["options"]["path"].startswith("/")
+    sources = yaml.safe_load((GRAFANA / "provisioning/datasources/prometheus.yaml").read_text())
+    assert sources["apiVersion"] == 1
+    (source,) = sources["datasources"]
+    assert source["type"] == "prometheus" and source["url"].startswith("http")
+
+
+# --- end to end: a real daemon, a real Prometheus, every panel query -----------------
+
+
+def _prometheus_query(port: int, expr: str) -> list[dict[str, Any]]:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(url, timeout=5) as response:
+        body = json.load(response)
+    assert body["status"] == "success", body
+    return list(body["data"]["result"])
+
+
+def _has_finite_value(result: list[dict[str, Any]]) -> bool:
+    return any(math.isfinite(float(series["value"][1])) for series in result)
+
+
+@pytest.fixture
+def scraped_daemon(
+    prometheus_server: str, tmp_path: Path, free_port: int
+) -> Iterator[tuple[DaemonProcess, int]]:
+    """A daemon training every 2 s, scraped every second by a real Prometheus."""
+    (tmp_path / "daemon").mkdir()
+    daemon = start_daemon(
+        tmp_path / "daemon",
+        {
+            "GENESIS_FP16_PLUGIN_ALLOWLIST": AGENT,
+            "GENESIS_FP16_STEPS_PER_RUN": "8",
+            "GENESIS_FP16_LOG_INTERVAL": "2",
+            "GENESIS_FP16_SAMPLE_COUNT": "64",
+            "GENESIS_FP16_SCHEDULE": "2",
+            "FIXTURE_STEP_SECONDS": "0.01",
+        },
+    )
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "global": {"scrape_interval": f"{SCRAPE_SECONDS}s"},
+                "scrape_configs": [
+                    {
+                        "job_name": "genesis-fp16",
+                        "static_configs": [{"targets": [f"127.0.0.1:{daemon.port}"]}],
+                    }
+                ],
+            }
+        )
+    )
+    log = (tmp_path / "prometheus.log").open("wb")
+    server = subprocess.Popen(
+        [
+            prometheus_server,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{free_port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        yield daemon, free_port
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+        daemon.stop()
+
+
+@pytest.mark.slow
+def test_every_panel_query_returns_data_from_a_real_prometheus(
+    scraped_daemon: tuple[DaemonProcess, int],
+) -> None:
+    """After a few runs, each panel query (but the listed CPU exceptions) returns data."""
+    daemon, port = scraped_daemon
+    queries = [
+        (title, expr.replace("$__rate_interval", RATE_INTERVAL).replace("$agent", AGENT))
+        for title, expr in _queries()
+    ]
+    assert {title for title, _ in queries} >= set(EXPECTED_EMPTY)
+    deadline = time.monotonic() + 60
+    missing: list[str] = []
+    while time.monotonic() < deadline:
+        missing = []
+        for title, expr in queries:
+            if title in EXPECTED_EMPTY:
+                continue
+            try:
+                result = _prometheus_query(port, expr)
+            except OSError as exc:  # Prometheus still starting
+                result, expr = [], f"{expr} ({exc})"
+            if not _has_finite_value(result):
+                missing.append(f"{title}: {expr}")
+        if not missing:
+            break
+        time.sleep(1)
+    assert daemon.process.poll() is None, daemon.tail()
+    assert not missing, "panel queries without data:\n" + "\n".join(missing)
+    up = _prometheus_query(port, 'up{job="genesis-fp16"}')
+    assert [series["value"][1] for series in up] == ["1"]
