@@ -124,7 +124,7 @@ class DaemonProcess:
             try:
                 value = check()
             except (OSError, urllib.error.URLError):
-                value = None  # type: ignore[assignment]
+                value = None
             if value:
                 return value
             time.sleep(0.1)

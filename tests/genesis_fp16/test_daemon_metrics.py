@@ -1,0 +1,60 @@
+"""Metrics: counters advance by the increase of the summaries' running totals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry
+
+from genesis_fp16.metrics import METRIC_NAMES, DaemonMetrics
+
+
+@dataclass(frozen=True)
+class Summary:
+    precision: str
+    optimizer_steps: int
+    skipped_steps: int
+    nonfinite_losses: int
+    samples: int
+    loss_scale: float = 1024.0
+    overflow_rate: float = 0.0
+    grad_norm: float = 1.0
+    train_loss: float = 0.5
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return registry.get_sample_value(name, labels)
+
+
+def test_counters_advance_by_deltas_across_summaries_and_runs() -> None:
+    """Two summaries of one run add their increase; a new run counts from zero again."""
+    registry = CollectorRegistry()
+    metrics = DaemonMetrics(registry, version="1.2.3")
+    metrics.start_run("a")
+    metrics.observe_summary("a", Summary("fp16", 10, 2, 0, 160))
+    metrics.observe_summary("a", Summary("fp16", 25, 3, 1, 400))
+    assert value(registry, "genesis_fp16_optimizer_steps_total", agent="a") == 25
+    assert value(registry, "genesis_fp16_skipped_steps_total", agent="a") == 3
+    assert value(registry, "genesis_fp16_nonfinite_loss_total", agent="a") == 1
+    metrics.start_run("a")
+    metrics.observe_summary("a", Summary("fp32", 5, 0, 0, 80))
+    assert value(registry, "genesis_fp16_optimizer_steps_total", agent="a") == 30
+    assert value(registry, "genesis_fp16_samples_total", agent="a") == 480
+    assert value(registry, "genesis_fp16_precision", agent="a", precision="fp32") == 1
+    assert value(registry, "genesis_fp16_precision", agent="a", precision="fp16") == 0
+
+
+def test_registry_is_the_one_passed_in_and_names_match_the_list() -> None:
+    """Two daemons' metrics live on separate registries; every listed name is exported."""
+    first, second = CollectorRegistry(), CollectorRegistry()
+    DaemonMetrics(first, "1").set_precision("a", "bf16")
+    DaemonMetrics(second, "1")
+    assert value(first, "genesis_fp16_precision", agent="a", precision="bf16") == 1
+    assert value(second, "genesis_fp16_precision", agent="a", precision="bf16") is None
+    exported = {
+        sample_name
+        for family in first.collect()
+        for sample_name in {family.name, family.name + "_total"}
+    }
+    assert set(METRIC_NAMES) <= exported
+    assert value(first, "genesis_fp16_build_info", version="1") == 1

@@ -1,0 +1,56 @@
+"""Plugin discovery: allowlist before import, API check, states, unknown-name errors."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import pytest
+from daemon_harness import FIXTURE_PLUGINS
+
+from genesis_fp16.plugins import PluginError, discover_plugins, load_plugin
+
+
+@pytest.fixture(autouse=True)
+def fixture_plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Install the fixture distribution for this test and forget its modules afterwards."""
+    monkeypatch.syspath_prepend(str(FIXTURE_PLUGINS))
+    yield
+    for name in [m for m in sys.modules if m.startswith("fixture_agents")]:
+        del sys.modules[name]
+
+
+def test_states_of_good_broken_wrong_api_and_factory_plugins() -> None:
+    """Each fixture gets its state; errors say what went wrong; a factory is called."""
+    allow = ["fixture_good", "fixture_broken", "fixture_wrong_api", "fixture_raising"]
+    records = {r.name: r for r in discover_plugins(allow)}
+    assert records["fixture_good"].state == "loaded"
+    assert records["fixture_good"].distribution == "genesis-fp16-fixture-agents"
+    assert records["fixture_raising"].state == "loaded"  # loaded through make_plugin()
+    assert records["fixture_raising"].plugin is not None
+    assert records["fixture_broken"].state == "failed"
+    assert "not_installed_anywhere" in str(records["fixture_broken"].error)
+    assert records["fixture_wrong_api"].state == "wrong_api"
+    assert "99" in str(records["fixture_wrong_api"].error)
+
+
+def test_allowlist_is_applied_before_import() -> None:
+    """Plugins outside the allowlist are listed as not_allowed and never imported."""
+    records = {r.name: r for r in discover_plugins(["fixture_good"])}
+    assert records["fixture_broken"].state == "not_allowed"
+    assert records["fixture_wrong_api"].state == "not_allowed"
+    assert "fixture_agents.broken" not in sys.modules
+    assert "fixture_agents.wrong_api" not in sys.modules
+    assert "fixture_agents.good" in sys.modules
+
+
+def test_load_plugin_imports_one_and_explains_unknown_names() -> None:
+    """load_plugin imports only the named plugin; an unknown name lists the known ones."""
+    assert load_plugin("fixture_good").name == "fixture_good"
+    assert "fixture_agents.broken" not in sys.modules
+    with pytest.raises(PluginError, match=r"unknown agent 'nope'; known agents: .*fixture_good"):
+        load_plugin("nope")
+    with pytest.raises(PluginError, match=r"fixture_broken.*failed.*not_installed_anywhere"):
+        load_plugin("fixture_broken")
+    with pytest.raises(PluginError, match="not in GENESIS_FP16_PLUGIN_ALLOWLIST"):
+        load_plugin("fixture_good", allowlist=["se_darwin"])

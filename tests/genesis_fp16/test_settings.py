@@ -1,0 +1,176 @@
+"""Settings: defaults, .env and environment, precedence of the precision, clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from genesis_fp16.settings import SettingsError, load_settings, parse_schedule, requested_precision
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Each test starts with no daemon variables and an empty working directory."""
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("GENESIS_FP16_") or key == "ENABLE_FP16_TRAINING":
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+
+
+def test_defaults_without_any_configuration() -> None:
+    """No env, no .env: ./state, 127.0.0.1:9464, auto log format, 30 s shutdown."""
+    settings = load_settings()
+    assert settings.state_dir == Path("state")
+    assert (settings.metrics_addr, settings.metrics_port) == ("127.0.0.1", 9464)
+    assert settings.log_format == "auto"
+    assert settings.shutdown_timeout_seconds == 30
+    assert settings.enable_fp16_training is None
+    assert settings.plugin_allowlist is None
+
+
+def test_env_file_is_read_and_environment_wins(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The .env in the cwd is read; an environment variable overrides the same key."""
+    (tmp_path / ".env").write_text(
+        "GENESIS_FP16_STATE_DIR=/var/lib/x\nGENESIS_FP16_METRICS_PORT=9000\nENABLE_FP16_TRAINING=true\n"
+    )
+    monkeypatch.setenv("GENESIS_FP16_METRICS_PORT", "9100")
+    settings = load_settings()
+    assert settings.state_dir == Path("/var/lib/x")
+    assert settings.metrics_port == 9100
+    assert settings.enable_fp16_training is True
+
+
+def test_env_file_variable_and_missing_named_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """GENESIS_FP16_ENV_FILE selects the file; a named file that is missing is an error."""
+    other = tmp_path / "other.env"
+    other.write_text("GENESIS_FP16_LOG_FORMAT=console\n")
+    monkeypatch.setenv("GENESIS_FP16_ENV_FILE", str(other))
+    assert load_settings().log_format == "console"
+    monkeypatch.setenv("GENESIS_FP16_ENV_FILE", str(tmp_path / "nope.env"))
+    with pytest.raises(SettingsError, match="GENESIS_FP16_ENV_FILE"):
+        load_settings()
+
+
+def test_per_agent_settings_nested_and_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nested GENESIS_FP16_AGENTS__NAME__FIELD variables and a JSON object both work."""
+    monkeypatch.setenv("GENESIS_FP16_AGENTS__SE_DARWIN__SCHEDULE", "*/15 * * * *")
+    monkeypatch.setenv("GENESIS_FP16_AGENTS__SE_DARWIN__STEPS", "25")
+    monkeypatch.setenv("GENESIS_FP16_PLUGIN_ALLOWLIST", "se_darwin, rlhf_ppo")
+    settings = load_settings()
+    assert settings.schedule_for("se_darwin") == "*/15 * * * *"
+    assert settings.agent("se_darwin").steps == 25
+    assert settings.schedule_for("rlhf_ppo") == "3600"
+    assert settings.plugin_allowlist == ["se_darwin", "rlhf_ppo"]
+    monkeypatch.delenv("GENESIS_FP16_AGENTS__SE_DARWIN__SCHEDULE")
+    monkeypatch.delenv("GENESIS_FP16_AGENTS__SE_DARWIN__STEPS")
+    monkeypatch.setenv(
+        "GENESIS_FP16_AGENTS", '{"se_darwin": {"enabled": false, "precision": "bf16"}}'
+    )
+    settings = load_settings()
+    assert not settings.agent("se_darwin").enabled
+    assert settings.agent("se_darwin").precision == "bf16"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("GENESIS_FP16_METRICS_PORT", "70000", "less than or equal to 65535"),
+        ("GENESIS_FP16_LOG_FORMAT", "xml", "'auto', 'json' or 'console'"),
+        ("ENABLE_FP16_TRAINING", "maybe", "valid boolean"),
+        ("GENESIS_FP16_SHUTDOWN_TIMEOUT_SECONDS", "0", "greater than 0"),
+        ("GENESIS_FP16_DEVICE", "tpu", "not one of auto, cpu"),
+        ("GENESIS_FP16_SCHEDULE", "every day", "neither an interval"),
+        ("GENESIS_FP16_AGENTS__SE_DARWIN__SCHEDULE", "-5", "must be > 0"),
+        ("GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION", "fp8", "'fp16'"),
+        ("GENESIS_FP16_AGENTS", "{not json", "not valid JSON"),
+        ("GENESIS_FP16_TLS_CERT_FILE", "/nonexistent.pem", "must be set together"),
+    ],
+)
+def test_invalid_values_name_the_setting(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, expected: str
+) -> None:
+    """Each bad value gives one line that names its variable and the problem."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as info:
+        load_settings()
+    message = str(info.value)
+    assert "\n" not in message
+    assert expected in message
+    named = "GENESIS_FP16_TLS_CERT_FILE" if "TLS" in variable else variable
+    assert named in message
+
+
+def test_steps_and_epochs_are_exclusive(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent with both steps and epochs per run is refused."""
+    monkeypatch.setenv("GENESIS_FP16_AGENTS__A__STEPS", "5")
+    monkeypatch.setenv("GENESIS_FP16_AGENTS__A__EPOCHS", "1")
+    with pytest.raises(SettingsError, match=r"GENESIS_FP16_AGENTS__A.*not both"):
+        load_settings()
+
+
+@pytest.mark.parametrize(
+    ("env", "cli", "expected"),
+    [
+        ({}, None, "auto"),
+        ({"ENABLE_FP16_TRAINING": "true"}, None, "fp16"),
+        ({"ENABLE_FP16_TRAINING": "false"}, None, "fp32"),
+        ({"GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION": "bf16"}, None, "bf16"),
+        (
+            {"ENABLE_FP16_TRAINING": "true", "GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION": "bf16"},
+            None,
+            "bf16",
+        ),
+        (
+            {"ENABLE_FP16_TRAINING": "false", "GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION": "bf16"},
+            None,
+            "fp32",
+        ),
+        ({"ENABLE_FP16_TRAINING": "false"}, "fp16", "fp16"),
+        ({"GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION": "bf16"}, "fp32", "fp32"),
+    ],
+)
+def test_precision_precedence(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], cli: str | None, expected: str
+) -> None:
+    """CLI > ENABLE_FP16_TRAINING=false > per-agent override > ENABLE_FP16_TRAINING=true > auto."""
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    precision, reason = requested_precision(load_settings(), "se_darwin", cli)
+    assert precision == expected
+    assert reason
+
+
+def test_override_is_per_agent_and_reason_names_the_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One agent's override leaves the others on auto; the reason names the variable."""
+    monkeypatch.setenv("GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION", "bf16")
+    settings = load_settings()
+    assert requested_precision(settings, "se_darwin", None) == (
+        "bf16",
+        "GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION=bf16",
+    )
+    assert requested_precision(settings, "rlhf_ppo", None)[0] == "auto"
+    with pytest.raises(SettingsError, match="--precision: 'fp64'"):
+        requested_precision(settings, "se_darwin", "fp64")
+
+
+def test_parse_schedule_interval_and_cron() -> None:
+    """Seconds become an interval, five fields a cron line, anything else an error."""
+    assert parse_schedule("90") == ("interval", 90.0)
+    assert parse_schedule("0 3 * * mon") == ("cron", "0 3 * * mon")
+    with pytest.raises(ValueError, match="5-field cron"):
+        parse_schedule("0 3 * *")
+
+
+def test_secrets_are_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TLS key password never appears in the resolved settings."""
+    monkeypatch.setenv("GENESIS_FP16_TLS_KEY_PASSWORD", "hunter2")
+    dumped = load_settings().redacted()
+    assert dumped["tls_key_password"] == "**********"
+    assert "hunter2" not in str(dumped)
