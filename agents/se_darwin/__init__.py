@@ -1,0 +1,7 @@
+"""The SE-Darwin agent, registered as ``se_darwin`` in the ``genesis_fp16.agents`` group."""
+
+from agents.se_darwin.plugin import SEDarwinPlugin
+
+plugin = SEDarwinPlugin()
+
+__all__ = ["SEDarwinPlugin", "plugin"]

@@ -1,0 +1,139 @@
+"""The SE-Darwin agent plugin: generates data, trains the world model through ``fit()``."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agents.se_darwin.task import Batch, SEDarwinTask, TaskOptions
+from infrastructure.data.readers import read_trajectories
+from infrastructure.data.synthetic import write_pool
+from infrastructure.plugin_api import API_VERSION, ProbeSetup, TrainRequest, TrainResult
+from infrastructure.training import CheckpointManager, FitOptions, fit
+from infrastructure.world_model.model import HEAD_MODULES, TRUNK_MODULES, WorldModel
+from infrastructure.world_model.predict import read_world_model_state
+
+logger = logging.getLogger(__name__)
+
+_PROBE_BATCHES = 9
+_PROBE_SAMPLE_COUNT = 3000
+
+
+class SEDarwinPlugin:
+    """Genesis's SE-Darwin agent: a world model that forecasts how an attempt will end."""
+
+    api_version = API_VERSION
+    name = "se_darwin"
+    description = "SE-Darwin world model: success, score and outcome of a code-evolution attempt"
+
+    def generate_sample_data(self, out: Path, count: int, seed: int) -> Path:
+        """Write ``<out>/trajectory_pools/se_darwin/trajectory_pool.json``; return its path."""
+        return write_pool(Path(out), count, seed, agent=self.name)
+
+    def train(self, request: TrainRequest) -> TrainResult:
+        """Read the data, build the task (resuming its encoder), run ``fit`` and report."""
+        if request.data_path is None:
+            raise ValueError("se_darwin needs a data path: generate one with generate_sample_data")
+        options = TaskOptions.from_mapping(request.options)
+        saved = _saved_state(request.checkpoint_dir) if request.resume else None
+        quarantine = request.quarantine_path or Path(request.checkpoint_dir) / "quarantine.jsonl"
+        task, data = SEDarwinTask.from_path(
+            Path(request.data_path), options, request.seed, request.device, quarantine, saved
+        )
+        steps, epochs = request.steps, request.epochs
+        if steps is None and epochs is None:
+            epochs = 1
+        result = fit(
+            task,
+            FitOptions(
+                precision=request.precision,
+                device=request.device,
+                steps=steps,
+                epochs=epochs,
+                seed=request.seed,
+                resume=request.resume,
+                checkpoint_dir=Path(request.checkpoint_dir),
+                log_interval=request.log_interval,
+                on_log=request.on_log,
+                should_stop=request.should_stop,
+            ),
+        )
+        summary = result.summary
+        extra: dict[str, Any] = {
+            "total_steps": summary.step,
+            "examples": len(data.examples),
+            "duplicates": data.duplicates,
+            "unlabelled": data.unlabelled,
+            "precision_warning": result.precision.warning,
+            "resumed_from": str(result.resumed_from) if result.resumed_from else None,
+        }
+        if torch.cuda.is_available() and request.device.startswith("cuda"):
+            extra["device_memory_peak_bytes"] = torch.cuda.max_memory_allocated(request.device)
+        return TrainResult(
+            agent=request.agent,
+            precision_requested=request.precision,
+            precision_used=result.precision.used,
+            precision_reason=f"{request.precision_reason}; {result.precision.reason}",
+            device=request.device,
+            steps=result.steps_run,
+            skipped_steps=summary.skipped_steps,
+            overflow_rate=summary.overflow_rate,
+            loss_scale=summary.loss_scale,
+            final_train_loss=summary.train_loss,
+            eval=dict(result.eval),
+            samples_per_second=summary.samples_per_second,
+            wall_seconds=summary.wall_seconds,
+            checkpoint=result.checkpoint,
+            quarantined=data.quarantined,
+            stopped_early=result.stopped_early,
+            demotions=result.demotions,
+            extra=extra,
+        )
+
+    def probe_setup(self, data_path: Path | None, seed: int) -> ProbeSetup:
+        """The world model, its loss and a few real batches, for the precision probe."""
+        options = TaskOptions()
+        if data_path is None:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = write_pool(Path(tmp), _PROBE_SAMPLE_COUNT, seed, agent=self.name)
+                data = read_trajectories(path)
+        else:
+            data = read_trajectories(Path(data_path))
+        task = SEDarwinTask(data, options, seed)
+        batches = [b for b, _ in task.train_batches(0, seed)][:_PROBE_BATCHES]
+        config = task.config
+
+        def build_model() -> torch.nn.Module:
+            torch.manual_seed(seed)
+            return WorldModel(config)
+
+        return ProbeSetup(
+            build_model=build_model,
+            loss=task.loss,
+            batches=batches,
+            split_batch=_split_batch,
+            components={"heads": list(HEAD_MODULES), "trunk": list(TRUNK_MODULES)},
+            learning_rate=options.learning_rate,
+        )
+
+
+def _split_batch(batch: Batch) -> tuple[Batch, Batch]:
+    half = len(batch) // 2
+    index = torch.arange(len(batch))
+    return batch.take(index[:half]), batch.take(index[half:])
+
+
+def _saved_state(checkpoint_dir: Path) -> Mapping[str, Any] | None:
+    """The encoder and model shape of the checkpoint a resumed run will start from."""
+    found = CheckpointManager(Path(checkpoint_dir)).load_latest()
+    if found is None:
+        return None
+    state, path = found
+    saved = read_world_model_state(state)
+    logger.info("resuming with the feature encoder saved in %s", path)
+    return saved

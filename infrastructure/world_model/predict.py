@@ -1,0 +1,139 @@
+"""The prediction API for Genesis: score attempts with an agent's latest trained world model.
+
+::
+
+    from infrastructure.world_model.predict import WorldModelPredictor, load_pool_scores
+
+    predictor = WorldModelPredictor.load(Path("state/agents/se_darwin/checkpoints"))
+    scores = load_pool_scores(Path("data/trajectory_pools/se_darwin/trajectory_pool.json"))
+    p = predictor.predict_one(candidate_record, scores)  # a dict in the pool record shape
+    p.success_probability, p.expected_score, p.outcome
+
+The checkpoint is read with ``torch.load(weights_only=True)``, and the feature encoder
+saved inside it encodes the attempts, so predictions after a restart equal those the
+training process would make. Parents' scores come from ``parent_scores`` (id -> recorded
+success_score); a parent not found there counts as unknown, as in training.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from infrastructure.data.readers import read_trajectories
+from infrastructure.data.schema import OUTCOMES, AttemptInput, Trajectory
+from infrastructure.training import checkpoint_keys as keys
+from infrastructure.training.checkpoint import CheckpointManager, load_checkpoint
+from infrastructure.world_model.features import FeatureEncoder
+from infrastructure.world_model.model import ModelConfig, WorldModel
+
+STATE_KIND = "world_model"
+STATE_VERSION = 1
+
+AttemptLike = AttemptInput | Trajectory | Mapping[str, Any]
+
+
+def world_model_state(encoder: FeatureEncoder, config: ModelConfig, **info: Any) -> dict[str, Any]:
+    """What a world-model checkpoint keeps beside the weights, as plain types."""
+    return {
+        "kind": STATE_KIND,
+        "version": STATE_VERSION,
+        "encoder": encoder.state_dict(),
+        "model": config.to_dict(),
+        **info,
+    }
+
+
+def read_world_model_state(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
+    """The world-model part of a loaded checkpoint; ValueError when it holds something else."""
+    extra = checkpoint.get(keys.EXTRA) or {}
+    if extra.get("kind") != STATE_KIND or extra.get("version") != STATE_VERSION:
+        raise ValueError(
+            f"checkpoint holds {extra.get('kind')!r} version {extra.get('version')!r}, "
+            f"not a {STATE_KIND!r} version {STATE_VERSION}"
+        )
+    return dict(extra)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The world model's forecast for one attempt."""
+
+    success_probability: float
+    expected_score: float
+    outcome: str
+    outcome_probabilities: dict[str, float]
+
+
+class WorldModelPredictor:
+    """A trained world model with its feature encoder, in fp32 eval mode."""
+
+    def __init__(
+        self, model: WorldModel, encoder: FeatureEncoder, checkpoint: Path | None = None
+    ) -> None:
+        self.model = model.eval()
+        self.encoder = encoder
+        self.checkpoint = checkpoint
+
+    @classmethod
+    def load(cls, path: Path, device: str = "cpu") -> WorldModelPredictor:
+        """Load a checkpoint file, or the newest valid one in a checkpoint folder."""
+        path = Path(path)
+        if path.is_dir():
+            found = CheckpointManager(path).load_latest()
+            if found is None:
+                raise FileNotFoundError(f"no valid world-model checkpoint in {str(path)!r}")
+            state, path = found
+        else:
+            state = load_checkpoint(path)
+        saved = read_world_model_state(state)
+        model = WorldModel(ModelConfig.from_dict(saved["model"]))
+        model.load_state_dict(state[keys.MODEL])
+        return cls(model.to(device), FeatureEncoder.from_state(saved["encoder"]), path)
+
+    def predict(
+        self, attempts: Sequence[AttemptLike], parent_scores: Mapping[str, float] | None = None
+    ) -> list[Prediction]:
+        """Score a batch of attempts (pool-shaped dicts, Trajectory or AttemptInput)."""
+        inputs = [_as_input(a) for a in attempts]
+        x = self.encoder.encode(inputs, parent_scores or {})
+        device = next(self.model.parameters()).device
+        with torch.no_grad():
+            out = self.model(x.to(device))
+        success = torch.sigmoid(out.success_logit.float()).cpu().tolist()
+        expected = torch.sigmoid(out.score_logit.float()).cpu().tolist()
+        classes = torch.softmax(out.outcome_logits.float(), dim=-1).cpu().tolist()
+        return [
+            Prediction(
+                success_probability=s,
+                expected_score=e,
+                outcome=OUTCOMES[max(range(len(OUTCOMES)), key=c.__getitem__)],
+                outcome_probabilities=dict(zip(OUTCOMES, c, strict=True)),
+            )
+            for s, e, c in zip(success, expected, classes, strict=True)
+        ]
+
+    def predict_one(
+        self, attempt: AttemptLike, parent_scores: Mapping[str, float] | None = None
+    ) -> Prediction:
+        """Score one attempt."""
+        return self.predict([attempt], parent_scores)[0]
+
+
+def load_pool_scores(path: Path) -> dict[str, float]:
+    """Recorded success scores by trajectory id, from a pool file or folder (for parents)."""
+    return read_trajectories(Path(path)).scores
+
+
+def _as_input(attempt: AttemptLike) -> AttemptInput:
+    if isinstance(attempt, AttemptInput):
+        return attempt
+    if isinstance(attempt, Trajectory):
+        return attempt.to_input()
+    record = dict(attempt)
+    record.setdefault("trajectory_id", "candidate")
+    return Trajectory.model_validate(record).to_input()
