@@ -138,3 +138,17 @@ def test_gpu_device_access_is_an_explicit_allow_list(key: str) -> None:
     settings = _settings(UNIT.read_text())
     expected = {"DevicePolicy": "closed", "DeviceAllow": "char-nvidia* rw"}[key]
     assert expected in settings[key]
+
+
+def test_daemon_settings_let_the_environment_win_over_the_env_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The precedence that makes EnvironmentFile= unfit for the reloadable .env is real."""
+    from genesis_fp16.settings import load_settings
+
+    env_file = tmp_path / "genesis-fp16.env"
+    env_file.write_text("ENABLE_FP16_TRAINING=false\n")
+    monkeypatch.setenv("ENABLE_FP16_TRAINING", "true")
+    assert load_settings(env_file).enable_fp16_training is True
+    monkeypatch.delenv("ENABLE_FP16_TRAINING")
+    assert load_settings(env_file).enable_fp16_training is False
