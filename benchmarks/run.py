@@ -1,0 +1,19 @@
+#!/usr/bin/env python3
+"""Run the precision benchmark: the same code as `genesis-fp16 bench`.
+
+python benchmarks/run.py                  # full run, results in benchmarks/results/
+python benchmarks/run.py --help
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Runs from a checkout without installing the package, too.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from genesis_fp16.bench.run import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())

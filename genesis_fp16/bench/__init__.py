@@ -1,0 +1,11 @@
+"""The precision benchmark behind `genesis-fp16 bench` and `benchmarks/run.py`.
+
+One configuration (size, precision, runner) is measured by `measure.run_config`, usually
+in a fresh subprocess (`worker`) so that CPU peak RSS belongs to that configuration
+alone; `run.run_benchmark` plans the configurations, collects the rows, derives the
+ratios and writes the CSV and the plot (`report`).
+"""
+
+from genesis_fp16.bench.config import PRECISIONS_BY_DEVICE, RUNNERS, SIZES, BenchConfig
+
+__all__ = ["PRECISIONS_BY_DEVICE", "RUNNERS", "SIZES", "BenchConfig"]

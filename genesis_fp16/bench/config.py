@@ -1,0 +1,53 @@
+"""What one benchmark configuration is: plain data that crosses the subprocess boundary."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SIZES: tuple[str, ...] = ("default", "large")
+RUNNERS: tuple[str, ...] = ("ours", "hand", "accelerate", "fabric")
+# TF32 is a precision of its own only where it exists: NVIDIA GPUs from Ampere on.
+PRECISIONS_BY_DEVICE: dict[str, tuple[str, ...]] = {
+    "cpu": ("fp32", "bf16", "fp16"),
+    "cuda": ("fp32", "tf32", "bf16", "fp16"),
+}
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One row of the benchmark: a model size trained at one precision by one runner.
+
+    >>> BenchConfig(size="default", precision="bf16", runner="ours").runner
+    'ours'
+    """
+
+    size: str
+    precision: str
+    runner: str
+    device: str = "cpu"
+    batch_size: int = 64
+    warmup_steps: int = 3
+    timed_steps: int = 20
+    seed: int = 0
+    lr: float = 1e-3
+    max_grad_norm: float = 1.0
+    # Extra step counts after which the eval loss is also recorded (outside the timed
+    # steps), so that a row with fewer steps has an fp32 reference at its own length.
+    eval_at: tuple[int, ...] = field(default_factory=tuple)
+    tiny: bool = False  # a few-kilobyte model on a small pool, for tests
+    data_path: str | None = None  # the synthetic pool; generated per process when None
+
+    @property
+    def total_steps(self) -> int:
+        return self.warmup_steps + self.timed_steps
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> BenchConfig:
+        data: dict[str, Any] = json.loads(text)
+        data["eval_at"] = tuple(data.get("eval_at", ()))
+        return cls(**data)

@@ -1,0 +1,176 @@
+"""Measure one configuration: warm up, time the steady steps, evaluate, report a row."""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from genesis_fp16.bench.config import BenchConfig
+from genesis_fp16.bench.probe import (
+    DtypeProbe,
+    SyncCounter,
+    current_rss_mb,
+    device_name,
+    peak_rss_mb,
+    set_tf32,
+)
+from genesis_fp16.bench.runners import RUNNER_CLASSES, RUNNER_LIBRARIES, Runner
+from genesis_fp16.bench.workload import Workload, build_workload, load_data, write_data
+
+Row = dict[str, Any]
+
+
+class _StepClock:
+    """Per-step durations. On CUDA, events recorded in the stream: no sync until `read()`."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self._spans: list[Any] = []
+
+    @contextmanager
+    def step(self) -> Iterator[None]:
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield
+            end.record()
+            self._spans.append((start, end))
+        else:
+            t0 = time.perf_counter()
+            yield
+            self._spans.append(time.perf_counter() - t0)
+
+    def read_ms(self) -> list[float]:
+        """Step times in milliseconds (call after the device has been synchronised)."""
+        if self.cuda:
+            return [s.elapsed_time(e) for s, e in self._spans]
+        return [s * 1000 for s in self._spans]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@contextmanager
+def _sync_debug_paused(device: torch.device) -> Iterator[None]:
+    """Evaluation between timed steps reads the device on purpose: do not count it."""
+    if device.type != "cuda":
+        yield
+        return
+    mode = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode(0)
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(mode)
+
+
+def _train(
+    runner: Runner, workload: Workload, config: BenchConfig, device: torch.device, probe: DtypeProbe
+) -> tuple[list[float], int | None, dict[int, float]]:
+    """Run warm-up and timed steps; return the step times, host syncs and mid-run evals."""
+    evals: dict[int, float] = {}
+
+    def after(step: int) -> None:
+        if step in config.eval_at and step != config.total_steps:
+            with _sync_debug_paused(device):
+                evals[step] = workload.eval_loss(workload.model)
+
+    for step in range(config.warmup_steps):
+        runner.step(workload.batch(step))
+        after(step + 1)
+    clock, syncs = _StepClock(device), SyncCounter(device)
+    _sync(device)
+    probe.arm()
+    with syncs.counting():
+        for step in range(config.warmup_steps, config.total_steps):
+            with clock.step():
+                runner.step(workload.batch(step))
+            after(step + 1)
+    _sync(device)
+    return clock.read_ms(), syncs.count, evals
+
+
+def _fresh_device_state(device: torch.device) -> float:
+    """Start memory accounting for this configuration; returns the CPU RSS baseline."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    return current_rss_mb()
+
+
+def _peak_memory(
+    device: torch.device, rss_baseline: float, isolated: bool
+) -> tuple[float | None, str]:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20, "cuda_max_memory_allocated"
+    if not isolated:
+        return None, "not measured (CPU, in-process run)"
+    return peak_rss_mb() - rss_baseline, "cpu_peak_rss_over_baseline"
+
+
+def run_config(
+    config: BenchConfig,
+    isolated: bool,
+    make_runner: Callable[[str], Runner] | None = None,
+) -> Row:
+    """Measure one configuration and return its row of measured columns.
+
+    `isolated` says this process runs only this configuration, so its lifetime peak RSS
+    belongs to it; in-process runs on CPU leave the memory column empty.
+    """
+    device = torch.device(config.device)
+    importlib.import_module(RUNNER_LIBRARIES[config.runner])  # its imports are not its peak
+    with tempfile.TemporaryDirectory() as folder:
+        data_path = Path(config.data_path or write_data(Path(folder), config.tiny, config.seed))
+        data = load_data(data_path, config.batch_size, device)
+    rss_baseline = _fresh_device_state(device)
+    workload = build_workload(config.size, data, config.seed, config.tiny, device)
+    runner = (make_runner or (lambda name: RUNNER_CLASSES[name]()))(config.runner)
+    probe = DtypeProbe(workload.model)
+    try:
+        runner.prepare(workload, config, device)
+        times, syncs, evals = _train(runner, workload, config, device, probe)
+        eval_loss = workload.eval_loss(workload.model)
+        skipped = runner.skipped_steps()
+    finally:
+        probe.remove()
+        set_tf32(False)
+    peak, mem_kind = _peak_memory(device, rss_baseline, isolated)
+    evals[config.total_steps] = eval_loss
+    return {
+        "device": device.type,
+        "device_name": device_name(device),
+        "torch_version": torch.__version__,
+        "size": config.size,
+        "params": workload.parameters,
+        "runner": config.runner,
+        "precision_requested": config.precision,
+        "precision_ran": probe.ran or "unknown",
+        "honest": probe.ran == config.precision,
+        "batch_size": config.batch_size,
+        "warmup_steps": config.warmup_steps,
+        "timed_steps": config.timed_steps,
+        "median_step_ms": statistics.median(times),
+        # From the summed step times, so an evaluation between steps does not count.
+        "samples_per_s": config.batch_size * len(times) / (sum(times) / 1000),
+        "peak_mem_mb": peak,
+        "mem_measure": mem_kind,
+        "eval_loss": eval_loss,
+        "eval_loss_at": {str(k): v for k, v in sorted(evals.items())},
+        "skipped_steps": skipped,
+        "overflow_rate": skipped / config.total_steps,
+        "host_syncs_per_step": None if syncs is None else syncs / config.timed_steps,
+        "runner_note": runner.note,
+    }

@@ -1,0 +1,241 @@
+"""Plan the configurations, run each (in a fresh subprocess by default), write the results.
+
+genesis-fp16 bench                       # the full run on the best device here
+python benchmarks/run.py --sizes default --runners ours,hand --steps 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from genesis_fp16.bench.config import PRECISIONS_BY_DEVICE, RUNNERS, SIZES, BenchConfig
+from genesis_fp16.bench.measure import Row, run_config
+from genesis_fp16.bench.report import (
+    derive,
+    device_slug,
+    markdown_table,
+    note_for,
+    write_csv,
+    write_plot,
+)
+from genesis_fp16.bench.worker import ROW_MARKER
+from genesis_fp16.bench.workload import write_data
+
+DEFAULT_OUT = Path("benchmarks/results")
+# fp16 matmuls have no native CPU kernels (10-100x slower than fp32): fewer steps there.
+CPU_FP16_WARMUP, CPU_FP16_STEPS = 1, 2
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """What `genesis-fp16 bench` was asked to do."""
+
+    device: str
+    sizes: tuple[str, ...]
+    precisions: tuple[str, ...]
+    runners: tuple[str, ...]
+    batch_size: int = 64
+    warmup: int = 3
+    steps: int = 20
+    fp16_warmup: int | None = None
+    fp16_steps: int | None = None
+    seed: int = 0
+    out_dir: Path = DEFAULT_OUT
+    in_process: bool = False
+    tiny: bool = False
+
+
+def _choices(value: str, valid: Sequence[str], flag: str) -> tuple[str, ...]:
+    items = tuple(v.strip() for v in value.split(",") if v.strip())
+    bad = [v for v in items if v not in valid]
+    if bad or not items:
+        raise ValueError(f"{flag} {value!r}: choose from {', '.join(valid)} (comma-separated)")
+    return items
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options shared by `genesis-fp16 bench` and `benchmarks/run.py`."""
+    parser.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda")
+    parser.add_argument("--sizes", default=",".join(SIZES), help=f"of {','.join(SIZES)}")
+    parser.add_argument(
+        "--precisions", default="all", help="fp32,bf16,fp16 (+ tf32 on cuda); default: all"
+    )
+    parser.add_argument("--runners", default=",".join(RUNNERS), help=f"of {','.join(RUNNERS)}")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps")
+    parser.add_argument(
+        "--fp16-warmup", type=int, default=None, help=f"CPU default {CPU_FP16_WARMUP}"
+    )
+    parser.add_argument(
+        "--fp16-steps", type=int, default=None, help=f"CPU default {CPU_FP16_STEPS}"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT)
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="no subprocess per configuration (faster; CPU peak memory is then not measured)",
+    )
+    parser.add_argument("--tiny", action="store_true", help="a tiny model (smoke test)")
+
+
+def options_from_args(args: argparse.Namespace) -> BenchOptions:
+    """Validate the parsed arguments; raises ValueError with a one-line message."""
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in PRECISIONS_BY_DEVICE:
+        raise ValueError(f"--device {args.device!r}: choose from auto, cpu, cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device 'cuda': no CUDA device is available to this torch build")
+    valid = PRECISIONS_BY_DEVICE[device]
+    precisions = (
+        valid if args.precisions == "all" else _choices(args.precisions, valid, "--precisions")
+    )
+    for flag, value in (("--batch-size", args.batch_size), ("--steps", args.steps)):
+        if value < 1:
+            raise ValueError(f"{flag} {value}: must be at least 1")
+    return BenchOptions(
+        device=device,
+        sizes=_choices(args.sizes, SIZES, "--sizes"),
+        precisions=precisions,
+        runners=_choices(args.runners, RUNNERS, "--runners"),
+        batch_size=args.batch_size,
+        warmup=args.warmup,
+        steps=args.steps,
+        fp16_warmup=args.fp16_warmup,
+        fp16_steps=args.fp16_steps,
+        seed=args.seed,
+        out_dir=args.out_dir,
+        in_process=args.in_process,
+        tiny=args.tiny,
+    )
+
+
+def plan(options: BenchOptions, data_path: Path | None = None) -> list[BenchConfig]:
+    """Every (size, runner, precision), fp32 first so that the others compare against it."""
+    cpu = options.device == "cpu"
+    fp16_warmup = (
+        options.fp16_warmup
+        if options.fp16_warmup is not None
+        else (CPU_FP16_WARMUP if cpu else options.warmup)
+    )
+    fp16_steps = options.fp16_steps or (CPU_FP16_STEPS if cpu else options.steps)
+    base = BenchConfig(
+        size="",
+        precision="",
+        runner="",
+        device=options.device,
+        batch_size=options.batch_size,
+        warmup_steps=options.warmup,
+        timed_steps=options.steps,
+        seed=options.seed,
+        tiny=options.tiny,
+        data_path=None if data_path is None else str(data_path),
+    )
+    fp16_total = fp16_warmup + fp16_steps
+    configs = []
+    for size in options.sizes:
+        for runner in options.runners:
+            for precision in options.precisions:
+                config = replace(base, size=size, runner=runner, precision=precision)
+                if precision == "fp16":
+                    config = replace(config, warmup_steps=fp16_warmup, timed_steps=fp16_steps)
+                elif precision == "fp32" and "fp16" in options.precisions:
+                    # The fp32 reference for fp16's eval-loss gap, at fp16's step count.
+                    config = replace(config, eval_at=(fp16_total,))
+                configs.append(config)
+    return configs
+
+
+def _run_isolated(config: BenchConfig) -> Row:
+    proc = subprocess.run(
+        [sys.executable, "-m", "genesis_fp16.bench.worker"],
+        input=config.to_json(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    for line in proc.stdout.splitlines():
+        if line.startswith(ROW_MARKER):
+            row: Row = json.loads(line[len(ROW_MARKER) :])
+            return row
+    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    raise RuntimeError(f"worker exited {proc.returncode}: {last}")
+
+
+def _failed_row(config: BenchConfig, error: str) -> Row:
+    return {
+        "device": config.device,
+        "size": config.size,
+        "runner": config.runner,
+        "precision_requested": config.precision,
+        "precision_ran": "none",
+        "honest": False,
+        "batch_size": config.batch_size,
+        "warmup_steps": config.warmup_steps,
+        "timed_steps": config.timed_steps,
+        "error": error,
+    }
+
+
+def _run_all(
+    configs: Sequence[BenchConfig], in_process: bool, progress: Callable[[str], None]
+) -> list[Row]:
+    rows: list[Row] = []
+    for config in configs:
+        label = f"{config.size}/{config.runner}/{config.precision}"
+        try:
+            row = run_config(config, isolated=False) if in_process else _run_isolated(config)
+        except Exception as exc:  # a failing peer is a row of its own, not a crashed run
+            row = _failed_row(config, f"{type(exc).__name__}: {exc}".splitlines()[0])
+        rows.append(row)
+        ms = row.get("median_step_ms") or 0.0
+        progress(f"{label}: ran {row['precision_ran']}, median {ms:.1f} ms/step")
+    return rows
+
+
+def run_benchmark(
+    options: BenchOptions, command: str, progress: Callable[[str], None] = print
+) -> tuple[list[Row], Path]:
+    """Run every planned configuration; write CSV and PNG; return the rows and CSV path."""
+    with tempfile.TemporaryDirectory(prefix="genesis-bench-") as folder:
+        data_path = write_data(Path(folder), options.tiny, options.seed)
+        rows = _run_all(plan(options, data_path), options.in_process, progress)
+    derive(rows)
+    name = next((r["device_name"] for r in rows if r.get("device_name")), options.device)
+    for row in rows:
+        row.update(command=command, note=note_for(row), device_name=row.get("device_name", name))
+    stem = "bench_" + device_slug(options.device, name) + ("_tiny" if options.tiny else "")
+    csv_path = options.out_dir / f"{stem}.csv"
+    write_csv(rows, csv_path)
+    write_plot(rows, csv_path.with_suffix(".png"), f"genesis-fp16 bench on {name}")
+    (options.out_dir / f"{stem}.md").write_text(markdown_table(rows) + "\n")
+    return rows, csv_path
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "benchmarks/run.py") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        options = options_from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    argv_list = list(sys.argv[1:] if argv is None else argv)
+    command = shlex.join([prog, *argv_list])
+    rows, csv_path = run_benchmark(options, command)
+    print(markdown_table(rows))
+    print(f"wrote {csv_path} and {csv_path.with_suffix('.png').name}")
+    return 0

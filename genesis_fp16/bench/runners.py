@@ -1,0 +1,212 @@
+"""The four ways of training the same workload: ours, hand-written, Accelerate, Fabric.
+
+Each runner does the same thing per step: an autocast forward, an fp32 loss, a (scaled)
+backward, unscale, clip the gradient norm, optimizer step (skipped on fp16 overflow),
+scaler update, zero grads. Only who does the bookkeeping differs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, ClassVar, Protocol
+
+import torch
+from torch import nn
+
+from genesis_fp16.bench.config import BenchConfig
+from genesis_fp16.bench.probe import set_tf32
+from genesis_fp16.bench.workload import Batch, Workload
+
+_AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class Runner(Protocol):
+    """One training loop under test."""
+
+    name: str
+    note: str  # what the runner's library said it would do, for the row's note
+
+    def prepare(self, workload: Workload, config: BenchConfig, device: torch.device) -> None: ...
+
+    def step(self, batch: Batch) -> None: ...
+
+    def skipped_steps(self) -> int:
+        """Optimizer steps skipped on overflow so far (may read the device: a host sync)."""
+        ...
+
+
+def _optimizer(model: nn.Module, config: BenchConfig) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(model.parameters(), lr=config.lr)
+
+
+class OursRunner:
+    """This project's `Trainer`, driven exactly as the agents drive it."""
+
+    name = "ours"
+
+    def prepare(self, workload: Workload, config: BenchConfig, device: torch.device) -> None:
+        from infrastructure.training import PrecisionPolicy, Trainer, TrainerConfig
+
+        set_tf32(config.precision == "tf32")
+        requested = "fp32" if config.precision == "tf32" else config.precision
+        policy = PrecisionPolicy.create(requested, device)
+        self.note = f"policy used {policy.name}: {policy.resolved.reason}"
+        self._loss_fn = workload.loss_fn
+        self._n = config.batch_size
+        trainer_config = TrainerConfig(max_grad_norm=config.max_grad_norm)
+        self.trainer = Trainer(
+            workload.model, [_optimizer(workload.model, config)], policy, trainer_config
+        )
+
+    def step(self, batch: Batch) -> None:
+        self.trainer.step([batch], self._loss_fn, self._n)
+
+    def skipped_steps(self) -> int:
+        return int(self.trainer.summary().skipped_steps)
+
+
+class _FoundInfTally:
+    """Counts steps a `torch.amp.GradScaler` skipped, on the device, without a host sync."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.total = torch.zeros((), device=device)
+
+    def add(self, scaler: Any, optimizer: torch.optim.Optimizer) -> None:
+        # Read between scaler.step() and scaler.update(): update() clears this state.
+        found = scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
+        for flag in found.values():
+            self.total += flag.to(self.total.device)
+
+
+class HandWrittenRunner:
+    """The floor: the plain `torch.amp` loop a careful user writes by hand."""
+
+    name = "hand"
+    note = "torch.autocast + torch.amp.GradScaler"
+
+    def prepare(self, workload: Workload, config: BenchConfig, device: torch.device) -> None:
+        set_tf32(config.precision == "tf32")
+        self.model, self.loss_fn, self.device = workload.model, workload.loss_fn, device
+        self.dtype = _AUTOCAST_DTYPES.get(config.precision)
+        self.optimizer = _optimizer(self.model, config)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=config.precision == "fp16")
+        self.max_norm = config.max_grad_norm
+        self.tally = _FoundInfTally(device)
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        return torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype is not None)
+
+    def step(self, batch: Batch) -> None:
+        with self._autocast():
+            loss = self.loss_fn(self.model, batch)
+        self.scaler.scale(loss.float()).backward()
+        self.scaler.unscale_(self.optimizer)
+        nn.utils.clip_grad_norm_(self.model.parameters(), self.max_norm)
+        self.scaler.step(self.optimizer)
+        if self.scaler.is_enabled():
+            self.tally.add(self.scaler, self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def skipped_steps(self) -> int:
+        return int(self.tally.total.item())
+
+
+class AccelerateRunner:
+    """Hugging Face Accelerate with `mixed_precision=...`."""
+
+    name = "accelerate"
+    MODES: ClassVar[dict[str, str]] = {"fp32": "no", "tf32": "no", "bf16": "bf16", "fp16": "fp16"}
+
+    def prepare(self, workload: Workload, config: BenchConfig, device: torch.device) -> None:
+        from accelerate import Accelerator
+        from accelerate.state import AcceleratorState, GradientState
+
+        # Accelerate keeps a process-wide singleton; a fresh one per configuration.
+        AcceleratorState._reset_state(True)
+        GradientState._reset_state()
+        mode = self.MODES[config.precision]
+        self.accelerator = Accelerator(mixed_precision=mode, cpu=device.type == "cpu")
+        set_tf32(config.precision == "tf32")
+        self.note = (
+            f"mixed_precision={mode!r} -> {self.accelerator.mixed_precision!r}, "
+            f"native_amp={self.accelerator.native_amp}"
+        )
+        self.model, self.optimizer = self.accelerator.prepare(
+            workload.model, _optimizer(workload.model, config)
+        )
+        self.loss_fn, self.max_norm, self.skipped = workload.loss_fn, config.max_grad_norm, 0
+
+    def step(self, batch: Batch) -> None:
+        with self.accelerator.autocast():
+            loss = self.loss_fn(self.model, batch)
+        self.accelerator.backward(loss.float())
+        self.accelerator.clip_grad_norm_(self.model.parameters(), self.max_norm)
+        self.optimizer.step()
+        # Accelerate has already compared the scale before and after (its own host sync).
+        self.skipped += int(self.optimizer.step_was_skipped)
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def skipped_steps(self) -> int:
+        return self.skipped
+
+
+class FabricRunner:
+    """Lightning Fabric with `precision=...`."""
+
+    name = "fabric"
+    MODES: ClassVar[dict[str, str]] = {
+        "fp32": "32-true",
+        "tf32": "32-true",
+        "bf16": "bf16-mixed",
+        "fp16": "16-mixed",
+    }
+
+    def prepare(self, workload: Workload, config: BenchConfig, device: torch.device) -> None:
+        from lightning_fabric import Fabric
+
+        mode = self.MODES[config.precision]
+        self.fabric = Fabric(accelerator=device.type, devices=1, precision=mode)  # type: ignore[arg-type]
+        set_tf32(config.precision == "tf32")
+        plugin = self.fabric._precision
+        self.scaler = getattr(plugin, "scaler", None)
+        self.note = (
+            f"precision={mode!r} -> {type(plugin).__name__}({getattr(plugin, 'precision', '?')})"
+        )
+        self.model, self.optimizer = self.fabric.setup(
+            workload.model, _optimizer(workload.model, config)
+        )
+        self.loss_fn, self.max_norm = workload.loss_fn, config.max_grad_norm
+        self.tally = _FoundInfTally(device)
+
+    def step(self, batch: Batch) -> None:
+        # Fabric's module wrapper runs its own autocast around forward.
+        loss = self.loss_fn(self.model, batch)
+        self.fabric.backward(loss.float())
+        self.fabric.clip_gradients(self.model, self.optimizer, max_norm=self.max_norm)
+        if self.scaler is not None:
+            scale_before = self.scaler._scale.clone()  # a device copy, not a host read
+        self.optimizer.step()
+        if self.scaler is not None:
+            # GradScaler lowers its scale exactly when it skipped the step.
+            self.tally.total += (self.scaler._scale < scale_before).squeeze()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def skipped_steps(self) -> int:
+        return int(self.tally.total.item())
+
+
+RUNNER_CLASSES: dict[str, type] = {
+    "ours": OursRunner,
+    "hand": HandWrittenRunner,
+    "accelerate": AccelerateRunner,
+    "fabric": FabricRunner,
+}
+
+# The module each runner imports, loaded before memory accounting starts.
+RUNNER_LIBRARIES: dict[str, str] = {
+    "ours": "infrastructure.training",
+    "hand": "torch.amp",
+    "accelerate": "accelerate",
+    "fabric": "lightning_fabric",
+}

@@ -1,0 +1,116 @@
+"""The model, data and loss every runner trains: identical across runners for one seed.
+
+The SE-Darwin world model at a named preset, trained on the synthetic trajectory pool
+that `genesis-fp16 sample-data` writes, read back through the real reader and feature
+encoder. 80% of the labelled examples train, the last 20% are held out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from infrastructure.data.readers import read_trajectories
+from infrastructure.data.synthetic import write_pool
+from infrastructure.world_model import FeatureEncoder, ModelConfig, WorldModel, world_model_losses
+
+# x, success, score, score_known, outcome
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+LossFn = Callable[[nn.Module, Batch], torch.Tensor]
+
+POOL_RECORDS = 2048
+TINY_POOL_RECORDS = 256
+TINY_MODEL = {"hidden": 16, "depth": 1}  # for tests: trains in milliseconds
+_EVAL_CHUNK = 512
+
+
+def write_data(folder: Path, tiny: bool, seed: int) -> Path:
+    """Write the synthetic trajectory pool once; every configuration reads the same file."""
+    return write_pool(folder, TINY_POOL_RECORDS if tiny else POOL_RECORDS, seed)
+
+
+def world_model_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+    """The world model's training loss (fp32 whatever dtype the forward ran in)."""
+    x, success, score, known, outcome = batch
+    return world_model_losses(model(x), success, score, known, outcome).total
+
+
+@dataclass
+class Workload:
+    """A freshly initialised model plus its train and held-out batches, on one device."""
+
+    model: nn.Module
+    train_batches: list[Batch]
+    eval_set: Batch
+    loss_fn: LossFn = world_model_loss
+
+    @property
+    def parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    def batch(self, step: int) -> Batch:
+        return self.train_batches[step % len(self.train_batches)]
+
+    @torch.no_grad()
+    def eval_loss(self, model: nn.Module) -> float:
+        """Held-out loss in strict fp32 (no autocast): the quality of the trained weights."""
+        was_training = model.training
+        model.eval()
+        n = self.eval_set[0].shape[0]
+        total = 0.0
+        for start in range(0, n, _EVAL_CHUNK):
+            chunk = tuple(t[start : start + _EVAL_CHUNK] for t in self.eval_set)
+            total += float(self.loss_fn(model, chunk)) * chunk[0].shape[0]  # type: ignore[arg-type]
+        model.train(was_training)
+        return total / n
+
+
+def _tensors(data_path: Path) -> tuple[Batch, int]:
+    """All labelled examples as tensors (features fitted on the training split only)."""
+    result = read_trajectories(data_path)
+    examples = result.examples
+    n_train = int(len(examples) * 0.8)
+    train_inputs = [e.attempt for e in examples[:n_train]]
+    encoder = FeatureEncoder.fit(train_inputs, result.scores)
+    x = encoder.encode([e.attempt for e in examples], result.scores)
+    labels = [e.label for e in examples]
+    success = torch.tensor([float(lb.success) for lb in labels])
+    score = torch.tensor([lb.score if lb.score is not None else 0.0 for lb in labels])
+    known = torch.tensor([lb.score is not None for lb in labels])
+    outcome = torch.tensor([lb.outcome_index for lb in labels], dtype=torch.long)
+    return (x, success, score, known, outcome), n_train
+
+
+@dataclass(frozen=True)
+class Data:
+    """Train batches and the held-out set, already on the device."""
+
+    train_batches: list[Batch]
+    eval_set: Batch
+
+    @property
+    def in_features(self) -> int:
+        return int(self.eval_set[0].shape[1])
+
+
+def load_data(data_path: Path, batch_size: int, device: torch.device) -> Data:
+    """Read and encode the pool at `data_path` into fixed batches of `batch_size`."""
+    tensors, n_train = _tensors(data_path)
+    tensors = tuple(t.to(device) for t in tensors)  # type: ignore[assignment]
+    n_batches = max(n_train // batch_size, 1)
+    train = [
+        tuple(t[i * batch_size : (i + 1) * batch_size] for t in tensors) for i in range(n_batches)
+    ]
+    return Data(train, tuple(t[n_train:] for t in tensors))  # type: ignore[arg-type]
+
+
+def build_workload(size: str, data: Data, seed: int, tiny: bool, device: torch.device) -> Workload:
+    """A freshly initialised world model at preset `size` (seeded), with `data`."""
+    overrides = TINY_MODEL if tiny else {}
+    torch.manual_seed(seed)
+    model = WorldModel(ModelConfig.preset(size, data.in_features, **overrides)).to(device)
+    return Workload(model, data.train_batches, data.eval_set)
