@@ -1,0 +1,210 @@
+"""`genesis-fp16 train AGENT`: one training run of an agent's world model, in the foreground.
+
+The precision requested is, in order: ``--precision``, ``ENABLE_FP16_TRAINING=false``
+(fp32), the agent's own override, ``ENABLE_FP16_TRAINING=true`` (fp16), ``auto``. What ran,
+and why, is logged and reported. Without ``--data`` the agent trains on a sample dataset
+generated once into the state folder. With ``--json`` the last line of stdout is one JSON
+object (``TrainResult.to_json()``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from genesis_fp16.cli import UsageError
+from genesis_fp16.logsetup import configure_logging
+from genesis_fp16.paths import AgentPaths, ensure_sample_data
+from genesis_fp16.plugins import PluginError, load_plugin
+from genesis_fp16.settings import (
+    PRECISION_CHOICES,
+    Settings,
+    SettingsError,
+    load_settings,
+    requested_precision,
+)
+from infrastructure.data.readers import DataError
+from infrastructure.plugin_api import TrainRequest
+from infrastructure.training import CheckpointManager, PrecisionError, TrainingSummary
+
+log = logging.getLogger("genesis_fp16.train")
+
+DEFAULT_STEPS = 300
+_PROGRESS_INTERVAL = 10
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "train", help="train an agent's world model once", description=__doc__
+    )
+    parser.add_argument("agent", metavar="AGENT", help="agent plugin name (see `agents`)")
+    parser.add_argument(
+        "--precision",
+        metavar="{" + ",".join(PRECISION_CHOICES) + "}",
+        help="precision to request; default from ENABLE_FP16_TRAINING or the agent, else auto",
+    )
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument(
+        "--steps", type=int, help=f"optimizer steps of this run (default {DEFAULT_STEPS})"
+    )
+    budget.add_argument("--epochs", type=int, help="passes over the data in this run")
+    parser.add_argument("--data", type=Path, help="data file or folder (default: sample data)")
+    parser.add_argument("--checkpoint-dir", type=Path, help="default: the agent's state folder")
+    parser.add_argument("--seed", type=int, help="seed (default GENESIS_FP16_SEED, 0)")
+    parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
+    parser.add_argument("--json", action="store_true", help="end stdout with one JSON object")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    _check_arguments(args)
+    try:
+        settings = load_settings()
+        precision, reason = requested_precision(settings, args.agent, args.precision)
+        plugin = load_plugin(args.agent, settings.plugin_allowlist)
+    except SettingsError as exc:
+        raise UsageError(f"invalid configuration: {exc}") from None
+    except PluginError as exc:
+        raise UsageError(str(exc)) from None
+    configure_logging(settings.log_format, settings.log_level)
+    request = _request(args, settings, plugin, precision, reason)
+    log.info(
+        "training %s: requested precision %s (%s), device %s",
+        args.agent,
+        precision,
+        reason,
+        request.device,
+    )
+    try:
+        result = plugin.train(request)
+    except (DataError, PrecisionError) as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        if request.on_log is not None:
+            print(file=sys.stderr)  # end the progress bar's line
+    out = _finite(result.to_json())
+    log.info(
+        "trained %s in %s (requested %s: %s); eval %s",
+        args.agent,
+        result.precision_used,
+        result.precision_requested,
+        result.precision_reason,
+        dict(result.eval),
+    )
+    if args.json:
+        print(json.dumps(out, allow_nan=False))
+    else:
+        print(_describe(out))
+    return 0
+
+
+def _check_arguments(args: argparse.Namespace) -> None:
+    if args.precision is not None and args.precision not in PRECISION_CHOICES:
+        raise UsageError(
+            f"--precision {args.precision!r}: choose one of {', '.join(PRECISION_CHOICES)}"
+        )
+    for name in ("steps", "epochs"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name} {value}: must be at least 1")
+    if args.data is not None and not args.data.exists():
+        raise UsageError(f"--data {args.data}: no such file or folder")
+
+
+def _request(
+    args: argparse.Namespace, settings: Settings, plugin: Any, precision: str, reason: str
+) -> TrainRequest:
+    paths = AgentPaths.for_agent(settings.state_dir, args.agent)
+    spec = settings.agent(args.agent)
+    checkpoint_dir = args.checkpoint_dir or paths.checkpoint_dir
+    if not args.resume and CheckpointManager(checkpoint_dir).checkpoints():
+        raise UsageError(
+            f"checkpoint folder {str(checkpoint_dir)!r} already holds checkpoints: pass "
+            "--resume to continue from the newest, or --checkpoint-dir for a fresh run"
+        )
+    data = args.data or spec.data_path
+    if data is None:
+        data = ensure_sample_data(plugin, paths, count=settings.sample_count, seed=settings.seed)
+    steps, epochs = args.steps, args.epochs
+    if steps is None and epochs is None:
+        steps, epochs = spec.steps, spec.epochs
+        if steps is None and epochs is None:
+            steps = DEFAULT_STEPS
+    quarantine = paths.quarantine_path
+    if args.checkpoint_dir is not None:  # beside this run's own outputs
+        quarantine = checkpoint_dir / "quarantine.jsonl"
+    bar = _ProgressBar(steps, sys.stderr) if sys.stderr.isatty() else None
+    return TrainRequest(
+        agent=args.agent,
+        precision=precision,
+        precision_reason=reason,
+        state_dir=settings.state_dir,
+        checkpoint_dir=checkpoint_dir,
+        device=settings.device_for(args.agent),
+        data_path=Path(data),
+        steps=steps,
+        epochs=epochs,
+        seed=settings.seed if args.seed is None else args.seed,
+        resume=args.resume,
+        log_interval=_PROGRESS_INTERVAL if bar else settings.log_interval,
+        on_log=bar.update if bar else None,
+        quarantine_path=quarantine,
+    )
+
+
+class _ProgressBar:
+    """One self-overwriting line on a terminal: steps done, loss, precision, overflows."""
+
+    def __init__(self, total: int | None, stream: TextIO, width: int = 30) -> None:
+        self.total = total
+        self.stream = stream
+        self.width = width
+        self.first_step: int | None = None
+        self.started = time.monotonic()
+
+    def update(self, summary: TrainingSummary) -> None:
+        if self.first_step is None:  # a resumed run starts counting at the checkpoint
+            self.first_step = summary.step - min(summary.step, _PROGRESS_INTERVAL)
+        done = summary.step - self.first_step
+        if self.total:
+            filled = min(self.width, self.width * done // self.total)
+            bar = "#" * filled + "-" * (self.width - filled)
+            position = f"[{bar}] {done}/{self.total}"
+        else:
+            position = f"step {done}"
+        self.stream.write(
+            f"\r{position}  loss {summary.train_loss:.4f}  {summary.precision}  "
+            f"skipped {summary.skipped_steps}  {time.monotonic() - self.started:.0f}s"
+        )
+        self.stream.flush()
+
+
+def _finite(value: Any) -> Any:
+    """NaN and infinities become null: they are not JSON (an AUC of one class is NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _describe(out: dict[str, Any]) -> str:
+    metrics = "  ".join(
+        f"{k}={v:.4g}" if v is not None else f"{k}=n/a" for k, v in out["eval"].items()
+    )
+    return (
+        f"{out['agent']}: {out['steps']} steps in {out['precision_used']} "
+        f"(requested {out['precision_requested']}: {out['precision_reason']})\n"
+        f"  train loss {out['final_train_loss']:.4f}, {out['skipped_steps']} skipped, "
+        f"{out['samples_per_second']:.0f} samples/s, {out['wall_seconds']:.1f}s\n"
+        f"  eval: {metrics}\n"
+        f"  checkpoint: {out['checkpoint']}  quarantined: {out['quarantined']}"
+    )
