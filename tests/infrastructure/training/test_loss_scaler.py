@@ -6,6 +6,7 @@ import io
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -412,3 +413,44 @@ def test_cuda_steady_state_has_no_host_sync() -> None:
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert scaler.get_scale() > 0
+
+
+def _distributed_rank(rank: int, init_file: str, out_dir: str) -> None:
+    """One gloo rank: only rank 0 sees an inf gradient; records its step and scale."""
+    import json
+
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)  # a forked child must not reuse the parent's thread pool
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    try:
+        p = torch.nn.Parameter(torch.ones(2))
+        opt = torch.optim.SGD([p], lr=0.1)
+        scaler = LossScaler("cpu", init_scale=8.0)
+        p.grad = scaler.scale(torch.full((2,), 1e-3))
+        if rank == 0:
+            p.grad[0] = INF
+        scaler.step(opt)
+        scaler.update()
+        stepped = not torch.equal(p.detach(), torch.ones(2))
+        result = {"stepped": stepped, "scale": scaler.get_scale()}
+        Path(out_dir, f"{rank}.json").write_text(json.dumps(result))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed missing")
+def test_all_ranks_skip_together_when_one_overflows(tmp_path: Path) -> None:
+    """Two gloo ranks: an overflow on rank 0 makes rank 1 skip and back off too (MAX all-reduce)."""
+    import json
+
+    import torch.multiprocessing as mp
+
+    args = (str(tmp_path / "init"), str(tmp_path))
+    # The first optimizer of a process imports torch's compiler stack (seconds): pay that
+    # once here rather than in each forked child.
+    torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1)
+    # fork: no CUDA in the parent here, and it saves re-importing torch in each child.
+    mp.start_processes(_distributed_rank, args=args, nprocs=2, join=True, start_method="fork")
+    results = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in (0, 1)]
+    assert results == [{"stepped": False, "scale": 4.0}] * 2
