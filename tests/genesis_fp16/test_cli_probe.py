@@ -7,8 +7,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from genesis_fp16.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE_PLUGIN = Path(__file__).resolve().parent / "probe_plugin"
@@ -30,7 +33,9 @@ def _probe(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.slow
 def test_probe_json_and_out_folder(tmp_path: Path) -> None:
     """--json prints one object last, with a verdict per variant; --out writes JSON and PNG."""
-    done = _probe("probe_toy", "--steps", "2", "--json", "--out", str(tmp_path))
+    data = _toy_plugin().generate_sample_data(tmp_path, 64, seed=3)
+    out_dir = tmp_path / "out"
+    done = _probe("probe_toy", "--steps", "2", "--data", str(data), "--json", "--out", str(out_dir))
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["agent"] == "probe_toy"
@@ -44,23 +49,17 @@ def test_probe_json_and_out_folder(tmp_path: Path) -> None:
     assert fp16["measures"]["scale_halvings"] is not None
     assert json.loads(Path(out["files"]["json"]).read_text())["recommended"] == out["recommended"]
     png = Path(out["files"]["plot"])
+    assert png.parent == out_dir
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.slow
-def test_probe_table_reads_from_a_data_file(tmp_path: Path) -> None:
-    """Without --json the table names every variant and the recommendation; --data is used."""
+def _toy_plugin() -> Any:
     sys.path.insert(0, str(PROBE_PLUGIN))
     try:
         from probe_toy_agent import plugin
     finally:
         sys.path.remove(str(PROBE_PLUGIN))
-    data = plugin.generate_sample_data(tmp_path, 64, seed=3)
-    done = _probe("probe_toy", "--steps", "1", "--data", str(data))
-    assert done.returncode == 0, done.stderr
-    assert "fp16_autocast+fp32[loss]" in done.stdout
-    assert "recommended: " in done.stdout
-    assert "minibatch noise floor" in done.stdout
+    return plugin
 
 
 def test_unknown_agent_is_a_usage_error_listing_known_agents() -> None:
@@ -73,9 +72,13 @@ def test_unknown_agent_is_a_usage_error_listing_known_agents() -> None:
     assert "probe_toy" in lines[0]
 
 
-def test_bad_arguments_are_rejected_before_anything_runs(tmp_path: Path) -> None:
-    """--steps 0 and a missing --data file are refused with the value named."""
-    steps = _probe("probe_toy", "--steps", "0")
-    assert steps.returncode == 2 and "0: must be at least 1" in steps.stderr
-    missing = _probe("probe_toy", "--data", str(tmp_path / "none.pt"))
-    assert missing.returncode == 2 and "none.pt: no such file" in missing.stderr
+def test_bad_arguments_are_rejected_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--steps 0 and a missing --data file are refused with the value named, exit code 2."""
+    with pytest.raises(SystemExit) as exited:
+        main(["probe", "probe_toy", "--steps", "0"])
+    assert exited.value.code == 2
+    assert "0: must be at least 1" in capsys.readouterr().err
+    assert main(["probe", "probe_toy", "--data", str(tmp_path / "none.pt")]) == 2
+    assert "none.pt: no such file or folder" in capsys.readouterr().err

@@ -9,7 +9,7 @@ import pytest
 import torch
 from probe_toys import overflowing_model, setup_for, small_init_model
 
-from infrastructure.probe import ProbeError, run_probe
+from infrastructure.probe import ProbeError, format_table, run_probe
 
 
 def test_activation_past_fp16_max_makes_fp16_red_and_names_the_module() -> None:
@@ -94,3 +94,16 @@ def test_unknown_component_module_and_unknown_variant_are_clear_errors() -> None
         run_probe(setup, steps=1, only=["fp8"])
     with pytest.raises(ProbeError, match="optimizer 'lion'"):
         run_probe(setup, steps=1, optimizer="lion")
+
+
+def test_table_lists_every_variant_marks_red_and_explains_the_recommendation() -> None:
+    """The terminal table has one row per variant, '!' on red cells, and the reasons."""
+    setup = setup_for(overflowing_model, features=4)
+    report = run_probe(setup, steps=1, only=["fp16_autocast"])
+    table = format_table(report)
+    rows = {line.split()[0]: line for line in table.splitlines() if line.strip()}
+    assert {"fp32", "fp32_repeat", "fp16_autocast"} <= set(rows)
+    assert rows["fp16_autocast"].rstrip().endswith("red")
+    assert "!" in rows["fp16_autocast"]
+    assert f"recommended: {report.recommended}" in table
+    assert "module 'amplifier'" in table
