@@ -1,0 +1,61 @@
+"""How the request's precision and options["preset"] pick the preset that runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.rlhf_ppo.presets import DEFAULT_PRESET, PRESETS, resolve_preset
+
+SEED_MATRIX = {  # the seed's table: policy, ref, reward, value, kl
+    "bf16_pure": ("bf16", "bf16", "bf16", "bf16", "bf16"),
+    "bf16_fp32_kl": ("bf16", "bf16", "bf16", "bf16", "fp32"),
+    "bf16_fp32_value": ("bf16", "bf16", "bf16", "fp32", "bf16"),
+    "bf16_fp32_reward": ("bf16", "bf16", "fp32", "bf16", "bf16"),
+    "bf16_fp32_ref": ("bf16", "fp32", "bf16", "bf16", "bf16"),
+    "mixed_recommended": ("bf16", "bf16", "bf16", "fp32", "fp32"),
+    "fp32_baseline": ("fp32",) * 5,
+    "fp16_all": ("fp16",) * 5,
+}
+
+
+def test_presets_match_the_matrix_and_keep_fp32_master_weights() -> None:
+    """Every preset's components are as in the issue's table; master weights are fp32."""
+    assert set(PRESETS) == set(SEED_MATRIX)
+    for name, dtypes in SEED_MATRIX.items():
+        p = PRESETS[name]
+        assert (p.policy, p.reference, p.reward, p.value, p.kl) == dtypes
+        assert p.master_weights == "fp32"
+        assert p.loss_scaling == (name == "fp16_all")
+
+
+@pytest.mark.parametrize("preset", [None, "bf16_pure", "fp16_all", "mixed_recommended"])
+def test_fp32_request_forces_the_baseline(preset: str | None) -> None:
+    """The rollback (precision fp32) wins over any preset and over a rollout override."""
+    choice = resolve_preset("fp32", preset, rollout="bf16")
+    assert choice.preset == PRESETS["fp32_baseline"]
+    assert ("overridden" in choice.reason) == (preset is not None)
+
+
+def test_auto_and_bf16_run_the_named_preset_or_the_default() -> None:
+    """auto/bf16 run options["preset"], else mixed_recommended; fp16 selects fp16_all."""
+    assert resolve_preset("auto", None).preset.name == DEFAULT_PRESET == "mixed_recommended"
+    assert resolve_preset("bf16", "bf16_fp32_ref").preset.name == "bf16_fp32_ref"
+    assert resolve_preset("fp16", None).preset.name == "fp16_all"
+    assert resolve_preset("auto", "bf16_pure", rollout="fp32").preset.rollout == "fp32"
+
+
+@pytest.mark.parametrize(
+    ("precision", "preset", "message"),
+    [
+        ("fp16", "bf16_pure", "conflicts with precision 'fp16'"),
+        ("bf16", "fp16_all", "conflicts with precision 'bf16'"),
+        ("auto", "bf8", "'bf8' is not one of"),
+        ("int8", None, "'int8' is not one of"),
+    ],
+)
+def test_bad_combinations_fail_with_one_clear_line(
+    precision: str, preset: str | None, message: str
+) -> None:
+    """Conflicts and unknown names raise ValueError naming the value and the choices."""
+    with pytest.raises(ValueError, match=message):
+        resolve_preset(precision, preset)
