@@ -1,0 +1,145 @@
+"""The benchmark runs end to end, writes its documented columns, and tells the truth."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from genesis_fp16.bench.config import BenchConfig
+from genesis_fp16.bench.measure import run_config
+from genesis_fp16.bench.report import COLUMNS, derive, note_for
+from genesis_fp16.bench.run import BenchOptions, _run_isolated, main, plan, run_benchmark
+from genesis_fp16.bench.runners import HandWrittenRunner
+from genesis_fp16.cli import main as cli_main
+
+
+def _tiny(precision: str, runner: str, device: str = "cpu") -> BenchConfig:
+    return BenchConfig(
+        size="default",
+        precision=precision,
+        runner=runner,
+        device=device,
+        batch_size=16,
+        warmup_steps=1,
+        timed_steps=2,
+        tiny=True,
+    )
+
+
+def _read(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    with path.open() as f:
+        reader = csv.DictReader(f)
+        return list(reader.fieldnames or []), list(reader)
+
+
+@pytest.mark.slow
+def test_tiny_run_writes_every_documented_column(tmp_path: Path) -> None:
+    """A tiny fp32+bf16 run of all four runners writes CSV, PNG and table with real values."""
+    options = BenchOptions(
+        device="cpu",
+        sizes=("default",),
+        precisions=("fp32", "bf16"),
+        runners=("ours", "hand", "accelerate", "fabric"),
+        batch_size=16,
+        warmup=1,
+        steps=2,
+        out_dir=tmp_path,
+        in_process=True,
+        tiny=True,
+    )
+    _, csv_path = run_benchmark(options, "test-command", progress=lambda _: None)
+    header, written = _read(csv_path)
+    assert header == list(COLUMNS)
+    assert csv_path.with_suffix(".png").stat().st_size > 0
+    assert len(written) == 8
+    for row in written:
+        assert row["honest"] == "True", row["note"]
+        assert row["precision_ran"] == row["precision_requested"]
+        assert float(row["median_step_ms"]) > 0 and math.isfinite(float(row["eval_loss"]))
+        assert row["command"] == "test-command" and row["torch_version"] == torch.__version__
+        assert row["device"] == "cpu" and row["device_name"]
+    by_key = {(r["runner"], r["precision_requested"]): r for r in written}
+    hand_fp32 = by_key["hand", "fp32"]
+    assert float(hand_fp32["time_vs_hand"]) == 1.0 and float(hand_fp32["eval_loss_gap"]) == 0.0
+    ours_bf16 = by_key["ours", "bf16"]
+    assert ours_bf16["eval_loss_fp32"] and ours_bf16["speedup_vs_fp32"]
+
+
+def test_autocast_disabled_behind_the_runners_back_is_not_reported_as_bf16(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A runner asked for bf16 whose autocast became a no-op is reported as the fp32 it ran."""
+    monkeypatch.setattr(HandWrittenRunner, "_autocast", lambda self: contextlib.nullcontext())
+    cheated = run_config(_tiny("bf16", "hand"), isolated=False)
+    honest_fp32 = run_config(_tiny("fp32", "hand"), isolated=False)
+    rows: list[dict[str, Any]] = [honest_fp32, cheated]
+    derive(rows)
+    assert cheated["precision_ran"] == "fp32"
+    assert cheated["honest"] is False
+    assert "not a bf16 result" in note_for(cheated)
+    # No ratio is computed against the fp32 row under the bf16 name.
+    assert "speedup_vs_fp32" not in cheated and "eval_loss_gap" not in cheated
+
+
+def test_unpatched_hand_written_loop_runs_bf16() -> None:
+    """Without the monkeypatch the same configuration really runs bf16 (the probe can pass)."""
+    row = run_config(_tiny("bf16", "hand"), isolated=False)
+    assert row["precision_ran"] == "bf16" and row["honest"] is True
+
+
+@pytest.mark.parametrize("runner", ["accelerate", "fabric"])
+def test_peer_fp16_on_cpu_is_labelled_with_what_ran(runner: str) -> None:
+    """A peer asked for fp16 on CPU is honest only if fp16 really reached the Linear layers."""
+    row = run_config(_tiny("fp16", runner), isolated=False)
+    assert row["precision_ran"] in ("fp32", "bf16", "fp16")
+    assert row["honest"] is (row["precision_ran"] == "fp16")
+    if not row["honest"]:
+        assert f"but {row['precision_ran']} ran" in note_for(row)
+
+
+@pytest.mark.slow
+def test_worker_subprocess_measures_its_own_peak_rss() -> None:
+    """A configuration run in a fresh process reports its peak RSS over its baseline."""
+    row = _run_isolated(_tiny("fp32", "hand"))
+    assert row["mem_measure"] == "cpu_peak_rss_over_baseline"
+    assert row["peak_mem_mb"] is not None and row["peak_mem_mb"] >= 0
+    assert row["precision_ran"] == "fp32"
+
+
+def test_cpu_plan_gives_fp16_fewer_steps_and_fp32_a_matching_eval_point() -> None:
+    """fp16 on CPU runs fewer steps; fp32 records its eval loss at fp16's step count too."""
+    options = BenchOptions(
+        device="cpu", sizes=("large",), precisions=("fp32", "fp16"), runners=("hand",)
+    )
+    fp32, fp16 = plan(options)
+    assert fp16.total_steps < fp32.total_steps
+    assert fp32.eval_at == (fp16.total_steps,)
+
+
+def test_bad_arguments_are_one_line_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    """Unknown sizes and precisions are refused naming the value and the valid choices."""
+    assert cli_main(["bench", "--precisions", "fp8"]) == 2
+    assert "'fp8': choose from fp32, bf16, fp16" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--sizes", "huge"])
+    assert "'huge': choose from default, large" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_rows_count_host_syncs_and_report_tf32() -> None:
+    """On CUDA the TF32 row runs TF32, and host syncs per step and device memory are measured."""
+    tf32 = run_config(_tiny("tf32", "hand", device="cuda"), isolated=False)
+    assert tf32["precision_ran"] == "tf32" and tf32["honest"] is True
+    fp16 = run_config(_tiny("fp16", "hand", device="cuda"), isolated=False)
+    # torch.amp.GradScaler.step reads found_inf on the host: at least one sync per step.
+    assert fp16["host_syncs_per_step"] >= 1
+    assert fp16["mem_measure"] == "cuda_max_memory_allocated" and fp16["peak_mem_mb"] > 0
+    strict = run_config(_tiny("fp32", "hand", device="cuda"), isolated=False)
+    assert strict["precision_ran"] == "fp32"
