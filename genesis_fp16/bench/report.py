@@ -143,6 +143,30 @@ def markdown_table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def _bars(ax: Any, rows: Sequence[Row], size: str, metric: str) -> None:
+    runners = list(dict.fromkeys(r["runner"] for r in rows))
+    precisions = list(dict.fromkeys(r["precision_requested"] for r in rows))
+    width = 0.8 / max(len(runners), 1)
+    for i, runner in enumerate(runners):
+        labelled = False
+        for j, precision in enumerate(precisions):
+            row = _find(rows, size=size, runner=runner, precision_requested=precision)
+            if row is None or row.get(metric) is None:
+                continue
+            ax.bar(
+                j + (i - (len(runners) - 1) / 2) * width,
+                row[metric],
+                width,
+                color=f"C{i}",
+                hatch="" if row["honest"] else "//",
+                edgecolor=None if row["honest"] else "black",
+                label=None if labelled else runner,
+            )
+            labelled = True
+    ax.set_xticks(range(len(precisions)), precisions)
+    ax.set_yscale("log")
+
+
 def write_plot(rows: Sequence[Row], path: Path, title: str) -> None:
     """Throughput (top) and peak memory (bottom) per size; dishonest rows are hatched."""
     import matplotlib
@@ -151,32 +175,16 @@ def write_plot(rows: Sequence[Row], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     sizes = list(dict.fromkeys(r["size"] for r in rows))
-    runners = list(dict.fromkeys(r["runner"] for r in rows))
-    precisions = list(dict.fromkeys(r["precision_requested"] for r in rows))
     fig, axes = plt.subplots(2, len(sizes), figsize=(6 * len(sizes), 8), squeeze=False)
-    width = 0.8 / max(len(runners), 1)
     for col, size in enumerate(sizes):
-        for metric, ax in (("samples_per_s", axes[0][col]), ("peak_mem_mb", axes[1][col])):
-            for i, runner in enumerate(runners):
-                for j, precision in enumerate(precisions):
-                    row = _find(rows, size=size, runner=runner, precision_requested=precision)
-                    value = None if row is None else row.get(metric)
-                    if value is None:
-                        continue
-                    ax.bar(
-                        j + (i - (len(runners) - 1) / 2) * width,
-                        value,
-                        width,
-                        color=f"C{i}",
-                        hatch="" if row and row["honest"] else "//",
-                        edgecolor="black" if row and not row["honest"] else None,
-                        label=runner if j == 0 else None,
-                    )
-            ax.set_xticks(range(len(precisions)), precisions)
-            ax.set_yscale("log")
-            ax.set_title(f"{size}: {'samples/s' if metric == 'samples_per_s' else 'peak MiB'}")
+        for ax, metric, unit in (
+            (axes[0][col], "samples_per_s", "samples/s (log)"),
+            (axes[1][col], "peak_mem_mb", "peak MiB (log)"),
+        ):
+            _bars(ax, rows, size, metric)
+            ax.set_title(f"{size}: {unit}")
         axes[0][col].legend(fontsize=8)
-    fig.suptitle(f"{title}\nhatched: the requested precision did not run (see CSV note)")
+    fig.suptitle(f"{title}\nhatched: the requested precision did not run (see the CSV note)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
