@@ -25,6 +25,7 @@ from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.paths import AgentPaths, ensure_sample_data
 from genesis_fp16.settings import Settings, requested_precision
 from infrastructure.plugin_api import AgentPlugin, TrainRequest, TrainResult
+from infrastructure.training import CheckpointManager, checkpoint_keys
 
 log = structlog.get_logger("genesis_fp16.jobs")
 
@@ -138,7 +139,7 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
             quarantine_path=paths.quarantine_path,
         )
         log.info("training run started", precision=precision, reason=reason, device=device)
-        ctx.metrics.start_run(agent)
+        ctx.metrics.start_run(agent, resumed_totals(paths))
         result = plugin.train(request)
     except Exception:
         duration = time.monotonic() - started
@@ -148,6 +149,26 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
     finally:
         structlog.contextvars.unbind_contextvars("agent", "run_id")
     return _finish(ctx, agent, run_id, result, time.monotonic() - started)
+
+
+def resumed_totals(paths: AgentPaths) -> dict[str, float]:
+    """The run counters of the checkpoint a run will resume from (empty: none).
+
+    Loads the newest valid checkpoint once more before the plugin does: a second read
+    of a file of a few MB per run, so that resumed totals are not counted twice.
+    Checkpoints in another format than the core's are not listed, and give zeros.
+    """
+    found = CheckpointManager(paths.checkpoint_dir).load_latest()
+    if found is None:
+        return {}
+    state, _ = found
+    stats = state.get(checkpoint_keys.STATS, {})
+    skipped = float(stats.get("skipped_steps", 0))
+    return {
+        "optimizer_steps": float(state[checkpoint_keys.STEP]) - skipped,
+        "skipped_steps": skipped,
+        "nonfinite_losses": float(stats.get("nonfinite_losses", 0)),
+    }
 
 
 def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, duration: float) -> bool:

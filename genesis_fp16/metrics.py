@@ -15,6 +15,7 @@ True
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -149,27 +150,30 @@ class DaemonMetrics:
             self.training_runs.labels(agent=agent, outcome=outcome)
         self.run_duration.labels(agent=agent)
 
-    def start_run(self, agent: str) -> None:
-        """Forget the previous run's totals: the next summary counts from zero."""
+    def start_run(self, agent: str, resumed: Mapping[str, float] | None = None) -> None:
+        """Set where the next run's running totals start.
+
+        The core's trainer continues ``optimizer_steps``, ``skipped_steps`` and
+        ``nonfinite_losses`` from the checkpoint it resumes, and counts ``samples`` from
+        zero in every run; ``resumed`` holds the checkpoint's totals (empty: from zero).
+        """
         with self._lock:
-            self._last[agent] = {}
+            self._last[agent] = {field: float(v) for field, v in (resumed or {}).items()}
 
     def observe_summary(self, agent: str, summary: Any) -> None:
         """Export one ``TrainingSummary`` (a per-log-interval report) of ``agent``.
 
-        The summary's counts are running totals of the current run; the counters advance
-        by their increase since the previous summary of the run (a smaller value than
-        before is a new count starting at zero).
+        Counters advance by the increase of the summary's running totals since the
+        previous summary of the run (or since the resumed checkpoint's totals).
         """
         with self._lock:
             last = self._last.setdefault(agent, {})
             for field, name in _CUMULATIVE.items():
                 value = float(getattr(summary, field))
-                before = last.get(field, 0.0)
-                increase = value - before if value >= before else value
+                increase = value - last.get(field, 0.0)
                 if increase > 0:
                     getattr(self, name).labels(agent=agent).inc(increase)
-                last[field] = value
+                last[field] = max(value, last.get(field, 0.0))
         self.loss_scale.labels(agent=agent).set(float(summary.loss_scale))
         self.overflow_rate.labels(agent=agent).set(float(summary.overflow_rate))
         self.grad_norm.labels(agent=agent).set(float(summary.grad_norm))

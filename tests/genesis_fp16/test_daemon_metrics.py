@@ -44,6 +44,17 @@ def test_counters_advance_by_deltas_across_summaries_and_runs() -> None:
     assert value(registry, "genesis_fp16_precision", agent="a", precision="fp16") == 0
 
 
+def test_resumed_totals_are_not_counted_again() -> None:
+    """A run resumed at 100 steps (7 skipped) whose first summary says 110 adds 10 steps."""
+    registry = CollectorRegistry()
+    metrics = DaemonMetrics(registry, version="1")
+    metrics.start_run("a", {"optimizer_steps": 93, "skipped_steps": 7, "nonfinite_losses": 0})
+    metrics.observe_summary("a", Summary("bf16", 102, 8, 0, 160))
+    assert value(registry, "genesis_fp16_optimizer_steps_total", agent="a") == 9
+    assert value(registry, "genesis_fp16_skipped_steps_total", agent="a") == 1
+    assert value(registry, "genesis_fp16_samples_total", agent="a") == 160
+
+
 def test_registry_is_the_one_passed_in_and_names_match_the_list() -> None:
     """Two daemons' metrics live on separate registries; every listed name is exported."""
     first, second = CollectorRegistry(), CollectorRegistry()
