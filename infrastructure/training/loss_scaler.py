@@ -221,7 +221,9 @@ class LossScaler:
                             "fp16 per operation, so do not call model.half()/.bfloat16()"
                         )
                     if grad.is_sparse:
-                        grad = grad.coalesce()._values()
+                        # Duplicate indices would be summed later: check the summed values.
+                        param.grad = grad.coalesce()
+                        grad = param.grad._values()
                     groups.setdefault((grad.device, grad.dtype), []).append(grad)
             found: dict[torch.device, torch.Tensor] = {}
             for (device, _), grads in groups.items():
@@ -310,7 +312,7 @@ class LossScaler:
                 )
             found_inf = torch.stack(flags).sum()
             self._advance(found_inf)
-            self._last_found_inf = found_inf
+            self._last_found_inf.copy_(found_inf)
         self._per_optimizer = {}
 
     def _advance(self, found_inf: torch.Tensor) -> None:
@@ -327,14 +329,17 @@ class LossScaler:
         shrunk = (scale64 * c.backoff_factor).float().clamp(min=c.min_scale)
         at_floor = self._scale <= c.min_scale
 
+        # In place, so that tensors handed out by scale_tensor() & co. stay current.
         zero = torch.zeros_like(self._growth_tracker)
-        self._floor_overflows = torch.where(overflow & at_floor, self._floor_overflows + 1, zero)
+        self._floor_overflows.copy_(
+            torch.where(overflow & at_floor, self._floor_overflows + 1, zero)
+        )
         self._unstable |= self._floor_overflows >= c.unstable_after
-        self._scale = torch.where(back_off, shrunk, torch.where(grow, grown, self._scale))
-        self._growth_tracker = torch.where(overflow | grow, zero, tracker_next)
+        self._scale.copy_(torch.where(back_off, shrunk, torch.where(grow, grown, self._scale)))
+        self._growth_tracker.copy_(torch.where(overflow | grow, zero, tracker_next))
         spent = torch.where(back_off, self._hysteresis_left, self._hysteresis_left - 1)
-        self._hysteresis_left = torch.where(
-            overflow, spent, torch.full_like(self._hysteresis_left, c.hysteresis)
+        self._hysteresis_left.copy_(
+            torch.where(overflow, spent, torch.full_like(self._hysteresis_left, c.hysteresis))
         )
         self._overflow_total += overflow.to(torch.int64)
 

@@ -341,6 +341,18 @@ def test_unscale_gives_true_gradients_for_clipping() -> None:
     assert torch.equal(p.grad, torch.tensor([3.0, 5.0]))
 
 
+def test_sparse_gradients_are_unscaled_in_place() -> None:
+    """A sparse gradient with a repeated index is coalesced and unscaled on the parameter."""
+    emb = torch.nn.Embedding(4, 2, sparse=True)
+    scaler = LossScaler("cpu", init_scale=256.0)
+    opt = torch.optim.SGD(emb.parameters(), lr=0.1)
+    scaler.scale(emb(torch.tensor([1, 1, 3])).sum()).backward()
+    scaler.unscale_(opt)
+    assert emb.weight.grad is not None
+    expected = torch.tensor([[0.0, 0.0], [2.0, 2.0], [0.0, 0.0], [1.0, 1.0]])
+    assert torch.equal(emb.weight.grad.to_dense(), expected)
+
+
 def test_misuse_raises_clear_errors() -> None:
     """Calling the per-step methods out of order, or on fp16 grads, names the mistake."""
     p = torch.nn.Parameter(torch.ones(2))
