@@ -110,6 +110,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
         env_nested_delimiter="__",
+        # An uncommented `NAME=` from .env.example means "unset", not an empty value.
+        env_ignore_empty=True,
         extra="ignore",
         frozen=True,
     )

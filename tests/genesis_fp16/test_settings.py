@@ -174,3 +174,35 @@ def test_secrets_are_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
     dumped = load_settings().redacted()
     assert dumped["tls_key_password"] == "**********"
     assert "hunter2" not in str(dumped)
+
+
+def test_env_example_lists_every_setting_with_its_default(tmp_path: Path) -> None:
+    """Uncommenting every line of .env.example gives the defaults; no setting is missing."""
+    from genesis_fp16.settings import Settings
+
+    example = Path(__file__).resolve().parents[2] / ".env.example"
+    lines = [
+        line.removeprefix("# ")
+        for line in example.read_text().splitlines()
+        if line.startswith(("# GENESIS_FP16_", "# ENABLE_FP16_TRAINING="))
+    ]
+    names = {line.split("=", 1)[0] for line in lines}
+    for field in Settings.model_fields:
+        variable = (
+            "ENABLE_FP16_TRAINING"
+            if field == "enable_fp16_training"
+            else f"GENESIS_FP16_{field.upper()}"
+        )
+        assert variable in names, f"{variable} is missing from .env.example"
+    kept = [
+        line
+        for line in lines
+        if not line.startswith(("GENESIS_FP16_ENV_FILE=", "GENESIS_FP16_AGENTS="))
+    ]
+    (tmp_path / ".env").write_text("\n".join(kept) + "\n")
+    settings = load_settings()
+    defaults = Settings()
+    for field in Settings.model_fields:
+        if field != "agents":
+            assert getattr(settings, field) == getattr(defaults, field), field
+    assert settings.agent("se_darwin") == defaults.agent("se_darwin")
