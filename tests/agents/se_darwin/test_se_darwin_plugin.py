@@ -1,0 +1,147 @@
+"""The SE-Darwin plugin: discovery, training through fit(), resume, probe setup, prediction."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from agents.se_darwin import plugin
+from agents.se_darwin.task import is_held_out
+from genesis_fp16.plugins import load_plugin
+from infrastructure.data.readers import read_trajectories
+from infrastructure.plugin_api import AgentPlugin, TrainRequest, TrainResult
+from infrastructure.world_model.metrics import auc, brier
+from infrastructure.world_model.predict import WorldModelPredictor
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return plugin.generate_sample_data(tmp_path_factory.mktemp("data"), 1500, seed=11)
+
+
+@pytest.fixture(scope="module")
+def trained(data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[TrainResult, Path]:
+    ckpt = tmp_path_factory.mktemp("trained") / "ckpt"
+    return _train(data, ckpt, steps=20), ckpt
+
+
+def _train(data: Path, ckpt: Path, precision: str = "fp32", **kw: object) -> TrainResult:
+    fields: dict[str, object] = {"steps": 20, "seed": 3, "resume": False, **kw}
+    request = TrainRequest(
+        agent="se_darwin",
+        precision=precision,
+        precision_reason="test",
+        state_dir=ckpt.parent,
+        checkpoint_dir=ckpt,
+        data_path=data,
+        **fields,  # type: ignore[arg-type]
+    )
+    return plugin.train(request)
+
+
+def test_plugin_is_discovered_through_its_entry_point() -> None:
+    """`se_darwin` loads from the genesis_fp16.agents entry point as the plugin object."""
+    assert isinstance(plugin, AgentPlugin)
+    assert load_plugin("se_darwin") is plugin
+
+
+def test_train_runs_through_fit_and_reports(trained: tuple[TrainResult, Path]) -> None:
+    """A 20-step fp32 run writes a checkpoint and reports all held-out metrics."""
+    result, _ = trained
+    assert result.precision_used == "fp32" and result.steps == 20
+    assert result.checkpoint is not None and result.checkpoint.exists()
+    for key in ("loss", "auc", "brier", "score_mae", "outcome_accuracy"):
+        assert key in result.eval
+    assert 0.0 < result.eval["brier"] < 0.5
+    assert result.quarantined == 0
+    assert json.loads(json.dumps(result.to_json()))["agent"] == "se_darwin"
+
+
+@pytest.mark.slow
+def test_resume_runs_n_more_steps_with_the_saved_encoder(data: Path, tmp_path: Path) -> None:
+    """Resuming runs N more steps, counted from the checkpoint, with identical parameters."""
+    first = _train(data, tmp_path / "a", steps=6)
+    second = _train(data, tmp_path / "a", steps=6, resume=True)
+    straight = _train(data, tmp_path / "b", steps=12)
+    assert (first.steps, second.steps, second.extra["total_steps"]) == (6, 6, 12)
+    assert second.extra["resumed_from"] == str(first.checkpoint)
+    a = torch.load(second.checkpoint, weights_only=True)["model"]  # type: ignore[arg-type]
+    b = torch.load(straight.checkpoint, weights_only=True)["model"]  # type: ignore[arg-type]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_unknown_option_is_refused(data: Path, tmp_path: Path) -> None:
+    """A misspelled option names itself and the valid ones."""
+    with pytest.raises(ValueError, match=r"unknown se_darwin option.*hiden"):
+        _train(data, tmp_path / "c", options={"hiden": 8})
+
+
+def test_probe_setup_gives_the_real_model_and_batches(data: Path) -> None:
+    """Same weights twice, real batches that halve, component prefixes that name modules."""
+    setup = plugin.probe_setup(data, seed=4)
+    a, b = setup.build_model(), setup.build_model()
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+    names = {name for name, _ in a.named_modules()}
+    for prefixes in setup.components.values():
+        assert prefixes and all(p in names for p in prefixes)
+    assert len(setup.batches) >= 2
+    left, right = setup.split_batch(setup.batches[0])
+    assert len(left) + len(right) == len(setup.batches[0])
+    assert torch.isfinite(setup.loss(a, setup.batches[0]))
+
+
+@pytest.mark.slow
+def test_prediction_after_a_restart_scores_as_training_did(
+    data: Path, trained: tuple[TrainResult, Path]
+) -> None:
+    """A new process loads the checkpoint, reproduces the held-out AUC/Brier and our scores."""
+    result, ckpt = trained
+    pool = json.loads(data.read_text())["trajectories"]
+    held = [
+        e.trajectory_id
+        for e in read_trajectories(data).examples
+        if is_held_out(e.trajectory_id, 3, 0.1)
+    ]
+    predictor = WorldModelPredictor.load(ckpt)
+    here = [p.success_probability for p in predictor.predict([pool[i] for i in held[:50]])]
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        from pathlib import Path
+        from infrastructure.data.readers import read_trajectories
+        from infrastructure.world_model.predict import WorldModelPredictor, load_pool_scores
+        data = Path({str(data)!r})
+        held = json.loads(sys.argv[1])
+        pool = json.loads(data.read_text())["trajectories"]
+        scores = load_pool_scores(data)
+        predictor = WorldModelPredictor.load(Path({str(ckpt)!r}))
+        labels = {{e.trajectory_id: e.label.success for e in read_trajectories(data).examples}}
+        out = predictor.predict([pool[i] for i in held], scores)
+        no_pool = predictor.predict([pool[i] for i in held[:50]])
+        print(json.dumps({{
+            "p": [p.success_probability for p in out],
+            "y": [labels[i] for i in held],
+            "no_pool": [p.success_probability for p in no_pool],
+        }}))
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(held)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    p, y = torch.tensor(got["p"]), torch.tensor(got["y"], dtype=torch.float32)
+    assert auc(p, y) == pytest.approx(result.eval["auc"], abs=1e-6)
+    assert brier(p, y) == pytest.approx(result.eval["brier"], abs=1e-6)
+    assert got["no_pool"] == here
