@@ -206,6 +206,8 @@ class PrecisionPolicy:
         logger.info("precision %s (%s)", resolved.used, resolved.reason)
         if resolved.warning:
             logger.warning("precision %s: %s", resolved.used, resolved.warning)
+        if resolved.used == "fp16" and not scaler.enabled:
+            logger.warning("precision fp16 with loss scaling disabled: small gradients underflow")
         config = replace(scaler, enabled=scaler.enabled and resolved.used == "fp16")
         return cls(
             name=resolved.used,
