@@ -55,7 +55,12 @@ class _Run:
     unchanged: dict[str, float] = field(default_factory=dict)  # per parameter, mean per step
     unchanged_total: float = math.nan
     skipped: int = 0
-    seconds_per_step: float = math.nan
+    step_seconds: list[float] = field(default_factory=list)
+
+    @property
+    def seconds_per_step(self) -> float:
+        # The fastest step: on a shared machine the slower ones time the neighbours.
+        return min(self.step_seconds, default=math.nan)
 
 
 @dataclass(frozen=True)
@@ -234,8 +239,7 @@ def _train(variant: Variant, model: nn.Module, ctx: _Context, run: _Run) -> None
             unchanged[name] += count / max(p.numel(), 1)
             same += count
         total += same / max(numel, 1)
-    # The fastest step: on a shared machine, slower ones measure the neighbours.
-    run.seconds_per_step = min(times)
+    run.step_seconds = times
     if taken:
         run.unchanged = {n: v / taken for n, v in unchanged.items()}
         run.unchanged_total = total / taken
@@ -377,8 +381,9 @@ def _report(
                     blocking,
                 )
             )
-    fp32_times = [r.seconds_per_step for r in runs if isinstance(r, _Run)][:2]
-    choice = recommend(candidates, max(fp32_times))
+    # Both FP32 runs time the same arithmetic: their fastest step is FP32's cost here.
+    fp32_seconds = min(t for r in runs[:2] if isinstance(r, _Run) for t in r.step_seconds)
+    choice = recommend(candidates, fp32_seconds, thresholds.speed_tolerance)
     return ProbeReport(
         device=str(ctx.device),
         steps=ctx.steps,

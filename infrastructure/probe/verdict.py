@@ -39,6 +39,7 @@ class Thresholds:
     headroom_red: float = FP16_MAX
     unchanged_green: float = 0.01  # excess over FP32's own unchanged fraction
     unchanged_amber: float = 0.5  # above this, most parameters do not learn: red
+    speed_tolerance: float = 0.05  # "not slower than FP32": at most 5% slower per step
 
 
 def grade_at_most(value: float, green: float, amber: float) -> Colour:
@@ -91,19 +92,22 @@ class Candidate:
 
 
 def recommend(
-    candidates: Sequence[Candidate], fp32_seconds: float, reference: str = "fp32"
+    candidates: Sequence[Candidate],
+    fp32_seconds: float,
+    tolerance: float = 0.05,
+    reference: str = "fp32",
 ) -> Recommendation:
-    """Pick the cheapest green candidate no slower than ``fp32_seconds`` per step.
+    """Pick the cheapest green candidate no slower than FP32 per step.
 
-    ``fp32_seconds`` is the slower of the two FP32 runs: their spread is this device's
-    timing noise. Cost ties are broken by the measured time. Falls back to ``reference``
-    when nothing qualifies, and says why for every variant it passed over.
+    A candidate is not slower when its fastest step takes at most ``fp32_seconds`` times
+    ``1 + tolerance``. Cost ties are broken by the measured time. Falls back to
+    ``reference`` when nothing qualifies, and says why for every variant it passed over.
     """
     reasons: dict[str, tuple[str, ...]] = {}
     modules: dict[str, tuple[str, ...]] = {}
     for cand in sorted(candidates, key=lambda c: (c.cost_rank, c.seconds_per_step)):
         why = list(cand.problems)
-        if cand.seconds_per_step > fp32_seconds:
+        if cand.seconds_per_step > fp32_seconds * (1 + tolerance):
             ratio = cand.seconds_per_step / fp32_seconds if fp32_seconds > 0 else math.inf
             why.append(f"slower than fp32 on this device ({ratio:.1f}x per step)")
         if cand.overall == "green" and not why:
