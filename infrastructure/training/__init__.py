@@ -5,6 +5,7 @@ Imports torch, pydantic and the standard library only.
 
 from infrastructure.training.checkpoint import CheckpointError, CheckpointManager
 from infrastructure.training.fit import FitOptions, FitResult, TrainingTask, fit
+from infrastructure.training.guard import GuardConfig, PrecisionMemory
 from infrastructure.training.loss_scaler import LossScaler, ScalerConfig
 from infrastructure.training.precision import (
     PRECISIONS,
@@ -26,8 +27,10 @@ __all__ = [
     "DeviceCapabilities",
     "FitOptions",
     "FitResult",
+    "GuardConfig",
     "LossScaler",
     "PrecisionError",
+    "PrecisionMemory",
     "PrecisionPolicy",
     "ResolvedPrecision",
     "ScalerConfig",

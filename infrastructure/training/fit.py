@@ -28,6 +28,7 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from infrastructure.training import checkpoint_keys as keys
 from infrastructure.training.checkpoint import CheckpointManager
+from infrastructure.training.guard import GuardConfig, PrecisionGuard, checkpoints_after
 from infrastructure.training.loss_scaler import ScalerConfig
 from infrastructure.training.precision import PrecisionPolicy, ResolvedPrecision
 from infrastructure.training.rng import seed_everything
@@ -98,6 +99,9 @@ class FitOptions:
     - ``should_stop``: polled before every step; when it returns True the run stops
       there, checkpoints and evaluates, and ``FitResult.stopped_early`` is True.
     - ``step_hooks``: called with the trainer after every step (before checkpointing).
+    - ``guard``: a :class:`GuardConfig` turns on the precision guard: when a trigger
+      fires, the run rolls back to its last good state, continues in the next precision
+      of the ladder to the same target step, and ``FitResult.demotions`` says so.
     """
 
     precision: str = "auto"
@@ -115,6 +119,7 @@ class FitOptions:
     scaler: ScalerConfig = field(default_factory=ScalerConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     step_hooks: Sequence[StepHook] = ()
+    guard: GuardConfig | None = None
 
     def __post_init__(self) -> None:
         if self.steps is None and self.epochs is None:
@@ -134,7 +139,9 @@ class FitResult:
     ``summary`` covers the whole run's counters (``step`` continues across resumes);
     ``steps_run`` counts this invocation's steps. ``checkpoint`` is the file written at
     the end (None without ``checkpoint_dir``), ``resumed_from`` the one started from.
-    ``demotions`` lists precision changes made during the run (none yet: no guard).
+    ``demotions`` lists the precision guard's demotions, oldest first, as plain dicts
+    (``from``, ``to``, ``reason``, ``step``, ``rollback_step``, ``detail``);
+    ``precision`` is then the resolution of the precision the run ended in.
     """
 
     summary: TrainingSummary
@@ -153,16 +160,17 @@ class _Position:
     batch: int = 0
 
 
+@dataclass(frozen=True)
+class _Targets:
+    step: int | None
+    epoch: int | None
+
+
 def fit(task: TrainingTask, options: FitOptions) -> FitResult:
     """Train ``task`` as ``options`` say and return what happened; see the module docstring."""
     policy = PrecisionPolicy.create(options.precision, options.device, options.scaler)
     seed_everything(options.seed)
-    model = task.build_model().to(policy.device)
-    policy.check_model(model)
-    optimizers = task.build_optimizers(model)
-    schedulers = task.build_schedulers(optimizers)
-    trainer_config = replace(options.trainer, log_interval=options.log_interval)
-    trainer = Trainer(model, optimizers, policy, trainer_config, schedulers, options.on_log)
+    trainer = _build_trainer(task, policy, options)
     manager = None
     if options.checkpoint_dir is not None:
         manager = CheckpointManager(options.checkpoint_dir, options.keep)
@@ -170,7 +178,21 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
     position = _Position()
     resumed_from = _resume(task, trainer, manager, position) if options.resume else None
     first_step = trainer.step_count
-    stopped = _run_loop(task, trainer, options, manager, position)
+    targets = _Targets(
+        first_step + options.steps if options.steps is not None else None,
+        position.epoch + options.epochs if options.epochs is not None else None,
+    )
+    guard = PrecisionGuard(options.guard, task.extra_state) if options.guard else None
+    loss_fn = guard.watch_loss(task.loss) if guard is not None else task.loss
+    if guard is not None:
+        guard.start(trainer, position.epoch, position.batch)
+    demotions: list[dict[str, Any]] = []
+    while True:
+        stopped = _run_loop(task, trainer, options, manager, position, targets, loss_fn, guard)
+        if guard is None or guard.final_check(trainer, position.epoch, position.batch) is None:
+            break
+        trainer = _demote(task, trainer, options, manager, position, guard, demotions)
+    model, policy = trainer.model, trainer.policy
     steps_run = trainer.step_count - first_step
 
     checkpoint = resumed_from if steps_run == 0 else None
@@ -196,7 +218,47 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
         steps_run=steps_run,
         stopped_early=stopped,
         resumed_from=resumed_from,
+        demotions=tuple(demotions),
     )
+
+
+def _build_trainer(task: TrainingTask, policy: PrecisionPolicy, options: FitOptions) -> Trainer:
+    model = task.build_model().to(policy.device)
+    policy.check_model(model)
+    optimizers = task.build_optimizers(model)
+    schedulers = task.build_schedulers(optimizers)
+    trainer_config = replace(options.trainer, log_interval=options.log_interval)
+    return Trainer(model, optimizers, policy, trainer_config, schedulers, options.on_log)
+
+
+def _demote(
+    task: TrainingTask,
+    trainer: Trainer,
+    options: FitOptions,
+    manager: CheckpointManager | None,
+    position: _Position,
+    guard: PrecisionGuard,
+    demotions: list[dict[str, Any]],
+) -> Trainer:
+    """Roll back to the guard's last good state in a trainer of the next precision."""
+    policy, record = guard.demote(
+        trainer.policy, lambda name: PrecisionPolicy.create(name, options.device, options.scaler)
+    )
+    snapshot = guard.restore()
+    demoted = _build_trainer(task, policy, options)
+    demoted.load_state_dict(snapshot.trainer)  # model, optimizers, schedulers, scaler, RNG
+    position.epoch, position.batch = snapshot.epoch, snapshot.batch
+    loader = getattr(task, "load_extra_state", None)
+    if callable(loader):
+        loader(snapshot.extra)
+    if manager is not None:
+        # Checkpoints written after the rollback step hold the troubled trajectory.
+        for stale in checkpoints_after(manager.checkpoints(), manager.path_for(snapshot.step)):
+            logger.warning("precision guard: removing %s (after the rollback step)", stale)
+            stale.unlink(missing_ok=True)
+    guard.start(demoted, position.epoch, position.batch, snapshot=False)
+    demotions.append(record)
+    return demoted
 
 
 def _resume(
@@ -231,10 +293,15 @@ def _run_loop(
     options: FitOptions,
     manager: CheckpointManager | None,
     position: _Position,
+    targets: _Targets,
+    loss_fn: Callable[[nn.Module, Any], torch.Tensor],
+    guard: PrecisionGuard | None,
 ) -> bool:
-    """Run steps until the step or epoch budget is spent; return True if stopped early."""
-    step_target = trainer.step_count + options.steps if options.steps is not None else None
-    epoch_target = position.epoch + options.epochs if options.epochs is not None else None
+    """Run steps until the targets are reached; True if stopped early.
+
+    Also returns (False) when the guard fires; ``fit()`` then demotes and calls again.
+    """
+    step_target, epoch_target = targets.step, targets.epoch
     accum = options.trainer.grad_accum_steps
 
     def done() -> bool:
@@ -253,10 +320,12 @@ def _run_loop(
             if options.should_stop():
                 logger.info("stop requested: stopping at step %d", trainer.step_count)
                 return True
-            trainer.step([b for b, _ in group], task.loss, sum(n for _, n in group))
+            trainer.step([b for b, _ in group], loss_fn, sum(n for _, n in group))
             position.batch += len(group)
             for hook in options.step_hooks:
                 hook(trainer)
+            if guard is not None and guard.after_step(trainer, position.epoch, position.batch):
+                return False  # fit() rolls back and demotes; the state is not checkpointed
             interval = options.checkpoint_interval
             if manager is not None and interval and trainer.step_count % interval == 0:
                 manager.save(_checkpoint_state(task, trainer, options, position))
