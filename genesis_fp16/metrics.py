@@ -79,9 +79,13 @@ class DaemonMetrics:
             return Counter(f"{PREFIX}_{name}", doc, labels, registry=registry)
 
         self.loss_scale = gauge("loss_scale", "Current dynamic loss scale (1 outside fp16).")
-        self.optimizer_steps = counter("optimizer_steps", "Optimizer steps, skipped included.")
+        self.optimizer_steps = counter(
+            "optimizer_steps", "Optimizer steps taken (skipped ones excluded)."
+        )
         self.skipped_steps = counter("skipped_steps", "Optimizer steps skipped for overflow.")
-        self.overflow_rate = gauge("overflow_rate", "Share of recent steps that overflowed.")
+        self.overflow_rate = gauge(
+            "overflow_rate", "Share of the recent window of steps that overflowed."
+        )
         self.nonfinite_loss = counter("nonfinite_loss", "Losses that were NaN or infinite.")
         self.grad_norm = gauge("grad_norm", "Gradient norm (unscaled) at the last log.")
         self.samples = counter("samples", "Training samples consumed.")
@@ -175,7 +179,7 @@ class DaemonMetrics:
                     getattr(self, name).labels(agent=agent).inc(increase)
                 last[field] = max(value, last.get(field, 0.0))
         self.loss_scale.labels(agent=agent).set(float(summary.loss_scale))
-        self.overflow_rate.labels(agent=agent).set(float(summary.overflow_rate))
+        self.overflow_rate.labels(agent=agent).set(float(summary.overflow_rate_window))
         self.grad_norm.labels(agent=agent).set(float(summary.grad_norm))
         self.train_loss.labels(agent=agent).set(float(summary.train_loss))
         self.set_precision(agent, str(summary.precision))

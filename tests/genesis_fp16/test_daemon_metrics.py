@@ -18,6 +18,7 @@ class Summary:
     samples: int
     loss_scale: float = 1024.0
     overflow_rate: float = 0.0
+    overflow_rate_window: float = 0.25
     grad_norm: float = 1.0
     train_loss: float = 0.5
 
@@ -36,6 +37,7 @@ def test_counters_advance_by_deltas_across_summaries_and_runs() -> None:
     assert value(registry, "genesis_fp16_optimizer_steps_total", agent="a") == 25
     assert value(registry, "genesis_fp16_skipped_steps_total", agent="a") == 3
     assert value(registry, "genesis_fp16_nonfinite_loss_total", agent="a") == 1
+    assert value(registry, "genesis_fp16_overflow_rate", agent="a") == 0.25
     metrics.start_run("a")
     metrics.observe_summary("a", Summary("fp32", 5, 0, 0, 80))
     assert value(registry, "genesis_fp16_optimizer_steps_total", agent="a") == 30
