@@ -20,6 +20,7 @@ STEP = "step"  # optimizer steps taken so far, skipped ones included
 EPOCH = "epoch"  # the epoch the next batch comes from
 BATCH = "batch"  # batches of that epoch already consumed
 RNG = "rng"  # see infrastructure.training.rng.capture_rng_state
+RNG_PER_RANK = "rng_per_rank"  # data-parallel runs: every rank's RNG state, by rank (optional)
 CONFIG = "config"  # the resolved training config, as a plain dict
 STATS = "stats"  # the trainer's run counters (steps, skipped steps, samples, ...)
 EXTRA = "extra"  # task state such as a feature encoder: plain types and tensors only

@@ -27,6 +27,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from infrastructure.training import checkpoint_keys as keys
+from infrastructure.training import distributed
 from infrastructure.training.checkpoint import CheckpointManager
 from infrastructure.training.guard import GuardConfig, PrecisionGuard, checkpoints_after
 from infrastructure.training.loss_scaler import ScalerConfig
@@ -102,6 +103,8 @@ class FitOptions:
     - ``guard``: a :class:`GuardConfig` turns on the precision guard: when a trigger
       fires, the run rolls back to its last good state, continues in the next precision
       of the ladder to the same target step, and ``FitResult.demotions`` says so.
+    - ``fsdp``: under an initialised multi-rank process group, shard the model with
+      FSDP2 instead of DDP (see :mod:`infrastructure.training.distributed`).
     """
 
     precision: str = "auto"
@@ -120,6 +123,7 @@ class FitOptions:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     step_hooks: Sequence[StepHook] = ()
     guard: GuardConfig | None = None
+    fsdp: bool = False
 
     def __post_init__(self) -> None:
         if self.steps is None and self.epochs is None:
@@ -170,10 +174,11 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
     """Train ``task`` as ``options`` say and return what happened; see the module docstring."""
     policy = PrecisionPolicy.create(options.precision, options.device, options.scaler)
     seed_everything(options.seed)
+    options = replace(options, should_stop=distributed.agreed_stop(options.should_stop))
     trainer = _build_trainer(task, policy, options)
     manager = None
     if options.checkpoint_dir is not None:
-        manager = CheckpointManager(options.checkpoint_dir, options.keep)
+        manager = distributed.checkpoint_manager(options.checkpoint_dir, options.keep)
 
     position = _Position()
     resumed_from = _resume(task, trainer, manager, position) if options.resume else None
@@ -225,6 +230,7 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
 def _build_trainer(task: TrainingTask, policy: PrecisionPolicy, options: FitOptions) -> Trainer:
     model = task.build_model().to(policy.device)
     policy.check_model(model)
+    model = distributed.wrap_model(model, policy, fsdp=options.fsdp)  # no-op in one process
     optimizers = task.build_optimizers(model)
     schedulers = task.build_schedulers(optimizers)
     trainer_config = replace(options.trainer, log_interval=options.log_interval)
@@ -320,7 +326,7 @@ def _run_loop(
             if options.should_stop():
                 logger.info("stop requested: stopping at step %d", trainer.step_count)
                 return True
-            trainer.step([b for b, _ in group], loss_fn, sum(n for _, n in group))
+            trainer.step(*distributed.shard_step(group, loss_fn))  # this rank's slices
             position.batch += len(group)
             for hook in options.step_hooks:
                 hook(trainer)

@@ -1,0 +1,272 @@
+"""Data-parallel and sharded training on ``torch.distributed``, for ``fit()``.
+
+Nothing here starts a process group: the caller does (``torchrun`` plus
+``torch.distributed.init_process_group``; the daemon's ``genesis_fp16.distributed``).
+When no group is initialised, or it has one rank, every function is a pass-through and
+``fit()`` runs exactly as in a single process::
+
+    model = wrap_model(model, policy, fsdp=False)      # DDP (or FSDP2 fully_shard)
+    micro, loss_fn, n = shard_step(group, task.loss)    # this rank's slice of each batch
+    manager = checkpoint_manager(directory, keep=3)     # rank 0 writes, every rank reads
+
+How a global batch is split: each batch ``fit()`` draws is cut along dimension 0 into
+``world_size`` contiguous parts (``torch.tensor_split``: sizes differ by at most one),
+and rank ``r`` trains on part ``r``. Every rank draws the same batches (same seed), so
+within an epoch every sample is used by exactly one rank: no duplicates, no drops, and
+the shard is a pure function of ``(seed, epoch, rank, world_size)``. Each rank's loss is
+multiplied by ``n_rank * world_size / n_batch`` before backward; DDP averages gradients
+over ranks, so the step equals one step on the whole batch in a single process for any
+loss that is a mean over samples (equal parts make the factor exactly 1).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from infrastructure.training import checkpoint_keys as keys
+from infrastructure.training.checkpoint import CheckpointManager
+from infrastructure.training.precision import PrecisionPolicy
+from infrastructure.training.rng import capture_rng_state
+
+logger = logging.getLogger(__name__)
+
+LossFn = Callable[[nn.Module, Any], torch.Tensor]
+
+
+def rank_and_world() -> tuple[int, int]:
+    """``(rank, world_size)`` of the default process group; ``(0, 1)`` without one."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def is_distributed() -> bool:
+    """True when a process group with more than one rank is initialised."""
+    return rank_and_world()[1] > 1
+
+
+# ---------------------------------------------------------------------------- the model
+
+
+class _DDP(DistributedDataParallel):
+    """DDP whose state dict is the wrapped module's: checkpoints carry no ``module.`` prefix.
+
+    That keeps a checkpoint written by N ranks loadable by one process and the reverse,
+    with the trainer's own ``model.state_dict()`` / ``load_state_dict()`` calls.
+    """
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module.state_dict(*args, **kwargs)
+
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+    ) -> Any:
+        return self.module.load_state_dict(state_dict, strict=strict, assign=assign)
+
+
+def wrap_model(model: nn.Module, policy: PrecisionPolicy, fsdp: bool = False) -> nn.Module:
+    """Wrap ``model`` for the initialised process group; return it unchanged without one.
+
+    - default: ``DistributedDataParallel`` (gradients averaged over ranks in backward).
+    - ``fsdp=True``: FSDP2 ``fully_shard`` with a ``MixedPrecisionPolicy`` matched to
+      ``policy``: parameters gathered in the compute dtype (bf16/fp16; fp32 leaves
+      them alone) and gradients reduced in fp32, so fp16 gradients of a scaled loss
+      cannot overflow in the reduction. The model's parameters become DTensors: build
+      the optimizers after this call (``fit()`` does).
+
+    Call it after ``policy.check_model(model)`` and before building optimizers.
+    """
+    if not is_distributed():
+        if fsdp:
+            logger.info("fsdp requested without a multi-rank process group: not sharding")
+        return model
+    if fsdp:
+        return _fully_shard(model, policy)
+    device = policy.device
+    device_ids = [device.index] if device.type == "cuda" and device.index is not None else None
+    logger.info("wrapping the model in DDP (world size %d)", dist.get_world_size())
+    return _DDP(model, device_ids=device_ids)
+
+
+def _fully_shard(model: nn.Module, policy: PrecisionPolicy) -> nn.Module:
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    param_dtype = None if policy.compute_dtype == torch.float32 else policy.compute_dtype
+    mixed = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    logger.info(
+        "sharding the model with FSDP2 fully_shard (param_dtype %s, reduce_dtype float32)",
+        param_dtype,
+    )
+    fully_shard(model, mp_policy=mixed)
+    return model
+
+
+def is_sharded(model: nn.Module) -> bool:
+    """True for a model sharded by FSDP2 ``fully_shard``."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+# ---------------------------------------------------------------------------- the data
+
+
+class Shard(NamedTuple):
+    """This rank's part of one batch and the factor its mean loss is multiplied by."""
+
+    batch: Any
+    weight: float
+
+
+def slice_batch(batch: Any, num_samples: int, rank: int, world_size: int) -> tuple[Any, int]:
+    """Part ``rank`` of ``world_size`` contiguous parts of ``batch`` along dimension 0.
+
+    ``batch`` is a tensor or a (named) tuple, list or dict of them (nested), each with
+    ``num_samples`` rows. Returns ``(part, rows in part)``::
+
+        slice_batch(torch.arange(5), 5, rank=1, world_size=2)  # (tensor([3, 4]), 2)
+    """
+    if num_samples < world_size:
+        raise ValueError(
+            f"a batch of {num_samples} sample(s) cannot be split over {world_size} ranks: "
+            f"use a batch size of at least {world_size}"
+        )
+    bounds = torch.tensor_split(torch.arange(num_samples), world_size)[rank]
+    start, stop = int(bounds[0]), int(bounds[-1]) + 1
+    return _slice(batch, start, stop, num_samples), stop - start
+
+
+def _slice(value: Any, start: int, stop: int, rows: int) -> Any:
+    if isinstance(value, torch.Tensor):
+        if value.dim() == 0 or value.shape[0] != rows:
+            raise ValueError(
+                f"a batch tensor of shape {tuple(value.shape)} has no dimension 0 of "
+                f"{rows} samples: every tensor in a batch needs one row per sample"
+            )
+        return value[start:stop]
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_slice(v, start, stop, rows) for v in value))
+    if isinstance(value, list | tuple):
+        return type(value)(_slice(v, start, stop, rows) for v in value)
+    if isinstance(value, dict):
+        return {k: _slice(v, start, stop, rows) for k, v in value.items()}
+    raise TypeError(
+        f"cannot split a batch of type {type(value).__name__} over ranks: batches must be "
+        "tensors or (named) tuples, lists or dicts of tensors"
+    )
+
+
+def shard_step(group: Sequence[tuple[Any, int]], loss: LossFn) -> tuple[list[Any], LossFn, int]:
+    """``(micro_batches, loss_fn, num_samples)`` for ``Trainer.step`` on this rank.
+
+    Without a multi-rank group this is ``([batch, ...], loss, total)`` unchanged. With
+    one, each micro-batch becomes this rank's :class:`Shard` and ``loss_fn`` weights its
+    loss (see the module docstring). ``num_samples`` stays the global count, so
+    ``samples_per_second`` is the whole job's throughput.
+    """
+    total = sum(n for _, n in group)
+    rank, world = rank_and_world()
+    if world == 1:
+        return [b for b, _ in group], loss, total
+    shards = []
+    for batch, n in group:
+        part, rows = slice_batch(batch, n, rank, world)
+        shards.append(Shard(part, rows * world / n))
+
+    def weighted(model: nn.Module, shard: Shard) -> torch.Tensor:
+        value = loss(model, shard.batch)
+        return value if shard.weight == 1.0 else value * shard.weight
+
+    return shards, weighted, total
+
+
+def agreed_stop(should_stop: Callable[[], bool]) -> Callable[[], bool]:
+    """``should_stop`` made collective: True on every rank when it is True on any.
+
+    Ranks that stopped at different step boundaries would hang in the next collective.
+    One small all-reduce per step (a host sync on CUDA); a pass-through without a group.
+    """
+    if not is_distributed():
+        return should_stop
+
+    def agreed() -> bool:
+        flag = torch.tensor([1.0 if should_stop() else 0.0], device=_collective_device())
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    return agreed
+
+
+def _collective_device() -> torch.device:
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+# ---------------------------------------------------------------------------- checkpoints
+
+
+def checkpoint_manager(directory: Path | str, keep: int = 3) -> CheckpointManager:
+    """A :class:`CheckpointManager`, or its rank-0-writes variant in a multi-rank group."""
+    if is_distributed():
+        return RankZeroCheckpointManager(directory, keep)
+    return CheckpointManager(directory, keep)
+
+
+class RankZeroCheckpointManager(CheckpointManager):
+    """Checkpoints of a data-parallel run: one file, written atomically by rank 0.
+
+    ``save`` is collective (every rank calls it): the ranks' RNG states are gathered into
+    the state under ``rng_per_rank`` (``rng`` stays rank 0's, which is what a single
+    process resuming the file restores), rank 0 writes and prunes, and a barrier holds
+    every rank until the file is in place. ``load_latest`` is collective too: every rank
+    reads the newest valid file (the folder must be shared between nodes), the ranks
+    check that they read the same one, and each restores its own RNG state when the
+    file was written at the same world size (otherwise rank 0's, with a log line).
+    The file is the same format as a single process writes, so either resumes the other.
+    """
+
+    def save(self, state: Mapping[str, Any]) -> Path:
+        rank, world = rank_and_world()
+        gathered: list[Any] = [None] * world
+        dist.all_gather_object(gathered, capture_rng_state())
+        path = self.path_for(int(state[keys.STEP]))
+        if rank == 0:
+            path = super().save({**state, keys.RNG_PER_RANK: gathered})
+        dist.barrier()
+        return path
+
+    def load_latest(self) -> tuple[dict[str, Any], Path] | None:
+        rank, world = rank_and_world()
+        found = super().load_latest()
+        names: list[Any] = [None] * world
+        dist.all_gather_object(names, found[1].name if found else None)
+        if len(set(names)) != 1:
+            raise RuntimeError(
+                f"ranks found different newest checkpoints in {self.directory} ({names}): "
+                "every node must see the same checkpoint folder (shared storage)"
+            )
+        if found is None:
+            return None
+        state, path = found
+        per_rank = state.get(keys.RNG_PER_RANK)
+        if per_rank is not None and len(per_rank) == world:
+            state[keys.RNG] = per_rank[rank]
+        elif rank == 0:
+            saved_world = len(per_rank) if per_rank is not None else 1
+            logger.info(
+                "checkpoint %s was written by %d rank(s), this run has %d: every rank "
+                "continues from rank 0's RNG state",
+                path,
+                saved_world,
+                world,
+            )
+        return state, path
