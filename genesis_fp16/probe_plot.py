@@ -32,7 +32,7 @@ def plot_layer_errors(report: ProbeReport, path: Path, title: str = "") -> Path:
         ) from None
     shown = [v for v in report.variants if v.family != "fp32" and v.error is None]
     layers = list(shown[0].measures.layer_errors) if shown else []
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.35 * len(layers) + 3), 5))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.35 * len(layers) + 3) + 3, 5))
     floor = 1e-12  # log axis: exact zeros (an FP32 island) drawn at the bottom
     for variant in shown:
         errors = [variant.measures.layer_errors[name] for name in layers]
@@ -41,9 +41,9 @@ def plot_layer_errors(report: ProbeReport, path: Path, title: str = "") -> Path:
     ax.axhline(report.noise_floor, color="black", linestyle="--", label="minibatch noise floor")
     ax.set_yscale("log")
     ax.set_xticks(range(len(layers)), layers, rotation=90, fontsize=7)
-    ax.set_ylabel("gradient error ||g - g32|| / ||g32|| (non-finite drawn at 1e3)")
+    ax.set_ylabel("||g - g32|| / ||g32||  (non-finite at 1e3)")
     ax.set_title(title or f"precision probe on {report.device}: recommended {report.recommended}")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
