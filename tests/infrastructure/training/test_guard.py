@@ -1,0 +1,288 @@
+"""The precision guard: each trigger demotes and rolls back exactly; the ladder; the memory."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler, StepLR
+
+from infrastructure.training import (
+    CheckpointManager,
+    FitOptions,
+    FitResult,
+    GuardConfig,
+    ScalerConfig,
+    fit,
+)
+from infrastructure.training import checkpoint_keys as keys
+from infrastructure.training.guard import (
+    PrecisionMemory,
+    next_precision,
+    read_precision_memory,
+    remember_demotions,
+    write_precision_memory,
+)
+from infrastructure.training.precision import DeviceCapabilities
+
+Batch = tuple[int, torch.Tensor, torch.Tensor]
+BATCHES_PER_EPOCH = 8
+STEPS = 40
+FAULT_STEP = 17  # inside the check interval 16..20: the last spotless check is step 15
+CHECK = 5
+DEFAULT_SCALER = ScalerConfig()
+
+
+class FaultTask:
+    """A tiny regression whose loss goes bad from ``fault_step`` in the ``fault_in`` dtypes.
+
+    Faults: ``overflow`` keeps the loss value but multiplies its gradient by 1e9, so fp16
+    gradients overflow at any loss scale; ``nan`` makes the loss NaN; ``divergence``
+    multiplies the loss value by 1000 and leaves its gradient alone. ``until`` ends it.
+    """
+
+    def __init__(
+        self,
+        fault: str | None,
+        fault_step: int = FAULT_STEP,
+        until: int | None = None,
+        fault_in: tuple[torch.dtype, ...] = (torch.float16,),
+    ) -> None:
+        g = torch.Generator().manual_seed(7)
+        self.x = torch.randn(BATCHES_PER_EPOCH * 16, 4, generator=g)
+        self.y = torch.tanh(self.x.sum(dim=1, keepdim=True)) + 0.1
+        self.fault, self.fault_step, self.until, self.fault_in = fault, fault_step, until, fault_in
+
+    def build_model(self) -> nn.Module:
+        return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Dropout(0.1), nn.Linear(8, 1))
+
+    def build_optimizers(self, model: nn.Module) -> Sequence[Optimizer]:
+        return [torch.optim.AdamW(model.parameters(), lr=1e-2)]
+
+    def build_schedulers(self, optimizers: Sequence[Optimizer]) -> Sequence[LRScheduler]:
+        return [StepLR(optimizers[0], step_size=7, gamma=0.9)]
+
+    def train_batches(self, epoch: int, seed: int) -> Iterator[tuple[Batch, int]]:
+        order = torch.randperm(len(self.x), generator=torch.Generator().manual_seed(seed + epoch))
+        for i in range(BATCHES_PER_EPOCH):
+            idx = order[i * 16 : (i + 1) * 16]
+            yield (epoch * BATCHES_PER_EPOCH + i, self.x[idx], self.y[idx]), 16
+
+    def _faulty(self, step: int) -> bool:
+        if self.fault is None or step < self.fault_step:
+            return False
+        if self.until is not None and step >= self.until:
+            return False
+        return torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") in self.fault_in
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        step, x, y = batch
+        loss = F.mse_loss(model(x).float(), y)
+        if not self._faulty(step):
+            return loss
+        if self.fault == "overflow":
+            return loss + (1e9 * loss - (1e9 * loss).detach())
+        if self.fault == "nan":
+            return loss * float("nan")
+        return loss + (999.0 * loss).detach()
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        return {"loss": float(F.mse_loss(model(self.x).float(), self.y))}
+
+    def extra_state(self) -> dict[str, object]:
+        return {}
+
+
+def _guarded(
+    task: FaultTask, folder: Path, guard: GuardConfig, scaler: ScalerConfig = DEFAULT_SCALER
+) -> FitResult:
+    options = FitOptions(
+        precision="fp16",
+        steps=STEPS,
+        checkpoint_dir=folder,
+        log_interval=10,
+        guard=guard,
+        scaler=scaler,
+    )
+    return fit(task, options)
+
+
+def _model_of(folder: Path) -> dict[str, torch.Tensor]:
+    found = CheckpointManager(folder).load_latest()
+    assert found is not None
+    return dict(found[0][keys.MODEL])
+
+
+def _reference(
+    task: FaultTask,
+    folder: Path,
+    rollback: int,
+    precision: str,
+    scaler: ScalerConfig = DEFAULT_SCALER,
+) -> None:
+    """A clean run: fp16 up to the rollback step, then ``precision`` from that checkpoint."""
+    first = FitOptions(precision="fp16", steps=rollback, checkpoint_dir=folder, scaler=scaler)
+    fit(task, first)
+    rest = FitOptions(
+        precision=precision, steps=STEPS - rollback, checkpoint_dir=folder, scaler=scaler
+    )
+    fit(task, rest)
+
+
+def _assert_same_params(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+BASE = GuardConfig(
+    check_interval=CHECK, overflow_window=CHECK, overflow_warmup=0, divergence_warmup=2
+)
+CASES = {
+    "overflow_rate": ("overflow", BASE, ScalerConfig()),
+    "nonfinite_loss": ("nan", BASE, ScalerConfig()),
+    "divergence": ("divergence", BASE, ScalerConfig()),
+    "scaler_unstable": (
+        "overflow",
+        GuardConfig(check_interval=CHECK, overflow_rate_limit=None),
+        ScalerConfig(init_scale=4.0, unstable_after=1),
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("reason", sorted(CASES))
+def test_fault_demotes_to_bf16_and_equals_a_clean_run_from_the_rollback_point(
+    reason: str, tmp_path: Path
+) -> None:
+    """Each fault ends the run in bf16, recorded, with the params of a clean run from rollback."""
+    fault, guard, scaler = CASES[reason]
+    result = _guarded(FaultTask(fault), tmp_path / "guarded", guard, scaler=scaler)
+
+    assert result.precision.used == "bf16"
+    assert result.precision.requested == "fp16"
+    assert "precision guard demoted fp16 -> bf16" in result.precision.reason
+    assert result.summary.step == STEPS and result.steps_run == STEPS
+    assert [
+        {k: d[k] for k in ("from", "to", "reason", "step", "rollback_step")}
+        for d in result.demotions
+    ] == [{"from": "fp16", "to": "bf16", "reason": reason, "step": 20, "rollback_step": 15}]
+    assert torch.isfinite(torch.tensor(result.eval["loss"]))
+
+    _reference(FaultTask(fault), tmp_path / "reference", 15, "bf16", scaler=scaler)
+    _assert_same_params(_model_of(tmp_path / "guarded"), _model_of(tmp_path / "reference"))
+
+    state = tmp_path / "precision_state.json"
+    write_precision_memory(state, remember_demotions(None, result.demotions))
+    memory = read_precision_memory(state)
+    assert memory is not None
+    assert (memory.demoted_from, memory.demoted_to, memory.reason) == ("fp16", "bf16", reason)
+    assert (memory.step, memory.rollback_step) == (20, 15)
+
+
+def test_a_fault_in_bf16_too_demotes_twice_to_fp32(tmp_path: Path) -> None:
+    """NaN losses in fp16 and bf16 walk the whole ladder, each step rolled back."""
+    task = FaultTask("nan", fault_in=(torch.float16, torch.bfloat16))
+    result = _guarded(task, tmp_path / "guarded", BASE)
+    assert result.precision.used == "fp32"
+    assert [(d["from"], d["to"], d["reason"], d["rollback_step"]) for d in result.demotions] == [
+        ("fp16", "bf16", "nonfinite_loss", 15),
+        ("bf16", "fp32", "nonfinite_loss", 15),
+    ]
+    _reference(FaultTask(None), tmp_path / "reference", 15, "fp32")
+    _assert_same_params(_model_of(tmp_path / "guarded"), _model_of(tmp_path / "reference"))
+
+
+def test_a_clean_guarded_run_equals_an_unguarded_one(tmp_path: Path) -> None:
+    """Without faults the guard changes nothing: no demotion and bit-identical parameters."""
+    result = _guarded(FaultTask(None), tmp_path / "guarded", BASE)
+    assert result.demotions == () and result.precision.used == "fp16"
+    fit(
+        FaultTask(None),
+        FitOptions(precision="fp16", steps=STEPS, checkpoint_dir=tmp_path / "plain"),
+    )
+    _assert_same_params(_model_of(tmp_path / "guarded"), _model_of(tmp_path / "plain"))
+
+
+def test_nan_losses_do_not_poison_the_divergence_average(tmp_path: Path) -> None:
+    """A brief NaN burst (other triggers off) neither feeds the EMA nor fakes a divergence."""
+    guard = GuardConfig(
+        check_interval=CHECK, nonfinite_limit=None, overflow_rate_limit=None, divergence_warmup=1
+    )
+    result = _guarded(FaultTask("nan", until=FAULT_STEP + 2), tmp_path / "run", guard)
+    assert result.demotions == ()
+    assert result.precision.used == "fp16"
+    assert result.summary.nonfinite_losses == 2
+
+
+def test_a_trigger_in_the_last_rung_is_reported_not_demoted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """fp32 is the end of the default ladder: the run is not guarded and says so."""
+    task = FaultTask("nan", fault_in=(torch.float16, torch.bfloat16, torch.float32))
+    with caplog.at_level("INFO", logger="infrastructure.training.guard"):
+        result = fit(task, FitOptions(precision="fp32", steps=10, guard=BASE))
+    assert result.demotions == () and result.precision.used == "fp32"
+    assert "fp32 has no next precision; not guarded" in caplog.text
+
+
+def test_ladder_skips_bf16_without_native_support() -> None:
+    """fp16 demotes to fp32 where bf16 would be emulated, unless told otherwise."""
+    without = DeviceCapabilities("cpu", native_bf16=False, native_fp16=False, source="test")
+    native = DeviceCapabilities("cpu", native_bf16=True, native_fp16=False, source="test")
+    assert next_precision("fp16", GuardConfig(), without) == "fp32"
+    assert next_precision("fp16", GuardConfig(), native) == "bf16"
+    assert next_precision("fp16", GuardConfig(bf16_needs_native=False), without) == "bf16"
+    assert next_precision("bf16", GuardConfig(), native) == "fp32"
+    assert next_precision("fp32", GuardConfig(), native) is None
+    assert next_precision("fp16", GuardConfig(ladder=("fp16", "fp32")), native) == "fp32"
+    assert next_precision("bf16", GuardConfig(ladder=("fp16", "fp32")), native) is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"ladder": ("fp16", "fp8")}, "ladder=['fp16', 'fp8']"),
+        ({"ladder": ("fp16", "fp16")}, "distinct precisions"),
+        ({"check_interval": 0}, "check_interval=0"),
+        ({"overflow_rate_limit": 1.5}, "overflow_rate_limit=1.5"),
+        ({"divergence_factor": 0.5}, "divergence_factor=0.5"),
+    ],
+)
+def test_bad_guard_settings_are_refused_by_name(kwargs: dict[str, object], message: str) -> None:
+    """An invalid GuardConfig fails at construction with the setting and value named."""
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        GuardConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_precision_memory_floor_clean_runs_and_broken_files(tmp_path: Path) -> None:
+    """The memory is a floor on robustness, counts clean runs, and refuses a broken file."""
+    demotion = {"from": "fp16", "to": "bf16", "reason": "divergence", "step": 9, "rollback_step": 5}
+    memory = remember_demotions(None, [demotion])
+    assert memory is not None
+    assert memory.applies_to("fp16") and not memory.applies_to("bf16")
+    assert not memory.applies_to("fp32")
+    again = remember_demotions(memory, [])
+    assert again is not None and again.clean_runs == 1
+    assert remember_demotions(None, []) is None
+    second = remember_demotions(again, [{**demotion, "from": "bf16", "to": "fp32"}])
+    assert isinstance(second, PrecisionMemory)
+    assert (second.demoted_from, second.demoted_to, second.clean_runs) == ("fp16", "fp32", 0)
+    assert len(second.history) == 2
+
+    path = tmp_path / "agent" / "precision_state.json"
+    write_precision_memory(path, second)
+    assert json.loads(path.read_text())["demoted_to"] == "fp32"
+    assert read_precision_memory(path) == second
+    assert [p.name for p in path.parent.iterdir()] == ["precision_state.json"]
+    write_precision_memory(path, None)
+    assert read_precision_memory(path) is None
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match=r"precision_state\.json' is unreadable"):
+        read_precision_memory(path)
