@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from infrastructure.training.guard import GuardConfig
     from infrastructure.training.summary import TrainingSummary
 
 API_VERSION = 1
@@ -38,7 +39,8 @@ class TrainRequest:
     ``precision`` is the requested name (``auto``, ``fp32``, ``bf16`` or ``fp16``) and
     ``precision_reason`` says who asked for it (a CLI flag, ``ENABLE_FP16_TRAINING``, a
     per-agent override). ``steps`` counts optimizer steps of this run, skipped ones
-    included; with ``resume`` they come on top of the checkpoint's.
+    included; with ``resume`` they come on top of the checkpoint's. ``guard`` turns on
+    the precision guard (pass it to ``FitOptions.guard``); None leaves it off.
     """
 
     agent: str
@@ -55,6 +57,7 @@ class TrainRequest:
     log_interval: int = 50
     on_log: Callable[[TrainingSummary], None] | None = None
     should_stop: Callable[[], bool] = _never_stop
+    guard: GuardConfig | None = None
     quarantine_path: Path | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
 

@@ -61,6 +61,7 @@ class SEDarwinPlugin:
                 log_interval=request.log_interval,
                 on_log=request.on_log,
                 should_stop=request.should_stop,
+                guard=request.guard,
             ),
         )
         summary = result.summary
