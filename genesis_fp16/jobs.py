@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from genesis_fp16 import guard_state
 from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.paths import AgentPaths, ensure_sample_data
 from genesis_fp16.settings import Settings, requested_precision
@@ -92,7 +93,9 @@ def run_agent_job(ctx: JobContext, agent: str, plugin: AgentPlugin) -> None:
 def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> bool:
     """One run; True when it stopped early because the requested precision changed."""
     settings = ctx.settings
-    precision, reason = requested_precision(settings, agent, None)
+    requested, _ = requested_precision(settings, agent, None)
+    # The precision guard's memory may lower it; ENABLE_FP16_TRAINING=false still wins.
+    precision, reason = guard_state.choose_precision(settings, agent, device)
     run_id = uuid.uuid4().hex[:12]
     structlog.contextvars.bind_contextvars(agent=agent, run_id=run_id)
     started = time.monotonic()
@@ -104,7 +107,7 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
         )
 
         def precision_changed() -> bool:
-            return requested_precision(ctx.settings, agent, None)[0] != precision
+            return requested_precision(ctx.settings, agent, None)[0] != requested
 
         def should_stop() -> bool:
             return ctx.stopping.is_set() or precision_changed()
@@ -137,6 +140,7 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
             on_log=on_log,
             should_stop=should_stop,
             quarantine_path=paths.quarantine_path,
+            guard=guard_state.guard_config(settings),
         )
         log.info("training run started", precision=precision, reason=reason, device=device)
         ctx.metrics.start_run(agent, resumed_totals(paths))
@@ -173,6 +177,7 @@ def resumed_totals(paths: AgentPaths) -> dict[str, float]:
 
 def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, duration: float) -> bool:
     outcome = "stopped" if result.stopped_early else "success"
+    guard_state.record_run(ctx.settings, ctx.metrics, agent, result)
     ctx.metrics.set_precision(agent, result.precision_used)
     ctx.metrics.finish_run(agent, outcome, duration, result.eval.get("loss"), time.time())
     peak = result.extra.get("device_memory_peak_bytes")

@@ -33,6 +33,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from genesis_fp16.guard_settings import GuardSettings
+
 ENV_PREFIX = "GENESIS_FP16_"
 ENV_FILE_VARIABLE = "GENESIS_FP16_ENV_FILE"
 DEFAULT_ENV_FILE = ".env"
@@ -104,7 +106,7 @@ class AgentSettings(BaseModel):
         return self
 
 
-class Settings(BaseSettings):
+class Settings(BaseSettings, GuardSettings):
     """Resolved daemon settings. Build it with :func:`load_settings`."""
 
     model_config = SettingsConfigDict(

@@ -1,0 +1,47 @@
+"""The precision guard's settings, ``GENESIS_FP16_GUARD_*``; mixed into ``Settings``.
+
+Each maps onto a field of :class:`infrastructure.training.GuardConfig` (see its
+docstring for what the triggers mean); ``0`` turns a numeric trigger off.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field, field_validator
+
+from infrastructure.training.precision import PRECISIONS
+
+
+class GuardSettings(BaseModel):
+    """``GENESIS_FP16_GUARD_*``: triggers, ladder, and promotion after clean runs."""
+
+    guard_enabled: bool = True
+    guard_ladder: str = "fp16,bf16,fp32"
+    guard_check_interval: int = Field(default=25, ge=1)
+    guard_on_unstable: bool = True
+    guard_nonfinite_limit: int = Field(default=3, ge=0)
+    guard_nonfinite_window: int = Field(default=100, ge=1)
+    guard_overflow_rate_limit: float = Field(default=0.5, ge=0.0, lt=1.0)
+    guard_overflow_window: int = Field(default=50, ge=1)
+    guard_overflow_warmup: int = Field(default=25, ge=0)
+    guard_divergence_factor: float = Field(default=10.0, ge=0.0)
+    guard_divergence_ema_decay: float = Field(default=0.9, ge=0.0, lt=1.0)
+    guard_divergence_warmup: int = Field(default=4, ge=1)
+    guard_promote_after_runs: int = Field(default=0, ge=0)
+
+    @field_validator("guard_ladder")
+    @classmethod
+    def _check_ladder(cls, value: str) -> str:
+        names = [name.strip() for name in value.split(",") if name.strip()]
+        if not names or len(set(names)) != len(names) or set(names) - set(PRECISIONS):
+            raise ValueError(
+                f"{value!r} must be distinct precisions from {', '.join(PRECISIONS)}, "
+                "comma-separated, e.g. fp16,bf16,fp32"
+            )
+        return ",".join(names)
+
+    @field_validator("guard_divergence_factor")
+    @classmethod
+    def _check_factor(cls, value: float) -> float:
+        if value != 0.0 and value <= 1.0:
+            raise ValueError(f"{value!r} must be > 1 (or 0 to turn the trigger off)")
+        return value

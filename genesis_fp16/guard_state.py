@@ -1,0 +1,137 @@
+"""The daemon's side of the precision guard: choose each run's precision, remember demotions.
+
+A run asks for ``requested_precision`` (flag, ``ENABLE_FP16_TRAINING``, per-agent
+override, auto). When the agent's precision state file remembers a demotion, a request
+that would run in a less robust precision than the remembered one (fp16 < bf16 < fp32)
+runs in the remembered one instead, so a restarted daemon does not go back to what
+failed. ``ENABLE_FP16_TRAINING=false`` always wins: it asks for fp32, which no memory
+lowers. ``genesis-fp16 precision reset AGENT`` deletes the memory;
+``GENESIS_FP16_GUARD_PROMOTE_AFTER_RUNS=N`` deletes it after N clean runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+
+from genesis_fp16.metrics import DaemonMetrics
+from genesis_fp16.paths import AgentPaths
+from genesis_fp16.settings import Settings, requested_precision
+from infrastructure.plugin_api import TrainResult
+from infrastructure.training.guard import (
+    GuardConfig,
+    PrecisionMemory,
+    read_precision_memory,
+    remember_demotions,
+    write_precision_memory,
+)
+from infrastructure.training.precision import PrecisionError, resolve_precision
+
+log = structlog.get_logger("genesis_fp16.guard")
+
+
+def guard_config(settings: Settings) -> GuardConfig | None:
+    """The ``GuardConfig`` every run gets, or None when the guard is turned off."""
+    if not settings.guard_enabled:
+        return None
+    return GuardConfig(
+        ladder=tuple(settings.guard_ladder.split(",")),
+        check_interval=settings.guard_check_interval,
+        on_unstable=settings.guard_on_unstable,
+        nonfinite_limit=settings.guard_nonfinite_limit or None,
+        nonfinite_window=settings.guard_nonfinite_window,
+        overflow_rate_limit=settings.guard_overflow_rate_limit or None,
+        overflow_window=settings.guard_overflow_window,
+        overflow_warmup=settings.guard_overflow_warmup,
+        divergence_factor=settings.guard_divergence_factor or None,
+        divergence_ema_decay=settings.guard_divergence_ema_decay,
+        divergence_warmup=settings.guard_divergence_warmup,
+    )
+
+
+def load_memory(settings: Settings, agent: str) -> PrecisionMemory | None:
+    """The agent's remembered demotion; a broken file is logged and ignored."""
+    path = AgentPaths.for_agent(settings.state_dir, agent).precision_state_path
+    try:
+        return read_precision_memory(path)
+    except ValueError as exc:
+        log.warning("ignoring the precision state file", agent=agent, error=str(exc))
+        return None
+
+
+def choose_precision(settings: Settings, agent: str, device: str) -> tuple[str, str]:
+    """``(precision to request, why)`` for the next run of ``agent`` on ``device``."""
+    requested, reason = requested_precision(settings, agent, None)
+    if settings.enable_fp16_training is False or not settings.guard_enabled:
+        return requested, reason
+    memory = load_memory(settings, agent)
+    if memory is None:
+        return requested, reason
+    would_run = requested
+    if requested == "auto":
+        try:
+            would_run = resolve_precision("auto", device).used
+        except PrecisionError:
+            return requested, reason
+    if not memory.applies_to(would_run):
+        return requested, reason
+    why = (
+        f"precision guard memory: demoted {memory.demoted_from} -> {memory.demoted_to} "
+        f"({memory.reason} at step {memory.step}, {memory.at}); `genesis-fp16 precision "
+        f"reset {agent}` clears it; asked for {requested} ({reason})"
+    )
+    return memory.demoted_to, why
+
+
+def record_run(
+    settings: Settings, metrics: DaemonMetrics, agent: str, result: TrainResult
+) -> PrecisionMemory | None:
+    """Count, log and remember the run's demotions; count a clean run; maybe promote."""
+    demotions: list[Mapping[str, Any]] = [dict(d) for d in result.demotions]
+    for d in demotions:
+        metrics.precision_demotions.labels(
+            agent=agent, **{"from": str(d["from"]), "to": str(d["to"])}, reason=str(d["reason"])
+        ).inc()
+        log.warning(
+            "precision demoted",
+            agent=agent,
+            precision_from=d["from"],
+            precision_to=d["to"],
+            reason=d["reason"],
+            step=d["step"],
+            rollback_step=d["rollback_step"],
+            detail=d.get("detail"),
+        )
+    path = AgentPaths.for_agent(settings.state_dir, agent).precision_state_path
+    previous = load_memory(settings, agent)
+    # Without demotions, only a finished run in the remembered precision counts as clean.
+    floor = previous.demoted_to if previous is not None else None
+    if not demotions and (result.stopped_early or result.precision_used != floor):
+        return previous
+    memory = remember_demotions(previous, demotions)
+    needed = settings.guard_promote_after_runs
+    if memory is not None and not demotions and needed and memory.clean_runs >= needed:
+        log.info(
+            "precision promoted",
+            agent=agent,
+            precision_from=memory.demoted_to,
+            clean_runs=memory.clean_runs,
+        )
+        memory = None
+    try:
+        write_precision_memory(path, memory)
+    except OSError as exc:
+        log.error("cannot write the precision state file", path=str(path), error=str(exc))
+    return memory
+
+
+def describe(memory: PrecisionMemory | None) -> str:
+    """One line for ``genesis-fp16 agents``; empty when nothing is remembered."""
+    if memory is None:
+        return ""
+    return (
+        f"[demoted {memory.demoted_from} -> {memory.demoted_to}: {memory.reason} at step "
+        f"{memory.step}, {memory.at}; clean runs since: {memory.clean_runs}]"
+    )
