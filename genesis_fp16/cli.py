@@ -14,7 +14,16 @@ from collections.abc import Sequence
 from genesis_fp16 import __version__
 
 # Subcommand modules, in the order `--help` lists them.
-COMMAND_MODULES: tuple[str, ...] = ("serve", "train", "data", "agents", "config", "probe", "bench")
+COMMAND_MODULES: tuple[str, ...] = (
+    "serve",
+    "train",
+    "data",
+    "agents",
+    "config",
+    "probe",
+    "bench",
+    "precision",
+)
 
 
 class UsageError(Exception):

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from genesis_fp16.guard_state import describe, load_memory
 from genesis_fp16.plugins import discover_plugins
 from genesis_fp16.settings import SettingsError, load_settings
 
@@ -21,18 +22,26 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        allowlist = load_settings().plugin_allowlist
+        settings = load_settings()
+        allowlist = settings.plugin_allowlist
     except SettingsError as exc:
         print(f"genesis-fp16: error: invalid configuration: {exc}", file=sys.stderr)
         return 2
     records = discover_plugins(allowlist)
     if args.json:
-        print(json.dumps([record.to_json() for record in records], indent=2))
+        listed = []
+        for record in records:
+            memory = load_memory(settings, record.name)
+            guard = memory.to_json() if memory is not None else None
+            listed.append({**record.to_json(), "precision_guard": guard})
+        print(json.dumps(listed, indent=2))
     elif not records:
         print("no agent plugins found in the entry-point group genesis_fp16.agents")
     else:
         width = max(len(record.name) for record in records)
         for record in records:
             detail = record.error or getattr(record.plugin, "description", "")
-            print(f"{record.name:<{width}}  {record.state:<11}  {record.value}  {detail}")
+            demoted = describe(load_memory(settings, record.name))
+            line = f"{record.name:<{width}}  {record.state:<11}  {record.value}  {detail}"
+            print(f"{line}  {demoted}" if demoted else line)
     return 0
