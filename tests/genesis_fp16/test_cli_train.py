@@ -1,0 +1,190 @@
+"""`genesis-fp16 train` as a real subprocess: --json contract, precision switch, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from infrastructure.data.synthetic import generate_pool
+
+ROOT = Path(__file__).resolve().parents[2]
+JSON_KEYS = {
+    "agent",
+    "precision_requested",
+    "precision_used",
+    "precision_reason",
+    "device",
+    "steps",
+    "skipped_steps",
+    "overflow_rate",
+    "loss_scale",
+    "final_train_loss",
+    "eval",
+    "samples_per_second",
+    "wall_seconds",
+    "checkpoint",
+    "quarantined",
+}
+
+
+def _cli(
+    cwd: Path, *args: str, env: Mapping[str, str] | None = None, stderr: int | None = None
+) -> subprocess.CompletedProcess[str]:
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GENESIS_FP16_") and k != "ENABLE_FP16_TRAINING"
+    }
+    clean["GENESIS_FP16_STATE_DIR"] = str(cwd / "state")
+    clean["GENESIS_FP16_LOG_LEVEL"] = "WARNING"
+    clean.update(env or {})
+    clean["PYTHONPATH"] = str(ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "genesis_fp16", *args],
+        cwd=cwd,  # no .env here unless a test writes one
+        env=clean,
+        capture_output=stderr is None,
+        stdout=subprocess.PIPE if stderr is not None else None,
+        stderr=stderr,
+        text=True,
+        timeout=300,
+    )
+
+
+def _last_json(proc: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    assert proc.returncode == 0, proc.stderr
+    out: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pool = generate_pool(400, seed=5)
+    first = next(iter(pool["trajectories"]))
+    pool["trajectories"][first]["success_score"] = 7.0  # one malformed record
+    path = tmp_path_factory.mktemp("data") / "pool.json"
+    path.write_text(json.dumps(pool))
+    return path
+
+
+def _one_line_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("genesis-fp16: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+@pytest.mark.slow
+def test_json_contract_and_quarantine(tmp_path: Path, data: Path) -> None:
+    """--json ends stdout with one object holding every contract key; bad records are counted."""
+    ckpt = tmp_path / "ckpt"
+    proc = _cli(
+        tmp_path, "train", "se_darwin", "--precision", "fp32", "--steps", "5",
+        "--data", str(data), "--checkpoint-dir", str(ckpt), "--seed", "1", "--json",
+    )  # fmt: skip
+    out = _last_json(proc)
+    assert out.keys() >= JSON_KEYS
+    assert out["precision_requested"] == out["precision_used"] == "fp32"
+    assert out["steps"] == 5 and out["device"] == "cpu" and out["quarantined"] == 1
+    assert Path(str(out["checkpoint"])).parent == ckpt
+    metrics = out["eval"]
+    assert isinstance(metrics, dict)
+    assert {"loss", "auc", "brier", "score_mae", "outcome_accuracy"} <= metrics.keys()
+    entries = (ckpt / "quarantine.jsonl").read_text().splitlines()
+    assert len(entries) == 1 and "success_score" in json.loads(entries[0])["reason"]
+    assert "\r" not in proc.stderr  # no progress bar without a terminal
+
+    again = _cli(
+        tmp_path, "train", "se_darwin", "--precision", "fp32", "--steps", "3",
+        "--data", str(data), "--checkpoint-dir", str(ckpt), "--resume", "--json",
+    )  # fmt: skip
+    resumed = _last_json(again)
+    assert resumed["steps"] == 3 and resumed["extra"]["total_steps"] == 8  # type: ignore[index]
+    refused = _cli(
+        tmp_path, "train", "se_darwin", "--steps", "3", "--data", str(data),
+        "--checkpoint-dir", str(ckpt),
+    )  # fmt: skip
+    _one_line_error(refused, str(ckpt), "--resume")
+
+
+@pytest.mark.slow
+def test_rollback_switch_and_flag_precedence(tmp_path: Path, data: Path) -> None:
+    """ENABLE_FP16_TRAINING=false forces fp32, true in .env asks fp16, --precision beats both."""
+    common = ("train", "se_darwin", "--steps", "2", "--data", str(data), "--json")
+    off = _last_json(
+        _cli(tmp_path, *common, "--checkpoint-dir", str(tmp_path / "a"),
+             env={"ENABLE_FP16_TRAINING": "false"})
+    )  # fmt: skip
+    assert off["precision_requested"] == off["precision_used"] == "fp32"
+    assert "ENABLE_FP16_TRAINING=false" in str(off["precision_reason"])
+    (tmp_path / ".env").write_text("ENABLE_FP16_TRAINING=true\n")
+    on = _last_json(_cli(tmp_path, *common, "--checkpoint-dir", str(tmp_path / "b")))
+    assert on["precision_requested"] == on["precision_used"] == "fp16"
+    flag = _last_json(
+        _cli(tmp_path, *common, "--checkpoint-dir", str(tmp_path / "c"), "--precision", "bf16",
+             env={"ENABLE_FP16_TRAINING": "false"})
+    )  # fmt: skip
+    assert flag["precision_requested"] == flag["precision_used"] == "bf16"
+
+
+@pytest.mark.slow
+def test_without_data_trains_on_sample_data_in_the_state_folder(tmp_path: Path) -> None:
+    """No --data: sample data is generated once under the state folder and trained on."""
+    env = {"GENESIS_FP16_SAMPLE_COUNT": "300"}
+    out = _last_json(_cli(tmp_path, "train", "se_darwin", "--steps", "2", "--json", env=env))
+    agent_dir = tmp_path / "state" / "agents" / "se_darwin"
+    assert (agent_dir / "data" / ".generated").exists()
+    assert Path(str(out["checkpoint"])).parent == agent_dir / "checkpoints"
+
+
+@pytest.mark.slow
+def test_progress_bar_on_a_terminal(tmp_path: Path, data: Path) -> None:
+    """With stderr on a pseudo-terminal, a self-overwriting progress line is drawn."""
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = _cli(
+        tmp_path, "train", "se_darwin", "--steps", "12", "--precision", "fp32",
+        "--data", str(data), "--checkpoint-dir", str(tmp_path / "ck"), stderr=follower,
+    )  # fmt: skip
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    terminal = b"".join(chunks).decode(errors="replace")
+    assert proc.returncode == 0, terminal
+    assert "\r[" in terminal
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (("nobody",), ("unknown agent 'nobody'", "se_darwin")),
+        (("se_darwin", "--precision", "fp8"), ("'fp8'", "auto, fp32, bf16, fp16")),
+        (("se_darwin", "--data", "missing/pool.json"), ("missing/pool.json", "no such file")),
+        (("se_darwin", "--data", "/proc/self/mem"), ("cannot read data file", "/proc/self/mem")),
+        (("se_darwin", "--steps", "0"), ("--steps 0",)),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, args: tuple[str, ...], fragments: tuple[str, ...]
+) -> None:
+    """Unknown agent (listing known ones), bad precision, missing or unreadable data."""
+    proc = _cli(tmp_path, "train", *args, "--checkpoint-dir", str(tmp_path / "ck"))
+    _one_line_error(proc, *fragments)
+    assert proc.stdout == ""
