@@ -145,3 +145,13 @@ def test_prediction_after_a_restart_scores_as_training_did(
     assert auc(p, y) == pytest.approx(result.eval["auc"], abs=1e-6)
     assert brier(p, y) == pytest.approx(result.eval["brier"], abs=1e-6)
     assert got["no_pool"] == here
+
+
+@pytest.mark.slow
+def test_fp16_and_bf16_eval_loss_within_2_percent_of_fp32(data: Path, tmp_path: Path) -> None:
+    """Same seed and data: real bf16 and fp16 (with loss scaling) runs end within 2% of fp32."""
+    results = {p: _train(data, tmp_path / p, p, steps=40) for p in ("fp32", "bf16", "fp16")}
+    assert all(r.precision_used == p for p, r in results.items())
+    losses = {p: r.eval["loss"] for p, r in results.items()}
+    for precision in ("bf16", "fp16"):
+        assert losses[precision] == pytest.approx(losses["fp32"], rel=0.02), losses
