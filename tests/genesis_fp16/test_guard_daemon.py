@@ -1,0 +1,202 @@
+"""The daemon's precision guard: metrics, memory across restarts, reset, precedence, promotion."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import DaemonFactory
+from daemon_harness import FIXTURE_PLUGINS, DaemonProcess, daemon_env
+from prometheus_client import CollectorRegistry
+
+from genesis_fp16.guard_state import choose_precision, guard_config, record_run
+from genesis_fp16.metrics import DaemonMetrics
+from genesis_fp16.paths import AgentPaths
+from genesis_fp16.settings import Settings
+from infrastructure.plugin_api import TrainResult
+from infrastructure.training.guard import (
+    read_precision_memory,
+    remember_demotions,
+    write_precision_memory,
+)
+
+GUARD_PLUGINS = Path(__file__).resolve().parents[1] / "fixtures" / "guard_plugins"
+AGENT = "fixture_fault"
+DEMOTION = {
+    "from": "fp16",
+    "to": "bf16",
+    "reason": "overflow_rate",
+    "step": 15,
+    "rollback_step": 10,
+}
+ENV = {
+    "PYTHONPATH": os.pathsep.join([str(GUARD_PLUGINS), str(FIXTURE_PLUGINS)]),
+    "GENESIS_FP16_PLUGIN_ALLOWLIST": AGENT,
+    "ENABLE_FP16_TRAINING": "true",
+    "GENESIS_FP16_STEPS_PER_RUN": "30",
+    "GENESIS_FP16_LOG_INTERVAL": "10",
+    "GENESIS_FP16_SCHEDULE": "3600",
+    "GENESIS_FP16_GUARD_CHECK_INTERVAL": "5",
+    "GENESIS_FP16_GUARD_OVERFLOW_WINDOW": "5",
+    "GENESIS_FP16_GUARD_OVERFLOW_WARMUP": "0",
+    "FIXTURE_FAULT_STEP": "12",
+}
+
+
+def _finished_runs(daemon: DaemonProcess) -> float:
+    value = daemon.sample("genesis_fp16_training_runs_total", agent=AGENT, outcome="success")
+    return value or 0.0
+
+
+def _started_precisions(daemon: DaemonProcess) -> list[str]:
+    return [str(e.get("precision")) for e in daemon.events("training run started")]
+
+
+@pytest.mark.slow
+def test_demotion_shows_in_metrics_survives_restart_and_reset_clears_it(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """fp16 overflow demotes to bf16 in /metrics and state; a restart stays bf16; reset clears."""
+    daemon = daemon_factory(ENV)
+    daemon.wait_for(lambda: _finished_runs(daemon) >= 1, "the first run", timeout=90)
+    demotions = daemon.sample(
+        "genesis_fp16_precision_demotions_total",
+        agent=AGENT,
+        **{"from": "fp16", "to": "bf16"},
+        reason="overflow_rate",
+    )
+    assert demotions == 1
+    assert daemon.sample("genesis_fp16_precision", agent=AGENT, precision="bf16") == 1
+    assert daemon.sample("genesis_fp16_precision", agent=AGENT, precision="fp16") == 0
+    (logged,) = daemon.events("precision demoted")
+    assert (logged["precision_from"], logged["precision_to"]) == ("fp16", "bf16")
+    assert (logged["reason"], logged["step"], logged["rollback_step"]) == ("overflow_rate", 15, 10)
+    assert _started_precisions(daemon) == ["fp16"]
+    state_path = AgentPaths.for_agent(daemon.state_dir, AGENT).precision_state_path
+    memory = read_precision_memory(state_path)
+    assert memory is not None
+    assert (memory.demoted_from, memory.demoted_to, memory.reason) == (
+        "fp16",
+        "bf16",
+        "overflow_rate",
+    )
+    daemon.stop()
+    assert daemon.process.returncode == 0
+
+    again = daemon_factory(ENV)
+    again.wait_for(lambda: _finished_runs(again) >= 1, "the run after a restart", timeout=90)
+    assert _started_precisions(again) == ["bf16"]
+    assert again.sample("genesis_fp16_precision", agent=AGENT, precision="bf16") == 1
+    assert not again.events("precision demoted")  # bf16 trains cleanly: no new demotion
+    listing = _cli(tmp_path, "agents", "--json")
+    (entry,) = [e for e in json.loads(listing.stdout) if e["name"] == AGENT]
+    assert entry["precision_guard"]["demoted_to"] == "bf16"
+    again.stop()
+
+    reset = _cli(tmp_path, "precision", "reset", AGENT)
+    assert "precision demotion cleared (was fp16 -> bf16)" in reset.stdout
+    assert not state_path.exists()
+    assert "no precision demotion remembered" in _cli(tmp_path, "precision", "show", AGENT).stdout
+
+
+def _cli(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = daemon_env(ENV, fixtures=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "genesis_fp16", *args],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def _settings(tmp_path: Path, **values: object) -> Settings:
+    return Settings(state_dir=tmp_path, **values)  # type: ignore[arg-type]
+
+
+def _remember(tmp_path: Path, demotion: dict[str, object] = DEMOTION) -> Path:
+    path = AgentPaths.for_agent(tmp_path, AGENT).precision_state_path
+    write_precision_memory(path, remember_demotions(None, [demotion]))
+    return path
+
+
+def test_memory_lowers_the_precision_but_fp16_off_switch_wins(tmp_path: Path) -> None:
+    """A remembered fp16->bf16 turns fp16 into bf16; ENABLE_FP16_TRAINING=false still gives fp32."""
+    fp16 = _settings(tmp_path, ENABLE_FP16_TRAINING=True)
+    assert choose_precision(fp16, AGENT, "cpu")[0] == "fp16"
+    _remember(tmp_path)
+    precision, reason = choose_precision(fp16, AGENT, "cpu")
+    assert precision == "bf16"
+    assert "demoted fp16 -> bf16" in reason and f"precision reset {AGENT}" in reason
+    off = _settings(tmp_path, ENABLE_FP16_TRAINING=False)
+    assert choose_precision(off, AGENT, "cpu") == (
+        "fp32",
+        "ENABLE_FP16_TRAINING=false (rollback to fp32)",
+    )
+    fp32 = _settings(tmp_path, agents={AGENT: {"precision": "fp32"}})
+    assert choose_precision(fp32, AGENT, "cpu")[0] == "fp32"  # already more robust
+    unguarded = _settings(tmp_path, ENABLE_FP16_TRAINING=True, guard_enabled=False)
+    assert choose_precision(unguarded, AGENT, "cpu")[0] == "fp16"
+    assert guard_config(unguarded) is None
+
+
+def test_a_broken_state_file_is_ignored_with_a_warning(tmp_path: Path) -> None:
+    """A garbled state file neither crashes the job nor lowers the precision."""
+    path = _remember(tmp_path)
+    path.write_text("garbage")
+    assert (
+        choose_precision(_settings(tmp_path, ENABLE_FP16_TRAINING=True), AGENT, "cpu")[0] == "fp16"
+    )
+
+
+def _result(
+    precision: str, demotions: list[dict[str, object]], stopped: bool = False
+) -> TrainResult:
+    return TrainResult(
+        agent=AGENT,
+        precision_requested="fp16",
+        precision_used=precision,
+        precision_reason="test",
+        device="cpu",
+        steps=10,
+        skipped_steps=0,
+        overflow_rate=0.0,
+        loss_scale=1.0,
+        final_train_loss=0.1,
+        eval={"loss": 0.1},
+        samples_per_second=1.0,
+        wall_seconds=1.0,
+        checkpoint=None,
+        quarantined=0,
+        stopped_early=stopped,
+        demotions=demotions,
+    )
+
+
+def test_record_run_counts_remembers_and_promotes_after_clean_runs(tmp_path: Path) -> None:
+    """Demotions increment the counter and write the file; N clean bf16 runs promote back."""
+    settings = _settings(tmp_path, guard_promote_after_runs=2)
+    metrics = DaemonMetrics(CollectorRegistry(), version="test")
+    path = AgentPaths.for_agent(tmp_path, AGENT).precision_state_path
+    record_run(settings, metrics, AGENT, _result("bf16", [DEMOTION]))
+    labels = {"agent": AGENT, "from": "fp16", "to": "bf16", "reason": "overflow_rate"}
+    assert metrics.registry.get_sample_value("genesis_fp16_precision_demotions_total", labels) == 1
+    memory = read_precision_memory(path)
+    assert memory is not None and memory.demoted_to == "bf16" and memory.clean_runs == 0
+
+    record_run(settings, metrics, AGENT, _result("bf16", [], stopped=True))  # does not count
+    record_run(settings, metrics, AGENT, _result("fp32", []))  # ran elsewhere: does not count
+    memory = read_precision_memory(path)
+    assert memory is not None and memory.clean_runs == 0
+    record_run(settings, metrics, AGENT, _result("bf16", []))
+    memory = read_precision_memory(path)
+    assert memory is not None and memory.clean_runs == 1
+    record_run(settings, metrics, AGENT, _result("bf16", []))
+    assert not path.exists()  # promoted: the next run asks for fp16 again
