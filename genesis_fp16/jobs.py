@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from genesis_fp16 import guard_state
+from genesis_fp16 import guard_state, probe_gate
+from genesis_fp16.diagnostics_export import export_diagnostics
 from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.paths import AgentPaths, ensure_sample_data
 from genesis_fp16.settings import Settings, requested_precision
@@ -142,6 +143,10 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
             quarantine_path=paths.quarantine_path,
             guard=guard_state.guard_config(settings),
         )
+        # Once per agent, when configured: the probe before its first bf16/fp16 run.
+        probe_gate.gate_before_run(
+            settings, ctx.metrics.probe, agent, plugin, data_path, device, precision
+        )
         log.info("training run started", precision=precision, reason=reason, device=device)
         ctx.metrics.start_run(agent, resumed_totals(paths))
         result = plugin.train(request)
@@ -183,6 +188,7 @@ def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, durat
     peak = result.extra.get("device_memory_peak_bytes")
     if peak is not None:
         ctx.metrics.device_memory_peak.labels(agent=agent).set(float(peak))
+    export_diagnostics(ctx.metrics.rl, agent, result)
     log.info(
         "training run finished",
         agent=agent,

@@ -20,6 +20,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from genesis_fp16.diagnostics_export import RL_METRIC_NAMES, RlDiagnosticsMetrics
+from genesis_fp16.probe_gate import PROBE_METRIC_NAMES, ProbeMetrics
+
 PREFIX = "genesis_fp16"
 PRECISION_LABELS = ("fp32", "bf16", "fp16")
 RUN_OUTCOMES = ("success", "failed", "stopped")
@@ -57,6 +60,8 @@ METRIC_NAMES = (
     "genesis_fp16_config_last_reload_successful",
     "genesis_fp16_build_info",
     "genesis_fp16_device_memory_peak_bytes",
+    *PROBE_METRIC_NAMES,  # genesis_fp16/probe_gate.py
+    *RL_METRIC_NAMES,  # genesis_fp16/diagnostics_export.py
 )
 
 
@@ -134,6 +139,9 @@ class DaemonMetrics:
         self.device_memory_peak = gauge(
             "device_memory_peak_bytes", "Peak accelerator memory of the last run (GPU only)."
         )
+        # RL diagnostics (genesis_fp16_rl_*) and the precision probe's verdict.
+        self.rl = RlDiagnosticsMetrics(registry)
+        self.probe = ProbeMetrics(registry)
         self.build_info.labels(version=version).set(1)
         self.config_last_reload_successful.set(1)
         for outcome in RELOAD_OUTCOMES:

@@ -91,6 +91,8 @@ class AgentSettings(BaseModel):
     steps: int | None = Field(default=None, ge=1)
     epochs: int | None = Field(default=None, ge=1)
     device: str | None = None
+    # Run the precision probe once before the first bf16/fp16 run (genesis_fp16/probe_gate.py).
+    probe_before_low_precision: bool = False
 
     @field_validator("schedule")
     @classmethod
@@ -143,6 +145,7 @@ class Settings(BaseSettings, GuardSettings):
     seed: int = 0
     shutdown_timeout_seconds: float = Field(default=30.0, gt=0)
     heartbeat_seconds: float = Field(default=5.0, gt=0)
+    probe_steps: int = Field(default=10, ge=1)
     watch_env_file: bool = True
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
 

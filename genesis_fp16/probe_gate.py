@@ -1,0 +1,269 @@
+"""Run the precision probe once before an agent's first low-precision run, and export it.
+
+With ``GENESIS_FP16_AGENTS__<AGENT>__PROBE_BEFORE_LOW_PRECISION=true``, the first run of
+the agent whose precision (after ``auto`` is resolved) is bf16 or fp16 first runs
+``infrastructure.probe.run_probe`` on the agent's own model and data
+(``GENESIS_FP16_PROBE_STEPS`` optimizer steps, the daemon's seed, the run's device). The
+result goes to ``<state>/agents/<agent>/probe_result.json``, so a restarted daemon does
+not probe again (delete the file to re-probe); a failed probe is remembered the same way.
+
+A red verdict for the precision about to run is logged as a warning and exported; the run
+still goes ahead in the configured precision. The probe measures one frozen batch and a
+few steps against strict tolerances, while the precision guard watches the real run and
+demotes it with a rollback when fp16 really goes bad: a red probe is a reason for an
+operator to look (the ``GenesisFp16ProbeRed`` alert), not for the daemon to overrule
+the configuration, and nothing changes the precision silently.
+
+>>> colour_value("amber")
+1
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+from prometheus_client import CollectorRegistry, Gauge
+
+from genesis_fp16.paths import AgentPaths
+from genesis_fp16.settings import Settings
+from infrastructure.plugin_api import AgentPlugin
+
+log = structlog.get_logger("genesis_fp16.probe_gate")
+
+SCHEMA_VERSION = 1
+LOW_PRECISIONS = ("bf16", "fp16")
+COLOUR_VALUES = {"green": 0, "amber": 1, "red": 2}
+PROBE_METRIC_NAMES = (
+    "genesis_fp16_probe_verdict",
+    "genesis_fp16_probe_recommended",
+    "genesis_fp16_probe_precision_verdict",
+    "genesis_fp16_probe_timestamp_seconds",
+)
+
+
+def colour_value(colour: str) -> int | None:
+    """0 green, 1 amber, 2 red; None for a variant that has no verdict ("n/a")."""
+    return COLOUR_VALUES.get(colour)
+
+
+class ProbeMetrics:
+    """The ``genesis_fp16_probe_*`` gauges, registered on ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.verdict = Gauge(
+            "genesis_fp16_probe_verdict",
+            "Precision probe verdict per variant: 0 green, 1 amber, 2 red.",
+            ("agent", "variant"),
+            registry=registry,
+        )
+        self.recommended = Gauge(
+            "genesis_fp16_probe_recommended",
+            "1 for the variant the precision probe recommends, 0 for the others.",
+            ("agent", "variant"),
+            registry=registry,
+        )
+        self.precision_verdict = Gauge(
+            "genesis_fp16_probe_precision_verdict",
+            "Probe verdict of autocast in this precision (bf16_autocast, fp16_autocast).",
+            ("agent", "precision"),
+            registry=registry,
+        )
+        self.timestamp = Gauge(
+            "genesis_fp16_probe_timestamp_seconds",
+            "Unix time at which the precision probe of the agent ran.",
+            ("agent",),
+            registry=registry,
+        )
+
+    def export(self, agent: str, stored: ProbeRecord) -> None:
+        """Set the gauges from a successful probe record (a failed one exports nothing)."""
+        if stored.error is not None:
+            return
+        for variant, colour in stored.verdict.items():
+            value = colour_value(colour)
+            if value is not None:
+                self.verdict.labels(agent=agent, variant=variant).set(value)
+            is_recommended = 1 if variant == stored.recommended else 0
+            self.recommended.labels(agent=agent, variant=variant).set(is_recommended)
+        for precision in LOW_PRECISIONS:
+            value = colour_value(stored.verdict.get(f"{precision}_autocast", "n/a"))
+            if value is not None:
+                self.precision_verdict.labels(agent=agent, precision=precision).set(value)
+        self.timestamp.labels(agent=agent).set(stored.at)
+
+
+@dataclass(frozen=True)
+class ProbeRecord:
+    """What the probe found for one agent, as kept in its state folder."""
+
+    at: float
+    device: str
+    steps: int
+    seed: int
+    precision: str  # the run's precision that triggered the probe
+    recommended: str
+    verdict: Mapping[str, str]
+    reasons: Mapping[str, list[str]]
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "at": self.at,
+            "device": self.device,
+            "steps": self.steps,
+            "seed": self.seed,
+            "precision": self.precision,
+            "recommended": self.recommended,
+            "verdict": dict(self.verdict),
+            "reasons": {k: list(v) for k, v in self.reasons.items()},
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> ProbeRecord:
+        if raw.get("schema_version") != SCHEMA_VERSION:
+            found = raw.get("schema_version")
+            raise ValueError(f"schema_version {found!r} is not {SCHEMA_VERSION}")
+        return cls(
+            at=float(raw["at"]),
+            device=str(raw["device"]),
+            steps=int(raw["steps"]),
+            seed=int(raw["seed"]),
+            precision=str(raw["precision"]),
+            recommended=str(raw["recommended"]),
+            verdict={str(k): str(v) for k, v in raw["verdict"].items()},
+            reasons={str(k): [str(r) for r in v] for k, v in raw["reasons"].items()},
+            error=None if raw.get("error") is None else str(raw["error"]),
+        )
+
+
+def probe_result_path(state_dir: Path, agent: str) -> Path:
+    return AgentPaths.for_agent(state_dir, agent).root / "probe_result.json"
+
+
+def read_record(path: Path) -> ProbeRecord | None:
+    """The stored probe record; None when there is none. A broken file raises ValueError."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        return ProbeRecord.from_json(json.loads(text))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: not a probe record ({exc})") from None
+
+
+def write_record(path: Path, record: ProbeRecord) -> None:
+    """Write atomically: a crash leaves the old file or none, never half a record."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record.to_json(), indent=1))
+    os.replace(tmp, path)
+
+
+def _used_precision(precision: str, device: str) -> str | None:
+    from infrastructure.training.precision import PrecisionError, resolve_precision
+
+    try:
+        return resolve_precision(precision, device).used
+    except PrecisionError:
+        return None  # the run itself will fail with the clear error
+
+
+def gate_before_run(
+    settings: Settings,
+    metrics: ProbeMetrics,
+    agent: str,
+    plugin: AgentPlugin,
+    data_path: Path | None,
+    device: str,
+    precision: str,
+) -> ProbeRecord | None:
+    """Probe once before the agent's first bf16/fp16 run; export what is known. Never raises.
+
+    Returns the agent's probe record (new or remembered), or None when the gate is off,
+    the run is fp32 and nothing was probed yet, or the state file cannot be read.
+    """
+    if not settings.agent(agent).probe_before_low_precision:
+        return None
+    path = probe_result_path(settings.state_dir, agent)
+    try:
+        record = read_record(path)
+    except ValueError as exc:
+        log.error("cannot read the probe record; not probing again", agent=agent, error=str(exc))
+        return None
+    if record is None:
+        used = _used_precision(precision, device)
+        if used not in LOW_PRECISIONS:
+            return None
+        record = _probe(settings, agent, plugin, data_path, device, used)
+        try:
+            write_record(path, record)
+        except OSError as exc:
+            log.error("cannot write the probe record", path=str(path), error=str(exc))
+    metrics.export(agent, record)
+    _warn_if_red(agent, record, _used_precision(precision, device))
+    return record
+
+
+def _probe(
+    settings: Settings,
+    agent: str,
+    plugin: AgentPlugin,
+    data_path: Path | None,
+    device: str,
+    used: str,
+) -> ProbeRecord:
+    from infrastructure.probe import run_probe
+
+    steps, seed = settings.probe_steps, settings.seed
+    log.info("precision probe started", agent=agent, precision=used, steps=steps, device=device)
+    started = time.monotonic()
+    try:
+        report = run_probe(plugin.probe_setup(data_path, seed), device, steps, seed)
+    except Exception as exc:  # a plugin without a probe, or a probe that cannot run
+        log.exception("precision probe failed; training goes on unprobed", agent=agent)
+        return ProbeRecord(time.time(), device, steps, seed, used, "", {}, {}, error=repr(exc))
+    record = ProbeRecord(
+        at=time.time(),
+        device=device,
+        steps=steps,
+        seed=seed,
+        precision=used,
+        recommended=report.recommended,
+        verdict=report.verdict,
+        reasons={k: list(v) for k, v in report.reasons.items()},
+    )
+    log.info(
+        "precision probe finished",
+        agent=agent,
+        recommended=record.recommended,
+        verdict=dict(record.verdict),
+        duration_seconds=round(time.monotonic() - started, 3),
+    )
+    return record
+
+
+def _warn_if_red(agent: str, record: ProbeRecord, used: str | None) -> None:
+    if record.error is not None or used not in LOW_PRECISIONS:
+        return
+    variant = f"{used}_autocast"
+    colour = record.verdict.get(variant)
+    if colour == "red":
+        log.warning(
+            "precision probe verdict is red for the precision about to run; running as "
+            "configured (the precision guard still watches the run)",
+            agent=agent,
+            precision=used,
+            variant=variant,
+            reasons=record.reasons.get(variant, []),
+            recommended=record.recommended,
+        )
