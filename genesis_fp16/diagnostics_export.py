@@ -47,7 +47,8 @@ class RlGauge:
 
 
 # Units in the name where the value has one: KL and log-prob differences are in nats
-# (natural-log units); fractions end in _ratio, as Prometheus names them.
+# (natural-log units); fractions end in _ratio, as Prometheus names them. The fp16 margin
+# "in bits" is log2 of a headroom, i.e. doublings: promtool reads `_bits` as a data size.
 RL_GAUGES: tuple[RlGauge, ...] = (
     # Trainer-rollout mismatch: the training forward against the rollout copy, same tokens.
     RlGauge(
@@ -133,7 +134,7 @@ RL_GAUGES: tuple[RlGauge, ...] = (
     ),
     RlGauge(
         "value_fp16_margin_bits",
-        "value_fp16_overflow_margin_bits",
+        "value_fp16_overflow_margin_doublings",
         "log2(65504 / max abs(V)): doublings of the value scale before fp16 overflows.",
     ),
     # Accumulated sequence log-prob error, trainer against rollout.
