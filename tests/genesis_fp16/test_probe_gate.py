@@ -13,7 +13,13 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from genesis_fp16.metrics import DaemonMetrics
-from genesis_fp16.probe_gate import ProbeRecord, gate_before_run, probe_result_path, read_record
+from genesis_fp16.probe_gate import (
+    ProbeRecord,
+    gate_before_run,
+    probe_result_path,
+    read_record,
+    write_record,
+)
 from genesis_fp16.settings import AgentSettings, Settings
 
 PROBE_PLUGIN = Path(__file__).resolve().parent / "probe_plugin"
@@ -98,8 +104,6 @@ def test_red_verdict_for_the_running_precision_is_a_warning(tmp_path: Path) -> N
         verdict={"fp32": "green", "bf16_autocast": "green", "fp16_autocast": "red"},
         reasons={"fp16_autocast": ["activation headroom: red (0: 7.0e+04)"]},
     )
-    from genesis_fp16.probe_gate import write_record
-
     write_record(probe_result_path(settings.state_dir, "probe_toy"), red)
     registry = CollectorRegistry()
     probe = DaemonMetrics(registry, "t").probe
