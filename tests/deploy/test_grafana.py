@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -28,11 +29,15 @@ ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "deploy" / "grafana"
 DASHBOARD = GRAFANA / "genesis-fp16.json"
 sys.path.insert(0, str(ROOT / "tests" / "genesis_fp16"))
-from daemon_harness import DaemonProcess, start_daemon  # noqa: E402
+from daemon_harness import FIXTURE_PLUGINS, DaemonProcess, start_daemon  # noqa: E402
 
 # The fixture agent of the daemon tests: it really trains (autocast forward, scaled
-# backward, optimizer step on the CPU) and takes milliseconds per run.
+# backward, optimizer step on the CPU) and takes milliseconds per run. rlhf_ppo runs one
+# PPO iteration once, for the RL diagnostics panels; probe_toy (a probe-only test agent,
+# whose runs fail) is probed once before its bf16 run, for the probe panels.
 AGENT = "fixture_good"
+AGENTS = f"{AGENT}|rlhf_ppo|probe_toy"
+PROBE_PLUGIN = ROOT / "tests" / "genesis_fp16" / "probe_plugin"
 SCRAPE_SECONDS = 1
 # Grafana's $__rate_interval is at least four scrape intervals; 15 s leaves margin.
 RATE_INTERVAL = "15s"
@@ -179,12 +184,22 @@ def _has_finite_value(result: list[dict[str, Any]]) -> bool:
 def scraped_daemon(
     prometheus_server: str, tmp_path: Path, free_port: int
 ) -> Iterator[tuple[DaemonProcess, int]]:
-    """A daemon training every 2 s, scraped every second by a real Prometheus."""
+    """A daemon training every 2 s (and rlhf_ppo, probe_toy once), scraped every second."""
     (tmp_path / "daemon").mkdir()
     daemon = start_daemon(
         tmp_path / "daemon",
         {
-            "GENESIS_FP16_PLUGIN_ALLOWLIST": AGENT,
+            "PYTHONPATH": os.pathsep.join([str(FIXTURE_PLUGINS), str(PROBE_PLUGIN)]),
+            "GENESIS_FP16_PLUGIN_ALLOWLIST": AGENTS.replace("|", ","),
+            "GENESIS_FP16_AGENTS__RLHF_PPO__STEPS": "4",
+            # A bf16 rollout copy, so that no mismatch diagnostic is undefined (NaN) as it
+            # is when trainer and rollout are both fp32 (auto on a CPU without bf16).
+            "GENESIS_FP16_AGENTS__RLHF_PPO__PRECISION": "bf16",
+            "GENESIS_FP16_AGENTS__RLHF_PPO__SCHEDULE": "3600",
+            "GENESIS_FP16_AGENTS__PROBE_TOY__SCHEDULE": "3600",
+            "GENESIS_FP16_AGENTS__PROBE_TOY__PRECISION": "bf16",
+            "GENESIS_FP16_AGENTS__PROBE_TOY__PROBE_BEFORE_LOW_PRECISION": "true",
+            "GENESIS_FP16_PROBE_STEPS": "2",
             "GENESIS_FP16_STEPS_PER_RUN": "8",
             "GENESIS_FP16_LOG_INTERVAL": "2",
             "GENESIS_FP16_SAMPLE_COUNT": "64",
@@ -237,11 +252,11 @@ def test_every_panel_query_returns_data_from_a_real_prometheus(
     """After a few runs, each panel query (but the listed CPU exceptions) returns data."""
     daemon, port = scraped_daemon
     queries = [
-        (title, expr.replace("$__rate_interval", RATE_INTERVAL).replace("$agent", AGENT))
+        (title, expr.replace("$__rate_interval", RATE_INTERVAL).replace("$agent", AGENTS))
         for title, expr in _queries()
     ]
     assert {title for title, _ in queries} >= set(EXPECTED_EMPTY)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 90
     missing: list[str] = []
     while time.monotonic() < deadline:
         missing = []
