@@ -21,6 +21,7 @@ loss that is a mean over samples (equal parts make the factor exactly 1).
 
 from __future__ import annotations
 
+import io
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -236,8 +237,7 @@ class RankZeroCheckpointManager(CheckpointManager):
 
     def save(self, state: Mapping[str, Any]) -> Path:
         rank, world = rank_and_world()
-        gathered: list[Any] = [None] * world
-        dist.all_gather_object(gathered, capture_rng_state())
+        gathered = _all_gather_states(capture_rng_state(), world)
         path = self.path_for(int(state[keys.STEP]))
         if rank == 0:
             path = super().save({**state, keys.RNG_PER_RANK: gathered})
@@ -270,3 +270,13 @@ class RankZeroCheckpointManager(CheckpointManager):
                 world,
             )
         return state, path
+
+
+def _all_gather_states(state: dict[str, Any], world: int) -> list[dict[str, Any]]:
+    # Sent as torch.save bytes: all_gather_object fails to unpickle tensors (torch 2.13),
+    # and bytes read back with weights_only=True cannot smuggle in code.
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, buffer.getvalue())
+    return [torch.load(io.BytesIO(raw), weights_only=True) for raw in gathered]

@@ -1,0 +1,287 @@
+"""fit() under torch.distributed: two gloo ranks on the CPU, forked from the test process."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
+
+from infrastructure.training import FitOptions, ScalerConfig, fit
+from infrastructure.training import checkpoint_keys as keys
+from infrastructure.training.checkpoint import load_checkpoint
+from infrastructure.training.distributed import shard_step, slice_batch
+
+pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed missing")
+
+SAMPLES = 48
+
+
+class _Regression:
+    """A small MLP regression task whose batches are a pure function of (epoch, seed)."""
+
+    def __init__(self, batch_size: int) -> None:
+        generator = torch.Generator().manual_seed(1234)
+        self.x = torch.randn(SAMPLES, 8, generator=generator)
+        self.y = self.x @ torch.randn(8, 1, generator=generator) + 0.1
+        self.batch_size = batch_size
+
+    def build_model(self) -> nn.Module:
+        return nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+
+    def build_optimizers(self, model: nn.Module) -> Sequence[Optimizer]:
+        return [torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)]
+
+    def build_schedulers(self, optimizers: Sequence[Optimizer]) -> Sequence[LRScheduler]:
+        return ()
+
+    def train_batches(self, epoch: int, seed: int) -> Iterator[tuple[Any, int]]:
+        order = torch.randperm(SAMPLES, generator=torch.Generator().manual_seed(seed * 97 + epoch))
+        for start in range(0, SAMPLES, self.batch_size):
+            index = order[start : start + self.batch_size]
+            yield (self.x[index], self.y[index]), len(index)
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        x, y = batch
+        return nn.functional.mse_loss(model(x).float(), y)
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        return {"loss": float(self.loss(model, (self.x, self.y)))}
+
+    def extra_state(self) -> dict[str, Any]:
+        return {}
+
+
+class _InjectOnRank1(_Regression):
+    """After DDP's gradient all-reduce, rank 1 alone sees an inf gradient at its 3rd backward."""
+
+    def build_optimizers(self, model: nn.Module) -> Sequence[Optimizer]:
+        assert isinstance(model, nn.parallel.DistributedDataParallel)
+        model.register_comm_hook({"calls": 0}, _allreduce_then_inject)
+        return super().build_optimizers(model)
+
+
+# No annotations on bucket and return: DDP compares them to dist.GradBucket and Future
+# objects, and `from __future__ import annotations` makes them strings.
+def _allreduce_then_inject(state: dict[str, int], bucket):  # type: ignore[no-untyped-def]
+    state["calls"] += 1
+    inject = dist.get_rank() == 1 and state["calls"] == 3
+    buffer = bucket.buffer().div_(dist.get_world_size())
+    future = dist.all_reduce(buffer, async_op=True).get_future()
+
+    def after(done: torch.futures.Future[Any]) -> torch.Tensor:
+        out: torch.Tensor = done.value()[0]
+        if inject:
+            out[0] = math.inf
+        return out
+
+    return future.then(after)
+
+
+def _params(model_state: dict[str, torch.Tensor]) -> torch.Tensor:
+    return torch.cat([t.flatten().float() for t in model_state.values()])
+
+
+def _run_fit(
+    batch_size: int, checkpoint_dir: Path, steps: int, precision: str, resume: bool = False
+) -> dict[str, Any]:
+    result = fit(
+        _Regression(batch_size),
+        FitOptions(
+            precision=precision,
+            steps=steps,
+            checkpoint_dir=checkpoint_dir,
+            resume=resume,
+            log_interval=1000,
+        ),
+    )
+    assert result.checkpoint is not None
+    state = load_checkpoint(result.checkpoint)
+    return {"params": _params(state[keys.MODEL]), "summary": result.summary, "state": state}
+
+
+# ---------------------------------------------------------------------- forked ranks
+
+
+def _rank_main(rank: int, init: str, out: str, job: str, args: tuple[Any, ...]) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=2)
+    try:
+        result = _JOBS[job](*args)
+        torch.save(result, Path(out) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def _job_fit(batch_size: int, directory: str, steps: int, precision: str, resume: bool) -> Any:
+    found = _run_fit(batch_size, Path(directory), steps, precision, resume)
+    summary = found["summary"]
+    return {
+        "params": found["params"],
+        "skipped": summary.skipped_steps,
+        "scale": summary.loss_scale,
+        "step": summary.step,
+    }
+
+
+def _job_inject(directory: str) -> Any:
+    result = fit(
+        _InjectOnRank1(8),
+        FitOptions(
+            precision="fp16",
+            steps=5,
+            checkpoint_dir=Path(directory),
+            log_interval=1000,
+            scaler=ScalerConfig(init_scale=1024.0),  # low enough that nothing else overflows
+        ),
+    )
+    assert result.checkpoint is not None
+    state = load_checkpoint(result.checkpoint)
+    return {
+        "params": _params(state[keys.MODEL]),
+        # The checkpoint is rank 0's; each rank's own weights show in its own evaluation.
+        "eval": result.eval["loss"],
+        "skipped": result.summary.skipped_steps,
+        "scale": result.summary.loss_scale,
+    }
+
+
+def _job_fsdp(directory: str, precision: str) -> Any:
+    result = fit(
+        _Regression(16),
+        FitOptions(precision=precision, steps=4, fsdp=True, checkpoint_dir=None, log_interval=1000),
+    )
+    return {"eval": result.eval["loss"], "step": result.summary.step}
+
+
+_JOBS: dict[str, Callable[..., Any]] = {
+    "fit": _job_fit,
+    "inject": _job_inject,
+    "fsdp": _job_fsdp,
+}
+
+
+def _two_ranks(tmp_path: Path, job: str, *args: Any) -> list[Any]:
+    out = tmp_path / f"out-{job}"
+    out.mkdir(exist_ok=True)
+    init = tmp_path / f"init-{job}-{len(list(tmp_path.iterdir()))}"
+    # spawn, not fork: a parent that has already run a matmul holds an OpenMP thread pool,
+    # and a forked child can hang on its first parallel region.
+    mp.start_processes(
+        _rank_main, args=(str(init), str(out), job, args), nprocs=2, join=True, start_method="spawn"
+    )
+    return [torch.load(out / f"rank{rank}.pt", weights_only=False) for rank in (0, 1)]
+
+
+# ---------------------------------------------------------------------- tests
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("precision", "tolerance"), [("fp32", 1e-5), ("bf16", 2e-2)])
+def test_ddp_world_2_matches_one_process_with_twice_the_batch(
+    tmp_path: Path, precision: str, tolerance: float
+) -> None:
+    """Two ranks with per-rank batch 8 end where one process with batch 16 ends."""
+    single = _run_fit(16, tmp_path / "single", steps=6, precision=precision)
+    ranks = _two_ranks(tmp_path, "fit", 16, str(tmp_path / "ddp"), 6, precision, False)
+    assert torch.equal(ranks[0]["params"], ranks[1]["params"])
+    start = _params(_Regression(16).build_model().state_dict())
+    moved = (single["params"] - start).abs().max().item()
+    assert moved > 1e-2  # the runs trained: equality is not just the initial weights
+    diff = (ranks[0]["params"] - single["params"]).abs().max().item()
+    assert diff <= tolerance * max(1.0, moved), f"{precision}: max |ddp - single| = {diff}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_inf_on_rank_1_only_makes_both_ranks_skip_and_back_off(tmp_path: Path) -> None:
+    """fp16: an inf seen by rank 1 alone (after DDP's all-reduce) skips the step on both ranks."""
+    ranks = _two_ranks(tmp_path, "inject", str(tmp_path / "ckpt"))
+    assert [r["skipped"] for r in ranks] == [1, 1]
+    assert [r["scale"] for r in ranks] == [512.0, 512.0]
+    # Same weights on both ranks: their held-out losses agree bit for bit.
+    assert ranks[0]["eval"] == ranks[1]["eval"]
+    assert torch.isfinite(ranks[0]["params"]).all()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_two_rank_checkpoint_resumes_in_one_process_and_back(tmp_path: Path) -> None:
+    """3 steps on 2 ranks + 3 in one process (and the reverse) match 6 in one process."""
+    reference = _run_fit(16, tmp_path / "ref", steps=6, precision="fp32")["params"]
+
+    _two_ranks(tmp_path, "fit", 16, str(tmp_path / "a"), 3, "fp32", False)
+    files = sorted((tmp_path / "a").iterdir())
+    assert [f.name for f in files] == ["ckpt-0000000003.pt"]  # one file, no temp leftovers
+    written = load_checkpoint(files[0])  # weights_only=True
+    assert len(written[keys.RNG_PER_RANK]) == 2
+    assert not any(k.startswith("module.") for k in written[keys.MODEL])
+    then_single = _run_fit(16, tmp_path / "a", steps=3, precision="fp32", resume=True)
+    assert then_single["state"][keys.STEP] == 6
+    assert torch.allclose(then_single["params"], reference, atol=1e-5)
+
+    _run_fit(16, tmp_path / "b", steps=3, precision="fp32")
+    ranks = _two_ranks(tmp_path, "fit", 16, str(tmp_path / "b"), 3, "fp32", True)
+    assert [r["step"] for r in ranks] == [6, 6]
+    assert torch.allclose(ranks[0]["params"], reference, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_fsdp2_fully_shard_trains_on_gloo(tmp_path: Path) -> None:
+    """FSDP2 fully_shard on two CPU ranks trains in fp32 and gives both ranks the same eval."""
+    ranks = _two_ranks(tmp_path, "fsdp", str(tmp_path), "fp32")
+    single = fit(_Regression(16), FitOptions(precision="fp32", steps=4, log_interval=1000))
+    assert [r["step"] for r in ranks] == [4, 4]
+    assert ranks[0]["eval"] == ranks[1]["eval"]
+    assert ranks[0]["eval"] == pytest.approx(single.eval["loss"], rel=1e-4)
+
+
+# ---------------------------------------------------------------------- no process group
+
+
+def test_slices_cover_every_sample_once() -> None:
+    """Contiguous per-rank slices of odd-sized batches partition the batch, in order."""
+    for n in (2, 3, 7, 16):
+        for world in range(1, min(n, 5) + 1):
+            parts = [slice_batch(torch.arange(n), n, r, world) for r in range(world)]
+            assert torch.equal(torch.cat([p for p, _ in parts]), torch.arange(n))
+            assert [rows for _, rows in parts] == [len(p) for p, _ in parts]
+            assert max(r for _, r in parts) - min(r for _, r in parts) <= 1
+
+
+def test_slices_keep_the_batch_structure() -> None:
+    """Named tuples, dicts and lists are sliced field by field and keep their types."""
+    batch = {"x": torch.arange(6).view(3, 2), "pair": (torch.arange(3), [torch.ones(3)])}
+    part, rows = slice_batch(batch, 3, 1, 2)
+    assert rows == 1
+    assert torch.equal(part["x"], torch.tensor([[4, 5]]))
+    assert isinstance(part["pair"], tuple) and isinstance(part["pair"][1], list)
+
+
+def test_bad_batches_are_refused_with_the_reason() -> None:
+    """Too few samples for the ranks, a tensor without a row per sample, or an odd type."""
+    with pytest.raises(ValueError, match=r"1 sample.*2 ranks"):
+        slice_batch(torch.ones(1), 1, 0, 2)
+    with pytest.raises(ValueError, match=r"shape \(2,\)"):
+        slice_batch((torch.ones(3), torch.ones(2)), 3, 0, 2)
+    with pytest.raises(TypeError, match="type str"):
+        slice_batch("abc", 3, 0, 2)
+
+
+def test_shard_step_is_a_pass_through_in_one_process() -> None:
+    """Without a process group the trainer gets the batches and the loss unchanged."""
+
+    def loss(model: nn.Module, batch: Any) -> torch.Tensor:
+        return torch.zeros(())
+
+    micro, loss_fn, n = shard_step([(torch.ones(4), 4), (torch.ones(2), 2)], loss)
+    assert loss_fn is loss and n == 6 and len(micro) == 2
