@@ -93,6 +93,8 @@ class AgentSettings(BaseModel):
     device: str | None = None
     # Run the precision probe once before the first bf16/fp16 run (genesis_fp16/probe_gate.py).
     probe_before_low_precision: bool = False
+    # More than 1: the daemon runs each job under torchrun with this many processes.
+    nproc: int = Field(default=1, ge=1)
 
     @field_validator("schedule")
     @classmethod

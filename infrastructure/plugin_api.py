@@ -60,6 +60,7 @@ class TrainRequest:
     guard: GuardConfig | None = None
     quarantine_path: Path | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    fsdp: bool = False  # under torchrun: shard with FSDP2 instead of DDP (FitOptions.fsdp)
 
 
 @dataclass(frozen=True)

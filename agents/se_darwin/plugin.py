@@ -62,6 +62,7 @@ class SEDarwinPlugin:
                 on_log=request.on_log,
                 should_stop=request.should_stop,
                 guard=request.guard,
+                fsdp=request.fsdp,
             ),
         )
         summary = result.summary

@@ -5,6 +5,10 @@ The precision requested is, in order: ``--precision``, ``ENABLE_FP16_TRAINING=fa
 and why, is logged and reported. Without ``--data`` the agent trains on a sample dataset
 generated once into the state folder. With ``--json`` the last line of stdout is one JSON
 object (``TrainResult.to_json()``).
+
+Under ``torchrun --nproc-per-node N -m genesis_fp16 train AGENT`` every rank runs this
+command in one process group (DDP; ``--fsdp`` shards with FSDP2) and only rank 0 prints.
+SIGTERM stops the run at its next step boundary, with a checkpoint.
 """
 
 from __future__ import annotations
@@ -13,12 +17,17 @@ import argparse
 import json
 import logging
 import math
+import os
+import signal
 import sys
+import threading
 import time
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, TextIO
 
 from genesis_fp16.cli import UsageError
+from genesis_fp16.distributed import TorchrunEnv, process_group, rank_zero_first
 from genesis_fp16.logsetup import configure_logging
 from genesis_fp16.paths import AgentPaths, ensure_sample_data
 from genesis_fp16.plugins import PluginError, load_plugin
@@ -59,6 +68,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--seed", type=int, help="seed (default GENESIS_FP16_SEED, 0)")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
     parser.add_argument("--json", action="store_true", help="end stdout with one JSON object")
+    parser.add_argument(
+        "--fsdp", action="store_true", help="under torchrun: shard the model with FSDP2, not DDP"
+    )
+    # For the daemon's launcher: one {"progress": summary} JSON line per log interval.
+    parser.add_argument("--json-progress", action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
 
 
@@ -73,7 +87,41 @@ def run(args: argparse.Namespace) -> int:
     except PluginError as exc:
         raise UsageError(str(exc)) from None
     configure_logging(settings.log_format, settings.log_level)
-    request = _request(args, settings, plugin, precision, reason)
+    try:
+        env = TorchrunEnv.from_environ(os.environ)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    main = env is None or env.is_main
+    stop = _stop_on_sigterm()
+    with process_group(env, settings.device_for(args.agent)) as device:
+        with rank_zero_first(env):  # rank 0 generates the sample data, the others wait
+            request = _request(args, settings, plugin, precision, reason)
+        request = replace(request, device=device, should_stop=stop.is_set, fsdp=args.fsdp)
+        if args.json_progress or not main:
+            request = replace(request, on_log=_print_progress if main else None)
+        return _train(args, plugin, request, precision, reason, main)
+
+
+def _stop_on_sigterm() -> threading.Event:
+    """An event set by SIGTERM: the run stops at its next step boundary and checkpoints."""
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    return stop
+
+
+def _print_progress(summary: TrainingSummary) -> None:
+    print(json.dumps({"progress": _finite(asdict(summary))}, allow_nan=False), flush=True)
+
+
+def _train(
+    args: argparse.Namespace,
+    plugin: Any,
+    request: TrainRequest,
+    precision: str,
+    reason: str,
+    main: bool,
+) -> int:
     log.info(
         "training %s: requested precision %s (%s), device %s",
         args.agent,
@@ -97,8 +145,10 @@ def run(args: argparse.Namespace) -> int:
         result.precision_reason,
         dict(result.eval),
     )
+    if not main:
+        return 0
     if args.json:
-        print(json.dumps(out, allow_nan=False))
+        print(json.dumps(out, allow_nan=False), flush=True)
     else:
         print(_describe(out))
     return 0
