@@ -23,6 +23,7 @@ import structlog
 
 from genesis_fp16 import guard_state, probe_gate
 from genesis_fp16.diagnostics_export import export_diagnostics
+from genesis_fp16.launcher import train_with_torchrun
 from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.paths import AgentPaths, ensure_sample_data
 from genesis_fp16.settings import Settings, requested_precision
@@ -149,7 +150,10 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
         )
         log.info("training run started", precision=precision, reason=reason, device=device)
         ctx.metrics.start_run(agent, resumed_totals(paths))
-        result = plugin.train(request)
+        if spec.nproc > 1:  # N processes under torchrun, supervised: genesis_fp16/launcher.py
+            result = train_with_torchrun(request, spec.nproc, spec.run_timeout_seconds)
+        else:
+            result = plugin.train(request)
     except Exception:
         duration = time.monotonic() - started
         log.exception("training run failed", duration_seconds=round(duration, 3))

@@ -95,6 +95,8 @@ class AgentSettings(BaseModel):
     probe_before_low_precision: bool = False
     # More than 1: the daemon runs each job under torchrun with this many processes.
     nproc: int = Field(default=1, ge=1)
+    # Wall-clock limit of one torchrun job (nproc > 1); it then stops with a checkpoint.
+    run_timeout_seconds: float | None = Field(default=None, gt=0)
 
     @field_validator("schedule")
     @classmethod

@@ -1,0 +1,170 @@
+"""Run one training job under torchrun as a supervised child process.
+
+An agent with ``nproc`` > 1 trains in N processes on this machine::
+
+    python -m torch.distributed.run --standalone --nproc-per-node N \\
+        -m genesis_fp16 train AGENT --resume --json --json-progress ...
+
+(``python -m torch.distributed.run`` is the ``torchrun`` script, run with the daemon's own
+interpreter.) The daemon reads rank 0's stdout: one ``{"progress": ...}`` line per log
+interval, which becomes a :class:`TrainingSummary` for the metrics, and the final
+``TrainResult`` JSON line. Stopping (daemon shutdown, a precision switch, or the timeout)
+sends SIGTERM to torchrun, which forwards it to every rank; the ranks agree to stop at the
+next step boundary, rank 0 writes a checkpoint and prints its result. A child still
+running ``kill_after`` seconds later is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import IO, Any
+
+from infrastructure.plugin_api import TrainRequest, TrainResult
+from infrastructure.training import TrainingSummary
+
+log = logging.getLogger("genesis_fp16.launcher")
+
+_POLL_SECONDS = 0.2
+
+
+class LaunchError(RuntimeError):
+    """The torchrun job failed or ended without rank 0's result."""
+
+
+def torchrun_command(request: TrainRequest, nproc: int, python: str = sys.executable) -> list[str]:
+    """The command line that runs ``request`` in ``nproc`` local processes."""
+    if nproc < 1:
+        raise ValueError(f"nproc={nproc!r}: must be at least 1")
+    command = [python, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc-per-node", str(nproc), "-m", "genesis_fp16", "train", request.agent]
+    command += ["--precision", request.precision, "--seed", str(request.seed)]
+    command += ["--checkpoint-dir", str(request.checkpoint_dir), "--json", "--json-progress"]
+    if request.steps is not None:
+        command += ["--steps", str(request.steps)]
+    elif request.epochs is not None:
+        command += ["--epochs", str(request.epochs)]
+    if request.data_path is not None:
+        command += ["--data", str(request.data_path)]
+    if request.resume:
+        command.append("--resume")
+    if request.fsdp:
+        command.append("--fsdp")
+    return command
+
+
+@dataclass
+class _Output:
+    result: dict[str, Any] | None = None
+    other_lines: int = 0
+
+
+def train_with_torchrun(
+    request: TrainRequest,
+    nproc: int,
+    timeout: float | None = None,
+    kill_after: float = 60.0,
+    env: Mapping[str, str] | None = None,
+) -> TrainResult:
+    """Run ``request`` under torchrun with ``nproc`` processes and return rank 0's result.
+
+    ``request.should_stop`` and ``timeout`` (seconds, None: none) end the run cleanly
+    through SIGTERM; ``request.on_log`` receives rank 0's summaries as they come.
+    Raises :class:`LaunchError` when the job fails.
+    """
+    command = torchrun_command(request, nproc)
+    log.info("launching torchrun with %d process(es): %s", nproc, " ".join(command))
+    child = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(env) if env is not None else None,
+        start_new_session=True,  # a Ctrl-C at the daemon's terminal goes through us
+    )
+    assert child.stdout is not None
+    output = _Output()
+    reader = threading.Thread(
+        target=_read_stdout, args=(child.stdout, output, request.on_log), daemon=True
+    )
+    reader.start()
+    stopped_by = _supervise(child, request.should_stop, timeout, kill_after)
+    reader.join()
+    code = child.returncode
+    if output.result is None:
+        raise LaunchError(f"torchrun exited with code {code} without rank 0's JSON result")
+    if code != 0 and stopped_by is None:
+        raise LaunchError(f"torchrun exited with code {code}")
+    log.info("torchrun job ended (exit code %d, stopped by %s)", code, stopped_by or "nothing")
+    return result_from_json(output.result)
+
+
+def _supervise(
+    child: subprocess.Popen[str],
+    should_stop: Callable[[], bool],
+    timeout: float | None,
+    kill_after: float,
+) -> str | None:
+    """Wait for ``child``; SIGTERM it on a stop request or the timeout. Return the reason."""
+    deadline = time.monotonic() + timeout if timeout is not None else math.inf
+    reason: str | None = None
+    sent_at = math.inf
+    while child.poll() is None:
+        now = time.monotonic()
+        if reason is None and (should_stop() or now >= deadline):
+            reason = "a stop request" if now < deadline else f"the {timeout}s timeout"
+            log.warning("stopping the torchrun job: %s (SIGTERM)", reason)
+            child.send_signal(signal.SIGTERM)
+            sent_at = now
+        elif now >= sent_at + kill_after:
+            log.error("torchrun still running %.0fs after SIGTERM: killing it", kill_after)
+            child.kill()
+            sent_at = math.inf
+        time.sleep(_POLL_SECONDS)
+    return reason
+
+
+def _read_stdout(
+    stream: IO[str], output: _Output, on_log: Callable[[TrainingSummary], None] | None
+) -> None:
+    for line in stream:
+        try:
+            data = json.loads(line)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            output.other_lines += 1
+            continue
+        if "progress" in data:
+            if on_log is not None:
+                on_log(summary_from_json(data["progress"]))
+        elif "agent" in data:
+            output.result = data
+
+
+def _number(value: Any) -> Any:
+    return math.nan if value is None else value  # the CLI writes NaN as null
+
+
+def summary_from_json(data: Mapping[str, Any]) -> TrainingSummary:
+    """A :class:`TrainingSummary` from the ``--json-progress`` line of the train command."""
+    return TrainingSummary(**{f.name: _number(data[f.name]) for f in fields(TrainingSummary)})
+
+
+def result_from_json(data: Mapping[str, Any]) -> TrainResult:
+    """A :class:`TrainResult` from the train command's ``--json`` object."""
+    values = {f.name: data[f.name] for f in fields(TrainResult) if f.name in data}
+    values["checkpoint"] = Path(data["checkpoint"]) if data.get("checkpoint") else None
+    values["eval"] = {k: _number(v) for k, v in data["eval"].items()}
+    for name in ("final_train_loss", "overflow_rate", "loss_scale", "samples_per_second"):
+        values[name] = _number(values[name])
+    values["demotions"] = tuple(data.get("demotions", ()))
+    return TrainResult(**values)
