@@ -1,0 +1,148 @@
+"""`genesis-fp16 train` under a real torchrun, and the daemon's launcher that supervises it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from genesis_fp16.distributed import TorchrunEnv, rank_device
+from genesis_fp16.launcher import torchrun_command, train_with_torchrun
+from infrastructure.plugin_api import TrainRequest
+from infrastructure.training import TrainingSummary
+from infrastructure.training import checkpoint_keys as keys
+from infrastructure.training.checkpoint import CheckpointManager, load_checkpoint
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_FP16_")}
+    env.pop("ENABLE_FP16_TRAINING", None)
+    env.update(
+        GENESIS_FP16_STATE_DIR=str(tmp_path / "state"),
+        GENESIS_FP16_LOG_INTERVAL="2",
+        GENESIS_FP16_SAMPLE_COUNT="400",
+        OMP_NUM_THREADS="1",
+    )
+    return env
+
+
+def _ranks_alive(marker: str) -> list[int]:
+    """Pids of live processes whose command line mentions ``marker``."""
+    alive = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+            state = (entry / "stat").read_text().split()[2]
+        except OSError:
+            continue
+        if marker in cmdline and state != "Z":
+            alive.append(int(entry.name))
+    return alive
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_sigterm_to_torchrun_stops_every_rank_with_a_checkpoint(tmp_path: Path) -> None:
+    """SIGTERM to torchrun: both ranks stop at a step boundary and the newest checkpoint loads."""
+    checkpoints = tmp_path / "ckpt"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc-per-node", "2", "-m", "genesis_fp16", "train", "se_darwin"]
+    command += ["--steps", "1000000", "--precision", "fp32", "--json", "--json-progress"]
+    command += ["--checkpoint-dir", str(checkpoints)]
+    child = subprocess.Popen(
+        command, cwd=REPO, env=_env(tmp_path), stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout is not None
+    first = json.loads(child.stdout.readline())  # rank 0's first progress line
+    assert first["progress"]["step"] >= 2
+    child.send_signal(signal.SIGTERM)
+    rest = child.stdout.read().splitlines()
+    code = child.wait(timeout=60)
+    assert code == 0 or code == 1  # torchrun itself reports the signal as a failure (1)
+    assert not _ranks_alive(str(checkpoints))
+    result = json.loads(rest[-1])
+    assert result["stopped_early"] is True
+    assert 2 <= result["steps"] < 1000000
+    newest = CheckpointManager(checkpoints).checkpoints()[-1]
+    assert str(newest) == result["checkpoint"]
+    state = load_checkpoint(newest)  # torch.load(weights_only=True)
+    assert state[keys.STEP] == result["steps"]
+    assert len(state[keys.RNG_PER_RANK]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_launcher_reports_progress_and_stops_on_request(tmp_path: Path) -> None:
+    """The daemon's launcher passes rank 0's summaries on and stops the job cleanly on request."""
+    summaries: list[TrainingSummary] = []
+    request = TrainRequest(
+        agent="se_darwin",
+        precision="bf16",
+        precision_reason="test",
+        state_dir=tmp_path / "state",
+        checkpoint_dir=tmp_path / "ckpt",
+        steps=1000000,
+        resume=True,
+        on_log=summaries.append,
+        should_stop=lambda: len(summaries) >= 2,
+    )
+    env = _env(tmp_path)
+    env["PYTHONPATH"] = str(REPO)
+    result = train_with_torchrun(request, nproc=2, timeout=100, env=env)
+    assert result.stopped_early and result.precision_used == "bf16"
+    assert [s.step for s in summaries[:2]] == [2, 4]
+    assert result.checkpoint is not None and result.checkpoint.exists()
+    assert result.steps >= 4 and result.eval["loss"] > 0
+
+
+def test_torchrun_command_carries_the_request() -> None:
+    """The child command has the agent, budget, folders, resume and the FSDP choice."""
+    request = TrainRequest(
+        agent="a",
+        precision="fp16",
+        precision_reason="r",
+        state_dir=Path("s"),
+        checkpoint_dir=Path("c"),
+        data_path=Path("d"),
+        epochs=3,
+        seed=7,
+        fsdp=True,
+    )
+    command = torchrun_command(request, 4, python="py")
+    text = " ".join(command)
+    assert text.startswith("py -m torch.distributed.run --standalone --nproc-per-node 4 ")
+    for part in ("train a", "--precision fp16", "--seed 7", "--checkpoint-dir c", "--epochs 3"):
+        assert part in text
+    assert "--data d" in text and "--resume" in text and "--fsdp" in text
+    with pytest.raises(ValueError, match="nproc=0"):
+        torchrun_command(request, 0)
+
+
+def test_torchrun_environment_is_read_once_and_checked() -> None:
+    """RANK/WORLD_SIZE/LOCAL_RANK parse; absent means no torchrun; nonsense is refused."""
+    assert TorchrunEnv.from_environ({}) is None
+    env = TorchrunEnv.from_environ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"})
+    assert env == TorchrunEnv(1, 2, 1) and not env.is_main
+    assert rank_device(env, "cuda") == "cuda:1" and rank_device(env, "cpu") == "cpu"
+    with pytest.raises(ValueError, match="RANK=2 WORLD_SIZE=2"):
+        TorchrunEnv.from_environ({"RANK": "2", "WORLD_SIZE": "2"})
+    with pytest.raises(ValueError, match="must be an integer"):
+        TorchrunEnv.from_environ({"RANK": "x", "WORLD_SIZE": "2"})
+
+
+def test_agent_nproc_defaults_to_one_and_must_be_positive() -> None:
+    """An agent trains in-process unless it asks for more processes; nproc=0 is refused."""
+    from genesis_fp16.settings import AgentSettings
+
+    assert AgentSettings().nproc == 1
+    with pytest.raises(ValueError):
+        AgentSettings(nproc=0)
