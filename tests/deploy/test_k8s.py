@@ -47,6 +47,7 @@ def test_built_in_kinds_pass_strict_validation(kubernetes_validate: str) -> None
     files = _built_in_files()
     assert {path.name for path in files} >= {
         "configmap.yaml",
+        "multinode-job.yaml",
         "secret.example.yaml",
         "service.yaml",
         "statefulset.yaml",
