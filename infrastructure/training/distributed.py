@@ -239,6 +239,7 @@ class RankZeroCheckpointManager(CheckpointManager):
         rank, world = rank_and_world()
         gathered = _all_gather_states(capture_rng_state(), world)
         path = self.path_for(int(state[keys.STEP]))
+        state = _unshard(state)  # collective under FSDP: every rank gathers its shards
         if rank == 0:
             path = super().save({**state, keys.RNG_PER_RANK: gathered})
         dist.barrier()
@@ -280,3 +281,20 @@ def _all_gather_states(state: dict[str, Any], world: int) -> list[dict[str, Any]
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, buffer.getvalue())
     return [torch.load(io.BytesIO(raw), weights_only=True) for raw in gathered]
+
+
+def _unshard(value: Any) -> Any:
+    """``value`` with every FSDP2 DTensor replaced by its full tensor on the CPU.
+
+    The file then holds plain tensors: ``weights_only`` loads it in any process, sharded
+    or not. Dict order is the same on every rank, so the gathers line up.
+    """
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(value, DTensor):
+        return value.full_tensor().cpu()
+    if isinstance(value, Mapping):
+        return {k: _unshard(v) for k, v in value.items()}
+    if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
+        return type(value)(_unshard(v) for v in value)
+    return value

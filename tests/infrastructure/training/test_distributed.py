@@ -156,7 +156,13 @@ def _job_inject(directory: str) -> Any:
 def _job_fsdp(directory: str, precision: str) -> Any:
     result = fit(
         _Regression(16),
-        FitOptions(precision=precision, steps=4, fsdp=True, checkpoint_dir=None, log_interval=1000),
+        FitOptions(
+            precision=precision,
+            steps=4,
+            fsdp=True,
+            checkpoint_dir=Path(directory) / "fsdp",
+            log_interval=1000,
+        ),
     )
     return {"eval": result.eval["loss"], "step": result.summary.step}
 
@@ -237,12 +243,15 @@ def test_two_rank_checkpoint_resumes_in_one_process_and_back(tmp_path: Path) -> 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_fsdp2_fully_shard_trains_on_gloo(tmp_path: Path) -> None:
-    """FSDP2 fully_shard on two CPU ranks trains in fp32 and gives both ranks the same eval."""
+    """FSDP2 on two CPU ranks trains like one process; its checkpoint holds full plain tensors."""
     ranks = _two_ranks(tmp_path, "fsdp", str(tmp_path), "fp32")
     single = fit(_Regression(16), FitOptions(precision="fp32", steps=4, log_interval=1000))
     assert [r["step"] for r in ranks] == [4, 4]
     assert ranks[0]["eval"] == ranks[1]["eval"]
     assert ranks[0]["eval"] == pytest.approx(single.eval["loss"], rel=1e-4)
+    state = load_checkpoint(tmp_path / "fsdp" / "ckpt-0000000004.pt")  # weights_only=True
+    assert type(state[keys.MODEL]["0.weight"]) is torch.Tensor
+    assert state[keys.MODEL]["0.weight"].shape == (32, 8)
 
 
 # ---------------------------------------------------------------------- no process group
