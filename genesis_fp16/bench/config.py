@@ -36,6 +36,7 @@ class BenchConfig:
     # Extra step counts after which the eval loss is also recorded (outside the timed
     # steps), so that a row with fewer steps has an fp32 reference at its own length.
     eval_at: tuple[int, ...] = field(default_factory=tuple)
+    threads: int | None = None  # torch intra-op threads; None keeps torch's default
     tiny: bool = False  # a few-kilobyte model on a small pool, for tests
     data_path: str | None = None  # the synthetic pool; generated per process when None
 

@@ -131,6 +131,21 @@ def run_config(
     belongs to it; in-process runs on CPU leave the memory column empty.
     """
     device = torch.device(config.device)
+    threads_before = torch.get_num_threads()
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    try:
+        return _measure(config, device, isolated, make_runner)
+    finally:
+        torch.set_num_threads(threads_before)  # in-process runs leave the caller as it was
+
+
+def _measure(
+    config: BenchConfig,
+    device: torch.device,
+    isolated: bool,
+    make_runner: Callable[[str], Runner] | None,
+) -> Row:
     importlib.import_module(RUNNER_LIBRARIES[config.runner])  # its imports are not its peak
     with tempfile.TemporaryDirectory() as folder:
         data_path = Path(config.data_path or write_data(Path(folder), config.tiny, config.seed))
@@ -153,6 +168,7 @@ def run_config(
         "device": device.type,
         "device_name": device_name(device),
         "torch_version": torch.__version__,
+        "threads": torch.get_num_threads(),
         "size": config.size,
         "params": workload.parameters,
         "runner": config.runner,

@@ -16,6 +16,7 @@ COLUMNS: tuple[str, ...] = (
     "device",
     "device_name",
     "torch_version",
+    "threads",
     "size",
     "params",
     "runner",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -53,6 +54,8 @@ class BenchOptions:
     out_dir: Path = DEFAULT_OUT
     in_process: bool = False
     tiny: bool = False
+    threads: int | None = None
+    tag: str = ""
 
 
 def _choices(value: str, valid: Sequence[str], flag: str) -> tuple[str, ...]:
@@ -88,6 +91,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="no subprocess per configuration (faster; CPU peak memory is then not measured)",
     )
     parser.add_argument("--tiny", action="store_true", help="a tiny model (smoke test)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads per row")
+    parser.add_argument("--tag", default="", help="suffix for the result file names")
 
 
 def options_from_args(args: argparse.Namespace) -> BenchOptions:
@@ -103,7 +108,10 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
     precisions = (
         valid if args.precisions == "all" else _choices(args.precisions, valid, "--precisions")
     )
-    for flag, value in (("--batch-size", args.batch_size), ("--steps", args.steps)):
+    if args.tag and not re.fullmatch(r"[A-Za-z0-9.-]+", args.tag):
+        raise ValueError(f"--tag {args.tag!r}: use letters, digits, '.' and '-' only")
+    sizes = (("--batch-size", args.batch_size), ("--steps", args.steps))
+    for flag, value in (*sizes, ("--threads", args.threads or 1)):
         if value < 1:
             raise ValueError(f"{flag} {value}: must be at least 1")
     return BenchOptions(
@@ -120,11 +128,14 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         out_dir=args.out_dir,
         in_process=args.in_process,
         tiny=args.tiny,
+        threads=args.threads,
+        tag=args.tag,
     )
 
 
 def plan(options: BenchOptions, data_path: Path | None = None) -> list[BenchConfig]:
-    """Every (size, runner, precision), fp32 first so that the others compare against it."""
+    """Every (size, precision, runner): the runners of one precision run back to back,
+    so that a change in the load of a shared machine hits them alike."""
     cpu = options.device == "cpu"
     fp16_warmup = (
         options.fp16_warmup
@@ -142,13 +153,14 @@ def plan(options: BenchOptions, data_path: Path | None = None) -> list[BenchConf
         timed_steps=options.steps,
         seed=options.seed,
         tiny=options.tiny,
+        threads=options.threads,
         data_path=None if data_path is None else str(data_path),
     )
     fp16_total = fp16_warmup + fp16_steps
     configs = []
     for size in options.sizes:
-        for runner in options.runners:
-            for precision in options.precisions:
+        for precision in options.precisions:
+            for runner in options.runners:
                 config = replace(base, size=size, runner=runner, precision=precision)
                 if precision == "fp16":
                     config = replace(config, warmup_steps=fp16_warmup, timed_steps=fp16_steps)
@@ -217,7 +229,8 @@ def run_benchmark(
     name = next((r["device_name"] for r in rows if r.get("device_name")), options.device)
     for row in rows:
         row.update(command=command, note=note_for(row), device_name=row.get("device_name", name))
-    stem = "bench_" + device_slug(options.device, name) + ("_tiny" if options.tiny else "")
+    suffixes = ["tiny"] * options.tiny + [options.tag] * bool(options.tag)
+    stem = "_".join(["bench_" + device_slug(options.device, name), *suffixes])
     csv_path = options.out_dir / f"{stem}.csv"
     write_csv(rows, csv_path)
     write_plot(rows, csv_path.with_suffix(".png"), f"genesis-fp16 bench on {name}")

@@ -53,10 +53,13 @@ def test_tiny_run_writes_every_documented_column(tmp_path: Path) -> None:
         out_dir=tmp_path,
         in_process=True,
         tiny=True,
+        threads=1,
+        tag="smoke",
     )
     _, csv_path = run_benchmark(options, "test-command", progress=lambda _: None)
     header, written = _read(csv_path)
     assert header == list(COLUMNS)
+    assert csv_path.name.startswith("bench_cpu-") and csv_path.name.endswith("_tiny_smoke.csv")
     assert csv_path.with_suffix(".png").stat().st_size > 0
     assert len(written) == 8
     for row in written:
@@ -64,7 +67,7 @@ def test_tiny_run_writes_every_documented_column(tmp_path: Path) -> None:
         assert row["precision_ran"] == row["precision_requested"]
         assert float(row["median_step_ms"]) > 0 and math.isfinite(float(row["eval_loss"]))
         assert row["command"] == "test-command" and row["torch_version"] == torch.__version__
-        assert row["device"] == "cpu" and row["device_name"]
+        assert row["device"] == "cpu" and row["device_name"] and row["threads"] == "1"
     by_key = {(r["runner"], r["precision_requested"]): r for r in written}
     hand_fp32 = by_key["hand", "fp32"]
     assert float(hand_fp32["time_vs_hand"]) == 1.0 and float(hand_fp32["eval_loss_gap"]) == 0.0
