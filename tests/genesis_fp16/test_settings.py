@@ -177,8 +177,8 @@ def test_secrets_are_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_env_example_lists_every_setting_with_its_default(tmp_path: Path) -> None:
-    """Uncommenting every line of .env.example gives the defaults; no setting is missing."""
-    from genesis_fp16.settings import Settings
+    """Uncommenting .env.example gives the defaults; no global or per-agent setting is missing."""
+    from genesis_fp16.settings import AgentSettings, Settings
 
     example = Path(__file__).resolve().parents[2] / ".env.example"
     lines = [
@@ -193,6 +193,9 @@ def test_env_example_lists_every_setting_with_its_default(tmp_path: Path) -> Non
             if field == "enable_fp16_training"
             else f"GENESIS_FP16_{field.upper()}"
         )
+        assert variable in names, f"{variable} is missing from .env.example"
+    for field in AgentSettings.model_fields:
+        variable = f"GENESIS_FP16_AGENTS__SE_DARWIN__{field.upper()}"
         assert variable in names, f"{variable} is missing from .env.example"
     kept = [
         line
