@@ -199,14 +199,15 @@ def agreed_stop(should_stop: Callable[[], bool]) -> Callable[[], bool]:
         return should_stop
 
     def agreed() -> bool:
-        flag = torch.tensor([1.0 if should_stop() else 0.0], device=_collective_device())
+        flag = torch.tensor([1.0 if should_stop() else 0.0], device=collective_device())
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
 
     return agreed
 
 
-def _collective_device() -> torch.device:
+def collective_device() -> torch.device:
+    """Where a small tensor for a collective must live: the current GPU on NCCL, else CPU."""
     if dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")

@@ -9,7 +9,9 @@
 
 Every ``check_interval`` steps the guard reads a handful of device counters in one host
 read (overflowing steps, the scaler's ``unstable`` flag, the sum and count of finite
-losses, non-finite losses) and tests its triggers. When the check interval just ended
+losses, non-finite losses) and tests its triggers. In a multi-rank process group the
+counters are first combined over the ranks (one all-gather per check), so every rank
+decides the same thing at the same check. When the check interval just ended
 was spotless (no overflow, no non-finite loss, no divergence), it keeps an in-memory
 snapshot of the trainer state, the data position and the task's extra state: the last
 good state, taken before any trouble began. When a trigger fires, ``fit()`` rebuilds
@@ -35,8 +37,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
+from infrastructure.training import distributed
 from infrastructure.training.precision import (
     PRECISIONS,
     DeviceCapabilities,
@@ -263,8 +267,10 @@ class PrecisionGuard:
             self._loss_count,
             self._nonfinite,
         ]
-        # The one host read of a check: five scalars at once.
         stacked = torch.stack([p.to(self._device, torch.float64) for p in parts])
+        if distributed.is_distributed():
+            stacked = _agree(stacked)
+        # The one host read of a check: five scalars at once.
         values: list[float] = stacked.tolist()
         return values
 
@@ -387,6 +393,24 @@ class PrecisionGuard:
         if self.snapshot is None:
             raise RuntimeError("no snapshot to roll back to")
         return copy.deepcopy(self.snapshot)
+
+
+def _agree(counters: torch.Tensor) -> torch.Tensor:
+    """The five check counters combined over every rank, identical on each (collective).
+
+    Overflows, the unstable flag and non-finite losses take the MAX over ranks (the
+    scaler's two already agree; a NaN seen by one rank counts as it would in one
+    process), the finite-loss sum and count the SUM, so the interval's mean loss is the
+    mean over every rank's micro-batches. Every rank then makes the same decision at the
+    same check: demotes to the same precision and rolls back to the same snapshot.
+    One all-gather of five scalars per check.
+    """
+    sent = counters.to(distributed.collective_device())
+    gathered = [torch.empty_like(sent) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, sent)
+    table = torch.stack(gathered).to(counters.device)
+    peak, total = table.max(dim=0).values, table.sum(dim=0)
+    return torch.cat([peak[:2], total[2:4], peak[4:]])
 
 
 def checkpoints_after(files: Sequence[Path], step_path: Path) -> list[Path]:

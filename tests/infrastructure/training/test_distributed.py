@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from infrastructure.training import FitOptions, ScalerConfig, fit
+from infrastructure.training import FitOptions, GuardConfig, ScalerConfig, fit
 from infrastructure.training import checkpoint_keys as keys
 from infrastructure.training.checkpoint import load_checkpoint
 from infrastructure.training.distributed import shard_step, slice_batch
@@ -86,6 +87,23 @@ def _allreduce_then_inject(state: dict[str, int], bucket):  # type: ignore[no-un
     return future.then(after)
 
 
+class _NanOnRank1(_Regression):
+    """Rank 1 alone sees NaN losses from its ``fault_from``-th fp16 loss on; bf16 is clean."""
+
+    def __init__(self, batch_size: int, fault_from: int) -> None:
+        super().__init__(batch_size)
+        self.fault_from, self.fp16_calls = fault_from, 0
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        value = super().loss(model, batch)
+        if not (torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.half):
+            return value
+        self.fp16_calls += 1
+        if dist.get_rank() == 1 and self.fp16_calls >= self.fault_from:
+            return value * math.nan
+        return value
+
+
 def _params(model_state: dict[str, torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.flatten().float() for t in model_state.values()])
 
@@ -112,7 +130,10 @@ def _run_fit(
 
 
 def _rank_main(rank: int, init: str, out: str, job: str, args: tuple[Any, ...]) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=2)
+    # A short timeout: ranks that disagree fail in a minute instead of hanging for 30.
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init}", rank=rank, world_size=2, timeout=timedelta(seconds=60)
+    )
     try:
         result = _JOBS[job](*args)
         torch.save(result, Path(out) / f"rank{rank}.pt")
@@ -167,10 +188,37 @@ def _job_fsdp(directory: str, precision: str) -> Any:
     return {"eval": result.eval["loss"], "step": result.summary.step}
 
 
+def _job_guard(directory: str) -> Any:
+    # Only the non-finite-loss trigger: the overflows the NaN causes are agreed anyway
+    # (the scaler's MAX), the NaN losses themselves are seen by rank 1 alone.
+    guard = GuardConfig(check_interval=5, overflow_rate_limit=None)
+    seen: dict[str, nn.Module] = {}
+    result = fit(
+        _NanOnRank1(16, fault_from=12),
+        FitOptions(
+            precision="fp16",
+            steps=20,
+            checkpoint_dir=Path(directory),
+            log_interval=1000,
+            guard=guard,
+            step_hooks=[lambda trainer: seen.update(model=trainer.model)],
+        ),
+    )
+    # This rank's own final weights (the checkpoint is rank 0's).
+    params = _params({k: v.detach() for k, v in seen["model"].state_dict().items()})
+    return {
+        "demotions": [dict(d) for d in result.demotions],
+        "used": result.precision.used,
+        "step": result.summary.step,
+        "params": params,
+    }
+
+
 _JOBS: dict[str, Callable[..., Any]] = {
     "fit": _job_fit,
     "inject": _job_inject,
     "fsdp": _job_fsdp,
+    "guard": _job_guard,
 }
 
 
@@ -252,6 +300,21 @@ def test_fsdp2_fully_shard_trains_on_gloo(tmp_path: Path) -> None:
     state = load_checkpoint(tmp_path / "fsdp" / "ckpt-0000000004.pt")  # weights_only=True
     assert type(state[keys.MODEL]["0.weight"]) is torch.Tensor
     assert state[keys.MODEL]["0.weight"].shape == (32, 8)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_guard_decisions_agree_when_only_rank_1_sees_nan_losses(tmp_path: Path) -> None:
+    """fp16 NaN losses on rank 1 alone: both ranks demote at one check to bf16, same weights."""
+    ranks = _two_ranks(tmp_path, "guard", str(tmp_path / "ckpt"))
+    expected = {"from": "fp16", "to": "bf16", "reason": "nonfinite_loss", "step": 15}
+    for rank in ranks:
+        assert [{k: d[k] for k in expected} for d in rank["demotions"]] == [expected]
+        assert rank["demotions"][0]["rollback_step"] == 10
+        assert (rank["used"], rank["step"]) == ("bf16", 20)
+    assert ranks[0]["demotions"] == ranks[1]["demotions"]
+    assert torch.isfinite(ranks[0]["params"]).all()
+    assert torch.equal(ranks[0]["params"], ranks[1]["params"])
 
 
 # ---------------------------------------------------------------------- no process group
