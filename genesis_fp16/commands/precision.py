@@ -23,7 +23,8 @@ _AGENT_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "precision", help="show or reset an agent's remembered precision demotion",
+        "precision",
+        help="show or reset an agent's remembered precision demotion",
         description=__doc__,
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
