@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+from torch.optim import Optimizer
 
 from infrastructure.training import checkpoint_keys as keys
 from infrastructure.training.checkpoint import CheckpointManager
@@ -112,9 +113,64 @@ def _fully_shard(model: nn.Module, policy: PrecisionPolicy) -> nn.Module:
 
 def is_sharded(model: nn.Module) -> bool:
     """True for a model sharded by FSDP2 ``fully_shard``."""
+    if not is_distributed():
+        return False  # wrap_model never shards without a multi-rank group
     from torch.distributed.fsdp import FSDPModule
 
     return isinstance(model, FSDPModule)
+
+
+def load_sharded_state(
+    model: nn.Module,
+    optimizers: Sequence[Optimizer],
+    model_state: Mapping[str, Any],
+    optimizer_states: Sequence[Mapping[str, Any]],
+) -> None:
+    """Load a full, plain-tensor state into an FSDP2-sharded model and its optimizers.
+
+    The state is what every checkpoint holds, whoever wrote it (one process, DDP or
+    FSDP at any world size): parameters as full tensors, each optimizer's
+    ``state_dict()`` keyed by parameter index. ``set_model_state_dict`` and
+    ``set_optimizer_state_dict`` (full state dict, broadcast from rank 0) cut each
+    full tensor into this rank's shard, so rank 0's copy is the one every rank gets.
+    Collective: every rank calls it, with the same optimizers built the same way.
+    """
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, dict(model_state), options=options)  # it pops keys
+    for optimizer, saved in zip(optimizers, optimizer_states, strict=True):
+        by_name = _keyed_by_name(model, optimizer, saved)
+        set_optimizer_state_dict(model, optimizer, by_name, options=options)
+
+
+def _keyed_by_name(
+    model: nn.Module, optimizer: Optimizer, saved: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``optimizer.state_dict()`` output re-keyed from parameter indices to parameter names.
+
+    The full-state-dict loaders match optimizer state to parameters by name. Index ``i``
+    of a saved group is the ``i``-th parameter of the same group of ``optimizer``, which
+    the task built the same way (the same rule ``Optimizer.load_state_dict`` relies on).
+    """
+    names = {id(p): name for name, p in model.named_parameters()}
+    groups, state = [], {}
+    for live, group in zip(optimizer.param_groups, saved["param_groups"], strict=True):
+        fqns = [names[id(p)] for p in live["params"]]
+        if len(fqns) != len(group["params"]):
+            raise ValueError(
+                f"the checkpoint's optimizer group has {len(group['params'])} parameters, "
+                f"this run's has {len(fqns)}: the task must build the same optimizers"
+            )
+        for fqn, index in zip(fqns, group["params"], strict=True):
+            if index in saved["state"]:
+                state[fqn] = saved["state"][index]
+        groups.append({**group, "params": fqns})
+    return {"state": state, "param_groups": groups}
 
 
 # ---------------------------------------------------------------------------- the data
@@ -240,7 +296,7 @@ class RankZeroCheckpointManager(CheckpointManager):
         rank, world = rank_and_world()
         gathered = _all_gather_states(capture_rng_state(), world)
         path = self.path_for(int(state[keys.STEP]))
-        state = _unshard(state)  # collective under FSDP: every rank gathers its shards
+        state = unshard(state)  # collective under FSDP: every rank gathers its shards
         if rank == 0:
             path = super().save({**state, keys.RNG_PER_RANK: gathered})
         dist.barrier()
@@ -284,7 +340,7 @@ def _all_gather_states(state: dict[str, Any], world: int) -> list[dict[str, Any]
     return [torch.load(io.BytesIO(raw), weights_only=True) for raw in gathered]
 
 
-def _unshard(value: Any) -> Any:
+def unshard(value: Any) -> Any:
     """``value`` with every FSDP2 DTensor replaced by its full tensor on the CPU.
 
     The file then holds plain tensors: ``weights_only`` loads it in any process, sharded
@@ -295,7 +351,7 @@ def _unshard(value: Any) -> Any:
     if isinstance(value, DTensor):
         return value.full_tensor().cpu()
     if isinstance(value, Mapping):
-        return {k: _unshard(v) for k, v in value.items()}
+        return {k: unshard(v) for k, v in value.items()}
     if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
-        return type(value)(_unshard(v) for v in value)
+        return type(value)(unshard(v) for v in value)
     return value

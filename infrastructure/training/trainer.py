@@ -34,6 +34,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from infrastructure.training import checkpoint_keys as keys
+from infrastructure.training import distributed
 from infrastructure.training.precision import PrecisionPolicy
 from infrastructure.training.rng import capture_rng_state, restore_rng_state
 from infrastructure.training.summary import TrainingSummary
@@ -258,7 +259,7 @@ class Trainer:
         the epoch position and the task's extra state. Reads the device: a host sync.
         """
         resolved = self.policy.resolved
-        return {
+        state = {
             keys.SCHEMA: keys.SCHEMA_VERSION,
             keys.MODEL: self.model.state_dict(),
             keys.OPTIMIZER: [o.state_dict() for o in self.optimizers],
@@ -279,14 +280,24 @@ class Trainer:
                 "overflow_window": self._window.cpu().clone(),
             },
         }
+        if distributed.is_sharded(self.model):
+            # Collective: every rank gathers the FSDP2 shards into full CPU tensors, so
+            # the state is the same plain-tensor format as a single process writes.
+            state = distributed.unshard(state)
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict` (model, optimizers, schedulers, scaler, step, RNG)."""
         _check_counts("optimizer", len(state[keys.OPTIMIZER]), len(self.optimizers))
         _check_counts("scheduler", len(state[keys.SCHEDULER]), len(self.schedulers))
-        self.model.load_state_dict(state[keys.MODEL])
-        for optimizer, saved in zip(self.optimizers, state[keys.OPTIMIZER], strict=True):
-            optimizer.load_state_dict(saved)
+        if distributed.is_sharded(self.model):  # collective: every rank shards the state
+            distributed.load_sharded_state(
+                self.model, self.optimizers, state[keys.MODEL], state[keys.OPTIMIZER]
+            )
+        else:
+            self.model.load_state_dict(state[keys.MODEL])
+            for optimizer, saved in zip(self.optimizers, state[keys.OPTIMIZER], strict=True):
+                optimizer.load_state_dict(saved)
         for scheduler, saved in zip(self.schedulers, state[keys.SCHEDULER], strict=True):
             scheduler.load_state_dict(saved)
         self.scaler.load_state_dict(state[keys.SCALER])

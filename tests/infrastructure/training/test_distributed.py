@@ -214,11 +214,31 @@ def _job_guard(directory: str) -> Any:
     }
 
 
+def _job_fsdp_resume(directory: str) -> Any:
+    def run(folder: str, steps: int, resume: bool) -> tuple[int, str | None]:
+        options = FitOptions(
+            precision="fp32",
+            steps=steps,
+            fsdp=True,
+            resume=resume,
+            checkpoint_dir=Path(directory) / folder,
+            log_interval=1000,
+        )
+        result = fit(_Regression(16), options)
+        return result.summary.step, str(result.resumed_from) if result.resumed_from else None
+
+    # "stopped": FSDP 3 + 3 resumed; "whole": 6 uninterrupted; "single": 3 steps written
+    # by one process (before the ranks started), resumed here under FSDP for 3 more.
+    runs = [("stopped", 3, False), ("stopped", 3, True), ("whole", 6, False)]
+    return [run(*args) for args in [*runs, ("single", 3, True)]]
+
+
 _JOBS: dict[str, Callable[..., Any]] = {
     "fit": _job_fit,
     "inject": _job_inject,
     "fsdp": _job_fsdp,
     "guard": _job_guard,
+    "fsdp_resume": _job_fsdp_resume,
 }
 
 
@@ -300,6 +320,30 @@ def test_fsdp2_fully_shard_trains_on_gloo(tmp_path: Path) -> None:
     state = load_checkpoint(tmp_path / "fsdp" / "ckpt-0000000004.pt")  # weights_only=True
     assert type(state[keys.MODEL]["0.weight"]) is torch.Tensor
     assert state[keys.MODEL]["0.weight"].shape == (32, 8)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_fsdp2_resumes_fsdp_and_single_process_checkpoints(tmp_path: Path) -> None:
+    """FSDP 3 steps + resumed under FSDP 3 equals FSDP 6; a 1-process checkpoint resumes too."""
+    _run_fit(16, tmp_path / "single", steps=3, precision="fp32")
+    ranks = _two_ranks(tmp_path, "fsdp_resume", str(tmp_path))
+    assert ranks[0] == ranks[1]
+    runs = ranks[0]
+    assert [step for step, _ in runs] == [3, 6, 6, 6]
+    assert runs[1][1] == str(tmp_path / "stopped" / "ckpt-0000000003.pt")
+    assert runs[3][1] == str(tmp_path / "single" / "ckpt-0000000003.pt")
+
+    def params(folder: str) -> torch.Tensor:
+        return _params(load_checkpoint(tmp_path / folder / "ckpt-0000000006.pt")[keys.MODEL])
+
+    whole, start = params("whole"), _params(_Regression(16).build_model().state_dict())
+    assert (whole - start).abs().max().item() > 1e-2  # it trained
+    # Resuming without the optimizer's moments would miss by far more than this.
+    assert torch.allclose(params("stopped"), whole, rtol=0, atol=1e-6)
+    assert torch.allclose(params("single"), whole, rtol=0, atol=1e-5)
+    state = load_checkpoint(tmp_path / "stopped" / "ckpt-0000000006.pt")
+    assert state[keys.OPTIMIZER][0]["state"][0]["step"].item() == 6
 
 
 @pytest.mark.slow
