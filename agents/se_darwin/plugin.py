@@ -15,6 +15,7 @@ from infrastructure.data.readers import read_trajectories
 from infrastructure.data.synthetic import write_pool
 from infrastructure.plugin_api import API_VERSION, ProbeSetup, TrainRequest, TrainResult
 from infrastructure.training import CheckpointManager, FitOptions, fit
+from infrastructure.training.distributed import rank_and_world
 from infrastructure.world_model.model import HEAD_MODULES, TRUNK_MODULES, WorldModel
 from infrastructure.world_model.predict import read_world_model_state
 
@@ -41,7 +42,7 @@ class SEDarwinPlugin:
             raise ValueError("se_darwin needs a data path: generate one with generate_sample_data")
         options = TaskOptions.from_mapping(request.options)
         saved = _saved_state(request.checkpoint_dir) if request.resume else None
-        quarantine = request.quarantine_path or Path(request.checkpoint_dir) / "quarantine.jsonl"
+        quarantine = _quarantine_path(request)
         task, data = SEDarwinTask.from_path(
             Path(request.data_path), options, request.seed, request.device, quarantine, saved
         )
@@ -128,6 +129,17 @@ def _split_batch(batch: Batch) -> tuple[Batch, Batch]:
     half = len(batch) // 2
     index = torch.arange(len(batch))
     return batch.take(index[:half]), batch.take(index[half:])
+
+
+def _quarantine_path(request: TrainRequest) -> Path | None:
+    """Where this process writes quarantined records: rank 0's path, None on other ranks.
+
+    Under torchrun every rank reads the whole data file and counts and skips the same
+    records; only rank 0 writes them down, so the file holds each record once.
+    """
+    if rank_and_world()[0] != 0:
+        return None
+    return request.quarantine_path or Path(request.checkpoint_dir) / "quarantine.jsonl"
 
 
 def _saved_state(checkpoint_dir: Path) -> Mapping[str, Any] | None:

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
 from agents.se_darwin import plugin
+from agents.se_darwin import task as task_module
 from agents.se_darwin.task import is_held_out
 from genesis_fp16.plugins import load_plugin
 from infrastructure.data.readers import read_trajectories
@@ -155,3 +160,43 @@ def test_fp16_and_bf16_eval_loss_within_2_percent_of_fp32(data: Path, tmp_path: 
     losses = {p: r.eval["loss"] for p, r in results.items()}
     for precision in ("bf16", "fp16"):
         assert losses[precision] == pytest.approx(losses["fp32"], rel=0.02), losses
+
+
+def _quarantine_rank(rank: int, init: str, folder: str) -> None:
+    """One of two gloo ranks: train 2 steps, note the quarantine file this rank was given."""
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init}", rank=rank, world_size=2, timeout=timedelta(seconds=60)
+    )
+    try:
+        given: list[str | None] = []
+        read = task_module.read_trajectories
+
+        def spy(path: Path, quarantine: Path | None = None) -> object:
+            given.append(None if quarantine is None else str(quarantine))
+            return read(path, quarantine=quarantine)
+
+        task_module.read_trajectories = spy  # type: ignore[assignment]  # this child only
+        result = _train(Path(folder) / "data", Path(folder) / "ckpt", steps=2)
+        out = {"given": given, "quarantined": result.quarantined, "steps": result.steps}
+        (Path(folder) / f"rank{rank}.json").write_text(json.dumps(out))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_only_rank_0_writes_quarantined_records(data: Path, tmp_path: Path) -> None:
+    """Two ranks both skip a malformed record; only rank 0 writes it to quarantine.jsonl."""
+    (tmp_path / "data").mkdir()
+    shutil.copy(data, tmp_path / "data" / data.name)
+    (tmp_path / "data" / "bad.jsonl").write_text("{not json\n")
+    # spawn, not fork: the parent's OpenMP pool can hang a forked child.
+    init = str(tmp_path / "init")
+    mp.start_processes(_quarantine_rank, (init, str(tmp_path)), nprocs=2, start_method="spawn")
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    quarantine = tmp_path / "ckpt" / "quarantine.jsonl"
+    assert ranks[0]["given"] == [str(quarantine)] and ranks[1]["given"] == [None]
+    assert [r["quarantined"] for r in ranks] == [1, 1]
+    assert [r["steps"] for r in ranks] == [2, 2]
+    lines = quarantine.read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["record"] == "{not json"
