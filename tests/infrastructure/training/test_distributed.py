@@ -24,6 +24,7 @@ from infrastructure.training.distributed import shard_step, slice_batch
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed missing")
 
 SAMPLES = 48
+_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 class _Regression:
@@ -88,18 +89,19 @@ def _allreduce_then_inject(state: dict[str, int], bucket):  # type: ignore[no-un
 
 
 class _NanOnRank1(_Regression):
-    """Rank 1 alone sees NaN losses from its ``fault_from``-th fp16 loss on; bf16 is clean."""
+    """Rank 1 alone sees NaN losses from its ``fault_from``-th loss in ``fault_in`` on."""
 
-    def __init__(self, batch_size: int, fault_from: int) -> None:
+    def __init__(self, batch_size: int, fault_from: int, fault_in: torch.dtype) -> None:
         super().__init__(batch_size)
-        self.fault_from, self.fp16_calls = fault_from, 0
+        self.fault_from, self.fault_in, self.calls = fault_from, fault_in, 0
 
     def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
         value = super().loss(model, batch)
-        if not (torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.half):
+        autocast = torch.is_autocast_enabled("cpu")
+        if not (autocast and torch.get_autocast_dtype("cpu") == self.fault_in):
             return value
-        self.fp16_calls += 1
-        if dist.get_rank() == 1 and self.fp16_calls >= self.fault_from:
+        self.calls += 1
+        if dist.get_rank() == 1 and self.calls >= self.fault_from:
             return value * math.nan
         return value
 
@@ -188,24 +190,27 @@ def _job_fsdp(directory: str, precision: str) -> Any:
     return {"eval": result.eval["loss"], "step": result.summary.step}
 
 
-def _job_guard(directory: str) -> Any:
+def _job_guard(directory: str, precision: str, fsdp: bool) -> Any:
     # Only the non-finite-loss trigger: the overflows the NaN causes are agreed anyway
     # (the scaler's MAX), the NaN losses themselves are seen by rank 1 alone.
     guard = GuardConfig(check_interval=5, overflow_rate_limit=None)
-    seen: dict[str, nn.Module] = {}
+    seen: dict[str, Any] = {}
     result = fit(
-        _NanOnRank1(16, fault_from=12),
+        _NanOnRank1(16, fault_from=12, fault_in=_DTYPES[precision]),
         FitOptions(
-            precision="fp16",
+            precision=precision,
             steps=20,
+            fsdp=fsdp,
             checkpoint_dir=Path(directory),
             log_interval=1000,
             guard=guard,
-            step_hooks=[lambda trainer: seen.update(model=trainer.model)],
+            step_hooks=[lambda trainer: seen.update(trainer=trainer)],
         ),
     )
-    # This rank's own final weights (the checkpoint is rank 0's).
-    params = _params({k: v.detach() for k, v in seen["model"].state_dict().items()})
+    # This rank's own final weights (the checkpoint is rank 0's). Under FSDP each rank
+    # holds a shard: the trainer's state gathers the full tensors.
+    trainer_state = seen["trainer"].state_dict()
+    params = _params(trainer_state[keys.MODEL])
     return {
         "demotions": [dict(d) for d in result.demotions],
         "used": result.precision.used,
@@ -348,14 +353,19 @@ def test_fsdp2_resumes_fsdp_and_single_process_checkpoints(tmp_path: Path) -> No
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_guard_decisions_agree_when_only_rank_1_sees_nan_losses(tmp_path: Path) -> None:
-    """fp16 NaN losses on rank 1 alone: both ranks demote at one check to bf16, same weights."""
-    ranks = _two_ranks(tmp_path, "guard", str(tmp_path / "ckpt"))
-    expected = {"from": "fp16", "to": "bf16", "reason": "nonfinite_loss", "step": 15}
+@pytest.mark.parametrize(
+    ("precision", "fsdp", "demoted"), [("fp16", False, "bf16"), ("bf16", True, "fp32")]
+)
+def test_guard_decisions_agree_when_only_rank_1_sees_nan_losses(
+    tmp_path: Path, precision: str, fsdp: bool, demoted: str
+) -> None:
+    """NaN losses on rank 1 alone: both ranks demote at one check, alike, to the same weights."""
+    ranks = _two_ranks(tmp_path, "guard", str(tmp_path / "ckpt"), precision, fsdp)
+    expected = {"from": precision, "to": demoted, "reason": "nonfinite_loss", "step": 15}
     for rank in ranks:
         assert [{k: d[k] for k in expected} for d in rank["demotions"]] == [expected]
         assert rank["demotions"][0]["rollback_step"] == 10
-        assert (rank["used"], rank["step"]) == ("bf16", 20)
+        assert (rank["used"], rank["step"]) == (demoted, 20)
     assert ranks[0]["demotions"] == ranks[1]["demotions"]
     assert torch.isfinite(ranks[0]["params"]).all()
     assert torch.equal(ranks[0]["params"], ranks[1]["params"])
