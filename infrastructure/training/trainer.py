@@ -257,6 +257,8 @@ class Trainer:
 
         Keys are those of :mod:`~infrastructure.training.checkpoint_keys`; ``fit()`` adds
         the epoch position and the task's extra state. Reads the device: a host sync.
+        Under FSDP2 it is collective and returns full CPU tensors (every rank gathers);
+        :meth:`load_state_dict` shards them again.
         """
         resolved = self.policy.resolved
         state = {
