@@ -9,7 +9,6 @@ import sys
 import textwrap
 from datetime import timedelta
 from pathlib import Path
-from unittest import mock
 
 import pytest
 import torch
@@ -193,10 +192,7 @@ def test_only_rank_0_writes_quarantined_records(data: Path, tmp_path: Path) -> N
     (tmp_path / "data" / "bad.jsonl").write_text("{not json\n")
     # spawn, not fork: the parent's OpenMP pool can hang a forked child.
     init = str(tmp_path / "init")
-    # The repository first on the children's path: a tests/ entry ahead of it (pytest adds
-    # one for modules directly under tests/) would shadow `infrastructure` with a folder.
-    with mock.patch.object(sys, "path", [str(ROOT), *sys.path]):
-        mp.start_processes(_quarantine_rank, (init, str(tmp_path)), nprocs=2, start_method="spawn")
+    mp.start_processes(_quarantine_rank, (init, str(tmp_path)), nprocs=2, start_method="spawn")
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     quarantine = tmp_path / "ckpt" / "quarantine.jsonl"
     assert ranks[0]["given"] == [str(quarantine)] and ranks[1]["given"] == [None]

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pytest
 import torch
@@ -25,7 +23,6 @@ from infrastructure.training.distributed import shard_step, slice_batch
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed missing")
 
-REPO = Path(__file__).resolve().parents[3]
 SAMPLES = 48
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -256,13 +253,7 @@ def _two_ranks(tmp_path: Path, job: str, *args: Any) -> list[Any]:
     init = tmp_path / f"init-{job}-{len(list(tmp_path.iterdir()))}"
     # spawn, not fork: a parent that has already run a matmul holds an OpenMP thread pool,
     # and a forked child can hang on its first parallel region.
-    # The children import with this process's sys.path. When pytest also collected a
-    # module directly under tests/, that folder comes first, and its infrastructure/
-    # subfolder would shadow the real package there: put the repository first.
-    with mock.patch.object(sys, "path", [str(REPO), *sys.path]):
-        mp.start_processes(
-            _rank_main, (str(init), str(out), job, args), nprocs=2, start_method="spawn"
-        )
+    mp.start_processes(_rank_main, (str(init), str(out), job, args), nprocs=2, start_method="spawn")
     return [torch.load(out / f"rank{rank}.pt", weights_only=False) for rank in (0, 1)]
 
 
