@@ -21,7 +21,6 @@ the configuration, and nothing changes the precision silently.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from genesis_fp16.paths import AgentPaths
 from genesis_fp16.settings import Settings
+from infrastructure.atomic import write_json_atomic
 from infrastructure.plugin_api import AgentPlugin
 
 log = structlog.get_logger("genesis_fp16.probe_gate")
@@ -163,10 +163,7 @@ def read_record(path: Path) -> ProbeRecord | None:
 
 def write_record(path: Path, record: ProbeRecord) -> None:
     """Write atomically: a crash leaves the old file or none, never half a record."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record.to_json(), indent=1))
-    os.replace(tmp, path)
+    write_json_atomic(path, record.to_json())
 
 
 def _used_precision(precision: str, device: str) -> str | None:

@@ -10,15 +10,14 @@
 from __future__ import annotations
 
 import logging
-import os
 import re
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from infrastructure.atomic import write_atomic
 from infrastructure.training import checkpoint_keys as keys
 
 logger = logging.getLogger(__name__)
@@ -65,19 +64,8 @@ class CheckpointManager:
         """Write ``state`` (which must hold ``step``) atomically and prune old files."""
         if keys.STEP not in state:
             raise ValueError(f"a checkpoint needs the key {keys.STEP!r}; got {sorted(state)}")
-        self.directory.mkdir(parents=True, exist_ok=True)
         final = self.path_for(int(state[keys.STEP]))
-        fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=self.directory)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                torch.save(dict(state), handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp_name, final)
-        except BaseException:
-            Path(tmp_name).unlink(missing_ok=True)
-            raise
-        _fsync_directory(self.directory)
+        write_atomic(final, lambda handle: torch.save(dict(state), handle))
         self._prune()
         return final
 
@@ -123,15 +111,3 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if missing:
         raise CheckpointError(f"lacks the keys {missing}")
     return state
-
-
-def _fsync_directory(directory: Path) -> None:
-    # Makes the rename itself durable. Not every platform can open a folder (Windows).
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -27,8 +27,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
-import tempfile
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -40,6 +38,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from infrastructure.atomic import write_json_atomic
 from infrastructure.training import distributed
 from infrastructure.training.precision import (
     PRECISIONS,
@@ -498,20 +497,9 @@ def read_precision_memory(path: Path) -> PrecisionMemory | None:
 
 
 def write_precision_memory(path: Path, memory: PrecisionMemory | None) -> None:
-    """Write the state file atomically (temp file, fsync, rename); None deletes it."""
+    """Write the state file atomically (see infrastructure.atomic); None deletes it."""
     path = Path(path)
     if memory is None:
         path.unlink(missing_ok=True)
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(memory.to_json(), handle, indent=2, sort_keys=True)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_json_atomic(path, memory.to_json())
