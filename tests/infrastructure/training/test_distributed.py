@@ -139,6 +139,9 @@ def _rank_main(rank: int, init: str, out: str, job: str, args: tuple[Any, ...]) 
     try:
         result = _JOBS[job](*args)
         torch.save(result, Path(out) / f"rank{rank}.pt")
+        # Both ranks done with every collective before either tears the group down: a rank
+        # that exits while its peer is still in a collective can abort the peer.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
