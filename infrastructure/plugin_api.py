@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from infrastructure.training.fit import FitOptions, FitResult
     from infrastructure.training.guard import GuardConfig
     from infrastructure.training.summary import TrainingSummary
 
@@ -62,6 +63,33 @@ class TrainRequest:
     options: Mapping[str, Any] = field(default_factory=dict)
     fsdp: bool = False  # under torchrun: shard with FSDP2 instead of DDP (FitOptions.fsdp)
 
+    def fit_options(self, **overrides: Any) -> FitOptions:
+        """The :class:`~infrastructure.training.FitOptions` this request asks for.
+
+        Precision, device, steps, epochs, seed, resume, checkpoint folder, log interval,
+        callbacks, guard and FSDP come from the request; ``overrides`` replace any of them
+        or set the rest (``checkpoint_interval``, ``scaler``, ``trainer``, ...)::
+
+            result = fit(task, request.fit_options(steps=request.steps or 100))
+        """
+        from infrastructure.training.fit import FitOptions
+
+        fields: dict[str, Any] = {
+            "precision": self.precision,
+            "device": self.device,
+            "steps": self.steps,
+            "epochs": self.epochs,
+            "seed": self.seed,
+            "resume": self.resume,
+            "checkpoint_dir": Path(self.checkpoint_dir),
+            "log_interval": self.log_interval,
+            "on_log": self.on_log,
+            "should_stop": self.should_stop,
+            "guard": self.guard,
+            "fsdp": self.fsdp,
+        }
+        return FitOptions(**{**fields, **overrides})
+
 
 @dataclass(frozen=True)
 class TrainResult:
@@ -85,6 +113,39 @@ class TrainResult:
     stopped_early: bool = False
     demotions: Sequence[Mapping[str, Any]] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_fit(
+        cls,
+        request: TrainRequest,
+        result: FitResult,
+        *,
+        quarantined: int = 0,
+        extra: Mapping[str, Any] | None = None,
+    ) -> TrainResult:
+        """Report a :func:`~infrastructure.training.fit` run for ``request``, truthfully:
+        the precision used is the one the run ended in, after any demotion."""
+        summary = result.summary
+        return cls(
+            agent=request.agent,
+            precision_requested=request.precision,
+            precision_used=result.precision.used,
+            precision_reason=f"{request.precision_reason}; {result.precision.reason}",
+            device=request.device,
+            steps=result.steps_run,
+            skipped_steps=summary.skipped_steps,
+            overflow_rate=summary.overflow_rate,
+            loss_scale=summary.loss_scale,
+            final_train_loss=summary.train_loss,
+            eval=dict(result.eval),
+            samples_per_second=summary.samples_per_second,
+            wall_seconds=summary.wall_seconds,
+            checkpoint=result.checkpoint,
+            quarantined=quarantined,
+            stopped_early=result.stopped_early,
+            demotions=result.demotions,
+            extra=dict(extra or {}),
+        )
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

@@ -14,7 +14,7 @@ from agents.se_darwin.task import Batch, SEDarwinTask, TaskOptions
 from infrastructure.data.readers import read_trajectories
 from infrastructure.data.synthetic import write_pool
 from infrastructure.plugin_api import API_VERSION, ProbeSetup, TrainRequest, TrainResult
-from infrastructure.training import CheckpointManager, FitOptions, fit
+from infrastructure.training import CheckpointManager, fit
 from infrastructure.training.distributed import rank_and_world
 from infrastructure.world_model.model import HEAD_MODULES, TRUNK_MODULES, WorldModel
 from infrastructure.world_model.predict import read_world_model_state
@@ -49,23 +49,7 @@ class SEDarwinPlugin:
         steps, epochs = request.steps, request.epochs
         if steps is None and epochs is None:
             epochs = 1
-        result = fit(
-            task,
-            FitOptions(
-                precision=request.precision,
-                device=request.device,
-                steps=steps,
-                epochs=epochs,
-                seed=request.seed,
-                resume=request.resume,
-                checkpoint_dir=Path(request.checkpoint_dir),
-                log_interval=request.log_interval,
-                on_log=request.on_log,
-                should_stop=request.should_stop,
-                guard=request.guard,
-                fsdp=request.fsdp,
-            ),
-        )
+        result = fit(task, request.fit_options(steps=steps, epochs=epochs))
         summary = result.summary
         extra: dict[str, Any] = {
             "total_steps": summary.step,
@@ -77,26 +61,7 @@ class SEDarwinPlugin:
         }
         if torch.cuda.is_available() and request.device.startswith("cuda"):
             extra["device_memory_peak_bytes"] = torch.cuda.max_memory_allocated(request.device)
-        return TrainResult(
-            agent=request.agent,
-            precision_requested=request.precision,
-            precision_used=result.precision.used,
-            precision_reason=f"{request.precision_reason}; {result.precision.reason}",
-            device=request.device,
-            steps=result.steps_run,
-            skipped_steps=summary.skipped_steps,
-            overflow_rate=summary.overflow_rate,
-            loss_scale=summary.loss_scale,
-            final_train_loss=summary.train_loss,
-            eval=dict(result.eval),
-            samples_per_second=summary.samples_per_second,
-            wall_seconds=summary.wall_seconds,
-            checkpoint=result.checkpoint,
-            quarantined=data.quarantined,
-            stopped_early=result.stopped_early,
-            demotions=result.demotions,
-            extra=extra,
-        )
+        return TrainResult.from_fit(request, result, quarantined=data.quarantined, extra=extra)
 
     def probe_setup(self, data_path: Path | None, seed: int) -> ProbeSetup:
         """The world model, its loss and a few real batches, for the precision probe."""

@@ -1,0 +1,80 @@
+"""The plugin API's bridges to fit(): requests become FitOptions, fit results become reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from infrastructure.plugin_api import TrainRequest, TrainResult
+from infrastructure.training import GuardConfig, fit
+
+
+class _Line:
+    """y = 3x on 64 fixed points, 8 per batch."""
+
+    def __init__(self) -> None:
+        self.x = torch.linspace(-1, 1, 64).unsqueeze(1)
+
+    def build_model(self) -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Linear(1, 1)
+
+    def build_optimizers(self, model: torch.nn.Module) -> list[torch.optim.Optimizer]:
+        return [torch.optim.SGD(model.parameters(), lr=0.1)]
+
+    def build_schedulers(self, optimizers: Any) -> tuple[()]:
+        return ()
+
+    def train_batches(self, epoch: int, seed: int) -> Any:
+        for i in range(0, 64, 8):
+            yield self.x[i : i + 8], 8
+
+    def loss(self, model: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.mse_loss(model(batch).float(), 3 * batch)
+
+    def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
+        with torch.no_grad():
+            return {"loss": float(self.loss(model, self.x))}
+
+    def extra_state(self) -> dict[str, Any]:
+        return {}
+
+
+def _request(tmp_path: Path, **fields: Any) -> TrainRequest:
+    return TrainRequest(
+        agent="line",
+        precision="bf16",
+        precision_reason="--precision",
+        state_dir=tmp_path,
+        checkpoint_dir=tmp_path / "ckpt",
+        steps=12,
+        seed=3,
+        log_interval=4,
+        guard=GuardConfig(),
+        **fields,
+    )
+
+
+def test_fit_options_carry_the_request_and_take_overrides(tmp_path: Path) -> None:
+    """Every field the request sets reaches FitOptions; an override replaces just that one."""
+    request = _request(tmp_path)
+    options = request.fit_options(checkpoint_interval=5, steps=7)
+    assert (options.precision, options.device, options.seed) == ("bf16", "cpu", 3)
+    assert (options.steps, options.epochs, options.checkpoint_interval) == (7, None, 5)
+    assert options.checkpoint_dir == tmp_path / "ckpt"
+    assert options.guard == request.guard and options.log_interval == 4
+
+
+def test_from_fit_reports_what_ran(tmp_path: Path) -> None:
+    """The report's figures are the fit run's own: precision used, steps, eval, checkpoint."""
+    request = _request(tmp_path)
+    result = fit(_Line(), request.fit_options())
+    report = TrainResult.from_fit(request, result, quarantined=2, extra={"note": "x"})
+    assert report.precision_requested == "bf16" and report.precision_used == "bf16"
+    assert report.precision_reason.startswith("--precision; ")
+    assert report.steps == 12 == result.steps_run
+    assert report.eval == result.eval and report.checkpoint == result.checkpoint
+    assert report.quarantined == 2 and report.extra == {"note": "x"}
+    assert report.final_train_loss == result.summary.train_loss
