@@ -8,6 +8,7 @@ import shutil
 import subprocess
 
 import pytest
+from fake_results import train_result
 from prometheus_client import CollectorRegistry, generate_latest
 
 from genesis_fp16.diagnostics_export import RL_GAUGES, RL_METRIC_NAMES, export_diagnostics
@@ -36,24 +37,7 @@ REQUIRED = {
 
 
 def _result(diagnostics: object) -> TrainResult:
-    return TrainResult(
-        agent=AGENT,
-        precision_requested="auto",
-        precision_used="bf16",
-        precision_reason="test",
-        device="cpu",
-        steps=4,
-        skipped_steps=0,
-        overflow_rate=0.0,
-        loss_scale=1.0,
-        final_train_loss=0.1,
-        eval={"loss": 0.1},
-        samples_per_second=1.0,
-        wall_seconds=1.0,
-        checkpoint=None,
-        quarantined=0,
-        extra={"diagnostics": diagnostics},
-    )
+    return train_result(agent=AGENT, steps=4, extra={"diagnostics": diagnostics})
 
 
 def _value(registry: CollectorRegistry, metric: str) -> float | None:

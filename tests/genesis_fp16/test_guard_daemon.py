@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import DaemonFactory
 from daemon_harness import FIXTURE_PLUGINS, DaemonProcess, daemon_env
+from fake_results import train_result
 from prometheus_client import CollectorRegistry
 
 from genesis_fp16.guard_state import choose_precision, guard_config, record_run
@@ -159,22 +160,10 @@ def test_a_broken_state_file_is_ignored_with_a_warning(tmp_path: Path) -> None:
 def _result(
     precision: str, demotions: list[dict[str, object]], stopped: bool = False
 ) -> TrainResult:
-    return TrainResult(
+    return train_result(
         agent=AGENT,
         precision_requested="fp16",
         precision_used=precision,
-        precision_reason="test",
-        device="cpu",
-        steps=10,
-        skipped_steps=0,
-        overflow_rate=0.0,
-        loss_scale=1.0,
-        final_train_loss=0.1,
-        eval={"loss": 0.1},
-        samples_per_second=1.0,
-        wall_seconds=1.0,
-        checkpoint=None,
-        quarantined=0,
         stopped_early=stopped,
         demotions=demotions,
     )
