@@ -1,0 +1,51 @@
+"""Fixtures for the whole suite: the real external tools, skipped or failed.
+
+A test that needs a tool asks for its fixture (``promtool``, ``systemd_analyze``, ...).
+Without the tool the test skips and says why, except when the environment variable CI is
+set: CI installs every tool (see .ci/run), so there a missing tool is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+VENV_BIN = Path(__file__).resolve().parents[1] / ".venv" / "bin"
+
+
+def require_tool(name: str, *, extra_dirs: tuple[Path, ...] = ()) -> str:
+    """Return the path of tool ``name``; skip without it, or fail when CI is set."""
+    for folder in extra_dirs:
+        candidate = folder / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which(name)
+    if found:
+        return found
+    reason = f"{name} is not installed (CI installs it through .ci/run)"
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}; CI is set, so this is a failure, not a skip")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    return require_tool("promtool")
+
+
+@pytest.fixture(scope="session")
+def prometheus_server() -> str:
+    return require_tool("prometheus")
+
+
+@pytest.fixture(scope="session")
+def systemd_analyze() -> str:
+    return require_tool("systemd-analyze")
+
+
+@pytest.fixture(scope="session")
+def kubernetes_validate() -> str:
+    return require_tool("kubernetes-validate", extra_dirs=(VENV_BIN,))
