@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from infrastructure.atomic import write_atomic
 from infrastructure.plugin_api import AgentPlugin
 
 SAMPLE_DATA_COUNT = 20_000
@@ -61,5 +62,5 @@ def ensure_sample_data(
         return Path(marker.read_text().strip())
     paths.data_dir.mkdir(parents=True, exist_ok=True)
     data_path = plugin.generate_sample_data(paths.data_dir, count, seed)
-    marker.write_text(str(data_path))
+    write_atomic(marker, lambda handle: handle.write(str(data_path).encode()))
     return data_path

@@ -30,6 +30,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from infrastructure.atomic import write_atomic
 from infrastructure.data.schema import FAILURE_THRESHOLD, SUCCESS_THRESHOLD, outcome_for_score
 
 OPERATOR_EFFECT = {"baseline": -0.8, "revision": 0.0, "recombination": 0.4, "refinement": 0.6}
@@ -228,10 +229,8 @@ def generate_pool(count: int, seed: int, agent: str = "se_darwin") -> dict[str, 
 def write_pool(out: Path, count: int, seed: int, agent: str = "se_darwin") -> Path:
     """Write ``<out>/trajectory_pools/<agent>/trajectory_pool.json`` and return its path."""
     path = Path(out) / "trajectory_pools" / agent / "trajectory_pool.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(generate_pool(count, seed, agent)), encoding="utf-8")
-    tmp.replace(path)
+    text = json.dumps(generate_pool(count, seed, agent))
+    write_atomic(path, lambda handle: handle.write(text.encode("utf-8")))
     return path
 
 
