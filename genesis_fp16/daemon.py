@@ -118,9 +118,16 @@ class Daemon:
             log.warning("no agent plugin loaded; the daemon runs but trains nothing")
 
     def _show_precisions(self) -> None:
+        """Show each idle agent's requested precision; a running agent's gauge follows its run.
+
+        A reload during a run must not show the next run's precision while the current one
+        still trains (its progress reports would flip the gauge back).
+        """
+        with self.context.running_changed:
+            running = set(self.context.running)
         for agent in self.plugins:
             precision, reason = requested_precision(self.settings, agent, None)
-            if precision != "auto":
+            if precision != "auto" and agent not in running:
                 self.metrics.set_precision(agent, precision)
             log.info("agent precision", agent=agent, requested=precision, reason=reason)
 
@@ -130,7 +137,6 @@ class Daemon:
         settings = self.settings
         settings.state_dir.mkdir(parents=True, exist_ok=True)
         self._load_plugins()
-        self._show_precisions()
         tls = None
         if settings.tls_cert_file is not None and settings.tls_key_file is not None:
             password = settings.tls_key_password
@@ -153,6 +159,7 @@ class Daemon:
             slots=DeviceSlots(settings.device_concurrency),
             stopping=self.stopping,
         )
+        self._show_precisions()
         self.scheduler = AgentScheduler(
             settings, self._job, self.beat, max_workers=len(self.plugins)
         )

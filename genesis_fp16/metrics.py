@@ -193,9 +193,15 @@ class DaemonMetrics:
         self.set_precision(agent, str(summary.precision))
 
     def set_precision(self, agent: str, precision: str) -> None:
-        """Mark ``precision`` as the agent's active precision (1) and the others 0."""
+        """Mark ``precision`` as the agent's active precision (1) and the others 0.
+
+        The others are zeroed first, so a scrape in between never sees two active precisions.
+        """
         for name in PRECISION_LABELS:
-            self.precision.labels(agent=agent, precision=name).set(1 if name == precision else 0)
+            if name != precision:
+                self.precision.labels(agent=agent, precision=name).set(0)
+        if precision in PRECISION_LABELS:
+            self.precision.labels(agent=agent, precision=precision).set(1)
 
     def finish_run(
         self, agent: str, outcome: str, duration: float, eval_loss: float | None, now: float
