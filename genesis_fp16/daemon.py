@@ -23,13 +23,13 @@ from types import FrameType
 import structlog
 from prometheus_client import CollectorRegistry
 
-from genesis_fp16 import __version__
+from genesis_fp16 import __version__, guard_state
 from genesis_fp16.http import StatusServer, tls_context
 from genesis_fp16.jobs import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.plugins import discover_plugins
 from genesis_fp16.scheduler import AgentScheduler
-from genesis_fp16.settings import Settings, SettingsError, load_settings, requested_precision
+from genesis_fp16.settings import Settings, SettingsError, load_settings
 from genesis_fp16.systemd import Notifier
 from infrastructure.plugin_api import AgentPlugin
 
@@ -118,7 +118,7 @@ class Daemon:
             log.warning("no agent plugin loaded; the daemon runs but trains nothing")
 
     def _show_precisions(self) -> None:
-        """Show each idle agent's requested precision; a running agent's gauge follows its run.
+        """Show each idle agent's next precision; a running agent's gauge follows its run.
 
         A reload during a run must not show the next run's precision while the current one
         still trains (its progress reports would flip the gauge back).
@@ -126,7 +126,9 @@ class Daemon:
         with self.context.running_changed:
             running = set(self.context.running)
         for agent in self.plugins:
-            precision, reason = requested_precision(self.settings, agent, None)
+            # What the next run will request: the guard's remembered demotion included.
+            device = self.settings.device_for(agent)
+            precision, reason = guard_state.choose_precision(self.settings, agent, device)
             if precision != "auto" and agent not in running:
                 self.metrics.set_precision(agent, precision)
             log.info("agent precision", agent=agent, requested=precision, reason=reason)

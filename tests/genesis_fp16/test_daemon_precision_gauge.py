@@ -14,8 +14,10 @@ from prometheus_client import CollectorRegistry
 
 from genesis_fp16.daemon import Daemon
 from genesis_fp16.jobs import DeviceSlots, JobContext
+from genesis_fp16.paths import AgentPaths
 from genesis_fp16.settings import load_settings
 from infrastructure.plugin_api import AgentPlugin
+from infrastructure.training.guard import PrecisionMemory, write_precision_memory
 
 AGENT = "agent_a"
 
@@ -52,3 +54,15 @@ def test_running_agent_keeps_the_precision_of_its_run(daemon: Daemon) -> None:
     daemon.context.running.discard(AGENT)
     daemon._show_precisions()
     assert (_gauge(daemon, "fp16"), _gauge(daemon, "fp32")) == (0, 1)
+
+
+def test_idle_agent_shows_the_guard_memory_before_its_first_run(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """A remembered fp16 -> bf16 demotion is what the gauge shows at start, not the fp16 asked."""
+    daemon.env_file.write_text(f"ENABLE_FP16_TRAINING=true\nGENESIS_FP16_STATE_DIR={tmp_path}\n")
+    daemon.settings = load_settings(daemon.env_file)
+    memory = PrecisionMemory("fp16", "bf16", "overflow_rate", 15, 10, "2026-11-21T00:00:00Z")
+    write_precision_memory(AgentPaths.for_agent(tmp_path, AGENT).precision_state_path, memory)
+    daemon._show_precisions()
+    assert (_gauge(daemon, "bf16"), _gauge(daemon, "fp16")) == (1, 0)
