@@ -1,23 +1,61 @@
 """The training library: precision policies, loss scaling, trainer, checkpoints, world model, data.
 
 Imports torch, pydantic and the standard library only.
+
+The names below load on first use (PEP 562), so that importing a torch-free submodule
+(``guard_config``, ``precision_memory``, ``loss_scaler_config``, ``precision_names``) does
+not pay for torch through this package: a CLI's ``--help`` should not take two seconds.
+``from infrastructure.training import fit`` works as before.
 """
 
-from infrastructure.training.checkpoint import CheckpointError, CheckpointManager
-from infrastructure.training.fit import FitOptions, FitResult, TrainingTask, fit
-from infrastructure.training.guard import GuardConfig, PrecisionMemory
-from infrastructure.training.loss_scaler import LossScaler, ScalerConfig
-from infrastructure.training.precision import (
-    PRECISIONS,
-    REQUESTABLE,
-    DeviceCapabilities,
-    PrecisionError,
-    PrecisionPolicy,
-    ResolvedPrecision,
-    resolve_precision,
-)
-from infrastructure.training.summary import TrainingSummary
-from infrastructure.training.trainer import Trainer, TrainerConfig
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from infrastructure.training.checkpoint import CheckpointError, CheckpointManager
+    from infrastructure.training.fit import FitOptions, FitResult, TrainingTask, fit
+    from infrastructure.training.guard_config import GuardConfig
+    from infrastructure.training.loss_scaler import LossScaler
+    from infrastructure.training.loss_scaler_config import ScalerConfig
+    from infrastructure.training.precision import (
+        DeviceCapabilities,
+        PrecisionError,
+        PrecisionPolicy,
+        ResolvedPrecision,
+        resolve_precision,
+    )
+    from infrastructure.training.precision_memory import PrecisionMemory
+    from infrastructure.training.precision_names import PRECISIONS, REQUESTABLE
+    from infrastructure.training.summary import TrainingSummary
+    from infrastructure.training.trainer import Trainer, TrainerConfig
+
+# Exported name -> the submodule that defines it.
+_EXPORTS: dict[str, str] = {
+    "CheckpointError": "checkpoint",
+    "CheckpointManager": "checkpoint",
+    "FitOptions": "fit",
+    "FitResult": "fit",
+    "TrainingTask": "fit",
+    "fit": "fit",
+    "GuardConfig": "guard_config",
+    "LossScaler": "loss_scaler",
+    "ScalerConfig": "loss_scaler_config",
+    "DeviceCapabilities": "precision",
+    "PrecisionError": "precision",
+    "PrecisionPolicy": "precision",
+    "ResolvedPrecision": "precision",
+    "resolve_precision": "precision",
+    "PrecisionMemory": "precision_memory",
+    "PRECISIONS": "precision_names",
+    "REQUESTABLE": "precision_names",
+    "TrainingSummary": "summary",
+    "Trainer": "trainer",
+    "TrainerConfig": "trainer",
+}
 
 __all__ = [
     "PRECISIONS",
@@ -41,3 +79,25 @@ __all__ = [
     "fit",
     "resolve_precision",
 ]
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+class _Package(types.ModuleType):
+    # The submodule fit.py and the function fit share a name. Eagerly, this package bound
+    # the function last; lazily, the import system binds the submodule whenever fit.py
+    # is first imported (plugin_api does so directly), which would shadow the function.
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "fit" and isinstance(value, types.ModuleType):
+            value = value.fit
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

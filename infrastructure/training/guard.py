@@ -18,19 +18,20 @@ good state, taken before any trouble began. When a trigger fires, ``fit()`` rebu
 the trainer in the next precision of the ladder, loads that snapshot and runs on to the
 same target step.
 
-The precision memory (:class:`PrecisionMemory`) is the small JSON file a daemon keeps
-per agent so that a restarted daemon does not go back to the precision that failed.
+This module is the runtime that watches a run and needs torch. What a run is guarded
+with, :class:`GuardConfig` and the ladder, is in :mod:`infrastructure.training.guard_config`;
+the per-agent precision memory a daemon keeps (:class:`PrecisionMemory`) is in
+:mod:`infrastructure.training.precision_memory`. Both are importable without torch and
+re-exported here.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import logging
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,113 +39,42 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from infrastructure.atomic import write_json_atomic
 from infrastructure.training import distributed
-from infrastructure.training.precision import (
-    PRECISIONS,
-    DeviceCapabilities,
-    PrecisionPolicy,
-    detect_capabilities,
+from infrastructure.training.guard_config import (
+    DEFAULT_LADDER,
+    REASONS,
+    GuardConfig,
+    next_precision,
+)
+from infrastructure.training.precision import PrecisionPolicy, detect_capabilities
+from infrastructure.training.precision_memory import (
+    MEMORY_VERSION,
+    ROBUSTNESS,
+    PrecisionMemory,
+    read_precision_memory,
+    remember_demotions,
+    write_precision_memory,
 )
 from infrastructure.training.trainer import Trainer
 
+__all__ = [
+    "DEFAULT_LADDER",
+    "MEMORY_VERSION",
+    "REASONS",
+    "ROBUSTNESS",
+    "GuardConfig",
+    "PrecisionGuard",
+    "PrecisionMemory",
+    "Snapshot",
+    "Trouble",
+    "checkpoints_after",
+    "next_precision",
+    "read_precision_memory",
+    "remember_demotions",
+    "write_precision_memory",
+]
+
 logger = logging.getLogger(__name__)
-
-# The fixed set of reasons a demotion can have (a bounded metric label).
-REASONS: tuple[str, ...] = ("scaler_unstable", "nonfinite_loss", "overflow_rate", "divergence")
-DEFAULT_LADDER: tuple[str, ...] = ("fp16", "bf16", "fp32")
-# From least to most numerically robust; the precision memory is a floor on this order.
-ROBUSTNESS: tuple[str, ...] = ("fp16", "bf16", "fp32")
-MEMORY_VERSION = 1
-
-
-@dataclass(frozen=True)
-class GuardConfig:
-    """When the precision guard demotes a run, and to what. Every trigger can be turned off.
-
-    - ``ladder``: precisions from first to last resort; a run demotes to the next entry
-      (default fp16 -> bf16 -> fp32). A run whose precision is not on the ladder, or is
-      its last entry, is not guarded.
-    - ``bf16_needs_native``: skip bf16 on a device without native bf16 (a CPU without
-      AVX512-BF16/AMX, a CUDA GPU older than compute capability 8.0). Default True.
-    - ``check_interval``: steps between two checks; each check is one host read of the
-      device counters (default 25). Also the spacing of the good-state snapshots.
-    - ``on_unstable``: demote when the loss scaler reports ``unstable`` (its scale sat
-      at ``min_scale`` while ``unstable_after`` consecutive steps overflowed). Default True.
-    - ``nonfinite_limit`` / ``nonfinite_window``: demote when this many micro-batch losses
-      were NaN or inf within the last ``nonfinite_window`` steps (default 3 within 100).
-      None turns the trigger off.
-    - ``overflow_rate_limit`` / ``overflow_window`` / ``overflow_warmup``: demote when more
-      than this share of the steps of a window of ``overflow_window`` steps overflowed
-      (default 0.5 over 50 steps). Windows start ``overflow_warmup`` steps (default 25)
-      after the precision began in this run, so that the scale's first calibration from
-      65536 down (at most 16 overflowing steps) does not count. None turns it off.
-    - ``divergence_factor`` / ``divergence_ema_decay`` / ``divergence_warmup``: demote
-      when the mean finite loss of a check interval exceeds ``divergence_factor`` times
-      the exponential moving average of the previous intervals' means (default 10x, decay
-      0.9), once ``divergence_warmup`` intervals (default 4) have fed the average. NaN and
-      inf losses never enter the average. None turns it off.
-
-    ::
-
-        GuardConfig(check_interval=10, overflow_rate_limit=None)  # unstable/NaN/divergence
-    """
-
-    ladder: tuple[str, ...] = DEFAULT_LADDER
-    bf16_needs_native: bool = True
-    check_interval: int = 25
-    on_unstable: bool = True
-    nonfinite_limit: int | None = 3
-    nonfinite_window: int = 100
-    overflow_rate_limit: float | None = 0.5
-    overflow_window: int = 50
-    overflow_warmup: int = 25
-    divergence_factor: float | None = 10.0
-    divergence_ema_decay: float = 0.9
-    divergence_warmup: int = 4
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "ladder", tuple(self.ladder))
-        unknown = [p for p in self.ladder if p not in PRECISIONS]
-        if unknown or not self.ladder or len(set(self.ladder)) != len(self.ladder):
-            raise ValueError(
-                f"guard ladder={list(self.ladder)!r}: needs distinct precisions from "
-                f"{', '.join(PRECISIONS)}, e.g. fp16,bf16,fp32"
-            )
-        checks = [
-            (self.check_interval >= 1, f"check_interval={self.check_interval!r} must be >= 1"),
-            (self.nonfinite_limit is None or self.nonfinite_limit >= 1, "nonfinite_limit >= 1"),
-            (self.nonfinite_window >= 1, f"nonfinite_window={self.nonfinite_window!r} >= 1"),
-            (self.overflow_window >= 1, f"overflow_window={self.overflow_window!r} >= 1"),
-            (self.overflow_warmup >= 0, f"overflow_warmup={self.overflow_warmup!r} >= 0"),
-            (self.divergence_warmup >= 1, f"divergence_warmup={self.divergence_warmup!r} >= 1"),
-            (0.0 <= self.divergence_ema_decay < 1.0, "divergence_ema_decay must be in [0, 1)"),
-        ]
-        rate = self.overflow_rate_limit
-        checks.append((rate is None or 0.0 < rate < 1.0, f"overflow_rate_limit={rate!r} in (0, 1)"))
-        factor = self.divergence_factor
-        checks.append((factor is None or factor > 1.0, f"divergence_factor={factor!r} > 1"))
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(f"invalid precision-guard setting: {message}")
-
-
-def next_precision(
-    current: str, config: GuardConfig, capabilities: DeviceCapabilities
-) -> str | None:
-    """The precision after ``current`` on the ladder that the device runs, or None.
-
-    >>> caps = DeviceCapabilities("cpu", native_bf16=False, native_fp16=False, source="test")
-    >>> next_precision("fp16", GuardConfig(), caps)
-    'fp32'
-    """
-    if current not in config.ladder:
-        return None
-    for candidate in config.ladder[config.ladder.index(current) + 1 :]:
-        if candidate == "bf16" and config.bf16_needs_native and not capabilities.native_bf16:
-            continue
-        return candidate
-    return None
 
 
 @dataclass(frozen=True)
@@ -415,91 +345,3 @@ def _agree(counters: torch.Tensor) -> torch.Tensor:
 def checkpoints_after(files: Sequence[Path], step_path: Path) -> list[Path]:
     """The checkpoint files whose names sort after ``step_path`` (later steps)."""
     return [f for f in files if f.name > step_path.name]
-
-
-# ---------------------------------------------------------------------- precision memory
-
-
-@dataclass(frozen=True)
-class PrecisionMemory:
-    """What a daemon remembers about one agent's demotions (the precision state file).
-
-    ``demoted_to`` is a floor: later runs of the agent train in ``demoted_to`` whenever
-    they would run in a less robust precision (fp16 < bf16 < fp32). ``clean_runs``
-    counts runs since that finished without a demotion (for optional promotion).
-    """
-
-    demoted_from: str
-    demoted_to: str
-    reason: str
-    step: int
-    rollback_step: int
-    at: str
-    clean_runs: int = 0
-    history: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
-
-    def applies_to(self, precision: str) -> bool:
-        """True when ``precision`` is less robust than the remembered floor."""
-        if precision not in ROBUSTNESS or self.demoted_to not in ROBUSTNESS:
-            return False
-        return ROBUSTNESS.index(precision) < ROBUSTNESS.index(self.demoted_to)
-
-    def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["history"] = [dict(h) for h in self.history]
-        return {"version": MEMORY_VERSION, **out}
-
-
-def remember_demotions(
-    previous: PrecisionMemory | None, demotions: Sequence[Mapping[str, Any]], keep: int = 10
-) -> PrecisionMemory | None:
-    """The memory after a run: the last demotion becomes the floor; none counts a clean run."""
-    if not demotions:
-        if previous is None:
-            return None
-        return replace(previous, clean_runs=previous.clean_runs + 1)
-    last = demotions[-1]
-    now = datetime.now(UTC).isoformat(timespec="seconds")
-    history = (*(previous.history if previous else ()), *({**d, "at": now} for d in demotions))
-    return PrecisionMemory(
-        demoted_from=str(demotions[0]["from"]) if previous is None else previous.demoted_from,
-        demoted_to=str(last["to"]),
-        reason=str(last["reason"]),
-        step=int(last["step"]),
-        rollback_step=int(last["rollback_step"]),
-        at=now,
-        clean_runs=0,
-        history=history[-keep:],
-    )
-
-
-def read_precision_memory(path: Path) -> PrecisionMemory | None:
-    """Load the state file; None when there is none. A broken file raises ValueError."""
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        return None
-    try:
-        data = json.loads(text)
-        if data.get("version") != MEMORY_VERSION:
-            raise ValueError(f"version {data.get('version')!r}, expected {MEMORY_VERSION}")
-        fields = {k: data[k] for k in PrecisionMemory.__dataclass_fields__ if k in data}
-        fields["history"] = tuple(fields.get("history", ()))
-        memory = PrecisionMemory(**fields)
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise ValueError(f"precision state file {str(path)!r} is unreadable: {exc}") from None
-    if memory.demoted_to not in PRECISIONS:
-        raise ValueError(
-            f"precision state file {str(path)!r}: demoted_to={memory.demoted_to!r} is not "
-            f"one of {', '.join(PRECISIONS)}"
-        )
-    return memory
-
-
-def write_precision_memory(path: Path, memory: PrecisionMemory | None) -> None:
-    """Write the state file atomically (see infrastructure.atomic); None deletes it."""
-    path = Path(path)
-    if memory is None:
-        path.unlink(missing_ok=True)
-        return
-    write_json_atomic(path, memory.to_json())

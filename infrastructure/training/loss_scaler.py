@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
+
+from infrastructure.training.loss_scaler_config import ScalerConfig, config_from_state
+
+__all__ = ["STATE_VERSION", "LossScaler", "ScalerConfig"]
 
 logger = logging.getLogger(__name__)
 
@@ -29,52 +33,6 @@ T = TypeVar("T")
 _READY, _UNSCALED, _STEPPED = "ready", "unscaled", "stepped"
 
 STATE_VERSION = 1
-
-
-@dataclass(frozen=True)
-class ScalerConfig:
-    """The keyword arguments of :class:`LossScaler`, as one frozen value.
-
-    Defaults are Precision-RL's (65536 / 2.0 / 0.5 / 2000) plus a floor of 1.0, a
-    ceiling of 2**24, no hysteresis and an ``unstable`` verdict after 50 consecutive
-    overflowing steps at the floor::
-
-        config = ScalerConfig(growth_interval=500, hysteresis=2)
-        scaler = LossScaler.from_config("cpu", config)
-    """
-
-    init_scale: float = 65536.0
-    growth_factor: float = 2.0
-    backoff_factor: float = 0.5
-    growth_interval: int = 2000
-    min_scale: float = 1.0
-    max_scale: float = 2.0**24
-    hysteresis: int = 1
-    unstable_after: int = 50
-    enabled: bool = True
-
-    def __post_init__(self) -> None:
-        _validate(self)
-
-
-def _validate(c: ScalerConfig) -> None:
-    checks = [
-        (c.growth_factor > 1.0, f"growth_factor={c.growth_factor!r} must be > 1.0"),
-        (0.0 < c.backoff_factor < 1.0, f"backoff_factor={c.backoff_factor!r} must be in (0, 1)"),
-        (c.growth_interval >= 1, f"growth_interval={c.growth_interval!r} must be >= 1"),
-        (c.min_scale >= 0.0, f"min_scale={c.min_scale!r} must be >= 0"),
-        (c.max_scale >= c.min_scale, f"max_scale={c.max_scale!r} must be >= min_scale"),
-        (
-            c.min_scale <= c.init_scale <= c.max_scale,
-            f"init_scale={c.init_scale!r} must lie in [min_scale={c.min_scale!r}, "
-            f"max_scale={c.max_scale!r}]",
-        ),
-        (c.hysteresis >= 1, f"hysteresis={c.hysteresis!r} must be >= 1 (1 = no hysteresis)"),
-        (c.unstable_after >= 1, f"unstable_after={c.unstable_after!r} must be >= 1"),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise ValueError(f"invalid loss-scaler setting: {message}")
 
 
 class LossScaler:
@@ -424,7 +382,7 @@ class LossScaler:
                 "not a loss-scaler state dict (needs 'scale' and '_growth_tracker'); "
                 f"got keys {sorted(state)}"
             )
-        self._config = self._merged_config(state)
+        self._config = config_from_state(state, self._config)
         self._init_state(float(state["scale"]))
         self._growth_tracker.fill_(int(state["_growth_tracker"]))
         self._hysteresis_left.fill_(int(state.get("hysteresis_left", self._config.hysteresis)))
@@ -433,22 +391,6 @@ class LossScaler:
         self._overflow_total.fill_(int(state.get("overflow_steps_total", 0)))
         self._last_found_inf.fill_(float(state.get("last_found_inf", 0.0)))
         self._per_optimizer = {}
-
-    def _merged_config(self, state: Mapping[str, Any]) -> ScalerConfig:
-        c = self._config
-        scale = float(state["scale"])
-        return ScalerConfig(
-            init_scale=float(state.get("init_scale", c.init_scale)),
-            growth_factor=float(state.get("growth_factor", c.growth_factor)),
-            backoff_factor=float(state.get("backoff_factor", c.backoff_factor)),
-            growth_interval=int(state.get("growth_interval", c.growth_interval)),
-            # A GradScaler state has no floor or ceiling: widen ours to admit its scale.
-            min_scale=min(float(state.get("min_scale", c.min_scale)), scale),
-            max_scale=max(float(state.get("max_scale", c.max_scale)), scale),
-            hysteresis=int(state.get("hysteresis", c.hysteresis)),
-            unstable_after=int(state.get("unstable_after", c.unstable_after)),
-            enabled=c.enabled,
-        )
 
     def __repr__(self) -> str:
         c = self._config

@@ -18,11 +18,11 @@ import torch
 from torch import nn
 
 from infrastructure.training.loss_scaler import LossScaler, ScalerConfig
+from infrastructure.training.precision_names import PRECISIONS as PRECISIONS
+from infrastructure.training.precision_names import REQUESTABLE
 
 logger = logging.getLogger(__name__)
 
-PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
-REQUESTABLE: tuple[str, ...] = (*PRECISIONS, "auto")
 DEVICE_TYPES: tuple[str, ...] = ("cpu", "cuda")
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
