@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import logging
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -245,19 +246,43 @@ def shard_step(group: Sequence[tuple[Any, int]], loss: LossFn) -> tuple[list[Any
     return shards, weighted, total
 
 
-def agreed_stop(should_stop: Callable[[], bool]) -> Callable[[], bool]:
+def agreed_stop(should_stop: Callable[[], bool], lag: int | None = None) -> Callable[[], bool]:
     """``should_stop`` made collective: True on every rank when it is True on any.
 
     Ranks that stopped at different step boundaries would hang in the next collective.
-    One small all-reduce per step (a host sync on CUDA); a pass-through without a group.
+    Each call starts one small all-reduce (MAX) of this rank's flag and answers with the
+    result of the all-reduce started ``lag`` calls earlier, so every rank reads the same
+    collective at the same call and they stop together, ``lag`` steps after the request.
+    ``lag`` defaults to 2 on NCCL, where the result is copied to pinned memory behind an
+    event: reading a result two steps old finds the copy done, with no host sync per step
+    (reading the fresh flag would wait for the device). On gloo the all-reduce is already
+    finished when it returns, so the default is 0. A pass-through without a group.
     """
     if not is_distributed():
         return should_stop
+    device = collective_device()
+    on_cuda = device.type == "cuda"
+    lag = (2 if on_cuda else 0) if lag is None else lag
+    started: deque[tuple[torch.Tensor, torch.cuda.Event | None]] = deque()
 
     def agreed() -> bool:
-        flag = torch.tensor([1.0 if should_stop() else 0.0], device=collective_device())
+        # torch.full, not torch.tensor: a fill kernel, not a synchronous host-to-device copy.
+        flag = torch.full((1,), 1.0 if should_stop() else 0.0, device=device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
+        event = None
+        if on_cuda:
+            host = torch.empty(1, pin_memory=True)
+            host.copy_(flag, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            flag = host
+        started.append((flag, event))
+        if len(started) <= lag:
+            return False
+        result, done = started.popleft()
+        if done is not None:
+            done.synchronize()  # recorded ``lag`` steps ago: normally already passed
+        return bool(result[0] > 0)
 
     return agreed
 

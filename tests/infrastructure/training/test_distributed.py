@@ -19,7 +19,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from infrastructure.training import FitOptions, GuardConfig, ScalerConfig, fit
 from infrastructure.training import checkpoint_keys as keys
 from infrastructure.training.checkpoint import load_checkpoint
-from infrastructure.training.distributed import shard_step, slice_batch
+from infrastructure.training.distributed import agreed_stop, shard_step, slice_batch
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed missing")
 
@@ -241,8 +241,25 @@ def _job_fsdp_resume(directory: str) -> Any:
     return [run(*args) for args in [*runs, ("single", 3, True)]]
 
 
+def _job_stop(flip_at: int, lags: Sequence[int]) -> list[int]:
+    """The call at which agreed_stop first says stop, per lag, when rank 1 alone asks."""
+    firsts = []
+    for lag in lags:
+        calls = 0
+
+        def local() -> bool:
+            nonlocal calls
+            calls += 1
+            return dist.get_rank() == 1 and calls >= flip_at
+
+        agreed = agreed_stop(local, lag=lag)
+        firsts.append(next((c for c in range(1, 20) if agreed()), -1))
+    return firsts
+
+
 _JOBS: dict[str, Callable[..., Any]] = {
     "fit": _job_fit,
+    "stop": _job_stop,
     "inject": _job_inject,
     "fsdp": _job_fsdp,
     "guard": _job_guard,
@@ -261,6 +278,13 @@ def _two_ranks(tmp_path: Path, job: str, *args: Any) -> list[Any]:
 
 
 # ---------------------------------------------------------------------- tests
+
+
+@pytest.mark.timeout(120)
+def test_stop_asked_on_rank_1_alone_stops_both_ranks_at_the_same_call(tmp_path: Path) -> None:
+    """agreed_stop: rank 1 asks at call 4; both ranks stop at call 4 + lag, for lag 0 and 2."""
+    ranks = _two_ranks(tmp_path, "stop", 4, (0, 2))
+    assert ranks == [[4, 6], [4, 6]]
 
 
 @pytest.mark.slow
