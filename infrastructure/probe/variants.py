@@ -4,9 +4,10 @@ Every variant starts from a deep copy of the same FP32 model. Families:
 
 - ``fp32``: the reference, and its repeat (``fp32_repeat``) to measure its own noise.
 - ``autocast``: ``torch.autocast`` around the agent's whole loss, as the trainer runs it.
-- ``island``: autocast inside the model's forward only, the named modules forced to FP32
-  and the loss computed in FP32 from FP32 outputs. Islands are explicit because CPU
-  autocast keeps log_softmax, exp and sum in 16-bit where CUDA autocast promotes them.
+- ``island``: autocast inside the model's modules only (``model(...)`` or the submodules
+  the loss calls directly), the named modules forced to FP32 and the loss computed in
+  FP32 from FP32 outputs. Islands are explicit because CPU autocast keeps log_softmax,
+  exp and sum in 16-bit where CUDA autocast promotes them.
 - ``pure``: a ``.half()`` / ``.bfloat16()`` copy with no FP32 master weights.
 
 >>> [v.name for v in build_variants({"heads": ["head"]})][:4]
@@ -145,55 +146,76 @@ def forward_loss(
             return loss_fn(model, batch).float()
     if variant.family == "pure":
         return loss_fn(model, _cast_floats(batch, variant.dtype)).float()
-    with _islands(variant, model, device_type) as root_ran:
+    islands = _Islands(variant, model, device_type)
+    with islands.hooked(model):
         loss = loss_fn(model, batch).float()
-    if not root_ran():
-        raise ProbeError(
-            "the agent's loss never calls the model itself, so the probe cannot keep "
-            "the loss outside autocast; FP32-island variants need loss(model, batch) "
-            "to call model(...)"
-        )
+    islands.check_ran()
     return loss
 
 
-@contextmanager
-def _islands(variant: Variant, model: nn.Module, device_type: str) -> Iterator[Callable[[], bool]]:
-    """Autocast inside ``model.forward`` only, with FP32 islands; outputs leave in FP32."""
-    stack: list[torch.autocast] = []
-    calls = [0]
+class _Islands:
+    """Forward hooks on every module: autocast while the model runs, FP32 in its islands.
 
-    def enter(enabled: bool) -> None:
-        ctx = torch.autocast(device_type, dtype=variant.dtype, enabled=enabled)
-        ctx.__enter__()
-        stack.append(ctx)
+    The outermost module call, ``model(...)`` or a submodule the loss calls directly
+    (``model.policy(...)``), enters autocast and casts its outputs to FP32, so what the
+    loss computes between module calls runs in FP32. An island module runs with autocast
+    off and its inputs cast to FP32, however deep it is called.
+    """
 
-    def root_pre(_m: nn.Module, args: Any, kwargs: Any) -> None:
-        calls[0] += 1
-        enter(True)
+    def __init__(self, variant: Variant, model: nn.Module, device_type: str) -> None:
+        self.variant = variant
+        self.device_type = device_type
+        self.islands = {prefix: _submodule(model, prefix) for prefix in variant.fp32_prefixes}
+        self.island_ids = {id(m) for m in self.islands.values()}
+        self.ran: set[int] = set()
+        # One entry per module call in progress: the autocast context it entered, if any.
+        self.open: list[torch.autocast | None] = []
 
-    def root_post(_m: nn.Module, _args: Any, _kwargs: Any, out: Any) -> Any:
-        stack.pop().__exit__(None, None, None)
-        return _cast_floats(out, torch.float32)
+    def pre(self, module: nn.Module, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
+        self.ran.add(id(module))
+        island = id(module) in self.island_ids
+        ctx = None
+        if island or not self.open:
+            ctx = torch.autocast(self.device_type, dtype=self.variant.dtype, enabled=not island)
+            ctx.__enter__()
+        self.open.append(ctx)
+        if island:
+            return _cast_floats(args, torch.float32), _cast_floats(kwargs, torch.float32)
+        return None
 
-    def island_pre(_m: nn.Module, args: Any, kwargs: Any) -> tuple[Any, Any]:
-        enter(False)
-        return _cast_floats(args, torch.float32), _cast_floats(kwargs, torch.float32)
+    def post(self, _m: nn.Module, _args: Any, _kwargs: Any, out: Any) -> Any:
+        ctx = self.open.pop()
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
+        return None if self.open else _cast_floats(out, torch.float32)
 
-    def island_post(_m: nn.Module, _args: Any, _kwargs: Any, out: Any) -> None:
-        stack.pop().__exit__(None, None, None)
+    @contextmanager
+    def hooked(self, model: nn.Module) -> Iterator[None]:
+        handles = []
+        for module in model.modules():
+            handles.append(module.register_forward_pre_hook(self.pre, with_kwargs=True))
+            handles.append(module.register_forward_hook(self.post, with_kwargs=True))
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+            while self.open:  # a forward that raised left its contexts open
+                ctx = self.open.pop()
+                if ctx is not None:
+                    ctx.__exit__(None, None, None)
 
-    handles = [
-        model.register_forward_pre_hook(root_pre, with_kwargs=True),
-        model.register_forward_hook(root_post, with_kwargs=True),
-    ]
-    for prefix in variant.fp32_prefixes:
-        island = _submodule(model, prefix)
-        handles.append(island.register_forward_pre_hook(island_pre, with_kwargs=True))
-        handles.append(island.register_forward_hook(island_post, with_kwargs=True))
-    try:
-        yield lambda: calls[0] > 0
-    finally:
-        for handle in handles:
-            handle.remove()
-        while stack:  # a forward that raised left its contexts open
-            stack.pop().__exit__(None, None, None)
+    def check_ran(self) -> None:
+        """An island variant whose model or islands never ran would be FP32 under a 16-bit name."""
+        if not self.ran:
+            raise ProbeError(
+                "the agent's loss calls no module of the model (neither model(...) nor a "
+                "submodule), so nothing runs under autocast; FP32-island variants need the "
+                "loss to call the model or its modules"
+            )
+        idle = [p for p, m in self.islands.items() if id(m) not in self.ran]
+        if idle:
+            raise ProbeError(
+                f"component module(s) {', '.join(map(repr, idle))} never ran during the "
+                "agent's loss, so this variant would not keep them in FP32"
+            )
