@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, field_validator
 
-from infrastructure.training.precision import PRECISIONS
+from infrastructure.training.precision_names import PRECISIONS
 
 
 class GuardSettings(BaseModel):

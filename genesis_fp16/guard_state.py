@@ -20,14 +20,13 @@ from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.paths import AgentPaths
 from genesis_fp16.settings import Settings, requested_precision
 from infrastructure.plugin_api import TrainResult
-from infrastructure.training.guard import (
-    GuardConfig,
+from infrastructure.training.guard_config import GuardConfig
+from infrastructure.training.precision_memory import (
     PrecisionMemory,
     read_precision_memory,
     remember_demotions,
     write_precision_memory,
 )
-from infrastructure.training.precision import PrecisionError, resolve_precision
 
 log = structlog.get_logger("genesis_fp16.guard")
 
@@ -71,6 +70,10 @@ def choose_precision(settings: Settings, agent: str, device: str) -> tuple[str, 
         return requested, reason
     would_run = requested
     if requested == "auto":
+        # Resolving auto probes the device through torch: imported here, not at the top,
+        # so that `genesis-fp16 agents` and `precision` (which use this module) start fast.
+        from infrastructure.training.precision import PrecisionError, resolve_precision
+
         try:
             would_run = resolve_precision("auto", device).used
         except PrecisionError:

@@ -19,6 +19,12 @@ from pathlib import Path
 
 import torch
 
+from genesis_fp16.bench.arguments import (
+    CPU_FP16_STEPS,
+    CPU_FP16_WARMUP,
+    DEFAULT_OUT,
+    add_arguments,
+)
 from genesis_fp16.bench.config import PRECISIONS_BY_DEVICE, RUNNERS, SIZES, BenchConfig
 from genesis_fp16.bench.measure import Row, run_config
 from genesis_fp16.bench.report import (
@@ -31,10 +37,6 @@ from genesis_fp16.bench.report import (
 )
 from genesis_fp16.bench.worker import ROW_MARKER
 from genesis_fp16.bench.workload import write_data
-
-DEFAULT_OUT = Path("benchmarks/results")
-# fp16 matmuls have no native CPU kernels (10-100x slower than fp32): fewer steps there.
-CPU_FP16_WARMUP, CPU_FP16_STEPS = 1, 2
 
 
 @dataclass(frozen=True)
@@ -64,35 +66,6 @@ def _choices(value: str, valid: Sequence[str], flag: str) -> tuple[str, ...]:
     if bad or not items:
         raise ValueError(f"{flag} {value!r}: choose from {', '.join(valid)} (comma-separated)")
     return items
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options shared by `genesis-fp16 bench` and `benchmarks/run.py`."""
-    parser.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda")
-    parser.add_argument("--sizes", default=",".join(SIZES), help=f"of {','.join(SIZES)}")
-    parser.add_argument(
-        "--precisions", default="all", help="fp32,bf16,fp16 (+ tf32 on cuda); default: all"
-    )
-    parser.add_argument("--runners", default=",".join(RUNNERS), help=f"of {','.join(RUNNERS)}")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
-    parser.add_argument("--steps", type=int, default=20, help="timed steps")
-    parser.add_argument(
-        "--fp16-warmup", type=int, default=None, help=f"CPU default {CPU_FP16_WARMUP}"
-    )
-    parser.add_argument(
-        "--fp16-steps", type=int, default=None, help=f"CPU default {CPU_FP16_STEPS}"
-    )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT)
-    parser.add_argument(
-        "--in-process",
-        action="store_true",
-        help="no subprocess per configuration (faster; CPU peak memory is then not measured)",
-    )
-    parser.add_argument("--tiny", action="store_true", help="a tiny model (smoke test)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads per row")
-    parser.add_argument("--tag", default="", help="suffix for the result file names")
 
 
 def options_from_args(args: argparse.Namespace) -> BenchOptions:

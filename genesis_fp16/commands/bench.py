@@ -11,7 +11,7 @@ from genesis_fp16.cli import UsageError
 
 
 def register(subparsers: Any) -> None:
-    from genesis_fp16.bench.run import add_arguments
+    from genesis_fp16.bench.arguments import add_arguments
 
     parser = subparsers.add_parser(
         "bench",

@@ -16,7 +16,7 @@ from genesis_fp16.cli import UsageError
 from genesis_fp16.guard_state import describe
 from genesis_fp16.paths import AgentPaths
 from genesis_fp16.settings import SettingsError, load_settings
-from infrastructure.training.guard import read_precision_memory, write_precision_memory
+from infrastructure.training.precision_memory import read_precision_memory, write_precision_memory
 
 _AGENT_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 

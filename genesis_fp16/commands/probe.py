@@ -18,7 +18,10 @@ from typing import Any
 from genesis_fp16.cli import UsageError
 from genesis_fp16.plugins import PluginError, load_plugin
 from genesis_fp16.settings import SettingsError, load_settings
-from infrastructure.probe import OPTIMIZERS, ProbeError, format_table, run_probe
+
+# infrastructure.probe.runner.OPTIMIZERS, repeated: that module imports torch, and the
+# parser (--help included) is built without it. A test checks that the two agree.
+OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
 
 
 def _integer_from(low: int) -> Any:
@@ -54,6 +57,10 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # The probe runs models through torch: imported here, not at the top, because cli.py
+    # imports every command module to build its parser and --help should not wait for it.
+    from infrastructure.probe import ProbeError, format_table, run_probe
+
     if args.out is not None and importlib.util.find_spec("matplotlib") is None:
         raise UsageError(
             "--out writes a plot, which needs matplotlib: pip install 'genesis-fp16[plot]'"

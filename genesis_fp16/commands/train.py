@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.distributed import TorchrunEnv, process_group, rank_zero_first
 from genesis_fp16.logsetup import configure_logging
 from genesis_fp16.paths import AgentPaths, ensure_sample_data
 from genesis_fp16.plugins import PluginError, load_plugin
@@ -40,7 +39,12 @@ from genesis_fp16.settings import (
 )
 from infrastructure.data.readers import DataError
 from infrastructure.plugin_api import TrainRequest
-from infrastructure.training import CheckpointManager, PrecisionError, TrainingSummary
+from infrastructure.training.summary import TrainingSummary
+
+# torch (through genesis_fp16.distributed and infrastructure.training's checkpoint and
+# precision modules) is imported inside run(), _train() and _request(), not here:
+# cli.py imports every command module to build its parser, and --help should not wait
+# 1.8 s for torch.
 
 log = logging.getLogger("genesis_fp16.train")
 
@@ -77,6 +81,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from genesis_fp16.distributed import TorchrunEnv, process_group, rank_zero_first
+
     _check_arguments(args)
     try:
         settings = load_settings()
@@ -129,6 +135,8 @@ def _train(
         reason,
         request.device,
     )
+    from infrastructure.training import PrecisionError
+
     try:
         result = plugin.train(request)
     except (DataError, PrecisionError) as exc:
@@ -170,6 +178,8 @@ def _check_arguments(args: argparse.Namespace) -> None:
 def _request(
     args: argparse.Namespace, settings: Settings, plugin: Any, precision: str, reason: str
 ) -> TrainRequest:
+    from infrastructure.training import CheckpointManager
+
     paths = AgentPaths.for_agent(settings.state_dir, args.agent)
     spec = settings.agent(args.agent)
     checkpoint_dir = args.checkpoint_dir or paths.checkpoint_dir
