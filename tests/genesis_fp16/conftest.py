@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
-from daemon_harness import DaemonProcess, start_daemon
-
-DaemonFactory = Callable[..., DaemonProcess]
+from daemon_harness import DaemonFactory, DaemonProcess, start_daemon
 
 
 @pytest.fixture

@@ -164,6 +164,10 @@ def launch(workdir: Path, env: Mapping[str, str], fixtures: bool = True) -> Daem
     return DaemonProcess(process, int(full["GENESIS_FP16_METRICS_PORT"]), workdir, log_path)
 
 
+# What the ``daemon_factory`` fixture (conftest.py) hands to a test.
+DaemonFactory = Callable[..., DaemonProcess]
+
+
 def start_daemon(
     workdir: Path, env: Mapping[str, str], fixtures: bool = True, timeout: float = 60.0
 ) -> DaemonProcess:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import DaemonFactory
-from daemon_harness import DaemonProcess
+from daemon_harness import DaemonFactory, DaemonProcess
 
 AGENT = "se_darwin"
 

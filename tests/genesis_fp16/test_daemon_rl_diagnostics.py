@@ -6,7 +6,7 @@ import math
 import subprocess
 
 import pytest
-from conftest import DaemonFactory
+from daemon_harness import DaemonFactory
 from prometheus_client.parser import text_string_to_metric_families
 
 from genesis_fp16.diagnostics_export import RL_METRIC_NAMES

@@ -11,8 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import DaemonFactory
-from daemon_harness import DaemonProcess, daemon_env, launch, start_daemon
+from daemon_harness import DaemonFactory, DaemonProcess, daemon_env, launch, start_daemon
 
 GOOD = "fixture_good"
 ALL_FIXTURES = "fixture_good,fixture_broken,fixture_wrong_api,fixture_raising"

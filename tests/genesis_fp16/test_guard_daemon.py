@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import DaemonFactory
-from daemon_harness import FIXTURE_PLUGINS, DaemonProcess, daemon_env
+from daemon_harness import FIXTURE_PLUGINS, DaemonFactory, DaemonProcess, daemon_env
 from fake_results import train_result
 from prometheus_client import CollectorRegistry
 

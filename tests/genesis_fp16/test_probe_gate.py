@@ -7,8 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import DaemonFactory
-from daemon_harness import FIXTURE_PLUGINS
+from daemon_harness import FIXTURE_PLUGINS, DaemonFactory
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
