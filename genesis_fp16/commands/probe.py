@@ -18,6 +18,7 @@ from typing import Any
 from genesis_fp16.cli import UsageError
 from genesis_fp16.plugins import PluginError, load_plugin
 from genesis_fp16.settings import SettingsError, load_settings
+from infrastructure.atomic import write_json_atomic
 
 # infrastructure.probe.runner.OPTIMIZERS, repeated: that module imports torch, and the
 # parser (--help included) is built without it. A test checks that the two agree.
@@ -52,7 +53,7 @@ def register(subparsers: Any) -> None:
         "--optimizer", choices=OPTIMIZERS, default="sgd", help="optimizer of the N-step part"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--out", type=Path, help="folder for probe.json and the PNG plot")
+    parser.add_argument("--out", type=Path, help="folder for probe-AGENT.json and probe-AGENT.png")
     parser.set_defaults(func=run)
 
 
@@ -100,7 +101,7 @@ def _write_files(args: argparse.Namespace, report: Any, out: dict[str, Any]) -> 
 
     args.out.mkdir(parents=True, exist_ok=True)
     data = args.out / f"probe-{args.agent}.json"
-    data.write_text(json.dumps(out, indent=2) + "\n")
+    write_json_atomic(data, out)
     try:
         plot = plot_layer_errors(
             report, args.out / f"probe-{args.agent}.png", f"probe: {args.agent}"

@@ -287,5 +287,6 @@ def write_replay_buffer(path: Path, count: int, seed: int, agent: str = "se_darw
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = (json.dumps(r) for r in generate_replay_records(count, seed, agent))
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    text = "\n".join(lines) + "\n"
+    write_atomic(path, lambda handle: handle.write(text.encode("utf-8")))
     return path
