@@ -127,7 +127,7 @@ def markdown_table(rows: Sequence[Row]) -> str:
     """A compact table of the rows, for the terminal and the docs."""
     head = (
         "| size | runner | requested | ran | step ms | samples/s | vs fp32 | vs hand "
-        "| peak MiB | eval loss | gap to fp32 | skipped | syncs/step |"
+        "| peak MiB | eval loss | gap to fp32 | skipped | overflow rate | syncs/step |"
     )
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
     for r in rows:
@@ -139,6 +139,7 @@ def markdown_table(rows: Sequence[Row]) -> str:
             f"| {_fmt(r.get('speedup_vs_fp32'), '.2f')} | {_fmt(r.get('time_vs_hand'), '.3f')} "
             f"| {_fmt(r.get('peak_mem_mb'), '.0f')} | {_fmt(r.get('eval_loss'), '.4f')} "
             f"| {_fmt(r.get('eval_loss_gap'), '+.1e')} | {_fmt(r.get('skipped_steps'), 'd')} "
+            f"| {_fmt(r.get('overflow_rate'), '.2f')} "
             f"| {_fmt(r.get('host_syncs_per_step'), '.2f')} |"
         )
     return "\n".join(lines)
