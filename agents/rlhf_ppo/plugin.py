@@ -10,6 +10,10 @@ PPO settings ``batch_size``, ``group_size``, ``ppo_epochs``, ``minibatches``, ``
 ``critic_lr``, ``kl_coef``, ``clip_eps``. ``request.steps`` counts optimizer steps (each
 PPO iteration takes ``ppo_epochs * minibatches`` of them); ``request.epochs``, when given
 without steps, counts PPO iterations.
+
+One process only: under ``torchrun`` (a process group of more than one rank) ``train``
+refuses to start, because its PPO loop has no DDP and no data sharding and every rank
+would train an identical copy (docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from agents.rlhf_ppo.model import TaskConfig, random_prompts
 from agents.rlhf_ppo.presets import PresetChoice, resolve_preset
 from agents.rlhf_ppo.probe import build_probe_setup
 from infrastructure.plugin_api import API_VERSION, ProbeSetup, TrainRequest, TrainResult
+from infrastructure.training.distributed import rank_and_world
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +67,18 @@ def load_task(data_path: Path | None) -> tuple[TaskConfig, torch.Tensor | None]:
     task = TaskConfig(**raw["task"])
     prompts = torch.tensor(raw["eval_prompts"], dtype=torch.long)
     return task, prompts
+
+
+def check_single_process() -> None:
+    """Refuse a multi-rank process group before any work: the PPO loop is not sharded."""
+    world = rank_and_world()[1]
+    if world > 1:
+        raise ValueError(
+            f"rlhf_ppo: world size {world}: this agent trains in one process only (its PPO "
+            "loop has no DDP or data sharding, so every rank would train an identical "
+            "copy); run it without torchrun, in the daemon with "
+            "GENESIS_FP16_AGENTS__RLHF_PPO__NPROC=1 (the default)"
+        )
 
 
 def _ppo_config(task: TaskConfig, options: Mapping[str, Any]) -> PPOConfig:
@@ -106,6 +123,7 @@ class RlhfPpoPlugin:
 
     def train(self, request: TrainRequest) -> TrainResult:
         """Run PPO for ``request.steps`` optimizer steps in the chosen preset."""
+        check_single_process()
         options = dict(request.options)
         choice = resolve_preset(
             request.precision, options.pop("preset", None), options.pop("rollout_precision", None)
