@@ -3,24 +3,24 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
-from torch.nn import functional as F
-from torch.optim import Optimizer
-from torch.optim.lr_scheduler import LRScheduler, StepLR
-
-from infrastructure.training import (
-    CheckpointManager,
-    FitOptions,
-    FitResult,
-    GuardConfig,
-    ScalerConfig,
-    fit,
+from guard_faults import (
+    BASE,
+    CASES,
+    CHECK,
+    DEFAULT_SCALER,
+    DEMOTED_AT,
+    FAULT_STEP,
+    ROLLBACK_TO,
+    STEPS,
+    FaultTask,
+    guarded_run,
 )
+
+from infrastructure.training import CheckpointManager, FitOptions, GuardConfig, ScalerConfig, fit
 from infrastructure.training import checkpoint_keys as keys
 from infrastructure.training.guard import (
     PrecisionMemory,
@@ -30,87 +30,6 @@ from infrastructure.training.guard import (
     write_precision_memory,
 )
 from infrastructure.training.precision import DeviceCapabilities
-
-Batch = tuple[int, torch.Tensor, torch.Tensor]
-BATCHES_PER_EPOCH = 8
-STEPS = 40
-FAULT_STEP = 17  # inside the check interval 16..20: the last spotless check is step 15
-CHECK = 5
-DEFAULT_SCALER = ScalerConfig()
-
-
-class FaultTask:
-    """A tiny regression whose loss goes bad from ``fault_step`` in the ``fault_in`` dtypes.
-
-    Faults: ``overflow`` keeps the loss value but multiplies its gradient by 1e9, so fp16
-    gradients overflow at any loss scale; ``nan`` makes the loss NaN; ``divergence``
-    multiplies the loss value by 1000 and leaves its gradient alone. ``until`` ends it.
-    """
-
-    def __init__(
-        self,
-        fault: str | None,
-        fault_step: int = FAULT_STEP,
-        until: int | None = None,
-        fault_in: tuple[torch.dtype, ...] = (torch.float16,),
-    ) -> None:
-        g = torch.Generator().manual_seed(7)
-        self.x = torch.randn(BATCHES_PER_EPOCH * 16, 4, generator=g)
-        self.y = torch.tanh(self.x.sum(dim=1, keepdim=True)) + 0.1
-        self.fault, self.fault_step, self.until, self.fault_in = fault, fault_step, until, fault_in
-
-    def build_model(self) -> nn.Module:
-        return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Dropout(0.1), nn.Linear(8, 1))
-
-    def build_optimizers(self, model: nn.Module) -> Sequence[Optimizer]:
-        return [torch.optim.AdamW(model.parameters(), lr=1e-2)]
-
-    def build_schedulers(self, optimizers: Sequence[Optimizer]) -> Sequence[LRScheduler]:
-        return [StepLR(optimizers[0], step_size=7, gamma=0.9)]
-
-    def train_batches(self, epoch: int, seed: int) -> Iterator[tuple[Batch, int]]:
-        order = torch.randperm(len(self.x), generator=torch.Generator().manual_seed(seed + epoch))
-        for i in range(BATCHES_PER_EPOCH):
-            idx = order[i * 16 : (i + 1) * 16]
-            yield (epoch * BATCHES_PER_EPOCH + i, self.x[idx], self.y[idx]), 16
-
-    def _faulty(self, step: int) -> bool:
-        if self.fault is None or step < self.fault_step:
-            return False
-        if self.until is not None and step >= self.until:
-            return False
-        return torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") in self.fault_in
-
-    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        step, x, y = batch
-        loss = F.mse_loss(model(x).float(), y)
-        if not self._faulty(step):
-            return loss
-        if self.fault == "overflow":
-            return loss + (1e9 * loss - (1e9 * loss).detach())
-        if self.fault == "nan":
-            return loss * float("nan")
-        return loss + (999.0 * loss).detach()
-
-    def evaluate(self, model: nn.Module) -> dict[str, float]:
-        return {"loss": float(F.mse_loss(model(self.x).float(), self.y))}
-
-    def extra_state(self) -> dict[str, object]:
-        return {}
-
-
-def _guarded(
-    task: FaultTask, folder: Path, guard: GuardConfig, scaler: ScalerConfig = DEFAULT_SCALER
-) -> FitResult:
-    options = FitOptions(
-        precision="fp16",
-        steps=STEPS,
-        checkpoint_dir=folder,
-        log_interval=10,
-        guard=guard,
-        scaler=scaler,
-    )
-    return fit(task, options)
 
 
 def _model_of(folder: Path) -> dict[str, torch.Tensor]:
@@ -141,21 +60,6 @@ def _assert_same_params(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) 
         assert torch.equal(a[name], b[name]), name
 
 
-BASE = GuardConfig(
-    check_interval=CHECK, overflow_window=CHECK, overflow_warmup=0, divergence_warmup=2
-)
-CASES = {
-    "overflow_rate": ("overflow", BASE, ScalerConfig()),
-    "nonfinite_loss": ("nan", BASE, ScalerConfig()),
-    "divergence": ("divergence", BASE, ScalerConfig()),
-    "scaler_unstable": (
-        "overflow",
-        GuardConfig(check_interval=CHECK, overflow_rate_limit=None),
-        ScalerConfig(init_scale=4.0, unstable_after=1),
-    ),
-}
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("reason", sorted(CASES))
 def test_fault_demotes_to_bf16_and_equals_a_clean_run_from_the_rollback_point(
@@ -163,7 +67,7 @@ def test_fault_demotes_to_bf16_and_equals_a_clean_run_from_the_rollback_point(
 ) -> None:
     """Each fault ends the run in bf16, recorded, with the params of a clean run from rollback."""
     fault, guard, scaler = CASES[reason]
-    result = _guarded(FaultTask(fault), tmp_path / "guarded", guard, scaler=scaler)
+    result = guarded_run(FaultTask(fault), tmp_path / "guarded", guard, scaler=scaler)
 
     assert result.precision.used == "bf16"
     assert result.precision.requested == "fp16"
@@ -172,24 +76,25 @@ def test_fault_demotes_to_bf16_and_equals_a_clean_run_from_the_rollback_point(
     assert [
         {k: d[k] for k in ("from", "to", "reason", "step", "rollback_step")}
         for d in result.demotions
-    ] == [{"from": "fp16", "to": "bf16", "reason": reason, "step": 20, "rollback_step": 15}]
+    ] == [
+        {
+            "from": "fp16",
+            "to": "bf16",
+            "reason": reason,
+            "step": DEMOTED_AT,
+            "rollback_step": ROLLBACK_TO,
+        }
+    ]
     assert torch.isfinite(torch.tensor(result.eval["loss"]))
 
-    _reference(FaultTask(fault), tmp_path / "reference", 15, "bf16", scaler=scaler)
+    _reference(FaultTask(fault), tmp_path / "reference", ROLLBACK_TO, "bf16", scaler=scaler)
     _assert_same_params(_model_of(tmp_path / "guarded"), _model_of(tmp_path / "reference"))
-
-    state = tmp_path / "precision_state.json"
-    write_precision_memory(state, remember_demotions(None, result.demotions))
-    memory = read_precision_memory(state)
-    assert memory is not None
-    assert (memory.demoted_from, memory.demoted_to, memory.reason) == ("fp16", "bf16", reason)
-    assert (memory.step, memory.rollback_step) == (20, 15)
 
 
 def test_a_fault_in_bf16_too_demotes_twice_to_fp32(tmp_path: Path) -> None:
     """NaN losses in fp16 and bf16 walk the whole ladder, each step rolled back."""
     task = FaultTask("nan", fault_in=(torch.float16, torch.bfloat16))
-    result = _guarded(task, tmp_path / "guarded", BASE)
+    result = guarded_run(task, tmp_path / "guarded", BASE)
     assert result.precision.used == "fp32"
     assert [(d["from"], d["to"], d["reason"], d["rollback_step"]) for d in result.demotions] == [
         ("fp16", "bf16", "nonfinite_loss", 15),
@@ -201,7 +106,7 @@ def test_a_fault_in_bf16_too_demotes_twice_to_fp32(tmp_path: Path) -> None:
 
 def test_a_clean_guarded_run_equals_an_unguarded_one(tmp_path: Path) -> None:
     """Without faults the guard changes nothing: no demotion and bit-identical parameters."""
-    result = _guarded(FaultTask(None), tmp_path / "guarded", BASE)
+    result = guarded_run(FaultTask(None), tmp_path / "guarded", BASE)
     assert result.demotions == () and result.precision.used == "fp16"
     fit(
         FaultTask(None),
@@ -215,7 +120,7 @@ def test_nan_losses_do_not_poison_the_divergence_average(tmp_path: Path) -> None
     guard = GuardConfig(
         check_interval=CHECK, nonfinite_limit=None, overflow_rate_limit=None, divergence_warmup=1
     )
-    result = _guarded(FaultTask("nan", until=FAULT_STEP + 2), tmp_path / "run", guard)
+    result = guarded_run(FaultTask("nan", until=FAULT_STEP + 2), tmp_path / "run", guard)
     assert result.demotions == ()
     assert result.precision.used == "fp16"
     assert result.summary.nonfinite_losses == 2
