@@ -34,22 +34,22 @@ from daemon_harness import FIXTURE_PLUGINS, DaemonProcess, start_daemon  # noqa:
 # The fixture agent of the daemon tests: it really trains (autocast forward, scaled
 # backward, optimizer step on the CPU) and takes milliseconds per run. rlhf_ppo runs one
 # PPO iteration once, for the RL diagnostics panels; probe_toy (a probe-only test agent,
-# whose runs fail) is probed once before its bf16 run, for the probe panels.
+# whose runs fail) is probed once before its bf16 run, for the probe panels;
+# fixture_fault overflows in fp16 from step 12 of its one run, and the precision guard
+# demotes it to bf16, for the demotion panel.
 AGENT = "fixture_good"
-AGENTS = f"{AGENT}|rlhf_ppo|probe_toy"
+AGENTS = f"{AGENT}|rlhf_ppo|probe_toy|fixture_fault"
 PROBE_PLUGIN = ROOT / "tests" / "genesis_fp16" / "probe_plugin"
+GUARD_PLUGINS = ROOT / "tests" / "fixtures" / "guard_plugins"
 SCRAPE_SECONDS = 1
 # Grafana's $__rate_interval is at least four scrape intervals; 15 s leaves margin.
 RATE_INTERVAL = "15s"
 # Panels that have no data in a clean CPU run, and why.
-EXPECTED_EMPTY = {
-    "Precision demotions": "no demotion happens in a clean run",
-    **(
-        {}
-        if torch.cuda.is_available()
-        else {"GPU memory (peak per run)": "the daemon exports it only where a GPU is used"}
-    ),
-}
+EXPECTED_EMPTY = (
+    {}
+    if torch.cuda.is_available()
+    else {"GPU memory (peak per run)": "the daemon exports it only where a GPU is used"}
+)
 
 
 def _dashboard() -> dict[str, Any]:
@@ -184,12 +184,14 @@ def _has_finite_value(result: list[dict[str, Any]]) -> bool:
 def scraped_daemon(
     prometheus_server: str, tmp_path: Path, free_port: int
 ) -> Iterator[tuple[DaemonProcess, int]]:
-    """A daemon training every 2 s (and rlhf_ppo, probe_toy once), scraped every second."""
+    """A daemon training every 2 s (rlhf_ppo, probe_toy, fixture_fault once), scraped every 1 s."""
     (tmp_path / "daemon").mkdir()
     daemon = start_daemon(
         tmp_path / "daemon",
         {
-            "PYTHONPATH": os.pathsep.join([str(FIXTURE_PLUGINS), str(PROBE_PLUGIN)]),
+            "PYTHONPATH": os.pathsep.join(
+                [str(FIXTURE_PLUGINS), str(PROBE_PLUGIN), str(GUARD_PLUGINS)]
+            ),
             "GENESIS_FP16_PLUGIN_ALLOWLIST": AGENTS.replace("|", ","),
             "GENESIS_FP16_AGENTS__RLHF_PPO__STEPS": "4",
             # A bf16 rollout copy, so that no mismatch diagnostic is undefined (NaN) as it
@@ -200,6 +202,13 @@ def scraped_daemon(
             "GENESIS_FP16_AGENTS__PROBE_TOY__PRECISION": "bf16",
             "GENESIS_FP16_AGENTS__PROBE_TOY__PROBE_BEFORE_LOW_PRECISION": "true",
             "GENESIS_FP16_PROBE_STEPS": "2",
+            "GENESIS_FP16_AGENTS__FIXTURE_FAULT__PRECISION": "fp16",
+            "GENESIS_FP16_AGENTS__FIXTURE_FAULT__STEPS": "30",
+            "GENESIS_FP16_AGENTS__FIXTURE_FAULT__SCHEDULE": "3600",
+            "FIXTURE_FAULT_STEP": "12",
+            "GENESIS_FP16_GUARD_CHECK_INTERVAL": "5",
+            "GENESIS_FP16_GUARD_OVERFLOW_WINDOW": "5",
+            "GENESIS_FP16_GUARD_OVERFLOW_WARMUP": "0",
             "GENESIS_FP16_STEPS_PER_RUN": "8",
             "GENESIS_FP16_LOG_INTERVAL": "2",
             "GENESIS_FP16_SAMPLE_COUNT": "64",
