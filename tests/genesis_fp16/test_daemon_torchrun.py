@@ -1,0 +1,111 @@
+"""The real daemon running an agent with NPROC=2 as a supervised torchrun child."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from daemon_harness import DaemonFactory, DaemonProcess
+
+AGENT = "se_darwin"
+RUNS = "genesis_fp16_training_runs_total"
+OUTCOMES = ("success", "failed", "stopped")
+
+
+def _settings(**extra: str) -> dict[str, str]:
+    """A small se_darwin in two gloo processes; the first run starts at once."""
+    return {
+        "GENESIS_FP16_PLUGIN_ALLOWLIST": AGENT,
+        "GENESIS_FP16_AGENTS__SE_DARWIN__NPROC": "2",
+        "GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION": "fp32",
+        "GENESIS_FP16_SAMPLE_COUNT": "200",
+        "GENESIS_FP16_LOG_INTERVAL": "2",
+        "GENESIS_FP16_SCHEDULE": "3600",
+        "OMP_NUM_THREADS": "1",  # two ranks on a 2-core machine
+        **extra,
+    }
+
+
+def _outcomes(daemon: DaemonProcess) -> dict[str, float | None]:
+    return {o: daemon.sample(RUNS, agent=AGENT, outcome=o) for o in OUTCOMES}
+
+
+def _processes_in(folder: Path) -> list[int]:
+    """Live processes (zombies excluded) whose working folder is ``folder``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cwd = os.readlink(entry / "cwd")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if entry.name.isdigit() and cwd == str(folder) and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_nproc_2_run_is_a_torchrun_child_and_exports_rank_0s_metrics(
+    daemon_factory: DaemonFactory,
+) -> None:
+    """NPROC=2: one run in 2 torchrun ranks; /metrics has its success, steps and rank 0's loss."""
+    daemon = daemon_factory(_settings(GENESIS_FP16_STEPS_PER_RUN="6"), fixtures=False)
+    daemon.wait_for(lambda: _outcomes(daemon)["success"], "a torchrun run", timeout=75)
+    assert _outcomes(daemon) == {"success": 1, "failed": 0, "stopped": 0}
+    (launched,) = [r for r in daemon.logs() if str(r["event"]).startswith("launching torchrun")]
+    assert launched["event"].startswith("launching torchrun with 2 process(es): ")
+    assert "-m torch.distributed.run --standalone --nproc-per-node 2 " in launched["event"]
+    assert launched["agent"] == AGENT
+    joined = {r["event"] for r in daemon.logs() if str(r["event"]).startswith("joined process")}
+    assert {e.split(" (")[0] for e in joined} == {
+        "joined process group: rank 0 of 2",
+        "joined process group: rank 1 of 2",
+    }
+    (finished,) = daemon.events("training run finished")
+    assert finished["outcome"] == "success" and finished["steps"] == 6
+    s = daemon.sample
+    assert s("genesis_fp16_optimizer_steps_total", agent=AGENT) == 6
+    assert s("genesis_fp16_skipped_steps_total", agent=AGENT) == 0
+    # Rank 1 logs a different train loss for its shard; the gauge holds rank 0's.
+    assert s("genesis_fp16_train_loss", agent=AGENT) == finished["final_train_loss"]
+    assert s("genesis_fp16_eval_loss", agent=AGENT) == finished["eval"]["loss"]
+    assert s("genesis_fp16_precision", agent=AGENT, precision="fp32") == 1
+    assert (s("genesis_fp16_last_success_timestamp_seconds", agent=AGENT) or 0) > 1e9
+    checkpoint = daemon.workdir / finished["checkpoint"]
+    assert checkpoint.name == "ckpt-0000000006.pt" and checkpoint.is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_run_past_its_timeout_is_stopped_with_a_checkpoint_and_the_daemon_serves_on(
+    daemon_factory: DaemonFactory,
+) -> None:
+    """RUN_TIMEOUT_SECONDS: SIGTERM at the limit, every rank exits, the run counts as stopped."""
+    timeout = 15.0  # torchrun and two ranks start in ~5 s here; the run would take hours
+    daemon = daemon_factory(
+        _settings(
+            GENESIS_FP16_STEPS_PER_RUN="100000000",
+            GENESIS_FP16_LOG_INTERVAL="50",
+            GENESIS_FP16_AGENTS__SE_DARWIN__RUN_TIMEOUT_SECONDS=str(timeout),
+        ),
+        fixtures=False,
+    )
+    daemon.wait_for(lambda: _outcomes(daemon)["stopped"], "the timeout to stop the run", 75)
+    assert _outcomes(daemon) == {"success": 0, "failed": 0, "stopped": 1}
+    assert daemon.events(f"stopping the torchrun job: the {timeout}s timeout (SIGTERM)")
+    assert not [r for r in daemon.logs() if "killing it" in str(r["event"])]
+    (finished,) = daemon.events("training run finished")
+    assert finished["outcome"] == "stopped" and finished["steps"] > 0
+    assert timeout <= finished["duration_seconds"] < timeout + 30
+    checkpoint = daemon.workdir / finished["checkpoint"]
+    assert checkpoint.name == f"ckpt-{finished['steps']:010d}.pt" and checkpoint.is_file()
+    assert daemon.sample("genesis_fp16_optimizer_steps_total", agent=AGENT) == finished["steps"]
+    assert daemon.sample("genesis_fp16_last_success_timestamp_seconds", agent=AGENT) in (0, None)
+    # torchrun and both ranks ran in the daemon's folder; only the daemon is left there.
+    assert _processes_in(daemon.workdir) == [daemon.process.pid]
+    beat = "genesis_fp16_scheduler_heartbeat_timestamp_seconds"
+    first = daemon.sample(beat) or 0
+    daemon.wait_for(lambda: (daemon.sample(beat) or 0) > first, "a later heartbeat", 10)
+    assert daemon.get("/healthz")[0] == 200 and daemon.get("/readyz")[0] == 200
