@@ -29,13 +29,30 @@ def save_engine(engine: PPOEngine, directory: Path, keep: int = 3) -> Path:
         "ppo": _plain(dataclasses.asdict(engine.cfg)),
         "preset": engine.preset.as_dict(),
     }
-    state[keys.EXTRA] = {
+    state[keys.EXTRA] = ppo_state(engine)
+    return CheckpointManager(directory, keep=keep).save(state)
+
+
+def ppo_state(engine: PPOEngine) -> dict[str, Any]:
+    """The PPO state outside the core Trainer (checkpoint ``extra``, guard snapshots).
+
+    The tensors alias the live reference weights: copy before keeping them.
+    """
+    return {
         REFERENCE: engine.reference_fp32.state_dict(),  # fp32: the exact initial policy
         ITERATIONS: engine.iterations,
         GENERATOR: engine.gen.get_state(),
         PRESET: engine.preset.name,
     }
-    return CheckpointManager(directory, keep=keep).save(state)
+
+
+def load_ppo_state(engine: PPOEngine, extra: dict[str, Any]) -> None:
+    """Restore :func:`ppo_state` into ``engine`` and re-sync its rollout copy."""
+    engine.reference_fp32.load_state_dict(extra[REFERENCE])
+    engine.reference.load_state_dict(extra[REFERENCE])  # copy_ rounds to its dtype
+    engine.iterations = int(extra[ITERATIONS])
+    engine.gen.set_state(extra[GENERATOR])
+    engine.sync_rollout()
 
 
 def resume_engine(engine: PPOEngine, directory: Path) -> Path | None:
@@ -45,12 +62,7 @@ def resume_engine(engine: PPOEngine, directory: Path) -> Path | None:
         return None
     state, path = found
     engine.trainer.load_state_dict(state)
-    extra = state.get(keys.EXTRA, {})
-    engine.reference_fp32.load_state_dict(extra[REFERENCE])
-    engine.reference.load_state_dict(extra[REFERENCE])  # copy_ rounds to its dtype
-    engine.iterations = int(extra[ITERATIONS])
-    engine.gen.set_state(extra[GENERATOR])
-    engine.sync_rollout()
+    load_ppo_state(engine, state.get(keys.EXTRA, {}))
     return path
 
 

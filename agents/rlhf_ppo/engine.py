@@ -43,6 +43,8 @@ from infrastructure.rl import diagnostics as dg
 from infrastructure.rl.ppo_math import clipped_policy_loss, gae, token_logprobs, value_loss, whiten
 from infrastructure.training import PrecisionPolicy, Trainer, TrainerConfig, TrainingSummary
 
+LossFn = Callable[[nn.Module, torch.Tensor], torch.Tensor]
+
 
 @dataclass(frozen=True)
 class PPOConfig:
@@ -105,7 +107,10 @@ class PPOEngine:
         device: str = "cpu",
         log_interval: int = 50,
         on_log: Callable[[TrainingSummary], None] | None = None,
+        precision: PrecisionPolicy | None = None,
     ) -> None:
+        """``precision`` (default: created from ``preset.policy``) is the Trainer's policy;
+        the precision guard passes the demoted one, whose reason tells the demotion."""
         self.cfg, self.preset, self.device = cfg, preset, device
         self.gen = torch.Generator().manual_seed(seed)
         self.policy = Policy(cfg.task)
@@ -129,7 +134,12 @@ class PPOEngine:
             weight_decay=0.0,
         )
         # The trainer's precision is the policy's; the critic opens its own autocast.
-        self.precision = PrecisionPolicy.create(preset.policy, device)
+        self.precision = precision or PrecisionPolicy.create(preset.policy, device)
+        if self.precision.name != preset.policy:
+            raise ValueError(
+                f"rlhf_ppo: precision {self.precision.name!r} does not match preset "
+                f"{preset.name!r} (policy {preset.policy!r})"
+            )
         self.trainer = Trainer(
             self.model,
             [self.optimizer],
@@ -140,6 +150,8 @@ class PPOEngine:
         self.scaler = self.precision.scaler
         self.iterations = 0
         self.kl_dtype_seen: torch.dtype | None = None
+        # Wraps each update's loss before the Trainer steps it (the guard counts losses).
+        self.loss_hook: Callable[[LossFn], LossFn] | None = None
 
     # -- forward passes -------------------------------------------------------------
 
@@ -234,10 +246,11 @@ class PPOEngine:
             v_losses.append(v_loss.detach())
             return p_loss + cfg.vf_coef * v_loss
 
+        step_loss = self.loss_hook(loss_fn) if self.loss_hook is not None else loss_fn
         for idx in self._minibatches(seqs.shape[0]):
             if max_steps is not None and self.trainer.step_count >= max_steps:
                 break
-            self.trainer.step([idx], loss_fn, num_samples=int(idx.numel()))
+            self.trainer.step([idx], step_loss, num_samples=int(idx.numel()))
         if not clip_fracs:
             return {}
         return {

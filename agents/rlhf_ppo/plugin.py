@@ -22,7 +22,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +30,12 @@ import torch
 
 from agents.rlhf_ppo.checkpointing import resume_engine, save_engine
 from agents.rlhf_ppo.engine import PPOConfig, PPOEngine
+from agents.rlhf_ppo.guarding import GuardedEngine
 from agents.rlhf_ppo.model import TaskConfig, random_prompts
-from agents.rlhf_ppo.presets import PresetChoice, resolve_preset
+from agents.rlhf_ppo.presets import ComponentPrecision, PresetChoice, resolve_preset
 from agents.rlhf_ppo.probe import build_probe_setup
 from infrastructure.plugin_api import API_VERSION, ProbeSetup, TrainRequest, TrainResult
+from infrastructure.training import PrecisionPolicy
 from infrastructure.training.distributed import rank_and_world
 
 logger = logging.getLogger(__name__)
@@ -131,14 +133,19 @@ class RlhfPpoPlugin:
         logger.info("rlhf_ppo preset %s (%s)", choice.preset.name, choice.reason)
         task, eval_prompts = load_task(request.data_path)
         cfg = _ppo_config(task, options)
-        engine = PPOEngine(
-            cfg,
-            choice.preset,
-            seed=request.seed,
-            device=request.device,
-            log_interval=request.log_interval,
-            on_log=request.on_log,
-        )
+
+        def build(preset: ComponentPrecision, precision: PrecisionPolicy | None) -> PPOEngine:
+            return PPOEngine(
+                cfg,
+                preset,
+                seed=request.seed,
+                device=request.device,
+                log_interval=request.log_interval,
+                on_log=request.on_log,
+                precision=precision,
+            )
+
+        engine = build(choice.preset, None)
         resumed = resume_engine(engine, request.checkpoint_dir) if request.resume else None
         start_step = engine.trainer.step_count
         if request.steps is not None:
@@ -147,40 +154,37 @@ class RlhfPpoPlugin:
             budget = request.epochs * cfg.steps_per_iteration
         else:
             budget = DEFAULT_ITERATIONS * cfg.steps_per_iteration
-        target = start_step + budget
-        return self._run(request, choice, engine, target, eval_prompts, resumed)
+        # The guard starts after the resume: its first snapshot is the state resumed from.
+        guarded = GuardedEngine(engine, request.guard, build) if request.guard else None
+        run = _Run(engine, start_step + budget, guarded)
+        return self._run(request, choice, run, eval_prompts, resumed)
 
     def _run(
         self,
         request: TrainRequest,
         choice: PresetChoice,
-        engine: PPOEngine,
-        target: int,
+        run: _Run,
         eval_prompts: torch.Tensor | None,
         resumed: Path | None,
     ) -> TrainResult:
         start = time.perf_counter()
-        start_step = engine.trainer.step_count
-        history: list[dict[str, float]] = []
-        stats: dict[str, float] = {}
-        stopped = False
-        while engine.trainer.step_count < target:
-            if request.should_stop():
-                stopped = True
-                break
-            stats = engine.iteration(max_steps=target)
-            history.append({k: stats[k] for k in HISTORY_KEYS})
+        start_step = run.engine.trainer.step_count
+        stopped = run.loop(request.should_stop)
+        engine, history = run.engine, run.history
         checkpoint = save_engine(engine, request.checkpoint_dir)
         summary = engine.trainer.summary()
         evaluation = evaluate(engine, eval_prompts, request.seed)
         if history:
             evaluation["reward_first_iteration"] = history[0]["reward_true_mean"]
-        preset = choice.preset
+        preset = engine.preset
+        reason = f"{request.precision_reason}; {choice.reason}"
+        if run.demotions:
+            reason += f"; {engine.trainer.policy.resolved.reason}"
         return TrainResult(
             agent=self.name,
             precision_requested=request.precision,
-            precision_used=preset.policy,
-            precision_reason=f"{request.precision_reason}; {choice.reason}",
+            precision_used=engine.trainer.policy.name,
+            precision_reason=reason,
             device=request.device,
             steps=engine.trainer.step_count - start_step,
             skipped_steps=summary.skipped_steps,
@@ -193,19 +197,61 @@ class RlhfPpoPlugin:
             checkpoint=checkpoint,
             quarantined=0,
             stopped_early=stopped,
+            demotions=tuple(run.demotions),
             extra={
                 "preset": preset.name,
                 "preset_requested": choice.requested_preset,
                 "preset_reason": choice.reason,
+                "presets_run": run.presets,
                 "components": preset.as_dict(),
                 "master_weights": preset.master_weights,
                 "kl_dtype_seen": str(engine.kl_dtype_seen),
                 "iterations": engine.iterations,
                 "resumed_from": str(resumed) if resumed else None,
-                "diagnostics": {k: float(v) for k, v in stats.items()},
+                "diagnostics": {k: float(v) for k, v in run.stats.items()},
                 "history": history,
             },
         )
+
+
+class _Run:
+    """The iteration loop of one run, to ``target`` optimizer steps, guarded or not."""
+
+    def __init__(self, engine: PPOEngine, target: int, guarded: GuardedEngine | None) -> None:
+        self.engine, self.target, self.guarded = engine, target, guarded
+        self.history: list[dict[str, float]] = []
+        self.stats: dict[str, float] = {}
+        self._first_iteration = engine.iterations
+
+    @property
+    def demotions(self) -> list[dict[str, Any]]:
+        return self.guarded.demotions if self.guarded is not None else []
+
+    @property
+    def presets(self) -> list[str]:
+        return self.guarded.presets if self.guarded is not None else [self.engine.preset.name]
+
+    def loop(self, should_stop: Callable[[], bool]) -> bool:
+        """Iterate to the target; on a guard trigger roll back, demote, go on. True if stopped."""
+        while True:
+            stopped = self._iterate(should_stop)
+            if self.guarded is None or not self.guarded.check(final=True):
+                return stopped
+            self.engine = self.guarded.demote()
+            # The rolled-back iterations did not happen in the run that goes on.
+            del self.history[self.engine.iterations - self._first_iteration :]
+            self.stats = {}
+
+    def _iterate(self, should_stop: Callable[[], bool]) -> bool:
+        engine = self.engine
+        while engine.trainer.step_count < self.target:
+            if should_stop():
+                return True
+            self.stats = engine.iteration(max_steps=self.target)
+            self.history.append({k: self.stats[k] for k in HISTORY_KEYS})
+            if self.guarded is not None and self.guarded.check():
+                return False  # loop() rolls back; the troubled state is never checkpointed
+        return False
 
 
 @torch.no_grad()

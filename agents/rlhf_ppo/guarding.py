@@ -1,0 +1,132 @@
+"""The precision guard for a PPO run: check at iteration boundaries, roll back, demote.
+
+``rlhf_ppo`` runs its own PPO loop instead of ``fit()``, so it drives the core
+:class:`~infrastructure.training.guard.PrecisionGuard` itself, through the engine's
+Trainer:
+
+- every update's loss goes through ``guard.watch_loss`` (the engine's ``loss_hook``);
+- the guard checks at the end of the first PPO iteration at or after each
+  ``check_interval`` optimizer steps, and once more at the end of the run. Checks and
+  snapshots sit on iteration boundaries because mid-iteration PPO state (the rollout
+  batch, its advantages) is not kept; a spotless check snapshots the Trainer (model,
+  optimizer, scaler, step, RNG) and the PPO state (reference weights, iteration count,
+  the rollout sampler's generator);
+- the divergence trigger is turned off, with a warning naming ``divergence_factor``:
+  the PPO loss hovers around zero, so its ratio to a moving average is noise;
+- on a trigger the run rebuilds the engine in the next precision of the ladder, as the
+  preset of :data:`DEMOTED_PRESETS`, loads the snapshot and runs on to the same target.
+
+    >>> DEMOTED_PRESETS["bf16"], DEMOTED_PRESETS["fp32"]
+    ('mixed_recommended', 'fp32_baseline')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from agents.rlhf_ppo.checkpointing import load_ppo_state, ppo_state
+from agents.rlhf_ppo.engine import PPOEngine
+from agents.rlhf_ppo.presets import PRESETS, ComponentPrecision
+from infrastructure.training import GuardConfig, PrecisionPolicy
+from infrastructure.training.guard import PrecisionGuard
+
+logger = logging.getLogger(__name__)
+
+# The preset a demoted run continues in, by the guard's next precision: bf16 takes the
+# recommended mix (fp32 value head and KL, the components bf16 hurts most), fp32 the
+# baseline. A rollout_precision override is not carried over: it may be what failed.
+DEMOTED_PRESETS = {"fp32": "fp32_baseline", "bf16": "mixed_recommended", "fp16": "fp16_all"}
+
+EngineFactory = Callable[[ComponentPrecision, PrecisionPolicy], PPOEngine]
+
+
+class GuardedEngine:
+    """A :class:`PPOEngine` watched by a precision guard; ``engine`` changes on demotion.
+
+    ``rebuild(preset, policy)`` builds a fresh engine (same config, seed, device and
+    callbacks) in a demoted preset::
+
+        run = GuardedEngine(engine, GuardConfig(), rebuild)
+        while not done:
+            engine.iteration(...)
+            if run.check():
+                run.demote()  # run.engine is now the next precision's, rolled back
+    """
+
+    def __init__(self, engine: PPOEngine, config: GuardConfig, rebuild: EngineFactory) -> None:
+        config = _without_divergence(config)
+        self.engine = engine
+        self.guard = PrecisionGuard(config, lambda: ppo_state(self.engine))
+        self.demotions: list[dict[str, Any]] = []
+        self.presets = [engine.preset.name]
+        self._rebuild = rebuild
+        self._interval = config.check_interval
+        per_iteration = engine.cfg.steps_per_iteration
+        if self._interval % per_iteration:
+            logger.warning(
+                "precision guard: check_interval=%d is not a multiple of the %d optimizer "
+                "steps of a PPO iteration; rlhf_ppo checks at the first iteration boundary "
+                "after each %d steps",
+                self._interval,
+                per_iteration,
+                self._interval,
+            )
+        self._watch(engine, snapshot=True)
+
+    def _watch(self, engine: PPOEngine, snapshot: bool) -> None:
+        engine.loss_hook = self.guard.watch_loss
+        self.guard.start(engine.trainer, engine.iterations, 0, snapshot=snapshot)
+        self._checked = engine.trainer.step_count
+
+    def check(self, final: bool = False) -> bool:
+        """At an iteration boundary: check if an interval ended (or ``final``); True on trouble."""
+        step = self.engine.trainer.step_count
+        if not final and step // self._interval <= self._checked // self._interval:
+            return False
+        self._checked = step
+        # final_check() checks the steps since the previous check whatever the step number;
+        # after_step() would check only on exact multiples of check_interval.
+        return self.guard.final_check(self.engine.trainer, self.engine.iterations, 0) is not None
+
+    def demote(self) -> PPOEngine:
+        """Roll back to the guard's snapshot in the next precision's preset; the new engine."""
+        old = self.engine
+        device = old.device
+        policy, record = self.guard.demote(
+            old.trainer.policy, lambda name: PrecisionPolicy.create(name, device)
+        )
+        snapshot = self.guard.restore()
+        preset = PRESETS[DEMOTED_PRESETS[policy.name]]
+        engine = self._rebuild(preset, policy)
+        engine.trainer.load_state_dict(snapshot.trainer)  # model, optimizer, scaler, RNG
+        load_ppo_state(engine, snapshot.extra)  # reference, iterations, sampler
+        logger.warning(
+            "rlhf_ppo: preset %s -> %s, rolled back to iteration %d (step %d)",
+            old.preset.name,
+            preset.name,
+            engine.iterations,
+            snapshot.step,
+        )
+        self.engine = engine
+        self.demotions.append(record)
+        self.presets.append(preset.name)
+        self._watch(engine, snapshot=False)
+        return engine
+
+
+def _without_divergence(config: GuardConfig) -> GuardConfig:
+    """The config minus the divergence trigger, which a PPO loss cannot feed (warned)."""
+    if config.divergence_factor is None:
+        return config
+    # The clipped surrogate of whitened advantages hovers around zero and changes sign,
+    # so "mean > factor x moving average" fires on noise: clean fp16 runs "diverged".
+    logger.warning(
+        "precision guard: divergence_factor=%g is not used by rlhf_ppo (its PPO loss "
+        "hovers around zero, so a ratio to its moving average is noise); the scaler, "
+        "non-finite-loss and overflow-rate triggers still apply",
+        config.divergence_factor,
+    )
+    return dataclasses.replace(config, divergence_factor=None)

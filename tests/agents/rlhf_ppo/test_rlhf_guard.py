@@ -1,0 +1,103 @@
+"""rlhf_ppo honours TrainRequest.guard: a real fp16 overflow demotes, rolls back exactly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from agents.rlhf_ppo import plugin
+from agents.rlhf_ppo.engine import PPOEngine, _autocast
+from infrastructure.plugin_api import TrainRequest, TrainResult
+from infrastructure.rl.ppo_math import token_logprobs
+from infrastructure.training import GuardConfig
+from infrastructure.training.precision_memory import remember_demotions
+
+FAULT_STEP = 8  # from this optimizer step on, the policy has an activation outlier
+STEPS = 16
+OPTIONS = {"batch_size": 16}
+# bf16 even where the CPU lacks native bf16, so the ladder is the same on every machine.
+GUARD = GuardConfig(check_interval=4, bf16_needs_native=False)
+
+
+def _train(folder: Path, precision: str, steps: int, **kw: Any) -> TrainResult:
+    request = TrainRequest(
+        agent="rlhf_ppo",
+        precision=precision,
+        precision_reason="test",
+        state_dir=folder,
+        checkpoint_dir=folder / "checkpoints",
+        steps=steps,
+        seed=1,
+        options=OPTIONS,
+        **kw,
+    )
+    return plugin.train(request)
+
+
+def _outlier_policy_logp(self: PPOEngine, seqs: torch.Tensor) -> torch.Tensor:
+    """policy_logp whose logits pass through a 1e5 x larger activation from FAULT_STEP on.
+
+    The multiply and divide run in the logits' own dtype: fp16 (max 65504) overflows to
+    inf and the log-probs become NaN; bf16 and fp32 have the range and barely round.
+    """
+    with _autocast(self.preset.dtype("policy"), self.device):
+        logits = self._gen_slice(self.policy(seqs))
+        if self.trainer.step_count >= FAULT_STEP:
+            logits = logits * 1e5 / 1e5
+        return token_logprobs(logits, seqs[:, self.cfg.task.prompt_len :])
+
+
+@pytest.fixture
+def outlier(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(PPOEngine, "policy_logp", _outlier_policy_logp)
+
+
+def _model(result: TrainResult) -> dict[str, torch.Tensor]:
+    state = torch.load(result.checkpoint, weights_only=True)  # type: ignore[arg-type]
+    assert state["step"] == STEPS
+    model: dict[str, torch.Tensor] = state["model"]
+    return model
+
+
+@pytest.mark.usefixtures("outlier")
+def test_fp16_overflow_demotes_to_bf16_and_equals_a_clean_resume(tmp_path: Path) -> None:
+    """NaN losses from a real fp16 overflow: demoted to bf16 (mixed_recommended), reported,
+    and the weights equal an fp16 run to the rollback step resumed in bf16, bit for bit."""
+    result = _train(tmp_path / "guarded", "fp16", STEPS, guard=GUARD)
+    (record,) = result.demotions
+    assert {k: record[k] for k in ("from", "to", "reason", "step")} == {
+        "from": "fp16", "to": "bf16", "reason": "nonfinite_loss", "step": 12,
+    }  # fmt: skip
+    rollback = record["rollback_step"]
+    assert rollback <= FAULT_STEP and rollback % 4 == 0  # an iteration boundary (4 steps)
+    assert result.precision_used == "bf16" and result.steps == STEPS
+    assert result.extra["preset"] == "mixed_recommended"
+    assert result.extra["presets_run"] == ["fp16_all", "mixed_recommended"]
+    assert "precision guard demoted fp16 -> bf16" in result.precision_reason
+    assert len(result.extra["history"]) == STEPS // 4  # rolled-back iterations dropped
+    memory = remember_demotions(None, result.demotions)  # what the daemon writes down
+    assert memory is not None and memory.demoted_to == "bf16"
+
+    _train(tmp_path / "reference", "fp16", rollback)
+    resumed = _train(tmp_path / "reference", "bf16", STEPS - rollback)
+    assert resumed.extra["preset"] == "mixed_recommended" and not resumed.demotions
+    guarded, reference = _model(result), _model(resumed)
+    for key, tensor in reference.items():
+        assert torch.equal(guarded[key], tensor), key
+
+
+def test_clean_guarded_run_reports_nothing_and_equals_an_unguarded_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without a fault the guard never fires, and watching changes no weight."""
+    with caplog.at_level("WARNING", logger="agents.rlhf_ppo.guarding"):
+        guarded = _train(tmp_path / "guarded", "fp16", STEPS, guard=GUARD)
+    assert guarded.demotions == () and guarded.precision_used == "fp16"
+    assert guarded.extra["presets_run"] == ["fp16_all"]
+    assert "divergence_factor=10 is not used by rlhf_ppo" in caplog.text
+    plain = _train(tmp_path / "plain", "fp16", STEPS)
+    for key, tensor in _model(plain).items():
+        assert torch.equal(_model(guarded)[key], tensor), key
