@@ -11,6 +11,10 @@ PPO settings ``batch_size``, ``group_size``, ``ppo_epochs``, ``minibatches``, ``
 PPO iteration takes ``ppo_epochs * minibatches`` of them); ``request.epochs``, when given
 without steps, counts PPO iterations.
 
+``request.guard`` turns on the precision guard (:mod:`agents.rlhf_ppo.guarding`): on a
+trigger the run rolls back and continues in the next precision's preset, reported in
+``TrainResult.demotions`` (docs/precision-guard.md).
+
 One process only: under ``torchrun`` (a process group of more than one rank) ``train``
 refuses to start, because its PPO loop has no DDP and no data sharding and every rank
 would train an identical copy (docs/distributed.md).
