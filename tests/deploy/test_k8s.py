@@ -10,7 +10,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
+
+from genesis_fp16.paths import AgentPaths
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -127,3 +130,118 @@ def test_service_monitor_scrapes_the_named_metrics_port_of_the_service() -> None
     assert (
         service["spec"]["selector"].items() <= sts["spec"]["template"]["metadata"]["labels"].items()
     )
+
+
+MULTINODE = K8S / "multinode-job.yaml"
+TORCHRUN_CLOSE_SECONDS = 30  # torchrun SIGKILLs ranks this long after forwarding SIGTERM
+
+
+def _multinode(text: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The Service, Job and PersistentVolumeClaim of one multinode-job.yaml text."""
+    documents = {doc["kind"]: doc for doc in yaml.safe_load_all(text) if doc}
+    return documents["Service"], documents["Job"], documents["PersistentVolumeClaim"]
+
+
+def _torchrun_flags(args: list[str]) -> dict[str, str]:
+    """torchrun's own ``--name=value`` flags, before the ``-m`` of the trained module."""
+    own = args[: args.index("-m")]
+    return dict(arg.removeprefix("--").split("=", 1) for arg in own)
+
+
+def _multinode_problems(text: str) -> list[str]:
+    """What in a multinode-job.yaml text contradicts its own comments and the docs."""
+    service, job, claim = _multinode(text)
+    spec, pod = job["spec"], job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    flags = _torchrun_flags(container["args"])
+    problems = []
+    if not spec["completions"] == spec["parallelism"] == int(flags["nnodes"]):
+        problems.append("completions, parallelism and --nnodes differ")
+    if spec["completionMode"] != "Indexed" or spec["backoffLimit"] != 0:
+        problems.append("not an Indexed Job that ends on a lost node")
+    if int(flags["nproc-per-node"]) != container["resources"]["limits"]["nvidia.com/gpu"]:
+        problems.append("--nproc-per-node is not the GPUs per pod")
+    if pod["terminationGracePeriodSeconds"] <= TORCHRUN_CLOSE_SECONDS:
+        problems.append("the grace period ends before torchrun stops its ranks")
+    problems += _rendezvous_problems(service, job["metadata"]["name"], pod, flags)
+    return problems + _shared_state_problems(container, pod, claim)
+
+
+def _rendezvous_problems(
+    service: dict[str, Any], job_name: str, pod: dict[str, Any], flags: dict[str, str]
+) -> list[str]:
+    """Every pod must reach pod 0's c10d store by DNS before any pod is ready."""
+    # An Indexed Job's pod N has hostname <job>-N; <subdomain> must be the headless Service.
+    host, port = flags["rdzv-endpoint"].rsplit(":", 1)
+    subdomain = pod.get("subdomain")
+    service_spec = service["spec"]
+    (container,) = pod["containers"]
+    problems = []
+    if flags["rdzv-backend"] != "c10d" or host != f"{job_name}-0.{subdomain}":
+        problems.append(f"rendezvous host {host} is not pod 0 of {job_name} under its Service")
+    if service["metadata"]["name"] != subdomain:
+        problems.append("the pods' subdomain is not the Service")
+    if service_spec.get("clusterIP") != "None" or not service_spec.get("publishNotReadyAddresses"):
+        problems.append("the Service is not headless with not-ready addresses published")
+    if service_spec["selector"] != {"job-name": job_name}:  # set by the Job controller
+        problems.append("the Service does not select the Job's pods")
+    service_ports = {p["port"] for p in service_spec["ports"]}
+    container_ports = {p["containerPort"] for p in container["ports"]}
+    if int(port) not in service_ports & container_ports:
+        problems.append("the rendezvous port differs between endpoint, Service and container")
+    return problems
+
+
+def _shared_state_problems(
+    container: dict[str, Any], pod: dict[str, Any], claim: dict[str, Any]
+) -> list[str]:
+    """docs/distributed.md: every rank reads the same checkpoint folder, so it is shared."""
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    state = env["GENESIS_FP16_STATE_DIR"]
+    volume = volumes.get(mounts.get(state, ""), {})
+    flags = dict(a.split("=", 1) for a in container["args"] if a.startswith("--checkpoint-dir="))
+    agent = container["args"][container["args"].index("train") + 1]
+    problems = []
+    if volume.get("persistentVolumeClaim", {}).get("claimName") != claim["metadata"]["name"]:
+        problems.append("the state folder is not on the shared claim")
+    if "ReadWriteMany" not in claim["spec"]["accessModes"]:
+        problems.append("the claim is not ReadWriteMany")
+    if (
+        Path(flags.get("--checkpoint-dir", ""))
+        != AgentPaths.for_agent(Path(state), agent).checkpoint_dir
+    ):
+        problems.append(
+            "--checkpoint-dir is not the daemon's checkpoint folder on the shared state"
+        )
+    return problems
+
+
+def test_multinode_job_matches_its_comments() -> None:
+    """Nodes, rendezvous host and port, GPUs per pod, shared checkpoints and grace all agree."""
+    assert _multinode_problems(MULTINODE.read_text()) == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "problem"),
+    [
+        ("--nnodes=2", "--nnodes=3", "completions, parallelism"),
+        ("endpoint=genesis-fp16-train-0.", "endpoint=genesis-fp16-train-1.", "rendezvous host"),
+        ("subdomain: genesis-fp16-train", "subdomain: train", "rendezvous host"),
+        ('["ReadWriteMany"]', '["ReadWriteOnce"]', "not ReadWriteMany"),
+        ("mountPath: /var/lib/genesis-fp16\n", "mountPath: /mnt\n", "not on the shared claim"),
+        ("--nproc-per-node=1", "--nproc-per-node=8", "GPUs per pod"),
+        ("publishNotReadyAddresses: true", "publishNotReadyAddresses: false", "headless"),
+        ("agents/se_darwin/checkpoints", "checkpoints", "--checkpoint-dir"),
+        ("genesis-fp16-train:29400", "genesis-fp16-train:29500", "rendezvous port"),
+        ("terminationGracePeriodSeconds: 90", "terminationGracePeriodSeconds: 20", "grace"),
+        ("job-name: genesis-fp16-train", "job-name: genesis-fp16", "does not select"),
+    ],
+)
+def test_multinode_check_finds_a_broken_copy(old: str, new: str, problem: str) -> None:
+    """Each broken copy of the Job manifest is caught, so the check above can fail."""
+    text = MULTINODE.read_text()
+    assert old in text
+    problems = _multinode_problems(text.replace(old, new, 1))
+    assert any(problem in p for p in problems), problems
