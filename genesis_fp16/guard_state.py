@@ -78,7 +78,10 @@ def choose_precision(settings: Settings, agent: str, device: str) -> tuple[str, 
             would_run = resolve_precision("auto", device).used
         except PrecisionError:
             return requested, reason
-    if not memory.applies_to(would_run):
+    # ``auto`` that resolves to the floor itself still takes the memory: the plugin may run
+    # ``auto`` below it (rlhf_ppo's ``preset=fp16_all``), an explicit floor may not.
+    at_floor = requested == "auto" and would_run == memory.demoted_to
+    if not (memory.applies_to(would_run) or at_floor):
         return requested, reason
     why = (
         f"precision guard memory: demoted {memory.demoted_from} -> {memory.demoted_to} "

@@ -113,13 +113,12 @@ def resolve_preset(precision: str, preset: str | None, rollout: str | None = Non
             )
         name, reason = "fp16_all", "precision fp16 selects fp16_all"
     elif precision == "bf16":
-        if preset == "fp16_all":
-            raise ValueError(
-                "rlhf_ppo: preset 'fp16_all' conflicts with precision 'bf16'; "
-                "use precision 'fp16' or 'auto'"
-            )
-        name = preset or DEFAULT_PRESET
+        # bf16 asked next to fp16_all is what the precision guard's memory asks after an
+        # fp16 demotion: the more robust precision wins, as fp32 does above.
+        name = DEFAULT_PRESET if preset == "fp16_all" else preset or DEFAULT_PRESET
         reason = f"precision bf16 runs preset {name}"
+        if preset == "fp16_all":
+            reason += " (preset 'fp16_all' overridden)"
     elif precision == "auto":
         name = preset or DEFAULT_PRESET
         reason = f"precision auto runs preset {name}"

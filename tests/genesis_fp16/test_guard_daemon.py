@@ -23,6 +23,7 @@ from infrastructure.training.guard import (
     remember_demotions,
     write_precision_memory,
 )
+from infrastructure.training.precision import resolve_precision
 
 GUARD_PLUGINS = Path(__file__).resolve().parents[1] / "fixtures" / "guard_plugins"
 AGENT = "fixture_fault"
@@ -145,6 +146,18 @@ def test_memory_lowers_the_precision_but_fp16_off_switch_wins(tmp_path: Path) ->
     unguarded = _settings(tmp_path, ENABLE_FP16_TRAINING=True, guard_enabled=False)
     assert choose_precision(unguarded, AGENT, "cpu")[0] == "fp16"
     assert guard_config(unguarded) is None
+
+
+def test_auto_that_resolves_to_the_remembered_precision_takes_the_memory(tmp_path: Path) -> None:
+    """auto resolving to a remembered bf16 asks for bf16 (a plugin may run auto lower)."""
+    auto = _settings(tmp_path)
+    assert choose_precision(auto, AGENT, "cpu")[0] == "auto"
+    _remember(tmp_path)
+    precision, reason = choose_precision(auto, AGENT, "cpu")
+    if resolve_precision("auto", "cpu").used == "bf16":
+        assert (precision, reason.startswith("precision guard memory")) == ("bf16", True)
+    else:  # auto is fp32 here, already more robust than the memory
+        assert precision == "auto"
 
 
 def test_a_broken_state_file_is_ignored_with_a_warning(tmp_path: Path) -> None:

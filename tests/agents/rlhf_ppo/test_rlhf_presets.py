@@ -44,11 +44,16 @@ def test_auto_and_bf16_run_the_named_preset_or_the_default() -> None:
     assert resolve_preset("auto", "bf16_pure", rollout="fp32").preset.rollout == "fp32"
 
 
+def test_bf16_request_overrides_fp16_all() -> None:
+    """bf16 (e.g. the guard's memory after an fp16 demotion) beats preset fp16_all."""
+    choice = resolve_preset("bf16", "fp16_all")
+    assert choice.preset.name == DEFAULT_PRESET and "overridden" in choice.reason
+
+
 @pytest.mark.parametrize(
     ("precision", "preset", "message"),
     [
         ("fp16", "bf16_pure", "conflicts with precision 'fp16'"),
-        ("bf16", "fp16_all", "conflicts with precision 'bf16'"),
         ("auto", "bf8", "'bf8' is not one of"),
         ("int8", None, "'int8' is not one of"),
     ],
