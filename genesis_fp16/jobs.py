@@ -27,7 +27,7 @@ from genesis_fp16.launcher import train_with_torchrun
 from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.paths import AgentPaths, ensure_sample_data
 from genesis_fp16.settings import Settings, requested_precision
-from infrastructure.plugin_api import AgentPlugin, TrainRequest, TrainResult
+from infrastructure.plugin_api import AgentPlugin, TrainRequest, TrainRequestError, TrainResult
 from infrastructure.training import CheckpointManager, checkpoint_keys
 
 log = structlog.get_logger("genesis_fp16.jobs")
@@ -154,9 +154,12 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
             result = train_with_torchrun(request, spec.nproc, spec.run_timeout_seconds)
         else:
             result = plugin.train(request)
-    except Exception:
+    except Exception as exc:
         duration = time.monotonic() - started
-        log.exception("training run failed", duration_seconds=round(duration, 3))
+        if isinstance(exc, TrainRequestError):  # the plugin's one-line refusal: no traceback
+            log.error("training run failed", error=str(exc), duration_seconds=round(duration, 3))
+        else:
+            log.exception("training run failed", duration_seconds=round(duration, 3))
         ctx.metrics.finish_run(agent, "failed", duration, None, time.time())
         return False
     finally:

@@ -29,6 +29,19 @@ if TYPE_CHECKING:
 API_VERSION = 1
 
 
+class TrainRequestError(ValueError):
+    """A plugin refuses a request: a bad option, data it cannot use, an unsupported layout.
+
+    Its message is one line for the user: ``genesis-fp16 train`` prints it and exits 2,
+    the daemon logs the run as failed. Other exceptions are bugs and keep their traceback.
+
+    >>> raise TrainRequestError("my_agent: unknown option 'hiden'")
+    Traceback (most recent call last):
+    ...
+    infrastructure.plugin_api.TrainRequestError: my_agent: unknown option 'hiden'
+    """
+
+
 def _never_stop() -> bool:
     return False
 

@@ -39,6 +39,7 @@ from agents.rlhf_ppo.model import (
     random_prompts,
 )
 from agents.rlhf_ppo.presets import ComponentPrecision
+from infrastructure.plugin_api import TrainRequestError
 from infrastructure.rl import diagnostics as dg
 from infrastructure.rl.ppo_math import clipped_policy_loss, gae, token_logprobs, value_loss, whiten
 from infrastructure.training import PrecisionPolicy, Trainer, TrainerConfig, TrainingSummary
@@ -66,7 +67,7 @@ class PPOConfig:
 
     def __post_init__(self) -> None:
         if self.batch_size % self.group_size or self.batch_size % self.minibatches:
-            raise ValueError(
+            raise TrainRequestError(
                 f"rlhf_ppo: batch_size {self.batch_size} must be a multiple of group_size "
                 f"{self.group_size} and of minibatches {self.minibatches}"
             )

@@ -38,7 +38,13 @@ from agents.rlhf_ppo.guarding import GuardedEngine
 from agents.rlhf_ppo.model import TaskConfig, random_prompts
 from agents.rlhf_ppo.presets import ComponentPrecision, PresetChoice, resolve_preset
 from agents.rlhf_ppo.probe import build_probe_setup
-from infrastructure.plugin_api import API_VERSION, ProbeSetup, TrainRequest, TrainResult
+from infrastructure.plugin_api import (
+    API_VERSION,
+    ProbeSetup,
+    TrainRequest,
+    TrainRequestError,
+    TrainResult,
+)
 from infrastructure.training import PrecisionPolicy
 from infrastructure.training.distributed import rank_and_world
 
@@ -79,7 +85,7 @@ def check_single_process() -> None:
     """Refuse a multi-rank process group before any work: the PPO loop is not sharded."""
     world = rank_and_world()[1]
     if world > 1:
-        raise ValueError(
+        raise TrainRequestError(
             f"rlhf_ppo: world size {world}: this agent trains in one process only (its PPO "
             "loop has no DDP or data sharding, so every rank would train an identical "
             "copy); run it without torchrun, in the daemon with "
@@ -90,7 +96,7 @@ def check_single_process() -> None:
 def _ppo_config(task: TaskConfig, options: Mapping[str, Any]) -> PPOConfig:
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
-        raise ValueError(f"rlhf_ppo: unknown option(s) {unknown}; valid: {list(OPTIONS)}")
+        raise TrainRequestError(f"rlhf_ppo: unknown option(s) {unknown}; valid: {list(OPTIONS)}")
     overrides = {k: options[k] for k in PPO_OPTIONS if k in options}
     return PPOConfig(task=task, **overrides)
 

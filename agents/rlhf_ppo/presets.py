@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from infrastructure.plugin_api import TrainRequestError
+
 DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32,
     "bf16": torch.bfloat16,
@@ -97,9 +99,11 @@ class PresetChoice:
 def resolve_preset(precision: str, preset: str | None, rollout: str | None = None) -> PresetChoice:
     """Apply the rule above; ``rollout`` overrides the preset's rollout dtype."""
     if preset is not None and preset not in PRESETS:
-        raise ValueError(f"rlhf_ppo: preset {preset!r} is not one of {sorted(PRESETS)}")
+        raise TrainRequestError(f"rlhf_ppo: preset {preset!r} is not one of {sorted(PRESETS)}")
     if rollout is not None and rollout not in DTYPES:
-        raise ValueError(f"rlhf_ppo: rollout_precision {rollout!r} is not one of {sorted(DTYPES)}")
+        raise TrainRequestError(
+            f"rlhf_ppo: rollout_precision {rollout!r} is not one of {sorted(DTYPES)}"
+        )
     if precision == "fp32":
         name = "fp32_baseline"
         reason = "precision fp32 forces fp32_baseline"
@@ -107,7 +111,7 @@ def resolve_preset(precision: str, preset: str | None, rollout: str | None = Non
             reason += f" (preset {preset!r} overridden)"
     elif precision == "fp16":
         if preset not in (None, "fp16_all"):
-            raise ValueError(
+            raise TrainRequestError(
                 f"rlhf_ppo: preset {preset!r} conflicts with precision 'fp16'; "
                 "use preset 'fp16_all' or precision 'bf16'/'auto'"
             )
@@ -123,7 +127,7 @@ def resolve_preset(precision: str, preset: str | None, rollout: str | None = Non
         name = preset or DEFAULT_PRESET
         reason = f"precision auto runs preset {name}"
     else:
-        raise ValueError(
+        raise TrainRequestError(
             f"rlhf_ppo: precision {precision!r} is not one of ['auto', 'bf16', 'fp16', 'fp32']"
         )
     chosen = PRESETS[name]

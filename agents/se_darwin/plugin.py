@@ -13,7 +13,13 @@ import torch
 from agents.se_darwin.task import Batch, SEDarwinTask, TaskOptions
 from infrastructure.data.readers import read_trajectories
 from infrastructure.data.synthetic import write_pool
-from infrastructure.plugin_api import API_VERSION, ProbeSetup, TrainRequest, TrainResult
+from infrastructure.plugin_api import (
+    API_VERSION,
+    ProbeSetup,
+    TrainRequest,
+    TrainRequestError,
+    TrainResult,
+)
 from infrastructure.training import CheckpointManager, fit
 from infrastructure.training.distributed import rank_and_world
 from infrastructure.world_model.model import HEAD_MODULES, TRUNK_MODULES, WorldModel
@@ -39,7 +45,9 @@ class SEDarwinPlugin:
     def train(self, request: TrainRequest) -> TrainResult:
         """Read the data, build the task (resuming its encoder), run ``fit`` and report."""
         if request.data_path is None:
-            raise ValueError("se_darwin needs a data path: generate one with generate_sample_data")
+            raise TrainRequestError(
+                "se_darwin needs a data path: generate one with generate_sample_data"
+            )
         options = TaskOptions.from_mapping(request.options)
         saved = _saved_state(request.checkpoint_dir) if request.resume else None
         quarantine = _quarantine_path(request)

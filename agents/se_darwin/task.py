@@ -22,6 +22,7 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from infrastructure.data.readers import ReadResult, read_trajectories
 from infrastructure.data.schema import SCHEMA_VERSION, Example
+from infrastructure.plugin_api import TrainRequestError
 from infrastructure.world_model.features import FeatureEncoder
 from infrastructure.world_model.metrics import accuracy, auc, brier, mae
 from infrastructure.world_model.model import ModelConfig, WorldModel, world_model_losses
@@ -47,15 +48,15 @@ class TaskOptions:
         known = set(cls.__dataclass_fields__)
         unknown = sorted(set(options) - known)
         if unknown:
-            raise ValueError(
+            raise TrainRequestError(
                 f"unknown se_darwin option(s) {', '.join(unknown)}; "
                 f"valid: {', '.join(sorted(known))}"
             )
         out = cls(**options)
         if not 0.0 < out.eval_fraction < 1.0:
-            raise ValueError(f"eval_fraction={out.eval_fraction!r}: must be between 0 and 1")
+            raise TrainRequestError(f"eval_fraction={out.eval_fraction!r}: must be between 0 and 1")
         if out.batch_size < 1:
-            raise ValueError(f"batch_size={out.batch_size!r}: must be at least 1")
+            raise TrainRequestError(f"batch_size={out.batch_size!r}: must be at least 1")
         return out
 
 
@@ -102,7 +103,7 @@ def split_examples(
     train = [e for e in data.examples if not is_held_out(e.trajectory_id, seed, eval_fraction)]
     held = [e for e in data.examples if is_held_out(e.trajectory_id, seed, eval_fraction)]
     if not train or not held:
-        raise ValueError(
+        raise TrainRequestError(
             f"{len(data.examples)} labelled example(s) cannot be split into train and "
             f"held-out parts (eval_fraction={eval_fraction}); add data"
         )
@@ -210,7 +211,7 @@ class SEDarwinTask:
 
     def load_extra_state(self, state: Mapping[str, Any]) -> None:
         if state.get("encoder") != self.encoder.state_dict():
-            raise ValueError(
+            raise TrainRequestError(
                 "the checkpoint's feature encoder differs from this run's; resume with the "
                 "checkpoint's encoder (SEDarwinTask(saved=...)) or start a fresh checkpoint folder"
             )

@@ -38,7 +38,7 @@ from genesis_fp16.settings import (
     requested_precision,
 )
 from infrastructure.data.readers import DataError
-from infrastructure.plugin_api import TrainRequest
+from infrastructure.plugin_api import TrainRequest, TrainRequestError
 from infrastructure.training.summary import TrainingSummary
 
 # torch (through genesis_fp16.distributed and infrastructure.training's checkpoint and
@@ -139,7 +139,7 @@ def _train(
 
     try:
         result = plugin.train(request)
-    except (DataError, PrecisionError) as exc:
+    except (DataError, PrecisionError, TrainRequestError) as exc:
         raise UsageError(str(exc)) from None
     finally:
         if request.on_log is not None:

@@ -188,3 +188,12 @@ def test_bad_input_is_one_line_and_exit_2(
     proc = _cli(tmp_path, "train", *args, "--checkpoint-dir", str(tmp_path / "ck"))
     _one_line_error(proc, *fragments)
     assert proc.stdout == ""
+
+
+def test_a_request_the_plugin_refuses_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """A plugin's TrainRequestError (here: 2 records cannot be split) is one line, exit 2."""
+    path = tmp_path / "pool.json"
+    path.write_text(json.dumps(generate_pool(2, seed=5)))
+    proc = _cli(tmp_path, "train", "se_darwin", "--data", str(path), "--steps", "2")
+    _one_line_error(proc, "cannot be split into train and held-out parts")
+    assert "Traceback" not in proc.stderr
