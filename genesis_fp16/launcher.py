@@ -11,14 +11,16 @@ interval, which becomes a :class:`TrainingSummary` for the metrics, and the fina
 ``TrainResult`` JSON line. Stopping (daemon shutdown, a precision switch, or the timeout)
 sends SIGTERM to torchrun, which forwards it to every rank; the ranks agree to stop at the
 next step boundary, rank 0 writes a checkpoint and prints its result. A child still
-running ``kill_after`` seconds later is killed.
+running ``kill_after`` seconds later is killed, with every rank below it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -126,10 +128,28 @@ def _supervise(
             sent_at = now
         elif now >= sent_at + kill_after:
             log.error("torchrun still running %.0fs after SIGTERM: killing it", kill_after)
-            child.kill()
+            _kill_tree(child.pid)
             sent_at = math.inf
         time.sleep(_POLL_SECONDS)
     return reason
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and every process below it.
+
+    torchrun starts each rank in a session of its own, so neither killing torchrun nor
+    its process group reaches them; a rank left alive would also hold our stdout pipe
+    open, and the reader would never end. Linux only: the tree comes from /proc.
+    """
+    tree, i = [pid], 0
+    while i < len(tree):  # collected before killing: an orphan is re-parented to init
+        for task in Path(f"/proc/{tree[i]}/task").glob("*"):
+            with contextlib.suppress(OSError):  # it has just exited
+                tree += [int(c) for c in (task / "children").read_text().split()]
+        i += 1
+    for member in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(member, signal.SIGKILL)
 
 
 def _read_stdout(

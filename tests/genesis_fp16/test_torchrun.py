@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from genesis_fp16 import launcher
 from genesis_fp16.distributed import TorchrunEnv, rank_device
-from genesis_fp16.launcher import torchrun_command, train_with_torchrun
+from genesis_fp16.launcher import LaunchError, torchrun_command, train_with_torchrun
 from infrastructure.plugin_api import TrainRequest
 from infrastructure.training import TrainingSummary
 from infrastructure.training import checkpoint_keys as keys
@@ -102,6 +103,40 @@ def test_launcher_reports_progress_and_stops_on_request(tmp_path: Path) -> None:
     assert [s.step for s in summaries[:2]] == [2, 4]
     assert result.checkpoint is not None and result.checkpoint.exists()
     assert result.steps >= 4 and result.eval["loss"] > 0
+
+
+# Ranks that never stop: the launcher's last resort has to kill them itself.
+STUBBORN_RANK = """
+import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("rank up", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_launcher_kills_torchrun_and_its_ranks_when_they_ignore_sigterm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kill_after: torchrun and both ranks (each in a session of its own) die; no hang."""
+    script = tmp_path / "stubborn_rank.py"
+    script.write_text(STUBBORN_RANK)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc-per-node", "2", str(script)]
+    monkeypatch.setattr(launcher, "torchrun_command", lambda request, nproc: command)
+    request = TrainRequest(
+        agent="stub",
+        precision="fp32",
+        precision_reason="test",
+        state_dir=tmp_path,
+        checkpoint_dir=tmp_path / "ckpt",
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_FP16_")}
+    # torchrun itself waits 30 s for its ranks after SIGTERM; this kill comes first.
+    with pytest.raises(LaunchError, match="without rank 0's JSON result"):
+        launcher.train_with_torchrun(request, nproc=2, timeout=8, kill_after=3, env=env)
+    assert not _ranks_alive(str(script))
 
 
 def test_torchrun_command_carries_the_request() -> None:
