@@ -2,10 +2,12 @@
 
 An RL agent (``rlhf_ppo``) puts its last iteration's diagnostics in
 ``TrainResult.extra["diagnostics"]``, a flat ``{name: float}`` dict (names and meanings
-in docs/precision-forensics.md). After each finished run the daemon sets one gauge per
-known name; :data:`RL_GAUGES` is the fixed mapping from diagnostic name to metric name
-and help text. Names outside the mapping are not exported, so the set of series stays
-bounded whatever an agent reports.
+in docs/precision-forensics.md) and hands each iteration's to
+``TrainRequest.on_diagnostics`` while it trains. The daemon sets one gauge per known
+name after every iteration (live) and again from the result when the run ends;
+:data:`RL_GAUGES` is the fixed mapping from diagnostic name to metric name and help
+text. Names outside the mapping are not exported, so the set of series stays bounded
+whatever an agent reports.
 
 Undefined values are exported as they are: NaN stays NaN (e.g. a growth exponent when
 the error is exactly zero) and +inf stays +Inf (a ratio with a zero denominator). The
@@ -179,6 +181,10 @@ class RlDiagnosticsMetrics:
             gauge.labels(agent=agent).set(value)
             exported.append(name)
         return exported
+
+    def export_live(self, agent: str, diagnostics: Mapping[str, float]) -> None:
+        """:meth:`export` as a ``TrainRequest.on_diagnostics`` callback (one per iteration)."""
+        self.export(agent, diagnostics)
 
 
 def export_diagnostics(rl: RlDiagnosticsMetrics, agent: str, result: TrainResult) -> list[str]:

@@ -13,6 +13,7 @@ from that checkpoint, in the new precision.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import uuid
@@ -140,6 +141,7 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
             resume=True,
             log_interval=settings.log_interval,
             on_log=on_log,
+            on_diagnostics=functools.partial(ctx.metrics.rl.export_live, agent),
             should_stop=should_stop,
             quarantine_path=paths.quarantine_path,
             guard=guard_state.guard_config(settings),

@@ -166,7 +166,7 @@ class RlhfPpoPlugin:
             budget = DEFAULT_ITERATIONS * cfg.steps_per_iteration
         # The guard starts after the resume: its first snapshot is the state resumed from.
         guarded = GuardedEngine(engine, request.guard, build) if request.guard else None
-        run = _Run(engine, start_step + budget, guarded)
+        run = _Run(engine, start_step + budget, guarded, request.on_diagnostics)
         return self._run(request, choice, run, eval_prompts, resumed)
 
     def _run(
@@ -227,8 +227,15 @@ class RlhfPpoPlugin:
 class _Run:
     """The iteration loop of one run, to ``target`` optimizer steps, guarded or not."""
 
-    def __init__(self, engine: PPOEngine, target: int, guarded: GuardedEngine | None) -> None:
+    def __init__(
+        self,
+        engine: PPOEngine,
+        target: int,
+        guarded: GuardedEngine | None,
+        on_diagnostics: Callable[[Mapping[str, float]], None] | None = None,
+    ) -> None:
         self.engine, self.target, self.guarded = engine, target, guarded
+        self.on_diagnostics = on_diagnostics
         self.history: list[dict[str, float]] = []
         self.stats: dict[str, float] = {}
         self._first_iteration = engine.iterations
@@ -259,6 +266,8 @@ class _Run:
                 return True
             self.stats = engine.iteration(max_steps=self.target)
             self.history.append({k: self.stats[k] for k in HISTORY_KEYS})
+            if self.on_diagnostics is not None:
+                self.on_diagnostics({k: float(v) for k, v in self.stats.items()})
             if self.guarded is not None and self.guarded.check():
                 return False  # loop() rolls back; the troubled state is never checkpointed
         return False

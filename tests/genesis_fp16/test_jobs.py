@@ -1,4 +1,4 @@
-"""One scheduled job in-process: how a run the plugin refuses is logged and counted."""
+"""One scheduled job in-process: live RL diagnostics; how a refused run is logged, counted."""
 
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ class _Refusing:
         self.error = error
 
     def train(self, request: TrainRequest) -> Any:
+        if request.on_diagnostics is not None:  # one live iteration before the refusal
+            request.on_diagnostics({"mismatch_k3": 2e-7})
         raise self.error
 
 
@@ -53,3 +55,7 @@ def test_refusal_is_one_line_a_bug_keeps_its_traceback(
         "genesis_fp16_training_runs_total", {"agent": AGENT, "outcome": "failed"}
     )
     assert runs == 1
+    live = metrics.registry.get_sample_value(
+        "genesis_fp16_rl_mismatch_kl_k3_nats", {"agent": AGENT}
+    )
+    assert live == 2e-7  # exported while the run trained, not only from a result

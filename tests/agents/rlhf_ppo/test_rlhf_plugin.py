@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,20 @@ def test_on_log_receives_core_training_summaries(tmp_path: Path) -> None:
            options={"batch_size": 16})  # fmt: skip
     assert [s.step for s in logs] == [4, 8]
     assert all(s.precision == "bf16" for s in logs)
+
+
+def test_on_diagnostics_receives_every_iteration(tmp_path: Path) -> None:
+    """on_diagnostics gets each iteration's diagnostics while training; the last is the result's."""
+    seen: list[dict[str, float]] = []
+    result = _train(tmp_path, "bf16", steps=8, on_diagnostics=seen.append,
+                    options={"batch_size": 16})  # fmt: skip
+    assert len(seen) == result.extra["iterations"] >= 2
+    final = result.extra["diagnostics"]
+    assert seen[-1].keys() == final.keys()
+    assert all(
+        v == final[k] or (math.isnan(v) and math.isnan(final[k])) for k, v in seen[-1].items()
+    )
+    assert "mismatch_k3" in seen[0]
 
 
 def test_sample_data_and_probe_setup(tmp_path: Path) -> None:
