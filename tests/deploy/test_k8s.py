@@ -17,15 +17,19 @@ from genesis_fp16.paths import AgentPaths
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
+MULTINODE = K8S / "multinode-job.yaml"
 SHUTDOWN_BOUND_SECONDS = 30  # the daemon's default GENESIS_FP16_SHUTDOWN_TIMEOUT_SECONDS
 
 
 def _documents() -> dict[str, dict[str, Any]]:
-    """Every manifest under deploy/k8s/, keyed by kind."""
+    """The single-pod deployment's manifests (all but multinode-job.yaml), keyed by kind."""
     found: dict[str, dict[str, Any]] = {}
     for path in sorted(K8S.glob("*.yaml")):
+        if path.name == MULTINODE.name:  # its own Service and PVC: see _multinode
+            continue
         for document in yaml.safe_load_all(path.read_text()):
             if document:
+                assert document["kind"] not in found, f"two {document['kind']}s: {path.name}"
                 found[document["kind"]] = document
     return found
 
@@ -132,7 +136,6 @@ def test_service_monitor_scrapes_the_named_metrics_port_of_the_service() -> None
     )
 
 
-MULTINODE = K8S / "multinode-job.yaml"
 TORCHRUN_CLOSE_SECONDS = 30  # torchrun SIGKILLs ranks this long after forwarding SIGTERM
 
 
