@@ -38,6 +38,7 @@ from agents.rlhf_ppo.guarding import GuardedEngine
 from agents.rlhf_ppo.model import TaskConfig, random_prompts
 from agents.rlhf_ppo.presets import ComponentPrecision, PresetChoice, resolve_preset
 from agents.rlhf_ppo.probe import build_probe_setup
+from infrastructure.atomic import write_json_atomic
 from infrastructure.plugin_api import (
     API_VERSION,
     ProbeSetup,
@@ -125,7 +126,7 @@ class RlhfPpoPlugin:
         task = TaskConfig()
         prompts = random_prompts(count, task, torch.Generator().manual_seed(seed))
         doc = {"task": dataclasses.asdict(task), "seed": seed, "eval_prompts": prompts.tolist()}
-        path.write_text(json.dumps(doc, indent=1))
+        write_json_atomic(path, doc)
         return path
 
     def probe_setup(self, data_path: Path | None, seed: int) -> ProbeSetup:
