@@ -12,15 +12,21 @@ interval, which becomes a :class:`TrainingSummary` for the metrics, and the fina
 sends SIGTERM to torchrun, which forwards it to every rank; the ranks agree to stop at the
 next step boundary, rank 0 writes a checkpoint and prints its result. A child still
 running ``kill_after`` seconds later is killed, with every rank below it.
+
+The ranks' stderr (their JSON log records, torchrun's own text, tracebacks) is relayed
+through the daemon's logging by :func:`relay_stderr`, so each line carries the job's
+``agent`` and ``run_id``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import logging
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,12 +37,20 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import IO, Any
 
+import structlog
+
+from genesis_fp16.settings import ENV_PREFIX
 from infrastructure.plugin_api import TrainRequest, TrainResult
 from infrastructure.training import TrainingSummary
 
 log = logging.getLogger("genesis_fp16.launcher")
+relay_log = structlog.get_logger("genesis_fp16.torchrun")
 
 _POLL_SECONDS = 0.2
+_LEVELS = logging.getLevelNamesMapping() | {"EXCEPTION": logging.ERROR}
+# A plain stderr line at warning: error words, or torchrun's own W/E/F records
+# ("W0115 10:00:00.123 4242 torch/distributed/run.py:792] ...").
+_LOOKS_LIKE_ERROR = re.compile(r"(?i:error|exception|traceback|fail|fatal)|^[WEF]\d{4} ")
 
 
 class LaunchError(RuntimeError):
@@ -85,21 +99,22 @@ def train_with_torchrun(
     """
     command = torchrun_command(request, nproc)
     log.info("launching torchrun with %d process(es): %s", nproc, " ".join(command))
-    child = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=dict(env) if env is not None else None,
-        start_new_session=True,  # a Ctrl-C at the daemon's terminal goes through us
-    )
-    assert child.stdout is not None
+    child = _start(command, env)
+    assert child.stdout is not None and child.stderr is not None
     output = _Output()
     reader = threading.Thread(
         target=_read_stdout, args=(child.stdout, output, request.on_log), daemon=True
     )
+    # Drained until EOF whatever happens here, or a chatty rank blocks on a full pipe;
+    # the copied context carries the job's agent and run_id into the relay's thread.
+    relay = threading.Thread(
+        target=contextvars.copy_context().run, args=(relay_stderr, child.stderr), daemon=True
+    )
     reader.start()
+    relay.start()
     stopped_by = _supervise(child, request.should_stop, timeout, kill_after)
     reader.join()
+    relay.join()  # the ranks' last lines (a traceback) come before our verdict
     code = child.returncode
     if output.result is None:
         raise LaunchError(f"torchrun exited with code {code} without rank 0's JSON result")
@@ -107,6 +122,21 @@ def train_with_torchrun(
         raise LaunchError(f"torchrun exited with code {code}")
     log.info("torchrun job ended (exit code %d, stopped by %s)", code, stopped_by or "nothing")
     return result_from_json(output.result)
+
+
+def _start(command: list[str], env: Mapping[str, str] | None) -> subprocess.Popen[str]:
+    child_env = dict(env if env is not None else os.environ)
+    # The relay re-renders the ranks' records in the daemon's format; it parses JSON.
+    child_env[f"{ENV_PREFIX}LOG_FORMAT"] = "json"
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",  # a decoding error would end a reader and leave its pipe full
+        env=child_env,
+        start_new_session=True,  # a Ctrl-C at the daemon's terminal goes through us
+    )
 
 
 def _supervise(
@@ -168,6 +198,60 @@ def _read_stdout(
                 on_log(summary_from_json(data["progress"]))
         elif "agent" in data:
             output.result = data
+
+
+def relay_stderr(stream: IO[str]) -> None:
+    """Re-emit each line of ``stream`` through the ``genesis_fp16.torchrun`` logger, in order.
+
+    A JSON object with an ``event`` is a rank's log record: it keeps its level and fields,
+    its own ``timestamp`` and ``logger`` become ``child_timestamp`` and ``child_logger``.
+    Any other line is one ``torchrun stderr`` record with ``line=``: at warning when it
+    looks like an error (or belongs to a traceback), at info otherwise; blank lines are
+    dropped.
+
+    >>> relay_stderr(child.stderr)  # in a thread of its own, until the child closes it
+    """
+    in_traceback = False
+    for raw in stream:
+        line = raw.rstrip("\n")
+        if not line.strip():  # a blank record says nothing (the train command ends with one)
+            continue
+        try:
+            record = _json_record(line)
+            if record is not None:
+                _relay_record(record)
+            else:
+                in_traceback = _relay_line(line, in_traceback)
+        except Exception:  # one odd line must not stop the draining
+            log.exception("could not relay a line of torchrun's stderr: %r", line)
+
+
+def _json_record(line: str) -> dict[str, Any] | None:
+    if not line.startswith("{"):
+        return None
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("event"), str) else None
+
+
+def _relay_record(record: dict[str, Any]) -> None:
+    fields = dict(record)
+    event = fields.pop("event")
+    level = _LEVELS.get(str(fields.pop("level", "info")).upper(), logging.INFO)
+    for key in ("timestamp", "logger"):  # ours would overwrite them
+        if key in fields:
+            fields[f"child_{key}"] = fields.pop(key)
+    relay_log.log(level, event, **fields)
+
+
+def _relay_line(line: str, in_traceback: bool) -> bool:
+    """Log one plain line; return whether the next line may still be in a traceback."""
+    error = in_traceback or _LOOKS_LIKE_ERROR.search(line) is not None
+    relay_log.log(logging.WARNING if error else logging.INFO, "torchrun stderr", line=line)
+    # A traceback's frames are indented; its last line (the exception) is not.
+    return line.startswith("Traceback") or (in_traceback and line[:1].isspace())
 
 
 def _number(value: Any) -> Any:

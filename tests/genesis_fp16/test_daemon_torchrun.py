@@ -58,11 +58,17 @@ def test_nproc_2_run_is_a_torchrun_child_and_exports_rank_0s_metrics(
     assert launched["event"].startswith("launching torchrun with 2 process(es): ")
     assert "-m torch.distributed.run --standalone --nproc-per-node 2 " in launched["event"]
     assert launched["agent"] == AGENT
-    joined = {r["event"] for r in daemon.logs() if str(r["event"]).startswith("joined process")}
-    assert {e.split(" (")[0] for e in joined} == {
+    # The ranks' records come through the daemon's logging, with this run's context.
+    joined = [r for r in daemon.logs() if str(r["event"]).startswith("joined process")]
+    assert {r["event"].split(" (")[0] for r in joined} == {
         "joined process group: rank 0 of 2",
         "joined process group: rank 1 of 2",
     }
+    for record in joined:
+        assert (record["agent"], record["run_id"]) == (AGENT, launched["run_id"])
+        assert record["logger"] == "genesis_fp16.torchrun"
+        assert record["child_logger"] == "genesis_fp16.distributed"
+    assert not [r for r in daemon.logs() if r.get("unparsed")]
     (finished,) = daemon.events("training run finished")
     assert finished["outcome"] == "success" and finished["steps"] == 6
     s = daemon.sample

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -10,10 +11,17 @@ import sys
 from pathlib import Path
 
 import pytest
+import structlog
+from structlog.testing import capture_logs
 
 from genesis_fp16 import launcher
 from genesis_fp16.distributed import TorchrunEnv, rank_device
-from genesis_fp16.launcher import LaunchError, torchrun_command, train_with_torchrun
+from genesis_fp16.launcher import (
+    LaunchError,
+    relay_stderr,
+    torchrun_command,
+    train_with_torchrun,
+)
 from infrastructure.plugin_api import TrainRequest
 from infrastructure.training import TrainingSummary
 from infrastructure.training import checkpoint_keys as keys
@@ -137,6 +145,78 @@ def test_launcher_kills_torchrun_and_its_ranks_when_they_ignore_sigterm(
     with pytest.raises(LaunchError, match="without rank 0's JSON result"):
         launcher.train_with_torchrun(request, nproc=2, timeout=8, kill_after=3, env=env)
     assert not _ranks_alive(str(script))
+
+
+# A child that logs to stderr the way a rank does, in more than a pipe's buffer, and fails.
+CHATTY_CHILD = """
+import json, os, sys
+fmt = os.environ.get("GENESIS_FP16_LOG_FORMAT")
+for i in range(2000):
+    print(json.dumps({"event": f"line {i}", "level": "info", "format": fmt}), file=sys.stderr)
+print("Traceback (most recent call last):", file=sys.stderr)
+sys.exit(1)
+"""
+
+
+def test_relay_stderr_keeps_records_fields_and_plain_lines_in_order() -> None:
+    """A rank's JSON record keeps its level and fields; other lines: warning when error-like."""
+    record = {"event": "joined", "level": "warning", "logger": "x.y", "timestamp": "T", "n": 2}
+    stream = io.StringIO(
+        json.dumps(record) + "\n"
+        "W0115 10:00:00.123000 42 torch/distributed/run.py:792] *****\n"
+        "Setting up\n"
+        "\n"
+        "Traceback (most recent call last):\n"
+        '  File "a.py", line 1, in <module>\n'
+        "ValueError: bad\n"
+        "[1, 2]\n"
+    )
+    with capture_logs() as logs:
+        relay_stderr(stream)
+    plain = [(r["log_level"], r["line"]) for r in logs[1:]]
+    assert logs[0] == {
+        "event": "joined",
+        "log_level": "warning",
+        "child_logger": "x.y",
+        "child_timestamp": "T",
+        "n": 2,
+    }
+    assert plain == [
+        ("warning", "W0115 10:00:00.123000 42 torch/distributed/run.py:792] *****"),
+        ("info", "Setting up"),
+        ("warning", "Traceback (most recent call last):"),
+        ("warning", '  File "a.py", line 1, in <module>'),
+        ("warning", "ValueError: bad"),
+        ("info", "[1, 2]"),
+    ]
+    assert {r["event"] for r in logs[1:]} == {"torchrun stderr"}
+
+
+def test_launcher_relays_every_stderr_line_with_the_jobs_context(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child's stderr comes back through structlog, all of it, in JSON, with agent/run_id."""
+    command = [sys.executable, "-c", CHATTY_CHILD]
+    monkeypatch.setattr(launcher, "torchrun_command", lambda request, nproc: command)
+    request = TrainRequest(
+        agent="stub",
+        precision="fp32",
+        precision_reason="test",
+        state_dir=tmp_path,
+        checkpoint_dir=tmp_path / "ckpt",
+    )
+    env = {k: v for k, v in os.environ.items() if k != "GENESIS_FP16_LOG_FORMAT"}
+    merge = structlog.contextvars.merge_contextvars
+    with (
+        structlog.contextvars.bound_contextvars(agent="stub", run_id="r1"),
+        capture_logs(processors=[merge]) as logs,
+        pytest.raises(LaunchError),
+    ):
+        train_with_torchrun(request, nproc=2, timeout=30, env=env)
+    assert [r["event"] for r in logs[:-1]] == [f"line {i}" for i in range(2000)]
+    assert {(r["agent"], r["run_id"], r["format"]) for r in logs[:-1]} == {("stub", "r1", "json")}
+    assert logs[-1]["line"] == "Traceback (most recent call last):"
+    assert logs[-1]["agent"] == "stub" and logs[-1]["log_level"] == "warning"
 
 
 def test_torchrun_command_carries_the_request() -> None:
