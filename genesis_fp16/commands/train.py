@@ -142,8 +142,8 @@ def _train(
     except (DataError, PrecisionError, TrainRequestError) as exc:
         raise UsageError(str(exc)) from None
     finally:
-        if request.on_log is not None:
-            print(file=sys.stderr)  # end the progress bar's line
+        if isinstance(getattr(request.on_log, "__self__", None), _ProgressBar):
+            print(file=sys.stderr)  # end the progress bar's line (not after JSON progress)
     out = _finite(result.to_json())
     log.info(
         "trained %s in %s (requested %s: %s); eval %s",

@@ -197,3 +197,11 @@ def test_a_request_the_plugin_refuses_is_one_line_and_exit_2(tmp_path: Path) -> 
     proc = _cli(tmp_path, "train", "se_darwin", "--data", str(path), "--steps", "2")
     _one_line_error(proc, "cannot be split into train and held-out parts")
     assert "Traceback" not in proc.stderr
+
+
+def test_json_progress_leaves_no_blank_stderr_line(tmp_path: Path, data: Path) -> None:
+    """--json-progress (the launcher's mode): no progress bar, so no line-ending blank line."""
+    proc = _cli(tmp_path, "train", "se_darwin", "--data", str(data), "--steps", "2",
+                "--json-progress", "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "" not in proc.stderr.splitlines()
