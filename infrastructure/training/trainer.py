@@ -40,6 +40,8 @@ from infrastructure.training.rng import capture_rng_state, restore_rng_state
 from infrastructure.training.summary import TrainingSummary
 
 B = TypeVar("B")
+# The layout of Trainer._stats; the interval pair comes first so that a reset is one op.
+_STATS = ("interval_loss", "interval_count", "nonfinite", "skipped")
 LossFn = Callable[[nn.Module, Any], torch.Tensor]
 OnLog = Callable[[TrainingSummary], None]
 
@@ -112,15 +114,15 @@ class Trainer:
     # ------------------------------------------------------------------ state on the device
 
     def _init_counters(self) -> None:
-        def zero(dtype: torch.dtype) -> torch.Tensor:
-            return torch.zeros((), dtype=dtype, device=self.policy.device)
-
-        self._skipped = zero(torch.int64)
-        self._nonfinite = zero(torch.int64)
-        self._grad_norm = torch.full((), math.nan, device=self.policy.device)
-        self._interval_loss = zero(torch.float32)
-        self._interval_count = zero(torch.int64)
-        self._window = torch.zeros(self.config.overflow_window, device=self.policy.device)
+        device = self.policy.device
+        # One float64 vector (exact counts up to 2**53), so a step updates every counter
+        # with one add_ instead of a tiny op per counter: on a 1-2 ms step each op shows.
+        self._stats = torch.zeros(len(_STATS), dtype=torch.float64, device=device)
+        # What a step adds to _STATS[:3] when its loss is finite (loss, 1, 0) or not.
+        self._finite_tail = torch.tensor([1.0, 0.0], device=device)
+        self._nonfinite_row = torch.tensor([0.0, 0.0, 1.0], device=device)
+        self._grad_norm = torch.full((), math.nan, device=device)
+        self._window = torch.zeros(self.config.overflow_window, device=device)
         self._last_train_loss = math.nan
         self._samples = 0
         self._started: float | None = None
@@ -144,7 +146,7 @@ class Trainer:
         if self._started is None:
             self._started = time.perf_counter()
         self.model.train()
-        self._accumulate(micro_batches, loss_fn)
+        loss_row = self._accumulate(micro_batches, loss_fn)
         for optimizer in self.optimizers:
             self.scaler.unscale_(optimizer)  # a no-op when loss scaling is off
         found_inf = self.scaler.found_inf_tensor()  # 0-dim, on the device: no sync
@@ -156,21 +158,31 @@ class Trainer:
         if taken:
             for scheduler in self.schedulers:
                 scheduler.step()
-        self._record(found_inf, norm, num_samples)
+        self._record(loss_row, found_inf, norm, num_samples)
 
-    def _accumulate(self, micro_batches: Sequence[B], loss_fn: LossFn) -> None:
+    def _accumulate(self, micro_batches: Sequence[B], loss_fn: LossFn) -> torch.Tensor:
+        """Forward and backward every micro-batch; return the step's row of loss stats."""
         count = len(micro_batches)
-        step_loss = torch.zeros((), device=self.policy.device)
+        losses = []
         for batch in micro_batches:
             with self.policy.autocast():
                 loss = loss_fn(self.model, batch)
             loss = loss.float()
-            self.scaler.scale(loss / count).backward()
-            self._nonfinite += (~torch.isfinite(loss.detach())).to(torch.int64)
-            step_loss += loss.detach()
-        finite = torch.isfinite(step_loss)
-        self._interval_loss += torch.where(finite, step_loss / count, 0.0)
-        self._interval_count += finite.to(torch.int64)
+            # x / 1 == x exactly: the division is one tiny op saved on the common path.
+            self.scaler.scale(loss / count if count > 1 else loss).backward()
+            losses.append(loss.detach())
+        step_loss = losses[0]
+        for loss in losses[1:]:
+            step_loss = step_loss + loss
+        # Not torch.isfinite: that is four ops on the CPU; nan < inf and inf < inf are False.
+        finite = step_loss.abs() < math.inf
+        if count == 1:  # (loss, 1, 0) or (0, 0, 1), in three small ops
+            return torch.where(
+                finite, torch.cat((step_loss.reshape(1), self._finite_tail)), self._nonfinite_row
+            )
+        nonfinite = (~torch.isfinite(torch.stack(losses))).sum()
+        mean = torch.where(finite, step_loss / count, 0.0)
+        return torch.stack((mean, finite.float(), nonfinite.float()))
 
     def _clip(self) -> torch.Tensor | None:
         if self.config.max_grad_norm is None:
@@ -202,12 +214,23 @@ class Trainer:
             optimizer.step()
         return True
 
-    def _record(self, found_inf: torch.Tensor, norm: torch.Tensor | None, samples: int) -> None:
-        overflow = found_inf > 0
-        self._skipped += overflow.to(torch.int64)
-        self._window[self.step_count % self.config.overflow_window] = overflow.float()
-        if norm is not None:
-            self._grad_norm = torch.where(overflow, self._grad_norm, norm.float())
+    def _record(
+        self,
+        loss_row: torch.Tensor,
+        found_inf: torch.Tensor,
+        norm: torch.Tensor | None,
+        samples: int,
+    ) -> None:
+        if self.scaler.is_enabled():
+            overflow = found_inf > 0
+            self._stats.add_(torch.cat((loss_row, overflow.float().reshape(1))))
+            self._window[self.step_count % self.config.overflow_window] = overflow.float()
+            if norm is not None:
+                self._grad_norm = torch.where(overflow, self._grad_norm, norm.float())
+        else:  # no scaler, no overflow: nothing is skipped and the window stays zero
+            self._stats[:3].add_(loss_row)
+            if norm is not None:
+                self._grad_norm = norm.float()  # a fresh tensor each step, so keeping it is safe
         self._samples += samples
         self.step_count += 1
         if self.on_log is not None and self.step_count % self.config.log_interval == 0:
@@ -222,28 +245,30 @@ class Trainer:
         previous interval's value when no step has run since). ``reset_interval`` starts
         a new interval; the trainer does that itself when it calls ``on_log``.
         """
-        count = int(self._interval_count.item())
-        if count:
-            self._last_train_loss = float(self._interval_loss.item()) / count
-        if reset_interval:
-            self._interval_loss.zero_()
-            self._interval_count.zero_()
         steps = self.step_count
-        skipped = int(self._skipped.item())
         recent = min(steps, self.config.overflow_window)
-        window = float(self._window[:recent].sum().item()) / recent if recent else 0.0
+        # One host read for the counters; the norm is read apart because under FSDP2 it
+        # is a DTensor, which cannot be concatenated with plain tensors.
+        overflows = self._window[:recent].sum().double().reshape(1)
+        values: list[float] = torch.cat((self._stats, overflows)).tolist()
+        loss_sum, count, nonfinite, skipped, window_sum = values
+        if count:
+            self._last_train_loss = loss_sum / count
+        if reset_interval:
+            self._stats[:2].zero_()
+        window = window_sum / recent if recent else 0.0
         wall = time.perf_counter() - self._started if self._started is not None else 0.0
         return TrainingSummary(
             precision=self.policy.name,
             step=steps,
-            optimizer_steps=steps - skipped,
-            skipped_steps=skipped,
+            optimizer_steps=steps - int(skipped),
+            skipped_steps=int(skipped),
             overflow_rate=skipped / steps if steps else 0.0,
             overflow_rate_window=window,
             loss_scale=self.scaler.get_scale(),
             grad_norm=float(self._grad_norm.item()),
             train_loss=self._last_train_loss,
-            nonfinite_losses=int(self._nonfinite.item()),
+            nonfinite_losses=int(nonfinite),
             samples=self._samples,
             samples_per_second=self._samples / wall if wall > 0 else 0.0,
             wall_seconds=wall,
@@ -276,8 +301,8 @@ class Trainer:
             keys.RNG: capture_rng_state(),
             keys.CONFIG: {"trainer": asdict(self.config)},
             keys.STATS: {
-                "skipped_steps": int(self._skipped.item()),
-                "nonfinite_losses": int(self._nonfinite.item()),
+                "skipped_steps": int(self._stats[_STATS.index("skipped")].item()),
+                "nonfinite_losses": int(self._stats[_STATS.index("nonfinite")].item()),
                 "grad_norm": float(self._grad_norm.item()),
                 "overflow_window": self._window.cpu().clone(),
             },
@@ -307,8 +332,8 @@ class Trainer:
         self._init_counters()
         stats = state.get(keys.STATS, {})
         device = self.policy.device
-        self._skipped.fill_(int(stats.get("skipped_steps", 0)))
-        self._nonfinite.fill_(int(stats.get("nonfinite_losses", 0)))
+        self._stats[_STATS.index("skipped")] = int(stats.get("skipped_steps", 0))
+        self._stats[_STATS.index("nonfinite")] = int(stats.get("nonfinite_losses", 0))
         self._grad_norm.fill_(float(stats.get("grad_norm", math.nan)))
         window = stats.get("overflow_window")
         if window is not None and window.numel() == self._window.numel():
