@@ -89,7 +89,9 @@ def test_run_past_its_timeout_is_stopped_with_a_checkpoint_and_the_daemon_serves
     daemon_factory: DaemonFactory,
 ) -> None:
     """RUN_TIMEOUT_SECONDS: SIGTERM at the limit, every rank exits, the run counts as stopped."""
-    timeout = 15.0  # torchrun and two ranks start in ~5 s here; the run would take hours
+    # torchrun and two ranks start in ~5 s here, loaded; 30 s leaves room on a slower machine
+    # (a SIGTERM before the ranks are up would make the run "failed"). The run would take hours.
+    timeout = 30.0
     daemon = daemon_factory(
         _settings(
             GENESIS_FP16_STEPS_PER_RUN="100000000",
@@ -98,7 +100,7 @@ def test_run_past_its_timeout_is_stopped_with_a_checkpoint_and_the_daemon_serves
         ),
         fixtures=False,
     )
-    daemon.wait_for(lambda: _outcomes(daemon)["stopped"], "the timeout to stop the run", 75)
+    daemon.wait_for(lambda: _outcomes(daemon)["stopped"], "the timeout to stop the run", 100)
     assert _outcomes(daemon) == {"success": 0, "failed": 0, "stopped": 1}
     assert daemon.events(f"stopping the torchrun job: the {timeout}s timeout (SIGTERM)")
     assert not [r for r in daemon.logs() if "killing it" in str(r["event"])]
