@@ -42,6 +42,17 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+def _stub_request(tmp_path: Path) -> TrainRequest:
+    """A request for a launcher test whose command is replaced by a stand-in child."""
+    return TrainRequest(
+        agent="stub",
+        precision="fp32",
+        precision_reason="test",
+        state_dir=tmp_path,
+        checkpoint_dir=tmp_path / "ckpt",
+    )
+
+
 def _ranks_alive(marker: str) -> list[int]:
     """Pids of live processes whose command line mentions ``marker``."""
     alive = []
@@ -133,13 +144,7 @@ def test_launcher_kills_torchrun_and_its_ranks_when_they_ignore_sigterm(
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     command += ["--nproc-per-node", "2", str(script)]
     monkeypatch.setattr(launcher, "torchrun_command", lambda request, nproc: command)
-    request = TrainRequest(
-        agent="stub",
-        precision="fp32",
-        precision_reason="test",
-        state_dir=tmp_path,
-        checkpoint_dir=tmp_path / "ckpt",
-    )
+    request = _stub_request(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_FP16_")}
     # torchrun itself waits 30 s for its ranks after SIGTERM; this kill comes first.
     with pytest.raises(LaunchError, match="without rank 0's JSON result"):
@@ -198,13 +203,7 @@ def test_launcher_relays_every_stderr_line_with_the_jobs_context(
     """The child's stderr comes back through structlog, all of it, in JSON, with agent/run_id."""
     command = [sys.executable, "-c", CHATTY_CHILD]
     monkeypatch.setattr(launcher, "torchrun_command", lambda request, nproc: command)
-    request = TrainRequest(
-        agent="stub",
-        precision="fp32",
-        precision_reason="test",
-        state_dir=tmp_path,
-        checkpoint_dir=tmp_path / "ckpt",
-    )
+    request = _stub_request(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "GENESIS_FP16_LOG_FORMAT"}
     merge = structlog.contextvars.merge_contextvars
     with (
