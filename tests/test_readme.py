@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -10,6 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+
+from infrastructure.training import resolve_precision
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -82,10 +86,14 @@ def test_plugin_example_is_discovered_and_trains(tmp_path: Path) -> None:
     assert agents.returncode == 0, agents.stderr
     listed = {a["name"]: a for a in json.loads(agents.stdout)}
     assert listed["my_agent"]["state"] == "loaded"
-    trained = cli("train", "my_agent", "--steps", "20", "--precision", "bf16", "--json")
+    # Device and precision auto, as a user runs it: cuda on a GPU host, the CPU elsewhere.
+    trained = cli("train", "my_agent", "--steps", "20", "--json")
     assert trained.returncode == 0, trained.stderr
     result = json.loads(trained.stdout.strip().splitlines()[-1])
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     assert result["agent"] == "my_agent"
-    assert result["precision_used"] == "bf16"
+    assert result["device"].split(":")[0] == device
+    assert result["precision_used"] == resolve_precision("auto", device).used
     assert result["steps"] == 20
+    assert math.isfinite(result["eval"]["loss"])
     assert Path(result["checkpoint"]).exists()

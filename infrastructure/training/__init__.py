@@ -16,6 +16,7 @@ import types
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from infrastructure.training.batches import to_device
     from infrastructure.training.checkpoint import CheckpointError, CheckpointManager
     from infrastructure.training.fit import FitOptions, FitResult, TrainingTask, fit
     from infrastructure.training.guard_config import GuardConfig
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
 # Exported name -> the submodule that defines it.
 _EXPORTS: dict[str, str] = {
+    "to_device": "batches",
     "CheckpointError": "checkpoint",
     "CheckpointManager": "checkpoint",
     "FitOptions": "fit",
@@ -78,6 +80,7 @@ __all__ = [
     "TrainingTask",
     "fit",
     "resolve_precision",
+    "to_device",
 ]
 
 

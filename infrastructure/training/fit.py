@@ -28,6 +28,7 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from infrastructure.training import checkpoint_keys as keys
 from infrastructure.training import distributed
+from infrastructure.training.batches import to_device
 from infrastructure.training.checkpoint import CheckpointManager
 from infrastructure.training.guard import GuardConfig, PrecisionGuard, checkpoints_after
 from infrastructure.training.loss_scaler import ScalerConfig
@@ -50,6 +51,14 @@ class TrainingTask(Protocol):
     may also define ``load_extra_state(state)``; on resume it receives what
     ``extra_state()`` returned when the checkpoint was written (plain Python values and
     tensors only, so that the checkpoint stays ``weights_only``-loadable).
+
+    Devices: ``fit()`` resolves the run's device (``auto`` is cuda on a GPU host), moves
+    the model there, and moves every tensor of each training batch there before
+    ``loss`` sees it (:func:`~infrastructure.training.batches.to_device`: a no-op for a
+    tensor already there, non-blocking from pinned memory). A task may yield its
+    batches on the CPU and needs no device of its own. ``evaluate(model)`` gets the
+    model on the run's device; it reads its own held-out data, so it moves that data
+    to the model's device (``to_device(data, next(model.parameters()).device)``).
     """
 
     def build_model(self) -> nn.Module:
@@ -69,11 +78,14 @@ class TrainingTask(Protocol):
         ...
 
     def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
-        """The forward on one batch; ``fit`` runs it under the policy's autocast."""
+        """The forward on one batch, already on the run's device, under the policy's autocast."""
         ...
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
-        """Held-out metrics, including ``"loss"``; run under ``torch.no_grad()``."""
+        """Held-out metrics, including ``"loss"``; run under ``torch.no_grad()``.
+
+        ``model`` is on the run's device: move the held-out data to it first.
+        """
         ...
 
     def extra_state(self) -> dict[str, Any]:
@@ -326,7 +338,8 @@ def _run_loop(
             if options.should_stop():
                 logger.info("stop requested: stopping at step %d", trainer.step_count)
                 return True
-            trainer.step(*distributed.shard_step(group, loss_fn))  # this rank's slices
+            micro, step_loss, samples = distributed.shard_step(group, loss_fn)  # this rank's
+            trainer.step(to_device(micro, trainer.policy.device), step_loss, samples)
             position.batch += len(group)
             for hook in options.step_hooks:
                 hook(trainer)
