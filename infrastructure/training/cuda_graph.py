@@ -1,0 +1,186 @@
+"""One whole training step captured into a CUDA graph and replayed, per batch signature.
+
+An eager step of a small model is host-bound: each of its ~100-200 kernels costs host
+time to launch, while the matmuls are tiny (``../shared/gpu/h100-2026-11-22.md``: 4.8-10
+ms eager against 0.72-0.77 ms replayed, at batch 64 on an H100). Replaying the step from
+one graph launches it once. What the trainer hands over is a *device-only* step
+(``body(micro_batches)``: forward, scaled backward, unscale and found-inf check, clip,
+optimizer step that skips on found-inf, scale update, device counters), which already
+runs without a host sync; this module decides when to run it eagerly, when to capture
+it and when to replay it::
+
+    graphs = StepGraphs(torch.device("cuda"))
+    how = graphs.run(body, micro_batches)   # "warmup", "captured", "replayed" or "eager"
+
+- The first ``warmup`` calls of each batch signature run eagerly on a side stream
+  (optimizer state, cuBLAS workspaces and autocast's first casts are allocated there,
+  outside any graph), as torch's CUDA-graph notes ask.
+- Then the step is captured once with the batch copied into static buffers, and
+  replayed at once: capturing runs no kernel, so the replay *is* that step.
+- Later calls with the same signature copy the batch into the static buffers and
+  replay. The signature is the batch's structure, the shape, dtype and device of every
+  tensor, and the value of every other leaf (an int in a batch is baked into a graph).
+- At most ``max_graphs`` signatures are captured (an epoch's last partial batch is a
+  second one; an eval-shaped batch a third); a further signature runs eagerly and is
+  counted in ``eager_steps``. Every graph draws on one shared memory pool.
+- ``reset()`` drops every graph: call it whenever tensors the graphs read are replaced
+  rather than written in place (loading a checkpoint, a guard rollback). The next
+  calls warm up and capture again.
+
+Bitwise: a replay runs the kernels the eager step runs, on the same inputs, so a graphed
+run computes what an eager run computes. The body must not keep Python state that
+changes from step to step (a Python counter is read once, at capture): the trainer
+keeps every per-step value in device tensors updated in place.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+StepBody = Callable[[Sequence[Any]], None]
+
+
+@dataclass
+class _Captured:
+    graph: torch.cuda.CUDAGraph
+    static: list[torch.Tensor]  # the tensors of the static batch, in flatten order
+    batch: list[Any]  # the static micro-batches the graph reads
+
+
+@dataclass
+class StepGraphs:
+    """Warm-up, capture and replay of a device-only step; see the module docstring."""
+
+    device: torch.device
+    warmup: int = 3
+    max_graphs: int = 4
+    captured_steps: int = 0  # steps that ran from a graph (capture-and-replay included)
+    eager_steps: int = 0  # steps past the signature bound, run eagerly
+    warmup_steps: int = 0
+    _graphs: dict[Hashable, _Captured] = field(default_factory=dict)
+    _seen: dict[Hashable, int] = field(default_factory=dict)
+    _pool: Any = None
+    _side: torch.cuda.Stream | None = None
+
+    def run(self, body: StepBody, micro_batches: Sequence[Any]) -> str:
+        """Run one step of ``body`` on ``micro_batches``; return how it ran."""
+        key = signature(micro_batches)
+        if key is None:  # a leaf that cannot be compared: never baked into a graph
+            body(micro_batches)
+            self.eager_steps += 1
+            return "eager"
+        captured = self._graphs.get(key)
+        if captured is not None:
+            _copy_into(captured.static, micro_batches)
+            captured.graph.replay()
+            self.captured_steps += 1
+            return "replayed"
+        seen = self._seen.get(key, 0)
+        if seen < self.warmup:
+            self._seen[key] = seen + 1
+            self._on_side_stream(body, micro_batches)
+            self.warmup_steps += 1
+            return "warmup"
+        if len(self._graphs) >= self.max_graphs:
+            body(micro_batches)
+            self.eager_steps += 1
+            return "eager"
+        self._graphs[key] = self._capture(body, micro_batches)
+        self._graphs[key].graph.replay()
+        self.captured_steps += 1
+        return "captured"
+
+    def reset(self) -> None:
+        """Forget every graph and warm-up count (state was replaced, not written in place)."""
+        self._graphs.clear()
+        self._seen.clear()
+        self._pool = None
+
+    @property
+    def graph_count(self) -> int:
+        return len(self._graphs)
+
+    def _stream(self) -> torch.cuda.Stream:
+        if self._side is None:
+            self._side = torch.cuda.Stream(self.device)
+        return self._side
+
+    def _on_side_stream(self, body: StepBody, micro_batches: Sequence[Any]) -> None:
+        side, main = self._stream(), torch.cuda.current_stream(self.device)
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            body(micro_batches)
+        main.wait_stream(side)
+
+    def _capture(self, body: StepBody, micro_batches: Sequence[Any]) -> _Captured:
+        static_batch = [_clone_tensors(batch) for batch in micro_batches]
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool, stream=self._stream()):
+            body(static_batch)
+        if self._pool is None:
+            self._pool = graph.pool()
+        logger.info(
+            "captured a CUDA graph of the whole step (%d of at most %d)",
+            len(self._graphs) + 1,
+            self.max_graphs,
+        )
+        return _Captured(graph, flatten_tensors(static_batch), static_batch)
+
+
+def signature(value: Any) -> Hashable | None:
+    """A hashable description of a batch: structure, tensor metadata, other leaf values.
+
+    None when a leaf is neither a tensor nor hashable: such a batch is never captured.
+
+    >>> signature((torch.zeros(2, 3), 4)) == signature((torch.ones(2, 3), 4))
+    True
+    """
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype, value.device)
+    if isinstance(value, list | tuple | dict):
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        parts = [(key, signature(item)) for key, item in items]
+        if any(part is None for _, part in parts):
+            return None
+        return (type(value), tuple(parts))
+    try:
+        hash(value)
+    except TypeError:
+        return None
+    return ("leaf", type(value), value)
+
+
+def flatten_tensors(value: Any) -> list[torch.Tensor]:
+    """Every tensor of a batch, in a fixed order (the one ``signature`` walks)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in flatten_tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in flatten_tensors(v)]
+    return []
+
+
+def _clone_tensors(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_clone_tensors(v) for v in value))
+    if isinstance(value, list | tuple):
+        return type(value)(_clone_tensors(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _clone_tensors(v) for k, v in value.items()}
+    return value
+
+
+def _copy_into(static: list[torch.Tensor], micro_batches: Sequence[Any]) -> None:
+    fresh = flatten_tensors(list(micro_batches))
+    for target, source in zip(static, fresh, strict=True):
+        target.copy_(source, non_blocking=True)

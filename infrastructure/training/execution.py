@@ -1,0 +1,117 @@
+"""Eager steps or one captured CUDA graph per step: decided once per run, with the reason.
+
+``resolve_execution`` looks at what a run is made of and answers like
+``resolve_precision`` does: what was asked, what will run, and why::
+
+    resolved = resolve_execution("auto", torch.device("cpu"), optimizers, schedulers=())
+    resolved.used    # 'eager'
+    resolved.reason  # 'CUDA graphs need a CUDA device; this run is on cpu'
+
+A step can be captured only when everything it does stays on the device: a CUDA
+device, one process (no DDP/FSDP collectives to capture), optimizers that keep their
+step counters on the device (``capturable=True``) and skip an overflowing fp16 step by
+themselves (``fused=True``: no host read of the overflow flag), and no LR scheduler
+(a scheduler advances on the host, only after taken steps, which a replayed graph
+cannot tell it without a host read). ``on`` where a condition fails is an error before
+the first step, never a silent fallback; ``auto`` runs eagerly and reports the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch.optim import Optimizer
+
+from infrastructure.training.execution_names import CUDA_GRAPH_REQUESTS, CUDA_GRAPH_VERIFIED
+
+
+class ExecutionError(ValueError):
+    """``cuda_graph='on'`` for a run that cannot be captured; the message says why."""
+
+
+@dataclass(frozen=True)
+class ResolvedExecution:
+    """``used`` is ``eager`` or ``cuda_graph``; ``reason`` says why, for the run's report."""
+
+    requested: str
+    used: str
+    reason: str
+
+
+def resolve_execution(
+    requested: str,
+    device: torch.device,
+    optimizers: Sequence[Optimizer],
+    schedulers: Sequence[object] = (),
+    *,
+    host_sync_per_step: bool = False,
+    world_size: int = 1,
+) -> ResolvedExecution:
+    """Decide eager or ``cuda_graph`` for a run, once; see the module docstring.
+
+    >>> model = torch.nn.Linear(2, 1)
+    >>> opt = torch.optim.AdamW(model.parameters())
+    >>> resolve_execution("off", torch.device("cpu"), [opt]).used
+    'eager'
+    """
+    if requested not in CUDA_GRAPH_REQUESTS:
+        raise ExecutionError(
+            f"unknown cuda_graph setting {requested!r}; valid: {', '.join(CUDA_GRAPH_REQUESTS)}"
+        )
+    if requested == "off":
+        return ResolvedExecution(requested, "eager", "cuda_graph=off: eager steps requested")
+    obstacle = _capture_obstacle(device, optimizers, schedulers, host_sync_per_step, world_size)
+    if obstacle is not None:
+        if requested == "on":
+            raise ExecutionError(
+                f"cuda_graph=on, but this run cannot be captured: {obstacle}; "
+                "set cuda_graph to auto (eager here, with this reason) or off"
+            )
+        return ResolvedExecution(requested, "eager", obstacle)
+    if requested == "auto" and not CUDA_GRAPH_VERIFIED:
+        return ResolvedExecution(
+            requested,
+            "eager",
+            "capturable, but auto stays eager until the captured step has passed its GPU "
+            "tests; cuda_graph=on uses it",
+        )
+    return ResolvedExecution(
+        requested, "cuda_graph", f"cuda_graph={requested}: whole step captured on {device}"
+    )
+
+
+def _capture_obstacle(
+    device: torch.device,
+    optimizers: Sequence[Optimizer],
+    schedulers: Sequence[object],
+    host_sync_per_step: bool,
+    world_size: int,
+) -> str | None:
+    """Why a step of this run cannot be captured, or None when it can."""
+    if device.type != "cuda":
+        return f"CUDA graphs need a CUDA device; this run is on {device.type}"
+    if world_size > 1:
+        return (
+            f"{world_size} ranks under torchrun: the DDP/FSDP collectives are not captured, "
+            "steps run eagerly"
+        )
+    for index, optimizer in enumerate(optimizers):
+        name = type(optimizer).__name__
+        if not all(group.get("capturable", False) for group in optimizer.param_groups):
+            return (
+                f"optimizer {index} ({name}) is not capturable: build it with "
+                "capturable=True (and fused=True) so its step counters stay on the device"
+            )
+    if schedulers:
+        return (
+            f"{len(schedulers)} LR scheduler(s): a scheduler advances on the host after taken "
+            "steps only, which a replayed graph cannot tell it without a host read"
+        )
+    if host_sync_per_step:
+        return (
+            "the fp16 step reads the overflow flag on the host (an optimizer without "
+            "fused=True cannot skip on the device)"
+        )
+    return None
