@@ -16,6 +16,8 @@ class GuardSettings(BaseModel):
 
     guard_enabled: bool = True
     guard_ladder: str = "fp16,bf16,fp32"
+    # false: keep bf16 on the ladder where it is emulated (a CPU without AVX512-BF16/AMX).
+    guard_bf16_needs_native: bool = True
     guard_check_interval: int = Field(default=25, ge=1)
     guard_on_unstable: bool = True
     guard_nonfinite_limit: int = Field(default=3, ge=0)

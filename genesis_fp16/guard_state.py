@@ -37,6 +37,7 @@ def guard_config(settings: Settings) -> GuardConfig | None:
         return None
     return GuardConfig(
         ladder=tuple(settings.guard_ladder.split(",")),
+        bf16_needs_native=settings.guard_bf16_needs_native,
         check_interval=settings.guard_check_interval,
         on_unstable=settings.guard_on_unstable,
         nonfinite_limit=settings.guard_nonfinite_limit or None,

@@ -44,6 +44,8 @@ ENV = {
     "GENESIS_FP16_GUARD_CHECK_INTERVAL": "5",
     "GENESIS_FP16_GUARD_OVERFLOW_WINDOW": "5",
     "GENESIS_FP16_GUARD_OVERFLOW_WARMUP": "0",
+    # bf16 stays on the ladder on a CPU without native bf16 too: the same demotion anywhere.
+    "GENESIS_FP16_GUARD_BF16_NEEDS_NATIVE": "false",
     "FIXTURE_FAULT_STEP": "12",
 }
 

@@ -84,7 +84,8 @@ def test_failed_probe_is_remembered_and_does_not_raise(tmp_path: Path) -> None:
     )
     registry = CollectorRegistry()
     probe = DaemonMetrics(registry, "t").probe
-    record = gate_before_run(settings, probe, "fixture_good", fixture_good, None, "cpu", "auto")
+    # bf16 asked for explicitly: auto is fp32 on a CPU without native bf16, which is not probed.
+    record = gate_before_run(settings, probe, "fixture_good", fixture_good, None, "cpu", "bf16")
     assert record is not None and "NotImplementedError" in str(record.error)
     assert read_record(probe_result_path(settings.state_dir, "fixture_good")) == record
     assert _value(registry, "genesis_fp16_probe_timestamp_seconds", agent="fixture_good") is None

@@ -3,7 +3,7 @@
 Shared by the guard's own tests (tests/infrastructure/training/test_guard.py) and the
 daemon's recording tests (tests/genesis_fp16/test_guard_record.py), which put this folder
 on ``sys.path``. Each entry of ``CASES`` makes one trigger fire at step ``DEMOTED_AT``
-and roll back to ``ROLLBACK_TO`` (on a CPU with native bf16, the next rung is bf16)::
+and roll back to ``ROLLBACK_TO``; the next rung is bf16 on every CPU (see ``BASE``)::
 
     fault, guard, scaler = CASES["divergence"]
     result = guarded_run(FaultTask(fault), tmp_path, guard, scaler)
@@ -107,8 +107,15 @@ def guarded_run(
     return fit(task, options)
 
 
+# bf16_needs_native=False: the ladder is fp16 -> bf16 -> fp32 on every CPU, so these set-ups
+# test the same demotions on a CPU without native bf16 (bf16 then runs emulated: real bf16
+# arithmetic, slower). test_guard.py checks the hardware rule itself.
 BASE = GuardConfig(
-    check_interval=CHECK, overflow_window=CHECK, overflow_warmup=0, divergence_warmup=2
+    check_interval=CHECK,
+    overflow_window=CHECK,
+    overflow_warmup=0,
+    divergence_warmup=2,
+    bf16_needs_native=False,
 )
 # The reason each set-up demotes for -> (fault, guard, scaler). scaler_unstable turns the
 # overflow-rate trigger off, so only the scaler sitting at its floor can fire.
@@ -118,7 +125,7 @@ CASES = {
     "divergence": ("divergence", BASE, ScalerConfig()),
     "scaler_unstable": (
         "overflow",
-        GuardConfig(check_interval=CHECK, overflow_rate_limit=None),
+        GuardConfig(check_interval=CHECK, overflow_rate_limit=None, bf16_needs_native=False),
         ScalerConfig(init_scale=4.0, unstable_after=1),
     ),
 }
