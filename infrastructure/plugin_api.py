@@ -78,13 +78,15 @@ class TrainRequest:
     quarantine_path: Path | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     fsdp: bool = False  # under torchrun: shard with FSDP2 instead of DDP (FitOptions.fsdp)
+    cuda_graph: str = "auto"  # auto, on or off: the captured step (FitOptions.cuda_graph)
 
     def fit_options(self, **overrides: Any) -> FitOptions:
         """The :class:`~infrastructure.training.FitOptions` this request asks for.
 
         Precision, device, steps, epochs, seed, resume, checkpoint folder, log interval,
-        callbacks, guard and FSDP come from the request; ``overrides`` replace any of them
-        or set the rest (``checkpoint_interval``, ``scaler``, ``trainer``, ...)::
+        callbacks, guard, FSDP and the CUDA-graph setting come from the request;
+        ``overrides`` replace any of them or set the rest (``checkpoint_interval``,
+        ``scaler``, ``trainer``, ...)::
 
             result = fit(task, request.fit_options(steps=request.steps or 100))
         """
@@ -103,6 +105,7 @@ class TrainRequest:
             "should_stop": self.should_stop,
             "guard": self.guard,
             "fsdp": self.fsdp,
+            "cuda_graph": self.cuda_graph,
         }
         return FitOptions(**{**fields, **overrides})
 
@@ -129,6 +132,9 @@ class TrainResult:
     stopped_early: bool = False
     demotions: Sequence[Mapping[str, Any]] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # What the steps ran as (eager or cuda_graph) and why, like precision_used/_reason.
+    execution: str = "eager"
+    execution_reason: str = "not reported by the agent"
 
     @classmethod
     def from_fit(
@@ -161,6 +167,8 @@ class TrainResult:
             stopped_early=result.stopped_early,
             demotions=result.demotions,
             extra=dict(extra or {}),
+            execution=result.execution.used,
+            execution_reason=result.execution.reason,
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -44,7 +44,7 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-StepBody = Callable[[Sequence[Any]], None]
+StepBody = Callable[[Sequence[Any]], object]  # its return value is ignored
 
 
 @dataclass

@@ -30,6 +30,7 @@ from infrastructure.training import checkpoint_keys as keys
 from infrastructure.training import distributed
 from infrastructure.training.batches import to_device
 from infrastructure.training.checkpoint import CheckpointManager
+from infrastructure.training.execution import ResolvedExecution
 from infrastructure.training.guard import GuardConfig, PrecisionGuard, checkpoints_after
 from infrastructure.training.loss_scaler import ScalerConfig
 from infrastructure.training.precision import PrecisionPolicy, ResolvedPrecision
@@ -117,6 +118,8 @@ class FitOptions:
       of the ladder to the same target step, and ``FitResult.demotions`` says so.
     - ``fsdp``: under an initialised multi-rank process group, shard the model with
       FSDP2 instead of DDP (see :mod:`infrastructure.training.distributed`).
+    - ``cuda_graph`` replaces ``trainer.cuda_graph``: ``auto``, ``on`` or ``off``; what ran
+      and why is ``FitResult.execution`` (see :mod:`infrastructure.training.execution`).
     """
 
     precision: str = "auto"
@@ -136,6 +139,7 @@ class FitOptions:
     step_hooks: Sequence[StepHook] = ()
     guard: GuardConfig | None = None
     fsdp: bool = False
+    cuda_graph: str = "auto"
 
     def __post_init__(self) -> None:
         if self.steps is None and self.epochs is None:
@@ -157,7 +161,8 @@ class FitResult:
     the end (None without ``checkpoint_dir``), ``resumed_from`` the one started from.
     ``demotions`` lists the precision guard's demotions, oldest first, as plain dicts
     (``from``, ``to``, ``reason``, ``step``, ``rollback_step``, ``detail``);
-    ``precision`` is then the resolution of the precision the run ended in.
+    ``precision`` is then the resolution of the precision the run ended in, and
+    ``execution`` says whether its steps ran eagerly or from a captured CUDA graph, and why.
     """
 
     summary: TrainingSummary
@@ -166,6 +171,7 @@ class FitResult:
     precision: ResolvedPrecision
     steps_run: int
     stopped_early: bool
+    execution: ResolvedExecution
     resumed_from: Path | None = None
     demotions: tuple[Mapping[str, Any], ...] = ()
 
@@ -220,9 +226,10 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
         options.on_log(summary)
     metrics = _evaluate(task, model, policy)
     logger.info(
-        "fit: %d step(s) in %s, train loss %.6g, eval %s%s",
+        "fit: %d step(s) in %s (%s), train loss %.6g, eval %s%s",
         steps_run,
         policy.name,
+        trainer.execution.used,
         summary.train_loss,
         metrics,
         " (stopped early)" if stopped else "",
@@ -236,6 +243,7 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
         stopped_early=stopped,
         resumed_from=resumed_from,
         demotions=tuple(demotions),
+        execution=trainer.execution,
     )
 
 
@@ -245,7 +253,9 @@ def _build_trainer(task: TrainingTask, policy: PrecisionPolicy, options: FitOpti
     model = distributed.wrap_model(model, policy, fsdp=options.fsdp)  # no-op in one process
     optimizers = task.build_optimizers(model)
     schedulers = task.build_schedulers(optimizers)
-    trainer_config = replace(options.trainer, log_interval=options.log_interval)
+    trainer_config = replace(
+        options.trainer, log_interval=options.log_interval, cuda_graph=options.cuda_graph
+    )
     return Trainer(model, optimizers, policy, trainer_config, schedulers, options.on_log)
 
 
@@ -389,6 +399,7 @@ def _resolved_config(trainer: Trainer, options: FitOptions) -> dict[str, Any]:
         "keep": options.keep,
         "checkpoint_interval": options.checkpoint_interval,
         "log_interval": options.log_interval,
+        "execution": {"requested": trainer.execution.requested, "used": trainer.execution.used},
         "trainer": asdict(trainer.config),
         "scaler": asdict(trainer.scaler.config),
     }

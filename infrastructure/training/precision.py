@@ -217,13 +217,20 @@ class PrecisionPolicy:
             scaler=LossScaler.from_config(dev, config),
         )
 
-    def autocast(self) -> contextlib.AbstractContextManager[None]:
+    def autocast(self, cache_enabled: bool = True) -> contextlib.AbstractContextManager[None]:
         """``torch.autocast`` in ``compute_dtype``; for fp32 an autocast that is disabled.
 
         A disabled autocast also switches off any enclosing one, so fp32 really is fp32.
+        ``cache_enabled=False`` recasts a weight each time it is used (what a step captured
+        into a CUDA graph needs); the values are the same either way.
         """
         enabled = self.name != "fp32"
-        return torch.autocast(self.device.type, dtype=self.compute_dtype, enabled=enabled)
+        return torch.autocast(
+            self.device.type,
+            dtype=self.compute_dtype,
+            enabled=enabled,
+            cache_enabled=cache_enabled,
+        )
 
     def check_model(self, model: nn.Module) -> None:
         """Raise :class:`PrecisionError` unless ``model`` can train under this policy.

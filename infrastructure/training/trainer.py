@@ -22,6 +22,7 @@ Host syncs, honestly:
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -35,10 +36,14 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from infrastructure.training import checkpoint_keys as keys
 from infrastructure.training import distributed
+from infrastructure.training.cuda_graph import StepGraphs
+from infrastructure.training.execution import resolve_execution
+from infrastructure.training.execution_names import CUDA_GRAPH_REQUESTS
 from infrastructure.training.precision import PrecisionPolicy
 from infrastructure.training.rng import capture_rng_state, restore_rng_state
 from infrastructure.training.summary import TrainingSummary
 
+logger = logging.getLogger(__name__)
 B = TypeVar("B")
 # The layout of Trainer._stats; the interval pair comes first so that a reset is one op.
 _STATS = ("interval_loss", "interval_count", "nonfinite", "skipped")
@@ -58,14 +63,22 @@ class TrainerConfig:
     - ``log_interval``: every this many steps the trainer reads its statistics (a host
       sync) and calls ``on_log`` with a :class:`TrainingSummary`.
     - ``overflow_window``: the number of recent steps ``overflow_rate_window`` covers.
+    - ``cuda_graph``: ``auto``, ``on`` or ``off``: replay the whole step from a captured
+      CUDA graph where the run allows it (:mod:`infrastructure.training.execution` says
+      when; ``Trainer.execution`` says what ran and why).
     """
 
     max_grad_norm: float | None = 1.0
     grad_accum_steps: int = 1
     log_interval: int = 50
     overflow_window: int = 100
+    cuda_graph: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.cuda_graph not in CUDA_GRAPH_REQUESTS:
+            raise ValueError(
+                f"cuda_graph={self.cuda_graph!r}: choose from {', '.join(CUDA_GRAPH_REQUESTS)}"
+            )
         if self.max_grad_norm is not None and not self.max_grad_norm > 0:
             raise ValueError(f"max_grad_norm={self.max_grad_norm!r}: must be > 0, or None")
         for name in ("grad_accum_steps", "log_interval", "overflow_window"):
@@ -110,6 +123,17 @@ class Trainer:
         self._params = [p for o in self.optimizers for g in o.param_groups for p in g["params"]]
         self._fused = all(getattr(o, "_step_supports_amp_scaling", False) for o in self.optimizers)
         self._init_counters()
+        self.execution = resolve_execution(
+            config.cuda_graph,
+            policy.device,
+            self.optimizers,
+            self.schedulers,
+            host_sync_per_step=self.host_sync_per_step,
+            world_size=distributed.rank_and_world()[1],
+        )
+        logger.info("execution %s (%s)", self.execution.used, self.execution.reason)
+        # Warm-up, capture and replay of _device_step; None for eager steps.
+        self.graphs = StepGraphs(policy.device) if self.execution.used == "cuda_graph" else None
 
     # ------------------------------------------------------------------ state on the device
 
@@ -123,6 +147,9 @@ class Trainer:
         self._nonfinite_row = torch.tensor([0.0, 0.0, 1.0], device=device)
         self._grad_norm = torch.full((), math.nan, device=device)
         self._window = torch.zeros(self.config.overflow_window, device=device)
+        # Where the next step's overflow flag goes in _window, kept on the device: a Python
+        # index would be read once, when a CUDA graph is captured, and never move again.
+        self._slot = torch.zeros((), dtype=torch.int64, device=device)
         self._last_train_loss = math.nan
         self._samples = 0
         self._started: float | None = None
@@ -146,6 +173,25 @@ class Trainer:
         if self._started is None:
             self._started = time.perf_counter()
         self.model.train()
+        if self.graphs is None:
+            taken = self._device_step(micro_batches, loss_fn)
+        else:  # the same step, replayed (resolve_execution: no schedulers on this path)
+            self.graphs.run(lambda batches: self._device_step(batches, loss_fn), micro_batches)
+            taken = True
+        if taken:
+            for scheduler in self.schedulers:
+                scheduler.step()
+        self._samples += num_samples
+        self.step_count += 1
+        if self.on_log is not None and self.step_count % self.config.log_interval == 0:
+            self.on_log(self.summary(reset_interval=True))
+
+    def _device_step(self, micro_batches: Sequence[B], loss_fn: LossFn) -> bool:
+        """Everything a step does on the device; True unless it was skipped on the host.
+
+        It keeps no Python state that changes from step to step, so it can be captured
+        into a CUDA graph once and replayed (``cuda_graph.StepGraphs``).
+        """
         loss_row = self._accumulate(micro_batches, loss_fn)
         for optimizer in self.optimizers:
             self.scaler.unscale_(optimizer)  # a no-op when loss scaling is off
@@ -155,17 +201,16 @@ class Trainer:
         self.scaler.update()
         for optimizer in self.optimizers:
             optimizer.zero_grad(set_to_none=True)
-        if taken:
-            for scheduler in self.schedulers:
-                scheduler.step()
-        self._record(loss_row, found_inf, norm, num_samples)
+        self._record(loss_row, found_inf, norm)
+        return taken
 
     def _accumulate(self, micro_batches: Sequence[B], loss_fn: LossFn) -> torch.Tensor:
         """Forward and backward every micro-batch; return the step's row of loss stats."""
         count = len(micro_batches)
         losses = []
         for batch in micro_batches:
-            with self.policy.autocast():
+            # No cast cache in a graph: cached casts would outlive the capture that made them.
+            with self.policy.autocast(cache_enabled=self.graphs is None):
                 loss = loss_fn(self.model, batch)
             loss = loss.float()
             # x / 1 == x exactly: the division is one tiny op saved on the common path.
@@ -215,26 +260,25 @@ class Trainer:
         return True
 
     def _record(
-        self,
-        loss_row: torch.Tensor,
-        found_inf: torch.Tensor,
-        norm: torch.Tensor | None,
-        samples: int,
+        self, loss_row: torch.Tensor, found_inf: torch.Tensor, norm: torch.Tensor | None
     ) -> None:
         if self.scaler.is_enabled():
             overflow = found_inf > 0
             self._stats.add_(torch.cat((loss_row, overflow.float().reshape(1))))
-            self._window[self.step_count % self.config.overflow_window] = overflow.float()
+            self._window.index_put_((self._slot,), overflow.float())
+            torch.remainder(self._slot + 1, self.config.overflow_window, out=self._slot)
             if norm is not None:
-                self._grad_norm = torch.where(overflow, self._grad_norm, norm.float())
+                self._keep_norm(torch.where(overflow, self._grad_norm, norm.float()))
         else:  # no scaler, no overflow: nothing is skipped and the window stays zero
             self._stats[:3].add_(loss_row)
             if norm is not None:
-                self._grad_norm = norm.float()  # a fresh tensor each step, so keeping it is safe
-        self._samples += samples
-        self.step_count += 1
-        if self.on_log is not None and self.step_count % self.config.log_interval == 0:
-            self.on_log(self.summary(reset_interval=True))
+                self._keep_norm(norm.float())
+
+    def _keep_norm(self, norm: torch.Tensor) -> None:
+        if self.graphs is None:
+            self._grad_norm = norm  # a fresh tensor each step (under FSDP2, a DTensor)
+        else:  # a replayed graph writes where the captured step wrote, and reads it back
+            self._grad_norm.copy_(norm)
 
     # ------------------------------------------------------------------ reading the device
 
@@ -338,6 +382,9 @@ class Trainer:
         window = stats.get("overflow_window")
         if window is not None and window.numel() == self._window.numel():
             self._window.copy_(window.to(device))
+        self._slot.fill_(self.step_count % self.config.overflow_window)
+        if self.graphs is not None:  # the graphs read tensors this load replaced: capture anew
+            self.graphs.reset()
         restore_rng_state(state[keys.RNG])
 
 

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import NamedTuple
 
 import pytest
 import torch
 
-from infrastructure.training import execution_names
+from infrastructure.plugin_api import TrainRequest, TrainResult
+from infrastructure.training import (
+    FitOptions,
+    PrecisionPolicy,
+    Trainer,
+    TrainerConfig,
+    execution_names,
+    fit,
+)
+from infrastructure.training import checkpoint_keys as keys
 from infrastructure.training.cuda_graph import flatten_tensors, signature
 from infrastructure.training.execution import ExecutionError, resolve_execution
 
@@ -98,3 +108,58 @@ def test_flatten_walks_the_same_order_for_copies() -> None:
     """The static buffers and a fresh batch flatten in the same order."""
     a, b, c = torch.zeros(1), torch.ones(2), torch.full((3,), 2.0)
     assert [t.numel() for t in flatten_tensors([(a, {"k": b}), [c, 5]])] == [1, 2, 3]
+
+
+def _cpu_trainer(cuda_graph: str) -> Trainer:
+    model = torch.nn.Linear(2, 1)
+    policy = PrecisionPolicy.create("fp32", "cpu")
+    opt = torch.optim.AdamW(model.parameters(), capturable=True)
+    return Trainer(model, [opt], policy, TrainerConfig(cuda_graph=cuda_graph))
+
+
+def test_trainer_reports_what_ran_and_refuses_on_before_the_first_step() -> None:
+    """On a CPU: auto is eager with the reason; on fails at construction; a typo names choices."""
+    trainer = _cpu_trainer("auto")
+    assert trainer.execution.used == "eager" and trainer.graphs is None
+    assert "need a CUDA device" in trainer.execution.reason
+    with pytest.raises(ExecutionError, match="cuda_graph=on, but this run cannot be captured"):
+        _cpu_trainer("on")
+    with pytest.raises(ValueError, match="choose from auto, on, off"):
+        TrainerConfig(cuda_graph="yes")
+
+
+def test_fit_result_train_json_and_checkpoint_carry_the_execution(tmp_path: Path) -> None:
+    """fit() reports the execution; TrainResult.to_json() and the checkpoint config keep it."""
+    task = _Task()
+    options = FitOptions(precision="fp32", steps=2, cuda_graph="auto", checkpoint_dir=tmp_path)
+    result = fit(task, options)
+    assert result.execution.used == "eager" and "CUDA device" in result.execution.reason
+    request = TrainRequest("t", "fp32", "test", tmp_path, tmp_path, cuda_graph="auto")
+    out = TrainResult.from_fit(request, result).to_json()
+    assert out["execution"] == "eager" and out["execution_reason"] == result.execution.reason
+    assert result.checkpoint is not None
+    saved = torch.load(result.checkpoint, weights_only=True)[keys.CONFIG]
+    assert saved["execution"] == {"requested": "auto", "used": "eager"}
+
+
+class _Task:
+    def build_model(self) -> torch.nn.Module:
+        return torch.nn.Linear(2, 1)
+
+    def build_optimizers(self, model: torch.nn.Module) -> list[torch.optim.Optimizer]:
+        return [torch.optim.AdamW(model.parameters(), fused=True)]
+
+    def build_schedulers(self, optimizers: object) -> tuple[()]:
+        return ()
+
+    def train_batches(self, epoch: int, seed: int) -> list[tuple[torch.Tensor, int]]:
+        return [(torch.ones(4, 2), 4)]
+
+    def loss(self, model: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor:
+        return model(batch).float().pow(2).mean()
+
+    def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
+        return {"loss": 0.0}
+
+    def extra_state(self) -> dict[str, object]:
+        return {}

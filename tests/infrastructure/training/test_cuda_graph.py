@@ -1,0 +1,222 @@
+"""The captured whole step on CUDA computes what the eager step computes, bit for bit.
+
+GPU-only: each test compares a run with ``cuda_graph="on"`` against the same run with
+``cuda_graph="off"`` (same seed, same batches) and asserts identical per-step losses,
+loss-scale sequence, skipped steps and final weights. The forced fp16 overflows come from
+the data (a per-batch gradient boost tensor), not from Python state, so the graph sees them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from infrastructure.training import (
+    FitOptions,
+    GuardConfig,
+    PrecisionPolicy,
+    ScalerConfig,
+    Trainer,
+    TrainerConfig,
+    fit,
+)
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # x, y, gradient boost (0-dim)
+BOOSTED = (50, 120)  # steps whose gradients are multiplied by 1e9: fp16 overflows there
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(32, 256), nn.LayerNorm(256), nn.GELU(), nn.Dropout(0.1), nn.Linear(256, 1)
+    ).cuda()
+
+
+def _loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+    x, y, boost = batch
+    loss = F.mse_loss(model(x).float(), y)
+    # Value unchanged, gradient times (1 + boost): data-driven, so a replayed graph sees it.
+    return loss + (boost * loss - (boost * loss).detach())
+
+
+def _batches(count: int, size: int = 64, last: int | None = None) -> list[Batch]:
+    g = torch.Generator(device="cuda").manual_seed(1)
+    out = []
+    for i in range(count):
+        rows = last if last is not None and i % 4 == 3 else size
+        x = torch.randn(rows, 32, device="cuda", generator=g)
+        boost = torch.tensor(1e9 if i in BOOSTED else 0.0, device="cuda")
+        out.append((x, x[:, :1].tanh(), boost))
+    return out
+
+
+@dataclass
+class Trace:
+    losses: list[float]
+    scales: list[float]
+    skipped: list[int]
+    weights: dict[str, torch.Tensor]
+    trainer: Trainer
+
+
+def _train(
+    precision: str, mode: str, batches: Sequence[Batch], trainer: Trainer | None = None
+) -> Trace:
+    if trainer is None:
+        model = _model()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True, capturable=True)
+        policy = PrecisionPolicy.create(
+            precision, "cuda", ScalerConfig(init_scale=2.0**16, growth_interval=20)
+        )
+        config = TrainerConfig(log_interval=10**9, cuda_graph=mode)
+        trainer = Trainer(model, [opt], policy, config)
+    trace = Trace([], [], [], {}, trainer)
+    for batch in batches:
+        trainer.step([batch], _loss, num_samples=len(batch[0]))
+        summary = trainer.summary(reset_interval=True)  # a host read per step: tests only
+        trace.losses.append(summary.train_loss)
+        trace.scales.append(summary.loss_scale)
+        trace.skipped.append(summary.skipped_steps)
+    trace.weights = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+    return trace
+
+
+def _assert_same(graphed: Trace, eager: Trace) -> None:
+    assert len(graphed.losses) == len(eager.losses)
+    for step, (a, b) in enumerate(zip(graphed.losses, eager.losses, strict=True)):
+        assert a == b or (math.isnan(a) and math.isnan(b)), f"loss differs at step {step}"
+    assert graphed.scales == eager.scales
+    assert graphed.skipped == eager.skipped
+    for name, tensor in eager.weights.items():
+        assert torch.equal(graphed.weights[name], tensor), name
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_200_graphed_steps_equal_eager_bit_for_bit(precision: str) -> None:
+    """Losses, scale sequence, skipped steps and weights: identical to eager over 200 steps."""
+    batches = _batches(200)
+    graphed = _train(precision, "on", batches)
+    eager = _train(precision, "off", batches)
+    _assert_same(graphed, eager)
+    assert graphed.trainer.execution.used == "cuda_graph"
+    assert eager.trainer.execution.used == "eager"
+    graphs = graphed.trainer.graphs
+    assert graphs is not None and graphs.graph_count == 1
+    assert graphs.captured_steps == 200 - graphs.warmup_steps
+    if precision == "fp16":
+        assert graphed.skipped[-1] == len(BOOSTED)  # the forced overflows were skipped
+        assert min(graphed.scales) < 2.0**16 <= max(graphed.scales)  # backed off, then grew
+
+
+def test_a_partial_last_batch_gets_its_own_graph() -> None:
+    """Every 4th batch has 17 rows: two graphs, and still identical to eager."""
+    batches = _batches(40, last=17)
+    graphed = _train("bf16", "on", batches)
+    _assert_same(graphed, _train("bf16", "off", batches))
+    graphs = graphed.trainer.graphs
+    assert graphs is not None and graphs.graph_count == 2 and graphs.eager_steps == 0
+
+
+def test_resume_into_a_graphed_trainer_continues_exactly() -> None:
+    """60 graphed steps, a checkpoint, a fresh graphed trainer for 40 more == 100 at once."""
+    batches = _batches(100)
+    whole = _train("fp16", "on", batches)
+    first = _train("fp16", "on", batches[:60])
+    state = first.trainer.state_dict()
+    resumed = _train("fp16", "on", [], None)
+    resumed.trainer.load_state_dict(state)
+    rest = _train("fp16", "on", batches[60:], resumed.trainer)
+    for name, tensor in whole.weights.items():
+        assert torch.equal(rest.weights[name], tensor), name
+    assert rest.scales[-1] == whole.scales[-1] and rest.skipped[-1] == whole.skipped[-1]
+
+
+def test_loading_state_into_a_trainer_that_has_graphs_recaptures() -> None:
+    """load_state_dict replaces optimizer state: the old graphs are dropped, not replayed."""
+    batches = _batches(30)
+    trace = _train("bf16", "on", batches)
+    graphs = trace.trainer.graphs
+    assert graphs is not None and graphs.graph_count == 1
+    trace.trainer.load_state_dict(trace.trainer.state_dict())
+    assert graphs.graph_count == 0
+    again = _train("bf16", "on", batches[:10], trace.trainer)
+    assert graphs.graph_count == 1 and all(math.isfinite(v) for v in again.losses)
+
+
+def test_steady_state_replays_do_not_sync_the_host() -> None:
+    """After warm-up and capture, a step is a copy and a replay: no host synchronisation."""
+    batches = _batches(20)
+    trace = _train("fp16", "on", batches[:10])
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for batch in batches[10:]:
+            trace.trainer.step([batch], _loss, num_samples=64)
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+    torch.cuda.synchronize()
+
+
+class _GuardTask:
+    """A regression whose fp16 gradients overflow from step 12 on (data-driven boost)."""
+
+    def __init__(self) -> None:
+        self.batches = _batches(8)  # no boost: BOOSTED lies beyond them
+        self.boosted = [(x, y, torch.tensor(1e9, device="cuda")) for x, y, _ in self.batches]
+
+    def build_model(self) -> nn.Module:
+        return _model()
+
+    def build_optimizers(self, model: nn.Module) -> Sequence[torch.optim.Optimizer]:
+        return [torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True, capturable=True)]
+
+    def build_schedulers(self, optimizers: Sequence[torch.optim.Optimizer]) -> tuple[()]:
+        return ()
+
+    def train_batches(self, epoch: int, seed: int) -> Iterator[tuple[Batch, int]]:
+        for i in range(8):  # from epoch 1, batch 4 on (step 12): fp16 overflows every step
+            yield (self.boosted[i] if epoch >= 1 and i >= 4 else self.batches[i]), 64
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        return _loss(model, batch)
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        return {"loss": 0.0}
+
+    def extra_state(self) -> dict[str, Any]:
+        return {}
+
+
+def test_guard_rollback_with_graphs_equals_the_eager_guarded_run(tmp_path: Any) -> None:
+    """fp16 overflows demote to bf16 with a rollback; graphed and eager runs end identical."""
+    guard = GuardConfig(check_interval=4, overflow_window=4, overflow_warmup=0)
+    results = {}
+    for mode in ("on", "off"):
+        options = FitOptions(
+            precision="fp16",
+            device="cuda",
+            steps=32,
+            cuda_graph=mode,
+            guard=guard,
+            checkpoint_dir=tmp_path / mode,
+        )
+        results[mode] = fit(_GuardTask(), options)
+    graphed, eager = results["on"], results["off"]
+    assert graphed.execution.used == "cuda_graph" and eager.execution.used == "eager"
+    assert [d["to"] for d in graphed.demotions] == [d["to"] for d in eager.demotions] == ["bf16"]
+    assert graphed.summary.train_loss == eager.summary.train_loss
+    a = torch.load(graphed.checkpoint, weights_only=True)["model"]
+    b = torch.load(eager.checkpoint, weights_only=True)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in b)
