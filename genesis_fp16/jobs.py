@@ -30,6 +30,7 @@ from genesis_fp16.paths import AgentPaths, ensure_sample_data
 from genesis_fp16.settings import Settings, requested_precision
 from infrastructure.plugin_api import AgentPlugin, TrainRequest, TrainRequestError, TrainResult
 from infrastructure.training import CheckpointManager, checkpoint_keys
+from infrastructure.training.execution import ExecutionError
 
 log = structlog.get_logger("genesis_fp16.jobs")
 
@@ -145,6 +146,7 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
             should_stop=should_stop,
             quarantine_path=paths.quarantine_path,
             guard=guard_state.guard_config(settings),
+            cuda_graph=settings.cuda_graph_for(agent),
         )
         # Once per agent, when configured: the probe before its first bf16/fp16 run.
         probe_gate.gate_before_run(
@@ -158,7 +160,7 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
             result = plugin.train(request)
     except Exception as exc:
         duration = time.monotonic() - started
-        if isinstance(exc, TrainRequestError):  # the plugin's one-line refusal: no traceback
+        if isinstance(exc, TrainRequestError | ExecutionError):  # a one-line refusal, no traceback
             log.error("training run failed", error=str(exc), duration_seconds=round(duration, 3))
         else:
             log.exception("training run failed", duration_seconds=round(duration, 3))
@@ -193,6 +195,7 @@ def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, durat
     outcome = "stopped" if result.stopped_early else "success"
     guard_state.record_run(ctx.settings, ctx.metrics, agent, result)
     ctx.metrics.set_precision(agent, result.precision_used)
+    ctx.metrics.set_execution(agent, result.execution)
     ctx.metrics.finish_run(agent, outcome, duration, result.eval.get("loss"), time.time())
     peak = result.extra.get("device_memory_peak_bytes")
     if peak is not None:
@@ -205,6 +208,8 @@ def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, durat
         outcome=outcome,
         precision_requested=result.precision_requested,
         precision_used=result.precision_used,
+        execution=result.execution,
+        execution_reason=result.execution_reason,
         steps=result.steps,
         skipped_steps=result.skipped_steps,
         final_train_loss=result.final_train_loss,

@@ -65,6 +65,7 @@ def torchrun_command(request: TrainRequest, nproc: int, python: str = sys.execut
     command += ["--nproc-per-node", str(nproc), "-m", "genesis_fp16", "train", request.agent]
     command += ["--precision", request.precision, "--seed", str(request.seed)]
     command += ["--checkpoint-dir", str(request.checkpoint_dir), "--json", "--json-progress"]
+    command += ["--cuda-graph", request.cuda_graph]  # the ranks report eager, and why
     if request.steps is not None:
         command += ["--steps", str(request.steps)]
     elif request.epochs is not None:

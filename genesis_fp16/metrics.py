@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from genesis_fp16.diagnostics_export import RL_METRIC_NAMES, RlDiagnosticsMetrics
 from genesis_fp16.probe_gate import PROBE_METRIC_NAMES, ProbeMetrics
+from infrastructure.training.execution_names import EXECUTION_MODES
 
 PREFIX = "genesis_fp16"
 PRECISION_LABELS = ("fp32", "bf16", "fp16")
@@ -50,6 +51,7 @@ METRIC_NAMES = (
     "genesis_fp16_train_loss",
     "genesis_fp16_eval_loss",
     "genesis_fp16_precision",
+    "genesis_fp16_execution",
     "genesis_fp16_precision_demotions_total",
     "genesis_fp16_training_runs_total",
     "genesis_fp16_training_run_duration_seconds",
@@ -100,6 +102,11 @@ class DaemonMetrics:
             "precision",
             "1 for the precision the agent trains in, 0 for the others.",
             ("agent", "precision"),
+        )
+        self.execution = gauge(
+            "execution",
+            "1 for how the agent's last run executed its steps (eager or cuda_graph), 0 else.",
+            ("agent", "mode"),
         )
         self.precision_demotions = counter(
             "precision_demotions",
@@ -202,6 +209,11 @@ class DaemonMetrics:
                 self.precision.labels(agent=agent, precision=name).set(0)
         if precision in PRECISION_LABELS:
             self.precision.labels(agent=agent, precision=precision).set(1)
+
+    def set_execution(self, agent: str, mode: str) -> None:
+        """Mark ``mode`` (eager or cuda_graph) as how the agent's last run stepped; others 0."""
+        for name in EXECUTION_MODES:
+            self.execution.labels(agent=agent, mode=name).set(1 if name == mode else 0)
 
     def finish_run(
         self, agent: str, outcome: str, duration: float, eval_loss: float | None, now: float

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AliasChoices,
@@ -41,6 +41,9 @@ DEFAULT_ENV_FILE = ".env"
 PRECISION_CHOICES = ("auto", "fp32", "bf16", "fp16")
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
+# The values of infrastructure.training.execution_names.CUDA_GRAPH_REQUESTS (a test checks).
+CudaGraph = Literal["auto", "on", "off"]
+CUDA_GRAPH_CHOICES: tuple[str, ...] = get_args(CudaGraph)
 
 
 class SettingsError(Exception):
@@ -95,6 +98,8 @@ class AgentSettings(BaseModel):
     probe_before_low_precision: bool = False
     # More than 1: the daemon runs each job under torchrun with this many processes.
     nproc: int = Field(default=1, ge=1)
+    # auto, on or off: replay each step from a captured CUDA graph (FitOptions.cuda_graph).
+    cuda_graph: CudaGraph | None = None
     # Wall-clock limit of one torchrun job (nproc > 1); it then stops with a checkpoint.
     run_timeout_seconds: float | None = Field(default=None, gt=0)
 
@@ -139,6 +144,7 @@ class Settings(BaseSettings, GuardSettings):
     plugin_allowlist: Annotated[list[str] | None, NoDecode] = None
     device: str = "auto"
     device_concurrency: int = Field(default=1, ge=1)
+    cuda_graph: CudaGraph = "auto"
     schedule: str = "3600"
     schedule_jitter_seconds: float = Field(default=30.0, ge=0)
     misfire_grace_seconds: float = Field(default=600.0, gt=0)
@@ -203,6 +209,10 @@ class Settings(BaseSettings, GuardSettings):
 
     def schedule_for(self, name: str) -> str:
         return self.agent(name).schedule or self.schedule
+
+    def cuda_graph_for(self, name: str) -> str:
+        """``auto``, ``on`` or ``off``: the agent's own setting, else the daemon's."""
+        return self.agent(name).cuda_graph or self.cuda_graph
 
     def device_for(self, name: str) -> str:
         """The configured device of an agent, with ``auto`` resolved (cuda if present)."""

@@ -88,6 +88,13 @@ def _frozen_copy(module: nn.Module, dtype: torch.dtype) -> nn.Module:
     return copy.deepcopy(module).to(dtype).requires_grad_(False).eval()
 
 
+# Why this agent's steps are never captured into a CUDA graph (cuda_graph=off).
+EAGER_ONLY = (
+    "each PPO update's loss closes over that iteration's rollouts and advantages, "
+    "which a captured graph would not see change; its steps run eagerly"
+)
+
+
 class ActorCritic(nn.Module):
     """The two trained networks as one module, so that one Trainer steps them together."""
 
@@ -145,7 +152,10 @@ class PPOEngine:
             self.model,
             [self.optimizer],
             self.precision,
-            TrainerConfig(max_grad_norm=cfg.max_grad_norm, log_interval=log_interval),
+            # Eager: see EAGER_ONLY.
+            TrainerConfig(
+                max_grad_norm=cfg.max_grad_norm, log_interval=log_interval, cuda_graph="off"
+            ),
             on_log=on_log,
         )
         self.scaler = self.precision.scaler

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from agents.rlhf_ppo.checkpointing import resume_engine, save_engine
-from agents.rlhf_ppo.engine import PPOConfig, PPOEngine
+from agents.rlhf_ppo.engine import EAGER_ONLY, PPOConfig, PPOEngine
 from agents.rlhf_ppo.guarding import GuardedEngine
 from agents.rlhf_ppo.model import TaskConfig, random_prompts
 from agents.rlhf_ppo.presets import ComponentPrecision, PresetChoice, resolve_preset
@@ -137,6 +137,11 @@ class RlhfPpoPlugin:
     def train(self, request: TrainRequest) -> TrainResult:
         """Run PPO for ``request.steps`` optimizer steps in the chosen preset."""
         check_single_process()
+        if request.cuda_graph == "on":
+            raise TrainRequestError(
+                f"rlhf_ppo: cuda_graph=on is not supported: {EAGER_ONLY}; set "
+                "GENESIS_FP16_AGENTS__RLHF_PPO__CUDA_GRAPH (or --cuda-graph) to auto or off"
+            )
         options = dict(request.options)
         choice = resolve_preset(
             request.precision, options.pop("preset", None), options.pop("rollout_precision", None)
@@ -209,6 +214,8 @@ class RlhfPpoPlugin:
             quarantined=0,
             stopped_early=stopped,
             demotions=tuple(run.demotions),
+            execution=engine.trainer.execution.used,
+            execution_reason=f"rlhf_ppo: {EAGER_ONLY}",
             extra={
                 "preset": preset.name,
                 "preset_requested": choice.requested_preset,

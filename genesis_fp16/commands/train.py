@@ -31,6 +31,7 @@ from genesis_fp16.logsetup import configure_logging
 from genesis_fp16.paths import AgentPaths, ensure_sample_data
 from genesis_fp16.plugins import PluginError, load_plugin
 from genesis_fp16.settings import (
+    CUDA_GRAPH_CHOICES,
     PRECISION_CHOICES,
     Settings,
     SettingsError,
@@ -74,6 +75,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--json", action="store_true", help="end stdout with one JSON object")
     parser.add_argument(
         "--fsdp", action="store_true", help="under torchrun: shard the model with FSDP2, not DDP"
+    )
+    parser.add_argument(
+        "--cuda-graph",
+        choices=CUDA_GRAPH_CHOICES,
+        help="replay each step from a captured CUDA graph: on, off, or auto (the default: "
+        "GENESIS_FP16_CUDA_GRAPH; eager until the graph step has passed its GPU tests)",
     )
     # For the daemon's launcher: one {"progress": summary} JSON line per log interval.
     parser.add_argument("--json-progress", action="store_true", help=argparse.SUPPRESS)
@@ -136,21 +143,24 @@ def _train(
         request.device,
     )
     from infrastructure.training import PrecisionError
+    from infrastructure.training.execution import ExecutionError
 
     try:
         result = plugin.train(request)
-    except (DataError, PrecisionError, TrainRequestError) as exc:
+    except (DataError, PrecisionError, ExecutionError, TrainRequestError) as exc:
         raise UsageError(str(exc)) from None
     finally:
         if isinstance(getattr(request.on_log, "__self__", None), _ProgressBar):
             print(file=sys.stderr)  # end the progress bar's line (not after JSON progress)
     out = _finite(result.to_json())
     log.info(
-        "trained %s in %s (requested %s: %s); eval %s",
+        "trained %s in %s (requested %s: %s), %s steps (%s); eval %s",
         args.agent,
         result.precision_used,
         result.precision_requested,
         result.precision_reason,
+        result.execution,
+        result.execution_reason,
         dict(result.eval),
     )
     if not main:
@@ -215,6 +225,7 @@ def _request(
         log_interval=_PROGRESS_INTERVAL if bar else settings.log_interval,
         on_log=bar.update if bar else None,
         quarantine_path=quarantine,
+        cuda_graph=args.cuda_graph or settings.cuda_graph_for(args.agent),
     )
 
 
@@ -263,6 +274,7 @@ def _describe(out: dict[str, Any]) -> str:
     return (
         f"{out['agent']}: {out['steps']} steps in {out['precision_used']} "
         f"(requested {out['precision_requested']}: {out['precision_reason']})\n"
+        f"  steps: {out['execution']} ({out['execution_reason']})\n"
         f"  train loss {out['final_train_loss']:.4f}, {out['skipped_steps']} skipped, "
         f"{out['samples_per_second']:.0f} samples/s, {out['wall_seconds']:.1f}s\n"
         f"  eval: {metrics}\n"

@@ -112,6 +112,7 @@ def test_dashboard_shows_the_required_panels() -> None:
         "Run duration",
         "GPU memory (peak per run)",
         "Precision demotions",
+        "Step execution per agent",
     }
     duration = next(panel for panel in _panels() if panel["title"] == "Run duration")
     assert all(

@@ -20,6 +20,8 @@ JSON_KEYS = {
     "precision_requested",
     "precision_used",
     "precision_reason",
+    "execution",
+    "execution_reason",
     "device",
     "steps",
     "skipped_steps",
@@ -98,6 +100,8 @@ def test_json_contract_and_quarantine(tmp_path: Path, data: Path) -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     assert out["steps"] == 5 and str(out["device"]).split(":")[0] == device
     assert out["quarantined"] == 1
+    # auto: eager on a CPU (no CUDA device) and, for now, on a GPU too (not yet verified).
+    assert out["execution"] == "eager" and out["execution_reason"]
     assert Path(str(out["checkpoint"])).parent == ckpt
     metrics = out["eval"]
     assert isinstance(metrics, dict)
@@ -209,3 +213,24 @@ def test_json_progress_leaves_no_blank_stderr_line(tmp_path: Path, data: Path) -
                 "--json-progress", "--json")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "" not in proc.stderr.splitlines()
+
+
+@pytest.mark.slow
+def test_cuda_graph_on_runs_graphed_on_cuda_and_is_one_line_elsewhere(
+    tmp_path: Path, data: Path
+) -> None:
+    """--cuda-graph on: a captured run on a GPU host; on a CPU, exit 2 with the reason."""
+    proc = _cli(
+        tmp_path, "train", "se_darwin", "--steps", "8", "--data", str(data),
+        "--checkpoint-dir", str(tmp_path / "c"), "--cuda-graph", "on", "--json",
+    )  # fmt: skip
+    if torch.cuda.is_available():
+        out = _last_json(proc)
+        assert out["execution"] == "cuda_graph" and out["steps"] == 8
+    else:  # the data's one malformed record is logged before: the error is the last line
+        assert proc.returncode == 2, proc.stderr
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last.startswith("genesis-fp16: error: cuda_graph=on, but this run cannot")
+        assert "CUDA graphs need a CUDA device" in last
+    bad = _cli(tmp_path, "train", "se_darwin", "--cuda-graph", "yes")
+    assert bad.returncode == 2 and "--cuda-graph" in bad.stderr

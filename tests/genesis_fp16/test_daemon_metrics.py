@@ -71,3 +71,13 @@ def test_registry_is_the_one_passed_in_and_names_match_the_list() -> None:
     }
     assert set(METRIC_NAMES) <= exported
     assert value(first, "genesis_fp16_build_info", version="1") == 1
+
+
+def test_execution_gauge_marks_one_mode() -> None:
+    """set_execution: 1 for the mode that ran, 0 for the other, per agent."""
+    registry = CollectorRegistry()
+    metrics = DaemonMetrics(registry, "1")
+    metrics.set_execution("a", "cuda_graph")
+    metrics.set_execution("a", "eager")
+    assert value(registry, "genesis_fp16_execution", agent="a", mode="eager") == 1
+    assert value(registry, "genesis_fp16_execution", agent="a", mode="cuda_graph") == 0

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from genesis_fp16.settings import SettingsError, load_settings, parse_schedule, requested_precision
+from genesis_fp16.settings import (
+    CUDA_GRAPH_CHOICES,
+    SettingsError,
+    load_settings,
+    parse_schedule,
+    requested_precision,
+)
+from infrastructure.training.execution_names import CUDA_GRAPH_REQUESTS
 
 
 @pytest.fixture(autouse=True)
@@ -86,6 +93,8 @@ def test_per_agent_settings_nested_and_json(monkeypatch: pytest.MonkeyPatch) -> 
         ("ENABLE_FP16_TRAINING", "maybe", "valid boolean"),
         ("GENESIS_FP16_SHUTDOWN_TIMEOUT_SECONDS", "0", "greater than 0"),
         ("GENESIS_FP16_DEVICE", "tpu", "not one of auto, cpu"),
+        ("GENESIS_FP16_CUDA_GRAPH", "yes", "'auto', 'on' or 'off'"),
+        ("GENESIS_FP16_AGENTS__SE_DARWIN__CUDA_GRAPH", "always", "'auto', 'on' or 'off'"),
         ("GENESIS_FP16_SCHEDULE", "every day", "neither an interval"),
         ("GENESIS_FP16_AGENTS__SE_DARWIN__SCHEDULE", "-5", "must be > 0"),
         ("GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION", "fp8", "'fp16'"),
@@ -209,3 +218,13 @@ def test_env_example_lists_every_setting_with_its_default(tmp_path: Path) -> Non
         if field != "agents":
             assert getattr(settings, field) == getattr(defaults, field), field
     assert settings.agent("se_darwin") == defaults.agent("se_darwin")
+
+
+def test_cuda_graph_setting_per_agent_and_its_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon-wide value, an agent's own, and the same choices as the library's."""
+    monkeypatch.setenv("GENESIS_FP16_CUDA_GRAPH", "off")
+    monkeypatch.setenv("GENESIS_FP16_AGENTS__SE_DARWIN__CUDA_GRAPH", "on")
+    settings = load_settings()
+    assert settings.cuda_graph_for("se_darwin") == "on"
+    assert settings.cuda_graph_for("rlhf_ppo") == "off"
+    assert CUDA_GRAPH_CHOICES == CUDA_GRAPH_REQUESTS

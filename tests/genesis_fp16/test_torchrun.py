@@ -230,6 +230,7 @@ def test_torchrun_command_carries_the_request() -> None:
         epochs=3,
         seed=7,
         fsdp=True,
+        cuda_graph="off",
     )
     command = torchrun_command(request, 4, python="py")
     text = " ".join(command)
@@ -237,6 +238,7 @@ def test_torchrun_command_carries_the_request() -> None:
     for part in ("train a", "--precision fp16", "--seed 7", "--checkpoint-dir c", "--epochs 3"):
         assert part in text
     assert "--data d" in text and "--resume" in text and "--fsdp" in text
+    assert "--cuda-graph off" in text
     with pytest.raises(ValueError, match="nproc=0"):
         torchrun_command(request, 0)
 
