@@ -32,10 +32,10 @@ from infrastructure.probe.variants import (
     Variant,
     build_variants,
     forward_loss,
-    move_to,
     prepare_model,
 )
 from infrastructure.probe.verdict import Candidate, Thresholds, grade_measures, recommend
+from infrastructure.training.batches import to_device
 
 logger = logging.getLogger(__name__)
 
@@ -103,8 +103,8 @@ def run_probe(
         torch.manual_seed(seed)
         base = setup.build_model().to(dev)
         _check_fp32(base)
-        frozen = move_to(setup.batches[0], dev)
-        train = [move_to(b, dev) for b in setup.batches[1:]] or [frozen]
+        frozen = to_device(setup.batches[0], dev)
+        train = [to_device(b, dev) for b in setup.batches[1:]] or [frozen]
         ctx = _Context(setup, base, frozen, train, steps, seed, dev, optimizer)
         ref = _run_variant(variants[0], ctx)
         noise_floor, sign_noise = _noise_floor(ctx, ref)
@@ -254,7 +254,7 @@ def _noise_floor(ctx: _Context, ref: _Run) -> tuple[float, float]:
         model = prepare_model(fp32, ctx.base)
         torch.manual_seed(ctx.seed)
         forward_loss(
-            fp32, model, ctx.setup.loss, move_to(half, ctx.device), ctx.device.type
+            fp32, model, ctx.setup.loss, to_device(half, ctx.device), ctx.device.type
         ).backward()
         halves.append(ms.gradients(model))
     gap = {n: halves[0][n] - halves[1][n] for n in ref.grads}

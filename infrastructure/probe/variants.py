@@ -118,20 +118,6 @@ def _cast_floats(obj: Any, dtype: torch.dtype) -> Any:
     return obj
 
 
-def move_to(obj: Any, device: torch.device) -> Any:
-    """``obj`` with its tensors on ``device``; objects with their own ``.to`` use it."""
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return type(obj)(*(move_to(o, device) for o in obj))
-    if isinstance(obj, list | tuple):
-        return type(obj)(move_to(o, device) for o in obj)
-    if isinstance(obj, Mapping):
-        return {k: move_to(v, device) for k, v in obj.items()}
-    to = getattr(obj, "to", None)
-    return to(device) if callable(to) else obj
-
-
 LossFn = Callable[[nn.Module, Any], torch.Tensor]
 
 
