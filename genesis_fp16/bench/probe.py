@@ -12,7 +12,7 @@ import os
 import platform
 import resource
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -71,12 +71,30 @@ class DtypeProbe:
         self._handle.remove()
 
 
+# The text of the warning c10 raises for each synchronising call in sync debug mode "warn"
+# (c10/cuda/CUDAFunctions.cpp, warn_or_error_on_sync; the same from torch 1.10 to 2.11).
+# Other warnings in the counted region are not syncs: torch 2.11 also warns, once, that
+# "Synchronization debug mode is a prototype feature", which a substring match on
+# "synchroniz" counted as one sync of device-only work.
+SYNC_WARNING = "called a synchronizing CUDA operation"
+
+
+def count_sync_warnings(messages: Iterable[str]) -> int:
+    """How many of ``messages`` report a synchronising CUDA call.
+
+    >>> count_sync_warnings(["called a synchronizing CUDA operation",
+    ...                      "Synchronization debug mode is a prototype feature"])
+    1
+    """
+    return sum(SYNC_WARNING in message for message in messages)
+
+
 class SyncCounter:
     """Counts host-device synchronisations on CUDA through torch's sync debug mode.
 
     In "warn" mode every synchronising call (`.item()`, a device-to-host copy, `nonzero`,
-    ...) raises a UserWarning; they are captured and counted. Outside CUDA, `count` stays
-    None: there is no device to wait for.
+    ...) raises a UserWarning with :data:`SYNC_WARNING`; those are counted, and only
+    those. Outside CUDA, `count` stays None: there is no device to wait for.
     """
 
     def __init__(self, device: torch.device) -> None:
@@ -96,7 +114,7 @@ class SyncCounter:
                 yield
             finally:
                 torch.cuda.set_sync_debug_mode(previous)
-        self.count = sum("synchroniz" in str(w.message) for w in caught)
+        self.count = count_sync_warnings(str(w.message) for w in caught)
 
 
 def current_rss_mb() -> float:

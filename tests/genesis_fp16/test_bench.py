@@ -13,7 +13,7 @@ import torch
 
 from genesis_fp16.bench.config import BenchConfig
 from genesis_fp16.bench.measure import run_config
-from genesis_fp16.bench.probe import SyncCounter
+from genesis_fp16.bench.probe import SyncCounter, count_sync_warnings
 from genesis_fp16.bench.report import COLUMNS, derive, note_for
 from genesis_fp16.bench.run import BenchOptions, _run_isolated, main, plan, run_benchmark
 from genesis_fp16.bench.runners import HandWrittenRunner
@@ -128,11 +128,27 @@ def test_cpu_plan_gives_fp16_fewer_steps_and_fp32_a_matching_eval_point() -> Non
 
 def test_bad_arguments_are_one_line_errors(capsys: pytest.CaptureFixture[str]) -> None:
     """Unknown sizes and precisions are refused naming the value and the valid choices."""
-    assert cli_main(["bench", "--precisions", "fp8"]) == 2
+    assert cli_main(["bench", "--device", "cpu", "--precisions", "fp8"]) == 2
     assert "'fp8': choose from fp32, bf16, fp16" in capsys.readouterr().err
+    if torch.cuda.is_available():  # CUDA adds TF32 to the choices
+        assert cli_main(["bench", "--device", "cuda", "--precisions", "fp8"]) == 2
+        assert "'fp8': choose from fp32, tf32, bf16, fp16" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--sizes", "huge"])
     assert "'huge': choose from default, large" in capsys.readouterr().err
+
+
+def test_sync_count_takes_only_torchs_sync_warnings() -> None:
+    """The sync warning counts; torch 2.11's prototype notice and other warnings do not."""
+    messages = [
+        "called a synchronizing CUDA operation",
+        "Synchronization debug mode is a prototype feature and does not yet detect all "
+        "synchronizing operations",
+        "torch.cuda.amp.GradScaler is deprecated",
+        "called a synchronizing CUDA operation",
+    ]
+    assert count_sync_warnings(messages) == 2
+    assert count_sync_warnings(messages[1:3]) == 0
 
 
 @pytest.mark.gpu
