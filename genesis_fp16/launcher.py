@@ -40,7 +40,7 @@ from typing import IO, Any
 import structlog
 
 from genesis_fp16.settings import ENV_PREFIX
-from infrastructure.plugin_api import TrainRequest, TrainResult
+from infrastructure.plugin_api import TrainRequest, TrainRequestError, TrainResult
 from infrastructure.training import TrainingSummary
 
 log = logging.getLogger("genesis_fp16.launcher")
@@ -57,6 +57,43 @@ class LaunchError(RuntimeError):
     """The torchrun job failed or ended without rank 0's result."""
 
 
+class LayoutError(TrainRequestError):
+    """A torchrun layout this host cannot run; refused before launch, in one line."""
+
+
+def cuda_device_count() -> int:
+    """GPUs this process can see (0 without CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def check_layout(
+    request: TrainRequest, nproc: int, gpu_count: Callable[[], int] = cuda_device_count
+) -> None:
+    """Refuse, before launch, ``nproc`` ranks that this host cannot give a GPU each.
+
+    Under NCCL every rank needs a GPU of its own (two ranks on one GPU make NCCL fail
+    at its first collective, and torchrun exits without a result). A ``cuda:N`` device
+    would put every rank on GPU N. CPU ranks (gloo) can share the host: not checked.
+    """
+    device = request.device
+    if nproc <= 1 or not device.startswith("cuda"):
+        return
+    setting = f"{ENV_PREFIX}AGENTS__{request.agent.upper()}__NPROC={nproc}"
+    if device != "cuda":
+        raise LayoutError(
+            f"{setting} with device {device!r}: every rank would use that one GPU; set the "
+            "device to cuda (one GPU per rank) or cpu (gloo)"
+        )
+    gpus = gpu_count()
+    if nproc > gpus:
+        raise LayoutError(
+            f"{setting} on cuda needs {nproc} GPUs, one per rank (NCCL), and this host has "
+            f"{gpus}; set NPROC to at most {gpus}, or the agent's DEVICE to cpu (gloo ranks)"
+        )
+
+
 def torchrun_command(request: TrainRequest, nproc: int, python: str = sys.executable) -> list[str]:
     """The command line that runs ``request`` in ``nproc`` local processes."""
     if nproc < 1:
@@ -66,6 +103,8 @@ def torchrun_command(request: TrainRequest, nproc: int, python: str = sys.execut
     command += ["--precision", request.precision, "--seed", str(request.seed)]
     command += ["--checkpoint-dir", str(request.checkpoint_dir), "--json", "--json-progress"]
     command += ["--cuda-graph", request.cuda_graph]  # the ranks report eager, and why
+    # The request's device, not each rank's own settings: "cuda" becomes cuda:<LOCAL_RANK>.
+    command += ["--device", request.device]
     if request.steps is not None:
         command += ["--steps", str(request.steps)]
     elif request.epochs is not None:
@@ -98,6 +137,7 @@ def train_with_torchrun(
     through SIGTERM; ``request.on_log`` receives rank 0's summaries as they come.
     Raises :class:`LaunchError` when the job fails.
     """
+    check_layout(request, nproc)
     command = torchrun_command(request, nproc)
     log.info("launching torchrun with %d process(es): %s", nproc, " ".join(command))
     child = _start(command, env)

@@ -176,7 +176,7 @@ class Settings(BaseSettings, GuardSettings):
     @field_validator("device")
     @classmethod
     def _check_device(cls, value: str) -> str:
-        return _check_device_name(value)
+        return check_device_name(value)
 
     @field_validator("agents", mode="before")
     @classmethod
@@ -198,7 +198,7 @@ class Settings(BaseSettings, GuardSettings):
         for agent, spec in self.agents.items():
             if spec.device is not None:
                 try:
-                    _check_device_name(spec.device)
+                    check_device_name(spec.device)
                 except ValueError as exc:
                     raise ValueError(f"{_env_name(('agents', agent, 'device'))}: {exc}") from None
         return self
@@ -216,19 +216,23 @@ class Settings(BaseSettings, GuardSettings):
 
     def device_for(self, name: str) -> str:
         """The configured device of an agent, with ``auto`` resolved (cuda if present)."""
-        device = self.agent(name).device or self.device
-        if device != "auto":
-            return device
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        return resolve_device(self.agent(name).device or self.device)
 
     def redacted(self) -> dict[str, Any]:
         """The settings as JSON-ready data with secrets replaced by ``**********``."""
         return self.model_dump(mode="json")
 
 
-def _check_device_name(value: str) -> str:
+def resolve_device(device: str) -> str:
+    """``auto`` becomes ``cuda`` when a CUDA device is present, else ``cpu``; others stay."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def check_device_name(value: str) -> str:
     kind = value.split(":", 1)[0]
     if kind not in ("auto", "cpu", "cuda", "mps", "xpu"):
         raise ValueError(f"device {value!r} is not one of auto, cpu, cuda[:N], mps, xpu")

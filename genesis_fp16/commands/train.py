@@ -35,8 +35,10 @@ from genesis_fp16.settings import (
     PRECISION_CHOICES,
     Settings,
     SettingsError,
+    check_device_name,
     load_settings,
     requested_precision,
+    resolve_device,
 )
 from infrastructure.data.readers import DataError
 from infrastructure.plugin_api import TrainRequest, TrainRequestError
@@ -77,6 +79,10 @@ def register(subparsers: Any) -> None:
         "--fsdp", action="store_true", help="under torchrun: shard the model with FSDP2, not DDP"
     )
     parser.add_argument(
+        "--device",
+        help="cpu, cuda or cuda:N (default: the agent's DEVICE, else GENESIS_FP16_DEVICE, auto)",
+    )
+    parser.add_argument(
         "--cuda-graph",
         choices=CUDA_GRAPH_CHOICES,
         help="replay each step from a captured CUDA graph: on, off, or auto (the default: "
@@ -106,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     main = env is None or env.is_main
     stop = _stop_on_sigterm()
-    with process_group(env, settings.device_for(args.agent)) as device:
+    wanted = resolve_device(args.device) if args.device else settings.device_for(args.agent)
+    with process_group(env, wanted) as device:
         with rank_zero_first(env):  # rank 0 generates the sample data, the others wait
             request = _request(args, settings, plugin, precision, reason)
         request = replace(request, device=device, should_stop=stop.is_set, fsdp=args.fsdp)
@@ -183,6 +190,11 @@ def _check_arguments(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name} {value}: must be at least 1")
     if args.data is not None and not args.data.exists():
         raise UsageError(f"--data {args.data}: no such file or folder")
+    if args.device is not None:
+        try:
+            check_device_name(args.device)
+        except ValueError as exc:
+            raise UsageError(f"--device: {exc}") from None
 
 
 def _request(

@@ -100,6 +100,7 @@ def wrap_model(model: nn.Module, policy: PrecisionPolicy, fsdp: bool = False) ->
 
 
 def _fully_shard(model: nn.Module, policy: PrecisionPolicy) -> nn.Module:
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     param_dtype = None if policy.compute_dtype == torch.float32 else policy.compute_dtype
@@ -108,7 +109,11 @@ def _fully_shard(model: nn.Module, policy: PrecisionPolicy) -> nn.Module:
         "sharding the model with FSDP2 fully_shard (param_dtype %s, reduce_dtype float32)",
         param_dtype,
     )
-    fully_shard(model, mp_policy=mixed)
+    # The mesh follows the run's device. Without one, fully_shard builds a mesh on cuda
+    # whenever CUDA is available, so a cpu/gloo run on a GPU host sharded onto the GPU
+    # and failed on its CPU batches (H100, torch 2.11).
+    mesh = init_device_mesh(policy.device.type, (dist.get_world_size(),))
+    fully_shard(model, mesh=mesh, mp_policy=mixed)
     return model
 
 

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from daemon_harness import DaemonFactory, DaemonProcess
 
 AGENT = "se_darwin"
@@ -18,6 +19,8 @@ def _settings(**extra: str) -> dict[str, str]:
     return {
         "GENESIS_FP16_PLUGIN_ALLOWLIST": AGENT,
         "GENESIS_FP16_AGENTS__SE_DARWIN__NPROC": "2",
+        # gloo ranks on any host: auto would be cuda on a GPU host (one GPU per rank).
+        "GENESIS_FP16_AGENTS__SE_DARWIN__DEVICE": "cpu",
         "GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION": "fp32",
         "GENESIS_FP16_SAMPLE_COUNT": "200",
         "GENESIS_FP16_LOG_INTERVAL": "2",
@@ -117,3 +120,27 @@ def test_run_past_its_timeout_is_stopped_with_a_checkpoint_and_the_daemon_serves
     first = daemon.sample(beat) or 0
     daemon.wait_for(lambda: (daemon.sample(beat) or 0) > first, "a later heartbeat", 10)
     assert daemon.get("/healthz")[0] == 200 and daemon.get("/readyz")[0] == 200
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_more_cuda_ranks_than_gpus_is_refused_before_launch_in_one_line(
+    daemon_factory: DaemonFactory,
+) -> None:
+    """NPROC above the GPU count on cuda: no torchrun, one failed run, a line naming NPROC."""
+    nproc = max(2, torch.cuda.device_count() + 1)  # one more rank than this host has GPUs
+    daemon = daemon_factory(
+        _settings(
+            GENESIS_FP16_AGENTS__SE_DARWIN__DEVICE="cuda",
+            GENESIS_FP16_AGENTS__SE_DARWIN__NPROC=str(nproc),
+        ),
+        fixtures=False,
+    )
+    daemon.wait_for(lambda: _outcomes(daemon)["failed"], "the refused run", timeout=75)
+    assert _outcomes(daemon) == {"success": 0, "failed": 1, "stopped": 0}
+    (failed,) = daemon.events("training run failed")
+    assert failed["error"].startswith(f"GENESIS_FP16_AGENTS__SE_DARWIN__NPROC={nproc} on cuda")
+    assert f"this host has {torch.cuda.device_count()}" in failed["error"]
+    assert "exception" not in failed  # a refusal, not a crash: no traceback
+    assert not [r for r in daemon.logs() if str(r["event"]).startswith("launching torchrun")]
+    assert daemon.get("/healthz")[0] == 200

@@ -18,11 +18,14 @@ from genesis_fp16 import launcher
 from genesis_fp16.distributed import TorchrunEnv, rank_device
 from genesis_fp16.launcher import (
     LaunchError,
+    LayoutError,
+    check_layout,
+    cuda_device_count,
     relay_stderr,
     torchrun_command,
     train_with_torchrun,
 )
-from infrastructure.plugin_api import TrainRequest
+from infrastructure.plugin_api import TrainRequest, TrainRequestError
 from infrastructure.training import TrainingSummary
 from infrastructure.training import checkpoint_keys as keys
 from infrastructure.training.checkpoint import CheckpointManager, load_checkpoint
@@ -262,3 +265,41 @@ def test_agent_nproc_defaults_to_one_and_must_be_positive() -> None:
     assert AgentSettings().nproc == 1
     with pytest.raises(ValueError):
         AgentSettings(nproc=0)
+
+
+def _layout_request(device: str) -> TrainRequest:
+    return TrainRequest("se_darwin", "fp32", "r", Path("s"), Path("c"), device=device)
+
+
+def test_a_layout_the_host_cannot_run_is_refused_in_one_line() -> None:
+    """More cuda ranks than GPUs, or every rank on cuda:N: refused, naming NPROC and the count."""
+    one_gpu = lambda: 1  # noqa: E731
+    with pytest.raises(LayoutError) as raised:
+        check_layout(_layout_request("cuda"), 2, gpu_count=one_gpu)
+    message = str(raised.value)
+    assert message.startswith("GENESIS_FP16_AGENTS__SE_DARWIN__NPROC=2 on cuda needs 2 GPUs")
+    assert "this host has 1" in message and "\n" not in message
+    with pytest.raises(LayoutError, match="every rank would use that one GPU"):
+        check_layout(_layout_request("cuda:0"), 2, gpu_count=lambda: 8)
+    check_layout(_layout_request("cuda"), 2, gpu_count=lambda: 2)  # one GPU per rank
+    check_layout(_layout_request("cuda:0"), 1, gpu_count=one_gpu)  # no torchrun layout
+    check_layout(_layout_request("cpu"), 4, gpu_count=lambda: 0)  # gloo ranks share the CPU
+    assert issubclass(LayoutError, TrainRequestError)  # one line in the daemon and the CLI
+
+
+def test_the_launcher_checks_the_layout_before_starting_torchrun(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """train_with_torchrun refuses with this host's real GPU count and starts nothing."""
+    started: list[object] = []
+    monkeypatch.setattr(launcher, "_start", lambda *args: started.append(args))
+    nproc = max(2, cuda_device_count() + 1)
+    with pytest.raises(LayoutError, match=f"this host has {cuda_device_count()}"):
+        train_with_torchrun(_layout_request("cuda"), nproc)
+    assert started == []
+
+
+def test_the_ranks_get_the_requests_device() -> None:
+    """The child command names the request's device, so every rank trains where it was asked."""
+    command = torchrun_command(_layout_request("cpu"), 2, python="py")
+    assert command[command.index("--device") + 1] == "cpu"
