@@ -19,8 +19,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--precisions", default="all", help="fp32,bf16,fp16 (+ tf32 on cuda); default: all"
     )
-    parser.add_argument("--runners", default=",".join(RUNNERS), help=f"of {','.join(RUNNERS)}")
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument(
+        "--runners",
+        default=None,
+        help=f"of {','.join(RUNNERS)}; default: all on cuda, the first four on a CPU",
+    )
+    parser.add_argument(
+        "--batch-sizes",
+        default=None,
+        help="comma-separated, e.g. 64,8192 (default: 64,8192 on cuda, 64 on a CPU)",
+    )
+    parser.add_argument("--batch-size", type=int, default=None, help="one batch size")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     parser.add_argument("--steps", type=int, default=20, help="timed steps")
     parser.add_argument(
@@ -34,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--in-process",
         action="store_true",
-        help="no subprocess per configuration (faster; CPU peak memory is then not measured)",
+        help="no subprocess per configuration (always so on cuda, where the peak memory "
+        "is torch's own count; on a CPU the peak RSS is then not measured)",
     )
     parser.add_argument("--tiny", action="store_true", help="a tiny model (smoke test)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per row")

@@ -7,7 +7,30 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SIZES: tuple[str, ...] = ("default", "large")
-RUNNERS: tuple[str, ...] = ("ours", "hand", "accelerate", "fabric")
+# ours-graph: our Trainer with cuda_graph="on"; hand-graph: the same step written by hand
+# and replayed from one CUDA graph (the anchor: the limit of this workload on the device);
+# compile / compile-ro: the hand loop with torch.compile(model), default mode and
+# "reduce-overhead" (what a user would try first to cut launch overhead).
+RUNNERS: tuple[str, ...] = (
+    "ours",
+    "hand",
+    "accelerate",
+    "fabric",
+    "ours-graph",
+    "hand-graph",
+    "compile",
+    "compile-ro",
+)
+CUDA_ONLY_RUNNERS: tuple[str, ...] = ("ours-graph", "hand-graph")
+# The runners a plain `bench` runs per device. compile on a CPU needs a C++ toolchain and
+# minutes of compiling per row; ask for it with --runners.
+DEFAULT_RUNNERS: dict[str, tuple[str, ...]] = {
+    "cpu": ("ours", "hand", "accelerate", "fabric"),
+    "cuda": RUNNERS,
+}
+# Batch sizes a plain `bench` runs: on CUDA one launch-bound and one compute-bound size
+# of the large world model (h100-2026-11-22.md); on a CPU the step is compute-bound at 64.
+DEFAULT_BATCH_SIZES: dict[str, tuple[int, ...]] = {"cpu": (64,), "cuda": (64, 8192)}
 # TF32 is a precision of its own only where it exists: NVIDIA GPUs from Ampere on.
 PRECISIONS_BY_DEVICE: dict[str, tuple[str, ...]] = {
     "cpu": ("fp32", "bf16", "fp16"),

@@ -101,6 +101,34 @@ def _train(
     return clock.read_ms(), syncs.count, evals
 
 
+KERNEL_STEPS = 3  # profiled steps after the timed ones, for kernels_per_step
+
+
+def _kernels_per_step(
+    runner: Runner, workload: Workload, config: BenchConfig, device: torch.device
+) -> float | None:
+    """CUDA kernels launched per step, counted by torch.profiler (None off CUDA).
+
+    Runs after the evaluation, so the profiled steps neither slow the timed ones nor
+    change the eval loss. Copies and memsets are not kernels and are not counted.
+    """
+    if device.type != "cuda":
+        return None
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(KERNEL_STEPS):
+            runner.step(workload.batch(config.total_steps + i))
+        torch.cuda.synchronize(device)
+    kernels = [
+        e
+        for e in prof.events()
+        if e.device_type == DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))
+    ]
+    return len(kernels) / KERNEL_STEPS
+
+
 def _fresh_device_state(device: torch.device) -> float:
     """Start memory accounting for this configuration; returns the CPU RSS baseline."""
     gc.collect()
@@ -159,6 +187,7 @@ def _measure(
         times, syncs, evals = _train(runner, workload, config, device, probe)
         eval_loss = workload.eval_loss(workload.model)
         skipped = runner.skipped_steps()
+        kernels = _kernels_per_step(runner, workload, config, device)
     finally:
         probe.remove()
         set_tf32(False)
@@ -188,5 +217,7 @@ def _measure(
         "skipped_steps": skipped,
         "overflow_rate": skipped / config.total_steps,
         "host_syncs_per_step": None if syncs is None else syncs / config.timed_steps,
+        "kernels_per_step": kernels,
+        "execution": getattr(runner, "execution", "eager"),
         "runner_note": runner.note,
     }

@@ -20,6 +20,7 @@ COLUMNS: tuple[str, ...] = (
     "size",
     "params",
     "runner",
+    "execution",
     "precision_requested",
     "precision_ran",
     "honest",
@@ -39,6 +40,7 @@ COLUMNS: tuple[str, ...] = (
     "skipped_steps",
     "overflow_rate",
     "host_syncs_per_step",
+    "kernels_per_step",
     "note",
     "command",
 )
@@ -66,7 +68,12 @@ def derive(rows: Sequence[Row]) -> None:
     for row in rows:
         if not row.get("median_step_ms"):
             continue
-        key = {"size": row["size"], "runner": row["runner"], "precision_requested": "fp32"}
+        key = {
+            "size": row["size"],
+            "batch_size": row["batch_size"],
+            "runner": row["runner"],
+            "precision_requested": "fp32",
+        }
         fp32 = _find(rows, **key)
         if fp32 is not None and fp32["honest"] and row["honest"]:
             steps = str(row["warmup_steps"] + row["timed_steps"])
@@ -77,7 +84,11 @@ def derive(rows: Sequence[Row]) -> None:
             row["speedup_vs_fp32"] = _ratio(fp32["median_step_ms"], row["median_step_ms"])
             row["mem_vs_fp32"] = _ratio(row.get("peak_mem_mb"), fp32.get("peak_mem_mb"))
         hand = _find(
-            rows, size=row["size"], runner="hand", precision_requested=row["precision_requested"]
+            rows,
+            size=row["size"],
+            batch_size=row["batch_size"],
+            runner="hand",
+            precision_requested=row["precision_requested"],
         )
         if hand is not None and hand["honest"] and row["honest"]:
             row["time_vs_hand"] = _ratio(row["median_step_ms"], hand["median_step_ms"])
@@ -126,33 +137,38 @@ def _fmt(value: Any, spec: str) -> str:
 def markdown_table(rows: Sequence[Row]) -> str:
     """A compact table of the rows, for the terminal and the docs."""
     head = (
-        "| size | runner | requested | ran | step ms | samples/s | vs fp32 | vs hand "
-        "| peak MiB | eval loss | gap to fp32 | skipped | overflow rate | syncs/step |"
+        "| size | batch | runner | execution | requested | ran | step ms | samples/s | vs fp32 "
+        "| vs hand | peak MiB | eval loss | gap to fp32 | skipped | overflow rate | syncs/step "
+        "| kernels/step |"
     )
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
     for r in rows:
         ran = r.get("precision_ran", "")
         ran = ran if r.get("honest") else f"**{ran}** (not honest)"
         lines.append(
-            f"| {r['size']} | {r['runner']} | {r['precision_requested']} | {ran} "
+            f"| {r['size']} | {r.get('batch_size', '')} | {r['runner']} "
+            f"| {r.get('execution', '')} | {r['precision_requested']} | {ran} "
             f"| {_fmt(r.get('median_step_ms'), '.1f')} | {_fmt(r.get('samples_per_s'), '.0f')} "
             f"| {_fmt(r.get('speedup_vs_fp32'), '.2f')} | {_fmt(r.get('time_vs_hand'), '.3f')} "
             f"| {_fmt(r.get('peak_mem_mb'), '.0f')} | {_fmt(r.get('eval_loss'), '.4f')} "
             f"| {_fmt(r.get('eval_loss_gap'), '+.1e')} | {_fmt(r.get('skipped_steps'), 'd')} "
             f"| {_fmt(r.get('overflow_rate'), '.2f')} "
-            f"| {_fmt(r.get('host_syncs_per_step'), '.2f')} |"
+            f"| {_fmt(r.get('host_syncs_per_step'), '.2f')} "
+            f"| {_fmt(r.get('kernels_per_step'), '.0f')} |"
         )
     return "\n".join(lines)
 
 
-def _bars(ax: Any, rows: Sequence[Row], size: str, metric: str) -> None:
+def _bars(ax: Any, rows: Sequence[Row], size: str, batch: Any, metric: str) -> None:
     runners = list(dict.fromkeys(r["runner"] for r in rows))
     precisions = list(dict.fromkeys(r["precision_requested"] for r in rows))
     width = 0.8 / max(len(runners), 1)
     for i, runner in enumerate(runners):
         labelled = False
         for j, precision in enumerate(precisions):
-            row = _find(rows, size=size, runner=runner, precision_requested=precision)
+            row = _find(
+                rows, size=size, batch_size=batch, runner=runner, precision_requested=precision
+            )
             if row is None or row.get(metric) is None:
                 continue
             ax.bar(
@@ -176,15 +192,15 @@ def write_plot(rows: Sequence[Row], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sizes = list(dict.fromkeys(r["size"] for r in rows))
-    fig, axes = plt.subplots(2, len(sizes), figsize=(6 * len(sizes), 8), squeeze=False)
-    for col, size in enumerate(sizes):
+    panels = list(dict.fromkeys((r["size"], r.get("batch_size")) for r in rows))
+    fig, axes = plt.subplots(2, len(panels), figsize=(6 * len(panels), 8), squeeze=False)
+    for col, (size, batch) in enumerate(panels):
         for ax, metric, unit in (
             (axes[0][col], "samples_per_s", "samples/s (log)"),
             (axes[1][col], "peak_mem_mb", "peak MiB (log)"),
         ):
-            _bars(ax, rows, size, metric)
-            ax.set_title(f"{size}: {unit}")
+            _bars(ax, rows, size, batch, metric)
+            ax.set_title(f"{size}, batch {batch}: {unit}")
         axes[0][col].legend(fontsize=8)
     fig.suptitle(f"{title}\nhatched: the requested precision did not run (see the CSV note)")
     fig.tight_layout()

@@ -7,6 +7,7 @@ python benchmarks/run.py --sizes default --runners ours,hand --steps 10
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import shlex
@@ -25,7 +26,15 @@ from genesis_fp16.bench.arguments import (
     DEFAULT_OUT,
     add_arguments,
 )
-from genesis_fp16.bench.config import PRECISIONS_BY_DEVICE, RUNNERS, SIZES, BenchConfig
+from genesis_fp16.bench.config import (
+    CUDA_ONLY_RUNNERS,
+    DEFAULT_BATCH_SIZES,
+    DEFAULT_RUNNERS,
+    PRECISIONS_BY_DEVICE,
+    RUNNERS,
+    SIZES,
+    BenchConfig,
+)
 from genesis_fp16.bench.measure import Row, run_config
 from genesis_fp16.bench.report import (
     derive,
@@ -47,7 +56,7 @@ class BenchOptions:
     sizes: tuple[str, ...]
     precisions: tuple[str, ...]
     runners: tuple[str, ...]
-    batch_size: int = 64
+    batch_sizes: tuple[int, ...] = (64,)
     warmup: int = 3
     steps: int = 20
     fp16_warmup: int | None = None
@@ -68,6 +77,26 @@ def _choices(value: str, valid: Sequence[str], flag: str) -> tuple[str, ...]:
     return items
 
 
+def _batch_sizes(args: argparse.Namespace, device: str) -> tuple[int, ...]:
+    if args.batch_size is not None and args.batch_sizes is not None:
+        raise ValueError("--batch-size and --batch-sizes: give one of them")
+    if args.batch_size is not None:
+        text = str(args.batch_size)
+    elif args.batch_sizes is not None:
+        text = args.batch_sizes
+    else:
+        return DEFAULT_BATCH_SIZES[device]
+    try:
+        sizes = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ValueError(
+            f"--batch-sizes {text!r}: comma-separated integers, e.g. 64,8192"
+        ) from None
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"--batch-sizes {text!r}: each must be at least 1")
+    return sizes
+
+
 def options_from_args(args: argparse.Namespace) -> BenchOptions:
     """Validate the parsed arguments; raises ValueError with a one-line message."""
     device = args.device
@@ -83,23 +112,30 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
     )
     if args.tag and not re.fullmatch(r"[A-Za-z0-9.-]+", args.tag):
         raise ValueError(f"--tag {args.tag!r}: use letters, digits, '.' and '-' only")
-    sizes = (("--batch-size", args.batch_size), ("--steps", args.steps))
-    for flag, value in (*sizes, ("--threads", args.threads or 1)):
+    for flag, value in (("--steps", args.steps), ("--threads", args.threads or 1)):
         if value < 1:
             raise ValueError(f"{flag} {value}: must be at least 1")
+    runners = DEFAULT_RUNNERS[device]
+    if args.runners is not None:
+        runners = _choices(args.runners, RUNNERS, "--runners")
+    cuda_only = [r for r in runners if r in CUDA_ONLY_RUNNERS]
+    if device != "cuda" and cuda_only:
+        raise ValueError(f"--runners {','.join(cuda_only)}: CUDA graphs need --device cuda")
     return BenchOptions(
         device=device,
         sizes=_choices(args.sizes, SIZES, "--sizes"),
         precisions=precisions,
-        runners=_choices(args.runners, RUNNERS, "--runners"),
-        batch_size=args.batch_size,
+        runners=runners,
+        batch_sizes=_batch_sizes(args, device),
         warmup=args.warmup,
         steps=args.steps,
         fp16_warmup=args.fp16_warmup,
         fp16_steps=args.fp16_steps,
         seed=args.seed,
         out_dir=args.out_dir,
-        in_process=args.in_process,
+        # On CUDA the peak memory is torch's own count, which in-process rows keep apart
+        # (reset_peak_memory_stats): one process saves ~12 s of start-up per row there.
+        in_process=args.in_process or device == "cuda",
         tiny=args.tiny,
         threads=args.threads,
         tag=args.tag,
@@ -107,8 +143,8 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
 
 
 def plan(options: BenchOptions, data_path: Path | None = None) -> list[BenchConfig]:
-    """Every (size, precision, runner): the runners of one precision run back to back,
-    so that a change in the load of a shared machine hits them alike."""
+    """Every (size, batch size, precision, runner): the runners of one precision run back
+    to back, so that a change in the load of a shared machine hits them alike."""
     cpu = options.device == "cpu"
     fp16_warmup = (
         options.fp16_warmup
@@ -121,7 +157,6 @@ def plan(options: BenchOptions, data_path: Path | None = None) -> list[BenchConf
         precision="",
         runner="",
         device=options.device,
-        batch_size=options.batch_size,
         warmup_steps=options.warmup,
         timed_steps=options.steps,
         seed=options.seed,
@@ -131,16 +166,16 @@ def plan(options: BenchOptions, data_path: Path | None = None) -> list[BenchConf
     )
     fp16_total = fp16_warmup + fp16_steps
     configs = []
-    for size in options.sizes:
-        for precision in options.precisions:
-            for runner in options.runners:
-                config = replace(base, size=size, runner=runner, precision=precision)
-                if precision == "fp16":
-                    config = replace(config, warmup_steps=fp16_warmup, timed_steps=fp16_steps)
-                elif precision == "fp32" and "fp16" in options.precisions:
-                    # The fp32 reference for fp16's eval-loss gap, at fp16's step count.
-                    config = replace(config, eval_at=(fp16_total,))
-                configs.append(config)
+    for size, batch, precision, runner in itertools.product(
+        options.sizes, options.batch_sizes, options.precisions, options.runners
+    ):
+        config = replace(base, size=size, batch_size=batch, runner=runner, precision=precision)
+        if precision == "fp16":
+            config = replace(config, warmup_steps=fp16_warmup, timed_steps=fp16_steps)
+        elif precision == "fp32" and "fp16" in options.precisions:
+            # The fp32 reference for fp16's eval-loss gap, at fp16's step count.
+            config = replace(config, eval_at=(fp16_total,))
+        configs.append(config)
     return configs
 
 
@@ -171,6 +206,7 @@ def _failed_row(config: BenchConfig, error: str) -> Row:
         "batch_size": config.batch_size,
         "warmup_steps": config.warmup_steps,
         "timed_steps": config.timed_steps,
+        "execution": "none",
         "error": error,
     }
 
@@ -180,7 +216,7 @@ def _run_all(
 ) -> list[Row]:
     rows: list[Row] = []
     for config in configs:
-        label = f"{config.size}/{config.runner}/{config.precision}"
+        label = f"{config.size}@{config.batch_size}/{config.runner}/{config.precision}"
         try:
             row = run_config(config, isolated=False) if in_process else _run_isolated(config)
         except Exception as exc:  # a failing peer is a row of its own, not a crashed run

@@ -25,6 +25,7 @@ class Runner(Protocol):
 
     name: str
     note: str  # what the runner's library said it would do, for the row's note
+    execution: str  # "eager" or "cuda_graph": how its steps really ran
 
     def prepare(self, workload: Workload, config: BenchConfig, device: torch.device) -> None: ...
 
@@ -37,16 +38,18 @@ class Runner(Protocol):
 
 def _optimizer(model: nn.Module, config: BenchConfig) -> torch.optim.Optimizer:
     # Fused AdamW on CUDA: it takes the scaler's found-inf flag on the device, so neither
-    # GradScaler nor our LossScaler has to read it on the host before stepping. Every
-    # runner gets the same optimizer.
-    fused = torch.device(config.device).type == "cuda"
-    return torch.optim.AdamW(model.parameters(), lr=config.lr, fused=fused or None)
+    # GradScaler nor our LossScaler has to read it on the host before stepping; its step
+    # counters live on the device (capturable), which a captured step needs and which
+    # computes the same. Every runner gets the same optimizer.
+    cuda = torch.device(config.device).type == "cuda"
+    return torch.optim.AdamW(model.parameters(), lr=config.lr, fused=cuda or None, capturable=cuda)
 
 
 class OursRunner:
     """This project's `Trainer`, driven exactly as the agents drive it."""
 
     name = "ours"
+    cuda_graph = "off"
 
     def prepare(self, workload: Workload, config: BenchConfig, device: torch.device) -> None:
         from infrastructure.training import PrecisionPolicy, Trainer, TrainerConfig
@@ -54,12 +57,18 @@ class OursRunner:
         set_tf32(config.precision == "tf32")
         requested = "fp32" if config.precision == "tf32" else config.precision
         policy = PrecisionPolicy.create(requested, device)
-        self.note = f"policy used {policy.name}: {policy.resolved.reason}"
         self._loss_fn = workload.loss_fn
         self._n = config.batch_size
-        trainer_config = TrainerConfig(max_grad_norm=config.max_grad_norm)
+        trainer_config = TrainerConfig(
+            max_grad_norm=config.max_grad_norm, cuda_graph=self.cuda_graph
+        )
         self.trainer = Trainer(
             workload.model, [_optimizer(workload.model, config)], policy, trainer_config
+        )
+        self.execution = self.trainer.execution.used
+        self.note = (
+            f"policy used {policy.name}: {policy.resolved.reason}; "
+            f"{self.execution}: {self.trainer.execution.reason}"
         )
 
     def step(self, batch: Batch) -> None:
@@ -82,11 +91,19 @@ class _FoundInfTally:
             self.total += flag.to(self.total.device)
 
 
+class OursGraphRunner(OursRunner):
+    """Our `Trainer` with `cuda_graph="on"`: the whole step replayed from a CUDA graph."""
+
+    name = "ours-graph"
+    cuda_graph = "on"
+
+
 class HandWrittenRunner:
-    """The floor: the plain `torch.amp` loop a careful user writes by hand."""
+    """The floor of eager steps: the plain `torch.amp` loop a careful user writes by hand."""
 
     name = "hand"
     note = "torch.autocast + torch.amp.GradScaler"
+    execution = "eager"
 
     def prepare(self, workload: Workload, config: BenchConfig, device: torch.device) -> None:
         set_tf32(config.precision == "tf32")
@@ -116,10 +133,108 @@ class HandWrittenRunner:
         return int(self.tally.total.item())
 
 
+class CompiledRunner(HandWrittenRunner):
+    """The hand loop with `torch.compile(model)`: what a user tries first for speed."""
+
+    name = "compile"
+    mode = "default"
+
+    def prepare(self, workload: Workload, config: BenchConfig, device: torch.device) -> None:
+        super().prepare(workload, config, device)
+        # The optimizer holds the parameters themselves; the compiled module shares them.
+        self.model = torch.compile(self.model, mode=self.mode)  # type: ignore[assignment]
+        # reduce-overhead replays the forward and backward from CUDA graphs (torch's
+        # cudagraph trees); scaler, clipping and the optimizer still launch eagerly.
+        self.execution = "eager"
+        self.note = f"torch.compile(model, mode={self.mode!r}) + torch.amp.GradScaler"
+
+
+class CompiledReduceOverheadRunner(CompiledRunner):
+    name = "compile-ro"
+    mode = "reduce-overhead"
+
+
+class HandGraphRunner:
+    """The anchor: the same step written by hand and replayed from one CUDA graph.
+
+    Forward under autocast (cast cache off), fp32 loss, scaled backward, unscale with the
+    overflow check, clipping, fused capturable AdamW that skips on overflow, and the scale
+    update, all captured once after 3 eager warm-up steps on a side stream; each step then
+    copies its batch into the static inputs and replays. No host sync per step.
+    """
+
+    name = "hand-graph"
+    note = "whole step captured by hand: torch.cuda.graph + capturable fused AdamW"
+    execution = "cuda_graph"
+    WARMUP = 3
+
+    def prepare(self, workload: Workload, config: BenchConfig, device: torch.device) -> None:
+        set_tf32(config.precision == "tf32")
+        self.model, self.loss_fn, self.device = workload.model, workload.loss_fn, device
+        self.dtype = _AUTOCAST_DTYPES.get(config.precision)
+        self.optimizer = _optimizer(self.model, config)
+        self.params = [p for p in self.model.parameters()]
+        self.max_norm = config.max_grad_norm
+        fp16 = config.precision == "fp16"
+        self.scale = torch.full((), 65536.0 if fp16 else 1.0, device=device)
+        self.growth_tracker = torch.zeros((), dtype=torch.int32, device=device)
+        self.found_inf = torch.zeros((), device=device)
+        self.skipped = torch.zeros((), device=device)
+        self.fp16 = fp16
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static: Batch | None = None
+        self.calls = 0
+
+    def _step(self, batch: Batch) -> None:
+        with torch.autocast(
+            self.device.type, dtype=self.dtype, enabled=self.dtype is not None, cache_enabled=False
+        ):
+            loss = self.loss_fn(self.model, batch)
+        (loss.float() * self.scale).backward()
+        grads = [p.grad for p in self.params if p.grad is not None]
+        self.found_inf.zero_()
+        torch._amp_foreach_non_finite_check_and_unscale_(
+            grads, self.found_inf, self.scale.reciprocal()
+        )
+        nn.utils.clip_grad_norm_(self.params, self.max_norm, foreach=True)
+        self.optimizer.grad_scale = None  # type: ignore[attr-defined]
+        self.optimizer.found_inf = self.found_inf  # type: ignore[attr-defined]
+        self.optimizer.step()
+        del self.optimizer.grad_scale, self.optimizer.found_inf  # type: ignore[attr-defined]
+        self.skipped += self.found_inf
+        if self.fp16:
+            torch._amp_update_scale_(
+                self.scale, self.growth_tracker, self.found_inf, 2.0, 0.5, 2000
+            )
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def step(self, batch: Batch) -> None:
+        self.calls += 1
+        if self.calls <= self.WARMUP:
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                self._step(batch)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            return
+        if self.graph is None:
+            self.static = tuple(t.clone() for t in batch)  # type: ignore[assignment]
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self._step(self.static)  # type: ignore[arg-type]
+        for target, source in zip(self.static, batch, strict=True):  # type: ignore[arg-type]
+            target.copy_(source, non_blocking=True)
+        self.graph.replay()
+
+    def skipped_steps(self) -> int:
+        return int(self.skipped.item())
+
+
 class AccelerateRunner:
     """Hugging Face Accelerate with `mixed_precision=...`."""
 
     name = "accelerate"
+    execution = "eager"
     MODES: ClassVar[dict[str, str]] = {"fp32": "no", "tf32": "no", "bf16": "bf16", "fp16": "fp16"}
 
     def prepare(self, workload: Workload, config: BenchConfig, device: torch.device) -> None:
@@ -159,6 +274,7 @@ class FabricRunner:
     """Lightning Fabric with `precision=...`."""
 
     name = "fabric"
+    execution = "eager"
     MODES: ClassVar[dict[str, str]] = {
         "fp32": "32-true",
         "tf32": "32-true",
@@ -205,6 +321,10 @@ RUNNER_CLASSES: dict[str, type] = {
     "hand": HandWrittenRunner,
     "accelerate": AccelerateRunner,
     "fabric": FabricRunner,
+    "ours-graph": OursGraphRunner,
+    "hand-graph": HandGraphRunner,
+    "compile": CompiledRunner,
+    "compile-ro": CompiledReduceOverheadRunner,
 }
 
 # The module each runner imports, loaded before memory accounting starts.
@@ -213,4 +333,8 @@ RUNNER_LIBRARIES: dict[str, str] = {
     "hand": "torch.amp",
     "accelerate": "accelerate",
     "fabric": "lightning_fabric",
+    "ours-graph": "infrastructure.training",
+    "hand-graph": "torch.amp",
+    "compile": "torch._dynamo",
+    "compile-ro": "torch._dynamo",
 }

@@ -24,6 +24,8 @@ LossFn = Callable[[nn.Module, Batch], torch.Tensor]
 
 POOL_RECORDS = 2048
 TINY_POOL_RECORDS = 256
+# Distinct batches when a batch is larger than the training split and is drawn from it.
+RESAMPLED_BATCHES = 4
 TINY_MODEL = {"hidden": 16, "depth": 1}  # for tests: trains in milliseconds
 _EVAL_CHUNK = 512
 
@@ -101,10 +103,16 @@ def load_data(data_path: Path, batch_size: int, device: torch.device) -> Data:
     """Read and encode the pool at `data_path` into fixed batches of `batch_size`."""
     tensors, n_train = _tensors(data_path)
     tensors = tuple(t.to(device) for t in tensors)  # type: ignore[assignment]
-    n_batches = max(n_train // batch_size, 1)
-    train = [
-        tuple(t[i * batch_size : (i + 1) * batch_size] for t in tensors) for i in range(n_batches)
-    ]
+    if n_train >= batch_size:
+        rows = [
+            torch.arange(i * batch_size, (i + 1) * batch_size) for i in range(n_train // batch_size)
+        ]
+    else:  # a batch larger than the training split (8192 on CUDA): rows drawn with replacement
+        g = torch.Generator().manual_seed(0)
+        rows = [
+            torch.randint(n_train, (batch_size,), generator=g) for _ in range(RESAMPLED_BATCHES)
+        ]
+    train = [tuple(t[r.to(device)] for t in tensors) for r in rows]
     return Data(train, tuple(t[n_train:] for t in tensors))  # type: ignore[arg-type]
 
 

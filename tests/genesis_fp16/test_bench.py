@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import csv
 import math
+import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +49,7 @@ def test_tiny_run_writes_every_documented_column(tmp_path: Path) -> None:
         sizes=("default",),
         precisions=("fp32", "bf16"),
         runners=("ours", "hand", "accelerate", "fabric"),
-        batch_size=16,
+        batch_sizes=(16,),
         warmup=1,
         steps=2,
         out_dir=tmp_path,
@@ -178,3 +180,89 @@ def test_cuda_rows_report_tf32_syncs_and_device_memory() -> None:
     assert fp16["precision_ran"] == "fp16"
     assert fp16["host_syncs_per_step"] is not None
     assert fp16["mem_measure"] == "cuda_max_memory_allocated" and fp16["peak_mem_mb"] > 0
+
+
+def _args(*argv: str) -> Any:
+    import argparse
+
+    from genesis_fp16.bench.arguments import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_batch_sizes_runners_and_their_defaults_per_device() -> None:
+    """--batch-sizes plans every size; a CPU gets 64 and the eager runners; errors name the flag."""
+    from genesis_fp16.bench.run import options_from_args
+
+    cpu = options_from_args(_args("--device", "cpu"))
+    assert cpu.batch_sizes == (64,) and cpu.runners == ("ours", "hand", "accelerate", "fabric")
+    assert not cpu.in_process
+    two = options_from_args(_args("--device", "cpu", "--batch-sizes", "64,8192"))
+    configs = plan(replace(two, sizes=("large",), precisions=("bf16",), runners=("ours",)))
+    assert [c.batch_size for c in configs] == [64, 8192]
+    assert options_from_args(_args("--device", "cpu", "--batch-size", "32")).batch_sizes == (32,)
+    for argv, message in (
+        (("--runners", "hand-graph"), "CUDA graphs need --device cuda"),
+        (("--batch-sizes", "64,x"), "--batch-sizes '64,x'"),
+        (("--batch-sizes", "0"), "at least 1"),
+        (("--batch-size", "8", "--batch-sizes", "16"), "give one of them"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            options_from_args(_args("--device", "cpu", *argv))
+
+
+def test_a_batch_larger_than_the_data_is_drawn_from_it_at_full_size(tmp_path: Path) -> None:
+    """A batch of 8192 from a pool of 2048 records has 8192 rows, not the 1638 there are."""
+    from genesis_fp16.bench.workload import RESAMPLED_BATCHES, load_data, write_data
+
+    data = load_data(write_data(tmp_path, tiny=True, seed=0), 512, torch.device("cpu"))
+    assert len(data.train_batches) == RESAMPLED_BATCHES
+    assert all(t.shape[0] == 512 for batch in data.train_batches for t in batch)
+    small = load_data(write_data(tmp_path / "b", tiny=True, seed=0), 16, torch.device("cpu"))
+    assert len(small.train_batches) > 1 and small.train_batches[0][0].shape[0] == 16
+
+
+def test_fp32_references_match_within_a_batch_size() -> None:
+    """derive() compares a row with the fp32 and hand rows of its own batch size only."""
+
+    def row(batch: int, runner: str, precision: str, ms: float) -> dict[str, Any]:
+        return {
+            "size": "large", "batch_size": batch, "runner": runner, "honest": True,
+            "precision_requested": precision, "median_step_ms": ms, "eval_loss": 1.0,
+            "warmup_steps": 1, "timed_steps": 1,
+        }  # fmt: skip
+
+    rows = [
+        row(64, "hand", "fp32", 4.0),
+        row(64, "hand", "bf16", 2.0),
+        row(8192, "hand", "fp32", 40.0),
+        row(8192, "hand", "bf16", 10.0),
+    ]
+    derive(rows)
+    assert rows[1]["speedup_vs_fp32"] == 2.0 and rows[3]["speedup_vs_fp32"] == 4.0
+
+
+@pytest.mark.slow
+def test_compile_row_runs_on_a_cpu_and_reports_eager_execution() -> None:
+    """torch.compile(model) trains a tiny fp32 row honestly; no kernels are counted off CUDA."""
+    row = run_config(_tiny("fp32", "compile"), isolated=False)
+    assert row["honest"] is True and row["execution"] == "eager"
+    assert row["kernels_per_step"] is None and math.isfinite(row["eval_loss"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_graph_runners_replay_and_ours_graph_trains_like_ours(precision: str) -> None:
+    """hand-graph and ours-graph run from CUDA graphs; ours-graph's weights equal ours'."""
+    config = replace(_tiny(precision, "ours", device="cuda"), warmup_steps=3, timed_steps=6)
+    eager = run_config(config, isolated=False)
+    graphed = run_config(replace(config, runner="ours-graph"), isolated=False)
+    anchor = run_config(replace(config, runner="hand-graph"), isolated=False)
+    assert graphed["execution"] == anchor["execution"] == "cuda_graph"
+    assert eager["execution"] == "eager"
+    assert graphed["eval_loss"] == eager["eval_loss"]  # the same training, bit for bit
+    assert graphed["host_syncs_per_step"] == 0 and anchor["host_syncs_per_step"] == 0
+    assert graphed["kernels_per_step"] is not None and math.isfinite(anchor["eval_loss"])
