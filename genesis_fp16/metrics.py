@@ -23,9 +23,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from genesis_fp16.diagnostics_export import RL_METRIC_NAMES, RlDiagnosticsMetrics
 from genesis_fp16.probe_gate import PROBE_METRIC_NAMES, ProbeMetrics
 from infrastructure.training.execution_names import EXECUTION_MODES
+from infrastructure.training.precision_names import PRECISIONS
 
 PREFIX = "genesis_fp16"
-PRECISION_LABELS = ("fp32", "bf16", "fp16")
+PRECISION_LABELS = PRECISIONS
 RUN_OUTCOMES = ("success", "failed", "stopped")
 RELOAD_OUTCOMES = ("success", "failure")
 # Runs last minutes; the tail reaches two hours so a stuck run still lands in a bucket.

@@ -34,11 +34,11 @@ from genesis_fp16.paths import AgentPaths
 from genesis_fp16.settings import Settings
 from infrastructure.atomic import write_json_atomic
 from infrastructure.plugin_api import AgentPlugin
+from infrastructure.training.precision_names import LOW_PRECISIONS
 
 log = structlog.get_logger("genesis_fp16.probe_gate")
 
 SCHEMA_VERSION = 1
-LOW_PRECISIONS = ("bf16", "fp16")
 COLOUR_VALUES = {"green": 0, "amber": 1, "red": 2}
 PROBE_METRIC_NAMES = (
     "genesis_fp16_probe_verdict",

@@ -34,12 +34,15 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from genesis_fp16.guard_settings import GuardSettings
+from infrastructure.training.precision_names import CHOICES
 
 ENV_PREFIX = "GENESIS_FP16_"
 ENV_FILE_VARIABLE = "GENESIS_FP16_ENV_FILE"
 DEFAULT_ENV_FILE = ".env"
-PRECISION_CHOICES = ("auto", "fp32", "bf16", "fp16")
+PRECISION_CHOICES: tuple[str, ...] = CHOICES
 
+# The values of infrastructure.training.precision_names.CHOICES, spelled out because a
+# Literal must be static for mypy and pydantic (a test checks they agree).
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 # The values of infrastructure.training.execution_names.CUDA_GRAPH_REQUESTS (a test checks).
 CudaGraph = Literal["auto", "on", "off"]

@@ -22,7 +22,6 @@ Each component runs in its own dtype, as the preset says:
 
 from __future__ import annotations
 
-import contextlib
 import copy
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -75,13 +74,6 @@ class PPOConfig:
     @property
     def steps_per_iteration(self) -> int:
         return self.ppo_epochs * self.minibatches
-
-
-def _autocast(dtype: torch.dtype, device: str) -> contextlib.AbstractContextManager[None]:
-    """Autocast to ``dtype``; fp32 disables it (also inside an enclosing 16-bit region)."""
-    if dtype == torch.float32:
-        return torch.autocast(device, enabled=False)
-    return torch.autocast(device, dtype=dtype)
 
 
 def _frozen_copy(module: nn.Module, dtype: torch.dtype) -> nn.Module:
@@ -175,11 +167,11 @@ class PPOEngine:
         return token_logprobs(self._gen_slice(model(seqs)), seqs[:, self.cfg.task.prompt_len :])
 
     def policy_logp(self, seqs: torch.Tensor) -> torch.Tensor:
-        with _autocast(self.preset.dtype("policy"), self.device):
+        with self.precision.autocast(self.preset.dtype("policy")):
             return self._logp(self.policy, seqs)
 
     def values(self, seqs: torch.Tensor) -> torch.Tensor:
-        with _autocast(self.preset.dtype("value"), self.device):
+        with self.precision.autocast(self.preset.dtype("value")):
             return self._gen_slice(self.critic(seqs))
 
     @torch.no_grad()

@@ -22,12 +22,9 @@ from dataclasses import dataclass
 import torch
 
 from infrastructure.plugin_api import TrainRequestError
+from infrastructure.training import dtype_of
+from infrastructure.training.precision_names import CHOICES, PRECISIONS
 
-DTYPES: dict[str, torch.dtype] = {
-    "fp32": torch.float32,
-    "bf16": torch.bfloat16,
-    "fp16": torch.float16,
-}
 DEFAULT_PRESET = "mixed_recommended"
 
 
@@ -47,7 +44,7 @@ class ComponentPrecision:
 
     def dtype(self, component: str) -> torch.dtype:
         """The torch dtype of one component, e.g. ``preset.dtype("value")``."""
-        return DTYPES[str(getattr(self, component))]
+        return dtype_of(str(getattr(self, component)))
 
     def as_dict(self) -> dict[str, str | bool]:
         return {
@@ -100,9 +97,9 @@ def resolve_preset(precision: str, preset: str | None, rollout: str | None = Non
     """Apply the rule above; ``rollout`` overrides the preset's rollout dtype."""
     if preset is not None and preset not in PRESETS:
         raise TrainRequestError(f"rlhf_ppo: preset {preset!r} is not one of {sorted(PRESETS)}")
-    if rollout is not None and rollout not in DTYPES:
+    if rollout is not None and rollout not in PRECISIONS:
         raise TrainRequestError(
-            f"rlhf_ppo: rollout_precision {rollout!r} is not one of {sorted(DTYPES)}"
+            f"rlhf_ppo: rollout_precision {rollout!r} is not one of {sorted(PRECISIONS)}"
         )
     if precision == "fp32":
         name = "fp32_baseline"
@@ -128,7 +125,7 @@ def resolve_preset(precision: str, preset: str | None, rollout: str | None = Non
         reason = f"precision auto runs preset {name}"
     else:
         raise TrainRequestError(
-            f"rlhf_ppo: precision {precision!r} is not one of ['auto', 'bf16', 'fp16', 'fp32']"
+            f"rlhf_ppo: precision {precision!r} is not one of {sorted(CHOICES)}"
         )
     chosen = PRESETS[name]
     # The rollback (fp32) wins over a rollout override too: no 16-bit anywhere.

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
         PrecisionError,
         PrecisionPolicy,
         ResolvedPrecision,
+        autocast_to,
+        dtype_of,
         resolve_precision,
     )
     from infrastructure.training.precision_memory import PrecisionMemory
@@ -51,6 +53,8 @@ _EXPORTS: dict[str, str] = {
     "PrecisionPolicy": "precision",
     "ResolvedPrecision": "precision",
     "resolve_precision": "precision",
+    "autocast_to": "precision",
+    "dtype_of": "precision",
     "PrecisionMemory": "precision_memory",
     "PRECISIONS": "precision_names",
     "REQUESTABLE": "precision_names",
@@ -78,6 +82,8 @@ __all__ = [
     "TrainerConfig",
     "TrainingSummary",
     "TrainingTask",
+    "autocast_to",
+    "dtype_of",
     "fit",
     "resolve_precision",
     "to_device",

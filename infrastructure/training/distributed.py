@@ -101,13 +101,13 @@ def wrap_model(model: nn.Module, policy: PrecisionPolicy, fsdp: bool = False) ->
 
 def _fully_shard(model: nn.Module, policy: PrecisionPolicy) -> nn.Module:
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import fully_shard
 
-    param_dtype = None if policy.compute_dtype == torch.float32 else policy.compute_dtype
-    mixed = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    mixed = policy.fsdp_mixed_precision()
     logger.info(
-        "sharding the model with FSDP2 fully_shard (param_dtype %s, reduce_dtype float32)",
-        param_dtype,
+        "sharding the model with FSDP2 fully_shard (param_dtype %s, reduce_dtype %s)",
+        mixed.param_dtype,
+        mixed.reduce_dtype,
     )
     # The mesh follows the run's device. Without one, fully_shard builds a mesh on cuda
     # whenever CUDA is available, so a cpu/gloo run on a GPU host sharded onto the GPU

@@ -40,21 +40,16 @@ import torch.distributed as dist
 from torch import nn
 
 from infrastructure.training import distributed
-from infrastructure.training.guard_config import (
-    DEFAULT_LADDER,
-    REASONS,
-    GuardConfig,
-    next_precision,
-)
+from infrastructure.training.guard_config import REASONS, GuardConfig, next_precision
 from infrastructure.training.precision import PrecisionPolicy, detect_capabilities
 from infrastructure.training.precision_memory import (
     MEMORY_VERSION,
-    ROBUSTNESS,
     PrecisionMemory,
     read_precision_memory,
     remember_demotions,
     write_precision_memory,
 )
+from infrastructure.training.precision_names import DEFAULT_LADDER, ROBUSTNESS
 from infrastructure.training.trainer import Trainer
 
 __all__ = [

@@ -12,14 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from infrastructure.training.precision_names import PRECISIONS
+from infrastructure.training.precision_names import DEFAULT_LADDER, PRECISIONS
 
 if TYPE_CHECKING:
     from infrastructure.training.precision import DeviceCapabilities
 
 # The fixed set of reasons a demotion can have (a bounded metric label).
 REASONS: tuple[str, ...] = ("scaler_unstable", "nonfinite_loss", "overflow_rate", "divergence")
-DEFAULT_LADDER: tuple[str, ...] = ("fp16", "bf16", "fp32")
 
 
 @dataclass(frozen=True)

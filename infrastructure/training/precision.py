@@ -2,8 +2,11 @@
 
 ``resolve_precision`` turns a requested name (``fp32``, ``bf16``, ``fp16`` or ``auto``)
 into what will run on a device, with the reason; ``PrecisionPolicy`` bundles that answer
-with its autocast context and loss scaler, so the training loop never branches on a
-precision name.
+with everything a step does differently per precision (autocast, the scaled backward,
+unscale and overflow check, the optimizer step that skips on overflow, the scale update,
+FSDP2's dtypes), so the training loop never branches on a precision or asks whether
+loss scaling is on. The names themselves live in
+:mod:`infrastructure.training.precision_names`.
 """
 
 from __future__ import annotations
@@ -11,21 +14,56 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
 
 from infrastructure.training.loss_scaler import LossScaler, ScalerConfig
+from infrastructure.training.precision_names import DTYPE_NAMES, LOSS_SCALED, REQUESTABLE
 from infrastructure.training.precision_names import PRECISIONS as PRECISIONS
-from infrastructure.training.precision_names import REQUESTABLE
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import MixedPrecisionPolicy
 
 logger = logging.getLogger(__name__)
 
 DEVICE_TYPES: tuple[str, ...] = ("cpu", "cuda")
 
-_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+def dtype_of(precision: str) -> torch.dtype:
+    """The torch dtype a precision name computes in: ``dtype_of("bf16") is torch.bfloat16``."""
+    try:
+        return getattr(torch, DTYPE_NAMES[precision])
+    except KeyError:
+        raise PrecisionError(
+            f"unknown precision {precision!r}; valid precisions: {', '.join(PRECISIONS)}"
+        ) from None
+
+
+def autocast_to(
+    dtype: torch.dtype, device_type: str, cache_enabled: bool = True
+) -> contextlib.AbstractContextManager[None]:
+    """``torch.autocast`` to ``dtype``; for float32 an autocast that is disabled.
+
+    A disabled autocast also switches off any enclosing one, so fp32 really is fp32
+    (rlhf_ppo's fp32 critic inside a bf16 region relies on it).
+
+    >>> with autocast_to(torch.float32, "cpu"):
+    ...     pass
+    """
+    return torch.autocast(
+        device_type,
+        dtype=dtype,
+        enabled=dtype != torch.float32,
+        cache_enabled=cache_enabled,
+    )
+
 
 CPU_FP16_SLOWDOWN = (
     "fp16 matmuls on a CPU without native fp16 (AVX512-FP16 or AMX-FP16) are 10-100x "
@@ -170,19 +208,20 @@ def _resolve_explicit(requested: str, caps: DeviceCapabilities) -> ResolvedPreci
 
 @dataclass(frozen=True)
 class PrecisionPolicy:
-    """One precision, ready to train with: dtype, autocast context and loss scaler.
+    """One precision, ready to train with: its dtype and every hook a step needs.
 
-    The trainer asks the policy, never a precision name::
+    The trainer asks the policy, never a precision name or the scaler's state::
 
         policy = PrecisionPolicy.create("auto", "cpu")
         policy.check_model(model)                  # fails early on misuse
         with policy.autocast():
             loss = loss_fn(model(x).float(), y)
-        policy.scaler.scale(loss).backward()       # a no-op scaler outside fp16
-        policy.scaler.step(optimizer)
-        policy.scaler.update()
+        policy.backward(loss)                      # scaled in fp16 only
+        found_inf = policy.unscale([optimizer])    # 0-dim device flag, 0 outside fp16
+        policy.step([optimizer], found_inf, policy.needs_host_read([optimizer]))
+        policy.update()
 
-    ``scaler`` always exists; it is enabled only for fp16.
+    ``scaler`` always exists (for its scale and state); it is enabled only for fp16.
     """
 
     name: str
@@ -206,31 +245,92 @@ class PrecisionPolicy:
         logger.info("precision %s (%s)", resolved.used, resolved.reason)
         if resolved.warning:
             logger.warning("precision %s: %s", resolved.used, resolved.warning)
-        if resolved.used == "fp16" and not scaler.enabled:
+        if resolved.used in LOSS_SCALED and not scaler.enabled:
             logger.warning("precision fp16 with loss scaling disabled: small gradients underflow")
-        config = replace(scaler, enabled=scaler.enabled and resolved.used == "fp16")
+        config = replace(scaler, enabled=scaler.enabled and resolved.used in LOSS_SCALED)
         return cls(
             name=resolved.used,
             resolved=resolved,
             device=dev,
-            compute_dtype=_DTYPES[resolved.used],
+            compute_dtype=dtype_of(resolved.used),
             scaler=LossScaler.from_config(dev, config),
         )
 
-    def autocast(self, cache_enabled: bool = True) -> contextlib.AbstractContextManager[None]:
-        """``torch.autocast`` in ``compute_dtype``; for fp32 an autocast that is disabled.
+    def autocast(
+        self, dtype: torch.dtype | None = None, cache_enabled: bool = True
+    ) -> contextlib.AbstractContextManager[None]:
+        """Autocast to ``compute_dtype`` (or ``dtype``) on this policy's device.
 
-        A disabled autocast also switches off any enclosing one, so fp32 really is fp32.
+        For float32, an autocast that is disabled (see :func:`autocast_to`).
         ``cache_enabled=False`` recasts a weight each time it is used (what a step captured
         into a CUDA graph needs); the values are the same either way.
         """
-        enabled = self.name != "fp32"
-        return torch.autocast(
-            self.device.type,
-            dtype=self.compute_dtype,
-            enabled=enabled,
-            cache_enabled=cache_enabled,
-        )
+        return autocast_to(dtype or self.compute_dtype, self.device.type, cache_enabled)
+
+    # ------------------------------------------------------------------ one step's hooks
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Back-propagate ``loss``, scaled first when this precision scales losses."""
+        self.scaler.scale(loss).backward()
+
+    def unscale(self, optimizers: Sequence[Optimizer]) -> torch.Tensor:
+        """Unscale every optimizer's gradients; return the step's overflow flag.
+
+        The flag is a 0-dim tensor on the device, > 0 when a gradient was inf or NaN
+        (always 0 without loss scaling): reading it is free, only ``.item()`` syncs.
+        """
+        for optimizer in optimizers:
+            self.scaler.unscale_(optimizer)  # a no-op when loss scaling is off
+        return self.scaler.found_inf_tensor()
+
+    def needs_host_read(
+        self, optimizers: Sequence[Optimizer], schedulers: Sequence[LRScheduler] = ()
+    ) -> bool:
+        """True when :meth:`step` must read the overflow flag on the host.
+
+        Only with loss scaling, and then only when an optimizer cannot skip on the device
+        (not a fused Adam/AdamW/SGD) or a scheduler must not advance on a skipped step.
+        """
+        fused = all(getattr(o, "_step_supports_amp_scaling", False) for o in optimizers)
+        return self.scaler.is_enabled() and (not fused or bool(schedulers))
+
+    def step(
+        self, optimizers: Sequence[Optimizer], found_inf: torch.Tensor, host_read: bool
+    ) -> bool:
+        """Step every optimizer unless the step overflowed; return whether it was taken.
+
+        ``host_read`` is :meth:`needs_host_read`. Without it the decision stays on the
+        device (the fused kernels skip on ``found_inf`` themselves) and True is returned:
+        nothing on the host needs to know.
+        """
+        if self.scaler.is_enabled() and not host_read:
+            for optimizer in optimizers:
+                _fused_step(optimizer, found_inf)
+            return True
+        if host_read and bool(found_inf.item()):  # the one host read of that path
+            return False
+        for optimizer in optimizers:
+            optimizer.step()
+        return True
+
+    def update(self) -> None:
+        """Advance the loss scale after a step (a no-op without loss scaling)."""
+        self.scaler.update()
+
+    def overflowed(self, found_inf: torch.Tensor) -> torch.Tensor | None:
+        """The step's overflow flag as a bool tensor, or None where no step can overflow.
+
+        None lets the caller skip bookkeeping that would only ever count zeros.
+        """
+        return found_inf > 0 if self.scaler.is_enabled() else None
+
+    def fsdp_mixed_precision(self) -> MixedPrecisionPolicy:
+        """FSDP2's policy for this precision: parameters cast to ``compute_dtype`` for the
+        forward and backward (fp32 leaves them alone), gradients reduced in fp32."""
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+
+        low = None if self.compute_dtype == torch.float32 else self.compute_dtype
+        return MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32)
 
     def check_model(self, model: nn.Module) -> None:
         """Raise :class:`PrecisionError` unless ``model`` can train under this policy.
@@ -258,3 +358,15 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
     if a.type != b.type:
         return False
     return a.index is None or b.index is None or a.index == b.index
+
+
+def _fused_step(optimizer: Optimizer, found_inf: torch.Tensor) -> None:
+    # torch's fused Adam/AdamW/SGD read these two attributes and skip on the device when
+    # found_inf > 0; grad_scale is None because the gradients are already unscaled.
+    optimizer.grad_scale = None  # type: ignore[attr-defined]
+    optimizer.found_inf = found_inf  # type: ignore[attr-defined]
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.grad_scale  # type: ignore[attr-defined]
+        del optimizer.found_inf  # type: ignore[attr-defined]

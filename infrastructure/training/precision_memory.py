@@ -19,10 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from infrastructure.atomic import write_json_atomic
-from infrastructure.training.precision_names import PRECISIONS
+from infrastructure.training.precision_names import PRECISIONS, ROBUSTNESS
 
-# From least to most numerically robust; the precision memory is a floor on this order.
-ROBUSTNESS: tuple[str, ...] = ("fp16", "bf16", "fp32")
 MEMORY_VERSION = 1
 
 

@@ -1,11 +1,39 @@
-"""The precision names a run may request, importable without torch.
+"""The precision vocabulary of the whole project, importable without torch.
 
-Configuration (the guard's ladder, the daemon's settings) checks names against these
-tuples at start-up; keeping them apart from :mod:`infrastructure.training.precision`
-lets it do so without paying for the torch import.
+Every list or map of precision names elsewhere (the daemon's settings and metric
+labels, the probe gate, the guard's ladder, rlhf_ppo's presets) is derived from these;
+a new precision is added here once. Configuration checks names against these tuples
+at start-up without paying for the torch import.
+
+    >>> PRECISIONS          # most robust first
+    ('fp32', 'bf16', 'fp16')
+    >>> DEFAULT_LADDER      # a guarded run demotes along this
+    ('fp16', 'bf16', 'fp32')
 """
 
 from __future__ import annotations
 
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
+"""What a run can compute in, in order of robustness (fp32 never overflows; bf16 has
+fp32's range with fewer mantissa bits; fp16 needs loss scaling)."""
+
+LOW_PRECISIONS: tuple[str, ...] = PRECISIONS[1:]
+"""The 16-bit precisions: what the probe checks and the guard can demote from."""
+
 REQUESTABLE: tuple[str, ...] = (*PRECISIONS, "auto")
+"""What a run may request: a precision, or ``auto`` (resolved on the device)."""
+
+CHOICES: tuple[str, ...] = ("auto", *PRECISIONS)
+""":data:`REQUESTABLE` with the default first: how the daemon's settings and CLI list it."""
+
+ROBUSTNESS: tuple[str, ...] = tuple(reversed(PRECISIONS))
+"""From least to most numerically robust: the order the precision memory floors on."""
+
+DEFAULT_LADDER: tuple[str, ...] = ROBUSTNESS
+"""The precision guard's default demotion order: down the robustness order to fp32."""
+
+DTYPE_NAMES: dict[str, str] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+"""The ``torch`` dtype attribute of each precision (``precision.dtype_of`` returns the dtype)."""
+
+LOSS_SCALED: tuple[str, ...] = ("fp16",)
+"""Precisions whose gradients need dynamic loss scaling (fp16's narrow exponent)."""

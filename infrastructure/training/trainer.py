@@ -121,7 +121,8 @@ class Trainer:
         self.scaler = policy.scaler
         self.step_count = 0
         self._params = [p for o in self.optimizers for g in o.param_groups for p in g["params"]]
-        self._fused = all(getattr(o, "_step_supports_amp_scaling", False) for o in self.optimizers)
+        # Decided once: the optimizers and schedulers do not change during a run.
+        self._host_read = policy.needs_host_read(self.optimizers, self.schedulers)
         self._init_counters()
         self.execution = resolve_execution(
             config.cuda_graph,
@@ -157,7 +158,7 @@ class Trainer:
     @property
     def host_sync_per_step(self) -> bool:
         """True when ``step()`` must read the overflow flag on the host (see module doc)."""
-        return self.scaler.is_enabled() and (not self._fused or bool(self.schedulers))
+        return self._host_read
 
     # ------------------------------------------------------------------ the step
 
@@ -193,12 +194,10 @@ class Trainer:
         into a CUDA graph once and replayed (``cuda_graph.StepGraphs``).
         """
         loss_row = self._accumulate(micro_batches, loss_fn)
-        for optimizer in self.optimizers:
-            self.scaler.unscale_(optimizer)  # a no-op when loss scaling is off
-        found_inf = self.scaler.found_inf_tensor()  # 0-dim, on the device: no sync
+        found_inf = self.policy.unscale(self.optimizers)  # 0-dim, on the device: no sync
         norm = self._clip()
-        taken = self._step_optimizers(found_inf)
-        self.scaler.update()
+        taken = self.policy.step(self.optimizers, found_inf, self._host_read)
+        self.policy.update()
         for optimizer in self.optimizers:
             optimizer.zero_grad(set_to_none=True)
         self._record(loss_row, found_inf, norm)
@@ -214,7 +213,7 @@ class Trainer:
                 loss = loss_fn(self.model, batch)
             loss = loss.float()
             # x / 1 == x exactly: the division is one tiny op saved on the common path.
-            self.scaler.scale(loss / count if count > 1 else loss).backward()
+            self.policy.backward(loss / count if count > 1 else loss)
             losses.append(loss.detach())
         step_loss = losses[0]
         for loss in losses[1:]:
@@ -237,39 +236,17 @@ class Trainer:
             self._params, self.config.max_grad_norm, error_if_nonfinite=False, foreach=True
         )
 
-    def _step_optimizers(self, found_inf: torch.Tensor) -> bool:
-        """Step every optimizer unless the step overflowed; return whether it was taken.
-
-        The return value is a Python bool only on the paths that already read the flag;
-        on the sync-free path the decision stays on the device and True is returned
-        because there are no schedulers to hold back.
-        """
-        if not self.scaler.is_enabled():
-            for optimizer in self.optimizers:
-                optimizer.step()
-            return True
-        if not self.host_sync_per_step:
-            for optimizer in self.optimizers:
-                _fused_step(optimizer, found_inf)
-            return True
-        # The one host read of this path (see the module docstring).
-        if bool(found_inf.item()):
-            return False
-        for optimizer in self.optimizers:
-            optimizer.step()
-        return True
-
     def _record(
         self, loss_row: torch.Tensor, found_inf: torch.Tensor, norm: torch.Tensor | None
     ) -> None:
-        if self.scaler.is_enabled():
-            overflow = found_inf > 0
+        overflow = self.policy.overflowed(found_inf)
+        if overflow is not None:
             self._stats.add_(torch.cat((loss_row, overflow.float().reshape(1))))
             self._window.index_put_((self._slot,), overflow.float())
             torch.remainder(self._slot + 1, self.config.overflow_window, out=self._slot)
             if norm is not None:
                 self._keep_norm(torch.where(overflow, self._grad_norm, norm.float()))
-        else:  # no scaler, no overflow: nothing is skipped and the window stays zero
+        else:  # no step can overflow: nothing is skipped and the window stays zero
             self._stats[:3].add_(loss_row)
             if norm is not None:
                 self._keep_norm(norm.float())
@@ -386,18 +363,6 @@ class Trainer:
         if self.graphs is not None:  # the graphs read tensors this load replaced: capture anew
             self.graphs.reset()
         restore_rng_state(state[keys.RNG])
-
-
-def _fused_step(optimizer: Optimizer, found_inf: torch.Tensor) -> None:
-    # torch's fused Adam/AdamW/SGD read these two attributes and skip on the device when
-    # found_inf > 0; grad_scale is None because the gradients are already unscaled.
-    optimizer.grad_scale = None  # type: ignore[attr-defined]
-    optimizer.found_inf = found_inf  # type: ignore[attr-defined]
-    try:
-        optimizer.step()
-    finally:
-        del optimizer.grad_scale  # type: ignore[attr-defined]
-        del optimizer.found_inf  # type: ignore[attr-defined]
 
 
 def _check_counts(what: str, saved: int, here: int) -> None:

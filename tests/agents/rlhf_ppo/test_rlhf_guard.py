@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agents.rlhf_ppo import plugin
-from agents.rlhf_ppo.engine import PPOEngine, _autocast
+from agents.rlhf_ppo.engine import PPOEngine
 from infrastructure.plugin_api import TrainRequest, TrainResult
 from infrastructure.rl.ppo_math import token_logprobs
 from infrastructure.training import GuardConfig
@@ -43,7 +43,7 @@ def _outlier_policy_logp(self: PPOEngine, seqs: torch.Tensor) -> torch.Tensor:
     The multiply and divide run in the logits' own dtype: fp16 (max 65504) overflows to
     inf and the log-probs become NaN; bf16 and fp32 have the range and barely round.
     """
-    with _autocast(self.preset.dtype("policy"), self.device):
+    with self.precision.autocast(self.preset.dtype("policy")):
         logits = self._gen_slice(self.policy(seqs))
         if self.trainer.step_count >= FAULT_STEP:
             logits = logits * 1e5 / 1e5
