@@ -241,8 +241,9 @@ class Trainer:
     ) -> None:
         overflow = self.policy.overflowed(found_inf)
         if overflow is not None:
-            self._stats.add_(torch.cat((loss_row, overflow.float().reshape(1))))
-            self._window.index_put_((self._slot,), overflow.float())
+            flag = overflow.float()  # once: each cast is a kernel launch on CUDA
+            self._stats.add_(torch.cat((loss_row, flag.reshape(1))))
+            self._window.index_put_((self._slot,), flag)
             torch.remainder(self._slot + 1, self.config.overflow_window, out=self._slot)
             if norm is not None:
                 self._keep_norm(torch.where(overflow, self._grad_norm, norm.float()))

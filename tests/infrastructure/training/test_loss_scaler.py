@@ -98,6 +98,33 @@ def test_default_floor_and_ceiling_clamp_the_gradscaler_trajectory(
         assert mine == torch_scale
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    kwargs=st.fixed_dictionaries(
+        {
+            "init_scale": st.sampled_from([1.0, 2.0, 4.0, 3.7, 2.0**20, 2.0**24]),
+            "growth_factor": st.one_of(st.just(2.0), st.floats(1.01, 8.0)),
+            "backoff_factor": st.one_of(st.just(0.5), st.floats(0.05, 0.99)),
+            "growth_interval": st.integers(1, 4),
+            "min_scale": st.sampled_from([0.0, 1.0, 2.0]),
+            "unstable_after": st.integers(1, 4),
+        }
+    ),
+    flags=st.lists(st.sampled_from([0.0, 1.0, 2.0]), min_size=1, max_size=60),
+)
+def test_fused_scale_update_equals_the_general_one(
+    kwargs: dict[str, Any], flags: list[float]
+) -> None:
+    """hysteresis=1 takes torch's one-kernel update: every counter equals the general path's."""
+    kwargs["max_scale"] = max(2.0**24, kwargs["init_scale"])
+    fused, general = LossScaler("cpu", **kwargs), LossScaler("cpu", **kwargs)
+    for flag in flags:
+        found_inf = torch.tensor(flag)
+        fused._advance_fused(found_inf)
+        general._advance_general(found_inf)
+        assert fused.state_dict() == general.state_dict()
+
+
 def test_ceiling_holds_and_floor_holds() -> None:
     """Growth stops at max_scale and backoff stops at min_scale, exactly at those values."""
     up = LossScaler("cpu", init_scale=2.0**23, growth_interval=1)
