@@ -147,6 +147,8 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
             quarantine_path=paths.quarantine_path,
             guard=guard_state.guard_config(settings),
             cuda_graph=settings.cuda_graph_for(agent),
+            auto_precision=settings.auto_precision,
+            calibration_path=paths.calibration_path,
         )
         # Once per agent, when configured: the probe before its first bf16/fp16 run.
         probe_gate.gate_before_run(

@@ -45,6 +45,11 @@ class AgentPaths:
     def precision_state_path(self) -> Path:
         return self.root / "precision_state.json"
 
+    @property
+    def calibration_path(self) -> Path:
+        """Where a measured ``auto`` keeps its timings (``precision show`` prints them)."""
+        return self.root / "precision_calibration.json"
+
 
 def ensure_sample_data(
     plugin: AgentPlugin,

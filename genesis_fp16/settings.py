@@ -148,6 +148,9 @@ class Settings(BaseSettings, GuardSettings):
     device: str = "auto"
     device_concurrency: int = Field(default=1, ge=1)
     cuda_graph: CudaGraph = "auto"
+    # How precision 'auto' resolves: time the agent's own steps in each native precision
+    # (cached per agent) or the device rule (infrastructure.training.calibration).
+    auto_precision: Literal["measure", "rule"] = "measure"
     schedule: str = "3600"
     schedule_jitter_seconds: float = Field(default=30.0, ge=0)
     misfire_grace_seconds: float = Field(default=600.0, gt=0)

@@ -79,6 +79,9 @@ class TrainRequest:
     options: Mapping[str, Any] = field(default_factory=dict)
     fsdp: bool = False  # under torchrun: shard with FSDP2 instead of DDP (FitOptions.fsdp)
     cuda_graph: str = "auto"  # auto, on or off: the captured step (FitOptions.cuda_graph)
+    # How precision 'auto' resolves, and where a measurement is cached (FitOptions.auto_precision).
+    auto_precision: str = "rule"
+    calibration_path: Path | None = None
 
     def fit_options(self, **overrides: Any) -> FitOptions:
         """The :class:`~infrastructure.training.FitOptions` this request asks for.
@@ -90,6 +93,7 @@ class TrainRequest:
 
             result = fit(task, request.fit_options(steps=request.steps or 100))
         """
+        from infrastructure.training.calibration import AutoPrecision
         from infrastructure.training.fit import FitOptions
 
         fields: dict[str, Any] = {
@@ -106,6 +110,7 @@ class TrainRequest:
             "guard": self.guard,
             "fsdp": self.fsdp,
             "cuda_graph": self.cuda_graph,
+            "auto_precision": AutoPrecision(mode=self.auto_precision, cache=self.calibration_path),
         }
         return FitOptions(**{**fields, **overrides})
 
@@ -148,6 +153,9 @@ class TrainResult:
         """Report a :func:`~infrastructure.training.fit` run for ``request``, truthfully:
         the precision used is the one the run ended in, after any demotion."""
         summary = result.summary
+        extra = dict(extra or {})
+        if result.calibration is not None:  # what a measured 'auto' timed (train --json)
+            extra["precision_calibration"] = result.calibration.to_json()
         return cls(
             agent=request.agent,
             precision_requested=request.precision,
@@ -166,7 +174,7 @@ class TrainResult:
             quarantined=quarantined,
             stopped_early=result.stopped_early,
             demotions=result.demotions,
-            extra=dict(extra or {}),
+            extra=extra,
             execution=result.execution.used,
             execution_reason=result.execution.reason,
         )

@@ -1,7 +1,9 @@
-"""`genesis-fp16 precision show|reset AGENT`: the precision guard's memory of an agent.
+"""`genesis-fp16 precision show|reset AGENT`: what an agent's precision rests on.
 
-``reset`` deletes the remembered demotion, so the agent's next run (in a running daemon
-too: the memory is read at the start of every run) asks for its configured precision.
+``show`` prints the precision guard's remembered demotion and, when ``auto`` was
+measured, the timing table and the choice. ``reset`` forgets both, so the agent's next
+run (in a running daemon too: both are read at the start of every run) asks for its
+configured precision and, for ``auto``, measures again.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import argparse
 import json
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 from genesis_fp16.cli import UsageError
@@ -17,6 +20,9 @@ from genesis_fp16.guard_state import describe
 from genesis_fp16.paths import AgentPaths
 from genesis_fp16.settings import SettingsError, load_settings
 from infrastructure.training.precision_memory import read_precision_memory, write_precision_memory
+
+# Torch-free: the calibration cache is read as JSON, without the training library.
+_NOT_MEASURED = "no measurement of 'auto' cached (it is timed at the next auto run)"
 
 _AGENT_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -28,7 +34,10 @@ def register(subparsers: Any) -> None:
         description=__doc__,
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    for action, text in (("show", "print the remembered demotion"), ("reset", "forget it")):
+    for action, text in (
+        ("show", "print the remembered demotion and the measured 'auto' choice"),
+        ("reset", "forget both"),
+    ):
         sub = actions.add_parser(action, help=text)
         sub.add_argument("agent", metavar="AGENT", help="the agent's name, e.g. se_darwin")
         if action == "show":
@@ -45,7 +54,9 @@ def run(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"genesis-fp16: error: invalid configuration: {exc}", file=sys.stderr)
         return 2
-    path = AgentPaths.for_agent(settings.state_dir, agent).precision_state_path
+    paths = AgentPaths.for_agent(settings.state_dir, agent)
+    path = paths.precision_state_path
+    calibration = _read_calibration(paths.calibration_path)
     try:
         memory = read_precision_memory(path)
     except ValueError as exc:
@@ -54,10 +65,15 @@ def run(args: argparse.Namespace) -> int:
         memory = None  # a broken file is reset all the same
     if args.action == "show":
         if args.json:
-            print(json.dumps(memory.to_json() if memory else None, indent=2))
+            shown = {"demotion": memory.to_json() if memory else None, "calibration": calibration}
+            print(json.dumps(shown, indent=2))
         else:
             print(describe(memory) or f"{agent}: no precision demotion remembered")
+            print(_describe_calibration(calibration))
         return 0
+    if paths.calibration_path.exists():
+        paths.calibration_path.unlink()
+        print(f"{agent}: measurement of 'auto' forgotten; the next auto run measures again")
     if not path.exists():
         print(f"{agent}: no precision demotion remembered ({path})")
         return 0
@@ -65,3 +81,36 @@ def run(args: argparse.Namespace) -> int:
     was = f" (was {memory.demoted_from} -> {memory.demoted_to})" if memory else ""
     print(f"{agent}: precision demotion cleared{was}; the next run uses the configured precision")
     return 0
+
+
+def _read_calibration(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        return {"error": f"{path}: unreadable ({exc}); the next auto run measures again"}
+    return data if isinstance(data, dict) else {"error": f"{path}: not a calibration"}
+
+
+def _describe_calibration(data: dict[str, Any] | None) -> str:
+    if data is None:
+        return _NOT_MEASURED
+    if "error" in data:
+        return str(data["error"])
+    try:
+        rows = data["rows"]
+        fp32 = next(r["median_ms"] for r in rows if r["precision"] == "fp32")
+        lines = [f"auto: {data['reason']}", "precision  execution   median ms   vs fp32"]
+        for r in rows:
+            mark = "  <- chosen" if r["precision"] == data["chosen"] else ""
+            ratio = fp32 / r["median_ms"] if r["median_ms"] else float("nan")
+            lines.append(
+                f"{r['precision']:<10} {r['execution']:<11} {r['median_ms']:>9.3f}   "
+                f"{ratio:.2f}x{mark}"
+            )
+        lines += [f"{name:<10} not timed: {why}" for name, why in data["skipped"].items()]
+        lines.append("keyed by: " + ", ".join(f"{k}={v}" for k, v in sorted(data["key"].items())))
+        return "\n".join(lines)
+    except (KeyError, TypeError, StopIteration, ZeroDivisionError):
+        return "the cached measurement of 'auto' is malformed; the next auto run measures again"

@@ -238,6 +238,8 @@ def _request(
         on_log=bar.update if bar else None,
         quarantine_path=quarantine,
         cuda_graph=args.cuda_graph or settings.cuda_graph_for(args.agent),
+        auto_precision=settings.auto_precision,
+        calibration_path=paths.calibration_path,
     )
 
 

@@ -29,6 +29,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from infrastructure.training import checkpoint_keys as keys
 from infrastructure.training import distributed
 from infrastructure.training.batches import to_device
+from infrastructure.training.calibration import AutoPrecision, Calibration, policy_for_run
 from infrastructure.training.checkpoint import CheckpointManager
 from infrastructure.training.execution import ResolvedExecution
 from infrastructure.training.guard import GuardConfig, PrecisionGuard, checkpoints_after
@@ -120,6 +121,10 @@ class FitOptions:
       FSDP2 instead of DDP (see :mod:`infrastructure.training.distributed`).
     - ``cuda_graph`` replaces ``trainer.cuda_graph``: ``auto``, ``on`` or ``off``; what ran
       and why is ``FitResult.execution`` (see :mod:`infrastructure.training.execution`).
+    - ``auto_precision``: how ``precision="auto"`` resolves: by the device rule (``rule``,
+      the default here) or by timing the task's own steps in each native precision
+      (``measure``, the daemon's default; cached in ``auto_precision.cache``). See
+      :mod:`infrastructure.training.calibration`; ``FitResult.calibration`` holds it.
     """
 
     precision: str = "auto"
@@ -140,6 +145,7 @@ class FitOptions:
     guard: GuardConfig | None = None
     fsdp: bool = False
     cuda_graph: str = "auto"
+    auto_precision: AutoPrecision = field(default_factory=AutoPrecision)
 
     def __post_init__(self) -> None:
         if self.steps is None and self.epochs is None:
@@ -162,7 +168,8 @@ class FitResult:
     ``demotions`` lists the precision guard's demotions, oldest first, as plain dicts
     (``from``, ``to``, ``reason``, ``step``, ``rollback_step``, ``detail``);
     ``precision`` is then the resolution of the precision the run ended in, and
-    ``execution`` says whether its steps ran eagerly or from a captured CUDA graph, and why.
+    ``execution`` says whether its steps ran eagerly or from a captured CUDA graph, and why;
+    ``calibration`` is what a measured ``auto`` timed and chose (None otherwise).
     """
 
     summary: TrainingSummary
@@ -174,6 +181,7 @@ class FitResult:
     execution: ResolvedExecution
     resumed_from: Path | None = None
     demotions: tuple[Mapping[str, Any], ...] = ()
+    calibration: Calibration | None = None
 
 
 @dataclass
@@ -190,8 +198,16 @@ class _Targets:
 
 def fit(task: TrainingTask, options: FitOptions) -> FitResult:
     """Train ``task`` as ``options`` say and return what happened; see the module docstring."""
-    policy = PrecisionPolicy.create(options.precision, options.device, options.scaler)
-    seed_everything(options.seed)
+    policy, calibration = policy_for_run(
+        task,
+        options.precision,
+        options.device,
+        options.scaler,
+        options.seed,
+        _trainer_config(options),
+        options.auto_precision,
+    )
+    seed_everything(options.seed)  # after the calibration: it leaves no trace in the run
     options = replace(options, should_stop=distributed.agreed_stop(options.should_stop))
     trainer = _build_trainer(task, policy, options)
     manager = None
@@ -244,6 +260,7 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
         resumed_from=resumed_from,
         demotions=tuple(demotions),
         execution=trainer.execution,
+        calibration=calibration,
     )
 
 
@@ -253,10 +270,13 @@ def _build_trainer(task: TrainingTask, policy: PrecisionPolicy, options: FitOpti
     model = distributed.wrap_model(model, policy, fsdp=options.fsdp)  # no-op in one process
     optimizers = task.build_optimizers(model)
     schedulers = task.build_schedulers(optimizers)
-    trainer_config = replace(
+    return Trainer(model, optimizers, policy, _trainer_config(options), schedulers, options.on_log)
+
+
+def _trainer_config(options: FitOptions) -> TrainerConfig:
+    return replace(
         options.trainer, log_interval=options.log_interval, cuda_graph=options.cuda_graph
     )
-    return Trainer(model, optimizers, policy, trainer_config, schedulers, options.on_log)
 
 
 def _demote(

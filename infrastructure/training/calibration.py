@@ -1,0 +1,407 @@
+"""``auto`` by measurement: time the agent's own step in each precision and pick the fastest.
+
+A rule ("fp16 on CUDA, bf16 on a CPU with native bf16") is wrong where it matters: on an
+H100 the SE-Darwin world model trains slower in fp16 than in fp32 when its step is
+launch-bound (``../shared/gpu/h100-2026-11-22.md``), and on a CPU bf16 pays only for wide
+layers. So when a run asks for ``auto``, ``fit()`` times a few steps of the task's real
+model and batches in every candidate precision and trains in the fastest::
+
+    calibration = calibrate(task, device="cpu", seed=0, trainer_config=TrainerConfig())
+    calibration.chosen     # 'bf16'
+    calibration.reason     # 'auto -> bf16: measured 1.31x fp32 (eager); ...'
+
+- **Candidates**: fp32 always; bf16 where the device has it natively; fp16 where the
+  device has it natively (CUDA, or a CPU with AVX512-FP16/AMX-FP16). Emulated 16-bit
+  arithmetic is never faster, so it is not timed. ``excluded`` (e.g. a red precision
+  probe) removes a candidate with its reason. With one candidate left nothing is timed.
+- **Safety margin**: the most robust candidate (fp32, then bf16, then fp16) whose median
+  step is within ``MARGIN`` (5%) of the fastest wins: fp32 is always timed, so ``auto``
+  is never slower than fp32 beyond that margin and measurement noise.
+- **Cost**: per candidate ``WARMUP`` untimed steps, then timed steps until its share of
+  ``budget_s`` (default 5 s in all) is spent, at least ``MIN_TIMED`` and at most
+  ``MAX_TIMED``. The result is cached (``cache``), so a daemon pays it once per agent
+  until the device, torch version, model, batch shape or candidates change.
+- **Training untouched**: every candidate trains a deep copy of one freshly built model
+  with its own optimizers and schedulers; the global RNG is saved and restored around
+  it, and ``fit()`` seeds after it. A run with ``auto`` is bit for bit the run with the
+  chosen precision named explicitly.
+- Single process only: under torchrun every rank would time its own steps and could
+  choose differently, so there ``auto`` keeps the rule and says so.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import statistics
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from itertools import islice
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from infrastructure.atomic import write_json_atomic
+from infrastructure.training import distributed
+from infrastructure.training.batches import to_device
+from infrastructure.training.loss_scaler_config import ScalerConfig
+from infrastructure.training.precision import (
+    DeviceCapabilities,
+    PrecisionPolicy,
+    ResolvedPrecision,
+    detect_capabilities,
+    resolve_precision,
+)
+from infrastructure.training.precision_names import PRECISIONS
+from infrastructure.training.rng import capture_rng_state, restore_rng_state
+from infrastructure.training.trainer import LossFn, Trainer, TrainerConfig
+
+logger = logging.getLogger(__name__)
+
+AUTO_PRECISION_MODES: tuple[str, ...] = ("measure", "rule")
+MARGIN = 0.05
+DEFAULT_BUDGET_S = 5.0
+WARMUP = 2
+MIN_TIMED = 3
+MAX_TIMED = 20
+CACHE_VERSION = 1
+
+
+class CalibrationTask(Protocol):
+    """The part of a :class:`~infrastructure.training.fit.TrainingTask` a calibration uses."""
+
+    def build_model(self) -> nn.Module: ...
+    def build_optimizers(self, model: nn.Module) -> Any: ...
+    def build_schedulers(self, optimizers: Any) -> Any: ...
+    def train_batches(self, epoch: int, seed: int) -> Iterable[tuple[Any, int]]: ...
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One candidate's timing: median, fastest and slowest step in milliseconds."""
+
+    precision: str
+    execution: str
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    steps: int
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What ``auto`` measured and chose. ``skipped`` maps a precision to why it was not timed."""
+
+    chosen: str
+    reason: str
+    rows: tuple[Measured, ...]
+    skipped: Mapping[str, str]
+    key: Mapping[str, str]
+    seconds: float
+    measured_at: float = field(default_factory=time.time)
+    cached: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["version"] = CACHE_VERSION
+        data["rows"] = [asdict(r) for r in self.rows]
+        data["skipped"] = dict(self.skipped)
+        data["key"] = dict(self.key)
+        del data["cached"]
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Calibration:
+        if data.get("version") != CACHE_VERSION:
+            raise ValueError(f"calibration cache version {data.get('version')!r}")
+        return cls(
+            chosen=str(data["chosen"]),
+            reason=str(data["reason"]),
+            rows=tuple(Measured(**row) for row in data["rows"]),
+            skipped={str(k): str(v) for k, v in data["skipped"].items()},
+            key={str(k): str(v) for k, v in data["key"].items()},
+            seconds=float(data["seconds"]),
+            measured_at=float(data["measured_at"]),
+            cached=True,
+        )
+
+    def table(self) -> str:
+        """The measurement as a small text table (``precision show`` prints it)."""
+        fp32 = next((r.median_ms for r in self.rows if r.precision == "fp32"), None)
+        lines = [f"{'precision':<10}{'execution':<12}{'median ms':>10}{'min-max ms':>18}  vs fp32"]
+        for r in self.rows:
+            ratio = f"{fp32 / r.median_ms:.2f}x" if fp32 and r.median_ms else "-"
+            mark = "  <- chosen" if r.precision == self.chosen else ""
+            spread = f"{r.min_ms:.3f}-{r.max_ms:.3f}"
+            lines.append(
+                f"{r.precision:<10}{r.execution:<12}{r.median_ms:>10.3f}{spread:>18}  {ratio}{mark}"
+            )
+        lines += [f"{name:<10}not timed: {why}" for name, why in self.skipped.items()]
+        return "\n".join(lines)
+
+
+def auto_candidates(
+    caps: DeviceCapabilities, excluded: Mapping[str, str] | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """The precisions worth timing on a device, and why each other one is not."""
+    native = {"fp32": True, "bf16": caps.native_bf16, "fp16": caps.native_fp16}
+    candidates, skipped = [], {}
+    for name in PRECISIONS:
+        if excluded and name in excluded and name != "fp32":
+            skipped[name] = excluded[name]
+        elif not native[name]:
+            skipped[name] = f"no native {name} ({caps.source})"
+        else:
+            candidates.append(name)
+    return candidates, skipped
+
+
+def choose(rows: Iterable[Measured], margin: float = MARGIN) -> tuple[str, str]:
+    """The most robust precision within ``margin`` of the fastest median, and why."""
+    by_name = {r.precision: r for r in rows}
+    fastest = min(by_name.values(), key=lambda r: r.median_ms)
+    chosen = next(
+        by_name[name]
+        for name in PRECISIONS
+        if name in by_name and by_name[name].median_ms <= fastest.median_ms * (1 + margin)
+    )
+    fp32 = by_name["fp32"].median_ms
+    why = f"auto -> {chosen.precision}: measured {fp32 / chosen.median_ms:.2f}x fp32"
+    why += f" ({chosen.execution}, median {chosen.median_ms:.3f} ms)"
+    if fastest is not chosen:
+        why += (
+            f"; {fastest.precision} was {chosen.median_ms / fastest.median_ms:.2f}x faster, "
+            f"within the {margin:.0%} margin that prefers the more robust precision"
+        )
+    return chosen.precision, why
+
+
+def calibrate(
+    task: CalibrationTask,
+    device: torch.device | str,
+    seed: int,
+    trainer_config: TrainerConfig,
+    excluded: Mapping[str, str] | None = None,
+    cache: Path | None = None,
+    budget_s: float = DEFAULT_BUDGET_S,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Calibration | None:
+    """Time the candidates (or reuse ``cache``); None when there is nothing to choose.
+
+    None means one candidate only: the caller resolves ``auto`` by the rule, which
+    then names that candidate and why the others are out.
+    """
+    dev = torch.device(device)
+    caps = detect_capabilities(dev)
+    candidates, skipped = auto_candidates(caps, excluded)
+    if len(candidates) < 2:
+        return None
+    rng = capture_rng_state()
+    try:
+        template = task.build_model()
+        batches = _first_batches(task, seed, WARMUP + MAX_TIMED)
+        key = _key(caps, dev, template, batches[0], candidates, trainer_config)
+        found = _read_cache(cache, key)
+        if found is not None:
+            logger.info("precision calibration reused from %s: %s", cache, found.reason)
+            return found
+        started = clock()
+        rows = tuple(
+            _time(
+                name,
+                task,
+                template,
+                batches,
+                dev,
+                trainer_config,
+                budget_s / len(candidates),
+                clock,
+            )
+            for name in candidates
+        )
+    finally:
+        restore_rng_state(rng)
+    chosen, reason = choose(rows)
+    if skipped:
+        reason += "; not timed: " + ", ".join(f"{n} ({why})" for n, why in skipped.items())
+    result = Calibration(chosen, reason, rows, skipped, key, clock() - started)
+    logger.info("precision calibration in %.2f s: %s", result.seconds, reason)
+    if cache is not None:
+        write_json_atomic(cache, result.to_json())
+    return result
+
+
+@dataclass(frozen=True)
+class AutoPrecision:
+    """How ``fit()`` resolves ``auto``: ``mode`` is ``rule`` (the library's default, the
+    device rule of ``resolve_precision``) or ``measure`` (the daemon's default: time the
+    candidates, see the module docstring).
+
+    ``excluded`` maps a precision to why it must not run (e.g. a red precision probe);
+    ``cache`` is the file a measurement is kept in; ``budget_s`` bounds its cost.
+    """
+
+    mode: str = "rule"
+    excluded: Mapping[str, str] = field(default_factory=dict)
+    cache: Path | None = None
+    budget_s: float = DEFAULT_BUDGET_S
+
+    def __post_init__(self) -> None:
+        if self.mode not in AUTO_PRECISION_MODES:
+            raise ValueError(
+                f"auto precision mode {self.mode!r}: choose from {', '.join(AUTO_PRECISION_MODES)}"
+            )
+        if not self.budget_s > 0:
+            raise ValueError(f"calibration budget_s={self.budget_s!r}: must be > 0")
+
+
+def policy_for_run(
+    task: CalibrationTask,
+    requested: str,
+    device: str,
+    scaler: ScalerConfig,
+    seed: int,
+    trainer_config: TrainerConfig,
+    auto: AutoPrecision,
+) -> tuple[PrecisionPolicy, Calibration | None]:
+    """The run's precision policy; for ``auto`` in ``measure`` mode, by measurement."""
+    if requested != "auto" or auto.mode == "rule":
+        return PrecisionPolicy.create(requested, device, scaler), None
+    if distributed.rank_and_world()[1] > 1:
+        policy = PrecisionPolicy.create(requested, device, scaler)
+        why = "; not measured under torchrun (ranks could choose differently)"
+        return _with_reason(policy, policy.resolved.reason + why), None
+    calibration = calibrate(
+        task, device, seed, trainer_config, auto.excluded, auto.cache, auto.budget_s
+    )
+    if calibration is not None:
+        policy = PrecisionPolicy.create(calibration.chosen, device, scaler)
+        return replace(policy, resolved=resolved_from(calibration, policy.device.type)), calibration
+    rule = resolve_precision("auto", device)
+    if rule.used in auto.excluded:  # the rule's pick is out: fp32 always may run
+        policy = PrecisionPolicy.create("fp32", device, scaler)
+        why = f"auto -> fp32: {rule.used} excluded ({auto.excluded[rule.used]})"
+        return _with_reason(policy, why), None
+    policy = PrecisionPolicy.create(requested, device, scaler)
+    return _with_reason(policy, policy.resolved.reason + "; one candidate, nothing to time"), None
+
+
+def _with_reason(policy: PrecisionPolicy, reason: str) -> PrecisionPolicy:
+    resolved = replace(policy.resolved, requested="auto", reason=reason)
+    return replace(policy, resolved=resolved)
+
+
+def resolved_from(calibration: Calibration, device_type: str) -> ResolvedPrecision:
+    """The :class:`ResolvedPrecision` a run reports for a measured ``auto``."""
+    reason = calibration.reason + (" (cached measurement)" if calibration.cached else "")
+    return ResolvedPrecision("auto", calibration.chosen, device_type, reason)
+
+
+def _first_batches(task: CalibrationTask, seed: int, count: int) -> list[Any]:
+    # The same (epoch, seed) the run starts with: the protocol says it yields the same
+    # batches each time, so reading them here changes nothing for the run.
+    batches = [batch for batch, _ in islice(iter(task.train_batches(0, seed)), count)]
+    if not batches:
+        raise ValueError("precision calibration: the task yielded no training batch")
+    return batches
+
+
+def _time(
+    name: str,
+    task: CalibrationTask,
+    template: nn.Module,
+    batches: list[Any],
+    device: torch.device,
+    config: TrainerConfig,
+    budget_s: float,
+    clock: Callable[[], float],
+) -> Measured:
+    policy = PrecisionPolicy.create(name, device)
+    model = copy.deepcopy(template).to(device)
+    optimizers = task.build_optimizers(model)
+    trainer = Trainer(model, optimizers, policy, config, task.build_schedulers(optimizers))
+    loss: LossFn = task.loss
+    cycle = _cycle([to_device(b, device) for b in batches])
+    for _ in range(WARMUP):
+        trainer.step([next(cycle)], loss, 0)
+    times: list[float] = []
+    spent = 0.0
+    while len(times) < MIN_TIMED or (len(times) < MAX_TIMED and spent < budget_s):
+        _sync(device)
+        start = clock()
+        trainer.step([next(cycle)], loss, 0)
+        _sync(device)
+        times.append(clock() - start)
+        spent += times[-1]
+    ms = [t * 1000 for t in times]
+    return Measured(name, trainer.execution.used, statistics.median(ms), min(ms), max(ms), len(ms))
+
+
+def _cycle(items: list[Any]) -> Iterator[Any]:
+    while True:
+        yield from items
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # timing only: the steps themselves never sync
+
+
+def _key(
+    caps: DeviceCapabilities,
+    device: torch.device,
+    model: nn.Module,
+    batch: Any,
+    candidates: list[str],
+    config: TrainerConfig,
+) -> dict[str, str]:
+    params = [(n, tuple(p.shape), str(p.dtype)) for n, p in model.named_parameters()]
+    return {
+        "device": f"{device.type} ({caps.source})",
+        "torch": torch.__version__,
+        "model": hashlib.sha256(repr(params).encode()).hexdigest()[:16],
+        "batch": _shapes(batch),
+        "candidates": ",".join(candidates),
+        "cuda_graph": config.cuda_graph,
+        "margin": str(MARGIN),
+    }
+
+
+def _shapes(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{_shapes(v)}" for k, v in sorted(value.items())) + "}"
+    if isinstance(value, list | tuple):
+        return "(" + ",".join(_shapes(v) for v in value) + ")"
+    return type(value).__name__
+
+
+def _read_cache(path: Path | None, key: Mapping[str, str]) -> Calibration | None:
+    if path is None or not path.exists():
+        return None
+    try:
+        found = Calibration.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        logger.warning("precision calibration cache %s unreadable (%s): measuring again", path, exc)
+        return None
+    if dict(found.key) != dict(key):
+        changed = sorted(k for k in {*key, *found.key} if key.get(k) != found.key.get(k))
+        logger.info("precision calibration cache is stale (%s changed)", ", ".join(changed))
+        return None
+    return found
+
+
+def forget(cache: Path) -> bool:
+    """Delete a calibration cache; True if there was one (``precision reset``)."""
+    try:
+        cache.unlink()
+    except FileNotFoundError:
+        return False
+    return True

@@ -1,0 +1,88 @@
+"""`precision show|reset` print and forget a measured `auto`; `train` fills the cache."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from daemon_harness import daemon_env
+
+from genesis_fp16.paths import AgentPaths
+from infrastructure.training import TrainerConfig
+from infrastructure.training import calibration as cal
+from infrastructure.training import precision as precision_module
+from infrastructure.training.precision import DeviceCapabilities
+
+AGENT = "se_darwin"
+
+
+def _cli(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = daemon_env({"GENESIS_FP16_STATE_DIR": str(state)}, fixtures=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "genesis_fp16", *args],
+        cwd=state,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+class _Tiny:
+    """A two-batch regression task: enough for a real calibration."""
+
+    def build_model(self) -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.Linear(32, 1))
+
+    def build_optimizers(self, model: torch.nn.Module) -> list[torch.optim.Optimizer]:
+        return [torch.optim.AdamW(model.parameters(), fused=True)]
+
+    def build_schedulers(self, optimizers: object) -> tuple[()]:
+        return ()
+
+    def train_batches(self, epoch: int, seed: int) -> list[tuple[tuple[torch.Tensor, ...], int]]:
+        g = torch.Generator().manual_seed(seed)
+        return [((torch.randn(16, 8, generator=g), torch.randn(16, 1, generator=g)), 16)] * 2
+
+    def loss(self, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return torch.nn.functional.mse_loss(model(batch[0]).float(), batch[1])
+
+
+def test_show_prints_the_measurement_and_reset_forgets_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real measurement (bf16 taken as native) is shown as a table and reset deletes it."""
+    caps = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native")
+    monkeypatch.setattr(cal, "detect_capabilities", lambda device: caps)
+    monkeypatch.setattr(precision_module, "detect_capabilities", lambda device: caps)
+    path = AgentPaths.for_agent(tmp_path, AGENT).calibration_path
+    path.parent.mkdir(parents=True)
+    found = cal.calibrate(_Tiny(), "cpu", 0, TrainerConfig(), cache=path, budget_s=0.2)
+    assert found is not None
+
+    shown = _cli(tmp_path, "precision", "show", AGENT).stdout
+    assert f"auto: {found.reason}" in shown
+    assert "fp32       eager" in shown and "bf16       eager" in shown and "<- chosen" in shown
+    data = json.loads(_cli(tmp_path, "precision", "show", AGENT, "--json").stdout)
+    assert data["demotion"] is None and data["calibration"]["chosen"] == found.chosen
+
+    assert "forgotten" in _cli(tmp_path, "precision", "reset", AGENT).stdout
+    assert not path.exists()
+    assert "no measurement of 'auto' cached" in _cli(tmp_path, "precision", "show", AGENT).stdout
+
+
+def test_show_survives_a_corrupt_cache(tmp_path: Path) -> None:
+    """A torn calibration file is reported in one line, not a traceback."""
+    path = AgentPaths.for_agent(tmp_path, AGENT).calibration_path
+    path.parent.mkdir(parents=True)
+    path.write_text('{"rows": [}')
+    assert "unreadable" in _cli(tmp_path, "precision", "show", AGENT).stdout
+    path.write_text('{"rows": []}')
+    assert "malformed" in _cli(tmp_path, "precision", "show", AGENT).stdout
