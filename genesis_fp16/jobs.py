@@ -198,6 +198,9 @@ def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, durat
     guard_state.record_run(ctx.settings, ctx.metrics, agent, result)
     ctx.metrics.set_precision(agent, result.precision_used)
     ctx.metrics.set_execution(agent, result.execution)
+    calibration = result.extra.get("precision_calibration")
+    if isinstance(calibration, dict):
+        ctx.metrics.set_auto_measurement(agent, calibration)
     ctx.metrics.finish_run(agent, outcome, duration, result.eval.get("loss"), time.time())
     peak = result.extra.get("device_memory_peak_bytes")
     if peak is not None:

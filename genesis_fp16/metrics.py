@@ -14,6 +14,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -53,6 +54,7 @@ METRIC_NAMES = (
     "genesis_fp16_eval_loss",
     "genesis_fp16_precision",
     "genesis_fp16_execution",
+    "genesis_fp16_auto_step_seconds",
     "genesis_fp16_precision_demotions_total",
     "genesis_fp16_training_runs_total",
     "genesis_fp16_training_run_duration_seconds",
@@ -108,6 +110,12 @@ class DaemonMetrics:
             "execution",
             "1 for how the agent's last run executed its steps (eager or cuda_graph), 0 else.",
             ("agent", "mode"),
+        )
+        self.auto_step = gauge(
+            "auto_step_seconds",
+            "Median step time per precision measured for the agent's auto choice "
+            "(chosen=1 for the one it trains in); absent until auto is measured.",
+            ("agent", "precision", "chosen"),
         )
         self.precision_demotions = counter(
             "precision_demotions",
@@ -215,6 +223,22 @@ class DaemonMetrics:
         """Mark ``mode`` (eager or cuda_graph) as how the agent's last run stepped; others 0."""
         for name in EXECUTION_MODES:
             self.execution.labels(agent=agent, mode=name).set(1 if name == mode else 0)
+
+    def set_auto_measurement(self, agent: str, calibration: Mapping[str, Any]) -> None:
+        """Export a measured ``auto`` (TrainResult.extra["precision_calibration"])."""
+        rows = calibration.get("rows", [])
+        chosen = calibration.get("chosen")
+        for name in PRECISION_LABELS:  # one series per precision: drop the stale one
+            for flag in ("0", "1"):
+                with contextlib.suppress(KeyError):  # never exported: nothing to drop
+                    self.auto_step.remove(agent, name, flag)
+        for row in rows:
+            name = row.get("precision")
+            if name in PRECISION_LABELS:
+                flag = "1" if name == chosen else "0"
+                self.auto_step.labels(agent=agent, precision=name, chosen=flag).set(
+                    float(row["median_ms"]) / 1000.0
+                )
 
     def finish_run(
         self, agent: str, outcome: str, duration: float, eval_loss: float | None, now: float

@@ -81,3 +81,19 @@ def test_execution_gauge_marks_one_mode() -> None:
     metrics.set_execution("a", "eager")
     assert value(registry, "genesis_fp16_execution", agent="a", mode="eager") == 1
     assert value(registry, "genesis_fp16_execution", agent="a", mode="cuda_graph") == 0
+
+
+def test_auto_measurement_exports_each_precisions_step_time_and_the_choice() -> None:
+    """set_auto_measurement: seconds per precision, chosen=1 on one; a new choice replaces it."""
+    registry = CollectorRegistry()
+    metrics = DaemonMetrics(registry, "1")
+    rows = [{"precision": "fp32", "median_ms": 2.0}, {"precision": "bf16", "median_ms": 1.0}]
+    metrics.set_auto_measurement("a", {"rows": rows, "chosen": "bf16"})
+    name = "genesis_fp16_auto_step_seconds"
+    assert value(registry, name, agent="a", precision="bf16", chosen="1") == 0.001
+    assert value(registry, name, agent="a", precision="fp32", chosen="0") == 0.002
+    metrics.set_auto_measurement("a", {"rows": rows, "chosen": "fp32"})
+    assert value(registry, name, agent="a", precision="fp32", chosen="1") == 0.002
+    assert (
+        registry.get_sample_value(name, {"agent": "a", "precision": "bf16", "chosen": "1"}) is None
+    )
