@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from itertools import islice
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -61,6 +61,9 @@ from infrastructure.training.precision_names import PRECISIONS
 from infrastructure.training.rng import capture_rng_state, restore_rng_state
 from infrastructure.training.trainer import LossFn, Trainer, TrainerConfig
 
+if TYPE_CHECKING:  # fit imports this module: the task type only, for the checker
+    from infrastructure.training.fit import TrainingTask
+
 logger = logging.getLogger(__name__)
 
 AUTO_PRECISION_MODES: tuple[str, ...] = ("measure", "rule")
@@ -70,16 +73,6 @@ WARMUP = 2
 MIN_TIMED = 3
 MAX_TIMED = 20
 CACHE_VERSION = 1
-
-
-class CalibrationTask(Protocol):
-    """The part of a :class:`~infrastructure.training.fit.TrainingTask` a calibration uses."""
-
-    def build_model(self) -> nn.Module: ...
-    def build_optimizers(self, model: nn.Module) -> Any: ...
-    def build_schedulers(self, optimizers: Any) -> Any: ...
-    def train_batches(self, epoch: int, seed: int) -> Iterable[tuple[Any, int]]: ...
-    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True)
@@ -183,7 +176,7 @@ def choose(rows: Iterable[Measured], margin: float = MARGIN) -> tuple[str, str]:
 
 
 def calibrate(
-    task: CalibrationTask,
+    task: TrainingTask,
     device: torch.device | str,
     seed: int,
     trainer_config: TrainerConfig,
@@ -262,7 +255,7 @@ class AutoPrecision:
 
 
 def policy_for_run(
-    task: CalibrationTask,
+    task: TrainingTask,
     requested: str,
     device: str,
     scaler: ScalerConfig,
@@ -303,7 +296,7 @@ def resolved_from(calibration: Calibration, device_type: str) -> ResolvedPrecisi
     return ResolvedPrecision("auto", calibration.chosen, device_type, reason)
 
 
-def _first_batches(task: CalibrationTask, seed: int, count: int) -> list[Any]:
+def _first_batches(task: TrainingTask, seed: int, count: int) -> list[Any]:
     # The same (epoch, seed) the run starts with: the protocol says it yields the same
     # batches each time, so reading them here changes nothing for the run.
     batches = [batch for batch, _ in islice(iter(task.train_batches(0, seed)), count)]
@@ -314,7 +307,7 @@ def _first_batches(task: CalibrationTask, seed: int, count: int) -> list[Any]:
 
 def _time(
     name: str,
-    task: CalibrationTask,
+    task: TrainingTask,
     template: nn.Module,
     batches: list[Any],
     device: torch.device,

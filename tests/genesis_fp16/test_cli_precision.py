@@ -54,6 +54,12 @@ class _Tiny:
     def loss(self, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         return torch.nn.functional.mse_loss(model(batch[0]).float(), batch[1])
 
+    def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
+        return {}
+
+    def extra_state(self) -> dict[str, object]:
+        return {}
+
 
 def test_show_prints_the_measurement_and_reset_forgets_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
