@@ -117,6 +117,7 @@ def test_fused_scale_update_equals_the_general_one(
 ) -> None:
     """hysteresis=1 takes torch's one-kernel update: every counter equals the general path's."""
     kwargs["max_scale"] = max(2.0**24, kwargs["init_scale"])
+    kwargs["min_scale"] = min(kwargs["min_scale"], kwargs["init_scale"])  # a valid config
     fused, general = LossScaler("cpu", **kwargs), LossScaler("cpu", **kwargs)
     for flag in flags:
         found_inf = torch.tensor(flag)
