@@ -127,6 +127,11 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
                 skipped_steps=getattr(summary, "skipped_steps", None),
             )
 
+        # Once per agent, when configured: the probe before its first bf16/fp16 run. A
+        # measured 'auto' leaves out the precisions it marks red.
+        probe = probe_gate.gate_before_run(
+            settings, ctx.metrics.probe, agent, plugin, data_path, device, precision
+        )
         steps = None if spec.epochs else (spec.steps or settings.steps_per_run)
         request = TrainRequest(
             agent=agent,
@@ -149,10 +154,7 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
             cuda_graph=settings.cuda_graph_for(agent),
             auto_precision=settings.auto_precision,
             calibration_path=paths.calibration_path,
-        )
-        # Once per agent, when configured: the probe before its first bf16/fp16 run.
-        probe_gate.gate_before_run(
-            settings, ctx.metrics.probe, agent, plugin, data_path, device, precision
+            auto_excluded=probe_gate.red_precisions(probe),
         )
         log.info("training run started", precision=precision, reason=reason, device=device)
         ctx.metrics.start_run(agent, resumed_totals(paths))

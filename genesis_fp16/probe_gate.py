@@ -207,8 +207,23 @@ def gate_before_run(
         except OSError as exc:
             log.error("cannot write the probe record", path=str(path), error=str(exc))
     metrics.export(agent, record)
-    _warn_if_red(agent, record, _used_precision(precision, device))
+    if not (precision == "auto" and settings.auto_precision == "measure"):
+        _warn_if_red(agent, record, _used_precision(precision, device))
     return record
+
+
+def red_precisions(record: ProbeRecord | None) -> dict[str, str]:
+    """The 16-bit precisions a probe record marks red, each with its first reason: a
+    measured ``auto`` does not time them (``AutoPrecision.excluded``)."""
+    if record is None or record.error is not None:
+        return {}
+    red = {}
+    for precision in LOW_PRECISIONS:
+        variant = f"{precision}_autocast"
+        if record.verdict.get(variant) == "red":
+            first = next(iter(record.reasons.get(variant, [])), "no reason given")
+            red[precision] = f"probe red: {first}"
+    return red
 
 
 def _probe(

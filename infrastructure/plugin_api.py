@@ -82,6 +82,8 @@ class TrainRequest:
     # How precision 'auto' resolves, and where a measurement is cached (FitOptions.auto_precision).
     auto_precision: str = "rule"
     calibration_path: Path | None = None
+    # Precisions a measured 'auto' must not time, each with why (e.g. a red probe verdict).
+    auto_excluded: Mapping[str, str] = field(default_factory=dict)
 
     def fit_options(self, **overrides: Any) -> FitOptions:
         """The :class:`~infrastructure.training.FitOptions` this request asks for.
@@ -110,7 +112,9 @@ class TrainRequest:
             "guard": self.guard,
             "fsdp": self.fsdp,
             "cuda_graph": self.cuda_graph,
-            "auto_precision": AutoPrecision(mode=self.auto_precision, cache=self.calibration_path),
+            "auto_precision": AutoPrecision(
+                mode=self.auto_precision, excluded=self.auto_excluded, cache=self.calibration_path
+            ),
         }
         return FitOptions(**{**fields, **overrides})
 

@@ -31,11 +31,13 @@ DEFAULT_RUNNERS: dict[str, tuple[str, ...]] = {
 # Batch sizes a plain `bench` runs: on CUDA one launch-bound and one compute-bound size
 # of the large world model (h100-2026-11-22.md); on a CPU the step is compute-bound at 64.
 DEFAULT_BATCH_SIZES: dict[str, tuple[int, ...]] = {"cpu": (64,), "cuda": (64, 8192)}
-# TF32 is a precision of its own only where it exists: NVIDIA GPUs from Ampere on.
+# TF32 is a precision of its own only where it exists: NVIDIA GPUs from Ampere on. auto is
+# resolved as the daemon resolves it, by measurement (calibration.py): our runners only.
 PRECISIONS_BY_DEVICE: dict[str, tuple[str, ...]] = {
-    "cpu": ("fp32", "bf16", "fp16"),
-    "cuda": ("fp32", "tf32", "bf16", "fp16"),
+    "cpu": ("fp32", "bf16", "fp16", "auto"),
+    "cuda": ("fp32", "tf32", "bf16", "fp16", "auto"),
 }
+AUTO_RUNNERS: tuple[str, ...] = ("ours", "ours-graph")
 
 
 @dataclass(frozen=True)

@@ -203,7 +203,8 @@ def _measure(
         "runner": config.runner,
         "precision_requested": config.precision,
         "precision_ran": probe.ran or "unknown",
-        "honest": probe.ran == config.precision,
+        # auto is honest when what ran is what it chose (the choice is in the note)
+        "honest": probe.ran == (getattr(runner, "chosen", None) or config.precision),
         "batch_size": config.batch_size,
         "warmup_steps": config.warmup_steps,
         "timed_steps": config.timed_steps,

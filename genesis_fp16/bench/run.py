@@ -27,6 +27,7 @@ from genesis_fp16.bench.arguments import (
     add_arguments,
 )
 from genesis_fp16.bench.config import (
+    AUTO_RUNNERS,
     CUDA_ONLY_RUNNERS,
     DEFAULT_BATCH_SIZES,
     DEFAULT_RUNNERS,
@@ -118,6 +119,8 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
     runners = DEFAULT_RUNNERS[device]
     if args.runners is not None:
         runners = _choices(args.runners, RUNNERS, "--runners")
+    if args.precisions != "all" and "auto" in precisions and not set(runners) & {*AUTO_RUNNERS}:
+        raise ValueError(f"--precisions auto: only {', '.join(AUTO_RUNNERS)} resolve auto")
     cuda_only = [r for r in runners if r in CUDA_ONLY_RUNNERS]
     if device != "cuda" and cuda_only:
         raise ValueError(f"--runners {','.join(cuda_only)}: CUDA graphs need --device cuda")
@@ -169,6 +172,8 @@ def plan(options: BenchOptions, data_path: Path | None = None) -> list[BenchConf
     for size, batch, precision, runner in itertools.product(
         options.sizes, options.batch_sizes, options.precisions, options.runners
     ):
+        if precision == "auto" and runner not in AUTO_RUNNERS:
+            continue  # the other libraries have no auto of their own
         config = replace(base, size=size, batch_size=batch, runner=runner, precision=precision)
         if precision == "fp16":
             config = replace(config, warmup_steps=fp16_warmup, timed_steps=fp16_steps)

@@ -8,6 +8,8 @@ scaler update, zero grads. Only who does the bookkeeping differs.
 from __future__ import annotations
 
 import contextlib
+import copy
+from collections.abc import Iterator
 from typing import Any, ClassVar, Protocol
 
 import torch
@@ -46,28 +48,51 @@ def _optimizer(model: nn.Module, config: BenchConfig) -> torch.optim.Optimizer:
 
 
 class OursRunner:
-    """This project's `Trainer`, driven exactly as the agents drive it."""
+    """This project's `Trainer`, driven exactly as the agents drive it.
+
+    Precision ``auto`` is resolved as the daemon resolves it (``GENESIS_FP16_AUTO_PRECISION
+    =measure``): a calibration on the row's own model and batches, outside the timed
+    steps; its choice, reason and cost go in the row's note.
+    """
 
     name = "ours"
     cuda_graph = "off"
+    chosen: str | None = None  # what `auto` resolved to; None for a named precision
 
     def prepare(self, workload: Workload, config: BenchConfig, device: torch.device) -> None:
         from infrastructure.training import PrecisionPolicy, Trainer, TrainerConfig
+        from infrastructure.training.calibration import AutoPrecision, policy_for_run
+        from infrastructure.training.loss_scaler_config import ScalerConfig
 
         set_tf32(config.precision == "tf32")
         requested = "fp32" if config.precision == "tf32" else config.precision
-        policy = PrecisionPolicy.create(requested, device)
         self._loss_fn = workload.loss_fn
         self._n = config.batch_size
         trainer_config = TrainerConfig(
             max_grad_norm=config.max_grad_norm, cuda_graph=self.cuda_graph
         )
+        calibrated = ""
+        if requested == "auto":
+            policy, calibration = policy_for_run(
+                _WorkloadTask(workload, config),
+                "auto",
+                str(device),
+                ScalerConfig(),
+                config.seed,
+                trainer_config,
+                AutoPrecision(mode="measure"),
+            )
+            self.chosen = policy.name
+            if calibration is not None:
+                calibrated = f"; calibration took {calibration.seconds:.2f} s (not timed)"
+        else:
+            policy = PrecisionPolicy.create(requested, device)
         self.trainer = Trainer(
             workload.model, [_optimizer(workload.model, config)], policy, trainer_config
         )
         self.execution = self.trainer.execution.used
         self.note = (
-            f"policy used {policy.name}: {policy.resolved.reason}; "
+            f"policy used {policy.name}: {policy.resolved.reason}{calibrated}; "
             f"{self.execution}: {self.trainer.execution.reason}"
         )
 
@@ -76,6 +101,36 @@ class OursRunner:
 
     def skipped_steps(self) -> int:
         return int(self.trainer.summary().skipped_steps)
+
+
+class _WorkloadTask:
+    """The bench workload as a `TrainingTask`, for the `auto` calibration: copies of the
+    row's model, its optimizer, its batches in order."""
+
+    def __init__(self, workload: Workload, config: BenchConfig) -> None:
+        self.workload, self.config = workload, config
+
+    def build_model(self) -> nn.Module:
+        return copy.deepcopy(self.workload.model)
+
+    def build_optimizers(self, model: nn.Module) -> list[torch.optim.Optimizer]:
+        return [_optimizer(model, self.config)]
+
+    def build_schedulers(self, optimizers: Any) -> list[Any]:
+        return []
+
+    def train_batches(self, epoch: int, seed: int) -> Iterator[tuple[Batch, int]]:
+        for batch in self.workload.train_batches:
+            yield batch, self.config.batch_size
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        return self.workload.loss_fn(model, batch)
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        return {"loss": self.workload.eval_loss(model)}
+
+    def extra_state(self) -> dict[str, Any]:
+        return {}
 
 
 class _FoundInfTally:

@@ -274,8 +274,10 @@ def policy_for_run(
         task, device, seed, trainer_config, auto.excluded, auto.cache, auto.budget_s
     )
     if calibration is not None:
-        policy = PrecisionPolicy.create(calibration.chosen, device, scaler)
-        return replace(policy, resolved=resolved_from(calibration, policy.device.type)), calibration
+        policy = PrecisionPolicy.create(calibration.chosen, device, scaler, announce=False)
+        resolved = resolved_from(calibration, policy.device.type)
+        logger.info("precision %s (%s)", resolved.used, resolved.reason)
+        return replace(policy, resolved=resolved), calibration
     rule = resolve_precision("auto", device)
     if rule.used in auto.excluded:  # the rule's pick is out: fp32 always may run
         policy = PrecisionPolicy.create("fp32", device, scaler)
@@ -315,7 +317,7 @@ def _time(
     budget_s: float,
     clock: Callable[[], float],
 ) -> Measured:
-    policy = PrecisionPolicy.create(name, device)
+    policy = PrecisionPolicy.create(name, device, announce=False)
     model = copy.deepcopy(template).to(device)
     optimizers = task.build_optimizers(model)
     trainer = Trainer(model, optimizers, policy, config, task.build_schedulers(optimizers))

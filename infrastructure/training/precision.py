@@ -236,13 +236,17 @@ class PrecisionPolicy:
         requested: str,
         device: torch.device | str,
         scaler: ScalerConfig = ScalerConfig(),  # noqa: B008 (frozen, so sharing is safe)
+        announce: bool = True,
     ) -> PrecisionPolicy:
-        """Resolve ``requested`` on ``device`` and log the result (and any warning) once."""
+        """Resolve ``requested`` on ``device`` and log the result (and any warning) once;
+        ``announce=False`` leaves the INFO line to a caller that knows the better reason
+        (a measured ``auto``, a calibration candidate)."""
         resolved = resolve_precision(requested, device)
         dev = _as_device(device)
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
-        logger.info("precision %s (%s)", resolved.used, resolved.reason)
+        if announce:
+            logger.info("precision %s (%s)", resolved.used, resolved.reason)
         if resolved.warning:
             logger.warning("precision %s: %s", resolved.used, resolved.warning)
         if resolved.used in LOSS_SCALED and not scaler.enabled:

@@ -128,13 +128,49 @@ def test_cpu_plan_gives_fp16_fewer_steps_and_fp32_a_matching_eval_point() -> Non
     assert fp32.eval_at == (fp16.total_steps,)
 
 
+def test_auto_rows_are_planned_for_our_runners_only() -> None:
+    """auto is how the daemon resolves a precision: only our runners have it to time."""
+    from genesis_fp16.bench.run import options_from_args
+
+    options = options_from_args(
+        _args("--device", "cpu", "--sizes", "large", "--precisions", "fp32,auto")
+    )
+    assert [(c.runner, c.precision) for c in plan(options) if c.precision == "auto"] == [
+        ("ours", "auto")
+    ]
+    with pytest.raises(ValueError, match="--precisions auto: only ours, ours-graph resolve auto"):
+        options_from_args(_args("--device", "cpu", "--precisions", "auto", "--runners", "hand"))
+
+
+@pytest.mark.parametrize("bf16_native", [False, True])
+def test_an_auto_row_runs_what_the_calibration_chose_and_says_so(
+    bf16_native: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With fp32 the only native precision nothing is timed; with bf16 taken as native
+    (its arithmetic is real either way) both are timed on the row's own model and the row
+    runs, and is labelled with, the choice."""
+    from infrastructure.training import calibration
+    from infrastructure.training.precision import DeviceCapabilities
+
+    if bf16_native:
+        caps = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native")
+        monkeypatch.setattr(calibration, "detect_capabilities", lambda device: caps)
+    row = run_config(_tiny("auto", "ours"), isolated=False)
+    assert row["honest"] and row["precision_ran"] in {"fp32", "bf16"}, row["runner_note"]
+    note = row["runner_note"]
+    if bf16_native:
+        assert f"auto -> {row['precision_ran']}: measured" in note and "calibration took" in note
+    else:
+        assert row["precision_ran"] == "fp32" and "one candidate, nothing to time" in note
+
+
 def test_bad_arguments_are_one_line_errors(capsys: pytest.CaptureFixture[str]) -> None:
     """Unknown sizes and precisions are refused naming the value and the valid choices."""
     assert cli_main(["bench", "--device", "cpu", "--precisions", "fp8"]) == 2
-    assert "'fp8': choose from fp32, bf16, fp16" in capsys.readouterr().err
+    assert "'fp8': choose from fp32, bf16, fp16, auto" in capsys.readouterr().err
     if torch.cuda.is_available():  # CUDA adds TF32 to the choices
         assert cli_main(["bench", "--device", "cuda", "--precisions", "fp8"]) == 2
-        assert "'fp8': choose from fp32, tf32, bf16, fp16" in capsys.readouterr().err
+        assert "'fp8': choose from fp32, tf32, bf16, fp16, auto" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--sizes", "huge"])
     assert "'huge': choose from default, large" in capsys.readouterr().err

@@ -17,6 +17,7 @@ from genesis_fp16.probe_gate import (
     gate_before_run,
     probe_result_path,
     read_record,
+    red_precisions,
     write_record,
 )
 from genesis_fp16.settings import AgentSettings, Settings
@@ -117,6 +118,31 @@ def test_red_verdict_for_the_running_precision_is_a_warning(tmp_path: Path) -> N
     )
     labels = {"agent": "probe_toy", "precision": "fp16"}
     assert _value(registry, "genesis_fp16_probe_precision_verdict", **labels) == 2
+
+
+def test_a_red_verdict_keeps_the_precision_out_of_a_measured_auto(tmp_path: Path) -> None:
+    """Under auto=measure the red precision is not timed (and no 'running as configured'
+    warning is logged: it will not run); a failed or absent probe excludes nothing."""
+    settings = _settings(tmp_path)
+    red = ProbeRecord(
+        at=1.0,
+        device="cpu",
+        steps=2,
+        seed=0,
+        precision="fp16",
+        recommended="bf16_autocast",
+        verdict={"fp32": "green", "bf16_autocast": "amber", "fp16_autocast": "red"},
+        reasons={"fp16_autocast": ["activation headroom: red (0: 7.0e+04)"]},
+    )
+    assert red_precisions(red) == {"fp16": "probe red: activation headroom: red (0: 7.0e+04)"}
+    assert red_precisions(None) == {}
+    failed = ProbeRecord(1.0, "cpu", 2, 0, "fp16", "", {}, {}, error="RuntimeError()")
+    assert red_precisions(failed) == {}
+    write_record(probe_result_path(settings.state_dir, "probe_toy"), red)
+    probe = DaemonMetrics(CollectorRegistry(), "t").probe
+    with capture_logs() as logs:
+        record = gate_before_run(settings, probe, "probe_toy", probe_toy, None, "cuda", "auto")
+    assert record == red and not [r for r in logs if r["log_level"] == "warning"]
 
 
 @pytest.mark.slow

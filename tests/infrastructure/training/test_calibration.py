@@ -152,3 +152,22 @@ def test_the_table_names_every_candidate_and_the_choice() -> None:
     calibration = cal.Calibration("bf16", "r", rows, {"fp16": "no native fp16"}, {}, 0.1)
     table = calibration.table()
     assert "2.00x  <- chosen" in table and "fp16      not timed: no native fp16" in table
+
+
+def test_a_train_request_carries_its_exclusions_to_fit(tmp_path: Path) -> None:
+    """The daemon's red-probe exclusions reach FitOptions.auto_precision unchanged."""
+    from infrastructure.plugin_api import TrainRequest
+
+    request = TrainRequest(
+        agent="a",
+        precision="auto",
+        precision_reason="default",
+        state_dir=tmp_path,
+        checkpoint_dir=tmp_path / "ckpt",
+        auto_precision="measure",
+        calibration_path=tmp_path / "cal.json",
+        auto_excluded={"fp16": "probe red: headroom"},
+        steps=1,
+    )
+    auto = request.fit_options().auto_precision
+    assert auto == AutoPrecision("measure", {"fp16": "probe red: headroom"}, tmp_path / "cal.json")
