@@ -155,7 +155,8 @@ class Settings(BaseSettings, GuardSettings):
     schedule_jitter_seconds: float = Field(default=30.0, ge=0)
     misfire_grace_seconds: float = Field(default=600.0, gt=0)
     run_at_start: bool = True
-    steps_per_run: int = Field(default=200, ge=1)
+    # None: the agent's own budget (se_darwin: early stopping within 100 epochs)
+    steps_per_run: int | None = Field(default=None, ge=1)
     log_interval: int = Field(default=50, ge=1)
     sample_count: int = Field(default=2000, ge=1)
     seed: int = 0

@@ -55,9 +55,10 @@ class SEDarwinPlugin:
             Path(request.data_path), options, request.seed, request.device, quarantine, saved
         )
         steps, epochs = request.steps, request.epochs
-        if steps is None and epochs is None:
-            epochs = 1
-        result = fit(task, request.fit_options(steps=steps, epochs=epochs))
+        if steps is None and epochs is None:  # the budget is early stopping's, capped
+            epochs = options.max_epochs
+        early_stop = task.early_stopping() if options.early_stopping and not request.fsdp else None
+        result = fit(task, request.fit_options(steps=steps, epochs=epochs, early_stop=early_stop))
         summary = result.summary
         extra: dict[str, Any] = {
             "total_steps": summary.step,
@@ -66,6 +67,12 @@ class SEDarwinPlugin:
             "unlabelled": data.unlabelled,
             "precision_warning": result.precision.warning,
             "resumed_from": str(result.resumed_from) if result.resumed_from else None,
+            "split": {
+                "train": len(task.train_data),
+                "validation": len(task.validation_data),
+                "held_out": len(task.eval_data),
+            },
+            "early_stop": dict(result.early_stop) if result.early_stop is not None else None,
         }
         if torch.cuda.is_available() and request.device.startswith("cuda"):
             extra["device_memory_peak_bytes"] = torch.cuda.max_memory_allocated(request.device)

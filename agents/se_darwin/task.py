@@ -1,9 +1,15 @@
 """The SE-Darwin world model as a ``TrainingTask`` for ``infrastructure.training.fit``.
 
-The data is read once, split into train and held-out parts by a hash of (seed,
-trajectory_id) so that the split does not depend on file order, encoded with a feature
-encoder fitted on the train part (or the one saved in the checkpoint being resumed), and
-kept as tensors on the training device.
+The data is read once and split three ways by a hash of (seed, trajectory_id), so that the
+split does not depend on file order: a held-out part (the run's reported evaluation), and
+out of the rest a validation part (early stopping's yardstick) and the training part. The
+features are encoded with an encoder fitted on the training part (or the one saved in the
+checkpoint being resumed) and kept as tensors on the training device.
+
+Split sizes follow the pool (``split_fractions``): the held-out part aims at 1,000
+records, at least 10% and at most 30% of the pool, so that its AUC is not mostly the
+split's luck (its 95% interval is reported next to it); validation takes the same share
+of what is left, at most 20%.
 """
 
 from __future__ import annotations
@@ -23,8 +29,9 @@ from torch.optim.lr_scheduler import LRScheduler
 from infrastructure.data.readers import ReadResult, read_trajectories
 from infrastructure.data.schema import SCHEMA_VERSION, Example
 from infrastructure.plugin_api import TrainRequestError
+from infrastructure.training.early_stop import EarlyStopping
 from infrastructure.world_model.features import FeatureEncoder
-from infrastructure.world_model.metrics import accuracy, auc, brier, mae
+from infrastructure.world_model.metrics import accuracy, auc, auc_interval, brier, mae
 from infrastructure.world_model.model import ModelConfig, WorldModel, world_model_losses
 from infrastructure.world_model.predict import world_model_state
 
@@ -41,7 +48,14 @@ class TaskOptions:
     batch_size: int = 256
     learning_rate: float = 3e-3
     weight_decay: float = 0.01
-    eval_fraction: float = 0.1
+    eval_fraction: float | None = None  # None: sized by the pool (split_fractions)
+    # Early stopping on the validation loss: validate every epoch, or every
+    # `validate_every` steps when an epoch is longer; stop after `patience` validations
+    # without improvement; `max_epochs` caps a run that gives neither steps nor epochs.
+    early_stopping: bool = True
+    patience: int = 8
+    validate_every: int = 50
+    max_epochs: int = 100
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> TaskOptions:
@@ -53,10 +67,11 @@ class TaskOptions:
                 f"valid: {', '.join(sorted(known))}"
             )
         out = cls(**options)
-        if not 0.0 < out.eval_fraction < 1.0:
+        if out.eval_fraction is not None and not 0.0 < out.eval_fraction < 1.0:
             raise TrainRequestError(f"eval_fraction={out.eval_fraction!r}: must be between 0 and 1")
-        if out.batch_size < 1:
-            raise TrainRequestError(f"batch_size={out.batch_size!r}: must be at least 1")
+        for name in ("batch_size", "patience", "validate_every", "max_epochs"):
+            if getattr(out, name) < 1:
+                raise TrainRequestError(f"{name}={getattr(out, name)!r}: must be at least 1")
         return out
 
 
@@ -77,10 +92,30 @@ class Batch(NamedTuple):
         return int(self.x.shape[0])
 
 
-def is_held_out(trajectory_id: str, seed: int, fraction: float) -> bool:
+EVAL_TARGET = 1000  # held-out records for a stable AUC (about +-0.03 at 95%)
+EVAL_BOUNDS = (0.1, 0.3)
+VALIDATION_MAX = 0.2
+
+
+def is_held_out(trajectory_id: str, seed: int, fraction: float, salt: str = "") -> bool:
     """The deterministic split: a stable hash of (seed, id), independent of file order."""
-    digest = hashlib.blake2b(f"{seed}:{trajectory_id}".encode(), digest_size=8).digest()
+    key = f"{seed}:{salt}{trajectory_id}"
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2**64 < fraction
+
+
+def split_fractions(examples: int, eval_fraction: float | None = None) -> tuple[float, float]:
+    """(held-out share of the pool, validation share of the rest) for a pool this size.
+
+    >>> split_fractions(500), split_fractions(5000), split_fractions(50000)
+    ((0.3, 0.2), (0.2, 0.2), (0.1, 0.1))
+    """
+    low, high = EVAL_BOUNDS
+    if eval_fraction is None:
+        eval_fraction = min(high, max(low, EVAL_TARGET / max(examples, 1)))
+    rest = examples * (1 - eval_fraction)
+    validation = min(VALIDATION_MAX, max(low, EVAL_TARGET / max(rest, 1)))
+    return round(eval_fraction, 4), round(validation, 4)
 
 
 def to_batch(
@@ -97,17 +132,27 @@ def to_batch(
     )
 
 
-def split_examples(
-    data: ReadResult, seed: int, eval_fraction: float
-) -> tuple[list[Example], list[Example]]:
-    train = [e for e in data.examples if not is_held_out(e.trajectory_id, seed, eval_fraction)]
-    held = [e for e in data.examples if is_held_out(e.trajectory_id, seed, eval_fraction)]
-    if not train or not held:
+class Split(NamedTuple):
+    train: list[Example]
+    validation: list[Example]
+    held_out: list[Example]
+    eval_fraction: float
+    validation_fraction: float
+
+
+def split_examples(data: ReadResult, seed: int, eval_fraction: float | None = None) -> Split:
+    """Held-out, validation and training parts, each by a hash of (seed, id)."""
+    fraction, validation = split_fractions(len(data.examples), eval_fraction)
+    held = [e for e in data.examples if is_held_out(e.trajectory_id, seed, fraction)]
+    rest = [e for e in data.examples if not is_held_out(e.trajectory_id, seed, fraction)]
+    val = [e for e in rest if is_held_out(e.trajectory_id, seed, validation, "validation:")]
+    train = [e for e in rest if not is_held_out(e.trajectory_id, seed, validation, "validation:")]
+    if not train or not held or not val:
         raise TrainRequestError(
-            f"{len(data.examples)} labelled example(s) cannot be split into train and "
-            f"held-out parts (eval_fraction={eval_fraction}); add data"
+            f"{len(data.examples)} labelled example(s) cannot be split into train, "
+            f"validation and held-out parts (eval_fraction={fraction}); add data"
         )
-    return train, held
+    return Split(train, val, held, fraction, validation)
 
 
 class SEDarwinTask:
@@ -123,7 +168,9 @@ class SEDarwinTask:
     ) -> None:
         self.options = options
         self.seed = seed
-        train, held = split_examples(data, seed, options.eval_fraction)
+        split = split_examples(data, seed, options.eval_fraction)
+        self.split = split
+        train, held = split.train, split.held_out
         if saved is not None:  # resuming: encode exactly as the checkpointed run did
             self.encoder = FeatureEncoder.from_state(saved["encoder"])
             self.config = ModelConfig.from_dict(saved["model"])
@@ -132,10 +179,14 @@ class SEDarwinTask:
             overrides = {k: v for k in ("hidden", "depth") if (v := getattr(options, k))}
             self.config = ModelConfig.preset(options.preset, self.encoder.n_features, **overrides)
         self.train_data = to_batch(self.encoder, train, data.scores).to(device)
+        self.validation_data = to_batch(self.encoder, split.validation, data.scores).to(device)
         self.eval_data = to_batch(self.encoder, held, data.scores).to(device)
+        ids = sorted(e.trajectory_id for e in (*train, *split.validation))
+        self.data_key = hashlib.blake2b("\n".join(ids).encode(), digest_size=8).hexdigest()
         logger.info(
-            "se_darwin task: %d train, %d held-out examples, %d features, model %s",
+            "se_darwin task: %d train, %d validation, %d held-out examples, %d features, model %s",
             len(train),
+            len(split.validation),
             len(held),
             self.encoder.n_features,
             self.config,
@@ -174,34 +225,32 @@ class SEDarwinTask:
     def build_schedulers(self, optimizers: Sequence[Optimizer]) -> Sequence[LRScheduler]:
         return ()
 
+    @property
+    def steps_per_epoch(self) -> int:
+        return len(_chunks(len(self.train_data), self.options.batch_size))
+
+    def early_stopping(self) -> EarlyStopping:
+        """Validate each epoch (every ``validate_every`` steps when an epoch is longer)."""
+        every = min(self.steps_per_epoch, self.options.validate_every)
+        return EarlyStopping("loss", "min", self.options.patience, every, key=self.data_key)
+
     def train_batches(self, epoch: int, seed: int) -> Iterator[tuple[Batch, int]]:
         generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
         order = torch.randperm(len(self.train_data), generator=generator)
-        size = self.options.batch_size
-        for start in range(0, len(order), size):
-            index = order[start : start + size].to(self.train_data.x.device)
+        for start, end in _chunks(len(order), self.options.batch_size):
+            index = order[start:end].to(self.train_data.x.device)
             yield self.train_data.take(index), len(index)
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         return world_model_losses(model(batch.x), *batch[1:]).total
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
-        data = self.eval_data
-        out = model(data.x)
-        parts = world_model_losses(out, *data[1:])
-        success_p = torch.sigmoid(out.success_logit.float())
-        expected = torch.sigmoid(out.score_logit.float())
-        return {
-            "loss": float(parts.total),
-            "success_bce": float(parts.success),
-            "score_mse": float(parts.score),
-            "outcome_ce": float(parts.outcome),
-            "auc": auc(success_p, data.success),
-            "brier": brier(success_p, data.success),
-            "score_mae": mae(expected, data.score, data.score_known),
-            "outcome_accuracy": accuracy(out.outcome_logits.float(), data.outcome),
-            "examples": float(len(data)),
-        }
+        """Held-out metrics; the AUC with its 95% interval and the split's size."""
+        return _metrics(model, self.eval_data)
+
+    def validate(self, model: nn.Module) -> dict[str, float]:
+        """The same metrics on the validation part: early stopping's yardstick."""
+        return _metrics(model, self.validation_data)
 
     def extra_state(self) -> dict[str, Any]:
         return world_model_state(
@@ -209,7 +258,11 @@ class SEDarwinTask:
             self.config,
             agent="se_darwin",
             data_schema_version=SCHEMA_VERSION,
-            split={"seed": self.seed, "eval_fraction": self.options.eval_fraction},
+            split={
+                "seed": self.seed,
+                "eval_fraction": self.split.eval_fraction,
+                "validation_fraction": self.split.validation_fraction,
+            },
         )
 
     def load_extra_state(self, state: Mapping[str, Any]) -> None:
@@ -218,3 +271,33 @@ class SEDarwinTask:
                 "the checkpoint's feature encoder differs from this run's; resume with the "
                 "checkpoint's encoder (SEDarwinTask(saved=...)) or start a fresh checkpoint folder"
             )
+
+
+def _chunks(n: int, size: int) -> list[tuple[int, int]]:
+    """Batch bounds over ``n`` rows; a tail under half a batch joins the batch before it
+    (a step on a handful of examples is mostly noise: one record was a whole step)."""
+    bounds = [(start, min(start + size, n)) for start in range(0, n, size)]
+    if len(bounds) > 1 and bounds[-1][1] - bounds[-1][0] < size / 2:
+        bounds[-2:] = [(bounds[-2][0], n)]
+    return bounds
+
+
+def _metrics(model: nn.Module, data: Batch) -> dict[str, float]:
+    out = model(data.x)
+    parts = world_model_losses(out, *data[1:])
+    success_p = torch.sigmoid(out.success_logit.float())
+    expected = torch.sigmoid(out.score_logit.float())
+    low, high = auc_interval(success_p, data.success)
+    return {
+        "loss": float(parts.total),
+        "success_bce": float(parts.success),
+        "score_mse": float(parts.score),
+        "outcome_ce": float(parts.outcome),
+        "auc": auc(success_p, data.success),
+        "auc_ci_low": low,
+        "auc_ci_high": high,
+        "brier": brier(success_p, data.success),
+        "score_mae": mae(expected, data.score, data.score_known),
+        "outcome_accuracy": accuracy(out.outcome_logits.float(), data.outcome),
+        "examples": float(len(data)),
+    }

@@ -51,7 +51,6 @@ from infrastructure.training.summary import TrainingSummary
 
 log = logging.getLogger("genesis_fp16.train")
 
-DEFAULT_STEPS = 300
 _PROGRESS_INTERVAL = 10
 
 
@@ -67,7 +66,10 @@ def register(subparsers: Any) -> None:
     )
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument(
-        "--steps", type=int, help=f"optimizer steps of this run (default {DEFAULT_STEPS})"
+        "--steps",
+        type=int,
+        help="optimizer steps of this run, a cap (default: GENESIS_FP16_STEPS_PER_RUN, "
+        "else the agent's own budget: se_darwin stops on validation)",
     )
     budget.add_argument("--epochs", type=int, help="passes over the data in this run")
     parser.add_argument("--data", type=Path, help="data file or folder (default: sample data)")
@@ -214,10 +216,10 @@ def _request(
     if data is None:
         data = ensure_sample_data(plugin, paths, count=settings.sample_count, seed=settings.seed)
     steps, epochs = args.steps, args.epochs
-    if steps is None and epochs is None:
+    if steps is None and epochs is None:  # as the daemon does (genesis_fp16/jobs.py)
         steps, epochs = spec.steps, spec.epochs
         if steps is None and epochs is None:
-            steps = DEFAULT_STEPS
+            steps = settings.steps_per_run  # None: the agent's own budget
     quarantine = paths.quarantine_path
     if args.checkpoint_dir is not None:  # beside this run's own outputs
         quarantine = checkpoint_dir / "quarantine.jsonl"

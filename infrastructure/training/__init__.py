@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from infrastructure.training.batches import to_device
     from infrastructure.training.checkpoint import CheckpointError, CheckpointManager
+    from infrastructure.training.early_stop import EarlyStopping
     from infrastructure.training.fit import FitOptions, FitResult, TrainingTask, fit
     from infrastructure.training.guard_config import GuardConfig
     from infrastructure.training.loss_scaler import LossScaler
@@ -41,6 +42,7 @@ _EXPORTS: dict[str, str] = {
     "to_device": "batches",
     "CheckpointError": "checkpoint",
     "CheckpointManager": "checkpoint",
+    "EarlyStopping": "early_stop",
     "FitOptions": "fit",
     "FitResult": "fit",
     "TrainingTask": "fit",
@@ -69,6 +71,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointManager",
     "DeviceCapabilities",
+    "EarlyStopping",
     "FitOptions",
     "FitResult",
     "GuardConfig",

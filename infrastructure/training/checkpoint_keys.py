@@ -24,5 +24,6 @@ RNG_PER_RANK = "rng_per_rank"  # data-parallel runs: every rank's RNG state, by 
 CONFIG = "config"  # the resolved training config, as a plain dict
 STATS = "stats"  # the trainer's run counters (steps, skipped steps, samples, ...)
 EXTRA = "extra"  # task state such as a feature encoder: plain types and tensors only
+EARLY_STOP = "early_stop"  # EarlyStopTracker.state_dict(), best weights included (optional)
 
 REQUIRED = (SCHEMA, MODEL, OPTIMIZER, SCHEDULER, SCALER, PRECISION, STEP, RNG, CONFIG)

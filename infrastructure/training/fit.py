@@ -31,6 +31,7 @@ from infrastructure.training import distributed
 from infrastructure.training.batches import to_device
 from infrastructure.training.calibration import AutoPrecision, Calibration, policy_for_run
 from infrastructure.training.checkpoint import CheckpointManager
+from infrastructure.training.early_stop import EarlyStopping, EarlyStopTracker
 from infrastructure.training.execution import ResolvedExecution
 from infrastructure.training.guard import GuardConfig, PrecisionGuard, checkpoints_after
 from infrastructure.training.loss_scaler import ScalerConfig
@@ -125,6 +126,10 @@ class FitOptions:
       the default here) or by timing the task's own steps in each native precision
       (``measure``, the daemon's default; cached in ``auto_precision.cache``). See
       :mod:`infrastructure.training.calibration`; ``FitResult.calibration`` holds it.
+    - ``early_stop``: validate with the task's ``validate(model)`` every
+      ``early_stop.every_steps`` steps, keep the best weights, stop after ``patience``
+      validations without improvement (see :mod:`infrastructure.training.early_stop`);
+      ``FitResult.early_stop`` reports the best step and why the run stopped.
     """
 
     precision: str = "auto"
@@ -146,6 +151,7 @@ class FitOptions:
     fsdp: bool = False
     cuda_graph: str = "auto"
     auto_precision: AutoPrecision = field(default_factory=AutoPrecision)
+    early_stop: EarlyStopping | None = None
 
     def __post_init__(self) -> None:
         if self.steps is None and self.epochs is None:
@@ -169,7 +175,9 @@ class FitResult:
     (``from``, ``to``, ``reason``, ``step``, ``rollback_step``, ``detail``);
     ``precision`` is then the resolution of the precision the run ended in, and
     ``execution`` says whether its steps ran eagerly or from a captured CUDA graph, and why;
-    ``calibration`` is what a measured ``auto`` timed and chose (None otherwise).
+    ``calibration`` is what a measured ``auto`` timed and chose (None otherwise);
+    ``early_stop`` is the validation record (best step, stop reason) when early stopping
+    was on, and ``eval`` then measures the best weights.
     """
 
     summary: TrainingSummary
@@ -182,12 +190,14 @@ class FitResult:
     resumed_from: Path | None = None
     demotions: tuple[Mapping[str, Any], ...] = ()
     calibration: Calibration | None = None
+    early_stop: Mapping[str, Any] | None = None
 
 
 @dataclass
 class _Position:
     epoch: int = 0
     batch: int = 0
+    tracker: EarlyStopTracker | None = None  # early stopping's record, when it is on
 
 
 @dataclass(frozen=True)
@@ -214,7 +224,7 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
     if options.checkpoint_dir is not None:
         manager = distributed.checkpoint_manager(options.checkpoint_dir, options.keep)
 
-    position = _Position()
+    position = _Position(tracker=_tracker(task, options))
     resumed_from = _resume(task, trainer, manager, position) if options.resume else None
     first_step = trainer.step_count
     targets = _Targets(
@@ -226,17 +236,25 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
     if guard is not None:
         guard.start(trainer, position.epoch, position.batch)
     demotions: list[dict[str, Any]] = []
-    while True:
+    tracker = position.tracker
+    stopped = False
+    if tracker is not None and tracker.stopped:
+        logger.info("early stopping: this run had already stopped (%s)", tracker.stop_reason)
+    while tracker is None or not tracker.stopped:
         stopped = _run_loop(task, trainer, options, manager, position, targets, loss_fn, guard)
         if guard is None or guard.final_check(trainer, position.epoch, position.batch) is None:
             break
         trainer = _demote(task, trainer, options, manager, position, guard, demotions)
+        if tracker is not None:
+            tracker.forget_after(trainer.step_count)
     model, policy = trainer.model, trainer.policy
     steps_run = trainer.step_count - first_step
 
     checkpoint = resumed_from if steps_run == 0 else None
     if manager is not None and checkpoint is None:
         checkpoint = manager.save(_checkpoint_state(task, trainer, options, position))
+    if tracker is not None:
+        tracker.restore_best(model)  # after the checkpoint: it keeps the last weights
     summary = trainer.summary(reset_interval=True)
     if options.on_log is not None and steps_run and trainer.step_count % options.log_interval:
         options.on_log(summary)
@@ -261,6 +279,7 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
         demotions=tuple(demotions),
         execution=trainer.execution,
         calibration=calibration,
+        early_stop=None if tracker is None else tracker.report(not stopped),
     )
 
 
@@ -322,6 +341,8 @@ def _resume(
     loader = getattr(task, "load_extra_state", None)
     if callable(loader):
         loader(state.get(keys.EXTRA, {}))
+    if position.tracker is not None and keys.EARLY_STOP in state:
+        position.tracker.load_state_dict(state[keys.EARLY_STOP])
     saved = state[keys.PRECISION].get("used")
     if saved != trainer.policy.name:
         logger.info("checkpoint %s ran in %s; continuing in %s", path, saved, trainer.policy.name)
@@ -375,10 +396,16 @@ def _run_loop(
                 hook(trainer)
             if guard is not None and guard.after_step(trainer, position.epoch, position.batch):
                 return False  # fit() rolls back and demotes; the state is not checkpointed
+            tracker = position.tracker
+            patience_out = (
+                tracker is not None
+                and trainer.step_count % tracker.config.every_steps == 0
+                and _validate(task, trainer, tracker)
+            )
             interval = options.checkpoint_interval
             if manager is not None and interval and trainer.step_count % interval == 0:
                 manager.save(_checkpoint_state(task, trainer, options, position))
-            if done():
+            if done() or patience_out:
                 return False
         if not yielded:
             raise ValueError(
@@ -405,6 +432,8 @@ def _checkpoint_state(
     state[keys.BATCH] = position.batch
     state[keys.EXTRA] = extra
     state[keys.CONFIG] = _resolved_config(trainer, options)
+    if position.tracker is not None:
+        state[keys.EARLY_STOP] = position.tracker.state_dict()
     return state
 
 
@@ -449,11 +478,36 @@ def _check_plain(value: Any, where: str) -> None:
     )
 
 
-def _evaluate(task: TrainingTask, model: nn.Module, policy: PrecisionPolicy) -> dict[str, float]:
+def _evaluate(
+    task: TrainingTask,
+    model: nn.Module,
+    policy: PrecisionPolicy,
+    measure: Callable[[nn.Module], Mapping[str, float]] | None = None,
+) -> dict[str, float]:
     model.eval()
     try:
         with torch.no_grad(), policy.autocast():
-            metrics = task.evaluate(model)
+            metrics = (measure or task.evaluate)(model)
     finally:
         model.train()
     return {name: float(value) for name, value in metrics.items()}
+
+
+def _tracker(task: TrainingTask, options: FitOptions) -> EarlyStopTracker | None:
+    if options.early_stop is None:
+        return None
+    if not callable(getattr(task, "validate", None)):
+        raise ValueError(
+            f"FitOptions.early_stop needs a validate(model) method on {type(task).__name__} "
+            "(metrics on a validation split carved out of the training data)"
+        )
+    if options.fsdp and distributed.rank_and_world()[1] > 1:
+        raise ValueError("FitOptions.early_stop with fsdp=True: not supported (sharded weights)")
+    return EarlyStopTracker(options.early_stop)
+
+
+def _validate(task: TrainingTask, trainer: Trainer, tracker: EarlyStopTracker) -> bool:
+    """One validation of the current weights; True when patience has run out."""
+    measure = task.validate  # type: ignore[attr-defined]  # checked by _tracker
+    metrics = _evaluate(task, trainer.model, trainer.policy, measure)
+    return tracker.record(trainer.step_count, metrics, trainer.model)

@@ -28,6 +28,7 @@ from infrastructure.data.readers import read_trajectories
 from infrastructure.data.schema import OUTCOMES, AttemptInput, Trajectory
 from infrastructure.training import checkpoint_keys as keys
 from infrastructure.training.checkpoint import CheckpointManager, load_checkpoint
+from infrastructure.training.early_stop import served_weights
 from infrastructure.world_model.features import FeatureEncoder
 from infrastructure.world_model.model import ModelConfig, WorldModel
 
@@ -92,7 +93,7 @@ class WorldModelPredictor:
             state = load_checkpoint(path)
         saved = read_world_model_state(state)
         model = WorldModel(ModelConfig.from_dict(saved["model"]))
-        model.load_state_dict(state[keys.MODEL])
+        model.load_state_dict(served_weights(state, keys.EARLY_STOP))
         return cls(model.to(device), FeatureEncoder.from_state(saved["encoder"]), path)
 
     def predict(

@@ -203,7 +203,7 @@ def test_a_request_the_plugin_refuses_is_one_line_and_exit_2(tmp_path: Path) -> 
     path = tmp_path / "pool.json"
     path.write_text(json.dumps(generate_pool(2, seed=5)))
     proc = _cli(tmp_path, "train", "se_darwin", "--data", str(path), "--steps", "2")
-    _one_line_error(proc, "cannot be split into train and held-out parts")
+    _one_line_error(proc, "cannot be split into train, validation and held-out parts")
     assert "Traceback" not in proc.stderr
 
 

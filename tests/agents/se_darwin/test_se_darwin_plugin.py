@@ -17,7 +17,7 @@ import torch.multiprocessing as mp
 
 from agents.se_darwin import plugin
 from agents.se_darwin import task as task_module
-from agents.se_darwin.task import is_held_out
+from agents.se_darwin.task import split_examples
 from genesis_fp16.plugins import load_plugin
 from infrastructure.data.readers import read_trajectories
 from infrastructure.plugin_api import AgentPlugin, TrainRequest, TrainResult
@@ -110,11 +110,7 @@ def test_prediction_after_a_restart_scores_as_training_did(
     """A new process loads the checkpoint, reproduces the held-out AUC/Brier and our scores."""
     result, ckpt = trained
     pool = json.loads(data.read_text())["trajectories"]
-    held = [
-        e.trajectory_id
-        for e in read_trajectories(data).examples
-        if is_held_out(e.trajectory_id, 3, 0.1)
-    ]
+    held = [e.trajectory_id for e in split_examples(read_trajectories(data), 3).held_out]
     predictor = WorldModelPredictor.load(ckpt)
     here = [p.success_probability for p in predictor.predict([pool[i] for i in held[:50]])]
     script = textwrap.dedent(
