@@ -15,6 +15,7 @@ True
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -42,6 +43,8 @@ _CUMULATIVE = {
 }
 
 # Every metric name this module exports, as scraped (counters with their _total).
+EVAL_QUALITY = ("auc", "auc_ci_low", "auc_ci_high", "examples")
+
 METRIC_NAMES = (
     "genesis_fp16_loss_scale",
     "genesis_fp16_optimizer_steps_total",
@@ -52,6 +55,8 @@ METRIC_NAMES = (
     "genesis_fp16_samples_total",
     "genesis_fp16_train_loss",
     "genesis_fp16_eval_loss",
+    "genesis_fp16_eval_quality",
+    "genesis_fp16_early_stop_best_step",
     "genesis_fp16_precision",
     "genesis_fp16_execution",
     "genesis_fp16_auto_step_seconds",
@@ -101,6 +106,15 @@ class DaemonMetrics:
         self.samples = counter("samples", "Training samples consumed.")
         self.train_loss = gauge("train_loss", "Training loss at the last log.")
         self.eval_loss = gauge("eval_loss", "Held-out loss after the last finished run.")
+        self.eval_quality = gauge(
+            "eval_quality",
+            "Held-out AUC after the last finished run, with its 95% interval "
+            "(auc_ci_low, auc_ci_high) and the held-out split's size (examples).",
+            ("agent", "metric"),
+        )
+        self.early_stop_best_step = gauge(
+            "early_stop_best_step", "Step whose weights early stopping kept (the served ones)."
+        )
         self.precision = gauge(
             "precision",
             "1 for the precision the agent trains in, 0 for the others.",
@@ -239,6 +253,18 @@ class DaemonMetrics:
                 self.auto_step.labels(agent=agent, precision=name, chosen=flag).set(
                     float(row["median_ms"]) / 1000.0
                 )
+
+    def set_eval(
+        self, agent: str, metrics: Mapping[str, float], early_stop: Mapping[str, Any] | None
+    ) -> None:
+        """The held-out AUC, its interval and split size, and early stopping's best step."""
+        for name in EVAL_QUALITY:
+            value = metrics.get(name)
+            if value is not None and math.isfinite(value):
+                self.eval_quality.labels(agent=agent, metric=name).set(value)
+        best = (early_stop or {}).get("best_step")
+        if best is not None:
+            self.early_stop_best_step.labels(agent=agent).set(best)
 
     def finish_run(
         self, agent: str, outcome: str, duration: float, eval_loss: float | None, now: float

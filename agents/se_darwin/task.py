@@ -45,7 +45,7 @@ class TaskOptions:
     preset: str = "default"
     hidden: int | None = None
     depth: int | None = None
-    batch_size: int = 256
+    batch_size: int | None = None  # None: 256, fewer on small pools (at least 8 steps an epoch)
     learning_rate: float = 3e-3
     weight_decay: float = 0.01
     eval_fraction: float | None = None  # None: sized by the pool (split_fractions)
@@ -70,7 +70,7 @@ class TaskOptions:
         if out.eval_fraction is not None and not 0.0 < out.eval_fraction < 1.0:
             raise TrainRequestError(f"eval_fraction={out.eval_fraction!r}: must be between 0 and 1")
         for name in ("batch_size", "patience", "validate_every", "max_epochs"):
-            if getattr(out, name) < 1:
+            if getattr(out, name) is not None and getattr(out, name) < 1:
                 raise TrainRequestError(f"{name}={getattr(out, name)!r}: must be at least 1")
         return out
 
@@ -92,6 +92,7 @@ class Batch(NamedTuple):
         return int(self.x.shape[0])
 
 
+DEFAULT_BATCH, MIN_BATCH = 256, 16
 EVAL_TARGET = 1000  # held-out records for a stable AUC (about +-0.03 at 95%)
 EVAL_BOUNDS = (0.1, 0.3)
 VALIDATION_MAX = 0.2
@@ -227,7 +228,14 @@ class SEDarwinTask:
 
     @property
     def steps_per_epoch(self) -> int:
-        return len(_chunks(len(self.train_data), self.options.batch_size))
+        return len(_chunks(len(self.train_data), self.batch_size))
+
+    @property
+    def batch_size(self) -> int:
+        """The option, or 256 cut down so a small pool still takes 8 steps an epoch."""
+        if self.options.batch_size is not None:
+            return self.options.batch_size
+        return max(MIN_BATCH, min(DEFAULT_BATCH, len(self.train_data) // 8))
 
     def early_stopping(self) -> EarlyStopping:
         """Validate each epoch (every ``validate_every`` steps when an epoch is longer)."""
@@ -237,7 +245,7 @@ class SEDarwinTask:
     def train_batches(self, epoch: int, seed: int) -> Iterator[tuple[Batch, int]]:
         generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
         order = torch.randperm(len(self.train_data), generator=generator)
-        for start, end in _chunks(len(order), self.options.batch_size):
+        for start, end in _chunks(len(order), self.batch_size):
             index = order[start:end].to(self.train_data.x.device)
             yield self.train_data.take(index), len(index)
 

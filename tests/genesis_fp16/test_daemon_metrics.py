@@ -97,3 +97,16 @@ def test_auto_measurement_exports_each_precisions_step_time_and_the_choice() -> 
     assert (
         registry.get_sample_value(name, {"agent": "a", "precision": "bf16", "chosen": "1"}) is None
     )
+
+
+def test_eval_quality_and_best_step_are_exported() -> None:
+    """set_eval: the AUC, its interval and the split size per agent; NaN is left out."""
+    registry = CollectorRegistry()
+    metrics = DaemonMetrics(registry, "1")
+    ev = {"loss": 1.0, "auc": 0.8, "auc_ci_low": 0.75, "auc_ci_high": 0.85, "examples": 1000.0}
+    metrics.set_eval("a", ev, {"best_step": 120, "stop_reason": "no improvement"})
+    for name in ("auc", "auc_ci_low", "auc_ci_high", "examples"):
+        assert value(registry, "genesis_fp16_eval_quality", agent="a", metric=name) == ev[name]
+    assert value(registry, "genesis_fp16_early_stop_best_step", agent="a") == 120
+    metrics.set_eval("b", {"auc": float("nan")}, None)
+    assert value(registry, "genesis_fp16_eval_quality", agent="b", metric="auc") is None

@@ -205,3 +205,44 @@ def test_held_out_auc_on_20000_generated_trajectories(tmp_path: Path) -> None:
     result = _train(data, tmp_path / "ckpt", steps=100, seed=0)
     # 0.5 is a constant predictor; docs/se-darwin.md has 0.941 after 300 steps.
     assert result.eval["auc"] >= 0.75
+
+
+def test_split_sizes_follow_the_pool_and_a_small_tail_joins_the_batch_before() -> None:
+    """Held-out aims at 1,000 records within 10-30%; a tail under half a batch is merged."""
+    from agents.se_darwin.task import _chunks, split_fractions
+
+    assert split_fractions(500) == (0.3, 0.2)
+    assert split_fractions(5000) == (0.2, 0.2)
+    assert split_fractions(20000) == (0.1, 0.1)
+    assert split_fractions(20000, eval_fraction=0.25)[0] == 0.25
+    assert _chunks(257, 256) == [(0, 257)]  # one record was a whole step before
+    assert _chunks(400, 256) == [(0, 256), (256, 400)]
+    assert _chunks(10, 256) == [(0, 10)]
+
+
+@pytest.mark.slow
+def test_default_budget_stops_on_validation_and_more_steps_never_serve_worse(
+    data: Path, tmp_path: Path
+) -> None:
+    """With no steps or epochs the run stops on validation; it reports the best step, the
+    stop, the split sizes and the AUC interval; a shorter cap follows the same trajectory
+    and its served validation loss is never better; the predictor serves the best weights."""
+    full = _train(data, tmp_path / "full", steps=None)
+    early = full.extra["early_stop"]
+    assert early["stop_reason"].startswith("no improvement in 8 validations")
+    assert early["best_step"] < full.steps and early["best"] == min(v for _, v in early["history"])
+    split = full.extra["split"]
+    assert split["train"] + split["validation"] + split["held_out"] == full.extra["examples"]
+    assert split["held_out"] == full.eval["examples"]
+    assert full.eval["auc_ci_low"] < full.eval["auc"] < full.eval["auc_ci_high"]
+    cap = early["history"][1][0]  # stop after the second validation
+    short = _train(data, tmp_path / "short", steps=cap)
+    assert short.extra["early_stop"]["history"] == early["history"][:2]
+    assert early["best"] <= short.extra["early_stop"]["best"]
+    best = torch.load(full.checkpoint, weights_only=True)["early_stop"]["best_weights"]  # type: ignore[arg-type]
+    served = WorldModelPredictor.load(tmp_path / "full").model.state_dict()
+    assert all(torch.equal(best[k], served[k]) for k in best)
+    assert (
+        json.loads(json.dumps(full.to_json()))["extra"]["early_stop"]["best_step"]
+        == early["best_step"]
+    )
