@@ -55,9 +55,15 @@ class SEDarwinPlugin:
             Path(request.data_path), options, request.seed, request.device, quarantine, saved
         )
         steps, epochs = request.steps, request.epochs
-        if steps is None and epochs is None:  # the budget is early stopping's, capped
+        # No budget given: train until validation stops improving, within max_epochs. An
+        # explicit steps/epochs budget runs in full (what the operator asked for), and the
+        # best validated weights are still the ones served.
+        own_budget = steps is None and epochs is None
+        if own_budget:
             epochs = options.max_epochs
-        early_stop = task.early_stopping() if options.early_stopping and not request.fsdp else None
+        early_stop = None
+        if options.early_stopping and not request.fsdp:
+            early_stop = task.early_stopping(stop=own_budget)
         result = fit(task, request.fit_options(steps=steps, epochs=epochs, early_stop=early_stop))
         summary = result.summary
         extra: dict[str, Any] = {

@@ -237,10 +237,12 @@ class SEDarwinTask:
             return self.options.batch_size
         return max(MIN_BATCH, min(DEFAULT_BATCH, len(self.train_data) // 8))
 
-    def early_stopping(self) -> EarlyStopping:
-        """Validate each epoch (every ``validate_every`` steps when an epoch is longer)."""
+    def early_stopping(self, stop: bool = True) -> EarlyStopping:
+        """Validate each epoch (every ``validate_every`` steps when an epoch is longer);
+        ``stop=False`` keeps and serves the best weights but never ends the run early."""
         every = min(self.steps_per_epoch, self.options.validate_every)
-        return EarlyStopping("loss", "min", self.options.patience, every, key=self.data_key)
+        patience = self.options.patience if stop else None
+        return EarlyStopping("loss", "min", patience, every, key=self.data_key)
 
     def train_batches(self, epoch: int, seed: int) -> Iterator[tuple[Batch, int]]:
         generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)

@@ -56,7 +56,7 @@ class EarlyStopping:
 
     metric: str = "loss"
     mode: str = "min"
-    patience: int = 5
+    patience: int | None = 5  # None: never stop early, only keep and serve the best
     every_steps: int = 50
     min_delta: float = 0.0
     key: str = ""
@@ -65,7 +65,7 @@ class EarlyStopping:
         if self.mode not in MODES:
             raise ValueError(f"early stopping mode={self.mode!r}: choose from min, max")
         for name in ("patience", "every_steps"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"early stopping {name}={getattr(self, name)!r}: must be >= 1")
         if not self.min_delta >= 0:
             raise ValueError(f"early stopping min_delta={self.min_delta!r}: must be >= 0")
@@ -115,7 +115,7 @@ class EarlyStopTracker:
             self.since_best,
             self.config.patience,
         )
-        if self.since_best >= self.config.patience:
+        if self.config.patience is not None and self.since_best >= self.config.patience:
             self.stop_reason = (
                 f"no improvement in {self.config.patience} validations "
                 f"(best {self.config.metric} {self.best:.6g} at step {self.best_step})"
