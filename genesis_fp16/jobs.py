@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 
@@ -205,7 +206,9 @@ def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, durat
         ctx.metrics.set_auto_measurement(agent, calibration)
     ctx.metrics.finish_run(agent, outcome, duration, result.eval.get("loss"), time.time())
     early_stop = result.extra.get("early_stop")
-    ctx.metrics.set_eval(agent, result.eval, early_stop if isinstance(early_stop, dict) else None)
+    if not isinstance(early_stop, dict):
+        early_stop = None
+    ctx.metrics.set_eval(agent, result.eval, early_stop)
     peak = result.extra.get("device_memory_peak_bytes")
     if peak is not None:
         ctx.metrics.device_memory_peak.labels(agent=agent).set(float(peak))
@@ -223,7 +226,7 @@ def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, durat
         skipped_steps=result.skipped_steps,
         final_train_loss=result.final_train_loss,
         eval=dict(result.eval),
-        early_stop=_early_stop_summary(result.extra.get("early_stop")),
+        early_stop=_early_stop_summary(early_stop),
         checkpoint=str(result.checkpoint) if result.checkpoint else None,
         duration_seconds=round(duration, 3),
     )
@@ -231,8 +234,8 @@ def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, durat
     return result.stopped_early and switched and not ctx.stopping.is_set()
 
 
-def _early_stop_summary(record: object) -> dict[str, object] | None:
+def _early_stop_summary(record: dict[str, Any] | None) -> dict[str, Any] | None:
     """The log line's part of early stopping's record (its history stays in train --json)."""
-    if not isinstance(record, dict):
+    if record is None:
         return None
     return {k: record.get(k) for k in ("best_step", "best", "evaluations", "stop_reason")}

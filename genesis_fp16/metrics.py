@@ -42,9 +42,10 @@ _CUMULATIVE = {
     "samples": "samples",
 }
 
-# Every metric name this module exports, as scraped (counters with their _total).
+# The held-out quality figures genesis_fp16_eval_quality carries, by its metric label.
 EVAL_QUALITY = ("auc", "auc_ci_low", "auc_ci_high", "examples")
 
+# Every metric name this module exports, as scraped (counters with their _total).
 METRIC_NAMES = (
     "genesis_fp16_loss_scale",
     "genesis_fp16_optimizer_steps_total",

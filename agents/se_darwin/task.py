@@ -31,7 +31,7 @@ from infrastructure.data.schema import SCHEMA_VERSION, Example
 from infrastructure.plugin_api import TrainRequestError
 from infrastructure.training.early_stop import EarlyStopping
 from infrastructure.world_model.features import FeatureEncoder
-from infrastructure.world_model.metrics import accuracy, auc, auc_interval, brier, mae
+from infrastructure.world_model.metrics import accuracy, auc_with_interval, brier, mae
 from infrastructure.world_model.model import ModelConfig, WorldModel, world_model_losses
 from infrastructure.world_model.predict import world_model_state
 
@@ -144,16 +144,25 @@ class Split(NamedTuple):
 def split_examples(data: ReadResult, seed: int, eval_fraction: float | None = None) -> Split:
     """Held-out, validation and training parts, each by a hash of (seed, id)."""
     fraction, validation = split_fractions(len(data.examples), eval_fraction)
-    held = [e for e in data.examples if is_held_out(e.trajectory_id, seed, fraction)]
-    rest = [e for e in data.examples if not is_held_out(e.trajectory_id, seed, fraction)]
-    val = [e for e in rest if is_held_out(e.trajectory_id, seed, validation, "validation:")]
-    train = [e for e in rest if not is_held_out(e.trajectory_id, seed, validation, "validation:")]
+    held, rest = _cut(data.examples, seed, fraction)
+    val, train = _cut(rest, seed, validation, "validation:")
     if not train or not held or not val:
         raise TrainRequestError(
             f"{len(data.examples)} labelled example(s) cannot be split into train, "
             f"validation and held-out parts (eval_fraction={fraction}); add data"
         )
     return Split(train, val, held, fraction, validation)
+
+
+def _cut(
+    examples: Sequence[Example], seed: int, fraction: float, salt: str = ""
+) -> tuple[list[Example], list[Example]]:
+    """(the examples ``is_held_out`` picks, the others), hashing each id once."""
+    picked: list[Example] = []
+    others: list[Example] = []
+    for e in examples:
+        (picked if is_held_out(e.trajectory_id, seed, fraction, salt) else others).append(e)
+    return picked, others
 
 
 class SEDarwinTask:
@@ -169,8 +178,7 @@ class SEDarwinTask:
     ) -> None:
         self.options = options
         self.seed = seed
-        split = split_examples(data, seed, options.eval_fraction)
-        self.split = split
+        self.split = split = split_examples(data, seed, options.eval_fraction)
         train, held = split.train, split.held_out
         if saved is not None:  # resuming: encode exactly as the checkpointed run did
             self.encoder = FeatureEncoder.from_state(saved["encoder"])
@@ -297,13 +305,13 @@ def _metrics(model: nn.Module, data: Batch) -> dict[str, float]:
     parts = world_model_losses(out, *data[1:])
     success_p = torch.sigmoid(out.success_logit.float())
     expected = torch.sigmoid(out.score_logit.float())
-    low, high = auc_interval(success_p, data.success)
+    value, low, high = auc_with_interval(success_p, data.success)
     return {
         "loss": float(parts.total),
         "success_bce": float(parts.success),
         "score_mse": float(parts.score),
         "outcome_ce": float(parts.outcome),
-        "auc": auc(success_p, data.success),
+        "auc": value,
         "auc_ci_low": low,
         "auc_ci_high": high,
         "brier": brier(success_p, data.success),

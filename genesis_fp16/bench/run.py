@@ -119,7 +119,7 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
     runners = DEFAULT_RUNNERS[device]
     if args.runners is not None:
         runners = _choices(args.runners, RUNNERS, "--runners")
-    if args.precisions != "all" and "auto" in precisions and not set(runners) & {*AUTO_RUNNERS}:
+    if args.precisions != "all" and "auto" in precisions and not set(runners) & set(AUTO_RUNNERS):
         raise ValueError(f"--precisions auto: only {', '.join(AUTO_RUNNERS)} resolve auto")
     cuda_only = [r for r in runners if r in CUDA_ONLY_RUNNERS]
     if device != "cuda" and cuda_only:

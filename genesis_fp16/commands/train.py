@@ -68,7 +68,7 @@ def register(subparsers: Any) -> None:
     budget.add_argument(
         "--steps",
         type=int,
-        help="optimizer steps of this run, a cap (default: GENESIS_FP16_STEPS_PER_RUN, "
+        help="optimizer steps of this run, run in full (default: GENESIS_FP16_STEPS_PER_RUN, "
         "else the agent's own budget: se_darwin stops on validation)",
     )
     budget.add_argument("--epochs", type=int, help="passes over the data in this run")

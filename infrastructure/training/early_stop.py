@@ -27,7 +27,6 @@ row have not improved on it by ``min_delta``::
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 from collections.abc import Mapping
@@ -36,6 +35,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from infrastructure.training import checkpoint_keys as keys
 
 logger = logging.getLogger(__name__)
 
@@ -203,13 +204,13 @@ class EarlyStopTracker:
         self.history = [(int(s), float(v)) for s, v in state.get("history", [])]
 
 
-def served_weights(checkpoint: Mapping[str, Any], early_stop_key: str) -> Mapping[str, Any]:
+def served_weights(checkpoint: Mapping[str, Any]) -> Mapping[str, Any]:
     """The weights to predict with: the best validated ones when the run kept them."""
-    record = checkpoint.get(early_stop_key)
+    record = checkpoint.get(keys.EARLY_STOP)
     if isinstance(record, Mapping) and record.get("best_weights") is not None:
         best: Mapping[str, Any] = record["best_weights"]
         return best
-    model: Mapping[str, Any] = checkpoint["model"]
+    model: Mapping[str, Any] = checkpoint[keys.MODEL]
     return model
 
 
@@ -217,4 +218,4 @@ def _cpu_copy(model: nn.Module) -> dict[str, torch.Tensor]:
     # One copy per improvement, kept off the device: the model is small next to its
     # optimizer state, and a CPU copy survives a CUDA-graph replay overwriting the live one.
     state = getattr(model, "module", model).state_dict()
-    return {k: copy.deepcopy(v.detach()).to("cpu") for k, v in state.items()}
+    return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}

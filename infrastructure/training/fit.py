@@ -258,7 +258,7 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
     summary = trainer.summary(reset_interval=True)
     if options.on_log is not None and steps_run and trainer.step_count % options.log_interval:
         options.on_log(summary)
-    metrics = _evaluate(task, model, policy)
+    metrics = _evaluate(task.evaluate, model, policy)
     logger.info(
         "fit: %d step(s) in %s (%s), train loss %.6g, eval %s%s",
         steps_run,
@@ -479,15 +479,12 @@ def _check_plain(value: Any, where: str) -> None:
 
 
 def _evaluate(
-    task: TrainingTask,
-    model: nn.Module,
-    policy: PrecisionPolicy,
-    measure: Callable[[nn.Module], Mapping[str, float]] | None = None,
+    measure: Callable[[nn.Module], Mapping[str, float]], model: nn.Module, policy: PrecisionPolicy
 ) -> dict[str, float]:
     model.eval()
     try:
         with torch.no_grad(), policy.autocast():
-            metrics = (measure or task.evaluate)(model)
+            metrics = measure(model)
     finally:
         model.train()
     return {name: float(value) for name, value in metrics.items()}
@@ -509,5 +506,5 @@ def _tracker(task: TrainingTask, options: FitOptions) -> EarlyStopTracker | None
 def _validate(task: TrainingTask, trainer: Trainer, tracker: EarlyStopTracker) -> bool:
     """One validation of the current weights; True when patience has run out."""
     measure = task.validate  # type: ignore[attr-defined]  # checked by _tracker
-    metrics = _evaluate(task, trainer.model, trainer.policy, measure)
+    metrics = _evaluate(measure, trainer.model, trainer.policy)
     return tracker.record(trainer.step_count, metrics, trainer.model)

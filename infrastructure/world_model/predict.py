@@ -93,7 +93,7 @@ class WorldModelPredictor:
             state = load_checkpoint(path)
         saved = read_world_model_state(state)
         model = WorldModel(ModelConfig.from_dict(saved["model"]))
-        model.load_state_dict(served_weights(state, keys.EARLY_STOP))
+        model.load_state_dict(served_weights(state))
         return cls(model.to(device), FeatureEncoder.from_state(saved["encoder"]), path)
 
     def predict(

@@ -92,19 +92,24 @@ def test_failed_probe_is_remembered_and_does_not_raise(tmp_path: Path) -> None:
     assert _value(registry, "genesis_fp16_probe_timestamp_seconds", agent="fixture_good") is None
 
 
-def test_red_verdict_for_the_running_precision_is_a_warning(tmp_path: Path) -> None:
-    """A stored red fp16_autocast verdict logs a warning before an fp16 run, not a bf16 one."""
-    settings = _settings(tmp_path)
-    red = ProbeRecord(
+def _red_fp16(bf16: str = "green") -> ProbeRecord:
+    """A stored probe record whose fp16_autocast verdict is red."""
+    return ProbeRecord(
         at=1.0,
         device="cpu",
         steps=2,
         seed=0,
         precision="fp16",
         recommended="bf16_autocast",
-        verdict={"fp32": "green", "bf16_autocast": "green", "fp16_autocast": "red"},
+        verdict={"fp32": "green", "bf16_autocast": bf16, "fp16_autocast": "red"},
         reasons={"fp16_autocast": ["activation headroom: red (0: 7.0e+04)"]},
     )
+
+
+def test_red_verdict_for_the_running_precision_is_a_warning(tmp_path: Path) -> None:
+    """A stored red fp16_autocast verdict logs a warning before an fp16 run, not a bf16 one."""
+    settings = _settings(tmp_path)
+    red = _red_fp16()
     write_record(probe_result_path(settings.state_dir, "probe_toy"), red)
     registry = CollectorRegistry()
     probe = DaemonMetrics(registry, "t").probe
@@ -124,16 +129,7 @@ def test_a_red_verdict_keeps_the_precision_out_of_a_measured_auto(tmp_path: Path
     """Under auto=measure the red precision is not timed (and no 'running as configured'
     warning is logged: it will not run); a failed or absent probe excludes nothing."""
     settings = _settings(tmp_path)
-    red = ProbeRecord(
-        at=1.0,
-        device="cpu",
-        steps=2,
-        seed=0,
-        precision="fp16",
-        recommended="bf16_autocast",
-        verdict={"fp32": "green", "bf16_autocast": "amber", "fp16_autocast": "red"},
-        reasons={"fp16_autocast": ["activation headroom: red (0: 7.0e+04)"]},
-    )
+    red = _red_fp16(bf16="amber")
     assert red_precisions(red) == {"fp16": "probe red: activation headroom: red (0: 7.0e+04)"}
     assert red_precisions(None) == {}
     failed = ProbeRecord(1.0, "cpu", 2, 0, "fp16", "", {}, {}, error="RuntimeError()")

@@ -55,7 +55,7 @@ def test_patience_stops_the_run_at_the_best_validation_and_serves_its_weights(
     assert history[-1][0] == best_step + 3 * 2 == result.summary.step  # 3 more, every 2 steps
     assert all(step % 2 == 0 for step, _ in history)
     state, _ = CheckpointManager(tmp_path).load_latest() or pytest.fail("no checkpoint")
-    best_weights = served_weights(state, keys.EARLY_STOP)
+    best_weights = served_weights(state)
     assert any(
         not torch.equal(a, b)
         for a, b in zip(_params(best_weights), _params(state[keys.MODEL]), strict=True)
