@@ -1,10 +1,11 @@
-# make run  - set up, then start the daemon on its embedded default
-# make test - set up, then lint, type-check and run the whole test suite
+# make run  - set up what running needs (no dev/bench extras), then start the daemon
+# make test - set up with the dev and bench extras, then lint, type-check and run the whole test suite
+# make dist - build the wheel and the sdist into dist/ (python -m build)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup setup-cuda run test lint typecheck unit bench clean
+.PHONY: setup setup-run setup-cuda run test lint typecheck unit bench dist clean
 
 setup: $(VENV)/.installed
 
@@ -12,6 +13,16 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,bench]'
+	touch $@
+
+# The daemon's own dependencies only: `make run` needs neither the test tools nor the
+# benchmark frameworks. A venv that already has the dev set-up satisfies it as it is.
+setup-run: $(VENV)/.installed-run
+
+$(VENV)/.installed-run: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c constraints.txt -e .
 	touch $@
 
 # A GPU host keeps its own CUDA torch: the venv sees the system site-packages, so pip finds
@@ -24,7 +35,7 @@ setup-cuda:
 	$(BIN)/python -c "import torch; assert torch.cuda.is_available(), torch.__version__"
 	touch $(VENV)/.installed
 
-run: setup
+run: setup-run
 	$(BIN)/genesis-fp16 serve
 
 lint: setup
@@ -42,5 +53,11 @@ test: lint typecheck unit
 bench: setup
 	$(BIN)/genesis-fp16 bench
 
+# The wheel and the sdist that docs/operations.md, the systemd unit and the Dockerfile
+# install; `build` comes with the dev extra.
+dist: setup
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build dist

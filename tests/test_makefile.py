@@ -37,3 +37,17 @@ def test_setup_pins_the_cpu_wheel(tmp_path: Path) -> None:
     """The plain set-up installs with constraints.txt (torch pinned to the CPU wheel)."""
     commands = _dry_run("setup", tmp_path)
     assert "-c constraints.txt" in commands and "--system-site-packages" not in commands
+
+
+def test_run_installs_only_what_running_needs(tmp_path: Path) -> None:
+    """make run installs the package without the dev or bench extras; make test keeps dev."""
+    run = _dry_run("run", tmp_path)
+    assert "-c constraints.txt -e ." in run
+    assert "[dev" not in run and "bench]" not in run
+    assert "genesis-fp16 serve" in run
+    assert "'.[dev,bench]'" in _dry_run("test", tmp_path)
+
+
+def test_dist_builds_with_the_standard_front_end(tmp_path: Path) -> None:
+    """make dist runs python -m build into dist/ (the wheel the unit and Dockerfile install)."""
+    assert "-m build --outdir dist ." in _dry_run("dist", tmp_path)

@@ -1,0 +1,141 @@
+"""The wheel and sdist that `python -m build` makes, installed as the systemd unit says.
+
+The unit file's header is the install procedure (docs/operations.md repeats it): the test
+runs those very lines, with /opt and the build venv moved into a temporary folder, then
+the installed console script, from outside the repository so nothing is imported from
+the checkout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+UNIT = ROOT / "deploy" / "systemd" / "genesis-fp16.service"
+OPERATIONS = ROOT / "docs" / "operations.md"
+OPT = "/opt/genesis-fp16"
+BUILD_VENV = "/tmp/genesis-fp16-build"
+# Extras that running the daemon must not pull in (dev and bench).
+NOT_FOR_RUNNING = ("pytest", "mypy", "ruff", "accelerate", "lightning-fabric", "build")
+_COPY_IGNORE = shutil.ignore_patterns(
+    ".venv", ".git", "build", "dist", "state", "*.egg-info", "__pycache__", ".*_cache"
+)
+
+
+def unit_install_lines(text: str) -> list[str]:
+    """The shell lines of the unit header that build the wheel and install it."""
+    lines = [line.removeprefix("#").strip() for line in text.splitlines()]
+    return [line for line in lines if line.startswith(("python3 -m venv", "/tmp/", "/opt/"))]
+
+
+def test_unit_install_lines_are_the_runbooks() -> None:
+    """docs/operations.md shows the unit's own build-and-install lines (with sudo)."""
+    lines = unit_install_lines(UNIT.read_text())
+    assert len(lines) == 4, lines
+    assert any("-m build" in line for line in lines)
+    runbook = OPERATIONS.read_text()
+    for line in lines:
+        assert f"sudo {line.replace(' && ', ' && sudo ')}" in runbook, line
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv made by running the unit's install lines on a copy of the repository."""
+    base = tmp_path_factory.mktemp("packaging")
+    checkout = base / "checkout"
+    shutil.copytree(ROOT, checkout, ignore=_COPY_IGNORE)
+    venv, build_venv = base / "opt", base / "build-venv"
+    for line in unit_install_lines(UNIT.read_text()):
+        command = line.replace(OPT, str(venv)).replace(BUILD_VENV, str(build_venv))
+        result = subprocess.run(
+            ["bash", "-ec", command],
+            cwd=checkout,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+        )
+        assert result.returncode == 0, f"{command}\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
+    return venv
+
+
+@pytest.mark.slow
+def test_build_makes_a_wheel_and_an_sdist(tmp_path: Path) -> None:
+    """python -m build makes both; the wheel holds the three packages and the entry points."""
+    result = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(tmp_path), "."],
+        cwd=shutil.copytree(ROOT, tmp_path / "src", ignore=_COPY_IGNORE),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (wheel,) = tmp_path.glob("genesis_fp16-*-py3-none-any.whl")
+    (sdist,) = tmp_path.glob("genesis_fp16-*.tar.gz")
+    assert sdist.stat().st_size > 0
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        text = archive.read(entry_points).decode()
+    assert {name.split("/")[0] for name in names} >= {"genesis_fp16", "agents", "infrastructure"}
+    assert not any(name.startswith("tests/") for name in names)
+    assert "genesis-fp16 = genesis_fp16.cli:main" in text
+    assert "se_darwin = agents.se_darwin:plugin" in text
+
+
+@pytest.mark.slow
+def test_installed_wheel_runs_help_and_a_short_training(installed: Path, tmp_path: Path) -> None:
+    """From the installed wheel alone: --help works, and se_darwin trains 3 steps on the CPU."""
+    exe = installed / "bin" / "genesis-fp16"
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path),
+        "GENESIS_FP16_STATE_DIR": str(tmp_path / "state"),
+    }
+    where = subprocess.run(
+        [installed / "bin" / "python", "-c", "import genesis_fp16; print(genesis_fp16.__file__)"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert Path(where.stdout.strip()).is_relative_to(installed), where.stdout
+    help_text = subprocess.run(
+        [exe, "--help"], cwd=tmp_path, env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert "serve" in help_text and "train" in help_text
+    result = subprocess.run(
+        [exe, "train", "se_darwin", "--steps", "3", "--device", "cpu", "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["agent"] == "se_darwin" and out["steps"] == 3
+    assert Path(out["checkpoint"]).is_relative_to(tmp_path / "state")
+
+
+@pytest.mark.slow
+def test_installed_wheel_brings_only_what_running_needs(installed: Path) -> None:
+    """The unit's install has torch and the daemon's dependencies, none of the dev/bench tools."""
+    listing = subprocess.run(
+        [installed / "bin" / "python", "-m", "pip", "list", "--format=json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    names = {item["name"].lower().replace("_", "-") for item in json.loads(listing.stdout)}
+    assert {"genesis-fp16", "torch", "pydantic", "prometheus-client"} <= names
+    assert not names & set(NOT_FOR_RUNNING), names & set(NOT_FOR_RUNNING)
