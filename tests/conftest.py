@@ -49,3 +49,8 @@ def systemd_analyze() -> str:
 @pytest.fixture(scope="session")
 def kubernetes_validate() -> str:
     return require_tool("kubernetes-validate", extra_dirs=(VENV_BIN,))
+
+
+@pytest.fixture(scope="session")
+def hadolint() -> str:
+    return require_tool("hadolint", extra_dirs=(VENV_BIN,))
