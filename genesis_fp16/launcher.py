@@ -39,6 +39,7 @@ from typing import IO, Any
 
 import structlog
 
+from genesis_fp16.kubeflow import without_pet
 from genesis_fp16.settings import ENV_PREFIX
 from infrastructure.plugin_api import TrainRequest, TrainRequestError, TrainResult
 from infrastructure.training import TrainingSummary
@@ -166,7 +167,8 @@ def train_with_torchrun(
 
 
 def _start(command: list[str], env: Mapping[str, str] | None) -> subprocess.Popen[str]:
-    child_env = dict(env if env is not None else os.environ)
+    # Standalone on this host: a Kubeflow pod's PET_* layout would become torchrun's flags.
+    child_env = without_pet(env if env is not None else os.environ)
     # The relay re-renders the ranks' records in the daemon's format; it parses JSON.
     child_env[f"{ENV_PREFIX}LOG_FORMAT"] = "json"
     return subprocess.Popen(

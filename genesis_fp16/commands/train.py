@@ -26,6 +26,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from genesis_fp16 import kubeflow
 from genesis_fp16.cli import UsageError
 from genesis_fp16.logsetup import configure_logging
 from genesis_fp16.paths import AgentPaths, ensure_sample_data
@@ -109,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     configure_logging(settings.log_format, settings.log_level)
     try:
+        # A Kubeflow Trainer pod (PET_* set, no RANK): torchrun takes this process's place.
+        kubeflow.hand_off_to_torchrun(os.environ, sys.argv[1:], sys.executable, os.execv)
         env = TorchrunEnv.from_environ(os.environ)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -121,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
         request = replace(request, device=device, should_stop=stop.is_set, fsdp=args.fsdp)
         if args.json_progress or not main:
             request = replace(request, on_log=_print_progress if main else None)
-        return _train(args, plugin, request, precision, reason, main)
+        with kubeflow.report_progress(os.environ, request, main, stop.is_set) as request:
+            return _train(args, plugin, request, precision, reason, main)
 
 
 def _stop_on_sigterm() -> threading.Event:
