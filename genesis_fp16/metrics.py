@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from genesis_fp16.diagnostics_export import RL_METRIC_NAMES, RlDiagnosticsMetrics
+from genesis_fp16.placement import Placement
 from genesis_fp16.probe_gate import PROBE_METRIC_NAMES, ProbeMetrics
 from infrastructure.training.execution_names import EXECUTION_MODES
 from infrastructure.training.precision_names import PRECISIONS
@@ -55,6 +57,7 @@ METRIC_NAMES = (
     "genesis_fp16_grad_norm",
     "genesis_fp16_samples_total",
     "genesis_fp16_train_loss",
+    "genesis_fp16_step_seconds",
     "genesis_fp16_eval_loss",
     "genesis_fp16_eval_quality",
     "genesis_fp16_early_stop_best_step",
@@ -70,6 +73,7 @@ METRIC_NAMES = (
     "genesis_fp16_config_reloads_total",
     "genesis_fp16_config_last_reload_successful",
     "genesis_fp16_build_info",
+    "genesis_fp16_device_info",
     "genesis_fp16_device_memory_peak_bytes",
     *PROBE_METRIC_NAMES,  # genesis_fp16/probe_gate.py
     *RL_METRIC_NAMES,  # genesis_fp16/diagnostics_export.py
@@ -84,7 +88,9 @@ class DaemonMetrics:
     :meth:`observe_summary`.
     """
 
-    def __init__(self, registry: CollectorRegistry, version: str) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, version: str, placement: Placement | None = None
+    ) -> None:
         self.registry = registry
         agent = ("agent",)
 
@@ -106,6 +112,11 @@ class DaemonMetrics:
         self.grad_norm = gauge("grad_norm", "Gradient norm (unscaled) at the last log.")
         self.samples = counter("samples", "Training samples consumed.")
         self.train_loss = gauge("train_loss", "Training loss at the last log.")
+        self.step_seconds = gauge(
+            "step_seconds",
+            "Wall seconds per step between the last two logs of a run (the step time to "
+            "set beside DCGM's GPU utilisation).",
+        )
         self.eval_loss = gauge("eval_loss", "Held-out loss after the last finished run.")
         self.eval_quality = gauge(
             "eval_quality",
@@ -167,6 +178,13 @@ class DaemonMetrics:
         self.build_info = gauge(
             "build_info", "Always 1; the label carries the version.", ("version",)
         )
+        # DCGM's own label names, so its GPU series join ours (genesis_fp16/placement.py).
+        self.device_info = gauge(
+            "device_info",
+            "Always 1; where the daemon runs: pod, namespace, Hostname, and each GPU's "
+            "index, UUID and model as DCGM labels them (empty on a CPU host).",
+            ("pod", "namespace", "Hostname", "gpu", "UUID", "modelName"),
+        )
         self.device_memory_peak = gauge(
             "device_memory_peak_bytes", "Peak accelerator memory of the last run (GPU only)."
         )
@@ -174,10 +192,15 @@ class DaemonMetrics:
         self.rl = RlDiagnosticsMetrics(registry)
         self.probe = ProbeMetrics(registry)
         self.build_info.labels(version=version).set(1)
+        # The daemon's process environment (downward API, NVIDIA_VISIBLE_DEVICES) when the
+        # caller has no placement of its own; read once, here.
+        for labels in (placement or Placement.from_environ(os.environ)).label_sets():
+            self.device_info.labels(**labels).set(1)
         self.config_last_reload_successful.set(1)
         for outcome in RELOAD_OUTCOMES:
             self.config_reloads.labels(outcome=outcome)
         self._last: dict[str, dict[str, float]] = {}
+        self._previous_log: dict[str, tuple[int, float]] = {}  # (step, wall) per agent
         self._lock = threading.Lock()
 
     def add_agent(self, agent: str) -> None:
@@ -202,6 +225,7 @@ class DaemonMetrics:
         """
         with self._lock:
             self._last[agent] = {field: float(v) for field, v in (resumed or {}).items()}
+            self._previous_log.pop(agent, None)  # wall_seconds restarts with the run
 
     def observe_summary(self, agent: str, summary: Any) -> None:
         """Export one ``TrainingSummary`` (a per-log-interval report) of ``agent``.
@@ -217,11 +241,22 @@ class DaemonMetrics:
                 if increase > 0:
                     getattr(self, name).labels(agent=agent).inc(increase)
                 last[field] = max(value, last.get(field, 0.0))
+            self._observe_step_time(agent, summary)
         self.loss_scale.labels(agent=agent).set(float(summary.loss_scale))
         self.overflow_rate.labels(agent=agent).set(float(summary.overflow_rate_window))
         self.grad_norm.labels(agent=agent).set(float(summary.grad_norm))
         self.train_loss.labels(agent=agent).set(float(summary.train_loss))
         self.set_precision(agent, str(summary.precision))
+
+    def _observe_step_time(self, agent: str, summary: Any) -> None:
+        """Seconds per step since the run's previous log (a summary with no clock: none)."""
+        step, wall = getattr(summary, "step", None), getattr(summary, "wall_seconds", None)
+        if step is None or wall is None:
+            return
+        previous = self._previous_log.get(agent)
+        self._previous_log[agent] = (int(step), float(wall))
+        if previous is not None and step > previous[0] and wall >= previous[1]:
+            self.step_seconds.labels(agent=agent).set((wall - previous[1]) / (step - previous[0]))
 
     def set_precision(self, agent: str, precision: str) -> None:
         """Mark ``precision`` as the agent's active precision (1) and the others 0.

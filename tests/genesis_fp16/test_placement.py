@@ -1,0 +1,82 @@
+"""genesis_fp16_device_info: the pod, namespace, host and GPU UUIDs DCGM's series join on."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from genesis_fp16.metrics import DaemonMetrics
+from genesis_fp16.placement import Gpu, Placement
+
+DOWNWARD = {"POD_NAME": "genesis-fp16-0", "POD_NAMESPACE": "ml", "NODE_NAME": "gpu-node-7"}
+
+
+def test_downward_api_and_device_plugin_uuids_become_dcgm_labels() -> None:
+    """POD_NAME/POD_NAMESPACE/NODE_NAME and NVIDIA_VISIBLE_DEVICES UUIDs, one set per GPU."""
+    environ = {**DOWNWARD, "NVIDIA_VISIBLE_DEVICES": "GPU-aaa,GPU-bbb"}
+    sets = Placement.from_environ(environ).label_sets()
+    assert [(s["gpu"], s["UUID"]) for s in sets] == [("0", "GPU-aaa"), ("1", "GPU-bbb")]
+    assert {(s["pod"], s["namespace"], s["Hostname"]) for s in sets} == {
+        ("genesis-fp16-0", "ml", "gpu-node-7")
+    }
+
+
+def test_a_cpu_host_exports_one_series_with_empty_gpu_labels() -> None:
+    """Without GPUs (or with 'all' instead of UUIDs and no CUDA torch) the GPU labels are empty."""
+    for environ in (DOWNWARD, {**DOWNWARD, "NVIDIA_VISIBLE_DEVICES": "all"}):
+        placement = Placement.from_environ(environ)
+        if placement.gpus:  # a CUDA host: torch listed the real devices
+            assert all(g.UUID.startswith("GPU-") for g in placement.gpus)
+            continue
+        assert placement.label_sets() == [
+            {
+                **dict(zip(("pod", "namespace", "Hostname"), DOWNWARD.values(), strict=True)),
+                "gpu": "",
+                "UUID": "",
+                "modelName": "",
+            }
+        ]
+
+
+def test_device_info_is_exported_with_the_join_labels() -> None:
+    """The daemon's registry carries genesis_fp16_device_info{pod,namespace,UUID,...} 1."""
+    placement = Placement("genesis-fp16-0", "ml", "gpu-node-7", (Gpu("0", "GPU-aaa", "H100"),))
+    metrics = DaemonMetrics(CollectorRegistry(), version="test", placement=placement)
+    text = generate_latest(metrics.registry).decode()
+    assert (
+        'genesis_fp16_device_info{Hostname="gpu-node-7",UUID="GPU-aaa",gpu="0",'
+        'modelName="H100",namespace="ml",pod="genesis-fp16-0"} 1.0'
+    ) in text
+
+
+def test_step_seconds_is_the_wall_time_per_step_between_two_logs() -> None:
+    """Two summaries 10 steps and 2.5 s apart give 0.25 s a step; a new run starts afresh."""
+    from types import SimpleNamespace
+
+    metrics = DaemonMetrics(CollectorRegistry(), version="test")
+
+    def summary(step: int, wall: float) -> SimpleNamespace:
+        return SimpleNamespace(
+            step=step,
+            wall_seconds=wall,
+            optimizer_steps=step,
+            skipped_steps=0,
+            nonfinite_losses=0,
+            samples=step,
+            loss_scale=1.0,
+            overflow_rate_window=0.0,
+            grad_norm=1.0,
+            train_loss=0.5,
+            precision="bf16",
+        )
+
+    def value() -> float | None:
+        return metrics.registry.get_sample_value("genesis_fp16_step_seconds", {"agent": "a"})
+
+    metrics.start_run("a")
+    metrics.observe_summary("a", summary(10, 3.0))
+    assert value() is None  # one log says nothing about a step's time
+    metrics.observe_summary("a", summary(20, 5.5))
+    assert value() == 0.25
+    metrics.start_run("a")
+    metrics.observe_summary("a", summary(30, 1.0))  # wall restarted: not a negative time
+    assert value() == 0.25
