@@ -62,6 +62,11 @@ if not torch.cuda.is_available() and not (_CPU.native_bf16 or _CPU.native_fp16):
 # the fixture agents and rlhf_ppo (tests/genesis_fp16/test_daemon_metrics.py covers them).
 EXPECTED_EMPTY["Held-out AUC with its 95% interval"] = "only se_darwin reports it"
 EXPECTED_EMPTY["Early stopping: served step"] = "only se_darwin reports it"
+# NVIDIA's dcgm-exporter series, joined to ours on the GPU UUID: no GPU or exporter here.
+EXPECTED_EMPTY["GPU utilisation (DCGM)"] = "no dcgm-exporter is scraped"
+EXPECTED_EMPTY["GPU memory used (DCGM)"] = "no dcgm-exporter is scraped"
+# Metrics of other exporters that panels may join to the daemon's.
+DCGM_METRICS = {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"}
 
 
 def _dashboard() -> dict[str, Any]:
@@ -140,6 +145,7 @@ def test_range_queries_use_rate_interval_and_the_agent_filter() -> None:
         "genesis_fp16_config_reloads_total",
         "genesis_fp16_build_info",
         "genesis_fp16_plugin_load_failures_total",
+        "genesis_fp16_device_info",
     }
     for title, expr in _queries():
         ranges = re.findall(r"\[([^\]]*)\]", expr)
@@ -150,7 +156,7 @@ def test_range_queries_use_rate_interval_and_the_agent_filter() -> None:
 
 def test_queries_use_only_exported_metrics_and_wrap_counters() -> None:
     """Every queried metric is registered by genesis_fp16.metrics; counters sit in rate/increase."""
-    exported = exported_series_names()
+    exported = exported_series_names() | DCGM_METRICS
     problems = {f"{title}: {expr}": _problems(expr, exported) for title, expr in _queries()}
     assert not {query: found for query, found in problems.items() if found}
 
@@ -298,3 +304,77 @@ def test_every_panel_query_returns_data_from_a_real_prometheus(
     assert not missing, "panel queries without data:\n" + "\n".join(missing)
     up = _prometheus_query(port, 'up{job="genesis-fp16"}')
     assert [series["value"][1] for series in up] == ["1"]
+
+
+def test_dcgm_panels_join_on_the_uuid_of_the_daemons_own_gpus() -> None:
+    """The GPU row shows step time beside DCGM utilisation and memory, joined by GPU UUID."""
+    panels = {panel["title"]: panel for panel in _panels()}
+    assert "genesis_fp16_step_seconds" in panels["Step time"]["targets"][0]["expr"]
+    for title, metric in (
+        ("GPU utilisation (DCGM)", "DCGM_FI_DEV_GPU_UTIL"),
+        ("GPU memory used (DCGM)", "DCGM_FI_DEV_FB_USED"),
+    ):
+        (target,) = panels[title]["targets"]
+        assert target["expr"].startswith(f"{metric} * on(UUID) group_left(pod, namespace)")
+        assert "genesis_fp16_device_info" in target["expr"]
+
+
+def _dcgm_join_test(tmp_path: Path, promtool: str, daemon_uuid: str) -> list[str]:
+    """Run each DCGM panel query by promtool over two GPUs, one of them the daemon's.
+
+    Returns the panel titles whose query did not give exactly the daemon GPU's sample.
+    """
+    panels = {panel["title"]: panel for panel in _panels()}
+    gpu = 'UUID="{uuid}", gpu="{index}", Hostname="n1", pod="{pod}", namespace="ml"'
+    ours, theirs = (
+        gpu.format(uuid="GPU-a", index=0, pod="genesis-fp16-0"),
+        gpu.format(uuid="GPU-b", index=1, pod="other"),
+    )
+    failed = []
+    for title, metric in (
+        ("GPU utilisation (DCGM)", "DCGM_FI_DEV_GPU_UTIL"),
+        ("GPU memory used (DCGM)", "DCGM_FI_DEV_FB_USED"),
+    ):
+        (target,) = panels[title]["targets"]
+        info = gpu.format(uuid=daemon_uuid, index=0, pod="genesis-fp16-0")
+        test = {
+            "rule_files": [],
+            "tests": [
+                {
+                    "interval": "1m",
+                    "input_series": [
+                        {"series": f"{metric}{{{ours}}}", "values": "87 87"},
+                        {"series": f"{metric}{{{theirs}}}", "values": "10 10"},
+                        {
+                            "series": f'genesis_fp16_device_info{{{info}, modelName="H100"}}',
+                            "values": "1 1",
+                        },
+                    ],
+                    "promql_expr_test": [
+                        {
+                            "expr": target["expr"],
+                            "eval_time": "1m",
+                            "exp_samples": [{"labels": f"{{{ours}}}", "value": 87}],
+                        }
+                    ],
+                }
+            ],
+        }
+        path = tmp_path / f"{metric}.yml"
+        path.write_text(yaml.safe_dump(test))
+        result = subprocess.run(
+            [promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60
+        )
+        if result.returncode != 0:
+            failed.append(title)
+    return failed
+
+
+def test_dcgm_queries_keep_only_the_daemons_gpu(promtool: str, tmp_path: Path) -> None:
+    """promtool evaluates both DCGM panel queries: the daemon's GPU only, with its pod."""
+    assert _dcgm_join_test(tmp_path, promtool, daemon_uuid="GPU-a") == []
+
+
+def test_dcgm_join_check_can_fail(promtool: str, tmp_path: Path) -> None:
+    """With the daemon on another GPU's UUID, the same check fails for both panels."""
+    assert len(_dcgm_join_test(tmp_path, promtool, daemon_uuid="GPU-z")) == 2
