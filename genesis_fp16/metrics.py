@@ -178,12 +178,12 @@ class DaemonMetrics:
         self.build_info = gauge(
             "build_info", "Always 1; the label carries the version.", ("version",)
         )
-        # DCGM's own label names, so its GPU series join ours (genesis_fp16/placement.py).
+        # What DCGM's GPU series carry, so they join ours (genesis_fp16/placement.py).
         self.device_info = gauge(
             "device_info",
-            "Always 1; where the daemon runs: pod, namespace, Hostname, and each GPU's "
-            "index, UUID and model as DCGM labels them (empty on a CPU host).",
-            ("pod", "namespace", "Hostname", "gpu", "UUID", "modelName"),
+            "Always 1; where the daemon runs: pod, namespace, host, and each GPU's index, "
+            "UUID and model, the values DCGM's series carry (empty on a CPU host).",
+            ("pod", "namespace", "hostname", "gpu", "uuid", "model_name"),
         )
         self.device_memory_peak = gauge(
             "device_memory_peak_bytes", "Peak accelerator memory of the last run (GPU only)."

@@ -3,9 +3,12 @@
 A GPU cluster scrapes ``dcgm-exporter``, whose series (``DCGM_FI_DEV_GPU_UTIL``,
 ``DCGM_FI_DEV_FB_USED``, ...) carry ``gpu``, ``UUID``, ``modelName``, ``Hostname`` and, in
 Kubernetes mode, the ``pod`` and ``namespace`` using the GPU. The daemon exports the same
-labels once, as ``genesis_fp16_device_info``, so a query joins the two::
+facts once, as ``genesis_fp16_device_info{pod, namespace, hostname, gpu, uuid,
+model_name}`` (snake_case, as ``promtool check metrics`` requires), so a query joins the
+two after renaming ``uuid`` to DCGM's ``UUID``::
 
-    DCGM_FI_DEV_GPU_UTIL * on(UUID) group_left(pod, namespace) genesis_fp16_device_info
+    DCGM_FI_DEV_GPU_UTIL * on(UUID) group_left(pod, namespace)
+      label_replace(genesis_fp16_device_info{uuid!=""}, "UUID", "$1", "uuid", "(.+)")
 
 The pod comes from the downward API (``POD_NAME``, ``POD_NAMESPACE``, ``NODE_NAME``; the
 StatefulSet sets them), the GPUs from ``NVIDIA_VISIBLE_DEVICES`` when the device plugin put
@@ -19,7 +22,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-DOWNWARD_API = {"pod": "POD_NAME", "namespace": "POD_NAMESPACE", "Hostname": "NODE_NAME"}
+DOWNWARD_API = {"pod": "POD_NAME", "namespace": "POD_NAMESPACE", "hostname": "NODE_NAME"}
 _UUID_PREFIXES = ("GPU-", "MIG-")
 
 
@@ -28,8 +31,8 @@ class Gpu:
     """One GPU this process sees: its index here, its UUID as DCGM spells it, its model."""
 
     gpu: str
-    UUID: str  # DCGM's spelling of the label, which the join needs
-    modelName: str = ""
+    uuid: str  # "GPU-...", as DCGM's UUID label spells it
+    model_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -38,28 +41,28 @@ class Placement:
 
     >>> Placement.from_environ({"POD_NAME": "genesis-fp16-0", "POD_NAMESPACE": "ml",
     ...     "NODE_NAME": "gpu-node-7", "NVIDIA_VISIBLE_DEVICES": "GPU-3f2a"}).label_sets()
-    [{'pod': 'genesis-fp16-0', 'namespace': 'ml', 'Hostname': 'gpu-node-7', 'gpu': '0', \
-'UUID': 'GPU-3f2a', 'modelName': ''}]
+    [{'pod': 'genesis-fp16-0', 'namespace': 'ml', 'hostname': 'gpu-node-7', 'gpu': '0', \
+'uuid': 'GPU-3f2a', 'model_name': ''}]
     """
 
     pod: str
     namespace: str
-    Hostname: str
+    hostname: str
     gpus: tuple[Gpu, ...] = ()
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Placement:
         """Read the downward API variables and the visible GPUs (never starts CUDA itself)."""
         where = {label: environ.get(name, "") for label, name in DOWNWARD_API.items()}
-        if not where["Hostname"]:
-            where["Hostname"] = socket.gethostname()
+        if not where["hostname"]:
+            where["hostname"] = socket.gethostname()
         return cls(**where, gpus=_visible_gpus(environ))
 
     def label_sets(self) -> list[dict[str, str]]:
         """One label set per GPU, or one with empty GPU labels on a CPU host."""
         gpus = self.gpus or (Gpu("", "", ""),)
-        base = {"pod": self.pod, "namespace": self.namespace, "Hostname": self.Hostname}
-        return [{**base, "gpu": g.gpu, "UUID": g.UUID, "modelName": g.modelName} for g in gpus]
+        base = {"pod": self.pod, "namespace": self.namespace, "hostname": self.hostname}
+        return [{**base, "gpu": g.gpu, "uuid": g.uuid, "model_name": g.model_name} for g in gpus]
 
 
 def _visible_gpus(environ: Mapping[str, str]) -> tuple[Gpu, ...]:

@@ -316,6 +316,7 @@ def test_dcgm_panels_join_on_the_uuid_of_the_daemons_own_gpus() -> None:
     ):
         (target,) = panels[title]["targets"]
         assert target["expr"].startswith(f"{metric} * on(UUID) group_left(pod, namespace)")
+        assert '"UUID", "$1", "uuid"' in target["expr"]  # ours is snake_case
         assert "genesis_fp16_device_info" in target["expr"]
 
 
@@ -336,7 +337,10 @@ def _dcgm_join_test(tmp_path: Path, promtool: str, daemon_uuid: str) -> list[str
         ("GPU memory used (DCGM)", "DCGM_FI_DEV_FB_USED"),
     ):
         (target,) = panels[title]["targets"]
-        info = gpu.format(uuid=daemon_uuid, index=0, pod="genesis-fp16-0")
+        info = (
+            f'uuid="{daemon_uuid}", gpu="0", hostname="n1", pod="genesis-fp16-0", '
+            'namespace="ml", model_name="H100"'
+        )
         test = {
             "rule_files": [],
             "tests": [
@@ -346,7 +350,7 @@ def _dcgm_join_test(tmp_path: Path, promtool: str, daemon_uuid: str) -> list[str
                         {"series": f"{metric}{{{ours}}}", "values": "87 87"},
                         {"series": f"{metric}{{{theirs}}}", "values": "10 10"},
                         {
-                            "series": f'genesis_fp16_device_info{{{info}, modelName="H100"}}',
+                            "series": f"genesis_fp16_device_info{{{info}}}",
                             "values": "1 1",
                         },
                     ],

@@ -14,8 +14,8 @@ def test_downward_api_and_device_plugin_uuids_become_dcgm_labels() -> None:
     """POD_NAME/POD_NAMESPACE/NODE_NAME and NVIDIA_VISIBLE_DEVICES UUIDs, one set per GPU."""
     environ = {**DOWNWARD, "NVIDIA_VISIBLE_DEVICES": "GPU-aaa,GPU-bbb"}
     sets = Placement.from_environ(environ).label_sets()
-    assert [(s["gpu"], s["UUID"]) for s in sets] == [("0", "GPU-aaa"), ("1", "GPU-bbb")]
-    assert {(s["pod"], s["namespace"], s["Hostname"]) for s in sets} == {
+    assert [(s["gpu"], s["uuid"]) for s in sets] == [("0", "GPU-aaa"), ("1", "GPU-bbb")]
+    assert {(s["pod"], s["namespace"], s["hostname"]) for s in sets} == {
         ("genesis-fp16-0", "ml", "gpu-node-7")
     }
 
@@ -25,26 +25,26 @@ def test_a_cpu_host_exports_one_series_with_empty_gpu_labels() -> None:
     for environ in (DOWNWARD, {**DOWNWARD, "NVIDIA_VISIBLE_DEVICES": "all"}):
         placement = Placement.from_environ(environ)
         if placement.gpus:  # a CUDA host: torch listed the real devices
-            assert all(g.UUID.startswith("GPU-") for g in placement.gpus)
+            assert all(g.uuid.startswith("GPU-") for g in placement.gpus)
             continue
         assert placement.label_sets() == [
             {
-                **dict(zip(("pod", "namespace", "Hostname"), DOWNWARD.values(), strict=True)),
+                **dict(zip(("pod", "namespace", "hostname"), DOWNWARD.values(), strict=True)),
                 "gpu": "",
-                "UUID": "",
-                "modelName": "",
+                "uuid": "",
+                "model_name": "",
             }
         ]
 
 
 def test_device_info_is_exported_with_the_join_labels() -> None:
-    """The daemon's registry carries genesis_fp16_device_info{pod,namespace,UUID,...} 1."""
+    """The daemon's registry carries genesis_fp16_device_info{pod,namespace,uuid,...} 1."""
     placement = Placement("genesis-fp16-0", "ml", "gpu-node-7", (Gpu("0", "GPU-aaa", "H100"),))
     metrics = DaemonMetrics(CollectorRegistry(), version="test", placement=placement)
     text = generate_latest(metrics.registry).decode()
     assert (
-        'genesis_fp16_device_info{Hostname="gpu-node-7",UUID="GPU-aaa",gpu="0",'
-        'modelName="H100",namespace="ml",pod="genesis-fp16-0"} 1.0'
+        'genesis_fp16_device_info{gpu="0",hostname="gpu-node-7",model_name="H100",'
+        'namespace="ml",pod="genesis-fp16-0",uuid="GPU-aaa"} 1.0'
     ) in text
 
 
