@@ -21,10 +21,10 @@ from pathlib import Path
 from types import FrameType
 
 import structlog
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
 
 from genesis_fp16 import __version__, guard_state
-from genesis_fp16.http import StatusServer, tls_context
+from genesis_fp16.http import StatusServer, raise_open_file_limit, tls_context
 from genesis_fp16.jobs import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.plugins import discover_plugins
@@ -68,6 +68,9 @@ class Daemon:
         self.env_file = env_file
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = DaemonMetrics(self.registry, __version__)
+        # process_resident_memory_bytes, process_open_fds, process_cpu_seconds_total, ...:
+        # a leaking plugin or a flood of sockets shows on the dashboard before it kills us.
+        ProcessCollector(registry=self.registry)
         self.notifier = notifier if notifier is not None else Notifier.from_environment()
         self.stopping = threading.Event()
         self._wake = threading.Event()
@@ -138,6 +141,7 @@ class Daemon:
         self._install_signal_handlers()
         settings = self.settings
         settings.state_dir.mkdir(parents=True, exist_ok=True)
+        raise_open_file_limit()
         self._load_plugins()
         tls = None
         if settings.tls_cert_file is not None and settings.tls_key_file is not None:
