@@ -36,10 +36,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 Check = Callable[[], tuple[bool, str]]
+T = TypeVar("T")
 
 _REASONS = {
     200: "OK",
@@ -100,13 +102,139 @@ def raise_open_file_limit(target: int = 65536) -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-class _Connection:
-    """One client's connection: whether it is answering a request, and since when idle."""
+class _Connection(asyncio.Protocol):
+    """One client: reads a request's headers, answers it, and keeps time on the client.
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self.writer = writer
+    A Protocol rather than streams: no task and no ``wait_for`` per request, so one
+    thread answers thousands of scrapes a second. One request at a time per connection:
+    pipelined requests wait in the buffer while an answer is prepared.
+    """
+
+    def __init__(self, server: StatusServer) -> None:
+        self.server = server
+        self.limits = server.limits
+        self.transport: asyncio.Transport | None = None
+        self.buffer = b""
         self.busy = False
         self.idle_since = time.monotonic()
+        self.timer: asyncio.TimerHandle | None = None
+
+    # -- asyncio callbacks ----------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.server._admit(self)
+        self._deadline(self.limits.header_timeout)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._deadline(None)
+        self.server._connections.pop(self, None)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if not self.busy:
+            self._next_request()
+        elif len(self.buffer) > 4 * self.limits.max_header_bytes:
+            self.abort()  # pipelining far ahead of the answers: not a scraper
+
+    def pause_writing(self) -> None:
+        self._deadline(self.limits.write_timeout)  # a client that stops reading is dropped
+
+    def resume_writing(self) -> None:
+        self._deadline(None if self.busy else self.limits.idle_timeout)
+
+    # -- requests ---------------------------------------------------------------------
+    def _next_request(self) -> None:
+        end = self.buffer.find(b"\r\n\r\n", 0, self.limits.max_header_bytes + 4)
+        if end < 0:
+            if len(self.buffer) > self.limits.max_header_bytes:
+                self.busy = True
+                self._reply(431, b"request headers too large\n", _TEXT, keep_alive=False)
+            return
+        head, self.buffer = self.buffer[:end], self.buffer[end + 4 :]
+        self.busy = True  # later bytes wait in the buffer (bounded above) until the answer
+        self._deadline(None)
+        request = _parse(head)
+        if request is None:
+            self._reply(400, b"bad request line\n", _TEXT, keep_alive=False)
+            return
+        method, path, keep_alive = request
+        if method not in ("GET", "HEAD"):
+            self._reply(405, b"only GET and HEAD\n", _TEXT, keep_alive=False)
+            return
+        answer = self.server._route(path)
+        if isinstance(answer, tuple):
+            self._reply(*answer, keep_alive=keep_alive, head_only=method == "HEAD")
+            return
+        answer.add_done_callback(
+            lambda done: self._reply(
+                *done.result(), keep_alive=keep_alive, head_only=method == "HEAD"
+            )
+        )
+
+    def _reply(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str,
+        keep_alive: bool,
+        head_only: bool = False,
+    ) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        header = (
+            f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
+            f"Content-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\n"
+            f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
+        ).encode("latin-1")
+        transport.write(header if head_only else header + body)
+        if not keep_alive:
+            transport.close()  # after the write buffer drains
+            return
+        self.busy = False
+        self.idle_since = time.monotonic()
+        self._deadline(self.limits.idle_timeout)
+        if self.buffer:
+            self._next_request()
+
+    def _deadline(self, seconds: float | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if seconds is not None and self.transport is not None:
+            loop = asyncio.get_running_loop()
+            self.timer = loop.call_later(seconds, self.abort)
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+
+def _parse(head: bytes) -> tuple[str, str, bool] | None:
+    """(method, path, keep-alive) of a request's head, or None when it is not HTTP/1.x."""
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split()
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        return None
+    method, target, version = parts
+    headers = {
+        name.strip().lower(): value.strip().lower()
+        for name, _, value in (line.partition(":") for line in lines[1:] if line)
+    }
+    connection = headers.get("connection", "")
+    # Requests with a body are not ours to read: answer, then close.
+    keep_alive = (
+        connection != "close"
+        and (version == "HTTP/1.1" or connection == "keep-alive")
+        and "content-length" not in headers
+        and "transfer-encoding" not in headers
+    )
+    return method, target.split("?", 1)[0], keep_alive
+
+
+Answer = tuple[int, bytes, str]
 
 
 class StatusServer:
@@ -129,7 +257,7 @@ class StatusServer:
         self._connections: dict[_Connection, None] = {}  # insertion order: oldest first
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="http-render")
         self._render: asyncio.Future[bytes] | None = None
-        self._next_render: asyncio.Task[bytes] | None = None
+        self._next_render: asyncio.Future[bytes] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._started = threading.Event()
@@ -166,139 +294,99 @@ class StatusServer:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
-        server = await asyncio.start_server(
-            self._client,
+        server = await self._loop.create_server(
+            lambda: _Connection(self),
             sock=self._socket,
             ssl=self._tls,
             ssl_handshake_timeout=self.limits.handshake_timeout if self._tls else None,
-            limit=self.limits.max_header_bytes,
         )
         self._started.set()
         async with server:
             await self._stopping.wait()
             server.close()
             for connection in list(self._connections):
-                connection.writer.transport.abort()
+                connection.abort()
 
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connection = _Connection(writer)
-        self._make_room()
-        self._connections[connection] = None
-        try:
-            await self._converse(connection, reader)
-        except TimeoutError:
-            writer.transport.abort()  # too slow: drop it without waiting on a flush
-        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
-            pass  # the client went away: nothing to answer
-        finally:
-            self._connections.pop(connection, None)
-            if not writer.transport.is_closing():
-                writer.close()
-
-    def _make_room(self) -> None:
+    def _admit(self, connection: _Connection) -> None:
         """At the limit, close the connection idle the longest (never one mid-request)."""
-        if len(self._connections) < self.limits.max_connections:
-            return
-        idle = [c for c in self._connections if not c.busy]
-        if idle:
-            oldest = min(idle, key=lambda c: c.idle_since)
-            self._connections.pop(oldest, None)
-            oldest.writer.transport.abort()
-            self.evicted += 1
+        if len(self._connections) >= self.limits.max_connections:
+            idle = [c for c in self._connections if not c.busy]
+            if idle:
+                oldest = min(idle, key=lambda c: c.idle_since)
+                self._connections.pop(oldest, None)
+                oldest.abort()
+                self.evicted += 1
+        self._connections[connection] = None
 
-    async def _converse(self, connection: _Connection, reader: asyncio.StreamReader) -> None:
-        timeout = self.limits.header_timeout
-        while True:
-            try:
-                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
-            except asyncio.LimitOverrunError:
-                await self._write(connection, 431, b"request headers too large\n", _TEXT, False)
-                return
-            except asyncio.IncompleteReadError:
-                return  # closed between requests
-            connection.busy = True
-            keep_alive = await self._answer(connection, head)
-            connection.busy = False
-            connection.idle_since = time.monotonic()
-            if not keep_alive:
-                return
-            timeout = self.limits.idle_timeout
-
-    async def _answer(self, connection: _Connection, head: bytes) -> bool:
-        """Answers one request; returns whether the connection stays open."""
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split()
-        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-            await self._write(connection, 400, b"bad request line\n", _TEXT, False)
-            return False
-        method, target, version = parts
-        headers = {
-            name.strip().lower(): value.strip()
-            for name, _, value in (line.partition(":") for line in lines[1:] if line)
-        }
-        # Requests with a body are not ours to read: answer, then close.
-        keep_alive = (
-            headers.get("connection", "").lower() != "close"
-            and (version == "HTTP/1.1" or headers.get("connection", "").lower() == "keep-alive")
-            and "content-length" not in headers
-            and "transfer-encoding" not in headers
-        )
-        if method not in ("GET", "HEAD"):
-            await self._write(connection, 405, b"only GET and HEAD\n", _TEXT, False)
-            return False
-        status, body, content_type = await self._route(target.split("?", 1)[0])
-        await self._write(connection, status, body, content_type, keep_alive, method == "HEAD")
-        return keep_alive
-
-    async def _route(self, path: str) -> tuple[int, bytes, str]:
-        loop = asyncio.get_running_loop()
-        try:
-            if path == "/metrics":
-                return 200, await self._metrics(), CONTENT_TYPE_LATEST
-            if path in self._checks:
-                # On the pool: a check that waits on a lock must not stall every client.
-                ok, reason = await loop.run_in_executor(self._pool, self._checks[path])
-                return (200 if ok else 503), (reason + "\n").encode(), _TEXT
-        except Exception as error:  # a broken collector or check: say so, keep serving
-            return 500, f"{type(error).__name__}: {error}\n".encode(), _TEXT
+    def _route(self, path: str) -> Answer | asyncio.Future[Answer]:
+        """The answer now, or a future of it (a render or a check on the worker pool)."""
+        if path == "/metrics":
+            return _answer_from(self._metrics(), lambda body: (200, body, CONTENT_TYPE_LATEST))
+        if path in self._checks:
+            # On the pool: a check that waits on a lock must not stall every client.
+            assert self._loop is not None
+            check = self._loop.run_in_executor(self._pool, self._checks[path])
+            return _answer_from(
+                check,
+                lambda result: (200 if result[0] else 503, (result[1] + "\n").encode(), _TEXT),
+            )
         return 404, b"not found: try /metrics, /healthz or /readyz\n", _TEXT
 
-    async def _metrics(self) -> bytes:
-        """The registry rendered by a render that began after this request arrived.
+    def _metrics(self) -> asyncio.Future[bytes]:
+        """A render of the registry that begins after this request arrived.
 
         A render under way began before it, so the request waits for the next one, which
-        every request arriving meanwhile shares.
+        every request arriving meanwhile shares: a crowd of scrapers costs two renders.
         """
-        loop = asyncio.get_running_loop()
-        if self._render is None or self._render.done():
-            self._render = loop.run_in_executor(self._pool, generate_latest, self._registry)
-            return await asyncio.shield(self._render)
+        if self._render is None:
+            return self._start_render()
         if self._next_render is None:
-            self._next_render = loop.create_task(self._render_after(self._render))
-        return await asyncio.shield(self._next_render)
+            assert self._loop is not None
+            self._next_render = self._loop.create_future()
+        return self._next_render
 
-    async def _render_after(self, current: asyncio.Future[bytes]) -> bytes:
-        with contextlib.suppress(Exception):
-            await current
-        loop = asyncio.get_running_loop()
-        self._render = loop.run_in_executor(self._pool, generate_latest, self._registry)
-        self._next_render = None
-        return await self._render
+    def _start_render(self) -> asyncio.Future[bytes]:
+        assert self._loop is not None
+        render = self._loop.run_in_executor(self._pool, generate_latest, self._registry)
+        self._render = render
+        render.add_done_callback(self._render_done)
+        return render
 
-    async def _write(
-        self,
-        connection: _Connection,
-        status: int,
-        body: bytes,
-        content_type: str,
-        keep_alive: bool,
-        head_only: bool = False,
-    ) -> None:
-        header = (
-            f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
-            f"Content-Type: {content_type}\r\n"
-            f"Content-Length: {len(body)}\r\n"
-            f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
-        ).encode("latin-1")
-        connection.writer.write(header if head_only else header + body)
-        await asyncio.wait_for(connection.writer.drain(), self.limits.write_timeout)
+    def _render_done(self, _: asyncio.Future[bytes]) -> None:
+        self._render = None
+        waiting, self._next_render = self._next_render, None
+        if waiting is not None:
+            _chain(self._start_render(), waiting)
+
+
+def _check_answer(result: tuple[bool, str]) -> Answer:
+    ok, reason = result
+    return (200 if ok else 503), (reason + "\n").encode(), _TEXT
+
+
+def _chain(source: asyncio.Future[bytes], target: asyncio.Future[bytes]) -> None:
+    def copy(done: asyncio.Future[bytes]) -> None:
+        if target.done():
+            return
+        error = done.exception()
+        if error is not None:
+            target.set_exception(error)
+        else:
+            target.set_result(done.result())
+
+    source.add_done_callback(copy)
+
+
+def _answer_from(future: asyncio.Future[T], make: Callable[[T], Answer]) -> asyncio.Future[Answer]:
+    """A future of the answer: ``make(result)``, or a 500 naming a collector's or check's error."""
+    answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+
+    def finish(done: asyncio.Future[T]) -> None:
+        error = done.exception()
+        if error is not None:
+            answer.set_result((500, f"{type(error).__name__}: {error}\n".encode(), _TEXT))
+        else:
+            answer.set_result(make(done.result()))
+
+    future.add_done_callback(finish)
+    return answer
