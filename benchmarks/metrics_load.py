@@ -27,7 +27,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 
@@ -84,9 +83,9 @@ def _wrk(port: int, connections: int, seconds: int) -> dict[str, str]:
     wrk = shutil.which("wrk")
     if wrk is None:
         raise SystemExit("metrics_load: wrk is not installed (apt-get install wrk)")
+    url = f"http://127.0.0.1:{port}/metrics"
     out = subprocess.run(
-        [wrk, "-t2", f"-c{connections}", f"-d{seconds}s", "--latency", "--timeout", "5s"]
-        + [f"http://127.0.0.1:{port}/metrics"],
+        [wrk, "-t2", f"-c{connections}", f"-d{seconds}s", "--latency", "--timeout", "5s", url],
         capture_output=True,
         text=True,
         check=True,
