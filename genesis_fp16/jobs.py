@@ -156,6 +156,8 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
             auto_precision=settings.auto_precision,
             calibration_path=paths.calibration_path,
             auto_excluded=probe_gate.red_precisions(probe),
+            checkpoint_steps=settings.checkpoint_steps,
+            checkpoint_seconds=settings.checkpoint_seconds,
         )
         log.info("training run started", precision=precision, reason=reason, device=device)
         ctx.metrics.start_run(agent, resumed_totals(paths))

@@ -158,6 +158,10 @@ class Settings(BaseSettings, GuardSettings):
     # None: the agent's own budget (se_darwin: early stopping within 100 epochs)
     steps_per_run: int | None = Field(default=None, ge=1)
     log_interval: int = Field(default=50, ge=1)
+    # Periodic checkpoints: every N optimizer steps (None: a tenth of the run's steps, or
+    # each validation of an early-stopped run) or after S seconds, whichever comes first.
+    checkpoint_steps: int | None = Field(default=None, ge=1)
+    checkpoint_seconds: float = Field(default=60.0, gt=0)
     sample_count: int = Field(default=2000, ge=1)
     seed: int = 0
     shutdown_timeout_seconds: float = Field(default=30.0, gt=0)

@@ -112,11 +112,12 @@ class FitOptions:
       epoch as its first.
     - ``resume``: continue from the newest valid checkpoint in ``checkpoint_dir``.
     - ``checkpoint_dir``: None writes no checkpoints. ``keep`` files are kept; one is
-      written every ``checkpoint_interval`` steps (None: a tenth of ``steps``, when
-      given), whenever ``checkpoint_seconds`` have passed since the last one (None: no
-      time bound; single-process runs only, since a save is collective under torchrun),
-      and at the end, so a killed run loses at most one interval. Resuming tries the
-      newest valid file first and falls back past one that does not fit the model.
+      written every ``checkpoint_interval`` steps (None: a tenth of ``steps`` when given,
+      else each validation of ``early_stop``), whenever ``checkpoint_seconds`` have
+      passed since the last one (None: no time bound; single-process runs only, since a
+      save is collective under torchrun), and at the end, so a killed run loses at most
+      one interval. Resuming tries the newest valid file first and falls back past one
+      that does not fit the model.
     - ``log_interval`` replaces ``trainer.log_interval``; ``on_log`` receives a
       :class:`TrainingSummary` every interval and once more at the end.
     - ``should_stop``: polled before every step; when it returns True the run stops
@@ -460,6 +461,8 @@ class _Cadence:
         steps = options.checkpoint_interval
         if steps is None and options.steps is not None:
             steps = max(1, math.ceil(options.steps / 10))
+        elif steps is None and options.early_stop is not None:
+            steps = options.early_stop.every_steps  # each validation: the record is fresh
         # A save is collective under torchrun: ranks must agree on when, and their clocks
         # would not, so only the step bound applies there.
         seconds = None if distributed.is_distributed() else options.checkpoint_seconds
