@@ -89,9 +89,15 @@ class Daemon:
         return age <= HEARTBEAT_TOLERANCE * self.settings.heartbeat_seconds
 
     def health(self) -> tuple[bool, str]:
-        if self.heartbeat_fresh():
-            return True, "ok: scheduler heartbeat is fresh"
-        return False, f"unhealthy: scheduler heartbeat is {time.time() - self._heartbeat:.0f} s old"
+        if not self.heartbeat_fresh():
+            age = time.time() - self._heartbeat
+            return False, f"unhealthy: scheduler heartbeat is {age:.0f} s old"
+        context = getattr(self, "context", None)
+        degraded = dict(context.degraded) if context is not None else {}
+        if degraded:
+            reasons = "; ".join(f"{agent}: {why}" for agent, why in sorted(degraded.items()))
+            return False, f"degraded: {reasons}"
+        return True, "ok: scheduler heartbeat is fresh"
 
     def readiness(self) -> tuple[bool, str]:
         if self.stopping.is_set():
@@ -131,7 +137,11 @@ class Daemon:
         for agent in self.plugins:
             # What the next run will request: the guard's remembered demotion included.
             device = self.settings.device_for(agent)
-            precision, reason = guard_state.choose_precision(self.settings, agent, device)
+            try:
+                precision, reason = guard_state.choose_precision(self.settings, agent, device)
+            except OSError as exc:  # the run will fail and count it; the daemon stays up
+                log.error("cannot read the agent's precision state", agent=agent, error=str(exc))
+                continue
             if precision != "auto" and agent not in running:
                 self.metrics.set_precision(agent, precision)
             log.info("agent precision", agent=agent, requested=precision, reason=reason)

@@ -29,6 +29,7 @@ from genesis_fp16.launcher import train_with_torchrun
 from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.paths import AgentPaths, ensure_sample_data
 from genesis_fp16.settings import Settings, requested_precision
+from genesis_fp16.storage import storage_error
 from infrastructure.plugin_api import AgentPlugin, TrainRequest, TrainRequestError, TrainResult
 from infrastructure.training import CheckpointManager, checkpoint_keys
 from infrastructure.training.execution import ExecutionError
@@ -71,6 +72,8 @@ class JobContext:
     stopping: threading.Event
     running: set[str] = field(default_factory=set)
     running_changed: threading.Condition = field(default_factory=threading.Condition)
+    # Why the daemon is degraded, by agent (a full or read-only disk): /healthz says so.
+    degraded: dict[str, str] = field(default_factory=dict)
 
 
 def run_agent_job(ctx: JobContext, agent: str, plugin: AgentPlugin) -> None:
@@ -99,12 +102,13 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
     """One run; True when it stopped early because the requested precision changed."""
     settings = ctx.settings
     requested, _ = requested_precision(settings, agent, None)
-    # The precision guard's memory may lower it; ENABLE_FP16_TRAINING=false still wins.
-    precision, reason = guard_state.choose_precision(settings, agent, device)
     run_id = uuid.uuid4().hex[:12]
     structlog.contextvars.bind_contextvars(agent=agent, run_id=run_id)
     started = time.monotonic()
     try:
+        # The precision guard's memory may lower it; ENABLE_FP16_TRAINING=false still wins.
+        # Inside the try: an unreadable state file is a counted failed run, not a lost job.
+        precision, reason = guard_state.choose_precision(settings, agent, device)
         paths = AgentPaths.for_agent(settings.state_dir, agent)
         spec = settings.agent(agent)
         data_path = spec.data_path or ensure_sample_data(
@@ -165,10 +169,21 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
             result = train_with_torchrun(request, spec.nproc, spec.run_timeout_seconds)
         else:
             result = plugin.train(request)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is a failed run too
         duration = time.monotonic() - started
-        if isinstance(exc, TrainRequestError | ExecutionError):  # a one-line refusal, no traceback
-            log.error("training run failed", error=str(exc), duration_seconds=round(duration, 3))
+        storage = storage_error(exc)
+        if storage is not None:
+            ctx.degraded[agent] = storage  # every run would train and then lose its work
+        if isinstance(exc, TrainRequestError | ExecutionError) or storage is not None:
+            # A one-line refusal or a storage error naming its path: no traceback.
+            error = storage if storage is not None else str(exc)
+            log.error("training run failed", error=error, duration_seconds=round(duration, 3))
+        elif isinstance(exc, SystemExit):
+            log.error(
+                "training run failed",
+                error=f"the plugin called sys.exit({exc.code!r})",
+                duration_seconds=round(duration, 3),
+            )
         else:
             log.exception("training run failed", duration_seconds=round(duration, 3))
         ctx.metrics.finish_run(agent, "failed", duration, None, time.time())
@@ -200,6 +215,7 @@ def resumed_totals(paths: AgentPaths) -> dict[str, float]:
 
 def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, duration: float) -> bool:
     outcome = "stopped" if result.stopped_early else "success"
+    ctx.degraded.pop(agent, None)  # a run that wrote its checkpoint: the disk is fine again
     guard_state.record_run(ctx.settings, ctx.metrics, agent, result)
     ctx.metrics.set_precision(agent, result.precision_used)
     ctx.metrics.set_execution(agent, result.execution)
