@@ -93,7 +93,7 @@ class Daemon:
             age = time.time() - self._heartbeat
             return False, f"unhealthy: scheduler heartbeat is {age:.0f} s old"
         context = getattr(self, "context", None)
-        degraded = dict(context.degraded) if context is not None else {}
+        degraded = context.problems() if context is not None else {}
         if degraded:
             reasons = "; ".join(f"{agent}: {why}" for agent, why in sorted(degraded.items()))
             return False, f"degraded: {reasons}"
@@ -177,7 +177,7 @@ class Daemon:
         )
         self._show_precisions()
         self.scheduler = AgentScheduler(
-            settings, self._job, self.beat, max_workers=len(self.plugins)
+            settings, self._job, self.beat, max_workers=len(self.plugins), on_skip=self._skipped
         )
         self.scheduler.start(self.plugins)
         self._ready = True
@@ -197,6 +197,10 @@ class Daemon:
             code = self._shutdown()
             server.stop()
         return code
+
+    def _skipped(self, agent: str) -> None:
+        self.metrics.jobs_skipped.labels(agent=agent, reason="still_running").inc()
+        log.warning("job skipped: the agent's previous run is still training", agent=agent)
 
     def _job(self, agent: str, plugin: AgentPlugin) -> None:
         run_agent_job(self.context, agent, plugin)
