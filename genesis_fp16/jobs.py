@@ -137,10 +137,11 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
             return requested_precision(ctx.settings, agent, None)[0] != requested
 
         timeout = spec.run_timeout_seconds or settings.run_timeout_seconds
-        deadline = started + timeout
+        # Past it an in-process run checkpoints at its next step and ends ("stopped"); a
+        # torchrun job gets SIGTERM from its launcher at the same limit.
+        deadline = started + timeout if spec.nproc == 1 else float("inf")
 
         def should_stop() -> bool:
-            # Past the timeout the run checkpoints at its next step and ends ("stopped").
             return ctx.stopping.is_set() or precision_changed() or time.monotonic() > deadline
 
         def on_log(summary: object) -> None:
