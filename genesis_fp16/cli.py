@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from genesis_fp16 import __version__
+from genesis_fp16.storage import storage_error
 
 # Subcommand modules, in the order `--help` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -55,6 +56,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:
+        why = storage_error(exc)
+        if why is None:
+            raise
+        print(f"genesis-fp16: error: {why}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -21,10 +21,10 @@ from pathlib import Path
 from types import FrameType
 
 import structlog
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
 
 from genesis_fp16 import __version__, guard_state
-from genesis_fp16.http import StatusServer, tls_context
+from genesis_fp16.http import StatusServer, raise_open_file_limit, tls_context
 from genesis_fp16.jobs import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.plugins import discover_plugins
@@ -68,6 +68,9 @@ class Daemon:
         self.env_file = env_file
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = DaemonMetrics(self.registry, __version__)
+        # process_resident_memory_bytes, process_open_fds, process_cpu_seconds_total, ...:
+        # a leaking plugin or a flood of sockets shows on the dashboard before it kills us.
+        ProcessCollector(registry=self.registry)
         self.notifier = notifier if notifier is not None else Notifier.from_environment()
         self.stopping = threading.Event()
         self._wake = threading.Event()
@@ -86,9 +89,15 @@ class Daemon:
         return age <= HEARTBEAT_TOLERANCE * self.settings.heartbeat_seconds
 
     def health(self) -> tuple[bool, str]:
-        if self.heartbeat_fresh():
-            return True, "ok: scheduler heartbeat is fresh"
-        return False, f"unhealthy: scheduler heartbeat is {time.time() - self._heartbeat:.0f} s old"
+        if not self.heartbeat_fresh():
+            age = time.time() - self._heartbeat
+            return False, f"unhealthy: scheduler heartbeat is {age:.0f} s old"
+        context = getattr(self, "context", None)
+        degraded = context.problems() if context is not None else {}
+        if degraded:
+            reasons = "; ".join(f"{agent}: {why}" for agent, why in sorted(degraded.items()))
+            return False, f"degraded: {reasons}"
+        return True, "ok: scheduler heartbeat is fresh"
 
     def readiness(self) -> tuple[bool, str]:
         if self.stopping.is_set():
@@ -128,7 +137,11 @@ class Daemon:
         for agent in self.plugins:
             # What the next run will request: the guard's remembered demotion included.
             device = self.settings.device_for(agent)
-            precision, reason = guard_state.choose_precision(self.settings, agent, device)
+            try:
+                precision, reason = guard_state.choose_precision(self.settings, agent, device)
+            except OSError as exc:  # the run will fail and count it; the daemon stays up
+                log.error("cannot read the agent's precision state", agent=agent, error=str(exc))
+                continue
             if precision != "auto" and agent not in running:
                 self.metrics.set_precision(agent, precision)
             log.info("agent precision", agent=agent, requested=precision, reason=reason)
@@ -138,6 +151,7 @@ class Daemon:
         self._install_signal_handlers()
         settings = self.settings
         settings.state_dir.mkdir(parents=True, exist_ok=True)
+        raise_open_file_limit()
         self._load_plugins()
         tls = None
         if settings.tls_cert_file is not None and settings.tls_key_file is not None:
@@ -163,7 +177,7 @@ class Daemon:
         )
         self._show_precisions()
         self.scheduler = AgentScheduler(
-            settings, self._job, self.beat, max_workers=len(self.plugins)
+            settings, self._job, self.beat, max_workers=len(self.plugins), on_skip=self._skipped
         )
         self.scheduler.start(self.plugins)
         self._ready = True
@@ -183,6 +197,10 @@ class Daemon:
             code = self._shutdown()
             server.stop()
         return code
+
+    def _skipped(self, agent: str) -> None:
+        self.metrics.jobs_skipped.labels(agent=agent, reason="still_running").inc()
+        log.warning("job skipped: the agent's previous run is still training", agent=agent)
 
     def _job(self, agent: str, plugin: AgentPlugin) -> None:
         run_agent_job(self.context, agent, plugin)

@@ -13,6 +13,7 @@ from that checkpoint, in the new precision.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import threading
 import time
@@ -29,6 +30,7 @@ from genesis_fp16.launcher import train_with_torchrun
 from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.paths import AgentPaths, ensure_sample_data
 from genesis_fp16.settings import Settings, requested_precision
+from genesis_fp16.storage import storage_error
 from infrastructure.plugin_api import AgentPlugin, TrainRequest, TrainRequestError, TrainResult
 from infrastructure.training import CheckpointManager, checkpoint_keys
 from infrastructure.training.execution import ExecutionError
@@ -71,12 +73,31 @@ class JobContext:
     stopping: threading.Event
     running: set[str] = field(default_factory=set)
     running_changed: threading.Condition = field(default_factory=threading.Condition)
+    # Why the daemon is degraded, by agent (a full or read-only disk): /healthz says so.
+    degraded: dict[str, str] = field(default_factory=dict)
+    # Runs past their timeout, by agent, with why; and abandoned runs' threads (hung in
+    # the plugin's train()): the agent starts no new run while its thread lives.
+    overdue: dict[str, str] = field(default_factory=dict)
+    hung: dict[str, threading.Thread] = field(default_factory=dict)
+
+    def problems(self) -> dict[str, str]:
+        """What makes the daemon degraded, by agent (empty: healthy)."""
+        return {**self.overdue, **self.degraded}
+
+
+class RunHung(RuntimeError):
+    """A run that reached no step boundary within its timeout and grace: abandoned."""
 
 
 def run_agent_job(ctx: JobContext, agent: str, plugin: AgentPlugin) -> None:
     """The scheduler's entry point for one agent; never raises."""
     settings = ctx.settings
     if ctx.stopping.is_set() or not settings.agent(agent).enabled:
+        return
+    abandoned = ctx.hung.get(agent)
+    if abandoned is not None and abandoned.is_alive():
+        ctx.metrics.jobs_skipped.labels(agent=agent, reason="hung").inc()
+        log.error("job skipped: the agent's abandoned run is still inside train()", agent=agent)
         return
     device = settings.device_for(agent)
     if not ctx.slots.acquire(device, ctx.stopping.is_set):
@@ -99,12 +120,13 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
     """One run; True when it stopped early because the requested precision changed."""
     settings = ctx.settings
     requested, _ = requested_precision(settings, agent, None)
-    # The precision guard's memory may lower it; ENABLE_FP16_TRAINING=false still wins.
-    precision, reason = guard_state.choose_precision(settings, agent, device)
     run_id = uuid.uuid4().hex[:12]
     structlog.contextvars.bind_contextvars(agent=agent, run_id=run_id)
     started = time.monotonic()
     try:
+        # The precision guard's memory may lower it; ENABLE_FP16_TRAINING=false still wins.
+        # Inside the try: an unreadable state file is a counted failed run, not a lost job.
+        precision, reason = guard_state.choose_precision(settings, agent, device)
         paths = AgentPaths.for_agent(settings.state_dir, agent)
         spec = settings.agent(agent)
         data_path = spec.data_path or ensure_sample_data(
@@ -114,8 +136,13 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
         def precision_changed() -> bool:
             return requested_precision(ctx.settings, agent, None)[0] != requested
 
+        timeout = spec.run_timeout_seconds or settings.run_timeout_seconds
+        # Past it an in-process run checkpoints at its next step and ends ("stopped"); a
+        # torchrun job gets SIGTERM from its launcher at the same limit.
+        deadline = started + timeout if spec.nproc == 1 else float("inf")
+
         def should_stop() -> bool:
-            return ctx.stopping.is_set() or precision_changed()
+            return ctx.stopping.is_set() or precision_changed() or time.monotonic() > deadline
 
         def on_log(summary: object) -> None:
             ctx.metrics.observe_summary(agent, summary)
@@ -156,17 +183,33 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
             auto_precision=settings.auto_precision,
             calibration_path=paths.calibration_path,
             auto_excluded=probe_gate.red_precisions(probe),
+            checkpoint_steps=settings.checkpoint_steps,
+            checkpoint_seconds=settings.checkpoint_seconds,
         )
         log.info("training run started", precision=precision, reason=reason, device=device)
         ctx.metrics.start_run(agent, resumed_totals(paths))
         if spec.nproc > 1:  # N processes under torchrun, supervised: genesis_fp16/launcher.py
-            result = train_with_torchrun(request, spec.nproc, spec.run_timeout_seconds)
+            result = train_with_torchrun(request, spec.nproc, timeout)
         else:
-            result = plugin.train(request)
-    except Exception as exc:
+            grace = settings.shutdown_timeout_seconds  # to reach a step and checkpoint
+            call = functools.partial(plugin.train, request)
+            result = _supervised(ctx, agent, call, deadline, timeout, grace)
+    except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is a failed run too
         duration = time.monotonic() - started
-        if isinstance(exc, TrainRequestError | ExecutionError):  # a one-line refusal, no traceback
-            log.error("training run failed", error=str(exc), duration_seconds=round(duration, 3))
+        ctx.metrics.run_failures.labels(agent=agent, reason=_failure_reason(exc)).inc()
+        storage = storage_error(exc)
+        if storage is not None:
+            ctx.degraded[agent] = storage  # every run would train and then lose its work
+        if isinstance(exc, TrainRequestError | ExecutionError) or storage is not None:
+            # A one-line refusal or a storage error naming its path: no traceback.
+            error = storage if storage is not None else str(exc)
+            log.error("training run failed", error=error, duration_seconds=round(duration, 3))
+        elif isinstance(exc, SystemExit):
+            log.error(
+                "training run failed",
+                error=f"the plugin called sys.exit({exc.code!r})",
+                duration_seconds=round(duration, 3),
+            )
         else:
             log.exception("training run failed", duration_seconds=round(duration, 3))
         ctx.metrics.finish_run(agent, "failed", duration, None, time.time())
@@ -174,6 +217,76 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
     finally:
         structlog.contextvars.unbind_contextvars("agent", "run_id")
     return _finish(ctx, agent, run_id, result, time.monotonic() - started)
+
+
+def _failure_reason(exc: BaseException) -> str:
+    if isinstance(exc, RunHung):
+        return "hung"
+    if storage_error(exc) is not None:
+        return "storage"
+    if isinstance(exc, SystemExit):
+        return "exit"
+    if isinstance(exc, TrainRequestError | ExecutionError):
+        return "refused"
+    return "error"
+
+
+def _supervised(
+    ctx: JobContext,
+    agent: str,
+    call: Callable[[], TrainResult],
+    deadline: float,
+    timeout: float,
+    grace: float,
+) -> TrainResult:
+    """``call()`` on a thread of its own, watched: past ``deadline`` the agent is overdue
+    (health says so); ``grace`` seconds later a run that has not returned is abandoned.
+
+    An abandoned thread cannot be killed (Python has no way to), so it keeps running
+    until the plugin's ``train()`` returns; the device slot is freed at once so the other
+    agents train, and this agent starts nothing new while the thread lives.
+    """
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = call()
+        except BaseException as exc:  # handed to the job thread below
+            box["error"] = exc
+        finally:
+            if ctx.hung.get(agent) is threading.current_thread():  # an abandoned run ended
+                ctx.hung.pop(agent, None)
+                _clear_overdue(ctx, agent)
+                log.warning("an abandoned run returned at last", agent=agent)
+
+    thread = threading.Thread(
+        target=contextvars.copy_context().run, args=(target,), name=f"run-{agent}", daemon=True
+    )
+    thread.start()
+    while thread.is_alive():
+        thread.join(timeout=0.2)
+        now = time.monotonic()
+        if thread.is_alive() and now > deadline and agent not in ctx.overdue:
+            ctx.overdue[agent] = f"run past its timeout of {timeout:g} s"
+            ctx.metrics.runs_overdue.labels(agent=agent).set(1)
+            log.warning("run past its timeout; stopping at its next step", agent=agent)
+        if thread.is_alive() and now > deadline + grace:
+            ctx.hung[agent] = thread
+            ctx.overdue[agent] = f"run hung in train(), abandoned after {timeout + grace:g} s"
+            raise RunHung(
+                f"no step boundary {grace:g} s after the run timeout ({timeout:g} s): the run "
+                "is abandoned, its thread left inside the plugin's train()"
+            )
+    _clear_overdue(ctx, agent)
+    if "error" in box:
+        raise box["error"]
+    result: TrainResult = box["result"]
+    return result
+
+
+def _clear_overdue(ctx: JobContext, agent: str) -> None:
+    ctx.overdue.pop(agent, None)
+    ctx.metrics.runs_overdue.labels(agent=agent).set(0)
 
 
 def resumed_totals(paths: AgentPaths) -> dict[str, float]:
@@ -198,6 +311,7 @@ def resumed_totals(paths: AgentPaths) -> dict[str, float]:
 
 def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, duration: float) -> bool:
     outcome = "stopped" if result.stopped_early else "success"
+    ctx.degraded.pop(agent, None)  # a run that wrote its checkpoint: the disk is fine again
     guard_state.record_run(ctx.settings, ctx.metrics, agent, result)
     ctx.metrics.set_precision(agent, result.precision_used)
     ctx.metrics.set_execution(agent, result.execution)

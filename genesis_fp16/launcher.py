@@ -114,6 +114,8 @@ def torchrun_command(request: TrainRequest, nproc: int, python: str = sys.execut
         command += ["--data", str(request.data_path)]
     if request.resume:
         command.append("--resume")
+    if request.checkpoint_steps is not None:
+        command += ["--checkpoint-steps", str(request.checkpoint_steps)]
     if request.fsdp:
         command.append("--fsdp")
     return command

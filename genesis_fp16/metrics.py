@@ -33,6 +33,9 @@ PREFIX = "genesis_fp16"
 PRECISION_LABELS = PRECISIONS
 RUN_OUTCOMES = ("success", "failed", "stopped")
 RELOAD_OUTCOMES = ("success", "failure")
+# Why a run failed (genesis_fp16_run_failures_total), and why a job did not start.
+FAILURE_REASONS = ("refused", "error", "storage", "exit", "hung")
+SKIP_REASONS = ("still_running", "hung")
 # Runs last minutes; the tail reaches two hours so a stuck run still lands in a bucket.
 RUN_DURATION_BUCKETS = (5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0)
 
@@ -66,6 +69,9 @@ METRIC_NAMES = (
     "genesis_fp16_auto_step_seconds",
     "genesis_fp16_precision_demotions_total",
     "genesis_fp16_training_runs_total",
+    "genesis_fp16_run_failures_total",
+    "genesis_fp16_jobs_skipped_total",
+    "genesis_fp16_runs_overdue",
     "genesis_fp16_training_run_duration_seconds",
     "genesis_fp16_last_success_timestamp_seconds",
     "genesis_fp16_scheduler_heartbeat_timestamp_seconds",
@@ -151,6 +157,23 @@ class DaemonMetrics:
         self.training_runs = counter(
             "training_runs", "Finished training runs by outcome.", ("agent", "outcome")
         )
+        self.run_failures = counter(
+            "run_failures",
+            "Failed runs by reason: refused (a bad request), error (a bug or bad data), "
+            "storage (disk full or read-only), exit (the plugin called sys.exit), hung (no "
+            "step boundary within the run timeout and its grace; the run is abandoned).",
+            ("agent", "reason"),
+        )
+        self.jobs_skipped = counter(
+            "jobs_skipped",
+            "Scheduled jobs that did not start: still_running (the previous run had not "
+            "ended), hung (the agent's abandoned run still holds its thread).",
+            ("agent", "reason"),
+        )
+        self.runs_overdue = gauge(
+            "runs_overdue",
+            "1 while the agent's run is past its timeout (RUN_TIMEOUT_SECONDS) or abandoned.",
+        )
         self.run_duration = Histogram(
             f"{PREFIX}_training_run_duration_seconds",
             "Wall time of one training run.",
@@ -214,6 +237,11 @@ class DaemonMetrics:
             counter.labels(agent=agent)
         for outcome in RUN_OUTCOMES:
             self.training_runs.labels(agent=agent, outcome=outcome)
+        for reason in FAILURE_REASONS:
+            self.run_failures.labels(agent=agent, reason=reason)
+        for reason in SKIP_REASONS:
+            self.jobs_skipped.labels(agent=agent, reason=reason)
+        self.runs_overdue.labels(agent=agent).set(0)
         self.run_duration.labels(agent=agent)
 
     def start_run(self, agent: str, resumed: Mapping[str, float] | None = None) -> None:

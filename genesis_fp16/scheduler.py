@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
@@ -58,9 +59,11 @@ class AgentScheduler:
         run_job: Callable[[str, AgentPlugin], None],
         on_heartbeat: Callable[[], None],
         max_workers: int,
+        on_skip: Callable[[str], None] | None = None,
     ) -> None:
         self._settings = settings
         self._run_job = run_job
+        self._on_skip = on_skip
         self._scheduler = BackgroundScheduler(
             executors={
                 "default": ThreadPoolExecutor(max_workers=max(1, max_workers)),
@@ -81,6 +84,12 @@ class AgentScheduler:
             next_run_time=datetime.now(UTC),
         )
         self._schedules: dict[str, str] = {}
+        # A due job whose previous run still trains is skipped by APScheduler: count it.
+        self._scheduler.add_listener(self._skipped, EVENT_JOB_MAX_INSTANCES)
+
+    def _skipped(self, event: JobSubmissionEvent) -> None:
+        if self._on_skip is not None and event.job_id.startswith(JOB_PREFIX):
+            self._on_skip(event.job_id[len(JOB_PREFIX) :])
 
     @property
     def running(self) -> bool:

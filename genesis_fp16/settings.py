@@ -103,7 +103,8 @@ class AgentSettings(BaseModel):
     nproc: int = Field(default=1, ge=1)
     # auto, on or off: replay each step from a captured CUDA graph (FitOptions.cuda_graph).
     cuda_graph: CudaGraph | None = None
-    # Wall-clock limit of one torchrun job (nproc > 1); it then stops with a checkpoint.
+    # Wall-clock limit of one run (default GENESIS_FP16_RUN_TIMEOUT_SECONDS, 6 h); past it
+    # the run stops at its next step with a checkpoint (see Settings.run_timeout_seconds).
     run_timeout_seconds: float | None = Field(default=None, gt=0)
 
     @field_validator("schedule")
@@ -158,6 +159,14 @@ class Settings(BaseSettings, GuardSettings):
     # None: the agent's own budget (se_darwin: early stopping within 100 epochs)
     steps_per_run: int | None = Field(default=None, ge=1)
     log_interval: int = Field(default=50, ge=1)
+    # Periodic checkpoints: every N optimizer steps (None: a tenth of the run's steps, or
+    # each validation of an early-stopped run) or after S seconds, whichever comes first.
+    checkpoint_steps: int | None = Field(default=None, ge=1)
+    checkpoint_seconds: float = Field(default=60.0, gt=0)
+    # Every run's wall-clock limit (an agent's RUN_TIMEOUT_SECONDS overrides it): past it
+    # the run stops at its next step with a checkpoint; one that reaches no step within
+    # SHUTDOWN_TIMEOUT_SECONDS more is abandoned, counted, and /healthz says degraded.
+    run_timeout_seconds: float = Field(default=6 * 3600.0, gt=0)
     sample_count: int = Field(default=2000, ge=1)
     seed: int = 0
     shutdown_timeout_seconds: float = Field(default=30.0, gt=0)

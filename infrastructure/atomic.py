@@ -30,6 +30,11 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], object]) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp_name, path)
+    except OSError as error:
+        Path(tmp_name).unlink(missing_ok=True)
+        if error.filename is None:  # a failed write() names no file: name the target
+            raise OSError(error.errno, error.strerror, str(path)) from error
+        raise
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise

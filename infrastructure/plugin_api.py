@@ -84,14 +84,17 @@ class TrainRequest:
     calibration_path: Path | None = None
     # Precisions a measured 'auto' must not time, each with why (e.g. a red probe verdict).
     auto_excluded: Mapping[str, str] = field(default_factory=dict)
+    # Periodic checkpoints (FitOptions.checkpoint_interval / checkpoint_seconds): every N
+    # steps (None: a tenth of the run, or each validation) or S seconds, whichever first.
+    checkpoint_steps: int | None = None
+    checkpoint_seconds: float | None = 60.0
 
     def fit_options(self, **overrides: Any) -> FitOptions:
         """The :class:`~infrastructure.training.FitOptions` this request asks for.
 
-        Precision, device, steps, epochs, seed, resume, checkpoint folder, log interval,
-        callbacks, guard, FSDP and the CUDA-graph setting come from the request;
-        ``overrides`` replace any of them or set the rest (``checkpoint_interval``,
-        ``scaler``, ``trainer``, ...)::
+        Precision, device, steps, epochs, seed, resume, checkpoint folder and cadence, log
+        interval, callbacks, guard, FSDP and the CUDA-graph setting come from the request;
+        ``overrides`` replace any of them or set the rest (``scaler``, ``trainer``, ...)::
 
             result = fit(task, request.fit_options(steps=request.steps or 100))
         """
@@ -112,6 +115,8 @@ class TrainRequest:
             "guard": self.guard,
             "fsdp": self.fsdp,
             "cuda_graph": self.cuda_graph,
+            "checkpoint_interval": self.checkpoint_steps,
+            "checkpoint_seconds": self.checkpoint_seconds,
             "auto_precision": AutoPrecision(
                 mode=self.auto_precision, excluded=self.auto_excluded, cache=self.calibration_path
             ),

@@ -55,6 +55,20 @@ log = logging.getLogger("genesis_fp16.train")
 _PROGRESS_INTERVAL = 10
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a whole number >= 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a number of seconds > 0")
+    return value
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "train", help="train an agent's world model once", description=__doc__
@@ -75,6 +89,19 @@ def register(subparsers: Any) -> None:
     budget.add_argument("--epochs", type=int, help="passes over the data in this run")
     parser.add_argument("--data", type=Path, help="data file or folder (default: sample data)")
     parser.add_argument("--checkpoint-dir", type=Path, help="default: the agent's state folder")
+    parser.add_argument(
+        "--checkpoint-steps",
+        type=_positive_int,
+        metavar="N",
+        help="checkpoint every N steps (default GENESIS_FP16_CHECKPOINT_STEPS, else a tenth "
+        "of the run or each validation)",
+    )
+    parser.add_argument(
+        "--checkpoint-seconds",
+        type=_positive_float,
+        metavar="S",
+        help="checkpoint at least every S seconds (default GENESIS_FP16_CHECKPOINT_SECONDS, 60)",
+    )
     parser.add_argument("--seed", type=int, help="seed (default GENESIS_FP16_SEED, 0)")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
     parser.add_argument("--json", action="store_true", help="end stdout with one JSON object")
@@ -246,6 +273,8 @@ def _request(
         cuda_graph=args.cuda_graph or settings.cuda_graph_for(args.agent),
         auto_precision=settings.auto_precision,
         calibration_path=paths.calibration_path,
+        checkpoint_steps=args.checkpoint_steps or settings.checkpoint_steps,
+        checkpoint_seconds=args.checkpoint_seconds or settings.checkpoint_seconds,
     )
 
 

@@ -42,6 +42,8 @@ logger = logging.getLogger(__name__)
 DATA_SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
 _REPLAY_KEYS = frozenset({"final_outcome", "agent_id", "steps", "reward", "task_description"})
 _RAW_LIMIT = 2000  # characters of a bad record kept in the quarantine file
+# A gzip file that inflates past this is a bomb, not a pool (20,000 records are ~20 MiB).
+MAX_DECOMPRESSED_BYTES = 256 * 2**20
 
 
 class DataError(Exception):
@@ -182,13 +184,24 @@ def _label(valid: dict[str, _Valid], result: ReadResult) -> None:
         result.examples.append(Example(trajectory_id, record.to_input(), label))
 
 
+class _TooLarge(ValueError):
+    """A compressed file that inflates past :data:`MAX_DECOMPRESSED_BYTES`."""
+
+
 def _read_text(file: Path) -> str:
     try:
         if file.name.endswith(".gz"):
-            with gzip.open(file, "rt", encoding="utf-8") as handle:
-                return handle.read()
+            with gzip.open(file, "rb") as handle:
+                # One byte over the limit is enough to know: never inflate the whole bomb.
+                data = handle.read(MAX_DECOMPRESSED_BYTES + 1)
+            if len(data) > MAX_DECOMPRESSED_BYTES:
+                raise _TooLarge(
+                    f"decompresses to more than {MAX_DECOMPRESSED_BYTES // 2**20} MiB "
+                    "(the limit): not read"
+                )
+            return data.decode("utf-8")
         return file.read_text(encoding="utf-8")
-    except (gzip.BadGzipFile, EOFError, UnicodeDecodeError):
+    except (gzip.BadGzipFile, EOFError, UnicodeDecodeError, _TooLarge):
         raise  # malformed content: the caller quarantines the file
     except OSError as exc:
         raise DataError(f"cannot read data file {str(file)!r}: {exc.strerror or exc}") from exc
@@ -200,6 +213,9 @@ def _raw_records(
     defaults = (SUCCESS_THRESHOLD, FAILURE_THRESHOLD)
     try:
         text = _read_text(file)
+    except _TooLarge as exc:
+        sink.add(_Source(file, "file"), str(exc), "")
+        return
     except (gzip.BadGzipFile, EOFError, UnicodeDecodeError) as exc:
         sink.add(_Source(file, "file"), f"cannot decode file: {exc}", "")
         return
@@ -209,14 +225,16 @@ def _raw_records(
                 continue
             source = _Source(file, f"line {number}")
             try:
-                yield source, json.loads(line), defaults
-            except json.JSONDecodeError as exc:
-                sink.add(source, f"invalid JSON: {exc}", line)
+                document = _parse_json(line)
+            except ValueError as exc:
+                sink.add(source, str(exc), line)
+                continue
+            yield source, document, defaults
         return
     try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        sink.add(_Source(file, "file"), f"invalid JSON: {exc}", text)
+        document = _parse_json(text)
+    except ValueError as exc:
+        sink.add(_Source(file, "file"), str(exc), text)
         return
     if isinstance(document, list):
         for index, raw in enumerate(document):
@@ -225,6 +243,22 @@ def _raw_records(
         yield from _pool_records(file, document, sink)
     else:
         yield _Source(file, "file"), document, defaults
+
+
+def _parse_json(text: str) -> Any:
+    """``json.loads``, with every way hostile JSON fails as a ValueError naming the cause.
+
+    Beyond syntax errors: an integer longer than Python converts (4,300 digits) is a
+    ValueError of its own, and nesting deeper than the interpreter's stack a RecursionError.
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise ValueError("invalid JSON: nested too deeply to read") from exc
+    except ValueError as exc:  # e.g. "Exceeds the limit (4300 digits) for integer string ..."
+        raise ValueError(f"invalid JSON: {exc}") from exc
 
 
 def _pool_records(

@@ -34,6 +34,9 @@ SCHEMA_VERSION = 1
 
 SUCCESS_THRESHOLD = 0.7
 FAILURE_THRESHOLD = 0.3
+# Far beyond any real evolution run; a larger generation is corrupt (10**400 overflows the
+# encoder's float features) and is quarantined.
+MAX_GENERATION = 10**9
 
 Operator = Literal["baseline", "revision", "recombination", "refinement"]
 OPERATORS: tuple[str, ...] = ("baseline", "revision", "recombination", "refinement")
@@ -71,7 +74,7 @@ class Trajectory(_Record):
 
     # identity and lineage
     trajectory_id: str = Field(min_length=1)
-    generation: int = Field(default=0, ge=0)
+    generation: int = Field(default=0, ge=0, le=MAX_GENERATION)
     agent_name: str = ""
     parent_trajectories: list[str] = Field(default_factory=list)
     plan_id: str | None = None
@@ -164,7 +167,9 @@ class ReplayRecord(_Record):
         tools = tuple(dict.fromkeys(step.tool_name for step in self.steps if step.tool_name))
         return AttemptInput(
             operator=operator if operator in OPERATORS else "baseline",
-            generation=generation if isinstance(generation, int) and generation >= 0 else 0,
+            generation=generation
+            if isinstance(generation, int) and 0 <= generation <= MAX_GENERATION
+            else 0,
             parent_ids=tuple(
                 str(p)
                 for p in self.metadata.get("parent_trajectories", ())

@@ -1,4 +1,4 @@
-"""One file per checkpoint: written atomically, the last N kept, loaded without unpickling.
+"""One file per checkpoint: written atomically with its digest, the newest valid N kept.
 
 ::
 
@@ -9,9 +9,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 import logging
+import math
 import re
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,23 +27,33 @@ from infrastructure.training import checkpoint_keys as keys
 logger = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^ckpt-(\d{10})\.pt$")
+DIGEST_SUFFIX = ".sha256"  # ckpt-<step>.pt.sha256: the hex SHA-256 of ckpt-<step>.pt
+REJECTED_SUFFIX = ".rejected"  # a file pruning found unusable, set aside rather than deleted
+STALE_TEMP_SECONDS = 60.0
+
+# Called with a loaded state before it is used; raises to pass over the file.
+Accept = Callable[[dict[str, Any], Path], None]
 
 
 class CheckpointError(ValueError):
-    """A checkpoint file that cannot be used: unreadable, not a dict, or of another schema."""
+    """A checkpoint file that cannot be used: unreadable, corrupt, of another schema, unfit."""
 
 
 class CheckpointManager:
     """Saves training state under ``directory`` as ``ckpt-<step>.pt`` and finds the newest.
 
-    - ``save`` writes a temp file in the same folder, flushes and fsyncs it, renames it
-      over the final name with ``os.replace`` and fsyncs the folder, so a crash leaves
-      either the old set of files or the new one, never a half-written checkpoint under
-      a real name. Then it deletes all but the newest ``keep`` checkpoints.
+    - ``save`` serialises the state, writes its SHA-256 to ``ckpt-<step>.pt.sha256``, then
+      the file itself (each through a temp file, fsync and ``os.replace``), so a crash
+      leaves the old set of files or the new one, and a file that changes afterwards (bit
+      rot, a torn copy) is caught at load. Then it prunes: the file just written is always
+      kept, with the newest ``keep - 1`` *valid* others; an invalid one is renamed to
+      ``*.rejected`` (kept for a look, never loaded again), older ones are deleted.
     - ``load_latest`` loads with ``torch.load(weights_only=True)``: a file holding a
-      pickled custom object is refused, not executed. A newest file that is torn,
-      corrupt or of another schema version is skipped with a warning naming it, and the
-      one before it is used.
+      pickled custom object is refused, not executed. A newest file that is torn, corrupt,
+      not a regular file, of another schema, holds non-finite weights, or that ``accept``
+      refuses (it does not fit the model) is skipped with a warning naming it and why,
+      and the one before it is used.
+    - ``remove_stale_temps`` deletes temp files that interrupted saves left behind.
     """
 
     def __init__(self, directory: Path | str, keep: int = 3) -> None:
@@ -55,32 +69,82 @@ class CheckpointManager:
         return self.directory / f"ckpt-{step:010d}.pt"
 
     def checkpoints(self) -> list[Path]:
-        """The checkpoint files present, oldest first (temp files are not listed)."""
+        """The checkpoint files present, oldest first (temp files, FIFOs and folders are not)."""
         if not self.directory.is_dir():
             return []
-        return sorted(p for p in self.directory.iterdir() if _NAME.match(p.name))
+        return sorted(p for p in self.directory.iterdir() if _NAME.match(p.name) and p.is_file())
 
     def save(self, state: Mapping[str, Any]) -> Path:
-        """Write ``state`` (which must hold ``step``) atomically and prune old files."""
+        """Write ``state`` (which must hold ``step``) and its digest atomically, then prune."""
         if keys.STEP not in state:
             raise ValueError(f"a checkpoint needs the key {keys.STEP!r}; got {sorted(state)}")
         final = self.path_for(int(state[keys.STEP]))
-        write_atomic(final, lambda handle: torch.save(dict(state), handle))
-        self._prune()
+        buffer = io.BytesIO()  # in memory once, so the digest is of exactly these bytes
+        torch.save(dict(state), buffer)
+        data = buffer.getvalue()
+        digest = hashlib.sha256(data).hexdigest()
+        # The digest first: a crash between the two leaves an orphan digest, never a
+        # checkpoint without one.
+        write_atomic(_digest_path(final), lambda handle: handle.write(f"{digest}\n".encode()))
+        write_atomic(final, lambda handle: handle.write(data))
+        self._prune(final)
         return final
 
-    def _prune(self) -> None:
-        for old in self.checkpoints()[: -self.keep]:
-            old.unlink(missing_ok=True)
+    def _prune(self, written: Path) -> None:
+        kept = [written]
+        for path in reversed(self.checkpoints()):
+            if path == written:
+                continue
+            if len(kept) >= self.keep:
+                path.unlink(missing_ok=True)
+                _digest_path(path).unlink(missing_ok=True)
+            elif _usable(path):
+                kept.append(path)
 
-    def load_latest(self) -> tuple[dict[str, Any], Path] | None:
-        """The newest valid checkpoint and its path, or None (with a warning if files were bad)."""
-        files = self.checkpoints()
-        for path in reversed(files):
+    def remove_stale_temps(self, older_than: float = STALE_TEMP_SECONDS) -> list[Path]:
+        """Delete the ``.tmp-*`` files of interrupted saves older than ``older_than`` seconds.
+
+        Younger ones may belong to a save under way in another process; they are left.
+        """
+        if not self.directory.is_dir():
+            return []
+        removed = []
+        now = time.time()
+        for path in self.directory.glob(".tmp-*"):
             try:
-                return load_checkpoint(path), path
+                if path.is_file() and now - path.stat().st_mtime > older_than:
+                    path.unlink()
+                    removed.append(path)
+            except OSError:
+                continue  # gone already, or not ours to delete
+        if removed:
+            logger.info("removed %d stale temp file(s) from %s", len(removed), self.directory)
+        return removed
+
+    def candidates(self) -> Iterator[tuple[dict[str, Any], Path]]:
+        """The valid checkpoints, newest first; each bad one is skipped with a warning."""
+        for path in reversed(self.checkpoints()):
+            try:
+                yield load_checkpoint(path), path
             except CheckpointError as error:
                 logger.warning("skipping checkpoint %s: %s", path, error)
+
+    def load_latest(self, accept: Accept | None = None) -> tuple[dict[str, Any], Path] | None:
+        """The newest valid checkpoint that ``accept`` takes, or None (warning if files were bad).
+
+        ``accept(state, path)`` raises :class:`CheckpointError` for a file whose contents do
+        not fit (a shape mismatch, a missing key of the task's); the next older one is tried.
+        """
+        for state, path in self.candidates():
+            if accept is None:
+                return state, path
+            try:
+                accept(state, path)
+            except CheckpointError as error:
+                logger.warning("skipping checkpoint %s: %s", path, error)
+                continue
+            return state, path
+        files = self.checkpoints()
         if files:
             logger.warning(
                 "no valid checkpoint in %s (%d file(s) rejected); starting fresh",
@@ -90,13 +154,49 @@ class CheckpointManager:
         return None
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Load one checkpoint with ``weights_only=True`` and check its schema version.
-
-    Raises :class:`CheckpointError` for a file that cannot be used.
-    """
+def _usable(path: Path) -> bool:
+    """Whether ``path`` loads; an unusable file is renamed ``*.rejected`` and its digest dropped."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        load_checkpoint(path)
+    except CheckpointError as error:
+        aside = path.with_name(path.name + REJECTED_SUFFIX)
+        logger.warning("checkpoint %s is unusable (%s); renamed to %s", path, error, aside)
+        path.replace(aside)
+        _digest_path(path).unlink(missing_ok=True)
+        return False
+    return True
+
+
+def _digest_path(path: Path) -> Path:
+    return path.with_name(path.name + DIGEST_SUFFIX)
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Load one checkpoint with ``weights_only=True``; check digest, schema and weights.
+
+    Raises :class:`CheckpointError` for a file that cannot be used: not a regular file (a
+    FIFO would block the read forever), bytes that do not match the digest written with
+    them, a torn or refused pickle, another schema version, missing keys, or weights that
+    are not all finite (resuming from them trains to NaN). A file written before digests
+    existed loads with a warning.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError("not a regular file")
+    try:
+        data = path.read_bytes()
+        expected = _digest_path(path).read_text().strip() if _digest_path(path).exists() else None
+    except OSError as error:
+        raise CheckpointError(f"cannot be read ({error.strerror or error})") from error
+    if expected is None:
+        logger.warning("checkpoint %s has no digest (written before digests): not verified", path)
+    elif hashlib.sha256(data).hexdigest() != expected:
+        raise CheckpointError(
+            f"its bytes do not match the digest in {_digest_path(path).name} "
+            "(changed after it was written: bit rot, a torn copy or an edit)"
+        )
+    try:
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as error:  # torn file, garbage bytes, refused pickle: all unusable
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise CheckpointError(f"cannot be loaded ({type(error).__name__}: {first_line})") from error
@@ -110,4 +210,22 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     missing = [k for k in keys.REQUIRED if k not in state]
     if missing:
         raise CheckpointError(f"lacks the keys {missing}")
+    bad = _first_nonfinite(state[keys.MODEL])
+    if bad is not None:
+        raise CheckpointError(
+            f"the weight {bad!r} is not finite (NaN or inf); not resuming from it"
+        )
     return state
+
+
+def _first_nonfinite(weights: Any) -> str | None:
+    """The name of the first floating tensor in ``weights`` holding a NaN or an inf."""
+    if not isinstance(weights, Mapping):
+        return None
+    for name, value in weights.items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            if not bool(torch.isfinite(value).all()):
+                return str(name)
+        elif isinstance(value, float) and not math.isfinite(value):
+            return str(name)
+    return None

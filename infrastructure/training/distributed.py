@@ -35,7 +35,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim import Optimizer
 
 from infrastructure.training import checkpoint_keys as keys
-from infrastructure.training.checkpoint import CheckpointManager
+from infrastructure.training.checkpoint import Accept, CheckpointManager
 from infrastructure.training.precision import PrecisionPolicy
 from infrastructure.training.rng import capture_rng_state
 
@@ -332,9 +332,9 @@ class RankZeroCheckpointManager(CheckpointManager):
         dist.barrier()
         return path
 
-    def load_latest(self) -> tuple[dict[str, Any], Path] | None:
+    def load_latest(self, accept: Accept | None = None) -> tuple[dict[str, Any], Path] | None:
         rank, world = rank_and_world()
-        found = super().load_latest()
+        found = super().load_latest(accept)
         names: list[Any] = [None] * world
         dist.all_gather_object(names, found[1].name if found else None)
         if len(set(names)) != 1:

@@ -14,7 +14,10 @@ same ``(epoch, seed)`` (draw from a generator seeded by both, not the global RNG
 
 from __future__ import annotations
 
+import copy
 import logging
+import math
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from itertools import islice
@@ -30,7 +33,7 @@ from infrastructure.training import checkpoint_keys as keys
 from infrastructure.training import distributed
 from infrastructure.training.batches import to_device
 from infrastructure.training.calibration import AutoPrecision, Calibration, policy_for_run
-from infrastructure.training.checkpoint import CheckpointManager
+from infrastructure.training.checkpoint import CheckpointError, CheckpointManager
 from infrastructure.training.early_stop import EarlyStopping, EarlyStopTracker
 from infrastructure.training.execution import ResolvedExecution
 from infrastructure.training.guard import GuardConfig, PrecisionGuard, checkpoints_after
@@ -109,7 +112,12 @@ class FitOptions:
       epoch as its first.
     - ``resume``: continue from the newest valid checkpoint in ``checkpoint_dir``.
     - ``checkpoint_dir``: None writes no checkpoints. ``keep`` files are kept; one is
-      written every ``checkpoint_interval`` steps (None: only at the end) and at the end.
+      written every ``checkpoint_interval`` steps (None: a tenth of ``steps`` when given,
+      else each validation of ``early_stop``), whenever ``checkpoint_seconds`` have
+      passed since the last one (None: no time bound; single-process runs only, since a
+      save is collective under torchrun), and at the end, so a killed run loses at most
+      one interval. Resuming tries the newest valid file first and falls back past one
+      that does not fit the model.
     - ``log_interval`` replaces ``trainer.log_interval``; ``on_log`` receives a
       :class:`TrainingSummary` every interval and once more at the end.
     - ``should_stop``: polled before every step; when it returns True the run stops
@@ -141,6 +149,7 @@ class FitOptions:
     checkpoint_dir: Path | None = None
     keep: int = 3
     checkpoint_interval: int | None = None
+    checkpoint_seconds: float | None = 60.0
     log_interval: int = 50
     on_log: Callable[[TrainingSummary], None] | None = None
     should_stop: Callable[[], bool] = _never_stop
@@ -162,6 +171,10 @@ class FitOptions:
                 raise ValueError(f"{name}={value!r}: must be >= 0")
         if self.checkpoint_interval is not None and self.checkpoint_interval < 1:
             raise ValueError(f"checkpoint_interval={self.checkpoint_interval!r}: must be >= 1")
+        if self.checkpoint_seconds is not None and not self.checkpoint_seconds > 0:
+            raise ValueError(
+                f"checkpoint_seconds={self.checkpoint_seconds!r}: must be > 0 (None: no time bound)"
+            )
 
 
 @dataclass(frozen=True)
@@ -223,6 +236,7 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
     manager = None
     if options.checkpoint_dir is not None:
         manager = distributed.checkpoint_manager(options.checkpoint_dir, options.keep)
+        manager.remove_stale_temps()
 
     position = _Position(tracker=_tracker(task, options))
     resumed_from = _resume(task, trainer, manager, position) if options.resume else None
@@ -331,18 +345,34 @@ def _demote(
 def _resume(
     task: TrainingTask, trainer: Trainer, manager: CheckpointManager | None, position: _Position
 ) -> Path | None:
-    found = manager.load_latest() if manager is not None else None
+    if manager is None:
+        return None
+    pristine: dict[str, Any] = {}
+
+    def accept(state: dict[str, Any], path: Path) -> None:
+        """Load ``state`` into the run, or put the run back as it was and refuse the file."""
+        if not pristine:
+            pristine.update(copy.deepcopy(trainer.state_dict()))
+        try:
+            trainer.load_state_dict(state)
+            loader = getattr(task, "load_extra_state", None)
+            if callable(loader):
+                loader(state.get(keys.EXTRA, {}))
+            if position.tracker is not None and keys.EARLY_STOP in state:
+                position.tracker.load_state_dict(state[keys.EARLY_STOP])
+        except Exception as error:  # a shape mismatch, a key of the task's missing, ...
+            trainer.load_state_dict(pristine)
+            first = (str(error).strip().splitlines() or [""])[0][:300]
+            raise CheckpointError(
+                f"does not fit this run ({type(error).__name__}: {first})"
+            ) from error
+
+    found = manager.load_latest(accept)
     if found is None:
         return None
     state, path = found
-    trainer.load_state_dict(state)
     position.epoch = int(state.get(keys.EPOCH, 0))
     position.batch = int(state.get(keys.BATCH, 0))
-    loader = getattr(task, "load_extra_state", None)
-    if callable(loader):
-        loader(state.get(keys.EXTRA, {}))
-    if position.tracker is not None and keys.EARLY_STOP in state:
-        position.tracker.load_state_dict(state[keys.EARLY_STOP])
     saved = state[keys.PRECISION].get("used")
     if saved != trainer.policy.name:
         logger.info("checkpoint %s ran in %s; continuing in %s", path, saved, trainer.policy.name)
@@ -372,6 +402,7 @@ def _run_loop(
     """
     step_target, epoch_target = targets.step, targets.epoch
     accum = options.trainer.grad_accum_steps
+    cadence = _Cadence.of(options)
 
     def done() -> bool:
         return (step_target is not None and trainer.step_count >= step_target) or (
@@ -402,9 +433,9 @@ def _run_loop(
                 and trainer.step_count % tracker.config.every_steps == 0
                 and _validate(task, trainer, tracker)
             )
-            interval = options.checkpoint_interval
-            if manager is not None and interval and trainer.step_count % interval == 0:
+            if manager is not None and cadence.due(trainer.step_count):
                 manager.save(_checkpoint_state(task, trainer, options, position))
+                cadence.saved()
             if done() or patience_out:
                 return False
         if not yielded:
@@ -415,6 +446,35 @@ def _run_loop(
         position.epoch += 1
         position.batch = 0
     return False
+
+
+@dataclass
+class _Cadence:
+    """When to write a periodic checkpoint: every N steps, or after S seconds since the last."""
+
+    every_steps: int | None
+    every_seconds: float | None
+    last: float = field(default_factory=time.monotonic)
+
+    @classmethod
+    def of(cls, options: FitOptions) -> _Cadence:
+        steps = options.checkpoint_interval
+        if steps is None and options.steps is not None:
+            steps = max(1, math.ceil(options.steps / 10))
+        elif steps is None and options.early_stop is not None:
+            steps = options.early_stop.every_steps  # each validation: the record is fresh
+        # A save is collective under torchrun: ranks must agree on when, and their clocks
+        # would not, so only the step bound applies there.
+        seconds = None if distributed.is_distributed() else options.checkpoint_seconds
+        return cls(steps, seconds)
+
+    def due(self, step: int) -> bool:
+        if self.every_steps is not None and step % self.every_steps == 0:
+            return True
+        return self.every_seconds is not None and time.monotonic() - self.last >= self.every_seconds
+
+    def saved(self) -> None:
+        self.last = time.monotonic()
 
 
 def _grouped(batches: Iterator[Any], size: int) -> Iterator[list[Any]]:
@@ -447,6 +507,7 @@ def _resolved_config(trainer: Trainer, options: FitOptions) -> dict[str, Any]:
         "epochs": options.epochs,
         "keep": options.keep,
         "checkpoint_interval": options.checkpoint_interval,
+        "checkpoint_seconds": options.checkpoint_seconds,
         "log_interval": options.log_interval,
         "execution": {"requested": trainer.execution.requested, "used": trainer.execution.used},
         "trainer": asdict(trainer.config),

@@ -93,7 +93,7 @@ def test_security_exposure_is_within_threshold(systemd_analyze: str, tmp_path: P
 
 
 def test_unit_has_the_service_contract() -> None:
-    """Type=notify + watchdog, restart, reload by SIGHUP, state dir, stop timeout > 30 s."""
+    """Type=notify + watchdog, restart, SIGHUP reload, state dir, stop > 30 s, open files."""
     settings = _settings(UNIT.read_text())
     assert settings["Type"] == ["notify"]
     assert int(settings["WatchdogSec"][0]) > 0
@@ -112,6 +112,8 @@ def test_unit_has_the_service_contract() -> None:
     }.items():
         assert settings[key] == [value], key
     assert "AF_UNIX" in settings["RestrictAddressFamilies"][0].split()
+    # systemd's default soft limit (1,024) let idle scrapers starve training of files.
+    assert int(settings["LimitNOFILE"][0]) >= 16384
 
 
 def test_reloadable_env_file_is_not_exported_by_systemd() -> None:

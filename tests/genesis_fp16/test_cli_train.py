@@ -234,3 +234,52 @@ def test_cuda_graph_on_runs_graphed_on_cuda_and_is_one_line_elsewhere(
         assert "CUDA graphs need a CUDA device" in last
     bad = _cli(tmp_path, "train", "se_darwin", "--cuda-graph", "yes")
     assert bad.returncode == 2 and "--cuda-graph" in bad.stderr
+
+
+@pytest.mark.slow
+def test_a_disk_that_refuses_the_checkpoint_is_one_line_naming_the_path(
+    tmp_path: Path, data: Path
+) -> None:
+    """Files capped at 32 KiB (the kernel's EFBIG, as a full disk gives ENOSPC): the run
+    ends with one line naming the checkpoint path and the setting, exit 1, no traceback."""
+    import resource
+    import signal
+
+    def small_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # fail the write, do not kill
+        resource.setrlimit(resource.RLIMIT_FSIZE, (32 * 1024, 32 * 1024))
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_FP16_")}
+    env.update(
+        GENESIS_FP16_STATE_DIR=str(tmp_path / "state"),
+        GENESIS_FP16_LOG_LEVEL="WARNING",
+        PYTHONPATH=str(ROOT),
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "genesis_fp16",
+            "train",
+            "se_darwin",
+            "--data",
+            str(data),
+            "--precision",
+            "fp32",
+            "--steps",
+            "4",
+            "--checkpoint-dir",
+            str(tmp_path / "ck"),
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=small_files,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("genesis-fp16: error:")]
+    assert str(tmp_path / "ck") in line and "File too large" in line
+    assert "GENESIS_FP16_STATE_DIR" in line

@@ -64,6 +64,15 @@ def test_ready_and_series_move_after_a_short_job(trained: DaemonProcess) -> None
     assert list((trained.state_dir / "agents" / GOOD / "checkpoints").glob("*.pt"))
 
 
+def test_process_series_show_memory_and_open_files(trained: DaemonProcess) -> None:
+    """/metrics carries the process's memory, open files and CPU (a leak or fd flood shows)."""
+    s = trained.sample
+    assert (s("process_resident_memory_bytes") or 0) > 10 * 2**20
+    assert (s("process_open_fds") or 0) > 0
+    assert (s("process_max_fds") or 0) >= 1024
+    assert s("process_cpu_seconds_total") is not None
+
+
 def test_broken_plugins_are_counted_and_the_good_one_trains(trained: DaemonProcess) -> None:
     """Import failure and wrong API are counted per plugin; a raising job is a failed run."""
     s = trained.sample

@@ -59,3 +59,79 @@ def test_refusal_is_one_line_a_bug_keeps_its_traceback(
         "genesis_fp16_rl_mismatch_kl_k3_nats", {"agent": AGENT}
     )
     assert live == 2e-7  # exported while the run trained, not only from a result
+
+
+def _context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobContext:
+    for key in list(os.environ):
+        if key.startswith("GENESIS_FP16_") or key == "ENABLE_FP16_TRAINING":
+            monkeypatch.delenv(key)
+    settings = Settings(state_dir=tmp_path, agents={AGENT: {"data_path": tmp_path}})  # type: ignore[arg-type]
+    return JobContext(
+        settings, DaemonMetrics(CollectorRegistry(), "test"), DeviceSlots(1), threading.Event()
+    )
+
+
+def _failed_runs(ctx: JobContext) -> float | None:
+    return ctx.metrics.registry.get_sample_value(
+        "genesis_fp16_training_runs_total", {"agent": AGENT, "outcome": "failed"}
+    )
+
+
+def test_a_plugin_calling_sys_exit_is_a_counted_failed_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SystemExit from a plugin's train() does not escape the job: one failed run, one line."""
+    ctx = _context(tmp_path, monkeypatch)
+    with capture_logs() as logs:
+        run_agent_job(ctx, AGENT, _Refusing(SystemExit(3)))  # type: ignore[arg-type]
+    (failed,) = [e for e in logs if e["event"] == "training run failed"]
+    assert failed["error"] == "the plugin called sys.exit(3)"
+    assert _failed_runs(ctx) == 1
+
+
+def test_an_unreadable_precision_state_is_a_counted_failed_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder where precision_state.json belongs: the job fails and counts, never raises."""
+    from genesis_fp16.paths import AgentPaths
+
+    ctx = _context(tmp_path, monkeypatch)
+    AgentPaths.for_agent(tmp_path, AGENT).precision_state_path.mkdir(parents=True)
+    run_agent_job(ctx, AGENT, _Refusing(RuntimeError("not reached")))  # type: ignore[arg-type]
+    assert _failed_runs(ctx) == 1
+
+
+def test_a_full_disk_fails_the_run_in_one_line_and_marks_the_daemon_degraded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENOSPC naming a path: one line with the path and the setting, and degraded health."""
+    import errno
+
+    ctx = _context(tmp_path, monkeypatch)
+    full = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "ckpt.pt"))
+    with capture_logs() as logs:
+        run_agent_job(ctx, AGENT, _Refusing(full))  # type: ignore[arg-type]
+    (failed,) = [e for e in logs if e["event"] == "training run failed"]
+    assert "exc_info" not in failed
+    assert (
+        str(tmp_path / "ckpt.pt") in failed["error"] and "GENESIS_FP16_STATE_DIR" in failed["error"]
+    )
+    assert AGENT in ctx.degraded and _failed_runs(ctx) == 1
+
+
+def test_health_reports_degraded_with_the_reason_until_a_run_succeeds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A storage failure turns /healthz's check to 503 naming agent and path; clearing it heals."""
+    from genesis_fp16.daemon import Daemon
+
+    ctx = _context(tmp_path, monkeypatch)
+    daemon = Daemon(ctx.settings, tmp_path / ".env", CollectorRegistry(), notifier=None)
+    daemon.context = ctx
+    daemon.beat()
+    assert daemon.health()[0] is True
+    ctx.degraded[AGENT] = "cannot write /x/ckpt.pt: No space left on device"
+    ok, reason = daemon.health()
+    assert not ok and reason.startswith("degraded: refusing: cannot write /x/ckpt.pt")
+    ctx.degraded.clear()
+    assert daemon.health()[0] is True

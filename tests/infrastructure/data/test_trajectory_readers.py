@@ -193,3 +193,46 @@ def test_unreadable_file_is_an_error() -> None:
     """A file the process cannot read raises DataError, not a quarantine entry."""
     with pytest.raises(DataError, match="cannot read data file"):
         read_trajectories(Path("/proc/self/mem"))
+
+
+def test_hostile_inputs_are_quarantined_not_crashes(tmp_path: Path) -> None:
+    """A 10**400 generation, a 5,000-digit integer and 100k levels of nesting: each is one
+    quarantined record or file with its reason, and the good records still train."""
+    folder = tmp_path / "data"
+    _write(folder / "good.json", _pool({"ok": _record("ok")}))
+    _write(folder / "huge_generation.json", _pool({"big": _record("big", generation=10**400)}))
+    (folder / "long_int.jsonl").write_text(
+        json.dumps(_record("fine"))
+        + "\n"
+        + '{"trajectory_id": "x", "generation": '
+        + "9" * 5000
+        + "}\n"
+    )
+    (folder / "nested.json").write_text("[" * 100_000 + "]" * 100_000)
+    quarantine = tmp_path / "q.jsonl"
+    result = read_trajectories(folder, quarantine=quarantine)
+    assert sorted(e.trajectory_id for e in result.examples) == ["fine", "ok"]
+    reasons = [json.loads(line)["reason"] for line in quarantine.read_text().splitlines()]
+    assert result.quarantined == 3 and len(reasons) == 3
+    assert any("generation" in r for r in reasons)
+    assert any("digits" in r for r in reasons)
+    assert any("nested too deeply" in r for r in reasons)
+
+
+def test_a_gzip_bomb_is_quarantined_without_inflating_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A .json.gz that inflates past the limit is quarantined; the limit bounds the memory."""
+    import infrastructure.data.readers as readers
+
+    monkeypatch.setattr(readers, "MAX_DECOMPRESSED_BYTES", 2**20)
+    folder = tmp_path / "data"
+    _write(folder / "good.json", _pool({"ok": _record("ok")}))
+    with gzip.open(folder / "bomb.json.gz", "wb") as handle:
+        handle.write(b" " * (8 * 2**20))  # 8 MiB of blanks: a few KiB compressed
+    assert (folder / "bomb.json.gz").stat().st_size < 64 * 1024
+    quarantine = tmp_path / "q.jsonl"
+    result = read_trajectories(folder, quarantine=quarantine)
+    assert [e.trajectory_id for e in result.examples] == ["ok"]
+    assert result.quarantined == 1
+    assert "decompresses to more than 1 MiB" in quarantine.read_text()

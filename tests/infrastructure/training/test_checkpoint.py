@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from torch import nn
 
 from infrastructure.training import CheckpointManager, PrecisionPolicy, ScalerConfig, Trainer
 from infrastructure.training import checkpoint_keys as keys
+from infrastructure.training.checkpoint import CheckpointError, load_checkpoint
 from infrastructure.training.rng import capture_rng_state, restore_rng_state
 
 
@@ -54,12 +57,15 @@ def test_save_then_load_latest_round_trips_and_names_sort_by_step(tmp_path: Path
 
 
 def test_keeps_only_the_last_n(tmp_path: Path) -> None:
-    """keep=3 leaves the three newest files and nothing else in the folder."""
+    """keep=3 leaves the three newest files, their digests and nothing else in the folder."""
     manager = _saved(tmp_path, [1, 2, 3, 4, 5], keep=3)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "ckpt-0000000003.pt",
+        "ckpt-0000000003.pt.sha256",
         "ckpt-0000000004.pt",
+        "ckpt-0000000004.pt.sha256",
         "ckpt-0000000005.pt",
+        "ckpt-0000000005.pt.sha256",
     ]
     assert len(manager.checkpoints()) == 3
 
@@ -176,3 +182,98 @@ def test_keep_must_be_positive(tmp_path: Path) -> None:
     """keep=0 is refused with the value in the message."""
     with pytest.raises(ValueError, match="keep=0"):
         CheckpointManager(tmp_path, keep=0)
+
+
+def test_flipped_bytes_in_tensor_data_are_caught_by_the_digest(tmp_path: Path) -> None:
+    """32 bytes flipped inside the weights: refused by the digest, the previous file used."""
+    manager = CheckpointManager(tmp_path)
+    manager.save(_state(1))
+    big = {**_state(2), keys.MODEL: {"w": torch.arange(4096, dtype=torch.float32)}}
+    newest = manager.save(big)
+    raw = bytearray(newest.read_bytes())
+    middle = len(raw) // 2
+    raw[middle : middle + 32] = bytes(b ^ 0xFF for b in raw[middle : middle + 32])
+    newest.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match="digest"):
+        load_checkpoint(newest)
+    found = manager.load_latest()
+    assert found is not None and found[0][keys.STEP] == 1
+
+
+def test_a_fifo_named_like_a_checkpoint_is_skipped_not_read(tmp_path: Path) -> None:
+    """A FIFO called ckpt-*.pt would block a read forever: it is not listed or loaded."""
+    manager = _saved(tmp_path, [1])
+    fifo = manager.path_for(2)
+    os.mkfifo(fifo)
+    assert fifo not in manager.checkpoints()
+    with pytest.raises(CheckpointError, match="not a regular file"):
+        load_checkpoint(fifo)
+    found = manager.load_latest()
+    assert found is not None and found[0][keys.STEP] == 1
+
+
+def test_pruning_keeps_the_file_just_written_and_sets_bad_ones_aside(tmp_path: Path) -> None:
+    """Three unreadable higher-numbered files: a fresh save survives and resumes next time."""
+    manager = CheckpointManager(tmp_path, keep=3)
+    for step in (900, 901, 902):
+        manager.path_for(step).write_bytes(b"unreadable")
+    written = manager.save(_state(5))
+    assert written.exists()
+    assert sorted(p.name for p in tmp_path.glob("*.rejected")) == [
+        "ckpt-0000000900.pt.rejected",
+        "ckpt-0000000901.pt.rejected",
+        "ckpt-0000000902.pt.rejected",
+    ]
+    found = manager.load_latest()
+    assert found is not None and found[1] == written
+
+
+def test_non_finite_weights_are_not_resumed_from(tmp_path: Path) -> None:
+    """A newest file whose weights hold a NaN is skipped, naming the weight."""
+    manager = _saved(tmp_path, [1])
+    bad = {**_state(2), keys.MODEL: {"layer.w": torch.tensor([1.0, float("nan")])}}
+    newest = manager.save(bad)
+    with pytest.raises(CheckpointError, match=r"layer\.w"):
+        load_checkpoint(newest)
+    found = manager.load_latest()
+    assert found is not None and found[0][keys.STEP] == 1
+
+
+def test_a_file_the_caller_cannot_use_falls_back_to_the_one_before(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """accept() refusing the newest file (it does not fit the model) gives the previous one."""
+    manager = _saved(tmp_path, [1, 2])
+
+    def accept(state: dict[str, Any], path: Path) -> None:
+        if state[keys.STEP] == 2:
+            raise CheckpointError("shape mismatch for w")
+
+    with caplog.at_level(logging.WARNING):
+        found = manager.load_latest(accept)
+    assert found is not None and found[0][keys.STEP] == 1
+    assert any("shape mismatch" in r.getMessage() for r in caplog.records)
+
+
+def test_stale_temp_files_are_removed_and_fresh_ones_left(tmp_path: Path) -> None:
+    """Temp files older than the bound go; a younger one may be a save under way."""
+    manager = _saved(tmp_path, [1])
+    stale, fresh = tmp_path / ".tmp-abc.pt", tmp_path / ".tmp-def.pt"
+    stale.write_bytes(b"x" * 100)
+    fresh.write_bytes(b"y")
+    old = time.time() - 3600
+    os.utime(stale, (old, old))
+    assert manager.remove_stale_temps() == [stale]
+    assert fresh.exists() and not stale.exists()
+
+
+def test_a_file_from_before_digests_loads_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No digest beside it: loaded (older versions wrote none), with a warning saying so."""
+    manager = CheckpointManager(tmp_path)
+    torch.save(_state(3), manager.path_for(3))
+    with caplog.at_level(logging.WARNING):
+        found = manager.load_latest()
+    assert found is not None and found[0][keys.STEP] == 3
+    assert any("no digest" in r.getMessage() for r in caplog.records)

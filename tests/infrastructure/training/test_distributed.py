@@ -324,9 +324,10 @@ def test_two_rank_checkpoint_resumes_in_one_process_and_back(tmp_path: Path) -> 
     reference = _run_fit(16, tmp_path / "ref", steps=6, precision="fp32")["params"]
 
     _two_ranks(tmp_path, "fit", 16, str(tmp_path / "a"), 3, "fp32", False)
-    files = sorted((tmp_path / "a").iterdir())
-    assert [f.name for f in files] == ["ckpt-0000000003.pt"]  # one file, no temp leftovers
-    written = load_checkpoint(files[0])  # weights_only=True
+    names = sorted(f.name for f in (tmp_path / "a").iterdir())
+    assert not [n for n in names if n.startswith(".tmp-")]  # no temp leftovers
+    assert names[-2:] == ["ckpt-0000000003.pt", "ckpt-0000000003.pt.sha256"]
+    written = load_checkpoint(tmp_path / "a" / "ckpt-0000000003.pt")  # weights_only=True
     assert len(written[keys.RNG_PER_RANK]) == 2
     assert not any(k.startswith("module.") for k in written[keys.MODEL])
     then_single = _run_fit(16, tmp_path / "a", steps=3, precision="fp32", resume=True)

@@ -28,6 +28,8 @@ class DriftingTask(RegressionTask):
 
 def _options(tmp_path: Path | None, **kw: object) -> FitOptions:
     base: dict[str, object] = {
+        # fp32: the test evaluates in fp32 (auto is bf16 on a CPU with AVX512-BF16).
+        "precision": "fp32",
         "epochs": 200,
         "early_stop": EarlyStopping(every_steps=2, patience=3),
         "checkpoint_dir": tmp_path,
