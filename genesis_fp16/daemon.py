@@ -54,6 +54,10 @@ RESTART_ONLY = (
 HEARTBEAT_TOLERANCE = 3
 
 
+class StartupError(Exception):
+    """A setting the daemon cannot start with, found only when used: one line naming it."""
+
+
 class Daemon:
     """Wires settings, plugins, metrics, scheduler, HTTP and systemd together."""
 
@@ -150,7 +154,13 @@ class Daemon:
         """Serve until SIGTERM or SIGINT; returns the exit code."""
         self._install_signal_handlers()
         settings = self.settings
-        settings.state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            settings.state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StartupError(
+                f"GENESIS_FP16_STATE_DIR={settings.state_dir}: cannot be the state folder "
+                f"({exc.strerror or exc})"
+            ) from exc
         raise_open_file_limit()
         self._load_plugins()
         tls = None
@@ -161,13 +171,19 @@ class Daemon:
                 settings.tls_key_file,
                 password.get_secret_value() if password else None,
             )
-        server = StatusServer(
-            (settings.metrics_addr, settings.metrics_port),
-            self.registry,
-            self.health,
-            self.readiness,
-            tls,
-        )
+        try:
+            server = StatusServer(
+                (settings.metrics_addr, settings.metrics_port),
+                self.registry,
+                self.health,
+                self.readiness,
+                tls,
+            )
+        except OSError as exc:  # taken port, no such address, not ours to bind
+            raise StartupError(
+                f"cannot serve metrics on {settings.metrics_addr}:{settings.metrics_port} "
+                f"(GENESIS_FP16_METRICS_ADDR, GENESIS_FP16_METRICS_PORT): {exc.strerror or exc}"
+            ) from exc
         server.start()
         self.context = JobContext(
             settings=settings,

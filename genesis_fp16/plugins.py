@@ -13,6 +13,7 @@ recorded with its state and error, and the others are unaffected.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from importlib.metadata import EntryPoint, entry_points
@@ -21,6 +22,9 @@ from typing import Literal
 from infrastructure.plugin_api import API_VERSION, AgentPlugin
 
 ENTRY_POINT_GROUP = "genesis_fp16.agents"
+OWN_DISTRIBUTION = "genesis-fp16"  # registers the built-in agents
+
+log = logging.getLogger(__name__)
 
 PluginState = Literal["loaded", "failed", "wrong_api", "not_allowed"]
 
@@ -52,11 +56,31 @@ class PluginRecord:
 
 
 def _entry_points() -> dict[str, EntryPoint]:
-    # The same distribution can be visible twice (an editable install plus the
-    # source tree's egg-info on sys.path); the first one on the path wins.
+    """One entry point per agent name; the project's own built-ins cannot be shadowed.
+
+    The same distribution can be visible twice (an editable install plus the source
+    tree's egg-info on sys.path): the first one on the path wins. A name that another
+    distribution registers too is the project's own when genesis-fp16 registers it (a
+    package earlier on the path must not replace the built-in se_darwin), and otherwise
+    the first found, with a warning naming both.
+    """
     found: dict[str, EntryPoint] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        found.setdefault(ep.name, ep)
+        first = found.setdefault(ep.name, ep)
+        if first is ep or _distribution_name(first) == _distribution_name(ep):
+            continue
+        if _distribution_name(ep) == OWN_DISTRIBUTION:
+            found[ep.name] = ep
+            first, ep = ep, first
+        log.warning(
+            "plugin %r is registered by %s (%s) and by %s (%s); using %s's",
+            ep.name,
+            _distribution_name(first),
+            first.value,
+            _distribution_name(ep),
+            ep.value,
+            _distribution_name(first),
+        )
     return dict(sorted(found.items()))
 
 

@@ -32,7 +32,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Imported here so that `genesis-fp16 --help` does not pay for torch and APScheduler.
-    from genesis_fp16.daemon import Daemon, hard_exit
+    from genesis_fp16.daemon import Daemon, StartupError, hard_exit
     from genesis_fp16.logsetup import configure_logging
 
     env_file = args.env_file or resolve_env_file()
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(settings.log_format, settings.log_level)
     try:
         code = Daemon(settings, env_file=Path(env_file)).run()
-    except OSError as exc:  # the metrics port is taken, the state folder is not writable
+    except (StartupError, OSError) as exc:  # a taken port, a state folder that is a file
         print(f"genesis-fp16: error: {exc}", file=sys.stderr)
         code = 1
     if code != 0:

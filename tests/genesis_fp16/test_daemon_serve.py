@@ -223,3 +223,30 @@ def test_invalid_setting_stops_start_up_with_a_clear_error(tmp_path: Path) -> No
     assert "GENESIS_FP16_LOG_FORMAT" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "named"),
+    [
+        ("GENESIS_FP16_STATE_DIR", "state_is_a_file", "GENESIS_FP16_STATE_DIR=state_is_a_file"),
+        ("GENESIS_FP16_METRICS_ADDR", "256.1.1.1", "GENESIS_FP16_METRICS_ADDR"),
+    ],
+)
+def test_a_setting_that_fails_when_used_is_one_line_naming_it(
+    tmp_path: Path, setting: str, value: str, named: str
+) -> None:
+    """A state folder that is a file, an address that does not exist: exit 1, one line
+    naming the setting and its value (not a bare errno text)."""
+    (tmp_path / "state_is_a_file").write_text("not a folder")
+    env = daemon_env({setting: value})
+    result = subprocess.run(
+        [sys.executable, "-m", "genesis_fp16", "serve"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr
+    errors = [x for x in result.stderr.splitlines() if x.startswith("genesis-fp16: error:")]
+    assert len(errors) == 1 and named in errors[0] and value in errors[0], result.stderr

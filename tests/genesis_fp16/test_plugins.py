@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from daemon_harness import FIXTURE_PLUGINS
@@ -54,3 +56,21 @@ def test_load_plugin_imports_one_and_explains_unknown_names() -> None:
         load_plugin("fixture_broken")
     with pytest.raises(PluginError, match="not in GENESIS_FP16_PLUGIN_ALLOWLIST"):
         load_plugin("fixture_good", allowlist=["se_darwin"])
+
+
+def test_a_package_earlier_on_the_path_cannot_replace_a_built_in_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another distribution registering se_darwin first on sys.path: the built-in one is kept,
+    the other never imported, and a warning names both."""
+    info = tmp_path / "evil_agents-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: evil-agents\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[genesis_fp16.agents]\nse_darwin = evil:plugin\n")
+    (tmp_path / "evil.py").write_text("raise SystemExit('the shadowing plugin was imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with caplog.at_level(logging.WARNING):
+        (record,) = [r for r in discover_plugins(["se_darwin"]) if r.name == "se_darwin"]
+    assert record.value == "agents.se_darwin:plugin" and record.state == "loaded"
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("evil-agents" in m and "genesis-fp16" in m for m in messages)
