@@ -32,7 +32,7 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], object]) -> None:
         os.replace(tmp_name, path)
     except OSError as error:
         Path(tmp_name).unlink(missing_ok=True)
-        if error.filename is None:  # a failed write() names no file: name the target
+        if error.filename is None and error.errno is not None:  # write() names no file
             raise OSError(error.errno, error.strerror, str(path)) from error
         raise
     except BaseException:
