@@ -29,7 +29,8 @@ from genesis_fp16.jobs import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.plugins import discover_plugins
 from genesis_fp16.scheduler import AgentScheduler
-from genesis_fp16.settings import Settings, SettingsError, load_settings
+from genesis_fp16.settings import Settings, SettingsError, load_settings_with_sources
+from genesis_fp16.settings_sources import SettingsSources
 from genesis_fp16.systemd import Notifier
 from infrastructure.plugin_api import AgentPlugin
 
@@ -63,8 +64,10 @@ class Daemon:
         env_file: Path,
         registry: CollectorRegistry | None = None,
         notifier: Notifier | None = None,
+        sources: SettingsSources | None = None,
     ) -> None:
         self.settings = settings
+        self.sources = sources
         self.env_file = env_file
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = DaemonMetrics(self.registry, __version__)
@@ -138,6 +141,8 @@ class Daemon:
         self._install_signal_handlers()
         settings = self.settings
         settings.state_dir.mkdir(parents=True, exist_ok=True)
+        if self.sources is not None:
+            _warn_shadowed(self.sources)
         self._load_plugins()
         tls = None
         if settings.tls_cert_file is not None and settings.tls_key_file is not None:
@@ -216,7 +221,9 @@ class Daemon:
     def reload(self) -> bool:
         """Re-read the settings; an invalid file keeps the old ones. True on success."""
         try:
-            new = load_settings(self.env_file if self.env_file.is_file() else None)
+            new, sources = load_settings_with_sources(
+                self.env_file if self.env_file.is_file() else None
+            )
         except SettingsError as exc:
             self.metrics.config_reloads.labels(outcome="failure").inc()
             self.metrics.config_last_reload_successful.set(0)
@@ -232,6 +239,7 @@ class Daemon:
         self.metrics.config_reloads.labels(outcome="success").inc()
         self.metrics.config_last_reload_successful.set(1)
         log.info("config reloaded", schedule_changes=changes)
+        _warn_shadowed(sources)
         self._show_precisions()
         return True
 
@@ -268,6 +276,12 @@ class Daemon:
         signal.signal(signal.SIGTERM, on_stop)
         signal.signal(signal.SIGINT, on_stop)
         signal.signal(signal.SIGHUP, on_hup)
+
+
+def _warn_shadowed(sources: SettingsSources) -> None:
+    """Say which ``.env`` values the process environment overrides: editing them does nothing."""
+    for line in sources.describe_shadowed():
+        log.warning("env file value shadowed by the environment", detail=line)
 
 
 def hard_exit(code: int) -> None:

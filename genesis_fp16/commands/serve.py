@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16.settings import SettingsError, load_settings, resolve_env_file
+from genesis_fp16.settings import SettingsError, load_settings_with_sources, resolve_env_file
 
 
 def register(subparsers: Any) -> None:
@@ -37,13 +37,13 @@ def run(args: argparse.Namespace) -> int:
 
     env_file = args.env_file or resolve_env_file()
     try:
-        settings = load_settings(args.env_file)
+        settings, sources = load_settings_with_sources(args.env_file)
     except SettingsError as exc:
         print(f"genesis-fp16: error: invalid configuration: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_format, settings.log_level)
     try:
-        code = Daemon(settings, env_file=Path(env_file)).run()
+        code = Daemon(settings, env_file=Path(env_file), sources=sources).run()
     except OSError as exc:  # the metrics port is taken, the state folder is not writable
         print(f"genesis-fp16: error: {exc}", file=sys.stderr)
         code = 1

@@ -50,3 +50,28 @@ def test_config_check_redacts_secrets_and_reports_errors(tmp_path: Path) -> None
     bad = cli(tmp_path, "config", "check", GENESIS_FP16_DEVICE_CONCURRENCY="zero")
     assert bad.returncode == 2
     assert "GENESIS_FP16_DEVICE_CONCURRENCY" in bad.stderr and "zero" in bad.stderr
+
+
+def test_config_check_names_the_file_each_source_and_shadowed_values(tmp_path: Path) -> None:
+    """The .env read is named, every value says default/.env/environment, shadowing is said."""
+    (tmp_path / ".env").write_text("ENABLE_FP16_TRAINING=false\nGENESIS_FP16_SEED=3\n")
+    ok = cli(tmp_path, "config", "check", ENABLE_FP16_TRAINING="true")
+    assert ok.returncode == 0, ok.stderr
+    lines = ok.stdout.splitlines()
+    assert lines[0] == f"# env file: {(tmp_path / '.env').resolve()} (read)"
+    assert "ENABLE_FP16_TRAINING=True  # environment" in lines
+    assert "GENESIS_FP16_SEED=3  # .env" in lines
+    assert "GENESIS_FP16_LOG_LEVEL=INFO  # default" in lines
+    shadowed = [line for line in lines if line.startswith("# shadowed: ")]
+    assert len(shadowed) == 1 and "ENABLE_FP16_TRAINING=false" in shadowed[0]
+    as_json = json.loads(cli(tmp_path, "config", "check", "--json").stdout)
+    assert as_json["sources"]["GENESIS_FP16_SEED"] == ".env"
+    assert as_json["settings"]["seed"] == 3 and as_json["env_file_read"] is True
+
+
+def test_config_check_fails_on_a_misspelt_rollback_switch(tmp_path: Path) -> None:
+    """ENABLE_FP16_TRAINIG=false in .env: exit 2, 'did you mean ENABLE_FP16_TRAINING?'."""
+    (tmp_path / ".env").write_text("ENABLE_FP16_TRAINIG=false\n")
+    bad = cli(tmp_path, "config", "check")
+    assert bad.returncode == 2
+    assert "did you mean ENABLE_FP16_TRAINING?" in bad.stderr
