@@ -28,6 +28,7 @@ from genesis_fp16.diagnostics_export import export_diagnostics
 from genesis_fp16.launcher import train_with_torchrun
 from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.paths import AgentPaths, ensure_sample_data
+from genesis_fp16.run_request import resolve_options
 from genesis_fp16.settings import Settings, requested_precision
 from infrastructure.plugin_api import AgentPlugin, TrainRequest, TrainRequestError, TrainResult
 from infrastructure.training import CheckpointManager, checkpoint_keys
@@ -107,6 +108,7 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
     try:
         paths = AgentPaths.for_agent(settings.state_dir, agent)
         spec = settings.agent(agent)
+        options = resolve_options(agent, plugin, spec.options)
         data_path = spec.data_path or ensure_sample_data(
             plugin, paths, count=settings.sample_count, seed=settings.seed
         )
@@ -156,8 +158,15 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
             auto_precision=settings.auto_precision,
             calibration_path=paths.calibration_path,
             auto_excluded=probe_gate.red_precisions(probe),
+            options=options,
         )
-        log.info("training run started", precision=precision, reason=reason, device=device)
+        log.info(
+            "training run started",
+            precision=precision,
+            reason=reason,
+            device=device,
+            options=options,
+        )
         ctx.metrics.start_run(agent, resumed_totals(paths))
         if spec.nproc > 1:  # N processes under torchrun, supervised: genesis_fp16/launcher.py
             result = train_with_torchrun(request, spec.nproc, spec.run_timeout_seconds)
@@ -220,12 +229,14 @@ def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, durat
         outcome=outcome,
         precision_requested=result.precision_requested,
         precision_used=result.precision_used,
+        precision_reason=result.precision_reason,
         execution=result.execution,
         execution_reason=result.execution_reason,
         steps=result.steps,
         skipped_steps=result.skipped_steps,
         final_train_loss=result.final_train_loss,
         eval=dict(result.eval),
+        components=result.extra.get("components"),  # per-component dtypes (rlhf_ppo's preset)
         early_stop=_early_stop_summary(early_stop),
         checkpoint=str(result.checkpoint) if result.checkpoint else None,
         duration_seconds=round(duration, 3),

@@ -107,6 +107,16 @@ class AgentSettings(BaseModel):
     cuda_graph: CudaGraph | None = None
     # Wall-clock limit of one torchrun job (nproc > 1); it then stops with a checkpoint.
     run_timeout_seconds: float | None = Field(default=None, gt=0)
+    # The agent's own options (its plugin declares them: `genesis-fp16 agents --json`),
+    # checked against that declaration at start-up and on reload (genesis_fp16/run_request.py).
+    options: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _lowercase_option_keys(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(key).lower(): item for key, item in value.items()}
+        return value
 
     @field_validator("schedule")
     @classmethod

@@ -9,6 +9,13 @@ either the plugin object or a zero-argument callable that returns it::
     my_agent = "my_agent.plugin:plugin"
 
 The daemon refuses a plugin whose ``api_version`` differs from :data:`API_VERSION`.
+
+A plugin may declare the options its ``train`` reads from ``TrainRequest.options`` as an
+``options`` attribute (a sequence of :class:`AgentOption`); operators then set them with
+``genesis-fp16 train AGENT --option KEY=VALUE`` or
+``GENESIS_FP16_AGENTS__<AGENT>__OPTIONS__<KEY>=VALUE``, and a bad key or value is refused
+before any training starts (:func:`parse_options`). A plugin without the attribute takes
+no options.
 """
 
 from __future__ import annotations
@@ -40,6 +47,103 @@ class TrainRequestError(ValueError):
     ...
     infrastructure.plugin_api.TrainRequestError: my_agent: unknown option 'hiden'
     """
+
+
+OptionValue = str | int | float | bool
+_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class AgentOption:
+    """One option an agent's ``train`` reads from ``TrainRequest.options``.
+
+    ``type`` is ``"str"``, ``"int"``, ``"float"`` or ``"bool"``; ``default`` is what the
+    agent does when the option is not given (None: the agent decides, ``help`` says how);
+    ``choices``, when set, are the only values accepted.
+
+    >>> option = AgentOption("preset", "str", None, "component dtypes", choices=("a", "b"))
+    >>> option.parse("a")
+    'a'
+    """
+
+    name: str
+    type: str
+    default: OptionValue | None
+    help: str
+    choices: tuple[OptionValue, ...] | None = None
+
+    def parse(self, value: Any) -> OptionValue:
+        """``value`` (text from the CLI or .env, or already typed) as this option's type.
+
+        Raises :class:`ValueError` with a message naming the value and what is valid.
+        """
+        kind = _TYPES[self.type]
+        parsed: OptionValue
+        if isinstance(value, str) and kind is not str:
+            text = value.strip().lower()
+            if kind is bool:
+                if text not in _TRUE + _FALSE:
+                    raise ValueError(f"{value!r} is not a boolean (true or false)")
+                parsed = text in _TRUE
+            else:
+                try:
+                    parsed = kind(text)
+                except ValueError:
+                    article = "an" if kind is int else "a"
+                    raise ValueError(f"{value!r} is not {article} {self.type}") from None
+        elif kind is float and isinstance(value, int) and not isinstance(value, bool):
+            parsed = float(value)
+        elif isinstance(value, str | int | float | bool) and isinstance(value, kind):
+            if kind is int and isinstance(value, bool):
+                raise ValueError(f"{value!r} is not an int")
+            parsed = value
+        else:
+            raise ValueError(f"{value!r} is not {'an' if kind is int else 'a'} {self.type}")
+        if self.choices is not None and parsed not in self.choices:
+            choices = ", ".join(str(c) for c in self.choices)
+            raise ValueError(f"{value!r} is not one of {choices}")
+        return parsed
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self) | {"choices": list(self.choices) if self.choices else None}
+
+
+def declared_options(plugin: object) -> tuple[AgentOption, ...]:
+    """The options ``plugin`` declares (none when it has no ``options`` attribute)."""
+    return tuple(getattr(plugin, "options", ()))
+
+
+def parse_options(
+    agent: str, declared: Sequence[AgentOption], given: Mapping[str, Any]
+) -> dict[str, OptionValue]:
+    """Check ``given`` against ``declared`` and return the typed values, keys lower-cased.
+
+    Raises :class:`TrainRequestError`: one line naming the agent, the option and what is
+    valid (the declared options, or the option's type and choices).
+
+    >>> parse_options("my_agent", [AgentOption("lr", "float", 0.001, "step size")], {"lr": "0.01"})
+    {'lr': 0.01}
+    """
+    import difflib
+
+    by_name = {option.name: option for option in declared}
+    out: dict[str, OptionValue] = {}
+    for key, value in given.items():
+        name = str(key).lower()
+        option = by_name.get(name)
+        if option is None:
+            valid = ", ".join(by_name) or "none (this agent declares no options)"
+            near = difflib.get_close_matches(name, list(by_name), n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise TrainRequestError(
+                f"agent {agent}: unknown option {name!r}; {hint}valid options: {valid}"
+            )
+        try:
+            out[name] = option.parse(value)
+        except ValueError as exc:
+            raise TrainRequestError(f"agent {agent}: option {name}={exc}") from None
+    return out
 
 
 def _never_stop() -> bool:

@@ -10,6 +10,7 @@ from typing import Any
 from genesis_fp16.guard_state import describe, load_memory
 from genesis_fp16.plugins import discover_plugins
 from genesis_fp16.settings import SettingsError, load_settings
+from infrastructure.plugin_api import declared_options
 
 
 def register(subparsers: Any) -> None:
@@ -33,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
         for record in records:
             memory = load_memory(settings, record.name)
             guard = memory.to_json() if memory is not None else None
-            listed.append({**record.to_json(), "precision_guard": guard})
+            options = [option.to_json() for option in declared_options(record.plugin)]
+            listed.append({**record.to_json(), "options": options, "precision_guard": guard})
         print(json.dumps(listed, indent=2))
     elif not records:
         print("no agent plugins found in the entry-point group genesis_fp16.agents")

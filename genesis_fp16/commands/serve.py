@@ -44,6 +44,9 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(settings.log_format, settings.log_level)
     try:
         code = Daemon(settings, env_file=Path(env_file), sources=sources).run()
+    except SettingsError as exc:  # an agent option its plugin does not declare, or a bad value
+        print(f"genesis-fp16: error: invalid configuration: {exc}", file=sys.stderr)
+        code = 2
     except OSError as exc:  # the metrics port is taken, the state folder is not writable
         print(f"genesis-fp16: error: {exc}", file=sys.stderr)
         code = 1

@@ -30,6 +30,7 @@ from genesis_fp16.cli import UsageError
 from genesis_fp16.logsetup import configure_logging
 from genesis_fp16.paths import AgentPaths, ensure_sample_data
 from genesis_fp16.plugins import PluginError, load_plugin
+from genesis_fp16.run_request import parse_option_flags, resolve_options
 from genesis_fp16.settings import (
     CUDA_GRAPH_CHOICES,
     PRECISION_CHOICES,
@@ -90,6 +91,14 @@ def register(subparsers: Any) -> None:
         help="replay each step from a captured CUDA graph: on, off, or auto (the default: "
         "GENESIS_FP16_CUDA_GRAPH; eager until the graph step has passed its GPU tests)",
     )
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option the agent declares (repeatable; `genesis-fp16 agents --json` lists "
+        "them), on top of GENESIS_FP16_AGENTS__<AGENT>__OPTIONS__<KEY>",
+    )
     # For the daemon's launcher: one {"progress": summary} JSON line per log interval.
     parser.add_argument("--json-progress", action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
@@ -103,9 +112,13 @@ def run(args: argparse.Namespace) -> int:
         settings = load_settings()
         precision, reason = requested_precision(settings, args.agent, args.precision)
         plugin = load_plugin(args.agent, settings.plugin_allowlist)
+        # Checked here, before any data is generated or a process group formed.
+        options = resolve_options(
+            args.agent, plugin, settings.agent(args.agent).options, parse_option_flags(args.option)
+        )
     except SettingsError as exc:
         raise UsageError(f"invalid configuration: {exc}") from None
-    except PluginError as exc:
+    except (PluginError, TrainRequestError) as exc:
         raise UsageError(str(exc)) from None
     configure_logging(settings.log_format, settings.log_level)
     try:
@@ -118,7 +131,9 @@ def run(args: argparse.Namespace) -> int:
     with process_group(env, wanted) as device:
         with rank_zero_first(env):  # rank 0 generates the sample data, the others wait
             request = _request(args, settings, plugin, precision, reason)
-        request = replace(request, device=device, should_stop=stop.is_set, fsdp=args.fsdp)
+        request = replace(
+            request, device=device, should_stop=stop.is_set, fsdp=args.fsdp, options=options
+        )
         if args.json_progress or not main:
             request = replace(request, on_log=_print_progress if main else None)
         return _train(args, plugin, request, precision, reason, main)
