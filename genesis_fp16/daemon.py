@@ -23,12 +23,12 @@ from types import FrameType
 import structlog
 from prometheus_client import CollectorRegistry
 
-from genesis_fp16 import __version__, guard_state
+from genesis_fp16 import __version__
 from genesis_fp16.http import StatusServer, tls_context
 from genesis_fp16.jobs import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.plugins import discover_plugins
-from genesis_fp16.run_request import check_configured_options
+from genesis_fp16.run_request import check_configured_options, choose_precision
 from genesis_fp16.scheduler import AgentScheduler
 from genesis_fp16.settings import Settings, SettingsError, load_settings_with_sources
 from genesis_fp16.settings_sources import SettingsSources
@@ -132,7 +132,7 @@ class Daemon:
         for agent in self.plugins:
             # What the next run will request: the guard's remembered demotion included.
             device = self.settings.device_for(agent)
-            precision, reason = guard_state.choose_precision(self.settings, agent, device)
+            precision, reason = choose_precision(self.settings, agent, device)
             if precision != "auto" and agent not in running:
                 self.metrics.set_precision(agent, precision)
             log.info("agent precision", agent=agent, requested=precision, reason=reason)

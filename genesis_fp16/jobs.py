@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog
@@ -27,11 +27,11 @@ from genesis_fp16 import guard_state, probe_gate
 from genesis_fp16.diagnostics_export import export_diagnostics
 from genesis_fp16.launcher import train_with_torchrun
 from genesis_fp16.metrics import DaemonMetrics
-from genesis_fp16.paths import AgentPaths, ensure_sample_data
-from genesis_fp16.run_request import resolve_options
+from genesis_fp16.paths import AgentPaths
+from genesis_fp16.run_request import build_request
 from genesis_fp16.settings import Settings, requested_precision
-from infrastructure.plugin_api import AgentPlugin, TrainRequest, TrainRequestError, TrainResult
-from infrastructure.training import CheckpointManager, checkpoint_keys
+from infrastructure.plugin_api import AgentPlugin, TrainRequestError, TrainResult
+from infrastructure.training import CheckpointManager, TrainingSummary, checkpoint_keys
 from infrastructure.training.execution import ExecutionError
 
 log = structlog.get_logger("genesis_fp16.jobs")
@@ -100,76 +100,43 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
     """One run; True when it stopped early because the requested precision changed."""
     settings = ctx.settings
     requested, _ = requested_precision(settings, agent, None)
-    # The precision guard's memory may lower it; ENABLE_FP16_TRAINING=false still wins.
-    precision, reason = guard_state.choose_precision(settings, agent, device)
     run_id = uuid.uuid4().hex[:12]
     structlog.contextvars.bind_contextvars(agent=agent, run_id=run_id)
     started = time.monotonic()
+
+    def precision_changed() -> bool:
+        # Worked out again only after a reload swapped the settings, not at every step.
+        current = ctx.settings
+        return current is not settings and requested_precision(current, agent, None)[0] != requested
+
     try:
-        paths = AgentPaths.for_agent(settings.state_dir, agent)
-        spec = settings.agent(agent)
-        options = resolve_options(agent, plugin, spec.options)
-        data_path = spec.data_path or ensure_sample_data(
-            plugin, paths, count=settings.sample_count, seed=settings.seed
-        )
-
-        def precision_changed() -> bool:
-            return requested_precision(ctx.settings, agent, None)[0] != requested
-
-        def should_stop() -> bool:
-            return ctx.stopping.is_set() or precision_changed()
-
-        def on_log(summary: object) -> None:
-            ctx.metrics.observe_summary(agent, summary)
-            log.info(
-                "training progress",
-                step=getattr(summary, "step", None),
-                precision=getattr(summary, "precision", None),
-                train_loss=getattr(summary, "train_loss", None),
-                loss_scale=getattr(summary, "loss_scale", None),
-                skipped_steps=getattr(summary, "skipped_steps", None),
-            )
-
+        # The one request (genesis_fp16/run_request.py); the guard's memory may lower the
+        # precision, ENABLE_FP16_TRAINING=false still wins.
+        request = build_request(settings, agent, plugin, device)
         # Once per agent, when configured: the probe before its first bf16/fp16 run. A
         # measured 'auto' leaves out the precisions it marks red.
         probe = probe_gate.gate_before_run(
-            settings, ctx.metrics.probe, agent, plugin, data_path, device, precision
+            settings, ctx.metrics.probe, agent, plugin, request.data_path, device, request.precision
         )
-        steps = None if spec.epochs else (spec.steps or settings.steps_per_run)
-        request = TrainRequest(
-            agent=agent,
-            precision=precision,
-            precision_reason=reason,
-            state_dir=settings.state_dir,
-            checkpoint_dir=paths.checkpoint_dir,
-            device=device,
-            data_path=data_path,
-            steps=steps,
-            epochs=spec.epochs,
-            seed=settings.seed,
-            resume=True,
-            log_interval=settings.log_interval,
-            on_log=on_log,
+        request = replace(
+            request,
+            on_log=functools.partial(_on_log, ctx, agent),
             on_diagnostics=functools.partial(ctx.metrics.rl.export_live, agent),
-            should_stop=should_stop,
-            quarantine_path=paths.quarantine_path,
-            guard=guard_state.guard_config(settings),
-            cuda_graph=settings.cuda_graph_for(agent),
-            auto_precision=settings.auto_precision,
-            calibration_path=paths.calibration_path,
+            should_stop=lambda: ctx.stopping.is_set() or precision_changed(),
             auto_excluded=probe_gate.red_precisions(probe),
-            options=options,
         )
         log.info(
             "training run started",
-            precision=precision,
-            reason=reason,
+            precision=request.precision,
+            reason=request.precision_reason,
             device=device,
-            options=options,
+            options=dict(request.options),
         )
+        paths = AgentPaths.for_agent(settings.state_dir, agent)
         ctx.metrics.start_run(agent, resumed_totals(paths))
-        if spec.nproc > 1:  # N processes under torchrun, supervised: genesis_fp16/launcher.py
-            result = train_with_torchrun(request, spec.nproc, spec.run_timeout_seconds)
+        nproc = settings.agent(agent).nproc
+        if nproc > 1:  # N processes under torchrun, supervised: genesis_fp16/launcher.py
+            result = train_with_torchrun(request, nproc, settings.agent(agent).run_timeout_seconds)
         else:
             result = plugin.train(request)
     except Exception as exc:
@@ -182,7 +149,20 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
         return False
     finally:
         structlog.contextvars.unbind_contextvars("agent", "run_id")
-    return _finish(ctx, agent, run_id, result, time.monotonic() - started)
+    _finish(ctx, agent, run_id, result, time.monotonic() - started)
+    return result.stopped_early and precision_changed() and not ctx.stopping.is_set()
+
+
+def _on_log(ctx: JobContext, agent: str, summary: TrainingSummary) -> None:
+    ctx.metrics.observe_summary(agent, summary)
+    log.info(
+        "training progress",
+        step=summary.step,
+        precision=summary.precision,
+        train_loss=summary.train_loss,
+        loss_scale=summary.loss_scale,
+        skipped_steps=summary.skipped_steps,
+    )
 
 
 def resumed_totals(paths: AgentPaths) -> dict[str, float]:
@@ -205,7 +185,7 @@ def resumed_totals(paths: AgentPaths) -> dict[str, float]:
     }
 
 
-def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, duration: float) -> bool:
+def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, duration: float) -> None:
     outcome = "stopped" if result.stopped_early else "success"
     guard_state.record_run(ctx.settings, ctx.metrics, agent, result)
     ctx.metrics.set_precision(agent, result.precision_used)
@@ -241,8 +221,6 @@ def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, durat
         checkpoint=str(result.checkpoint) if result.checkpoint else None,
         duration_seconds=round(duration, 3),
     )
-    switched = requested_precision(ctx.settings, agent, None)[0] != result.precision_requested
-    return result.stopped_early and switched and not ctx.stopping.is_set()
 
 
 def _early_stop_summary(record: dict[str, Any] | None) -> dict[str, Any] | None:

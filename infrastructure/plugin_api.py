@@ -21,9 +21,11 @@ no options.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from infrastructure.json_numbers import finite, number
 
 if TYPE_CHECKING:
     import torch
@@ -222,6 +224,57 @@ class TrainRequest:
         }
         return FitOptions(**{**fields, **overrides})
 
+    def to_json(self) -> dict[str, Any]:
+        """The request as JSON-ready data, callbacks left out (they cannot cross a process).
+
+        The daemon hands this to its torchrun ranks whole (a file), so every rank trains
+        with the same precision and reason, guard, budget and options::
+
+            TrainRequest.from_json(json.loads(json.dumps(request.to_json())))
+        """
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name in _CALLBACKS:
+                continue
+            value = getattr(self, f.name)
+            if isinstance(value, Path):
+                value = str(value)
+            elif f.name == "guard" and value is not None:
+                value = asdict(value)
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            out[f.name] = value
+        result: dict[str, Any] = finite(out)
+        return result
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TrainRequest:
+        """The inverse of :meth:`to_json`; callbacks are the defaults (set them with
+        ``dataclasses.replace``)."""
+        from infrastructure.training.guard_config import GuardConfig
+
+        known = {f.name for f in fields(cls)} - _CALLBACKS
+        values = {k: v for k, v in data.items() if k in known}
+        paths = ("state_dir", "checkpoint_dir", "data_path", "quarantine_path", "calibration_path")
+        for name in paths:
+            if values.get(name) is not None:
+                values[name] = Path(values[name])
+        guard = values.get("guard")
+        if guard is not None:
+            values["guard"] = replace(GuardConfig(**guard), ladder=tuple(guard["ladder"]))
+        return cls(**values)
+
+
+_CALLBACKS = frozenset({"on_log", "on_diagnostics", "should_stop"})
+# TrainResult's float fields: NaN travels as null and comes back as NaN.
+_RESULT_FLOATS = (
+    "overflow_rate",
+    "loss_scale",
+    "final_train_loss",
+    "samples_per_second",
+    "wall_seconds",
+)
+
 
 @dataclass(frozen=True)
 class TrainResult:
@@ -288,11 +341,24 @@ class TrainResult:
         )
 
     def to_json(self) -> dict[str, Any]:
+        """The ``train --json`` object: JSON-ready, NaN and infinities as null."""
         out = asdict(self)
         out["checkpoint"] = str(self.checkpoint) if self.checkpoint else None
         out["eval"] = dict(self.eval)
         out["demotions"] = [dict(d) for d in self.demotions]
-        return out
+        result: dict[str, Any] = finite(out)
+        return result
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TrainResult:
+        """The inverse of :meth:`to_json` (the torchrun ranks' result, in the daemon)."""
+        values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        values["checkpoint"] = Path(data["checkpoint"]) if data.get("checkpoint") else None
+        values["eval"] = {k: number(v) for k, v in data["eval"].items()}
+        for name in _RESULT_FLOATS:
+            values[name] = number(values[name])
+        values["demotions"] = tuple(data.get("demotions", ()))
+        return cls(**values)
 
 
 @dataclass(frozen=True)
