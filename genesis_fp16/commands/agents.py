@@ -1,4 +1,8 @@
-"""`genesis-fp16 agents [--json]`: the agent plugins found and the state of each."""
+"""`genesis-fp16 agents [--json]`: the agent plugins found and the state of each.
+
+Exits 1 when an allowed plugin failed to load (its error is in the listing), so that a
+deployment check (`genesis-fp16 agents && ...`) notices; 0 otherwise.
+"""
 
 from __future__ import annotations
 
@@ -46,4 +50,11 @@ def run(args: argparse.Namespace) -> int:
             demoted = describe(load_memory(settings, record.name))
             line = f"{record.name:<{width}}  {record.state:<11}  {record.value}  {detail}"
             print(f"{line}  {demoted}" if demoted else line)
+    broken = [r.name for r in records if r.state in ("failed", "wrong_api")]
+    if broken:
+        sys.stdout.flush()
+        print(
+            f"genesis-fp16: error: plugin(s) failed to load: {', '.join(broken)}", file=sys.stderr
+        )
+        return 1
     return 0

@@ -22,14 +22,18 @@ def cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[s
 
 
 def test_agents_json_lists_every_plugin_and_state(tmp_path: Path) -> None:
-    """Every entry point is listed; the allowlist shows as not_allowed, failures with errors."""
+    """Every entry point is listed; the allowlist shows as not_allowed, failures with errors.
+
+    A plugin that failed to load makes the command exit 1, naming it on stderr.
+    """
     result = cli(
         tmp_path,
         "agents",
         "--json",
         GENESIS_FP16_PLUGIN_ALLOWLIST="fixture_good,fixture_broken,fixture_wrong_api",
     )
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr
+    assert "failed to load: fixture_broken, fixture_wrong_api" in result.stderr
     states = {row["name"]: row for row in json.loads(result.stdout)}
     assert states["fixture_good"]["state"] == "loaded"
     assert states["fixture_broken"]["state"] == "failed"
@@ -75,3 +79,38 @@ def test_config_check_fails_on_a_misspelt_rollback_switch(tmp_path: Path) -> Non
     bad = cli(tmp_path, "config", "check")
     assert bad.returncode == 2
     assert "did you mean ENABLE_FP16_TRAINING?" in bad.stderr
+
+
+def test_agents_exits_0_when_every_allowed_plugin_loads(tmp_path: Path) -> None:
+    """Only allowed, loading plugins: exit 0 (not_allowed ones do not count as failures)."""
+    result = cli(tmp_path, "agents", GENESIS_FP16_PLUGIN_ALLOWLIST="fixture_good")
+    assert result.returncode == 0, result.stderr
+    assert "fixture_good" in result.stdout and "not_allowed" in result.stdout
+
+
+def test_agents_into_a_closed_pipe_ends_without_a_traceback(tmp_path: Path) -> None:
+    """`genesis-fp16 agents | head -1`: the reader is gone; no BrokenPipeError traceback."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "genesis_fp16", "agents"],
+        cwd=tmp_path,
+        env=daemon_env({"GENESIS_FP16_PLUGIN_ALLOWLIST": "fixture_good"}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None and child.stderr is not None
+    child.stdout.close()  # before the child prints anything: its first write meets EPIPE
+    stderr = child.stderr.read()
+    assert child.wait(timeout=120) == 141
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+
+
+def test_help_shows_no_raw_double_backticks(tmp_path: Path) -> None:
+    """Docstrings as --help text: ``code`` shows as `code` in every command's help."""
+    from genesis_fp16.cli import COMMAND_MODULES
+
+    for command in ("", *COMMAND_MODULES):
+        result = cli(tmp_path, *([command] if command else []), "--help")
+        assert result.returncode == 0, result.stderr
+        assert "``" not in result.stdout, command
+    assert "`--precision`" in cli(tmp_path, "train", "--help").stdout
