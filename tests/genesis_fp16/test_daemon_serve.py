@@ -285,3 +285,27 @@ def test_reload_shadowed_by_the_environment_is_logged(
     )
     assert "ENABLE_FP16_TRAINING=false" in shadowed[0]["detail"]
     assert "ENABLE_FP16_TRAINING=true" in shadowed[0]["detail"]
+
+
+def test_port_in_use_names_the_port_and_its_setting(tmp_path: Path) -> None:
+    """Another process on the metrics port: exit 1, one line naming it and the setting."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = daemon_env(
+            {"GENESIS_FP16_METRICS_PORT": str(port), "GENESIS_FP16_PLUGIN_ALLOWLIST": GOOD}
+        )
+        result = subprocess.run(
+            [sys.executable, "-m", "genesis_fp16", "serve"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("genesis-fp16: error")]
+    assert len(errors) == 1, result.stderr
+    assert f"127.0.0.1:{port}: address already in use" in errors[0]
+    assert "GENESIS_FP16_METRICS_PORT" in errors[0]
