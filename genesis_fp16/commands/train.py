@@ -187,24 +187,30 @@ def _train(args: argparse.Namespace, plugin: Any, request: TrainRequest, main: b
     from infrastructure.training import PrecisionError
     from infrastructure.training.execution import ExecutionError
 
+    bar = getattr(request.on_log, "__self__", None)
+    handlers = logging.getLogger().handlers if isinstance(bar, _ProgressBar) else []
+    for handler in handlers:
+        handler.addFilter(bar)  # type: ignore[arg-type]
     try:
         result = plugin.train(request)
     except (DataError, PrecisionError, ExecutionError, TrainRequestError) as exc:
         raise UsageError(str(exc)) from None
     finally:
-        if isinstance(getattr(request.on_log, "__self__", None), _ProgressBar):
-            print(file=sys.stderr)  # end the progress bar's line (not after JSON progress)
+        for handler in handlers:
+            handler.removeFilter(bar)  # type: ignore[arg-type]
+        if isinstance(bar, _ProgressBar):
+            bar.end_line()  # the summary below starts on a line of its own
     out = result.to_json()
-    log.info(
-        "trained %s in %s (requested %s: %s), %s steps (%s); eval %s",
-        args.agent,
-        result.precision_used,
-        result.precision_requested,
-        result.precision_reason,
-        result.execution,
-        result.execution_reason,
-        dict(result.eval),
-    )
+    if args.json or not main:  # without --json the summary below says all this, once
+        log.info(
+            "trained %s in %s (requested %s: %s), %s steps (%s)",
+            args.agent,
+            result.precision_used,
+            result.precision_requested,
+            result.precision_reason,
+            result.execution,
+            result.execution_reason,
+        )
     if not main:
         return 0
     if args.json:
@@ -277,15 +283,31 @@ def _request(
     return request, bar.update if bar else None
 
 
-class _ProgressBar:
-    """One self-overwriting line on a terminal: steps done, loss, precision, overflows."""
+class _ProgressBar(logging.Filter):
+    """One self-overwriting line on a terminal: steps done, loss, precision, overflows.
+
+    As a filter on the log handlers it ends its line before any record is written, so a
+    record never continues the bar's line; the next update draws a fresh one below it.
+    """
 
     def __init__(self, total: int | None, stream: TextIO, width: int = 30) -> None:
+        super().__init__()
         self.total = total
         self.stream = stream
         self.width = width
         self.first_step: int | None = None
         self.started = time.monotonic()
+        self.line_open = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.end_line()
+        return True
+
+    def end_line(self) -> None:
+        if self.line_open:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.line_open = False
 
     def update(self, summary: TrainingSummary) -> None:
         if self.first_step is None:  # a resumed run starts counting at the checkpoint
@@ -302,6 +324,7 @@ class _ProgressBar:
             f"skipped {summary.skipped_steps}  {time.monotonic() - self.started:.0f}s"
         )
         self.stream.flush()
+        self.line_open = True
 
 
 def _describe(out: dict[str, Any]) -> str:
