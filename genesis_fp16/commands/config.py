@@ -20,7 +20,7 @@ from genesis_fp16.settings import (
     SettingsError,
     load_settings_with_sources,
 )
-from genesis_fp16.settings_sources import AGENTS_VARIABLE, SettingsSources
+from genesis_fp16.settings_sources import SettingsSources
 
 
 def register(subparsers: Any) -> None:
@@ -68,13 +68,28 @@ def resolved_values(settings: Settings, sources: SettingsSources) -> dict[str, t
         variable = "ENABLE_FP16_TRAINING" if name == "enable_fp16_training" else _upper(name)
         out[variable] = (_text(value), sources.source(variable))
     for agent, spec in sorted(settings.agents.items()):
-        for name in sorted(spec.model_fields_set):
-            variable = f"{AGENT_VARIABLE_PREFIX}{agent.upper()}__{name.upper()}"
+        values = dict(agents[agent])
+        # Each option is a variable of its own: ..._OPTIONS__<KEY>.
+        options = values.pop("options") if "options" in spec.model_fields_set else {}
+        flat = {name.upper(): values[name] for name in spec.model_fields_set if name in values}
+        flat |= {f"OPTIONS__{key.upper()}": value for key, value in options.items()}
+        for name, value in sorted(flat.items()):
+            variable = f"{AGENT_VARIABLE_PREFIX}{agent.upper()}__{name}"
             source = sources.source(variable)
-            if source == "default":  # set through the one JSON variable
-                source = f"{sources.source(AGENTS_VARIABLE)} ({AGENTS_VARIABLE})"
-            out[variable] = (_text(agents[agent][name]), source)
+            if source == "default":  # set through a JSON object
+                source = _json_source(sources, variable)
+            out[variable] = (_text(value), source)
     return out
+
+
+def _json_source(sources: SettingsSources, variable: str) -> str:
+    """Where a value set inside a JSON object came from: the nearest enclosing variable."""
+    parts = variable.split("__")
+    for end in range(len(parts) - 1, 0, -1):
+        enclosing = "__".join(parts[:end])
+        if sources.source(enclosing) != "default":
+            return f"{sources.source(enclosing)} ({enclosing})"
+    return "default"
 
 
 def _upper(name: str) -> str:

@@ -58,7 +58,10 @@ def test_config_check_redacts_secrets_and_reports_errors(tmp_path: Path) -> None
 
 def test_config_check_names_the_file_each_source_and_shadowed_values(tmp_path: Path) -> None:
     """The .env read is named, every value says default/.env/environment, shadowing is said."""
-    (tmp_path / ".env").write_text("ENABLE_FP16_TRAINING=false\nGENESIS_FP16_SEED=3\n")
+    (tmp_path / ".env").write_text(
+        "ENABLE_FP16_TRAINING=false\nGENESIS_FP16_SEED=3\n"
+        "GENESIS_FP16_AGENTS__RLHF_PPO__OPTIONS__PRESET=bf16_fp32_kl\n"
+    )
     ok = cli(tmp_path, "config", "check", ENABLE_FP16_TRAINING="true")
     assert ok.returncode == 0, ok.stderr
     lines = ok.stdout.splitlines()
@@ -66,6 +69,7 @@ def test_config_check_names_the_file_each_source_and_shadowed_values(tmp_path: P
     assert "ENABLE_FP16_TRAINING=True  # environment" in lines
     assert "GENESIS_FP16_SEED=3  # .env" in lines
     assert "GENESIS_FP16_LOG_LEVEL=INFO  # default" in lines
+    assert "GENESIS_FP16_AGENTS__RLHF_PPO__OPTIONS__PRESET=bf16_fp32_kl  # .env" in lines
     shadowed = [line for line in lines if line.startswith("# shadowed: ")]
     assert len(shadowed) == 1 and "ENABLE_FP16_TRAINING=false" in shadowed[0]
     as_json = json.loads(cli(tmp_path, "config", "check", "--json").stdout)
