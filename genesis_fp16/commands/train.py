@@ -1,8 +1,12 @@
 """`genesis-fp16 train AGENT`: one training run of an agent's world model, in the foreground.
 
 The precision requested is, in order: ``--precision``, ``ENABLE_FP16_TRAINING=false``
-(fp32), the agent's own override, ``ENABLE_FP16_TRAINING=true`` (fp16), ``auto``. What ran,
-and why, is logged and reported. Without ``--data`` the agent trains on a sample dataset
+(fp32), the agent's own override, ``ENABLE_FP16_TRAINING=true`` (fp16), ``auto``; without
+``--precision`` the precision guard's memory of a demotion lowers it, as in the daemon
+(the request is built by genesis_fp16/run_request.py for both). The precision guard
+(``GENESIS_FP16_GUARD_*``) watches the run. ``--option KEY=VALUE`` sets an option the
+agent declares (``genesis-fp16 agents --json``). What ran, and why, is logged and
+reported. Without ``--data`` the agent trains on a sample dataset
 generated once into the state folder. With ``--json`` the last line of stdout is one JSON
 object (``TrainResult.to_json()``).
 
