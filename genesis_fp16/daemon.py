@@ -27,7 +27,7 @@ from genesis_fp16 import __version__
 from genesis_fp16.http import StatusServer, tls_context
 from genesis_fp16.jobs import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics import DaemonMetrics
-from genesis_fp16.plugins import discover_plugins
+from genesis_fp16.plugins import discover_plugins, known_agent_names
 from genesis_fp16.run_request import check_configured_options, choose_precision
 from genesis_fp16.scheduler import AgentScheduler
 from genesis_fp16.settings import Settings, SettingsError, load_settings_with_sources
@@ -146,7 +146,7 @@ class Daemon:
             _warn_shadowed(self.sources)
         self._load_plugins()
         # A bad agent option stops start-up (serve exits 2), before anything is served.
-        check_configured_options(settings, self.plugins)
+        check_configured_options(settings, self.plugins, known_agent_names())
         tls = None
         if settings.tls_cert_file is not None and settings.tls_key_file is not None:
             password = settings.tls_key_password
@@ -227,7 +227,7 @@ class Daemon:
             new, sources = load_settings_with_sources(
                 self.env_file if self.env_file.is_file() else None
             )
-            check_configured_options(new, self.plugins)
+            check_configured_options(new, self.plugins, known_agent_names())
         except SettingsError as exc:
             self.metrics.config_reloads.labels(outcome="failure").inc()
             self.metrics.config_last_reload_successful.set(0)

@@ -19,6 +19,7 @@ declares before anything trains.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,13 +175,26 @@ def resolve_options(
     return out
 
 
-def check_configured_options(settings: Settings, plugins: Mapping[str, object]) -> None:
+def check_configured_options(
+    settings: Settings, plugins: Mapping[str, object], known: Iterable[str] | None = None
+) -> None:
     """Every configured option of every loaded agent, checked; :class:`SettingsError` if bad.
 
-    The daemon calls it at start-up and on each reload, so that a bad option is a start-up
+    ``known`` (the installed agents' names) also makes settings for an agent that is not
+    installed an error (``GENESIS_FP16_AGENTS__SE_DARVIN__STEPS`` would do nothing). The
+    daemon calls it at start-up and on each reload, so that a bad option is a start-up
     error or a failed reload, never a failed run.
     """
     errors = []
+    if known is not None:
+        names = list(known)
+        for agent in sorted(set(settings.agents) - set(names)):
+            near = difflib.get_close_matches(agent, names, n=1)
+            hint = f"did you mean {near[0]}? " if near else ""
+            errors.append(
+                f"{AGENT_VARIABLE_PREFIX}{agent.upper()}__*: no agent {agent!r} is installed; "
+                f"{hint}installed: {', '.join(names) or 'none'}"
+            )
     for agent, plugin in plugins.items():
         try:
             resolve_options(agent, plugin, settings.agent(agent).options)
