@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -40,7 +42,24 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(f"genesis_fp16.commands.{name}").register(subparsers)
+    _plain_help(parser)
     return parser
+
+
+def _plain_help(parser: argparse.ArgumentParser) -> None:
+    """Docstrings serve as descriptions: show ``code`` and :role:`x` as `code` and `x`."""
+    parser.description = _plain(parser.description)
+    for action in parser._actions:
+        action.help = _plain(action.help)
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _plain_help(sub)
+
+
+def _plain(text: str | None) -> str | None:
+    if text is None:
+        return None
+    return re.sub(r"(?::\w+:)?``?([^`]+)``?", r"`\1`", text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -50,7 +69,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # here, so that a closed pipe is caught below, not at exit
+        return code
+    except BrokenPipeError:
+        # The reader went away (`genesis-fp16 agents | head -1`): stop quietly, as a
+        # SIGPIPE would, and keep the interpreter's last flush from failing again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13
     except UsageError as exc:
         print(f"genesis-fp16: error: {exc}", file=sys.stderr)
         return 2

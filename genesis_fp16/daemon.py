@@ -13,6 +13,7 @@ stop at their next step boundary (they checkpoint), and waits for them at most
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import threading
@@ -23,13 +24,15 @@ from types import FrameType
 import structlog
 from prometheus_client import CollectorRegistry, ProcessCollector
 
-from genesis_fp16 import __version__, guard_state
+from genesis_fp16 import __version__
 from genesis_fp16.http import StatusServer, raise_open_file_limit, tls_context
 from genesis_fp16.jobs import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics import DaemonMetrics
-from genesis_fp16.plugins import discover_plugins
+from genesis_fp16.plugins import discover_plugins, known_agent_names
+from genesis_fp16.run_request import check_configured_options, choose_precision
 from genesis_fp16.scheduler import AgentScheduler
-from genesis_fp16.settings import Settings, SettingsError, load_settings
+from genesis_fp16.settings import Settings, SettingsError, load_settings_with_sources
+from genesis_fp16.settings_sources import SettingsSources
 from genesis_fp16.systemd import Notifier
 from infrastructure.plugin_api import AgentPlugin
 
@@ -67,8 +70,10 @@ class Daemon:
         env_file: Path,
         registry: CollectorRegistry | None = None,
         notifier: Notifier | None = None,
+        sources: SettingsSources | None = None,
     ) -> None:
         self.settings = settings
+        self.sources = sources
         self.env_file = env_file
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = DaemonMetrics(self.registry, __version__)
@@ -142,7 +147,7 @@ class Daemon:
             # What the next run will request: the guard's remembered demotion included.
             device = self.settings.device_for(agent)
             try:
-                precision, reason = guard_state.choose_precision(self.settings, agent, device)
+                precision, reason = choose_precision(self.settings, agent, device)
             except OSError as exc:  # the run will fail and count it; the daemon stays up
                 log.error("cannot read the agent's precision state", agent=agent, error=str(exc))
                 continue
@@ -162,7 +167,11 @@ class Daemon:
                 f"({exc.strerror or exc})"
             ) from exc
         raise_open_file_limit()
+        if self.sources is not None:
+            _warn_shadowed(self.sources)
         self._load_plugins()
+        # A bad agent option stops start-up (serve exits 2), before anything is served.
+        check_configured_options(settings, self.plugins, known_agent_names())
         tls = None
         if settings.tls_cert_file is not None and settings.tls_key_file is not None:
             password = settings.tls_key_password
@@ -179,7 +188,9 @@ class Daemon:
                 self.readiness,
                 tls,
             )
-        except OSError as exc:  # taken port, no such address, not ours to bind
+        except OSError as exc:  # no such address, not ours to bind
+            if exc.errno == errno.EADDRINUSE:
+                raise  # serve names the port, its setting and what to do
             raise StartupError(
                 f"cannot serve metrics on {settings.metrics_addr}:{settings.metrics_port} "
                 f"(GENESIS_FP16_METRICS_ADDR, GENESIS_FP16_METRICS_PORT): {exc.strerror or exc}"
@@ -250,7 +261,10 @@ class Daemon:
     def reload(self) -> bool:
         """Re-read the settings; an invalid file keeps the old ones. True on success."""
         try:
-            new = load_settings(self.env_file if self.env_file.is_file() else None)
+            new, sources = load_settings_with_sources(
+                self.env_file if self.env_file.is_file() else None
+            )
+            check_configured_options(new, self.plugins, known_agent_names())
         except SettingsError as exc:
             self.metrics.config_reloads.labels(outcome="failure").inc()
             self.metrics.config_last_reload_successful.set(0)
@@ -266,6 +280,7 @@ class Daemon:
         self.metrics.config_reloads.labels(outcome="success").inc()
         self.metrics.config_last_reload_successful.set(1)
         log.info("config reloaded", schedule_changes=changes)
+        _warn_shadowed(sources)
         self._show_precisions()
         return True
 
@@ -302,6 +317,12 @@ class Daemon:
         signal.signal(signal.SIGTERM, on_stop)
         signal.signal(signal.SIGINT, on_stop)
         signal.signal(signal.SIGHUP, on_hup)
+
+
+def _warn_shadowed(sources: SettingsSources) -> None:
+    """Say which ``.env`` values the process environment overrides: editing them does nothing."""
+    for line in sources.describe_shadowed():
+        log.warning("env file value shadowed by the environment", detail=line)
 
 
 def hard_exit(code: int) -> None:

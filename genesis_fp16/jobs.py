@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog
@@ -28,11 +28,12 @@ from genesis_fp16 import guard_state, probe_gate
 from genesis_fp16.diagnostics_export import export_diagnostics
 from genesis_fp16.launcher import train_with_torchrun
 from genesis_fp16.metrics import DaemonMetrics
-from genesis_fp16.paths import AgentPaths, ensure_sample_data
+from genesis_fp16.paths import AgentPaths
+from genesis_fp16.run_request import build_request
 from genesis_fp16.settings import Settings, requested_precision
 from genesis_fp16.storage import storage_error
-from infrastructure.plugin_api import AgentPlugin, TrainRequest, TrainRequestError, TrainResult
-from infrastructure.training import CheckpointManager, checkpoint_keys
+from infrastructure.plugin_api import AgentPlugin, TrainRequestError, TrainResult
+from infrastructure.training import CheckpointManager, TrainingSummary, checkpoint_keys
 from infrastructure.training.execution import ExecutionError
 
 log = structlog.get_logger("genesis_fp16.jobs")
@@ -123,70 +124,45 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
     run_id = uuid.uuid4().hex[:12]
     structlog.contextvars.bind_contextvars(agent=agent, run_id=run_id)
     started = time.monotonic()
+    spec = settings.agent(agent)
+    timeout = spec.run_timeout_seconds or settings.run_timeout_seconds
+    # Past it an in-process run checkpoints at its next step and ends ("stopped"); a
+    # torchrun job gets SIGTERM from its launcher at the same limit.
+    deadline = started + timeout if spec.nproc == 1 else float("inf")
+
+    def precision_changed() -> bool:
+        # Worked out again only after a reload swapped the settings, not at every step.
+        current = ctx.settings
+        return current is not settings and requested_precision(current, agent, None)[0] != requested
+
+    def should_stop() -> bool:
+        return ctx.stopping.is_set() or precision_changed() or time.monotonic() > deadline
+
     try:
-        # The precision guard's memory may lower it; ENABLE_FP16_TRAINING=false still wins.
-        # Inside the try: an unreadable state file is a counted failed run, not a lost job.
-        precision, reason = guard_state.choose_precision(settings, agent, device)
-        paths = AgentPaths.for_agent(settings.state_dir, agent)
-        spec = settings.agent(agent)
-        data_path = spec.data_path or ensure_sample_data(
-            plugin, paths, count=settings.sample_count, seed=settings.seed
-        )
-
-        def precision_changed() -> bool:
-            return requested_precision(ctx.settings, agent, None)[0] != requested
-
-        timeout = spec.run_timeout_seconds or settings.run_timeout_seconds
-        # Past it an in-process run checkpoints at its next step and ends ("stopped"); a
-        # torchrun job gets SIGTERM from its launcher at the same limit.
-        deadline = started + timeout if spec.nproc == 1 else float("inf")
-
-        def should_stop() -> bool:
-            return ctx.stopping.is_set() or precision_changed() or time.monotonic() > deadline
-
-        def on_log(summary: object) -> None:
-            ctx.metrics.observe_summary(agent, summary)
-            log.info(
-                "training progress",
-                step=getattr(summary, "step", None),
-                precision=getattr(summary, "precision", None),
-                train_loss=getattr(summary, "train_loss", None),
-                loss_scale=getattr(summary, "loss_scale", None),
-                skipped_steps=getattr(summary, "skipped_steps", None),
-            )
-
+        # The one request (genesis_fp16/run_request.py); the guard's memory may lower the
+        # precision, ENABLE_FP16_TRAINING=false still wins. Inside the try: an unreadable
+        # state file is a counted failed run, not a lost job.
+        request = build_request(settings, agent, plugin, device)
         # Once per agent, when configured: the probe before its first bf16/fp16 run. A
         # measured 'auto' leaves out the precisions it marks red.
         probe = probe_gate.gate_before_run(
-            settings, ctx.metrics.probe, agent, plugin, data_path, device, precision
+            settings, ctx.metrics.probe, agent, plugin, request.data_path, device, request.precision
         )
-        steps = None if spec.epochs else (spec.steps or settings.steps_per_run)
-        request = TrainRequest(
-            agent=agent,
-            precision=precision,
-            precision_reason=reason,
-            state_dir=settings.state_dir,
-            checkpoint_dir=paths.checkpoint_dir,
-            device=device,
-            data_path=data_path,
-            steps=steps,
-            epochs=spec.epochs,
-            seed=settings.seed,
-            resume=True,
-            log_interval=settings.log_interval,
-            on_log=on_log,
+        request = replace(
+            request,
+            on_log=functools.partial(_on_log, ctx, agent),
             on_diagnostics=functools.partial(ctx.metrics.rl.export_live, agent),
             should_stop=should_stop,
-            quarantine_path=paths.quarantine_path,
-            guard=guard_state.guard_config(settings),
-            cuda_graph=settings.cuda_graph_for(agent),
-            auto_precision=settings.auto_precision,
-            calibration_path=paths.calibration_path,
             auto_excluded=probe_gate.red_precisions(probe),
-            checkpoint_steps=settings.checkpoint_steps,
-            checkpoint_seconds=settings.checkpoint_seconds,
         )
-        log.info("training run started", precision=precision, reason=reason, device=device)
+        log.info(
+            "training run started",
+            precision=request.precision,
+            reason=request.precision_reason,
+            device=device,
+            options=dict(request.options),
+        )
+        paths = AgentPaths.for_agent(settings.state_dir, agent)
         ctx.metrics.start_run(agent, resumed_totals(paths))
         if spec.nproc > 1:  # N processes under torchrun, supervised: genesis_fp16/launcher.py
             result = train_with_torchrun(request, spec.nproc, timeout)
@@ -216,7 +192,20 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
         return False
     finally:
         structlog.contextvars.unbind_contextvars("agent", "run_id")
-    return _finish(ctx, agent, run_id, result, time.monotonic() - started)
+    _finish(ctx, agent, run_id, result, time.monotonic() - started)
+    return result.stopped_early and precision_changed() and not ctx.stopping.is_set()
+
+
+def _on_log(ctx: JobContext, agent: str, summary: TrainingSummary) -> None:
+    ctx.metrics.observe_summary(agent, summary)
+    log.info(
+        "training progress",
+        step=summary.step,
+        precision=summary.precision,
+        train_loss=summary.train_loss,
+        loss_scale=summary.loss_scale,
+        skipped_steps=summary.skipped_steps,
+    )
 
 
 def _failure_reason(exc: BaseException) -> str:
@@ -309,7 +298,7 @@ def resumed_totals(paths: AgentPaths) -> dict[str, float]:
     }
 
 
-def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, duration: float) -> bool:
+def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, duration: float) -> None:
     outcome = "stopped" if result.stopped_early else "success"
     ctx.degraded.pop(agent, None)  # a run that wrote its checkpoint: the disk is fine again
     guard_state.record_run(ctx.settings, ctx.metrics, agent, result)
@@ -334,18 +323,18 @@ def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, durat
         outcome=outcome,
         precision_requested=result.precision_requested,
         precision_used=result.precision_used,
+        precision_reason=result.precision_reason,
         execution=result.execution,
         execution_reason=result.execution_reason,
         steps=result.steps,
         skipped_steps=result.skipped_steps,
         final_train_loss=result.final_train_loss,
         eval=dict(result.eval),
+        components=result.extra.get("components"),  # per-component dtypes (rlhf_ppo's preset)
         early_stop=_early_stop_summary(early_stop),
         checkpoint=str(result.checkpoint) if result.checkpoint else None,
         duration_seconds=round(duration, 3),
     )
-    switched = requested_precision(ctx.settings, agent, None)[0] != result.precision_requested
-    return result.stopped_early and switched and not ctx.stopping.is_set()
 
 
 def _early_stop_summary(record: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -3,13 +3,17 @@
 An agent with ``nproc`` > 1 trains in N processes on this machine::
 
     python -m torch.distributed.run --standalone --nproc-per-node N \\
-        -m genesis_fp16 train AGENT --resume --json --json-progress ...
+        -m genesis_fp16 train AGENT --request FILE --json --json-progress
 
 (``python -m torch.distributed.run`` is the ``torchrun`` script, run with the daemon's own
-interpreter.) The daemon reads rank 0's stdout: one ``{"progress": ...}`` line per log
-interval, which becomes a :class:`TrainingSummary` for the metrics, and the final
-``TrainResult`` JSON line. Stopping (daemon shutdown, a precision switch, or the timeout)
-sends SIGTERM to torchrun, which forwards it to every rank; the ranks agree to stop at the
+interpreter.) ``FILE`` is the job's whole :class:`TrainRequest` as JSON
+(``TrainRequest.to_json``, written beside the agent's checkpoint folder): every rank
+trains with the precision and its reason, the guard, the budget and the options the
+daemon chose, not a second reading of flags and settings. The daemon reads rank 0's
+stdout: one ``{"progress": ...}`` line per log interval, which becomes a
+:class:`TrainingSummary` for the metrics, and the final ``TrainResult`` JSON line.
+Stopping (daemon shutdown, a precision switch, or the timeout) sends SIGTERM to torchrun,
+which forwards it to every rank; the ranks agree to stop at the
 next step boundary, rank 0 writes a checkpoint and prints its result. A child still
 running ``kill_after`` seconds later is killed, with every rank below it.
 
@@ -33,7 +37,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -41,6 +45,7 @@ import structlog
 
 from genesis_fp16.kubeflow import without_pet
 from genesis_fp16.settings import ENV_PREFIX
+from infrastructure.atomic import write_json_atomic
 from infrastructure.plugin_api import TrainRequest, TrainRequestError, TrainResult
 from infrastructure.training import TrainingSummary
 
@@ -95,29 +100,19 @@ def check_layout(
         )
 
 
+def request_file(request: TrainRequest) -> Path:
+    """Where the launcher writes ``request`` for its ranks: beside the checkpoint folder."""
+    return Path(request.checkpoint_dir).parent / "torchrun_request.json"
+
+
 def torchrun_command(request: TrainRequest, nproc: int, python: str = sys.executable) -> list[str]:
-    """The command line that runs ``request`` in ``nproc`` local processes."""
+    """The command line that runs ``request`` (from :func:`request_file`) in ``nproc``
+    local processes; "cuda" becomes cuda:<LOCAL_RANK> in each rank."""
     if nproc < 1:
         raise ValueError(f"nproc={nproc!r}: must be at least 1")
     command = [python, "-m", "torch.distributed.run", "--standalone"]
     command += ["--nproc-per-node", str(nproc), "-m", "genesis_fp16", "train", request.agent]
-    command += ["--precision", request.precision, "--seed", str(request.seed)]
-    command += ["--checkpoint-dir", str(request.checkpoint_dir), "--json", "--json-progress"]
-    command += ["--cuda-graph", request.cuda_graph]  # the ranks report eager, and why
-    # The request's device, not each rank's own settings: "cuda" becomes cuda:<LOCAL_RANK>.
-    command += ["--device", request.device]
-    if request.steps is not None:
-        command += ["--steps", str(request.steps)]
-    elif request.epochs is not None:
-        command += ["--epochs", str(request.epochs)]
-    if request.data_path is not None:
-        command += ["--data", str(request.data_path)]
-    if request.resume:
-        command.append("--resume")
-    if request.checkpoint_steps is not None:
-        command += ["--checkpoint-steps", str(request.checkpoint_steps)]
-    if request.fsdp:
-        command.append("--fsdp")
+    command += ["--request", str(request_file(request)), "--json", "--json-progress"]
     return command
 
 
@@ -141,6 +136,21 @@ def train_with_torchrun(
     Raises :class:`LaunchError` when the job fails.
     """
     check_layout(request, nproc)
+    handed = request_file(request)
+    write_json_atomic(handed, request.to_json())
+    try:
+        return _launch(request, nproc, timeout, kill_after, env)
+    finally:
+        handed.unlink(missing_ok=True)
+
+
+def _launch(
+    request: TrainRequest,
+    nproc: int,
+    timeout: float | None,
+    kill_after: float,
+    env: Mapping[str, str] | None,
+) -> TrainResult:
     command = torchrun_command(request, nproc)
     log.info("launching torchrun with %d process(es): %s", nproc, " ".join(command))
     child = _start(command, env)
@@ -165,7 +175,7 @@ def train_with_torchrun(
     if code != 0 and stopped_by is None:
         raise LaunchError(f"torchrun exited with code {code}")
     log.info("torchrun job ended (exit code %d, stopped by %s)", code, stopped_by or "nothing")
-    return result_from_json(output.result)
+    return TrainResult.from_json(output.result)
 
 
 def _start(command: list[str], env: Mapping[str, str] | None) -> subprocess.Popen[str]:
@@ -240,7 +250,7 @@ def _read_stdout(
             continue
         if "progress" in data:
             if on_log is not None:
-                on_log(summary_from_json(data["progress"]))
+                on_log(TrainingSummary.from_json(data["progress"]))
         elif "agent" in data:
             output.result = data
 
@@ -297,23 +307,3 @@ def _relay_line(line: str, in_traceback: bool) -> bool:
     relay_log.log(logging.WARNING if error else logging.INFO, "torchrun stderr", line=line)
     # A traceback's frames are indented; its last line (the exception) is not.
     return line.startswith("Traceback") or (in_traceback and line[:1].isspace())
-
-
-def _number(value: Any) -> Any:
-    return math.nan if value is None else value  # the CLI writes NaN as null
-
-
-def summary_from_json(data: Mapping[str, Any]) -> TrainingSummary:
-    """A :class:`TrainingSummary` from the ``--json-progress`` line of the train command."""
-    return TrainingSummary(**{f.name: _number(data[f.name]) for f in fields(TrainingSummary)})
-
-
-def result_from_json(data: Mapping[str, Any]) -> TrainResult:
-    """A :class:`TrainResult` from the train command's ``--json`` object."""
-    values = {f.name: data[f.name] for f in fields(TrainResult) if f.name in data}
-    values["checkpoint"] = Path(data["checkpoint"]) if data.get("checkpoint") else None
-    values["eval"] = {k: _number(v) for k, v in data["eval"].items()}
-    for name in ("final_train_loss", "overflow_rate", "loss_scale", "samples_per_second"):
-        values[name] = _number(values[name])
-    values["demotions"] = tuple(data.get("demotions", ()))
-    return TrainResult(**values)

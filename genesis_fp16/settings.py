@@ -34,9 +34,11 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from genesis_fp16.guard_settings import GuardSettings
+from genesis_fp16.settings_sources import SettingsSources, read_sources
 from infrastructure.training.precision_names import CHOICES
 
 ENV_PREFIX = "GENESIS_FP16_"
+AGENT_VARIABLE_PREFIX = ENV_PREFIX + "AGENTS__"
 ENV_FILE_VARIABLE = "GENESIS_FP16_ENV_FILE"
 DEFAULT_ENV_FILE = ".env"
 PRECISION_CHOICES: tuple[str, ...] = CHOICES
@@ -106,6 +108,16 @@ class AgentSettings(BaseModel):
     # Wall-clock limit of one run (default GENESIS_FP16_RUN_TIMEOUT_SECONDS, 6 h); past it
     # the run stops at its next step with a checkpoint (see Settings.run_timeout_seconds).
     run_timeout_seconds: float | None = Field(default=None, gt=0)
+    # The agent's own options (its plugin declares them: `genesis-fp16 agents --json`),
+    # checked against that declaration at start-up and on reload (genesis_fp16/run_request.py).
+    options: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _lowercase_option_keys(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(key).lower(): item for key, item in value.items()}
+        return value
 
     @field_validator("schedule")
     @classmethod
@@ -281,25 +293,67 @@ def _describe(error: Any) -> str:
     return f"{_env_name(loc)}: {message}{shown}"
 
 
+def setting_variables() -> dict[str, str]:
+    """Every top-level variable name, mapped to its field name."""
+    names = {ENV_FILE_VARIABLE: ""}
+    for name in Settings.model_fields:
+        names[_env_name((name,))] = name
+    return names
+
+
+def settings_sources(env_file: Path | str | None = None) -> SettingsSources:
+    """The ``.env`` file :func:`load_settings` reads, its values, the environment's, and
+    one error per unknown ``GENESIS_FP16_*``/``ENABLE_FP16_*`` name or unparsable line."""
+    explicit = env_file is not None or ENV_FILE_VARIABLE in os.environ
+    path = Path(env_file or os.environ.get(ENV_FILE_VARIABLE) or DEFAULT_ENV_FILE)
+    if explicit and not path.is_file():
+        raise SettingsError([f"{ENV_FILE_VARIABLE}: env file {str(path)!r} does not exist"])
+    return read_sources(
+        path if path.is_file() else None,
+        os.environ,
+        setting_variables(),
+        AgentSettings.model_fields,
+        shown_path=path.resolve(),
+    )
+
+
 def load_settings(env_file: Path | str | None = None) -> Settings:
     """Read the environment and the ``.env`` file into :class:`Settings`.
 
     ``env_file`` defaults to ``$GENESIS_FP16_ENV_FILE``, or ``.env`` in the working
     directory. A missing default file is fine; a missing named one is an error.
-    Environment variables win over the file.
+    Environment variables win over the file. A ``GENESIS_FP16_*`` or ``ENABLE_FP16_*``
+    name that is not a setting, or a line of the file that is not ``NAME=value``, is an
+    error (a misspelt rollback switch must not be ignored).
     """
-    explicit = env_file is not None or ENV_FILE_VARIABLE in os.environ
-    path = Path(env_file or os.environ.get(ENV_FILE_VARIABLE) or DEFAULT_ENV_FILE)
-    if explicit and not path.is_file():
-        raise SettingsError([f"{ENV_FILE_VARIABLE}: env file {str(path)!r} does not exist"])
+    return load_settings_with_sources(env_file)[0]
+
+
+def load_settings_with_sources(
+    env_file: Path | str | None = None,
+) -> tuple[Settings, SettingsSources]:
+    """:func:`load_settings`, and where each value came from (``config check``, reloads)."""
+    sources = settings_sources(env_file)
+    if sources.unparsable:  # the file itself is broken: its values mean nothing yet
+        raise SettingsError(list(sources.errors))
+    errors = list(sources.errors)
+    settings = None
+    file = sources.env_file if sources.env_file_read else None
     try:
-        return Settings(_env_file=path if path.is_file() else None)  # type: ignore[call-arg]
+        settings = Settings(_env_file=file)  # type: ignore[call-arg]
     except ValidationError as exc:
-        raise SettingsError([_describe(error) for error in exc.errors()]) from None
+        for error in exc.errors():
+            # A name flagged above ("did you mean") needs no second "Extra inputs" line.
+            if error.get("type") == "extra_forbidden" and _env_name(error["loc"]) in str(errors):
+                continue
+            errors.append(_describe(error))
     except ValueError as exc:  # a value pydantic-settings could not decode (bad JSON)
         match = re.search(r'field "(\w+)"', str(exc))
         name = _env_name((match.group(1),)) if match else "configuration"
-        raise SettingsError([f"{name}: not valid JSON ({exc.__cause__ or exc})"]) from None
+        errors.append(f"{name}: not valid JSON ({exc.__cause__ or exc})")
+    if errors or settings is None:
+        raise SettingsError(errors)
+    return settings, sources
 
 
 def resolve_env_file() -> Path:

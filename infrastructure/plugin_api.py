@@ -9,14 +9,23 @@ either the plugin object or a zero-argument callable that returns it::
     my_agent = "my_agent.plugin:plugin"
 
 The daemon refuses a plugin whose ``api_version`` differs from :data:`API_VERSION`.
+
+A plugin may declare the options its ``train`` reads from ``TrainRequest.options`` as an
+``options`` attribute (a sequence of :class:`AgentOption`); operators then set them with
+``genesis-fp16 train AGENT --option KEY=VALUE`` or
+``GENESIS_FP16_AGENTS__<AGENT>__OPTIONS__<KEY>=VALUE``, and a bad key or value is refused
+before any training starts (:func:`parse_options`). A plugin without the attribute takes
+no options.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from infrastructure.json_numbers import finite, number
 
 if TYPE_CHECKING:
     import torch
@@ -40,6 +49,103 @@ class TrainRequestError(ValueError):
     ...
     infrastructure.plugin_api.TrainRequestError: my_agent: unknown option 'hiden'
     """
+
+
+OptionValue = str | int | float | bool
+_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class AgentOption:
+    """One option an agent's ``train`` reads from ``TrainRequest.options``.
+
+    ``type`` is ``"str"``, ``"int"``, ``"float"`` or ``"bool"``; ``default`` is what the
+    agent does when the option is not given (None: the agent decides, ``help`` says how);
+    ``choices``, when set, are the only values accepted.
+
+    >>> option = AgentOption("preset", "str", None, "component dtypes", choices=("a", "b"))
+    >>> option.parse("a")
+    'a'
+    """
+
+    name: str
+    type: str
+    default: OptionValue | None
+    help: str
+    choices: tuple[OptionValue, ...] | None = None
+
+    def parse(self, value: Any) -> OptionValue:
+        """``value`` (text from the CLI or .env, or already typed) as this option's type.
+
+        Raises :class:`ValueError` with a message naming the value and what is valid.
+        """
+        kind = _TYPES[self.type]
+        parsed: OptionValue
+        if isinstance(value, str) and kind is not str:
+            text = value.strip().lower()
+            if kind is bool:
+                if text not in _TRUE + _FALSE:
+                    raise ValueError(f"{value!r} is not a boolean (true or false)")
+                parsed = text in _TRUE
+            else:
+                try:
+                    parsed = kind(text)
+                except ValueError:
+                    article = "an" if kind is int else "a"
+                    raise ValueError(f"{value!r} is not {article} {self.type}") from None
+        elif kind is float and isinstance(value, int) and not isinstance(value, bool):
+            parsed = float(value)
+        elif isinstance(value, str | int | float | bool) and isinstance(value, kind):
+            if kind is int and isinstance(value, bool):
+                raise ValueError(f"{value!r} is not an int")
+            parsed = value
+        else:
+            raise ValueError(f"{value!r} is not {'an' if kind is int else 'a'} {self.type}")
+        if self.choices is not None and parsed not in self.choices:
+            choices = ", ".join(str(c) for c in self.choices)
+            raise ValueError(f"{value!r} is not one of {choices}")
+        return parsed
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self) | {"choices": list(self.choices) if self.choices else None}
+
+
+def declared_options(plugin: object) -> tuple[AgentOption, ...]:
+    """The options ``plugin`` declares (none when it has no ``options`` attribute)."""
+    return tuple(getattr(plugin, "options", ()))
+
+
+def parse_options(
+    agent: str, declared: Sequence[AgentOption], given: Mapping[str, Any]
+) -> dict[str, OptionValue]:
+    """Check ``given`` against ``declared`` and return the typed values, keys lower-cased.
+
+    Raises :class:`TrainRequestError`: one line naming the agent, the option and what is
+    valid (the declared options, or the option's type and choices).
+
+    >>> parse_options("my_agent", [AgentOption("lr", "float", 0.001, "step size")], {"lr": "0.01"})
+    {'lr': 0.01}
+    """
+    import difflib
+
+    by_name = {option.name: option for option in declared}
+    out: dict[str, OptionValue] = {}
+    for key, value in given.items():
+        name = str(key).lower()
+        option = by_name.get(name)
+        if option is None:
+            valid = ", ".join(by_name) or "none (this agent declares no options)"
+            near = difflib.get_close_matches(name, list(by_name), n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise TrainRequestError(
+                f"agent {agent}: unknown option {name!r}; {hint}valid options: {valid}"
+            )
+        try:
+            out[name] = option.parse(value)
+        except ValueError as exc:
+            raise TrainRequestError(f"agent {agent}: option {name}={exc}") from None
+    return out
 
 
 def _never_stop() -> bool:
@@ -123,6 +229,57 @@ class TrainRequest:
         }
         return FitOptions(**{**fields, **overrides})
 
+    def to_json(self) -> dict[str, Any]:
+        """The request as JSON-ready data, callbacks left out (they cannot cross a process).
+
+        The daemon hands this to its torchrun ranks whole (a file), so every rank trains
+        with the same precision and reason, guard, budget and options::
+
+            TrainRequest.from_json(json.loads(json.dumps(request.to_json())))
+        """
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name in _CALLBACKS:
+                continue
+            value = getattr(self, f.name)
+            if isinstance(value, Path):
+                value = str(value)
+            elif f.name == "guard" and value is not None:
+                value = asdict(value)
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            out[f.name] = value
+        result: dict[str, Any] = finite(out)
+        return result
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TrainRequest:
+        """The inverse of :meth:`to_json`; callbacks are the defaults (set them with
+        ``dataclasses.replace``)."""
+        from infrastructure.training.guard_config import GuardConfig
+
+        known = {f.name for f in fields(cls)} - _CALLBACKS
+        values = {k: v for k, v in data.items() if k in known}
+        paths = ("state_dir", "checkpoint_dir", "data_path", "quarantine_path", "calibration_path")
+        for name in paths:
+            if values.get(name) is not None:
+                values[name] = Path(values[name])
+        guard = values.get("guard")
+        if guard is not None:
+            values["guard"] = replace(GuardConfig(**guard), ladder=tuple(guard["ladder"]))
+        return cls(**values)
+
+
+_CALLBACKS = frozenset({"on_log", "on_diagnostics", "should_stop"})
+# TrainResult's float fields: NaN travels as null and comes back as NaN.
+_RESULT_FLOATS = (
+    "overflow_rate",
+    "loss_scale",
+    "final_train_loss",
+    "samples_per_second",
+    "wall_seconds",
+)
+
 
 @dataclass(frozen=True)
 class TrainResult:
@@ -189,11 +346,24 @@ class TrainResult:
         )
 
     def to_json(self) -> dict[str, Any]:
+        """The ``train --json`` object: JSON-ready, NaN and infinities as null."""
         out = asdict(self)
         out["checkpoint"] = str(self.checkpoint) if self.checkpoint else None
         out["eval"] = dict(self.eval)
         out["demotions"] = [dict(d) for d in self.demotions]
-        return out
+        result: dict[str, Any] = finite(out)
+        return result
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TrainResult:
+        """The inverse of :meth:`to_json` (the torchrun ranks' result, in the daemon)."""
+        values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        values["checkpoint"] = Path(data["checkpoint"]) if data.get("checkpoint") else None
+        values["eval"] = {k: number(v) for k, v in data["eval"].items()}
+        for name in _RESULT_FLOATS:
+            values[name] = number(values[name])
+        values["demotions"] = tuple(data.get("demotions", ()))
+        return cls(**values)
 
 
 @dataclass(frozen=True)

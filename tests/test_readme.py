@@ -100,3 +100,19 @@ def test_plugin_example_is_discovered_and_trains(tmp_path: Path) -> None:
     assert result["steps"] == 20
     assert math.isfinite(result["eval"]["loss"])
     assert Path(result["checkpoint"]).exists()
+
+
+def test_documented_outcome_labels_are_the_ones_emitted() -> None:
+    """Every `..._total{outcome="X"}` in README and docs/ is a value the metrics emit."""
+    from genesis_fp16.metrics import RELOAD_OUTCOMES, RUN_OUTCOMES
+
+    emitted = {"config_reloads_total": RELOAD_OUTCOMES, "training_runs_total": RUN_OUTCOMES}
+    texts = [README, *(path.read_text() for path in (ROOT / "docs").glob("*.md"))]
+    found = 0
+    for text in texts:
+        for metric, value in re.findall(r'(\w+_total)\{outcome="(\w+)"\}', text):
+            for name, outcomes in emitted.items():
+                if metric.endswith(name):
+                    found += 1
+                    assert value in outcomes, f'{metric}{{outcome="{value}"}}: not in {outcomes}'
+    assert found >= 2

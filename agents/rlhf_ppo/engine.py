@@ -23,6 +23,8 @@ Each component runs in its own dtype, as the preset says:
 from __future__ import annotations
 
 import copy
+import dataclasses
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -42,6 +44,8 @@ from infrastructure.plugin_api import TrainRequestError
 from infrastructure.rl import diagnostics as dg
 from infrastructure.rl.ppo_math import clipped_policy_loss, gae, token_logprobs, value_loss, whiten
 from infrastructure.training import PrecisionPolicy, Trainer, TrainerConfig, TrainingSummary
+
+logger = logging.getLogger(__name__)
 
 LossFn = Callable[[nn.Module, torch.Tensor], torch.Tensor]
 
@@ -134,7 +138,7 @@ class PPOEngine:
             weight_decay=0.0,
         )
         # The trainer's precision is the policy's; the critic opens its own autocast.
-        self.precision = precision or PrecisionPolicy.create(preset.policy, device)
+        self.precision = precision or _preset_precision(preset, device)
         if self.precision.name != preset.policy:
             raise ValueError(
                 f"rlhf_ppo: precision {self.precision.name!r} does not match preset "
@@ -317,3 +321,12 @@ class PPOEngine:
                 self.rollout_policy.parameters(), self.policy.parameters(), strict=True
             ):
                 dst.copy_(src)
+
+
+def _preset_precision(preset: ComponentPrecision, device: str) -> PrecisionPolicy:
+    """The trainer's precision as the preset chose it: under ``auto`` nobody asked for the
+    policy's dtype explicitly, so the reason (logged and reported) names the preset."""
+    policy = PrecisionPolicy.create(preset.policy, device, announce=False)
+    reason = f"preset {preset.name} trains the policy in {preset.policy} on {policy.device.type}"
+    logger.info("precision %s (%s)", policy.name, reason)
+    return dataclasses.replace(policy, resolved=dataclasses.replace(policy.resolved, reason=reason))

@@ -36,18 +36,27 @@ from agents.rlhf_ppo.checkpointing import resume_engine, save_engine
 from agents.rlhf_ppo.engine import EAGER_ONLY, PPOConfig, PPOEngine
 from agents.rlhf_ppo.guarding import GuardedEngine
 from agents.rlhf_ppo.model import TaskConfig, random_prompts
-from agents.rlhf_ppo.presets import ComponentPrecision, PresetChoice, resolve_preset
+from agents.rlhf_ppo.presets import (
+    DEFAULT_PRESET,
+    PRESETS,
+    ComponentPrecision,
+    PresetChoice,
+    resolve_preset,
+)
 from agents.rlhf_ppo.probe import build_probe_setup
 from infrastructure.atomic import write_json_atomic
 from infrastructure.plugin_api import (
     API_VERSION,
+    AgentOption,
     ProbeSetup,
     TrainRequest,
     TrainRequestError,
     TrainResult,
+    parse_options,
 )
 from infrastructure.training import PrecisionPolicy
 from infrastructure.training.distributed import rank_and_world
+from infrastructure.training.precision_names import PRECISIONS
 
 logger = logging.getLogger(__name__)
 
@@ -59,17 +68,47 @@ HISTORY_KEYS = (
     "mismatch_abs_dlogp_mean",
     "reward_dead_groups",
 )
-PPO_OPTIONS = (
-    "batch_size",
-    "group_size",
-    "ppo_epochs",
-    "minibatches",
-    "lr",
-    "critic_lr",
-    "kl_coef",
-    "clip_eps",
+_PPO_HELP = {
+    "batch_size": "rollouts per PPO iteration (a multiple of group_size and minibatches)",
+    "group_size": "completions per prompt (the reward-resolution groups)",
+    "ppo_epochs": "passes over each iteration's rollouts",
+    "minibatches": "minibatches per PPO epoch (one optimizer step each)",
+    "lr": "policy learning rate",
+    "critic_lr": "value head learning rate",
+    "kl_coef": "weight of the KL penalty to the frozen reference",
+    "clip_eps": "PPO ratio clipping",
+}
+PPO_OPTIONS = tuple(_PPO_HELP)
+_PPO_DEFAULTS = {f.name: f for f in dataclasses.fields(PPOConfig)}
+# What `genesis-fp16 agents --json` lists, `--option KEY=VALUE` and
+# GENESIS_FP16_AGENTS__RLHF_PPO__OPTIONS__<KEY> set, checked before any training.
+DECLARED_OPTIONS: tuple[AgentOption, ...] = (
+    AgentOption(
+        "preset",
+        "str",
+        None,
+        f"per-component precision preset (default: chosen by the precision, {DEFAULT_PRESET} "
+        "under auto and bf16; precision fp32 forces fp32_baseline, fp16 needs fp16_all)",
+        choices=tuple(PRESETS),
+    ),
+    AgentOption(
+        "rollout_precision",
+        "str",
+        None,
+        "dtype of the rollout (inference) copy of the policy (default: the preset's)",
+        choices=PRECISIONS,
+    ),
+    *(
+        AgentOption(
+            name,
+            type(_PPO_DEFAULTS[name].default).__name__,
+            _PPO_DEFAULTS[name].default,  # type: ignore[arg-type]
+            text,
+        )
+        for name, text in _PPO_HELP.items()
+    ),
 )
-OPTIONS = ("preset", "rollout_precision", *PPO_OPTIONS)
+OPTIONS = tuple(option.name for option in DECLARED_OPTIONS)
 
 
 def load_task(data_path: Path | None) -> tuple[TaskConfig, torch.Tensor | None]:
@@ -107,6 +146,7 @@ class RlhfPpoPlugin:
 
     api_version = API_VERSION
     name = "rlhf_ppo"
+    options = DECLARED_OPTIONS
     description = (
         "PPO policy training (tiny transformer, value head, GAE, KL to a frozen reference) "
         "with per-component precision presets and trainer-rollout mismatch diagnostics"
@@ -142,7 +182,7 @@ class RlhfPpoPlugin:
                 f"rlhf_ppo: cuda_graph=on is not supported: {EAGER_ONLY}; set "
                 "GENESIS_FP16_AGENTS__RLHF_PPO__CUDA_GRAPH (or --cuda-graph) to auto or off"
             )
-        options = dict(request.options)
+        options: dict[str, Any] = parse_options(self.name, self.options, request.options)
         choice = resolve_preset(
             request.precision, options.pop("preset", None), options.pop("rollout_precision", None)
         )

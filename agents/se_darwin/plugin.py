@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import tempfile
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from infrastructure.data.readers import read_trajectories
 from infrastructure.data.synthetic import write_pool
 from infrastructure.plugin_api import (
     API_VERSION,
+    AgentOption,
     ProbeSetup,
     TrainRequest,
     TrainRequestError,
@@ -22,12 +25,43 @@ from infrastructure.plugin_api import (
 )
 from infrastructure.training import CheckpointManager, fit
 from infrastructure.training.distributed import rank_and_world
-from infrastructure.world_model.model import HEAD_MODULES, TRUNK_MODULES, WorldModel
+from infrastructure.world_model.model import HEAD_MODULES, PRESETS, TRUNK_MODULES, WorldModel
 from infrastructure.world_model.predict import read_world_model_state
 
 logger = logging.getLogger(__name__)
 
 _PROBE_BATCHES = 9
+# One line each for `genesis-fp16 agents --json`; a TaskOptions field missing here is
+# still declared, pointing at docs/se-darwin.md.
+_OPTION_HELP = {
+    "preset": "world-model size preset (hidden and depth; hidden/depth override it)",
+    "hidden": "hidden width of the world model (default: the preset's)",
+    "depth": "hidden layers of the world model (default: the preset's)",
+    "batch_size": "examples per step (default 256, fewer on small pools: 8+ steps an epoch)",
+    "learning_rate": "AdamW learning rate",
+    "weight_decay": "AdamW weight decay",
+    "eval_fraction": "held-out share of the pool (default: sized by the pool)",
+    "early_stopping": "validate and stop when validation stops improving",
+    "patience": "validations without improvement before stopping",
+    "validate_every": "validate every N steps when an epoch is longer",
+    "max_epochs": "epoch cap of a run with no steps/epochs budget",
+}
+
+
+def _declared_options() -> tuple[AgentOption, ...]:
+    """TaskOptions' fields as declared options (its defaults and types, one source)."""
+    hints = typing.get_type_hints(TaskOptions)
+    declared = []
+    for f in dataclasses.fields(TaskOptions):
+        args = typing.get_args(hints[f.name]) or (hints[f.name],)
+        kind = next(a for a in args if a in (str, int, float, bool))  # X | None: X
+        choices = tuple(PRESETS) if f.name == "preset" else None
+        text = _OPTION_HELP.get(f.name, "see docs/se-darwin.md")
+        default = getattr(TaskOptions(), f.name)
+        declared.append(AgentOption(f.name, kind.__name__, default, text, choices))
+    return tuple(declared)
+
+
 _PROBE_SAMPLE_COUNT = 3000
 
 
@@ -36,6 +70,7 @@ class SEDarwinPlugin:
 
     api_version = API_VERSION
     name = "se_darwin"
+    options = _declared_options()
     description = "SE-Darwin world model: success, score and outcome of a code-evolution attempt"
 
     def generate_sample_data(self, out: Path, count: int, seed: int) -> Path:

@@ -1,4 +1,8 @@
-"""`genesis-fp16 agents [--json]`: the agent plugins found and the state of each."""
+"""`genesis-fp16 agents [--json]`: the agent plugins found and the state of each.
+
+Exits 1 when an allowed plugin failed to load (its error is in the listing), so that a
+deployment check (`genesis-fp16 agents && ...`) notices; 0 otherwise.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from typing import Any
 from genesis_fp16.guard_state import describe, load_memory
 from genesis_fp16.plugins import discover_plugins
 from genesis_fp16.settings import SettingsError, load_settings
+from infrastructure.plugin_api import declared_options
 
 
 def register(subparsers: Any) -> None:
@@ -33,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
         for record in records:
             memory = load_memory(settings, record.name)
             guard = memory.to_json() if memory is not None else None
-            listed.append({**record.to_json(), "precision_guard": guard})
+            options = [option.to_json() for option in declared_options(record.plugin)]
+            listed.append({**record.to_json(), "options": options, "precision_guard": guard})
         print(json.dumps(listed, indent=2))
     elif not records:
         print("no agent plugins found in the entry-point group genesis_fp16.agents")
@@ -44,4 +50,11 @@ def run(args: argparse.Namespace) -> int:
             demoted = describe(load_memory(settings, record.name))
             line = f"{record.name:<{width}}  {record.state:<11}  {record.value}  {detail}"
             print(f"{line}  {demoted}" if demoted else line)
+    broken = [r.name for r in records if r.state in ("failed", "wrong_api")]
+    if broken:
+        sys.stdout.flush()
+        print(
+            f"genesis-fp16: error: plugin(s) failed to load: {', '.join(broken)}", file=sys.stderr
+        )
+        return 1
     return 0

@@ -1,4 +1,10 @@
-"""`genesis-fp16 config check`: print the resolved settings (secrets redacted) or the errors."""
+"""`genesis-fp16 config check`: the resolved settings (secrets redacted), or the errors.
+
+The first line names the ``.env`` file read; every value says where it came from
+(``default``, ``.env`` or ``environment``), and a ``.env`` value that the process
+environment replaces is reported as shadowed. The output is itself valid ``.env``
+syntax (the notes are comments).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16.settings import SettingsError, load_settings
+from genesis_fp16.settings import (
+    AGENT_VARIABLE_PREFIX,
+    Settings,
+    SettingsError,
+    load_settings_with_sources,
+)
+from genesis_fp16.settings_sources import SettingsSources
 
 
 def register(subparsers: Any) -> None:
@@ -22,21 +34,69 @@ def register(subparsers: Any) -> None:
 
 def run_check(args: argparse.Namespace) -> int:
     try:
-        settings = load_settings(args.env_file)
+        settings, sources = load_settings_with_sources(args.env_file)
     except SettingsError as exc:
         for error in exc.errors:
             print(f"genesis-fp16: error: {error}", file=sys.stderr)
         return 2
-    resolved = settings.redacted()
+    values = resolved_values(settings, sources)
     if args.json:
-        print(json.dumps(resolved, indent=2))
+        out = {
+            "env_file": str(sources.env_file),
+            "env_file_read": sources.env_file_read,
+            "settings": settings.redacted(),
+            "sources": {name: source for name, (_, source) in values.items()},
+            "shadowed": sources.describe_shadowed(),
+        }
+        print(json.dumps(out, indent=2))
         return 0
-    for name, value in resolved.items():
-        variable = (
-            "ENABLE_FP16_TRAINING"
-            if name == "enable_fp16_training"
-            else f"GENESIS_FP16_{name.upper()}"
-        )
-        shown = "(not set)" if value is None else value
-        print(f"{variable}={json.dumps(value) if isinstance(value, dict | list) else shown}")
+    state = "read" if sources.env_file_read else "not found: defaults and environment only"
+    print(f"# env file: {sources.env_file} ({state})")
+    for name, (value, source) in values.items():
+        print(f"{name}={value}  # {source}" if value else f"{name}=  # {source} (not set)")
+    for line in sources.describe_shadowed():
+        print(f"# shadowed: {line}")
     return 0
+
+
+def resolved_values(settings: Settings, sources: SettingsSources) -> dict[str, tuple[str, str]]:
+    """``{variable: (value as text, source)}``: top-level settings, then each agent's."""
+    out: dict[str, tuple[str, str]] = {}
+    resolved = settings.redacted()
+    agents = resolved.pop("agents")
+    for name, value in resolved.items():
+        variable = "ENABLE_FP16_TRAINING" if name == "enable_fp16_training" else _upper(name)
+        out[variable] = (_text(value), sources.source(variable))
+    for agent, spec in sorted(settings.agents.items()):
+        values = dict(agents[agent])
+        # Each option is a variable of its own: ..._OPTIONS__<KEY>.
+        options = values.pop("options") if "options" in spec.model_fields_set else {}
+        flat = {name.upper(): values[name] for name in spec.model_fields_set if name in values}
+        flat |= {f"OPTIONS__{key.upper()}": value for key, value in options.items()}
+        for name, value in sorted(flat.items()):
+            variable = f"{AGENT_VARIABLE_PREFIX}{agent.upper()}__{name}"
+            source = sources.source(variable)
+            if source == "default":  # set through a JSON object
+                source = _json_source(sources, variable)
+            out[variable] = (_text(value), source)
+    return out
+
+
+def _json_source(sources: SettingsSources, variable: str) -> str:
+    """Where a value set inside a JSON object came from: the nearest enclosing variable."""
+    parts = variable.split("__")
+    for end in range(len(parts) - 1, 0, -1):
+        enclosing = "__".join(parts[:end])
+        if sources.source(enclosing) != "default":
+            return f"{sources.source(enclosing)} ({enclosing})"
+    return "default"
+
+
+def _upper(name: str) -> str:
+    return f"GENESIS_FP16_{name.upper()}"
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return json.dumps(value) if isinstance(value, dict | list) else str(value)

@@ -1,8 +1,10 @@
-"""`genesis-fp16 data generate --agent AGENT --out PATH --count N --seed S`: synthetic data.
+"""`genesis-fp16 data generate AGENT --out PATH [--count N] [--seed S]`: synthetic data.
 
-Writes the agent's own sample dataset (for ``se_darwin``, a trajectory pool at
-``PATH/trajectory_pools/se_darwin/trajectory_pool.json``) and prints its path. The same
-seed writes the same bytes.
+``--count`` and ``--seed`` default to what the daemon and `train` generate
+(``GENESIS_FP16_SAMPLE_COUNT``, ``GENESIS_FP16_SEED``); ``--agent AGENT`` is accepted as
+well as the positional name. Writes the agent's own sample dataset (for ``se_darwin``, a
+trajectory pool at ``PATH/trajectory_pools/se_darwin/trajectory_pool.json``) and prints
+its path. The same seed writes the same bytes.
 """
 
 from __future__ import annotations
@@ -23,10 +25,15 @@ def register(subparsers: Any) -> None:
     generate = actions.add_parser(
         "generate", help="write a synthetic dataset for an agent", description=__doc__
     )
-    generate.add_argument("--agent", required=True, help="agent plugin name (see `agents`)")
+    generate.add_argument(
+        "agent", metavar="AGENT", nargs="?", help="agent plugin name (see `agents`)"
+    )
+    generate.add_argument("--agent", dest="agent_flag", metavar="AGENT", help=argparse.SUPPRESS)
     generate.add_argument("--out", type=Path, required=True, help="output folder")
-    generate.add_argument("--count", type=int, default=20_000, help="records (default 20000)")
-    generate.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    generate.add_argument(
+        "--count", type=int, help="records (default: GENESIS_FP16_SAMPLE_COUNT, 2000)"
+    )
+    generate.add_argument("--seed", type=int, help="seed (default: GENESIS_FP16_SEED, 0)")
     generate.add_argument("--json", action="store_true", help="print one JSON object")
     generate.set_defaults(func=run_generate)
     parser.set_defaults(func=lambda args: _usage(parser))
@@ -38,16 +45,25 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    if args.count < 1:
+    if args.agent and args.agent_flag and args.agent != args.agent_flag:
+        raise UsageError(f"two agents named: {args.agent!r} and --agent {args.agent_flag!r}")
+    args.agent = args.agent or args.agent_flag
+    if not args.agent:
+        raise UsageError("name the agent: genesis-fp16 data generate AGENT --out PATH")
+    if args.count is not None and args.count < 1:
         raise UsageError(f"--count {args.count}: must be at least 1")
     if args.out.exists() and not args.out.is_dir():
         raise UsageError(f"--out {args.out}: exists and is not a folder")
     try:
-        plugin = load_plugin(args.agent, load_settings().plugin_allowlist)
+        settings = load_settings()
+        plugin = load_plugin(args.agent, settings.plugin_allowlist)
     except SettingsError as exc:
         raise UsageError(f"invalid configuration: {exc}") from None
     except PluginError as exc:
         raise UsageError(str(exc)) from None
+    # The daemon's and train's defaults: the same data unless asked otherwise.
+    args.count = settings.sample_count if args.count is None else args.count
+    args.seed = settings.seed if args.seed is None else args.seed
     try:
         path = plugin.generate_sample_data(args.out, args.count, args.seed)
     except OSError as exc:

@@ -18,6 +18,7 @@ from typing import Any
 from genesis_fp16.cli import UsageError
 from genesis_fp16.guard_state import describe
 from genesis_fp16.paths import AgentPaths
+from genesis_fp16.plugins import known_agent_names
 from genesis_fp16.settings import SettingsError, load_settings
 from infrastructure.training.precision_memory import read_precision_memory, write_precision_memory
 
@@ -55,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"genesis-fp16: error: invalid configuration: {exc}", file=sys.stderr)
         return 2
     paths = AgentPaths.for_agent(settings.state_dir, agent)
+    known = known_agent_names()
+    if agent not in known and not paths.root.exists():  # a typo, not an agent without state
+        raise UsageError(f"unknown agent {agent!r}; known agents: {', '.join(known) or 'none'}")
     path = paths.precision_state_path
     calibration = _read_calibration(paths.calibration_path)
     try:

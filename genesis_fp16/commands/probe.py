@@ -17,7 +17,13 @@ from typing import Any
 
 from genesis_fp16.cli import UsageError
 from genesis_fp16.plugins import PluginError, load_plugin
-from genesis_fp16.settings import SettingsError, load_settings
+from genesis_fp16.settings import (
+    Settings,
+    SettingsError,
+    check_device_name,
+    load_settings,
+    resolve_device,
+)
 from infrastructure.atomic import write_json_atomic
 
 # infrastructure.probe.runner.OPTIMIZERS, repeated: that module imports torch, and the
@@ -45,10 +51,18 @@ def register(subparsers: Any) -> None:
     parser.add_argument("agent", help="agent plugin name (see `genesis-fp16 agents`)")
     parser.add_argument("--data", type=Path, help="data the agent builds its batches from")
     parser.add_argument(
-        "--steps", type=_integer_from(1), default=10, help="optimizer steps per variant (10)"
+        "--steps",
+        type=_integer_from(1),
+        help="optimizer steps per variant (default: GENESIS_FP16_PROBE_STEPS, 10)",
     )
-    parser.add_argument("--seed", type=_integer_from(0), default=0, help="seed (0)")
-    parser.add_argument("--device", default="cpu", help="torch device to probe on (cpu)")
+    parser.add_argument(
+        "--seed", type=_integer_from(0), help="seed (default: GENESIS_FP16_SEED, 0)"
+    )
+    parser.add_argument(
+        "--device",
+        help="cpu, cuda or cuda:N (default: the agent's DEVICE, else GENESIS_FP16_DEVICE, "
+        "auto), as for train",
+    )
     parser.add_argument(
         "--optimizer", choices=OPTIMIZERS, default="sgd", help="optimizer of the N-step part"
     )
@@ -68,13 +82,15 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.data is not None and not args.data.exists():
         raise UsageError(f"--data {args.data}: no such file or folder")
+    try:
+        settings = load_settings()
+        plugin = load_plugin(args.agent, settings.plugin_allowlist)
+    except (PluginError, SettingsError) as exc:
+        raise UsageError(str(exc)) from None
+    apply_defaults(args, settings)
     if args.device.startswith("cuda"):
         # cuBLAS is deterministic only with this set before CUDA starts.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    try:
-        plugin = load_plugin(args.agent, load_settings().plugin_allowlist)
-    except (PluginError, SettingsError) as exc:
-        raise UsageError(str(exc)) from None
     try:
         setup = plugin.probe_setup(args.data, args.seed)
         report = run_probe(
@@ -109,3 +125,15 @@ def _write_files(args: argparse.Namespace, report: Any, out: dict[str, Any]) -> 
     except PlotUnavailable as exc:
         raise UsageError(str(exc)) from None
     return {"json": str(data), "plot": str(plot)}
+
+
+def apply_defaults(args: argparse.Namespace, settings: Settings) -> None:
+    """Unset --steps, --seed and --device take the settings' values, as train's do."""
+    if args.device is not None:
+        try:
+            check_device_name(args.device)
+        except ValueError as exc:
+            raise UsageError(f"--device: {exc}") from None
+    args.device = resolve_device(args.device) if args.device else settings.device_for(args.agent)
+    args.steps = settings.probe_steps if args.steps is None else args.steps
+    args.seed = settings.seed if args.seed is None else args.seed

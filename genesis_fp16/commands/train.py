@@ -1,8 +1,12 @@
 """`genesis-fp16 train AGENT`: one training run of an agent's world model, in the foreground.
 
 The precision requested is, in order: ``--precision``, ``ENABLE_FP16_TRAINING=false``
-(fp32), the agent's own override, ``ENABLE_FP16_TRAINING=true`` (fp16), ``auto``. What ran,
-and why, is logged and reported. Without ``--data`` the agent trains on a sample dataset
+(fp32), the agent's own override, ``ENABLE_FP16_TRAINING=true`` (fp16), ``auto``; without
+``--precision`` the precision guard's memory of a demotion lowers it, as in the daemon
+(the request is built by genesis_fp16/run_request.py for both). The precision guard
+(``GENESIS_FP16_GUARD_*``) watches the run. ``--option KEY=VALUE`` sets an option the
+agent declares (``genesis-fp16 agents --json``). What ran, and why, is logged and
+reported. Without ``--data`` the agent trains on a sample dataset
 generated once into the state folder. With ``--json`` the last line of stdout is one JSON
 object (``TrainResult.to_json()``).
 
@@ -16,21 +20,27 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import signal
 import sys
 import threading
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
 from genesis_fp16 import kubeflow
 from genesis_fp16.cli import UsageError
 from genesis_fp16.logsetup import configure_logging
-from genesis_fp16.paths import AgentPaths, ensure_sample_data
+from genesis_fp16.paths import AgentPaths
 from genesis_fp16.plugins import PluginError, load_plugin
+from genesis_fp16.run_request import (
+    RequestOverrides,
+    budget,
+    build_request,
+    parse_option_flags,
+    resolve_options,
+)
 from genesis_fp16.settings import (
     CUDA_GRAPH_CHOICES,
     PRECISION_CHOICES,
@@ -38,7 +48,6 @@ from genesis_fp16.settings import (
     SettingsError,
     check_device_name,
     load_settings,
-    requested_precision,
     resolve_device,
 )
 from infrastructure.data.readers import DataError
@@ -118,8 +127,18 @@ def register(subparsers: Any) -> None:
         help="replay each step from a captured CUDA graph: on, off, or auto (the default: "
         "GENESIS_FP16_CUDA_GRAPH; eager until the graph step has passed its GPU tests)",
     )
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option the agent declares (repeatable; `genesis-fp16 agents --json` lists "
+        "them), on top of GENESIS_FP16_AGENTS__<AGENT>__OPTIONS__<KEY>",
+    )
     # For the daemon's launcher: one {"progress": summary} JSON line per log interval.
     parser.add_argument("--json-progress", action="store_true", help=argparse.SUPPRESS)
+    # For the daemon's launcher: the whole run request as JSON (TrainRequest.to_json).
+    parser.add_argument("--request", type=Path, help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
 
 
@@ -127,13 +146,15 @@ def run(args: argparse.Namespace) -> int:
     from genesis_fp16.distributed import TorchrunEnv, process_group, rank_zero_first
 
     _check_arguments(args)
+    handed = _read_request_file(args.request) if args.request else None
     try:
         settings = load_settings()
-        precision, reason = requested_precision(settings, args.agent, args.precision)
         plugin = load_plugin(args.agent, settings.plugin_allowlist)
+        if handed is None:  # checked before any data is generated or a process group formed
+            resolve_options(args.agent, plugin, settings.agent(args.agent).options, _flags(args))
     except SettingsError as exc:
         raise UsageError(f"invalid configuration: {exc}") from None
-    except PluginError as exc:
+    except (PluginError, TrainRequestError) as exc:
         raise UsageError(str(exc)) from None
     configure_logging(settings.log_format, settings.log_level)
     try:
@@ -144,15 +165,38 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     main = env is None or env.is_main
     stop = _stop_on_sigterm()
-    wanted = resolve_device(args.device) if args.device else settings.device_for(args.agent)
+    if handed is not None:  # a torchrun rank of a daemon job: the request comes whole
+        wanted = handed.device
+    else:
+        wanted = resolve_device(args.device) if args.device else settings.device_for(args.agent)
     with process_group(env, wanted) as device:
-        with rank_zero_first(env):  # rank 0 generates the sample data, the others wait
-            request = _request(args, settings, plugin, precision, reason)
-        request = replace(request, device=device, should_stop=stop.is_set, fsdp=args.fsdp)
+        bar = None
+        if handed is not None:
+            request = handed
+        else:
+            with rank_zero_first(env):  # rank 0 generates the sample data, the others wait
+                request, bar = _request(args, settings, plugin, wanted)
+            request = replace(request, fsdp=args.fsdp)
+        request = replace(request, device=device, should_stop=stop.is_set, on_log=bar)
         if args.json_progress or not main:
             request = replace(request, on_log=_print_progress if main else None)
         with kubeflow.report_progress(os.environ, request, main, stop.is_set) as request:
-            return _train(args, plugin, request, precision, reason, main)
+            return _train(args, plugin, request, main)
+
+
+def _flags(args: argparse.Namespace) -> dict[str, str]:
+    try:
+        return parse_option_flags(args.option)
+    except TrainRequestError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _read_request_file(path: Path) -> TrainRequest:
+    """The request the daemon's launcher wrote for its torchrun ranks."""
+    try:
+        return TrainRequest.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise UsageError(f"--request {path}: not a readable run request ({exc})") from None
 
 
 def _stop_on_sigterm() -> threading.Event:
@@ -164,45 +208,44 @@ def _stop_on_sigterm() -> threading.Event:
 
 
 def _print_progress(summary: TrainingSummary) -> None:
-    print(json.dumps({"progress": _finite(asdict(summary))}, allow_nan=False), flush=True)
+    print(json.dumps({"progress": summary.to_json()}, allow_nan=False), flush=True)
 
 
-def _train(
-    args: argparse.Namespace,
-    plugin: Any,
-    request: TrainRequest,
-    precision: str,
-    reason: str,
-    main: bool,
-) -> int:
+def _train(args: argparse.Namespace, plugin: Any, request: TrainRequest, main: bool) -> int:
     log.info(
         "training %s: requested precision %s (%s), device %s",
         args.agent,
-        precision,
-        reason,
+        request.precision,
+        request.precision_reason,
         request.device,
     )
     from infrastructure.training import PrecisionError
     from infrastructure.training.execution import ExecutionError
 
+    bar = getattr(request.on_log, "__self__", None)
+    handlers = logging.getLogger().handlers if isinstance(bar, _ProgressBar) else []
+    for handler in handlers:
+        handler.addFilter(bar)  # type: ignore[arg-type]
     try:
         result = plugin.train(request)
     except (DataError, PrecisionError, ExecutionError, TrainRequestError) as exc:
         raise UsageError(str(exc)) from None
     finally:
-        if isinstance(getattr(request.on_log, "__self__", None), _ProgressBar):
-            print(file=sys.stderr)  # end the progress bar's line (not after JSON progress)
-    out = _finite(result.to_json())
-    log.info(
-        "trained %s in %s (requested %s: %s), %s steps (%s); eval %s",
-        args.agent,
-        result.precision_used,
-        result.precision_requested,
-        result.precision_reason,
-        result.execution,
-        result.execution_reason,
-        dict(result.eval),
-    )
+        for handler in handlers:
+            handler.removeFilter(bar)  # type: ignore[arg-type]
+        if isinstance(bar, _ProgressBar):
+            bar.end_line()  # the summary below starts on a line of its own
+    out = result.to_json()
+    if args.json or not main:  # without --json the summary below says all this, once
+        log.info(
+            "trained %s in %s (requested %s: %s), %s steps (%s)",
+            args.agent,
+            result.precision_used,
+            result.precision_requested,
+            result.precision_reason,
+            result.execution,
+            result.execution_reason,
+        )
     if not main:
         return 0
     if args.json:
@@ -212,7 +255,20 @@ def _train(
     return 0
 
 
+_REQUEST_ONLY = (
+    *("precision", "steps", "epochs", "data", "checkpoint_dir", "seed", "device"),
+    *("checkpoint_steps", "checkpoint_seconds"),
+)
+
+
 def _check_arguments(args: argparse.Namespace) -> None:
+    if args.request is not None:
+        given = [f"--{name.replace('_', '-')}" for name in _REQUEST_ONLY if getattr(args, name)]
+        given += ["--option"] if args.option else []
+        given += [f for f, on in (("--resume", args.resume), ("--fsdp", args.fsdp)) if on]
+        if given:
+            raise UsageError(f"--request carries the whole run; drop {', '.join(given)}")
+        return
     if args.precision is not None and args.precision not in PRECISION_CHOICES:
         raise UsageError(
             f"--precision {args.precision!r}: choose one of {', '.join(PRECISION_CHOICES)}"
@@ -231,62 +287,67 @@ def _check_arguments(args: argparse.Namespace) -> None:
 
 
 def _request(
-    args: argparse.Namespace, settings: Settings, plugin: Any, precision: str, reason: str
-) -> TrainRequest:
+    args: argparse.Namespace, settings: Settings, plugin: Any, device: str
+) -> tuple[TrainRequest, Any]:
+    """The run request (genesis_fp16/run_request.py) and the progress bar's callback."""
     from infrastructure.training import CheckpointManager
 
-    paths = AgentPaths.for_agent(settings.state_dir, args.agent)
-    spec = settings.agent(args.agent)
-    checkpoint_dir = args.checkpoint_dir or paths.checkpoint_dir
+    checkpoint_dir = (
+        args.checkpoint_dir or AgentPaths.for_agent(settings.state_dir, args.agent).checkpoint_dir
+    )
     if not args.resume and CheckpointManager(checkpoint_dir).checkpoints():
         raise UsageError(
             f"checkpoint folder {str(checkpoint_dir)!r} already holds checkpoints: pass "
             "--resume to continue from the newest, or --checkpoint-dir for a fresh run"
         )
-    data = args.data or spec.data_path
-    if data is None:
-        data = ensure_sample_data(plugin, paths, count=settings.sample_count, seed=settings.seed)
-    steps, epochs = args.steps, args.epochs
-    if steps is None and epochs is None:  # as the daemon does (genesis_fp16/jobs.py)
-        steps, epochs = spec.steps, spec.epochs
-        if steps is None and epochs is None:
-            steps = settings.steps_per_run  # None: the agent's own budget
-    quarantine = paths.quarantine_path
-    if args.checkpoint_dir is not None:  # beside this run's own outputs
-        quarantine = checkpoint_dir / "quarantine.jsonl"
+    steps, _ = budget(settings, args.agent, args.steps, args.epochs)
     bar = _ProgressBar(steps, sys.stderr) if sys.stderr.isatty() else None
-    return TrainRequest(
-        agent=args.agent,
-        precision=precision,
-        precision_reason=reason,
-        state_dir=settings.state_dir,
-        checkpoint_dir=checkpoint_dir,
-        device=settings.device_for(args.agent),
-        data_path=Path(data),
-        steps=steps,
-        epochs=epochs,
-        seed=settings.seed if args.seed is None else args.seed,
+    overrides = RequestOverrides(
+        precision=args.precision,
+        steps=args.steps,
+        epochs=args.epochs,
+        data_path=args.data,
+        checkpoint_dir=args.checkpoint_dir,
+        seed=args.seed,
         resume=args.resume,
-        log_interval=_PROGRESS_INTERVAL if bar else settings.log_interval,
-        on_log=bar.update if bar else None,
-        quarantine_path=quarantine,
-        cuda_graph=args.cuda_graph or settings.cuda_graph_for(args.agent),
-        auto_precision=settings.auto_precision,
-        calibration_path=paths.calibration_path,
-        checkpoint_steps=args.checkpoint_steps or settings.checkpoint_steps,
-        checkpoint_seconds=args.checkpoint_seconds or settings.checkpoint_seconds,
+        cuda_graph=args.cuda_graph,
+        log_interval=_PROGRESS_INTERVAL if bar else None,
+        options=_flags(args),
+        checkpoint_steps=args.checkpoint_steps,
+        checkpoint_seconds=args.checkpoint_seconds,
     )
+    try:
+        request = build_request(settings, args.agent, plugin, device, overrides)
+    except TrainRequestError as exc:
+        raise UsageError(str(exc)) from None
+    return request, bar.update if bar else None
 
 
-class _ProgressBar:
-    """One self-overwriting line on a terminal: steps done, loss, precision, overflows."""
+class _ProgressBar(logging.Filter):
+    """One self-overwriting line on a terminal: steps done, loss, precision, overflows.
+
+    As a filter on the log handlers it ends its line before any record is written, so a
+    record never continues the bar's line; the next update draws a fresh one below it.
+    """
 
     def __init__(self, total: int | None, stream: TextIO, width: int = 30) -> None:
+        super().__init__()
         self.total = total
         self.stream = stream
         self.width = width
         self.first_step: int | None = None
         self.started = time.monotonic()
+        self.line_open = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.end_line()
+        return True
+
+    def end_line(self) -> None:
+        if self.line_open:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.line_open = False
 
     def update(self, summary: TrainingSummary) -> None:
         if self.first_step is None:  # a resumed run starts counting at the checkpoint
@@ -303,17 +364,7 @@ class _ProgressBar:
             f"skipped {summary.skipped_steps}  {time.monotonic() - self.started:.0f}s"
         )
         self.stream.flush()
-
-
-def _finite(value: Any) -> Any:
-    """NaN and infinities become null: they are not JSON (an AUC of one class is NaN)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
+        self.line_open = True
 
 
 def _describe(out: dict[str, Any]) -> str:

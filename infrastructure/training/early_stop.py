@@ -107,7 +107,7 @@ class EarlyStopTracker:
         else:
             self.since_best += 1
         logger.info(
-            "validation at step %d: %s %.6g (best %.6g at step %s, %d/%d without improvement)",
+            "validation at step %d: %s %.6g (best %.6g at step %s, %d/%s without improvement)",
             step,
             self.config.metric,
             value,

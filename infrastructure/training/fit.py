@@ -273,13 +273,14 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
     if options.on_log is not None and steps_run and trainer.step_count % options.log_interval:
         options.on_log(summary)
     metrics = _evaluate(task.evaluate, model, policy)
+    # The eval metrics are the caller's to report (train prints them, the daemon logs them
+    # with the run): here they would be the same block a second time.
     logger.info(
-        "fit: %d step(s) in %s (%s), train loss %.6g, eval %s%s",
+        "fit: %d step(s) in %s (%s), train loss %.6g%s",
         steps_run,
         policy.name,
         trainer.execution.used,
         summary.train_loss,
-        metrics,
         " (stopped early)" if stopped else "",
     )
     return FitResult(

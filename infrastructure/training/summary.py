@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
 from typing import Any
+
+from infrastructure.json_numbers import finite, number
 
 
 @dataclass(frozen=True)
@@ -52,3 +55,17 @@ class TrainingSummary:
     def to_dict(self) -> dict[str, Any]:
         """The fields as a plain dict (for JSON logs)."""
         return asdict(self)
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields as JSON-ready data: NaN and infinities become null."""
+        out: dict[str, Any] = finite(asdict(self))
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TrainingSummary:
+        """The inverse of :meth:`to_json` (null floats come back as NaN)."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            value = data[f.name]
+            values[f.name] = number(value) if f.type in ("float", float) else value
+        return cls(**values)

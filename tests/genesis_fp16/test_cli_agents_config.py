@@ -22,14 +22,18 @@ def cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[s
 
 
 def test_agents_json_lists_every_plugin_and_state(tmp_path: Path) -> None:
-    """Every entry point is listed; the allowlist shows as not_allowed, failures with errors."""
+    """Every entry point is listed; the allowlist shows as not_allowed, failures with errors.
+
+    A plugin that failed to load makes the command exit 1, naming it on stderr.
+    """
     result = cli(
         tmp_path,
         "agents",
         "--json",
         GENESIS_FP16_PLUGIN_ALLOWLIST="fixture_good,fixture_broken,fixture_wrong_api",
     )
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr
+    assert "failed to load: fixture_broken, fixture_wrong_api" in result.stderr
     states = {row["name"]: row for row in json.loads(result.stdout)}
     assert states["fixture_good"]["state"] == "loaded"
     assert states["fixture_broken"]["state"] == "failed"
@@ -50,3 +54,67 @@ def test_config_check_redacts_secrets_and_reports_errors(tmp_path: Path) -> None
     bad = cli(tmp_path, "config", "check", GENESIS_FP16_DEVICE_CONCURRENCY="zero")
     assert bad.returncode == 2
     assert "GENESIS_FP16_DEVICE_CONCURRENCY" in bad.stderr and "zero" in bad.stderr
+
+
+def test_config_check_names_the_file_each_source_and_shadowed_values(tmp_path: Path) -> None:
+    """The .env read is named, every value says default/.env/environment, shadowing is said."""
+    (tmp_path / ".env").write_text(
+        "ENABLE_FP16_TRAINING=false\nGENESIS_FP16_SEED=3\n"
+        "GENESIS_FP16_AGENTS__RLHF_PPO__OPTIONS__PRESET=bf16_fp32_kl\n"
+    )
+    ok = cli(tmp_path, "config", "check", ENABLE_FP16_TRAINING="true")
+    assert ok.returncode == 0, ok.stderr
+    lines = ok.stdout.splitlines()
+    assert lines[0] == f"# env file: {(tmp_path / '.env').resolve()} (read)"
+    assert "ENABLE_FP16_TRAINING=True  # environment" in lines
+    assert "GENESIS_FP16_SEED=3  # .env" in lines
+    assert "GENESIS_FP16_LOG_LEVEL=INFO  # default" in lines
+    assert "GENESIS_FP16_AGENTS__RLHF_PPO__OPTIONS__PRESET=bf16_fp32_kl  # .env" in lines
+    shadowed = [line for line in lines if line.startswith("# shadowed: ")]
+    assert len(shadowed) == 1 and "ENABLE_FP16_TRAINING=false" in shadowed[0]
+    as_json = json.loads(cli(tmp_path, "config", "check", "--json").stdout)
+    assert as_json["sources"]["GENESIS_FP16_SEED"] == ".env"
+    assert as_json["settings"]["seed"] == 3 and as_json["env_file_read"] is True
+
+
+def test_config_check_fails_on_a_misspelt_rollback_switch(tmp_path: Path) -> None:
+    """ENABLE_FP16_TRAINIG=false in .env: exit 2, 'did you mean ENABLE_FP16_TRAINING?'."""
+    (tmp_path / ".env").write_text("ENABLE_FP16_TRAINIG=false\n")
+    bad = cli(tmp_path, "config", "check")
+    assert bad.returncode == 2
+    assert "did you mean ENABLE_FP16_TRAINING?" in bad.stderr
+
+
+def test_agents_exits_0_when_every_allowed_plugin_loads(tmp_path: Path) -> None:
+    """Only allowed, loading plugins: exit 0 (not_allowed ones do not count as failures)."""
+    result = cli(tmp_path, "agents", GENESIS_FP16_PLUGIN_ALLOWLIST="fixture_good")
+    assert result.returncode == 0, result.stderr
+    assert "fixture_good" in result.stdout and "not_allowed" in result.stdout
+
+
+def test_agents_into_a_closed_pipe_ends_without_a_traceback(tmp_path: Path) -> None:
+    """`genesis-fp16 agents | head -1`: the reader is gone; no BrokenPipeError traceback."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "genesis_fp16", "agents"],
+        cwd=tmp_path,
+        env=daemon_env({"GENESIS_FP16_PLUGIN_ALLOWLIST": "fixture_good"}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None and child.stderr is not None
+    child.stdout.close()  # before the child prints anything: its first write meets EPIPE
+    stderr = child.stderr.read()
+    assert child.wait(timeout=120) == 141
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+
+
+def test_help_shows_no_raw_double_backticks(tmp_path: Path) -> None:
+    """Docstrings as --help text: ``code`` shows as `code` in every command's help."""
+    from genesis_fp16.cli import COMMAND_MODULES
+
+    for command in ("", *COMMAND_MODULES):
+        result = cli(tmp_path, *([command] if command else []), "--help")
+        assert result.returncode == 0, result.stderr
+        assert "``" not in result.stdout, command
+    assert "`--precision`" in cli(tmp_path, "train", "--help").stdout

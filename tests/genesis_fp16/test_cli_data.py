@@ -47,3 +47,37 @@ def test_generate_rejects_bad_input_in_one_line(tmp_path: Path) -> None:
         assert proc.returncode == 2
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and fragment in lines[0], proc.stderr
+
+
+def test_positional_agent_and_the_daemons_sample_count(tmp_path: Path) -> None:
+    """`data generate AGENT` works positionally, and --count defaults to the daemon's count."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_FP16_")}
+    env.update(PYTHONPATH=str(ROOT), GENESIS_FP16_SAMPLE_COUNT="40")
+    proc = subprocess.run(
+        [sys.executable, "-m", "genesis_fp16", "data", "generate", "se_darwin", "--out",
+         str(tmp_path / "d"), "--json"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["count"] == 40 and out["agent"] == "se_darwin"
+    pool = json.loads(Path(out["path"]).read_text())
+    assert len(pool["trajectories"]) == 40
+
+
+def test_probe_takes_its_defaults_from_the_settings() -> None:
+    """probe's unset --steps/--seed/--device are GENESIS_FP16_PROBE_STEPS, _SEED, the device."""
+    from genesis_fp16.cli import build_parser
+    from genesis_fp16.commands.probe import apply_defaults
+    from genesis_fp16.settings import AgentSettings, Settings
+
+    settings = Settings(
+        probe_steps=7, seed=3, device="cpu", agents={"se_darwin": AgentSettings(device="cpu")}
+    )
+    args = build_parser().parse_args(["probe", "se_darwin"])
+    assert (args.steps, args.seed, args.device) == (None, None, None)
+    apply_defaults(args, settings)
+    assert (args.steps, args.seed, args.device) == (7, 3, "cpu")
+    explicit = build_parser().parse_args(["probe", "se_darwin", "--steps", "2", "--device", "cpu"])
+    apply_defaults(explicit, settings)
+    assert (explicit.steps, explicit.device) == (2, "cpu")

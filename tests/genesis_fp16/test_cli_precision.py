@@ -92,3 +92,17 @@ def test_show_survives_a_corrupt_cache(tmp_path: Path) -> None:
     assert "unreadable" in _cli(tmp_path, "precision", "show", AGENT).stdout
     path.write_text('{"rows": []}')
     assert "malformed" in _cli(tmp_path, "precision", "show", AGENT).stdout
+
+
+def test_show_of_an_unknown_agent_says_so(tmp_path: Path) -> None:
+    """`precision show nosuch`: exit 2, "unknown agent 'nosuch'" with the known ones."""
+    result = subprocess.run(
+        [sys.executable, "-m", "genesis_fp16", "precision", "show", "nosuch"],
+        cwd=tmp_path,
+        env=daemon_env({}, fixtures=False),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "unknown agent 'nosuch'; known agents:" in result.stderr and "se_darwin" in result.stderr

@@ -155,13 +155,16 @@ def test_without_data_trains_on_sample_data_in_the_state_folder(tmp_path: Path) 
 
 @pytest.mark.slow
 def test_progress_bar_on_a_terminal(tmp_path: Path, data: Path) -> None:
-    """With stderr on a pseudo-terminal, a self-overwriting progress line is drawn."""
+    """On a pseudo-terminal a self-overwriting progress line is drawn, and a log record
+    (console format, INFO) starts on a line of its own, never glued to the bar."""
     import pty
+    import re
 
     leader, follower = pty.openpty()
     proc = _cli(
         tmp_path, "train", "se_darwin", "--steps", "12", "--precision", "fp32",
         "--data", str(data), "--checkpoint-dir", str(tmp_path / "ck"), stderr=follower,
+        env={"GENESIS_FP16_LOG_LEVEL": "INFO", "GENESIS_FP16_LOG_FORMAT": "console"},
     )  # fmt: skip
     os.close(follower)
     chunks = []
@@ -177,6 +180,10 @@ def test_progress_bar_on_a_terminal(tmp_path: Path, data: Path) -> None:
     terminal = b"".join(chunks).decode(errors="replace")
     assert proc.returncode == 0, terminal
     assert "\r[" in terminal
+    bars = [part for part in re.split(r"[\r\n]+", terminal) if "skipped" in part and "/12" in part]
+    assert bars and any("12/12" in bar for bar in bars)
+    for bar in bars:
+        assert re.fullmatch(r"\[[#-]+\] \d+/12  loss \S+  fp32  skipped \d+  \d+s", bar), bar
 
 
 @pytest.mark.parametrize(
@@ -283,3 +290,15 @@ def test_a_disk_that_refuses_the_checkpoint_is_one_line_naming_the_path(
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("genesis-fp16: error:")]
     assert str(tmp_path / "ck") in line and "File too large" in line
     assert "GENESIS_FP16_STATE_DIR" in line
+
+
+def test_eval_block_is_printed_once(tmp_path: Path, data: Path) -> None:
+    """At INFO, the eval metrics appear once (the summary), not in two log lines as well."""
+    proc = _cli(
+        tmp_path, "train", "se_darwin", "--steps", "4", "--precision", "fp32",
+        "--data", str(data), "--checkpoint-dir", str(tmp_path / "ck"),
+        env={"GENESIS_FP16_LOG_LEVEL": "INFO", "GENESIS_FP16_LOG_FORMAT": "console"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    both = proc.stdout + proc.stderr
+    assert both.count("success_bce") == 1, both

@@ -15,7 +15,8 @@ from prometheus_client import CollectorRegistry
 from genesis_fp16.daemon import Daemon
 from genesis_fp16.jobs import DeviceSlots, JobContext
 from genesis_fp16.paths import AgentPaths
-from genesis_fp16.settings import load_settings
+from genesis_fp16.run_request import check_configured_options
+from genesis_fp16.settings import SettingsError, load_settings
 from infrastructure.plugin_api import AgentPlugin
 from infrastructure.training.guard import PrecisionMemory, write_precision_memory
 
@@ -66,3 +67,35 @@ def test_idle_agent_shows_the_guard_memory_before_its_first_run(
     write_precision_memory(AgentPaths.for_agent(tmp_path, AGENT).precision_state_path, memory)
     daemon._show_precisions()
     assert (_gauge(daemon, "bf16"), _gauge(daemon, "fp16")) == (1, 0)
+
+
+def test_reload_with_a_bad_agent_option_is_a_counted_failure(daemon: Daemon) -> None:
+    """A .env option the agent does not declare: reload fails, counted, settings kept."""
+    from agents.rlhf_ppo import plugin
+
+    daemon.plugins = {"rlhf_ppo": plugin}
+    kept = daemon.settings
+    text = daemon.env_file.read_text()
+    daemon.env_file.write_text(text + "GENESIS_FP16_AGENTS__RLHF_PPO__OPTIONS__PRESETT=bf16_pure\n")
+    assert daemon.reload() is False
+    assert daemon.settings is kept
+    failures = daemon.registry.get_sample_value(
+        "genesis_fp16_config_reloads_total", {"outcome": "failure"}
+    )
+    assert failures == 1
+    assert daemon.registry.get_sample_value("genesis_fp16_config_last_reload_successful") == 0
+
+
+def test_settings_for_an_agent_that_is_not_installed_fail_the_reload(daemon: Daemon) -> None:
+    """GENESIS_FP16_AGENTS__SE_DARVIN__STEPS (a typo): a failed reload, 'did you mean'."""
+    kept = daemon.settings
+    text = daemon.env_file.read_text()
+    daemon.env_file.write_text(text + "GENESIS_FP16_AGENTS__SE_DARVIN__STEPS=5\n")
+    with pytest.raises(SettingsError, match="no agent 'se_darvin' is installed; did you mean se_"):
+        check_configured_options(load_settings(daemon.env_file), {}, ["se_darwin", "rlhf_ppo"])
+    assert daemon.reload() is False
+    assert daemon.settings is kept
+    failures = daemon.registry.get_sample_value(
+        "genesis_fp16_config_reloads_total", {"outcome": "failure"}
+    )
+    assert failures == 1

@@ -250,3 +250,98 @@ def test_a_setting_that_fails_when_used_is_one_line_naming_it(
     assert result.returncode == 1, result.stderr
     errors = [x for x in result.stderr.splitlines() if x.startswith("genesis-fp16: error:")]
     assert len(errors) == 1 and named in errors[0] and value in errors[0], result.stderr
+
+
+def test_misspelt_rollback_switch_stops_start_up(tmp_path: Path) -> None:
+    """ENABLE_FP16_TRAINIG=false in .env: serve exits 2 in one line with 'did you mean'."""
+    (tmp_path / ".env").write_text("ENABLE_FP16_TRAINIG=false\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "genesis_fp16", "serve"],
+        cwd=tmp_path,
+        env=daemon_env({}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "ENABLE_FP16_TRAINIG is not a setting; did you mean ENABLE_FP16_TRAINING?" in (
+        result.stderr
+    )
+    assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.slow
+def test_misspelt_rollback_switch_on_sighup_is_a_counted_failed_reload(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """SIGHUP after ENABLE_FP16_TRAINIG=false: failure counted, gauge 0, still fp16."""
+    env_file = tmp_path / ".env"
+    _write_env(env_file, "ENABLE_FP16_TRAINING=true\n")
+    daemon = daemon_factory(
+        {
+            "GENESIS_FP16_PLUGIN_ALLOWLIST": GOOD,
+            "GENESIS_FP16_STEPS_PER_RUN": "2",
+            "GENESIS_FP16_SAMPLE_COUNT": "64",
+            "GENESIS_FP16_WATCH_ENV_FILE": "false",
+        }
+    )
+    precision = "genesis_fp16_precision"
+    daemon.wait_for(lambda: daemon.sample(precision, agent=GOOD, precision="fp16") == 1, "fp16")
+    _write_env(env_file, "ENABLE_FP16_TRAINIG=false\n")
+    daemon.signal(signal.SIGHUP)
+    reloads = "genesis_fp16_config_reloads_total"
+    daemon.wait_for(lambda: daemon.sample(reloads, outcome="failure") == 1, "a failed reload")
+    assert daemon.sample("genesis_fp16_config_last_reload_successful") == 0
+    assert not daemon.sample(reloads, outcome="success")
+    failed = daemon.events("config reload failed, keeping the running configuration")
+    assert "did you mean ENABLE_FP16_TRAINING?" in failed[0]["error"]
+    assert daemon.sample(precision, agent=GOOD, precision="fp16") == 1
+    assert not daemon.sample(precision, agent=GOOD, precision="fp32")
+
+
+@pytest.mark.slow
+def test_reload_shadowed_by_the_environment_is_logged(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """ENABLE_FP16_TRAINING=true in the environment, false in .env: the reload says so."""
+    _write_env(tmp_path / ".env", "GENESIS_FP16_SEED=0\n")
+    daemon = daemon_factory(
+        {
+            "GENESIS_FP16_PLUGIN_ALLOWLIST": GOOD,
+            "GENESIS_FP16_RUN_AT_START": "false",
+            "GENESIS_FP16_WATCH_ENV_FILE": "false",
+            "ENABLE_FP16_TRAINING": "true",
+        }
+    )
+    _write_env(tmp_path / ".env", "ENABLE_FP16_TRAINING=false\n")
+    daemon.signal(signal.SIGHUP)
+    shadowed = daemon.wait_for(
+        lambda: daemon.events("env file value shadowed by the environment"), "the warning"
+    )
+    assert "ENABLE_FP16_TRAINING=false" in shadowed[0]["detail"]
+    assert "ENABLE_FP16_TRAINING=true" in shadowed[0]["detail"]
+
+
+def test_port_in_use_names_the_port_and_its_setting(tmp_path: Path) -> None:
+    """Another process on the metrics port: exit 1, one line naming it and the setting."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = daemon_env(
+            {"GENESIS_FP16_METRICS_PORT": str(port), "GENESIS_FP16_PLUGIN_ALLOWLIST": GOOD}
+        )
+        result = subprocess.run(
+            [sys.executable, "-m", "genesis_fp16", "serve"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("genesis-fp16: error")]
+    assert len(errors) == 1, result.stderr
+    assert f"127.0.0.1:{port}: address already in use" in errors[0]
+    assert "GENESIS_FP16_METRICS_PORT" in errors[0]

@@ -203,3 +203,35 @@ def test_record_run_counts_remembers_and_promotes_after_clean_runs(tmp_path: Pat
     assert memory is not None and memory.clean_runs == 1
     record_run(settings, metrics, AGENT, _result("bf16", []))
     assert not path.exists()  # promoted: the next run asks for fp16 again
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_guard_demotes_a_two_rank_torchrun_job_started_by_the_daemon(
+    daemon_factory: DaemonFactory,
+) -> None:
+    """NPROC=2 on gloo: the ranks get the daemon's guard; fp16 overflow demotes to bf16."""
+    env = {
+        **ENV,
+        "GENESIS_FP16_AGENTS__FIXTURE_FAULT__NPROC": "2",
+        "GENESIS_FP16_AGENTS__FIXTURE_FAULT__DEVICE": "cpu",
+        "OMP_NUM_THREADS": "1",  # two ranks on a 2-core machine
+    }
+    daemon = daemon_factory(env)
+    daemon.wait_for(lambda: _finished_runs(daemon) >= 1, "the torchrun run", timeout=150)
+    (finished,) = daemon.events("training run finished")
+    assert (finished["precision_requested"], finished["precision_used"]) == ("fp16", "bf16")
+    assert finished["precision_reason"].startswith("ENABLE_FP16_TRAINING=true")
+    assert "precision guard" in finished["precision_reason"]
+    (logged,) = daemon.events("precision demoted")
+    assert (logged["precision_from"], logged["precision_to"]) == ("fp16", "bf16")
+    assert logged["reason"] == "overflow_rate"
+    demotions = daemon.sample(
+        "genesis_fp16_precision_demotions_total",
+        agent=AGENT,
+        **{"from": "fp16", "to": "bf16"},
+        reason="overflow_rate",
+    )
+    assert demotions == 1
+    # Rank 0's own records came through the launcher's relay: it ran under torchrun.
+    assert any(r.get("logger") == "genesis_fp16.torchrun" for r in daemon.logs())

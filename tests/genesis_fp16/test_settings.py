@@ -228,3 +228,67 @@ def test_cuda_graph_setting_per_agent_and_its_choices(monkeypatch: pytest.Monkey
     assert settings.cuda_graph_for("se_darwin") == "on"
     assert settings.cuda_graph_for("rlhf_ppo") == "off"
     assert CUDA_GRAPH_CHOICES == CUDA_GRAPH_REQUESTS
+
+
+@pytest.mark.parametrize(
+    ("where", "line", "suggested"),
+    [
+        ("env", "ENABLE_FP16_TRAINIG=false", "ENABLE_FP16_TRAINING"),
+        ("file", "ENABLE_FP16_TRAINIG=false", "ENABLE_FP16_TRAINING"),
+        ("env", "GENESIS_FP16_SCHEDUL=60", "GENESIS_FP16_SCHEDULE"),
+        ("file", "genesis_fp16_schedul=60", "GENESIS_FP16_SCHEDULE"),
+        ("file", "GENESIS_FP16_AGENTS__SE_DARWIN__SCHEDUL=60", "__SE_DARWIN__SCHEDULE"),
+    ],
+)
+def test_unknown_names_fail_with_the_nearest_setting(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, where: str, line: str, suggested: str
+) -> None:
+    """A misspelt name, in the environment or .env, is one line: where, and 'did you mean'."""
+    name, value = line.split("=")
+    if where == "env":
+        monkeypatch.setenv(name, value)
+    else:
+        (tmp_path / ".env").write_text(f"GENESIS_FP16_SEED=1\n{line}\n")
+    with pytest.raises(SettingsError) as info:
+        load_settings()
+    message = str(info.value)
+    assert "\n" not in message and len(info.value.errors) == 1, message
+    assert f"{name.upper()} is not a setting; did you mean " in message
+    assert suggested in message
+    assert ("in the environment" if where == "env" else ".env, line 2") in message
+
+
+def test_unparsable_env_file_line_is_an_error(tmp_path: Path) -> None:
+    """A line that is not NAME=value (or has no '=') names the file and the line."""
+    (tmp_path / ".env").write_text("GENESIS_FP16_SEED=1\nthis is not a setting\nNO_EQUALS\n")
+    with pytest.raises(SettingsError) as info:
+        load_settings()
+    assert "line 2: cannot parse 'this is not a setting'" in str(info.value)
+    assert "line 3: 'NO_EQUALS' has no '='" in str(info.value)
+
+
+def test_other_names_and_agent_options_are_not_flagged(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Names without our prefixes, GENESIS_FP16_ENV_FILE and per-agent options pass."""
+    (tmp_path / ".env").write_text("CUDA_VISIBLE_DEVICES=0\nENABLE_FP16_TRAINING=\n")
+    monkeypatch.setenv("GENESIS_FP16_ENV_FILE", str(tmp_path / ".env"))
+    monkeypatch.setenv("GENESIS_FP16_AGENTS__SE_DARWIN__STEPS", "5")
+    assert load_settings().agent("se_darwin").steps == 5
+
+
+def test_sources_and_shadowed_values(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Each value's source is named; a .env value the environment replaces is shadowed."""
+    from genesis_fp16.settings import load_settings_with_sources
+
+    (tmp_path / ".env").write_text("ENABLE_FP16_TRAINING=false\nGENESIS_FP16_SEED=3\n")
+    monkeypatch.setenv("ENABLE_FP16_TRAINING", "true")
+    settings, sources = load_settings_with_sources()
+    assert settings.enable_fp16_training is True
+    assert sources.env_file == (tmp_path / ".env").resolve() and sources.env_file_read
+    assert sources.source("ENABLE_FP16_TRAINING") == "environment"
+    assert sources.source("GENESIS_FP16_SEED") == ".env"
+    assert sources.source("GENESIS_FP16_LOG_LEVEL") == "default"
+    assert sources.shadowed() == ["ENABLE_FP16_TRAINING"]
+    (line,) = sources.describe_shadowed()
+    assert "ENABLE_FP16_TRAINING=false" in line and "ENABLE_FP16_TRAINING=true" in line

@@ -106,6 +106,8 @@ def test_sigterm_to_torchrun_stops_every_rank_with_a_checkpoint(tmp_path: Path) 
 @pytest.mark.timeout(120)
 def test_launcher_reports_progress_and_stops_on_request(tmp_path: Path) -> None:
     """The daemon's launcher passes rank 0's summaries on and stops the job cleanly on request."""
+    from agents.se_darwin import plugin
+
     summaries: list[TrainingSummary] = []
     request = TrainRequest(
         agent="se_darwin",
@@ -113,6 +115,9 @@ def test_launcher_reports_progress_and_stops_on_request(tmp_path: Path) -> None:
         precision_reason="test",
         state_dir=tmp_path / "state",
         checkpoint_dir=tmp_path / "ckpt",
+        # The request crosses to the ranks whole: its data is named, not generated there.
+        data_path=plugin.generate_sample_data(tmp_path / "data", 400, 0),
+        log_interval=2,
         steps=1000000,
         resume=True,
         on_log=summaries.append,
@@ -221,27 +226,32 @@ def test_launcher_relays_every_stderr_line_with_the_jobs_context(
     assert logs[-1]["agent"] == "stub" and logs[-1]["log_level"] == "warning"
 
 
-def test_torchrun_command_carries_the_request() -> None:
-    """The child command has the agent, budget, folders, resume and the FSDP choice."""
+def test_torchrun_command_hands_the_whole_request_as_a_file(tmp_path: Path) -> None:
+    """The ranks get one --request file: precision, reason, guard, options round-trip whole."""
+    from infrastructure.training import GuardConfig
+
     request = TrainRequest(
         agent="a",
         precision="fp16",
-        precision_reason="r",
-        state_dir=Path("s"),
-        checkpoint_dir=Path("c"),
+        precision_reason="precision guard memory: demoted ...",
+        state_dir=tmp_path / "s",
+        checkpoint_dir=tmp_path / "s" / "c",
         data_path=Path("d"),
         epochs=3,
         seed=7,
         fsdp=True,
         cuda_graph="off",
+        guard=GuardConfig(check_interval=5, overflow_rate_limit=None),
+        options={"preset": "bf16_pure", "lr": 0.01},
+        auto_excluded={"bf16": "probe red"},
     )
     command = torchrun_command(request, 4, python="py")
     text = " ".join(command)
     assert text.startswith("py -m torch.distributed.run --standalone --nproc-per-node 4 ")
-    for part in ("train a", "--precision fp16", "--seed 7", "--checkpoint-dir c", "--epochs 3"):
-        assert part in text
-    assert "--data d" in text and "--resume" in text and "--fsdp" in text
-    assert "--cuda-graph off" in text
+    assert command[command.index("--request") + 1] == str(launcher.request_file(request))
+    assert "--precision" not in command and "--steps" not in command
+    handed = json.loads(json.dumps(request.to_json(), allow_nan=False))
+    assert TrainRequest.from_json(handed) == request
     with pytest.raises(ValueError, match="nproc=0"):
         torchrun_command(request, 0)
 
@@ -300,6 +310,6 @@ def test_the_launcher_checks_the_layout_before_starting_torchrun(
 
 
 def test_the_ranks_get_the_requests_device() -> None:
-    """The child command names the request's device, so every rank trains where it was asked."""
-    command = torchrun_command(_layout_request("cpu"), 2, python="py")
-    assert command[command.index("--device") + 1] == "cpu"
+    """The handed request names its device, so every rank trains where it was asked."""
+    request = _layout_request("cpu")
+    assert TrainRequest.from_json(request.to_json()).device == "cpu"

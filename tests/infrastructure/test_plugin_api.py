@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from infrastructure.plugin_api import TrainRequest, TrainResult
@@ -78,3 +79,31 @@ def test_from_fit_reports_what_ran(tmp_path: Path) -> None:
     assert report.eval == result.eval and report.checkpoint == result.checkpoint
     assert report.quarantined == 2 and report.extra == {"note": "x"}
     assert report.final_train_loss == result.summary.train_loss
+
+
+def test_agent_option_parses_text_and_refuses_wrong_types() -> None:
+    """Text from the CLI/.env becomes the declared type; a wrong type or choice is refused."""
+    from infrastructure.plugin_api import AgentOption, TrainRequestError, parse_options
+
+    declared = [
+        AgentOption("lr", "float", 0.1, "step size"),
+        AgentOption("steps", "int", 3, "count"),
+        AgentOption("fast", "bool", False, "flag"),
+        AgentOption("mode", "str", "a", "mode", choices=("a", "b")),
+    ]
+    given = {"LR": "0.5", "steps": 4, "fast": "yes", "mode": "b"}
+    assert parse_options("x", declared, given) == {
+        "lr": 0.5,
+        "steps": 4,
+        "fast": True,
+        "mode": "b",
+    }
+    for bad, fragment in (
+        ({"steps": "1.5"}, "'1.5' is not an int"),
+        ({"steps": True}, "True is not an int"),
+        ({"fast": "maybe"}, "not a boolean"),
+        ({"mode": "c"}, "'c' is not one of a, b"),
+        ({"nope": 1}, "unknown option 'nope'; valid options: lr, steps, fast, mode"),
+    ):
+        with pytest.raises(TrainRequestError, match=fragment):
+            parse_options("x", declared, bad)

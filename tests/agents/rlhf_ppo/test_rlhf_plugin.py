@@ -135,3 +135,14 @@ def test_sample_data_and_probe_setup(tmp_path: Path) -> None:
     loss.backward()
     grads = [p.grad for n, p in m1.named_parameters() if n.startswith("policy.")]
     assert torch.isfinite(loss) and all(g is not None and g.abs().sum() > 0 for g in grads)
+
+
+def test_auto_names_the_preset_not_an_explicit_request(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under auto the preset picks bf16: the log says so, not "bf16 requested explicitly"."""
+    with caplog.at_level("INFO"):
+        _train(tmp_path, "auto", steps=4)
+    text = caplog.text
+    assert "requested explicitly" not in text
+    assert "precision bf16 (preset mixed_recommended trains the policy in bf16" in text

@@ -1,0 +1,208 @@
+"""One run's request, built in one place for the daemon's jobs, `train` and torchrun ranks.
+
+:func:`build_request` works out, from the settings and (for ``genesis-fp16 train``) the
+command line's :class:`RequestOverrides`: the requested precision and why
+(:func:`choose_precision`: flag, rollback switch, per-agent override, the precision
+guard's memory), the device, the budget (:func:`budget`), the data (sample data when none
+is configured), the guard's configuration and the agent's options. The daemon's launcher
+hands the result to torchrun's ranks whole, as a JSON file (``TrainRequest.to_json``), so
+every rank trains with the same guard, reason and options::
+
+    >>> request = build_request(settings, "rlhf_ppo", plugin, "cpu")  # doctest: +SKIP
+    >>> request.precision, request.precision_reason  # doctest: +SKIP
+    ('auto', 'default: auto (no flag, no ENABLE_FP16_TRAINING, no per-agent override)')
+
+Options come from the settings (``GENESIS_FP16_AGENTS__<AGENT>__OPTIONS__<KEY>=VALUE``)
+and ``--option KEY=VALUE`` on top; both are checked against the options the plugin
+declares before anything trains.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from genesis_fp16 import guard_state
+from genesis_fp16.paths import AgentPaths, ensure_sample_data
+from genesis_fp16.settings import (
+    AGENT_VARIABLE_PREFIX,
+    Settings,
+    SettingsError,
+    requested_precision,
+)
+from infrastructure.plugin_api import (
+    AgentPlugin,
+    OptionValue,
+    TrainRequest,
+    TrainRequestError,
+    declared_options,
+    parse_options,
+)
+
+
+@dataclass(frozen=True)
+class RequestOverrides:
+    """What `genesis-fp16 train`'s flags change; the defaults run as the daemon would."""
+
+    precision: str | None = None
+    steps: int | None = None
+    epochs: int | None = None
+    data_path: Path | None = None
+    checkpoint_dir: Path | None = None
+    seed: int | None = None
+    resume: bool = True
+    cuda_graph: str | None = None
+    log_interval: int | None = None
+    options: Mapping[str, str] = field(default_factory=dict)
+    checkpoint_steps: int | None = None
+    checkpoint_seconds: float | None = None
+
+
+def choose_precision(
+    settings: Settings, agent: str, device: str, flag: str | None = None
+) -> tuple[str, str]:
+    """``(precision to request, why)`` for the next run of ``agent`` on ``device``.
+
+    A ``--precision`` flag is what the operator asked for in so many words: it runs as
+    asked (the guard still watches it). Otherwise the settings' request, lowered by the
+    precision guard's memory of a demotion (``ENABLE_FP16_TRAINING=false`` always wins).
+    """
+    if flag is not None:
+        return requested_precision(settings, agent, flag)
+    return guard_state.choose_precision(settings, agent, device)
+
+
+def budget(
+    settings: Settings, agent: str, steps: int | None = None, epochs: int | None = None
+) -> tuple[int | None, int | None]:
+    """``(steps, epochs)`` of one run: the flags, else the agent's own settings, else
+    ``GENESIS_FP16_STEPS_PER_RUN``; ``(None, None)`` leaves the budget to the agent."""
+    if steps is not None or epochs is not None:
+        return steps, epochs
+    spec = settings.agent(agent)
+    if spec.epochs is not None:
+        return None, spec.epochs
+    return spec.steps or settings.steps_per_run, None
+
+
+def build_request(
+    settings: Settings,
+    agent: str,
+    plugin: AgentPlugin,
+    device: str,
+    overrides: RequestOverrides | None = None,
+    auto_excluded: Mapping[str, str] | None = None,
+) -> TrainRequest:
+    """The :class:`TrainRequest` of one run, callbacks left at their defaults.
+
+    Generates the agent's sample data when no data is configured (the only side effect).
+    Raises :class:`TrainRequestError` for a bad option, before that.
+    """
+    o = overrides or RequestOverrides()
+    spec = settings.agent(agent)
+    options = resolve_options(agent, plugin, spec.options, o.options)
+    precision, reason = choose_precision(settings, agent, device, o.precision)
+    paths = AgentPaths.for_agent(settings.state_dir, agent)
+    checkpoint_dir = o.checkpoint_dir or paths.checkpoint_dir
+    # A run in a folder of its own keeps its quarantined records beside its checkpoints.
+    quarantine = paths.quarantine_path if o.checkpoint_dir is None else None
+    data = o.data_path or spec.data_path
+    if data is None:
+        data = ensure_sample_data(plugin, paths, count=settings.sample_count, seed=settings.seed)
+    steps, epochs = budget(settings, agent, o.steps, o.epochs)
+    return TrainRequest(
+        agent=agent,
+        precision=precision,
+        precision_reason=reason,
+        state_dir=settings.state_dir,
+        checkpoint_dir=checkpoint_dir,
+        device=device,
+        data_path=Path(data),
+        steps=steps,
+        epochs=epochs,
+        seed=settings.seed if o.seed is None else o.seed,
+        resume=o.resume,
+        log_interval=o.log_interval or settings.log_interval,
+        quarantine_path=quarantine or checkpoint_dir / "quarantine.jsonl",
+        guard=guard_state.guard_config(settings),
+        cuda_graph=o.cuda_graph or settings.cuda_graph_for(agent),
+        auto_precision=settings.auto_precision,
+        calibration_path=paths.calibration_path,
+        auto_excluded=dict(auto_excluded or {}),
+        options=options,
+        checkpoint_steps=o.checkpoint_steps or settings.checkpoint_steps,
+        checkpoint_seconds=o.checkpoint_seconds or settings.checkpoint_seconds,
+    )
+
+
+def option_variable(agent: str, key: str) -> str:
+    """``GENESIS_FP16_AGENTS__<AGENT>__OPTIONS__<KEY>``."""
+    return f"{AGENT_VARIABLE_PREFIX}{agent.upper()}__OPTIONS__{key.upper()}"
+
+
+def parse_option_flags(flags: Iterable[str]) -> dict[str, str]:
+    """``["preset=bf16_fp32_kl", ...]`` from ``--option`` as ``{key: text}``."""
+    out: dict[str, str] = {}
+    for flag in flags:
+        key, sep, value = flag.partition("=")
+        if not sep or not key.strip():
+            raise TrainRequestError(f"--option {flag!r}: expected KEY=VALUE, e.g. preset=bf16_pure")
+        out[key.strip().lower()] = value.strip()
+    return out
+
+
+def resolve_options(
+    agent: str,
+    plugin: object,
+    configured: Mapping[str, Any],
+    flags: Mapping[str, str] | None = None,
+) -> dict[str, OptionValue]:
+    """The typed options of one run: ``configured`` (settings), then ``flags`` (CLI) on top.
+
+    Raises :class:`TrainRequestError`, one line naming the setting or flag, the agent,
+    the option and what is valid.
+    """
+    declared = declared_options(plugin)
+    out: dict[str, OptionValue] = {}
+    for origin, given in (("settings", configured), ("flags", flags or {})):
+        for key, value in given.items():
+            try:
+                out.update(parse_options(agent, declared, {key: value}))
+            except TrainRequestError as exc:
+                where = (
+                    f"--option {key}={value}" if origin == "flags" else option_variable(agent, key)
+                )
+                raise TrainRequestError(f"{where}: {exc}") from None
+    return out
+
+
+def check_configured_options(
+    settings: Settings, plugins: Mapping[str, object], known: Iterable[str] | None = None
+) -> None:
+    """Every configured option of every loaded agent, checked; :class:`SettingsError` if bad.
+
+    ``known`` (the installed agents' names) also makes settings for an agent that is not
+    installed an error (``GENESIS_FP16_AGENTS__SE_DARVIN__STEPS`` would do nothing). The
+    daemon calls it at start-up and on each reload, so that a bad option is a start-up
+    error or a failed reload, never a failed run.
+    """
+    errors = []
+    if known is not None:
+        names = list(known)
+        for agent in sorted(set(settings.agents) - set(names)):
+            near = difflib.get_close_matches(agent, names, n=1)
+            hint = f"did you mean {near[0]}? " if near else ""
+            errors.append(
+                f"{AGENT_VARIABLE_PREFIX}{agent.upper()}__*: no agent {agent!r} is installed; "
+                f"{hint}installed: {', '.join(names) or 'none'}"
+            )
+    for agent, plugin in plugins.items():
+        try:
+            resolve_options(agent, plugin, settings.agent(agent).options)
+        except TrainRequestError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise SettingsError(errors)

@@ -1,0 +1,165 @@
+"""Where each setting comes from, and the names that are not settings at all.
+
+pydantic-settings ignores a variable it has no field for, so ``ENABLE_FP16_TRAINIG=false``
+(a typo of the rollback switch) would leave training in 16-bit without a word. This
+module reads the ``.env`` file and the environment itself, before pydantic does, and
+turns every ``GENESIS_FP16_*`` or ``ENABLE_FP16_*`` name that is not a setting, and every
+line of the file it cannot parse, into an error naming the line and the nearest setting::
+
+    >>> check_name("ENABLE_FP16_TRAINIG", ["ENABLE_FP16_TRAINING"], ["steps"])
+    'ENABLE_FP16_TRAINIG is not a setting; did you mean ENABLE_FP16_TRAINING?'
+
+It also says which of the three sources (default, .env, environment) each value came
+from, and which ``.env`` values the process environment shadows.
+"""
+
+from __future__ import annotations
+
+import difflib
+import io
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Names this module owns; settings.py passes the field lists in (no import cycle).
+PREFIXES = ("GENESIS_FP16_", "ENABLE_FP16_")
+AGENTS_VARIABLE = "GENESIS_FP16_AGENTS"
+# GENESIS_FP16_AGENTS__<AGENT>__OPTIONS__<KEY>: checked against the agent's declared options.
+OPTIONS_PART = "OPTIONS"
+
+Source = str  # "default", ".env" or "environment"
+
+
+@dataclass(frozen=True)
+class EnvFileLine:
+    """One ``NAME=value`` line of the ``.env`` file."""
+
+    value: str
+    line: int
+
+
+@dataclass(frozen=True)
+class SettingsSources:
+    """The ``.env`` file read (if any), its values and the process environment's."""
+
+    env_file: Path
+    env_file_read: bool
+    file: Mapping[str, EnvFileLine] = field(default_factory=dict)
+    environ: Mapping[str, str] = field(default_factory=dict)
+    errors: tuple[str, ...] = ()
+    unparsable: bool = False  # a line of the file is not NAME=value
+
+    def source(self, variable: str) -> Source:
+        """``environment``, ``.env`` or ``default`` for one variable name."""
+        name = variable.upper()
+        if name in self.environ:
+            return "environment"
+        if name in self.file:
+            return ".env"
+        return "default"
+
+    def shadowed(self) -> list[str]:
+        """Variables set in ``.env`` whose value the process environment replaces."""
+        return sorted(
+            name
+            for name, entry in self.file.items()
+            if name in self.environ and self.environ[name] != entry.value
+        )
+
+    def describe_shadowed(self) -> list[str]:
+        """One line per shadowed variable, with both values (secrets not shown)."""
+        lines = []
+        for name in self.shadowed():
+            secret = "PASSWORD" in name
+            file_value = "**********" if secret else self.file[name].value
+            env_value = "**********" if secret else self.environ[name]
+            lines.append(
+                f"{name}={file_value} in {self.env_file} (line {self.file[name].line}) is "
+                f"shadowed by {name}={env_value} in the process environment, which wins"
+            )
+        return lines
+
+
+def ours(name: str) -> bool:
+    """Whether a variable name belongs to genesis-fp16 (case-insensitive, as pydantic reads)."""
+    return name.upper().startswith(PREFIXES)
+
+
+def read_env_file(path: Path) -> tuple[dict[str, EnvFileLine], list[str]]:
+    """The ``NAME=value`` lines of ``path`` (names upper-cased) and one error per bad line."""
+    from dotenv.parser import parse_stream
+
+    values: dict[str, EnvFileLine] = {}
+    errors: list[str] = []
+    text = path.read_text(encoding="utf-8", errors="replace")
+    for binding in parse_stream(io.StringIO(text)):
+        line = binding.original.line
+        shown = binding.original.string.strip()
+        if binding.error:
+            errors.append(f"{path}, line {line}: cannot parse {shown!r}; expected NAME=value")
+        elif binding.key is not None and binding.value is None:
+            errors.append(f"{path}, line {line}: {shown!r} has no '='; expected NAME=value")
+        elif binding.key is not None and binding.value is not None:
+            values[binding.key.upper()] = EnvFileLine(binding.value, line)
+    return values, errors
+
+
+def check_name(name: str, known: Iterable[str], agent_fields: Iterable[str]) -> str | None:
+    """None when ``name`` is a setting, else one line saying so with the nearest one."""
+    upper = name.upper()
+    known = set(known)
+    if not ours(upper) or upper in known:
+        return None
+    if upper.startswith(AGENTS_VARIABLE + "__"):
+        parts = upper.removeprefix(AGENTS_VARIABLE + "__").split("__")
+        fields = [f.upper() for f in agent_fields]
+        if parts[0] and (len(parts) == 1 or (len(parts) == 2 and parts[1] in fields)):
+            return None
+        if len(parts) >= 3 and parts[1] == OPTIONS_PART and all(parts[2:]):
+            return None  # the option itself is checked against the agent's declaration
+        if len(parts) >= 2 and parts[0]:
+            candidates = [f"{AGENTS_VARIABLE}__{parts[0]}__{f}" for f in fields]
+            candidates.append(f"{AGENTS_VARIABLE}__{parts[0]}__{OPTIONS_PART}__{parts[-1]}")
+            return _unknown(upper, candidates)
+        shape = f"{AGENTS_VARIABLE}__<AGENT>__<FIELD>"
+        return f"{upper} is not a setting; per-agent settings are {shape}"
+    return _unknown(upper, known)
+
+
+def _unknown(name: str, candidates: Iterable[str]) -> str:
+    near = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    hint = f"did you mean {near[0]}?" if near else "see .env.example for every setting"
+    return f"{name} is not a setting; {hint}"
+
+
+def read_sources(
+    env_file: Path | None,
+    environ: Mapping[str, str],
+    known: Iterable[str],
+    agent_fields: Iterable[str],
+    shown_path: Path,
+) -> SettingsSources:
+    """Read ``env_file`` (None: no file) and check every name of ours in it and in ``environ``."""
+    known = set(known)
+    file: dict[str, EnvFileLine] = {}
+    errors: list[str] = []
+    if env_file is not None:
+        file, errors = read_env_file(env_file)
+    unparsable = bool(errors)
+    ours_in_env = {name.upper(): value for name, value in environ.items() if ours(name)}
+    for name, entry in file.items():
+        problem = check_name(name, known, agent_fields)
+        if problem is not None:
+            errors.append(f"{problem} ({env_file}, line {entry.line})")
+    for name in sorted(ours_in_env):
+        problem = check_name(name, known, agent_fields)
+        if problem is not None:
+            errors.append(f"{problem} (in the environment)")
+    return SettingsSources(
+        env_file=shown_path,
+        env_file_read=env_file is not None,
+        file=file,
+        environ=ours_in_env,
+        errors=tuple(errors),
+        unparsable=unparsable,
+    )
