@@ -92,7 +92,6 @@ def build_request(
     plugin: AgentPlugin,
     device: str,
     overrides: RequestOverrides | None = None,
-    auto_excluded: Mapping[str, str] | None = None,
 ) -> TrainRequest:
     """The :class:`TrainRequest` of one run, callbacks left at their defaults.
 
@@ -129,7 +128,6 @@ def build_request(
         cuda_graph=o.cuda_graph or settings.cuda_graph_for(agent),
         auto_precision=settings.auto_precision,
         calibration_path=paths.calibration_path,
-        auto_excluded=dict(auto_excluded or {}),
         options=options,
     )
 
