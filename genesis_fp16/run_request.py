@@ -94,7 +94,6 @@ def build_request(
     plugin: AgentPlugin,
     device: str,
     overrides: RequestOverrides | None = None,
-    auto_excluded: Mapping[str, str] | None = None,
 ) -> TrainRequest:
     """The :class:`TrainRequest` of one run, callbacks left at their defaults.
 
@@ -131,7 +130,6 @@ def build_request(
         cuda_graph=o.cuda_graph or settings.cuda_graph_for(agent),
         auto_precision=settings.auto_precision,
         calibration_path=paths.calibration_path,
-        auto_excluded=dict(auto_excluded or {}),
         options=options,
         checkpoint_steps=o.checkpoint_steps or settings.checkpoint_steps,
         checkpoint_seconds=o.checkpoint_seconds or settings.checkpoint_seconds,

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from genesis_fp16.plugins import known_agent_names
+from genesis_fp16.run_request import check_configured_options
 from genesis_fp16.settings import (
     AGENT_VARIABLE_PREFIX,
     Settings,
@@ -35,6 +37,9 @@ def register(subparsers: Any) -> None:
 def run_check(args: argparse.Namespace) -> int:
     try:
         settings, sources = load_settings_with_sources(args.env_file)
+        # Agents not installed, as the daemon refuses them (entry-point metadata only: the
+        # options themselves need the plugins imported, which `serve` does).
+        check_configured_options(settings, {}, known_agent_names())
     except SettingsError as exc:
         for error in exc.errors:
             print(f"genesis-fp16: error: {error}", file=sys.stderr)

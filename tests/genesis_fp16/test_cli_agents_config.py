@@ -118,3 +118,10 @@ def test_help_shows_no_raw_double_backticks(tmp_path: Path) -> None:
         assert result.returncode == 0, result.stderr
         assert "``" not in result.stdout, command
     assert "`--precision`" in cli(tmp_path, "train", "--help").stdout
+
+
+def test_config_check_refuses_settings_for_an_agent_that_is_not_installed(tmp_path: Path) -> None:
+    """GENESIS_FP16_AGENTS__SE_DARVIN__STEPS: exit 2 with 'did you mean se_darwin?'."""
+    bad = cli(tmp_path, "config", "check", GENESIS_FP16_AGENTS__SE_DARVIN__STEPS="5")
+    assert bad.returncode == 2
+    assert "no agent 'se_darvin' is installed; did you mean se_darwin?" in bad.stderr

@@ -302,3 +302,17 @@ def test_eval_block_is_printed_once(tmp_path: Path, data: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     both = proc.stdout + proc.stderr
     assert both.count("success_bce") == 1, both
+
+
+def test_request_file_carries_the_whole_run_and_refuses_other_flags(tmp_path: Path) -> None:
+    """--request (the launcher's hand-off) with --steps: one line; a bad file: one line."""
+    handed = tmp_path / "request.json"
+    handed.write_text("{}")
+    _one_line_error(
+        _cli(tmp_path, "train", "se_darwin", "--request", str(handed), "--steps", "3"),
+        "--request carries the whole run; drop --steps",
+    )
+    _one_line_error(
+        _cli(tmp_path, "train", "se_darwin", "--request", str(handed)),
+        f"--request {handed}: not a readable run request",
+    )

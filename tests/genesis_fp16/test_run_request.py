@@ -1,0 +1,70 @@
+"""The one run request: the same defaults for the daemon and `train`, flags on top."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from agents.rlhf_ppo import plugin
+from genesis_fp16.paths import AgentPaths
+from genesis_fp16.run_request import RequestOverrides, budget, build_request, choose_precision
+from genesis_fp16.settings import AgentSettings, Settings
+from infrastructure.training.guard import remember_demotions, write_precision_memory
+
+AGENT = "rlhf_ppo"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No daemon variables from the caller; an empty working directory."""
+    for key in list(os.environ):
+        if key.startswith("GENESIS_FP16_") or key == "ENABLE_FP16_TRAINING":
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+
+
+def _settings(tmp_path: Path, **agent: object) -> Settings:
+    spec = AgentSettings(**agent)  # type: ignore[arg-type]
+    return Settings(state_dir=tmp_path, sample_count=8, agents={AGENT: spec})  # type: ignore[call-arg]
+
+
+def test_budget_flags_then_the_agent_then_steps_per_run() -> None:
+    """Flags win; then the agent's STEPS or EPOCHS; then STEPS_PER_RUN; else the agent's own."""
+    plain = Settings()
+    assert budget(plain, AGENT) == (None, None)
+    assert budget(Settings(steps_per_run=9), AGENT) == (9, None)
+    epochs = Settings(steps_per_run=9, agents={AGENT: AgentSettings(epochs=2)})
+    assert budget(epochs, AGENT) == (None, 2)
+    assert budget(epochs, AGENT, steps=5) == (5, None)
+
+
+def test_daemon_and_train_build_the_same_request(tmp_path: Path) -> None:
+    """No flags: train's request is the daemon's (guard, options, data, budget, reason)."""
+    settings = _settings(tmp_path, steps=4, options={"preset": "bf16_pure"})
+    daemon = build_request(settings, AGENT, plugin, "cpu")
+    cli = build_request(settings, AGENT, plugin, "cpu", RequestOverrides())
+    assert daemon == cli
+    assert daemon.guard is not None and daemon.options == {"preset": "bf16_pure"}
+    assert daemon.steps == 4 and daemon.data_path is not None and daemon.data_path.exists()
+    flagged = build_request(
+        settings, AGENT, plugin, "cpu", RequestOverrides(steps=2, options={"preset": "fp16_all"})
+    )
+    assert (flagged.steps, flagged.options["preset"]) == (2, "fp16_all")
+
+
+def test_guard_memory_lowers_the_settings_request_but_not_an_explicit_flag(
+    tmp_path: Path,
+) -> None:
+    """A remembered fp16->bf16 demotion: fp16 from the settings runs bf16; --precision fp16 not."""
+    settings = Settings(state_dir=tmp_path, ENABLE_FP16_TRAINING=True)  # type: ignore[call-arg]
+    demotion = {"from": "fp16", "to": "bf16", "reason": "overflow_rate", "step": 5}
+    path = AgentPaths.for_agent(tmp_path, AGENT).precision_state_path
+    write_precision_memory(path, remember_demotions(None, [{**demotion, "rollback_step": 0}]))
+    precision, reason = choose_precision(settings, AGENT, "cpu")
+    assert precision == "bf16" and "precision guard memory" in reason
+    assert choose_precision(settings, AGENT, "cpu", "fp16") == (
+        "fp16",
+        "--precision fp16 on the command line",
+    )
