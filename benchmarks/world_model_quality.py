@@ -72,7 +72,7 @@ def _fold(trajectory_id: str) -> int:
 def logistic_reference(task: SEDarwinTask, data: ReadResult) -> Reference:
     """Out-of-fold logistic regression on the task's encoded features of the whole pool."""
     examples = data.examples
-    x = task.encoder.encode([e.attempt for e in examples], data.scores).double()
+    x = task.encoder.encode([e.attempt for e in examples], task.pool).double()
     y = torch.tensor([float(e.label.success) for e in examples], dtype=torch.double)
     fold = torch.tensor([_fold(e.trajectory_id) for e in examples])
     held_ids = {e.trajectory_id for e in task.split.held_out}
@@ -153,7 +153,7 @@ def _row(size: int, precision: str, runs: Sequence[Run]) -> str:
         f"| {size} | {len(runs)} | {precision} | {mean(r.held_out for r in runs):.0f} | "
         f"{mean(r.auc for r in runs):.3f} | [{first.low:.3f}, {first.high:.3f}] | "
         f"{mean(r.reference.held_out_auc for r in runs):.3f} | "
-        f"{mean(gaps):+.3f} | {'' if math.isnan(gap_se) else f'{gap_se:.3f}'} | "
+        f"{mean(gaps):+.3f} | {'' if math.isnan(gap_se) else f'{gap_se:.4f}'} | "
         f"{mean(r.reference.pool_auc for r in runs):.3f} | "
         f"{mean(r.best_step for r in runs):.0f} / {mean(r.steps for r in runs):.0f} | "
         f"{mean(r.seconds for r in runs):.1f} |"

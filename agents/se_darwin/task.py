@@ -30,7 +30,7 @@ from infrastructure.data.readers import ReadResult, read_trajectories
 from infrastructure.data.schema import SCHEMA_VERSION, Example
 from infrastructure.plugin_api import TrainRequestError
 from infrastructure.training.early_stop import EarlyStopping
-from infrastructure.world_model.features import FeatureEncoder
+from infrastructure.world_model.features import FeatureEncoder, PoolLike
 from infrastructure.world_model.metrics import accuracy, auc_with_interval, brier, mae
 from infrastructure.world_model.model import ModelConfig, WorldModel, world_model_losses
 from infrastructure.world_model.predict import world_model_state
@@ -121,11 +121,9 @@ def split_fractions(examples: int, eval_fraction: float | None = None) -> tuple[
     return round(eval_fraction, 4), round(validation, 4)
 
 
-def to_batch(
-    encoder: FeatureEncoder, examples: Sequence[Example], scores: Mapping[str, float]
-) -> Batch:
+def to_batch(encoder: FeatureEncoder, examples: Sequence[Example], pool: PoolLike) -> Batch:
     """Encode examples and their labels into one batch of tensors."""
-    x = encoder.encode([e.attempt for e in examples], scores)
+    x = encoder.encode([e.attempt for e in examples], pool)
     return Batch(
         x=x,
         success=torch.tensor([float(e.label.success) for e in examples]),
@@ -183,14 +181,20 @@ class SEDarwinTask:
         self.split = split = split_examples(data, seed, options.eval_fraction)
         train, held = split.train, split.held_out
         if saved is not None:  # resuming: encode exactly as the checkpointed run did
-            self.encoder = FeatureEncoder.from_state(saved["encoder"])
+            try:
+                self.encoder = FeatureEncoder.from_state(saved["encoder"])
+            except ValueError as exc:  # e.g. a checkpoint from before encoder version 2
+                raise TrainRequestError(f"cannot resume this checkpoint: {exc}") from exc
             self.config = ModelConfig.from_dict(saved["model"])
         else:
-            self.encoder = FeatureEncoder.fit([e.attempt for e in train], data.scores)
+            self.encoder = FeatureEncoder.fit(
+                [e.attempt for e in train], data.pool, [e.label.success for e in train]
+            )
             self.config = _model_config(options, self.encoder.n_features, len(train))
-        self.train_data = to_batch(self.encoder, train, data.scores).to(device)
-        self.validation_data = to_batch(self.encoder, split.validation, data.scores).to(device)
-        self.eval_data = to_batch(self.encoder, held, data.scores).to(device)
+        self.pool = data.pool
+        self.train_data = to_batch(self.encoder, train, data.pool).to(device)
+        self.validation_data = to_batch(self.encoder, split.validation, data.pool).to(device)
+        self.eval_data = to_batch(self.encoder, held, data.pool).to(device)
         ids = sorted(e.trajectory_id for e in (*train, *split.validation))
         self.data_key = hashlib.blake2b("\n".join(ids).encode(), digest_size=8).hexdigest()
         logger.info(

@@ -107,7 +107,8 @@ def test_probe_setup_gives_the_real_model_and_batches(data: Path) -> None:
 def test_prediction_after_a_restart_scores_as_training_did(
     data: Path, trained: tuple[TrainResult, Path]
 ) -> None:
-    """A new process loads the checkpoint, reproduces the held-out AUC/Brier and our scores."""
+    """A new process loads the checkpoint and the pool (lineage included), reproduces the
+    held-out AUC/Brier and our scores."""
     result, ckpt = trained
     pool = json.loads(data.read_text())["trajectories"]
     held = [e.trajectory_id for e in split_examples(read_trajectories(data), 3).held_out]
@@ -118,14 +119,14 @@ def test_prediction_after_a_restart_scores_as_training_did(
         import json, sys
         from pathlib import Path
         from infrastructure.data.readers import read_trajectories
-        from infrastructure.world_model.predict import WorldModelPredictor, load_pool_scores
+        from infrastructure.world_model.predict import WorldModelPredictor, load_pool
         data = Path({str(data)!r})
         held = json.loads(sys.argv[1])
         pool = json.loads(data.read_text())["trajectories"]
-        scores = load_pool_scores(data)
+        lineage = load_pool(data)
         predictor = WorldModelPredictor.load(Path({str(ckpt)!r}))
         labels = {{e.trajectory_id: e.label.success for e in read_trajectories(data).examples}}
-        out = predictor.predict([pool[i] for i in held], scores)
+        out = predictor.predict([pool[i] for i in held], lineage)
         no_pool = predictor.predict([pool[i] for i in held[:50]])
         print(json.dumps({{
             "p": [p.success_probability for p in out],
