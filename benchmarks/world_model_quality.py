@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import math
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -92,7 +94,14 @@ def logistic_reference(task: SEDarwinTask, data: ReadResult) -> Reference:
     return best
 
 
-def _train(plugin: SEDarwinPlugin, data: Path, tmp: Path, precision: str, seed: int) -> TrainResult:
+def _train(
+    plugin: SEDarwinPlugin,
+    data: Path,
+    tmp: Path,
+    precision: str,
+    seed: int,
+    options: Mapping[str, Any],
+) -> TrainResult:
     return plugin.train(
         TrainRequest(
             agent="se_darwin",
@@ -103,6 +112,7 @@ def _train(plugin: SEDarwinPlugin, data: Path, tmp: Path, precision: str, seed: 
             data_path=data,
             seed=seed,
             resume=False,
+            options=options,
         )
     )
 
@@ -119,7 +129,9 @@ class Run:
     seconds: float
 
 
-def measure(size: int, seed: int, precisions: Sequence[str]) -> dict[str, Run]:
+def measure(
+    size: int, seed: int, precisions: Sequence[str], options: Mapping[str, Any]
+) -> dict[str, Run]:
     """One pool: the reference once, then a default run per precision."""
     out: dict[str, Run] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -129,7 +141,7 @@ def measure(size: int, seed: int, precisions: Sequence[str]) -> dict[str, Run]:
         reference = logistic_reference(SEDarwinTask(data, TaskOptions(), seed), data)
         for precision in precisions:
             started = time.monotonic()
-            result = _train(plugin, path, Path(tmp), precision, seed)
+            result = _train(plugin, path, Path(tmp), precision, seed, options)
             ev, early = result.eval, result.extra["early_stop"]
             out[precision] = Run(
                 int(ev["examples"]),
@@ -165,7 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="500,5000,20000")
     parser.add_argument("--seeds", default="10,3,1", help="pools (seeds 0..N-1) per size")
     parser.add_argument("--precisions", default="fp32,bf16,fp16")
+    parser.add_argument("--options", default="{}", help="se_darwin options as JSON (not defaults)")
     args = parser.parse_args(argv)
+    options = json.loads(args.options)
     sizes = [int(s) for s in args.sizes.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
     if len(seeds) != len(sizes):
@@ -179,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for size, count in zip(sizes, seeds, strict=True):
-        runs = [measure(size, seed, precisions) for seed in range(count)]
+        runs = [measure(size, seed, precisions, options) for seed in range(count)]
         for precision in precisions:
             print(_row(size, precision, [r[precision] for r in runs]), flush=True)
     return 0

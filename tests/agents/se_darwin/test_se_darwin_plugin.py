@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import subprocess
@@ -247,3 +248,23 @@ def test_default_budget_stops_on_validation_and_more_steps_never_serve_worse(
         json.loads(json.dumps(full.to_json()))["extra"]["early_stop"]["best_step"]
         == early["best_step"]
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_more_steps_never_lower_the_held_out_auc(
+    data: Path, tmp_path: Path, precision: str
+) -> None:
+    """Budgets of 40, 160 and 640 steps: the served held-out AUC never falls by more than
+    0.005 (selection noise) as the budget grows, while the last weights of the longest run,
+    over-trained, fall well below it (what serving the best validated weights prevents)."""
+    task = task_module.SEDarwinTask(read_trajectories(data), task_module.TaskOptions(), 3)
+    served: list[float] = []
+    for steps in (40, 160, 640):
+        result = _train(data, tmp_path / str(steps), precision, steps=steps)
+        served.append(result.eval["auc"])
+    assert all(later >= earlier - 0.005 for earlier, later in itertools.pairwise(served)), served
+    last = task.build_model()
+    last.load_state_dict(torch.load(result.checkpoint, weights_only=True)["model"])  # type: ignore[arg-type]
+    with torch.no_grad():
+        assert task.evaluate(last)["auc"] < served[-1] - 0.05, served
