@@ -21,7 +21,7 @@ from agents.se_darwin import task as task_module
 from agents.se_darwin.task import split_examples
 from genesis_fp16.plugins import load_plugin
 from infrastructure.data.readers import read_trajectories
-from infrastructure.plugin_api import AgentPlugin, TrainRequest, TrainResult
+from infrastructure.plugin_api import AgentPlugin, TrainRequest, TrainRequestError, TrainResult
 from infrastructure.world_model.metrics import auc, brier
 from infrastructure.world_model.predict import WorldModelPredictor
 
@@ -268,3 +268,25 @@ def test_more_steps_never_lower_the_held_out_auc(
     last.load_state_dict(torch.load(result.checkpoint, weights_only=True)["model"])  # type: ignore[arg-type]
     with torch.no_grad():
         assert task.evaluate(last)["auc"] < served[-1] - 0.05, served
+
+
+def test_checkpoint_from_encoder_version_1_is_refused_at_start_up(
+    data: Path, trained: tuple[TrainResult, Path], tmp_path: Path
+) -> None:
+    """A checkpoint saved before encoder version 2 fails a resume (TrainRequestError) and
+    the predictor's load with a message naming the version and the way out."""
+    result, _ = trained
+    state = torch.load(result.checkpoint, weights_only=True)  # type: ignore[arg-type]
+    encoder = state["extra"]["encoder"]
+    state["extra"]["encoder"] = {
+        "version": 1,
+        "numeric_features": encoder["numeric_features"][:12],  # version 1's layout
+        **{k: encoder[k] for k in ("operators", "tools", "patterns", "mean", "std")},
+    }
+    old = tmp_path / "old"
+    old.mkdir()
+    torch.save(state, old / Path(result.checkpoint).name)  # type: ignore[arg-type]
+    with pytest.raises(TrainRequestError, match=r"version 1 .*fresh checkpoint folder"):
+        _train(data, old, resume=True)
+    with pytest.raises(ValueError, match="version 1"):
+        WorldModelPredictor.load(old)
