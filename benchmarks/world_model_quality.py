@@ -14,6 +14,12 @@ held-out AUC minus the reference's out-of-fold AUC on the same held-out records.
 500-record pool holds out 150 records (its AUC's 95% interval is about +-0.07), so small
 pools take several seeds and the table gives the mean gap and its standard error.
 Writes a Markdown table to stdout.
+
+    python benchmarks/world_model_quality.py --merged-agents 500,2000
+
+instead measures what the per-agent base rate adds where pools of several agents are
+merged (se_darwin, qa and builder pools of N records each, seeds 0, 1, 2, read as one
+folder): the out-of-fold logistic AUC on the encoded features with and without it.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import torch
 from agents.se_darwin.plugin import SEDarwinPlugin
 from agents.se_darwin.task import SEDarwinTask, TaskOptions
 from infrastructure.data.readers import ReadResult, read_trajectories
+from infrastructure.data.synthetic import write_pool
 from infrastructure.plugin_api import TrainRequest, TrainResult
 from infrastructure.world_model.metrics import auc
 
@@ -71,6 +78,19 @@ def _fold(trajectory_id: str) -> int:
     return int.from_bytes(digest, "big") % FOLDS
 
 
+def _out_of_fold_logits(
+    x: torch.Tensor, y: torch.Tensor, fold: torch.Tensor, l2: float
+) -> torch.Tensor:
+    """Each row's logit from a regression fitted on the other folds (standardised there)."""
+    logits = torch.empty(len(y), dtype=torch.double)
+    for k in range(FOLDS):
+        fit_on = fold != k
+        mean, std = x[fit_on].mean(0), x[fit_on].std(0).clamp_min(1e-6)
+        w, b = _logistic((x[fit_on] - mean) / std, y[fit_on], l2)
+        logits[~fit_on] = ((x[~fit_on] - mean) / std) @ w + b
+    return logits
+
+
 def logistic_reference(task: SEDarwinTask, data: ReadResult) -> Reference:
     """Out-of-fold logistic regression on the task's encoded features of the whole pool."""
     examples = data.examples
@@ -81,17 +101,31 @@ def logistic_reference(task: SEDarwinTask, data: ReadResult) -> Reference:
     held = torch.tensor([e.trajectory_id in held_ids for e in examples])
     best: Reference | None = None
     for l2 in L2_GRID:
-        logits = torch.empty(len(examples), dtype=torch.double)
-        for k in range(FOLDS):
-            fit_on = fold != k
-            mean, std = x[fit_on].mean(0), x[fit_on].std(0).clamp_min(1e-6)
-            w, b = _logistic((x[fit_on] - mean) / std, y[fit_on], l2)
-            logits[~fit_on] = ((x[~fit_on] - mean) / std) @ w + b
+        logits = _out_of_fold_logits(x, y, fold, l2)
         pool_auc = auc(logits, y)
         if best is None or pool_auc > best.pool_auc:
             best = Reference(pool_auc, auc(logits[held], y[held]), l2)
     assert best is not None
     return best
+
+
+def _out_of_fold_auc(x: torch.Tensor, y: torch.Tensor, fold: torch.Tensor) -> float:
+    return max(auc(_out_of_fold_logits(x, y, fold, l2), y) for l2 in L2_GRID)
+
+
+def merged_agents_gain(per_agent: int) -> tuple[float, float]:
+    """(OOF AUC with the agent base rate, without it) on three merged agents' pools."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed, agent in enumerate(("se_darwin", "qa", "builder")):
+            write_pool(Path(tmp), per_agent, seed=seed, agent=agent)
+        data = read_trajectories(Path(tmp) / "trajectory_pools")
+        task = SEDarwinTask(data, TaskOptions(), 0)
+    examples = data.examples
+    x = task.encoder.encode([e.attempt for e in examples], task.pool).double()
+    y = torch.tensor([float(e.label.success) for e in examples], dtype=torch.double)
+    fold = torch.tensor([_fold(e.trajectory_id) for e in examples])
+    # The agent's base rate is the encoder's last column.
+    return _out_of_fold_auc(x, y, fold), _out_of_fold_auc(x[:, :-1], y, fold)
 
 
 def _train(
@@ -163,7 +197,7 @@ def _row(size: int, precision: str, runs: Sequence[Run]) -> str:
     mean = statistics.fmean
     return (
         f"| {size} | {len(runs)} | {precision} | {mean(r.held_out for r in runs):.0f} | "
-        f"{mean(r.auc for r in runs):.3f} | [{first.low:.3f}, {first.high:.3f}] | "
+        f"{mean(r.auc for r in runs):.3f} | {first.auc:.3f} [{first.low:.3f}, {first.high:.3f}] | "
         f"{mean(r.reference.held_out_auc for r in runs):.3f} | "
         f"{mean(gaps):+.3f} | {'' if math.isnan(gap_se) else f'{gap_se:.4f}'} | "
         f"{mean(r.reference.pool_auc for r in runs):.3f} | "
@@ -178,16 +212,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="10,3,1", help="pools (seeds 0..N-1) per size")
     parser.add_argument("--precisions", default="fp32,bf16,fp16")
     parser.add_argument("--options", default="{}", help="se_darwin options as JSON (not defaults)")
+    parser.add_argument("--merged-agents", help="records per agent, e.g. 500,2000")
     args = parser.parse_args(argv)
     options = json.loads(args.options)
+    torch.set_num_threads(1)
+    if args.merged_agents:
+        print("| records (3 agents) | logistic OOF, with agent base rate | without |")
+        print("| --- | --- | --- |")
+        for per_agent in (int(n) for n in args.merged_agents.split(",")):
+            with_rate, without = merged_agents_gain(per_agent)
+            print(f"| {3 * per_agent} | {with_rate:.3f} | {without:.3f} |", flush=True)
+        return 0
     sizes = [int(s) for s in args.sizes.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
     if len(seeds) != len(sizes):
         parser.error(f"--seeds {args.seeds!r} needs one count per size ({args.sizes!r})")
     precisions = args.precisions.split(",")
-    torch.set_num_threads(1)
     print(
-        "| records | pools | precision | held-out | AUC | 95% interval (seed 0) | "
+        "| records | pools | precision | held-out | AUC | seed 0: AUC [95% interval] | "
         "logistic OOF, same records | gap | gap s.e. | logistic OOF, pool | "
         "best step / steps | seconds |"
     )
