@@ -113,7 +113,14 @@ class FeatureEncoder:
         )
         numeric = torch.tensor([_numeric(a, pool) for a in attempts], dtype=torch.float64)
         mean = numeric.mean(dim=0)
-        std = numeric.std(dim=0, unbiased=False).clamp_min(1e-6)
+        std = numeric.std(dim=0, unbiased=False)
+        # A column constant in training (one hunk per diff, say) is centred on its value
+        # exactly and left unscaled: its mean's float dust (1e-10 after dividing by a
+        # clamped spread) flushed to zero in fp16 while fp32 kept a gradient for it, and a
+        # different value at prediction time stays finite instead of growing a million-fold.
+        constant = std < 1e-6
+        mean = torch.where(constant, numeric[0], mean)
+        std = torch.where(constant, torch.ones_like(std), std)
         base_rate, agent_rates = _agent_rates(attempts, successes)
         return cls(
             tools, patterns, tuple(mean.tolist()), tuple(std.tolist()), base_rate, agent_rates
@@ -137,8 +144,11 @@ class FeatureEncoder:
         row += [1.0 if attempt.reasoning_pattern == p else 0.0 for p in self.patterns]
         row.append(0.0 if attempt.reasoning_pattern in self.patterns else 1.0)
         # The agent's base rate as log-odds against the overall rate; 0 for an unknown agent.
+        # Rounded: a one-agent pool's smoothed rate equals the overall one only up to float
+        # rounding, and a 1e-16 input flushes to zero in fp16 while its fp32 gradient does
+        # not (the precision probe counted 32 flushed gradients for it).
         rate = dict(self.agent_rates).get(attempt.agent, self.base_rate)
-        row.append(_logit(rate) - _logit(self.base_rate))
+        row.append(round(_logit(rate) - _logit(self.base_rate), 6))
         return row
 
     def state_dict(self) -> dict[str, Any]:

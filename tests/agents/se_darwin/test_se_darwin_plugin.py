@@ -228,7 +228,7 @@ def test_default_budget_stops_on_validation_and_more_steps_never_serve_worse(
 ) -> None:
     """With no steps or epochs the run stops on validation; it reports the best step, the
     stop, the split sizes and the AUC interval; a shorter cap follows the same trajectory
-    and its served validation loss is never better; the predictor serves the best weights."""
+    and its served validation log-loss is never better; the predictor serves the best weights."""
     full = _train(data, tmp_path / "full", steps=None)
     early = full.extra["early_stop"]
     assert early["stop_reason"].startswith("no improvement in 8 validations")

@@ -15,7 +15,7 @@ from infrastructure.data.lineage import Pool, PoolEntry
 from infrastructure.data.readers import read_trajectories
 from infrastructure.data.schema import Trajectory
 from infrastructure.data.synthetic import generate_pool
-from infrastructure.world_model.features import FeatureEncoder
+from infrastructure.world_model.features import NUMERIC_FEATURES, FeatureEncoder
 
 POST_HOC = (
     "status",
@@ -192,3 +192,18 @@ def test_encoder_saved_before_version_2_is_refused_with_a_way_out() -> None:
     ).state_dict()
     with pytest.raises(ValueError, match=r"version 1 .*fresh checkpoint folder"):
         FeatureEncoder.from_state({**state, "version": 1})
+
+
+def test_a_column_constant_in_training_encodes_to_exact_zero() -> None:
+    """One hunk per diff and one agent in training: those columns are exactly 0.0 (float
+    dust there flushed to zero in fp16 while fp32 kept its gradient), and another value
+    later stays finite instead of being divided by a clamped spread."""
+    records = _records()
+    attempts = [Trajectory.model_validate(r).to_input() for r in records]
+    successes = [r.get("success_score", 0.0) >= 0.7 for r in records]
+    encoder = FeatureEncoder.fit(attempts, _scores(records), successes)
+    x = encoder.encode(attempts, _scores(records))
+    hunks = list(NUMERIC_FEATURES).index("log_hunks")
+    assert torch.all(x[:, hunks] == 0.0) and torch.all(x[:, -1] == 0.0)
+    three = replace(attempts[0], code_changes="@@\n+ a\n@@\n+ b\n@@\n- c")
+    assert 0 < float(encoder.encode([three], {})[0, hunks]) < 10
