@@ -23,7 +23,7 @@ The post-hoc fields (status, test results, metrics, failure reasons, execution t
 cost) are then filled in consistently with the score, as Genesis fills them in. A few
 records are made the way real pools are: 3% carry a status that disagrees with their
 score, 2% are still pending or executing, 1% were pruned, and optional fields are
-sometimes missing. The output depends only on ``count`` and ``seed``.
+sometimes missing. The output depends only on ``count``, ``seed`` and ``agent``.
 
 >>> pool = generate_pool(100, seed=0)
 >>> len(pool["trajectories"]), pool["success_threshold"]
