@@ -26,6 +26,7 @@ from typing import Any, TextIO
 
 from pydantic import ValidationError
 
+from infrastructure.data.lineage import Pool, PoolEntry
 from infrastructure.data.schema import (
     FAILURE_THRESHOLD,
     SUCCESS_THRESHOLD,
@@ -56,6 +57,7 @@ class ReadResult:
 
     examples: list[Example] = field(default_factory=list)
     scores: dict[str, float] = field(default_factory=dict)  # id -> success_score, for parents
+    pool: Pool = field(default_factory=lambda: Pool({}))  # every valid record, for lineage
     quarantined: int = 0
     duplicates: int = 0
     unlabelled: int = 0
@@ -166,6 +168,7 @@ def read_trajectories(path: Path, quarantine: Path | None = None) -> ReadResult:
 
 
 def _label(valid: dict[str, _Valid], result: ReadResult) -> None:
+    entries: dict[str, PoolEntry] = {}
     for trajectory_id, item in valid.items():
         record = item.record
         if isinstance(record, Trajectory):
@@ -178,10 +181,15 @@ def _label(valid: dict[str, _Valid], result: ReadResult) -> None:
             if record.reward is not None:
                 result.scores[trajectory_id] = record.reward
             label = derive_replay_label(record, item.success_threshold, item.failure_threshold)
+        attempt = record.to_input()
+        entries[trajectory_id] = PoolEntry(
+            result.scores.get(trajectory_id), attempt.parent_ids, attempt.operator, attempt.created
+        )
         if label is None:
             result.unlabelled += 1
             continue
-        result.examples.append(Example(trajectory_id, record.to_input(), label))
+        result.examples.append(Example(trajectory_id, attempt, label))
+    result.pool = Pool(entries)
 
 
 class _TooLarge(ValueError):

@@ -30,6 +30,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from infrastructure.data.lineage import created_seconds
+
 SCHEMA_VERSION = 1
 
 SUCCESS_THRESHOLD = 0.7
@@ -105,6 +107,9 @@ class Trajectory(_Record):
     def to_input(self) -> AttemptInput:
         """The pre-attempt view of this record: the encoder's only input."""
         return AttemptInput(
+            trajectory_id=self.trajectory_id,
+            agent=self.agent_name,
+            created=created_seconds(self.created_at),
             operator=self.operator_applied,
             generation=self.generation,
             # A record naming itself as parent would read its own score: dropped.
@@ -166,6 +171,9 @@ class ReplayRecord(_Record):
         generation = self.metadata.get("generation", 0)
         tools = tuple(dict.fromkeys(step.tool_name for step in self.steps if step.tool_name))
         return AttemptInput(
+            trajectory_id=self.trajectory_id,
+            agent=self.agent_id,
+            created=created_seconds(self.created_at),
             operator=operator if operator in OPERATORS else "baseline",
             generation=generation
             if isinstance(generation, int) and 0 <= generation <= MAX_GENERATION
@@ -186,8 +194,15 @@ class ReplayRecord(_Record):
 
 @dataclass(frozen=True)
 class AttemptInput:
-    """What is known before an attempt runs. The feature encoder sees nothing else."""
+    """What is known before an attempt runs. The feature encoder sees nothing else.
 
+    ``trajectory_id`` and ``created`` place the attempt in its pool (its own id is never
+    its relative; siblings count only when created before it); ``agent`` wrote it.
+    """
+
+    trajectory_id: str = ""
+    agent: str = ""
+    created: float | None = None  # seconds since the epoch; None when not recorded
     operator: str = "baseline"
     generation: int = 0
     parent_ids: tuple[str, ...] = ()

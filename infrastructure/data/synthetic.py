@@ -8,13 +8,22 @@ runs, plus Gaussian noise:
 * the parents' recorded scores (good parents, good children);
 * the size of the planned change (about 20 lines is best; large rewrites fail more often;
   many modified files hurt);
-* the tools used (running tests helps, rewriting blindly hurts) and the reasoning pattern.
+* the tools used (running tests helps, rewriting blindly hurts) and the reasoning pattern;
+* which files it touches (changing tests alongside code helps, changing configuration
+  hurts) and what kind of change it is (a diff that mostly adds lines does better than
+  one that mostly removes them);
+* its lineage beyond the parents: a hidden "promise" handed down from parents to
+  children (so grandparents' scores and how earlier siblings fared say something the
+  parents' own scores do not), and the parents' operators (a child of a fresh baseline
+  is on shakier ground);
+* the agent that wrote it: a base rate of its own (``AGENT_EFFECT``; 0 for se_darwin),
+  which shows when pools of several agents are merged.
 
 The post-hoc fields (status, test results, metrics, failure reasons, execution time and
 cost) are then filled in consistently with the score, as Genesis fills them in. A few
 records are made the way real pools are: 3% carry a status that disagrees with their
 score, 2% are still pending or executing, 1% were pruned, and optional fields are
-sometimes missing. The output depends only on ``count`` and ``seed``.
+sometimes missing. The output depends only on ``count``, ``seed`` and ``agent``.
 
 >>> pool = generate_pool(100, seed=0)
 >>> len(pool["trajectories"]), pool["success_threshold"]
@@ -26,6 +35,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -52,6 +62,13 @@ PATTERN_EFFECT = {
     "trial_and_error": -0.45,
 }
 NOISE_STD = 0.6
+FILE_KIND_EFFECT = {"test": 0.4, "config": -0.45, "docs": 0.0, "code": 0.0}
+ADDED_SHARE_EFFECT = 1.2  # per unit of (share of added lines - 0.5)
+PROMISE_STD, PROMISE_INHERITED = 0.5, 0.8  # the lineage's hidden promise
+BASELINE_PARENT_EFFECT = -0.4  # per share of parents that were fresh baselines
+AGENT_EFFECT = {"se_darwin": 0.0, "builder": 0.5, "qa": -0.6, "support": -0.2, "analyst": 0.3}
+# Kinds of change, as the share of added lines in the diff (before noise).
+_CHANGE_KINDS = {"feature": 0.85, "fix": 0.6, "refactor": 0.5, "removal": 0.15}
 _BASE_TIME = datetime(2025, 1, 6, 9, 0, tzinfo=UTC)
 _OPERATOR_WEIGHTS = {"baseline": 0.1, "revision": 0.35, "recombination": 0.25, "refinement": 0.3}
 _FAILURES = (
@@ -76,6 +93,13 @@ _STRATEGIES = (
     "Rewrite the module from the task description",
 )
 _FILES = ("agent.py", "tools.py", "parser.py", "planner.py", "memory.py", "eval.py", "utils.py")
+_OTHER_FILES = {
+    "tests/test_agent.py": "test",
+    "tests/test_tools.py": "test",
+    "config.yaml": "config",
+    "settings.toml": "config",
+    "docs/README.md": "docs",
+}
 
 
 def _sigmoid(x: float) -> float:
@@ -86,63 +110,90 @@ def _clip(x: float, low: float = 0.0, high: float = 1.0) -> float:
     return min(high, max(low, x))
 
 
-def _hidden_logit(
-    rng: random.Random,
-    operator: str,
-    generation: int,
-    parent_scores: list[float],
-    lines: int,
-    files: int,
-    tools: list[str],
-    pattern: str,
-) -> float:
-    logit = OPERATOR_EFFECT[operator] + 0.02 * min(generation, 40) - 0.3
-    if parent_scores:
-        logit += 3.0 * (sum(parent_scores) / len(parent_scores) - 0.5)
-    logit -= 0.6 * abs(math.log(lines / 20.0)) + 0.12 * (files - 1)
-    logit += sum(TOOL_EFFECT[t] for t in tools) + PATTERN_EFFECT[pattern]
+@dataclass(frozen=True)
+class _Past:
+    """What the generator remembers of an earlier attempt."""
+
+    trajectory_id: str
+    score: float | None  # None while pending or executing
+    operator: str
+    promise: float
+
+
+@dataclass(frozen=True)
+class _Plan:
+    generation: int
+    operator: str
+    parents: list[_Past]
+    lines: int
+    files: list[str]
+    added_share: float
+    tools: list[str]
+    pattern: str
+    promise: float
+    logit: float
+
+
+def _hidden_logit(plan: _Plan, agent: str, rng: random.Random) -> float:
+    logit = OPERATOR_EFFECT[plan.operator] + 0.02 * min(plan.generation, 40) - 0.3
+    known = [p.score for p in plan.parents if p.score is not None]
+    if known:
+        logit += 3.0 * (sum(known) / len(known) - 0.5)
+    if plan.parents:
+        baseline = sum(p.operator == "baseline" for p in plan.parents) / len(plan.parents)
+        logit += BASELINE_PARENT_EFFECT * baseline
+    logit -= 0.6 * abs(math.log(plan.lines / 20.0)) + 0.12 * (len(plan.files) - 1)
+    kinds = {_OTHER_FILES.get(f, "code") for f in plan.files}
+    logit += sum(FILE_KIND_EFFECT[k] for k in kinds)
+    logit += ADDED_SHARE_EFFECT * (plan.added_share - 0.5)
+    logit += sum(TOOL_EFFECT[t] for t in plan.tools) + PATTERN_EFFECT[plan.pattern]
+    logit += plan.promise + AGENT_EFFECT.get(agent, 0.0)
     return logit + rng.gauss(0.0, NOISE_STD)
 
 
-_History = list[tuple[str, float | None]]
-_Plan = tuple[int, str, _History, int, int, list[str], str, float]
-
-
-def _attempt(rng: random.Random, index: int, count: int, history: _History) -> _Plan:
+def _attempt(rng: random.Random, index: int, count: int, history: list[_Past], agent: str) -> _Plan:
     generations = max(1, min(60, count // 150))
     generation = index * generations // count
     operator = "baseline"
-    parents: _History = []
+    parents: list[_Past] = []
     if generation > 0 and history:
         operator = rng.choices(list(_OPERATOR_WEIGHTS), list(_OPERATOR_WEIGHTS.values()))[0]
         window = history[-min(len(history), 600) :]
         wanted = {"baseline": 0, "revision": 1, "refinement": 1, "recombination": 2}[operator]
         parents = rng.sample(window, min(wanted, len(window)))
     lines = int(_clip(rng.lognormvariate(math.log(20.0), 0.8), 1, 400))
-    files = 1 + min(lines // 30, 6) + rng.randint(0, 2)
+    count_files = 1 + min(lines // 30, 6) + rng.randint(0, 2)
+    files = rng.sample(_FILES, min(count_files, len(_FILES)))
+    for name in _OTHER_FILES:  # each touched now and then, beside the code
+        if rng.random() < 0.15:
+            files.append(name)
+    added_share = _clip(rng.choice(list(_CHANGE_KINDS.values())) + rng.gauss(0.0, 0.08))
     tools = rng.sample(list(TOOL_EFFECT), rng.randint(1, 4))
     pattern = rng.choice(list(PATTERN_EFFECT))
-    known = [score for _, score in parents if score is not None]
-    logit = _hidden_logit(rng, operator, generation, known, lines, files, tools, pattern)
-    return generation, operator, parents, lines, files, tools, pattern, logit
+    inherited = sum(p.promise for p in parents) / len(parents) if parents else 0.0
+    promise = PROMISE_INHERITED * inherited + rng.gauss(0.0, PROMISE_STD)
+    plan = _Plan(
+        generation, operator, parents, lines, files, added_share, tools, pattern, promise, 0.0
+    )
+    return replace(plan, logit=_hidden_logit(plan, agent, rng))
 
 
-def _code_changes(rng: random.Random, lines: int) -> str:
+def _code_changes(rng: random.Random, lines: int, added_share: float) -> str:
     out = [f"@@ -{rng.randint(1, 300)},{lines} @@"]
     for j in range(lines):
-        sign = "+" if rng.random() < 0.6 else "-"
+        sign = "+" if rng.random() < added_share else "-"
         out.append(f"{sign} v{j}=f{rng.randint(0, 99)}(v{max(0, j - 1)})")
     return "\n".join(out)
 
 
 def _record(
-    rng: random.Random, index: int, count: int, agent: str, history: _History
+    rng: random.Random, index: int, count: int, agent: str, history: list[_Past]
 ) -> dict[str, Any]:
-    generation, operator, parents, lines, files, tools, pattern, logit = _attempt(
-        rng, index, count, history
-    )
+    plan = _attempt(rng, index, count, history, agent)
+    generation, operator, parents, lines = plan.generation, plan.operator, plan.parents, plan.lines
+    files = len(plan.files)
     trajectory_id = f"{agent}_gen{generation}_{rng.getrandbits(40):010x}"
-    score = round(_sigmoid(logit), 4)
+    score = round(_sigmoid(plan.logit), 4)
     outcome = outcome_for_score(score)
     status = {"success": "success", "partial": "partial_success", "failure": "failure"}[outcome]
     roll = rng.random()
@@ -156,16 +207,16 @@ def _record(
         "trajectory_id": trajectory_id,
         "generation": generation,
         "agent_name": agent,
-        "parent_trajectories": [pid for pid, _ in parents],
+        "parent_trajectories": [p.trajectory_id for p in parents],
         "operator_applied": operator,
-        "code_changes": _code_changes(rng, lines),
+        "code_changes": _code_changes(rng, lines, plan.added_share),
         "problem_diagnosis": rng.choice(_DIAGNOSES),
         "proposed_strategy": rng.choice(_STRATEGIES),
         "strategy_description": f"{operator} of {len(parents)} parent(s) touching {files} file(s)",
         "status": status,
-        "tools_used": tools,
-        "reasoning_pattern": pattern,
-        "modified_files": rng.sample(_FILES, min(files, len(_FILES))),
+        "tools_used": plan.tools,
+        "reasoning_pattern": plan.pattern,
+        "modified_files": plan.files,
         "created_at": (_BASE_TIME + timedelta(seconds=37 * index)).isoformat(),
     }
     if rng.random() < 0.9:
@@ -173,10 +224,10 @@ def _record(
         record["key_insights"] = [f"insight about {rng.choice(_FILES)}"]
         record["assumptions_made"] = ["tests cover the changed paths"]
     if status in ("pending", "executing"):
-        history.append((trajectory_id, None))
+        history.append(_Past(trajectory_id, None, operator, plan.promise))
         return record
     record.update(_post_hoc(rng, score, outcome, lines))
-    history.append((trajectory_id, score))
+    history.append(_Past(trajectory_id, score, operator, plan.promise))
     return record
 
 
@@ -208,7 +259,7 @@ def generate_pool(count: int, seed: int, agent: str = "se_darwin") -> dict[str, 
     if count < 1:
         raise ValueError(f"count must be at least 1, got {count}")
     rng = random.Random(seed)
-    history: _History = []
+    history: list[_Past] = []
     trajectories: dict[str, Any] = {}
     for index in range(count):
         record = _record(rng, index, count, agent, history)

@@ -1,18 +1,25 @@
 """The feature encoder: one code path from an attempt to a feature row, for training and prediction.
 
 The encoder sees an :class:`~infrastructure.data.schema.AttemptInput` only, which holds
-what is known before an attempt runs: the operator, the generation, the parents (their
-recorded scores are looked up in the same pool), the planned change, the tools and the
-reasoning pattern. The attempt's own status, score, test results, metrics, failure
-reasons, run time and cost never reach it; ``tests/infrastructure/world_model`` checks
+what is known before an attempt runs: the operator, the generation, the parents, the
+planned change (its size, the share of added lines, which kinds of file it touches), the
+tools, the reasoning pattern and the agent that wrote it; and the pool around it
+(:class:`~infrastructure.data.lineage.Pool`): the parents' recorded scores and operators,
+the grandparents' scores, the lineage's depth, and how earlier siblings fared. The
+attempt's own status, score, test results, metrics, failure reasons, run time and cost
+never reach it; ``tests/infrastructure/world_model`` checks
 that changing them leaves the features unchanged.
 
-Its vocabularies and normalisation statistics are fitted on the training split and saved
-as plain types with the model (:meth:`FeatureEncoder.state_dict`), so that prediction
-after a restart encodes exactly as training did.
+Its vocabularies, normalisation statistics and per-agent base rates (each agent's
+success rate on the training split, pulled towards the overall rate by
+``AGENT_PRIOR`` pseudo-records) are fitted on the training split and saved as plain types
+with the model (:meth:`FeatureEncoder.state_dict`), so that prediction after a restart
+encodes exactly as training did. The saved form is versioned: a checkpoint from an older
+encoder (version 1, before the lineage, file, change and agent features) is refused with
+a message saying to retrain.
 
->>> encoder = FeatureEncoder.fit(attempts, parent_scores)  # doctest: +SKIP
->>> x = encoder.encode(attempts, parent_scores)  # doctest: +SKIP
+>>> encoder = FeatureEncoder.fit(attempts, pool, successes)  # doctest: +SKIP
+>>> x = encoder.encode(attempts, pool)  # doctest: +SKIP
 >>> restored = FeatureEncoder.from_state(encoder.state_dict())  # doctest: +SKIP
 """
 
@@ -26,9 +33,12 @@ from typing import Any
 
 import torch
 
-from infrastructure.data.schema import OPERATORS, AttemptInput
+from infrastructure.data.lineage import Pool
+from infrastructure.data.schema import OPERATORS, SUCCESS_THRESHOLD, AttemptInput
 
-ENCODER_VERSION = 1
+ENCODER_VERSION = 2
+AGENT_PRIOR = 20.0  # pseudo-records at the overall rate in an agent's base rate
+PoolLike = Pool | Mapping[str, float]  # a pool, or only its scores (no lineage beyond parents)
 NUMERIC_FEATURES: tuple[str, ...] = (
     "log_generation",
     "parents",
@@ -42,7 +52,25 @@ NUMERIC_FEATURES: tuple[str, ...] = (
     "log_strategy_words",
     "log_diagnosis_words",
     "tools",
+    # version 2: the change, the files, the lineage beyond the parents
+    "added_share",
+    "log_hunks",
+    "log_distinct_files",
+    "touches_tests",
+    "touches_config",
+    "touches_docs",
+    "touches_code",
+    "log_depth",
+    "grandparent_score_mean",
+    "grandparent_score_known",
+    "log_siblings",
+    "sibling_score_mean",
+    "sibling_success_share",
+    *(f"parents_{op}" for op in OPERATORS),
 )
+_TEST_MARKS = ("test_", "tests/", "_test.", "/test/", "conftest")
+_CONFIG_SUFFIXES = (".yaml", ".yml", ".toml", ".ini", ".cfg", ".json", ".env")
+_DOCS_SUFFIXES = (".md", ".rst", ".txt")
 _UNKNOWN_PARENT_SCORE = 0.5  # a parent without a recorded score: the middle, flagged
 
 
@@ -54,23 +82,28 @@ class FeatureEncoder:
     patterns: tuple[str, ...]
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    base_rate: float = 0.5  # the training split's success rate
+    agent_rates: tuple[tuple[str, float], ...] = ()  # (agent, smoothed success rate)
 
     @property
     def n_features(self) -> int:
-        # numeric, operators, tools + "other tools", patterns + "other pattern"
-        return len(NUMERIC_FEATURES) + len(OPERATORS) + len(self.tools) + len(self.patterns) + 2
+        # numeric, operators, tools + "other tools", patterns + "other pattern", agent rate
+        return len(NUMERIC_FEATURES) + len(OPERATORS) + len(self.tools) + len(self.patterns) + 3
 
     @classmethod
     def fit(
         cls,
         attempts: Sequence[AttemptInput],
-        parent_scores: Mapping[str, float],
+        pool: PoolLike,
+        successes: Sequence[bool] | None = None,
         max_tools: int = 32,
         max_patterns: int = 16,
     ) -> FeatureEncoder:
-        """Learn the vocabularies and the numeric features' mean and spread from ``attempts``."""
+        """Learn the vocabularies, the numeric features' mean and spread and, given the
+        attempts' ``successes``, the per-agent base rates from ``attempts``."""
         if not attempts:
             raise ValueError("cannot fit a feature encoder on no attempts")
+        pool = _as_pool(pool)
         tool_counts = Counter(tool for a in attempts for tool in a.tools_used)
         pattern_counts = Counter(a.reasoning_pattern for a in attempts if a.reasoning_pattern)
         # Most frequent first, ties by name, so that the vocabulary is deterministic.
@@ -78,22 +111,31 @@ class FeatureEncoder:
         patterns = tuple(
             sorted(pattern_counts, key=lambda p: (-pattern_counts[p], p))[:max_patterns]
         )
-        numeric = torch.tensor([_numeric(a, parent_scores) for a in attempts], dtype=torch.float64)
+        numeric = torch.tensor([_numeric(a, pool) for a in attempts], dtype=torch.float64)
         mean = numeric.mean(dim=0)
-        std = numeric.std(dim=0, unbiased=False).clamp_min(1e-6)
-        return cls(tools, patterns, tuple(mean.tolist()), tuple(std.tolist()))
+        std = numeric.std(dim=0, unbiased=False)
+        # A column constant in training (one hunk per diff, say) is centred on its value
+        # exactly and left unscaled: its mean's float dust (1e-10 after dividing by a
+        # clamped spread) flushed to zero in fp16 while fp32 kept a gradient for it, and a
+        # different value at prediction time stays finite instead of growing a million-fold.
+        constant = std < 1e-6
+        mean = torch.where(constant, numeric[0], mean)
+        std = torch.where(constant, torch.ones_like(std), std)
+        base_rate, agent_rates = _agent_rates(attempts, successes)
+        return cls(
+            tools, patterns, tuple(mean.tolist()), tuple(std.tolist()), base_rate, agent_rates
+        )
 
-    def encode(
-        self, attempts: Sequence[AttemptInput], parent_scores: Mapping[str, float]
-    ) -> torch.Tensor:
+    def encode(self, attempts: Sequence[AttemptInput], pool: PoolLike) -> torch.Tensor:
         """A ``(len(attempts), n_features)`` float32 matrix."""
-        rows = [self._row(a, parent_scores) for a in attempts]
+        pool = _as_pool(pool)
+        rows = [self._row(a, pool) for a in attempts]
         if not rows:
             return torch.zeros((0, self.n_features), dtype=torch.float32)
         return torch.tensor(rows, dtype=torch.float32)
 
-    def _row(self, attempt: AttemptInput, parent_scores: Mapping[str, float]) -> list[float]:
-        numeric = _numeric(attempt, parent_scores)
+    def _row(self, attempt: AttemptInput, pool: Pool) -> list[float]:
+        numeric = _numeric(attempt, pool)
         row = [(v - m) / s for v, m, s in zip(numeric, self.mean, self.std, strict=True)]
         row += [1.0 if attempt.operator == op else 0.0 for op in OPERATORS]
         used = set(attempt.tools_used)
@@ -101,6 +143,12 @@ class FeatureEncoder:
         row.append(float(len(used - set(self.tools))))
         row += [1.0 if attempt.reasoning_pattern == p else 0.0 for p in self.patterns]
         row.append(0.0 if attempt.reasoning_pattern in self.patterns else 1.0)
+        # The agent's base rate as log-odds against the overall rate; 0 for an unknown agent.
+        # Rounded: a one-agent pool's smoothed rate equals the overall one only up to float
+        # rounding, and a 1e-16 input flushes to zero in fp16 while its fp32 gradient does
+        # not (the precision probe counted 32 flushed gradients for it).
+        rate = dict(self.agent_rates).get(attempt.agent, self.base_rate)
+        row.append(round(_logit(rate) - _logit(self.base_rate), 6))
         return row
 
     def state_dict(self) -> dict[str, Any]:
@@ -113,6 +161,8 @@ class FeatureEncoder:
             "patterns": list(self.patterns),
             "mean": list(self.mean),
             "std": list(self.std),
+            "base_rate": self.base_rate,
+            "agent_rates": {agent: rate for agent, rate in self.agent_rates},
         }
 
     @classmethod
@@ -121,7 +171,8 @@ class FeatureEncoder:
         if state.get("version") != ENCODER_VERSION:
             raise ValueError(
                 f"feature encoder version {state.get('version')!r} is not supported "
-                f"(this build reads version {ENCODER_VERSION})"
+                f"(this build reads version {ENCODER_VERSION}, which adds the lineage, file, "
+                "change and agent features): train a new model into a fresh checkpoint folder"
             )
         if list(state["numeric_features"]) != list(NUMERIC_FEATURES) or list(
             state["operators"]
@@ -132,16 +183,87 @@ class FeatureEncoder:
             patterns=tuple(state["patterns"]),
             mean=tuple(float(v) for v in state["mean"]),
             std=tuple(float(v) for v in state["std"]),
+            base_rate=float(state["base_rate"]),
+            agent_rates=tuple((str(k), float(v)) for k, v in state["agent_rates"].items()),
         )
 
 
-def _numeric(attempt: AttemptInput, parent_scores: Mapping[str, float]) -> list[float]:
-    known = [parent_scores[p] for p in attempt.parent_ids if p in parent_scores]
+def _as_pool(pool: PoolLike) -> Pool:
+    return pool if isinstance(pool, Pool) else Pool.from_scores(pool)
+
+
+def _logit(p: float) -> float:
+    p = min(1 - 1e-6, max(1e-6, p))
+    return math.log(p / (1 - p))
+
+
+def _agent_rates(
+    attempts: Sequence[AttemptInput], successes: Sequence[bool] | None
+) -> tuple[float, tuple[tuple[str, float], ...]]:
+    """The overall success rate and each agent's, smoothed towards it (sorted by agent)."""
+    if successes is None:
+        return 0.5, ()
+    if len(successes) != len(attempts):
+        raise ValueError(f"{len(successes)} successes for {len(attempts)} attempts")
+    base = sum(successes) / len(successes)
+    counts: dict[str, list[int]] = {}
+    for attempt, success in zip(attempts, successes, strict=True):
+        tally = counts.setdefault(attempt.agent, [0, 0])
+        tally[0] += int(success)
+        tally[1] += 1
+    rates = tuple(
+        (agent, (won + AGENT_PRIOR * base) / (total + AGENT_PRIOR))
+        for agent, (won, total) in sorted(counts.items())
+    )
+    return base, rates
+
+
+def _file_kinds(files: Sequence[str]) -> tuple[float, float, float, float]:
+    """Whether the change touches tests, configuration, docs, other code (1.0 or 0.0)."""
+    kinds = set()
+    for name in files:
+        lower = name.lower()
+        if any(mark in lower for mark in _TEST_MARKS):
+            kinds.add("test")
+        elif lower.endswith(_CONFIG_SUFFIXES):
+            kinds.add("config")
+        elif lower.endswith(_DOCS_SUFFIXES):
+            kinds.add("docs")
+        else:
+            kinds.add("code")
+    return tuple(float(k in kinds) for k in ("test", "config", "docs", "code"))  # type: ignore[return-value]
+
+
+def _change_shape(diff: str) -> tuple[float, float]:
+    """(share of added among added and removed lines, 0.5 when neither; number of hunks)."""
+    added = removed = hunks = 0
+    for line in diff.splitlines():
+        if line.startswith("@@"):
+            hunks += 1
+        elif line.startswith("+") and not line.startswith("+++"):
+            added += 1
+        elif line.startswith("-") and not line.startswith("---"):
+            removed += 1
+    share = added / (added + removed) if added + removed else 0.5
+    return share, float(hunks)
+
+
+def _mean(values: Sequence[float], default: float = _UNKNOWN_PARENT_SCORE) -> float:
+    return sum(values) / len(values) if values else default
+
+
+def _numeric(attempt: AttemptInput, pool: Pool) -> list[float]:
+    scores = pool.scores
+    known = [scores[p] for p in attempt.parent_ids if p in scores]
     lines = attempt.code_changes.count("\n") + 1 if attempt.code_changes else 0
+    lineage = pool.lineage(attempt.trajectory_id, attempt.parent_ids, attempt.created)
+    added_share, hunks = _change_shape(attempt.code_changes)
+    siblings = lineage.sibling_scores
+    operators = lineage.parent_operators
     return [
         math.log1p(attempt.generation),
         float(len(attempt.parent_ids)),
-        sum(known) / len(known) if known else _UNKNOWN_PARENT_SCORE,
+        _mean(known),
         max(known) if known else _UNKNOWN_PARENT_SCORE,
         min(known) if known else _UNKNOWN_PARENT_SCORE,
         1.0 if known else 0.0,
@@ -151,4 +273,19 @@ def _numeric(attempt: AttemptInput, parent_scores: Mapping[str, float]) -> list[
         math.log1p(len(attempt.proposed_strategy.split())),
         math.log1p(len(attempt.problem_diagnosis.split())),
         float(len(set(attempt.tools_used))),
+        added_share,
+        math.log1p(hunks),
+        math.log1p(len(set(attempt.modified_files))),
+        *_file_kinds(attempt.modified_files),
+        math.log1p(lineage.depth),
+        _mean(lineage.grandparent_scores),
+        1.0 if lineage.grandparent_scores else 0.0,
+        math.log1p(len(siblings)),
+        _mean(siblings),
+        _mean([float(s >= SUCCESS_THRESHOLD) for s in siblings], 0.0),
+        *(_share(operators, op) for op in OPERATORS),
     ]
+
+
+def _share(values: Sequence[str], wanted: str) -> float:
+    return sum(v == wanted for v in values) / len(values) if values else 0.0

@@ -5,18 +5,22 @@
     from infrastructure.world_model.predict import WorldModelPredictor, load_pool_scores
 
     predictor = WorldModelPredictor.load(Path("state/agents/se_darwin/checkpoints"))
-    scores = load_pool_scores(Path("data/trajectory_pools/se_darwin/trajectory_pool.json"))
-    p = predictor.predict_one(candidate_record, scores)  # a dict in the pool record shape
+    pool = load_pool(Path("data/trajectory_pools/se_darwin/trajectory_pool.json"))
+    p = predictor.predict_one(candidate_record, pool)  # a dict in the pool record shape
     p.success_probability, p.expected_score, p.outcome
 
 The checkpoint is read with ``torch.load(weights_only=True)``, and the feature encoder
 saved inside it encodes the attempts, so predictions after a restart equal those the
-training process would make. Parents' scores come from ``parent_scores`` (id -> recorded
-success_score); a parent not found there counts as unknown, as in training.
+training process would make. The lineage comes from ``pool`` (:func:`load_pool`: parents'
+scores and operators, grandparents, earlier siblings); a plain mapping id -> recorded
+success_score (:func:`load_pool_scores`) gives the parents' scores only. A parent not
+found counts as unknown, as in training. A candidate record without ``created_at`` is
+taken as created now, so every scored sibling in the pool counts as earlier.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,12 +28,13 @@ from typing import Any
 
 import torch
 
+from infrastructure.data.lineage import Pool
 from infrastructure.data.readers import read_trajectories
 from infrastructure.data.schema import OUTCOMES, AttemptInput, Trajectory
 from infrastructure.training import checkpoint_keys as keys
 from infrastructure.training.checkpoint import CheckpointManager, load_checkpoint
 from infrastructure.training.early_stop import served_weights
-from infrastructure.world_model.features import FeatureEncoder
+from infrastructure.world_model.features import FeatureEncoder, PoolLike
 from infrastructure.world_model.model import ModelConfig, WorldModel
 
 STATE_KIND = "world_model"
@@ -97,11 +102,11 @@ class WorldModelPredictor:
         return cls(model.to(device), FeatureEncoder.from_state(saved["encoder"]), path)
 
     def predict(
-        self, attempts: Sequence[AttemptLike], parent_scores: Mapping[str, float] | None = None
+        self, attempts: Sequence[AttemptLike], pool: PoolLike | None = None
     ) -> list[Prediction]:
         """Score a batch of attempts (pool-shaped dicts, Trajectory or AttemptInput)."""
         inputs = [_as_input(a) for a in attempts]
-        x = self.encoder.encode(inputs, parent_scores or {})
+        x = self.encoder.encode(inputs, pool if pool is not None else {})
         device = next(self.model.parameters()).device
         with torch.no_grad():
             out = self.model(x.to(device))
@@ -118,11 +123,14 @@ class WorldModelPredictor:
             for s, e, c in zip(success, expected, classes, strict=True)
         ]
 
-    def predict_one(
-        self, attempt: AttemptLike, parent_scores: Mapping[str, float] | None = None
-    ) -> Prediction:
+    def predict_one(self, attempt: AttemptLike, pool: PoolLike | None = None) -> Prediction:
         """Score one attempt."""
-        return self.predict([attempt], parent_scores)[0]
+        return self.predict([attempt], pool)[0]
+
+
+def load_pool(path: Path) -> Pool:
+    """Every record of a pool file or folder, for the lineage of the attempts to score."""
+    return read_trajectories(Path(path)).pool
 
 
 def load_pool_scores(path: Path) -> dict[str, float]:
@@ -137,4 +145,5 @@ def _as_input(attempt: AttemptLike) -> AttemptInput:
         return attempt.to_input()
     record = dict(attempt)
     record.setdefault("trajectory_id", "candidate")
+    record.setdefault("created_at", time.time())  # a candidate is about to run: now
     return Trajectory.model_validate(record).to_input()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ from agents.se_darwin import task as task_module
 from agents.se_darwin.task import split_examples
 from genesis_fp16.plugins import load_plugin
 from infrastructure.data.readers import read_trajectories
-from infrastructure.plugin_api import AgentPlugin, TrainRequest, TrainResult
+from infrastructure.plugin_api import AgentPlugin, TrainRequest, TrainRequestError, TrainResult
 from infrastructure.world_model.metrics import auc, brier
 from infrastructure.world_model.predict import WorldModelPredictor
 
@@ -107,7 +108,8 @@ def test_probe_setup_gives_the_real_model_and_batches(data: Path) -> None:
 def test_prediction_after_a_restart_scores_as_training_did(
     data: Path, trained: tuple[TrainResult, Path]
 ) -> None:
-    """A new process loads the checkpoint, reproduces the held-out AUC/Brier and our scores."""
+    """A new process loads the checkpoint and the pool (lineage included), reproduces the
+    held-out AUC/Brier and our scores."""
     result, ckpt = trained
     pool = json.loads(data.read_text())["trajectories"]
     held = [e.trajectory_id for e in split_examples(read_trajectories(data), 3).held_out]
@@ -118,14 +120,14 @@ def test_prediction_after_a_restart_scores_as_training_did(
         import json, sys
         from pathlib import Path
         from infrastructure.data.readers import read_trajectories
-        from infrastructure.world_model.predict import WorldModelPredictor, load_pool_scores
+        from infrastructure.world_model.predict import WorldModelPredictor, load_pool
         data = Path({str(data)!r})
         held = json.loads(sys.argv[1])
         pool = json.loads(data.read_text())["trajectories"]
-        scores = load_pool_scores(data)
+        lineage = load_pool(data)
         predictor = WorldModelPredictor.load(Path({str(ckpt)!r}))
         labels = {{e.trajectory_id: e.label.success for e in read_trajectories(data).examples}}
-        out = predictor.predict([pool[i] for i in held], scores)
+        out = predictor.predict([pool[i] for i in held], lineage)
         no_pool = predictor.predict([pool[i] for i in held[:50]])
         print(json.dumps({{
             "p": [p.success_probability for p in out],
@@ -226,7 +228,7 @@ def test_default_budget_stops_on_validation_and_more_steps_never_serve_worse(
 ) -> None:
     """With no steps or epochs the run stops on validation; it reports the best step, the
     stop, the split sizes and the AUC interval; a shorter cap follows the same trajectory
-    and its served validation loss is never better; the predictor serves the best weights."""
+    and its served validation log-loss is never better; the predictor serves the best weights."""
     full = _train(data, tmp_path / "full", steps=None)
     early = full.extra["early_stop"]
     assert early["stop_reason"].startswith("no improvement in 8 validations")
@@ -246,3 +248,45 @@ def test_default_budget_stops_on_validation_and_more_steps_never_serve_worse(
         json.loads(json.dumps(full.to_json()))["extra"]["early_stop"]["best_step"]
         == early["best_step"]
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_more_steps_never_lower_the_held_out_auc(
+    data: Path, tmp_path: Path, precision: str
+) -> None:
+    """Budgets of 40, 160 and 640 steps: the served held-out AUC never falls by more than
+    0.005 (selection noise) as the budget grows, while the last weights of the longest run,
+    over-trained, fall well below it (what serving the best validated weights prevents)."""
+    task = task_module.SEDarwinTask(read_trajectories(data), task_module.TaskOptions(), 3)
+    served: list[float] = []
+    for steps in (40, 160, 640):
+        result = _train(data, tmp_path / str(steps), precision, steps=steps)
+        served.append(result.eval["auc"])
+    assert all(later >= earlier - 0.005 for earlier, later in itertools.pairwise(served)), served
+    last = task.build_model()
+    last.load_state_dict(torch.load(result.checkpoint, weights_only=True)["model"])  # type: ignore[arg-type]
+    with torch.no_grad():
+        assert task.evaluate(last)["auc"] < served[-1] - 0.05, served
+
+
+def test_checkpoint_from_encoder_version_1_is_refused_at_start_up(
+    data: Path, trained: tuple[TrainResult, Path], tmp_path: Path
+) -> None:
+    """A checkpoint saved before encoder version 2 fails a resume (TrainRequestError) and
+    the predictor's load with a message naming the version and the way out."""
+    result, _ = trained
+    state = torch.load(result.checkpoint, weights_only=True)  # type: ignore[arg-type]
+    encoder = state["extra"]["encoder"]
+    state["extra"]["encoder"] = {
+        "version": 1,
+        "numeric_features": encoder["numeric_features"][:12],  # version 1's layout
+        **{k: encoder[k] for k in ("operators", "tools", "patterns", "mean", "std")},
+    }
+    old = tmp_path / "old"
+    old.mkdir()
+    torch.save(state, old / Path(result.checkpoint).name)  # type: ignore[arg-type]
+    with pytest.raises(TrainRequestError, match=r"version 1 .*fresh checkpoint folder"):
+        _train(data, old, resume=True)
+    with pytest.raises(ValueError, match="version 1"):
+        WorldModelPredictor.load(old)

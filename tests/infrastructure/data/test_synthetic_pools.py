@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
+from typing import Any
 
 from infrastructure.data.schema import Trajectory, TrajectoryPool
 from infrastructure.data.synthetic import generate_pool, write_pool
@@ -80,3 +81,33 @@ def test_outcome_depends_on_operator_parents_and_tools() -> None:
     ]
     parent, child = zip(*pairs, strict=True)
     assert statistics.correlation(parent, child) > 0.2
+
+
+def test_files_change_kind_lineage_and_agent_carry_signal() -> None:
+    """Touching tests beats touching configuration, adding beats removing, earlier
+    siblings' scores track an attempt's, and another agent has its own base rate."""
+    records = list(generate_pool(4000, seed=3)["trajectories"].values())
+    scored = [r for r in records if r.get("success_score") is not None]
+
+    def mean(rs: list[dict[str, Any]]) -> float:
+        return statistics.fmean(float(r["success_score"]) for r in rs)
+
+    tests = [r for r in scored if any(f.startswith("tests/") for f in r["modified_files"])]
+    config = [r for r in scored if "config.yaml" in r["modified_files"]]
+    assert mean(tests) > mean(config) + 0.05
+
+    def added(r: dict[str, Any]) -> float:
+        lines = r["code_changes"].splitlines()[1:]
+        return sum(line.startswith("+") for line in lines) / max(len(lines), 1)
+
+    assert mean([r for r in scored if added(r) > 0.7]) > mean([r for r in scored if added(r) < 0.3])
+    by_parent: dict[str, list[float]] = {}
+    for r in scored:
+        if len(r["parent_trajectories"]) == 1:
+            by_parent.setdefault(r["parent_trajectories"][0], []).append(r["success_score"])
+    pairs = [(s[0], s[1]) for s in by_parent.values() if len(s) >= 2]
+    first, second = zip(*pairs, strict=True)
+    assert statistics.correlation(first, second) > 0.1
+    qa = [r for r in generate_pool(2000, seed=3, agent="qa")["trajectories"].values()]
+    assert {r["agent_name"] for r in qa} == {"qa"}
+    assert mean([r for r in qa if r.get("success_score") is not None]) < mean(scored) - 0.03

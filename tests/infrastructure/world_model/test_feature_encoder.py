@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from infrastructure.data.lineage import Pool, PoolEntry
 from infrastructure.data.readers import read_trajectories
 from infrastructure.data.schema import Trajectory
 from infrastructure.data.synthetic import generate_pool
-from infrastructure.world_model.features import FeatureEncoder
+from infrastructure.world_model.features import NUMERIC_FEATURES, FeatureEncoder
 
 POST_HOC = (
     "status",
@@ -86,17 +88,18 @@ def test_shuffled_and_blanked_outcomes_give_identical_tensors() -> None:
 
 
 def test_own_score_never_reaches_own_row_through_the_reader(tmp_path: Path) -> None:
-    """Through the full read path, changing one record's outcome leaves that record's row as is."""
+    """Through the full read path (the pool's lineage included), changing one record's
+    outcome leaves that record's row as is."""
     pool = generate_pool(300, seed=9)
     path = tmp_path / "pool.json"
     path.write_text(json.dumps(pool))
     before = read_trajectories(path)
-    encoder = FeatureEncoder.fit([e.attempt for e in before.examples], before.scores)
+    encoder = FeatureEncoder.fit([e.attempt for e in before.examples], before.pool)
     rows_before = {
         e.trajectory_id: row
         for e, row in zip(
             before.examples,
-            encoder.encode([e.attempt for e in before.examples], before.scores),
+            encoder.encode([e.attempt for e in before.examples], before.pool),
             strict=True,
         )
     }
@@ -109,7 +112,7 @@ def test_own_score_never_reaches_own_row_through_the_reader(tmp_path: Path) -> N
     path.write_text(json.dumps(pool))
     after = read_trajectories(path)
     mine = [e for e in after.examples if e.trajectory_id in targets]
-    rows_after = encoder.encode([e.attempt for e in mine], after.scores)
+    rows_after = encoder.encode([e.attempt for e in mine], after.pool)
     for example, row in zip(mine, rows_after, strict=True):
         assert torch.equal(row, rows_before[example.trajectory_id])
     assert any(e.label != b.label for e, b in zip(after.examples, before.examples, strict=True))
@@ -147,3 +150,60 @@ def test_unknown_encoder_version_is_refused() -> None:
     ).state_dict()
     with pytest.raises(ValueError, match="version 99"):
         FeatureEncoder.from_state({**state, "version": 99})
+
+
+def test_lineage_file_change_and_agent_features() -> None:
+    """Earlier siblings' scores, the files touched, the diff's added share and the agent's
+    base rate change the row; an agent unseen in training sits at the overall rate."""
+    records = _records()
+    attempts = [Trajectory.model_validate(r).to_input() for r in records]
+    successes = [r.get("success_score", 0.0) >= 0.7 for r in records]
+    agents = [replace(a, agent="good" if i % 2 else "bad") for i, a in enumerate(attempts)]
+    labels = [i % 2 == 1 for i in range(len(agents))]
+    encoder = FeatureEncoder.fit(agents, _scores(records), labels)
+    rates = dict(encoder.agent_rates)
+    assert rates["good"] > encoder.base_rate > rates["bad"]
+    rows = encoder.encode([replace(attempts[0], agent=a) for a in ("good", "bad", "new")], {})
+    assert rows[0, -1] > 0 > rows[1, -1] and rows[2, -1] == 0
+    encoder = FeatureEncoder.fit(attempts, _scores(records), successes)
+    child = next(a for a in attempts if a.parent_ids)
+    parent = child.parent_ids[0]
+    sibling = {"s": PoolEntry(0.0, (parent,), "revision", 0.0)}
+    lonely = Pool({parent: PoolEntry(0.5)})
+    crowded = Pool({parent: PoolEntry(0.5), **sibling})
+    when = replace(child, created=1.0)
+    assert not torch.equal(encoder.encode([when], lonely), encoder.encode([when], crowded))
+    variants = [
+        replace(child, modified_files=("tests/test_x.py",)),
+        replace(child, modified_files=("config.yaml",)),
+        replace(child, code_changes="@@\n+ a\n+ b"),
+        replace(child, code_changes="@@\n- a\n- b"),
+    ]
+    x = encoder.encode(variants, {})
+    assert not torch.equal(x[0], x[1]) and not torch.equal(x[2], x[3])
+
+
+def test_encoder_saved_before_version_2_is_refused_with_a_way_out() -> None:
+    """A version-1 encoder (before the lineage features) fails with a message saying to
+    retrain into a fresh checkpoint folder, not with a shape error mid-run."""
+    records = _records(50)
+    state = FeatureEncoder.fit(
+        [Trajectory.model_validate(r).to_input() for r in records], _scores(records)
+    ).state_dict()
+    with pytest.raises(ValueError, match=r"version 1 .*fresh checkpoint folder"):
+        FeatureEncoder.from_state({**state, "version": 1})
+
+
+def test_a_column_constant_in_training_encodes_to_exact_zero() -> None:
+    """One hunk per diff and one agent in training: those columns are exactly 0.0 (float
+    dust there flushed to zero in fp16 while fp32 kept its gradient), and another value
+    later stays finite instead of being divided by a clamped spread."""
+    records = _records()
+    attempts = [Trajectory.model_validate(r).to_input() for r in records]
+    successes = [r.get("success_score", 0.0) >= 0.7 for r in records]
+    encoder = FeatureEncoder.fit(attempts, _scores(records), successes)
+    x = encoder.encode(attempts, _scores(records))
+    hunks = list(NUMERIC_FEATURES).index("log_hunks")
+    assert torch.all(x[:, hunks] == 0.0) and torch.all(x[:, -1] == 0.0)
+    three = replace(attempts[0], code_changes="@@\n+ a\n@@\n+ b\n@@\n- c")
+    assert 0 < float(encoder.encode([three], {})[0, hunks]) < 10

@@ -1,0 +1,124 @@
+"""The pool around an attempt: what earlier records say about its lineage.
+
+An attempt's own record says who its parents are; the rest of its lineage is in the other
+records of the pool: how deep the line goes, what the grandparents scored, which
+operators made the parents, and how the parents' other children (its siblings) fared.
+:class:`Pool` indexes the records once and answers :meth:`Pool.lineage` for one attempt.
+
+Leak-free by construction: scores are the recorded scores of *other* records (the
+attempt's own id is never its parent, grandparent or sibling), and a sibling counts only
+when it was created before the attempt. An attempt with no creation time sees no
+siblings (when it ran is unknown); a candidate scored through the prediction API is
+taken as created now, after every record of the pool.
+
+>>> pool = Pool({"a": PoolEntry(0.9), "b": PoolEntry(0.4, parents=("a",), created=1.0)})
+>>> pool.lineage("c", ("a",), created=2.0).sibling_scores
+(0.4,)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+MAX_DEPTH = 1000  # a longer chain (or a cycle in a malformed pool) counts as this deep
+
+
+@dataclass(frozen=True)
+class PoolEntry:
+    """One record of the pool, as the lineage of another attempt sees it."""
+
+    score: float | None = None  # the recorded success_score; None while unknown
+    parents: tuple[str, ...] = ()
+    operator: str = ""
+    created: float | None = None  # seconds since the epoch
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """An attempt's lineage beyond its own record."""
+
+    depth: int  # 0 with no parents; else 1 + the deepest parent's depth
+    grandparent_scores: tuple[float, ...]
+    parent_operators: tuple[str, ...]
+    sibling_scores: tuple[float, ...]  # the parents' other children, created before it
+
+
+class Pool:
+    """Every record of a pool by id, with the parent-to-children links."""
+
+    def __init__(self, entries: Mapping[str, PoolEntry]) -> None:
+        self.entries = dict(entries)
+        self.scores = {k: e.score for k, e in self.entries.items() if e.score is not None}
+        self._children: dict[str, list[str]] = {}
+        for child, entry in self.entries.items():
+            for parent in entry.parents:
+                self._children.setdefault(parent, []).append(child)
+        self._depths: dict[str, int] = {}
+
+    @classmethod
+    def from_scores(cls, scores: Mapping[str, float]) -> Pool:
+        """A pool known only by its scores: parents' scores, no lineage beyond them."""
+        return cls({k: PoolEntry(float(v)) for k, v in scores.items()})
+
+    def lineage(self, attempt_id: str, parents: tuple[str, ...], created: float | None) -> Lineage:
+        """The lineage of an attempt with these parents, created at ``created``."""
+        known = [self.entries[p] for p in parents if p in self.entries and p != attempt_id]
+        grand = {g for e in known for g in e.parents if g != attempt_id}
+        siblings: list[float] = []
+        if created is not None:
+            seen = {attempt_id}
+            for parent in parents:
+                for child in self._children.get(parent, ()):
+                    entry = self.entries[child]
+                    if child in seen or entry.score is None or entry.created is None:
+                        continue
+                    seen.add(child)
+                    if entry.created < created:
+                        siblings.append(entry.score)
+        depth = 1 + max((self._depth(p) for p in parents if p in self.entries), default=0)
+        return Lineage(
+            depth=depth if parents else 0,
+            grandparent_scores=tuple(sorted(self.scores[g] for g in grand if g in self.scores)),
+            parent_operators=tuple(e.operator for e in known),
+            sibling_scores=tuple(siblings),
+        )
+
+    def _depth(self, start: str) -> int:
+        """Depth of a pool record, iteratively (chains run as long as the pool's history)."""
+        stack = [start]
+        while stack:
+            node = stack[-1]
+            if node in self._depths:
+                stack.pop()
+                continue
+            pending = [p for p in self.entries[node].parents if p in self.entries]
+            todo = [p for p in pending if p not in self._depths and p not in stack]
+            if todo and len(stack) < MAX_DEPTH:
+                stack.extend(todo)
+                continue
+            # A parent still on the stack is a cycle: it counts as a root here.
+            depths = [self._depths.get(p, 0) for p in pending]
+            self._depths[node] = min(MAX_DEPTH, 1 + max(depths)) if pending else 0
+            stack.pop()
+        return self._depths[start]
+
+
+def created_seconds(value: str | float | None) -> float | None:
+    """A record's ``created_at`` as seconds since the epoch; None when absent or unreadable.
+
+    >>> created_seconds("2025-01-06T09:00:00+00:00")
+    1736154000.0
+    """
+    if value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)  # a naive time is read as UTC
+    return moment.timestamp()
