@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import re
 import sys
@@ -78,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13
     except UsageError as exc:
+        _tell_the_daemon(args, "refused", str(exc))
         print(f"genesis-fp16: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -85,9 +87,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         why = storage_error(exc)
         if why is None:
+            _tell_the_daemon(args, "error", f"{type(exc).__name__}: {exc}")
             raise
+        _tell_the_daemon(args, "storage", why)
         print(f"genesis-fp16: error: {why}", file=sys.stderr)
         return 1
+    except Exception as exc:
+        _tell_the_daemon(args, "error", f"{type(exc).__name__}: {exc}")
+        raise
+
+
+def _tell_the_daemon(args: argparse.Namespace, kind: str, message: str) -> None:
+    """A run the daemon started in a child (``train --request``) ends with one JSON line
+    on stdout saying why it failed, which the daemon counts by ``kind``."""
+    if getattr(args, "request", None) is not None:
+        print(json.dumps({"error": message.splitlines()[0][:500], "kind": kind}), flush=True)
 
 
 if __name__ == "__main__":

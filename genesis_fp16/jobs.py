@@ -26,7 +26,7 @@ import structlog
 
 from genesis_fp16 import guard_state, probe_gate
 from genesis_fp16.diagnostics_export import export_diagnostics
-from genesis_fp16.launcher import train_with_torchrun
+from genesis_fp16.launcher import LaunchError, train_in_child, train_with_torchrun
 from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.paths import AgentPaths
 from genesis_fp16.run_request import build_request
@@ -164,19 +164,26 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
         )
         paths = AgentPaths.for_agent(settings.state_dir, agent)
         ctx.metrics.start_run(agent, resumed_totals(paths))
+        grace = settings.shutdown_timeout_seconds  # to reach a step and checkpoint
         if spec.nproc > 1:  # N processes under torchrun, supervised: genesis_fp16/launcher.py
             result = train_with_torchrun(request, spec.nproc, timeout)
+        elif (spec.isolation or settings.run_isolation) == "process":
+            limit = settings.run_memory_limit_bytes
+            child = functools.partial(train_in_child, request, timeout, grace, limit)
+            # The launcher stops, then kills, the child itself; the watch marks it overdue.
+            result = _supervised(ctx, agent, child, deadline, timeout, grace + 60)
         else:
-            grace = settings.shutdown_timeout_seconds  # to reach a step and checkpoint
             call = functools.partial(plugin.train, request)
             result = _supervised(ctx, agent, call, deadline, timeout, grace)
     except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is a failed run too
         duration = time.monotonic() - started
         ctx.metrics.run_failures.labels(agent=agent, reason=_failure_reason(exc)).inc()
         storage = storage_error(exc)
+        if isinstance(exc, LaunchError) and exc.reason == "storage":
+            storage = str(exc)  # the child's own one line, naming the path
         if storage is not None:
             ctx.degraded[agent] = storage  # every run would train and then lose its work
-        if isinstance(exc, TrainRequestError | ExecutionError) or storage is not None:
+        if isinstance(exc, TrainRequestError | ExecutionError | LaunchError) or storage:
             # A one-line refusal or a storage error naming its path: no traceback.
             error = storage if storage is not None else str(exc)
             log.error("training run failed", error=error, duration_seconds=round(duration, 3))
@@ -209,6 +216,8 @@ def _on_log(ctx: JobContext, agent: str, summary: TrainingSummary) -> None:
 
 
 def _failure_reason(exc: BaseException) -> str:
+    if isinstance(exc, LaunchError):
+        return exc.reason
     if isinstance(exc, RunHung):
         return "hung"
     if storage_error(exc) is not None:

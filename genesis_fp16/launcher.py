@@ -60,7 +60,17 @@ _LOOKS_LIKE_ERROR = re.compile(r"(?i:error|exception|traceback|fail|fatal)|^[WEF
 
 
 class LaunchError(RuntimeError):
-    """The torchrun job failed or ended without rank 0's result."""
+    """The torchrun job failed or ended without rank 0's result.
+
+    ``reason`` says how, for ``genesis_fp16_run_failures_total``: ``exit`` (the child
+    ended without a result: a crash, ``os._exit``, ``sys.exit``), ``hung`` (killed after
+    its stop request went unanswered), ``memory`` (killed over its memory limit), or the
+    kind the child reported itself (``refused``, ``storage``, ``error``).
+    """
+
+    def __init__(self, message: str, reason: str = "exit") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class LayoutError(TrainRequestError):
@@ -119,7 +129,41 @@ def torchrun_command(request: TrainRequest, nproc: int, python: str = sys.execut
 @dataclass
 class _Output:
     result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None  # {"error": line, "kind": ...} from the child
     other_lines: int = 0
+
+
+def child_command(request: TrainRequest, python: str = sys.executable) -> list[str]:
+    """The command line that runs ``request`` (from :func:`request_file`) in one child
+    process: a run isolated from the daemon (``GENESIS_FP16_RUN_ISOLATION=process``)."""
+    command = [python, "-m", "genesis_fp16", "train", request.agent]
+    return [*command, "--request", str(request_file(request)), "--json", "--json-progress"]
+
+
+def train_in_child(
+    request: TrainRequest,
+    timeout: float | None = None,
+    kill_after: float = 60.0,
+    memory_limit: int | None = None,
+    env: Mapping[str, str] | None = None,
+) -> TrainResult:
+    """Run ``request`` in one child process, supervised as a torchrun job is.
+
+    A plugin that hangs, calls ``os._exit``, crashes the interpreter or grows past
+    ``memory_limit`` bytes of resident memory ends that child, not the daemon: the run
+    fails with a :class:`LaunchError` naming how. Costs a process start per run (an
+    interpreter, torch and the plugin imported again: a few seconds).
+    """
+    handed = request_file(request)
+    write_json_atomic(handed, request.to_json())
+    try:
+        command = child_command(request)
+        log.info("launching the run's process: %s", " ".join(command))
+        return _launch(
+            request, command, timeout, kill_after, env, memory_limit, what="the run's process"
+        )
+    finally:
+        handed.unlink(missing_ok=True)
 
 
 def train_with_torchrun(
@@ -139,25 +183,31 @@ def train_with_torchrun(
     handed = request_file(request)
     write_json_atomic(handed, request.to_json())
     try:
-        return _launch(request, nproc, timeout, kill_after, env)
+        command = torchrun_command(request, nproc)
+        log.info("launching torchrun with %d process(es): %s", nproc, " ".join(command))
+        return _launch(request, command, timeout, kill_after, env)
     finally:
         handed.unlink(missing_ok=True)
 
 
 def _launch(
     request: TrainRequest,
-    nproc: int,
+    command: list[str],
     timeout: float | None,
     kill_after: float,
     env: Mapping[str, str] | None,
+    memory_limit: int | None = None,
+    what: str = "the torchrun job",
 ) -> TrainResult:
-    command = torchrun_command(request, nproc)
-    log.info("launching torchrun with %d process(es): %s", nproc, " ".join(command))
     child = _start(command, env)
     assert child.stdout is not None and child.stderr is not None
     output = _Output()
+    # Both threads run in a copy of the job's context: the progress records the reader
+    # logs and the lines the relay re-emits carry the job's agent and run_id.
     reader = threading.Thread(
-        target=_read_stdout, args=(child.stdout, output, request.on_log), daemon=True
+        target=contextvars.copy_context().run,
+        args=(_read_stdout, child.stdout, output, request.on_log, request.on_diagnostics),
+        daemon=True,
     )
     # Drained until EOF whatever happens here, or a chatty rank blocks on a full pipe;
     # the copied context carries the job's agent and run_id into the relay's thread.
@@ -166,15 +216,19 @@ def _launch(
     )
     reader.start()
     relay.start()
-    stopped_by = _supervise(child, request.should_stop, timeout, kill_after)
+    ended = _supervise(child, request.should_stop, timeout, kill_after, memory_limit, what)
     reader.join()
     relay.join()  # the ranks' last lines (a traceback) come before our verdict
     code = child.returncode
+    if ended.killed is not None:
+        raise LaunchError(f"the run was killed: {ended.killed}", ended.kill_reason)
+    if output.error is not None:  # the child said why, in one line
+        raise LaunchError(str(output.error.get("error")), str(output.error.get("kind", "error")))
     if output.result is None:
-        raise LaunchError(f"torchrun exited with code {code} without rank 0's JSON result")
-    if code != 0 and stopped_by is None:
-        raise LaunchError(f"torchrun exited with code {code}")
-    log.info("torchrun job ended (exit code %d, stopped by %s)", code, stopped_by or "nothing")
+        raise LaunchError(f"{what} exited with code {code} without a result")
+    if code != 0 and ended.stopped_by is None:
+        raise LaunchError(f"{what} exited with code {code}")
+    log.info("%s ended (exit code %d, stopped by %s)", what, code, ended.stopped_by or "nothing")
     return TrainResult.from_json(output.result)
 
 
@@ -194,29 +248,70 @@ def _start(command: list[str], env: Mapping[str, str] | None) -> subprocess.Pope
     )
 
 
+@dataclass
+class _Ended:
+    stopped_by: str | None = None  # why SIGTERM was sent, if it was
+    killed: str | None = None  # why SIGKILL was sent, if it was
+    kill_reason: str = "hung"  # its failure reason: hung or memory
+
+
 def _supervise(
     child: subprocess.Popen[str],
     should_stop: Callable[[], bool],
     timeout: float | None,
     kill_after: float,
-) -> str | None:
-    """Wait for ``child``; SIGTERM it on a stop request or the timeout. Return the reason."""
+    memory_limit: int | None = None,
+    what: str = "the torchrun job",
+) -> _Ended:
+    """Wait for ``child``; SIGTERM it on a stop request or the timeout, SIGKILL it when it
+    has not ended ``kill_after`` seconds later or grows past ``memory_limit`` bytes."""
     deadline = time.monotonic() + timeout if timeout is not None else math.inf
-    reason: str | None = None
+    ended = _Ended()
     sent_at = math.inf
     while child.poll() is None:
         now = time.monotonic()
-        if reason is None and (should_stop() or now >= deadline):
-            reason = "a stop request" if now < deadline else f"the {timeout}s timeout"
-            log.warning("stopping the torchrun job: %s (SIGTERM)", reason)
+        resident = resident_bytes(child.pid) if memory_limit is not None else None
+        if memory_limit is not None and resident is not None and resident > memory_limit:
+            limit_mib = memory_limit / 2**20
+            ended.killed = (
+                f"{resident / 2**20:.0f} MiB resident, over its {limit_mib:.0f} MiB limit"
+            )
+            ended.kill_reason = "memory"
+            log.error("%s is over its memory limit: killing it (%s)", what, ended.killed)
+            _kill_tree(child.pid)
+        elif ended.stopped_by is None and (should_stop() or now >= deadline):
+            ended.stopped_by = "a stop request" if now < deadline else f"the {timeout}s timeout"
+            log.warning("stopping %s: %s (SIGTERM)", what, ended.stopped_by)
             child.send_signal(signal.SIGTERM)
             sent_at = now
         elif now >= sent_at + kill_after:
-            log.error("torchrun still running %.0fs after SIGTERM: killing it", kill_after)
+            ended.killed = f"still running {kill_after:g}s after SIGTERM ({ended.stopped_by})"
+            log.error("%s still running %.0fs after SIGTERM: killing it", what, kill_after)
             _kill_tree(child.pid)
             sent_at = math.inf
         time.sleep(_POLL_SECONDS)
-    return reason
+    return ended
+
+
+def resident_bytes(pid: int) -> int | None:
+    """Resident memory of ``pid`` and its children (Linux ``/proc``); None where unknown."""
+    total = 0
+    for member in [pid, *_children(pid)]:
+        try:
+            with open(f"/proc/{member}/statm") as handle:
+                total += int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            continue
+    return total or None
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            direct = [int(c) for c in handle.read().split()]
+    except (OSError, ValueError):
+        return []
+    return [c for child in direct for c in (child, *_children(child))]
 
 
 def _kill_tree(pid: int) -> None:
@@ -238,7 +333,10 @@ def _kill_tree(pid: int) -> None:
 
 
 def _read_stdout(
-    stream: IO[str], output: _Output, on_log: Callable[[TrainingSummary], None] | None
+    stream: IO[str],
+    output: _Output,
+    on_log: Callable[[TrainingSummary], None] | None,
+    on_diagnostics: Callable[[Mapping[str, float]], None] | None = None,
 ) -> None:
     for line in stream:
         try:
@@ -251,6 +349,12 @@ def _read_stdout(
         if "progress" in data:
             if on_log is not None:
                 on_log(TrainingSummary.from_json(data["progress"]))
+        elif "diagnostics" in data:
+            if on_diagnostics is not None and isinstance(data["diagnostics"], dict):
+                values = data["diagnostics"].items()
+                on_diagnostics({k: math.nan if v is None else float(v) for k, v in values})
+        elif "error" in data and "kind" in data:
+            output.error = data
         elif "agent" in data:
             output.result = data
 

@@ -34,7 +34,7 @@ PRECISION_LABELS = PRECISIONS
 RUN_OUTCOMES = ("success", "failed", "stopped")
 RELOAD_OUTCOMES = ("success", "failure")
 # Why a run failed (genesis_fp16_run_failures_total), and why a job did not start.
-FAILURE_REASONS = ("refused", "error", "storage", "exit", "hung")
+FAILURE_REASONS = ("refused", "error", "storage", "exit", "hung", "memory")
 SKIP_REASONS = ("still_running", "hung")
 # Runs last minutes; the tail reaches two hours so a stuck run still lands in a bucket.
 RUN_DURATION_BUCKETS = (5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0)
@@ -160,8 +160,10 @@ class DaemonMetrics:
         self.run_failures = counter(
             "run_failures",
             "Failed runs by reason: refused (a bad request), error (a bug or bad data), "
-            "storage (disk full or read-only), exit (the plugin called sys.exit), hung (no "
-            "step boundary within the run timeout and its grace; the run is abandoned).",
+            "storage (disk full or read-only), exit (sys.exit, os._exit or a crash ended "
+            "it without a result), hung (no step boundary within the run timeout and its "
+            "grace: killed, or abandoned in thread isolation), memory (its process grew "
+            "past GENESIS_FP16_RUN_MEMORY_LIMIT_BYTES).",
             ("agent", "reason"),
         )
         self.jobs_skipped = counter(

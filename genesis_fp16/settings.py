@@ -48,6 +48,7 @@ PRECISION_CHOICES: tuple[str, ...] = CHOICES
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 # The values of infrastructure.training.execution_names.CUDA_GRAPH_REQUESTS (a test checks).
 CudaGraph = Literal["auto", "on", "off"]
+Isolation = Literal["process", "thread"]
 CUDA_GRAPH_CHOICES: tuple[str, ...] = get_args(CudaGraph)
 
 
@@ -108,6 +109,8 @@ class AgentSettings(BaseModel):
     # Wall-clock limit of one run (default GENESIS_FP16_RUN_TIMEOUT_SECONDS, 6 h); past it
     # the run stops at its next step with a checkpoint (see Settings.run_timeout_seconds).
     run_timeout_seconds: float | None = Field(default=None, gt=0)
+    # process or thread (default GENESIS_FP16_RUN_ISOLATION): see Settings.run_isolation.
+    isolation: Isolation | None = None
     # The agent's own options (its plugin declares them: `genesis-fp16 agents --json`),
     # checked against that declaration at start-up and on reload (genesis_fp16/run_request.py).
     options: dict[str, str | int | float | bool] = Field(default_factory=dict)
@@ -179,6 +182,12 @@ class Settings(BaseSettings, GuardSettings):
     # the run stops at its next step with a checkpoint; one that reaches no step within
     # SHUTDOWN_TIMEOUT_SECONDS more is abandoned, counted, and /healthz says degraded.
     run_timeout_seconds: float = Field(default=6 * 3600.0, gt=0)
+    # process: each run (NPROC=1) trains in a child process, supervised as torchrun jobs
+    # are, so a plugin that hangs, calls os._exit or leaks cannot take the daemon down;
+    # thread: in the daemon's own process (no process start; a hung run is abandoned).
+    run_isolation: Isolation = "process"
+    # A run's process killed past this resident memory (bytes; process isolation only).
+    run_memory_limit_bytes: int | None = Field(default=None, ge=2**20)
     sample_count: int = Field(default=2000, ge=1)
     seed: int = 0
     shutdown_timeout_seconds: float = Field(default=30.0, gt=0)

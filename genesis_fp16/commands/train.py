@@ -20,11 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import signal
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -180,6 +182,8 @@ def run(args: argparse.Namespace) -> int:
         request = replace(request, device=device, should_stop=stop.is_set, on_log=bar)
         if args.json_progress or not main:
             request = replace(request, on_log=_print_progress if main else None)
+            if main:  # the daemon exports them live (launcher reads these lines)
+                request = replace(request, on_diagnostics=_print_diagnostics)
         with kubeflow.report_progress(os.environ, request, main, stop.is_set) as request:
             return _train(args, plugin, request, main)
 
@@ -205,6 +209,11 @@ def _stop_on_sigterm() -> threading.Event:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     return stop
+
+
+def _print_diagnostics(values: Mapping[str, float]) -> None:
+    finite = {k: v if math.isfinite(v) else None for k, v in values.items()}
+    print(json.dumps({"diagnostics": finite}, allow_nan=False), flush=True)
 
 
 def _print_progress(summary: TrainingSummary) -> None:

@@ -84,10 +84,17 @@ def test_broken_plugins_are_counted_and_the_good_one_trains(trained: DaemonProce
 
 
 def test_job_records_carry_agent_and_run_id(trained: DaemonProcess) -> None:
-    """structlog and stdlib records of a job (including infrastructure.*) carry agent and run_id."""
+    """structlog and stdlib records of a job (infrastructure.*, relayed from the run's
+    process) carry agent and run_id."""
     job_records = [r for r in trained.logs() if r.get("event") == "training progress"]
     assert job_records and all(r.get("agent") == GOOD and r.get("run_id") for r in job_records)
-    stdlib = [r for r in trained.logs() if str(r.get("logger", "")).startswith("infrastructure.")]
+    # A run in its own process (the default isolation): its records are relayed, their
+    # logger kept as child_logger.
+    stdlib = [
+        r
+        for r in trained.logs()
+        if str(r.get("child_logger", r.get("logger", ""))).startswith("infrastructure.")
+    ]
     assert stdlib and all(r.get("agent") and r.get("run_id") for r in stdlib)
     assert any(str(r.get("logger", "")).startswith("apscheduler") for r in trained.logs())
 

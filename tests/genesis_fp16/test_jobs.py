@@ -43,7 +43,13 @@ def test_refusal_is_one_line_a_bug_keeps_its_traceback(
     for key in list(os.environ):
         if key.startswith("GENESIS_FP16_") or key == "ENABLE_FP16_TRAINING":
             monkeypatch.delenv(key)
-    settings = Settings(state_dir=tmp_path, agents={AGENT: {"data_path": tmp_path}})  # type: ignore[arg-type]
+    settings = (
+        Settings(  # in-process: the test's plugin object is no entry point a child could load
+            state_dir=tmp_path,
+            agents={AGENT: {"data_path": tmp_path}},  # type: ignore[dict-item]
+            run_isolation="thread",
+        )
+    )
     metrics = DaemonMetrics(CollectorRegistry(), "test")
     ctx = JobContext(settings, metrics, DeviceSlots(1), threading.Event())
     with capture_logs() as logs:
@@ -65,7 +71,13 @@ def _context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobContext:
     for key in list(os.environ):
         if key.startswith("GENESIS_FP16_") or key == "ENABLE_FP16_TRAINING":
             monkeypatch.delenv(key)
-    settings = Settings(state_dir=tmp_path, agents={AGENT: {"data_path": tmp_path}})  # type: ignore[arg-type]
+    settings = (
+        Settings(  # in-process: the test's plugin object is no entry point a child could load
+            state_dir=tmp_path,
+            agents={AGENT: {"data_path": tmp_path}},  # type: ignore[dict-item]
+            run_isolation="thread",
+        )
+    )
     return JobContext(
         settings, DaemonMetrics(CollectorRegistry(), "test"), DeviceSlots(1), threading.Event()
     )

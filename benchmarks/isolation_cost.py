@@ -1,0 +1,79 @@
+"""What running each job in a child process costs: se_darwin runs in both isolations.
+
+Runs the daemon's own job function (``run_agent_job``) for se_darwin, alternating
+``GENESIS_FP16_RUN_ISOLATION=thread`` and ``process``, each run a few steps on generated
+sample data resumed from the previous checkpoint, and prints each mode's wall seconds per
+run (median and range). The difference is the process start: an interpreter, torch, the
+plugin and the data, once per run::
+
+    python benchmarks/isolation_cost.py --runs 5 --steps 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from genesis_fp16.jobs import DeviceSlots, JobContext, run_agent_job
+from genesis_fp16.metrics import DaemonMetrics
+from genesis_fp16.plugins import load_plugin
+from genesis_fp16.settings import Settings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5, help="runs per mode, interleaved")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--sample-count", type=int, default=2000)
+    args = parser.parse_args()
+    for key in [k for k in os.environ if k.startswith("GENESIS_FP16_")]:
+        del os.environ[key]
+    plugin = load_plugin("se_darwin")
+    seconds: dict[str, list[float]] = {"thread": [], "process": []}
+    with tempfile.TemporaryDirectory() as folder:
+        for _ in range(args.runs):
+            for mode in ("thread", "process"):
+                settings = Settings(
+                    state_dir=Path(folder) / mode,
+                    steps_per_run=args.steps,
+                    sample_count=args.sample_count,
+                    run_isolation=mode,  # type: ignore[arg-type]
+                    auto_precision="rule",
+                )
+                metrics = DaemonMetrics(CollectorRegistry(), "bench")
+                ctx = JobContext(settings, metrics, DeviceSlots(1), threading.Event())
+                started = time.perf_counter()
+                run_agent_job(ctx, "se_darwin", plugin)
+                seconds[mode].append(time.perf_counter() - started)
+                ok = metrics.registry.get_sample_value(
+                    "genesis_fp16_training_runs_total",
+                    {"agent": "se_darwin", "outcome": "success"},
+                )
+                if ok != 1:
+                    raise SystemExit(f"isolation_cost: a {mode} run did not succeed")
+    report = {
+        mode: {
+            "median_s": round(statistics.median(values), 2),
+            "min_s": round(min(values), 2),
+            "max_s": round(max(values), 2),
+            "runs": len(values),
+        }
+        for mode, values in seconds.items()
+    }
+    # The first run of each mode also generates sample data: the median leaves it out.
+    report["process_minus_thread_median_s"] = round(
+        report["process"]["median_s"] - report["thread"]["median_s"], 2
+    )
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
