@@ -166,7 +166,8 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
         ctx.metrics.start_run(agent, resumed_totals(paths))
         grace = settings.shutdown_timeout_seconds  # to reach a step and checkpoint
         if spec.nproc > 1:  # N processes under torchrun, supervised: genesis_fp16/launcher.py
-            result = train_with_torchrun(request, spec.nproc, timeout)
+            limit = settings.run_memory_limit_bytes
+            result = train_with_torchrun(request, spec.nproc, timeout, memory_limit=limit)
         elif (spec.isolation or settings.run_isolation) == "process":
             limit = settings.run_memory_limit_bytes
             child = functools.partial(train_in_child, request, timeout, grace, limit)

@@ -172,6 +172,7 @@ def train_with_torchrun(
     timeout: float | None = None,
     kill_after: float = 60.0,
     env: Mapping[str, str] | None = None,
+    memory_limit: int | None = None,
 ) -> TrainResult:
     """Run ``request`` under torchrun with ``nproc`` processes and return rank 0's result.
 
@@ -185,7 +186,7 @@ def train_with_torchrun(
     try:
         command = torchrun_command(request, nproc)
         log.info("launching torchrun with %d process(es): %s", nproc, " ".join(command))
-        return _launch(request, command, timeout, kill_after, env)
+        return _launch(request, command, timeout, kill_after, env, memory_limit)
     finally:
         handed.unlink(missing_ok=True)
 
