@@ -40,18 +40,8 @@ def test_refusal_is_one_line_a_bug_keeps_its_traceback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: Exception, traceback: bool
 ) -> None:
     """TrainRequestError logs its message, no traceback; a bug keeps its traceback; both fail."""
-    for key in list(os.environ):
-        if key.startswith("GENESIS_FP16_") or key == "ENABLE_FP16_TRAINING":
-            monkeypatch.delenv(key)
-    settings = (
-        Settings(  # in-process: the test's plugin object is no entry point a child could load
-            state_dir=tmp_path,
-            agents={AGENT: {"data_path": tmp_path}},  # type: ignore[dict-item]
-            run_isolation="thread",
-        )
-    )
-    metrics = DaemonMetrics(CollectorRegistry(), "test")
-    ctx = JobContext(settings, metrics, DeviceSlots(1), threading.Event())
+    ctx = _context(tmp_path, monkeypatch)
+    metrics = ctx.metrics
     with capture_logs() as logs:
         run_agent_job(ctx, AGENT, _Refusing(error))  # type: ignore[arg-type]
     (failed,) = [e for e in logs if e["event"] == "training run failed"]
@@ -71,12 +61,10 @@ def _context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobContext:
     for key in list(os.environ):
         if key.startswith("GENESIS_FP16_") or key == "ENABLE_FP16_TRAINING":
             monkeypatch.delenv(key)
-    settings = (
-        Settings(  # in-process: the test's plugin object is no entry point a child could load
-            state_dir=tmp_path,
-            agents={AGENT: {"data_path": tmp_path}},  # type: ignore[dict-item]
-            run_isolation="thread",
-        )
+    settings = Settings(  # in-process: a test's plugin object is no entry point for a child
+        state_dir=tmp_path,
+        agents={AGENT: {"data_path": tmp_path}},  # type: ignore[dict-item]
+        run_isolation="thread",
     )
     return JobContext(
         settings, DaemonMetrics(CollectorRegistry(), "test"), DeviceSlots(1), threading.Event()
