@@ -40,12 +40,16 @@ def _env(workdir: Path) -> dict[str, str]:
     return env
 
 
-def _command(data: Path, checkpoints: Path, every: int | None) -> list[str]:
+def _command(
+    data: Path, checkpoints: Path, every: int | None, options: list[str] | None = None
+) -> list[str]:
     command = [sys.executable, "-m", "genesis_fp16", "train", "se_darwin", "--data", str(data)]
     command += ["--precision", "fp32", "--seed", "0", "--checkpoint-dir", str(checkpoints)]
     command += ["--resume", "--json", "--json-progress"]
     if every is not None:
         command += ["--checkpoint-steps", str(every)]
+    for option in options or []:
+        command += ["--option", option]
     return command
 
 
@@ -88,6 +92,9 @@ def main() -> None:
     parser.add_argument("--min-delay", type=float, default=4.0)
     parser.add_argument("--max-delay", type=float, default=12.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--option", action="append", default=[], help="se_darwin option KEY=VALUE (repeatable)"
+    )
     args = parser.parse_args()
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as folder:
@@ -108,7 +115,7 @@ def main() -> None:
         kills = 0
         while kills < args.kills:
             reached, finished = _life(
-                _command(data, broken, args.checkpoint_steps),
+                _command(data, broken, args.checkpoint_steps, args.option),
                 env,
                 rng.uniform(args.min_delay, args.max_delay),
             )
@@ -119,10 +126,13 @@ def main() -> None:
             lost.append(max(0, reached - _newest(broken)))
             print(f"kill {kills}: reached step {reached}, newest checkpoint {_newest(broken)}")
         final = subprocess.run(
-            _command(data, broken, args.checkpoint_steps), env=env, capture_output=True, text=True
+            _command(data, broken, args.checkpoint_steps, args.option),
+            env=env,
+            capture_output=True,
+            text=True,
         )
         whole = subprocess.run(
-            _command(data, work / "whole", args.checkpoint_steps),
+            _command(data, work / "whole", args.checkpoint_steps, args.option),
             env=env,
             capture_output=True,
             text=True,
