@@ -91,7 +91,13 @@ def read_env_file(path: Path) -> tuple[dict[str, EnvFileLine], list[str]]:
 
     values: dict[str, EnvFileLine] = {}
     errors: list[str] = []
-    text = path.read_text(encoding="utf-8", errors="replace")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        byte = raw[exc.start : exc.start + 1].hex()
+        return {}, [f"{path}, line {line}: byte 0x{byte} is not UTF-8; save the file as UTF-8"]
     for binding in parse_stream(io.StringIO(text)):
         line = binding.original.line
         shown = binding.original.string.strip()

@@ -267,6 +267,16 @@ def test_unparsable_env_file_line_is_an_error(tmp_path: Path) -> None:
     assert "line 3: 'NO_EQUALS' has no '='" in str(info.value)
 
 
+def test_a_env_file_that_is_not_utf8_names_the_line_and_the_byte(tmp_path: Path) -> None:
+    """A Latin-1 byte in .env is one error naming the file, the line and the byte (it was
+    reported as "not valid JSON")."""
+    (tmp_path / ".env").write_bytes(b"GENESIS_FP16_SEED=1\nENABLE_FP16_TRAINING=f\xe9lse\n")
+    with pytest.raises(SettingsError) as info:
+        load_settings()
+    assert "line 2: byte 0xe9 is not UTF-8" in str(info.value)
+    assert "JSON" not in str(info.value)
+
+
 def test_other_names_and_agent_options_are_not_flagged(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
