@@ -25,5 +25,8 @@ CONFIG = "config"  # the resolved training config, as a plain dict
 STATS = "stats"  # the trainer's run counters (steps, skipped steps, samples, ...)
 EXTRA = "extra"  # task state such as a feature encoder: plain types and tensors only
 EARLY_STOP = "early_stop"  # EarlyStopTracker.state_dict(), best weights included (optional)
+# The run that wrote it (optional): {"steps", "epochs"} as asked, {"target_step",
+# "target_epoch"} it aims at, and "complete" (False while under way or stopped early).
+RUN = "run"
 
 REQUIRED = (SCHEMA, MODEL, OPTIMIZER, SCHEDULER, SCALER, PRECISION, STEP, RNG, CONFIG)

@@ -211,6 +211,8 @@ class _Position:
     epoch: int = 0
     batch: int = 0
     tracker: EarlyStopTracker | None = None  # early stopping's record, when it is on
+    saved_run: dict[str, Any] | None = None  # the run record of the checkpoint resumed
+    run: dict[str, Any] = field(default_factory=dict)  # this run's, written with each one
 
 
 @dataclass(frozen=True)
@@ -241,10 +243,7 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
     position = _Position(tracker=_tracker(task, options))
     resumed_from = _resume(task, trainer, manager, position) if options.resume else None
     first_step = trainer.step_count
-    targets = _Targets(
-        first_step + options.steps if options.steps is not None else None,
-        position.epoch + options.epochs if options.epochs is not None else None,
-    )
+    targets = _targets(options, first_step, position)
     guard = PrecisionGuard(options.guard, task.extra_state) if options.guard else None
     loss_fn = guard.watch_loss(task.loss) if guard is not None else task.loss
     if guard is not None:
@@ -265,6 +264,7 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
     steps_run = trainer.step_count - first_step
 
     checkpoint = resumed_from if steps_run == 0 else None
+    position.run["complete"] = not stopped  # reached its target, or early stopping ended it
     if manager is not None and checkpoint is None:
         checkpoint = manager.save(_checkpoint_state(task, trainer, options, position))
     if tracker is not None:
@@ -372,6 +372,7 @@ def _resume(
     if found is None:
         return None
     state, path = found
+    position.saved_run = state.get(keys.RUN)
     position.epoch = int(state.get(keys.EPOCH, 0))
     position.batch = int(state.get(keys.BATCH, 0))
     saved = state[keys.PRECISION].get("used")
@@ -483,6 +484,36 @@ def _grouped(batches: Iterator[Any], size: int) -> Iterator[list[Any]]:
         yield group
 
 
+def _targets(options: FitOptions, first_step: int, position: _Position) -> _Targets:
+    """Where this run stops: its budget counted from here, or, when the checkpoint it
+    resumes was written by an interrupted run asked for the same budget (killed, or
+    stopped by a signal), that run's own target, so a kill costs nothing but time."""
+    targets = _Targets(
+        first_step + options.steps if options.steps is not None else None,
+        position.epoch + options.epochs if options.epochs is not None else None,
+    )
+    saved = position.saved_run
+    if (
+        isinstance(saved, dict)
+        and saved.get("complete") is False
+        and (saved.get("steps"), saved.get("epochs")) == (options.steps, options.epochs)
+    ):
+        targets = _Targets(saved.get("target_step"), saved.get("target_epoch"))
+        logger.info(
+            "continuing an interrupted run toward its own target (step %s, epoch %s)",
+            targets.step,
+            targets.epoch,
+        )
+    position.run = {
+        "steps": options.steps,
+        "epochs": options.epochs,
+        "target_step": targets.step,
+        "target_epoch": targets.epoch,
+        "complete": False,
+    }
+    return targets
+
+
 def _checkpoint_state(
     task: TrainingTask, trainer: Trainer, options: FitOptions, position: _Position
 ) -> dict[str, Any]:
@@ -495,6 +526,7 @@ def _checkpoint_state(
     state[keys.CONFIG] = _resolved_config(trainer, options)
     if position.tracker is not None:
         state[keys.EARLY_STOP] = position.tracker.state_dict()
+    state[keys.RUN] = dict(position.run)
     return state
 
 

@@ -36,11 +36,11 @@ def _env(workdir: Path) -> dict[str, str]:
     return env
 
 
-def _train_command(data: Path, checkpoints: Path) -> list[str]:
+def _train_command(data: Path, checkpoints: Path, budget: tuple[str, ...]) -> list[str]:
     return [
         *(sys.executable, "-m", "genesis_fp16", "train", "se_darwin", "--data", str(data)),
         *("--precision", "fp32", "--seed", "0", "--checkpoint-dir", str(checkpoints)),
-        *("--checkpoint-steps", str(EVERY), "--resume", "--json"),
+        *("--checkpoint-steps", str(EVERY), "--resume", "--json", *budget),
     ]
 
 
@@ -56,9 +56,14 @@ def _weights(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tenso
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_kill_9_loop_keeps_progress_and_ends_bitwise_equal(tmp_path: Path) -> None:
+@pytest.mark.parametrize("budget", [(), ("--steps", "90")], ids=["early-stopping", "steps"])
+def test_kill_9_loop_keeps_progress_and_ends_bitwise_equal(
+    tmp_path: Path, budget: tuple[str, ...]
+) -> None:
     """Three kill -9s mid-run, each after its life wrote two checkpoints: what was written
-    stays, and the finished run's last and served weights equal an unbroken run's."""
+    stays, and the finished run's last and served weights equal an unbroken run's, whether
+    early stopping or an explicit budget ends it (an interrupted run resumes toward its
+    own target, not a fresh budget)."""
     env = _env(tmp_path)
     data = tmp_path / "data.jsonl"
     subprocess.run(
@@ -71,7 +76,7 @@ def test_kill_9_loop_keeps_progress_and_ends_bitwise_equal(tmp_path: Path) -> No
         capture_output=True,
     )
     whole = subprocess.run(
-        _train_command(data, tmp_path / "whole"), env=env, capture_output=True, text=True
+        _train_command(data, tmp_path / "whole", budget), env=env, capture_output=True, text=True
     )
     assert whole.returncode == 0, whole.stderr
     reference = json.loads(whole.stdout.strip().splitlines()[-1])
@@ -81,7 +86,7 @@ def test_kill_9_loop_keeps_progress_and_ends_bitwise_equal(tmp_path: Path) -> No
     for _ in range(3):
         before = _newest_step(broken)
         child = subprocess.Popen(
-            _train_command(data, broken),
+            _train_command(data, broken, budget),
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -96,7 +101,9 @@ def test_kill_9_loop_keeps_progress_and_ends_bitwise_equal(tmp_path: Path) -> No
         kept.append(_newest_step(broken))
     assert kept == sorted(kept) and kept[0] > 0  # every kill kept what was written
 
-    final = subprocess.run(_train_command(data, broken), env=env, capture_output=True, text=True)
+    final = subprocess.run(
+        _train_command(data, broken, budget), env=env, capture_output=True, text=True
+    )
     assert final.returncode == 0, final.stderr
     result = json.loads(final.stdout.strip().splitlines()[-1])
     assert (
