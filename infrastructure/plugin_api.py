@@ -159,7 +159,8 @@ class TrainRequest:
     ``precision`` is the requested name (``auto``, ``fp32``, ``bf16`` or ``fp16``) and
     ``precision_reason`` says who asked for it (a CLI flag, ``ENABLE_FP16_TRAINING``, a
     per-agent override). ``steps`` counts optimizer steps of this run, skipped ones
-    included; with ``resume`` they come on top of the checkpoint's. ``guard`` turns on
+    included; with ``resume`` they come on top of the checkpoint's, unless the checkpoint
+    is an interrupted run's with the same budget, which then finishes. ``guard`` turns on
     the precision guard (pass it to ``FitOptions.guard``); None leaves it off.
     """
 

@@ -109,7 +109,9 @@ class FitOptions:
 
     - ``steps``: optimizer steps of *this* invocation, skipped ones included.
     - ``epochs``: epoch ends of this invocation; a run resumed mid-epoch finishes that
-      epoch as its first.
+      epoch as its first. Except: resuming a checkpoint of an *interrupted* run (killed,
+      or stopped by ``should_stop``) asked for the same ``steps``/``epochs`` continues
+      toward that run's own target, so the interruption costs only time.
     - ``resume``: continue from the newest valid checkpoint in ``checkpoint_dir``.
     - ``checkpoint_dir``: None writes no checkpoints. ``keep`` files are kept; one is
       written every ``checkpoint_interval`` steps (None: a tenth of ``steps`` when given,
