@@ -61,6 +61,9 @@ class CheckpointManager:
             raise ValueError(f"keep={keep!r}: must be >= 1 (the number of checkpoints to keep)")
         self.directory = Path(directory)
         self.keep = keep
+        # Files this manager wrote, with their size and mtime then: pruning trusts them
+        # while both are unchanged instead of loading each kept file again at every save.
+        self._written: dict[Path, tuple[int, int]] = {}
 
     def path_for(self, step: int) -> Path:
         """The file name of the checkpoint at ``step``; names sort by step."""
@@ -87,6 +90,9 @@ class CheckpointManager:
         # checkpoint without one.
         write_atomic(_digest_path(final), lambda handle: handle.write(f"{digest}\n".encode()))
         write_atomic(final, lambda handle: handle.write(data))
+        signature = _signature(final)
+        if signature is not None:
+            self._written[final] = signature
         self._prune(final)
         return final
 
@@ -98,8 +104,13 @@ class CheckpointManager:
             if len(kept) >= self.keep:
                 path.unlink(missing_ok=True)
                 _digest_path(path).unlink(missing_ok=True)
-            elif _usable(path):
+                self._written.pop(path, None)
+            elif self._unchanged_since_written(path) or _usable(path):
                 kept.append(path)
+
+    def _unchanged_since_written(self, path: Path) -> bool:
+        recorded = self._written.get(path)
+        return recorded is not None and recorded == _signature(path)
 
     def remove_stale_temps(self, older_than: float = STALE_TEMP_SECONDS) -> list[Path]:
         """Delete the ``.tmp-*`` files of interrupted saves older than ``older_than`` seconds.
@@ -165,6 +176,14 @@ def _usable(path: Path) -> bool:
         _digest_path(path).unlink(missing_ok=True)
         return False
     return True
+
+
+def _signature(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
 
 
 def _digest_path(path: Path) -> Path:
