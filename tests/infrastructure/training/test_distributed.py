@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import faulthandler
 import math
+import os
+import shutil
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -132,6 +136,11 @@ def _run_fit(
 
 
 def _rank_main(rank: int, init: str, out: str, job: str, args: tuple[Any, ...]) -> None:
+    # A rank killed by a signal (a crash in native code) prints every thread's Python stack,
+    # and its phase file says how far it got, so a failure names where it died.
+    faulthandler.enable(all_threads=True)
+    phases = Path(out) / f"rank{rank}.phase"
+    phases.write_text("started\n")
     # A short timeout: ranks that disagree fail in a minute instead of hanging for 30.
     dist.init_process_group(
         "gloo", init_method=f"file://{init}", rank=rank, world_size=2, timeout=timedelta(seconds=60)
@@ -139,11 +148,19 @@ def _rank_main(rank: int, init: str, out: str, job: str, args: tuple[Any, ...]) 
     try:
         result = _JOBS[job](*args)
         torch.save(result, Path(out) / f"rank{rank}.pt")
+        _phase(phases, "saved its result")
         # Both ranks done with every collective before either tears the group down: a rank
         # that exits while its peer is still in a collective can abort the peer.
         dist.barrier()
+        _phase(phases, "passed the final barrier")
     finally:
         dist.destroy_process_group()
+    _phase(phases, "destroyed the process group")
+
+
+def _phase(path: Path, text: str) -> None:
+    with path.open("a") as handle:
+        handle.write(text + "\n")
 
 
 def _job_fit(batch_size: int, directory: str, steps: int, precision: str, resume: bool) -> Any:
@@ -258,6 +275,18 @@ def _job_stop(flip_at: int, lags: Sequence[int]) -> list[int]:
     return firsts
 
 
+def _job_abort(attempts: str, crashes: int) -> int:
+    """Rank 1 aborts (SIGABRT) in its first ``crashes`` attempts, counted in ``attempts``."""
+    counter = Path(attempts)
+    if dist.get_rank() == 1:
+        done = len(counter.read_text()) if counter.exists() else 0
+        counter.write_text("x" * (done + 1))
+        if done < crashes:
+            os.abort()
+    dist.barrier()
+    return dist.get_rank()
+
+
 _JOBS: dict[str, Callable[..., Any]] = {
     "fit": _job_fit,
     "stop": _job_stop,
@@ -265,20 +294,77 @@ _JOBS: dict[str, Callable[..., Any]] = {
     "fsdp": _job_fsdp,
     "guard": _job_guard,
     "fsdp_resume": _job_fsdp_resume,
+    "abort": _job_abort,
 }
 
 
 def _two_ranks(tmp_path: Path, job: str, *args: Any) -> list[Any]:
+    """Run ``job`` on two spawned gloo ranks and return each rank's result.
+
+    A rank killed by a signal is a crash in native code, not a failed assertion: once, on
+    CI, a rank of the FSDP2 guard job died of ``munmap_chunk(): invalid pointer`` (torch
+    2.13 CPU, gloo), which 100+ local repeats did not reproduce. Such a crash reruns the
+    job once, from ``tmp_path`` as it was before the first attempt, with a warning that
+    names the signal and how far each rank got; a second crash fails, and so does any
+    error or disagreement raised in a rank.
+    """
+    before = tmp_path.parent / f"{tmp_path.name}.before-{job}"
+    shutil.rmtree(before, ignore_errors=True)
+    shutil.copytree(tmp_path, before)
+    try:
+        return _start_two_ranks(tmp_path, job, args)
+    except _RankCrashed as crash:
+        warnings.warn(f"{crash}; rerunning the job once", RuntimeWarning, stacklevel=2)
+        shutil.rmtree(tmp_path)
+        shutil.copytree(before, tmp_path)
+        return _start_two_ranks(tmp_path, job, args)
+    finally:
+        shutil.rmtree(before, ignore_errors=True)
+
+
+class _RankCrashed(AssertionError):
+    """A rank died of a signal; the message says which and how far each rank got."""
+
+
+def _start_two_ranks(tmp_path: Path, job: str, args: tuple[Any, ...]) -> list[Any]:
     out = tmp_path / f"out-{job}"
     out.mkdir(exist_ok=True)
     init = tmp_path / f"init-{job}-{len(list(tmp_path.iterdir()))}"
     # spawn, not fork: a parent that has already run a matmul holds an OpenMP thread pool,
     # and a forked child can hang on its first parallel region.
-    mp.start_processes(_rank_main, (str(init), str(out), job, args), nprocs=2, start_method="spawn")
+    try:
+        mp.start_processes(
+            _rank_main, (str(init), str(out), job, args), nprocs=2, start_method="spawn"
+        )
+    except mp.ProcessExitedException as exc:
+        if exc.signal_name is None:
+            raise
+        reached = {rank: _last_phase(out / f"rank{rank}.phase") for rank in (0, 1)}
+        raise _RankCrashed(f"{exc} (last phase per rank: {reached})") from exc
     return [torch.load(out / f"rank{rank}.pt", weights_only=False) for rank in (0, 1)]
 
 
+def _last_phase(path: Path) -> str:
+    return path.read_text().splitlines()[-1] if path.exists() else "not started"
+
+
 # ---------------------------------------------------------------------- tests
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_crash_reruns_once_and_a_second_crash_fails(tmp_path: Path) -> None:
+    """The harness: one SIGABRT in a rank reruns the job with a warning; two fail it."""
+    (tmp_path / "kept").write_text("before")
+    attempts = tmp_path.parent / f"{tmp_path.name}-attempts"
+    with pytest.warns(RuntimeWarning, match=r"SIGABRT.*'started'.*rerunning the job once"):
+        assert _two_ranks(tmp_path, "abort", str(attempts), 1) == [0, 1]
+    assert attempts.read_text() == "xx"
+    assert (tmp_path / "kept").read_text() == "before"
+
+    attempts.unlink()
+    with pytest.warns(RuntimeWarning), pytest.raises(_RankCrashed, match="SIGABRT"):
+        _two_ranks(tmp_path, "abort", str(attempts), 2)
+    assert attempts.read_text() == "xx"
 
 
 @pytest.mark.timeout(120)
