@@ -111,8 +111,9 @@ def check_layout(
 
 
 def request_file(request: TrainRequest) -> Path:
-    """Where the launcher writes ``request`` for its ranks: beside the checkpoint folder."""
-    return Path(request.checkpoint_dir).parent / "torchrun_request.json"
+    """Where the launcher writes ``request`` for its child (one process or torchrun's ranks):
+    beside the checkpoint folder."""
+    return Path(request.checkpoint_dir).parent / "run_request.json"
 
 
 def torchrun_command(request: TrainRequest, nproc: int, python: str = sys.executable) -> list[str]:
