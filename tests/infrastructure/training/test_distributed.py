@@ -303,10 +303,11 @@ def _two_ranks(tmp_path: Path, job: str, *args: Any) -> list[Any]:
 
     A rank killed by a signal is a crash in native code, not a failed assertion: once, on
     CI, a rank of the FSDP2 guard job died of ``munmap_chunk(): invalid pointer`` (torch
-    2.13 CPU, gloo), which 100+ local repeats did not reproduce. Such a crash reruns the
-    job once, from ``tmp_path`` as it was before the first attempt, with a warning that
-    names the signal and how far each rank got; a second crash fails, and so does any
-    error or disagreement raised in a rank.
+    2.13 CPU, gloo), which about 135 local repeats did not reproduce (some with AVX2
+    kernels forced, one under valgrind memcheck, which found no invalid free). Such a crash
+    reruns the job once, from ``tmp_path`` as it was before the first attempt, with a
+    warning that names the signal and how far each rank got; a second crash fails, and so
+    does any error or disagreement raised in a rank.
     """
     before = tmp_path.parent / f"{tmp_path.name}.before-{job}"
     shutil.rmtree(before, ignore_errors=True)
