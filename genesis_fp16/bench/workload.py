@@ -2,7 +2,9 @@
 
 The SE-Darwin world model at a named preset, trained on the synthetic trajectory pool
 that `genesis-fp16 sample-data` writes, read back through the real reader and feature
-encoder. 80% of the labelled examples train, the last 20% are held out.
+encoder, encoded as the plugin and the prediction API encode: with the pool around each
+attempt (its lineage) and the training part's per-agent base rates. 80% of the labelled
+examples train, the last 20% are held out.
 """
 
 from __future__ import annotations
@@ -76,9 +78,15 @@ def _tensors(data_path: Path) -> tuple[Batch, int]:
     result = read_trajectories(data_path)
     examples = result.examples
     n_train = int(len(examples) * 0.8)
-    train_inputs = [e.attempt for e in examples[:n_train]]
-    encoder = FeatureEncoder.fit(train_inputs, result.scores)
-    x = encoder.encode([e.attempt for e in examples], result.scores)
+    train = examples[:n_train]
+    # The whole pool, not only its scores: the lineage columns (depth, grandparents,
+    # parents' operators, siblings) then vary as they do when the plugin trains; with
+    # the scores alone nine of them were constant, so the eval loss measured a model that
+    # never saw them. Encoding 2,048 records this way costs a fraction of a second.
+    encoder = FeatureEncoder.fit(
+        [e.attempt for e in train], result.pool, [e.label.success for e in train]
+    )
+    x = encoder.encode([e.attempt for e in examples], result.pool)
     labels = [e.label for e in examples]
     success = torch.tensor([float(lb.success) for lb in labels])
     score = torch.tensor([lb.score if lb.score is not None else 0.0 for lb in labels])

@@ -264,6 +264,20 @@ def test_a_batch_larger_than_the_data_is_drawn_from_it_at_full_size(tmp_path: Pa
     assert len(small.train_batches) > 1 and small.train_batches[0][0].shape[0] == 16
 
 
+def test_the_workload_encodes_the_lineage_as_the_plugin_does(tmp_path: Path) -> None:
+    """The bench trains on what the plugin trains on: the grandparents', siblings' and
+    parents' operators' columns vary over the pool (encoded with the scores alone, as
+    before, they were constant)."""
+    from genesis_fp16.bench.workload import load_data, write_data
+    from infrastructure.world_model.features import NUMERIC_FEATURES
+
+    data = load_data(write_data(tmp_path, tiny=False, seed=0), 256, torch.device("cpu"))
+    x = torch.cat([batch[0] for batch in data.train_batches] + [data.eval_set[0]])
+    names = ("grandparent_score_mean", "log_siblings", "sibling_score_mean", "parents_baseline")
+    spread = x[:, [NUMERIC_FEATURES.index(n) for n in names]].std(dim=0)
+    assert (spread > 0.1).all(), dict(zip(names, spread.tolist(), strict=True))
+
+
 def test_fp32_references_match_within_a_batch_size() -> None:
     """derive() compares a row with the fp32 and hand rows of its own batch size only."""
 
