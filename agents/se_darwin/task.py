@@ -101,7 +101,7 @@ VALIDATION_MAX = 0.2
 # Early stopping watches the validation log-loss of success, not the three heads' total:
 # success is what the model is for, and on 500-record pools the total's minimum comes
 # epochs before success's (mean held-out AUC over 40 pools 0.822 stopping on the total,
-# 0.841 on success; benchmarks/world_model_quality.py).
+# 0.841 on success; benchmarks/world_model_quality.py at c9d5b15, on held-out splits).
 STOP_METRIC = "success_bce"
 SMALL_POOL, SMALL_POOL_HIDDEN = 2000, 32  # training records under which the default is narrower
 
