@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from agents.se_darwin.task import Batch, SEDarwinTask, TaskOptions
-from infrastructure.data.readers import read_trajectories
+from agents.se_darwin.task import FINAL_FITS, Batch, SEDarwinTask, TaskOptions
+from infrastructure.data.readers import ReadResult, read_trajectories
 from infrastructure.data.synthetic import write_pool
 from infrastructure.plugin_api import (
     API_VERSION,
@@ -23,7 +23,9 @@ from infrastructure.plugin_api import (
     TrainRequestError,
     TrainResult,
 )
-from infrastructure.training import CheckpointManager, fit
+from infrastructure.training import CheckpointManager, FitResult, fit
+from infrastructure.training import checkpoint_keys as keys
+from infrastructure.training.checkpoint import DIGEST_SUFFIX
 from infrastructure.training.distributed import rank_and_world
 from infrastructure.world_model.model import HEAD_MODULES, PRESETS, TRUNK_MODULES, WorldModel
 from infrastructure.world_model.predict import read_world_model_state
@@ -31,6 +33,7 @@ from infrastructure.world_model.predict import read_world_model_state
 logger = logging.getLogger(__name__)
 
 _PROBE_BATCHES = 9
+SPLIT_FOLDER = "split"  # final_fit=whole: the split run's checkpoints, under the folder
 # One line each for `genesis-fp16 agents --json`; a TaskOptions field missing here is
 # still declared, pointing at docs/se-darwin.md.
 _OPTION_HELP = {
@@ -45,6 +48,7 @@ _OPTION_HELP = {
     "patience": "validations without improvement before stopping",
     "validate_every": "validate every N steps when an epoch is longer",
     "max_epochs": "epoch cap of a run with no steps/epochs budget",
+    "final_fit": "split: serve the split run's best weights; whole: refit on every record",
 }
 
 
@@ -55,7 +59,7 @@ def _declared_options() -> tuple[AgentOption, ...]:
     for f in dataclasses.fields(TaskOptions):
         args = typing.get_args(hints[f.name]) or (hints[f.name],)
         kind = next(a for a in args if a in (str, int, float, bool))  # X | None: X
-        choices = tuple(PRESETS) if f.name == "preset" else None
+        choices = {"preset": tuple(PRESETS), "final_fit": FINAL_FITS}.get(f.name)
         text = _OPTION_HELP.get(f.name, "see docs/se-darwin.md")
         default = getattr(TaskOptions(), f.name)
         declared.append(AgentOption(f.name, kind.__name__, default, text, choices))
@@ -84,7 +88,13 @@ class SEDarwinPlugin:
                 "se_darwin needs a data path: generate one with generate_sample_data"
             )
         options = TaskOptions.from_mapping(request.options)
-        saved = _saved_state(request.checkpoint_dir) if request.resume else None
+        whole = options.final_fit == "whole"
+        if whole and rank_and_world()[1] > 1:
+            raise TrainRequestError("final_fit='whole': one process only, not under torchrun")
+        # With final_fit=whole the split run keeps its checkpoints in a subfolder, and the
+        # folder itself holds the refit's: the one the prediction API loads.
+        folder = Path(request.checkpoint_dir) / SPLIT_FOLDER if whole else request.checkpoint_dir
+        saved = _saved_state(folder) if request.resume else None
         quarantine = _quarantine_path(request)
         task, data = SEDarwinTask.from_path(
             Path(request.data_path), options, request.seed, request.device, quarantine, saved
@@ -99,7 +109,12 @@ class SEDarwinPlugin:
         early_stop = None
         if options.early_stopping and not request.fsdp:
             early_stop = task.early_stopping(stop=own_budget)
-        result = fit(task, request.fit_options(steps=steps, epochs=epochs, early_stop=early_stop))
+        result = fit(
+            task,
+            request.fit_options(
+                steps=steps, epochs=epochs, early_stop=early_stop, checkpoint_dir=folder
+            ),
+        )
         summary = result.summary
         extra: dict[str, Any] = {
             "total_steps": summary.step,
@@ -115,9 +130,13 @@ class SEDarwinPlugin:
             },
             "early_stop": dict(result.early_stop) if result.early_stop is not None else None,
         }
+        refit = _refit(request, task, data, result) if whole else None
+        if refit is not None:
+            extra["final_fit"] = _refit_record(refit, len(data.examples), result.checkpoint)
         if torch.cuda.is_available() and request.device.startswith("cuda"):
             extra["device_memory_peak_bytes"] = torch.cuda.max_memory_allocated(request.device)
-        return TrainResult.from_fit(request, result, quarantined=data.quarantined, extra=extra)
+        out = TrainResult.from_fit(request, result, quarantined=data.quarantined, extra=extra)
+        return out if refit is None else dataclasses.replace(out, checkpoint=refit.checkpoint)
 
     def probe_setup(self, data_path: Path | None, seed: int) -> ProbeSetup:
         """The world model, its loss and a few real batches, for the precision probe."""
@@ -144,6 +163,69 @@ class SEDarwinPlugin:
             components={"heads": list(HEAD_MODULES), "trunk": list(TRUNK_MODULES)},
             learning_rate=options.learning_rate,
         )
+
+
+def _refit(
+    request: TrainRequest, task: SEDarwinTask, data: ReadResult, split: FitResult
+) -> FitResult:
+    """``final_fit=whole``: train a fresh model on every labelled record for the step count
+    the split run served (its best validated step), with no early stopping.
+
+    It writes one checkpoint, at its end, into the request's folder. A resumed request
+    continues an earlier refit found there (same encoder, at most that many steps) to the
+    same step count, so a finished one takes no step; any other checkpoint there (another
+    step count, other data) is removed first, since it would otherwise be the newest.
+    """
+    early = split.early_stop or {}
+    steps = int(early.get("best_step") or split.summary.step)
+    whole = task.on_whole_pool(data, request.device)
+    folder = Path(request.checkpoint_dir)
+    done = _refit_done(folder, whole, steps) if request.resume else None
+    if done is None:
+        _remove_checkpoints(folder)
+    logger.info("final_fit=whole: %d record(s), %d step(s)", len(whole.train_data), steps)
+    options = request.fit_options(
+        precision=split.precision.used,  # after any demotion of the split run
+        steps=steps - (done or 0),
+        epochs=None,
+        resume=done is not None,
+        checkpoint_interval=steps or 1,  # the end only: a refit is at most the split's length
+        checkpoint_seconds=None,
+        on_log=None,  # its step counter starts again at 0: not the run's progress
+    )
+    return fit(whole, options)
+
+
+def _refit_done(folder: Path, whole: SEDarwinTask, steps: int) -> int | None:
+    """The steps of an earlier refit in ``folder`` that this one can continue, or None."""
+    found = CheckpointManager(folder).load_latest()
+    if found is None:
+        return None
+    state = found[0]
+    same_data = state.get(keys.EXTRA, {}).get("encoder") == whole.encoder.state_dict()
+    step = int(state[keys.STEP])
+    return step if same_data and step <= steps else None
+
+
+def _remove_checkpoints(folder: Path) -> None:
+    for path in CheckpointManager(folder).checkpoints():
+        logger.warning("final_fit=whole: removing %s (not this refit's)", path)
+        path.unlink()
+        path.with_name(path.name + DIGEST_SUFFIX).unlink(missing_ok=True)
+
+
+def _refit_record(refit: FitResult, records: int, split_checkpoint: Path | None) -> dict[str, Any]:
+    """``extra.final_fit`` of ``train --json``: what is served, and what ``eval`` measures."""
+    return {
+        "mode": "whole",
+        "records": records,
+        "steps": refit.summary.step,
+        "precision": refit.precision.used,
+        "checkpoint": str(refit.checkpoint) if refit.checkpoint else None,
+        "split_checkpoint": str(split_checkpoint) if split_checkpoint else None,
+        "stopped_early": refit.stopped_early,
+        "eval": "the split model's, on its held-out part; the served model trained on it too",
+    }
 
 
 def _split_batch(batch: Batch) -> tuple[Batch, Batch]:

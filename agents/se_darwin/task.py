@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -58,6 +58,10 @@ class TaskOptions:
     patience: int = 8
     validate_every: int = 50
     max_epochs: int = 100
+    # What is served: "split", the best validated weights of the run on the training part;
+    # "whole", a second model trained on every labelled record for the split run's best
+    # step count (the reported eval stays the split model's; docs/se-darwin.md).
+    final_fit: str = "split"
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> TaskOptions:
@@ -69,6 +73,10 @@ class TaskOptions:
                 f"valid: {', '.join(sorted(known))}"
             )
         out = cls(**options)
+        if out.final_fit not in FINAL_FITS:
+            raise TrainRequestError(
+                f"final_fit={out.final_fit!r}: choose from {', '.join(FINAL_FITS)}"
+            )
         if out.eval_fraction is not None and not 0.0 < out.eval_fraction < 1.0:
             raise TrainRequestError(f"eval_fraction={out.eval_fraction!r}: must be between 0 and 1")
         for name in ("batch_size", "patience", "validate_every", "max_epochs"):
@@ -103,6 +111,7 @@ VALIDATION_MAX = 0.2
 # epochs before success's (mean held-out AUC over 40 pools 0.822 stopping on the total,
 # 0.841 on success; benchmarks/world_model_quality.py at c9d5b15, on held-out splits).
 STOP_METRIC = "success_bce"
+FINAL_FITS = ("split", "whole")
 SMALL_POOL, SMALL_POOL_HIDDEN = 2000, 32  # training records under which the default is narrower
 
 
@@ -181,10 +190,11 @@ class SEDarwinTask:
         seed: int,
         device: str = "cpu",
         saved: Mapping[str, Any] | None = None,
+        split: Split | None = None,
     ) -> None:
         self.options = options
         self.seed = seed
-        self.split = split = split_examples(data, seed, options.eval_fraction)
+        self.split = split = split or split_examples(data, seed, options.eval_fraction)
         train, held = split.train, split.held_out
         if saved is not None:  # resuming: encode exactly as the checkpointed run did
             try:
@@ -224,6 +234,24 @@ class SEDarwinTask:
     ) -> tuple[SEDarwinTask, ReadResult]:
         data = read_trajectories(path, quarantine=quarantine)
         return cls(data, options, seed, device, saved), data
+
+    def on_whole_pool(self, data: ReadResult, device: str = "cpu") -> SEDarwinTask:
+        """A task training on every labelled record of ``data`` (``final_fit="whole"``).
+
+        Its encoder is fitted on all of them; the model's shape and the batch size are
+        this task's, so that a step count found here means the same there. Its validation
+        and held-out parts are its training records: its own metrics are not a measure.
+        """
+        everything = list(data.examples)
+        pinned = replace(
+            self.options,
+            hidden=self.config.hidden,
+            depth=self.config.depth,
+            dropout=self.config.dropout,
+            batch_size=self.batch_size,
+        )
+        split = Split(everything, everything, everything, 0.0, 0.0)
+        return SEDarwinTask(data, pinned, self.seed, device, split=split)
 
     def build_model(self) -> nn.Module:
         return WorldModel(self.config)
@@ -291,6 +319,7 @@ class SEDarwinTask:
                 "seed": self.seed,
                 "eval_fraction": self.split.eval_fraction,
                 "validation_fraction": self.split.validation_fraction,
+                "train_records": len(self.train_data),
             },
         )
 

@@ -1,0 +1,133 @@
+"""final_fit=whole: the served model is refit on every record; the eval stays the split's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from agents.se_darwin import plugin
+from agents.se_darwin.plugin import SPLIT_FOLDER
+from infrastructure.data.readers import read_trajectories
+from infrastructure.plugin_api import TrainRequest, TrainRequestError, TrainResult
+from infrastructure.training.checkpoint import CheckpointManager
+from infrastructure.world_model.predict import WorldModelPredictor
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return plugin.generate_sample_data(tmp_path_factory.mktemp("data"), 500, seed=5)
+
+
+def _train(data: Path, ckpt: Path, resume: bool = False, **options: object) -> TrainResult:
+    request = TrainRequest(
+        agent="se_darwin",
+        precision="fp32",
+        precision_reason="test",
+        state_dir=ckpt.parent,
+        checkpoint_dir=ckpt,
+        data_path=data,
+        seed=2,
+        resume=resume,
+        options=options,  # type: ignore[arg-type]
+    )
+    return plugin.train(request)
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return WorldModelPredictor.load(path).model.state_dict()
+
+
+def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture(scope="module")
+def runs(data: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, TrainResult]:
+    """The same pool at the default budget, served split (the default) and whole."""
+    root = tmp_path_factory.mktemp("runs")
+    return {
+        "split": _train(data, root / "split"),
+        "whole": _train(data, root / "whole", final_fit="whole"),
+    }
+
+
+def test_whole_serves_a_model_trained_on_every_record(
+    data: Path, runs: dict[str, TrainResult]
+) -> None:
+    """The folder's checkpoint holds a model trained on all labelled records for the split
+    run's best step count; the predictor loads it, and it is not the split's best weights."""
+    whole = runs["whole"]
+    folder = Path(whole.checkpoint).parent  # type: ignore[arg-type]
+    best_step = whole.extra["early_stop"]["best_step"]
+    state, path = CheckpointManager(folder).load_latest()  # type: ignore[misc]
+    assert path == whole.checkpoint and state["step"] == best_step and "early_stop" not in state
+    labelled = len(read_trajectories(data).examples)
+    assert state["extra"]["split"]["train_records"] == labelled == whole.extra["examples"]
+    assert state["extra"]["split"]["eval_fraction"] == 0.0
+    served = _weights(folder)
+    assert _same(served, state["model"])
+    split_best = _weights(folder / SPLIT_FOLDER)  # the split run's served (best) weights
+    assert split_best.keys() == served.keys() and not _same(split_best, served)
+
+
+def test_whole_reports_the_split_models_eval_and_says_so(runs: dict[str, TrainResult]) -> None:
+    """eval is the default run's held-out eval, unchanged; train --json's extra.final_fit
+    names the refit's records, steps and checkpoint and what the eval measures."""
+    split, whole = runs["split"], runs["whole"]
+    assert whole.eval == split.eval and whole.steps == split.steps
+    assert whole.eval["examples"] == whole.extra["split"]["held_out"]
+    record = json.loads(json.dumps(whole.to_json()))["extra"]["final_fit"]
+    assert record["mode"] == "whole" and record["records"] == whole.extra["examples"]
+    assert record["steps"] == whole.extra["early_stop"]["best_step"]
+    assert record["checkpoint"] == str(whole.checkpoint)
+    assert Path(record["split_checkpoint"]).parent.name == SPLIT_FOLDER
+    assert "split model" in record["eval"]
+
+
+def test_default_serves_the_split_runs_best_weights(runs: dict[str, TrainResult]) -> None:
+    """Without the option nothing changes: no final_fit record, no subfolder, and the
+    folder serves the same best weights as the whole run's split run."""
+    split, whole = runs["split"], runs["whole"]
+    folder = Path(split.checkpoint).parent  # type: ignore[arg-type]
+    assert "final_fit" not in split.extra and not (folder / SPLIT_FOLDER).exists()
+    whole_folder = Path(whole.checkpoint).parent  # type: ignore[arg-type]
+    assert _same(_weights(folder), _weights(whole_folder / SPLIT_FOLDER))
+
+
+def test_resuming_a_finished_whole_run_takes_no_step(data: Path, tmp_path: Path) -> None:
+    """A resumed finished run changes no file; with the refit's checkpoint gone, a resume
+    trains the refit again and gets the same weights."""
+    first = _train(data, tmp_path / "c", final_fit="whole")
+    served = _weights(tmp_path / "c")
+    files = {p: p.read_bytes() for p in (tmp_path / "c").rglob("ckpt-*")}
+    again = _train(data, tmp_path / "c", resume=True, final_fit="whole")
+    assert (
+        again.steps == 0 and again.extra["final_fit"]["steps"] == first.extra["final_fit"]["steps"]
+    )
+    assert again.checkpoint == first.checkpoint and again.eval == first.eval
+    assert {p: p.read_bytes() for p in (tmp_path / "c").rglob("ckpt-*")} == files
+    for path in CheckpointManager(tmp_path / "c").checkpoints():
+        path.unlink()
+    redone = _train(data, tmp_path / "c", resume=True, final_fit="whole")
+    assert redone.checkpoint == first.checkpoint and _same(_weights(tmp_path / "c"), served)
+
+
+def test_final_fit_names_its_choices() -> None:
+    """An unknown final_fit names the value and the choices; the option is declared."""
+    with pytest.raises(TrainRequestError, match=r"final_fit='all': choose from split, whole"):
+        plugin.train(
+            TrainRequest(
+                agent="se_darwin",
+                precision="fp32",
+                precision_reason="test",
+                state_dir=Path("unused"),
+                checkpoint_dir=Path("unused/ckpt"),
+                data_path=Path("unused/pool.json"),
+                options={"final_fit": "all"},
+            )
+        )
+    declared = next(o for o in plugin.options if o.name == "final_fit")
+    assert declared.default == "split" and declared.choices == ("split", "whole")
