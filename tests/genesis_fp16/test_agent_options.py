@@ -8,13 +8,16 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from daemon_harness import DaemonFactory, daemon_env
 from test_cli_train import _cli, _last_json, _one_line_error
 
 from agents.rlhf_ppo import plugin as rlhf_ppo
 from agents.se_darwin import plugin as se_darwin
 from genesis_fp16.run_request import parse_option_flags, resolve_options
+from infrastructure.data.synthetic import write_pool
 from infrastructure.plugin_api import TrainRequestError
+from infrastructure.world_model.predict import WorldModelPredictor
 
 
 def test_options_from_settings_then_flags_are_typed_and_checked() -> None:
@@ -80,6 +83,28 @@ def test_train_option_preset_runs_the_kl_in_fp32(tmp_path: Path) -> None:
     assert extra["preset"] == "bf16_fp32_kl" and extra["components"]["kl"] == "fp32"
     assert extra["kl_dtype_seen"] == "torch.float32"
     assert "preset bf16_fp32_kl" in str(out["precision_reason"])
+
+
+def test_train_option_final_fit_whole_serves_the_refit(tmp_path: Path) -> None:
+    """`train se_darwin --option final_fit=whole --json`: extra.final_fit names the refit's
+    checkpoint, which the prediction API loads from the folder; a bad value is one line."""
+    data = write_pool(tmp_path / "data", 300, seed=4)
+    ckpt = tmp_path / "ckpt"
+    proc = _cli(
+        tmp_path, "train", "se_darwin", "--option", "final_fit=whole", "--precision", "fp32",
+        "--data", str(data), "--checkpoint-dir", str(ckpt), "--json",
+    )  # fmt: skip
+    out = _last_json(proc)
+    extra = out["extra"]
+    assert isinstance(extra, dict)
+    record = extra["final_fit"]
+    assert record["mode"] == "whole" and record["records"] == extra["examples"]
+    assert out["checkpoint"] == record["checkpoint"] and Path(record["checkpoint"]).parent == ckpt
+    served = WorldModelPredictor.load(ckpt).model.state_dict()
+    saved = torch.load(record["checkpoint"], weights_only=True)["model"]
+    assert all(torch.equal(served[k], saved[k]) for k in saved)
+    proc = _cli(tmp_path, "train", "se_darwin", "--option", "final_fit=all")
+    _one_line_error(proc, "agent se_darwin", "final_fit", "split, whole")
 
 
 def test_bad_option_is_one_line_before_anything_trains(tmp_path: Path) -> None:
