@@ -25,7 +25,6 @@ from infrastructure.plugin_api import (
 )
 from infrastructure.training import CheckpointManager, FitResult, fit
 from infrastructure.training import checkpoint_keys as keys
-from infrastructure.training.checkpoint import DIGEST_SUFFIX
 from infrastructure.training.distributed import rank_and_world
 from infrastructure.world_model.model import HEAD_MODULES, PRESETS, TRUNK_MODULES, WorldModel
 from infrastructure.world_model.predict import read_world_model_state
@@ -208,10 +207,10 @@ def _refit_done(folder: Path, whole: SEDarwinTask, steps: int) -> int | None:
 
 
 def _remove_checkpoints(folder: Path) -> None:
-    for path in CheckpointManager(folder).checkpoints():
+    manager = CheckpointManager(folder)
+    for path in manager.checkpoints():
         logger.warning("final_fit=whole: removing %s (not this refit's)", path)
-        path.unlink()
-        path.with_name(path.name + DIGEST_SUFFIX).unlink(missing_ok=True)
+        manager.remove(path)
 
 
 def _refit_record(refit: FitResult, records: int, split_checkpoint: Path | None) -> dict[str, Any]:

@@ -102,11 +102,16 @@ class CheckpointManager:
             if path == written:
                 continue
             if len(kept) >= self.keep:
-                path.unlink(missing_ok=True)
-                _digest_path(path).unlink(missing_ok=True)
-                self._written.pop(path, None)
+                self.remove(path)
             elif self._unchanged_since_written(path) or _usable(path):
                 kept.append(path)
+
+    def remove(self, path: Path) -> None:
+        """Delete the checkpoint ``path`` and its digest; one already gone is not an error
+        (under torchrun every rank may remove the same file)."""
+        path.unlink(missing_ok=True)
+        _digest_path(path).unlink(missing_ok=True)
+        self._written.pop(path, None)
 
     def _unchanged_since_written(self, path: Path) -> bool:
         recorded = self._written.get(path)

@@ -339,7 +339,7 @@ def _demote(
         # Checkpoints written after the rollback step hold the troubled trajectory.
         for stale in checkpoints_after(manager.checkpoints(), manager.path_for(snapshot.step)):
             logger.warning("precision guard: removing %s (after the rollback step)", stale)
-            stale.unlink(missing_ok=True)
+            manager.remove(stale)
     guard.start(demoted, position.epoch, position.batch, snapshot=False)
     demotions.append(record)
     return demoted
