@@ -208,9 +208,16 @@ class SEDarwinTask:
             )
             self.config = _model_config(options, self.encoder.n_features, len(train))
         self.pool = data.pool
-        self.train_data = to_batch(self.encoder, train, data.pool).to(device)
-        self.validation_data = to_batch(self.encoder, split.validation, data.pool).to(device)
-        self.eval_data = to_batch(self.encoder, held, data.pool).to(device)
+        encoded: dict[int, Batch] = {}  # by list: the whole-pool task's parts are one list
+
+        def batch(part: Sequence[Example]) -> Batch:
+            if id(part) not in encoded:
+                encoded[id(part)] = to_batch(self.encoder, part, data.pool).to(device)
+            return encoded[id(part)]
+
+        self.train_data = batch(train)
+        self.validation_data = batch(split.validation)
+        self.eval_data = batch(held)
         ids = sorted(e.trajectory_id for e in (*train, *split.validation))
         self.data_key = hashlib.blake2b("\n".join(ids).encode(), digest_size=8).hexdigest()
         logger.info(
