@@ -73,7 +73,7 @@ from typing import Any
 import torch
 
 from agents.se_darwin.plugin import SEDarwinPlugin
-from agents.se_darwin.task import Batch, SEDarwinTask, TaskOptions
+from agents.se_darwin.task import Batch, SEDarwinTask, TaskOptions, split_examples
 from infrastructure.data.lineage import Pool
 from infrastructure.data.readers import ReadResult, read_trajectories
 from infrastructure.data.schema import OPERATORS, AttemptInput
@@ -277,8 +277,8 @@ def _references(
     options: Mapping[str, Any],
 ) -> tuple[float, float]:
     """(the reference on the whole pool, on the model's training and validation parts)."""
-    task_options = TaskOptions.from_mapping(options)
-    held = {e.trajectory_id for e in SEDarwinTask(data, task_options, seed).split.held_out}
+    eval_fraction = TaskOptions.from_mapping(options).eval_fraction
+    held = {e.trajectory_id for e in split_examples(data, seed, eval_fraction).held_out}
     fresh_x = fresh.features(encoder)
     out = []
     for records in (Records.of(data), Records.of(data, lambda i: i not in held)):
