@@ -122,11 +122,7 @@ class SEDarwinPlugin:
             "unlabelled": data.unlabelled,
             "precision_warning": result.precision.warning,
             "resumed_from": str(result.resumed_from) if result.resumed_from else None,
-            "split": {
-                "train": len(task.train_data),
-                "validation": len(task.validation_data),
-                "held_out": len(task.eval_data),
-            },
+            "split": _split_record(task),
             "early_stop": dict(result.early_stop) if result.early_stop is not None else None,
         }
         refit = _refit(request, task, data, result) if whole else None
@@ -138,8 +134,11 @@ class SEDarwinPlugin:
         return out if refit is None else dataclasses.replace(out, checkpoint=refit.checkpoint)
 
     def probe_setup(self, data_path: Path | None, seed: int) -> ProbeSetup:
-        """The world model, its loss and a few real batches, for the precision probe."""
-        options = TaskOptions()
+        """The world model, its loss and a few real batches, for the precision probe.
+
+        It probes one network (never a cross-validated ensemble: its members are the
+        same network, and its FP32 islands are named by the single model's modules)."""
+        options = TaskOptions(cross_validation=False)
         if data_path is None:
             with tempfile.TemporaryDirectory() as tmp:
                 path = write_pool(Path(tmp), _PROBE_SAMPLE_COUNT, seed, agent=self.name)
@@ -224,6 +223,23 @@ def _refit_record(refit: FitResult, records: int, split_checkpoint: Path | None)
         "split_checkpoint": str(split_checkpoint) if split_checkpoint else None,
         "stopped_early": refit.stopped_early,
         "eval": "the split model's, on its held-out part; the served model trained on it too",
+    }
+
+
+def _split_record(task: SEDarwinTask) -> dict[str, Any]:
+    """``extra.split`` of ``train --json``: how the records were used."""
+    if task.cross_validated:
+        return {
+            "mode": "cross_validation",
+            "folds": task.members,
+            "records": len(task.train_data),
+            "eval": "out-of-fold: each record scored by the member that did not train on it",
+        }
+    return {
+        "mode": "held_out",
+        "train": len(task.train_data),
+        "validation": len(task.validation_data),
+        "held_out": len(task.eval_data),
     }
 
 

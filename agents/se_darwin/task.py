@@ -1,15 +1,26 @@
 """The SE-Darwin world model as a ``TrainingTask`` for ``infrastructure.training.fit``.
 
-The data is read once and split three ways by a hash of (seed, trajectory_id), so that the
-split does not depend on file order: a held-out part (the run's reported evaluation), and
-out of the rest a validation part (early stopping's yardstick) and the training part. The
-features are encoded with an encoder fitted on the training part (or the one saved in the
-checkpoint being resumed) and kept as tensors on the training device.
+The data is read once and evaluated one of two ways, chosen by the pool's size:
 
-Split sizes follow the pool (``split_fractions``): the held-out part aims at 1,000
-records, at least 10% and at most 30% of the pool, so that its AUC is not mostly the
-split's luck (its 95% interval is reported next to it); validation takes the same share
-of what is left, at most 20%.
+* **Held-out** (pools of 3,334 labelled records and more): split three ways by a hash of
+  (seed, trajectory_id), so that the split does not depend on file order: a held-out part
+  (the run's reported evaluation), and out of the rest a validation part (early
+  stopping's yardstick) and the training part. Split sizes follow the pool
+  (``split_fractions``): the held-out part aims at 1,000 records, at least 10% and at
+  most 30% of the pool, so that its AUC is not mostly the split's luck (its 95% interval
+  is reported next to it); validation takes the same share of what is left, at most 20%.
+* **Cross-validated** (smaller pools, where 30% of the pool is under 1,000 records):
+  the records are dealt into ``folds`` (5) folds by the same kind of hash, and the model
+  is an ensemble of as many networks trained together, member k on every fold but k.
+  Each record's out-of-fold prediction comes from the member that never trained on it:
+  their loss is early stopping's yardstick and their AUC the reported evaluation, over
+  every record of the pool. The served model is the members' mean, trained on all of
+  the pool; no record is kept out of it. On 500-record pools this ranks fresh attempts
+  0.05 AUC better than a held-out split (docs/se-darwin.md).
+
+The features are encoded with an encoder fitted on the training part (every record when
+cross-validated), or the one saved in the checkpoint being resumed, and kept as tensors
+on the training device.
 """
 
 from __future__ import annotations
@@ -32,7 +43,13 @@ from infrastructure.plugin_api import TrainRequestError
 from infrastructure.training.early_stop import EarlyStopping
 from infrastructure.world_model.features import FeatureEncoder, PoolLike
 from infrastructure.world_model.metrics import accuracy, auc_with_interval, brier, mae
-from infrastructure.world_model.model import ModelConfig, WorldModel, world_model_losses
+from infrastructure.world_model.model import (
+    ModelConfig,
+    WorldModelOutput,
+    build_world_model,
+    member_outputs,
+    world_model_losses,
+)
 from infrastructure.world_model.predict import world_model_state
 
 logger = logging.getLogger(__name__)
@@ -62,6 +79,11 @@ class TaskOptions:
     # "whole", a second model trained on every labelled record for the split run's best
     # step count (the reported eval stays the split model's; docs/se-darwin.md).
     final_fit: str = "split"
+    # Evaluation: None picks by the pool's size (cross-validated under CROSS_VALIDATION_
+    # BELOW records, held-out from there); True or False forces it. An explicit
+    # eval_fraction or final_fit="whole" asks for a held-out split.
+    cross_validation: bool | None = None
+    folds: int = 5
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> TaskOptions:
@@ -77,12 +99,27 @@ class TaskOptions:
             raise TrainRequestError(
                 f"final_fit={out.final_fit!r}: choose from {', '.join(FINAL_FITS)}"
             )
+        if out.cross_validation and (out.eval_fraction is not None or out.final_fit != "split"):
+            raise TrainRequestError(
+                "cross_validation=true trains on every record: eval_fraction and "
+                "final_fit='whole' are held-out options; leave them out"
+            )
+        if out.folds < 2:
+            raise TrainRequestError(f"folds={out.folds!r}: must be at least 2")
         if out.eval_fraction is not None and not 0.0 < out.eval_fraction < 1.0:
             raise TrainRequestError(f"eval_fraction={out.eval_fraction!r}: must be between 0 and 1")
         for name in ("batch_size", "patience", "validate_every", "max_epochs"):
             if getattr(out, name) is not None and getattr(out, name) < 1:
                 raise TrainRequestError(f"{name}={getattr(out, name)!r}: must be at least 1")
         return out
+
+    def cross_validated(self, examples: int) -> bool:
+        """Whether a pool of ``examples`` labelled records trains a cross-validated ensemble."""
+        if self.cross_validation is not None:
+            return self.cross_validation
+        if self.eval_fraction is not None or self.final_fit != "split":
+            return False
+        return examples < CROSS_VALIDATION_BELOW
 
 
 class Batch(NamedTuple):
@@ -91,6 +128,7 @@ class Batch(NamedTuple):
     score: torch.Tensor
     score_known: torch.Tensor
     outcome: torch.Tensor
+    fold: torch.Tensor  # each record's fold when cross-validated, else 0
 
     def to(self, device: torch.device | str) -> Batch:
         return Batch(*(t.to(device) for t in self))
@@ -113,6 +151,9 @@ VALIDATION_MAX = 0.2
 STOP_METRIC = "success_bce"
 FINAL_FITS = ("split", "whole")
 SMALL_POOL, SMALL_POOL_HIDDEN = 2000, 32  # training records under which the default is narrower
+# Under this many labelled records a 30% held-out part holds fewer than EVAL_TARGET, and
+# the pool is cross-validated instead (module docstring).
+CROSS_VALIDATION_BELOW = round(EVAL_TARGET / EVAL_BOUNDS[1]) + 1
 
 
 def is_held_out(trajectory_id: str, seed: int, fraction: float, salt: str = "") -> bool:
@@ -136,8 +177,13 @@ def split_fractions(examples: int, eval_fraction: float | None = None) -> tuple[
     return round(eval_fraction, 4), round(validation, 4)
 
 
-def to_batch(encoder: FeatureEncoder, examples: Sequence[Example], pool: PoolLike) -> Batch:
-    """Encode examples and their labels into one batch of tensors."""
+def to_batch(
+    encoder: FeatureEncoder,
+    examples: Sequence[Example],
+    pool: PoolLike,
+    folds: Sequence[int] | None = None,
+) -> Batch:
+    """Encode examples, their labels and their folds into one batch of tensors."""
     x = encoder.encode([e.attempt for e in examples], pool)
     return Batch(
         x=x,
@@ -145,6 +191,7 @@ def to_batch(encoder: FeatureEncoder, examples: Sequence[Example], pool: PoolLik
         score=torch.tensor([e.label.score if e.label.score is not None else 0.0 for e in examples]),
         score_known=torch.tensor([e.label.score is not None for e in examples]),
         outcome=torch.tensor([e.label.outcome_index for e in examples], dtype=torch.long),
+        fold=torch.tensor(folds if folds is not None else [0] * len(examples), dtype=torch.long),
     )
 
 
@@ -154,6 +201,8 @@ class Split(NamedTuple):
     held_out: list[Example]
     eval_fraction: float
     validation_fraction: float
+    folds: tuple[int, ...] = ()  # cross-validated: each record's fold, in train's order
+    fold_count: int = 0
 
 
 def split_examples(data: ReadResult, seed: int, eval_fraction: float | None = None) -> Split:
@@ -167,6 +216,31 @@ def split_examples(data: ReadResult, seed: int, eval_fraction: float | None = No
             f"validation and held-out parts (eval_fraction={fraction}); add data"
         )
     return Split(train, val, held, fraction, validation)
+
+
+def fold_split(data: ReadResult, seed: int, folds: int) -> Split:
+    """Every record in each part, dealt into ``folds`` folds (see ``assign_folds``)."""
+    everything = list(data.examples)
+    if len(everything) < folds:
+        raise TrainRequestError(
+            f"{len(everything)} labelled example(s) cannot be dealt into {folds} folds; add data"
+        )
+    dealt = assign_folds([e.trajectory_id for e in everything], seed, folds)
+    return Split(everything, everything, everything, 0.0, 0.0, tuple(dealt), folds)
+
+
+def assign_folds(ids: Sequence[str], seed: int, folds: int) -> list[int]:
+    """Each id's fold: ids ordered by a hash of (seed, id), then dealt round-robin, so
+    the folds differ in size by at most one whatever the file order."""
+
+    def key(trajectory_id: str) -> bytes:
+        return hashlib.blake2b(f"{seed}:fold:{trajectory_id}".encode(), digest_size=8).digest()
+
+    order = sorted(range(len(ids)), key=lambda i: (key(ids[i]), ids[i]))
+    out = [0] * len(ids)
+    for rank, i in enumerate(order):
+        out[i] = rank % folds
+    return out
 
 
 def _cut(
@@ -194,7 +268,13 @@ class SEDarwinTask:
     ) -> None:
         self.options = options
         self.seed = seed
-        self.split = split = split or split_examples(data, seed, options.eval_fraction)
+        if split is None:
+            if options.cross_validated(len(data.examples)):
+                split = fold_split(data, seed, options.folds)
+            else:
+                split = split_examples(data, seed, options.eval_fraction)
+        self.split = split
+        self.members = max(1, split.fold_count)
         train, held = split.train, split.held_out
         if saved is not None:  # resuming: encode exactly as the checkpointed run did
             try:
@@ -202,24 +282,44 @@ class SEDarwinTask:
             except ValueError as exc:  # e.g. a checkpoint from before encoder version 2
                 raise TrainRequestError(f"cannot resume this checkpoint: {exc}") from exc
             self.config = ModelConfig.from_dict(saved["model"])
+            if self.config.members != self.members:
+                raise TrainRequestError(
+                    f"cannot resume this checkpoint: it holds {self.config.members} network(s), "
+                    f"this run trains {self.members} (cross_validation, folds); start a fresh "
+                    "checkpoint folder"
+                )
         else:
             self.encoder = FeatureEncoder.fit(
                 [e.attempt for e in train], data.pool, [e.label.success for e in train]
             )
-            self.config = _model_config(options, self.encoder.n_features, len(train))
+            # A member trains on all folds but one: its width follows that many records.
+            member_records = len(train) * (self.members - 1) // self.members or len(train)
+            self.config = _model_config(
+                options, self.encoder.n_features, member_records, self.members
+            )
         self.pool = data.pool
         encoded: dict[int, Batch] = {}  # by list: the whole-pool task's parts are one list
 
         def batch(part: Sequence[Example]) -> Batch:
             if id(part) not in encoded:
-                encoded[id(part)] = to_batch(self.encoder, part, data.pool).to(device)
+                folds = split.folds if split.fold_count and part is train else None
+                encoded[id(part)] = to_batch(self.encoder, part, data.pool, folds).to(device)
             return encoded[id(part)]
 
         self.train_data = batch(train)
         self.validation_data = batch(split.validation)
         self.eval_data = batch(held)
-        ids = sorted(e.trajectory_id for e in (*train, *split.validation))
+        ids = sorted({e.trajectory_id for e in (*train, *split.validation)})
         self.data_key = hashlib.blake2b("\n".join(ids).encode(), digest_size=8).hexdigest()
+        if self.cross_validated:
+            logger.info(
+                "se_darwin task: %d examples in %d folds (cross-validated), %d features, model %s",
+                len(train),
+                self.members,
+                self.encoder.n_features,
+                self.config,
+            )
+            return
         logger.info(
             "se_darwin task: %d train, %d validation, %d held-out examples, %d features, model %s",
             len(train),
@@ -242,6 +342,10 @@ class SEDarwinTask:
         data = read_trajectories(path, quarantine=quarantine)
         return cls(data, options, seed, device, saved), data
 
+    @property
+    def cross_validated(self) -> bool:
+        return self.members > 1
+
     def on_whole_pool(self, data: ReadResult, device: str = "cpu") -> SEDarwinTask:
         """A task training on every labelled record of ``data`` (``final_fit="whole"``).
 
@@ -256,12 +360,13 @@ class SEDarwinTask:
             depth=self.config.depth,
             dropout=self.config.dropout,
             batch_size=self.batch_size,
+            cross_validation=False,
         )
         split = Split(everything, everything, everything, 0.0, 0.0)
         return SEDarwinTask(data, pinned, self.seed, device, split=split)
 
     def build_model(self) -> nn.Module:
-        return WorldModel(self.config)
+        return build_world_model(self.config)
 
     def build_optimizers(self, model: nn.Module) -> Sequence[Optimizer]:
         device = next(model.parameters()).device.type
@@ -306,15 +411,41 @@ class SEDarwinTask:
             yield self.train_data.take(index), len(index)
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        return world_model_losses(model(batch.x), *batch[1:]).total
+        """The three heads' loss; cross-validated, the sum of each member's on the records
+        outside its fold (a member's gradient is what it would be trained alone)."""
+        labels = (batch.success, batch.score, batch.score_known, batch.outcome)
+        if not self.cross_validated:
+            return world_model_losses(model(batch.x), *labels).total
+        out = member_outputs(model, batch.x, self.members)
+        total = torch.zeros((), device=batch.x.device)
+        for k in range(self.members):
+            own = WorldModelOutput(*(part[k] for part in out))
+            total = total + world_model_losses(own, *labels, weight=batch.fold != k).total
+        return total
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
-        """Held-out metrics; the AUC with its 95% interval and the split's size."""
-        return _metrics(model, self.eval_data)
+        """Held-out metrics (out-of-fold when cross-validated); the AUC with its 95%
+        interval and the number of records it is measured on."""
+        return _metrics(self._predict(model, self.eval_data), self.eval_data)
 
     def validate(self, model: nn.Module) -> dict[str, float]:
         """The same metrics on the validation part: early stopping's yardstick."""
-        return _metrics(model, self.validation_data)
+        return _metrics(self._predict(model, self.validation_data), self.validation_data)
+
+    def _predict(self, model: nn.Module, data: Batch) -> WorldModelOutput:
+        """The model's output; cross-validated, each record's from the member that did not
+        train on it."""
+        if not self.cross_validated:
+            return model(data.x)
+        out = member_outputs(model, data.x, self.members)
+        fold = data.fold.unsqueeze(0)
+        return WorldModelOutput(
+            out.success_logit.gather(0, fold).squeeze(0),
+            out.score_logit.gather(0, fold).squeeze(0),
+            out.outcome_logits.gather(
+                0, fold.unsqueeze(-1).expand(1, *out.outcome_logits.shape[1:])
+            ).squeeze(0),
+        )
 
     def extra_state(self) -> dict[str, Any]:
         return world_model_state(
@@ -327,6 +458,7 @@ class SEDarwinTask:
                 "eval_fraction": self.split.eval_fraction,
                 "validation_fraction": self.split.validation_fraction,
                 "train_records": len(self.train_data),
+                "folds": self.split.fold_count,  # 0: held-out
             },
         )
 
@@ -338,7 +470,9 @@ class SEDarwinTask:
             )
 
 
-def _model_config(options: TaskOptions, n_features: int, train_examples: int) -> ModelConfig:
+def _model_config(
+    options: TaskOptions, n_features: int, train_examples: int, members: int = 1
+) -> ModelConfig:
     """The preset with the options' overrides; the default preset is narrower on small pools.
 
     Measured on generated pools (benchmarks/world_model_quality.py): with under 2,000
@@ -347,7 +481,8 @@ def _model_config(options: TaskOptions, n_features: int, train_examples: int) ->
     records on the two agree, and 64 has room for the larger pools.
     """
     names = ("hidden", "depth", "dropout")
-    overrides = {k: v for k in names if (v := getattr(options, k)) is not None}
+    overrides: dict[str, Any] = {k: v for k in names if (v := getattr(options, k)) is not None}
+    overrides["members"] = members
     if options.preset == "default" and options.hidden is None and train_examples < SMALL_POOL:
         overrides["hidden"] = SMALL_POOL_HIDDEN
     return ModelConfig.preset(options.preset, n_features, **overrides)
@@ -362,9 +497,8 @@ def _chunks(n: int, size: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def _metrics(model: nn.Module, data: Batch) -> dict[str, float]:
-    out = model(data.x)
-    parts = world_model_losses(out, *data[1:])
+def _metrics(out: WorldModelOutput, data: Batch) -> dict[str, float]:
+    parts = world_model_losses(out, data.success, data.score, data.score_known, data.outcome)
     success_p = torch.sigmoid(out.success_logit.float())
     expected = torch.sigmoid(out.score_logit.float())
     value, low, high = auc_with_interval(success_p, data.success)

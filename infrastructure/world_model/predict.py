@@ -35,7 +35,12 @@ from infrastructure.training import checkpoint_keys as keys
 from infrastructure.training.checkpoint import CheckpointManager, load_checkpoint
 from infrastructure.training.early_stop import served_weights
 from infrastructure.world_model.features import FeatureEncoder, PoolLike
-from infrastructure.world_model.model import ModelConfig, WorldModel
+from infrastructure.world_model.model import (
+    ModelConfig,
+    WorldModel,
+    WorldModelEnsemble,
+    build_world_model,
+)
 
 STATE_KIND = "world_model"
 STATE_VERSION = 1
@@ -79,7 +84,10 @@ class WorldModelPredictor:
     """A trained world model with its feature encoder, in fp32 eval mode."""
 
     def __init__(
-        self, model: WorldModel, encoder: FeatureEncoder, checkpoint: Path | None = None
+        self,
+        model: WorldModel | WorldModelEnsemble,
+        encoder: FeatureEncoder,
+        checkpoint: Path | None = None,
     ) -> None:
         self.model = model.eval()
         self.encoder = encoder
@@ -97,7 +105,7 @@ class WorldModelPredictor:
         else:
             state = load_checkpoint(path)
         saved = read_world_model_state(state)
-        model = WorldModel(ModelConfig.from_dict(saved["model"]))
+        model = build_world_model(ModelConfig.from_dict(saved["model"]))
         model.load_state_dict(served_weights(state))
         return cls(model.to(device), FeatureEncoder.from_state(saved["encoder"]), path)
 

@@ -205,12 +205,25 @@ def test_bad_input_is_one_line_and_exit_2(
     assert proc.stdout == ""
 
 
-def test_a_request_the_plugin_refuses_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    """A plugin's TrainRequestError (here: 2 records cannot be split) is one line, exit 2."""
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        ((), "2 labelled example(s) cannot be dealt into 5 folds"),
+        (
+            ("--option", "cross_validation=false"),
+            "cannot be split into train, validation and held-out parts",
+        ),
+    ],
+)
+def test_a_request_the_plugin_refuses_is_one_line_and_exit_2(
+    tmp_path: Path, options: tuple[str, ...], fragment: str
+) -> None:
+    """A plugin's TrainRequestError (here: 2 records cannot be dealt into folds, or split
+    when cross-validation is off) is one line, exit 2."""
     path = tmp_path / "pool.json"
     path.write_text(json.dumps(generate_pool(2, seed=5)))
-    proc = _cli(tmp_path, "train", "se_darwin", "--data", str(path), "--steps", "2")
-    _one_line_error(proc, "cannot be split into train, validation and held-out parts")
+    proc = _cli(tmp_path, "train", "se_darwin", "--data", str(path), "--steps", "2", *options)
+    _one_line_error(proc, fragment)
     assert "Traceback" not in proc.stderr
 
 

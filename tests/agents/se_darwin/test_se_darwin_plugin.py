@@ -35,8 +35,9 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def trained(data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[TrainResult, Path]:
+    """A held-out run (this pool's default is cross-validated: test_cross_validation.py)."""
     ckpt = tmp_path_factory.mktemp("trained") / "ckpt"
-    return _train(data, ckpt, steps=20), ckpt
+    return _train(data, ckpt, steps=20, options={"cross_validation": False}), ckpt
 
 
 def _train(data: Path, ckpt: Path, precision: str = "fp32", **kw: object) -> TrainResult:
@@ -227,15 +228,16 @@ def test_default_budget_stops_on_validation_and_more_steps_never_serve_worse(
     data: Path, tmp_path: Path
 ) -> None:
     """With no steps or epochs the run stops on validation; it reports the best step, the
-    stop, the split sizes and the AUC interval; a shorter cap follows the same trajectory
-    and its served validation log-loss is never better; the predictor serves the best weights."""
+    stop, the evaluation (this 1,500-record pool's default: 5-fold, out of fold over every
+    record) and the AUC interval; a shorter cap follows the same trajectory and its served
+    validation log-loss is never better; the predictor serves the best weights."""
     full = _train(data, tmp_path / "full", steps=None)
     early = full.extra["early_stop"]
     assert early["stop_reason"].startswith("no improvement in 8 validations")
     assert early["best_step"] < full.steps and early["best"] == min(v for _, v in early["history"])
     split = full.extra["split"]
-    assert split["train"] + split["validation"] + split["held_out"] == full.extra["examples"]
-    assert split["held_out"] == full.eval["examples"]
+    assert split["mode"] == "cross_validation" and split["folds"] == 5
+    assert split["records"] == full.extra["examples"] == full.eval["examples"]
     assert full.eval["auc_ci_low"] < full.eval["auc"] < full.eval["auc_ci_high"]
     cap = early["history"][1][0]  # stop after the second validation
     short = _train(data, tmp_path / "short", steps=cap)
@@ -255,9 +257,10 @@ def test_default_budget_stops_on_validation_and_more_steps_never_serve_worse(
 def test_more_steps_never_lower_the_held_out_auc(
     data: Path, tmp_path: Path, precision: str
 ) -> None:
-    """Budgets of 40, 160 and 640 steps: the served held-out AUC never falls by more than
-    0.005 (selection noise) as the budget grows, while the last weights of the longest run,
-    over-trained, fall well below it (what serving the best validated weights prevents)."""
+    """Budgets of 40, 160 and 640 steps: the served AUC (out of fold, this pool's default)
+    never falls by more than 0.005 (selection noise) as the budget grows, while the last
+    weights of the longest run, over-trained, fall well below it (what serving the best
+    validated weights prevents)."""
     task = task_module.SEDarwinTask(read_trajectories(data), task_module.TaskOptions(), 3)
     served: list[float] = []
     for steps in (40, 160, 640):

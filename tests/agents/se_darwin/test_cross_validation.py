@@ -1,0 +1,253 @@
+"""SE-Darwin's cross-validated ensemble: small pools train one member per fold and are
+evaluated out of fold; larger pools (or an explicit choice) keep the held-out split."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from agents.se_darwin import plugin
+from agents.se_darwin.task import (
+    CROSS_VALIDATION_BELOW,
+    SEDarwinTask,
+    TaskOptions,
+    WorldModelOutput,
+    assign_folds,
+)
+from infrastructure.data.readers import read_trajectories
+from infrastructure.plugin_api import TrainRequest, TrainRequestError, TrainResult
+from infrastructure.world_model.model import (
+    ModelConfig,
+    WorldModel,
+    WorldModelEnsemble,
+    build_world_model,
+    world_model_losses,
+)
+from infrastructure.world_model.predict import WorldModelPredictor
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return plugin.generate_sample_data(tmp_path_factory.mktemp("data"), 600, seed=5)
+
+
+def _train(data: Path, ckpt: Path, precision: str = "fp32", **kw: object) -> TrainResult:
+    fields: dict[str, object] = {"steps": 24, "seed": 3, "resume": False, **kw}
+    return plugin.train(
+        TrainRequest(
+            agent="se_darwin",
+            precision=precision,
+            precision_reason="test",
+            state_dir=ckpt.parent,
+            checkpoint_dir=ckpt,
+            data_path=data,
+            **fields,  # type: ignore[arg-type]
+        )
+    )
+
+
+def test_folds_are_balanced_seeded_and_independent_of_order() -> None:
+    """Fold sizes differ by at most one; the same ids in another order land in the same
+    folds; another seed deals them differently."""
+    ids = [f"t{i}" for i in range(103)]
+    folds = assign_folds(ids, seed=0, folds=5)
+    sizes = [folds.count(k) for k in range(5)]
+    assert max(sizes) - min(sizes) <= 1 and sum(sizes) == 103
+    shuffled = ids[:]
+    random.Random(1).shuffle(shuffled)
+    again = dict(zip(shuffled, assign_folds(shuffled, seed=0, folds=5), strict=True))
+    assert [again[i] for i in ids] == folds
+    assert assign_folds(ids, seed=1, folds=5) != folds
+
+
+def test_the_pool_size_picks_the_evaluation_and_explicit_options_win() -> None:
+    """Under CROSS_VALIDATION_BELOW records the default cross-validates; an explicit
+    eval_fraction, final_fit=whole or cross_validation=false keeps the held-out split."""
+    small, large = CROSS_VALIDATION_BELOW - 1, CROSS_VALIDATION_BELOW
+    assert TaskOptions().cross_validated(small) and not TaskOptions().cross_validated(large)
+    assert TaskOptions(cross_validation=True).cross_validated(large)
+    for held in ({"cross_validation": False}, {"eval_fraction": 0.2}, {"final_fit": "whole"}):
+        assert not TaskOptions.from_mapping(held).cross_validated(small), held
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"cross_validation": True, "eval_fraction": 0.2}, "held-out options"),
+        ({"cross_validation": True, "final_fit": "whole"}, "held-out options"),
+        ({"folds": 1}, "folds=1: must be at least 2"),
+    ],
+)
+def test_contradictory_options_are_one_line_errors(
+    options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(TrainRequestError, match=message) as caught:
+        TaskOptions.from_mapping(options)
+    assert "\n" not in str(caught.value)
+
+
+def test_fewer_records_than_folds_is_a_clear_error(tmp_path: Path) -> None:
+    data = plugin.generate_sample_data(tmp_path / "data", 4, seed=0)
+    with pytest.raises(TrainRequestError, match=r"cannot be dealt into 5 folds; add data"):
+        _train(data, tmp_path / "ckpt")
+
+
+def test_out_of_fold_metrics_use_the_member_that_did_not_train_on_the_record(
+    data: Path,
+) -> None:
+    """evaluate() scores each record with the member of its fold; the loss gives each
+    member the gradient of its own loss on the other folds, and nothing from its fold."""
+    task = SEDarwinTask(read_trajectories(data), TaskOptions(), seed=3)
+    assert task.cross_validated and task.config.members == 5
+    torch.manual_seed(0)
+    model = task.build_model()
+    assert isinstance(model, WorldModelEnsemble)
+    batch = task.eval_data
+    with torch.no_grad():
+        outs = [member(batch.x) for member in model.members]
+        expected = torch.stack(
+            [outs[f].success_logit[i] for i, f in enumerate(batch.fold.tolist())]
+        )
+        picked = task._predict(model, batch)
+        assert torch.equal(picked.success_logit, expected)
+        assert task.evaluate(model)["examples"] == len(batch) == len(task.split.train)
+        assert task.evaluate(model) == task.validate(model)
+
+    model.zero_grad()
+    task.loss(model, batch).backward()
+    member = model.members[2]
+    got = [p.grad.clone() for p in member.parameters()]  # type: ignore[union-attr]
+    alone = WorldModel(member.config)
+    alone.load_state_dict(member.state_dict())
+    keep = batch.fold != 2
+    labels = (batch.success, batch.score, batch.score_known, batch.outcome)
+    world_model_losses(alone(batch.x), *labels, weight=keep).total.backward()
+    for g, p in zip(got, alone.parameters(), strict=True):
+        assert torch.allclose(g, p.grad, atol=1e-6)  # type: ignore[arg-type]
+    # Only fold 2's records changed: member 2's gradient does not move.
+    changed = batch.take(torch.arange(len(batch)))
+    changed.success[batch.fold == 2] = 1.0 - changed.success[batch.fold == 2]
+    model.zero_grad()
+    task.loss(model, changed).backward()
+    for g, p in zip(got, member.parameters(), strict=True):
+        assert torch.allclose(g, p.grad, atol=1e-6)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_a_small_pool_trains_and_serves_a_cross_validated_ensemble(
+    data: Path, tmp_path: Path, precision: str
+) -> None:
+    """train --json says the run was cross-validated, its AUC is out of fold over every
+    record with an interval; the predictor serves the mean of the members' logits."""
+    result = _train(data, tmp_path / "ckpt", precision)
+    assert result.precision_used == precision
+    split = result.extra["split"]
+    assert split["mode"] == "cross_validation" and split["folds"] == 5
+    assert split["records"] == result.extra["examples"] == result.eval["examples"]
+    assert result.eval["auc_ci_low"] < result.eval["auc"] < result.eval["auc_ci_high"]
+    predictor = WorldModelPredictor.load(tmp_path / "ckpt")
+    model = predictor.model
+    assert isinstance(model, WorldModelEnsemble) and len(model.members) == 5
+    pool = read_trajectories(data)
+    attempts = [e.attempt for e in pool.examples[:16]]
+    got = predictor.predict(attempts, pool.pool)
+    x = predictor.encoder.encode(attempts, pool.pool)
+    with torch.no_grad():
+        mean_logit = torch.stack([m(x).success_logit for m in model.members]).mean(0)
+    want = torch.sigmoid(mean_logit).tolist()
+    assert [p.success_probability for p in got] == pytest.approx(want, abs=1e-6)
+    saved = torch.load(result.checkpoint, weights_only=True)  # type: ignore[arg-type]
+    assert saved["extra"]["model"]["members"] == 5 and saved["extra"]["split"]["folds"] == 5
+
+
+def test_cross_validation_false_keeps_the_held_out_split(data: Path, tmp_path: Path) -> None:
+    result = _train(data, tmp_path / "ckpt", options={"cross_validation": False})
+    split = result.extra["split"]
+    assert split["mode"] == "held_out"
+    assert split["train"] + split["validation"] + split["held_out"] == result.extra["examples"]
+    assert isinstance(WorldModelPredictor.load(tmp_path / "ckpt").model, WorldModel)
+
+
+def test_resuming_with_another_member_count_is_refused(data: Path, tmp_path: Path) -> None:
+    _train(data, tmp_path / "ckpt", steps=8)
+    with pytest.raises(TrainRequestError, match=r"holds 5 network\(s\), this run trains 1"):
+        _train(data, tmp_path / "ckpt", steps=16, resume=True, options={"cross_validation": False})
+
+
+def test_resume_across_an_early_stopping_boundary_is_bitwise_exact(
+    data: Path, tmp_path: Path
+) -> None:
+    """A cross-validated run stopped after its second validation and resumed ends with the
+    weights, early-stopping state and out-of-fold metrics of an uninterrupted run."""
+    whole = _train(data, tmp_path / "whole", steps=40)
+    cap = whole.extra["early_stop"]["history"][1][0] + 3  # past the second validation
+    _train(data, tmp_path / "cut", steps=cap)
+    resumed = _train(data, tmp_path / "cut", steps=40 - cap, resume=True)  # N more steps
+    a = torch.load(whole.checkpoint, weights_only=True)  # type: ignore[arg-type]
+    b = torch.load(resumed.checkpoint, weights_only=True)  # type: ignore[arg-type]
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    assert a["early_stop"]["best_step"] == b["early_stop"]["best_step"]
+    assert all(
+        torch.equal(a["early_stop"]["best_weights"][k], b["early_stop"]["best_weights"][k])
+        for k in a["early_stop"]["best_weights"]
+    )
+    assert resumed.eval == whole.eval and resumed.extra["total_steps"] == 40
+
+
+def test_a_checkpoint_from_before_ensembles_loads_as_one_network() -> None:
+    """Model configs saved before ``members`` existed are single networks."""
+    config = ModelConfig.from_dict({"in_features": 7, "hidden": 8, "depth": 1, "dropout": 0.0})
+    assert config.members == 1 and isinstance(build_world_model(config), WorldModel)
+    with pytest.raises(ValueError, match="WorldModelEnsemble"):
+        WorldModel(ModelConfig(7, members=3))
+    out = build_world_model(ModelConfig(7, 8, 1, members=3))(torch.zeros(2, 7))
+    assert isinstance(out, WorldModelOutput) and out.outcome_logits.shape == (2, 3)
+
+
+def test_cli_train_json_reports_the_cross_validated_split(data: Path, tmp_path: Path) -> None:
+    """`genesis-fp16 train se_darwin --json` on a small pool: the split's mode, its folds
+    and the out-of-fold AUC's interval, in one JSON line."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "genesis_fp16",
+            "train",
+            "se_darwin",
+            "--data",
+            str(data),
+            "--steps",
+            "16",
+            "--precision",
+            "fp32",
+            "--checkpoint-dir",
+            str(tmp_path / "ckpt"),
+            "--json",
+        ],
+        cwd=tmp_path,  # no .env here
+        env={
+            **{
+                k: v
+                for k, v in os.environ.items()
+                if not k.startswith(("GENESIS_FP16_", "ENABLE_FP16_"))
+            },
+            "GENESIS_FP16_STATE_DIR": str(tmp_path / "state"),
+            "PYTHONPATH": str(Path(__file__).resolve().parents[3]),
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["extra"]["split"]["mode"] == "cross_validation"
+    assert got["eval"]["examples"] == got["extra"]["examples"]
+    assert "auc_ci_low" in got["eval"]
