@@ -47,7 +47,8 @@ _CUMULATIVE = {
     "samples": "samples",
 }
 
-# The held-out quality figures genesis_fp16_eval_quality carries, by its metric label.
+# The quality figures genesis_fp16_eval_quality carries, by its metric label: held-out, or
+# out of fold where the agent cross-validates a small pool (se_darwin under 3,334 records).
 EVAL_QUALITY = ("auc", "auc_ci_low", "auc_ci_high", "examples")
 
 # Every metric name this module exports, as scraped (counters with their _total).
@@ -126,8 +127,9 @@ class DaemonMetrics:
         self.eval_loss = gauge("eval_loss", "Held-out loss after the last finished run.")
         self.eval_quality = gauge(
             "eval_quality",
-            "Held-out AUC after the last finished run, with its 95% interval "
-            "(auc_ci_low, auc_ci_high) and the held-out split's size (examples).",
+            "Held-out AUC after the last finished run (out-of-fold on a cross-validated "
+            "pool), with its 95% interval (auc_ci_low, auc_ci_high) and the number of "
+            "records it is measured on (examples).",
             ("agent", "metric"),
         )
         self.early_stop_best_step = gauge(
@@ -323,7 +325,8 @@ class DaemonMetrics:
     def set_eval(
         self, agent: str, metrics: Mapping[str, float], early_stop: Mapping[str, Any] | None
     ) -> None:
-        """The held-out AUC, its interval and split size, and early stopping's best step."""
+        """The eval AUC (held-out or out-of-fold), its interval and the records it is
+        measured on, and early stopping's best step."""
         for name in EVAL_QUALITY:
             value = metrics.get(name)
             if value is not None and math.isfinite(value):

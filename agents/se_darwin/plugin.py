@@ -48,6 +48,9 @@ _OPTION_HELP = {
     "validate_every": "validate every N steps when an epoch is longer",
     "max_epochs": "epoch cap of a run with no steps/epochs budget",
     "final_fit": "split: serve the split run's best weights; whole: refit on every record",
+    "cross_validation": "ensemble of one member per fold, out-of-fold eval "
+    "(default: on under 3,334 records)",
+    "folds": "folds (and ensemble members) of a cross-validated run",
 }
 
 
