@@ -100,6 +100,11 @@ def test_json_contract_and_quarantine(tmp_path: Path, data: Path) -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     assert out["steps"] == 5 and str(out["device"]).split(":")[0] == device
     assert out["quarantined"] == 1
+    # A 400-record pool is cross-validated: eval is out of fold over every labelled record.
+    extra, quality = out["extra"], out["eval"]
+    assert extra["split"]["mode"] == "cross_validation" and extra["split"]["folds"] == 5  # type: ignore[index]
+    assert quality["examples"] == extra["examples"]  # type: ignore[index]
+    assert quality["auc_ci_low"] < quality["auc"] < quality["auc_ci_high"]  # type: ignore[index]
     # auto: eager on a CPU (no CUDA device) and, for now, on a GPU too (not yet verified).
     assert out["execution"] == "eager" and out["execution_reason"]
     assert Path(str(out["checkpoint"])).parent == ckpt

@@ -3,15 +3,12 @@ evaluated out of fold; larger pools (or an explicit choice) keep the held-out sp
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from se_darwin_runs import train as _train
 
 from agents.se_darwin import plugin
 from agents.se_darwin.task import (
@@ -22,7 +19,7 @@ from agents.se_darwin.task import (
     assign_folds,
 )
 from infrastructure.data.readers import read_trajectories
-from infrastructure.plugin_api import TrainRequest, TrainRequestError, TrainResult
+from infrastructure.plugin_api import TrainRequestError
 from infrastructure.world_model.model import (
     ModelConfig,
     WorldModel,
@@ -36,21 +33,6 @@ from infrastructure.world_model.predict import WorldModelPredictor
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return plugin.generate_sample_data(tmp_path_factory.mktemp("data"), 600, seed=5)
-
-
-def _train(data: Path, ckpt: Path, precision: str = "fp32", **kw: object) -> TrainResult:
-    fields: dict[str, object] = {"steps": 24, "seed": 3, "resume": False, **kw}
-    return plugin.train(
-        TrainRequest(
-            agent="se_darwin",
-            precision=precision,
-            precision_reason="test",
-            state_dir=ckpt.parent,
-            checkpoint_dir=ckpt,
-            data_path=data,
-            **fields,  # type: ignore[arg-type]
-        )
-    )
 
 
 def test_folds_are_balanced_seeded_and_independent_of_order() -> None:
@@ -146,7 +128,7 @@ def test_a_small_pool_trains_and_serves_a_cross_validated_ensemble(
 ) -> None:
     """train --json says the run was cross-validated, its AUC is out of fold over every
     record with an interval; the predictor serves the mean of the members' logits."""
-    result = _train(data, tmp_path / "ckpt", precision)
+    result = _train(data, tmp_path / "ckpt", precision, steps=24)
     assert result.precision_used == precision
     split = result.extra["split"]
     assert split["mode"] == "cross_validation" and split["folds"] == 5
@@ -209,45 +191,3 @@ def test_a_checkpoint_from_before_ensembles_loads_as_one_network() -> None:
         WorldModel(ModelConfig(7, members=3))
     out = build_world_model(ModelConfig(7, 8, 1, members=3))(torch.zeros(2, 7))
     assert isinstance(out, WorldModelOutput) and out.outcome_logits.shape == (2, 3)
-
-
-def test_cli_train_json_reports_the_cross_validated_split(data: Path, tmp_path: Path) -> None:
-    """`genesis-fp16 train se_darwin --json` on a small pool: the split's mode, its folds
-    and the out-of-fold AUC's interval, in one JSON line."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "genesis_fp16",
-            "train",
-            "se_darwin",
-            "--data",
-            str(data),
-            "--steps",
-            "16",
-            "--precision",
-            "fp32",
-            "--checkpoint-dir",
-            str(tmp_path / "ckpt"),
-            "--json",
-        ],
-        cwd=tmp_path,  # no .env here
-        env={
-            **{
-                k: v
-                for k, v in os.environ.items()
-                if not k.startswith(("GENESIS_FP16_", "ENABLE_FP16_"))
-            },
-            "GENESIS_FP16_STATE_DIR": str(tmp_path / "state"),
-            "PYTHONPATH": str(Path(__file__).resolve().parents[3]),
-        },
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert got["extra"]["split"]["mode"] == "cross_validation"
-    assert got["eval"]["examples"] == got["extra"]["examples"]
-    assert "auc_ci_low" in got["eval"]

@@ -15,13 +15,14 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from se_darwin_runs import train as _train
 
 from agents.se_darwin import plugin
 from agents.se_darwin import task as task_module
 from agents.se_darwin.task import split_examples
 from genesis_fp16.plugins import load_plugin
 from infrastructure.data.readers import read_trajectories
-from infrastructure.plugin_api import AgentPlugin, TrainRequest, TrainRequestError, TrainResult
+from infrastructure.plugin_api import AgentPlugin, TrainRequestError, TrainResult
 from infrastructure.world_model.metrics import auc, brier
 from infrastructure.world_model.predict import WorldModelPredictor
 
@@ -38,20 +39,6 @@ def trained(data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Train
     """A held-out run (this pool's default is cross-validated: test_cross_validation.py)."""
     ckpt = tmp_path_factory.mktemp("trained") / "ckpt"
     return _train(data, ckpt, steps=20, options={"cross_validation": False}), ckpt
-
-
-def _train(data: Path, ckpt: Path, precision: str = "fp32", **kw: object) -> TrainResult:
-    fields: dict[str, object] = {"steps": 20, "seed": 3, "resume": False, **kw}
-    request = TrainRequest(
-        agent="se_darwin",
-        precision=precision,
-        precision_reason="test",
-        state_dir=ckpt.parent,
-        checkpoint_dir=ckpt,
-        data_path=data,
-        **fields,  # type: ignore[arg-type]
-    )
-    return plugin.train(request)
 
 
 def test_plugin_is_discovered_through_its_entry_point() -> None:

@@ -1,0 +1,23 @@
+"""One SE-Darwin training run through the plugin, as the tests of this folder start it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agents.se_darwin import plugin
+from infrastructure.plugin_api import TrainRequest, TrainResult
+
+
+def train(data: Path, ckpt: Path, precision: str = "fp32", **fields: object) -> TrainResult:
+    """``plugin.train`` on ``data`` into ``ckpt``: 20 steps, seed 3, fresh unless
+    ``fields`` (any TrainRequest field: steps, seed, resume, options...) say otherwise."""
+    request = TrainRequest(
+        agent="se_darwin",
+        precision=precision,
+        precision_reason="test",
+        state_dir=ckpt.parent,
+        checkpoint_dir=ckpt,
+        data_path=data,
+        **{"steps": 20, "seed": 3, "resume": False, **fields},  # type: ignore[arg-type]
+    )
+    return plugin.train(request)
