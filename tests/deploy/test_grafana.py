@@ -58,7 +58,7 @@ EXPECTED_EMPTY["auto: measured step time per precision"] = "no agent here calibr
 
 # Only se_darwin reports a held-out AUC and early stopping; the scraped daemon below runs
 # the fixture agents and rlhf_ppo (tests/genesis_fp16/test_daemon_metrics.py covers them).
-EXPECTED_EMPTY["Held-out AUC with its 95% interval"] = "only se_darwin reports it"
+EXPECTED_EMPTY["Eval AUC with its 95% interval"] = "only se_darwin reports it"
 EXPECTED_EMPTY["Early stopping: served step"] = "only se_darwin reports it"
 # NVIDIA's dcgm-exporter series, joined to ours on the GPU UUID: no GPU or exporter here.
 EXPECTED_EMPTY["GPU utilisation (DCGM)"] = "no dcgm-exporter is scraped"
