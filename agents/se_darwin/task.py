@@ -218,6 +218,44 @@ def split_examples(data: ReadResult, seed: int, eval_fraction: float | None = No
     return Split(train, val, held, fraction, validation)
 
 
+def choose_split(
+    data: ReadResult, options: TaskOptions, seed: int, saved: Mapping[str, Any] | None = None
+) -> Split:
+    """Cross-validated folds or the held-out split, by the options and the pool's size;
+    a resumed run keeps its checkpoint's choice (a pool that grew past the threshold goes
+    on as it began), unless ``cross_validation`` explicitly asks for the other."""
+    cross = options.cross_validated(len(data.examples))
+    folds = options.folds
+    if saved is not None:
+        members = int(saved["model"].get("members", 1))
+        asked = options.cross_validation
+        if asked is not None and asked != (members > 1):
+            raise TrainRequestError(
+                f"cannot resume this checkpoint: it holds {members} network(s), and "
+                f"cross_validation={str(asked).lower()} asks for {folds if asked else 1}; "
+                "start a fresh checkpoint folder"
+            )
+        if members > 1 and folds != members:
+            raise TrainRequestError(
+                f"cannot resume this checkpoint: it holds {members} networks, one per fold, "
+                f"and this run asks for folds={folds}; start a fresh checkpoint folder"
+            )
+        if cross != (members > 1):
+            kinds = ("held-out", "cross-validated")
+            logger.info(
+                "resuming a %s checkpoint: the run stays %s (this pool alone would be %s)",
+                kinds[members > 1],
+                kinds[members > 1],
+                kinds[cross],
+            )
+        cross = members > 1
+    return (
+        fold_split(data, seed, folds)
+        if cross
+        else split_examples(data, seed, options.eval_fraction)
+    )
+
+
 def fold_split(data: ReadResult, seed: int, folds: int) -> Split:
     """Every record in each part, dealt into ``folds`` folds (see ``assign_folds``)."""
     everything = list(data.examples)
@@ -230,16 +268,13 @@ def fold_split(data: ReadResult, seed: int, folds: int) -> Split:
 
 
 def assign_folds(ids: Sequence[str], seed: int, folds: int) -> list[int]:
-    """Each id's fold: ids ordered by a hash of (seed, id), then dealt round-robin, so
-    the folds differ in size by at most one whatever the file order."""
-
-    def key(trajectory_id: str) -> bytes:
-        return hashlib.blake2b(f"{seed}:fold:{trajectory_id}".encode(), digest_size=8).digest()
-
-    order = sorted(range(len(ids)), key=lambda i: (key(ids[i]), ids[i]))
-    out = [0] * len(ids)
-    for rank, i in enumerate(order):
-        out[i] = rank % folds
+    """Each id's fold, from a hash of (seed, id) alone: independent of file order, and a
+    record keeps its fold as the pool grows (a resumed member never trains on a record
+    it was scored on). Fold sizes vary as a draw does (500 records: 100 +- 9)."""
+    out = []
+    for trajectory_id in ids:
+        key = f"{seed}:fold:{trajectory_id}".encode()
+        out.append(int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") % folds)
     return out
 
 
@@ -268,12 +303,7 @@ class SEDarwinTask:
     ) -> None:
         self.options = options
         self.seed = seed
-        if split is None:
-            if options.cross_validated(len(data.examples)):
-                split = fold_split(data, seed, options.folds)
-            else:
-                split = split_examples(data, seed, options.eval_fraction)
-        self.split = split
+        self.split = split = split or choose_split(data, options, seed, saved)
         self.members = max(1, split.fold_count)
         train, held = split.train, split.held_out
         if saved is not None:  # resuming: encode exactly as the checkpointed run did
@@ -282,12 +312,6 @@ class SEDarwinTask:
             except ValueError as exc:  # e.g. a checkpoint from before encoder version 2
                 raise TrainRequestError(f"cannot resume this checkpoint: {exc}") from exc
             self.config = ModelConfig.from_dict(saved["model"])
-            if self.config.members != self.members:
-                raise TrainRequestError(
-                    f"cannot resume this checkpoint: it holds {self.config.members} network(s), "
-                    f"this run trains {self.members} (cross_validation, folds); start a fresh "
-                    "checkpoint folder"
-                )
         else:
             self.encoder = FeatureEncoder.fit(
                 [e.attempt for e in train], data.pool, [e.label.success for e in train]

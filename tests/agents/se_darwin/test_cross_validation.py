@@ -11,6 +11,7 @@ import torch
 from se_darwin_runs import train as _train
 
 from agents.se_darwin import plugin
+from agents.se_darwin import task as task_module
 from agents.se_darwin.task import (
     CROSS_VALIDATION_BELOW,
     SEDarwinTask,
@@ -35,17 +36,18 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return plugin.generate_sample_data(tmp_path_factory.mktemp("data"), 600, seed=5)
 
 
-def test_folds_are_balanced_seeded_and_independent_of_order() -> None:
-    """Fold sizes differ by at most one; the same ids in another order land in the same
-    folds; another seed deals them differently."""
-    ids = [f"t{i}" for i in range(103)]
+def test_folds_are_seeded_independent_of_order_and_stable_as_the_pool_grows() -> None:
+    """The same ids in another order land in the same folds; more records never move an
+    earlier one's fold; another seed deals them differently; every fold gets a share."""
+    ids = [f"t{i}" for i in range(500)]
     folds = assign_folds(ids, seed=0, folds=5)
-    sizes = [folds.count(k) for k in range(5)]
-    assert max(sizes) - min(sizes) <= 1 and sum(sizes) == 103
+    assert all(60 <= folds.count(k) <= 140 for k in range(5))
     shuffled = ids[:]
     random.Random(1).shuffle(shuffled)
     again = dict(zip(shuffled, assign_folds(shuffled, seed=0, folds=5), strict=True))
     assert [again[i] for i in ids] == folds
+    grown = assign_folds([*ids, *(f"u{i}" for i in range(300))], seed=0, folds=5)
+    assert grown[:500] == folds
     assert assign_folds(ids, seed=1, folds=5) != folds
 
 
@@ -157,10 +159,33 @@ def test_cross_validation_false_keeps_the_held_out_split(data: Path, tmp_path: P
     assert isinstance(WorldModelPredictor.load(tmp_path / "ckpt").model, WorldModel)
 
 
-def test_resuming_with_another_member_count_is_refused(data: Path, tmp_path: Path) -> None:
+def test_resuming_against_the_checkpoints_networks_is_refused(data: Path, tmp_path: Path) -> None:
+    """cross_validation=false or other folds on a 5-member checkpoint: one line, naming it."""
     _train(data, tmp_path / "ckpt", steps=8)
-    with pytest.raises(TrainRequestError, match=r"holds 5 network\(s\), this run trains 1"):
-        _train(data, tmp_path / "ckpt", steps=16, resume=True, options={"cross_validation": False})
+    asks = [
+        (
+            {"cross_validation": False},
+            r"holds 5 network\(s\), and cross_validation=false asks for 1",
+        ),
+        ({"folds": 3}, r"holds 5 networks, one per fold, and this run asks for folds=3"),
+    ]
+    for options, message in asks:
+        with pytest.raises(TrainRequestError, match=message) as caught:
+            _train(data, tmp_path / "ckpt", steps=8, resume=True, options=options)
+        assert "\n" not in str(caught.value)
+
+
+def test_a_resumed_run_keeps_its_checkpoints_evaluation(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon resumes on a pool that grows: past the threshold, a cross-validated
+    checkpoint goes on cross-validated (a fresh folder would be held-out)."""
+    _train(data, tmp_path / "ckpt", steps=8)
+    monkeypatch.setattr(task_module, "CROSS_VALIDATION_BELOW", 100)  # as if it had grown
+    assert _train(data, tmp_path / "fresh", steps=8).extra["split"]["mode"] == "held_out"
+    resumed = _train(data, tmp_path / "ckpt", steps=8, resume=True)
+    assert resumed.extra["split"]["mode"] == "cross_validation"
+    assert resumed.extra["total_steps"] == 16
 
 
 def test_resume_across_an_early_stopping_boundary_is_bitwise_exact(
