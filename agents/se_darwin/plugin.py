@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import tempfile
+import time
 import typing
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 _PROBE_BATCHES = 9
 SPLIT_FOLDER = "split"  # final_fit=whole: the split run's checkpoints, under the folder
+SUPERSEDED_FOLDER = "superseded"  # final_fit=whole: earlier checkpoints of the folder, kept
 # One line each for `genesis-fp16 agents --json`; a TaskOptions field missing here is
 # still declared, pointing at docs/se-darwin.md.
 _OPTION_HELP = {
@@ -175,7 +177,8 @@ def _refit(
     It writes one checkpoint, at its end, into the request's folder. A resumed request
     continues an earlier refit found there (same encoder, at most that many steps) to the
     same step count, so a finished one takes no step; any other checkpoint there (another
-    step count, other data) is removed first, since it would otherwise be the newest.
+    step count, other data) is first moved into ``superseded/<UTC time>/`` under the
+    folder, since it would otherwise be the newest: kept, but no longer served.
     """
     early = split.early_stop or {}
     steps = int(early.get("best_step") or split.summary.step)
@@ -183,7 +186,7 @@ def _refit(
     folder = Path(request.checkpoint_dir)
     done = _refit_done(folder, whole, steps) if request.resume else None
     if done is None:
-        _remove_checkpoints(folder)
+        _set_aside_checkpoints(folder)
     logger.info("final_fit=whole: %d record(s), %d step(s)", len(whole.train_data), steps)
     options = request.fit_options(
         precision=split.precision.used,  # after any demotion of the split run
@@ -208,11 +211,12 @@ def _refit_done(folder: Path, whole: SEDarwinTask, steps: int) -> int | None:
     return step if same_data and step <= steps else None
 
 
-def _remove_checkpoints(folder: Path) -> None:
+def _set_aside_checkpoints(folder: Path) -> None:
     manager = CheckpointManager(folder)
+    into = folder / SUPERSEDED_FOLDER / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     for path in manager.checkpoints():
-        logger.warning("final_fit=whole: removing %s (not this refit's)", path)
-        manager.remove(path)
+        moved = manager.set_aside(path, into)
+        logger.warning("final_fit=whole: moved %s to %s (not this refit's)", path, moved)
 
 
 def _refit_record(refit: FitResult, records: int, split_checkpoint: Path | None) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import hashlib
 import io
 import logging
 import math
+import os
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -112,6 +113,17 @@ class CheckpointManager:
         path.unlink(missing_ok=True)
         _digest_path(path).unlink(missing_ok=True)
         self._written.pop(path, None)
+
+    def set_aside(self, path: Path, into: Path) -> Path:
+        """Move the checkpoint ``path`` and its digest into the folder ``into`` (made if
+        missing), out of this manager's sight but kept; return its new path."""
+        into.mkdir(parents=True, exist_ok=True)
+        moved = into / path.name
+        os.replace(path, moved)
+        if _digest_path(path).exists():
+            os.replace(_digest_path(path), _digest_path(moved))
+        self._written.pop(path, None)
+        return moved
 
     def _unchanged_since_written(self, path: Path) -> bool:
         recorded = self._written.get(path)

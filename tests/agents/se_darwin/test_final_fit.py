@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agents.se_darwin import plugin
-from agents.se_darwin.plugin import SPLIT_FOLDER
+from agents.se_darwin.plugin import SPLIT_FOLDER, SUPERSEDED_FOLDER
 from infrastructure.data.readers import read_trajectories
 from infrastructure.plugin_api import TrainRequest, TrainRequestError, TrainResult
 from infrastructure.training.checkpoint import CheckpointManager
@@ -114,6 +114,22 @@ def test_resuming_a_finished_whole_run_takes_no_step(data: Path, tmp_path: Path)
         path.unlink()
     redone = _train(data, tmp_path / "c", resume=True, final_fit="whole")
     assert redone.checkpoint == first.checkpoint and _same(_weights(tmp_path / "c"), served)
+
+
+def test_a_folders_earlier_model_is_set_aside_not_deleted(data: Path, tmp_path: Path) -> None:
+    """A folder that served the default (cross-validated) model, then asked for
+    final_fit=whole: the earlier checkpoint moves, with its digest, under superseded/ and
+    still loads; the folder serves the refit."""
+    first = _train(data, tmp_path / "c")
+    old = Path(first.checkpoint)  # type: ignore[arg-type]
+    before = _weights(tmp_path / "c")
+    whole = _train(data, tmp_path / "c", resume=True, final_fit="whole")
+    moved = list((tmp_path / "c" / SUPERSEDED_FOLDER).glob("*/" + old.name))
+    assert len(moved) == 1 and not old.exists()
+    assert moved[0].with_name(old.name + ".sha256").exists()
+    assert _same(_weights(moved[0]), before)
+    assert whole.checkpoint == CheckpointManager(tmp_path / "c").load_latest()[1]  # type: ignore[index]
+    assert not _same(_weights(tmp_path / "c"), before)
 
 
 def test_final_fit_names_its_choices() -> None:
