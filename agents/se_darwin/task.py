@@ -47,7 +47,6 @@ from infrastructure.world_model.model import (
     ModelConfig,
     WorldModelOutput,
     build_world_model,
-    member_outputs,
     world_model_losses,
 )
 from infrastructure.world_model.predict import world_model_state
@@ -440,7 +439,7 @@ class SEDarwinTask:
         labels = (batch.success, batch.score, batch.score_known, batch.outcome)
         if not self.cross_validated:
             return world_model_losses(model(batch.x), *labels).total
-        out = member_outputs(model, batch.x, self.members)
+        out: WorldModelOutput = model(batch.x, per_member=True)  # through any DDP/FSDP wrapper
         total = torch.zeros((), device=batch.x.device)
         for k in range(self.members):
             own = WorldModelOutput(*(part[k] for part in out))
@@ -461,7 +460,7 @@ class SEDarwinTask:
         train on it."""
         if not self.cross_validated:
             return model(data.x)
-        out = member_outputs(model, data.x, self.members)
+        out: WorldModelOutput = model(data.x, per_member=True)
         fold = data.fold.unsqueeze(0)
         return WorldModelOutput(
             out.success_logit.gather(0, fold).squeeze(0),

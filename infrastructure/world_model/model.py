@@ -135,14 +135,6 @@ def build_world_model(config: ModelConfig) -> WorldModel | WorldModelEnsemble:
     return WorldModel(config) if config.members == 1 else WorldModelEnsemble(config)
 
 
-def member_outputs(model: nn.Module, x: torch.Tensor, members: int) -> WorldModelOutput:
-    """Every member's output stacked on a first dimension of size ``members`` (1 for a
-    single WorldModel); ``model`` may be wrapped (DDP, FSDP)."""
-    if members == 1:
-        return WorldModelOutput(*(part.unsqueeze(0) for part in model(x)))
-    return model(x, per_member=True)
-
-
 @dataclass(frozen=True)
 class LossParts:
     total: torch.Tensor
