@@ -157,9 +157,13 @@ CROSS_VALIDATION_BELOW = round(EVAL_TARGET / EVAL_BOUNDS[1]) + 1
 
 def is_held_out(trajectory_id: str, seed: int, fraction: float, salt: str = "") -> bool:
     """The deterministic split: a stable hash of (seed, id), independent of file order."""
+    return _id_hash(trajectory_id, seed, salt) / 2**64 < fraction
+
+
+def _id_hash(trajectory_id: str, seed: int, salt: str) -> int:
+    """A stable 64-bit hash of (seed, salt, id): the held-out split's and the folds'."""
     key = f"{seed}:{salt}{trajectory_id}"
-    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2**64 < fraction
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
 
 
 def split_fractions(examples: int, eval_fraction: float | None = None) -> tuple[float, float]:
@@ -270,11 +274,7 @@ def assign_folds(ids: Sequence[str], seed: int, folds: int) -> list[int]:
     """Each id's fold, from a hash of (seed, id) alone: independent of file order, and a
     record keeps its fold as the pool grows (a resumed member never trains on a record
     it was scored on). Fold sizes vary as a draw does (500 records: 100 +- 9)."""
-    out = []
-    for trajectory_id in ids:
-        key = f"{seed}:fold:{trajectory_id}".encode()
-        out.append(int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") % folds)
-    return out
+    return [_id_hash(trajectory_id, seed, "fold:") % folds for trajectory_id in ids]
 
 
 def _cut(
