@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from se_darwin_runs import train
 
 from agents.se_darwin import plugin
 from agents.se_darwin.plugin import SPLIT_FOLDER, SUPERSEDED_FOLDER
@@ -22,18 +23,8 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _train(data: Path, ckpt: Path, resume: bool = False, **options: object) -> TrainResult:
-    request = TrainRequest(
-        agent="se_darwin",
-        precision="fp32",
-        precision_reason="test",
-        state_dir=ckpt.parent,
-        checkpoint_dir=ckpt,
-        data_path=data,
-        seed=2,
-        resume=resume,
-        options=options,  # type: ignore[arg-type]
-    )
-    return plugin.train(request)
+    """A default-budget fp32 run (no steps: it stops on validation), seed 2."""
+    return train(data, ckpt, steps=None, seed=2, resume=resume, options=options)
 
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:
