@@ -377,15 +377,19 @@ class _ProgressBar(logging.Filter):
 
 
 def _describe(out: dict[str, Any]) -> str:
-    metrics = "  ".join(
-        f"{k}={v:.4g}" if v is not None else f"{k}=n/a" for k, v in out["eval"].items()
-    )
+    metrics = "  ".join(f"{k}={_number(v, '.4g')}" for k, v in out["eval"].items())
     return (
         f"{out['agent']}: {out['steps']} steps in {out['precision_used']} "
         f"(requested {out['precision_requested']}: {out['precision_reason']})\n"
         f"  steps: {out['execution']} ({out['execution_reason']})\n"
-        f"  train loss {out['final_train_loss']:.4f}, {out['skipped_steps']} skipped, "
-        f"{out['samples_per_second']:.0f} samples/s, {out['wall_seconds']:.1f}s\n"
+        f"  train loss {_number(out['final_train_loss'], '.4f')}, {out['skipped_steps']} "
+        f"skipped, {_number(out['samples_per_second'], '.0f')} samples/s, "
+        f"{_number(out['wall_seconds'], '.1f')}s\n"
         f"  eval: {metrics}\n"
         f"  checkpoint: {out['checkpoint']}  quarantined: {out['quarantined']}"
     )
+
+
+def _number(value: float | None, spec: str) -> str:
+    """``value`` formatted, or n/a: a run of 0 steps has no train loss (null in JSON)."""
+    return "n/a" if value is None else format(value, spec)

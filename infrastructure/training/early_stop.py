@@ -22,7 +22,8 @@ row have not improved on it by ``min_delta``::
   numbers, so an interrupted and resumed run stops where the uninterrupted one does.
 - **New data, new window**: ``key`` names what the validation metric is comparable over
   (e.g. a hash of the data); a checkpoint with another key starts a fresh record. A run
-  that already stopped on the same key takes no more steps.
+  that already stopped on the same key takes no more steps, unless this run never stops
+  early (``patience=None``, an explicit budget): it runs its budget from there.
 """
 
 from __future__ import annotations
@@ -198,7 +199,10 @@ class EarlyStopTracker:
         self.best_step = state["best_step"]
         self.since_best = int(state["since_best"])
         self.evaluations = int(state["evaluations"])
-        self.stop_reason = state["stop_reason"]
+        # A tracker that never stops (patience None: the caller gave an explicit budget)
+        # continues a record that had stopped: the budget is run in full, and the best
+        # weights over both runs are still the ones served.
+        self.stop_reason = state["stop_reason"] if self.config.patience is not None else None
         self.best_weights = state["best_weights"]
         self.last = dict(state.get("last", {}))
         self.history = [(int(s), float(v)) for s, v in state.get("history", [])]

@@ -334,3 +334,17 @@ def test_request_file_carries_the_whole_run_and_refuses_other_flags(tmp_path: Pa
         _cli(tmp_path, "train", "se_darwin", "--request", str(handed)),
         f"--request {handed}: not a readable run request",
     )
+
+
+def test_resume_with_steps_after_an_early_stopped_run_runs_them(tmp_path: Path) -> None:
+    """`--resume --steps N` after a run that stopped on validation trains N more steps,
+    and its text summary prints (it crashed on a 0-step result)."""
+    pool = tmp_path / "pool.json"
+    pool.write_text(json.dumps(generate_pool(300, seed=4)))
+    common = ("train", "se_darwin", "--precision", "fp32", "--data", str(pool),
+              "--checkpoint-dir", str(tmp_path / "ck"))  # fmt: skip
+    first = _last_json(_cli(tmp_path, *common, "--json"))
+    assert str(first["extra"]["early_stop"]["stop_reason"]).startswith("no improvement")  # type: ignore[index]
+    proc = _cli(tmp_path, *common, "--resume", "--steps", "5")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("se_darwin: 5 steps in fp32"), proc.stdout

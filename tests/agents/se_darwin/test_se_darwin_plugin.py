@@ -280,3 +280,16 @@ def test_checkpoint_from_encoder_version_1_is_refused_at_start_up(
         _train(data, old, resume=True)
     with pytest.raises(ValueError, match="version 1"):
         WorldModelPredictor.load(old)
+
+
+def test_an_explicit_budget_resumes_an_early_stopped_run(tmp_path: Path) -> None:
+    """A resumed run given steps trains them all after a run that stopped on validation,
+    keeping the best validated weights of both runs (never a worse record)."""
+    data = plugin.generate_sample_data(tmp_path / "data", 300, seed=4)
+    first = _train(data, tmp_path / "ck", steps=None)
+    assert first.extra["early_stop"]["stop_reason"].startswith("no improvement")
+    more = _train(data, tmp_path / "ck", steps=7, resume=True)
+    assert more.steps == 7 and more.extra["total_steps"] == first.steps + 7
+    record = more.extra["early_stop"]
+    assert record["stop_reason"] == "budget spent"
+    assert record["best"] <= first.extra["early_stop"]["best"]
