@@ -100,8 +100,9 @@ def test_train_option_final_fit_whole_serves_the_refit(tmp_path: Path) -> None:
     record = extra["final_fit"]
     assert record["mode"] == "whole" and record["records"] == extra["examples"]
     assert out["checkpoint"] == record["checkpoint"] and Path(record["checkpoint"]).parent == ckpt
-    served = WorldModelPredictor.load(ckpt).model.state_dict()
-    saved = torch.load(record["checkpoint"], weights_only=True)["model"]
+    # Both sides on the CPU: on a GPU host the run trained, and saved its tensors, on cuda.
+    served = WorldModelPredictor.load(ckpt, device="cpu").model.state_dict()
+    saved = torch.load(record["checkpoint"], map_location="cpu", weights_only=True)["model"]
     assert all(torch.equal(served[k], saved[k]) for k in saved)
     proc = _cli(tmp_path, "train", "se_darwin", "--option", "final_fit=all")
     _one_line_error(proc, "agent se_darwin", "final_fit", "split, whole")

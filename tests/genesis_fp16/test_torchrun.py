@@ -80,7 +80,9 @@ def test_sigterm_to_torchrun_stops_every_rank_with_a_checkpoint(tmp_path: Path) 
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     command += ["--nproc-per-node", "2", "-m", "genesis_fp16", "train", "se_darwin"]
     command += ["--steps", "1000000", "--precision", "fp32", "--json", "--json-progress"]
-    command += ["--checkpoint-dir", str(checkpoints)]
+    # gloo ranks on any host: auto would be cuda on a GPU host, and 2 ranks on 1 GPU are
+    # refused before launch (the daemon's NPROC=2 tests pin cpu the same way).
+    command += ["--device", "cpu", "--checkpoint-dir", str(checkpoints)]
     child = subprocess.Popen(
         command, cwd=REPO, env=_env(tmp_path), stdout=subprocess.PIPE, text=True
     )
