@@ -10,6 +10,10 @@ Other test files reuse it (the deployment tests scrape it with a real Prometheus
 The daemon runs in ``workdir`` (so ``./state`` and ``./.env`` live there), on a free
 port, with JSON logs written to ``workdir/daemon.log``. ``fixtures=True`` puts the test
 plugins of tests/fixtures/plugins on its path.
+
+On a CUDA host every wait is ``CUDA_START_FACTOR`` times longer (see ``child_wait``): a
+run that trains on ``auto`` trains on cuda there, in a child process that pays CUDA's
+start-up first.
 """
 
 from __future__ import annotations
@@ -28,10 +32,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import torch
 from prometheus_client.parser import text_string_to_metric_families
 
 FIXTURE_PLUGINS = Path(__file__).resolve().parents[1] / "fixtures" / "plugins"
 T = TypeVar("T")
+# Each run's child on a CUDA host creates a CUDA context, loads kernels and calibrates on
+# the device before its first step: seconds where a CPU child takes tenths. On the H100
+# (shared/gpu/h100-2026-11-23.md) 90 s was too short for the isolation test's two hung
+# runs and three good ones; the factor is a deadline, so a passing test is not slower.
+CUDA_START_FACTOR = 4.0 if torch.cuda.is_available() else 1.0
+
+
+def child_wait(seconds: float) -> float:
+    """A deadline that includes child runs' start-up: ``seconds`` here, longer on CUDA."""
+    return seconds * CUDA_START_FACTOR
 
 
 def free_port() -> int:
@@ -114,7 +129,11 @@ class DaemonProcess:
         return [record for record in self.logs() if record.get("event") == event]
 
     def wait_for(self, check: Callable[[], T], what: str, timeout: float = 30.0) -> T:
-        """Poll ``check`` until it returns something truthy; fail with the log otherwise."""
+        """Poll ``check`` until it returns something truthy; fail with the log otherwise.
+
+        ``timeout`` is the CPU's deadline; on a CUDA host it stretches by child_wait.
+        """
+        timeout = child_wait(timeout)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

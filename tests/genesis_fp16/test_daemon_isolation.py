@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from daemon_harness import FIXTURE_PLUGINS, DaemonProcess, start_daemon
+from daemon_harness import FIXTURE_PLUGINS, DaemonProcess, child_wait, start_daemon
 
 ISOLATION_PLUGINS = Path(__file__).resolve().parents[1] / "fixtures" / "isolation_plugins"
 GOOD_RUNS = ("genesis_fp16_training_runs_total",)
@@ -35,7 +35,7 @@ def _good_runs(daemon: DaemonProcess) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(child_wait(240))
 def test_thread_isolation_abandons_a_hung_run_and_the_other_agent_keeps_training(
     tmp_path: Path,
 ) -> None:
@@ -79,7 +79,7 @@ def test_thread_isolation_abandons_a_hung_run_and_the_other_agent_keeps_training
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(child_wait(240))
 def test_process_isolation_kills_a_hung_run_and_the_other_agent_keeps_training(
     tmp_path: Path,
 ) -> None:
@@ -104,7 +104,7 @@ def test_process_isolation_kills_a_hung_run_and_the_other_agent_keeps_training(
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(child_wait(240))
 def test_a_plugin_that_ends_the_process_costs_only_its_own_run(tmp_path: Path) -> None:
     """fixture_exiting calls os._exit(7) in train(): an 'exit' failure each time, the
     daemon keeps serving and fixture_good keeps succeeding."""
@@ -130,7 +130,7 @@ def test_a_plugin_that_ends_the_process_costs_only_its_own_run(tmp_path: Path) -
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(child_wait(240))
 def test_a_leaking_plugin_is_killed_at_the_memory_limit(tmp_path: Path) -> None:
     """fixture_leaking grows 64 MiB every 50 ms: killed past GENESIS_FP16_RUN_MEMORY_LIMIT_BYTES
     (1 GiB) and counted as 'memory'; the daemon itself stays small and serving."""
