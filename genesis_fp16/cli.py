@@ -33,6 +33,15 @@ COMMAND_MODULES: tuple[str, ...] = (
 class UsageError(Exception):
     """Bad input from the user: printed as one line, exit code 2."""
 
+    # How a daemon's child run reports it (genesis_fp16_run_failures_total's reason).
+    kind = "refused"
+
+
+class DeviceUnavailable(UsageError):
+    """A device this torch cannot run (no CUDA, fewer GPUs): one line, exit code 2."""
+
+    kind = "device_unavailable"
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -79,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13
     except UsageError as exc:
-        _tell_the_daemon(args, "refused", str(exc))
+        _tell_the_daemon(args, exc.kind, str(exc))
         print(f"genesis-fp16: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -93,7 +102,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"genesis-fp16: error: {why}", file=sys.stderr)
         return 1
     except Exception as exc:
-        _tell_the_daemon(args, "error", f"{type(exc).__name__}: {exc}")
+        from genesis_fp16.devices import device_lost
+
+        # A GPU lost mid-run is the host's fault, not the plugin's: the daemon says degraded.
+        kind = "device_unavailable" if device_lost(exc) else "error"
+        _tell_the_daemon(args, kind, f"{type(exc).__name__}: {exc}")
         raise
 
 

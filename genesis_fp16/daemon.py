@@ -25,6 +25,7 @@ import structlog
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from genesis_fp16 import __version__
+from genesis_fp16.devices import check_devices
 from genesis_fp16.http import StatusServer, raise_open_file_limit, tls_context
 from genesis_fp16.jobs import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics import DaemonMetrics
@@ -159,6 +160,7 @@ class Daemon:
         """Serve until SIGTERM or SIGINT; returns the exit code."""
         self._install_signal_handlers()
         settings = self.settings
+        check_devices(settings)  # a device this torch cannot run: serve exits 2, in one line
         try:
             settings.state_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -265,6 +267,7 @@ class Daemon:
                 self.env_file if self.env_file.is_file() else None
             )
             check_configured_options(new, self.plugins, known_agent_names())
+            check_devices(new)  # an edit naming a GPU this host lacks is refused like a typo
         except SettingsError as exc:
             self.metrics.config_reloads.labels(outcome="failure").inc()
             self.metrics.config_last_reload_successful.set(0)

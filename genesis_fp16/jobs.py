@@ -25,6 +25,7 @@ from typing import Any
 import structlog
 
 from genesis_fp16 import guard_state, probe_gate
+from genesis_fp16.devices import device_lost
 from genesis_fp16.diagnostics_export import export_diagnostics
 from genesis_fp16.launcher import LaunchError, train_in_child, train_with_torchrun
 from genesis_fp16.metrics import DaemonMetrics
@@ -178,15 +179,22 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
             result = _supervised(ctx, agent, call, deadline, timeout, grace)
     except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is a failed run too
         duration = time.monotonic() - started
-        ctx.metrics.run_failures.labels(agent=agent, reason=_failure_reason(exc)).inc()
+        reason = _failure_reason(exc)
+        ctx.metrics.run_failures.labels(agent=agent, reason=reason).inc()
         storage = storage_error(exc)
         if isinstance(exc, LaunchError) and exc.reason == "storage":
             storage = str(exc)  # the child's own one line, naming the path
         if storage is not None:
             ctx.degraded[agent] = storage  # every run would train and then lose its work
-        if isinstance(exc, TrainRequestError | ExecutionError | LaunchError) or storage:
-            # A one-line refusal or a storage error naming its path: no traceback.
-            error = storage if storage is not None else str(exc)
+        # The host's fault, not the plugin's: named in one line, no traceback.
+        host = storage
+        if reason == "device_unavailable":
+            host = str(exc) if isinstance(exc, LaunchError) else device_lost(exc)
+            # Every run on it fails until the GPU is back (or the daemon restarts on another).
+            ctx.degraded[agent] = f"device {device} unavailable: {host}"
+        if isinstance(exc, TrainRequestError | ExecutionError | LaunchError) or host:
+            # A one-line refusal, a storage error naming its path, a lost device.
+            error = host if host is not None else str(exc)
             log.error("training run failed", error=error, duration_seconds=round(duration, 3))
         elif isinstance(exc, SystemExit):
             log.error(
@@ -221,6 +229,8 @@ def _failure_reason(exc: BaseException) -> str:
         return exc.reason
     if isinstance(exc, RunHung):
         return "hung"
+    if device_lost(exc) is not None:
+        return "device_unavailable"
     if storage_error(exc) is not None:
         return "storage"
     if isinstance(exc, SystemExit):

@@ -34,7 +34,7 @@ PRECISION_LABELS = PRECISIONS
 RUN_OUTCOMES = ("success", "failed", "stopped")
 RELOAD_OUTCOMES = ("success", "failure")
 # Why a run failed (genesis_fp16_run_failures_total), and why a job did not start.
-FAILURE_REASONS = ("refused", "error", "storage", "exit", "hung", "memory")
+FAILURE_REASONS = ("refused", "error", "storage", "exit", "hung", "memory", "device_unavailable")
 SKIP_REASONS = ("still_running", "hung")
 # Runs last minutes; the tail reaches two hours so a stuck run still lands in a bucket.
 RUN_DURATION_BUCKETS = (5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0)
@@ -165,7 +165,8 @@ class DaemonMetrics:
             "storage (disk full or read-only), exit (sys.exit, os._exit or a crash ended "
             "it without a result), hung (no step boundary within the run timeout and its "
             "grace: killed, or abandoned in thread isolation), memory (its process grew "
-            "past GENESIS_FP16_RUN_MEMORY_LIMIT_BYTES).",
+            "past GENESIS_FP16_RUN_MEMORY_LIMIT_BYTES), device_unavailable (its GPU is "
+            "missing or was lost: no CUDA device, a driver or bus error).",
             ("agent", "reason"),
         )
         self.jobs_skipped = counter(

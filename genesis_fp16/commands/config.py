@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from genesis_fp16.devices import check_devices
 from genesis_fp16.plugins import known_agent_names
 from genesis_fp16.run_request import check_configured_options
 from genesis_fp16.settings import (
@@ -40,6 +41,9 @@ def run_check(args: argparse.Namespace) -> int:
         # Agents not installed, as the daemon refuses them (entry-point metadata only: the
         # options themselves need the plugins imported, which `serve` does).
         check_configured_options(settings, {}, known_agent_names())
+        # A device this torch cannot run (cuda on a CPU build, cuda:3 on a 1-GPU host), as
+        # `serve` refuses it; torch is imported only when a device other than cpu/auto is set.
+        check_devices(settings)
     except SettingsError as exc:
         for error in exc.errors:
             print(f"genesis-fp16: error: {error}", file=sys.stderr)

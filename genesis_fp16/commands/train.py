@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from genesis_fp16 import kubeflow
-from genesis_fp16.cli import UsageError
+from genesis_fp16.cli import DeviceUnavailable, UsageError
+from genesis_fp16.devices import device_problem
 from genesis_fp16.logsetup import configure_logging
 from genesis_fp16.paths import AgentPaths
 from genesis_fp16.plugins import PluginError, load_plugin
@@ -44,6 +45,7 @@ from genesis_fp16.run_request import (
     resolve_options,
 )
 from genesis_fp16.settings import (
+    AGENT_VARIABLE_PREFIX,
     CUDA_GRAPH_CHOICES,
     PRECISION_CHOICES,
     Settings,
@@ -171,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
         wanted = handed.device
     else:
         wanted = resolve_device(args.device) if args.device else settings.device_for(args.agent)
+    _refuse_unusable_device(args, settings, wanted, handed is not None)
     with process_group(env, wanted) as device:
         bar = None
         if handed is not None:
@@ -186,6 +189,25 @@ def run(args: argparse.Namespace) -> int:
                 request = replace(request, on_diagnostics=_print_diagnostics)
         with kubeflow.report_progress(os.environ, request, main, stop.is_set) as request:
             return _train(args, plugin, request, main)
+
+
+def _refuse_unusable_device(
+    args: argparse.Namespace, settings: Settings, device: str, handed: bool
+) -> None:
+    """One line, exit 2, before any data or process group: a device this torch cannot run
+    (``--device cuda`` on a CPU build), naming where the device came from."""
+    problem = device_problem(device)
+    if problem is None:
+        return
+    if handed:  # the daemon's child: the GPU was there when the daemon started
+        where = f"the run request's device {device}"
+    elif args.device:
+        where = f"--device {args.device}"
+    else:
+        own = settings.agent(args.agent).device
+        variable = f"{AGENT_VARIABLE_PREFIX}{args.agent.upper()}__DEVICE"
+        where = f"{variable}={own}" if own else f"GENESIS_FP16_DEVICE={settings.device}"
+    raise DeviceUnavailable(f"{where}: {problem}")
 
 
 def _flags(args: argparse.Namespace) -> dict[str, str]:

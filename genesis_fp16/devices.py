@@ -1,0 +1,109 @@
+"""Whether a configured device can run on this torch, and whether a failure means it is gone.
+
+Settings validation only checks a device's spelling (``check_device_name``): it is pure, and
+tests build settings naming ``cuda`` on any host. Whether the device exists is asked here,
+once, where it matters: ``config check``, ``serve`` and ``train`` at their start, and every
+reload of the ``.env`` file. A device that vanishes later (a GPU that falls off the bus, a
+driver reset) shows as a failed run whose error :func:`device_lost` recognizes.
+
+>>> device_problem("cpu") is None
+True
+>>> device_problem("cuda")  # on a CPU build of torch  # doctest: +SKIP
+'this torch (2.13.0+cpu) was built without CUDA; use cpu or auto'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from genesis_fp16.settings import Settings, SettingsError, _env_name
+
+# What torch raises when its device is missing or lost, not when a kernel is wrong: a
+# device-side assert or an illegal address is a bug of the model, and counted as "error".
+_LOST = (
+    "no cuda gpus are available",
+    "no cuda-capable device is detected",
+    "cuda-capable device(s) is/are busy or unavailable",
+    "found no nvidia driver",
+    "not compiled with cuda enabled",
+    "invalid device ordinal",
+    "cuda error: unknown error",  # what a GPU that fell off the bus (Xid 79) reports
+    "cuda error: unspecified launch failure",
+    "uncorrectable ecc error",
+    "cuda driver version is insufficient",
+)
+
+
+def device_problem(device: str, torch: Any = None) -> str | None:
+    """Why ``device`` cannot run on this torch (naming the build and what it found), or None.
+
+    ``cpu`` and ``auto`` always run (``auto`` falls back to the CPU), and need no torch.
+    """
+    kind, _, index_text = device.partition(":")
+    if kind in ("cpu", "auto"):
+        return None
+    if torch is None:
+        import torch
+    build = f"this torch ({torch.__version__})"
+    index = int(index_text) if index_text.isdigit() else 0
+    if kind == "cuda":
+        if torch.version.cuda is None and torch.version.hip is None:
+            return f"{build} was built without CUDA; use cpu or auto"
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return _count_problem(build, device, index, count, "CUDA")
+    if kind == "xpu":
+        xpu = getattr(torch, "xpu", None)
+        count = xpu.device_count() if xpu is not None and xpu.is_available() else 0
+        return _count_problem(build, device, index, count, "XPU")
+    if kind == "mps":
+        if not torch.backends.mps.is_built():
+            return f"{build} was built without MPS; use cpu or auto"
+        if not torch.backends.mps.is_available():
+            return f"{build} found no MPS device (macOS 12.3+ on Apple silicon); use cpu or auto"
+    return None
+
+
+def _count_problem(build: str, device: str, index: int, count: int, name: str) -> str | None:
+    if count == 0:
+        return f"{build} found no {name} device; use cpu or auto"
+    if index >= count:
+        plural = "s" if count > 1 else ""
+        return f"{device} asked, {build} found {count} {name} device{plural} (0 to {count - 1})"
+    return None
+
+
+def device_settings(settings: Settings) -> list[tuple[str, str]]:
+    """``(variable, device)`` for each device the settings name: the daemon's, then each
+    enabled agent's own."""
+    named = [(_env_name(("device",)), settings.device)]
+    for agent, spec in sorted(settings.agents.items()):
+        if spec.device is not None and spec.enabled:
+            named.append((_env_name(("agents", agent, "device")), spec.device))
+    return named
+
+
+def check_devices(settings: Settings, torch: Any = None) -> None:
+    """Raise :class:`SettingsError` with one line per configured device this torch cannot
+    run, e.g. ``GENESIS_FP16_DEVICE=cuda: this torch (2.13.0+cpu) was built without CUDA``.
+    """
+    errors = []
+    for variable, device in device_settings(settings):
+        problem = device_problem(device, torch)
+        if problem is not None:
+            errors.append(f"{variable}={device}: {problem}")
+    if errors:
+        raise SettingsError(errors)
+
+
+def device_lost(exc: BaseException) -> str | None:
+    """The first line of ``exc`` (or of what caused it) when it says the device is missing
+    or gone; None for any other error."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a cause chain, not a cycle
+        if seen is None:
+            return None
+        text = str(seen)
+        if any(phrase in text.lower() for phrase in _LOST):
+            return text.strip().splitlines()[0] if text.strip() else type(seen).__name__
+        seen = seen.__cause__ or seen.__context__
+    return None
