@@ -8,6 +8,7 @@ reference weights, the iteration count, the rollout sampler's generator and the 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,10 @@ from infrastructure.training import checkpoint_keys as keys
 REFERENCE = "reference"
 ITERATIONS = "iterations"
 GENERATOR = "generator"
+SAMPLER = "sample_generator"  # {"device": "cuda", "state": ByteTensor}
 PRESET = "preset"
+
+logger = logging.getLogger(__name__)
 
 
 def save_engine(engine: PPOEngine, directory: Path, keep: int = 3) -> Path:
@@ -42,6 +46,7 @@ def ppo_state(engine: PPOEngine) -> dict[str, Any]:
         REFERENCE: engine.reference_fp32.state_dict(),  # fp32: the exact initial policy
         ITERATIONS: engine.iterations,
         GENERATOR: engine.gen.get_state(),
+        SAMPLER: {"device": engine.sample_gen.device.type, "state": engine.sample_gen.get_state()},
         PRESET: engine.preset.name,
     }
 
@@ -52,7 +57,24 @@ def load_ppo_state(engine: PPOEngine, extra: dict[str, Any]) -> None:
     engine.reference.load_state_dict(extra[REFERENCE])  # copy_ rounds to its dtype
     engine.iterations = int(extra[ITERATIONS])
     engine.gen.set_state(extra[GENERATOR])
+    _restore_sampler(engine, extra.get(SAMPLER))
     engine.sync_rollout()
+
+
+def _restore_sampler(engine: PPOEngine, saved: dict[str, Any] | None) -> None:
+    """Put the sampling stream back, when it was saved on this kind of device.
+
+    A checkpoint written before the stream had its own generator, or on another kind of
+    device (a generator's state is not portable between CPU and CUDA), leaves the stream
+    at its seed: the run goes on, but not bit for bit, and the log says so."""
+    here = engine.sample_gen.device.type
+    if saved is not None and saved.get("device") == here:
+        engine.sample_gen.set_state(saved["state"])
+        return
+    found = "no sampling stream" if saved is None else f"a {saved.get('device')} stream"
+    logger.info(
+        "rlhf_ppo: the checkpoint holds %s; sampling on %s restarts from its seed", found, here
+    )
 
 
 def resume_engine(engine: PPOEngine, directory: Path) -> Path | None:

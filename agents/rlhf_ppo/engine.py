@@ -84,6 +84,10 @@ def _frozen_copy(module: nn.Module, dtype: torch.dtype) -> nn.Module:
     return copy.deepcopy(module).to(dtype).requires_grad_(False).eval()
 
 
+# The sampling stream's seed is the run's seed plus this, so that it never replays the
+# host stream's numbers on a CPU run, where both generators are CPU generators.
+SAMPLE_SEED_OFFSET = 1_000_003
+
 # Why this agent's steps are never captured into a CUDA graph (cuda_graph=off).
 EAGER_ONLY = (
     "each PPO update's loss closes over that iteration's rollouts and advantages, "
@@ -116,7 +120,11 @@ class PPOEngine:
         """``precision`` (default: created from ``preset.policy``) is the Trainer's policy;
         the precision guard passes the demoted one, whose reason tells the demotion."""
         self.cfg, self.preset, self.device = cfg, preset, device
+        # Two random streams, each on the device that consumes it. Prompts and minibatch
+        # orders are drawn on the host on purpose (the same on every device) and moved;
+        # sampling draws on the run's device, where the rollout probabilities are.
         self.gen = torch.Generator().manual_seed(seed)
+        self.sample_gen = torch.Generator(device=device).manual_seed(seed + SAMPLE_SEED_OFFSET)
         self.policy = Policy(cfg.task)
         init_weights(self.policy, seed)
         self.critic = Critic(cfg.task)
@@ -185,7 +193,7 @@ class PPOEngine:
         for _ in range(self.cfg.task.gen_len):
             logits = self.rollout_policy(seqs)[:, -1]
             logp_all = torch.log_softmax(logits.float(), dim=-1)
-            nxt = torch.multinomial(logp_all.exp(), 1, generator=self.gen)
+            nxt = torch.multinomial(logp_all.exp(), 1, generator=self.sample_gen)
             logps.append(logp_all.gather(-1, nxt))
             seqs = torch.cat([seqs, nxt], dim=1)
         return seqs, torch.cat(logps, dim=1)

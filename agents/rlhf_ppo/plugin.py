@@ -327,10 +327,10 @@ def evaluate(engine: PPOEngine, prompts: torch.Tensor | None, seed: int) -> dict
     task = engine.cfg.task
     if prompts is None:
         prompts = random_prompts(256, task, torch.Generator().manual_seed(10_000 + seed))
-    saved = engine.gen.get_state()
-    engine.gen.manual_seed(20_000 + seed)
+    saved = engine.sample_gen.get_state()
+    engine.sample_gen.manual_seed(20_000 + seed)
     seqs, _ = engine.generate(prompts.to(engine.device))
-    engine.gen.set_state(saved)  # evaluation must not shift the training sample stream
+    engine.sample_gen.set_state(saved)  # evaluation must not shift the training sample stream
     greedy = prompts.to(engine.device)
     for _ in range(task.gen_len):
         nxt = engine.rollout_policy(greedy)[:, -1].float().argmax(-1, keepdim=True)

@@ -220,7 +220,7 @@ def sequence_error_growth(
     if mask is not None:
         e = e * mask.to(torch.float64)
     s = e.cumsum(dim=1).abs().mean(dim=0)
-    t = torch.arange(1, s.numel() + 1, dtype=torch.float64)
+    t = torch.arange(1, s.numel() + 1, dtype=torch.float64, device=s.device)
     slope = _lstsq_slope(t, s)
     pos = s > 0
     b = _lstsq_slope(t[pos].log(), s[pos].log()) if int(pos.sum()) >= 2 else math.nan

@@ -1,0 +1,73 @@
+"""Both built-in agents train, resume and probe under the device audit, on a CPU.
+
+The audit (infrastructure.training.device_audit) treats the run's device as separate from
+the host, so a tensor factory, generator or torch.load that ignores ``request.device``
+fails here as it would on a GPU. This caught rlhf_ppo's CPU sampling generator and the
+host ``torch.arange`` in its sequence-error diagnostic before either reached a GPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from agents.rlhf_ppo import plugin as rlhf_ppo
+from agents.se_darwin import plugin as se_darwin
+from infrastructure.plugin_api import TrainRequest, TrainResult
+from infrastructure.probe import run_probe
+from infrastructure.training.device_audit import DeviceAudit
+
+pytestmark = pytest.mark.skipif(
+    torch.cuda.is_available(), reason="the audit stands in for a GPU; this host has one"
+)
+
+
+def _train(plugin: Any, tmp: Path, **fields: Any) -> TrainResult:
+    request = TrainRequest(
+        agent=plugin.name,
+        precision_reason="test",
+        state_dir=tmp,
+        checkpoint_dir=tmp / "checkpoints",
+        device="cpu",
+        seed=1,
+        **{"precision": "bf16", **fields},
+    )
+    with DeviceAudit():
+        return plugin.train(request)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_rlhf_ppo_trains_and_resumes_under_the_audit(tmp_path: Path, precision: str) -> None:
+    """Rollouts, updates, diagnostics, evaluation and a resume touch only the run's device
+    (or the host on purpose); the resumed run goes on from the checkpoint."""
+    options = {"batch_size": 16, "preset": "fp16_all" if precision == "fp16" else "fp32_baseline"}
+    first = _train(rlhf_ppo, tmp_path, precision=precision, steps=4, options=options)
+    again = _train(rlhf_ppo, tmp_path, precision=precision, steps=4, options=options)
+    assert (first.steps, again.steps) == (4, 4)
+    assert again.extra["resumed_from"] == str(first.checkpoint)
+
+
+@pytest.mark.parametrize("cross_validation", [True, False])
+def test_se_darwin_trains_and_resumes_under_the_audit(
+    tmp_path: Path, cross_validation: bool
+) -> None:
+    """The world model's data, the ensemble or one network, evaluation and a resume."""
+    data = se_darwin.generate_sample_data(tmp_path / "data", 200, seed=0)
+    options = {"cross_validation": cross_validation}
+    first = _train(se_darwin, tmp_path, data_path=data, steps=6, options=options)
+    again = _train(se_darwin, tmp_path, data_path=data, steps=12, resume=True, options=options)
+    assert first.steps > 0 and first.checkpoint is not None
+    assert again.extra["resumed_from"] == str(first.checkpoint)
+
+
+@pytest.mark.parametrize("plugin", [rlhf_ppo, se_darwin], ids=lambda p: p.name)
+def test_the_precision_probe_runs_under_the_audit(tmp_path: Path, plugin: Any) -> None:
+    """The probe's model, frozen batch and variants are moved to the probed device."""
+    data = plugin.generate_sample_data(tmp_path / "data", 64, seed=0)
+    setup = plugin.probe_setup(data, seed=0)
+    with DeviceAudit():
+        report = run_probe(setup, "cpu", steps=2, seed=0)
+    assert report.device == "cpu" and report.variants
