@@ -4,6 +4,9 @@ The unit file's header is the install procedure (docs/operations.md repeats it):
 runs those very lines, with /opt and the build venv moved into a temporary folder, then
 the installed console script, from outside the repository so nothing is imported from
 the checkout.
+
+Building and installing fetch from a package index (the build backend, then torch and the
+daemon's dependencies): without one the tests skip and say why, or fail when CI is set.
 """
 
 from __future__ import annotations
@@ -11,10 +14,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -28,6 +34,62 @@ NOT_FOR_RUNNING = ("pytest", "mypy", "ruff", "accelerate", "lightning-fabric", "
 _COPY_IGNORE = shutil.ignore_patterns(
     ".venv", ".git", "build", "dist", "state", "*.egg-info", "__pycache__", ".*_cache"
 )
+
+
+# The first thing a build fetches: the build backend named by pyproject.toml.
+INDEX_PROBE = "setuptools>=68"
+
+
+def probe_package_index(env: dict[str, str] | None = None) -> str | None:
+    """None when pip fetches the build backend from its configured index, else why not.
+
+    pip's own configuration (index, extra indexes, find-links) decides what "the index"
+    is; a 5 s timeout and no retries make a host without a network answer in seconds.
+    """
+    with tempfile.TemporaryDirectory() as dest:
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--dest", dest]
+        command += ["--timeout", "5", "--retries", "0", "--quiet", INDEX_PROBE]
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+        except subprocess.TimeoutExpired:
+            return f"no package index reachable: pip download {INDEX_PROBE} took over 60 s"
+    if result.returncode == 0:
+        return None
+    last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+    return f"no package index reachable: pip download {INDEX_PROBE} failed: {last}"
+
+
+def skip_or_fail(reason: str) -> NoReturn:
+    """Skip with ``reason``; fail when CI is set (as tests/conftest.py's require_tool)."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}; CI is set, so this is a failure, not a skip")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def package_index() -> None:
+    """The builds and installs below need a package index: skip without one, fail in CI."""
+    reason = probe_package_index()
+    if reason is not None:
+        skip_or_fail(reason)
+
+
+def test_probe_says_why_when_no_index_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An index on a closed port: the probe gives pip's reason; it skips, or fails under CI."""
+    with socket.socket() as sock:  # bound, never listening: connections are refused
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}/simple"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+        env.update(PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL=closed)
+        reason = probe_package_index(env)
+    assert reason is not None
+    assert reason.startswith(f"no package index reachable: pip download {INDEX_PROBE} failed")
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="no package index reachable"):
+        skip_or_fail(reason)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI is set, so this is a failure"):
+        skip_or_fail(reason)
 
 
 def unit_install_lines(text: str) -> list[str]:
@@ -47,7 +109,7 @@ def test_unit_install_lines_are_the_runbooks() -> None:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def installed(package_index: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv made by running the unit's install lines on a copy of the repository."""
     base = tmp_path_factory.mktemp("packaging")
     checkout = base / "checkout"
@@ -68,7 +130,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
-def test_build_makes_a_wheel_and_an_sdist(tmp_path: Path) -> None:
+def test_build_makes_a_wheel_and_an_sdist(package_index: None, tmp_path: Path) -> None:
     """python -m build makes both; the wheel holds the three packages and the entry points."""
     result = subprocess.run(
         [sys.executable, "-m", "build", "--outdir", str(tmp_path), "."],
