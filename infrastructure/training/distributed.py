@@ -367,7 +367,7 @@ def _all_gather_states(state: dict[str, Any], world: int) -> list[dict[str, Any]
     torch.save(state, buffer)
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, buffer.getvalue())
-    return [torch.load(io.BytesIO(raw), weights_only=True) for raw in gathered]
+    return [torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True) for raw in gathered]
 
 
 def unshard(value: Any) -> Any:
