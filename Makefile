@@ -1,11 +1,13 @@
 # make run  - set up what running needs (no dev/bench extras), then start the daemon
 # make test - set up with the dev and bench extras, then lint, type-check and run the whole test suite
 # make dist - build the wheel and the sdist into dist/ (python -m build)
+# make gpu-check - on a CUDA host: the gpu-marked tests in one process, both agents' training
+#                  on cuda; results to benchmarks/results/gpu-check_<device>.md and .json
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup setup-run setup-cuda run test lint typecheck unit bench dist clean
+.PHONY: setup setup-run setup-cuda run test lint typecheck unit bench dist gpu-check clean
 
 setup: $(VENV)/.installed
 
@@ -58,6 +60,15 @@ bench: setup
 dist: setup
 	rm -rf dist
 	$(BIN)/python -m build --outdir dist .
+
+# No set-up step: `make setup` would pin the CPU torch. The interpreter is the venv's when
+# there is one (make setup-cuda), else $(PYTHON): a bare GPU host with the package installed
+# beside its own CUDA torch (pip install --no-deps -e .). Without CUDA: one line, exit 1.
+GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
+GPU_CHECK_OUT ?= benchmarks/results
+
+gpu-check:
+	@$(GPU_PYTHON) tests/gpu_check.py --out $(GPU_CHECK_OUT)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build dist

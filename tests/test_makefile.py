@@ -1,12 +1,15 @@
-"""The Makefile's set-up targets do what the README says, read through make's dry run."""
+"""The Makefile's targets do what the README says, read through make's dry run (and
+gpu-check's refusal on a host without CUDA, run for real)."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,3 +54,35 @@ def test_run_installs_only_what_running_needs(tmp_path: Path) -> None:
 def test_dist_builds_with_the_standard_front_end(tmp_path: Path) -> None:
     """make dist runs python -m build into dist/ (the wheel the unit and Dockerfile install)."""
     assert "-m build --outdir dist ." in _dry_run("dist", tmp_path)
+
+
+def test_gpu_check_runs_the_venvs_python_or_the_bare_one(tmp_path: Path) -> None:
+    """gpu-check installs nothing; it runs the venv's python, or python3 where none exists."""
+    bare = _dry_run("gpu-check", tmp_path)
+    assert bare.strip() == "python3 tests/gpu_check.py --out benchmarks/results"
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.touch()
+    assert _dry_run("gpu-check", tmp_path).startswith(f"{python} tests/gpu_check.py ")
+
+
+def test_gpu_check_without_cuda_fails_in_one_line(tmp_path: Path) -> None:
+    """make gpu-check on a host without CUDA: non-zero at once, one line saying why."""
+    if torch.cuda.is_available():
+        pytest.skip("this host has CUDA: make gpu-check would run the whole check")
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    out = tmp_path / "results"
+    command = ["make", "gpu-check", f"PYTHON={sys.executable}", f"VENV={tmp_path / 'none'}"]
+    proc = subprocess.run(
+        [*command, f"GPU_CHECK_OUT={out}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0 and proc.stdout == ""
+    ours = [line for line in proc.stderr.splitlines() if not line.startswith("make: ***")]
+    assert len(ours) == 1, proc.stderr
+    assert ours[0].startswith(f"gpu-check: no CUDA device: {sys.executable} has torch ")
+    assert not out.exists()  # nothing ran, nothing written

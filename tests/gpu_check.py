@@ -1,0 +1,277 @@
+"""`make gpu-check`: the GPU paths checked by one command on a CUDA host, results written.
+
+    python tests/gpu_check.py --out benchmarks/results
+
+1. the ``gpu``-marked tests, in one pytest process (never xdist: 5-15 processes sharing
+   one GPU slowed an 11 s test past 200 s on the H100);
+2. both agents' training on CUDA, each with ``--json`` and a fresh state folder:
+   ``train se_darwin --device cuda`` (and again with ``--cuda-graph on``), ``train
+   rlhf_ppo --device cuda``;
+3. ``<out>/gpu-check_<device>.md`` and ``.json``: python, torch, CUDA, the device, the
+   commit, pytest's outcome per test and each run's command, exit code and JSON line,
+   ready to commit.
+
+Without CUDA it stops before anything runs, with one line and exit code 1. The exit code
+is 0 only when every test passed or skipped and every training run exited 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+# Both agents as the issue asks, and se_darwin's captured step (what cuda_graph=auto waits on).
+TRAINING_RUNS: dict[str, tuple[str, ...]] = {
+    "se_darwin": ("train", "se_darwin", "--device", "cuda", "--seed", "1", "--json"),
+    "se_darwin --cuda-graph on": (
+        *("train", "se_darwin", "--device", "cuda", "--cuda-graph", "on"),
+        *("--seed", "1", "--json"),
+    ),
+    "rlhf_ppo": ("train", "rlhf_ppo", "--device", "cuda", "--seed", "1", "--json"),
+}
+RUN_TIMEOUT_S = 300
+TAIL_LINES = 40
+
+
+@dataclass
+class TestsOutcome:
+    """The gpu-marked tests' pytest run: its exit code, summary and outcome per test."""
+
+    command: str
+    exit_code: int
+    summary: str
+    outcomes: dict[str, str] = field(default_factory=dict)
+    tail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclass
+class RunOutcome:
+    """One `genesis-fp16 train ... --json` on CUDA: exit code, wall time, its JSON line."""
+
+    label: str
+    command: str
+    exit_code: int
+    wall_seconds: float
+    result: dict[str, Any] | None
+    tail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and self.result is not None
+
+
+def cuda_or_exit() -> dict[str, Any]:
+    """The host's torch and CUDA device; without them exit 1 with one line saying why."""
+    try:
+        import torch
+    except ImportError as exc:
+        sys.exit(f"gpu-check: {sys.executable} cannot import torch ({exc}); install it first")
+    if not torch.cuda.is_available():
+        sys.exit(
+            f"gpu-check: no CUDA device: {sys.executable} has torch {torch.__version__}, "
+            "which sees none; run it on a GPU host (see README, What has been checked where)"
+        )
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "device": props.name,
+        "capability": f"{props.major}.{props.minor}",
+        "memory_gib": round(props.total_memory / 2**30, 1),
+        "device_count": torch.cuda.device_count(),
+        "driver": _nvidia_smi_driver(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "interpreter": sys.executable,
+        "cpu_count": os.cpu_count(),
+        "commit": _commit(),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def _nvidia_smi_driver() -> str:
+    if shutil.which("nvidia-smi") is None:
+        return "unknown (no nvidia-smi)"
+    query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+    proc = subprocess.run(query, capture_output=True, text=True, check=False)
+    return proc.stdout.strip().splitlines()[0] if proc.returncode == 0 else "unknown"
+
+
+def _commit() -> str:
+    """HEAD's short hash, marked dirty when the tree has changes; unknown without git."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        )
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+    except OSError:
+        return "unknown (no git)"
+    if head.returncode != 0:
+        return "unknown (not a git checkout)"
+    return head.stdout.strip() + (" (with uncommitted changes)" if status.stdout.strip() else "")
+
+
+def _stream(command: list[str], **kwargs: Any) -> tuple[int, list[str]]:
+    """Run ``command``, echoing its output as it comes; return the exit code and the lines."""
+    lines: list[str] = []
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+            lines.append(line.rstrip("\n"))
+    return proc.returncode, lines
+
+
+def run_gpu_tests() -> TestsOutcome:
+    """The gpu-marked tests in this one pytest process (xdist blocked), with a junit file."""
+    with tempfile.TemporaryDirectory() as tmp:
+        junit = Path(tmp) / "junit.xml"
+        command = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:xdist"]
+        command += ["-p", "no:cacheprovider", "-rA", f"--junitxml={junit}"]
+        code, lines = _stream(command, cwd=ROOT)
+        outcomes = junit_outcomes(junit.read_text()) if junit.exists() else {}
+    shown = "python -m pytest -m gpu -p no:xdist -p no:cacheprovider -rA"
+    return TestsOutcome(shown, code, pytest_summary(lines), outcomes, _tail(lines, code))
+
+
+def junit_outcomes(xml_text: str) -> dict[str, str]:
+    """``{test id: passed|failed|error|skipped}`` from pytest's junit XML."""
+    outcomes = {}
+    for case in ET.fromstring(xml_text).iter("testcase"):
+        name = f"{case.get('classname', '')}::{case.get('name', '')}"
+        kinds = [child.tag for child in case if child.tag in ("failure", "error", "skipped")]
+        outcomes[name] = {"failure": "failed"}.get(kinds[0], kinds[0]) if kinds else "passed"
+    return outcomes
+
+
+def pytest_summary(lines: list[str]) -> str:
+    """pytest's last ``=== 12 passed, 1 failed in 40s ===`` line, without the rules."""
+    for line in reversed(lines):
+        match = re.fullmatch(r"=+ (.*\bin [0-9.]+s.*?) =+", line.strip())
+        if match:
+            return match.group(1)
+    return "no pytest summary line (see the tail)"
+
+
+def run_training(label: str, args: tuple[str, ...]) -> RunOutcome:
+    """One training command in a fresh state folder, the host's GENESIS_FP16_* left out."""
+    shown = "genesis-fp16 " + " ".join(args)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_FP16_")}
+    env.pop("ENABLE_FP16_TRAINING", None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    print(f"\n--- {shown}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        env["GENESIS_FP16_STATE_DIR"] = str(Path(tmp) / "state")
+        started = time.monotonic()
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "genesis_fp16", *args],
+                cwd=tmp,  # no ./.env of the checkout's
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=RUN_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            wall = round(time.monotonic() - started, 1)
+            return RunOutcome(label, shown, -1, wall, None, f"timed out after {wall} s")
+    wall = round(time.monotonic() - started, 1)
+    outcome = RunOutcome(label, shown, proc.returncode, wall, last_json_line(proc.stdout))
+    if not outcome.ok:
+        outcome.tail = "\n".join((proc.stderr or proc.stdout).splitlines()[-TAIL_LINES:])
+    print(json.dumps(outcome.result) if outcome.result is not None else outcome.tail, flush=True)
+    return outcome
+
+
+def last_json_line(stdout: str) -> dict[str, Any] | None:
+    """The JSON object that ends a `--json` run's stdout, or None when there is none."""
+    lines = stdout.strip().splitlines()
+    try:
+        value = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _tail(lines: list[str], code: int) -> str:
+    return "" if code == 0 else "\n".join(lines[-TAIL_LINES:])
+
+
+def slug(device: str) -> str:
+    """A file-name part from a device name: 'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3'."""
+    return re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") or "cuda"
+
+
+def render(info: dict[str, Any], tests: TestsOutcome, runs: list[RunOutcome]) -> str:
+    """The results page: provenance, the tests' outcomes, each run and its JSON line."""
+    out = [f"# make gpu-check on {info['device']} ({info['date']})", ""]
+    out += ["Written by `make gpu-check` (tests/gpu_check.py); every figure below is measured.", ""]
+    out += ["| | |", "| --- | --- |"]
+    out += [f"| {key} | {value} |" for key, value in info.items()]
+    out += ["", "## gpu-marked tests, one process", "", f"`{tests.command}`: **{tests.summary}**"]
+    out += ["", "| test | outcome |", "| --- | --- |"]
+    out += [f"| `{name}` | {outcome} |" for name, outcome in sorted(tests.outcomes.items())]
+    if tests.tail:
+        out += ["", "```text", tests.tail, "```"]
+    out += ["", "## Training on CUDA", ""]
+    for run in runs:
+        verdict = "ok" if run.ok else f"FAILED (exit {run.exit_code})"
+        out += [f"`{run.command}`: {verdict}, {run.wall_seconds} s", ""]
+        if run.result is not None:
+            out += ["```json", json.dumps(run.result, sort_keys=True), "```", ""]
+        if run.tail:
+            out += ["```text", run.tail, "```", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def verdict(tests: TestsOutcome, runs: list[RunOutcome], page: Path) -> str:
+    """The one closing line: what passed, what failed, where the results are."""
+    parts = [f"tests {tests.summary}"]
+    parts += [f"{run.label}: {'ok' if run.ok else f'exit {run.exit_code}'}" for run in runs]
+    word = "passed" if tests.ok and all(r.ok for r in runs) else "FAILED"
+    return f"gpu-check {word}: {'; '.join(parts)}; results in {page}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = parser.parse_args(argv)
+    info = cuda_or_exit()
+    tests = run_gpu_tests()
+    runs = [run_training(label, command) for label, command in TRAINING_RUNS.items()]
+    args.out.mkdir(parents=True, exist_ok=True)
+    page = args.out / f"gpu-check_{slug(info['device'])}.md"
+    page.write_text(render(info, tests, runs))
+    data = {"host": info, "tests": asdict(tests), "runs": [asdict(r) for r in runs]}
+    page.with_suffix(".json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    line = verdict(tests, runs, page)
+    print(f"\n{line}")
+    return 0 if line.startswith("gpu-check passed") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
