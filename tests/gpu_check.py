@@ -48,7 +48,7 @@ TAIL_LINES = 40
 
 
 @dataclass
-class TestsOutcome:
+class PytestOutcome:
     """The gpu-marked tests' pytest run: its exit code, summary and outcome per test."""
 
     command: str
@@ -146,7 +146,7 @@ def _stream(command: list[str], **kwargs: Any) -> tuple[int, list[str]]:
     return proc.returncode, lines
 
 
-def run_gpu_tests() -> TestsOutcome:
+def run_gpu_tests() -> PytestOutcome:
     """The gpu-marked tests in this one pytest process (xdist blocked), with a junit file."""
     with tempfile.TemporaryDirectory() as tmp:
         junit = Path(tmp) / "junit.xml"
@@ -155,7 +155,7 @@ def run_gpu_tests() -> TestsOutcome:
         code, lines = _stream(command, cwd=ROOT)
         outcomes = junit_outcomes(junit.read_text()) if junit.exists() else {}
     shown = "python -m pytest -m gpu -p no:xdist -p no:cacheprovider -rA"
-    return TestsOutcome(shown, code, pytest_summary(lines), outcomes, _tail(lines, code))
+    return PytestOutcome(shown, code, pytest_summary(lines), outcomes, _tail(lines, code))
 
 
 def junit_outcomes(xml_text: str) -> dict[str, str]:
@@ -226,7 +226,7 @@ def slug(device: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") or "cuda"
 
 
-def render(info: dict[str, Any], tests: TestsOutcome, runs: list[RunOutcome]) -> str:
+def render(info: dict[str, Any], tests: PytestOutcome, runs: list[RunOutcome]) -> str:
     """The results page: provenance, the tests' outcomes, each run and its JSON line."""
     out = [f"# make gpu-check on {info['device']} ({info['date']})", ""]
     out += ["Written by `make gpu-check` (tests/gpu_check.py); every figure below is measured.", ""]
@@ -248,7 +248,7 @@ def render(info: dict[str, Any], tests: TestsOutcome, runs: list[RunOutcome]) ->
     return "\n".join(out).rstrip() + "\n"
 
 
-def verdict(tests: TestsOutcome, runs: list[RunOutcome], page: Path) -> str:
+def verdict(tests: PytestOutcome, runs: list[RunOutcome], page: Path) -> str:
     """The one closing line: what passed, what failed, where the results are."""
     parts = [f"tests {tests.summary}"]
     parts += [f"{run.label}: {'ok' if run.ok else f'exit {run.exit_code}'}" for run in runs]

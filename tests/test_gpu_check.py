@@ -1,0 +1,80 @@
+"""tests/gpu_check.py (`make gpu-check`) without a GPU: what it reads and what it writes."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from gpu_check import (
+    PytestOutcome,
+    RunOutcome,
+    junit_outcomes,
+    pytest_summary,
+    render,
+    run_training,
+    slug,
+    verdict,
+)
+
+SAMPLE_TESTS = """
+import pytest
+
+def test_ok():
+    pass
+
+def test_bad():
+    assert 1 == 2
+
+def test_skip():
+    pytest.skip("no reason")
+"""
+
+
+def test_reads_the_outcomes_and_summary_of_a_real_pytest_run(tmp_path: Path) -> None:
+    """A pytest run with a pass, a failure and a skip: each read from junit, and the summary."""
+    (tmp_path / "test_sample.py").write_text(SAMPLE_TESTS)
+    junit = tmp_path / "junit.xml"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stdout
+    assert junit_outcomes(junit.read_text()) == {
+        "test_sample::test_ok": "passed",
+        "test_sample::test_bad": "failed",
+        "test_sample::test_skip": "skipped",
+    }
+    summary = pytest_summary(proc.stdout.splitlines())
+    assert re.fullmatch(r"1 failed, 1 passed, 1 skipped in [0-9.]+s", summary), summary
+
+
+def test_a_failed_training_run_fails_the_check_and_the_page_says_why(tmp_path: Path) -> None:
+    """`train --device cuda` without CUDA fails for real: FAILED, its stderr on the page."""
+    if torch.cuda.is_available():
+        pytest.skip("this host has CUDA: the run would train")
+    failed = run_training("se_darwin", ("train", "se_darwin", "--device", "cuda", "--json"))
+    assert failed.exit_code != 0 and not failed.ok and failed.result is None
+    assert "cuda" in failed.tail.lower()
+    passed = RunOutcome("rlhf_ppo", "genesis-fp16 train rlhf_ppo", 0, 1.5, {"device": "cuda"})
+    tests = PytestOutcome("python -m pytest -m gpu", 0, "2 passed in 3.1s", {"t::a": "passed"})
+    info = {"device": "NVIDIA H100 80GB HBM3", "date": "2026-11-23 12:00 UTC", "torch": "2.11"}
+    page = render(info, tests, [failed, passed])
+    assert "| torch | 2.11 |" in page and "| `t::a` | passed |" in page
+    run_line = (
+        f"`genesis-fp16 train se_darwin --device cuda --json`: FAILED (exit {failed.exit_code})"
+    )
+    assert run_line in page
+    assert failed.tail in page and '{"device": "cuda"}' in page
+    where = tmp_path / f"gpu-check_{slug(info['device'])}.md"
+    assert where.name == "gpu-check_nvidia-h100-80gb-hbm3.md"
+    line = verdict(tests, [failed, passed], where)
+    assert line.startswith("gpu-check FAILED: tests 2 passed in 3.1s; ")
+    assert f"se_darwin: exit {failed.exit_code}; rlhf_ppo: ok; results in {where}" in line
+    assert verdict(tests, [passed], where).startswith("gpu-check passed: ")
