@@ -1,9 +1,9 @@
 """One scheduled training job of one agent: from settings to a TrainRequest to metrics.
 
-A job takes a device slot (jobs on the same device never exceed the configured
-concurrency), resumes from the agent's newest checkpoint, trains on the configured data
-(or the generated sample data), and reports every log interval to the metrics. Its log
-records carry ``agent`` and ``run_id``.
+A job takes a slot on each GPU its run occupies (genesis_fp16/device_slots.py: runs on
+one GPU never exceed the configured concurrency), resumes from the agent's newest
+checkpoint, trains on the configured data (or the generated sample data), and reports
+every log interval to the metrics. Its log records carry ``agent`` and ``run_id``.
 
 Rollback: the job asks ``should_stop`` at every step boundary. It turns true when the
 daemon shuts down, or when a reload changed the precision this agent would now be asked
@@ -25,6 +25,7 @@ from typing import Any
 import structlog
 
 from genesis_fp16 import guard_state, probe_gate
+from genesis_fp16.device_slots import DeviceSlots, slot_keys
 from genesis_fp16.devices import device_lost
 from genesis_fp16.diagnostics_export import export_diagnostics
 from genesis_fp16.launcher import LaunchError, train_in_child, train_with_torchrun
@@ -42,27 +43,6 @@ log = structlog.get_logger("genesis_fp16.jobs")
 # A precision switch restarts the run at once; more than this many in one job means the
 # configuration keeps flapping, and the next scheduled job picks up the rest.
 MAX_RESTARTS_PER_JOB = 3
-
-
-class DeviceSlots:
-    """A counting semaphore per device, shared by every agent's jobs."""
-
-    def __init__(self, concurrency: int) -> None:
-        self._concurrency = concurrency
-        self._slots: dict[str, threading.BoundedSemaphore] = {}
-        self._lock = threading.Lock()
-
-    def acquire(self, device: str, give_up: Callable[[], bool]) -> bool:
-        """Wait for a slot on ``device``; False when ``give_up()`` turns true first."""
-        with self._lock:
-            slot = self._slots.setdefault(device, threading.BoundedSemaphore(self._concurrency))
-        while not slot.acquire(timeout=0.2):
-            if give_up():
-                return False
-        return True
-
-    def release(self, device: str) -> None:
-        self._slots[device].release()
 
 
 @dataclass
@@ -102,7 +82,10 @@ def run_agent_job(ctx: JobContext, agent: str, plugin: AgentPlugin) -> None:
         log.error("job skipped: the agent's abandoned run is still inside train()", agent=agent)
         return
     device = settings.device_for(agent)
-    if not ctx.slots.acquire(device, ctx.stopping.is_set):
+    # The GPUs the run will occupy (cuda is cuda:0; torchrun's N ranks hold N GPUs): no
+    # two agents' runs share one unless GENESIS_FP16_DEVICE_CONCURRENCY allows it.
+    slots = slot_keys(device, settings.agent(agent).nproc)
+    if not ctx.slots.acquire(slots, ctx.stopping.is_set):
         return
     with ctx.running_changed:
         ctx.running.add(agent)
@@ -112,7 +95,7 @@ def run_agent_job(ctx: JobContext, agent: str, plugin: AgentPlugin) -> None:
             if not switched or ctx.stopping.is_set():
                 break
     finally:
-        ctx.slots.release(device)
+        ctx.slots.release(slots)
         with ctx.running_changed:
             ctx.running.discard(agent)
             ctx.running_changed.notify_all()
