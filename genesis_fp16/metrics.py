@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import math
 import os
 import threading
 from collections.abc import Mapping
@@ -315,13 +316,14 @@ class DaemonMetrics:
             for flag in ("0", "1"):
                 with contextlib.suppress(KeyError):  # never exported: nothing to drop
                     self.auto_step.remove(agent, name, flag)
+        fastest: dict[str, float] = {}  # on CUDA a precision has an eager and a captured row
         for row in rows:
             name = row.get("precision")
             if name in PRECISION_LABELS:
-                flag = "1" if name == chosen else "0"
-                self.auto_step.labels(agent=agent, precision=name, chosen=flag).set(
-                    float(row["median_ms"]) / 1000.0
-                )
+                fastest[name] = min(fastest.get(name, math.inf), float(row["median_ms"]))
+        for name, ms in fastest.items():
+            flag = "1" if name == chosen else "0"
+            self.auto_step.labels(agent=agent, precision=name, chosen=flag).set(ms / 1000.0)
 
     def set_eval(
         self, agent: str, metrics: Mapping[str, float], early_stop: Mapping[str, Any] | None

@@ -107,7 +107,9 @@ def _describe_calibration(data: dict[str, Any] | None) -> str:
         fp32 = next(r["median_ms"] for r in rows if r["precision"] == "fp32")
         lines = [f"auto: {data['reason']}", "precision  execution   median ms   vs fp32"]
         for r in rows:
-            mark = "  <- chosen" if r["precision"] == data["chosen"] else ""
+            execution = data.get("execution", r["execution"])  # absent from version 1 caches
+            picked = r["precision"] == data["chosen"] and r["execution"] == execution
+            mark = "  <- chosen" if picked else ""
             ratio = fp32 / r["median_ms"] if r["median_ms"] else float("nan")
             lines.append(
                 f"{r['precision']:<10} {r['execution']:<11} {r['median_ms']:>9.3f}   "

@@ -129,7 +129,7 @@ def register(subparsers: Any) -> None:
         "--cuda-graph",
         choices=CUDA_GRAPH_CHOICES,
         help="replay each step from a captured CUDA graph: on, off, or auto (the default: "
-        "GENESIS_FP16_CUDA_GRAPH; eager until the graph step has passed its GPU tests)",
+        "GENESIS_FP16_CUDA_GRAPH; captured wherever the run can be, or as measured)",
     )
     parser.add_argument(
         "--option",

@@ -8,19 +8,30 @@ model and batches in every candidate precision and trains in the fastest::
 
     calibration = calibrate(task, device="cpu", seed=0, trainer_config=TrainerConfig())
     calibration.chosen     # 'bf16'
-    calibration.reason     # 'auto -> bf16: measured 1.31x fp32 (eager); ...'
+    calibration.execution  # 'eager' (a CPU has no CUDA graphs)
+    calibration.reason     # 'auto -> bf16, eager: measured 1.31x fp32 eager ...'
 
 - **Candidates**: fp32 always; bf16 where the device has it natively; fp16 where the
   device has it natively (CUDA, or a CPU with AVX512-FP16/AMX-FP16). Emulated 16-bit
   arithmetic is never faster, so it is not timed. ``excluded`` (e.g. a red precision
   probe) removes a candidate with its reason. With one candidate left nothing is timed.
+- **Execution**: on CUDA, when the run's ``cuda_graph`` is ``auto``, each candidate is
+  timed eagerly *and* as a captured CUDA graph (where its step can be captured), and the
+  run trains in the faster of the two (``Calibration.execution``). On a launch-bound
+  model the graph is several times faster; on a compute-bound one they tie.
 - **Safety margin**: the most robust candidate (fp32, then bf16, then fp16) whose median
-  step is within ``MARGIN`` (5%) of the fastest wins: fp32 is always timed, so ``auto``
-  is never slower than fp32 beyond that margin and measurement noise.
-- **Cost**: per candidate ``WARMUP`` untimed steps, then timed steps until its share of
-  ``budget_s`` (default 5 s in all) is spent, at least ``MIN_TIMED`` and at most
-  ``MAX_TIMED``. The result is cached (``cache``), so a daemon pays it once per agent
-  until the device, torch version, model, batch shape or candidates change.
+  step is within ``MARGIN`` (5%) of the fastest row wins, in its faster execution: fp32
+  eager is always timed, so ``auto`` is never slower than fp32 eager beyond that margin
+  and measurement noise.
+- **Cost, bounded by the run it serves**: each row (a precision in an execution) takes
+  ``WARMUP`` untimed steps, then timed steps, at least ``MIN_TIMED``. The rows share at
+  most ``RUN_SHARE`` (10%) of the run's expected steps, when ``fit()`` knows them, and
+  at most ``budget_s`` of wall clock (default 1 s: the bound when nothing is known).
+  A run too short for every row's minimum within its share pays the minimum once
+  (the cache keeps it). ``Calibration.seconds`` is the cost and ``Calibration.bound``
+  what bounded it, both reported with the run. The result is cached (``cache``), so a
+  daemon pays it once per agent until the device, torch version, model, batch shape or
+  candidates change.
 - **Training untouched**: every candidate trains a deep copy of one freshly built model
   with its own optimizers and schedulers; the global RNG is saved and restored around
   it, and ``fit()`` seeds after it. A run with ``auto`` is bit for bit the run with the
@@ -49,6 +60,7 @@ from torch import nn
 from infrastructure.atomic import write_json_atomic
 from infrastructure.training import distributed
 from infrastructure.training.batches import to_device
+from infrastructure.training.execution import ExecutionError, MeasuredExecution
 from infrastructure.training.loss_scaler_config import ScalerConfig
 from infrastructure.training.precision import (
     DeviceCapabilities,
@@ -68,11 +80,12 @@ logger = logging.getLogger(__name__)
 
 AUTO_PRECISION_MODES: tuple[str, ...] = ("measure", "rule")
 MARGIN = 0.05
-DEFAULT_BUDGET_S = 5.0
+DEFAULT_BUDGET_S = 1.0
+RUN_SHARE = 0.10
 WARMUP = 2
 MIN_TIMED = 3
 MAX_TIMED = 20
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: rows per (precision, execution) and the chosen execution
 
 
 @dataclass(frozen=True)
@@ -99,6 +112,8 @@ class Calibration:
     seconds: float
     measured_at: float = field(default_factory=time.time)
     cached: bool = False
+    execution: str = "eager"
+    bound: str = ""  # what limited the cost: the run's share of steps, or the clock
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -122,15 +137,26 @@ class Calibration:
             seconds=float(data["seconds"]),
             measured_at=float(data["measured_at"]),
             cached=True,
+            execution=str(data["execution"]),
+            bound=str(data.get("bound", "")),
         )
+
+    def measured_execution(self) -> MeasuredExecution:
+        """The chosen precision's execution and the timings that chose it (for the run)."""
+        mine = [r for r in self.rows if r.precision == self.chosen]
+        timings = ", ".join(f"{r.execution} {r.median_ms:.3f} ms" for r in mine)
+        why = f"measured {self.chosen} steps: {timings}"
+        return MeasuredExecution(self.execution, why)
 
     def table(self) -> str:
         """The measurement as a small text table (``precision show`` prints it)."""
-        fp32 = next((r.median_ms for r in self.rows if r.precision == "fp32"), None)
+        base = _fp32_baseline(self.rows)
+        fp32 = base.median_ms if base is not None else None
         lines = [f"{'precision':<10}{'execution':<12}{'median ms':>10}{'min-max ms':>18}  vs fp32"]
         for r in self.rows:
             ratio = f"{fp32 / r.median_ms:.2f}x" if fp32 and r.median_ms else "-"
-            mark = "  <- chosen" if r.precision == self.chosen else ""
+            picked = (r.precision, r.execution) == (self.chosen, self.execution)
+            mark = "  <- chosen" if picked else ""
             spread = f"{r.min_ms:.3f}-{r.max_ms:.3f}"
             lines.append(
                 f"{r.precision:<10}{r.execution:<12}{r.median_ms:>10.3f}{spread:>18}  {ratio}{mark}"
@@ -155,24 +181,37 @@ def auto_candidates(
     return candidates, skipped
 
 
-def choose(rows: Iterable[Measured], margin: float = MARGIN) -> tuple[str, str]:
-    """The most robust precision within ``margin`` of the fastest median, and why."""
-    by_name = {r.precision: r for r in rows}
-    fastest = min(by_name.values(), key=lambda r: r.median_ms)
-    chosen = next(
-        by_name[name]
-        for name in PRECISIONS
-        if name in by_name and by_name[name].median_ms <= fastest.median_ms * (1 + margin)
+def choose(rows: Iterable[Measured], margin: float = MARGIN) -> tuple[str, str, str]:
+    """The most robust precision within ``margin`` of the fastest row, in its faster
+    execution: (precision, execution, why). Rows are (precision, execution) timings."""
+    rows = list(rows)
+    fastest = min(rows, key=lambda r: r.median_ms)
+    near = {r.precision for r in rows if r.median_ms <= fastest.median_ms * (1 + margin)}
+    precision = next(name for name in PRECISIONS if name in near)
+    chosen = min((r for r in rows if r.precision == precision), key=lambda r: r.median_ms)
+    base = _fp32_baseline(rows)
+    if base is None:
+        raise ValueError("precision calibration: fp32 was not timed")
+    why = (
+        f"auto -> {chosen.precision}, {chosen.execution}: measured "
+        f"{base.median_ms / chosen.median_ms:.2f}x fp32 {base.execution} "
+        f"(median {chosen.median_ms:.3f} ms against {base.median_ms:.3f} ms)"
     )
-    fp32 = by_name["fp32"].median_ms
-    why = f"auto -> {chosen.precision}: measured {fp32 / chosen.median_ms:.2f}x fp32"
-    why += f" ({chosen.execution}, median {chosen.median_ms:.3f} ms)"
-    if fastest is not chosen:
+    other = [r for r in rows if r.precision == precision and r is not chosen]
+    if other:
+        why += f"; {precision} {other[0].execution} {other[0].median_ms:.3f} ms"
+    if fastest.precision != chosen.precision:
         why += (
             f"; {fastest.precision} was {chosen.median_ms / fastest.median_ms:.2f}x faster, "
             f"within the {margin:.0%} margin that prefers the more robust precision"
         )
-    return chosen.precision, why
+    return chosen.precision, chosen.execution, why
+
+
+def _fp32_baseline(rows: Iterable[Measured]) -> Measured | None:
+    """fp32's eager row (the ``never slower than`` reference), else its only row."""
+    fp32 = [r for r in rows if r.precision == "fp32"]
+    return next((r for r in fp32 if r.execution == "eager"), fp32[0] if fp32 else None)
 
 
 def calibrate(
@@ -184,17 +223,21 @@ def calibrate(
     cache: Path | None = None,
     budget_s: float = DEFAULT_BUDGET_S,
     clock: Callable[[], float] = time.perf_counter,
+    expected_steps: int | None = None,
 ) -> Calibration | None:
     """Time the candidates (or reuse ``cache``); None when there is nothing to choose.
 
     None means one candidate only: the caller resolves ``auto`` by the rule, which
-    then names that candidate and why the others are out.
+    then names that candidate and why the others are out. ``expected_steps`` (the run's
+    budget, when known) bounds the cost to ``RUN_SHARE`` of it, or to each row's minimum
+    where that is more.
     """
     dev = torch.device(device)
     caps = detect_capabilities(dev)
     candidates, skipped = auto_candidates(caps, excluded)
     if len(candidates) < 2:
         return None
+    modes = _execution_modes(dev, trainer_config)
     rng = capture_rng_state()
     try:
         template = task.build_model()
@@ -204,30 +247,62 @@ def calibrate(
         if found is not None:
             logger.info("precision calibration reused from %s: %s", cache, found.reason)
             return found
+        limit = _Limit.for_run(len(candidates) * len(modes), expected_steps, budget_s)
         started = clock()
-        rows = tuple(
-            _time(
-                name,
-                task,
-                template,
-                batches,
-                dev,
-                trainer_config,
-                budget_s / len(candidates),
-                clock,
-            )
-            for name in candidates
-        )
+        rows: list[Measured] = []
+        for name in candidates:
+            for mode in modes:
+                row = _time(name, mode, task, template, batches, dev, trainer_config, limit, clock)
+                if isinstance(row, str):
+                    skipped[f"{name} captured"] = row
+                else:
+                    rows.append(row)
     finally:
         restore_rng_state(rng)
-    chosen, reason = choose(rows)
+    chosen, execution, reason = choose(rows)
     if skipped:
         reason += "; not timed: " + ", ".join(f"{n} ({why})" for n, why in skipped.items())
-    result = Calibration(chosen, reason, rows, skipped, key, clock() - started)
-    logger.info("precision calibration in %.2f s: %s", result.seconds, reason)
+    seconds = clock() - started
+    result = Calibration(
+        chosen, reason, tuple(rows), skipped, key, seconds, execution=execution, bound=limit.why
+    )
+    logger.info("precision calibration in %.2f s (%s): %s", seconds, limit.why, reason)
     if cache is not None:
         write_json_atomic(cache, result.to_json())
     return result
+
+
+def _execution_modes(device: torch.device, config: TrainerConfig) -> tuple[str, ...]:
+    """The ``cuda_graph`` settings to time: eager and captured for ``auto`` on CUDA (a
+    row that cannot be captured is skipped with its reason), else the run's own."""
+    if device.type == "cuda" and config.cuda_graph == "auto":
+        return ("off", "on")
+    return (config.cuda_graph,)
+
+
+@dataclass(frozen=True)
+class _Limit:
+    """Each row's most timed steps and seconds, and what set them (for the report)."""
+
+    timed_steps: int
+    seconds: float
+    why: str
+
+    @classmethod
+    def for_run(cls, rows: int, expected_steps: int | None, budget_s: float) -> _Limit:
+        seconds = budget_s / rows
+        clock = f"{budget_s:g} s of wall clock"
+        if expected_steps is None:
+            return cls(MAX_TIMED, seconds, f"at most {clock} (the run's length is unknown)")
+        share = int(expected_steps * RUN_SHARE)
+        timed = max(MIN_TIMED, min(MAX_TIMED, share // rows - WARMUP))
+        why = f"at most {share} steps ({RUN_SHARE:.0%} of the run's {expected_steps}) and {clock}"
+        if share // rows - WARMUP < MIN_TIMED:  # the least that measures anything
+            why = (
+                f"the minimum, {WARMUP + MIN_TIMED} steps a row, is over {RUN_SHARE:.0%} "
+                f"of this {expected_steps}-step run: paid once, then cached"
+            )
+        return cls(timed, seconds, why)
 
 
 @dataclass(frozen=True)
@@ -262,6 +337,7 @@ def policy_for_run(
     seed: int,
     trainer_config: TrainerConfig,
     auto: AutoPrecision,
+    expected_steps: int | None = None,
 ) -> tuple[PrecisionPolicy, Calibration | None]:
     """The run's precision policy; for ``auto`` in ``measure`` mode, by measurement."""
     if requested != "auto" or auto.mode == "rule":
@@ -271,7 +347,14 @@ def policy_for_run(
         why = "; not measured under torchrun (ranks could choose differently)"
         return _with_reason(policy, policy.resolved.reason + why), None
     calibration = calibrate(
-        task, device, seed, trainer_config, auto.excluded, auto.cache, auto.budget_s
+        task,
+        device,
+        seed,
+        trainer_config,
+        auto.excluded,
+        auto.cache,
+        auto.budget_s,
+        expected_steps=expected_steps,
     )
     if calibration is not None:
         policy = PrecisionPolicy.create(calibration.chosen, device, scaler, announce=False)
@@ -309,25 +392,32 @@ def _first_batches(task: TrainingTask, seed: int, count: int) -> list[Any]:
 
 def _time(
     name: str,
+    mode: str,
     task: TrainingTask,
     template: nn.Module,
     batches: list[Any],
     device: torch.device,
     config: TrainerConfig,
-    budget_s: float,
+    limit: _Limit,
     clock: Callable[[], float],
-) -> Measured:
+) -> Measured | str:
+    """One row: ``name`` in the execution ``mode`` asks for; a str says why a captured
+    row could not be captured (then it is not timed)."""
     policy = PrecisionPolicy.create(name, device, announce=False)
     model = copy.deepcopy(template).to(device)
     optimizers = task.build_optimizers(model)
-    trainer = Trainer(model, optimizers, policy, config, task.build_schedulers(optimizers))
+    row_config = replace(config, cuda_graph=mode, measured_execution=None)
+    try:
+        trainer = Trainer(model, optimizers, policy, row_config, task.build_schedulers(optimizers))
+    except ExecutionError as exc:
+        return exc.obstacle
     loss: LossFn = task.loss
     cycle = _cycle([to_device(b, device) for b in batches])
     for _ in range(WARMUP):
         trainer.step([next(cycle)], loss, 0)
     times: list[float] = []
     spent = 0.0
-    while len(times) < MIN_TIMED or (len(times) < MAX_TIMED and spent < budget_s):
+    while len(times) < MIN_TIMED or (len(times) < limit.timed_steps and spent < limit.seconds):
         _sync(device)
         start = clock()
         trainer.step([next(cycle)], loss, 0)
@@ -382,7 +472,11 @@ def _read_cache(path: Path | None, key: Mapping[str, str]) -> Calibration | None
     if path is None or not path.exists():
         return None
     try:
-        found = Calibration.from_json(json.loads(path.read_text()))
+        data = json.loads(path.read_text())
+        if isinstance(data, dict) and data.get("version") != CACHE_VERSION:
+            logger.info("precision calibration cache %s is from another version", path)
+            return None
+        found = Calibration.from_json(data)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         logger.warning("precision calibration cache %s unreadable (%s): measuring again", path, exc)
         return None

@@ -24,11 +24,29 @@ from dataclasses import dataclass
 import torch
 from torch.optim import Optimizer
 
-from infrastructure.training.execution_names import CUDA_GRAPH_REQUESTS, CUDA_GRAPH_VERIFIED
+from infrastructure.training.execution_names import CUDA_GRAPH_REQUESTS, EXECUTION_MODES
 
 
 class ExecutionError(ValueError):
-    """``cuda_graph='on'`` for a run that cannot be captured; the message says why."""
+    """``cuda_graph='on'`` for a run that cannot be captured; the message says why and
+    ``obstacle`` is the reason alone."""
+
+    def __init__(self, message: str, obstacle: str | None = None) -> None:
+        super().__init__(message)
+        self.obstacle = obstacle or message
+
+
+@dataclass(frozen=True)
+class MeasuredExecution:
+    """What a measured ``auto`` found faster for this run (``used``), and the timing that
+    says so (``reason``); ``resolve_execution`` follows it for an ``auto`` request."""
+
+    used: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        if self.used not in EXECUTION_MODES:
+            raise ValueError(f"measured execution {self.used!r}: one of {EXECUTION_MODES}")
 
 
 @dataclass(frozen=True)
@@ -48,8 +66,12 @@ def resolve_execution(
     *,
     host_sync_per_step: bool = False,
     world_size: int = 1,
+    measured: MeasuredExecution | None = None,
 ) -> ResolvedExecution:
     """Decide eager or ``cuda_graph`` for a run, once; see the module docstring.
+
+    ``measured`` is a measured ``auto``'s finding: a capturable run that timed faster
+    eagerly runs eagerly, and the reason gives the two timings.
 
     >>> model = torch.nn.Linear(2, 1)
     >>> opt = torch.optim.AdamW(model.parameters())
@@ -67,16 +89,12 @@ def resolve_execution(
         if requested == "on":
             raise ExecutionError(
                 f"cuda_graph=on, but this run cannot be captured: {obstacle}; "
-                "set cuda_graph to auto (eager here, with this reason) or off"
+                "set cuda_graph to auto (eager here, with this reason) or off",
+                obstacle,
             )
         return ResolvedExecution(requested, "eager", obstacle)
-    if requested == "auto" and not CUDA_GRAPH_VERIFIED:
-        return ResolvedExecution(
-            requested,
-            "eager",
-            "capturable, but auto stays eager until the captured step has passed its GPU "
-            "tests; cuda_graph=on uses it",
-        )
+    if requested == "auto" and measured is not None:
+        return ResolvedExecution(requested, measured.used, f"auto: {measured.reason}")
     return ResolvedExecution(
         requested, "cuda_graph", f"cuda_graph={requested}: whole step captured on {device}"
     )

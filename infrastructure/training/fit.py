@@ -233,9 +233,13 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
         options.seed,
         _trainer_config(options),
         options.auto_precision,
+        expected_steps=_expected_steps(task, options),
     )
     seed_everything(options.seed)  # after the calibration: it leaves no trace in the run
     options = replace(options, should_stop=distributed.agreed_stop(options.should_stop))
+    if calibration is not None and options.cuda_graph == "auto":  # run what was timed faster
+        measured = calibration.measured_execution()
+        options = replace(options, trainer=replace(options.trainer, measured_execution=measured))
     trainer = _build_trainer(task, policy, options)
     manager = None
     if options.checkpoint_dir is not None:
@@ -307,6 +311,17 @@ def _build_trainer(task: TrainingTask, policy: PrecisionPolicy, options: FitOpti
     optimizers = task.build_optimizers(model)
     schedulers = task.build_schedulers(optimizers)
     return Trainer(model, optimizers, policy, _trainer_config(options), schedulers, options.on_log)
+
+
+def _expected_steps(task: TrainingTask, options: FitOptions) -> int | None:
+    """The steps this run asks for, when known: what bounds a measured ``auto``'s cost.
+    An epoch budget counts when the task says how long an epoch is (``steps_per_epoch``)."""
+    if options.steps is not None:
+        return options.steps
+    per_epoch = getattr(task, "steps_per_epoch", None)
+    if options.epochs is not None and isinstance(per_epoch, int):
+        return options.epochs * per_epoch
+    return None
 
 
 def _trainer_config(options: FitOptions) -> TrainerConfig:

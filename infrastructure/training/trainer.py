@@ -37,7 +37,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from infrastructure.training import checkpoint_keys as keys
 from infrastructure.training import distributed
 from infrastructure.training.cuda_graph import StepGraphs
-from infrastructure.training.execution import resolve_execution
+from infrastructure.training.execution import MeasuredExecution, resolve_execution
 from infrastructure.training.execution_names import CUDA_GRAPH_REQUESTS
 from infrastructure.training.precision import PrecisionPolicy
 from infrastructure.training.rng import capture_rng_state, restore_rng_state
@@ -66,6 +66,8 @@ class TrainerConfig:
     - ``cuda_graph``: ``auto``, ``on`` or ``off``: replay the whole step from a captured
       CUDA graph where the run allows it (:mod:`infrastructure.training.execution` says
       when; ``Trainer.execution`` says what ran and why).
+    - ``measured_execution``: under ``auto``, what calibration timed faster for this run
+      (set by ``fit()``; None keeps the rule: captured wherever the run can be).
     """
 
     max_grad_norm: float | None = 1.0
@@ -73,6 +75,7 @@ class TrainerConfig:
     log_interval: int = 50
     overflow_window: int = 100
     cuda_graph: str = "auto"
+    measured_execution: MeasuredExecution | None = None
 
     def __post_init__(self) -> None:
         if self.cuda_graph not in CUDA_GRAPH_REQUESTS:
@@ -131,6 +134,7 @@ class Trainer:
             self.schedulers,
             host_sync_per_step=self.host_sync_per_step,
             world_size=distributed.rank_and_world()[1],
+            measured=config.measured_execution,
         )
         logger.info("execution %s (%s)", self.execution.used, self.execution.reason)
         # Warm-up, capture and replay of _device_step; None for eager steps.

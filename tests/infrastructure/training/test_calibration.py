@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 from test_fit import RegressionTask
 
 from infrastructure.training import FitOptions, TrainerConfig, fit
@@ -27,8 +28,8 @@ def bf16_native(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-def _row(name: str, ms: float) -> Measured:
-    return Measured(name, "eager", ms, ms, ms, 3)
+def _row(name: str, ms: float, execution: str = "eager") -> Measured:
+    return Measured(name, execution, ms, ms, ms, 3)
 
 
 def test_candidates_are_the_native_precisions_and_fp32_cannot_be_excluded() -> None:
@@ -54,9 +55,63 @@ def test_choose_takes_the_most_robust_within_the_margin_of_the_fastest(
     times: dict[str, float], chosen: str
 ) -> None:
     """The fastest wins unless a more robust precision is within 5% of it."""
-    name, reason = choose([_row(n, ms) for n, ms in times.items()])
-    assert name == chosen
-    assert reason.startswith(f"auto -> {chosen}: measured")
+    name, execution, reason = choose([_row(n, ms) for n, ms in times.items()])
+    assert (name, execution) == (chosen, "eager")
+    assert reason.startswith(f"auto -> {chosen}, eager: measured")
+
+
+def _pairs(*ms: float) -> dict[tuple[str, str], float]:
+    """fp32 eager, fp32 captured, bf16 eager, bf16 captured step times."""
+    names = [(p, e) for p in ("fp32", "bf16") for e in ("eager", "cuda_graph")]
+    return dict(zip(names, ms, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("times", "chosen"),
+    [
+        # the H100's world model: launch-bound, so every captured step beats every eager one
+        (_pairs(11.3, 1.5, 12.0, 1.6), ("fp32", "cuda_graph")),
+        # compute-bound: bf16 wins, captured a little faster than eager
+        (_pairs(14.6, 14.5, 5.8, 4.0), ("bf16", "cuda_graph")),
+        # the graph is slower here (say, a capture that re-allocates): eager wins
+        (_pairs(10.0, 10.8, 6.0, 6.6), ("bf16", "eager")),
+    ],
+)
+def test_choose_picks_a_precision_and_an_execution_never_slower_than_fp32_eager(
+    times: dict[tuple[str, str], float], chosen: tuple[str, str]
+) -> None:
+    """With eager and captured rows, the chosen pair is the robust precision in its faster
+    execution, never slower than fp32 eager, and the reason names both timings."""
+    rows = [_row(name, ms, execution) for (name, execution), ms in times.items()]
+    name, execution, reason = choose(rows)
+    assert (name, execution) == chosen
+    assert times[chosen] <= times[("fp32", "eager")]
+    assert reason.startswith(f"auto -> {name}, {execution}: measured")
+    other = "eager" if execution == "cuda_graph" else "cuda_graph"
+    assert f"{name} {other} {times[(name, other)]:.3f} ms" in reason
+
+
+@pytest.mark.parametrize(
+    ("expected", "timed", "bound"),
+    [
+        (None, cal.MAX_TIMED, "the run's length is unknown"),
+        (10_000, cal.MAX_TIMED, "at most 1000 steps (10% of the run's 10000)"),
+        (300, 13, "at most 30 steps (10% of the run's 300)"),  # 2 rows: 15 steps each
+        (60, cal.MIN_TIMED, "the minimum, 5 steps a row, is over 10% of this 60-step run"),
+    ],
+)
+def test_calibration_takes_at_most_a_tenth_of_the_run_it_serves(
+    bf16_native: None, tmp_path: Path, expected: int | None, timed: int, bound: str
+) -> None:
+    """Its steps (warm-up and timed, every row) stay within 10% of the run's expected
+    steps, or each row's minimum where that is more; the bound is reported."""
+    result = cal.calibrate(
+        RegressionTask(), "cpu", 0, TrainerConfig(), budget_s=60.0, expected_steps=expected
+    )
+    assert result is not None and bound in result.bound
+    assert all(r.steps == timed for r in result.rows)  # 60 s: the step bound is what binds
+    if expected is not None and expected >= 300:
+        assert sum(r.steps + cal.WARMUP for r in result.rows) <= expected * cal.RUN_SHARE
 
 
 @pytest.mark.parametrize("width", [16, 1024])
@@ -74,7 +129,9 @@ def test_auto_chooses_by_real_measurement_and_trains_as_that_precision_named(
     assert all(
         r.steps >= cal.MIN_TIMED and r.min_ms <= r.median_ms <= r.max_ms for r in calibration.rows
     )
-    assert calibration.chosen == choose(calibration.rows)[0]
+    assert (calibration.chosen, calibration.execution) == choose(calibration.rows)[:2]
+    assert calibration.execution == "eager"  # a CPU has no CUDA graphs
+    assert "the minimum, 5 steps a row" in calibration.bound  # 10% of 6 steps is less
     fp32 = calibration.rows[0].median_ms
     chosen_row = next(r for r in calibration.rows if r.precision == calibration.chosen)
     assert chosen_row.median_ms <= fp32 * (1 + cal.MARGIN)  # never slower than fp32
@@ -144,6 +201,31 @@ def test_bad_auto_precision_settings_are_refused() -> None:
         AutoPrecision(mode="measured")
     with pytest.raises(ValueError, match="budget_s=0"):
         AutoPrecision(budget_s=0)
+
+
+def test_auto_on_cuda_times_eager_and_captured_rows_and_elsewhere_the_runs_own() -> None:
+    """On CUDA under cuda_graph=auto both executions are timed; on a CPU, or with the
+    execution named, only the run's own (nothing is timed that the run could not use)."""
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert cal._execution_modes(cuda, TrainerConfig(cuda_graph="auto")) == ("off", "on")
+    assert cal._execution_modes(cuda, TrainerConfig(cuda_graph="off")) == ("off",)
+    assert cal._execution_modes(cpu, TrainerConfig(cuda_graph="auto")) == ("auto",)
+
+
+def test_the_run_follows_the_measured_execution_with_both_timings() -> None:
+    """The chosen precision's rows become the run's measured execution and its reason."""
+    rows = (
+        _row("fp32", 11.3),
+        _row("fp32", 1.5, "cuda_graph"),
+        _row("bf16", 12.0),
+        _row("bf16", 1.6, "cuda_graph"),
+    )
+    calibration = cal.Calibration("fp32", "r", rows, {}, {}, 0.1, execution="cuda_graph")
+    measured = calibration.measured_execution()
+    assert measured.used == "cuda_graph"
+    assert measured.reason == "measured fp32 steps: eager 11.300 ms, cuda_graph 1.500 ms"
+    table = calibration.table()
+    assert table.count("<- chosen") == 1 and "cuda_graph       1.500" in table
 
 
 def test_the_table_names_every_candidate_and_the_choice() -> None:
