@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import math
 import os
 import threading
 from collections.abc import Mapping
