@@ -3,15 +3,19 @@
 A test that needs a tool asks for its fixture (``promtool``, ``systemd_analyze``, ...).
 Without the tool the test skips and says why, except when the environment variable CI is
 set: CI installs every tool (see .ci/run), so there a missing tool is a failure.
+
+Under pytest-xdist on a CUDA host, the tests that use CUDA run one at a time (cuda_serial.py).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cuda_serial import cuda_lock_path, exclusive, uses_cuda
 
 VENV_BIN = Path(__file__).resolve().parents[1] / ".venv" / "bin"
 
@@ -54,3 +58,15 @@ def kubernetes_validate() -> str:
 @pytest.fixture(scope="session")
 def hadolint() -> str:
     return require_tool("hadolint", extra_dirs=(VENV_BIN,))
+
+
+# tryfirst: outside pytest-timeout's wrapper, so the wait for the lock is not the test's time.
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Under xdist on a CUDA host, a test that uses CUDA holds the run's lock throughout."""
+    path = cuda_lock_path()
+    if path is None or not uses_cuda(item.nodeid, item.get_closest_marker("gpu") is not None):
+        yield
+        return
+    with exclusive(path):
+        yield
