@@ -27,6 +27,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -47,7 +48,7 @@ from infrastructure.training import PrecisionPolicy, Trainer, TrainerConfig, Tra
 
 logger = logging.getLogger(__name__)
 
-LossFn = Callable[[nn.Module, torch.Tensor], torch.Tensor]
+LossFn = Callable[[nn.Module, Any], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -88,12 +89,6 @@ def _frozen_copy(module: nn.Module, dtype: torch.dtype) -> nn.Module:
 # host stream's numbers on a CPU run, where both generators are CPU generators.
 SAMPLE_SEED_OFFSET = 1_000_003
 
-# Why this agent's steps are never captured into a CUDA graph (cuda_graph=off).
-EAGER_ONLY = (
-    "each PPO update's loss closes over that iteration's rollouts and advantages, "
-    "which a captured graph would not see change; its steps run eagerly"
-)
-
 
 class ActorCritic(nn.Module):
     """The two trained networks as one module, so that one Trainer steps them together."""
@@ -116,9 +111,11 @@ class PPOEngine:
         log_interval: int = 50,
         on_log: Callable[[TrainingSummary], None] | None = None,
         precision: PrecisionPolicy | None = None,
+        cuda_graph: str = "auto",
     ) -> None:
         """``precision`` (default: created from ``preset.policy``) is the Trainer's policy;
-        the precision guard passes the demoted one, whose reason tells the demotion."""
+        the precision guard passes the demoted one, whose reason tells the demotion.
+        ``cuda_graph`` is the update step's execution (``auto``: captured on CUDA)."""
         self.cfg, self.preset, self.device = cfg, preset, device
         # Two random streams, each on the device that consumes it. Prompts and minibatch
         # orders are drawn on the host on purpose (the same on every device) and moved;
@@ -138,12 +135,18 @@ class PPOEngine:
         self.reward_fp32 = RewardModel(cfg.task).to(device)
         self.rollout_policy = _frozen_copy(self.policy, preset.dtype("rollout"))
         self.model = ActorCritic(self.policy, self.critic)
-        self.optimizer = torch.optim.AdamW(
-            [
-                {"params": self.policy.parameters(), "lr": cfg.lr},
-                {"params": self.critic.parameters(), "lr": cfg.critic_lr},
-            ],
-            weight_decay=0.0,
+        # On CUDA the optimizer keeps its step counters on the device and skips an
+        # overflowing fp16 step by itself, so a whole update step can be captured into a
+        # CUDA graph. The CPU keeps torch's default AdamW, and its numbers as they were.
+        on_cuda = torch.device(device).type == "cuda"
+        groups = [
+            {"params": self.policy.parameters(), "lr": cfg.lr},
+            {"params": self.critic.parameters(), "lr": cfg.critic_lr},
+        ]
+        self.optimizer = (
+            torch.optim.AdamW(groups, weight_decay=0.0, fused=True, capturable=True)
+            if on_cuda
+            else torch.optim.AdamW(groups, weight_decay=0.0)
         )
         # The trainer's precision is the policy's; the critic opens its own autocast.
         self.precision = precision or _preset_precision(preset, device)
@@ -152,13 +155,14 @@ class PPOEngine:
                 f"rlhf_ppo: precision {self.precision.name!r} does not match preset "
                 f"{preset.name!r} (policy {preset.policy!r})"
             )
+        # The update step is a pure function of its minibatch (the rollouts are gathered
+        # into it eagerly), so it can be replayed from one CUDA graph per minibatch shape.
         self.trainer = Trainer(
             self.model,
             [self.optimizer],
             self.precision,
-            # Eager: see EAGER_ONLY.
             TrainerConfig(
-                max_grad_norm=cfg.max_grad_norm, log_interval=log_interval, cuda_graph="off"
+                max_grad_norm=cfg.max_grad_norm, log_interval=log_interval, cuda_graph=cuda_graph
             ),
             on_log=on_log,
         )
@@ -167,6 +171,12 @@ class PPOEngine:
         self.kl_dtype_seen: torch.dtype | None = None
         # Wraps each update's loss before the Trainer steps it (the guard counts losses).
         self.loss_hook: Callable[[LossFn], LossFn] | None = None
+        # The loss the trainer steps and the hook it was built with: a captured graph
+        # replays the loss it was captured with, so it is built once per hook.
+        self._stepped: tuple[Callable[[LossFn], LossFn] | None, LossFn] | None = None
+        # Each update's clip fraction and value loss, summed on the device in place (a
+        # replayed step writes here too; a Python list would only see the capture).
+        self._update_sums = torch.zeros(2, dtype=torch.float64, device=device)
 
     # -- forward passes -------------------------------------------------------------
 
@@ -249,29 +259,45 @@ class PPOEngine:
         returns: torch.Tensor,
         max_steps: int | None,
     ) -> dict[str, float]:
-        cfg = self.cfg
-        clip_fracs: list[torch.Tensor] = []
-        v_losses: list[torch.Tensor] = []
-
-        def loss_fn(model: nn.Module, idx: torch.Tensor) -> torch.Tensor:
-            logp = self.policy_logp(seqs[idx])
-            p_loss, clip_frac = clipped_policy_loss(logp, old_logp[idx], adv[idx], cfg.clip_eps)
-            v_loss = value_loss(self.values(seqs[idx]), returns[idx])
-            clip_fracs.append(clip_frac)
-            v_losses.append(v_loss.detach())
-            return p_loss + cfg.vf_coef * v_loss
-
-        step_loss = self.loss_hook(loss_fn) if self.loss_hook is not None else loss_fn
+        step_loss = self._stepped_loss()
+        self._update_sums.zero_()
+        steps = 0
         for idx in self._minibatches(seqs.shape[0]):
             if max_steps is not None and self.trainer.step_count >= max_steps:
                 break
-            self.trainer.step([idx], step_loss, num_samples=int(idx.numel()))
-        if not clip_fracs:
+            # Gathered eagerly: the minibatch changes every step; the step itself does not.
+            batch = (seqs[idx], old_logp[idx], adv[idx], returns[idx])
+            self.trainer.step([batch], step_loss, num_samples=int(idx.numel()))
+            steps += 1
+        if not steps:
             return {}
-        return {
-            "policy_clip_frac": float(torch.stack(clip_fracs).mean()),
-            "value_loss": float(torch.stack(v_losses).mean()),
-        }
+        clip_frac, v_loss = (self._update_sums / steps).tolist()
+        return {"policy_clip_frac": clip_frac, "value_loss": v_loss}
+
+    def _stepped_loss(self) -> LossFn:
+        """The PPO loss through ``loss_hook``, the same object while the hook is the same;
+        a new hook drops any captured graph (it replays the loss it was captured with)."""
+        hook = self.loss_hook
+        if self._stepped is None or self._stepped[0] is not hook:
+            if self._stepped is not None and self.trainer.graphs is not None:
+                self.trainer.graphs.reset()
+            loss: LossFn = self._ppo_loss
+            self._stepped = (hook, hook(loss) if hook is not None else loss)
+        return self._stepped[1]
+
+    def _ppo_loss(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """Clipped policy loss plus the value loss on one gathered minibatch."""
+        seqs, old_logp, adv, returns = batch
+        cache = self.trainer.graphs is None  # a captured step recasts (no cast cache)
+        with self.precision.autocast(self.preset.dtype("policy"), cache_enabled=cache):
+            logp = self._logp(self.policy, seqs)
+        p_loss, clip_frac = clipped_policy_loss(logp, old_logp, adv, self.cfg.clip_eps)
+        with self.precision.autocast(self.preset.dtype("value"), cache_enabled=cache):
+            values = self._gen_slice(self.critic(seqs))
+        v_loss = value_loss(values, returns)
+        parts = torch.stack((clip_frac.detach().double(), v_loss.detach().double()))
+        self._update_sums.add_(parts)
+        return p_loss + self.cfg.vf_coef * v_loss
 
     def _diagnostics(
         self,

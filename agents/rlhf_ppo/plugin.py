@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from agents.rlhf_ppo.checkpointing import resume_engine, save_engine
-from agents.rlhf_ppo.engine import EAGER_ONLY, PPOConfig, PPOEngine
+from agents.rlhf_ppo.engine import PPOConfig, PPOEngine
 from agents.rlhf_ppo.guarding import GuardedEngine
 from agents.rlhf_ppo.model import TaskConfig, random_prompts
 from agents.rlhf_ppo.presets import (
@@ -177,11 +177,6 @@ class RlhfPpoPlugin:
     def train(self, request: TrainRequest) -> TrainResult:
         """Run PPO for ``request.steps`` optimizer steps in the chosen preset."""
         check_single_process()
-        if request.cuda_graph == "on":
-            raise TrainRequestError(
-                f"rlhf_ppo: cuda_graph=on is not supported: {EAGER_ONLY}; set "
-                "GENESIS_FP16_AGENTS__RLHF_PPO__CUDA_GRAPH (or --cuda-graph) to auto or off"
-            )
         options: dict[str, Any] = parse_options(self.name, self.options, request.options)
         choice = resolve_preset(
             request.precision, options.pop("preset", None), options.pop("rollout_precision", None)
@@ -199,6 +194,7 @@ class RlhfPpoPlugin:
                 log_interval=request.log_interval,
                 on_log=request.on_log,
                 precision=precision,
+                cuda_graph=request.cuda_graph,
             )
 
         engine = build(choice.preset, None)
@@ -255,7 +251,7 @@ class RlhfPpoPlugin:
             stopped_early=stopped,
             demotions=tuple(run.demotions),
             execution=engine.trainer.execution.used,
-            execution_reason=f"rlhf_ppo: {EAGER_ONLY}",
+            execution_reason=f"rlhf_ppo update steps: {engine.trainer.execution.reason}",
             extra={
                 "preset": preset.name,
                 "preset_requested": choice.requested_preset,

@@ -1,4 +1,5 @@
-"""rlhf_ppo on a CUDA device: it trains, and one seed on one device is one run, bit for bit."""
+"""rlhf_ppo on a CUDA device: it trains, one seed on one device is one run bit for bit, and
+its update steps replay from a CUDA graph with the numbers of eager steps."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ pytestmark = [
 OPTIONS = {"batch_size": 16, "preset": "mixed_recommended"}
 
 
-def _train(folder: Path, steps: int) -> TrainResult:
+def _train(folder: Path, steps: int, **fields: Any) -> TrainResult:
     return plugin.train(
         TrainRequest(
             agent="rlhf_ppo",
@@ -30,7 +31,7 @@ def _train(folder: Path, steps: int) -> TrainResult:
             steps=steps,
             seed=5,
             device="cuda",
-            options=OPTIONS,
+            **{"options": OPTIONS, **fields},
         )
     )
 
@@ -58,3 +59,18 @@ def test_a_resumed_cuda_run_continues_bit_for_bit(tmp_path: Path) -> None:
     assert split.extra["resumed_from"] is not None
     for key, tensor in _weights(straight).items():
         assert torch.equal(_weights(split)[key], tensor), key
+
+
+@pytest.mark.parametrize("preset", ["mixed_recommended", "fp16_all"])
+def test_captured_update_steps_equal_eager_ones_bit_for_bit(tmp_path: Path, preset: str) -> None:
+    """cuda_graph=auto captures the PPO update (fused, capturable AdamW) and ends in the
+    eager run's weights and update diagnostics; the reason says what ran."""
+    options = {**OPTIONS, "preset": preset}
+    graphed = _train(tmp_path / "graph", 16, cuda_graph="auto", options=options)
+    eager = _train(tmp_path / "eager", 16, cuda_graph="off", options=options)
+    assert graphed.execution == "cuda_graph", graphed.execution_reason
+    assert eager.execution == "eager" and "cuda_graph=off" in eager.execution_reason
+    for key, tensor in _weights(eager).items():
+        assert torch.equal(_weights(graphed)[key], tensor), key
+    for key in ("policy_clip_frac", "value_loss", "mismatch_abs_dlogp_mean"):
+        assert graphed.extra["diagnostics"][key] == eager.extra["diagnostics"][key], key
