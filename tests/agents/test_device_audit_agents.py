@@ -15,10 +15,11 @@ import pytest
 import torch
 
 from agents.rlhf_ppo import plugin as rlhf_ppo
+from agents.rlhf_ppo.engine import PPOEngine
 from agents.se_darwin import plugin as se_darwin
 from infrastructure.plugin_api import TrainRequest, TrainResult
 from infrastructure.probe import run_probe
-from infrastructure.training.device_audit import DeviceAudit
+from infrastructure.training.device_audit import DeviceAudit, DeviceAuditError
 
 pytestmark = pytest.mark.skipif(
     torch.cuda.is_available(), reason="the audit stands in for a GPU; this host has one"
@@ -71,3 +72,19 @@ def test_the_precision_probe_runs_under_the_audit(tmp_path: Path, plugin: Any) -
     with DeviceAudit():
         report = run_probe(setup, "cpu", steps=2, seed=0)
     assert report.device == "cpu" and report.variants
+
+
+def test_the_audit_refuses_rlhf_ppos_old_cpu_sampling_generator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The defect that failed every rlhf_ppo run on an H100, put back (rollouts sampled
+    from the engine's one CPU generator): the audit stops it at the multinomial."""
+    built = PPOEngine.__init__
+
+    def with_one_cpu_generator(self: PPOEngine, *args: Any, **kwargs: Any) -> None:
+        built(self, *args, **kwargs)
+        self.sample_gen = self.gen  # as before the fix: torch.Generator(), on the host
+
+    monkeypatch.setattr(PPOEngine, "__init__", with_one_cpu_generator)
+    with pytest.raises(DeviceAuditError, match=r"torch\.multinomial draws from a host gen"):
+        _train(rlhf_ppo, tmp_path, precision="fp32", steps=4, options={"batch_size": 16})
