@@ -5,8 +5,9 @@
 1. the ``gpu``-marked tests, in one pytest process (never xdist: 5-15 processes sharing
    one GPU slowed an 11 s test past 200 s on the H100);
 2. both agents' training on CUDA, each with ``--json`` and a fresh state folder:
-   ``train se_darwin --device cuda`` (and again with ``--cuda-graph on``), ``train
-   rlhf_ppo --device cuda``;
+   ``train se_darwin --device cuda`` (and again with ``--cuda-graph on``, and with
+   ``--compile on``: the model compiled inside the captured step), ``train rlhf_ppo
+   --device cuda``;
 3. ``<out>/gpu-check_<device>.md`` and ``.json``: python, torch, CUDA, the device, the
    commit, pytest's outcome per test and each run's command, exit code and JSON line,
    ready to commit.
@@ -39,6 +40,12 @@ TRAINING_RUNS: dict[str, tuple[str, ...]] = {
     "se_darwin": ("train", "se_darwin", "--device", "cuda", "--seed", "1", "--json"),
     "se_darwin --cuda-graph on": (
         *("train", "se_darwin", "--device", "cuda", "--cuda-graph", "on"),
+        *("--seed", "1", "--json"),
+    ),
+    # Not yet run on a GPU: the compiled step's first run there (its compile time shows
+    # in wall_seconds).
+    "se_darwin --compile on": (
+        *("train", "se_darwin", "--device", "cuda", "--compile", "on"),
         *("--seed", "1", "--json"),
     ),
     "rlhf_ppo": ("train", "rlhf_ppo", "--device", "cuda", "--seed", "1", "--json"),
@@ -159,12 +166,17 @@ def run_gpu_tests() -> PytestOutcome:
 
 
 def junit_outcomes(xml_text: str) -> dict[str, str]:
-    """``{test id: passed|failed|error|skipped}`` from pytest's junit XML."""
+    """``{test id: outcome}`` from pytest's junit XML: passed, or failed/error/skipped: why."""
     outcomes = {}
     for case in ET.fromstring(xml_text).iter("testcase"):
         name = f"{case.get('classname', '')}::{case.get('name', '')}"
-        kinds = [child.tag for child in case if child.tag in ("failure", "error", "skipped")]
-        outcomes[name] = {"failure": "failed"}.get(kinds[0], kinds[0]) if kinds else "passed"
+        found = [child for child in case if child.tag in ("failure", "error", "skipped")]
+        if not found:
+            outcomes[name] = "passed"
+            continue
+        kind = {"failure": "failed"}.get(found[0].tag, found[0].tag)
+        why = " ".join(found[0].get("message", "").split())[:160]
+        outcomes[name] = f"{kind}: {why}" if why else kind
     return outcomes
 
 

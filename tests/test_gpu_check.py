@@ -30,12 +30,12 @@ def test_bad():
     assert 1 == 2
 
 def test_skip():
-    pytest.skip("no reason")
+    pytest.skip("not on this host")
 """
 
 
 def test_reads_the_outcomes_and_summary_of_a_real_pytest_run(tmp_path: Path) -> None:
-    """A pytest run with a pass, a failure and a skip: each read from junit, and the summary."""
+    """A pytest run with a pass, a failure and a skip: each read from junit with its reason."""
     (tmp_path / "test_sample.py").write_text(SAMPLE_TESTS)
     junit = tmp_path / "junit.xml"
     proc = subprocess.run(
@@ -48,8 +48,8 @@ def test_reads_the_outcomes_and_summary_of_a_real_pytest_run(tmp_path: Path) -> 
     assert proc.returncode == 1, proc.stdout
     assert junit_outcomes(junit.read_text()) == {
         "test_sample::test_ok": "passed",
-        "test_sample::test_bad": "failed",
-        "test_sample::test_skip": "skipped",
+        "test_sample::test_bad": "failed: assert 1 == 2",
+        "test_sample::test_skip": "skipped: not on this host",
     }
     summary = pytest_summary(proc.stdout.splitlines())
     assert re.fullmatch(r"1 failed, 1 passed, 1 skipped in [0-9.]+s", summary), summary
