@@ -38,7 +38,7 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], object]) -> None:
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
-    _fsync_directory(path.parent)
+    fsync_directory(path.parent)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -47,7 +47,8 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_atomic(path, lambda handle: handle.write(text.encode()))
 
 
-def _fsync_directory(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
+    """Make the renames in ``directory`` durable."""
     # Not every platform can open a folder (Windows); there the rename is as durable as it gets.
     try:
         fd = os.open(directory, os.O_RDONLY)

@@ -186,6 +186,9 @@ class TrainRequest:
     options: Mapping[str, Any] = field(default_factory=dict)
     fsdp: bool = False  # under torchrun: shard with FSDP2 instead of DDP (FitOptions.fsdp)
     cuda_graph: str = "auto"  # auto, on or off: the captured step (FitOptions.cuda_graph)
+    # off or on: the model compiled inside the captured step (FitOptions.compile); an agent
+    # that cannot honour on refuses it (TrainRequestError), never ignores it.
+    compile: str = "off"
     # How precision 'auto' resolves, and where a measurement is cached (FitOptions.auto_precision).
     auto_precision: str = "rule"
     calibration_path: Path | None = None
@@ -200,8 +203,9 @@ class TrainRequest:
         """The :class:`~infrastructure.training.FitOptions` this request asks for.
 
         Precision, device, steps, epochs, seed, resume, checkpoint folder and cadence, log
-        interval, callbacks, guard, FSDP and the CUDA-graph setting come from the request;
-        ``overrides`` replace any of them or set the rest (``scaler``, ``trainer``, ...)::
+        interval, callbacks, guard, FSDP, the CUDA-graph and compile settings come from the
+        request; ``overrides`` replace any of them or set the rest (``scaler``, ``trainer``,
+        ...)::
 
             result = fit(task, request.fit_options(steps=request.steps or 100))
         """
@@ -222,6 +226,7 @@ class TrainRequest:
             "guard": self.guard,
             "fsdp": self.fsdp,
             "cuda_graph": self.cuda_graph,
+            "compile": self.compile,
             "checkpoint_interval": self.checkpoint_steps,
             "checkpoint_seconds": self.checkpoint_seconds,
             "auto_precision": AutoPrecision(
@@ -304,7 +309,8 @@ class TrainResult:
     stopped_early: bool = False
     demotions: Sequence[Mapping[str, Any]] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
-    # What the steps ran as (eager or cuda_graph) and why, like precision_used/_reason.
+    # What the steps ran as (eager, cuda_graph or cuda_graph_compiled) and why, like
+    # precision_used/_reason.
     execution: str = "eager"
     execution_reason: str = "not reported by the agent"
 

@@ -18,7 +18,9 @@ model and batches in every candidate precision and trains in the fastest::
 - **Execution**: on CUDA, when the run's ``cuda_graph`` is ``auto``, each candidate is
   timed eagerly *and* as a captured CUDA graph (where its step can be captured), and the
   run trains in the faster of the two (``Calibration.execution``). On a launch-bound
-  model the graph is several times faster; on a compute-bound one they tie.
+  model the graph is several times faster; on a compute-bound one they tie. Rows are
+  never compiled: a ``compile="on"`` run is timed uncompiled, then trains compiled and
+  captured in the precision chosen.
 - **Safety margin**: the most robust candidate (fp32, then bf16, then fp16) whose median
   step is within ``MARGIN`` (5%) of the fastest row wins, in its faster execution: fp32
   eager is always timed, so ``auto`` is never slower than fp32 eager beyond that margin
@@ -406,7 +408,9 @@ def _time(
     policy = PrecisionPolicy.create(name, device, announce=False)
     model = copy.deepcopy(template).to(device)
     optimizers = task.build_optimizers(model)
-    row_config = replace(config, cuda_graph=mode, measured_execution=None)
+    # Uncompiled rows, for compile=on too: compiling every candidate would cost more than
+    # the run; such a run then trains the chosen precision compiled and captured.
+    row_config = replace(config, cuda_graph=mode, measured_execution=None, compile="off")
     try:
         trainer = Trainer(model, optimizers, policy, row_config, task.build_schedulers(optimizers))
     except ExecutionError as exc:

@@ -15,6 +15,8 @@ import logging
 import math
 import os
 import re
+import stat
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -22,7 +24,7 @@ from typing import Any
 
 import torch
 
-from infrastructure.atomic import write_atomic
+from infrastructure.atomic import fsync_directory
 from infrastructure.training import checkpoint_keys as keys
 
 logger = logging.getLogger(__name__)
@@ -43,12 +45,19 @@ class CheckpointError(ValueError):
 class CheckpointManager:
     """Saves training state under ``directory`` as ``ckpt-<step>.pt`` and finds the newest.
 
-    - ``save`` serialises the state, writes its SHA-256 to ``ckpt-<step>.pt.sha256``, then
-      the file itself (each through a temp file, fsync and ``os.replace``), so a crash
-      leaves the old set of files or the new one, and a file that changes afterwards (bit
-      rot, a torn copy) is caught at load. Then it prunes: the file just written is always
-      kept, with the newest ``keep - 1`` *valid* others; an invalid one is renamed to
-      ``*.rejected`` (kept for a look, never loaded again), older ones are deleted.
+    - ``save`` serialises the state and writes it and its SHA-256 (``ckpt-<step>.pt.sha256``)
+      to two fsynced temp files first; only when both are complete are they renamed into
+      place, the digest first. A full disk therefore fails the save before anything is
+      replaced: the checkpoints already there stay valid. A crash between the renames
+      leaves an orphan digest (a new step) or a file that fails its digest (a step saved
+      again), which is skipped like any bad file. State equal to the file already saved
+      for its step is not written again. A file that changes afterwards (bit rot, a torn
+      copy) is caught at load. Then it prunes: the file just written is always kept, with
+      the newest ``keep - 1`` *valid* others; an invalid one is renamed to ``*.rejected``
+      (kept for a look, never loaded again), older ones are deleted.
+    - Whatever is named like a checkpoint but is not a regular file (a folder, a FIFO, a
+      link to a device) is renamed ``*.rejected`` with a warning naming it, when the
+      folder is next read or written: it never blocks a read or fails a later save.
     - ``load_latest`` loads with ``torch.load(weights_only=True)``: a file holding a
       pickled custom object is refused, not executed. A newest file that is torn, corrupt,
       not a regular file, of another schema, holds non-finite weights, or that ``accept``
@@ -87,10 +96,10 @@ class CheckpointManager:
         torch.save(dict(state), buffer)
         data = buffer.getvalue()
         digest = hashlib.sha256(data).hexdigest()
-        # The digest first: a crash between the two leaves an orphan digest, never a
-        # checkpoint without one.
-        write_atomic(_digest_path(final), lambda handle: handle.write(f"{digest}\n".encode()))
-        write_atomic(final, lambda handle: handle.write(data))
+        self._set_aside_irregular()
+        if _holds(final, digest):
+            return final  # this very state is saved already: written once, not twice
+        _write_pair(final, data, f"{digest}\n".encode())
         signature = _signature(final)
         if signature is not None:
             self._written[final] = signature
@@ -149,8 +158,29 @@ class CheckpointManager:
             logger.info("removed %d stale temp file(s) from %s", len(removed), self.directory)
         return removed
 
+    def _set_aside_irregular(self) -> None:
+        """Rename whatever is named like a checkpoint but is no regular file ``*.rejected``."""
+        if not self.directory.is_dir():
+            return
+        for path in self.directory.iterdir():
+            if _NAME.match(path.name) and not path.is_file():
+                aside = _free_name(path.with_name(path.name + REJECTED_SUFFIX))
+                try:
+                    path.rename(aside)
+                except OSError as error:  # not ours to move: still never read or written
+                    logger.warning("%s is no checkpoint and cannot be moved: %s", path, error)
+                    continue
+                _digest_path(path).unlink(missing_ok=True)
+                logger.warning(
+                    "%s is named like a checkpoint but is not a regular file (%s); renamed to %s",
+                    path,
+                    _kind(aside),
+                    aside,
+                )
+
     def candidates(self) -> Iterator[tuple[dict[str, Any], Path]]:
         """The valid checkpoints, newest first; each bad one is skipped with a warning."""
+        self._set_aside_irregular()
         for path in reversed(self.checkpoints()):
             try:
                 yield load_checkpoint(path), path
@@ -180,6 +210,62 @@ class CheckpointManager:
                 len(files),
             )
         return None
+
+
+def _write_pair(final: Path, data: bytes, digest: bytes) -> None:
+    """Both temp files complete and fsynced, then the digest renamed, then the data; on
+    any failure both temps go and nothing in place has changed."""
+    temps: list[Path] = []
+    try:
+        for content, suffix in ((data, final.suffix), (digest, DIGEST_SUFFIX)):
+            temps.append(_fsynced_temp(final.parent, content, suffix))
+        os.replace(temps[1], _digest_path(final))
+        os.replace(temps[0], final)
+    except BaseException:
+        for temp in temps:
+            temp.unlink(missing_ok=True)
+        raise
+    fsync_directory(final.parent)
+
+
+def _fsynced_temp(folder: Path, content: bytes, suffix: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+    return Path(name)
+
+
+def _holds(path: Path, digest: str) -> bool:
+    """Whether ``path`` is a regular file whose digest file and bytes are ``digest``."""
+    try:
+        if _digest_path(path).read_text().strip() != digest:
+            return False
+        return hashlib.sha256(path.read_bytes()).hexdigest() == digest
+    except OSError:
+        return False
+
+
+def _free_name(path: Path) -> Path:
+    """``path``, or ``path.N`` for the first N not taken."""
+    candidate, n = path, 1
+    while candidate.exists() or candidate.is_symlink():
+        candidate, n = path.with_name(f"{path.name}.{n}"), n + 1
+    return candidate
+
+
+def _kind(path: Path) -> str:
+    if path.is_symlink():
+        return f"a link to {os.readlink(path)}"
+    if path.is_dir():
+        return "a folder"
+    return "a FIFO" if stat.S_ISFIFO(path.stat().st_mode) else "a special file"
 
 
 def _usable(path: Path) -> bool:

@@ -14,6 +14,14 @@ themselves (``fused=True``: no host read of the overflow flag), and no LR schedu
 (a scheduler advances on the host, only after taken steps, which a replayed graph
 cannot tell it without a host read). ``on`` where a condition fails is an error before
 the first step, never a silent fallback; ``auto`` runs eagerly and reports the reason.
+
+``compile="on"`` asks for the model compiled inside the captured step: the same
+conditions, with no eager way out (``cuda_graph`` ``auto`` or ``on`` both capture), and
+its own mode, ``cuda_graph_compiled``::
+
+    resolve_execution("auto", torch.device("cpu"), optimizers, compile="on")
+    # ExecutionError: compile=on runs the compiled model inside the captured step, but
+    # this run cannot be captured: CUDA graphs need a CUDA device; this run is on cpu; ...
 """
 
 from __future__ import annotations
@@ -24,12 +32,17 @@ from dataclasses import dataclass
 import torch
 from torch.optim import Optimizer
 
-from infrastructure.training.execution_names import CUDA_GRAPH_REQUESTS, EXECUTION_MODES
+from infrastructure.training.execution_names import (
+    COMPILE_MODE,
+    COMPILE_REQUESTS,
+    CUDA_GRAPH_REQUESTS,
+    EXECUTION_MODES,
+)
 
 
 class ExecutionError(ValueError):
-    """``cuda_graph='on'`` for a run that cannot be captured; the message says why and
-    ``obstacle`` is the reason alone."""
+    """``cuda_graph='on'`` (or ``compile='on'``) for a run that cannot be captured; the
+    message says why and ``obstacle`` is the reason alone."""
 
     def __init__(self, message: str, obstacle: str | None = None) -> None:
         super().__init__(message)
@@ -51,7 +64,7 @@ class MeasuredExecution:
 
 @dataclass(frozen=True)
 class ResolvedExecution:
-    """``used`` is ``eager`` or ``cuda_graph``; ``reason`` says why, for the run's report."""
+    """``used`` is one of ``EXECUTION_MODES``; ``reason`` says why, for the run's report."""
 
     requested: str
     used: str
@@ -67,11 +80,14 @@ def resolve_execution(
     host_sync_per_step: bool = False,
     world_size: int = 1,
     measured: MeasuredExecution | None = None,
+    compile: str = "off",
 ) -> ResolvedExecution:
-    """Decide eager or ``cuda_graph`` for a run, once; see the module docstring.
+    """Decide eager, ``cuda_graph`` or ``cuda_graph_compiled`` for a run, once; see the
+    module docstring.
 
     ``measured`` is a measured ``auto``'s finding: a capturable run that timed faster
-    eagerly runs eagerly, and the reason gives the two timings.
+    eagerly runs eagerly, and the reason gives the two timings. ``compile="on"`` does
+    not follow it (that timing was of the uncompiled step): the run is captured or fails.
 
     >>> model = torch.nn.Linear(2, 1)
     >>> opt = torch.optim.AdamW(model.parameters())
@@ -81,6 +97,14 @@ def resolve_execution(
     if requested not in CUDA_GRAPH_REQUESTS:
         raise ExecutionError(
             f"unknown cuda_graph setting {requested!r}; valid: {', '.join(CUDA_GRAPH_REQUESTS)}"
+        )
+    if compile not in COMPILE_REQUESTS:
+        raise ExecutionError(
+            f"unknown compile setting {compile!r}; valid: {', '.join(COMPILE_REQUESTS)}"
+        )
+    if compile == "on":
+        return _resolve_compiled(
+            requested, device, optimizers, schedulers, host_sync_per_step, world_size
         )
     if requested == "off":
         return ResolvedExecution(requested, "eager", "cuda_graph=off: eager steps requested")
@@ -97,6 +121,37 @@ def resolve_execution(
         return ResolvedExecution(requested, measured.used, f"auto: {measured.reason}")
     return ResolvedExecution(
         requested, "cuda_graph", f"cuda_graph={requested}: whole step captured on {device}"
+    )
+
+
+def _resolve_compiled(
+    requested: str,
+    device: torch.device,
+    optimizers: Sequence[Optimizer],
+    schedulers: Sequence[object],
+    host_sync_per_step: bool,
+    world_size: int,
+) -> ResolvedExecution:
+    """``compile=on``: the compiled model inside the captured step, or an error saying why not.
+
+    Compiled but eager is not offered: Inductor's kernels save little on a launch-bound
+    step, and compiling costs seconds to minutes per run (``compile-ro`` in the bench)."""
+    obstacle: str | None
+    if requested == "off":
+        obstacle = "cuda_graph=off asks for eager steps"
+    else:
+        obstacle = _capture_obstacle(device, optimizers, schedulers, host_sync_per_step, world_size)
+    if obstacle is not None:
+        raise ExecutionError(
+            "compile=on runs the compiled model inside the captured step, but this run "
+            f"cannot be captured: {obstacle}; set compile to off",
+            obstacle,
+        )
+    return ResolvedExecution(
+        requested,
+        "cuda_graph_compiled",
+        f"compile=on: the model compiled (torch.compile mode {COMPILE_MODE}) inside the "
+        f"whole step captured on {device}",
     )
 
 

@@ -5,9 +5,18 @@
   both on CUDA and keeps the faster.
 - ``on``: the captured step, or a clear error before the first step where it cannot be.
 - ``off``: eager steps.
+
+``compile`` is a second, separate request: ``on`` compiles the model's forward and
+backward with ``torch.compile(mode=COMPILE_MODE)`` (Inductor kernels, CUDA graphs left to
+us) and captures the whole step around them, reported as ``cuda_graph_compiled``; it
+needs a step that can be captured and is an error before the first step where it cannot.
+``off`` (the default until it is measured on a GPU) compiles nothing.
 """
 
 from __future__ import annotations
 
 CUDA_GRAPH_REQUESTS: tuple[str, ...] = ("auto", "on", "off")
-EXECUTION_MODES: tuple[str, ...] = ("eager", "cuda_graph")
+COMPILE_REQUESTS: tuple[str, ...] = ("off", "on")
+# Inductor's kernels without its own CUDA graphs: the captured step is the graph.
+COMPILE_MODE = "max-autotune-no-cudagraphs"
+EXECUTION_MODES: tuple[str, ...] = ("eager", "cuda_graph", "cuda_graph_compiled")

@@ -132,6 +132,9 @@ class FitOptions:
       FSDP2 instead of DDP (see :mod:`infrastructure.training.distributed`).
     - ``cuda_graph`` replaces ``trainer.cuda_graph``: ``auto``, ``on`` or ``off``; what ran
       and why is ``FitResult.execution`` (see :mod:`infrastructure.training.execution`).
+    - ``compile`` replaces ``trainer.compile``: ``off`` or ``on`` (the model compiled inside
+      the captured step, execution ``cuda_graph_compiled``; an error where the step
+      cannot be captured).
     - ``auto_precision``: how ``precision="auto"`` resolves: by the device rule (``rule``,
       the default here) or by timing the task's own steps in each native precision
       (``measure``, the daemon's default; cached in ``auto_precision.cache``). See
@@ -161,6 +164,7 @@ class FitOptions:
     guard: GuardConfig | None = None
     fsdp: bool = False
     cuda_graph: str = "auto"
+    compile: str = "off"
     auto_precision: AutoPrecision = field(default_factory=AutoPrecision)
     early_stop: EarlyStopping | None = None
 
@@ -326,7 +330,10 @@ def _expected_steps(task: TrainingTask, options: FitOptions) -> int | None:
 
 def _trainer_config(options: FitOptions) -> TrainerConfig:
     return replace(
-        options.trainer, log_interval=options.log_interval, cuda_graph=options.cuda_graph
+        options.trainer,
+        log_interval=options.log_interval,
+        cuda_graph=options.cuda_graph,
+        compile=options.compile,
     )
 
 

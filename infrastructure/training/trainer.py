@@ -38,7 +38,11 @@ from infrastructure.training import checkpoint_keys as keys
 from infrastructure.training import distributed
 from infrastructure.training.cuda_graph import StepGraphs
 from infrastructure.training.execution import MeasuredExecution, resolve_execution
-from infrastructure.training.execution_names import CUDA_GRAPH_REQUESTS
+from infrastructure.training.execution_names import (
+    COMPILE_MODE,
+    COMPILE_REQUESTS,
+    CUDA_GRAPH_REQUESTS,
+)
 from infrastructure.training.precision import PrecisionPolicy
 from infrastructure.training.rng import capture_rng_state, restore_rng_state
 from infrastructure.training.summary import TrainingSummary
@@ -68,6 +72,11 @@ class TrainerConfig:
       when; ``Trainer.execution`` says what ran and why).
     - ``measured_execution``: under ``auto``, what calibration timed faster for this run
       (set by ``fit()``; None keeps the rule: captured wherever the run can be).
+    - ``compile``: ``off`` or ``on``: the model compiled with
+      ``torch.compile(mode="max-autotune-no-cudagraphs")`` inside the captured step
+      (execution ``cuda_graph_compiled``); ``on`` where the step cannot be captured is an
+      error before the first step. The model itself stays uncompiled (its state dict keys,
+      its eval): the trainer steps a compiled view of it.
     """
 
     max_grad_norm: float | None = 1.0
@@ -76,8 +85,11 @@ class TrainerConfig:
     overflow_window: int = 100
     cuda_graph: str = "auto"
     measured_execution: MeasuredExecution | None = None
+    compile: str = "off"
 
     def __post_init__(self) -> None:
+        if self.compile not in COMPILE_REQUESTS:
+            raise ValueError(f"compile={self.compile!r}: choose from {', '.join(COMPILE_REQUESTS)}")
         if self.cuda_graph not in CUDA_GRAPH_REQUESTS:
             raise ValueError(
                 f"cuda_graph={self.cuda_graph!r}: choose from {', '.join(CUDA_GRAPH_REQUESTS)}"
@@ -135,10 +147,18 @@ class Trainer:
             host_sync_per_step=self.host_sync_per_step,
             world_size=distributed.rank_and_world()[1],
             measured=config.measured_execution,
+            compile=config.compile,
         )
         logger.info("execution %s (%s)", self.execution.used, self.execution.reason)
         # Warm-up, capture and replay of _device_step; None for eager steps.
-        self.graphs = StepGraphs(policy.device) if self.execution.used == "cuda_graph" else None
+        captured = self.execution.used in ("cuda_graph", "cuda_graph_compiled")
+        self.graphs = StepGraphs(policy.device) if captured else None
+        # What the loss function is given: the model, or a compiled view of it (the same
+        # parameters). Its first calls compile (seconds to minutes with autotuning), in the
+        # graphs' eager warm-up steps, never inside a capture.
+        self.step_model: nn.Module = self.model
+        if self.execution.used == "cuda_graph_compiled":
+            self.step_model = torch.compile(self.model, mode=COMPILE_MODE)  # type: ignore[assignment]
 
     # ------------------------------------------------------------------ state on the device
 
@@ -214,7 +234,7 @@ class Trainer:
         for batch in micro_batches:
             # No cast cache in a graph: cached casts would outlive the capture that made them.
             with self.policy.autocast(cache_enabled=self.graphs is None):
-                loss = loss_fn(self.model, batch)
+                loss = loss_fn(self.step_model, batch)
             loss = loss.float()
             # x / 1 == x exactly: the division is one tiny op saved on the common path.
             self.policy.backward(loss / count if count > 1 else loss)

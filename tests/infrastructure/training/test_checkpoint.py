@@ -277,3 +277,75 @@ def test_a_file_from_before_digests_loads_with_a_warning(
         found = manager.load_latest()
     assert found is not None and found[0][keys.STEP] == 3
     assert any("no digest" in r.getMessage() for r in caplog.records)
+
+
+def test_a_folder_at_the_next_checkpoints_name_is_set_aside_not_fatal(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A directory called ckpt-<next step>.pt made every later save fail (IsADirectoryError):
+    it is renamed *.rejected with a warning naming it, and the save goes through."""
+    manager = _saved(tmp_path, [1])
+    blocker = manager.path_for(2)
+    blocker.mkdir()
+    (blocker / "inside.txt").write_text("an operator's file")
+    with caplog.at_level(logging.WARNING):
+        saved = manager.save(_state(2))
+    assert saved.is_file() and load_checkpoint(saved)[keys.STEP] == 2
+    aside = blocker.with_name(blocker.name + ".rejected")
+    assert (aside / "inside.txt").read_text() == "an operator's file"  # kept, not deleted
+    assert str(blocker) in caplog.text and "a folder" in caplog.text
+
+
+def test_a_fifo_and_a_link_to_a_device_are_set_aside_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Neither is read nor silently passed over: each is renamed *.rejected and named in
+    a warning, and the newest regular checkpoint is loaded."""
+    manager = _saved(tmp_path, [1])
+    fifo, link = manager.path_for(2), manager.path_for(3)
+    os.mkfifo(fifo)
+    link.symlink_to("/dev/zero")
+    with caplog.at_level(logging.WARNING):
+        found = manager.load_latest()
+    assert found is not None and found[0][keys.STEP] == 1
+    assert not fifo.exists() and not link.is_symlink()
+    assert fifo.with_name(fifo.name + ".rejected").exists()
+    assert os.readlink(link.with_name(link.name + ".rejected")) == "/dev/zero"
+    assert "a FIFO" in caplog.text and "a link to /dev/zero" in caplog.text
+
+
+def test_a_full_disk_while_saving_a_step_again_keeps_its_valid_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The digest used to be replaced before the file: ENOSPC on the file then left a valid
+    checkpoint that failed its new digest. Now nothing is replaced until both are written."""
+    manager = _saved(tmp_path, [1, 2])
+    changed = {**_state(2), keys.CONFIG: {"run": "the last save of step 2"}}
+    real_fdopen = os.fdopen
+
+    def full_disk_on_the_checkpoint(fd: int, *args: Any, **kwargs: Any) -> Any:
+        handle = real_fdopen(fd, *args, **kwargs)
+        name = os.readlink(f"/proc/self/fd/{fd}") if os.path.exists("/proc/self/fd") else ""
+        if name.endswith(".pt"):  # the checkpoint's temp file, not the digest's
+            handle.close()
+            raise OSError(28, "No space left on device")
+        return handle
+
+    monkeypatch.setattr(os, "fdopen", full_disk_on_the_checkpoint)
+    with pytest.raises(OSError, match="No space left"):
+        manager.save(changed)
+    monkeypatch.undo()
+    assert load_checkpoint(manager.path_for(2))[keys.CONFIG] == {}  # the earlier save, valid
+    assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_the_same_state_saved_twice_is_written_once(tmp_path: Path) -> None:
+    """A run that saves its last step again with nothing changed leaves the file as it was
+    (same inode and mtime): no second write that a full disk could interrupt."""
+    manager = _saved(tmp_path, [1])
+    path = manager.path_for(1)
+    before = path.stat()
+    time.sleep(0.01)
+    assert manager.save(_state(1)) == path
+    after = path.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)

@@ -1,4 +1,5 @@
-"""resolve_execution(): eager or cuda_graph, decided once with a reason; 'on' never falls back."""
+"""resolve_execution(): eager, cuda_graph or cuda_graph_compiled, decided once with a reason;
+'on' (cuda_graph or compile) never falls back."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from infrastructure.training.execution import (
     MeasuredExecution,
     resolve_execution,
 )
+from infrastructure.training.execution_names import COMPILE_MODE, EXECUTION_MODES
 
 CUDA = torch.device("cuda", 0)  # resolve_execution only reads .type: no GPU needed
 
@@ -98,6 +100,41 @@ def test_unknown_request_names_the_choices() -> None:
         resolve_execution("yes", CUDA, [_adamw()])
 
 
+def test_compile_on_runs_the_compiled_model_in_the_captured_step_as_its_own_mode() -> None:
+    """compile=on on a capturable CUDA run is cuda_graph_compiled under auto and on, even
+    where auto measured eager faster; compile=off leaves the execution as it was."""
+    opt = _adamw(capturable=True)
+    faster_eager = MeasuredExecution("eager", "measured fp32 steps: eager 1.0 ms")
+    for requested in ("auto", "on"):
+        resolved = resolve_execution(requested, CUDA, [opt], measured=faster_eager, compile="on")
+        assert resolved.used == "cuda_graph_compiled" and resolved.requested == requested
+        assert resolved.reason.startswith("compile=on") and COMPILE_MODE in resolved.reason
+    assert resolve_execution("on", CUDA, [opt], compile="off").used == "cuda_graph"
+    assert "cuda_graph_compiled" in EXECUTION_MODES  # exported by genesis_fp16_execution
+
+
+@pytest.mark.parametrize(
+    ("requested", "device", "optimizer", "why"),
+    [
+        ("auto", torch.device("cpu"), {"capturable": True}, "CUDA graphs need a CUDA device"),
+        ("on", CUDA, {}, "optimizer 0 (AdamW) is not capturable"),
+        ("off", CUDA, {"capturable": True}, "cuda_graph=off asks for eager steps"),
+    ],
+)
+def test_compile_on_without_a_captured_step_is_one_line_naming_why(
+    requested: str, device: torch.device, optimizer: dict[str, object], why: str
+) -> None:
+    """compile=on never runs compiled-but-eager: where the step is not captured, one line
+    names compile=on and the obstacle (auto does not fall back either)."""
+    with pytest.raises(ExecutionError) as raised:
+        resolve_execution(requested, device, [_adamw(**optimizer)], compile="on")
+    message = str(raised.value)
+    assert "\n" not in message and message.startswith("compile=on") and why in message
+    assert raised.value.obstacle.startswith(why) and message.endswith("set compile to off")
+    with pytest.raises(ExecutionError, match="unknown compile setting 'yes'; valid: off, on"):
+        resolve_execution(requested, device, [_adamw(**optimizer)], compile="yes")
+
+
 class Pair(NamedTuple):
     x: torch.Tensor
     step: int
@@ -138,6 +175,33 @@ def test_trainer_reports_what_ran_and_refuses_on_before_the_first_step() -> None
         _cpu_trainer("on")
     with pytest.raises(ValueError, match="choose from auto, on, off"):
         TrainerConfig(cuda_graph="yes")
+
+
+def test_trainer_refuses_compile_on_a_cpu_at_construction() -> None:
+    """TrainerConfig(compile='on') on a CPU fails before the first step; a typo names choices."""
+    model = torch.nn.Linear(2, 1)
+    policy = PrecisionPolicy.create("fp32", "cpu")
+    opt = torch.optim.AdamW(model.parameters(), capturable=True)
+    with pytest.raises(ExecutionError, match=r"^compile=on .* cannot be captured: CUDA graphs"):
+        Trainer(model, [opt], policy, TrainerConfig(compile="on"))
+    assert TrainerConfig().compile == "off"
+    with pytest.raises(ValueError, match="compile='yes': choose from off, on"):
+        TrainerConfig(compile="yes")
+
+
+def test_compile_travels_from_the_request_to_fit_which_refuses_it_before_any_step(
+    tmp_path: Path,
+) -> None:
+    """TrainRequest.compile survives JSON and reaches FitOptions; fit() on a CPU raises
+    before building a checkpoint folder, and compile=off trains as before."""
+    request = TrainRequest("t", "fp32", "test", tmp_path, tmp_path / "c", compile="on")
+    assert TrainRequest.from_json(request.to_json()).compile == "on"
+    options = request.fit_options(steps=2)
+    assert options.compile == "on"
+    with pytest.raises(ExecutionError, match=r"^compile=on"):
+        fit(_Task(), options)
+    assert not (tmp_path / "c").exists()
+    assert fit(_Task(), request.fit_options(steps=2, compile="off")).execution.used == "eager"
 
 
 def test_fit_result_train_json_and_checkpoint_carry_the_execution(tmp_path: Path) -> None:
