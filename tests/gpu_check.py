@@ -49,8 +49,24 @@ TRAINING_RUNS: dict[str, tuple[str, ...]] = {
         *("--seed", "1", "--json"),
     ),
     "rlhf_ppo": ("train", "rlhf_ppo", "--device", "cuda", "--seed", "1", "--json"),
+    # The same host's CPU with defaults: what the GPU's speed-up is measured against.
+    "se_darwin on cpu": ("train", "se_darwin", "--device", "cpu", "--seed", "1", "--json"),
+}
+# The H100 report's section 2 rows, and the compile-inside-the-graph stretch row.
+BENCH_RUNS: dict[str, tuple[str, ...]] = {
+    "large, eager and captured": (
+        *("bench", "--device", "cuda", "--sizes", "large"),
+        *("--runners", "ours,ours-graph,hand-graph", "--precisions", "fp32,bf16,fp16"),
+        *("--batch-sizes", "64,8192", "--steps", "50", "--tag", "gpu-check"),
+    ),
+    "large, compiled inside the graph": (
+        *("bench", "--device", "cuda", "--sizes", "large", "--runners", "ours-graph-compile"),
+        *("--precisions", "bf16", "--batch-sizes", "8192", "--steps", "50"),
+        *("--tag", "gpu-check-compile"),
+    ),
 }
 RUN_TIMEOUT_S = 300
+GPU_SPEEDUP_TARGET = 3.0  # default train se_darwin: the H100 against its own host's CPU
 TAIL_LINES = 40
 
 
@@ -190,7 +206,8 @@ def pytest_summary(lines: list[str]) -> str:
 
 
 def run_training(label: str, args: tuple[str, ...]) -> RunOutcome:
-    """One training command in a fresh state folder, the host's GENESIS_FP16_* left out."""
+    """One CLI command (a training run, or the bench) in a fresh state folder, the host's
+    GENESIS_FP16_* left out."""
     shown = "genesis-fp16 " + " ".join(args)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_FP16_")}
     env.pop("ENABLE_FP16_TRAINING", None)
@@ -219,6 +236,14 @@ def run_training(label: str, args: tuple[str, ...]) -> RunOutcome:
     return outcome
 
 
+def run_bench(label: str, args: tuple[str, ...]) -> RunOutcome:
+    """One bench command; it writes its own CSV and table (``--out-dir``), no JSON line."""
+    outcome = run_training(label, args)
+    if outcome.exit_code == 0:
+        outcome.result, outcome.tail = {"exit_code": 0}, ""
+    return outcome
+
+
 def last_json_line(stdout: str) -> dict[str, Any] | None:
     """The JSON object that ends a `--json` run's stdout, or None when there is none."""
     lines = stdout.strip().splitlines()
@@ -238,7 +263,37 @@ def slug(device: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") or "cuda"
 
 
-def render(info: dict[str, Any], tests: PytestOutcome, runs: list[RunOutcome]) -> str:
+def speedup(runs: list[RunOutcome]) -> str:
+    """The default se_darwin run's training seconds on CUDA against the host's CPU."""
+    by_label = {run.label: run.result for run in runs}
+    cuda, cpu = by_label.get("se_darwin"), by_label.get("se_darwin on cpu")
+    if not cuda or not cpu:
+        return "se_darwin cuda against cpu: not measured (a run failed)"
+    ratio = float(cpu["wall_seconds"]) / float(cuda["wall_seconds"])
+    mark = "meets" if ratio >= GPU_SPEEDUP_TARGET else "misses"
+    return (
+        f"se_darwin with defaults: cuda {cuda['wall_seconds']:.2f} s "
+        f"({cuda['precision_used']}, {cuda['execution']}) against cpu {cpu['wall_seconds']:.2f} s "
+        f"({cpu['precision_used']}, {cpu['execution']}): {ratio:.2f}x, {mark} the "
+        f"{GPU_SPEEDUP_TARGET:g}x target"
+    )
+
+
+def bench_tables(out: Path) -> list[str]:
+    """The markdown tables the bench commands wrote under ``out``."""
+    lines = []
+    for page in sorted(out.glob("bench_cuda-*_gpu-check*.md")):
+        lines += [f"### `{page.name}`", "", page.read_text().strip(), ""]
+    return lines
+
+
+def render(
+    info: dict[str, Any],
+    tests: PytestOutcome,
+    runs: list[RunOutcome],
+    bench: list[RunOutcome] | None = None,
+    out_dir: Path | None = None,
+) -> str:
     """The results page: provenance, the tests' outcomes, each run and its JSON line."""
     out = [f"# make gpu-check on {info['device']} ({info['date']})", ""]
     out += ["Written by `make gpu-check` (tests/gpu_check.py); every figure below is measured.", ""]
@@ -257,6 +312,15 @@ def render(info: dict[str, Any], tests: PytestOutcome, runs: list[RunOutcome]) -
             out += ["```json", json.dumps(run.result, sort_keys=True), "```", ""]
         if run.tail:
             out += ["```text", run.tail, "```", ""]
+    out += [f"**{speedup(runs)}**", ""]
+    if bench is not None:
+        out += ["## Bench (`genesis-fp16 bench`, ms per step)", ""]
+        for run in bench:
+            verdict = "ok" if run.exit_code == 0 else f"FAILED (exit {run.exit_code})"
+            out += [f"`{run.command}`: {verdict}, {run.wall_seconds} s", ""]
+            if run.tail:
+                out += ["```text", run.tail, "```", ""]
+        out += bench_tables(out_dir) if out_dir is not None else []
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -276,11 +340,22 @@ def main(argv: list[str] | None = None) -> int:
     tests = run_gpu_tests()
     runs = [run_training(label, command) for label, command in TRAINING_RUNS.items()]
     args.out.mkdir(parents=True, exist_ok=True)
+    out_dir = str(args.out.resolve())
+    bench = [
+        run_bench(label, (*command, "--out-dir", out_dir)) for label, command in BENCH_RUNS.items()
+    ]
     page = args.out / f"gpu-check_{slug(info['device'])}.md"
-    page.write_text(render(info, tests, runs))
-    data = {"host": info, "tests": asdict(tests), "runs": [asdict(r) for r in runs]}
+    page.write_text(render(info, tests, runs, bench, args.out))
+    data = {
+        "host": info,
+        "tests": asdict(tests),
+        "runs": [asdict(r) for r in runs],
+        "bench": [asdict(r) for r in bench],
+        "speedup": speedup(runs),
+    }
     page.with_suffix(".json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    line = verdict(tests, runs, page)
+    line = verdict(tests, [*runs, *bench], page)
+    print(f"\n{speedup(runs)}")
     print(f"\n{line}")
     return 0 if line.startswith("gpu-check passed") else 1
 

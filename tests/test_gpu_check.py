@@ -17,6 +17,7 @@ from gpu_check import (
     render,
     run_training,
     slug,
+    speedup,
     verdict,
 )
 
@@ -78,3 +79,34 @@ def test_a_failed_training_run_fails_the_check_and_the_page_says_why(tmp_path: P
     assert line.startswith("gpu-check FAILED: tests 2 passed in 3.1s; ")
     assert f"se_darwin: exit {failed.exit_code}; rlhf_ppo: ok; results in {where}" in line
     assert verdict(tests, [passed], where).startswith("gpu-check passed: ")
+
+
+def test_the_page_gives_the_gpu_speedup_and_the_bench_tables(tmp_path: Path) -> None:
+    """The default se_darwin run on cuda against the host's cpu, with the 3x target, and
+    each bench table the bench wrote, under its command."""
+
+    def run(label: str, wall: float, precision: str, execution: str) -> RunOutcome:
+        result = {"wall_seconds": wall, "precision_used": precision, "execution": execution}
+        return RunOutcome(label, f"genesis-fp16 train {label}", 0, wall + 9, result)
+
+    runs = [
+        run("se_darwin", 0.5, "fp32", "cuda_graph"),
+        run("se_darwin on cpu", 1.5, "bf16", "eager"),
+    ]
+    assert speedup(runs) == (
+        "se_darwin with defaults: cuda 0.50 s (fp32, cuda_graph) against cpu 1.50 s "
+        "(bf16, eager): 3.00x, meets the 3x target"
+    )
+    assert "misses the 3x target" in speedup(
+        [runs[0], run("se_darwin on cpu", 1.0, "bf16", "eager")]
+    )
+    assert "not measured" in speedup(runs[:1])
+    (tmp_path / "bench_cuda-nvidia-h100_gpu-check.md").write_text(
+        "| size | runner |\n| large | ours |\n"
+    )
+    bench = [RunOutcome("large", "genesis-fp16 bench --device cuda", 0, 60.0, {"exit_code": 0})]
+    tests = PytestOutcome("python -m pytest -m gpu", 0, "2 passed in 3.1s", {"t::a": "passed"})
+    page = render({"device": "H100", "date": "2026-11-23"}, tests, runs, bench, tmp_path)
+    assert "**se_darwin with defaults: cuda 0.50 s" in page
+    assert "`genesis-fp16 bench --device cuda`: ok, 60.0 s" in page
+    assert "### `bench_cuda-nvidia-h100_gpu-check.md`" in page and "| large | ours |" in page
