@@ -142,7 +142,8 @@ class DaemonMetrics:
         )
         self.execution = gauge(
             "execution",
-            "1 for how the agent's last run executed its steps (eager or cuda_graph), 0 else.",
+            "1 for how the agent's last run executed its steps (eager, cuda_graph or "
+            "cuda_graph_compiled), 0 else.",
             ("agent", "mode"),
         )
         self.auto_step = gauge(
@@ -303,7 +304,8 @@ class DaemonMetrics:
             self.precision.labels(agent=agent, precision=precision).set(1)
 
     def set_execution(self, agent: str, mode: str) -> None:
-        """Mark ``mode`` (eager or cuda_graph) as how the agent's last run stepped; others 0."""
+        """Mark ``mode`` (one of ``EXECUTION_MODES``) as how the agent's last run stepped;
+        the others 0."""
         for name in EXECUTION_MODES:
             self.execution.labels(agent=agent, mode=name).set(1 if name == mode else 0)
 

@@ -55,6 +55,7 @@ class RequestOverrides:
     seed: int | None = None
     resume: bool = True
     cuda_graph: str | None = None
+    compile: str | None = None
     log_interval: int | None = None
     options: Mapping[str, str] = field(default_factory=dict)
     checkpoint_steps: int | None = None
@@ -128,6 +129,7 @@ def build_request(
         quarantine_path=quarantine or checkpoint_dir / "quarantine.jsonl",
         guard=guard_state.guard_config(settings),
         cuda_graph=o.cuda_graph or settings.cuda_graph_for(agent),
+        compile=o.compile or settings.compile_for(agent),
         auto_precision=settings.auto_precision,
         calibration_path=paths.calibration_path,
         options=options,

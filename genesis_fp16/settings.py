@@ -48,8 +48,11 @@ PRECISION_CHOICES: tuple[str, ...] = CHOICES
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 # The values of infrastructure.training.execution_names.CUDA_GRAPH_REQUESTS (a test checks).
 CudaGraph = Literal["auto", "on", "off"]
+# The values of infrastructure.training.execution_names.COMPILE_REQUESTS (a test checks).
+Compile = Literal["off", "on"]
 Isolation = Literal["process", "thread"]
 CUDA_GRAPH_CHOICES: tuple[str, ...] = get_args(CudaGraph)
+COMPILE_CHOICES: tuple[str, ...] = get_args(Compile)
 
 
 class SettingsError(Exception):
@@ -106,6 +109,8 @@ class AgentSettings(BaseModel):
     nproc: int = Field(default=1, ge=1)
     # auto, on or off: replay each step from a captured CUDA graph (FitOptions.cuda_graph).
     cuda_graph: CudaGraph | None = None
+    # off or on: the model compiled inside the captured step (FitOptions.compile).
+    compile: Compile | None = None
     # Wall-clock limit of one run (default GENESIS_FP16_RUN_TIMEOUT_SECONDS, 6 h); past it
     # the run stops at its next step with a checkpoint (see Settings.run_timeout_seconds).
     run_timeout_seconds: float | None = Field(default=None, gt=0)
@@ -164,6 +169,9 @@ class Settings(BaseSettings, GuardSettings):
     device: str = "auto"
     device_concurrency: int = Field(default=1, ge=1)
     cuda_graph: CudaGraph = "auto"
+    # on: the model compiled with torch.compile (max-autotune-no-cudagraphs) inside the
+    # captured step; it needs a step that can be captured. off until measured on a GPU.
+    compile: Compile = "off"
     # How precision 'auto' resolves: time the agent's own steps in each native precision
     # (cached per agent) or the device rule (infrastructure.training.calibration).
     auto_precision: Literal["measure", "rule"] = "measure"
@@ -250,6 +258,10 @@ class Settings(BaseSettings, GuardSettings):
     def cuda_graph_for(self, name: str) -> str:
         """``auto``, ``on`` or ``off``: the agent's own setting, else the daemon's."""
         return self.agent(name).cuda_graph or self.cuda_graph
+
+    def compile_for(self, name: str) -> str:
+        """``off`` or ``on``: the agent's own setting, else the daemon's."""
+        return self.agent(name).compile or self.compile
 
     def device_for(self, name: str) -> str:
         """The configured device of an agent, with ``auto`` resolved (cuda if present)."""

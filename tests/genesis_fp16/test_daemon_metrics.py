@@ -83,6 +83,15 @@ def test_execution_gauge_marks_one_mode() -> None:
     assert value(registry, "genesis_fp16_execution", agent="a", mode="cuda_graph") == 0
 
 
+def test_execution_gauge_has_the_compiled_step_as_its_own_mode() -> None:
+    """cuda_graph_compiled (compile=on) is exported as a mode of its own, the others 0."""
+    registry = CollectorRegistry()
+    metrics = DaemonMetrics(registry, "1")
+    metrics.set_execution("a", "cuda_graph_compiled")
+    for mode, expected in (("cuda_graph_compiled", 1), ("cuda_graph", 0), ("eager", 0)):
+        assert value(registry, "genesis_fp16_execution", agent="a", mode=mode) == expected
+
+
 def test_auto_measurement_exports_each_precisions_step_time_and_the_choice() -> None:
     """set_auto_measurement: seconds per precision, chosen=1 on one; a new choice replaces it."""
     registry = CollectorRegistry()

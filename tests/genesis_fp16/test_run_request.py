@@ -54,6 +54,15 @@ def test_daemon_and_train_build_the_same_request(tmp_path: Path) -> None:
     assert (flagged.steps, flagged.options["preset"]) == (2, "fp16_all")
 
 
+def test_compile_comes_from_the_agent_then_the_daemon_and_a_flag_wins(tmp_path: Path) -> None:
+    """The request's compile: off by default, the agent's COMPILE, and --compile on top."""
+    assert build_request(_settings(tmp_path), AGENT, plugin, "cpu").compile == "off"
+    settings = _settings(tmp_path, compile="on")
+    assert build_request(settings, AGENT, plugin, "cpu").compile == "on"
+    flagged = build_request(settings, AGENT, plugin, "cpu", RequestOverrides(compile="off"))
+    assert flagged.compile == "off"
+
+
 def test_guard_memory_lowers_the_settings_request_but_not_an_explicit_flag(
     tmp_path: Path,
 ) -> None:

@@ -7,13 +7,14 @@ from pathlib import Path
 import pytest
 
 from genesis_fp16.settings import (
+    COMPILE_CHOICES,
     CUDA_GRAPH_CHOICES,
     SettingsError,
     load_settings,
     parse_schedule,
     requested_precision,
 )
-from infrastructure.training.execution_names import CUDA_GRAPH_REQUESTS
+from infrastructure.training.execution_names import COMPILE_REQUESTS, CUDA_GRAPH_REQUESTS
 
 
 @pytest.fixture(autouse=True)
@@ -95,6 +96,8 @@ def test_per_agent_settings_nested_and_json(monkeypatch: pytest.MonkeyPatch) -> 
         ("GENESIS_FP16_DEVICE", "tpu", "not one of auto, cpu"),
         ("GENESIS_FP16_CUDA_GRAPH", "yes", "'auto', 'on' or 'off'"),
         ("GENESIS_FP16_AGENTS__SE_DARWIN__CUDA_GRAPH", "always", "'auto', 'on' or 'off'"),
+        ("GENESIS_FP16_COMPILE", "auto", "'off' or 'on'"),
+        ("GENESIS_FP16_AGENTS__SE_DARWIN__COMPILE", "yes", "'off' or 'on'"),
         ("GENESIS_FP16_SCHEDULE", "every day", "neither an interval"),
         ("GENESIS_FP16_AGENTS__SE_DARWIN__SCHEDULE", "-5", "must be > 0"),
         ("GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION", "fp8", "'fp16'"),
@@ -228,6 +231,19 @@ def test_cuda_graph_setting_per_agent_and_its_choices(monkeypatch: pytest.Monkey
     assert settings.cuda_graph_for("se_darwin") == "on"
     assert settings.cuda_graph_for("rlhf_ppo") == "off"
     assert CUDA_GRAPH_CHOICES == CUDA_GRAPH_REQUESTS
+
+
+def test_compile_setting_is_off_by_default_per_agent_and_the_librarys_choices(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """compile defaults to off; an agent's own value wins over the daemon-wide one."""
+    assert load_settings().compile_for("se_darwin") == "off"
+    monkeypatch.setenv("GENESIS_FP16_COMPILE", "on")
+    monkeypatch.setenv("GENESIS_FP16_AGENTS__RLHF_PPO__COMPILE", "off")
+    settings = load_settings()
+    assert settings.compile_for("se_darwin") == "on"
+    assert settings.compile_for("rlhf_ppo") == "off"
+    assert COMPILE_CHOICES == COMPILE_REQUESTS
 
 
 @pytest.mark.parametrize(
