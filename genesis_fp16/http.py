@@ -118,6 +118,7 @@ class _Connection(asyncio.Protocol):
         self.busy = False
         self.idle_since = time.monotonic()
         self.timer: asyncio.TimerHandle | None = None
+        self.eof = False  # the client sends no more: answer what it asked, then close
 
     # -- asyncio callbacks ----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -136,6 +137,12 @@ class _Connection(asyncio.Protocol):
             self._next_request()
         elif len(self.buffer) > 4 * self.limits.max_header_bytes:
             self.abort()  # pipelining far ahead of the answers: not a scraper
+
+    def eof_received(self) -> bool:
+        """The client half-closed after its request (``shutdown(SHUT_WR)``): keep the
+        connection open to answer what it asked, then close; with nothing asked, close."""
+        self.eof = True
+        return self.busy  # True keeps it open for writing; _reply closes after the answer
 
     def pause_writing(self) -> None:
         self._deadline(self.limits.write_timeout)  # a client that stops reading is dropped
@@ -198,6 +205,8 @@ class _Connection(asyncio.Protocol):
         self._deadline(self.limits.idle_timeout)
         if self.buffer:
             self._next_request()
+        if self.eof and not self.busy:  # answered all a half-closed client asked
+            transport.close()
 
     def _deadline(self, seconds: float | None) -> None:
         if self.timer is not None:
@@ -297,6 +306,7 @@ class StatusServer:
         server = await self._loop.create_server(
             lambda: _Connection(self),
             sock=self._socket,
+            backlog=self.limits.backlog,  # asyncio listens again, with 100 unless told
             ssl=self._tls,
             ssl_handshake_timeout=self.limits.handshake_timeout if self._tls else None,
         )

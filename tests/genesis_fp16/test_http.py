@@ -270,3 +270,51 @@ def test_the_open_file_limit_is_raised_towards_the_hard_limit() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     raised, expected = out.stdout.split()
     assert int(raised) == int(expected) > 256
+
+
+def test_a_client_that_half_closes_after_its_request_gets_its_answer(served) -> None:
+    """GET /metrics then shutdown(SHUT_WR), as some scrapers and `nc -N` do: the answer
+    (rendered on the pool, after the half-close arrived) still comes, then the close."""
+    server, registry = served
+    Gauge("answer", "The answer.", registry=registry).set(42)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as client:
+        client.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        client.shutdown(socket.SHUT_WR)
+        received = b""
+        while chunk := client.recv(65536):
+            received += chunk
+    assert received.startswith(b"HTTP/1.1 200 OK") and b"answer 42.0" in received
+
+
+def test_the_listen_backlog_is_the_documented_1024_not_asyncios_100() -> None:
+    """With the server's loop busy, 400 connects in a burst all complete their handshake in
+    the kernel's queue: asyncio's own listen(100) used to leave most of them unanswered."""
+    if int(Path("/proc/sys/net/core/somaxconn").read_text()) < 400:
+        pytest.skip("net.core.somaxconn caps every backlog below 400 on this host")
+    server = StatusServer(
+        ("127.0.0.1", 0), CollectorRegistry(), lambda: (True, "ok"), lambda: (True, "ok")
+    )
+    server.start()
+    clients: list[socket.socket] = []
+    try:
+        assert server._loop is not None
+        server._loop.call_soon_threadsafe(time.sleep, 3.0)  # nothing is accepted meanwhile
+        time.sleep(0.2)
+        for _ in range(400):
+            client = socket.socket()
+            client.setblocking(False)
+            client.connect_ex(("127.0.0.1", server.port))
+            clients.append(client)
+        time.sleep(0.5)  # handshakes the kernel completes are done by now
+        established = 0
+        for client in clients:
+            try:
+                client.getpeername()  # raises while the handshake is not complete
+                established += 1
+            except OSError:
+                pass
+        assert established == 400, f"{established} of 400 connects completed"
+    finally:
+        for client in clients:
+            client.close()
+        server.stop()
