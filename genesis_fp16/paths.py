@@ -60,12 +60,38 @@ def ensure_sample_data(
     """Return the agent's generated sample dataset, generating it on first use.
 
     A marker file is written after the plugin returns, so a generation cut short by a
-    signal is redone rather than half-used.
+    signal is redone rather than half-used. It holds the path relative to the data
+    folder, so a state folder copied or mounted elsewhere keeps finding its data.
     """
     marker = paths.data_dir / ".generated"
     if marker.exists():
-        return Path(marker.read_text().strip())
+        return _marked_path(marker.read_text().strip(), paths.data_dir)
     paths.data_dir.mkdir(parents=True, exist_ok=True)
     data_path = plugin.generate_sample_data(paths.data_dir, count, seed)
-    write_atomic(marker, lambda handle: handle.write(str(data_path).encode()))
+    write_atomic(marker, lambda handle: handle.write(_marker_text(data_path, paths.data_dir)))
     return data_path
+
+
+def _marker_text(data_path: Path, data_dir: Path) -> bytes:
+    """The path relative to ``data_dir`` when it lies inside it (a plugin may write
+    elsewhere: that path is kept as it is)."""
+    try:
+        return str(Path(data_path).resolve().relative_to(data_dir.resolve())).encode()
+    except ValueError:
+        return str(data_path).encode()
+
+
+def _marked_path(text: str, data_dir: Path) -> Path:
+    """The marker's path: relative ones under ``data_dir``; an absolute one (written
+    before markers were relative) as it is, or, when the state folder has moved since,
+    its longest tail that exists under ``data_dir``."""
+    path = Path(text)
+    if not path.is_absolute():
+        return data_dir / path
+    if path.exists():
+        return path
+    for start in range(1, len(path.parts)):
+        moved = data_dir.joinpath(*path.parts[start:])
+        if moved.exists():
+            return moved
+    return path
