@@ -9,11 +9,19 @@ All of its state lives in tensors on the scaler's device, and the per-step metho
 read them back to the host, with one documented exception: ``step()`` of an optimizer
 that cannot skip on its own (anything but ``fused=True`` Adam/AdamW/SGD) needs one host
 read to decide whether to call ``optimizer.step()`` at all, exactly as ``GradScaler`` does.
+
+What a step launches (one optimizer, on one device): ``unscale_`` two kernels (one
+reciprocal that also zeroes the overflow flag, and torch's fused check-and-unscale), where
+``GradScaler`` launches six; ``update`` five (torch's fused scale update, the clamp to
+floor and ceiling, one op to tell an overflow at the floor, torch's fused update again to
+count those and raise ``unstable``, and the overflow count), where ``GradScaler`` launches
+one. Allocation-free, so a CUDA graph can capture it.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 from typing import Any, TypeVar
@@ -95,6 +103,10 @@ class LossScaler:
             enabled=bool(enabled),
         )
         self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            # The gradients say cuda:N: a bare "cuda" would never match them, and each
+            # step would pay for a second flag and the ops that combine the two.
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self._process_group = process_group
         self._per_optimizer: dict[int, dict[str, Any]] = {}
         self._init_state(self._config.init_scale)
@@ -112,16 +124,31 @@ class LossScaler:
         return self._config
 
     def _init_state(self, scale: float) -> None:
-        def full(value: float | int | bool, dtype: torch.dtype) -> torch.Tensor:
+        def full(value: float | int, dtype: torch.dtype) -> torch.Tensor:
             return torch.full((), value, dtype=dtype, device=self.device)
 
-        self._scale = full(scale, torch.float32)
+        # [scale, inf]: its reciprocal is [1 / scale, 0], the inverse scale and a zeroed
+        # overflow flag in one kernel. _scale, _inv_scale and _found_inf are views, made
+        # here once: a view made per step is one more op (and no kernel) each time.
+        self._scale_and_inf = torch.tensor([scale, math.inf], device=self.device)
+        self._inverse = torch.zeros(2, device=self.device)
+        self._scale, self._inv_scale, self._found_inf = (
+            self._scale_and_inf[0],
+            self._inverse[0],
+            self._inverse[1],
+        )
+        self._last_found_inf = self._found_inf  # the last update()'s flag, not a copy of it
         self._growth_tracker = full(0, torch.int32)
         self._hysteresis_left = full(self._config.hysteresis, torch.int32)
+        # The unstable verdict is kept as a second scale that torch's fused update grows:
+        # its "growth tracker" counts consecutive overflows at the floor, and on the
+        # unstable_after-th one the mark grows from 1.0 (and the count starts again).
         self._floor_overflows = full(0, torch.int32)
-        self._unstable = full(False, torch.bool)
-        self._overflow_total = full(0, torch.int64)
-        self._last_found_inf = full(0.0, torch.float32)
+        self._unstable_mark = full(1.0, torch.float32)
+        self._overflow_total = full(0, torch.float64)  # float64: exact to 2**53, and one add_
+        self._one = full(1.0, torch.float32)
+        # The floor as the scale's float32 sees it (what clamp_ compares with).
+        self._min_scale_f32 = float(torch.tensor(self._config.min_scale, dtype=torch.float32))
 
     # ------------------------------------------------------------------ per step
 
@@ -157,14 +184,21 @@ class LossScaler:
             raise RuntimeError("unscale_() was already called on this optimizer since update()")
         if state["stage"] == _STEPPED:
             raise RuntimeError("unscale_() was called after step(); call it before step()")
-        inv_scale = self._scale.double().reciprocal().float()
-        state["found_inf"] = self._check_grads(optimizer, inv_scale)
+        state["found_inf"] = self._check_grads(optimizer, unscale=True)
         state["stage"] = _UNSCALED
 
-    def _check_grads(
-        self, optimizer: torch.optim.Optimizer, inv_scale: torch.Tensor
-    ) -> torch.Tensor:
-        """Unscale by ``inv_scale`` (1.0 = check only) and return found_inf on our device."""
+    def _fresh_flag(self) -> torch.Tensor:
+        """A zeroed overflow flag on our device for one optimizer's check; ``_inv_scale``
+        is current once it returns."""
+        if not any("found_inf" in s for s in self._per_optimizer.values()):
+            # The step's first check. float32 1/scale is correctly rounded, so it equals
+            # GradScaler's float64 reciprocal rounded to float32 (one kernel, not three).
+            torch.reciprocal(self._scale_and_inf, out=self._inverse)
+            return self._found_inf
+        return torch.zeros((), dtype=torch.float32, device=self.device)
+
+    def _check_grads(self, optimizer: torch.optim.Optimizer, unscale: bool) -> torch.Tensor:
+        """Unscale by 1/scale (or only check) and return found_inf, 0.0 or 1.0, on our device."""
         groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
         with torch.no_grad():
             for group in optimizer.param_groups:
@@ -183,19 +217,24 @@ class LossScaler:
                         param.grad = grad.coalesce()
                         grad = param.grad._values()
                     groups.setdefault((grad.device, grad.dtype), []).append(grad)
+            here = self._fresh_flag()
+            inv_scale = self._inv_scale if unscale else self._one
             found: dict[torch.device, torch.Tensor] = {}
             for (device, _), grads in groups.items():
                 if device not in found:
-                    found[device] = torch.zeros((), dtype=torch.float32, device=device)
+                    found[device] = (
+                        here
+                        if device == self.device
+                        else torch.zeros((), dtype=torch.float32, device=device)
+                    )
                 torch._amp_foreach_non_finite_check_and_unscale_(
                     grads, found[device], inv_scale.to(device, non_blocking=True)
                 )
-        if list(found) == [self.device]:  # the common case: no extra op to combine flags
-            return self._all_reduce_max(found[self.device])
-        combined = torch.zeros((), dtype=torch.float32, device=self.device)
-        for flag in found.values():
-            combined += flag.to(self.device, non_blocking=True)
-        return self._all_reduce_max(combined)
+            # Gradients on other devices: combine with max, so the flag stays 0.0 or 1.0.
+            for device, flag in found.items():
+                if device != self.device:
+                    torch.maximum(here, flag.to(self.device, non_blocking=True), out=here)
+        return self._all_reduce_max(here)
 
     def _all_reduce_max(self, found_inf: torch.Tensor) -> torch.Tensor:
         # One collective per optimizer per step, queued on the device: every rank then
@@ -236,8 +275,7 @@ class LossScaler:
         self, optimizer: torch.optim.Optimizer, state: dict[str, Any], *args: Any, **kwargs: Any
     ) -> Any:
         if state["stage"] == _READY:
-            one = torch.ones((), dtype=torch.float32, device=self.device)
-            state["found_inf"] = self._check_grads(optimizer, one)
+            state["found_inf"] = self._check_grads(optimizer, unscale=False)
             # The fused kernel divides by grad_scale itself (product with any user value).
             optimizer.grad_scale = self._scale * getattr(optimizer, "grad_scale", 1)  # type: ignore[attr-defined]
         else:
@@ -270,44 +308,53 @@ class LossScaler:
                     "update() found no inf checks this step: call scaler.step(optimizer) "
                     "(or unscale_) for at least one optimizer first"
                 )
-            found_inf = _sum(flags)
-            self._advance(found_inf)
-            self._last_found_inf.copy_(found_inf)
+            found_inf = _combine(flags)
+            self._advance(found_inf, fused=self._config.hysteresis == 1)
+            self._last_found_inf = found_inf
         self._per_optimizer = {}
 
-    def _advance(self, found_inf: torch.Tensor) -> None:
-        if self._config.hysteresis == 1:
-            self._advance_fused(found_inf)
-        else:
-            self._advance_general(found_inf)
+    def _advance(self, found_inf: torch.Tensor, fused: bool) -> None:
+        """Move the scale and count the overflow; ``found_inf`` is 0.0 or 1.0. No host sync.
 
-    def _advance_fused(self, found_inf: torch.Tensor) -> None:
-        """``_advance_general`` for ``hysteresis=1`` in 10 small ops instead of 36.
-
-        torch's own ``_amp_update_scale_`` (one kernel) backs off or grows the scale and
-        moves the growth tracker with the same float64-then-float32 arithmetic; the floor
-        and ceiling then clamp it. With hysteresis 1 the budget is always full, so
-        ``_hysteresis_left`` never changes. Each op is a kernel launch on CUDA, where a
-        small model's step is launch-bound (a test checks both paths agree bit for bit).
+        ``fused`` (hysteresis 1): torch's own ``_amp_update_scale_`` (one kernel) backs off
+        or grows the scale and moves the growth tracker; the floor and ceiling then clamp
+        it. With hysteresis 1 the budget is always full, so ``_hysteresis_left`` never
+        changes. The general path does the same in small ops, with the same arithmetic
+        (a test checks both agree bit for bit). Each op is a kernel launch on CUDA, where
+        a small model's step is launch-bound: the fused path takes five.
         """
         c = self._config
-        at_floor = self._scale <= c.min_scale  # before the update moves the scale
+        calm = self._calm(found_inf)  # before the scale moves
+        if fused:
+            torch._amp_update_scale_(
+                self._scale,
+                self._growth_tracker,
+                found_inf,
+                c.growth_factor,
+                c.backoff_factor,
+                c.growth_interval,
+            )
+            self._scale.clamp_(c.min_scale, c.max_scale)
+        else:
+            self._move_scale(found_inf)
+        # The same kernel counts consecutive overflows at the floor: a calm step (nonzero)
+        # resets the count, and the unstable_after-th in a row doubles the mark (which
+        # never shrinks: backoff 1.0). Every later unstable_after-th doubles it again.
         torch._amp_update_scale_(
-            self._scale,
-            self._growth_tracker,
-            found_inf,
-            c.growth_factor,
-            c.backoff_factor,
-            c.growth_interval,
+            self._unstable_mark, self._floor_overflows, calm, 2.0, 1.0, c.unstable_after
         )
-        self._scale.clamp_(c.min_scale, c.max_scale)
-        overflow = found_inf > 0
-        # Consecutive overflows at the floor: +1, or back to 0 when this step is not one.
-        self._floor_overflows.add_(1).mul_(overflow & at_floor)
-        self._unstable |= self._floor_overflows >= c.unstable_after
-        self._overflow_total += overflow
+        self._overflow_total.add_(found_inf)
 
-    def _advance_general(self, found_inf: torch.Tensor) -> None:
+    def _calm(self, found_inf: torch.Tensor) -> torch.Tensor:
+        """0.0 exactly when this step overflowed with the scale at the floor; one op."""
+        if self._min_scale_f32 > 0:
+            # The scale never drops below the floor, so scale - floor * found_inf is
+            # scale (> 0) on a clean step and is 0 on an overflow only at the floor.
+            return torch.sub(self._scale, found_inf, alpha=self._config.min_scale)
+        # A floor of 0 is reached by underflow alone: 1 on a clean step, else the scale.
+        return torch.lerp(self._one, self._scale, found_inf)
+
+    def _move_scale(self, found_inf: torch.Tensor) -> None:
         c = self._config
         overflow = found_inf > 0
         back_off = overflow & (self._hysteresis_left <= 1)
@@ -319,21 +366,15 @@ class LossScaler:
         grown = (scale64 * c.growth_factor).float()
         grown = torch.where(torch.isfinite(grown), grown, self._scale).clamp(max=c.max_scale)
         shrunk = (scale64 * c.backoff_factor).float().clamp(min=c.min_scale)
-        at_floor = self._scale <= c.min_scale
 
         # In place, so that tensors handed out by scale_tensor() & co. stay current.
         zero = torch.zeros_like(self._growth_tracker)
-        self._floor_overflows.copy_(
-            torch.where(overflow & at_floor, self._floor_overflows + 1, zero)
-        )
-        self._unstable |= self._floor_overflows >= c.unstable_after
         self._scale.copy_(torch.where(back_off, shrunk, torch.where(grow, grown, self._scale)))
         self._growth_tracker.copy_(torch.where(overflow | grow, zero, tracker_next))
         spent = torch.where(back_off, self._hysteresis_left, self._hysteresis_left - 1)
         self._hysteresis_left.copy_(
             torch.where(overflow, spent, torch.full_like(self._hysteresis_left, c.hysteresis))
         )
-        self._overflow_total += overflow.to(torch.int64)
 
     def _state_of(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         return self._per_optimizer.setdefault(id(optimizer), {"stage": _READY})
@@ -348,10 +389,13 @@ class LossScaler:
         is free; only turning it into a Python value syncs.
         """
         flags = [s["found_inf"] for s in self._per_optimizer.values() if "found_inf" in s]
-        return _sum(flags) if flags else self._last_found_inf
+        return _combine(flags) if flags else self._last_found_inf
 
     def overflow_count_tensor(self) -> torch.Tensor:
-        """0-dim int64 on the device: steps that overflowed since construction (or load)."""
+        """0-dim float64 on the device (exact counts): steps that overflowed so far.
+
+        Counted since construction, or since the step a loaded state dict was saved at.
+        """
         return self._overflow_total
 
     def scale_tensor(self) -> torch.Tensor:
@@ -359,8 +403,8 @@ class LossScaler:
         return self._scale if self._config.enabled else torch.ones((), device=self.device)
 
     def unstable_tensor(self) -> torch.Tensor:
-        """0-dim bool on the device: the ``unstable`` verdict, without a sync."""
-        return self._unstable
+        """0-dim bool on the device: the ``unstable`` verdict, without a sync (one op)."""
+        return self._unstable_mark > 1.0
 
     # ------------------------------------------------------------------ host reads
 
@@ -374,7 +418,7 @@ class LossScaler:
 
         Reads the device: a host sync. Read it at log intervals, not every step.
         """
-        return bool(self._unstable.item())
+        return bool(self._unstable_mark.item() > 1.0)
 
     def state_dict(self) -> dict[str, Any]:
         """Scale, counters and settings as plain Python values (``weights_only``-safe).
@@ -399,7 +443,7 @@ class LossScaler:
             "enabled": c.enabled,
             "hysteresis_left": int(self._hysteresis_left.item()),
             "floor_overflows": int(self._floor_overflows.item()),
-            "unstable": bool(self._unstable.item()),
+            "unstable": self.unstable,
             "overflow_steps_total": int(self._overflow_total.item()),
             "last_found_inf": float(self._last_found_inf.item()),
         }
@@ -410,6 +454,10 @@ class LossScaler:
         ``enabled`` stays what the precision policy says, so an fp16 run can resume from
         an fp32 or bf16 checkpoint. A ``torch.amp.GradScaler`` state dict loads too; the
         keys it lacks keep their defaults.
+
+        ``floor_overflows`` counts the current run of overflows at the floor, modulo
+        ``unstable_after`` once the run made the scaler unstable (states saved before
+        2026-11-23 kept counting past it: they load as that count modulo it).
         """
         if "scale" not in state or "_growth_tracker" not in state:
             raise ValueError(
@@ -420,10 +468,11 @@ class LossScaler:
         self._init_state(float(state["scale"]))
         self._growth_tracker.fill_(int(state["_growth_tracker"]))
         self._hysteresis_left.fill_(int(state.get("hysteresis_left", self._config.hysteresis)))
-        self._floor_overflows.fill_(int(state.get("floor_overflows", 0)))
-        self._unstable.fill_(bool(state.get("unstable", False)))
+        floor_overflows = int(state.get("floor_overflows", 0))
+        self._floor_overflows.fill_(floor_overflows % self._config.unstable_after)
+        self._unstable_mark.fill_(2.0 if state.get("unstable", False) else 1.0)
         self._overflow_total.fill_(int(state.get("overflow_steps_total", 0)))
-        self._last_found_inf.fill_(float(state.get("last_found_inf", 0.0)))
+        self._found_inf.fill_(float(state.get("last_found_inf", 0.0)))
         self._per_optimizer = {}
 
     def __repr__(self) -> str:
@@ -434,6 +483,7 @@ class LossScaler:
         )
 
 
-def _sum(flags: list[torch.Tensor]) -> torch.Tensor:
-    # One optimizer (the common case) needs no stack and sum: two launches saved per call.
-    return flags[0] if len(flags) == 1 else torch.stack(flags).sum()
+def _combine(flags: list[torch.Tensor]) -> torch.Tensor:
+    # One optimizer (the common case) needs no stack and max: two launches saved per call.
+    # max, not sum: the flag stays 0.0 or 1.0, which _calm's arithmetic relies on.
+    return flags[0] if len(flags) == 1 else torch.stack(flags).amax()

@@ -110,7 +110,7 @@ def test_default_floor_and_ceiling_clamp_the_gradscaler_trajectory(
             "unstable_after": st.integers(1, 4),
         }
     ),
-    flags=st.lists(st.sampled_from([0.0, 1.0, 2.0]), min_size=1, max_size=60),
+    flags=st.lists(st.sampled_from([0.0, 1.0]), min_size=1, max_size=60),
 )
 def test_fused_scale_update_equals_the_general_one(
     kwargs: dict[str, Any], flags: list[float]
@@ -121,8 +121,8 @@ def test_fused_scale_update_equals_the_general_one(
     fused, general = LossScaler("cpu", **kwargs), LossScaler("cpu", **kwargs)
     for flag in flags:
         found_inf = torch.tensor(flag)
-        fused._advance_fused(found_inf)
-        general._advance_general(found_inf)
+        fused._advance(found_inf, fused=True)
+        general._advance(found_inf, fused=False)
         assert fused.state_dict() == general.state_dict()
 
 
@@ -174,6 +174,96 @@ def test_unstable_turns_true_after_unstable_after_overflows_at_the_floor() -> No
     assert scaler.unstable and bool(scaler.unstable_tensor())
     _one_step(scaler, param, opt, bad=False)
     assert scaler.unstable
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    kwargs=st.fixed_dictionaries(
+        {
+            "init_scale": st.sampled_from([1.0, 2.0, 4.0, 3.7]),
+            "backoff_factor": st.sampled_from([0.5, 0.05]),
+            "growth_interval": st.integers(1, 4),
+            "min_scale": st.sampled_from([0.0, 1.0, 1.5]),
+            "unstable_after": st.integers(1, 4),
+            "hysteresis": st.integers(1, 2),
+        }
+    ),
+    flags=st.lists(st.sampled_from([0.0, 1.0]), min_size=1, max_size=60),
+)
+@example(  # a floor of 0, reached by underflow (on the 35th overflow): clean steps there
+    kwargs={  # do not count, overflows there do
+        "init_scale": 1.0,
+        "backoff_factor": 0.05,
+        "growth_interval": 4,
+        "min_scale": 0.0,
+        "unstable_after": 3,
+        "hysteresis": 1,
+    },
+    flags=[1.0] * 35 + [0.0] * 4 + [1.0] * 4,
+)
+def test_unstable_and_floor_overflows_follow_the_rule_step_by_step(
+    kwargs: dict[str, Any], flags: list[float]
+) -> None:
+    """Overflows at the floor (scale <= min_scale before the step) count in a row; unstable from
+    the unstable_after-th on, for good; floor_overflows is the run modulo unstable_after."""
+    kwargs["min_scale"] = min(kwargs["min_scale"], kwargs["init_scale"])
+    scaler = LossScaler("cpu", **kwargs)
+    floor = float(torch.tensor(kwargs["min_scale"], dtype=torch.float32))
+    run, unstable = 0, False
+    for flag in flags:
+        at_floor = scaler.get_scale() <= floor
+        scaler._advance(torch.tensor(flag), fused=kwargs["hysteresis"] == 1)
+        run = run + 1 if flag and at_floor else 0
+        unstable = unstable or run >= kwargs["unstable_after"]
+        state = scaler.state_dict()
+        assert state["unstable"] is unstable
+        assert state["floor_overflows"] == run % kwargs["unstable_after"]
+
+
+def test_two_overflowing_optimizers_make_one_flag_and_count_once() -> None:
+    """Two optimizers that both overflow: the step's flag is 1.0 (a max, not a sum), one count."""
+    scaler = LossScaler("cpu", init_scale=1.0, min_scale=1.0, unstable_after=1)
+    params = [torch.nn.Parameter(torch.ones(2)) for _ in range(2)]
+    opts = [torch.optim.SGD([p], lr=0.1) for p in params]
+    scaler.scale(sum(p.sum() for p in params)).backward()
+    for p, opt in zip(params, opts, strict=True):
+        assert p.grad is not None
+        p.grad[0] = INF
+        scaler.step(opt)
+    assert float(scaler.found_inf_tensor()) == 1.0
+    scaler.update()
+    assert float(scaler.found_inf_tensor()) == 1.0
+    assert int(scaler.overflow_count_tensor()) == 1 and scaler.unstable
+
+
+def test_a_state_saved_before_the_fused_unstable_count_loads_and_continues() -> None:
+    """An older state (int counters, a floor run counted past unstable_after) loads and runs on."""
+    old = {
+        "version": 1,
+        "scale": 1.0,
+        "growth_factor": 2.0,
+        "backoff_factor": 0.5,
+        "growth_interval": 3,
+        "_growth_tracker": 0,
+        "min_scale": 1.0,
+        "max_scale": 2.0**24,
+        "hysteresis": 1,
+        "unstable_after": 3,
+        "init_scale": 4.0,
+        "enabled": True,
+        "hysteresis_left": 1,
+        "floor_overflows": 7,
+        "unstable": True,
+        "overflow_steps_total": 9,
+        "last_found_inf": 1.0,
+    }
+    scaler = LossScaler("cpu")
+    scaler.load_state_dict(old)
+    state = scaler.state_dict()
+    assert state == {**old, "floor_overflows": 7 % 3}
+    assert float(scaler.found_inf_tensor()) == 1.0
+    assert _trajectory(scaler, [True, False, False, False]) == [1.0, 1.0, 1.0, 2.0]
+    assert scaler.unstable and int(scaler.overflow_count_tensor()) == 10
 
 
 def test_state_dict_round_trip_continues_bit_exactly() -> None:
