@@ -5,9 +5,14 @@ A path may be one file or a folder (searched recursively, in sorted order). File
 line), or gzip of either (``.json.gz``, ``.jsonl.gz``).
 
 A malformed record, line or file never stops a read: it is skipped, counted, and written
-with its reason to the quarantine file. What does stop it is input the user has to fix:
-a missing path, a file the process may not open, or nothing labelled to train on
-(:class:`DataError`).
+with its reason to the quarantine file. So is a file that vanishes between the listing of
+its folder and its read (a writer rotating files): the rest of the folder is read. What
+does stop it is input the user has to fix: a missing path, a file the process may not
+open, or nothing labelled to train on (:class:`DataError`).
+
+A plain ``.jsonl`` file is read a line at a time: its text is never held whole, so its
+records, not its bytes, are what a read costs in memory, and a line that is not UTF-8 is
+quarantined alone.
 
 >>> result = read_trajectories(Path("data/trajectory_pools"), quarantine=Path("q.jsonl"))
 >>> len(result.examples), result.quarantined  # doctest: +SKIP
@@ -211,8 +216,42 @@ def _read_text(file: Path) -> str:
         return file.read_text(encoding="utf-8")
     except (gzip.BadGzipFile, EOFError, UnicodeDecodeError, _TooLarge):
         raise  # malformed content: the caller quarantines the file
+    except FileNotFoundError as exc:
+        raise _Vanished(str(file)) from exc
     except OSError as exc:
         raise DataError(f"cannot read data file {str(file)!r}: {exc.strerror or exc}") from exc
+
+
+def _jsonl_lines(
+    file: Path, sink: _Quarantine, defaults: tuple[float, float]
+) -> Iterator[tuple[_Source, Any, tuple[float, float]]]:
+    """A plain JSONL file's records, a line at a time (each decoded on its own, so a line
+    that is not UTF-8 is quarantined alone, like a line that is not JSON)."""
+    try:
+        handle = file.open("rb")
+    except FileNotFoundError as exc:
+        raise _Vanished(str(file)) from exc
+    except OSError as exc:
+        raise DataError(f"cannot read data file {str(file)!r}: {exc.strerror or exc}") from exc
+    with handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            source = _Source(file, f"line {number}")
+            try:
+                line = raw.decode("utf-8")
+                document = _parse_json(line)
+            except UnicodeDecodeError as exc:
+                sink.add(source, f"cannot decode line: {exc}", raw.decode("utf-8", "replace"))
+                continue
+            except ValueError as exc:
+                sink.add(source, str(exc), line.rstrip("\n"))
+                continue
+            yield source, document, defaults
+
+
+class _Vanished(OSError):
+    """A listed file that is gone when it is opened."""
 
 
 def _raw_records(
@@ -220,7 +259,13 @@ def _raw_records(
 ) -> Iterator[tuple[_Source, Any, tuple[float, float]]]:
     defaults = (SUCCESS_THRESHOLD, FAILURE_THRESHOLD)
     try:
+        if file.name.endswith(".jsonl"):
+            yield from _jsonl_lines(file, sink, defaults)
+            return
         text = _read_text(file)
+    except _Vanished:
+        sink.add(_Source(file, "file"), "vanished after its folder was listed: not read", "")
+        return
     except _TooLarge as exc:
         sink.add(_Source(file, "file"), str(exc), "")
         return

@@ -236,3 +236,44 @@ def test_a_gzip_bomb_is_quarantined_without_inflating_it(
     assert [e.trajectory_id for e in result.examples] == ["ok"]
     assert result.quarantined == 1
     assert "decompresses to more than 1 MiB" in quarantine.read_text()
+
+
+def test_a_file_that_vanishes_mid_read_is_quarantined_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer removes a file after the folder was listed: that file is one quarantine
+    entry saying so, and every other file is still read (it used to abort the read)."""
+    import infrastructure.data.readers as readers
+
+    folder = tmp_path / "data"
+    _write(folder / "a.json", _pool({"a": _record("a")}))
+    (folder / "b.jsonl").write_text(json.dumps(_record("b")) + "\n")
+    _write(folder / "c.json", _pool({"c": _record("c")}))
+    listed = readers.list_data_files
+
+    def listed_then_rotated(path: Path) -> list[Path]:
+        files = listed(path)
+        (folder / "b.jsonl").unlink()
+        (folder / "c.json").unlink()
+        return files
+
+    monkeypatch.setattr(readers, "list_data_files", listed_then_rotated)
+    quarantine = tmp_path / "q.jsonl"
+    result = read_trajectories(folder, quarantine=quarantine)
+    assert [e.trajectory_id for e in result.examples] == ["a"]
+    entries = [json.loads(line) for line in quarantine.read_text().splitlines()]
+    assert [Path(e["source"]).name for e in entries] == ["b.jsonl", "c.json"]
+    assert all("vanished" in e["reason"] for e in entries)
+
+
+def test_a_jsonl_line_that_is_not_utf8_is_quarantined_alone(tmp_path: Path) -> None:
+    """Read a line at a time, a .jsonl file with one line of bad bytes keeps every other
+    record (the whole file used to be quarantined)."""
+    path = tmp_path / "pool.jsonl"
+    line = [json.dumps(_record(f"r{i}")).encode() + b"\n" for i in range(4)]
+    path.write_bytes(line[0] + line[1] + b'{"trajectory_id": "\xff\xfe"}\n' + line[2] + line[3])
+    quarantine = tmp_path / "q.jsonl"
+    result = read_trajectories(path, quarantine=quarantine)
+    assert sorted(e.trajectory_id for e in result.examples) == ["r0", "r1", "r2", "r3"]
+    (entry,) = [json.loads(line) for line in quarantine.read_text().splitlines()]
+    assert entry["where"] == "line 3" and "cannot decode line" in entry["reason"]
