@@ -261,6 +261,8 @@ def calibrate(
                     rows.append(row)
     finally:
         restore_rng_state(rng)
+    if not rows:  # no row could run as asked (cuda_graph=on where nothing can be captured):
+        return None  # the rule resolves auto, then the trainer refuses the run in one line
     chosen, execution, reason = choose(rows)
     if skipped:
         reason += "; not timed: " + ", ".join(f"{n} ({why})" for n, why in skipped.items())

@@ -14,6 +14,7 @@ from infrastructure.training import FitOptions, TrainerConfig, fit
 from infrastructure.training import calibration as cal
 from infrastructure.training import precision as precision_module
 from infrastructure.training.calibration import AutoPrecision, Measured, auto_candidates, choose
+from infrastructure.training.execution import ExecutionError
 from infrastructure.training.precision import DeviceCapabilities
 
 NATIVE_BF16 = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native")
@@ -210,6 +211,18 @@ def test_auto_on_cuda_times_eager_and_captured_rows_and_elsewhere_the_runs_own()
     assert cal._execution_modes(cuda, TrainerConfig(cuda_graph="auto")) == ("off", "on")
     assert cal._execution_modes(cuda, TrainerConfig(cuda_graph="off")) == ("off",)
     assert cal._execution_modes(cpu, TrainerConfig(cuda_graph="auto")) == ("auto",)
+
+
+@pytest.mark.parametrize("request_", [{"cuda_graph": "on"}, {"compile": "on"}])
+def test_a_run_that_cannot_be_captured_as_asked_is_refused_in_one_line_after_calibration(
+    bf16_native: None, request_: dict[str, str]
+) -> None:
+    """cuda_graph=on or compile=on on a CPU with a measured auto: the trainer's one-line
+    refusal, not a crash in the calibration (cuda_graph=on left it no row to choose from)."""
+    auto = AutoPrecision(mode="measure")
+    options = FitOptions(steps=2, auto_precision=auto, resume=False, **request_)  # type: ignore[arg-type]
+    with pytest.raises(ExecutionError, match="cannot be captured: CUDA graphs need a CUDA device"):
+        fit(RegressionTask(), options)
 
 
 def test_the_run_follows_the_measured_execution_with_both_timings() -> None:
