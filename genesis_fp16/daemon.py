@@ -98,6 +98,13 @@ class Daemon:
         age = time.time() - self._heartbeat
         return age <= HEARTBEAT_TOLERANCE * self.settings.heartbeat_seconds
 
+    def liveness(self) -> tuple[bool, str]:
+        """/livez: what a restart mends (a stale heartbeat), not what it cannot (a full disk)."""
+        if not self.heartbeat_fresh():
+            age = time.time() - self._heartbeat
+            return False, f"not alive: scheduler heartbeat is {age:.0f} s old"
+        return True, "alive: scheduler heartbeat is fresh"
+
     def health(self) -> tuple[bool, str]:
         if not self.heartbeat_fresh():
             age = time.time() - self._heartbeat
@@ -189,6 +196,7 @@ class Daemon:
                 self.health,
                 self.readiness,
                 tls,
+                live=self.liveness,
             )
         except OSError as exc:  # no such address, not ours to bind
             if exc.errno == errno.EADDRINUSE:

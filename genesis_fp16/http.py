@@ -1,8 +1,11 @@
-"""The daemon's HTTP endpoints: ``/metrics``, ``/healthz`` and ``/readyz``.
+"""The daemon's HTTP endpoints: ``/metrics``, ``/livez``, ``/healthz`` and ``/readyz``.
 
-``/healthz`` answers 200 while the process runs and the scheduler's heartbeat is fresh;
-``/readyz`` answers 200 once the configuration and plugins are loaded and the scheduler
-runs. Both answer 503 with the reason otherwise.
+``/livez`` answers 200 while the process runs and its ``live`` check passes (the daemon's:
+the scheduler's heartbeat is fresh, what the systemd watchdog checks); ``/healthz`` adds
+what makes the daemon degraded (a full disk, a lost GPU, an overdue run), which a restart
+does not mend; ``/readyz`` answers 200 once the configuration and plugins are loaded and
+the scheduler runs. Each answers 503 with the reason otherwise. Point a liveness probe at
+``/livez``: on ``/healthz``, a full volume becomes a restart loop.
 
 Why asyncio and not the standard library's threaded server: that one accepts with a
 backlog of 5, gives every connection a thread and never times a client out, so a few
@@ -257,11 +260,12 @@ class StatusServer:
         ready: Check,
         tls: ssl.SSLContext | None = None,
         limits: ServerLimits | None = None,
+        live: Check | None = None,
     ) -> None:
         self.limits = limits if limits is not None else ServerLimits()
         self._socket = bind(address, self.limits.backlog)
         self._registry = registry
-        self._checks = {"/healthz": health, "/readyz": ready}
+        self._checks = {"/livez": live or _alive, "/healthz": health, "/readyz": ready}
         self._tls = tls
         self._connections: dict[_Connection, None] = {}  # insertion order: oldest first
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="http-render")
@@ -340,7 +344,7 @@ class StatusServer:
                 check,
                 lambda result: (200 if result[0] else 503, (result[1] + "\n").encode(), _TEXT),
             )
-        return 404, b"not found: try /metrics, /healthz or /readyz\n", _TEXT
+        return 404, b"not found: try /metrics, /livez, /healthz or /readyz\n", _TEXT
 
     def _metrics(self) -> asyncio.Future[bytes]:
         """A render of the registry that begins after this request arrived.
@@ -367,6 +371,11 @@ class StatusServer:
         waiting, self._next_render = self._next_render, None
         if waiting is not None:
             _chain(self._start_render(), waiting)
+
+
+def _alive() -> tuple[bool, str]:
+    """``/livez`` without a ``live`` check: the event loop answered, so the process runs."""
+    return True, "alive"
 
 
 def _check_answer(result: tuple[bool, str]) -> Answer:

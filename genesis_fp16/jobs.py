@@ -302,7 +302,7 @@ def resumed_totals(paths: AgentPaths) -> dict[str, float]:
 
 
 def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, duration: float) -> None:
-    outcome = "stopped" if result.stopped_early else "success"
+    outcome = result.outcome  # success, stopped, or up_to_date (nothing new: no step)
     ctx.degraded.pop(agent, None)  # a run that wrote its checkpoint: the disk is fine again
     guard_state.record_run(ctx.settings, ctx.metrics, agent, result)
     ctx.metrics.set_precision(agent, result.precision_used)
@@ -326,6 +326,9 @@ def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, durat
         outcome=outcome,
         precision_requested=result.precision_requested,
         precision_used=result.precision_used,
+    data = result.extra.get("data")
+    if isinstance(data, dict):
+        ctx.metrics.set_data(agent, data, result.steps, time.time())
         precision_reason=result.precision_reason,
         execution=result.execution,
         execution_reason=result.execution_reason,
@@ -345,3 +348,4 @@ def _early_stop_summary(record: dict[str, Any] | None) -> dict[str, Any] | None:
     if record is None:
         return None
     return {k: record.get(k) for k in ("best_step", "best", "evaluations", "stop_reason")}
+        data=data if isinstance(data, dict) else None,

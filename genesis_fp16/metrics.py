@@ -31,7 +31,11 @@ from infrastructure.training.precision_names import PRECISIONS
 
 PREFIX = "genesis_fp16"
 PRECISION_LABELS = PRECISIONS
-RUN_OUTCOMES = ("success", "failed", "stopped")
+# up_to_date: the agent's model had already learned all of its data, so the run took no
+# step (healthy: a daemon whose data does not change trains nothing and pages nobody).
+RUN_OUTCOMES = ("success", "failed", "stopped", "up_to_date")
+# Outcomes that count as the agent being trained as it should (last_success_timestamp).
+HEALTHY_OUTCOMES = ("success", "up_to_date")
 RELOAD_OUTCOMES = ("success", "failure")
 # Why a run failed (genesis_fp16_run_failures_total), and why a job did not start.
 FAILURE_REASONS = ("refused", "error", "storage", "exit", "hung", "memory", "device_unavailable")
@@ -75,6 +79,9 @@ METRIC_NAMES = (
     "genesis_fp16_runs_overdue",
     "genesis_fp16_training_run_duration_seconds",
     "genesis_fp16_last_success_timestamp_seconds",
+    "genesis_fp16_last_learned_timestamp_seconds",
+    "genesis_fp16_training_records",
+    "genesis_fp16_new_records_total",
     "genesis_fp16_scheduler_heartbeat_timestamp_seconds",
     "genesis_fp16_plugin_load_failures_total",
     "genesis_fp16_config_reloads_total",
@@ -188,7 +195,20 @@ class DaemonMetrics:
             registry=registry,
         )
         self.last_success = gauge(
-            "last_success_timestamp_seconds", "Unix time of the last successful run."
+            "last_success_timestamp_seconds",
+            "Unix time of the last successful or up-to-date run (the model is current).",
+        )
+        self.last_learned = gauge(
+            "last_learned_timestamp_seconds",
+            "Unix time of the last successful run that trained on new or changed data.",
+        )
+        self.training_records = gauge(
+            "training_records", "Labelled records the served model was trained on."
+        )
+        self.new_records = counter(
+            "new_records",
+            "Records new to the model when a run trained on them (all of them on a "
+            "first run, or when the checkpoint kept no record of its data).",
         )
         self.heartbeat = gauge(
             "scheduler_heartbeat_timestamp_seconds",
@@ -230,6 +250,7 @@ class DaemonMetrics:
             self.config_reloads.labels(outcome=outcome)
         self._last: dict[str, dict[str, float]] = {}
         self._previous_log: dict[str, tuple[int, float]] = {}  # (step, wall) per agent
+        self._first: set[str] = set()  # agents whose run has not reported yet
         self._lock = threading.Lock()
 
     def add_agent(self, agent: str) -> None:
@@ -239,6 +260,7 @@ class DaemonMetrics:
             self.skipped_steps,
             self.nonfinite_loss,
             self.samples,
+            self.new_records,
         ):
             counter.labels(agent=agent)
         for outcome in RUN_OUTCOMES:
@@ -260,6 +282,7 @@ class DaemonMetrics:
         with self._lock:
             self._last[agent] = {field: float(v) for field, v in (resumed or {}).items()}
             self._previous_log.pop(agent, None)  # wall_seconds restarts with the run
+            self._first.add(agent)
 
     def observe_summary(self, agent: str, summary: Any) -> None:
         """Export one ``TrainingSummary`` (a per-log-interval report) of ``agent``.
@@ -269,6 +292,12 @@ class DaemonMetrics:
         """
         with self._lock:
             last = self._last.setdefault(agent, {})
+            if agent in self._first:
+                self._first.discard(agent)
+                if _steps(summary) < _steps(last):
+                    # Below the checkpoint's totals at its first report: the agent did not
+                    # resume it (changed data trains afresh), so its totals start at zero.
+                    last.clear()
             for field, name in _CUMULATIVE.items():
                 value = float(getattr(summary, field))
                 increase = value - last.get(field, 0.0)
@@ -346,5 +375,24 @@ class DaemonMetrics:
         self.run_duration.labels(agent=agent).observe(duration)
         if eval_loss is not None:
             self.eval_loss.labels(agent=agent).set(eval_loss)
-        if outcome == "success":
+        if outcome in HEALTHY_OUTCOMES:
             self.last_success.labels(agent=agent).set(now)
+
+    def set_data(self, agent: str, data: Mapping[str, Any], steps: int, now: float) -> None:
+        """What a finished run reports of its data (``TrainResult.extra["data"]``): the
+        records trained on, the new ones, and when the model last learned new data."""
+        records = data.get("records")
+        if records is None:
+            return
+        self.training_records.labels(agent=agent).set(float(records))
+        if steps > 0 and data.get("change") != "unchanged":
+            new = data.get("new", records)
+            self.new_records.labels(agent=agent).inc(float(new or 0))
+            self.last_learned.labels(agent=agent).set(now)
+
+
+def _steps(totals: Any) -> float:
+    """Steps taken, skipped ones included, of a summary or of a dict of totals."""
+    if isinstance(totals, Mapping):
+        return float(totals.get("optimizer_steps", 0.0)) + float(totals.get("skipped_steps", 0.0))
+    return float(totals.optimizer_steps) + float(totals.skipped_steps)

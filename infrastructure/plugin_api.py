@@ -313,6 +313,16 @@ class TrainResult:
     # precision_used/_reason.
     execution: str = "eager"
     execution_reason: str = "not reported by the agent"
+    # The model had already learned every record of the data: the run took no step.
+    up_to_date: bool = False
+
+    @property
+    def outcome(self) -> str:
+        """``up_to_date`` (nothing new to learn), ``stopped`` (asked to stop before its
+        end) or ``success``: the daemon's outcome label, and ``outcome`` in ``to_json``."""
+        if self.up_to_date:
+            return "up_to_date"
+        return "stopped" if self.stopped_early else "success"
 
     @classmethod
     def from_fit(
@@ -358,6 +368,7 @@ class TrainResult:
         out["checkpoint"] = str(self.checkpoint) if self.checkpoint else None
         out["eval"] = dict(self.eval)
         out["demotions"] = [dict(d) for d in self.demotions]
+        out["outcome"] = self.outcome
         result: dict[str, Any] = finite(out)
         return result
 

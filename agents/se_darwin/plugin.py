@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from agents.se_darwin.task import FINAL_FITS, Batch, SEDarwinTask, TaskOptions
+from infrastructure.data.fingerprint import DataChange, DataFingerprint, compare, fingerprint
 from infrastructure.data.readers import ReadResult, read_trajectories
 from infrastructure.data.synthetic import write_pool
 from infrastructure.plugin_api import (
@@ -86,7 +87,8 @@ class SEDarwinPlugin:
         return write_pool(Path(out), count, seed, agent=self.name)
 
     def train(self, request: TrainRequest) -> TrainResult:
-        """Read the data, build the task (resuming its encoder), run ``fit`` and report."""
+        """Read the data, compare it with what the checkpoint's model saw, and train:
+        nothing new ends the run at once (up to date), changed data trains afresh."""
         if request.data_path is None:
             raise TrainRequestError(
                 "se_darwin needs a data path: generate one with generate_sample_data"
@@ -98,17 +100,26 @@ class SEDarwinPlugin:
         # With final_fit=whole the split run keeps its checkpoints in a subfolder, and the
         # folder itself holds the refit's: the one the prediction API loads.
         folder = Path(request.checkpoint_dir) / SPLIT_FOLDER if whole else request.checkpoint_dir
-        saved = _saved_state(folder) if request.resume else None
-        quarantine = _quarantine_path(request)
-        task, data = SEDarwinTask.from_path(
-            Path(request.data_path), options, request.seed, request.device, quarantine, saved
-        )
+        data = read_trajectories(Path(request.data_path), quarantine=_quarantine_path(request))
+        seen = fingerprint(data.examples)
+        saved, finished = _saved_state(folder) if request.resume else (None, False)
+        change = compare(saved.get("data"), seen) if saved is not None else None
         steps, epochs = request.steps, request.epochs
         # No budget given: train until validation stops improving, within max_epochs. An
         # explicit steps/epochs budget runs in full (what the operator asked for), and the
         # best validated weights are still the ones served.
         own_budget = steps is None and epochs is None
-        if own_budget:
+        # A run that was interrupted (daemon shut down, timeout) is not up to date: it
+        # continues toward its own end.
+        up_to_date = own_budget and finished and change is not None and change.unchanged
+        if change is not None and not change.unchanged:
+            _start_afresh(Path(folder), change)
+            saved = None
+        task = SEDarwinTask(data, options, request.seed, request.device, saved, seen=seen)
+        if up_to_date and change is not None:  # the model has seen every record: no step
+            logger.info("se_darwin: up to date, %s: no step to take", change.describe())
+            steps, epochs = 0, None
+        elif own_budget:
             epochs = options.max_epochs
         early_stop = None
         if options.early_stopping and not request.fsdp:
@@ -116,7 +127,11 @@ class SEDarwinPlugin:
         result = fit(
             task,
             request.fit_options(
-                steps=steps, epochs=epochs, early_stop=early_stop, checkpoint_dir=folder
+                steps=steps,
+                epochs=epochs,
+                early_stop=early_stop,
+                checkpoint_dir=folder,
+                resume=saved is not None,
             ),
         )
         summary = result.summary
@@ -125,6 +140,7 @@ class SEDarwinPlugin:
             "examples": len(data.examples),
             "duplicates": data.duplicates,
             "unlabelled": data.unlabelled,
+            "data": _data_record(seen, change),
             "precision_warning": result.precision.warning,
             "resumed_from": str(result.resumed_from) if result.resumed_from else None,
             "split": _split_record(task),
@@ -136,6 +152,7 @@ class SEDarwinPlugin:
         if torch.cuda.is_available() and request.device.startswith("cuda"):
             extra["device_memory_peak_bytes"] = torch.cuda.max_memory_allocated(request.device)
         out = TrainResult.from_fit(request, result, quarantined=data.quarantined, extra=extra)
+        out = dataclasses.replace(out, up_to_date=up_to_date)
         return out if refit is None else dataclasses.replace(out, checkpoint=refit.checkpoint)
 
     def probe_setup(self, data_path: Path | None, seed: int) -> ProbeSetup:
@@ -200,6 +217,30 @@ def _refit(
     return fit(whole, options)
 
 
+def _start_afresh(folder: Path, change: DataChange) -> None:
+    """Changed data (new, removed or relabelled records): the next model is trained from
+    scratch on the whole pool, with an encoder fitted on it (every agent, every tool of
+    the pool known), and the folder's earlier checkpoints are set aside, still loadable.
+
+    The alternative, the old model continued on the grown pool with its old encoder, is
+    measured against it in benchmarks/retrain_growth.py (figures in docs/se-darwin.md).
+    """
+    logger.info(
+        "se_darwin: the data changed, %s: training afresh on the whole pool", change.describe()
+    )
+    _set_aside_checkpoints(folder)
+
+
+def _data_record(seen: DataFingerprint, change: DataChange | None) -> dict[str, Any]:
+    """``extra.data`` of ``train --json``: the records trained on and what changed."""
+    return {
+        "records": seen.records,
+        "fingerprint": seen.digest,
+        "change": "first" if change is None else "unchanged" if change.unchanged else "changed",
+        **({} if change is None else change.to_json()),
+    }
+
+
 def _refit_done(folder: Path, whole: SEDarwinTask, steps: int) -> int | None:
     """The steps of an earlier refit in ``folder`` that this one can continue, or None."""
     found = CheckpointManager(folder).load_latest()
@@ -216,7 +257,7 @@ def _set_aside_checkpoints(folder: Path) -> None:
     into = folder / SUPERSEDED_FOLDER / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     for path in manager.checkpoints():
         moved = manager.set_aside(path, into)
-        logger.warning("final_fit=whole: moved %s to %s (not this refit's)", path, moved)
+        logger.warning("moved %s to %s (kept, no longer served)", path, moved)
 
 
 def _refit_record(refit: FitResult, records: int, split_checkpoint: Path | None) -> dict[str, Any]:
@@ -267,12 +308,14 @@ def _quarantine_path(request: TrainRequest) -> Path | None:
     return request.quarantine_path or Path(request.checkpoint_dir) / "quarantine.jsonl"
 
 
-def _saved_state(checkpoint_dir: Path) -> Mapping[str, Any] | None:
-    """The encoder and model shape of the checkpoint a resumed run will start from."""
+def _saved_state(checkpoint_dir: Path) -> tuple[Mapping[str, Any] | None, bool]:
+    """The world-model state (encoder, model shape, data seen) of the checkpoint a resumed
+    run would start from, and whether the run that wrote it had finished."""
     found = CheckpointManager(Path(checkpoint_dir)).load_latest()
     if found is None:
-        return None
+        return None, False
     state, path = found
     saved = read_world_model_state(state)
-    logger.info("resuming with the feature encoder saved in %s", path)
-    return saved
+    logger.info("newest checkpoint: %s", path)
+    run = state.get(keys.RUN)
+    return saved, isinstance(run, Mapping) and run.get("complete") is True

@@ -37,6 +37,7 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
+from infrastructure.data.fingerprint import DataFingerprint, fingerprint
 from infrastructure.data.readers import ReadResult, read_trajectories
 from infrastructure.data.schema import SCHEMA_VERSION, Example
 from infrastructure.plugin_api import TrainRequestError
@@ -300,9 +301,13 @@ class SEDarwinTask:
         saved: Mapping[str, Any] | None = None,
         split: Split | None = None,
     ) -> None:
+        seen: DataFingerprint | None = None,
         self.options = options
         self.seed = seed
         self.split = split = split or choose_split(data, options, seed, saved)
+        # Every labelled record read (held-out ones too), kept in each checkpoint: the next
+        # scheduled run compares its pool with it (infrastructure/data/fingerprint.py).
+        self.seen = seen if seen is not None else fingerprint(data.examples)
         self.members = max(1, split.fold_count)
         train, held = split.train, split.held_out
         if saved is not None:  # resuming: encode exactly as the checkpointed run did
@@ -386,7 +391,7 @@ class SEDarwinTask:
             cross_validation=False,
         )
         split = Split(everything, everything, everything, 0.0, 0.0)
-        return SEDarwinTask(data, pinned, self.seed, device, split=split)
+        return SEDarwinTask(data, pinned, self.seed, device, split=split, seen=self.seen)
 
     def build_model(self) -> nn.Module:
         return build_world_model(self.config)
@@ -483,6 +488,7 @@ class SEDarwinTask:
                 "train_records": len(self.train_data),
                 "folds": self.split.fold_count,  # 0: held-out
             },
+            data=self.seen.state_dict(),
         )
 
     def load_extra_state(self, state: Mapping[str, Any]) -> None:

@@ -400,7 +400,13 @@ class _ProgressBar(logging.Filter):
 
 def _describe(out: dict[str, Any]) -> str:
     metrics = "  ".join(f"{k}={_number(v, '.4g')}" for k, v in out["eval"].items())
-    return (
+    data = out["extra"].get("data") or {}
+    if out.get("outcome") == "up_to_date":  # what the run did, before the numbers
+        head = f"{out['agent']}: up to date, the model has learned all {data.get('records')} "
+        head += "records (none new, removed or relabelled): no step taken\n"
+    else:
+        head = ""
+    return head + (
         f"{out['agent']}: {out['steps']} steps in {out['precision_used']} "
         f"(requested {out['precision_requested']}: {out['precision_reason']})\n"
         f"  steps: {out['execution']} ({out['execution_reason']})\n"

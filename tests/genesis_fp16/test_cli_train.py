@@ -33,6 +33,7 @@ JSON_KEYS = {
     "wall_seconds",
     "checkpoint",
     "quarantined",
+    "outcome",
 }
 
 
@@ -348,3 +349,21 @@ def test_resume_with_steps_after_an_early_stopped_run_runs_them(tmp_path: Path) 
     proc = _cli(tmp_path, *common, "--resume", "--steps", "5")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("se_darwin: 5 steps in fp32"), proc.stdout
+
+
+def test_an_unchanged_pool_is_up_to_date_in_json_and_in_text(tmp_path: Path) -> None:
+    """A default-budget resume on the pool the model was trained on takes no step and
+    says so: outcome up_to_date in --json, a line of its own in the text summary."""
+    pool = tmp_path / "pool.json"
+    pool.write_text(json.dumps(generate_pool(300, seed=4)))
+    common = ("train", "se_darwin", "--precision", "fp32", "--data", str(pool),
+              "--checkpoint-dir", str(tmp_path / "ck"))  # fmt: skip
+    first = _last_json(_cli(tmp_path, *common, "--json"))
+    assert first["outcome"] == "success" and first["extra"]["data"]["change"] == "first"  # type: ignore[index]
+    again = _last_json(_cli(tmp_path, *common, "--resume", "--json"))
+    assert again["outcome"] == "up_to_date" and again["steps"] == 0
+    assert again["checkpoint"] == first["checkpoint"] and again["eval"] == first["eval"]
+    text = _cli(tmp_path, *common, "--resume")
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.startswith("se_darwin: up to date"), text.stdout
+

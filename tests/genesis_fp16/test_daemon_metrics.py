@@ -119,3 +119,33 @@ def test_eval_quality_and_best_step_are_exported() -> None:
     assert value(registry, "genesis_fp16_early_stop_best_step", agent="a") == 120
     metrics.set_eval("b", {"auc": float("nan")}, None)
     assert value(registry, "genesis_fp16_eval_quality", agent="b", metric="auc") is None
+
+
+def test_a_run_that_started_afresh_counts_its_steps_from_zero() -> None:
+    """A checkpoint at 160 steps, and a run that trained afresh instead (changed data):
+    its first summary at 20 steps adds 20, not nothing."""
+    registry = CollectorRegistry()
+    metrics = DaemonMetrics(registry, version="1")
+    metrics.start_run("a", {"optimizer_steps": 160, "skipped_steps": 0, "nonfinite_losses": 0})
+    metrics.observe_summary("a", Summary("fp32", 20, 0, 0, 320))
+    metrics.observe_summary("a", Summary("fp32", 30, 0, 0, 480))
+    assert value(registry, "genesis_fp16_optimizer_steps_total", agent="a") == 30
+
+
+def test_up_to_date_runs_are_healthy_and_new_data_is_counted() -> None:
+    """An up_to_date run has its own outcome and refreshes last success; a run on changed
+    data counts its new records and when it learned them; an unchanged one does not."""
+    registry = CollectorRegistry()
+    metrics = DaemonMetrics(registry, version="1")
+    metrics.add_agent("a")
+    metrics.set_data("a", {"records": 500, "change": "first"}, steps=80, now=10.0)
+    metrics.set_data("a", {"records": 800, "change": "changed", "new": 300}, steps=90, now=20.0)
+    metrics.set_data("a", {"records": 800, "change": "unchanged", "new": 0}, steps=0, now=30.0)
+    metrics.finish_run("a", "up_to_date", 0.5, None, 30.0)
+    assert value(registry, "genesis_fp16_training_records", agent="a") == 800
+    assert value(registry, "genesis_fp16_new_records_total", agent="a") == 800
+    assert value(registry, "genesis_fp16_last_learned_timestamp_seconds", agent="a") == 20.0
+    assert value(registry, "genesis_fp16_last_success_timestamp_seconds", agent="a") == 30.0
+    runs = "genesis_fp16_training_runs_total"
+    assert value(registry, runs, agent="a", outcome="up_to_date") == 1
+    assert value(registry, runs, agent="a", outcome="success") == 0

@@ -41,10 +41,11 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]
 
 
 def test_ready_and_series_move_after_a_short_job(trained: DaemonProcess) -> None:
-    """/readyz answers and the training series carry the run's real counts."""
+    """/readyz answers, /livez is the daemon's heartbeat and the series carry the run's counts."""
     status, body = trained.get("/readyz")
     assert status == 200 and GOOD in body
     assert trained.get("/healthz")[0] == 200
+    assert trained.get("/livez") == (200, "alive: scheduler heartbeat is fresh\n")
     s = trained.sample
     assert s("genesis_fp16_optimizer_steps_total", agent=GOOD) == 4
     assert s("genesis_fp16_samples_total", agent=GOOD) == 64

@@ -78,6 +78,37 @@ def test_endpoints_answer_with_their_status_and_reason(served) -> None:
     assert _get(server.port, "/metrics", method="POST")[0] == 405
 
 
+def test_livez_answers_its_own_check_apart_from_health() -> None:
+    """/livez is 200 without a live check, and follows its own check, not /healthz's."""
+    alive = {"ok": True}
+    servers = [
+        StatusServer(("127.0.0.1", 0), CollectorRegistry(), health=_down, ready=_down),
+        StatusServer(
+            ("127.0.0.1", 0),
+            CollectorRegistry(),
+            health=_down,
+            ready=_down,
+            live=lambda: (alive["ok"], "alive" if alive["ok"] else "not alive: stale"),
+        ),
+    ]
+    for server in servers:
+        server.start()
+    try:
+        plain, checked = (server.port for server in servers)
+        assert _get(plain, "/livez") == (200, b"alive\n")
+        assert _get(checked, "/livez") == (200, b"alive\n")
+        assert _get(checked, "/healthz") == (503, b"degraded: disk full\n")
+        alive["ok"] = False
+        assert _get(checked, "/livez") == (503, b"not alive: stale\n")
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def _down() -> tuple[bool, str]:
+    return False, "degraded: disk full"
+
+
 def test_a_kept_alive_connection_serves_several_requests(served) -> None:
     """HTTP/1.1 keep-alive: one connection, three scrapes (what Prometheus does)."""
     server, _ = served

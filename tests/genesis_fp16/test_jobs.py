@@ -135,3 +135,21 @@ def test_health_reports_degraded_with_the_reason_until_a_run_succeeds(
     assert not ok and reason.startswith("degraded: refusing: cannot write /x/ckpt.pt")
     ctx.degraded.clear()
     assert daemon.health()[0] is True
+
+
+def test_liveness_ignores_a_degraded_disk_and_fails_on_a_stale_heartbeat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/livez's check stays alive on a full disk (no restart loop), not on a stale heartbeat."""
+    from genesis_fp16.daemon import Daemon
+
+    ctx = _context(tmp_path, monkeypatch)
+    daemon = Daemon(ctx.settings, tmp_path / ".env", CollectorRegistry(), notifier=None)
+    daemon.context = ctx
+    daemon.beat()
+    ctx.degraded[AGENT] = "cannot write /x/ckpt.pt: No space left on device"
+    assert daemon.health()[0] is False
+    assert daemon.liveness() == (True, "alive: scheduler heartbeat is fresh")
+    daemon._heartbeat -= 10 * ctx.settings.heartbeat_seconds
+    ok, reason = daemon.liveness()
+    assert not ok and reason.startswith("not alive: scheduler heartbeat is")

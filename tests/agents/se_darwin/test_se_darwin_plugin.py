@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import shutil
@@ -155,13 +156,14 @@ def _quarantine_rank(rank: int, init: str, folder: str) -> None:
     )
     try:
         given: list[str | None] = []
-        read = task_module.read_trajectories
+        module = importlib.import_module("agents.se_darwin.plugin")  # not the plugin object
+        read = module.read_trajectories
 
         def spy(path: Path, quarantine: Path | None = None) -> object:
             given.append(None if quarantine is None else str(quarantine))
             return read(path, quarantine=quarantine)
 
-        task_module.read_trajectories = spy  # type: ignore[assignment]  # this child only
+        module.read_trajectories = spy  # this child only
         result = _train(Path(folder) / "data", Path(folder) / "ckpt", steps=2)
         out = {"given": given, "quarantined": result.quarantined, "steps": result.steps}
         (Path(folder) / f"rank{rank}.json").write_text(json.dumps(out))

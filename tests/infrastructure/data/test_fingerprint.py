@@ -1,0 +1,61 @@
+"""The data fingerprint: which records are new, gone or relabelled since a checkpoint."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from infrastructure.data.fingerprint import compare, fingerprint
+from infrastructure.data.readers import read_trajectories
+from infrastructure.data.schema import Example, Label
+from infrastructure.data.synthetic import generate_pool
+
+
+def _examples(tmp_path: Path, count: int = 200) -> list[Example]:
+    path = tmp_path / "pool.json"
+    path.write_text(json.dumps(generate_pool(count, seed=1)))
+    return read_trajectories(path).examples
+
+
+def _through_a_checkpoint(state: dict[str, object]) -> dict[str, object]:
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    loaded: dict[str, object] = torch.load(buffer, weights_only=True)
+    return loaded
+
+
+def test_the_same_records_in_any_order_are_unchanged(tmp_path: Path) -> None:
+    """A fingerprint saved in a checkpoint matches the same records read in another order."""
+    examples = _examples(tmp_path)
+    saved = _through_a_checkpoint(fingerprint(examples).state_dict())
+    change = compare(saved, fingerprint(list(reversed(examples))))
+    assert change.unchanged and change.previous == change.records == len(examples)
+
+
+def test_new_removed_and_relabelled_records_are_each_counted(tmp_path: Path) -> None:
+    """Growth, removal and a changed label are changes, each counted by record."""
+    examples = _examples(tmp_path)
+    saved = fingerprint(examples[:150]).state_dict()
+    flipped = [
+        replace(e, label=Label(not e.label.success, e.label.score, e.label.outcome))
+        for e in examples[:5]
+    ]
+    now = [*flipped, *examples[10:]]  # 5 relabelled, 5 removed, the rest past 150 new
+    new = len(examples) - 150
+    change = compare(saved, fingerprint(now))
+    assert not change.unchanged
+    assert (change.added, change.removed, change.relabelled) == (new, 5, 5)
+    assert (change.records, change.previous) == (len(now), 150)
+    assert f"{new} new, 5 removed, 5 relabelled" in change.describe()
+
+
+def test_a_checkpoint_without_a_fingerprint_counts_every_record_as_new(tmp_path: Path) -> None:
+    """No saved fingerprint (an older checkpoint): the data is unknown, never up to date."""
+    examples = _examples(tmp_path, 50)
+    change = compare(None, fingerprint(examples))
+    assert not change.unchanged and change.added == 50 and change.previous is None
