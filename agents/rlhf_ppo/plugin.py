@@ -177,6 +177,11 @@ class RlhfPpoPlugin:
     def train(self, request: TrainRequest) -> TrainResult:
         """Run PPO for ``request.steps`` optimizer steps in the chosen preset."""
         check_single_process()
+        if request.compile == "on":  # the engine builds its Trainer uncompiled
+            raise TrainRequestError(
+                "rlhf_ppo: compile=on is not supported (its update step is never compiled); "
+                "set GENESIS_FP16_AGENTS__RLHF_PPO__COMPILE (or --compile) to off"
+            )
         options: dict[str, Any] = parse_options(self.name, self.options, request.options)
         choice = resolve_preset(
             request.precision, options.pop("preset", None), options.pop("rollout_precision", None)

@@ -46,6 +46,7 @@ from genesis_fp16.run_request import (
 )
 from genesis_fp16.settings import (
     AGENT_VARIABLE_PREFIX,
+    COMPILE_CHOICES,
     CUDA_GRAPH_CHOICES,
     PRECISION_CHOICES,
     Settings,
@@ -130,6 +131,13 @@ def register(subparsers: Any) -> None:
         choices=CUDA_GRAPH_CHOICES,
         help="replay each step from a captured CUDA graph: on, off, or auto (the default: "
         "GENESIS_FP16_CUDA_GRAPH; captured wherever the run can be, or as measured)",
+    )
+    parser.add_argument(
+        "--compile",
+        choices=COMPILE_CHOICES,
+        help="on: the model compiled (torch.compile, max-autotune-no-cudagraphs) inside the "
+        "captured step; a run that cannot be captured fails in one line (default: "
+        "GENESIS_FP16_COMPILE, off)",
     )
     parser.add_argument(
         "--option",
@@ -342,6 +350,7 @@ def _request(
         seed=args.seed,
         resume=args.resume,
         cuda_graph=args.cuda_graph,
+        compile=args.compile,
         log_interval=_PROGRESS_INTERVAL if bar else None,
         options=_flags(args),
         checkpoint_steps=args.checkpoint_steps,

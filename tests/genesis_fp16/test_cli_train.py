@@ -263,6 +263,40 @@ def test_cuda_graph_on_runs_graphed_on_cuda_and_is_one_line_elsewhere(
 
 
 @pytest.mark.slow
+def test_compile_on_runs_compiled_in_the_graph_on_cuda_and_is_one_line_elsewhere(
+    tmp_path: Path, data: Path
+) -> None:
+    """--compile on: the compiled captured step on a GPU host; on a CPU, exit 2 naming why."""
+    proc = _cli(
+        tmp_path, "train", "se_darwin", "--steps", "8", "--precision", "bf16",
+        "--data", str(data), "--checkpoint-dir", str(tmp_path / "c"), "--compile", "on", "--json",
+    )  # fmt: skip
+    if torch.cuda.is_available():
+        out = _last_json(proc)
+        assert out["execution"] == "cuda_graph_compiled" and out["steps"] == 8
+        assert "max-autotune-no-cudagraphs" in str(out["execution_reason"])
+    else:  # the data's one malformed record is logged before: the error is the last line
+        assert proc.returncode == 2, proc.stderr
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last.startswith(
+            "genesis-fp16: error: compile=on runs the compiled model inside the captured step"
+        )
+        assert "CUDA graphs need a CUDA device" in last and "Traceback" not in proc.stderr
+    bad = _cli(tmp_path, "train", "se_darwin", "--compile", "auto")
+    assert bad.returncode == 2 and "--compile" in bad.stderr
+
+
+@pytest.mark.slow
+def test_rlhf_ppo_refuses_compile_on_in_one_line(tmp_path: Path) -> None:
+    """rlhf_ppo never compiles its update step: --compile on is exit 2, naming the setting."""
+    proc = _cli(tmp_path, "train", "rlhf_ppo", "--steps", "2", "--compile", "on")
+    assert proc.returncode == 2, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("genesis-fp16: error: rlhf_ppo: compile=on is not supported")
+    assert "GENESIS_FP16_AGENTS__RLHF_PPO__COMPILE" in last
+
+
+@pytest.mark.slow
 def test_a_disk_that_refuses_the_checkpoint_is_one_line_naming_the_path(
     tmp_path: Path, data: Path
 ) -> None:
