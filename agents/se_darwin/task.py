@@ -48,6 +48,7 @@ from infrastructure.world_model.model import (
     ModelConfig,
     WorldModelOutput,
     build_world_model,
+    stack_loop_optimizer_state,
     world_model_losses,
 )
 from infrastructure.world_model.predict import world_model_state
@@ -398,17 +399,18 @@ class SEDarwinTask:
 
     def build_optimizers(self, model: nn.Module) -> Sequence[Optimizer]:
         device = next(model.parameters()).device.type
-        return [
-            torch.optim.AdamW(
-                model.parameters(),
-                lr=self.options.learning_rate,
-                weight_decay=self.options.weight_decay,
-                fused=device in ("cpu", "cuda"),
-                # Step counters on the device, so the whole step can be a CUDA graph
-                # (cuda_graph); the same arithmetic as without. CPU steps cannot be captured.
-                capturable=device == "cuda",
-            )
-        ]
+        optimizer = torch.optim.AdamW(
+            model.parameters(),
+            lr=self.options.learning_rate,
+            weight_decay=self.options.weight_decay,
+            fused=device in ("cpu", "cuda"),
+            # Step counters on the device, so the whole step can be a CUDA graph
+            # (cuda_graph); the same arithmetic as without. CPU steps cannot be captured.
+            capturable=device == "cuda",
+        )
+        # Checkpoints of the loop-layout ensemble (one WorldModel per member) resume.
+        optimizer.register_load_state_dict_pre_hook(stack_loop_optimizer_state)
+        return [optimizer]
 
     def build_schedulers(self, optimizers: Sequence[Optimizer]) -> Sequence[LRScheduler]:
         return ()
@@ -445,11 +447,9 @@ class SEDarwinTask:
         if not self.cross_validated:
             return world_model_losses(model(batch.x), *labels).total
         out: WorldModelOutput = model(batch.x, per_member=True)  # through any DDP/FSDP wrapper
-        total = torch.zeros((), device=batch.x.device)
-        for k in range(self.members):
-            own = WorldModelOutput(*(part[k] for part in out))
-            total = total + world_model_losses(own, *labels, weight=batch.fold != k).total
-        return total
+        # Every member's loss at once: row k keeps the records outside fold k.
+        members = torch.arange(self.members, device=batch.fold.device).unsqueeze(1)
+        return world_model_losses(out, *labels, weight=batch.fold != members).total.sum()
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         """Held-out metrics (out-of-fold when cross-validated); the AUC with its 95%

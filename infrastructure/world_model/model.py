@@ -1,9 +1,10 @@
 """The SE-Darwin world model: a shared MLP trunk and three heads, and its fp32 losses.
 
 A config with ``members`` > 1 builds a :class:`WorldModelEnsemble` instead
-(:func:`build_world_model`): that many independent networks of the same shape, whose
-served output is the mean of their logits. SE-Darwin trains one on small pools, each
-member on all but one fold of the records (``agents/se_darwin/task.py``).
+(:func:`build_world_model`): that many independent networks of the same shape, computed
+as one (weights stacked per layer, one batched matmul for all members), whose served
+output is the mean of their logits. SE-Darwin trains one on small pools, each member on
+all but one fold of the records (``agents/se_darwin/task.py``).
 
 The heads predict, for one attempt before it runs: the logit of success, the expected
 success_score (a logit, squashed by a sigmoid), and the logits of the outcome class
@@ -17,12 +18,15 @@ torch.Size([4, 3])
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.optim import Optimizer
 
 from infrastructure.data.schema import OUTCOMES
 
@@ -108,26 +112,195 @@ class WorldModel(nn.Module):
 
 
 class WorldModelEnsemble(nn.Module):
-    """``config.members`` WorldModels of one shape; its output is their logits' mean.
+    """``config.members`` WorldModels of one shape, computed as one network.
 
-    ``model(x, per_member=True)`` gives every member's output instead, stacked on a new
-    first dimension; it goes through ``forward``, so DDP and FSDP wrappers see the call.
+    Each layer holds every member's weights stacked on a new first dimension (its state
+    dict keys are a WorldModel's, ``trunk.0.weight`` of shape ``(members, out, in)``),
+    and runs all members in one batched matmul (``torch.baddbmm``): a step launches
+    the kernels of about one network, not one per member. Member ``k``'s slice gets the
+    gradient it would get alone. The served output is the mean of the members' logits:
+
+    >>> ensemble = WorldModelEnsemble(ModelConfig(in_features=30, members=5))
+    >>> ensemble(torch.zeros(4, 30)).success_logit.shape
+    torch.Size([4])
+    >>> ensemble(torch.zeros(4, 30), per_member=True).success_logit.shape
+    torch.Size([5, 4])
+    >>> ensemble.member(2)  # a copy of one member, as a WorldModel  # doctest: +ELLIPSIS
+    WorldModel(...)
+
+    ``model(x, per_member=True)`` goes through ``forward``, so DDP and FSDP wrappers see
+    the call. State dicts of the earlier loop layout (``members.K.trunk.0.weight``, one
+    WorldModel per member) are stacked into this one on load.
     """
 
     def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
         if config.members < 2:
             raise ValueError(f"an ensemble needs at least 2 members, got {config}")
-        self.config = config
+        # Built as that many WorldModels, one after another, then stacked: the same
+        # initial weights (and random draws) as the loop layout had.
         one = replace(config, members=1)
-        self.members = nn.ModuleList(WorldModel(one) for _ in range(config.members))
+        self._stack([WorldModel(one) for _ in range(config.members)], config)
+
+    @classmethod
+    def from_members(cls, members: Sequence[WorldModel]) -> WorldModelEnsemble:
+        """The ensemble of these networks (their weights copied), in this order."""
+        if len(members) < 2:
+            raise ValueError(f"an ensemble needs at least 2 members, got {len(members)}")
+        ensemble = cls.__new__(cls)
+        ensemble._stack(members, replace(members[0].config, members=len(members)))
+        return ensemble
+
+    def _stack(self, members: Sequence[WorldModel], config: ModelConfig) -> None:
+        nn.Module.__init__(self)
+        self.config = config
+        self.trunk = nn.Sequential(
+            *(_stacked(layers) for layers in zip(*(m.trunk for m in members), strict=True))
+        )
+        self.success_head = _StackedLinear([m.success_head for m in members])
+        self.score_head = _StackedLinear([m.score_head for m in members])
+        self.outcome_head = _StackedLinear([m.outcome_head for m in members])
+        self.register_load_state_dict_pre_hook(_stack_loop_layout)
 
     def forward(self, x: torch.Tensor, per_member: bool = False) -> WorldModelOutput:
-        outputs = [member(x) for member in self.members]
-        stacked = (torch.stack(parts) for parts in zip(*outputs, strict=True))
+        # Every member reads the same records: a stride-0 view, no copy (autocast's cast
+        # to bf16/fp16 does copy it, members times the input's size).
+        h = self.trunk(x.expand(self.config.members, *x.shape))
+        stacked = WorldModelOutput(
+            self.success_head(h).squeeze(-1),
+            self.score_head(h).squeeze(-1),
+            self.outcome_head(h),
+        )
         if per_member:
-            return WorldModelOutput(*stacked)
+            return stacked
         return WorldModelOutput(*(parts.mean(0) for parts in stacked))
+
+    def member_state_dict(self, k: int) -> dict[str, torch.Tensor]:
+        """Member ``k``'s weights under a WorldModel's keys (views into the ensemble's)."""
+        return {name: t[k] for name, t in self.state_dict().items()}
+
+    def member(self, k: int) -> WorldModel:
+        """A copy of member ``k`` as a WorldModel; it draws no random numbers."""
+        with torch.device("meta"):
+            one = WorldModel(replace(self.config, members=1))
+        state = {name: t.detach().clone() for name, t in self.member_state_dict(k).items()}
+        one.load_state_dict(state, assign=True)
+        return one.train(self.training)
+
+
+class _StackedLinear(nn.Module):
+    """Linear layers of one shape, stacked: ``(members, n, in)`` -> ``(members, n, out)``."""
+
+    def __init__(self, layers: Sequence[nn.Linear]) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.stack([layer.weight.detach() for layer in layers]))
+        self.bias = nn.Parameter(torch.stack([layer.bias.detach() for layer in layers]))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        # One batched matmul, bias fused; autocast runs it in bf16/fp16 as it does Linear.
+        return torch.baddbmm(self.bias.unsqueeze(1), h, self.weight.transpose(1, 2))
+
+
+class _StackedLayerNorm(nn.Module):
+    """LayerNorms of one width, stacked: one normalisation, then each member's affine."""
+
+    def __init__(self, norms: Sequence[nn.LayerNorm]) -> None:
+        super().__init__()
+        self.eps = float(norms[0].eps)
+        self.weight = nn.Parameter(torch.stack([norm.weight.detach() for norm in norms]))
+        self.bias = nn.Parameter(torch.stack([norm.bias.detach() for norm in norms]))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        normed = F.layer_norm(h, h.shape[-1:], eps=self.eps)
+        affine = torch.addcmul(self.bias.unsqueeze(1), normed, self.weight.unsqueeze(1))
+        # LayerNorm's output dtype under autocast: the input's on a CPU (bf16/fp16),
+        # float32 on CUDA, where layer_norm is an autocast fp32 op. A no-op in fp32.
+        return affine.to(normed.dtype)
+
+
+def _stacked(layers: Sequence[nn.Module]) -> nn.Module:
+    """One trunk layer for every member: stacked weights, or the layer itself if it has none."""
+    first = layers[0]
+    if isinstance(first, nn.Linear):
+        return _StackedLinear([cast(nn.Linear, layer) for layer in layers])
+    if isinstance(first, nn.LayerNorm):
+        return _StackedLayerNorm([cast(nn.LayerNorm, layer) for layer in layers])
+    if any(True for _ in first.parameters()):
+        raise TypeError(f"no stacked form of {type(first).__name__}")
+    return first  # GELU, Dropout (its mask drawn once over every member's activations)
+
+
+_LOOP_KEY = re.compile(r"members\.(\d+)\.(.+)")
+
+
+def stack_loop_layout(state: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``state`` with the loop layout's ``{prefix}members.K.<key>`` entries stacked into
+    ``{prefix}<key>`` over K; other entries as they are (a stacked state is unchanged)."""
+    found: dict[str, dict[int, torch.Tensor]] = {}
+    out: dict[str, Any] = {}
+    for name, value in state.items():
+        match = _LOOP_KEY.fullmatch(name[len(prefix) :]) if name.startswith(prefix) else None
+        if match is None:
+            out[name] = value
+            continue
+        found.setdefault(prefix + match[2], {})[int(match[1])] = value
+    for name, by_member in found.items():
+        if sorted(by_member) != list(range(len(by_member))):
+            raise ValueError(f"loop-layout state has members {sorted(by_member)} for {name!r}")
+        out[name] = torch.stack([by_member[k] for k in range(len(by_member))])
+    return out
+
+
+def _stack_loop_layout(module: nn.Module, state: dict[str, Any], prefix: str, *_: Any) -> None:
+    # load_state_dict hands its hooks a copy of the caller's dict: edit it in place.
+    stacked = stack_loop_layout(state, prefix)
+    if stacked.keys() != state.keys():
+        state.clear()
+        state.update(stacked)
+
+
+def stack_loop_optimizer_state(
+    optimizer: Optimizer, state: dict[str, Any]
+) -> dict[str, Any] | None:
+    """A loop-layout optimizer state stacked for this optimizer's stacked parameters.
+
+    A load-state-dict pre-hook (``optimizer.register_load_state_dict_pre_hook``): when
+    each saved group holds ``members`` times the live group's parameters, member by
+    member (the loop layout's ModuleList order), and every live parameter's first
+    dimension is ``members``, the per-parameter states (AdamW's exp_avg, exp_avg_sq)
+    are stacked as the weights are; a scalar such as ``step`` is taken from member 0
+    (every member stepped together). Any other state is returned as it is (None).
+    """
+    live, saved = optimizer.param_groups, state["param_groups"]
+    if len(live) != len(saved) or not live or not live[0]["params"]:
+        return None
+    members, rest = divmod(len(saved[0]["params"]), len(live[0]["params"]))
+    if members < 2 or rest:
+        return None
+    for group, old in zip(live, saved, strict=True):
+        if len(old["params"]) != members * len(group["params"]):
+            return None
+        if any(p.dim() == 0 or p.shape[0] != members for p in group["params"]):
+            return None
+    per_param, groups, index = state["state"], [], 0
+    stacked: dict[int, dict[str, Any]] = {}
+    for group, old in zip(live, saved, strict=True):
+        count = len(group["params"])
+        for j in range(count):
+            parts = [per_param.get(old["params"][k * count + j]) for k in range(members)]
+            if all(part is not None for part in parts):
+                stacked[index + j] = {key: _stack_entry(parts, key) for key in parts[0]}
+        groups.append({**old, "params": list(range(index, index + count))})
+        index += count
+    return {**state, "state": stacked, "param_groups": groups}
+
+
+def _stack_entry(parts: Sequence[Mapping[str, Any]], key: str) -> Any:
+    value = parts[0][key]
+    if not isinstance(value, torch.Tensor):
+        return value
+    if value.dim() == 0:  # a copy: the saved state may be a live optimizer's own tensor
+        return value.clone()
+    return torch.stack([part[key] for part in parts])
 
 
 def build_world_model(config: ModelConfig) -> WorldModel | WorldModelEnsemble:
@@ -156,6 +329,9 @@ def world_model_losses(
     ``score_known`` masks records whose label came from the status word alone: they have
     no success_score to regress on. ``weight`` (0 or 1 per record) keeps only some records
     in each mean: an ensemble member's training folds, with the same shapes every step.
+    Every member at once: ``out`` with a leading member dimension (``per_member=True``)
+    and ``weight`` of shape ``(members, n)`` give each member's losses, shape
+    ``(members,)``; the labels are the same for every member.
     """
     success_logit = out.success_logit.float()
     predicted = torch.sigmoid(out.score_logit.float())
@@ -167,9 +343,14 @@ def world_model_losses(
         ce = F.cross_entropy(out.outcome_logits.float(), outcome)
         return LossParts(bce + mse + ce, bce, mse, ce)
     w = weight.float()
-    per_bce = F.binary_cross_entropy_with_logits(success_logit, success.float(), reduction="none")
-    per_ce = F.cross_entropy(out.outcome_logits.float(), outcome, reduction="none")
-    count = w.sum().clamp_min(1.0)
-    bce, ce = (per_bce * w).sum() / count, (per_ce * w).sum() / count
-    mse = (squared * mask * w).sum() / (mask * w).sum().clamp_min(1.0)
+    per_bce = F.binary_cross_entropy_with_logits(
+        success_logit, success.float().expand_as(success_logit), reduction="none"
+    )
+    # Classes on dim 1, as cross_entropy wants them: (n, 3) as it is, (members, 3, n).
+    logits = out.outcome_logits.float()
+    targets = outcome.expand(logits.shape[:-1])
+    per_ce = F.cross_entropy(logits.movedim(-1, 1), targets, reduction="none")
+    count = w.sum(-1).clamp_min(1.0)
+    bce, ce = (per_bce * w).sum(-1) / count, (per_ce * w).sum(-1) / count
+    mse = (squared * mask * w).sum(-1) / (mask * w).sum(-1).clamp_min(1.0)
     return LossParts(bce + mse + ce, bce, mse, ce)

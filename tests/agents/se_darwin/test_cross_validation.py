@@ -4,11 +4,13 @@ evaluated out of fold; larger pools (or an explicit choice) keep the held-out sp
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 from se_darwin_runs import train as _train
+from torch import nn
 
 from agents.se_darwin import plugin
 from agents.se_darwin import task as task_module
@@ -29,6 +31,8 @@ from infrastructure.world_model.model import (
     world_model_losses,
 )
 from infrastructure.world_model.predict import WorldModelPredictor
+
+FOLDS = 5
 
 
 @pytest.fixture(scope="module")
@@ -95,33 +99,33 @@ def test_out_of_fold_metrics_use_the_member_that_did_not_train_on_the_record(
     assert isinstance(model, WorldModelEnsemble)
     batch = task.eval_data
     with torch.no_grad():
-        outs = [member(batch.x) for member in model.members]
-        expected = torch.stack(
-            [outs[f].success_logit[i] for i, f in enumerate(batch.fold.tolist())]
-        )
+        outs = model(batch.x, per_member=True).success_logit
+        expected = torch.stack([outs[f, i] for i, f in enumerate(batch.fold.tolist())])
         picked = task._predict(model, batch)
         assert torch.equal(picked.success_logit, expected)
+        for k in range(5):  # each member's output is what that member alone gives
+            assert torch.allclose(outs[k], model.member(k)(batch.x).success_logit, atol=1e-6)
         assert task.evaluate(model)["examples"] == len(batch) == len(task.split.train)
         assert task.evaluate(model) == task.validate(model)
 
     model.zero_grad()
     task.loss(model, batch).backward()
-    member = model.members[2]
-    got = [p.grad.clone() for p in member.parameters()]  # type: ignore[union-attr]
-    alone = WorldModel(member.config)
-    alone.load_state_dict(member.state_dict())
+    # Member 2's slice of each stacked parameter, under a WorldModel's names.
+    got = {name: p.grad[2].clone() for name, p in model.named_parameters()}  # type: ignore[index]
+    alone = model.member(2)
     keep = batch.fold != 2
     labels = (batch.success, batch.score, batch.score_known, batch.outcome)
     world_model_losses(alone(batch.x), *labels, weight=keep).total.backward()
-    for g, p in zip(got, alone.parameters(), strict=True):
-        assert torch.allclose(g, p.grad, atol=1e-6)  # type: ignore[arg-type]
+    assert got.keys() == dict(alone.named_parameters()).keys()
+    for name, p in alone.named_parameters():
+        assert torch.allclose(got[name], p.grad, atol=1e-6)  # type: ignore[arg-type]
     # Only fold 2's records changed: member 2's gradient does not move.
     changed = batch.take(torch.arange(len(batch)))
     changed.success[batch.fold == 2] = 1.0 - changed.success[batch.fold == 2]
     model.zero_grad()
     task.loss(model, changed).backward()
-    for g, p in zip(got, member.parameters(), strict=True):
-        assert torch.allclose(g, p.grad, atol=1e-6)  # type: ignore[arg-type]
+    for name, p in model.named_parameters():
+        assert torch.allclose(got[name], p.grad[2], atol=1e-6)  # type: ignore[index]
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
@@ -138,13 +142,13 @@ def test_a_small_pool_trains_and_serves_a_cross_validated_ensemble(
     assert result.eval["auc_ci_low"] < result.eval["auc"] < result.eval["auc_ci_high"]
     predictor = WorldModelPredictor.load(tmp_path / "ckpt")
     model = predictor.model
-    assert isinstance(model, WorldModelEnsemble) and len(model.members) == 5
+    assert isinstance(model, WorldModelEnsemble) and model.config.members == 5
     pool = read_trajectories(data)
     attempts = [e.attempt for e in pool.examples[:16]]
     got = predictor.predict(attempts, pool.pool)
     x = predictor.encoder.encode(attempts, pool.pool)
     with torch.no_grad():
-        mean_logit = torch.stack([m(x).success_logit for m in model.members]).mean(0)
+        mean_logit = torch.stack([model.member(k)(x).success_logit for k in range(5)]).mean(0)
     want = torch.sigmoid(mean_logit).tolist()
     assert [p.success_probability for p in got] == pytest.approx(want, abs=1e-6)
     saved = torch.load(result.checkpoint, weights_only=True)  # type: ignore[arg-type]
@@ -216,3 +220,57 @@ def test_a_checkpoint_from_before_ensembles_loads_as_one_network() -> None:
         WorldModel(ModelConfig(7, members=3))
     out = build_world_model(ModelConfig(7, 8, 1, members=3))(torch.zeros(2, 7))
     assert isinstance(out, WorldModelOutput) and out.outcome_logits.shape == (2, 3)
+
+
+class _LoopEnsemble(nn.Module):
+    """The ensemble's earlier layout: one WorldModel per member, run one after another."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        one = replace(config, members=1)
+        self.members = nn.ModuleList(WorldModel(one) for _ in range(config.members))
+
+    def forward(self, x: torch.Tensor, per_member: bool = False) -> WorldModelOutput:
+        outputs = [member(x) for member in self.members]
+        stacked = (torch.stack(parts) for parts in zip(*outputs, strict=True))
+        if per_member:
+            return WorldModelOutput(*stacked)
+        return WorldModelOutput(*(parts.mean(0) for parts in stacked))
+
+
+def test_a_loop_layout_checkpoint_serves_and_resumes_into_the_stacked_ensemble(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint the loop layout wrote (members.K.* weights, an optimizer entry per
+    member's parameter) serves the loop model's predictions, and 8 more steps in the
+    stacked ensemble end where 16 steps of the loop layout do."""
+    with monkeypatch.context() as patch:
+        patch.setattr(SEDarwinTask, "build_model", lambda self: _LoopEnsemble(self.config))
+        cut = _train(data, tmp_path / "cut", steps=8)
+        whole = _train(data, tmp_path / "whole", steps=16)
+    old = torch.load(cut.checkpoint, weights_only=True)  # type: ignore[arg-type]
+    assert "members.4.trunk.0.weight" in old["model"] and "trunk.0.weight" not in old["model"]
+    assert len(old["optimizer"][0]["state"]) == FOLDS * len(list(WorldModel(ModelConfig(
+        old["extra"]["model"]["in_features"], old["extra"]["model"]["hidden"],
+        old["extra"]["model"]["depth"])).parameters()))  # fmt: skip
+
+    predictor = WorldModelPredictor.load(tmp_path / "cut")
+    assert isinstance(predictor.model, WorldModelEnsemble)
+    loop = _LoopEnsemble(predictor.model.config)
+    loop.load_state_dict(old["early_stop"]["best_weights"] or old["model"])
+    pool = read_trajectories(data)
+    attempts = [e.attempt for e in pool.examples[:16]]
+    x = predictor.encoder.encode(attempts, pool.pool)
+    with torch.no_grad():
+        want = torch.sigmoid(loop(x).success_logit).tolist()
+    got = [p.success_probability for p in predictor.predict(attempts, pool.pool)]
+    assert got == pytest.approx(want, abs=1e-6)
+
+    resumed = _train(data, tmp_path / "cut", steps=8, resume=True)
+    assert resumed.extra["total_steps"] == 16
+    a = torch.load(whole.checkpoint, weights_only=True)["model"]  # type: ignore[arg-type]
+    b = torch.load(resumed.checkpoint, weights_only=True)["model"]  # type: ignore[arg-type]
+    for name, t in b.items():
+        loop_t = torch.stack([a[f"members.{k}.{name}"] for k in range(FOLDS)])
+        assert torch.allclose(t, loop_t, atol=1e-5), name
