@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SIZES: tuple[str, ...] = ("default", "large")
-# ours-graph: our Trainer with cuda_graph="on"; hand-graph: the same step written by hand
+# ours-graph: our Trainer with cuda_graph="on" (ours-graph-compile: and compile="on", the
+# model compiled inside the captured step); hand-graph: the same step written by hand
 # and replayed from one CUDA graph (the anchor: the limit of this workload on the device);
 # compile / compile-ro: the hand loop with torch.compile(model), default mode and
 # "reduce-overhead" (what a user would try first to cut launch overhead).
@@ -17,11 +18,12 @@ RUNNERS: tuple[str, ...] = (
     "accelerate",
     "fabric",
     "ours-graph",
+    "ours-graph-compile",
     "hand-graph",
     "compile",
     "compile-ro",
 )
-CUDA_ONLY_RUNNERS: tuple[str, ...] = ("ours-graph", "hand-graph")
+CUDA_ONLY_RUNNERS: tuple[str, ...] = ("ours-graph", "ours-graph-compile", "hand-graph")
 # The runners a plain `bench` runs per device. compile on a CPU needs a C++ toolchain and
 # minutes of compiling per row; ask for it with --runners.
 DEFAULT_RUNNERS: dict[str, tuple[str, ...]] = {

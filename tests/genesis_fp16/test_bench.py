@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 import torch
 
-from genesis_fp16.bench.config import BenchConfig
+from genesis_fp16.bench.config import DEFAULT_RUNNERS, BenchConfig
 from genesis_fp16.bench.measure import run_config
 from genesis_fp16.bench.probe import SyncCounter, count_sync_warnings
 from genesis_fp16.bench.report import COLUMNS, derive, note_for
 from genesis_fp16.bench.run import BenchOptions, _run_isolated, main, plan, run_benchmark
 from genesis_fp16.bench.runners import HandWrittenRunner
 from genesis_fp16.cli import main as cli_main
+from infrastructure.training.execution import ExecutionError
 
 
 def _tiny(precision: str, runner: str, device: str = "cpu") -> BenchConfig:
@@ -254,6 +255,18 @@ def test_batch_sizes_runners_and_their_defaults_per_device() -> None:
             options_from_args(_args("--device", "cpu", *argv))
 
 
+def test_ours_graph_compile_is_a_cuda_row_and_a_cpu_refuses_it_naming_why() -> None:
+    """ours-graph-compile is in CUDA's default set; a CPU refuses the flag and the row."""
+    from genesis_fp16.bench.run import options_from_args
+
+    assert "ours-graph-compile" in DEFAULT_RUNNERS["cuda"]
+    assert "ours-graph-compile" not in DEFAULT_RUNNERS["cpu"]
+    with pytest.raises(ValueError, match="ours-graph-compile: CUDA graphs need --device cuda"):
+        options_from_args(_args("--device", "cpu", "--runners", "ours-graph-compile"))
+    with pytest.raises(ExecutionError, match=r"^compile=on .* CUDA graphs need a CUDA device"):
+        run_config(_tiny("fp32", "ours-graph-compile"), isolated=False)
+
+
 def test_a_batch_larger_than_the_data_is_drawn_from_it_at_full_size(tmp_path: Path) -> None:
     """A batch of 8192 from a pool of 2048 records has 8192 rows, not the 1638 there are."""
     from genesis_fp16.bench.workload import RESAMPLED_BATCHES, load_data, write_data
@@ -321,3 +334,16 @@ def test_graph_runners_replay_and_ours_graph_trains_like_ours(precision: str) ->
     assert graphed["eval_loss"] == eager["eval_loss"]  # the same training, bit for bit
     assert graphed["host_syncs_per_step"] == 0 and anchor["host_syncs_per_step"] == 0
     assert graphed["kernels_per_step"] is not None and math.isfinite(anchor["eval_loss"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_ours_graph_compile_replays_the_compiled_step_and_trains_like_ours_graph() -> None:
+    """ours-graph-compile runs as cuda_graph_compiled without host syncs, and its eval loss
+    tracks ours-graph's (compiled kernels round differently: a tolerance, not equality)."""
+    config = replace(_tiny("bf16", "ours-graph", device="cuda"), warmup_steps=3, timed_steps=6)
+    graphed = run_config(config, isolated=False)
+    compiled = run_config(replace(config, runner="ours-graph-compile"), isolated=False)
+    assert compiled["execution"] == "cuda_graph_compiled" and compiled["honest"] is True
+    assert compiled["host_syncs_per_step"] == 0
+    assert compiled["eval_loss"] == pytest.approx(graphed["eval_loss"], rel=0.02)
