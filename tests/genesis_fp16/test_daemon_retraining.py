@@ -1,0 +1,88 @@
+"""The real daemon on a pool that changes between scheduled runs (SE-Darwin, child runs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from daemon_harness import DaemonFactory, DaemonProcess
+
+from infrastructure.data.synthetic import generate_pool
+
+AGENT = "se_darwin"
+RUNS = "genesis_fp16_training_runs_total"
+
+
+def _write(path: Path, pool: dict[str, Any]) -> None:
+    """Write atomically: a scheduled run never reads half a file."""
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(pool))
+    partial.replace(path)
+
+
+def _runs(daemon: DaemonProcess, outcome: str) -> float:
+    return daemon.sample(RUNS, agent=AGENT, outcome=outcome) or 0.0
+
+
+def _finished(daemon: DaemonProcess, count: int) -> dict[str, Any]:
+    """The run-finished event of the ``count``-th successful (training) run."""
+    daemon.wait_for(lambda: _runs(daemon, "success") >= count, f"success #{count}", 180)
+    return [e for e in daemon.events("training run finished") if e["outcome"] == "success"][
+        count - 1
+    ]
+
+
+@pytest.mark.slow
+def test_a_pool_that_changes_is_learned_and_an_unchanged_one_is_up_to_date(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """Unchanged: up_to_date runs (no step, counted under their own outcome, the model's
+    records and last success exported); grown by a new agent: learned afresh (steps, the
+    new records counted, an encoder that knows the new agent); shrunk or relabelled:
+    trained again."""
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    _write(pool / "se_darwin.json", generate_pool(300, seed=4))
+    daemon = daemon_factory(
+        {
+            "GENESIS_FP16_PLUGIN_ALLOWLIST": AGENT,
+            "GENESIS_FP16_AGENTS__SE_DARWIN__DATA_PATH": str(pool),
+            "GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION": "fp32",
+            "GENESIS_FP16_LOG_INTERVAL": "5",
+            "GENESIS_FP16_SCHEDULE": "1",
+        },
+        fixtures=False,
+    )
+    first = _finished(daemon, 1)
+    assert first["steps"] > 0 and first["data"]["change"] == "first"
+    daemon.wait_for(lambda: _runs(daemon, "up_to_date") >= 2, "two up-to-date runs", 120)
+    steps = daemon.sample("genesis_fp16_optimizer_steps_total", agent=AGENT)
+    assert steps == first["steps"]  # up-to-date runs took none
+    records = first["data"]["records"]
+    assert daemon.sample("genesis_fp16_training_records", agent=AGENT) == records
+    assert daemon.sample("genesis_fp16_new_records_total", agent=AGENT) == records
+    assert (daemon.sample("genesis_fp16_last_success_timestamp_seconds", agent=AGENT) or 0) > 0
+    up = [e for e in daemon.events("training run finished") if e["outcome"] == "up_to_date"]
+    assert up[0]["steps"] == 0 and up[0]["data"]["change"] == "unchanged"
+
+    _write(pool / "qa.json", generate_pool(300, seed=5, agent="qa"))
+    grown = _finished(daemon, 2)
+    assert grown["steps"] > 0 and grown["data"]["new"] > 250
+    assert daemon.sample("genesis_fp16_new_records_total", agent=AGENT) == (
+        records + grown["data"]["new"]
+    )
+    served = torch.load(daemon.workdir / grown["checkpoint"], weights_only=True)
+    assert set(served["extra"]["encoder"]["agent_rates"]) == {"se_darwin", "qa"}
+
+    relabelled = generate_pool(300, seed=5, agent="qa")
+    for record in list(relabelled["trajectories"].values())[:20]:
+        if record.get("success_score") is not None:
+            record["success_score"] = round(1.0 - record["success_score"], 3)
+    _write(pool / "qa.json", relabelled)
+    assert _finished(daemon, 3)["data"]["relabelled"] > 0
+    (pool / "qa.json").unlink()
+    assert _finished(daemon, 4)["data"]["removed"] > 250
+    assert _runs(daemon, "failed") == 0
