@@ -28,7 +28,7 @@ from genesis_fp16 import guard_state, probe_gate
 from genesis_fp16.device_slots import DeviceSlots, slot_keys
 from genesis_fp16.devices import device_lost
 from genesis_fp16.diagnostics_export import export_diagnostics
-from genesis_fp16.launcher import LaunchError, train_in_child, train_with_torchrun
+from genesis_fp16.launcher import LaunchError, RunStopped, train_in_child, train_with_torchrun
 from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.paths import AgentPaths
 from genesis_fp16.run_request import build_request
@@ -160,6 +160,17 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
         else:
             call = functools.partial(plugin.train, request)
             result = _supervised(ctx, agent, call, deadline, timeout, grace)
+    except RunStopped as exc:  # stopped during its child's start-up: no step, no failure
+        duration = time.monotonic() - started
+        ctx.metrics.finish_run(agent, "stopped", duration, None, time.time())
+        log.info(
+            "training run finished",
+            outcome="stopped",
+            reason=str(exc),
+            steps=0,
+            duration_seconds=round(duration, 3),
+        )
+        return False
     except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is a failed run too
         duration = time.monotonic() - started
         reason = _failure_reason(exc)
@@ -315,6 +326,9 @@ def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, durat
     if not isinstance(early_stop, dict):
         early_stop = None
     ctx.metrics.set_eval(agent, result.eval, early_stop)
+    data = result.extra.get("data")
+    if isinstance(data, dict):
+        ctx.metrics.set_data(agent, data, result.steps, time.time())
     peak = result.extra.get("device_memory_peak_bytes")
     if peak is not None:
         ctx.metrics.device_memory_peak.labels(agent=agent).set(float(peak))
@@ -326,9 +340,6 @@ def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, durat
         outcome=outcome,
         precision_requested=result.precision_requested,
         precision_used=result.precision_used,
-    data = result.extra.get("data")
-    if isinstance(data, dict):
-        ctx.metrics.set_data(agent, data, result.steps, time.time())
         precision_reason=result.precision_reason,
         execution=result.execution,
         execution_reason=result.execution_reason,
@@ -338,6 +349,7 @@ def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, durat
         eval=dict(result.eval),
         components=result.extra.get("components"),  # per-component dtypes (rlhf_ppo's preset)
         early_stop=_early_stop_summary(early_stop),
+        data=data if isinstance(data, dict) else None,
         checkpoint=str(result.checkpoint) if result.checkpoint else None,
         duration_seconds=round(duration, 3),
     )
@@ -348,4 +360,3 @@ def _early_stop_summary(record: dict[str, Any] | None) -> dict[str, Any] | None:
     if record is None:
         return None
     return {k: record.get(k) for k in ("best_step", "best", "evaluations", "stop_reason")}
-        data=data if isinstance(data, dict) else None,

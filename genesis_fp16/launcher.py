@@ -59,6 +59,13 @@ _LEVELS = logging.getLevelNamesMapping() | {"EXCEPTION": logging.ERROR}
 _LOOKS_LIKE_ERROR = re.compile(r"(?i:error|exception|traceback|fail|fatal)|^[WEF]\d{4} ")
 
 
+class RunStopped(RuntimeError):
+    """The run was asked to stop (the daemon shutting down, a precision switch, its
+    timeout) and its process ended without a result: SIGTERM reached it during its
+    start-up, before it could take a step or checkpoint. Not a failure: the job counts
+    the run as ``stopped``, and the next run starts it again."""
+
+
 class LaunchError(RuntimeError):
     """The torchrun job failed or ended without rank 0's result.
 
@@ -226,6 +233,8 @@ def _launch(
         raise LaunchError(f"the run was killed: {ended.killed}", ended.kill_reason)
     if output.error is not None:  # the child said why, in one line
         raise LaunchError(str(output.error.get("error")), str(output.error.get("kind", "error")))
+    if output.result is None and ended.stopped_by is not None:
+        raise RunStopped(f"{what} ended (exit code {code}) on {ended.stopped_by} before a result")
     if output.result is None:
         raise LaunchError(f"{what} exited with code {code} without a result")
     if code != 0 and ended.stopped_by is None:

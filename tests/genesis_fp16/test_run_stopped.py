@@ -1,0 +1,81 @@
+"""A run stopped by the daemon (shutdown, precision switch) is `stopped`, even when its
+child process had not started training yet: never a failure, never an error log."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
+
+from genesis_fp16.jobs import DeviceSlots, JobContext, run_agent_job
+from genesis_fp16.launcher import LaunchError, RunStopped, train_in_child
+from genesis_fp16.metrics import DaemonMetrics
+from genesis_fp16.settings import Settings
+from infrastructure.data.synthetic import generate_pool
+from infrastructure.plugin_api import API_VERSION, TrainRequest
+
+AGENT = "stopping"
+
+
+def test_a_child_stopped_during_its_start_up_is_stopped_not_failed(tmp_path: Path) -> None:
+    """A stop request from the first moment: SIGTERM reaches the child while it starts
+    (before its handler), and the launcher says the run was stopped, not that it failed."""
+    pool = tmp_path / "pool.json"
+    pool.write_text(json.dumps(generate_pool(100, seed=0)))
+    request = TrainRequest(
+        agent="se_darwin",
+        precision="fp32",
+        precision_reason="test",
+        state_dir=tmp_path,
+        checkpoint_dir=tmp_path / "ck",
+        data_path=pool,
+        steps=5,
+        should_stop=lambda: True,
+    )
+    try:
+        result = train_in_child(request, timeout=120, kill_after=30)
+    except LaunchError as exc:  # what it was before: a failed run, logged as an error
+        pytest.fail(f"a stopped child is a failed run: {exc}")
+    except RunStopped as exc:
+        assert "a stop request" in str(exc)
+    else:  # the child had installed its handler in time: it stopped at its first step
+        assert result.stopped_early and result.steps == 0
+
+
+class _StoppedInStartUp:
+    api_version = API_VERSION
+    name = AGENT
+
+    def train(self, request: TrainRequest) -> Any:
+        raise RunStopped("the run's process ended (exit code -15) on a stop request")
+
+
+def test_the_job_counts_a_run_stopped_in_start_up_as_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job: outcome stopped in the metrics and the log, no failure counted or logged."""
+    for key in list(os.environ):
+        if key.startswith("GENESIS_FP16_") or key == "ENABLE_FP16_TRAINING":
+            monkeypatch.delenv(key)
+    settings = Settings(
+        state_dir=tmp_path,
+        agents={AGENT: {"data_path": tmp_path}},  # type: ignore[dict-item]
+        run_isolation="thread",
+    )
+    metrics = DaemonMetrics(CollectorRegistry(), "test")
+    ctx = JobContext(settings, metrics, DeviceSlots(1), threading.Event())
+    with capture_logs() as logs:
+        run_agent_job(ctx, AGENT, _StoppedInStartUp())  # type: ignore[arg-type]
+    runs = "genesis_fp16_training_runs_total"
+    get = metrics.registry.get_sample_value
+    assert get(runs, {"agent": AGENT, "outcome": "stopped"}) == 1
+    assert not get(runs, {"agent": AGENT, "outcome": "failed"})  # never counted
+    assert not [e for e in logs if e["log_level"] in ("error", "critical")]
+    (finished,) = [e for e in logs if e["event"] == "training run finished"]
+    assert finished["outcome"] == "stopped"
