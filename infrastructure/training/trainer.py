@@ -18,6 +18,13 @@ Host syncs, honestly:
   flag per step, because a non-fused optimizer cannot skip on its own and a scheduler
   must not advance on a skipped step (its learning rate is computed on the host).
 - Statistics are read only at log intervals, by ``summary()`` and by ``state_dict()``.
+
+Launches, honestly: each op is a kernel launch on CUDA, and a small model's eager step
+is launch-bound. Over a hand-written loop (autocast, backward, clip, step; in fp16 with
+``torch.amp.GradScaler``) a step of one micro-batch adds 3 aten ops in fp32 and bf16 (two
+make the row of loss statistics, one adds it) and 4 in fp16, scaler included (a test
+counts them). What it keeps lazily instead: the skipped steps are the scaler's overflow
+count, the non-finite losses are the losses seen less the finite ones.
 """
 
 from __future__ import annotations
@@ -50,7 +57,10 @@ from infrastructure.training.summary import TrainingSummary
 logger = logging.getLogger(__name__)
 B = TypeVar("B")
 # The layout of Trainer._stats; the interval pair comes first so that a reset is one op.
-_STATS = ("interval_loss", "interval_count", "nonfinite", "skipped")
+# What a step with a finite loss L adds: (L, 1, 1); with a non-finite loss, zeros.
+_STATS = ("interval_loss", "interval_count", "finite_losses")
+_FINITE_ROW = (0.0, 1.0, 1.0)  # + L * _LOSS_AT
+_LOSS_AT = (1.0, 0.0, 0.0)
 LossFn = Callable[[nn.Module, Any], torch.Tensor]
 OnLog = Callable[[TrainingSummary], None]
 
@@ -167,13 +177,20 @@ class Trainer:
         # One float64 vector (exact counts up to 2**53), so a step updates every counter
         # with one add_ instead of a tiny op per counter: on a 1-2 ms step each op shows.
         self._stats = torch.zeros(len(_STATS), dtype=torch.float64, device=device)
-        # What a step adds to _STATS[:3] when its loss is finite (loss, 1, 0) or not.
-        self._finite_tail = torch.tensor([1.0, 0.0], device=device)
-        self._nonfinite_row = torch.tensor([0.0, 0.0, 1.0], device=device)
+        # float32, as the loss is: the row's product needs no cast (and add_ promotes).
+        self._finite_row = torch.tensor(_FINITE_ROW, device=device)
+        self._loss_at = torch.tensor(_LOSS_AT, device=device)
+        # Counted on the host, so that the device needs no row of its own for them: the
+        # non-finite losses are these less the finite ones, the skipped steps are the
+        # scaler's overflows less those before this trainer (or this checkpoint) began.
+        self._losses_seen = 0
+        self._overflows_before = self.scaler.overflow_count_tensor().clone()
         self._grad_norm = torch.full((), math.nan, device=device)
         self._window = torch.zeros(self.config.overflow_window, device=device)
-        # Where the next step's overflow flag goes in _window, kept on the device: a Python
-        # index would be read once, when a CUDA graph is captured, and never move again.
+        # The window's slots as views, made once: an eager step writes one with one copy_.
+        self._window_slots = self._window.unbind()
+        # A captured step cannot use a Python index (it would be read once, at capture,
+        # and never move again): it writes at a slot kept on the device.
         self._slot = torch.zeros((), dtype=torch.int64, device=device)
         self._last_train_loss = math.nan
         self._samples = 0
@@ -207,6 +224,7 @@ class Trainer:
             for scheduler in self.schedulers:
                 scheduler.step()
         self._samples += num_samples
+        self._losses_seen += len(micro_batches)
         self.step_count += 1
         if self.on_log is not None and self.step_count % self.config.log_interval == 0:
             self.on_log(self.summary(reset_interval=True))
@@ -238,19 +256,22 @@ class Trainer:
             loss = loss.float()
             # x / 1 == x exactly: the division is one tiny op saved on the common path.
             self.policy.backward(loss / count if count > 1 else loss)
-            losses.append(loss.detach())
-        step_loss = losses[0]
-        for loss in losses[1:]:
-            step_loss = step_loss + loss
-        # Not torch.isfinite: that is four ops on the CPU; nan < inf and inf < inf are False.
-        finite = step_loss.abs() < math.inf
-        if count == 1:  # (loss, 1, 0) or (0, 0, 1), in three small ops
-            return torch.where(
-                finite, torch.cat((step_loss.reshape(1), self._finite_tail)), self._nonfinite_row
-            )
-        nonfinite = (~torch.isfinite(torch.stack(losses))).sum()
-        mean = torch.where(finite, step_loss / count, 0.0)
-        return torch.stack((mean, finite.float(), nonfinite.float()))
+            losses.append(loss)
+        with torch.no_grad():  # no detach() needed: one op fewer
+            if count == 1:
+                return self._loss_row(losses[0])
+            stacked = torch.stack(losses)
+            row = self._loss_row(stacked.sum() / count)
+            # Not torch.isfinite: that is four ops on the CPU; nan < inf and inf < inf are False.
+            finite = (stacked.abs() < math.inf).sum(dtype=torch.float32)
+            return torch.cat((row[:-1], finite.reshape(1)))
+
+    def _loss_row(self, loss: torch.Tensor) -> torch.Tensor:
+        """(L, 1, 1) for a finite loss L, zeros otherwise, in two ops: a non-finite L
+        makes every entry of the product non-finite (inf * 0 is NaN), and nan_to_num zeroes
+        them all."""
+        row = torch.addcmul(self._finite_row, loss, self._loss_at)
+        return torch.nan_to_num(row, nan=0.0, posinf=0.0, neginf=0.0)
 
     def _clip(self) -> torch.Tensor | None:
         if self.config.max_grad_norm is None:
@@ -263,18 +284,18 @@ class Trainer:
     def _record(
         self, loss_row: torch.Tensor, found_inf: torch.Tensor, norm: torch.Tensor | None
     ) -> None:
+        self._stats.add_(loss_row)
         overflow = self.policy.overflowed(found_inf)
-        if overflow is not None:
-            flag = overflow.float()  # once: each cast is a kernel launch on CUDA
-            self._stats.add_(torch.cat((loss_row, flag.reshape(1))))
-            self._window.index_put_((self._slot,), flag)
-            torch.remainder(self._slot + 1, self.config.overflow_window, out=self._slot)
-            if norm is not None:
+        if overflow is not None:  # found_inf is 0.0 or 1.0: the window takes it as it is
+            if self.graphs is None:
+                self._window_slots[self.step_count % self.config.overflow_window].copy_(found_inf)
+            else:
+                self._window.index_put_((self._slot,), found_inf)
+                torch.remainder(self._slot + 1, self.config.overflow_window, out=self._slot)
+            if norm is not None:  # the norm of the last step taken
                 self._keep_norm(torch.where(overflow, self._grad_norm, norm.float()))
-        else:  # no step can overflow: nothing is skipped and the window stays zero
-            self._stats[:3].add_(loss_row)
-            if norm is not None:
-                self._keep_norm(norm.float())
+        elif norm is not None:  # no step can overflow: the window stays zero
+            self._keep_norm(norm.float())
 
     def _keep_norm(self, norm: torch.Tensor) -> None:
         if self.graphs is None:
@@ -293,11 +314,7 @@ class Trainer:
         """
         steps = self.step_count
         recent = min(steps, self.config.overflow_window)
-        # One host read for the counters; the norm is read apart because under FSDP2 it
-        # is a DTensor, which cannot be concatenated with plain tensors.
-        overflows = self._window[:recent].sum().double().reshape(1)
-        values: list[float] = torch.cat((self._stats, overflows)).tolist()
-        loss_sum, count, nonfinite, skipped, window_sum = values
+        skipped, nonfinite, window_sum, loss_sum, count = self._read_counts(recent)
         if count:
             self._last_train_loss = loss_sum / count
         if reset_interval:
@@ -321,6 +338,23 @@ class Trainer:
             unstable=self.scaler.unstable,
         )
 
+    def _read_counts(self, recent: int) -> tuple[int, int, float, float, float]:
+        """Skipped steps, non-finite losses, overflows in the last ``recent`` steps, and the
+        interval's loss sum and count, in one host read. The norm is read apart: under
+        FSDP2 it is a DTensor, which cannot be concatenated with plain tensors."""
+        skipped = self.scaler.overflow_count_tensor() - self._overflows_before
+        overflows = self._window[:recent].sum().double()
+        parts = (skipped.reshape(1), overflows.reshape(1), self._stats)
+        values: list[float] = torch.cat(parts).tolist()
+        finite = values[2 + _STATS.index("finite_losses")]
+        return (
+            int(values[0]),
+            self._losses_seen - int(finite),
+            values[1],
+            values[2 + _STATS.index("interval_loss")],
+            values[2 + _STATS.index("interval_count")],
+        )
+
     # ------------------------------------------------------------------ checkpoints
 
     def state_dict(self) -> dict[str, Any]:
@@ -332,6 +366,7 @@ class Trainer:
         :meth:`load_state_dict` shards them again.
         """
         resolved = self.policy.resolved
+        skipped, nonfinite, *_ = self._read_counts(0)
         state = {
             keys.SCHEMA: keys.SCHEMA_VERSION,
             keys.MODEL: self.model.state_dict(),
@@ -347,8 +382,8 @@ class Trainer:
             keys.RNG: capture_rng_state(),
             keys.CONFIG: {"trainer": asdict(self.config)},
             keys.STATS: {
-                "skipped_steps": int(self._stats[_STATS.index("skipped")].item()),
-                "nonfinite_losses": int(self._stats[_STATS.index("nonfinite")].item()),
+                "skipped_steps": skipped,
+                "nonfinite_losses": nonfinite,
                 "grad_norm": float(self._grad_norm.item()),
                 "overflow_window": self._window.cpu().clone(),
             },
@@ -375,11 +410,11 @@ class Trainer:
             scheduler.load_state_dict(saved)
         self.scaler.load_state_dict(state[keys.SCALER])
         self.step_count = int(state[keys.STEP])
-        self._init_counters()
+        self._init_counters()  # after the scaler: it counts the overflows before this point
         stats = state.get(keys.STATS, {})
         device = self.policy.device
-        self._stats[_STATS.index("skipped")] = int(stats.get("skipped_steps", 0))
-        self._stats[_STATS.index("nonfinite")] = int(stats.get("nonfinite_losses", 0))
+        self._overflows_before -= int(stats.get("skipped_steps", 0))
+        self._losses_seen = int(stats.get("nonfinite_losses", 0))  # and none finite yet
         self._grad_norm.fill_(float(stats.get("grad_norm", math.nan)))
         window = stats.get("overflow_window")
         if window is not None and window.numel() == self._window.numel():

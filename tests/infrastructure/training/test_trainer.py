@@ -107,6 +107,33 @@ def test_injected_overflow_skips_exactly_those_steps(fused: bool) -> None:
     assert s.loss_scale == scales[-1] and math.isfinite(s.grad_norm)
 
 
+def test_counters_resume_and_a_new_trainer_on_a_used_scaler_starts_from_zero() -> None:
+    """fp16: skipped steps, non-finite losses and the overflow window load from a state and
+    count on; a trainer built on a scaler that already overflowed counts only its own."""
+    factors = iter([1.0, math.nan, 1.0, 1.0, 1.0, 1.0, math.inf])
+
+    def loss(m: nn.Module, b: Batch) -> torch.Tensor:
+        return _mse(m, b) * next(factors)  # a non-finite loss, non-finite gradients
+
+    def fresh(policy: PrecisionPolicy | None = None) -> Trainer:
+        model = _mlp()
+        policy = policy or PrecisionPolicy.create("fp16", "cpu", ScalerConfig(init_scale=64.0))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        return Trainer(model, [opt], policy, TrainerConfig(overflow_window=4))
+
+    first, b = fresh(), _batch()
+    for micro_batches in ([b], [b, b], [b], [b]):
+        first.step(micro_batches, loss, 32)
+    resumed = fresh()
+    resumed.load_state_dict(first.state_dict())
+    for s in (first.summary(), resumed.summary()):
+        assert (s.skipped_steps, s.nonfinite_losses, s.overflow_rate_window) == (1, 1, 0.25)
+    resumed.step([b, b], loss, 32)
+    s = resumed.summary()
+    assert (s.step, s.skipped_steps, s.nonfinite_losses, s.overflow_rate_window) == (5, 2, 2, 0.5)
+    assert fresh(resumed.policy).summary().skipped_steps == 0
+
+
 def _unscaled_grad(model: nn.Module, batch: Batch) -> list[torch.Tensor]:
     with torch.autocast("cpu", dtype=torch.float16):
         loss = _mse(model, batch)
@@ -282,7 +309,7 @@ def _ops_per_step(step: Callable[[Batch], None]) -> int:
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_a_step_adds_few_tensor_ops_to_a_hand_written_loop(precision: str) -> None:
-    """The step's bookkeeping is a handful of aten ops (it was 30) over a bare torch loop."""
+    """The step's bookkeeping is at most 5 aten ops over a bare torch loop (3 on torch 2.13)."""
 
     def build() -> tuple[nn.Module, torch.optim.Optimizer, PrecisionPolicy]:
         model = _mlp()
@@ -305,7 +332,7 @@ def test_a_step_adds_few_tensor_ops_to_a_hand_written_loop(precision: str) -> No
     ours, ours_opt, ours_policy = build()
     trainer = Trainer(ours, [ours_opt], ours_policy)
     extra = _ops_per_step(lambda b: trainer.step([b], _mse, 32)) - _ops_per_step(hand)
-    assert 0 < extra <= 10
+    assert 0 < extra <= 5
 
 
 def test_without_loss_scaling_finite_steps_are_averaged_and_nonfinite_losses_counted() -> None:
@@ -364,8 +391,7 @@ def test_trainer_config_rejects_bad_values() -> None:
 
 def test_an_fp16_step_adds_few_tensor_ops_to_the_gradscaler_loop() -> None:
     """fp16: loss scaling with floor, ceiling and unstable flag plus our counters costs at
-    most 24 aten ops over torch.amp.GradScaler's loop (22 on torch 2.13; it was 59: the
-    scale update alone took 36 where torch's fused kernel takes one)."""
+    most 5 aten ops over torch.amp.GradScaler's loop (4 on torch 2.13; it was 59, then 22)."""
     scaler_config = ScalerConfig(init_scale=1024.0)  # no overflow on the first steps
 
     model = _mlp()
@@ -386,4 +412,4 @@ def test_an_fp16_step_adds_few_tensor_ops_to_the_gradscaler_loop() -> None:
     ours_opt = torch.optim.AdamW(ours.parameters(), fused=True)
     trainer = Trainer(ours, [ours_opt], PrecisionPolicy.create("fp16", "cpu", scaler_config))
     extra = _ops_per_step(lambda b: trainer.step([b], _mse, 32)) - _ops_per_step(hand)
-    assert 0 < extra <= 24
+    assert 0 < extra <= 5
