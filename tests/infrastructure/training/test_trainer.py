@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from typing import Any, cast
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ from infrastructure.training import (
     TrainerConfig,
     TrainingSummary,
 )
+from infrastructure.training.cuda_graph import StepGraphs
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -132,6 +134,40 @@ def test_counters_resume_and_a_new_trainer_on_a_used_scaler_starts_from_zero() -
     s = resumed.summary()
     assert (s.step, s.skipped_steps, s.nonfinite_losses, s.overflow_rate_window) == (5, 2, 2, 0.5)
     assert fresh(resumed.policy).summary().skipped_steps == 0
+
+
+class _StandInGraphs:
+    """StepGraphs' interface, run eagerly: the trainer takes its captured-step code paths."""
+
+    def run(self, body: Callable[[Sequence[Any]], object], micro_batches: Sequence[Any]) -> str:
+        body(micro_batches)
+        return "eager"
+
+    def reset(self) -> None:
+        pass
+
+
+def test_the_step_a_graph_captures_keeps_the_eager_statistics() -> None:
+    """The step a CUDA graph would capture (overflow window slot and norm kept on the device)
+    reports what the eager step reports, run on the CPU through a stand-in for StepGraphs."""
+
+    def run(captured: bool) -> TrainingSummary:
+        model = _mlp()
+        config = ScalerConfig(init_scale=1024.0, growth_interval=2)
+        policy = PrecisionPolicy.create("fp16", "cpu", config)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        trainer = Trainer(model, [opt], policy, TrainerConfig(overflow_window=3))
+        if captured:
+            trainer.graphs = cast(StepGraphs, _StandInGraphs())
+        tick = _inject_inf(_param(model, 0), {1, 2, 6})
+        for i in range(8):
+            tick()
+            trainer.step([_batch(i)], _mse, 32)
+        return replace(trainer.summary(), samples_per_second=0.0, wall_seconds=0.0)
+
+    eager, captured = run(False), run(True)
+    assert captured == eager
+    assert (eager.skipped_steps, eager.overflow_rate_window) == (3, pytest.approx(1 / 3))
 
 
 def _unscaled_grad(model: nn.Module, batch: Batch) -> list[torch.Tensor]:
