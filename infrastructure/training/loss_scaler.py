@@ -10,12 +10,13 @@ read them back to the host, with one documented exception: ``step()`` of an opti
 that cannot skip on its own (anything but ``fused=True`` Adam/AdamW/SGD) needs one host
 read to decide whether to call ``optimizer.step()`` at all, exactly as ``GradScaler`` does.
 
-What a step launches (one optimizer, on one device): ``unscale_`` two kernels (one
-reciprocal that also zeroes the overflow flag, and torch's fused check-and-unscale), where
-``GradScaler`` launches six; ``update`` five (torch's fused scale update, the clamp to
-floor and ceiling, one op to tell an overflow at the floor, torch's fused update again to
-count those and raise ``unstable``, and the overflow count), where ``GradScaler`` launches
-one. Allocation-free, so a CUDA graph can capture it.
+What a step costs (one optimizer, on one device), in aten ops, each a kernel launch on
+CUDA: ``unscale_`` two (one reciprocal that also zeroes the overflow flag, and torch's
+fused check-and-unscale), where ``GradScaler``'s takes seven; ``update`` five (torch's
+fused scale update, the clamp to floor and ceiling, one op to tell an overflow at the
+floor, torch's fused update again to count those and raise ``unstable``, and the overflow
+count), where ``GradScaler``'s takes one. No host read either way, so a CUDA graph can
+capture it.
 """
 
 from __future__ import annotations
