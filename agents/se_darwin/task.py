@@ -301,14 +301,14 @@ class SEDarwinTask:
         device: str = "cpu",
         saved: Mapping[str, Any] | None = None,
         split: Split | None = None,
-    ) -> None:
         seen: DataFingerprint | None = None,
+    ) -> None:
         self.options = options
         self.seed = seed
-        self.split = split = split or choose_split(data, options, seed, saved)
         # Every labelled record read (held-out ones too), kept in each checkpoint: the next
         # scheduled run compares its pool with it (infrastructure/data/fingerprint.py).
         self.seen = seen if seen is not None else fingerprint(data.examples)
+        self.split = split = split or choose_split(data, options, seed, saved)
         self.members = max(1, split.fold_count)
         train, held = split.train, split.held_out
         if saved is not None:  # resuming: encode exactly as the checkpointed run did
