@@ -383,7 +383,7 @@ class LossScaler:
     # ------------------------------------------------------------------ device-side reads
 
     def found_inf_tensor(self) -> torch.Tensor:
-        """0-dim float32 on the device: > 0 when the current step overflowed.
+        """0-dim float32 on the device: 1.0 when the current step overflowed, else 0.0.
 
         Before ``update()`` it covers the optimizers stepped (or unscaled) so far this
         step; after ``update()`` it is the flag of the step just finished. Reading it

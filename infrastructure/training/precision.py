@@ -280,8 +280,9 @@ class PrecisionPolicy:
     def unscale(self, optimizers: Sequence[Optimizer]) -> torch.Tensor:
         """Unscale every optimizer's gradients; return the step's overflow flag.
 
-        The flag is a 0-dim tensor on the device, > 0 when a gradient was inf or NaN
-        (always 0 without loss scaling): reading it is free, only ``.item()`` syncs.
+        The flag is a 0-dim float32 on the device, 1.0 when a gradient was inf or NaN and
+        0.0 otherwise (always without loss scaling), so it can be counted as it is: reading
+        it is free, only ``.item()`` syncs.
         """
         for optimizer in optimizers:
             self.scaler.unscale_(optimizer)  # a no-op when loss scaling is off
