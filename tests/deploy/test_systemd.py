@@ -154,3 +154,61 @@ def test_daemon_settings_let_the_environment_win_over_the_env_file(
     assert load_settings(env_file).enable_fp16_training is True
     monkeypatch.delenv("ENABLE_FP16_TRAINING")
     assert load_settings(env_file).enable_fp16_training is False
+
+
+def _documented_drop_in() -> tuple[str, str]:
+    """The scraper drop-in that the unit's comment documents: its file name and text."""
+    lines = UNIT.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.endswith(".service.d/scraper.conf"))
+    body = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("#     "):
+            break
+        body.append(line.removeprefix("#     "))
+    return Path(lines[start].split()[-1]).name, "\n".join(body) + "\n"
+
+
+def _drop_in_problems(tool: str, tmp_path: Path, drop_in: str) -> list[str]:
+    """Install the unit with ``drop_in`` beside it: verify, and keep deny-all plus localhost."""
+    unit = _installable_copy(tmp_path)
+    name, _ = _documented_drop_in()
+    folder = unit.parent / f"{unit.name}.d"
+    folder.mkdir()
+    (folder / name).write_text(drop_in)
+    problems = []
+    result = _verify(tool, unit)  # verify reads <unit>.d/ beside the unit: drop-ins count
+    if result.returncode != 0 or (result.stdout + result.stderr).strip():
+        problems.append(f"verify: {result.stdout}{result.stderr}")
+    merged = _settings(UNIT.read_text() + "\n" + drop_in)
+    allowed = merged.get("IPAddressAllow", [])
+    if merged.get("IPAddressDeny") != ["any"]:
+        problems.append("the drop-in changes IPAddressDeny=any")
+    if "" in allowed or allowed[:1] != ["localhost"] or len(allowed) < 2:
+        problems.append("the drop-in does not add a scraper to localhost")
+    return problems
+
+
+def test_the_documented_scraper_drop_in_admits_it_and_keeps_the_rest_denied(
+    systemd_analyze: str, tmp_path: Path
+) -> None:
+    """The unit says how to admit a remote scraper; that drop-in verifies and only adds it."""
+    _, drop_in = _documented_drop_in()
+    assert drop_in.startswith("[Service]\nIPAddressAllow=")
+    assert "GENESIS_FP16_METRICS_ADDR=0.0.0.0" in UNIT.read_text()  # the bind, beside it
+    assert _drop_in_problems(systemd_analyze, tmp_path, drop_in) == []
+
+
+@pytest.mark.parametrize(
+    ("drop_in", "problem"),
+    [
+        ("[Service]\nIPAddressAllow=prometheus.example\n", "verify"),
+        ("[Service]\nIPAddressAllow=\nIPAddressAllow=192.0.2.10/32\n", "localhost"),
+        ("[Service]\nIPAddressDeny=\n", "IPAddressDeny"),
+    ],
+)
+def test_the_drop_in_check_catches_a_bad_one(
+    systemd_analyze: str, tmp_path: Path, drop_in: str, problem: str
+) -> None:
+    """A misspelt address, a reset allow list or a lifted deny is caught, so the check can fail."""
+    problems = _drop_in_problems(systemd_analyze, tmp_path, drop_in)
+    assert any(problem in p for p in problems), problems
