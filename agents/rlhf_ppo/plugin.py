@@ -229,7 +229,13 @@ class RlhfPpoPlugin:
         stopped = run.loop(request.should_stop)
         engine, history = run.engine, run.history
         checkpoint = save_engine(engine, request.checkpoint_dir)
-        summary = engine.trainer.summary()
+        trainer = engine.trainer
+        summary = trainer.summary(reset_interval=True)
+        summary = dataclasses.replace(summary, train_loss=trainer.final_train_loss())
+        ran = trainer.step_count > start_step
+        if request.on_log is not None and ran and trainer.step_count % request.log_interval:
+            # The last, partial log interval: the metrics end at the run's own totals.
+            request.on_log(summary)
         evaluation = evaluate(engine, eval_prompts, request.seed)
         if history:
             evaluation["reward_first_iteration"] = history[0]["reward_true_mean"]

@@ -279,7 +279,9 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
         checkpoint = manager.save(_checkpoint_state(task, trainer, options, position))
     if tracker is not None:
         tracker.restore_best(model)  # after the checkpoint: it keeps the last weights
-    summary = trainer.summary(reset_interval=True)
+    # The run's own final loss, not the last log interval's (the interval differs between a
+    # terminal's progress bar and a log): what train --json, the text and the metrics say.
+    summary = replace(trainer.summary(reset_interval=True), train_loss=trainer.final_train_loss())
     if options.on_log is not None and steps_run and trainer.step_count % options.log_interval:
         options.on_log(summary)
     metrics = _evaluate(task.evaluate, model, policy)

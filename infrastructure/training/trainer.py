@@ -57,10 +57,16 @@ from infrastructure.training.summary import TrainingSummary
 logger = logging.getLogger(__name__)
 B = TypeVar("B")
 # The layout of Trainer._stats; the interval pair comes first so that a reset is one op.
-# What a step with a finite loss L adds: (L, 1, 1); with a non-finite loss, zeros.
-_STATS = ("interval_loss", "interval_count", "finite_losses")
-_FINITE_ROW = (0.0, 1.0, 1.0)  # + L * _LOSS_AT
-_LOSS_AT = (1.0, 0.0, 0.0)
+# The block pair sums the losses of the current FINAL_LOSS_STEPS-step block of the run.
+# What a step with a finite loss L adds: (L, 1, L, 1, 1); with a non-finite loss, zeros.
+_STATS = ("interval_loss", "interval_count", "block_loss", "block_count", "finite_losses")
+_BLOCK = slice(2, 4)
+_FINITE_ROW = (0.0, 1.0, 0.0, 1.0, 1.0)  # + L * _LOSS_AT
+_LOSS_AT = (1.0, 0.0, 1.0, 0.0, 0.0)
+# A run's final train loss is the mean over its last full block of this many steps and
+# the steps after it, whatever its log interval: a terminal's progress bar logs every 10
+# steps and the daemon every LOG_INTERVAL, and the run they report must be the same.
+FINAL_LOSS_STEPS = 50
 LossFn = Callable[[nn.Module, Any], torch.Tensor]
 OnLog = Callable[[TrainingSummary], None]
 
@@ -177,6 +183,7 @@ class Trainer:
         # One float64 vector (exact counts up to 2**53), so a step updates every counter
         # with one add_ instead of a tiny op per counter: on a 1-2 ms step each op shows.
         self._stats = torch.zeros(len(_STATS), dtype=torch.float64, device=device)
+        self._previous_block = torch.zeros(2, dtype=torch.float64, device=device)
         # float32, as the loss is: the row's product needs no cast (and add_ promotes).
         self._finite_row = torch.tensor(_FINITE_ROW, device=device)
         self._loss_at = torch.tensor(_LOSS_AT, device=device)
@@ -226,6 +233,9 @@ class Trainer:
         self._samples += num_samples
         self._losses_seen += len(micro_batches)
         self.step_count += 1
+        if self.step_count % FINAL_LOSS_STEPS == 0:  # device ops, no host read
+            self._previous_block.copy_(self._stats[_BLOCK])
+            self._stats[_BLOCK].zero_()
         if self.on_log is not None and self.step_count % self.config.log_interval == 0:
             self.on_log(self.summary(reset_interval=True))
 
@@ -267,7 +277,7 @@ class Trainer:
             return torch.cat((row[:-1], finite.reshape(1)))
 
     def _loss_row(self, loss: torch.Tensor) -> torch.Tensor:
-        """(L, 1, 1) for a finite loss L, zeros otherwise, in two ops: a non-finite L
+        """(L, 1, L, 1, 1) for a finite loss L, zeros otherwise, in two ops: a non-finite L
         makes every entry of the product non-finite (inf * 0 is NaN), and nan_to_num zeroes
         them all."""
         row = torch.addcmul(self._finite_row, loss, self._loss_at)
@@ -354,6 +364,16 @@ class Trainer:
             values[2 + _STATS.index("interval_loss")],
             values[2 + _STATS.index("interval_count")],
         )
+
+    def final_train_loss(self) -> float:
+        """The mean finite step loss over the run's last full block of FINAL_LOSS_STEPS
+        steps and the steps since (NaN before any finite loss). Unlike ``train_loss`` of a
+        summary it does not depend on the log interval. Reads the device: a host sync.
+
+        A resumed run counts from its first step: the blocks are not checkpointed.
+        """
+        loss, count = (self._stats[_BLOCK] + self._previous_block).tolist()
+        return loss / count if count else math.nan
 
     # ------------------------------------------------------------------ checkpoints
 

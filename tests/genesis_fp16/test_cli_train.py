@@ -401,3 +401,28 @@ def test_an_unchanged_pool_is_up_to_date_in_json_and_in_text(tmp_path: Path) -> 
     assert text.returncode == 0, text.stderr
     assert text.stdout.startswith("se_darwin: up to date"), text.stdout
 
+
+def test_the_final_train_loss_is_the_same_on_a_terminal_and_off_it(tmp_path: Path) -> None:
+    """The same 30-step run reports the same final_train_loss whether stderr is a terminal
+    (a progress bar, logged every 10 steps) or not (it differed: 10 steps against 30)."""
+    import pty
+
+    pool = tmp_path / "pool.json"
+    pool.write_text(json.dumps(generate_pool(300, seed=4)))
+
+    def run(name: str, stderr: int | None) -> float:
+        proc = _cli(
+            tmp_path, "train", "se_darwin", "--steps", "30", "--precision", "fp32", "--json",
+            "--data", str(pool), "--checkpoint-dir", str(tmp_path / name), stderr=stderr,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        loss: float = json.loads(proc.stdout.strip().splitlines()[-1])["final_train_loss"]
+        return loss
+
+    leader, follower = pty.openpty()
+    try:
+        on_terminal = run("tty", follower)
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert on_terminal == run("pipe", None)

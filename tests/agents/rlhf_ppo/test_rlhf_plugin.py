@@ -103,6 +103,18 @@ def test_on_log_receives_core_training_summaries(tmp_path: Path) -> None:
     assert all(s.precision == "bf16" for s in logs)
 
 
+def test_the_last_summary_is_the_runs_end_past_the_last_log_interval(tmp_path: Path) -> None:
+    """A run of 10 steps logged every 4 reports a last summary at step 10 with the run's
+    samples and final train loss: the metrics fed by on_log end at the run's totals."""
+    logs: list[TrainingSummary] = []
+    result = _train(tmp_path, "fp32", steps=10, log_interval=4, on_log=logs.append,
+                    options={"batch_size": 16})  # fmt: skip
+    assert [s.step for s in logs] == [4, 8, 10] and result.steps == 10
+    assert logs[-1].optimizer_steps + logs[-1].skipped_steps == 10
+    assert logs[-1].samples * 4 == logs[0].samples * 10  # every step's samples, the last two too
+    assert logs[-1].train_loss == result.final_train_loss
+
+
 def test_on_diagnostics_receives_every_iteration(tmp_path: Path) -> None:
     """on_diagnostics gets each iteration's diagnostics while training; the last is the result's."""
     seen: list[dict[str, float]] = []
