@@ -8,7 +8,9 @@
 #
 # TORCH names the PyTorch wheel index: cpu (small, no CUDA) or a CUDA build such as cu126
 # or cu128, whose wheels bring their own CUDA libraries (the host needs only the driver and
-# the NVIDIA container toolkit). TORCH_VERSION follows constraints.txt.
+# the NVIDIA container toolkit). TORCH_VERSION follows constraints.txt. The Kubernetes
+# manifests that request a GPU (statefulset.yaml, the multi-node Job and TrainJob) run the
+# cu128 tag; statefulset-cpu.yaml runs the CPU one (tests/deploy/test_dockerfile.py).
 #
 # Two stages: the first builds our wheel with the standard front end and installs it with
 # torch into a venv; the final image gets that venv alone (no build front end, compiler,

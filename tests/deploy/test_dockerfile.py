@@ -12,6 +12,8 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 K8S = ROOT / "deploy" / "k8s"
@@ -93,16 +95,24 @@ def test_torch_build_is_chosen_by_an_argument() -> None:
 
 
 def test_manifests_run_the_image_this_file_builds() -> None:
-    """Every k8s container runs the image tag the Dockerfile documents, at the package version."""
+    """A manifest that asks for a GPU runs the documented CUDA build's tag; others the CPU one."""
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     text = DOCKERFILE.read_text()
     tag = re.search(r"docker build -t (\S+) \.", text)
+    cuda = re.search(r"docker build --build-arg TORCH=(cu\d+) -t (\S+) \.", text)
     assert tag and tag.group(1).endswith(f":{version}")
+    assert cuda and cuda.group(2) == f"{tag.group(1)}-{cuda.group(1)}"
     assert f'org.opencontainers.image.version="{version}"' in text
-    images = []
+    wanted = {False: tag.group(1), True: cuda.group(2)}
+    seen = set()
     for path in K8S.glob("*.yaml"):
-        images += re.findall(r"^\s*image: (\S+)", path.read_text(), re.M)
-    assert images and set(images) == {tag.group(1)}
+        for document in yaml.safe_load_all(path.read_text()):
+            dumped = yaml.safe_dump(document or {})
+            gpu = "nvidia.com/gpu" in dumped
+            for image in re.findall(r"^\s*image: (\S+)", dumped, re.M):
+                assert image == wanted[gpu], f"{path.name}: {image}, gpu={gpu}"
+                seen.add(gpu)
+    assert seen == {False, True}
 
 
 def test_dockerignore_sends_only_what_the_build_copies() -> None:

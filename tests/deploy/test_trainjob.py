@@ -127,7 +127,19 @@ def trainjob_problems(text: str) -> list[str]:
         )
     if any(item["name"].startswith("PET_") for item in trainer["env"]):
         problems.append("PET_* are the runtime's to set")
-    return problems
+    return problems + _peer_policy_problems(documents["NetworkPolicy"], train_job)
+
+
+def _peer_policy_problems(policy: dict[str, Any], train_job: dict[str, Any]) -> list[str]:
+    """The pods of the run admit each other (rendezvous, NCCL) and nobody else."""
+    # JobSet labels every pod with the JobSet's name, which is the TrainJob's.
+    run = {"matchLabels": {"jobset.sigs.k8s.io/jobset-name": train_job["metadata"]["name"]}}
+    spec = policy["spec"]
+    if spec["podSelector"] != run or spec["policyTypes"] != ["Ingress"]:
+        return ["the NetworkPolicy does not select the run's pods"]
+    if spec["ingress"] != [{"from": [{"podSelector": run}]}]:
+        return ["the NetworkPolicy admits more than the run's own pods"]
+    return []
 
 
 def test_trainjob_matches_its_comments_and_the_plain_job() -> None:
@@ -144,6 +156,12 @@ def test_trainjob_matches_its_comments_and_the_plain_job() -> None:
         ("claimName: genesis-fp16-shared-state", "claimName: other", "shared claim"),
         ("storage: 50Gi", "storage: 10Gi", "differs from multinode"),
         ("agents/se_darwin/checkpoints", "checkpoints", "--checkpoint-dir"),
+        (
+            "jobset-name: genesis-fp16-train\n  policyTypes",
+            "jobset-name: x\n  policyTypes",
+            "select",
+        ),
+        ("- podSelector:", "- namespaceSelector: {}\n        - podSelector:", "more than"),
         (
             "- name: node\n                            securityContext",
             "- name: trainer\n                            securityContext",
