@@ -60,6 +60,9 @@ EXPECTED_EMPTY["auto: measured step time per precision"] = "no agent here calibr
 # the fixture agents and rlhf_ppo (tests/genesis_fp16/test_daemon_metrics.py covers them).
 EXPECTED_EMPTY["Eval AUC with its 95% interval"] = "only se_darwin reports it"
 EXPECTED_EMPTY["Early stopping: served step"] = "only se_darwin reports it"
+# What each model learned: only agents that report their data (se_darwin's extra.data).
+EXPECTED_EMPTY["Time since the model last learned new data"] = "only se_darwin reports it"
+EXPECTED_EMPTY["Records the model has learned"] = "only se_darwin reports it"
 # NVIDIA's dcgm-exporter series, joined to ours on the GPU UUID: no GPU or exporter here.
 EXPECTED_EMPTY["GPU utilisation (DCGM)"] = "no dcgm-exporter is scraped"
 EXPECTED_EMPTY["GPU memory used (DCGM)"] = "no dcgm-exporter is scraped"
@@ -114,7 +117,8 @@ def test_every_panel_has_a_unit_and_uses_the_datasource_variable() -> None:
 
 
 def test_dashboard_shows_the_required_panels() -> None:
-    """Loss scale, skips/overflow, throughput, losses, precision, runs, GPU memory, demotions."""
+    """Loss scale, skips/overflow, throughput, losses, precision, runs, GPU memory, demotions,
+    and per agent when its model last learned new data, its records and its quality."""
     titles = {panel["title"] for panel in _panels()}
     assert titles >= {
         "Loss scale",
@@ -128,6 +132,9 @@ def test_dashboard_shows_the_required_panels() -> None:
         "GPU memory (peak per run)",
         "Precision demotions",
         "Step execution per agent",
+        "Time since the model last learned new data",
+        "Records the model has learned",
+        "Eval AUC with its 95% interval",
     }
     duration = next(panel for panel in _panels() if panel["title"] == "Run duration")
     assert all(
