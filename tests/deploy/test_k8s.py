@@ -147,6 +147,8 @@ def test_statefulset_runs_one_pod_with_state_volume_and_probes(statefulset: Path
     pod = spec["template"]["spec"]
     (container,) = pod["containers"]
     assert spec["replicas"] == 1
+    # OrderedReady would hold a template update while the pod is not ready (degraded).
+    assert spec["podManagementPolicy"] == "Parallel"
     assert spec["volumeClaimTemplates"][0]["metadata"]["name"] == "state"
     mounts = {mount["name"]: mount["mountPath"] for mount in container["volumeMounts"]}
     assert _env(container)["GENESIS_FP16_STATE_DIR"] == mounts["state"]
