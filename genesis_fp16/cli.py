@@ -43,7 +43,13 @@ class DeviceUnavailable(UsageError):
     kind = "device_unavailable"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or with ``only`` the one command it names.
+
+    A daemon's child run (``train --request``) and every torchrun rank start a fresh
+    interpreter; importing the other seven command modules would cost each of them tens
+    of milliseconds (benchmarks/results/child_start_cpu-amd-epyc-2-cores.md).
+    """
     parser = argparse.ArgumentParser(
         prog="genesis-fp16",
         description="Mixed-precision training daemon for Genesis agents' world models.",
@@ -51,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"genesis-fp16 {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        importlib.import_module(f"genesis_fp16.commands.{name}").register(subparsers)
+        if only is None or name == only:
+            importlib.import_module(f"genesis_fp16.commands.{name}").register(subparsers)
     _plain_help(parser)
     return parser
 
@@ -73,8 +80,10 @@ def _plain(text: str | None) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # `genesis-fp16 train ...` needs the train command alone; --help and errors list all.
+    parser = build_parser(words[0] if words and words[0] in COMMAND_MODULES else None)
+    args = parser.parse_args(words)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

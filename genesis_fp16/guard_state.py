@@ -12,11 +12,10 @@ lowers. ``genesis-fp16 precision reset AGENT`` deletes the memory;
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.paths import AgentPaths
 from genesis_fp16.settings import Settings, requested_precision
 from infrastructure.plugin_api import TrainResult
@@ -27,6 +26,11 @@ from infrastructure.training.precision_memory import (
     remember_demotions,
     write_precision_memory,
 )
+
+if TYPE_CHECKING:  # the daemon passes its metrics in; `train` (and a child run) never
+    # needs prometheus_client, which the import would cost every process (benchmarks/
+    # results/child_start_cpu-amd-epyc-2-cores.md)
+    from genesis_fp16.metrics import DaemonMetrics
 
 log = structlog.get_logger("genesis_fp16.guard")
 

@@ -52,3 +52,30 @@ def test_probe_optimizer_choices_match_the_probe() -> None:
     from infrastructure.probe.runner import OPTIMIZERS as RUNNER_OPTIMIZERS
 
     assert OPTIMIZERS == RUNNER_OPTIMIZERS
+
+
+# As PROBE, reporting the command modules and prometheus_client the start loaded.
+LOADED = PROBE.replace(
+    "print(f\"exit={code} torch={'torch' in sys.modules}\")",
+    "print(sorted(m for m in sys.modules if m.startswith('genesis_fp16.commands.')"
+    " or m == 'prometheus_client'))",
+)
+
+
+def test_train_starts_without_the_other_commands_or_prometheus(tmp_path: Path) -> None:
+    """`train` (each child run, each torchrun rank) loads its own command only; --help, all."""
+    assert _start_loaded(tmp_path, "train", "--help") == "['genesis_fp16.commands.train']"
+    everything = _start_loaded(tmp_path, "--help")
+    assert everything == str(sorted(f"genesis_fp16.commands.{m}" for m in COMMAND_MODULES))
+
+
+def _start_loaded(tmp_path: Path, *args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", LOADED, *args],
+        cwd=tmp_path,
+        env=daemon_env({}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return result.stdout.strip().splitlines()[-1]
