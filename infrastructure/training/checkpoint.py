@@ -221,9 +221,11 @@ def _write_pair(final: Path, data: bytes, digest: bytes) -> None:
             temps.append(_fsynced_temp(final.parent, content, suffix))
         os.replace(temps[1], _digest_path(final))
         os.replace(temps[0], final)
-    except BaseException:
+    except BaseException as error:
         for temp in temps:
             temp.unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.filename is None and error.errno is not None:
+            raise OSError(error.errno, error.strerror, str(final)) from error  # name the file
         raise
     fsync_directory(final.parent)
 
