@@ -55,7 +55,8 @@ DTYPES = {"fp32": None, "bf16": torch.bfloat16}
 
 
 class LoopEnsemble(nn.Module):
-    """The ensemble before stacking (up to commit b5ee647): members run one after another."""
+    """The ensemble before stacking (up to commit b5ee647): members run one after another;
+    state-dict keys ``members.K.<WorldModel key>``. The tests use it as the reference."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()

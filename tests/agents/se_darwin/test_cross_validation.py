@@ -4,13 +4,11 @@ evaluated out of fold; larger pools (or an explicit choice) keep the held-out sp
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 from se_darwin_runs import train as _train
-from torch import nn
 
 from agents.se_darwin import plugin
 from agents.se_darwin import task as task_module
@@ -21,6 +19,7 @@ from agents.se_darwin.task import (
     WorldModelOutput,
     assign_folds,
 )
+from benchmarks.ensemble_step import LoopEnsemble  # the loop layout, the bench's reference
 from infrastructure.data.readers import read_trajectories
 from infrastructure.plugin_api import TrainRequestError
 from infrastructure.world_model.model import (
@@ -222,23 +221,6 @@ def test_a_checkpoint_from_before_ensembles_loads_as_one_network() -> None:
     assert isinstance(out, WorldModelOutput) and out.outcome_logits.shape == (2, 3)
 
 
-class _LoopEnsemble(nn.Module):
-    """The ensemble's earlier layout: one WorldModel per member, run one after another."""
-
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.config = config
-        one = replace(config, members=1)
-        self.members = nn.ModuleList(WorldModel(one) for _ in range(config.members))
-
-    def forward(self, x: torch.Tensor, per_member: bool = False) -> WorldModelOutput:
-        outputs = [member(x) for member in self.members]
-        stacked = (torch.stack(parts) for parts in zip(*outputs, strict=True))
-        if per_member:
-            return WorldModelOutput(*stacked)
-        return WorldModelOutput(*(parts.mean(0) for parts in stacked))
-
-
 def test_a_loop_layout_checkpoint_serves_and_resumes_into_the_stacked_ensemble(
     data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -246,7 +228,7 @@ def test_a_loop_layout_checkpoint_serves_and_resumes_into_the_stacked_ensemble(
     member's parameter) serves the loop model's predictions, and 8 more steps in the
     stacked ensemble end where 16 steps of the loop layout do."""
     with monkeypatch.context() as patch:
-        patch.setattr(SEDarwinTask, "build_model", lambda self: _LoopEnsemble(self.config))
+        patch.setattr(SEDarwinTask, "build_model", lambda self: LoopEnsemble(self.config))
         cut = _train(data, tmp_path / "cut", steps=8)
         whole = _train(data, tmp_path / "whole", steps=16)
     old = torch.load(cut.checkpoint, weights_only=True)  # type: ignore[arg-type]
@@ -255,7 +237,7 @@ def test_a_loop_layout_checkpoint_serves_and_resumes_into_the_stacked_ensemble(
     assert isinstance(predictor.model, WorldModelEnsemble)
     per_network = len(list(predictor.model.parameters()))  # stacked: one per layer's weight
     assert len(old["optimizer"][0]["state"]) == FOLDS * per_network  # one per member's
-    loop = _LoopEnsemble(predictor.model.config)
+    loop = LoopEnsemble(predictor.model.config)
     loop.load_state_dict(old["early_stop"]["best_weights"] or old["model"])
     pool = read_trajectories(data)
     attempts = [e.attempt for e in pool.examples[:16]]

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from benchmarks.ensemble_step import LoopEnsemble  # the loop layout, the bench's reference
 from infrastructure.world_model.model import (
     ModelConfig,
     WorldModel,
@@ -21,28 +22,11 @@ from infrastructure.world_model.model import (
 CONFIG = ModelConfig(in_features=12, hidden=16, depth=2, members=5)
 
 
-class _LoopEnsemble(nn.Module):
-    """The ensemble's earlier layout, kept as the reference: one WorldModel per member,
-    run one after another (state-dict keys ``members.K.<WorldModel key>``)."""
-
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        one = replace(config, members=1)
-        self.members = nn.ModuleList(WorldModel(one) for _ in range(config.members))
-
-    def forward(self, x: torch.Tensor, per_member: bool = False) -> WorldModelOutput:
-        outputs = [member(x) for member in self.members]
-        stacked = (torch.stack(parts) for parts in zip(*outputs, strict=True))
-        if per_member:
-            return WorldModelOutput(*stacked)
-        return WorldModelOutput(*(parts.mean(0) for parts in stacked))
-
-
-def _pair(seed: int = 0) -> tuple[WorldModelEnsemble, _LoopEnsemble]:
+def _pair(seed: int = 0) -> tuple[WorldModelEnsemble, LoopEnsemble]:
     torch.manual_seed(seed)
     stacked = WorldModelEnsemble(CONFIG)
     torch.manual_seed(seed)
-    return stacked, _LoopEnsemble(CONFIG)
+    return stacked, LoopEnsemble(CONFIG)
 
 
 def _targets(n: int) -> tuple[torch.Tensor, ...]:
