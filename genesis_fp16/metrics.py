@@ -21,7 +21,13 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
 
 from genesis_fp16.diagnostics_export import RL_METRIC_NAMES, RlDiagnosticsMetrics
 from genesis_fp16.placement import Placement
@@ -41,7 +47,12 @@ RELOAD_OUTCOMES = ("success", "failure")
 FAILURE_REASONS = ("refused", "error", "storage", "exit", "hung", "memory", "device_unavailable")
 SKIP_REASONS = ("still_running", "hung")
 # Runs last minutes; the tail reaches two hours so a stuck run still lands in a bucket.
-RUN_DURATION_BUCKETS = (5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0)
+# Up to twice the default run timeout (6 h), so a run stopped by its timeout still lands
+# in a finite bucket and histogram_quantile reads it.
+RUN_DURATION_BUCKETS = (
+    *(5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0),
+    *(14400.0, 21600.0, 43200.0),
+)
 
 # The summary's cumulative counts and the counters they advance.
 _CUMULATIVE = {
@@ -106,6 +117,10 @@ class DaemonMetrics:
         self, registry: CollectorRegistry, version: str, placement: Placement | None = None
     ) -> None:
         self.registry = registry
+        # No *_created series: each counter and histogram would export a second series, a
+        # creation time that Grafana and the alert rules never read. prometheus_client
+        # keeps this switch process-wide; the daemon's registry is the one it serves.
+        disable_created_metrics()
         agent = ("agent",)
 
         def gauge(name: str, doc: str, labels: tuple[str, ...] = agent) -> Gauge:

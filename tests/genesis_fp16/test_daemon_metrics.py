@@ -149,3 +149,22 @@ def test_up_to_date_runs_are_healthy_and_new_data_is_counted() -> None:
     runs = "genesis_fp16_training_runs_total"
     assert value(registry, runs, agent="a", outcome="up_to_date") == 1
     assert value(registry, runs, agent="a", outcome="success") == 0
+
+
+def test_no_created_series_and_run_durations_fit_below_the_timeout() -> None:
+    """Counters and the histogram export no *_created series (one series per counter, not
+    two), and a run that lasts until the default 6 h timeout lands in a finite bucket."""
+    from prometheus_client import generate_latest
+
+    from genesis_fp16.metrics import RUN_DURATION_BUCKETS
+    from genesis_fp16.settings import Settings
+
+    registry = CollectorRegistry()
+    metrics = DaemonMetrics(registry, "test")
+    metrics.run_duration.labels(agent="a").observe(Settings().run_timeout_seconds)
+    text = generate_latest(registry).decode()
+    assert "_created" not in text
+    assert max(RUN_DURATION_BUCKETS) >= Settings().run_timeout_seconds
+    inf_line = next(line for line in text.splitlines() if 'le="+Inf"' in line)
+    below_inf = [line for line in text.splitlines() if "_bucket{" in line and "+Inf" not in line]
+    assert below_inf[-1].split()[-1] == inf_line.split()[-1] == "1.0"  # counted below +Inf
