@@ -12,7 +12,8 @@ object (``TrainResult.to_json()``).
 
 Under ``torchrun --nproc-per-node N -m genesis_fp16 train AGENT`` every rank runs this
 command in one process group (DDP; ``--fsdp`` shards with FSDP2) and only rank 0 prints.
-SIGTERM stops the run at its next step boundary, with a checkpoint.
+SIGTERM or Ctrl-C (SIGINT) stops the run at its next step boundary, with a checkpoint;
+a second Ctrl-C quits at once (exit 130), losing the steps since the last checkpoint.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from types import FrameType
 from typing import Any, TextIO
 
 from genesis_fp16 import kubeflow
@@ -176,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     main = env is None or env.is_main
-    stop = _stop_on_sigterm()
+    stop = _stop_on_signals()
     if handed is not None:  # a torchrun rank of a daemon job: the request comes whole
         wanted = handed.device
     else:
@@ -233,11 +235,30 @@ def _read_request_file(path: Path) -> TrainRequest:
         raise UsageError(f"--request {path}: not a readable run request ({exc})") from None
 
 
-def _stop_on_sigterm() -> threading.Event:
-    """An event set by SIGTERM: the run stops at its next step boundary and checkpoints."""
+_INTERRUPTED = (
+    b"\ngenesis-fp16: interrupted: stopping at the next step with a checkpoint "
+    b"(resume with --resume; Ctrl-C again to quit at once, losing the steps since the last "
+    b"checkpoint)\n"
+)
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or a first Ctrl-C: the run stops at its next step boundary
+    and checkpoints. A second Ctrl-C raises KeyboardInterrupt at once (exit 130)."""
     stop = threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    if threading.current_thread() is not threading.main_thread():
+        return stop
+
+    def on_interrupt(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        # os.write, not print: a handler that runs while the main thread is inside a
+        # write to stderr would make print raise (a reentrant call on a buffered stream).
+        os.write(sys.stderr.fileno(), _INTERRUPTED)
+
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    signal.signal(signal.SIGINT, on_interrupt)
     return stop
 
 
@@ -413,6 +434,8 @@ def _describe(out: dict[str, Any]) -> str:
     if out.get("outcome") == "up_to_date":  # what the run did, before the numbers
         head = f"{out['agent']}: up to date, the model has learned all {data.get('records')} "
         head += "records (none new, removed or relabelled): no step taken\n"
+    elif out.get("outcome") == "stopped":  # SIGTERM or Ctrl-C, or the daemon's stop
+        head = f"{out['agent']}: stopped early, checkpointed: continue with --resume\n"
     else:
         head = ""
     return head + (

@@ -1,0 +1,105 @@
+"""Ctrl-C on a real `genesis-fp16 train`: the first stops at a step with a checkpoint,
+a second exits at once (130)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from infrastructure.data.synthetic import generate_pool
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _start_train(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
+    """A long se_darwin run checkpointing every 20 steps, in the foreground's own shape."""
+    pool = tmp_path / "pool.json"
+    pool.write_text(json.dumps(generate_pool(300, seed=4)))
+    checkpoints = tmp_path / "ck"
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GENESIS_FP16_") and k != "ENABLE_FP16_TRAINING"
+    }
+    env.update(
+        {
+            "GENESIS_FP16_STATE_DIR": str(tmp_path / "state"),
+            "GENESIS_FP16_LOG_LEVEL": "WARNING",
+            "PYTHONPATH": str(ROOT),
+        }
+    )
+    command = [sys.executable, "-m", "genesis_fp16", "train", "se_darwin", "--steps", "100000"]
+    command += ["--precision", "fp32", "--data", str(pool), "--checkpoint-dir", str(checkpoints)]
+    command += ["--checkpoint-steps", "20", "--json"]
+    process = subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    return process, checkpoints
+
+
+def _wait_for_checkpoint(process: subprocess.Popen[str], folder: Path) -> int:
+    """The step of the first periodic checkpoint, once it is on disk."""
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        found = sorted(folder.glob("ckpt-*.pt"))
+        if found:
+            return int(found[-1].name[5:15])
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.1)
+    process.kill()
+    raise AssertionError(f"no checkpoint in {folder} within 180 s")
+
+
+def test_ctrl_c_stops_at_the_next_step_with_a_checkpoint(tmp_path: Path) -> None:
+    """One SIGINT: exit 0, a stopped result whose checkpoint is past the periodic one."""
+    process, folder = _start_train(tmp_path)
+    periodic = _wait_for_checkpoint(process, folder)
+    time.sleep(0.5)  # a few steps past it
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    result = json.loads(stdout.strip().splitlines()[-1])
+    assert result["outcome"] == "stopped", result
+    assert "stopping at the next step" in stderr, stderr
+    newest = sorted(folder.glob("ckpt-*.pt"))[-1]
+    assert int(newest.name[5:15]) > periodic
+    assert Path(result["checkpoint"]).name == newest.name
+
+
+def test_a_second_ctrl_c_exits_at_once_with_130(tmp_path: Path) -> None:
+    """Two SIGINTs during a 30 s step: exit 130 well before that step could end."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_FP16_")}
+    env.update(
+        {
+            "GENESIS_FP16_STATE_DIR": str(tmp_path / "state"),
+            "GENESIS_FP16_SAMPLE_COUNT": "64",
+            "FIXTURE_STEP_SECONDS": "30",
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests/fixtures/plugins"), str(ROOT)]),
+        }
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "genesis_fp16", "train", "fixture_good", "--steps", "10"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    # The marker is written after the handlers are in place, just before the first step.
+    marker = tmp_path / "state/agents/fixture_good/data/.generated"
+    deadline = time.monotonic() + 120
+    while not marker.exists() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.1)
+    time.sleep(1.0)  # inside the first step's 30 s
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.5)  # two signals before the handler runs would be one call
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=20)
+    assert process.returncode == 130, stderr
+    assert "stopping at the next step" in stderr, stderr
+    assert not stdout.strip(), stdout  # no result: the run did not finish
