@@ -34,6 +34,7 @@ from genesis_fp16.run_request import check_configured_options, choose_precision
 from genesis_fp16.scheduler import AgentScheduler
 from genesis_fp16.settings import Settings, SettingsError, load_settings_with_sources
 from genesis_fp16.settings_sources import SettingsSources
+from genesis_fp16.state_lock import StateFolderBusy, acquire_state_folder
 from genesis_fp16.systemd import Notifier
 from infrastructure.plugin_api import AgentPlugin
 
@@ -175,6 +176,7 @@ class Daemon:
                 f"GENESIS_FP16_STATE_DIR={settings.state_dir}: cannot be the state folder "
                 f"({exc.strerror or exc})"
             ) from exc
+        self._own_state_folder()
         raise_open_file_limit()
         if self.sources is not None:
             _warn_shadowed(self.sources)
@@ -233,7 +235,26 @@ class Daemon:
         finally:
             code = self._shutdown()
             server.stop()
+            os.close(self._owner)
         return code
+
+    def _own_state_folder(self) -> None:
+        """Take the state folder's lock for the daemon's life (genesis_fp16/state_lock.py):
+        a second daemon, or a ``train`` there, is refused in one line naming this pid."""
+        state_dir = self.settings.state_dir
+        try:
+            # Held until run() returns; the kernel drops it if we die first (kill -9 too).
+            self._owner = acquire_state_folder(state_dir, "serve")
+        except StateFolderBusy as exc:
+            raise StartupError(
+                f"{exc}: stop that one first, or give this daemon another state folder "
+                "(GENESIS_FP16_STATE_DIR)"
+            ) from None
+        except OSError as exc:
+            raise StartupError(
+                f"GENESIS_FP16_STATE_DIR={state_dir}: cannot take the state folder's lock "
+                f"({exc.strerror or exc})"
+            ) from exc
 
     def _skipped(self, agent: str) -> None:
         self.metrics.jobs_skipped.labels(agent=agent, reason="still_running").inc()

@@ -157,20 +157,26 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from genesis_fp16.distributed import TorchrunEnv, process_group, rank_zero_first
+    from genesis_fp16.distributed import TorchrunEnv
 
     _check_arguments(args)
-    handed = _read_request_file(args.request) if args.request else None
+    handed, log_level = _read_request_file(args.request) if args.request else (None, "INFO")
     try:
-        settings = load_settings()
-        plugin = load_plugin(args.agent, settings.plugin_allowlist)
-        if handed is None:  # checked before any data is generated or a process group formed
+        # A daemon's child or rank (--request) reads no .env and no setting: the run file
+        # carries what it needs, so a .env edit the daemon rejected cannot fail its runs.
+        settings = load_settings() if handed is None else None
+        # The daemon loaded this agent under its allowlist before it sent the run.
+        plugin = load_plugin(args.agent, settings.plugin_allowlist if settings else None)
+        if settings is not None:  # checked before any data is generated or a group formed
             resolve_options(args.agent, plugin, settings.agent(args.agent).options, _flags(args))
     except SettingsError as exc:
         raise UsageError(f"invalid configuration: {exc}") from None
     except (PluginError, TrainRequestError) as exc:
         raise UsageError(str(exc)) from None
-    configure_logging(settings.log_format, settings.log_level)
+    if settings is None:  # the launcher relays its child's records: it parses JSON
+        configure_logging("json", log_level)
+    else:
+        configure_logging(settings.log_format, settings.log_level)
     try:
         # A Kubeflow Trainer pod (PET_* set, no RANK): torchrun takes this process's place.
         kubeflow.hand_off_to_torchrun(os.environ, sys.argv[1:], sys.executable, os.execv)
@@ -182,14 +188,37 @@ def run(args: argparse.Namespace) -> int:
     if handed is not None:  # a torchrun rank of a daemon job: the request comes whole
         wanted = handed.device
     else:
+        assert settings is not None
         wanted = resolve_device(args.device) if args.device else settings.device_for(args.agent)
-    _refuse_unusable_device(args, settings, wanted, handed is not None)
+    _refuse_unusable_device(args, settings, wanted)
+    # The daemon's own runs work under its lock; one operator's run takes the folder's.
+    owner = _own_state_folder(args, settings) if settings is not None and main else None
+    try:
+        return _run_owned(args, settings, plugin, env, main, stop, handed, wanted)
+    finally:
+        if owner is not None:
+            os.close(owner)  # in-process callers (tests) may run train again
+
+
+def _run_owned(
+    args: argparse.Namespace,
+    settings: Settings | None,
+    plugin: Any,
+    env: Any,
+    main: bool,
+    stop: threading.Event,
+    handed: TrainRequest | None,
+    wanted: str,
+) -> int:
+    from genesis_fp16.distributed import process_group, rank_zero_first
+
     with process_group(env, wanted) as device:
         bar = None
         if handed is not None:
             request = handed
         else:
             with rank_zero_first(env):  # rank 0 generates the sample data, the others wait
+                assert settings is not None  # only a daemon's run comes without settings
                 request, bar = _request(args, settings, plugin, wanted)
             request = replace(request, fsdp=args.fsdp)
         request = replace(request, device=device, should_stop=stop.is_set, on_log=bar)
@@ -201,15 +230,42 @@ def run(args: argparse.Namespace) -> int:
             return _train(args, plugin, request, main)
 
 
+def _own_state_folder(args: argparse.Namespace, settings: Settings) -> int | None:
+    """Take the state folder's lock for this run (genesis_fp16/state_lock.py); a daemon or
+    another ``train`` that owns it refuses this run in one line, exit 2.
+
+    Returns the lock's descriptor, or None for a folder this user cannot write (no daemon
+    of ours writes there either, and the run fails on its own if it must write).
+    """
+    from genesis_fp16.state_lock import StateFolderBusy, acquire_state_folder
+
+    state_dir = settings.state_dir
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        return acquire_state_folder(state_dir, f"train {args.agent}")
+    except StateFolderBusy as exc:
+        if exc.holder.command == "serve":
+            how = (
+                f"the daemon trains {args.agent} itself on its schedule; to train by hand, "
+                "stop the daemon first (systemctl stop genesis-fp16), or train in another "
+                "state folder (GENESIS_FP16_STATE_DIR=DIR)"
+            )
+        else:
+            how = "wait for it to end, or train in another folder (GENESIS_FP16_STATE_DIR=DIR)"
+        raise UsageError(f"{exc}: {how}") from None
+    except OSError:
+        return None
+
+
 def _refuse_unusable_device(
-    args: argparse.Namespace, settings: Settings, device: str, handed: bool
+    args: argparse.Namespace, settings: Settings | None, device: str
 ) -> None:
     """One line, exit 2, before any data or process group: a device this torch cannot run
     (``--device cuda`` on a CPU build), naming where the device came from."""
     problem = device_problem(device)
     if problem is None:
         return
-    if handed:  # the daemon's child: the GPU was there when the daemon started
+    if settings is None:  # the daemon's child: the GPU was there when the daemon started
         where = f"the run request's device {device}"
     elif args.device:
         where = f"--device {args.device}"
@@ -227,12 +283,18 @@ def _flags(args: argparse.Namespace) -> dict[str, str]:
         raise UsageError(str(exc)) from None
 
 
-def _read_request_file(path: Path) -> TrainRequest:
-    """The request the daemon's launcher wrote for its torchrun ranks."""
+def _read_request_file(path: Path) -> tuple[TrainRequest, str]:
+    """The request and log level the daemon's launcher wrote for its child or torchrun's
+    ranks (genesis_fp16/handoff.py); from here on the daemon's end of stdin is watched."""
+    from genesis_fp16.handoff import read_run_file, watch_daemon
+
     try:
-        return TrainRequest.from_json(json.loads(path.read_text()))
+        request, log_level, watch = read_run_file(path)
     except (OSError, ValueError, TypeError, KeyError) as exc:
         raise UsageError(f"--request {path}: not a readable run request ({exc})") from None
+    if watch:  # before torch and the plugin are imported: seconds in which the daemon may go
+        watch_daemon()
+    return request, log_level
 
 
 _INTERRUPTED = (

@@ -1,0 +1,94 @@
+"""One owner per state folder: an ``flock`` on ``<state_dir>/owner.lock``.
+
+``serve`` holds it for its whole life, and so does a foreground ``train`` for its run;
+whoever comes second is refused in one line naming the holder's pid and what it is. The
+daemon's own runs (``train --request``, torchrun ranks) work under the daemon's lock and
+take none. The kernel drops the lock when its holder dies, ``kill -9`` included, so a
+restarted daemon takes it again at once; no stale lock file is ever to be removed by hand.
+
+>>> with hold_state_folder(Path("state"), "serve"):  # doctest: +SKIP
+...     serve()
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+LOCK_NAME = "owner.lock"
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a state folder: its pid and its command (``serve`` or ``train AGENT``)."""
+
+    pid: int | None
+    command: str
+
+    def describe(self) -> str:
+        pid = "an unknown pid" if self.pid is None else f"pid {self.pid}"
+        return f"genesis-fp16 {self.command} ({pid})"
+
+
+class StateFolderBusy(Exception):
+    """Another process owns the state folder; ``holder`` says which."""
+
+    def __init__(self, state_dir: Path, holder: Holder) -> None:
+        self.state_dir = state_dir
+        self.holder = holder
+        super().__init__(
+            f"state folder {state_dir} is owned by {holder.describe()}; "
+            f"lock file {state_dir / LOCK_NAME}"
+        )
+
+
+@contextmanager
+def hold_state_folder(state_dir: Path, command: str) -> Iterator[None]:
+    """Own ``state_dir`` until the block ends (or the process dies).
+
+    Raises :class:`StateFolderBusy` at once, without waiting, when another process owns it.
+    """
+    fd = acquire_state_folder(state_dir, command)
+    try:
+        yield
+    finally:
+        os.close(fd)  # closing the only descriptor drops the lock
+
+
+def acquire_state_folder(state_dir: Path, command: str) -> int:
+    """Take the state folder's lock; returns the descriptor that holds it (keep it open).
+
+    Not inherited by child processes (descriptors are opened close-on-exec).
+    """
+    path = Path(state_dir) / LOCK_NAME
+    # No O_TRUNC: the holder's pid must stay readable until we hold the lock ourselves.
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
+            raise StateFolderBusy(Path(state_dir), read_holder(path)) from None
+        raise
+    os.ftruncate(fd, 0)
+    os.write(fd, json.dumps({"pid": os.getpid(), "command": command}).encode() + b"\n")
+    return fd
+
+
+def read_holder(path: Path, attempts: int = 20) -> Holder:
+    """The holder named in the lock file; it may have taken the lock a moment before
+    writing its pid, so an empty file is read again for up to a second."""
+    for _ in range(attempts):
+        try:
+            record = json.loads(path.read_text())
+            return Holder(int(record["pid"]), str(record["command"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            time.sleep(0.05)
+    return Holder(None, "process")

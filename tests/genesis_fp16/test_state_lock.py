@@ -1,0 +1,94 @@
+"""One owner per state folder: real daemons and `train` runs against one folder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from daemon_harness import DaemonFactory, daemon_env, free_port, start_daemon
+
+from genesis_fp16.state_lock import StateFolderBusy, hold_state_folder
+
+GOOD = "fixture_good"
+ENV = {
+    "GENESIS_FP16_PLUGIN_ALLOWLIST": GOOD,
+    "GENESIS_FP16_STEPS_PER_RUN": "4",
+    "GENESIS_FP16_SAMPLE_COUNT": "64",
+    "GENESIS_FP16_SCHEDULE": "3600",
+    "FIXTURE_STEP_SECONDS": "0.01",
+}
+
+
+def _cli(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = daemon_env({**ENV, "GENESIS_FP16_METRICS_PORT": str(free_port())})
+    return subprocess.run(
+        [sys.executable, "-m", "genesis_fp16", *args],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("genesis-fp16: error: "), lines[0]
+    return lines[0]
+
+
+def test_a_second_daemon_in_the_same_folder_exits_1_naming_the_holder(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """A second `serve` on another port in the owned folder: exit 1, one line, the pid."""
+    first = daemon_factory(ENV)
+    second = _cli(tmp_path, "serve")
+    assert second.returncode == 1, second.stderr
+    line = _one_line(second)
+    assert f"owned by genesis-fp16 serve (pid {first.process.pid})" in line
+    assert "GENESIS_FP16_STATE_DIR" in line
+    assert first.get("/readyz")[0] == 200
+
+
+def test_train_against_the_daemons_folder_is_refused_in_one_line(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """`train --resume` beside the daemon: exit 2, one line naming its pid and what to do."""
+    first = daemon_factory(ENV)
+    refused = _cli(tmp_path, "train", GOOD, "--resume", "--steps", "2")
+    assert refused.returncode == 2, refused.stderr
+    line = _one_line(refused)
+    assert f"genesis-fp16 serve (pid {first.process.pid})" in line
+    assert "stop the daemon first" in line and "GENESIS_FP16_STATE_DIR" in line
+    assert not refused.stdout.strip()
+
+
+def test_after_kill_9_a_new_daemon_takes_the_folder(tmp_path: Path) -> None:
+    """The kernel drops a killed daemon's lock: the next daemon starts and owns the folder."""
+    first = start_daemon(tmp_path, ENV)
+    first.process.kill()
+    first.process.wait(timeout=30)
+    again = start_daemon(tmp_path, ENV)  # ready: it took the lock
+    try:
+        third = _cli(tmp_path, "serve")
+        assert third.returncode == 1, third.stderr
+        assert f"(pid {again.process.pid})" in _one_line(third)
+    finally:
+        again.stop()
+
+
+def test_a_second_holder_in_one_process_is_refused_and_the_lock_is_released(
+    tmp_path: Path,
+) -> None:
+    """hold_state_folder: busy while held (naming this pid), free again after the block."""
+    with hold_state_folder(tmp_path, "train se_darwin"):
+        with pytest.raises(StateFolderBusy) as busy, hold_state_folder(tmp_path, "serve"):
+            pass
+        assert busy.value.holder.pid == os.getpid()
+        assert "genesis-fp16 train se_darwin" in str(busy.value)
+    with hold_state_folder(tmp_path, "serve"):
+        pass
