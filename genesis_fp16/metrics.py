@@ -133,7 +133,10 @@ class DaemonMetrics:
         self.optimizer_steps = counter(
             "optimizer_steps", "Optimizer steps taken (skipped ones excluded)."
         )
-        self.skipped_steps = counter("skipped_steps", "Optimizer steps skipped for overflow.")
+        self.skipped_steps = counter(
+            "skipped_steps",
+            "Optimizer steps skipped for a non-finite gradient (fp16: an overflow).",
+        )
         self.overflow_rate = gauge(
             "overflow_rate", "Share of the recent window of steps that overflowed."
         )
@@ -299,8 +302,11 @@ class DaemonMetrics:
             self._previous_log.pop(agent, None)  # wall_seconds restarts with the run
             self._first.add(agent)
 
-    def observe_summary(self, agent: str, summary: Any) -> None:
+    def observe_summary(self, agent: str, summary: Any, show_precision: bool = True) -> None:
         """Export one ``TrainingSummary`` (a per-log-interval report) of ``agent``.
+
+        ``show_precision=False`` leaves the precision gauge alone: a run that a reload is
+        stopping reports in its old precision while the gauge shows the next run's.
 
         Counters advance by the increase of the summary's running totals since the
         previous summary of the run (or since the resumed checkpoint's totals).
@@ -324,7 +330,8 @@ class DaemonMetrics:
         self.overflow_rate.labels(agent=agent).set(float(summary.overflow_rate_window))
         self.grad_norm.labels(agent=agent).set(float(summary.grad_norm))
         self.train_loss.labels(agent=agent).set(float(summary.train_loss))
-        self.set_precision(agent, str(summary.precision))
+        if show_precision:
+            self.set_precision(agent, str(summary.precision))
 
     def _observe_step_time(self, agent: str, summary: Any) -> None:
         """Seconds per step since the run's previous log (a summary with no clock: none)."""

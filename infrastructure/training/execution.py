@@ -185,7 +185,7 @@ def _capture_obstacle(
         )
     if host_sync_per_step:
         return (
-            "the fp16 step reads the overflow flag on the host (an optimizer without "
+            "the step reads the overflow flag on the host (an optimizer without "
             "fused=True cannot skip on the device)"
         )
     return None

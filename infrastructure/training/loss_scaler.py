@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any, TypeVar
 
@@ -198,44 +198,80 @@ class LossScaler:
             return self._found_inf
         return torch.zeros((), dtype=torch.float32, device=self.device)
 
+    def check_finite(
+        self, optimizers: Sequence[torch.optim.Optimizer], found_inf: torch.Tensor
+    ) -> torch.Tensor:
+        """Set ``found_inf`` to 1.0 when a gradient of any optimizer is inf or NaN; return it.
+
+        The overflow check of :meth:`unscale_` with a scale of 1, for the precisions that
+        scale no loss (fp32, bf16): a non-finite gradient there is as fatal to the weights
+        and the Adam state as an fp16 overflow. ``found_inf`` is a zeroed 0-dim float32 on
+        this scaler's device, which the caller owns (the trainer zeroes it for free). One
+        op per device, no host sync; the gradients keep every bit (x * 1 == x). ::
+
+            flag = scaler.check_finite([optimizer], torch.zeros(()))
+        """
+        with torch.no_grad():
+            # Every optimizer's gradients of one device and dtype in one op, not one each.
+            merged: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+            for optimizer in optimizers:
+                for key, grads in self._grads_by_device(optimizer).items():
+                    merged.setdefault(key, []).extend(grads)
+            self._check_into(merged, found_inf, self._one)
+        return self._all_reduce_max(found_inf)
+
+    def _grads_by_device(
+        self, optimizer: torch.optim.Optimizer
+    ) -> dict[tuple[torch.device, torch.dtype], list[torch.Tensor]]:
+        groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                grad = param.grad
+                if grad is None:
+                    continue
+                if grad.dtype in (torch.float16, torch.bfloat16):
+                    raise ValueError(
+                        f"a gradient is {grad.dtype}: the loss scaler needs float32 "
+                        "parameters. AMP keeps FP32 master weights and autocast casts to "
+                        "fp16 per operation, so do not call model.half()/.bfloat16()"
+                    )
+                if grad.is_sparse:
+                    # Duplicate indices would be summed later: check the summed values.
+                    param.grad = grad.coalesce()
+                    grad = param.grad._values()
+                groups.setdefault((grad.device, grad.dtype), []).append(grad)
+        return groups
+
     def _check_grads(self, optimizer: torch.optim.Optimizer, unscale: bool) -> torch.Tensor:
         """Unscale by 1/scale (or only check) and return found_inf, 0.0 or 1.0, on our device."""
-        groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
         with torch.no_grad():
-            for group in optimizer.param_groups:
-                for param in group["params"]:
-                    grad = param.grad
-                    if grad is None:
-                        continue
-                    if grad.dtype in (torch.float16, torch.bfloat16):
-                        raise ValueError(
-                            f"a gradient is {grad.dtype}: the loss scaler needs float32 "
-                            "parameters. AMP keeps FP32 master weights and autocast casts to "
-                            "fp16 per operation, so do not call model.half()/.bfloat16()"
-                        )
-                    if grad.is_sparse:
-                        # Duplicate indices would be summed later: check the summed values.
-                        param.grad = grad.coalesce()
-                        grad = param.grad._values()
-                    groups.setdefault((grad.device, grad.dtype), []).append(grad)
+            groups = self._grads_by_device(optimizer)
             here = self._fresh_flag()
-            inv_scale = self._inv_scale if unscale else self._one
-            found: dict[torch.device, torch.Tensor] = {}
-            for (device, _), grads in groups.items():
-                if device not in found:
-                    found[device] = (
-                        here
-                        if device == self.device
-                        else torch.zeros((), dtype=torch.float32, device=device)
-                    )
-                torch._amp_foreach_non_finite_check_and_unscale_(
-                    grads, found[device], inv_scale.to(device, non_blocking=True)
-                )
-            # Gradients on other devices: combine with max, so the flag stays 0.0 or 1.0.
-            for device, flag in found.items():
-                if device != self.device:
-                    torch.maximum(here, flag.to(self.device, non_blocking=True), out=here)
+            self._check_into(groups, here, self._inv_scale if unscale else self._one)
         return self._all_reduce_max(here)
+
+    def _check_into(
+        self,
+        groups: Mapping[tuple[torch.device, torch.dtype], list[torch.Tensor]],
+        here: torch.Tensor,
+        inv_scale: torch.Tensor,
+    ) -> None:
+        """Multiply by ``inv_scale``, flag inf/nan into ``here``: an op per device and dtype."""
+        found: dict[torch.device, torch.Tensor] = {}
+        for (device, _), grads in groups.items():
+            if device not in found:
+                found[device] = (
+                    here
+                    if device == self.device
+                    else torch.zeros((), dtype=torch.float32, device=device)
+                )
+            torch._amp_foreach_non_finite_check_and_unscale_(
+                grads, found[device], inv_scale.to(device, non_blocking=True)
+            )
+        # Gradients on other devices: combine with max, so the flag stays 0.0 or 1.0.
+        for device, flag in found.items():
+            if device != self.device:
+                torch.maximum(here, flag.to(self.device, non_blocking=True), out=here)
 
     def _all_reduce_max(self, found_inf: torch.Tensor) -> torch.Tensor:
         # One collective per optimizer per step, queued on the device: every rank then

@@ -5,7 +5,8 @@ into what will run on a device, with the reason; ``PrecisionPolicy`` bundles tha
 with everything a step does differently per precision (autocast, the scaled backward,
 unscale and overflow check, the optimizer step that skips on overflow, the scale update,
 FSDP2's dtypes), so the training loop never branches on a precision or asks whether
-loss scaling is on. The names themselves live in
+loss scaling is on. Every precision skips a step whose gradients are not finite: where
+no loss is scaled, the overflow check runs with a scale of 1. The names themselves live in
 :mod:`infrastructure.training.precision_names`.
 """
 
@@ -217,8 +218,8 @@ class PrecisionPolicy:
         with policy.autocast():
             loss = loss_fn(model(x).float(), y)
         policy.backward(loss)                      # scaled in fp16 only
-        found_inf = policy.unscale([optimizer])    # 0-dim device flag, 0 outside fp16
-        policy.step([optimizer], found_inf, policy.needs_host_read([optimizer]))
+        found_inf = policy.unscale([optimizer])    # 0-dim device flag: a grad not finite
+        policy.step([optimizer], found_inf, policy.needs_host_read([optimizer]))  # or skip
         policy.update()
 
     ``scaler`` always exists (for its scale and state); it is enabled only for fp16.
@@ -277,42 +278,50 @@ class PrecisionPolicy:
         """Back-propagate ``loss``, scaled first when this precision scales losses."""
         self.scaler.scale(loss).backward()
 
-    def unscale(self, optimizers: Sequence[Optimizer]) -> torch.Tensor:
+    def unscale(
+        self, optimizers: Sequence[Optimizer], found_inf: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Unscale every optimizer's gradients; return the step's overflow flag.
 
         The flag is a 0-dim float32 on the device, 1.0 when a gradient was inf or NaN and
-        0.0 otherwise (always without loss scaling), so it can be counted as it is: reading
-        it is free, only ``.item()`` syncs.
+        0.0 otherwise, so it can be counted as it is: reading it is free, only ``.item()``
+        syncs. With loss scaling it is the scaler's own; without, the same check runs with
+        a scale of 1 and writes into ``found_inf``, a zeroed flag the caller passes (one
+        op fewer per step than zeroing one here; None allocates it).
         """
-        for optimizer in optimizers:
-            self.scaler.unscale_(optimizer)  # a no-op when loss scaling is off
-        return self.scaler.found_inf_tensor()
+        if self.scaler.is_enabled():
+            for optimizer in optimizers:
+                self.scaler.unscale_(optimizer)
+            return self.scaler.found_inf_tensor()
+        if found_inf is None:
+            found_inf = torch.zeros((), dtype=torch.float32, device=self.device)
+        return self.scaler.check_finite(optimizers, found_inf)
 
     def needs_host_read(
         self, optimizers: Sequence[Optimizer], schedulers: Sequence[LRScheduler] = ()
     ) -> bool:
         """True when :meth:`step` must read the overflow flag on the host.
 
-        Only with loss scaling, and then only when an optimizer cannot skip on the device
-        (not a fused Adam/AdamW/SGD) or a scheduler must not advance on a skipped step.
+        In every precision: when an optimizer cannot skip on the device (not a fused
+        Adam/AdamW/SGD), or a scheduler must not advance on a skipped step.
         """
         fused = all(getattr(o, "_step_supports_amp_scaling", False) for o in optimizers)
-        return self.scaler.is_enabled() and (not fused or bool(schedulers))
+        return not fused or bool(schedulers)
 
     def step(
         self, optimizers: Sequence[Optimizer], found_inf: torch.Tensor, host_read: bool
     ) -> bool:
-        """Step every optimizer unless the step overflowed; return whether it was taken.
+        """Step every optimizer unless a gradient was not finite; return whether it was taken.
 
         ``host_read`` is :meth:`needs_host_read`. Without it the decision stays on the
         device (the fused kernels skip on ``found_inf`` themselves) and True is returned:
         nothing on the host needs to know.
         """
-        if self.scaler.is_enabled() and not host_read:
+        if not host_read:
             for optimizer in optimizers:
                 _fused_step(optimizer, found_inf)
             return True
-        if host_read and bool(found_inf.item()):  # the one host read of that path
+        if bool(found_inf.item()):  # the one host read of that path
             return False
         for optimizer in optimizers:
             optimizer.step()
@@ -323,9 +332,12 @@ class PrecisionPolicy:
         self.scaler.update()
 
     def overflowed(self, found_inf: torch.Tensor) -> torch.Tensor | None:
-        """The step's overflow flag as a bool tensor, or None where no step can overflow.
+        """The step's loss-scale overflow flag as a bool tensor, or None without loss scaling.
 
-        None lets the caller skip bookkeeping that would only ever count zeros.
+        None lets the caller skip the overflow window and the kept norm, each an op per
+        step: without loss scaling a step with a non-finite gradient is still skipped
+        (:meth:`unscale`, :meth:`step`) and counted among the skipped steps, but it does
+        not move a scale, so the window of loss-scale overflows stays zero.
         """
         return found_inf > 0 if self.scaler.is_enabled() else None
 

@@ -11,20 +11,25 @@
 
 Host syncs, honestly:
 
-- fp32 and bf16 (the loss scaler is off): none per step.
-- fp16 with ``fused=True`` Adam/AdamW/SGD and no LR schedulers: none per step. The
-  overflow flag stays on the device; the fused kernels skip the update themselves.
-- fp16 with any other optimizer, or with LR schedulers: one host read of the overflow
-  flag per step, because a non-fused optimizer cannot skip on its own and a scheduler
-  must not advance on a skipped step (its learning rate is computed on the host).
+- Every precision skips a step whose gradients are not finite (fp16: an overflow of
+  the scaled gradients; fp32 and bf16: the same check with a scale of 1).
+- ``fused=True`` Adam/AdamW/SGD and no LR schedulers: none per step, in every
+  precision. The overflow flag stays on the device; the fused kernels skip the update
+  themselves.
+- Any other optimizer, or LR schedulers: one host read of the overflow flag per step,
+  because a non-fused optimizer cannot skip on its own and a scheduler must not
+  advance on a skipped step (its learning rate is computed on the host).
 - Statistics are read only at log intervals, by ``summary()`` and by ``state_dict()``.
 
 Launches, honestly: each op is a kernel launch on CUDA, and a small model's eager step
 is launch-bound. Over a hand-written loop (autocast, backward, clip, step; in fp16 with
-``torch.amp.GradScaler``) a step of one micro-batch adds 3 aten ops in fp32 and bf16 (two
-make the row of loss statistics, one adds it) and 4 in fp16, scaler included (a test
-counts them). What it keeps lazily instead: the skipped steps are the scaler's overflow
-count, the non-finite losses are the losses seen less the finite ones.
+``torch.amp.GradScaler``) a step of one micro-batch adds 5 aten ops in fp32 and bf16 (two
+make the row of loss statistics, one checks the gradients into the row's zeroed flag,
+one adds the row, and the skip: a host read of the flag with a non-fused optimizer, the
+fused optimizer's own step-count correction with a fused one) and 4 in fp16, scaler
+included (a test counts them). What it keeps lazily instead: the
+skipped steps are the scaler's overflow count plus the row's flags, the non-finite
+losses are the losses seen less the finite ones.
 """
 
 from __future__ import annotations
@@ -58,11 +63,22 @@ logger = logging.getLogger(__name__)
 B = TypeVar("B")
 # The layout of Trainer._stats; the interval pair comes first so that a reset is one op.
 # The block pair sums the losses of the current FINAL_LOSS_STEPS-step block of the run.
-# What a step with a finite loss L adds: (L, 1, L, 1, 1); with a non-finite loss, zeros.
-_STATS = ("interval_loss", "interval_count", "block_loss", "block_count", "finite_losses")
+# What a step with a finite loss L adds: (L, 1, L, 1, 1, f); with a non-finite loss,
+# (0, 0, 0, 0, 0, f). f is 1.0 when a gradient was not finite where no loss is scaled
+# (the step was skipped; fp16 counts its overflows in the scaler instead): the row's
+# last entry is the zeroed flag that check writes into, so zeroing and counting it cost
+# no op of their own.
+_STATS = (
+    "interval_loss",
+    "interval_count",
+    "block_loss",
+    "block_count",
+    "finite_losses",
+    "nonfinite_grad_steps",
+)
 _BLOCK = slice(2, 4)
-_FINITE_ROW = (0.0, 1.0, 0.0, 1.0, 1.0)  # + L * _LOSS_AT
-_LOSS_AT = (1.0, 0.0, 1.0, 0.0, 0.0)
+_FINITE_ROW = (0.0, 1.0, 0.0, 1.0, 1.0, 0.0)  # + L * _LOSS_AT
+_LOSS_AT = (1.0, 0.0, 1.0, 0.0, 0.0, 0.0)
 # A run's final train loss is the mean over its last full block of this many steps and
 # the steps after it, whatever its log interval: a terminal's progress bar logs every 10
 # steps and the daemon every LOG_INTERVAL, and the run they report must be the same.
@@ -187,9 +203,16 @@ class Trainer:
         # float32, as the loss is: the row's product needs no cast (and add_ promotes).
         self._finite_row = torch.tensor(_FINITE_ROW, device=device)
         self._loss_at = torch.tensor(_LOSS_AT, device=device)
+        # The step's row, rewritten in place each step; its views are made once (a view
+        # made per step is one more op). The flag view is what the gradient check fills.
+        self._row = torch.zeros(len(_STATS), device=device)
+        self._row_finite = self._row[_STATS.index("finite_losses")]
+        self._row_flag = self._row[_STATS.index("nonfinite_grad_steps")]
         # Counted on the host, so that the device needs no row of its own for them: the
         # non-finite losses are these less the finite ones, the skipped steps are the
-        # scaler's overflows less those before this trainer (or this checkpoint) began.
+        # scaler's overflows less those before this trainer (or this checkpoint) began,
+        # plus the row's flags (the steps skipped for a gradient that was not finite
+        # where no loss is scaled).
         self._losses_seen = 0
         self._overflows_before = self.scaler.overflow_count_tensor().clone()
         self._grad_norm = torch.full((), math.nan, device=device)
@@ -246,7 +269,8 @@ class Trainer:
         into a CUDA graph once and replayed (``cuda_graph.StepGraphs``).
         """
         loss_row = self._accumulate(micro_batches, loss_fn)
-        found_inf = self.policy.unscale(self.optimizers)  # 0-dim, on the device: no sync
+        # 0-dim, on the device: no sync. The row's flag is zero here (_loss_row wrote it).
+        found_inf = self.policy.unscale(self.optimizers, self._row_flag)
         norm = self._clip()
         taken = self.policy.step(self.optimizers, found_inf, self._host_read)
         self.policy.update()
@@ -273,15 +297,15 @@ class Trainer:
             stacked = torch.stack(losses)
             row = self._loss_row(stacked.sum() / count)
             # Not torch.isfinite: that is four ops on the CPU; nan < inf and inf < inf are False.
-            finite = (stacked.abs() < math.inf).sum(dtype=torch.float32)
-            return torch.cat((row[:-1], finite.reshape(1)))
+            self._row_finite.copy_((stacked.abs() < math.inf).sum(dtype=torch.float32))
+            return row
 
     def _loss_row(self, loss: torch.Tensor) -> torch.Tensor:
-        """(L, 1, L, 1, 1) for a finite loss L, zeros otherwise, in two ops: a non-finite L
-        makes every entry of the product non-finite (inf * 0 is NaN), and nan_to_num zeroes
-        them all."""
-        row = torch.addcmul(self._finite_row, loss, self._loss_at)
-        return torch.nan_to_num(row, nan=0.0, posinf=0.0, neginf=0.0)
+        """(L, 1, L, 1, 1, 0) for a finite loss L, zeros otherwise, in two ops, into
+        ``_row``: a non-finite L makes every entry of the product non-finite (inf * 0 is
+        NaN), and nan_to_num zeroes them all."""
+        torch.addcmul(self._finite_row, loss, self._loss_at, out=self._row)
+        return self._row.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
 
     def _clip(self) -> torch.Tensor | None:
         if self.config.max_grad_norm is None:
@@ -353,6 +377,7 @@ class Trainer:
         interval's loss sum and count, in one host read. The norm is read apart: under
         FSDP2 it is a DTensor, which cannot be concatenated with plain tensors."""
         skipped = self.scaler.overflow_count_tensor() - self._overflows_before
+        skipped = skipped + self._stats[_STATS.index("nonfinite_grad_steps")]
         overflows = self._window[:recent].sum().double()
         parts = (skipped.reshape(1), overflows.reshape(1), self._stats)
         values: list[float] = torch.cat(parts).tolist()

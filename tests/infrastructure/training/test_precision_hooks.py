@@ -57,17 +57,39 @@ def test_trainer_never_asks_whether_loss_scaling_is_on() -> None:
 
 
 @pytest.mark.parametrize("name", ["fp32", "bf16"])
-def test_unscaled_precisions_never_overflow_or_read_the_host(name: str) -> None:
-    """fp32/bf16: no host read, a zero flag, no overflow bookkeeping, plain optimizer steps."""
+def test_unscaled_precisions_skip_a_nonfinite_gradient_with_a_host_read(name: str) -> None:
+    """fp32/bf16, non-fused SGD: the check with a scale of 1 flags an inf; one host read skips."""
     policy = PrecisionPolicy.create(name, "cpu")
     model, before = _model_with_grads(float("inf"))
     sgd = torch.optim.SGD(model.parameters(), lr=0.1)
-    assert not policy.needs_host_read([sgd], [torch.optim.lr_scheduler.StepLR(sgd, 1)])
+    assert policy.needs_host_read([sgd])
     found_inf = policy.unscale([sgd])
-    assert found_inf.item() == 0.0
-    assert policy.overflowed(found_inf) is None
-    assert policy.step([sgd], found_inf, host_read=False)
-    assert not torch.equal(model.weight, before)  # stepped: nobody checked for inf
+    assert found_inf.item() == 1.0
+    assert policy.overflowed(found_inf) is None  # no loss-scale window to keep
+    assert policy.step([sgd], found_inf, host_read=True) is False
+    assert torch.equal(model.weight, before)
+
+
+@pytest.mark.parametrize("name", ["fp32", "bf16"])
+def test_unscaled_precisions_skip_on_the_device_and_keep_finite_gradients(name: str) -> None:
+    """fp32/bf16, fused AdamW: no host read, a NaN gradient skips on the device, a finite
+    gradient is checked without changing a bit and stepped."""
+    policy = PrecisionPolicy.create(name, "cpu")
+    model, before = _model_with_grads(float("nan"))
+    adamw = torch.optim.AdamW(model.parameters(), lr=0.1, fused=True)
+    assert not policy.needs_host_read([adamw])
+    assert policy.needs_host_read([adamw], [torch.optim.lr_scheduler.StepLR(adamw, 1)])
+    flag = torch.zeros(())
+    assert policy.unscale([adamw], flag) is flag and flag.item() == 1.0
+    assert policy.step([adamw], flag, host_read=False) is True  # decided on the device
+    assert torch.equal(model.weight, before)
+    model.weight.grad = grad = torch.randn(2, 4)
+    model.bias.grad = torch.randn(2)
+    kept = grad.clone()
+    assert policy.unscale([adamw]).item() == 0.0
+    assert torch.equal(model.weight.grad, kept)
+    policy.step([adamw], torch.zeros(()), host_read=False)
+    assert not torch.equal(model.weight, before)
 
 
 def test_fp16_skips_an_overflowing_step_with_a_host_read() -> None:
