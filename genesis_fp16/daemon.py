@@ -18,6 +18,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from types import FrameType
 
@@ -32,7 +33,12 @@ from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.plugins import discover_plugins, known_agent_names
 from genesis_fp16.run_request import check_configured_options, choose_precision
 from genesis_fp16.scheduler import AgentScheduler
-from genesis_fp16.settings import Settings, SettingsError, load_settings_with_sources
+from genesis_fp16.settings import (
+    Settings,
+    SettingsError,
+    load_settings_with_sources,
+    requested_precision,
+)
 from genesis_fp16.settings_sources import SettingsSources
 from genesis_fp16.state_lock import StateFolderBusy, acquire_state_folder
 from genesis_fp16.systemd import Notifier
@@ -144,11 +150,11 @@ class Daemon:
         if not self.plugins:
             log.warning("no agent plugin loaded; the daemon runs but trains nothing")
 
-    def _show_precisions(self) -> None:
-        """Show each idle agent's next precision; a running agent's gauge follows its run.
-
-        A reload during a run must not show the next run's precision while the current one
-        still trains (its progress reports would flip the gauge back).
+    def _show_precisions(self, switched: frozenset[str] = frozenset()) -> None:
+        """Show each idle agent's next precision; a running agent's gauge follows its run,
+        unless the agent is in ``switched``: a reload changed its precision, so its run is
+        stopping and is rerun at once (genesis_fp16/jobs.py), and the gauge shows the rerun's
+        precision from the reload on (the stopping run's last reports leave it alone).
         """
         with self.context.running_changed:
             running = set(self.context.running)
@@ -160,7 +166,7 @@ class Daemon:
             except OSError as exc:  # the run will fail and count it; the daemon stays up
                 log.error("cannot read the agent's precision state", agent=agent, error=str(exc))
                 continue
-            if precision != "auto" and agent not in running:
+            if precision != "auto" and (agent not in running or agent in switched):
                 self.metrics.set_precision(agent, precision)
             log.info("agent precision", agent=agent, requested=precision, reason=reason)
 
@@ -313,7 +319,7 @@ class Daemon:
         self.metrics.config_last_reload_successful.set(1)
         log.info("config reloaded", schedule_changes=changes)
         _warn_shadowed(sources)
-        self._show_precisions()
+        self._show_precisions(_switched(old, new, self.plugins))
         return True
 
     def _shutdown(self) -> int:
@@ -349,6 +355,15 @@ class Daemon:
         signal.signal(signal.SIGTERM, on_stop)
         signal.signal(signal.SIGINT, on_stop)
         signal.signal(signal.SIGHUP, on_hup)
+
+
+def _switched(old: Settings, new: Settings, agents: Iterable[str]) -> frozenset[str]:
+    """The agents whose requested precision the reload from ``old`` to ``new`` changed."""
+    return frozenset(
+        agent
+        for agent in agents
+        if requested_precision(old, agent, None)[0] != requested_precision(new, agent, None)[0]
+    )
 
 
 def _warn_shadowed(sources: SettingsSources) -> None:

@@ -7,8 +7,11 @@ every log interval to the metrics. Its log records carry ``agent`` and ``run_id`
 
 Rollback: the job asks ``should_stop`` at every step boundary. It turns true when the
 daemon shuts down, or when a reload changed the precision this agent would now be asked
-to run in; the run then checkpoints and ends, and the same job starts a new run, resumed
-from that checkpoint, in the new precision.
+to run in; the run then checkpoints and ends, and the same job starts a new run at once,
+resumed from that checkpoint, in the precision the settings ask for by then. The job
+keeps its device slot meanwhile, so the other agents do not take the agent's turn; a
+rollback undone before the run stopped, and any number of flapping edits, still end in
+a new run within seconds, not at the next schedule.
 """
 
 from __future__ import annotations
@@ -39,10 +42,6 @@ from infrastructure.training import CheckpointManager, TrainingSummary, checkpoi
 from infrastructure.training.execution import ExecutionError
 
 log = structlog.get_logger("genesis_fp16.jobs")
-
-# A precision switch restarts the run at once; more than this many in one job means the
-# configuration keeps flapping, and the next scheduled job picks up the rest.
-MAX_RESTARTS_PER_JOB = 3
 
 
 @dataclass
@@ -90,10 +89,11 @@ def run_agent_job(ctx: JobContext, agent: str, plugin: AgentPlugin) -> None:
     with ctx.running_changed:
         ctx.running.add(agent)
     try:
-        for _ in range(MAX_RESTARTS_PER_JOB):
-            switched = _run_once(ctx, agent, plugin, device)
-            if not switched or ctx.stopping.is_set():
+        # Each rerun follows a reload that changed the precision, so edits bound the loop.
+        while _run_once(ctx, agent, plugin, device):
+            if ctx.stopping.is_set() or not ctx.settings.agent(agent).enabled:
                 break
+            log.info("run stopped by a configuration change: rerunning at once", agent=agent)
     finally:
         ctx.slots.release(slots)
         with ctx.running_changed:
@@ -102,7 +102,7 @@ def run_agent_job(ctx: JobContext, agent: str, plugin: AgentPlugin) -> None:
 
 
 def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> bool:
-    """One run; True when it stopped early because the requested precision changed."""
+    """One run; True when a reload that changed its precision stopped it (rerun it now)."""
     settings = ctx.settings
     requested, _ = requested_precision(settings, agent, None)
     run_id = uuid.uuid4().hex[:12]
@@ -119,8 +119,15 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
         current = ctx.settings
         return current is not settings and requested_precision(current, agent, None)[0] != requested
 
+    changed = threading.Event()  # a reload stopped the run: it is rerun whatever came since
+
     def should_stop() -> bool:
-        return ctx.stopping.is_set() or precision_changed() or time.monotonic() > deadline
+        if ctx.stopping.is_set() or time.monotonic() > deadline:
+            return True
+        if changed.is_set() or precision_changed():
+            changed.set()
+            return True
+        return False
 
     try:
         # The one request (genesis_fp16/run_request.py); the guard's memory may lower the
@@ -134,7 +141,7 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
         )
         request = replace(
             request,
-            on_log=functools.partial(_on_log, ctx, agent),
+            on_log=functools.partial(_on_log, ctx, agent, changed.is_set),
             on_diagnostics=functools.partial(ctx.metrics.rl.export_live, agent),
             should_stop=should_stop,
             auto_excluded=probe_gate.red_precisions(probe),
@@ -151,10 +158,14 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
         grace = settings.shutdown_timeout_seconds  # to reach a step and checkpoint
         if spec.nproc > 1:  # N processes under torchrun, supervised: genesis_fp16/launcher.py
             limit = settings.run_memory_limit_bytes
-            result = train_with_torchrun(request, spec.nproc, timeout, memory_limit=limit)
+            result = train_with_torchrun(
+                request, spec.nproc, timeout, memory_limit=limit, log_level=settings.log_level
+            )
         elif (spec.isolation or settings.run_isolation) == "process":
             limit = settings.run_memory_limit_bytes
-            child = functools.partial(train_in_child, request, timeout, grace, limit)
+            child = functools.partial(
+                train_in_child, request, timeout, grace, limit, log_level=settings.log_level
+            )
             # The launcher stops, then kills, the child itself; the watch marks it overdue.
             result = _supervised(ctx, agent, child, deadline, timeout, grace + 60)
         else:
@@ -170,7 +181,7 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
             steps=0,
             duration_seconds=round(duration, 3),
         )
-        return False
+        return changed.is_set() and not ctx.stopping.is_set()
     except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is a failed run too
         duration = time.monotonic() - started
         reason = _failure_reason(exc)
@@ -202,12 +213,17 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
         return False
     finally:
         structlog.contextvars.unbind_contextvars("agent", "run_id")
-    _finish(ctx, agent, run_id, result, time.monotonic() - started)
-    return result.stopped_early and precision_changed() and not ctx.stopping.is_set()
+    rerun = result.stopped_early and changed.is_set() and not ctx.stopping.is_set()
+    # A rerun's precision is on the gauge since the reload: the stopped run's stays off it.
+    _finish(ctx, agent, run_id, result, time.monotonic() - started, show_precision=not rerun)
+    return rerun
 
 
-def _on_log(ctx: JobContext, agent: str, summary: TrainingSummary) -> None:
-    ctx.metrics.observe_summary(agent, summary)
+def _on_log(
+    ctx: JobContext, agent: str, stopping: Callable[[], bool], summary: TrainingSummary
+) -> None:
+    # A run a reload is stopping reports its last steps; the gauge shows the next run's.
+    ctx.metrics.observe_summary(agent, summary, show_precision=not stopping())
     log.info(
         "training progress",
         step=summary.step,
@@ -312,11 +328,19 @@ def resumed_totals(paths: AgentPaths) -> dict[str, float]:
     }
 
 
-def _finish(ctx: JobContext, agent: str, run_id: str, result: TrainResult, duration: float) -> None:
+def _finish(
+    ctx: JobContext,
+    agent: str,
+    run_id: str,
+    result: TrainResult,
+    duration: float,
+    show_precision: bool = True,
+) -> None:
     outcome = result.outcome  # success, stopped, or up_to_date (nothing new: no step)
     ctx.degraded.pop(agent, None)  # a run that wrote its checkpoint: the disk is fine again
     guard_state.record_run(ctx.settings, ctx.metrics, agent, result)
-    ctx.metrics.set_precision(agent, result.precision_used)
+    if show_precision:
+        ctx.metrics.set_precision(agent, result.precision_used)
     ctx.metrics.set_execution(agent, result.execution)
     calibration = result.extra.get("precision_calibration")
     if isinstance(calibration, dict):

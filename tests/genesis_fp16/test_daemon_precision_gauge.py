@@ -57,6 +57,14 @@ def test_running_agent_keeps_the_precision_of_its_run(daemon: Daemon) -> None:
     assert (_gauge(daemon, "fp16"), _gauge(daemon, "fp32")) == (0, 1)
 
 
+def test_a_reload_that_switches_a_running_agent_shows_the_rerun_precision(daemon: Daemon) -> None:
+    """A running fp16 agent whose precision the reload changed: the gauge shows fp32 at once."""
+    daemon.metrics.set_precision(AGENT, "fp16")
+    daemon.context.running.add(AGENT)
+    daemon._show_precisions(frozenset({AGENT}))
+    assert (_gauge(daemon, "fp16"), _gauge(daemon, "fp32")) == (0, 1)
+
+
 def test_idle_agent_shows_the_guard_memory_before_its_first_run(
     daemon: Daemon, tmp_path: Path
 ) -> None:

@@ -1,0 +1,71 @@
+"""A run a reload stopped is rerun by the same job, in-process: also when the edit was undone
+before the run reached its step boundary (it then waited for the next schedule)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_results import train_result
+from prometheus_client import CollectorRegistry
+
+from genesis_fp16.jobs import DeviceSlots, JobContext, run_agent_job
+from genesis_fp16.metrics import DaemonMetrics
+from genesis_fp16.settings import Settings
+from infrastructure.plugin_api import API_VERSION, TrainRequest
+
+AGENT = "flapping"
+
+
+def _settings(tmp_path: Path, fp16: bool) -> Settings:
+    return Settings(  # in-process: a test's plugin object is no entry point for a child
+        state_dir=tmp_path,
+        agents={AGENT: {"data_path": tmp_path}},  # type: ignore[dict-item]
+        run_isolation="thread",
+        enable_fp16_training=fp16,
+    )
+
+
+class _Flapping:
+    """Its first run sees a rollback land and be undone before its next step boundary."""
+
+    api_version = API_VERSION
+    name = AGENT
+
+    def __init__(self, ctx: JobContext, tmp_path: Path) -> None:
+        self.ctx = ctx
+        self.tmp_path = tmp_path
+        self.requests: list[TrainRequest] = []
+
+    def train(self, request: TrainRequest) -> Any:
+        self.requests.append(request)
+        if len(self.requests) > 1:
+            return train_result(agent=AGENT, precision_used=request.precision)
+        self.ctx.settings = _settings(self.tmp_path, fp16=False)  # the rollback lands
+        stopped = request.should_stop()
+        self.ctx.settings = _settings(self.tmp_path, fp16=True)  # and is undone
+        assert stopped
+        return train_result(agent=AGENT, precision_used="fp16", stopped_early=True)
+
+
+def test_a_rollback_undone_before_the_stop_still_reruns_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped by a rollback that is undone before the run ends: the job reruns it in fp16,
+    and the gauge is not set back by the stopped run."""
+    for key in list(os.environ):
+        if key.startswith("GENESIS_FP16_") or key == "ENABLE_FP16_TRAINING":
+            monkeypatch.delenv(key)
+    metrics = DaemonMetrics(CollectorRegistry(), "test")
+    ctx = JobContext(_settings(tmp_path, fp16=True), metrics, DeviceSlots(1), threading.Event())
+    plugin = _Flapping(ctx, tmp_path)
+    run_agent_job(ctx, AGENT, plugin)  # type: ignore[arg-type]
+    assert [r.precision for r in plugin.requests] == ["fp16", "fp16"]
+    runs = "genesis_fp16_training_runs_total"
+    get = metrics.registry.get_sample_value
+    assert get(runs, {"agent": AGENT, "outcome": "stopped"}) == 1
+    assert get(runs, {"agent": AGENT, "outcome": "success"}) == 1
+    assert not ctx.running  # the job ended and gave its slot back
