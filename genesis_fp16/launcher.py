@@ -2,14 +2,17 @@
 
 An agent with ``nproc`` > 1 trains in N processes on this machine::
 
-    python -m torch.distributed.run --standalone --nproc-per-node N \\
+    python -P -m torch.distributed.run --standalone --nproc-per-node N \\
         -m genesis_fp16 train AGENT --request FILE --json --json-progress
 
 (``python -m torch.distributed.run`` is the ``torchrun`` script, run with the daemon's own
-interpreter.) ``FILE`` is the job's whole :class:`TrainRequest` as JSON
-(``TrainRequest.to_json``, written beside the agent's checkpoint folder): every rank
-trains with the precision and its reason, the guard, the budget and the options the
-daemon chose, not a second reading of flags and settings. The daemon reads rank 0's
+interpreter.) ``FILE`` is the job's whole :class:`TrainRequest` as JSON, with the daemon's
+log level (genesis_fp16/handoff.py, written beside the agent's checkpoint folder): every
+rank trains with the precision and its reason, the guard, the budget and the options the
+daemon chose, and reads no ``.env`` or setting of its own. ``-P`` and ``PYTHONSAFEPATH``
+keep the daemon's working directory (the state folder, under systemd) off every child's
+``sys.path``; each child's stdin is a pipe the daemon holds, and a child whose daemon is
+gone stops (:func:`genesis_fp16.handoff.watch_daemon`). The daemon reads rank 0's
 stdout: one ``{"progress": ...}`` line per log interval, which becomes a
 :class:`TrainingSummary` for the metrics, and the final ``TrainResult`` JSON line.
 Stopping (daemon shutdown, a precision switch, or the timeout) sends SIGTERM to torchrun,
@@ -43,9 +46,9 @@ from typing import IO, Any
 
 import structlog
 
+from genesis_fp16.handoff import SAFE_PYTHON, child_env, write_run_file
 from genesis_fp16.kubeflow import without_pet
 from genesis_fp16.settings import ENV_PREFIX
-from infrastructure.atomic import write_json_atomic
 from infrastructure.plugin_api import TrainRequest, TrainRequestError, TrainResult
 from infrastructure.training import TrainingSummary
 
@@ -128,7 +131,7 @@ def torchrun_command(request: TrainRequest, nproc: int, python: str = sys.execut
     local processes; "cuda" becomes cuda:<LOCAL_RANK> in each rank."""
     if nproc < 1:
         raise ValueError(f"nproc={nproc!r}: must be at least 1")
-    command = [python, "-m", "torch.distributed.run", "--standalone"]
+    command = [python, *SAFE_PYTHON, "-m", "torch.distributed.run", "--standalone"]
     command += ["--nproc-per-node", str(nproc), "-m", "genesis_fp16", "train", request.agent]
     command += ["--request", str(request_file(request)), "--json", "--json-progress"]
     return command
@@ -144,7 +147,7 @@ class _Output:
 def child_command(request: TrainRequest, python: str = sys.executable) -> list[str]:
     """The command line that runs ``request`` (from :func:`request_file`) in one child
     process: a run isolated from the daemon (``GENESIS_FP16_RUN_ISOLATION=process``)."""
-    command = [python, "-m", "genesis_fp16", "train", request.agent]
+    command = [python, *SAFE_PYTHON, "-m", "genesis_fp16", "train", request.agent]
     return [*command, "--request", str(request_file(request)), "--json", "--json-progress"]
 
 
@@ -154,6 +157,7 @@ def train_in_child(
     kill_after: float = 60.0,
     memory_limit: int | None = None,
     env: Mapping[str, str] | None = None,
+    log_level: str = "INFO",
 ) -> TrainResult:
     """Run ``request`` in one child process, supervised as a torchrun job is.
 
@@ -163,7 +167,7 @@ def train_in_child(
     interpreter, torch and the plugin imported again: a few seconds).
     """
     handed = request_file(request)
-    write_json_atomic(handed, request.to_json())
+    write_run_file(handed, request, log_level)
     try:
         command = child_command(request)
         log.info("launching the run's process: %s", " ".join(command))
@@ -181,6 +185,7 @@ def train_with_torchrun(
     kill_after: float = 60.0,
     env: Mapping[str, str] | None = None,
     memory_limit: int | None = None,
+    log_level: str = "INFO",
 ) -> TrainResult:
     """Run ``request`` under torchrun with ``nproc`` processes and return rank 0's result.
 
@@ -190,7 +195,7 @@ def train_with_torchrun(
     """
     check_layout(request, nproc)
     handed = request_file(request)
-    write_json_atomic(handed, request.to_json())
+    write_run_file(handed, request, log_level)
     try:
         command = torchrun_command(request, nproc)
         log.info("launching torchrun with %d process(es): %s", nproc, " ".join(command))
@@ -228,6 +233,8 @@ def _launch(
     ended = _supervise(child, request.should_stop, timeout, kill_after, memory_limit, what)
     reader.join()
     relay.join()  # the ranks' last lines (a traceback) come before our verdict
+    assert child.stdin is not None
+    child.stdin.close()  # the daemon's end of the watched pipe: its child is gone
     code = child.returncode
     if ended.killed is not None:
         raise LaunchError(f"the run was killed: {ended.killed}", ended.kill_reason)
@@ -245,16 +252,18 @@ def _launch(
 
 def _start(command: list[str], env: Mapping[str, str] | None) -> subprocess.Popen[str]:
     # Standalone on this host: a Kubeflow pod's PET_* layout would become torchrun's flags.
-    child_env = without_pet(env if env is not None else os.environ)
-    # The relay re-renders the ranks' records in the daemon's format; it parses JSON.
-    child_env[f"{ENV_PREFIX}LOG_FORMAT"] = "json"
+    # None of the daemon's settings: the run file carries what the child needs.
+    environ = child_env(without_pet(env if env is not None else os.environ))
     return subprocess.Popen(
         command,
+        # Never written to: EOF there tells the child (and torchrun's ranks, which inherit
+        # it) that the daemon is gone. Only this process holds the write end (O_CLOEXEC).
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         errors="replace",  # a decoding error would end a reader and leave its pipe full
-        env=child_env,
+        env=environ,
         start_new_session=True,  # a Ctrl-C at the daemon's terminal goes through us
     )
 

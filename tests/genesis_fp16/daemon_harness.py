@@ -27,7 +27,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -168,13 +168,23 @@ class DaemonProcess:
                 self.process.wait()
 
 
-def launch(workdir: Path, env: Mapping[str, str], fixtures: bool = True) -> DaemonProcess:
+# How the tests start the daemon; ENTRY_POINT is how the systemd unit and the container do.
+MODULE_COMMAND = (sys.executable, "-m", "genesis_fp16", "serve")
+ENTRY_POINT = (str(Path(sys.executable).parent / "genesis-fp16"), "serve")
+
+
+def launch(
+    workdir: Path,
+    env: Mapping[str, str],
+    fixtures: bool = True,
+    command: Sequence[str] = MODULE_COMMAND,
+) -> DaemonProcess:
     """Start the daemon without waiting for it; the port is GENESIS_FP16_METRICS_PORT."""
     full = daemon_env({"GENESIS_FP16_METRICS_PORT": str(free_port()), **env}, fixtures)
     log_path = workdir / "daemon.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "genesis_fp16", "serve"],
+            list(command),
             cwd=workdir,
             env=full,
             stdout=log,
@@ -188,10 +198,14 @@ DaemonFactory = Callable[..., DaemonProcess]
 
 
 def start_daemon(
-    workdir: Path, env: Mapping[str, str], fixtures: bool = True, timeout: float = 60.0
+    workdir: Path,
+    env: Mapping[str, str],
+    fixtures: bool = True,
+    timeout: float = 60.0,
+    command: Sequence[str] = MODULE_COMMAND,
 ) -> DaemonProcess:
     """Start the daemon and wait until /readyz answers 200."""
-    daemon = launch(workdir, env, fixtures)
+    daemon = launch(workdir, env, fixtures, command)
     try:
         daemon.wait_for(lambda: daemon.get("/readyz")[0] == 200, "/readyz", timeout)
     except BaseException:

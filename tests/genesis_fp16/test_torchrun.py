@@ -223,7 +223,8 @@ def test_launcher_relays_every_stderr_line_with_the_jobs_context(
     ):
         train_with_torchrun(request, nproc=2, timeout=30, env=env)
     assert [r["event"] for r in logs[:-1]] == [f"line {i}" for i in range(2000)]
-    assert {(r["agent"], r["run_id"], r["format"]) for r in logs[:-1]} == {("stub", "r1", "json")}
+    # The child's log format is the run file's, not a setting in its environment.
+    assert {(r["agent"], r["run_id"], r["format"]) for r in logs[:-1]} == {("stub", "r1", None)}
     assert logs[-1]["line"] == "Traceback (most recent call last):"
     assert logs[-1]["agent"] == "stub" and logs[-1]["log_level"] == "warning"
 
@@ -249,7 +250,7 @@ def test_torchrun_command_hands_the_whole_request_as_a_file(tmp_path: Path) -> N
     )
     command = torchrun_command(request, 4, python="py")
     text = " ".join(command)
-    assert text.startswith("py -m torch.distributed.run --standalone --nproc-per-node 4 ")
+    assert text.startswith("py -P -m torch.distributed.run --standalone --nproc-per-node 4 ")
     assert command[command.index("--request") + 1] == str(launcher.request_file(request))
     assert "--precision" not in command and "--steps" not in command
     handed = json.loads(json.dumps(request.to_json(), allow_nan=False))
