@@ -29,7 +29,7 @@ from infrastructure.training import CheckpointManager, FitResult, fit
 from infrastructure.training import checkpoint_keys as keys
 from infrastructure.training.distributed import rank_and_world
 from infrastructure.world_model.model import HEAD_MODULES, PRESETS, TRUNK_MODULES, WorldModel
-from infrastructure.world_model.predict import read_world_model_state
+from infrastructure.world_model.predict import accept_world_model, read_world_model_state
 
 logger = logging.getLogger(__name__)
 
@@ -311,7 +311,9 @@ def _quarantine_path(request: TrainRequest) -> Path | None:
 def _saved_state(checkpoint_dir: Path) -> tuple[Mapping[str, Any] | None, bool]:
     """The world-model state (encoder, model shape, data seen) of the checkpoint a resumed
     run would start from, and whether the run that wrote it had finished."""
-    found = CheckpointManager(Path(checkpoint_dir)).load_latest()
+    # A newest file without the encoder (or the model's shape) is skipped with a warning,
+    # and the one before it resumed; fit() then skips it too (its encoder differs).
+    found = CheckpointManager(Path(checkpoint_dir)).load_latest(accept_world_model)
     if found is None:
         return None, False
     state, path = found

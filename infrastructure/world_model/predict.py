@@ -32,7 +32,7 @@ from infrastructure.data.lineage import Pool
 from infrastructure.data.readers import read_trajectories
 from infrastructure.data.schema import OUTCOMES, AttemptInput, Trajectory
 from infrastructure.training import checkpoint_keys as keys
-from infrastructure.training.checkpoint import CheckpointManager, load_checkpoint
+from infrastructure.training.checkpoint import CheckpointError, CheckpointManager, load_checkpoint
 from infrastructure.training.early_stop import served_weights
 from infrastructure.world_model.features import FeatureEncoder, PoolLike
 from infrastructure.world_model.model import (
@@ -44,6 +44,9 @@ from infrastructure.world_model.model import (
 
 STATE_KIND = "world_model"
 STATE_VERSION = 1
+# What a world-model checkpoint cannot resume or predict without: the fitted feature
+# encoder and the model's shape (ModelConfig.to_dict()).
+STATE_PARTS = ("encoder", "model")
 
 AttemptLike = AttemptInput | Trajectory | Mapping[str, Any]
 
@@ -60,14 +63,31 @@ def world_model_state(encoder: FeatureEncoder, config: ModelConfig, **info: Any)
 
 
 def read_world_model_state(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
-    """The world-model part of a loaded checkpoint; ValueError when it holds something else."""
+    """The world-model part of a loaded checkpoint; ValueError when it holds something else
+    or lacks a part that encoding or building the model needs (the encoder, the shape)."""
     extra = checkpoint.get(keys.EXTRA) or {}
     if extra.get("kind") != STATE_KIND or extra.get("version") != STATE_VERSION:
         raise ValueError(
             f"checkpoint holds {extra.get('kind')!r} version {extra.get('version')!r}, "
             f"not a {STATE_KIND!r} version {STATE_VERSION}"
         )
+    missing = [part for part in STATE_PARTS if not isinstance(extra.get(part), Mapping)]
+    if missing:
+        raise ValueError(f"the checkpoint's world-model state has no {' and no '.join(missing)}")
     return dict(extra)
+
+
+def accept_world_model(checkpoint: Mapping[str, Any], path: Path) -> None:
+    """``CheckpointManager.load_latest``'s ``accept`` for a world model: a checkpoint that
+    is not one, or lacks a part, is skipped with a warning naming it and the older one
+    tried (none left: None, start fresh), instead of failing the run.
+
+    >>> found = CheckpointManager(folder).load_latest(accept_world_model)  # doctest: +SKIP
+    """
+    try:
+        read_world_model_state(checkpoint)
+    except ValueError as error:
+        raise CheckpointError(str(error)) from error
 
 
 @dataclass(frozen=True)
@@ -98,7 +118,7 @@ class WorldModelPredictor:
         """Load a checkpoint file, or the newest valid one in a checkpoint folder."""
         path = Path(path)
         if path.is_dir():
-            found = CheckpointManager(path).load_latest()
+            found = CheckpointManager(path).load_latest(accept_world_model)
             if found is None:
                 raise FileNotFoundError(f"no valid world-model checkpoint in {str(path)!r}")
             state, path = found

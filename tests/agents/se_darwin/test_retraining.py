@@ -10,6 +10,7 @@ import torch
 from se_darwin_runs import train
 
 from infrastructure.data.synthetic import generate_pool
+from infrastructure.training.checkpoint import CheckpointManager, load_checkpoint
 
 
 def _write(folder: Path, name: str, pool: dict[str, object]) -> None:
@@ -86,3 +87,38 @@ def test_an_interrupted_run_is_not_up_to_date(pool: Path, tmp_path: Path) -> Non
     again = train(pool, tmp_path / "ck", steps=None, resume=True)
     assert again.outcome == "success" and again.steps > 0
     assert again.extra["resumed_from"] == str(stopped.checkpoint)
+
+
+def _save_without_encoder(ckpt: Path, from_file: Path, step: int) -> Path:
+    """A newer, schema-valid checkpoint whose world-model state lost its encoder."""
+    state = load_checkpoint(from_file)
+    del state["extra"]["encoder"]
+    state["step"] = step
+    return CheckpointManager(ckpt).save(state)
+
+
+def test_a_newest_checkpoint_without_the_encoder_falls_back_to_the_one_before(
+    pool: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A schema-valid newest checkpoint missing the encoder is skipped with a warning naming
+    it, and the run resumes from the previous one instead of failing."""
+    good = train(pool, tmp_path / "ck")
+    assert good.checkpoint is not None
+    bad = _save_without_encoder(tmp_path / "ck", good.checkpoint, step=40)
+    again = train(pool, tmp_path / "ck", steps=30, resume=True)
+    assert again.outcome == "success" and again.extra["resumed_from"] == str(good.checkpoint)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(str(bad) in line and "encoder" in line for line in warned), warned
+
+
+def test_the_only_checkpoint_without_the_encoder_starts_fresh_with_a_warning(
+    pool: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With no older checkpoint to fall back to, the run starts fresh and says why."""
+    good = train(pool, tmp_path / "first")
+    assert good.checkpoint is not None
+    bad = _save_without_encoder(tmp_path / "ck", good.checkpoint, step=40)
+    again = train(pool, tmp_path / "ck", resume=True)
+    assert again.outcome == "success" and again.extra["resumed_from"] is None
+    warned = " ".join(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert str(bad) in warned and "starting fresh" in warned
