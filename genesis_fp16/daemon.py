@@ -257,6 +257,15 @@ class Daemon:
                 "(GENESIS_FP16_STATE_DIR)"
             ) from None
         except OSError as exc:
+            if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP):  # a filesystem without flock
+                log.warning(
+                    "the state folder cannot be locked: a second daemon or a train there "
+                    "would not be refused",
+                    state_dir=str(state_dir),
+                    error=exc.strerror or str(exc),
+                )
+                self._owner = os.open(os.devnull, os.O_RDONLY)  # closed by run() as the lock
+                return
             raise StartupError(
                 f"GENESIS_FP16_STATE_DIR={state_dir}: cannot take the state folder's lock "
                 f"({exc.strerror or exc})"
