@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from agents.se_darwin.task import FINAL_FITS, Batch, SEDarwinTask, TaskOptions
+from agents.se_darwin.task import FINAL_FITS, Batch, SEDarwinTask, TaskOptions, read_pool
 from infrastructure.data.fingerprint import DataChange, DataFingerprint, compare, fingerprint
 from infrastructure.data.readers import ReadResult, read_trajectories
 from infrastructure.data.synthetic import write_pool
@@ -100,7 +100,7 @@ class SEDarwinPlugin:
         # With final_fit=whole the split run keeps its checkpoints in a subfolder, and the
         # folder itself holds the refit's: the one the prediction API loads.
         folder = Path(request.checkpoint_dir) / SPLIT_FOLDER if whole else request.checkpoint_dir
-        data = read_trajectories(Path(request.data_path), quarantine=_quarantine_path(request))
+        data = read_pool(Path(request.data_path), options, _quarantine_path(request))
         seen = fingerprint(data.examples)
         saved, finished = _saved_state(folder) if request.resume else (None, False)
         change = compare(saved.get("data"), seen) if saved is not None else None

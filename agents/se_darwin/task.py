@@ -38,8 +38,9 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from infrastructure.data.fingerprint import DataFingerprint, fingerprint
-from infrastructure.data.readers import ReadResult, read_trajectories
+from infrastructure.data.readers import DataTooLarge, ReadResult, read_trajectories
 from infrastructure.data.schema import SCHEMA_VERSION, Example
+from infrastructure.machine_memory import machine_memory_bytes
 from infrastructure.plugin_api import TrainRequestError
 from infrastructure.training.early_stop import EarlyStopping
 from infrastructure.world_model.features import FeatureEncoder, PoolLike
@@ -54,6 +55,40 @@ from infrastructure.world_model.model import (
 from infrastructure.world_model.predict import world_model_state
 
 logger = logging.getLogger(__name__)
+
+
+# What a run costs in resident memory per byte of pool file, at its peak, with room to
+# spare: a generated 100,000-record pool (151 MB) peaked at 1,225 MiB (8.5x) in a
+# one-step `train`, 1,024 MiB of it the read (docs/se-darwin.md, "Memory"). The default
+# max_pool_bytes is the machine's memory (or its cgroup limit) divided by it.
+POOL_MEMORY_FACTOR = 10
+MAX_POOL_SETTING = "GENESIS_FP16_AGENTS__SE_DARWIN__OPTIONS__MAX_POOL_BYTES"
+
+
+def default_max_pool_bytes(memory: int | None = None) -> int:
+    """The pool bytes a run may read when the option is unset: ``memory`` (None: this
+    machine's, or its cgroup limit) / POOL_MEMORY_FACTOR. ::
+
+        default_max_pool_bytes(12 * 2**30) == 2**30
+    """
+    return (machine_memory_bytes() if memory is None else memory) // POOL_MEMORY_FACTOR
+
+
+def read_pool(path: Path, options: TaskOptions, quarantine: Path | None = None) -> ReadResult:
+    """The pool at ``path``, size-checked first against the options' ``max_pool_bytes``;
+    a pool over it is one :class:`TrainRequestError` line naming its size, the limit and
+    the setting (train exits 2, the daemon logs one line)."""
+    limit = options.max_pool_bytes
+    if limit is None:
+        limit = default_max_pool_bytes()
+    try:
+        return read_trajectories(path, quarantine=quarantine, max_bytes=limit or None)
+    except DataTooLarge as exc:
+        raise TrainRequestError(
+            f"{exc}; a run costs about {POOL_MEMORY_FACTOR}x its pool's bytes in memory. "
+            f"Raise {MAX_POOL_SETTING} (the se_darwin option max_pool_bytes; 0: no limit) "
+            "on a machine with the memory, or train on part of the pool"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -85,6 +120,10 @@ class TaskOptions:
     # eval_fraction or final_fit="whole" asks for a held-out split.
     cross_validation: bool | None = None
     folds: int = 5
+    # The most bytes of pool files a run reads (checked before reading: parsed records
+    # cost several times their bytes, all held at once). None: this machine's memory (or
+    # its cgroup limit) / POOL_MEMORY_FACTOR; 0: no limit.
+    max_pool_bytes: int | None = None
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> TaskOptions:
@@ -109,6 +148,10 @@ class TaskOptions:
             raise TrainRequestError(f"folds={out.folds!r}: must be at least 2")
         if out.eval_fraction is not None and not 0.0 < out.eval_fraction < 1.0:
             raise TrainRequestError(f"eval_fraction={out.eval_fraction!r}: must be between 0 and 1")
+        if out.max_pool_bytes is not None and out.max_pool_bytes < 0:
+            raise TrainRequestError(
+                f"max_pool_bytes={out.max_pool_bytes!r}: must be at least 0 (0: no limit)"
+            )
         for name in ("batch_size", "patience", "validate_every", "max_epochs"):
             if getattr(out, name) is not None and getattr(out, name) < 1:
                 raise TrainRequestError(f"{name}={getattr(out, name)!r}: must be at least 1")
@@ -368,7 +411,7 @@ class SEDarwinTask:
         quarantine: Path | None = None,
         saved: Mapping[str, Any] | None = None,
     ) -> tuple[SEDarwinTask, ReadResult]:
-        data = read_trajectories(path, quarantine=quarantine)
+        data = read_pool(path, options, quarantine)
         return cls(data, options, seed, device, saved), data
 
     @property

@@ -56,6 +56,46 @@ class DataError(Exception):
     """Input the user has to fix: a missing path, an unreadable file, nothing to train on."""
 
 
+class DataTooLarge(DataError):
+    """Data whose files together hold more bytes than the run may read; nothing was read.
+
+    ``size`` and ``limit`` are in bytes; the message names both.
+    """
+
+    def __init__(self, message: str, size: int, limit: int) -> None:
+        super().__init__(message)
+        self.size, self.limit = size, limit
+
+
+def check_data_size(path: Path, files: list[Path], max_bytes: int) -> int:
+    """The bytes of ``files`` together; :class:`DataTooLarge` past ``max_bytes``.
+
+    Parsed records cost several times their bytes (a JSON pool about 7x, measured in
+    docs/data.md), all of them held at once, so the size is checked before any is read.
+    A ``.gz`` file counts its compressed bytes (each inflates to at most
+    MAX_DECOMPRESSED_BYTES). A file gone since the listing counts nothing: the read
+    quarantines it.
+    """
+    size = 0
+    for file in files:
+        try:
+            size += file.stat().st_size
+        except FileNotFoundError:
+            continue
+    if size > max_bytes:
+        raise DataTooLarge(
+            f"data {str(path)!r} holds {_size(size)} in {len(files)} file(s), "
+            f"over the limit of {_size(max_bytes)}: not read",
+            size,
+            max_bytes,
+        )
+    return size
+
+
+def _size(count: int) -> str:
+    return f"{count / 2**20:,.1f} MiB ({count:,} bytes)"
+
+
 @dataclass
 class ReadResult:
     """Labelled examples, the recorded scores of every record, and what was skipped."""
@@ -129,16 +169,21 @@ def list_data_files(path: Path) -> list[Path]:
     return files
 
 
-def read_trajectories(path: Path, quarantine: Path | None = None) -> ReadResult:
+def read_trajectories(
+    path: Path, quarantine: Path | None = None, max_bytes: int | None = None
+) -> ReadResult:
     """Read every record under ``path`` and derive the labelled examples.
 
     Duplicate trajectory ids are read once (the first in sorted file order wins).
     Pending and executing records give no example, but their ids still resolve as
     parents. Raises :class:`DataError` for a missing path, an unreadable file, or no
-    labelled record at all.
+    labelled record at all, and :class:`DataTooLarge` before reading anything when the
+    files together hold more than ``max_bytes`` (None: no limit).
     """
     path = Path(path)
     files = list_data_files(path)
+    if max_bytes is not None:
+        check_data_size(path, files, max_bytes)
     sink = _Quarantine(quarantine)
     result = ReadResult(files=len(files))
     valid: dict[str, _Valid] = {}

@@ -426,3 +426,16 @@ def test_the_final_train_loss_is_the_same_on_a_terminal_and_off_it(tmp_path: Pat
         os.close(follower)
         os.close(leader)
     assert on_terminal == run("pipe", None)
+
+
+def test_a_pool_over_the_size_setting_is_one_line_naming_size_limit_and_setting(
+    tmp_path: Path, data: Path
+) -> None:
+    """A pool larger than GENESIS_FP16_AGENTS__SE_DARWIN__OPTIONS__MAX_POOL_BYTES is refused
+    before it is read: exit 2, one line with its size, the limit and the setting."""
+    setting = "GENESIS_FP16_AGENTS__SE_DARWIN__OPTIONS__MAX_POOL_BYTES"
+    env = {setting: "1000"}
+    proc = _cli(tmp_path, "train", "se_darwin", "--data", str(data), "--steps", "2", env=env)
+    size = f"({data.stat().st_size:,} bytes)"
+    _one_line_error(proc, size, "over the limit of 0.0 MiB (1,000 bytes)", setting)
+    assert not list(tmp_path.rglob("quarantine.jsonl"))  # not a record was read

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from infrastructure.data.readers import DataError, read_trajectories
+from infrastructure.data.readers import DataError, DataTooLarge, read_trajectories
 from infrastructure.data.schema import derive_label
 from infrastructure.data.synthetic import generate_pool, write_pool, write_replay_buffer
 
@@ -277,3 +277,21 @@ def test_a_jsonl_line_that_is_not_utf8_is_quarantined_alone(tmp_path: Path) -> N
     assert sorted(e.trajectory_id for e in result.examples) == ["r0", "r1", "r2", "r3"]
     (entry,) = [json.loads(line) for line in quarantine.read_text().splitlines()]
     assert entry["where"] == "line 3" and "cannot decode line" in entry["reason"]
+
+
+def test_data_over_the_size_limit_is_refused_before_a_record_is_read(tmp_path: Path) -> None:
+    """max_bytes: a pool larger than the limit raises DataTooLarge naming its size and the
+    limit, and reads nothing (not even the malformed record it holds is quarantined)."""
+    pool = generate_pool(50, seed=1)
+    pool["trajectories"][next(iter(pool["trajectories"]))]["success_score"] = 7.0
+    path = _write(tmp_path / "pool.json", pool)
+    size = path.stat().st_size
+    quarantine = tmp_path / "q.jsonl"
+    with pytest.raises(
+        DataTooLarge,
+        match=rf"\({size:,} bytes\) in 1 file\(s\), over the limit of .*\({size - 1:,} bytes\)",
+    ) as caught:
+        read_trajectories(path, quarantine=quarantine, max_bytes=size - 1)
+    assert (caught.value.size, caught.value.limit) == (size, size - 1)
+    assert not quarantine.exists()
+    assert read_trajectories(path, max_bytes=size).quarantined == 1  # at the limit: read
