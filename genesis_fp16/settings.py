@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -28,13 +29,16 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from genesis_fp16.guard_settings import GuardSettings
+from genesis_fp16.plugins import ENTRY_POINT_GROUP
 from genesis_fp16.settings_sources import SettingsSources, read_sources
+from infrastructure.machine_memory import machine_memory_bytes
 from infrastructure.training.precision_names import CHOICES
 
 ENV_PREFIX = "GENESIS_FP16_"
@@ -194,8 +198,11 @@ class Settings(BaseSettings, GuardSettings):
     # are, so a plugin that hangs, calls os._exit or leaks cannot take the daemon down;
     # thread: in the daemon's own process (no process start; a hung run is abandoned).
     run_isolation: Isolation = "process"
-    # A run's process killed past this resident memory (bytes; process isolation only).
-    run_memory_limit_bytes: int | None = Field(default=None, ge=2**20)
+    # A run's process (and its children) killed past this resident memory, in bytes
+    # (process isolation and torchrun jobs). Unset: the machine's memory, or its cgroup
+    # limit, shared by the runs that may train at once (one per agent plugin; see
+    # default_run_memory_limit); 0: no limit (None once resolved).
+    run_memory_limit_bytes: int | None = Field(default=None, ge=0, validate_default=True)
     sample_count: int = Field(default=2000, ge=1)
     seed: int = 0
     shutdown_timeout_seconds: float = Field(default=30.0, gt=0)
@@ -203,6 +210,17 @@ class Settings(BaseSettings, GuardSettings):
     probe_steps: int = Field(default=10, ge=1)
     watch_env_file: bool = True
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
+
+    @field_validator("run_memory_limit_bytes")
+    @classmethod
+    def _resolve_run_memory_limit(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is None:  # unset: resolved once, here, to a number the launcher enforces
+            return default_run_memory_limit(info.data.get("plugin_allowlist"))
+        if value == 0:
+            return None
+        if value < 2**20:
+            raise ValueError("must be 0 (no limit) or at least 1048576 (1 MiB)")
+        return value
 
     @field_validator("plugin_allowlist", mode="before")
     @classmethod
@@ -286,6 +304,17 @@ def check_device_name(value: str) -> str:
     if kind not in ("auto", "cpu", "cuda", "mps", "xpu"):
         raise ValueError(f"device {value!r} is not one of auto, cpu, cuda[:N], mps, xpu")
     return value
+
+
+def default_run_memory_limit(allowlist: list[str] | None = None, memory: int | None = None) -> int:
+    """Each run's share of ``memory`` (None: the machine's, or its cgroup limit): the daemon
+    trains at most one run per agent plugin at once, so the share is ``memory`` divided
+    by the allowed plugins, or by the installed ones without an allowlist. ::
+
+        default_run_memory_limit(["se_darwin", "rlhf_ppo"], 16 * 2**30) == 8 * 2**30
+    """
+    runs = len(allowlist) if allowlist else len(entry_points(group=ENTRY_POINT_GROUP))
+    return (machine_memory_bytes() if memory is None else memory) // max(1, runs)
 
 
 def _env_name(loc: tuple[Any, ...]) -> str:

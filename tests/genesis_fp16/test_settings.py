@@ -10,10 +10,12 @@ from genesis_fp16.settings import (
     COMPILE_CHOICES,
     CUDA_GRAPH_CHOICES,
     SettingsError,
+    default_run_memory_limit,
     load_settings,
     parse_schedule,
     requested_precision,
 )
+from infrastructure.machine_memory import machine_memory_bytes
 from infrastructure.training.execution_names import COMPILE_REQUESTS, CUDA_GRAPH_REQUESTS
 
 
@@ -103,6 +105,7 @@ def test_per_agent_settings_nested_and_json(monkeypatch: pytest.MonkeyPatch) -> 
         ("GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION", "fp8", "'fp16'"),
         ("GENESIS_FP16_AGENTS", "{not json", "not valid JSON"),
         ("GENESIS_FP16_TLS_CERT_FILE", "/nonexistent.pem", "must be set together"),
+        ("GENESIS_FP16_RUN_MEMORY_LIMIT_BYTES", "4096", "0 (no limit) or at least"),
     ],
 )
 def test_invalid_values_name_the_setting(
@@ -318,3 +321,19 @@ def test_sources_and_shadowed_values(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     assert sources.shadowed() == ["ENABLE_FP16_TRAINING"]
     (line,) = sources.describe_shadowed()
     assert "ENABLE_FP16_TRAINING=false" in line and "ENABLE_FP16_TRAINING=true" in line
+
+
+def test_the_run_memory_limit_defaults_to_the_machine_shared_by_the_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Unset, each run may use the machine's memory (or its cgroup limit) divided by the
+    agents that may train at once; 0 turns the limit off; a number is kept."""
+    monkeypatch.setenv("GENESIS_FP16_PLUGIN_ALLOWLIST", "se_darwin,rlhf_ppo")
+    assert load_settings().run_memory_limit_bytes == machine_memory_bytes() // 2
+    monkeypatch.setenv("GENESIS_FP16_PLUGIN_ALLOWLIST", "se_darwin")
+    assert load_settings().run_memory_limit_bytes == machine_memory_bytes()
+    assert default_run_memory_limit(["a", "b", "c", "d"], 16 * 2**30) == 4 * 2**30
+    monkeypatch.setenv("GENESIS_FP16_RUN_MEMORY_LIMIT_BYTES", "0")
+    assert load_settings().run_memory_limit_bytes is None
+    monkeypatch.setenv("GENESIS_FP16_RUN_MEMORY_LIMIT_BYTES", str(2**30))
+    assert load_settings().run_memory_limit_bytes == 2**30
