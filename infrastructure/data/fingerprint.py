@@ -17,6 +17,7 @@ as the same record. Each is one 64-bit hash; 20,000 records keep 320 KB in a che
 from __future__ import annotations
 
 import hashlib
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -98,7 +99,10 @@ def fingerprint(examples: Sequence[Example]) -> DataFingerprint:
     pairs = sorted((_hash(e.trajectory_id), _hash(_record_key(e))) for e in examples)
     ids = torch.tensor([p[0] for p in pairs], dtype=torch.int64)
     labelled = torch.tensor([p[1] for p in pairs], dtype=torch.int64)
-    digest = hashlib.blake2b(labelled.numpy().tobytes(), digest_size=16).hexdigest()
+    # The int64 little-endian bytes, packed without numpy (not a dependency: .numpy()
+    # fails in an install without it).
+    packed = struct.pack(f"<{len(pairs)}q", *(p[1] for p in pairs))
+    digest = hashlib.blake2b(packed, digest_size=16).hexdigest()
     return DataFingerprint(len(pairs), digest, ids, labelled)
 
 
