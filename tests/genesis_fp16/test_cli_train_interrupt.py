@@ -78,28 +78,32 @@ def test_a_second_ctrl_c_exits_at_once_with_130(tmp_path: Path) -> None:
         {
             "GENESIS_FP16_STATE_DIR": str(tmp_path / "state"),
             "GENESIS_FP16_SAMPLE_COUNT": "64",
+            "GENESIS_FP16_LOG_INTERVAL": "1",
             "FIXTURE_STEP_SECONDS": "30",
             "PYTHONPATH": os.pathsep.join([str(ROOT / "tests/fixtures/plugins"), str(ROOT)]),
         }
     )
+    # --json-progress, the launcher's flag: a line per step, printed before the step's wait.
+    command = [sys.executable, "-m", "genesis_fp16", "train", "fixture_good", "--steps", "10"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "genesis_fp16", "train", "fixture_good", "--steps", "10"],
+        [*command, "--json-progress"],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    # The marker is written after the handlers are in place, just before the first step.
-    marker = tmp_path / "state/agents/fixture_good/data/.generated"
-    deadline = time.monotonic() + 120
-    while not marker.exists() and time.monotonic() < deadline and process.poll() is None:
-        time.sleep(0.1)
-    time.sleep(1.0)  # inside the first step's 30 s
+    # The first step's progress line comes just before its 30 s: a SIGINT before the
+    # first step would stop the run at step 0, and the second land in the interpreter's exit.
+    assert process.stdout is not None
+    seen = ""
+    while '"progress"' not in seen and process.poll() is None:
+        seen = process.stdout.readline()
+    time.sleep(0.5)
     process.send_signal(signal.SIGINT)
     time.sleep(0.5)  # two signals before the handler runs would be one call
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=20)
-    assert process.returncode == 130, stderr
+    assert process.returncode == 130, (stdout, stderr)
     assert "stopping at the next step" in stderr, stderr
-    assert not stdout.strip(), stdout  # no result: the run did not finish
+    assert '"outcome"' not in stdout, stdout  # no result: the run did not finish
