@@ -342,6 +342,9 @@ def _finish(
     if show_precision:
         ctx.metrics.set_precision(agent, result.precision_used)
     ctx.metrics.set_execution(agent, result.execution)
+    if result.steps and result.final_train_loss is not None:
+        # The run's own final loss (under torchrun, rank 0's last log was its interval's).
+        ctx.metrics.train_loss.labels(agent=agent).set(float(result.final_train_loss))
     calibration = result.extra.get("precision_calibration")
     if isinstance(calibration, dict):
         ctx.metrics.set_auto_measurement(agent, calibration)
