@@ -198,6 +198,9 @@ class TrainRequest:
     # steps (None: a tenth of the run, or each validation) or S seconds, whichever first.
     checkpoint_steps: int | None = None
     checkpoint_seconds: float | None = 60.0
+    # The resident memory the run may use (the daemon's RUN_MEMORY_LIMIT_BYTES; None: no
+    # limit set), for what a plugin sizes by it: se_darwin's largest pool.
+    memory_limit_bytes: int | None = None
 
     def fit_options(self, **overrides: Any) -> FitOptions:
         """The :class:`~infrastructure.training.FitOptions` this request asks for.

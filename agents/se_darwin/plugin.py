@@ -100,7 +100,9 @@ class SEDarwinPlugin:
         # With final_fit=whole the split run keeps its checkpoints in a subfolder, and the
         # folder itself holds the refit's: the one the prediction API loads.
         folder = Path(request.checkpoint_dir) / SPLIT_FOLDER if whole else request.checkpoint_dir
-        data = read_pool(Path(request.data_path), options, _quarantine_path(request))
+        data = read_pool(
+            Path(request.data_path), options, _quarantine_path(request), request.memory_limit_bytes
+        )
         seen = fingerprint(data.examples)
         saved, finished = _saved_state(folder) if request.resume else (None, False)
         change = compare(saved.get("data"), seen) if saved is not None else None

@@ -60,27 +60,33 @@ logger = logging.getLogger(__name__)
 # What a run costs in resident memory per byte of pool file, at its peak, with room to
 # spare: a generated 100,000-record pool (151 MB) peaked at 1,225 MiB (8.5x) in a
 # one-step `train`, 1,024 MiB of it the read (docs/se-darwin.md, "Memory"). The default
-# max_pool_bytes is the machine's memory (or its cgroup limit) divided by it.
+# max_pool_bytes is the run's memory limit (or the machine's memory) divided by it.
 POOL_MEMORY_FACTOR = 10
 MAX_POOL_SETTING = "GENESIS_FP16_AGENTS__SE_DARWIN__OPTIONS__MAX_POOL_BYTES"
 
 
 def default_max_pool_bytes(memory: int | None = None) -> int:
-    """The pool bytes a run may read when the option is unset: ``memory`` (None: this
-    machine's, or its cgroup limit) / POOL_MEMORY_FACTOR. ::
+    """The pool bytes a run may read when the option is unset: ``memory`` (the run's
+    memory limit; None: this machine's memory, or its cgroup limit) / POOL_MEMORY_FACTOR::
 
-        default_max_pool_bytes(12 * 2**30) == 2**30
+        default_max_pool_bytes(10 * 2**30) == 2**30
     """
     return (machine_memory_bytes() if memory is None else memory) // POOL_MEMORY_FACTOR
 
 
-def read_pool(path: Path, options: TaskOptions, quarantine: Path | None = None) -> ReadResult:
-    """The pool at ``path``, size-checked first against the options' ``max_pool_bytes``;
-    a pool over it is one :class:`TrainRequestError` line naming its size, the limit and
-    the setting (train exits 2, the daemon logs one line)."""
+def read_pool(
+    path: Path,
+    options: TaskOptions,
+    quarantine: Path | None = None,
+    memory_limit: int | None = None,
+) -> ReadResult:
+    """The pool at ``path``, size-checked first against the options' ``max_pool_bytes``
+    (unset: derived from ``memory_limit``, the run's, or the machine's memory); a pool
+    over it is one :class:`TrainRequestError` line naming its size, the limit and the
+    setting (train exits 2, the daemon logs one line)."""
     limit = options.max_pool_bytes
     if limit is None:
-        limit = default_max_pool_bytes()
+        limit = default_max_pool_bytes(memory_limit)
     try:
         return read_trajectories(path, quarantine=quarantine, max_bytes=limit or None)
     except DataTooLarge as exc:
@@ -121,8 +127,9 @@ class TaskOptions:
     cross_validation: bool | None = None
     folds: int = 5
     # The most bytes of pool files a run reads (checked before reading: parsed records
-    # cost several times their bytes, all held at once). None: this machine's memory (or
-    # its cgroup limit) / POOL_MEMORY_FACTOR; 0: no limit.
+    # cost several times their bytes, all held at once). None: the run's memory limit
+    # (TrainRequest.memory_limit_bytes; without one, this machine's memory or its cgroup
+    # limit) / POOL_MEMORY_FACTOR; 0: no limit.
     max_pool_bytes: int | None = None
 
     @classmethod

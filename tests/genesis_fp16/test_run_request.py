@@ -54,6 +54,14 @@ def test_daemon_and_train_build_the_same_request(tmp_path: Path) -> None:
     assert (flagged.steps, flagged.options["preset"]) == (2, "fp16_all")
 
 
+def test_the_request_carries_the_run_memory_limit(tmp_path: Path) -> None:
+    """The run's memory limit reaches the plugin (se_darwin sizes its largest pool by it)."""
+    limited = Settings(state_dir=tmp_path, run_memory_limit_bytes=2**30)  # type: ignore[call-arg]
+    assert build_request(limited, AGENT, plugin, "cpu").memory_limit_bytes == 2**30
+    off = Settings(state_dir=tmp_path, run_memory_limit_bytes=0)  # type: ignore[call-arg]
+    assert build_request(off, AGENT, plugin, "cpu").memory_limit_bytes is None
+
+
 def test_compile_comes_from_the_agent_then_the_daemon_and_a_flag_wins(tmp_path: Path) -> None:
     """The request's compile: off by default, the agent's COMPILE, and --compile on top."""
     assert build_request(_settings(tmp_path), AGENT, plugin, "cpu").compile == "off"

@@ -295,3 +295,17 @@ def test_an_explicit_budget_resumes_an_early_stopped_run(tmp_path: Path) -> None
     record = more.extra["early_stop"]
     assert record["stop_reason"] == "budget spent"
     assert record["best"] <= first.extra["early_stop"]["best"]
+
+
+def test_the_default_pool_limit_follows_the_run_memory_limit(data: Path, tmp_path: Path) -> None:
+    """Unset, max_pool_bytes is the run's memory limit / POOL_MEMORY_FACTOR: a pool over
+    it is refused before it is read, in one line naming the setting."""
+    size = data.stat().st_size if data.is_file() else sum(f.stat().st_size for f in data.rglob("*"))
+    assert size > 0
+    just_short = (size - 1) * task_module.POOL_MEMORY_FACTOR
+    refused = rf"\({size:,} bytes\).*over the limit.*MAX_POOL_BYTES"
+    with pytest.raises(TrainRequestError, match=refused) as info:
+        _train(data, tmp_path / "ck", memory_limit_bytes=just_short)
+    assert "\n" not in str(info.value)
+    enough = size * task_module.POOL_MEMORY_FACTOR
+    assert _train(data, tmp_path / "ck", steps=2, memory_limit_bytes=enough).outcome == "success"
