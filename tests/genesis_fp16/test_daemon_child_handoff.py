@@ -49,6 +49,12 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _tree(pid: int) -> list[int]:
+    """Every process below ``pid``: a child, or torchrun and its ranks."""
+    below = _children(pid)
+    return [p for child in below for p in (child, *_tree(child))]
+
+
 def _alive(pid: int) -> bool:
     """Running, not a zombie: an orphan is reaped by whoever adopts it, if anyone does."""
     try:
@@ -92,25 +98,33 @@ def test_a_rejected_env_edit_leaves_the_childrens_runs_succeeding(tmp_path: Path
 
 @pytest.mark.slow
 @pytest.mark.timeout(child_wait(180))
-@pytest.mark.parametrize("agent", ["fixture_good", "fixture_hanging"], ids=["busy", "hung"])
-def test_a_runs_child_dies_with_its_daemon(tmp_path: Path, agent: str) -> None:
-    """kill -9 of the daemon mid-run: its child, silent (no progress line to fail on), busy
-    or hung in train(), is gone within seconds; the busy one stopped with a checkpoint."""
+@pytest.mark.parametrize(
+    ("agent", "nproc"),
+    [("fixture_good", 1), ("fixture_hanging", 1), ("fixture_good", 2)],
+    ids=["busy", "hung", "torchrun"],
+)
+def test_a_runs_child_dies_with_its_daemon(tmp_path: Path, agent: str, nproc: int) -> None:
+    """kill -9 of the daemon mid-run: its child (or torchrun and its ranks), silent (no
+    progress line to fail on), busy or hung in train(), is gone within seconds; a busy
+    run stopped with a checkpoint."""
     env = _env(agent, GENESIS_FP16_STEPS_PER_RUN="100000", GENESIS_FP16_LOG_INTERVAL="100000")
+    env[f"GENESIS_FP16_AGENTS__{agent.upper()}__NPROC"] = str(nproc)
     daemon = start_daemon(tmp_path, {**env, "FIXTURE_STEP_SECONDS": "0.05"})
     children: list[int] = []
     try:
-        children += daemon.wait_for(lambda: _children(daemon.process.pid), "a run's child")
-        (child,) = children
-        time.sleep(child_wait(5))  # past its start-up: training (or hung) and writing nothing
-        assert _alive(child)
+        daemon.wait_for(lambda: _children(daemon.process.pid), "a run's child")
+        time.sleep(child_wait(8))  # past its start-up: training (or hung) and writing nothing
+        children += _tree(daemon.process.pid)
+        assert len(children) == (1 if nproc == 1 else 1 + nproc), children
+        assert all(_alive(pid) for pid in children)
         daemon.process.kill()
         daemon.process.wait()
         killed = time.monotonic()
         deadline = killed + child_wait(30)
-        while _alive(child) and time.monotonic() < deadline:
+        while any(map(_alive, children)) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not _alive(child), f"the child lived {time.monotonic() - killed:.0f} s on"
+        lived = [pid for pid in children if _alive(pid)]
+        assert not lived, f"{lived} lived {time.monotonic() - killed:.0f} s on"
         if agent == "fixture_good":
             assert list((daemon.state_dir / "agents" / agent / "checkpoints").glob("step-*.pt"))
     finally:
