@@ -36,6 +36,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from genesis_fp16.handoff import write_run_file
 from genesis_fp16.launcher import child_command, request_file
 from genesis_fp16.plugins import load_plugin
 from genesis_fp16.run_request import RequestOverrides, build_request
@@ -52,7 +53,9 @@ def _request(state: Path, steps: int, sample_count: int) -> TrainRequest:
     request = replace(request, checkpoint_steps=10**6)  # one checkpoint, at the end
     path = request_file(request)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(request.to_json()))
+    # The run file of this tree (genesis_fp16/handoff.py); a tree before 481ea09 reads a
+    # bare request (json.dumps(request.to_json())) instead.
+    write_run_file(path, request, "INFO")
     return request
 
 
@@ -62,8 +65,15 @@ def _time_child(tree: Path, request: TrainRequest) -> dict[str, float]:
     env |= {"PYTHONPATH": str(tree), "GENESIS_FP16_LOG_FORMAT": "json"}
     command = child_command(request)
     started = time.perf_counter()
+    # stdin: the pipe a child watches for its daemon's end, held open as the daemon does.
     child = subprocess.Popen(
-        command, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command,
+        cwd=tree,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     marks: dict[str, float] = {}
 
