@@ -63,10 +63,11 @@ _LOOKS_LIKE_ERROR = re.compile(r"(?i:error|exception|traceback|fail|fatal)|^[WEF
 
 
 class RunStopped(RuntimeError):
-    """The run was asked to stop (the daemon shutting down, a precision switch, its
-    timeout) and its process ended without a result: SIGTERM reached it during its
-    start-up, before it could take a step or checkpoint. Not a failure: the job counts
-    the run as ``stopped``, and the next run starts it again."""
+    """The run was asked to stop (the daemon shutting down, a precision switch) and its
+    process ended without a result: SIGTERM reached it during its start-up, before it
+    could take a step or checkpoint. Not a failure: the job counts the run as
+    ``stopped``, and the next run starts it again. A run that reaches its *timeout*
+    without a result is a failure (``hung``), as one that ignores the SIGTERM is."""
 
 
 class LaunchError(RuntimeError):
@@ -241,7 +242,10 @@ def _launch(
     if output.error is not None:  # the child said why, in one line
         raise LaunchError(str(output.error.get("error")), str(output.error.get("kind", "error")))
     if output.result is None and ended.stopped_by is not None:
-        raise RunStopped(f"{what} ended (exit code {code}) on {ended.stopped_by} before a result")
+        why = f"{what} ended (exit code {code}) on {ended.stopped_by} before a result"
+        if ended.timed_out:  # past its timeout with no step to show: abandoned, as a hang is
+            raise LaunchError(why, "hung")
+        raise RunStopped(why)
     if output.result is None:
         raise LaunchError(f"{what} exited with code {code} without a result")
     if code != 0 and ended.stopped_by is None:
@@ -273,6 +277,7 @@ class _Ended:
     stopped_by: str | None = None  # why SIGTERM was sent, if it was
     killed: str | None = None  # why SIGKILL was sent, if it was
     kill_reason: str = "hung"  # its failure reason: hung or memory
+    timed_out: bool = False  # SIGTERM came from the run's timeout, not a stop request
 
 
 def _supervise(
@@ -300,6 +305,7 @@ def _supervise(
             log.error("%s is over its memory limit: killing it (%s)", what, ended.killed)
             _kill_tree(child.pid)
         elif ended.stopped_by is None and (should_stop() or now >= deadline):
+            ended.timed_out = now >= deadline
             ended.stopped_by = "a stop request" if now < deadline else f"the {timeout}s timeout"
             log.warning("stopping %s: %s (SIGTERM)", what, ended.stopped_by)
             child.send_signal(signal.SIGTERM)

@@ -48,6 +48,28 @@ def test_a_child_stopped_during_its_start_up_is_stopped_not_failed(tmp_path: Pat
         assert result.stopped_early and result.steps == 0
 
 
+def test_a_child_past_its_timeout_in_start_up_is_a_hung_failure(tmp_path: Path) -> None:
+    """The run's own timeout (not a stop request) reached before any result: a failure
+    with reason hung, as a run that ignores the SIGTERM is, never a quiet 'stopped'."""
+    pool = tmp_path / "pool.json"
+    pool.write_text(json.dumps(generate_pool(100, seed=0)))
+    request = TrainRequest(
+        agent="se_darwin",
+        precision="fp32",
+        precision_reason="test",
+        state_dir=tmp_path,
+        checkpoint_dir=tmp_path / "ck",
+        data_path=pool,
+        steps=5,
+    )
+    try:
+        result = train_in_child(request, timeout=0.01, kill_after=30)
+    except LaunchError as exc:
+        assert exc.reason == "hung" and "timeout" in str(exc)
+    else:  # the child had installed its handler in time: it stopped at its first step
+        assert result.stopped_early and result.steps == 0
+
+
 class _StoppedInStartUp:
     api_version = API_VERSION
     name = AGENT
