@@ -156,12 +156,13 @@ def _quarantine_rank(rank: int, init: str, folder: str) -> None:
     )
     try:
         given: list[str | None] = []
-        module = importlib.import_module("agents.se_darwin.plugin")  # not the plugin object
+        # read_pool (agents.se_darwin.task) reads the pool for the plugin: spy on its reader.
+        module = importlib.import_module("agents.se_darwin.task")
         read = module.read_trajectories
 
-        def spy(path: Path, quarantine: Path | None = None) -> object:
+        def spy(path: Path, quarantine: Path | None = None, **kwargs: object) -> object:
             given.append(None if quarantine is None else str(quarantine))
-            return read(path, quarantine=quarantine)
+            return read(path, quarantine=quarantine, **kwargs)
 
         module.read_trajectories = spy  # this child only
         result = _train(Path(folder) / "data", Path(folder) / "ckpt", steps=2)
