@@ -23,12 +23,11 @@ from infrastructure.plugin_api import API_VERSION, TrainRequest
 AGENT = "stopping"
 
 
-def test_a_child_stopped_during_its_start_up_is_stopped_not_failed(tmp_path: Path) -> None:
-    """A stop request from the first moment: SIGTERM reaches the child while it starts
-    (before its handler), and the launcher says the run was stopped, not that it failed."""
+def _request(tmp_path: Path, **fields: Any) -> TrainRequest:
+    """A 5-step fp32 se_darwin run on a 100-record pool in ``tmp_path``."""
     pool = tmp_path / "pool.json"
     pool.write_text(json.dumps(generate_pool(100, seed=0)))
-    request = TrainRequest(
+    return TrainRequest(
         agent="se_darwin",
         precision="fp32",
         precision_reason="test",
@@ -36,8 +35,14 @@ def test_a_child_stopped_during_its_start_up_is_stopped_not_failed(tmp_path: Pat
         checkpoint_dir=tmp_path / "ck",
         data_path=pool,
         steps=5,
-        should_stop=lambda: True,
+        **fields,
     )
+
+
+def test_a_child_stopped_during_its_start_up_is_stopped_not_failed(tmp_path: Path) -> None:
+    """A stop request from the first moment: SIGTERM reaches the child while it starts
+    (before its handler), and the launcher says the run was stopped, not that it failed."""
+    request = _request(tmp_path, should_stop=lambda: True)
     try:
         result = train_in_child(request, timeout=120, kill_after=30)
     except LaunchError as exc:  # what it was before: a failed run, logged as an error
@@ -51,17 +56,7 @@ def test_a_child_stopped_during_its_start_up_is_stopped_not_failed(tmp_path: Pat
 def test_a_child_past_its_timeout_in_start_up_is_a_hung_failure(tmp_path: Path) -> None:
     """The run's own timeout (not a stop request) reached before any result: a failure
     with reason hung, as a run that ignores the SIGTERM is, never a quiet 'stopped'."""
-    pool = tmp_path / "pool.json"
-    pool.write_text(json.dumps(generate_pool(100, seed=0)))
-    request = TrainRequest(
-        agent="se_darwin",
-        precision="fp32",
-        precision_reason="test",
-        state_dir=tmp_path,
-        checkpoint_dir=tmp_path / "ck",
-        data_path=pool,
-        steps=5,
-    )
+    request = _request(tmp_path)
     try:
         result = train_in_child(request, timeout=0.01, kill_after=30)
     except LaunchError as exc:
