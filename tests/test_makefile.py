@@ -3,6 +3,7 @@ gpu-check's refusal on a host without CUDA, run for real)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -14,12 +15,20 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _outside_make() -> dict[str, str]:
+    """The environment without a calling make's variables: under `make test` a nested make
+    would print "Entering directory" lines and prefix its errors with make[1]."""
+    drop = {"MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES"}
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
 def _dry_run(target: str, tmp_path: Path) -> str:
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     proc = subprocess.run(
         ["make", "-n", "-B", target, f"VENV={tmp_path / 'venv'}"],
         cwd=ROOT,
+        env=_outside_make(),
         capture_output=True,
         text=True,
         check=True,
@@ -77,6 +86,7 @@ def test_gpu_check_without_cuda_fails_in_one_line(tmp_path: Path) -> None:
     proc = subprocess.run(
         [*command, f"GPU_CHECK_OUT={out}"],
         cwd=ROOT,
+        env=_outside_make(),
         capture_output=True,
         text=True,
         timeout=120,
