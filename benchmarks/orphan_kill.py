@@ -17,7 +17,6 @@ import argparse
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,29 +31,8 @@ FIXTURES = [
 ]
 ENTRY_POINT = Path(sys.executable).parent / "genesis-fp16"
 
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+sys.path.insert(0, str(ROOT / "tests" / "genesis_fp16"))
+from daemon_harness import child_pids, free_port, process_alive  # noqa: E402 (the tests' probes)
 
 
 def _env(agent: str) -> dict[str, str]:
@@ -71,7 +49,7 @@ def _env(agent: str) -> dict[str, str]:
         GENESIS_FP16_SAMPLE_COUNT="2000",
         GENESIS_FP16_DEVICE="cpu",
         GENESIS_FP16_LOG_FORMAT="json",
-        GENESIS_FP16_METRICS_PORT=str(_free_port()),
+        GENESIS_FP16_METRICS_PORT=str(free_port()),
     )
     return env
 
@@ -87,7 +65,7 @@ def _round(workdir: Path, agent: str) -> dict[str, object]:
             [str(ENTRY_POINT), "serve"], cwd=workdir, env=_env(agent), stdout=log, stderr=log
         )
     deadline = time.monotonic() + 120
-    while not (children := _children(daemon.pid)):
+    while not (children := child_pids(daemon.pid)):
         if time.monotonic() > deadline or daemon.poll() is not None:
             raise SystemExit(f"no run's child within 120 s: see {workdir / 'daemon.log'}")
         time.sleep(0.05)
@@ -98,10 +76,10 @@ def _round(workdir: Path, agent: str) -> dict[str, object]:
     daemon.send_signal(signal.SIGKILL)
     daemon.wait()
     killed = time.monotonic()
-    while _alive(child) and time.monotonic() < killed + 300:
+    while process_alive(child) and time.monotonic() < killed + 300:
         time.sleep(0.02)
     seconds = time.monotonic() - killed
-    alive = _alive(child)
+    alive = process_alive(child)
     if alive:
         os.kill(child, signal.SIGKILL)  # the round's verdict is taken; clean up
     return {

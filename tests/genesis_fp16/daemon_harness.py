@@ -49,6 +49,26 @@ def child_wait(seconds: float) -> float:
     return seconds * CUDA_START_FACTOR
 
 
+def child_pids(pid: int) -> list[int]:
+    """The direct children of ``pid``, whichever of its threads started them (Linux /proc)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
+def process_alive(pid: int) -> bool:
+    """Running, not a zombie: an orphan is reaped by whoever adopts it, if anyone does."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

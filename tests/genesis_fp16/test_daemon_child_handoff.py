@@ -14,7 +14,9 @@ from daemon_harness import (
     ENTRY_POINT,
     FIXTURE_PLUGINS,
     DaemonProcess,
+    child_pids,
     child_wait,
+    process_alive,
     start_daemon,
 )
 
@@ -39,29 +41,10 @@ def _runs(daemon: DaemonProcess, outcome: str) -> float:
     return daemon.sample(RUNS, agent="fixture_good", outcome=outcome) or 0
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return found
-
-
 def _tree(pid: int) -> list[int]:
     """Every process below ``pid``: a child, or torchrun and its ranks."""
-    below = _children(pid)
+    below = child_pids(pid)
     return [p for child in below for p in (child, *_tree(child))]
-
-
-def _alive(pid: int) -> bool:
-    """Running, not a zombie: an orphan is reaped by whoever adopts it, if anyone does."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 @pytest.mark.slow
@@ -112,24 +95,24 @@ def test_a_runs_child_dies_with_its_daemon(tmp_path: Path, agent: str, nproc: in
     daemon = start_daemon(tmp_path, {**env, "FIXTURE_STEP_SECONDS": "0.05"})
     children: list[int] = []
     try:
-        daemon.wait_for(lambda: _children(daemon.process.pid), "a run's child")
+        daemon.wait_for(lambda: child_pids(daemon.process.pid), "a run's child")
         time.sleep(child_wait(8))  # past its start-up: training (or hung) and writing nothing
         children += _tree(daemon.process.pid)
         assert len(children) == (1 if nproc == 1 else 1 + nproc), children
-        assert all(_alive(pid) for pid in children)
+        assert all(process_alive(pid) for pid in children)
         daemon.process.kill()
         daemon.process.wait()
         killed = time.monotonic()
         deadline = killed + child_wait(30)
-        while any(map(_alive, children)) and time.monotonic() < deadline:
+        while any(map(process_alive, children)) and time.monotonic() < deadline:
             time.sleep(0.1)
-        lived = [pid for pid in children if _alive(pid)]
+        lived = [pid for pid in children if process_alive(pid)]
         assert not lived, f"{lived} lived {time.monotonic() - killed:.0f} s on"
         if agent == "fixture_good":
             assert list((daemon.state_dir / "agents" / agent / "checkpoints").glob("step-*.pt"))
     finally:
         for pid in children:  # an orphan that outlived the test's deadline
-            if _alive(pid):
+            if process_alive(pid):
                 os.kill(pid, signal.SIGKILL)
         daemon.stop()
 
