@@ -33,8 +33,7 @@ from __future__ import annotations
 
 import sysconfig
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -207,13 +206,6 @@ class DeviceAudit(TorchFunctionMode):
         if len(seen) > 1:
             _fail(f"{_name(func)} mixes host tensors with tensors on the run's device")
         return next(iter(seen), None)
-
-
-@contextmanager
-def device_audit() -> Iterator[DeviceAudit]:
-    """``with device_audit():`` is ``with DeviceAudit():``, for readers who prefer a verb."""
-    with DeviceAudit() as audit:
-        yield audit
 
 
 def _name(func: Callable[..., Any]) -> str:
