@@ -45,7 +45,12 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# mypy finds packages by folder name; the installed names (pyproject's package-dir) are
+# links in build/typeroot, its mypy_path.
 typecheck: setup
+	mkdir -p build/typeroot
+	ln -sfn ../../agents build/typeroot/genesis_fp16_agents
+	ln -sfn ../../infrastructure build/typeroot/genesis_fp16_infrastructure
 	$(BIN)/mypy
 
 unit: setup

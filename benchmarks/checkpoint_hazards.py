@@ -36,8 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from infrastructure.data.synthetic import generate_pool  # noqa: E402
-from infrastructure.training.checkpoint import CheckpointManager, load_checkpoint  # noqa: E402
+from genesis_fp16_infrastructure.data.synthetic import generate_pool  # noqa: E402
+from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager, load_checkpoint  # noqa: E402
 
 HAZARDS = ("folder", "fifo", "devzero", "no_encoder", "full_disk")
 ENTRY_POINT = Path(sys.executable).parent / "genesis-fp16"

@@ -41,7 +41,7 @@ from genesis_fp16.launcher import child_command, request_file
 from genesis_fp16.plugins import load_plugin
 from genesis_fp16.run_request import RequestOverrides, build_request
 from genesis_fp16.settings import Settings
-from infrastructure.plugin_api import TrainRequest
+from genesis_fp16_infrastructure.plugin_api import TrainRequest
 
 PHASES = ("set_up_s", "first_step_s", "exit_s", "cpu_s")
 

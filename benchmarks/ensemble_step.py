@@ -39,10 +39,10 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from agents.se_darwin import plugin
-from agents.se_darwin.task import SEDarwinTask, TaskOptions
-from infrastructure.data.readers import read_trajectories
-from infrastructure.world_model.model import (
+from genesis_fp16_agents.se_darwin import plugin
+from genesis_fp16_agents.se_darwin.task import SEDarwinTask, TaskOptions
+from genesis_fp16_infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.world_model.model import (
     ModelConfig,
     WorldModel,
     WorldModelEnsemble,

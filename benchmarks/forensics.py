@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-from agents.rlhf_ppo.engine import PPOConfig, PPOEngine
-from agents.rlhf_ppo.plugin import evaluate
-from agents.rlhf_ppo.presets import PRESETS
+from genesis_fp16_agents.rlhf_ppo.engine import PPOConfig, PPOEngine
+from genesis_fp16_agents.rlhf_ppo.plugin import evaluate
+from genesis_fp16_agents.rlhf_ppo.presets import PRESETS
 
 TABLE = (
     ("reward", "eval reward"),

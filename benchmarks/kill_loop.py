@@ -25,9 +25,9 @@ from pathlib import Path
 
 import torch
 
-from infrastructure.training import CheckpointManager
-from infrastructure.training import checkpoint_keys as keys
-from infrastructure.training.checkpoint import load_checkpoint
+from genesis_fp16_infrastructure.training import CheckpointManager
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
 
 
 def _env(workdir: Path) -> dict[str, str]:

@@ -43,14 +43,17 @@ from typing import Any
 
 import torch
 
-from agents.se_darwin.plugin import SEDarwinPlugin
-from agents.se_darwin.task import SEDarwinTask, TaskOptions
-from infrastructure.data.readers import read_trajectories
-from infrastructure.data.synthetic import generate_pool
-from infrastructure.plugin_api import TrainRequest
-from infrastructure.training import CheckpointManager, FitOptions, fit
-from infrastructure.world_model.metrics import auc
-from infrastructure.world_model.predict import WorldModelPredictor, read_world_model_state
+from genesis_fp16_agents.se_darwin.plugin import SEDarwinPlugin
+from genesis_fp16_agents.se_darwin.task import SEDarwinTask, TaskOptions
+from genesis_fp16_infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.plugin_api import TrainRequest
+from genesis_fp16_infrastructure.training import CheckpointManager, FitOptions, fit
+from genesis_fp16_infrastructure.world_model.metrics import auc
+from genesis_fp16_infrastructure.world_model.predict import (
+    WorldModelPredictor,
+    read_world_model_state,
+)
 
 STAGES: tuple[dict[str, int], ...] = (
     {"se_darwin": 500},

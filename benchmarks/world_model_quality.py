@@ -74,20 +74,20 @@ from typing import Any
 
 import torch
 
-from agents.se_darwin.plugin import SEDarwinPlugin
-from agents.se_darwin.task import Batch, SEDarwinTask, TaskOptions, split_examples
-from infrastructure.data.lineage import Pool
-from infrastructure.data.readers import ReadResult, read_trajectories
-from infrastructure.data.schema import OPERATORS, AttemptInput
-from infrastructure.data.synthetic import write_pool
-from infrastructure.plugin_api import TrainRequest, TrainResult
-from infrastructure.training.checkpoint import CheckpointManager
-from infrastructure.training.early_stop import served_weights
-from infrastructure.training.fit import FitOptions, fit
-from infrastructure.world_model.features import NUMERIC_FEATURES, FeatureEncoder
-from infrastructure.world_model.metrics import auc
-from infrastructure.world_model.model import build_world_model
-from infrastructure.world_model.predict import WorldModelPredictor
+from genesis_fp16_agents.se_darwin.plugin import SEDarwinPlugin
+from genesis_fp16_agents.se_darwin.task import Batch, SEDarwinTask, TaskOptions, split_examples
+from genesis_fp16_infrastructure.data.lineage import Pool
+from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
+from genesis_fp16_infrastructure.data.schema import OPERATORS, AttemptInput
+from genesis_fp16_infrastructure.data.synthetic import write_pool
+from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainResult
+from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
+from genesis_fp16_infrastructure.training.early_stop import served_weights
+from genesis_fp16_infrastructure.training.fit import FitOptions, fit
+from genesis_fp16_infrastructure.world_model.features import NUMERIC_FEATURES, FeatureEncoder
+from genesis_fp16_infrastructure.world_model.metrics import auc
+from genesis_fp16_infrastructure.world_model.model import build_world_model
+from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 
 L2_GRID = (1e-4, 1e-3, 1e-2, 3e-2, 1e-1)
 FOLDS = 5

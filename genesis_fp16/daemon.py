@@ -42,7 +42,7 @@ from genesis_fp16.settings import (
 from genesis_fp16.settings_sources import SettingsSources
 from genesis_fp16.state_lock import StateFolderBusy, acquire_state_folder
 from genesis_fp16.systemd import Notifier
-from infrastructure.plugin_api import AgentPlugin
+from genesis_fp16_infrastructure.plugin_api import AgentPlugin
 
 log = structlog.get_logger("genesis_fp16.daemon")
 

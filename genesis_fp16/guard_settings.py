@@ -1,6 +1,6 @@
 """The precision guard's settings, ``GENESIS_FP16_GUARD_*``; mixed into ``Settings``.
 
-Each maps onto a field of :class:`infrastructure.training.GuardConfig` (see its
+Each maps onto a field of :class:`genesis_fp16_infrastructure.training.GuardConfig` (see its
 docstring for what the triggers mean); ``0`` turns a numeric trigger off.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, field_validator
 
-from infrastructure.training.precision_names import PRECISIONS
+from genesis_fp16_infrastructure.training.precision_names import PRECISIONS
 
 
 class GuardSettings(BaseModel):

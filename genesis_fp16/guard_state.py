@@ -18,9 +18,9 @@ import structlog
 
 from genesis_fp16.paths import AgentPaths
 from genesis_fp16.settings import Settings, requested_precision
-from infrastructure.plugin_api import TrainResult
-from infrastructure.training.guard_config import GuardConfig
-from infrastructure.training.precision_memory import (
+from genesis_fp16_infrastructure.plugin_api import TrainResult
+from genesis_fp16_infrastructure.training.guard_config import GuardConfig
+from genesis_fp16_infrastructure.training.precision_memory import (
     PrecisionMemory,
     read_precision_memory,
     remember_demotions,
@@ -77,7 +77,7 @@ def choose_precision(settings: Settings, agent: str, device: str) -> tuple[str, 
     if requested == "auto":
         # Resolving auto probes the device through torch: imported here, not at the top,
         # so that `genesis-fp16 agents` and `precision` (which use this module) start fast.
-        from infrastructure.training.precision import PrecisionError, resolve_precision
+        from genesis_fp16_infrastructure.training.precision import PrecisionError, resolve_precision
 
         try:
             would_run = resolve_precision("auto", device).used

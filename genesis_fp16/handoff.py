@@ -33,8 +33,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from infrastructure.atomic import write_json_atomic
-from infrastructure.plugin_api import TrainRequest
+from genesis_fp16_infrastructure.atomic import write_json_atomic
+from genesis_fp16_infrastructure.plugin_api import TrainRequest
 
 # Before the interpreter's first import: no working directory (or script folder) on sys.path.
 SAFE_PYTHON = ("-P",)

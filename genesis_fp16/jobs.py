@@ -37,9 +37,9 @@ from genesis_fp16.paths import AgentPaths
 from genesis_fp16.run_request import build_request
 from genesis_fp16.settings import Settings, requested_precision
 from genesis_fp16.storage import storage_error
-from infrastructure.plugin_api import AgentPlugin, TrainRequestError, TrainResult
-from infrastructure.training import CheckpointManager, TrainingSummary, checkpoint_keys
-from infrastructure.training.execution import ExecutionError
+from genesis_fp16_infrastructure.plugin_api import AgentPlugin, TrainRequestError, TrainResult
+from genesis_fp16_infrastructure.training import CheckpointManager, TrainingSummary, checkpoint_keys
+from genesis_fp16_infrastructure.training.execution import ExecutionError
 
 log = structlog.get_logger("genesis_fp16.jobs")
 

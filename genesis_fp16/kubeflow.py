@@ -37,8 +37,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from infrastructure.plugin_api import TrainRequest
-from infrastructure.training.summary import TrainingSummary
+from genesis_fp16_infrastructure.plugin_api import TrainRequest
+from genesis_fp16_infrastructure.training.summary import TrainingSummary
 
 log = logging.getLogger("genesis_fp16.kubeflow")
 

@@ -49,8 +49,8 @@ import structlog
 from genesis_fp16.handoff import SAFE_PYTHON, child_env, write_run_file
 from genesis_fp16.kubeflow import without_pet
 from genesis_fp16.settings import ENV_PREFIX
-from infrastructure.plugin_api import TrainRequest, TrainRequestError, TrainResult
-from infrastructure.training import TrainingSummary
+from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError, TrainResult
+from genesis_fp16_infrastructure.training import TrainingSummary
 
 log = logging.getLogger("genesis_fp16.launcher")
 relay_log = structlog.get_logger("genesis_fp16.torchrun")

@@ -32,8 +32,8 @@ from prometheus_client import (
 from genesis_fp16.diagnostics_export import RL_METRIC_NAMES, RlDiagnosticsMetrics
 from genesis_fp16.placement import Placement
 from genesis_fp16.probe_gate import PROBE_METRIC_NAMES, ProbeMetrics
-from infrastructure.training.execution_names import EXECUTION_MODES
-from infrastructure.training.precision_names import PRECISIONS
+from genesis_fp16_infrastructure.training.execution_names import EXECUTION_MODES
+from genesis_fp16_infrastructure.training.precision_names import PRECISIONS
 
 PREFIX = "genesis_fp16"
 PRECISION_LABELS = PRECISIONS

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from infrastructure.atomic import write_atomic
-from infrastructure.plugin_api import AgentPlugin
+from genesis_fp16_infrastructure.atomic import write_atomic
+from genesis_fp16_infrastructure.plugin_api import AgentPlugin
 
 SAMPLE_DATA_COUNT = 20_000
 SAMPLE_DATA_SEED = 0

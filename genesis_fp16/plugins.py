@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from importlib.metadata import EntryPoint, entry_points
 from typing import Literal
 
-from infrastructure.plugin_api import API_VERSION, AgentPlugin
+from genesis_fp16_infrastructure.plugin_api import API_VERSION, AgentPlugin
 
 ENTRY_POINT_GROUP = "genesis_fp16.agents"
 OWN_DISTRIBUTION = "genesis-fp16"  # registers the built-in agents

@@ -2,7 +2,7 @@
 
 With ``GENESIS_FP16_AGENTS__<AGENT>__PROBE_BEFORE_LOW_PRECISION=true``, the first run of
 the agent whose precision (after ``auto`` is resolved) is bf16 or fp16 first runs
-``infrastructure.probe.run_probe`` on the agent's own model and data
+``genesis_fp16_infrastructure.probe.run_probe`` on the agent's own model and data
 (``GENESIS_FP16_PROBE_STEPS`` optimizer steps, the daemon's seed, the run's device). The
 result goes to ``<state>/agents/<agent>/probe_result.json``, so a restarted daemon does
 not probe again (delete the file to re-probe); a failed probe is remembered the same way.
@@ -32,9 +32,9 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from genesis_fp16.paths import AgentPaths
 from genesis_fp16.settings import Settings
-from infrastructure.atomic import write_json_atomic
-from infrastructure.plugin_api import AgentPlugin
-from infrastructure.training.precision_names import LOW_PRECISIONS
+from genesis_fp16_infrastructure.atomic import write_json_atomic
+from genesis_fp16_infrastructure.plugin_api import AgentPlugin
+from genesis_fp16_infrastructure.training.precision_names import LOW_PRECISIONS
 
 log = structlog.get_logger("genesis_fp16.probe_gate")
 
@@ -167,7 +167,7 @@ def write_record(path: Path, record: ProbeRecord) -> None:
 
 
 def _used_precision(precision: str, device: str) -> str | None:
-    from infrastructure.training.precision import PrecisionError, resolve_precision
+    from genesis_fp16_infrastructure.training.precision import PrecisionError, resolve_precision
 
     try:
         return resolve_precision(precision, device).used
@@ -234,7 +234,7 @@ def _probe(
     device: str,
     used: str,
 ) -> ProbeRecord:
-    from infrastructure.probe import run_probe
+    from genesis_fp16_infrastructure.probe import run_probe
 
     steps, seed = settings.probe_steps, settings.seed
     log.info("precision probe started", agent=agent, precision=used, steps=steps, device=device)

@@ -33,7 +33,7 @@ from genesis_fp16.settings import (
     SettingsError,
     requested_precision,
 )
-from infrastructure.plugin_api import (
+from genesis_fp16_infrastructure.plugin_api import (
     AgentPlugin,
     OptionValue,
     TrainRequest,

@@ -38,8 +38,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from genesis_fp16.guard_settings import GuardSettings
 from genesis_fp16.plugins import ENTRY_POINT_GROUP
 from genesis_fp16.settings_sources import SettingsSources, read_sources
-from infrastructure.machine_memory import machine_memory_bytes
-from infrastructure.training.precision_names import CHOICES
+from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
+from genesis_fp16_infrastructure.training.precision_names import CHOICES
 
 ENV_PREFIX = "GENESIS_FP16_"
 AGENT_VARIABLE_PREFIX = ENV_PREFIX + "AGENTS__"
@@ -47,12 +47,14 @@ ENV_FILE_VARIABLE = "GENESIS_FP16_ENV_FILE"
 DEFAULT_ENV_FILE = ".env"
 PRECISION_CHOICES: tuple[str, ...] = CHOICES
 
-# The values of infrastructure.training.precision_names.CHOICES, spelled out because a
+# The values of genesis_fp16_infrastructure.training.precision_names.CHOICES, spelled out because a
 # Literal must be static for mypy and pydantic (a test checks they agree).
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
-# The values of infrastructure.training.execution_names.CUDA_GRAPH_REQUESTS (a test checks).
+# The values of CUDA_GRAPH_REQUESTS in genesis_fp16_infrastructure.training.execution_names
+# (a test checks).
 CudaGraph = Literal["auto", "on", "off"]
-# The values of infrastructure.training.execution_names.COMPILE_REQUESTS (a test checks).
+# The values of COMPILE_REQUESTS in genesis_fp16_infrastructure.training.execution_names
+# (a test checks).
 Compile = Literal["off", "on"]
 Isolation = Literal["process", "thread"]
 CUDA_GRAPH_CHOICES: tuple[str, ...] = get_args(CudaGraph)
@@ -177,7 +179,7 @@ class Settings(BaseSettings, GuardSettings):
     # captured step; it needs a step that can be captured. off until measured on a GPU.
     compile: Compile = "off"
     # How precision 'auto' resolves: time the agent's own steps in each native precision
-    # (cached per agent) or the device rule (infrastructure.training.calibration).
+    # (cached per agent) or the device rule (genesis_fp16_infrastructure.training.calibration).
     auto_precision: Literal["measure", "rule"] = "measure"
     schedule: str = "3600"
     schedule_jitter_seconds: float = Field(default=30.0, ge=0)

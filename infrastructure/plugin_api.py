@@ -25,15 +25,15 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from infrastructure.json_numbers import finite, number
+from genesis_fp16_infrastructure.json_numbers import finite, number
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from infrastructure.training.fit import FitOptions, FitResult
-    from infrastructure.training.guard import GuardConfig
-    from infrastructure.training.summary import TrainingSummary
+    from genesis_fp16_infrastructure.training.fit import FitOptions, FitResult
+    from genesis_fp16_infrastructure.training.guard import GuardConfig
+    from genesis_fp16_infrastructure.training.summary import TrainingSummary
 
 API_VERSION = 1
 
@@ -47,7 +47,7 @@ class TrainRequestError(ValueError):
     >>> raise TrainRequestError("my_agent: unknown option 'hiden'")
     Traceback (most recent call last):
     ...
-    infrastructure.plugin_api.TrainRequestError: my_agent: unknown option 'hiden'
+    genesis_fp16_infrastructure.plugin_api.TrainRequestError: my_agent: unknown option 'hiden'
     """
 
 
@@ -203,7 +203,7 @@ class TrainRequest:
     memory_limit_bytes: int | None = None
 
     def fit_options(self, **overrides: Any) -> FitOptions:
-        """The :class:`~infrastructure.training.FitOptions` this request asks for.
+        """The :class:`~genesis_fp16_infrastructure.training.FitOptions` this request asks for.
 
         Precision, device, steps, epochs, seed, resume, checkpoint folder and cadence, log
         interval, callbacks, guard, FSDP, the CUDA-graph and compile settings come from the
@@ -212,8 +212,8 @@ class TrainRequest:
 
             result = fit(task, request.fit_options(steps=request.steps or 100))
         """
-        from infrastructure.training.calibration import AutoPrecision
-        from infrastructure.training.fit import FitOptions
+        from genesis_fp16_infrastructure.training.calibration import AutoPrecision
+        from genesis_fp16_infrastructure.training.fit import FitOptions
 
         fields: dict[str, Any] = {
             "precision": self.precision,
@@ -265,7 +265,7 @@ class TrainRequest:
     def from_json(cls, data: Mapping[str, Any]) -> TrainRequest:
         """The inverse of :meth:`to_json`; callbacks are the defaults (set them with
         ``dataclasses.replace``)."""
-        from infrastructure.training.guard_config import GuardConfig
+        from genesis_fp16_infrastructure.training.guard_config import GuardConfig
 
         known = {f.name for f in fields(cls)} - _CALLBACKS
         values = {k: v for k, v in data.items() if k in known}
@@ -336,8 +336,8 @@ class TrainResult:
         quarantined: int = 0,
         extra: Mapping[str, Any] | None = None,
     ) -> TrainResult:
-        """Report a :func:`~infrastructure.training.fit` run for ``request``, truthfully:
-        the precision used is the one the run ended in, after any demotion."""
+        """Report a :func:`~genesis_fp16_infrastructure.training.fit` run for ``request``,
+        truthfully: the precision used is the one the run ended in, after any demotion."""
         summary = result.summary
         extra = dict(extra or {})
         if result.calibration is not None:  # what a measured 'auto' timed (train --json)

@@ -147,10 +147,11 @@ def test_build_makes_a_wheel_and_an_sdist(package_index: None, tmp_path: Path) -
         names = archive.namelist()
         (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
         text = archive.read(entry_points).decode()
-    assert {name.split("/")[0] for name in names} >= {"genesis_fp16", "agents", "infrastructure"}
+    tops = {name.split("/")[0] for name in names if ".dist-info/" not in name}
+    assert tops == {"genesis_fp16", "genesis_fp16_agents", "genesis_fp16_infrastructure"}
     assert not any(name.startswith("tests/") for name in names)
     assert "genesis-fp16 = genesis_fp16.cli:main" in text
-    assert "se_darwin = agents.se_darwin:plugin" in text
+    assert "se_darwin = genesis_fp16_agents.se_darwin:plugin" in text
 
 
 @pytest.mark.slow
@@ -201,3 +202,83 @@ def test_installed_wheel_brings_only_what_running_needs(installed: Path) -> None
     names = {item["name"].lower().replace("_", "-") for item in json.loads(listing.stdout)}
     assert {"genesis-fp16", "torch", "pydantic", "prometheus-client"} <= names
     assert not names & set(NOT_FOR_RUNNING), names & set(NOT_FOR_RUNNING)
+
+
+def _wheel_owning_agents(out: Path) -> Path:
+    """A wheel of another distribution with the top-level packages agents and infrastructure.
+
+    Written by hand (a wheel is a zip with a dist-info folder), so no index is needed:
+    it stands for the agent SDKs and the other `infrastructure` distributions on PyPI.
+    """
+    wheel = out / "other_agents-1.0-py3-none-any.whl"
+    files = {
+        "agents/__init__.py": 'OWNER = "other-agents"\n',
+        "infrastructure/__init__.py": 'OWNER = "other-agents"\n',
+        "other_agents-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: other-agents\n"
+        "Version: 1.0\n",
+        "other_agents-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\n"
+        "Root-Is-Purelib: true\nTag: py3-none-any\n",
+        "other_agents-1.0.dist-info/top_level.txt": "agents\ninfrastructure\n",
+    }
+    record = [f"{name},," for name in files] + ["other_agents-1.0.dist-info/RECORD,,"]
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+        archive.writestr("other_agents-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+    return wheel
+
+
+@pytest.mark.slow
+def test_installed_wheel_imports_beside_a_distribution_that_owns_agents(
+    installed: Path, tmp_path: Path
+) -> None:
+    """Another distribution's agents/infrastructure, even first on the path, shadow nothing."""
+    target = tmp_path / "other"
+    python = installed / "bin" / "python"
+    pip = [python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", target]
+    subprocess.run(
+        [*pip, _wheel_owning_agents(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    # PYTHONPATH comes before site-packages: the worst place for a colliding name to be.
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
+    env.update(PYTHONPATH=str(target), GENESIS_FP16_STATE_DIR=str(tmp_path / "state"))
+    both = subprocess.run(
+        [
+            python,
+            "-c",
+            "import agents, infrastructure, genesis_fp16.plugin_api as api;"
+            "print(agents.OWNER, infrastructure.OWNER, api.API_VERSION)",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert both.returncode == 0, both.stderr[-3000:]
+    assert both.stdout.split() == ["other-agents", "other-agents", "1"]
+    listing = subprocess.run(
+        [installed / "bin" / "genesis-fp16", "agents", "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert listing.returncode == 0, listing.stderr[-3000:]
+    states = {row["name"]: row["state"] for row in json.loads(listing.stdout)}
+    assert states.get("se_darwin") == "loaded" and states.get("rlhf_ppo") == "loaded", states
+
+
+def test_pyproject_lists_every_package_folder() -> None:
+    """package-dir renames the folders, so find cannot list them: the list must be whole."""
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {}
+    for installed_name, folder in setuptools["package-dir"].items():
+        for init in sorted((ROOT / folder).rglob("__init__.py")):
+            parts = init.parent.relative_to(ROOT / folder).parts
+            folders[".".join((installed_name, *parts))] = init.parent
+    assert sorted(setuptools["packages"]) == sorted(folders)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from infrastructure.training import resolve_precision
+from genesis_fp16_infrastructure.training import resolve_precision
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

@@ -12,9 +12,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from agents.rlhf_ppo.engine import PPOEngine
-from infrastructure.training import CheckpointManager
-from infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_agents.rlhf_ppo.engine import PPOEngine
+from genesis_fp16_infrastructure.training import CheckpointManager
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 
 REFERENCE = "reference"
 ITERATIONS = "iterations"

@@ -13,7 +13,7 @@ Each component runs in its own dtype, as the preset says:
 - ``kl``: the log-ratio ``log ref - log policy`` and k3 = expm1(x) - x are computed in
   the KL dtype (log-probs themselves always come from log_softmax in fp32).
 
-    >>> from agents.rlhf_ppo.presets import PRESETS
+    >>> from genesis_fp16_agents.rlhf_ppo.presets import PRESETS
     >>> engine = PPOEngine(PPOConfig(batch_size=8, group_size=4), PRESETS["fp32_baseline"], seed=0)
     >>> stats = engine.iteration()
     >>> 0.0 <= stats["reward_true_mean"] <= 1.0
@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from agents.rlhf_ppo.model import (
+from genesis_fp16_agents.rlhf_ppo.model import (
     Critic,
     Policy,
     RewardModel,
@@ -40,11 +40,22 @@ from agents.rlhf_ppo.model import (
     init_weights,
     random_prompts,
 )
-from agents.rlhf_ppo.presets import ComponentPrecision
-from infrastructure.plugin_api import TrainRequestError
-from infrastructure.rl import diagnostics as dg
-from infrastructure.rl.ppo_math import clipped_policy_loss, gae, token_logprobs, value_loss, whiten
-from infrastructure.training import PrecisionPolicy, Trainer, TrainerConfig, TrainingSummary
+from genesis_fp16_agents.rlhf_ppo.presets import ComponentPrecision
+from genesis_fp16_infrastructure.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.rl import diagnostics as dg
+from genesis_fp16_infrastructure.rl.ppo_math import (
+    clipped_policy_loss,
+    gae,
+    token_logprobs,
+    value_loss,
+    whiten,
+)
+from genesis_fp16_infrastructure.training import (
+    PrecisionPolicy,
+    Trainer,
+    TrainerConfig,
+    TrainingSummary,
+)
 
 logger = logging.getLogger(__name__)
 

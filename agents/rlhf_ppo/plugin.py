@@ -1,17 +1,18 @@
 """The ``rlhf_ppo`` agent plugin: PPO with per-component precision and live diagnostics.
 
-    >>> from agents.rlhf_ppo import plugin
+    >>> from genesis_fp16_agents.rlhf_ppo import plugin
     >>> plugin.name
     'rlhf_ppo'
 
 ``train(request)`` reads these ``request.options`` (all optional): ``preset`` (one of
-:data:`~agents.rlhf_ppo.presets.PRESETS`), ``rollout_precision`` (fp32/bf16/fp16) and the
+:data:`~genesis_fp16_agents.rlhf_ppo.presets.PRESETS`),
+``rollout_precision`` (fp32/bf16/fp16) and the
 PPO settings ``batch_size``, ``group_size``, ``ppo_epochs``, ``minibatches``, ``lr``,
 ``critic_lr``, ``kl_coef``, ``clip_eps``. ``request.steps`` counts optimizer steps (each
 PPO iteration takes ``ppo_epochs * minibatches`` of them); ``request.epochs``, when given
 without steps, counts PPO iterations.
 
-``request.guard`` turns on the precision guard (:mod:`agents.rlhf_ppo.guarding`): on a
+``request.guard`` turns on the precision guard (:mod:`genesis_fp16_agents.rlhf_ppo.guarding`): on a
 trigger the run rolls back and continues in the next precision's preset, reported in
 ``TrainResult.demotions`` (docs/precision-guard.md).
 
@@ -32,20 +33,20 @@ from typing import Any
 
 import torch
 
-from agents.rlhf_ppo.checkpointing import resume_engine, save_engine
-from agents.rlhf_ppo.engine import PPOConfig, PPOEngine
-from agents.rlhf_ppo.guarding import GuardedEngine
-from agents.rlhf_ppo.model import TaskConfig, random_prompts
-from agents.rlhf_ppo.presets import (
+from genesis_fp16_agents.rlhf_ppo.checkpointing import resume_engine, save_engine
+from genesis_fp16_agents.rlhf_ppo.engine import PPOConfig, PPOEngine
+from genesis_fp16_agents.rlhf_ppo.guarding import GuardedEngine
+from genesis_fp16_agents.rlhf_ppo.model import TaskConfig, random_prompts
+from genesis_fp16_agents.rlhf_ppo.presets import (
     DEFAULT_PRESET,
     PRESETS,
     ComponentPrecision,
     PresetChoice,
     resolve_preset,
 )
-from agents.rlhf_ppo.probe import build_probe_setup
-from infrastructure.atomic import write_json_atomic
-from infrastructure.plugin_api import (
+from genesis_fp16_agents.rlhf_ppo.probe import build_probe_setup
+from genesis_fp16_infrastructure.atomic import write_json_atomic
+from genesis_fp16_infrastructure.plugin_api import (
     API_VERSION,
     AgentOption,
     ProbeSetup,
@@ -54,9 +55,9 @@ from infrastructure.plugin_api import (
     TrainResult,
     parse_options,
 )
-from infrastructure.training import PrecisionPolicy
-from infrastructure.training.distributed import rank_and_world
-from infrastructure.training.precision_names import PRECISIONS
+from genesis_fp16_infrastructure.training import PrecisionPolicy
+from genesis_fp16_infrastructure.training.distributed import rank_and_world
+from genesis_fp16_infrastructure.training.precision_names import PRECISIONS
 
 logger = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import torch
 
-from infrastructure.plugin_api import TrainRequestError
-from infrastructure.training import dtype_of
-from infrastructure.training.precision_names import CHOICES, PRECISIONS
+from genesis_fp16_infrastructure.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.training import dtype_of
+from genesis_fp16_infrastructure.training.precision_names import CHOICES, PRECISIONS
 
 DEFAULT_PRESET = "mixed_recommended"
 

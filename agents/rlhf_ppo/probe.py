@@ -12,11 +12,23 @@ from typing import Any
 import torch
 from torch import nn
 
-from agents.rlhf_ppo.engine import PPOConfig, PPOEngine
-from agents.rlhf_ppo.model import Critic, Policy, RewardModel, init_weights, random_prompts
-from agents.rlhf_ppo.presets import PRESETS
-from infrastructure.plugin_api import ProbeSetup
-from infrastructure.rl.ppo_math import clipped_policy_loss, gae, token_logprobs, value_loss, whiten
+from genesis_fp16_agents.rlhf_ppo.engine import PPOConfig, PPOEngine
+from genesis_fp16_agents.rlhf_ppo.model import (
+    Critic,
+    Policy,
+    RewardModel,
+    init_weights,
+    random_prompts,
+)
+from genesis_fp16_agents.rlhf_ppo.presets import PRESETS
+from genesis_fp16_infrastructure.plugin_api import ProbeSetup
+from genesis_fp16_infrastructure.rl.ppo_math import (
+    clipped_policy_loss,
+    gae,
+    token_logprobs,
+    value_loss,
+    whiten,
+)
 
 Batch = dict[str, torch.Tensor]
 PROBE_BATCHES = 5

@@ -1,6 +1,6 @@
 """The SE-Darwin agent, registered as ``se_darwin`` in the ``genesis_fp16.agents`` group."""
 
-from agents.se_darwin.plugin import SEDarwinPlugin
+from genesis_fp16_agents.se_darwin.plugin import SEDarwinPlugin
 
 plugin = SEDarwinPlugin()
 

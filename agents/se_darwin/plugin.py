@@ -13,11 +13,22 @@ from typing import Any
 
 import torch
 
-from agents.se_darwin.task import FINAL_FITS, Batch, SEDarwinTask, TaskOptions, read_pool
-from infrastructure.data.fingerprint import DataChange, DataFingerprint, compare, fingerprint
-from infrastructure.data.readers import ReadResult, read_trajectories
-from infrastructure.data.synthetic import write_pool
-from infrastructure.plugin_api import (
+from genesis_fp16_agents.se_darwin.task import (
+    FINAL_FITS,
+    Batch,
+    SEDarwinTask,
+    TaskOptions,
+    read_pool,
+)
+from genesis_fp16_infrastructure.data.fingerprint import (
+    DataChange,
+    DataFingerprint,
+    compare,
+    fingerprint,
+)
+from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
+from genesis_fp16_infrastructure.data.synthetic import write_pool
+from genesis_fp16_infrastructure.plugin_api import (
     API_VERSION,
     AgentOption,
     ProbeSetup,
@@ -25,11 +36,19 @@ from infrastructure.plugin_api import (
     TrainRequestError,
     TrainResult,
 )
-from infrastructure.training import CheckpointManager, FitResult, fit
-from infrastructure.training import checkpoint_keys as keys
-from infrastructure.training.distributed import rank_and_world
-from infrastructure.world_model.model import HEAD_MODULES, PRESETS, TRUNK_MODULES, WorldModel
-from infrastructure.world_model.predict import accept_world_model, read_world_model_state
+from genesis_fp16_infrastructure.training import CheckpointManager, FitResult, fit
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training.distributed import rank_and_world
+from genesis_fp16_infrastructure.world_model.model import (
+    HEAD_MODULES,
+    PRESETS,
+    TRUNK_MODULES,
+    WorldModel,
+)
+from genesis_fp16_infrastructure.world_model.predict import (
+    accept_world_model,
+    read_world_model_state,
+)
 
 logger = logging.getLogger(__name__)
 

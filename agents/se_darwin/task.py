@@ -1,4 +1,4 @@
-"""The SE-Darwin world model as a ``TrainingTask`` for ``infrastructure.training.fit``.
+"""The SE-Darwin world model as a ``TrainingTask`` for ``genesis_fp16_infrastructure.training.fit``.
 
 The data is read once and evaluated one of two ways, chosen by the pool's size:
 
@@ -37,22 +37,22 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from infrastructure.data.fingerprint import DataFingerprint, fingerprint
-from infrastructure.data.readers import DataTooLarge, ReadResult, read_trajectories
-from infrastructure.data.schema import SCHEMA_VERSION, Example
-from infrastructure.machine_memory import machine_memory_bytes
-from infrastructure.plugin_api import TrainRequestError
-from infrastructure.training.early_stop import EarlyStopping
-from infrastructure.world_model.features import FeatureEncoder, PoolLike
-from infrastructure.world_model.metrics import accuracy, auc_with_interval, brier, mae
-from infrastructure.world_model.model import (
+from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint
+from genesis_fp16_infrastructure.data.readers import DataTooLarge, ReadResult, read_trajectories
+from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION, Example
+from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
+from genesis_fp16_infrastructure.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.training.early_stop import EarlyStopping
+from genesis_fp16_infrastructure.world_model.features import FeatureEncoder, PoolLike
+from genesis_fp16_infrastructure.world_model.metrics import accuracy, auc_with_interval, brier, mae
+from genesis_fp16_infrastructure.world_model.model import (
     ModelConfig,
     WorldModelOutput,
     build_world_model,
     stack_loop_optimizer_state,
     world_model_losses,
 )
-from infrastructure.world_model.predict import world_model_state
+from genesis_fp16_infrastructure.world_model.predict import world_model_state
 
 logger = logging.getLogger(__name__)
 

@@ -61,9 +61,9 @@ class OursRunner:
     chosen: str | None = None  # what `auto` resolved to; None for a named precision
 
     def prepare(self, workload: Workload, config: BenchConfig, device: torch.device) -> None:
-        from infrastructure.training import PrecisionPolicy, Trainer, TrainerConfig
-        from infrastructure.training.calibration import AutoPrecision, policy_for_run
-        from infrastructure.training.loss_scaler_config import ScalerConfig
+        from genesis_fp16_infrastructure.training import PrecisionPolicy, Trainer, TrainerConfig
+        from genesis_fp16_infrastructure.training.calibration import AutoPrecision, policy_for_run
+        from genesis_fp16_infrastructure.training.loss_scaler_config import ScalerConfig
 
         set_tf32(config.precision == "tf32")
         requested = "fp32" if config.precision == "tf32" else config.precision
@@ -395,11 +395,11 @@ RUNNER_CLASSES: dict[str, type] = {
 
 # The module each runner imports, loaded before memory accounting starts.
 RUNNER_LIBRARIES: dict[str, str] = {
-    "ours": "infrastructure.training",
+    "ours": "genesis_fp16_infrastructure.training",
     "hand": "torch.amp",
     "accelerate": "accelerate",
     "fabric": "lightning_fabric",
-    "ours-graph": "infrastructure.training",
+    "ours-graph": "genesis_fp16_infrastructure.training",
     "ours-graph-compile": "torch._dynamo",
     "hand-graph": "torch.amp",
     "compile": "torch._dynamo",

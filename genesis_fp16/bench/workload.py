@@ -16,9 +16,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from infrastructure.data.readers import read_trajectories
-from infrastructure.data.synthetic import write_pool
-from infrastructure.world_model import FeatureEncoder, ModelConfig, WorldModel, world_model_losses
+from genesis_fp16_infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.data.synthetic import write_pool
+from genesis_fp16_infrastructure.world_model import (
+    FeatureEncoder,
+    ModelConfig,
+    WorldModel,
+    world_model_losses,
+)
 
 # x, success, score, score_known, outcome
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]

@@ -14,7 +14,7 @@ from typing import Any
 from genesis_fp16.guard_state import describe, load_memory
 from genesis_fp16.plugins import discover_plugins
 from genesis_fp16.settings import SettingsError, load_settings
-from infrastructure.plugin_api import declared_options
+from genesis_fp16_infrastructure.plugin_api import declared_options
 
 
 def register(subparsers: Any) -> None:

@@ -20,7 +20,10 @@ from genesis_fp16.guard_state import describe
 from genesis_fp16.paths import AgentPaths
 from genesis_fp16.plugins import known_agent_names
 from genesis_fp16.settings import SettingsError, load_settings
-from infrastructure.training.precision_memory import read_precision_memory, write_precision_memory
+from genesis_fp16_infrastructure.training.precision_memory import (
+    read_precision_memory,
+    write_precision_memory,
+)
 
 # Torch-free: the calibration cache is read as JSON, without the training library.
 _NOT_MEASURED = "no measurement of 'auto' cached (it is timed at the next auto run)"

@@ -24,9 +24,9 @@ from genesis_fp16.settings import (
     load_settings,
     resolve_device,
 )
-from infrastructure.atomic import write_json_atomic
+from genesis_fp16_infrastructure.atomic import write_json_atomic
 
-# infrastructure.probe.runner.OPTIMIZERS, repeated: that module imports torch, and the
+# genesis_fp16_infrastructure.probe.runner.OPTIMIZERS, repeated: that module imports torch, and the
 # parser (--help included) is built without it. A test checks that the two agree.
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
 
@@ -74,7 +74,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     # The probe runs models through torch: imported here, not at the top, because cli.py
     # imports every command module to build its parser and --help should not wait for it.
-    from infrastructure.probe import ProbeError, format_table, run_probe
+    from genesis_fp16_infrastructure.probe import ProbeError, format_table, run_probe
 
     if args.out is not None and importlib.util.find_spec("matplotlib") is None:
         raise UsageError(

@@ -57,11 +57,11 @@ from genesis_fp16.settings import (
     load_settings,
     resolve_device,
 )
-from infrastructure.data.readers import DataError
-from infrastructure.plugin_api import TrainRequest, TrainRequestError
-from infrastructure.training.summary import TrainingSummary
+from genesis_fp16_infrastructure.data.readers import DataError
+from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError
+from genesis_fp16_infrastructure.training.summary import TrainingSummary
 
-# torch (through genesis_fp16.distributed and infrastructure.training's checkpoint and
+# torch (through genesis_fp16.distributed and genesis_fp16_infrastructure.training's checkpoint and
 # precision modules) is imported inside run(), _train() and _request(), not here:
 # cli.py imports every command module to build its parser, and --help should not wait
 # 1.8 s for torch.
@@ -341,8 +341,8 @@ def _train(args: argparse.Namespace, plugin: Any, request: TrainRequest, main: b
         request.precision_reason,
         request.device,
     )
-    from infrastructure.training import PrecisionError
-    from infrastructure.training.execution import ExecutionError
+    from genesis_fp16_infrastructure.training import PrecisionError
+    from genesis_fp16_infrastructure.training.execution import ExecutionError
 
     bar = getattr(request.on_log, "__self__", None)
     handlers = logging.getLogger().handlers if isinstance(bar, _ProgressBar) else []
@@ -412,7 +412,7 @@ def _request(
     args: argparse.Namespace, settings: Settings, plugin: Any, device: str
 ) -> tuple[TrainRequest, Any]:
     """The run request (genesis_fp16/run_request.py) and the progress bar's callback."""
-    from infrastructure.training import CheckpointManager
+    from genesis_fp16_infrastructure.training import CheckpointManager
 
     checkpoint_dir = (
         args.checkpoint_dir or AgentPaths.for_agent(settings.state_dir, args.agent).checkpoint_dir

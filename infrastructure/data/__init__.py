@@ -1,7 +1,12 @@
 """Trajectory data: the versioned schema, readers for both record shapes, and a generator."""
 
-from infrastructure.data.readers import DataError, ReadResult, list_data_files, read_trajectories
-from infrastructure.data.schema import (
+from genesis_fp16_infrastructure.data.readers import (
+    DataError,
+    ReadResult,
+    list_data_files,
+    read_trajectories,
+)
+from genesis_fp16_infrastructure.data.schema import (
     OUTCOMES,
     SCHEMA_VERSION,
     AttemptInput,

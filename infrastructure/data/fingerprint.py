@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from infrastructure.data.schema import Example
+from genesis_fp16_infrastructure.data.schema import Example
 
 STATE_VERSION = 1
 

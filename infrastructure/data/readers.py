@@ -31,8 +31,8 @@ from typing import Any, TextIO
 
 from pydantic import ValidationError
 
-from infrastructure.data.lineage import Pool, PoolEntry
-from infrastructure.data.schema import (
+from genesis_fp16_infrastructure.data.lineage import Pool, PoolEntry
+from genesis_fp16_infrastructure.data.schema import (
     FAILURE_THRESHOLD,
     SUCCESS_THRESHOLD,
     Example,

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from infrastructure.data.lineage import created_seconds
+from genesis_fp16_infrastructure.data.lineage import created_seconds
 
 SCHEMA_VERSION = 1
 

@@ -40,8 +40,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from infrastructure.atomic import write_atomic
-from infrastructure.data.schema import FAILURE_THRESHOLD, SUCCESS_THRESHOLD, outcome_for_score
+from genesis_fp16_infrastructure.atomic import write_atomic
+from genesis_fp16_infrastructure.data.schema import (
+    FAILURE_THRESHOLD,
+    SUCCESS_THRESHOLD,
+    outcome_for_score,
+)
 
 OPERATOR_EFFECT = {"baseline": -0.8, "revision": 0.0, "recombination": 0.4, "refinement": 0.6}
 TOOL_EFFECT = {

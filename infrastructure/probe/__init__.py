@@ -1,17 +1,22 @@
 """The precision probe: what FP16 or BF16 does to an agent's model, against FP32.
 
->>> from infrastructure.probe import run_probe, format_table
+>>> from genesis_fp16_infrastructure.probe import run_probe, format_table
 >>> report = run_probe(plugin.probe_setup(None, seed=0), "cpu", steps=10)  # doctest: +SKIP
 >>> print(format_table(report))                                            # doctest: +SKIP
 
 See docs/precision-probe.md for the variants, the measures and the thresholds.
 """
 
-from infrastructure.probe.report import Measures, ProbeReport, VariantResult, format_table
-from infrastructure.probe.runner import OPTIMIZERS, run_probe
-from infrastructure.probe.scale_search import ScaleSearch, search_loss_scale
-from infrastructure.probe.variants import ProbeError, Variant, build_variants
-from infrastructure.probe.verdict import Thresholds
+from genesis_fp16_infrastructure.probe.report import (
+    Measures,
+    ProbeReport,
+    VariantResult,
+    format_table,
+)
+from genesis_fp16_infrastructure.probe.runner import OPTIMIZERS, run_probe
+from genesis_fp16_infrastructure.probe.scale_search import ScaleSearch, search_loss_scale
+from genesis_fp16_infrastructure.probe.variants import ProbeError, Variant, build_variants
+from genesis_fp16_infrastructure.probe.verdict import Thresholds
 
 __all__ = [
     "OPTIMIZERS",

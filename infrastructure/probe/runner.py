@@ -22,20 +22,25 @@ from typing import Any
 import torch
 from torch import nn
 
-from infrastructure.plugin_api import ProbeSetup
-from infrastructure.probe import measures as ms
-from infrastructure.probe.measures import FP16_MAX, Activations
-from infrastructure.probe.report import Measures, ProbeReport, VariantResult
-from infrastructure.probe.scale_search import all_finite, search_loss_scale
-from infrastructure.probe.variants import (
+from genesis_fp16_infrastructure.plugin_api import ProbeSetup
+from genesis_fp16_infrastructure.probe import measures as ms
+from genesis_fp16_infrastructure.probe.measures import FP16_MAX, Activations
+from genesis_fp16_infrastructure.probe.report import Measures, ProbeReport, VariantResult
+from genesis_fp16_infrastructure.probe.scale_search import all_finite, search_loss_scale
+from genesis_fp16_infrastructure.probe.variants import (
     ProbeError,
     Variant,
     build_variants,
     forward_loss,
     prepare_model,
 )
-from infrastructure.probe.verdict import Candidate, Thresholds, grade_measures, recommend
-from infrastructure.training.batches import to_device
+from genesis_fp16_infrastructure.probe.verdict import (
+    Candidate,
+    Thresholds,
+    grade_measures,
+    recommend,
+)
+from genesis_fp16_infrastructure.training.batches import to_device
 
 logger = logging.getLogger(__name__)
 

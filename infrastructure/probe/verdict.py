@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from infrastructure.probe.measures import FP16_MAX
-from infrastructure.probe.report import Measures
+from genesis_fp16_infrastructure.probe.measures import FP16_MAX
+from genesis_fp16_infrastructure.probe.report import Measures
 
 Colour = Literal["green", "amber", "red", "n/a"]
 _ORDER: dict[str, int] = {"n/a": 0, "green": 1, "amber": 2, "red": 3}

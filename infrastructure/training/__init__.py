@@ -5,7 +5,7 @@ Imports torch, pydantic and the standard library only.
 The names below load on first use (PEP 562), so that importing a torch-free submodule
 (``guard_config``, ``precision_memory``, ``loss_scaler_config``, ``precision_names``) does
 not pay for torch through this package: a CLI's ``--help`` should not take two seconds.
-``from infrastructure.training import fit`` works as before.
+``from genesis_fp16_infrastructure.training import fit`` works as before.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ import types
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from infrastructure.training.batches import to_device
-    from infrastructure.training.checkpoint import CheckpointError, CheckpointManager
-    from infrastructure.training.early_stop import EarlyStopping
-    from infrastructure.training.fit import FitOptions, FitResult, TrainingTask, fit
-    from infrastructure.training.guard_config import GuardConfig
-    from infrastructure.training.loss_scaler import LossScaler
-    from infrastructure.training.loss_scaler_config import ScalerConfig
-    from infrastructure.training.precision import (
+    from genesis_fp16_infrastructure.training.batches import to_device
+    from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, CheckpointManager
+    from genesis_fp16_infrastructure.training.early_stop import EarlyStopping
+    from genesis_fp16_infrastructure.training.fit import FitOptions, FitResult, TrainingTask, fit
+    from genesis_fp16_infrastructure.training.guard_config import GuardConfig
+    from genesis_fp16_infrastructure.training.loss_scaler import LossScaler
+    from genesis_fp16_infrastructure.training.loss_scaler_config import ScalerConfig
+    from genesis_fp16_infrastructure.training.precision import (
         DeviceCapabilities,
         PrecisionError,
         PrecisionPolicy,
@@ -32,10 +32,10 @@ if TYPE_CHECKING:
         dtype_of,
         resolve_precision,
     )
-    from infrastructure.training.precision_memory import PrecisionMemory
-    from infrastructure.training.precision_names import PRECISIONS, REQUESTABLE
-    from infrastructure.training.summary import TrainingSummary
-    from infrastructure.training.trainer import Trainer, TrainerConfig
+    from genesis_fp16_infrastructure.training.precision_memory import PrecisionMemory
+    from genesis_fp16_infrastructure.training.precision_names import PRECISIONS, REQUESTABLE
+    from genesis_fp16_infrastructure.training.summary import TrainingSummary
+    from genesis_fp16_infrastructure.training.trainer import Trainer, TrainerConfig
 
 # Exported name -> the submodule that defines it.
 _EXPORTS: dict[str, str] = {

@@ -59,24 +59,24 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from infrastructure.atomic import write_json_atomic
-from infrastructure.training import distributed
-from infrastructure.training.batches import to_device
-from infrastructure.training.execution import ExecutionError, MeasuredExecution
-from infrastructure.training.loss_scaler_config import ScalerConfig
-from infrastructure.training.precision import (
+from genesis_fp16_infrastructure.atomic import write_json_atomic
+from genesis_fp16_infrastructure.training import distributed
+from genesis_fp16_infrastructure.training.batches import to_device
+from genesis_fp16_infrastructure.training.execution import ExecutionError, MeasuredExecution
+from genesis_fp16_infrastructure.training.loss_scaler_config import ScalerConfig
+from genesis_fp16_infrastructure.training.precision import (
     DeviceCapabilities,
     PrecisionPolicy,
     ResolvedPrecision,
     detect_capabilities,
     resolve_precision,
 )
-from infrastructure.training.precision_names import PRECISIONS
-from infrastructure.training.rng import capture_rng_state, restore_rng_state
-from infrastructure.training.trainer import LossFn, Trainer, TrainerConfig
+from genesis_fp16_infrastructure.training.precision_names import PRECISIONS
+from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
+from genesis_fp16_infrastructure.training.trainer import LossFn, Trainer, TrainerConfig
 
 if TYPE_CHECKING:  # fit imports this module: the task type only, for the checker
-    from infrastructure.training.fit import TrainingTask
+    from genesis_fp16_infrastructure.training.fit import TrainingTask
 
 logger = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from infrastructure.atomic import fsync_directory
-from infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.atomic import fsync_directory
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 
 logger = logging.getLogger(__name__)
 

@@ -93,7 +93,7 @@ class DeviceAudit(TorchFunctionMode):
         ...     torch.zeros(2, device="cpu") + torch.ones(2)
         Traceback (most recent call last):
         ...
-        infrastructure.training.device_audit.DeviceAuditError: ...
+        genesis_fp16_infrastructure.training.device_audit.DeviceAuditError: ...
     """
 
     def __init__(self) -> None:
@@ -248,7 +248,8 @@ def _caller() -> str:
 
 def _short(path: str) -> str:
     parts = Path(path).parts
-    for root in ("agents", "infrastructure", "genesis_fp16", "tests", "benchmarks"):
+    roots = ("genesis_fp16_agents", "genesis_fp16_infrastructure", "agents", "infrastructure")
+    for root in (*roots, "genesis_fp16", "tests", "benchmarks"):
         if root in parts:
             return str(Path(*parts[len(parts) - parts[::-1].index(root) - 1 :]))
     return path

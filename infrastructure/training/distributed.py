@@ -34,10 +34,10 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim import Optimizer
 
-from infrastructure.training import checkpoint_keys as keys
-from infrastructure.training.checkpoint import Accept, CheckpointManager
-from infrastructure.training.precision import PrecisionPolicy
-from infrastructure.training.rng import capture_rng_state
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training.checkpoint import Accept, CheckpointManager
+from genesis_fp16_infrastructure.training.precision import PrecisionPolicy
+from genesis_fp16_infrastructure.training.rng import capture_rng_state
 
 logger = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 
 logger = logging.getLogger(__name__)
 

@@ -29,19 +29,27 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from infrastructure.training import checkpoint_keys as keys
-from infrastructure.training import distributed
-from infrastructure.training.batches import to_device
-from infrastructure.training.calibration import AutoPrecision, Calibration, policy_for_run
-from infrastructure.training.checkpoint import CheckpointError, CheckpointManager
-from infrastructure.training.early_stop import EarlyStopping, EarlyStopTracker
-from infrastructure.training.execution import ResolvedExecution
-from infrastructure.training.guard import GuardConfig, PrecisionGuard, checkpoints_after
-from infrastructure.training.loss_scaler import ScalerConfig
-from infrastructure.training.precision import PrecisionPolicy, ResolvedPrecision
-from infrastructure.training.rng import seed_everything
-from infrastructure.training.summary import TrainingSummary
-from infrastructure.training.trainer import Trainer, TrainerConfig
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training import distributed
+from genesis_fp16_infrastructure.training.batches import to_device
+from genesis_fp16_infrastructure.training.calibration import (
+    AutoPrecision,
+    Calibration,
+    policy_for_run,
+)
+from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, CheckpointManager
+from genesis_fp16_infrastructure.training.early_stop import EarlyStopping, EarlyStopTracker
+from genesis_fp16_infrastructure.training.execution import ResolvedExecution
+from genesis_fp16_infrastructure.training.guard import (
+    GuardConfig,
+    PrecisionGuard,
+    checkpoints_after,
+)
+from genesis_fp16_infrastructure.training.loss_scaler import ScalerConfig
+from genesis_fp16_infrastructure.training.precision import PrecisionPolicy, ResolvedPrecision
+from genesis_fp16_infrastructure.training.rng import seed_everything
+from genesis_fp16_infrastructure.training.summary import TrainingSummary
+from genesis_fp16_infrastructure.training.trainer import Trainer, TrainerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +68,7 @@ class TrainingTask(Protocol):
 
     Devices: ``fit()`` resolves the run's device (``auto`` is cuda on a GPU host), moves
     the model there, and moves every tensor of each training batch there before
-    ``loss`` sees it (:func:`~infrastructure.training.batches.to_device`: a no-op for a
+    ``loss`` sees it (:func:`~genesis_fp16_infrastructure.training.batches.to_device`: a no-op for a
     tensor already there, non-blocking from pinned memory). A task may yield its
     batches on the CPU and needs no device of its own. ``evaluate(model)`` gets the
     model on the run's device; it reads its own held-out data, so it moves that data
@@ -129,19 +137,20 @@ class FitOptions:
       fires, the run rolls back to its last good state, continues in the next precision
       of the ladder to the same target step, and ``FitResult.demotions`` says so.
     - ``fsdp``: under an initialised multi-rank process group, shard the model with
-      FSDP2 instead of DDP (see :mod:`infrastructure.training.distributed`).
+      FSDP2 instead of DDP (see :mod:`genesis_fp16_infrastructure.training.distributed`).
     - ``cuda_graph`` replaces ``trainer.cuda_graph``: ``auto``, ``on`` or ``off``; what ran
-      and why is ``FitResult.execution`` (see :mod:`infrastructure.training.execution`).
+      and why is ``FitResult.execution`` (see
+      :mod:`genesis_fp16_infrastructure.training.execution`).
     - ``compile`` replaces ``trainer.compile``: ``off`` or ``on`` (the model compiled inside
       the captured step, execution ``cuda_graph_compiled``; an error where the step
       cannot be captured).
     - ``auto_precision``: how ``precision="auto"`` resolves: by the device rule (``rule``,
       the default here) or by timing the task's own steps in each native precision
       (``measure``, the daemon's default; cached in ``auto_precision.cache``). See
-      :mod:`infrastructure.training.calibration`; ``FitResult.calibration`` holds it.
+      :mod:`genesis_fp16_infrastructure.training.calibration`; ``FitResult.calibration`` holds it.
     - ``early_stop``: validate with the task's ``validate(model)`` every
       ``early_stop.every_steps`` steps, keep the best weights, stop after ``patience``
-      validations without improvement (see :mod:`infrastructure.training.early_stop`);
+      validations without improvement (see :mod:`genesis_fp16_infrastructure.training.early_stop`);
       ``FitResult.early_stop`` reports the best step and why the run stopped.
     """
 

@@ -19,9 +19,10 @@ the trainer in the next precision of the ladder, loads that snapshot and runs on
 same target step.
 
 This module is the runtime that watches a run and needs torch. What a run is guarded
-with, :class:`GuardConfig` and the ladder, is in :mod:`infrastructure.training.guard_config`;
+with, :class:`GuardConfig` and the ladder, is in
+:mod:`genesis_fp16_infrastructure.training.guard_config`;
 the per-agent precision memory a daemon keeps (:class:`PrecisionMemory`) is in
-:mod:`infrastructure.training.precision_memory`. Both are importable without torch and
+:mod:`genesis_fp16_infrastructure.training.precision_memory`. Both are importable without torch and
 re-exported here.
 """
 
@@ -39,18 +40,18 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from infrastructure.training import distributed
-from infrastructure.training.guard_config import REASONS, GuardConfig, next_precision
-from infrastructure.training.precision import PrecisionPolicy, detect_capabilities
-from infrastructure.training.precision_memory import (
+from genesis_fp16_infrastructure.training import distributed
+from genesis_fp16_infrastructure.training.guard_config import REASONS, GuardConfig, next_precision
+from genesis_fp16_infrastructure.training.precision import PrecisionPolicy, detect_capabilities
+from genesis_fp16_infrastructure.training.precision_memory import (
     MEMORY_VERSION,
     PrecisionMemory,
     read_precision_memory,
     remember_demotions,
     write_precision_memory,
 )
-from infrastructure.training.precision_names import DEFAULT_LADDER, ROBUSTNESS
-from infrastructure.training.trainer import Trainer
+from genesis_fp16_infrastructure.training.precision_names import DEFAULT_LADDER, ROBUSTNESS
+from genesis_fp16_infrastructure.training.trainer import Trainer
 
 __all__ = [
     "DEFAULT_LADDER",

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from infrastructure.training.loss_scaler_config import ScalerConfig, config_from_state
+from genesis_fp16_infrastructure.training.loss_scaler_config import ScalerConfig, config_from_state
 
 __all__ = ["STATE_VERSION", "LossScaler", "ScalerConfig"]
 

@@ -1,7 +1,7 @@
 """The loss scaler's settings: one frozen, validated value, and what a saved state restores.
 
-:class:`~infrastructure.training.loss_scaler.LossScaler` takes them as keyword arguments
-or through ``LossScaler.from_config``; ``load_state_dict`` takes them from a checkpoint
+:class:`~genesis_fp16_infrastructure.training.loss_scaler.LossScaler` takes them as keyword
+arguments or through ``LossScaler.from_config``; ``load_state_dict`` takes them from a checkpoint
 through :func:`config_from_state`. Importable without torch, so that a config can be
 built and checked without loading it::
 

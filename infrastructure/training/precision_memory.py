@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from infrastructure.atomic import write_json_atomic
-from infrastructure.training.precision_names import PRECISIONS, ROBUSTNESS
+from genesis_fp16_infrastructure.atomic import write_json_atomic
+from genesis_fp16_infrastructure.training.precision_names import PRECISIONS, ROBUSTNESS
 
 MEMORY_VERSION = 1
 
@@ -101,7 +101,7 @@ def read_precision_memory(path: Path) -> PrecisionMemory | None:
 
 
 def write_precision_memory(path: Path, memory: PrecisionMemory | None) -> None:
-    """Write the state file atomically (see infrastructure.atomic); None deletes it."""
+    """Write the state file atomically (see genesis_fp16_infrastructure.atomic); None deletes it."""
     path = Path(path)
     if memory is None:
         path.unlink(missing_ok=True)

@@ -6,12 +6,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from infrastructure.json_numbers import finite, number
+from genesis_fp16_infrastructure.json_numbers import finite, number
 
 
 @dataclass(frozen=True)
 class TrainingSummary:
-    """What a :class:`~infrastructure.training.Trainer` has done so far, read from the device.
+    """What a :class:`~genesis_fp16_infrastructure.training.Trainer` has done so far, read from
+    the device.
 
     Building one is a host sync, so the trainer does it only at log intervals and when
     asked through ``trainer.summary()``. The daemon turns these into metrics::

@@ -46,18 +46,18 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from infrastructure.training import checkpoint_keys as keys
-from infrastructure.training import distributed
-from infrastructure.training.cuda_graph import StepGraphs
-from infrastructure.training.execution import MeasuredExecution, resolve_execution
-from infrastructure.training.execution_names import (
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training import distributed
+from genesis_fp16_infrastructure.training.cuda_graph import StepGraphs
+from genesis_fp16_infrastructure.training.execution import MeasuredExecution, resolve_execution
+from genesis_fp16_infrastructure.training.execution_names import (
     COMPILE_MODE,
     COMPILE_REQUESTS,
     CUDA_GRAPH_REQUESTS,
 )
-from infrastructure.training.precision import PrecisionPolicy
-from infrastructure.training.rng import capture_rng_state, restore_rng_state
-from infrastructure.training.summary import TrainingSummary
+from genesis_fp16_infrastructure.training.precision import PrecisionPolicy
+from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
+from genesis_fp16_infrastructure.training.summary import TrainingSummary
 
 logger = logging.getLogger(__name__)
 B = TypeVar("B")
@@ -100,7 +100,7 @@ class TrainerConfig:
       sync) and calls ``on_log`` with a :class:`TrainingSummary`.
     - ``overflow_window``: the number of recent steps ``overflow_rate_window`` covers.
     - ``cuda_graph``: ``auto``, ``on`` or ``off``: replay the whole step from a captured
-      CUDA graph where the run allows it (:mod:`infrastructure.training.execution` says
+      CUDA graph where the run allows it (:mod:`genesis_fp16_infrastructure.training.execution` says
       when; ``Trainer.execution`` says what ran and why).
     - ``measured_execution``: under ``auto``, what calibration timed faster for this run
       (set by ``fit()``; None keeps the rule: captured wherever the run can be).
@@ -405,7 +405,8 @@ class Trainer:
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue bit for bit, as ``weights_only``-safe data.
 
-        Keys are those of :mod:`~infrastructure.training.checkpoint_keys`; ``fit()`` adds
+        Keys are those of :mod:`~genesis_fp16_infrastructure.training.checkpoint_keys`;
+        ``fit()`` adds
         the epoch position and the task's extra state. Reads the device: a host sync.
         Under FSDP2 it is collective and returns full CPU tensors (every rank gathers);
         :meth:`load_state_dict` shards them again.

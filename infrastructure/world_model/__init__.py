@@ -1,7 +1,7 @@
 """The SE-Darwin world model: feature encoder, model, metrics and the prediction API."""
 
-from infrastructure.world_model.features import FeatureEncoder
-from infrastructure.world_model.model import (
+from genesis_fp16_infrastructure.world_model.features import FeatureEncoder
+from genesis_fp16_infrastructure.world_model.model import (
     ModelConfig,
     WorldModel,
     WorldModelOutput,

@@ -1,10 +1,11 @@
 """The feature encoder: one code path from an attempt to a feature row, for training and prediction.
 
-The encoder sees an :class:`~infrastructure.data.schema.AttemptInput` only, which holds
+The encoder sees an :class:`~genesis_fp16_infrastructure.data.schema.AttemptInput` only, which holds
 what is known before an attempt runs: the operator, the generation, the parents, the
 planned change (its size, the share of added lines, which kinds of file it touches), the
 tools, the reasoning pattern and the agent that wrote it; and the pool around it
-(:class:`~infrastructure.data.lineage.Pool`): the parents' recorded scores and operators,
+(:class:`~genesis_fp16_infrastructure.data.lineage.Pool`): the parents' recorded scores and
+operators,
 the grandparents' scores, the lineage's depth, and how earlier siblings fared. The
 attempt's own status, score, test results, metrics, failure reasons, run time and cost
 never reach it; ``tests/infrastructure/world_model`` checks
@@ -33,8 +34,8 @@ from typing import Any
 
 import torch
 
-from infrastructure.data.lineage import Pool
-from infrastructure.data.schema import OPERATORS, SUCCESS_THRESHOLD, AttemptInput
+from genesis_fp16_infrastructure.data.lineage import Pool
+from genesis_fp16_infrastructure.data.schema import OPERATORS, SUCCESS_THRESHOLD, AttemptInput
 
 ENCODER_VERSION = 2
 AGENT_PRIOR = 20.0  # pseudo-records at the overall rate in an agent's base rate

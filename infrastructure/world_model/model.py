@@ -8,7 +8,7 @@ all but one fold of the records (``agents/se_darwin/task.py``).
 
 The heads predict, for one attempt before it runs: the logit of success, the expected
 success_score (a logit, squashed by a sigmoid), and the logits of the outcome class
-(failure / partial / success, in the order of ``infrastructure.data.schema.OUTCOMES``).
+(failure / partial / success, in the order of ``genesis_fp16_infrastructure.data.schema.OUTCOMES``).
 
 >>> model = WorldModel(ModelConfig.preset("default", in_features=30))
 >>> out = model(torch.zeros(4, 30))
@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.optim import Optimizer
 
-from infrastructure.data.schema import OUTCOMES
+from genesis_fp16_infrastructure.data.schema import OUTCOMES
 
 # Module-name prefixes, for the precision probe's FP32 islands.
 HEAD_MODULES: tuple[str, ...] = ("success_head", "score_head", "outcome_head")

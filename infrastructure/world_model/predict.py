@@ -2,7 +2,10 @@
 
 ::
 
-    from infrastructure.world_model.predict import WorldModelPredictor, load_pool_scores
+    from genesis_fp16_infrastructure.world_model.predict import (
+        WorldModelPredictor,
+        load_pool_scores,
+    )
 
     predictor = WorldModelPredictor.load(Path("state/agents/se_darwin/checkpoints"))
     pool = load_pool(Path("data/trajectory_pools/se_darwin/trajectory_pool.json"))
@@ -28,14 +31,18 @@ from typing import Any
 
 import torch
 
-from infrastructure.data.lineage import Pool
-from infrastructure.data.readers import read_trajectories
-from infrastructure.data.schema import OUTCOMES, AttemptInput, Trajectory
-from infrastructure.training import checkpoint_keys as keys
-from infrastructure.training.checkpoint import CheckpointError, CheckpointManager, load_checkpoint
-from infrastructure.training.early_stop import served_weights
-from infrastructure.world_model.features import FeatureEncoder, PoolLike
-from infrastructure.world_model.model import (
+from genesis_fp16_infrastructure.data.lineage import Pool
+from genesis_fp16_infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.data.schema import OUTCOMES, AttemptInput, Trajectory
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training.checkpoint import (
+    CheckpointError,
+    CheckpointManager,
+    load_checkpoint,
+)
+from genesis_fp16_infrastructure.training.early_stop import served_weights
+from genesis_fp16_infrastructure.world_model.features import FeatureEncoder, PoolLike
+from genesis_fp16_infrastructure.world_model.model import (
     ModelConfig,
     WorldModel,
     WorldModelEnsemble,

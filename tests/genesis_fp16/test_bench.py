@@ -20,7 +20,7 @@ from genesis_fp16.bench.report import COLUMNS, derive, note_for
 from genesis_fp16.bench.run import BenchOptions, _run_isolated, main, plan, run_benchmark
 from genesis_fp16.bench.runners import HandWrittenRunner
 from genesis_fp16.cli import main as cli_main
-from infrastructure.training.execution import ExecutionError
+from genesis_fp16_infrastructure.training.execution import ExecutionError
 
 
 def _tiny(precision: str, runner: str, device: str = "cpu") -> BenchConfig:
@@ -150,8 +150,8 @@ def test_an_auto_row_runs_what_the_calibration_chose_and_says_so(
     """With fp32 the only native precision nothing is timed; with bf16 taken as native
     (its arithmetic is real either way) both are timed on the row's own model and the row
     runs, and is labelled with, the choice."""
-    from infrastructure.training import calibration, precision
-    from infrastructure.training.precision import DeviceCapabilities
+    from genesis_fp16_infrastructure.training import calibration, precision
+    from genesis_fp16_infrastructure.training.precision import DeviceCapabilities
 
     # Both cases set the capabilities: on a CPU with AVX512-BF16 bf16 really is native.
     if bf16_native:
@@ -283,7 +283,7 @@ def test_the_workload_encodes_the_lineage_as_the_plugin_does(tmp_path: Path) -> 
     parents' operators' columns vary over the pool (encoded with the scores alone, as
     before, they were constant)."""
     from genesis_fp16.bench.workload import load_data, write_data
-    from infrastructure.world_model.features import NUMERIC_FEATURES
+    from genesis_fp16_infrastructure.world_model.features import NUMERIC_FEATURES
 
     data = load_data(write_data(tmp_path, tiny=False, seed=0), 256, torch.device("cpu"))
     x = torch.cat([batch[0] for batch in data.train_batches] + [data.eval_set[0]])

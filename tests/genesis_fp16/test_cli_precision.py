@@ -12,10 +12,10 @@ import torch
 from daemon_harness import daemon_env
 
 from genesis_fp16.paths import AgentPaths
-from infrastructure.training import TrainerConfig
-from infrastructure.training import calibration as cal
-from infrastructure.training import precision as precision_module
-from infrastructure.training.precision import DeviceCapabilities
+from genesis_fp16_infrastructure.training import TrainerConfig
+from genesis_fp16_infrastructure.training import calibration as cal
+from genesis_fp16_infrastructure.training import precision as precision_module
+from genesis_fp16_infrastructure.training.precision import DeviceCapabilities
 
 AGENT = "se_darwin"
 

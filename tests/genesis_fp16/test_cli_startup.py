@@ -49,7 +49,7 @@ def test_cli_starts_without_importing_torch(tmp_path: Path, args: tuple[str, ...
 def test_probe_optimizer_choices_match_the_probe() -> None:
     """The probe command's --optimizer choices are the probe runner's own list."""
     from genesis_fp16.commands.probe import OPTIMIZERS
-    from infrastructure.probe.runner import OPTIMIZERS as RUNNER_OPTIMIZERS
+    from genesis_fp16_infrastructure.probe.runner import OPTIMIZERS as RUNNER_OPTIMIZERS
 
     assert OPTIMIZERS == RUNNER_OPTIMIZERS
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 ROOT = Path(__file__).resolve().parents[2]
 JSON_KEYS = {

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 ROOT = Path(__file__).resolve().parents[2]
 

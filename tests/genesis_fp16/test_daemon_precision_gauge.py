@@ -17,8 +17,8 @@ from genesis_fp16.jobs import DeviceSlots, JobContext
 from genesis_fp16.paths import AgentPaths
 from genesis_fp16.run_request import check_configured_options
 from genesis_fp16.settings import SettingsError, load_settings
-from infrastructure.plugin_api import AgentPlugin
-from infrastructure.training.guard import PrecisionMemory, write_precision_memory
+from genesis_fp16_infrastructure.plugin_api import AgentPlugin
+from genesis_fp16_infrastructure.training.guard import PrecisionMemory, write_precision_memory
 
 AGENT = "agent_a"
 
@@ -79,7 +79,7 @@ def test_idle_agent_shows_the_guard_memory_before_its_first_run(
 
 def test_reload_with_a_bad_agent_option_is_a_counted_failure(daemon: Daemon) -> None:
     """A .env option the agent does not declare: reload fails, counted, settings kept."""
-    from agents.rlhf_ppo import plugin
+    from genesis_fp16_agents.rlhf_ppo import plugin
 
     daemon.plugins = {"rlhf_ppo": plugin}
     kept = daemon.settings

@@ -10,7 +10,7 @@ import pytest
 import torch
 from daemon_harness import DaemonFactory, DaemonProcess
 
-from infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 AGENT = "se_darwin"
 RUNS = "genesis_fp16_training_runs_total"

@@ -94,7 +94,9 @@ def test_job_records_carry_agent_and_run_id(trained: DaemonProcess) -> None:
     stdlib = [
         r
         for r in trained.logs()
-        if str(r.get("child_logger", r.get("logger", ""))).startswith("infrastructure.")
+        if str(r.get("child_logger", r.get("logger", ""))).startswith(
+            "genesis_fp16_infrastructure."
+        )
     ]
     assert stdlib and all(r.get("agent") and r.get("run_id") for r in stdlib)
     assert any(str(r.get("logger", "")).startswith("apscheduler") for r in trained.logs())

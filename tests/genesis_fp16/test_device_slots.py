@@ -15,7 +15,7 @@ from genesis_fp16.device_slots import DeviceSlots, slot_keys
 from genesis_fp16.jobs import JobContext, run_agent_job
 from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.settings import Settings
-from infrastructure.plugin_api import API_VERSION, TrainRequest
+from genesis_fp16_infrastructure.plugin_api import API_VERSION, TrainRequest
 
 WAIT = 30.0  # seconds a thread may take to get going on a busy machine: a bound, not a timing
 

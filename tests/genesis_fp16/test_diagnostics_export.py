@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from genesis_fp16.diagnostics_export import RL_GAUGES, RL_METRIC_NAMES, export_diagnostics
 from genesis_fp16.metrics import METRIC_NAMES, DaemonMetrics
-from infrastructure.plugin_api import TrainResult
+from genesis_fp16_infrastructure.plugin_api import TrainResult
 
 AGENT = "rlhf_ppo"
 # The diagnostics issue 10 asks to export, by their names in docs/precision-forensics.md.

@@ -17,13 +17,13 @@ from genesis_fp16.guard_state import choose_precision, guard_config, record_run
 from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.paths import AgentPaths
 from genesis_fp16.settings import Settings
-from infrastructure.plugin_api import TrainResult
-from infrastructure.training.guard import (
+from genesis_fp16_infrastructure.plugin_api import TrainResult
+from genesis_fp16_infrastructure.training.guard import (
     read_precision_memory,
     remember_demotions,
     write_precision_memory,
 )
-from infrastructure.training.precision import resolve_precision
+from genesis_fp16_infrastructure.training.precision import resolve_precision
 
 GUARD_PLUGINS = Path(__file__).resolve().parents[1] / "fixtures" / "guard_plugins"
 AGENT = "fixture_fault"

@@ -20,8 +20,8 @@ from genesis_fp16.guard_state import record_run
 from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.paths import AgentPaths
 from genesis_fp16.settings import Settings
-from infrastructure.plugin_api import TrainRequest, TrainResult
-from infrastructure.training.guard import read_precision_memory
+from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainResult
+from genesis_fp16_infrastructure.training.guard import read_precision_memory
 
 AGENT = "fault_agent"
 

@@ -14,7 +14,7 @@ from structlog.testing import capture_logs
 from genesis_fp16.jobs import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.settings import Settings
-from infrastructure.plugin_api import API_VERSION, TrainRequest, TrainRequestError
+from genesis_fp16_infrastructure.plugin_api import API_VERSION, TrainRequest, TrainRequestError
 
 AGENT = "refusing"
 

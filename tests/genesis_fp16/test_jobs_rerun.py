@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 from genesis_fp16.jobs import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.settings import Settings
-from infrastructure.plugin_api import API_VERSION, TrainRequest
+from genesis_fp16_infrastructure.plugin_api import API_VERSION, TrainRequest
 
 AGENT = "flapping"
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from infrastructure.training import CheckpointManager
-from infrastructure.training import checkpoint_keys as keys
-from infrastructure.training.checkpoint import load_checkpoint
-from infrastructure.training.early_stop import served_weights
+from genesis_fp16_infrastructure.training import CheckpointManager
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
+from genesis_fp16_infrastructure.training.early_stop import served_weights
 
 ROOT = Path(__file__).resolve().parents[2]
 EVERY = 3  # --checkpoint-steps

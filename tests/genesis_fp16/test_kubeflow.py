@@ -26,10 +26,10 @@ from genesis_fp16.kubeflow import (
     report_progress,
     trainer_status,
 )
-from infrastructure.plugin_api import TrainRequest
-from infrastructure.training import TrainingSummary
-from infrastructure.training import checkpoint_keys as keys
-from infrastructure.training.checkpoint import CheckpointManager, load_checkpoint
+from genesis_fp16_infrastructure.plugin_api import TrainRequest
+from genesis_fp16_infrastructure.training import TrainingSummary
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager, load_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 PET = {

@@ -71,6 +71,6 @@ def test_a_package_earlier_on_the_path_cannot_replace_a_built_in_agent(
     monkeypatch.syspath_prepend(str(tmp_path))
     with caplog.at_level(logging.WARNING):
         (record,) = [r for r in discover_plugins(["se_darwin"]) if r.name == "se_darwin"]
-    assert record.value == "agents.se_darwin:plugin" and record.state == "loaded"
+    assert record.value == "genesis_fp16_agents.se_darwin:plugin" and record.state == "loaded"
     messages = [r.getMessage() for r in caplog.records]
     assert any("evil-agents" in m and "genesis-fp16" in m for m in messages)

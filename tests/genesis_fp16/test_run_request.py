@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from agents.rlhf_ppo import plugin
 from genesis_fp16.paths import AgentPaths
 from genesis_fp16.run_request import RequestOverrides, budget, build_request, choose_precision
 from genesis_fp16.settings import AgentSettings, Settings
-from infrastructure.training.guard import remember_demotions, write_precision_memory
+from genesis_fp16_agents.rlhf_ppo import plugin
+from genesis_fp16_infrastructure.training.guard import remember_demotions, write_precision_memory
 
 AGENT = "rlhf_ppo"
 

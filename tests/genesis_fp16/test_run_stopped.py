@@ -17,8 +17,8 @@ from genesis_fp16.jobs import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.launcher import LaunchError, RunStopped, train_in_child
 from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.settings import Settings
-from infrastructure.data.synthetic import generate_pool
-from infrastructure.plugin_api import API_VERSION, TrainRequest
+from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.plugin_api import API_VERSION, TrainRequest
 
 AGENT = "stopping"
 

@@ -15,8 +15,11 @@ from genesis_fp16.settings import (
     parse_schedule,
     requested_precision,
 )
-from infrastructure.machine_memory import machine_memory_bytes
-from infrastructure.training.execution_names import COMPILE_REQUESTS, CUDA_GRAPH_REQUESTS
+from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
+from genesis_fp16_infrastructure.training.execution_names import (
+    COMPILE_REQUESTS,
+    CUDA_GRAPH_REQUESTS,
+)
 
 
 @pytest.fixture(autouse=True)

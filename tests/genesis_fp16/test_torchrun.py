@@ -25,10 +25,10 @@ from genesis_fp16.launcher import (
     torchrun_command,
     train_with_torchrun,
 )
-from infrastructure.plugin_api import TrainRequest, TrainRequestError
-from infrastructure.training import TrainingSummary
-from infrastructure.training import checkpoint_keys as keys
-from infrastructure.training.checkpoint import CheckpointManager, load_checkpoint
+from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError
+from genesis_fp16_infrastructure.training import TrainingSummary
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager, load_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -108,7 +108,7 @@ def test_sigterm_to_torchrun_stops_every_rank_with_a_checkpoint(tmp_path: Path) 
 @pytest.mark.timeout(120)
 def test_launcher_reports_progress_and_stops_on_request(tmp_path: Path) -> None:
     """The daemon's launcher passes rank 0's summaries on and stops the job cleanly on request."""
-    from agents.se_darwin import plugin
+    from genesis_fp16_agents.se_darwin import plugin
 
     summaries: list[TrainingSummary] = []
     request = TrainRequest(
@@ -231,7 +231,7 @@ def test_launcher_relays_every_stderr_line_with_the_jobs_context(
 
 def test_torchrun_command_hands_the_whole_request_as_a_file(tmp_path: Path) -> None:
     """The ranks get one --request file: precision, reason, guard, options round-trip whole."""
-    from infrastructure.training import GuardConfig
+    from genesis_fp16_infrastructure.training import GuardConfig
 
     request = TrainRequest(
         agent="a",

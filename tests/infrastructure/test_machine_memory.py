@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from infrastructure.machine_memory import machine_memory_bytes
+from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
 
 
 def test_a_cgroup_limit_below_the_ram_wins_and_no_limit_is_ignored(tmp_path: Path) -> None:

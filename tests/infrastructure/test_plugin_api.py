@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import torch
 
-from infrastructure.plugin_api import TrainRequest, TrainResult
-from infrastructure.training import GuardConfig, fit
+from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainResult
+from genesis_fp16_infrastructure.training import GuardConfig, fit
 
 
 class _Line:
@@ -83,7 +83,7 @@ def test_from_fit_reports_what_ran(tmp_path: Path) -> None:
 
 def test_agent_option_parses_text_and_refuses_wrong_types() -> None:
     """Text from the CLI/.env becomes the declared type; a wrong type or choice is refused."""
-    from infrastructure.plugin_api import AgentOption, TrainRequestError, parse_options
+    from genesis_fp16_infrastructure.plugin_api import AgentOption, TrainRequestError, parse_options
 
     declared = [
         AgentOption("lr", "float", 0.1, "step size"),

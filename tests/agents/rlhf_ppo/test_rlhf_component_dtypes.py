@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from agents.rlhf_ppo.engine import PPOConfig, PPOEngine
-from agents.rlhf_ppo.presets import PRESETS
+from genesis_fp16_agents.rlhf_ppo.engine import PPOConfig, PPOEngine
+from genesis_fp16_agents.rlhf_ppo.presets import PRESETS
 
 
 def _record(engine: PPOEngine) -> dict[str, set[torch.dtype]]:

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from agents.rlhf_ppo import plugin
-from infrastructure.plugin_api import TrainRequest, TrainResult
+from genesis_fp16_agents.rlhf_ppo import plugin
+from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainResult
 
 pytestmark = [
     pytest.mark.gpu,

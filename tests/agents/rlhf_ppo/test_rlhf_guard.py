@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 import torch
 
-from agents.rlhf_ppo import plugin
-from agents.rlhf_ppo.engine import PPOEngine
-from infrastructure.plugin_api import TrainRequest, TrainResult
-from infrastructure.rl.ppo_math import token_logprobs
-from infrastructure.training import GuardConfig
-from infrastructure.training.precision_memory import remember_demotions
+from genesis_fp16_agents.rlhf_ppo import plugin
+from genesis_fp16_agents.rlhf_ppo.engine import PPOEngine
+from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainResult
+from genesis_fp16_infrastructure.rl.ppo_math import token_logprobs
+from genesis_fp16_infrastructure.training import GuardConfig
+from genesis_fp16_infrastructure.training.precision_memory import remember_demotions
 
 FAULT_STEP = 8  # from this optimizer step on, the policy has an activation outlier
 STEPS = 16
@@ -93,7 +93,7 @@ def test_clean_guarded_run_reports_nothing_and_equals_an_unguarded_one(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Without a fault the guard never fires, and watching changes no weight."""
-    with caplog.at_level("WARNING", logger="agents.rlhf_ppo.guarding"):
+    with caplog.at_level("WARNING", logger="genesis_fp16_agents.rlhf_ppo.guarding"):
         guarded = _train(tmp_path / "guarded", "fp16", STEPS, guard=GUARD)
     assert guarded.demotions == () and guarded.precision_used == "fp16"
     assert guarded.extra["presets_run"] == ["fp16_all"]

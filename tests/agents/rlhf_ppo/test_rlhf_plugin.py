@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import torch
 
-from agents.rlhf_ppo import plugin
-from infrastructure.plugin_api import AgentPlugin, TrainRequest, TrainResult
-from infrastructure.training import TrainingSummary
+from genesis_fp16_agents.rlhf_ppo import plugin
+from genesis_fp16_infrastructure.plugin_api import AgentPlugin, TrainRequest, TrainResult
+from genesis_fp16_infrastructure.training import TrainingSummary
 
 RANDOM_POLICY_REWARD = 0.25  # mean partial credit of a uniform next digit
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.rlhf_ppo.presets import DEFAULT_PRESET, PRESETS, resolve_preset
+from genesis_fp16_agents.rlhf_ppo.presets import DEFAULT_PRESET, PRESETS, resolve_preset
 
 SEED_MATRIX = {  # the seed's table: policy, ref, reward, value, kl
     "bf16_pure": ("bf16", "bf16", "bf16", "bf16", "bf16"),

@@ -10,26 +10,26 @@ import pytest
 import torch
 from se_darwin_runs import train as _train
 
-from agents.se_darwin import plugin
-from agents.se_darwin import task as task_module
-from agents.se_darwin.task import (
+from benchmarks.ensemble_step import LoopEnsemble  # the loop layout, the bench's reference
+from genesis_fp16_agents.se_darwin import plugin
+from genesis_fp16_agents.se_darwin import task as task_module
+from genesis_fp16_agents.se_darwin.task import (
     CROSS_VALIDATION_BELOW,
     SEDarwinTask,
     TaskOptions,
     WorldModelOutput,
     assign_folds,
 )
-from benchmarks.ensemble_step import LoopEnsemble  # the loop layout, the bench's reference
-from infrastructure.data.readers import read_trajectories
-from infrastructure.plugin_api import TrainRequestError
-from infrastructure.world_model.model import (
+from genesis_fp16_infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.world_model.model import (
     ModelConfig,
     WorldModel,
     WorldModelEnsemble,
     build_world_model,
     world_model_losses,
 )
-from infrastructure.world_model.predict import WorldModelPredictor
+from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 
 FOLDS = 5
 

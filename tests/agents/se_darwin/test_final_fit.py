@@ -9,12 +9,12 @@ import pytest
 import torch
 from se_darwin_runs import train
 
-from agents.se_darwin import plugin
-from agents.se_darwin.plugin import SPLIT_FOLDER, SUPERSEDED_FOLDER
-from infrastructure.data.readers import read_trajectories
-from infrastructure.plugin_api import TrainRequest, TrainRequestError, TrainResult
-from infrastructure.training.checkpoint import CheckpointManager
-from infrastructure.world_model.predict import WorldModelPredictor
+from genesis_fp16_agents.se_darwin import plugin
+from genesis_fp16_agents.se_darwin.plugin import SPLIT_FOLDER, SUPERSEDED_FOLDER
+from genesis_fp16_infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError, TrainResult
+from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
+from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ import pytest
 import torch
 from se_darwin_runs import train
 
-from infrastructure.data.synthetic import generate_pool
-from infrastructure.training.checkpoint import CheckpointManager, load_checkpoint
+from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager, load_checkpoint
 
 
 def _write(folder: Path, name: str, pool: dict[str, object]) -> None:

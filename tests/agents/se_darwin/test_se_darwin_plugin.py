@@ -18,14 +18,14 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from se_darwin_runs import train as _train
 
-from agents.se_darwin import plugin
-from agents.se_darwin import task as task_module
-from agents.se_darwin.task import split_examples
 from genesis_fp16.plugins import load_plugin
-from infrastructure.data.readers import read_trajectories
-from infrastructure.plugin_api import AgentPlugin, TrainRequestError, TrainResult
-from infrastructure.world_model.metrics import auc, brier
-from infrastructure.world_model.predict import WorldModelPredictor
+from genesis_fp16_agents.se_darwin import plugin
+from genesis_fp16_agents.se_darwin import task as task_module
+from genesis_fp16_agents.se_darwin.task import split_examples
+from genesis_fp16_infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.plugin_api import AgentPlugin, TrainRequestError, TrainResult
+from genesis_fp16_infrastructure.world_model.metrics import auc, brier
+from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -108,8 +108,8 @@ def test_prediction_after_a_restart_scores_as_training_did(
         f"""
         import json, sys
         from pathlib import Path
-        from infrastructure.data.readers import read_trajectories
-        from infrastructure.world_model.predict import WorldModelPredictor, load_pool
+        from genesis_fp16_infrastructure.data.readers import read_trajectories
+        from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor, load_pool
         data = Path({str(data)!r})
         held = json.loads(sys.argv[1])
         pool = json.loads(data.read_text())["trajectories"]
@@ -156,8 +156,9 @@ def _quarantine_rank(rank: int, init: str, folder: str) -> None:
     )
     try:
         given: list[str | None] = []
-        # read_pool (agents.se_darwin.task) reads the pool for the plugin: spy on its reader.
-        module = importlib.import_module("agents.se_darwin.task")
+        # read_pool (genesis_fp16_agents.se_darwin.task) reads the pool for the plugin: spy on
+        # its reader.
+        module = importlib.import_module("genesis_fp16_agents.se_darwin.task")
         read = module.read_trajectories
 
         def spy(path: Path, quarantine: Path | None = None, **kwargs: object) -> object:
@@ -202,7 +203,7 @@ def test_held_out_auc_on_20000_generated_trajectories(tmp_path: Path) -> None:
 
 def test_split_sizes_follow_the_pool_and_a_small_tail_joins_the_batch_before() -> None:
     """Held-out aims at 1,000 records within 10-30%; a tail under half a batch is merged."""
-    from agents.se_darwin.task import _chunks, split_fractions
+    from genesis_fp16_agents.se_darwin.task import _chunks, split_fractions
 
     assert split_fractions(500) == (0.3, 0.2)
     assert split_fractions(5000) == (0.2, 0.2)

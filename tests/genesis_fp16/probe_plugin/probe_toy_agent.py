@@ -12,7 +12,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from infrastructure.plugin_api import API_VERSION, ProbeSetup, TrainRequest, TrainResult
+from genesis_fp16_infrastructure.plugin_api import (
+    API_VERSION,
+    ProbeSetup,
+    TrainRequest,
+    TrainResult,
+)
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

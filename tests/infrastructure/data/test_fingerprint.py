@@ -9,10 +9,10 @@ from pathlib import Path
 
 import torch
 
-from infrastructure.data.fingerprint import compare, fingerprint
-from infrastructure.data.readers import read_trajectories
-from infrastructure.data.schema import Example, Label
-from infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.data.fingerprint import compare, fingerprint
+from genesis_fp16_infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.data.schema import Example, Label
+from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 
 def _examples(tmp_path: Path, count: int = 200) -> list[Example]:

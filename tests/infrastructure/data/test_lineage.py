@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from infrastructure.data.lineage import Pool, PoolEntry, created_seconds
-from infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.data.lineage import Pool, PoolEntry, created_seconds
+from genesis_fp16_infrastructure.data.readers import read_trajectories
 
 
 def _pool() -> Pool:

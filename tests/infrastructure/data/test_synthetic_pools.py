@@ -7,8 +7,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from infrastructure.data.schema import Trajectory, TrajectoryPool
-from infrastructure.data.synthetic import generate_pool, write_pool
+from genesis_fp16_infrastructure.data.schema import Trajectory, TrajectoryPool
+from genesis_fp16_infrastructure.data.synthetic import generate_pool, write_pool
 
 
 def test_same_seed_same_bytes_other_seed_other_data(tmp_path: Path) -> None:

@@ -10,9 +10,13 @@ from typing import Any
 
 import pytest
 
-from infrastructure.data.readers import DataError, DataTooLarge, read_trajectories
-from infrastructure.data.schema import derive_label
-from infrastructure.data.synthetic import generate_pool, write_pool, write_replay_buffer
+from genesis_fp16_infrastructure.data.readers import DataError, DataTooLarge, read_trajectories
+from genesis_fp16_infrastructure.data.schema import derive_label
+from genesis_fp16_infrastructure.data.synthetic import (
+    generate_pool,
+    write_pool,
+    write_replay_buffer,
+)
 
 
 def _pool(records: dict[str, dict[str, Any]], **header: Any) -> dict[str, Any]:
@@ -223,7 +227,7 @@ def test_a_gzip_bomb_is_quarantined_without_inflating_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A .json.gz that inflates past the limit is quarantined; the limit bounds the memory."""
-    import infrastructure.data.readers as readers
+    import genesis_fp16_infrastructure.data.readers as readers
 
     monkeypatch.setattr(readers, "MAX_DECOMPRESSED_BYTES", 2**20)
     folder = tmp_path / "data"
@@ -243,7 +247,7 @@ def test_a_file_that_vanishes_mid_read_is_quarantined_alone(
 ) -> None:
     """A writer removes a file after the folder was listed: that file is one quarantine
     entry saying so, and every other file is still read (it used to abort the read)."""
-    import infrastructure.data.readers as readers
+    import genesis_fp16_infrastructure.data.readers as readers
 
     folder = tmp_path / "data"
     _write(folder / "a.json", _pool({"a": _record("a")}))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agents.se_darwin import plugin
-from infrastructure.probe import run_probe
+from genesis_fp16_agents.se_darwin import plugin
+from genesis_fp16_infrastructure.probe import run_probe
 
 
 @pytest.mark.slow

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from infrastructure.plugin_api import ProbeSetup
-from infrastructure.probe import run_probe, search_loss_scale
+from genesis_fp16_infrastructure.plugin_api import ProbeSetup
+from genesis_fp16_infrastructure.probe import run_probe, search_loss_scale
 
 
 def _scaled_grads_of_loss_times(constant: float) -> Callable[[float], list[torch.Tensor | None]]:

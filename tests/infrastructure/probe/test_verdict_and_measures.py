@@ -6,15 +6,20 @@ import math
 
 import torch
 
-from infrastructure.probe.measures import (
+from genesis_fp16_infrastructure.probe.measures import (
     cosine,
     flushed_fraction,
     parameter_drift,
     sign_flip_fraction,
     worst_layer_cosine,
 )
-from infrastructure.probe.report import Measures
-from infrastructure.probe.verdict import Candidate, Thresholds, grade_measures, recommend
+from genesis_fp16_infrastructure.probe.report import Measures
+from genesis_fp16_infrastructure.probe.verdict import (
+    Candidate,
+    Thresholds,
+    grade_measures,
+    recommend,
+)
 
 
 def _cand(name: str, rank: int, overall: str = "green", seconds: float = 1.0) -> Candidate:

@@ -7,7 +7,12 @@ import math
 import pytest
 import torch
 
-from infrastructure.rl.ppo_math import clipped_policy_loss, gae, token_logprobs, value_loss
+from genesis_fp16_infrastructure.rl.ppo_math import (
+    clipped_policy_loss,
+    gae,
+    token_logprobs,
+    value_loss,
+)
 
 
 def test_token_logprobs_match_float64_log_softmax() -> None:

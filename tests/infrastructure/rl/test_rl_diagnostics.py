@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from infrastructure.rl import diagnostics as dg
+from genesis_fp16_infrastructure.rl import diagnostics as dg
 
 F64 = torch.float64
 

@@ -20,7 +20,13 @@ from torch.nn import functional as F
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler, StepLR
 
-from infrastructure.training import FitOptions, FitResult, GuardConfig, ScalerConfig, fit
+from genesis_fp16_infrastructure.training import (
+    FitOptions,
+    FitResult,
+    GuardConfig,
+    ScalerConfig,
+    fit,
+)
 
 Batch = tuple[int, torch.Tensor, torch.Tensor]
 BATCHES_PER_EPOCH = 8

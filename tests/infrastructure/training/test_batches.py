@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import pytest
 import torch
 
-from infrastructure.training import FitOptions, fit, to_device
+from genesis_fp16_infrastructure.training import FitOptions, fit, to_device
 
 
 class Pair(NamedTuple):

@@ -10,12 +10,17 @@ import pytest
 import torch
 from test_fit import RegressionTask
 
-from infrastructure.training import FitOptions, TrainerConfig, fit
-from infrastructure.training import calibration as cal
-from infrastructure.training import precision as precision_module
-from infrastructure.training.calibration import AutoPrecision, Measured, auto_candidates, choose
-from infrastructure.training.execution import ExecutionError
-from infrastructure.training.precision import DeviceCapabilities
+from genesis_fp16_infrastructure.training import FitOptions, TrainerConfig, fit
+from genesis_fp16_infrastructure.training import calibration as cal
+from genesis_fp16_infrastructure.training import precision as precision_module
+from genesis_fp16_infrastructure.training.calibration import (
+    AutoPrecision,
+    Measured,
+    auto_candidates,
+    choose,
+)
+from genesis_fp16_infrastructure.training.execution import ExecutionError
+from genesis_fp16_infrastructure.training.precision import DeviceCapabilities
 
 NATIVE_BF16 = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native")
 
@@ -251,7 +256,7 @@ def test_the_table_names_every_candidate_and_the_choice() -> None:
 
 def test_a_train_request_carries_its_exclusions_to_fit(tmp_path: Path) -> None:
     """The daemon's red-probe exclusions reach FitOptions.auto_precision unchanged."""
-    from infrastructure.plugin_api import TrainRequest
+    from genesis_fp16_infrastructure.plugin_api import TrainRequest
 
     request = TrainRequest(
         agent="a",

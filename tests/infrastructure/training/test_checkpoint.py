@@ -14,10 +14,15 @@ import pytest
 import torch
 from torch import nn
 
-from infrastructure.training import CheckpointManager, PrecisionPolicy, ScalerConfig, Trainer
-from infrastructure.training import checkpoint_keys as keys
-from infrastructure.training.checkpoint import CheckpointError, load_checkpoint
-from infrastructure.training.rng import capture_rng_state, restore_rng_state
+from genesis_fp16_infrastructure.training import (
+    CheckpointManager,
+    PrecisionPolicy,
+    ScalerConfig,
+    Trainer,
+)
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, load_checkpoint
+from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
 
 
 def _state(step: int) -> dict[str, Any]:

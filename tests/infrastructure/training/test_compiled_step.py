@@ -19,8 +19,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from infrastructure.training import FitOptions, PrecisionPolicy, Trainer, TrainerConfig, fit
-from infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training import (
+    FitOptions,
+    PrecisionPolicy,
+    Trainer,
+    TrainerConfig,
+    fit,
+)
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

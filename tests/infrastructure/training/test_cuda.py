@@ -10,7 +10,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from infrastructure.training import PrecisionPolicy, ScalerConfig, Trainer, TrainerConfig
+from genesis_fp16_infrastructure.training import (
+    PrecisionPolicy,
+    ScalerConfig,
+    Trainer,
+    TrainerConfig,
+)
 
 pytestmark = [
     pytest.mark.gpu,
@@ -79,7 +84,7 @@ def test_fp16_and_bf16_step_times_against_fp32(capsys: pytest.CaptureFixture[str
 
 def test_fit_trains_in_fp16_on_cuda(tmp_path: Path) -> None:
     """fit() resolves auto to fp16 on CUDA and trains with a checkpoint."""
-    from infrastructure.training import FitOptions, fit
+    from genesis_fp16_infrastructure.training import FitOptions, fit
 
     class Task:
         def build_model(self) -> nn.Module:

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from infrastructure.training import (
+from genesis_fp16_infrastructure.training import (
     FitOptions,
     GuardConfig,
     PrecisionPolicy,

@@ -20,10 +20,10 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from infrastructure.training import FitOptions, GuardConfig, ScalerConfig, fit
-from infrastructure.training import checkpoint_keys as keys
-from infrastructure.training.checkpoint import load_checkpoint
-from infrastructure.training.distributed import agreed_stop, shard_step, slice_batch
+from genesis_fp16_infrastructure.training import FitOptions, GuardConfig, ScalerConfig, fit
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
+from genesis_fp16_infrastructure.training.distributed import agreed_stop, shard_step, slice_batch
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed missing")
 

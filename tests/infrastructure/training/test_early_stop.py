@@ -11,10 +11,14 @@ import torch.nn.functional as F
 from test_fit import RegressionTask
 from torch import nn
 
-from infrastructure.training import FitOptions, fit
-from infrastructure.training import checkpoint_keys as keys
-from infrastructure.training.checkpoint import CheckpointManager
-from infrastructure.training.early_stop import EarlyStopping, EarlyStopTracker, served_weights
+from genesis_fp16_infrastructure.training import FitOptions, fit
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
+from genesis_fp16_infrastructure.training.early_stop import (
+    EarlyStopping,
+    EarlyStopTracker,
+    served_weights,
+)
 
 
 class DriftingTask(RegressionTask):

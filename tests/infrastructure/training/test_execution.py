@@ -10,22 +10,22 @@ from typing import NamedTuple
 import pytest
 import torch
 
-from infrastructure.plugin_api import TrainRequest, TrainResult
-from infrastructure.training import (
+from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainResult
+from genesis_fp16_infrastructure.training import (
     FitOptions,
     PrecisionPolicy,
     Trainer,
     TrainerConfig,
     fit,
 )
-from infrastructure.training import checkpoint_keys as keys
-from infrastructure.training.cuda_graph import flatten_tensors, signature
-from infrastructure.training.execution import (
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training.cuda_graph import flatten_tensors, signature
+from genesis_fp16_infrastructure.training.execution import (
     ExecutionError,
     MeasuredExecution,
     resolve_execution,
 )
-from infrastructure.training.execution_names import COMPILE_MODE, EXECUTION_MODES
+from genesis_fp16_infrastructure.training.execution_names import COMPILE_MODE, EXECUTION_MODES
 
 CUDA = torch.device("cuda", 0)  # resolve_execution only reads .type: no GPU needed
 

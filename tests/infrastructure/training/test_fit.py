@@ -14,7 +14,7 @@ from torch.nn import functional as F
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from infrastructure.training import (
+from genesis_fp16_infrastructure.training import (
     CheckpointManager,
     FitOptions,
     ScalerConfig,
@@ -23,7 +23,7 @@ from infrastructure.training import (
     TrainingTask,
     fit,
 )
-from infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 
 Batch = tuple[int, int, torch.Tensor, torch.Tensor]
 

@@ -14,7 +14,7 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from infrastructure.training import LossScaler, PrecisionPolicy, ScalerConfig
+from genesis_fp16_infrastructure.training import LossScaler, PrecisionPolicy, ScalerConfig
 
 INF = float("inf")
 

@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
-import infrastructure.training as training
+import genesis_fp16_infrastructure.training as training
 
 TORCH_FREE = (
-    "infrastructure.training.guard_config",
-    "infrastructure.training.precision_memory",
-    "infrastructure.training.loss_scaler_config",
-    "infrastructure.training.precision_names",
+    "genesis_fp16_infrastructure.training.guard_config",
+    "genesis_fp16_infrastructure.training.precision_memory",
+    "genesis_fp16_infrastructure.training.loss_scaler_config",
+    "genesis_fp16_infrastructure.training.precision_names",
 )
 
 
@@ -30,7 +30,8 @@ def test_config_modules_import_without_torch() -> None:
     code = (
         "import sys\n"
         + "".join(f"import {name}\n" for name in TORCH_FREE)
-        + "from infrastructure.training import GuardConfig, PrecisionMemory, ScalerConfig\n"
+        + "from genesis_fp16_infrastructure.training import "
+        + "GuardConfig, PrecisionMemory, ScalerConfig\n"
         + "GuardConfig(); ScalerConfig()\n"
         + "print('torch' in sys.modules)\n"
     )
@@ -38,13 +39,13 @@ def test_config_modules_import_without_torch() -> None:
 
 
 def test_fit_stays_the_function_after_its_submodule_loads_first() -> None:
-    """Importing infrastructure.training.fit directly does not shadow the function fit."""
+    """Importing the training package's fit module directly does not shadow the function fit."""
     code = (
-        "from infrastructure.training.fit import FitOptions\n"
-        "from infrastructure.training import fit\n"
+        "from genesis_fp16_infrastructure.training.fit import FitOptions\n"
+        "from genesis_fp16_infrastructure.training import fit\n"
         "print(callable(fit) and fit.__module__)\n"
     )
-    assert _run(code) == "infrastructure.training.fit"
+    assert _run(code) == "genesis_fp16_infrastructure.training.fit"
 
 
 def test_all_lists_exactly_the_lazy_exports() -> None:
@@ -55,5 +56,7 @@ def test_all_lists_exactly_the_lazy_exports() -> None:
 @pytest.mark.parametrize("name", training.__all__)
 def test_every_exported_name_resolves(name: str) -> None:
     """Each name in __all__ loads from the package and is its submodule's own object."""
-    module = importlib.import_module(f"infrastructure.training.{training._EXPORTS[name]}")
+    module = importlib.import_module(
+        f"genesis_fp16_infrastructure.training.{training._EXPORTS[name]}"
+    )
     assert getattr(training, name) is getattr(module, name)

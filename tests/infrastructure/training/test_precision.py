@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from infrastructure.training import (
+from genesis_fp16_infrastructure.training import (
     PRECISIONS,
     REQUESTABLE,
     DeviceCapabilities,
@@ -17,7 +17,7 @@ from infrastructure.training import (
     PrecisionPolicy,
     resolve_precision,
 )
-from infrastructure.training import precision as precision_module
+from genesis_fp16_infrastructure.training import precision as precision_module
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from genesis_fp16 import metrics, probe_gate, settings
-from infrastructure.training import (
+from genesis_fp16_infrastructure.training import (
     GuardConfig,
     PrecisionPolicy,
     ScalerConfig,
@@ -18,9 +18,9 @@ from infrastructure.training import (
     dtype_of,
     trainer,
 )
-from infrastructure.training import precision_names as names
-from infrastructure.training.precision import PrecisionError
-from infrastructure.training.precision_memory import ROBUSTNESS
+from genesis_fp16_infrastructure.training import precision_names as names
+from genesis_fp16_infrastructure.training.precision import PrecisionError
+from genesis_fp16_infrastructure.training.precision_memory import ROBUSTNESS
 
 
 def _model_with_grads(grad: float) -> tuple[nn.Linear, torch.Tensor]:

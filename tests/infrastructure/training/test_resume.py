@@ -15,8 +15,14 @@ from torch.nn import functional as F
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from infrastructure.training import FitOptions, FitResult, ScalerConfig, TrainerConfig, fit
-from infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training import (
+    FitOptions,
+    FitResult,
+    ScalerConfig,
+    TrainerConfig,
+    fit,
+)
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 
 Batch = tuple[int, int, torch.Tensor, torch.Tensor]
 

@@ -13,14 +13,14 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from infrastructure.training import (
+from genesis_fp16_infrastructure.training import (
     PrecisionPolicy,
     ScalerConfig,
     Trainer,
     TrainerConfig,
     TrainingSummary,
 )
-from infrastructure.training.cuda_graph import StepGraphs
+from genesis_fp16_infrastructure.training.cuda_graph import StepGraphs
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

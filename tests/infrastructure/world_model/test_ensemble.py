@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from benchmarks.ensemble_step import LoopEnsemble  # the loop layout, the bench's reference
-from infrastructure.world_model.model import (
+from genesis_fp16_infrastructure.world_model.model import (
     ModelConfig,
     WorldModel,
     WorldModelEnsemble,

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import torch
 
-from infrastructure.data.lineage import Pool, PoolEntry
-from infrastructure.data.readers import read_trajectories
-from infrastructure.data.schema import Trajectory
-from infrastructure.data.synthetic import generate_pool
-from infrastructure.world_model.features import NUMERIC_FEATURES, FeatureEncoder
+from genesis_fp16_infrastructure.data.lineage import Pool, PoolEntry
+from genesis_fp16_infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.data.schema import Trajectory
+from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.world_model.features import NUMERIC_FEATURES, FeatureEncoder
 
 POST_HOC = (
     "status",

@@ -8,8 +8,12 @@ import math
 import pytest
 import torch
 
-from infrastructure.world_model.metrics import accuracy, auc, brier, mae
-from infrastructure.world_model.model import ModelConfig, WorldModel, world_model_losses
+from genesis_fp16_infrastructure.world_model.metrics import accuracy, auc, brier, mae
+from genesis_fp16_infrastructure.world_model.model import (
+    ModelConfig,
+    WorldModel,
+    world_model_losses,
+)
 
 
 def _targets(n: int) -> tuple[torch.Tensor, ...]:
