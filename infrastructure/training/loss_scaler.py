@@ -2,7 +2,8 @@
 
 :class:`LossScaler` has the methods of ``torch.amp.GradScaler`` (``scale``, ``unscale_``,
 ``step``, ``update``, ``get_scale``, ``is_enabled``, ``state_dict``, ``load_state_dict``)
-and adds a floor and a ceiling for the scale, DeepSpeed-style hysteresis, an ``unstable``
+and adds a floor and a ceiling for the scale, hysteresis (DeepSpeed's with
+``consecutive_hysteresis=True``, not its default: see the class docstring), an ``unstable``
 flag for a run that keeps overflowing at the floor, and device-side overflow counters.
 
 All of its state lives in tensors on the scaler's device, and the per-step methods never
@@ -64,7 +65,10 @@ class LossScaler:
       it. With ``hysteresis=h`` the first ``h - 1`` overflows in a row only spend the
       budget; the budget refills to ``h`` after every step without overflow, so a run of
       overflows backs off on its ``h``-th and every later step. Any overflow, tolerated
-      or not, restarts the growth interval.
+      or not, restarts the growth interval. This is DeepSpeed's ``DynamicLossScaler``
+      with ``consecutive_hysteresis=True``; DeepSpeed's default (``False``) refills the
+      budget only when the scale grows, so there overflows spread over a growth
+      interval add up and back off sooner than here.
     - after ``growth_interval`` steps in a row without overflow the scale grows
       (``scale * growth_factor``, never above ``max_scale``, and never to inf).
     - with ``min_scale=0.0, max_scale=float("inf"), hysteresis=1`` the trajectory equals
