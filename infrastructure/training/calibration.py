@@ -226,13 +226,16 @@ def calibrate(
     budget_s: float = DEFAULT_BUDGET_S,
     clock: Callable[[], float] = time.perf_counter,
     expected_steps: int | None = None,
+    scaler: ScalerConfig = ScalerConfig(),  # noqa: B008 (frozen, so sharing is safe)
 ) -> Calibration | None:
     """Time the candidates (or reuse ``cache``); None when there is nothing to choose.
 
     None means one candidate only: the caller resolves ``auto`` by the rule, which
     then names that candidate and why the others are out. ``expected_steps`` (the run's
     budget, when known) bounds the cost to ``RUN_SHARE`` of it, or to each row's minimum
-    where that is more.
+    where that is more. ``scaler`` is the run's loss-scaler config: the fp16 rows step
+    with it (hysteresis above 1 takes more ops per step than the fused update), and it
+    is part of the cache key.
     """
     dev = torch.device(device)
     caps = detect_capabilities(dev)
@@ -244,7 +247,7 @@ def calibrate(
     try:
         template = task.build_model()
         batches = _first_batches(task, seed, WARMUP + MAX_TIMED)
-        key = _key(caps, dev, template, batches[0], candidates, trainer_config)
+        key = _key(caps, dev, template, batches[0], candidates, trainer_config, scaler)
         found = _read_cache(cache, key)
         if found is not None:
             logger.info("precision calibration reused from %s: %s", cache, found.reason)
@@ -254,7 +257,9 @@ def calibrate(
         rows: list[Measured] = []
         for name in candidates:
             for mode in modes:
-                row = _time(name, mode, task, template, batches, dev, trainer_config, limit, clock)
+                row = _time(
+                    name, mode, task, template, batches, dev, trainer_config, limit, clock, scaler
+                )
                 if isinstance(row, str):
                     skipped[f"{name} captured"] = row
                 else:
@@ -359,6 +364,7 @@ def policy_for_run(
         auto.cache,
         auto.budget_s,
         expected_steps=expected_steps,
+        scaler=scaler,
     )
     if calibration is not None:
         policy = PrecisionPolicy.create(calibration.chosen, device, scaler, announce=False)
@@ -404,10 +410,11 @@ def _time(
     config: TrainerConfig,
     limit: _Limit,
     clock: Callable[[], float],
+    scaler: ScalerConfig,
 ) -> Measured | str:
-    """One row: ``name`` in the execution ``mode`` asks for; a str says why a captured
-    row could not be captured (then it is not timed)."""
-    policy = PrecisionPolicy.create(name, device, announce=False)
+    """One row: ``name`` in the execution ``mode`` asks for, with the run's ``scaler``; a
+    str says why a captured row could not be captured (then it is not timed)."""
+    policy = PrecisionPolicy.create(name, device, scaler, announce=False)
     model = copy.deepcopy(template).to(device)
     optimizers = task.build_optimizers(model)
     # Uncompiled rows, for compile=on too: compiling every candidate would cost more than
@@ -451,6 +458,7 @@ def _key(
     batch: Any,
     candidates: list[str],
     config: TrainerConfig,
+    scaler: ScalerConfig,
 ) -> dict[str, str]:
     params = [(n, tuple(p.shape), str(p.dtype)) for n, p in model.named_parameters()]
     return {
@@ -461,6 +469,7 @@ def _key(
         "candidates": ",".join(candidates),
         "cuda_graph": config.cuda_graph,
         "margin": str(MARGIN),
+        "scaler": json.dumps(asdict(scaler), sort_keys=True),
     }
 
 

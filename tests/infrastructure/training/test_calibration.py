@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from genesis_fp16_infrastructure.training.calibration import (
     choose,
 )
 from genesis_fp16_infrastructure.training.execution import ExecutionError
+from genesis_fp16_infrastructure.training.loss_scaler import LossScaler, ScalerConfig
 from genesis_fp16_infrastructure.training.precision import DeviceCapabilities
 
 NATIVE_BF16 = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native")
@@ -271,3 +273,49 @@ def test_a_train_request_carries_its_exclusions_to_fit(tmp_path: Path) -> None:
     )
     auto = request.fit_options().auto_precision
     assert auto == AutoPrecision("measure", {"fp16": "probe red: headroom"}, tmp_path / "cal.json")
+
+
+NATIVE_BOTH = DeviceCapabilities("cpu", True, True, "test: bf16 and fp16 taken as native")
+RUN_SCALER = ScalerConfig(init_scale=512.0, growth_interval=3, hysteresis=2)
+
+
+@pytest.fixture
+def fp16_native(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Make bf16 and fp16 candidates on any CPU (real fp16 arithmetic either way)."""
+    monkeypatch.setattr(cal, "detect_capabilities", lambda device: NATIVE_BOTH)
+    monkeypatch.setattr(precision_module, "detect_capabilities", lambda device: NATIVE_BOTH)
+    yield
+
+
+def test_the_fp16_rows_step_with_the_runs_scaler_config_not_the_default(
+    fp16_native: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fit(auto, measure) times fp16 with FitOptions.scaler: its config and its grown scale."""
+    scalers: list[LossScaler] = []
+
+    class Recording(cal.Trainer):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            if self.policy.name == "fp16":
+                scalers.append(self.scaler)
+
+    monkeypatch.setattr(cal, "Trainer", Recording)
+    auto = AutoPrecision(mode="measure", budget_s=0.5)
+    options = FitOptions(steps=2, auto_precision=auto, scaler=RUN_SCALER, resume=False)
+    result = fit(RegressionTask(), options)
+    assert result.calibration is not None
+    assert [r.precision for r in result.calibration.rows] == ["fp32", "bf16", "fp16"]
+    assert len(scalers) == 1 and scalers[0].config == RUN_SCALER
+    # 5+ clean steps from 512 with growth every 3: grown at least once, far from 65536.
+    assert 1024.0 <= scalers[0].get_scale() < ScalerConfig().init_scale
+
+
+def test_another_scaler_config_measures_again(fp16_native: None, tmp_path: Path) -> None:
+    """The scaler config is part of the cache key: a run with another one is timed afresh."""
+    cache = tmp_path / "cal.json"
+    first = cal.calibrate(RegressionTask(), "cpu", 0, TrainerConfig(), cache=cache, budget_s=0.2)
+    other = cal.calibrate(
+        RegressionTask(), "cpu", 0, TrainerConfig(), cache=cache, budget_s=0.2, scaler=RUN_SCALER
+    )
+    assert first is not None and other is not None and not other.cached
+    assert json.loads(other.key["scaler"])["hysteresis"] == RUN_SCALER.hysteresis
