@@ -38,6 +38,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from genesis_fp16.guard_settings import GuardSettings
 from genesis_fp16.plugins import ENTRY_POINT_GROUP
 from genesis_fp16.settings_sources import SettingsSources, read_sources
+from genesis_fp16.tracking import tensorboard_missing
 from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
 from genesis_fp16_infrastructure.training.precision_names import CHOICES
 
@@ -188,6 +189,9 @@ class Settings(BaseSettings, GuardSettings):
     # None: the agent's own budget (se_darwin: early stopping within 100 epochs)
     steps_per_run: int | None = Field(default=None, ge=1)
     log_interval: int = Field(default=50, ge=1)
+    # Per-run curves (genesis_fp16/tracking.py): TensorBoard event files, one run per job
+    # under <dir>/<agent>/<run_id>. Unset or empty: none. Needs the tensorboard extra.
+    tracking_dir: Path | None = None
     # Periodic checkpoints: every N optimizer steps (None: a tenth of the run's steps, or
     # each validation of an early-stopped run) or after S seconds, whichever comes first.
     checkpoint_steps: int | None = Field(default=None, ge=1)
@@ -222,6 +226,15 @@ class Settings(BaseSettings, GuardSettings):
             return None
         if value < 2**20:
             raise ValueError("must be 0 (no limit) or at least 1048576 (1 MiB)")
+        return value
+
+    @field_validator("tracking_dir")
+    @classmethod
+    def _check_tracking(cls, value: Path | None) -> Path | None:
+        # At start-up (and on reload), not at the first run's first write.
+        missing = tensorboard_missing() if value is not None else None
+        if missing is not None:
+            raise ValueError(missing)
         return value
 
     @field_validator("plugin_allowlist", mode="before")

@@ -340,3 +340,23 @@ def test_the_run_memory_limit_defaults_to_the_machine_shared_by_the_runs(
     assert load_settings().run_memory_limit_bytes is None
     monkeypatch.setenv("GENESIS_FP16_RUN_MEMORY_LIMIT_BYTES", str(2**30))
     assert load_settings().run_memory_limit_bytes == 2**30
+
+
+def test_tracking_dir_is_off_when_empty_and_refused_in_one_line_without_tensorboard(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An empty GENESIS_FP16_TRACKING_DIR is off; a set one without tensorboard importable is
+    a settings error naming the variable and the extra to install, not a failure mid-run."""
+    import sys
+
+    monkeypatch.setenv("GENESIS_FP16_TRACKING_DIR", "")
+    assert load_settings().tracking_dir is None
+    monkeypatch.setenv("GENESIS_FP16_TRACKING_DIR", "runs")
+    assert load_settings().tracking_dir == Path("runs")
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # what `import tensorboard` fails on
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        "GENESIS_FP16_TRACKING_DIR: tensorboard is not installed: "
+        "pip install 'genesis-fp16[tensorboard]'"
+    )

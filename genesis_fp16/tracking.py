@@ -1,0 +1,173 @@
+"""Per-run curves: TensorBoard event files, one run per job, under ``<dir>/<agent>/<run_id>``.
+
+Prometheus keeps each agent's *last* value; a run's history (how the loss fell, when the
+loss scale halved, which steps were skipped) is what TensorBoard shows. Set
+``GENESIS_FP16_TRACKING_DIR`` (or ``train --tracking-dir``) and every run writes, at each
+log interval, through ``torch.utils.tensorboard``:
+
+- ``train/loss``, ``train/loss_scale``, ``train/skipped_steps``,
+  ``train/overflow_rate_window``, ``train/grad_norm``, ``train/samples_per_second``;
+- ``precision/fp32``, ``precision/bf16``, ``precision/fp16``: 1 for the precision that
+  ran at that step, 0 for the others;
+
+and at its end ``eval/<metric>`` and ``execution/<mode>`` (1 for what the steps ran as)
+at the last step, with a text ``run`` naming the request and the outcome.
+
+A tracker never fails a run: a write that fails (a full disk) is logged once, counted in
+:attr:`RunTracker.failures`, and the tracker stops writing for the rest of that run.
+
+>>> tracker = RunTracker.open(Path("runs"), "se_darwin", "3f2a9c1d0b7e")  # doctest: +SKIP
+>>> tracker.log_summary(summary)                                          # doctest: +SKIP
+>>> tracker.close()                                                       # doctest: +SKIP
+0
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from genesis_fp16_infrastructure.training.execution_names import EXECUTION_MODES
+from genesis_fp16_infrastructure.training.precision_names import PRECISIONS
+
+log = structlog.get_logger("genesis_fp16.tracking")
+
+TENSORBOARD_EXTRA = "pip install 'genesis-fp16[tensorboard]'"
+# Seconds between the writer's flushes to disk: what a TensorBoard open on a long run lags.
+FLUSH_SECONDS = 30
+
+
+def tensorboard_missing() -> str | None:
+    """None when tensorboard can be imported, else one line naming the extra to install.
+
+    Looks the package up without importing it (settings are checked at every start-up).
+    """
+    try:
+        found = importlib.util.find_spec("tensorboard") is not None
+    except (ImportError, ValueError):  # a package blocked in sys.modules, a broken one
+        found = False
+    return None if found else f"tensorboard is not installed: {TENSORBOARD_EXTRA}"
+
+
+class RunTracker:
+    """One run's TensorBoard event files; every method swallows and counts write errors.
+
+    Open it with :meth:`open` before the run, feed it each ``TrainingSummary``
+    (:meth:`log_summary`) and the ``TrainResult`` (:meth:`log_result`), then
+    :meth:`close` it: that returns the number of failed writes. ::
+
+        tracker = RunTracker.open(Path("/var/lib/genesis-fp16/runs"), "se_darwin", run_id)
+        tracker.log_start({"precision requested": "auto", "device": "cuda"})
+        request = replace(request, on_log=tracker.log_summary)
+        tracker.log_result(plugin.train(request))
+        tracker.close()
+    """
+
+    def __init__(self, path: Path, writer: Any) -> None:
+        self.path = path
+        self.failures = 0
+        self._writer = writer  # None once a write failed: the run goes on without curves
+        self._last_step: int | None = None
+
+    @classmethod
+    def open(cls, root: Path, agent: str, run_id: str) -> RunTracker:
+        """A tracker writing under ``root/agent/run_id``; one that cannot create its folder
+        or file is returned closed, with the failure logged and counted."""
+        path = Path(root) / agent / run_id
+        tracker = cls(path, None)
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            tracker._writer = SummaryWriter(str(path), flush_secs=FLUSH_SECONDS)
+        except Exception as exc:  # an unwritable folder, a full disk
+            tracker._failed(exc)
+        return tracker
+
+    def log_start(self, fields: Mapping[str, object]) -> None:
+        """What the run was asked to do, as the text ``run`` (TensorBoard's Text tab)."""
+        self._write(lambda w: w.add_text("run", _table(fields), 0))
+
+    def log_summary(self, summary: Any) -> None:
+        """One log interval's ``TrainingSummary``, at its step (skipped steps included)."""
+        step = int(summary.step)
+        self._last_step = step
+        scalars = {
+            "train/loss": summary.train_loss,
+            "train/loss_scale": summary.loss_scale,
+            "train/skipped_steps": summary.skipped_steps,
+            "train/overflow_rate_window": summary.overflow_rate_window,
+            "train/grad_norm": summary.grad_norm,
+            "train/samples_per_second": summary.samples_per_second,
+        }
+        for name in PRECISIONS:
+            scalars[f"precision/{name}"] = float(summary.precision == name)
+        self._scalars(scalars, step)
+
+    def log_result(self, result: Any, extra: Mapping[str, object] | None = None) -> None:
+        """The ``TrainResult``: its eval metrics and execution at the run's last step, and
+        the outcome as the text ``run``; ``extra`` adds lines to that text."""
+        step = self._last_step if self._last_step is not None else int(result.steps)
+        scalars: dict[str, float] = {f"eval/{k}": v for k, v in dict(result.eval).items()}
+        for mode in EXECUTION_MODES:
+            scalars[f"execution/{mode}"] = float(result.execution == mode)
+        self._scalars(scalars, step)
+        outcome = {
+            "outcome": result.outcome,
+            "precision used": f"{result.precision_used} ({result.precision_reason})",
+            "execution": f"{result.execution} ({result.execution_reason})",
+            "steps": result.steps,
+            "skipped steps": result.skipped_steps,
+            "final train loss": result.final_train_loss,
+            **(extra or {}),
+        }
+        self._write(lambda w: w.add_text("run", _table(outcome), step))
+
+    def close(self) -> int:
+        """Flush and close the files; returns the number of writes that failed or were
+        dropped after a failure."""
+        if self._writer is not None:
+            self._write(lambda w: w.close())
+            self._writer = None
+        return self.failures
+
+    def _scalars(self, values: Mapping[str, float], step: int) -> None:
+        def write(writer: Any) -> None:
+            for tag, value in values.items():
+                if isinstance(value, int | float) and math.isfinite(value):
+                    writer.add_scalar(tag, float(value), step)
+
+        self._write(write)
+
+    def _write(self, call: Callable[[Any], object]) -> None:
+        if self._writer is None:
+            if self.failures:  # dropped: the writer gave up after an earlier failure
+                self.failures += 1
+            return
+        try:
+            call(self._writer)
+        except Exception as exc:  # the event file's own thread re-raises its write errors
+            self._failed(exc)
+
+    def _failed(self, exc: Exception) -> None:
+        self.failures += 1
+        writer, self._writer = self._writer, None
+        log.warning(
+            "run tracking failed; the run goes on without its curves",
+            path=str(self.path),
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        if writer is not None:
+            with contextlib.suppress(Exception):  # the same error again: logged, counted
+                writer.close()
+
+
+def _table(fields: Mapping[str, object]) -> str:
+    """A two-column markdown table (TensorBoard renders text summaries as markdown)."""
+    rows = [f"| {name} | {value} |" for name, value in fields.items()]
+    return "\n".join(["| | |", "|---|---|", *rows])
