@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -37,7 +38,13 @@ from genesis_fp16.paths import AgentPaths
 from genesis_fp16.run_request import build_request
 from genesis_fp16.settings import Settings, requested_precision
 from genesis_fp16.storage import storage_error
-from genesis_fp16_infrastructure.plugin_api import AgentPlugin, TrainRequestError, TrainResult
+from genesis_fp16.tracking import RunTracker
+from genesis_fp16_infrastructure.plugin_api import (
+    AgentPlugin,
+    TrainRequest,
+    TrainRequestError,
+    TrainResult,
+)
 from genesis_fp16_infrastructure.training import CheckpointManager, TrainingSummary, checkpoint_keys
 from genesis_fp16_infrastructure.training.execution import ExecutionError
 
@@ -120,6 +127,7 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
         return current is not settings and requested_precision(current, agent, None)[0] != requested
 
     changed = threading.Event()  # a reload stopped the run: it is rerun whatever came since
+    tracker: RunTracker | None = None
 
     def should_stop() -> bool:
         if ctx.stopping.is_set() or time.monotonic() > deadline:
@@ -139,9 +147,11 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
         probe = probe_gate.gate_before_run(
             settings, ctx.metrics.probe, agent, plugin, request.data_path, device, request.precision
         )
+        # Written here, in the daemon's process: a child's or rank 0's summaries are relayed.
+        tracker = open_tracker(settings.tracking_dir, agent, run_id, request)
         request = replace(
             request,
-            on_log=functools.partial(_on_log, ctx, agent, changed.is_set),
+            on_log=functools.partial(_on_log, ctx, agent, changed.is_set, tracker),
             on_diagnostics=functools.partial(ctx.metrics.rl.export_live, agent),
             should_stop=should_stop,
             auto_excluded=probe_gate.red_precisions(probe),
@@ -181,6 +191,7 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
             steps=0,
             duration_seconds=round(duration, 3),
         )
+        close_tracker(tracker)
         return changed.is_set() and not ctx.stopping.is_set()
     except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is a failed run too
         duration = time.monotonic() - started
@@ -210,20 +221,62 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
         else:
             log.exception("training run failed", duration_seconds=round(duration, 3))
         ctx.metrics.finish_run(agent, "failed", duration, None, time.time())
+        close_tracker(tracker)  # the curves up to the failure stay readable
         return False
     finally:
         structlog.contextvars.unbind_contextvars("agent", "run_id")
     rerun = result.stopped_early and changed.is_set() and not ctx.stopping.is_set()
     # A rerun's precision is on the gauge since the reload: the stopped run's stays off it.
     _finish(ctx, agent, run_id, result, time.monotonic() - started, show_precision=not rerun)
+    if tracker is not None:
+        tracker.log_result(result)
+    close_tracker(tracker)
     return rerun
 
 
+def open_tracker(
+    root: Path | None, agent: str, run_id: str, request: TrainRequest
+) -> RunTracker | None:
+    """The run's tracker under ``root/agent/run_id`` (genesis_fp16/tracking.py), with what
+    it was asked to do; None when tracking is off."""
+    if root is None:
+        return None
+    tracker = RunTracker.open(root, agent, run_id)
+    tracker.log_start(
+        {
+            "agent": agent,
+            "run id": run_id,
+            "precision requested": f"{request.precision} ({request.precision_reason})",
+            "device": request.device,
+            "steps": request.steps,
+            "epochs": request.epochs,
+            "data": request.data_path,
+        }
+    )
+    log.info("tracking the run", path=str(tracker.path))
+    return tracker
+
+
+def close_tracker(tracker: RunTracker | None) -> None:
+    """Close the files; a failed or dropped write is counted once more, in one line."""
+    if tracker is None:
+        return
+    failures = tracker.close()
+    if failures:
+        log.warning("run tracking incomplete", path=str(tracker.path), failed_writes=failures)
+
+
 def _on_log(
-    ctx: JobContext, agent: str, stopping: Callable[[], bool], summary: TrainingSummary
+    ctx: JobContext,
+    agent: str,
+    stopping: Callable[[], bool],
+    tracker: RunTracker | None,
+    summary: TrainingSummary,
 ) -> None:
     # A run a reload is stopping reports its last steps; the gauge shows the next run's.
     ctx.metrics.observe_summary(agent, summary, show_precision=not stopping())
+    if tracker is not None:
+        tracker.log_summary(summary)
     log.info(
         "training progress",
         step=summary.step,

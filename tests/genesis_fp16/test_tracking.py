@@ -1,0 +1,110 @@
+"""Per-run curves: a real daemon job writes TensorBoard event files that TensorBoard reads
+back, one run per job; a failing disk is logged and counted, never a failed run."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from genesis_fp16.jobs import DeviceSlots, JobContext, run_agent_job
+from genesis_fp16.metrics import DaemonMetrics
+from genesis_fp16.plugins import load_plugin
+from genesis_fp16.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def read_run(path: Path) -> EventAccumulator:
+    """TensorBoard's own reader over one run's folder."""
+    events = EventAccumulator(str(path))
+    events.Reload()
+    return events
+
+
+def _steps(events: EventAccumulator, tag: str) -> list[int]:
+    return [event.step for event in events.Scalars(tag)]
+
+
+@pytest.mark.slow
+def test_daemon_jobs_write_one_readable_run_each_from_their_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two se_darwin jobs (fp16, each in a child process) give two runs under
+    runs/se_darwin/<run_id>: loss, loss scale, skipped steps and precision at every log
+    interval, eval metrics and execution at the last step; the second continues the steps."""
+    for key in list(os.environ):
+        if key.startswith("GENESIS_FP16_") or key == "ENABLE_FP16_TRAINING":
+            monkeypatch.delenv(key)
+    settings = Settings(
+        state_dir=tmp_path / "state",
+        tracking_dir=tmp_path / "runs",
+        steps_per_run=10,
+        log_interval=5,
+        sample_count=200,
+        run_isolation="process",
+        agents={"se_darwin": {"precision": "fp16"}},  # type: ignore[dict-item]
+    )
+    ctx = JobContext(
+        settings, DaemonMetrics(CollectorRegistry(), "test"), DeviceSlots(1), threading.Event()
+    )
+    plugin = load_plugin("se_darwin")
+    first_runs: list[Path] = []
+    for _ in range(2):
+        run_agent_job(ctx, "se_darwin", plugin)
+        first_runs = first_runs or list((tmp_path / "runs" / "se_darwin").iterdir())
+    runs = list((tmp_path / "runs" / "se_darwin").iterdir())
+    assert len(runs) == 2 and all(re.fullmatch(r"[0-9a-f]{12}", run.name) for run in runs)
+    (second,) = set(runs) - set(first_runs)
+    for run, steps in ((first_runs[0], [5, 10]), (second, [15, 20])):
+        events = read_run(run)
+        for tag in ("train/loss", "train/loss_scale", "train/skipped_steps", "precision/fp16"):
+            assert _steps(events, tag) == steps, (run, tag)
+        assert [e.value for e in events.Scalars("precision/fp16")] == [1.0, 1.0]
+        assert [e.value for e in events.Scalars("precision/bf16")] == [0.0, 0.0]
+        assert all(e.value >= 1 for e in events.Scalars("train/loss_scale"))
+        assert _steps(events, "eval/loss") == [steps[-1]]
+        assert [e.value for e in events.Scalars("execution/eager")] == [1.0]
+        assert events.Tags()["tensors"] == ["run/text_summary"]  # the request, the outcome
+
+
+def test_a_full_disk_is_logged_counted_and_never_raised(tmp_path: Path) -> None:
+    """Under a file-size limit (EFBIG, as a full disk's ENOSPC) the tracker's writes fail:
+    no exception reaches the caller, one warning names the path, the failures are counted."""
+    script = f"""
+import resource, signal, sys
+from pathlib import Path
+from genesis_fp16.logsetup import configure_logging
+from genesis_fp16.tracking import RunTracker
+from genesis_fp16_infrastructure.training import TrainingSummary
+
+configure_logging("json", "INFO")
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+tracker = RunTracker.open(Path({str(tmp_path)!r}), "agent", "run")
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
+for step in range(1, 200):
+    tracker.log_summary(TrainingSummary(
+        "fp16", step, step, 0, 0.0, 0.0, 65536.0, 1.0, 1.0 / step, 0, 64, 10.0, 1.0, False
+    ))
+print("failures", tracker.close())
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    failures = int(proc.stdout.split()[-1])
+    assert failures >= 1
+    warnings = [line for line in proc.stderr.splitlines() if "run tracking failed" in line]
+    assert len(warnings) == 1, proc.stderr
+    assert "File too large" in warnings[0] and str(tmp_path / "agent" / "run") in warnings[0]
