@@ -52,6 +52,7 @@ from genesis_fp16_infrastructure.rl.ppo_math import (
 )
 from genesis_fp16_infrastructure.training import (
     PrecisionPolicy,
+    ScalerConfig,
     Trainer,
     TrainerConfig,
     TrainingSummary,
@@ -123,11 +124,14 @@ class PPOEngine:
         on_log: Callable[[TrainingSummary], None] | None = None,
         precision: PrecisionPolicy | None = None,
         cuda_graph: str = "auto",
+        scaler: ScalerConfig = ScalerConfig(),  # noqa: B008 (frozen, so sharing is safe)
     ) -> None:
-        """``precision`` (default: created from ``preset.policy``) is the Trainer's policy;
-        the precision guard passes the demoted one, whose reason tells the demotion.
+        """``precision`` (default: created from ``preset.policy`` with ``scaler``, the run's
+        loss-scaler config) is the Trainer's policy; the precision guard passes the demoted
+        one, built with the same ``scaler``, whose reason tells the demotion.
         ``cuda_graph`` is the update step's execution (``auto``: captured on CUDA)."""
         self.cfg, self.preset, self.device = cfg, preset, device
+        self.scaler_config = scaler
         # Two random streams, each on the device that consumes it. Prompts and minibatch
         # orders are drawn on the host on purpose (the same on every device) and moved;
         # sampling draws on the run's device, where the rollout probabilities are.
@@ -160,7 +164,7 @@ class PPOEngine:
             else torch.optim.AdamW(groups, weight_decay=0.0)
         )
         # The trainer's precision is the policy's; the critic opens its own autocast.
-        self.precision = precision or _preset_precision(preset, device)
+        self.precision = precision or _preset_precision(preset, device, scaler)
         if self.precision.name != preset.policy:
             raise ValueError(
                 f"rlhf_ppo: precision {self.precision.name!r} does not match preset "
@@ -368,10 +372,12 @@ class PPOEngine:
                 dst.copy_(src)
 
 
-def _preset_precision(preset: ComponentPrecision, device: str) -> PrecisionPolicy:
+def _preset_precision(
+    preset: ComponentPrecision, device: str, scaler: ScalerConfig
+) -> PrecisionPolicy:
     """The trainer's precision as the preset chose it: under ``auto`` nobody asked for the
     policy's dtype explicitly, so the reason (logged and reported) names the preset."""
-    policy = PrecisionPolicy.create(preset.policy, device, announce=False)
+    policy = PrecisionPolicy.create(preset.policy, device, scaler, announce=False)
     reason = f"preset {preset.name} trains the policy in {preset.policy} on {policy.device.type}"
     logger.info("precision %s (%s)", policy.name, reason)
     return dataclasses.replace(policy, resolved=dataclasses.replace(policy.resolved, reason=reason))

@@ -14,7 +14,8 @@ Trainer:
 - the divergence trigger is turned off, with a warning naming ``divergence_factor``:
   the PPO loss hovers around zero, so its ratio to a moving average is noise;
 - on a trigger the run rebuilds the engine in the next precision of the ladder, as the
-  preset of :data:`DEMOTED_PRESETS`, loads the snapshot and runs on to the same target.
+  preset of :data:`DEMOTED_PRESETS`, with the run's loss-scaler config (the first
+  engine's ``scaler_config``), loads the snapshot and runs on to the same target.
 
     >>> DEMOTED_PRESETS["bf16"], DEMOTED_PRESETS["fp32"]
     ('mixed_recommended', 'fp32_baseline')
@@ -63,6 +64,8 @@ class GuardedEngine:
         self.demotions: list[dict[str, Any]] = []
         self.presets = [engine.preset.name]
         self._rebuild = rebuild
+        # The run's, kept from the first engine: a rebuilt engine's own may be a default.
+        self._scaler = engine.scaler_config
         self._interval = config.check_interval
         per_iteration = engine.cfg.steps_per_iteration
         if self._interval % per_iteration:
@@ -94,9 +97,9 @@ class GuardedEngine:
     def demote(self) -> PPOEngine:
         """Roll back to the guard's snapshot in the next precision's preset; the new engine."""
         old = self.engine
-        device = old.device
+        device, scaler = old.device, self._scaler
         policy, record = self.guard.demote(
-            old.trainer.policy, lambda name: PrecisionPolicy.create(name, device)
+            old.trainer.policy, lambda name: PrecisionPolicy.create(name, device, scaler)
         )
         snapshot = self.guard.restore()
         preset = PRESETS[DEMOTED_PRESETS[policy.name]]

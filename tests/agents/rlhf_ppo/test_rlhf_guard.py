@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -9,10 +10,12 @@ import pytest
 import torch
 
 from genesis_fp16_agents.rlhf_ppo import plugin
-from genesis_fp16_agents.rlhf_ppo.engine import PPOEngine
+from genesis_fp16_agents.rlhf_ppo.engine import PPOConfig, PPOEngine
+from genesis_fp16_agents.rlhf_ppo.guarding import GuardedEngine
+from genesis_fp16_agents.rlhf_ppo.presets import PRESETS, ComponentPrecision
 from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.rl.ppo_math import token_logprobs
-from genesis_fp16_infrastructure.training import GuardConfig
+from genesis_fp16_infrastructure.training import GuardConfig, PrecisionPolicy, ScalerConfig
 from genesis_fp16_infrastructure.training.precision_memory import remember_demotions
 
 FAULT_STEP = 8  # from this optimizer step on, the policy has an activation outlier
@@ -101,3 +104,30 @@ def test_clean_guarded_run_reports_nothing_and_equals_an_unguarded_one(
     plain = _train(tmp_path / "plain", "fp16", STEPS)
     for key, tensor in _model(plain).items():
         assert torch.equal(_model(guarded)[key], tensor), key
+
+
+RUN_SCALER = ScalerConfig(init_scale=1024.0, growth_interval=3, hysteresis=2)
+
+
+@pytest.mark.usefixtures("outlier")
+def test_a_run_steps_and_demotes_with_its_own_scaler_config() -> None:
+    """A non-default ScalerConfig: the fp16 engine steps with it, and the policy the guard
+    demotes to is built with it too (the default ScalerConfig is never used)."""
+    cfg = PPOConfig(**OPTIONS)
+    built: list[tuple[str, ScalerConfig]] = []
+
+    def rebuild(preset: ComponentPrecision, policy: PrecisionPolicy) -> PPOEngine:
+        # As built: loading the snapshot afterwards restores the settings it saved.
+        built.append((policy.name, policy.scaler.config))
+        return PPOEngine(cfg, preset, seed=1, precision=policy)
+
+    engine = PPOEngine(cfg, PRESETS["fp16_all"], seed=1, scaler=RUN_SCALER)
+    assert engine.trainer.scaler.config == RUN_SCALER
+    run = GuardedEngine(engine, GUARD, rebuild)
+    while not run.check():
+        engine.iteration()
+        assert engine.trainer.step_count <= STEPS, "the outlier never fired the guard"
+    assert engine.trainer.scaler.get_scale() != ScalerConfig().init_scale  # it moved from 1024
+    run.demote()
+    assert built == [("bf16", dataclasses.replace(RUN_SCALER, enabled=False))]
+    assert run.engine.trainer.scaler.config == dataclasses.replace(RUN_SCALER, enabled=False)
