@@ -26,6 +26,9 @@ it and when to replay it::
 - ``reset()`` drops every graph: call it whenever tensors the graphs read are replaced
   rather than written in place (loading a checkpoint, a guard rollback). The next
   calls warm up and capture again.
+- ``bind(loss_fn)`` ties the graphs to the loss function the body calls: a replay runs
+  the loss that was captured, whatever the caller passes, so another one is refused
+  (``ValueError``) until ``reset()``.
 
 Bitwise: a replay runs the kernels the eager step runs, on the same inputs, so a graphed
 run computes what an eager run computes. The body must not keep Python state that
@@ -68,6 +71,7 @@ class StepGraphs:
     _seen: dict[Hashable, int] = field(default_factory=dict)
     _pool: Any = None
     _side: torch.cuda.Stream | None = None
+    _bound: Any = None  # the loss function the graphs call (see bind)
 
     def run(self, body: StepBody, micro_batches: Sequence[Any]) -> str:
         """Run one step of ``body`` on ``micro_batches``; return how it ran."""
@@ -98,10 +102,33 @@ class StepGraphs:
         return "captured"
 
     def reset(self) -> None:
-        """Forget every graph and warm-up count (state was replaced, not written in place)."""
+        """Forget every graph, warm-up count and bound loss (state was replaced, not
+        written in place, or the loss function changes)."""
         self._graphs.clear()
         self._seen.clear()
         self._pool = None
+        self._bound = None
+
+    def bind(self, loss_fn: Callable[..., Any]) -> None:
+        """Tie these graphs to ``loss_fn``; a different one is refused until ``reset()``.
+
+        A graph replays the kernels its capture recorded, so a replay with another loss
+        function (or a new closure over other values) would silently run the old one.
+        Equality, not identity: ``task.loss`` makes a new bound method at each access,
+        and those compare equal. A fresh lambda per step is a different function.
+
+        >>> graphs = StepGraphs(torch.device("cpu"))
+        >>> graphs.bind(abs); graphs.bind(abs)  # the same: fine
+        """
+        if self._bound is None:
+            self._bound = loss_fn
+        elif loss_fn != self._bound:
+            raise ValueError(
+                f"loss_fn={loss_fn!r} is not the loss function this trainer's CUDA graphs "
+                f"call ({self._bound!r}): a replay would run that one. Pass the same "
+                "loss_fn to every step (build it once, outside the loop), or call "
+                "trainer.graphs.reset() first (the next steps warm up and capture anew)"
+            )
 
     @property
     def graph_count(self) -> int:

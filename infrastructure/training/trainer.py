@@ -5,8 +5,11 @@
     policy = PrecisionPolicy.create("fp16", "cpu")
     trainer = Trainer(model, [torch.optim.AdamW(model.parameters(), fused=True)], policy,
                       TrainerConfig(max_grad_norm=1.0, log_interval=50))
+    def loss_fn(model, batch):  # one function for the whole run (a CUDA graph replays it)
+        return F.mse_loss(model(batch[0]), batch[1])
+
     for batch in batches:
-        trainer.step([batch], lambda m, b: F.mse_loss(m(b[0]), b[1]), num_samples=len(batch[0]))
+        trainer.step([batch], loss_fn, num_samples=len(batch[0]))
     print(trainer.summary())  # reads the device: a host sync
 
 Host syncs, honestly:
@@ -239,6 +242,11 @@ class Trainer:
         ``loss_fn(model, batch)`` runs the forward and returns a scalar loss; it is called
         inside ``policy.autocast()``. ``num_samples`` counts the samples in all
         micro-batches together, for samples/s.
+
+        On the captured path (``execution.used`` is ``cuda_graph*``) the trainer takes one
+        ``loss_fn`` for its life: a replay runs the loss that was captured, so a different
+        one raises ``ValueError`` (``graphs.reset()`` lifts it, at the cost of a new
+        warm-up and capture). Eager steps call whatever they are given.
         """
         if not micro_batches:
             raise ValueError("step() needs at least one micro-batch; got an empty sequence")
@@ -248,6 +256,7 @@ class Trainer:
         if self.graphs is None:
             taken = self._device_step(micro_batches, loss_fn)
         else:  # the same step, replayed (resolve_execution: no schedulers on this path)
+            self.graphs.bind(loss_fn)
             self.graphs.run(lambda batches: self._device_step(batches, loss_fn), micro_batches)
             taken = True
         if taken:

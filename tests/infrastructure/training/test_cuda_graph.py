@@ -28,6 +28,7 @@ from genesis_fp16_infrastructure.training import (
     TrainerConfig,
     fit,
 )
+from genesis_fp16_infrastructure.training.cuda_graph import StepGraphs
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -258,3 +259,47 @@ def test_skipped_steps_hold_the_forced_fp16_overflows_on_the_cpu() -> None:
     skipped = _skipped_steps(trace.skipped)
     assert set(BOOSTED) <= set(skipped), skipped
     assert len(skipped) == trace.skipped[-1]  # at most one skip per step
+
+
+class _LossTask:
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        return _loss(model, batch)
+
+
+def test_graphs_are_bound_to_one_loss_function_until_reset() -> None:
+    """bind: the same loss (a re-accessed bound method too) passes, another one raises,
+    and reset() unbinds (the CPU: binding touches no device)."""
+    task = _LossTask()
+    graphs = StepGraphs(torch.device("cpu"))
+    graphs.bind(task.loss)
+    graphs.bind(task.loss)  # a new bound-method object each access, equal to the first
+    with pytest.raises(ValueError, match=r"loss_fn=<function _loss .*graphs\.reset\(\)"):
+        graphs.bind(_loss)
+    graphs.reset()
+    graphs.bind(_loss)
+    with pytest.raises(ValueError, match="is not the loss function"):
+        graphs.bind(lambda model, batch: _loss(model, batch))
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_different_loss_fn_after_capture_is_refused_not_replayed() -> None:
+    """After capture a step with another loss_fn raises before it runs (a replay would run
+    the captured loss); after graphs.reset() the new loss is warmed up and captured."""
+    batches = _batches(12)
+    trace = _train("fp16", "on", batches[:5])  # 3 warm-up steps, a capture, a replay
+    trainer, graphs = trace.trainer, trace.trainer.graphs
+    assert graphs is not None and graphs.graph_count == 1
+
+    def doubled(model: nn.Module, batch: Batch) -> torch.Tensor:
+        return 2.0 * _loss(model, batch)
+
+    with pytest.raises(ValueError, match="is not the loss function this trainer's CUDA graphs"):
+        trainer.step([batches[5]], doubled, num_samples=64)
+    assert trainer.step_count == 5 and graphs.captured_steps == 2  # nothing ran
+    graphs.reset()
+    for batch in batches[5:]:
+        trainer.step([batch], doubled, num_samples=64)
+    assert graphs.graph_count == 1 and graphs.captured_steps == 2 + 4  # capture + 3 replays
+    with pytest.raises(ValueError, match="is not the loss function"):
+        trainer.step([batches[0]], _loss, num_samples=64)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import torch
@@ -136,15 +136,13 @@ def test_counters_resume_and_a_new_trainer_on_a_used_scaler_starts_from_zero() -
     assert fresh(resumed.policy).summary().skipped_steps == 0
 
 
-class _StandInGraphs:
-    """StepGraphs' interface, run eagerly: the trainer takes its captured-step code paths."""
+class _StandInGraphs(StepGraphs):
+    """StepGraphs whose run is eager (bind and reset are its own): the trainer takes its
+    captured-step code paths on the CPU."""
 
     def run(self, body: Callable[[Sequence[Any]], object], micro_batches: Sequence[Any]) -> str:
         body(micro_batches)
         return "eager"
-
-    def reset(self) -> None:
-        pass
 
 
 def test_the_step_a_graph_captures_keeps_the_eager_statistics() -> None:
@@ -158,7 +156,7 @@ def test_the_step_a_graph_captures_keeps_the_eager_statistics() -> None:
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         trainer = Trainer(model, [opt], policy, TrainerConfig(overflow_window=3))
         if captured:
-            trainer.graphs = cast(StepGraphs, _StandInGraphs())
+            trainer.graphs = _StandInGraphs(torch.device("cpu"))
         tick = _inject_inf(_param(model, 0), {1, 2, 6})
         for i in range(8):
             tick()
@@ -168,6 +166,29 @@ def test_the_step_a_graph_captures_keeps_the_eager_statistics() -> None:
     eager, captured = run(False), run(True)
     assert captured == eager
     assert (eager.skipped_steps, eager.overflow_rate_window) == (3, pytest.approx(1 / 3))
+
+
+def test_the_captured_path_refuses_another_loss_fn_and_the_eager_path_takes_any() -> None:
+    """A replay runs the captured loss, so on the graph path a second loss_fn raises before
+    the step runs (graphs.reset() lets it in); eager steps take a new one each step."""
+
+    def half(model: nn.Module, batch: Batch) -> torch.Tensor:
+        return 0.5 * _mse(model, batch)
+
+    policy = PrecisionPolicy.create("fp16", "cpu", ScalerConfig(init_scale=1024.0))
+    model = _mlp()
+    trainer = Trainer(model, [torch.optim.SGD(model.parameters(), lr=0.1)], policy)
+    for loss_fn in (_mse, half, _mse):
+        trainer.step([_batch()], loss_fn, 32)
+    graphs = trainer.graphs = _StandInGraphs(torch.device("cpu"))
+    trainer.step([_batch()], _mse, 32)
+    before = _params(model)
+    with pytest.raises(ValueError, match=r"loss_fn=<function .*half.* is not the loss function"):
+        trainer.step([_batch()], half, 32)
+    assert trainer.step_count == 4 and all(map(torch.equal, _params(model), before))
+    graphs.reset()
+    trainer.step([_batch()], half, 32)
+    assert trainer.step_count == 5 and math.isfinite(trainer.summary().train_loss)
 
 
 def _unscaled_grad(model: nn.Module, batch: Batch) -> list[torch.Tensor]:
