@@ -3,7 +3,7 @@
 ``configure_logging`` is called once by a command, never at import. Records of a
 training job carry ``agent`` and ``run_id`` because the job binds them with
 ``structlog.contextvars``; the standard-library records of APScheduler, torch and
-``infrastructure.*`` go through structlog's ``ProcessorFormatter`` and pick up the same
+``genesis_fp16_infrastructure.*`` go through structlog's ``ProcessorFormatter`` and pick up the same
 context variables.
 
 >>> configure_logging("json", "INFO")
