@@ -22,13 +22,28 @@ it and when to replay it::
   tensor, and the value of every other leaf (an int in a batch is baked into a graph).
 - At most ``max_graphs`` signatures are captured (an epoch's last partial batch is a
   second one; an eval-shaped batch a third); a further signature runs eagerly and is
-  counted in ``eager_steps``. Every graph draws on one shared memory pool.
+  counted in ``eager_steps``. Every graph draws on one shared memory pool (below).
 - ``reset()`` drops every graph: call it whenever tensors the graphs read are replaced
   rather than written in place (loading a checkpoint, a guard rollback). The next
   calls warm up and capture again.
 - ``bind(loss_fn)`` ties the graphs to the loss function the body calls: a replay runs
   the loss that was captured, whatever the caller passes, so another one is refused
   (``ValueError``) until ``reset()``.
+
+One memory pool, checked: the graphs replay in whatever order the batches come (full,
+full, full, partial, full, ...), not in capture order, and a later capture may take
+addresses that an earlier graph's step uses for its temporaries. That is safe only
+because nothing made inside the step outlives it: parameters, optimizer state and the
+scaler's and trainer's counters are made before the capture (construction, warm-up) and
+written in place; gradients are made and freed (set to None) within the step. Each
+capture checks this: a block of the pool still allocated after the capture is a tensor
+made inside the step and kept, and the capture raises ``RuntimeError`` rather than let
+another graph overwrite it. A pool per graph would keep each graph's temporaries
+(activations, gradients) apart, up to four times one step's memory for no speed (a
+replay launches the same kernels either way), and would still not make a kept tensor
+right: a replay of another graph never updates it. The check costs one allocator
+snapshot per capture, nothing per replay; a torch whose snapshot names no pool per
+segment goes unchecked.
 
 Bitwise: a replay runs the kernels the eager step runs, on the same inputs, so a graphed
 run computes what an eager run computes. The body must not keep Python state that
@@ -38,8 +53,9 @@ keeps every per-step value in device tensors updated in place.
 
 from __future__ import annotations
 
+import gc
 import logging
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,6 +167,7 @@ class StepGraphs:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool, stream=self._stream()):
             body(static_batch)
+        _check_pool_empty(graph.pool(), len(self._graphs) + 1)
         if self._pool is None:
             self._pool = graph.pool()
         logger.info(
@@ -159,6 +176,40 @@ class StepGraphs:
             self.max_graphs,
         )
         return _Captured(graph, flatten_tensors(static_batch), static_batch)
+
+
+def pool_leftovers(segments: Iterable[Mapping[str, Any]], pool: Any) -> tuple[int, int]:
+    """Bytes and blocks still allocated in ``pool``, from ``torch.cuda.memory_snapshot()``.
+
+    >>> blocks = [{"size": 512, "state": "active_allocated"}, {"size": 64, "state": "inactive"}]
+    >>> pool_leftovers([{"segment_pool_id": (1, 0), "blocks": blocks}], (1, 0))
+    (512, 1)
+    """
+    size = count = 0
+    for segment in segments:
+        if tuple(segment.get("segment_pool_id", ())) != tuple(pool):
+            continue
+        for block in segment.get("blocks", ()):
+            if block.get("state") == "active_allocated":
+                size += int(block["size"])
+                count += 1
+    return size, count
+
+
+def _check_pool_empty(pool: Any, graph_number: int) -> None:
+    """Raise when a tensor made inside the captured step is still alive (see module doc)."""
+    size, count = pool_leftovers(torch.cuda.memory_snapshot(), pool)
+    if count:
+        gc.collect()  # a reference cycle may hold a temporary: only real survivors count
+        size, count = pool_leftovers(torch.cuda.memory_snapshot(), pool)
+    if count:
+        raise RuntimeError(
+            f"capturing CUDA graph {graph_number} left {size} bytes in {count} block(s) "
+            "allocated in the graphs' shared memory pool: a tensor made inside the step "
+            "outlives it (kept on an object instead of written in place into a tensor made "
+            "before the capture), and another graph replaying out of capture order could "
+            "overwrite it. Make it before the step and update it in place"
+        )
 
 
 def signature(value: Any) -> Hashable | None:

@@ -143,6 +143,9 @@ class LossScaler:
             self._inverse[1],
         )
         self._last_found_inf = self._found_inf  # the last update()'s flag, not a copy of it
+        # Several optimizers' flags combined by update(), made here: a flag made inside a
+        # step would outlive it, and a captured step's memory is reused (cuda_graph.py).
+        self._combined_inf = full(0.0, torch.float32)
         self._growth_tracker = full(0, torch.int32)
         self._hysteresis_left = full(self._config.hysteresis, torch.int32)
         # The unstable verdict is kept as a second scale that torch's fused update grows:
@@ -349,7 +352,7 @@ class LossScaler:
                     "update() found no inf checks this step: call scaler.step(optimizer) "
                     "(or unscale_) for at least one optimizer first"
                 )
-            found_inf = _combine(flags)
+            found_inf = _combine(flags, out=self._combined_inf)
             self._advance(found_inf, fused=self._config.hysteresis == 1)
             self._last_found_inf = found_inf
         self._per_optimizer = {}
@@ -524,7 +527,10 @@ class LossScaler:
         )
 
 
-def _combine(flags: list[torch.Tensor]) -> torch.Tensor:
+def _combine(flags: list[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
     # One optimizer (the common case) needs no stack and max: two launches saved per call.
     # max, not sum: the flag stays 0.0 or 1.0, which _calm's arithmetic relies on.
-    return flags[0] if len(flags) == 1 else torch.stack(flags).amax()
+    if len(flags) == 1:
+        return flags[0]
+    stacked = torch.stack(flags)
+    return stacked.amax() if out is None else torch.amax(stacked, dim=0, out=out)

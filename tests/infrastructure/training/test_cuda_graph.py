@@ -28,7 +28,7 @@ from genesis_fp16_infrastructure.training import (
     TrainerConfig,
     fit,
 )
-from genesis_fp16_infrastructure.training.cuda_graph import StepGraphs
+from genesis_fp16_infrastructure.training.cuda_graph import StepGraphs, pool_leftovers
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -303,3 +303,67 @@ def test_a_different_loss_fn_after_capture_is_refused_not_replayed() -> None:
     assert graphs.graph_count == 1 and graphs.captured_steps == 2 + 4  # capture + 3 replays
     with pytest.raises(ValueError, match="is not the loss function"):
         trainer.step([batches[0]], _loss, num_samples=64)
+
+
+def test_pool_leftovers_counts_the_live_blocks_of_one_pool_only() -> None:
+    """The capture check reads the allocator snapshot: live blocks of the graphs' pool
+    count; freed blocks and other pools (the default one, another graph's) do not."""
+    segments = [
+        {"segment_pool_id": (7, 0), "blocks": [
+            {"size": 1024, "state": "active_allocated"},
+            {"size": 4096, "state": "inactive"},
+            {"size": 512, "state": "active_allocated"},
+        ]},
+        {"segment_pool_id": [7, 0], "blocks": [{"size": 256, "state": "active_allocated"}]},
+        {"segment_pool_id": (0, 0), "blocks": [{"size": 9999, "state": "active_allocated"}]},
+        {"segment_pool_id": (8, 0), "blocks": [{"size": 9999, "state": "active_allocated"}]},
+    ]  # fmt: skip
+    assert pool_leftovers(segments, (7, 0)) == (1024 + 512 + 256, 3)
+    assert pool_leftovers(segments, (9, 0)) == (0, 0)
+    unnamed = [{"blocks": [{"size": 1, "state": "active_allocated"}]}]
+    assert pool_leftovers(unnamed, (7, 0)) == (0, 0)  # a snapshot naming no pool: unchecked
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_tensor_made_inside_the_step_and_kept_fails_the_capture() -> None:
+    """The one-pool invariant, enforced: a step that keeps a tensor it made raises at capture
+    (another graph could overwrite it); the same step written in place captures."""
+    x = torch.randn(4096, device="cuda")
+    kept: list[torch.Tensor] = []
+    leaky = StepGraphs(torch.device("cuda"), warmup=1)
+    leaky.run(lambda batches: kept.append(batches[0].half() * 2), [x])  # warm-up: eager
+    with pytest.raises(RuntimeError, match=r"left \d+ bytes in 1 block\(s\) allocated"):
+        leaky.run(lambda batches: kept.append(batches[0].half() * 2), [x])
+    assert leaky.graph_count == 0
+
+    out = torch.zeros(4096, dtype=torch.float16, device="cuda")
+    tidy = StepGraphs(torch.device("cuda"), warmup=1)
+    for _ in range(3):  # warm-up, capture, replay
+        tidy.run(lambda batches: out.copy_(batches[0].half() * 2), [x])
+    assert tidy.graph_count == 1 and torch.equal(out, x.half() * 2)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_two_optimizers_and_two_graphs_replayed_out_of_capture_order_equal_eager() -> None:
+    """fp16, two fused optimizers (the combined overflow flag), two graphs in one pool
+    replayed interleaved (full, full, full, partial): bit for bit the eager run."""
+    batches = _batches(40, last=17)
+
+    def trainer(mode: str) -> Trainer:
+        model = _model()
+        first, second = list(model.parameters())[:2], list(model.parameters())[2:]
+        opts = [
+            torch.optim.AdamW(group, lr=1e-3, fused=True, capturable=True)
+            for group in (first, second)
+        ]
+        policy = PrecisionPolicy.create(
+            "fp16", "cuda", ScalerConfig(init_scale=2.0**16, growth_interval=20)
+        )
+        return Trainer(model, opts, policy, TrainerConfig(log_interval=10**9, cuda_graph=mode))
+
+    graphed = _train("fp16", "on", batches, trainer("on"))
+    _assert_same(graphed, _train("fp16", "off", batches, trainer("off")))
+    graphs = graphed.trainer.graphs
+    assert graphs is not None and graphs.graph_count == 2 and graphs.eager_steps == 0

@@ -236,6 +236,29 @@ def test_two_overflowing_optimizers_make_one_flag_and_count_once() -> None:
     assert int(scaler.overflow_count_tensor()) == 1 and scaler.unstable
 
 
+def test_two_optimizers_keep_the_combined_flag_in_a_tensor_made_before_the_step() -> None:
+    """update() writes two optimizers' flag into the scaler's own tensor, in place: a flag
+    made inside a step and kept would outlive a captured step's memory (cuda_graph.py)."""
+    scaler = LossScaler("cpu", init_scale=4.0)
+    params = [torch.nn.Parameter(torch.ones(2)) for _ in range(2)]
+    opts = [torch.optim.SGD([p], lr=0.1) for p in params]
+    kept, flags = [], []
+    for overflow in (True, False, True):
+        scaler.scale(sum(p.sum() for p in params)).backward()
+        if overflow:
+            assert params[1].grad is not None
+            params[1].grad[0] = INF
+        for opt in opts:
+            scaler.step(opt)
+            opt.zero_grad(set_to_none=True)
+        scaler.update()
+        kept.append(scaler.found_inf_tensor().data_ptr())
+        flags.append(float(scaler.found_inf_tensor()))
+    assert flags == [1.0, 0.0, 1.0]
+    assert len(set(kept)) == 1  # the same storage every step: nothing made per step is kept
+    assert int(scaler.overflow_count_tensor()) == 2 and scaler.state_dict()["last_found_inf"] == 1.0
+
+
 def test_a_state_saved_before_the_fused_unstable_count_loads_and_continues() -> None:
     """An older state (int counters, a floor run counted past unstable_after) loads and runs on."""
     old = {
