@@ -23,7 +23,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -38,13 +37,8 @@ from genesis_fp16.paths import AgentPaths
 from genesis_fp16.run_request import build_request
 from genesis_fp16.settings import Settings, requested_precision
 from genesis_fp16.storage import storage_error
-from genesis_fp16.tracking import RunTracker
-from genesis_fp16_infrastructure.plugin_api import (
-    AgentPlugin,
-    TrainRequest,
-    TrainRequestError,
-    TrainResult,
-)
+from genesis_fp16.tracking import RunTracker, close_tracker, open_tracker
+from genesis_fp16_infrastructure.plugin_api import AgentPlugin, TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.training import CheckpointManager, TrainingSummary, checkpoint_keys
 from genesis_fp16_infrastructure.training.execution import ExecutionError
 
@@ -232,38 +226,6 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
         tracker.log_result(result)
     close_tracker(tracker)
     return rerun
-
-
-def open_tracker(
-    root: Path | None, agent: str, run_id: str, request: TrainRequest
-) -> RunTracker | None:
-    """The run's tracker under ``root/agent/run_id`` (genesis_fp16/tracking.py), with what
-    it was asked to do; None when tracking is off."""
-    if root is None:
-        return None
-    tracker = RunTracker.open(root, agent, run_id)
-    tracker.log_start(
-        {
-            "agent": agent,
-            "run id": run_id,
-            "precision requested": f"{request.precision} ({request.precision_reason})",
-            "device": request.device,
-            "steps": request.steps,
-            "epochs": request.epochs,
-            "data": request.data_path,
-        }
-    )
-    log.info("tracking the run", path=str(tracker.path))
-    return tracker
-
-
-def close_tracker(tracker: RunTracker | None) -> None:
-    """Close the files; a failed or dropped write is counted once more, in one line."""
-    if tracker is None:
-        return
-    failures = tracker.close()
-    if failures:
-        log.warning("run tracking incomplete", path=str(tracker.path), failed_writes=failures)
 
 
 def _on_log(

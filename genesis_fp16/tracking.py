@@ -29,12 +29,15 @@ import importlib.util
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from genesis_fp16_infrastructure.training.execution_names import EXECUTION_MODES
 from genesis_fp16_infrastructure.training.precision_names import PRECISIONS
+
+if TYPE_CHECKING:
+    from genesis_fp16_infrastructure.plugin_api import TrainRequest
 
 log = structlog.get_logger("genesis_fp16.tracking")
 
@@ -165,6 +168,38 @@ class RunTracker:
         if writer is not None:
             with contextlib.suppress(Exception):  # the same error again: logged, counted
                 writer.close()
+
+
+def open_tracker(
+    root: Path | None, agent: str, run_id: str, request: TrainRequest
+) -> RunTracker | None:
+    """The run's tracker under ``root/agent/run_id`` (genesis_fp16/tracking.py), with what
+    it was asked to do; None when tracking is off."""
+    if root is None:
+        return None
+    tracker = RunTracker.open(root, agent, run_id)
+    tracker.log_start(
+        {
+            "agent": agent,
+            "run id": run_id,
+            "precision requested": f"{request.precision} ({request.precision_reason})",
+            "device": request.device,
+            "steps": request.steps,
+            "epochs": request.epochs,
+            "data": request.data_path,
+        }
+    )
+    log.info("tracking the run", path=str(tracker.path))
+    return tracker
+
+
+def close_tracker(tracker: RunTracker | None) -> None:
+    """Close the files; a failed or dropped write is counted once more, in one line."""
+    if tracker is None:
+        return
+    failures = tracker.close()
+    if failures:
+        log.warning("run tracking incomplete", path=str(tracker.path), failed_writes=failures)
 
 
 def _table(fields: Mapping[str, object]) -> str:

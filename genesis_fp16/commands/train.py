@@ -19,6 +19,7 @@ a second Ctrl-C quits at once (exit 130), losing the steps since the last checkp
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -26,8 +27,8 @@ import os
 import signal
 import sys
 import threading
-import time
-from collections.abc import Mapping
+import uuid
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
@@ -57,6 +58,7 @@ from genesis_fp16.settings import (
     load_settings,
     resolve_device,
 )
+from genesis_fp16.tracking import RunTracker, close_tracker, open_tracker, tensorboard_missing
 from genesis_fp16_infrastructure.data.readers import DataError
 from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError
 from genesis_fp16_infrastructure.training.summary import TrainingSummary
@@ -121,6 +123,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--seed", type=int, help="seed (default GENESIS_FP16_SEED, 0)")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
     parser.add_argument("--json", action="store_true", help="end stdout with one JSON object")
+    parser.add_argument(
+        "--tracking-dir",
+        type=Path,
+        metavar="DIR",
+        help="write the run's curves as TensorBoard event files under DIR/AGENT/RUN_ID "
+        "(default: GENESIS_FP16_TRACKING_DIR, unset: none; docs/tracking.md)",
+    )
     parser.add_argument(
         "--fsdp", action="store_true", help="under torchrun: shard the model with FSDP2, not DDP"
     )
@@ -213,21 +222,43 @@ def _run_owned(
     from genesis_fp16.distributed import process_group, rank_zero_first
 
     with process_group(env, wanted) as device:
-        bar = None
-        if handed is not None:
+        bar: _ProgressBar | None = None
+        tracker: RunTracker | None = None
+        if handed is not None:  # a daemon's run: the daemon tracks it from the relayed lines
             request = handed
         else:
             with rank_zero_first(env):  # rank 0 generates the sample data, the others wait
                 assert settings is not None  # only a daemon's run comes without settings
-                request, bar = _request(args, settings, plugin, wanted)
-            request = replace(request, fsdp=args.fsdp)
-        request = replace(request, device=device, should_stop=stop.is_set, on_log=bar)
+                request, bar = _request(args, settings, plugin, wanted, main)
+            request = replace(request, fsdp=args.fsdp, device=device)
+            tracking_dir = args.tracking_dir or settings.tracking_dir
+            if main and tracking_dir is not None:
+                tracker = open_tracker(tracking_dir, args.agent, uuid.uuid4().hex[:12], request)
+        on_log = _fan_out(bar.update if bar else None, tracker.log_summary if tracker else None)
+        request = replace(request, device=device, should_stop=stop.is_set, on_log=on_log)
         if args.json_progress or not main:
             request = replace(request, on_log=_print_progress if main else None)
             if main:  # the daemon exports them live (launcher reads these lines)
                 request = replace(request, on_diagnostics=_print_diagnostics)
         with kubeflow.report_progress(os.environ, request, main, stop.is_set) as request:
-            return _train(args, plugin, request, main)
+            return _train(args, plugin, request, main, bar, tracker)
+
+
+def _fan_out(
+    *calls: Callable[[TrainingSummary], None] | None,
+) -> Callable[[TrainingSummary], None] | None:
+    """One ``on_log`` calling each of ``calls`` that is set (None: none is)."""
+    chosen = [call for call in calls if call is not None]
+    if not chosen:
+        return None
+    if len(chosen) == 1:
+        return chosen[0]
+
+    def on_log(summary: TrainingSummary) -> None:
+        for call in chosen:
+            call(summary)
+
+    return on_log
 
 
 def _own_state_folder(args: argparse.Namespace, settings: Settings) -> int | None:
@@ -333,7 +364,14 @@ def _print_progress(summary: TrainingSummary) -> None:
     print(json.dumps({"progress": summary.to_json()}, allow_nan=False), flush=True)
 
 
-def _train(args: argparse.Namespace, plugin: Any, request: TrainRequest, main: bool) -> int:
+def _train(
+    args: argparse.Namespace,
+    plugin: Any,
+    request: TrainRequest,
+    main: bool,
+    bar: _ProgressBar | None = None,
+    tracker: RunTracker | None = None,
+) -> int:
     log.info(
         "training %s: requested precision %s (%s), device %s",
         args.agent,
@@ -344,20 +382,21 @@ def _train(args: argparse.Namespace, plugin: Any, request: TrainRequest, main: b
     from genesis_fp16_infrastructure.training import PrecisionError
     from genesis_fp16_infrastructure.training.execution import ExecutionError
 
-    bar = getattr(request.on_log, "__self__", None)
-    handlers = logging.getLogger().handlers if isinstance(bar, _ProgressBar) else []
-    for handler in handlers:
-        handler.addFilter(bar)  # type: ignore[arg-type]
+    result = None
     try:
-        result = plugin.train(request)
+        # Log records print above the bar (tqdm.write), which redraws below them.
+        with bar.showing() if bar else contextlib.nullcontext():
+            result = plugin.train(request)
     except (DataError, PrecisionError, ExecutionError, TrainRequestError) as exc:
         raise UsageError(str(exc)) from None
     finally:
-        for handler in handlers:
-            handler.removeFilter(bar)  # type: ignore[arg-type]
-        if isinstance(bar, _ProgressBar):
-            bar.end_line()  # the summary below starts on a line of its own
+        if tracker is not None:  # after a failure too: the curves up to it stay readable
+            if result is not None:
+                tracker.log_result(result)
+            close_tracker(tracker)
     out = result.to_json()
+    if tracker is not None:
+        out["tracking"] = {"path": str(tracker.path), "failed_writes": tracker.failures}
     if args.json or not main:  # without --json the summary below says all this, once
         log.info(
             "trained %s in %s (requested %s: %s), %s steps (%s)",
@@ -379,11 +418,15 @@ def _train(args: argparse.Namespace, plugin: Any, request: TrainRequest, main: b
 
 _REQUEST_ONLY = (
     *("precision", "steps", "epochs", "data", "checkpoint_dir", "seed", "device"),
-    *("checkpoint_steps", "checkpoint_seconds"),
+    *("checkpoint_steps", "checkpoint_seconds", "tracking_dir"),
 )
 
 
 def _check_arguments(args: argparse.Namespace) -> None:
+    if args.tracking_dir is not None:
+        missing = tensorboard_missing()
+        if missing is not None:
+            raise UsageError(f"--tracking-dir: {missing}")
     if args.request is not None:
         given = [f"--{name.replace('_', '-')}" for name in _REQUEST_ONLY if getattr(args, name)]
         given += ["--option"] if args.option else []
@@ -409,9 +452,10 @@ def _check_arguments(args: argparse.Namespace) -> None:
 
 
 def _request(
-    args: argparse.Namespace, settings: Settings, plugin: Any, device: str
-) -> tuple[TrainRequest, Any]:
-    """The run request (genesis_fp16/run_request.py) and the progress bar's callback."""
+    args: argparse.Namespace, settings: Settings, plugin: Any, device: str, main: bool
+) -> tuple[TrainRequest, _ProgressBar | None]:
+    """The run request (genesis_fp16/run_request.py) and the progress bar: on a terminal
+    only (a pipe or a file gets the log records alone, no carriage returns)."""
     from genesis_fp16_infrastructure.training import CheckpointManager
 
     checkpoint_dir = (
@@ -423,7 +467,8 @@ def _request(
             "--resume to continue from the newest, or --checkpoint-dir for a fresh run"
         )
     steps, _ = budget(settings, args.agent, args.steps, args.epochs)
-    bar = _ProgressBar(steps, sys.stderr) if sys.stderr.isatty() else None
+    terminal = main and sys.stderr.isatty()
+    tracked = (args.tracking_dir or settings.tracking_dir) is not None
     overrides = RequestOverrides(
         precision=args.precision,
         steps=args.steps,
@@ -434,7 +479,7 @@ def _request(
         resume=args.resume,
         cuda_graph=args.cuda_graph,
         compile=args.compile,
-        log_interval=_PROGRESS_INTERVAL if bar else None,
+        log_interval=_PROGRESS_INTERVAL if terminal or tracked else None,
         options=_flags(args),
         checkpoint_steps=args.checkpoint_steps,
         checkpoint_seconds=args.checkpoint_seconds,
@@ -443,51 +488,51 @@ def _request(
         request = build_request(settings, args.agent, plugin, device, overrides)
     except TrainRequestError as exc:
         raise UsageError(str(exc)) from None
-    return request, bar.update if bar else None
+    return request, _ProgressBar(steps, sys.stderr) if terminal else None
 
 
-class _ProgressBar(logging.Filter):
-    """One self-overwriting line on a terminal: steps done, loss, precision, overflows.
+class _ProgressBar:
+    """tqdm's bar on a terminal: steps of this run, rate and ETA, loss, precision, skips.
 
-    As a filter on the log handlers it ends its line before any record is written, so a
-    record never continues the bar's line; the next update draws a fresh one below it.
+    Drawn while :meth:`showing` is entered; records logged meanwhile go through
+    ``tqdm.write``: they print on lines of their own above the bar, drawn again below.
     """
 
-    def __init__(self, total: int | None, stream: TextIO, width: int = 30) -> None:
-        super().__init__()
+    def __init__(self, total: int | None, stream: TextIO) -> None:
         self.total = total
         self.stream = stream
-        self.width = width
+        self.bar: Any = None
         self.first_step: int | None = None
-        self.started = time.monotonic()
-        self.line_open = False
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        self.end_line()
-        return True
+    @contextlib.contextmanager
+    def showing(self) -> Iterator[None]:
+        from tqdm import tqdm  # type: ignore[import-untyped]  # no stubs (types-tqdm not in dev)
+        from tqdm.contrib.logging import logging_redirect_tqdm  # type: ignore[import-untyped]
 
-    def end_line(self) -> None:
-        if self.line_open:
-            self.stream.write("\n")
-            self.stream.flush()
-            self.line_open = False
+        try:
+            columns = os.get_terminal_size(self.stream.fileno()).columns
+        except (OSError, ValueError):  # not a terminal after all, or a closed one
+            columns = 0
+        # A terminal that reports no width (0, as a bare pty) would get no bar from tqdm.
+        width = {"dynamic_ncols": True} if columns else {"ncols": 100}
+        with logging_redirect_tqdm():
+            self.bar = tqdm(total=self.total, file=self.stream, unit="step", **width)
+            try:
+                yield
+            finally:
+                self.bar.close()  # leaves the bar's last state on a line of its own
 
     def update(self, summary: TrainingSummary) -> None:
+        if self.bar is None:
+            return
         if self.first_step is None:  # a resumed run starts counting at the checkpoint
             self.first_step = summary.step - min(summary.step, _PROGRESS_INTERVAL)
         done = summary.step - self.first_step
-        if self.total:
-            filled = min(self.width, self.width * done // self.total)
-            bar = "#" * filled + "-" * (self.width - filled)
-            position = f"[{bar}] {done}/{self.total}"
-        else:
-            position = f"step {done}"
-        self.stream.write(
-            f"\r{position}  loss {summary.train_loss:.4f}  {summary.precision}  "
-            f"skipped {summary.skipped_steps}  {time.monotonic() - self.started:.0f}s"
+        self.bar.set_postfix_str(
+            f"loss {summary.train_loss:.4f}, {summary.precision}, skipped {summary.skipped_steps}",
+            refresh=False,
         )
-        self.stream.flush()
-        self.line_open = True
+        self.bar.update(done - self.bar.n)
 
 
 def _describe(out: dict[str, Any]) -> str:
@@ -509,7 +554,15 @@ def _describe(out: dict[str, Any]) -> str:
         f"{_number(out['wall_seconds'], '.1f')}s\n"
         f"  eval: {metrics}\n"
         f"  checkpoint: {out['checkpoint']}  quarantined: {out['quarantined']}"
+        + _describe_tracking(out.get("tracking"))
     )
+
+
+def _describe_tracking(tracking: dict[str, Any] | None) -> str:
+    if tracking is None:
+        return ""
+    failed = tracking["failed_writes"]
+    return f"\n  curves: {tracking['path']}" + (f" ({failed} writes failed)" if failed else "")
 
 
 def _number(value: float | None, spec: str) -> str:

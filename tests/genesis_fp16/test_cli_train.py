@@ -159,19 +159,17 @@ def test_without_data_trains_on_sample_data_in_the_state_folder(tmp_path: Path) 
     assert Path(str(out["checkpoint"])).parent == agent_dir / "checkpoints"
 
 
-@pytest.mark.slow
-def test_progress_bar_on_a_terminal(tmp_path: Path, data: Path) -> None:
-    """On a pseudo-terminal a self-overwriting progress line is drawn, and a log record
-    (console format, INFO) starts on a line of its own, never glued to the bar."""
+def _on_a_terminal(tmp_path: Path, *args: str, columns: int = 120, **env: str) -> str:
+    """Run ``genesis-fp16 *args`` with stderr on a pseudo-terminal ``columns`` wide (0: one
+    that reports no size); returns what the terminal received."""
+    import fcntl
     import pty
-    import re
+    import struct
+    import termios
 
     leader, follower = pty.openpty()
-    proc = _cli(
-        tmp_path, "train", "se_darwin", "--steps", "12", "--precision", "fp32",
-        "--data", str(data), "--checkpoint-dir", str(tmp_path / "ck"), stderr=follower,
-        env={"GENESIS_FP16_LOG_LEVEL": "INFO", "GENESIS_FP16_LOG_FORMAT": "console"},
-    )  # fmt: skip
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    proc = _cli(tmp_path, *args, stderr=follower, env=env)
     os.close(follower)
     chunks = []
     while True:
@@ -185,11 +183,35 @@ def test_progress_bar_on_a_terminal(tmp_path: Path, data: Path) -> None:
     os.close(leader)
     terminal = b"".join(chunks).decode(errors="replace")
     assert proc.returncode == 0, terminal
-    assert "\r[" in terminal
-    bars = [part for part in re.split(r"[\r\n]+", terminal) if "skipped" in part and "/12" in part]
-    assert bars and any("12/12" in bar for bar in bars)
-    for bar in bars:
-        assert re.fullmatch(r"\[[#-]+\] \d+/12  loss \S+  fp32  skipped \d+  \d+s", bar), bar
+    return terminal
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("columns", [120, 0])
+def test_progress_bar_on_a_terminal(tmp_path: Path, data: Path, columns: int) -> None:
+    """On a pseudo-terminal (of any width, or none reported) tqdm draws the bar with the
+    rate and the ETA, and each log record (console format, INFO) is a line of its own,
+    never glued to the bar."""
+    import re
+
+    terminal = _on_a_terminal(
+        tmp_path, "train", "se_darwin", "--steps", "24", "--precision", "fp32",
+        "--data", str(data), "--checkpoint-dir", str(tmp_path / "ck"), columns=columns,
+        GENESIS_FP16_LOG_LEVEL="INFO", GENESIS_FP16_LOG_FORMAT="console",
+    )  # fmt: skip
+    parts = [part for part in re.split(r"[\r\n]+", terminal) if part.strip()]
+    bars = [part for part in parts if "/24 [" in part]
+    bar = r"\s*\d+%\|.*\| (\d+)/24 \[\d\d:\d\d<\d\d:\d\d, +[\d.]+(step/s|s/step), "
+    bar += r"loss \S+, fp32, skipped \d+\]"
+    start = r"\s*0%\|\s*\| 0/24 \[00:0\d<\?, \?step/s\]"  # drawn before the first step
+    for drawn in bars:
+        assert re.fullmatch(bar, drawn) or re.fullmatch(start, drawn), drawn
+    done = {m.group(1) for m in (re.fullmatch(bar, drawn) for drawn in bars) if m}
+    assert done >= {"10", "20", "24"}, bars
+    records = [part for part in parts if "validation at step" in part]
+    assert len(records) == 3  # steps 8, 16, 24: each printed above the bar, whole
+    for record in records:
+        assert "/24 [" not in record and "%|" not in record, record
 
 
 @pytest.mark.parametrize(

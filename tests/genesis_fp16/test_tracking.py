@@ -3,6 +3,7 @@ back, one run per job; a failing disk is logged and counted, never a failed run.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -108,3 +109,42 @@ print("failures", tracker.close())
     warnings = [line for line in proc.stderr.splitlines() if "run tracking failed" in line]
     assert len(warnings) == 1, proc.stderr
     assert "File too large" in warnings[0] and str(tmp_path / "agent" / "run") in warnings[0]
+
+
+@pytest.mark.slow
+def test_train_tracking_dir_writes_a_readable_run_and_a_pipe_gets_no_bar(tmp_path: Path) -> None:
+    """`train --tracking-dir` writes one run TensorBoard reads back (every 10 steps, the
+    eval at the last) and names it in --json; stderr on a pipe carries no bar or carriage
+    return, only log records."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_FP16_")}
+    env.update(PYTHONPATH=str(ROOT), GENESIS_FP16_STATE_DIR=str(tmp_path / "state"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "genesis_fp16", "train", "se_darwin", "--steps", "20",
+         "--precision", "bf16", "--tracking-dir", str(tmp_path / "runs"), "--json"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    (run,) = (tmp_path / "runs" / "se_darwin").iterdir()
+    assert out["tracking"] == {"path": str(run), "failed_writes": 0}
+    events = read_run(run)
+    assert _steps(events, "train/loss") == [10, 20]
+    assert [e.value for e in events.Scalars("precision/bf16")] == [1.0, 1.0]
+    assert _steps(events, "eval/auc") == [20]
+    assert "\r" not in proc.stderr and "%|" not in proc.stderr
+    assert all(line.startswith("{") for line in proc.stderr.splitlines()), proc.stderr
+
+
+def test_tracking_dir_is_refused_with_a_request_file(tmp_path: Path) -> None:
+    """A daemon's run (--request) is tracked by the daemon: --tracking-dir there is a
+    one-line usage error, exit 2."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_FP16_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "genesis_fp16", "train", "se_darwin", "--request",
+         str(tmp_path / "run.json"), "--tracking-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, env={**env, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "genesis-fp16: error: --request carries the whole run; drop --tracking-dir"
+    ]
