@@ -14,6 +14,7 @@ stop at their next step boundary (they checkpoint), and waits for them at most
 from __future__ import annotations
 
 import errno
+import math
 import os
 import signal
 import threading
@@ -29,7 +30,10 @@ from genesis_fp16 import __version__
 from genesis_fp16.devices import check_devices
 from genesis_fp16.http import StatusServer, raise_open_file_limit, tls_context
 from genesis_fp16.jobs import DeviceSlots, JobContext, run_agent_job
+from genesis_fp16.last_success import LastSuccessStore, LastSuccessUnreadable
 from genesis_fp16.metrics import DaemonMetrics
+from genesis_fp16.next_run import expected_next_run
+from genesis_fp16.paths import AgentPaths
 from genesis_fp16.plugins import discover_plugins, known_agent_names
 from genesis_fp16.run_request import check_configured_options, choose_precision
 from genesis_fp16.scheduler import AgentScheduler
@@ -84,7 +88,11 @@ class Daemon:
         self.sources = sources
         self.env_file = env_file
         self.registry = registry if registry is not None else CollectorRegistry()
-        self.metrics = DaemonMetrics(self.registry, __version__)
+        # The state folder is restart-only: the store's folder is this run's for good.
+        self.last_success = LastSuccessStore(settings.state_dir)
+        self.metrics = DaemonMetrics(
+            self.registry, __version__, last_success_store=self.last_success
+        )
         # process_resident_memory_bytes, process_open_fds, process_cpu_seconds_total, ...:
         # a leaking plugin or a flood of sockets shows on the dashboard before it kills us.
         ProcessCollector(registry=self.registry)
@@ -135,7 +143,7 @@ class Daemon:
         for record in discover_plugins(self.settings.plugin_allowlist):
             if record.state == "loaded" and record.plugin is not None:
                 self.plugins[record.name] = record.plugin
-                self.metrics.add_agent(record.name)
+                self.metrics.add_agent(record.name, self._stored_success(record.name))
                 log.info("plugin loaded", plugin=record.name, value=record.value)
             elif record.state == "not_allowed":
                 log.info("plugin not in allowlist, not imported", plugin=record.name)
@@ -150,11 +158,30 @@ class Daemon:
         if not self.plugins:
             log.warning("no agent plugin loaded; the daemon runs but trains nothing")
 
-    def _show_precisions(self, switched: frozenset[str] = frozenset()) -> None:
-        """Show each idle agent's next precision; a running agent's gauge follows its run,
-        unless the agent is in ``switched``: a reload changed its precision, so its run is
-        stopping and is rerun at once (genesis_fp16/jobs.py), and the gauge shows the rerun's
-        precision from the reload on (the stopping run's last reports leave it alone).
+    def _stored_success(self, agent: str) -> float:
+        """The agent's last success time from the state folder; 0 when it never succeeded,
+        or when its file is unusable (logged and counted: the daemon starts all the same)."""
+        try:
+            return self.last_success.load(agent) or 0.0
+        except LastSuccessUnreadable as exc:
+            self.metrics.state_files_skipped.labels(agent=agent, file="last_success").inc()
+            log.warning(
+                "skipping the last-success file: the agent starts at 0", agent=agent, error=str(exc)
+            )
+            return 0.0
+
+    def _show_precisions(
+        self, switched: frozenset[str] = frozenset(), startup: bool = False
+    ) -> None:
+        """Show each idle agent's next run: its precision and the loss scale it starts with
+        (genesis_fp16/next_run.py). A running agent's gauges follow its run, unless the agent
+        is in ``switched``: a reload changed its precision, so its run is stopping and is
+        rerun at once (genesis_fp16/jobs.py), and the precision gauge shows the rerun's from
+        the reload on (the stopping run's last reports leave it alone).
+
+        ``startup``: an agent whose ``auto`` is not decided yet shows every precision 0 and
+        a NaN scale, so that both series exist from the first scrape; a reload leaves such
+        an agent's gauges as its last run set them.
         """
         with self.context.running_changed:
             running = set(self.context.running)
@@ -165,10 +192,21 @@ class Daemon:
                 precision, reason = choose_precision(self.settings, agent, device)
             except OSError as exc:  # the run will fail and count it; the daemon stays up
                 log.error("cannot read the agent's precision state", agent=agent, error=str(exc))
+                if startup:  # undecided, but exported: absent series read as "no data"
+                    self.metrics.set_precision(agent, None)
+                    self.metrics.loss_scale.labels(agent=agent).set(math.nan)
                 continue
-            if precision != "auto" and (agent not in running or agent in switched):
-                self.metrics.set_precision(agent, precision)
             log.info("agent precision", agent=agent, requested=precision, reason=reason)
+            if agent in running:
+                if agent in switched and precision != "auto":
+                    self.metrics.set_precision(agent, precision)
+                continue
+            paths = AgentPaths.for_agent(self.settings.state_dir, agent)
+            expected = expected_next_run(paths, precision)
+            if expected.precision is None and not startup:
+                continue
+            self.metrics.set_precision(agent, expected.precision)
+            self.metrics.loss_scale.labels(agent=agent).set(expected.loss_scale)
 
     def run(self) -> int:
         """Serve until SIGTERM or SIGINT; returns the exit code."""
@@ -213,14 +251,16 @@ class Daemon:
                 f"cannot serve metrics on {settings.metrics_addr}:{settings.metrics_port} "
                 f"(GENESIS_FP16_METRICS_ADDR, GENESIS_FP16_METRICS_PORT): {exc.strerror or exc}"
             ) from exc
-        server.start()
         self.context = JobContext(
             settings=settings,
             metrics=self.metrics,
             slots=DeviceSlots(settings.device_concurrency),
             stopping=self.stopping,
         )
-        self._show_precisions()
+        # Before the first scrape can come: precision and loss scale exist from start-up,
+        # whenever the first run is (RUN_AT_START=false: up to a schedule interval away).
+        self._show_precisions(startup=True)
+        server.start()
         self.scheduler = AgentScheduler(
             settings, self._job, self.beat, max_workers=len(self.plugins), on_skip=self._skipped
         )

@@ -30,6 +30,7 @@ from prometheus_client import (
 )
 
 from genesis_fp16.diagnostics_export import RL_METRIC_NAMES, RlDiagnosticsMetrics
+from genesis_fp16.last_success import LastSuccessStore
 from genesis_fp16.placement import Placement
 from genesis_fp16.probe_gate import PROBE_METRIC_NAMES, ProbeMetrics
 from genesis_fp16_infrastructure.training.execution_names import EXECUTION_MODES
@@ -46,6 +47,9 @@ RELOAD_OUTCOMES = ("success", "failure")
 # Why a run failed (genesis_fp16_run_failures_total), and why a job did not start.
 FAILURE_REASONS = ("refused", "error", "storage", "exit", "hung", "memory", "device_unavailable")
 SKIP_REASONS = ("still_running", "hung")
+# Files of the state folder the daemon reads back at start-up (genesis_fp16_state_files_
+# skipped_total counts the unusable ones it started without).
+STATE_FILES = ("last_success",)
 # Runs last minutes; the tail reaches two hours so a stuck run still lands in a bucket.
 # Up to twice the default run timeout (6 h), so a run stopped by its timeout still lands
 # in a finite bucket and histogram_quantile reads it.
@@ -90,6 +94,7 @@ METRIC_NAMES = (
     "genesis_fp16_runs_overdue",
     "genesis_fp16_training_run_duration_seconds",
     "genesis_fp16_last_success_timestamp_seconds",
+    "genesis_fp16_state_files_skipped_total",
     "genesis_fp16_last_learned_timestamp_seconds",
     "genesis_fp16_training_records",
     "genesis_fp16_new_records_total",
@@ -110,13 +115,20 @@ class DaemonMetrics:
 
     Counters that the training core reports as running totals (skipped steps, samples)
     advance by the increase between two summaries of the same agent; see
-    :meth:`observe_summary`.
+    :meth:`observe_summary`. With a ``last_success_store``, every healthy run's time is
+    also written to the state folder, and the daemon passes the stored time back to
+    :meth:`add_agent` at start-up.
     """
 
     def __init__(
-        self, registry: CollectorRegistry, version: str, placement: Placement | None = None
+        self,
+        registry: CollectorRegistry,
+        version: str,
+        placement: Placement | None = None,
+        last_success_store: LastSuccessStore | None = None,
     ) -> None:
         self.registry = registry
+        self._last_success_store = last_success_store
         # No *_created series: each counter and histogram would export a second series, a
         # creation time that Grafana and the alert rules never read. prometheus_client
         # keeps this switch process-wide; the daemon's registry is the one it serves.
@@ -129,7 +141,13 @@ class DaemonMetrics:
         def counter(name: str, doc: str, labels: tuple[str, ...] = agent) -> Counter:
             return Counter(f"{PREFIX}_{name}", doc, labels, registry=registry)
 
-        self.loss_scale = gauge("loss_scale", "Current dynamic loss scale (1 outside fp16).")
+        self.loss_scale = gauge(
+            "loss_scale",
+            "Dynamic loss scale (1 outside fp16): the running run's; between runs and from "
+            "start-up, the one the next run starts with (fp16: its newest checkpoint's, else "
+            "the initial 65536); NaN while an auto agent's precision is undecided (no "
+            "checkpoint yet).",
+        )
         self.optimizer_steps = counter(
             "optimizer_steps", "Optimizer steps taken (skipped ones excluded)."
         )
@@ -162,7 +180,9 @@ class DaemonMetrics:
         )
         self.precision = gauge(
             "precision",
-            "1 for the precision the agent trains in, 0 for the others.",
+            "1 for the precision the agent trains in, 0 for the others: the running run's; "
+            "between runs and from start-up, the one the next run asks for (auto: the one "
+            "its newest checkpoint was trained in); all 0 while an auto agent has none.",
             ("agent", "precision"),
         )
         self.execution = gauge(
@@ -214,7 +234,14 @@ class DaemonMetrics:
         )
         self.last_success = gauge(
             "last_success_timestamp_seconds",
-            "Unix time of the last successful or up-to-date run (the model is current).",
+            "Unix time of the last successful or up-to-date run (the model is current), "
+            "kept in the state folder across restarts; 0: the agent never succeeded there.",
+        )
+        self.state_files_skipped = counter(
+            "state_files_skipped",
+            "State-folder files read at start-up that were unusable (corrupt, another "
+            "format, not a regular file) and skipped: last_success (the agent starts at 0).",
+            ("agent", "file"),
         )
         self.last_learned = gauge(
             "last_learned_timestamp_seconds",
@@ -271,8 +298,9 @@ class DaemonMetrics:
         self._first: set[str] = set()  # agents whose run has not reported yet
         self._lock = threading.Lock()
 
-    def add_agent(self, agent: str) -> None:
-        """Create the agent's series at zero so that rates work from the first run."""
+    def add_agent(self, agent: str, last_success: float = 0.0) -> None:
+        """Create the agent's series at zero so that rates work from the first run;
+        ``last_success`` is the time read back from the state folder (0: never)."""
         for counter in (
             self.optimizer_steps,
             self.skipped_steps,
@@ -287,8 +315,11 @@ class DaemonMetrics:
             self.run_failures.labels(agent=agent, reason=reason)
         for reason in SKIP_REASONS:
             self.jobs_skipped.labels(agent=agent, reason=reason)
+        for name in STATE_FILES:
+            self.state_files_skipped.labels(agent=agent, file=name)
         self.runs_overdue.labels(agent=agent).set(0)
         self.run_duration.labels(agent=agent)
+        self.last_success.labels(agent=agent).set(last_success)
 
     def start_run(self, agent: str, resumed: Mapping[str, float] | None = None) -> None:
         """Set where the next run's running totals start.
@@ -343,8 +374,9 @@ class DaemonMetrics:
         if previous is not None and step > previous[0] and wall >= previous[1]:
             self.step_seconds.labels(agent=agent).set((wall - previous[1]) / (step - previous[0]))
 
-    def set_precision(self, agent: str, precision: str) -> None:
-        """Mark ``precision`` as the agent's active precision (1) and the others 0.
+    def set_precision(self, agent: str, precision: str | None) -> None:
+        """Mark ``precision`` as the agent's active precision (1) and the others 0; None
+        (an ``auto`` not decided yet) sets every precision 0.
 
         The others are zeroed first, so a scrape in between never sees two active precisions.
         """
@@ -399,6 +431,8 @@ class DaemonMetrics:
             self.eval_loss.labels(agent=agent).set(eval_loss)
         if outcome in HEALTHY_OUTCOMES:
             self.last_success.labels(agent=agent).set(now)
+            if self._last_success_store is not None:
+                self._last_success_store.save(agent, now)  # logs a failure, never raises
 
     def set_data(self, agent: str, data: Mapping[str, Any], steps: int, now: float) -> None:
         """What a finished run reports of its data (``TrainResult.extra["data"]``): the

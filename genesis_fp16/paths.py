@@ -5,6 +5,7 @@
     checkpoints/           atomic checkpoints, newest kept last
     quarantine.jsonl       malformed records skipped during reads, with reasons
     precision_state.json   the precision guard's memory (demotions)
+    last_success.json      when the agent's last successful run ended (survives a restart)
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ class AgentPaths:
     @property
     def precision_state_path(self) -> Path:
         return self.root / "precision_state.json"
+
+    @property
+    def last_success_path(self) -> Path:
+        """Where the daemon keeps the agent's last success time (genesis_fp16/last_success.py)."""
+        return self.root / "last_success.json"
 
     @property
     def calibration_path(self) -> Path:

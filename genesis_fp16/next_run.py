@@ -1,0 +1,104 @@
+"""What an idle agent's next run will train in, for the gauges before any run reports.
+
+``genesis_fp16_precision`` and ``genesis_fp16_loss_scale`` follow a run's reports while it
+trains. Between runs, and from start-up on (with ``RUN_AT_START=false`` the first run may
+be an hour away), they say what the agent's next run starts with:
+
+- **precision**: what the next run asks for (the settings and the precision guard's
+  memory, ``genesis_fp16.run_request.choose_precision``). A request of ``auto`` is decided
+  inside the run (a measurement, or a plugin's preset), so it shows the precision the
+  agent's newest checkpoint was trained in: the last decision of the run it resumes from.
+  With no such checkpoint it is undecided (``None``: every precision series 0).
+- **loss scale**: 1 outside fp16 (the scaler is disabled there, and every run reports 1).
+  In fp16, the scale the run resumes with: the newest checkpoint's scaler state (an fp32
+  or bf16 checkpoint holds one too), or the core's initial scale
+  (``ScalerConfig.init_scale``, 65,536) without a checkpoint. NaN while the precision is
+  undecided: a comparison with NaN is false, so no alert fires on it.
+
+Checkpoints are the core's (``CheckpointManager``, ``checkpoint_keys``); a plugin that
+writes its own format has none here, as for ``resumed_totals`` in genesis_fp16/jobs.py.
+
+>>> expected_next_run(AgentPaths(Path("state/agents/se_darwin")), "fp32")
+NextRun(precision='fp32', loss_scale=1.0, source='request')
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from genesis_fp16.paths import AgentPaths
+from genesis_fp16_infrastructure.training import CheckpointError, CheckpointManager, checkpoint_keys
+from genesis_fp16_infrastructure.training.loss_scaler_config import ScalerConfig
+from genesis_fp16_infrastructure.training.precision_names import PRECISIONS
+
+log = structlog.get_logger("genesis_fp16.next_run")
+
+INITIAL_SCALE = ScalerConfig().init_scale
+
+
+@dataclass(frozen=True)
+class NextRun:
+    """The precision (None: undecided) and loss scale (NaN: unknown) a next run starts
+    with, and where they come from: ``request``, ``checkpoint`` or ``undecided``."""
+
+    precision: str | None
+    loss_scale: float
+    source: str
+
+
+@dataclass(frozen=True)
+class _Resumed:
+    precision: str | None
+    scale: float | None
+
+
+def expected_next_run(paths: AgentPaths, requested: str) -> NextRun:
+    """The :class:`NextRun` of the agent under ``paths`` whose next run asks ``requested``.
+
+    Reads the newest checkpoint only when it matters (``auto``, or ``fp16`` for the scale):
+    one load of a file a run loads anyway. An unreadable one counts as none.
+    """
+    resumed = _newest(paths) if requested in ("auto", "fp16") else None
+    if requested != "auto":
+        precision, source = requested, "request"
+    elif resumed is not None and resumed.precision is not None:
+        precision, source = resumed.precision, "checkpoint"
+    else:
+        return NextRun(None, math.nan, "undecided")
+    if precision != "fp16":
+        return NextRun(precision, 1.0, source)
+    scale = resumed.scale if resumed is not None and resumed.scale is not None else None
+    return NextRun(precision, INITIAL_SCALE if scale is None else scale, source)
+
+
+def _newest(paths: AgentPaths) -> _Resumed | None:
+    """The newest valid core checkpoint's precision and scaler scale, or None."""
+    try:
+        found = CheckpointManager(paths.checkpoint_dir).load_latest()
+    except (OSError, CheckpointError) as exc:  # a folder we may not read: no checkpoint
+        log.warning(
+            "cannot read the agent's checkpoints", path=str(paths.checkpoint_dir), error=str(exc)
+        )
+        return None
+    if found is None:
+        return None
+    state, _ = found
+    return _Resumed(_used_precision(state), _scale(state))
+
+
+def _used_precision(state: dict[str, Any]) -> str | None:
+    record = state.get(checkpoint_keys.PRECISION)
+    used = record.get("used") if isinstance(record, dict) else None
+    return used if used in PRECISIONS else None
+
+
+def _scale(state: dict[str, Any]) -> float | None:
+    scaler = state.get(checkpoint_keys.SCALER)
+    value = scaler.get("scale") if isinstance(scaler, dict) else None
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None

@@ -1,0 +1,207 @@
+"""Metrics that keep their meaning across a restart and before the first run (issue 31, item 4).
+
+Real daemons over a real state folder: the last success time is read back from it, a bad
+file there is skipped and counted, and with ``RUN_AT_START=false`` the precision and loss
+scale series are on the very first scrape, saying what the next run starts with.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import urllib.error
+from pathlib import Path
+
+import pytest
+import torch
+from daemon_harness import DaemonFactory, DaemonProcess, launch
+from prometheus_client.parser import text_string_to_metric_families
+
+from genesis_fp16.last_success import LastSuccessStore, LastSuccessUnreadable
+from genesis_fp16.paths import AgentPaths
+from genesis_fp16_infrastructure.training import (
+    CheckpointManager,
+    PrecisionPolicy,
+    ScalerConfig,
+    Trainer,
+)
+
+GOOD = "fixture_good"
+RAISING = "fixture_raising"  # loads, fails any run: none starts here (RUN_AT_START=false)
+QUIET = {
+    "GENESIS_FP16_STEPS_PER_RUN": "2",
+    "GENESIS_FP16_SAMPLE_COUNT": "64",
+    "GENESIS_FP16_SCHEDULE": "3600",
+}
+LAST_SUCCESS = "genesis_fp16_last_success_timestamp_seconds"
+SKIPPED = "genesis_fp16_state_files_skipped_total"
+# One scrape: {(series name, its labels): value}.
+Scrape = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def _first_scrape(daemon: DaemonProcess) -> Scrape:
+    """The first /metrics the daemon answers at all, as {(name, labels): value}."""
+
+    def answered() -> str | None:
+        try:
+            status, body = daemon.get("/metrics", timeout=2.0)
+        except (OSError, urllib.error.URLError):
+            return None
+        return body if status == 200 else None
+
+    body = daemon.wait_for(answered, "the first answered /metrics", timeout=60.0)
+    return {
+        (sample.name, frozenset(sample.labels.items())): float(sample.value)
+        for family in text_string_to_metric_families(body)
+        for sample in family.samples
+    }
+
+
+def _value(scrape: Scrape, name: str, **labels: str) -> float | None:
+    return scrape.get((name, frozenset(labels.items())))
+
+
+def _precisions(scrape: Scrape, agent: str) -> dict[str, float | None]:
+    return {
+        p: _value(scrape, "genesis_fp16_precision", agent=agent, precision=p)
+        for p in ("fp32", "bf16", "fp16")
+    }
+
+
+def _plant_checkpoint(state_dir: Path, agent: str, precision: str, scale: float) -> None:
+    """A real core checkpoint, as fit() writes it, of a trainer in ``precision`` whose loss
+    scaler stands at ``scale``."""
+    model = torch.nn.Linear(4, 2)
+    policy = PrecisionPolicy.create(precision, "cpu", ScalerConfig(init_scale=scale))
+    trainer = Trainer(model, [torch.optim.SGD(model.parameters(), lr=0.1)], policy)
+    CheckpointManager(AgentPaths.for_agent(state_dir, agent).checkpoint_dir).save(
+        trainer.state_dict()
+    )
+
+
+def _stop(daemon: DaemonProcess) -> None:
+    daemon.stop()
+    assert daemon.process.returncode == 0, daemon.tail()
+
+
+def test_last_success_time_survives_a_restart(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """A daemon restarted over the same state folder exports the last success time its
+    predecessor set, from its first scrape, without running anything itself."""
+    env = {"GENESIS_FP16_PLUGIN_ALLOWLIST": GOOD, **QUIET}
+    first = daemon_factory(env)
+    runs = "genesis_fp16_training_runs_total"
+    first.wait_for(lambda: first.sample(runs, agent=GOOD, outcome="success"), "a success")
+    succeeded = first.sample(LAST_SUCCESS, agent=GOOD)
+    assert succeeded is not None and succeeded > 0
+    _stop(first)
+
+    second = launch(tmp_path, {**env, "GENESIS_FP16_RUN_AT_START": "false"})
+    try:
+        scrape = _first_scrape(second)
+        assert _value(scrape, LAST_SUCCESS, agent=GOOD) == succeeded
+        assert _value(scrape, runs, agent=GOOD, outcome="success") == 0  # not a run of its own
+        assert _value(scrape, SKIPPED, agent=GOOD, file="last_success") == 0
+    finally:
+        _stop(second)
+
+
+@pytest.mark.parametrize("hazard", ["torn", "fifo"])
+def test_an_unusable_last_success_file_is_skipped_and_counted(
+    daemon_factory: DaemonFactory, tmp_path: Path, hazard: str
+) -> None:
+    """A torn last-success file, or a FIFO in its place (a blocking read would hang
+    start-up), is logged and counted; the daemon starts with 0 for that agent, and the
+    other agent keeps its stored time."""
+    state_dir = tmp_path / "state"
+    path = AgentPaths.for_agent(state_dir, GOOD).last_success_path
+    path.parent.mkdir(parents=True)
+    if hazard == "torn":
+        path.write_text('{"version": 1, "last_success_timestamp_sec')
+    else:
+        os.mkfifo(path)
+    LastSuccessStore(state_dir).save(RAISING, 1_700_000_000.5)
+    daemon = daemon_factory(
+        {
+            "GENESIS_FP16_PLUGIN_ALLOWLIST": f"{GOOD},{RAISING}",
+            "GENESIS_FP16_RUN_AT_START": "false",
+            **QUIET,
+        }
+    )
+    assert daemon.sample(LAST_SUCCESS, agent=GOOD) == 0
+    assert daemon.sample(SKIPPED, agent=GOOD, file="last_success") == 1
+    assert daemon.sample(LAST_SUCCESS, agent=RAISING) == 1_700_000_000.5
+    assert daemon.sample(SKIPPED, agent=RAISING, file="last_success") == 0
+    warnings = daemon.events("skipping the last-success file: the agent starts at 0")
+    assert [w["agent"] for w in warnings] == [GOOD]
+    assert f"agents/{GOOD}/last_success.json" in warnings[0]["error"]
+
+
+# Per agent: the per-agent precision setting (None: auto), a planted checkpoint
+# (precision, scale) or None, and what the first scrape must show.
+NEXT_RUNS = {
+    "explicit": (
+        (GOOD, "fp16", None, "fp16", 65536.0),  # fp16 asked, fresh: the initial scale
+        (RAISING, "bf16", ("fp16", 512.0), "bf16", 1.0),  # no scaling outside fp16
+    ),
+    "auto": (
+        (GOOD, None, ("fp16", 2048.0), "fp16", 2048.0),  # auto: its checkpoint's decision
+        (RAISING, None, None, None, math.nan),  # auto, never run: undecided
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NEXT_RUNS))
+def test_precision_and_loss_scale_are_exported_from_the_first_scrape(
+    tmp_path: Path, case: str
+) -> None:
+    """With RUN_AT_START=false, the first scrape already has every agent's precision and
+    loss scale: what its next run asks for or resumes with, undecided (all 0, NaN) only
+    for an auto agent without a checkpoint."""
+    env = {
+        "GENESIS_FP16_PLUGIN_ALLOWLIST": f"{GOOD},{RAISING}",
+        "GENESIS_FP16_RUN_AT_START": "false",
+        **QUIET,
+    }
+    for agent, setting, planted, _, _ in NEXT_RUNS[case]:
+        if setting is not None:
+            env[f"GENESIS_FP16_AGENTS__{agent.upper()}__PRECISION"] = setting
+        if planted is not None:
+            _plant_checkpoint(tmp_path / "state", agent, *planted)
+    daemon = launch(tmp_path, env)
+    try:
+        scrape = _first_scrape(daemon)
+        for agent, _, _, precision, scale in NEXT_RUNS[case]:
+            expected = {p: float(p == precision) for p in ("fp32", "bf16", "fp16")}
+            assert _precisions(scrape, agent) == expected, agent
+            shown = _value(scrape, "genesis_fp16_loss_scale", agent=agent)
+            assert shown is not None, agent
+            assert shown == scale or (math.isnan(scale) and math.isnan(shown)), (agent, shown)
+    finally:
+        _stop(daemon)
+
+
+def test_store_round_trip_and_what_it_refuses(tmp_path: Path) -> None:
+    """The store reads back what it wrote, None when there is nothing, and refuses (one
+    line naming the file) a wrong version, a non-number, a non-positive time and a folder."""
+    store = LastSuccessStore(tmp_path)
+    assert store.load("a") is None
+    store.save("a", 1_763_900_000.25)
+    assert store.load("a") == 1_763_900_000.25
+    path = store.path("a")
+    for bad in (
+        {"version": 2, "last_success_timestamp_seconds": 1.0},
+        {"version": 1, "last_success_timestamp_seconds": "yesterday"},
+        {"version": 1, "last_success_timestamp_seconds": True},
+        {"version": 1, "last_success_timestamp_seconds": 0},
+        [1],
+    ):
+        path.write_text(json.dumps(bad))
+        with pytest.raises(LastSuccessUnreadable, match=r"last_success\.json"):
+            store.load("a")
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(LastSuccessUnreadable, match=r"last_success\.json"):
+        store.load("a")
