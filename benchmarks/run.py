@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Run the precision benchmark: the same code as `genesis-fp16 bench`.
 
-python benchmarks/run.py                  # full run, results in benchmarks/results/
+python benchmarks/run.py                  # full run, results in a fresh bench-runs/<UTC time>/
+python benchmarks/run.py --out-dir benchmarks/results   # replace the committed results
 python benchmarks/run.py --help
 """
 

@@ -7,7 +7,11 @@ from pathlib import Path
 
 from genesis_fp16.bench.config import RUNNERS, SIZES
 
-DEFAULT_OUT = Path("benchmarks/results")
+# Where a run writes unless --out-dir says otherwise: a fresh folder per run, named by its
+# UTC start time, so that no run replaces another's files (or the committed ones, which
+# live in COMMITTED_OUT and are written only when --out-dir names it).
+RUNS_ROOT = Path("bench-runs")
+COMMITTED_OUT = Path("benchmarks/results")
 # fp16 matmuls have no native CPU kernels (10-100x slower than fp32): fewer steps there.
 CPU_FP16_WARMUP, CPU_FP16_STEPS = 1, 2
 
@@ -39,7 +43,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--fp16-steps", type=int, default=None, help=f"CPU default {CPU_FP16_STEPS}"
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT)
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=None,
+        help=f"where the CSV, PNG and table go (default: a fresh {RUNS_ROOT}/<UTC time>/; "
+        f"the committed results are replaced only when this names {COMMITTED_OUT})",
+    )
     parser.add_argument(
         "--in-process",
         action="store_true",

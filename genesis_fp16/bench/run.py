@@ -7,8 +7,10 @@ python benchmarks/run.py --sizes default --runners ours,hand --steps 10
 from __future__ import annotations
 
 import argparse
+import datetime
 import itertools
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -23,7 +25,7 @@ import torch
 from genesis_fp16.bench.arguments import (
     CPU_FP16_STEPS,
     CPU_FP16_WARMUP,
-    DEFAULT_OUT,
+    RUNS_ROOT,
     add_arguments,
 )
 from genesis_fp16.bench.config import (
@@ -63,7 +65,7 @@ class BenchOptions:
     fp16_warmup: int | None = None
     fp16_steps: int | None = None
     seed: int = 0
-    out_dir: Path = DEFAULT_OUT
+    out_dir: Path | None = None  # None: a fresh folder under RUNS_ROOT (fresh_out_dir)
     in_process: bool = False
     tiny: bool = False
     threads: int | None = None
@@ -232,10 +234,52 @@ def _run_all(
     return rows
 
 
+# A 1-minute load average above this share of the cores: other work is competing for them.
+LOADED_SHARE = 0.5
+
+
+def load_warning(load: float, cores: int | None) -> str | None:
+    """One line when the 1-minute ``load`` is high for ``cores`` (the bench's timings and
+    ratios then measure the other work as much as the trainers), else None.
+
+    >>> load_warning(1.6, 2)
+    'warning: the machine is loaded (1-minute load average 1.60 on 2 cores): ...'  # doctest: +SKIP
+    """
+    cores = cores or 1
+    if load <= LOADED_SHARE * cores:
+        return None
+    return (
+        f"warning: the machine is loaded (1-minute load average {load:.2f} on {cores} "
+        "cores): other work shares the cores, so the timings and ratios will be noisy; "
+        "bench on an idle machine, or with --threads 1 (docs/benchmarks.md)"
+    )
+
+
+def fresh_out_dir(root: Path = RUNS_ROOT, now: datetime.datetime | None = None) -> Path:
+    """A folder of its own for one run, created: ``root/<UTC time>``, ``-2``... if taken."""
+    stamp = (now or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H%M%SZ")
+    root.mkdir(parents=True, exist_ok=True)
+    for attempt in itertools.count(1):
+        path = root / (stamp if attempt == 1 else f"{stamp}-{attempt}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise AssertionError("unreachable")
+
+
 def run_benchmark(
     options: BenchOptions, command: str, progress: Callable[[str], None] = print
 ) -> tuple[list[Row], Path]:
-    """Run every planned configuration; write CSV and PNG; return the rows and CSV path."""
+    """Run every planned configuration; write CSV and PNG into ``options.out_dir``, or a
+    fresh folder (:func:`fresh_out_dir`); return the rows and CSV path. A loaded machine
+    is named on stderr first (:func:`load_warning`)."""
+    warning = load_warning(os.getloadavg()[0], os.cpu_count())
+    if warning is not None:
+        print(f"{command.split()[0]}: {warning}", file=sys.stderr, flush=True)
+    out_dir = options.out_dir if options.out_dir is not None else fresh_out_dir()
+    progress(f"results will go to {out_dir}")
     with tempfile.TemporaryDirectory(prefix="genesis-bench-") as folder:
         data_path = write_data(Path(folder), options.tiny, options.seed)
         rows = _run_all(plan(options, data_path), options.in_process, progress)
@@ -245,10 +289,10 @@ def run_benchmark(
         row.update(command=command, note=note_for(row), device_name=row.get("device_name", name))
     suffixes = ["tiny"] * options.tiny + [options.tag] * bool(options.tag)
     stem = "_".join(["bench_" + device_slug(options.device, name), *suffixes])
-    csv_path = options.out_dir / f"{stem}.csv"
+    csv_path = out_dir / f"{stem}.csv"
     write_csv(rows, csv_path)
     write_plot(rows, csv_path.with_suffix(".png"), f"genesis-fp16 bench on {name}")
-    (options.out_dir / f"{stem}.md").write_text(markdown_table(rows) + "\n")
+    (out_dir / f"{stem}.md").write_text(markdown_table(rows) + "\n")
     return rows, csv_path
 
 

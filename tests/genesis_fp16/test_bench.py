@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import datetime
 import math
 import re
 from dataclasses import replace
@@ -17,7 +18,15 @@ from genesis_fp16.bench.config import DEFAULT_RUNNERS, BenchConfig
 from genesis_fp16.bench.measure import run_config
 from genesis_fp16.bench.probe import SyncCounter, count_sync_warnings
 from genesis_fp16.bench.report import COLUMNS, derive, note_for
-from genesis_fp16.bench.run import BenchOptions, _run_isolated, main, plan, run_benchmark
+from genesis_fp16.bench.run import (
+    BenchOptions,
+    _run_isolated,
+    fresh_out_dir,
+    load_warning,
+    main,
+    plan,
+    run_benchmark,
+)
 from genesis_fp16.bench.runners import HandWrittenRunner
 from genesis_fp16.cli import main as cli_main
 from genesis_fp16_infrastructure.training.execution import ExecutionError
@@ -347,3 +356,44 @@ def test_ours_graph_compile_replays_the_compiled_step_and_trains_like_ours_graph
     assert compiled["execution"] == "cuda_graph_compiled" and compiled["honest"] is True
     assert compiled["host_syncs_per_step"] == 0
     assert compiled["eval_loss"] == pytest.approx(graphed["eval_loss"], rel=0.02)
+
+
+def test_a_loaded_machine_is_named_in_one_line_and_an_idle_one_is_not() -> None:
+    """The load warning names the 1-minute load average and the cores once the load passes
+    half the cores, and says nothing below that."""
+    line = load_warning(1.6, 2)
+    assert line is not None and "\n" not in line
+    assert "load average 1.60 on 2 cores" in line
+    assert load_warning(0.9, 2) is None
+    assert load_warning(3.9, 8) is None and load_warning(4.1, 8) is not None
+
+
+def test_without_out_dir_each_run_writes_a_fresh_folder_and_never_the_committed_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two plain `bench` runs write into two new bench-runs/<UTC time> folders of the working
+    directory, none into benchmarks/results; --out-dir writes where it says."""
+    monkeypatch.chdir(tmp_path)
+    tiny = ["bench", "--device", "cpu", "--tiny", "--sizes", "default", "--runners", "hand",
+            "--precisions", "fp32", "--batch-size", "16", "--warmup", "0", "--steps", "1",
+            "--in-process"]  # fmt: skip
+    assert cli_main(tiny) == 0
+    assert cli_main(tiny) == 0
+    runs = sorted((tmp_path / "bench-runs").iterdir())
+    assert len(runs) == 2
+    for run in runs:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d{6}Z(-\d+)?", run.name), run.name
+        (written,) = run.glob("*.csv")
+        assert written.name.startswith("bench_cpu-") and written.with_suffix(".png").exists()
+    assert not (tmp_path / "benchmarks").exists()
+    assert f"results will go to {Path('bench-runs') / runs[0].name}" in capsys.readouterr().out
+    assert cli_main([*tiny, "--out-dir", "benchmarks/results"]) == 0
+    assert len(list((tmp_path / "benchmarks" / "results").glob("bench_cpu-*_tiny.csv"))) == 1
+
+
+def test_fresh_folders_of_the_same_second_do_not_collide(tmp_path: Path) -> None:
+    """Two runs started in the same second get the UTC time, then the UTC time with -2."""
+    now = datetime.datetime(2026, 11, 23, 13, 5, 9, tzinfo=datetime.UTC)
+    first, second = fresh_out_dir(tmp_path, now), fresh_out_dir(tmp_path, now)
+    assert (first.name, second.name) == ("2026-11-23T130509Z", "2026-11-23T130509Z-2")
+    assert first.is_dir() and second.is_dir()
