@@ -62,6 +62,7 @@ from torch import nn
 from genesis_fp16_infrastructure.atomic import write_json_atomic
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.batches import to_device
+from genesis_fp16_infrastructure.training.cuda_graph import cuda_generators
 from genesis_fp16_infrastructure.training.execution import ExecutionError, MeasuredExecution
 from genesis_fp16_infrastructure.training.loss_scaler_config import ScalerConfig
 from genesis_fp16_infrastructure.training.precision import (
@@ -421,7 +422,9 @@ def _time(
     # the run; such a run then trains the chosen precision compiled and captured.
     row_config = replace(config, cuda_graph=mode, measured_execution=None, compile="off")
     try:
-        trainer = Trainer(model, optimizers, policy, row_config, task.build_schedulers(optimizers))
+        schedulers = task.build_schedulers(optimizers)
+        generators = cuda_generators(task)
+        trainer = Trainer(model, optimizers, policy, row_config, schedulers, None, generators)
     except ExecutionError as exc:
         return exc.obstacle
     loss: LossFn = task.loss

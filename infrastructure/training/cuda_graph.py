@@ -45,6 +45,18 @@ right: a replay of another graph never updates it. The check costs one allocator
 snapshot per capture, nothing per replay; a torch whose snapshot names no pool per
 segment goes unchecked.
 
+Random numbers: a replay re-runs the kernels the capture recorded, with what the host
+computed at capture baked in. Torch registers the default CUDA generator with every
+graph and moves it on at each replay (dropout draws fresh numbers, as eagerly). A
+``torch.Generator`` of the task's own, on CUDA, must be passed as ``generators``: each is
+registered with every graph (``CUDAGraph.register_generator_state``, torch 2.3 on). An
+unregistered one fails the capture there, with an error that says what to do; torch
+with lazy registration (pytorch#176753, 2026) registers it by itself and deprecates the
+call, which is then skipped quietly. Numbers drawn on the host inside the
+step would be drawn once and replayed for ever: a capture that moved the CPU's default
+generator fails too (a task's own CPU generator, ``random`` and numpy cannot be seen:
+the contract is in ``TrainingTask``'s docstring).
+
 Bitwise: a replay runs the kernels the eager step runs, on the same inputs, so a graphed
 run computes what an eager run computes. The body must not keep Python state that
 changes from step to step (a Python counter is read once, at capture): the trainer
@@ -55,6 +67,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import warnings
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,6 +93,7 @@ class StepGraphs:
     device: torch.device
     warmup: int = 3
     max_graphs: int = 4
+    generators: tuple[torch.Generator, ...] = ()  # the task's own CUDA generators
     captured_steps: int = 0  # steps that ran from a graph (capture-and-replay included)
     eager_steps: int = 0  # steps past the signature bound, run eagerly
     warmup_steps: int = 0
@@ -88,6 +102,16 @@ class StepGraphs:
     _pool: Any = None
     _side: torch.cuda.Stream | None = None
     _bound: Any = None  # the loss function the graphs call (see bind)
+
+    def __post_init__(self) -> None:
+        self.generators = tuple(self.generators)
+        for generator in self.generators:
+            if generator.device.type != "cuda":
+                raise ValueError(
+                    f"generator on {generator.device}: only a CUDA generator can be registered "
+                    "with a CUDA graph; numbers a step draws on the host are drawn once, at "
+                    "capture, and replayed. Draw them on the device"
+                )
 
     def run(self, body: StepBody, micro_batches: Sequence[Any]) -> str:
         """Run one step of ``body`` on ``micro_batches``; return how it ran."""
@@ -165,8 +189,17 @@ class StepGraphs:
     def _capture(self, body: StepBody, micro_batches: Sequence[Any]) -> _Captured:
         static_batch = [_clone_tensors(batch) for batch in micro_batches]
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool, stream=self._stream()):
-            body(static_batch)
+        _register(graph, self.generators)
+        host_rng = torch.random.get_rng_state()  # 5 kB copied, once per capture
+        try:
+            with torch.cuda.graph(graph, pool=self._pool, stream=self._stream()):
+                body(static_batch)
+        except RuntimeError as exc:
+            if "generator" in str(exc).lower():
+                raise RuntimeError(_UNREGISTERED + f" (torch: {exc})") from exc
+            raise
+        if not torch.equal(torch.random.get_rng_state(), host_rng):
+            raise RuntimeError(_ON_THE_HOST)
         _check_pool_empty(graph.pool(), len(self._graphs) + 1)
         if self._pool is None:
             self._pool = graph.pool()
@@ -176,6 +209,36 @@ class StepGraphs:
             self.max_graphs,
         )
         return _Captured(graph, flatten_tensors(static_batch), static_batch)
+
+
+_UNREGISTERED = (
+    "the step draws random numbers from a CUDA torch.Generator that is not registered with "
+    "its CUDA graph, and a replay would repeat them: list it in the task's "
+    "cuda_generators() (Trainer(generators=...)); the default CUDA generator needs nothing"
+)
+_ON_THE_HOST = (
+    "the step drew random numbers on the host (torch's default CPU generator moved during "
+    "the CUDA graph capture): they were drawn once and every replay would repeat them. "
+    "Draw them on the device (the default CUDA generator, or one listed in the task's "
+    "cuda_generators()), or run cuda_graph=off"
+)
+
+
+def _register(graph: torch.cuda.CUDAGraph, generators: Sequence[torch.Generator]) -> None:
+    register = getattr(graph, "register_generator_state", None)  # gone: torch does it
+    if register is None:
+        return
+    with warnings.catch_warnings():  # a deprecated no-op where torch registers lazily
+        warnings.simplefilter("ignore", category=DeprecationWarning)
+        warnings.simplefilter("ignore", category=FutureWarning)
+        for generator in generators:
+            register(generator)
+
+
+def cuda_generators(task: object) -> tuple[torch.Generator, ...]:
+    """The task's own CUDA generators, from its optional ``cuda_generators()``; () without."""
+    listed = getattr(task, "cuda_generators", None)
+    return tuple(listed()) if callable(listed) else ()
 
 
 def pool_leftovers(segments: Iterable[Mapping[str, Any]], pool: Any) -> tuple[int, int]:

@@ -38,6 +38,7 @@ from genesis_fp16_infrastructure.training.calibration import (
     policy_for_run,
 )
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, CheckpointManager
+from genesis_fp16_infrastructure.training.cuda_graph import cuda_generators
 from genesis_fp16_infrastructure.training.early_stop import EarlyStopping, EarlyStopTracker
 from genesis_fp16_infrastructure.training.execution import ResolvedExecution
 from genesis_fp16_infrastructure.training.guard import (
@@ -73,6 +74,18 @@ class TrainingTask(Protocol):
     batches on the CPU and needs no device of its own. ``evaluate(model)`` gets the
     model on the run's device; it reads its own held-out data, so it moves that data
     to the model's device (``to_device(data, next(model.parameters()).device)``).
+
+    Random numbers in ``loss``: on CUDA the step may be captured into a CUDA graph and
+    replayed (:mod:`~genesis_fp16_infrastructure.training.cuda_graph`), which repeats
+    whatever the host computed at capture. Draw on the device: the default CUDA
+    generator (dropout, ``torch.rand(..., device=...)``) moves on at every replay by
+    itself. A ``torch.Generator`` of the task's own, on CUDA, must be returned by an
+    optional ``cuda_generators()`` method (a sequence of them), which ``fit()`` registers
+    with every graph; one used but not listed fails the capture with an error saying so
+    (a torch that registers generators lazily, pytorch#176753, does it by itself), and so
+    does drawing from torch's default CPU generator inside ``loss``. A task's own
+    CPU generator, ``random`` and numpy cannot be detected: never draw from them in
+    ``loss`` (drawing in ``train_batches`` is fine: batches are inputs, copied in).
     """
 
     def build_model(self) -> nn.Module:
@@ -325,7 +338,9 @@ def _build_trainer(task: TrainingTask, policy: PrecisionPolicy, options: FitOpti
     model = distributed.wrap_model(model, policy, fsdp=options.fsdp)  # no-op in one process
     optimizers = task.build_optimizers(model)
     schedulers = task.build_schedulers(optimizers)
-    return Trainer(model, optimizers, policy, _trainer_config(options), schedulers, options.on_log)
+    config = _trainer_config(options)
+    generators = cuda_generators(task)
+    return Trainer(model, optimizers, policy, config, schedulers, options.on_log, generators)
 
 
 def _expected_steps(task: TrainingTask, options: FitOptions) -> int | None:

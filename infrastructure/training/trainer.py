@@ -149,6 +149,11 @@ class Trainer:
     Several optimizers share one skip decision: with a global gradient norm, an
     overflow in one optimizer's gradients would otherwise reach the others through
     clipping (a NaN norm makes every gradient NaN).
+
+    ``generators``: the CUDA ``torch.Generator`` objects of the caller's own that the loss
+    draws from; a captured step registers them with its graphs, so that each replay
+    draws fresh numbers (:mod:`~genesis_fp16_infrastructure.training.cuda_graph`). The
+    default generators need nothing; eager steps ignore the list.
     """
 
     def __init__(
@@ -159,6 +164,7 @@ class Trainer:
         config: TrainerConfig = TrainerConfig(),  # frozen, so sharing the default is safe
         schedulers: Sequence[LRScheduler] = (),
         on_log: OnLog | None = None,
+        generators: Sequence[torch.Generator] = (),
     ) -> None:
         if not optimizers:
             raise ValueError("Trainer needs at least one optimizer; got none")
@@ -187,7 +193,8 @@ class Trainer:
         logger.info("execution %s (%s)", self.execution.used, self.execution.reason)
         # Warm-up, capture and replay of _device_step; None for eager steps.
         captured = self.execution.used in ("cuda_graph", "cuda_graph_compiled")
-        self.graphs = StepGraphs(policy.device) if captured else None
+        self.generators = tuple(generators)
+        self.graphs = StepGraphs(policy.device, generators=self.generators) if captured else None
         # What the loss function is given: the model, or a compiled view of it (the same
         # parameters). Its first calls compile (seconds to minutes with autotuning), in the
         # graphs' eager warm-up steps, never inside a capture.

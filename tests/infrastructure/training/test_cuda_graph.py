@@ -10,7 +10,7 @@ tensor), not from Python state, so the graph sees them.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -367,3 +367,86 @@ def test_two_optimizers_and_two_graphs_replayed_out_of_capture_order_equal_eager
     _assert_same(graphed, _train("fp16", "off", batches, trainer("off")))
     graphs = graphed.trainer.graphs
     assert graphs is not None and graphs.graph_count == 2 and graphs.eager_steps == 0
+
+
+def test_a_cpu_generator_cannot_be_registered_with_the_graphs() -> None:
+    """Only a CUDA generator can be registered: a CPU one is refused when the graphs are made."""
+    with pytest.raises(ValueError, match="generator on cpu: only a CUDA generator"):
+        StepGraphs(torch.device("cuda"), generators=(torch.Generator(),))
+
+
+def _noisy_trainer(mode: str, generator: torch.Generator, listed: bool) -> Trainer:
+    model = _model()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True, capturable=True)
+    policy = PrecisionPolicy.create("bf16", "cuda")
+    config = TrainerConfig(log_interval=10**9, cuda_graph=mode)
+    return Trainer(model, [opt], policy, config, generators=(generator,) if listed else ())
+
+
+def _noisy_loss(generator: torch.Generator) -> Callable[[nn.Module, Batch], torch.Tensor]:
+    def loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+        x, y, _ = batch  # input noise from the task's own CUDA generator
+        noise = torch.randn(x.shape, device=x.device, generator=generator)
+        return F.mse_loss(model(x + 0.1 * noise).float(), y)
+
+    return loss
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_listed_task_generator_draws_fresh_numbers_on_every_replay() -> None:
+    """A loss drawing from its own CUDA generator, listed: 30 graphed steps equal 30 eager
+    ones bit for bit (a replay that repeated its noise would not), the generator as far on."""
+    batches = _batches(30)
+    runs = {}
+    for mode in ("on", "off"):
+        generator = torch.Generator(device="cuda").manual_seed(7)
+        trainer = _noisy_trainer(mode, generator, listed=True)
+        loss = _noisy_loss(generator)
+        losses = []
+        for batch in batches:
+            trainer.step([batch], loss, num_samples=64)
+            losses.append(trainer.summary(reset_interval=True).train_loss)
+        runs[mode] = (losses, trainer.model.state_dict(), generator.get_offset(), trainer)
+    (graphed, g_weights, g_offset, g_trainer), (eager, e_weights, e_offset, _) = runs.values()
+    assert g_trainer.graphs is not None and g_trainer.graphs.captured_steps == 27
+    assert graphed == eager and g_offset == e_offset > 0
+    assert all(torch.equal(g_weights[k], e_weights[k]) for k in e_weights)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_an_unlisted_task_generator_never_repeats_and_host_randomness_fails_the_capture() -> None:
+    """No replay repeats numbers in silence: an unlisted CUDA generator fails the capture
+    with an error saying what to do (or, where torch registers it lazily, the graphed run
+    equals the eager one); the CPU's default generator moved inside the step fails it."""
+    batches = _batches(8)
+    runs = {}
+    for mode in ("on", "off"):
+        generator = torch.Generator(device="cuda").manual_seed(7)
+        trainer = _noisy_trainer(mode, generator, listed=False)
+        loss = _noisy_loss(generator)
+        try:
+            for batch in batches:
+                trainer.step([batch], loss, num_samples=64)
+        except RuntimeError as exc:
+            assert mode == "on" and trainer.step_count == 3, exc  # at the capture
+            assert "not registered with its CUDA graph" in str(exc)
+            assert "cuda_generators" in str(exc)
+            break
+        runs[mode] = trainer.model.state_dict()
+    if "on" in runs:  # lazily registered by torch: fresh numbers, as eagerly
+        assert all(torch.equal(runs["on"][k], runs["off"][k]) for k in runs["off"])
+
+    def host_choice(model: nn.Module, batch: Batch) -> torch.Tensor:
+        x, y, _ = batch
+        k = int(torch.randint(0, x.shape[1], ()))  # drawn on the host: baked into a graph
+        dropped = x.clone()
+        dropped[:, k] = 0.0  # one input column dropped at random (a fill: no host copy)
+        return F.mse_loss(model(dropped).float(), y)
+
+    trainer = _noisy_trainer("on", torch.Generator(device="cuda"), listed=False)
+    for batch in batches[:3]:
+        trainer.step([batch], host_choice, num_samples=64)
+    with pytest.raises(RuntimeError, match="drew random numbers on the host"):
+        trainer.step([batches[3]], host_choice, num_samples=64)

@@ -202,3 +202,19 @@ def test_fp32_bf16_fp16_reach_the_same_loss_within_two_percent() -> None:
         losses[precision] = result.eval["loss"]
     ref = losses["fp32"]
     assert all(abs(v - ref) / ref < 0.02 for v in losses.values()), losses
+
+
+def test_a_tasks_cuda_generators_reach_the_trainer_and_a_task_without_gets_none() -> None:
+    """fit() hands what the optional cuda_generators() lists to the Trainer (which registers
+    them with its CUDA graphs); a task without the method gives an empty tuple."""
+    noise = torch.Generator().manual_seed(3)  # a CPU run: stored, registered only on CUDA
+
+    class Listed(RegressionTask):
+        def cuda_generators(self) -> tuple[torch.Generator, ...]:
+            return (noise,)
+
+    seen: list[tuple[torch.Generator, ...]] = []
+    for task in (Listed(), RegressionTask()):
+        hook = [lambda trainer: seen.append(trainer.generators)]
+        fit(task, FitOptions(precision="bf16", steps=1, resume=False, step_hooks=hook))
+    assert seen == [(noise,), ()]
