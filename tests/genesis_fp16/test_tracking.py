@@ -114,8 +114,8 @@ print("failures", tracker.close())
 @pytest.mark.slow
 def test_train_tracking_dir_writes_a_readable_run_and_a_pipe_gets_no_bar(tmp_path: Path) -> None:
     """`train --tracking-dir` writes one run TensorBoard reads back (every 10 steps, the
-    eval at the last) and names it in --json; stderr on a pipe carries no bar or carriage
-    return, only log records."""
+    eval at the last) and names it in --json, and the plot script draws it; stderr on a
+    pipe carries no bar or carriage return, only log records."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_FP16_")}
     env.update(PYTHONPATH=str(ROOT), GENESIS_FP16_STATE_DIR=str(tmp_path / "state"))
     proc = subprocess.run(
@@ -133,6 +133,11 @@ def test_train_tracking_dir_writes_a_readable_run_and_a_pipe_gets_no_bar(tmp_pat
     assert _steps(events, "eval/auc") == [20]
     assert "\r" not in proc.stderr and "%|" not in proc.stderr
     assert all(line.startswith("{") for line in proc.stderr.splitlines()), proc.stderr
+    picture = tmp_path / "curves.png"  # the script behind docs/run-curves.png reads it too
+    plot = [sys.executable, str(ROOT / "benchmarks" / "plot_run_curves.py"), str(run)]
+    drawn = subprocess.run([*plot, "--out", str(picture)], capture_output=True, text=True)
+    assert drawn.returncode == 0, drawn.stderr
+    assert picture.read_bytes().startswith(b"\x89PNG")
 
 
 def test_tracking_dir_is_refused_with_a_request_file(tmp_path: Path) -> None:
