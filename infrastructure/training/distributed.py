@@ -17,14 +17,23 @@ the shard is a pure function of ``(seed, epoch, rank, world_size)``. Each rank's
 multiplied by ``n_rank * world_size / n_batch`` before backward; DDP averages gradients
 over ranks, so the step equals one step on the whole batch in a single process for any
 loss that is a mean over samples (equal parts make the factor exactly 1).
+
+Gradient accumulation (several micro-batches per optimizer step) synchronises once per
+step, not once per micro-batch: ``Trainer`` runs every micro-batch but the last inside
+:func:`no_sync`, so the gradients are summed locally and the last backward reduces the
+sum (one all-reduce round under DDP, one reduce-scatter under FSDP2, where ``k``
+micro-batches made ``k``). The sum of local sums equals the sum of reduced gradients up
+to floating-point order. The cost under FSDP2: between the first and the last backward a
+rank holds its gradients unsharded (the model's full gradient size, not a 1/world shard).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -124,6 +133,35 @@ def is_sharded(model: nn.Module) -> bool:
     from torch.distributed.fsdp import FSDPModule
 
     return isinstance(model, FSDPModule)
+
+
+def no_sync(model: nn.Module) -> Callable[[], contextlib.AbstractContextManager[None]] | None:
+    """What turns ``model``'s gradient synchronisation off for a backward, or None when
+    its backward synchronises nothing (one process, an unwrapped model).
+
+    DDP's ``no_sync()``; FSDP2's ``set_requires_gradient_sync(False)``, set back on exit.
+    The forward and the backward of a micro-batch both run inside it::
+
+        quiet = no_sync(model)
+        with quiet() if quiet is not None else contextlib.nullcontext():
+            policy.backward(loss_fn(model, batch))
+    """
+    if not is_distributed():
+        return None
+    if isinstance(model, DistributedDataParallel):
+        return model.no_sync
+    if is_sharded(model):
+        return lambda: _fsdp_no_sync(model)
+    return None
+
+
+@contextlib.contextmanager
+def _fsdp_no_sync(model: nn.Module) -> Iterator[None]:
+    model.set_requires_gradient_sync(False)  # type: ignore[operator]
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)  # type: ignore[operator]
 
 
 def load_sharded_state(

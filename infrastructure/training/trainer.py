@@ -177,6 +177,8 @@ class Trainer:
         self.scaler = policy.scaler
         self.step_count = 0
         self._params = [p for o in self.optimizers for g in o.param_groups for p in g["params"]]
+        # DDP/FSDP: every micro-batch but the last accumulates without a collective.
+        self._no_sync = distributed.no_sync(model)
         # Decided once: the optimizers and schedulers do not change during a run.
         self._host_read = policy.needs_host_read(self.optimizers, self.schedulers)
         self._init_counters()
@@ -299,14 +301,12 @@ class Trainer:
         """Forward and backward every micro-batch; return the step's row of loss stats."""
         count = len(micro_batches)
         losses = []
-        for batch in micro_batches:
-            # No cast cache in a graph: cached casts would outlive the capture that made them.
-            with self.policy.autocast(cache_enabled=self.graphs is None):
-                loss = loss_fn(self.step_model, batch)
-            loss = loss.float()
-            # x / 1 == x exactly: the division is one tiny op saved on the common path.
-            self.policy.backward(loss / count if count > 1 else loss)
-            losses.append(loss)
+        for index, batch in enumerate(micro_batches):
+            if self._no_sync is not None and index < count - 1:
+                with self._no_sync():  # the last micro-batch's backward reduces the sum
+                    losses.append(self._forward_backward(batch, loss_fn, count))
+            else:
+                losses.append(self._forward_backward(batch, loss_fn, count))
         with torch.no_grad():  # no detach() needed: one op fewer
             if count == 1:
                 return self._loss_row(losses[0])
@@ -315,6 +315,15 @@ class Trainer:
             # Not torch.isfinite: that is four ops on the CPU; nan < inf and inf < inf are False.
             self._row_finite.copy_((stacked.abs() < math.inf).sum(dtype=torch.float32))
             return row
+
+    def _forward_backward(self, batch: B, loss_fn: LossFn, count: int) -> torch.Tensor:
+        # No cast cache in a graph: cached casts would outlive the capture that made them.
+        with self.policy.autocast(cache_enabled=self.graphs is None):
+            loss = loss_fn(self.step_model, batch)
+        loss = loss.float()
+        # x / 1 == x exactly: the division is one tiny op saved on the common path.
+        self.policy.backward(loss / count if count > 1 else loss)
+        return loss
 
     def _loss_row(self, loss: torch.Tensor) -> torch.Tensor:
         """(L, 1, L, 1, 1, 0) for a finite loss L, zeros otherwise, in two ops, into

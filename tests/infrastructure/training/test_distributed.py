@@ -8,6 +8,7 @@ import os
 import shutil
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,13 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from genesis_fp16_infrastructure.training import FitOptions, GuardConfig, ScalerConfig, fit
+from genesis_fp16_infrastructure.training import (
+    FitOptions,
+    GuardConfig,
+    ScalerConfig,
+    TrainerConfig,
+    fit,
+)
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
 from genesis_fp16_infrastructure.training.distributed import agreed_stop, shard_step, slice_batch
@@ -90,6 +97,46 @@ def _allreduce_then_inject(state: dict[str, int], bucket):  # type: ignore[no-un
         return out
 
     return future.then(after)
+
+
+class _CountedReductions(_Regression):
+    """Counts the gradient reductions: DDP's all-reduce rounds (a comm hook that averages,
+    as DDP does) or FSDP2's reduce-scatters (its ``foreach_reduce``), in ``self.calls``."""
+
+    def __init__(self, batch_size: int) -> None:
+        super().__init__(batch_size)
+        self.calls = 0
+
+    def build_optimizers(self, model: nn.Module) -> Sequence[Optimizer]:
+        if isinstance(model, nn.parallel.DistributedDataParallel):
+            model.register_comm_hook(self, _counted_allreduce)
+        return super().build_optimizers(model)
+
+
+def _counted_allreduce(task: _CountedReductions, bucket):  # type: ignore[no-untyped-def]
+    task.calls += 1
+    buffer = bucket.buffer().div_(dist.get_world_size())
+    future = dist.all_reduce(buffer, async_op=True).get_future()
+    return future.then(lambda done: done.value()[0])
+
+
+@contextmanager
+def _fsdp_reductions_counted(task: _CountedReductions) -> Iterator[None]:
+    """FSDP2's per-backward reduction (``foreach_reduce``, torch 2.6+ layout) counted on
+    ``task`` while inside; this rank's process only."""
+    from torch.distributed.fsdp._fully_shard import _fsdp_param_group
+
+    original = _fsdp_param_group.foreach_reduce
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        task.calls += 1
+        return original(*args, **kwargs)
+
+    _fsdp_param_group.foreach_reduce = counted
+    try:
+        yield
+    finally:
+        _fsdp_param_group.foreach_reduce = original
 
 
 class _NanOnRank1(_Regression):
@@ -240,6 +287,27 @@ def _job_guard(directory: str, precision: str, fsdp: bool) -> Any:
     }
 
 
+def _job_accumulate(directory: str, fsdp: bool) -> Any:
+    """3 steps with 1 and with 2 micro-batches per step: the reductions each made, and the
+    weights after the 2-micro-batch run (gathered from the shards under FSDP2)."""
+    calls, seen = {}, {}
+    for accum in (1, 2):
+        task = _CountedReductions(8)
+        options = FitOptions(
+            precision="fp32",
+            steps=3,
+            fsdp=fsdp,
+            trainer=TrainerConfig(grad_accum_steps=accum),
+            checkpoint_dir=Path(directory) / f"accum{accum}",
+            log_interval=1000,
+            step_hooks=[lambda trainer: seen.update(trainer=trainer)],
+        )
+        with _fsdp_reductions_counted(task) if fsdp else nullcontext():
+            fit(task, options)
+        calls[accum] = task.calls
+    return {"calls": calls, "params": _params(seen["trainer"].state_dict()[keys.MODEL])}
+
+
 def _job_fsdp_resume(directory: str) -> Any:
     def run(folder: str, steps: int, resume: bool) -> tuple[int, str | None]:
         options = FitOptions(
@@ -294,6 +362,7 @@ _JOBS: dict[str, Callable[..., Any]] = {
     "fsdp": _job_fsdp,
     "guard": _job_guard,
     "fsdp_resume": _job_fsdp_resume,
+    "accumulate": _job_accumulate,
     "abort": _job_abort,
 }
 
@@ -525,3 +594,35 @@ def test_shard_step_is_a_pass_through_in_one_process() -> None:
 
     micro, loss_fn, n = shard_step([(torch.ones(4), 4), (torch.ones(2), 2)], loss)
     assert loss_fn is loss and n == 6 and len(micro) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp2"])
+def test_accumulated_micro_batches_reduce_once_per_step_and_match_one_process(
+    tmp_path: Path, fsdp: bool
+) -> None:
+    """2 micro-batches per step on 2 ranks: as many gradient reductions as 1 micro-batch per
+    step (no_sync on all but the last), and the weights of one process with the same batches."""
+    ranks = _two_ranks(tmp_path, "accumulate", str(tmp_path), fsdp)
+    single_task = _Regression(8)
+    seen: dict[str, Any] = {}
+    fit(
+        single_task,
+        FitOptions(
+            precision="fp32",
+            steps=3,
+            trainer=TrainerConfig(grad_accum_steps=2),
+            log_interval=1000,
+            step_hooks=[lambda trainer: seen.update(trainer=trainer)],
+        ),
+    )
+    single = _params(seen["trainer"].state_dict()[keys.MODEL])
+    for rank in ranks:
+        calls = rank["calls"]
+        assert calls[1] >= 3, calls  # at least one reduction per step (a bucket, a group)
+        assert calls[2] == calls[1], calls  # not one per micro-batch: that would be 2x
+    assert torch.equal(ranks[0]["params"], ranks[1]["params"])
+    start = _params(_Regression(8).build_model().state_dict())
+    assert (single - start).abs().max().item() > 1e-2  # it trained
+    assert torch.allclose(ranks[0]["params"], single, rtol=0, atol=1e-5)
