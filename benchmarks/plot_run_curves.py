@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 PANELS = (
-    ("train/loss", "train loss (mean since the last log)", "linear"),
-    ("train/loss_scale", "loss scale", "log"),
-    ("train/skipped_steps", "skipped steps (total)", "linear"),
+    ("train/loss", "train loss (mean since the last log)"),
+    ("train/loss_scale", "loss scale"),
+    ("train/skipped_steps", "skipped steps (total)"),
 )
 
 
@@ -47,16 +47,22 @@ def plot(run: Path, out: Path, title: str | None = None) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     scalars = read_scalars(run)
-    missing = [tag for tag, _, _ in PANELS if tag not in scalars]
+    missing = [tag for tag, _ in PANELS if tag not in scalars]
     if missing:
         raise SystemExit(f"{run}: no {', '.join(missing)} in its event files (a tracked run?)")
     fig, axes = plt.subplots(len(PANELS), 1, figsize=(7, 7.5), sharex=True)
-    for ax, (tag, label, scale) in zip(axes, PANELS, strict=True):
+    for ax, (tag, label) in zip(axes, PANELS, strict=True):
         steps, values = zip(*scalars[tag], strict=True)
-        ax.plot(steps, values, marker="o", markersize=3, linewidth=1.2)
-        ax.set_yscale(scale)
+        marker = "o" if len(steps) <= 60 else None  # dots while they are few enough to see
+        ax.plot(steps, values, marker=marker, markersize=3, linewidth=1.2)
+        if tag == "train/loss_scale":  # powers of two: the scaler halves and doubles it
+            ax.set_yscale("log", base=2)
+        if tag == "train/skipped_steps":  # a count: whole numbers from 0
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_ylim(-0.5, max(values) + 1)
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
     axes[-1].set_xlabel("optimizer step (skipped steps included)")
