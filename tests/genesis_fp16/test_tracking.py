@@ -153,3 +153,20 @@ def test_tracking_dir_is_refused_with_a_request_file(tmp_path: Path) -> None:
     assert proc.stderr.strip().splitlines() == [
         "genesis-fp16: error: --request carries the whole run; drop --tracking-dir"
     ]
+
+
+def test_tracking_dir_without_tensorboard_is_one_line_naming_the_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`train --tracking-dir` where tensorboard cannot be imported: exit 2 before any
+    training, one line naming the flag and the extra to install."""
+    from genesis_fp16.cli import main
+
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # what `import tensorboard` fails on
+    monkeypatch.setenv("GENESIS_FP16_STATE_DIR", str(tmp_path))
+    assert main(["train", "se_darwin", "--tracking-dir", str(tmp_path / "runs")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "genesis-fp16: error: --tracking-dir: tensorboard is not installed: "
+        "pip install 'genesis-fp16[tensorboard]'"
+    ]
+    assert not (tmp_path / "runs").exists()
