@@ -8,7 +8,10 @@
 #
 # TORCH names the PyTorch wheel index: cpu (small, no CUDA) or a CUDA build such as cu126
 # or cu128, whose wheels bring their own CUDA libraries (the host needs only the driver and
-# the NVIDIA container toolkit). TORCH_VERSION follows constraints.txt. The Kubernetes
+# the NVIDIA container toolkit). TORCH_VERSION follows constraints.txt, and both installs
+# use it: torch alone from that index (its dependencies are not all there at the pinned
+# versions), then the wheel with everything else at the versions the tests ran with
+# (tests/test_packaging.py installs the same way). The Kubernetes
 # manifests that request a GPU (statefulset.yaml, the multi-node Job and TrainJob) run the
 # cu128 tag; statefulset-cpu.yaml runs the CPU one (tests/deploy/test_dockerfile.py).
 #
@@ -31,9 +34,10 @@ COPY agents ./agents
 COPY genesis_fp16 ./genesis_fp16
 RUN /opt/build/bin/python -m build --wheel --outdir /dist . \
     && python -m venv /opt/genesis-fp16 \
-    && /opt/genesis-fp16/bin/pip install --no-cache-dir \
+    && /opt/genesis-fp16/bin/pip install --no-cache-dir --no-deps -c constraints.txt \
         --index-url "https://download.pytorch.org/whl/${TORCH}" "torch==${TORCH_VERSION}" \
-    && /opt/genesis-fp16/bin/pip install --no-cache-dir /dist/genesis_fp16-*.whl \
+    && /opt/genesis-fp16/bin/pip install --no-cache-dir -c constraints.txt \
+        /dist/genesis_fp16-*.whl \
     && /opt/genesis-fp16/bin/pip uninstall --yes pip
 
 FROM ${PYTHON_IMAGE}

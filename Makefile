@@ -28,13 +28,16 @@ $(VENV)/.installed-run: pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q -c constraints.txt -e .
 	touch $@
 
-# A GPU host keeps its own CUDA torch: the venv sees the system site-packages, so pip finds
-# that torch satisfies torch>=2.4 and installs only the rest (no constraints.txt, whose pin
-# is the CPU wheel). Afterwards `make test` and `make run` use this venv as it is.
+# A GPU host keeps its own CUDA torch: the venv sees the system site-packages, and the only
+# constraint is that torch's own version, so pip keeps it, or stops ("conflict") when it is
+# outside pyproject's torch range instead of downloading another torch. No constraints.txt:
+# its pins of torch's dependencies fit torch 2.13, not every host's torch. Afterwards
+# `make test` and `make run` use this venv as it is.
 setup-cuda:
 	$(PYTHON) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'setup-cuda: $(PYTHON) has no CUDA torch (torch ' + torch.__version__ + '); use make setup')"
 	$(PYTHON) -m venv --system-site-packages $(VENV)
-	$(BIN)/python -m pip install -q -e '.[dev,bench]'
+	$(BIN)/python -c "import torch; print('torch==' + torch.__version__)" > $(VENV)/host-torch.txt
+	$(BIN)/python -m pip install -q -c $(VENV)/host-torch.txt -e '.[dev,bench]'
 	$(BIN)/python -c "import torch; assert torch.cuda.is_available(), torch.__version__"
 	touch $(VENV)/.installed
 

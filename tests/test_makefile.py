@@ -37,11 +37,12 @@ def _dry_run(target: str, tmp_path: Path) -> str:
 
 
 def test_setup_cuda_keeps_the_hosts_torch(tmp_path: Path) -> None:
-    """setup-cuda checks for a CUDA torch, sees the system's packages, never pins torch."""
+    """setup-cuda checks for a CUDA torch, sees the system's packages, pins torch to the host's."""
     commands = _dry_run("setup-cuda", tmp_path)
     assert "torch.cuda.is_available()" in commands
     assert "-m venv --system-site-packages" in commands
-    assert "constraints.txt" not in commands and "torch==" not in commands
+    assert "constraints.txt" not in commands
+    assert "print('torch==' + torch.__version__)\" > " in commands
     assert f"touch {tmp_path / 'venv'}/.installed" in commands  # make test then reuses it
 
 
