@@ -12,9 +12,11 @@ read (overflowing steps, the scaler's ``unstable`` flag, the sum and count of fi
 losses, non-finite losses) and tests its triggers. In a multi-rank process group the
 counters are first combined over the ranks (one all-gather per check), so every rank
 decides the same thing at the same check. When the check interval just ended
-was spotless (no overflow, no non-finite loss, no divergence), it keeps an in-memory
-snapshot of the trainer state, the data position and the task's extra state: the last
-good state, taken before any trouble began. When a trigger fires, ``fit()`` rebuilds
+was spotless (no overflow, no non-finite loss, no divergence), it keeps a snapshot of
+the trainer state, the data position and the task's extra state: the last good state,
+taken before any trouble began. The snapshot stays on the GPU while it is small there
+and goes to pinned host memory when it is not (decided once per run; the costs are in
+:mod:`genesis_fp16_infrastructure.training.snapshot`). When a trigger fires, ``fit()`` rebuilds
 the trainer in the next precision of the ladder, loads that snapshot and runs on to the
 same target step.
 
@@ -28,7 +30,6 @@ re-exported here.
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -51,6 +52,7 @@ from genesis_fp16_infrastructure.training.precision_memory import (
     write_precision_memory,
 )
 from genesis_fp16_infrastructure.training.precision_names import DEFAULT_LADDER, ROBUSTNESS
+from genesis_fp16_infrastructure.training.snapshot import SnapshotStore
 from genesis_fp16_infrastructure.training.trainer import Trainer
 
 __all__ = [
@@ -84,7 +86,11 @@ class Trouble:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A good state to roll back to: the trainer's state dict, data position, extra state."""
+    """A good state to roll back to: the trainer's state dict, data position, extra state.
+
+    ``PrecisionGuard.snapshot`` holds the store's buffers, which the next snapshot
+    overwrites; ``PrecisionGuard.restore()`` returns a copy to load.
+    """
 
     step: int
     trainer: dict[str, Any]
@@ -115,6 +121,7 @@ class PrecisionGuard:
         self.config = config
         self._extra_state = extra_state
         self.snapshot: Snapshot | None = None
+        self.store = SnapshotStore()  # where the snapshot's tensors live, and why
         self.pending: Trouble | None = None
         self._exhausted_warned = False
         self._device = torch.device("cpu")
@@ -281,10 +288,11 @@ class PrecisionGuard:
         self._ema_updates += 1
 
     def _take_snapshot(self, trainer: Trainer, epoch: int, batch: int) -> None:
-        # A deep copy: the live state dicts alias the parameters and optimizer buffers.
-        state = copy.deepcopy(trainer.state_dict())
-        extra = copy.deepcopy(dict(self._extra_state()))
-        self.snapshot = Snapshot(trainer.step_count, state, epoch, batch, extra)
+        # Copied into the store's buffers: the live state dicts alias the parameters and
+        # the optimizer's moments, which the next steps change in place.
+        self.store.save({"trainer": trainer.state_dict(), "extra": dict(self._extra_state())})
+        saved = self.store.saved
+        self.snapshot = Snapshot(trainer.step_count, saved["trainer"], epoch, batch, saved["extra"])
 
     # ------------------------------------------------------------------ demotion
 
@@ -314,10 +322,11 @@ class PrecisionGuard:
         return replace(new, resolved=resolved), record
 
     def restore(self) -> Snapshot:
-        """A fresh deep copy of the snapshot, safe to load into a trainer."""
+        """A fresh copy of the snapshot, safe to load into a trainer."""
         if self.snapshot is None:
             raise RuntimeError("no snapshot to roll back to")
-        return copy.deepcopy(self.snapshot)
+        state = self.store.load()
+        return replace(self.snapshot, trainer=state["trainer"], extra=state["extra"])
 
 
 def _agree(counters: torch.Tensor) -> torch.Tensor:
