@@ -63,3 +63,93 @@ def test_layering_check_catches_a_forbidden_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import prometheus_client\nfrom structlog import get_logger\n")
     assert {"prometheus_client", "structlog"} <= _imports(bad)
+
+
+# Installed name -> folder (pyproject's package-dir).
+PACKAGES = {
+    "genesis_fp16": "genesis_fp16",
+    "genesis_fp16_agents": "agents",
+    "genesis_fp16_infrastructure": "infrastructure",
+}
+
+
+def _modules(root: Path, packages: dict[str, str]) -> dict[str, Path]:
+    """Every module of ``packages`` under ``root``, by dotted name."""
+    modules = {}
+    for name, folder in packages.items():
+        for path in sorted((root / folder).rglob("*.py")):
+            parts = path.relative_to(root / folder).with_suffix("").parts
+            modules[".".join((name, *parts)).removesuffix(".__init__")] = path
+    return modules
+
+
+def _module_edges(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The modules ``name`` imports when it loads, ``if TYPE_CHECKING:`` blocks included.
+
+    Imports inside functions are left out: they run later, and a cycle through one is
+    how a deliberate late import breaks a cycle. ``from pkg import mod`` is an edge to
+    the submodule, not to the package.
+    """
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names if alias.name in modules)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                for alias in node.names:
+                    sub = f"{base}.{alias.name}"
+                    found.add(sub if sub in modules else base)
+            elif isinstance(node, ast.If | ast.Try):
+                visit(node.body)
+
+    visit(ast.parse(path.read_text(), filename=str(path)).body)
+    return {edge for edge in found if edge in modules and edge != name}
+
+
+def _import_cycles(root: Path, packages: dict[str, str]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or around a loop."""
+    modules = _modules(root, packages)
+    graph = {name: _module_edges(name, path, modules) for name, path in modules.items()}
+    reach = {name: _reach(graph, name) for name in graph}  # a small graph: cheap enough
+    cycles: list[list[str]] = []
+    for name in graph:
+        group = sorted(other for other in reach[name] if name in reach[other])
+        if group and group not in cycles:
+            cycles.append(group)
+    return cycles
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` loads, directly or through others."""
+    seen: set[str] = set()
+    frontier = list(graph[start])
+    while frontier:
+        node = frontier.pop()
+        if node not in seen:
+            seen.add(node)
+            frontier.extend(graph[node])
+    return seen
+
+
+def test_no_import_cycles() -> None:
+    """No module imports, at load time, a module that imports it back (issue 30's target: 0)."""
+    assert _import_cycles(ROOT, PACKAGES) == []
+
+
+def test_cycle_check_catches_a_cycle_hidden_behind_type_checking(tmp_path: Path) -> None:
+    """Two modules importing each other, one only for the checker, are a cycle to the check."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "fit.py").write_text("from pkg.calibration import calibrate\n")
+    (pkg / "calibration.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import fit\n"
+    )
+    (pkg / "late.py").write_text("def f():\n    from pkg import fit\n")
+    assert _import_cycles(tmp_path, {"pkg": "pkg"}) == [["pkg.calibration", "pkg.fit"]]

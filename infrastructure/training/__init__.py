@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.batches import to_device
     from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, CheckpointManager
     from genesis_fp16_infrastructure.training.early_stop import EarlyStopping
-    from genesis_fp16_infrastructure.training.fit import FitOptions, FitResult, TrainingTask, fit
+    from genesis_fp16_infrastructure.training.fit import FitOptions, FitResult, fit
     from genesis_fp16_infrastructure.training.guard_config import GuardConfig
     from genesis_fp16_infrastructure.training.loss_scaler import LossScaler
     from genesis_fp16_infrastructure.training.loss_scaler_config import ScalerConfig
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.precision_memory import PrecisionMemory
     from genesis_fp16_infrastructure.training.precision_names import PRECISIONS, REQUESTABLE
     from genesis_fp16_infrastructure.training.summary import TrainingSummary
+    from genesis_fp16_infrastructure.training.task import TrainingTask
     from genesis_fp16_infrastructure.training.trainer import Trainer, TrainerConfig
 
 # Exported name -> the submodule that defines it.
@@ -45,7 +46,7 @@ _EXPORTS: dict[str, str] = {
     "EarlyStopping": "early_stop",
     "FitOptions": "fit",
     "FitResult": "fit",
-    "TrainingTask": "fit",
+    "TrainingTask": "task",
     "fit": "fit",
     "GuardConfig": "guard_config",
     "LossScaler": "loss_scaler",

@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -74,10 +74,8 @@ from genesis_fp16_infrastructure.training.precision import (
 )
 from genesis_fp16_infrastructure.training.precision_names import PRECISIONS
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
+from genesis_fp16_infrastructure.training.task import TrainingTask
 from genesis_fp16_infrastructure.training.trainer import LossFn, Trainer, TrainerConfig
-
-if TYPE_CHECKING:  # fit imports this module: the task type only, for the checker
-    from genesis_fp16_infrastructure.training.fit import TrainingTask
 
 logger = logging.getLogger(__name__)
 
