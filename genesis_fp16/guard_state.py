@@ -12,6 +12,7 @@ lowers. ``genesis-fp16 precision reset AGENT`` deletes the memory;
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -36,23 +37,23 @@ log = structlog.get_logger("genesis_fp16.guard")
 
 
 def guard_config(settings: Settings) -> GuardConfig | None:
-    """The ``GuardConfig`` every run gets, or None when the guard is turned off."""
+    """The ``GuardConfig`` every run gets, or None when the guard is turned off.
+
+    Each field ``name`` of ``GuardConfig`` comes from the setting ``guard_<name>``
+    (tests check that every field has one, with the same default); a field that takes
+    None to turn its trigger off takes 0 in the settings.
+    """
     if not settings.guard_enabled:
         return None
-    return GuardConfig(
-        ladder=tuple(settings.guard_ladder.split(",")),
-        bf16_needs_native=settings.guard_bf16_needs_native,
-        check_interval=settings.guard_check_interval,
-        on_unstable=settings.guard_on_unstable,
-        nonfinite_limit=settings.guard_nonfinite_limit or None,
-        nonfinite_window=settings.guard_nonfinite_window,
-        overflow_rate_limit=settings.guard_overflow_rate_limit or None,
-        overflow_window=settings.guard_overflow_window,
-        overflow_warmup=settings.guard_overflow_warmup,
-        divergence_factor=settings.guard_divergence_factor or None,
-        divergence_ema_decay=settings.guard_divergence_ema_decay,
-        divergence_warmup=settings.guard_divergence_warmup,
-    )
+    values: dict[str, Any] = {}
+    for item in fields(GuardConfig):
+        value = getattr(settings, f"guard_{item.name}")
+        if item.name == "ladder":
+            value = tuple(value.split(","))
+        elif value == 0 and "None" in str(item.type):  # an optional trigger: 0 is off
+            value = None
+        values[item.name] = value
+    return GuardConfig(**values)
 
 
 def load_memory(settings: Settings, agent: str) -> PrecisionMemory | None:

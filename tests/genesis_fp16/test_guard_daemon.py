@@ -19,6 +19,7 @@ from genesis_fp16.paths import AgentPaths
 from genesis_fp16.settings import Settings
 from genesis_fp16_infrastructure.plugin_api import TrainResult
 from genesis_fp16_infrastructure.training.guard import (
+    GuardConfig,
     read_precision_memory,
     remember_demotions,
     write_precision_memory,
@@ -148,6 +149,25 @@ def test_memory_lowers_the_precision_but_fp16_off_switch_wins(tmp_path: Path) ->
     unguarded = _settings(tmp_path, ENABLE_FP16_TRAINING=True, guard_enabled=False)
     assert choose_precision(unguarded, AGENT, "cpu")[0] == "fp16"
     assert guard_config(unguarded) is None
+
+
+def test_guard_settings_default_to_the_guard_configs_defaults(tmp_path: Path) -> None:
+    """Every GuardConfig field has its GENESIS_FP16_GUARD_ setting, defaulting alike."""
+    assert guard_config(_settings(tmp_path)) == GuardConfig()
+
+
+def test_a_zero_guard_setting_turns_its_trigger_off(tmp_path: Path) -> None:
+    """0 in the settings is None in GuardConfig for the triggers that can be off."""
+    zeros = ("nonfinite_limit", "overflow_rate_limit", "divergence_factor", "overflow_warmup")
+    off = _settings(tmp_path, **{f"guard_{name}": 0 for name in zeros})
+    config = guard_config(off)
+    assert config is not None
+    assert (config.nonfinite_limit, config.overflow_rate_limit, config.divergence_factor) == (
+        None,
+        None,
+        None,
+    )
+    assert config.overflow_warmup == 0  # not a trigger: 0 warm-up steps
 
 
 def test_auto_that_resolves_to_the_remembered_precision_takes_the_memory(tmp_path: Path) -> None:
