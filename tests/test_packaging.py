@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -35,6 +36,13 @@ _COPY_IGNORE = shutil.ignore_patterns(
     ".venv", ".git", "build", "dist", "state", "*.egg-info", "__pycache__", ".*_cache"
 )
 
+
+CONSTRAINTS = ROOT / "constraints.txt"
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+# What a venv has before anything is installed in it; the unit's install brings the rest.
+VENV_OWN = ("pip",)
+# What `import torch` prints without numpy (torch's CPU wheels do not depend on it).
+NUMPY_WARNING = "Failed to initialize NumPy"
 
 # The first thing a build fetches: the build backend named by pyproject.toml.
 INDEX_PROBE = "setuptools>=68"
@@ -101,8 +109,12 @@ def unit_install_lines(text: str) -> list[str]:
 def test_unit_install_lines_are_the_runbooks() -> None:
     """docs/operations.md shows the unit's own build-and-install lines (with sudo)."""
     lines = unit_install_lines(UNIT.read_text())
-    assert len(lines) == 4, lines
+    assert len(lines) == 5, lines
     assert any("-m build" in line for line in lines)
+    # torch alone from the CPU index (no CUDA packages), then the wheel: both constrained.
+    torch_line, wheel_line = lines[-2:]
+    assert f"--no-deps --index-url {TORCH_CPU_INDEX} -c constraints.txt torch" in torch_line
+    assert "-c constraints.txt dist/genesis_fp16-" in wheel_line
     runbook = OPERATIONS.read_text()
     for line in lines:
         assert f"sudo {line.replace(' && ', ' && sudo ')}" in runbook, line
@@ -282,3 +294,87 @@ def test_pyproject_lists_every_package_folder() -> None:
             parts = init.parent.relative_to(ROOT / folder).parts
             folders[".".join((installed_name, *parts))] = init.parent
     assert sorted(setuptools["packages"]) == sorted(folders)
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pinned_versions(text: str) -> dict[str, str]:
+    """The ``name==version`` lines of a constraints file, by normalized name."""
+    pins = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, sep, version = line.partition("==")
+            assert sep and version, f"constraints.txt: {line!r} is not an exact pin"
+            pins[_normalized(name)] = version
+    return pins
+
+
+def test_every_dependency_is_bounded_and_pinned_within_its_bounds() -> None:
+    """pyproject's dependencies each have an upper bound, and constraints.txt a pin inside it."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    pins = pinned_versions(CONSTRAINTS.read_text())
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    for requirement in map(Requirement, dependencies):
+        name = _normalized(requirement.name)
+        assert any(s.operator in ("<", "<=", "==") for s in requirement.specifier), requirement
+        assert name in pins, f"{name} has no pin in constraints.txt"
+        assert Version(pins[name]) in requirement.specifier, (requirement, pins[name])
+    assert "numpy" in {_normalized(Requirement(d).name) for d in dependencies}
+
+
+@pytest.mark.slow
+def test_installed_wheel_has_exactly_the_pinned_versions(installed: Path) -> None:
+    """The documented install gives the pinned version of every package it brings (CPU torch)."""
+    python = installed / "bin" / "python"
+    listing = subprocess.run(
+        [python, "-m", "pip", "list", "--format=json"], capture_output=True, text=True, check=True
+    )
+    got = {_normalized(item["name"]): item["version"] for item in json.loads(listing.stdout)}
+    pins = pinned_versions(CONSTRAINTS.read_text())
+    brought = {n: v for n, v in got.items() if n not in (*VENV_OWN, "genesis-fp16")}
+    # torch==2.13.0 admits a build's local label (2.13.0+cpu), as pip's constraint does.
+    differ = {
+        name: (version, pins.get(name))
+        for name, version in brought.items()
+        if version.split("+")[0] != pins.get(name)
+    }
+    assert not differ, f"installed (version, pin), unpinned when the pin is None: {differ}"
+    assert "+cu" not in got["torch"] and not any(n.startswith("nvidia-") for n in got), got
+    check = subprocess.run([python, "-m", "pip", "check"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+@pytest.mark.slow
+def test_installed_daemon_imports_torch_without_the_numpy_warning(
+    installed: Path, tmp_path: Path
+) -> None:
+    """A process of the installed venv is silent about NumPy; with numpy hidden it is not."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
+    env["GENESIS_FP16_STATE_DIR"] = str(tmp_path / "state")
+    agents = subprocess.run(
+        [installed / "bin" / "genesis-fp16", "agents", "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert agents.returncode == 0, agents.stderr[-3000:]
+    assert NUMPY_WARNING not in agents.stderr, agents.stderr[-3000:]
+    # The same import with numpy made unimportable: the check sees torch's warning.
+    hide_numpy = "sys.modules['numpy'] = None"
+    hidden = subprocess.run(
+        [installed / "bin" / "python", "-c", f"import sys; {hide_numpy}; import torch"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert hidden.returncode == 0, hidden.stderr[-3000:]
+    assert NUMPY_WARNING in hidden.stderr, hidden.stderr[-3000:]
