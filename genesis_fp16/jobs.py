@@ -185,7 +185,7 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
             steps=0,
             duration_seconds=round(duration, 3),
         )
-        close_tracker(tracker)
+        _close_tracker(ctx, agent, tracker)
         return changed.is_set() and not ctx.stopping.is_set()
     except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is a failed run too
         duration = time.monotonic() - started
@@ -215,7 +215,7 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
         else:
             log.exception("training run failed", duration_seconds=round(duration, 3))
         ctx.metrics.finish_run(agent, "failed", duration, None, time.time())
-        close_tracker(tracker)  # the curves up to the failure stay readable
+        _close_tracker(ctx, agent, tracker)  # the curves up to the failure stay readable
         return False
     finally:
         structlog.contextvars.unbind_contextvars("agent", "run_id")
@@ -224,8 +224,14 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
     _finish(ctx, agent, run_id, result, time.monotonic() - started, show_precision=not rerun)
     if tracker is not None:
         tracker.log_result(result)
-    close_tracker(tracker)
+    _close_tracker(ctx, agent, tracker)
     return rerun
+
+
+def _close_tracker(ctx: JobContext, agent: str, tracker: RunTracker | None) -> None:
+    """Close the run's curves and count the writes they lost (a full disk, say)."""
+    if tracker is not None:
+        ctx.metrics.tracking_write_failures.labels(agent=agent).inc(close_tracker(tracker))
 
 
 def _on_log(

@@ -95,6 +95,7 @@ METRIC_NAMES = (
     "genesis_fp16_training_run_duration_seconds",
     "genesis_fp16_last_success_timestamp_seconds",
     "genesis_fp16_state_files_skipped_total",
+    "genesis_fp16_tracking_write_failures_total",
     "genesis_fp16_last_learned_timestamp_seconds",
     "genesis_fp16_training_records",
     "genesis_fp16_new_records_total",
@@ -242,6 +243,13 @@ class DaemonMetrics:
             "State-folder files read at start-up that were unusable (corrupt, another "
             "format, not a regular file) and skipped: last_success (the agent starts at 0).",
             ("agent", "file"),
+        )
+        self.tracking_write_failures = counter(
+            "tracking_write_failures",
+            "Writes of a run's TensorBoard curves (GENESIS_FP16_TRACKING_DIR) that failed or "
+            "were dropped after a failure; the run itself goes on. Present once a tracked "
+            "run ends.",
+            ("agent",),
         )
         self.last_learned = gauge(
             "last_learned_timestamp_seconds",

@@ -193,13 +193,14 @@ def open_tracker(
     return tracker
 
 
-def close_tracker(tracker: RunTracker | None) -> None:
-    """Close the files; a failed or dropped write is counted once more, in one line."""
+def close_tracker(tracker: RunTracker | None) -> int:
+    """Close the files; return the failed or dropped writes, also logged in one line."""
     if tracker is None:
-        return
+        return 0
     failures = tracker.close()
     if failures:
         log.warning("run tracking incomplete", path=str(tracker.path), failed_writes=failures)
+    return failures
 
 
 def _table(fields: Mapping[str, object]) -> str:

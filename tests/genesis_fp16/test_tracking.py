@@ -74,6 +74,10 @@ def test_daemon_jobs_write_one_readable_run_each_from_their_child(
         assert _steps(events, "eval/loss") == [steps[-1]]
         assert [e.value for e in events.Scalars("execution/eager")] == [1.0]
         assert events.Tags()["tensors"] == ["run/text_summary"]  # the request, the outcome
+    failures = ctx.metrics.registry.get_sample_value(
+        "genesis_fp16_tracking_write_failures_total", {"agent": "se_darwin"}
+    )
+    assert failures == 0.0  # the series is there, and nothing was lost
 
 
 def test_a_full_disk_is_logged_counted_and_never_raised(tmp_path: Path) -> None:
@@ -83,7 +87,7 @@ def test_a_full_disk_is_logged_counted_and_never_raised(tmp_path: Path) -> None:
 import resource, signal, sys
 from pathlib import Path
 from genesis_fp16.logsetup import configure_logging
-from genesis_fp16.tracking import RunTracker
+from genesis_fp16.tracking import RunTracker, close_tracker
 from genesis_fp16_infrastructure.training import TrainingSummary
 
 configure_logging("json", "INFO")
@@ -94,7 +98,7 @@ for step in range(1, 200):
     tracker.log_summary(TrainingSummary(
         "fp16", step, step, 0, 0.0, 0.0, 65536.0, 1.0, 1.0 / step, 0, 64, 10.0, 1.0, False
     ))
-print("failures", tracker.close())
+print("failures", close_tracker(tracker))
 """
     proc = subprocess.run(
         [sys.executable, "-c", script],
