@@ -216,6 +216,18 @@ def test_installed_wheel_brings_only_what_running_needs(installed: Path) -> None
     assert not names & set(NOT_FOR_RUNNING), names & set(NOT_FOR_RUNNING)
 
 
+def installed_agents(
+    installed: Path, cwd: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """`genesis-fp16 agents --json` of the installed venv, run in ``cwd``; it must succeed."""
+    exe = installed / "bin" / "genesis-fp16"
+    listing = subprocess.run(
+        [exe, "agents", "--json"], cwd=cwd, env=env, capture_output=True, text=True
+    )
+    assert listing.returncode == 0, listing.stderr[-3000:]
+    return listing
+
+
 def _wheel_owning_agents(out: Path) -> Path:
     """A wheel of another distribution with the top-level packages agents and infrastructure.
 
@@ -271,14 +283,7 @@ def test_installed_wheel_imports_beside_a_distribution_that_owns_agents(
     )
     assert both.returncode == 0, both.stderr[-3000:]
     assert both.stdout.split() == ["other-agents", "other-agents", "1"]
-    listing = subprocess.run(
-        [installed / "bin" / "genesis-fp16", "agents", "--json"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert listing.returncode == 0, listing.stderr[-3000:]
+    listing = installed_agents(installed, tmp_path, env)
     states = {row["name"]: row["state"] for row in json.loads(listing.stdout)}
     assert states.get("se_darwin") == "loaded" and states.get("rlhf_ppo") == "loaded", states
 
@@ -358,14 +363,7 @@ def test_installed_daemon_imports_torch_without_the_numpy_warning(
     """A process of the installed venv is silent about NumPy; with numpy hidden it is not."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
     env["GENESIS_FP16_STATE_DIR"] = str(tmp_path / "state")
-    agents = subprocess.run(
-        [installed / "bin" / "genesis-fp16", "agents", "--json"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert agents.returncode == 0, agents.stderr[-3000:]
+    agents = installed_agents(installed, tmp_path, env)
     assert NUMPY_WARNING not in agents.stderr, agents.stderr[-3000:]
     # The same import with numpy made unimportable: the check sees torch's warning.
     hide_numpy = "sys.modules['numpy'] = None"
