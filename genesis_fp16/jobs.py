@@ -34,7 +34,7 @@ from genesis_fp16.diagnostics_export import export_diagnostics
 from genesis_fp16.launcher import LaunchError, RunStopped, train_in_child, train_with_torchrun
 from genesis_fp16.metrics import DaemonMetrics
 from genesis_fp16.paths import AgentPaths
-from genesis_fp16.run_request import build_request
+from genesis_fp16.run_request import build_request, warn_ignored
 from genesis_fp16.settings import Settings, requested_precision
 from genesis_fp16.storage import storage_error
 from genesis_fp16.tracking import RunTracker, close_tracker, open_tracker
@@ -150,6 +150,8 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
             should_stop=should_stop,
             auto_excluded=probe_gate.red_precisions(probe),
         )
+        if request.auto_excluded and request.precision == "auto":
+            warn_ignored(plugin, agent, {"auto_excluded": "the precision probe"})
         log.info(
             "training run started",
             precision=request.precision,

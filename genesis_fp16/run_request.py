@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from genesis_fp16 import guard_state
 from genesis_fp16.paths import AgentPaths, ensure_sample_data
 from genesis_fp16.settings import (
@@ -39,8 +41,19 @@ from genesis_fp16_infrastructure.plugin_api import (
     TrainRequest,
     TrainRequestError,
     declared_options,
+    ignored_request_fields,
     parse_options,
 )
+
+log = structlog.get_logger("genesis_fp16.run_request")
+
+# Request fields an operator sets: field -> (its setting, its RequestOverrides flag).
+_OPERATOR_FIELDS: dict[str, tuple[str, str | None]] = {
+    "checkpoint_steps": ("checkpoint_steps", "checkpoint_steps"),
+    "checkpoint_seconds": ("checkpoint_seconds", "checkpoint_seconds"),
+    "auto_precision": ("auto_precision", None),
+    "memory_limit_bytes": ("run_memory_limit_bytes", None),
+}
 
 
 @dataclass(frozen=True)
@@ -113,6 +126,7 @@ def build_request(
     if data is None:
         data = ensure_sample_data(plugin, paths, count=settings.sample_count, seed=settings.seed)
     steps, epochs = budget(settings, agent, o.steps, o.epochs)
+    warn_ignored(plugin, agent, _operator_set(settings, o))
     return TrainRequest(
         agent=agent,
         precision=precision,
@@ -137,6 +151,34 @@ def build_request(
         checkpoint_seconds=o.checkpoint_seconds or settings.checkpoint_seconds,
         memory_limit_bytes=settings.run_memory_limit_bytes,
     )
+
+
+def _operator_set(settings: Settings, overrides: RequestOverrides) -> dict[str, str]:
+    """The request fields the operator set, each with the setting or flag that set it."""
+    given = {}
+    for name, (setting, flag) in _OPERATOR_FIELDS.items():
+        if flag is not None and getattr(overrides, flag) is not None:
+            given[name] = f"--{flag.replace('_', '-')}"
+        elif setting in settings.model_fields_set:
+            given[name] = f"GENESIS_FP16_{setting.upper()}"
+    return given
+
+
+def warn_ignored(plugin: AgentPlugin, agent: str, given: Mapping[str, str]) -> None:
+    """Warn, one line per field, where the operator set what this agent does not use.
+
+    ``given`` maps request fields to what set them (a setting, a flag, the probe). The
+    run goes on: the field is harmless to the agent, only the operator's intent is lost.
+    """
+    ignored = ignored_request_fields(plugin)
+    for name, source in given.items():
+        if name in ignored:
+            log.warning(
+                "agent ignores a request field",
+                field=name,
+                set_by=source,
+                instead=f"{agent}: {ignored[name]}",
+            )
 
 
 def option_variable(agent: str, key: str) -> str:

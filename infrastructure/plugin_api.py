@@ -116,6 +116,27 @@ def declared_options(plugin: object) -> tuple[AgentOption, ...]:
     return tuple(getattr(plugin, "options", ()))
 
 
+def ignored_request_fields(plugin: object) -> dict[str, str]:
+    """The :class:`TrainRequest` fields ``plugin`` does not use, each with what it does instead.
+
+    A plugin declares them as an ``ignored_request_fields`` mapping; the daemon and
+    ``train`` then warn when an operator sets one of them (a setting or a flag) instead
+    of letting it do nothing. A name that is not a field of ``TrainRequest`` is a bug in
+    the plugin:
+
+    >>> class Agent:
+    ...     ignored_request_fields = {"checkpoint_steps": "one checkpoint, at the end"}
+    >>> ignored_request_fields(Agent())
+    {'checkpoint_steps': 'one checkpoint, at the end'}
+    """
+    declared = dict(getattr(plugin, "ignored_request_fields", {}))
+    unknown = sorted(set(declared) - {f.name for f in fields(TrainRequest)})
+    if unknown:
+        name = getattr(plugin, "name", type(plugin).__name__)
+        raise TypeError(f"{name}: ignored_request_fields names no TrainRequest field: {unknown}")
+    return declared
+
+
 def parse_options(
     agent: str, declared: Sequence[AgentOption], given: Mapping[str, Any]
 ) -> dict[str, OptionValue]:

@@ -29,6 +29,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -142,12 +143,26 @@ def _ppo_config(task: TaskConfig, options: Mapping[str, Any]) -> PPOConfig:
     return PPOConfig(task=task, **overrides)
 
 
+# Request fields this agent does not use, and what it does instead: the daemon and `train`
+# say so to an operator who sets one (genesis_fp16/run_request.py).
+IGNORED_REQUEST_FIELDS: Mapping[str, str] = MappingProxyType(
+    {
+        "checkpoint_steps": "it checkpoints once, when the run ends or stops",
+        "checkpoint_seconds": "it checkpoints once, when the run ends or stops",
+        "auto_precision": "under auto it picks its preset by the precision, never by measuring",
+        "auto_excluded": "under auto its preset may use a precision the probe marked red",
+        "calibration_path": "it never measures, so it keeps no calibration",
+    }
+)
+
+
 class RlhfPpoPlugin:
     """PPO on the "count up by one" digit task, each component in its preset's dtype."""
 
     api_version = API_VERSION
     name = "rlhf_ppo"
     options = DECLARED_OPTIONS
+    ignored_request_fields = IGNORED_REQUEST_FIELDS
     description = (
         "PPO policy training (tiny transformer, value head, GAE, KL to a frozen reference) "
         "with per-component precision presets and trainer-rollout mismatch diagnostics"

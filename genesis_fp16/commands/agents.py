@@ -14,7 +14,7 @@ from typing import Any
 from genesis_fp16.guard_state import describe, load_memory
 from genesis_fp16.plugins import discover_plugins
 from genesis_fp16.settings import SettingsError, load_settings
-from genesis_fp16_infrastructure.plugin_api import declared_options
+from genesis_fp16_infrastructure.plugin_api import declared_options, ignored_request_fields
 
 
 def register(subparsers: Any) -> None:
@@ -39,7 +39,14 @@ def run(args: argparse.Namespace) -> int:
             memory = load_memory(settings, record.name)
             guard = memory.to_json() if memory is not None else None
             options = [option.to_json() for option in declared_options(record.plugin)]
-            listed.append({**record.to_json(), "options": options, "precision_guard": guard})
+            listed.append(
+                {
+                    **record.to_json(),
+                    "options": options,
+                    "ignored_request_fields": _ignored(record.plugin),
+                    "precision_guard": guard,
+                }
+            )
         print(json.dumps(listed, indent=2))
     elif not records:
         print("no agent plugins found in the entry-point group genesis_fp16.agents")
@@ -58,3 +65,11 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _ignored(plugin: object) -> dict[str, str]:
+    """What the plugin says it does not use; a bad declaration is listed as the error."""
+    try:
+        return ignored_request_fields(plugin)
+    except TypeError as exc:
+        return {"error": str(exc)}

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from structlog.testing import capture_logs
 
 from genesis_fp16.paths import AgentPaths
 from genesis_fp16.run_request import RequestOverrides, budget, build_request, choose_precision
 from genesis_fp16.settings import AgentSettings, Settings
 from genesis_fp16_agents.rlhf_ppo import plugin
+from genesis_fp16_infrastructure.plugin_api import ignored_request_fields
 from genesis_fp16_infrastructure.training.guard import remember_demotions, write_precision_memory
 
 AGENT = "rlhf_ppo"
@@ -85,3 +88,35 @@ def test_guard_memory_lowers_the_settings_request_but_not_an_explicit_flag(
         "fp16",
         "--precision fp16 on the command line",
     )
+
+
+def _ignored_warnings(logs: list[dict[str, object]]) -> dict[object, object]:
+    return {r["field"]: r["set_by"] for r in logs if r["event"] == "agent ignores a request field"}
+
+
+def test_an_agent_says_which_set_fields_it_ignores(tmp_path: Path) -> None:
+    """rlhf_ppo checkpoints only at the end: a set checkpoint cadence is a warning naming
+    the setting or flag; defaults, and se_darwin (which uses them), warn of nothing."""
+    from genesis_fp16_agents.se_darwin import plugin as se_darwin
+
+    cadence = Settings(state_dir=tmp_path, sample_count=8, checkpoint_steps=50)  # type: ignore[call-arg]
+    flags = RequestOverrides(checkpoint_seconds=5.0)
+    with capture_logs() as logs:
+        build_request(cadence, AGENT, plugin, "cpu", flags)
+    assert _ignored_warnings(logs) == {
+        "checkpoint_steps": "GENESIS_FP16_CHECKPOINT_STEPS",
+        "checkpoint_seconds": "--checkpoint-seconds",
+    }
+    assert all("rlhf_ppo: it checkpoints once" in str(r.get("instead")) for r in logs)
+    with capture_logs() as logs:
+        build_request(_settings(tmp_path), AGENT, plugin, "cpu")
+        build_request(cadence, "se_darwin", se_darwin, "cpu", flags)
+    assert _ignored_warnings(logs) == {}
+
+
+def test_a_plugin_cannot_declare_a_field_the_request_lacks() -> None:
+    """A misspelt ignored_request_fields entry is the plugin's bug, named at once."""
+
+    misspelt = SimpleNamespace(name="misspelt", ignored_request_fields={"checkpoint_step": "x"})
+    with pytest.raises(TypeError, match=r"misspelt: .* field: \['checkpoint_step'\]"):
+        ignored_request_fields(misspelt)
