@@ -199,7 +199,8 @@ class TrainRequest:
     log_interval: int = 50
     on_log: Callable[[TrainingSummary], None] | None = None
     # RL agents: called after each iteration with its diagnostics ({name: float}); the
-    # daemon exports them live as genesis_fp16_rl_* gauges (genesis_fp16/diagnostics_export.py).
+    # daemon exports them live as genesis_fp16_rl_* gauges
+    # (genesis_fp16/metrics/diagnostics_export.py).
     on_diagnostics: Callable[[Mapping[str, float]], None] | None = None
     should_stop: Callable[[], bool] = _never_stop
     guard: GuardConfig | None = None

@@ -153,3 +153,52 @@ def test_cycle_check_catches_a_cycle_hidden_behind_type_checking(tmp_path: Path)
     )
     (pkg / "late.py").write_text("def f():\n    from pkg import fit\n")
     assert _import_cycles(tmp_path, {"pkg": "pkg"}) == [["pkg.calibration", "pkg.fit"]]
+
+
+# The daemon's floors, bottom up: a package imports from its own floor and those below.
+# plan (config) -> record (metrics) -> execute (runs) -> the service, and the commands on top.
+DAEMON_FLOORS = (
+    {"plugin_api", "plugins", "probe_plot"},
+    {"config"},
+    {"metrics"},
+    {"runs"},
+    {"service"},
+    {"commands", "bench", "cli", "__main__"},
+)
+
+
+def _daemon_floor_offenders(root: Path) -> list[str]:
+    """``path: package -> package`` for each import of the daemon that goes up a floor."""
+    floor = {name: level for level, names in enumerate(DAEMON_FLOORS) for name in names}
+    offenders: set[str] = set()
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root).parts
+        own = parts[0].removesuffix(".py")
+        if own == "__init__":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            for name in names:
+                top, _, rest = name.partition(".")
+                target = rest.split(".")[0]
+                if top == "genesis_fp16" and target in floor and floor[target] > floor[own]:
+                    offenders.add(f"{path.relative_to(root)}: {own} -> {target}")
+    return sorted(offenders)
+
+
+def test_daemon_packages_import_only_their_floor_and_below() -> None:
+    """config imports no metrics, runs or service; metrics no runs; runs no service."""
+    assert _daemon_floor_offenders(ROOT / "genesis_fp16") == []
+
+
+def test_floor_check_catches_an_import_from_above(tmp_path: Path) -> None:
+    """A config module that imports the runs is an offender, also inside a function."""
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "settings.py").write_text(
+        "def later():\n    from genesis_fp16.runs.jobs import run_agent_job\n"
+    )
+    assert _daemon_floor_offenders(tmp_path) == ["config/settings.py: config -> runs"]

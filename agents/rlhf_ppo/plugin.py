@@ -144,7 +144,7 @@ def _ppo_config(task: TaskConfig, options: Mapping[str, Any]) -> PPOConfig:
 
 
 # Request fields this agent does not use, and what it does instead: the daemon and `train`
-# say so to an operator who sets one (genesis_fp16/run_request.py).
+# say so to an operator who sets one (genesis_fp16/runs/run_request.py).
 IGNORED_REQUEST_FIELDS: Mapping[str, str] = MappingProxyType(
     {
         "checkpoint_steps": "it checkpoints once, when the run ends or stops",

@@ -11,9 +11,9 @@ import json
 import sys
 from typing import Any
 
-from genesis_fp16.guard_state import describe, load_memory
+from genesis_fp16.config.settings import SettingsError, load_settings
 from genesis_fp16.plugins import discover_plugins
-from genesis_fp16.settings import SettingsError, load_settings
+from genesis_fp16.runs.guard_state import describe, load_memory
 from genesis_fp16_infrastructure.plugin_api import declared_options, ignored_request_fields
 
 

@@ -14,16 +14,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16.devices import check_devices
-from genesis_fp16.plugins import known_agent_names
-from genesis_fp16.run_request import check_configured_options
-from genesis_fp16.settings import (
+from genesis_fp16.config.settings import (
     AGENT_VARIABLE_PREFIX,
     Settings,
     SettingsError,
     load_settings_with_sources,
 )
-from genesis_fp16.settings_sources import SettingsSources
+from genesis_fp16.config.settings_sources import SettingsSources
+from genesis_fp16.plugins import known_agent_names
+from genesis_fp16.runs.devices import check_devices
+from genesis_fp16.runs.run_request import check_configured_options
 
 
 def register(subparsers: Any) -> None:

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.guard_state import describe
-from genesis_fp16.paths import AgentPaths
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.config.settings import SettingsError, load_settings
 from genesis_fp16.plugins import known_agent_names
-from genesis_fp16.settings import SettingsError, load_settings
+from genesis_fp16.runs.guard_state import describe
 from genesis_fp16_infrastructure.training.precision_memory import (
     read_precision_memory,
     write_precision_memory,

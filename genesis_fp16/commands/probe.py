@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.plugins import PluginError, load_plugin
-from genesis_fp16.settings import (
+from genesis_fp16.config.settings import (
     Settings,
     SettingsError,
     check_device_name,
     load_settings,
     resolve_device,
 )
+from genesis_fp16.plugins import PluginError, load_plugin
 from genesis_fp16_infrastructure.atomic import write_json_atomic
 
 # genesis_fp16_infrastructure.probe.runner.OPTIMIZERS, repeated: that module imports torch, and the

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16.settings import (
+from genesis_fp16.config.settings import (
     Settings,
     SettingsError,
     load_settings_with_sources,
@@ -38,8 +38,8 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Imported here so that `genesis-fp16 --help` does not pay for torch and APScheduler.
-    from genesis_fp16.daemon import Daemon, StartupError, hard_exit
-    from genesis_fp16.logsetup import configure_logging
+    from genesis_fp16.service.daemon import Daemon, StartupError, hard_exit
+    from genesis_fp16.service.logsetup import configure_logging
 
     env_file = args.env_file or resolve_env_file()
     try:

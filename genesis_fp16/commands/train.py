@@ -3,7 +3,7 @@
 The precision requested is, in order: ``--precision``, ``ENABLE_FP16_TRAINING=false``
 (fp32), the agent's own override, ``ENABLE_FP16_TRAINING=true`` (fp16), ``auto``; without
 ``--precision`` the precision guard's memory of a demotion lowers it, as in the daemon
-(the request is built by genesis_fp16/run_request.py for both). The precision guard
+(the request is built by genesis_fp16/runs/run_request.py for both). The precision guard
 (``GENESIS_FP16_GUARD_*``) watches the run. ``--option KEY=VALUE`` sets an option the
 agent declares (``genesis-fp16 agents --json``). What ran, and why, is logged and
 reported. Without ``--data`` the agent trains on a sample dataset
@@ -34,20 +34,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
-from genesis_fp16 import kubeflow
 from genesis_fp16.cli import DeviceUnavailable, UsageError
-from genesis_fp16.devices import device_problem
-from genesis_fp16.logsetup import configure_logging
-from genesis_fp16.paths import AgentPaths
-from genesis_fp16.plugins import PluginError, load_plugin
-from genesis_fp16.run_request import (
-    RequestOverrides,
-    budget,
-    build_request,
-    parse_option_flags,
-    resolve_options,
-)
-from genesis_fp16.settings import (
+from genesis_fp16.config.extras import tensorboard_missing
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.config.settings import (
     AGENT_VARIABLE_PREFIX,
     COMPILE_CHOICES,
     CUDA_GRAPH_CHOICES,
@@ -58,13 +48,24 @@ from genesis_fp16.settings import (
     load_settings,
     resolve_device,
 )
-from genesis_fp16.tracking import RunTracker, close_tracker, open_tracker, tensorboard_missing
+from genesis_fp16.metrics.tracking import RunTracker, close_tracker, open_tracker
+from genesis_fp16.plugins import PluginError, load_plugin
+from genesis_fp16.runs import kubeflow
+from genesis_fp16.runs.devices import device_problem
+from genesis_fp16.runs.run_request import (
+    RequestOverrides,
+    budget,
+    build_request,
+    parse_option_flags,
+    resolve_options,
+)
+from genesis_fp16.service.logsetup import configure_logging
 from genesis_fp16_infrastructure.data.readers import DataError
 from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError
 from genesis_fp16_infrastructure.training.summary import TrainingSummary
 
-# torch (through genesis_fp16.distributed and genesis_fp16_infrastructure.training's checkpoint and
-# precision modules) is imported inside run(), _train() and _request(), not here:
+# torch (through genesis_fp16.runs.distributed and genesis_fp16_infrastructure.training's
+# checkpoint and precision modules) is imported inside run(), _train() and _request(), not here:
 # cli.py imports every command module to build its parser, and --help should not wait
 # 1.8 s for torch.
 
@@ -166,7 +167,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from genesis_fp16.distributed import TorchrunEnv
+    from genesis_fp16.runs.distributed import TorchrunEnv
 
     _check_arguments(args)
     handed, log_level = _read_request_file(args.request) if args.request else (None, "INFO")
@@ -219,7 +220,7 @@ def _run_owned(
     handed: TrainRequest | None,
     wanted: str,
 ) -> int:
-    from genesis_fp16.distributed import process_group, rank_zero_first
+    from genesis_fp16.runs.distributed import process_group, rank_zero_first
 
     with process_group(env, wanted) as device:
         bar: _ProgressBar | None = None
@@ -262,13 +263,13 @@ def _fan_out(
 
 
 def _own_state_folder(args: argparse.Namespace, settings: Settings) -> int | None:
-    """Take the state folder's lock for this run (genesis_fp16/state_lock.py); a daemon or
+    """Take the state folder's lock for this run (genesis_fp16/service/state_lock.py); a daemon or
     another ``train`` that owns it refuses this run in one line, exit 2.
 
     Returns the lock's descriptor, or None for a folder this user cannot write (no daemon
     of ours writes there either, and the run fails on its own if it must write).
     """
-    from genesis_fp16.state_lock import StateFolderBusy, acquire_state_folder
+    from genesis_fp16.service.state_lock import StateFolderBusy, acquire_state_folder
 
     state_dir = settings.state_dir
     try:
@@ -316,8 +317,8 @@ def _flags(args: argparse.Namespace) -> dict[str, str]:
 
 def _read_request_file(path: Path) -> tuple[TrainRequest, str]:
     """The request and log level the daemon's launcher wrote for its child or torchrun's
-    ranks (genesis_fp16/handoff.py); from here on the daemon's end of stdin is watched."""
-    from genesis_fp16.handoff import read_run_file, watch_daemon
+    ranks (genesis_fp16/runs/handoff.py); from here on the daemon's end of stdin is watched."""
+    from genesis_fp16.runs.handoff import read_run_file, watch_daemon
 
     try:
         request, log_level, watch = read_run_file(path)
@@ -454,7 +455,7 @@ def _check_arguments(args: argparse.Namespace) -> None:
 def _request(
     args: argparse.Namespace, settings: Settings, plugin: Any, device: str, main: bool
 ) -> tuple[TrainRequest, _ProgressBar | None]:
-    """The run request (genesis_fp16/run_request.py) and the progress bar: on a terminal
+    """The run request (genesis_fp16/runs/run_request.py) and the progress bar: on a terminal
     only (a pipe or a file gets the log records alone, no carriage returns)."""
     from genesis_fp16_infrastructure.training import CheckpointManager
 

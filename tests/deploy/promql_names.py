@@ -77,10 +77,10 @@ def is_counter_series(metric: str) -> bool:
 def exported_series_names() -> set[str]:
     """Every series name the daemon's metrics module registers, as Prometheus scrapes them.
 
-    Built from the daemon's own registry (genesis_fp16.metrics.DaemonMetrics), so a metric
-    renamed there makes a dashboard or rule that still uses the old name fail.
+    Built from the daemon's own registry (genesis_fp16.metrics.daemon_metrics.DaemonMetrics),
+    so a metric renamed there makes a dashboard or rule that still uses the old name fail.
     """
-    from genesis_fp16.metrics import DaemonMetrics
+    from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 
     registry = CollectorRegistry()
     DaemonMetrics(registry, version="test")

@@ -160,7 +160,7 @@ def test_range_queries_use_rate_interval_and_the_agent_filter() -> None:
 
 
 def test_queries_use_only_exported_metrics_and_wrap_counters() -> None:
-    """Every queried metric is registered by genesis_fp16.metrics; counters sit in rate/increase."""
+    """Every queried metric is registered by the daemon; counters sit in rate/increase."""
     exported = exported_series_names() | DCGM_METRICS
     problems = {f"{title}: {expr}": _problems(expr, exported) for title, expr in _queries()}
     assert not {query: found for query, found in problems.items() if found}

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 import yaml
 
-from genesis_fp16.paths import AgentPaths
-from genesis_fp16.settings import Settings, load_settings, requested_precision
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.config.settings import Settings, load_settings, requested_precision
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"

@@ -109,7 +109,7 @@ def test_alerts_have_severity_and_an_existing_runbook_section() -> None:
 
 
 def test_rules_use_only_metrics_the_daemon_exports() -> None:
-    """Every metric in an alert expression is registered by genesis_fp16.metrics."""
+    """Every metric in an alert expression is registered by genesis_fp16.metrics.daemon_metrics."""
     exported = exported_series_names() | PROMETHEUS_SERIES
     for alert in _alerts():
         used = {selector.metric for selector in selectors(alert["expr"])}

@@ -146,7 +146,7 @@ def test_daemon_settings_let_the_environment_win_over_the_env_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The precedence that makes EnvironmentFile= unfit for the reloadable .env is real."""
-    from genesis_fp16.settings import load_settings
+    from genesis_fp16.config.settings import load_settings
 
     env_file = tmp_path / "genesis-fp16.env"
     env_file.write_text("ENABLE_FP16_TRAINING=false\n")

@@ -15,7 +15,7 @@ import yaml
 from kubeflow_trainer_api.models import TrainerV1alpha1TrainJob
 from pydantic import ValidationError
 
-from genesis_fp16.paths import AgentPaths
+from genesis_fp16.config.paths import AgentPaths
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINJOB = ROOT / "deploy" / "k8s" / "trainjob.yaml"

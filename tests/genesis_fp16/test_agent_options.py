@@ -12,7 +12,7 @@ import torch
 from daemon_harness import DaemonFactory, daemon_env
 from test_cli_train import _cli, _last_json, _one_line_error
 
-from genesis_fp16.run_request import parse_option_flags, resolve_options
+from genesis_fp16.runs.run_request import parse_option_flags, resolve_options
 from genesis_fp16_agents.rlhf_ppo import plugin as rlhf_ppo
 from genesis_fp16_agents.se_darwin import plugin as se_darwin
 from genesis_fp16_infrastructure.data.synthetic import write_pool

@@ -69,7 +69,7 @@ def test_probe_takes_its_defaults_from_the_settings() -> None:
     """probe's unset --steps/--seed/--device are GENESIS_FP16_PROBE_STEPS, _SEED, the device."""
     from genesis_fp16.cli import build_parser
     from genesis_fp16.commands.probe import apply_defaults
-    from genesis_fp16.settings import AgentSettings, Settings
+    from genesis_fp16.config.settings import AgentSettings, Settings
 
     settings = Settings(
         probe_steps=7, seed=3, device="cpu", agents={"se_darwin": AgentSettings(device="cpu")}

@@ -11,7 +11,7 @@ import pytest
 import torch
 from daemon_harness import daemon_env
 
-from genesis_fp16.paths import AgentPaths
+from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16_infrastructure.training import TrainerConfig
 from genesis_fp16_infrastructure.training import calibration as cal
 from genesis_fp16_infrastructure.training import precision as precision_module

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
-from genesis_fp16.metrics import METRIC_NAMES, DaemonMetrics
+from genesis_fp16.metrics.daemon_metrics import METRIC_NAMES, DaemonMetrics
 
 
 @dataclass(frozen=True)
@@ -156,8 +156,8 @@ def test_no_created_series_and_run_durations_fit_below_the_timeout() -> None:
     two), and a run that lasts until the default 6 h timeout lands in a finite bucket."""
     from prometheus_client import generate_latest
 
-    from genesis_fp16.metrics import RUN_DURATION_BUCKETS
-    from genesis_fp16.settings import Settings
+    from genesis_fp16.config.settings import Settings
+    from genesis_fp16.metrics.daemon_metrics import RUN_DURATION_BUCKETS
 
     registry = CollectorRegistry()
     metrics = DaemonMetrics(registry, "test")

@@ -18,8 +18,8 @@ import torch
 from daemon_harness import DaemonFactory, DaemonProcess, launch
 from prometheus_client.parser import text_string_to_metric_families
 
-from genesis_fp16.last_success import LastSuccessStore, LastSuccessUnreadable
-from genesis_fp16.paths import AgentPaths
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.metrics.last_success import LastSuccessStore, LastSuccessUnreadable
 from genesis_fp16_infrastructure.training import (
     CheckpointManager,
     PrecisionPolicy,

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from genesis_fp16.daemon import Daemon
-from genesis_fp16.jobs import DeviceSlots, JobContext
-from genesis_fp16.paths import AgentPaths
-from genesis_fp16.run_request import check_configured_options
-from genesis_fp16.settings import SettingsError, load_settings
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.config.settings import SettingsError, load_settings
+from genesis_fp16.runs.jobs import DeviceSlots, JobContext
+from genesis_fp16.runs.run_request import check_configured_options
+from genesis_fp16.service.daemon import Daemon
 from genesis_fp16_infrastructure.plugin_api import AgentPlugin
 from genesis_fp16_infrastructure.training.guard import PrecisionMemory, write_precision_memory
 

@@ -9,7 +9,7 @@ import pytest
 from daemon_harness import DaemonFactory
 from prometheus_client.parser import text_string_to_metric_families
 
-from genesis_fp16.diagnostics_export import RL_METRIC_NAMES
+from genesis_fp16.metrics.diagnostics_export import RL_METRIC_NAMES
 
 AGENT = "rlhf_ppo"
 ENV = {

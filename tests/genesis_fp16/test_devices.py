@@ -17,10 +17,10 @@ from daemon_harness import daemon_env, free_port
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from genesis_fp16.devices import check_devices, device_lost, device_problem
-from genesis_fp16.jobs import DeviceSlots, JobContext, run_agent_job
-from genesis_fp16.metrics import DaemonMetrics
-from genesis_fp16.settings import Settings, SettingsError
+from genesis_fp16.config.settings import Settings, SettingsError
+from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16.runs.devices import check_devices, device_lost, device_problem
+from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16_infrastructure.plugin_api import API_VERSION, TrainRequest
 
 # More GPUs than any host has: refused on every host, with or without CUDA.
@@ -152,7 +152,7 @@ def test_a_reload_naming_an_unusable_device_keeps_the_running_configuration(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A .env edit to cuda:99 is a counted failed reload; the daemon keeps its old settings."""
-    from genesis_fp16.daemon import Daemon
+    from genesis_fp16.service.daemon import Daemon
 
     for key in [k for k in os.environ if k.startswith("GENESIS_FP16_")]:
         monkeypatch.delenv(key)
@@ -200,7 +200,7 @@ def test_a_gpu_lost_during_a_run_is_counted_as_such_and_health_says_degraded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A run failing with a lost-device error: reason device_unavailable, one line, /healthz 503."""
-    from genesis_fp16.daemon import Daemon
+    from genesis_fp16.service.daemon import Daemon
 
     agent = _LosesItsGpu.name
     ctx = _context(

@@ -13,10 +13,10 @@ from daemon_harness import FIXTURE_PLUGINS, DaemonFactory, DaemonProcess, daemon
 from fake_results import train_result
 from prometheus_client import CollectorRegistry
 
-from genesis_fp16.guard_state import choose_precision, guard_config, record_run
-from genesis_fp16.metrics import DaemonMetrics
-from genesis_fp16.paths import AgentPaths
-from genesis_fp16.settings import Settings
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.config.settings import Settings
+from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16.runs.guard_state import choose_precision, guard_config, record_run
 from genesis_fp16_infrastructure.plugin_api import TrainResult
 from genesis_fp16_infrastructure.training.guard import (
     GuardConfig,

@@ -16,10 +16,10 @@ from structlog.testing import capture_logs
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "infrastructure" / "training"))
 from guard_faults import CASES, DEMOTED_AT, ROLLBACK_TO, FaultTask, guarded_run
 
-from genesis_fp16.guard_state import record_run
-from genesis_fp16.metrics import DaemonMetrics
-from genesis_fp16.paths import AgentPaths
-from genesis_fp16.settings import Settings
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.config.settings import Settings
+from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16.runs.guard_state import record_run
 from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.training.guard import read_precision_memory
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from genesis_fp16.handoff import child_env, read_run_file, write_run_file
+from genesis_fp16.runs.handoff import child_env, read_run_file, write_run_file
 from genesis_fp16_infrastructure.plugin_api import TrainRequest
 
 

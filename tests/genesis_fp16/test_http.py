@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from genesis_fp16.http import ServerLimits, StatusServer, tls_context
+from genesis_fp16.metrics.http import ServerLimits, StatusServer, tls_context
 
 
 def _get(port: int, path: str, method: str = "GET", timeout: float = 5.0) -> tuple[int, bytes]:
@@ -254,7 +254,7 @@ def test_a_scrape_survives_idle_sockets_past_the_open_file_limit(tmp_path: Path)
             import resource, sys, time
             resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
             from prometheus_client import CollectorRegistry
-            from genesis_fp16.http import ServerLimits, StatusServer
+            from genesis_fp16.metrics.http import ServerLimits, StatusServer
             server = StatusServer(("127.0.0.1", 0), CollectorRegistry(),
                                   lambda: (True, "ok"), lambda: (True, "ok"),
                                   limits=ServerLimits(max_connections=64))
@@ -294,7 +294,7 @@ def test_the_open_file_limit_is_raised_towards_the_hard_limit() -> None:
         "import resource\n"
         "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))\n"
-        "from genesis_fp16.http import raise_open_file_limit\n"
+        "from genesis_fp16.metrics.http import raise_open_file_limit\n"
         "print(raise_open_file_limit(4096), min(hard, 4096))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}

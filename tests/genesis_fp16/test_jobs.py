@@ -11,9 +11,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from genesis_fp16.jobs import DeviceSlots, JobContext, run_agent_job
-from genesis_fp16.metrics import DaemonMetrics
-from genesis_fp16.settings import Settings
+from genesis_fp16.config.settings import Settings
+from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16_infrastructure.plugin_api import API_VERSION, TrainRequest, TrainRequestError
 
 AGENT = "refusing"
@@ -93,7 +93,7 @@ def test_an_unreadable_precision_state_is_a_counted_failed_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A folder where precision_state.json belongs: the job fails and counts, never raises."""
-    from genesis_fp16.paths import AgentPaths
+    from genesis_fp16.config.paths import AgentPaths
 
     ctx = _context(tmp_path, monkeypatch)
     AgentPaths.for_agent(tmp_path, AGENT).precision_state_path.mkdir(parents=True)
@@ -123,7 +123,7 @@ def test_health_reports_degraded_with_the_reason_until_a_run_succeeds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A storage failure turns /healthz's check to 503 naming agent and path; clearing it heals."""
-    from genesis_fp16.daemon import Daemon
+    from genesis_fp16.service.daemon import Daemon
 
     ctx = _context(tmp_path, monkeypatch)
     daemon = Daemon(ctx.settings, tmp_path / ".env", CollectorRegistry(), notifier=None)
@@ -141,7 +141,7 @@ def test_liveness_ignores_a_degraded_disk_and_fails_on_a_stale_heartbeat(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """/livez's check stays alive on a full disk (no restart loop), not on a stale heartbeat."""
-    from genesis_fp16.daemon import Daemon
+    from genesis_fp16.service.daemon import Daemon
 
     ctx = _context(tmp_path, monkeypatch)
     daemon = Daemon(ctx.settings, tmp_path / ".env", CollectorRegistry(), notifier=None)

@@ -12,9 +12,9 @@ import pytest
 from fake_results import train_result
 from prometheus_client import CollectorRegistry
 
-from genesis_fp16.jobs import DeviceSlots, JobContext, run_agent_job
-from genesis_fp16.metrics import DaemonMetrics
-from genesis_fp16.settings import Settings
+from genesis_fp16.config.settings import Settings
+from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16_infrastructure.plugin_api import API_VERSION, TrainRequest
 
 AGENT = "flapping"

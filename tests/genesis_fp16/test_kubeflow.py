@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from kubeflow_trainer_api.models import TrainerV1alpha1UpdateTrainJobStatusRequest
 
-from genesis_fp16 import kubeflow
-from genesis_fp16.kubeflow import (
+from genesis_fp16.runs import kubeflow
+from genesis_fp16.runs.kubeflow import (
     PetLayout,
     PetLayoutError,
     StatusReporter,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from genesis_fp16.metrics import DaemonMetrics
-from genesis_fp16.placement import Gpu, Placement
+from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16.metrics.placement import Gpu, Placement
 
 DOWNWARD = {"POD_NAME": "genesis-fp16-0", "POD_NAMESPACE": "ml", "NODE_NAME": "gpu-node-7"}
 

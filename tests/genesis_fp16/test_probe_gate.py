@@ -11,8 +11,9 @@ from daemon_harness import FIXTURE_PLUGINS, DaemonFactory
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from genesis_fp16.metrics import DaemonMetrics
-from genesis_fp16.probe_gate import (
+from genesis_fp16.config.settings import AgentSettings, Settings
+from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16.runs.probe_gate import (
     ProbeRecord,
     gate_before_run,
     probe_result_path,
@@ -20,7 +21,6 @@ from genesis_fp16.probe_gate import (
     red_precisions,
     write_record,
 )
-from genesis_fp16.settings import AgentSettings, Settings
 
 PROBE_PLUGIN = Path(__file__).resolve().parent / "probe_plugin"
 sys.path.insert(0, str(PROBE_PLUGIN))

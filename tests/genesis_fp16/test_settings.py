@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from genesis_fp16.settings import (
+from genesis_fp16.config.settings import (
     COMPILE_CHOICES,
     CUDA_GRAPH_CHOICES,
     SettingsError,
@@ -196,7 +196,7 @@ def test_secrets_are_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_env_example_lists_every_setting_with_its_default(tmp_path: Path) -> None:
     """Uncommenting .env.example gives the defaults; no global or per-agent setting is missing."""
-    from genesis_fp16.settings import AgentSettings, Settings
+    from genesis_fp16.config.settings import AgentSettings, Settings
 
     example = Path(__file__).resolve().parents[2] / ".env.example"
     lines = [
@@ -311,7 +311,7 @@ def test_other_names_and_agent_options_are_not_flagged(
 
 def test_sources_and_shadowed_values(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Each value's source is named; a .env value the environment replaces is shadowed."""
-    from genesis_fp16.settings import load_settings_with_sources
+    from genesis_fp16.config.settings import load_settings_with_sources
 
     (tmp_path / ".env").write_text("ENABLE_FP16_TRAINING=false\nGENESIS_FP16_SEED=3\n")
     monkeypatch.setenv("ENABLE_FP16_TRAINING", "true")

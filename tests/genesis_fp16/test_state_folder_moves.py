@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from genesis_fp16.paths import AgentPaths, ensure_sample_data
+from genesis_fp16.config.paths import AgentPaths, ensure_sample_data
 
 
 class _Writer:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from daemon_harness import DaemonFactory, daemon_env, free_port, start_daemon
 
-from genesis_fp16.state_lock import StateFolderBusy, hold_state_folder
+from genesis_fp16.service.state_lock import StateFolderBusy, hold_state_folder
 
 GOOD = "fixture_good"
 ENV = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 
-from genesis_fp16.systemd import Notifier
+from genesis_fp16.service.systemd import Notifier
 
 
 def test_notifier_sends_to_a_path_socket() -> None:

@@ -14,9 +14,9 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from genesis_fp16 import launcher
-from genesis_fp16.distributed import TorchrunEnv, rank_device
-from genesis_fp16.launcher import (
+from genesis_fp16.runs import launcher
+from genesis_fp16.runs.distributed import TorchrunEnv, rank_device
+from genesis_fp16.runs.launcher import (
     LaunchError,
     LayoutError,
     check_layout,
@@ -273,7 +273,7 @@ def test_torchrun_environment_is_read_once_and_checked() -> None:
 
 def test_agent_nproc_defaults_to_one_and_must_be_positive() -> None:
     """An agent trains in-process unless it asks for more processes; nproc=0 is refused."""
-    from genesis_fp16.settings import AgentSettings
+    from genesis_fp16.config.settings import AgentSettings
 
     assert AgentSettings().nproc == 1
     with pytest.raises(ValueError):

@@ -15,10 +15,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from genesis_fp16.jobs import DeviceSlots, JobContext, run_agent_job
-from genesis_fp16.metrics import DaemonMetrics
+from genesis_fp16.config.settings import Settings
+from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugins import load_plugin
-from genesis_fp16.settings import Settings
+from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,8 +86,8 @@ def test_a_full_disk_is_logged_counted_and_never_raised(tmp_path: Path) -> None:
     script = f"""
 import resource, signal, sys
 from pathlib import Path
-from genesis_fp16.logsetup import configure_logging
-from genesis_fp16.tracking import RunTracker, close_tracker
+from genesis_fp16.service.logsetup import configure_logging
+from genesis_fp16.metrics.tracking import RunTracker, close_tracker
 from genesis_fp16_infrastructure.training import TrainingSummary
 
 configure_logging("json", "INFO")

@@ -9,7 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from genesis_fp16 import metrics, probe_gate, settings
+from genesis_fp16.config import settings
+from genesis_fp16.metrics import daemon_metrics as metrics
+from genesis_fp16.runs import probe_gate
 from genesis_fp16_infrastructure.training import (
     GuardConfig,
     PrecisionPolicy,

@@ -7,12 +7,12 @@ An agent with ``nproc`` > 1 trains in N processes on this machine::
 
 (``python -m torch.distributed.run`` is the ``torchrun`` script, run with the daemon's own
 interpreter.) ``FILE`` is the job's whole :class:`TrainRequest` as JSON, with the daemon's
-log level (genesis_fp16/handoff.py, written beside the agent's checkpoint folder): every
+log level (genesis_fp16/runs/handoff.py, written beside the agent's checkpoint folder): every
 rank trains with the precision and its reason, the guard, the budget and the options the
 daemon chose, and reads no ``.env`` or setting of its own. ``-P`` and ``PYTHONSAFEPATH``
 keep the daemon's working directory (the state folder, under systemd) off every child's
 ``sys.path``; each child's stdin is a pipe the daemon holds, and a child whose daemon is
-gone stops (:func:`genesis_fp16.handoff.watch_daemon`). The daemon reads rank 0's
+gone stops (:func:`genesis_fp16.runs.handoff.watch_daemon`). The daemon reads rank 0's
 stdout: one ``{"progress": ...}`` line per log interval, which becomes a
 :class:`TrainingSummary` for the metrics, and the final ``TrainResult`` JSON line.
 Stopping (daemon shutdown, a precision switch, or the timeout) sends SIGTERM to torchrun,
@@ -46,9 +46,9 @@ from typing import IO, Any
 
 import structlog
 
-from genesis_fp16.handoff import SAFE_PYTHON, child_env, write_run_file
-from genesis_fp16.kubeflow import without_pet
-from genesis_fp16.settings import ENV_PREFIX
+from genesis_fp16.config.settings import ENV_PREFIX
+from genesis_fp16.runs.handoff import SAFE_PYTHON, child_env, write_run_file
+from genesis_fp16.runs.kubeflow import without_pet
 from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.training import TrainingSummary
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import structlog
 
-from genesis_fp16.paths import AgentPaths
+from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16_infrastructure.atomic import write_json_atomic
 
 log = structlog.get_logger("genesis_fp16.last_success")

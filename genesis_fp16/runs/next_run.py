@@ -5,7 +5,7 @@ trains. Between runs, and from start-up on (with ``RUN_AT_START=false`` the firs
 be an hour away), they say what the agent's next run starts with:
 
 - **precision**: what the next run asks for (the settings and the precision guard's
-  memory, ``genesis_fp16.run_request.choose_precision``). A request of ``auto`` is decided
+  memory, ``genesis_fp16.runs.run_request.choose_precision``). A request of ``auto`` is decided
   inside the run (a measurement, or a plugin's preset), so it shows the precision the
   agent's newest checkpoint was trained in: the last decision of the run it resumes from.
   With no such checkpoint it is undecided (``None``: every precision series 0).
@@ -16,7 +16,7 @@ be an hour away), they say what the agent's next run starts with:
   undecided: a comparison with NaN is false, so no alert fires on it.
 
 Checkpoints are the core's (``CheckpointManager``, ``checkpoint_keys``); a plugin that
-writes its own format has none here, as for ``resumed_totals`` in genesis_fp16/jobs.py.
+writes its own format has none here, as for ``resumed_totals`` in genesis_fp16/runs/jobs.py.
 
 >>> expected_next_run(AgentPaths(Path("state/agents/se_darwin")), "fp32")
 NextRun(precision='fp32', loss_scale=1.0, source='request')
@@ -30,7 +30,7 @@ from typing import Any
 
 import structlog
 
-from genesis_fp16.paths import AgentPaths
+from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16_infrastructure.training import CheckpointError, CheckpointManager, checkpoint_keys
 from genesis_fp16_infrastructure.training.loss_scaler_config import ScalerConfig
 from genesis_fp16_infrastructure.training.precision_names import PRECISIONS

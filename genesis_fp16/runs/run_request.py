@@ -27,14 +27,14 @@ from typing import Any
 
 import structlog
 
-from genesis_fp16 import guard_state
-from genesis_fp16.paths import AgentPaths, ensure_sample_data
-from genesis_fp16.settings import (
+from genesis_fp16.config.paths import AgentPaths, ensure_sample_data
+from genesis_fp16.config.settings import (
     AGENT_VARIABLE_PREFIX,
     Settings,
     SettingsError,
     requested_precision,
 )
+from genesis_fp16.runs import guard_state
 from genesis_fp16_infrastructure.plugin_api import (
     AgentPlugin,
     OptionValue,

@@ -48,7 +48,7 @@ class AgentPaths:
 
     @property
     def last_success_path(self) -> Path:
-        """Where the daemon keeps the agent's last success time (genesis_fp16/last_success.py)."""
+        """Where the daemon keeps the agent's last success time (metrics/last_success.py)."""
         return self.root / "last_success.json"
 
     @property

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from genesis_fp16.paths import AgentPaths
-from genesis_fp16.settings import Settings, requested_precision
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.config.settings import Settings, requested_precision
 from genesis_fp16_infrastructure.plugin_api import TrainResult
 from genesis_fp16_infrastructure.training.guard_config import GuardConfig
 from genesis_fp16_infrastructure.training.precision_memory import (
@@ -31,7 +31,7 @@ from genesis_fp16_infrastructure.training.precision_memory import (
 if TYPE_CHECKING:  # the daemon passes its metrics in; `train` (and a child run) never
     # needs prometheus_client, which the import would cost every process (benchmarks/
     # results/child_start_cpu-amd-epyc-2-cores.md)
-    from genesis_fp16.metrics import DaemonMetrics
+    from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 
 log = structlog.get_logger("genesis_fp16.guard")
 

@@ -14,8 +14,7 @@ demotes it with a rollback when fp16 really goes bad: a red probe is a reason fo
 operator to look (the ``GenesisFp16ProbeRed`` alert), not for the daemon to overrule
 the configuration, and nothing changes the precision silently.
 
->>> colour_value("amber")
-1
+The gauges are ``genesis_fp16.metrics.probe_metrics.ProbeMetrics``.
 """
 
 from __future__ import annotations
@@ -28,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from prometheus_client import CollectorRegistry, Gauge
 
-from genesis_fp16.paths import AgentPaths
-from genesis_fp16.settings import Settings
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.config.settings import Settings
+from genesis_fp16.metrics.probe_metrics import ProbeMetrics
 from genesis_fp16_infrastructure.atomic import write_json_atomic
 from genesis_fp16_infrastructure.plugin_api import AgentPlugin
 from genesis_fp16_infrastructure.training.precision_names import LOW_PRECISIONS
@@ -39,64 +38,6 @@ from genesis_fp16_infrastructure.training.precision_names import LOW_PRECISIONS
 log = structlog.get_logger("genesis_fp16.probe_gate")
 
 SCHEMA_VERSION = 1
-COLOUR_VALUES = {"green": 0, "amber": 1, "red": 2}
-PROBE_METRIC_NAMES = (
-    "genesis_fp16_probe_verdict",
-    "genesis_fp16_probe_recommended",
-    "genesis_fp16_probe_precision_verdict",
-    "genesis_fp16_probe_timestamp_seconds",
-)
-
-
-def colour_value(colour: str) -> int | None:
-    """0 green, 1 amber, 2 red; None for a variant that has no verdict ("n/a")."""
-    return COLOUR_VALUES.get(colour)
-
-
-class ProbeMetrics:
-    """The ``genesis_fp16_probe_*`` gauges, registered on ``registry``."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.verdict = Gauge(
-            "genesis_fp16_probe_verdict",
-            "Precision probe verdict per variant: 0 green, 1 amber, 2 red.",
-            ("agent", "variant"),
-            registry=registry,
-        )
-        self.recommended = Gauge(
-            "genesis_fp16_probe_recommended",
-            "1 for the variant the precision probe recommends, 0 for the others.",
-            ("agent", "variant"),
-            registry=registry,
-        )
-        self.precision_verdict = Gauge(
-            "genesis_fp16_probe_precision_verdict",
-            "Probe verdict of autocast in this precision (bf16_autocast, fp16_autocast).",
-            ("agent", "precision"),
-            registry=registry,
-        )
-        self.timestamp = Gauge(
-            "genesis_fp16_probe_timestamp_seconds",
-            "Unix time at which the precision probe of the agent ran.",
-            ("agent",),
-            registry=registry,
-        )
-
-    def export(self, agent: str, stored: ProbeRecord) -> None:
-        """Set the gauges from a successful probe record (a failed one exports nothing)."""
-        if stored.error is not None:
-            return
-        for variant, colour in stored.verdict.items():
-            value = colour_value(colour)
-            if value is not None:
-                self.verdict.labels(agent=agent, variant=variant).set(value)
-            is_recommended = 1 if variant == stored.recommended else 0
-            self.recommended.labels(agent=agent, variant=variant).set(is_recommended)
-        for precision in LOW_PRECISIONS:
-            value = colour_value(stored.verdict.get(f"{precision}_autocast", "n/a"))
-            if value is not None:
-                self.precision_verdict.labels(agent=agent, precision=precision).set(value)
-        self.timestamp.labels(agent=agent).set(stored.at)
 
 
 @dataclass(frozen=True)
@@ -206,7 +147,8 @@ def gate_before_run(
             write_record(path, record)
         except OSError as exc:
             log.error("cannot write the probe record", path=str(path), error=str(exc))
-    metrics.export(agent, record)
+    if record.error is None:  # a failed probe exports nothing
+        metrics.export(agent, record.verdict, record.recommended, record.at)
     if not (precision == "auto" and settings.auto_precision == "measure"):
         _warn_if_red(agent, record, _used_precision(precision, device))
     return record

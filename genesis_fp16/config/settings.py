@@ -35,10 +35,10 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from genesis_fp16.guard_settings import GuardSettings
+from genesis_fp16.config.extras import tensorboard_missing
+from genesis_fp16.config.guard_settings import GuardSettings
+from genesis_fp16.config.settings_sources import SettingsSources, read_sources
 from genesis_fp16.plugins import ENTRY_POINT_GROUP
-from genesis_fp16.settings_sources import SettingsSources, read_sources
-from genesis_fp16.tracking import tensorboard_missing
 from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
 from genesis_fp16_infrastructure.training.precision_names import CHOICES
 
@@ -110,7 +110,7 @@ class AgentSettings(BaseModel):
     steps: int | None = Field(default=None, ge=1)
     epochs: int | None = Field(default=None, ge=1)
     device: str | None = None
-    # Run the precision probe once before the first bf16/fp16 run (genesis_fp16/probe_gate.py).
+    # Run the precision probe once before the first bf16/fp16 run (genesis_fp16/runs/probe_gate.py).
     probe_before_low_precision: bool = False
     # More than 1: the daemon runs each job under torchrun with this many processes.
     nproc: int = Field(default=1, ge=1)
@@ -124,7 +124,7 @@ class AgentSettings(BaseModel):
     # process or thread (default GENESIS_FP16_RUN_ISOLATION): see Settings.run_isolation.
     isolation: Isolation | None = None
     # The agent's own options (its plugin declares them: `genesis-fp16 agents --json`),
-    # checked against that declaration at start-up and on reload (genesis_fp16/run_request.py).
+    # checked against that declaration at start-up and on reload (genesis_fp16/runs/run_request.py).
     options: dict[str, str | int | float | bool] = Field(default_factory=dict)
 
     @field_validator("options", mode="before")
@@ -189,7 +189,7 @@ class Settings(BaseSettings, GuardSettings):
     # None: the agent's own budget (se_darwin: early stopping within 100 epochs)
     steps_per_run: int | None = Field(default=None, ge=1)
     log_interval: int = Field(default=50, ge=1)
-    # Per-run curves (genesis_fp16/tracking.py): TensorBoard event files, one run per job
+    # Per-run curves (genesis_fp16/metrics/tracking.py): TensorBoard event files, one run per job
     # under <dir>/<agent>/<run_id>. Unset or empty: none. Needs the tensorboard extra.
     tracking_dir: Path | None = None
     # Periodic checkpoints: every N optimizer steps (None: a tenth of the run's steps, or

@@ -1,6 +1,6 @@
 """One scheduled training job of one agent: from settings to a TrainRequest to metrics.
 
-A job takes a slot on each GPU its run occupies (genesis_fp16/device_slots.py: runs on
+A job takes a slot on each GPU its run occupies (genesis_fp16/runs/device_slots.py: runs on
 one GPU never exceed the configured concurrency), resumes from the agent's newest
 checkpoint, trains on the configured data (or the generated sample data), and reports
 every log interval to the metrics. Its log records carry ``agent`` and ``run_id``.
@@ -27,17 +27,17 @@ from typing import Any
 
 import structlog
 
-from genesis_fp16 import guard_state, probe_gate
-from genesis_fp16.device_slots import DeviceSlots, slot_keys
-from genesis_fp16.devices import device_lost
-from genesis_fp16.diagnostics_export import export_diagnostics
-from genesis_fp16.launcher import LaunchError, RunStopped, train_in_child, train_with_torchrun
-from genesis_fp16.metrics import DaemonMetrics
-from genesis_fp16.paths import AgentPaths
-from genesis_fp16.run_request import build_request, warn_ignored
-from genesis_fp16.settings import Settings, requested_precision
-from genesis_fp16.storage import storage_error
-from genesis_fp16.tracking import RunTracker, close_tracker, open_tracker
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.config.settings import Settings, requested_precision
+from genesis_fp16.config.storage import storage_error
+from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16.metrics.diagnostics_export import export_diagnostics
+from genesis_fp16.metrics.tracking import RunTracker, close_tracker, open_tracker
+from genesis_fp16.runs import guard_state, probe_gate
+from genesis_fp16.runs.device_slots import DeviceSlots, slot_keys
+from genesis_fp16.runs.devices import device_lost
+from genesis_fp16.runs.launcher import LaunchError, RunStopped, train_in_child, train_with_torchrun
+from genesis_fp16.runs.run_request import build_request, warn_ignored
 from genesis_fp16_infrastructure.plugin_api import AgentPlugin, TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.training import CheckpointManager, TrainingSummary, checkpoint_keys
 from genesis_fp16_infrastructure.training.execution import ExecutionError
@@ -132,7 +132,7 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
         return False
 
     try:
-        # The one request (genesis_fp16/run_request.py); the guard's memory may lower the
+        # The one request (genesis_fp16/runs/run_request.py); the guard's memory may lower the
         # precision, ENABLE_FP16_TRAINING=false still wins. Inside the try: an unreadable
         # state file is a counted failed run, not a lost job.
         request = build_request(settings, agent, plugin, device)
@@ -162,7 +162,7 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
         paths = AgentPaths.for_agent(settings.state_dir, agent)
         ctx.metrics.start_run(agent, resumed_totals(paths))
         grace = settings.shutdown_timeout_seconds  # to reach a step and checkpoint
-        if spec.nproc > 1:  # N processes under torchrun, supervised: genesis_fp16/launcher.py
+        if spec.nproc > 1:  # N processes under torchrun, supervised: genesis_fp16/runs/launcher.py
             limit = settings.run_memory_limit_bytes
             result = train_with_torchrun(
                 request, spec.nproc, timeout, memory_limit=limit, log_level=settings.log_level

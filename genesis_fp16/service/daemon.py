@@ -27,25 +27,25 @@ import structlog
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from genesis_fp16 import __version__
-from genesis_fp16.devices import check_devices
-from genesis_fp16.http import StatusServer, raise_open_file_limit, tls_context
-from genesis_fp16.jobs import DeviceSlots, JobContext, run_agent_job
-from genesis_fp16.last_success import LastSuccessStore, LastSuccessUnreadable
-from genesis_fp16.metrics import DaemonMetrics
-from genesis_fp16.next_run import expected_next_run
-from genesis_fp16.paths import AgentPaths
-from genesis_fp16.plugins import discover_plugins, known_agent_names
-from genesis_fp16.run_request import check_configured_options, choose_precision
-from genesis_fp16.scheduler import AgentScheduler
-from genesis_fp16.settings import (
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.config.settings import (
     Settings,
     SettingsError,
     load_settings_with_sources,
     requested_precision,
 )
-from genesis_fp16.settings_sources import SettingsSources
-from genesis_fp16.state_lock import StateFolderBusy, acquire_state_folder
-from genesis_fp16.systemd import Notifier
+from genesis_fp16.config.settings_sources import SettingsSources
+from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16.metrics.http import StatusServer, raise_open_file_limit, tls_context
+from genesis_fp16.metrics.last_success import LastSuccessStore, LastSuccessUnreadable
+from genesis_fp16.plugins import discover_plugins, known_agent_names
+from genesis_fp16.runs.devices import check_devices
+from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
+from genesis_fp16.runs.next_run import expected_next_run
+from genesis_fp16.runs.run_request import check_configured_options, choose_precision
+from genesis_fp16.service.scheduler import AgentScheduler
+from genesis_fp16.service.state_lock import StateFolderBusy, acquire_state_folder
+from genesis_fp16.service.systemd import Notifier
 from genesis_fp16_infrastructure.plugin_api import AgentPlugin
 
 log = structlog.get_logger("genesis_fp16.daemon")
@@ -174,9 +174,9 @@ class Daemon:
         self, switched: frozenset[str] = frozenset(), startup: bool = False
     ) -> None:
         """Show each idle agent's next run: its precision and the loss scale it starts with
-        (genesis_fp16/next_run.py). A running agent's gauges follow its run, unless the agent
+        (genesis_fp16/runs/next_run.py). A running agent's gauges follow its run, unless the agent
         is in ``switched``: a reload changed its precision, so its run is stopping and is
-        rerun at once (genesis_fp16/jobs.py), and the precision gauge shows the rerun's from
+        rerun at once (genesis_fp16/runs/jobs.py), and the precision gauge shows the rerun's from
         the reload on (the stopping run's last reports leave it alone).
 
         ``startup``: an agent whose ``auto`` is not decided yet shows every precision 0 and
@@ -285,7 +285,7 @@ class Daemon:
         return code
 
     def _own_state_folder(self) -> None:
-        """Take the state folder's lock for the daemon's life (genesis_fp16/state_lock.py):
+        """Take the state folder's lock for the daemon's life (genesis_fp16/service/state_lock.py):
         a second daemon, or a ``train`` there, is refused in one line naming this pid."""
         state_dir = self.settings.state_dir
         try:

@@ -29,10 +29,10 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
-from genesis_fp16.diagnostics_export import RL_METRIC_NAMES, RlDiagnosticsMetrics
-from genesis_fp16.last_success import LastSuccessStore
-from genesis_fp16.placement import Placement
-from genesis_fp16.probe_gate import PROBE_METRIC_NAMES, ProbeMetrics
+from genesis_fp16.metrics.diagnostics_export import RL_METRIC_NAMES, RlDiagnosticsMetrics
+from genesis_fp16.metrics.last_success import LastSuccessStore
+from genesis_fp16.metrics.placement import Placement
+from genesis_fp16.metrics.probe_metrics import PROBE_METRIC_NAMES, ProbeMetrics
 from genesis_fp16_infrastructure.training.execution_names import EXECUTION_MODES
 from genesis_fp16_infrastructure.training.precision_names import PRECISIONS
 
@@ -106,8 +106,8 @@ METRIC_NAMES = (
     "genesis_fp16_build_info",
     "genesis_fp16_device_info",
     "genesis_fp16_device_memory_peak_bytes",
-    *PROBE_METRIC_NAMES,  # genesis_fp16/probe_gate.py
-    *RL_METRIC_NAMES,  # genesis_fp16/diagnostics_export.py
+    *PROBE_METRIC_NAMES,  # genesis_fp16/metrics/probe_metrics.py
+    *RL_METRIC_NAMES,  # genesis_fp16/metrics/diagnostics_export.py
 )
 
 
@@ -280,7 +280,7 @@ class DaemonMetrics:
         self.build_info = gauge(
             "build_info", "Always 1; the label carries the version.", ("version",)
         )
-        # What DCGM's GPU series carry, so they join ours (genesis_fp16/placement.py).
+        # What DCGM's GPU series carry, so they join ours (genesis_fp16/metrics/placement.py).
         self.device_info = gauge(
             "device_info",
             "Always 1; where the daemon runs: pod, namespace, host, and each GPU's index, "

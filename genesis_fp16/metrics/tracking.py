@@ -25,7 +25,6 @@ A tracker never fails a run: a write that fails (a full disk) is logged once, co
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -41,21 +40,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("genesis_fp16.tracking")
 
-TENSORBOARD_EXTRA = "pip install 'genesis-fp16[tensorboard]'"
 # Seconds between the writer's flushes to disk: what a TensorBoard open on a long run lags.
 FLUSH_SECONDS = 30
-
-
-def tensorboard_missing() -> str | None:
-    """None when tensorboard can be imported, else one line naming the extra to install.
-
-    Looks the package up without importing it (settings are checked at every start-up).
-    """
-    try:
-        found = importlib.util.find_spec("tensorboard") is not None
-    except (ImportError, ValueError):  # a package blocked in sys.modules, a broken one
-        found = False
-    return None if found else f"tensorboard is not installed: {TENSORBOARD_EXTRA}"
 
 
 class RunTracker:
@@ -173,7 +159,7 @@ class RunTracker:
 def open_tracker(
     root: Path | None, agent: str, run_id: str, request: TrainRequest
 ) -> RunTracker | None:
-    """The run's tracker under ``root/agent/run_id`` (genesis_fp16/tracking.py), with what
+    """The run's tracker under ``root/agent/run_id`` (genesis_fp16/metrics/tracking.py), with what
     it was asked to do; None when tracking is off."""
     if root is None:
         return None

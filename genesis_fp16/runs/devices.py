@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from genesis_fp16.settings import Settings, SettingsError, _env_name
+from genesis_fp16.config.settings import Settings, SettingsError, _env_name
 
 # What torch raises when its device is missing or lost, not when a kernel is wrong: a
 # device-side assert or an illegal address is a bug of the model, and counted as "error".

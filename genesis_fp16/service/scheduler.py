@@ -22,7 +22,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from genesis_fp16.settings import Settings, parse_schedule
+from genesis_fp16.config.settings import Settings, parse_schedule
 from genesis_fp16_infrastructure.plugin_api import AgentPlugin
 
 HEARTBEAT_JOB = "heartbeat"

@@ -1,0 +1,23 @@
+"""The optional extras a setting needs, looked up without importing them.
+
+A setting that needs an extra is checked when the settings load, so that a daemon
+configured for it refuses to start in one line instead of failing in the middle of a run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+TENSORBOARD_EXTRA = "pip install 'genesis-fp16[tensorboard]'"
+
+
+def tensorboard_missing() -> str | None:
+    """None when tensorboard can be imported, else one line naming the extra to install.
+
+    Looks the package up without importing it (settings are checked at every start-up).
+    """
+    try:
+        found = importlib.util.find_spec("tensorboard") is not None
+    except (ImportError, ValueError):  # a package blocked in sys.modules, a broken one
+        found = False
+    return None if found else f"tensorboard is not installed: {TENSORBOARD_EXTRA}"

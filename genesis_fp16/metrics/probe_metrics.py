@@ -1,0 +1,71 @@
+"""The precision probe's gauges, ``genesis_fp16_probe_*``; genesis_fp16/runs/probe_gate.py runs
+the probe and exports its record here.
+
+>>> colour_value("amber")
+1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry, Gauge
+
+from genesis_fp16_infrastructure.training.precision_names import LOW_PRECISIONS
+
+COLOUR_VALUES = {"green": 0, "amber": 1, "red": 2}
+PROBE_METRIC_NAMES = (
+    "genesis_fp16_probe_verdict",
+    "genesis_fp16_probe_recommended",
+    "genesis_fp16_probe_precision_verdict",
+    "genesis_fp16_probe_timestamp_seconds",
+)
+
+
+def colour_value(colour: str) -> int | None:
+    """0 green, 1 amber, 2 red; None for a variant that has no verdict ("n/a")."""
+    return COLOUR_VALUES.get(colour)
+
+
+class ProbeMetrics:
+    """The ``genesis_fp16_probe_*`` gauges, registered on ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.verdict = Gauge(
+            "genesis_fp16_probe_verdict",
+            "Precision probe verdict per variant: 0 green, 1 amber, 2 red.",
+            ("agent", "variant"),
+            registry=registry,
+        )
+        self.recommended = Gauge(
+            "genesis_fp16_probe_recommended",
+            "1 for the variant the precision probe recommends, 0 for the others.",
+            ("agent", "variant"),
+            registry=registry,
+        )
+        self.precision_verdict = Gauge(
+            "genesis_fp16_probe_precision_verdict",
+            "Probe verdict of autocast in this precision (bf16_autocast, fp16_autocast).",
+            ("agent", "precision"),
+            registry=registry,
+        )
+        self.timestamp = Gauge(
+            "genesis_fp16_probe_timestamp_seconds",
+            "Unix time at which the precision probe of the agent ran.",
+            ("agent",),
+            registry=registry,
+        )
+
+    def export(self, agent: str, verdict: Mapping[str, str], recommended: str, at: float) -> None:
+        """Set the gauges from a successful probe's verdict per variant, its pick and time."""
+        for variant, colour in verdict.items():
+            value = colour_value(colour)
+            if value is not None:
+                self.verdict.labels(agent=agent, variant=variant).set(value)
+            is_recommended = 1 if variant == recommended else 0
+            self.recommended.labels(agent=agent, variant=variant).set(is_recommended)
+        for precision in LOW_PRECISIONS:
+            value = colour_value(verdict.get(f"{precision}_autocast", "n/a"))
+            if value is not None:
+                self.precision_verdict.labels(agent=agent, precision=precision).set(value)
+        self.timestamp.labels(agent=agent).set(at)
