@@ -82,8 +82,8 @@ from genesis_fp16_infrastructure.data.schema import OPERATORS, AttemptInput
 from genesis_fp16_infrastructure.data.synthetic import write_pool
 from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
-from genesis_fp16_infrastructure.training.early_stop import served_weights
-from genesis_fp16_infrastructure.training.fit import FitOptions, fit
+from genesis_fp16_infrastructure.training.run.early_stop import served_weights
+from genesis_fp16_infrastructure.training.run.fit import FitOptions, fit
 from genesis_fp16_infrastructure.world_model.features import NUMERIC_FEATURES, FeatureEncoder
 from genesis_fp16_infrastructure.world_model.metrics import auc
 from genesis_fp16_infrastructure.world_model.model import build_world_model

@@ -31,9 +31,9 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from genesis_fp16_infrastructure.training.fit import FitOptions, FitResult
-    from genesis_fp16_infrastructure.training.guard import GuardConfig
-    from genesis_fp16_infrastructure.training.summary import TrainingSummary
+    from genesis_fp16_infrastructure.training.run.fit import FitOptions, FitResult
+    from genesis_fp16_infrastructure.training.run.guard import GuardConfig
+    from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
 
 API_VERSION = 1
 
@@ -234,8 +234,8 @@ class TrainRequest:
 
             result = fit(task, request.fit_options(steps=request.steps or 100))
         """
-        from genesis_fp16_infrastructure.training.calibration import AutoPrecision
-        from genesis_fp16_infrastructure.training.fit import FitOptions
+        from genesis_fp16_infrastructure.training.run.calibration import AutoPrecision
+        from genesis_fp16_infrastructure.training.run.fit import FitOptions
 
         fields: dict[str, Any] = {
             "precision": self.precision,
@@ -287,7 +287,7 @@ class TrainRequest:
     def from_json(cls, data: Mapping[str, Any]) -> TrainRequest:
         """The inverse of :meth:`to_json`; callbacks are the defaults (set them with
         ``dataclasses.replace``)."""
-        from genesis_fp16_infrastructure.training.guard_config import GuardConfig
+        from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 
         known = {f.name for f in fields(cls)} - _CALLBACKS
         values = {k: v for k, v in data.items() if k in known}
@@ -358,7 +358,7 @@ class TrainResult:
         quarantined: int = 0,
         extra: Mapping[str, Any] | None = None,
     ) -> TrainResult:
-        """Report a :func:`~genesis_fp16_infrastructure.training.fit` run for ``request``,
+        """Report a :func:`~genesis_fp16_infrastructure.training.run.fit` run for ``request``,
         truthfully: the precision used is the one the run ended in, after any demotion."""
         summary = result.summary
         extra = dict(extra or {})

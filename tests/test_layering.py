@@ -165,15 +165,24 @@ DAEMON_FLOORS = (
     {"service"},
     {"commands", "bench", "cli", "__main__"},
 )
+# The training library's: precision, then the modules shared by a step and a run
+# (checkpoint format, RNG state, the process group), then one step, then a whole run.
+TRAINING_FLOORS = (
+    {"precision"},
+    {"checkpoint_keys", "checkpoint", "rng", "distributed", "device_audit"},
+    {"step"},
+    {"run"},
+)
 
 
-def _daemon_floor_offenders(root: Path) -> list[str]:
-    """``path: package -> package`` for each import of the daemon that goes up a floor."""
-    floor = {name: level for level, names in enumerate(DAEMON_FLOORS) for name in names}
+def _floor_offenders(root: Path, package: str, floors: tuple[set[str], ...]) -> list[str]:
+    """``path: part -> part`` for each import of ``package`` (whose folder is ``root``) that
+    goes up a floor; a part is a subpackage or a top-level module."""
+    floor = {name: level for level, names in enumerate(floors) for name in names}
+    depth = package.count(".") + 1
     offenders: set[str] = set()
     for path in sorted(root.rglob("*.py")):
-        parts = path.relative_to(root).parts
-        own = parts[0].removesuffix(".py")
+        own = path.relative_to(root).parts[0].removesuffix(".py")
         if own == "__init__":
             continue
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
@@ -183,16 +192,34 @@ def _daemon_floor_offenders(root: Path) -> list[str]:
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
             for name in names:
-                top, _, rest = name.partition(".")
-                target = rest.split(".")[0]
-                if top == "genesis_fp16" and target in floor and floor[target] > floor[own]:
+                parts = name.split(".")
+                if ".".join(parts[:depth]) != package or len(parts) <= depth:
+                    continue
+                target = parts[depth]
+                if target in floor and own in floor and floor[target] > floor[own]:
                     offenders.add(f"{path.relative_to(root)}: {own} -> {target}")
     return sorted(offenders)
 
 
+def test_floors_name_every_part() -> None:
+    """Every subpackage and top-level module of both packages sits on a floor."""
+    for root, floors in (
+        (ROOT / "genesis_fp16", DAEMON_FLOORS),
+        (ROOT / "infrastructure" / "training", TRAINING_FLOORS),
+    ):
+        parts = {p.name.removesuffix(".py") for p in root.iterdir() if p.name != "__pycache__"}
+        assert parts - {"__init__"} == set().union(*floors), root
+
+
 def test_daemon_packages_import_only_their_floor_and_below() -> None:
     """config imports no metrics, runs or service; metrics no runs; runs no service."""
-    assert _daemon_floor_offenders(ROOT / "genesis_fp16") == []
+    assert _floor_offenders(ROOT / "genesis_fp16", "genesis_fp16", DAEMON_FLOORS) == []
+
+
+def test_training_packages_import_only_their_floor_and_below() -> None:
+    """precision imports nothing else of training; a step imports no run."""
+    root, package = ROOT / "infrastructure" / "training", "genesis_fp16_infrastructure.training"
+    assert _floor_offenders(root, package, TRAINING_FLOORS) == []
 
 
 def test_floor_check_catches_an_import_from_above(tmp_path: Path) -> None:
@@ -201,4 +228,5 @@ def test_floor_check_catches_an_import_from_above(tmp_path: Path) -> None:
     (tmp_path / "config" / "settings.py").write_text(
         "def later():\n    from genesis_fp16.runs.jobs import run_agent_job\n"
     )
-    assert _daemon_floor_offenders(tmp_path) == ["config/settings.py: config -> runs"]
+    offenders = _floor_offenders(tmp_path, "genesis_fp16", DAEMON_FLOORS)
+    assert offenders == ["config/settings.py: config -> runs"]

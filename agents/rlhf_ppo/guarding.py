@@ -1,7 +1,7 @@
 """The precision guard for a PPO run: check at iteration boundaries, roll back, demote.
 
 ``rlhf_ppo`` runs its own PPO loop instead of ``fit()``, so it drives the core
-:class:`~genesis_fp16_infrastructure.training.guard.PrecisionGuard` itself, through the engine's
+:class:`~genesis_fp16_infrastructure.training.run.guard.PrecisionGuard` itself, through the engine's
 Trainer:
 
 - every update's loss goes through ``guard.watch_loss`` (the engine's ``loss_hook``);
@@ -32,7 +32,7 @@ from genesis_fp16_agents.rlhf_ppo.checkpointing import load_ppo_state, ppo_state
 from genesis_fp16_agents.rlhf_ppo.engine import PPOEngine
 from genesis_fp16_agents.rlhf_ppo.presets import PRESETS, ComponentPrecision
 from genesis_fp16_infrastructure.training import GuardConfig, PrecisionPolicy
-from genesis_fp16_infrastructure.training.guard import PrecisionGuard
+from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard
 
 logger = logging.getLogger(__name__)
 

@@ -58,7 +58,7 @@ from genesis_fp16_infrastructure.plugin_api import (
 )
 from genesis_fp16_infrastructure.training import PrecisionPolicy
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
-from genesis_fp16_infrastructure.training.precision_names import PRECISIONS
+from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
 
 logger = logging.getLogger(__name__)
 

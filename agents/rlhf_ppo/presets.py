@@ -23,7 +23,7 @@ import torch
 
 from genesis_fp16_infrastructure.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.training import dtype_of
-from genesis_fp16_infrastructure.training.precision_names import CHOICES, PRECISIONS
+from genesis_fp16_infrastructure.training.precision.precision_names import CHOICES, PRECISIONS
 
 DEFAULT_PRESET = "mixed_recommended"
 

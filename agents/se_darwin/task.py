@@ -1,4 +1,5 @@
-"""The SE-Darwin world model as a ``TrainingTask`` for ``genesis_fp16_infrastructure.training.fit``.
+"""The SE-Darwin world model as a ``TrainingTask`` for ``fit()``
+(``genesis_fp16_infrastructure.training.run.fit``).
 
 The data is read once and evaluated one of two ways, chosen by the pool's size:
 
@@ -42,7 +43,7 @@ from genesis_fp16_infrastructure.data.readers import DataTooLarge, ReadResult, r
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION, Example
 from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
 from genesis_fp16_infrastructure.plugin_api import TrainRequestError
-from genesis_fp16_infrastructure.training.early_stop import EarlyStopping
+from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
 from genesis_fp16_infrastructure.world_model.features import FeatureEncoder, PoolLike
 from genesis_fp16_infrastructure.world_model.metrics import accuracy, auc_with_interval, brier, mae
 from genesis_fp16_infrastructure.world_model.model import (

@@ -62,8 +62,11 @@ class OursRunner:
 
     def prepare(self, workload: Workload, config: BenchConfig, device: torch.device) -> None:
         from genesis_fp16_infrastructure.training import PrecisionPolicy, Trainer, TrainerConfig
-        from genesis_fp16_infrastructure.training.calibration import AutoPrecision, policy_for_run
-        from genesis_fp16_infrastructure.training.loss_scaler_config import ScalerConfig
+        from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
+        from genesis_fp16_infrastructure.training.run.calibration import (
+            AutoPrecision,
+            policy_for_run,
+        )
 
         set_tf32(config.precision == "tf32")
         requested = "fp32" if config.precision == "tf32" else config.precision

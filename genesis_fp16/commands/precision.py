@@ -20,7 +20,7 @@ from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import SettingsError, load_settings
 from genesis_fp16.plugins import known_agent_names
 from genesis_fp16.runs.guard_state import describe
-from genesis_fp16_infrastructure.training.precision_memory import (
+from genesis_fp16_infrastructure.training.precision.precision_memory import (
     read_precision_memory,
     write_precision_memory,
 )

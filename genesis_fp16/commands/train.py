@@ -62,7 +62,7 @@ from genesis_fp16.runs.run_request import (
 from genesis_fp16.service.logsetup import configure_logging
 from genesis_fp16_infrastructure.data.readers import DataError
 from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError
-from genesis_fp16_infrastructure.training.summary import TrainingSummary
+from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
 
 # torch (through genesis_fp16.runs.distributed and genesis_fp16_infrastructure.training's
 # checkpoint and precision modules) is imported inside run(), _train() and _request(), not here:
@@ -381,7 +381,7 @@ def _train(
         request.device,
     )
     from genesis_fp16_infrastructure.training import PrecisionError
-    from genesis_fp16_infrastructure.training.execution import ExecutionError
+    from genesis_fp16_infrastructure.training.step.execution import ExecutionError
 
     result = None
     try:

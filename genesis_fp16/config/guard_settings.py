@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, field_validator
 
-from genesis_fp16_infrastructure.training.precision_names import PRECISIONS
+from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
 
 
 class GuardSettings(BaseModel):

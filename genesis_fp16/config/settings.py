@@ -40,7 +40,7 @@ from genesis_fp16.config.guard_settings import GuardSettings
 from genesis_fp16.config.settings_sources import SettingsSources, read_sources
 from genesis_fp16.plugins import ENTRY_POINT_GROUP
 from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
-from genesis_fp16_infrastructure.training.precision_names import CHOICES
+from genesis_fp16_infrastructure.training.precision.precision_names import CHOICES
 
 ENV_PREFIX = "GENESIS_FP16_"
 AGENT_VARIABLE_PREFIX = ENV_PREFIX + "AGENTS__"
@@ -48,13 +48,13 @@ ENV_FILE_VARIABLE = "GENESIS_FP16_ENV_FILE"
 DEFAULT_ENV_FILE = ".env"
 PRECISION_CHOICES: tuple[str, ...] = CHOICES
 
-# The values of genesis_fp16_infrastructure.training.precision_names.CHOICES, spelled out because a
-# Literal must be static for mypy and pydantic (a test checks they agree).
+# The values of CHOICES in genesis_fp16_infrastructure.training.precision.precision_names,
+# spelled out because a Literal must be static for mypy and pydantic (a test checks they agree).
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
-# The values of CUDA_GRAPH_REQUESTS in genesis_fp16_infrastructure.training.execution_names
+# The values of CUDA_GRAPH_REQUESTS in genesis_fp16_infrastructure.training.step.execution_names
 # (a test checks).
 CudaGraph = Literal["auto", "on", "off"]
-# The values of COMPILE_REQUESTS in genesis_fp16_infrastructure.training.execution_names
+# The values of COMPILE_REQUESTS in genesis_fp16_infrastructure.training.step.execution_names
 # (a test checks).
 Compile = Literal["off", "on"]
 Isolation = Literal["process", "thread"]
@@ -180,7 +180,7 @@ class Settings(BaseSettings, GuardSettings):
     # captured step; it needs a step that can be captured. off until measured on a GPU.
     compile: Compile = "off"
     # How precision 'auto' resolves: time the agent's own steps in each native precision
-    # (cached per agent) or the device rule (genesis_fp16_infrastructure.training.calibration).
+    # (cached per agent) or the device rule (genesis_fp16_infrastructure.training.run.calibration).
     auto_precision: Literal["measure", "rule"] = "measure"
     schedule: str = "3600"
     schedule_jitter_seconds: float = Field(default=30.0, ge=0)

@@ -33,8 +33,8 @@ from genesis_fp16.metrics.diagnostics_export import RL_METRIC_NAMES, RlDiagnosti
 from genesis_fp16.metrics.last_success import LastSuccessStore
 from genesis_fp16.metrics.placement import Placement
 from genesis_fp16.metrics.probe_metrics import PROBE_METRIC_NAMES, ProbeMetrics
-from genesis_fp16_infrastructure.training.execution_names import EXECUTION_MODES
-from genesis_fp16_infrastructure.training.precision_names import PRECISIONS
+from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
+from genesis_fp16_infrastructure.training.step.execution_names import EXECUTION_MODES
 
 PREFIX = "genesis_fp16"
 PRECISION_LABELS = PRECISIONS

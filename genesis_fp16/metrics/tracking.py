@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from genesis_fp16_infrastructure.training.execution_names import EXECUTION_MODES
-from genesis_fp16_infrastructure.training.precision_names import PRECISIONS
+from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
+from genesis_fp16_infrastructure.training.step.execution_names import EXECUTION_MODES
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.plugin_api import TrainRequest

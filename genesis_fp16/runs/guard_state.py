@@ -20,8 +20,8 @@ import structlog
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings, requested_precision
 from genesis_fp16_infrastructure.plugin_api import TrainResult
-from genesis_fp16_infrastructure.training.guard_config import GuardConfig
-from genesis_fp16_infrastructure.training.precision_memory import (
+from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
+from genesis_fp16_infrastructure.training.precision.precision_memory import (
     PrecisionMemory,
     read_precision_memory,
     remember_demotions,
@@ -78,7 +78,10 @@ def choose_precision(settings: Settings, agent: str, device: str) -> tuple[str, 
     if requested == "auto":
         # Resolving auto probes the device through torch: imported here, not at the top,
         # so that `genesis-fp16 agents` and `precision` (which use this module) start fast.
-        from genesis_fp16_infrastructure.training.precision import PrecisionError, resolve_precision
+        from genesis_fp16_infrastructure.training.precision.precision import (
+            PrecisionError,
+            resolve_precision,
+        )
 
         try:
             would_run = resolve_precision("auto", device).used

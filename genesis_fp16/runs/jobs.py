@@ -40,7 +40,7 @@ from genesis_fp16.runs.launcher import LaunchError, RunStopped, train_in_child, 
 from genesis_fp16.runs.run_request import build_request, warn_ignored
 from genesis_fp16_infrastructure.plugin_api import AgentPlugin, TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.training import CheckpointManager, TrainingSummary, checkpoint_keys
-from genesis_fp16_infrastructure.training.execution import ExecutionError
+from genesis_fp16_infrastructure.training.step.execution import ExecutionError
 
 log = structlog.get_logger("genesis_fp16.jobs")
 

@@ -32,8 +32,8 @@ import structlog
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16_infrastructure.training import CheckpointError, CheckpointManager, checkpoint_keys
-from genesis_fp16_infrastructure.training.loss_scaler_config import ScalerConfig
-from genesis_fp16_infrastructure.training.precision_names import PRECISIONS
+from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
+from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
 
 log = structlog.get_logger("genesis_fp16.next_run")
 

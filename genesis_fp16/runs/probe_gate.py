@@ -33,7 +33,7 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16.metrics.probe_metrics import ProbeMetrics
 from genesis_fp16_infrastructure.atomic import write_json_atomic
 from genesis_fp16_infrastructure.plugin_api import AgentPlugin
-from genesis_fp16_infrastructure.training.precision_names import LOW_PRECISIONS
+from genesis_fp16_infrastructure.training.precision.precision_names import LOW_PRECISIONS
 
 log = structlog.get_logger("genesis_fp16.probe_gate")
 
@@ -108,7 +108,10 @@ def write_record(path: Path, record: ProbeRecord) -> None:
 
 
 def _used_precision(precision: str, device: str) -> str | None:
-    from genesis_fp16_infrastructure.training.precision import PrecisionError, resolve_precision
+    from genesis_fp16_infrastructure.training.precision.precision import (
+        PrecisionError,
+        resolve_precision,
+    )
 
     try:
         return resolve_precision(precision, device).used

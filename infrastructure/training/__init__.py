@@ -16,14 +16,11 @@ import types
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from genesis_fp16_infrastructure.training.batches import to_device
     from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, CheckpointManager
-    from genesis_fp16_infrastructure.training.early_stop import EarlyStopping
-    from genesis_fp16_infrastructure.training.fit import FitOptions, FitResult, fit
-    from genesis_fp16_infrastructure.training.guard_config import GuardConfig
-    from genesis_fp16_infrastructure.training.loss_scaler import LossScaler
-    from genesis_fp16_infrastructure.training.loss_scaler_config import ScalerConfig
-    from genesis_fp16_infrastructure.training.precision import (
+    from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
+    from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler
+    from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
+    from genesis_fp16_infrastructure.training.precision.precision import (
         DeviceCapabilities,
         PrecisionError,
         PrecisionPolicy,
@@ -32,38 +29,44 @@ if TYPE_CHECKING:
         dtype_of,
         resolve_precision,
     )
-    from genesis_fp16_infrastructure.training.precision_memory import PrecisionMemory
-    from genesis_fp16_infrastructure.training.precision_names import PRECISIONS, REQUESTABLE
-    from genesis_fp16_infrastructure.training.summary import TrainingSummary
-    from genesis_fp16_infrastructure.training.task import TrainingTask
-    from genesis_fp16_infrastructure.training.trainer import Trainer, TrainerConfig
+    from genesis_fp16_infrastructure.training.precision.precision_memory import PrecisionMemory
+    from genesis_fp16_infrastructure.training.precision.precision_names import (
+        PRECISIONS,
+        REQUESTABLE,
+    )
+    from genesis_fp16_infrastructure.training.run.batches import to_device
+    from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
+    from genesis_fp16_infrastructure.training.run.fit import FitOptions, FitResult, fit
+    from genesis_fp16_infrastructure.training.run.task import TrainingTask
+    from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
+    from genesis_fp16_infrastructure.training.step.trainer import Trainer, TrainerConfig
 
 # Exported name -> the submodule that defines it.
 _EXPORTS: dict[str, str] = {
-    "to_device": "batches",
+    "to_device": "run.batches",
     "CheckpointError": "checkpoint",
     "CheckpointManager": "checkpoint",
-    "EarlyStopping": "early_stop",
-    "FitOptions": "fit",
-    "FitResult": "fit",
-    "TrainingTask": "task",
-    "fit": "fit",
-    "GuardConfig": "guard_config",
-    "LossScaler": "loss_scaler",
-    "ScalerConfig": "loss_scaler_config",
-    "DeviceCapabilities": "precision",
-    "PrecisionError": "precision",
-    "PrecisionPolicy": "precision",
-    "ResolvedPrecision": "precision",
-    "resolve_precision": "precision",
-    "autocast_to": "precision",
-    "dtype_of": "precision",
-    "PrecisionMemory": "precision_memory",
-    "PRECISIONS": "precision_names",
-    "REQUESTABLE": "precision_names",
-    "TrainingSummary": "summary",
-    "Trainer": "trainer",
-    "TrainerConfig": "trainer",
+    "EarlyStopping": "run.early_stop",
+    "FitOptions": "run.fit",
+    "FitResult": "run.fit",
+    "TrainingTask": "run.task",
+    "fit": "run.fit",
+    "GuardConfig": "precision.guard_config",
+    "LossScaler": "precision.loss_scaler",
+    "ScalerConfig": "precision.loss_scaler_config",
+    "DeviceCapabilities": "precision.precision",
+    "PrecisionError": "precision.precision",
+    "PrecisionPolicy": "precision.precision",
+    "ResolvedPrecision": "precision.precision",
+    "resolve_precision": "precision.precision",
+    "autocast_to": "precision.precision",
+    "dtype_of": "precision.precision",
+    "PrecisionMemory": "precision.precision_memory",
+    "PRECISIONS": "precision.precision_names",
+    "REQUESTABLE": "precision.precision_names",
+    "TrainingSummary": "step.summary",
+    "Trainer": "step.trainer",
+    "TrainerConfig": "step.trainer",
 }
 
 __all__ = [

@@ -45,7 +45,7 @@ from torch.optim import Optimizer
 
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint import Accept, CheckpointManager
-from genesis_fp16_infrastructure.training.precision import PrecisionPolicy
+from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.rng import capture_rng_state
 
 logger = logging.getLogger(__name__)

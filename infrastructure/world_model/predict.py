@@ -40,7 +40,7 @@ from genesis_fp16_infrastructure.training.checkpoint import (
     CheckpointManager,
     load_checkpoint,
 )
-from genesis_fp16_infrastructure.training.early_stop import served_weights
+from genesis_fp16_infrastructure.training.run.early_stop import served_weights
 from genesis_fp16_infrastructure.world_model.features import FeatureEncoder, PoolLike
 from genesis_fp16_infrastructure.world_model.model import (
     ModelConfig,

@@ -29,7 +29,7 @@ from genesis_fp16.bench.run import (
 )
 from genesis_fp16.bench.runners import HandWrittenRunner
 from genesis_fp16.cli import main as cli_main
-from genesis_fp16_infrastructure.training.execution import ExecutionError
+from genesis_fp16_infrastructure.training.step.execution import ExecutionError
 
 
 def _tiny(precision: str, runner: str, device: str = "cpu") -> BenchConfig:
@@ -159,8 +159,9 @@ def test_an_auto_row_runs_what_the_calibration_chose_and_says_so(
     """With fp32 the only native precision nothing is timed; with bf16 taken as native
     (its arithmetic is real either way) both are timed on the row's own model and the row
     runs, and is labelled with, the choice."""
-    from genesis_fp16_infrastructure.training import calibration, precision
-    from genesis_fp16_infrastructure.training.precision import DeviceCapabilities
+    from genesis_fp16_infrastructure.training.precision import precision
+    from genesis_fp16_infrastructure.training.precision.precision import DeviceCapabilities
+    from genesis_fp16_infrastructure.training.run import calibration
 
     # Both cases set the capabilities: on a CPU with AVX512-BF16 bf16 really is native.
     if bf16_native:

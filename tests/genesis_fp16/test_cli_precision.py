@@ -13,9 +13,9 @@ from daemon_harness import daemon_env
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16_infrastructure.training import TrainerConfig
-from genesis_fp16_infrastructure.training import calibration as cal
-from genesis_fp16_infrastructure.training import precision as precision_module
-from genesis_fp16_infrastructure.training.precision import DeviceCapabilities
+from genesis_fp16_infrastructure.training.precision import precision as precision_module
+from genesis_fp16_infrastructure.training.precision.precision import DeviceCapabilities
+from genesis_fp16_infrastructure.training.run import calibration as cal
 
 AGENT = "se_darwin"
 

@@ -18,7 +18,7 @@ from genesis_fp16.runs.jobs import DeviceSlots, JobContext
 from genesis_fp16.runs.run_request import check_configured_options
 from genesis_fp16.service.daemon import Daemon
 from genesis_fp16_infrastructure.plugin_api import AgentPlugin
-from genesis_fp16_infrastructure.training.guard import PrecisionMemory, write_precision_memory
+from genesis_fp16_infrastructure.training.run.guard import PrecisionMemory, write_precision_memory
 
 AGENT = "agent_a"
 

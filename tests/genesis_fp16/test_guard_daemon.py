@@ -18,13 +18,13 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.runs.guard_state import choose_precision, guard_config, record_run
 from genesis_fp16_infrastructure.plugin_api import TrainResult
-from genesis_fp16_infrastructure.training.guard import (
+from genesis_fp16_infrastructure.training.precision.precision import resolve_precision
+from genesis_fp16_infrastructure.training.run.guard import (
     GuardConfig,
     read_precision_memory,
     remember_demotions,
     write_precision_memory,
 )
-from genesis_fp16_infrastructure.training.precision import resolve_precision
 
 GUARD_PLUGINS = Path(__file__).resolve().parents[1] / "fixtures" / "guard_plugins"
 AGENT = "fixture_fault"

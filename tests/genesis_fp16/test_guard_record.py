@@ -21,7 +21,7 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.runs.guard_state import record_run
 from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainResult
-from genesis_fp16_infrastructure.training.guard import read_precision_memory
+from genesis_fp16_infrastructure.training.run.guard import read_precision_memory
 
 AGENT = "fault_agent"
 

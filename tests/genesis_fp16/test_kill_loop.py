@@ -16,7 +16,7 @@ import torch
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
-from genesis_fp16_infrastructure.training.early_stop import served_weights
+from genesis_fp16_infrastructure.training.run.early_stop import served_weights
 
 ROOT = Path(__file__).resolve().parents[2]
 EVERY = 3  # --checkpoint-steps

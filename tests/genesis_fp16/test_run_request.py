@@ -14,7 +14,10 @@ from genesis_fp16.config.settings import AgentSettings, Settings
 from genesis_fp16.runs.run_request import RequestOverrides, budget, build_request, choose_precision
 from genesis_fp16_agents.rlhf_ppo import plugin
 from genesis_fp16_infrastructure.plugin_api import ignored_request_fields
-from genesis_fp16_infrastructure.training.guard import remember_demotions, write_precision_memory
+from genesis_fp16_infrastructure.training.run.guard import (
+    remember_demotions,
+    write_precision_memory,
+)
 
 AGENT = "rlhf_ppo"
 

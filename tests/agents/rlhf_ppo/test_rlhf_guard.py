@@ -16,7 +16,7 @@ from genesis_fp16_agents.rlhf_ppo.presets import PRESETS, ComponentPrecision
 from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.rl.ppo_math import token_logprobs
 from genesis_fp16_infrastructure.training import GuardConfig, PrecisionPolicy, ScalerConfig
-from genesis_fp16_infrastructure.training.precision_memory import remember_demotions
+from genesis_fp16_infrastructure.training.precision.precision_memory import remember_demotions
 
 FAULT_STEP = 8  # from this optimizer step on, the policy has an activation outlier
 STEPS = 16

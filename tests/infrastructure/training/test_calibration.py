@@ -12,17 +12,17 @@ import torch
 from test_fit import RegressionTask
 
 from genesis_fp16_infrastructure.training import FitOptions, TrainerConfig, fit
-from genesis_fp16_infrastructure.training import calibration as cal
-from genesis_fp16_infrastructure.training import precision as precision_module
-from genesis_fp16_infrastructure.training.calibration import (
+from genesis_fp16_infrastructure.training.precision import precision as precision_module
+from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler, ScalerConfig
+from genesis_fp16_infrastructure.training.precision.precision import DeviceCapabilities
+from genesis_fp16_infrastructure.training.run import calibration as cal
+from genesis_fp16_infrastructure.training.run.calibration import (
     AutoPrecision,
     Measured,
     auto_candidates,
     choose,
 )
-from genesis_fp16_infrastructure.training.execution import ExecutionError
-from genesis_fp16_infrastructure.training.loss_scaler import LossScaler, ScalerConfig
-from genesis_fp16_infrastructure.training.precision import DeviceCapabilities
+from genesis_fp16_infrastructure.training.step.execution import ExecutionError
 
 NATIVE_BF16 = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native")
 

@@ -28,7 +28,7 @@ from genesis_fp16_infrastructure.training import (
     TrainerConfig,
     fit,
 )
-from genesis_fp16_infrastructure.training.cuda_graph import StepGraphs, pool_leftovers
+from genesis_fp16_infrastructure.training.step.cuda_graph import StepGraphs, pool_leftovers
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

@@ -14,7 +14,7 @@ from torch import nn
 from genesis_fp16_infrastructure.training import FitOptions, fit
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
-from genesis_fp16_infrastructure.training.early_stop import (
+from genesis_fp16_infrastructure.training.run.early_stop import (
     EarlyStopping,
     EarlyStopTracker,
     served_weights,

@@ -28,14 +28,14 @@ from genesis_fp16_infrastructure.training import (
     fit,
 )
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
-from genesis_fp16_infrastructure.training.guard import (
+from genesis_fp16_infrastructure.training.precision.precision import DeviceCapabilities
+from genesis_fp16_infrastructure.training.run.guard import (
     PrecisionMemory,
     next_precision,
     read_precision_memory,
     remember_demotions,
     write_precision_memory,
 )
-from genesis_fp16_infrastructure.training.precision import DeviceCapabilities
 
 
 def _model_of(folder: Path) -> dict[str, torch.Tensor]:
@@ -137,7 +137,7 @@ def test_a_trigger_in_the_last_rung_is_reported_not_demoted(
 ) -> None:
     """fp32 is the end of the default ladder: the run is not guarded and says so."""
     task = FaultTask("nan", fault_in=(torch.float16, torch.bfloat16, torch.float32))
-    with caplog.at_level("INFO", logger="genesis_fp16_infrastructure.training.guard"):
+    with caplog.at_level("INFO", logger="genesis_fp16_infrastructure.training.run.guard"):
         result = fit(task, FitOptions(precision="fp32", steps=10, guard=BASE))
     assert result.demotions == () and result.precision.used == "fp32"
     assert "fp32 has no next precision; not guarded" in caplog.text

@@ -11,10 +11,10 @@ import pytest
 import genesis_fp16_infrastructure.training as training
 
 TORCH_FREE = (
-    "genesis_fp16_infrastructure.training.guard_config",
-    "genesis_fp16_infrastructure.training.precision_memory",
-    "genesis_fp16_infrastructure.training.loss_scaler_config",
-    "genesis_fp16_infrastructure.training.precision_names",
+    "genesis_fp16_infrastructure.training.precision.guard_config",
+    "genesis_fp16_infrastructure.training.precision.precision_memory",
+    "genesis_fp16_infrastructure.training.precision.loss_scaler_config",
+    "genesis_fp16_infrastructure.training.precision.precision_names",
 )
 
 
@@ -41,11 +41,11 @@ def test_config_modules_import_without_torch() -> None:
 def test_fit_stays_the_function_after_its_submodule_loads_first() -> None:
     """Importing the training package's fit module directly does not shadow the function fit."""
     code = (
-        "from genesis_fp16_infrastructure.training.fit import FitOptions\n"
+        "from genesis_fp16_infrastructure.training.run.fit import FitOptions\n"
         "from genesis_fp16_infrastructure.training import fit\n"
         "print(callable(fit) and fit.__module__)\n"
     )
-    assert _run(code) == "genesis_fp16_infrastructure.training.fit"
+    assert _run(code) == "genesis_fp16_infrastructure.training.run.fit"
 
 
 def test_all_lists_exactly_the_lazy_exports() -> None:

@@ -17,7 +17,7 @@ from genesis_fp16_infrastructure.training import (
     PrecisionPolicy,
     resolve_precision,
 )
-from genesis_fp16_infrastructure.training import precision as precision_module
+from genesis_fp16_infrastructure.training.precision import precision as precision_module
 
 
 @pytest.fixture(autouse=True)

@@ -18,11 +18,11 @@ from genesis_fp16_infrastructure.training import (
     ScalerConfig,
     autocast_to,
     dtype_of,
-    trainer,
 )
-from genesis_fp16_infrastructure.training import precision_names as names
-from genesis_fp16_infrastructure.training.precision import PrecisionError
-from genesis_fp16_infrastructure.training.precision_memory import ROBUSTNESS
+from genesis_fp16_infrastructure.training.precision import precision_names as names
+from genesis_fp16_infrastructure.training.precision.precision import PrecisionError
+from genesis_fp16_infrastructure.training.precision.precision_memory import ROBUSTNESS
+from genesis_fp16_infrastructure.training.step import trainer
 
 
 def _model_with_grads(grad: float) -> tuple[nn.Linear, torch.Tensor]:

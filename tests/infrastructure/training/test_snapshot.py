@@ -18,8 +18,8 @@ from genesis_fp16_infrastructure.training import (
     TrainerConfig,
 )
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
-from genesis_fp16_infrastructure.training.guard import PrecisionGuard
-from genesis_fp16_infrastructure.training.snapshot import SnapshotStore, _tensors, placement
+from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard
+from genesis_fp16_infrastructure.training.run.snapshot import SnapshotStore, _tensors, placement
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -137,7 +137,7 @@ def test_a_cuda_state_stays_on_the_gpu_while_small_and_goes_to_pinned_host_memor
 ) -> None:
     """The rule on a GPU: a small state is copied on the device; above the share it is
     copied into pinned host buffers (non-blocking), reused by the next save, loaded intact."""
-    from genesis_fp16_infrastructure.training import snapshot
+    from genesis_fp16_infrastructure.training.run import snapshot
 
     if share is not None:
         monkeypatch.setattr(snapshot, "DEVICE_SHARE", share)
@@ -163,7 +163,8 @@ def test_a_guard_rollback_from_pinned_host_memory_equals_one_from_the_gpu(
     pinned host memory ends bit for bit where the run that keeps them on the GPU ends."""
     from test_cuda_graph import _GuardTask
 
-    from genesis_fp16_infrastructure.training import FitOptions, fit, snapshot
+    from genesis_fp16_infrastructure.training import FitOptions, fit
+    from genesis_fp16_infrastructure.training.run import snapshot
 
     guard = GuardConfig(check_interval=4, overflow_window=4, overflow_warmup=0)
     results = {}
@@ -177,7 +178,7 @@ def test_a_guard_rollback_from_pinned_host_memory_equals_one_from_the_gpu(
             guard=guard,
             checkpoint_dir=tmp_path / str(share),
         )
-        with caplog.at_level("INFO", logger="genesis_fp16_infrastructure.training.snapshot"):
+        with caplog.at_level("INFO", logger="genesis_fp16_infrastructure.training.run.snapshot"):
             results[share] = fit(_GuardTask(), options)
     assert "snapshots on the device" in caplog.text and "snapshots on the host" in caplog.text
     device, host = results.values()

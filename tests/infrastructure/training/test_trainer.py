@@ -20,7 +20,7 @@ from genesis_fp16_infrastructure.training import (
     TrainerConfig,
     TrainingSummary,
 )
-from genesis_fp16_infrastructure.training.cuda_graph import StepGraphs
+from genesis_fp16_infrastructure.training.step.cuda_graph import StepGraphs
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

@@ -16,16 +16,16 @@ was spotless (no overflow, no non-finite loss, no divergence), it keeps a snapsh
 the trainer state, the data position and the task's extra state: the last good state,
 taken before any trouble began. The snapshot stays on the GPU while it is small there
 and goes to pinned host memory when it is not (decided once per run; the costs are in
-:mod:`genesis_fp16_infrastructure.training.snapshot`). When a trigger fires, ``fit()`` rebuilds
+:mod:`genesis_fp16_infrastructure.training.run.snapshot`). When a trigger fires, ``fit()`` rebuilds
 the trainer in the next precision of the ladder, loads that snapshot and runs on to the
 same target step.
 
 This module is the runtime that watches a run and needs torch. What a run is guarded
 with, :class:`GuardConfig` and the ladder, is in
-:mod:`genesis_fp16_infrastructure.training.guard_config`;
+:mod:`genesis_fp16_infrastructure.training.precision.guard_config`;
 the per-agent precision memory a daemon keeps (:class:`PrecisionMemory`) is in
-:mod:`genesis_fp16_infrastructure.training.precision_memory`. Both are importable without torch and
-re-exported here.
+:mod:`genesis_fp16_infrastructure.training.precision.precision_memory`. Both are importable
+without torch and re-exported here.
 """
 
 from __future__ import annotations
@@ -42,18 +42,28 @@ import torch.distributed as dist
 from torch import nn
 
 from genesis_fp16_infrastructure.training import distributed
-from genesis_fp16_infrastructure.training.guard_config import REASONS, GuardConfig, next_precision
-from genesis_fp16_infrastructure.training.precision import PrecisionPolicy, detect_capabilities
-from genesis_fp16_infrastructure.training.precision_memory import (
+from genesis_fp16_infrastructure.training.precision.guard_config import (
+    REASONS,
+    GuardConfig,
+    next_precision,
+)
+from genesis_fp16_infrastructure.training.precision.precision import (
+    PrecisionPolicy,
+    detect_capabilities,
+)
+from genesis_fp16_infrastructure.training.precision.precision_memory import (
     MEMORY_VERSION,
     PrecisionMemory,
     read_precision_memory,
     remember_demotions,
     write_precision_memory,
 )
-from genesis_fp16_infrastructure.training.precision_names import DEFAULT_LADDER, ROBUSTNESS
-from genesis_fp16_infrastructure.training.snapshot import SnapshotStore
-from genesis_fp16_infrastructure.training.trainer import Trainer
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    DEFAULT_LADDER,
+    ROBUSTNESS,
+)
+from genesis_fp16_infrastructure.training.run.snapshot import SnapshotStore
+from genesis_fp16_infrastructure.training.step.trainer import Trainer
 
 __all__ = [
     "DEFAULT_LADDER",

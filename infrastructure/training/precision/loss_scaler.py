@@ -31,7 +31,10 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from genesis_fp16_infrastructure.training.loss_scaler_config import ScalerConfig, config_from_state
+from genesis_fp16_infrastructure.training.precision.loss_scaler_config import (
+    ScalerConfig,
+    config_from_state,
+)
 
 __all__ = ["STATE_VERSION", "LossScaler", "ScalerConfig"]
 

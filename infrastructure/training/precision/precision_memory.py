@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16_infrastructure.atomic import write_json_atomic
-from genesis_fp16_infrastructure.training.precision_names import PRECISIONS, ROBUSTNESS
+from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS, ROBUSTNESS
 
 MEMORY_VERSION = 1
 

@@ -51,16 +51,16 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training import distributed
-from genesis_fp16_infrastructure.training.cuda_graph import StepGraphs
-from genesis_fp16_infrastructure.training.execution import MeasuredExecution, resolve_execution
-from genesis_fp16_infrastructure.training.execution_names import (
+from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
+from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
+from genesis_fp16_infrastructure.training.step.cuda_graph import StepGraphs
+from genesis_fp16_infrastructure.training.step.execution import MeasuredExecution, resolve_execution
+from genesis_fp16_infrastructure.training.step.execution_names import (
     COMPILE_MODE,
     COMPILE_REQUESTS,
     CUDA_GRAPH_REQUESTS,
 )
-from genesis_fp16_infrastructure.training.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
-from genesis_fp16_infrastructure.training.summary import TrainingSummary
+from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
 
 logger = logging.getLogger(__name__)
 B = TypeVar("B")
@@ -103,8 +103,9 @@ class TrainerConfig:
       sync) and calls ``on_log`` with a :class:`TrainingSummary`.
     - ``overflow_window``: the number of recent steps ``overflow_rate_window`` covers.
     - ``cuda_graph``: ``auto``, ``on`` or ``off``: replay the whole step from a captured
-      CUDA graph where the run allows it (:mod:`genesis_fp16_infrastructure.training.execution` says
-      when; ``Trainer.execution`` says what ran and why).
+      CUDA graph where the run allows it
+      (:mod:`genesis_fp16_infrastructure.training.step.execution` says when;
+      ``Trainer.execution`` says what ran and why).
     - ``measured_execution``: under ``auto``, what calibration timed faster for this run
       (set by ``fit()``; None keeps the rule: captured wherever the run can be).
     - ``compile``: ``off`` or ``on``: the model compiled with
@@ -152,7 +153,7 @@ class Trainer:
 
     ``generators``: the CUDA ``torch.Generator`` objects of the caller's own that the loss
     draws from; a captured step registers them with its graphs, so that each replay
-    draws fresh numbers (:mod:`~genesis_fp16_infrastructure.training.cuda_graph`). The
+    draws fresh numbers (:mod:`~genesis_fp16_infrastructure.training.step.cuda_graph`). The
     default generators need nothing; eager steps ignore the list.
     """
 

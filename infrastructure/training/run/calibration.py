@@ -61,21 +61,21 @@ from torch import nn
 
 from genesis_fp16_infrastructure.atomic import write_json_atomic
 from genesis_fp16_infrastructure.training import distributed
-from genesis_fp16_infrastructure.training.batches import to_device
-from genesis_fp16_infrastructure.training.cuda_graph import cuda_generators
-from genesis_fp16_infrastructure.training.execution import ExecutionError, MeasuredExecution
-from genesis_fp16_infrastructure.training.loss_scaler_config import ScalerConfig
-from genesis_fp16_infrastructure.training.precision import (
+from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
+from genesis_fp16_infrastructure.training.precision.precision import (
     DeviceCapabilities,
     PrecisionPolicy,
     ResolvedPrecision,
     detect_capabilities,
     resolve_precision,
 )
-from genesis_fp16_infrastructure.training.precision_names import PRECISIONS
+from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
-from genesis_fp16_infrastructure.training.task import TrainingTask
-from genesis_fp16_infrastructure.training.trainer import LossFn, Trainer, TrainerConfig
+from genesis_fp16_infrastructure.training.run.batches import to_device
+from genesis_fp16_infrastructure.training.run.task import TrainingTask
+from genesis_fp16_infrastructure.training.step.cuda_graph import cuda_generators
+from genesis_fp16_infrastructure.training.step.execution import ExecutionError, MeasuredExecution
+from genesis_fp16_infrastructure.training.step.trainer import LossFn, Trainer, TrainerConfig
 
 logger = logging.getLogger(__name__)
 

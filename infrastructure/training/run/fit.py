@@ -29,27 +29,30 @@ from torch import nn
 
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training import distributed
-from genesis_fp16_infrastructure.training.batches import to_device
-from genesis_fp16_infrastructure.training.calibration import (
+from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, CheckpointManager
+from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerConfig
+from genesis_fp16_infrastructure.training.precision.precision import (
+    PrecisionPolicy,
+    ResolvedPrecision,
+)
+from genesis_fp16_infrastructure.training.rng import seed_everything
+from genesis_fp16_infrastructure.training.run.batches import to_device
+from genesis_fp16_infrastructure.training.run.calibration import (
     AutoPrecision,
     Calibration,
     policy_for_run,
 )
-from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, CheckpointManager
-from genesis_fp16_infrastructure.training.cuda_graph import cuda_generators
-from genesis_fp16_infrastructure.training.early_stop import EarlyStopping, EarlyStopTracker
-from genesis_fp16_infrastructure.training.execution import ResolvedExecution
-from genesis_fp16_infrastructure.training.guard import (
+from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping, EarlyStopTracker
+from genesis_fp16_infrastructure.training.run.guard import (
     GuardConfig,
     PrecisionGuard,
     checkpoints_after,
 )
-from genesis_fp16_infrastructure.training.loss_scaler import ScalerConfig
-from genesis_fp16_infrastructure.training.precision import PrecisionPolicy, ResolvedPrecision
-from genesis_fp16_infrastructure.training.rng import seed_everything
-from genesis_fp16_infrastructure.training.summary import TrainingSummary
-from genesis_fp16_infrastructure.training.task import TrainingTask
-from genesis_fp16_infrastructure.training.trainer import Trainer, TrainerConfig
+from genesis_fp16_infrastructure.training.run.task import TrainingTask
+from genesis_fp16_infrastructure.training.step.cuda_graph import cuda_generators
+from genesis_fp16_infrastructure.training.step.execution import ResolvedExecution
+from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
+from genesis_fp16_infrastructure.training.step.trainer import Trainer, TrainerConfig
 
 __all__ = ["FitOptions", "FitResult", "TrainingTask", "fit"]
 
@@ -91,17 +94,19 @@ class FitOptions:
       FSDP2 instead of DDP (see :mod:`genesis_fp16_infrastructure.training.distributed`).
     - ``cuda_graph`` replaces ``trainer.cuda_graph``: ``auto``, ``on`` or ``off``; what ran
       and why is ``FitResult.execution`` (see
-      :mod:`genesis_fp16_infrastructure.training.execution`).
+      :mod:`genesis_fp16_infrastructure.training.step.execution`).
     - ``compile`` replaces ``trainer.compile``: ``off`` or ``on`` (the model compiled inside
       the captured step, execution ``cuda_graph_compiled``; an error where the step
       cannot be captured).
     - ``auto_precision``: how ``precision="auto"`` resolves: by the device rule (``rule``,
       the default here) or by timing the task's own steps in each native precision
       (``measure``, the daemon's default; cached in ``auto_precision.cache``). See
-      :mod:`genesis_fp16_infrastructure.training.calibration`; ``FitResult.calibration`` holds it.
+      :mod:`genesis_fp16_infrastructure.training.run.calibration`; ``FitResult.calibration``
+      holds it.
     - ``early_stop``: validate with the task's ``validate(model)`` every
       ``early_stop.every_steps`` steps, keep the best weights, stop after ``patience``
-      validations without improvement (see :mod:`genesis_fp16_infrastructure.training.early_stop`);
+      validations without improvement (see
+      :mod:`genesis_fp16_infrastructure.training.run.early_stop`);
       ``FitResult.early_stop`` reports the best step and why the run stopped.
     """
 

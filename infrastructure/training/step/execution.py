@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch.optim import Optimizer
 
-from genesis_fp16_infrastructure.training.execution_names import (
+from genesis_fp16_infrastructure.training.step.execution_names import (
     COMPILE_MODE,
     COMPILE_REQUESTS,
     CUDA_GRAPH_REQUESTS,

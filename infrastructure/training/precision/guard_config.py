@@ -1,7 +1,7 @@
 """When the precision guard demotes a run, and to what: its config and its ladder.
 
 Importable without torch, so that a daemon can check its guard settings at start-up
-without loading it (the guard itself is :mod:`genesis_fp16_infrastructure.training.guard`)::
+without loading it (the guard itself is :mod:`genesis_fp16_infrastructure.training.run.guard`)::
 
     config = GuardConfig(ladder=("fp16", "fp32"), check_interval=10)
     next_precision("fp16", config, capabilities)   # 'fp32'
@@ -12,10 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from genesis_fp16_infrastructure.training.precision_names import DEFAULT_LADDER, PRECISIONS
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    DEFAULT_LADDER,
+    PRECISIONS,
+)
 
 if TYPE_CHECKING:
-    from genesis_fp16_infrastructure.training.precision import DeviceCapabilities
+    from genesis_fp16_infrastructure.training.precision.precision import DeviceCapabilities
 
 # The fixed set of reasons a demotion can have (a bounded metric label).
 REASONS: tuple[str, ...] = ("scaler_unstable", "nonfinite_loss", "overflow_rate", "divergence")
@@ -97,7 +100,7 @@ def next_precision(
 ) -> str | None:
     """The precision after ``current`` on the ladder that the device runs, or None.
 
-    >>> from genesis_fp16_infrastructure.training.precision import DeviceCapabilities
+    >>> from genesis_fp16_infrastructure.training.precision.precision import DeviceCapabilities
     >>> caps = DeviceCapabilities("cpu", native_bf16=False, native_fp16=False, source="test")
     >>> next_precision("fp16", GuardConfig(), caps)
     'fp32'

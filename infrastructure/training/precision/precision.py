@@ -7,7 +7,7 @@ unscale and overflow check, the optimizer step that skips on overflow, the scale
 FSDP2's dtypes), so the training loop never branches on a precision or asks whether
 loss scaling is on. Every precision skips a step whose gradients are not finite: where
 no loss is scaled, the overflow check runs with a scale of 1. The names themselves live in
-:mod:`genesis_fp16_infrastructure.training.precision_names`.
+:mod:`genesis_fp16_infrastructure.training.precision.precision_names`.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from genesis_fp16_infrastructure.training.loss_scaler import LossScaler, ScalerConfig
-from genesis_fp16_infrastructure.training.precision_names import (
+from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler, ScalerConfig
+from genesis_fp16_infrastructure.training.precision.precision_names import (
     DTYPE_NAMES,
     LOSS_SCALED,
     REQUESTABLE,
 )
-from genesis_fp16_infrastructure.training.precision_names import PRECISIONS as PRECISIONS
+from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS as PRECISIONS
 
 if TYPE_CHECKING:
     from torch.distributed.fsdp import MixedPrecisionPolicy

@@ -1,4 +1,4 @@
-"""``TrainingTask``: what an agent gives :func:`~genesis_fp16_infrastructure.training.fit`.
+"""``TrainingTask``: what an agent gives :func:`~genesis_fp16_infrastructure.training.run.fit`.
 
 Its own module so that everything that takes a task (``fit``, calibration) imports the
 protocol from here rather than from each other: ``fit`` uses calibration, and calibration
@@ -28,14 +28,14 @@ class TrainingTask(Protocol):
 
     Devices: ``fit()`` resolves the run's device (``auto`` is cuda on a GPU host), moves
     the model there, and moves every tensor of each training batch there before
-    ``loss`` sees it (:func:`~genesis_fp16_infrastructure.training.batches.to_device`: a no-op for a
-    tensor already there, non-blocking from pinned memory). A task may yield its
+    ``loss`` sees it (:func:`~genesis_fp16_infrastructure.training.run.batches.to_device`: a
+    no-op for a tensor already there, non-blocking from pinned memory). A task may yield its
     batches on the CPU and needs no device of its own. ``evaluate(model)`` gets the
     model on the run's device; it reads its own held-out data, so it moves that data
     to the model's device (``to_device(data, next(model.parameters()).device)``).
 
     Random numbers in ``loss``: on CUDA the step may be captured into a CUDA graph and
-    replayed (:mod:`~genesis_fp16_infrastructure.training.cuda_graph`), which repeats
+    replayed (:mod:`~genesis_fp16_infrastructure.training.step.cuda_graph`), which repeats
     whatever the host computed at capture. Draw on the device: the default CUDA
     generator (dropout, ``torch.rand(..., device=...)``) moves on at every replay by
     itself. A ``torch.Generator`` of the task's own, on CUDA, must be returned by an

@@ -1,9 +1,9 @@
 """The loss scaler's settings: one frozen, validated value, and what a saved state restores.
 
-:class:`~genesis_fp16_infrastructure.training.loss_scaler.LossScaler` takes them as keyword
-arguments or through ``LossScaler.from_config``; ``load_state_dict`` takes them from a checkpoint
-through :func:`config_from_state`. Importable without torch, so that a config can be
-built and checked without loading it::
+:class:`~genesis_fp16_infrastructure.training.precision.loss_scaler.LossScaler` takes them as
+keyword arguments or through ``LossScaler.from_config``; ``load_state_dict`` takes them
+from a checkpoint through :func:`config_from_state`. Importable without torch, so that a
+config can be built and checked without loading it::
 
     config = ScalerConfig(growth_interval=500, hysteresis=2)
 """
