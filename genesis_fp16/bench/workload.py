@@ -1,7 +1,7 @@
 """The model, data and loss every runner trains: identical across runners for one seed.
 
 The SE-Darwin world model at a named preset, trained on the synthetic trajectory pool
-that `genesis-fp16 sample-data` writes, read back through the real reader and feature
+that `genesis-fp16 data generate` writes, read back through the real reader and feature
 encoder, encoded as the plugin and the prediction API encode: with the pool around each
 attempt (its lineage) and the training part's per-agent base rates. 80% of the labelled
 examples train, the last 20% are held out.
