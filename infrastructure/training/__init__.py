@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     )
     from genesis_fp16_infrastructure.training.run.batches import to_device
     from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
-    from genesis_fp16_infrastructure.training.run.fit import FitOptions, FitResult, fit
+    from genesis_fp16_infrastructure.training.run.fit import fit
+    from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
     from genesis_fp16_infrastructure.training.run.task import TrainingTask
     from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
     from genesis_fp16_infrastructure.training.step.trainer import Trainer, TrainerConfig
@@ -47,8 +48,8 @@ _EXPORTS: dict[str, str] = {
     "CheckpointError": "checkpoint",
     "CheckpointManager": "checkpoint",
     "EarlyStopping": "run.early_stop",
-    "FitOptions": "run.fit",
-    "FitResult": "run.fit",
+    "FitOptions": "run.options",
+    "FitResult": "run.options",
     "TrainingTask": "run.task",
     "fit": "run.fit",
     "GuardConfig": "precision.guard_config",

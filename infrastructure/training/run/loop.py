@@ -1,0 +1,193 @@
+"""The steps of a run: where it stops (its targets), the loop over epochs and batches with
+periodic checkpoints, validation for early stopping, and the final evaluation. ``fit()``
+calls :func:`run_steps` once, and again after each demotion."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Any
+
+import torch
+from torch import nn
+
+from genesis_fp16_infrastructure.training import distributed
+from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
+from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
+from genesis_fp16_infrastructure.training.run.batches import to_device
+from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopTracker
+from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard
+from genesis_fp16_infrastructure.training.run.options import FitOptions
+from genesis_fp16_infrastructure.training.run.resume import Position, checkpoint_state
+from genesis_fp16_infrastructure.training.run.task import TrainingTask
+from genesis_fp16_infrastructure.training.step.trainer import Trainer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Targets:
+    step: int | None
+    epoch: int | None
+
+
+def run_targets(options: FitOptions, first_step: int, position: Position) -> Targets:
+    """Where this run stops: its budget counted from here, or, when the checkpoint it
+    resumes was written by an interrupted run asked for the same budget (killed, or
+    stopped by a signal), that run's own target, so a kill costs nothing but time."""
+    targets = Targets(
+        first_step + options.steps if options.steps is not None else None,
+        position.epoch + options.epochs if options.epochs is not None else None,
+    )
+    saved = position.saved_run
+    if (
+        isinstance(saved, dict)
+        and saved.get("complete") is False
+        and (saved.get("steps"), saved.get("epochs")) == (options.steps, options.epochs)
+    ):
+        targets = Targets(saved.get("target_step"), saved.get("target_epoch"))
+        logger.info(
+            "continuing an interrupted run toward its own target (step %s, epoch %s)",
+            targets.step,
+            targets.epoch,
+        )
+    position.run = {
+        "steps": options.steps,
+        "epochs": options.epochs,
+        "target_step": targets.step,
+        "target_epoch": targets.epoch,
+        "complete": False,
+    }
+    return targets
+
+
+def run_steps(
+    task: TrainingTask,
+    trainer: Trainer,
+    options: FitOptions,
+    manager: CheckpointManager | None,
+    position: Position,
+    targets: Targets,
+    loss_fn: Callable[[nn.Module, Any], torch.Tensor],
+    guard: PrecisionGuard | None,
+) -> bool:
+    """Run steps until the targets are reached; True if stopped early.
+
+    Also returns (False) when the guard fires; ``fit()`` then demotes and calls again.
+    """
+    step_target, epoch_target = targets.step, targets.epoch
+    accum = options.trainer.grad_accum_steps
+    cadence = _Cadence.of(options)
+
+    def done() -> bool:
+        return (step_target is not None and trainer.step_count >= step_target) or (
+            epoch_target is not None and position.epoch >= epoch_target
+        )
+
+    while not done():
+        batches = iter(task.train_batches(position.epoch, options.seed))
+        # Exact mid-epoch resume: skip exactly the batches the checkpointed run consumed.
+        for _ in islice(batches, position.batch):
+            pass
+        yielded = position.batch > 0
+        for group in _grouped(batches, accum):
+            yielded = True
+            if options.should_stop():
+                logger.info("stop requested: stopping at step %d", trainer.step_count)
+                return True
+            micro, step_loss, samples = distributed.shard_step(group, loss_fn)  # this rank's
+            trainer.step(to_device(micro, trainer.policy.device), step_loss, samples)
+            position.batch += len(group)
+            for hook in options.step_hooks:
+                hook(trainer)
+            if guard is not None and guard.after_step(trainer, position.epoch, position.batch):
+                return False  # fit() rolls back and demotes; the state is not checkpointed
+            tracker = position.tracker
+            patience_out = (
+                tracker is not None
+                and trainer.step_count % tracker.config.every_steps == 0
+                and _validate(task, trainer, tracker)
+            )
+            if manager is not None and cadence.due(trainer.step_count):
+                manager.save(checkpoint_state(task, trainer, options, position))
+                cadence.saved()
+            if done() or patience_out:
+                return False
+        if not yielded:
+            raise ValueError(
+                f"train_batches(epoch={position.epoch}, seed={options.seed}) yielded no "
+                "batches: an epoch needs at least one"
+            )
+        position.epoch += 1
+        position.batch = 0
+    return False
+
+
+@dataclass
+class _Cadence:
+    """When to write a periodic checkpoint: every N steps, or after S seconds since the last."""
+
+    every_steps: int | None
+    every_seconds: float | None
+    last: float = field(default_factory=time.monotonic)
+
+    @classmethod
+    def of(cls, options: FitOptions) -> _Cadence:
+        steps = options.checkpoint_interval
+        if steps is None and options.steps is not None:
+            steps = max(1, math.ceil(options.steps / 10))
+        elif steps is None and options.early_stop is not None:
+            steps = options.early_stop.every_steps  # each validation: the record is fresh
+        # A save is collective under torchrun: ranks must agree on when, and their clocks
+        # would not, so only the step bound applies there.
+        seconds = None if distributed.is_distributed() else options.checkpoint_seconds
+        return cls(steps, seconds)
+
+    def due(self, step: int) -> bool:
+        if self.every_steps is not None and step % self.every_steps == 0:
+            return True
+        return self.every_seconds is not None and time.monotonic() - self.last >= self.every_seconds
+
+    def saved(self) -> None:
+        self.last = time.monotonic()
+
+
+def _grouped(batches: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    while group := list(islice(batches, size)):
+        yield group
+
+
+def evaluate(
+    measure: Callable[[nn.Module], Mapping[str, float]], model: nn.Module, policy: PrecisionPolicy
+) -> dict[str, float]:
+    model.eval()
+    try:
+        with torch.no_grad(), policy.autocast():
+            metrics = measure(model)
+    finally:
+        model.train()
+    return {name: float(value) for name, value in metrics.items()}
+
+
+def early_stop_tracker(task: TrainingTask, options: FitOptions) -> EarlyStopTracker | None:
+    if options.early_stop is None:
+        return None
+    if not callable(getattr(task, "validate", None)):
+        raise ValueError(
+            f"FitOptions.early_stop needs a validate(model) method on {type(task).__name__} "
+            "(metrics on a validation split carved out of the training data)"
+        )
+    if options.fsdp and distributed.rank_and_world()[1] > 1:
+        raise ValueError("FitOptions.early_stop with fsdp=True: not supported (sharded weights)")
+    return EarlyStopTracker(options.early_stop)
+
+
+def _validate(task: TrainingTask, trainer: Trainer, tracker: EarlyStopTracker) -> bool:
+    """One validation of the current weights; True when patience has run out."""
+    measure = task.validate  # type: ignore[attr-defined]  # checked by early_stop_tracker
+    metrics = evaluate(measure, trainer.model, trainer.policy)
+    return tracker.record(trainer.step_count, metrics, trainer.model)

@@ -1,0 +1,135 @@
+"""What ``fit()`` takes and returns: :class:`FitOptions` and :class:`FitResult`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerConfig
+from genesis_fp16_infrastructure.training.precision.precision import ResolvedPrecision
+from genesis_fp16_infrastructure.training.run.calibration import AutoPrecision, Calibration
+from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
+from genesis_fp16_infrastructure.training.run.guard import GuardConfig
+from genesis_fp16_infrastructure.training.step.execution import ResolvedExecution
+from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
+from genesis_fp16_infrastructure.training.step.trainer import Trainer, TrainerConfig
+
+StepHook = Callable[[Trainer], None]
+
+
+def _never_stop() -> bool:
+    return False
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitOptions:
+    """How ``fit()`` runs. Give ``steps``, ``epochs`` or both (whichever ends first).
+
+    - ``steps``: optimizer steps of *this* invocation, skipped ones included.
+    - ``epochs``: epoch ends of this invocation; a run resumed mid-epoch finishes that
+      epoch as its first. Except: resuming a checkpoint of an *interrupted* run (killed,
+      or stopped by ``should_stop``) asked for the same ``steps``/``epochs`` continues
+      toward that run's own target, so the interruption costs only time.
+    - ``resume``: continue from the newest valid checkpoint in ``checkpoint_dir``.
+    - ``checkpoint_dir``: None writes no checkpoints. ``keep`` files are kept; one is
+      written every ``checkpoint_interval`` steps (None: a tenth of ``steps`` when given,
+      else each validation of ``early_stop``), whenever ``checkpoint_seconds`` have
+      passed since the last one (None: no time bound; single-process runs only, since a
+      save is collective under torchrun), and at the end, so a killed run loses at most
+      one interval. Resuming tries the newest valid file first and falls back past one
+      that does not fit the model.
+    - ``log_interval`` replaces ``trainer.log_interval``; ``on_log`` receives a
+      :class:`TrainingSummary` every interval and once more at the end.
+    - ``should_stop``: polled before every step; when it returns True the run stops
+      there, checkpoints and evaluates, and ``FitResult.stopped_early`` is True.
+    - ``step_hooks``: called with the trainer after every step (before checkpointing).
+    - ``guard``: a :class:`GuardConfig` turns on the precision guard: when a trigger
+      fires, the run rolls back to its last good state, continues in the next precision
+      of the ladder to the same target step, and ``FitResult.demotions`` says so.
+    - ``fsdp``: under an initialised multi-rank process group, shard the model with
+      FSDP2 instead of DDP (see :mod:`genesis_fp16_infrastructure.training.distributed`).
+    - ``cuda_graph`` replaces ``trainer.cuda_graph``: ``auto``, ``on`` or ``off``; what ran
+      and why is ``FitResult.execution`` (see
+      :mod:`genesis_fp16_infrastructure.training.step.execution`).
+    - ``compile`` replaces ``trainer.compile``: ``off`` or ``on`` (the model compiled inside
+      the captured step, execution ``cuda_graph_compiled``; an error where the step
+      cannot be captured).
+    - ``auto_precision``: how ``precision="auto"`` resolves: by the device rule (``rule``,
+      the default here) or by timing the task's own steps in each native precision
+      (``measure``, the daemon's default; cached in ``auto_precision.cache``). See
+      :mod:`genesis_fp16_infrastructure.training.run.calibration`; ``FitResult.calibration``
+      holds it.
+    - ``early_stop``: validate with the task's ``validate(model)`` every
+      ``early_stop.every_steps`` steps, keep the best weights, stop after ``patience``
+      validations without improvement (see
+      :mod:`genesis_fp16_infrastructure.training.run.early_stop`);
+      ``FitResult.early_stop`` reports the best step and why the run stopped.
+    """
+
+    precision: str = "auto"
+    device: str = "cpu"
+    steps: int | None = None
+    epochs: int | None = None
+    seed: int = 0
+    resume: bool = True
+    checkpoint_dir: Path | None = None
+    keep: int = 3
+    checkpoint_interval: int | None = None
+    checkpoint_seconds: float | None = 60.0
+    log_interval: int = 50
+    on_log: Callable[[TrainingSummary], None] | None = None
+    should_stop: Callable[[], bool] = _never_stop
+    scaler: ScalerConfig = field(default_factory=ScalerConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    step_hooks: Sequence[StepHook] = ()
+    guard: GuardConfig | None = None
+    fsdp: bool = False
+    cuda_graph: str = "auto"
+    compile: str = "off"
+    auto_precision: AutoPrecision = field(default_factory=AutoPrecision)
+    early_stop: EarlyStopping | None = None
+
+    def __post_init__(self) -> None:
+        if self.steps is None and self.epochs is None:
+            raise ValueError("FitOptions needs steps=N or epochs=N (or both); got neither")
+        for name in ("steps", "epochs"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name}={value!r}: must be >= 0")
+        if self.checkpoint_interval is not None and self.checkpoint_interval < 1:
+            raise ValueError(f"checkpoint_interval={self.checkpoint_interval!r}: must be >= 1")
+        if self.checkpoint_seconds is not None and not self.checkpoint_seconds > 0:
+            raise ValueError(
+                f"checkpoint_seconds={self.checkpoint_seconds!r}: must be > 0 (None: no time bound)"
+            )
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """The outcome of ``fit()``.
+
+    ``summary`` covers the whole run's counters (``step`` continues across resumes);
+    ``steps_run`` counts this invocation's steps. ``checkpoint`` is the file written at
+    the end (None without ``checkpoint_dir``), ``resumed_from`` the one started from.
+    ``demotions`` lists the precision guard's demotions, oldest first, as plain dicts
+    (``from``, ``to``, ``reason``, ``step``, ``rollback_step``, ``detail``);
+    ``precision`` is then the resolution of the precision the run ended in, and
+    ``execution`` says whether its steps ran eagerly or from a captured CUDA graph, and why;
+    ``calibration`` is what a measured ``auto`` timed and chose (None otherwise);
+    ``early_stop`` is the validation record (best step, stop reason) when early stopping
+    was on, and ``eval`` then measures the best weights.
+    """
+
+    summary: TrainingSummary
+    eval: Mapping[str, float]
+    checkpoint: Path | None
+    precision: ResolvedPrecision
+    steps_run: int
+    stopped_early: bool
+    execution: ResolvedExecution
+    resumed_from: Path | None = None
+    demotions: tuple[Mapping[str, Any], ...] = ()
+    calibration: Calibration | None = None
+    early_stop: Mapping[str, Any] | None = None
