@@ -23,8 +23,6 @@ Each component runs in its own dtype, as the preset says:
 from __future__ import annotations
 
 import copy
-import dataclasses
-import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,13 +50,13 @@ from genesis_fp16_infrastructure.rl.ppo_math import (
 )
 from genesis_fp16_infrastructure.training import (
     PrecisionPolicy,
+    PrecisionRequest,
     ScalerConfig,
     Trainer,
     TrainerConfig,
     TrainingSummary,
+    decide,
 )
-
-logger = logging.getLogger(__name__)
 
 LossFn = Callable[[nn.Module, Any], torch.Tensor]
 
@@ -376,8 +374,10 @@ def _preset_precision(
     preset: ComponentPrecision, device: str, scaler: ScalerConfig
 ) -> PrecisionPolicy:
     """The trainer's precision as the preset chose it: under ``auto`` nobody asked for the
-    policy's dtype explicitly, so the reason (logged and reported) names the preset."""
-    policy = PrecisionPolicy.create(preset.policy, device, scaler, announce=False)
-    reason = f"preset {preset.name} trains the policy in {preset.policy} on {policy.device.type}"
-    logger.info("precision %s (%s)", policy.name, reason)
-    return dataclasses.replace(policy, resolved=dataclasses.replace(policy.resolved, reason=reason))
+    policy's dtype explicitly, so the decision's reason (logged and reported) names the
+    preset."""
+    basis = (
+        f"preset {preset.name} trains the policy in {preset.policy} on {torch.device(device).type}"
+    )
+    decision = decide(PrecisionRequest(preset.policy, basis=basis), device)
+    return PrecisionPolicy.from_decision(decision, device, scaler)

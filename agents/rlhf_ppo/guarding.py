@@ -99,7 +99,8 @@ class GuardedEngine:
         old = self.engine
         device, scaler = old.device, self._scaler
         policy, record = self.guard.demote(
-            old.trainer.policy, lambda name: PrecisionPolicy.create(name, device, scaler)
+            old.trainer.policy,
+            lambda decision: PrecisionPolicy.from_decision(decision, device, scaler),
         )
         snapshot = self.guard.restore()
         preset = PRESETS[DEMOTED_PRESETS[policy.name]]

@@ -1,9 +1,10 @@
-"""The daemon's side of the precision guard: choose each run's precision, remember demotions.
+"""The daemon's side of the precision guard: the remembered floor, and remembering demotions.
 
 A run asks for ``requested_precision`` (flag, ``ENABLE_FP16_TRAINING``, per-agent
-override, auto). When the agent's precision state file remembers a demotion, a request
-that would run in a less robust precision than the remembered one (fp16 < bf16 < fp32)
-runs in the remembered one instead, so a restarted daemon does not go back to what
+override, auto). When the agent's precision state file remembers a demotion, that is the
+run's floor (:func:`remembered_floor`): a request that would run in a less robust
+precision than the remembered one (fp16 < bf16 < fp32) runs in the remembered one
+instead (``decide`` applies it), so a restarted daemon does not go back to what
 failed. ``ENABLE_FP16_TRAINING=false`` always wins: it asks for fp32, which no memory
 lowers. ``genesis-fp16 precision reset AGENT`` deletes the memory;
 ``GENESIS_FP16_GUARD_PROMOTE_AFTER_RUNS=N`` deletes it after N clean runs.
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from genesis_fp16.config.paths import AgentPaths
-from genesis_fp16.config.settings import Settings, requested_precision
+from genesis_fp16.config.settings import Settings
 from genesis_fp16_infrastructure.plugin_api import TrainResult
 from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 from genesis_fp16_infrastructure.training.precision.precision_memory import (
@@ -66,36 +67,19 @@ def load_memory(settings: Settings, agent: str) -> PrecisionMemory | None:
         return None
 
 
-def choose_precision(settings: Settings, agent: str, device: str) -> tuple[str, str]:
-    """``(precision to request, why)`` for the next run of ``agent`` on ``device``."""
-    requested, reason = requested_precision(settings, agent, None)
+def remembered_floor(settings: Settings, agent: str) -> tuple[str, str] | None:
+    """``(floor, why)`` from the agent's remembered demotion, or None: none remembered,
+    the guard is off, or ``ENABLE_FP16_TRAINING=false`` asks for fp32 (which no memory
+    lowers). :func:`~genesis_fp16.runs.run_request.choose_precision` hands it to ``decide``."""
     if settings.enable_fp16_training is False or not settings.guard_enabled:
-        return requested, reason
+        return None
     memory = load_memory(settings, agent)
     if memory is None:
-        return requested, reason
-    would_run = requested
-    if requested == "auto":
-        # Resolving auto probes the device through torch: imported here, not at the top,
-        # so that `genesis-fp16 agents` and `precision` (which use this module) start fast.
-        from genesis_fp16_infrastructure.training.precision.precision import (
-            PrecisionError,
-            resolve_precision,
-        )
-
-        try:
-            would_run = resolve_precision("auto", device).used
-        except PrecisionError:
-            return requested, reason
-    # ``auto`` that resolves to the floor itself still takes the memory: the plugin may run
-    # ``auto`` below it (rlhf_ppo's ``preset=fp16_all``), an explicit floor may not.
-    at_floor = requested == "auto" and would_run == memory.demoted_to
-    if not (memory.applies_to(would_run) or at_floor):
-        return requested, reason
+        return None
     why = (
         f"precision guard memory: demoted {memory.demoted_from} -> {memory.demoted_to} "
         f"({memory.reason} at step {memory.step}, {memory.at}); `genesis-fp16 precision "
-        f"reset {agent}` clears it; asked for {requested} ({reason})"
+        f"reset {agent}` clears it"
     )
     return memory.demoted_to, why
 

@@ -78,15 +78,36 @@ class RequestOverrides:
 def choose_precision(
     settings: Settings, agent: str, device: str, flag: str | None = None
 ) -> tuple[str, str]:
-    """``(precision to request, why)`` for the next run of ``agent`` on ``device``.
+    """``(precision to request, why)`` for the next run of ``agent`` on ``device``: the
+    daemon's one precedence.
 
     A ``--precision`` flag is what the operator asked for in so many words: it runs as
-    asked (the guard still watches it). Otherwise the settings' request, lowered by the
-    precision guard's memory of a demotion (``ENABLE_FP16_TRAINING=false`` always wins).
+    asked (the guard still watches it). Otherwise the settings' request
+    (``requested_precision``), raised to the precision guard's remembered floor when
+    ``decide`` says the request would run below it (``ENABLE_FP16_TRAINING=false``
+    always wins: it asks for fp32, which no memory lowers).
     """
-    if flag is not None:
-        return requested_precision(settings, agent, flag)
-    return guard_state.choose_precision(settings, agent, device)
+    requested, reason = requested_precision(settings, agent, flag)
+    floor = None if flag is not None else guard_state.remembered_floor(settings, agent)
+    if floor is None:
+        return requested, reason
+    # decide() probes the device through torch: imported here, not at the top, so that
+    # `genesis-fp16 agents` and `precision` (which use this module) start fast.
+    from genesis_fp16_infrastructure.training.precision.decide import (
+        PrecisionRequest,
+        decide,
+    )
+    from genesis_fp16_infrastructure.training.precision.precision import PrecisionError
+
+    name, why = floor
+    why = f"{why}; asked for {requested} ({reason})"
+    try:
+        decision = decide(PrecisionRequest(requested, floor=name, floor_reason=why), device)
+    except PrecisionError:  # the run itself fails with the clear error
+        return requested, reason
+    # ``auto`` that resolves to the floor itself takes the memory too: the plugin may run
+    # ``auto`` below it (rlhf_ppo's ``preset=fp16_all``); an explicit floor may not.
+    return (name, why) if decision.reason == why else (requested, reason)
 
 
 def budget(

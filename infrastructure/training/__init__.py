@@ -17,17 +17,23 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, CheckpointManager
+    from genesis_fp16_infrastructure.training.precision.capabilities import (
+        DeviceCapabilities,
+        PrecisionError,
+    )
+    from genesis_fp16_infrastructure.training.precision.decide import (
+        PrecisionRequest,
+        ResolvedPrecision,
+        decide,
+        resolve_precision,
+    )
     from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
     from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler
     from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
     from genesis_fp16_infrastructure.training.precision.precision import (
-        DeviceCapabilities,
-        PrecisionError,
         PrecisionPolicy,
-        ResolvedPrecision,
         autocast_to,
         dtype_of,
-        resolve_precision,
     )
     from genesis_fp16_infrastructure.training.precision.precision_memory import PrecisionMemory
     from genesis_fp16_infrastructure.training.precision.precision_names import (
@@ -55,11 +61,13 @@ _EXPORTS: dict[str, str] = {
     "GuardConfig": "precision.guard_config",
     "LossScaler": "precision.loss_scaler",
     "ScalerConfig": "precision.loss_scaler_config",
-    "DeviceCapabilities": "precision.precision",
-    "PrecisionError": "precision.precision",
+    "DeviceCapabilities": "precision.capabilities",
+    "PrecisionError": "precision.capabilities",
     "PrecisionPolicy": "precision.precision",
-    "ResolvedPrecision": "precision.precision",
-    "resolve_precision": "precision.precision",
+    "PrecisionRequest": "precision.decide",
+    "ResolvedPrecision": "precision.decide",
+    "decide": "precision.decide",
+    "resolve_precision": "precision.decide",
     "autocast_to": "precision.precision",
     "dtype_of": "precision.precision",
     "PrecisionMemory": "precision.precision_memory",
@@ -84,6 +92,7 @@ __all__ = [
     "PrecisionError",
     "PrecisionMemory",
     "PrecisionPolicy",
+    "PrecisionRequest",
     "ResolvedPrecision",
     "ScalerConfig",
     "Trainer",
@@ -91,6 +100,7 @@ __all__ = [
     "TrainingSummary",
     "TrainingTask",
     "autocast_to",
+    "decide",
     "dtype_of",
     "fit",
     "resolve_precision",

@@ -13,7 +13,7 @@ from daemon_harness import daemon_env
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16_infrastructure.training import TrainerConfig
-from genesis_fp16_infrastructure.training.precision import precision as precision_module
+from genesis_fp16_infrastructure.training.precision import capabilities
 from genesis_fp16_infrastructure.training.precision.precision import DeviceCapabilities
 from genesis_fp16_infrastructure.training.run import calibration as cal
 
@@ -66,8 +66,7 @@ def test_show_prints_the_measurement_and_reset_forgets_it(
 ) -> None:
     """A real measurement (bf16 taken as native) is shown as a table and reset deletes it."""
     caps = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native")
-    monkeypatch.setattr(cal, "detect_capabilities", lambda device: caps)
-    monkeypatch.setattr(precision_module, "detect_capabilities", lambda device: caps)
+    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: caps)
     path = AgentPaths.for_agent(tmp_path, AGENT).calibration_path
     path.parent.mkdir(parents=True)
     found = cal.calibrate(_Tiny(), "cpu", 0, TrainerConfig(), cache=path, budget_s=0.2)

@@ -16,7 +16,8 @@ from prometheus_client import CollectorRegistry
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.runs.guard_state import choose_precision, guard_config, record_run
+from genesis_fp16.runs.guard_state import guard_config, record_run
+from genesis_fp16.runs.run_request import choose_precision
 from genesis_fp16_infrastructure.plugin_api import TrainResult
 from genesis_fp16_infrastructure.training.precision.precision import resolve_precision
 from genesis_fp16_infrastructure.training.run.guard import (

@@ -311,28 +311,24 @@ class LossScaler:
             return self._step_on_device(optimizer, state, *args, **kwargs)
         if state["stage"] == _READY:
             self.unscale_(optimizer)
-        result = None
-        # The one host read of this path: a non-fused optimizer cannot skip by itself.
-        if not bool(state["found_inf"].item()):
-            result = optimizer.step(*args, **kwargs)
+        # A non-fused optimizer cannot skip by itself: one host read of the flag.
+        result = step_or_skip(optimizer, state["found_inf"], None, *args, **kwargs)
         state["stage"] = _STEPPED
         return result
 
     def _step_on_device(
         self, optimizer: torch.optim.Optimizer, state: dict[str, Any], *args: Any, **kwargs: Any
     ) -> Any:
+        grad_scale: torch.Tensor | None
         if state["stage"] == _READY:
             state["found_inf"] = self._check_grads(optimizer, unscale=False)
             # The fused kernel divides by grad_scale itself (product with any user value).
-            optimizer.grad_scale = self._scale * getattr(optimizer, "grad_scale", 1)  # type: ignore[attr-defined]
+            grad_scale = self._scale * getattr(optimizer, "grad_scale", 1)
         else:
-            optimizer.grad_scale = getattr(optimizer, "grad_scale", None)  # type: ignore[attr-defined]
-        optimizer.found_inf = state["found_inf"]  # type: ignore[attr-defined]
+            grad_scale = getattr(optimizer, "grad_scale", None)
         try:
-            return optimizer.step(*args, **kwargs)
+            return step_or_skip(optimizer, state["found_inf"], grad_scale, *args, **kwargs)
         finally:
-            del optimizer.grad_scale  # type: ignore[attr-defined]
-            del optimizer.found_inf  # type: ignore[attr-defined]
             state["stage"] = _STEPPED
 
     def update(self, new_scale: float | torch.Tensor | None = None) -> None:
@@ -537,3 +533,35 @@ def _combine(flags: list[torch.Tensor], out: torch.Tensor | None = None) -> torc
         return flags[0]
     stacked = torch.stack(flags)
     return stacked.amax() if out is None else torch.amax(stacked, dim=0, out=out)
+
+
+def step_or_skip(
+    optimizer: torch.optim.Optimizer,
+    found_inf: torch.Tensor | None,
+    grad_scale: torch.Tensor | None = None,
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
+    """The project's one skip: step ``optimizer`` unless ``found_inf`` (a 0-dim device
+    flag, 1.0 when a gradient was not finite) is set. Used by :meth:`LossScaler.step`
+    and ``PrecisionPolicy.step``.
+
+    ``found_inf=None``: the caller has read the flag on the host and it was clear, so a
+    plain step. A fused optimizer (torch's ``fused=True`` Adam, AdamW, SGD) is handed the
+    flag and ``grad_scale`` (None: gradients already unscaled) and skips on the device,
+    with no host sync; any other optimizer costs one host read of the flag.
+    """
+    if found_inf is None:
+        return optimizer.step(*args, **kwargs)
+    if getattr(optimizer, "_step_supports_amp_scaling", False):
+        # torch's fused kernels read these two attributes and skip when found_inf > 0.
+        optimizer.grad_scale = grad_scale  # type: ignore[attr-defined]
+        optimizer.found_inf = found_inf  # type: ignore[attr-defined]
+        try:
+            return optimizer.step(*args, **kwargs)
+        finally:
+            del optimizer.grad_scale  # type: ignore[attr-defined]
+            del optimizer.found_inf  # type: ignore[attr-defined]
+    if bool(found_inf.item()):  # the host read
+        return None
+    return optimizer.step(*args, **kwargs)

@@ -1,23 +1,21 @@
-"""Precision policies: the one place that knows which dtype a training run computes in.
+"""Precision policies: everything a training step does differently per precision.
 
-``resolve_precision`` turns a requested name (``fp32``, ``bf16``, ``fp16`` or ``auto``)
-into what will run on a device, with the reason; ``PrecisionPolicy`` bundles that answer
-with everything a step does differently per precision (autocast, the scaled backward,
-unscale and overflow check, the optimizer step that skips on overflow, the scale update,
-FSDP2's dtypes), so the training loop never branches on a precision or asks whether
-loss scaling is on. Every precision skips a step whose gradients are not finite: where
-no loss is scaled, the overflow check runs with a scale of 1. The names themselves live in
+:func:`~genesis_fp16_infrastructure.training.precision.decide.decide` picks the precision
+(the one place that does); ``PrecisionPolicy`` is built from its answer and bundles
+everything a step does differently per precision (autocast, the scaled backward, unscale
+and overflow check, the optimizer step that skips on overflow, the scale update, FSDP2's
+dtypes), so the training loop never branches on a precision or asks whether loss scaling
+is on. Every precision skips a step whose gradients are not finite: where no loss is
+scaled, the overflow check runs with a scale of 1. The names themselves live in
 :mod:`genesis_fp16_infrastructure.training.precision.precision_names`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -25,11 +23,43 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler, ScalerConfig
+# What a device can do and the decision, re-exported: callers import them from here.
+from genesis_fp16_infrastructure.training.precision.capabilities import (
+    CPU_FP16_SLOWDOWN as CPU_FP16_SLOWDOWN,
+)
+from genesis_fp16_infrastructure.training.precision.capabilities import (
+    DEVICE_TYPES as DEVICE_TYPES,
+)
+from genesis_fp16_infrastructure.training.precision.capabilities import (
+    DeviceCapabilities as DeviceCapabilities,
+)
+from genesis_fp16_infrastructure.training.precision.capabilities import (
+    PrecisionError as PrecisionError,
+)
+from genesis_fp16_infrastructure.training.precision.capabilities import (
+    as_device,
+)
+from genesis_fp16_infrastructure.training.precision.capabilities import (
+    detect_capabilities as detect_capabilities,
+)
+from genesis_fp16_infrastructure.training.precision.decide import (
+    PrecisionRequest as PrecisionRequest,
+)
+from genesis_fp16_infrastructure.training.precision.decide import (
+    ResolvedPrecision as ResolvedPrecision,
+)
+from genesis_fp16_infrastructure.training.precision.decide import decide as decide
+from genesis_fp16_infrastructure.training.precision.decide import (
+    resolve_precision as resolve_precision,
+)
+from genesis_fp16_infrastructure.training.precision.loss_scaler import (
+    LossScaler,
+    ScalerConfig,
+    step_or_skip,
+)
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     DTYPE_NAMES,
     LOSS_SCALED,
-    REQUESTABLE,
 )
 from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS as PRECISIONS
 
@@ -37,8 +67,6 @@ if TYPE_CHECKING:
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
 logger = logging.getLogger(__name__)
-
-DEVICE_TYPES: tuple[str, ...] = ("cpu", "cuda")
 
 
 def dtype_of(precision: str) -> torch.dtype:
@@ -68,147 +96,6 @@ def autocast_to(
         enabled=dtype != torch.float32,
         cache_enabled=cache_enabled,
     )
-
-
-CPU_FP16_SLOWDOWN = (
-    "fp16 matmuls on a CPU without native fp16 (AVX512-FP16 or AMX-FP16) are 10-100x "
-    "slower than fp32: measured on this project's machines, one step of a 1024-wide MLP "
-    "took 1.46 s in fp16 against 0.059 s in fp32"
-)
-
-
-class PrecisionError(ValueError):
-    """A precision request or a model that cannot run as asked; the message says why."""
-
-
-@dataclass(frozen=True)
-class DeviceCapabilities:
-    """What a device does natively, and how we know (``source``)."""
-
-    device_type: str
-    native_bf16: bool
-    native_fp16: bool
-    source: str
-
-
-@dataclass(frozen=True)
-class ResolvedPrecision:
-    """The answer to a precision request: ``used`` is what runs, ``reason`` says why.
-
-    ``warning`` is set when the request runs as asked but badly (fp16 on a CPU
-    without native fp16); it is None otherwise.
-    """
-
-    requested: str
-    used: str
-    device_type: str
-    reason: str
-    warning: str | None = None
-
-
-def _cpuinfo_flags(path: Path = Path("/proc/cpuinfo")) -> set[str] | None:
-    try:
-        text = path.read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return set(value.split())
-    return set()
-
-
-def _torch_cpu_flags() -> set[str]:
-    # Private torch API (present in 2.x): a dict of CPUID feature booleans.
-    probe = getattr(getattr(torch._C, "_cpu", None), "_get_cpu_capability", None)
-    if probe is None:
-        return set()
-    return {name for name, value in probe().items() if value is True}
-
-
-@functools.lru_cache(maxsize=1)
-def cpu_capabilities() -> DeviceCapabilities:
-    """Native bf16/fp16 of this CPU, from /proc/cpuinfo flags or, without it, torch's CPUID."""
-    flags = _cpuinfo_flags()
-    source = "/proc/cpuinfo"
-    if flags is None:
-        flags, source = _torch_cpu_flags(), "torch CPUID probe"
-    bf16 = sorted(flags & {"avx512_bf16", "amx_bf16"})
-    fp16 = sorted(flags & {"avx512_fp16", "amx_fp16"})
-    found = ", ".join(bf16 + fp16) or "no avx512_bf16, amx_bf16, avx512_fp16 or amx_fp16"
-    return DeviceCapabilities("cpu", bool(bf16), bool(fp16), f"{source}: {found}")
-
-
-def detect_capabilities(device: torch.device) -> DeviceCapabilities:
-    """Native low-precision support of ``device`` (cpu or cuda)."""
-    if device.type == "cpu":
-        return cpu_capabilities()
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise PrecisionError(f"device {str(device)!r} requested but CUDA is not available")
-        bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
-        name = torch.cuda.get_device_name(device)
-        return DeviceCapabilities("cuda", bf16, True, f"CUDA device {name}")
-    raise PrecisionError(
-        f"unsupported device type {device.type!r}; valid device types: {', '.join(DEVICE_TYPES)}"
-    )
-
-
-def _as_device(device: torch.device | str) -> torch.device:
-    try:
-        return torch.device(device)
-    except RuntimeError as exc:
-        raise PrecisionError(f"invalid device {device!r}: {exc}") from None
-
-
-def resolve_precision(requested: str, device: torch.device | str) -> ResolvedPrecision:
-    """Decide what runs for ``requested`` on ``device``, once, with the reason.
-
-    >>> resolve_precision("fp32", "cpu").used
-    'fp32'
-
-    ``auto``: CUDA -> fp16; a CPU with native bf16 (AVX512-BF16 or AMX) -> bf16;
-    otherwise fp32. An explicit name runs as asked, or fails here with a clear error
-    (bf16 on a CUDA device without bf16); it never falls back silently.
-    """
-    if requested not in REQUESTABLE:
-        raise PrecisionError(
-            f"unknown precision {requested!r}; valid precisions: {', '.join(REQUESTABLE)}"
-        )
-    dev = _as_device(device)
-    caps = detect_capabilities(dev)
-    if requested == "auto":
-        return _resolve_auto(caps)
-    return _resolve_explicit(requested, caps)
-
-
-def _resolve_auto(caps: DeviceCapabilities) -> ResolvedPrecision:
-    if caps.device_type == "cuda":
-        used, why = "fp16", "CUDA device: fp16 autocast with dynamic loss scaling"
-    elif caps.native_bf16:
-        used, why = "bf16", f"CPU with native bf16 ({caps.source})"
-    else:
-        used, why = "fp32", f"CPU without native bf16 ({caps.source}); fp16 would be slow"
-    return ResolvedPrecision("auto", used, caps.device_type, f"auto -> {used}: {why}")
-
-
-def _resolve_explicit(requested: str, caps: DeviceCapabilities) -> ResolvedPrecision:
-    reason = f"{requested} requested explicitly on {caps.device_type} ({caps.source})"
-    warning = None
-    if requested == "bf16" and not caps.native_bf16:
-        if caps.device_type == "cuda":
-            raise PrecisionError(
-                f"precision 'bf16' is not supported by {caps.source} (needs compute "
-                "capability 8.0 or newer); valid precisions here: fp32, fp16, auto"
-            )
-        warning = (
-            f"bf16 on a CPU without native bf16 ({caps.source}): it runs, but bf16 "
-            "matmuls are emulated and may be slower than fp32"
-        )
-    if requested == "fp16" and caps.device_type == "cpu" and not caps.native_fp16:
-        alternative = "bf16 (native here)" if caps.native_bf16 else "fp32"
-        warning = f"{CPU_FP16_SLOWDOWN} ({caps.source}); consider {alternative}"
-    return ResolvedPrecision(requested, requested, caps.device_type, reason, warning)
 
 
 @dataclass(frozen=True)
@@ -243,11 +130,23 @@ class PrecisionPolicy:
         scaler: ScalerConfig = ScalerConfig(),  # noqa: B008 (frozen, so sharing is safe)
         announce: bool = True,
     ) -> PrecisionPolicy:
-        """Resolve ``requested`` on ``device`` and log the result (and any warning) once;
-        ``announce=False`` leaves the INFO line to a caller that knows the better reason
-        (a measured ``auto``, a calibration candidate)."""
-        resolved = resolve_precision(requested, device)
-        dev = _as_device(device)
+        """The policy for a bare precision name: ``decide`` it on ``device``, then
+        :meth:`from_decision`. ``announce=False`` leaves the INFO line to a caller that
+        knows the better reason (a calibration candidate)."""
+        resolved = decide(PrecisionRequest(requested), device)
+        return cls.from_decision(resolved, device, scaler, announce)
+
+    @classmethod
+    def from_decision(
+        cls,
+        resolved: ResolvedPrecision,
+        device: torch.device | str,
+        scaler: ScalerConfig = ScalerConfig(),  # noqa: B008 (frozen, so sharing is safe)
+        announce: bool = True,
+    ) -> PrecisionPolicy:
+        """The policy that runs ``resolved`` (what :func:`decide` answered) on ``device``;
+        logs the decision (and any warning) once."""
+        dev = as_device(device)
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
         if announce:
@@ -321,14 +220,11 @@ class PrecisionPolicy:
         device (the fused kernels skip on ``found_inf`` themselves) and True is returned:
         nothing on the host needs to know.
         """
-        if not host_read:
-            for optimizer in optimizers:
-                _fused_step(optimizer, found_inf)
-            return True
-        if bool(found_inf.item()):  # the one host read of that path
+        if host_read and bool(found_inf.item()):  # the one host read of that path
             return False
         for optimizer in optimizers:
-            optimizer.step()
+            # Read on the host and finite: a plain step (a None flag); else on the device.
+            step_or_skip(optimizer, None if host_read else found_inf)
         return True
 
     def update(self) -> None:
@@ -379,15 +275,3 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
     if a.type != b.type:
         return False
     return a.index is None or b.index is None or a.index == b.index
-
-
-def _fused_step(optimizer: Optimizer, found_inf: torch.Tensor) -> None:
-    # torch's fused Adam/AdamW/SGD read these two attributes and skip on the device when
-    # found_inf > 0; grad_scale is None because the gradients are already unscaled.
-    optimizer.grad_scale = None  # type: ignore[attr-defined]
-    optimizer.found_inf = found_inf  # type: ignore[attr-defined]
-    try:
-        optimizer.step()
-    finally:
-        del optimizer.grad_scale  # type: ignore[attr-defined]
-        del optimizer.found_inf  # type: ignore[attr-defined]

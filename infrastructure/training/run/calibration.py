@@ -50,7 +50,7 @@ import json
 import logging
 import statistics
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from itertools import islice
 from pathlib import Path
@@ -61,15 +61,23 @@ from torch import nn
 
 from genesis_fp16_infrastructure.atomic import write_json_atomic
 from genesis_fp16_infrastructure.training import distributed
-from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
-from genesis_fp16_infrastructure.training.precision.precision import (
-    DeviceCapabilities,
-    PrecisionPolicy,
-    ResolvedPrecision,
-    detect_capabilities,
-    resolve_precision,
+from genesis_fp16_infrastructure.training.precision import capabilities
+from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
+from genesis_fp16_infrastructure.training.precision.decide import (
+    MARGIN,
+    Measured,
+    PrecisionRequest,
+    decide,
+    fp32_baseline,
 )
-from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
+
+# Re-exported: the measured choice lives with every other in decide.
+from genesis_fp16_infrastructure.training.precision.decide import (
+    auto_candidates as auto_candidates,
+)
+from genesis_fp16_infrastructure.training.precision.decide import choose as choose
+from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
+from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
 from genesis_fp16_infrastructure.training.run.batches import to_device
 from genesis_fp16_infrastructure.training.run.task import TrainingTask
@@ -80,25 +88,12 @@ from genesis_fp16_infrastructure.training.step.trainer import LossFn, Trainer, T
 logger = logging.getLogger(__name__)
 
 AUTO_PRECISION_MODES: tuple[str, ...] = ("measure", "rule")
-MARGIN = 0.05
 DEFAULT_BUDGET_S = 1.0
 RUN_SHARE = 0.10
 WARMUP = 2
 MIN_TIMED = 3
 MAX_TIMED = 20
 CACHE_VERSION = 2  # 2: rows per (precision, execution) and the chosen execution
-
-
-@dataclass(frozen=True)
-class Measured:
-    """One candidate's timing: median, fastest and slowest step in milliseconds."""
-
-    precision: str
-    execution: str
-    median_ms: float
-    min_ms: float
-    max_ms: float
-    steps: int
 
 
 @dataclass(frozen=True)
@@ -151,7 +146,7 @@ class Calibration:
 
     def table(self) -> str:
         """The measurement as a small text table (``precision show`` prints it)."""
-        base = _fp32_baseline(self.rows)
+        base = fp32_baseline(self.rows)
         fp32 = base.median_ms if base is not None else None
         lines = [f"{'precision':<10}{'execution':<12}{'median ms':>10}{'min-max ms':>18}  vs fp32"]
         for r in self.rows:
@@ -164,55 +159,6 @@ class Calibration:
             )
         lines += [f"{name:<10}not timed: {why}" for name, why in self.skipped.items()]
         return "\n".join(lines)
-
-
-def auto_candidates(
-    caps: DeviceCapabilities, excluded: Mapping[str, str] | None = None
-) -> tuple[list[str], dict[str, str]]:
-    """The precisions worth timing on a device, and why each other one is not."""
-    native = {"fp32": True, "bf16": caps.native_bf16, "fp16": caps.native_fp16}
-    candidates, skipped = [], {}
-    for name in PRECISIONS:
-        if excluded and name in excluded and name != "fp32":
-            skipped[name] = excluded[name]
-        elif not native[name]:
-            skipped[name] = f"no native {name} ({caps.source})"
-        else:
-            candidates.append(name)
-    return candidates, skipped
-
-
-def choose(rows: Iterable[Measured], margin: float = MARGIN) -> tuple[str, str, str]:
-    """The most robust precision within ``margin`` of the fastest row, in its faster
-    execution: (precision, execution, why). Rows are (precision, execution) timings."""
-    rows = list(rows)
-    fastest = min(rows, key=lambda r: r.median_ms)
-    near = {r.precision for r in rows if r.median_ms <= fastest.median_ms * (1 + margin)}
-    precision = next(name for name in PRECISIONS if name in near)
-    chosen = min((r for r in rows if r.precision == precision), key=lambda r: r.median_ms)
-    base = _fp32_baseline(rows)
-    if base is None:
-        raise ValueError("precision calibration: fp32 was not timed")
-    why = (
-        f"auto -> {chosen.precision}, {chosen.execution}: measured "
-        f"{base.median_ms / chosen.median_ms:.2f}x fp32 {base.execution} "
-        f"(median {chosen.median_ms:.3f} ms against {base.median_ms:.3f} ms)"
-    )
-    other = [r for r in rows if r.precision == precision and r is not chosen]
-    if other:
-        why += f"; {precision} {other[0].execution} {other[0].median_ms:.3f} ms"
-    if fastest.precision != chosen.precision:
-        why += (
-            f"; {fastest.precision} was {chosen.median_ms / fastest.median_ms:.2f}x faster, "
-            f"within the {margin:.0%} margin that prefers the more robust precision"
-        )
-    return chosen.precision, chosen.execution, why
-
-
-def _fp32_baseline(rows: Iterable[Measured]) -> Measured | None:
-    """fp32's eager row (the ``never slower than`` reference), else its only row."""
-    fp32 = [r for r in rows if r.precision == "fp32"]
-    return next((r for r in fp32 if r.execution == "eager"), fp32[0] if fp32 else None)
 
 
 def calibrate(
@@ -237,7 +183,7 @@ def calibrate(
     is part of the cache key.
     """
     dev = torch.device(device)
-    caps = detect_capabilities(dev)
+    caps = capabilities.detect_capabilities(dev)
     candidates, skipped = auto_candidates(caps, excluded)
     if len(candidates) < 2:
         return None
@@ -267,14 +213,19 @@ def calibrate(
         restore_rng_state(rng)
     if not rows:  # no row could run as asked (cuda_graph=on where nothing can be captured):
         return None  # the rule resolves auto, then the trainer refuses the run in one line
-    chosen, execution, reason = choose(rows)
-    if skipped:
-        reason += "; not timed: " + ", ".join(f"{n} ({why})" for n, why in skipped.items())
+    decision = decide(PrecisionRequest("auto", note=_not_timed(skipped)), dev, rows)
     seconds = clock() - started
     result = Calibration(
-        chosen, reason, tuple(rows), skipped, key, seconds, execution=execution, bound=limit.why
+        decision.used,
+        decision.reason,
+        tuple(rows),
+        skipped,
+        key,
+        seconds,
+        execution=decision.execution or "eager",
+        bound=limit.why,
     )
-    logger.info("precision calibration in %.2f s (%s): %s", seconds, limit.why, reason)
+    logger.info("precision calibration in %.2f s (%s): %s", seconds, limit.why, decision.reason)
     if cache is not None:
         write_json_atomic(cache, result.to_json())
     return result
@@ -347,13 +298,15 @@ def policy_for_run(
     auto: AutoPrecision,
     expected_steps: int | None = None,
 ) -> tuple[PrecisionPolicy, Calibration | None]:
-    """The run's precision policy; for ``auto`` in ``measure`` mode, by measurement."""
+    """The run's precision policy, built from one :func:`decide`; for ``auto`` in
+    ``measure`` mode, from the timings of :func:`calibrate` (or the rule, saying why not)."""
     if requested != "auto" or auto.mode == "rule":
-        return PrecisionPolicy.create(requested, device, scaler), None
+        decision = decide(PrecisionRequest(requested), device)
+        return PrecisionPolicy.from_decision(decision, device, scaler), None
     if distributed.rank_and_world()[1] > 1:
-        policy = PrecisionPolicy.create(requested, device, scaler)
-        why = "; not measured under torchrun (ranks could choose differently)"
-        return _with_reason(policy, policy.resolved.reason + why), None
+        why = "not measured under torchrun (ranks could choose differently)"
+        decision = decide(PrecisionRequest("auto", note=why), device)
+        return PrecisionPolicy.from_decision(decision, device, scaler), None
     calibration = calibrate(
         task,
         device,
@@ -365,29 +318,21 @@ def policy_for_run(
         expected_steps=expected_steps,
         scaler=scaler,
     )
-    if calibration is not None:
-        policy = PrecisionPolicy.create(calibration.chosen, device, scaler, announce=False)
-        resolved = resolved_from(calibration, policy.device.type)
-        logger.info("precision %s (%s)", resolved.used, resolved.reason)
-        return replace(policy, resolved=resolved), calibration
-    rule = resolve_precision("auto", device)
-    if rule.used in auto.excluded:  # the rule's pick is out: fp32 always may run
-        policy = PrecisionPolicy.create("fp32", device, scaler)
-        why = f"auto -> fp32: {rule.used} excluded ({auto.excluded[rule.used]})"
-        return _with_reason(policy, why), None
-    policy = PrecisionPolicy.create(requested, device, scaler)
-    return _with_reason(policy, policy.resolved.reason + "; one candidate, nothing to time"), None
+    if calibration is None:  # one candidate: the rule names it, less the exclusions
+        request = PrecisionRequest(
+            "auto", excluded=auto.excluded, note="one candidate, nothing to time"
+        )
+        return PrecisionPolicy.from_decision(decide(request, device), device, scaler), None
+    cached = "cached measurement" if calibration.cached else None
+    note = "; ".join(n for n in (_not_timed(calibration.skipped), cached) if n) or None
+    decision = decide(PrecisionRequest("auto", note=note), device, calibration.rows)
+    return PrecisionPolicy.from_decision(decision, device, scaler), calibration
 
 
-def _with_reason(policy: PrecisionPolicy, reason: str) -> PrecisionPolicy:
-    resolved = replace(policy.resolved, requested="auto", reason=reason)
-    return replace(policy, resolved=resolved)
-
-
-def resolved_from(calibration: Calibration, device_type: str) -> ResolvedPrecision:
-    """The :class:`ResolvedPrecision` a run reports for a measured ``auto``."""
-    reason = calibration.reason + (" (cached measurement)" if calibration.cached else "")
-    return ResolvedPrecision("auto", calibration.chosen, device_type, reason)
+def _not_timed(skipped: Mapping[str, str]) -> str | None:
+    if not skipped:
+        return None
+    return "not timed: " + ", ".join(f"{n} ({why})" for n, why in skipped.items())
 
 
 def _first_batches(task: TrainingTask, seed: int, count: int) -> list[Any]:

@@ -166,7 +166,8 @@ def _demote(
 ) -> Trainer:
     """Roll back to the guard's last good state in a trainer of the next precision."""
     policy, record = guard.demote(
-        trainer.policy, lambda name: PrecisionPolicy.create(name, options.device, options.scaler)
+        trainer.policy,
+        lambda decision: PrecisionPolicy.from_decision(decision, options.device, options.scaler),
     )
     snapshot = guard.restore()
     demoted = _build_trainer(task, policy, options)

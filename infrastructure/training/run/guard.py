@@ -42,15 +42,18 @@ import torch.distributed as dist
 from torch import nn
 
 from genesis_fp16_infrastructure.training import distributed
+from genesis_fp16_infrastructure.training.precision import capabilities
+from genesis_fp16_infrastructure.training.precision.decide import (
+    PrecisionRequest,
+    ResolvedPrecision,
+    decide,
+)
 from genesis_fp16_infrastructure.training.precision.guard_config import (
     REASONS,
     GuardConfig,
     next_precision,
 )
-from genesis_fp16_infrastructure.training.precision.precision import (
-    PrecisionPolicy,
-    detect_capabilities,
-)
+from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.precision.precision_memory import (
     MEMORY_VERSION,
     PrecisionMemory,
@@ -173,7 +176,7 @@ class PrecisionGuard:
         self.pending = None
         self._precision = trainer.policy.name
         self._next = next_precision(
-            self._precision, self.config, detect_capabilities(trainer.policy.device)
+            self._precision, self.config, capabilities.detect_capabilities(trainer.policy.device)
         )
         self._start_step = trainer.step_count
         self._ema: float | None = None
@@ -307,29 +310,32 @@ class PrecisionGuard:
     # ------------------------------------------------------------------ demotion
 
     def demote(
-        self, policy: PrecisionPolicy, make_policy: Callable[[str], PrecisionPolicy]
+        self,
+        policy: PrecisionPolicy,
+        build_policy: Callable[[ResolvedPrecision], PrecisionPolicy],
     ) -> tuple[PrecisionPolicy, dict[str, Any]]:
-        """The next precision's policy (``make_policy(name)``) and the demotion record."""
+        """The next precision's policy and the demotion record: :func:`decide` with the
+        ladder's next rung as the run's floor, built by ``build_policy``."""
         trouble, snapshot, target = self.pending, self.snapshot, self._next
         if trouble is None or snapshot is None or target is None:
             raise RuntimeError("demote() needs a fired trigger, a snapshot and a next precision")
-        new = make_policy(target)
         reason = (
             f"precision guard demoted {policy.name} -> {target} at step {trouble.step} "
             f"({trouble.reason}: {trouble.detail}), rolled back to step {snapshot.step}; "
             f"first: {policy.resolved.reason}"
         )
-        resolved = replace(new.resolved, requested=policy.resolved.requested, reason=reason)
+        request = PrecisionRequest(policy.resolved.requested, floor=target, floor_reason=reason)
+        new = build_policy(decide(request, policy.device))
         record = {
             "from": policy.name,
-            "to": target,
+            "to": new.name,
             "reason": trouble.reason,
             "step": trouble.step,
             "rollback_step": snapshot.step,
             "detail": trouble.detail,
         }
-        logger.warning("%s", reason)
-        return replace(new, resolved=resolved), record
+        logger.warning("%s", new.resolved.reason)
+        return new, record
 
     def restore(self) -> Snapshot:
         """A fresh copy of the snapshot, safe to load into a trainer."""

@@ -12,7 +12,7 @@ import torch
 from test_fit import RegressionTask
 
 from genesis_fp16_infrastructure.training import FitOptions, TrainerConfig, fit
-from genesis_fp16_infrastructure.training.precision import precision as precision_module
+from genesis_fp16_infrastructure.training.precision import capabilities
 from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler, ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import DeviceCapabilities
 from genesis_fp16_infrastructure.training.run import calibration as cal
@@ -31,8 +31,7 @@ NATIVE_BF16 = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native
 def bf16_native(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Make bf16 a candidate on any CPU (its arithmetic is real either way; only the
     'is it native?' answer is forced, so the test does not depend on AVX512-BF16)."""
-    monkeypatch.setattr(cal, "detect_capabilities", lambda device: NATIVE_BF16)
-    monkeypatch.setattr(precision_module, "detect_capabilities", lambda device: NATIVE_BF16)
+    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: NATIVE_BF16)
     yield
 
 
@@ -282,8 +281,7 @@ RUN_SCALER = ScalerConfig(init_scale=512.0, growth_interval=3, hysteresis=2)
 @pytest.fixture
 def fp16_native(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Make bf16 and fp16 candidates on any CPU (real fp16 arithmetic either way)."""
-    monkeypatch.setattr(cal, "detect_capabilities", lambda device: NATIVE_BOTH)
-    monkeypatch.setattr(precision_module, "detect_capabilities", lambda device: NATIVE_BOTH)
+    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: NATIVE_BOTH)
     yield
 
 

@@ -1,0 +1,244 @@
+"""``decide()``: the one function that picks the precision a run computes in.
+
+Every precision choice of the project is made here, from one :class:`PrecisionRequest`:
+
+- an explicit name runs as asked, or fails with an error naming the device (bf16 on a
+  GPU without it); on a CPU without native 16-bit arithmetic it runs with a warning;
+- ``auto`` by the device rule (fp16 on CUDA, bf16 on a CPU with native bf16, else fp32),
+  less the precisions the request excludes (a red probe verdict);
+- ``auto`` by measurement: given the timed rows of a calibration, the most robust
+  precision within :data:`MARGIN` of the fastest row, in its faster execution (eager or
+  captured), which the answer carries as ``execution``;
+- the floor: the precision guard's next rung after a demotion, or its memory of one
+  across runs, raises a less robust pick to the floor, with the floor's reason.
+
+Callers build a :class:`~.precision.PrecisionPolicy` from the answer
+(``PrecisionPolicy.from_decision``) and never patch it afterwards::
+
+    >>> decide(PrecisionRequest("fp32"), "cpu").used
+    'fp32'
+    >>> decide(PrecisionRequest("fp16", floor="bf16", floor_reason="guard"), "cpu").reason
+    'guard'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from genesis_fp16_infrastructure.training.precision import capabilities
+from genesis_fp16_infrastructure.training.precision.capabilities import (
+    CPU_FP16_SLOWDOWN,
+    DeviceCapabilities,
+    PrecisionError,
+    as_device,
+)
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    PRECISIONS,
+    REQUESTABLE,
+    ROBUSTNESS,
+)
+
+MARGIN = 0.05
+"""A measured ``auto`` prefers a more robust precision whose step is this close to the fastest."""
+
+
+@dataclass(frozen=True)
+class ResolvedPrecision:
+    """The answer to a precision request: ``used`` is what runs, ``reason`` says why.
+
+    ``warning`` is set when the request runs as asked but badly (fp16 on a CPU
+    without native fp16); it is None otherwise. ``execution`` is the execution a
+    measured ``auto`` chose with the precision (``eager`` or ``cuda_graph``); None when
+    nothing was measured, and the run's ``cuda_graph`` setting decides.
+    """
+
+    requested: str
+    used: str
+    device_type: str
+    reason: str
+    warning: str | None = None
+    execution: str | None = None
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One timed row of a calibration: a precision in an execution, its median, fastest
+    and slowest step in milliseconds."""
+
+    precision: str
+    execution: str
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    steps: int
+
+
+@dataclass(frozen=True)
+class PrecisionRequest:
+    """What one run asks of its precision, and what bounds the answer.
+
+    - ``requested``: ``fp32``, ``bf16``, ``fp16`` or ``auto``.
+    - ``basis``: who named an explicit precision on the operator's behalf (rlhf_ppo's
+      preset under ``auto``); the answer's reason is then this instead of "requested
+      explicitly".
+    - ``excluded``: precisions ``auto`` must not pick, each with why (a red probe
+      verdict); fp32 cannot be excluded.
+    - ``note``: what an ``auto``'s reason adds after its pick: why a measurement was
+      not taken (one candidate, torchrun's ranks), what was not timed, a cached one.
+    - ``floor``: the least robust precision the run may use (the precision guard's next
+      rung, or its memory of a demotion): a pick less robust than it, or an ``auto``
+      that comes out at it, runs the floor with ``floor_reason``.
+    """
+
+    requested: str = "auto"
+    basis: str | None = None
+    excluded: Mapping[str, str] = field(default_factory=dict)
+    note: str | None = None
+    floor: str | None = None
+    floor_reason: str = ""
+
+    def __post_init__(self) -> None:
+        if self.requested not in REQUESTABLE:
+            raise PrecisionError(
+                f"unknown precision {self.requested!r}; valid precisions: {', '.join(REQUESTABLE)}"
+            )
+        if self.floor is not None and self.floor not in PRECISIONS:
+            raise PrecisionError(
+                f"precision floor {self.floor!r}: valid precisions: {', '.join(PRECISIONS)}"
+            )
+
+
+def decide(
+    request: PrecisionRequest,
+    device: torch.device | str,
+    timings: Sequence[Measured] | None = None,
+) -> ResolvedPrecision:
+    """What runs for ``request`` on ``device``, with the reason; see the module docstring.
+
+    ``timings`` are a calibration's rows (``auto`` only): the measured choice then picks
+    the precision and its execution. Raises :class:`PrecisionError` for a request that
+    cannot run here; it never falls back silently.
+    """
+    caps = capabilities.detect_capabilities(as_device(device))
+    if request.requested != "auto":
+        if timings:
+            raise ValueError(f"timings are for precision 'auto', not {request.requested!r}")
+        pick = _explicit(request.requested, caps, request.basis)
+    elif timings:
+        pick = _measured(timings, caps.device_type, request.note)
+    else:
+        pick = _by_rule(request, caps)
+    return _floored(request, caps, pick)
+
+
+def resolve_precision(requested: str, device: torch.device | str) -> ResolvedPrecision:
+    """``decide`` for a bare name: ``resolve_precision("fp32", "cpu").used == 'fp32'``."""
+    return decide(PrecisionRequest(requested), device)
+
+
+def auto_candidates(
+    caps: DeviceCapabilities, excluded: Mapping[str, str] | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """The precisions a measured ``auto`` times on a device, and why each other one is not:
+    fp32 always, bf16 and fp16 where native and not excluded (emulated 16-bit arithmetic
+    is never faster, so it is not timed)."""
+    native = {"fp32": True, "bf16": caps.native_bf16, "fp16": caps.native_fp16}
+    candidates, skipped = [], {}
+    for name in PRECISIONS:
+        if excluded and name in excluded and name != "fp32":
+            skipped[name] = excluded[name]
+        elif not native[name]:
+            skipped[name] = f"no native {name} ({caps.source})"
+        else:
+            candidates.append(name)
+    return candidates, skipped
+
+
+def choose(rows: Iterable[Measured], margin: float = MARGIN) -> tuple[str, str, str]:
+    """The most robust precision within ``margin`` of the fastest row, in its faster
+    execution: (precision, execution, why). Rows are (precision, execution) timings."""
+    rows = list(rows)
+    fastest = min(rows, key=lambda r: r.median_ms)
+    near = {r.precision for r in rows if r.median_ms <= fastest.median_ms * (1 + margin)}
+    precision = next(name for name in PRECISIONS if name in near)
+    chosen = min((r for r in rows if r.precision == precision), key=lambda r: r.median_ms)
+    base = fp32_baseline(rows)
+    if base is None:
+        raise ValueError("precision calibration: fp32 was not timed")
+    why = (
+        f"auto -> {chosen.precision}, {chosen.execution}: measured "
+        f"{base.median_ms / chosen.median_ms:.2f}x fp32 {base.execution} "
+        f"(median {chosen.median_ms:.3f} ms against {base.median_ms:.3f} ms)"
+    )
+    other = [r for r in rows if r.precision == precision and r is not chosen]
+    if other:
+        why += f"; {precision} {other[0].execution} {other[0].median_ms:.3f} ms"
+    if fastest.precision != chosen.precision:
+        why += (
+            f"; {fastest.precision} was {chosen.median_ms / fastest.median_ms:.2f}x faster, "
+            f"within the {margin:.0%} margin that prefers the more robust precision"
+        )
+    return chosen.precision, chosen.execution, why
+
+
+def fp32_baseline(rows: Iterable[Measured]) -> Measured | None:
+    """fp32's eager row (the ``never slower than`` reference), else its only row."""
+    fp32 = [r for r in rows if r.precision == "fp32"]
+    return next((r for r in fp32 if r.execution == "eager"), fp32[0] if fp32 else None)
+
+
+def _measured(timings: Sequence[Measured], device_type: str, note: str | None) -> ResolvedPrecision:
+    used, execution, why = choose(timings)
+    reason = f"{why}; {note}" if note else why
+    return ResolvedPrecision("auto", used, device_type, reason, execution=execution)
+
+
+def _by_rule(request: PrecisionRequest, caps: DeviceCapabilities) -> ResolvedPrecision:
+    if caps.device_type == "cuda":
+        used, why = "fp16", "CUDA device: fp16 autocast with dynamic loss scaling"
+    elif caps.native_bf16:
+        used, why = "bf16", f"CPU with native bf16 ({caps.source})"
+    else:
+        used, why = "fp32", f"CPU without native bf16 ({caps.source}); fp16 would be slow"
+    reason = f"auto -> {used}: {why}"
+    if used in request.excluded and used != "fp32":  # fp32 always may run
+        reason = f"auto -> fp32: {used} excluded ({request.excluded[used]})"
+        used = "fp32"
+    elif request.note:
+        reason += f"; {request.note}"
+    return ResolvedPrecision("auto", used, caps.device_type, reason)
+
+
+def _explicit(requested: str, caps: DeviceCapabilities, basis: str | None) -> ResolvedPrecision:
+    reason = basis or f"{requested} requested explicitly on {caps.device_type} ({caps.source})"
+    warning = None
+    if requested == "bf16" and not caps.native_bf16:
+        if caps.device_type == "cuda":
+            raise PrecisionError(
+                f"precision 'bf16' is not supported by {caps.source} (needs compute "
+                "capability 8.0 or newer); valid precisions here: fp32, fp16, auto"
+            )
+        warning = (
+            f"bf16 on a CPU without native bf16 ({caps.source}): it runs, but bf16 "
+            "matmuls are emulated and may be slower than fp32"
+        )
+    if requested == "fp16" and caps.device_type == "cpu" and not caps.native_fp16:
+        alternative = "bf16 (native here)" if caps.native_bf16 else "fp32"
+        warning = f"{CPU_FP16_SLOWDOWN} ({caps.source}); consider {alternative}"
+    return ResolvedPrecision(requested, requested, caps.device_type, reason, warning)
+
+
+def _floored(
+    request: PrecisionRequest, caps: DeviceCapabilities, pick: ResolvedPrecision
+) -> ResolvedPrecision:
+    floor = request.floor
+    if floor is None:
+        return pick
+    below = ROBUSTNESS.index(pick.used) < ROBUSTNESS.index(floor)
+    if not (below or (request.requested == "auto" and pick.used == floor)):
+        return pick
+    raised = _explicit(floor, caps, request.floor_reason)
+    return replace(raised, requested=request.requested)

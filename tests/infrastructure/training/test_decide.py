@@ -1,0 +1,139 @@
+"""decide(): the one place a precision is picked, from one PrecisionRequest."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from genesis_fp16_infrastructure.training.precision import capabilities
+from genesis_fp16_infrastructure.training.precision.capabilities import (
+    DeviceCapabilities,
+    PrecisionError,
+)
+from genesis_fp16_infrastructure.training.precision.decide import (
+    Measured,
+    PrecisionRequest,
+    decide,
+)
+from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
+
+REPO = Path(__file__).resolve().parents[3]
+BF16_CPU = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native")
+PLAIN_CPU = DeviceCapabilities("cpu", False, False, "test: no native 16-bit")
+
+
+@pytest.fixture
+def bf16_cpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A CPU whose bf16 counts as native, whatever this machine has (the rule's input)."""
+    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: BF16_CPU)
+    yield
+
+
+def _row(name: str, execution: str, ms: float) -> Measured:
+    return Measured(name, execution, ms, ms, ms, 3)
+
+
+def test_a_floor_raises_a_less_robust_pick_and_says_why(bf16_cpu: None) -> None:
+    """fp16 under a bf16 floor runs bf16 with the floor's reason; what was asked is kept."""
+    request = PrecisionRequest("fp16", floor="bf16", floor_reason="guard: overflow")
+    decision = decide(request, "cpu")
+    assert (decision.requested, decision.used) == ("fp16", "bf16")
+    assert decision.reason == "guard: overflow"
+
+
+def test_a_floor_leaves_a_pick_at_or_above_it_unless_auto_lands_on_it(bf16_cpu: None) -> None:
+    """An explicit pick at the floor or more robust runs as asked with its own reason; an
+    auto that comes out at the floor takes the floor's reason (the plugin may go below)."""
+    explicit = decide(PrecisionRequest("bf16", floor="bf16", floor_reason="memory"), "cpu")
+    assert explicit.used == "bf16" and explicit.reason.startswith("bf16 requested explicitly")
+    robust = decide(PrecisionRequest("fp32", floor="bf16", floor_reason="memory"), "cpu")
+    assert robust.used == "fp32" and robust.reason != "memory"
+    auto = decide(PrecisionRequest("auto", floor="bf16", floor_reason="memory"), "cpu")
+    assert (auto.requested, auto.used, auto.reason) == ("auto", "bf16", "memory")
+
+
+def test_the_rule_drops_an_excluded_pick_to_fp32_and_adds_its_note(bf16_cpu: None) -> None:
+    """The rule's bf16 excluded (a red probe) runs fp32 and says so; else the note is added."""
+    excluded = decide(PrecisionRequest("auto", excluded={"bf16": "probe red"}), "cpu")
+    assert (excluded.used, excluded.reason) == ("fp32", "auto -> fp32: bf16 excluded (probe red)")
+    noted = decide(PrecisionRequest("auto", note="one candidate, nothing to time"), "cpu")
+    assert noted.used == "bf16" and noted.reason.endswith("; one candidate, nothing to time")
+
+
+def test_timings_pick_the_precision_and_its_execution(bf16_cpu: None) -> None:
+    """With a calibration's rows, auto runs the measured pick in its faster execution."""
+    rows = [
+        _row("fp32", "eager", 10.0),
+        _row("fp32", "cuda_graph", 2.0),
+        _row("bf16", "eager", 6.0),
+        _row("bf16", "cuda_graph", 2.05),
+    ]
+    decision = decide(PrecisionRequest("auto", note="cached measurement"), "cpu", rows)
+    assert (decision.used, decision.execution) == ("fp32", "cuda_graph")
+    assert decision.reason.startswith("auto -> fp32, cuda_graph: measured 5.00x fp32 eager")
+    assert decision.reason.endswith("; cached measurement")
+    assert decide(PrecisionRequest("auto"), "cpu").execution is None  # nothing measured
+
+
+def test_a_basis_names_who_chose_an_explicit_precision(bf16_cpu: None) -> None:
+    """rlhf_ppo's preset names bf16 for the operator: the reason says the preset did."""
+    decision = decide(PrecisionRequest("bf16", basis="preset mixed_recommended"), "cpu")
+    assert (decision.used, decision.reason) == ("bf16", "preset mixed_recommended")
+
+
+def test_bad_requests_are_one_clear_error() -> None:
+    """An unknown name or floor names the valid ones; timings for an explicit name refuse."""
+    with pytest.raises(PrecisionError, match="'fp8'; valid precisions: fp32, bf16, fp16, auto"):
+        PrecisionRequest("fp8")
+    with pytest.raises(PrecisionError, match="precision floor 'tf32'"):
+        PrecisionRequest("auto", floor="tf32")
+    with pytest.raises(ValueError, match="timings are for precision 'auto', not 'fp32'"):
+        decide(PrecisionRequest("fp32"), "cpu", [_row("fp32", "eager", 1.0)])
+
+
+def test_a_policy_runs_what_was_decided(monkeypatch: pytest.MonkeyPatch) -> None:
+    """from_decision builds the policy of the decision, its reason untouched."""
+    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: PLAIN_CPU)
+    decision = decide(PrecisionRequest("fp16", floor="fp32", floor_reason="demoted"), "cpu")
+    policy = PrecisionPolicy.from_decision(decision, "cpu")
+    assert (policy.name, policy.resolved) == ("fp32", decision)
+    assert not policy.scaler.is_enabled()
+
+
+def _patches(source: str) -> list[str]:
+    """Where ``source`` builds a ResolvedPrecision or replaces a policy's ``resolved``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        name = getattr(node.func, "id", getattr(node.func, "attr", ""))
+        if name == "ResolvedPrecision" or (
+            name == "replace" and any(k.arg == "resolved" for k in node.keywords)
+        ):
+            found.append(f"line {node.lineno}: {name}")
+    return found
+
+
+def test_only_decide_makes_a_decision_and_nothing_patches_one() -> None:
+    """No source module but decide.py builds a ResolvedPrecision, and none patches a
+    policy's ``resolved`` after construction (the four places that used to)."""
+    offenders = {}
+    for folder in ("infrastructure", "agents", "genesis_fp16"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            if path.name == "decide.py":
+                continue
+            if found := _patches(path.read_text()):
+                offenders[str(path.relative_to(REPO))] = found
+    assert offenders == {}
+
+
+def test_the_decision_check_catches_a_patch() -> None:
+    """The scan above can fail: it finds both kinds of patch in a sample."""
+    sample = (
+        "policy = replace(policy, resolved=replace(policy.resolved, reason='x'))\n"
+        "r = ResolvedPrecision('auto', 'fp32', 'cpu', 'why')\n"
+    )
+    assert _patches(sample) == ["line 1: replace", "line 2: ResolvedPrecision"]
