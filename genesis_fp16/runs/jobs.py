@@ -38,7 +38,12 @@ from genesis_fp16.runs.device_slots import DeviceSlots, slot_keys
 from genesis_fp16.runs.devices import device_lost
 from genesis_fp16.runs.launcher import LaunchError, RunStopped, train_in_child, train_with_torchrun
 from genesis_fp16.runs.run_request import build_request, warn_ignored
-from genesis_fp16_infrastructure.plugin_api import AgentPlugin, TrainRequestError, TrainResult
+from genesis_fp16_infrastructure.plugin_api import (
+    AgentPlugin,
+    TrainRequest,
+    TrainRequestError,
+    TrainResult,
+)
 from genesis_fp16_infrastructure.training import CheckpointManager, TrainingSummary, checkpoint_keys
 from genesis_fp16_infrastructure.training.step.execution import ExecutionError
 
@@ -102,132 +107,182 @@ def run_agent_job(ctx: JobContext, agent: str, plugin: AgentPlugin) -> None:
             ctx.running_changed.notify_all()
 
 
-def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> bool:
-    """One run; True when a reload that changed its precision stopped it (rerun it now)."""
-    settings = ctx.settings
-    requested, _ = requested_precision(settings, agent, None)
-    run_id = uuid.uuid4().hex[:12]
-    structlog.contextvars.bind_contextvars(agent=agent, run_id=run_id)
-    started = time.monotonic()
-    spec = settings.agent(agent)
-    timeout = spec.run_timeout_seconds or settings.run_timeout_seconds
-    # Past it an in-process run checkpoints at its next step and ends ("stopped"); a
-    # torchrun job gets SIGTERM from its launcher at the same limit.
-    deadline = started + timeout if spec.nproc == 1 else float("inf")
+@dataclass
+class _Run:
+    """One run of a job: its id, clock and deadline, whether a reload stopped it, and its
+    curves (opened while planning, closed on every outcome)."""
 
-    def precision_changed() -> bool:
-        # Worked out again only after a reload swapped the settings, not at every step.
-        current = ctx.settings
-        return current is not settings and requested_precision(current, agent, None)[0] != requested
-
-    changed = threading.Event()  # a reload stopped the run: it is rerun whatever came since
+    ctx: JobContext
+    agent: str
+    settings: Settings
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    started: float = field(default_factory=time.monotonic)
+    deadline: float = float("inf")
+    changed: threading.Event = field(default_factory=threading.Event)
     tracker: RunTracker | None = None
+    timeout: float = field(init=False)
+    requested: str = field(init=False)  # the precision the settings asked for at the start
 
-    def should_stop() -> bool:
-        if ctx.stopping.is_set() or time.monotonic() > deadline:
+    def __post_init__(self) -> None:
+        spec = self.settings.agent(self.agent)
+        self.timeout = spec.run_timeout_seconds or self.settings.run_timeout_seconds
+        # Past it an in-process run checkpoints at its next step and ends ("stopped"); a
+        # torchrun job gets SIGTERM from its launcher at the same limit.
+        if spec.nproc == 1:
+            self.deadline = self.started + self.timeout
+        self.requested = requested_precision(self.settings, self.agent, None)[0]
+
+    def precision_changed(self) -> bool:
+        # Worked out again only after a reload swapped the settings, not at every step.
+        current = self.ctx.settings
+        if current is self.settings:
+            return False
+        return requested_precision(current, self.agent, None)[0] != self.requested
+
+    def should_stop(self) -> bool:
+        if self.ctx.stopping.is_set() or time.monotonic() > self.deadline:
             return True
-        if changed.is_set() or precision_changed():
-            changed.set()
+        if self.changed.is_set() or self.precision_changed():
+            self.changed.set()  # a reload stopped the run: rerun whatever came since
             return True
         return False
 
+    def rerun(self) -> bool:
+        """A reload that changed the precision stopped it, and the daemon is not stopping."""
+        return self.changed.is_set() and not self.ctx.stopping.is_set()
+
+    def duration(self) -> float:
+        return time.monotonic() - self.started
+
+
+def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> bool:
+    """One run, top-down: plan it, execute it, record it. True when a reload that changed
+    its precision stopped it (the job reruns it at once)."""
+    run = _Run(ctx, agent, ctx.settings)
+    structlog.contextvars.bind_contextvars(agent=agent, run_id=run.id)
     try:
-        # The one request (genesis_fp16/runs/run_request.py); the guard's memory may lower the
-        # precision, ENABLE_FP16_TRAINING=false still wins. Inside the try: an unreadable
-        # state file is a counted failed run, not a lost job.
-        request = build_request(settings, agent, plugin, device)
-        # Once per agent, when configured: the probe before its first bf16/fp16 run. A
-        # measured 'auto' leaves out the precisions it marks red.
-        probe = probe_gate.gate_before_run(
-            settings, ctx.metrics.probe, agent, plugin, request.data_path, device, request.precision
-        )
-        # Written here, in the daemon's process: a child's or rank 0's summaries are relayed.
-        tracker = open_tracker(settings.tracking_dir, agent, run_id, request)
-        request = replace(
-            request,
-            on_log=functools.partial(_on_log, ctx, agent, changed.is_set, tracker),
-            on_diagnostics=functools.partial(ctx.metrics.rl.export_live, agent),
-            should_stop=should_stop,
-            auto_excluded=probe_gate.red_precisions(probe),
-        )
-        if request.auto_excluded and request.precision == "auto":
-            warn_ignored(plugin, agent, {"auto_excluded": "the precision probe"})
-        log.info(
-            "training run started",
-            precision=request.precision,
-            reason=request.precision_reason,
-            device=device,
-            options=dict(request.options),
-        )
-        paths = AgentPaths.for_agent(settings.state_dir, agent)
-        ctx.metrics.start_run(agent, resumed_totals(paths))
-        grace = settings.shutdown_timeout_seconds  # to reach a step and checkpoint
-        if spec.nproc > 1:  # N processes under torchrun, supervised: genesis_fp16/runs/launcher.py
-            limit = settings.run_memory_limit_bytes
-            result = train_with_torchrun(
-                request, spec.nproc, timeout, memory_limit=limit, log_level=settings.log_level
-            )
-        elif (spec.isolation or settings.run_isolation) == "process":
-            limit = settings.run_memory_limit_bytes
-            child = functools.partial(
-                train_in_child, request, timeout, grace, limit, log_level=settings.log_level
-            )
-            # The launcher stops, then kills, the child itself; the watch marks it overdue.
-            result = _supervised(ctx, agent, child, deadline, timeout, grace + 60)
-        else:
-            call = functools.partial(plugin.train, request)
-            result = _supervised(ctx, agent, call, deadline, timeout, grace)
+        # Inside the try: an unreadable state file while planning is a counted failed run.
+        request = _plan(run, plugin, device)
+        result = _execute(run, plugin, request)
     except RunStopped as exc:  # stopped during its child's start-up: no step, no failure
-        duration = time.monotonic() - started
-        ctx.metrics.finish_run(agent, "stopped", duration, None, time.time())
-        log.info(
-            "training run finished",
-            outcome="stopped",
-            reason=str(exc),
-            steps=0,
-            duration_seconds=round(duration, 3),
-        )
-        _close_tracker(ctx, agent, tracker)
-        return changed.is_set() and not ctx.stopping.is_set()
+        _record_stopped(run, exc)
+        return run.rerun()
     except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is a failed run too
-        duration = time.monotonic() - started
-        reason = _failure_reason(exc)
-        ctx.metrics.run_failures.labels(agent=agent, reason=reason).inc()
-        storage = storage_error(exc)
-        if isinstance(exc, LaunchError) and exc.reason == "storage":
-            storage = str(exc)  # the child's own one line, naming the path
-        if storage is not None:
-            ctx.degraded[agent] = storage  # every run would train and then lose its work
-        # The host's fault, not the plugin's: named in one line, no traceback.
-        host = storage
-        if reason == "device_unavailable":
-            host = str(exc) if isinstance(exc, LaunchError) else device_lost(exc)
-            # Every run on it fails until the GPU is back (or the daemon restarts on another).
-            ctx.degraded[agent] = f"device {device} unavailable: {host}"
-        if isinstance(exc, TrainRequestError | ExecutionError | LaunchError) or host:
-            # A one-line refusal, a storage error naming its path, a lost device.
-            error = host if host is not None else str(exc)
-            log.error("training run failed", error=error, duration_seconds=round(duration, 3))
-        elif isinstance(exc, SystemExit):
-            log.error(
-                "training run failed",
-                error=f"the plugin called sys.exit({exc.code!r})",
-                duration_seconds=round(duration, 3),
-            )
-        else:
-            log.exception("training run failed", duration_seconds=round(duration, 3))
-        ctx.metrics.finish_run(agent, "failed", duration, None, time.time())
-        _close_tracker(ctx, agent, tracker)  # the curves up to the failure stay readable
+        _record_failure(run, device, exc)
         return False
     finally:
         structlog.contextvars.unbind_contextvars("agent", "run_id")
-    rerun = result.stopped_early and changed.is_set() and not ctx.stopping.is_set()
+    rerun = result.stopped_early and run.rerun()
     # A rerun's precision is on the gauge since the reload: the stopped run's stays off it.
-    _finish(ctx, agent, run_id, result, time.monotonic() - started, show_precision=not rerun)
-    if tracker is not None:
-        tracker.log_result(result)
-    _close_tracker(ctx, agent, tracker)
+    _finish(ctx, agent, run.id, result, run.duration(), show_precision=not rerun)
+    if run.tracker is not None:
+        run.tracker.log_result(result)
+    _close_tracker(ctx, agent, run.tracker)
     return rerun
+
+
+def _plan(run: _Run, plugin: AgentPlugin, device: str) -> TrainRequest:
+    """The run's request with the job's callbacks: built in one place
+    (genesis_fp16/runs/run_request.py; the guard's memory may raise the precision,
+    ENABLE_FP16_TRAINING=false still wins), after the probe when one is configured, with
+    the run's curves opened when a tracking folder is set."""
+    ctx, agent, settings = run.ctx, run.agent, run.settings
+    request = build_request(settings, agent, plugin, device)
+    # Once per agent, when configured: the probe before its first bf16/fp16 run. A
+    # measured 'auto' leaves out the precisions it marks red.
+    probe = probe_gate.gate_before_run(
+        settings, ctx.metrics.probe, agent, plugin, request.data_path, device, request.precision
+    )
+    # Written here, in the daemon's process: a child's or rank 0's summaries are relayed.
+    run.tracker = open_tracker(settings.tracking_dir, agent, run.id, request)
+    request = replace(
+        request,
+        on_log=functools.partial(_on_log, ctx, agent, run.changed.is_set, run.tracker),
+        on_diagnostics=functools.partial(ctx.metrics.rl.export_live, agent),
+        should_stop=run.should_stop,
+        auto_excluded=probe_gate.red_precisions(probe),
+    )
+    if request.auto_excluded and request.precision == "auto":
+        warn_ignored(plugin, agent, {"auto_excluded": "the precision probe"})
+    log.info(
+        "training run started",
+        precision=request.precision,
+        reason=request.precision_reason,
+        device=device,
+        options=dict(request.options),
+    )
+    return request
+
+
+def _execute(run: _Run, plugin: AgentPlugin, request: TrainRequest) -> TrainResult:
+    """Train where the settings say: N ranks under torchrun, a child process (the
+    default), or a watched thread of the daemon's."""
+    ctx, agent, settings = run.ctx, run.agent, run.settings
+    spec = settings.agent(agent)
+    paths = AgentPaths.for_agent(settings.state_dir, agent)
+    ctx.metrics.start_run(agent, resumed_totals(paths))
+    grace = settings.shutdown_timeout_seconds  # to reach a step and checkpoint
+    limit = settings.run_memory_limit_bytes
+    if spec.nproc > 1:  # N processes under torchrun, supervised: genesis_fp16/runs/launcher.py
+        return train_with_torchrun(
+            request, spec.nproc, run.timeout, memory_limit=limit, log_level=settings.log_level
+        )
+    if (spec.isolation or settings.run_isolation) == "process":
+        child = functools.partial(
+            train_in_child, request, run.timeout, grace, limit, log_level=settings.log_level
+        )
+        # The launcher stops, then kills, the child itself; the watch marks it overdue.
+        return _supervised(ctx, agent, child, run.deadline, run.timeout, grace + 60)
+    call = functools.partial(plugin.train, request)
+    return _supervised(ctx, agent, call, run.deadline, run.timeout, grace)
+
+
+def _record_stopped(run: _Run, exc: RunStopped) -> None:
+    """A run stopped before any result (its child still starting): no step, no failure."""
+    duration = run.duration()
+    run.ctx.metrics.finish_run(run.agent, "stopped", duration, None, time.time())
+    log.info(
+        "training run finished",
+        outcome="stopped",
+        reason=str(exc),
+        steps=0,
+        duration_seconds=round(duration, 3),
+    )
+    _close_tracker(run.ctx, run.agent, run.tracker)
+
+
+def _record_failure(run: _Run, device: str, exc: BaseException) -> None:
+    """Count and log a failed run in one line where the cause is known (a refusal, the
+    disk, a lost device), with a traceback where it is the plugin's bug."""
+    ctx, agent = run.ctx, run.agent
+    duration = run.duration()
+    reason = _failure_reason(exc)
+    ctx.metrics.run_failures.labels(agent=agent, reason=reason).inc()
+    storage = storage_error(exc)
+    if isinstance(exc, LaunchError) and exc.reason == "storage":
+        storage = str(exc)  # the child's own one line, naming the path
+    if storage is not None:
+        ctx.degraded[agent] = storage  # every run would train and then lose its work
+    # The host's fault, not the plugin's: named in one line, no traceback.
+    host = storage
+    if reason == "device_unavailable":
+        host = str(exc) if isinstance(exc, LaunchError) else device_lost(exc)
+        # Every run on it fails until the GPU is back (or the daemon restarts on another).
+        ctx.degraded[agent] = f"device {device} unavailable: {host}"
+    if isinstance(exc, TrainRequestError | ExecutionError | LaunchError) or host:
+        # A one-line refusal, a storage error naming its path, a lost device.
+        error = host if host is not None else str(exc)
+        log.error("training run failed", error=error, duration_seconds=round(duration, 3))
+    elif isinstance(exc, SystemExit):
+        log.error(
+            "training run failed",
+            error=f"the plugin called sys.exit({exc.code!r})",
+            duration_seconds=round(duration, 3),
+        )
+    else:
+        log.exception("training run failed", duration_seconds=round(duration, 3))
+    ctx.metrics.finish_run(agent, "failed", duration, None, time.time())
+    _close_tracker(ctx, agent, run.tracker)  # the curves up to the failure stay readable
 
 
 def _close_tracker(ctx: JobContext, agent: str, tracker: RunTracker | None) -> None:
