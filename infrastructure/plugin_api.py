@@ -21,19 +21,24 @@ no options.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from genesis_fp16_infrastructure.json_numbers import finite, number
+from genesis_fp16_infrastructure.training.run.spec import (
+    RunCallbacks,
+    RunSpec,
+    spec_fields,
+    spec_from_json,
+    spec_to_json,
+)
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
     from genesis_fp16_infrastructure.training.run.fit import FitOptions, FitResult
-    from genesis_fp16_infrastructure.training.run.guard import GuardConfig
-    from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
 
 API_VERSION = 1
 
@@ -169,57 +174,42 @@ def parse_options(
     return out
 
 
-def _never_stop() -> bool:
-    return False
-
-
-@dataclass(frozen=True)
-class TrainRequest:
+@dataclass(frozen=True, kw_only=True)
+class TrainRequest(RunSpec, RunCallbacks):
     """What the daemon, or ``genesis-fp16 train``, asks an agent to do in one run.
 
-    ``precision`` is the requested name (``auto``, ``fp32``, ``bf16`` or ``fp16``) and
+    The run's own fields (``precision``, ``device``, ``steps``, ``epochs``, ``seed``,
+    ``resume``, ``checkpoint_seconds``, ``log_interval``, ``guard``, ``fsdp``,
+    ``cuda_graph``, ``compile``) and the callbacks ``on_log`` and ``should_stop`` are
+    :class:`~genesis_fp16_infrastructure.training.run.spec.RunSpec`'s and
+    :class:`~genesis_fp16_infrastructure.training.run.spec.RunCallbacks`', shared with
+    ``FitOptions``; the rest are the agent's. ``precision`` is the requested name and
     ``precision_reason`` says who asked for it (a CLI flag, ``ENABLE_FP16_TRAINING``, a
     per-agent override). ``steps`` counts optimizer steps of this run, skipped ones
     included; with ``resume`` they come on top of the checkpoint's, unless the checkpoint
     is an interrupted run's with the same budget, which then finishes. ``guard`` turns on
-    the precision guard (pass it to ``FitOptions.guard``); None leaves it off.
+    the precision guard; None leaves it off. Fields are keyword-only.
     """
 
     agent: str
-    precision: str
     precision_reason: str
     state_dir: Path
     checkpoint_dir: Path
-    device: str = "cpu"
     data_path: Path | None = None
-    steps: int | None = None
-    epochs: int | None = None
-    seed: int = 0
-    resume: bool = True
-    log_interval: int = 50
-    on_log: Callable[[TrainingSummary], None] | None = None
     # RL agents: called after each iteration with its diagnostics ({name: float}); the
     # daemon exports them live as genesis_fp16_rl_* gauges
     # (genesis_fp16/metrics/diagnostics_export.py).
     on_diagnostics: Callable[[Mapping[str, float]], None] | None = None
-    should_stop: Callable[[], bool] = _never_stop
-    guard: GuardConfig | None = None
     quarantine_path: Path | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
-    fsdp: bool = False  # under torchrun: shard with FSDP2 instead of DDP (FitOptions.fsdp)
-    cuda_graph: str = "auto"  # auto, on or off: the captured step (FitOptions.cuda_graph)
-    # off or on: the model compiled inside the captured step (FitOptions.compile); an agent
-    # that cannot honour on refuses it (TrainRequestError), never ignores it.
-    compile: str = "off"
     # How precision 'auto' resolves, and where a measurement is cached (FitOptions.auto_precision).
     auto_precision: str = "rule"
     calibration_path: Path | None = None
     # Precisions a measured 'auto' must not time, each with why (e.g. a red probe verdict).
     auto_excluded: Mapping[str, str] = field(default_factory=dict)
-    # Periodic checkpoints (FitOptions.checkpoint_interval / checkpoint_seconds): every N
-    # steps (None: a tenth of the run, or each validation) or S seconds, whichever first.
+    # Periodic checkpoints every N steps (FitOptions.checkpoint_interval; None: a tenth of
+    # the run, or each validation), or checkpoint_seconds, whichever first.
     checkpoint_steps: int | None = None
-    checkpoint_seconds: float | None = 60.0
     # The resident memory the run may use (the daemon's RUN_MEMORY_LIMIT_BYTES; None: no
     # limit set), for what a plugin sizes by it: se_darwin's largest pool.
     memory_limit_bytes: int | None = None
@@ -227,81 +217,44 @@ class TrainRequest:
     def fit_options(self, **overrides: Any) -> FitOptions:
         """The :class:`~genesis_fp16_infrastructure.training.FitOptions` this request asks for.
 
-        Precision, device, steps, epochs, seed, resume, checkpoint folder and cadence, log
-        interval, callbacks, guard, FSDP, the CUDA-graph and compile settings come from the
-        request; ``overrides`` replace any of them or set the rest (``scaler``, ``trainer``,
-        ...)::
+        Every field of the run (``RunSpec``'s), the callbacks, the checkpoint folder and
+        cadence and the ``auto`` settings come from the request; ``overrides`` replace any
+        of them or set the rest (``scaler``, ``trainer``, ...)::
 
             result = fit(task, request.fit_options(steps=request.steps or 100))
         """
         from genesis_fp16_infrastructure.training.run.calibration import AutoPrecision
         from genesis_fp16_infrastructure.training.run.fit import FitOptions
 
-        fields: dict[str, Any] = {
-            "precision": self.precision,
-            "device": self.device,
-            "steps": self.steps,
-            "epochs": self.epochs,
-            "seed": self.seed,
-            "resume": self.resume,
-            "checkpoint_dir": Path(self.checkpoint_dir),
-            "log_interval": self.log_interval,
-            "on_log": self.on_log,
-            "should_stop": self.should_stop,
-            "guard": self.guard,
-            "fsdp": self.fsdp,
-            "cuda_graph": self.cuda_graph,
-            "compile": self.compile,
-            "checkpoint_interval": self.checkpoint_steps,
-            "checkpoint_seconds": self.checkpoint_seconds,
-            "auto_precision": AutoPrecision(
+        values: dict[str, Any] = {name: getattr(self, name) for name in spec_fields()}
+        values.update(
+            on_log=self.on_log,
+            should_stop=self.should_stop,
+            checkpoint_dir=Path(self.checkpoint_dir),
+            checkpoint_interval=self.checkpoint_steps,
+            auto_precision=AutoPrecision(
                 mode=self.auto_precision, excluded=self.auto_excluded, cache=self.calibration_path
             ),
-        }
-        return FitOptions(**{**fields, **overrides})
+        )
+        return FitOptions(**{**values, **overrides})
 
     def to_json(self) -> dict[str, Any]:
         """The request as JSON-ready data, callbacks left out (they cannot cross a process).
 
-        The daemon hands this to its torchrun ranks whole (a file), so every rank trains
-        with the same precision and reason, guard, budget and options::
+        The daemon hands this to its child or its torchrun ranks whole (a file), so every
+        process trains with the same precision and reason, guard, budget and options::
 
             TrainRequest.from_json(json.loads(json.dumps(request.to_json())))
         """
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            if f.name in _CALLBACKS:
-                continue
-            value = getattr(self, f.name)
-            if isinstance(value, Path):
-                value = str(value)
-            elif f.name == "guard" and value is not None:
-                value = asdict(value)
-            elif isinstance(value, Mapping):
-                value = dict(value)
-            out[f.name] = value
-        result: dict[str, Any] = finite(out)
-        return result
+        return spec_to_json(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TrainRequest:
         """The inverse of :meth:`to_json`; callbacks are the defaults (set them with
         ``dataclasses.replace``)."""
-        from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
-
-        known = {f.name for f in fields(cls)} - _CALLBACKS
-        values = {k: v for k, v in data.items() if k in known}
-        paths = ("state_dir", "checkpoint_dir", "data_path", "quarantine_path", "calibration_path")
-        for name in paths:
-            if values.get(name) is not None:
-                values[name] = Path(values[name])
-        guard = values.get("guard")
-        if guard is not None:
-            values["guard"] = replace(GuardConfig(**guard), ladder=tuple(guard["ladder"]))
-        return cls(**values)
+        return spec_from_json(cls, data)
 
 
-_CALLBACKS = frozenset({"on_log", "on_diagnostics", "should_stop"})
 # TrainResult's float fields: NaN travels as null and comes back as NaN.
 _RESULT_FLOATS = (
     "overflow_rate",

@@ -33,7 +33,14 @@ def test_the_child_environment_holds_no_setting_and_no_working_directory() -> No
 def test_the_run_file_round_trips_and_refuses_a_bare_request(tmp_path: Path) -> None:
     """write_run_file/read_run_file keep the request and log level; a file without the
     log level (a bare request) is refused, not read with a guessed one."""
-    request = TrainRequest("a", "fp16", "flag", tmp_path, tmp_path / "c", steps=3)
+    request = TrainRequest(
+        agent="a",
+        precision="fp16",
+        precision_reason="flag",
+        state_dir=tmp_path,
+        checkpoint_dir=tmp_path / "c",
+        steps=3,
+    )
     path = tmp_path / "run.json"
     write_run_file(path, request, "DEBUG")
     assert read_run_file(path) == (request, "DEBUG", True)

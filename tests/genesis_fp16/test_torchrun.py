@@ -281,7 +281,14 @@ def test_agent_nproc_defaults_to_one_and_must_be_positive() -> None:
 
 
 def _layout_request(device: str) -> TrainRequest:
-    return TrainRequest("se_darwin", "fp32", "r", Path("s"), Path("c"), device=device)
+    return TrainRequest(
+        agent="se_darwin",
+        precision="fp32",
+        precision_reason="r",
+        state_dir=Path("s"),
+        checkpoint_dir=Path("c"),
+        device=device,
+    )
 
 
 def test_a_layout_the_host_cannot_run_is_refused_in_one_line() -> None:

@@ -11,7 +11,7 @@ from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerCon
 from genesis_fp16_infrastructure.training.precision.precision import ResolvedPrecision
 from genesis_fp16_infrastructure.training.run.calibration import AutoPrecision, Calibration
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
-from genesis_fp16_infrastructure.training.run.guard import GuardConfig
+from genesis_fp16_infrastructure.training.run.spec import RunCallbacks, RunSpec
 from genesis_fp16_infrastructure.training.step.execution import ResolvedExecution
 from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
 from genesis_fp16_infrastructure.training.step.trainer import Trainer, TrainerConfig
@@ -19,13 +19,13 @@ from genesis_fp16_infrastructure.training.step.trainer import Trainer, TrainerCo
 StepHook = Callable[[Trainer], None]
 
 
-def _never_stop() -> bool:
-    return False
-
-
 @dataclass(frozen=True, kw_only=True)
-class FitOptions:
+class FitOptions(RunSpec, RunCallbacks):
     """How ``fit()`` runs. Give ``steps``, ``epochs`` or both (whichever ends first).
+
+    The run's fields and the callbacks ``on_log`` and ``should_stop`` are
+    :class:`~genesis_fp16_infrastructure.training.run.spec.RunSpec`'s and ``RunCallbacks``',
+    shared with the plugin API's ``TrainRequest``; the rest are the library's own.
 
     - ``steps``: optimizer steps of *this* invocation, skipped ones included.
     - ``epochs``: epoch ends of this invocation; a run resumed mid-epoch finishes that
@@ -68,26 +68,12 @@ class FitOptions:
       ``FitResult.early_stop`` reports the best step and why the run stopped.
     """
 
-    precision: str = "auto"
-    device: str = "cpu"
-    steps: int | None = None
-    epochs: int | None = None
-    seed: int = 0
-    resume: bool = True
     checkpoint_dir: Path | None = None
     keep: int = 3
     checkpoint_interval: int | None = None
-    checkpoint_seconds: float | None = 60.0
-    log_interval: int = 50
-    on_log: Callable[[TrainingSummary], None] | None = None
-    should_stop: Callable[[], bool] = _never_stop
     scaler: ScalerConfig = field(default_factory=ScalerConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     step_hooks: Sequence[StepHook] = ()
-    guard: GuardConfig | None = None
-    fsdp: bool = False
-    cuda_graph: str = "auto"
-    compile: str = "off"
     auto_precision: AutoPrecision = field(default_factory=AutoPrecision)
     early_stop: EarlyStopping | None = None
 

@@ -194,7 +194,14 @@ def test_compile_travels_from_the_request_to_fit_which_refuses_it_before_any_ste
 ) -> None:
     """TrainRequest.compile survives JSON and reaches FitOptions; fit() on a CPU raises
     before building a checkpoint folder, and compile=off trains as before."""
-    request = TrainRequest("t", "fp32", "test", tmp_path, tmp_path / "c", compile="on")
+    request = TrainRequest(
+        agent="t",
+        precision="fp32",
+        precision_reason="test",
+        state_dir=tmp_path,
+        checkpoint_dir=tmp_path / "c",
+        compile="on",
+    )
     assert TrainRequest.from_json(request.to_json()).compile == "on"
     options = request.fit_options(steps=2)
     assert options.compile == "on"
@@ -210,7 +217,14 @@ def test_fit_result_train_json_and_checkpoint_carry_the_execution(tmp_path: Path
     options = FitOptions(precision="fp32", steps=2, cuda_graph="auto", checkpoint_dir=tmp_path)
     result = fit(task, options)
     assert result.execution.used == "eager" and "CUDA device" in result.execution.reason
-    request = TrainRequest("t", "fp32", "test", tmp_path, tmp_path, cuda_graph="auto")
+    request = TrainRequest(
+        agent="t",
+        precision="fp32",
+        precision_reason="test",
+        state_dir=tmp_path,
+        checkpoint_dir=tmp_path,
+        cuda_graph="auto",
+    )
     out = TrainResult.from_fit(request, result).to_json()
     assert out["execution"] == "eager" and out["execution_reason"] == result.execution.reason
     assert result.checkpoint is not None

@@ -15,6 +15,8 @@ TORCH_FREE = (
     "genesis_fp16_infrastructure.training.precision.precision_memory",
     "genesis_fp16_infrastructure.training.precision.loss_scaler_config",
     "genesis_fp16_infrastructure.training.precision.precision_names",
+    "genesis_fp16_infrastructure.training.run.spec",
+    "genesis_fp16_infrastructure.plugin_api",
 )
 
 
@@ -26,7 +28,8 @@ def _run(code: str) -> str:
 
 
 def test_config_modules_import_without_torch() -> None:
-    """The guard config, precision memory and scaler config load without importing torch."""
+    """The guard config, precision memory, scaler config, the run spec and the plugin API
+    load without importing torch."""
     code = (
         "import sys\n"
         + "".join(f"import {name}\n" for name in TORCH_FREE)

@@ -1,0 +1,130 @@
+"""The run's fields, declared once: :class:`RunSpec`, its :class:`RunCallbacks`, one codec.
+
+Both ways into a run build on it: the plugin API's ``TrainRequest`` (what the daemon or
+``genesis-fp16 train`` asks an agent for) and the library's ``FitOptions`` (what ``fit()``
+takes) are ``RunSpec`` subclasses, so a field both need (the precision asked for, the
+device, the budget, the checkpoint time bound, the log interval, the guard, FSDP and the
+execution settings) is declared here and nowhere else, and ``TrainRequest.fit_options``
+copies them without naming one. Importable without torch::
+
+    spec = RunSpec(precision="bf16", steps=100, guard=GuardConfig())
+    spec_from_json(RunSpec, json.loads(json.dumps(spec_to_json(spec)))) == spec  # True
+
+:func:`spec_to_json` and :func:`spec_from_json` are the one codec of every such type (the
+run file a child reads, the request torchrun's ranks read): callbacks are left out (they
+cannot cross a process), paths travel as strings, the guard as its fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields, is_dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from genesis_fp16_infrastructure.json_numbers import finite
+from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
+
+if TYPE_CHECKING:
+    from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
+
+S = TypeVar("S", bound="RunSpec")
+
+
+def _never_stop() -> bool:
+    return False
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec:
+    """What one run is asked to do, whoever asks (torch-free, frozen, JSON by the codec).
+
+    - ``precision``: ``auto``, ``fp32``, ``bf16`` or ``fp16`` (see
+      :mod:`genesis_fp16_infrastructure.training.precision.decide`).
+    - ``device``: ``cpu``, ``cuda`` or ``cuda:N``; ``seed``: the run's seed.
+    - ``steps`` / ``epochs``: the budget of this run (optimizer steps, skipped ones
+      included; epoch ends), whichever ends first.
+    - ``resume``: continue from the newest valid checkpoint.
+    - ``checkpoint_seconds``: a periodic checkpoint at least this often (None: no time
+      bound); ``log_interval``: steps between two progress reports.
+    - ``guard``: the precision guard's configuration; None turns it off.
+    - ``fsdp``: under torchrun, shard with FSDP2 instead of DDP.
+    - ``cuda_graph``: ``auto``, ``on`` or ``off``; ``compile``: ``off`` or ``on`` (see
+      :mod:`genesis_fp16_infrastructure.training.step.execution`).
+    """
+
+    precision: str = "auto"
+    device: str = "cpu"
+    steps: int | None = None
+    epochs: int | None = None
+    seed: int = 0
+    resume: bool = True
+    checkpoint_seconds: float | None = 60.0
+    log_interval: int = 50
+    guard: GuardConfig | None = None
+    fsdp: bool = False
+    cuda_graph: str = "auto"
+    compile: str = "off"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunCallbacks:
+    """How a run talks back while it runs; never serialised.
+
+    ``on_log`` receives a ``TrainingSummary`` every log interval and once more at the
+    end; ``should_stop`` is polled before every step, and when it returns True the run
+    checkpoints, evaluates and ends early.
+    """
+
+    on_log: Callable[[TrainingSummary], None] | None = None
+    should_stop: Callable[[], bool] = _never_stop
+
+
+# The field types the codec rebuilds from JSON, by the name in their annotation.
+_DECODERS: dict[str, Callable[[Any], Any]] = {
+    "Path": Path,
+    "GuardConfig": lambda raw: replace(GuardConfig(**raw), ladder=tuple(raw["ladder"])),
+}
+
+
+def _is_callback(annotation: object) -> bool:
+    return "Callable" in str(annotation)
+
+
+def spec_to_json(spec: RunSpec) -> dict[str, Any]:
+    """``spec`` (a :class:`RunSpec` or a subclass) as JSON-ready data, callbacks left out;
+    NaN and infinities become null."""
+    out: dict[str, Any] = {}
+    for item in fields(spec):
+        if _is_callback(item.type):
+            continue
+        value = getattr(spec, item.name)
+        if isinstance(value, Path):
+            value = str(value)
+        elif is_dataclass(value) and not isinstance(value, type):
+            value = asdict(value)
+        elif isinstance(value, Mapping):
+            value = dict(value)
+        out[item.name] = value
+    result: dict[str, Any] = finite(out)
+    return result
+
+
+def spec_from_json(cls: type[S], data: Mapping[str, Any], **callbacks: Any) -> S:
+    """The inverse of :func:`spec_to_json` for ``cls``; unknown keys are ignored (a newer
+    daemon's run file), missing ones take their defaults, ``callbacks`` set the callbacks."""
+    values: dict[str, Any] = {}
+    for item in fields(cls):
+        if _is_callback(item.type) or item.name not in data:
+            continue
+        value = data[item.name]
+        if value is not None:
+            decoder = next((d for n, d in _DECODERS.items() if n in str(item.type)), None)
+            value = decoder(value) if decoder is not None else value
+        values[item.name] = value
+    return cls(**values, **callbacks)
+
+
+def spec_fields(cls: type[RunSpec] = RunSpec) -> tuple[str, ...]:
+    """The names of the fields ``cls`` declares that carry the run (not its callbacks)."""
+    return tuple(f.name for f in fields(cls) if not _is_callback(f.type))

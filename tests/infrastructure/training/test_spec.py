@@ -1,0 +1,95 @@
+"""RunSpec: the run's fields declared once, shared by TrainRequest and FitOptions, one codec."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import fields
+from pathlib import Path
+
+from genesis_fp16_infrastructure.plugin_api import TrainRequest
+from genesis_fp16_infrastructure.training import FitOptions, GuardConfig
+from genesis_fp16_infrastructure.training.run.spec import (
+    RunCallbacks,
+    RunSpec,
+    spec_fields,
+    spec_from_json,
+    spec_to_json,
+)
+
+# Every RunSpec field away from its default: a field the codec or fit_options() dropped
+# would come back as its default and fail the comparisons below.
+NON_DEFAULT = {
+    "precision": "bf16",
+    "device": "cuda:1",
+    "steps": 7,
+    "epochs": 3,
+    "seed": 11,
+    "resume": False,
+    "checkpoint_seconds": 2.5,
+    "log_interval": 4,
+    "guard": GuardConfig(ladder=("fp16", "fp32"), check_interval=5, nonfinite_limit=None),
+    "fsdp": True,
+    "cuda_graph": "off",
+    "compile": "on",
+}
+
+
+def _own_fields(cls: type) -> set[str]:
+    """The fields ``cls`` itself declares (not inherited)."""
+    return set(inspect.get_annotations(cls))
+
+
+def test_the_sample_sets_every_field_of_the_spec() -> None:
+    """The sample above covers RunSpec whole, and every value differs from the default."""
+    assert set(NON_DEFAULT) == set(spec_fields())
+    assert all(NON_DEFAULT[f.name] != f.default for f in fields(RunSpec))
+
+
+def test_request_and_options_declare_no_field_of_the_spec_again() -> None:
+    """TrainRequest and FitOptions inherit the run's fields and callbacks, never redeclare."""
+    shared = set(spec_fields()) | {f.name for f in fields(RunCallbacks)}
+    for cls in (TrainRequest, FitOptions):
+        assert issubclass(cls, RunSpec) and issubclass(cls, RunCallbacks)
+        assert _own_fields(cls) & shared == set(), cls.__name__
+        assert _own_fields(cls), cls.__name__  # the check reads real annotations
+
+
+def test_the_codec_round_trips_a_spec_and_a_request_without_callbacks(tmp_path: Path) -> None:
+    """Through JSON text: every field back equal, paths as Path, the guard as GuardConfig,
+    callbacks left out; unknown keys ignored, missing ones take their defaults."""
+    spec = RunSpec(**NON_DEFAULT)
+    assert spec_from_json(RunSpec, json.loads(json.dumps(spec_to_json(spec)))) == spec
+    request = TrainRequest(
+        **NON_DEFAULT,
+        agent="a",
+        precision_reason="flag",
+        state_dir=tmp_path,
+        checkpoint_dir=tmp_path / "c",
+        data_path=tmp_path / "pool.json",
+        auto_excluded={"fp16": "probe red"},
+        on_log=print,
+    )
+    data = json.loads(json.dumps(request.to_json()))
+    assert "on_log" not in data and "should_stop" not in data and "on_diagnostics" not in data
+    back = TrainRequest.from_json({**data, "from_a_newer_daemon": 1})
+    assert back == TrainRequest(**{**request.__dict__, "on_log": None})
+    assert isinstance(back.data_path, Path) and isinstance(back.guard, GuardConfig)
+    assert spec_from_json(RunSpec, {}) == RunSpec()
+
+
+def test_fit_options_carry_every_field_of_the_request_spec(tmp_path: Path) -> None:
+    """fit_options() copies each RunSpec field and both callbacks, none named one by one."""
+    request = TrainRequest(
+        **NON_DEFAULT,
+        agent="a",
+        precision_reason="flag",
+        state_dir=tmp_path,
+        checkpoint_dir=tmp_path,
+        should_stop=bool,
+        on_log=print,
+    )
+    options = request.fit_options()
+    for name in spec_fields():
+        assert getattr(options, name) == getattr(request, name), name
+    assert (options.on_log, options.should_stop) == (print, bool)
