@@ -9,8 +9,9 @@ Every precision choice of the project is made here, from one :class:`PrecisionRe
 - ``auto`` by measurement: given the timed rows of a calibration, the most robust
   precision within :data:`MARGIN` of the fastest row, in its faster execution (eager or
   captured), which the answer carries as ``execution``;
-- the floor: the precision guard's next rung after a demotion, or its memory of one
-  across runs, raises a less robust pick to the floor, with the floor's reason.
+- the floor: the precision guard's next rung after a demotion (:func:`next_precision`,
+  along its ladder), or its memory of one across runs, raises a less robust pick to the
+  floor, with the floor's reason.
 
 Callers build a :class:`~.precision.PrecisionPolicy` from the answer
 (``PrecisionPolicy.from_decision``) and never patch it afterwards::
@@ -35,6 +36,7 @@ from genesis_fp16_infrastructure.training.precision.capabilities import (
     PrecisionError,
     as_device,
 )
+from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PRECISIONS,
     REQUESTABLE,
@@ -137,6 +139,26 @@ def decide(
 def resolve_precision(requested: str, device: torch.device | str) -> ResolvedPrecision:
     """``decide`` for a bare name: ``resolve_precision("fp32", "cpu").used == 'fp32'``."""
     return decide(PrecisionRequest(requested), device)
+
+
+def next_precision(
+    current: str, config: GuardConfig, capabilities: DeviceCapabilities
+) -> str | None:
+    """The precision after ``current`` on the guard's ladder that the device runs, or
+    None (``current`` is not on the ladder, or is its last rung). bf16 is passed over where
+    it is emulated, unless ``config.bf16_needs_native`` is False.
+
+    >>> caps = DeviceCapabilities("cpu", native_bf16=False, native_fp16=False, source="test")
+    >>> next_precision("fp16", GuardConfig(), caps)
+    'fp32'
+    """
+    if current not in config.ladder:
+        return None
+    for candidate in config.ladder[config.ladder.index(current) + 1 :]:
+        if candidate == "bf16" and config.bf16_needs_native and not capabilities.native_bf16:
+            continue
+        return candidate
+    return None
 
 
 def auto_candidates(

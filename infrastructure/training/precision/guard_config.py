@@ -4,21 +4,19 @@ Importable without torch, so that a daemon can check its guard settings at start
 without loading it (the guard itself is :mod:`genesis_fp16_infrastructure.training.run.guard`)::
 
     config = GuardConfig(ladder=("fp16", "fp32"), check_interval=10)
-    next_precision("fp16", config, capabilities)   # 'fp32'
+
+The next rung a demotion runs is decided with every other precision choice, by
+:func:`~genesis_fp16_infrastructure.training.precision.decide.next_precision`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     DEFAULT_LADDER,
     PRECISIONS,
 )
-
-if TYPE_CHECKING:
-    from genesis_fp16_infrastructure.training.precision.precision import DeviceCapabilities
 
 # The fixed set of reasons a demotion can have (a bounded metric label).
 REASONS: tuple[str, ...] = ("scaler_unstable", "nonfinite_loss", "overflow_rate", "divergence")
@@ -93,22 +91,3 @@ class GuardConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(f"invalid precision-guard setting: {message}")
-
-
-def next_precision(
-    current: str, config: GuardConfig, capabilities: DeviceCapabilities
-) -> str | None:
-    """The precision after ``current`` on the ladder that the device runs, or None.
-
-    >>> from genesis_fp16_infrastructure.training.precision.precision import DeviceCapabilities
-    >>> caps = DeviceCapabilities("cpu", native_bf16=False, native_fp16=False, source="test")
-    >>> next_precision("fp16", GuardConfig(), caps)
-    'fp32'
-    """
-    if current not in config.ladder:
-        return None
-    for candidate in config.ladder[config.ladder.index(current) + 1 :]:
-        if candidate == "bf16" and config.bf16_needs_native and not capabilities.native_bf16:
-            continue
-        return candidate
-    return None

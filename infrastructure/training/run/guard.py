@@ -47,12 +47,9 @@ from genesis_fp16_infrastructure.training.precision.decide import (
     PrecisionRequest,
     ResolvedPrecision,
     decide,
-)
-from genesis_fp16_infrastructure.training.precision.guard_config import (
-    REASONS,
-    GuardConfig,
     next_precision,
 )
+from genesis_fp16_infrastructure.training.precision.guard_config import REASONS, GuardConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.precision.precision_memory import (
     MEMORY_VERSION,
