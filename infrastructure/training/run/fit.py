@@ -15,7 +15,7 @@ same ``(epoch, seed)`` (draw from a generator seeded by both, not the global RNG
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 from genesis_fp16_infrastructure.training import distributed
@@ -34,6 +34,7 @@ from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResu
 from genesis_fp16_infrastructure.training.run.resume import Position, checkpoint_state, resume_run
 from genesis_fp16_infrastructure.training.run.task import TrainingTask
 from genesis_fp16_infrastructure.training.step.cuda_graph import cuda_generators
+from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
 from genesis_fp16_infrastructure.training.step.trainer import Trainer, TrainerConfig
 
 __all__ = ["FitOptions", "FitResult", "TrainingTask", "fit"]
@@ -147,12 +148,9 @@ def _expected_steps(task: TrainingTask, options: FitOptions) -> int | None:
 
 
 def _trainer_config(options: FitOptions) -> TrainerConfig:
-    return replace(
-        options.trainer,
-        log_interval=options.log_interval,
-        cuda_graph=options.cuda_graph,
-        compile=options.compile,
-    )
+    """The trainer's config with the run's step settings (``StepSpec``'s fields) in it."""
+    shared = {item.name: getattr(options, item.name) for item in fields(StepSpec)}
+    return replace(options.trainer, **shared)
 
 
 def _demote(

@@ -2,10 +2,11 @@
 
 Both ways into a run build on it: the plugin API's ``TrainRequest`` (what the daemon or
 ``genesis-fp16 train`` asks an agent for) and the library's ``FitOptions`` (what ``fit()``
-takes) are ``RunSpec`` subclasses, so a field both need (the precision asked for, the
-device, the budget, the checkpoint time bound, the log interval, the guard, FSDP and the
-execution settings) is declared here and nowhere else, and ``TrainRequest.fit_options``
-copies them without naming one. Importable without torch::
+takes) are ``RunSpec`` subclasses. A field both need (the precision asked for, the
+device, the budget, the checkpoint time bound, the guard, FSDP; and, through
+``StepSpec``, which the trainer's ``TrainerConfig`` inherits too, the log interval and
+the execution settings) is declared once, and ``TrainRequest.fit_options`` copies them
+without naming one. Importable without torch::
 
     spec = RunSpec(precision="bf16", steps=100, guard=GuardConfig())
     spec_from_json(RunSpec, json.loads(json.dumps(spec_to_json(spec)))) == spec  # True
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from genesis_fp16_infrastructure.json_numbers import finite
 from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
+from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
@@ -36,7 +38,7 @@ def _never_stop() -> bool:
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunSpec:
+class RunSpec(StepSpec):
     """What one run is asked to do, whoever asks (torch-free, frozen, JSON by the codec).
 
     - ``precision``: ``auto``, ``fp32``, ``bf16`` or ``fp16`` (see
@@ -46,11 +48,12 @@ class RunSpec:
       included; epoch ends), whichever ends first.
     - ``resume``: continue from the newest valid checkpoint.
     - ``checkpoint_seconds``: a periodic checkpoint at least this often (None: no time
-      bound); ``log_interval``: steps between two progress reports.
+      bound).
     - ``guard``: the precision guard's configuration; None turns it off.
     - ``fsdp``: under torchrun, shard with FSDP2 instead of DDP.
-    - ``cuda_graph``: ``auto``, ``on`` or ``off``; ``compile``: ``off`` or ``on`` (see
-      :mod:`genesis_fp16_infrastructure.training.step.execution`).
+    - ``log_interval``, ``cuda_graph``, ``compile``: how each step reports and executes,
+      :class:`~genesis_fp16_infrastructure.training.step.step_spec.StepSpec`'s (shared
+      with the trainer's ``TrainerConfig``).
     """
 
     precision: str = "auto"
@@ -60,11 +63,8 @@ class RunSpec:
     seed: int = 0
     resume: bool = True
     checkpoint_seconds: float | None = 60.0
-    log_interval: int = 50
     guard: GuardConfig | None = None
     fsdp: bool = False
-    cuda_graph: str = "auto"
-    compile: str = "off"
 
 
 @dataclass(frozen=True, kw_only=True)

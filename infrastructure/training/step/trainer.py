@@ -60,6 +60,7 @@ from genesis_fp16_infrastructure.training.step.execution_names import (
     COMPILE_REQUESTS,
     CUDA_GRAPH_REQUESTS,
 )
+from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
 from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
 
 logger = logging.getLogger(__name__)
@@ -90,38 +91,31 @@ LossFn = Callable[[nn.Module, Any], torch.Tensor]
 OnLog = Callable[[TrainingSummary], None]
 
 
-@dataclass(frozen=True)
-class TrainerConfig:
-    """How each step runs and how often it reports.
+@dataclass(frozen=True, kw_only=True)
+class TrainerConfig(StepSpec):
+    """How each step runs and how often it reports. ``log_interval``, ``cuda_graph`` and
+    ``compile`` are :class:`~genesis_fp16_infrastructure.training.step.step_spec.StepSpec`'s
+    (shared with the run's ``RunSpec``); the rest are the trainer's own:
 
     - ``max_grad_norm``: clip the global norm of the *unscaled* gradients to this value;
       None turns clipping off.
     - ``grad_accum_steps``: micro-batches per optimizer step. ``Trainer.step`` accumulates
       over however many micro-batches it is given (and divides the loss by that count);
       this setting tells ``fit()`` how many consecutive batches to group into one step.
-    - ``log_interval``: every this many steps the trainer reads its statistics (a host
-      sync) and calls ``on_log`` with a :class:`TrainingSummary`.
     - ``overflow_window``: the number of recent steps ``overflow_rate_window`` covers.
-    - ``cuda_graph``: ``auto``, ``on`` or ``off``: replay the whole step from a captured
-      CUDA graph where the run allows it
-      (:mod:`genesis_fp16_infrastructure.training.step.execution` says when;
-      ``Trainer.execution`` says what ran and why).
-    - ``measured_execution``: under ``auto``, what calibration timed faster for this run
-      (set by ``fit()``; None keeps the rule: captured wherever the run can be).
-    - ``compile``: ``off`` or ``on``: the model compiled with
-      ``torch.compile(mode="max-autotune-no-cudagraphs")`` inside the captured step
-      (execution ``cuda_graph_compiled``); ``on`` where the step cannot be captured is an
-      error before the first step. The model itself stays uncompiled (its state dict keys,
-      its eval): the trainer steps a compiled view of it.
+    - ``measured_execution``: under ``cuda_graph="auto"``, what calibration timed faster
+      for this run (set by ``fit()``; None keeps the rule: captured wherever the run can
+      be). ``Trainer.execution`` says what ran and why.
+
+    With ``compile="on"`` the model is compiled with
+    ``torch.compile(mode="max-autotune-no-cudagraphs")``; the model itself stays
+    uncompiled (its state dict keys, its eval): the trainer steps a compiled view of it.
     """
 
     max_grad_norm: float | None = 1.0
     grad_accum_steps: int = 1
-    log_interval: int = 50
     overflow_window: int = 100
-    cuda_graph: str = "auto"
     measured_execution: MeasuredExecution | None = None
-    compile: str = "off"
 
     def __post_init__(self) -> None:
         if self.compile not in COMPILE_REQUESTS:

@@ -8,7 +8,8 @@ from dataclasses import fields
 from pathlib import Path
 
 from genesis_fp16_infrastructure.plugin_api import TrainRequest
-from genesis_fp16_infrastructure.training import FitOptions, GuardConfig
+from genesis_fp16_infrastructure.training import FitOptions, GuardConfig, TrainerConfig
+from genesis_fp16_infrastructure.training.run.fit import _trainer_config
 from genesis_fp16_infrastructure.training.run.spec import (
     RunCallbacks,
     RunSpec,
@@ -16,6 +17,7 @@ from genesis_fp16_infrastructure.training.run.spec import (
     spec_from_json,
     spec_to_json,
 )
+from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
 
 # Every RunSpec field away from its default: a field the codec or fit_options() dropped
 # would come back as its default and fail the comparisons below.
@@ -46,13 +48,31 @@ def test_the_sample_sets_every_field_of_the_spec() -> None:
     assert all(NON_DEFAULT[f.name] != f.default for f in fields(RunSpec))
 
 
-def test_request_and_options_declare_no_field_of_the_spec_again() -> None:
-    """TrainRequest and FitOptions inherit the run's fields and callbacks, never redeclare."""
+def test_request_options_and_trainer_declare_no_shared_field_again() -> None:
+    """TrainRequest and FitOptions inherit the run's fields and callbacks, TrainerConfig
+    and RunSpec the step's: none of them declares one again."""
     shared = set(spec_fields()) | {f.name for f in fields(RunCallbacks)}
     for cls in (TrainRequest, FitOptions):
         assert issubclass(cls, RunSpec) and issubclass(cls, RunCallbacks)
         assert _own_fields(cls) & shared == set(), cls.__name__
         assert _own_fields(cls), cls.__name__  # the check reads real annotations
+    step = {f.name for f in fields(StepSpec)}
+    for cls in (RunSpec, TrainerConfig):
+        assert issubclass(cls, StepSpec) and _own_fields(cls) & step == set(), cls.__name__
+
+
+def test_fit_hands_the_step_fields_to_its_trainer() -> None:
+    """Each StepSpec field of FitOptions reaches the trainer's config, the rest is kept."""
+    options = FitOptions(
+        steps=1,
+        log_interval=7,
+        cuda_graph="off",
+        compile="on",
+        trainer=TrainerConfig(grad_accum_steps=3),
+    )
+    config = _trainer_config(options)
+    assert (config.log_interval, config.cuda_graph, config.compile) == (7, "off", "on")
+    assert config.grad_accum_steps == 3
 
 
 def test_the_codec_round_trips_a_spec_and_a_request_without_callbacks(tmp_path: Path) -> None:
