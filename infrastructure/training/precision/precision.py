@@ -23,34 +23,19 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-# What a device can do and the decision, re-exported: callers import them from here.
 from genesis_fp16_infrastructure.training.precision.capabilities import (
-    CPU_FP16_SLOWDOWN as CPU_FP16_SLOWDOWN,
-)
-from genesis_fp16_infrastructure.training.precision.capabilities import (
-    DEVICE_TYPES as DEVICE_TYPES,
-)
-from genesis_fp16_infrastructure.training.precision.capabilities import (
-    DeviceCapabilities as DeviceCapabilities,
-)
-from genesis_fp16_infrastructure.training.precision.capabilities import (
-    PrecisionError as PrecisionError,
-)
-from genesis_fp16_infrastructure.training.precision.capabilities import (
+    CPU_FP16_SLOWDOWN,
+    DEVICE_TYPES,
+    DeviceCapabilities,
+    PrecisionError,
     as_device,
-)
-from genesis_fp16_infrastructure.training.precision.capabilities import (
-    detect_capabilities as detect_capabilities,
+    detect_capabilities,
 )
 from genesis_fp16_infrastructure.training.precision.decide import (
-    PrecisionRequest as PrecisionRequest,
-)
-from genesis_fp16_infrastructure.training.precision.decide import (
-    ResolvedPrecision as ResolvedPrecision,
-)
-from genesis_fp16_infrastructure.training.precision.decide import decide as decide
-from genesis_fp16_infrastructure.training.precision.decide import (
-    resolve_precision as resolve_precision,
+    PrecisionRequest,
+    ResolvedPrecision,
+    decide,
+    resolve_precision,
 )
 from genesis_fp16_infrastructure.training.precision.loss_scaler import (
     LossScaler,
@@ -60,11 +45,28 @@ from genesis_fp16_infrastructure.training.precision.loss_scaler import (
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     DTYPE_NAMES,
     LOSS_SCALED,
+    PRECISIONS,
 )
-from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS as PRECISIONS
 
 if TYPE_CHECKING:
     from torch.distributed.fsdp import MixedPrecisionPolicy
+
+# What a device can do and the decision are re-exported: callers import them from here.
+__all__ = [
+    "CPU_FP16_SLOWDOWN",
+    "DEVICE_TYPES",
+    "PRECISIONS",
+    "DeviceCapabilities",
+    "PrecisionError",
+    "PrecisionPolicy",
+    "PrecisionRequest",
+    "ResolvedPrecision",
+    "autocast_to",
+    "decide",
+    "detect_capabilities",
+    "dtype_of",
+    "resolve_precision",
+]
 
 logger = logging.getLogger(__name__)
 
