@@ -67,15 +67,10 @@ from genesis_fp16_infrastructure.training.precision.decide import (
     MARGIN,
     Measured,
     PrecisionRequest,
+    auto_candidates,
     decide,
     fp32_baseline,
 )
-
-# Re-exported: the measured choice lives with every other in decide.
-from genesis_fp16_infrastructure.training.precision.decide import (
-    auto_candidates as auto_candidates,
-)
-from genesis_fp16_infrastructure.training.precision.decide import choose as choose
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state

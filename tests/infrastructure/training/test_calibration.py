@@ -13,15 +13,15 @@ from test_fit import RegressionTask
 
 from genesis_fp16_infrastructure.training import FitOptions, TrainerConfig, fit
 from genesis_fp16_infrastructure.training.precision import capabilities
-from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler, ScalerConfig
-from genesis_fp16_infrastructure.training.precision.precision import DeviceCapabilities
-from genesis_fp16_infrastructure.training.run import calibration as cal
-from genesis_fp16_infrastructure.training.run.calibration import (
-    AutoPrecision,
+from genesis_fp16_infrastructure.training.precision.decide import (
     Measured,
     auto_candidates,
     choose,
 )
+from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler, ScalerConfig
+from genesis_fp16_infrastructure.training.precision.precision import DeviceCapabilities
+from genesis_fp16_infrastructure.training.run import calibration as cal
+from genesis_fp16_infrastructure.training.run.calibration import AutoPrecision
 from genesis_fp16_infrastructure.training.step.execution import ExecutionError
 
 NATIVE_BF16 = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native")
