@@ -96,18 +96,20 @@ def choose_precision(
     from genesis_fp16_infrastructure.training.precision.decide import (
         PrecisionRequest,
         decide,
+        runs_at_floor,
     )
     from genesis_fp16_infrastructure.training.precision.precision import PrecisionError
 
+    would_run = requested
+    if requested == "auto":  # only auto needs the device (an explicit name probes none)
+        try:
+            would_run = decide(PrecisionRequest("auto"), device).used
+        except PrecisionError:  # the run itself fails with the clear error
+            return requested, reason
     name, why = floor
-    why = f"{why}; asked for {requested} ({reason})"
-    try:
-        decision = decide(PrecisionRequest(requested, floor=name, floor_reason=why), device)
-    except PrecisionError:  # the run itself fails with the clear error
+    if not runs_at_floor(requested, would_run, name):
         return requested, reason
-    # ``auto`` that resolves to the floor itself takes the memory too: the plugin may run
-    # ``auto`` below it (rlhf_ppo's ``preset=fp16_all``); an explicit floor may not.
-    return (name, why) if decision.reason == why else (requested, reason)
+    return name, f"{why}; asked for {requested} ({reason})"
 
 
 def budget(

@@ -183,6 +183,24 @@ def test_auto_that_resolves_to_the_remembered_precision_takes_the_memory(tmp_pat
         assert precision == "auto"
 
 
+def test_an_explicit_request_meets_the_memory_without_probing_the_device(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An explicit fp16 under a remembered bf16 floor is raised without asking the device
+    (no CUDA start in the daemon's process); only auto needs the device."""
+    from genesis_fp16_infrastructure.training.precision import capabilities
+
+    def no_probe(device: object) -> object:
+        raise AssertionError(f"the device {device} was probed")
+
+    _remember(tmp_path)
+    monkeypatch.setattr(capabilities, "detect_capabilities", no_probe)
+    fp16 = _settings(tmp_path, ENABLE_FP16_TRAINING=True)
+    assert choose_precision(fp16, AGENT, "cuda")[0] == "bf16"
+    with pytest.raises(AssertionError, match="was probed"):  # the stand-in is live
+        choose_precision(_settings(tmp_path), AGENT, "cuda")
+
+
 def test_a_broken_state_file_is_ignored_with_a_warning(tmp_path: Path) -> None:
     """A garbled state file neither crashes the job nor lowers the precision."""
     path = _remember(tmp_path)

@@ -253,14 +253,26 @@ def _explicit(requested: str, caps: DeviceCapabilities, basis: str | None) -> Re
     return ResolvedPrecision(requested, requested, caps.device_type, reason, warning)
 
 
+def runs_at_floor(requested: str, used: str, floor: str) -> bool:
+    """Whether a pick of ``used`` (for ``requested``) runs at ``floor`` instead: it is less
+    robust than the floor, or an ``auto`` that lands on it (the plugin may run ``auto``
+    below it, as rlhf_ppo's ``preset=fp16_all``; an explicit name at the floor may not).
+    Needs no device: the daemon asks it of an explicit request without probing one.
+
+    >>> runs_at_floor("fp16", "fp16", "bf16"), runs_at_floor("bf16", "bf16", "bf16")
+    (True, False)
+    """
+    if used not in ROBUSTNESS or floor not in ROBUSTNESS:
+        return False
+    below = ROBUSTNESS.index(used) < ROBUSTNESS.index(floor)
+    return below or (requested == "auto" and used == floor)
+
+
 def _floored(
     request: PrecisionRequest, caps: DeviceCapabilities, pick: ResolvedPrecision
 ) -> ResolvedPrecision:
     floor = request.floor
-    if floor is None:
-        return pick
-    below = ROBUSTNESS.index(pick.used) < ROBUSTNESS.index(floor)
-    if not (below or (request.requested == "auto" and pick.used == floor)):
+    if floor is None or not runs_at_floor(request.requested, pick.used, floor):
         return pick
     raised = _explicit(floor, caps, request.floor_reason)
     return replace(raised, requested=request.requested)

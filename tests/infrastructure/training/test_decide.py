@@ -17,6 +17,7 @@ from genesis_fp16_infrastructure.training.precision.decide import (
     Measured,
     PrecisionRequest,
     decide,
+    runs_at_floor,
 )
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 
@@ -53,6 +54,21 @@ def test_a_floor_leaves_a_pick_at_or_above_it_unless_auto_lands_on_it(bf16_cpu: 
     assert robust.used == "fp32" and robust.reason != "memory"
     auto = decide(PrecisionRequest("auto", floor="bf16", floor_reason="memory"), "cpu")
     assert (auto.requested, auto.used, auto.reason) == ("auto", "bf16", "memory")
+
+
+@pytest.mark.parametrize(
+    ("requested", "used", "floor", "raised"),
+    [
+        ("fp16", "fp16", "bf16", True),  # less robust than the floor
+        ("auto", "bf16", "bf16", True),  # auto at the floor takes it
+        ("bf16", "bf16", "bf16", False),  # an explicit name at the floor keeps its own
+        ("auto", "fp32", "bf16", False),  # more robust already
+        ("fp16", "fp16", "fp8", False),  # a floor from a broken file means nothing
+    ],
+)
+def test_runs_at_floor_needs_no_device(requested: str, used: str, floor: str, raised: bool) -> None:
+    """The floor rule on names alone (the daemon's check of an explicit request)."""
+    assert runs_at_floor(requested, used, floor) is raised
 
 
 def test_the_rule_drops_an_excluded_pick_to_fp32_and_adds_its_note(bf16_cpu: None) -> None:
