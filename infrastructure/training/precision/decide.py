@@ -40,7 +40,7 @@ from genesis_fp16_infrastructure.training.precision.guard_config import GuardCon
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PRECISIONS,
     REQUESTABLE,
-    ROBUSTNESS,
+    less_robust,
 )
 
 MARGIN = 0.05
@@ -262,10 +262,7 @@ def runs_at_floor(requested: str, used: str, floor: str) -> bool:
     >>> runs_at_floor("fp16", "fp16", "bf16"), runs_at_floor("bf16", "bf16", "bf16")
     (True, False)
     """
-    if used not in ROBUSTNESS or floor not in ROBUSTNESS:
-        return False
-    below = ROBUSTNESS.index(used) < ROBUSTNESS.index(floor)
-    return below or (requested == "auto" and used == floor)
+    return less_robust(used, floor) or (requested == "auto" and used == floor)
 
 
 def _floored(

@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16_infrastructure.atomic import write_json_atomic
-from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS, ROBUSTNESS
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    PRECISIONS,
+    less_robust,
+)
 
 MEMORY_VERSION = 1
 
@@ -44,9 +47,7 @@ class PrecisionMemory:
 
     def applies_to(self, precision: str) -> bool:
         """True when ``precision`` is less robust than the remembered floor."""
-        if precision not in ROBUSTNESS or self.demoted_to not in ROBUSTNESS:
-            return False
-        return ROBUSTNESS.index(precision) < ROBUSTNESS.index(self.demoted_to)
+        return less_robust(precision, self.demoted_to)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

@@ -29,6 +29,19 @@ CHOICES: tuple[str, ...] = ("auto", *PRECISIONS)
 ROBUSTNESS: tuple[str, ...] = tuple(reversed(PRECISIONS))
 """From least to most numerically robust: the order the precision memory floors on."""
 
+
+def less_robust(precision: str, than: str) -> bool:
+    """True when ``precision`` is less robust than ``than`` (fp16 < bf16 < fp32); False
+    when either is not a precision (a floor read from a broken file means nothing)::
+
+        >>> less_robust("fp16", "bf16"), less_robust("fp32", "bf16"), less_robust("fp8", "bf16")
+        (True, False, False)
+    """
+    if precision not in ROBUSTNESS or than not in ROBUSTNESS:
+        return False
+    return ROBUSTNESS.index(precision) < ROBUSTNESS.index(than)
+
+
 DEFAULT_LADDER: tuple[str, ...] = ROBUSTNESS
 """The precision guard's default demotion order: down the robustness order to fp32."""
 
