@@ -50,17 +50,18 @@ class SnapshotStore:
         self.where: str | None = None  # "device" or "host", decided by the first save
         self.reason = ""
         self._state: Any = None
+        self._pinned = False  # CUDA state copied to the host: the copies do not wait
         self._copied: torch.cuda.Event | None = None
 
     def save(self, state: Mapping[str, Any]) -> None:
         """Copy ``state`` into the store (queued on the current stream; no host wait)."""
         if self.where is None:
             self.where, self.reason = placement(state)
+            self._pinned = self.where == "host" and _on_cuda(state)
             logger.info("precision guard: snapshots on the %s (%s)", self.where, self.reason)
-        to_host = self.where == "host"
-        self._state = _copy_into(state, self._state, to_host)
+        self._state = _copy_into(state, self._state, self.where == "host")
         self._copied = None
-        if to_host and _on_cuda(state):  # non-blocking copies into pinned memory
+        if self._pinned:  # non-blocking copies into pinned memory: record when they land
             self._copied = torch.cuda.Event()
             self._copied.record()
 
