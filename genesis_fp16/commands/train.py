@@ -226,7 +226,7 @@ def _run_owned(
         bar: _ProgressBar | None = None
         tracker: RunTracker | None = None
         if handed is not None:  # a daemon's run: the daemon tracks it from the relayed lines
-            request = handed
+            request = replace(handed, device=device)
         else:
             with rank_zero_first(env):  # rank 0 generates the sample data, the others wait
                 assert settings is not None  # only a daemon's run comes without settings
@@ -235,12 +235,14 @@ def _run_owned(
             tracking_dir = args.tracking_dir or settings.tracking_dir
             if main and tracking_dir is not None:
                 tracker = open_tracker(tracking_dir, args.agent, uuid.uuid4().hex[:12], request)
-        on_log = _fan_out(bar.update if bar else None, tracker.log_summary if tracker else None)
-        request = replace(request, device=device, should_stop=stop.is_set, on_log=on_log)
-        if args.json_progress or not main:
-            request = replace(request, on_log=_print_progress if main else None)
-            if main:  # the daemon exports them live (launcher reads these lines)
-                request = replace(request, on_diagnostics=_print_diagnostics)
+        if args.json_progress or not main:  # the launcher's lines; other ranks report nothing
+            shown = _print_progress if main else None
+        else:
+            shown = bar.update if bar else None
+        on_log = _fan_out(shown, tracker.log_summary if tracker else None)
+        request = replace(request, should_stop=stop.is_set, on_log=on_log)
+        if args.json_progress and main:  # the daemon exports them live (launcher reads these)
+            request = replace(request, on_diagnostics=_print_diagnostics)
         with kubeflow.report_progress(os.environ, request, main, stop.is_set) as request:
             return _train(args, plugin, request, main, bar, tracker)
 
