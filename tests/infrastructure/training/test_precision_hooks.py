@@ -21,7 +21,7 @@ from genesis_fp16_infrastructure.training import (
 )
 from genesis_fp16_infrastructure.training.precision import precision_names as names
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionError
-from genesis_fp16_infrastructure.training.precision.precision_memory import ROBUSTNESS
+from genesis_fp16_infrastructure.training.precision.precision_names import ROBUSTNESS
 from genesis_fp16_infrastructure.training.step import trainer
 
 
