@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from genesis_fp16 import __version__
 from genesis_fp16.config.storage import storage_error
+from genesis_fp16.startup_signals import release_sigterm
 
 # Subcommand modules, in the order `--help` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -87,6 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if not getattr(args, "takes_sigterm", False):
+        release_sigterm()  # a SIGTERM held during start-up ends this command now
     try:
         code = int(args.func(args))
         sys.stdout.flush()  # here, so that a closed pipe is caught below, not at exit

@@ -60,6 +60,7 @@ from genesis_fp16.runs.run_request import (
     resolve_options,
 )
 from genesis_fp16.service.logsetup import configure_logging
+from genesis_fp16.startup_signals import take_over_sigterm
 from genesis_fp16_infrastructure.data.readers import DataError
 from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError
 from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
@@ -163,7 +164,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--json-progress", action="store_true", help=argparse.SUPPRESS)
     # For the daemon's launcher: the whole run request as JSON (TrainRequest.to_json).
     parser.add_argument("--request", type=Path, help=argparse.SUPPRESS)
-    parser.set_defaults(func=run)
+    # train installs its own SIGTERM handler (_stop_on_signals), which takes over one that
+    # came during start-up (genesis_fp16.startup_signals).
+    parser.set_defaults(func=run, takes_sigterm=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -355,6 +358,8 @@ def _stop_on_signals() -> threading.Event:
 
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     signal.signal(signal.SIGINT, on_interrupt)
+    if take_over_sigterm():  # stopped while it started: stop at the first step boundary
+        stop.set()
     return stop
 
 

@@ -64,10 +64,12 @@ _LOOKS_LIKE_ERROR = re.compile(r"(?i:error|exception|traceback|fail|fatal)|^[WEF
 
 class RunStopped(RuntimeError):
     """The run was asked to stop (the daemon shutting down, a precision switch) and its
-    process ended without a result: SIGTERM reached it during its start-up, before it
-    could take a step or checkpoint. Not a failure: the job counts the run as
-    ``stopped``, and the next run starts it again. A run that reaches its *timeout*
-    without a result is a failure (``hung``), as one that ignores the SIGTERM is."""
+    process ended without a result: SIGTERM reached it before its command could act on it
+    (``python -m genesis_fp16`` holds one that comes while it imports, see
+    ``genesis_fp16.startup_signals``, so this is the interpreter's first moments). Not a
+    failure: the job counts the run as ``stopped``, and the next run starts it again. A run
+    that reaches its *timeout* without a result is a failure (``hung``), as one that
+    ignores the SIGTERM is."""
 
 
 class LaunchError(RuntimeError):
