@@ -35,6 +35,10 @@ def _rank(rank: int, init: str, folder: str) -> None:
     except ValueError as exc:
         out.write_text(f"ValueError: {exc}")
     finally:
+        # Both ranks meet before either tears down: on a loaded host one rank could finish
+        # and close its gloo pairs while the other was still connecting ("connection
+        # closed by peer" in that rank, and the test failed though both were refused).
+        dist.barrier()
         dist.destroy_process_group()
 
 
