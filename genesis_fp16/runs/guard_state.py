@@ -12,6 +12,7 @@ lowers. ``genesis-fp16 precision reset AGENT`` deletes the memory;
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
@@ -47,12 +48,13 @@ def guard_config(settings: Settings) -> GuardConfig | None:
     if not settings.guard_enabled:
         return None
     values: dict[str, Any] = {}
+    hints = typing.get_type_hints(GuardConfig)
     for item in fields(GuardConfig):
         value = getattr(settings, f"guard_{item.name}")
         if item.name == "ladder":
             value = tuple(value.split(","))
-        elif value == 0 and "None" in str(item.type):  # an optional trigger: 0 is off
-            value = None
+        elif value == 0 and type(None) in typing.get_args(hints[item.name]):
+            value = None  # an optional trigger: 0 is off
         values[item.name] = value
     return GuardConfig(**values)
 

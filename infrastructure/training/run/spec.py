@@ -18,17 +18,21 @@ cannot cross a process), paths travel as strings, the guard as its fields.
 
 from __future__ import annotations
 
+import collections.abc
+import types
+import typing
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, fields, is_dataclass, replace
+from dataclasses import Field, asdict, dataclass, fields, is_dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from genesis_fp16_infrastructure.json_numbers import finite
 from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
 
-if TYPE_CHECKING:
-    from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
+# At run time, not only for the type checker: the codec resolves every field's annotation
+# to its real type (typing.get_type_hints), and on_log's names this one.
+from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
 
 S = TypeVar("S", bound="RunSpec")
 
@@ -80,15 +84,37 @@ class RunCallbacks:
     should_stop: Callable[[], bool] = _never_stop
 
 
-# The field types the codec rebuilds from JSON, by the name in their annotation.
-_DECODERS: dict[str, Callable[[Any], Any]] = {
-    "Path": Path,
-    "GuardConfig": lambda raw: replace(GuardConfig(**raw), ladder=tuple(raw["ladder"])),
-}
+def _decode_guard(raw: Mapping[str, Any]) -> GuardConfig:
+    return replace(GuardConfig(**raw), ladder=tuple(raw["ladder"]))
 
 
-def _is_callback(annotation: object) -> bool:
-    return "Callable" in str(annotation)
+# The field types the codec rebuilds from JSON, by the type itself (an optional field's
+# non-None type); every other field's JSON value is its value.
+_DECODERS: dict[type, Callable[[Any], Any]] = {Path: Path, GuardConfig: _decode_guard}
+
+
+def field_type(hint: object) -> object:
+    """``X`` for ``X | None`` (or ``Optional[X]``); any other annotation as it is."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        present = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(present) == 1:
+            return present[0]
+    return hint
+
+
+_FIELD_TYPES: dict[type, dict[str, object]] = {}
+
+
+def _field_types(cls: type) -> dict[str, object]:
+    """Each dataclass field of ``cls`` and its real type, resolved once per class."""
+    if cls not in _FIELD_TYPES:
+        hints = typing.get_type_hints(cls)
+        _FIELD_TYPES[cls] = {item.name: field_type(hints[item.name]) for item in fields(cls)}
+    return _FIELD_TYPES[cls]
+
+
+def _is_callback(cls: type, item: Field[Any]) -> bool:
+    return typing.get_origin(_field_types(cls)[item.name]) is collections.abc.Callable
 
 
 def spec_to_json(spec: RunSpec) -> dict[str, Any]:
@@ -96,7 +122,7 @@ def spec_to_json(spec: RunSpec) -> dict[str, Any]:
     NaN and infinities become null."""
     out: dict[str, Any] = {}
     for item in fields(spec):
-        if _is_callback(item.type):
+        if _is_callback(type(spec), item):
             continue
         value = getattr(spec, item.name)
         if isinstance(value, Path):
@@ -115,16 +141,16 @@ def spec_from_json(cls: type[S], data: Mapping[str, Any], **callbacks: Any) -> S
     daemon's run file), missing ones take their defaults, ``callbacks`` set the callbacks."""
     values: dict[str, Any] = {}
     for item in fields(cls):
-        if _is_callback(item.type) or item.name not in data:
+        if _is_callback(cls, item) or item.name not in data:
             continue
         value = data[item.name]
-        if value is not None:
-            decoder = next((d for n, d in _DECODERS.items() if n in str(item.type)), None)
-            value = decoder(value) if decoder is not None else value
+        decoder = _DECODERS.get(typing.cast(type, _field_types(cls)[item.name]))
+        if value is not None and decoder is not None:
+            value = decoder(value)
         values[item.name] = value
     return cls(**values, **callbacks)
 
 
 def spec_fields(cls: type[RunSpec] = RunSpec) -> tuple[str, ...]:
     """The names of the fields ``cls`` declares that carry the run (not its callbacks)."""
-    return tuple(f.name for f in fields(cls) if not _is_callback(f.type))
+    return tuple(f.name for f in fields(cls) if not _is_callback(cls, f))

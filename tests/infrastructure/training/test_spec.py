@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import inspect
 import json
-from dataclasses import fields
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from genesis_fp16_infrastructure.plugin_api import TrainRequest
@@ -35,6 +36,23 @@ NON_DEFAULT = {
     "cuda_graph": "off",
     "compile": "on",
 }
+
+
+class CallableName(str):
+    """A string type whose name reads like a callback's (the codec once matched text)."""
+
+
+class PathwayName(str):
+    """A string type whose name holds "Path" (the codec once decoded it as a path)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _NamedLikeOthers(RunSpec):
+    """A spec whose field types' names contain the words the old codec looked for."""
+
+    handler: CallableName
+    route: PathwayName
+    hook: Callable[[], None] | None = None
 
 
 def _own_fields(cls: type) -> set[str]:
@@ -113,3 +131,15 @@ def test_fit_options_carry_every_field_of_the_request_spec(tmp_path: Path) -> No
     for name in spec_fields():
         assert getattr(options, name) == getattr(request, name), name
     assert (options.on_log, options.should_stop) == (print, bool)
+
+
+def test_the_codec_reads_field_types_not_their_names() -> None:
+    """A field is a callback or a path by its type: a str type named like a Callable or a
+    Path travels as its value, a real Callable field is left out."""
+    spec = _NamedLikeOthers(handler=CallableName("on"), route=PathwayName("north"), hook=print)
+    data = json.loads(json.dumps(spec_to_json(spec)))
+    assert data["handler"] == "on" and data["route"] == "north" and "hook" not in data
+    back = spec_from_json(_NamedLikeOthers, data)
+    assert (back.handler, back.route, back.hook) == ("on", "north", None)
+    assert type(back.route) is str  # not Path("north")
+    assert spec_fields(_NamedLikeOthers)[-2:] == ("handler", "route")
