@@ -11,8 +11,6 @@ not pay for torch through this package: a CLI's ``--help`` should not take two s
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -115,16 +113,3 @@ def __getattr__(name: str) -> object:
     value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value
-
-
-class _Package(types.ModuleType):
-    # The submodule fit.py and the function fit share a name. Eagerly, this package bound
-    # the function last; lazily, the import system binds the submodule whenever fit.py
-    # is first imported (plugin_api does so directly), which would shadow the function.
-    def __setattr__(self, name: str, value: object) -> None:
-        if name == "fit" and isinstance(value, types.ModuleType):
-            value = value.fit
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -41,16 +41,6 @@ def test_config_modules_import_without_torch() -> None:
     assert _run(code) == "False"
 
 
-def test_fit_stays_the_function_after_its_submodule_loads_first() -> None:
-    """Importing the training package's fit module directly does not shadow the function fit."""
-    code = (
-        "from genesis_fp16_infrastructure.training.run.fit import FitOptions\n"
-        "from genesis_fp16_infrastructure.training import fit\n"
-        "print(callable(fit) and fit.__module__)\n"
-    )
-    assert _run(code) == "genesis_fp16_infrastructure.training.run.fit"
-
-
 def test_all_lists_exactly_the_lazy_exports() -> None:
     """__all__ and the lazy-export table name the same set: neither can drift alone."""
     assert sorted(training.__all__) == sorted(training._EXPORTS)
