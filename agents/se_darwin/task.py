@@ -44,7 +44,11 @@ from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION, Example
 from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
 from genesis_fp16_infrastructure.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
-from genesis_fp16_infrastructure.world_model.features import FeatureEncoder, PoolLike
+from genesis_fp16_infrastructure.world_model.features import (
+    FeatureEncoder,
+    PoolLike,
+    numeric_columns,
+)
 from genesis_fp16_infrastructure.world_model.metrics import accuracy, auc_with_interval, brier, mae
 from genesis_fp16_infrastructure.world_model.model import (
     ModelConfig,
@@ -238,9 +242,11 @@ def to_batch(
     examples: Sequence[Example],
     pool: PoolLike,
     folds: Sequence[int] | None = None,
+    numeric: torch.Tensor | None = None,
 ) -> Batch:
-    """Encode examples, their labels and their folds into one batch of tensors."""
-    x = encoder.encode([e.attempt for e in examples], pool)
+    """Encode examples, their labels and their folds into one batch of tensors
+    (``numeric``: the examples' ``numeric_columns``, when the caller has them)."""
+    x = encoder.encode([e.attempt for e in examples], pool, numeric)
     return Batch(
         x=x,
         success=torch.tensor([float(e.label.success) for e in examples]),
@@ -362,6 +368,13 @@ class SEDarwinTask:
         self.split = split = split or choose_split(data, options, seed, saved)
         self.members = max(1, split.fold_count)
         train, held = split.train, split.held_out
+        columns: dict[int, torch.Tensor] = {}  # each part's numeric columns, computed once
+
+        def numeric(part: Sequence[Example]) -> torch.Tensor:
+            if id(part) not in columns:
+                columns[id(part)] = numeric_columns([e.attempt for e in part], data.pool)
+            return columns[id(part)]
+
         if saved is not None:  # resuming: encode exactly as the checkpointed run did
             try:
                 self.encoder = FeatureEncoder.from_state(saved["encoder"])
@@ -370,7 +383,10 @@ class SEDarwinTask:
             self.config = ModelConfig.from_dict(saved["model"])
         else:
             self.encoder = FeatureEncoder.fit(
-                [e.attempt for e in train], data.pool, [e.label.success for e in train]
+                [e.attempt for e in train],
+                data.pool,
+                [e.label.success for e in train],
+                numeric=numeric(train),
             )
             # A member trains on all folds but one: its width follows that many records.
             member_records = len(train) * (self.members - 1) // self.members or len(train)
@@ -383,7 +399,9 @@ class SEDarwinTask:
         def batch(part: Sequence[Example]) -> Batch:
             if id(part) not in encoded:
                 folds = split.folds if split.fold_count and part is train else None
-                encoded[id(part)] = to_batch(self.encoder, part, data.pool, folds).to(device)
+                encoded[id(part)] = to_batch(
+                    self.encoder, part, data.pool, folds, numeric(part)
+                ).to(device)
             return encoded[id(part)]
 
         self.train_data = batch(train)
