@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -362,6 +363,7 @@ class SEDarwinTask:
     ) -> None:
         self.options = options
         self.seed = seed
+        self.eval_seconds = 0.0  # spent in evaluate() and validate(): the run's eval phase
         # Every labelled record read (held-out ones too), kept in each checkpoint: the next
         # scheduled run compares its pool with it (infrastructure/data/fingerprint.py).
         self.seen = seen if seen is not None else fingerprint(data.examples)
@@ -523,11 +525,19 @@ class SEDarwinTask:
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         """Held-out metrics (out-of-fold when cross-validated); the AUC with its 95%
         interval and the number of records it is measured on."""
-        return _metrics(self._predict(model, self.eval_data), self.eval_data)
+        start = time.perf_counter()
+        try:
+            return _metrics(self._predict(model, self.eval_data), self.eval_data)
+        finally:
+            self.eval_seconds += time.perf_counter() - start
 
     def validate(self, model: nn.Module) -> dict[str, float]:
         """The same metrics on the validation part: early stopping's yardstick."""
-        return _metrics(self._predict(model, self.validation_data), self.validation_data)
+        start = time.perf_counter()
+        try:
+            return _metrics(self._predict(model, self.validation_data), self.validation_data)
+        finally:
+            self.eval_seconds += time.perf_counter() - start
 
     def _predict(self, model: nn.Module, data: Batch) -> WorldModelOutput:
         """The model's output; cross-validated, each record's from the member that did not
