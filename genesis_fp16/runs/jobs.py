@@ -477,6 +477,7 @@ def _finish(
         components=result.extra.get("components"),  # per-component dtypes (rlhf_ppo's preset)
         early_stop=_early_stop_summary(early_stop),
         data=data if isinstance(data, dict) else None,
+        phases=phases if isinstance(phases, dict) else None,
         checkpoint=str(result.checkpoint) if result.checkpoint else None,
         duration_seconds=round(duration, 3),
     )
