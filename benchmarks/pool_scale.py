@@ -59,24 +59,40 @@ def write_layout(folder: Path, count: int, layout: str, seed: int = 0) -> None:
                 handle.write(json.dumps(record) + "\n")
 
 
+# Started by a small launcher process, not by this one: Linux keeps the high-water RSS
+# of the memory a process had before its exec, so a child forked from this process (which
+# holds the generated pool and torch) would report this process's RSS as its own peak.
+_LAUNCHER = """
+import json, os, sys, time
+start = time.perf_counter()
+pid = os.spawnv(os.P_NOWAIT, sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as out:
+    json.dump({"wall": time.perf_counter() - start, "code": os.waitstatus_to_exitcode(status),
+               "cpu": usage.ru_utime + usage.ru_stime, "rss_kib": usage.ru_maxrss}, out)
+"""
+
+
 def run_train(data: Path, ckpt: Path, *extra: str) -> dict[str, Any]:
     """One ``train --json`` process: its result, wall, CPU and peak RSS."""
     command = [CLI, "train", "se_darwin", "--data", str(data), "--checkpoint-dir", str(ckpt)]
     command += ["--precision", "fp32", "--json", *extra]
-    start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    assert process.stdout is not None
-    out = process.stdout.read()
-    _, status, usage = os.wait4(process.pid, 0)
-    wall = time.perf_counter() - start
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} exited {process.returncode}")
+    usage_file = ckpt.parent / "usage.json"
+    out = subprocess.run(
+        [sys.executable, "-c", _LAUNCHER, str(usage_file), *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        check=True,
+        env={**os.environ, "GENESIS_FP16_STATE_DIR": str(ckpt.parent / "state")},
+    ).stdout
+    usage = json.loads(usage_file.read_text())
+    if usage["code"] != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {usage['code']}")
     result = json.loads(out.decode().strip().splitlines()[-1])
     return {
-        "wall": wall,
-        "cpu": usage.ru_utime + usage.ru_stime,
-        "rss_mb": usage.ru_maxrss / 1024,  # KiB on Linux
+        "wall": usage["wall"],
+        "cpu": usage["cpu"],
+        "rss_mb": usage["rss_kib"] / 1024,  # KiB on Linux
         "result": result,
     }
 
@@ -126,12 +142,12 @@ def _row(row: dict[str, Any]) -> str:
     result = row["result"] or {}
     extra = result.get("extra", {})
     phases = extra.get("phases", {})
-    shown = ", ".join(f"{k} {v:.2f}" for k, v in phases.items())
+    shown = ", ".join(f"{k} {v:.3f}" for k, v in phases.items())
     outcome = result.get("outcome", "none" if row["what"] == "check_in_daemon" else "?")
     auc = result.get("eval", {}).get("auc")
     return (
-        f"| {row['pool']:,} | {row['layout']} | {row['what']} | {outcome} | {row['wall']:.2f} | "
-        f"{row['cpu']:.2f} | {row['rss_mb']:.0f} | {result.get('steps', '')} | "
+        f"| {row['pool']:,} | {row['layout']} | {row['what']} | {outcome} | {row['wall']:.3f} | "
+        f"{row['cpu']:.3f} | {row['rss_mb']:.0f} | {result.get('steps', '')} | "
         f"{'' if auc is None else f'{auc:.3f}'} | {shown} |"
     )
 
@@ -143,7 +159,7 @@ def main() -> None:
     parser.add_argument("--full", default="10000", help="sizes that also run a full default run")
     args = parser.parse_args()
     full = {int(s) for s in args.full.split(",") if s}
-    print("| pool | layout | run | outcome | wall s | CPU s | peak RSS MB | steps | AUC | phases (s) |")
+    print("| pool | layout | run | outcome | wall s | CPU s | RSS MB | steps | AUC | phases s |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as tmp:
         for count in (int(s) for s in args.sizes.split(",")):
