@@ -13,6 +13,11 @@ from typing import Any
 
 import torch
 
+from genesis_fp16_agents.se_darwin.freshness import (
+    check_up_to_date,
+    save_record,
+    scan_before_read,
+)
 from genesis_fp16_agents.se_darwin.task import (
     FINAL_FITS,
     Batch,
@@ -28,6 +33,7 @@ from genesis_fp16_infrastructure.data.fingerprint import (
 )
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import write_pool
+from genesis_fp16_infrastructure.phases import PhaseClock
 from genesis_fp16_infrastructure.plugin_api import (
     API_VERSION,
     AgentOption,
@@ -112,18 +118,31 @@ class SEDarwinPlugin:
             raise TrainRequestError(
                 "se_darwin needs a data path: generate one with generate_sample_data"
             )
+        clock = PhaseClock()  # issue 36: where the run's time goes (extra.phases)
         options = TaskOptions.from_mapping(request.options)
         whole = options.final_fit == "whole"
         if whole and rank_and_world()[1] > 1:
             raise TrainRequestError("final_fit='whole': one process only, not under torchrun")
+        # issue 36: nothing changed since the served model's run ends here, unparsed.
+        single = rank_and_world()[1] == 1  # ranks must not decide apart: torchrun reads
+        with clock.phase("check"):
+            fresh = self.check_up_to_date(request) if single else None
+            if fresh is not None:
+                return fresh
+            manifest = scan_before_read(request) if single else None
         # With final_fit=whole the split run keeps its checkpoints in a subfolder, and the
         # folder itself holds the refit's: the one the prediction API loads.
         folder = Path(request.checkpoint_dir) / SPLIT_FOLDER if whole else request.checkpoint_dir
-        data = read_pool(
-            Path(request.data_path), options, _quarantine_path(request), request.memory_limit_bytes
-        )
-        seen = fingerprint(data.examples)
-        saved, finished = _saved_state(folder) if request.resume else (None, False)
+        with clock.phase("read"):
+            data = read_pool(
+                Path(request.data_path),
+                options,
+                _quarantine_path(request),
+                request.memory_limit_bytes,
+            )
+            seen = fingerprint(data.examples)
+        with clock.phase("check"):
+            saved, finished = _saved_state(folder) if request.resume else (None, False)
         change = compare(saved.get("data"), seen) if saved is not None else None
         steps, epochs = request.steps, request.epochs
         # No budget given: train until validation stops improving, within max_epochs. An
@@ -136,7 +155,8 @@ class SEDarwinPlugin:
         if change is not None and not change.unchanged:
             _start_afresh(Path(folder), change)
             saved = None
-        task = SEDarwinTask(data, options, request.seed, request.device, saved, seen=seen)
+        with clock.phase("encode"):
+            task = SEDarwinTask(data, options, request.seed, request.device, saved, seen=seen)
         if up_to_date and change is not None:  # the model has seen every record: no step
             logger.info("se_darwin: up to date, %s: no step to take", change.describe())
             steps, epochs = 0, None
@@ -145,16 +165,18 @@ class SEDarwinPlugin:
         early_stop = None
         if options.early_stopping and not request.fsdp:
             early_stop = task.early_stopping(stop=own_budget)
-        result = fit(
-            task,
-            request.fit_options(
-                steps=steps,
-                epochs=epochs,
-                early_stop=early_stop,
-                checkpoint_dir=folder,
-                resume=saved is not None,
-            ),
-        )
+        with clock.phase("train"):  # steps and checkpoint writes; evaluation moved out
+            result = fit(
+                task,
+                request.fit_options(
+                    steps=steps,
+                    epochs=epochs,
+                    early_stop=early_stop,
+                    checkpoint_dir=folder,
+                    resume=saved is not None,
+                ),
+            )
+        clock.move("train", "eval", task.eval_seconds)
         summary = result.summary
         extra: dict[str, Any] = {
             "total_steps": summary.step,
@@ -167,14 +189,26 @@ class SEDarwinPlugin:
             "split": _split_record(task),
             "early_stop": dict(result.early_stop) if result.early_stop is not None else None,
         }
-        refit = _refit(request, task, data, result) if whole else None
+        refit = None
+        if whole:
+            with clock.phase("final_fit"):
+                refit = _refit(request, task, data, result)
         if refit is not None:
             extra["final_fit"] = _refit_record(refit, len(data.examples), result.checkpoint)
         if torch.cuda.is_available() and request.device.startswith("cuda"):
             extra["device_memory_peak_bytes"] = torch.cuda.max_memory_allocated(request.device)
+        extra["phases"] = clock.to_json()
         out = TrainResult.from_fit(request, result, quarantined=data.quarantined, extra=extra)
-        out = dataclasses.replace(out, up_to_date=up_to_date)
-        return out if refit is None else dataclasses.replace(out, checkpoint=refit.checkpoint)
+        out = dataclasses.replace(out, up_to_date=up_to_date, wall_seconds=clock.elapsed())
+        out = out if refit is None else dataclasses.replace(out, checkpoint=refit.checkpoint)
+        save_record(request, manifest, out)  # issue 36: what the next check compares with
+        return out
+
+    def check_up_to_date(self, request: TrainRequest) -> TrainResult | None:
+        """The run's result when nothing changed since the served model's run, decided from
+        the data manifest beside it without parsing or torch (agents/se_darwin/freshness.py);
+        None: the run must read the pool. The daemon asks before starting a run's process."""
+        return check_up_to_date(request)
 
     def probe_setup(self, data_path: Path | None, seed: int) -> ProbeSetup:
         """The world model, its loss and a few real batches, for the precision probe.

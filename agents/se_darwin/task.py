@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -44,7 +45,11 @@ from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION, Example
 from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
 from genesis_fp16_infrastructure.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
-from genesis_fp16_infrastructure.world_model.features import FeatureEncoder, PoolLike
+from genesis_fp16_infrastructure.world_model.features import (
+    FeatureEncoder,
+    PoolLike,
+    numeric_columns,
+)
 from genesis_fp16_infrastructure.world_model.metrics import accuracy, auc_with_interval, brier, mae
 from genesis_fp16_infrastructure.world_model.model import (
     ModelConfig,
@@ -63,6 +68,8 @@ logger = logging.getLogger(__name__)
 # one-step `train`, 1,024 MiB of it the read (docs/se-darwin.md, "Memory"). The default
 # max_pool_bytes is the run's memory limit (or the machine's memory) divided by it.
 POOL_MEMORY_FACTOR = 10
+# Named in the refusal, so that an operator sees where the factor comes from.
+MEASURED_PEAK = "8.5x on a generated 100,000-record pool, docs/se-darwin.md"
 MAX_POOL_SETTING = "GENESIS_FP16_AGENTS__SE_DARWIN__OPTIONS__MAX_POOL_BYTES"
 
 
@@ -87,12 +94,22 @@ def read_pool(
     setting (train exits 2, the daemon logs one line)."""
     limit = options.max_pool_bytes
     if limit is None:
-        limit = default_max_pool_bytes(memory_limit)
+        memory = machine_memory_bytes() if memory_limit is None else memory_limit
+        limit = default_max_pool_bytes(memory)
+        whose = (
+            "the run's memory limit (GENESIS_FP16_RUN_MEMORY_LIMIT_BYTES)"
+            if memory_limit is not None
+            else "this machine's memory (or its cgroup limit)"
+        )
+        source = f"{whose}, {memory / 2**20:,.0f} MiB, / {POOL_MEMORY_FACTOR}"
+    else:
+        source = f"{MAX_POOL_SETTING}"
     try:
         return read_trajectories(path, quarantine=quarantine, max_bytes=limit or None)
     except DataTooLarge as exc:
         raise TrainRequestError(
-            f"{exc}; a run costs about {POOL_MEMORY_FACTOR}x its pool's bytes in memory. "
+            f"{exc} (the limit is {source}); a run peaks at about {POOL_MEMORY_FACTOR}x its "
+            f"pool's bytes in resident memory (measured {MEASURED_PEAK}). "
             f"Raise {MAX_POOL_SETTING} (the se_darwin option max_pool_bytes; 0: no limit) "
             "on a machine with the memory, or train on part of the pool"
         ) from None
@@ -238,9 +255,11 @@ def to_batch(
     examples: Sequence[Example],
     pool: PoolLike,
     folds: Sequence[int] | None = None,
+    numeric: torch.Tensor | None = None,
 ) -> Batch:
-    """Encode examples, their labels and their folds into one batch of tensors."""
-    x = encoder.encode([e.attempt for e in examples], pool)
+    """Encode examples, their labels and their folds into one batch of tensors
+    (``numeric``: the examples' ``numeric_columns``, when the caller has them)."""
+    x = encoder.encode([e.attempt for e in examples], pool, numeric)
     return Batch(
         x=x,
         success=torch.tensor([float(e.label.success) for e in examples]),
@@ -356,12 +375,20 @@ class SEDarwinTask:
     ) -> None:
         self.options = options
         self.seed = seed
+        self.eval_seconds = 0.0  # spent in evaluate() and validate(): the run's eval phase
         # Every labelled record read (held-out ones too), kept in each checkpoint: the next
         # scheduled run compares its pool with it (infrastructure/data/fingerprint.py).
         self.seen = seen if seen is not None else fingerprint(data.examples)
         self.split = split = split or choose_split(data, options, seed, saved)
         self.members = max(1, split.fold_count)
         train, held = split.train, split.held_out
+        columns: dict[int, torch.Tensor] = {}  # each part's numeric columns, computed once
+
+        def numeric(part: Sequence[Example]) -> torch.Tensor:
+            if id(part) not in columns:
+                columns[id(part)] = numeric_columns([e.attempt for e in part], data.pool)
+            return columns[id(part)]
+
         if saved is not None:  # resuming: encode exactly as the checkpointed run did
             try:
                 self.encoder = FeatureEncoder.from_state(saved["encoder"])
@@ -370,7 +397,10 @@ class SEDarwinTask:
             self.config = ModelConfig.from_dict(saved["model"])
         else:
             self.encoder = FeatureEncoder.fit(
-                [e.attempt for e in train], data.pool, [e.label.success for e in train]
+                [e.attempt for e in train],
+                data.pool,
+                [e.label.success for e in train],
+                numeric=numeric(train),
             )
             # A member trains on all folds but one: its width follows that many records.
             member_records = len(train) * (self.members - 1) // self.members or len(train)
@@ -383,7 +413,9 @@ class SEDarwinTask:
         def batch(part: Sequence[Example]) -> Batch:
             if id(part) not in encoded:
                 folds = split.folds if split.fold_count and part is train else None
-                encoded[id(part)] = to_batch(self.encoder, part, data.pool, folds).to(device)
+                encoded[id(part)] = to_batch(
+                    self.encoder, part, data.pool, folds, numeric(part)
+                ).to(device)
             return encoded[id(part)]
 
         self.train_data = batch(train)
@@ -505,11 +537,19 @@ class SEDarwinTask:
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         """Held-out metrics (out-of-fold when cross-validated); the AUC with its 95%
         interval and the number of records it is measured on."""
-        return _metrics(self._predict(model, self.eval_data), self.eval_data)
+        start = time.perf_counter()
+        try:
+            return _metrics(self._predict(model, self.eval_data), self.eval_data)
+        finally:
+            self.eval_seconds += time.perf_counter() - start
 
     def validate(self, model: nn.Module) -> dict[str, float]:
         """The same metrics on the validation part: early stopping's yardstick."""
-        return _metrics(self._predict(model, self.validation_data), self.validation_data)
+        start = time.perf_counter()
+        try:
+            return _metrics(self._predict(model, self.validation_data), self.validation_data)
+        finally:
+            self.eval_seconds += time.perf_counter() - start
 
     def _predict(self, model: nn.Module, data: Batch) -> WorldModelOutput:
         """The model's output; cross-validated, each record's from the member that did not

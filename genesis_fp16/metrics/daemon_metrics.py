@@ -106,6 +106,7 @@ METRIC_NAMES = (
     "genesis_fp16_build_info",
     "genesis_fp16_device_info",
     "genesis_fp16_device_memory_peak_bytes",
+    "genesis_fp16_run_phase_seconds",
     *PROBE_METRIC_NAMES,  # genesis_fp16/metrics/probe_metrics.py
     *RL_METRIC_NAMES,  # genesis_fp16/metrics/diagnostics_export.py
 )
@@ -287,6 +288,13 @@ class DaemonMetrics:
             "UUID and model, the values DCGM's series carry (empty on a CPU host).",
             ("pod", "namespace", "hostname", "gpu", "uuid", "model_name"),
         )
+        self.run_phase_seconds = gauge(
+            "run_phase_seconds",
+            "Seconds the last finished run spent per phase (check, read, encode, train, eval, "
+            "final_fit), for agents that report them (se_darwin's extra.phases).",
+            ("agent", "phase"),
+        )
+        self._phases: dict[str, set[str]] = {}
         self.device_memory_peak = gauge(
             "device_memory_peak_bytes", "Peak accelerator memory of the last run (GPU only)."
         )
@@ -441,6 +449,15 @@ class DaemonMetrics:
             self.last_success.labels(agent=agent).set(now)
             if self._last_success_store is not None:
                 self._last_success_store.save(agent, now)  # logs a failure, never raises
+
+    def set_phases(self, agent: str, phases: Mapping[str, Any]) -> None:
+        """The last run's seconds per phase; a phase it did not have is removed, not left
+        at an older run's value."""
+        for gone in self._phases.get(agent, set()) - set(phases):
+            self.run_phase_seconds.remove(agent, gone)
+        for phase, seconds in phases.items():
+            self.run_phase_seconds.labels(agent=agent, phase=phase).set(float(seconds))
+        self._phases[agent] = set(phases)
 
     def set_data(self, agent: str, data: Mapping[str, Any], steps: int, now: float) -> None:
         """What a finished run reports of its data (``TrainResult.extra["data"]``): the

@@ -223,6 +223,9 @@ def _execute(run: _Run, plugin: AgentPlugin, request: TrainRequest) -> TrainResu
     ctx.metrics.start_run(agent, resumed_totals(paths))
     grace = settings.shutdown_timeout_seconds  # to reach a step and checkpoint
     limit = settings.run_memory_limit_bytes
+    fresh = _check_up_to_date(plugin, request)
+    if fresh is not None:  # nothing changed: no child, no ranks, no thread
+        return fresh
     if spec.nproc > 1:  # N processes under torchrun, supervised: genesis_fp16/runs/launcher.py
         return train_with_torchrun(
             request, spec.nproc, run.timeout, memory_limit=limit, log_level=settings.log_level
@@ -235,6 +238,22 @@ def _execute(run: _Run, plugin: AgentPlugin, request: TrainRequest) -> TrainResu
         return _supervised(ctx, agent, child, run.deadline, run.timeout, grace + 60)
     call = functools.partial(plugin.train, request)
     return _supervised(ctx, agent, call, run.deadline, run.timeout, grace)
+
+
+def _check_up_to_date(plugin: AgentPlugin, request: TrainRequest) -> TrainResult | None:
+    """The plugin's own cheap check, when it has one (``check_up_to_date(request)``: a
+    result when nothing changed since its served model, else None), asked in the daemon
+    so that an up-to-date run costs no process start and no torch import in a child. A
+    check that raises is logged and the run goes on in full, where the plugin decides."""
+    check = getattr(plugin, "check_up_to_date", None)
+    if check is None:
+        return None
+    try:
+        result: TrainResult | None = check(request)
+    except Exception:
+        log.warning("the plugin's up-to-date check failed: the run reads its data", exc_info=True)
+        return None
+    return result
 
 
 def _record_stopped(run: _Run, exc: RunStopped) -> None:
@@ -434,6 +453,9 @@ def _finish(
     data = result.extra.get("data")
     if isinstance(data, dict):
         ctx.metrics.set_data(agent, data, result.steps, time.time())
+    phases = result.extra.get("phases")  # where the run's time went (se_darwin)
+    if isinstance(phases, dict):
+        ctx.metrics.set_phases(agent, phases)
     peak = result.extra.get("device_memory_peak_bytes")
     if peak is not None:
         ctx.metrics.device_memory_peak.labels(agent=agent).set(float(peak))
@@ -455,6 +477,7 @@ def _finish(
         components=result.extra.get("components"),  # per-component dtypes (rlhf_ppo's preset)
         early_stop=_early_stop_summary(early_stop),
         data=data if isinstance(data, dict) else None,
+        phases=phases if isinstance(phases, dict) else None,
         checkpoint=str(result.checkpoint) if result.checkpoint else None,
         duration_seconds=round(duration, 3),
     )

@@ -9,9 +9,12 @@ records its model saw (:meth:`DataFingerprint.state_dict`, plain tensors and val
     change = compare(saved_state.get("data"), seen)  # None: the checkpoint kept none
     change.unchanged, change.added, change.removed, change.relabelled
 
-A record is its ``trajectory_id`` and its label (success, score, outcome): the attempt's
-other fields are what the encoder reads, and a record whose id and label stand is taken
-as the same record. Each is one 64-bit hash; 20,000 records keep 320 KB in a checkpoint.
+A record is its ``trajectory_id``, its label (success, score, outcome) and its attempt (every
+field the encoder reads): a record corrected in place, same id and label, is a change
+too, counted with the relabelled ones (version 1 hashed the id and label only, so such a
+correction was never learned; a version-1 checkpoint's data counts as unknown, and its
+next run trains afresh once). Each is one 64-bit hash; 20,000 records keep 320 KB in a
+checkpoint.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import torch
 
 from genesis_fp16_infrastructure.data.schema import Example
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: the attempt's fields are part of a record's hash
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,8 @@ class DataChange:
     """How the records a run reads differ from those its checkpoint's model saw.
 
     ``previous`` is None when the checkpoint kept no fingerprint: every record counts as
-    new. A removed or relabelled record is a change like a new one: never ignored.
+    new. A removed or relabelled record is a change like a new one: never ignored;
+    ``relabelled`` counts every kept id whose label or attempt differs.
     """
 
     records: int
@@ -76,12 +80,13 @@ class DataChange:
         return self.previous is not None and not (self.added or self.removed or self.relabelled)
 
     def describe(self) -> str:
-        """One phrase for the log: ``2000 records (was 500: 1500 new, 0 removed, 0 relabelled)``."""
+        """One phrase for the log: ``2000 records (was 500: 1500 new, 0 removed, 0 relabelled
+        or edited)``."""
         if self.previous is None:
             return f"{self.records} records (the checkpoint kept no record of its data)"
         return (
             f"{self.records} records (was {self.previous}: {self.added} new, "
-            f"{self.removed} removed, {self.relabelled} relabelled)"
+            f"{self.removed} removed, {self.relabelled} relabelled or edited)"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -127,7 +132,12 @@ def compare(saved: Mapping[str, Any] | None, current: DataFingerprint) -> DataCh
 
 def _record_key(example: Example) -> str:
     label = example.label
-    return f"{example.trajectory_id}\x00{label.success}\x00{label.score!r}\x00{label.outcome}"
+    # The attempt's repr names every field with its value (a frozen dataclass of strings,
+    # numbers and tuples of strings): what the encoder reads, in a stable text.
+    return (
+        f"{example.trajectory_id}\x00{label.success}\x00{label.score!r}\x00{label.outcome}"
+        f"\x00{example.attempt!r}"
+    )
 
 
 def _hash(text: str) -> int:

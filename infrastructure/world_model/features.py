@@ -99,9 +99,13 @@ class FeatureEncoder:
         successes: Sequence[bool] | None = None,
         max_tools: int = 32,
         max_patterns: int = 16,
+        numeric: torch.Tensor | None = None,
     ) -> FeatureEncoder:
         """Learn the vocabularies, the numeric features' mean and spread and, given the
-        attempts' ``successes``, the per-agent base rates from ``attempts``."""
+        attempts' ``successes``, the per-agent base rates from ``attempts``.
+
+        ``numeric`` is :func:`numeric_columns` of the same attempts and pool when the
+        caller has it already (the task computes it once per part, for fit and encode)."""
         if not attempts:
             raise ValueError("cannot fit a feature encoder on no attempts")
         pool = _as_pool(pool)
@@ -112,7 +116,8 @@ class FeatureEncoder:
         patterns = tuple(
             sorted(pattern_counts, key=lambda p: (-pattern_counts[p], p))[:max_patterns]
         )
-        numeric = torch.tensor([_numeric(a, pool) for a in attempts], dtype=torch.float64)
+        if numeric is None:
+            numeric = numeric_columns(attempts, pool)
         mean = numeric.mean(dim=0)
         std = numeric.std(dim=0, unbiased=False)
         # A column constant in training (one hunk per diff, say) is centred on its value
@@ -127,30 +132,68 @@ class FeatureEncoder:
             tools, patterns, tuple(mean.tolist()), tuple(std.tolist()), base_rate, agent_rates
         )
 
-    def encode(self, attempts: Sequence[AttemptInput], pool: PoolLike) -> torch.Tensor:
-        """A ``(len(attempts), n_features)`` float32 matrix."""
-        pool = _as_pool(pool)
-        rows = [self._row(a, pool) for a in attempts]
-        if not rows:
-            return torch.zeros((0, self.n_features), dtype=torch.float32)
-        return torch.tensor(rows, dtype=torch.float32)
+    def encode(
+        self,
+        attempts: Sequence[AttemptInput],
+        pool: PoolLike,
+        numeric: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """A ``(len(attempts), n_features)`` float32 matrix, built column-wise.
 
-    def _row(self, attempt: AttemptInput, pool: Pool) -> list[float]:
-        numeric = _numeric(attempt, pool)
-        row = [(v - m) / s for v, m, s in zip(numeric, self.mean, self.std, strict=True)]
-        row += [1.0 if attempt.operator == op else 0.0 for op in OPERATORS]
-        used = set(attempt.tools_used)
-        row += [1.0 if tool in used else 0.0 for tool in self.tools]
-        row.append(float(len(used - set(self.tools))))
-        row += [1.0 if attempt.reasoning_pattern == p else 0.0 for p in self.patterns]
-        row.append(0.0 if attempt.reasoning_pattern in self.patterns else 1.0)
-        # The agent's base rate as log-odds against the overall rate; 0 for an unknown agent.
-        # Rounded: a one-agent pool's smoothed rate equals the overall one only up to float
-        # rounding, and a 1e-16 input flushes to zero in fp16 while its fp32 gradient does
-        # not (the precision probe counted 32 flushed gradients for it).
-        rate = dict(self.agent_rates).get(attempt.agent, self.base_rate)
-        row.append(round(_logit(rate) - _logit(self.base_rate), 6))
-        return row
+        The same numbers as a row at a time in Python floats, bit for bit: the numeric
+        columns are centred and scaled in float64 (IEEE subtraction and division round
+        the same in a vector as in a Python float) and rounded to float32 once, at the
+        end; the agent column is worked out once per agent, not once per record.
+        ``numeric``: :func:`numeric_columns` of the same attempts and pool, if known."""
+        n = len(attempts)
+        if n == 0:
+            return torch.zeros((0, self.n_features), dtype=torch.float32)
+        if numeric is None:
+            numeric = numeric_columns(attempts, pool)
+        mean = torch.tensor(self.mean, dtype=torch.float64)
+        std = torch.tensor(self.std, dtype=torch.float64)
+        parts = [(numeric - mean) / std]
+        parts.append(_one_hot([a.operator for a in attempts], OPERATORS, other=False))
+        parts.append(self._tool_columns(attempts))
+        parts.append(_one_hot([a.reasoning_pattern for a in attempts], self.patterns, other=True))
+        parts.append(self._agent_column(attempts))
+        return torch.cat(parts, dim=1).to(torch.float32)
+
+    def _tool_columns(self, attempts: Sequence[AttemptInput]) -> torch.Tensor:
+        """One column per known tool (used or not), then the count of other tools used."""
+        index = {tool: i for i, tool in enumerate(self.tools)}
+        out = torch.zeros((len(attempts), len(self.tools) + 1), dtype=torch.float64)
+        rows: list[int] = []
+        cols: list[int] = []
+        others = [0.0] * len(attempts)
+        for row, attempt in enumerate(attempts):
+            for tool in set(attempt.tools_used):
+                col = index.get(tool)
+                if col is None:
+                    others[row] += 1.0
+                else:
+                    rows.append(row)
+                    cols.append(col)
+        out[rows, cols] = 1.0
+        out[:, -1] = torch.tensor(others, dtype=torch.float64)
+        return out
+
+    def _agent_column(self, attempts: Sequence[AttemptInput]) -> torch.Tensor:
+        """The agent's base rate as log-odds against the overall rate; 0 for an unknown agent.
+
+        Rounded: a one-agent pool's smoothed rate equals the overall one only up to float
+        rounding, and a 1e-16 input flushes to zero in fp16 while its fp32 gradient does
+        not (the precision probe counted 32 flushed gradients for it)."""
+        rates = dict(self.agent_rates)
+        by_agent: dict[str, float] = {}
+        values = []
+        for attempt in attempts:
+            value = by_agent.get(attempt.agent)
+            if value is None:
+                rate = rates.get(attempt.agent, self.base_rate)
+                value = by_agent[attempt.agent] = round(_logit(rate) - _logit(self.base_rate), 6)
+            values.append(value)
+        return torch.tensor(values, dtype=torch.float64).unsqueeze(1)
 
     def state_dict(self) -> dict[str, Any]:
         """Plain lists, strings and floats: safe for ``torch.load(weights_only=True)``."""
@@ -187,6 +230,29 @@ class FeatureEncoder:
             base_rate=float(state["base_rate"]),
             agent_rates=tuple((str(k), float(v)) for k, v in state["agent_rates"].items()),
         )
+
+
+def numeric_columns(attempts: Sequence[AttemptInput], pool: PoolLike) -> torch.Tensor:
+    """The unscaled numeric features (NUMERIC_FEATURES) of ``attempts`` in ``pool``: a
+    ``(len(attempts), len(NUMERIC_FEATURES))`` float64 matrix, fit's and encode's input.
+
+    Computed once per record here, where fit and encode each computed it before."""
+    pool = _as_pool(pool)
+    if not attempts:
+        return torch.zeros((0, len(NUMERIC_FEATURES)), dtype=torch.float64)
+    return torch.tensor([_numeric(a, pool) for a in attempts], dtype=torch.float64)
+
+
+def _one_hot(values: Sequence[str], vocabulary: Sequence[str], other: bool) -> torch.Tensor:
+    """A 1.0 in the column of each value's word; with ``other``, a last column that is 1.0
+    where the value is in no column (the empty pattern included)."""
+    index = {word: i for i, word in enumerate(vocabulary)}
+    missing = len(vocabulary)
+    codes = torch.tensor([index.get(v, missing) for v in values], dtype=torch.long)
+    width = len(vocabulary) + (1 if other else 0)
+    out = torch.zeros((len(values), width + (0 if other else 1)), dtype=torch.float64)
+    out[torch.arange(len(values)), codes] = 1.0
+    return out if other else out[:, :missing]
 
 
 def _as_pool(pool: PoolLike) -> Pool:

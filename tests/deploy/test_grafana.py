@@ -63,6 +63,7 @@ EXPECTED_EMPTY["Early stopping: served step"] = "only se_darwin reports it"
 # What each model learned: only agents that report their data (se_darwin's extra.data).
 EXPECTED_EMPTY["Time since the model last learned new data"] = "only se_darwin reports it"
 EXPECTED_EMPTY["Records the model has learned"] = "only se_darwin reports it"
+EXPECTED_EMPTY["Seconds per phase of the last run"] = "only se_darwin reports it"
 # Exported once a tracked run ends: the scraped daemon below writes no curves.
 EXPECTED_EMPTY["Lost curve writes (tracking)"] = "no GENESIS_FP16_TRACKING_DIR here"
 # NVIDIA's dcgm-exporter series, joined to ours on the GPU UUID: no GPU or exporter here.

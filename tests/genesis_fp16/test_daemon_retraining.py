@@ -86,3 +86,35 @@ def test_a_pool_that_changes_is_learned_and_an_unchanged_one_is_up_to_date(
     (pool / "qa.json").unlink()
     assert _finished(daemon, 4)["data"]["removed"] > 250
     assert _runs(daemon, "failed") == 0
+
+
+@pytest.mark.slow
+def test_up_to_date_runs_start_no_child(daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    """After the first run the pool is unchanged: each later run is answered by the data
+    manifest in the daemon (no run process launched, no step), reporting the model's eval."""
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    _write(pool / "se_darwin.json", generate_pool(300, seed=4))
+    daemon = daemon_factory(
+        {
+            "GENESIS_FP16_PLUGIN_ALLOWLIST": AGENT,
+            "GENESIS_FP16_AGENTS__SE_DARWIN__DATA_PATH": str(pool),
+            "GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION": "fp32",
+            "GENESIS_FP16_AGENTS__SE_DARWIN__OPTIONS__MAX_EPOCHS": "2",
+            "GENESIS_FP16_RUN_ISOLATION": "process",
+            "GENESIS_FP16_SCHEDULE": "1",
+        },
+        fixtures=False,
+    )
+    first = _finished(daemon, 1)
+    daemon.wait_for(lambda: _runs(daemon, "up_to_date") >= 2, "two up-to-date runs", 120)
+    launches = [
+        e for e in daemon.logs() if str(e.get("event", "")).startswith("launching the run's")
+    ]
+    assert len(launches) == 1, launches  # the first run's child only
+    up = [e for e in daemon.events("training run finished") if e["outcome"] == "up_to_date"]
+    assert up[0]["steps"] == 0 and up[0]["data"]["checked_by"] == "manifest"
+    assert up[0]["eval"] == first["eval"]
+    # The phases gauge shows the last run's: check only, the trained run's phases removed.
+    assert (daemon.sample("genesis_fp16_run_phase_seconds", agent=AGENT, phase="check") or 0) > 0
+    assert daemon.sample("genesis_fp16_run_phase_seconds", agent=AGENT, phase="train") is None

@@ -309,5 +309,10 @@ def test_the_default_pool_limit_follows_the_run_memory_limit(data: Path, tmp_pat
     with pytest.raises(TrainRequestError, match=refused) as info:
         _train(data, tmp_path / "ck", memory_limit_bytes=just_short)
     assert "\n" not in str(info.value)
+    # The figures the limit was derived from: the memory, its source and the factor.
+    memory = f"{just_short / 2**20:,.0f} MiB, / {task_module.POOL_MEMORY_FACTOR}"
+    assert f"the run's memory limit (GENESIS_FP16_RUN_MEMORY_LIMIT_BYTES), {memory}" in str(
+        info.value
+    )
     enough = size * task_module.POOL_MEMORY_FACTOR
     assert _train(data, tmp_path / "ck", steps=2, memory_limit_bytes=enough).outcome == "success"

@@ -59,3 +59,20 @@ def test_a_checkpoint_without_a_fingerprint_counts_every_record_as_new(tmp_path:
     examples = _examples(tmp_path, 50)
     change = compare(None, fingerprint(examples))
     assert not change.unchanged and change.added == 50 and change.previous is None
+
+
+def test_a_record_edited_in_place_with_the_same_id_and_label_is_a_change(tmp_path: Path) -> None:
+    """A corrected attempt (its planned change rewritten) keeps its id and label and is
+    still counted as changed: the model never learned it."""
+    examples = _examples(tmp_path, 60)
+    saved = fingerprint(examples).state_dict()
+    edited = replace(examples[7], attempt=replace(examples[7].attempt, code_changes="+fixed"))
+    change = compare(saved, fingerprint([*examples[:7], edited, *examples[8:]]))
+    assert not change.unchanged and (change.added, change.removed, change.relabelled) == (0, 0, 1)
+
+
+def test_a_version_1_fingerprint_counts_as_unknown(tmp_path: Path) -> None:
+    """A checkpoint from before the attempt was hashed: its data is unknown, trained afresh."""
+    examples = _examples(tmp_path, 30)
+    old = {**fingerprint(examples).state_dict(), "version": 1}
+    assert compare(old, fingerprint(examples)).previous is None

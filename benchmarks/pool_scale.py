@@ -1,0 +1,172 @@
+"""What an SE-Darwin run costs as its pool grows: up to date, first ingest, +1% records.
+
+    python benchmarks/pool_scale.py [--sizes 10000,100000] [--layouts json,jsonl] [--full 10000]
+
+For each pool size and layout (``json``: one trajectory pool file, as ``genesis-fp16 data
+generate`` writes it; ``jsonl``: the same records as ten daily ``.jsonl`` files, one record
+a line), each row is one ``genesis-fp16 train se_darwin --json`` process, measured from
+outside (wall seconds, user+system CPU seconds and peak RSS of the process, by ``wait4``):
+
+* **first**: a fresh folder, fp32, the default budget capped at one epoch
+  (``--option max_epochs=1``, so that 100k records finish here); its ``extra.phases``
+  say where the time went;
+* **up_to_date**: the same command with ``--resume`` on the unchanged pool (the data
+  manifest answers: no parse, no task);
+* **check_in_daemon**: the same check as the daemon asks it before starting a child
+  (``SEDarwinPlugin.check_up_to_date``), timed in this process where torch is already
+  imported, as it is in the daemon: CPU seconds of the call alone;
+* **plus_1pct**: 1% more records in a new file, the same command with ``--resume``
+  (the data changed: the pool is read whole again and the model trained afresh);
+* **full** (``--full`` sizes only): a fresh default run (early stopping, no cap).
+
+Writes a Markdown table to stdout. The machine is named by the caller in the results file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from genesis_fp16_agents.se_darwin import plugin
+from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.plugin_api import TrainRequest
+
+CLI = str(Path(sys.executable).with_name("genesis-fp16"))
+CAP = ["--option", "max_epochs=1"]
+
+
+def write_layout(folder: Path, count: int, layout: str, seed: int = 0) -> None:
+    """``count`` generated records under ``folder``: one pool file, or ten .jsonl days."""
+    folder.mkdir(parents=True, exist_ok=True)
+    pool = generate_pool(count, seed=seed)
+    if layout == "json":
+        (folder / f"pool-{seed}.json").write_text(json.dumps(pool))
+        return
+    records = list(pool["trajectories"].values())
+    days = 10 if count >= 1000 else 1
+    size = -(-len(records) // days)
+    for day in range(days):
+        with (folder / f"day-{seed}-{day:02d}.jsonl").open("w") as handle:
+            for record in records[day * size : (day + 1) * size]:
+                handle.write(json.dumps(record) + "\n")
+
+
+# Started by a small launcher process, not by this one: Linux keeps the high-water RSS
+# of the memory a process had before its exec, so a child forked from this process (which
+# holds the generated pool and torch) would report this process's RSS as its own peak.
+_LAUNCHER = """
+import json, os, sys, time
+start = time.perf_counter()
+pid = os.spawnv(os.P_NOWAIT, sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as out:
+    json.dump({"wall": time.perf_counter() - start, "code": os.waitstatus_to_exitcode(status),
+               "cpu": usage.ru_utime + usage.ru_stime, "rss_kib": usage.ru_maxrss}, out)
+"""
+
+
+def run_train(data: Path, ckpt: Path, *extra: str) -> dict[str, Any]:
+    """One ``train --json`` process: its result, wall, CPU and peak RSS."""
+    command = [CLI, "train", "se_darwin", "--data", str(data), "--checkpoint-dir", str(ckpt)]
+    command += ["--precision", "fp32", "--json", *extra]
+    usage_file = ckpt.parent / "usage.json"
+    out = subprocess.run(
+        [sys.executable, "-c", _LAUNCHER, str(usage_file), *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        check=True,
+        env={**os.environ, "GENESIS_FP16_STATE_DIR": str(ckpt.parent / "state")},
+    ).stdout
+    usage = json.loads(usage_file.read_text())
+    if usage["code"] != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {usage['code']}")
+    result = json.loads(out.decode().strip().splitlines()[-1])
+    return {
+        "wall": usage["wall"],
+        "cpu": usage["cpu"],
+        "rss_mb": usage["rss_kib"] / 1024,  # KiB on Linux
+        "result": result,
+    }
+
+
+def check_in_daemon(data: Path, ckpt: Path) -> dict[str, Any]:
+    request = TrainRequest(
+        agent="se_darwin",
+        precision="fp32",
+        precision_reason="benchmark",
+        state_dir=ckpt.parent,
+        checkpoint_dir=ckpt,
+        data_path=data,
+        seed=0,
+        resume=True,
+        options={"max_epochs": 1},
+    )
+    cpu, start = time.process_time(), time.perf_counter()
+    result = plugin.check_up_to_date(request)
+    return {
+        "wall": time.perf_counter() - start,
+        "cpu": time.process_time() - cpu,
+        "rss_mb": float("nan"),
+        "result": None if result is None else result.to_json(),
+    }
+
+
+def measure(count: int, layout: str, full: bool, root: Path) -> list[dict[str, Any]]:
+    data, ckpt = root / f"{layout}-{count}" / "pool", root / f"{layout}-{count}" / "ck"
+    write_layout(data, count, layout)
+    rows = []
+    first = run_train(data, ckpt, *CAP)
+    rows.append({"what": "first", **first})
+    rows.append({"what": "up_to_date", **run_train(data, ckpt, "--resume", *CAP)})
+    rows.append({"what": "check_in_daemon", **check_in_daemon(data, ckpt)})
+    write_layout(data, max(1, count // 100), layout, seed=1)
+    rows.append({"what": "plus_1pct", **run_train(data, ckpt, "--resume", *CAP)})
+    if full:
+        fresh = root / f"{layout}-{count}" / "full"
+        rows.append({"what": "full", **run_train(data, fresh)})
+    shutil.rmtree(root / f"{layout}-{count}")
+    for row in rows:
+        row.update(pool=count, layout=layout)
+    return rows
+
+
+def _row(row: dict[str, Any]) -> str:
+    result = row["result"] or {}
+    extra = result.get("extra", {})
+    phases = extra.get("phases", {})
+    shown = ", ".join(f"{k} {v:.3f}" for k, v in phases.items())
+    outcome = result.get("outcome", "none" if row["what"] == "check_in_daemon" else "?")
+    auc = result.get("eval", {}).get("auc")
+    return (
+        f"| {row['pool']:,} | {row['layout']} | {row['what']} | {outcome} | {row['wall']:.3f} | "
+        f"{row['cpu']:.3f} | {row['rss_mb']:.0f} | {result.get('steps', '')} | "
+        f"{'' if auc is None else f'{auc:.3f}'} | {shown} |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--layouts", default="json,jsonl")
+    parser.add_argument("--full", default="10000", help="sizes that also run a full default run")
+    args = parser.parse_args()
+    full = {int(s) for s in args.full.split(",") if s}
+    print("| pool | layout | run | outcome | wall s | CPU s | RSS MB | steps | AUC | phases s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    with tempfile.TemporaryDirectory() as tmp:
+        for count in (int(s) for s in args.sizes.split(",")):
+            for layout in args.layouts.split(","):
+                for row in measure(count, layout, count in full, Path(tmp)):
+                    print(_row(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()

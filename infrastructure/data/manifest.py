@@ -1,0 +1,143 @@
+"""What the data files were when a model was trained on them: size, mtime and content digest.
+
+Whether a folder of data files changed since the served model's run is one ``stat`` per
+file, not a parse of every record: :func:`scan_files` hashes only the files whose size or
+modification time differ from the previous manifest's (and those modified too close to
+the previous scan to trust their mtime, see ``RACY_NS``), and reuses the stored digest of
+every other. Two manifests hold the same data when they list the same files with the same
+digests (:meth:`Manifest.same_content`): a file rewritten with identical bytes is
+unchanged, whatever its new mtime.
+
+Torch-free and cheap on purpose: the daemon asks it before starting a run's process
+(``agents/se_darwin/freshness.py``), and an unchanged pool then costs neither a child,
+nor torch's import, nor a parse::
+
+    manifest, report = scan_files(Path("pool"), previous)
+    if manifest.same_content(previous):
+        ...  # nothing to learn
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from genesis_fp16_infrastructure.data.readers import list_data_files
+
+MANIFEST_VERSION = 1
+# A file whose mtime is this close to the scan (or after it) may be written again within
+# the same mtime tick without its size or mtime changing: its digest is not trusted at the
+# next scan, which hashes it again (git's "racily clean" entries, for the same reason).
+RACY_NS = 2_000_000_000
+_CHUNK = 2**20  # bytes hashed at a time: a file is streamed, never held whole
+
+
+@dataclass(frozen=True)
+class FileState:
+    """One data file as scanned: its path (as listed), size, mtime and content digest."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    digest: str  # blake2b-128 of the file's bytes, hex
+
+
+@dataclass(frozen=True)
+class ScanReport:
+    """What a scan cost: the files hashed (and their bytes) and the files taken on trust."""
+
+    hashed: int = 0
+    hashed_bytes: int = 0
+    reused: int = 0
+    vanished: int = 0  # listed, then gone before their stat: not in the manifest
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The data files of a pool by path, and when they were scanned (``time.time_ns``)."""
+
+    files: tuple[FileState, ...]
+    scanned_ns: int
+
+    def same_content(self, other: Manifest | None) -> bool:
+        """The same files, each with the same bytes (sizes and mtimes aside)."""
+        if other is None:
+            return False
+        return _contents(self) == _contents(other)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": MANIFEST_VERSION,
+            "scanned_ns": self.scanned_ns,
+            "files": [[f.path, f.size, f.mtime_ns, f.digest] for f in self.files],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> Manifest | None:
+        """The manifest saved by :meth:`to_json`; None for another version or a malformed one."""
+        if not isinstance(data, Mapping) or data.get("version") != MANIFEST_VERSION:
+            return None
+        try:
+            files = tuple(FileState(str(p), int(s), int(m), str(d)) for p, s, m, d in data["files"])
+            return cls(files, int(data["scanned_ns"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def scan_files(path: Path, previous: Manifest | None = None) -> tuple[Manifest, ScanReport]:
+    """The manifest of the data files under ``path`` (listed as the readers list them),
+    hashing only what ``previous`` cannot vouch for. Raises ``DataError`` as the readers
+    do for a missing path or a folder without data files."""
+    known = {f.path: f for f in previous.files} if previous is not None else {}
+    trusted_before = previous.scanned_ns - RACY_NS if previous is not None else 0
+    scanned_ns = time.time_ns()
+    files: list[FileState] = []
+    hashed = hashed_bytes = reused = vanished = 0
+    for file in list_data_files(Path(path)):
+        name = str(file)
+        try:
+            stat = os.stat(file)
+            old = known.get(name)
+            if (
+                old is not None
+                and old.size == stat.st_size
+                and old.mtime_ns == stat.st_mtime_ns
+                and stat.st_mtime_ns < trusted_before
+            ):
+                files.append(old)
+                reused += 1
+                continue
+            digest, size = _digest(file)
+        except FileNotFoundError:  # rotated away since the listing: the data without it
+            vanished += 1
+            continue
+        hashed += 1
+        hashed_bytes += size
+        # The stat taken before hashing: a write during the hash moves the mtime past it,
+        # so the next scan hashes the file again instead of trusting this digest.
+        files.append(FileState(name, stat.st_size, stat.st_mtime_ns, digest))
+    report = ScanReport(hashed, hashed_bytes, reused, vanished)
+    return Manifest(tuple(files), scanned_ns), report
+
+
+def _digest(file: Path) -> tuple[str, int]:
+    hasher = hashlib.blake2b(digest_size=16)
+    size = 0
+    with open(file, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            hasher.update(chunk)
+            size += len(chunk)
+    return hasher.hexdigest(), size
+
+
+def _contents(manifest: Manifest) -> list[tuple[str, str]]:
+    return sorted((f.path, f.digest) for f in manifest.files)

@@ -1,0 +1,120 @@
+"""Up to date by the data manifest: no parse when nothing changed, a full read otherwise."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from se_darwin_runs import train
+
+from genesis_fp16_agents.se_darwin import freshness, plugin
+from genesis_fp16_agents.se_darwin import task as task_module
+from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.plugin_api import TrainRequest
+
+OPTIONS = {"max_epochs": 2, "hidden": 8, "cross_validation": False}
+
+
+def _request(data: Path, ckpt: Path) -> TrainRequest:
+    return TrainRequest(
+        agent="se_darwin",
+        precision="fp32",
+        precision_reason="test",
+        state_dir=ckpt.parent,
+        checkpoint_dir=ckpt,
+        data_path=data,
+        seed=3,
+        resume=True,
+        options=OPTIONS,
+    )
+
+
+def _no_reading(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the pool was read")
+
+    monkeypatch.setattr(task_module, "read_trajectories", refuse)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> tuple[Path, Path, dict[str, Any]]:
+    """A pool of two files and a model trained on it, on its own budget."""
+    data = tmp_path / "pool"
+    data.mkdir()
+    pool = generate_pool(400, seed=2)
+    (data / "pool.json").write_text(json.dumps(pool))
+    (data / "more.json").write_text(json.dumps(generate_pool(100, seed=9, agent="qa")))
+    ckpt = tmp_path / "ck"
+    first = train(data, ckpt, steps=None, resume=True, options=OPTIONS)
+    assert first.steps > 0 and freshness.record_path(ckpt).is_file()
+    phases = first.extra["phases"]
+    assert set(phases) == {"check", "read", "encode", "train", "eval"}
+    assert sum(phases.values()) <= first.wall_seconds  # the real time, not the trainer's
+    return data, ckpt, first.to_json()
+
+
+def test_an_unchanged_pool_is_up_to_date_without_reading_it(
+    served: tuple[Path, Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No record read, no step; the served model's stored eval reported; the real time."""
+    data, ckpt, first = served
+    _no_reading(monkeypatch)
+    out = plugin.train(_request(data, ckpt))
+    assert out.up_to_date and out.steps == 0 and out.outcome == "up_to_date"
+    assert dict(out.eval) == pytest.approx(first["eval"], nan_ok=True)
+    assert str(out.checkpoint) == first["checkpoint"]
+    assert out.extra["data"]["change"] == "unchanged"
+    assert out.extra["data"]["checked_by"] == "manifest"
+    assert 0 < out.wall_seconds == pytest.approx(out.extra["phases"]["check"], abs=1e-6)
+
+
+def test_a_file_rewritten_with_the_same_content_is_up_to_date(
+    served: tuple[Path, Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Same bytes, new mtime: hashed again, still up to date, and not hashed a third time."""
+    data, ckpt, _ = served
+    text = (data / "more.json").read_text()
+    (data / "more.json").write_text(text)
+    _no_reading(monkeypatch)
+    out = plugin.train(_request(data, ckpt))
+    assert out.up_to_date and out.extra["data"]["files_hashed"] >= 1
+
+
+def test_a_record_edited_in_place_is_seen_and_learned(
+    served: tuple[Path, Path, dict[str, Any]],
+) -> None:
+    """Same id, same label, another planned change: the check reads the pool, and the run
+    counts the record as changed and trains afresh."""
+    data, ckpt, _ = served
+    pool = json.loads((data / "more.json").read_text())
+    record = next(iter(pool["trajectories"].values()))
+    record["code_changes"] = record.get("code_changes", "") + "\n+one more line"
+    (data / "more.json").write_text(json.dumps(pool))
+    assert freshness.check_up_to_date(_request(data, ckpt)) is None
+    out = plugin.train(_request(data, ckpt))
+    assert not out.up_to_date and out.steps > 0
+    assert out.extra["data"]["relabelled"] == 1 and out.extra["data"]["new"] == 0
+
+
+def test_an_appended_file_and_another_request_are_not_up_to_date(
+    served: tuple[Path, Path, dict[str, Any]],
+) -> None:
+    """A new file in the pool, or other options than the served run's: the check says
+    nothing (None) and the run reads the pool."""
+    data, ckpt, _ = served
+    other = replace(_request(data, ckpt), options={**OPTIONS, "hidden": 16})
+    assert freshness.check_up_to_date(other) is None
+    (data / "new.json").write_text(json.dumps(generate_pool(20, seed=4, agent="new")))
+    assert freshness.check_up_to_date(_request(data, ckpt)) is None
+
+
+def test_a_run_with_an_explicit_budget_is_never_answered_by_the_manifest(
+    served: tuple[Path, Path, dict[str, Any]],
+) -> None:
+    """steps asked: the operator wants them run."""
+    data, ckpt, _ = served
+    request = replace(_request(data, ckpt), steps=3)
+    assert freshness.check_up_to_date(request) is None

@@ -1,0 +1,103 @@
+"""The data manifest: a stat per file says "unchanged", a hash only where a stat moved."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from genesis_fp16_infrastructure.data.manifest import RACY_NS, Manifest, scan_files
+
+
+def _age(path: Path, seconds: float = 60.0) -> None:
+    """Set a file's mtime into the past: older than a scan by more than RACY_NS."""
+    stat = path.stat()
+    past = stat.st_mtime_ns - int(seconds * 1e9)
+    os.utime(path, ns=(past, past))
+
+
+def _pool(tmp_path: Path) -> Path:
+    folder = tmp_path / "pool"
+    folder.mkdir(parents=True)
+    (folder / "a.jsonl").write_text('{"trajectory_id": "a"}\n')
+    (folder / "b.json").write_text('[{"trajectory_id": "b"}]')
+    for file in folder.iterdir():
+        _age(file)
+    return folder
+
+
+def test_an_untouched_pool_is_scanned_without_hashing(tmp_path: Path) -> None:
+    """Every file's size and mtime match: no file is hashed, and the content is the same."""
+    folder = _pool(tmp_path)
+    first, report = scan_files(folder)
+    assert report.hashed == 2
+    again, report = scan_files(folder, first)
+    assert (report.hashed, report.reused) == (0, 2)
+    assert again.same_content(first)
+
+
+def test_a_file_rewritten_with_the_same_bytes_is_unchanged(tmp_path: Path) -> None:
+    """A rewrite moves the mtime: the file is hashed again, and its content is the same."""
+    folder = _pool(tmp_path)
+    first, _ = scan_files(folder)
+    (folder / "a.jsonl").write_text('{"trajectory_id": "a"}\n')
+    again, report = scan_files(folder, first)
+    assert report.hashed == 1 and again.same_content(first)
+
+
+def test_appended_edited_added_and_removed_files_are_changes(tmp_path: Path) -> None:
+    """A line appended, a byte edited in place (same size), a new file, a file removed."""
+    folder = _pool(tmp_path)
+    first, _ = scan_files(folder)
+    with (folder / "a.jsonl").open("a") as handle:
+        handle.write('{"trajectory_id": "c"}\n')
+    assert not scan_files(folder, first)[0].same_content(first)
+
+    folder = _pool(tmp_path / "2")
+    first, _ = scan_files(folder)
+    (folder / "b.json").write_text('[{"trajectory_id": "x"}]')  # same size, other bytes
+    assert not scan_files(folder, first)[0].same_content(first)
+
+    folder = _pool(tmp_path / "3")
+    first, _ = scan_files(folder)
+    (folder / "c.json").write_text("[]")
+    assert not scan_files(folder, first)[0].same_content(first)
+    (folder / "c.json").unlink()
+    (folder / "b.json").unlink()
+    assert not scan_files(folder, first)[0].same_content(first)
+
+
+def test_a_file_written_in_the_scans_mtime_tick_is_hashed_again(tmp_path: Path) -> None:
+    """Same size, same mtime, other bytes (a write within one mtime tick of the scan): the
+    scan does not trust a stat this close to it, and sees the edit."""
+    folder = _pool(tmp_path)
+    file = folder / "b.json"
+    stat = file.stat()
+    first, _ = scan_files(folder)
+    now = first.scanned_ns - RACY_NS // 2  # modified just before the scan
+    os.utime(file, ns=(now, now))
+    first, _ = scan_files(folder)
+    file.write_text('[{"trajectory_id": "x"}]')
+    os.utime(file, ns=(now, now))  # the clock's granularity hid the write
+    assert file.stat().st_size == stat.st_size
+    again, report = scan_files(folder, first)
+    assert report.hashed >= 1 and not again.same_content(first)
+
+
+def test_a_manifest_survives_json_and_refuses_another_version(tmp_path: Path) -> None:
+    """to_json/from_json round-trips; another version or a malformed one reads as None."""
+    manifest, _ = scan_files(_pool(tmp_path))
+    assert Manifest.from_json(manifest.to_json()) == manifest
+    assert Manifest.from_json({**manifest.to_json(), "version": 99}) is None
+    assert Manifest.from_json({"version": 1, "files": [[1]], "scanned_ns": 0}) is None
+
+
+def test_the_manifest_module_does_not_import_torch() -> None:
+    """The daemon's check costs no torch import: the module needs only the standard library
+    and the readers."""
+    code = (
+        "import sys, genesis_fp16_infrastructure.data.manifest; "
+        "sys.exit(1 if 'torch' in sys.modules else 0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
