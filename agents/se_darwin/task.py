@@ -40,7 +40,12 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint
-from genesis_fp16_infrastructure.data.readers import DataTooLarge, ReadResult, read_trajectories
+from genesis_fp16_infrastructure.data.readers import (
+    DataTooLarge,
+    FileCache,
+    ReadResult,
+    read_trajectories,
+)
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION, Example
 from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
 from genesis_fp16_infrastructure.plugin_api import TrainRequestError
@@ -87,6 +92,7 @@ def read_pool(
     options: TaskOptions,
     quarantine: Path | None = None,
     memory_limit: int | None = None,
+    cache: FileCache | None = None,
 ) -> ReadResult:
     """The pool at ``path``, size-checked first against the options' ``max_pool_bytes``
     (unset: derived from ``memory_limit``, the run's, or the machine's memory); a pool
@@ -105,7 +111,7 @@ def read_pool(
     else:
         source = f"{MAX_POOL_SETTING}"
     try:
-        return read_trajectories(path, quarantine=quarantine, max_bytes=limit or None)
+        return read_trajectories(path, quarantine, limit or None, cache)
     except DataTooLarge as exc:
         raise TrainRequestError(
             f"{exc} (the limit is {source}); a run peaks at about {POOL_MEMORY_FACTOR}x its "
