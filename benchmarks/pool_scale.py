@@ -80,16 +80,17 @@ def run_train(data: Path, ckpt: Path, *extra: str) -> dict[str, Any]:
     command = [CLI, "train", "se_darwin", "--data", str(data), "--checkpoint-dir", str(ckpt)]
     command += ["--precision", "fp32", "--json", *extra]
     usage_file = ckpt.parent / "usage.json"
-    out = subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-c", _LAUNCHER, str(usage_file), *command],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        capture_output=True,
         check=True,
         env={**os.environ, "GENESIS_FP16_STATE_DIR": str(ckpt.parent / "state")},
-    ).stdout
+    )
+    out = done.stdout
     usage = json.loads(usage_file.read_text())
     if usage["code"] != 0:
-        raise RuntimeError(f"{' '.join(command)} exited {usage['code']}")
+        tail = done.stderr.decode(errors="replace")[-2000:]
+        raise RuntimeError(f"{' '.join(command)} exited {usage['code']}:\n{tail}")
     result = json.loads(out.decode().strip().splitlines()[-1])
     return {
         "wall": usage["wall"],

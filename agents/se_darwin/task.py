@@ -111,7 +111,7 @@ def read_pool(
     else:
         source = f"{MAX_POOL_SETTING}"
     try:
-        return read_trajectories(path, quarantine, limit or None, cache)
+        return read_trajectories(path, quarantine=quarantine, max_bytes=limit or None, cache=cache)
     except DataTooLarge as exc:
         raise TrainRequestError(
             f"{exc} (the limit is {source}); a run peaks at about {POOL_MEMORY_FACTOR}x its "
