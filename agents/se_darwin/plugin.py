@@ -202,7 +202,11 @@ class SEDarwinPlugin:
             extra["device_memory_peak_bytes"] = torch.cuda.max_memory_allocated(request.device)
         extra["phases"] = clock.to_json()
         if cache is not None:
-            extra["record_cache"] = {"files_cached": cache.hits, "files_read": cache.misses}
+            extra["record_cache"] = {
+                "files_cached": cache.hits,
+                "files_read": cache.misses,
+                "write_failures": cache.write_failures,
+            }
         out = TrainResult.from_fit(request, result, quarantined=data.quarantined, extra=extra)
         out = dataclasses.replace(out, up_to_date=up_to_date, wall_seconds=clock.elapsed())
         out = out if refit is None else dataclasses.replace(out, checkpoint=refit.checkpoint)

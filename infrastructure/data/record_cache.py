@@ -49,6 +49,7 @@ class RecordCache:
         self.files = {f.path: f for f in manifest.files}
         self.hits = 0
         self.misses = 0
+        self.write_failures = 0
 
     def load(self, file: Path) -> tuple[list[FileRecord], list[Rejected]] | None:
         state = self._vouched(file)
@@ -73,7 +74,18 @@ class RecordCache:
         if state is None or state.mtime_ns >= self.scanned_ns - RACY_NS:
             return
         text = json.dumps(_encode(records, rejected))
-        write_atomic(self._path(state), lambda handle: handle.write(text.encode("utf-8")))
+        try:
+            write_atomic(self._path(state), lambda handle: handle.write(text.encode("utf-8")))
+        except OSError as exc:
+            # The run has the records; only the next run's shortcut is lost. Counted and
+            # reported (train --json extra.record_cache), and the file is parsed next time.
+            self.write_failures += 1
+            logger.warning(
+                "record cache: cannot write %s (%s): %s will be parsed again next run",
+                self._path(state),
+                exc.strerror or exc,
+                file,
+            )
 
     def prune(self) -> int:
         """Delete the entries of bytes no file of the manifest holds; their count."""

@@ -130,3 +130,15 @@ def test_entries_of_bytes_no_file_holds_are_pruned(tmp_path: Path) -> None:
     manifest, _ = scan_files(folder)
     assert RecordCache(tmp_path / "cache", manifest).prune() == 1
     assert len(list((tmp_path / "cache").glob("*.json"))) == 1
+
+
+def test_a_cache_that_cannot_be_written_is_counted_and_the_read_goes_on(tmp_path: Path) -> None:
+    """A cache folder that is a file: the read returns every record, the failures are
+    counted, and nothing is taken from the cache next time."""
+    folder = _pool(tmp_path)
+    (tmp_path / "cache").write_text("not a folder")
+    manifest, _ = scan_files(folder)
+    cache = RecordCache(tmp_path / "cache", manifest)
+    data = read_trajectories(folder, cache=cache)
+    assert cache.write_failures == 2
+    _same(read_trajectories(folder), data)
