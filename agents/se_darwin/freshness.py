@@ -32,11 +32,13 @@ from typing import Any
 from genesis_fp16_infrastructure.atomic import write_atomic
 from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
 from genesis_fp16_infrastructure.data.readers import DataError
+from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainResult
 
 logger = logging.getLogger(__name__)
 
 RECORD_NAME = "data_manifest.json"
+RECORD_CACHE_FOLDER = "record_cache"  # under the state folder, one folder per agent
 RECORD_VERSION = 1
 # CheckpointManager's file names (infrastructure/training/checkpoint.py), matched here
 # without importing it: that module imports torch, which this check must not need.
@@ -67,6 +69,17 @@ def scan_before_read(request: TrainRequest) -> Manifest | None:
         report.reused,
     )
     return manifest
+
+
+def record_cache(request: TrainRequest, manifest: Manifest | None) -> RecordCache | None:
+    """The per-file record cache of this agent's state folder, for the files ``manifest``
+    vouches for (infrastructure/data/record_cache.py); its stale entries pruned. None
+    without a manifest (under torchrun: each rank reads the pool itself)."""
+    if manifest is None:
+        return None
+    cache = RecordCache(Path(request.state_dir) / RECORD_CACHE_FOLDER / request.agent, manifest)
+    cache.prune()  # entries of bytes no current file holds: a rewritten or removed file
+    return cache
 
 
 def save_record(request: TrainRequest, manifest: Manifest | None, result: TrainResult) -> None:

@@ -15,6 +15,7 @@ import torch
 
 from genesis_fp16_agents.se_darwin.freshness import (
     check_up_to_date,
+    record_cache,
     save_record,
     scan_before_read,
 )
@@ -134,11 +135,13 @@ class SEDarwinPlugin:
         # folder itself holds the refit's: the one the prediction API loads.
         folder = Path(request.checkpoint_dir) / SPLIT_FOLDER if whole else request.checkpoint_dir
         with clock.phase("read"):
+            cache = record_cache(request, manifest)  # issue 36: unchanged files unparsed
             data = read_pool(
                 Path(request.data_path),
                 options,
                 _quarantine_path(request),
                 request.memory_limit_bytes,
+                cache,
             )
             seen = fingerprint(data.examples)
         with clock.phase("check"):
@@ -198,6 +201,12 @@ class SEDarwinPlugin:
         if torch.cuda.is_available() and request.device.startswith("cuda"):
             extra["device_memory_peak_bytes"] = torch.cuda.max_memory_allocated(request.device)
         extra["phases"] = clock.to_json()
+        if cache is not None:
+            extra["record_cache"] = {
+                "files_cached": cache.hits,
+                "files_read": cache.misses,
+                "write_failures": cache.write_failures,
+            }
         out = TrainResult.from_fit(request, result, quarantined=data.quarantined, extra=extra)
         out = dataclasses.replace(out, up_to_date=up_to_date, wall_seconds=clock.elapsed())
         out = out if refit is None else dataclasses.replace(out, checkpoint=refit.checkpoint)

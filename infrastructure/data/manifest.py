@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16_infrastructure.data.readers import list_data_files
+from genesis_fp16_infrastructure.data.readers import DataError, list_data_files
 
 MANIFEST_VERSION = 1
 # A file whose mtime is this close to the scan (or after it) may be written again within
@@ -96,7 +96,7 @@ class Manifest:
 def scan_files(path: Path, previous: Manifest | None = None) -> tuple[Manifest, ScanReport]:
     """The manifest of the data files under ``path`` (listed as the readers list them),
     hashing only what ``previous`` cannot vouch for. Raises ``DataError`` as the readers
-    do for a missing path or a folder without data files."""
+    do for a missing path, a folder without data files or a file that cannot be read."""
     known = {f.path: f for f in previous.files} if previous is not None else {}
     trusted_before = previous.scanned_ns - RACY_NS if previous is not None else 0
     scanned_ns = time.time_ns()
@@ -120,6 +120,8 @@ def scan_files(path: Path, previous: Manifest | None = None) -> tuple[Manifest, 
         except FileNotFoundError:  # rotated away since the listing: the data without it
             vanished += 1
             continue
+        except OSError as exc:  # as the readers say it: the user has to fix it
+            raise DataError(f"cannot read data file {name!r}: {exc.strerror or exc}") from exc
         hashed += 1
         hashed_bytes += size
         # The stat taken before hashing: a write during the hash moves the mtime past it,

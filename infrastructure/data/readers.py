@@ -27,7 +27,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from pydantic import ValidationError
 
@@ -35,7 +35,9 @@ from genesis_fp16_infrastructure.data.lineage import Pool, PoolEntry
 from genesis_fp16_infrastructure.data.schema import (
     FAILURE_THRESHOLD,
     SUCCESS_THRESHOLD,
+    AttemptInput,
     Example,
+    Label,
     ReplayRecord,
     Trajectory,
     TrajectoryPool,
@@ -151,6 +153,26 @@ class _Quarantine:
             self._handle.close()
 
 
+class _Sink(Protocol):
+    def add(self, source: _Source, reason: str, raw: Any) -> None: ...
+
+
+class _Recorder:
+    """A quarantine sink that also keeps one file's entries, as written, for a cache."""
+
+    def __init__(self, sink: _Quarantine) -> None:
+        self.sink = sink
+        self.rejected: list[Rejected] = []
+        self.vanished = False
+
+    def add(self, source: _Source, reason: str, raw: Any) -> None:
+        self.sink.add(source, reason, raw)
+        if source.where == "file" and reason.startswith("vanished"):
+            self.vanished = True  # nothing to remember: the file is gone
+        text = raw if isinstance(raw, str) else json.dumps(raw, default=str)
+        self.rejected.append(Rejected(source.where, reason, text[:_RAW_LIMIT]))
+
+
 def list_data_files(path: Path) -> list[Path]:
     """The data files at ``path``: itself, or the data files under a folder, sorted."""
     if not path.exists():
@@ -170,7 +192,10 @@ def list_data_files(path: Path) -> list[Path]:
 
 
 def read_trajectories(
-    path: Path, quarantine: Path | None = None, max_bytes: int | None = None
+    path: Path,
+    quarantine: Path | None = None,
+    max_bytes: int | None = None,
+    cache: FileCache | None = None,
 ) -> ReadResult:
     """Read every record under ``path`` and derive the labelled examples.
 
@@ -178,7 +203,9 @@ def read_trajectories(
     Pending and executing records give no example, but their ids still resolve as
     parents. Raises :class:`DataError` for a missing path, an unreadable file, or no
     labelled record at all, and :class:`DataTooLarge` before reading anything when the
-    files together hold more than ``max_bytes`` (None: no limit).
+    files together hold more than ``max_bytes`` (None: no limit). With a ``cache``
+    (``infrastructure/data/record_cache.py``), a file whose bytes were read before is
+    taken from it, records and quarantined entries alike, instead of parsed again.
     """
     path = Path(path)
     files = list_data_files(path)
@@ -186,24 +213,21 @@ def read_trajectories(
         check_data_size(path, files, max_bytes)
     sink = _Quarantine(quarantine)
     result = ReadResult(files=len(files))
-    valid: dict[str, _Valid] = {}
+    kept: dict[str, FileRecord] = {}
     try:
         for file in files:
-            for source, raw, thresholds in _raw_records(file, sink):
-                item = _validate(source, raw, thresholds, sink)
-                if item is None:
-                    continue
-                if item.record.trajectory_id in valid:
+            for record in _file_records(file, sink, cache):
+                if record.trajectory_id in kept:
                     result.duplicates += 1
                     continue
-                valid[item.record.trajectory_id] = item
+                kept[record.trajectory_id] = record
     finally:
         sink.close()
     result.quarantined = sink.count
-    _label(valid, result)
+    _collect(kept, result)
     if not result.examples:
         raise DataError(
-            f"no labelled records in {str(path)!r} ({len(valid)} valid, "
+            f"no labelled records in {str(path)!r} ({len(kept)} valid, "
             f"{result.unlabelled} unfinished or unlabelled, {result.quarantined} quarantined)"
         )
     logger.info(
@@ -217,28 +241,80 @@ def read_trajectories(
     return result
 
 
-def _label(valid: dict[str, _Valid], result: ReadResult) -> None:
-    entries: dict[str, PoolEntry] = {}
-    for trajectory_id, item in valid.items():
-        record = item.record
-        if isinstance(record, Trajectory):
-            if record.success_score is not None:
-                result.scores[trajectory_id] = record.success_score
-            label = derive_label(
-                record.status, record.success_score, item.success_threshold, item.failure_threshold
-            )
-        else:
-            if record.reward is not None:
-                result.scores[trajectory_id] = record.reward
-            label = derive_replay_label(record, item.success_threshold, item.failure_threshold)
-        attempt = record.to_input()
-        entries[trajectory_id] = PoolEntry(
-            result.scores.get(trajectory_id), attempt.parent_ids, attempt.operator, attempt.created
+@dataclass(frozen=True)
+class FileRecord:
+    """One valid record of a file, as the rest of a read needs it: its pre-attempt input,
+    its label (None: unfinished or unlabelled) and its recorded score."""
+
+    trajectory_id: str
+    attempt: AttemptInput
+    label: Label | None
+    score: float | None
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """One quarantined entry of a file, as written to the quarantine file."""
+
+    where: str
+    reason: str
+    text: str
+
+
+class FileCache(Protocol):
+    """Where a read finds a file's records from an earlier read of the same bytes."""
+
+    def load(self, file: Path) -> tuple[list[FileRecord], list[Rejected]] | None: ...
+
+    def store(self, file: Path, records: list[FileRecord], rejected: list[Rejected]) -> None: ...
+
+
+def _file_records(file: Path, sink: _Quarantine, cache: FileCache | None) -> list[FileRecord]:
+    """The valid records of one file, in file order (duplicates within it included),
+    each quarantined entry written to ``sink``; from ``cache`` when it has the file."""
+    cached = cache.load(file) if cache is not None else None
+    if cached is not None:
+        records, rejected = cached
+        for entry in rejected:
+            sink.add(_Source(file, entry.where), entry.reason, entry.text)
+        return records
+    recorder = _Recorder(sink)
+    records = []
+    for source, raw, thresholds in _raw_records(file, recorder):
+        item = _validate(source, raw, thresholds, recorder)
+        if item is not None:
+            records.append(_file_record(item))
+    if cache is not None and not recorder.vanished:
+        cache.store(file, records, recorder.rejected)
+    return records
+
+
+def _file_record(item: _Valid) -> FileRecord:
+    record = item.record
+    if isinstance(record, Trajectory):
+        score = record.success_score
+        label = derive_label(
+            record.status, record.success_score, item.success_threshold, item.failure_threshold
         )
-        if label is None:
+    else:
+        score = record.reward
+        label = derive_replay_label(record, item.success_threshold, item.failure_threshold)
+    return FileRecord(record.trajectory_id, record.to_input(), label, score)
+
+
+def _collect(kept: dict[str, FileRecord], result: ReadResult) -> None:
+    entries: dict[str, PoolEntry] = {}
+    for trajectory_id, record in kept.items():
+        if record.score is not None:
+            result.scores[trajectory_id] = record.score
+        attempt = record.attempt
+        entries[trajectory_id] = PoolEntry(
+            record.score, attempt.parent_ids, attempt.operator, attempt.created
+        )
+        if record.label is None:
             result.unlabelled += 1
             continue
-        result.examples.append(Example(trajectory_id, attempt, label))
+        result.examples.append(Example(trajectory_id, attempt, record.label))
     result.pool = Pool(entries)
 
 
@@ -268,7 +344,7 @@ def _read_text(file: Path) -> str:
 
 
 def _jsonl_lines(
-    file: Path, sink: _Quarantine, defaults: tuple[float, float]
+    file: Path, sink: _Sink, defaults: tuple[float, float]
 ) -> Iterator[tuple[_Source, Any, tuple[float, float]]]:
     """A plain JSONL file's records, a line at a time (each decoded on its own, so a line
     that is not UTF-8 is quarantined alone, like a line that is not JSON)."""
@@ -299,9 +375,7 @@ class _Vanished(OSError):
     """A listed file that is gone when it is opened."""
 
 
-def _raw_records(
-    file: Path, sink: _Quarantine
-) -> Iterator[tuple[_Source, Any, tuple[float, float]]]:
+def _raw_records(file: Path, sink: _Sink) -> Iterator[tuple[_Source, Any, tuple[float, float]]]:
     defaults = (SUCCESS_THRESHOLD, FAILURE_THRESHOLD)
     try:
         if file.name.endswith(".jsonl"):
@@ -360,7 +434,7 @@ def _parse_json(text: str) -> Any:
 
 
 def _pool_records(
-    file: Path, document: dict[str, Any], sink: _Quarantine
+    file: Path, document: dict[str, Any], sink: _Sink
 ) -> Iterator[tuple[_Source, Any, tuple[float, float]]]:
     try:
         pool = TrajectoryPool.model_validate(document)
@@ -375,7 +449,7 @@ def _pool_records(
 
 
 def _validate(
-    source: _Source, raw: Any, thresholds: tuple[float, float], sink: _Quarantine
+    source: _Source, raw: Any, thresholds: tuple[float, float], sink: _Sink
 ) -> _Valid | None:
     if not isinstance(raw, dict):
         sink.add(source, f"record is a JSON {type(raw).__name__}, not an object", raw)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,9 @@ def served(tmp_path: Path) -> tuple[Path, Path, dict[str, Any]]:
     pool = generate_pool(400, seed=2)
     (data / "pool.json").write_text(json.dumps(pool))
     (data / "more.json").write_text(json.dumps(generate_pool(100, seed=9, agent="qa")))
+    for file in data.iterdir():  # written a minute ago: past the manifest's racy window
+        past = file.stat().st_mtime_ns - 60 * 10**9
+        os.utime(file, ns=(past, past))
     ckpt = tmp_path / "ck"
     first = train(data, ckpt, steps=None, resume=True, options=OPTIONS)
     assert first.steps > 0 and freshness.record_path(ckpt).is_file()
@@ -97,6 +101,8 @@ def test_a_record_edited_in_place_is_seen_and_learned(
     out = plugin.train(_request(data, ckpt))
     assert not out.up_to_date and out.steps > 0
     assert out.extra["data"]["relabelled"] == 1 and out.extra["data"]["new"] == 0
+    # The untouched file came from the record cache; the edited one was parsed.
+    assert out.extra["record_cache"] == {"files_cached": 1, "files_read": 1, "write_failures": 0}
 
 
 def test_an_appended_file_and_another_request_are_not_up_to_date(

@@ -101,3 +101,13 @@ def test_the_manifest_module_does_not_import_torch() -> None:
         "sys.exit(1 if 'torch' in sys.modules else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_a_file_that_cannot_be_read_is_a_data_error(tmp_path: Path) -> None:
+    """An unreadable file is the readers' DataError naming it, never a raw OSError."""
+    import pytest
+
+    from genesis_fp16_infrastructure.data.readers import DataError
+
+    with pytest.raises(DataError, match=r"cannot read data file '/proc/self/mem'"):
+        scan_files(Path("/proc/self/mem"))

@@ -1,0 +1,173 @@
+"""Each data file's records, kept after a read, by the file's content digest.
+
+A pool that grows by a new file, or by a day's ``.jsonl``, leaves most of its files as
+they were. :class:`RecordCache` keeps what a read made of each file (its valid records as
+:class:`~genesis_fp16_infrastructure.data.readers.FileRecord`: pre-attempt input, label,
+score; and its quarantined entries) in one JSON file per file's bytes, named by the
+content digest of the data manifest (``infrastructure/data/manifest.py``) and
+``CACHE_VERSION``. The next read takes an unchanged file from there instead of parsing
+and validating it again; a changed file is read alone.
+
+A file is taken from the cache only while its size and mtime are still those the
+manifest hashed, and stored only when they still are after its read: a file appended or
+rewritten while it was read is read again next time, never remembered under the old
+bytes' digest. A file modified within ``RACY_NS`` of the manifest's scan is never
+stored (its mtime cannot vouch for its bytes). Entries no file of the manifest uses are
+deleted after each read.
+
+    cache = RecordCache(state / "record_cache", manifest)
+    data = read_trajectories(path, quarantine, cache=cache)
+    cache.prune()
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from genesis_fp16_infrastructure.atomic import write_atomic
+from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest
+from genesis_fp16_infrastructure.data.readers import FileRecord, Rejected
+from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION, AttemptInput, Label
+
+logger = logging.getLogger(__name__)
+
+# Bump when FileRecord, AttemptInput, Label or how a record becomes them changes.
+CACHE_VERSION = f"1.s{SCHEMA_VERSION}"
+
+
+class RecordCache:
+    """Per-file records by content digest, under ``folder``; ``manifest`` vouches for
+    which digest each file's current bytes have."""
+
+    def __init__(self, folder: Path, manifest: Manifest) -> None:
+        self.folder = Path(folder)
+        self.scanned_ns = manifest.scanned_ns
+        self.files = {f.path: f for f in manifest.files}
+        self.hits = 0
+        self.misses = 0
+        self.write_failures = 0
+
+    def load(self, file: Path) -> tuple[list[FileRecord], list[Rejected]] | None:
+        state = self._vouched(file)
+        if state is None:
+            self.misses += 1
+            return None
+        try:
+            data = json.loads(self._path(state).read_text(encoding="utf-8"))
+            out = _decode(data)
+        except FileNotFoundError:
+            self.misses += 1
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            logger.warning("record cache entry for %s unreadable (%s): read again", file, exc)
+            self.misses += 1
+            return None
+        self.hits += 1
+        return out
+
+    def store(self, file: Path, records: list[FileRecord], rejected: list[Rejected]) -> None:
+        state = self._vouched(file)
+        if state is None or state.mtime_ns >= self.scanned_ns - RACY_NS:
+            return
+        text = json.dumps(_encode(records, rejected))
+        try:
+            write_atomic(self._path(state), lambda handle: handle.write(text.encode("utf-8")))
+        except OSError as exc:
+            # The run has the records; only the next run's shortcut is lost. Counted and
+            # reported (train --json extra.record_cache), and the file is parsed next time.
+            self.write_failures += 1
+            logger.warning(
+                "record cache: cannot write %s (%s): %s will be parsed again next run",
+                self._path(state),
+                exc.strerror or exc,
+                file,
+            )
+
+    def prune(self) -> int:
+        """Delete the entries of bytes no file of the manifest holds; their count."""
+        keep = {self._path(state).name for state in self.files.values()}
+        removed = 0
+        if self.folder.is_dir():
+            for entry in self.folder.glob("*.json"):
+                if entry.name not in keep:
+                    entry.unlink(missing_ok=True)
+                    removed += 1
+        return removed
+
+    def _vouched(self, file: Path) -> FileState | None:
+        """The manifest's state of ``file`` while the file still has its size and mtime."""
+        state = self.files.get(str(file))
+        if state is None:
+            return None
+        try:
+            stat = os.stat(file)
+        except OSError:
+            return None
+        if (stat.st_size, stat.st_mtime_ns) != (state.size, state.mtime_ns):
+            return None
+        return state
+
+    def _path(self, state: FileState) -> Path:
+        return self.folder / f"{state.digest}-{CACHE_VERSION}.json"
+
+
+def _encode(records: list[FileRecord], rejected: list[Rejected]) -> dict[str, Any]:
+    return {
+        "version": CACHE_VERSION,
+        "records": [
+            [
+                r.trajectory_id,
+                _attempt_row(r.attempt),
+                None if r.label is None else [r.label.success, r.label.score, r.label.outcome],
+                r.score,
+            ]
+            for r in records
+        ],
+        "rejected": [[e.where, e.reason, e.text] for e in rejected],
+    }
+
+
+def _attempt_row(a: AttemptInput) -> list[Any]:
+    return [
+        a.trajectory_id,
+        a.agent,
+        a.created,
+        a.operator,
+        a.generation,
+        list(a.parent_ids),
+        a.code_changes,
+        list(a.modified_files),
+        a.proposed_strategy,
+        a.problem_diagnosis,
+        list(a.tools_used),
+        a.reasoning_pattern,
+    ]
+
+
+def _decode(data: dict[str, Any]) -> tuple[list[FileRecord], list[Rejected]]:
+    if data.get("version") != CACHE_VERSION:
+        raise ValueError(f"cache version {data.get('version')!r}, this build's {CACHE_VERSION}")
+    records = []
+    for trajectory_id, a, label, score in data["records"]:
+        attempt = AttemptInput(
+            trajectory_id=a[0],
+            agent=a[1],
+            created=a[2],
+            operator=a[3],
+            generation=a[4],
+            parent_ids=tuple(a[5]),
+            code_changes=a[6],
+            modified_files=tuple(a[7]),
+            proposed_strategy=a[8],
+            problem_diagnosis=a[9],
+            tools_used=tuple(a[10]),
+            reasoning_pattern=a[11],
+        )
+        decoded = None if label is None else Label(label[0], label[1], label[2])
+        records.append(FileRecord(trajectory_id, attempt, decoded, score))
+    rejected = [Rejected(where, reason, text) for where, reason, text in data["rejected"]]
+    return records, rejected

@@ -1,0 +1,144 @@
+"""The per-file record cache: what a read makes of a file, kept by its bytes' digest."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from genesis_fp16_infrastructure.data.manifest import scan_files
+from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
+from genesis_fp16_infrastructure.data.record_cache import RecordCache
+from genesis_fp16_infrastructure.data.synthetic import generate_pool, write_replay_buffer
+from genesis_fp16_infrastructure.world_model.features import FeatureEncoder
+
+
+def _age(folder: Path) -> None:
+    """Files written a minute ago: older than RACY_NS before any scan, so cacheable."""
+    for file in folder.rglob("*"):
+        if file.is_file():
+            past = file.stat().st_mtime_ns - 60 * 10**9
+            os.utime(file, ns=(past, past))
+
+
+def _pool(tmp_path: Path) -> Path:
+    """A pool file, a replay buffer with a malformed line, a duplicate id across files."""
+    folder = tmp_path / "pool"
+    folder.mkdir()
+    pool = generate_pool(400, seed=8)
+    (folder / "a.json").write_text(json.dumps(pool))
+    replay = write_replay_buffer(folder / "b.jsonl", 150, seed=9, agent="qa")
+    first = next(iter(pool["trajectories"].values()))
+    with replay.open("a") as handle:
+        handle.write("{not json\n")
+        handle.write(json.dumps({**first, "success_score": 0.01}) + "\n")  # a duplicate id
+        handle.write(json.dumps({"trajectory_id": "", "status": "success"}) + "\n")
+    _age(folder)
+    return folder
+
+
+def _read(folder: Path, tmp_path: Path, name: str) -> tuple[ReadResult, RecordCache, str]:
+    manifest, _ = scan_files(folder)
+    cache = RecordCache(tmp_path / "cache", manifest)
+    quarantine = tmp_path / f"{name}.jsonl"
+    data = read_trajectories(folder, quarantine, cache=cache)
+    return data, cache, quarantine.read_text()
+
+
+def _same(a: ReadResult, b: ReadResult) -> None:
+    assert a.examples == b.examples
+    assert a.scores == b.scores and a.pool.entries == b.pool.entries
+    counts = ("quarantined", "duplicates", "unlabelled")
+    assert [getattr(a, c) for c in counts] == [getattr(b, c) for c in counts]
+
+
+def test_cached_and_uncached_reads_give_the_same_records_quarantine_and_features(
+    tmp_path: Path,
+) -> None:
+    """The second read takes every file from the cache, and its examples, pool, counts,
+    quarantine file and features are the uncached read's, bit for bit."""
+    folder = _pool(tmp_path)
+    plain = read_trajectories(folder, tmp_path / "plain.jsonl")
+    cold, cache, cold_quarantine = _read(folder, tmp_path, "cold")
+    assert (cache.hits, cache.misses) == (0, 2)
+    warm, cache, warm_quarantine = _read(folder, tmp_path, "warm")
+    assert (cache.hits, cache.misses) == (2, 0)
+    _same(plain, cold)
+    _same(plain, warm)
+    assert plain.quarantined == 2 and plain.duplicates == 1
+    assert warm_quarantine == cold_quarantine == (tmp_path / "plain.jsonl").read_text()
+    attempts = [e.attempt for e in plain.examples]
+    encoder = FeatureEncoder.fit(attempts, plain.pool, [e.label.success for e in plain.examples])
+    expected = encoder.encode(attempts, plain.pool).view(torch.int32)
+    got = encoder.encode([e.attempt for e in warm.examples], warm.pool).view(torch.int32)
+    assert torch.equal(got, expected)
+
+
+def test_a_record_edited_in_place_is_read_again(tmp_path: Path) -> None:
+    """Other bytes, other digest: the edited file is parsed, the other one still cached."""
+    folder = _pool(tmp_path)
+    _read(folder, tmp_path, "cold")
+    pool = json.loads((folder / "a.json").read_text())
+    record = next(iter(pool["trajectories"].values()))
+    record["code_changes"] = "+edited"
+    (folder / "a.json").write_text(json.dumps(pool))
+    _age(folder)
+    data, cache, _ = _read(folder, tmp_path, "again")
+    assert (cache.hits, cache.misses) == (1, 1)
+    edited = next(e for e in data.examples if e.trajectory_id == record["trajectory_id"])
+    assert edited.attempt.code_changes == "+edited"
+
+
+def test_a_file_rewritten_with_the_same_bytes_stays_cached(tmp_path: Path) -> None:
+    """A new mtime, the same bytes: the manifest hashes it to the same digest, a hit."""
+    folder = _pool(tmp_path)
+    _read(folder, tmp_path, "cold")
+    (folder / "a.json").write_text((folder / "a.json").read_text())
+    _age(folder)
+    _, cache, _ = _read(folder, tmp_path, "again")
+    assert (cache.hits, cache.misses) == (2, 0)
+
+
+def test_a_file_appended_while_read_costs_only_itself(tmp_path: Path) -> None:
+    """A .jsonl appended after the scan (as during the read): its lines as read are used,
+    it is neither taken from nor stored in the cache, and the other file is a hit; the
+    next scan and read see it whole and cache it."""
+    folder = _pool(tmp_path)
+    _read(folder, tmp_path, "cold")
+    manifest, _ = scan_files(folder)
+    write_replay_buffer(tmp_path / "more.jsonl", 5, seed=10, agent="late")
+    with (folder / "b.jsonl").open("a") as handle:
+        handle.write((tmp_path / "more.jsonl").read_text())
+    cache = RecordCache(tmp_path / "cache", manifest)
+    data = read_trajectories(folder, cache=cache)
+    assert (cache.hits, cache.misses) == (1, 1)
+    assert sum(e.attempt.agent == "late" for e in data.examples) == 5
+    _age(folder)
+    again, cache, _ = _read(folder, tmp_path, "next")
+    assert (cache.hits, cache.misses) == (1, 1)  # stored only now, under its new digest
+    _same(data, again)
+    assert _read(folder, tmp_path, "last")[1].hits == 2
+
+
+def test_entries_of_bytes_no_file_holds_are_pruned(tmp_path: Path) -> None:
+    """A removed file's entry is deleted by prune()."""
+    folder = _pool(tmp_path)
+    _read(folder, tmp_path, "cold")
+    (folder / "b.jsonl").unlink()
+    manifest, _ = scan_files(folder)
+    assert RecordCache(tmp_path / "cache", manifest).prune() == 1
+    assert len(list((tmp_path / "cache").glob("*.json"))) == 1
+
+
+def test_a_cache_that_cannot_be_written_is_counted_and_the_read_goes_on(tmp_path: Path) -> None:
+    """A cache folder that is a file: the read returns every record, the failures are
+    counted, and nothing is taken from the cache next time."""
+    folder = _pool(tmp_path)
+    (tmp_path / "cache").write_text("not a folder")
+    manifest, _ = scan_files(folder)
+    cache = RecordCache(tmp_path / "cache", manifest)
+    data = read_trajectories(folder, cache=cache)
+    assert cache.write_failures == 2
+    _same(read_trajectories(folder), data)
