@@ -33,6 +33,7 @@ from genesis_fp16_infrastructure.training.run.loop import (
 from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
 from genesis_fp16_infrastructure.training.run.resume import Position, checkpoint_state, resume_run
 from genesis_fp16_infrastructure.training.run.task import TrainingTask
+from genesis_fp16_infrastructure.training.run.verify_capture import verification_cache, verify_run
 from genesis_fp16_infrastructure.training.step.cuda_graph import cuda_generators
 from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
 from genesis_fp16_infrastructure.training.step.trainer import Trainer, TrainerConfig
@@ -67,6 +68,10 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
 
     position = Position(tracker=early_stop_tracker(task, options))
     resumed_from = resume_run(task, trainer, manager, position) if options.resume else None
+    # A captured step is checked against eager steps of this state before it is trusted
+    # (once per device, torch, shapes and precision; eager with the reason when it differs).
+    verified = verification_cache(options.auto_precision.cache)
+    verify_run(task, trainer, options.seed, verified)
     first_step = trainer.step_count
     targets = run_targets(options, first_step, position)
     guard = PrecisionGuard(options.guard, task.extra_state) if options.guard else None
@@ -179,6 +184,7 @@ def _demote(
         for stale in checkpoints_after(manager.checkpoints(), manager.path_for(snapshot.step)):
             logger.warning("precision guard: removing %s (after the rollback step)", stale)
             manager.remove(stale)
+    verify_run(task, demoted, options.seed, verification_cache(options.auto_precision.cache))
     guard.start(demoted, position.epoch, position.batch, snapshot=False)
     demotions.append(record)
     return demoted
