@@ -71,16 +71,25 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
         memory = None  # a broken file is reset all the same
     if args.action == "show":
+        verdicts = _read_verdicts(paths.verification_path)
         if args.json:
-            shown = {"demotion": memory.to_json() if memory else None, "calibration": calibration}
+            shown = {
+                "demotion": memory.to_json() if memory else None,
+                "calibration": calibration,
+                "captured_step_verdicts": verdicts,
+            }
             print(json.dumps(shown, indent=2))
         else:
             print(describe(memory) or f"{agent}: no precision demotion remembered")
             print(_describe_calibration(calibration))
+            print(_describe_verdicts(verdicts))
         return 0
     if paths.calibration_path.exists():
         paths.calibration_path.unlink()
         print(f"{agent}: measurement of 'auto' forgotten; the next auto run measures again")
+    if paths.verification_path.exists():
+        paths.verification_path.unlink()
+        print(f"{agent}: captured-step verdicts forgotten; the next captured run verifies again")
     if not path.exists():
         print(f"{agent}: no precision demotion remembered ({path})")
         return 0
@@ -123,3 +132,31 @@ def _describe_calibration(data: dict[str, Any] | None) -> str:
         return "\n".join(lines)
     except (KeyError, TypeError, StopIteration, ZeroDivisionError):
         return "the cached measurement of 'auto' is malformed; the next auto run measures again"
+
+
+def _read_verdicts(path: Path) -> list[dict[str, Any]]:
+    """The captured step's cached verdicts (verify_capture.py's file), as JSON."""
+    try:
+        data = json.loads(path.read_text())
+        return [dict(v) for v in data["verdicts"].values()]
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return [{"error": f"{path}: unreadable ({exc}); the next captured run verifies again"}]
+
+
+def _describe_verdicts(verdicts: list[dict[str, Any]]) -> str:
+    if not verdicts:
+        return "captured step: not verified on this host yet (the first captured run does it)"
+    lines = []
+    for v in verdicts:
+        if "error" in v:
+            lines.append(str(v["error"]))
+            continue
+        key = v.get("key", {})
+        what = "trusted" if v.get("passed") else "NOT trusted, runs eager"
+        lines.append(
+            f"captured step {key.get('precision')} {key.get('execution')} on "
+            f"{key.get('device')}, torch {key.get('torch')}: {what} ({v.get('detail')})"
+        )
+    return "\n".join(lines)

@@ -420,6 +420,8 @@ def _finish(
     if show_precision:
         ctx.metrics.set_precision(agent, result.precision_used)
     ctx.metrics.set_execution(agent, result.execution)
+    if result.execution_fallback is not None:
+        ctx.metrics.execution_fallbacks.labels(agent=agent, reason=result.execution_fallback).inc()
     if result.steps and result.final_train_loss is not None:
         # The run's own final loss (under torchrun, rank 0's last log was its interval's).
         ctx.metrics.train_loss.labels(agent=agent).set(float(result.final_train_loss))
@@ -448,6 +450,7 @@ def _finish(
         precision_reason=result.precision_reason,
         execution=result.execution,
         execution_reason=result.execution_reason,
+        execution_fallback=result.execution_fallback,
         steps=result.steps,
         skipped_steps=result.skipped_steps,
         final_train_loss=result.final_train_loss,
