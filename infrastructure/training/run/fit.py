@@ -20,6 +20,7 @@ from typing import Any
 
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
+from genesis_fp16_infrastructure.training.precision.carried_scale import clamp_scale
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.rng import seed_everything
 from genesis_fp16_infrastructure.training.run.calibration import policy_for_run
@@ -56,6 +57,8 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
         expected_steps=_expected_steps(task, options),
     )
     seed_everything(options.seed)  # after the calibration: it leaves no trace in the run
+    if options.initial_loss_scale is not None:  # a resumed checkpoint's scale replaces it
+        start_scale_at(policy, options.initial_loss_scale)
     options = replace(options, should_stop=distributed.agreed_stop(options.should_stop))
     if calibration is not None and options.cuda_graph == "auto":  # run what was timed faster
         measured = calibration.measured_execution()
@@ -128,6 +131,19 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
         calibration=calibration,
         early_stop=None if tracker is None else tracker.report(not stopped),
     )
+
+
+def start_scale_at(policy: PrecisionPolicy, scale: float) -> None:
+    """Start ``policy``'s loss scale at ``scale``, clamped to its floor and ceiling; its
+    settings stay as they are (the calibration cache and the verification are keyed by
+    them). Nothing happens where the scaler is disabled (fp32, bf16)."""
+    scaler = policy.scaler
+    if not scaler.is_enabled():
+        return
+    state = scaler.state_dict()
+    state["scale"] = clamp_scale(scale, scaler.config)
+    scaler.load_state_dict(state)
+    logger.info("loss scale starts at %g (carried from the previous run)", state["scale"])
 
 
 def _build_trainer(task: TrainingTask, policy: PrecisionPolicy, options: FitOptions) -> Trainer:
