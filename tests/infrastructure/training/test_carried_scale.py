@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+import torch
+
 from genesis_fp16_infrastructure.training import FitOptions, ScalerConfig, TrainingSummary, fit
 from genesis_fp16_infrastructure.training.precision.carried_scale import (
     CarriedScale,
@@ -87,3 +90,29 @@ def test_a_carried_scale_above_the_ceiling_starts_at_the_ceiling() -> None:
         ),
     )
     assert first[0].loss_scale in (8.0, 4.0)  # 8, or 4 after an overflow at 8
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_a_carried_scale_skips_at_most_one_step_in_the_first_50(tmp_path: Path) -> None:
+    """fp16 on the GPU: run 1 from a scale too high skips steps; run 2 from run 1's last
+    scale skips at most 1 of its first 50, and its eval loss equals run 1's within their
+    standard error (the issue's criterion)."""
+    from tests.infrastructure.training.test_verify_capture import CudaTask
+
+    def run(scale: float | None) -> tuple[int, dict[str, float], float]:
+        options = FitOptions(
+            precision="fp16",
+            device="cuda",
+            steps=50,
+            scaler=ScalerConfig(init_scale=2.0**24),
+            initial_loss_scale=scale,
+        )
+        result = fit(CudaTask(), options)
+        return result.summary.skipped_steps, dict(result.eval), result.summary.loss_scale
+
+    skipped_one, eval_one, scale_one = run(None)
+    skipped_two, eval_two, _ = run(scale_one)
+    assert skipped_one >= 1 and skipped_two <= 1
+    se = (eval_one["loss_se"] ** 2 + eval_two["loss_se"] ** 2) ** 0.5
+    assert abs(eval_one["loss"] - eval_two["loss"]) <= se
