@@ -2,8 +2,9 @@
 # make test - set up with the dev and bench extras, then lint, type-check and run the whole test suite
 # make dist - build the wheel and the sdist into dist/ (python -m build)
 # make gpu-check - on a CUDA host: the gpu-marked tests in one process, both agents' training
-#                  on cuda (and se_darwin on the host's cpu), the bench's CUDA rows; results
-#                  to benchmarks/results/gpu-check_<device>.md and .json
+#                  on cuda (and se_darwin on the host's cpu), the bench's CUDA rows and the
+#                  memory table; one line per check; results to
+#                  benchmarks/results/gpu-check_<device>.md and .json
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin

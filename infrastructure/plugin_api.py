@@ -291,6 +291,9 @@ class TrainResult:
     # precision_used/_reason.
     execution: str = "eager"
     execution_reason: str = "not reported by the agent"
+    # Set when the run resolved a captured step but ran eagerly: one of FALLBACK_REASONS
+    # (its first captured steps differed from eager ones, or a capture raised).
+    execution_fallback: str | None = None
     # The model had already learned every record of the data: the run took no step.
     up_to_date: bool = False
 
@@ -338,6 +341,7 @@ class TrainResult:
             extra=extra,
             execution=result.execution.used,
             execution_reason=result.execution.reason,
+            execution_fallback=result.execution.fallback,
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -8,9 +8,17 @@
    ``train se_darwin --device cuda`` (and again with ``--cuda-graph on``, and with
    ``--compile on``: the model compiled inside the captured step), ``train rlhf_ppo
    --device cuda``;
-3. ``<out>/gpu-check_<device>.md`` and ``.json``: python, torch, CUDA, the device, the
+3. the bench's CUDA rows, and the memory table: fp32/bf16/fp16 x eager/captured x batch
+   64, 1,024, 8,192, 16,384 on ``large``, each row's peak beside the formula's prediction
+   (``genesis_fp16/bench/memory.py``), written to ``<out>/memory_table_<device>.md``;
+4. ``<out>/gpu-check_<device>.md`` and ``.json``: python, torch, CUDA, the device, the
    commit, pytest's outcome per test and each run's command, exit code and JSON line,
    ready to commit.
+
+It ends with one line per check (``CHECKS``: the captured step verified against eager,
+the compiled step's tolerance measured, a failing capture falling back, the carried loss
+scale, the bench's per-row peak; then each run, the bench and the memory table), each
+PASS, FAIL or NOT RUN with what decided it, and the closing verdict.
 
 Without CUDA it stops before anything runs, with one line and exit code 1. The exit code
 is 0 only when every test passed or skipped and every training run exited 0.
@@ -65,6 +73,31 @@ BENCH_RUNS: dict[str, tuple[str, ...]] = {
         *("--tag", "gpu-check-compile"),
     ),
 }
+# The memory table's rows (issue 39): a few steps are enough for a peak.
+MEMORY_RUN: tuple[str, ...] = (
+    *("bench", "--device", "cuda", "--sizes", "large", "--runners", "ours,ours-graph"),
+    *("--precisions", "fp32,bf16,fp16", "--batch-sizes", "64,1024,8192,16384"),
+    *("--warmup", "2", "--steps", "5", "--tag", "gpu-check-memory"),
+)
+# Each check and the gpu-marked tests that decide it (a substring of the test's id).
+CHECKS: dict[str, tuple[str, ...]] = {
+    "captured step verified bit for bit against eager (fp32, bf16, fp16)": (
+        "test_verify_run_on_cuda_passes_bit_for_bit",
+        "test_200_graphed_steps_equal_eager_bit_for_bit",
+    ),
+    "compiled step within its stated tolerance (the measured difference in its verdict)": (
+        "test_compiled_step_within_the_stated_tolerance",
+    ),
+    "a capture that raises falls back to eager from the same step": (
+        "test_a_real_capture_that_raises_falls_back_on_cuda",
+    ),
+    "carried loss scale, at most 1 skipped step in the first 50, eval within its SE": (
+        "test_on_cuda_a_carried_scale_skips_at_most_one_step_in_the_first_50",
+    ),
+    "bench, a row's peak leaves out earlier rows' memory": (
+        "test_a_rows_peak_leaves_out_what_earlier_rows_left_allocated",
+    ),
+}
 RUN_TIMEOUT_S = 300
 GPU_SPEEDUP_TARGET = 3.0  # default train se_darwin: the H100 against its own host's CPU
 TAIL_LINES = 40
@@ -79,6 +112,7 @@ class PytestOutcome:
     summary: str
     outcomes: dict[str, str] = field(default_factory=dict)
     tail: str = ""
+    properties: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -176,9 +210,12 @@ def run_gpu_tests() -> PytestOutcome:
         command = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:xdist"]
         command += ["-p", "no:cacheprovider", "-rA", f"--junitxml={junit}"]
         code, lines = _stream(command, cwd=ROOT)
-        outcomes = junit_outcomes(junit.read_text()) if junit.exists() else {}
+        xml = junit.read_text() if junit.exists() else None
+    outcomes = junit_outcomes(xml) if xml else {}
+    properties = junit_properties(xml) if xml else {}
     shown = "python -m pytest -m gpu -p no:xdist -p no:cacheprovider -rA"
-    return PytestOutcome(shown, code, pytest_summary(lines), outcomes, _tail(lines, code))
+    summary = pytest_summary(lines)
+    return PytestOutcome(shown, code, summary, outcomes, _tail(lines, code), properties)
 
 
 def junit_outcomes(xml_text: str) -> dict[str, str]:
@@ -194,6 +231,46 @@ def junit_outcomes(xml_text: str) -> dict[str, str]:
         why = " ".join(found[0].get("message", "").split())[:160]
         outcomes[name] = f"{kind}: {why}" if why else kind
     return outcomes
+
+
+def junit_properties(xml_text: str) -> dict[str, dict[str, str]]:
+    """``{test id: {name: value}}``: what tests recorded with pytest's ``record_property``
+    (a verification's verdict, a measured difference)."""
+    found: dict[str, dict[str, str]] = {}
+    for case in ET.fromstring(xml_text).iter("testcase"):
+        name = f"{case.get('classname', '')}::{case.get('name', '')}"
+        for prop in case.iter("property"):
+            found.setdefault(name, {})[prop.get("name", "")] = prop.get("value", "")
+    return found
+
+
+def check_lines(
+    tests: PytestOutcome, runs: list[RunOutcome], memory: RunOutcome | None = None
+) -> list[str]:
+    """One line per check: PASS, FAIL or NOT RUN, and what decided it."""
+    lines = []
+    for check, needles in CHECKS.items():
+        found = {
+            name: outcome
+            for name, outcome in tests.outcomes.items()
+            if any(needle in name for needle in needles)
+        }
+        if not found:
+            lines.append(f"NOT RUN  {check}: no such test ran")
+            continue
+        bad = [f"{n.rsplit('::', 1)[-1]}: {o}" for n, o in found.items() if o != "passed"]
+        word = "FAIL" if bad else "PASS"
+        extra = [f"{k}={v}" for n in found for k, v in tests.properties.get(n, {}).items()]
+        why = "; ".join(bad) if bad else f"{len(found)} test(s) passed"
+        lines.append(f"{word:<8} {check}: {why}" + (f" ({'; '.join(extra)})" if extra else ""))
+    for run in [*runs, *([memory] if memory is not None else [])]:
+        # A run that resolved a captured step but went eager failed its check: on a GPU
+        # the captured step must verify (se_darwin's stacked ensemble, compile inside).
+        fallback = (run.result or {}).get("execution_fallback")
+        word = "PASS" if run.ok and not fallback else "FAIL"
+        why = f", fell back to eager: {run.result.get('execution_reason')}" if fallback else ""
+        lines.append(f"{word:<8} {run.label}: {run.command} (exit {run.exit_code}{why})")
+    return lines
 
 
 def pytest_summary(lines: list[str]) -> str:
@@ -241,6 +318,26 @@ def run_bench(label: str, args: tuple[str, ...]) -> RunOutcome:
     outcome = run_training(label, args)
     if outcome.exit_code == 0:
         outcome.result, outcome.tail = {"exit_code": 0}, ""
+    return outcome
+
+
+def run_memory_table(out: Path, device: str) -> RunOutcome:
+    """The memory table's bench rows, then the table beside the formula (on the CPU)."""
+    outcome = run_bench("memory table", (*MEMORY_RUN, "--out-dir", str(out.resolve())))
+    found = sorted(out.glob("bench_cuda-*_gpu-check-memory.csv"))
+    if outcome.exit_code != 0 or not found:
+        outcome.result = None
+        outcome.tail = outcome.tail or "the bench wrote no memory rows"
+        return outcome
+    page = out / f"memory_table_{slug(device)}.md"
+    command = [sys.executable, "-m", "genesis_fp16.bench.memory", str(found[-1]), "--out"]
+    proc = subprocess.run([*command, str(page)], capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        outcome.exit_code, outcome.result = proc.returncode, None
+        outcome.tail = "\n".join(proc.stderr.splitlines()[-TAIL_LINES:])
+        return outcome
+    outcome.result = {"exit_code": 0, "table": str(page)}
+    print(proc.stdout, flush=True)
     return outcome
 
 
@@ -321,6 +418,9 @@ def render(
             if run.tail:
                 out += ["```text", run.tail, "```", ""]
         out += bench_tables(out_dir) if out_dir is not None else []
+    for page in sorted(out_dir.glob("memory_table_*.md")) if out_dir is not None else []:
+        out += ["## Memory table (peak MiB beside the formula)", "", page.read_text().strip(), ""]
+    out += ["## Checks", "", "```text", *check_lines(tests, runs), "```", ""]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -328,7 +428,8 @@ def verdict(tests: PytestOutcome, runs: list[RunOutcome], page: Path) -> str:
     """The one closing line: what passed, what failed, where the results are."""
     parts = [f"tests {tests.summary}"]
     parts += [f"{run.label}: {'ok' if run.ok else f'exit {run.exit_code}'}" for run in runs]
-    word = "passed" if tests.ok and all(r.ok for r in runs) else "FAILED"
+    checks_ok = not any(line.startswith(("FAIL", "NOT RUN")) for line in check_lines(tests, runs))
+    word = "passed" if tests.ok and checks_ok and all(r.ok for r in runs) else "FAILED"
     return f"gpu-check {word}: {'; '.join(parts)}; results in {page}"
 
 
@@ -344,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = [
         run_bench(label, (*command, "--out-dir", out_dir)) for label, command in BENCH_RUNS.items()
     ]
+    bench.append(run_memory_table(args.out, info["device"]))
     page = args.out / f"gpu-check_{slug(info['device'])}.md"
     page.write_text(render(info, tests, runs, bench, args.out))
     data = {
@@ -355,7 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     page.with_suffix(".json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     line = verdict(tests, [*runs, *bench], page)
-    print(f"\n{speedup(runs)}")
+    print(f"\n{speedup(runs)}\n")
+    print("\n".join(check_lines(tests, [*runs, *bench])))
     print(f"\n{line}")
     return 0 if line.startswith("gpu-check passed") else 1
 

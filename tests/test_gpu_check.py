@@ -10,9 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 from gpu_check import (
+    CHECKS,
     PytestOutcome,
     RunOutcome,
+    check_lines,
     junit_outcomes,
+    junit_properties,
     pytest_summary,
     render,
     run_training,
@@ -78,7 +81,56 @@ def test_a_failed_training_run_fails_the_check_and_the_page_says_why(tmp_path: P
     line = verdict(tests, [failed, passed], where)
     assert line.startswith("gpu-check FAILED: tests 2 passed in 3.1s; ")
     assert f"se_darwin: exit {failed.exit_code}; rlhf_ppo: ok; results in {where}" in line
-    assert verdict(tests, [passed], where).startswith("gpu-check passed: ")
+    # Every check's tests passed too: only then does the whole check pass.
+    assert verdict(tests, [passed], where).startswith("gpu-check FAILED: ")
+    every = {f"t::{needles[0]}": "passed" for needles in CHECKS.values()}
+    complete = PytestOutcome("python -m pytest -m gpu", 0, "5 passed in 3.1s", every)
+    assert verdict(complete, [passed], where).startswith("gpu-check passed: ")
+
+
+SAMPLE_CHECK_TESTS = """
+def test_verify_run_on_cuda_passes_bit_for_bit(record_property):
+    record_property("verdict", "8 steps equal bit for bit")
+
+def test_compiled_step_within_the_stated_tolerance():
+    assert 0.05 <= 0.02
+"""
+
+
+def test_each_check_gets_one_line_from_a_real_pytest_run(tmp_path: Path) -> None:
+    """From a real pytest run's junit: PASS with the recorded verdict, FAIL with the
+    failure, NOT RUN for a check whose test did not run, and one line per run."""
+    (tmp_path / "test_checks.py").write_text(SAMPLE_CHECK_TESTS)
+    junit = tmp_path / "junit.xml"
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}"],
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=120,
+    )
+    xml = junit.read_text()
+    tests = PytestOutcome("pytest", 1, "1 failed, 1 passed", junit_outcomes(xml), "")
+    tests.properties = junit_properties(xml)
+    run = RunOutcome("memory table", "genesis-fp16 bench ...", 2, 1.0, None)
+    lines = check_lines(tests, [run])
+    assert len(lines) == len(CHECKS) + 1
+    by_check = {line.split(":", 1)[0][9:]: line for line in lines}
+    verified = by_check["captured step verified bit for bit against eager (fp32, bf16, fp16)"]
+    assert verified.startswith("PASS ") and "verdict=8 steps equal bit for bit" in verified
+    compiled = by_check[
+        "compiled step within its stated tolerance (the measured difference in its verdict)"
+    ]
+    assert compiled.startswith("FAIL ") and "assert 0.05 <= 0.02" in compiled
+    assert by_check["a capture that raises falls back to eager from the same step"].startswith(
+        "NOT RUN"
+    )
+    assert lines[-1] == "FAIL     memory table: genesis-fp16 bench ... (exit 2)"
+    fell = RunOutcome("se_darwin", "genesis-fp16 train se_darwin", 0, 1.0, {})
+    fell.result = {"execution_fallback": "verification_mismatch", "execution_reason": "step 5"}
+    (line,) = check_lines(tests, [fell])[len(CHECKS) :]
+    assert line.startswith("FAIL     se_darwin") and "fell back to eager: step 5" in line
+    assert all("\n" not in line for line in lines)
+    assert all(":" not in check for check in CHECKS)  # a line reads "WORD check: why"
 
 
 def test_the_page_gives_the_gpu_speedup_and_the_bench_tables(tmp_path: Path) -> None:
@@ -110,3 +162,7 @@ def test_the_page_gives_the_gpu_speedup_and_the_bench_tables(tmp_path: Path) -> 
     assert "**se_darwin with defaults: cuda 0.50 s" in page
     assert "`genesis-fp16 bench --device cuda`: ok, 60.0 s" in page
     assert "### `bench_cuda-nvidia-h100_gpu-check.md`" in page and "| large | ours |" in page
+    (tmp_path / "memory_table_h100.md").write_text("| execution | batch |\n| eager | 64 |\n")
+    page = render({"device": "H100", "date": "2026-11-23"}, tests, runs, bench, tmp_path)
+    assert "## Memory table (peak MiB beside the formula)" in page and "| eager | 64 |" in page
+    assert "## Checks" in page and "NOT RUN  captured step verified" in page

@@ -59,6 +59,7 @@ from genesis_fp16_infrastructure.plugin_api import (
 from genesis_fp16_infrastructure.training import PrecisionPolicy
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
+from genesis_fp16_infrastructure.training.run.fit import start_scale_at
 
 logger = logging.getLogger(__name__)
 
@@ -219,6 +220,8 @@ class RlhfPpoPlugin:
             )
 
         engine = build(choice.preset, None)
+        if request.initial_loss_scale is not None:  # a resumed checkpoint's scale replaces it
+            start_scale_at(engine.precision, request.initial_loss_scale)
         resumed = resume_engine(engine, request.checkpoint_dir) if request.resume else None
         start_step = engine.trainer.step_count
         if request.steps is not None:

@@ -1,7 +1,8 @@
 """`genesis-fp16 precision show|reset AGENT`: what an agent's precision rests on.
 
-``show`` prints the precision guard's remembered demotion and, when ``auto`` was
-measured, the timing table and the choice. ``reset`` forgets both, so the agent's next
+``show`` prints the precision guard's remembered demotion, when ``auto`` was measured
+the timing table and the choice, the captured step's verdicts against eager, and the
+loss scale carried to the next fp16 run. ``reset`` forgets them all, so the agent's next
 run (in a running daemon too: both are read at the start of every run) asks for its
 configured precision and, for ``auto``, measures again.
 """
@@ -20,6 +21,10 @@ from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import SettingsError, load_settings
 from genesis_fp16.plugins import known_agent_names
 from genesis_fp16.runs.guard_state import describe
+from genesis_fp16_infrastructure.training.precision.carried_scale import (
+    read_carried_scale,
+    write_carried_scale,
+)
 from genesis_fp16_infrastructure.training.precision.precision_memory import (
     read_precision_memory,
     write_precision_memory,
@@ -39,8 +44,8 @@ def register(subparsers: Any) -> None:
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     for action, text in (
-        ("show", "print the remembered demotion and the measured 'auto' choice"),
-        ("reset", "forget both"),
+        ("show", "print the demotion, the 'auto' measurement, verdicts and carried scale"),
+        ("reset", "forget them all"),
     ):
         sub = actions.add_parser(action, help=text)
         sub.add_argument("agent", metavar="AGENT", help="the agent's name, e.g. se_darwin")
@@ -71,16 +76,39 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
         memory = None  # a broken file is reset all the same
     if args.action == "show":
+        verdicts = _read_verdicts(paths.verification_path)
+        carried = read_carried_scale(paths.loss_scale_path)
         if args.json:
-            shown = {"demotion": memory.to_json() if memory else None, "calibration": calibration}
+            shown = {
+                "demotion": memory.to_json() if memory else None,
+                "calibration": calibration,
+                "captured_step_verdicts": verdicts,
+                "carried_loss_scale": None if carried is None else carried.__dict__,
+            }
             print(json.dumps(shown, indent=2))
         else:
             print(describe(memory) or f"{agent}: no precision demotion remembered")
             print(_describe_calibration(calibration))
+            print(_describe_verdicts(verdicts))
+            if carried is None:
+                print("loss scale: none carried (the next fp16 run starts at its initial scale)")
+            else:
+                print(
+                    f"loss scale: {carried.scale:g} carried from the last fp16 run ({carried.at}), "
+                    f"for runs asking {carried.requested}"
+                )
         return 0
     if paths.calibration_path.exists():
         paths.calibration_path.unlink()
         print(f"{agent}: measurement of 'auto' forgotten; the next auto run measures again")
+    if read_carried_scale(paths.loss_scale_path) is not None:
+        print(
+            f"{agent}: carried loss scale forgotten; the next fp16 run starts at its initial scale"
+        )
+    write_carried_scale(paths.loss_scale_path, None)
+    if paths.verification_path.exists():
+        paths.verification_path.unlink()
+        print(f"{agent}: captured-step verdicts forgotten; the next captured run verifies again")
     if not path.exists():
         print(f"{agent}: no precision demotion remembered ({path})")
         return 0
@@ -123,3 +151,31 @@ def _describe_calibration(data: dict[str, Any] | None) -> str:
         return "\n".join(lines)
     except (KeyError, TypeError, StopIteration, ZeroDivisionError):
         return "the cached measurement of 'auto' is malformed; the next auto run measures again"
+
+
+def _read_verdicts(path: Path) -> list[dict[str, Any]]:
+    """The captured step's cached verdicts (verify_capture.py's file), as JSON."""
+    try:
+        data = json.loads(path.read_text())
+        return [dict(v) for v in data["verdicts"].values()]
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return [{"error": f"{path}: unreadable ({exc}); the next captured run verifies again"}]
+
+
+def _describe_verdicts(verdicts: list[dict[str, Any]]) -> str:
+    if not verdicts:
+        return "captured step: not verified on this host yet (the first captured run does it)"
+    lines = []
+    for v in verdicts:
+        if "error" in v:
+            lines.append(str(v["error"]))
+            continue
+        key = v.get("key", {})
+        what = "trusted" if v.get("passed") else "NOT trusted, runs eager"
+        lines.append(
+            f"captured step {key.get('precision')} {key.get('execution')} on "
+            f"{key.get('device')}, torch {key.get('torch')}: {what} ({v.get('detail')})"
+        )
+    return "\n".join(lines)

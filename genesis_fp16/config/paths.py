@@ -58,6 +58,17 @@ class AgentPaths:
         """Where a measured ``auto`` keeps its timings (``precision show`` prints them)."""
         return self.root / "precision_calibration.json"
 
+    @property
+    def verification_path(self) -> Path:
+        """Where the captured step's verdicts against eager are kept, beside the calibration
+        (``training.run.verify_capture.verification_cache`` names the same file)."""
+        return self.root / "captured_step_verified.json"
+
+    @property
+    def loss_scale_path(self) -> Path:
+        """Where the loss scale an fp16 run ended with is carried to the agent's next run."""
+        return self.root / "loss_scale.json"
+
 
 def ensure_sample_data(
     plugin: AgentPlugin,

@@ -34,7 +34,10 @@ from genesis_fp16.metrics.last_success import LastSuccessStore
 from genesis_fp16.metrics.placement import Placement
 from genesis_fp16.metrics.probe_metrics import PROBE_METRIC_NAMES, ProbeMetrics
 from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
-from genesis_fp16_infrastructure.training.step.execution_names import EXECUTION_MODES
+from genesis_fp16_infrastructure.training.step.execution_names import (
+    EXECUTION_MODES,
+    FALLBACK_REASONS,
+)
 
 PREFIX = "genesis_fp16"
 PRECISION_LABELS = PRECISIONS
@@ -86,6 +89,7 @@ METRIC_NAMES = (
     "genesis_fp16_early_stop_best_step",
     "genesis_fp16_precision",
     "genesis_fp16_execution",
+    "genesis_fp16_execution_fallbacks_total",
     "genesis_fp16_auto_step_seconds",
     "genesis_fp16_precision_demotions_total",
     "genesis_fp16_training_runs_total",
@@ -192,6 +196,15 @@ class DaemonMetrics:
             "1 for how the agent's last run executed its steps (eager, cuda_graph or "
             "cuda_graph_compiled), 0 else.",
             ("agent", "mode"),
+        )
+        self.execution_fallbacks = counter(
+            "execution_fallbacks",
+            "Runs that resolved a captured step (cuda_graph, cuda_graph_compiled) but ran "
+            "eagerly, by reason: verification_mismatch (its first captured steps differed "
+            "from eager steps from the same state, or its cached verdict says so), "
+            "capture_failed (a capture raised; the run went on eagerly from the step "
+            "before it).",
+            ("agent", "reason"),
         )
         self.auto_step = gauge(
             "auto_step_seconds",
@@ -331,6 +344,8 @@ class DaemonMetrics:
             self.run_failures.labels(agent=agent, reason=reason)
         for reason in SKIP_REASONS:
             self.jobs_skipped.labels(agent=agent, reason=reason)
+        for reason in FALLBACK_REASONS:
+            self.execution_fallbacks.labels(agent=agent, reason=reason)
         for name in STATE_FILES:
             self.state_files_skipped.labels(agent=agent, file=name)
         self.runs_overdue.labels(agent=agent).set(0)

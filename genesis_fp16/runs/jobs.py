@@ -33,7 +33,7 @@ from genesis_fp16.config.storage import storage_error
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.metrics.diagnostics_export import export_diagnostics
 from genesis_fp16.metrics.tracking import RunTracker, close_tracker, open_tracker
-from genesis_fp16.runs import guard_state, probe_gate
+from genesis_fp16.runs import guard_state, probe_gate, scale_memory
 from genesis_fp16.runs.device_slots import DeviceSlots, slot_keys
 from genesis_fp16.runs.devices import device_lost
 from genesis_fp16.runs.launcher import LaunchError, RunStopped, train_in_child, train_with_torchrun
@@ -436,9 +436,12 @@ def _finish(
     outcome = result.outcome  # success, stopped, or up_to_date (nothing new: no step)
     ctx.degraded.pop(agent, None)  # a run that wrote its checkpoint: the disk is fine again
     guard_state.record_run(ctx.settings, ctx.metrics, agent, result)
+    scale_memory.record_scale(ctx.settings, agent, result)
     if show_precision:
         ctx.metrics.set_precision(agent, result.precision_used)
     ctx.metrics.set_execution(agent, result.execution)
+    if result.execution_fallback is not None:
+        ctx.metrics.execution_fallbacks.labels(agent=agent, reason=result.execution_fallback).inc()
     if result.steps and result.final_train_loss is not None:
         # The run's own final loss (under torchrun, rank 0's last log was its interval's).
         ctx.metrics.train_loss.labels(agent=agent).set(float(result.final_train_loss))
@@ -470,6 +473,7 @@ def _finish(
         precision_reason=result.precision_reason,
         execution=result.execution,
         execution_reason=result.execution_reason,
+        execution_fallback=result.execution_fallback,
         steps=result.steps,
         skipped_steps=result.skipped_steps,
         final_train_loss=result.final_train_loss,

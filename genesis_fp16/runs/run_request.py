@@ -34,7 +34,7 @@ from genesis_fp16.config.settings import (
     SettingsError,
     requested_precision,
 )
-from genesis_fp16.runs import guard_state
+from genesis_fp16.runs import guard_state, scale_memory
 from genesis_fp16_infrastructure.plugin_api import (
     AgentPlugin,
     OptionValue,
@@ -173,6 +173,8 @@ def build_request(
         checkpoint_steps=o.checkpoint_steps or settings.checkpoint_steps,
         checkpoint_seconds=o.checkpoint_seconds or settings.checkpoint_seconds,
         memory_limit_bytes=settings.run_memory_limit_bytes,
+        # The agent's last fp16 scale, when this run asks what that run asked for.
+        initial_loss_scale=scale_memory.carried_scale(settings, agent, precision),
     )
 
 

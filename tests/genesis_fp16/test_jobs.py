@@ -11,10 +11,17 @@ import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
+from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
-from genesis_fp16_infrastructure.plugin_api import API_VERSION, TrainRequest, TrainRequestError
+from genesis_fp16_infrastructure.plugin_api import (
+    API_VERSION,
+    TrainRequest,
+    TrainRequestError,
+    TrainResult,
+)
+from genesis_fp16_infrastructure.training.precision.carried_scale import read_carried_scale
 
 AGENT = "refusing"
 
@@ -153,3 +160,52 @@ def test_liveness_ignores_a_degraded_disk_and_fails_on_a_stale_heartbeat(
     daemon._heartbeat -= 10 * ctx.settings.heartbeat_seconds
     ok, reason = daemon.liveness()
     assert not ok and reason.startswith("not alive: scheduler heartbeat is")
+
+
+class _FellBack:
+    """An fp16 run that resolved a captured step and ran eagerly: what it reports."""
+
+    api_version = API_VERSION
+    name = AGENT
+
+    def train(self, request: TrainRequest) -> TrainResult:
+        assert request.initial_loss_scale is None  # nothing carried yet
+        return TrainResult(
+            agent=AGENT,
+            precision_requested=request.precision,
+            precision_used="fp16",
+            precision_reason="test",
+            device="cpu",
+            steps=5,
+            skipped_steps=0,
+            overflow_rate=0.0,
+            loss_scale=4096.0,
+            final_train_loss=1.0,
+            eval={},
+            samples_per_second=1.0,
+            wall_seconds=1.0,
+            checkpoint=None,
+            quarantined=0,
+            execution="eager",
+            execution_reason="cuda_graph resolved, eager instead: the capture at step 4 raised",
+            execution_fallback="capture_failed",
+        )
+
+
+def test_a_fallback_is_counted_and_logged_and_an_fp16_scale_carried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job counts execution_fallbacks_total{reason}, logs the fallback with the run,
+    and carries the run's fp16 loss scale into the agent's state for its next run."""
+    ctx = _context(tmp_path, monkeypatch)
+    with capture_logs() as logs:
+        run_agent_job(ctx, AGENT, _FellBack())  # type: ignore[arg-type]
+    labels = {"agent": AGENT, "reason": "capture_failed"}
+    counted = ctx.metrics.registry.get_sample_value(
+        "genesis_fp16_execution_fallbacks_total", labels
+    )
+    assert counted == 1
+    (finished,) = [e for e in logs if e["event"] == "training run finished"]
+    assert finished["execution_fallback"] == "capture_failed"
+    carried = read_carried_scale(AgentPaths.for_agent(tmp_path, AGENT).loss_scale_path)
+    assert carried is not None and carried.scale == 4096.0

@@ -20,6 +20,7 @@ from typing import Any
 
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
+from genesis_fp16_infrastructure.training.precision.carried_scale import clamp_scale
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.rng import seed_everything
 from genesis_fp16_infrastructure.training.run.calibration import policy_for_run
@@ -33,6 +34,7 @@ from genesis_fp16_infrastructure.training.run.loop import (
 from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
 from genesis_fp16_infrastructure.training.run.resume import Position, checkpoint_state, resume_run
 from genesis_fp16_infrastructure.training.run.task import TrainingTask
+from genesis_fp16_infrastructure.training.run.verify_capture import verification_cache, verify_run
 from genesis_fp16_infrastructure.training.step.cuda_graph import cuda_generators
 from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
 from genesis_fp16_infrastructure.training.step.trainer import Trainer, TrainerConfig
@@ -55,6 +57,8 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
         expected_steps=_expected_steps(task, options),
     )
     seed_everything(options.seed)  # after the calibration: it leaves no trace in the run
+    if options.initial_loss_scale is not None:  # a resumed checkpoint's scale replaces it
+        start_scale_at(policy, options.initial_loss_scale)
     options = replace(options, should_stop=distributed.agreed_stop(options.should_stop))
     if calibration is not None and options.cuda_graph == "auto":  # run what was timed faster
         measured = calibration.measured_execution()
@@ -67,6 +71,10 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
 
     position = Position(tracker=early_stop_tracker(task, options))
     resumed_from = resume_run(task, trainer, manager, position) if options.resume else None
+    # A captured step is checked against eager steps of this state before it is trusted
+    # (once per device, torch, shapes and precision; eager with the reason when it differs).
+    verified = verification_cache(options.auto_precision.cache)
+    verify_run(task, trainer, options.seed, verified)
     first_step = trainer.step_count
     targets = run_targets(options, first_step, position)
     guard = PrecisionGuard(options.guard, task.extra_state) if options.guard else None
@@ -125,6 +133,19 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
     )
 
 
+def start_scale_at(policy: PrecisionPolicy, scale: float) -> None:
+    """Start ``policy``'s loss scale at ``scale``, clamped to its floor and ceiling; its
+    settings stay as they are (the calibration cache and the verification are keyed by
+    them). Nothing happens where the scaler is disabled (fp32, bf16)."""
+    scaler = policy.scaler
+    if not scaler.is_enabled():
+        return
+    state = scaler.state_dict()
+    state["scale"] = clamp_scale(scale, scaler.config)
+    scaler.load_state_dict(state)
+    logger.info("loss scale starts at %g (carried from the previous run)", state["scale"])
+
+
 def _build_trainer(task: TrainingTask, policy: PrecisionPolicy, options: FitOptions) -> Trainer:
     model = task.build_model().to(policy.device)
     policy.check_model(model)
@@ -179,6 +200,7 @@ def _demote(
         for stale in checkpoints_after(manager.checkpoints(), manager.path_for(snapshot.step)):
             logger.warning("precision guard: removing %s (after the rollback step)", stale)
             manager.remove(stale)
+    verify_run(task, demoted, options.seed, verification_cache(options.auto_precision.cache))
     guard.start(demoted, position.epoch, position.batch, snapshot=False)
     demotions.append(record)
     return demoted

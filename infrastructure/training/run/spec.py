@@ -55,6 +55,10 @@ class RunSpec(StepSpec):
       bound).
     - ``guard``: the precision guard's configuration; None turns it off.
     - ``fsdp``: under torchrun, shard with FSDP2 instead of DDP.
+    - ``initial_loss_scale``: an fp16 run that does not resume a checkpoint starts its
+      loss scale here (clamped to the scaler's floor and ceiling) instead of
+      ``ScalerConfig.init_scale``: the daemon carries an agent's last scale between
+      its runs (``precision/carried_scale.py``). None: the scaler's own.
     - ``log_interval``, ``cuda_graph``, ``compile``: how each step reports and executes,
       :class:`~genesis_fp16_infrastructure.training.step.step_spec.StepSpec`'s (shared
       with the trainer's ``TrainerConfig``).
@@ -69,6 +73,7 @@ class RunSpec(StepSpec):
     checkpoint_seconds: float | None = 60.0
     guard: GuardConfig | None = None
     fsdp: bool = False
+    initial_loss_scale: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

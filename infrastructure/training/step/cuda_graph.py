@@ -141,6 +141,18 @@ class StepGraphs:
         self.captured_steps += 1
         return "captured"
 
+    def captures_next(self, micro_batches: Sequence[Any]) -> bool:
+        """True when ``run(body, micro_batches)`` would capture a new graph (the one call
+        of a signature that can fail for the graph's sake: the trainer keeps the state
+        from before it, to run the step eagerly from there when it does)."""
+        key = signature(micro_batches)
+        return (
+            key is not None
+            and key not in self._graphs
+            and self._seen.get(key, 0) >= self.warmup
+            and len(self._graphs) < self.max_graphs
+        )
+
     def reset(self) -> None:
         """Forget every graph, warm-up count and bound loss (state was replaced, not
         written in place, or the loss function changes)."""

@@ -37,6 +37,7 @@ from genesis_fp16_infrastructure.training.step.execution_names import (
     COMPILE_REQUESTS,
     CUDA_GRAPH_REQUESTS,
     EXECUTION_MODES,
+    FALLBACK_REASONS,
 )
 
 
@@ -64,11 +65,23 @@ class MeasuredExecution:
 
 @dataclass(frozen=True)
 class ResolvedExecution:
-    """``used`` is one of ``EXECUTION_MODES``; ``reason`` says why, for the run's report."""
+    """``used`` is one of ``EXECUTION_MODES``; ``reason`` says why, for the run's report.
+
+    ``fallback`` is one of ``FALLBACK_REASONS`` when a captured step was resolved but the
+    run went eager (``verification_mismatch``, ``capture_failed``), else None."""
 
     requested: str
     used: str
     reason: str
+    fallback: str | None = None
+
+
+def fell_back(resolved: ResolvedExecution, fallback: str, why: str) -> ResolvedExecution:
+    """``resolved`` after the run left its captured step for eager ones, and why."""
+    if fallback not in FALLBACK_REASONS:
+        raise ValueError(f"fallback {fallback!r}: one of {FALLBACK_REASONS}")
+    reason = f"{resolved.used} resolved ({resolved.reason}), eager instead: {why}"
+    return ResolvedExecution(resolved.requested, "eager", reason, fallback)
 
 
 def resolve_execution(

@@ -37,6 +37,7 @@ losses are the losses seen less the finite ones.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import time
@@ -54,7 +55,11 @@ from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
 from genesis_fp16_infrastructure.training.step.cuda_graph import StepGraphs
-from genesis_fp16_infrastructure.training.step.execution import MeasuredExecution, resolve_execution
+from genesis_fp16_infrastructure.training.step.execution import (
+    MeasuredExecution,
+    fell_back,
+    resolve_execution,
+)
 from genesis_fp16_infrastructure.training.step.execution_names import (
     COMPILE_MODE,
     COMPILE_REQUESTS,
@@ -260,9 +265,7 @@ class Trainer:
         if self.graphs is None:
             taken = self._device_step(micro_batches, loss_fn)
         else:  # the same step, replayed (resolve_execution: no schedulers on this path)
-            self.graphs.bind(loss_fn)
-            self.graphs.run(lambda batches: self._device_step(batches, loss_fn), micro_batches)
-            taken = True
+            taken = self._graphed_step(self.graphs, micro_batches, loss_fn)
         if taken:
             for scheduler in self.schedulers:
                 scheduler.step()
@@ -274,6 +277,61 @@ class Trainer:
             self._stats[_BLOCK].zero_()
         if self.on_log is not None and self.step_count % self.config.log_interval == 0:
             self.on_log(self.summary(reset_interval=True))
+
+    def _graphed_step(
+        self, graphs: StepGraphs, micro_batches: Sequence[B], loss_fn: LossFn
+    ) -> bool:
+        """The step through ``graphs``; a capture that raises costs the run its graphs only.
+
+        Before a step that captures, the state is copied (one ``state_dict``: a host sync
+        and a copy of the model and optimizer state, once per captured signature). When
+        the capture raises, that state comes back, the run goes eager for good
+        (``execution.fallback`` is ``capture_failed``) and the same step runs eagerly.
+        A replay that raises is not caught: its step may have written part of the state.
+        """
+        graphs.bind(loss_fn)
+        good = None
+        if graphs.captures_next(micro_batches):
+            good = copy.deepcopy(self.state_dict()), self._counters()
+        try:
+            graphs.run(lambda batches: self._device_step(batches, loss_fn), micro_batches)
+        except RuntimeError as exc:
+            if good is None:
+                raise
+            self.fall_back_to_eager(
+                "capture_failed", f"the capture at step {self.step_count + 1} raised: {exc}"
+            )
+            self.load_state_dict(good[0])  # the step boundary before the capture
+            self._set_counters(good[1])  # and its loss statistics, which a load resets
+            return self._device_step(micro_batches, loss_fn)
+        return True
+
+    def _counters(self) -> dict[str, Any]:
+        """Copies of the statistics a ``load_state_dict`` does not restore whole."""
+        tensors = ("_stats", "_previous_block", "_window", "_slot", "_overflows_before")
+        saved: dict[str, Any] = {name: getattr(self, name).clone() for name in tensors}
+        saved["_grad_norm"] = self._grad_norm.detach().clone()
+        for name in ("_losses_seen", "_samples", "_started", "_last_train_loss"):
+            saved[name] = getattr(self, name)
+        return saved
+
+    def _set_counters(self, saved: dict[str, Any]) -> None:
+        for name, value in saved.items():
+            if isinstance(value, torch.Tensor) and name != "_grad_norm":
+                getattr(self, name).copy_(value)  # in place: _window's slots are views
+            else:
+                setattr(self, name, value)
+
+    def fall_back_to_eager(self, fallback: str, why: str) -> None:
+        """Leave the captured step for eager ones for the rest of this trainer's life;
+        ``execution`` then says eager, with ``fallback`` (a ``FALLBACK_REASONS`` label) and
+        ``why``. The state is not touched: the caller restores a good one if it must."""
+        if self.graphs is None:
+            return
+        self.execution = fell_back(self.execution, fallback, why)
+        self.graphs = None  # its memory pool goes with it
+        self.step_model = self.model
+        logger.warning("execution: %s", self.execution.reason)
 
     def _device_step(self, micro_batches: Sequence[B], loss_fn: LossFn) -> bool:
         """Everything a step does on the device; True unless it was skipped on the host.

@@ -33,6 +33,7 @@ NON_DEFAULT = {
     "log_interval": 4,
     "guard": GuardConfig(ladder=("fp16", "fp32"), check_interval=5, nonfinite_limit=None),
     "fsdp": True,
+    "initial_loss_scale": 2048.0,
     "cuda_graph": "off",
     "compile": "on",
 }
