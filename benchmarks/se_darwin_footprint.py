@@ -6,11 +6,13 @@ sample of 2,000 records by default: the cross-validated ensemble). Counted, not 
 from an allocator: the parameters' bytes, the gradients' after one backward, AdamW's
 state after one fused step, and the bytes autograd saves for backward in one step
 (parameters excluded), in fp32 and under bf16 autocast (the CPU's 16-bit; fp16 saves
-the same bytes). The CUDA graph's memory pool exists only on a GPU: ``make gpu-check``
-measures it (``torch.cuda.max_memory_allocated`` of the captured step against eager).
-::
+the same bytes). The CUDA graph's memory pool exists only on a GPU: with ``--device
+cuda`` the script also captures se_darwin's fp32 step (``Trainer``, ``cuda_graph="on"``)
+and reports the bytes of the graphs' pool (``StepGraphs.pool_bytes``); ``make gpu-check``
+runs it so::
 
     python benchmarks/se_darwin_footprint.py --out benchmarks/results/se_darwin_footprint_cpu.md
+    python benchmarks/se_darwin_footprint.py --device cuda --out results/se_darwin_footprint_cuda.md
 """
 
 from __future__ import annotations
@@ -27,12 +29,30 @@ from genesis_fp16.bench.memory import predicted_saving
 from genesis_fp16_agents.se_darwin import plugin
 from genesis_fp16_agents.se_darwin.task import SEDarwinTask, TaskOptions
 from genesis_fp16_infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.training import PrecisionPolicy, Trainer, TrainerConfig
 
 
-def _task(records: int, seed: int) -> SEDarwinTask:
+def _task(records: int, seed: int, device: str = "cpu") -> SEDarwinTask:
     with tempfile.TemporaryDirectory() as folder:
         path = plugin.generate_sample_data(Path(folder), records, seed)
-        return SEDarwinTask(read_trajectories(path), TaskOptions(), seed)
+        return SEDarwinTask(read_trajectories(path), TaskOptions(), seed, device)
+
+
+def graph_pool_bytes(records: int, seed: int) -> int:
+    """The CUDA graph pool of se_darwin's captured fp32 step (5 steps: 3 warm-ups, the
+    capture, a replay), in bytes."""
+    task = _task(records, seed, "cuda")
+    batch, size = next(iter(task.train_batches(0, seed)))
+    torch.manual_seed(0)
+    model = task.build_model().to("cuda")
+    policy = PrecisionPolicy.create("fp32", "cuda", announce=False)
+    config = TrainerConfig(cuda_graph="on")
+    trainer = Trainer(model, task.build_optimizers(model), policy, config)
+    for _ in range(5):
+        trainer.step([batch], task.loss, size)
+    torch.cuda.synchronize()
+    assert trainer.graphs is not None and trainer.graphs.captured_steps >= 1
+    return trainer.graphs.pool_bytes()
 
 
 def _saved_bytes(task: SEDarwinTask, batch: Any, dtype: torch.dtype | None) -> int:
@@ -54,7 +74,7 @@ def _saved_bytes(task: SEDarwinTask, batch: Any, dtype: torch.dtype | None) -> i
     return sum(seen.values())
 
 
-def footprint(records: int, seed: int) -> dict[str, Any]:
+def footprint(records: int, seed: int, device: str = "cpu") -> dict[str, Any]:
     """The counted bytes of one se_darwin training step on a generated pool."""
     task = _task(records, seed)
     batch, size = next(iter(task.train_batches(0, seed)))
@@ -91,6 +111,8 @@ def footprint(records: int, seed: int) -> dict[str, Any]:
         "autocast_weight_cache_bytes": 2 * params,
         "activations_per_sample": activations,
         "predicted_saving": predicted_saving(params, size, activations),
+        "graph_pool_bytes": graph_pool_bytes(records, seed) if device == "cuda" else None,
+        "device": device,
     }
 
 
@@ -105,6 +127,7 @@ def _cpu() -> str:
 
 
 def render(found: dict[str, Any]) -> str:
+    pool = found.get("graph_pool_bytes")
     total32 = (
         found["model_bytes"]
         + found["gradient_bytes"]
@@ -127,11 +150,16 @@ def render(found: dict[str, Any]) -> str:
             0,
             found["autocast_weight_cache_bytes"],
         ),
-        ("CUDA graph memory pool", "GPU only", "GPU only (make gpu-check)"),
+        (
+            "CUDA graph memory pool (fp32 step, captured)",
+            pool if pool is not None else "GPU only (make gpu-check)",
+            "not measured",
+        ),
         ("total counted", total32, total16),
     ]
     out = [
-        "# se_darwin's training memory, counted on the CPU",
+        "# se_darwin's training memory, counted on the CPU"
+        + (" (the graph pool measured on CUDA)" if pool is not None else ""),
         "",
         f"`python benchmarks/se_darwin_footprint.py` on {_cpu()}, "
         f"torch {torch.__version__}: a generated pool of {found['records']:,} records, "
@@ -161,9 +189,10 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    page = render(footprint(args.records, args.seed))
+    page = render(footprint(args.records, args.seed, args.device))
     print(page, end="")
     if args.out is not None:
         args.out.write_text(page)

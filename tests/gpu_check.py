@@ -11,6 +11,8 @@
 3. the bench's CUDA rows, and the memory table: fp32/bf16/fp16 x eager/captured x batch
    64, 1,024, 8,192, 16,384 on ``large``, each row's peak beside the formula's prediction
    (``genesis_fp16/bench/memory.py``), written to ``<out>/memory_table_<device>.md``;
+   se_darwin's bytes with its captured step's graph pool measured
+   (``benchmarks/se_darwin_footprint.py --device cuda``);
 4. ``<out>/gpu-check_<device>.md`` and ``.json``: python, torch, CUDA, the device, the
    commit, pytest's outcome per test and each run's command, exit code and JSON line,
    ready to commit.
@@ -341,6 +343,27 @@ def run_memory_table(out: Path, device: str) -> RunOutcome:
     return outcome
 
 
+def run_footprint(out: Path, device: str) -> RunOutcome:
+    """se_darwin's bytes with the CUDA graph pool of its captured step measured
+    (``benchmarks/se_darwin_footprint.py --device cuda``), to ``<out>``."""
+    page = out / f"se_darwin_footprint_{slug(device)}.md"
+    argv = ["benchmarks/se_darwin_footprint.py", "--device", "cuda", "--out", str(page)]
+    shown = "python " + " ".join(argv[:3])
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(
+            [sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired:
+        wall = round(time.monotonic() - started, 1)
+        return RunOutcome("se_darwin footprint", shown, -1, wall, None, "timed out")
+    wall = round(time.monotonic() - started, 1)
+    result = {"exit_code": 0, "page": str(page)} if proc.returncode == 0 else None
+    tail = "" if result else "\n".join(proc.stderr.splitlines()[-TAIL_LINES:])
+    print(proc.stdout if result else tail, flush=True)
+    return RunOutcome("se_darwin footprint", shown, proc.returncode, wall, result, tail)
+
+
 def last_json_line(stdout: str) -> dict[str, Any] | None:
     """The JSON object that ends a `--json` run's stdout, or None when there is none."""
     lines = stdout.strip().splitlines()
@@ -420,6 +443,9 @@ def render(
         out += bench_tables(out_dir) if out_dir is not None else []
     for page in sorted(out_dir.glob("memory_table_*.md")) if out_dir is not None else []:
         out += ["## Memory table (peak MiB beside the formula)", "", page.read_text().strip(), ""]
+    for page in sorted(out_dir.glob("se_darwin_footprint_*.md")) if out_dir is not None else []:
+        text = page.read_text().strip().replace("# ", "## ", 1)
+        out += [text, ""]
     out += ["## Checks", "", "```text", *check_lines(tests, runs), "```", ""]
     return "\n".join(out).rstrip() + "\n"
 
@@ -446,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         run_bench(label, (*command, "--out-dir", out_dir)) for label, command in BENCH_RUNS.items()
     ]
     bench.append(run_memory_table(args.out, info["device"]))
+    bench.append(run_footprint(args.out, info["device"]))
     page = args.out / f"gpu-check_{slug(info['device'])}.md"
     page.write_text(render(info, tests, runs, bench, args.out))
     data = {

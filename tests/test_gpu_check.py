@@ -18,6 +18,7 @@ from gpu_check import (
     junit_properties,
     pytest_summary,
     render,
+    run_footprint,
     run_training,
     slug,
     speedup,
@@ -166,3 +167,13 @@ def test_the_page_gives_the_gpu_speedup_and_the_bench_tables(tmp_path: Path) -> 
     page = render({"device": "H100", "date": "2026-11-23"}, tests, runs, bench, tmp_path)
     assert "## Memory table (peak MiB beside the formula)" in page and "| eager | 64 |" in page
     assert "## Checks" in page and "NOT RUN  captured step verified" in page
+
+
+def test_the_footprint_run_fails_for_real_without_cuda(tmp_path: Path) -> None:
+    """se_darwin's footprint with the graph pool needs CUDA: on this host it fails with
+    the error in its tail and writes no page (a check that can fail)."""
+    if torch.cuda.is_available():
+        pytest.skip("this host has CUDA: the footprint would be measured")
+    found = run_footprint(tmp_path, "NVIDIA H100")
+    assert found.exit_code != 0 and not found.ok and "cuda" in found.tail.lower()
+    assert not (tmp_path / "se_darwin_footprint_nvidia-h100.md").exists()

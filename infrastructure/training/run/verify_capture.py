@@ -239,7 +239,7 @@ def _run(
     return records
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # bind() compares: the same object, by identity
 class _Boosted:
     loss_fn: LossFn
     boost: torch.Tensor

@@ -186,6 +186,18 @@ class StepGraphs:
     def graph_count(self) -> int:
         return len(self._graphs)
 
+    def pool_bytes(self) -> int:
+        """Bytes the graphs' shared memory pool holds (its segments, from the allocator's
+        snapshot: one walk of every segment; for reports, not for a step). 0 before a
+        capture."""
+        if self._pool is None:
+            return 0
+        return sum(
+            int(segment.get("total_size", 0))
+            for segment in torch.cuda.memory_snapshot()
+            if tuple(segment.get("segment_pool_id", ())) == tuple(self._pool)
+        )
+
     def _stream(self) -> torch.cuda.Stream:
         if self._side is None:
             self._side = torch.cuda.Stream(self.device)

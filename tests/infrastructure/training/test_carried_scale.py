@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_fit import RegressionTask
 
 from genesis_fp16_infrastructure.training import FitOptions, ScalerConfig, TrainingSummary, fit
 from genesis_fp16_infrastructure.training.precision.carried_scale import (
@@ -16,7 +17,6 @@ from genesis_fp16_infrastructure.training.precision.carried_scale import (
     read_carried_scale,
     write_carried_scale,
 )
-from tests.infrastructure.training.test_fit import RegressionTask
 
 
 def test_only_an_undemoted_fp16_run_with_a_finite_scale_is_carried() -> None:
@@ -98,7 +98,7 @@ def test_on_cuda_a_carried_scale_skips_at_most_one_step_in_the_first_50(tmp_path
     """fp16 on the GPU: run 1 from a scale too high skips steps; run 2 from run 1's last
     scale skips at most 1 of its first 50, and its eval loss equals run 1's within their
     standard error (the issue's criterion)."""
-    from tests.infrastructure.training.test_verify_capture import CudaTask
+    from test_verify_capture import CudaTask
 
     def run(scale: float | None) -> tuple[int, dict[str, float], float]:
         options = FitOptions(

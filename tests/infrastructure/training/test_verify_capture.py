@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from test_fit import RegressionTask
 
 from genesis_fp16_infrastructure.training import FitOptions, PrecisionPolicy, Trainer, fit
 from genesis_fp16_infrastructure.training.run import verify_capture
@@ -30,7 +31,6 @@ from genesis_fp16_infrastructure.training.run.verify_capture import (
 from genesis_fp16_infrastructure.training.step import trainer as trainer_module
 from genesis_fp16_infrastructure.training.step.execution import ResolvedExecution
 from genesis_fp16_infrastructure.training.step.trainer import TrainerConfig
-from tests.infrastructure.training.test_fit import RegressionTask
 
 FIT_MODULE = "genesis_fp16_infrastructure.training.run.fit"
 
