@@ -118,3 +118,20 @@ def test_documented_outcome_labels_are_the_ones_emitted() -> None:
                     found += 1
                     assert value in outcomes, f'{metric}{{outcome="{value}"}}: not in {outcomes}'
     assert found >= 2
+
+
+@pytest.mark.slow
+def test_first_commands_name_the_venv_and_train_beside_the_daemons_state() -> None:
+    """The README says where the command is, and its try-an-agent line runs as written
+    (from the checkout, whose ./state a daemon may own), in a state folder of its own."""
+    assert "The command is `.venv/bin/genesis-fp16`" in README
+    (line,) = [
+        block.strip()
+        for block in _code_blocks(README, "sh")
+        if block.strip().startswith("GENESIS_FP16_STATE_DIR=$(mktemp -d)")
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_FP16_")}
+    done = subprocess.run(
+        ["bash", "-c", line], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
