@@ -114,11 +114,18 @@ def test_each_rule_fails_for_a_plugin_that_breaks_it(scaffold: Any, rule: str) -
 
 
 def test_a_plugin_broken_twice_fails_with_one_line_per_broken_rule(scaffold: Any) -> None:
-    """Two defects, two FAIL lines; the other rules pass."""
-    plugin = _broken(scaffold, "probe_setup_works")
-    plugin.description = "broken"
-    report = check_agent(plugin, rules=["probe_setup_works", "trains_with_budget"])
-    assert report.failed == ("probe_setup_works",), report.summary()
+    """Two defects (a wrong precision reported, no probe batches): two FAIL lines, each
+    naming its rule; the rule both leave alone passes."""
+    plugin = _broken(scaffold, "reports_precision_and_execution")
+    plain_probe = scaffold.Agent.probe_setup
+    plugin.probe_setup = lambda data, seed: dataclasses.replace(
+        plain_probe(plugin, data, seed), batches=[]
+    )
+    chosen = ["trains_with_budget", "reports_precision_and_execution", "probe_setup_works"]
+    report = check_agent(plugin, rules=chosen)
+    assert report.failed == ("reports_precision_and_execution", "probe_setup_works")
+    fails = [line for line in report.summary().splitlines() if line.startswith("FAIL ")]
+    assert len(fails) == 2 and "PASS trains_with_budget: " in report.summary()
 
 
 def test_check_agent_command_refuses_an_unknown_agent_in_one_line(tmp_path: Path) -> None:
