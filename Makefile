@@ -8,6 +8,10 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# Where torch comes from besides pip's index: PyPI's Linux torch is the CUDA build (GBs);
+# TORCH_INDEX=https://download.pytorch.org/whl/cpu gets the CPU wheel (README).
+TORCH_INDEX ?=
+TORCH_FROM := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
 .PHONY: setup setup-run setup-cuda run test lint typecheck unit bench dist gpu-check clean
 
@@ -16,7 +20,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,bench]'
+	$(BIN)/python -m pip install -q $(TORCH_FROM) -c constraints.txt -e '.[dev,bench]'
 	touch $@
 
 # The daemon's own dependencies only: `make run` needs neither the test tools nor the
@@ -26,7 +30,7 @@ setup-run: $(VENV)/.installed-run
 $(VENV)/.installed-run: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e .
+	$(BIN)/python -m pip install -q $(TORCH_FROM) -c constraints.txt -e .
 	touch $@
 
 # A GPU host keeps its own CUDA torch: the venv sees the system site-packages, and the only

@@ -28,6 +28,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "probe",
     "bench",
     "precision",
+    "new_agent",
+    "check_agent",
 )
 
 
@@ -83,7 +85,8 @@ def _plain(text: str | None) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     # `genesis-fp16 train ...` needs the train command alone; --help and errors list all.
-    parser = build_parser(words[0] if words and words[0] in COMMAND_MODULES else None)
+    module = words[0].replace("-", "_") if words else None
+    parser = build_parser(module if module in COMMAND_MODULES else None)
     args = parser.parse_args(words)
     if not getattr(args, "func", None):
         parser.print_help()

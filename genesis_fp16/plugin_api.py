@@ -4,19 +4,30 @@ This name stays put when the library's modules move; the implementation lives in
 training library (``genesis_fp16_infrastructure.plugin_api``), which the built-in agents
 import directly because the library must not import the daemon. A third-party plugin::
 
-    from genesis_fp16.plugin_api import API_VERSION, TrainRequest, TrainResult
+    from genesis_fp16.plugin_api import API_VERSION, TrainRequest, TrainResult, fit
 
     class MyAgent:
         name = "my_agent"
         api_version = API_VERSION
 
-        def train(self, request: TrainRequest) -> TrainResult: ...
+        def train(self, request: TrainRequest) -> TrainResult:
+            return TrainResult.from_fit(request, fit(MyTask(), request.fit_options()))
 
-Importing this module does not import torch, the daemon or its settings.
+Everything a plugin needs is here: the contract (``AgentPlugin``, ``API_VERSION``), the
+request and result, the task protocol (``TrainingTask``), ``fit`` and its options,
+``to_device``, the errors (``TrainRequestError``, ``PrecisionError``, ``CheckpointError``)
+and ``DEFAULT_STEPS``, the budget of a request that names none. ``API_VERSION`` versions
+this list: a name leaves it only with a new version.
+
+Importing this module does not import torch, the daemon or its settings: the training
+names (``fit``, ``to_device``, ...) are imported when first used.
 """
+
+from typing import TYPE_CHECKING
 
 from genesis_fp16_infrastructure.plugin_api import (
     API_VERSION,
+    DEFAULT_STEPS,
     AgentOption,
     AgentPlugin,
     ProbeSetup,
@@ -27,14 +38,52 @@ from genesis_fp16_infrastructure.plugin_api import (
     parse_options,
 )
 
+if TYPE_CHECKING:
+    from genesis_fp16_infrastructure.training import (
+        CheckpointError,
+        FitOptions,
+        FitResult,
+        PrecisionError,
+        TrainingTask,
+        fit,
+        to_device,
+    )
+
+# Imported from the training library on first use: each would import torch.
+_TRAINING_NAMES = (
+    "CheckpointError",
+    "FitOptions",
+    "FitResult",
+    "PrecisionError",
+    "TrainingTask",
+    "fit",
+    "to_device",
+)
+
 __all__ = [
     "API_VERSION",
+    "DEFAULT_STEPS",
     "AgentOption",
     "AgentPlugin",
+    "CheckpointError",
+    "FitOptions",
+    "FitResult",
+    "PrecisionError",
     "ProbeSetup",
     "TrainRequest",
     "TrainRequestError",
     "TrainResult",
+    "TrainingTask",
     "declared_options",
+    "fit",
     "parse_options",
+    "to_device",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name in _TRAINING_NAMES:
+        from genesis_fp16_infrastructure import training
+
+        return getattr(training, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

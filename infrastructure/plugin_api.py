@@ -43,6 +43,10 @@ if TYPE_CHECKING:
 API_VERSION = 1
 
 
+# The optimizer steps a run trains when its request names no budget (TrainRequest.fit_options).
+DEFAULT_STEPS = 100
+
+
 class TrainRequestError(ValueError):
     """A plugin refuses a request: a bad option, data it cannot use, an unsupported layout.
 
@@ -219,9 +223,12 @@ class TrainRequest(RunSpec, RunCallbacks):
 
         Every field of the run (``RunSpec``'s), the callbacks, the checkpoint folder and
         cadence and the ``auto`` settings come from the request; ``overrides`` replace any
-        of them or set the rest (``scaler``, ``trainer``, ...)::
+        of them or set the rest (``scaler``, ``trainer``, ...). A request with no budget
+        (neither ``steps`` nor ``epochs``: no ``--steps``, no ``STEPS_PER_RUN``) trains
+        :data:`DEFAULT_STEPS` optimizer steps, so a plugin that passes the request through
+        trains under the daemon with no setting::
 
-            result = fit(task, request.fit_options(steps=request.steps or 100))
+            result = fit(task, request.fit_options())
         """
         from genesis_fp16_infrastructure.training.run.calibration import AutoPrecision
         from genesis_fp16_infrastructure.training.run.fit import FitOptions
@@ -236,7 +243,10 @@ class TrainRequest(RunSpec, RunCallbacks):
                 mode=self.auto_precision, excluded=self.auto_excluded, cache=self.calibration_path
             ),
         )
-        return FitOptions(**{**values, **overrides})
+        merged = {**values, **overrides}
+        if merged.get("steps") is None and merged.get("epochs") is None:
+            merged["steps"] = DEFAULT_STEPS
+        return FitOptions(**merged)
 
     def to_json(self) -> dict[str, Any]:
         """The request as JSON-ready data, callbacks left out (they cannot cross a process).

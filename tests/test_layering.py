@@ -158,7 +158,7 @@ def test_cycle_check_catches_a_cycle_hidden_behind_type_checking(tmp_path: Path)
 # The daemon's floors, bottom up: a package imports from its own floor and those below.
 # plan (config) -> record (metrics) -> execute (runs) -> the service, and the commands on top.
 DAEMON_FLOORS = (
-    {"plugin_api", "plugins", "probe_plot", "startup_signals"},
+    {"plugin_api", "plugins", "probe_plot", "scaffold", "startup_signals", "testing"},
     {"config"},
     {"metrics"},
     {"runs"},
@@ -169,7 +169,7 @@ DAEMON_FLOORS = (
 # (checkpoint format, RNG state, the process group), then one step, then a whole run.
 TRAINING_FLOORS = (
     {"precision"},
-    {"checkpoint_keys", "checkpoint", "rng", "distributed", "device_audit"},
+    {"checkpoint_keys", "checkpoint", "rng", "distributed"},
     {"step"},
     {"run"},
 )

@@ -4,6 +4,7 @@ gpu-check's refusal on a host without CUDA, run for real)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,11 +23,11 @@ def _outside_make() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in drop}
 
 
-def _dry_run(target: str, tmp_path: Path) -> str:
+def _dry_run(target: str, tmp_path: Path, *assignments: str) -> str:
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     proc = subprocess.run(
-        ["make", "-n", "-B", target, f"VENV={tmp_path / 'venv'}"],
+        ["make", "-n", "-B", target, f"VENV={tmp_path / 'venv'}", *assignments],
         cwd=ROOT,
         env=_outside_make(),
         capture_output=True,
@@ -97,3 +98,19 @@ def test_gpu_check_without_cuda_fails_in_one_line(tmp_path: Path) -> None:
     assert len(ours) == 1, proc.stderr
     assert ours[0].startswith(f"gpu-check: no CUDA device: {sys.executable} has torch ")
     assert not out.exists()  # nothing ran, nothing written
+
+
+def test_the_readme_says_what_make_run_downloads_and_torch_index_gets_the_cpu_wheel(
+    tmp_path: Path,
+) -> None:
+    """Plain `make run` takes torch from pip's index (the README says: the CUDA build on
+    Linux); the README's TORCH_INDEX line adds PyTorch's CPU index to both set-ups."""
+    readme = (ROOT / "README.md").read_text()
+    line = re.search(r"`make run (TORCH_INDEX=\S+)`", readme)
+    assert line and "CUDA build" in readme
+    assert "--extra-index-url" not in _dry_run("run", tmp_path)
+    for target in ("run", "setup"):
+        with_index = _dry_run(target, tmp_path, line.group(1))
+        assert "--extra-index-url https://download.pytorch.org/whl/cpu -c constraints.txt" in (
+            with_index
+        )

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from genesis_fp16.plugin_api import DEFAULT_STEPS
 from genesis_fp16_infrastructure.training import resolve_precision
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,7 +88,8 @@ def test_plugin_example_is_discovered_and_trains(tmp_path: Path) -> None:
     listed = {a["name"]: a for a in json.loads(agents.stdout)}
     assert listed["my_agent"]["state"] == "loaded"
     # Device and precision auto, as a user runs it: cuda on a GPU host, the CPU elsewhere.
-    trained = cli("train", "my_agent", "--steps", "20", "--json")
+    # No --steps, no --data: the reader's command; the default budget and sample data.
+    trained = cli("train", "my_agent", "--json")
     assert trained.returncode == 0, trained.stderr
     result = json.loads(trained.stdout.strip().splitlines()[-1])
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -97,7 +99,7 @@ def test_plugin_example_is_discovered_and_trains(tmp_path: Path) -> None:
     calibration = result["extra"].get("precision_calibration")
     expected = calibration["chosen"] if calibration else resolve_precision("auto", device).used
     assert result["precision_used"] == expected
-    assert result["steps"] == 20
+    assert result["steps"] == DEFAULT_STEPS
     assert math.isfinite(result["eval"]["loss"])
     assert Path(result["checkpoint"]).exists()
 
@@ -116,3 +118,20 @@ def test_documented_outcome_labels_are_the_ones_emitted() -> None:
                     found += 1
                     assert value in outcomes, f'{metric}{{outcome="{value}"}}: not in {outcomes}'
     assert found >= 2
+
+
+@pytest.mark.slow
+def test_first_commands_name_the_venv_and_train_beside_the_daemons_state() -> None:
+    """The README says where the command is, and its try-an-agent line runs as written
+    (from the checkout, whose ./state a daemon may own), in a state folder of its own."""
+    assert "The command is `.venv/bin/genesis-fp16`" in README
+    (line,) = [
+        block.strip()
+        for block in _code_blocks(README, "sh")
+        if block.strip().startswith("GENESIS_FP16_STATE_DIR=$(mktemp -d)")
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_FP16_")}
+    done = subprocess.run(
+        ["bash", "-c", line], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr

@@ -49,6 +49,7 @@ from genesis_fp16.bench.report import (
 )
 from genesis_fp16.bench.worker import ROW_MARKER
 from genesis_fp16.bench.workload import write_data
+from genesis_fp16.config.extras import BENCH_EXTRA
 
 
 @dataclass(frozen=True)
@@ -229,9 +230,20 @@ def _run_all(
         except Exception as exc:  # a failing peer is a row of its own, not a crashed run
             row = _failed_row(config, f"{type(exc).__name__}: {exc}".splitlines()[0])
         rows.append(row)
-        ms = row.get("median_step_ms") or 0.0
-        progress(f"{label}: ran {row['precision_ran']}, median {ms:.1f} ms/step")
+        progress(f"{label}: {_outcome(row)}")
     return rows
+
+
+def _outcome(row: Row) -> str:
+    """What a progress line says of one row: its timing, or why there is none."""
+    error = row.get("error")
+    if error:
+        missing = re.match(r"ModuleNotFoundError: No module named '([\w.]+)'", str(error))
+        if missing:
+            return f"not installed ({missing.group(1)}): {BENCH_EXTRA}"
+        return f"failed: {error}"
+    ms = row.get("median_step_ms") or 0.0
+    return f"ran {row['precision_ran']}, median {ms:.1f} ms/step"
 
 
 # A 1-minute load average above this share of the cores: other work is competing for them.

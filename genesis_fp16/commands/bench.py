@@ -28,7 +28,11 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from genesis_fp16.bench.run import markdown_table, options_from_args, run_benchmark
+    from genesis_fp16.config.extras import bench_missing
 
+    missing = bench_missing()
+    if missing is not None:  # before minutes of measuring, not at the plot after them
+        raise UsageError(f"bench: {missing}")
     try:
         options = options_from_args(args)
     except ValueError as exc:

@@ -469,7 +469,14 @@ def _request(
     checkpoint_dir = (
         args.checkpoint_dir or AgentPaths.for_agent(settings.state_dir, args.agent).checkpoint_dir
     )
-    if not args.resume and CheckpointManager(checkpoint_dir).checkpoints():
+    held = bool(CheckpointManager(checkpoint_dir).checkpoints())
+    if args.resume and not held:  # said, so that a mistyped folder is not a silent restart
+        print(
+            f"genesis-fp16: warning: --resume: no checkpoint in {str(checkpoint_dir)!r}; "
+            "training from scratch",
+            file=sys.stderr,
+        )
+    if not args.resume and held:
         raise UsageError(
             f"checkpoint folder {str(checkpoint_dir)!r} already holds checkpoints: pass "
             "--resume to continue from the newest, or --checkpoint-dir for a fresh run"

@@ -228,6 +228,14 @@ class Settings(BaseSettings, GuardSettings):
             raise ValueError("must be 0 (no limit) or at least 1048576 (1 MiB)")
         return value
 
+    @field_validator("state_dir")
+    @classmethod
+    def _check_state_dir(cls, value: Path) -> Path:
+        # Every command reads settings first: one line here, not a traceback at first use.
+        if value.exists() and not value.is_dir():
+            raise ValueError(f"{value} exists and is not a folder")
+        return value
+
     @field_validator("tracking_dir")
     @classmethod
     def _check_tracking(cls, value: Path | None) -> Path | None:

@@ -48,6 +48,8 @@ class SettingsSources:
     environ: Mapping[str, str] = field(default_factory=dict)
     errors: tuple[str, ...] = ()
     unparsable: bool = False  # a line of the file is not NAME=value
+    # A name the file sets twice: (name, the earlier line, the later line, which wins).
+    repeated: tuple[tuple[str, int, int], ...] = ()
 
     def source(self, variable: str) -> Source:
         """``environment``, ``.env`` or ``default`` for one variable name."""
@@ -77,6 +79,11 @@ class SettingsSources:
                 f"{name}={file_value} in {self.env_file} (line {self.file[name].line}) is "
                 f"shadowed by {name}={env_value} in the process environment, which wins"
             )
+        for name, earlier, later in self.repeated:
+            lines.append(
+                f"{name} is set twice in {self.env_file}, lines {earlier} and {later}: "
+                f"line {later} wins"
+            )
         return lines
 
 
@@ -85,19 +92,23 @@ def ours(name: str) -> bool:
     return name.upper().startswith(PREFIXES)
 
 
-def read_env_file(path: Path) -> tuple[dict[str, EnvFileLine], list[str]]:
-    """The ``NAME=value`` lines of ``path`` (names upper-cased) and one error per bad line."""
+def read_env_file(
+    path: Path,
+) -> tuple[dict[str, EnvFileLine], list[str], list[tuple[str, int, int]]]:
+    """The ``NAME=value`` lines of ``path`` (names upper-cased), one error per bad line, and
+    each name set twice with both lines (the later wins, as python-dotenv reads it)."""
     from dotenv.parser import parse_stream
 
     values: dict[str, EnvFileLine] = {}
     errors: list[str] = []
+    repeated: list[tuple[str, int, int]] = []
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         byte = raw[exc.start : exc.start + 1].hex()
-        return {}, [f"{path}, line {line}: byte 0x{byte} is not UTF-8; save the file as UTF-8"]
+        return {}, [f"{path}, line {line}: byte 0x{byte} is not UTF-8; save the file as UTF-8"], []
     for binding in parse_stream(io.StringIO(text)):
         line = binding.original.line
         shown = binding.original.string.strip()
@@ -106,8 +117,11 @@ def read_env_file(path: Path) -> tuple[dict[str, EnvFileLine], list[str]]:
         elif binding.key is not None and binding.value is None:
             errors.append(f"{path}, line {line}: {shown!r} has no '='; expected NAME=value")
         elif binding.key is not None and binding.value is not None:
-            values[binding.key.upper()] = EnvFileLine(binding.value, line)
-    return values, errors
+            name = binding.key.upper()
+            if name in values:
+                repeated.append((name, values[name].line, line))
+            values[name] = EnvFileLine(binding.value, line)
+    return values, errors, repeated
 
 
 def check_name(name: str, known: Iterable[str], agent_fields: Iterable[str]) -> str | None:
@@ -149,8 +163,9 @@ def read_sources(
     known = set(known)
     file: dict[str, EnvFileLine] = {}
     errors: list[str] = []
+    repeated: list[tuple[str, int, int]] = []
     if env_file is not None:
-        file, errors = read_env_file(env_file)
+        file, errors, repeated = read_env_file(env_file)
     unparsable = bool(errors)
     ours_in_env = {name.upper(): value for name, value in environ.items() if ours(name)}
     for name, entry in file.items():
@@ -168,4 +183,5 @@ def read_sources(
         environ=ours_in_env,
         errors=tuple(errors),
         unparsable=unparsable,
+        repeated=tuple(repeated),
     )

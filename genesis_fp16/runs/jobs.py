@@ -37,7 +37,7 @@ from genesis_fp16.runs import guard_state, probe_gate, scale_memory
 from genesis_fp16.runs.device_slots import DeviceSlots, slot_keys
 from genesis_fp16.runs.devices import device_lost
 from genesis_fp16.runs.launcher import LaunchError, RunStopped, train_in_child, train_with_torchrun
-from genesis_fp16.runs.run_request import build_request, warn_ignored
+from genesis_fp16.runs.run_request import build_request, choose_precision, warn_ignored
 from genesis_fp16_infrastructure.plugin_api import (
     AgentPlugin,
     TrainRequest,
@@ -173,8 +173,14 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
     finally:
         structlog.contextvars.unbind_contextvars("agent", "run_id")
     rerun = result.stopped_early and run.rerun()
+    # A reload that changed the precision as the run ended, after its last should_stop: no
+    # rerun, but the gauge shows the next run's precision from the reload on, as for a
+    # rerun, not this run's until the next one (up to a schedule interval away).
+    switched = not rerun and run.precision_changed()
     # A rerun's precision is on the gauge since the reload: the stopped run's stays off it.
-    _finish(ctx, agent, run.id, result, run.duration(), show_precision=not rerun)
+    _finish(ctx, agent, run.id, result, run.duration(), show_precision=not (rerun or switched))
+    if switched:
+        _show_next_precision(ctx, agent, device)
     if run.tracker is not None:
         run.tracker.log_result(result)
     _close_tracker(ctx, agent, run.tracker)
@@ -423,6 +429,14 @@ def resumed_totals(paths: AgentPaths) -> dict[str, float]:
         "skipped_steps": skipped,
         "nonfinite_losses": float(stats.get("nonfinite_losses", 0)),
     }
+
+
+def _show_next_precision(ctx: JobContext, agent: str, device: str) -> None:
+    """The precision gauge at what the agent's next run requests (the guard's memory
+    included); an ``auto`` one is decided by that run, so the gauge waits for it."""
+    precision, _ = choose_precision(ctx.settings, agent, device)
+    if precision != "auto":
+        ctx.metrics.set_precision(agent, precision)
 
 
 def _finish(

@@ -1,6 +1,6 @@
 """Both built-in agents train, resume and probe under the device audit, on a CPU.
 
-The audit (genesis_fp16_infrastructure.training.device_audit) treats the run's device as
+The audit (genesis_fp16.testing.device_audit) treats the run's device as
 separate from the host, so a tensor factory, generator or torch.load that ignores ``request.device``
 fails here as it would on a GPU. This caught rlhf_ppo's CPU sampling generator and the
 host ``torch.arange`` in its sequence-error diagnostic before either reached a GPU.
@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 import torch
 
+from genesis_fp16.testing.device_audit import DeviceAudit, DeviceAuditError
 from genesis_fp16_agents.rlhf_ppo import plugin as rlhf_ppo
 from genesis_fp16_agents.rlhf_ppo.engine import PPOEngine
 from genesis_fp16_agents.se_darwin import plugin as se_darwin
 from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.probe import run_probe
-from genesis_fp16_infrastructure.training.device_audit import DeviceAudit, DeviceAuditError
 
 pytestmark = pytest.mark.skipif(
     torch.cuda.is_available(), reason="the audit stands in for a GPU; this host has one"

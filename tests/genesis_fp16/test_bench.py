@@ -7,6 +7,7 @@ import csv
 import datetime
 import math
 import re
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -410,3 +411,32 @@ def test_fresh_folders_of_the_same_second_do_not_collide(tmp_path: Path) -> None
     first, second = fresh_out_dir(tmp_path, now), fresh_out_dir(tmp_path, now)
     assert (first.name, second.name) == ("2026-11-23T130509Z", "2026-11-23T130509Z-2")
     assert first.is_dir() and second.is_dir()
+
+
+def test_bench_without_matplotlib_says_what_to_install_before_it_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No matplotlib: one line naming the extra, exit 2, and no configuration measured."""
+    import genesis_fp16.bench.run as bench_run
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # find_spec then finds nothing
+    monkeypatch.setattr(bench_run, "run_benchmark", lambda *a, **k: pytest.fail("it started"))
+    assert cli_main(["bench", "--tiny", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "matplotlib is not installed" in err[0] and "[bench]" in err[0]
+
+
+def test_a_framework_that_is_not_installed_is_named_as_such(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A peer whose library is missing: 'not installed (accelerate)', not 'ran none, 0.0 ms'."""
+    import genesis_fp16.bench.run as bench_run
+
+    def missing(config: BenchConfig, isolated: bool) -> dict[str, Any]:
+        raise ModuleNotFoundError("No module named 'accelerate'", name="accelerate")
+
+    monkeypatch.setattr(bench_run, "run_config", missing)
+    lines: list[str] = []
+    bench_run._run_all([_tiny("fp32", "accelerate")], True, lines.append)
+    assert len(lines) == 1 and "not installed (accelerate)" in lines[0], lines
+    assert "ms/step" not in lines[0]

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from daemon_harness import daemon_env
 
 
@@ -125,3 +126,32 @@ def test_config_check_refuses_settings_for_an_agent_that_is_not_installed(tmp_pa
     bad = cli(tmp_path, "config", "check", GENESIS_FP16_AGENTS__SE_DARVIN__STEPS="5")
     assert bad.returncode == 2
     assert "no agent 'se_darvin' is installed; did you mean se_darwin?" in bad.stderr
+
+
+def test_a_key_given_twice_in_env_is_a_warning_naming_both_lines(tmp_path: Path) -> None:
+    """GENESIS_FP16_SEED on lines 1 and 3: config check says so, with both lines."""
+    (tmp_path / ".env").write_text(
+        "GENESIS_FP16_SEED=3\nGENESIS_FP16_LOG_LEVEL=INFO\nGENESIS_FP16_SEED=4\n"
+    )
+    ok = cli(tmp_path, "config", "check")
+    assert ok.returncode == 0, ok.stderr
+    warned = [line for line in ok.stdout.splitlines() if "set twice" in line]
+    assert len(warned) == 1 and "GENESIS_FP16_SEED" in warned[0], ok.stdout
+    assert "lines 1 and 3: line 3 wins" in warned[0]
+    assert "GENESIS_FP16_SEED=4  # .env" in ok.stdout.splitlines()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("config", "check"), ("agents",), ("precision", "show", "se_darwin"), ("train", "se_darwin")],
+)
+def test_a_state_folder_that_is_a_file_is_one_line_for_every_command(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    """GENESIS_FP16_STATE_DIR naming a file: exit 2 and one line naming it, no traceback."""
+    (tmp_path / "state").write_text("not a folder")
+    done = cli(tmp_path, *command, GENESIS_FP16_STATE_DIR=str(tmp_path / "state"))
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "GENESIS_FP16_STATE_DIR" in lines[0] and "not a folder" in lines[0]

@@ -38,7 +38,11 @@ def _start(tmp_path: Path, *args: str) -> str:
 
 @pytest.mark.parametrize(
     "args",
-    [("--help",), ("config", "check"), *((name, "--help") for name in COMMAND_MODULES)],
+    [
+        ("--help",),
+        ("config", "check"),
+        *((name.replace("_", "-"), "--help") for name in COMMAND_MODULES),
+    ],
     ids=lambda args: " ".join(args),
 )
 def test_cli_starts_without_importing_torch(tmp_path: Path, args: tuple[str, ...]) -> None:

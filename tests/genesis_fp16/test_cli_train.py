@@ -461,3 +461,40 @@ def test_a_pool_over_the_size_setting_is_one_line_naming_size_limit_and_setting(
     size = f"({data.stat().st_size:,} bytes)"
     _one_line_error(proc, size, "over the limit of 0.0 MiB (1,000 bytes)", setting)
     assert not list(tmp_path.rglob("quarantine.jsonl"))  # not a record was read
+
+
+def test_resume_on_an_empty_folder_says_it_trains_from_scratch(tmp_path: Path) -> None:
+    """--resume with no checkpoint: one warning naming the folder, then the run."""
+    empty = tmp_path / "empty"
+    proc = _cli(
+        tmp_path,
+        "train",
+        "rlhf_ppo",
+        "--steps",
+        "4",
+        "--resume",
+        "--checkpoint-dir",
+        str(empty),
+        "--option",
+        "batch_size=16",
+        "--precision",
+        "fp32",
+    )
+    assert proc.returncode == 0, proc.stderr
+    warned = [line for line in proc.stderr.splitlines() if "--resume" in line]
+    assert len(warned) == 1 and str(empty) in warned[0] and "from scratch" in warned[0]
+    again = _cli(
+        tmp_path,
+        "train",
+        "rlhf_ppo",
+        "--steps",
+        "4",
+        "--resume",
+        "--checkpoint-dir",
+        str(empty),
+        "--option",
+        "batch_size=16",
+        "--precision",
+        "fp32",
+    )
+    assert again.returncode == 0 and "from scratch" not in again.stderr, again.stderr

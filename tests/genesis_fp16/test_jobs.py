@@ -209,3 +209,36 @@ def test_a_fallback_is_counted_and_logged_and_an_fp16_scale_carried(
     assert finished["execution_fallback"] == "capture_failed"
     carried = read_carried_scale(AgentPaths.for_agent(tmp_path, AGENT).loss_scale_path)
     assert carried is not None and carried.scale == 4096.0
+
+
+class _EndsAsTheReloadLands:
+    """An fp16 run during which ENABLE_FP16_TRAINING=false lands after its last step."""
+
+    api_version = API_VERSION
+    name = AGENT
+
+    def __init__(self, ctx: JobContext) -> None:
+        self.ctx = ctx
+
+    def train(self, request: TrainRequest) -> TrainResult:
+        self.ctx.settings = self.ctx.settings.model_copy(update={"enable_fp16_training": False})
+        return TrainResult(
+            agent=AGENT, precision_requested="fp16", precision_used="fp16",
+            precision_reason="test", device="cpu", steps=1, skipped_steps=0,
+            overflow_rate=0.0, loss_scale=1.0, final_train_loss=0.5, eval={},
+            samples_per_second=1.0, wall_seconds=0.1, checkpoint=None, quarantined=0,
+        )  # fmt: skip
+
+
+def test_a_reload_landing_as_a_run_ends_shows_the_next_runs_precision(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rollback lands after the run's last step: the gauge reads fp32, not fp16."""
+    ctx = _context(tmp_path, monkeypatch)
+    run_agent_job(ctx, AGENT, _EndsAsTheReloadLands(ctx))  # type: ignore[arg-type]
+    gauge = ctx.metrics.registry.get_sample_value
+    success = gauge("genesis_fp16_training_runs_total", {"agent": AGENT, "outcome": "success"})
+    assert success == 1
+    fp16 = gauge("genesis_fp16_precision", {"agent": AGENT, "precision": "fp16"})
+    fp32 = gauge("genesis_fp16_precision", {"agent": AGENT, "precision": "fp32"})
+    assert (fp16, fp32) == (0, 1)

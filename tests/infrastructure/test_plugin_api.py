@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +108,27 @@ def test_agent_option_parses_text_and_refuses_wrong_types() -> None:
     ):
         with pytest.raises(TrainRequestError, match=fragment):
             parse_options("x", declared, bad)
+
+
+def test_a_request_without_a_budget_trains_the_documented_default(tmp_path: Path) -> None:
+    """No steps and no epochs: fit_options() gives DEFAULT_STEPS, not a ValueError."""
+    from genesis_fp16_infrastructure.plugin_api import DEFAULT_STEPS
+
+    request = dataclasses.replace(_request(tmp_path), steps=None)
+    assert request.steps is None and request.epochs is None
+    assert request.fit_options().steps == DEFAULT_STEPS
+    assert request.fit_options(epochs=2).steps is None  # a budget the plugin names wins
+    result = fit(_Line(), request.fit_options(precision="fp32", device="cpu"))
+    assert result.steps_run == DEFAULT_STEPS
+
+
+def test_the_plugin_import_path_has_everything_a_plugin_needs() -> None:
+    """genesis_fp16.plugin_api names the contract, fit, to_device, the task and the errors."""
+    import genesis_fp16.plugin_api as api
+    from genesis_fp16_infrastructure import training
+
+    for name in ("AgentPlugin", "TrainRequest", "TrainResult", "TrainRequestError", "ProbeSetup"):
+        assert name in api.__all__
+    for name in ("fit", "to_device", "TrainingTask", "FitOptions", "PrecisionError"):
+        assert getattr(api, name) is getattr(training, name)
+    assert api.DEFAULT_STEPS > 0

@@ -42,7 +42,9 @@ def to_device(batch: Any, device: torch.device | str) -> Any:
 
 def _tensor_to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     if _same_device(tensor.device, device):
-        return tensor
+        # .to() of a tensor already there returns it, no copy; called anyway so that the
+        # device audit (genesis_fp16.testing.device_audit) sees the move on a CPU run.
+        return tensor.to(device)
     # is_pinned() is only meaningful (and cheap) for a CPU tensor bound for an accelerator.
     pinned = tensor.device.type == "cpu" and device.type != "cpu" and tensor.is_pinned()
     return tensor.to(device, non_blocking=pinned)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from genesis_fp16_infrastructure.training.device_audit import DeviceAudit, DeviceAuditError
+from genesis_fp16.testing.device_audit import DeviceAudit, DeviceAuditError
 
 
 def test_a_host_generator_feeding_a_run_device_op_is_caught() -> None:

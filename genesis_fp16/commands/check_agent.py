@@ -1,0 +1,47 @@
+"""`genesis-fp16 check-agent NAME [--option KEY=VALUE ...]`: the plugin contract, rule by rule.
+
+Runs every rule of ``genesis_fp16.testing.check_agent`` on the installed plugin NAME (a
+few steps each, on the CPU, in a temporary folder) and prints one line a rule, ``PASS`` or
+``FAIL`` with why. Exit 0 when every rule passes, 1 when one fails, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from genesis_fp16.cli import UsageError
+from genesis_fp16.config.settings import SettingsError, load_settings
+from genesis_fp16.plugins import PluginError, load_plugin
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "check-agent", help="check an agent plugin against the contract", description=__doc__
+    )
+    parser.add_argument("agent", metavar="NAME", help="agent plugin name (see `agents`)")
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option the agent declares, for every rule's run (repeatable)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from genesis_fp16.runs.run_request import parse_option_flags
+    from genesis_fp16.testing import check_agent
+
+    try:
+        settings = load_settings()
+        plugin = load_plugin(args.agent, settings.plugin_allowlist)
+        options = parse_option_flags(args.option)
+    except SettingsError as exc:
+        raise UsageError(f"invalid configuration: {exc}") from None
+    except (PluginError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    report = check_agent(plugin, options)
+    print(report.summary())
+    return 0 if report.ok else 1

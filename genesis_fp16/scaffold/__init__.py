@@ -1,0 +1,128 @@
+"""`genesis-fp16 new-agent NAME`: the files of a new agent plugin package.
+
+:func:`write_agent` writes an installable package: ``pyproject.toml`` (build system,
+version, the entry point in ``genesis_fp16.agents``), the agent (``agent_template.py``
+with its name filled in), a test that runs the contract checker, and a README. Installed
+as it is (``pip install ./my-agent``), the agent trains under the daemon with no flag and
+no setting: the daemon generates its sample data and the request's default budget applies.
+
+>>> write_agent("my_agent", Path("."))  # doctest: +SKIP
+PosixPath('my-agent')
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from pathlib import Path
+
+_TEMPLATE = Path(__file__).with_name("agent_template.py")
+# The template's own header says what it is to this repository; the written file starts
+# at its docstring.
+_TEMPLATE_BODY_START = '"""__AGENT__:'
+
+PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "__DIST__"
+version = "0.1.0"
+description = "__AGENT__: a genesis-fp16 agent plugin"
+requires-python = ">=3.11"
+dependencies = ["genesis-fp16", "torch"]
+
+[project.entry-points."genesis_fp16.agents"]
+__AGENT__ = "__AGENT__:plugin"
+
+[tool.setuptools]
+packages = ["__AGENT__"]
+"""
+
+TEST = '''\
+"""__AGENT__ meets the plugin contract: every rule of genesis_fp16.testing.check_agent."""
+
+from __future__ import annotations
+
+from genesis_fp16.testing import check_agent
+
+from __AGENT__ import plugin
+
+
+def test_meets_the_plugin_contract() -> None:
+    """Each rule runs for real; the report names any that fail."""
+    report = check_agent(plugin)
+    assert report.ok, report.summary()
+'''
+
+README = """\
+# __DIST__
+
+A genesis-fp16 agent plugin. Install it beside genesis-fp16 and the daemon finds it:
+
+```sh
+pip install ./__DIST__
+genesis-fp16 agents                    # __AGENT__: loaded
+genesis-fp16 check-agent __AGENT__     # the plugin contract, one line a rule
+genesis-fp16 train __AGENT__           # its sample data, the default budget
+```
+
+Edit `__AGENT__/__init__.py`: `Task` is the model, its data and its loss; `Agent.train`
+reads the request's data and calls `fit`.
+"""
+
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+class ScaffoldError(ValueError):
+    """A name or folder new-agent cannot use: one line, the CLI's exit 2."""
+
+
+def check_name(name: str) -> None:
+    """Raise :class:`ScaffoldError` unless ``name`` can be a module and an agent name."""
+    if not _NAME.fullmatch(name) or keyword.iskeyword(name):
+        raise ScaffoldError(
+            f"agent name {name!r}: use lower-case letters, digits and _, starting with a "
+            "letter (it is the package's module name and the agent's name)"
+        )
+
+
+def agent_source(name: str) -> str:
+    """The agent's ``__init__.py`` for ``name``."""
+    text = _TEMPLATE.read_text()
+    return text[text.index(_TEMPLATE_BODY_START) :].replace("__AGENT__", name)
+
+
+def package_files(name: str) -> dict[str, str]:
+    """Relative path -> text of every file of the package for agent ``name``."""
+    check_name(name)
+    dist = name.replace("_", "-")
+
+    def fill(text: str) -> str:
+        return text.replace("__AGENT__", name).replace("__DIST__", dist)
+
+    return {
+        "pyproject.toml": fill(PYPROJECT),
+        f"{name}/__init__.py": agent_source(name),
+        f"tests/test_{name}.py": fill(TEST),
+        "README.md": fill(README),
+    }
+
+
+def write_agent(name: str, out: Path) -> Path:
+    """Write the package for agent ``name`` to ``out``/<name with dashes>; return that folder.
+
+    Refuses (:class:`ScaffoldError`) a folder that already exists, so nothing is overwritten.
+    """
+    files = package_files(name)
+    root = out / name.replace("_", "-")
+    if root.exists():
+        raise ScaffoldError(f"{root}: already exists; new-agent writes a new folder only")
+    if out.exists() and not out.is_dir():
+        raise ScaffoldError(f"--out {out}: exists and is not a folder")
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root

@@ -1,0 +1,169 @@
+# The agent a new plugin starts from: `genesis-fp16 new-agent NAME` writes this file as
+# NAME/__init__.py, with __AGENT__ replaced by NAME. It is real code (ruff and mypy read it,
+# tests/genesis_fp16/test_new_agent.py trains it) and only imports genesis_fp16.plugin_api.
+"""__AGENT__: a genesis-fp16 agent plugin (a toy regression, trained through the precision core).
+
+Data: JSON Lines, one record a line, ``{"x": [four numbers], "y": number}``. A record that
+is not one is skipped, counted and copied to the run's quarantine file; a file with no
+usable record, or that cannot be read, is refused with one line naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from genesis_fp16.plugin_api import (
+    API_VERSION,
+    ProbeSetup,
+    TrainRequest,
+    TrainRequestError,
+    TrainResult,
+    fit,
+    to_device,
+)
+
+FEATURES = 4
+BATCH = 64
+
+
+def generate_records(out: Path, count: int, seed: int) -> Path:
+    """Write ``count`` records of y = 2 * sum(x) + noise to ``out``/data.jsonl."""
+    rng = random.Random(seed)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "data.jsonl"
+    with path.open("w") as file:
+        for _ in range(count):
+            x = [round(rng.uniform(-1, 1), 6) for _ in range(FEATURES)]
+            y = round(2 * sum(x) + rng.gauss(0, 0.01), 6)
+            file.write(json.dumps({"x": x, "y": y}) + "\n")
+    return path
+
+
+def _record(line: str) -> tuple[list[float], float] | None:
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    x, y = value.get("x"), value.get("y")
+    if not isinstance(x, list) or len(x) != FEATURES:
+        return None
+    numbers: list[Any] = [*x, y]
+    if not all(
+        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in numbers
+    ):
+        return None
+    return [float(v) for v in numbers[:FEATURES]], float(numbers[FEATURES])
+
+
+def load_records(path: Path, quarantine: Path | None) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(x, y, skipped) from a JSON Lines file; TrainRequestError when nothing is usable."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TrainRequestError(f"{path}: cannot read it as text ({exc})") from None
+    good: list[tuple[list[float], float]] = []
+    bad: list[str] = []
+    for line in text.splitlines():
+        if line.strip():
+            record = _record(line)
+            if record is None:
+                bad.append(line)
+            else:
+                good.append(record)
+    if bad and quarantine is not None:  # never lose data: the rejects are kept, with where
+        quarantine.parent.mkdir(parents=True, exist_ok=True)
+        with quarantine.open("a") as file:
+            for line in bad:
+                file.write(json.dumps({"source": str(path), "record": line}) + "\n")
+    if len(good) < 2:
+        raise TrainRequestError(
+            f"{path}: {len(good)} usable records of {len(good) + len(bad)}; each line must "
+            f'be {{"x": [{FEATURES} numbers], "y": number}}'
+        )
+    x = torch.tensor([r[0] for r in good])
+    y = torch.tensor([[r[1]] for r in good])
+    return x, y, len(bad)
+
+
+class Task:
+    """A TrainingTask: the model, its optimizer, the batches, the loss and the evaluation."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        held_out = max(1, len(x) // 10)
+        self.x, self.y = x[held_out:], y[held_out:]
+        self.eval_x, self.eval_y = x[:held_out], y[:held_out]
+
+    def build_model(self) -> torch.nn.Module:
+        return torch.nn.Linear(FEATURES, 1)
+
+    def build_optimizers(self, model: torch.nn.Module) -> list[torch.optim.Optimizer]:
+        return [torch.optim.AdamW(model.parameters(), 1e-2)]
+
+    def build_schedulers(self, optimizers: Any) -> tuple[()]:
+        return ()
+
+    def train_batches(self, epoch: int, seed: int) -> Iterator[tuple[Any, int]]:
+        order = torch.randperm(len(self.x), generator=torch.Generator().manual_seed(seed + epoch))
+        for i in range(0, len(order), BATCH):
+            index = order[i : i + BATCH]
+            yield (self.x[index], self.y[index]), len(index)
+
+    def loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
+        return torch.nn.functional.mse_loss(model(batch[0]).float(), batch[1])
+
+    def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
+        # The model is on the run's device; this data is on the CPU: bring it there.
+        device = next(model.parameters()).device
+        batch = to_device((self.eval_x, self.eval_y), device)
+        with torch.no_grad():
+            return {"loss": float(self.loss(model, batch))}
+
+    def extra_state(self) -> dict[str, Any]:
+        return {}
+
+
+class Agent:
+    api_version, name, description = API_VERSION, "__AGENT__", "toy regression (scaffold)"
+
+    def generate_sample_data(self, out: Path, count: int, seed: int) -> Path:
+        return generate_records(out, count, seed)
+
+    def train(self, request: TrainRequest) -> TrainResult:
+        if request.data_path is None:
+            raise TrainRequestError(f"{self.name}: no data (genesis-fp16 train passes --data)")
+        x, y, skipped = load_records(Path(request.data_path), request.quarantine_path)
+        # No budget in the request (no --steps, no STEPS_PER_RUN): DEFAULT_STEPS.
+        result = fit(Task(x, y), request.fit_options())
+        return TrainResult.from_fit(request, result, quarantined=skipped)
+
+    def probe_setup(self, data_path: Path | None, seed: int) -> ProbeSetup:
+        if data_path is None:
+            raise TrainRequestError(f"{self.name}: the probe needs data")
+        task = Task(*load_records(Path(data_path), None)[:2])
+        batches = [batch for batch, _ in task.train_batches(0, seed)][:4]
+
+        def build_model() -> torch.nn.Module:
+            torch.manual_seed(seed)
+            return task.build_model()
+
+        return ProbeSetup(
+            build_model=build_model,
+            loss=task.loss,
+            batches=batches,
+            split_batch=lambda b: (
+                (b[0][: len(b[0]) // 2], b[1][: len(b[1]) // 2]),
+                (b[0][len(b[0]) // 2 :], b[1][len(b[1]) // 2 :]),
+            ),
+        )
+
+
+plugin = Agent()

@@ -1,0 +1,143 @@
+"""The plugin contract checker: the built-in agents and the scaffold pass, each rule can fail."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from genesis_fp16.scaffold import write_agent
+from genesis_fp16.testing import RULES, check_agent
+from genesis_fp16_agents.rlhf_ppo import plugin as rlhf_ppo
+from genesis_fp16_agents.se_darwin import plugin as se_darwin
+
+
+@pytest.fixture(scope="module")
+def scaffold(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The module `genesis-fp16 new-agent toy_check` writes, imported."""
+    root = write_agent("toy_check", tmp_path_factory.mktemp("scaffold"))
+    sys.path.insert(0, str(root))
+    try:
+        yield importlib.import_module("toy_check")
+    finally:
+        sys.path.remove(str(root))
+        sys.modules.pop("toy_check", None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("plugin", "options"),
+    [(se_darwin, {}), (rlhf_ppo, {"batch_size": 16})],
+    ids=["se_darwin", "rlhf_ppo"],
+)
+def test_the_built_in_agents_meet_the_contract(plugin: Any, options: dict[str, Any]) -> None:
+    """Every rule passes for se_darwin and rlhf_ppo."""
+    report = check_agent(plugin, options)
+    assert report.ok, report.summary()
+    assert [r.rule for r in report.results] == list(RULES)
+
+
+def test_the_scaffolded_agent_meets_the_contract(scaffold: Any) -> None:
+    """Every rule passes for the agent new-agent writes, unchanged."""
+    report = check_agent(scaffold.plugin)
+    assert report.ok, report.summary()
+
+
+def _broken(scaffold: Any, rule: str) -> Any:
+    """The scaffold's agent with one defect that breaks ``rule``."""
+    agent, fit = scaffold.Agent, scaffold.fit
+
+    class Broken(agent):  # type: ignore[misc, valid-type]
+        def generate_sample_data(self, out: Path, count: int, seed: int) -> Path:
+            if rule == "sample_data_generates":
+                seed = random.randrange(10**9)  # ignores its seed
+            return super().generate_sample_data(out, count, seed)
+
+        def train(self, request: Any) -> Any:
+            if rule == "trains_without_budget" and request.steps is None:
+                raise ValueError("FitOptions needs steps=N or epochs=N")  # before the default
+            x, y, _ = scaffold.load_records(Path(request.data_path), None)
+            task = scaffold.Task(x, y)
+            if rule == "device_audit":  # a host tensor added to the run device's output
+                plain_loss = task.loss
+                task.loss = lambda m, b: plain_loss(m, b) + torch.zeros(1)  # type: ignore[method-assign]
+            overrides: dict[str, Any] = {
+                "trains_with_budget": {"steps": (request.steps or 0) + 1},
+                "resumes_bit_for_bit": {"resume": False},
+                "stops_at_step_with_checkpoint": {"should_stop": lambda: False},
+            }.get(rule, {})
+            result = scaffold.TrainResult.from_fit(
+                request, fit(task, request.fit_options(**overrides))
+            )
+            if rule == "reports_precision_and_execution":
+                result = dataclasses.replace(result, precision_used="fp16")
+            if rule == "checkpoint_loads_weights_only" and result.checkpoint:
+                torch.save({"model": Path(".")}, result.checkpoint)  # a pickled object
+            return result
+
+        def probe_setup(self, data_path: Any, seed: int) -> Any:
+            setup = super().probe_setup(data_path, seed)
+            return dataclasses.replace(setup, batches=[]) if rule == "probe_setup_works" else setup
+
+    broken = Broken()
+    if rule == "contract":
+        broken.api_version = 99
+    if rule == "refuses_bad_data":  # a silent fallback to whatever else there is
+        broken.train = lambda request: Broken.train(  # type: ignore[method-assign]
+            broken, dataclasses.replace(request, data_path=broken._fallback(request))
+        )
+    broken._fallback = lambda request: (
+        request.data_path
+        if Path(request.data_path).suffix == ".jsonl"
+        else scaffold.generate_records(Path(request.state_dir) / "fallback", 64, 0)
+    )
+    return broken
+
+
+@pytest.mark.parametrize(
+    "rule", [r if r != "trains_under_device_audit" else "device_audit" for r in RULES]
+)
+def test_each_rule_fails_for_a_plugin_that_breaks_it(scaffold: Any, rule: str) -> None:
+    """A plugin with one defect fails that rule, in one line that names it."""
+    name = "trains_under_device_audit" if rule == "device_audit" else rule
+    report = check_agent(_broken(scaffold, rule), rules=[name])
+    assert name in report.failed, report.summary()
+    line = next(r.line() for r in report.results if r.rule == name)
+    assert line.startswith(f"FAIL {name}: ") and "\n" not in line
+
+
+def test_a_plugin_broken_twice_fails_with_one_line_per_broken_rule(scaffold: Any) -> None:
+    """Two defects (a wrong precision reported, no probe batches): two FAIL lines, each
+    naming its rule; the rule both leave alone passes."""
+    plugin = _broken(scaffold, "reports_precision_and_execution")
+    plain_probe = scaffold.Agent.probe_setup
+    plugin.probe_setup = lambda data, seed: dataclasses.replace(
+        plain_probe(plugin, data, seed), batches=[]
+    )
+    chosen = ["trains_with_budget", "reports_precision_and_execution", "probe_setup_works"]
+    report = check_agent(plugin, rules=chosen)
+    assert report.failed == ("reports_precision_and_execution", "probe_setup_works")
+    fails = [line for line in report.summary().splitlines() if line.startswith("FAIL ")]
+    assert len(fails) == 2 and "PASS trains_with_budget: " in report.summary()
+
+
+def test_check_agent_command_refuses_an_unknown_agent_in_one_line(tmp_path: Path) -> None:
+    """`genesis-fp16 check-agent` on an unknown agent is one line, exit 2."""
+    (tmp_path / "none.env").write_text("")
+    done = subprocess.run(
+        [sys.executable, "-m", "genesis_fp16", "check-agent", "no_such_agent"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"GENESIS_FP16_ENV_FILE": str(tmp_path / "none.env"), "PATH": "/usr/bin"},
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "no_such_agent" in done.stderr

@@ -1,0 +1,133 @@
+"""`genesis-fp16 new-agent`: the package it writes installs into a fresh venv and trains
+under `serve` with no flag and no setting, on the request's default budget."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+import pytest
+from daemon_harness import start_daemon
+
+from genesis_fp16.plugin_api import DEFAULT_STEPS
+from genesis_fp16.scaffold import ScaffoldError, package_files, write_agent
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cli(*args: str, cwd: Path, python: str = sys.executable) -> subprocess.CompletedProcess[str]:
+    (cwd / "none.env").write_text("")
+    env = {"GENESIS_FP16_ENV_FILE": str(cwd / "none.env"), "PATH": "/usr/bin:/bin"}
+    return subprocess.run(
+        [python, "-m", "genesis_fp16", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_new_agent_writes_a_complete_package(tmp_path: Path) -> None:
+    """pyproject (build system, version, entry point), the agent, a test and a README."""
+    done = _cli("new-agent", "my_agent", "--out", str(tmp_path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    root = Path(done.stdout.strip())
+    assert root == tmp_path / "my-agent"
+    pyproject = (root / "pyproject.toml").read_text()
+    for needed in (
+        "[build-system]",
+        'version = "0.1.0"',
+        '[project.entry-points."genesis_fp16.agents"]',
+        'my_agent = "my_agent:plugin"',
+    ):
+        assert needed in pyproject
+    assert "from genesis_fp16.plugin_api import" in (root / "my_agent" / "__init__.py").read_text()
+    assert (root / "tests" / "test_my_agent.py").exists()
+    again = _cli("new-agent", "my_agent", "--out", str(tmp_path), cwd=tmp_path)
+    assert again.returncode == 2 and "already exists" in again.stderr
+    bad = _cli("new-agent", "My-Agent", cwd=tmp_path)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    with pytest.raises(ScaffoldError):
+        write_agent("class", tmp_path)
+
+
+def test_the_readme_plugin_section_is_the_scaffold_output() -> None:
+    """The README shows new-agent's pyproject.toml and agent for my_agent, byte for byte."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Writing an agent plugin") :]
+    section = section[: section.index("\n## ", 5)]
+    files = package_files("my_agent")
+    assert f"```toml\n{files['pyproject.toml']}```" in section
+    assert f"```python\n{files['my_agent/__init__.py']}```" in section
+
+
+@pytest.mark.slow
+def test_the_scaffold_installs_in_a_fresh_venv_and_trains_under_serve(tmp_path: Path) -> None:
+    """pip install ./my-agent into a new venv, then serve: my_agent trains on its default
+    budget with no flag or setting, and its run shows in /metrics."""
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False, system_site_packages=True).create(env_dir)
+    python = str(env_dir / "bin" / "python")
+    # The new venv sees this one's packages (genesis-fp16, torch, pip), so nothing big is
+    # downloaded; my-agent itself goes into the new venv only.
+    site = subprocess.check_output(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
+    ).strip()
+    ours = sysconfig.get_paths()["purelib"]
+    Path(site, "outer.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
+    # The README's lines as written; only where the venv is differs.
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Writing an agent plugin") :]
+    block = section[
+        section.index("```sh\n") + 6 : section.index("```", section.index("```sh\n") + 6)
+    ]
+    lines = [line.split("#")[0].strip() for line in block.strip().splitlines()]
+    assert lines[0] == ".venv/bin/genesis-fp16 new-agent my_agent"
+    (tmp_path / "none.env").write_text("")
+    env = {"GENESIS_FP16_ENV_FILE": str(tmp_path / "none.env"), "PATH": "/usr/bin:/bin"}
+    outputs = []
+    for line in lines:
+        line = line.replace(".venv/bin/genesis-fp16", f"{python} -m genesis_fp16")
+        line = line.replace(".venv/bin/pip", f"{python} -m pip")
+        done = subprocess.run(
+            ["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True,
+            timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, f"{line}\n{done.stdout}{done.stderr}"
+        outputs.append(done.stdout)
+    # Not importable from this venv: only the new one has it.
+    assert subprocess.run([sys.executable, "-c", "import my_agent"]).returncode != 0
+    check = outputs[-1].strip().splitlines()
+    assert len(check) == 11 and all(line.startswith("PASS ") for line in check), check
+    workdir = tmp_path / "daemon"
+    workdir.mkdir()
+    # The allowlist keeps the built-in agents from training beside it on a 2-core host;
+    # my_agent itself gets no setting.
+    daemon = start_daemon(
+        workdir,
+        {"GENESIS_FP16_PLUGIN_ALLOWLIST": "my_agent", "GENESIS_FP16_RUN_ISOLATION": "process"},
+        fixtures=False,
+        command=(python, "-m", "genesis_fp16", "serve"),
+    )
+    try:
+        daemon.wait_for(
+            lambda: daemon.sample(
+                "genesis_fp16_training_runs_total", agent="my_agent", outcome="success"
+            ),
+            "my_agent's first run",
+            timeout=240,
+        )
+        runs = [
+            json.loads(line)
+            for line in daemon.log_path.read_text().splitlines()
+            if line.startswith("{")
+        ]
+        finished = [r for r in runs if r.get("agent") == "my_agent" and "steps" in r]
+        assert any(r["steps"] == DEFAULT_STEPS for r in finished), finished[-3:]
+    finally:
+        daemon.stop()
