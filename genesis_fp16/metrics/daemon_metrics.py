@@ -45,7 +45,12 @@ RUN_OUTCOMES = ("success", "failed", "stopped", "up_to_date")
 HEALTHY_OUTCOMES = ("success", "up_to_date")
 RELOAD_OUTCOMES = ("success", "failure")
 # Why a run failed (genesis_fp16_run_failures_total), and why a job did not start.
-FAILURE_REASONS = ("refused", "error", "storage", "exit", "hung", "memory", "device_unavailable")
+# nonfinite_gradients / nonfinite_loss: the run ran its steps and learned nothing
+# (TrainResult.failure; plugin_api.LEARNING_FAILURES).
+FAILURE_REASONS = (
+    *("refused", "error", "storage", "exit", "hung", "memory", "device_unavailable"),
+    *("nonfinite_gradients", "nonfinite_loss"),
+)
 SKIP_REASONS = ("still_running", "hung")
 # Files of the state folder the daemon reads back at start-up (genesis_fp16_state_files_
 # skipped_total counts the unusable ones it started without).

@@ -14,7 +14,12 @@ from structlog.testing import capture_logs
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
-from genesis_fp16_infrastructure.plugin_api import API_VERSION, TrainRequest, TrainRequestError
+from genesis_fp16_infrastructure.plugin_api import (
+    API_VERSION,
+    TrainRequest,
+    TrainRequestError,
+    TrainResult,
+)
 
 AGENT = "refusing"
 
@@ -153,3 +158,64 @@ def test_liveness_ignores_a_degraded_disk_and_fails_on_a_stale_heartbeat(
     daemon._heartbeat -= 10 * ctx.settings.heartbeat_seconds
     ok, reason = daemon.liveness()
     assert not ok and reason.startswith("not alive: scheduler heartbeat is")
+
+
+class _Reporting:
+    """Returns the result it is given: each run a TrainResult with the counts set."""
+
+    api_version = API_VERSION
+    name = AGENT
+
+    def __init__(self, steps: int, skipped: int) -> None:
+        self.steps, self.skipped = steps, skipped
+
+    def train(self, request: TrainRequest) -> TrainResult:
+        return TrainResult(
+            agent=AGENT,
+            precision_requested="bf16",
+            precision_used="bf16",
+            precision_reason="test",
+            device="cpu",
+            steps=self.steps,
+            skipped_steps=self.skipped,
+            overflow_rate=1.0,
+            loss_scale=1.0,
+            final_train_loss=0.5,
+            eval={"loss": 0.5},
+            samples_per_second=1.0,
+            wall_seconds=0.1,
+            checkpoint=None,
+            quarantined=0,
+            up_to_date=self.steps == 0,
+        )
+
+
+def test_a_run_whose_every_step_was_skipped_is_failed_counted_and_degrades_health(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """200 of 200 steps skipped: `failed` with nonfinite_gradients, counted under its reason,
+    /healthz degraded; an up_to_date run keeps it degraded, the next real success heals."""
+    from genesis_fp16.service.daemon import Daemon
+
+    ctx = _context(tmp_path, monkeypatch)
+    daemon = Daemon(ctx.settings, tmp_path / ".env", CollectorRegistry(), notifier=None)
+    daemon.context = ctx
+    daemon.beat()
+    with capture_logs() as logs:
+        run_agent_job(ctx, AGENT, _Reporting(200, 200))  # type: ignore[arg-type]
+    (line,) = [e for e in logs if e["event"] == "training run finished"]
+    assert (line["outcome"], line["failure"], line["skipped_steps"]) == (
+        "failed",
+        "nonfinite_gradients",
+        200,
+    )
+    assert _failed_runs(ctx) == 1
+    reasons = {"agent": AGENT, "reason": "nonfinite_gradients"}
+    sample = ctx.metrics.registry.get_sample_value("genesis_fp16_run_failures_total", reasons)
+    assert sample == 1
+    ok, reason = daemon.health()
+    assert not ok and "learned nothing (nonfinite_gradients)" in reason
+    run_agent_job(ctx, AGENT, _Reporting(0, 0))  # type: ignore[arg-type]
+    assert daemon.health()[0] is False  # up to date is not a success of learning
+    run_agent_job(ctx, AGENT, _Reporting(200, 16))  # type: ignore[arg-type]
+    assert daemon.health()[0] is True
