@@ -15,14 +15,16 @@ same ``(epoch, seed)`` (draw from a generator seeded by both, not the global RNG
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import fields, replace
+from pathlib import Path
 from typing import Any
 
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.rng import seed_everything
-from genesis_fp16_infrastructure.training.run.calibration import policy_for_run
+from genesis_fp16_infrastructure.training.run.calibration import Calibration, policy_for_run
 from genesis_fp16_infrastructure.training.run.guard import (
     PrecisionGuard,
     Trouble,
@@ -64,11 +66,34 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
         measured = calibration.measured_execution()
         options = replace(options, trainer=replace(options.trainer, measured_execution=measured))
     trainer = _build_trainer(task, policy, options)
-    manager = None
-    if options.checkpoint_dir is not None:
-        manager = distributed.checkpoint_manager(options.checkpoint_dir, options.keep)
-        manager.remove_stale_temps()
+    if options.checkpoint_dir is None:
+        return _fit(task, options, trainer, None, calibration)
+    manager = distributed.checkpoint_manager(options.checkpoint_dir, options.keep)
+    # One writer per checkpoint folder (rank 0 under torchrun): a second is refused here,
+    # in one line naming the first. Held until the run ends, kill -9 included.
+    manager.claim(f"{Path(sys.argv[0]).name} {' '.join(sys.argv[1:3])}".strip())
+    try:
+        removed = manager.remove_stale_temps()  # every temp: no other writer can exist
+        if removed:
+            logger.warning(
+                "removed %d temp file(s) of killed saves from %s: %s",
+                len(removed),
+                manager.directory,
+                ", ".join(p.name for p in removed),
+            )
+        result = _fit(task, options, trainer, manager, calibration)
+        return replace(result, temps_removed=len(removed))
+    finally:
+        manager.release()
 
+
+def _fit(
+    task: TrainingTask,
+    options: FitOptions,
+    trainer: Trainer,
+    manager: CheckpointManager | None,
+    calibration: Calibration | None,
+) -> FitResult:
     position = Position(tracker=early_stop_tracker(task, options))
     resumed_from = resume_run(task, trainer, manager, position) if options.resume else None
     first_step = trainer.step_count

@@ -124,5 +124,7 @@ class FitResult:
     # resumed chain's totals).
     skipped_run: int = 0
     nonfinite_run: int = 0
+    # Temp files of killed saves removed from the checkpoint folder at this run's start.
+    temps_removed: int = 0
     calibration: Calibration | None = None
     early_stop: Mapping[str, Any] | None = None
