@@ -158,6 +158,12 @@ class DaemonMetrics:
         self.optimizer_steps = counter(
             "optimizer_steps", "Optimizer steps taken (skipped ones excluded)."
         )
+        self.thread_exceptions = counter(
+            "thread_exceptions",
+            "Exceptions that ended a thread of the daemon (its own or a library's), each "
+            "logged in one structured line (threading.excepthook).",
+            (),
+        )
         self.skipped_steps = counter(
             "skipped_steps",
             "Optimizer steps skipped for a non-finite gradient (fp16: an overflow).",

@@ -43,6 +43,7 @@ from genesis_fp16.runs.devices import check_devices
 from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.runs.next_run import expected_next_run
 from genesis_fp16.runs.run_request import check_configured_options, choose_precision
+from genesis_fp16.service.logsetup import on_thread_exception
 from genesis_fp16.service.scheduler import AgentScheduler
 from genesis_fp16.service.state_lock import StateFolderBusy, acquire_state_folder
 from genesis_fp16.service.systemd import Notifier
@@ -96,6 +97,7 @@ class Daemon:
         # process_resident_memory_bytes, process_open_fds, process_cpu_seconds_total, ...:
         # a leaking plugin or a flood of sockets shows on the dashboard before it kills us.
         ProcessCollector(registry=self.registry)
+        on_thread_exception(self.metrics.thread_exceptions.inc)
         self.notifier = notifier if notifier is not None else Notifier.from_environment()
         self.stopping = threading.Event()
         self._wake = threading.Event()
