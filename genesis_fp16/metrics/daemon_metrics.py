@@ -54,7 +54,7 @@ FAILURE_REASONS = (
 SKIP_REASONS = ("still_running", "hung")
 # Files of the state folder the daemon reads back at start-up (genesis_fp16_state_files_
 # skipped_total counts the unusable ones it started without).
-STATE_FILES = ("last_success",)
+STATE_FILES = ("last_success", "precision_state")
 # Runs last minutes; the tail reaches two hours so a stuck run still lands in a bucket.
 # Up to twice the default run timeout (6 h), so a run stopped by its timeout still lands
 # in a finite bucket and histogram_quantile reads it.

@@ -40,6 +40,7 @@ from genesis_fp16.metrics.http import StatusServer, raise_open_file_limit, tls_c
 from genesis_fp16.metrics.last_success import LastSuccessStore, LastSuccessUnreadable
 from genesis_fp16.plugins import discover_plugins, known_agent_names
 from genesis_fp16.runs.devices import check_devices
+from genesis_fp16.runs.guard_state import on_state_file_skipped
 from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.runs.next_run import expected_next_run
 from genesis_fp16.runs.run_request import check_configured_options, choose_precision
@@ -98,6 +99,11 @@ class Daemon:
         # a leaking plugin or a flood of sockets shows on the dashboard before it kills us.
         ProcessCollector(registry=self.registry)
         on_thread_exception(self.metrics.thread_exceptions.inc)
+        on_state_file_skipped(
+            lambda agent, file: self.metrics.state_files_skipped.labels(
+                agent=agent, file=file
+            ).inc()
+        )
         self.notifier = notifier if notifier is not None else Notifier.from_environment()
         self.stopping = threading.Event()
         self._wake = threading.Event()

@@ -94,16 +94,43 @@ def test_a_plugin_calling_sys_exit_is_a_counted_failed_run(
     assert _failed_runs(ctx) == 1
 
 
-def test_an_unreadable_precision_state_is_a_counted_failed_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("kind", ["folder", "fifo", "link", "oversize", "not_utf8", "torn"])
+def test_an_unusable_precision_state_is_set_aside_counted_and_floors_at_fp32(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
-    """A folder where precision_state.json belongs: the job fails and counts, never raises."""
+    """A folder, FIFO, link, oversize, non-UTF-8 or torn precision_state.json: the run is
+    not failed; the file is set aside, counted once under file=precision_state, and the
+    agent trains in fp32 (its floor written back) until `precision reset`."""
     from genesis_fp16.config.paths import AgentPaths
+    from genesis_fp16.runs import guard_state
 
+    skipped: list[tuple[str, str]] = []
+    monkeypatch.setattr(guard_state, "_skipped_listeners", [lambda a, f: skipped.append((a, f))])
     ctx = _context(tmp_path, monkeypatch)
-    AgentPaths.for_agent(tmp_path, AGENT).precision_state_path.mkdir(parents=True)
-    run_agent_job(ctx, AGENT, _Refusing(RuntimeError("not reached")))  # type: ignore[arg-type]
-    assert _failed_runs(ctx) == 1
+    path = AgentPaths.for_agent(tmp_path, AGENT).precision_state_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "link":
+        path.symlink_to(tmp_path / "elsewhere.json")
+    elif kind == "oversize":
+        path.write_text(" " * (64 * 1024 + 1))
+    elif kind == "not_utf8":
+        path.write_bytes(b"\xff\xfe{")
+    else:
+        path.write_text('{"version": 1, "demoted_to": "bf')
+    plugin = _Recording()
+    with capture_logs() as logs:
+        run_agent_job(ctx, AGENT, plugin)  # type: ignore[arg-type]
+        run_agent_job(ctx, AGENT, plugin)  # type: ignore[arg-type]
+    assert plugin.precisions == ["fp32", "fp32"]
+    assert skipped == [(AGENT, "precision_state")]
+    assert [e["event"] for e in logs].count("training run finished") == 2
+    assert (path.parent / (path.name + ".rejected")).exists() or kind == "link"
+    memory = guard_state.read_precision_memory(path)
+    assert memory is not None and memory.demoted_to == "fp32"
 
 
 def test_a_full_disk_fails_the_run_in_one_line_and_marks_the_daemon_degraded(
@@ -219,3 +246,13 @@ def test_a_run_whose_every_step_was_skipped_is_failed_counted_and_degrades_healt
     assert daemon.health()[0] is False  # up to date is not a success of learning
     run_agent_job(ctx, AGENT, _Reporting(200, 16))  # type: ignore[arg-type]
     assert daemon.health()[0] is True
+
+
+class _Recording(_Reporting):
+    def __init__(self) -> None:
+        super().__init__(20, 0)
+        self.precisions: list[str] = []
+
+    def train(self, request: TrainRequest) -> TrainResult:
+        self.precisions.append(request.precision)
+        return super().train(request)
