@@ -184,7 +184,7 @@ class PrecisionGuard:
         self._history.append(_Check(trainer.step_count, overflows, nonfinite))
         if self._next is None:
             # The last rung has nowhere to go, but a run whose steps are all skipped learns
-            # nothing: its non-finite triggers still fire, and fit() then ends it as failed.
+            # nothing: its skip-rate trigger still fires, and fit() then ends it as failed.
             logger.info(
                 "precision guard: %s has no next precision; a persistent non-finite run fails",
                 self._precision,
@@ -239,8 +239,11 @@ class PrecisionGuard:
         self._loss_count.zero_()
         self._nonfinite.zero_()
         mean = loss_sum / loss_count if loss_count else None
-        if self._next is None:  # the last rung: only a run that cannot learn at all fails
-            trouble = self._nonfinite_trouble(now) or self._overflow_trouble(now)
+        if self._next is None:
+            # The last rung: only a run that cannot learn fails, i.e. one whose steps are
+            # persistently skipped (a NaN loss skips its step too); a few NaN losses in a
+            # window, which a demotion would answer on another rung, do not end it.
+            trouble = self._overflow_trouble(now)
         else:
             trouble = (
                 self._unstable(unstable, step)
