@@ -265,6 +265,37 @@ class TrainRequest(RunSpec, RunCallbacks):
         return spec_from_json(cls, data)
 
 
+# A run that took steps learned only when at least min_useful_steps(steps) of them were
+# taken (not skipped). fp16's loss scale starts at 65536 and may halve up to 16 times
+# before its first step is taken (each halving skips one step): those 16 are allowed,
+# and of the rest at least half must be taken. A run of 18 steps or fewer needs one.
+SCALER_CALIBRATION_SKIPS = 16
+LEARNING_FAILURES = ("nonfinite_gradients", "nonfinite_loss")
+
+
+def min_useful_steps(steps: int) -> int:
+    """The fewest taken (not skipped) steps a run of ``steps`` steps needs to count as
+    having learned: 0 for a run of no step, else ``max(1, (steps - 16) // 2)``.
+
+    >>> min_useful_steps(200), min_useful_steps(10), min_useful_steps(0)
+    (92, 1, 0)
+    """
+    return 0 if steps <= 0 else max(1, (steps - SCALER_CALIBRATION_SKIPS) // 2)
+
+
+def learning_failure(
+    steps: int, skipped: int, nonfinite_losses: int, guard_failed: bool, stopped: bool = False
+) -> str | None:
+    """Why a run with these counts learned nothing (one of :data:`LEARNING_FAILURES`), or
+    None: the guard ended it at its last rung, or it ran to its end with fewer useful
+    steps than :func:`min_useful_steps` (a run asked to stop early is judged by the guard
+    alone). A non-finite loss is the cause when the run saw one."""
+    short = not stopped and steps - skipped < min_useful_steps(steps)
+    if not (guard_failed or short):
+        return None
+    return "nonfinite_loss" if nonfinite_losses > 0 else "nonfinite_gradients"
+
+
 # TrainResult's float fields: NaN travels as null and comes back as NaN.
 _RESULT_FLOATS = (
     "overflow_rate",
@@ -306,11 +337,36 @@ class TrainResult:
     execution_fallback: str | None = None
     # The model had already learned every record of the data: the run took no step.
     up_to_date: bool = False
+    # Why the run learned nothing (see learning_failure), with what the counts were; None
+    # for a run that learned. ``skipped_steps`` is this run's own; the resumed chain's
+    # total is ``chain_skipped_steps``.
+    failure: str | None = None
+    failure_detail: str = ""
+    chain_skipped_steps: int = 0
+
+    def __post_init__(self) -> None:
+        # Whoever built the result (from_fit, or a plugin of its own): a run that took
+        # fewer useful steps than the bound learned nothing, and is not reported a success.
+        if self.failure is None and not self.up_to_date:
+            failure = learning_failure(
+                self.steps, self.skipped_steps, 0, guard_failed=False, stopped=self.stopped_early
+            )
+            if failure is not None:
+                useful = self.steps - self.skipped_steps
+                detail = (
+                    f"{useful} of {self.steps} step(s) taken "
+                    f"(needs {min_useful_steps(self.steps)}), {self.skipped_steps} skipped"
+                )
+                object.__setattr__(self, "failure", failure)
+                object.__setattr__(self, "failure_detail", detail)
 
     @property
     def outcome(self) -> str:
-        """``up_to_date`` (nothing new to learn), ``stopped`` (asked to stop before its
-        end) or ``success``: the daemon's outcome label, and ``outcome`` in ``to_json``."""
+        """``failed`` (its steps learned nothing: ``failure`` says why), ``up_to_date``
+        (nothing new to learn), ``stopped`` (asked to stop before its end) or ``success``:
+        the daemon's outcome label, and ``outcome`` in ``to_json``."""
+        if self.failure is not None:
+            return "failed"
         if self.up_to_date:
             return "up_to_date"
         return "stopped" if self.stopped_early else "success"
@@ -330,14 +386,30 @@ class TrainResult:
         extra = dict(extra or {})
         if result.calibration is not None:  # what a measured 'auto' timed (train --json)
             extra["precision_calibration"] = result.calibration.to_json()
+        steps, skipped = result.steps_run, result.skipped_run
+        failure = learning_failure(
+            steps,
+            skipped,
+            result.nonfinite_run,
+            guard_failed=result.failure is not None,
+            stopped=result.stopped_early,
+        )
+        detail = ""
+        if failure is not None:
+            detail = (
+                f"{steps - skipped} of {steps} step(s) taken (needs {min_useful_steps(steps)}), "
+                f"{skipped} skipped, {result.nonfinite_run} non-finite loss(es)"
+            )
+            if result.failure is not None:
+                detail += f"; the guard at {result.precision.used}: {result.failure['detail']}"
         return cls(
             agent=request.agent,
             precision_requested=request.precision,
             precision_used=result.precision.used,
             precision_reason=f"{request.precision_reason}; {result.precision.reason}",
             device=request.device,
-            steps=result.steps_run,
-            skipped_steps=summary.skipped_steps,
+            steps=steps,
+            skipped_steps=skipped,
             overflow_rate=summary.overflow_rate,
             loss_scale=summary.loss_scale,
             final_train_loss=summary.train_loss,
@@ -352,6 +424,9 @@ class TrainResult:
             execution=result.execution.used,
             execution_reason=result.execution.reason,
             execution_fallback=result.execution.fallback,
+            failure=failure,
+            failure_detail=detail,
+            chain_skipped_steps=summary.skipped_steps,
         )
 
     def to_json(self) -> dict[str, Any]:

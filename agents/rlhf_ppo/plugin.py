@@ -305,6 +305,8 @@ class RlhfPpoPlugin:
     ) -> TrainResult:
         start = time.perf_counter()
         start_step = run.engine.trainer.step_count
+        # The resumed chain's skipped steps (one host read): the run reports its own.
+        skipped_before = run.engine.trainer.summary().skipped_steps
         stopped = run.loop(request.should_stop)
         engine, history = run.engine, run.history
         checkpoint = save_engine(engine, request.checkpoint_dir)
@@ -329,7 +331,8 @@ class RlhfPpoPlugin:
             precision_reason=reason,
             device=request.device,
             steps=engine.trainer.step_count - start_step,
-            skipped_steps=summary.skipped_steps,
+            skipped_steps=summary.skipped_steps - skipped_before,
+            chain_skipped_steps=summary.skipped_steps,
             overflow_rate=summary.overflow_rate,
             loss_scale=summary.loss_scale,
             final_train_loss=summary.train_loss,

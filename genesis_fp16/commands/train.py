@@ -388,6 +388,7 @@ def _train(
         request.device,
     )
     from genesis_fp16_infrastructure.training import PrecisionError
+    from genesis_fp16_infrastructure.training.checkpoint import CheckpointFolderBusy
     from genesis_fp16_infrastructure.training.step.execution import ExecutionError
 
     result = None
@@ -395,7 +396,13 @@ def _train(
         # Log records print above the bar (tqdm.write), which redraws below them.
         with bar.showing() if bar else contextlib.nullcontext():
             result = plugin.train(request)
-    except (DataError, PrecisionError, ExecutionError, TrainRequestError) as exc:
+    except (
+        DataError,
+        PrecisionError,
+        ExecutionError,
+        TrainRequestError,
+        CheckpointFolderBusy,  # another process writes --checkpoint-dir: named, one line
+    ) as exc:
         raise UsageError(str(exc)) from None
     finally:
         if tracker is not None:  # after a failure too: the curves up to it stay readable

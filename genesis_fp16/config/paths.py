@@ -12,10 +12,12 @@
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from genesis_fp16_infrastructure.atomic import write_atomic
+from genesis_fp16_infrastructure.atomic import UnusableStateFile, read_state_text, write_atomic
 from genesis_fp16_infrastructure.plugin_api import AgentPlugin
 
 SAMPLE_DATA_COUNT = 20_000
@@ -70,6 +72,10 @@ class AgentPaths:
         return self.root / "loss_scale.json"
 
 
+# The marker holds one path; anything longer is not a marker.
+MARKER_BYTES = 4096
+
+
 def ensure_sample_data(
     plugin: AgentPlugin,
     paths: AgentPaths,
@@ -83,12 +89,41 @@ def ensure_sample_data(
     folder, so a state folder copied or mounted elsewhere keeps finding its data.
     """
     marker = paths.data_dir / ".generated"
-    if marker.exists():
-        return _marked_path(marker.read_text().strip(), paths.data_dir)
+    found = _read_marker(marker, paths.data_dir)
+    if found is not None:
+        return found
     paths.data_dir.mkdir(parents=True, exist_ok=True)
     data_path = plugin.generate_sample_data(paths.data_dir, count, seed)
     write_atomic(marker, lambda handle: handle.write(_marker_text(data_path, paths.data_dir)))
     return data_path
+
+
+def _read_marker(marker: Path, data_dir: Path) -> Path | None:
+    """The marked data path, or None to (re)generate: no marker, or one that is unusable
+    (torn, over MARKER_BYTES, not UTF-8, a folder, a FIFO, a link, naming no file), which
+    is set aside as ``.generated.rejected`` with one log line naming it. Never a failed
+    run every hour for a file nobody documented."""
+    try:
+        text = read_state_text(marker, MARKER_BYTES)
+        if text is None:
+            return None
+        path = _marked_path(text.strip(), data_dir) if text.strip() else None
+        if path is not None and path.exists():
+            return path
+        why = f"{marker}: names no data file ({text.strip()[:200]!r})"
+    except UnusableStateFile as error:
+        why = str(error)
+    aside = marker.with_name(marker.name + ".rejected")
+    try:
+        os.replace(marker, aside)
+    except OSError as error:
+        raise UnusableStateFile(
+            f"{why}; cannot set it aside ({error.strerror}): delete it"
+        ) from None
+    logging.getLogger(__name__).warning(
+        "unusable sample-data marker set aside as %s, sample data regenerated: %s", aside, why
+    )
+    return None
 
 
 def _marker_text(data_path: Path, data_dir: Path) -> bytes:

@@ -48,11 +48,16 @@ RUN_OUTCOMES = ("success", "failed", "stopped", "up_to_date")
 HEALTHY_OUTCOMES = ("success", "up_to_date")
 RELOAD_OUTCOMES = ("success", "failure")
 # Why a run failed (genesis_fp16_run_failures_total), and why a job did not start.
-FAILURE_REASONS = ("refused", "error", "storage", "exit", "hung", "memory", "device_unavailable")
+# nonfinite_gradients / nonfinite_loss: the run ran its steps and learned nothing
+# (TrainResult.failure; plugin_api.LEARNING_FAILURES).
+FAILURE_REASONS = (
+    *("refused", "error", "storage", "exit", "hung", "memory", "device_unavailable"),
+    *("nonfinite_gradients", "nonfinite_loss"),
+)
 SKIP_REASONS = ("still_running", "hung")
 # Files of the state folder the daemon reads back at start-up (genesis_fp16_state_files_
 # skipped_total counts the unusable ones it started without).
-STATE_FILES = ("last_success",)
+STATE_FILES = ("last_success", "precision_state")
 # Runs last minutes; the tail reaches two hours so a stuck run still lands in a bucket.
 # Up to twice the default run timeout (6 h), so a run stopped by its timeout still lands
 # in a finite bucket and histogram_quantile reads it.
@@ -156,6 +161,12 @@ class DaemonMetrics:
         )
         self.optimizer_steps = counter(
             "optimizer_steps", "Optimizer steps taken (skipped ones excluded)."
+        )
+        self.thread_exceptions = counter(
+            "thread_exceptions",
+            "Exceptions that ended a thread of the daemon (its own or a library's), each "
+            "logged in one structured line (threading.excepthook).",
+            (),
         )
         self.skipped_steps = counter(
             "skipped_steps",

@@ -12,9 +12,12 @@ lowers. ``genesis-fp16 precision reset AGENT`` deletes the memory;
 
 from __future__ import annotations
 
+import os
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import fields
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -29,6 +32,7 @@ from genesis_fp16_infrastructure.training.precision.precision_memory import (
     remember_demotions,
     write_precision_memory,
 )
+from genesis_fp16_infrastructure.training.precision.precision_names import ROBUSTNESS
 
 if TYPE_CHECKING:  # the daemon passes its metrics in; `train` (and a child run) never
     # needs prometheus_client, which the import would cost every process (benchmarks/
@@ -36,6 +40,15 @@ if TYPE_CHECKING:  # the daemon passes its metrics in; `train` (and a child run)
     from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 
 log = structlog.get_logger("genesis_fp16.guard")
+# Called as (agent, file) for each unusable state file set aside; the daemon counts them
+# in genesis_fp16_state_files_skipped_total{file}.
+_skipped_listeners: list[Callable[[str, str], None]] = []
+UNUSABLE_REASON = "state_file_unusable"
+
+
+def on_state_file_skipped(listener: Callable[[str, str], None]) -> None:
+    """Call ``listener(agent, file)`` whenever an unusable state file is set aside."""
+    _skipped_listeners.append(listener)
 
 
 def guard_config(settings: Settings) -> GuardConfig | None:
@@ -60,13 +73,52 @@ def guard_config(settings: Settings) -> GuardConfig | None:
 
 
 def load_memory(settings: Settings, agent: str) -> PrecisionMemory | None:
-    """The agent's remembered demotion; a broken file is logged and ignored."""
+    """The agent's remembered demotion.
+
+    An unusable file (torn, not JSON, a folder, a FIFO, a link, over its size bound) is
+    set aside as ``precision_state.json.rejected``, counted, logged in one line, and
+    replaced by a memory whose floor is the most robust precision: a demotion it may
+    have held is never forgotten into the precision that failed. `genesis-fp16
+    precision reset AGENT` (the operator) clears it."""
     path = AgentPaths.for_agent(settings.state_dir, agent).precision_state_path
     try:
         return read_precision_memory(path)
     except ValueError as exc:
-        log.warning("ignoring the precision state file", agent=agent, error=str(exc))
-        return None
+        return _replace_unusable(path, agent, str(exc))
+
+
+def _replace_unusable(path: Path, agent: str, error: str) -> PrecisionMemory:
+    floor = ROBUSTNESS[-1]
+    aside = path.with_name(path.name + ".rejected")
+    try:
+        os.replace(path, aside)  # a folder too; a link is moved, not followed
+    except OSError as exc:
+        aside = path  # not ours to move: the floor holds all the same, for this run
+        error += f"; cannot set it aside ({exc.strerror})"
+    memory = PrecisionMemory(
+        demoted_from="unknown",
+        demoted_to=floor,
+        reason=UNUSABLE_REASON,
+        step=0,
+        rollback_step=0,
+        at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+    if aside != path:
+        try:
+            write_precision_memory(path, memory)
+        except OSError as exc:
+            error += f"; cannot write the {floor} floor ({exc.strerror})"
+    log.warning(
+        f"unusable precision state file set aside: the agent trains in {floor} until "
+        f"`genesis-fp16 precision reset {agent}`",
+        agent=agent,
+        path=str(path),
+        set_aside=str(aside),
+        error=error,
+    )
+    for listener in _skipped_listeners:
+        listener(agent, "precision_state")
+    return memory
 
 
 def remembered_floor(settings: Settings, agent: str) -> tuple[str, str] | None:

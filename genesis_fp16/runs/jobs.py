@@ -66,10 +66,13 @@ class JobContext:
     # the plugin's train()): the agent starts no new run while its thread lives.
     overdue: dict[str, str] = field(default_factory=dict)
     hung: dict[str, threading.Thread] = field(default_factory=dict)
+    # Agents whose last run with steps learned nothing (every step skipped), with why:
+    # degraded until the agent's next run that succeeds (an up_to_date run clears nothing).
+    unlearned: dict[str, str] = field(default_factory=dict)
 
     def problems(self) -> dict[str, str]:
         """What makes the daemon degraded, by agent (empty: healthy)."""
-        return {**self.overdue, **self.degraded}
+        return {**self.unlearned, **self.overdue, **self.degraded}
 
 
 class RunHung(RuntimeError):
@@ -447,8 +450,14 @@ def _finish(
     duration: float,
     show_precision: bool = True,
 ) -> None:
-    outcome = result.outcome  # success, stopped, or up_to_date (nothing new: no step)
+    outcome = result.outcome  # success, failed (learned nothing), stopped, or up_to_date
     ctx.degraded.pop(agent, None)  # a run that wrote its checkpoint: the disk is fine again
+    if result.failure is not None:  # steps were run, none (or too few) taken: alerted
+        ctx.metrics.run_failures.labels(agent=agent, reason=result.failure).inc()
+        why = f"last run learned nothing ({result.failure}): {result.failure_detail}"
+        ctx.unlearned[agent] = why
+    elif outcome == "success":
+        ctx.unlearned.pop(agent, None)
     guard_state.record_run(ctx.settings, ctx.metrics, agent, result)
     scale_memory.record_scale(ctx.settings, agent, result)
     if show_precision:
@@ -490,6 +499,9 @@ def _finish(
         execution_fallback=result.execution_fallback,
         steps=result.steps,
         skipped_steps=result.skipped_steps,
+        chain_skipped_steps=result.chain_skipped_steps,
+        failure=result.failure,
+        failure_detail=result.failure_detail or None,
         final_train_loss=result.final_train_loss,
         eval=dict(result.eval),
         components=result.extra.get("components"),  # per-component dtypes (rlhf_ppo's preset)

@@ -40,9 +40,11 @@ from genesis_fp16.metrics.http import StatusServer, raise_open_file_limit, tls_c
 from genesis_fp16.metrics.last_success import LastSuccessStore, LastSuccessUnreadable
 from genesis_fp16.plugins import discover_plugins, known_agent_names
 from genesis_fp16.runs.devices import check_devices
+from genesis_fp16.runs.guard_state import on_state_file_skipped
 from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.runs.next_run import expected_next_run
 from genesis_fp16.runs.run_request import check_configured_options, choose_precision
+from genesis_fp16.service.logsetup import on_thread_exception
 from genesis_fp16.service.scheduler import AgentScheduler
 from genesis_fp16.service.state_lock import StateFolderBusy, acquire_state_folder
 from genesis_fp16.service.systemd import Notifier
@@ -96,6 +98,12 @@ class Daemon:
         # process_resident_memory_bytes, process_open_fds, process_cpu_seconds_total, ...:
         # a leaking plugin or a flood of sockets shows on the dashboard before it kills us.
         ProcessCollector(registry=self.registry)
+        on_thread_exception(self.metrics.thread_exceptions.inc)
+        on_state_file_skipped(
+            lambda agent, file: self.metrics.state_files_skipped.labels(
+                agent=agent, file=file
+            ).inc()
+        )
         self.notifier = notifier if notifier is not None else Notifier.from_environment()
         self.stopping = threading.Event()
         self._wake = threading.Event()

@@ -15,13 +15,39 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import MutableMapping
+import threading
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import structlog
 
 # Loggers that are chatty at INFO about each job execution; WARNING keeps the problems.
 _QUIET = {"apscheduler.executors": logging.WARNING, "apscheduler.scheduler": logging.INFO}
+# Called once per exception that ends a thread (the daemon counts them in a metric).
+_thread_exception_listeners: list[Callable[[], None]] = []
+
+
+def on_thread_exception(listener: Callable[[], None]) -> None:
+    """Call ``listener()`` for every exception that ends a thread, after its log line."""
+    _thread_exception_listeners.append(listener)
+
+
+def _log_thread_exception(args: threading.ExceptHookArgs) -> None:
+    """``threading.excepthook``: an exception that ends any thread (ours, or a library's,
+    like TensorBoard's writer) is one structured log line with its traceback in it,
+    never a raw traceback on stderr; counted."""
+    if args.exc_type is SystemExit:
+        return  # as the default hook: a thread that exits is no error
+    thread = args.thread.name if args.thread is not None else "unknown"
+    exc_info = (args.exc_type, args.exc_value, args.exc_traceback)
+    structlog.get_logger("genesis_fp16.threads").error(
+        "thread raised an exception",
+        thread_name=thread,
+        error=f"{args.exc_type.__name__}: {args.exc_value}",
+        exc_info=exc_info if args.exc_value is not None else None,
+    )
+    for listener in _thread_exception_listeners:
+        listener()
 
 
 def choose_format(configured: str, stream: Any = None) -> str:
@@ -75,6 +101,7 @@ def configure_logging(log_format: str = "auto", level: str = "INFO") -> str:
     for name, quiet in _QUIET.items():
         logging.getLogger(name).setLevel(max(quiet, logging.getLevelName(level)))
     logging.captureWarnings(True)
+    threading.excepthook = _log_thread_exception
     return chosen
 
 

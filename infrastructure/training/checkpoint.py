@@ -9,8 +9,11 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import io
+import json
 import logging
 import math
 import os
@@ -33,6 +36,7 @@ _NAME = re.compile(r"^ckpt-(\d{10})\.pt$")
 DIGEST_SUFFIX = ".sha256"  # ckpt-<step>.pt.sha256: the hex SHA-256 of ckpt-<step>.pt
 REJECTED_SUFFIX = ".rejected"  # a file pruning found unusable, set aside rather than deleted
 STALE_TEMP_SECONDS = 60.0
+WRITER_LOCK = "writer.lock"  # the flock of the one process that writes the folder
 
 # Called with a loaded state before it is used; raises to pass over the file.
 Accept = Callable[[dict[str, Any], Path], None]
@@ -42,15 +46,22 @@ class CheckpointError(ValueError):
     """A checkpoint file that cannot be used: unreadable, corrupt, of another schema, unfit."""
 
 
+class CheckpointFolderBusy(RuntimeError):
+    """Another process writes this checkpoint folder; the message names it, in one line."""
+
+
 class CheckpointManager:
     """Saves training state under ``directory`` as ``ckpt-<step>.pt`` and finds the newest.
 
     - ``save`` serialises the state and writes it and its SHA-256 (``ckpt-<step>.pt.sha256``)
-      to two fsynced temp files first; only when both are complete are they renamed into
+      to fsynced temp files first; only when they are complete are they renamed into
       place, the digest first. A full disk therefore fails the save before anything is
-      replaced: the checkpoints already there stay valid. A crash between the renames
-      leaves an orphan digest (a new step) or a file that fails its digest (a step saved
-      again), which is skipped like any bad file. State equal to the file already saved
+      replaced: the checkpoints already there stay valid. A step saved again (the
+      end-of-run record of a step its periodic save wrote) never leaves a file that fails
+      its digest: the digest file first lists the old digest and the new, then the data
+      is replaced, then the digest file names the new one alone, so a crash at any point
+      leaves a file that loads. A crash between the renames of a new step leaves an
+      orphan digest, which is skipped. State equal to the file already saved
       for its step is not written again. A file that changes afterwards (bit rot, a torn
       copy) is caught at load. Then it prunes: the file just written is always kept, with
       the newest ``keep - 1`` *valid* others; an invalid one is renamed to ``*.rejected``
@@ -74,6 +85,37 @@ class CheckpointManager:
         # Files this manager wrote, with their size and mtime then: pruning trusts them
         # while both are unchanged instead of loading each kept file again at every save.
         self._written: dict[Path, tuple[int, int]] = {}
+        self._lock_fd: int | None = None
+
+    def claim(self, owner: str) -> None:
+        """Become the folder's one writer until :meth:`release` (or this process dies):
+        an ``flock`` on ``writer.lock`` in it. Raises :class:`CheckpointFolderBusy` at
+        once, naming the holder's pid and ``owner`` text, when another process holds it.
+        The kernel drops the lock with its holder, ``kill -9`` included."""
+        if self._lock_fd is not None:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / WRITER_LOCK
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            os.close(fd)
+            if error.errno in (errno.EWOULDBLOCK, errno.EACCES):
+                raise CheckpointFolderBusy(
+                    f"checkpoint folder {self.directory} is written by {_holder(path)}; "
+                    f"one writer per folder (lock file {path})"
+                ) from None
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "owner": owner}).encode() + b"\n")
+        self._lock_fd = fd
+
+    def release(self) -> None:
+        """Stop being the folder's writer (the lock file stays; its lock goes)."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def path_for(self, step: int) -> Path:
         """The file name of the checkpoint at ``step``; names sort by step."""
@@ -141,10 +183,14 @@ class CheckpointManager:
     def remove_stale_temps(self, older_than: float = STALE_TEMP_SECONDS) -> list[Path]:
         """Delete the ``.tmp-*`` files of interrupted saves older than ``older_than`` seconds.
 
-        Younger ones may belong to a save under way in another process; they are left.
+        Younger ones may belong to a save under way in another process; they are left,
+        unless this manager has :meth:`claim` ed the folder: then no other process writes
+        it, and every temp file is a killed save's, whatever its age.
         """
         if not self.directory.is_dir():
             return []
+        if self._lock_fd is not None:
+            older_than = -1.0
         removed = []
         now = time.time()
         for path in self.directory.glob(".tmp-*"):
@@ -213,14 +259,28 @@ class CheckpointManager:
 
 
 def _write_pair(final: Path, data: bytes, digest: bytes) -> None:
-    """Both temp files complete and fsynced, then the digest renamed, then the data; on
-    any failure both temps go and nothing in place has changed."""
+    """The temp files complete and fsynced, then the digest renamed, then the data; on
+    any failure the temps go and nothing in place has changed.
+
+    Over a valid file of the same step, the digest file first names both digests (the
+    old file still matches it), then the data is replaced (the new one matches), then
+    the new digest alone: every moment in between, the file on disk loads.
+    """
     temps: list[Path] = []
+    old = _valid_digest(final)
     try:
-        for content, suffix in ((data, final.suffix), (digest, DIGEST_SUFFIX)):
+        contents = [(data, final.suffix), (digest, DIGEST_SUFFIX)]
+        if old is not None:
+            contents.append((f"{old}\n".encode() + digest, DIGEST_SUFFIX))
+        for content, suffix in contents:
             temps.append(_fsynced_temp(final.parent, content, suffix))
-        os.replace(temps[1], _digest_path(final))
-        os.replace(temps[0], final)
+        if old is not None:
+            os.replace(temps[2], _digest_path(final))  # both: old and new bytes match
+            os.replace(temps[0], final)
+            os.replace(temps[1], _digest_path(final))  # the new alone
+        else:
+            os.replace(temps[1], _digest_path(final))
+            os.replace(temps[0], final)
     except BaseException as error:
         for temp in temps:
             temp.unlink(missing_ok=True)
@@ -252,6 +312,29 @@ def _holds(path: Path, digest: str) -> bool:
         return hashlib.sha256(path.read_bytes()).hexdigest() == digest
     except OSError:
         return False
+
+
+def _valid_digest(path: Path) -> str | None:
+    """The digest of ``path`` when it is a regular file its digest file lists, else None."""
+    try:
+        if not path.is_file():
+            return None
+        listed = _digest_path(path).read_text().split()
+        actual = hashlib.sha256(path.read_bytes()).hexdigest()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return actual if actual in listed else None
+
+
+def _holder(path: Path) -> str:
+    """Who holds the writer lock, as its lock file says (it may be mid-write: retried)."""
+    for _ in range(20):
+        try:
+            record = json.loads(path.read_text())
+            return f"pid {int(record['pid'])} ({record['owner']})"
+        except (OSError, ValueError, KeyError, TypeError):
+            time.sleep(0.05)
+    return "another process (its lock file names none)"
 
 
 def _free_name(path: Path) -> Path:
@@ -309,12 +392,15 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise CheckpointError("not a regular file")
     try:
         data = path.read_bytes()
-        expected = _digest_path(path).read_text().strip() if _digest_path(path).exists() else None
-    except OSError as error:
-        raise CheckpointError(f"cannot be read ({error.strerror or error})") from error
+        # One digest, or two while the same step is saved again (see _write_pair).
+        expected = _digest_path(path).read_text().split() if _digest_path(path).exists() else None
+    except (OSError, UnicodeDecodeError) as error:
+        raise CheckpointError(
+            f"cannot be read ({getattr(error, 'strerror', None) or error})"
+        ) from error
     if expected is None:
         logger.warning("checkpoint %s has no digest (written before digests): not verified", path)
-    elif hashlib.sha256(data).hexdigest() != expected:
+    elif hashlib.sha256(data).hexdigest() not in expected:
         raise CheckpointError(
             f"its bytes do not match the digest in {_digest_path(path).name} "
             "(changed after it was written: bit rot, a torn copy or an edit)"

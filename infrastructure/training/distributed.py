@@ -360,6 +360,11 @@ class RankZeroCheckpointManager(CheckpointManager):
     The file is the same format as a single process writes, so either resumes the other.
     """
 
+    def claim(self, owner: str) -> None:
+        """Rank 0 writes, so rank 0 alone owns the folder (:meth:`CheckpointManager.claim`)."""
+        if rank_and_world()[0] == 0:
+            super().claim(owner)
+
     def save(self, state: Mapping[str, Any]) -> Path:
         rank, world = rank_and_world()
         gathered = _all_gather_states(capture_rng_state(), world)

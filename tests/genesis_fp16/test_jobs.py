@@ -96,16 +96,43 @@ def test_a_plugin_calling_sys_exit_is_a_counted_failed_run(
     assert _failed_runs(ctx) == 1
 
 
-def test_an_unreadable_precision_state_is_a_counted_failed_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("kind", ["folder", "fifo", "link", "oversize", "not_utf8", "torn"])
+def test_an_unusable_precision_state_is_set_aside_counted_and_floors_at_fp32(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
-    """A folder where precision_state.json belongs: the job fails and counts, never raises."""
+    """A folder, FIFO, link, oversize, non-UTF-8 or torn precision_state.json: the run is
+    not failed; the file is set aside, counted once under file=precision_state, and the
+    agent trains in fp32 (its floor written back) until `precision reset`."""
     from genesis_fp16.config.paths import AgentPaths
+    from genesis_fp16.runs import guard_state
 
+    skipped: list[tuple[str, str]] = []
+    monkeypatch.setattr(guard_state, "_skipped_listeners", [lambda a, f: skipped.append((a, f))])
     ctx = _context(tmp_path, monkeypatch)
-    AgentPaths.for_agent(tmp_path, AGENT).precision_state_path.mkdir(parents=True)
-    run_agent_job(ctx, AGENT, _Refusing(RuntimeError("not reached")))  # type: ignore[arg-type]
-    assert _failed_runs(ctx) == 1
+    path = AgentPaths.for_agent(tmp_path, AGENT).precision_state_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "link":
+        path.symlink_to(tmp_path / "elsewhere.json")
+    elif kind == "oversize":
+        path.write_text(" " * (64 * 1024 + 1))
+    elif kind == "not_utf8":
+        path.write_bytes(b"\xff\xfe{")
+    else:
+        path.write_text('{"version": 1, "demoted_to": "bf')
+    plugin = _Recording()
+    with capture_logs() as logs:
+        run_agent_job(ctx, AGENT, plugin)  # type: ignore[arg-type]
+        run_agent_job(ctx, AGENT, plugin)  # type: ignore[arg-type]
+    assert plugin.precisions == ["fp32", "fp32"]
+    assert skipped == [(AGENT, "precision_state")]
+    assert [e["event"] for e in logs].count("training run finished") == 2
+    assert (path.parent / (path.name + ".rejected")).exists() or kind == "link"
+    memory = guard_state.read_precision_memory(path)
+    assert memory is not None and memory.demoted_to == "fp32"
 
 
 def test_a_full_disk_fails_the_run_in_one_line_and_marks_the_daemon_degraded(
@@ -242,3 +269,74 @@ def test_a_reload_landing_as_a_run_ends_shows_the_next_runs_precision(
     fp16 = gauge("genesis_fp16_precision", {"agent": AGENT, "precision": "fp16"})
     fp32 = gauge("genesis_fp16_precision", {"agent": AGENT, "precision": "fp32"})
     assert (fp16, fp32) == (0, 1)
+
+
+class _Reporting:
+    """Returns the result it is given: each run a TrainResult with the counts set."""
+
+    api_version = API_VERSION
+    name = AGENT
+
+    def __init__(self, steps: int, skipped: int) -> None:
+        self.steps, self.skipped = steps, skipped
+
+    def train(self, request: TrainRequest) -> TrainResult:
+        return TrainResult(
+            agent=AGENT,
+            precision_requested="bf16",
+            precision_used="bf16",
+            precision_reason="test",
+            device="cpu",
+            steps=self.steps,
+            skipped_steps=self.skipped,
+            overflow_rate=1.0,
+            loss_scale=1.0,
+            final_train_loss=0.5,
+            eval={"loss": 0.5},
+            samples_per_second=1.0,
+            wall_seconds=0.1,
+            checkpoint=None,
+            quarantined=0,
+            up_to_date=self.steps == 0,
+        )
+
+
+def test_a_run_whose_every_step_was_skipped_is_failed_counted_and_degrades_health(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """200 of 200 steps skipped: `failed` with nonfinite_gradients, counted under its reason,
+    /healthz degraded; an up_to_date run keeps it degraded, the next real success heals."""
+    from genesis_fp16.service.daemon import Daemon
+
+    ctx = _context(tmp_path, monkeypatch)
+    daemon = Daemon(ctx.settings, tmp_path / ".env", CollectorRegistry(), notifier=None)
+    daemon.context = ctx
+    daemon.beat()
+    with capture_logs() as logs:
+        run_agent_job(ctx, AGENT, _Reporting(200, 200))  # type: ignore[arg-type]
+    (line,) = [e for e in logs if e["event"] == "training run finished"]
+    assert (line["outcome"], line["failure"], line["skipped_steps"]) == (
+        "failed",
+        "nonfinite_gradients",
+        200,
+    )
+    assert _failed_runs(ctx) == 1
+    reasons = {"agent": AGENT, "reason": "nonfinite_gradients"}
+    sample = ctx.metrics.registry.get_sample_value("genesis_fp16_run_failures_total", reasons)
+    assert sample == 1
+    ok, reason = daemon.health()
+    assert not ok and "learned nothing (nonfinite_gradients)" in reason
+    run_agent_job(ctx, AGENT, _Reporting(0, 0))  # type: ignore[arg-type]
+    assert daemon.health()[0] is False  # up to date is not a success of learning
+    run_agent_job(ctx, AGENT, _Reporting(200, 16))  # type: ignore[arg-type]
+    assert daemon.health()[0] is True
+
+
+class _Recording(_Reporting):
+    def __init__(self) -> None:
+        super().__init__(20, 0)
+        self.precisions: list[str] = []
+
+    def train(self, request: TrainRequest) -> TrainResult:
+        self.precisions.append(request.precision)
+        return super().train(request)

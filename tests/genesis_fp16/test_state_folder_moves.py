@@ -6,6 +6,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from genesis_fp16.config.paths import AgentPaths, ensure_sample_data
 
 
@@ -54,3 +56,35 @@ def test_an_old_absolute_marker_is_still_read_after_a_move(tmp_path: Path) -> No
     found = ensure_sample_data(plugin, moved, 10)  # type: ignore[arg-type]
     assert found.exists() and found.is_relative_to(tmp_path / "b")
     assert plugin.calls == 1
+
+
+@pytest.mark.parametrize("kind", ["torn", "oversize", "not_utf8", "folder", "fifo", "link"])
+def test_an_unusable_sample_data_marker_is_set_aside_and_the_data_regenerated(
+    tmp_path: Path, kind: str
+) -> None:
+    """A torn, 4 KiB+, non-UTF-8 marker, or a folder, FIFO or link at its name: the data
+    is generated again and the marker set aside, instead of a failed run every hour."""
+    import os
+
+    plugin = _Writer()
+    paths = AgentPaths.for_agent(tmp_path, "writer")
+    first = ensure_sample_data(plugin, paths, 10)  # type: ignore[arg-type]
+    marker = paths.data_dir / ".generated"
+    marker.unlink()
+    if kind == "torn":
+        marker.write_text("trajectory_pools/wri")
+    elif kind == "oversize":
+        marker.write_text("x" * 5000)
+    elif kind == "not_utf8":
+        marker.write_bytes(b"\xff\xfe")
+    elif kind == "folder":
+        marker.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(marker)
+    else:
+        marker.symlink_to(first)
+    assert ensure_sample_data(plugin, paths, 10) == first  # type: ignore[arg-type]
+    assert plugin.calls == 2
+    assert (paths.data_dir / ".generated.rejected").exists()
+    assert ensure_sample_data(plugin, paths, 10) == first  # type: ignore[arg-type]
+    assert plugin.calls == 2  # the new marker is read as before

@@ -67,6 +67,24 @@ def test_train_against_the_daemons_folder_is_refused_in_one_line(
     assert not refused.stdout.strip()
 
 
+def test_data_generate_into_the_daemons_state_folder_is_refused_in_one_line(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """`data generate --out <state>/agents/AGENT/data` beside the daemon: exit 2, one line
+    naming the daemon, and nothing written; once the daemon stops, the same is accepted."""
+    first = daemon_factory(ENV)
+    out = tmp_path / "state" / "agents" / GOOD / "data" / "by-hand"
+    refused = _cli(tmp_path, "data", "generate", GOOD, "--out", str(out), "--count", "8")
+    assert refused.returncode == 2, refused.stderr
+    line = _one_line(refused)
+    assert f"genesis-fp16 serve (pid {first.process.pid})" in line and str(out) in line
+    assert not out.exists()
+    first.stop()
+    out.mkdir(parents=True)  # the fixture plugin writes into an existing folder only
+    accepted = _cli(tmp_path, "data", "generate", GOOD, "--out", str(out), "--count", "8")
+    assert accepted.returncode == 0, accepted.stderr
+
+
 def test_after_kill_9_a_new_daemon_takes_the_folder(tmp_path: Path) -> None:
     """The kernel drops a killed daemon's lock: the next daemon starts and owns the folder."""
     first = start_daemon(tmp_path, ENV)

@@ -18,13 +18,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16_infrastructure.atomic import write_json_atomic
+from genesis_fp16_infrastructure.atomic import read_state_text, write_json_atomic
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PRECISIONS,
     less_robust,
 )
 
 MEMORY_VERSION = 1
+# A memory of ten demotions is about 3 KB; a file over this bound is not one.
+MAX_MEMORY_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -79,10 +81,11 @@ def remember_demotions(
 
 
 def read_precision_memory(path: Path) -> PrecisionMemory | None:
-    """Load the state file; None when there is none. A broken file raises ValueError."""
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
+    """Load the state file; None when there is none. A broken file raises ValueError
+    (:class:`~genesis_fp16_infrastructure.atomic.UnusableStateFile` for a folder, FIFO,
+    link, a file over ``MAX_MEMORY_BYTES`` or bytes that are not UTF-8)."""
+    text = read_state_text(Path(path), MAX_MEMORY_BYTES)
+    if text is None:
         return None
     try:
         data = json.loads(text)

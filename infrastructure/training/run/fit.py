@@ -15,7 +15,9 @@ same ``(epoch, seed)`` (draw from a generator seeded by both, not the global RNG
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import fields, replace
+from pathlib import Path
 from typing import Any
 
 from genesis_fp16_infrastructure.training import distributed
@@ -23,8 +25,12 @@ from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.training.precision.carried_scale import clamp_scale
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.rng import seed_everything
-from genesis_fp16_infrastructure.training.run.calibration import policy_for_run
-from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard, checkpoints_after
+from genesis_fp16_infrastructure.training.run.calibration import Calibration, policy_for_run
+from genesis_fp16_infrastructure.training.run.guard import (
+    PrecisionGuard,
+    Trouble,
+    checkpoints_after,
+)
 from genesis_fp16_infrastructure.training.run.loop import (
     early_stop_tracker,
     evaluate,
@@ -64,11 +70,34 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
         measured = calibration.measured_execution()
         options = replace(options, trainer=replace(options.trainer, measured_execution=measured))
     trainer = _build_trainer(task, policy, options)
-    manager = None
-    if options.checkpoint_dir is not None:
-        manager = distributed.checkpoint_manager(options.checkpoint_dir, options.keep)
-        manager.remove_stale_temps()
+    if options.checkpoint_dir is None:
+        return _fit(task, options, trainer, None, calibration)
+    manager = distributed.checkpoint_manager(options.checkpoint_dir, options.keep)
+    # One writer per checkpoint folder (rank 0 under torchrun): a second is refused here,
+    # in one line naming the first. Held until the run ends, kill -9 included.
+    manager.claim(f"{Path(sys.argv[0]).name} {' '.join(sys.argv[1:3])}".strip())
+    try:
+        removed = manager.remove_stale_temps()  # every temp: no other writer can exist
+        if removed:
+            logger.warning(
+                "removed %d temp file(s) of killed saves from %s: %s",
+                len(removed),
+                manager.directory,
+                ", ".join(p.name for p in removed),
+            )
+        result = _fit(task, options, trainer, manager, calibration)
+        return replace(result, temps_removed=len(removed))
+    finally:
+        manager.release()
 
+
+def _fit(
+    task: TrainingTask,
+    options: FitOptions,
+    trainer: Trainer,
+    manager: CheckpointManager | None,
+    calibration: Calibration | None,
+) -> FitResult:
     position = Position(tracker=early_stop_tracker(task, options))
     resumed_from = resume_run(task, trainer, manager, position) if options.resume else None
     # A captured step is checked against eager steps of this state before it is trusted
@@ -76,12 +105,16 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
     verified = verification_cache(options.auto_precision.cache)
     verify_run(task, trainer, options.seed, verified)
     first_step = trainer.step_count
+    # The chain's counts where this run begins (one host read): the run's own skipped
+    # steps and non-finite losses are the end's less these.
+    before = trainer.summary()
     targets = run_targets(options, first_step, position)
     guard = PrecisionGuard(options.guard, task.extra_state) if options.guard else None
     loss_fn = guard.watch_loss(task.loss) if guard is not None else task.loss
     if guard is not None:
         guard.start(trainer, position.epoch, position.batch)
     demotions: list[dict[str, Any]] = []
+    failure: Trouble | None = None
     tracker = position.tracker
     stopped = False
     if tracker is not None and tracker.stopped:
@@ -89,6 +122,14 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
     while tracker is None or not tracker.stopped:
         stopped = run_steps(task, trainer, options, manager, position, targets, loss_fn, guard)
         if guard is None or guard.final_check(trainer, position.epoch, position.batch) is None:
+            break
+        if guard.last_rung:  # nowhere to demote to: the run cannot learn, and ends failed
+            failure = guard.pending
+            logger.error(
+                "precision guard: %s cannot train this run: %s",
+                trainer.policy.name,
+                failure.detail if failure is not None else "",
+            )
             break
         trainer = _demote(task, trainer, options, manager, position, guard, demotions)
         if tracker is not None:
@@ -98,7 +139,8 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
 
     checkpoint = resumed_from if steps_run == 0 else None
     position.run["complete"] = not stopped  # reached its target, or early stopping ended it
-    if manager is not None and checkpoint is None:
+    # A failed run writes no end-of-run checkpoint: its state is the last one that learned.
+    if manager is not None and checkpoint is None and failure is None:
         checkpoint = manager.save(checkpoint_state(task, trainer, options, position))
     if tracker is not None:
         tracker.restore_best(model)  # after the checkpoint: it keeps the last weights
@@ -127,6 +169,9 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
         stopped_early=stopped,
         resumed_from=resumed_from,
         demotions=tuple(demotions),
+        failure=None if failure is None else {"reason": failure.reason, "detail": failure.detail},
+        skipped_run=summary.skipped_steps - before.skipped_steps,
+        nonfinite_run=summary.nonfinite_losses - before.nonfinite_losses,
         execution=trainer.execution,
         calibration=calibration,
         early_stop=None if tracker is None else tracker.report(not stopped),

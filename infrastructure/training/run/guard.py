@@ -183,19 +183,30 @@ class PrecisionGuard:
         overflows, _, _, _, nonfinite = self._read(trainer)
         self._history.append(_Check(trainer.step_count, overflows, nonfinite))
         if self._next is None:
-            logger.info("precision guard: %s has no next precision; not guarded", self._precision)
+            # The last rung has nowhere to go, but a run whose steps are all skipped learns
+            # nothing: its skip-rate trigger still fires, and fit() then ends it as failed.
+            logger.info(
+                "precision guard: %s has no next precision; a persistent non-finite run fails",
+                self._precision,
+            )
         elif snapshot:
             self._take_snapshot(trainer, epoch, batch)
 
     def after_step(self, trainer: Trainer, epoch: int, batch: int) -> bool:
         """Check when a check interval ends; True when a trigger fired (see ``pending``)."""
-        if self._next is None or trainer.step_count % self.config.check_interval:
+        if trainer.step_count % self.config.check_interval:
             return False
         return self._check(trainer, epoch, batch)
 
+    @property
+    def last_rung(self) -> bool:
+        """True when the run's precision has no next one: a trigger that fires here ends
+        the run as failed instead of demoting it."""
+        return self._next is None
+
     def final_check(self, trainer: Trainer, epoch: int, batch: int) -> Trouble | None:
         """The pending trouble, or a last check of the steps since the previous one."""
-        fresh_steps = self._next is not None and trainer.step_count > self._history[-1].step
+        fresh_steps = trainer.step_count > self._history[-1].step
         if self.pending is None and fresh_steps:
             self._check(trainer, epoch, batch)
         return self.pending
@@ -203,7 +214,9 @@ class PrecisionGuard:
     def _read(self, trainer: Trainer) -> list[float]:
         scaler = trainer.scaler
         parts = [
-            scaler.overflow_count_tensor(),
+            # Every skipped step, in every precision: fp16's overflows and the steps
+            # bf16 and fp32 skip for a gradient that was not finite, one count.
+            trainer.skipped_steps_tensor(),
             scaler.unstable_tensor(),
             self._loss_sum,
             self._loss_count,
@@ -226,12 +239,18 @@ class PrecisionGuard:
         self._loss_count.zero_()
         self._nonfinite.zero_()
         mean = loss_sum / loss_count if loss_count else None
-        trouble = (
-            self._unstable(unstable, step)
-            or self._nonfinite_trouble(now)
-            or self._overflow_trouble(now)
-            or self._divergence(mean, step)
-        )
+        if self._next is None:
+            # The last rung: only a run that cannot learn fails, i.e. one whose steps are
+            # persistently skipped (a NaN loss skips its step too); a few NaN losses in a
+            # window, which a demotion would answer on another rung, do not end it.
+            trouble = self._overflow_trouble(now)
+        else:
+            trouble = (
+                self._unstable(unstable, step)
+                or self._nonfinite_trouble(now)
+                or self._overflow_trouble(now)
+                or self._divergence(mean, step)
+            )
         if trouble is not None:
             self.pending = trouble
             logger.warning(
@@ -245,7 +264,7 @@ class PrecisionGuard:
         if mean is not None:
             self._update_ema(mean)
         spotless = overflows == previous.overflows and nonfinite == 0 and not unstable
-        if spotless:
+        if spotless and self._next is not None:  # the last rung never rolls back
             self._take_snapshot(trainer, epoch, batch)
         return False
 
@@ -280,7 +299,10 @@ class PrecisionGuard:
         rate = (now.overflows - ref.overflows) / (now.step - ref.step)
         if rate <= limit:
             return None
-        detail = f"{rate:.0%} of steps {ref.step}..{now.step} overflowed (limit {limit:.0%})"
+        detail = (
+            f"{rate:.0%} of steps {ref.step}..{now.step} were skipped for gradients that "
+            f"overflowed or were not finite (limit {limit:.0%})"
+        )
         return Trouble("overflow_rate", now.step, detail)
 
     def _divergence(self, mean: float | None, step: int) -> Trouble | None:

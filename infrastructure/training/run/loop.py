@@ -48,6 +48,7 @@ def run_targets(options: FitOptions, first_step: int, position: Position) -> Tar
         isinstance(saved, dict)
         and saved.get("complete") is False
         and (saved.get("steps"), saved.get("epochs")) == (options.steps, options.epochs)
+        and not _reached(saved, first_step, position.epoch)
     ):
         targets = Targets(saved.get("target_step"), saved.get("target_epoch"))
         logger.info(
@@ -63,6 +64,17 @@ def run_targets(options: FitOptions, first_step: int, position: Position) -> Tar
         "complete": False,
     }
     return targets
+
+
+def _reached(saved: dict[str, Any], step: int, epoch: int) -> bool:
+    """Whether an interrupted run had reached its own target where it was saved: killed
+    after its last step's periodic save, before its end-of-run one. It ended in all but
+    its record, so the next run trains its own budget instead of "continuing" to a
+    target it reached (0 steps, for ever)."""
+    target_step, target_epoch = saved.get("target_step"), saved.get("target_epoch")
+    return (isinstance(target_step, int) and step >= target_step) or (
+        isinstance(target_epoch, int) and epoch >= target_epoch
+    )
 
 
 def run_steps(

@@ -117,5 +117,14 @@ class FitResult:
     execution: ResolvedExecution
     resumed_from: Path | None = None
     demotions: tuple[Mapping[str, Any], ...] = ()
+    # Set when the guard found, at the last rung of its ladder, that the run cannot learn
+    # (``reason`` and ``detail``); the run then ended there, without an end checkpoint.
+    failure: Mapping[str, Any] | None = None
+    # This invocation's own skipped steps and non-finite losses (``summary`` holds the
+    # resumed chain's totals).
+    skipped_run: int = 0
+    nonfinite_run: int = 0
+    # Temp files of killed saves removed from the checkpoint folder at this run's start.
+    temps_removed: int = 0
     calibration: Calibration | None = None
     early_stop: Mapping[str, Any] | None = None

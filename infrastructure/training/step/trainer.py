@@ -450,12 +450,18 @@ class Trainer:
             unstable=self.scaler.unstable,
         )
 
+    def skipped_steps_tensor(self) -> torch.Tensor:
+        """The steps skipped so far, on the device (no sync), in every precision: the
+        scaler's overflows (fp16) plus the steps whose gradients were not finite where no
+        loss is scaled (bf16, fp32). The one count a guard watches; float64."""
+        skipped = self.scaler.overflow_count_tensor() - self._overflows_before
+        return skipped.to(torch.float64) + self._stats[_STATS.index("nonfinite_grad_steps")]
+
     def _read_counts(self, recent: int) -> tuple[int, int, float, float, float]:
         """Skipped steps, non-finite losses, overflows in the last ``recent`` steps, and the
         interval's loss sum and count, in one host read. The norm is read apart: under
         FSDP2 it is a DTensor, which cannot be concatenated with plain tensors."""
-        skipped = self.scaler.overflow_count_tensor() - self._overflows_before
-        skipped = skipped + self._stats[_STATS.index("nonfinite_grad_steps")]
+        skipped = self.skipped_steps_tensor()
         overflows = self._window[:recent].sum().double()
         parts = (skipped.reshape(1), overflows.reshape(1), self._stats)
         values: list[float] = torch.cat(parts).tolist()

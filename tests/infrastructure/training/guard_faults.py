@@ -43,7 +43,8 @@ class FaultTask:
 
     Faults: ``overflow`` keeps the loss value but multiplies its gradient by 1e9, so fp16
     gradients overflow at any loss scale; ``nan`` makes the loss NaN; ``divergence``
-    multiplies the loss value by 1000 and leaves its gradient alone. ``until`` ends it.
+    multiplies the loss value by 1000 and leaves its gradient alone; ``nan_grad`` keeps the
+    loss value and makes every gradient NaN. ``until`` ends it.
     """
 
     def __init__(
@@ -78,7 +79,9 @@ class FaultTask:
             return False
         if self.until is not None and step >= self.until:
             return False
-        return torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") in self.fault_in
+        if not torch.is_autocast_enabled("cpu"):  # fp32 runs without autocast
+            return torch.float32 in self.fault_in
+        return torch.get_autocast_dtype("cpu") in self.fault_in
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         step, x, y = batch
@@ -89,6 +92,8 @@ class FaultTask:
             return loss + (1e9 * loss - (1e9 * loss).detach())
         if self.fault == "nan":
             return loss * float("nan")
+        if self.fault == "nan_grad":  # a finite loss whose gradients are all NaN
+            return _NanGradient.apply(loss)
         return loss + (999.0 * loss).detach()
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
@@ -96,6 +101,18 @@ class FaultTask:
 
     def extra_state(self) -> dict[str, object]:
         return {}
+
+
+class _NanGradient(torch.autograd.Function):
+    """The identity forward; a NaN gradient backward (a finite loss that cannot train)."""
+
+    @staticmethod
+    def forward(ctx: object, loss: torch.Tensor) -> torch.Tensor:
+        return loss.clone()
+
+    @staticmethod
+    def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:
+        return grad * float("nan")
 
 
 def guarded_run(

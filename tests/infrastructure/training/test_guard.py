@@ -20,6 +20,7 @@ from guard_faults import (
     guarded_run,
 )
 
+from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainResult, min_useful_steps
 from genesis_fp16_infrastructure.training import (
     CheckpointManager,
     FitOptions,
@@ -140,7 +141,60 @@ def test_a_trigger_in_the_last_rung_is_reported_not_demoted(
     with caplog.at_level("INFO", logger="genesis_fp16_infrastructure.training.run.guard"):
         result = fit(task, FitOptions(precision="fp32", steps=10, guard=BASE))
     assert result.demotions == () and result.precision.used == "fp32"
-    assert "fp32 has no next precision; not guarded" in caplog.text
+    assert "fp32 has no next precision; a persistent non-finite run fails" in caplog.text
+    assert result.failure is None  # the fault starts at step 17: these 10 steps learned
+
+
+ALL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _request(precision: str, folder: Path) -> TrainRequest:
+    return TrainRequest(
+        agent="t",
+        precision=precision,
+        precision_reason="test",
+        state_dir=folder,
+        checkpoint_dir=folder,
+    )
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "fp32"])
+@pytest.mark.parametrize(
+    ("fault", "reason"), [("nan_grad", "nonfinite_gradients"), ("nan", "nonfinite_loss")]
+)
+def test_a_run_whose_every_step_is_skipped_fails_in_every_precision(
+    tmp_path: Path, precision: str, fault: str, reason: str
+) -> None:
+    """Every step skipped (NaN gradients of a finite loss, or a NaN loss), from any rung:
+    the guard walks the ladder, fails at fp32 instead of running on, writes no end
+    checkpoint, and the run's result is `failed` with its reason and its own counts."""
+    task = FaultTask(fault, fault_step=0, fault_in=ALL_DTYPES)
+    options = FitOptions(precision=precision, steps=STEPS, checkpoint_dir=tmp_path, guard=BASE)
+    result = fit(task, options)
+    assert result.precision.used == "fp32"
+    assert result.failure is not None
+    assert result.steps_run < STEPS  # ended at the first check that fired at fp32
+    assert result.skipped_run == result.steps_run
+    assert result.checkpoint is None  # no end-of-run save: periodic ones stay incomplete
+    request = _request(precision, tmp_path)
+    out = TrainResult.from_fit(request, result).to_json()
+    assert (out["outcome"], out["failure"]) == ("failed", reason)
+    assert out["skipped_steps"] == out["steps"] == result.steps_run
+
+
+def test_an_unguarded_run_with_every_step_skipped_is_failed_by_the_bound(
+    tmp_path: Path,
+) -> None:
+    """Without a guard the run runs on, but 0 useful steps of 30 is still `failed`, and its
+    skipped_steps are its own, not the resumed chain's running total."""
+    task = FaultTask("nan_grad", fault_step=10, fault_in=ALL_DTYPES)
+    fit(task, FitOptions(precision="bf16", steps=10, checkpoint_dir=tmp_path))
+    result = fit(task, FitOptions(precision="bf16", steps=30, checkpoint_dir=tmp_path, resume=True))
+    request = _request("bf16", tmp_path)
+    out = TrainResult.from_fit(request, result).to_json()
+    assert (out["steps"], out["skipped_steps"], out["chain_skipped_steps"]) == (30, 30, 30)
+    assert (out["outcome"], out["failure"]) == ("failed", "nonfinite_gradients")
+    assert min_useful_steps(30) == 7 and min_useful_steps(10) == 1 and min_useful_steps(0) == 0
 
 
 def test_ladder_skips_bf16_without_native_support() -> None:
