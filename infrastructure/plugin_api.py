@@ -213,6 +213,9 @@ class TrainRequest(RunSpec, RunCallbacks):
     # The resident memory the run may use (the daemon's RUN_MEMORY_LIMIT_BYTES; None: no
     # limit set), for what a plugin sizes by it: se_darwin's largest pool.
     memory_limit_bytes: int | None = None
+    # A fixed pool the operator trusts: a candidate must be no worse than the served
+    # model on it too (the promotion gate; GENESIS_FP16_AGENTS__<AGENT>__GOLDEN_DATA).
+    golden_data_path: Path | None = None
 
     def fit_options(self, **overrides: Any) -> FitOptions:
         """The :class:`~genesis_fp16_infrastructure.training.FitOptions` this request asks for.
@@ -293,13 +296,19 @@ class TrainResult:
     execution_reason: str = "not reported by the agent"
     # The model had already learned every record of the data: the run took no step.
     up_to_date: bool = False
+    # The run's model was judged worse than the served one by the promotion gate: it is
+    # kept for inspection, and the served model goes on serving.
+    rejected: bool = False
 
     @property
     def outcome(self) -> str:
-        """``up_to_date`` (nothing new to learn), ``stopped`` (asked to stop before its
-        end) or ``success``: the daemon's outcome label, and ``outcome`` in ``to_json``."""
+        """``up_to_date`` (nothing new to learn), ``rejected`` (trained, and judged worse
+        than the served model), ``stopped`` (asked to stop before its end) or ``success``:
+        the daemon's outcome label, and ``outcome`` in ``to_json``."""
         if self.up_to_date:
             return "up_to_date"
+        if self.rejected:
+            return "rejected"
         return "stopped" if self.stopped_early else "success"
 
     @classmethod

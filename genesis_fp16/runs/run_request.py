@@ -173,6 +173,7 @@ def build_request(
         checkpoint_steps=o.checkpoint_steps or settings.checkpoint_steps,
         checkpoint_seconds=o.checkpoint_seconds or settings.checkpoint_seconds,
         memory_limit_bytes=settings.run_memory_limit_bytes,
+        golden_data_path=spec.golden_data,
     )
 
 
