@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "probe",
     "bench",
     "precision",
+    "model",
 )
 
 
