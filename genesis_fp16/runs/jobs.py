@@ -301,6 +301,7 @@ def _record_failure(run: _Run, device: str, exc: BaseException) -> None:
         )
     else:
         log.exception("training run failed", duration_seconds=round(duration, 3))
+    _bound_history(ctx, agent)  # a gate that could not decide left a candidate too
     ctx.metrics.finish_run(agent, "failed", duration, None, time.time())
     _close_tracker(ctx, agent, run.tracker)  # the curves up to the failure stay readable
 
@@ -446,6 +447,7 @@ def _finish(
     calibration = result.extra.get("precision_calibration")
     if isinstance(calibration, dict):
         ctx.metrics.set_auto_measurement(agent, calibration)
+    _bound_history(ctx, agent)  # before the run is counted: a count means a pruned folder
     ctx.metrics.finish_run(agent, outcome, duration, result.eval.get("loss"), time.time())
     early_stop = result.extra.get("early_stop")
     if not isinstance(early_stop, dict):
@@ -467,7 +469,6 @@ def _finish(
     drift = result.extra.get("drift")
     if isinstance(drift, dict):
         ctx.metrics.promotion.export_drift(agent, drift)
-    _bound_history(ctx, agent)
     log.info(
         "training run finished",
         agent=agent,
