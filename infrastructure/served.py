@@ -151,8 +151,17 @@ def rollback(folder: Path) -> dict[str, Any]:
 # Candidates -----------------------------------------------------------------------------
 
 
-def new_candidate(folder: Path, meta: Mapping[str, Any]) -> Path:
-    """A fresh candidate folder named by the UTC time and the data digest, with its meta."""
+def new_candidate(folder: Path, meta: Mapping[str, Any], shared: str | None = None) -> Path:
+    """A fresh candidate folder named by the UTC time and the data digest, with its meta.
+
+    ``shared``: the name every rank of one torchrun job derives alike (they must train
+    into one folder); the folder is made by whichever rank comes first, its meta kept."""
+    if shared is not None:
+        path = candidates_dir(folder) / shared
+        path.mkdir(parents=True, exist_ok=True)
+        if not (path / CANDIDATE_META).is_file():
+            write_json_atomic(path / CANDIDATE_META, {**meta, "id": shared, "created_at": _now()})
+        return path
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     digest = str(meta.get("fingerprint", ""))[:8] or "nodata"
     base = candidates_dir(folder) / f"{stamp}-{digest}"
@@ -166,11 +175,14 @@ def new_candidate(folder: Path, meta: Mapping[str, Any]) -> Path:
 
 
 def list_candidates(folder: Path) -> list[Path]:
-    """Every candidate folder, oldest first (their names begin with the UTC time)."""
+    """Every candidate folder, oldest first (by the time in its meta, then its name)."""
     root = candidates_dir(folder)
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and (p / CANDIDATE_META).is_file())
+    found = [p for p in root.iterdir() if p.is_dir() and (p / CANDIDATE_META).is_file()]
+    return sorted(
+        found, key=lambda p: (str((read_json(p / CANDIDATE_META) or {}).get("created_at")), p.name)
+    )
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

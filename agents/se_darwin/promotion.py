@@ -18,6 +18,8 @@ fails loudly when it cannot decide. The first model has nothing to beat and is s
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import logging
 import shutil
 import time
@@ -47,8 +49,16 @@ from genesis_fp16_infrastructure.served import (
     served_checkpoint,
     write_verdict,
 )
-from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, load_checkpoint
-from genesis_fp16_infrastructure.world_model.predict import read_world_model_state
+from genesis_fp16_infrastructure.training.checkpoint import (
+    CheckpointError,
+    CheckpointManager,
+    load_checkpoint,
+)
+from genesis_fp16_infrastructure.training.distributed import rank_and_world
+from genesis_fp16_infrastructure.world_model.predict import (
+    accept_world_model,
+    read_world_model_state,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -88,9 +98,23 @@ def served_model(root: Path) -> Served | None:
     except ServedPointerError as exc:
         raise TrainRequestError(str(exc)) from None
     if pointer is None or checkpoint is None:
-        return None
+        return _adopt(root)
     judged = Path(root) / str(pointer.served.get("judged") or pointer.served["checkpoint"])
     return Served(pointer.served, checkpoint, judged if judged.is_file() else checkpoint)
+
+
+def _adopt(root: Path) -> Served | None:
+    """A folder written before the pointer existed: its newest valid world-model checkpoint
+    is what was served, and becomes the pointer's (logged), so that no upgrade leaves the
+    prediction API without a model while the first candidate trains."""
+    found = CheckpointManager(Path(root)).load_latest(accept_world_model)
+    if found is None:
+        return None
+    path = found[1]
+    entry = {"id": f"adopted-{path.stem}", "checkpoint": path.name, "judged": path.name}
+    serve(root, entry, "adopted")
+    logger.warning("se_darwin: no served.json in %s: serving its newest checkpoint %s", root, path)
+    return Served({**entry, "how": "adopted"}, path, path)
 
 
 def plan_candidate(
@@ -124,14 +148,14 @@ def plan_candidate(
                     break  # judged but nothing served (removed by hand): train anew
                 why = f"candidate {candidate.name} of this data was {verdict.get('outcome')}"
                 return _up_to_date(candidate, served, served_state, change, why, verdict)
-        same = served is not None and _served_request(root, served) == key
+        same = served is not None and _same_request(root, served, key)
         if same and own_budget and change is not None and change.unchanged:
             assert served is not None and served_state is not None
             return _up_to_date(None, served, served_state, change, change.describe(), None)
     meta = {"fingerprint": seen.digest, "records": seen.records, "request": key}
-    folder = new_candidate(root, meta)
+    folder = new_candidate(root, meta, _shared_name(seen, key, served))
     served_seen = DataFingerprint.from_state(served_state.get("data")) if served_state else None
-    same = served is not None and _served_request(root, served) == key
+    same = served is not None and _same_request(root, served, key)
     if same and served is not None and change is not None and change.unchanged:
         # The served model's own data and request, and a budget asked: the candidate
         # continues it (a copy of its checkpoint; the served file is never written).
@@ -208,8 +232,13 @@ def _compare(
     """The candidate's and the served model's scores on the held-out comparison set and
     the golden pool, and the verdict; ``seconds``: what the comparison cost."""
     start = time.perf_counter()
-    candidate_model = gate.ScoredModel(load_checkpoint(judged))
-    served_model_ = gate.ScoredModel(load_checkpoint(served.judged))
+    try:
+        candidate_model = gate.ScoredModel(load_checkpoint(judged))
+        served_model_ = gate.ScoredModel(load_checkpoint(served.judged))
+    except (CheckpointError, ValueError) as exc:  # e.g. a served model of encoder version 1
+        return gate.Verdict(
+            False, False, f"the gate cannot decide (a model cannot be scored: {exc})"
+        )
     records = gate.comparison_records(data.examples, candidate_model, served_model_)
     comparisons = [
         gate.compare_on("held_out", records, data.pool, candidate_model, served_model_, True)
@@ -250,10 +279,24 @@ def _first_scores(verdict: gate.Verdict, side: str) -> dict[str, Any] | None:
     return None
 
 
-def _served_request(root: Path, served: Served) -> Any:
-    """The request the served model's candidate was trained for (None: not recorded)."""
+def _shared_name(seen: DataFingerprint, key: Any, served: Served | None) -> str | None:
+    """Under torchrun, a candidate name every rank derives alike (data, request, served
+    model); None in one process (the UTC time names it)."""
+    if rank_and_world()[1] == 1:
+        return None
+    text = json.dumps(
+        [seen.digest, key, served.entry.get("id") if served else None], sort_keys=True
+    )
+    return f"ranks-{seen.digest[:8]}-{hashlib.blake2b(text.encode(), digest_size=4).hexdigest()}"
+
+
+def _same_request(root: Path, served: Served, key: Any) -> bool:
+    """Whether the served model was trained for this request (an adopted one, written
+    before requests were recorded, counts as the same: as before the pointer existed)."""
+    if served.entry.get("how") == "adopted":
+        return True
     meta = read_json(candidates_dir(root) / str(served.entry.get("id")) / CANDIDATE_META)
-    return None if meta is None else meta.get("request")
+    return meta is not None and meta.get("request") == key
 
 
 def _up_to_date(

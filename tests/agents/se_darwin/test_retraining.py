@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,19 @@ def test_an_unreadable_pointer_is_a_one_line_refusal(pool: Path, tmp_path: Path)
     with pytest.raises(TrainRequestError, match=r"served-model pointer .*served\.json"):
         train(pool, tmp_path / "ck", steps=None, resume=True)
     assert sorted(p.name for p in (tmp_path / "ck").rglob("*")) == files
+
+
+def test_a_folder_from_before_the_pointer_keeps_serving_its_newest_checkpoint(
+    pool: Path, tmp_path: Path
+) -> None:
+    """A checkpoint folder written before served.json: its newest checkpoint is adopted as
+    the served model (the pointer names it), so the prediction API never loses it."""
+    first = train(pool, tmp_path / "first", steps=None)
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    for path in Path(str(first.checkpoint)).parent.glob("ckpt-*"):
+        shutil.copy2(path, legacy / path.name)
+    again = train(pool, legacy, steps=None, resume=True)
+    adopted = legacy / Path(str(first.checkpoint)).name
+    assert again.outcome == "up_to_date" and served_checkpoint(legacy) == adopted
+    assert WorldModelPredictor.load(legacy).checkpoint == adopted
