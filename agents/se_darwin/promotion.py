@@ -4,8 +4,9 @@ A run never trains in the served model's folder. :func:`plan_candidate` decides,
 served-model pointer (infrastructure/served.py) and the candidates kept beside it:
 
 * a candidate of this data (same data digest, same request) cut short earlier: resume it;
-* a finished candidate of this data, served or not (rejected, rolled back from): the run
-  is up to date against it, no step (an explicit steps/epochs budget always trains: the
+* a judged candidate of this data that is served, rejected or rolled back from: the run
+  is up to date against it, no step (one promoted once but no longer served, the data
+  having come back to its records, trains anew) (an explicit steps/epochs budget always trains: the
   forced run);
 * otherwise a new candidate folder: from scratch on changed data (an encoder fitted on
   the whole pool), or continuing the served model's checkpoint (a copy) when the data
@@ -143,10 +144,17 @@ def plan_candidate(
             if verdict is None and newest_checkpoint(train_folder) is not None:
                 logger.info("se_darwin: resuming candidate %s, cut short earlier", candidate.name)
                 return Plan(candidate, _world_state(newest_checkpoint(train_folder)), change)
-            if verdict is not None and own_budget and verdict.get("outcome") != "undecided":
+            # Judged and not served (rejected, rolled back): up to date against it. A
+            # promoted one no longer served (the data came back to its records) trains anew.
+            outcome = verdict.get("outcome") if verdict is not None else None
+            served_id = served.entry.get("id") if served is not None else None
+            judged = outcome in ("rejected", "rolled_back") or (
+                outcome == "promoted" and candidate.name == served_id
+            )
+            if judged and own_budget:
                 if served is None or served_state is None:
                     break  # judged but nothing served (removed by hand): train anew
-                why = f"candidate {candidate.name} of this data was {verdict.get('outcome')}"
+                why = f"candidate {candidate.name} of this data was {outcome}"
                 return _up_to_date(candidate, served, served_state, change, why, verdict)
         same = served is not None and _same_request(root, served, key)
         if same and own_budget and change is not None and change.unchanged:
