@@ -30,6 +30,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "precision",
     "new_agent",
     "check_agent",
+    "model",
 )
 
 

@@ -217,6 +217,9 @@ class TrainRequest(RunSpec, RunCallbacks):
     # The resident memory the run may use (the daemon's RUN_MEMORY_LIMIT_BYTES; None: no
     # limit set), for what a plugin sizes by it: se_darwin's largest pool.
     memory_limit_bytes: int | None = None
+    # A fixed pool the operator trusts: a candidate must be no worse than the served
+    # model on it too (the promotion gate; GENESIS_FP16_AGENTS__<AGENT>__GOLDEN_DATA).
+    golden_data_path: Path | None = None
 
     def fit_options(self, **overrides: Any) -> FitOptions:
         """The :class:`~genesis_fp16_infrastructure.training.FitOptions` this request asks for.
@@ -343,6 +346,9 @@ class TrainResult:
     failure: str | None = None
     failure_detail: str = ""
     chain_skipped_steps: int = 0
+    # The run's model was judged worse than the served one by the promotion gate: it is
+    # kept for inspection, and the served model goes on serving.
+    rejected: bool = False
 
     def __post_init__(self) -> None:
         # Whoever built the result (from_fit, or a plugin of its own): a run that took
@@ -363,12 +369,15 @@ class TrainResult:
     @property
     def outcome(self) -> str:
         """``failed`` (its steps learned nothing: ``failure`` says why), ``up_to_date``
-        (nothing new to learn), ``stopped`` (asked to stop before its end) or ``success``:
-        the daemon's outcome label, and ``outcome`` in ``to_json``."""
+        (nothing new to learn), ``rejected`` (trained, and judged worse than the served
+        model), ``stopped`` (asked to stop before its end) or ``success``: the daemon's
+        outcome label, and ``outcome`` in ``to_json``."""
         if self.failure is not None:
             return "failed"
         if self.up_to_date:
             return "up_to_date"
+        if self.rejected:
+            return "rejected"
         return "stopped" if self.stopped_early else "success"
 
     @classmethod

@@ -23,7 +23,6 @@ import dataclasses
 import json
 import logging
 import os
-import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,15 +33,13 @@ from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
 from genesis_fp16_infrastructure.data.readers import DataError
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainResult
+from genesis_fp16_infrastructure.served import ServedPointerError, served_checkpoint
 
 logger = logging.getLogger(__name__)
 
 RECORD_NAME = "data_manifest.json"
 RECORD_CACHE_FOLDER = "record_cache"  # under the state folder, one folder per agent
 RECORD_VERSION = 1
-# CheckpointManager's file names (infrastructure/training/checkpoint.py), matched here
-# without importing it: that module imports torch, which this check must not need.
-_CHECKPOINT_NAME = re.compile(r"^ckpt-(\d{10})\.pt$")
 
 
 def record_path(folder: Path) -> Path:
@@ -82,14 +79,17 @@ def record_cache(request: TrainRequest, manifest: Manifest | None) -> RecordCach
     return cache
 
 
-def save_record(request: TrainRequest, manifest: Manifest | None, result: TrainResult) -> None:
+def save_record(
+    request: TrainRequest, manifest: Manifest | None, result: TrainResult, served: Path | None
+) -> None:
     """Keep what the next run needs to know nothing changed; only a run that ended on its
-    own budget (no steps/epochs asked, not stopped) with a served checkpoint records."""
-    if manifest is None or result.checkpoint is None or result.stopped_early:
+    own budget (no steps/epochs asked, not stopped) while a model is served records. A
+    rejected run records too: the same data is up to date against its candidate."""
+    if manifest is None or served is None or result.stopped_early:
         return
     if request.steps is not None or request.epochs is not None:
         return
-    checkpoint = Path(result.checkpoint)
+    checkpoint = Path(served)
     stat = os.stat(checkpoint)
     record = {
         "version": RECORD_VERSION,
@@ -182,18 +182,20 @@ def _up_to_date_result(
 
 
 def _served_checkpoint_unchanged(folder: Path, recorded: Any) -> bool:
-    """The recorded checkpoint is still there, unchanged, and still the newest."""
+    """The recorded checkpoint is still there, unchanged, and still the one the
+    served-model pointer names (infrastructure/served.py; a promotion, a rollback or an
+    unreadable pointer: the run reads the pool)."""
     if not isinstance(recorded, Mapping):
         return False
     path = Path(str(recorded.get("path")))
     try:
         stat = os.stat(path)
-    except OSError:
+        served = served_checkpoint(folder)
+    except (OSError, ServedPointerError):
         return False
     if (stat.st_size, stat.st_mtime_ns) != (recorded.get("size"), recorded.get("mtime_ns")):
         return False
-    names = sorted(p.name for p in folder.iterdir() if _CHECKPOINT_NAME.match(p.name))
-    return path.parent.resolve() == folder.resolve() and bool(names) and names[-1] == path.name
+    return served is not None and served.resolve() == path.resolve()
 
 
 def _load(folder: Path) -> dict[str, Any] | None:

@@ -13,11 +13,19 @@ from typing import Any
 
 import torch
 
+from genesis_fp16_agents.se_darwin.drift import drift_report
 from genesis_fp16_agents.se_darwin.freshness import (
     check_up_to_date,
     record_cache,
     save_record,
     scan_before_read,
+)
+from genesis_fp16_agents.se_darwin.promotion import (
+    SPLIT_FOLDER,
+    Plan,
+    judge,
+    plan_candidate,
+    served_model,
 )
 from genesis_fp16_agents.se_darwin.task import (
     FINAL_FITS,
@@ -29,7 +37,6 @@ from genesis_fp16_agents.se_darwin.task import (
 from genesis_fp16_infrastructure.data.fingerprint import (
     DataChange,
     DataFingerprint,
-    compare,
     fingerprint,
 )
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
@@ -52,15 +59,10 @@ from genesis_fp16_infrastructure.world_model.model import (
     TRUNK_MODULES,
     WorldModel,
 )
-from genesis_fp16_infrastructure.world_model.predict import (
-    accept_world_model,
-    read_world_model_state,
-)
 
 logger = logging.getLogger(__name__)
 
 _PROBE_BATCHES = 9
-SPLIT_FOLDER = "split"  # final_fit=whole: the split run's checkpoints, under the folder
 SUPERSEDED_FOLDER = "superseded"  # final_fit=whole: earlier checkpoints of the folder, kept
 # One line each for `genesis-fp16 agents --json`; a TaskOptions field missing here is
 # still declared, pointing at docs/se-darwin.md.
@@ -131,9 +133,8 @@ class SEDarwinPlugin:
             if fresh is not None:
                 return fresh
             manifest = scan_before_read(request) if single else None
-        # With final_fit=whole the split run keeps its checkpoints in a subfolder, and the
-        # folder itself holds the refit's: the one the prediction API loads.
-        folder = Path(request.checkpoint_dir) / SPLIT_FOLDER if whole else request.checkpoint_dir
+        root = Path(request.checkpoint_dir)
+        served = served_model(root)  # what Genesis uses now; a candidate never touches it
         with clock.phase("read"):
             cache = record_cache(request, manifest)  # issue 36: unchanged files unparsed
             data = read_pool(
@@ -144,26 +145,23 @@ class SEDarwinPlugin:
                 cache,
             )
             seen = fingerprint(data.examples)
-        with clock.phase("check"):
-            saved, finished = _saved_state(folder) if request.resume else (None, False)
-        change = compare(saved.get("data"), seen) if saved is not None else None
         steps, epochs = request.steps, request.epochs
         # No budget given: train until validation stops improving, within max_epochs. An
-        # explicit steps/epochs budget runs in full (what the operator asked for), and the
-        # best validated weights are still the ones served.
+        # explicit steps/epochs budget runs in full (what the operator asked for, a forced
+        # run), and the best validated weights are still the ones a candidate offers.
         own_budget = steps is None and epochs is None
-        # A run that was interrupted (daemon shut down, timeout) is not up to date: it
-        # continues toward its own end.
-        up_to_date = own_budget and finished and change is not None and change.unchanged
-        if change is not None and not change.unchanged:
-            _start_afresh(Path(folder), change)
-            saved = None
+        with clock.phase("check"):
+            plan = plan_candidate(root, request, seen, served, own_budget, whole)
+        if plan.up_to_date is not None:
+            return self._up_to_date(request, data, seen, options, plan, clock, manifest)
+        candidate = plan.folder
+        # With final_fit=whole the split run keeps its checkpoints in a subfolder, and the
+        # candidate's folder itself holds the refit's: the one that would be served.
+        folder = candidate / SPLIT_FOLDER if whole else candidate
+        saved = plan.saved
         with clock.phase("encode"):
             task = SEDarwinTask(data, options, request.seed, request.device, saved, seen=seen)
-        if up_to_date and change is not None:  # the model has seen every record: no step
-            logger.info("se_darwin: up to date, %s: no step to take", change.describe())
-            steps, epochs = 0, None
-        elif own_budget:
+        if own_budget:
             epochs = options.max_epochs
         early_stop = None
         if options.early_stopping and not request.fsdp:
@@ -186,21 +184,23 @@ class SEDarwinPlugin:
             "examples": len(data.examples),
             "duplicates": data.duplicates,
             "unlabelled": data.unlabelled,
-            "data": _data_record(seen, change),
+            "data": _data_record(seen, plan.change),
             "precision_warning": result.precision.warning,
             "resumed_from": str(result.resumed_from) if result.resumed_from else None,
             "split": _split_record(task),
             "early_stop": dict(result.early_stop) if result.early_stop is not None else None,
+            "candidate": candidate.name,
         }
         refit = None
-        if whole:
+        if whole and not result.stopped_early:
             with clock.phase("final_fit"):
-                refit = _refit(request, task, data, result)
+                refit = _refit(
+                    dataclasses.replace(request, checkpoint_dir=candidate), task, data, result
+                )
         if refit is not None:
             extra["final_fit"] = _refit_record(refit, len(data.examples), result.checkpoint)
         if torch.cuda.is_available() and request.device.startswith("cuda"):
             extra["device_memory_peak_bytes"] = torch.cuda.max_memory_allocated(request.device)
-        extra["phases"] = clock.to_json()
         if cache is not None:
             extra["record_cache"] = {
                 "files_cached": cache.hits,
@@ -208,9 +208,68 @@ class SEDarwinPlugin:
                 "write_failures": cache.write_failures,
             }
         out = TrainResult.from_fit(request, result, quarantined=data.quarantined, extra=extra)
-        out = dataclasses.replace(out, up_to_date=up_to_date, wall_seconds=clock.elapsed())
         out = out if refit is None else dataclasses.replace(out, checkpoint=refit.checkpoint)
-        save_record(request, manifest, out)  # issue 36: what the next check compares with
+        stopped = out.stopped_early or (refit is not None and refit.stopped_early)
+        if stopped:  # cut short: kept unjudged; the next run resumes it
+            extra["phases"] = clock.to_json()
+            return dataclasses.replace(out, wall_seconds=clock.elapsed(), extra=extra)
+        if plan.change is not None and not plan.change.unchanged:
+            with clock.phase("drift"):
+                drift = drift_report(data.examples, data.pool, plan.served_seen, request.seed)
+            if drift is not None:
+                out = dataclasses.replace(out, extra={**out.extra, "drift": drift})
+                _log_drift(drift)
+        with clock.phase("gate"):
+            out = judge(root, candidate, out, served, data, request, options)
+        served_now = served_model(root)
+        extra = {**out.extra, "phases": clock.to_json()}
+        out = dataclasses.replace(out, wall_seconds=clock.elapsed(), extra=extra)
+        save_record(
+            request, manifest, out, served_now.checkpoint if served_now else None
+        )  # issue 36
+        return out
+
+    def _up_to_date(
+        self,
+        request: TrainRequest,
+        data: ReadResult,
+        seen: DataFingerprint,
+        options: TaskOptions,
+        plan: Plan,
+        clock: PhaseClock,
+        manifest: Any,
+    ) -> TrainResult:
+        """Nothing new for the served model, or this data's candidate was already judged:
+        the served model's eval, no step taken."""
+        served_folder = plan.served_folder
+        assert served_folder is not None and plan.saved is not None
+        logger.info("se_darwin: up to date, %s", plan.up_to_date)
+        with clock.phase("encode"):
+            task = SEDarwinTask(data, options, request.seed, request.device, plan.saved, seen=seen)
+        with clock.phase("train"):
+            result = fit(
+                task,
+                request.fit_options(
+                    steps=0, epochs=None, checkpoint_dir=served_folder, resume=True
+                ),
+            )
+        clock.move("train", "eval", task.eval_seconds)
+        extra: dict[str, Any] = {
+            "total_steps": result.summary.step,
+            "examples": len(data.examples),
+            "duplicates": data.duplicates,
+            "unlabelled": data.unlabelled,
+            "data": _data_record(seen, plan.change),
+            "split": _split_record(task),
+            "up_to_date_against": plan.up_to_date,
+            **({"gate": plan.verdict} if plan.verdict else {}),
+            "phases": clock.to_json(),
+        }
+        out = TrainResult.from_fit(request, result, quarantined=data.quarantined, extra=extra)
+        out = dataclasses.replace(
+            out, up_to_date=True, wall_seconds=clock.elapsed(), checkpoint=plan.served_checkpoint
+        )
+        save_record(request, manifest, out, plan.served_checkpoint)
         return out
 
     def check_up_to_date(self, request: TrainRequest) -> TrainResult | None:
@@ -281,18 +340,16 @@ def _refit(
     return fit(whole, options)
 
 
-def _start_afresh(folder: Path, change: DataChange) -> None:
-    """Changed data (new, removed or relabelled records): the next model is trained from
-    scratch on the whole pool, with an encoder fitted on it (every agent, every tool of
-    the pool known), and the folder's earlier checkpoints are set aside, still loadable.
-
-    The alternative, the old model continued on the grown pool with its old encoder, is
-    measured against it in benchmarks/retrain_growth.py (figures in docs/se-darwin.md).
-    """
-    logger.info(
-        "se_darwin: the data changed, %s: training afresh on the whole pool", change.describe()
-    )
-    _set_aside_checkpoints(folder)
+def _log_drift(drift: Mapping[str, Any]) -> None:
+    """One line for a flagged report: what moved, and by how much."""
+    if drift["flagged"] or drift["label_shift_flagged"]:
+        logger.warning(
+            "se_darwin: %d new record(s) drifted: %s; success rate shift %+.3f (threshold %.3f)",
+            drift["new_records"],
+            ", ".join(f"{k} {drift['features'][k]:.3f}" for k in drift["flagged"]) or "none",
+            drift["label_shift"],
+            drift["label_shift_threshold"],
+        )
 
 
 def _data_record(seen: DataFingerprint, change: DataChange | None) -> dict[str, Any]:
@@ -370,18 +427,3 @@ def _quarantine_path(request: TrainRequest) -> Path | None:
     if rank_and_world()[0] != 0:
         return None
     return request.quarantine_path or Path(request.checkpoint_dir) / "quarantine.jsonl"
-
-
-def _saved_state(checkpoint_dir: Path) -> tuple[Mapping[str, Any] | None, bool]:
-    """The world-model state (encoder, model shape, data seen) of the checkpoint a resumed
-    run would start from, and whether the run that wrote it had finished."""
-    # A newest file without the encoder (or the model's shape) is skipped with a warning,
-    # and the one before it resumed; fit() then skips it too (its encoder differs).
-    found = CheckpointManager(Path(checkpoint_dir)).load_latest(accept_world_model)
-    if found is None:
-        return None, False
-    state, path = found
-    saved = read_world_model_state(state)
-    logger.info("newest checkpoint: %s", path)
-    run = state.get(keys.RUN)
-    return saved, isinstance(run, Mapping) and run.get("complete") is True

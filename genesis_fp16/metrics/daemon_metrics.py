@@ -33,6 +33,7 @@ from genesis_fp16.metrics.diagnostics_export import RL_METRIC_NAMES, RlDiagnosti
 from genesis_fp16.metrics.last_success import LastSuccessStore
 from genesis_fp16.metrics.placement import Placement
 from genesis_fp16.metrics.probe_metrics import PROBE_METRIC_NAMES, ProbeMetrics
+from genesis_fp16.metrics.promotion_metrics import PromotionMetrics
 from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
 from genesis_fp16_infrastructure.training.step.execution_names import (
     EXECUTION_MODES,
@@ -43,7 +44,7 @@ PREFIX = "genesis_fp16"
 PRECISION_LABELS = PRECISIONS
 # up_to_date: the agent's model had already learned all of its data, so the run took no
 # step (healthy: a daemon whose data does not change trains nothing and pages nobody).
-RUN_OUTCOMES = ("success", "failed", "stopped", "up_to_date")
+RUN_OUTCOMES = ("success", "failed", "stopped", "up_to_date", "rejected")
 # Outcomes that count as the agent being trained as it should (last_success_timestamp).
 HEALTHY_OUTCOMES = ("success", "up_to_date")
 RELOAD_OUTCOMES = ("success", "failure")
@@ -325,6 +326,7 @@ class DaemonMetrics:
         # RL diagnostics (genesis_fp16_rl_*) and the precision probe's verdict.
         self.rl = RlDiagnosticsMetrics(registry)
         self.probe = ProbeMetrics(registry)
+        self.promotion = PromotionMetrics(registry)
         self.build_info.labels(version=version).set(1)
         # The daemon's process environment (downward API, NVIDIA_VISIBLE_DEVICES) when the
         # caller has no placement of its own; read once, here.

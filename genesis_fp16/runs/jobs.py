@@ -44,6 +44,7 @@ from genesis_fp16_infrastructure.plugin_api import (
     TrainRequestError,
     TrainResult,
 )
+from genesis_fp16_infrastructure.served import ServedPointerError, folder_bytes, prune
 from genesis_fp16_infrastructure.training import CheckpointManager, TrainingSummary, checkpoint_keys
 from genesis_fp16_infrastructure.training.step.execution import ExecutionError
 
@@ -309,6 +310,7 @@ def _record_failure(run: _Run, device: str, exc: BaseException) -> None:
         )
     else:
         log.exception("training run failed", duration_seconds=round(duration, 3))
+    _bound_history(ctx, agent)  # a gate that could not decide left a candidate too
     ctx.metrics.finish_run(agent, "failed", duration, None, time.time())
     _close_tracker(ctx, agent, run.tracker)  # the curves up to the failure stay readable
 
@@ -471,6 +473,7 @@ def _finish(
     calibration = result.extra.get("precision_calibration")
     if isinstance(calibration, dict):
         ctx.metrics.set_auto_measurement(agent, calibration)
+    _bound_history(ctx, agent)  # before the run is counted: a count means a pruned folder
     ctx.metrics.finish_run(agent, outcome, duration, result.eval.get("loss"), time.time())
     early_stop = result.extra.get("early_stop")
     if not isinstance(early_stop, dict):
@@ -486,6 +489,12 @@ def _finish(
     if peak is not None:
         ctx.metrics.device_memory_peak.labels(agent=agent).set(float(peak))
     export_diagnostics(ctx.metrics.rl, agent, result)
+    gate = result.extra.get("gate")
+    if isinstance(gate, dict) and not result.up_to_date:
+        ctx.metrics.promotion.export_gate(agent, gate)
+    drift = result.extra.get("drift")
+    if isinstance(drift, dict):
+        ctx.metrics.promotion.export_drift(agent, drift)
     log.info(
         "training run finished",
         agent=agent,
@@ -508,9 +517,29 @@ def _finish(
         early_stop=_early_stop_summary(early_stop),
         data=data if isinstance(data, dict) else None,
         phases=phases if isinstance(phases, dict) else None,
+        gate=gate if isinstance(gate, dict) else None,
+        drift=drift if isinstance(drift, dict) else None,
         checkpoint=str(result.checkpoint) if result.checkpoint else None,
         duration_seconds=round(duration, 3),
     )
+
+
+def _bound_history(ctx: JobContext, agent: str) -> None:
+    """Prune the agent's models to the bounded history (the last
+    GENESIS_FP16_SERVED_HISTORY_KEEP served ones, rejected candidates for
+    GENESIS_FP16_REJECTED_KEEP_DAYS) and export the bytes its folder holds. A pointer
+    that cannot be read prunes nothing: logged, never a guess."""
+    settings = ctx.settings
+    folder = AgentPaths.for_agent(settings.state_dir, agent).checkpoint_dir
+    try:
+        removed = prune(folder, settings.served_history_keep, settings.rejected_keep_days)
+    except (ServedPointerError, OSError) as exc:
+        log.error("model history not pruned", error=str(exc))
+        removed = []
+    for path in removed:
+        log.info("model history: removed candidate", candidate=path.name)
+    ctx.metrics.promotion.pruned.labels(agent=agent).set(len(removed))
+    ctx.metrics.promotion.state_bytes.labels(agent=agent).set(folder_bytes(folder))
 
 
 def _early_stop_summary(record: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -175,6 +175,7 @@ def build_request(
         memory_limit_bytes=settings.run_memory_limit_bytes,
         # The agent's last fp16 scale, when this run asks what that run asked for.
         initial_loss_scale=scale_memory.carried_scale(settings, agent, precision),
+        golden_data_path=spec.golden_data,
     )
 
 

@@ -130,6 +130,18 @@ def compare(saved: Mapping[str, Any] | None, current: DataFingerprint) -> DataCh
     )
 
 
+def record_id_hash(trajectory_id: str) -> int:
+    """A record's id hash as :class:`DataFingerprint` keeps it in ``ids``: whether a
+    model's pool held a record (the promotion gate, agents/se_darwin/gate.py)."""
+    return _hash(trajectory_id)
+
+
+def record_hash(example: Example) -> int:
+    """A record's (id, label, attempt) hash as :class:`DataFingerprint` keeps it in
+    ``labelled``: whether a model trained on this very record (drift, the gate)."""
+    return _hash(_record_key(example))
+
+
 def _record_key(example: Example) -> str:
     label = example.label
     # The attempt's repr names every field with its value (a frozen dataclass of strings,

@@ -34,6 +34,7 @@ import torch
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.schema import OUTCOMES, AttemptInput, Trajectory
+from genesis_fp16_infrastructure.served import candidates_dir, served_checkpoint
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint import (
     CheckpointError,
@@ -122,8 +123,18 @@ class WorldModelPredictor:
 
     @classmethod
     def load(cls, path: Path, device: str = "cpu") -> WorldModelPredictor:
-        """Load a checkpoint file, or the newest valid one in a checkpoint folder."""
+        """Load a checkpoint file; or, from a folder, the model its served-model pointer
+        names (``served.json``, infrastructure/served.py: the daemon's agent folders), and
+        in a folder with no pointer (``train --checkpoint-dir``, one candidate's folder)
+        its newest valid checkpoint. An unreadable pointer raises ServedPointerError."""
         path = Path(path)
+        named = served_checkpoint(path) if path.is_dir() else None
+        if named is not None:
+            path = named
+        elif path.is_dir() and _has_candidates(path):
+            raise FileNotFoundError(
+                f"no model served from {str(path)!r} yet: its first candidate is training"
+            )
         if path.is_dir():
             found = CheckpointManager(path).load_latest(accept_world_model)
             if found is None:
@@ -171,6 +182,11 @@ def load_pool(path: Path) -> Pool:
 def load_pool_scores(path: Path) -> dict[str, float]:
     """Recorded success scores by trajectory id, from a pool file or folder (for parents)."""
     return read_trajectories(Path(path)).scores
+
+
+def _has_candidates(folder: Path) -> bool:
+    """Whether ``folder`` is an agent's folder with candidates (and so needs a pointer)."""
+    return candidates_dir(folder).is_dir()
 
 
 def _as_input(attempt: AttemptLike) -> AttemptInput:

@@ -162,20 +162,16 @@ def test_cross_validation_false_keeps_the_held_out_split(data: Path, tmp_path: P
     assert isinstance(WorldModelPredictor.load(tmp_path / "ckpt").model, WorldModel)
 
 
-def test_resuming_against_the_checkpoints_networks_is_refused(data: Path, tmp_path: Path) -> None:
-    """cross_validation=false or other folds on a 5-member checkpoint: one line, naming it."""
-    _train(data, tmp_path / "ckpt", steps=8)
-    asks = [
-        (
-            {"cross_validation": False},
-            r"holds 5 network\(s\), and cross_validation=false asks for 1",
-        ),
-        ({"folds": 3}, r"holds 5 networks, one per fold, and this run asks for folds=3"),
-    ]
-    for options, message in asks:
-        with pytest.raises(TrainRequestError, match=message) as caught:
-            _train(data, tmp_path / "ckpt", steps=8, resume=True, options=options)
-        assert "\n" not in str(caught.value)
+def test_other_networks_train_a_candidate_of_their_own(data: Path, tmp_path: Path) -> None:
+    """cross_validation=false or other folds after a 5-member model: not a resume of its
+    checkpoint (which stays as it was) but a fresh candidate in a folder of its own."""
+    first = _train(data, tmp_path / "ckpt", steps=8)
+    before = Path(str(first.checkpoint)).read_bytes()
+    for options in ({"cross_validation": False}, {"folds": 3}):
+        other = _train(data, tmp_path / "ckpt", steps=8, resume=True, options=options)
+        assert other.extra["resumed_from"] is None and other.steps == 8
+        assert Path(str(other.checkpoint)).parent != Path(str(first.checkpoint)).parent
+    assert Path(str(first.checkpoint)).read_bytes() == before
 
 
 def test_a_resumed_run_keeps_its_checkpoints_evaluation(

@@ -10,7 +10,7 @@ import torch
 from se_darwin_runs import train
 
 from genesis_fp16_agents.se_darwin import plugin
-from genesis_fp16_agents.se_darwin.plugin import SPLIT_FOLDER, SUPERSEDED_FOLDER
+from genesis_fp16_agents.se_darwin.plugin import SPLIT_FOLDER
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
@@ -90,10 +90,10 @@ def test_default_serves_the_split_runs_best_weights(runs: dict[str, TrainResult]
 
 
 def test_resuming_a_finished_whole_run_takes_no_step(data: Path, tmp_path: Path) -> None:
-    """A resumed finished run changes no file; with the refit's checkpoint gone, a resume
-    trains the refit again and gets the same weights."""
+    """A resumed finished run changes no file; with the served refit's checkpoint gone, a
+    resume refuses in one line naming the missing file."""
     first = _train(data, tmp_path / "c", final_fit="whole")
-    served = _weights(tmp_path / "c")
+    candidate = Path(first.checkpoint).parent  # type: ignore[arg-type]
     files = {p: p.read_bytes() for p in (tmp_path / "c").rglob("ckpt-*")}
     again = _train(data, tmp_path / "c", resume=True, final_fit="whole")
     assert (
@@ -101,26 +101,29 @@ def test_resuming_a_finished_whole_run_takes_no_step(data: Path, tmp_path: Path)
     )
     assert again.checkpoint == first.checkpoint and again.eval == first.eval
     assert {p: p.read_bytes() for p in (tmp_path / "c").rglob("ckpt-*")} == files
-    for path in CheckpointManager(tmp_path / "c").checkpoints():
+    # The served refit's file gone: a resume refuses in one line, naming it (never a guess).
+    for path in CheckpointManager(candidate).checkpoints():
         path.unlink()
-    redone = _train(data, tmp_path / "c", resume=True, final_fit="whole")
-    assert redone.checkpoint == first.checkpoint and _same(_weights(tmp_path / "c"), served)
+    with pytest.raises(TrainRequestError, match=r"names .*which is not there"):
+        _train(data, tmp_path / "c", resume=True, final_fit="whole")
 
 
-def test_a_folders_earlier_model_is_set_aside_not_deleted(data: Path, tmp_path: Path) -> None:
+def test_a_folders_earlier_model_stays_where_it_is_while_a_refit_candidate_trains(
+    data: Path, tmp_path: Path
+) -> None:
     """A folder that served the default (cross-validated) model, then asked for
-    final_fit=whole: the earlier checkpoint moves, with its digest, under superseded/ and
-    still loads; the folder serves the refit."""
+    final_fit=whole: the earlier checkpoint is never moved or written (the refit trains
+    as a candidate of its own), and the pointer serves whichever the gate chose."""
     first = _train(data, tmp_path / "c")
     old = Path(first.checkpoint)  # type: ignore[arg-type]
-    before = _weights(tmp_path / "c")
+    before = _weights(old)
     whole = _train(data, tmp_path / "c", resume=True, final_fit="whole")
-    moved = list((tmp_path / "c" / SUPERSEDED_FOLDER).glob("*/" + old.name))
-    assert len(moved) == 1 and not old.exists()
-    assert moved[0].with_name(old.name + ".sha256").exists()
-    assert _same(_weights(moved[0]), before)
-    assert whole.checkpoint == CheckpointManager(tmp_path / "c").load_latest()[1]  # type: ignore[index]
-    assert not _same(_weights(tmp_path / "c"), before)
+    assert old.exists() and _same(_weights(old), before)
+    assert Path(whole.checkpoint).parent != old.parent  # type: ignore[arg-type]
+    assert Path(whole.extra["final_fit"]["split_checkpoint"]).parent.name == SPLIT_FOLDER
+    served = WorldModelPredictor.load(tmp_path / "c").checkpoint
+    expected = old if whole.outcome == "rejected" else whole.checkpoint
+    assert served == expected and whole.extra["gate"]["outcome"] in ("promoted", "rejected")
 
 
 def test_final_fit_names_its_choices() -> None:

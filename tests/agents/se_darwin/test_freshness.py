@@ -55,7 +55,7 @@ def served(tmp_path: Path) -> tuple[Path, Path, dict[str, Any]]:
     first = train(data, ckpt, steps=None, resume=True, options=OPTIONS)
     assert first.steps > 0 and freshness.record_path(ckpt).is_file()
     phases = first.extra["phases"]
-    assert set(phases) == {"check", "read", "encode", "train", "eval"}
+    assert set(phases) == {"check", "read", "encode", "train", "eval", "gate"}
     assert sum(phases.values()) <= first.wall_seconds  # the real time, not the trainer's
     return data, ckpt, first.to_json()
 

@@ -26,7 +26,7 @@ def test_predictions_equal_the_training_runs_features_and_outputs(tmp_path: Path
     data_path = tmp_path / "pool.json"
     data_path.write_text(json.dumps(generate_pool(600, seed=6)))
     result = train(data_path, tmp_path / "ck", steps=None, options=OPTIONS)
-    found = CheckpointManager(tmp_path / "ck").load_latest()
+    found = CheckpointManager(Path(str(result.checkpoint)).parent).load_latest()
     assert found is not None and result.checkpoint is not None
     saved = read_world_model_state(found[0])
     data = read_trajectories(data_path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,10 @@ import torch
 from se_darwin_runs import train
 
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.served import served_checkpoint
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager, load_checkpoint
+from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 
 
 def _write(folder: Path, name: str, pool: dict[str, object]) -> None:
@@ -26,8 +30,9 @@ def pool(tmp_path: Path) -> Path:
 
 
 def _served_state(ckpt: Path) -> dict[str, object]:
-    newest = sorted(ckpt.glob("ckpt-*.pt"))[-1]
-    state: dict[str, object] = torch.load(newest, weights_only=True)
+    served = served_checkpoint(ckpt)
+    assert served is not None
+    state: dict[str, object] = torch.load(served, weights_only=True)
     return state
 
 
@@ -56,7 +61,8 @@ def test_a_grown_pool_is_learned_afresh_by_an_encoder_that_knows_every_agent(
     assert (data["removed"], data["relabelled"]) == (0, 0)
     rates = _served_state(tmp_path / "ck")["extra"]["encoder"]["agent_rates"]  # type: ignore[index]
     assert set(rates) == {"se_darwin", "qa"}
-    assert list((tmp_path / "ck" / "superseded").glob("*/ckpt-*.pt"))
+    assert Path(first.checkpoint).exists()  # type: ignore[arg-type]  # kept, never moved
+    assert grown.checkpoint == served_checkpoint(tmp_path / "ck")  # promoted by the gate
 
 
 @pytest.mark.parametrize("edit", ["shrink", "relabel"])
@@ -89,36 +95,44 @@ def test_an_interrupted_run_is_not_up_to_date(pool: Path, tmp_path: Path) -> Non
     assert again.extra["resumed_from"] == str(stopped.checkpoint)
 
 
-def _save_without_encoder(ckpt: Path, from_file: Path, step: int) -> Path:
-    """A newer, schema-valid checkpoint whose world-model state lost its encoder."""
-    state = load_checkpoint(from_file)
+def test_a_newer_checkpoint_beside_the_served_one_is_never_served(
+    pool: Path, tmp_path: Path
+) -> None:
+    """A newer file in the served model's folder (here: one without its encoder) is not
+    what the pointer names: the prediction API and an up-to-date run use the served one."""
+    good = train(pool, tmp_path / "ck", steps=None)
+    assert good.checkpoint is not None
+    state = load_checkpoint(good.checkpoint)
     del state["extra"]["encoder"]
-    state["step"] = step
-    return CheckpointManager(ckpt).save(state)
+    state["step"] = 10_000
+    CheckpointManager(good.checkpoint.parent).save(state)
+    again = train(pool, tmp_path / "ck", steps=None, resume=True)
+    assert again.outcome == "up_to_date" and again.checkpoint == good.checkpoint
+    assert WorldModelPredictor.load(tmp_path / "ck").checkpoint == good.checkpoint
 
 
-def test_a_newest_checkpoint_without_the_encoder_falls_back_to_the_one_before(
-    pool: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_an_unreadable_pointer_is_a_one_line_refusal(pool: Path, tmp_path: Path) -> None:
+    """A corrupt served.json stops the run with one line naming the file; no model is
+    guessed and nothing is trained or moved."""
+    train(pool, tmp_path / "ck", steps=None)
+    (tmp_path / "ck" / "served.json").write_text("{not json")
+    files = sorted(p.name for p in (tmp_path / "ck").rglob("*"))
+    with pytest.raises(TrainRequestError, match=r"served-model pointer .*served\.json"):
+        train(pool, tmp_path / "ck", steps=None, resume=True)
+    assert sorted(p.name for p in (tmp_path / "ck").rglob("*")) == files
+
+
+def test_a_folder_from_before_the_pointer_keeps_serving_its_newest_checkpoint(
+    pool: Path, tmp_path: Path
 ) -> None:
-    """A schema-valid newest checkpoint missing the encoder is skipped with a warning naming
-    it, and the run resumes from the previous one instead of failing."""
-    good = train(pool, tmp_path / "ck")
-    assert good.checkpoint is not None
-    bad = _save_without_encoder(tmp_path / "ck", good.checkpoint, step=40)
-    again = train(pool, tmp_path / "ck", steps=30, resume=True)
-    assert again.outcome == "success" and again.extra["resumed_from"] == str(good.checkpoint)
-    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert any(str(bad) in line and "encoder" in line for line in warned), warned
-
-
-def test_the_only_checkpoint_without_the_encoder_starts_fresh_with_a_warning(
-    pool: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """With no older checkpoint to fall back to, the run starts fresh and says why."""
-    good = train(pool, tmp_path / "first")
-    assert good.checkpoint is not None
-    bad = _save_without_encoder(tmp_path / "ck", good.checkpoint, step=40)
-    again = train(pool, tmp_path / "ck", resume=True)
-    assert again.outcome == "success" and again.extra["resumed_from"] is None
-    warned = " ".join(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
-    assert str(bad) in warned and "starting fresh" in warned
+    """A checkpoint folder written before served.json: its newest checkpoint is adopted as
+    the served model (the pointer names it), so the prediction API never loses it."""
+    first = train(pool, tmp_path / "first", steps=None)
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    for path in Path(str(first.checkpoint)).parent.glob("ckpt-*"):
+        shutil.copy2(path, legacy / path.name)
+    again = train(pool, legacy, steps=None, resume=True)
+    adopted = legacy / Path(str(first.checkpoint)).name
+    assert again.outcome == "up_to_date" and served_checkpoint(legacy) == adopted
+    assert WorldModelPredictor.load(legacy).checkpoint == adopted

@@ -62,12 +62,16 @@ def test_train_runs_through_fit_and_reports(trained: tuple[TrainResult, Path]) -
 
 @pytest.mark.slow
 def test_resume_runs_n_more_steps_with_the_saved_encoder(data: Path, tmp_path: Path) -> None:
-    """Resuming runs N more steps, counted from the checkpoint, with identical parameters."""
+    """Resuming runs N more steps, counted from the checkpoint, with identical parameters:
+    as a candidate of its own, from a copy of the served checkpoint (left as it was)."""
     first = _train(data, tmp_path / "a", steps=6)
+    served = Path(str(first.checkpoint)).read_bytes()
     second = _train(data, tmp_path / "a", steps=6, resume=True)
     straight = _train(data, tmp_path / "b", steps=12)
     assert (first.steps, second.steps, second.extra["total_steps"]) == (6, 6, 12)
-    assert second.extra["resumed_from"] == str(first.checkpoint)
+    resumed = Path(second.extra["resumed_from"])
+    assert resumed.name == Path(str(first.checkpoint)).name and resumed != first.checkpoint
+    assert Path(str(first.checkpoint)).read_bytes() == served
     a = torch.load(second.checkpoint, weights_only=True)["model"]  # type: ignore[arg-type]
     b = torch.load(straight.checkpoint, weights_only=True)["model"]  # type: ignore[arg-type]
     assert all(torch.equal(a[k], b[k]) for k in a)

@@ -1,0 +1,238 @@
+"""The promotion gate: a candidate replaces the served model only if it is no worse.
+
+Both models are scored on the same records, each record by a network that never trained
+on it (:func:`comparison_records` states the rule), and, when the operator names one
+(``GENESIS_FP16_AGENTS__SE_DARWIN__GOLDEN_DATA``), on a fixed trusted pool. The candidate
+passes when on every set it is no worse within a tolerance derived from the measured
+noise::
+
+    δ_auc = max(0.005, 2 · s.e.(served AUC))          (Hanley and McNeil)
+    δ_ll  = max(0.005, 2 · s.e.(candidate − served per-record log-loss))   (paired)
+    pass: candidate AUC ≥ served AUC − δ_auc  and  candidate log-loss ≤ served log-loss + δ_ll
+
+A set under ``MIN_RECORDS`` records cannot decide; one with under ``MIN_CLASS`` records
+of a class compares log-loss alone (its AUC would be luck) and says so. When no set can
+decide, the gate says so (``decided=False``) and the run fails loudly, never passes.
+
+Which records a model did not train on (``held_out_for``):
+
+* a **cross-validated** model (folds by a hash of (seed, id), stable as the pool grows):
+  every record, scored by the member of the record's fold, which never trained on it
+  (a new record by the same member: no member trained on it);
+* a **held-out** model: records outside the pool it read (new ids), and those of its
+  held-out part (``is_held_out(id, seed, eval_fraction)``); its validation part chose
+  its weights and is left out.
+
+The comparison set is every current record that both models may be scored on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from genesis_fp16_agents.se_darwin.task import assign_folds, is_held_out
+from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, record_id_hash
+from genesis_fp16_infrastructure.data.lineage import Pool
+from genesis_fp16_infrastructure.data.schema import Example
+from genesis_fp16_infrastructure.training.run.early_stop import served_weights
+from genesis_fp16_infrastructure.world_model.features import FeatureEncoder
+from genesis_fp16_infrastructure.world_model.metrics import auc_with_interval
+from genesis_fp16_infrastructure.world_model.model import ModelConfig, build_world_model
+from genesis_fp16_infrastructure.world_model.predict import read_world_model_state
+
+MIN_RECORDS = 50  # fewer records (or under 10 of a class): the AUC is mostly luck
+MIN_CLASS = 10
+MIN_DELTA = 0.005
+
+
+@dataclass(frozen=True)
+class Scores:
+    """One model's scores on one set: AUC (with its s.e.), mean log-loss, records."""
+
+    auc: float
+    auc_se: float
+    log_loss: float
+    records: int
+
+    def to_json(self) -> dict[str, float]:
+        return {
+            "auc": round(self.auc, 6),
+            "auc_se": round(self.auc_se, 6),
+            "log_loss": round(self.log_loss, 6),
+            "records": self.records,
+        }
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Candidate against served on one set of records, with the tolerances and verdict."""
+
+    name: str  # "held_out" or "golden"
+    candidate: Scores | None
+    served: Scores | None
+    delta_auc: float = math.nan
+    delta_log_loss: float = math.nan
+    passed: bool | None = None  # None: this set cannot decide
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "set": self.name,
+            "candidate": self.candidate.to_json() if self.candidate else None,
+            "served": self.served.to_json() if self.served else None,
+            "delta_auc": _round(self.delta_auc),
+            "delta_log_loss": _round(self.delta_log_loss),
+            "passed": self.passed,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The gate's decision: ``promote`` only when ``decided``; ``reason`` in one line."""
+
+    decided: bool
+    promote: bool
+    reason: str
+    comparisons: Sequence[Comparison] = field(default_factory=tuple)
+    seconds: float = 0.0
+
+    @property
+    def outcome(self) -> str:
+        if not self.decided:
+            return "undecided"
+        return "promoted" if self.promote else "rejected"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "comparisons": [c.to_json() for c in self.comparisons],
+            "seconds": round(self.seconds, 4),
+        }
+
+
+class ScoredModel:
+    """A world-model checkpoint ready to score records: its network, encoder, and what
+    it trained on (its split and the fingerprint of the pool it read)."""
+
+    def __init__(self, state: Mapping[str, Any]) -> None:
+        saved = read_world_model_state(state)
+        self.config = ModelConfig.from_dict(saved["model"])
+        self.model = build_world_model(self.config).eval()
+        self.model.load_state_dict(served_weights(state))
+        self.encoder = FeatureEncoder.from_state(saved["encoder"])
+        split = saved.get("split") or {}
+        self.seed = int(split.get("seed", 0))
+        self.eval_fraction = float(split.get("eval_fraction", 0.0))
+        self.folds = int(split.get("folds", 0))
+        seen = DataFingerprint.from_state(saved.get("data"))
+        self.pool_ids = set(seen.ids.tolist()) if seen is not None else None
+
+    def held_out_for(self, examples: Sequence[Example]) -> list[bool]:
+        """Which records this model never trained on (see the module docstring)."""
+        if self.folds > 1:
+            return [True] * len(examples)
+        if self.pool_ids is None:
+            return [False] * len(examples)  # its data is unknown: it may have seen any
+        return [
+            record_id_hash(e.trajectory_id) not in self.pool_ids
+            or is_held_out(e.trajectory_id, self.seed, self.eval_fraction)
+            for e in examples
+        ]
+
+    def success_probability(
+        self, examples: Sequence[Example], pool: Pool, out_of_fold: bool
+    ) -> torch.Tensor:
+        """P(success) per record; ``out_of_fold``: each from its fold's member."""
+        x = self.encoder.encode([e.attempt for e in examples], pool)
+        with torch.no_grad():
+            if out_of_fold and self.folds > 1:
+                logits = self.model(x, per_member=True).success_logit  # (members, n)
+                ids = [e.trajectory_id for e in examples]
+                fold = torch.tensor(assign_folds(ids, self.seed, self.folds)).unsqueeze(0)
+                logit = logits.gather(0, fold).squeeze(0)
+            else:
+                logit = self.model(x).success_logit
+        return torch.sigmoid(logit.float())
+
+
+def score(p: torch.Tensor, labels: torch.Tensor) -> tuple[Scores, torch.Tensor]:
+    """Scores of probabilities ``p`` against 0/1 ``labels``, and the per-record log-loss."""
+    value, low, high = auc_with_interval(p, labels)
+    eps = 1e-7
+    p = p.double().clamp(eps, 1 - eps)
+    y = labels.double()
+    losses = -(y * p.log() + (1 - y) * (1 - p).log())
+    se = (high - low) / (2 * 1.96) if not math.isnan(value) else math.nan
+    return Scores(value, se, float(losses.mean()), len(y)), losses
+
+
+def compare_on(
+    name: str,
+    examples: Sequence[Example],
+    pool: Pool,
+    candidate: ScoredModel,
+    served: ScoredModel,
+    out_of_fold: bool,
+) -> Comparison:
+    """Both models on ``examples``, and whether the candidate is no worse within δ."""
+    labels = torch.tensor([float(e.label.success) for e in examples])
+    positives = int(labels.sum()) if len(examples) else 0
+    if len(examples) < MIN_RECORDS:
+        reason = f"{len(examples)} record(s): a comparison needs at least {MIN_RECORDS}"
+        return Comparison(name, None, None, passed=None, reason=reason)
+    # Under MIN_CLASS of a class the AUC is mostly luck: log-loss alone decides, said so.
+    with_auc = min(positives, len(examples) - positives) >= MIN_CLASS
+    cand, cand_losses = score(candidate.success_probability(examples, pool, out_of_fold), labels)
+    serv, serv_losses = score(served.success_probability(examples, pool, out_of_fold), labels)
+    diff = cand_losses - serv_losses
+    paired_se = float(diff.std() / math.sqrt(len(diff)))
+    delta_auc = max(MIN_DELTA, 2 * serv.auc_se) if with_auc else math.nan
+    delta_ll = max(MIN_DELTA, 2 * paired_se)
+    worse = []
+    if with_auc and cand.auc < serv.auc - delta_auc:
+        worse.append(f"AUC {cand.auc:.4f} < served {serv.auc:.4f} - {delta_auc:.4f}")
+    if cand.log_loss > serv.log_loss + delta_ll:
+        worse.append(f"log-loss {cand.log_loss:.4f} > served {serv.log_loss:.4f} + {delta_ll:.4f}")
+    auc_text = (
+        f"AUC {cand.auc:.4f} vs {serv.auc:.4f} (δ {delta_auc:.4f})"
+        if with_auc
+        else f"AUC not compared ({positives} successful of {len(examples)})"
+    )
+    reason = "; ".join(worse) or (
+        f"{auc_text}, log-loss {cand.log_loss:.4f} vs {serv.log_loss:.4f} (δ {delta_ll:.4f})"
+    )
+    return Comparison(name, cand, serv, delta_auc, delta_ll, not worse, reason)
+
+
+def comparison_records(
+    examples: Sequence[Example], candidate: ScoredModel, served: ScoredModel
+) -> list[Example]:
+    """The current records neither model trained on (the module docstring's rule)."""
+    both = zip(candidate.held_out_for(examples), served.held_out_for(examples), strict=True)
+    return [e for e, (c, s) in zip(examples, both, strict=True) if c and s]
+
+
+def decide(comparisons: Sequence[Comparison], clock: Callable[[], float] | None = None) -> Verdict:
+    """Promote when every set that can decide passes and at least one can."""
+    seconds = clock() if clock is not None else 0.0
+    deciding = [c for c in comparisons if c.passed is not None]
+    if not deciding:
+        reasons = "; ".join(f"{c.name}: {c.reason}" for c in comparisons)
+        return Verdict(False, False, f"the gate cannot decide ({reasons})", comparisons, seconds)
+    failed = [c for c in deciding if not c.passed]
+    if failed:
+        reason = "; ".join(f"{c.name}: {c.reason}" for c in failed)
+        return Verdict(True, False, f"worse than the served model: {reason}", comparisons, seconds)
+    reason = "; ".join(f"{c.name}: {c.reason}" for c in deciding)
+    return Verdict(True, True, f"no worse than the served model: {reason}", comparisons, seconds)
+
+
+def _round(value: float) -> float | None:
+    return None if math.isnan(value) else round(value, 6)

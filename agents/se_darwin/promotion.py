@@ -1,0 +1,337 @@
+"""Candidates and promotion for SE-Darwin: where a run trains, and whether it is served.
+
+A run never trains in the served model's folder. :func:`plan_candidate` decides, from the
+served-model pointer (infrastructure/served.py) and the candidates kept beside it:
+
+* a candidate of this data (same data digest, same request) cut short earlier: resume it;
+* a judged candidate of this data that is served, rejected or rolled back from: the run
+  is up to date against it, no step (one promoted once but no longer served, the data
+  having come back to its records, trains anew) (an explicit steps/epochs budget always trains: the
+  forced run);
+* otherwise a new candidate folder: from scratch on changed data (an encoder fitted on
+  the whole pool), or continuing the served model's checkpoint (a copy) when the data
+  is the served model's own and a budget was asked.
+
+:func:`judge` then runs the gate (agents/se_darwin/gate.py) and promotes, rejects, or
+fails loudly when it cannot decide. The first model has nothing to beat and is served.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import shutil
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from genesis_fp16_agents.se_darwin import gate
+from genesis_fp16_agents.se_darwin.freshness import request_key
+from genesis_fp16_agents.se_darwin.task import TaskOptions, read_pool
+from genesis_fp16_infrastructure.data.fingerprint import DataChange, DataFingerprint, compare
+from genesis_fp16_infrastructure.data.readers import DataError, ReadResult
+from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError, TrainResult
+from genesis_fp16_infrastructure.served import (
+    CANDIDATE_META,
+    VERDICT_NAME,
+    ServedPointerError,
+    candidate_entry,
+    candidates_dir,
+    list_candidates,
+    new_candidate,
+    newest_checkpoint,
+    read_json,
+    read_pointer,
+    serve,
+    served_checkpoint,
+    write_verdict,
+)
+from genesis_fp16_infrastructure.training.checkpoint import (
+    CheckpointError,
+    CheckpointManager,
+    load_checkpoint,
+)
+from genesis_fp16_infrastructure.training.distributed import rank_and_world
+from genesis_fp16_infrastructure.world_model.predict import (
+    accept_world_model,
+    read_world_model_state,
+)
+
+logger = logging.getLogger(__name__)
+
+SPLIT_FOLDER = "split"  # final_fit=whole: the split run's checkpoints, under the candidate
+
+
+@dataclass(frozen=True)
+class Served:
+    """The served model: its pointer entry, checkpoint, and the checkpoint the gate
+    scores (the split run's, for a final_fit=whole model)."""
+
+    entry: Mapping[str, Any]
+    checkpoint: Path
+    judged: Path
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where this run trains (``folder``, resuming ``saved``), or why it is up to date."""
+
+    folder: Path
+    saved: Mapping[str, Any] | None
+    change: DataChange | None
+    up_to_date: str | None = None  # why, when no step is to be taken
+    verdict: Mapping[str, Any] | None = None  # the judged candidate's, when up to date
+    served_folder: Path | None = None
+    served_checkpoint: Path | None = None
+    served_seen: DataFingerprint | None = None  # the served model's data, for drift
+
+
+def served_model(root: Path) -> Served | None:
+    """The pointer's model, or None before the first promotion; an unreadable pointer or
+    a missing file is a one-line refusal, never a guess at another model."""
+    try:
+        pointer = read_pointer(root)
+        checkpoint = served_checkpoint(root)
+    except ServedPointerError as exc:
+        raise TrainRequestError(str(exc)) from None
+    if pointer is None or checkpoint is None:
+        return _adopt(root)
+    judged = Path(root) / str(pointer.served.get("judged") or pointer.served["checkpoint"])
+    return Served(pointer.served, checkpoint, judged if judged.is_file() else checkpoint)
+
+
+def _adopt(root: Path) -> Served | None:
+    """A folder written before the pointer existed: its newest valid world-model checkpoint
+    is what was served, and becomes the pointer's (logged), so that no upgrade leaves the
+    prediction API without a model while the first candidate trains."""
+    found = CheckpointManager(Path(root)).load_latest(accept_world_model)
+    if found is None:
+        return None
+    path = found[1]
+    entry = {"id": f"adopted-{path.stem}", "checkpoint": path.name, "judged": path.name}
+    serve(root, entry, "adopted")
+    logger.warning("se_darwin: no served.json in %s: serving its newest checkpoint %s", root, path)
+    return Served({**entry, "how": "adopted"}, path, path)
+
+
+def plan_candidate(
+    root: Path,
+    request: TrainRequest,
+    seen: DataFingerprint,
+    served: Served | None,
+    own_budget: bool,
+    whole: bool,
+) -> Plan:
+    """Where the run trains, or that it is up to date (the module docstring's order)."""
+    key = request_key(request)
+    served_state = _world_state(served.judged) if served is not None else None
+    change = compare(served_state.get("data"), seen) if served_state is not None else None
+    mine = [
+        c
+        for c in list_candidates(root)
+        if (m := read_json(c / CANDIDATE_META))
+        and m.get("fingerprint") == seen.digest
+        and m.get("request") == key
+    ]
+    if request.resume:
+        for candidate in reversed(mine):
+            verdict = read_json(candidate / VERDICT_NAME)
+            train_folder = candidate / SPLIT_FOLDER if whole else candidate
+            if verdict is None and newest_checkpoint(train_folder) is not None:
+                logger.info("se_darwin: resuming candidate %s, cut short earlier", candidate.name)
+                return Plan(candidate, _world_state(newest_checkpoint(train_folder)), change)
+            # Judged and not served (rejected, rolled back): up to date against it. A
+            # promoted one no longer served (the data came back to its records) trains anew.
+            outcome = verdict.get("outcome") if verdict is not None else None
+            served_id = served.entry.get("id") if served is not None else None
+            judged = outcome in ("rejected", "rolled_back") or (
+                outcome == "promoted" and candidate.name == served_id
+            )
+            if judged and own_budget:
+                if served is None or served_state is None:
+                    break  # judged but nothing served (removed by hand): train anew
+                why = f"candidate {candidate.name} of this data was {outcome}"
+                return _up_to_date(candidate, served, served_state, change, why, verdict)
+        same = served is not None and _same_request(root, served, key)
+        if same and own_budget and change is not None and change.unchanged:
+            assert served is not None and served_state is not None
+            return _up_to_date(None, served, served_state, change, change.describe(), None)
+    meta = {"fingerprint": seen.digest, "records": seen.records, "request": key}
+    folder = new_candidate(root, meta, _shared_name(seen, key, served))
+    served_seen = DataFingerprint.from_state(served_state.get("data")) if served_state else None
+    same = served is not None and _same_request(root, served, key)
+    if same and served is not None and change is not None and change.unchanged:
+        # The served model's own data and request, and a budget asked: the candidate
+        # continues it (a copy of its checkpoint; the served file is never written).
+        into = folder / SPLIT_FOLDER if whole else folder
+        into.mkdir(parents=True, exist_ok=True)
+        for source in (served.judged, served.judged.with_name(served.judged.name + ".sha256")):
+            if source.exists():  # the checkpoint and its digest
+                shutil.copy2(source, into / source.name)
+        logger.info("se_darwin: candidate %s continues the served model", folder.name)
+        return Plan(folder, served_state, change, served_seen=served_seen)
+    if change is not None:
+        logger.info(
+            "se_darwin: the data changed, %s: candidate %s trains afresh",
+            change.describe(),
+            folder.name,
+        )
+    return Plan(folder, None, change, served_seen=served_seen)
+
+
+def judge(
+    root: Path,
+    candidate: Path,
+    result: TrainResult,
+    served: Served | None,
+    data: ReadResult,
+    request: TrainRequest,
+    options: TaskOptions,
+) -> TrainResult:
+    """Gate the finished candidate; promote it, or reject it (the served model stays),
+    or raise TrainRequestError when the gate cannot decide. Returns the run's result
+    with ``extra.gate``."""
+    checkpoint = result.checkpoint
+    if checkpoint is None:
+        raise TrainRequestError(f"candidate {candidate.name} wrote no checkpoint: nothing to judge")
+    judged = Path(str(result.extra.get("final_fit", {}).get("split_checkpoint") or checkpoint))
+    precision = result.precision_used
+    if served is None:
+        verdict = gate.Verdict(True, True, "the first model: nothing served to beat")
+    else:
+        verdict = _compare(judged, served, data, request, options)
+    record = {
+        **verdict.to_json(),
+        "precision": precision,
+        "candidate": _first_scores(verdict, "candidate"),
+        "served": _first_scores(verdict, "served"),
+        "served_id": served.entry.get("id") if served is not None else None,
+    }
+    write_verdict(candidate, record)
+    extra = {**result.extra, "gate": {**record, "candidate_id": candidate.name}}
+    result = dataclasses.replace(result, extra=extra)
+    if not verdict.decided:
+        logger.error("se_darwin: candidate %s: %s", candidate.name, verdict.reason)
+        raise TrainRequestError(
+            f"promotion gate: {verdict.reason}; the served model stays, candidate kept in "
+            f"{candidate}"
+        )
+    if not verdict.promote:
+        logger.warning("se_darwin: candidate %s rejected: %s", candidate.name, verdict.reason)
+        return dataclasses.replace(result, rejected=True)
+    entry = candidate_entry(root, candidate, checkpoint)
+    entry["judged"] = str(judged.resolve().relative_to(Path(root).resolve()))
+    serve(root, entry, "gate" if served is not None else "first")
+    logger.info("se_darwin: candidate %s promoted: %s", candidate.name, verdict.reason)
+    return result
+
+
+def _compare(
+    judged: Path,
+    served: Served,
+    data: ReadResult,
+    request: TrainRequest,
+    options: TaskOptions,
+) -> gate.Verdict:
+    """The candidate's and the served model's scores on the held-out comparison set and
+    the golden pool, and the verdict; ``seconds``: what the comparison cost."""
+    start = time.perf_counter()
+    try:
+        candidate_model = gate.ScoredModel(load_checkpoint(judged))
+        served_model_ = gate.ScoredModel(load_checkpoint(served.judged))
+    except (CheckpointError, ValueError) as exc:  # e.g. a served model of encoder version 1
+        return gate.Verdict(
+            False, False, f"the gate cannot decide (a model cannot be scored: {exc})"
+        )
+    records = gate.comparison_records(data.examples, candidate_model, served_model_)
+    comparisons = [
+        gate.compare_on("held_out", records, data.pool, candidate_model, served_model_, True)
+    ]
+    golden_path = request.golden_data_path
+    if golden_path is not None:
+        golden = _read_golden(Path(golden_path), options, data)
+        comparisons.append(
+            gate.compare_on(
+                "golden", golden.examples, golden.pool, candidate_model, served_model_, False
+            )
+        )
+    return gate.decide(comparisons, lambda: time.perf_counter() - start)
+
+
+def _read_golden(path: Path, options: TaskOptions, data: ReadResult) -> ReadResult:
+    """The operator's trusted pool; its records that the training pool also holds are left
+    out (a model may have trained on them), with a warning naming how many."""
+    try:
+        golden = read_pool(path, options, None)
+    except DataError as exc:
+        raise TrainRequestError(f"golden data {str(path)!r}: {exc}") from None
+    training_ids = {e.trajectory_id for e in data.examples}
+    kept = [e for e in golden.examples if e.trajectory_id not in training_ids]
+    if len(kept) < len(golden.examples):
+        logger.warning(
+            "golden data: %d record(s) also in the training pool, left out of the gate",
+            len(golden.examples) - len(kept),
+        )
+    return dataclasses.replace(golden, examples=kept)
+
+
+def _first_scores(verdict: gate.Verdict, side: str) -> dict[str, Any] | None:
+    for comparison in verdict.comparisons:
+        scores = getattr(comparison, side)
+        if scores is not None:
+            return {"set": comparison.name, **scores.to_json()}
+    return None
+
+
+def _shared_name(seen: DataFingerprint, key: Any, served: Served | None) -> str | None:
+    """Under torchrun, a candidate name every rank derives alike (data, request, served
+    model); None in one process (the UTC time names it)."""
+    if rank_and_world()[1] == 1:
+        return None
+    text = json.dumps(
+        [seen.digest, key, served.entry.get("id") if served else None], sort_keys=True
+    )
+    return f"ranks-{seen.digest[:8]}-{hashlib.blake2b(text.encode(), digest_size=4).hexdigest()}"
+
+
+def _same_request(root: Path, served: Served, key: Any) -> bool:
+    """Whether the served model was trained for this request (an adopted one, written
+    before requests were recorded, counts as the same: as before the pointer existed)."""
+    if served.entry.get("how") == "adopted":
+        return True
+    meta = read_json(candidates_dir(root) / str(served.entry.get("id")) / CANDIDATE_META)
+    return meta is not None and meta.get("request") == key
+
+
+def _up_to_date(
+    candidate: Path | None,
+    served: Served,
+    served_state: Mapping[str, Any],
+    change: DataChange | None,
+    why: str,
+    verdict: Mapping[str, Any] | None,
+) -> Plan:
+    return Plan(
+        candidate or served.judged.parent,
+        served_state,
+        change,
+        up_to_date=why,
+        verdict=verdict,
+        served_folder=served.judged.parent,
+        served_checkpoint=served.checkpoint,
+    )
+
+
+def _world_state(path: Path | None) -> Mapping[str, Any] | None:
+    """A checkpoint's world-model state (encoder, shape, data, split), or None; a file
+    that is not a readable world model is a one-line refusal naming it."""
+    if path is None:
+        return None
+    try:
+        return read_world_model_state(load_checkpoint(path))
+    except (CheckpointError, ValueError, OSError) as exc:
+        raise TrainRequestError(f"checkpoint {str(path)!r} unusable: {exc}") from None

@@ -1,0 +1,229 @@
+"""Does the promotion gate promote good retrains, reject bad ones, and see shifts?
+
+    python benchmarks/promotion_gate.py [--sequences 10] [--records 600] > results.md
+
+For each sequence s (pool ``generate_pool(records, seed=s)``, its first half served by
+a first ``SEDarwinPlugin.train`` run, fp32, default budget with ``max_epochs``), the
+served folder is copied and one candidate of each kind is trained on it, resuming, as a
+scheduled run would:
+
+* **clean growth**: the whole pool (the second half's records are new and clean);
+* **cut short**: the whole pool with ``steps=3`` (a run stopped early, then judged);
+* **fp16 diverged**: the whole pool in fp16 with learning rate 30 and no guard;
+* **flipped labels**: the second half with every label turned over, judged with a golden
+  pool (``generate_pool(records // 2, seed=10_000 + s)``) as the operator would give one.
+
+Each row counts promoted and rejected candidates, and a gate that could not decide (the
+run fails: counted apart). The gate's cost is its phase's seconds over the run's wall
+seconds (clean growth). Then five shifts of the second half are scored by the drift
+report against the first half (no training): a new agent, the success rate raised to
+0.6, a tool renamed, ``generation`` × 10 (one numeric feature), and none. CPU, torch's
+default threads. Writes a Markdown report to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from genesis_fp16_agents.se_darwin.drift import drift_report
+from genesis_fp16_agents.se_darwin.plugin import SEDarwinPlugin
+from genesis_fp16_infrastructure.data.fingerprint import fingerprint
+from genesis_fp16_infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError
+
+PLUGIN = SEDarwinPlugin()
+_FLIP = {"success": "failure", "failure": "success"}
+Pool = dict[str, Any]
+
+
+def _subset(pool: Pool, ids: list[str]) -> Pool:
+    return {**pool, "trajectories": {k: pool["trajectories"][k] for k in ids}}
+
+
+def _flip(record: dict[str, Any]) -> None:
+    if record.get("success_score") is not None:
+        record["success_score"] = round(1.0 - record["success_score"], 3)
+    record["status"] = _FLIP.get(record.get("status"), record.get("status"))
+
+
+def _request(root: Path, data: Path, **kw: Any) -> TrainRequest:
+    options = {"max_epochs": kw.pop("max_epochs"), **kw.pop("options", {})}
+    return TrainRequest(
+        agent="se_darwin",
+        precision=kw.pop("precision", "fp32"),
+        precision_reason="benchmark",
+        state_dir=root,
+        checkpoint_dir=root / "ck",
+        data_path=data,
+        resume=True,
+        options=options,
+        **kw,
+    )
+
+
+def _train(request: TrainRequest) -> tuple[str, dict[str, Any]]:
+    try:
+        result = PLUGIN.train(request)
+    except TrainRequestError as exc:
+        return "undecided" if "promotion gate" in str(exc) else "error", {"error": str(exc)}
+    return result.outcome, result.to_json()
+
+
+def run_sequence(seed: int, records: int, max_epochs: int, work: Path) -> dict[str, Any]:
+    pool = generate_pool(records, seed=seed)
+    ids = list(pool["trajectories"])
+    half = ids[: records // 2]
+    base = work / f"s{seed}"
+    (base / "data").mkdir(parents=True)
+    (base / "data" / "pool.json").write_text(json.dumps(_subset(pool, half)))
+    first, _ = _train(_request(base, base / "data", max_epochs=max_epochs))
+    assert first == "success", first
+    golden = work / f"golden{seed}.json"
+    golden.write_text(json.dumps(generate_pool(records // 2, seed=10_000 + seed)))
+
+    def scenario(name: str, edit: Callable[[Pool], Pool], **kw: Any) -> tuple[str, dict[str, Any]]:
+        root = work / f"s{seed}-{name}"
+        shutil.copytree(base, root)
+        (root / "data" / "pool.json").write_text(json.dumps(edit(json.loads(json.dumps(pool)))))
+        return _train(_request(root, root / "data", max_epochs=max_epochs, **kw))
+
+    def flipped(grown: Pool) -> Pool:
+        for key in ids[records // 2 :]:
+            _flip(grown["trajectories"][key])
+        return grown
+
+    out: dict[str, Any] = {}
+    out["clean"] = scenario("clean", lambda p: p)
+    out["short"] = scenario("short", lambda p: p, steps=3)
+    out["fp16"] = scenario("fp16", lambda p: p, precision="fp16", options={"learning_rate": 30.0})
+    out["flipped"] = scenario("flipped", flipped, golden_data_path=golden)
+    return out
+
+
+def run_shifts(seed: int, records: int, work: Path) -> dict[str, dict[str, Any]]:
+    """The drift report of five edits of the second half against the first half."""
+    shifts: dict[str, Callable[[Pool, list[str]], None]] = {
+        "new agent": lambda p, new: [p["trajectories"][k].update(agent_name="qa") for k in new],
+        "success 0.6": lambda p, new: [
+            p["trajectories"][k].update(success_score=0.9 if i % 5 < 3 else 0.1)
+            for i, k in enumerate(new)
+        ],
+        "tool renamed": lambda p, new: [
+            p["trajectories"][k].update(
+                tools_used=[
+                    t if t != "grep" else "ripgrep" for t in p["trajectories"][k]["tools_used"]
+                ]
+            )
+            for k in new
+        ],
+        "generation x10": lambda p, new: [
+            p["trajectories"][k].update(generation=10 * int(p["trajectories"][k]["generation"]))
+            for k in new
+        ],
+        "none": lambda p, new: None,
+    }
+    out = {}
+    for name, edit in shifts.items():
+        pool = generate_pool(records, seed=seed)
+        ids = list(pool["trajectories"])
+        served = read_pool_of(_subset(pool, ids[: records // 2]), work / "served.json")
+        edit(pool, ids[records // 2 :])
+        grown = read_pool_of(pool, work / "grown.json")
+        report = drift_report(grown.examples, grown.pool, fingerprint(served.examples), seed)
+        assert report is not None
+        out[name] = report
+    return out
+
+
+def read_pool_of(pool: Pool, path: Path) -> Any:
+    path.write_text(json.dumps(pool))
+    return read_trajectories(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sequences", type=int, default=10)
+    parser.add_argument("--records", type=int, default=600)
+    parser.add_argument("--max-epochs", type=int, default=4)
+    parser.add_argument("--out", type=Path, help="rewrite the report here after each sequence")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR)
+    start = time.perf_counter()
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        shifts = run_shifts(0, args.records, Path(tmp))
+        for seed in range(args.sequences):
+            results.append(run_sequence(seed, args.records, args.max_epochs, Path(tmp)))
+            print(f"sequence {seed}: {[r[0] for r in results[-1].values()]}", file=sys.stderr)
+            if args.out is not None:  # a run stopped early still leaves what it measured
+                args.out.write_text(_report(results, shifts, args, time.perf_counter() - start))
+    print(_report(results, shifts, args, time.perf_counter() - start))
+    return 0
+
+
+def _report(results: list[dict[str, Any]], shifts: dict[str, Any], args: Any, wall: float) -> str:
+    lines = [
+        f"# Promotion gate: {len(results)} of {args.sequences} sequences of {args.records} records "
+        f"(first half served, max_epochs {args.max_epochs})",
+        "",
+        f"CPU ({torch.get_num_threads()} threads), torch {torch.__version__}; "
+        f"`python benchmarks/promotion_gate.py --sequences {args.sequences} --records "
+        f"{args.records} --max-epochs {args.max_epochs}`; {wall:.0f} s in all.",
+        "",
+        "| candidate | promoted | rejected | undecided (run failed) | other |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for kind in ("clean", "short", "fp16", "flipped"):
+        outcomes = [r[kind][0] for r in results]
+        promoted = outcomes.count("success")
+        rejected = outcomes.count("rejected")
+        undecided = outcomes.count("undecided")
+        other = len(outcomes) - promoted - rejected - undecided
+        lines.append(f"| {kind} | {promoted} | {rejected} | {undecided} | {other} |")
+    costs = []
+    for r in results:
+        outcome, data = r["clean"]
+        if outcome in ("success", "rejected"):
+            phases = data["extra"]["phases"]
+            costs.append(
+                (phases.get("gate", 0.0) + phases.get("drift", 0.0)) / data["wall_seconds"]
+            )
+    if costs:
+        lines += [
+            "",
+            f"Gate and drift cost over the clean runs' wall time: median "
+            f"{statistics.median(costs):.1%}, max {max(costs):.1%}.",
+        ]
+    lines += [
+        "",
+        "| shift | flagged features | label shift (threshold) | flagged label |",
+        "| --- | --- | --- | --- |",
+    ]
+    for name, report in shifts.items():
+        lines.append(
+            f"| {name} | {', '.join(report['flagged']) or '-'} | {report['label_shift']:+.3f} "
+            f"({report['label_shift_threshold']:.3f}) | {report['label_shift_flagged']} |"
+        )
+    reasons = [f"- {kind} s{i}: {_why(r[kind][1])}" for i, r in enumerate(results) for kind in r]
+    return "\n".join([*lines, "", "Verdicts:", "", *reasons])
+
+
+def _why(data: dict[str, Any]) -> str:
+    return str(data.get("error") or data["extra"].get("gate", {}).get("reason"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,262 @@
+"""The served model: a pointer file naming one candidate's checkpoint, never "the newest file".
+
+An agent's checkpoint folder holds every model it trained, each in a folder of its own,
+and one pointer that says which of them Genesis uses::
+
+    <checkpoint_dir>/
+        served.json                  {"served": {...}, "history": [{...}, ...]}
+        candidates/<id>/             one training run's checkpoints
+            candidate.json           its data (digest, records) and request, when it began
+            verdict.json             the gate's verdict: promoted, rejected or undecided
+            ckpt-0000000120.pt ...
+
+A candidate trains in its own folder; the pointer changes only when one is promoted, and
+is rewritten atomically (:func:`~genesis_fp16_infrastructure.atomic.write_json_atomic`:
+a reader finds the old pointer or the new one, never none). ``history`` keeps the models
+served before, newest first, for ``genesis-fp16 model rollback``.
+
+This module reads and writes JSON only (no torch): the daemon's up-to-date check and the
+``model`` command use it without importing torch.
+
+>>> pointer = read_pointer(folder)  # doctest: +SKIP
+>>> pointer.served["id"], served_checkpoint(folder)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from genesis_fp16_infrastructure.atomic import write_json_atomic
+
+POINTER_NAME = "served.json"
+POINTER_VERSION = 1
+CANDIDATES_FOLDER = "candidates"
+CANDIDATE_META = "candidate.json"
+VERDICT_NAME = "verdict.json"
+VERDICTS = ("promoted", "rejected", "undecided", "rolled_back")
+_CHECKPOINT_NAME = re.compile(r"^ckpt-(\d{10})\.pt$")  # CheckpointManager's, without torch
+
+
+class ServedPointerError(ValueError):
+    """A pointer file that cannot be read or names nothing: one line naming the file."""
+
+
+@dataclass(frozen=True)
+class ServedPointer:
+    """What ``served.json`` holds: the served entry and the ones served before it."""
+
+    served: dict[str, Any]
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": POINTER_VERSION, "served": self.served, "history": self.history}
+
+
+def pointer_path(folder: Path) -> Path:
+    return Path(folder) / POINTER_NAME
+
+
+def candidates_dir(folder: Path) -> Path:
+    return Path(folder) / CANDIDATES_FOLDER
+
+
+def read_pointer(folder: Path) -> ServedPointer | None:
+    """The folder's pointer; None when it has none yet (no model was ever promoted).
+    A pointer that exists but cannot be read raises :class:`ServedPointerError`: a served
+    model is never guessed."""
+    path = pointer_path(folder)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ServedPointerError(f"served-model pointer {str(path)!r} unreadable: {exc}") from None
+    if not isinstance(data, dict) or data.get("version") != POINTER_VERSION:
+        raise ServedPointerError(
+            f"served-model pointer {str(path)!r} is not version {POINTER_VERSION} "
+            f"(found {data.get('version') if isinstance(data, dict) else type(data).__name__!r})"
+        )
+    served, history = data.get("served"), data.get("history", [])
+    if not isinstance(served, dict) or not isinstance(served.get("checkpoint"), str):
+        raise ServedPointerError(f"served-model pointer {str(path)!r} names no checkpoint")
+    if not isinstance(history, list):
+        raise ServedPointerError(f"served-model pointer {str(path)!r}: history is not a list")
+    return ServedPointer(served, [h for h in history if isinstance(h, dict)])
+
+
+def served_checkpoint(folder: Path) -> Path | None:
+    """The checkpoint file the pointer names (None: no pointer); ServedPointerError when
+    the file it names is gone."""
+    pointer = read_pointer(folder)
+    if pointer is None:
+        return None
+    path = Path(folder) / pointer.served["checkpoint"]
+    if not path.is_file():
+        raise ServedPointerError(
+            f"served-model pointer {str(pointer_path(folder))!r} names {str(path)!r}, "
+            "which is not there; `genesis-fp16 model list` shows what is"
+        )
+    return path
+
+
+def write_pointer(folder: Path, pointer: ServedPointer) -> None:
+    """Replace the pointer atomically (the old one or the new one, never neither)."""
+    write_json_atomic(pointer_path(folder), pointer.to_json())
+
+
+def serve(folder: Path, entry: Mapping[str, Any], how: str, keep: int | None = None) -> None:
+    """Make ``entry`` (a candidate's, see :func:`candidate_entry`) the served model; the
+    model served until now goes first in the history, which keeps ``keep`` entries."""
+    current = read_pointer(folder)
+    history = [] if current is None else [current.served, *current.history]
+    history = [h for h in history if h.get("id") != entry.get("id")]
+    if keep is not None:
+        history = history[:keep]
+    served = {**entry, "how": how, "served_at": _now()}
+    write_pointer(folder, ServedPointer(served, history))
+
+
+def rollback(folder: Path) -> dict[str, Any]:
+    """Serve the model served before the current one again; returns its entry."""
+    current = read_pointer(folder)
+    if current is None:
+        raise ServedPointerError(f"{str(folder)!r} serves no model yet: nothing to roll back")
+    if not current.history:
+        raise ServedPointerError(
+            f"{str(folder)!r} serves {current.served.get('id')!r} and kept no earlier model"
+        )
+    previous = current.history[0]
+    if not (Path(folder) / previous["checkpoint"]).is_file():
+        raise ServedPointerError(
+            f"the earlier model's checkpoint {previous['checkpoint']!r} is gone"
+        )
+    served = {**previous, "how": "rollback", "served_at": _now()}
+    write_pointer(folder, ServedPointer(served, current.history[1:]))
+    # The model rolled back from is kept like a rejected candidate (inspection, pruning),
+    # and the same data does not train it again (agents/se_darwin/plugin.py).
+    dropped = (Path(folder) / current.served["checkpoint"]).parent
+    if (dropped / CANDIDATE_META).is_file():
+        verdict = read_json(dropped / VERDICT_NAME) or {}
+        write_verdict(dropped, {**verdict, "outcome": "rolled_back"})
+    return served
+
+
+# Candidates -----------------------------------------------------------------------------
+
+
+def new_candidate(folder: Path, meta: Mapping[str, Any], shared: str | None = None) -> Path:
+    """A fresh candidate folder named by the UTC time and the data digest, with its meta.
+
+    ``shared``: the name every rank of one torchrun job derives alike (they must train
+    into one folder); the folder is made by whichever rank comes first, its meta kept."""
+    if shared is not None:
+        path = candidates_dir(folder) / shared
+        path.mkdir(parents=True, exist_ok=True)
+        if not (path / CANDIDATE_META).is_file():
+            write_json_atomic(path / CANDIDATE_META, {**meta, "id": shared, "created_at": _now()})
+        return path
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    digest = str(meta.get("fingerprint", ""))[:8] or "nodata"
+    base = candidates_dir(folder) / f"{stamp}-{digest}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    path.mkdir(parents=True)
+    write_json_atomic(path / CANDIDATE_META, {**meta, "id": path.name, "created_at": _now()})
+    return path
+
+
+def list_candidates(folder: Path) -> list[Path]:
+    """Every candidate folder, oldest first (by the time in its meta, then its name)."""
+    root = candidates_dir(folder)
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and (p / CANDIDATE_META).is_file()]
+    return sorted(
+        found, key=lambda p: (str((read_json(p / CANDIDATE_META) or {}).get("created_at")), p.name)
+    )
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A small JSON file of a candidate; None when absent or unreadable (a run cut off
+    while writing it leaves the old file, never half of one: they are written atomically)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_verdict(candidate: Path, verdict: Mapping[str, Any]) -> None:
+    stamp = {"decided_at": _now(), "decided_at_s": time.time()}
+    write_json_atomic(Path(candidate) / VERDICT_NAME, {**verdict, **stamp})
+
+
+def newest_checkpoint(candidate: Path) -> Path | None:
+    """The candidate's last checkpoint file (its served weights inside), or None."""
+    names = sorted(p.name for p in Path(candidate).iterdir() if _CHECKPOINT_NAME.match(p.name))
+    return Path(candidate) / names[-1] if names else None
+
+
+def candidate_entry(folder: Path, candidate: Path, checkpoint: Path) -> dict[str, Any]:
+    """The pointer's entry for a candidate: its id, checkpoint (relative to ``folder``),
+    data, precision and gate scores, from its meta and verdict files."""
+    meta = read_json(Path(candidate) / CANDIDATE_META) or {}
+    verdict = read_json(Path(candidate) / VERDICT_NAME) or {}
+    return {
+        "id": Path(candidate).name,
+        "checkpoint": str(Path(checkpoint).resolve().relative_to(Path(folder).resolve())),
+        "fingerprint": meta.get("fingerprint"),
+        "records": meta.get("records"),
+        "precision": verdict.get("precision"),
+        "scores": (verdict.get("candidate") or {}),
+        "trained_at": meta.get("created_at"),
+    }
+
+
+def folder_bytes(folder: Path) -> int:
+    """The bytes of every file under ``folder`` (the agent's disk use, as a gauge)."""
+    total = 0
+    for path in Path(folder).rglob("*"):
+        try:
+            if path.is_file():
+                total += path.stat().st_size
+        except OSError:
+            continue  # removed while walking (pruned, or a temp file renamed)
+    return total
+
+
+def prune(folder: Path, keep_served: int, rejected_days: float) -> list[Path]:
+    """Remove candidates the history no longer needs: those neither served nor among the
+    last ``keep_served`` served, and rejected or undecided ones older than
+    ``rejected_days``. An unfinished candidate (no verdict) and the served one are never
+    removed. Returns what was removed."""
+    pointer = read_pointer(folder)
+    kept_ids: set[str] = set()
+    if pointer is not None:
+        kept_ids = {str(e.get("id")) for e in [pointer.served, *pointer.history[:keep_served]]}
+        if len(pointer.history) > keep_served:
+            write_pointer(folder, ServedPointer(pointer.served, pointer.history[:keep_served]))
+    cutoff = time.time() - rejected_days * 86400
+    removed = []
+    for candidate in list_candidates(folder):
+        verdict = read_json(candidate / VERDICT_NAME)
+        if candidate.name in kept_ids or verdict is None:
+            continue
+        if verdict.get("outcome") != "promoted" and float(verdict.get("decided_at_s", 0)) > cutoff:
+            continue  # a recent rejection, kept for inspection
+        shutil.rmtree(candidate)
+        removed.append(candidate)
+    return removed
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -1,0 +1,190 @@
+"""The real daemon with the promotion gate: a worse candidate is not served, the pointer
+survives a restart, and the model history stays bounded."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from daemon_harness import DaemonFactory, DaemonProcess, daemon_env
+
+from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.served import list_candidates, read_json, read_pointer
+from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
+
+AGENT = "se_darwin"
+RUNS = "genesis_fp16_training_runs_total"
+_FLIP = {"success": "failure", "failure": "success"}
+
+
+def _write(path: Path, pool: dict[str, Any]) -> None:
+    """Write atomically: a scheduled run never reads half a file."""
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(pool))
+    partial.replace(path)
+
+
+def _flipped(pool: dict[str, Any]) -> dict[str, Any]:
+    """The pool with every label turned over (score 1 - s; status success <-> failure)."""
+    for record in pool["trajectories"].values():
+        if record.get("success_score") is not None:
+            record["success_score"] = round(1.0 - record["success_score"], 3)
+        record["status"] = _FLIP.get(record.get("status"), record.get("status"))
+    return pool
+
+
+def _runs(daemon: DaemonProcess, outcome: str) -> float:
+    return daemon.sample(RUNS, agent=AGENT, outcome=outcome) or 0.0
+
+
+def _env(pool: Path, **extra: str) -> dict[str, str]:
+    return {
+        "GENESIS_FP16_PLUGIN_ALLOWLIST": AGENT,
+        "GENESIS_FP16_AGENTS__SE_DARWIN__DATA_PATH": str(pool),
+        "GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION": "fp32",
+        "GENESIS_FP16_AGENTS__SE_DARWIN__OPTIONS__MAX_EPOCHS": "3",
+        "GENESIS_FP16_SCHEDULE": "1",
+        **extra,
+    }
+
+
+def _scores(folder: Path, golden: Path) -> list[float]:
+    """What the prediction API returns for the golden records, with the served model."""
+    records = list(json.loads(golden.read_text())["trajectories"].values())[:40]
+    predictor = WorldModelPredictor.load(folder)
+    return [p.success_probability for p in predictor.predict(records)]
+
+
+def _model(daemon: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    """`genesis-fp16 model ...` against the daemon's state folder (its working folder's)."""
+    return subprocess.run(
+        [sys.executable, "-m", "genesis_fp16", "model", *args],
+        cwd=daemon.workdir,
+        env=daemon_env({}, fixtures=False),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_a_rejected_candidate_keeps_the_served_model_serving(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """New records with every label flipped train a candidate the golden pool judges worse:
+    outcome rejected (both scores and δ logged, counted), the prediction API returns the
+    old scores, the candidate is kept, and the same data does not train it again."""
+    pool, golden = tmp_path / "pool", tmp_path / "golden.json"
+    pool.mkdir()
+    _write(pool / "se_darwin.json", generate_pool(300, seed=4))
+    _write(golden, generate_pool(300, seed=11))
+    daemon = daemon_factory(
+        _env(pool, GENESIS_FP16_AGENTS__SE_DARWIN__GOLDEN_DATA=str(golden)), fixtures=False
+    )
+    daemon.wait_for(lambda: _runs(daemon, "success") >= 1, "the first model", 180)
+    folder = daemon.state_dir / "agents" / AGENT / "checkpoints"
+    served = read_pointer(folder)
+    assert served is not None
+    before = _scores(folder, golden)
+
+    _write(pool / "poison.json", _flipped(generate_pool(600, seed=5)))
+    daemon.wait_for(lambda: _runs(daemon, "rejected") >= 1, "a rejected candidate", 240)
+    event = next(e for e in daemon.events("training run finished") if e["outcome"] == "rejected")
+    gate = event["gate"]
+    golden_set = next(c for c in gate["comparisons"] if c["set"] == "golden")
+    assert golden_set["passed"] is False and golden_set["delta_auc"] >= 0.005
+    assert golden_set["candidate"]["auc"] < golden_set["served"]["auc"]
+    pointer = read_pointer(folder)
+    assert pointer is not None and pointer.served["id"] == served.served["id"]
+    assert _scores(folder, golden) == before  # the prediction API serves the old model
+    verdict = read_json(folder / "candidates" / gate["candidate_id"] / "verdict.json")
+    assert verdict is not None and verdict["outcome"] == "rejected"
+    quality = "genesis_fp16_candidate_model_quality"
+    assert daemon.sample(quality, agent=AGENT, score="auc") == gate["candidate"]["auc"]
+    # Up to date against the rejected candidate: no second candidate of the same data.
+    ups = _runs(daemon, "up_to_date")
+    daemon.wait_for(lambda: _runs(daemon, "up_to_date") >= ups + 2, "two up-to-date runs", 120)
+    assert _runs(daemon, "rejected") == 1 and _runs(daemon, "failed") == 0
+    assert len(list_candidates(folder)) == 2
+
+
+@pytest.mark.slow
+def test_model_rollback_and_promote_hold_across_a_restart(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """Two promoted models; `model rollback` serves the first again and a restarted daemon
+    keeps serving it (no retrain of the same data); `model promote` brings the second back."""
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    _write(pool / "se_darwin.json", generate_pool(300, seed=4))
+    env = _env(pool)
+    daemon = daemon_factory(env, fixtures=False)
+    daemon.wait_for(lambda: _runs(daemon, "success") >= 1, "the first model", 180)
+    _write(pool / "qa.json", generate_pool(300, seed=5, agent="qa"))
+    daemon.wait_for(lambda: _runs(daemon, "success") >= 2, "a promoted second model", 240)
+    daemon.stop()
+    folder = daemon.state_dir / "agents" / AGENT / "checkpoints"
+    pointer = read_pointer(folder)
+    assert pointer is not None and len(pointer.history) == 1
+    second, first = pointer.served["id"], pointer.history[0]["id"]
+
+    done = _model(daemon, "rollback", AGENT)
+    assert done.returncode == 0, done.stderr
+    assert read_pointer(folder).served["id"] == first  # type: ignore[union-attr]
+    listed = _model(daemon, "list", AGENT, "--json")
+    rows = {row["id"]: row for row in json.loads(listed.stdout)["models"]}
+    assert rows[first]["served"] and rows[second]["verdict"] == "rolled_back"
+
+    again = daemon_factory(env, fixtures=False)
+    again.wait_for(lambda: _runs(again, "up_to_date") >= 2, "two up-to-date runs", 180)
+    assert _runs(again, "success") == 0  # the rolled-back data is not trained again
+    assert read_pointer(folder).served["id"] == first  # type: ignore[union-attr]
+    assert WorldModelPredictor.load(folder).checkpoint.parent.name == first  # type: ignore[union-attr]
+    again.stop()
+
+    done = _model(daemon, "promote", AGENT, second)
+    assert done.returncode == 0, done.stderr
+    assert read_pointer(folder).served["id"] == second  # type: ignore[union-attr]
+    assert WorldModelPredictor.load(folder).checkpoint.parent.name == second  # type: ignore[union-attr]
+    bad = _model(daemon, "promote", AGENT, "no-such-id")
+    assert bad.returncode != 0 and "no-such-id" in bad.stderr
+
+
+@pytest.mark.slow
+def test_history_stays_bounded_after_many_data_changes(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """50 data changes: at most KEEP served models kept plus the served one, no rejected
+    candidate older than its days (0 here), and the folder's bytes exported."""
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    _write(pool / "se_darwin.json", generate_pool(120, seed=4))
+    daemon = daemon_factory(
+        _env(
+            pool,
+            GENESIS_FP16_AGENTS__SE_DARWIN__OPTIONS__MAX_EPOCHS="1",
+            GENESIS_FP16_SERVED_HISTORY_KEEP="2",
+            GENESIS_FP16_REJECTED_KEEP_DAYS="0",
+        ),
+        fixtures=False,
+    )
+    folder = daemon.state_dir / "agents" / AGENT / "checkpoints"
+
+    def judged() -> float:
+        return sum(_runs(daemon, o) for o in ("success", "rejected", "failed"))
+
+    daemon.wait_for(lambda: judged() >= 1, "the first model", 180)
+    for change in range(50):
+        _write(pool / "grow.json", generate_pool(30 + change, seed=100 + change, agent="qa"))
+        daemon.wait_for(lambda c=change: judged() >= c + 2, f"run after change {change}", 180)
+        candidates = list_candidates(folder)
+        assert len(candidates) <= 2 + 1, [c.name for c in candidates]  # kept, served
+    pointer = read_pointer(folder)
+    assert pointer is not None and len(pointer.history) <= 2
+    state_bytes = daemon.sample("genesis_fp16_agent_state_bytes", agent=AGENT)
+    assert state_bytes is not None and state_bytes > 0

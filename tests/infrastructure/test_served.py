@@ -1,0 +1,72 @@
+"""The served-model pointer: atomic, never guessed, rolled back, and a bounded history."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from genesis_fp16_infrastructure import served
+from genesis_fp16_infrastructure.served import ServedPointerError
+
+
+def _candidate(folder: Path, digest: str, outcome: str | None) -> Path:
+    path = served.new_candidate(folder, {"fingerprint": digest, "records": 10})
+    (path / "ckpt-0000000005.pt").write_bytes(b"weights " + digest.encode())
+    if outcome is not None:
+        served.write_verdict(path, {"outcome": outcome})
+    return path
+
+
+def _serve(folder: Path, candidate: Path) -> None:
+    checkpoint = served.newest_checkpoint(candidate)
+    assert checkpoint is not None
+    served.serve(folder, served.candidate_entry(folder, candidate, checkpoint), "gate")
+
+
+def test_the_pointer_names_the_promoted_model_and_rolls_back(tmp_path: Path) -> None:
+    """Two promotions, then a rollback: the first is served again, the second is marked
+    rolled_back, and a second rollback with nothing earlier is one line."""
+    first = _candidate(tmp_path, "aaaa", "promoted")
+    _serve(tmp_path, first)
+    second = _candidate(tmp_path, "bbbb", "promoted")
+    _serve(tmp_path, second)
+    assert served.served_checkpoint(tmp_path) == second / "ckpt-0000000005.pt"
+    assert served.rollback(tmp_path)["id"] == first.name
+    assert served.served_checkpoint(tmp_path) == first / "ckpt-0000000005.pt"
+    assert served.read_json(second / served.VERDICT_NAME)["outcome"] == "rolled_back"  # type: ignore[index]
+    with pytest.raises(ServedPointerError, match="kept no earlier model"):
+        served.rollback(tmp_path)
+
+
+def test_an_unreadable_pointer_or_a_missing_file_is_an_error_not_a_guess(tmp_path: Path) -> None:
+    """A corrupt pointer and one naming a file that is gone raise, naming the file."""
+    candidate = _candidate(tmp_path, "aaaa", "promoted")
+    _serve(tmp_path, candidate)
+    (candidate / "ckpt-0000000005.pt").unlink()
+    with pytest.raises(ServedPointerError, match="which is not there"):
+        served.served_checkpoint(tmp_path)
+    served.pointer_path(tmp_path).write_text("{half")
+    with pytest.raises(ServedPointerError, match=r"served\.json"):
+        served.read_pointer(tmp_path)
+
+
+def test_prune_keeps_the_served_the_last_k_and_recent_rejections(tmp_path: Path) -> None:
+    """Six promotions and two rejections, keep 2 served and rejections for 0 days: the
+    served one and the two before it stay, the rest go; an unfinished one always stays."""
+    promoted = []
+    for i in range(6):
+        promoted.append(_candidate(tmp_path, f"p{i}", "promoted"))
+        _serve(tmp_path, promoted[-1])
+    rejected = [_candidate(tmp_path, f"r{i}", "rejected") for i in range(2)]
+    training = _candidate(tmp_path, "t", None)
+    removed = served.prune(tmp_path, keep_served=2, rejected_days=1)
+    assert sorted(removed) == promoted[:3]
+    assert all(p.exists() for p in rejected)  # decided just now: within their day
+    time.sleep(0.01)
+    served.prune(tmp_path, keep_served=2, rejected_days=0)
+    left = {p.name for p in served.list_candidates(tmp_path)}
+    assert left == {promoted[5].name, promoted[4].name, promoted[3].name, training.name}
+    assert len(served.read_pointer(tmp_path).history) == 2  # type: ignore[union-attr]
+    assert served.folder_bytes(tmp_path) > 0
