@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import structlog
 
 from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16_infrastructure.served import ServedPointerError, served_checkpoint
 from genesis_fp16_infrastructure.training import CheckpointError, CheckpointManager, checkpoint_keys
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
@@ -75,14 +77,26 @@ def expected_next_run(paths: AgentPaths, requested: str) -> NextRun:
     return NextRun(precision, INITIAL_SCALE if scale is None else scale, source)
 
 
-def _newest(paths: AgentPaths) -> _Resumed | None:
-    """The newest valid core checkpoint's precision and scaler scale, or None."""
+def _model_folder(paths: AgentPaths) -> Path:
+    """Where the served model's checkpoints are: the folder of the checkpoint the agent's
+    served-model pointer names (infrastructure/served.py: se_darwin's candidates), else
+    the agent's checkpoint folder itself (an agent without a pointer)."""
     try:
-        found = CheckpointManager(paths.checkpoint_dir).load_latest()
+        served = served_checkpoint(paths.checkpoint_dir)
+    except ServedPointerError as exc:
+        log.warning("cannot follow the served-model pointer", error=str(exc))
+        return paths.checkpoint_dir
+    return served.parent if served is not None else paths.checkpoint_dir
+
+
+def _newest(paths: AgentPaths) -> _Resumed | None:
+    """The served model's newest valid core checkpoint's precision and scaler scale, or
+    None."""
+    folder = _model_folder(paths)
+    try:
+        found = CheckpointManager(folder).load_latest()
     except (OSError, CheckpointError) as exc:  # a folder we may not read: no checkpoint
-        log.warning(
-            "cannot read the agent's checkpoints", path=str(paths.checkpoint_dir), error=str(exc)
-        )
+        log.warning("cannot read the agent's checkpoints", path=str(folder), error=str(exc))
         return None
     if found is None:
         return None
