@@ -274,8 +274,21 @@ def _own_state_folder(args: argparse.Namespace, settings: Settings) -> int | Non
     Returns the lock's descriptor, or None for a folder this user cannot write (no daemon
     of ours writes there either, and the run fails on its own if it must write).
     """
-    from genesis_fp16.service.state_lock import StateFolderBusy, acquire_state_folder
+    from genesis_fp16.service.state_lock import (
+        StateFolderBusy,
+        acquire_state_folder,
+        owning_holder,
+    )
 
+    # A checkpoint folder inside another process's state folder is that process's to
+    # write, between its runs too (its child locks the folder only while it trains).
+    owned = owning_holder(args.checkpoint_dir) if args.checkpoint_dir is not None else None
+    if owned is not None:
+        folder, holder = owned
+        raise UsageError(
+            f"--checkpoint-dir {args.checkpoint_dir} is inside the state folder {folder}, "
+            f"owned by {holder.describe()}: it writes there; train into another folder"
+        )
     state_dir = settings.state_dir
     try:
         state_dir.mkdir(parents=True, exist_ok=True)

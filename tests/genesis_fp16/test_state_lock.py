@@ -22,8 +22,8 @@ ENV = {
 }
 
 
-def _cli(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = daemon_env({**ENV, "GENESIS_FP16_METRICS_PORT": str(free_port())})
+def _cli(workdir: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    env = daemon_env({**ENV, "GENESIS_FP16_METRICS_PORT": str(free_port()), **extra})
     return subprocess.run(
         [sys.executable, "-m", "genesis_fp16", *args],
         cwd=workdir,
@@ -83,6 +83,36 @@ def test_data_generate_into_the_daemons_state_folder_is_refused_in_one_line(
     out.mkdir(parents=True)  # the fixture plugin writes into an existing folder only
     accepted = _cli(tmp_path, "data", "generate", GOOD, "--out", str(out), "--count", "8")
     assert accepted.returncode == 0, accepted.stderr
+
+
+def test_train_into_the_daemons_checkpoint_folder_from_another_state_folder_is_refused(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """`train --checkpoint-dir <the daemon's checkpoints>` with a state folder of its own,
+    between the daemon's runs: exit 2, one line naming the daemon, nothing written."""
+    first = daemon_factory(ENV)
+    first.wait_for(  # its start-up run has ended: the folder is between runs
+        lambda: first.sample("genesis_fp16_training_runs_total", agent=GOOD, outcome="success"),
+        "the daemon's first run",
+    )
+    checkpoints = tmp_path / "state" / "agents" / GOOD / "checkpoints"
+    before = sorted(p.name for p in checkpoints.rglob("*")) if checkpoints.exists() else []
+    refused = _cli(
+        tmp_path,
+        "train",
+        GOOD,
+        "--resume",
+        "--steps",
+        "2",
+        "--checkpoint-dir",
+        str(checkpoints),
+        GENESIS_FP16_STATE_DIR=str(tmp_path / "own-state"),
+    )
+    assert refused.returncode == 2, refused.stderr
+    line = _one_line(refused)
+    assert f"genesis-fp16 serve (pid {first.process.pid})" in line and str(checkpoints) in line
+    after = sorted(p.name for p in checkpoints.rglob("*")) if checkpoints.exists() else []
+    assert after == before
 
 
 def test_after_kill_9_a_new_daemon_takes_the_folder(tmp_path: Path) -> None:
