@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from genesis_fp16.config.state_files import report_state_file_skipped
 from genesis_fp16_infrastructure.atomic import UnusableStateFile, read_state_text, write_atomic
 from genesis_fp16_infrastructure.plugin_api import AgentPlugin
 
@@ -123,6 +124,8 @@ def _read_marker(marker: Path, data_dir: Path) -> Path | None:
     logging.getLogger(__name__).warning(
         "unusable sample-data marker set aside as %s, sample data regenerated: %s", aside, why
     )
+    # <state>/agents/<agent>/data/.generated: counted for the agent whose folder it is in.
+    report_state_file_skipped(data_dir.parent.name, "sample_data_marker")
     return None
 
 

@@ -29,6 +29,7 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
+from genesis_fp16.config.state_files import STATE_FILES
 from genesis_fp16.metrics.diagnostics_export import RL_METRIC_NAMES, RlDiagnosticsMetrics
 from genesis_fp16.metrics.last_success import LastSuccessStore
 from genesis_fp16.metrics.placement import Placement
@@ -58,7 +59,6 @@ FAILURE_REASONS = (
 SKIP_REASONS = ("still_running", "hung")
 # Files of the state folder the daemon reads back at start-up (genesis_fp16_state_files_
 # skipped_total counts the unusable ones it started without).
-STATE_FILES = ("last_success", "precision_state")
 # Runs last minutes; the tail reaches two hours so a stuck run still lands in a bucket.
 # Up to twice the default run timeout (6 h), so a run stopped by its timeout still lands
 # in a finite bucket and histogram_quantile reads it.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +24,7 @@ import structlog
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings
+from genesis_fp16.config.state_files import report_state_file_skipped
 from genesis_fp16_infrastructure.plugin_api import TrainResult
 from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 from genesis_fp16_infrastructure.training.precision.precision_memory import (
@@ -40,15 +41,7 @@ if TYPE_CHECKING:  # the daemon passes its metrics in; `train` (and a child run)
     from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 
 log = structlog.get_logger("genesis_fp16.guard")
-# Called as (agent, file) for each unusable state file set aside; the daemon counts them
-# in genesis_fp16_state_files_skipped_total{file}.
-_skipped_listeners: list[Callable[[str, str], None]] = []
 UNUSABLE_REASON = "state_file_unusable"
-
-
-def on_state_file_skipped(listener: Callable[[str, str], None]) -> None:
-    """Call ``listener(agent, file)`` whenever an unusable state file is set aside."""
-    _skipped_listeners.append(listener)
 
 
 def guard_config(settings: Settings) -> GuardConfig | None:
@@ -116,8 +109,7 @@ def _replace_unusable(path: Path, agent: str, error: str) -> PrecisionMemory:
         set_aside=str(aside),
         error=error,
     )
-    for listener in _skipped_listeners:
-        listener(agent, "precision_state")
+    report_state_file_skipped(agent, "precision_state")
     return memory
 
 

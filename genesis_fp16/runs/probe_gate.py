@@ -20,6 +20,7 @@ The gauges are ``genesis_fp16.metrics.probe_metrics.ProbeMetrics``.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,8 +31,9 @@ import structlog
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings
+from genesis_fp16.config.state_files import report_state_file_skipped
 from genesis_fp16.metrics.probe_metrics import ProbeMetrics
-from genesis_fp16_infrastructure.atomic import write_json_atomic
+from genesis_fp16_infrastructure.atomic import read_state_text, write_json_atomic
 from genesis_fp16_infrastructure.plugin_api import AgentPlugin
 from genesis_fp16_infrastructure.training.precision.precision_names import LOW_PRECISIONS
 
@@ -90,16 +92,48 @@ def probe_result_path(state_dir: Path, agent: str) -> Path:
     return AgentPaths.for_agent(state_dir, agent).root / "probe_result.json"
 
 
+# A probe record is a few KB; anything past this is not one, and is never read whole.
+PROBE_RECORD_BYTES = 1 << 20
+
+
 def read_record(path: Path) -> ProbeRecord | None:
-    """The stored probe record; None when there is none. A broken file raises ValueError."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
+    """The stored probe record; None when there is none. A broken file (torn, oversize,
+    not UTF-8, a folder, FIFO or link at its name) raises ValueError naming it."""
+    text = read_state_text(path, PROBE_RECORD_BYTES)
+    if text is None:
         return None
     try:
         return ProbeRecord.from_json(json.loads(text))
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{path}: not a probe record ({exc})") from None
+
+
+def _set_aside(agent: str, path: Path, error: ValueError) -> bool:
+    """An unusable probe record: moved to ``.rejected`` (one line, counted) and True, so
+    that the agent is probed again as if it had none; False when it cannot be moved, and
+    nothing is probed (a probe whose record could never be written would run before
+    every run)."""
+    aside = path.with_name(path.name + ".rejected")
+    try:
+        os.replace(path, aside)
+    except OSError as exc:
+        log.error(
+            "unusable probe record, and it cannot be set aside: delete it",
+            agent=agent,
+            path=str(path),
+            error=f"{error}; {exc.strerror}",
+        )
+        report_state_file_skipped(agent, "probe_result")
+        return False
+    log.warning(
+        "unusable probe record set aside: the agent is probed again",
+        agent=agent,
+        path=str(path),
+        set_aside=str(aside),
+        error=str(error),
+    )
+    report_state_file_skipped(agent, "probe_result")
+    return True
 
 
 def write_record(path: Path, record: ProbeRecord) -> None:
@@ -139,8 +173,9 @@ def gate_before_run(
     try:
         record = read_record(path)
     except ValueError as exc:
-        log.error("cannot read the probe record; not probing again", agent=agent, error=str(exc))
-        return None
+        if not _set_aside(agent, path, exc):
+            return None
+        record = None
     if record is None:
         used = _used_precision(precision, device)
         if used not in LOW_PRECISIONS:

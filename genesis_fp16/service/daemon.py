@@ -35,12 +35,12 @@ from genesis_fp16.config.settings import (
     requested_precision,
 )
 from genesis_fp16.config.settings_sources import SettingsSources
+from genesis_fp16.config.state_files import on_state_file_skipped
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.metrics.http import StatusServer, raise_open_file_limit, tls_context
 from genesis_fp16.metrics.last_success import LastSuccessStore, LastSuccessUnreadable
 from genesis_fp16.plugins import discover_plugins, known_agent_names
 from genesis_fp16.runs.devices import check_devices
-from genesis_fp16.runs.guard_state import on_state_file_skipped
 from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.runs.next_run import expected_next_run
 from genesis_fp16.runs.run_request import check_configured_options, choose_precision

@@ -189,3 +189,34 @@ def test_daemon_probes_before_the_first_low_precision_run_and_not_after_restart(
     )
     assert restarted.sample("genesis_fp16_probe_timestamp_seconds", agent="probe_toy") == stored.at
     assert not restarted.events("precision probe started")
+
+
+@pytest.mark.parametrize("kind", ["torn", "oversize", "folder"])
+def test_an_unusable_probe_record_is_set_aside_counted_and_probed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """A torn or 1 MiB+ probe_result.json, or a folder at its name: set aside as
+    .rejected, counted under file=probe_result, and the agent probed again (here
+    fixture_good, whose probe fails at once and is stored) instead of never again."""
+    from genesis_fp16.config import state_files
+
+    skipped: list[tuple[str, str]] = []
+    monkeypatch.setattr(state_files, "_listeners", [lambda a, f: skipped.append((a, f))])
+    settings = Settings(
+        state_dir=tmp_path / "state",
+        agents={"fixture_good": AgentSettings(probe_before_low_precision=True)},
+    )
+    path = probe_result_path(settings.state_dir, "fixture_good")
+    path.parent.mkdir(parents=True)
+    if kind == "torn":
+        path.write_text('{"precision": "bf16", "verd')
+    elif kind == "oversize":
+        path.write_text(" " * (2 << 20))
+    else:
+        path.mkdir()
+    probe = DaemonMetrics(CollectorRegistry(), "t").probe
+    record = gate_before_run(settings, probe, "fixture_good", fixture_good, None, "cpu", "bf16")
+    assert record is not None and "NotImplementedError" in str(record.error)  # probed again
+    assert (path.parent / "probe_result.json.rejected").exists()
+    assert read_record(path) == record
+    assert skipped == [("fixture_good", "probe_result")]

@@ -60,11 +60,17 @@ def test_an_old_absolute_marker_is_still_read_after_a_move(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("kind", ["torn", "oversize", "not_utf8", "folder", "fifo", "link"])
 def test_an_unusable_sample_data_marker_is_set_aside_and_the_data_regenerated(
-    tmp_path: Path, kind: str
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A torn, 4 KiB+, non-UTF-8 marker, or a folder, FIFO or link at its name: the data
-    is generated again and the marker set aside, instead of a failed run every hour."""
+    is generated again and the marker set aside and counted (file=sample_data_marker),
+    instead of a failed run every hour."""
     import os
+
+    from genesis_fp16.config import state_files
+
+    skipped: list[tuple[str, str]] = []
+    monkeypatch.setattr(state_files, "_listeners", [lambda a, f: skipped.append((a, f))])
 
     plugin = _Writer()
     paths = AgentPaths.for_agent(tmp_path, "writer")
@@ -86,5 +92,6 @@ def test_an_unusable_sample_data_marker_is_set_aside_and_the_data_regenerated(
     assert ensure_sample_data(plugin, paths, 10) == first  # type: ignore[arg-type]
     assert plugin.calls == 2
     assert (paths.data_dir / ".generated.rejected").exists()
+    assert skipped == [("writer", "sample_data_marker")]
     assert ensure_sample_data(plugin, paths, 10) == first  # type: ignore[arg-type]
     assert plugin.calls == 2  # the new marker is read as before
