@@ -87,7 +87,8 @@ def test_train_option_preset_runs_the_kl_in_fp32(tmp_path: Path) -> None:
 
 def test_train_option_final_fit_whole_serves_the_refit(tmp_path: Path) -> None:
     """`train se_darwin --option final_fit=whole --json`: extra.final_fit names the refit's
-    checkpoint, which the prediction API loads from the folder; a bad value is one line."""
+    checkpoint, in the candidate's folder, which the prediction API loads from the agent's
+    folder (its served-model pointer); a bad value is one line."""
     data = write_pool(tmp_path / "data", 300, seed=4)
     ckpt = tmp_path / "ckpt"
     proc = _cli(
@@ -99,7 +100,9 @@ def test_train_option_final_fit_whole_serves_the_refit(tmp_path: Path) -> None:
     assert isinstance(extra, dict)
     record = extra["final_fit"]
     assert record["mode"] == "whole" and record["records"] == extra["examples"]
-    assert out["checkpoint"] == record["checkpoint"] and Path(record["checkpoint"]).parent == ckpt
+    assert out["checkpoint"] == record["checkpoint"]
+    # The refit is a candidate of the folder (its own subfolder), served through served.json.
+    assert Path(record["checkpoint"]).parent.parent == ckpt / "candidates"
     # Both sides on the CPU: on a GPU host the run trained, and saved its tensors, on cuda.
     served = WorldModelPredictor.load(ckpt, device="cpu").model.state_dict()
     saved = torch.load(record["checkpoint"], map_location="cpu", weights_only=True)["model"]
