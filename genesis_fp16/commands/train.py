@@ -479,6 +479,16 @@ def _check_arguments(args: argparse.Namespace) -> None:
             raise UsageError(f"--device: {exc}") from None
 
 
+def _holds_models(folder: Path) -> bool:
+    """A folder of served models and candidates (se_darwin's: served.json, candidates/<id>/
+    ckpt-*.pt; genesis_fp16_infrastructure/served.py) holds checkpoints too."""
+    from genesis_fp16_infrastructure.served import candidates_dir, pointer_path
+
+    if pointer_path(folder).exists():
+        return True
+    return any(candidates_dir(folder).rglob("ckpt-*.pt"))
+
+
 def _request(
     args: argparse.Namespace, settings: Settings, plugin: Any, device: str, main: bool
 ) -> tuple[TrainRequest, _ProgressBar | None]:
@@ -489,7 +499,7 @@ def _request(
     checkpoint_dir = (
         args.checkpoint_dir or AgentPaths.for_agent(settings.state_dir, args.agent).checkpoint_dir
     )
-    held = bool(CheckpointManager(checkpoint_dir).checkpoints())
+    held = bool(CheckpointManager(checkpoint_dir).checkpoints()) or _holds_models(checkpoint_dir)
     if args.resume and not held:  # said, so that a mistyped folder is not a silent restart
         print(
             f"genesis-fp16: warning: --resume: no checkpoint in {str(checkpoint_dir)!r}; "

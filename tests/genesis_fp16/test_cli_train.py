@@ -108,7 +108,7 @@ def test_json_contract_and_quarantine(tmp_path: Path, data: Path) -> None:
     assert quality["auc_ci_low"] < quality["auc"] < quality["auc_ci_high"]  # type: ignore[index]
     # auto: eager on a CPU (no CUDA device) and, for now, on a GPU too (not yet verified).
     assert out["execution"] == "eager" and out["execution_reason"]
-    assert Path(str(out["checkpoint"])).parent == ckpt
+    assert Path(str(out["checkpoint"])).parent.parent == ckpt / "candidates"  # its own folder
     metrics = out["eval"]
     assert isinstance(metrics, dict)
     assert {"loss", "auc", "brier", "score_mae", "outcome_accuracy"} <= metrics.keys()
@@ -116,8 +116,10 @@ def test_json_contract_and_quarantine(tmp_path: Path, data: Path) -> None:
     assert len(entries) == 1 and "success_score" in json.loads(entries[0])["reason"]
     assert "\r" not in proc.stderr  # no progress bar without a terminal
 
+    # The same request (data, options, seed) resumed: its candidate continues the served
+    # model; another seed would be another request, trained as a new candidate.
     again = _cli(
-        tmp_path, "train", "se_darwin", "--precision", "fp32", "--steps", "3",
+        tmp_path, "train", "se_darwin", "--precision", "fp32", "--steps", "3", "--seed", "1",
         "--data", str(data), "--checkpoint-dir", str(ckpt), "--resume", "--json",
     )  # fmt: skip
     resumed = _last_json(again)
@@ -156,7 +158,7 @@ def test_without_data_trains_on_sample_data_in_the_state_folder(tmp_path: Path) 
     out = _last_json(_cli(tmp_path, "train", "se_darwin", "--steps", "2", "--json", env=env))
     agent_dir = tmp_path / "state" / "agents" / "se_darwin"
     assert (agent_dir / "data" / ".generated").exists()
-    assert Path(str(out["checkpoint"])).parent == agent_dir / "checkpoints"
+    assert Path(str(out["checkpoint"])).parent.parent == agent_dir / "checkpoints" / "candidates"
 
 
 def _on_a_terminal(tmp_path: Path, *args: str, columns: int = 120, **env: str) -> str:

@@ -46,7 +46,8 @@ def _wait_for_checkpoint(process: subprocess.Popen[str], folder: Path) -> int:
     """The step of the first periodic checkpoint, once it is on disk."""
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
-        found = sorted(folder.glob("ckpt-*.pt"))
+        # se_darwin trains a candidate in a folder of its own: candidates/<id>/ckpt-*.pt
+        found = sorted(folder.rglob("ckpt-*.pt"), key=lambda p: p.name)
         if found:
             return int(found[-1].name[5:15])
         assert process.poll() is None, process.communicate()
@@ -66,7 +67,7 @@ def test_ctrl_c_stops_at_the_next_step_with_a_checkpoint(tmp_path: Path) -> None
     result = json.loads(stdout.strip().splitlines()[-1])
     assert result["outcome"] == "stopped", result
     assert "stopping at the next step" in stderr, stderr
-    newest = sorted(folder.glob("ckpt-*.pt"))[-1]
+    newest = sorted(folder.rglob("ckpt-*.pt"), key=lambda p: p.name)[-1]
     assert int(newest.name[5:15]) > periodic
     assert Path(result["checkpoint"]).name == newest.name
 
