@@ -19,6 +19,7 @@ from typing import Any
 from genesis_fp16.cli import UsageError
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import SettingsError, load_settings
+from genesis_fp16.config.state_files import locked
 from genesis_fp16.plugins import known_agent_names
 from genesis_fp16.runs.guard_state import describe
 from genesis_fp16_infrastructure.training.precision.carried_scale import (
@@ -68,36 +69,50 @@ def run(args: argparse.Namespace) -> int:
     if agent not in known and not paths.root.exists():  # a typo, not an agent without state
         raise UsageError(f"unknown agent {agent!r}; known agents: {', '.join(known) or 'none'}")
     path = paths.precision_state_path
+    if args.action == "show":
+        return _show(args, agent, paths)
+    # A running daemon may be recording a run's demotions into the same file: take turns.
+    with locked(path):
+        return _reset(agent, paths)
+
+
+def _show(args: argparse.Namespace, agent: str, paths: AgentPaths) -> int:
+    path = paths.precision_state_path
     calibration = _read_calibration(paths.calibration_path)
     try:
         memory = read_precision_memory(path)
     except ValueError as exc:
-        if args.action == "show":
-            raise UsageError(str(exc)) from None
-        memory = None  # a broken file is reset all the same
-    if args.action == "show":
-        verdicts = _read_verdicts(paths.verification_path)
-        carried = read_carried_scale(paths.loss_scale_path)
-        if args.json:
-            shown = {
-                "demotion": memory.to_json() if memory else None,
-                "calibration": calibration,
-                "captured_step_verdicts": verdicts,
-                "carried_loss_scale": None if carried is None else carried.__dict__,
-            }
-            print(json.dumps(shown, indent=2))
+        raise UsageError(str(exc)) from None
+    verdicts = _read_verdicts(paths.verification_path)
+    carried = read_carried_scale(paths.loss_scale_path)
+    if args.json:
+        shown = {
+            "demotion": memory.to_json() if memory else None,
+            "calibration": calibration,
+            "captured_step_verdicts": verdicts,
+            "carried_loss_scale": None if carried is None else carried.__dict__,
+        }
+        print(json.dumps(shown, indent=2))
+    else:
+        print(describe(memory) or f"{agent}: no precision demotion remembered")
+        print(_describe_calibration(calibration))
+        print(_describe_verdicts(verdicts))
+        if carried is None:
+            print("loss scale: none carried (the next fp16 run starts at its initial scale)")
         else:
-            print(describe(memory) or f"{agent}: no precision demotion remembered")
-            print(_describe_calibration(calibration))
-            print(_describe_verdicts(verdicts))
-            if carried is None:
-                print("loss scale: none carried (the next fp16 run starts at its initial scale)")
-            else:
-                print(
-                    f"loss scale: {carried.scale:g} carried from the last fp16 run ({carried.at}), "
-                    f"for runs asking {carried.requested}"
-                )
-        return 0
+            print(
+                f"loss scale: {carried.scale:g} carried from the last fp16 run ({carried.at}), "
+                f"for runs asking {carried.requested}"
+            )
+    return 0
+
+
+def _reset(agent: str, paths: AgentPaths) -> int:
+    path = paths.precision_state_path
+    try:
+        memory = read_precision_memory(path)
+    except ValueError:
+        memory = None  # a broken file is reset all the same
     if paths.calibration_path.exists():
         paths.calibration_path.unlink()
         print(f"{agent}: measurement of 'auto' forgotten; the next auto run measures again")

@@ -9,7 +9,11 @@ that every reader above it (paths, the guard's memory, the probe gate) can repor
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import fcntl
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 # Every file name reported here (the metric's ``file`` label, created at 0 per agent).
 STATE_FILES = ("last_success", "precision_state", "sample_data_marker", "probe_result")
@@ -26,3 +30,23 @@ def report_state_file_skipped(agent: str, file: str) -> None:
     """Tell every listener that ``agent``'s state file ``file`` was set aside."""
     for listener in _listeners:
         listener(agent, file)
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold ``<path>.lock`` (an flock) around a read-modify-write of the state file
+    ``path``: the daemon recording a run's demotions and `precision reset` beside it take
+    turns, so neither overwrites what the other just wrote from a stale read. A folder
+    this process cannot write is left unlocked (nothing of ours writes there either)."""
+    lock = path.with_name(path.name + ".lock")
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # waits for the other writer's few milliseconds
+        yield
+    finally:
+        os.close(fd)  # releases the flock

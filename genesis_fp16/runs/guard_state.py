@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,7 +24,7 @@ import structlog
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings
-from genesis_fp16.config.state_files import report_state_file_skipped
+from genesis_fp16.config.state_files import locked, report_state_file_skipped
 from genesis_fp16_infrastructure.plugin_api import TrainResult
 from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 from genesis_fp16_infrastructure.training.precision.precision_memory import (
@@ -150,6 +150,17 @@ def record_run(
             detail=d.get("detail"),
         )
     path = AgentPaths.for_agent(settings.state_dir, agent).precision_state_path
+    with locked(path):  # `precision reset` may be rewriting it now: take turns
+        return _record_memory(settings, agent, path, result, demotions)
+
+
+def _record_memory(
+    settings: Settings,
+    agent: str,
+    path: Path,
+    result: TrainResult,
+    demotions: Sequence[Mapping[str, Any]],
+) -> PrecisionMemory | None:
     previous = load_memory(settings, agent)
     # Without demotions, only a finished run in the remembered precision counts as clean.
     floor = previous.demoted_to if previous is not None else None

@@ -105,3 +105,43 @@ def test_show_of_an_unknown_agent_says_so(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "unknown agent 'nosuch'; known agents:" in result.stderr and "se_darwin" in result.stderr
+
+
+def test_reset_takes_turns_with_the_daemon_recording_a_demotion(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the daemon holds the precision state's lock (recording a run's demotions),
+    `precision reset` waits for it, then clears what the daemon wrote: no stale read
+    overwrites the other's write."""
+    import threading
+
+    from genesis_fp16.cli import main
+    from genesis_fp16.config.state_files import locked
+    from genesis_fp16_infrastructure.training.precision.precision_memory import (
+        PrecisionMemory,
+        read_precision_memory,
+        write_precision_memory,
+    )
+
+    monkeypatch.setenv("GENESIS_FP16_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.chdir(tmp_path)
+    path = AgentPaths.for_agent(tmp_path / "state", "se_darwin").precision_state_path
+    path.parent.mkdir(parents=True)
+    done = threading.Event()
+    reset = threading.Thread(
+        target=lambda: (main(["precision", "reset", "se_darwin"]), done.set()), daemon=True
+    )
+    with locked(path):  # the daemon's turn
+        reset.start()
+        assert not done.wait(1.0)  # reset is waiting for the lock
+        demoted = PrecisionMemory(
+            demoted_from="fp16",
+            demoted_to="bf16",
+            reason="test",
+            step=10,
+            rollback_step=5,
+            at="2026-11-23T00:00:00Z",
+        )
+        write_precision_memory(path, demoted)
+    assert done.wait(120)
+    assert read_precision_memory(path) is None  # the reset came after, and cleared it
