@@ -163,7 +163,7 @@ DAEMON_FLOORS = (
     {"metrics"},
     {"runs"},
     {"service"},
-    {"commands", "bench", "cli", "__main__"},
+    {"commands", "bench", "cli", "__main__", "agent_state"},
 )
 # The training library's: precision, then the modules shared by a step and a run
 # (checkpoint format, RNG state, the process group), then one step, then a whole run.

@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import sys
 from pathlib import Path
 from typing import Any
 
+from genesis_fp16.agent_state import agent_paths
 from genesis_fp16.cli import UsageError
-from genesis_fp16.config.paths import AgentPaths
-from genesis_fp16.config.settings import SettingsError, load_settings
 from genesis_fp16_infrastructure.served import (
     CANDIDATE_META,
     VERDICT_NAME,
@@ -34,8 +31,6 @@ from genesis_fp16_infrastructure.served import (
     rollback,
     serve,
 )
-
-_AGENT_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 def register(subparsers: Any) -> None:
@@ -56,14 +51,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     agent = str(args.agent)
-    if not _AGENT_NAME.match(agent) or agent in (".", ".."):
-        raise UsageError(f"agent name {agent!r} is not valid: use letters, digits, '_', '-', '.'")
-    try:
-        settings = load_settings()
-    except SettingsError as exc:
-        print(f"genesis-fp16: error: invalid configuration: {exc}", file=sys.stderr)
-        return 2
-    folder = AgentPaths.for_agent(settings.state_dir, agent).checkpoint_dir
+    folder = agent_paths(agent).checkpoint_dir
     try:
         if args.action == "list":
             return _list(folder, agent, bool(args.json))

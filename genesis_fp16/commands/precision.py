@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import sys
 from pathlib import Path
 from typing import Any
 
+from genesis_fp16.agent_state import agent_paths
 from genesis_fp16.cli import UsageError
 from genesis_fp16.config.paths import AgentPaths
-from genesis_fp16.config.settings import SettingsError, load_settings
 from genesis_fp16.config.state_files import locked
 from genesis_fp16.plugins import known_agent_names
 from genesis_fp16.runs.guard_state import describe
@@ -33,8 +31,6 @@ from genesis_fp16_infrastructure.training.precision.precision_memory import (
 
 # Torch-free: the calibration cache is read as JSON, without the training library.
 _NOT_MEASURED = "no measurement of 'auto' cached (it is timed at the next auto run)"
-
-_AGENT_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 def register(subparsers: Any) -> None:
@@ -57,14 +53,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     agent = str(args.agent)
-    if not _AGENT_NAME.match(agent) or agent in (".", ".."):
-        raise UsageError(f"agent name {agent!r} is not valid: use letters, digits, '_', '-', '.'")
-    try:
-        settings = load_settings()
-    except SettingsError as exc:
-        print(f"genesis-fp16: error: invalid configuration: {exc}", file=sys.stderr)
-        return 2
-    paths = AgentPaths.for_agent(settings.state_dir, agent)
+    paths = agent_paths(agent)
     known = known_agent_names()
     if agent not in known and not paths.root.exists():  # a typo, not an agent without state
         raise UsageError(f"unknown agent {agent!r}; known agents: {', '.join(known) or 'none'}")

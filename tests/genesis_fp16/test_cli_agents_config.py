@@ -114,7 +114,8 @@ def test_help_shows_no_raw_double_backticks(tmp_path: Path) -> None:
     """Docstrings as --help text: ``code`` shows as `code` in every command's help."""
     from genesis_fp16.cli import COMMAND_MODULES
 
-    for command in ("", *COMMAND_MODULES):
+    # A module's command is its name with dashes (new_agent: `genesis-fp16 new-agent`).
+    for command in ("", *(name.replace("_", "-") for name in COMMAND_MODULES)):
         result = cli(tmp_path, *([command] if command else []), "--help")
         assert result.returncode == 0, result.stderr
         assert "``" not in result.stdout, command
