@@ -61,7 +61,11 @@ def test_se_darwin_trains_and_resumes_under_the_audit(
     first = _train(se_darwin, tmp_path, data_path=data, steps=6, options=options)
     again = _train(se_darwin, tmp_path, data_path=data, steps=12, resume=True, options=options)
     assert first.steps > 0 and first.checkpoint is not None
-    assert again.extra["resumed_from"] == str(first.checkpoint)
+    # The served model's own data and request: the new candidate continues a copy of the
+    # served checkpoint in its own folder (issue 35), from the same step.
+    resumed = Path(str(again.extra["resumed_from"]))
+    assert resumed.name == first.checkpoint.name and resumed != first.checkpoint
+    assert again.extra["total_steps"] == first.extra["total_steps"] + again.steps
 
 
 @pytest.mark.parametrize("plugin", [rlhf_ppo, se_darwin], ids=lambda p: p.name)
