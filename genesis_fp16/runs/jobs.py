@@ -37,6 +37,7 @@ from genesis_fp16.runs import guard_state, probe_gate, scale_memory
 from genesis_fp16.runs.device_slots import DeviceSlots, slot_keys
 from genesis_fp16.runs.devices import device_lost
 from genesis_fp16.runs.launcher import LaunchError, RunStopped, train_in_child, train_with_torchrun
+from genesis_fp16.runs.next_run import served_model_folder
 from genesis_fp16.runs.run_request import build_request, choose_precision, warn_ignored
 from genesis_fp16_infrastructure.plugin_api import (
     AgentPlugin,
@@ -423,7 +424,10 @@ def resumed_totals(paths: AgentPaths) -> dict[str, float]:
     of a file of a few MB per run, so that resumed totals are not counted twice.
     Checkpoints in another format than the core's are not listed, and give zeros.
     """
-    found = CheckpointManager(paths.checkpoint_dir).load_latest()
+    # The served model's checkpoint (se_darwin's candidates: where served.json points). A
+    # run that trains a fresh candidate instead reports below these totals at first, and
+    # DaemonMetrics.observe_summary then counts it from zero.
+    found = CheckpointManager(served_model_folder(paths)).load_latest()
     if found is None:
         return {}
     state, _ = found

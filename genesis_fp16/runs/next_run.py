@@ -77,7 +77,7 @@ def expected_next_run(paths: AgentPaths, requested: str) -> NextRun:
     return NextRun(precision, INITIAL_SCALE if scale is None else scale, source)
 
 
-def _model_folder(paths: AgentPaths) -> Path:
+def served_model_folder(paths: AgentPaths) -> Path:
     """Where the served model's checkpoints are: the folder of the checkpoint the agent's
     served-model pointer names (infrastructure/served.py: se_darwin's candidates), else
     the agent's checkpoint folder itself (an agent without a pointer)."""
@@ -92,7 +92,7 @@ def _model_folder(paths: AgentPaths) -> Path:
 def _newest(paths: AgentPaths) -> _Resumed | None:
     """The served model's newest valid core checkpoint's precision and scaler scale, or
     None."""
-    folder = _model_folder(paths)
+    folder = served_model_folder(paths)
     try:
         found = CheckpointManager(folder).load_latest()
     except (OSError, CheckpointError) as exc:  # a folder we may not read: no checkpoint

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from daemon_harness import DaemonFactory, DaemonProcess
 
+from genesis_fp16_infrastructure.served import served_checkpoint
+
 AGENT = "se_darwin"
 
 
@@ -36,6 +38,8 @@ def test_embedded_default_trains_se_darwin_and_resumes(daemon_factory: DaemonFac
     finished = daemon.events("training run finished")
     assert finished[1]["precision_used"] == finished[0]["precision_used"]
     assert (daemon.state_dir / "agents" / AGENT / "data" / ".generated").is_file()
-    checkpoints = sorted((daemon.state_dir / "agents" / AGENT / "checkpoints").glob("*.pt"))
-    assert checkpoints and checkpoints[-1].name.endswith(f"{int(steps + skipped):010d}.pt")
+    # What is served is what served.json names: the second run's candidate, which went on
+    # from the first's checkpoint (issue 35's candidates).
+    served = served_checkpoint(daemon.state_dir / "agents" / AGENT / "checkpoints")
+    assert served is not None and served.name.endswith(f"{int(steps + skipped):010d}.pt")
     assert daemon.events("daemon ready")[0]["address"] == "127.0.0.1"
