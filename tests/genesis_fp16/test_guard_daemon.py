@@ -201,13 +201,16 @@ def test_an_explicit_request_meets_the_memory_without_probing_the_device(
         choose_precision(_settings(tmp_path), AGENT, "cuda")
 
 
-def test_a_broken_state_file_is_ignored_with_a_warning(tmp_path: Path) -> None:
-    """A garbled state file neither crashes the job nor lowers the precision."""
+def test_a_broken_state_file_keeps_the_agent_at_the_most_robust_precision(
+    tmp_path: Path,
+) -> None:
+    """A garbled state file neither crashes the job nor lets a demotion it may have held be
+    forgotten (issue 37): it is set aside and the agent trains in fp32 until a reset."""
     path = _remember(tmp_path)
     path.write_text("garbage")
-    assert (
-        choose_precision(_settings(tmp_path, ENABLE_FP16_TRAINING=True), AGENT, "cpu")[0] == "fp16"
-    )
+    settings = _settings(tmp_path, ENABLE_FP16_TRAINING=True)
+    assert choose_precision(settings, AGENT, "cpu")[0] == "fp32"
+    assert (path.parent / (path.name + ".rejected")).read_text() == "garbage"
 
 
 def _result(
@@ -274,3 +277,30 @@ def test_guard_demotes_a_two_rank_torchrun_job_started_by_the_daemon(
     assert demotions == 1
     # Rank 0's own records came through the launcher's relay: it ran under torchrun.
     assert any(r.get("logger") == "genesis_fp16.torchrun" for r in daemon.logs())
+
+
+@pytest.mark.slow
+def test_a_run_whose_every_gradient_is_nan_fails_and_degrades_healthz(
+    daemon_factory: DaemonFactory,
+) -> None:
+    """A real daemon, fp16 asked, NaN gradients at every step with a finite loss: the guard
+    walks down the ladder and the run ends failed (nonfinite_gradients) within one run,
+    counted, and /healthz says degraded naming the agent."""
+    daemon = daemon_factory(
+        {
+            **ENV,
+            "FIXTURE_FAULT_KIND": "nan_grad",
+            "FIXTURE_FAULT_STEP": "0",
+        }
+    )
+    failures = ("genesis_fp16_run_failures_total",)
+    daemon.wait_for(
+        lambda: daemon.sample(*failures, agent=AGENT, reason="nonfinite_gradients"),
+        "a run failed for NaN gradients",
+        timeout=180,
+    )
+    assert _finished_runs(daemon) == 0
+    runs = daemon.sample("genesis_fp16_training_runs_total", agent=AGENT, outcome="failed")
+    assert runs == 1
+    status, body = daemon.get("/healthz")
+    assert status == 503 and AGENT in body, body
