@@ -45,8 +45,11 @@ def _train_command(data: Path, checkpoints: Path, budget: tuple[str, ...]) -> li
 
 
 def _newest_step(checkpoints: Path) -> int:
-    files = CheckpointManager(checkpoints).checkpoints()
-    return int(files[-1].name[5:15]) if files else -1
+    """The newest step saved under the folder: se_darwin trains each candidate in a folder
+    of its own (candidates/<id>/), and every life here resumes the one unjudged candidate."""
+    folders = [checkpoints, *sorted((checkpoints / "candidates").glob("*"))]
+    files = [f for folder in folders for f in CheckpointManager(folder).checkpoints()]
+    return max(int(f.name[5:15]) for f in files) if files else -1
 
 
 def _weights(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
