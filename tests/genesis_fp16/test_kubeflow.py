@@ -29,7 +29,7 @@ from genesis_fp16.runs.kubeflow import (
 from genesis_fp16_infrastructure.plugin_api import TrainRequest
 from genesis_fp16_infrastructure.training import TrainingSummary
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
-from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager, load_checkpoint
+from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 PET = {
@@ -311,7 +311,7 @@ def test_two_nodes_driven_only_by_pet_variables(
     result = json.loads(outputs[0][0].strip().splitlines()[-1])
     assert result["steps"] == 6
     assert outputs[1][0].strip() == ""  # only global rank 0 prints
-    state = load_checkpoint(CheckpointManager(checkpoints).checkpoints()[-1])
+    state = load_checkpoint(Path(result["checkpoint"]))  # in its candidate folder (issue 35)
     assert len(state[keys.RNG_PER_RANK]) == 2  # one process group of two ranks
     assert status_server.bodies, "rank 0 reported no progress"
     assert status_server.bodies[-1]["trainerStatus"]["progressPercentage"] == 100

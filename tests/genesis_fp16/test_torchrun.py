@@ -97,8 +97,10 @@ def test_sigterm_to_torchrun_stops_every_rank_with_a_checkpoint(tmp_path: Path) 
     result = json.loads(rest[-1])
     assert result["stopped_early"] is True
     assert 2 <= result["steps"] < 1000000
-    newest = CheckpointManager(checkpoints).checkpoints()[-1]
+    # se_darwin's ranks share one candidate folder (issue 35): its newest is the result's.
+    newest = CheckpointManager(Path(result["checkpoint"]).parent).checkpoints()[-1]
     assert str(newest) == result["checkpoint"]
+    assert newest.parent.parent == checkpoints / "candidates"
     state = load_checkpoint(newest)  # torch.load(weights_only=True)
     assert state[keys.STEP] == result["steps"]
     assert len(state[keys.RNG_PER_RANK]) == 2
