@@ -116,7 +116,21 @@ class SEDarwinPlugin:
 
     def train(self, request: TrainRequest) -> TrainResult:
         """Read the data, compare it with what the checkpoint's model saw, and train:
-        nothing new ends the run at once (up to date), changed data trains afresh."""
+        nothing new ends the run at once (up to date), changed data trains afresh.
+
+        The agent's checkpoint folder is claimed for the whole run (rank 0 under
+        torchrun): its candidates and served.json have one writer, and another process
+        that writes it is refused at once (CheckpointFolderBusy, naming it)."""
+        owner = CheckpointManager(request.checkpoint_dir) if rank_and_world()[0] == 0 else None
+        if owner is not None:
+            owner.claim(f"se_darwin train (agent folder {request.checkpoint_dir})")
+        try:
+            return self._train(request)
+        finally:
+            if owner is not None:
+                owner.release()
+
+    def _train(self, request: TrainRequest) -> TrainResult:
         if request.data_path is None:
             raise TrainRequestError(
                 "se_darwin needs a data path: generate one with generate_sample_data"

@@ -20,6 +20,7 @@ import os
 import re
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -44,6 +45,12 @@ Accept = Callable[[dict[str, Any], Path], None]
 
 class CheckpointError(ValueError):
     """A checkpoint file that cannot be used: unreadable, corrupt, of another schema, unfit."""
+
+
+# This process's claims, by lock file: (descriptor, claims). An flock conflicts between
+# two descriptors even in one process, so a second claim here shares the first's.
+_CLAIMS: dict[str, tuple[int, int]] = {}
+_CLAIMS_LOCK = threading.Lock()
 
 
 class CheckpointFolderBusy(RuntimeError):
@@ -91,30 +98,52 @@ class CheckpointManager:
         """Become the folder's one writer until :meth:`release` (or this process dies):
         an ``flock`` on ``writer.lock`` in it. Raises :class:`CheckpointFolderBusy` at
         once, naming the holder's pid and ``owner`` text, when another process holds it.
-        The kernel drops the lock with its holder, ``kill -9`` included."""
+        The kernel drops the lock with its holder, ``kill -9`` included. Within one
+        process the claim is shared (an agent that claims its folder, then ``fit()`` on a
+        checkpoint in it): one flock, released with the last claim."""
         if self._lock_fd is not None:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / WRITER_LOCK
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as error:
-            os.close(fd)
-            if error.errno in (errno.EWOULDBLOCK, errno.EACCES):
-                raise CheckpointFolderBusy(
-                    f"checkpoint folder {self.directory} is written by {_holder(path)}; "
-                    f"one writer per folder (lock file {path})"
-                ) from None
-            raise
-        os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), "owner": owner}).encode() + b"\n")
-        self._lock_fd = fd
+        key = str(path.resolve())
+        with _CLAIMS_LOCK:
+            held = _CLAIMS.get(key)
+            if held is not None:  # this process is the writer already
+                _CLAIMS[key] = (held[0], held[1] + 1)
+                self._lock_fd = held[0]
+                return
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as error:
+                os.close(fd)
+                if error.errno in (errno.EWOULDBLOCK, errno.EACCES):
+                    raise CheckpointFolderBusy(
+                        f"checkpoint folder {self.directory} is written by {_holder(path)}; "
+                        f"one writer per folder (lock file {path})"
+                    ) from None
+                raise
+            os.ftruncate(fd, 0)
+            os.write(fd, json.dumps({"pid": os.getpid(), "owner": owner}).encode() + b"\n")
+            _CLAIMS[key] = (fd, 1)
+            self._lock_fd = fd
 
     def release(self) -> None:
-        """Stop being the folder's writer (the lock file stays; its lock goes)."""
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
+        """Stop being the folder's writer (the lock file stays; its lock goes with the
+        process's last claim)."""
+        if self._lock_fd is None:
+            return
+        with _CLAIMS_LOCK:
+            for key, (fd, count) in list(_CLAIMS.items()):
+                if fd == self._lock_fd:
+                    if count > 1:
+                        _CLAIMS[key] = (fd, count - 1)
+                    else:
+                        del _CLAIMS[key]
+                        os.close(fd)
+                    break
+            else:
+                os.close(self._lock_fd)
             self._lock_fd = None
 
     def path_for(self, step: int) -> Path:

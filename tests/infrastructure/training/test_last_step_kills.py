@@ -101,3 +101,32 @@ def test_train_into_a_checkpoint_folder_another_process_writes_is_refused_in_one
     (line,) = [x for x in run.stderr.splitlines() if x.startswith("genesis-fp16: error:")]
     assert f"is written by pid {os.getpid()} (the test's writer)" in line
     assert not CheckpointManager(folder).checkpoints()
+
+
+def test_a_second_claim_in_the_same_process_shares_the_first(tmp_path: Path) -> None:
+    """An agent that claims its folder and then runs fit() on a checkpoint in it: the
+    second claim shares the first (one flock), and the folder is free only after both
+    are released; another process is refused meanwhile."""
+    folder = tmp_path / "agent"
+    outer, inner = CheckpointManager(folder), CheckpointManager(folder)
+    outer.claim("the agent")
+    inner.claim("fit")
+    inner.release()
+    probe = [sys.executable, "-c", PROBE, str(folder)]
+    assert subprocess.run(probe, capture_output=True, text=True, timeout=300).stdout == "busy"
+    outer.release()
+    assert subprocess.run(probe, capture_output=True, text=True, timeout=300).stdout == "free"
+
+
+# Claims ``argv[1]`` in a process of its own: "busy" when another process writes it.
+PROBE = """
+import sys
+from pathlib import Path
+from genesis_fp16_infrastructure.training.checkpoint import CheckpointFolderBusy, CheckpointManager
+try:
+    CheckpointManager(Path(sys.argv[1])).claim("probe")
+except CheckpointFolderBusy:
+    print("busy", end="")
+else:
+    print("free", end="")
+"""
