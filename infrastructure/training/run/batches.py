@@ -54,3 +54,15 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
     if a.type != b.type:
         return False
     return a.index is None or b.index is None or a.index == b.index
+
+
+def batch_shapes(value: Any) -> str:
+    """A batch's dtypes and shapes as text (tensors inside mappings, lists and tuples):
+    the part of a cache key that says which step a measurement or a verdict is for."""
+    if isinstance(value, torch.Tensor):
+        return f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{batch_shapes(v)}" for k, v in sorted(value.items())) + "}"
+    if isinstance(value, list | tuple):
+        return "(" + ",".join(batch_shapes(v) for v in value) + ")"
+    return type(value).__name__

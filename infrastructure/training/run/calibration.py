@@ -74,7 +74,7 @@ from genesis_fp16_infrastructure.training.precision.decide import (
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
-from genesis_fp16_infrastructure.training.run.batches import to_device
+from genesis_fp16_infrastructure.training.run.batches import batch_shapes, to_device
 from genesis_fp16_infrastructure.training.run.task import TrainingTask
 from genesis_fp16_infrastructure.training.step.cuda_graph import cuda_generators
 from genesis_fp16_infrastructure.training.step.execution import ExecutionError, MeasuredExecution
@@ -406,22 +406,12 @@ def _key(
         "device": f"{device.type} ({caps.source})",
         "torch": torch.__version__,
         "model": hashlib.sha256(repr(params).encode()).hexdigest()[:16],
-        "batch": _shapes(batch),
+        "batch": batch_shapes(batch),
         "candidates": ",".join(candidates),
         "cuda_graph": config.cuda_graph,
         "margin": str(MARGIN),
         "scaler": json.dumps(asdict(scaler), sort_keys=True),
     }
-
-
-def _shapes(value: Any) -> str:
-    if isinstance(value, torch.Tensor):
-        return f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
-    if isinstance(value, Mapping):
-        return "{" + ",".join(f"{k}:{_shapes(v)}" for k, v in sorted(value.items())) + "}"
-    if isinstance(value, list | tuple):
-        return "(" + ",".join(_shapes(v) for v in value) + ")"
-    return type(value).__name__
 
 
 def _read_cache(path: Path | None, key: Mapping[str, str]) -> Calibration | None:

@@ -55,7 +55,7 @@ from genesis_fp16_infrastructure.atomic import write_json_atomic
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.precision.precision_names import LOSS_SCALED
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
-from genesis_fp16_infrastructure.training.run.batches import to_device
+from genesis_fp16_infrastructure.training.run.batches import batch_shapes, to_device
 from genesis_fp16_infrastructure.training.run.task import TrainingTask
 from genesis_fp16_infrastructure.training.step.cuda_graph import signature
 from genesis_fp16_infrastructure.training.step.trainer import LossFn, Trainer
@@ -366,22 +366,12 @@ def verification_key(trainer: Trainer, batch: Any) -> dict[str, str]:
         "device": name,
         "torch": torch.__version__,
         "model": hashlib.sha256(repr(params).encode()).hexdigest()[:16],
-        "batch": _shapes(batch),
+        "batch": batch_shapes(batch),
         "precision": trainer.policy.name,
         "execution": trainer.execution.used,
         "scaler": json.dumps(asdict(trainer.scaler.config), sort_keys=True),
         "optimizers": ",".join(type(o).__name__ for o in trainer.optimizers),
     }
-
-
-def _shapes(value: Any) -> str:
-    if isinstance(value, torch.Tensor):
-        return f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
-    if isinstance(value, Mapping):
-        return "{" + ",".join(f"{k}:{_shapes(v)}" for k, v in sorted(value.items())) + "}"
-    if isinstance(value, list | tuple):
-        return "(" + ",".join(_shapes(v) for v in value) + ")"
-    return type(value).__name__
 
 
 def _key_id(key: Mapping[str, str]) -> str:
