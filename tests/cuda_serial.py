@@ -1,13 +1,13 @@
 """One test on the GPU at a time, even under pytest-xdist (tests/conftest.py applies it).
 
 On the H100 (shared/gpu/h100-2026-11-23.md) 5-15 pytest processes time-slicing one GPU
-took an 11 s test past 200 s. pytest-xdist is no dependency of ours, but a GPU host may
-run ``pytest -n N``: there every test that uses CUDA holds an exclusive lock file for its
-setup, call and teardown, so such tests run one after another over all workers while the
+took an 11 s test past 200 s. `make test` runs the suite under pytest-xdist (``-n auto``):
+on a CUDA host every test that uses CUDA holds an exclusive lock file for its setup, call
+and teardown, so such tests run one after another over all workers while the
 others go on in parallel. A lock rather than an ``xdist_group``: with pytest 9.2, xdist
 3.8's ``--dist loadgroup`` adds the group to ``item._nodeid``, which pytest no longer
 reads, so the groups are silently ignored (checked here on 2026-11-23 by collecting under
-``-n 2 --dist loadgroup``). Without xdist the suite runs in one process anyway, and
+``-n 2 --dist loadgroup``). With ``-n 0`` the suite runs in one process anyway, and
 `make gpu-check` runs the gpu-marked tests with ``-p no:xdist``.
 
 Tests that use CUDA: the ``gpu``-marked ones, and every test under CUDA_WHEN_PRESENT, which
