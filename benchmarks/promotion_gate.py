@@ -39,7 +39,7 @@ import torch
 
 from genesis_fp16_agents.se_darwin.drift import drift_report
 from genesis_fp16_agents.se_darwin.plugin import SEDarwinPlugin
-from genesis_fp16_infrastructure.data.fingerprint import fingerprint
+from genesis_fp16_infrastructure.data.fingerprint import fingerprint, record_id_hash
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError
@@ -60,7 +60,8 @@ def _flip(record: dict[str, Any]) -> None:
 
 
 def _request(root: Path, data: Path, **kw: Any) -> TrainRequest:
-    options = {"max_epochs": kw.pop("max_epochs"), **kw.pop("options", {})}
+    epochs = kw.pop("max_epochs")  # 0: the default budget (stops on validation)
+    options = {**({"max_epochs": epochs} if epochs else {}), **kw.pop("options", {})}
     return TrainRequest(
         agent="se_darwin",
         precision=kw.pop("precision", "fp32"),
@@ -138,7 +139,11 @@ def run_shifts(seed: int, records: int, work: Path) -> dict[str, dict[str, Any]]
     out = {}
     for name, edit in shifts.items():
         pool = generate_pool(records, seed=seed)
-        ids = list(pool["trajectories"])
+        # A random half is "new": the reference and the new records come from the same
+        # generations, so "none" measures the report's noise alone. (The pool's later half
+        # would differ in its lineage features by construction: later generations have
+        # deeper lineages, which a real pool's growth shows too.)
+        ids = sorted(pool["trajectories"], key=lambda k: record_id_hash(f"{seed}:{k}"))
         served = read_pool_of(_subset(pool, ids[: records // 2]), work / "served.json")
         edit(pool, ids[records // 2 :])
         grown = read_pool_of(pool, work / "grown.json")

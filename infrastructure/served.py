@@ -40,6 +40,7 @@ POINTER_VERSION = 1
 CANDIDATES_FOLDER = "candidates"
 CANDIDATE_META = "candidate.json"
 VERDICT_NAME = "verdict.json"
+UNFINISHED_MIN_DAYS = 1.0  # an unfinished candidate untouched this long is pruned
 VERDICTS = ("promoted", "rejected", "undecided", "rolled_back")
 _CHECKPOINT_NAME = re.compile(r"^ckpt-(\d{10})\.pt$")  # CheckpointManager's, without torch
 
@@ -237,7 +238,10 @@ def folder_bytes(folder: Path) -> int:
 def prune(folder: Path, keep_served: int, rejected_days: float) -> list[Path]:
     """Remove candidates the history no longer needs: those neither served nor among the
     last ``keep_served`` served, and rejected or undecided ones older than
-    ``rejected_days``. An unfinished candidate (no verdict) and the served one are never
+    ``rejected_days``, and unfinished ones (no verdict: a run cut short, then its data
+    changed, so nothing resumes it) untouched for ``rejected_days`` and at least
+    ``UNFINISHED_MIN_DAYS``: a run cut short by its timeout every hour writes to its
+    candidate every hour, and must find it there next time. The served one is never
     removed. Returns what was removed."""
     pointer = read_pointer(folder)
     kept_ids: set[str] = set()
@@ -249,13 +253,26 @@ def prune(folder: Path, keep_served: int, rejected_days: float) -> list[Path]:
     removed = []
     for candidate in list_candidates(folder):
         verdict = read_json(candidate / VERDICT_NAME)
-        if candidate.name in kept_ids or verdict is None:
+        if candidate.name in kept_ids:
+            continue
+        if verdict is None:
+            if _last_write(candidate) > min(cutoff, time.time() - UNFINISHED_MIN_DAYS * 86400):
+                continue  # unfinished and recent: the next run of its data resumes it
+            shutil.rmtree(candidate)
+            removed.append(candidate)
             continue
         if verdict.get("outcome") != "promoted" and float(verdict.get("decided_at_s", 0)) > cutoff:
             continue  # a recent rejection, kept for inspection
         shutil.rmtree(candidate)
         removed.append(candidate)
     return removed
+
+
+def _last_write(folder: Path) -> float:
+    """The newest modification time of the folder or anything in it."""
+    times = [folder.stat().st_mtime]
+    times += [path.stat().st_mtime for path in folder.rglob("*") if path.is_file()]
+    return max(times)
 
 
 def _now() -> str:

@@ -62,8 +62,10 @@ def drift_report(
         return None
     ref_cols = numeric_columns([e.attempt for e in reference], pool)
     new_cols = numeric_columns([e.attempt for e in new], pool)
-    distances = _distances(reference, ref_cols, new, new_cols)
-    noise = _noise(reference, ref_cols, len(new), seed)
+    binned = _Reference(reference, ref_cols)
+    categorical = {name: _values(new, name) for name in _CATEGORICAL}
+    distances = binned.distances(new_cols, categorical)
+    noise = _noise(binned, ref_cols, len(new), seed)
     thresholds = {k: max(MIN_DISTANCE, 2 * noise.get(k, 0.0)) for k in distances}
     flagged = sorted(k for k, d in distances.items() if d > thresholds[k])
     shift, shift_threshold = _label_shift(reference, new)
@@ -79,52 +81,73 @@ def drift_report(
     }
 
 
-def _distances(
-    reference: Sequence[Example],
-    ref_cols: torch.Tensor,
-    new: Sequence[Example],
-    new_cols: torch.Tensor,
-) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for i, name in enumerate(NUMERIC_FEATURES):
-        out[name] = js_distance(ref_cols[:, i], new_cols[:, i])
-    for name, values in _CATEGORICAL.items():
-        out[name] = linf_distance(
-            [v for e in reference for v in values(e.attempt)],
-            [v for e in new for v in values(e.attempt)],
-        )
-    return out
+class _Reference:
+    """The served model's records, binned once: each numeric feature's bin bounds and
+    shares, each categorical feature's shares. Every distance is taken against it."""
+
+    def __init__(self, examples: Sequence[Example], cols: torch.Tensor) -> None:
+        self.bounds = [_bounds(cols[:, i]) for i in range(cols.shape[1])]
+        self.numeric = [_shares(cols[:, i], b) for i, b in enumerate(self.bounds)]
+        self.categorical = {name: _values(examples, name) for name in _CATEGORICAL}
+        self.counts = {name: Counter(v for vs in values for v in vs) for name, values in
+                       self.categorical.items()}  # fmt: skip
+
+    def distances(
+        self, cols: torch.Tensor, categorical: dict[str, list[Sequence[str]]]
+    ) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for i, name in enumerate(NUMERIC_FEATURES):
+            out[name] = _js(self.numeric[i], _shares(cols[:, i], self.bounds[i]))
+        for name, values in categorical.items():
+            out[name] = _linf(self.counts[name], Counter(v for vs in values for v in vs))
+        return out
 
 
-def _noise(
-    reference: Sequence[Example], ref_cols: torch.Tensor, size: int, seed: int
-) -> dict[str, float]:
+def _values(examples: Sequence[Example], name: str) -> list[Sequence[str]]:
+    read = _CATEGORICAL[name]
+    return [read(e.attempt) for e in examples]
+
+
+def _noise(reference: _Reference, ref_cols: torch.Tensor, size: int, seed: int) -> dict[str, float]:
     """The largest distance of ``NOISE_DRAWS`` reference samples of ``size`` records."""
     rng = random.Random(seed)
     worst: dict[str, float] = {}
-    n = len(reference)
+    n = ref_cols.shape[0]
     for _ in range(NOISE_DRAWS):
         picked = [rng.randrange(n) for _ in range(size)]
-        sample = [reference[i] for i in picked]
-        for name, value in _distances(reference, ref_cols, sample, ref_cols[picked]).items():
+        categorical = {k: [v[i] for i in picked] for k, v in reference.categorical.items()}
+        for name, value in reference.distances(ref_cols[picked], categorical).items():
             worst[name] = max(worst.get(name, 0.0), value)
     return worst
 
 
-def js_distance(reference: torch.Tensor, new: torch.Tensor, bins: int = 10) -> float:
-    """Jensen-Shannon distance (base 2) of two samples, binned on the reference's quantiles."""
+def js_distance(reference: torch.Tensor, new: torch.Tensor) -> float:
+    """Jensen-Shannon distance (base 2) of two samples, binned on the reference's deciles.
+
+    The bins' edges are the reference's distinct deciles, with a bin of their own below
+    its smallest value and above its largest: a feature of a few values (a flag, a small
+    count) is compared value by value, and new values outside the reference's range are
+    never hidden among its extremes.
+    """
+    bounds = _bounds(reference)
+    return _js(_shares(reference, bounds), _shares(new, bounds))
+
+
+def _bounds(reference: torch.Tensor, bins: int = 10) -> torch.Tensor:
     ref = reference.double().contiguous()
-    edges = torch.unique(torch.quantile(ref, torch.linspace(0, 1, bins + 1, dtype=torch.float64)))
-    if edges.numel() < 2:  # a constant reference: its one value against the rest
-        p = torch.tensor([1.0, 0.0], dtype=torch.float64)
-        same = float((new.double() == ref[0]).double().mean())
-        q = torch.tensor([same, 1 - same], dtype=torch.float64)
-    else:
-        inner = edges[1:-1]
-        p = torch.bincount(torch.bucketize(ref, inner), minlength=inner.numel() + 1).double()
-        fresh = torch.bucketize(new.double().contiguous(), inner)
-        q = torch.bincount(fresh, minlength=inner.numel() + 1)
-        p, q = p / p.sum(), q.double() / q.sum()
+    quantiles = torch.linspace(0, 1, bins + 1, dtype=torch.float64)
+    edges = torch.unique(torch.quantile(ref, quantiles))
+    below = torch.nextafter(edges[:1], torch.tensor([-math.inf], dtype=torch.float64))
+    return torch.cat([below, edges])  # x <= below | (below, e0] | ... | (e_last, inf)
+
+
+def _shares(values: torch.Tensor, bounds: torch.Tensor) -> torch.Tensor:
+    bins = torch.bucketize(values.double().contiguous(), bounds)
+    counts = torch.bincount(bins, minlength=bounds.numel() + 1).double()
+    return counts / counts.sum()
+
+
+def _js(p: torch.Tensor, q: torch.Tensor) -> float:
     m = (p + q) / 2
     divergence = 0.5 * (_kl(p, m) + _kl(q, m))
     return math.sqrt(max(divergence, 0.0))
@@ -132,10 +155,14 @@ def js_distance(reference: torch.Tensor, new: torch.Tensor, bins: int = 10) -> f
 
 def linf_distance(reference: Sequence[str], new: Sequence[str]) -> float:
     """The largest difference of one category's share between two samples."""
-    if not reference or not new:
-        return 0.0 if not reference and not new else 1.0
-    p, q = Counter(reference), Counter(new)
-    return max(abs(p[k] / len(reference) - q[k] / len(new)) for k in p.keys() | q.keys())
+    return _linf(Counter(reference), Counter(new))
+
+
+def _linf(p: Counter[str], q: Counter[str]) -> float:
+    p_total, q_total = p.total(), q.total()
+    if not p_total or not q_total:
+        return 0.0 if not p_total and not q_total else 1.0
+    return max(abs(p[k] / p_total - q[k] / q_total) for k in p.keys() | q.keys())
 
 
 def _label_shift(reference: Sequence[Example], new: Sequence[Example]) -> tuple[float, float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -70,3 +71,16 @@ def test_prune_keeps_the_served_the_last_k_and_recent_rejections(tmp_path: Path)
     assert left == {promoted[5].name, promoted[4].name, promoted[3].name, training.name}
     assert len(served.read_pointer(tmp_path).history) == 2  # type: ignore[union-attr]
     assert served.folder_bytes(tmp_path) > 0
+
+
+def test_prune_removes_an_unfinished_candidate_nobody_resumed(tmp_path: Path) -> None:
+    """An unfinished candidate (no verdict) stays while it was written within a day, even
+    with rejections kept 0 days, and goes once nothing touched it for longer."""
+    _serve(tmp_path, _candidate(tmp_path, "p", "promoted"))
+    recent = _candidate(tmp_path, "recent", None)
+    stale = _candidate(tmp_path, "stale", None)
+    old = time.time() - 2 * 86400
+    for path in [stale, *stale.rglob("*")]:
+        os.utime(path, (old, old))
+    assert served.prune(tmp_path, keep_served=2, rejected_days=0) == [stale]
+    assert recent.exists() and not stale.exists()
