@@ -1,24 +1,27 @@
 """Does the promotion gate promote good retrains, reject bad ones, and see shifts?
 
-    python benchmarks/promotion_gate.py [--sequences 10] [--records 600] > results.md
+    python benchmarks/promotion_gate.py [--sequences 10] [--records 2000] > results.md
 
 For each sequence s (pool ``generate_pool(records, seed=s)``, its first half served by
-a first ``SEDarwinPlugin.train`` run, fp32, default budget with ``max_epochs``), the
+a first ``SEDarwinPlugin.train`` run, fp32, the default budget unless ``--max-epochs``), the
 served folder is copied and one candidate of each kind is trained on it, resuming, as a
 scheduled run would:
 
 * **clean growth**: the whole pool (the second half's records are new and clean);
 * **cut short**: the whole pool with ``steps=3`` (a run stopped early, then judged);
-* **fp16 diverged**: the whole pool in fp16 with learning rate 30 and no guard;
+* **fp16 diverged**: the whole pool in fp16 with learning rate 3 and no guard;
 * **flipped labels**: the second half with every label turned over, judged with a golden
-  pool (``generate_pool(records // 2, seed=10_000 + s)``) as the operator would give one.
+  pool (``generate_pool(records // 2, seed=10_000 + s)``) as the operator would give one;
+* **poison**: the second half marked ``"success"`` with no score, judged with the golden
+  pool, and again without one (then the label-shift report is what sees it).
 
 Each row counts promoted and rejected candidates, and a gate that could not decide (the
 run fails: counted apart). The gate's cost is its phase's seconds over the run's wall
 seconds (clean growth). Then five shifts of the second half are scored by the drift
-report against the first half (no training): a new agent, the success rate raised to
-0.6, a tool renamed, ``generation`` × 10 (one numeric feature), and none. CPU, torch's
-default threads. Writes a Markdown report to stdout.
+report against the first half (no training; a random half of each sequence's pool): a
+new agent, the success rate raised to 0.6, a tool renamed, ``generation`` × 10 (one
+numeric feature), and none. CPU, torch's default threads. Writes a Markdown report to
+stdout.
 """
 
 from __future__ import annotations
@@ -106,11 +109,20 @@ def run_sequence(seed: int, records: int, max_epochs: int, work: Path) -> dict[s
             _flip(grown["trajectories"][key])
         return grown
 
+    def poisoned(grown: Pool) -> Pool:  # the issue's poison: "success", and no score
+        for key in ids[records // 2 :]:
+            grown["trajectories"][key].update(status="success", success_score=None)
+        return grown
+
     out: dict[str, Any] = {}
     out["clean"] = scenario("clean", lambda p: p)
     out["short"] = scenario("short", lambda p: p, steps=3)
-    out["fp16"] = scenario("fp16", lambda p: p, precision="fp16", options={"learning_rate": 30.0})
+    # Learning rate 3 in fp16 without the guard: finite, and far from what it learned (at
+    # 30 every step overflows, and the run fails as "learned nothing" before any gate).
+    out["fp16"] = scenario("fp16", lambda p: p, precision="fp16", options={"learning_rate": 3.0})
     out["flipped"] = scenario("flipped", flipped, golden_data_path=golden)
+    out["poison"] = scenario("poison", poisoned, golden_data_path=golden)
+    out["poison, no golden"] = scenario("poison-nogolden", poisoned)
     return out
 
 
@@ -161,16 +173,17 @@ def read_pool_of(pool: Pool, path: Path) -> Any:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sequences", type=int, default=10)
-    parser.add_argument("--records", type=int, default=600)
-    parser.add_argument("--max-epochs", type=int, default=4)
+    parser.add_argument("--records", type=int, default=2000)  # the daemon's sample pool
+    parser.add_argument("--max-epochs", type=int, default=0, help="0: the default budget")
     parser.add_argument("--out", type=Path, help="rewrite the report here after each sequence")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     start = time.perf_counter()
     results: list[dict[str, Any]] = []
+    shifts: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        shifts = run_shifts(0, args.records, Path(tmp))
         for seed in range(args.sequences):
+            shifts.append(run_shifts(seed, args.records, Path(tmp)))
             results.append(run_sequence(seed, args.records, args.max_epochs, Path(tmp)))
             print(f"sequence {seed}: {[r[0] for r in results[-1].values()]}", file=sys.stderr)
             if args.out is not None:  # a run stopped early still leaves what it measured
@@ -179,51 +192,74 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _report(results: list[dict[str, Any]], shifts: dict[str, Any], args: Any, wall: float) -> str:
+def _report(
+    results: list[dict[str, Any]], shifts: list[dict[str, Any]], args: Any, wall: float
+) -> str:
     lines = [
         f"# Promotion gate: {len(results)} of {args.sequences} sequences of {args.records} records "
-        f"(first half served, max_epochs {args.max_epochs})",
+        f"(first half served, max_epochs {args.max_epochs or 'default budget'})",
         "",
         f"CPU ({torch.get_num_threads()} threads), torch {torch.__version__}; "
         f"`python benchmarks/promotion_gate.py --sequences {args.sequences} --records "
         f"{args.records} --max-epochs {args.max_epochs}`; {wall:.0f} s in all.",
         "",
-        "| candidate | promoted | rejected | undecided (run failed) | other |",
-        "| --- | --- | --- | --- | --- |",
+        "| candidate | promoted | rejected | failed before the gate | undecided | other |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
-    for kind in ("clean", "short", "fp16", "flipped"):
+    for kind in results[0] if results else ():
         outcomes = [r[kind][0] for r in results]
-        promoted = outcomes.count("success")
-        rejected = outcomes.count("rejected")
-        undecided = outcomes.count("undecided")
-        other = len(outcomes) - promoted - rejected - undecided
-        lines.append(f"| {kind} | {promoted} | {rejected} | {undecided} | {other} |")
-    costs = []
-    for r in results:
-        outcome, data = r["clean"]
-        if outcome in ("success", "rejected"):
-            phases = data["extra"]["phases"]
-            costs.append(
-                (phases.get("gate", 0.0) + phases.get("drift", 0.0)) / data["wall_seconds"]
-            )
-    if costs:
-        lines += [
-            "",
-            f"Gate and drift cost over the clean runs' wall time: median "
-            f"{statistics.median(costs):.1%}, max {max(costs):.1%}.",
-        ]
+        counts = [outcomes.count(o) for o in ("success", "rejected", "failed", "undecided")]
+        lines.append(f"| {kind} | {' | '.join(map(str, counts))} | {len(outcomes) - sum(counts)} |")
+    flagged = [r["poison, no golden"][1].get("extra", {}).get("drift", {}) for r in results]
     lines += [
         "",
-        "| shift | flagged features | label shift (threshold) | flagged label |",
-        "| --- | --- | --- | --- |",
+        f"Poison without a golden pool: label shift flagged in "
+        f"{sum(bool(d.get('label_shift_flagged')) for d in flagged)} of {len(flagged)} runs.",
     ]
-    for name, report in shifts.items():
+    lines += _costs(results)
+    lines += [
+        "",
+        "| shift | sequences flagging the shifted feature | any feature flagged | "
+        "label shift flagged | label shift (median) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    expected = {
+        "new agent": "agent",
+        "tool renamed": "tool",
+        "generation x10": "log_generation",
+        "success 0.6": None,
+        "none": None,
+    }
+    for name, feature in expected.items():
+        reports = [s[name] for s in shifts]
+        hit = "-" if feature is None else str(sum(feature in r["flagged"] for r in reports))
         lines.append(
-            f"| {name} | {', '.join(report['flagged']) or '-'} | {report['label_shift']:+.3f} "
-            f"({report['label_shift_threshold']:.3f}) | {report['label_shift_flagged']} |"
+            f"| {name} | {hit} | {sum(bool(r['flagged']) for r in reports)} | "
+            f"{sum(bool(r['label_shift_flagged']) for r in reports)} | "
+            f"{statistics.median(r['label_shift'] for r in reports):+.3f} |"
         )
     reasons = [f"- {kind} s{i}: {_why(r[kind][1])}" for i, r in enumerate(results) for kind in r]
     return "\n".join([*lines, "", "Verdicts:", "", *reasons])
+
+
+def _costs(results: list[dict[str, Any]]) -> list[str]:
+    """The gate's and the drift report's share of each judged run's wall time."""
+    gate, drift = [], []
+    for r in results:
+        for outcome, data in r.values():
+            if outcome in ("success", "rejected"):
+                phases, wall = data["extra"]["phases"], data["wall_seconds"]
+                gate.append(phases.get("gate", 0.0) / wall)
+                drift.append(phases.get("drift", 0.0) / wall)
+    if not gate:
+        return []
+    both = [g + d for g, d in zip(gate, drift, strict=True)]
+    return [
+        "",
+        f"Cost over the wall time of the {len(gate)} judged runs (median, max): gate "
+        f"{statistics.median(gate):.1%}, {max(gate):.1%}; drift {statistics.median(drift):.1%}, "
+        f"{max(drift):.1%}; together {statistics.median(both):.1%}, {max(both):.1%}.",
+    ]
 
 
 def _why(data: dict[str, Any]) -> str:

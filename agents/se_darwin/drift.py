@@ -49,19 +49,26 @@ _CATEGORICAL: dict[str, Callable[[AttemptInput], Sequence[str]]] = {
 
 
 def drift_report(
-    examples: Sequence[Example], pool: Pool, served: DataFingerprint | None, seed: int = 0
+    examples: Sequence[Example],
+    pool: Pool,
+    served: DataFingerprint | None,
+    seed: int = 0,
+    numeric: torch.Tensor | None = None,
 ) -> dict[str, Any] | None:
     """The report for ``train --json`` (``extra.drift``), or None without a served model's
-    fingerprint or with under ``MIN_NEW`` new records."""
+    fingerprint or with under ``MIN_NEW`` new records. ``numeric``: ``numeric_columns``
+    of ``examples``, when the caller has them."""
     if served is None:
         return None
     seen = set(served.labelled.tolist())
-    new = [e for e in examples if record_hash(e) not in seen]
-    reference = [e for e in examples if record_hash(e) in seen]
+    is_new = torch.tensor([record_hash(e) not in seen for e in examples], dtype=torch.bool)
+    new = [e for e, fresh in zip(examples, is_new.tolist(), strict=True) if fresh]
+    reference = [e for e, fresh in zip(examples, is_new.tolist(), strict=True) if not fresh]
     if len(new) < MIN_NEW or len(reference) < MIN_NEW:
         return None
-    ref_cols = numeric_columns([e.attempt for e in reference], pool)
-    new_cols = numeric_columns([e.attempt for e in new], pool)
+    if numeric is None:
+        numeric = numeric_columns([e.attempt for e in examples], pool)
+    ref_cols, new_cols = numeric[~is_new], numeric[is_new]
     binned = _Reference(reference, ref_cols)
     categorical = {name: _values(new, name) for name in _CATEGORICAL}
     distances = binned.distances(new_cols, categorical)

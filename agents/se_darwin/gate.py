@@ -1,7 +1,7 @@
 """The promotion gate: a candidate replaces the served model only if it is no worse.
 
 Both models are scored on the same records, each record by a network that never trained
-on it (:func:`comparison_records` states the rule), and, when the operator names one
+on it (:func:`comparison_mask` states the rule), and, when the operator names one
 (``GENESIS_FP16_AGENTS__SE_DARWIN__GOLDEN_DATA``), on a fixed trusted pool. The candidate
 passes when on every set it is no worse within a tolerance derived from the measured
 noise::
@@ -40,7 +40,7 @@ from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, record
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.schema import Example
 from genesis_fp16_infrastructure.training.run.early_stop import served_weights
-from genesis_fp16_infrastructure.world_model.features import FeatureEncoder
+from genesis_fp16_infrastructure.world_model.features import FeatureEncoder, numeric_columns
 from genesis_fp16_infrastructure.world_model.metrics import auc_with_interval
 from genesis_fp16_infrastructure.world_model.model import ModelConfig, build_world_model
 from genesis_fp16_infrastructure.world_model.predict import read_world_model_state
@@ -147,10 +147,15 @@ class ScoredModel:
         ]
 
     def success_probability(
-        self, examples: Sequence[Example], pool: Pool, out_of_fold: bool
+        self,
+        examples: Sequence[Example],
+        pool: Pool,
+        out_of_fold: bool,
+        numeric: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """P(success) per record; ``out_of_fold``: each from its fold's member."""
-        x = self.encoder.encode([e.attempt for e in examples], pool)
+        """P(success) per record; ``out_of_fold``: each from its fold's member.
+        ``numeric``: the records' ``numeric_columns`` in ``pool``, when known."""
+        x = self.encoder.encode([e.attempt for e in examples], pool, numeric=numeric)
         with torch.no_grad():
             if out_of_fold and self.folds > 1:
                 logits = self.model(x, per_member=True).success_logit  # (members, n)
@@ -180,8 +185,10 @@ def compare_on(
     candidate: ScoredModel,
     served: ScoredModel,
     out_of_fold: bool,
+    numeric: torch.Tensor | None = None,
 ) -> Comparison:
-    """Both models on ``examples``, and whether the candidate is no worse within δ."""
+    """Both models on ``examples``, and whether the candidate is no worse within δ.
+    ``numeric``: the examples' ``numeric_columns`` in ``pool``, if the caller has them."""
     labels = torch.tensor([float(e.label.success) for e in examples])
     positives = int(labels.sum()) if len(examples) else 0
     if len(examples) < MIN_RECORDS:
@@ -189,8 +196,13 @@ def compare_on(
         return Comparison(name, None, None, passed=None, reason=reason)
     # Under MIN_CLASS of a class the AUC is mostly luck: log-loss alone decides, said so.
     with_auc = min(positives, len(examples) - positives) >= MIN_CLASS
-    cand, cand_losses = score(candidate.success_probability(examples, pool, out_of_fold), labels)
-    serv, serv_losses = score(served.success_probability(examples, pool, out_of_fold), labels)
+    # The unscaled features do not depend on the model: worked out once for both.
+    if numeric is None:
+        numeric = numeric_columns([e.attempt for e in examples], pool)
+    cand_p = candidate.success_probability(examples, pool, out_of_fold, numeric)
+    serv_p = served.success_probability(examples, pool, out_of_fold, numeric)
+    cand, cand_losses = score(cand_p, labels)
+    serv, serv_losses = score(serv_p, labels)
     diff = cand_losses - serv_losses
     paired_se = float(diff.std() / math.sqrt(len(diff)))
     delta_auc = max(MIN_DELTA, 2 * serv.auc_se) if with_auc else math.nan
@@ -211,12 +223,12 @@ def compare_on(
     return Comparison(name, cand, serv, delta_auc, delta_ll, not worse, reason)
 
 
-def comparison_records(
+def comparison_mask(
     examples: Sequence[Example], candidate: ScoredModel, served: ScoredModel
-) -> list[Example]:
-    """The current records neither model trained on (the module docstring's rule)."""
+) -> list[bool]:
+    """Which current records neither model trained on (the module docstring's rule)."""
     both = zip(candidate.held_out_for(examples), served.held_out_for(examples), strict=True)
-    return [e for e, (c, s) in zip(examples, both, strict=True) if c and s]
+    return [c and s for c, s in both]
 
 
 def decide(comparisons: Sequence[Comparison], clock: Callable[[], float] | None = None) -> Verdict:

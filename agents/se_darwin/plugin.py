@@ -53,6 +53,7 @@ from genesis_fp16_infrastructure.plugin_api import (
 from genesis_fp16_infrastructure.training import CheckpointManager, FitResult, fit
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
+from genesis_fp16_infrastructure.world_model.features import numeric_columns
 from genesis_fp16_infrastructure.world_model.model import (
     HEAD_MODULES,
     PRESETS,
@@ -227,14 +228,18 @@ class SEDarwinPlugin:
         if stopped:  # cut short: kept unjudged; the next run resumes it
             extra["phases"] = clock.to_json()
             return dataclasses.replace(out, wall_seconds=clock.elapsed(), extra=extra)
+        numeric = None  # the pool's unscaled features, for the drift report and the gate
         if plan.change is not None and not plan.change.unchanged:
             with clock.phase("drift"):
-                drift = drift_report(data.examples, data.pool, plan.served_seen, request.seed)
+                numeric = numeric_columns([e.attempt for e in data.examples], data.pool)
+                drift = drift_report(
+                    data.examples, data.pool, plan.served_seen, request.seed, numeric
+                )
             if drift is not None:
                 out = dataclasses.replace(out, extra={**out.extra, "drift": drift})
                 _log_drift(drift)
         with clock.phase("gate"):
-            out = judge(root, candidate, out, served, data, request, options)
+            out = judge(root, candidate, out, served, data, request, options, numeric)
         served_now = served_model(root)
         extra = {**out.extra, "phases": clock.to_json()}
         out = dataclasses.replace(out, wall_seconds=clock.elapsed(), extra=extra)

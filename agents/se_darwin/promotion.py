@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from genesis_fp16_agents.se_darwin import gate
 from genesis_fp16_agents.se_darwin.freshness import request_key
 from genesis_fp16_agents.se_darwin.task import TaskOptions, read_pool
@@ -191,10 +193,11 @@ def judge(
     data: ReadResult,
     request: TrainRequest,
     options: TaskOptions,
+    numeric: torch.Tensor | None = None,
 ) -> TrainResult:
     """Gate the finished candidate; promote it, or reject it (the served model stays),
     or raise TrainRequestError when the gate cannot decide. Returns the run's result
-    with ``extra.gate``."""
+    with ``extra.gate``. ``numeric``: ``numeric_columns`` of ``data.examples``, if known."""
     checkpoint = result.checkpoint
     if checkpoint is None:
         raise TrainRequestError(f"candidate {candidate.name} wrote no checkpoint: nothing to judge")
@@ -203,7 +206,7 @@ def judge(
     if served is None:
         verdict = gate.Verdict(True, True, "the first model: nothing served to beat")
     else:
-        verdict = _compare(judged, served, data, request, options)
+        verdict = _compare(judged, served, data, request, options, numeric)
     record = {
         **verdict.to_json(),
         "precision": precision,
@@ -236,6 +239,7 @@ def _compare(
     data: ReadResult,
     request: TrainRequest,
     options: TaskOptions,
+    numeric: torch.Tensor | None,
 ) -> gate.Verdict:
     """The candidate's and the served model's scores on the held-out comparison set and
     the golden pool, and the verdict; ``seconds``: what the comparison cost."""
@@ -247,9 +251,11 @@ def _compare(
         return gate.Verdict(
             False, False, f"the gate cannot decide (a model cannot be scored: {exc})"
         )
-    records = gate.comparison_records(data.examples, candidate_model, served_model_)
+    chosen = gate.comparison_mask(data.examples, candidate_model, served_model_)
+    records = [e for e, keep in zip(data.examples, chosen, strict=True) if keep]
+    rows = None if numeric is None else numeric[torch.tensor(chosen, dtype=torch.bool)]
     comparisons = [
-        gate.compare_on("held_out", records, data.pool, candidate_model, served_model_, True)
+        gate.compare_on("held_out", records, data.pool, candidate_model, served_model_, True, rows)
     ]
     golden_path = request.golden_data_path
     if golden_path is not None:

@@ -3,17 +3,23 @@ survives a restart, and the model history stays bounded."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from daemon_harness import DaemonFactory, DaemonProcess, daemon_env
 
+from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.served import list_candidates, read_json, read_pointer
+from genesis_fp16_infrastructure.world_model.metrics import auc_with_interval
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 
 AGENT = "se_darwin"
@@ -188,3 +194,73 @@ def test_history_stays_bounded_after_many_data_changes(
     assert pointer is not None and len(pointer.history) <= 2
     state_bytes = daemon.sample("genesis_fp16_agent_state_bytes", agent=AGENT)
     assert state_bytes is not None and state_bytes > 0
+
+
+def _fresh_auc(checkpoint: Path, fresh: Any) -> tuple[float, float]:
+    """The AUC of the model in ``checkpoint`` on a fresh pool, and its standard error."""
+    predictor = WorldModelPredictor.load(checkpoint)
+    predictions = predictor.predict([e.attempt for e in fresh.examples], fresh.pool)
+    scores = torch.tensor([p.success_probability for p in predictions])
+    labels = torch.tensor([float(e.label.success) for e in fresh.examples])
+    value, low, high = auc_with_interval(scores, labels)
+    return value, (high - low) / (2 * 1.96)
+
+
+@pytest.mark.slow
+def test_the_prediction_api_never_fails_to_load_while_the_pool_grows(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """The prediction API loads the served model every 0.4 s while the daemon retrains on a
+    pool that grows three times: no load fails, and no model served after another scores
+    worse than it on a fresh pool beyond the gate's δ (or the fresh pool's own noise)."""
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    _write(pool / "se_darwin.json", generate_pool(400, seed=4))
+    daemon = daemon_factory(_env(pool), fixtures=False)
+    folder = daemon.state_dir / "agents" / AGENT / "checkpoints"
+    daemon.wait_for(lambda: _runs(daemon, "success") >= 1, "the first model", 180)
+
+    loads: list[Path] = []
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.is_set():
+            try:
+                loaded = WorldModelPredictor.load(folder).checkpoint
+                assert loaded is not None
+                loads.append(loaded)
+            except Exception as exc:  # every failure counts: the point of the test
+                failures.append(repr(exc))
+            stop.wait(0.4)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        for change in range(3):
+            judged = sum(_runs(daemon, o) for o in ("success", "rejected"))
+            _write(pool / f"grow{change}.json", generate_pool(200, seed=20 + change))
+            daemon.wait_for(
+                lambda j=judged: sum(_runs(daemon, o) for o in ("success", "rejected")) > j,
+                f"the run after change {change}",
+                240,
+            )
+    finally:
+        stop.set()
+        poller.join(timeout=30)
+    assert failures == [] and len(loads) > 10, (failures[:3], len(loads))
+    assert _runs(daemon, "failed") == 0
+    served = list(dict.fromkeys(loads))  # each served model once, in the order served
+    assert len(served) >= 2, "no clean growth was promoted: nothing replaced the first model"
+    promoted = [e for e in daemon.events("training run finished") if e["outcome"] == "success"]
+    deltas = {e["gate"]["candidate_id"]: e["gate"]["comparisons"] for e in promoted[1:]}
+    fresh_path = tmp_path / "fresh.json"
+    _write(fresh_path, generate_pool(1000, seed=99))
+    fresh = read_trajectories(fresh_path)
+    for before, after in itertools.pairwise(served):
+        (comparison,) = deltas[after.parent.name]  # held_out: no golden pool here
+        assert comparison["passed"] is True
+        earlier, se_before = _fresh_auc(before, fresh)
+        later, se_after = _fresh_auc(after, fresh)
+        allowed = max(comparison["delta_auc"], 2 * math.hypot(se_before, se_after))
+        assert later >= earlier - allowed, (before.parent.name, after.parent.name)
