@@ -64,6 +64,10 @@ EXPECTED_EMPTY["Early stopping: served step"] = "only se_darwin reports it"
 EXPECTED_EMPTY["Time since the model last learned new data"] = "only se_darwin reports it"
 EXPECTED_EMPTY["Records the model has learned"] = "only se_darwin reports it"
 EXPECTED_EMPTY["Seconds per phase of the last run"] = "only se_darwin reports it"
+# The promotion gate and the drift report: only se_darwin judges candidates.
+EXPECTED_EMPTY["Served and candidate quality"] = "only se_darwin reports it"
+EXPECTED_EMPTY["Candidate rejected, label shift flagged"] = "only se_darwin reports it"
+EXPECTED_EMPTY["Label shift and drifted features"] = "only se_darwin reports it"
 # Exported once a tracked run ends: the scraped daemon below writes no curves.
 EXPECTED_EMPTY["Lost curve writes (tracking)"] = "no GENESIS_FP16_TRACKING_DIR here"
 # NVIDIA's dcgm-exporter series, joined to ours on the GPU UUID: no GPU or exporter here.
