@@ -24,14 +24,17 @@ a fixed one flags small batches for their noise alone.
 from __future__ import annotations
 
 import math
-import random
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, record_hash
+from genesis_fp16_infrastructure.data.fingerprint import (
+    DataFingerprint,
+    record_hash,
+    record_id_hash,
+)
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.schema import AttemptInput, Example
 from genesis_fp16_infrastructure.world_model.features import NUMERIC_FEATURES, numeric_columns
@@ -54,14 +57,14 @@ def drift_report(
     served: DataFingerprint | None,
     seed: int = 0,
     numeric: torch.Tensor | None = None,
+    current: DataFingerprint | None = None,
 ) -> dict[str, Any] | None:
     """The report for ``train --json`` (``extra.drift``), or None without a served model's
     fingerprint or with under ``MIN_NEW`` new records. ``numeric``: ``numeric_columns``
-    of ``examples``, when the caller has them."""
+    of ``examples``, and ``current``: their fingerprint, when the caller has them."""
     if served is None:
         return None
-    seen = set(served.labelled.tolist())
-    is_new = torch.tensor([record_hash(e) not in seen for e in examples], dtype=torch.bool)
+    is_new = torch.tensor(_new_records(examples, served, current), dtype=torch.bool)
     new = [e for e, fresh in zip(examples, is_new.tolist(), strict=True) if fresh]
     reference = [e for e, fresh in zip(examples, is_new.tolist(), strict=True) if not fresh]
     if len(new) < MIN_NEW or len(reference) < MIN_NEW:
@@ -70,8 +73,7 @@ def drift_report(
         numeric = numeric_columns([e.attempt for e in examples], pool)
     ref_cols, new_cols = numeric[~is_new], numeric[is_new]
     binned = _Reference(reference, ref_cols)
-    categorical = {name: _values(new, name) for name in _CATEGORICAL}
-    distances = binned.distances(new_cols, categorical)
+    distances = binned.distances(new, new_cols)
     noise = _noise(binned, ref_cols, len(new), seed)
     thresholds = {k: max(MIN_DISTANCE, 2 * noise.get(k, 0.0)) for k in distances}
     flagged = sorted(k for k, d in distances.items() if d > thresholds[k])
@@ -88,42 +90,77 @@ def drift_report(
     }
 
 
+def _new_records(
+    examples: Sequence[Example], served: DataFingerprint, current: DataFingerprint | None
+) -> list[bool]:
+    """Which records the served model never trained on as they are now. With the pool's
+    own fingerprint, each record's hash is looked up by its id's (hashing a record's
+    whole text again costs more than the rest of the report)."""
+    seen = set(served.labelled.tolist())
+    if current is None:
+        return [record_hash(e) not in seen for e in examples]
+    labelled = dict(zip(current.ids.tolist(), current.labelled.tolist(), strict=True))
+    return [labelled[record_id_hash(e.trajectory_id)] not in seen for e in examples]
+
+
 class _Reference:
     """The served model's records, binned once: each numeric feature's bin bounds and
-    shares, each categorical feature's shares. Every distance is taken against it."""
+    shares; each categorical feature as a count matrix (record x category), so that a
+    sample's shares are a sum of rows. Every distance is taken against it."""
 
     def __init__(self, examples: Sequence[Example], cols: torch.Tensor) -> None:
         self.bounds = [_bounds(cols[:, i]) for i in range(cols.shape[1])]
         self.numeric = [_shares(cols[:, i], b) for i, b in enumerate(self.bounds)]
-        self.categorical = {name: _values(examples, name) for name in _CATEGORICAL}
-        self.counts = {name: Counter(v for vs in values for v in vs) for name, values in
-                       self.categorical.items()}  # fmt: skip
+        self.counts: dict[str, torch.Tensor] = {}  # (records, categories)
+        self.vocab: dict[str, dict[str, int]] = {}
+        for name, read in _CATEGORICAL.items():
+            values = [read(e.attempt) for e in examples]
+            vocab = {v: i for i, v in enumerate(sorted({v for vs in values for v in vs}))}
+            rows = [row for row, vs in enumerate(values) for _ in vs]
+            columns = [vocab[v] for vs in values for v in vs]
+            counts = torch.zeros((len(values), len(vocab) + 1), dtype=torch.float64)
+            ones = torch.ones(len(rows), dtype=torch.float64)
+            counts.index_put_((torch.tensor(rows), torch.tensor(columns)), ones, accumulate=True)
+            self.counts[name], self.vocab[name] = counts, vocab
 
-    def distances(
-        self, cols: torch.Tensor, categorical: dict[str, list[Sequence[str]]]
-    ) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for i, name in enumerate(NUMERIC_FEATURES):
-            out[name] = _js(self.numeric[i], _shares(cols[:, i], self.bounds[i]))
-        for name, values in categorical.items():
-            out[name] = _linf(self.counts[name], Counter(v for vs in values for v in vs))
+    def numeric_distances(self, cols: torch.Tensor) -> dict[str, float]:
+        return {
+            name: _js(self.numeric[i], _shares(cols[:, i], self.bounds[i]))
+            for i, name in enumerate(NUMERIC_FEATURES)
+        }
+
+    def categorical_distance(self, name: str, counts: torch.Tensor) -> float:
+        """L-infinity between the reference's shares and ``counts`` (its last column: values
+        the reference never had)."""
+        p, total = self.counts[name].sum(0), counts.sum()
+        if not p.sum() or not total:
+            return 0.0 if not p.sum() and not total else 1.0
+        return float((p / p.sum() - counts / total).abs().max())
+
+    def distances(self, examples: Sequence[Example], cols: torch.Tensor) -> dict[str, float]:
+        """The distances of other records (the new ones) from the reference."""
+        out = self.numeric_distances(cols)
+        for name, read in _CATEGORICAL.items():
+            vocab, other = self.vocab[name], len(self.vocab[name])
+            found = Counter(vocab.get(v, other) for e in examples for v in read(e.attempt))
+            counts = torch.zeros(other + 1, dtype=torch.float64)
+            for column, count in found.items():
+                counts[column] = count
+            out[name] = self.categorical_distance(name, counts)
         return out
-
-
-def _values(examples: Sequence[Example], name: str) -> list[Sequence[str]]:
-    read = _CATEGORICAL[name]
-    return [read(e.attempt) for e in examples]
 
 
 def _noise(reference: _Reference, ref_cols: torch.Tensor, size: int, seed: int) -> dict[str, float]:
     """The largest distance of ``NOISE_DRAWS`` reference samples of ``size`` records."""
-    rng = random.Random(seed)
+    generator = torch.Generator().manual_seed(seed)
     worst: dict[str, float] = {}
     n = ref_cols.shape[0]
     for _ in range(NOISE_DRAWS):
-        picked = [rng.randrange(n) for _ in range(size)]
-        categorical = {k: [v[i] for i in picked] for k, v in reference.categorical.items()}
-        for name, value in reference.distances(ref_cols[picked], categorical).items():
+        picked = torch.randint(n, (size,), generator=generator)
+        draw = reference.numeric_distances(ref_cols[picked])
+        for name, counts in reference.counts.items():
+            draw[name] = reference.categorical_distance(name, counts[picked].sum(0))
+        for name, value in draw.items():
             worst[name] = max(worst.get(name, 0.0), value)
     return worst
 

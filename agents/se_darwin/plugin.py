@@ -228,12 +228,13 @@ class SEDarwinPlugin:
         if stopped:  # cut short: kept unjudged; the next run resumes it
             extra["phases"] = clock.to_json()
             return dataclasses.replace(out, wall_seconds=clock.elapsed(), extra=extra)
-        numeric = None  # the pool's unscaled features, for the drift report and the gate
+        numeric = task.take_numeric_rows()  # the task's, for the drift report and the gate
         if plan.change is not None and not plan.change.unchanged:
             with clock.phase("drift"):
-                numeric = numeric_columns([e.attempt for e in data.examples], data.pool)
+                if numeric is None:
+                    numeric = numeric_columns([e.attempt for e in data.examples], data.pool)
                 drift = drift_report(
-                    data.examples, data.pool, plan.served_seen, request.seed, numeric
+                    data.examples, data.pool, plan.served_seen, request.seed, numeric, seen
                 )
             if drift is not None:
                 out = dataclasses.replace(out, extra={**out.extra, "drift": drift})

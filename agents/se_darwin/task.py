@@ -393,12 +393,20 @@ class SEDarwinTask:
         self.split = split = split or choose_split(data, options, seed, saved)
         self.members = max(1, split.fold_count)
         train, held = split.train, split.held_out
-        columns: dict[int, torch.Tensor] = {}  # each part's numeric columns, computed once
+        # The unscaled numeric features of every record, computed once: each part takes its
+        # rows, and the drift report and the promotion gate take them after the run
+        # (take_numeric_rows), instead of working them out again.
+        position = {id(e): i for i, e in enumerate(data.examples)}
+        self._numeric_rows: torch.Tensor | None = None
 
         def numeric(part: Sequence[Example]) -> torch.Tensor:
-            if id(part) not in columns:
-                columns[id(part)] = numeric_columns([e.attempt for e in part], data.pool)
-            return columns[id(part)]
+            if self._numeric_rows is None:
+                attempts = [e.attempt for e in data.examples]
+                self._numeric_rows = numeric_columns(attempts, data.pool)
+            rows = [position.get(id(e)) for e in part]
+            if any(i is None for i in rows):  # not the pool's own records: worked out here
+                return numeric_columns([e.attempt for e in part], data.pool)
+            return self._numeric_rows[rows]
 
         if saved is not None:  # resuming: encode exactly as the checkpointed run did
             try:
@@ -451,6 +459,12 @@ class SEDarwinTask:
             self.encoder.n_features,
             self.config,
         )
+
+    def take_numeric_rows(self) -> torch.Tensor | None:
+        """The unscaled numeric features of every record of the task's data, in its order
+        (None when the task did not need them); the task keeps no reference afterwards."""
+        rows, self._numeric_rows = self._numeric_rows, None
+        return rows
 
     @classmethod
     def from_path(
