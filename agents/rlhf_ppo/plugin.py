@@ -196,9 +196,7 @@ def check_single_process() -> None:
 
 
 def _ppo_config(task: TaskConfig, options: Mapping[str, Any]) -> PPOConfig:
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise TrainRequestError(f"rlhf_ppo: unknown option(s) {unknown}; valid: {list(OPTIONS)}")
+    # ``options`` come from parse_options, which refuses any name outside OPTIONS.
     overrides = {k: options[k] for k in PPO_OPTIONS if k in options}
     return PPOConfig(task=task, **overrides)
 

@@ -145,3 +145,21 @@ def test_reset_takes_turns_with_the_daemon_recording_a_demotion(
         write_precision_memory(path, demoted)
     assert done.wait(120)
     assert read_precision_memory(path) is None  # the reset came after, and cleared it
+
+
+def test_precision_show_names_every_candidate_and_the_choice() -> None:
+    """The measurement's table: each row with its ratio to fp32, the chosen row (precision
+    and execution) marked once, and the precisions not timed with why."""
+    from genesis_fp16.commands.precision import _describe_calibration
+    from genesis_fp16_infrastructure.training.run import calibration as cal
+
+    def row(precision: str, ms: float, execution: str = "eager") -> cal.Measured:
+        return cal.Measured(precision, execution, ms, ms, ms, 3)
+
+    rows = (row("fp32", 2.0), row("fp32", 1.0, "cuda_graph"), row("bf16", 1.0))
+    calibration = cal.Calibration(
+        "bf16", "r", rows, {"fp16": "no native fp16"}, {"device": "cpu"}, 0.1
+    )
+    table = _describe_calibration(calibration.to_json())
+    assert table.count("<- chosen") == 1 and "bf16       eager" in table
+    assert "2.00x  <- chosen" in table and "fp16       not timed: no native fp16" in table

@@ -69,7 +69,6 @@ from genesis_fp16_infrastructure.training.precision.decide import (
     PrecisionRequest,
     auto_candidates,
     decide,
-    fp32_baseline,
 )
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
@@ -138,22 +137,6 @@ class Calibration:
         timings = ", ".join(f"{r.execution} {r.median_ms:.3f} ms" for r in mine)
         why = f"measured {self.chosen} steps: {timings}"
         return MeasuredExecution(self.execution, why)
-
-    def table(self) -> str:
-        """The measurement as a small text table (``precision show`` prints it)."""
-        base = fp32_baseline(self.rows)
-        fp32 = base.median_ms if base is not None else None
-        lines = [f"{'precision':<10}{'execution':<12}{'median ms':>10}{'min-max ms':>18}  vs fp32"]
-        for r in self.rows:
-            ratio = f"{fp32 / r.median_ms:.2f}x" if fp32 and r.median_ms else "-"
-            picked = (r.precision, r.execution) == (self.chosen, self.execution)
-            mark = "  <- chosen" if picked else ""
-            spread = f"{r.min_ms:.3f}-{r.max_ms:.3f}"
-            lines.append(
-                f"{r.precision:<10}{r.execution:<12}{r.median_ms:>10.3f}{spread:>18}  {ratio}{mark}"
-            )
-        lines += [f"{name:<10}not timed: {why}" for name, why in self.skipped.items()]
-        return "\n".join(lines)
 
 
 def calibrate(
@@ -431,12 +414,3 @@ def _read_cache(path: Path | None, key: Mapping[str, str]) -> Calibration | None
         logger.info("precision calibration cache is stale (%s changed)", ", ".join(changed))
         return None
     return found
-
-
-def forget(cache: Path) -> bool:
-    """Delete a calibration cache; True if there was one (``precision reset``)."""
-    try:
-        cache.unlink()
-    except FileNotFoundError:
-        return False
-    return True
