@@ -211,9 +211,6 @@ class TrainRequest(RunSpec, RunCallbacks):
     calibration_path: Path | None = None
     # Precisions a measured 'auto' must not time, each with why (e.g. a red probe verdict).
     auto_excluded: Mapping[str, str] = field(default_factory=dict)
-    # Periodic checkpoints every N steps (FitOptions.checkpoint_interval; None: a tenth of
-    # the run, or each validation), or checkpoint_seconds, whichever first.
-    checkpoint_steps: int | None = None
     # The resident memory the run may use (the daemon's RUN_MEMORY_LIMIT_BYTES; None: no
     # limit set), for what a plugin sizes by it: se_darwin's largest pool.
     memory_limit_bytes: int | None = None
@@ -241,7 +238,6 @@ class TrainRequest(RunSpec, RunCallbacks):
             on_log=self.on_log,
             should_stop=self.should_stop,
             checkpoint_dir=Path(self.checkpoint_dir),
-            checkpoint_interval=self.checkpoint_steps,
             auto_precision=AutoPrecision(
                 mode=self.auto_precision, excluded=self.auto_excluded, cache=self.calibration_path
             ),

@@ -353,7 +353,7 @@ def _refit(
         steps=steps - (done or 0),
         epochs=None,
         resume=done is not None,
-        checkpoint_interval=steps or 1,  # the end only: a refit is at most the split's length
+        checkpoint_steps=steps or 1,  # the end only: a refit is at most the split's length
         checkpoint_seconds=None,
         on_log=None,  # its step counter starts again at 0: not the run's progress
     )

@@ -44,7 +44,11 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
     from genesis_fp16_infrastructure.training.run.task import TrainingTask
     from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
-    from genesis_fp16_infrastructure.training.step.trainer import Trainer, TrainerConfig
+    from genesis_fp16_infrastructure.training.step.trainer import (
+        StepTuning,
+        Trainer,
+        TrainerConfig,
+    )
 
 # Exported name -> the submodule that defines it.
 _EXPORTS: dict[str, str] = {
@@ -74,6 +78,7 @@ _EXPORTS: dict[str, str] = {
     "TrainingSummary": "step.summary",
     "Trainer": "step.trainer",
     "TrainerConfig": "step.trainer",
+    "StepTuning": "step.trainer",
 }
 
 __all__ = [
@@ -93,6 +98,7 @@ __all__ = [
     "PrecisionRequest",
     "ResolvedPrecision",
     "ScalerConfig",
+    "StepTuning",
     "Trainer",
     "TrainerConfig",
     "TrainingSummary",

@@ -43,7 +43,7 @@ from genesis_fp16_infrastructure.training.run.task import TrainingTask
 from genesis_fp16_infrastructure.training.run.verify_capture import verification_cache, verify_run
 from genesis_fp16_infrastructure.training.step.cuda_graph import cuda_generators
 from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
-from genesis_fp16_infrastructure.training.step.trainer import Trainer, TrainerConfig
+from genesis_fp16_infrastructure.training.step.trainer import StepTuning, Trainer, TrainerConfig
 
 __all__ = ["FitOptions", "FitResult", "TrainingTask", "fit"]
 
@@ -214,9 +214,10 @@ def _expected_steps(task: TrainingTask, options: FitOptions) -> int | None:
 
 
 def _trainer_config(options: FitOptions) -> TrainerConfig:
-    """The trainer's config with the run's step settings (``StepSpec``'s fields) in it."""
+    """The trainer's config: the run's step fields (``StepSpec``'s) and its own tuning."""
     shared = {item.name: getattr(options, item.name) for item in fields(StepSpec)}
-    return replace(options.trainer, **shared)
+    own = {item.name: getattr(options.trainer, item.name) for item in fields(StepTuning)}
+    return TrainerConfig(**shared, **own)
 
 
 def _demote(

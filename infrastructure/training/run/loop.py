@@ -149,7 +149,7 @@ class _Cadence:
 
     @classmethod
     def of(cls, options: FitOptions) -> _Cadence:
-        steps = options.checkpoint_interval
+        steps = options.checkpoint_steps
         if steps is None and options.steps is not None:
             steps = max(1, math.ceil(options.steps / 10))
         elif steps is None and options.early_stop is not None:

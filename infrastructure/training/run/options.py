@@ -14,7 +14,7 @@ from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
 from genesis_fp16_infrastructure.training.run.spec import RunCallbacks, RunSpec
 from genesis_fp16_infrastructure.training.step.execution import ResolvedExecution
 from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
-from genesis_fp16_infrastructure.training.step.trainer import Trainer, TrainerConfig
+from genesis_fp16_infrastructure.training.step.trainer import StepTuning, Trainer, TrainerConfig
 
 StepHook = Callable[[Trainer], None]
 
@@ -33,15 +33,17 @@ class FitOptions(RunSpec, RunCallbacks):
       or stopped by ``should_stop``) asked for the same ``steps``/``epochs`` continues
       toward that run's own target, so the interruption costs only time.
     - ``resume``: continue from the newest valid checkpoint in ``checkpoint_dir``.
+    - ``trainer``: the trainer's own settings (:class:`StepTuning`: gradient clipping,
+      accumulation, the overflow window); the step fields above are the run's, once.
     - ``checkpoint_dir``: None writes no checkpoints. ``keep`` files are kept; one is
-      written every ``checkpoint_interval`` steps (None: a tenth of ``steps`` when given,
+      written every ``checkpoint_steps`` steps (None: a tenth of ``steps`` when given,
       else each validation of ``early_stop``), whenever ``checkpoint_seconds`` have
       passed since the last one (None: no time bound; single-process runs only, since a
       save is collective under torchrun), and at the end, so a killed run loses at most
       one interval. Resuming tries the newest valid file first and falls back past one
       that does not fit the model.
-    - ``log_interval`` replaces ``trainer.log_interval``; ``on_log`` receives a
-      :class:`TrainingSummary` every interval and once more at the end.
+    - ``log_interval``: ``on_log`` receives a :class:`TrainingSummary` every this many
+      steps and once more at the end.
     - ``should_stop``: polled before every step; when it returns True the run stops
       there, checkpoints and evaluates, and ``FitResult.stopped_early`` is True.
     - ``step_hooks``: called with the trainer after every step (before checkpointing).
@@ -50,10 +52,10 @@ class FitOptions(RunSpec, RunCallbacks):
       of the ladder to the same target step, and ``FitResult.demotions`` says so.
     - ``fsdp``: under an initialised multi-rank process group, shard the model with
       FSDP2 instead of DDP (see :mod:`genesis_fp16_infrastructure.training.distributed`).
-    - ``cuda_graph`` replaces ``trainer.cuda_graph``: ``auto``, ``on`` or ``off``; what ran
+    - ``cuda_graph``: ``auto``, ``on`` or ``off``; what ran
       and why is ``FitResult.execution`` (see
       :mod:`genesis_fp16_infrastructure.training.step.execution`).
-    - ``compile`` replaces ``trainer.compile``: ``off`` or ``on`` (the model compiled inside
+    - ``compile``: ``off`` or ``on`` (the model compiled inside
       the captured step, execution ``cuda_graph_compiled``; an error where the step
       cannot be captured).
     - ``auto_precision``: how ``precision="auto"`` resolves: by the device rule (``rule``,
@@ -70,22 +72,26 @@ class FitOptions(RunSpec, RunCallbacks):
 
     checkpoint_dir: Path | None = None
     keep: int = 3
-    checkpoint_interval: int | None = None
     scaler: ScalerConfig = field(default_factory=ScalerConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    trainer: StepTuning = field(default_factory=StepTuning)
     step_hooks: Sequence[StepHook] = ()
     auto_precision: AutoPrecision = field(default_factory=AutoPrecision)
     early_stop: EarlyStopping | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.trainer, TrainerConfig):  # its step fields would be a second copy
+            raise ValueError(
+                "FitOptions(trainer=TrainerConfig(...)): give the trainer's own settings as "
+                "StepTuning(...) and log_interval, cuda_graph, compile on FitOptions itself"
+            )
         if self.steps is None and self.epochs is None:
             raise ValueError("FitOptions needs steps=N or epochs=N (or both); got neither")
         for name in ("steps", "epochs"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name}={value!r}: must be >= 0")
-        if self.checkpoint_interval is not None and self.checkpoint_interval < 1:
-            raise ValueError(f"checkpoint_interval={self.checkpoint_interval!r}: must be >= 1")
+        if self.checkpoint_steps is not None and self.checkpoint_steps < 1:
+            raise ValueError(f"checkpoint_steps={self.checkpoint_steps!r}: must be >= 1")
         if self.checkpoint_seconds is not None and not self.checkpoint_seconds > 0:
             raise ValueError(
                 f"checkpoint_seconds={self.checkpoint_seconds!r}: must be > 0 (None: no time bound)"

@@ -102,7 +102,7 @@ def _resolved_config(trainer: Trainer, options: FitOptions) -> dict[str, Any]:
         "steps": options.steps,
         "epochs": options.epochs,
         "keep": options.keep,
-        "checkpoint_interval": options.checkpoint_interval,
+        "checkpoint_steps": options.checkpoint_steps,
         "checkpoint_seconds": options.checkpoint_seconds,
         "log_interval": options.log_interval,
         "execution": {"requested": trainer.execution.requested, "used": trainer.execution.used},

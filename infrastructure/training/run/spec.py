@@ -51,8 +51,9 @@ class RunSpec(StepSpec):
     - ``steps`` / ``epochs``: the budget of this run (optimizer steps, skipped ones
       included; epoch ends), whichever ends first.
     - ``resume``: continue from the newest valid checkpoint.
-    - ``checkpoint_seconds``: a periodic checkpoint at least this often (None: no time
-      bound).
+    - ``checkpoint_steps``: a periodic checkpoint every this many steps (None: a tenth of
+      ``steps`` when given, else each validation of early stopping);
+      ``checkpoint_seconds``: at least this often (None: no time bound); whichever first.
     - ``guard``: the precision guard's configuration; None turns it off.
     - ``fsdp``: under torchrun, shard with FSDP2 instead of DDP.
     - ``initial_loss_scale``: an fp16 run that does not resume a checkpoint starts its
@@ -70,6 +71,7 @@ class RunSpec(StepSpec):
     epochs: int | None = None
     seed: int = 0
     resume: bool = True
+    checkpoint_steps: int | None = None
     checkpoint_seconds: float | None = 60.0
     guard: GuardConfig | None = None
     fsdp: bool = False

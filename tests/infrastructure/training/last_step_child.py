@@ -38,7 +38,7 @@ def main() -> None:
 
     os.replace = replace  # type: ignore[assignment]
     options = FitOptions(
-        precision="fp32", steps=steps, checkpoint_dir=folder, checkpoint_interval=5, resume=True
+        precision="fp32", steps=steps, checkpoint_dir=folder, checkpoint_steps=5, resume=True
     )
     result = fit(FaultTask(None), options)
     print(

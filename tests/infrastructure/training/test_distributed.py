@@ -25,7 +25,7 @@ from genesis_fp16_infrastructure.training import (
     FitOptions,
     GuardConfig,
     ScalerConfig,
-    TrainerConfig,
+    StepTuning,
     fit,
 )
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
@@ -297,7 +297,7 @@ def _job_accumulate(directory: str, fsdp: bool) -> Any:
             precision="fp32",
             steps=3,
             fsdp=fsdp,
-            trainer=TrainerConfig(grad_accum_steps=accum),
+            trainer=StepTuning(grad_accum_steps=accum),
             checkpoint_dir=Path(directory) / f"accum{accum}",
             log_interval=1000,
             step_hooks=[lambda trainer: seen.update(trainer=trainer)],
@@ -613,7 +613,7 @@ def test_accumulated_micro_batches_reduce_once_per_step_and_match_one_process(
         FitOptions(
             precision="fp32",
             steps=3,
-            trainer=TrainerConfig(grad_accum_steps=2),
+            trainer=StepTuning(grad_accum_steps=2),
             log_interval=1000,
             step_hooks=[lambda trainer: seen.update(trainer=trainer)],
         ),

@@ -18,7 +18,7 @@ from genesis_fp16_infrastructure.training import (
     CheckpointManager,
     FitOptions,
     ScalerConfig,
-    TrainerConfig,
+    StepTuning,
     TrainingSummary,
     TrainingTask,
     fit,
@@ -106,7 +106,7 @@ def test_epochs_count_passes_and_accumulation_groups_batches(tmp_path: Path) -> 
     """epochs=2 over 5 batches with grad_accum_steps=2: 3 steps per epoch (2+2+1)."""
     task = RegressionTask(batches=5)
     options = FitOptions(
-        precision="fp32", epochs=2, trainer=TrainerConfig(grad_accum_steps=2), resume=False
+        precision="fp32", epochs=2, trainer=StepTuning(grad_accum_steps=2), resume=False
     )
     result = fit(task, options)
     assert result.steps_run == 6 and result.checkpoint is None
@@ -129,13 +129,11 @@ def test_should_stop_stops_at_a_step_boundary_and_still_checkpoints(tmp_path: Pa
     assert result.checkpoint == tmp_path / "ckpt-0000000003.pt"
 
 
-def test_checkpoint_interval_writes_every_n_steps_and_keeps_the_last(tmp_path: Path) -> None:
-    """checkpoint_interval=2, keep=2, steps=7: files at steps 6 and 7 remain."""
+def test_checkpoint_steps_writes_every_n_steps_and_keeps_the_last(tmp_path: Path) -> None:
+    """checkpoint_steps=2, keep=2, steps=7: files at steps 6 and 7 remain."""
     fit(
         RegressionTask(),
-        FitOptions(
-            precision="fp32", steps=7, checkpoint_dir=tmp_path, checkpoint_interval=2, keep=2
-        ),
+        FitOptions(precision="fp32", steps=7, checkpoint_dir=tmp_path, checkpoint_steps=2, keep=2),
     )
     names = [p.name for p in CheckpointManager(tmp_path).checkpoints()]
     assert names == ["ckpt-0000000006.pt", "ckpt-0000000007.pt"]

@@ -19,7 +19,7 @@ from genesis_fp16_infrastructure.training import (
     FitOptions,
     FitResult,
     ScalerConfig,
-    TrainerConfig,
+    StepTuning,
     fit,
 )
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
@@ -70,7 +70,7 @@ def _options(precision: str, steps: int, directory: Path, **kw: Any) -> FitOptio
     # init_scale at the ceiling makes the first fp16 steps overflow: skips happen and
     # the scaler's state matters for the resume.
     scaler = ScalerConfig(init_scale=2.0**24, growth_interval=3)
-    trainer = TrainerConfig(grad_accum_steps=2, max_grad_norm=0.5)
+    trainer = StepTuning(grad_accum_steps=2, max_grad_norm=0.5)
     return FitOptions(
         precision=precision,
         steps=steps,
@@ -140,7 +140,7 @@ def test_resume_falls_back_past_a_torn_newest_checkpoint_and_stays_exact(
     """A torn step-6 file: resume from step 3 with a warning, and 3 more steps still match."""
     straight = fit(DropoutTask(True, False), _options("fp16", 6, tmp_path / "a"))
     interrupted = fit(
-        DropoutTask(True, False), _options("fp16", 6, tmp_path / "b", checkpoint_interval=3)
+        DropoutTask(True, False), _options("fp16", 6, tmp_path / "b", checkpoint_steps=3)
     )
     assert interrupted.checkpoint is not None
     interrupted.checkpoint.write_bytes(interrupted.checkpoint.read_bytes()[:100])

@@ -8,8 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+import pytest
+
 from genesis_fp16_infrastructure.plugin_api import TrainRequest
-from genesis_fp16_infrastructure.training import FitOptions, GuardConfig, TrainerConfig
+from genesis_fp16_infrastructure.training import FitOptions, GuardConfig, StepTuning, TrainerConfig
 from genesis_fp16_infrastructure.training.run.fit import _trainer_config
 from genesis_fp16_infrastructure.training.run.spec import (
     RunCallbacks,
@@ -29,6 +31,7 @@ NON_DEFAULT = {
     "epochs": 3,
     "seed": 11,
     "resume": False,
+    "checkpoint_steps": 9,
     "checkpoint_seconds": 2.5,
     "log_interval": 4,
     "guard": GuardConfig(ladder=("fp16", "fp32"), check_interval=5, nonfinite_limit=None),
@@ -80,6 +83,16 @@ def test_request_options_and_trainer_declare_no_shared_field_again() -> None:
         assert issubclass(cls, StepSpec) and _own_fields(cls) & step == set(), cls.__name__
 
 
+def test_fit_options_hold_each_step_field_once() -> None:
+    """FitOptions.trainer takes the trainer's own settings only: no step field twice, and a
+    TrainerConfig (which carries the step fields again) is refused naming the way."""
+    step = {f.name for f in fields(StepSpec)}
+    assert step.isdisjoint(f.name for f in fields(StepTuning))
+    assert {f.name for f in fields(TrainerConfig)} == step | {f.name for f in fields(StepTuning)}
+    with pytest.raises(ValueError, match=r"StepTuning\(\.\.\.\) and log_interval"):
+        FitOptions(steps=1, trainer=TrainerConfig(log_interval=3))
+
+
 def test_fit_hands_the_step_fields_to_its_trainer() -> None:
     """Each StepSpec field of FitOptions reaches the trainer's config, the rest is kept."""
     options = FitOptions(
@@ -87,7 +100,7 @@ def test_fit_hands_the_step_fields_to_its_trainer() -> None:
         log_interval=7,
         cuda_graph="off",
         compile="on",
-        trainer=TrainerConfig(grad_accum_steps=3),
+        trainer=StepTuning(grad_accum_steps=3),
     )
     config = _trainer_config(options)
     assert (config.log_interval, config.cuda_graph, config.compile) == (7, "off", "on")
