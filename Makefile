@@ -53,12 +53,9 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# mypy finds packages by folder name; the installed names (pyproject's package-dir) are
-# links in build/typeroot, its mypy_path.
+# agents/ and infrastructure/ are source roots (pyproject's mypy_path) holding the packages
+# under their import names, so mypy follows every import without links.
 typecheck: setup
-	mkdir -p build/typeroot
-	ln -sfn ../../agents build/typeroot/genesis_fp16_agents
-	ln -sfn ../../infrastructure build/typeroot/genesis_fp16_infrastructure
 	$(BIN)/mypy
 
 # The suite in parallel (pytest-xdist): a worker per core, each test file on one worker so

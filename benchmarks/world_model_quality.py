@@ -25,7 +25,7 @@ For each pool size N and each of its seeds s (0..P-1):
   together as one folder (about 19,500 labelled records for every N). They are of the
   same kind as the training pool because the generator's hidden effects (operator, tools,
   change size, files, lineage, agent: the ``*_EFFECT`` constants of
-  ``infrastructure/data/synthetic.py``) are module constants, the same for every seed; a
+  ``genesis_fp16_infrastructure.data.synthetic``) are module constants, the same for every seed; a
   seed draws only the attempts, their noise and the lineage's hidden promise. The *size*
   is not neutral (a pool's number of generations, and so its lineages' depth, grows with
   it), so the fresh pools have the training pool's size. Each record is encoded the way

@@ -65,11 +65,11 @@ def test_layering_check_catches_a_forbidden_import(tmp_path: Path) -> None:
     assert {"prometheus_client", "structlog"} <= _imports(bad)
 
 
-# Installed name -> folder (pyproject's package-dir).
+# Import name -> its folder (the folder is the name, under a source root).
 PACKAGES = {
     "genesis_fp16": "genesis_fp16",
-    "genesis_fp16_agents": "agents",
-    "genesis_fp16_infrastructure": "infrastructure",
+    "genesis_fp16_agents": "agents/genesis_fp16_agents",
+    "genesis_fp16_infrastructure": "infrastructure/genesis_fp16_infrastructure",
 }
 
 
@@ -205,7 +205,7 @@ def test_floors_name_every_part() -> None:
     """Every subpackage and top-level module of both packages sits on a floor."""
     for root, floors in (
         (ROOT / "genesis_fp16", DAEMON_FLOORS),
-        (ROOT / "infrastructure" / "training", TRAINING_FLOORS),
+        (ROOT / "infrastructure" / "genesis_fp16_infrastructure" / "training", TRAINING_FLOORS),
     ):
         parts = {p.name.removesuffix(".py") for p in root.iterdir() if p.name != "__pycache__"}
         assert parts - {"__init__"} == set().union(*floors), root
@@ -218,7 +218,8 @@ def test_daemon_packages_import_only_their_floor_and_below() -> None:
 
 def test_training_packages_import_only_their_floor_and_below() -> None:
     """precision imports nothing else of training; a step imports no run."""
-    root, package = ROOT / "infrastructure" / "training", "genesis_fp16_infrastructure.training"
+    root = ROOT / "infrastructure" / "genesis_fp16_infrastructure" / "training"
+    package = "genesis_fp16_infrastructure.training"
     assert _floor_offenders(root, package, TRAINING_FLOORS) == []
 
 

@@ -288,17 +288,31 @@ def test_installed_wheel_imports_beside_a_distribution_that_owns_agents(
     assert states.get("se_darwin") == "loaded" and states.get("rlhf_ppo") == "loaded", states
 
 
-def test_pyproject_lists_every_package_folder() -> None:
-    """package-dir renames the folders, so find cannot list them: the list must be whole."""
+def test_every_package_folder_is_its_import_name() -> None:
+    """No package-dir mapping: under each source root a package's folder path is its name."""
     import tomllib
 
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    folders = {}
-    for installed_name, folder in setuptools["package-dir"].items():
-        for init in sorted((ROOT / folder).rglob("__init__.py")):
-            parts = init.parent.relative_to(ROOT / folder).parts
-            folders[".".join((installed_name, *parts))] = init.parent
-    assert sorted(setuptools["packages"]) == sorted(folders)
+    assert "package-dir" not in setuptools
+    roots = setuptools["packages"]["find"]["where"]
+    found = {}
+    for root in roots:
+        for init in sorted((ROOT / root).glob("genesis_fp16*/**/__init__.py")):
+            folder = init.parent.relative_to(ROOT / root)
+            found[".".join(folder.parts)] = root
+    assert set(found) >= {"genesis_fp16", "genesis_fp16_agents", "genesis_fp16_infrastructure"}
+    assert found["genesis_fp16_agents.se_darwin"] == "agents"
+    assert found["genesis_fp16_infrastructure.training.run"] == "infrastructure"
+    # a folder that is no package (no __init__.py) between a root and a module would hide it
+    for room, package in (
+        ("agents", "genesis_fp16_agents"),
+        ("infrastructure", "genesis_fp16_infrastructure"),
+    ):
+        assert not list((ROOT / room).glob("*.py")), (
+            f"{room}/ is a source root: modules go in {package}/"
+        )
+        modules = (ROOT / room / package).rglob("*.py")
+        assert all((path.parent / "__init__.py").is_file() for path in modules), room
 
 
 def _normalized(name: str) -> str:

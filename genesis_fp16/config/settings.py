@@ -124,7 +124,7 @@ class AgentSettings(BaseModel):
     # process or thread (default GENESIS_FP16_RUN_ISOLATION): see Settings.run_isolation.
     isolation: Isolation | None = None
     # A trusted pool the promotion gate also scores candidate and served model on
-    # (GENESIS_FP16_AGENTS__<AGENT>__GOLDEN_DATA; agents/se_darwin/gate.py).
+    # (GENESIS_FP16_AGENTS__<AGENT>__GOLDEN_DATA; genesis_fp16_agents.se_darwin.gate).
     golden_data: Path | None = None
     # The agent's own options (its plugin declares them: `genesis-fp16 agents --json`),
     # checked against that declaration at start-up and on reload (genesis_fp16/runs/run_request.py).
@@ -213,7 +213,7 @@ class Settings(BaseSettings, GuardSettings):
     # default_run_memory_limit); 0: no limit (None once resolved).
     run_memory_limit_bytes: int | None = Field(default=None, ge=0, validate_default=True)
     sample_count: int = Field(default=2000, ge=1)
-    # Bounded model history (infrastructure/served.py:prune, after every run): the last K
+    # Bounded model history (genesis_fp16_infrastructure.served:prune, after every run): the last K
     # served models are kept for rollback, rejected candidates for N days of inspection.
     served_history_keep: int = Field(default=5, ge=1)
     rejected_keep_days: float = Field(default=7.0, ge=0)

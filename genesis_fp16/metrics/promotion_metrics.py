@@ -1,6 +1,6 @@
 """The promotion gate's series: served and candidate quality, drift, and the agent's disk.
 
-``export_gate`` reads a finished run's ``extra["gate"]`` (agents/se_darwin/gate.py) and
+``export_gate`` reads a finished run's ``extra["gate"]`` (genesis_fp16_agents.se_darwin.gate) and
 ``extra["drift"]``; ``set_state_bytes`` the bytes of the agent's folder after pruning.
 
 >>> from prometheus_client import CollectorRegistry

@@ -79,7 +79,7 @@ def expected_next_run(paths: AgentPaths, requested: str) -> NextRun:
 
 def served_model_folder(paths: AgentPaths) -> Path:
     """Where the served model's checkpoints are: the folder of the checkpoint the agent's
-    served-model pointer names (infrastructure/served.py: se_darwin's candidates), else
+    served-model pointer names (genesis_fp16_infrastructure.served: se_darwin's candidates), else
     the agent's checkpoint folder itself (an agent without a pointer)."""
     try:
         served = served_checkpoint(paths.checkpoint_dir)

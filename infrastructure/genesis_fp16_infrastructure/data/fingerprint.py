@@ -132,7 +132,7 @@ def compare(saved: Mapping[str, Any] | None, current: DataFingerprint) -> DataCh
 
 def record_id_hash(trajectory_id: str) -> int:
     """A record's id hash as :class:`DataFingerprint` keeps it in ``ids``: whether a
-    model's pool held a record (the promotion gate, agents/se_darwin/gate.py)."""
+    model's pool held a record (the promotion gate, genesis_fp16_agents.se_darwin.gate)."""
     return _hash(trajectory_id)
 
 

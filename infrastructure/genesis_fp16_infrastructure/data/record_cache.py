@@ -4,7 +4,7 @@ A pool that grows by a new file, or by a day's ``.jsonl``, leaves most of its fi
 they were. :class:`RecordCache` keeps what a read made of each file (its valid records as
 :class:`~genesis_fp16_infrastructure.data.readers.FileRecord`: pre-attempt input, label,
 score; and its quarantined entries) in one JSON file per file's bytes, named by the
-content digest of the data manifest (``infrastructure/data/manifest.py``) and
+content digest of the data manifest (``genesis_fp16_infrastructure.data.manifest``) and
 ``CACHE_VERSION``. The next read takes an unchanged file from there instead of parsing
 and validating it again; a changed file is read alone.
 

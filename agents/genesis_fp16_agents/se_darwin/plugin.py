@@ -294,8 +294,8 @@ class SEDarwinPlugin:
 
     def check_up_to_date(self, request: TrainRequest) -> TrainResult | None:
         """The run's result when nothing changed since the served model's run, decided from
-        the data manifest beside it without parsing or torch (agents/se_darwin/freshness.py);
-        None: the run must read the pool. The daemon asks before starting a run's process."""
+        the data manifest beside it without parsing or torch (.freshness); None: the run
+        must read the pool. The daemon asks before starting a run's process."""
         return check_up_to_date(request)
 
     def probe_setup(self, data_path: Path | None, seed: int) -> ProbeSetup:

@@ -124,7 +124,7 @@ class WorldModelPredictor:
     @classmethod
     def load(cls, path: Path, device: str = "cpu") -> WorldModelPredictor:
         """Load a checkpoint file; or, from a folder, the model its served-model pointer
-        names (``served.json``, infrastructure/served.py: the daemon's agent folders), and
+        names (``served.json``, genesis_fp16_infrastructure.served: the daemon's agent folders), and
         in a folder with no pointer (``train --checkpoint-dir``, one candidate's folder)
         its newest valid checkpoint. An unreadable pointer raises ServedPointerError."""
         path = Path(path)

@@ -204,7 +204,7 @@ def read_trajectories(
     parents. Raises :class:`DataError` for a missing path, an unreadable file, or no
     labelled record at all, and :class:`DataTooLarge` before reading anything when the
     files together hold more than ``max_bytes`` (None: no limit). With a ``cache``
-    (``infrastructure/data/record_cache.py``), a file whose bytes were read before is
+    (``genesis_fp16_infrastructure.data.record_cache``), a file whose bytes were read before is
     taken from it, records and quarantined entries alike, instead of parsed again.
     """
     path = Path(path)

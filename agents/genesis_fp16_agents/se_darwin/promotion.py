@@ -1,7 +1,7 @@
 """Candidates and promotion for SE-Darwin: where a run trains, and whether it is served.
 
 A run never trains in the served model's folder. :func:`plan_candidate` decides, from the
-served-model pointer (infrastructure/served.py) and the candidates kept beside it:
+served-model pointer (genesis_fp16_infrastructure.served) and the candidates kept beside it:
 
 * a candidate of this data (same data digest, same request) cut short earlier: resume it;
 * a judged candidate of this data that is served, rejected or rolled back from: the run
@@ -12,7 +12,7 @@ served-model pointer (infrastructure/served.py) and the candidates kept beside i
   the whole pool), or continuing the served model's checkpoint (a copy) when the data
   is the served model's own and a budget was asked.
 
-:func:`judge` then runs the gate (agents/se_darwin/gate.py) and promotes, rejects, or
+:func:`judge` then runs the gate (genesis_fp16_agents.se_darwin.gate) and promotes, rejects, or
 fails loudly when it cannot decide. The first model has nothing to beat and is served.
 """
 

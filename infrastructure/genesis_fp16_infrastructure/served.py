@@ -141,7 +141,7 @@ def rollback(folder: Path) -> dict[str, Any]:
     served = {**previous, "how": "rollback", "served_at": _now()}
     write_pointer(folder, ServedPointer(served, current.history[1:]))
     # The model rolled back from is kept like a rejected candidate (inspection, pruning),
-    # and the same data does not train it again (agents/se_darwin/plugin.py).
+    # and the same data does not train it again (genesis_fp16_agents.se_darwin.plugin).
     dropped = (Path(folder) / current.served["checkpoint"]).parent
     if (dropped / CANDIDATE_META).is_file():
         verdict = read_json(dropped / VERDICT_NAME) or {}

@@ -388,7 +388,7 @@ class SEDarwinTask:
         self.seed = seed
         self.eval_seconds = 0.0  # spent in evaluate() and validate(): the run's eval phase
         # Every labelled record read (held-out ones too), kept in each checkpoint: the next
-        # scheduled run compares its pool with it (infrastructure/data/fingerprint.py).
+        # scheduled run compares its pool with it (genesis_fp16_infrastructure.data.fingerprint).
         self.seen = seen if seen is not None else fingerprint(data.examples)
         self.split = split = split or choose_split(data, options, seed, saved)
         self.members = max(1, split.fold_count)

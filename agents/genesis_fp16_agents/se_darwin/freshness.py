@@ -1,7 +1,7 @@
 """Up to date without a parse: the served model's data manifest, kept beside it.
 
 A finished SE-Darwin run writes ``data_manifest.json`` into its checkpoint folder: the
-data files it read (size, mtime, content digest: ``infrastructure/data/manifest.py``),
+data files it read (size, mtime, content digest: ``genesis_fp16_infrastructure.data.manifest``),
 the request that asked for it (data path, options, seed), the served checkpoint (path,
 size, mtime) and its ``train --json`` result. A later run asks :func:`check_up_to_date`
 first; when the request is the same, the served checkpoint is the one recorded and every
@@ -70,7 +70,7 @@ def scan_before_read(request: TrainRequest) -> Manifest | None:
 
 def record_cache(request: TrainRequest, manifest: Manifest | None) -> RecordCache | None:
     """The per-file record cache of this agent's state folder, for the files ``manifest``
-    vouches for (infrastructure/data/record_cache.py); its stale entries pruned. None
+    vouches for (genesis_fp16_infrastructure.data.record_cache); its stale entries pruned. None
     without a manifest (under torchrun: each rank reads the pool itself)."""
     if manifest is None:
         return None
@@ -183,7 +183,7 @@ def _up_to_date_result(
 
 def _served_checkpoint_unchanged(folder: Path, recorded: Any) -> bool:
     """The recorded checkpoint is still there, unchanged, and still the one the
-    served-model pointer names (infrastructure/served.py; a promotion, a rollback or an
+    served-model pointer names (genesis_fp16_infrastructure.served; a promotion, a rollback or an
     unreadable pointer: the run reads the pool)."""
     if not isinstance(recorded, Mapping):
         return False
