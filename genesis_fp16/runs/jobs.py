@@ -270,7 +270,6 @@ def _check_up_to_date(plugin: AgentPlugin, request: TrainRequest) -> TrainResult
 def _record_stopped(run: _Run, exc: RunStopped) -> None:
     """A run stopped before any result (its child still starting): no step, no failure."""
     duration = run.duration()
-    run.ctx.metrics.finish_run(run.agent, "stopped", duration, None, time.time())
     log.info(
         "training run finished",
         outcome="stopped",
@@ -278,6 +277,7 @@ def _record_stopped(run: _Run, exc: RunStopped) -> None:
         steps=0,
         duration_seconds=round(duration, 3),
     )
+    run.ctx.metrics.finish_run(run.agent, "stopped", duration, None, time.time())
     _close_tracker(run.ctx, run.agent, run.tracker)
 
 
@@ -478,7 +478,6 @@ def _finish(
     if isinstance(calibration, dict):
         ctx.metrics.set_auto_measurement(agent, calibration)
     _bound_history(ctx, agent)  # before the run is counted: a count means a pruned folder
-    ctx.metrics.finish_run(agent, outcome, duration, result.eval.get("loss"), time.time())
     early_stop = result.extra.get("early_stop")
     if not isinstance(early_stop, dict):
         early_stop = None
@@ -526,6 +525,9 @@ def _finish(
         checkpoint=str(result.checkpoint) if result.checkpoint else None,
         duration_seconds=round(duration, 3),
     )
+    # Counted last: whoever sees the count (a dashboard, a test) finds the run's other
+    # series and its log line already there.
+    ctx.metrics.finish_run(agent, outcome, duration, result.eval.get("loss"), time.time())
 
 
 def _bound_history(ctx: JobContext, agent: str) -> None:

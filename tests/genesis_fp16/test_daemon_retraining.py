@@ -28,11 +28,14 @@ def _runs(daemon: DaemonProcess, outcome: str) -> float:
 
 
 def _finished(daemon: DaemonProcess, count: int) -> dict[str, Any]:
-    """The run-finished event of the ``count``-th successful (training) run."""
-    daemon.wait_for(lambda: _runs(daemon, "success") >= count, f"success #{count}", 180)
-    return [e for e in daemon.events("training run finished") if e["outcome"] == "success"][
-        count - 1
-    ]
+    """The run-finished event of the ``count``-th successful (training) run (waited for
+    itself, not for the counter)."""
+
+    def found() -> dict[str, Any] | None:
+        done = [e for e in daemon.events("training run finished") if e["outcome"] == "success"]
+        return done[count - 1] if len(done) >= count else None
+
+    return daemon.wait_for(found, f"success #{count}", 180)
 
 
 @pytest.mark.slow
