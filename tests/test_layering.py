@@ -11,8 +11,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # What each room may import, besides the standard library.
 ALLOWED = {
-    "infrastructure": {"torch", "pydantic", "numpy", "genesis_fp16_infrastructure"},
-    "agents": {"torch", "pydantic", "numpy", "genesis_fp16_infrastructure", "genesis_fp16_agents"},
+    "infrastructure": {"torch", "pydantic", "numpy", "msgspec", "genesis_fp16_infrastructure"},
+    "agents": {
+        "torch",
+        "pydantic",
+        "numpy",
+        "msgspec",
+        "genesis_fp16_infrastructure",
+        "genesis_fp16_agents",
+    },
 }
 FORBIDDEN_CALLS = {"os.environ", "os.getenv", "logging.basicConfig", "logging.config"}
 

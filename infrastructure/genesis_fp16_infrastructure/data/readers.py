@@ -21,28 +21,33 @@ quarantined alone.
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
+import msgspec
 from pydantic import ValidationError
 
+from genesis_fp16_infrastructure.data.fast_records import decode_record
 from genesis_fp16_infrastructure.data.lineage import Pool, PoolEntry
 from genesis_fp16_infrastructure.data.schema import (
-    FAILURE_THRESHOLD,
-    SUCCESS_THRESHOLD,
     AttemptInput,
     Example,
     Label,
     ReplayRecord,
     Trajectory,
-    TrajectoryPool,
     derive_label,
     derive_replay_label,
+)
+from genesis_fp16_infrastructure.data.sources import (
+    DataError,
+    Sink,
+    Source,
+    parse_json,
+    raw_records,
+    reason,
 )
 
 logger = logging.getLogger(__name__)
@@ -50,12 +55,6 @@ logger = logging.getLogger(__name__)
 DATA_SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
 _REPLAY_KEYS = frozenset({"final_outcome", "agent_id", "steps", "reward", "task_description"})
 _RAW_LIMIT = 2000  # characters of a bad record kept in the quarantine file
-# A gzip file that inflates past this is a bomb, not a pool (20,000 records are ~20 MiB).
-MAX_DECOMPRESSED_BYTES = 256 * 2**20
-
-
-class DataError(Exception):
-    """Input the user has to fix: a missing path, an unreadable file, nothing to train on."""
 
 
 class DataTooLarge(DataError):
@@ -112,12 +111,6 @@ class ReadResult:
 
 
 @dataclass(frozen=True)
-class _Source:
-    path: Path
-    where: str  # "line 3", "trajectories['t7']", "file"
-
-
-@dataclass(frozen=True)
 class _Valid:
     record: Trajectory | ReplayRecord
     success_threshold: float
@@ -134,7 +127,7 @@ class _Quarantine:
             # One file per run: a stale list from an earlier read would mislead.
             self._handle = path.open("w", encoding="utf-8")
 
-    def add(self, source: _Source, reason: str, raw: Any) -> None:
+    def add(self, source: Source, reason: str, raw: Any) -> None:
         self.count += 1
         logger.warning("quarantined a record from %s (%s): %s", source.path, source.where, reason)
         if self._handle is None:
@@ -153,10 +146,6 @@ class _Quarantine:
             self._handle.close()
 
 
-class _Sink(Protocol):
-    def add(self, source: _Source, reason: str, raw: Any) -> None: ...
-
-
 class _Recorder:
     """A quarantine sink that also keeps one file's entries, as written, for a cache."""
 
@@ -165,7 +154,7 @@ class _Recorder:
         self.rejected: list[Rejected] = []
         self.vanished = False
 
-    def add(self, source: _Source, reason: str, raw: Any) -> None:
+    def add(self, source: Source, reason: str, raw: Any) -> None:
         self.sink.add(source, reason, raw)
         if source.where == "file" and reason.startswith("vanished"):
             self.vanished = True  # nothing to remember: the file is gone
@@ -276,17 +265,54 @@ def _file_records(file: Path, sink: _Quarantine, cache: FileCache | None) -> lis
     if cached is not None:
         records, rejected = cached
         for entry in rejected:
-            sink.add(_Source(file, entry.where), entry.reason, entry.text)
+            sink.add(Source(file, entry.where), entry.reason, entry.text)
         return records
     recorder = _Recorder(sink)
     records = []
-    for source, raw, thresholds in _raw_records(file, recorder):
-        item = _validate(source, raw, thresholds, recorder)
-        if item is not None:
-            records.append(_file_record(item))
+    for source, raw, thresholds, key in raw_records(file, recorder):
+        record = _read_record(source, raw, thresholds, key, recorder)
+        if record is not None:
+            records.append(record)
     if cache is not None and not recorder.vanished:
         cache.store(file, records, recorder.rejected)
     return records
+
+
+def _read_record(
+    source: Source, raw: Any, thresholds: tuple[float, float], key: str | None, sink: Sink
+) -> FileRecord | None:
+    """One record: ``raw`` is its undecoded JSON bytes (the fast path first, the slow
+    one for what it refuses) or an object the slow path already parsed."""
+    if isinstance(raw, bytes | msgspec.Raw):
+        fast = decode_record(raw, thresholds, key)
+        if fast is not None:
+            return FileRecord(fast.trajectory_id, fast.attempt, fast.label, fast.score)
+        raw = _parse_slow(source, raw, sink)
+        if raw is _UNREADABLE:
+            return None
+        if key is not None and isinstance(raw, dict) and "trajectory_id" not in raw:
+            raw = {**raw, "trajectory_id": key}  # the mapping key is the id
+    item = _validate(source, raw, thresholds, sink)
+    return None if item is None else _file_record(item)
+
+
+_UNREADABLE: Any = object()
+
+
+def _parse_slow(source: Source, raw: bytes | msgspec.Raw, sink: Sink) -> Any:
+    """The slow path's parse of bytes the fast one refused: the stdlib's reasons, word
+    for word as before (a line that is not UTF-8, invalid JSON), or ``_UNREADABLE``."""
+    data = bytes(raw)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        sink.add(source, f"cannot decode line: {exc}", data.decode("utf-8", "replace"))
+        return _UNREADABLE
+    try:
+        return parse_json(text)
+    except ValueError as exc:
+        sink.add(source, str(exc), text.rstrip("\n"))
+        return _UNREADABLE
 
 
 def _file_record(item: _Valid) -> FileRecord:
@@ -318,138 +344,8 @@ def _collect(kept: dict[str, FileRecord], result: ReadResult) -> None:
     result.pool = Pool(entries)
 
 
-class _TooLarge(ValueError):
-    """A compressed file that inflates past :data:`MAX_DECOMPRESSED_BYTES`."""
-
-
-def _read_text(file: Path) -> str:
-    try:
-        if file.name.endswith(".gz"):
-            with gzip.open(file, "rb") as handle:
-                # One byte over the limit is enough to know: never inflate the whole bomb.
-                data = handle.read(MAX_DECOMPRESSED_BYTES + 1)
-            if len(data) > MAX_DECOMPRESSED_BYTES:
-                raise _TooLarge(
-                    f"decompresses to more than {MAX_DECOMPRESSED_BYTES // 2**20} MiB "
-                    "(the limit): not read"
-                )
-            return data.decode("utf-8")
-        return file.read_text(encoding="utf-8")
-    except (gzip.BadGzipFile, EOFError, UnicodeDecodeError, _TooLarge):
-        raise  # malformed content: the caller quarantines the file
-    except FileNotFoundError as exc:
-        raise _Vanished(str(file)) from exc
-    except OSError as exc:
-        raise DataError(f"cannot read data file {str(file)!r}: {exc.strerror or exc}") from exc
-
-
-def _jsonl_lines(
-    file: Path, sink: _Sink, defaults: tuple[float, float]
-) -> Iterator[tuple[_Source, Any, tuple[float, float]]]:
-    """A plain JSONL file's records, a line at a time (each decoded on its own, so a line
-    that is not UTF-8 is quarantined alone, like a line that is not JSON)."""
-    try:
-        handle = file.open("rb")
-    except FileNotFoundError as exc:
-        raise _Vanished(str(file)) from exc
-    except OSError as exc:
-        raise DataError(f"cannot read data file {str(file)!r}: {exc.strerror or exc}") from exc
-    with handle:
-        for number, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
-            source = _Source(file, f"line {number}")
-            try:
-                line = raw.decode("utf-8")
-                document = _parse_json(line)
-            except UnicodeDecodeError as exc:
-                sink.add(source, f"cannot decode line: {exc}", raw.decode("utf-8", "replace"))
-                continue
-            except ValueError as exc:
-                sink.add(source, str(exc), line.rstrip("\n"))
-                continue
-            yield source, document, defaults
-
-
-class _Vanished(OSError):
-    """A listed file that is gone when it is opened."""
-
-
-def _raw_records(file: Path, sink: _Sink) -> Iterator[tuple[_Source, Any, tuple[float, float]]]:
-    defaults = (SUCCESS_THRESHOLD, FAILURE_THRESHOLD)
-    try:
-        if file.name.endswith(".jsonl"):
-            yield from _jsonl_lines(file, sink, defaults)
-            return
-        text = _read_text(file)
-    except _Vanished:
-        sink.add(_Source(file, "file"), "vanished after its folder was listed: not read", "")
-        return
-    except _TooLarge as exc:
-        sink.add(_Source(file, "file"), str(exc), "")
-        return
-    except (gzip.BadGzipFile, EOFError, UnicodeDecodeError) as exc:
-        sink.add(_Source(file, "file"), f"cannot decode file: {exc}", "")
-        return
-    if file.name.endswith((".jsonl", ".jsonl.gz")):
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            source = _Source(file, f"line {number}")
-            try:
-                document = _parse_json(line)
-            except ValueError as exc:
-                sink.add(source, str(exc), line)
-                continue
-            yield source, document, defaults
-        return
-    try:
-        document = _parse_json(text)
-    except ValueError as exc:
-        sink.add(_Source(file, "file"), str(exc), text)
-        return
-    if isinstance(document, list):
-        for index, raw in enumerate(document):
-            yield _Source(file, f"item {index}"), raw, defaults
-    elif isinstance(document, dict) and "trajectories" in document:
-        yield from _pool_records(file, document, sink)
-    else:
-        yield _Source(file, "file"), document, defaults
-
-
-def _parse_json(text: str) -> Any:
-    """``json.loads``, with every way hostile JSON fails as a ValueError naming the cause.
-
-    Beyond syntax errors: an integer longer than Python converts (4,300 digits) is a
-    ValueError of its own, and nesting deeper than the interpreter's stack a RecursionError.
-    """
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"invalid JSON: {exc}") from exc
-    except RecursionError as exc:
-        raise ValueError("invalid JSON: nested too deeply to read") from exc
-    except ValueError as exc:  # e.g. "Exceeds the limit (4300 digits) for integer string ..."
-        raise ValueError(f"invalid JSON: {exc}") from exc
-
-
-def _pool_records(
-    file: Path, document: dict[str, Any], sink: _Sink
-) -> Iterator[tuple[_Source, Any, tuple[float, float]]]:
-    try:
-        pool = TrajectoryPool.model_validate(document)
-    except ValidationError as exc:
-        sink.add(_Source(file, "file"), f"invalid trajectory pool: {_reason(exc)}", document)
-        return
-    thresholds = (pool.success_threshold, pool.failure_threshold)
-    for key, raw in pool.trajectories.items():
-        if isinstance(raw, dict) and "trajectory_id" not in raw:
-            raw = {**raw, "trajectory_id": key}  # the mapping key is the id
-        yield _Source(file, f"trajectories[{key!r}]"), raw, thresholds
-
-
 def _validate(
-    source: _Source, raw: Any, thresholds: tuple[float, float], sink: _Sink
+    source: Source, raw: Any, thresholds: tuple[float, float], sink: Sink
 ) -> _Valid | None:
     if not isinstance(raw, dict):
         sink.add(source, f"record is a JSON {type(raw).__name__}, not an object", raw)
@@ -459,15 +355,6 @@ def _validate(
     try:
         record = model.model_validate(raw)
     except ValidationError as exc:
-        sink.add(source, _reason(exc), raw)
+        sink.add(source, reason(exc), raw)
         return None
     return _Valid(record, *thresholds)
-
-
-def _reason(exc: ValidationError) -> str:
-    parts = []
-    for error in exc.errors()[:3]:
-        where = ".".join(str(p) for p in error["loc"]) or "record"
-        parts.append(f"{where}: {error['msg']}")
-    more = exc.error_count() - len(parts)
-    return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")

@@ -227,9 +227,9 @@ def test_a_gzip_bomb_is_quarantined_without_inflating_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A .json.gz that inflates past the limit is quarantined; the limit bounds the memory."""
-    import genesis_fp16_infrastructure.data.readers as readers
+    import genesis_fp16_infrastructure.data.sources as sources
 
-    monkeypatch.setattr(readers, "MAX_DECOMPRESSED_BYTES", 2**20)
+    monkeypatch.setattr(sources, "MAX_DECOMPRESSED_BYTES", 2**20)
     folder = tmp_path / "data"
     _write(folder / "good.json", _pool({"ok": _record("ok")}))
     with gzip.open(folder / "bomb.json.gz", "wb") as handle:

@@ -1,0 +1,230 @@
+"""Where a read's records come from: each data file split into its records, undecoded.
+
+:func:`raw_records` yields every record of one file with where it sits (``line 3``,
+``item 0``, ``trajectories['t7']``) and the thresholds its labels use. A record is yielded
+as its JSON bytes, left for the fast decoder (``fast_records``) to read into a struct; only
+a document msgspec cannot split (invalid JSON, a header pydantic refuses) is parsed the
+slow way, with the standard library, so that its quarantine reason reads as it always has.
+
+What a file costs itself: a file that vanishes after its folder was listed, that is not
+UTF-8, that is not JSON, or a gzip that inflates past ``MAX_DECOMPRESSED_BYTES``, is one
+quarantined entry, and the rest of the folder is read.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgspec
+from pydantic import ValidationError
+
+from genesis_fp16_infrastructure.data.schema import (
+    FAILURE_THRESHOLD,
+    SUCCESS_THRESHOLD,
+    TrajectoryPool,
+)
+
+# A gzip file that inflates past this is a bomb, not a pool (20,000 records are ~20 MiB).
+MAX_DECOMPRESSED_BYTES = 256 * 2**20
+_CHECK_CHUNK = 16 * 2**20  # bytes of a document checked as UTF-8 at a time
+DEFAULTS = (SUCCESS_THRESHOLD, FAILURE_THRESHOLD)
+# What stops msgspec splitting a document (ValueError: bytes that are not UTF-8), or
+# pydantic accepting its header: the slow path reads it and says why.
+_UNSPLIT = (
+    msgspec.DecodeError,
+    msgspec.ValidationError,
+    ValueError,
+    ValidationError,
+    RecursionError,
+)
+
+Raw = tuple["Source", Any, tuple[float, float], str | None]  # (where, record, thresholds, key)
+
+
+class DataError(Exception):
+    """Input the user has to fix: a missing path, an unreadable file, nothing to train on."""
+
+
+@dataclass(frozen=True)
+class Source:
+    path: Path
+    where: str  # "line 3", "trajectories['t7']", "file"
+
+
+class Sink(Protocol):
+    def add(self, source: Source, reason: str, raw: Any) -> None: ...
+
+
+class _TooLarge(ValueError):
+    """A compressed file that inflates past :data:`MAX_DECOMPRESSED_BYTES`."""
+
+
+class _Vanished(OSError):
+    """A listed file that is gone when it is opened."""
+
+
+def raw_records(file: Path, sink: Sink) -> Iterator[Raw]:
+    """Every record of ``file``: ``(source, record, thresholds, key)``, where a record is
+    its JSON bytes or, from the slow path, the parsed object, and ``key`` is the id a
+    pool maps it under (None outside a pool)."""
+    try:
+        if file.name.endswith(".jsonl"):
+            yield from _jsonl_lines(file, sink)
+            return
+        data = _read_bytes(file)
+    except _Vanished:
+        sink.add(Source(file, "file"), "vanished after its folder was listed: not read", "")
+        return
+    except _TooLarge as exc:
+        sink.add(Source(file, "file"), str(exc), "")
+        return
+    except (gzip.BadGzipFile, EOFError) as exc:
+        sink.add(Source(file, "file"), f"cannot decode file: {exc}", "")
+        return
+    try:
+        _check_utf8(data)
+    except UnicodeDecodeError as exc:
+        sink.add(Source(file, "file"), f"cannot decode file: {exc}", "")
+        return
+    if file.name.endswith(".jsonl.gz"):
+        for number, line in enumerate(data.splitlines(), start=1):
+            if line.strip():
+                yield Source(file, f"line {number}"), line, DEFAULTS, None
+        return
+    fast = _split_document(file, data)
+    if fast is not None:
+        yield from fast
+        return
+    yield from _slow_document(file, data.decode("utf-8"), sink)
+
+
+def _read_bytes(file: Path) -> bytes:
+    try:
+        if file.name.endswith(".gz"):
+            with gzip.open(file, "rb") as handle:
+                # One byte over the limit is enough to know: never inflate the whole bomb.
+                data = handle.read(MAX_DECOMPRESSED_BYTES + 1)
+            if len(data) > MAX_DECOMPRESSED_BYTES:
+                raise _TooLarge(
+                    f"decompresses to more than {MAX_DECOMPRESSED_BYTES // 2**20} MiB "
+                    "(the limit): not read"
+                )
+            return data
+        return file.read_bytes()
+    except (gzip.BadGzipFile, EOFError, _TooLarge):
+        raise  # malformed content: the caller quarantines the file
+    except FileNotFoundError as exc:
+        raise _Vanished(str(file)) from exc
+    except OSError as exc:
+        raise DataError(f"cannot read data file {str(file)!r}: {exc.strerror or exc}") from exc
+
+
+def _check_utf8(data: bytes) -> None:
+    """Raise UnicodeDecodeError where ``data`` is not UTF-8, as ``bytes.decode`` would,
+    a chunk at a time (the text is never held whole)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(data)
+    for start in range(0, len(data), _CHECK_CHUNK):
+        decoder.decode(view[start : start + _CHECK_CHUNK], final=False)
+    decoder.decode(b"", final=True)
+
+
+def _split_document(file: Path, data: bytes) -> list[Raw] | None:
+    """A ``.json`` document's records as undecoded bytes, or None when msgspec cannot
+    split it or pydantic refuses its pool header (the slow path then says why)."""
+    head = data.lstrip()[:1]
+    try:
+        if head == b"[":
+            items = msgspec.json.decode(data, type=list[msgspec.Raw])
+            return [(Source(file, f"item {i}"), raw, DEFAULTS, None) for i, raw in enumerate(items)]
+        if head != b"{":
+            return None
+        top = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
+        if "trajectories" not in top:
+            return [(Source(file, "file"), data, DEFAULTS, None)]
+        records = msgspec.json.decode(top.pop("trajectories"), type=dict[str, msgspec.Raw])
+        header = {name: json.loads(bytes(raw)) for name, raw in top.items()}
+        pool = TrajectoryPool.model_validate(header)
+    except _UNSPLIT:
+        return None
+    thresholds = (pool.success_threshold, pool.failure_threshold)
+    return [
+        (Source(file, f"trajectories[{key!r}]"), raw, thresholds, key)
+        for key, raw in records.items()
+    ]
+
+
+def _slow_document(file: Path, text: str, sink: Sink) -> Iterator[Raw]:
+    """A document msgspec could not split, parsed whole by the standard library."""
+    try:
+        document = parse_json(text)
+    except ValueError as exc:
+        sink.add(Source(file, "file"), str(exc), text)
+        return
+    if isinstance(document, list):
+        for index, raw in enumerate(document):
+            yield Source(file, f"item {index}"), raw, DEFAULTS, None
+    elif isinstance(document, dict) and "trajectories" in document:
+        yield from _pool_records(file, document, sink)
+    else:
+        yield Source(file, "file"), document, DEFAULTS, None
+
+
+def _jsonl_lines(file: Path, sink: Sink) -> Iterator[Raw]:
+    """A plain JSONL file's records, a line at a time, as bytes: each is decoded on its
+    own, so a line that is not UTF-8 is quarantined alone, like a line that is not JSON."""
+    try:
+        handle = file.open("rb")
+    except FileNotFoundError as exc:
+        raise _Vanished(str(file)) from exc
+    except OSError as exc:
+        raise DataError(f"cannot read data file {str(file)!r}: {exc.strerror or exc}") from exc
+    with handle:
+        for number, raw in enumerate(handle, start=1):
+            if raw.strip():
+                yield Source(file, f"line {number}"), raw, DEFAULTS, None
+
+
+def parse_json(text: str) -> Any:
+    """``json.loads``, with every way hostile JSON fails as a ValueError naming the cause.
+
+    Beyond syntax errors: an integer longer than Python converts (4,300 digits) is a
+    ValueError of its own, and nesting deeper than the interpreter's stack a RecursionError.
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise ValueError("invalid JSON: nested too deeply to read") from exc
+    except ValueError as exc:  # e.g. "Exceeds the limit (4300 digits) for integer string ..."
+        raise ValueError(f"invalid JSON: {exc}") from exc
+
+
+def _pool_records(file: Path, document: dict[str, Any], sink: Sink) -> Iterator[Raw]:
+    try:
+        pool = TrajectoryPool.model_validate(document)
+    except ValidationError as exc:
+        sink.add(Source(file, "file"), f"invalid trajectory pool: {reason(exc)}", document)
+        return
+    thresholds = (pool.success_threshold, pool.failure_threshold)
+    for key, raw in pool.trajectories.items():
+        if isinstance(raw, dict) and "trajectory_id" not in raw:
+            raw = {**raw, "trajectory_id": key}  # the mapping key is the id
+        yield Source(file, f"trajectories[{key!r}]"), raw, thresholds, None
+
+
+def reason(exc: ValidationError) -> str:
+    """A pydantic error as one quarantine reason: the first three fields and messages."""
+    parts = []
+    for error in exc.errors()[:3]:
+        where = ".".join(str(p) for p in error["loc"]) or "record"
+        parts.append(f"{where}: {error['msg']}")
+    more = exc.error_count() - len(parts)
+    return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
