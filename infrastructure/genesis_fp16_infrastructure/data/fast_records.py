@@ -138,7 +138,9 @@ def decode_record(
         trajectory_id=trajectory_id,
         agent=record.agent_name,
         created=created_seconds(record.created_at),
-        operator=record.operator_applied if record.operator_applied is not msgspec.UNSET else "baseline",
+        operator=record.operator_applied
+        if record.operator_applied is not msgspec.UNSET
+        else "baseline",
         generation=record.generation,
         parent_ids=tuple(p for p in record.parent_trajectories if p != trajectory_id),
         code_changes=record.code_changes,
@@ -150,6 +152,10 @@ def decode_record(
     )
     label = derive_label(record.status, record.success_score, success, failure)
     return Fast(trajectory_id, attempt, label, record.success_score)
+
+
+def _or_empty(value: str | msgspec.UnsetType) -> str:
+    return "" if value is msgspec.UNSET else value
 
 
 def _is_replay(record: _Record) -> bool:
@@ -188,7 +194,9 @@ def _replay(record: _Record, trajectory_id: str, success: float, failure: float)
         code_changes=str(metadata.get("code_changes", "")),
         modified_files=tuple(str(f) for f in metadata.get("modified_files", ())),
         proposed_strategy=str(metadata.get("proposed_strategy", "")),
-        problem_diagnosis=record.task_description if record.task_description is not msgspec.UNSET else "",
+        problem_diagnosis=record.task_description
+        if record.task_description is not msgspec.UNSET
+        else "",
         tools_used=tools,
         reasoning_pattern=str(metadata.get("reasoning_pattern", "")),
     )

@@ -30,6 +30,7 @@ from typing import Any, Protocol, TextIO
 import msgspec
 from pydantic import ValidationError
 
+from genesis_fp16_infrastructure.data.attempt_numbers import own_numbers, pack
 from genesis_fp16_infrastructure.data.fast_records import decode_record
 from genesis_fp16_infrastructure.data.lineage import Pool, PoolEntry
 from genesis_fp16_infrastructure.data.schema import (
@@ -286,14 +287,20 @@ def _read_record(
     if isinstance(raw, bytes | msgspec.Raw):
         fast = decode_record(raw, thresholds, key)
         if fast is not None:
-            return FileRecord(fast.trajectory_id, fast.attempt, fast.label, fast.score)
+            return _numbered(FileRecord(fast.trajectory_id, fast.attempt, fast.label, fast.score))
         raw = _parse_slow(source, raw, sink)
         if raw is _UNREADABLE:
             return None
         if key is not None and isinstance(raw, dict) and "trajectory_id" not in raw:
             raw = {**raw, "trajectory_id": key}  # the mapping key is the id
     item = _validate(source, raw, thresholds, sink)
-    return None if item is None else _file_record(item)
+    return None if item is None else _numbered(_file_record(item))
+
+
+def _numbered(record: FileRecord) -> FileRecord:
+    """The record with its attempt's own numbers worked out (kept by the record cache)."""
+    object.__setattr__(record.attempt, "own", pack(own_numbers(record.attempt)))
+    return record
 
 
 _UNREADABLE: Any = object()

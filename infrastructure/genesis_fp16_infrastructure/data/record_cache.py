@@ -3,7 +3,7 @@
 A pool that grows by a new file, or by a day's ``.jsonl``, leaves most of its files as
 they were. :class:`RecordCache` keeps what a read made of each file (its valid records as
 :class:`~genesis_fp16_infrastructure.data.readers.FileRecord`: pre-attempt input, label,
-score; and its quarantined entries) in one JSON file per file's bytes, named by the
+score; and its quarantined entries) in one msgpack file per file's bytes, named by the
 content digest of the data manifest (``genesis_fp16_infrastructure.data.manifest``) and
 ``CACHE_VERSION``. The next read takes an unchanged file from there instead of parsing
 and validating it again; a changed file is read alone.
@@ -22,21 +22,24 @@ deleted after each read.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from genesis_fp16_infrastructure.atomic import write_atomic
+from genesis_fp16_infrastructure.data.attempt_numbers import NUMBERS_VERSION
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest
 from genesis_fp16_infrastructure.data.readers import FileRecord, Rejected
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION, AttemptInput, Label
 
 logger = logging.getLogger(__name__)
 
-# Bump when FileRecord, AttemptInput, Label or how a record becomes them changes.
-CACHE_VERSION = f"1.s{SCHEMA_VERSION}"
+# Bump when FileRecord, AttemptInput, Label or how a record becomes them changes; the
+# own numbers' version is part of it (data.attempt_numbers).
+CACHE_VERSION = f"2.s{SCHEMA_VERSION}.n{NUMBERS_VERSION}"
 
 
 class RecordCache:
@@ -57,12 +60,11 @@ class RecordCache:
             self.misses += 1
             return None
         try:
-            data = json.loads(self._path(state).read_text(encoding="utf-8"))
-            out = _decode(data)
+            out = _decode(msgspec.msgpack.decode(self._path(state).read_bytes()))
         except FileNotFoundError:
             self.misses += 1
             return None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError) as exc:
             logger.warning("record cache entry for %s unreadable (%s): read again", file, exc)
             self.misses += 1
             return None
@@ -73,9 +75,9 @@ class RecordCache:
         state = self._vouched(file)
         if state is None or state.mtime_ns >= self.scanned_ns - RACY_NS:
             return
-        text = json.dumps(_encode(records, rejected))
+        blob = msgspec.msgpack.encode(_encode(records, rejected))
         try:
-            write_atomic(self._path(state), lambda handle: handle.write(text.encode("utf-8")))
+            write_atomic(self._path(state), lambda handle: handle.write(blob))
         except OSError as exc:
             # The run has the records; only the next run's shortcut is lost. Counted and
             # reported (train --json extra.record_cache), and the file is parsed next time.
@@ -92,7 +94,8 @@ class RecordCache:
         keep = {self._path(state).name for state in self.files.values()}
         removed = 0
         if self.folder.is_dir():
-            for entry in self.folder.glob("*.json"):
+            # *.json: entries of cache version 1, which no build reads any more.
+            for entry in [*self.folder.glob("*.msgpack"), *self.folder.glob("*.json")]:
                 if entry.name not in keep:
                     entry.unlink(missing_ok=True)
                     removed += 1
@@ -112,7 +115,7 @@ class RecordCache:
         return state
 
     def _path(self, state: FileState) -> Path:
-        return self.folder / f"{state.digest}-{CACHE_VERSION}.json"
+        return self.folder / f"{state.digest}-{CACHE_VERSION}.msgpack"
 
 
 def _encode(records: list[FileRecord], rejected: list[Rejected]) -> dict[str, Any]:
@@ -145,6 +148,7 @@ def _attempt_row(a: AttemptInput) -> list[Any]:
         a.problem_diagnosis,
         list(a.tools_used),
         a.reasoning_pattern,
+        a.own,
     ]
 
 
@@ -167,6 +171,7 @@ def _decode(data: dict[str, Any]) -> tuple[list[FileRecord], list[Rejected]]:
             tools_used=tuple(a[10]),
             reasoning_pattern=a[11],
         )
+        object.__setattr__(attempt, "own", a[12])
         decoded = None if label is None else Label(label[0], label[1], label[2])
         records.append(FileRecord(trajectory_id, attempt, decoded, score))
     rejected = [Rejected(where, reason, text) for where, reason, text in data["rejected"]]

@@ -25,7 +25,7 @@ no reward have no label.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -212,6 +212,10 @@ class AttemptInput:
     problem_diagnosis: str = ""
     tools_used: tuple[str, ...] = ()
     reasoning_pattern: str = ""
+    # The reader's packed ``data.attempt_numbers.own_numbers`` of this very object (b"":
+    # not worked out). Not an init field, so ``dataclasses.replace`` never carries it to
+    # an attempt with other values; no part of equality, repr or the data fingerprint.
+    own: bytes = field(default=b"", init=False, repr=False, compare=False)
 
 
 @dataclass(frozen=True)

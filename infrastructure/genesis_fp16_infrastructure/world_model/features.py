@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from genesis_fp16_infrastructure.data.attempt_numbers import OWN_FEATURES, own_numbers, pack
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.schema import OPERATORS, SUCCESS_THRESHOLD, AttemptInput
 
@@ -69,9 +70,23 @@ NUMERIC_FEATURES: tuple[str, ...] = (
     "sibling_success_share",
     *(f"parents_{op}" for op in OPERATORS),
 )
-_TEST_MARKS = ("test_", "tests/", "_test.", "/test/", "conftest")
-_CONFIG_SUFFIXES = (".yaml", ".yml", ".toml", ".ini", ".cfg", ".json", ".env")
-_DOCS_SUFFIXES = (".md", ".rst", ".txt")
+# The features the pool decides (the rest are the record's own, data.attempt_numbers).
+LINEAGE_FEATURES: tuple[str, ...] = (
+    "parent_score_mean",
+    "parent_score_max",
+    "parent_score_min",
+    "parent_score_known",
+    "log_depth",
+    "grandparent_score_mean",
+    "grandparent_score_known",
+    "log_siblings",
+    "sibling_score_mean",
+    "sibling_success_share",
+    *(f"parents_{op}" for op in OPERATORS),
+)
+_OWN_COLUMNS = [NUMERIC_FEATURES.index(name) for name in OWN_FEATURES]
+_LINEAGE_COLUMNS = [NUMERIC_FEATURES.index(name) for name in LINEAGE_FEATURES]
+assert sorted(_OWN_COLUMNS + _LINEAGE_COLUMNS) == list(range(len(NUMERIC_FEATURES)))
 _UNKNOWN_PARENT_SCORE = 0.5  # a parent without a recorded score: the middle, flagged
 
 
@@ -236,11 +251,21 @@ def numeric_columns(attempts: Sequence[AttemptInput], pool: PoolLike) -> torch.T
     """The unscaled numeric features (NUMERIC_FEATURES) of ``attempts`` in ``pool``: a
     ``(len(attempts), len(NUMERIC_FEATURES))`` float64 matrix, fit's and encode's input.
 
-    Computed once per record here, where fit and encode each computed it before."""
+    An attempt's own numbers come from the reader when it worked them out
+    (``AttemptInput.own``, kept by the record cache), else are worked out here; its
+    lineage numbers are the pool's."""
     pool = _as_pool(pool)
-    if not attempts:
-        return torch.zeros((0, len(NUMERIC_FEATURES)), dtype=torch.float64)
-    return torch.tensor([_numeric(a, pool) for a in attempts], dtype=torch.float64)
+    n = len(attempts)
+    out = torch.empty((n, len(NUMERIC_FEATURES)), dtype=torch.float64)
+    if not n:
+        return out
+    packed = b"".join(a.own or pack(own_numbers(a)) for a in attempts)
+    own = torch.frombuffer(bytearray(packed), dtype=torch.float64).view(n, len(OWN_FEATURES))
+    out[:, _OWN_COLUMNS] = own
+    out[:, _LINEAGE_COLUMNS] = torch.tensor(
+        [_lineage_numbers(a, pool) for a in attempts], dtype=torch.float64
+    )
+    return out
 
 
 def _one_hot(values: Sequence[str], vocabulary: Sequence[str], other: bool) -> torch.Tensor:
@@ -285,65 +310,32 @@ def _agent_rates(
     return base, rates
 
 
-def _file_kinds(files: Sequence[str]) -> tuple[float, float, float, float]:
-    """Whether the change touches tests, configuration, docs, other code (1.0 or 0.0)."""
-    kinds = set()
-    for name in files:
-        lower = name.lower()
-        if any(mark in lower for mark in _TEST_MARKS):
-            kinds.add("test")
-        elif lower.endswith(_CONFIG_SUFFIXES):
-            kinds.add("config")
-        elif lower.endswith(_DOCS_SUFFIXES):
-            kinds.add("docs")
-        else:
-            kinds.add("code")
-    return tuple(float(k in kinds) for k in ("test", "config", "docs", "code"))  # type: ignore[return-value]
-
-
-def _change_shape(diff: str) -> tuple[float, float]:
-    """(share of added among added and removed lines, 0.5 when neither; number of hunks)."""
-    added = removed = hunks = 0
-    for line in diff.splitlines():
-        if line.startswith("@@"):
-            hunks += 1
-        elif line.startswith("+") and not line.startswith("+++"):
-            added += 1
-        elif line.startswith("-") and not line.startswith("---"):
-            removed += 1
-    share = added / (added + removed) if added + removed else 0.5
-    return share, float(hunks)
-
-
 def _mean(values: Sequence[float], default: float = _UNKNOWN_PARENT_SCORE) -> float:
     return sum(values) / len(values) if values else default
 
 
 def _numeric(attempt: AttemptInput, pool: Pool) -> list[float]:
+    """One attempt's NUMERIC_FEATURES, as a row (the columns' yardstick in tests)."""
+    row = [0.0] * len(NUMERIC_FEATURES)
+    for column, value in zip(_OWN_COLUMNS, own_numbers(attempt), strict=True):
+        row[column] = value
+    for column, value in zip(_LINEAGE_COLUMNS, _lineage_numbers(attempt, pool), strict=True):
+        row[column] = value
+    return row
+
+
+def _lineage_numbers(attempt: AttemptInput, pool: Pool) -> list[float]:
+    """The LINEAGE_FEATURES of one attempt in ``pool``, in that order."""
     scores = pool.scores
     known = [scores[p] for p in attempt.parent_ids if p in scores]
-    lines = attempt.code_changes.count("\n") + 1 if attempt.code_changes else 0
     lineage = pool.lineage(attempt.trajectory_id, attempt.parent_ids, attempt.created)
-    added_share, hunks = _change_shape(attempt.code_changes)
     siblings = lineage.sibling_scores
     operators = lineage.parent_operators
     return [
-        math.log1p(attempt.generation),
-        float(len(attempt.parent_ids)),
         _mean(known),
         max(known) if known else _UNKNOWN_PARENT_SCORE,
         min(known) if known else _UNKNOWN_PARENT_SCORE,
         1.0 if known else 0.0,
-        math.log1p(lines),
-        math.log1p(len(attempt.code_changes)),
-        math.log1p(len(attempt.modified_files)),
-        math.log1p(len(attempt.proposed_strategy.split())),
-        math.log1p(len(attempt.problem_diagnosis.split())),
-        float(len(set(attempt.tools_used))),
-        added_share,
-        math.log1p(hunks),
-        math.log1p(len(set(attempt.modified_files))),
-        *_file_kinds(attempt.modified_files),
         math.log1p(lineage.depth),
         _mean(lineage.grandparent_scores),
         1.0 if lineage.grandparent_scores else 0.0,
