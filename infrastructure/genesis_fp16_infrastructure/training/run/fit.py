@@ -26,14 +26,17 @@ from genesis_fp16_infrastructure.training.precision.carried_scale import clamp_s
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.rng import seed_everything
 from genesis_fp16_infrastructure.training.run.calibration import Calibration, policy_for_run
+from genesis_fp16_infrastructure.training.run.demotion import demote_run
 from genesis_fp16_infrastructure.training.run.guard import (
     PrecisionGuard,
+    Snapshot,
     Trouble,
     checkpoints_after,
 )
 from genesis_fp16_infrastructure.training.run.loop import (
     early_stop_tracker,
     evaluate,
+    final_summary,
     run_steps,
     run_targets,
 )
@@ -131,7 +134,8 @@ def _fit(
                 failure.detail if failure is not None else "",
             )
             break
-        trainer = _demote(task, trainer, options, manager, position, guard, demotions)
+        trainer, record = _demote(task, trainer, options, manager, position, guard)
+        demotions.append(record)
         if tracker is not None:
             tracker.forget_after(trainer.step_count)
     model, policy = trainer.model, trainer.policy
@@ -144,11 +148,7 @@ def _fit(
         checkpoint = manager.save(checkpoint_state(task, trainer, options, position))
     if tracker is not None:
         tracker.restore_best(model)  # after the checkpoint: it keeps the last weights
-    # The run's own final loss, not the last log interval's (the interval differs between a
-    # terminal's progress bar and a log): what train --json, the text and the metrics say.
-    summary = replace(trainer.summary(reset_interval=True), train_loss=trainer.final_train_loss())
-    if options.on_log is not None and steps_run and trainer.step_count % options.log_interval:
-        options.on_log(summary)
+    summary = final_summary(trainer, steps_run, options.on_log, options.log_interval)
     metrics = evaluate(task.evaluate, model, policy)
     # The eval metrics are the caller's to report (train prints them, the daemon logs them
     # with the run): here they would be the same block a second time.
@@ -227,26 +227,25 @@ def _demote(
     manager: CheckpointManager | None,
     position: Position,
     guard: PrecisionGuard,
-    demotions: list[dict[str, Any]],
-) -> Trainer:
+) -> tuple[Trainer, dict[str, Any]]:
     """Roll back to the guard's last good state in a trainer of the next precision."""
-    policy, record = guard.demote(
-        trainer.policy,
-        lambda decision: PrecisionPolicy.from_decision(decision, options.device, options.scaler),
+
+    def restore(demoted: Trainer, snapshot: Snapshot) -> None:
+        position.epoch, position.batch = snapshot.epoch, snapshot.batch
+        loader = getattr(task, "load_extra_state", None)
+        if callable(loader):
+            loader(snapshot.extra)
+        if manager is not None:
+            # Checkpoints written after the rollback step hold the troubled trajectory.
+            for stale in checkpoints_after(manager.checkpoints(), manager.path_for(snapshot.step)):
+                logger.warning("precision guard: removing %s (after the rollback step)", stale)
+                manager.remove(stale)
+        verify_run(task, demoted, options.seed, verification_cache(options.auto_precision.cache))
+
+    return demote_run(
+        guard,
+        trainer,
+        options.scaler,
+        lambda policy: _build_trainer(task, policy, options),
+        restore,
     )
-    snapshot = guard.restore()
-    demoted = _build_trainer(task, policy, options)
-    demoted.load_state_dict(snapshot.trainer)  # model, optimizers, schedulers, scaler, RNG
-    position.epoch, position.batch = snapshot.epoch, snapshot.batch
-    loader = getattr(task, "load_extra_state", None)
-    if callable(loader):
-        loader(snapshot.extra)
-    if manager is not None:
-        # Checkpoints written after the rollback step hold the troubled trajectory.
-        for stale in checkpoints_after(manager.checkpoints(), manager.path_for(snapshot.step)):
-            logger.warning("precision guard: removing %s (after the rollback step)", stale)
-            manager.remove(stale)
-    verify_run(task, demoted, options.seed, verification_cache(options.auto_precision.cache))
-    guard.start(demoted, position.epoch, position.batch, snapshot=False)
-    demotions.append(record)
-    return demoted
