@@ -14,7 +14,8 @@ without steps, counts PPO iterations.
 
 ``request.guard`` turns on the precision guard (:mod:`genesis_fp16_agents.rlhf_ppo.guarding`): on a
 trigger the run rolls back and continues in the next precision's preset, reported in
-``TrainResult.demotions`` (docs/precision-guard.md).
+``TrainResult.demotions`` (docs/precision-guard.md); a trigger at the ladder's last rung
+ends the run ``failed``, without an end checkpoint, as in ``fit()``.
 
 One process only: under ``torchrun`` (a process group of more than one rank) ``train``
 refuses to start, because its PPO loop has no DDP and no data sharding and every rank
@@ -59,6 +60,7 @@ from genesis_fp16_infrastructure.plugin_api import (
 from genesis_fp16_infrastructure.training import PrecisionPolicy
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
+from genesis_fp16_infrastructure.training.run.demotion import failure_at_last_rung
 from genesis_fp16_infrastructure.training.run.fit import start_scale_at
 from genesis_fp16_infrastructure.training.run.loop import final_summary
 from genesis_fp16_infrastructure.training.run.options import FitResult
@@ -309,7 +311,8 @@ class RlhfPpoPlugin:
         before = run.engine.trainer.summary()
         stopped = run.loop(request.should_stop)
         engine, history = run.engine, run.history
-        checkpoint = save_engine(engine, request.checkpoint_dir)
+        # A failed run writes no end-of-run checkpoint: its state is the last that learned.
+        checkpoint = save_engine(engine, request.checkpoint_dir) if run.failure is None else None
         trainer = engine.trainer
         steps_run = trainer.step_count - start_step
         summary = final_summary(trainer, steps_run, request.on_log, request.log_interval)
@@ -332,6 +335,7 @@ class RlhfPpoPlugin:
             ),
             resumed_from=resumed,
             demotions=tuple(run.demotions),
+            failure=run.failure,
             skipped_run=summary.skipped_steps - before.skipped_steps,
             nonfinite_run=summary.nonfinite_losses - before.nonfinite_losses,
         )
@@ -373,6 +377,8 @@ class _Run:
         self.on_diagnostics = on_diagnostics
         self.history: list[dict[str, float]] = []
         self.stats: dict[str, float] = {}
+        # Set when the guard fired at the ladder's last rung (FitResult.failure).
+        self.failure: Mapping[str, str] | None = None
         self._first_iteration = engine.iterations
 
     @property
@@ -384,10 +390,14 @@ class _Run:
         return self.guarded.presets if self.guarded is not None else [self.engine.preset.name]
 
     def loop(self, should_stop: Callable[[], bool]) -> bool:
-        """Iterate to the target; on a guard trigger roll back, demote, go on. True if stopped."""
+        """Iterate to the target; on a guard trigger roll back, demote, go on (at the last
+        rung, end with ``failure`` set, as fit() does). True if stopped."""
         while True:
             stopped = self._iterate(should_stop)
             if self.guarded is None or not self.guarded.check(final=True):
+                return stopped
+            self.failure = failure_at_last_rung(self.guarded.guard, self.engine.precision.name)
+            if self.failure is not None:  # nowhere to demote to: the run ends failed
                 return stopped
             self.engine = self.guarded.demote()
             # The rolled-back iterations did not happen in the run that goes on.

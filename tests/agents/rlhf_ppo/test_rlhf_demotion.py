@@ -7,8 +7,10 @@ through its plugin with its PPO loss made NaN the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,13 +35,16 @@ GUARD_SAYS = re.compile(r"precision guard demoted .*?, rolled back to step \d+")
 _ppo_loss = PPOEngine._ppo_loss
 
 
-def _nan_in_fp16(
-    self: PPOEngine, model: nn.Module, batch: tuple[torch.Tensor, ...]
-) -> torch.Tensor:
-    """The PPO loss, NaN in fp16 from FAULT_STEP on: what FaultTask("nan") does to fit()."""
-    loss = _ppo_loss(self, model, batch)
-    if self.precision.name == "fp16" and self.trainer.step_count >= FAULT_STEP:
-        return loss * float("nan")
+def _nan_from(step: int, precisions: tuple[str, ...]) -> Callable[..., torch.Tensor]:
+    """The PPO loss, NaN from optimizer ``step`` on in ``precisions``: what FaultTask("nan")
+    does to fit()."""
+
+    def loss(self: PPOEngine, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        value = _ppo_loss(self, model, batch)
+        if self.precision.name in precisions and self.trainer.step_count >= step:
+            return value * float("nan")
+        return value
+
     return loss
 
 
@@ -67,7 +72,7 @@ def test_rlhf_ppo_and_fit_report_one_guard_trip_alike(
         precision="fp16", steps=STEPS, checkpoint_dir=request.checkpoint_dir, guard=GUARD
     )
     fitted = TrainResult.from_fit(request, fit(FaultTask("nan", FAULT_STEP), options))
-    monkeypatch.setattr(PPOEngine, "_ppo_loss", _nan_in_fp16)
+    monkeypatch.setattr(PPOEngine, "_ppo_loss", _nan_from(FAULT_STEP, ("fp16",)))
     ppo = plugin.train(_request("rlhf_ppo", tmp_path / "ppo"))
 
     (record,) = fitted.demotions
@@ -80,3 +85,35 @@ def test_rlhf_ppo_and_fit_report_one_guard_trip_alike(
     assert ppo.steps == fitted.steps == STEPS
     guard_says = [GUARD_SAYS.findall(r.precision_reason) for r in (fitted, ppo)]
     assert guard_says[0] == guard_says[1] and len(guard_says[0]) == 1, guard_says
+
+
+ALL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+# At the last rung only the skip rate can fire: over every 4 steps, from the first.
+LAST_RUNG_GUARD = GuardConfig(
+    check_interval=4, overflow_window=4, overflow_warmup=0, divergence_factor=None
+)
+
+
+def test_rlhf_ppo_and_fit_fail_alike_at_the_last_rung(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every fp32 step skipped for a NaN loss: both runs end failed at the first check,
+    with the same failure and no end checkpoint, instead of demoting past the ladder."""
+    request = dataclasses.replace(
+        _request("fault_agent", tmp_path / "fit"), precision="fp32", guard=LAST_RUNG_GUARD
+    )
+    options = FitOptions(
+        precision="fp32", steps=STEPS, checkpoint_dir=request.checkpoint_dir, guard=LAST_RUNG_GUARD
+    )
+    task = FaultTask("nan", fault_step=0, fault_in=ALL_DTYPES)
+    fitted = TrainResult.from_fit(request, fit(task, options)).to_json()
+    monkeypatch.setattr(PPOEngine, "_ppo_loss", _nan_from(0, ("fp32",)))
+    ppo_request = dataclasses.replace(
+        _request("rlhf_ppo", tmp_path / "ppo"), precision="fp32", guard=LAST_RUNG_GUARD
+    )
+    ppo = plugin.train(ppo_request).to_json()
+
+    same = ("outcome", "failure", "failure_detail", "steps", "skipped_steps", "checkpoint")
+    assert {k: ppo[k] for k in same} == {k: fitted[k] for k in same}
+    assert (fitted["outcome"], fitted["steps"], fitted["checkpoint"]) == ("failed", 4, None)
+    assert ppo["demotions"] == fitted["demotions"] == []

@@ -5,7 +5,10 @@ its own loop (``rlhf_ppo``), so a guard trip is handled one way and reported one
 the same policy for the next precision (the run's device and loss-scaler config), the
 same rollback and the same record in ``demotions``::
 
-    while guard.final_check(trainer, epoch, batch) is not None and not guard.last_rung:
+    while guard.final_check(trainer, epoch, batch) is not None:
+        failure = failure_at_last_rung(guard, trainer.policy.name)
+        if failure is not None:  # nowhere to demote to: the run ends failed
+            break
         trainer, record = demote_run(guard, trainer, scaler, build_trainer, restore_run)
         demotions.append(record)
 
@@ -19,7 +22,8 @@ step's verification; rlhf_ppo: the reference weights, iteration count and sample
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerConfig
@@ -27,7 +31,21 @@ from genesis_fp16_infrastructure.training.precision.precision import PrecisionPo
 from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard, Snapshot
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
 
-__all__ = ["demote_run"]
+__all__ = ["demote_run", "failure_at_last_rung"]
+
+logger = logging.getLogger(__name__)
+
+
+def failure_at_last_rung(guard: PrecisionGuard, precision: str) -> Mapping[str, str] | None:
+    """After a trigger fired: the run's failure (``FitResult.failure``: ``reason`` and
+    ``detail``) when ``precision`` is the ladder's last rung, logged as an error; None
+    where a demotion answers the trigger. At the last rung a trigger fires only for a run
+    whose steps are persistently skipped: it cannot learn, and ends there."""
+    trouble = guard.pending
+    if not guard.last_rung or trouble is None:
+        return None
+    logger.error("precision guard: %s cannot train this run: %s", precision, trouble.detail)
+    return {"reason": trouble.reason, "detail": trouble.detail}
 
 
 def demote_run(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Mapping
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -26,11 +27,10 @@ from genesis_fp16_infrastructure.training.precision.carried_scale import clamp_s
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.rng import seed_everything
 from genesis_fp16_infrastructure.training.run.calibration import Calibration, policy_for_run
-from genesis_fp16_infrastructure.training.run.demotion import demote_run
+from genesis_fp16_infrastructure.training.run.demotion import demote_run, failure_at_last_rung
 from genesis_fp16_infrastructure.training.run.guard import (
     PrecisionGuard,
     Snapshot,
-    Trouble,
     checkpoints_after,
 )
 from genesis_fp16_infrastructure.training.run.loop import (
@@ -117,7 +117,7 @@ def _fit(
     if guard is not None:
         guard.start(trainer, position.epoch, position.batch)
     demotions: list[dict[str, Any]] = []
-    failure: Trouble | None = None
+    failure: Mapping[str, str] | None = None
     tracker = position.tracker
     stopped = False
     if tracker is not None and tracker.stopped:
@@ -126,13 +126,8 @@ def _fit(
         stopped = run_steps(task, trainer, options, manager, position, targets, loss_fn, guard)
         if guard is None or guard.final_check(trainer, position.epoch, position.batch) is None:
             break
-        if guard.last_rung:  # nowhere to demote to: the run cannot learn, and ends failed
-            failure = guard.pending
-            logger.error(
-                "precision guard: %s cannot train this run: %s",
-                trainer.policy.name,
-                failure.detail if failure is not None else "",
-            )
+        failure = failure_at_last_rung(guard, trainer.policy.name)
+        if failure is not None:  # nowhere to demote to: the run cannot learn, and ends failed
             break
         trainer, record = _demote(task, trainer, options, manager, position, guard)
         demotions.append(record)
@@ -169,7 +164,7 @@ def _fit(
         stopped_early=stopped,
         resumed_from=resumed_from,
         demotions=tuple(demotions),
-        failure=None if failure is None else {"reason": failure.reason, "detail": failure.detail},
+        failure=failure,
         skipped_run=summary.skipped_steps - before.skipped_steps,
         nonfinite_run=summary.nonfinite_losses - before.nonfinite_losses,
         execution=trainer.execution,
