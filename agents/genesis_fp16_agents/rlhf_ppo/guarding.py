@@ -15,7 +15,9 @@ Trainer:
   the PPO loss hovers around zero, so its ratio to a moving average is noise;
 - on a trigger the run rebuilds the engine in the next precision of the ladder, as the
   preset of :data:`DEMOTED_PRESETS`, with the run's loss-scaler config (the first
-  engine's ``scaler_config``), loads the snapshot and runs on to the same target.
+  engine's ``scaler_config``), loads the snapshot and runs on to the same target. The
+  rollback and its record are ``fit()``'s own
+  (:func:`~genesis_fp16_infrastructure.training.run.demotion.demote_run`).
 
     >>> DEMOTED_PRESETS["bf16"], DEMOTED_PRESETS["fp32"]
     ('mixed_recommended', 'fp32_baseline')
@@ -31,8 +33,9 @@ from typing import Any
 from genesis_fp16_agents.rlhf_ppo.checkpointing import load_ppo_state, ppo_state
 from genesis_fp16_agents.rlhf_ppo.engine import PPOEngine
 from genesis_fp16_agents.rlhf_ppo.presets import PRESETS, ComponentPrecision
-from genesis_fp16_infrastructure.training import GuardConfig, PrecisionPolicy
-from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard
+from genesis_fp16_infrastructure.training import GuardConfig, PrecisionPolicy, Trainer
+from genesis_fp16_infrastructure.training.run.demotion import demote_run
+from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard, Snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -77,11 +80,8 @@ class GuardedEngine:
                 per_iteration,
                 self._interval,
             )
-        self._watch(engine, snapshot=True)
-
-    def _watch(self, engine: PPOEngine, snapshot: bool) -> None:
         engine.loss_hook = self.guard.watch_loss
-        self.guard.start(engine.trainer, engine.iterations, 0, snapshot=snapshot)
+        self.guard.start(engine.trainer, engine.iterations, 0)
         self._checked = engine.trainer.step_count
 
     def check(self, final: bool = False) -> bool:
@@ -95,29 +95,32 @@ class GuardedEngine:
         return self.guard.final_check(self.engine.trainer, self.engine.iterations, 0) is not None
 
     def demote(self) -> PPOEngine:
-        """Roll back to the guard's snapshot in the next precision's preset; the new engine."""
+        """Roll back to the guard's snapshot in the next precision's preset; the new engine.
+
+        The rollback itself is ``fit()``'s (:func:`demote_run`): the same policy, record
+        and guard restart; only the engine around the trainer is rlhf_ppo's own."""
         old = self.engine
-        device, scaler = old.device, self._scaler
-        policy, record = self.guard.demote(
-            old.trainer.policy,
-            lambda decision: PrecisionPolicy.from_decision(decision, device, scaler),
-        )
-        snapshot = self.guard.restore()
-        preset = PRESETS[DEMOTED_PRESETS[policy.name]]
-        engine = self._rebuild(preset, policy)
-        engine.trainer.load_state_dict(snapshot.trainer)  # model, optimizer, scaler, RNG
-        load_ppo_state(engine, snapshot.extra)  # reference, iterations, sampler
+
+        def rebuild(policy: PrecisionPolicy) -> Trainer:
+            self.engine = self._rebuild(PRESETS[DEMOTED_PRESETS[policy.name]], policy)
+            self.engine.loss_hook = self.guard.watch_loss
+            return self.engine.trainer
+
+        def restore(_: Trainer, snapshot: Snapshot) -> None:
+            load_ppo_state(self.engine, snapshot.extra)  # reference, iterations, sampler
+
+        _, record = demote_run(self.guard, old.trainer, self._scaler, rebuild, restore)
+        engine = self.engine
         logger.warning(
             "rlhf_ppo: preset %s -> %s, rolled back to iteration %d (step %d)",
             old.preset.name,
-            preset.name,
+            engine.preset.name,
             engine.iterations,
-            snapshot.step,
+            engine.trainer.step_count,
         )
-        self.engine = engine
         self.demotions.append(record)
-        self.presets.append(preset.name)
-        self._watch(engine, snapshot=False)
+        self.presets.append(engine.preset.name)
+        self._checked = engine.trainer.step_count
         return engine
 
 

@@ -14,7 +14,8 @@ without steps, counts PPO iterations.
 
 ``request.guard`` turns on the precision guard (:mod:`genesis_fp16_agents.rlhf_ppo.guarding`): on a
 trigger the run rolls back and continues in the next precision's preset, reported in
-``TrainResult.demotions`` (docs/precision-guard.md).
+``TrainResult.demotions`` (docs/precision-guard.md); a trigger at the ladder's last rung
+ends the run ``failed``, without an end checkpoint, as in ``fit()``.
 
 One process only: under ``torchrun`` (a process group of more than one rank) ``train``
 refuses to start, because its PPO loop has no DDP and no data sharding and every rank
@@ -59,7 +60,10 @@ from genesis_fp16_infrastructure.plugin_api import (
 from genesis_fp16_infrastructure.training import PrecisionPolicy
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
+from genesis_fp16_infrastructure.training.run.demotion import failure_at_last_rung
 from genesis_fp16_infrastructure.training.run.fit import start_scale_at
+from genesis_fp16_infrastructure.training.run.loop import final_summary
+from genesis_fp16_infrastructure.training.run.options import FitResult
 
 logger = logging.getLogger(__name__)
 
@@ -303,60 +307,60 @@ class RlhfPpoPlugin:
     ) -> TrainResult:
         start = time.perf_counter()
         start_step = run.engine.trainer.step_count
-        # The resumed chain's skipped steps (one host read): the run reports its own.
-        skipped_before = run.engine.trainer.summary().skipped_steps
+        # The resumed chain's counts (one host read): the run reports its own.
+        before = run.engine.trainer.summary()
         stopped = run.loop(request.should_stop)
         engine, history = run.engine, run.history
-        checkpoint = save_engine(engine, request.checkpoint_dir)
+        # A failed run writes no end-of-run checkpoint: its state is the last that learned.
+        checkpoint = save_engine(engine, request.checkpoint_dir) if run.failure is None else None
         trainer = engine.trainer
-        summary = trainer.summary(reset_interval=True)
-        summary = dataclasses.replace(summary, train_loss=trainer.final_train_loss())
-        ran = trainer.step_count > start_step
-        if request.on_log is not None and ran and trainer.step_count % request.log_interval:
-            # The last, partial log interval: the metrics end at the run's own totals.
-            request.on_log(summary)
+        steps_run = trainer.step_count - start_step
+        summary = final_summary(trainer, steps_run, request.on_log, request.log_interval)
         evaluation = evaluate(engine, eval_prompts, request.seed)
         if history:
             evaluation["reward_first_iteration"] = history[0]["reward_true_mean"]
-        preset = engine.preset
-        reason = f"{request.precision_reason}; {choice.reason}"
-        if run.demotions:
-            reason += f"; {engine.trainer.policy.resolved.reason}"
-        return TrainResult(
-            agent=self.name,
-            precision_requested=request.precision,
-            precision_used=engine.trainer.policy.name,
-            precision_reason=reason,
-            device=request.device,
-            steps=engine.trainer.step_count - start_step,
-            skipped_steps=summary.skipped_steps - skipped_before,
-            chain_skipped_steps=summary.skipped_steps,
-            overflow_rate=summary.overflow_rate,
-            loss_scale=summary.loss_scale,
-            final_train_loss=summary.train_loss,
+        # The preset's choice says why the policy trains in this precision; a demotion's
+        # reason (the guard's, which names the first) follows it.
+        resolved, execution = trainer.policy.resolved, trainer.execution
+        reason = f"{choice.reason}; {resolved.reason}" if run.demotions else choice.reason
+        fitted = FitResult(
+            summary=summary,
             eval=evaluation,
-            samples_per_second=summary.samples_per_second,
-            wall_seconds=time.perf_counter() - start,
             checkpoint=checkpoint,
-            quarantined=0,
+            precision=dataclasses.replace(resolved, reason=reason),
+            steps_run=steps_run,
             stopped_early=stopped,
+            execution=dataclasses.replace(
+                execution, reason=f"rlhf_ppo update steps: {execution.reason}"
+            ),
+            resumed_from=resumed,
             demotions=tuple(run.demotions),
-            execution=engine.trainer.execution.used,
-            execution_reason=f"rlhf_ppo update steps: {engine.trainer.execution.reason}",
-            extra={
-                "preset": preset.name,
-                "preset_requested": choice.requested_preset,
-                "preset_reason": choice.reason,
-                "presets_run": run.presets,
-                "components": preset.as_dict(),
-                "master_weights": preset.master_weights,
-                "kl_dtype_seen": str(engine.kl_dtype_seen),
-                "iterations": engine.iterations,
-                "resumed_from": str(resumed) if resumed else None,
-                "diagnostics": {k: float(v) for k, v in run.stats.items()},
-                "history": history,
-            },
+            failure=run.failure,
+            skipped_run=summary.skipped_steps - before.skipped_steps,
+            nonfinite_run=summary.nonfinite_losses - before.nonfinite_losses,
         )
+        result = TrainResult.from_fit(request, fitted, extra=self._extra(choice, run, resumed))
+        # The run's wall clock, rollouts and evaluation included: the trainer's own counts
+        # from its first step, and a demoted engine's trainer from the demotion.
+        return dataclasses.replace(result, wall_seconds=time.perf_counter() - start)
+
+    @staticmethod
+    def _extra(choice: PresetChoice, run: _Run, resumed: Path | None) -> dict[str, Any]:
+        """rlhf_ppo's own report: the presets run, the PPO state and the diagnostics."""
+        engine = run.engine
+        return {
+            "preset": engine.preset.name,
+            "preset_requested": choice.requested_preset,
+            "preset_reason": choice.reason,
+            "presets_run": run.presets,
+            "components": engine.preset.as_dict(),
+            "master_weights": engine.preset.master_weights,
+            "kl_dtype_seen": str(engine.kl_dtype_seen),
+            "iterations": engine.iterations,
+            "resumed_from": str(resumed) if resumed else None,
+            "diagnostics": {k: float(v) for k, v in run.stats.items()},
+            "history": run.history,
+        }
 
 
 class _Run:
@@ -373,6 +377,8 @@ class _Run:
         self.on_diagnostics = on_diagnostics
         self.history: list[dict[str, float]] = []
         self.stats: dict[str, float] = {}
+        # Set when the guard fired at the ladder's last rung (FitResult.failure).
+        self.failure: Mapping[str, str] | None = None
         self._first_iteration = engine.iterations
 
     @property
@@ -384,10 +390,14 @@ class _Run:
         return self.guarded.presets if self.guarded is not None else [self.engine.preset.name]
 
     def loop(self, should_stop: Callable[[], bool]) -> bool:
-        """Iterate to the target; on a guard trigger roll back, demote, go on. True if stopped."""
+        """Iterate to the target; on a guard trigger roll back, demote, go on (at the last
+        rung, end with ``failure`` set, as fit() does). True if stopped."""
         while True:
             stopped = self._iterate(should_stop)
             if self.guarded is None or not self.guarded.check(final=True):
+                return stopped
+            self.failure = failure_at_last_rung(self.guarded.guard, self.engine.precision.name)
+            if self.failure is not None:  # nowhere to demote to: the run ends failed
                 return stopped
             self.engine = self.guarded.demote()
             # The rolled-back iterations did not happen in the run that goes on.

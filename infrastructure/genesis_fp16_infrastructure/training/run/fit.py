@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Mapping
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -26,14 +27,16 @@ from genesis_fp16_infrastructure.training.precision.carried_scale import clamp_s
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.rng import seed_everything
 from genesis_fp16_infrastructure.training.run.calibration import Calibration, policy_for_run
+from genesis_fp16_infrastructure.training.run.demotion import demote_run, failure_at_last_rung
 from genesis_fp16_infrastructure.training.run.guard import (
     PrecisionGuard,
-    Trouble,
+    Snapshot,
     checkpoints_after,
 )
 from genesis_fp16_infrastructure.training.run.loop import (
     early_stop_tracker,
     evaluate,
+    final_summary,
     run_steps,
     run_targets,
 )
@@ -114,7 +117,7 @@ def _fit(
     if guard is not None:
         guard.start(trainer, position.epoch, position.batch)
     demotions: list[dict[str, Any]] = []
-    failure: Trouble | None = None
+    failure: Mapping[str, str] | None = None
     tracker = position.tracker
     stopped = False
     if tracker is not None and tracker.stopped:
@@ -123,15 +126,11 @@ def _fit(
         stopped = run_steps(task, trainer, options, manager, position, targets, loss_fn, guard)
         if guard is None or guard.final_check(trainer, position.epoch, position.batch) is None:
             break
-        if guard.last_rung:  # nowhere to demote to: the run cannot learn, and ends failed
-            failure = guard.pending
-            logger.error(
-                "precision guard: %s cannot train this run: %s",
-                trainer.policy.name,
-                failure.detail if failure is not None else "",
-            )
+        failure = failure_at_last_rung(guard, trainer.policy.name)
+        if failure is not None:  # nowhere to demote to: the run cannot learn, and ends failed
             break
-        trainer = _demote(task, trainer, options, manager, position, guard, demotions)
+        trainer, record = _demote(task, trainer, options, manager, position, guard)
+        demotions.append(record)
         if tracker is not None:
             tracker.forget_after(trainer.step_count)
     model, policy = trainer.model, trainer.policy
@@ -144,11 +143,7 @@ def _fit(
         checkpoint = manager.save(checkpoint_state(task, trainer, options, position))
     if tracker is not None:
         tracker.restore_best(model)  # after the checkpoint: it keeps the last weights
-    # The run's own final loss, not the last log interval's (the interval differs between a
-    # terminal's progress bar and a log): what train --json, the text and the metrics say.
-    summary = replace(trainer.summary(reset_interval=True), train_loss=trainer.final_train_loss())
-    if options.on_log is not None and steps_run and trainer.step_count % options.log_interval:
-        options.on_log(summary)
+    summary = final_summary(trainer, steps_run, options.on_log, options.log_interval)
     metrics = evaluate(task.evaluate, model, policy)
     # The eval metrics are the caller's to report (train prints them, the daemon logs them
     # with the run): here they would be the same block a second time.
@@ -169,7 +164,7 @@ def _fit(
         stopped_early=stopped,
         resumed_from=resumed_from,
         demotions=tuple(demotions),
-        failure=None if failure is None else {"reason": failure.reason, "detail": failure.detail},
+        failure=failure,
         skipped_run=summary.skipped_steps - before.skipped_steps,
         nonfinite_run=summary.nonfinite_losses - before.nonfinite_losses,
         execution=trainer.execution,
@@ -227,26 +222,25 @@ def _demote(
     manager: CheckpointManager | None,
     position: Position,
     guard: PrecisionGuard,
-    demotions: list[dict[str, Any]],
-) -> Trainer:
+) -> tuple[Trainer, dict[str, Any]]:
     """Roll back to the guard's last good state in a trainer of the next precision."""
-    policy, record = guard.demote(
-        trainer.policy,
-        lambda decision: PrecisionPolicy.from_decision(decision, options.device, options.scaler),
+
+    def restore(demoted: Trainer, snapshot: Snapshot) -> None:
+        position.epoch, position.batch = snapshot.epoch, snapshot.batch
+        loader = getattr(task, "load_extra_state", None)
+        if callable(loader):
+            loader(snapshot.extra)
+        if manager is not None:
+            # Checkpoints written after the rollback step hold the troubled trajectory.
+            for stale in checkpoints_after(manager.checkpoints(), manager.path_for(snapshot.step)):
+                logger.warning("precision guard: removing %s (after the rollback step)", stale)
+                manager.remove(stale)
+        verify_run(task, demoted, options.seed, verification_cache(options.auto_precision.cache))
+
+    return demote_run(
+        guard,
+        trainer,
+        options.scaler,
+        lambda policy: _build_trainer(task, policy, options),
+        restore,
     )
-    snapshot = guard.restore()
-    demoted = _build_trainer(task, policy, options)
-    demoted.load_state_dict(snapshot.trainer)  # model, optimizers, schedulers, scaler, RNG
-    position.epoch, position.batch = snapshot.epoch, snapshot.batch
-    loader = getattr(task, "load_extra_state", None)
-    if callable(loader):
-        loader(snapshot.extra)
-    if manager is not None:
-        # Checkpoints written after the rollback step hold the troubled trajectory.
-        for stale in checkpoints_after(manager.checkpoints(), manager.path_for(snapshot.step)):
-            logger.warning("precision guard: removing %s (after the rollback step)", stale)
-            manager.remove(stale)
-    verify_run(task, demoted, options.seed, verification_cache(options.auto_precision.cache))
-    guard.start(demoted, position.epoch, position.batch, snapshot=False)
-    demotions.append(record)
-    return demoted

@@ -1,6 +1,6 @@
 """The steps of a run: where it stops (its targets), the loop over epochs and batches with
-periodic checkpoints, validation for early stopping, and the final evaluation. ``fit()``
-calls :func:`run_steps` once, and again after each demotion."""
+periodic checkpoints, validation for early stopping, the closing summary and the final
+evaluation. ``fit()`` calls :func:`run_steps` once, and again after each demotion."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any
 
@@ -24,6 +24,7 @@ from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard
 from genesis_fp16_infrastructure.training.run.options import FitOptions
 from genesis_fp16_infrastructure.training.run.resume import Position, checkpoint_state
 from genesis_fp16_infrastructure.training.run.task import TrainingTask
+from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
 
 logger = logging.getLogger(__name__)
@@ -171,6 +172,24 @@ class _Cadence:
 def _grouped(batches: Iterator[Any], size: int) -> Iterator[list[Any]]:
     while group := list(islice(batches, size)):
         yield group
+
+
+def final_summary(
+    trainer: Trainer,
+    steps_run: int,
+    on_log: Callable[[TrainingSummary], None] | None,
+    log_interval: int,
+) -> TrainingSummary:
+    """The run's closing summary, sent to ``on_log`` when its last log interval was partial.
+
+    Its ``train_loss`` is the run's own final loss, not the last log interval's (the
+    interval differs between a terminal's progress bar and a log): what ``train --json``,
+    the text and the metrics say. The metrics then end at the run's own totals.
+    """
+    summary = replace(trainer.summary(reset_interval=True), train_loss=trainer.final_train_loss())
+    if on_log is not None and steps_run and trainer.step_count % log_interval:
+        on_log(summary)
+    return summary
 
 
 def evaluate(
