@@ -117,7 +117,10 @@ def read_pool(
     else:
         source = f"{MAX_POOL_SETTING}"
     try:
-        return read_trajectories(path, quarantine=quarantine, max_bytes=limit or None, cache=cache)
+        # keep_text=False: the run needs each record's numbers, not its change's text
+        return read_trajectories(
+            path, quarantine=quarantine, max_bytes=limit or None, cache=cache, keep_text=False
+        )
     except DataTooLarge as exc:
         raise TrainRequestError(
             f"{exc} (the limit is {source}); a run peaks at about {POOL_MEMORY_FACTOR}x its "

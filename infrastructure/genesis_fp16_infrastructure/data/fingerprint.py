@@ -27,7 +27,17 @@ from typing import Any
 
 import torch
 
+from genesis_fp16_infrastructure.data.record_key import record_hash, record_id_hash
 from genesis_fp16_infrastructure.data.schema import Example
+
+__all__ = [
+    "DataChange",
+    "DataFingerprint",
+    "compare",
+    "fingerprint",
+    "record_hash",
+    "record_id_hash",
+]
 
 STATE_VERSION = 2  # 2: the attempt's fields are part of a record's hash
 
@@ -101,7 +111,7 @@ class DataChange:
 
 def fingerprint(examples: Sequence[Example]) -> DataFingerprint:
     """The fingerprint of ``examples`` (independent of their order)."""
-    pairs = sorted((_hash(e.trajectory_id), _hash(_record_key(e))) for e in examples)
+    pairs = sorted((record_id_hash(e.trajectory_id), record_hash(e)) for e in examples)
     ids = torch.tensor([p[0] for p in pairs], dtype=torch.int64)
     labelled = torch.tensor([p[1] for p in pairs], dtype=torch.int64)
     # The int64 little-endian bytes, packed without numpy (not a dependency: .numpy()
@@ -127,32 +137,4 @@ def compare(saved: Mapping[str, Any] | None, current: DataFingerprint) -> DataCh
         added=len(new.keys() - kept),
         removed=len(old.keys() - kept),
         relabelled=sum(old[i] != new[i] for i in kept),
-    )
-
-
-def record_id_hash(trajectory_id: str) -> int:
-    """A record's id hash as :class:`DataFingerprint` keeps it in ``ids``: whether a
-    model's pool held a record (the promotion gate, genesis_fp16_agents.se_darwin.gate)."""
-    return _hash(trajectory_id)
-
-
-def record_hash(example: Example) -> int:
-    """A record's (id, label, attempt) hash as :class:`DataFingerprint` keeps it in
-    ``labelled``: whether a model trained on this very record (drift, the gate)."""
-    return _hash(_record_key(example))
-
-
-def _record_key(example: Example) -> str:
-    label = example.label
-    # The attempt's repr names every field with its value (a frozen dataclass of strings,
-    # numbers and tuples of strings): what the encoder reads, in a stable text.
-    return (
-        f"{example.trajectory_id}\x00{label.success}\x00{label.score!r}\x00{label.outcome}"
-        f"\x00{example.attempt!r}"
-    )
-
-
-def _hash(text: str) -> int:
-    return int.from_bytes(
-        hashlib.blake2b(text.encode(), digest_size=8).digest(), "big", signed=True
     )

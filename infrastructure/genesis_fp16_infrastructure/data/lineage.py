@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 MAX_DEPTH = 1000  # a longer chain (or a cycle in a malformed pool) counts as this deep
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PoolEntry:
     """One record of the pool, as the lineage of another attempt sees it."""
 
@@ -35,7 +35,7 @@ class PoolEntry:
     created: float | None = None  # seconds since the epoch
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Lineage:
     """An attempt's lineage beyond its own record."""
 

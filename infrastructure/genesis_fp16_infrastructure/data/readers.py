@@ -33,6 +33,7 @@ from pydantic import ValidationError
 from genesis_fp16_infrastructure.data.attempt_numbers import own_numbers, pack
 from genesis_fp16_infrastructure.data.fast_records import decode_record
 from genesis_fp16_infrastructure.data.lineage import Pool, PoolEntry
+from genesis_fp16_infrastructure.data.record_key import record_hash
 from genesis_fp16_infrastructure.data.schema import (
     AttemptInput,
     Example,
@@ -186,6 +187,7 @@ def read_trajectories(
     quarantine: Path | None = None,
     max_bytes: int | None = None,
     cache: FileCache | None = None,
+    keep_text: bool = True,
 ) -> ReadResult:
     """Read every record under ``path`` and derive the labelled examples.
 
@@ -196,6 +198,12 @@ def read_trajectories(
     files together hold more than ``max_bytes`` (None: no limit). With a ``cache``
     (``genesis_fp16_infrastructure.data.record_cache``), a file whose bytes were read before is
     taken from it, records and quarantined entries alike, instead of parsed again.
+
+    ``keep_text=False`` reads for training only: each attempt keeps what the encoder,
+    the lineage and the drift report read (id, agent, time, operator, generation,
+    parents, tools, pattern, and its own numbers worked out from the rest) and lets go
+    of its change, files, strategy and diagnosis (a third of a generated record's
+    memory), and each example its fingerprint hash worked out before (``Example.key``).
     """
     path = Path(path)
     files = list_data_files(path)
@@ -204,9 +212,10 @@ def read_trajectories(
     sink = _Quarantine(quarantine)
     result = ReadResult(files=len(files))
     kept: dict[str, FileRecord] = {}
+    slim = None if keep_text else _Strings()
     try:
         for file in files:
-            for record in _file_records(file, sink, cache):
+            for record in _file_records(file, sink, cache, slim):
                 if record.trajectory_id in kept:
                     result.duplicates += 1
                     continue
@@ -231,7 +240,7 @@ def read_trajectories(
     return result
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FileRecord:
     """One valid record of a file, as the rest of a read needs it: its pre-attempt input,
     its label (None: unfinished or unlabelled) and its recorded score."""
@@ -240,9 +249,12 @@ class FileRecord:
     attempt: AttemptInput
     label: Label | None
     score: float | None
+    # data.record_key.record_hash of the labelled record, worked out while its text was
+    # there (None: unlabelled, in no fingerprint)
+    key: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Rejected:
     """One quarantined entry of a file, as written to the quarantine file."""
 
@@ -254,15 +266,28 @@ class Rejected:
 class FileCache(Protocol):
     """Where a read finds a file's records from an earlier read of the same bytes."""
 
-    def load(self, file: Path) -> tuple[list[FileRecord], list[Rejected]] | None: ...
+    def load(self, file: Path, slim: bool) -> tuple[list[FileRecord], list[Rejected]] | None: ...
 
-    def store(self, file: Path, records: list[FileRecord], rejected: list[Rejected]) -> None: ...
+    def store(
+        self, file: Path, records: list[FileRecord], rejected: list[Rejected], slim: bool
+    ) -> None: ...
 
 
-def _file_records(file: Path, sink: _Quarantine, cache: FileCache | None) -> list[FileRecord]:
+class _Strings(dict[str, str]):
+    """One object per distinct string of a read (agents, tools, patterns): a million
+    records name a few dozen, each held once instead of once per record."""
+
+    def __call__(self, text: str) -> str:
+        return self.setdefault(text, text)
+
+
+def _file_records(
+    file: Path, sink: _Quarantine, cache: FileCache | None, slim: _Strings | None
+) -> list[FileRecord]:
     """The valid records of one file, in file order (duplicates within it included),
-    each quarantined entry written to ``sink``; from ``cache`` when it has the file."""
-    cached = cache.load(file) if cache is not None else None
+    each quarantined entry written to ``sink``; from ``cache`` when it has the file.
+    ``slim``: attempts keep no text (see read_trajectories), their strings shared."""
+    cached = cache.load(file, slim is not None) if cache is not None else None
     if cached is not None:
         records, rejected = cached
         for entry in rejected:
@@ -273,9 +298,9 @@ def _file_records(file: Path, sink: _Quarantine, cache: FileCache | None) -> lis
     for source, raw, thresholds, key in raw_records(file, recorder):
         record = _read_record(source, raw, thresholds, key, recorder)
         if record is not None:
-            records.append(record)
+            records.append(_finish(record, slim))
     if cache is not None and not recorder.vanished:
-        cache.store(file, records, recorder.rejected)
+        cache.store(file, records, recorder.rejected, slim is not None)
     return records
 
 
@@ -287,20 +312,36 @@ def _read_record(
     if isinstance(raw, bytes | msgspec.Raw):
         fast = decode_record(raw, thresholds, key)
         if fast is not None:
-            return _numbered(FileRecord(fast.trajectory_id, fast.attempt, fast.label, fast.score))
+            return FileRecord(fast.trajectory_id, fast.attempt, fast.label, fast.score)
         raw = _parse_slow(source, raw, sink)
         if raw is _UNREADABLE:
             return None
         if key is not None and isinstance(raw, dict) and "trajectory_id" not in raw:
             raw = {**raw, "trajectory_id": key}  # the mapping key is the id
     item = _validate(source, raw, thresholds, sink)
-    return None if item is None else _numbered(_file_record(item))
+    return None if item is None else _file_record(item)
 
 
-def _numbered(record: FileRecord) -> FileRecord:
-    """The record with its attempt's own numbers worked out (kept by the record cache)."""
-    object.__setattr__(record.attempt, "own", pack(own_numbers(record.attempt)))
-    return record
+def _finish(record: FileRecord, slim: _Strings | None) -> FileRecord:
+    """The record with what the rest of the run needs of its text worked out: its own
+    numbers (``AttemptInput.own``) and its fingerprint hash; ``slim``: then its text and
+    files let go of, and its agent, operator, tools and pattern shared."""
+    attempt, label = record.attempt, record.label
+    own = pack(own_numbers(attempt))
+    key = None if label is None else record_hash(Example(record.trajectory_id, attempt, label))
+    if slim is not None:
+        attempt = AttemptInput(
+            trajectory_id=attempt.trajectory_id,
+            agent=slim(attempt.agent),
+            created=attempt.created,
+            operator=slim(attempt.operator),
+            generation=attempt.generation,
+            parent_ids=attempt.parent_ids,
+            tools_used=tuple(slim(tool) for tool in attempt.tools_used),
+            reasoning_pattern=slim(attempt.reasoning_pattern),
+        )
+    object.__setattr__(attempt, "own", own)
+    return FileRecord(record.trajectory_id, attempt, label, record.score, key)
 
 
 _UNREADABLE: Any = object()
@@ -347,7 +388,9 @@ def _collect(kept: dict[str, FileRecord], result: ReadResult) -> None:
         if record.label is None:
             result.unlabelled += 1
             continue
-        result.examples.append(Example(trajectory_id, attempt, record.label))
+        example = Example(trajectory_id, attempt, record.label)
+        object.__setattr__(example, "key", record.key)
+        result.examples.append(example)
     result.pool = Pool(entries)
 
 

@@ -16,7 +16,7 @@ stored (its mtime cannot vouch for its bytes). Entries no file of the manifest u
 deleted after each read.
 
     cache = RecordCache(state / "record_cache", manifest)
-    data = read_trajectories(path, quarantine, cache=cache)
+    data = read_trajectories(path, quarantine, cache=cache, keep_text=False)
     cache.prune()
 """
 
@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 # Bump when FileRecord, AttemptInput, Label or how a record becomes them changes; the
 # own numbers' version is part of it (data.attempt_numbers).
-CACHE_VERSION = f"2.s{SCHEMA_VERSION}.n{NUMBERS_VERSION}"
+CACHE_VERSION = f"3.s{SCHEMA_VERSION}.n{NUMBERS_VERSION}"
 
 
 class RecordCache:
@@ -54,13 +54,13 @@ class RecordCache:
         self.misses = 0
         self.write_failures = 0
 
-    def load(self, file: Path) -> tuple[list[FileRecord], list[Rejected]] | None:
+    def load(self, file: Path, slim: bool) -> tuple[list[FileRecord], list[Rejected]] | None:
         state = self._vouched(file)
         if state is None:
             self.misses += 1
             return None
         try:
-            out = _decode(msgspec.msgpack.decode(self._path(state).read_bytes()))
+            out = _decode(msgspec.msgpack.decode(self._path(state, slim).read_bytes()))
         except FileNotFoundError:
             self.misses += 1
             return None
@@ -71,27 +71,29 @@ class RecordCache:
         self.hits += 1
         return out
 
-    def store(self, file: Path, records: list[FileRecord], rejected: list[Rejected]) -> None:
+    def store(
+        self, file: Path, records: list[FileRecord], rejected: list[Rejected], slim: bool
+    ) -> None:
         state = self._vouched(file)
         if state is None or state.mtime_ns >= self.scanned_ns - RACY_NS:
             return
         blob = msgspec.msgpack.encode(_encode(records, rejected))
         try:
-            write_atomic(self._path(state), lambda handle: handle.write(blob))
+            write_atomic(self._path(state, slim), lambda handle: handle.write(blob))
         except OSError as exc:
             # The run has the records; only the next run's shortcut is lost. Counted and
             # reported (train --json extra.record_cache), and the file is parsed next time.
             self.write_failures += 1
             logger.warning(
                 "record cache: cannot write %s (%s): %s will be parsed again next run",
-                self._path(state),
+                self._path(state, slim),
                 exc.strerror or exc,
                 file,
             )
 
     def prune(self) -> int:
         """Delete the entries of bytes no file of the manifest holds; their count."""
-        keep = {self._path(state).name for state in self.files.values()}
+        keep = {self._path(s, slim).name for s in self.files.values() for slim in (False, True)}
         removed = 0
         if self.folder.is_dir():
             # *.json: entries of cache version 1, which no build reads any more.
@@ -114,8 +116,10 @@ class RecordCache:
             return None
         return state
 
-    def _path(self, state: FileState) -> Path:
-        return self.folder / f"{state.digest}-{CACHE_VERSION}.msgpack"
+    def _path(self, state: FileState, slim: bool) -> Path:
+        """A file's entry: its bytes' digest, the cache's version, and whether its
+        records keep their text (read_trajectories' keep_text)."""
+        return self.folder / f"{state.digest}-{CACHE_VERSION}{'-slim' if slim else ''}.msgpack"
 
 
 def _encode(records: list[FileRecord], rejected: list[Rejected]) -> dict[str, Any]:
@@ -127,6 +131,7 @@ def _encode(records: list[FileRecord], rejected: list[Rejected]) -> dict[str, An
                 _attempt_row(r.attempt),
                 None if r.label is None else [r.label.success, r.label.score, r.label.outcome],
                 r.score,
+                r.key,
             ]
             for r in records
         ],
@@ -156,7 +161,7 @@ def _decode(data: dict[str, Any]) -> tuple[list[FileRecord], list[Rejected]]:
     if data.get("version") != CACHE_VERSION:
         raise ValueError(f"cache version {data.get('version')!r}, this build's {CACHE_VERSION}")
     records = []
-    for trajectory_id, a, label, score in data["records"]:
+    for trajectory_id, a, label, score, key in data["records"]:
         attempt = AttemptInput(
             trajectory_id=a[0],
             agent=a[1],
@@ -173,6 +178,6 @@ def _decode(data: dict[str, Any]) -> tuple[list[FileRecord], list[Rejected]]:
         )
         object.__setattr__(attempt, "own", a[12])
         decoded = None if label is None else Label(label[0], label[1], label[2])
-        records.append(FileRecord(trajectory_id, attempt, decoded, score))
+        records.append(FileRecord(trajectory_id, attempt, decoded, score, key))
     rejected = [Rejected(where, reason, text) for where, reason, text in data["rejected"]]
     return records, rejected

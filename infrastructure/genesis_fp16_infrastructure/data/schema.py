@@ -192,7 +192,7 @@ class ReplayRecord(_Record):
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AttemptInput:
     """What is known before an attempt runs. The feature encoder sees nothing else.
 
@@ -218,7 +218,7 @@ class AttemptInput:
     own: bytes = field(default=b"", init=False, repr=False, compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Label:
     """The outcome of a finished attempt: the three targets of the world model."""
 
@@ -231,13 +231,17 @@ class Label:
         return OUTCOMES.index(self.outcome)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Example:
     """One labelled attempt: its id, its pre-attempt input and its label."""
 
     trajectory_id: str
     attempt: AttemptInput
     label: Label
+    # The reader's data.record_key.record_hash of this record, worked out while its text
+    # was there (None: work it out from the fields). Not an init field, so
+    # dataclasses.replace never carries it to other values.
+    key: int | None = field(default=None, init=False, repr=False, compare=False)
 
 
 def outcome_for_score(

@@ -1,0 +1,44 @@
+"""A record's identity for the data fingerprint: one 64-bit hash of its id, and one of
+its id, label and every field the encoder reads (torch-free: the reader works the second
+out once per record, when the record's text is still there, and the cache keeps it).
+
+>>> record_id_hash("t1") == record_id_hash("t1")
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from genesis_fp16_infrastructure.data.schema import Example
+
+
+def record_id_hash(trajectory_id: str) -> int:
+    """A record's id hash as the fingerprint keeps it in ``ids``: whether a model's pool
+    held a record (the promotion gate, genesis_fp16_agents.se_darwin.gate)."""
+    return _hash(trajectory_id)
+
+
+def record_hash(example: Example) -> int:
+    """A record's (id, label, attempt) hash as the fingerprint keeps it in ``labelled``:
+    whether a model trained on this very record (drift, the gate). The reader's, worked
+    out before it let go of the record's text, when it kept one (``Example.key``)."""
+    if example.key is not None:
+        return example.key
+    return _hash(_record_key(example))
+
+
+def _record_key(example: Example) -> str:
+    label = example.label
+    # The attempt's repr names every field with its value (a frozen dataclass of strings,
+    # numbers and tuples of strings): what the encoder reads, in a stable text.
+    return (
+        f"{example.trajectory_id}\x00{label.success}\x00{label.score!r}\x00{label.outcome}"
+        f"\x00{example.attempt!r}"
+    )
+
+
+def _hash(text: str) -> int:
+    return int.from_bytes(
+        hashlib.blake2b(text.encode(), digest_size=8).digest(), "big", signed=True
+    )
