@@ -22,36 +22,43 @@ import argparse
 import contextlib
 import json
 import logging
-import math
 import os
 import signal
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import Any
 
-from genesis_fp16.cli import DeviceUnavailable, UsageError
-from genesis_fp16.config.extras import tensorboard_missing
+from genesis_fp16.cli import UsageError
+from genesis_fp16.commands.train_checks import (
+    check_arguments,
+    own_state_folder,
+    refuse_unusable_device,
+)
+from genesis_fp16.commands.train_output import (
+    PROGRESS_INTERVAL,
+    ProgressBar,
+    describe,
+    fan_out,
+    print_diagnostics,
+    print_progress,
+)
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import (
-    AGENT_VARIABLE_PREFIX,
     COMPILE_CHOICES,
     CUDA_GRAPH_CHOICES,
     PRECISION_CHOICES,
     Settings,
     SettingsError,
-    check_device_name,
     load_settings,
     resolve_device,
 )
 from genesis_fp16.metrics.tracking import RunTracker, close_tracker, open_tracker
 from genesis_fp16.plugins import PluginError, load_plugin
 from genesis_fp16.runs import kubeflow
-from genesis_fp16.runs.devices import device_problem
 from genesis_fp16.runs.run_request import (
     RequestOverrides,
     budget,
@@ -63,7 +70,6 @@ from genesis_fp16.service.logsetup import configure_logging
 from genesis_fp16.startup_signals import take_over_sigterm
 from genesis_fp16_infrastructure.data.readers import DataError
 from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError
-from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
 
 # torch (through genesis_fp16.runs.distributed and genesis_fp16_infrastructure.training's
 # checkpoint and precision modules) is imported inside run(), _train() and _request(), not here:
@@ -71,8 +77,6 @@ from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
 # 1.8 s for torch.
 
 log = logging.getLogger("genesis_fp16.train")
-
-_PROGRESS_INTERVAL = 10
 
 
 def _positive_int(text: str) -> int:
@@ -172,7 +176,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from genesis_fp16.runs.distributed import TorchrunEnv
 
-    _check_arguments(args)
+    check_arguments(args)
     handed, log_level = _read_request_file(args.request) if args.request else (None, "INFO")
     try:
         # A daemon's child or rank (--request) reads no .env and no setting: the run file
@@ -203,9 +207,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         assert settings is not None
         wanted = resolve_device(args.device) if args.device else settings.device_for(args.agent)
-    _refuse_unusable_device(args, settings, wanted)
+    refuse_unusable_device(args, settings, wanted)
     # The daemon's own runs work under its lock; one operator's run takes the folder's.
-    owner = _own_state_folder(args, settings) if settings is not None and main else None
+    owner = own_state_folder(args, settings) if settings is not None and main else None
     try:
         return _run_owned(args, settings, plugin, env, main, stop, handed, wanted)
     finally:
@@ -226,7 +230,7 @@ def _run_owned(
     from genesis_fp16.runs.distributed import process_group, rank_zero_first
 
     with process_group(env, wanted) as device:
-        bar: _ProgressBar | None = None
+        bar: ProgressBar | None = None
         tracker: RunTracker | None = None
         if handed is not None:  # a daemon's run: the daemon tracks it from the relayed lines
             request = replace(handed, device=device)
@@ -239,91 +243,15 @@ def _run_owned(
             if main and tracking_dir is not None:
                 tracker = open_tracker(tracking_dir, args.agent, uuid.uuid4().hex[:12], request)
         if args.json_progress or not main:  # the launcher's lines; other ranks report nothing
-            shown = _print_progress if main else None
+            shown = print_progress if main else None
         else:
             shown = bar.update if bar else None
-        on_log = _fan_out(shown, tracker.log_summary if tracker else None)
+        on_log = fan_out(shown, tracker.log_summary if tracker else None)
         request = replace(request, should_stop=stop.is_set, on_log=on_log)
         if args.json_progress and main:  # the daemon exports them live (launcher reads these)
-            request = replace(request, on_diagnostics=_print_diagnostics)
+            request = replace(request, on_diagnostics=print_diagnostics)
         with kubeflow.report_progress(os.environ, request, main, stop.is_set) as request:
             return _train(args, plugin, request, main, bar, tracker)
-
-
-def _fan_out(
-    *calls: Callable[[TrainingSummary], None] | None,
-) -> Callable[[TrainingSummary], None] | None:
-    """One ``on_log`` calling each of ``calls`` that is set (None: none is)."""
-    chosen = [call for call in calls if call is not None]
-    if not chosen:
-        return None
-    if len(chosen) == 1:
-        return chosen[0]
-
-    def on_log(summary: TrainingSummary) -> None:
-        for call in chosen:
-            call(summary)
-
-    return on_log
-
-
-def _own_state_folder(args: argparse.Namespace, settings: Settings) -> int | None:
-    """Take the state folder's lock for this run (genesis_fp16/service/state_lock.py); a daemon or
-    another ``train`` that owns it refuses this run in one line, exit 2.
-
-    Returns the lock's descriptor, or None for a folder this user cannot write (no daemon
-    of ours writes there either, and the run fails on its own if it must write).
-    """
-    from genesis_fp16.service.state_lock import (
-        StateFolderBusy,
-        acquire_state_folder,
-        owning_holder,
-    )
-
-    # A checkpoint folder inside another process's state folder is that process's to
-    # write, between its runs too (its child locks the folder only while it trains).
-    owned = owning_holder(args.checkpoint_dir) if args.checkpoint_dir is not None else None
-    if owned is not None:
-        folder, holder = owned
-        raise UsageError(
-            f"--checkpoint-dir {args.checkpoint_dir} is inside the state folder {folder}, "
-            f"owned by {holder.describe()}: it writes there; train into another folder"
-        )
-    state_dir = settings.state_dir
-    try:
-        state_dir.mkdir(parents=True, exist_ok=True)
-        return acquire_state_folder(state_dir, f"train {args.agent}")
-    except StateFolderBusy as exc:
-        if exc.holder.command == "serve":
-            how = (
-                f"the daemon trains {args.agent} itself on its schedule; to train by hand, "
-                "stop the daemon first (systemctl stop genesis-fp16), or train in another "
-                "state folder (GENESIS_FP16_STATE_DIR=DIR)"
-            )
-        else:
-            how = "wait for it to end, or train in another folder (GENESIS_FP16_STATE_DIR=DIR)"
-        raise UsageError(f"{exc}: {how}") from None
-    except OSError:
-        return None
-
-
-def _refuse_unusable_device(
-    args: argparse.Namespace, settings: Settings | None, device: str
-) -> None:
-    """One line, exit 2, before any data or process group: a device this torch cannot run
-    (``--device cuda`` on a CPU build), naming where the device came from."""
-    problem = device_problem(device)
-    if problem is None:
-        return
-    if settings is None:  # the daemon's child: the GPU was there when the daemon started
-        where = f"the run request's device {device}"
-    elif args.device:
-        where = f"--device {args.device}"
-    else:
-        own = settings.agent(args.agent).device
-        variable = f"{AGENT_VARIABLE_PREFIX}{args.agent.upper()}__DEVICE"
-        where = f"{variable}={own}" if own else f"GENESIS_FP16_DEVICE={settings.device}"
-    raise DeviceUnavailable(f"{where}: {problem}")
 
 
 def _flags(args: argparse.Namespace) -> dict[str, str]:
@@ -376,21 +304,12 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
-def _print_diagnostics(values: Mapping[str, float]) -> None:
-    finite = {k: v if math.isfinite(v) else None for k, v in values.items()}
-    print(json.dumps({"diagnostics": finite}, allow_nan=False), flush=True)
-
-
-def _print_progress(summary: TrainingSummary) -> None:
-    print(json.dumps({"progress": summary.to_json()}, allow_nan=False), flush=True)
-
-
 def _train(
     args: argparse.Namespace,
     plugin: Any,
     request: TrainRequest,
     main: bool,
-    bar: _ProgressBar | None = None,
+    bar: ProgressBar | None = None,
     tracker: RunTracker | None = None,
 ) -> int:
     log.info(
@@ -440,43 +359,8 @@ def _train(
     if args.json:
         print(json.dumps(out, allow_nan=False), flush=True)
     else:
-        print(_describe(out))
+        print(describe(out))
     return 0
-
-
-_REQUEST_ONLY = (
-    *("precision", "steps", "epochs", "data", "checkpoint_dir", "seed", "device"),
-    *("checkpoint_steps", "checkpoint_seconds", "tracking_dir"),
-)
-
-
-def _check_arguments(args: argparse.Namespace) -> None:
-    if args.tracking_dir is not None:
-        missing = tensorboard_missing()
-        if missing is not None:
-            raise UsageError(f"--tracking-dir: {missing}")
-    if args.request is not None:
-        given = [f"--{name.replace('_', '-')}" for name in _REQUEST_ONLY if getattr(args, name)]
-        given += ["--option"] if args.option else []
-        given += [f for f, on in (("--resume", args.resume), ("--fsdp", args.fsdp)) if on]
-        if given:
-            raise UsageError(f"--request carries the whole run; drop {', '.join(given)}")
-        return
-    if args.precision is not None and args.precision not in PRECISION_CHOICES:
-        raise UsageError(
-            f"--precision {args.precision!r}: choose one of {', '.join(PRECISION_CHOICES)}"
-        )
-    for name in ("steps", "epochs"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise UsageError(f"--{name} {value}: must be at least 1")
-    if args.data is not None and not args.data.exists():
-        raise UsageError(f"--data {args.data}: no such file or folder")
-    if args.device is not None:
-        try:
-            check_device_name(args.device)
-        except ValueError as exc:
-            raise UsageError(f"--device: {exc}") from None
 
 
 def _holds_models(folder: Path) -> bool:
@@ -491,7 +375,7 @@ def _holds_models(folder: Path) -> bool:
 
 def _request(
     args: argparse.Namespace, settings: Settings, plugin: Any, device: str, main: bool
-) -> tuple[TrainRequest, _ProgressBar | None]:
+) -> tuple[TrainRequest, ProgressBar | None]:
     """The run request (genesis_fp16/runs/run_request.py) and the progress bar: on a terminal
     only (a pipe or a file gets the log records alone, no carriage returns)."""
     from genesis_fp16_infrastructure.training import CheckpointManager
@@ -524,7 +408,7 @@ def _request(
         resume=args.resume,
         cuda_graph=args.cuda_graph,
         compile=args.compile,
-        log_interval=_PROGRESS_INTERVAL if terminal or tracked else None,
+        log_interval=PROGRESS_INTERVAL if terminal or tracked else None,
         options=_flags(args),
         checkpoint_steps=args.checkpoint_steps,
         checkpoint_seconds=args.checkpoint_seconds,
@@ -533,83 +417,4 @@ def _request(
         request = build_request(settings, args.agent, plugin, device, overrides)
     except TrainRequestError as exc:
         raise UsageError(str(exc)) from None
-    return request, _ProgressBar(steps, sys.stderr) if terminal else None
-
-
-class _ProgressBar:
-    """tqdm's bar on a terminal: steps of this run, rate and ETA, loss, precision, skips.
-
-    Drawn while :meth:`showing` is entered; records logged meanwhile go through
-    ``tqdm.write``: they print on lines of their own above the bar, drawn again below.
-    """
-
-    def __init__(self, total: int | None, stream: TextIO) -> None:
-        self.total = total
-        self.stream = stream
-        self.bar: Any = None
-        self.first_step: int | None = None
-
-    @contextlib.contextmanager
-    def showing(self) -> Iterator[None]:
-        from tqdm import tqdm  # type: ignore[import-untyped]  # no stubs (types-tqdm not in dev)
-        from tqdm.contrib.logging import logging_redirect_tqdm  # type: ignore[import-untyped]
-
-        try:
-            columns = os.get_terminal_size(self.stream.fileno()).columns
-        except (OSError, ValueError):  # not a terminal after all, or a closed one
-            columns = 0
-        # A terminal that reports no width (0, as a bare pty) would get no bar from tqdm.
-        width = {"dynamic_ncols": True} if columns else {"ncols": 100}
-        with logging_redirect_tqdm():
-            self.bar = tqdm(total=self.total, file=self.stream, unit="step", **width)
-            try:
-                yield
-            finally:
-                self.bar.close()  # leaves the bar's last state on a line of its own
-
-    def update(self, summary: TrainingSummary) -> None:
-        if self.bar is None:
-            return
-        if self.first_step is None:  # a resumed run starts counting at the checkpoint
-            self.first_step = summary.step - min(summary.step, _PROGRESS_INTERVAL)
-        done = summary.step - self.first_step
-        self.bar.set_postfix_str(
-            f"loss {summary.train_loss:.4f}, {summary.precision}, skipped {summary.skipped_steps}",
-            refresh=False,
-        )
-        self.bar.update(done - self.bar.n)
-
-
-def _describe(out: dict[str, Any]) -> str:
-    metrics = "  ".join(f"{k}={_number(v, '.4g')}" for k, v in out["eval"].items())
-    data = out["extra"].get("data") or {}
-    if out.get("outcome") == "up_to_date":  # what the run did, before the numbers
-        head = f"{out['agent']}: up to date, the model has learned all {data.get('records')} "
-        head += "records (none new, removed or relabelled): no step taken\n"
-    elif out.get("outcome") == "stopped":  # SIGTERM or Ctrl-C, or the daemon's stop
-        head = f"{out['agent']}: stopped early, checkpointed: continue with --resume\n"
-    else:
-        head = ""
-    return head + (
-        f"{out['agent']}: {out['steps']} steps in {out['precision_used']} "
-        f"(requested {out['precision_requested']}: {out['precision_reason']})\n"
-        f"  steps: {out['execution']} ({out['execution_reason']})\n"
-        f"  train loss {_number(out['final_train_loss'], '.4f')}, {out['skipped_steps']} "
-        f"skipped, {_number(out['samples_per_second'], '.0f')} samples/s, "
-        f"{_number(out['wall_seconds'], '.1f')}s\n"
-        f"  eval: {metrics}\n"
-        f"  checkpoint: {out['checkpoint']}  quarantined: {out['quarantined']}"
-        + _describe_tracking(out.get("tracking"))
-    )
-
-
-def _describe_tracking(tracking: dict[str, Any] | None) -> str:
-    if tracking is None:
-        return ""
-    failed = tracking["failed_writes"]
-    return f"\n  curves: {tracking['path']}" + (f" ({failed} writes failed)" if failed else "")
-
-
-def _number(value: float | None, spec: str) -> str:
-    """``value`` formatted, or n/a: a run of 0 steps has no train loss (null in JSON)."""
-    return "n/a" if value is None else format(value, spec)
+    return request, ProgressBar(steps, sys.stderr) if terminal else None

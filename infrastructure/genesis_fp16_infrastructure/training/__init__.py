@@ -44,11 +44,8 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
     from genesis_fp16_infrastructure.training.run.task import TrainingTask
     from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
-    from genesis_fp16_infrastructure.training.step.trainer import (
-        StepTuning,
-        Trainer,
-        TrainerConfig,
-    )
+    from genesis_fp16_infrastructure.training.step.trainer import Trainer
+    from genesis_fp16_infrastructure.training.step.trainer_config import StepTuning, TrainerConfig
 
 # Exported name -> the submodule that defines it.
 _EXPORTS: dict[str, str] = {
@@ -77,8 +74,8 @@ _EXPORTS: dict[str, str] = {
     "REQUESTABLE": "precision.precision_names",
     "TrainingSummary": "step.summary",
     "Trainer": "step.trainer",
-    "TrainerConfig": "step.trainer",
-    "StepTuning": "step.trainer",
+    "TrainerConfig": "step.trainer_config",
+    "StepTuning": "step.trainer_config",
 }
 
 __all__ = [

@@ -19,7 +19,6 @@ import math
 import os
 import re
 import stat
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -28,13 +27,12 @@ from typing import Any
 
 import torch
 
-from genesis_fp16_infrastructure.atomic import fsync_directory
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, holds, write_pair
 
 logger = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^ckpt-(\d{10})\.pt$")
-DIGEST_SUFFIX = ".sha256"  # ckpt-<step>.pt.sha256: the hex SHA-256 of ckpt-<step>.pt
 REJECTED_SUFFIX = ".rejected"  # a file pruning found unusable, set aside rather than deleted
 STALE_TEMP_SECONDS = 60.0
 WRITER_LOCK = "writer.lock"  # the flock of the one process that writes the folder
@@ -168,9 +166,9 @@ class CheckpointManager:
         data = buffer.getvalue()
         digest = hashlib.sha256(data).hexdigest()
         self._set_aside_irregular()
-        if _holds(final, digest):
+        if holds(final, digest):
             return final  # this very state is saved already: written once, not twice
-        _write_pair(final, data, f"{digest}\n".encode())
+        write_pair(final, data, f"{digest}\n".encode())
         signature = _signature(final)
         if signature is not None:
             self._written[final] = signature
@@ -191,7 +189,7 @@ class CheckpointManager:
         """Delete the checkpoint ``path`` and its digest; one already gone is not an error
         (under torchrun every rank may remove the same file)."""
         path.unlink(missing_ok=True)
-        _digest_path(path).unlink(missing_ok=True)
+        digest_path(path).unlink(missing_ok=True)
         self._written.pop(path, None)
 
     def set_aside(self, path: Path, into: Path) -> Path:
@@ -200,8 +198,8 @@ class CheckpointManager:
         into.mkdir(parents=True, exist_ok=True)
         moved = into / path.name
         os.replace(path, moved)
-        if _digest_path(path).exists():
-            os.replace(_digest_path(path), _digest_path(moved))
+        if digest_path(path).exists():
+            os.replace(digest_path(path), digest_path(moved))
         self._written.pop(path, None)
         return moved
 
@@ -245,7 +243,7 @@ class CheckpointManager:
                 except OSError as error:  # not ours to move: still never read or written
                     logger.warning("%s is no checkpoint and cannot be moved: %s", path, error)
                     continue
-                _digest_path(path).unlink(missing_ok=True)
+                digest_path(path).unlink(missing_ok=True)
                 logger.warning(
                     "%s is named like a checkpoint but is not a regular file (%s); renamed to %s",
                     path,
@@ -287,74 +285,6 @@ class CheckpointManager:
         return None
 
 
-def _write_pair(final: Path, data: bytes, digest: bytes) -> None:
-    """The temp files complete and fsynced, then the digest renamed, then the data; on
-    any failure the temps go and nothing in place has changed.
-
-    Over a valid file of the same step, the digest file first names both digests (the
-    old file still matches it), then the data is replaced (the new one matches), then
-    the new digest alone: every moment in between, the file on disk loads.
-    """
-    temps: list[Path] = []
-    old = _valid_digest(final)
-    try:
-        contents = [(data, final.suffix), (digest, DIGEST_SUFFIX)]
-        if old is not None:
-            contents.append((f"{old}\n".encode() + digest, DIGEST_SUFFIX))
-        for content, suffix in contents:
-            temps.append(_fsynced_temp(final.parent, content, suffix))
-        if old is not None:
-            os.replace(temps[2], _digest_path(final))  # both: old and new bytes match
-            os.replace(temps[0], final)
-            os.replace(temps[1], _digest_path(final))  # the new alone
-        else:
-            os.replace(temps[1], _digest_path(final))
-            os.replace(temps[0], final)
-    except BaseException as error:
-        for temp in temps:
-            temp.unlink(missing_ok=True)
-        if isinstance(error, OSError) and error.filename is None and error.errno is not None:
-            raise OSError(error.errno, error.strerror, str(final)) from error  # name the file
-        raise
-    fsync_directory(final.parent)
-
-
-def _fsynced_temp(folder: Path, content: bytes, suffix: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-    except BaseException:
-        Path(name).unlink(missing_ok=True)
-        raise
-    return Path(name)
-
-
-def _holds(path: Path, digest: str) -> bool:
-    """Whether ``path`` is a regular file whose digest file and bytes are ``digest``."""
-    try:
-        if _digest_path(path).read_text().strip() != digest:
-            return False
-        return hashlib.sha256(path.read_bytes()).hexdigest() == digest
-    except OSError:
-        return False
-
-
-def _valid_digest(path: Path) -> str | None:
-    """The digest of ``path`` when it is a regular file its digest file lists, else None."""
-    try:
-        if not path.is_file():
-            return None
-        listed = _digest_path(path).read_text().split()
-        actual = hashlib.sha256(path.read_bytes()).hexdigest()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return actual if actual in listed else None
-
-
 def _holder(path: Path) -> str:
     """Who holds the writer lock, as its lock file says (it may be mid-write: retried)."""
     for _ in range(20):
@@ -390,7 +320,7 @@ def _usable(path: Path) -> bool:
         aside = path.with_name(path.name + REJECTED_SUFFIX)
         logger.warning("checkpoint %s is unusable (%s); renamed to %s", path, error, aside)
         path.replace(aside)
-        _digest_path(path).unlink(missing_ok=True)
+        digest_path(path).unlink(missing_ok=True)
         return False
     return True
 
@@ -401,10 +331,6 @@ def _signature(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return stat.st_size, stat.st_mtime_ns
-
-
-def _digest_path(path: Path) -> Path:
-    return path.with_name(path.name + DIGEST_SUFFIX)
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
@@ -421,8 +347,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise CheckpointError("not a regular file")
     try:
         data = path.read_bytes()
-        # One digest, or two while the same step is saved again (see _write_pair).
-        expected = _digest_path(path).read_text().split() if _digest_path(path).exists() else None
+        # One digest, or two while the same step is saved again (see checkpoint_files.write_pair).
+        expected = digest_path(path).read_text().split() if digest_path(path).exists() else None
     except (OSError, UnicodeDecodeError) as error:
         raise CheckpointError(
             f"cannot be read ({getattr(error, 'strerror', None) or error})"
@@ -431,7 +357,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         logger.warning("checkpoint %s has no digest (written before digests): not verified", path)
     elif hashlib.sha256(data).hexdigest() not in expected:
         raise CheckpointError(
-            f"its bytes do not match the digest in {_digest_path(path).name} "
+            f"its bytes do not match the digest in {digest_path(path).name} "
             "(changed after it was written: bit rot, a torn copy or an edit)"
         )
     try:

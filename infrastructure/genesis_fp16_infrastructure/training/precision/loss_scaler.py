@@ -29,12 +29,20 @@ from dataclasses import asdict
 from typing import Any, TypeVar
 
 import torch
-import torch.distributed as dist
 
+from genesis_fp16_infrastructure.training.precision.grad_check import (
+    all_reduce_max,
+    check_finite,
+    check_into,
+    combine_flags,
+    grads_by_device,
+    step_or_skip,
+)
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import (
     ScalerConfig,
     config_from_state,
 )
+from genesis_fp16_infrastructure.training.precision.scale_update import move_scale
 
 __all__ = ["STATE_VERSION", "LossScaler", "ScalerConfig"]
 
@@ -211,85 +219,17 @@ class LossScaler:
     def check_finite(
         self, optimizers: Sequence[torch.optim.Optimizer], found_inf: torch.Tensor
     ) -> torch.Tensor:
-        """Set ``found_inf`` to 1.0 when a gradient of any optimizer is inf or NaN; return it.
-
-        The overflow check of :meth:`unscale_` with a scale of 1, for the precisions that
-        scale no loss (fp32, bf16): a non-finite gradient there is as fatal to the weights
-        and the Adam state as an fp16 overflow. ``found_inf`` is a zeroed 0-dim float32 on
-        this scaler's device, which the caller owns (the trainer zeroes it for free). One
-        op per device, no host sync; the gradients keep every bit (x * 1 == x). ::
-
-            flag = scaler.check_finite([optimizer], torch.zeros(()))
-        """
-        with torch.no_grad():
-            # Every optimizer's gradients of one device and dtype in one op, not one each.
-            merged: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
-            for optimizer in optimizers:
-                for key, grads in self._grads_by_device(optimizer).items():
-                    merged.setdefault(key, []).extend(grads)
-            self._check_into(merged, found_inf, self._one)
-        return self._all_reduce_max(found_inf)
-
-    def _grads_by_device(
-        self, optimizer: torch.optim.Optimizer
-    ) -> dict[tuple[torch.device, torch.dtype], list[torch.Tensor]]:
-        groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
-        for group in optimizer.param_groups:
-            for param in group["params"]:
-                grad = param.grad
-                if grad is None:
-                    continue
-                if grad.dtype in (torch.float16, torch.bfloat16):
-                    raise ValueError(
-                        f"a gradient is {grad.dtype}: the loss scaler needs float32 "
-                        "parameters. AMP keeps FP32 master weights and autocast casts to "
-                        "fp16 per operation, so do not call model.half()/.bfloat16()"
-                    )
-                if grad.is_sparse:
-                    # Duplicate indices would be summed later: check the summed values.
-                    param.grad = grad.coalesce()
-                    grad = param.grad._values()
-                groups.setdefault((grad.device, grad.dtype), []).append(grad)
-        return groups
+        """:func:`~genesis_fp16_infrastructure.training.precision.grad_check.check_finite`
+        on this scaler's device and process group, for the precisions that scale no loss."""
+        return check_finite(optimizers, found_inf, self._one, self._process_group)
 
     def _check_grads(self, optimizer: torch.optim.Optimizer, unscale: bool) -> torch.Tensor:
         """Unscale by 1/scale (or only check) and return found_inf, 0.0 or 1.0, on our device."""
         with torch.no_grad():
-            groups = self._grads_by_device(optimizer)
+            groups = grads_by_device([optimizer])
             here = self._fresh_flag()
-            self._check_into(groups, here, self._inv_scale if unscale else self._one)
-        return self._all_reduce_max(here)
-
-    def _check_into(
-        self,
-        groups: Mapping[tuple[torch.device, torch.dtype], list[torch.Tensor]],
-        here: torch.Tensor,
-        inv_scale: torch.Tensor,
-    ) -> None:
-        """Multiply by ``inv_scale``, flag inf/nan into ``here``: an op per device and dtype."""
-        found: dict[torch.device, torch.Tensor] = {}
-        for (device, _), grads in groups.items():
-            if device not in found:
-                found[device] = (
-                    here
-                    if device == self.device
-                    else torch.zeros((), dtype=torch.float32, device=device)
-                )
-            torch._amp_foreach_non_finite_check_and_unscale_(
-                grads, found[device], inv_scale.to(device, non_blocking=True)
-            )
-        # Gradients on other devices: combine with max, so the flag stays 0.0 or 1.0.
-        for device, flag in found.items():
-            if device != self.device:
-                torch.maximum(here, flag.to(self.device, non_blocking=True), out=here)
-
-    def _all_reduce_max(self, found_inf: torch.Tensor) -> torch.Tensor:
-        # One collective per optimizer per step, queued on the device: every rank then
-        # skips (or not) together and their scales stay identical.
-        distributed = dist.is_available() and dist.is_initialized()
-        if distributed and dist.get_world_size(self._process_group) > 1:
-            dist.all_reduce(found_inf, op=dist.ReduceOp.MAX, group=self._process_group)
-        return found_inf
+            check_into(groups, here, self._inv_scale if unscale else self._one)
+        return all_reduce_max(here, self._process_group)
 
     def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
         """Run ``optimizer.step()`` unless this step's gradients hold inf/nan.
@@ -351,7 +291,7 @@ class LossScaler:
                     "update() found no inf checks this step: call scaler.step(optimizer) "
                     "(or unscale_) for at least one optimizer first"
                 )
-            found_inf = _combine(flags, out=self._combined_inf)
+            found_inf = combine_flags(flags, out=self._combined_inf)
             self._advance(found_inf, fused=self._config.hysteresis == 1)
             self._last_found_inf = found_inf
         self._per_optimizer = {}
@@ -379,7 +319,7 @@ class LossScaler:
             )
             self._scale.clamp_(c.min_scale, c.max_scale)
         else:
-            self._move_scale(found_inf)
+            move_scale(self._scale, self._growth_tracker, self._hysteresis_left, found_inf, c)
         # The same kernel counts consecutive overflows at the floor: a calm step (nonzero)
         # resets the count, and the unstable_after-th in a row doubles the mark (which
         # never shrinks: backoff 1.0). Every later unstable_after-th doubles it again.
@@ -397,28 +337,6 @@ class LossScaler:
         # A floor of 0 is reached by underflow alone: 1 on a clean step, else the scale.
         return torch.lerp(self._one, self._scale, found_inf)
 
-    def _move_scale(self, found_inf: torch.Tensor) -> None:
-        c = self._config
-        overflow = found_inf > 0
-        back_off = overflow & (self._hysteresis_left <= 1)
-        tracker_next = self._growth_tracker + 1
-        grow = ~overflow & (tracker_next >= c.growth_interval)
-        # Products in float64, then rounded to float32: the arithmetic of torch's own
-        # _amp_update_scale_ kernels, so the trajectories agree bit for bit.
-        scale64 = self._scale.double()
-        grown = (scale64 * c.growth_factor).float()
-        grown = torch.where(torch.isfinite(grown), grown, self._scale).clamp(max=c.max_scale)
-        shrunk = (scale64 * c.backoff_factor).float().clamp(min=c.min_scale)
-
-        # In place, so that tensors handed out by scale_tensor() & co. stay current.
-        zero = torch.zeros_like(self._growth_tracker)
-        self._scale.copy_(torch.where(back_off, shrunk, torch.where(grow, grown, self._scale)))
-        self._growth_tracker.copy_(torch.where(overflow | grow, zero, tracker_next))
-        spent = torch.where(back_off, self._hysteresis_left, self._hysteresis_left - 1)
-        self._hysteresis_left.copy_(
-            torch.where(overflow, spent, torch.full_like(self._hysteresis_left, c.hysteresis))
-        )
-
     def _state_of(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         return self._per_optimizer.setdefault(id(optimizer), {"stage": _READY})
 
@@ -432,7 +350,7 @@ class LossScaler:
         is free; only turning it into a Python value syncs.
         """
         flags = [s["found_inf"] for s in self._per_optimizer.values() if "found_inf" in s]
-        return _combine(flags) if flags else self._last_found_inf
+        return combine_flags(flags) if flags else self._last_found_inf
 
     def overflow_count_tensor(self) -> torch.Tensor:
         """0-dim float64 on the device (exact counts): steps that overflowed so far.
@@ -524,44 +442,3 @@ class LossScaler:
             f"LossScaler(device={str(self.device)!r}, enabled={c.enabled}, "
             f"min_scale={c.min_scale}, max_scale={c.max_scale}, hysteresis={c.hysteresis})"
         )
-
-
-def _combine(flags: list[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
-    # One optimizer (the common case) needs no stack and max: two launches saved per call.
-    # max, not sum: the flag stays 0.0 or 1.0, which _calm's arithmetic relies on.
-    if len(flags) == 1:
-        return flags[0]
-    stacked = torch.stack(flags)
-    return stacked.amax() if out is None else torch.amax(stacked, dim=0, out=out)
-
-
-def step_or_skip(
-    optimizer: torch.optim.Optimizer,
-    found_inf: torch.Tensor | None,
-    grad_scale: torch.Tensor | None = None,
-    *args: Any,
-    **kwargs: Any,
-) -> Any:
-    """The project's one skip: step ``optimizer`` unless ``found_inf`` (a 0-dim device
-    flag, 1.0 when a gradient was not finite) is set. Used by :meth:`LossScaler.step`
-    and ``PrecisionPolicy.step``.
-
-    ``found_inf=None``: the caller has read the flag on the host and it was clear, so a
-    plain step. A fused optimizer (torch's ``fused=True`` Adam, AdamW, SGD) is handed the
-    flag and ``grad_scale`` (None: gradients already unscaled) and skips on the device,
-    with no host sync; any other optimizer costs one host read of the flag.
-    """
-    if found_inf is None:
-        return optimizer.step(*args, **kwargs)
-    if getattr(optimizer, "_step_supports_amp_scaling", False):
-        # torch's fused kernels read these two attributes and skip when found_inf > 0.
-        optimizer.grad_scale = grad_scale  # type: ignore[attr-defined]
-        optimizer.found_inf = found_inf  # type: ignore[attr-defined]
-        try:
-            return optimizer.step(*args, **kwargs)
-        finally:
-            del optimizer.grad_scale  # type: ignore[attr-defined]
-            del optimizer.found_inf  # type: ignore[attr-defined]
-    if bool(found_inf.item()):  # the host read
-        return None
-    return optimizer.step(*args, **kwargs)

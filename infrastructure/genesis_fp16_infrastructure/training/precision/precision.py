@@ -37,11 +37,8 @@ from genesis_fp16_infrastructure.training.precision.decide import (
     decide,
     resolve_precision,
 )
-from genesis_fp16_infrastructure.training.precision.loss_scaler import (
-    LossScaler,
-    ScalerConfig,
-    step_or_skip,
-)
+from genesis_fp16_infrastructure.training.precision.grad_check import step_or_skip
+from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler, ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     DTYPE_NAMES,
     LOSS_SCALED,

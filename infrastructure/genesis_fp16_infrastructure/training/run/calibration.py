@@ -77,7 +77,8 @@ from genesis_fp16_infrastructure.training.run.batches import batch_shapes, to_de
 from genesis_fp16_infrastructure.training.run.task import TrainingTask
 from genesis_fp16_infrastructure.training.step.cuda_graph import cuda_generators
 from genesis_fp16_infrastructure.training.step.execution import ExecutionError, MeasuredExecution
-from genesis_fp16_infrastructure.training.step.trainer import LossFn, Trainer, TrainerConfig
+from genesis_fp16_infrastructure.training.step.trainer import LossFn, Trainer
+from genesis_fp16_infrastructure.training.step.trainer_config import TrainerConfig
 
 logger = logging.getLogger(__name__)
 

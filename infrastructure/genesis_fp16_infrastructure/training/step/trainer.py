@@ -42,7 +42,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any, TypeVar
 
 import torch
@@ -55,103 +55,16 @@ from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
 from genesis_fp16_infrastructure.training.step.cuda_graph import StepGraphs
-from genesis_fp16_infrastructure.training.step.execution import (
-    MeasuredExecution,
-    fell_back,
-    resolve_execution,
-)
-from genesis_fp16_infrastructure.training.step.execution_names import (
-    COMPILE_MODE,
-    COMPILE_REQUESTS,
-    CUDA_GRAPH_REQUESTS,
-)
-from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
+from genesis_fp16_infrastructure.training.step.execution import fell_back, resolve_execution
+from genesis_fp16_infrastructure.training.step.execution_names import COMPILE_MODE
+from genesis_fp16_infrastructure.training.step.step_stats import StepStats
 from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
+from genesis_fp16_infrastructure.training.step.trainer_config import TrainerConfig
 
 logger = logging.getLogger(__name__)
 B = TypeVar("B")
-# The layout of Trainer._stats; the interval pair comes first so that a reset is one op.
-# The block pair sums the losses of the current FINAL_LOSS_STEPS-step block of the run.
-# What a step with a finite loss L adds: (L, 1, L, 1, 1, f); with a non-finite loss,
-# (0, 0, 0, 0, 0, f). f is 1.0 when a gradient was not finite where no loss is scaled
-# (the step was skipped; fp16 counts its overflows in the scaler instead): the row's
-# last entry is the zeroed flag that check writes into, so zeroing and counting it cost
-# no op of their own.
-_STATS = (
-    "interval_loss",
-    "interval_count",
-    "block_loss",
-    "block_count",
-    "finite_losses",
-    "nonfinite_grad_steps",
-)
-_BLOCK = slice(2, 4)
-_FINITE_ROW = (0.0, 1.0, 0.0, 1.0, 1.0, 0.0)  # + L * _LOSS_AT
-_LOSS_AT = (1.0, 0.0, 1.0, 0.0, 0.0, 0.0)
-# A run's final train loss is the mean over its last full block of this many steps and
-# the steps after it, whatever its log interval: a terminal's progress bar logs every 10
-# steps and the daemon every LOG_INTERVAL, and the run they report must be the same.
-FINAL_LOSS_STEPS = 50
 LossFn = Callable[[nn.Module, Any], torch.Tensor]
 OnLog = Callable[[TrainingSummary], None]
-
-
-@dataclass(frozen=True, kw_only=True)
-class StepTuning:
-    """The trainer's own settings, beside the step fields every run shares (``StepSpec``):
-    ``fit()`` takes these as ``FitOptions.trainer`` and the step fields from the run.
-
-    - ``max_grad_norm``: clip the global norm of the *unscaled* gradients; None: off.
-    - ``grad_accum_steps``: micro-batches per optimizer step.
-    - ``overflow_window``: the number of recent steps ``overflow_rate_window`` covers.
-    - ``measured_execution``: what calibration timed faster (set by ``fit()``).
-    """
-
-    max_grad_norm: float | None = 1.0
-    grad_accum_steps: int = 1
-    overflow_window: int = 100
-    measured_execution: MeasuredExecution | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
-            raise ValueError(f"max_grad_norm={self.max_grad_norm!r}: must be > 0, or None")
-        for name in ("grad_accum_steps", "overflow_window"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)!r}: must be >= 1")
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrainerConfig(StepSpec, StepTuning):
-    """How each step runs and how often it reports: the step fields
-    (:class:`~genesis_fp16_infrastructure.training.step.step_spec.StepSpec`'s
-    ``log_interval``, ``cuda_graph``, ``compile``, shared with the run's ``RunSpec``) and
-    the trainer's own (:class:`StepTuning`):
-
-    - ``max_grad_norm``: clip the global norm of the *unscaled* gradients to this value;
-      None turns clipping off.
-    - ``grad_accum_steps``: micro-batches per optimizer step. ``Trainer.step`` accumulates
-      over however many micro-batches it is given (and divides the loss by that count);
-      this setting tells ``fit()`` how many consecutive batches to group into one step.
-    - ``overflow_window``: the number of recent steps ``overflow_rate_window`` covers.
-    - ``measured_execution``: under ``cuda_graph="auto"``, what calibration timed faster
-      for this run (set by ``fit()``; None keeps the rule: captured wherever the run can
-      be). ``Trainer.execution`` says what ran and why.
-
-    With ``compile="on"`` the model is compiled with
-    ``torch.compile(mode="max-autotune-no-cudagraphs")``; the model itself stays
-    uncompiled (its state dict keys, its eval): the trainer steps a compiled view of it.
-    """
-
-    def __post_init__(self) -> None:
-        StepTuning.__post_init__(self)
-        if self.compile not in COMPILE_REQUESTS:
-            raise ValueError(f"compile={self.compile!r}: choose from {', '.join(COMPILE_REQUESTS)}")
-        if self.cuda_graph not in CUDA_GRAPH_REQUESTS:
-            raise ValueError(
-                f"cuda_graph={self.cuda_graph!r}: choose from {', '.join(CUDA_GRAPH_REQUESTS)}"
-            )
-        if self.log_interval < 1:
-            raise ValueError(f"log_interval={self.log_interval!r}: must be >= 1")
 
 
 class Trainer:
@@ -199,7 +112,7 @@ class Trainer:
         self._no_sync = distributed.no_sync(model)
         # Decided once: the optimizers and schedulers do not change during a run.
         self._host_read = policy.needs_host_read(self.optimizers, self.schedulers)
-        self._init_counters()
+        self.stats = self._fresh_stats()
         self.execution = resolve_execution(
             config.cuda_graph,
             policy.device,
@@ -224,37 +137,10 @@ class Trainer:
 
     # ------------------------------------------------------------------ state on the device
 
-    def _init_counters(self) -> None:
-        device = self.policy.device
-        # One float64 vector (exact counts up to 2**53), so a step updates every counter
-        # with one add_ instead of a tiny op per counter: on a 1-2 ms step each op shows.
-        self._stats = torch.zeros(len(_STATS), dtype=torch.float64, device=device)
-        self._previous_block = torch.zeros(2, dtype=torch.float64, device=device)
-        # float32, as the loss is: the row's product needs no cast (and add_ promotes).
-        self._finite_row = torch.tensor(_FINITE_ROW, device=device)
-        self._loss_at = torch.tensor(_LOSS_AT, device=device)
-        # The step's row, rewritten in place each step; its views are made once (a view
-        # made per step is one more op). The flag view is what the gradient check fills.
-        self._row = torch.zeros(len(_STATS), device=device)
-        self._row_finite = self._row[_STATS.index("finite_losses")]
-        self._row_flag = self._row[_STATS.index("nonfinite_grad_steps")]
-        # Counted on the host, so that the device needs no row of its own for them: the
-        # non-finite losses are these less the finite ones, the skipped steps are the
-        # scaler's overflows less those before this trainer (or this checkpoint) began,
-        # plus the row's flags (the steps skipped for a gradient that was not finite
-        # where no loss is scaled).
-        self._losses_seen = 0
-        self._overflows_before = self.scaler.overflow_count_tensor().clone()
-        self._grad_norm = torch.full((), math.nan, device=device)
-        self._window = torch.zeros(self.config.overflow_window, device=device)
-        # The window's slots as views, made once: an eager step writes one with one copy_.
-        self._window_slots = self._window.unbind()
-        # A captured step cannot use a Python index (it would be read once, at capture,
-        # and never move again): it writes at a slot kept on the device.
-        self._slot = torch.zeros((), dtype=torch.int64, device=device)
-        self._last_train_loss = math.nan
-        self._samples = 0
-        self._started: float | None = None
+    def _fresh_stats(self) -> StepStats:
+        # The scaler's overflows so far are not this trainer's (or this checkpoint's).
+        before = self.scaler.overflow_count_tensor().clone()
+        return StepStats(self.policy.device, self.config.overflow_window, before)
 
     @property
     def host_sync_per_step(self) -> bool:
@@ -277,8 +163,8 @@ class Trainer:
         """
         if not micro_batches:
             raise ValueError("step() needs at least one micro-batch; got an empty sequence")
-        if self._started is None:
-            self._started = time.perf_counter()
+        if self.stats.started is None:
+            self.stats.started = time.perf_counter()
         self.model.train()
         if self.graphs is None:
             taken = self._device_step(micro_batches, loss_fn)
@@ -287,12 +173,8 @@ class Trainer:
         if taken:
             for scheduler in self.schedulers:
                 scheduler.step()
-        self._samples += num_samples
-        self._losses_seen += len(micro_batches)
         self.step_count += 1
-        if self.step_count % FINAL_LOSS_STEPS == 0:  # device ops, no host read
-            self._previous_block.copy_(self._stats[_BLOCK])
-            self._stats[_BLOCK].zero_()
+        self.stats.end_step(self.step_count, len(micro_batches), num_samples)
         if self.on_log is not None and self.step_count % self.config.log_interval == 0:
             self.on_log(self.summary(reset_interval=True))
 
@@ -310,7 +192,7 @@ class Trainer:
         graphs.bind(loss_fn)
         good = None
         if graphs.captures_next(micro_batches):
-            good = copy.deepcopy(self.state_dict()), self._counters()
+            good = copy.deepcopy(self.state_dict()), self.stats.snapshot()
         try:
             graphs.run(lambda batches: self._device_step(batches, loss_fn), micro_batches)
         except RuntimeError as exc:
@@ -320,25 +202,9 @@ class Trainer:
                 "capture_failed", f"the capture at step {self.step_count + 1} raised: {exc}"
             )
             self.load_state_dict(good[0])  # the step boundary before the capture
-            self._set_counters(good[1])  # and its loss statistics, which a load resets
+            self.stats.restore(good[1])  # and its loss statistics, which a load resets
             return self._device_step(micro_batches, loss_fn)
         return True
-
-    def _counters(self) -> dict[str, Any]:
-        """Copies of the statistics a ``load_state_dict`` does not restore whole."""
-        tensors = ("_stats", "_previous_block", "_window", "_slot", "_overflows_before")
-        saved: dict[str, Any] = {name: getattr(self, name).clone() for name in tensors}
-        saved["_grad_norm"] = self._grad_norm.detach().clone()
-        for name in ("_losses_seen", "_samples", "_started", "_last_train_loss"):
-            saved[name] = getattr(self, name)
-        return saved
-
-    def _set_counters(self, saved: dict[str, Any]) -> None:
-        for name, value in saved.items():
-            if isinstance(value, torch.Tensor) and name != "_grad_norm":
-                getattr(self, name).copy_(value)  # in place: _window's slots are views
-            else:
-                setattr(self, name, value)
 
     def fall_back_to_eager(self, fallback: str, why: str) -> None:
         """Leave the captured step for eager ones for the rest of this trainer's life;
@@ -359,13 +225,15 @@ class Trainer:
         """
         loss_row = self._accumulate(micro_batches, loss_fn)
         # 0-dim, on the device: no sync. The row's flag is zero here (_loss_row wrote it).
-        found_inf = self.policy.unscale(self.optimizers, self._row_flag)
+        found_inf = self.policy.unscale(self.optimizers, self.stats.row_flag)
         norm = self._clip()
         taken = self.policy.step(self.optimizers, found_inf, self._host_read)
         self.policy.update()
         for optimizer in self.optimizers:
             optimizer.zero_grad(set_to_none=True)
-        self._record(loss_row, found_inf, norm)
+        overflow = self.policy.overflowed(found_inf)
+        captured = self.graphs is not None
+        self.stats.record(loss_row, found_inf, overflow, norm, self.step_count, captured)
         return taken
 
     def _accumulate(self, micro_batches: Sequence[B], loss_fn: LossFn) -> torch.Tensor:
@@ -380,11 +248,11 @@ class Trainer:
                 losses.append(self._forward_backward(batch, loss_fn, count))
         with torch.no_grad():  # no detach() needed: one op fewer
             if count == 1:
-                return self._loss_row(losses[0])
+                return self.stats.loss_row(losses[0])
             stacked = torch.stack(losses)
-            row = self._loss_row(stacked.sum() / count)
+            row = self.stats.loss_row(stacked.sum() / count)
             # Not torch.isfinite: that is four ops on the CPU; nan < inf and inf < inf are False.
-            self._row_finite.copy_((stacked.abs() < math.inf).sum(dtype=torch.float32))
+            self.stats.row_finite.copy_((stacked.abs() < math.inf).sum(dtype=torch.float32))
             return row
 
     def _forward_backward(self, batch: B, loss_fn: LossFn, count: int) -> torch.Tensor:
@@ -396,13 +264,6 @@ class Trainer:
         self.policy.backward(loss / count if count > 1 else loss)
         return loss
 
-    def _loss_row(self, loss: torch.Tensor) -> torch.Tensor:
-        """(L, 1, L, 1, 1, 0) for a finite loss L, zeros otherwise, in two ops, into
-        ``_row``: a non-finite L makes every entry of the product non-finite (inf * 0 is
-        NaN), and nan_to_num zeroes them all."""
-        torch.addcmul(self._finite_row, loss, self._loss_at, out=self._row)
-        return self._row.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
-
     def _clip(self) -> torch.Tensor | None:
         if self.config.max_grad_norm is None:
             return None
@@ -410,28 +271,6 @@ class Trainer:
         return torch.nn.utils.clip_grad_norm_(
             self._params, self.config.max_grad_norm, error_if_nonfinite=False, foreach=True
         )
-
-    def _record(
-        self, loss_row: torch.Tensor, found_inf: torch.Tensor, norm: torch.Tensor | None
-    ) -> None:
-        self._stats.add_(loss_row)
-        overflow = self.policy.overflowed(found_inf)
-        if overflow is not None:  # found_inf is 0.0 or 1.0: the window takes it as it is
-            if self.graphs is None:
-                self._window_slots[self.step_count % self.config.overflow_window].copy_(found_inf)
-            else:
-                self._window.index_put_((self._slot,), found_inf)
-                torch.remainder(self._slot + 1, self.config.overflow_window, out=self._slot)
-            if norm is not None:  # the norm of the last step taken
-                self._keep_norm(torch.where(overflow, self._grad_norm, norm.float()))
-        elif norm is not None:  # no step can overflow: the window stays zero
-            self._keep_norm(norm.float())
-
-    def _keep_norm(self, norm: torch.Tensor) -> None:
-        if self.graphs is None:
-            self._grad_norm = norm  # a fresh tensor each step (under FSDP2, a DTensor)
-        else:  # a replayed graph writes where the captured step wrote, and reads it back
-            self._grad_norm.copy_(norm)
 
     # ------------------------------------------------------------------ reading the device
 
@@ -444,13 +283,15 @@ class Trainer:
         """
         steps = self.step_count
         recent = min(steps, self.config.overflow_window)
-        skipped, nonfinite, window_sum, loss_sum, count = self._read_counts(recent)
+        stats = self.stats
+        overflows = self.scaler.overflow_count_tensor()
+        skipped, nonfinite, window_sum, loss_sum, count = stats.read_counts(recent, overflows)
         if count:
-            self._last_train_loss = loss_sum / count
+            stats.last_train_loss = loss_sum / count
         if reset_interval:
-            self._stats[:2].zero_()
+            stats.reset_interval()
         window = window_sum / recent if recent else 0.0
-        wall = time.perf_counter() - self._started if self._started is not None else 0.0
+        wall = stats.wall_seconds()
         return TrainingSummary(
             precision=self.policy.name,
             step=steps,
@@ -459,11 +300,11 @@ class Trainer:
             overflow_rate=skipped / steps if steps else 0.0,
             overflow_rate_window=window,
             loss_scale=self.scaler.get_scale(),
-            grad_norm=float(self._grad_norm.item()),
-            train_loss=self._last_train_loss,
+            grad_norm=float(stats.grad_norm.item()),
+            train_loss=stats.last_train_loss,
             nonfinite_losses=int(nonfinite),
-            samples=self._samples,
-            samples_per_second=self._samples / wall if wall > 0 else 0.0,
+            samples=stats.samples,
+            samples_per_second=stats.samples / wall if wall > 0 else 0.0,
             wall_seconds=wall,
             unstable=self.scaler.unstable,
         )
@@ -472,25 +313,7 @@ class Trainer:
         """The steps skipped so far, on the device (no sync), in every precision: the
         scaler's overflows (fp16) plus the steps whose gradients were not finite where no
         loss is scaled (bf16, fp32). The one count a guard watches; float64."""
-        skipped = self.scaler.overflow_count_tensor() - self._overflows_before
-        return skipped.to(torch.float64) + self._stats[_STATS.index("nonfinite_grad_steps")]
-
-    def _read_counts(self, recent: int) -> tuple[int, int, float, float, float]:
-        """Skipped steps, non-finite losses, overflows in the last ``recent`` steps, and the
-        interval's loss sum and count, in one host read. The norm is read apart: under
-        FSDP2 it is a DTensor, which cannot be concatenated with plain tensors."""
-        skipped = self.skipped_steps_tensor()
-        overflows = self._window[:recent].sum().double()
-        parts = (skipped.reshape(1), overflows.reshape(1), self._stats)
-        values: list[float] = torch.cat(parts).tolist()
-        finite = values[2 + _STATS.index("finite_losses")]
-        return (
-            int(values[0]),
-            self._losses_seen - int(finite),
-            values[1],
-            values[2 + _STATS.index("interval_loss")],
-            values[2 + _STATS.index("interval_count")],
-        )
+        return self.stats.skipped_steps_tensor(self.scaler.overflow_count_tensor())
 
     def final_train_loss(self) -> float:
         """The mean finite step loss over the run's last full block of FINAL_LOSS_STEPS
@@ -499,8 +322,7 @@ class Trainer:
 
         A resumed run counts from its first step: the blocks are not checkpointed.
         """
-        loss, count = (self._stats[_BLOCK] + self._previous_block).tolist()
-        return loss / count if count else math.nan
+        return self.stats.final_train_loss()
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -514,7 +336,6 @@ class Trainer:
         :meth:`load_state_dict` shards them again.
         """
         resolved = self.policy.resolved
-        skipped, nonfinite, *_ = self._read_counts(0)
         state = {
             keys.SCHEMA: keys.SCHEMA_VERSION,
             keys.MODEL: self.model.state_dict(),
@@ -529,12 +350,7 @@ class Trainer:
             keys.STEP: self.step_count,
             keys.RNG: capture_rng_state(),
             keys.CONFIG: {"trainer": asdict(self.config)},
-            keys.STATS: {
-                "skipped_steps": skipped,
-                "nonfinite_losses": nonfinite,
-                "grad_norm": float(self._grad_norm.item()),
-                "overflow_window": self._window.cpu().clone(),
-            },
+            keys.STATS: self.stats.state(self.scaler.overflow_count_tensor()),
         }
         if distributed.is_sharded(self.model):
             # Collective: every rank gathers the FSDP2 shards into full CPU tensors, so
@@ -558,16 +374,8 @@ class Trainer:
             scheduler.load_state_dict(saved)
         self.scaler.load_state_dict(state[keys.SCALER])
         self.step_count = int(state[keys.STEP])
-        self._init_counters()  # after the scaler: it counts the overflows before this point
-        stats = state.get(keys.STATS, {})
-        device = self.policy.device
-        self._overflows_before -= int(stats.get("skipped_steps", 0))
-        self._losses_seen = int(stats.get("nonfinite_losses", 0))  # and none finite yet
-        self._grad_norm.fill_(float(stats.get("grad_norm", math.nan)))
-        window = stats.get("overflow_window")
-        if window is not None and window.numel() == self._window.numel():
-            self._window.copy_(window.to(device))
-        self._slot.fill_(self.step_count % self.config.overflow_window)
+        self.stats = self._fresh_stats()  # after the scaler: it counts the overflows before
+        self.stats.load_state(state.get(keys.STATS, {}), self.step_count)
         if self.graphs is not None:  # the graphs read tensors this load replaced: capture anew
             self.graphs.reset()
         restore_rng_state(state[keys.RNG])

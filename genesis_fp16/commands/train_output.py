@@ -1,0 +1,131 @@
+"""What `genesis-fp16 train` shows: the progress bar on a terminal, the JSON lines the
+daemon's launcher reads, and the closing summary.
+
+:func:`~genesis_fp16.commands.train.run` picks where each summary goes (``fan_out`` of
+the bar, the launcher's lines and the tracker), and prints :func:`describe` of the result
+at the end unless ``--json`` asked for the JSON object::
+
+    on_log = fan_out(bar.update if bar else None, tracker.log_summary if tracker else None)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TextIO
+
+from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
+
+# Steps between two summaries when a terminal's bar or a tracker wants them.
+PROGRESS_INTERVAL = 10
+
+
+def fan_out(
+    *calls: Callable[[TrainingSummary], None] | None,
+) -> Callable[[TrainingSummary], None] | None:
+    """One ``on_log`` calling each of ``calls`` that is set (None: none is)."""
+    chosen = [call for call in calls if call is not None]
+    if not chosen:
+        return None
+    if len(chosen) == 1:
+        return chosen[0]
+
+    def on_log(summary: TrainingSummary) -> None:
+        for call in chosen:
+            call(summary)
+
+    return on_log
+
+
+def print_diagnostics(values: Mapping[str, float]) -> None:
+    """One ``{"diagnostics": ...}`` line for the launcher (a non-finite value as null)."""
+    finite = {k: v if math.isfinite(v) else None for k, v in values.items()}
+    print(json.dumps({"diagnostics": finite}, allow_nan=False), flush=True)
+
+
+def print_progress(summary: TrainingSummary) -> None:
+    """One ``{"progress": summary}`` line for the launcher."""
+    print(json.dumps({"progress": summary.to_json()}, allow_nan=False), flush=True)
+
+
+class ProgressBar:
+    """tqdm's bar on a terminal: steps of this run, rate and ETA, loss, precision, skips.
+
+    Drawn while :meth:`showing` is entered; records logged meanwhile go through
+    ``tqdm.write``: they print on lines of their own above the bar, drawn again below.
+    """
+
+    def __init__(self, total: int | None, stream: TextIO) -> None:
+        self.total = total
+        self.stream = stream
+        self.bar: Any = None
+        self.first_step: int | None = None
+
+    @contextlib.contextmanager
+    def showing(self) -> Iterator[None]:
+        from tqdm import tqdm  # type: ignore[import-untyped]  # no stubs (types-tqdm not in dev)
+        from tqdm.contrib.logging import logging_redirect_tqdm  # type: ignore[import-untyped]
+
+        try:
+            columns = os.get_terminal_size(self.stream.fileno()).columns
+        except (OSError, ValueError):  # not a terminal after all, or a closed one
+            columns = 0
+        # A terminal that reports no width (0, as a bare pty) would get no bar from tqdm.
+        width = {"dynamic_ncols": True} if columns else {"ncols": 100}
+        with logging_redirect_tqdm():
+            self.bar = tqdm(total=self.total, file=self.stream, unit="step", **width)
+            try:
+                yield
+            finally:
+                self.bar.close()  # leaves the bar's last state on a line of its own
+
+    def update(self, summary: TrainingSummary) -> None:
+        if self.bar is None:
+            return
+        if self.first_step is None:  # a resumed run starts counting at the checkpoint
+            self.first_step = summary.step - min(summary.step, PROGRESS_INTERVAL)
+        done = summary.step - self.first_step
+        self.bar.set_postfix_str(
+            f"loss {summary.train_loss:.4f}, {summary.precision}, skipped {summary.skipped_steps}",
+            refresh=False,
+        )
+        self.bar.update(done - self.bar.n)
+
+
+def describe(out: dict[str, Any]) -> str:
+    """The closing summary of a run, from its ``TrainResult.to_json()`` (and tracking)."""
+    metrics = "  ".join(f"{k}={_number(v, '.4g')}" for k, v in out["eval"].items())
+    data = out["extra"].get("data") or {}
+    if out.get("outcome") == "up_to_date":  # what the run did, before the numbers
+        head = f"{out['agent']}: up to date, the model has learned all {data.get('records')} "
+        head += "records (none new, removed or relabelled): no step taken\n"
+    elif out.get("outcome") == "stopped":  # SIGTERM or Ctrl-C, or the daemon's stop
+        head = f"{out['agent']}: stopped early, checkpointed: continue with --resume\n"
+    else:
+        head = ""
+    return head + (
+        f"{out['agent']}: {out['steps']} steps in {out['precision_used']} "
+        f"(requested {out['precision_requested']}: {out['precision_reason']})\n"
+        f"  steps: {out['execution']} ({out['execution_reason']})\n"
+        f"  train loss {_number(out['final_train_loss'], '.4f')}, {out['skipped_steps']} "
+        f"skipped, {_number(out['samples_per_second'], '.0f')} samples/s, "
+        f"{_number(out['wall_seconds'], '.1f')}s\n"
+        f"  eval: {metrics}\n"
+        f"  checkpoint: {out['checkpoint']}  quarantined: {out['quarantined']}"
+        + _describe_tracking(out.get("tracking"))
+    )
+
+
+def _describe_tracking(tracking: dict[str, Any] | None) -> str:
+    if tracking is None:
+        return ""
+    failed = tracking["failed_writes"]
+    return f"\n  curves: {tracking['path']}" + (f" ({failed} writes failed)" if failed else "")
+
+
+def _number(value: float | None, spec: str) -> str:
+    """``value`` formatted, or n/a: a run of 0 steps has no train loss (null in JSON)."""
+    return "n/a" if value is None else format(value, spec)
