@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from genesis_fp16_infrastructure.data.fingerprint import fingerprint
 from genesis_fp16_infrastructure.data.manifest import scan_files
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
@@ -145,3 +146,30 @@ def test_a_cache_that_cannot_be_written_is_counted_and_the_read_goes_on(tmp_path
     data = read_trajectories(folder, cache=cache)
     assert cache.write_failures == 2
     _same(read_trajectories(folder), data)
+
+
+def test_a_slim_read_trains_on_what_a_full_read_gives(tmp_path: Path) -> None:
+    """keep_text=False, cold and from its cache: the same ids, labels, lineage, quarantine,
+    fingerprint and encoded features bit for bit as a full read, with no text kept."""
+    folder = _pool(tmp_path)
+    full = read_trajectories(folder, tmp_path / "full.jsonl")
+    manifest, _ = scan_files(folder)
+    slim = []
+    for name in ("cold", "warm"):
+        cache = RecordCache(tmp_path / "cache", manifest)
+        quarantine = tmp_path / f"{name}.jsonl"
+        slim.append(read_trajectories(folder, quarantine, cache=cache, keep_text=False))
+        assert quarantine.read_text() == (tmp_path / "full.jsonl").read_text()
+    assert (cache.hits, cache.misses) == (2, 0)
+    attempts = [e.attempt for e in full.examples]
+    encoder = FeatureEncoder.fit(attempts, full.pool, [e.label.success for e in full.examples])
+    expected = encoder.encode(attempts, full.pool).view(torch.int32)
+    for data in slim:
+        assert [(e.trajectory_id, e.label) for e in data.examples] == [
+            (e.trajectory_id, e.label) for e in full.examples
+        ]
+        assert data.pool.entries == full.pool.entries
+        assert fingerprint(data.examples).digest == fingerprint(full.examples).digest
+        assert not any(e.attempt.code_changes or e.attempt.modified_files for e in data.examples)
+        got = encoder.encode([e.attempt for e in data.examples], data.pool).view(torch.int32)
+        assert torch.equal(got, expected)
