@@ -15,7 +15,9 @@ reader works them out once per record and the record cache keeps them beside it
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 import struct
 from collections.abc import Sequence
 
@@ -46,7 +48,7 @@ _CONFIG_SUFFIXES = (".yaml", ".yml", ".toml", ".ini", ".cfg", ".json", ".env")
 _DOCS_SUFFIXES = (".md", ".rst", ".txt")
 # str.splitlines also ends a line at these; a diff holding none of them (nearly every
 # one) has its lines counted by str.count instead of split one by one.
-_OTHER_BREAKS = frozenset("\r\x0b\x0c\x1c\x1d\x1e")
+_OTHER_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e]")
 
 
 def own_numbers(attempt: AttemptInput) -> tuple[float, ...]:
@@ -82,7 +84,7 @@ def change_shape(diff: str) -> tuple[float, float]:
     A line starting ``@@`` opens a hunk; ``+`` (not ``+++``) is added, ``-`` (not
     ``---``) removed. Counted with ``str.count`` on the line starts when the diff's only
     line break is ``\\n`` (the same counts, without a Python loop over its lines)."""
-    if diff.isascii() and _OTHER_BREAKS.isdisjoint(diff):
+    if diff.isascii() and _OTHER_BREAKS.search(diff) is None:
         text = "\n" + diff
         hunks = text.count("\n@@")
         added = text.count("\n+") - text.count("\n+++")
@@ -102,15 +104,17 @@ def change_shape(diff: str) -> tuple[float, float]:
 
 def file_kinds(files: Sequence[str]) -> tuple[float, float, float, float]:
     """Whether the change touches tests, configuration, docs, other code (1.0 or 0.0)."""
-    kinds = set()
-    for name in files:
-        lower = name.lower()
-        if any(mark in lower for mark in _TEST_MARKS):
-            kinds.add("test")
-        elif lower.endswith(_CONFIG_SUFFIXES):
-            kinds.add("config")
-        elif lower.endswith(_DOCS_SUFFIXES):
-            kinds.add("docs")
-        else:
-            kinds.add("code")
+    kinds = {_kind(name) for name in files}
     return tuple(float(k in kinds) for k in ("test", "config", "docs", "code"))  # type: ignore[return-value]
+
+
+@functools.lru_cache(maxsize=2**16)  # a repository's files recur across its attempts
+def _kind(name: str) -> str:
+    lower = name.lower()
+    if any(mark in lower for mark in _TEST_MARKS):
+        return "test"
+    if lower.endswith(_CONFIG_SUFFIXES):
+        return "config"
+    if lower.endswith(_DOCS_SUFFIXES):
+        return "docs"
+    return "code"
