@@ -220,6 +220,7 @@ class SEDarwinPlugin:
             extra["record_cache"] = {
                 "files_cached": cache.hits,
                 "files_read": cache.misses,
+                "files_continued": cache.continued,  # appended .jsonl: new lines only
                 "write_failures": cache.write_failures,
             }
         out = TrainResult.from_fit(request, result, quarantined=data.quarantined, extra=extra)

@@ -268,6 +268,10 @@ class FileCache(Protocol):
 
     def load(self, file: Path, slim: bool) -> tuple[list[FileRecord], list[Rejected]] | None: ...
 
+    def load_head(self, file: Path, slim: bool) -> Any:
+        """An appended file's earlier records and where its new lines begin, or None
+        (``record_cache.Head``: records, rejected, offset, lines)."""
+
     def store(
         self, file: Path, records: list[FileRecord], rejected: list[Rejected], slim: bool
     ) -> None: ...
@@ -289,13 +293,19 @@ def _file_records(
     ``slim``: attempts keep no text (see read_trajectories), their strings shared."""
     cached = cache.load(file, slim is not None) if cache is not None else None
     if cached is not None:
-        records, rejected = cached
-        for entry in rejected:
+        for entry in cached[1]:
             sink.add(Source(file, entry.where), entry.reason, entry.text)
-        return records
+        return cached[0]
     recorder = _Recorder(sink)
-    records = []
-    for source, raw, thresholds, key in raw_records(file, recorder):
+    records: list[FileRecord] = []
+    start, first_line = 0, 1
+    head = cache.load_head(file, slim is not None) if cache is not None else None
+    if head is not None:  # an appended .jsonl: its earlier lines as stored, then the new
+        for entry in head.rejected:
+            recorder.add(Source(file, entry.where), entry.reason, entry.text)
+        records.extend(head.records)
+        start, first_line = head.offset, head.lines + 1
+    for source, raw, thresholds, key in raw_records(file, recorder, start, first_line):
         record = _read_record(source, raw, thresholds, key, recorder)
         if record is not None:
             records.append(_finish(record, slim))

@@ -22,10 +22,11 @@ deleted after each read.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -40,6 +41,7 @@ logger = logging.getLogger(__name__)
 # Bump when FileRecord, AttemptInput, Label or how a record becomes them changes; the
 # own numbers' version is part of it (data.attempt_numbers).
 CACHE_VERSION = f"3.s{SCHEMA_VERSION}.n{NUMBERS_VERSION}"
+_CHUNK = 2**20  # bytes of a head hashed at a time
 
 
 class RecordCache:
@@ -52,6 +54,7 @@ class RecordCache:
         self.files = {f.path: f for f in manifest.files}
         self.hits = 0
         self.misses = 0
+        self.continued = 0  # appended .jsonl files read from their stored offset
         self.write_failures = 0
 
     def load(self, file: Path, slim: bool) -> tuple[list[FileRecord], list[Rejected]] | None:
@@ -71,6 +74,27 @@ class RecordCache:
         self.hits += 1
         return out
 
+    def load_head(self, file: Path, slim: bool) -> Head | None:
+        """A plain ``.jsonl`` file that only grew since its records were stored: those
+        records and quarantined lines, and the offset and line where the new ones begin.
+        None unless the file's first bytes are still, digest for digest, the stored
+        file's, ending at a line's end (an edited or truncated file is read whole)."""
+        state = self._vouched(file)
+        head = self._head(file) if state is not None and file.name.endswith(".jsonl") else None
+        if state is None or head is None or not 0 < head.size < state.size:
+            return None
+        try:
+            digest, lines, last = _prefix(file, head.size)
+            if digest != head.digest or last != b"\n":
+                return None
+            stored = FileState(str(file), head.size, 0, head.digest)
+            data = msgspec.msgpack.decode(self._path(stored, slim).read_bytes())
+            records, rejected = _decode(data)
+        except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError):
+            return None  # no usable head: the file is read whole, as without one
+        self.continued += 1
+        return Head(records, rejected, head.size, lines)
+
     def store(
         self, file: Path, records: list[FileRecord], rejected: list[Rejected], slim: bool
     ) -> None:
@@ -78,8 +102,11 @@ class RecordCache:
         if state is None or state.mtime_ns >= self.scanned_ns - RACY_NS:
             return
         blob = msgspec.msgpack.encode(_encode(records, rejected))
+        marker = msgspec.json.encode({"digest": state.digest, "size": state.size})
         try:
             write_atomic(self._path(state, slim), lambda handle: handle.write(blob))
+            if file.name.endswith(".jsonl"):  # where its next appended lines will begin
+                write_atomic(self._head_path(file), lambda handle: handle.write(marker))
         except OSError as exc:
             # The run has the records; only the next run's shortcut is lost. Counted and
             # reported (train --json extra.record_cache), and the file is parsed next time.
@@ -92,8 +119,15 @@ class RecordCache:
             )
 
     def prune(self) -> int:
-        """Delete the entries of bytes no file of the manifest holds; their count."""
-        keep = {self._path(s, slim).name for s in self.files.values() for slim in (False, True)}
+        """Delete the entries of bytes no file of the manifest holds, but for the stored
+        head of a listed ``.jsonl`` file (an append still reads on from it); their count."""
+        states = list(self.files.values())
+        for path in self.files:
+            head = self._head(Path(path))
+            if head is not None:
+                states.append(FileState(path, head.size, 0, head.digest))
+        keep = {self._path(s, slim).name for s in states for slim in (False, True)}
+        keep |= {self._head_path(Path(path)).name for path in self.files}
         removed = 0
         if self.folder.is_dir():
             # *.json: entries of cache version 1, which no build reads any more.
@@ -116,10 +150,51 @@ class RecordCache:
             return None
         return state
 
+    def _head(self, file: Path) -> _HeadMarker | None:
+        try:
+            return msgspec.json.decode(self._head_path(file).read_bytes(), type=_HeadMarker)
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+            return None
+
+    def _head_path(self, file: Path) -> Path:
+        """Where a ``.jsonl`` file's last stored digest and size are kept, by its path."""
+        name = hashlib.blake2b(str(file).encode(), digest_size=8).hexdigest()
+        return self.folder / f"head-{name}.json"
+
     def _path(self, state: FileState, slim: bool) -> Path:
         """A file's entry: its bytes' digest, the cache's version, and whether its
         records keep their text (read_trajectories' keep_text)."""
         return self.folder / f"{state.digest}-{CACHE_VERSION}{'-slim' if slim else ''}.msgpack"
+
+
+class _HeadMarker(msgspec.Struct):
+    digest: str
+    size: int
+
+
+class Head(NamedTuple):
+    """What an appended file's stored head holds, and where its new lines begin."""
+
+    records: list[FileRecord]
+    rejected: list[Rejected]
+    offset: int  # bytes of the head: the new lines start here
+    lines: int  # lines of the head: the first new line is number lines + 1
+
+
+def _prefix(file: Path, size: int) -> tuple[str, int, bytes]:
+    """The digest of ``file``'s first ``size`` bytes (as the manifest hashes a whole
+    file), their newlines, and their last byte."""
+    hasher = hashlib.blake2b(digest_size=16)
+    lines, left, last = 0, size, b""
+    with open(file, "rb") as handle:
+        while left and (chunk := handle.read(min(_CHUNK, left))):
+            hasher.update(chunk)
+            lines += chunk.count(b"\n")
+            left -= len(chunk)
+            last = chunk[-1:]
+    if left:
+        raise ValueError(f"{file} is shorter than its stored head")
+    return hasher.hexdigest(), lines, last
 
 
 def _encode(records: list[FileRecord], rejected: list[Rejected]) -> dict[str, Any]:

@@ -69,13 +69,14 @@ class _Vanished(OSError):
     """A listed file that is gone when it is opened."""
 
 
-def raw_records(file: Path, sink: Sink) -> Iterator[Raw]:
+def raw_records(file: Path, sink: Sink, start: int = 0, first_line: int = 1) -> Iterator[Raw]:
     """Every record of ``file``: ``(source, record, thresholds, key)``, where a record is
     its JSON bytes or, from the slow path, the parsed object, and ``key`` is the id a
-    pool maps it under (None outside a pool)."""
+    pool maps it under (None outside a pool). A plain ``.jsonl`` file is read from byte
+    ``start``, whose line is number ``first_line`` (an appended file's new lines)."""
     try:
         if file.name.endswith(".jsonl"):
-            yield from _jsonl_lines(file, sink)
+            yield from _jsonl_lines(file, start, first_line)
             return
         data = _read_bytes(file)
     except _Vanished:
@@ -176,7 +177,7 @@ def _slow_document(file: Path, text: str, sink: Sink) -> Iterator[Raw]:
         yield Source(file, "file"), document, DEFAULTS, None
 
 
-def _jsonl_lines(file: Path, sink: Sink) -> Iterator[Raw]:
+def _jsonl_lines(file: Path, start: int, first_line: int) -> Iterator[Raw]:
     """A plain JSONL file's records, a line at a time, as bytes: each is decoded on its
     own, so a line that is not UTF-8 is quarantined alone, like a line that is not JSON."""
     try:
@@ -186,7 +187,8 @@ def _jsonl_lines(file: Path, sink: Sink) -> Iterator[Raw]:
     except OSError as exc:
         raise DataError(f"cannot read data file {str(file)!r}: {exc.strerror or exc}") from exc
     with handle:
-        for number, raw in enumerate(handle, start=1):
+        handle.seek(start)
+        for number, raw in enumerate(handle, start=first_line):
             if raw.strip():
                 yield Source(file, f"line {number}"), raw, DEFAULTS, None
 

@@ -127,12 +127,12 @@ def test_a_file_appended_while_read_costs_only_itself(tmp_path: Path) -> None:
 
 
 def test_entries_of_bytes_no_file_holds_are_pruned(tmp_path: Path) -> None:
-    """A removed file's entry is deleted by prune()."""
+    """A removed file's entry, and the head kept for its appends, are deleted by prune()."""
     folder = _pool(tmp_path)
     _read(folder, tmp_path, "cold")
     (folder / "b.jsonl").unlink()
     manifest, _ = scan_files(folder)
-    assert RecordCache(tmp_path / "cache", manifest).prune() == 1
+    assert RecordCache(tmp_path / "cache", manifest).prune() == 2
     assert len(list((tmp_path / "cache").glob("*.msgpack"))) == 1
 
 
@@ -173,3 +173,29 @@ def test_a_slim_read_trains_on_what_a_full_read_gives(tmp_path: Path) -> None:
         assert not any(e.attempt.code_changes or e.attempt.modified_files for e in data.examples)
         got = encoder.encode([e.attempt for e in data.examples], data.pool).view(torch.int32)
         assert torch.equal(got, expected)
+
+
+def test_an_appended_jsonl_is_read_from_where_it_ended(tmp_path: Path) -> None:
+    """New lines (a bad one among them) after a cached read: only they are parsed, and the
+    records, counts and quarantine (line numbers included) are a full read's; a file
+    edited before its end is read whole."""
+    folder = _pool(tmp_path)
+    _read(folder, tmp_path, "cold")
+    extra = write_replay_buffer(tmp_path / "more.jsonl", 30, seed=11, agent="qa")
+    with (folder / "b.jsonl").open("a") as handle:
+        handle.write(extra.read_text() + "{broken\n")
+    _age(folder)
+    data, cache, quarantine = _read(folder, tmp_path, "appended")
+    assert (cache.hits, cache.continued) == (1, 1)
+    plain = read_trajectories(folder, tmp_path / "plain.jsonl")
+    _same(plain, data)
+    assert quarantine == (tmp_path / "plain.jsonl").read_text()
+    assert '"where": "line 184"' in quarantine  # 153 lines, 30 new, then the broken one
+    assert len(plain.examples) == len(data.examples) > 0
+    cache.prune()
+    text = (folder / "b.jsonl").read_text()  # now an edit in its first line, and a new line
+    (folder / "b.jsonl").write_text(text.replace('"qa"', '"qb"', 1) + extra.read_text())
+    _age(folder)
+    again, cache, _ = _read(folder, tmp_path, "edited")
+    assert cache.continued == 0
+    _same(read_trajectories(folder, tmp_path / "plain2.jsonl"), again)
