@@ -15,9 +15,10 @@ outside (wall seconds, user+system CPU seconds and peak RSS of the process, by `
 * **check_in_daemon**: the same check as the daemon asks it before starting a child
   (``SEDarwinPlugin.check_up_to_date``), timed in this process where torch is already
   imported, as it is in the daemon: CPU seconds of the call alone;
-* **plus_1pct**: 1% more records in a new file, the same command with ``--resume``
-  (the data changed: the new file is parsed, the others come from the record cache,
-  and the model is trained afresh on the whole pool);
+* **plus_1pct**: 1% more records, the same command with ``--resume`` (the data changed:
+  ``json``, a second pool file, parsed while the first comes from the record cache;
+  ``jsonl``, lines appended to the last day's file, of which only the new lines are
+  parsed; the model is trained afresh on the whole pool);
 * **full** (``--full`` sizes only): a fresh default run (early stopping, no cap).
 
 Writes a Markdown table to stdout. The machine is named by the caller in the results file.
@@ -46,13 +47,20 @@ CAP = ["--option", "max_epochs=1"]
 
 
 def write_layout(folder: Path, count: int, layout: str, seed: int = 0) -> None:
-    """``count`` generated records under ``folder``: one pool file, or ten .jsonl days."""
+    """``count`` generated records under ``folder``: one pool file, or ten .jsonl days.
+    With a ``seed`` other than 0, the records are more of the pool: a second pool file,
+    or lines appended to the last day's .jsonl (as a writer appends to today's file)."""
     folder.mkdir(parents=True, exist_ok=True)
     pool = generate_pool(count, seed=seed)
     if layout == "json":
         (folder / f"pool-{seed}.json").write_text(json.dumps(pool))
         return
     records = list(pool["trajectories"].values())
+    if seed:
+        with max(folder.glob("day-*.jsonl")).open("a") as handle:
+            for record in records:
+                handle.write(json.dumps(record) + "\n")
+        return
     days = 10 if count >= 1000 else 1
     size = -(-len(records) // days)
     for day in range(days):

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import msgspec
 from pydantic import ValidationError
 
+from genesis_fp16_infrastructure.data.pool_stream import split_pool
 from genesis_fp16_infrastructure.data.schema import (
     FAILURE_THRESHOLD,
     SUCCESS_THRESHOLD,
@@ -34,6 +35,9 @@ from genesis_fp16_infrastructure.data.schema import (
 MAX_DECOMPRESSED_BYTES = 256 * 2**20
 _CHECK_CHUNK = 16 * 2**20  # bytes of a document checked as UTF-8 at a time
 DEFAULTS = (SUCCESS_THRESHOLD, FAILURE_THRESHOLD)
+# A .json file past this is split into records a window at a time (pool_stream), not
+# read whole: at 1,000,000 records, 1.5 GB of bytes held no longer.
+STREAM_ABOVE = 64 * 2**20
 # What stops msgspec splitting a document (ValueError: bytes that are not UTF-8), or
 # pydantic accepting its header: the slow path reads it and says why.
 _UNSPLIT = (
@@ -78,6 +82,13 @@ def raw_records(file: Path, sink: Sink, start: int = 0, first_line: int = 1) -> 
         if file.name.endswith(".jsonl"):
             yield from _jsonl_lines(file, start, first_line)
             return
+        if file.name.endswith(".json") and _size(file) > STREAM_ABOVE:
+            split = split_pool(file)  # a large pool, a window at a time (pool_stream)
+            if split is not None:
+                thresholds, entries = split
+                for key, raw in entries:
+                    yield Source(file, f"trajectories[{key!r}]"), raw, thresholds, key
+                return
         data = _read_bytes(file)
     except _Vanished:
         sink.add(Source(file, "file"), "vanished after its folder was listed: not read", "")
@@ -103,6 +114,15 @@ def raw_records(file: Path, sink: Sink, start: int = 0, first_line: int = 1) -> 
         yield from fast
         return
     yield from _slow_document(file, data.decode("utf-8"), sink)
+
+
+def _size(file: Path) -> int:
+    try:
+        return file.stat().st_size
+    except FileNotFoundError as exc:
+        raise _Vanished(str(file)) from exc
+    except OSError:
+        return 0  # the whole-document read says what is wrong with it
 
 
 def _read_bytes(file: Path) -> bytes:

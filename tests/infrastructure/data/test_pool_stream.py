@@ -1,0 +1,132 @@
+"""A large pool split a window at a time gives what json.loads gives, at any window size,
+and a read that streams equals one that reads the file whole."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import genesis_fp16_infrastructure.data.pool_stream as pool_stream
+import genesis_fp16_infrastructure.data.sources as sources
+from genesis_fp16_infrastructure.data.pool_stream import split_pool
+from genesis_fp16_infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.data.synthetic import generate_pool
+
+# Strings that look like structure: quotes, runs of backslashes, brackets, commas, colons.
+_TRICKY = st.text(alphabet='"\\{}[],: ab\n\u00e9\U0001f600', max_size=12)
+_VALUE = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _TRICKY,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TRICKY, inner, max_size=3),
+    max_leaves=8,
+)
+_POOL = st.fixed_dictionaries(
+    {"trajectories": st.dictionaries(_TRICKY, _VALUE, max_size=6)},
+    optional={
+        "agent_name": _TRICKY,
+        "success_threshold": st.floats(0.5, 1.0),
+        "notes": st.dictionaries(_TRICKY, _VALUE, max_size=2),
+        "history": st.lists(_VALUE, max_size=2),
+    },
+)
+
+
+def _split(path: Path, window: int) -> Any:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pool_stream, "WINDOW", window)
+        out = split_pool(path)
+        return None if out is None else (out[0], [(k, json.loads(v)) for k, v in out[1]])
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    pool=_POOL,
+    trajectories_last=st.booleans(),
+    indent=st.sampled_from([None, 0, 2]),
+    ascii_only=st.booleans(),
+    window=st.integers(1, 64),
+)
+def test_the_split_gives_what_json_loads_gives_at_any_window(
+    tmp_path: Path,
+    pool: dict[str, Any],
+    trajectories_last: bool,
+    indent: int | None,
+    ascii_only: bool,
+    window: int,
+) -> None:
+    """Keys, values and their order, and the header's thresholds, with the windows cut
+    anywhere: inside strings, between backslashes, between a backslash and its quote."""
+    if trajectories_last:
+        pool = {k: v for k, v in pool.items() if k != "trajectories"} | {
+            "trajectories": pool["trajectories"]
+        }
+    path = tmp_path / "pool.json"
+    path.write_text(json.dumps(pool, indent=indent, ensure_ascii=ascii_only), encoding="utf-8")
+    got = _split(path, window)
+    assert got is not None
+    thresholds, entries = got
+    assert thresholds[0] == pool.get("success_threshold", 0.7)
+    assert entries == list(json.loads(path.read_text())["trajectories"].items())
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[1, 2]",
+        '{"agent_name": "a"}',
+        '{"trajectories": []}',
+        '{"trajectories": {"a": {}}',
+        '{"trajectories": {"a": {}}}}',
+        '{"trajectories": {"a": "}',
+        '{"success_threshold": 7, "trajectories": {}}',
+        '{"trajectories": {"a" {}}}',
+    ],
+)
+def test_what_is_not_a_pool_is_left_to_the_whole_document_read(tmp_path: Path, text: str) -> None:
+    """Not an object, no trajectories object, unbalanced, a header pydantic refuses, a
+    missing colon: None, and the whole-document read then says what is wrong."""
+    path = tmp_path / "pool.json"
+    path.write_text(text)
+    assert _split(path, 5) is None
+
+
+def test_a_key_given_twice_keeps_its_first_place_and_last_value(tmp_path: Path) -> None:
+    """As json.loads reads it."""
+    path = tmp_path / "pool.json"
+    path.write_text('{"trajectories": {"a": {"n": 1}, "b": {"n": 2}, "a": {"n": 3}}}')
+    assert _split(path, 7) == ((0.7, 0.3), [("a", {"n": 3}), ("b", {"n": 2})])
+
+
+def test_a_streamed_read_equals_a_whole_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Generated records and bad ones (a record not JSON-valid for pydantic, an empty
+    key, a list for a record): examples, lineage, counts and quarantine word for word."""
+    pool = generate_pool(300, seed=4)
+    pool["trajectories"].update({"bad": {"generation": -1}, "": {"status": "success"}, "l": [1]})
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "pool.json").write_text(json.dumps(pool))
+
+    def read(name: str) -> tuple[Any, ...]:
+        quarantine = tmp_path / f"{name}.jsonl"
+        data = read_trajectories(tmp_path / "d", quarantine)
+        return (
+            [(e.trajectory_id, e.attempt, e.label) for e in data.examples],
+            data.pool.entries,
+            (data.quarantined, data.duplicates, data.unlabelled),
+            quarantine.read_text(),
+        )
+
+    whole = read("whole")
+    monkeypatch.setattr(sources, "STREAM_ABOVE", 0)
+    monkeypatch.setattr(pool_stream, "WINDOW", 4096)
+    split_calls = []
+    monkeypatch.setattr(sources, "split_pool", lambda f: split_calls.append(f) or split_pool(f))
+    assert read("streamed") == whole
+    assert split_calls and whole[2][0] == 3
