@@ -41,6 +41,7 @@ from genesis_fp16_infrastructure.data.fingerprint import (
 )
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import write_pool
+from genesis_fp16_infrastructure.gc_pause import paused_gc
 from genesis_fp16_infrastructure.phases import PhaseClock
 from genesis_fp16_infrastructure.plugin_api import (
     API_VERSION,
@@ -150,7 +151,7 @@ class SEDarwinPlugin:
             manifest = scan_before_read(request) if single else None
         root = Path(request.checkpoint_dir)
         served = served_model(root)  # what Genesis uses now; a candidate never touches it
-        with clock.phase("read"):
+        with clock.phase("read"), paused_gc():  # objects without cycles (gc_pause)
             cache = record_cache(request, manifest)  # issue 36: unchanged files unparsed
             data = read_pool(
                 Path(request.data_path),
@@ -174,7 +175,7 @@ class SEDarwinPlugin:
         # candidate's folder itself holds the refit's: the one that would be served.
         folder = candidate / SPLIT_FOLDER if whole else candidate
         saved = plan.saved
-        with clock.phase("encode"):
+        with clock.phase("encode"), paused_gc():
             task = SEDarwinTask(data, options, request.seed, request.device, saved, seen=seen)
         if own_budget:
             epochs = options.max_epochs
@@ -265,7 +266,7 @@ class SEDarwinPlugin:
         served_folder = plan.served_folder
         assert served_folder is not None and plan.saved is not None
         logger.info("se_darwin: up to date, %s", plan.up_to_date)
-        with clock.phase("encode"):
+        with clock.phase("encode"), paused_gc():
             task = SEDarwinTask(data, options, request.seed, request.device, plan.saved, seen=seen)
         with clock.phase("train"):
             result = fit(

@@ -51,6 +51,7 @@ from genesis_fp16_infrastructure.data.sources import (
     raw_records,
     reason,
 )
+from genesis_fp16_infrastructure.gc_pause import paused_gc
 
 logger = logging.getLogger(__name__)
 
@@ -214,16 +215,17 @@ def read_trajectories(
     kept: dict[str, FileRecord] = {}
     slim = None if keep_text else _Strings()
     try:
-        for file in files:
-            for record in _file_records(file, sink, cache, slim):
-                if record.trajectory_id in kept:
-                    result.duplicates += 1
-                    continue
-                kept[record.trajectory_id] = record
+        with paused_gc():  # a million records, no cycle among them (gc_pause)
+            for file in files:
+                for record in _file_records(file, sink, cache, slim):
+                    if record.trajectory_id in kept:
+                        result.duplicates += 1
+                        continue
+                    kept[record.trajectory_id] = record
+            _collect(kept, result)
     finally:
         sink.close()
     result.quarantined = sink.count
-    _collect(kept, result)
     if not result.examples:
         raise DataError(
             f"no labelled records in {str(path)!r} ({len(kept)} valid, "
