@@ -51,10 +51,10 @@ class Pool:
     def __init__(self, entries: Mapping[str, PoolEntry]) -> None:
         self.entries = dict(entries)
         self.scores = {k: e.score for k, e in self.entries.items() if e.score is not None}
-        self._children: dict[str, list[str]] = {}
+        self.children: dict[str, list[str]] = {}  # parent id -> its children, in pool order
         for child, entry in self.entries.items():
             for parent in entry.parents:
-                self._children.setdefault(parent, []).append(child)
+                self.children.setdefault(parent, []).append(child)
         self._depths: dict[str, int] = {}
 
     @classmethod
@@ -70,20 +70,25 @@ class Pool:
         if created is not None:
             seen = {attempt_id}
             for parent in parents:
-                for child in self._children.get(parent, ()):
+                for child in self.children.get(parent, ()):
                     entry = self.entries[child]
                     if child in seen or entry.score is None or entry.created is None:
                         continue
                     seen.add(child)
                     if entry.created < created:
                         siblings.append(entry.score)
-        depth = 1 + max((self._depth(p) for p in parents if p in self.entries), default=0)
+        depth = self.depth_of(parents)
         return Lineage(
             depth=depth if parents else 0,
             grandparent_scores=tuple(sorted(self.scores[g] for g in grand if g in self.scores)),
             parent_operators=tuple(e.operator for e in known),
             sibling_scores=tuple(siblings),
         )
+
+    def depth_of(self, parents: tuple[str, ...]) -> int:
+        """The depth of an attempt with these parents: 1 + its deepest parent's (a
+        parent outside the pool counts 0); the caller takes 0 when it has none."""
+        return 1 + max((self._depth(p) for p in parents if p in self.entries), default=0)
 
     def _depth(self, start: str) -> int:
         """Depth of a pool record, iteratively (chains run as long as the pool's history)."""

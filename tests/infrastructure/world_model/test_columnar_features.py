@@ -65,3 +65,33 @@ def test_an_empty_list_encodes_to_no_rows() -> None:
     width = len(NUMERIC_FEATURES)
     encoder = FeatureEncoder(("a",), ("p",), (0.0,) * width, (1.0,) * width)
     assert encoder.encode([], {}).shape == (0, encoder.n_features)
+
+
+def test_lineage_columns_equal_the_lineage_rows_on_awkward_pools() -> None:
+    """Cycles, parents outside the pool, a parent named twice, a record naming itself,
+    unknown times and scores: each attempt's lineage numbers are the row code's bits."""
+    from genesis_fp16_infrastructure.data.lineage import PoolEntry
+
+    entries = {
+        "a": PoolEntry(0.9, (), "baseline", 1.0),
+        "b": PoolEntry(0.4, ("a",), "revision", 2.0),
+        "c": PoolEntry(None, ("a", "a"), "refinement", 3.0),
+        "d": PoolEntry(0.7, ("b", "c", "ghost"), "recombination", None),
+        "e": PoolEntry(0.1, ("f",), "revision", 4.0),
+        "f": PoolEntry(0.2, ("e",), "revision", 5.0),  # a cycle
+        "g": PoolEntry(0.3, ("g", "a"), "revision", 0.5),
+        "h": PoolEntry(0.65, ("a",), "refinement", 2.5),
+    }
+    pool = Pool(entries)
+    attempts = [
+        AttemptInput(trajectory_id=k, parent_ids=e.parents, created=e.created)
+        for k, e in entries.items()
+    ]
+    attempts += [
+        AttemptInput(trajectory_id="new", parent_ids=("a", "b", "a", "zz"), created=9.0),
+        AttemptInput(trajectory_id="new2", parent_ids=("e",), created=None),
+        AttemptInput(trajectory_id="b", parent_ids=("a",), created=10.0),
+    ]
+    expected = torch.tensor([_numeric(a, pool) for a in attempts], dtype=torch.float64)
+    got = numeric_columns(attempts, pool)
+    assert torch.equal(got.view(torch.int64), expected.view(torch.int64))
