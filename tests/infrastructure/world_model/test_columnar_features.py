@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
 import torch
 
 from genesis_fp16_infrastructure.data.lineage import Pool
@@ -95,3 +96,21 @@ def test_lineage_columns_equal_the_lineage_rows_on_awkward_pools() -> None:
     expected = torch.tensor([_numeric(a, pool) for a in attempts], dtype=torch.float64)
     got = numeric_columns(attempts, pool)
     assert torch.equal(got.view(torch.int64), expected.view(torch.int64))
+
+
+def test_encoding_in_blocks_gives_the_same_bits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocks of 7 rows (a last block short) encode to the one-block matrix, bit for bit."""
+    import genesis_fp16_infrastructure.world_model.features as features
+
+    data = read_trajectories(write_pool(tmp_path, 300, seed=6))
+    attempts = [e.attempt for e in data.examples]
+    encoder = FeatureEncoder.fit(attempts, data.pool, [e.label.success for e in data.examples])
+    whole = encoder.encode(attempts, data.pool)
+    monkeypatch.setattr(features, "ENCODE_ROWS", 7)
+    assert len(attempts) % 7
+    assert torch.equal(
+        encoder.encode(attempts, data.pool).view(torch.int32), whole.view(torch.int32)
+    )
+    assert encoder.encode([], data.pool).shape == (0, encoder.n_features)
