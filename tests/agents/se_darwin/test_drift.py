@@ -78,3 +78,21 @@ def test_each_injected_shift_is_flagged_on_its_own_feature() -> None:
     counter = iter(range(10**6))
     shifted = _report(lambda r: r.update(success_score=0.9 if next(counter) % 5 < 3 else 0.1))
     assert shifted["label_shift_flagged"] and shifted["label_shift"] > 0.3, shifted
+
+
+def test_past_the_sample_size_the_distances_are_measured_on_a_sample(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With DRIFT_SAMPLE at 150 on 600 records: both sides sampled, the counts still the
+    whole pool's, a renamed tool still flagged, a random half still quiet."""
+    import genesis_fp16_agents.se_darwin.drift as drift
+
+    monkeypatch.setattr(drift, "DRIFT_SAMPLE", 150)
+    renamed = _report(
+        lambda r: r.update(tools_used=["ripgrep" if t == "grep" else t for t in r["tools_used"]])
+    )
+    assert renamed["sampled"] == {"new": 150, "reference": 150}
+    assert renamed["new_records"] + renamed["reference_records"] > 500
+    assert "tool" in renamed["flagged"]
+    quiet = _report(lambda record: None, 1)
+    assert quiet["flagged"] == [] and not quiet["label_shift_flagged"], quiet
