@@ -175,13 +175,14 @@ class WorldModelPredictor:
 
 
 def load_pool(path: Path) -> Pool:
-    """Every record of a pool file or folder, for the lineage of the attempts to score."""
-    return read_trajectories(Path(path)).pool
+    """Every record of a pool file or folder, for the lineage of the attempts to score
+    (read as training reads it: the lineage needs no record's text)."""
+    return read_trajectories(Path(path), keep_text=False).pool
 
 
 def load_pool_scores(path: Path) -> dict[str, float]:
     """Recorded success scores by trajectory id, from a pool file or folder (for parents)."""
-    return read_trajectories(Path(path)).scores
+    return read_trajectories(Path(path), keep_text=False).scores
 
 
 def _has_candidates(folder: Path) -> bool:
