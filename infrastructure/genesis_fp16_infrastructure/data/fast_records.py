@@ -19,14 +19,14 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from genesis_fp16_infrastructure.data.lineage import created_seconds
 from genesis_fp16_infrastructure.data.schema import (
     MAX_GENERATION,
-    OPERATORS,
     AttemptInput,
     Label,
     derive_label,
     outcome_for_score,
+    replay_input,
+    trajectory_input,
 )
 
 _Unit = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
@@ -131,25 +131,13 @@ def decode_record(
         if not key:
             return None  # no id at all, or an empty key: the slow path's reason
         trajectory_id = key
+    record.trajectory_id = trajectory_id
     success, failure = thresholds
     if _is_replay(record):
         return _replay(record, trajectory_id, success, failure)
-    attempt = AttemptInput(
-        trajectory_id=trajectory_id,
-        agent=record.agent_name,
-        created=created_seconds(record.created_at),
-        operator=record.operator_applied
-        if record.operator_applied is not msgspec.UNSET
-        else "baseline",
-        generation=record.generation,
-        parent_ids=tuple(p for p in record.parent_trajectories if p != trajectory_id),
-        code_changes=record.code_changes,
-        modified_files=tuple(record.modified_files),
-        proposed_strategy=record.proposed_strategy,
-        problem_diagnosis=record.problem_diagnosis,
-        tools_used=tuple(record.tools_used),
-        reasoning_pattern=record.reasoning_pattern,
-    )
+    if record.operator_applied is msgspec.UNSET:
+        record.operator_applied = "baseline"
+    attempt = trajectory_input(record)
     label = derive_label(record.status, record.success_score, success, failure)
     return Fast(trajectory_id, attempt, label, record.success_score)
 
@@ -175,31 +163,10 @@ def _is_replay(record: _Record) -> bool:
 
 def _replay(record: _Record, trajectory_id: str, success: float, failure: float) -> Fast:
     """schema.ReplayRecord.to_input and derive_replay_label, on the struct."""
-    metadata = record.metadata
-    operator = metadata.get("operator_applied", "baseline")
-    generation = metadata.get("generation", 0)
-    steps = record.steps if record.steps is not msgspec.UNSET else []
-    tools = tuple(dict.fromkeys(step.tool_name for step in steps if step.tool_name))
-    attempt = AttemptInput(
-        trajectory_id=trajectory_id,
-        agent=record.agent_id if record.agent_id is not msgspec.UNSET else "",
-        created=created_seconds(record.created_at),
-        operator=operator if operator in OPERATORS else "baseline",
-        generation=generation
-        if isinstance(generation, int) and 0 <= generation <= MAX_GENERATION
-        else 0,
-        parent_ids=tuple(
-            str(p) for p in metadata.get("parent_trajectories", ()) if p != trajectory_id
-        ),
-        code_changes=str(metadata.get("code_changes", "")),
-        modified_files=tuple(str(f) for f in metadata.get("modified_files", ())),
-        proposed_strategy=str(metadata.get("proposed_strategy", "")),
-        problem_diagnosis=record.task_description
-        if record.task_description is not msgspec.UNSET
-        else "",
-        tools_used=tools,
-        reasoning_pattern=str(metadata.get("reasoning_pattern", "")),
-    )
+    steps = [] if record.steps is msgspec.UNSET else record.steps
+    record.agent_id = _or_empty(record.agent_id)
+    record.task_description = _or_empty(record.task_description)
+    attempt = replay_input(record, [step.tool_name for step in steps])
     reward = None if record.reward is msgspec.UNSET else record.reward
     label: Label | None
     if reward is not None:

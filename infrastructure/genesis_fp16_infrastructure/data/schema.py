@@ -25,8 +25,9 @@ no reward have no label.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -106,21 +107,44 @@ class Trajectory(_Record):
 
     def to_input(self) -> AttemptInput:
         """The pre-attempt view of this record: the encoder's only input."""
-        return AttemptInput(
-            trajectory_id=self.trajectory_id,
-            agent=self.agent_name,
-            created=created_seconds(self.created_at),
-            operator=self.operator_applied,
-            generation=self.generation,
-            # A record naming itself as parent would read its own score: dropped.
-            parent_ids=tuple(p for p in self.parent_trajectories if p != self.trajectory_id),
-            code_changes=self.code_changes,
-            modified_files=tuple(self.modified_files),
-            proposed_strategy=self.proposed_strategy,
-            problem_diagnosis=self.problem_diagnosis,
-            tools_used=tuple(self.tools_used),
-            reasoning_pattern=self.reasoning_pattern,
-        )
+        return trajectory_input(self)
+
+
+class TrajectoryFields(Protocol):
+    """What :func:`trajectory_input` reads: a :class:`Trajectory`, or the read's fast
+    struct of the same field names (``data.fast_records``)."""
+
+    trajectory_id: Any
+    agent_name: str
+    created_at: str | float | None
+    operator_applied: Any
+    generation: int
+    parent_trajectories: list[str]
+    code_changes: str
+    modified_files: list[str]
+    proposed_strategy: str
+    problem_diagnosis: str
+    tools_used: list[str]
+    reasoning_pattern: str
+
+
+def trajectory_input(record: TrajectoryFields) -> AttemptInput:
+    """A trajectory's pre-attempt view, whichever way it was decoded."""
+    return AttemptInput(
+        trajectory_id=record.trajectory_id,
+        agent=record.agent_name,
+        created=created_seconds(record.created_at),
+        operator=record.operator_applied,
+        generation=record.generation,
+        # A record naming itself as parent would read its own score: dropped.
+        parent_ids=tuple(p for p in record.parent_trajectories if p != record.trajectory_id),
+        code_changes=record.code_changes,
+        modified_files=tuple(record.modified_files),
+        proposed_strategy=record.proposed_strategy,
+        problem_diagnosis=record.problem_diagnosis,
+        tools_used=tuple(record.tools_used),
+        reasoning_pattern=record.reasoning_pattern,
+    )
 
 
 class TrajectoryPool(_Record):
@@ -167,29 +191,33 @@ class ReplayRecord(_Record):
     fix_applied: str | None = None
 
     def to_input(self) -> AttemptInput:
-        operator = self.metadata.get("operator_applied", "baseline")
-        generation = self.metadata.get("generation", 0)
-        tools = tuple(dict.fromkeys(step.tool_name for step in self.steps if step.tool_name))
-        return AttemptInput(
-            trajectory_id=self.trajectory_id,
-            agent=self.agent_id,
-            created=created_seconds(self.created_at),
-            operator=operator if operator in OPERATORS else "baseline",
-            generation=generation
-            if isinstance(generation, int) and 0 <= generation <= MAX_GENERATION
-            else 0,
-            parent_ids=tuple(
-                str(p)
-                for p in self.metadata.get("parent_trajectories", ())
-                if p != self.trajectory_id
-            ),
-            code_changes=str(self.metadata.get("code_changes", "")),
-            modified_files=tuple(str(f) for f in self.metadata.get("modified_files", ())),
-            proposed_strategy=str(self.metadata.get("proposed_strategy", "")),
-            problem_diagnosis=self.task_description,
-            tools_used=tools,
-            reasoning_pattern=str(self.metadata.get("reasoning_pattern", "")),
-        )
+        return replay_input(self, tuple(step.tool_name for step in self.steps))
+
+
+def replay_input(record: Any, tool_names: Sequence[str]) -> AttemptInput:
+    """A replay record's pre-attempt view (:class:`ReplayRecord` or the read's fast
+    struct, ``data.fast_records``): ``tool_names`` are its steps' tools, in order."""
+    metadata = record.metadata
+    operator = metadata.get("operator_applied", "baseline")
+    generation = metadata.get("generation", 0)
+    return AttemptInput(
+        trajectory_id=record.trajectory_id,
+        agent=record.agent_id,
+        created=created_seconds(record.created_at),
+        operator=operator if operator in OPERATORS else "baseline",
+        generation=generation
+        if isinstance(generation, int) and 0 <= generation <= MAX_GENERATION
+        else 0,
+        parent_ids=tuple(
+            str(p) for p in metadata.get("parent_trajectories", ()) if p != record.trajectory_id
+        ),
+        code_changes=str(metadata.get("code_changes", "")),
+        modified_files=tuple(str(f) for f in metadata.get("modified_files", ())),
+        proposed_strategy=str(metadata.get("proposed_strategy", "")),
+        problem_diagnosis=record.task_description,
+        tools_used=tuple(dict.fromkeys(name for name in tool_names if name)),
+        reasoning_pattern=str(metadata.get("reasoning_pattern", "")),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,20 +72,9 @@ NUMERIC_FEATURES: tuple[str, ...] = (
     "sibling_success_share",
     *(f"parents_{op}" for op in OPERATORS),
 )
-# The features the pool decides (the rest are the record's own, data.attempt_numbers).
-LINEAGE_FEATURES: tuple[str, ...] = (
-    "parent_score_mean",
-    "parent_score_max",
-    "parent_score_min",
-    "parent_score_known",
-    "log_depth",
-    "grandparent_score_mean",
-    "grandparent_score_known",
-    "log_siblings",
-    "sibling_score_mean",
-    "sibling_success_share",
-    *(f"parents_{op}" for op in OPERATORS),
-)
+# The features the pool decides, in NUMERIC_FEATURES' order (the rest are the record's
+# own, data.attempt_numbers).
+LINEAGE_FEATURES = tuple(name for name in NUMERIC_FEATURES if name not in OWN_FEATURES)
 _OWN_COLUMNS = [NUMERIC_FEATURES.index(name) for name in OWN_FEATURES]
 _LINEAGE_COLUMNS = [NUMERIC_FEATURES.index(name) for name in LINEAGE_FEATURES]
 assert sorted(_OWN_COLUMNS + _LINEAGE_COLUMNS) == list(range(len(NUMERIC_FEATURES)))

@@ -52,6 +52,7 @@ EDGE_RECORDS: list[dict[str, Any]] = [
     },
     {"trajectory_id": "r", "steps": [{"tool_args": 3}]},
     {"trajectory_id": "r", "final_outcome": "maybe"},
+    {"final_outcome": "success", "agent_id": "x"},  # a replay record named by its key
 ]
 
 
