@@ -476,21 +476,21 @@ def _finish(
         ctx.metrics.train_loss.labels(agent=agent).set(float(result.final_train_loss))
     calibration = result.extra.get("precision_calibration")
     if isinstance(calibration, dict):
-        ctx.metrics.set_auto_measurement(agent, calibration)
+        ctx.metrics.report.set_auto_measurement(agent, calibration)
     _bound_history(ctx, agent)  # before the run is counted: a count means a pruned folder
     early_stop = result.extra.get("early_stop")
     if not isinstance(early_stop, dict):
         early_stop = None
-    ctx.metrics.set_eval(agent, result.eval, early_stop)
+    ctx.metrics.report.set_eval(agent, result.eval, early_stop)
     data = result.extra.get("data")
     if isinstance(data, dict):
-        ctx.metrics.set_data(agent, data, result.steps, time.time())
+        ctx.metrics.report.set_data(agent, data, result.steps, time.time())
     phases = result.extra.get("phases")  # where the run's time went (se_darwin)
     if isinstance(phases, dict):
-        ctx.metrics.set_phases(agent, phases)
+        ctx.metrics.report.set_phases(agent, phases)
     peak = result.extra.get("device_memory_peak_bytes")
     if peak is not None:
-        ctx.metrics.device_memory_peak.labels(agent=agent).set(float(peak))
+        ctx.metrics.report.set_device_memory_peak(agent, peak)
     export_diagnostics(ctx.metrics.rl, agent, result)
     gate = result.extra.get("gate")
     if isinstance(gate, dict) and not result.up_to_date:
