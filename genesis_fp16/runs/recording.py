@@ -11,6 +11,7 @@ a failure (:func:`record_stopped`). Whatever the outcome, the run's curves are c
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
@@ -148,30 +149,8 @@ def _finish(
     if result.steps and result.final_train_loss is not None:
         # The run's own final loss (under torchrun, rank 0's last log was its interval's).
         ctx.metrics.train_loss.labels(agent=agent).set(float(result.final_train_loss))
-    calibration = result.extra.get("precision_calibration")
-    if isinstance(calibration, dict):
-        ctx.metrics.report.set_auto_measurement(agent, calibration)
     _bound_history(ctx, agent)  # before the run is counted: a count means a pruned folder
-    early_stop = result.extra.get("early_stop")
-    if not isinstance(early_stop, dict):
-        early_stop = None
-    ctx.metrics.report.set_eval(agent, result.eval, early_stop)
-    data = result.extra.get("data")
-    if isinstance(data, dict):
-        ctx.metrics.report.set_data(agent, data, result.steps, time.time())
-    phases = result.extra.get("phases")  # where the run's time went (se_darwin)
-    if isinstance(phases, dict):
-        ctx.metrics.report.set_phases(agent, phases)
-    peak = result.extra.get("device_memory_peak_bytes")
-    if peak is not None:
-        ctx.metrics.report.set_device_memory_peak(agent, peak)
-    export_diagnostics(ctx.metrics.rl, agent, result)
-    gate = result.extra.get("gate")
-    if isinstance(gate, dict) and not result.up_to_date:
-        ctx.metrics.promotion.export_gate(agent, gate)
-    drift = result.extra.get("drift")
-    if isinstance(drift, dict):
-        ctx.metrics.promotion.export_drift(agent, drift)
+    _export_report(ctx, agent, result)
     log.info(
         "training run finished",
         agent=agent,
@@ -190,18 +169,37 @@ def _finish(
         failure_detail=result.failure_detail or None,
         final_train_loss=result.final_train_loss,
         eval=dict(result.eval),
-        components=result.extra.get("components"),  # per-component dtypes (rlhf_ppo's preset)
-        early_stop=_early_stop_summary(early_stop),
-        data=data if isinstance(data, dict) else None,
-        phases=phases if isinstance(phases, dict) else None,
-        gate=gate if isinstance(gate, dict) else None,
-        drift=drift if isinstance(drift, dict) else None,
+        components=_plain(result.components),  # per-component dtypes (rlhf_ppo's preset)
+        early_stop=_early_stop_summary(result.early_stop),
+        data=_plain(result.data),
+        phases=_plain(result.phases),
+        gate=_plain(result.gate),
+        drift=_plain(result.drift),
         checkpoint=str(result.checkpoint) if result.checkpoint else None,
         duration_seconds=round(duration, 3),
     )
     # Counted last: whoever sees the count (a dashboard, a test) finds the run's other
     # series and its log line already there.
     ctx.metrics.finish_run(agent, outcome, duration, result.eval.get("loss"), time.time())
+
+
+def _export_report(ctx: JobContext, agent: str, result: TrainResult) -> None:
+    """What the run reports beyond its counts, each typed field the agent filled."""
+    report = ctx.metrics.report
+    if result.precision_calibration is not None:
+        report.set_auto_measurement(agent, result.precision_calibration)
+    report.set_eval(agent, result.eval, result.early_stop)
+    if result.data is not None:
+        report.set_data(agent, result.data, result.steps, time.time())
+    if result.phases is not None:  # where the run's time went (se_darwin)
+        report.set_phases(agent, result.phases)
+    if result.device_memory_peak_bytes is not None:
+        report.set_device_memory_peak(agent, result.device_memory_peak_bytes)
+    export_diagnostics(ctx.metrics.rl, agent, result)
+    if result.gate is not None and not result.up_to_date:
+        ctx.metrics.promotion.export_gate(agent, result.gate)
+    if result.drift is not None:
+        ctx.metrics.promotion.export_drift(agent, result.drift)
 
 
 def _show_next_precision(ctx: JobContext, agent: str, device: str) -> None:
@@ -230,7 +228,12 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
     ctx.metrics.promotion.state_bytes.labels(agent=agent).set(folder_bytes(folder))
 
 
-def _early_stop_summary(record: dict[str, Any] | None) -> dict[str, Any] | None:
+def _plain(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A reported record as the log line's plain dict (None: not reported)."""
+    return None if record is None else dict(record)
+
+
+def _early_stop_summary(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The log line's part of early stopping's record (its history stays in train --json)."""
     if record is None:
         return None

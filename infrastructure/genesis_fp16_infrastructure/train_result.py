@@ -65,7 +65,26 @@ _RESULT_FLOATS = (
 
 @dataclass(frozen=True)
 class TrainResult:
-    """The outcome of one training run; :meth:`to_json` is the ``train --json`` object."""
+    """The outcome of one training run; :meth:`to_json` is the ``train --json`` object.
+
+    Besides the counts every run has, a run may report what the daemon exports when an
+    agent has it, each in a typed field that is None when the agent reports none:
+    ``precision_calibration`` (what a measured ``auto`` timed), ``early_stop``, ``data``
+    (the records trained on, and what changed), ``phases`` (seconds per phase),
+    ``device_memory_peak_bytes``, ``gate`` and ``drift`` (the promotion gate's verdict
+    and the data's drift), ``components`` (per-component dtypes and flags) and ``diagnostics``
+    (RL diagnostics, ``{name: float}``). ``extra`` is the agent's own record: the daemon
+    reads nothing from it, ``train --json`` prints it whole.
+
+    >>> result = TrainResult(
+    ...     agent="my_agent", precision_requested="auto", precision_used="bf16",
+    ...     precision_reason="default", device="cpu", steps=20, skipped_steps=0,
+    ...     overflow_rate=0.0, loss_scale=1.0, final_train_loss=0.1, eval={"loss": 0.2},
+    ...     samples_per_second=100.0, wall_seconds=2.0, checkpoint=None, quarantined=0,
+    ...     phases={"read": 0.5, "train": 1.5})
+    >>> result.outcome, TrainResult.from_json(result.to_json()).phases
+    ('success', {'read': 0.5, 'train': 1.5})
+    """
 
     agent: str
     precision_requested: str
@@ -103,6 +122,16 @@ class TrainResult:
     # The run's model was judged worse than the served one by the promotion gate: it is
     # kept for inspection, and the served model goes on serving.
     rejected: bool = False
+    # What the daemon exports when the agent reports it (genesis_fp16/runs/recording.py).
+    precision_calibration: Mapping[str, Any] | None = None
+    early_stop: Mapping[str, Any] | None = None
+    data: Mapping[str, Any] | None = None
+    phases: Mapping[str, float] | None = None
+    device_memory_peak_bytes: int | None = None
+    gate: Mapping[str, Any] | None = None
+    drift: Mapping[str, Any] | None = None
+    components: Mapping[str, str | bool] | None = None
+    diagnostics: Mapping[str, float] | None = None
 
     def __post_init__(self) -> None:
         # Whoever built the result (from_fit, or a plugin of its own): a run that took
@@ -147,8 +176,9 @@ class TrainResult:
         truthfully: the precision used is the one the run ended in, after any demotion."""
         summary = result.summary
         extra = dict(extra or {})
-        if result.calibration is not None:  # what a measured 'auto' timed (train --json)
-            extra["precision_calibration"] = result.calibration.to_json()
+        calibration = None if result.calibration is None else result.calibration.to_json()
+        if calibration is not None:  # what a measured 'auto' timed; train --json reads it there
+            extra["precision_calibration"] = calibration
         steps, skipped = result.steps_run, result.skipped_run
         failure = learning_failure(
             steps,
@@ -184,6 +214,8 @@ class TrainResult:
             stopped_early=result.stopped_early,
             demotions=result.demotions,
             extra=extra,
+            precision_calibration=calibration,
+            early_stop=None if result.early_stop is None else dict(result.early_stop),
             execution=result.execution.used,
             execution_reason=result.execution.reason,
             execution_fallback=result.execution.fallback,

@@ -1,4 +1,4 @@
-"""RL live diagnostics: TrainResult.extra["diagnostics"] -> genesis_fp16_rl_* gauges."""
+"""RL live diagnostics: TrainResult.diagnostics -> genesis_fp16_rl_* gauges."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ REQUIRED = {
 
 
 def _result(diagnostics: object) -> TrainResult:
-    return train_result(agent=AGENT, steps=4, extra={"diagnostics": diagnostics})
+    return train_result(agent=AGENT, steps=4, diagnostics=diagnostics)
 
 
 def _value(registry: CollectorRegistry, metric: str) -> float | None:

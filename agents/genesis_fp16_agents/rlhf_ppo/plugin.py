@@ -319,6 +319,8 @@ class RlhfPpoPlugin:
         if history:
             evaluation["reward_first_iteration"] = history[0]["reward_true_mean"]
         preset = engine.preset
+        components = preset.as_dict()
+        diagnostics = {k: float(v) for k, v in run.stats.items()}
         reason = f"{request.precision_reason}; {choice.reason}"
         if run.demotions:
             reason += f"; {engine.trainer.policy.resolved.reason}"
@@ -343,17 +345,19 @@ class RlhfPpoPlugin:
             demotions=tuple(run.demotions),
             execution=engine.trainer.execution.used,
             execution_reason=f"rlhf_ppo update steps: {engine.trainer.execution.reason}",
+            components=components,
+            diagnostics=diagnostics,
             extra={
                 "preset": preset.name,
                 "preset_requested": choice.requested_preset,
                 "preset_reason": choice.reason,
                 "presets_run": run.presets,
-                "components": preset.as_dict(),
+                "components": components,
                 "master_weights": preset.master_weights,
                 "kl_dtype_seen": str(engine.kl_dtype_seen),
                 "iterations": engine.iterations,
                 "resumed_from": str(resumed) if resumed else None,
-                "diagnostics": {k: float(v) for k, v in run.stats.items()},
+                "diagnostics": diagnostics,
                 "history": history,
             },
         )
