@@ -98,3 +98,19 @@ def test_the_typed_fields_cross_the_json_of_a_child_or_a_rank() -> None:
     result = train_result(agent=AGENT, **REPORTED)
     back = TrainResult.from_json(result.to_json())
     assert {name: getattr(back, name) for name in REPORTED} == REPORTED
+
+
+def test_a_childs_result_line_is_the_result_and_a_diagnostics_line_is_live() -> None:
+    """The launcher reads a result line (which has a diagnostics field) as the result, and
+    only a line of diagnostics alone as live diagnostics."""
+    import io
+    import json
+
+    from genesis_fp16.runs.launcher import _Output, _read_stdout
+
+    live: list[dict[str, float]] = []
+    result = train_result(agent=AGENT, diagnostics=None).to_json()
+    lines = [json.dumps({"diagnostics": {"mismatch_k3": 1e-7}}), json.dumps(result)]
+    output = _Output()
+    _read_stdout(io.StringIO("\n".join(lines) + "\n"), output, None, lambda d: live.append(dict(d)))
+    assert output.result == result and live == [{"mismatch_k3": 1e-7}]
