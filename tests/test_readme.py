@@ -106,7 +106,7 @@ def test_plugin_example_is_discovered_and_trains(tmp_path: Path) -> None:
 
 def test_documented_outcome_labels_are_the_ones_emitted() -> None:
     """Every `..._total{outcome="X"}` in README and docs/ is a value the metrics emit."""
-    from genesis_fp16.metrics.daemon_metrics import RELOAD_OUTCOMES, RUN_OUTCOMES
+    from genesis_fp16.metrics.metric_names import RELOAD_OUTCOMES, RUN_OUTCOMES
 
     emitted = {"config_reloads_total": RELOAD_OUTCOMES, "training_runs_total": RUN_OUTCOMES}
     texts = [README, *(path.read_text() for path in (ROOT / "docs").glob("*.md"))]

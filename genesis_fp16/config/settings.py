@@ -20,12 +20,10 @@ import os
 import re
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AliasChoices,
-    BaseModel,
-    ConfigDict,
     Field,
     SecretStr,
     ValidationError,
@@ -35,6 +33,16 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+# The choices keep their import path here too (commands/train.py reads them from settings).
+from genesis_fp16.config.agent_settings import COMPILE_CHOICES as COMPILE_CHOICES
+from genesis_fp16.config.agent_settings import CUDA_GRAPH_CHOICES as CUDA_GRAPH_CHOICES
+from genesis_fp16.config.agent_settings import (
+    AgentSettings,
+    Compile,
+    CudaGraph,
+    Isolation,
+    parse_schedule,
+)
 from genesis_fp16.config.extras import tensorboard_missing
 from genesis_fp16.config.guard_settings import GuardSettings
 from genesis_fp16.config.settings_sources import SettingsSources, read_sources
@@ -48,19 +56,6 @@ ENV_FILE_VARIABLE = "GENESIS_FP16_ENV_FILE"
 DEFAULT_ENV_FILE = ".env"
 PRECISION_CHOICES: tuple[str, ...] = CHOICES
 
-# The values of CHOICES in genesis_fp16_infrastructure.training.precision.precision_names,
-# spelled out because a Literal must be static for mypy and pydantic (a test checks they agree).
-Precision = Literal["auto", "fp32", "bf16", "fp16"]
-# The values of CUDA_GRAPH_REQUESTS in genesis_fp16_infrastructure.training.step.execution_names
-# (a test checks).
-CudaGraph = Literal["auto", "on", "off"]
-# The values of COMPILE_REQUESTS in genesis_fp16_infrastructure.training.step.execution_names
-# (a test checks).
-Compile = Literal["off", "on"]
-Isolation = Literal["process", "thread"]
-CUDA_GRAPH_CHOICES: tuple[str, ...] = get_args(CudaGraph)
-COMPILE_CHOICES: tuple[str, ...] = get_args(Compile)
-
 
 class SettingsError(Exception):
     """Invalid configuration; ``str(exc)`` is one line naming each bad setting."""
@@ -68,87 +63,6 @@ class SettingsError(Exception):
     def __init__(self, errors: list[str]) -> None:
         self.errors = errors
         super().__init__("; ".join(errors))
-
-
-def parse_schedule(value: str) -> tuple[str, float | str]:
-    """Return ``("interval", seconds)`` or ``("cron", expression)`` for a schedule string.
-
-    >>> parse_schedule("600")
-    ('interval', 600.0)
-    >>> parse_schedule("*/15 * * * *")
-    ('cron', '*/15 * * * *')
-    """
-    text = value.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        pass
-    else:
-        if not seconds > 0:
-            raise ValueError(f"interval must be > 0 seconds, got {value!r}")
-        return "interval", seconds
-    from apscheduler.triggers.cron import CronTrigger
-
-    try:
-        CronTrigger.from_crontab(text)
-    except ValueError as exc:
-        raise ValueError(
-            f"{value!r} is neither an interval in seconds nor a 5-field cron string ({exc})"
-        ) from None
-    return "cron", text
-
-
-class AgentSettings(BaseModel):
-    """One agent's settings; unset fields fall back to the daemon-wide defaults."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    enabled: bool = True
-    schedule: str | None = None
-    precision: Precision | None = None
-    data_path: Path | None = None
-    steps: int | None = Field(default=None, ge=1)
-    epochs: int | None = Field(default=None, ge=1)
-    device: str | None = None
-    # Run the precision probe once before the first bf16/fp16 run (genesis_fp16/runs/probe_gate.py).
-    probe_before_low_precision: bool = False
-    # More than 1: the daemon runs each job under torchrun with this many processes.
-    nproc: int = Field(default=1, ge=1)
-    # auto, on or off: replay each step from a captured CUDA graph (FitOptions.cuda_graph).
-    cuda_graph: CudaGraph | None = None
-    # off or on: the model compiled inside the captured step (FitOptions.compile).
-    compile: Compile | None = None
-    # Wall-clock limit of one run (default GENESIS_FP16_RUN_TIMEOUT_SECONDS, 6 h); past it
-    # the run stops at its next step with a checkpoint (see Settings.run_timeout_seconds).
-    run_timeout_seconds: float | None = Field(default=None, gt=0)
-    # process or thread (default GENESIS_FP16_RUN_ISOLATION): see Settings.run_isolation.
-    isolation: Isolation | None = None
-    # A trusted pool the promotion gate also scores candidate and served model on
-    # (GENESIS_FP16_AGENTS__<AGENT>__GOLDEN_DATA; genesis_fp16_agents.se_darwin.gate).
-    golden_data: Path | None = None
-    # The agent's own options (its plugin declares them: `genesis-fp16 agents --json`),
-    # checked against that declaration at start-up and on reload (genesis_fp16/runs/run_request.py).
-    options: dict[str, str | int | float | bool] = Field(default_factory=dict)
-
-    @field_validator("options", mode="before")
-    @classmethod
-    def _lowercase_option_keys(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return {str(key).lower(): item for key, item in value.items()}
-        return value
-
-    @field_validator("schedule")
-    @classmethod
-    def _check_schedule(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_schedule(value)
-        return value
-
-    @model_validator(mode="after")
-    def _steps_or_epochs(self) -> AgentSettings:
-        if self.steps is not None and self.epochs is not None:
-            raise ValueError("set steps or epochs per run, not both")
-        return self
 
 
 class Settings(BaseSettings, GuardSettings):

@@ -14,8 +14,6 @@ True
 
 from __future__ import annotations
 
-import contextlib
-import math
 import os
 import threading
 from collections.abc import Mapping
@@ -30,41 +28,25 @@ from prometheus_client import (
 )
 
 from genesis_fp16.config.state_files import STATE_FILES
-from genesis_fp16.metrics.diagnostics_export import RL_METRIC_NAMES, RlDiagnosticsMetrics
+from genesis_fp16.metrics.diagnostics_export import RlDiagnosticsMetrics
 from genesis_fp16.metrics.last_success import LastSuccessStore
+from genesis_fp16.metrics.metric_names import (
+    FAILURE_REASONS,
+    HEALTHY_OUTCOMES,
+    PRECISION_LABELS,
+    PREFIX,
+    RELOAD_OUTCOMES,
+    RUN_DURATION_BUCKETS,
+    RUN_OUTCOMES,
+    SKIP_REASONS,
+)
 from genesis_fp16.metrics.placement import Placement
-from genesis_fp16.metrics.probe_metrics import PROBE_METRIC_NAMES, ProbeMetrics
+from genesis_fp16.metrics.probe_metrics import ProbeMetrics
 from genesis_fp16.metrics.promotion_metrics import PromotionMetrics
-from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
+from genesis_fp16.metrics.run_report_metrics import RunReportMetrics
 from genesis_fp16_infrastructure.training.step.execution_names import (
     EXECUTION_MODES,
     FALLBACK_REASONS,
-)
-
-PREFIX = "genesis_fp16"
-PRECISION_LABELS = PRECISIONS
-# up_to_date: the agent's model had already learned all of its data, so the run took no
-# step (healthy: a daemon whose data does not change trains nothing and pages nobody).
-RUN_OUTCOMES = ("success", "failed", "stopped", "up_to_date", "rejected")
-# Outcomes that count as the agent being trained as it should (last_success_timestamp).
-HEALTHY_OUTCOMES = ("success", "up_to_date")
-RELOAD_OUTCOMES = ("success", "failure")
-# Why a run failed (genesis_fp16_run_failures_total), and why a job did not start.
-# nonfinite_gradients / nonfinite_loss: the run ran its steps and learned nothing
-# (TrainResult.failure; plugin_api.LEARNING_FAILURES).
-FAILURE_REASONS = (
-    *("refused", "error", "storage", "exit", "hung", "memory", "device_unavailable"),
-    *("nonfinite_gradients", "nonfinite_loss"),
-)
-SKIP_REASONS = ("still_running", "hung")
-# Files of the state folder the daemon reads back at start-up (genesis_fp16_state_files_
-# skipped_total counts the unusable ones it started without).
-# Runs last minutes; the tail reaches two hours so a stuck run still lands in a bucket.
-# Up to twice the default run timeout (6 h), so a run stopped by its timeout still lands
-# in a finite bucket and histogram_quantile reads it.
-RUN_DURATION_BUCKETS = (
-    *(5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0),
-    *(14400.0, 21600.0, 43200.0),
 )
 
 # The summary's cumulative counts and the counters they advance.
@@ -74,52 +56,6 @@ _CUMULATIVE = {
     "nonfinite_losses": "nonfinite_loss",
     "samples": "samples",
 }
-
-# The quality figures genesis_fp16_eval_quality carries, by its metric label: held-out, or
-# out of fold where the agent cross-validates a small pool (se_darwin under 3,334 records).
-EVAL_QUALITY = ("auc", "auc_ci_low", "auc_ci_high", "examples")
-
-# Every metric name this module exports, as scraped (counters with their _total).
-METRIC_NAMES = (
-    "genesis_fp16_loss_scale",
-    "genesis_fp16_optimizer_steps_total",
-    "genesis_fp16_skipped_steps_total",
-    "genesis_fp16_overflow_rate",
-    "genesis_fp16_nonfinite_loss_total",
-    "genesis_fp16_grad_norm",
-    "genesis_fp16_samples_total",
-    "genesis_fp16_train_loss",
-    "genesis_fp16_step_seconds",
-    "genesis_fp16_eval_loss",
-    "genesis_fp16_eval_quality",
-    "genesis_fp16_early_stop_best_step",
-    "genesis_fp16_precision",
-    "genesis_fp16_execution",
-    "genesis_fp16_execution_fallbacks_total",
-    "genesis_fp16_auto_step_seconds",
-    "genesis_fp16_precision_demotions_total",
-    "genesis_fp16_training_runs_total",
-    "genesis_fp16_run_failures_total",
-    "genesis_fp16_jobs_skipped_total",
-    "genesis_fp16_runs_overdue",
-    "genesis_fp16_training_run_duration_seconds",
-    "genesis_fp16_last_success_timestamp_seconds",
-    "genesis_fp16_state_files_skipped_total",
-    "genesis_fp16_tracking_write_failures_total",
-    "genesis_fp16_last_learned_timestamp_seconds",
-    "genesis_fp16_training_records",
-    "genesis_fp16_new_records_total",
-    "genesis_fp16_scheduler_heartbeat_timestamp_seconds",
-    "genesis_fp16_plugin_load_failures_total",
-    "genesis_fp16_config_reloads_total",
-    "genesis_fp16_config_last_reload_successful",
-    "genesis_fp16_build_info",
-    "genesis_fp16_device_info",
-    "genesis_fp16_device_memory_peak_bytes",
-    "genesis_fp16_run_phase_seconds",
-    *PROBE_METRIC_NAMES,  # genesis_fp16/metrics/probe_metrics.py
-    *RL_METRIC_NAMES,  # genesis_fp16/metrics/diagnostics_export.py
-)
 
 
 class DaemonMetrics:
@@ -186,16 +122,6 @@ class DaemonMetrics:
             "set beside DCGM's GPU utilisation).",
         )
         self.eval_loss = gauge("eval_loss", "Held-out loss after the last finished run.")
-        self.eval_quality = gauge(
-            "eval_quality",
-            "Held-out AUC after the last finished run (out-of-fold on a cross-validated "
-            "pool), with its 95% interval (auc_ci_low, auc_ci_high) and the number of "
-            "records it is measured on (examples).",
-            ("agent", "metric"),
-        )
-        self.early_stop_best_step = gauge(
-            "early_stop_best_step", "Step whose weights early stopping kept (the served ones)."
-        )
         self.precision = gauge(
             "precision",
             "1 for the precision the agent trains in, 0 for the others: the running run's; "
@@ -217,12 +143,6 @@ class DaemonMetrics:
             "capture_failed (a capture raised; the run went on eagerly from the step "
             "before it).",
             ("agent", "reason"),
-        )
-        self.auto_step = gauge(
-            "auto_step_seconds",
-            "Median step time per precision measured for the agent's auto choice "
-            "(chosen=1 for the one it trains in); absent until auto is measured.",
-            ("agent", "precision", "chosen"),
         )
         self.precision_demotions = counter(
             "precision_demotions",
@@ -277,18 +197,6 @@ class DaemonMetrics:
             "run ends.",
             ("agent",),
         )
-        self.last_learned = gauge(
-            "last_learned_timestamp_seconds",
-            "Unix time of the last successful run that trained on new or changed data.",
-        )
-        self.training_records = gauge(
-            "training_records", "Labelled records the served model was trained on."
-        )
-        self.new_records = counter(
-            "new_records",
-            "Records new to the model when a run trained on them (all of them on a "
-            "first run, or when the checkpoint kept no record of its data).",
-        )
         self.heartbeat = gauge(
             "scheduler_heartbeat_timestamp_seconds",
             "Unix time of the scheduler's last heartbeat job.",
@@ -313,17 +221,9 @@ class DaemonMetrics:
             "UUID and model, the values DCGM's series carry (empty on a CPU host).",
             ("pod", "namespace", "hostname", "gpu", "uuid", "model_name"),
         )
-        self.run_phase_seconds = gauge(
-            "run_phase_seconds",
-            "Seconds the last finished run spent per phase (check, read, encode, train, eval, "
-            "final_fit), for agents that report them (se_darwin's extra.phases).",
-            ("agent", "phase"),
-        )
-        self._phases: dict[str, set[str]] = {}
-        self.device_memory_peak = gauge(
-            "device_memory_peak_bytes", "Peak accelerator memory of the last run (GPU only)."
-        )
-        # RL diagnostics (genesis_fp16_rl_*) and the precision probe's verdict.
+        # What a finished run reports beyond its counters (genesis_fp16/metrics/
+        # run_report_metrics.py), RL diagnostics (genesis_fp16_rl_*), the probe's verdict.
+        self.report = RunReportMetrics(registry)
         self.rl = RlDiagnosticsMetrics(registry)
         self.probe = ProbeMetrics(registry)
         self.promotion = PromotionMetrics(registry)
@@ -348,7 +248,6 @@ class DaemonMetrics:
             self.skipped_steps,
             self.nonfinite_loss,
             self.samples,
-            self.new_records,
         ):
             counter.labels(agent=agent)
         for outcome in RUN_OUTCOMES:
@@ -361,6 +260,7 @@ class DaemonMetrics:
             self.execution_fallbacks.labels(agent=agent, reason=reason)
         for name in STATE_FILES:
             self.state_files_skipped.labels(agent=agent, file=name)
+        self.report.add_agent(agent)
         self.runs_overdue.labels(agent=agent).set(0)
         self.run_duration.labels(agent=agent)
         self.last_success.labels(agent=agent).set(last_success)
@@ -436,36 +336,6 @@ class DaemonMetrics:
         for name in EXECUTION_MODES:
             self.execution.labels(agent=agent, mode=name).set(1 if name == mode else 0)
 
-    def set_auto_measurement(self, agent: str, calibration: Mapping[str, Any]) -> None:
-        """Export a measured ``auto`` (TrainResult.extra["precision_calibration"])."""
-        rows = calibration.get("rows", [])
-        chosen = calibration.get("chosen")
-        for name in PRECISION_LABELS:  # one series per precision: drop the stale one
-            for flag in ("0", "1"):
-                with contextlib.suppress(KeyError):  # never exported: nothing to drop
-                    self.auto_step.remove(agent, name, flag)
-        fastest: dict[str, float] = {}  # on CUDA a precision has an eager and a captured row
-        for row in rows:
-            name = row.get("precision")
-            if name in PRECISION_LABELS:
-                fastest[name] = min(fastest.get(name, math.inf), float(row["median_ms"]))
-        for name, ms in fastest.items():
-            flag = "1" if name == chosen else "0"
-            self.auto_step.labels(agent=agent, precision=name, chosen=flag).set(ms / 1000.0)
-
-    def set_eval(
-        self, agent: str, metrics: Mapping[str, float], early_stop: Mapping[str, Any] | None
-    ) -> None:
-        """The eval AUC (held-out or out-of-fold), its interval and the records it is
-        measured on, and early stopping's best step."""
-        for name in EVAL_QUALITY:
-            value = metrics.get(name)
-            if value is not None and math.isfinite(value):
-                self.eval_quality.labels(agent=agent, metric=name).set(value)
-        best = (early_stop or {}).get("best_step")
-        if best is not None:
-            self.early_stop_best_step.labels(agent=agent).set(best)
-
     def finish_run(
         self, agent: str, outcome: str, duration: float, eval_loss: float | None, now: float
     ) -> None:
@@ -477,27 +347,6 @@ class DaemonMetrics:
             self.last_success.labels(agent=agent).set(now)
             if self._last_success_store is not None:
                 self._last_success_store.save(agent, now)  # logs a failure, never raises
-
-    def set_phases(self, agent: str, phases: Mapping[str, Any]) -> None:
-        """The last run's seconds per phase; a phase it did not have is removed, not left
-        at an older run's value."""
-        for gone in self._phases.get(agent, set()) - set(phases):
-            self.run_phase_seconds.remove(agent, gone)
-        for phase, seconds in phases.items():
-            self.run_phase_seconds.labels(agent=agent, phase=phase).set(float(seconds))
-        self._phases[agent] = set(phases)
-
-    def set_data(self, agent: str, data: Mapping[str, Any], steps: int, now: float) -> None:
-        """What a finished run reports of its data (``TrainResult.extra["data"]``): the
-        records trained on, the new ones, and when the model last learned new data."""
-        records = data.get("records")
-        if records is None:
-            return
-        self.training_records.labels(agent=agent).set(float(records))
-        if steps > 0 and data.get("change") != "unchanged":
-            new = data.get("new", records)
-            self.new_records.labels(agent=agent).inc(float(new or 0))
-            self.last_learned.labels(agent=agent).set(now)
 
 
 def _steps(totals: Any) -> float:

@@ -1,7 +1,7 @@
 """RL live diagnostics as Prometheus gauges: one gauge per diagnostic, labelled by agent.
 
 An RL agent (``rlhf_ppo``) puts its last iteration's diagnostics in
-``TrainResult.extra["diagnostics"]``, a flat ``{name: float}`` dict (names and meanings
+``TrainResult.diagnostics``, a flat ``{name: float}`` dict (names and meanings
 in docs/precision-forensics.md) and hands each iteration's to
 ``TrainRequest.on_diagnostics`` while it trains. The daemon sets one gauge per known
 name after every iteration (live) and again from the result when the run ends;
@@ -41,7 +41,7 @@ RL_PREFIX = "genesis_fp16_rl_"
 
 @dataclass(frozen=True)
 class RlGauge:
-    """One diagnostic of ``TrainResult.extra["diagnostics"]`` and its gauge."""
+    """One diagnostic of ``TrainResult.diagnostics`` and its gauge."""
 
     diagnostic: str
     metric: str  # without RL_PREFIX
@@ -188,9 +188,9 @@ class RlDiagnosticsMetrics:
 
 
 def export_diagnostics(rl: RlDiagnosticsMetrics, agent: str, result: TrainResult) -> list[str]:
-    """Export ``result.extra["diagnostics"]`` when the agent reports any; return the names."""
-    diagnostics = result.extra.get("diagnostics")
-    if not isinstance(diagnostics, Mapping) or not diagnostics:
+    """Export ``result.diagnostics`` when the agent reports any; return the names."""
+    diagnostics = result.diagnostics
+    if not diagnostics:
         return []
     exported = rl.export(agent, diagnostics)
     undefined = sorted(n for n in exported if not math.isfinite(float(diagnostics[n])))

@@ -1,7 +1,8 @@
 """The promotion gate's series: served and candidate quality, drift, and the agent's disk.
 
-``export_gate`` reads a finished run's ``extra["gate"]`` (genesis_fp16_agents.se_darwin.gate) and
-``extra["drift"]``; ``set_state_bytes`` the bytes of the agent's folder after pruning.
+``export_gate`` reads a finished run's ``TrainResult.gate``
+(genesis_fp16_agents.se_darwin.gate) and ``export_drift`` its ``TrainResult.drift``;
+``set_state_bytes`` the bytes of the agent's folder after pruning.
 
 >>> from prometheus_client import CollectorRegistry
 >>> metrics = PromotionMetrics(CollectorRegistry())

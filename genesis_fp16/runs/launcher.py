@@ -377,7 +377,7 @@ def _read_stdout(
         if "progress" in data:
             if on_log is not None:
                 on_log(TrainingSummary.from_json(data["progress"]))
-        elif "diagnostics" in data:
+        elif set(data) == {"diagnostics"}:  # a live line; a result has a diagnostics field too
             if on_diagnostics is not None and isinstance(data["diagnostics"], dict):
                 values = data["diagnostics"].items()
                 on_diagnostics({k: math.nan if v is None else float(v) for k, v in values})

@@ -16,6 +16,9 @@ A plugin may declare the options its ``train`` reads from ``TrainRequest.options
 ``GENESIS_FP16_AGENTS__<AGENT>__OPTIONS__<KEY>=VALUE``, and a bad key or value is refused
 before any training starts (:func:`parse_options`). A plugin without the attribute takes
 no options.
+
+The request and the result live beside this module (``train_request.py``, ``train_result.py``);
+every name of the contract is imported from here (``__all__``).
 """
 
 from __future__ import annotations
@@ -25,26 +28,40 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from genesis_fp16_infrastructure.json_numbers import finite, number
-from genesis_fp16_infrastructure.training.run.spec import (
-    RunCallbacks,
-    RunSpec,
-    spec_fields,
-    spec_from_json,
-    spec_to_json,
+from genesis_fp16_infrastructure.train_request import DEFAULT_STEPS, TrainRequest
+from genesis_fp16_infrastructure.train_result import (
+    LEARNING_FAILURES,
+    SCALER_CALIBRATION_SKIPS,
+    TrainResult,
+    learning_failure,
+    min_useful_steps,
 )
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from genesis_fp16_infrastructure.training.run.fit import FitOptions, FitResult
+
+__all__ = [
+    "API_VERSION",
+    "DEFAULT_STEPS",
+    "LEARNING_FAILURES",
+    "SCALER_CALIBRATION_SKIPS",
+    "AgentOption",
+    "AgentPlugin",
+    "OptionValue",
+    "ProbeSetup",
+    "TrainRequest",
+    "TrainRequestError",
+    "TrainResult",
+    "declared_options",
+    "ignored_request_fields",
+    "learning_failure",
+    "min_useful_steps",
+    "parse_options",
+]
 
 API_VERSION = 1
-
-
-# The optimizer steps a run trains when its request names no budget (TrainRequest.fit_options).
-DEFAULT_STEPS = 100
 
 
 class TrainRequestError(ValueError):
@@ -176,284 +193,6 @@ def parse_options(
         except ValueError as exc:
             raise TrainRequestError(f"agent {agent}: option {name}={exc}") from None
     return out
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrainRequest(RunSpec, RunCallbacks):
-    """What the daemon, or ``genesis-fp16 train``, asks an agent to do in one run.
-
-    The run's own fields (``precision``, ``device``, ``steps``, ``epochs``, ``seed``,
-    ``resume``, ``checkpoint_seconds``, ``log_interval``, ``guard``, ``fsdp``,
-    ``cuda_graph``, ``compile``) and the callbacks ``on_log`` and ``should_stop`` are
-    :class:`~genesis_fp16_infrastructure.training.run.spec.RunSpec`'s and
-    :class:`~genesis_fp16_infrastructure.training.run.spec.RunCallbacks`', shared with
-    ``FitOptions``; the rest are the agent's. ``precision`` is the requested name and
-    ``precision_reason`` says who asked for it (a CLI flag, ``ENABLE_FP16_TRAINING``, a
-    per-agent override). ``steps`` counts optimizer steps of this run, skipped ones
-    included; with ``resume`` they come on top of the checkpoint's, unless the checkpoint
-    is an interrupted run's with the same budget, which then finishes. ``guard`` turns on
-    the precision guard; None leaves it off. Fields are keyword-only.
-    """
-
-    agent: str
-    precision_reason: str
-    state_dir: Path
-    checkpoint_dir: Path
-    data_path: Path | None = None
-    # RL agents: called after each iteration with its diagnostics ({name: float}); the
-    # daemon exports them live as genesis_fp16_rl_* gauges
-    # (genesis_fp16/metrics/diagnostics_export.py).
-    on_diagnostics: Callable[[Mapping[str, float]], None] | None = None
-    quarantine_path: Path | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
-    # How precision 'auto' resolves, and where a measurement is cached (FitOptions.auto_precision).
-    auto_precision: str = "rule"
-    calibration_path: Path | None = None
-    # Precisions a measured 'auto' must not time, each with why (e.g. a red probe verdict).
-    auto_excluded: Mapping[str, str] = field(default_factory=dict)
-    # The resident memory the run may use (the daemon's RUN_MEMORY_LIMIT_BYTES; None: no
-    # limit set), for what a plugin sizes by it: se_darwin's largest pool.
-    memory_limit_bytes: int | None = None
-    # A fixed pool the operator trusts: a candidate must be no worse than the served
-    # model on it too (the promotion gate; GENESIS_FP16_AGENTS__<AGENT>__GOLDEN_DATA).
-    golden_data_path: Path | None = None
-
-    def fit_options(self, **overrides: Any) -> FitOptions:
-        """The :class:`~genesis_fp16_infrastructure.training.FitOptions` this request asks for.
-
-        Every field of the run (``RunSpec``'s), the callbacks, the checkpoint folder and
-        cadence and the ``auto`` settings come from the request; ``overrides`` replace any
-        of them or set the rest (``scaler``, ``trainer``, ...). A request with no budget
-        (neither ``steps`` nor ``epochs``: no ``--steps``, no ``STEPS_PER_RUN``) trains
-        :data:`DEFAULT_STEPS` optimizer steps, so a plugin that passes the request through
-        trains under the daemon with no setting::
-
-            result = fit(task, request.fit_options())
-        """
-        from genesis_fp16_infrastructure.training.run.calibration import AutoPrecision
-        from genesis_fp16_infrastructure.training.run.fit import FitOptions
-
-        values: dict[str, Any] = {name: getattr(self, name) for name in spec_fields()}
-        values.update(
-            on_log=self.on_log,
-            should_stop=self.should_stop,
-            checkpoint_dir=Path(self.checkpoint_dir),
-            auto_precision=AutoPrecision(
-                mode=self.auto_precision, excluded=self.auto_excluded, cache=self.calibration_path
-            ),
-        )
-        merged = {**values, **overrides}
-        if merged.get("steps") is None and merged.get("epochs") is None:
-            merged["steps"] = DEFAULT_STEPS
-        return FitOptions(**merged)
-
-    def to_json(self) -> dict[str, Any]:
-        """The request as JSON-ready data, callbacks left out (they cannot cross a process).
-
-        The daemon hands this to its child or its torchrun ranks whole (a file), so every
-        process trains with the same precision and reason, guard, budget and options::
-
-            TrainRequest.from_json(json.loads(json.dumps(request.to_json())))
-        """
-        return spec_to_json(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TrainRequest:
-        """The inverse of :meth:`to_json`; callbacks are the defaults (set them with
-        ``dataclasses.replace``)."""
-        return spec_from_json(cls, data)
-
-
-# A run that took steps learned only when at least min_useful_steps(steps) of them were
-# taken (not skipped). fp16's loss scale starts at 65536 and may halve up to 16 times
-# before its first step is taken (each halving skips one step): those 16 are allowed,
-# and of the rest at least half must be taken. A run of 18 steps or fewer needs one.
-SCALER_CALIBRATION_SKIPS = 16
-LEARNING_FAILURES = ("nonfinite_gradients", "nonfinite_loss")
-
-
-def min_useful_steps(steps: int) -> int:
-    """The fewest taken (not skipped) steps a run of ``steps`` steps needs to count as
-    having learned: 0 for a run of no step, else ``max(1, (steps - 16) // 2)``.
-
-    >>> min_useful_steps(200), min_useful_steps(10), min_useful_steps(0)
-    (92, 1, 0)
-    """
-    return 0 if steps <= 0 else max(1, (steps - SCALER_CALIBRATION_SKIPS) // 2)
-
-
-def learning_failure(
-    steps: int, skipped: int, nonfinite_losses: int, guard_failed: bool, stopped: bool = False
-) -> str | None:
-    """Why a run with these counts learned nothing (one of :data:`LEARNING_FAILURES`), or
-    None: the guard ended it at its last rung, or it ran to its end with fewer useful
-    steps than :func:`min_useful_steps` (a run asked to stop early is judged by the guard
-    alone). A non-finite loss is the cause when the run saw one."""
-    short = not stopped and steps - skipped < min_useful_steps(steps)
-    if not (guard_failed or short):
-        return None
-    return "nonfinite_loss" if nonfinite_losses > 0 else "nonfinite_gradients"
-
-
-# TrainResult's float fields: NaN travels as null and comes back as NaN.
-_RESULT_FLOATS = (
-    "overflow_rate",
-    "loss_scale",
-    "final_train_loss",
-    "samples_per_second",
-    "wall_seconds",
-)
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    """The outcome of one training run; :meth:`to_json` is the ``train --json`` object."""
-
-    agent: str
-    precision_requested: str
-    precision_used: str
-    precision_reason: str
-    device: str
-    steps: int
-    skipped_steps: int
-    overflow_rate: float
-    loss_scale: float
-    final_train_loss: float
-    eval: Mapping[str, float]
-    samples_per_second: float
-    wall_seconds: float
-    checkpoint: Path | None
-    quarantined: int
-    stopped_early: bool = False
-    demotions: Sequence[Mapping[str, Any]] = ()
-    extra: Mapping[str, Any] = field(default_factory=dict)
-    # What the steps ran as (eager, cuda_graph or cuda_graph_compiled) and why, like
-    # precision_used/_reason.
-    execution: str = "eager"
-    execution_reason: str = "not reported by the agent"
-    # Set when the run resolved a captured step but ran eagerly: one of FALLBACK_REASONS
-    # (its first captured steps differed from eager ones, or a capture raised).
-    execution_fallback: str | None = None
-    # The model had already learned every record of the data: the run took no step.
-    up_to_date: bool = False
-    # Why the run learned nothing (see learning_failure), with what the counts were; None
-    # for a run that learned. ``skipped_steps`` is this run's own; the resumed chain's
-    # total is ``chain_skipped_steps``.
-    failure: str | None = None
-    failure_detail: str = ""
-    chain_skipped_steps: int = 0
-    # The run's model was judged worse than the served one by the promotion gate: it is
-    # kept for inspection, and the served model goes on serving.
-    rejected: bool = False
-
-    def __post_init__(self) -> None:
-        # Whoever built the result (from_fit, or a plugin of its own): a run that took
-        # fewer useful steps than the bound learned nothing, and is not reported a success.
-        if self.failure is None and not self.up_to_date:
-            failure = learning_failure(
-                self.steps, self.skipped_steps, 0, guard_failed=False, stopped=self.stopped_early
-            )
-            if failure is not None:
-                useful = self.steps - self.skipped_steps
-                detail = (
-                    f"{useful} of {self.steps} step(s) taken "
-                    f"(needs {min_useful_steps(self.steps)}), {self.skipped_steps} skipped"
-                )
-                object.__setattr__(self, "failure", failure)
-                object.__setattr__(self, "failure_detail", detail)
-
-    @property
-    def outcome(self) -> str:
-        """``failed`` (its steps learned nothing: ``failure`` says why), ``up_to_date``
-        (nothing new to learn), ``rejected`` (trained, and judged worse than the served
-        model), ``stopped`` (asked to stop before its end) or ``success``: the daemon's
-        outcome label, and ``outcome`` in ``to_json``."""
-        if self.failure is not None:
-            return "failed"
-        if self.up_to_date:
-            return "up_to_date"
-        if self.rejected:
-            return "rejected"
-        return "stopped" if self.stopped_early else "success"
-
-    @classmethod
-    def from_fit(
-        cls,
-        request: TrainRequest,
-        result: FitResult,
-        *,
-        quarantined: int = 0,
-        extra: Mapping[str, Any] | None = None,
-    ) -> TrainResult:
-        """Report a :func:`~genesis_fp16_infrastructure.training.run.fit` run for ``request``,
-        truthfully: the precision used is the one the run ended in, after any demotion."""
-        summary = result.summary
-        extra = dict(extra or {})
-        if result.calibration is not None:  # what a measured 'auto' timed (train --json)
-            extra["precision_calibration"] = result.calibration.to_json()
-        steps, skipped = result.steps_run, result.skipped_run
-        failure = learning_failure(
-            steps,
-            skipped,
-            result.nonfinite_run,
-            guard_failed=result.failure is not None,
-            stopped=result.stopped_early,
-        )
-        detail = ""
-        if failure is not None:
-            detail = (
-                f"{steps - skipped} of {steps} step(s) taken (needs {min_useful_steps(steps)}), "
-                f"{skipped} skipped, {result.nonfinite_run} non-finite loss(es)"
-            )
-            if result.failure is not None:
-                detail += f"; the guard at {result.precision.used}: {result.failure['detail']}"
-        return cls(
-            agent=request.agent,
-            precision_requested=request.precision,
-            precision_used=result.precision.used,
-            precision_reason=f"{request.precision_reason}; {result.precision.reason}",
-            device=request.device,
-            steps=steps,
-            skipped_steps=skipped,
-            overflow_rate=summary.overflow_rate,
-            loss_scale=summary.loss_scale,
-            final_train_loss=summary.train_loss,
-            eval=dict(result.eval),
-            samples_per_second=summary.samples_per_second,
-            wall_seconds=summary.wall_seconds,
-            checkpoint=result.checkpoint,
-            quarantined=quarantined,
-            stopped_early=result.stopped_early,
-            demotions=result.demotions,
-            extra=extra,
-            execution=result.execution.used,
-            execution_reason=result.execution.reason,
-            execution_fallback=result.execution.fallback,
-            failure=failure,
-            failure_detail=detail,
-            chain_skipped_steps=summary.skipped_steps,
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``train --json`` object: JSON-ready, NaN and infinities as null."""
-        out = asdict(self)
-        out["checkpoint"] = str(self.checkpoint) if self.checkpoint else None
-        out["eval"] = dict(self.eval)
-        out["demotions"] = [dict(d) for d in self.demotions]
-        out["outcome"] = self.outcome
-        result: dict[str, Any] = finite(out)
-        return result
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TrainResult:
-        """The inverse of :meth:`to_json` (the torchrun ranks' result, in the daemon)."""
-        values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
-        values["checkpoint"] = Path(data["checkpoint"]) if data.get("checkpoint") else None
-        values["eval"] = {k: number(v) for k, v in data["eval"].items()}
-        for name in _RESULT_FLOATS:
-            values[name] = number(values[name])
-        values["demotions"] = tuple(data.get("demotions", ()))
-        return cls(**values)
 
 
 @dataclass(frozen=True)

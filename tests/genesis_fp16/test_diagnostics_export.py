@@ -1,4 +1,4 @@
-"""RL live diagnostics: TrainResult.extra["diagnostics"] -> genesis_fp16_rl_* gauges."""
+"""RL live diagnostics: TrainResult.diagnostics -> genesis_fp16_rl_* gauges."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import subprocess
 from fake_results import train_result
 from prometheus_client import CollectorRegistry, generate_latest
 
-from genesis_fp16.metrics.daemon_metrics import METRIC_NAMES, DaemonMetrics
+from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.metrics.diagnostics_export import RL_GAUGES, RL_METRIC_NAMES, export_diagnostics
+from genesis_fp16.metrics.metric_names import METRIC_NAMES
 from genesis_fp16_infrastructure.plugin_api import TrainResult
 
 AGENT = "rlhf_ppo"
@@ -34,7 +35,7 @@ REQUIRED = {
 
 
 def _result(diagnostics: object) -> TrainResult:
-    return train_result(agent=AGENT, steps=4, extra={"diagnostics": diagnostics})
+    return train_result(agent=AGENT, steps=4, diagnostics=diagnostics)
 
 
 def _value(registry: CollectorRegistry, metric: str) -> float | None:

@@ -339,10 +339,17 @@ class RlhfPpoPlugin:
             skipped_run=summary.skipped_steps - before.skipped_steps,
             nonfinite_run=summary.nonfinite_losses - before.nonfinite_losses,
         )
-        result = TrainResult.from_fit(request, fitted, extra=self._extra(choice, run, resumed))
+        extra = self._extra(choice, run, resumed)
+        result = TrainResult.from_fit(request, fitted, extra=extra)
         # The run's wall clock, rollouts and evaluation included: the trainer's own counts
-        # from its first step, and a demoted engine's trainer from the demotion.
-        return dataclasses.replace(result, wall_seconds=time.perf_counter() - start)
+        # from its first step, and a demoted engine's trainer from the demotion. The
+        # per-component dtypes and the diagnostics are typed fields for the daemon too.
+        return dataclasses.replace(
+            result,
+            wall_seconds=time.perf_counter() - start,
+            components=extra["components"],
+            diagnostics=extra["diagnostics"],
+        )
 
     @staticmethod
     def _extra(choice: PresetChoice, run: _Run, resumed: Path | None) -> dict[str, Any]:

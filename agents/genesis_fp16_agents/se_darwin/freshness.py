@@ -178,6 +178,9 @@ def _up_to_date_result(
         demotions=(),
         up_to_date=True,
         extra=extra,
+        data=data,
+        phases=extra["phases"],
+        precision_calibration=None,
     )
 
 

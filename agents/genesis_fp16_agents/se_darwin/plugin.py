@@ -215,8 +215,10 @@ class SEDarwinPlugin:
                 )
         if refit is not None:
             extra["final_fit"] = _refit_record(refit, len(data.examples), result.checkpoint)
+        peak = None
         if torch.cuda.is_available() and request.device.startswith("cuda"):
-            extra["device_memory_peak_bytes"] = torch.cuda.max_memory_allocated(request.device)
+            peak = torch.cuda.max_memory_allocated(request.device)
+            extra["device_memory_peak_bytes"] = peak
         if cache is not None:
             extra["record_cache"] = {
                 "files_cached": cache.hits,
@@ -225,11 +227,15 @@ class SEDarwinPlugin:
                 "write_failures": cache.write_failures,
             }
         out = TrainResult.from_fit(request, result, quarantined=data.quarantined, extra=extra)
+        # What the daemon exports, typed; extra keeps them too for train --json's readers.
+        out = dataclasses.replace(out, data=extra["data"], device_memory_peak_bytes=peak)
         out = out if refit is None else dataclasses.replace(out, checkpoint=refit.checkpoint)
         stopped = out.stopped_early or (refit is not None and refit.stopped_early)
         if stopped:  # cut short: kept unjudged; the next run resumes it
             extra["phases"] = clock.to_json()
-            return dataclasses.replace(out, wall_seconds=clock.elapsed(), extra=extra)
+            return dataclasses.replace(
+                out, wall_seconds=clock.elapsed(), extra=extra, phases=extra["phases"]
+            )
         numeric = task.take_numeric_rows()  # the task's, for the drift report and the gate
         if plan.change is not None and not plan.change.unchanged:
             with clock.phase("drift"):
@@ -239,13 +245,15 @@ class SEDarwinPlugin:
                     data.examples, data.pool, plan.served_seen, request.seed, numeric, seen
                 )
             if drift is not None:
-                out = dataclasses.replace(out, extra={**out.extra, "drift": drift})
+                out = dataclasses.replace(out, extra={**out.extra, "drift": drift}, drift=drift)
                 _log_drift(drift)
         with clock.phase("gate"):
             out = judge(root, candidate, out, served, data, request, options, numeric)
         served_now = served_model(root)
         extra = {**out.extra, "phases": clock.to_json()}
-        out = dataclasses.replace(out, wall_seconds=clock.elapsed(), extra=extra)
+        out = dataclasses.replace(
+            out, wall_seconds=clock.elapsed(), extra=extra, phases=extra["phases"]
+        )
         save_record(
             request, manifest, out, served_now.checkpoint if served_now else None
         )  # issue 36
@@ -289,7 +297,13 @@ class SEDarwinPlugin:
         }
         out = TrainResult.from_fit(request, result, quarantined=data.quarantined, extra=extra)
         out = dataclasses.replace(
-            out, up_to_date=True, wall_seconds=clock.elapsed(), checkpoint=plan.served_checkpoint
+            out,
+            up_to_date=True,
+            wall_seconds=clock.elapsed(),
+            checkpoint=plan.served_checkpoint,
+            data=extra["data"],
+            phases=extra["phases"],
+            gate=plan.verdict or None,
         )
         save_record(request, manifest, out, plan.served_checkpoint)
         return out

@@ -197,7 +197,8 @@ def judge(
 ) -> TrainResult:
     """Gate the finished candidate; promote it, or reject it (the served model stays),
     or raise TrainRequestError when the gate cannot decide. Returns the run's result
-    with ``extra.gate``. ``numeric``: ``numeric_columns`` of ``data.examples``, if known."""
+    with ``gate`` (also in ``extra``). ``numeric``: ``numeric_columns`` of ``data.examples``,
+    if known."""
     checkpoint = result.checkpoint
     if checkpoint is None:
         raise TrainRequestError(f"candidate {candidate.name} wrote no checkpoint: nothing to judge")
@@ -215,8 +216,9 @@ def judge(
         "served_id": served.entry.get("id") if served is not None else None,
     }
     write_verdict(candidate, record)
-    extra = {**result.extra, "gate": {**record, "candidate_id": candidate.name}}
-    result = dataclasses.replace(result, extra=extra)
+    verdict_record = {**record, "candidate_id": candidate.name}
+    extra = {**result.extra, "gate": verdict_record}
+    result = dataclasses.replace(result, extra=extra, gate=verdict_record)
     if not verdict.decided:
         logger.error("se_darwin: candidate %s: %s", candidate.name, verdict.reason)
         raise TrainRequestError(

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from genesis_fp16.config import settings
-from genesis_fp16.metrics import daemon_metrics as metrics
+from genesis_fp16.config import agent_settings, settings
+from genesis_fp16.metrics import metric_names as metrics
 from genesis_fp16.runs import probe_gate
 from genesis_fp16_infrastructure.training import (
     GuardConfig,
@@ -36,7 +36,7 @@ def _model_with_grads(grad: float) -> tuple[nn.Linear, torch.Tensor]:
 def test_every_list_of_precision_names_is_the_vocabulary() -> None:
     """Settings, metrics, the probe gate, the guard and the memory use precision_names."""
     assert settings.PRECISION_CHOICES is names.CHOICES
-    assert get_args(settings.Precision) == names.CHOICES
+    assert get_args(agent_settings.Precision) == names.CHOICES
     assert metrics.PRECISION_LABELS is names.PRECISIONS
     assert probe_gate.LOW_PRECISIONS is names.LOW_PRECISIONS
     assert GuardConfig().ladder is names.DEFAULT_LADDER

@@ -1,0 +1,82 @@
+"""The names and label values of the daemon's metrics (genesis_fp16/metrics/daemon_metrics.py).
+
+Every name has the prefix ``genesis_fp16_``, and every label has a bounded set of values:
+the outcomes, reasons and buckets below, fixed here so that the alert rules, the README
+and the tests read the same lists the daemon exports.
+"""
+
+from __future__ import annotations
+
+from genesis_fp16.metrics.diagnostics_export import RL_METRIC_NAMES
+from genesis_fp16.metrics.probe_metrics import PROBE_METRIC_NAMES
+from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
+
+PREFIX = "genesis_fp16"
+PRECISION_LABELS = PRECISIONS
+# up_to_date: the agent's model had already learned all of its data, so the run took no
+# step (healthy: a daemon whose data does not change trains nothing and pages nobody).
+RUN_OUTCOMES = ("success", "failed", "stopped", "up_to_date", "rejected")
+# Outcomes that count as the agent being trained as it should (last_success_timestamp).
+HEALTHY_OUTCOMES = ("success", "up_to_date")
+RELOAD_OUTCOMES = ("success", "failure")
+# Why a run failed (genesis_fp16_run_failures_total), and why a job did not start.
+# nonfinite_gradients / nonfinite_loss: the run ran its steps and learned nothing
+# (TrainResult.failure; plugin_api.LEARNING_FAILURES).
+FAILURE_REASONS = (
+    *("refused", "error", "storage", "exit", "hung", "memory", "device_unavailable"),
+    *("nonfinite_gradients", "nonfinite_loss"),
+)
+SKIP_REASONS = ("still_running", "hung")
+# Runs last minutes; the tail reaches two hours so a stuck run still lands in a bucket.
+# Up to twice the default run timeout (6 h), so a run stopped by its timeout still lands
+# in a finite bucket and histogram_quantile reads it.
+RUN_DURATION_BUCKETS = (
+    *(5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0),
+    *(14400.0, 21600.0, 43200.0),
+)
+
+# The quality figures genesis_fp16_eval_quality carries, by its metric label: held-out, or
+# out of fold where the agent cross-validates a small pool (se_darwin under 3,334 records).
+EVAL_QUALITY = ("auc", "auc_ci_low", "auc_ci_high", "examples")
+
+# Every metric name DaemonMetrics exports, as scraped (counters with their _total).
+METRIC_NAMES = (
+    "genesis_fp16_loss_scale",
+    "genesis_fp16_optimizer_steps_total",
+    "genesis_fp16_skipped_steps_total",
+    "genesis_fp16_overflow_rate",
+    "genesis_fp16_nonfinite_loss_total",
+    "genesis_fp16_grad_norm",
+    "genesis_fp16_samples_total",
+    "genesis_fp16_train_loss",
+    "genesis_fp16_step_seconds",
+    "genesis_fp16_eval_loss",
+    "genesis_fp16_eval_quality",
+    "genesis_fp16_early_stop_best_step",
+    "genesis_fp16_precision",
+    "genesis_fp16_execution",
+    "genesis_fp16_execution_fallbacks_total",
+    "genesis_fp16_auto_step_seconds",
+    "genesis_fp16_precision_demotions_total",
+    "genesis_fp16_training_runs_total",
+    "genesis_fp16_run_failures_total",
+    "genesis_fp16_jobs_skipped_total",
+    "genesis_fp16_runs_overdue",
+    "genesis_fp16_training_run_duration_seconds",
+    "genesis_fp16_last_success_timestamp_seconds",
+    "genesis_fp16_state_files_skipped_total",
+    "genesis_fp16_tracking_write_failures_total",
+    "genesis_fp16_last_learned_timestamp_seconds",
+    "genesis_fp16_training_records",
+    "genesis_fp16_new_records_total",
+    "genesis_fp16_scheduler_heartbeat_timestamp_seconds",
+    "genesis_fp16_plugin_load_failures_total",
+    "genesis_fp16_config_reloads_total",
+    "genesis_fp16_config_last_reload_successful",
+    "genesis_fp16_build_info",
+    "genesis_fp16_device_info",
+    "genesis_fp16_device_memory_peak_bytes",
+    "genesis_fp16_run_phase_seconds",
+    *PROBE_METRIC_NAMES,  # genesis_fp16/metrics/probe_metrics.py
+    *RL_METRIC_NAMES,  # genesis_fp16/metrics/diagnostics_export.py
+)

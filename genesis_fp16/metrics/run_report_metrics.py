@@ -1,0 +1,137 @@
+"""What a finished run reports beyond its counters: its eval quality, the step early
+stopping kept, a measured ``auto``, where its time went, its data and its device memory.
+
+Each ``set_*`` takes one typed field of the run's ``TrainResult``
+(genesis_fp16/runs/recording.py passes them), so an agent that reports none of them
+leaves these series absent rather than at zero.
+
+>>> from prometheus_client import CollectorRegistry, generate_latest
+>>> report = RunReportMetrics(CollectorRegistry())
+>>> report.set_phases("se_darwin", {"train": 1.5})
+>>> b'genesis_fp16_run_phase_seconds{agent="se_darwin",phase="train"} 1.5' in generate_latest(
+...     report.registry)
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from genesis_fp16.metrics.metric_names import EVAL_QUALITY, PRECISION_LABELS, PREFIX
+
+
+class RunReportMetrics:
+    """The per-run report series of :class:`~genesis_fp16.metrics.daemon_metrics.DaemonMetrics`
+    (its ``report``), registered on ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        agent = ("agent",)
+
+        def gauge(name: str, doc: str, labels: tuple[str, ...] = agent) -> Gauge:
+            return Gauge(f"{PREFIX}_{name}", doc, labels, registry=registry)
+
+        self.eval_quality = gauge(
+            "eval_quality",
+            "Held-out AUC after the last finished run (out-of-fold on a cross-validated "
+            "pool), with its 95% interval (auc_ci_low, auc_ci_high) and the number of "
+            "records it is measured on (examples).",
+            ("agent", "metric"),
+        )
+        self.early_stop_best_step = gauge(
+            "early_stop_best_step", "Step whose weights early stopping kept (the served ones)."
+        )
+        self.auto_step = gauge(
+            "auto_step_seconds",
+            "Median step time per precision measured for the agent's auto choice "
+            "(chosen=1 for the one it trains in); absent until auto is measured.",
+            ("agent", "precision", "chosen"),
+        )
+        self.last_learned = gauge(
+            "last_learned_timestamp_seconds",
+            "Unix time of the last successful run that trained on new or changed data.",
+        )
+        self.training_records = gauge(
+            "training_records", "Labelled records the served model was trained on."
+        )
+        self.new_records = Counter(
+            f"{PREFIX}_new_records",
+            "Records new to the model when a run trained on them (all of them on a "
+            "first run, or when the checkpoint kept no record of its data).",
+            agent,
+            registry=registry,
+        )
+        self.run_phase_seconds = gauge(
+            "run_phase_seconds",
+            "Seconds the last finished run spent per phase (check, read, encode, train, eval, "
+            "final_fit), for agents that report them (TrainResult.phases: se_darwin's).",
+            ("agent", "phase"),
+        )
+        self._phases: dict[str, set[str]] = {}
+        self.device_memory_peak = gauge(
+            "device_memory_peak_bytes", "Peak accelerator memory of the last run (GPU only)."
+        )
+
+    def add_agent(self, agent: str) -> None:
+        """Create the agent's counter at zero, so that its rate works from the first run."""
+        self.new_records.labels(agent=agent)
+
+    def set_auto_measurement(self, agent: str, calibration: Mapping[str, Any]) -> None:
+        """Export a measured ``auto`` (``TrainResult.precision_calibration``)."""
+        rows = calibration.get("rows", [])
+        chosen = calibration.get("chosen")
+        for name in PRECISION_LABELS:  # one series per precision: drop the stale one
+            for flag in ("0", "1"):
+                with contextlib.suppress(KeyError):  # never exported: nothing to drop
+                    self.auto_step.remove(agent, name, flag)
+        fastest: dict[str, float] = {}  # on CUDA a precision has an eager and a captured row
+        for row in rows:
+            name = row.get("precision")
+            if name in PRECISION_LABELS:
+                fastest[name] = min(fastest.get(name, math.inf), float(row["median_ms"]))
+        for name, ms in fastest.items():
+            flag = "1" if name == chosen else "0"
+            self.auto_step.labels(agent=agent, precision=name, chosen=flag).set(ms / 1000.0)
+
+    def set_eval(
+        self, agent: str, metrics: Mapping[str, float], early_stop: Mapping[str, Any] | None
+    ) -> None:
+        """The eval AUC (held-out or out-of-fold), its interval and the records it is
+        measured on, and early stopping's best step."""
+        for name in EVAL_QUALITY:
+            value = metrics.get(name)
+            if value is not None and math.isfinite(value):
+                self.eval_quality.labels(agent=agent, metric=name).set(value)
+        best = (early_stop or {}).get("best_step")
+        if best is not None:
+            self.early_stop_best_step.labels(agent=agent).set(best)
+
+    def set_phases(self, agent: str, phases: Mapping[str, Any]) -> None:
+        """The last run's seconds per phase; a phase it did not have is removed, not left
+        at an older run's value."""
+        for gone in self._phases.get(agent, set()) - set(phases):
+            self.run_phase_seconds.remove(agent, gone)
+        for phase, seconds in phases.items():
+            self.run_phase_seconds.labels(agent=agent, phase=phase).set(float(seconds))
+        self._phases[agent] = set(phases)
+
+    def set_data(self, agent: str, data: Mapping[str, Any], steps: int, now: float) -> None:
+        """What a finished run reports of its data (``TrainResult.data``): the records
+        trained on, the new ones, and when the model last learned new data."""
+        records = data.get("records")
+        if records is None:
+            return
+        self.training_records.labels(agent=agent).set(float(records))
+        if steps > 0 and data.get("change") != "unchanged":
+            new = data.get("new", records)
+            self.new_records.labels(agent=agent).inc(float(new or 0))
+            self.last_learned.labels(agent=agent).set(now)
+
+    def set_device_memory_peak(self, agent: str, peak: int) -> None:
+        """The run's peak accelerator memory in bytes (``TrainResult.device_memory_peak_bytes``)."""
+        self.device_memory_peak.labels(agent=agent).set(float(peak))

@@ -1,0 +1,56 @@
+"""Plan one run of a job: the request it trains on, with the job's callbacks.
+
+The request is built in one place (genesis_fp16/runs/run_request.py); planning adds what
+only the daemon's job has: the probe's verdict (once per agent, when configured), the
+run's curves, and the callbacks that report progress (genesis_fp16/runs/recording.py)
+and ask the run to stop (:meth:`~genesis_fp16.runs.job_state.Run.should_stop`).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+
+import structlog
+
+from genesis_fp16.metrics.tracking import open_tracker
+from genesis_fp16.runs import probe_gate
+from genesis_fp16.runs.job_state import Run
+from genesis_fp16.runs.recording import record_progress
+from genesis_fp16.runs.run_request import build_request, warn_ignored
+from genesis_fp16_infrastructure.plugin_api import AgentPlugin, TrainRequest
+
+log = structlog.get_logger("genesis_fp16.jobs")
+
+
+def plan_run(run: Run, plugin: AgentPlugin, device: str) -> TrainRequest:
+    """The run's request with the job's callbacks: built in one place
+    (genesis_fp16/runs/run_request.py; the guard's memory may raise the precision,
+    ENABLE_FP16_TRAINING=false still wins), after the probe when one is configured, with
+    the run's curves opened when a tracking folder is set."""
+    ctx, agent, settings = run.ctx, run.agent, run.settings
+    request = build_request(settings, agent, plugin, device)
+    # Once per agent, when configured: the probe before its first bf16/fp16 run. A
+    # measured 'auto' leaves out the precisions it marks red.
+    probe = probe_gate.gate_before_run(
+        settings, ctx.metrics.probe, agent, plugin, request.data_path, device, request.precision
+    )
+    # Written here, in the daemon's process: a child's or rank 0's summaries are relayed.
+    run.tracker = open_tracker(settings.tracking_dir, agent, run.id, request)
+    request = replace(
+        request,
+        on_log=functools.partial(record_progress, run),
+        on_diagnostics=functools.partial(ctx.metrics.rl.export_live, agent),
+        should_stop=run.should_stop,
+        auto_excluded=probe_gate.red_precisions(probe),
+    )
+    if request.auto_excluded and request.precision == "auto":
+        warn_ignored(plugin, agent, {"auto_excluded": "the precision probe"})
+    log.info(
+        "training run started",
+        precision=request.precision,
+        reason=request.precision_reason,
+        device=device,
+        options=dict(request.options),
+    )
+    return request

@@ -1,0 +1,285 @@
+"""Record one run of a job: its progress as it trains, then its result or its failure,
+as metrics, one log line (``training run finished``) and the run's curves.
+
+The counters start from the checkpoint the run resumes (:func:`record_start`); each
+progress report advances them (:func:`record_progress`); the result sets the rest
+(:func:`record_result`), the run's count last. A run that failed is counted by reason
+(:func:`record_failure`); one stopped while its child started is neither a success nor
+a failure (:func:`record_stopped`). Whatever the outcome, the run's curves are closed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.config.storage import storage_error
+from genesis_fp16.metrics.diagnostics_export import export_diagnostics
+from genesis_fp16.metrics.tracking import RunTracker, close_tracker
+from genesis_fp16.runs import guard_state, scale_memory
+from genesis_fp16.runs.devices import device_lost
+from genesis_fp16.runs.job_state import JobContext, Run
+from genesis_fp16.runs.launcher import LaunchError, RunStopped
+from genesis_fp16.runs.next_run import served_model_folder
+from genesis_fp16.runs.run_request import choose_precision
+from genesis_fp16.runs.supervising import RunHung
+from genesis_fp16_infrastructure.plugin_api import TrainRequestError, TrainResult
+from genesis_fp16_infrastructure.served import ServedPointerError, folder_bytes, prune
+from genesis_fp16_infrastructure.training import CheckpointManager, TrainingSummary, checkpoint_keys
+from genesis_fp16_infrastructure.training.step.execution import ExecutionError
+
+log = structlog.get_logger("genesis_fp16.jobs")
+
+
+def record_start(run: Run) -> None:
+    """Where the run's counters start: the totals of the checkpoint it will resume."""
+    paths = AgentPaths.for_agent(run.settings.state_dir, run.agent)
+    run.ctx.metrics.start_run(run.agent, resumed_totals(paths))
+
+
+def record_progress(run: Run, summary: TrainingSummary) -> None:
+    """One progress report of the run (its ``on_log``): the metrics, the curves, a log line."""
+    # A run a reload is stopping reports its last steps; the gauge shows the next run's.
+    run.ctx.metrics.observe_summary(run.agent, summary, show_precision=not run.changed.is_set())
+    if run.tracker is not None:
+        run.tracker.log_summary(summary)
+    log.info(
+        "training progress",
+        step=summary.step,
+        precision=summary.precision,
+        train_loss=summary.train_loss,
+        loss_scale=summary.loss_scale,
+        skipped_steps=summary.skipped_steps,
+    )
+
+
+def record_result(run: Run, result: TrainResult, device: str, rerun: bool) -> None:
+    """A run that returned a result (``rerun``: a reload stopped it, and the job trains
+    again at once): its metrics and log line, then its curves."""
+    ctx, agent = run.ctx, run.agent
+    # A reload that changed the precision as the run ended, after its last should_stop: no
+    # rerun, but the gauge shows the next run's precision from the reload on, as for a
+    # rerun, not this run's until the next one (up to a schedule interval away).
+    switched = not rerun and run.precision_changed()
+    # A rerun's precision is on the gauge since the reload: the stopped run's stays off it.
+    _finish(ctx, agent, run.id, result, run.duration(), show_precision=not (rerun or switched))
+    if switched:
+        _show_next_precision(ctx, agent, device)
+    if run.tracker is not None:
+        run.tracker.log_result(result)
+    _close_tracker(ctx, agent, run.tracker)
+
+
+def record_stopped(run: Run, exc: RunStopped) -> None:
+    """A run stopped before any result (its child still starting): no step, no failure."""
+    duration = run.duration()
+    log.info(
+        "training run finished",
+        outcome="stopped",
+        reason=str(exc),
+        steps=0,
+        duration_seconds=round(duration, 3),
+    )
+    run.ctx.metrics.finish_run(run.agent, "stopped", duration, None, time.time())
+    _close_tracker(run.ctx, run.agent, run.tracker)
+
+
+def record_failure(run: Run, device: str, exc: BaseException) -> None:
+    """Count and log a failed run in one line where the cause is known (a refusal, the
+    disk, a lost device), with a traceback where it is the plugin's bug."""
+    ctx, agent = run.ctx, run.agent
+    duration = run.duration()
+    reason = _failure_reason(exc)
+    ctx.metrics.run_failures.labels(agent=agent, reason=reason).inc()
+    storage = storage_error(exc)
+    if isinstance(exc, LaunchError) and exc.reason == "storage":
+        storage = str(exc)  # the child's own one line, naming the path
+    if storage is not None:
+        ctx.degraded[agent] = storage  # every run would train and then lose its work
+    # The host's fault, not the plugin's: named in one line, no traceback.
+    host = storage
+    if reason == "device_unavailable":
+        host = str(exc) if isinstance(exc, LaunchError) else device_lost(exc)
+        # Every run on it fails until the GPU is back (or the daemon restarts on another).
+        ctx.degraded[agent] = f"device {device} unavailable: {host}"
+    if isinstance(exc, TrainRequestError | ExecutionError | LaunchError) or host:
+        # A one-line refusal, a storage error naming its path, a lost device.
+        error = host if host is not None else str(exc)
+        log.error("training run failed", error=error, duration_seconds=round(duration, 3))
+    elif isinstance(exc, SystemExit):
+        log.error(
+            "training run failed",
+            error=f"the plugin called sys.exit({exc.code!r})",
+            duration_seconds=round(duration, 3),
+        )
+    else:
+        log.exception("training run failed", duration_seconds=round(duration, 3))
+    _bound_history(ctx, agent)  # a gate that could not decide left a candidate too
+    ctx.metrics.finish_run(agent, "failed", duration, None, time.time())
+    _close_tracker(ctx, agent, run.tracker)  # the curves up to the failure stay readable
+
+
+def _finish(
+    ctx: JobContext,
+    agent: str,
+    run_id: str,
+    result: TrainResult,
+    duration: float,
+    show_precision: bool = True,
+) -> None:
+    outcome = result.outcome  # success, failed (learned nothing), stopped, or up_to_date
+    ctx.degraded.pop(agent, None)  # a run that wrote its checkpoint: the disk is fine again
+    if result.failure is not None:  # steps were run, none (or too few) taken: alerted
+        ctx.metrics.run_failures.labels(agent=agent, reason=result.failure).inc()
+        why = f"last run learned nothing ({result.failure}): {result.failure_detail}"
+        ctx.unlearned[agent] = why
+    elif outcome == "success":
+        ctx.unlearned.pop(agent, None)
+    guard_state.record_run(ctx.settings, ctx.metrics, agent, result)
+    scale_memory.record_scale(ctx.settings, agent, result)
+    if show_precision:
+        ctx.metrics.set_precision(agent, result.precision_used)
+    ctx.metrics.set_execution(agent, result.execution)
+    if result.execution_fallback is not None:
+        ctx.metrics.execution_fallbacks.labels(agent=agent, reason=result.execution_fallback).inc()
+    if result.steps and result.final_train_loss is not None:
+        # The run's own final loss (under torchrun, rank 0's last log was its interval's).
+        ctx.metrics.train_loss.labels(agent=agent).set(float(result.final_train_loss))
+    _bound_history(ctx, agent)  # before the run is counted: a count means a pruned folder
+    _export_report(ctx, agent, result)
+    log.info(
+        "training run finished",
+        agent=agent,
+        run_id=run_id,
+        outcome=outcome,
+        precision_requested=result.precision_requested,
+        precision_used=result.precision_used,
+        precision_reason=result.precision_reason,
+        execution=result.execution,
+        execution_reason=result.execution_reason,
+        execution_fallback=result.execution_fallback,
+        steps=result.steps,
+        skipped_steps=result.skipped_steps,
+        chain_skipped_steps=result.chain_skipped_steps,
+        failure=result.failure,
+        failure_detail=result.failure_detail or None,
+        final_train_loss=result.final_train_loss,
+        eval=dict(result.eval),
+        components=_plain(result.components),  # per-component dtypes (rlhf_ppo's preset)
+        early_stop=_early_stop_summary(result.early_stop),
+        data=_plain(result.data),
+        phases=_plain(result.phases),
+        gate=_plain(result.gate),
+        drift=_plain(result.drift),
+        checkpoint=str(result.checkpoint) if result.checkpoint else None,
+        duration_seconds=round(duration, 3),
+    )
+    # Counted last: whoever sees the count (a dashboard, a test) finds the run's other
+    # series and its log line already there.
+    ctx.metrics.finish_run(agent, outcome, duration, result.eval.get("loss"), time.time())
+
+
+def _export_report(ctx: JobContext, agent: str, result: TrainResult) -> None:
+    """What the run reports beyond its counts, each typed field the agent filled."""
+    report = ctx.metrics.report
+    if result.precision_calibration is not None:
+        report.set_auto_measurement(agent, result.precision_calibration)
+    report.set_eval(agent, result.eval, result.early_stop)
+    if result.data is not None:
+        report.set_data(agent, result.data, result.steps, time.time())
+    if result.phases is not None:  # where the run's time went (se_darwin)
+        report.set_phases(agent, result.phases)
+    if result.device_memory_peak_bytes is not None:
+        report.set_device_memory_peak(agent, result.device_memory_peak_bytes)
+    export_diagnostics(ctx.metrics.rl, agent, result)
+    if result.gate is not None and not result.up_to_date:
+        ctx.metrics.promotion.export_gate(agent, result.gate)
+    if result.drift is not None:
+        ctx.metrics.promotion.export_drift(agent, result.drift)
+
+
+def _show_next_precision(ctx: JobContext, agent: str, device: str) -> None:
+    """The precision gauge at what the agent's next run requests (the guard's memory
+    included); an ``auto`` one is decided by that run, so the gauge waits for it."""
+    precision, _ = choose_precision(ctx.settings, agent, device)
+    if precision != "auto":
+        ctx.metrics.set_precision(agent, precision)
+
+
+def _bound_history(ctx: JobContext, agent: str) -> None:
+    """Prune the agent's models to the bounded history (the last
+    GENESIS_FP16_SERVED_HISTORY_KEEP served ones, rejected candidates for
+    GENESIS_FP16_REJECTED_KEEP_DAYS) and export the bytes its folder holds. A pointer
+    that cannot be read prunes nothing: logged, never a guess."""
+    settings = ctx.settings
+    folder = AgentPaths.for_agent(settings.state_dir, agent).checkpoint_dir
+    try:
+        removed = prune(folder, settings.served_history_keep, settings.rejected_keep_days)
+    except (ServedPointerError, OSError) as exc:
+        log.error("model history not pruned", error=str(exc))
+        removed = []
+    for path in removed:
+        log.info("model history: removed candidate", candidate=path.name)
+    ctx.metrics.promotion.pruned.labels(agent=agent).set(len(removed))
+    ctx.metrics.promotion.state_bytes.labels(agent=agent).set(folder_bytes(folder))
+
+
+def _plain(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A reported record as the log line's plain dict (None: not reported)."""
+    return None if record is None else dict(record)
+
+
+def _early_stop_summary(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The log line's part of early stopping's record (its history stays in train --json)."""
+    if record is None:
+        return None
+    return {k: record.get(k) for k in ("best_step", "best", "evaluations", "stop_reason")}
+
+
+def _close_tracker(ctx: JobContext, agent: str, tracker: RunTracker | None) -> None:
+    """Close the run's curves and count the writes they lost (a full disk, say)."""
+    if tracker is not None:
+        ctx.metrics.tracking_write_failures.labels(agent=agent).inc(close_tracker(tracker))
+
+
+def _failure_reason(exc: BaseException) -> str:
+    if isinstance(exc, LaunchError):
+        return exc.reason
+    if isinstance(exc, RunHung):
+        return "hung"
+    if device_lost(exc) is not None:
+        return "device_unavailable"
+    if storage_error(exc) is not None:
+        return "storage"
+    if isinstance(exc, SystemExit):
+        return "exit"
+    if isinstance(exc, TrainRequestError | ExecutionError):
+        return "refused"
+    return "error"
+
+
+def resumed_totals(paths: AgentPaths) -> dict[str, float]:
+    """The run counters of the checkpoint a run will resume from (empty: none).
+
+    Loads the newest valid checkpoint once more before the plugin does: a second read
+    of a file of a few MB per run, so that resumed totals are not counted twice.
+    Checkpoints in another format than the core's are not listed, and give zeros.
+    """
+    # The served model's checkpoint (se_darwin's candidates: where served.json points). A
+    # run that trains a fresh candidate instead reports below these totals at first, and
+    # DaemonMetrics.observe_summary then counts it from zero.
+    found = CheckpointManager(served_model_folder(paths)).load_latest()
+    if found is None:
+        return {}
+    state, _ = found
+    stats = state.get(checkpoint_keys.STATS, {})
+    skipped = float(stats.get("skipped_steps", 0))
+    return {
+        "optimizer_steps": float(state[checkpoint_keys.STEP]) - skipped,
+        "skipped_steps": skipped,
+        "nonfinite_losses": float(stats.get("nonfinite_losses", 0)),
+    }

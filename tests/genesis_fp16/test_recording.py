@@ -1,0 +1,116 @@
+"""Recording a finished run: what the daemon exports comes from TrainResult's typed fields."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from fake_results import train_result
+from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
+
+from genesis_fp16.config.settings import Settings
+from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
+from genesis_fp16_infrastructure.plugin_api import API_VERSION, TrainRequest, TrainResult
+
+AGENT = "typed"
+
+# The typed fields of one run, and an extra that says otherwise under the same keys: the
+# daemon must export the first and ignore the second.
+REPORTED = {
+    "precision_calibration": {
+        "chosen": "bf16",
+        "rows": [{"precision": "bf16", "median_ms": 1.0}, {"precision": "fp32", "median_ms": 3.0}],
+    },
+    "early_stop": {"best_step": 7, "best": 0.5, "evaluations": 3, "stop_reason": "budget"},
+    "data": {"records": 40, "change": "first", "new": 40},
+    "phases": {"read": 0.25, "train": 1.5},
+    "device_memory_peak_bytes": 2048,
+    "gate": {"outcome": "promoted", "reason": "first model", "decided": True},
+    "drift": {"score": 0.1},
+    "components": {"policy": "bf16", "master_weights": True},
+    "diagnostics": {"mismatch_k3": 3e-7},
+}
+DECOY = {
+    "data": {"records": 999, "change": "first", "new": 999},
+    "phases": {"decoy": 9.0},
+    "device_memory_peak_bytes": 1,
+    "early_stop": {"best_step": 999},
+    "diagnostics": {"mismatch_k3": 1.0},
+    "components": {"policy": "fp16"},
+}
+
+
+class _Reporting:
+    api_version = API_VERSION
+    name = AGENT
+
+    def train(self, request: TrainRequest) -> TrainResult:
+        return train_result(agent=AGENT, steps=10, extra=DECOY, **REPORTED)
+
+
+def _context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobContext:
+    for key in list(os.environ):
+        if key.startswith("GENESIS_FP16_") or key == "ENABLE_FP16_TRAINING":
+            monkeypatch.delenv(key)
+    settings = Settings(  # in-process: a test's plugin object is no entry point for a child
+        state_dir=tmp_path,
+        agents={AGENT: {"data_path": tmp_path}},  # type: ignore[dict-item]
+        run_isolation="thread",
+    )
+    return JobContext(
+        settings, DaemonMetrics(CollectorRegistry(), "test"), DeviceSlots(1), threading.Event()
+    )
+
+
+def test_the_typed_fields_are_exported_and_logged_and_extra_is_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each typed field reaches its series and the finished line; extra's same keys do not."""
+    ctx = _context(tmp_path, monkeypatch)
+    with capture_logs() as logs:
+        run_agent_job(ctx, AGENT, _Reporting())  # type: ignore[arg-type]
+    sample = ctx.metrics.registry.get_sample_value
+    agent = {"agent": AGENT}
+    auto = "genesis_fp16_auto_step_seconds"
+    assert sample(auto, {**agent, "precision": "bf16", "chosen": "1"}) == 0.001
+    assert sample(auto, {**agent, "precision": "fp32", "chosen": "0"}) == 0.003
+    assert sample("genesis_fp16_early_stop_best_step", agent) == 7
+    assert sample("genesis_fp16_training_records", agent) == 40
+    assert sample("genesis_fp16_new_records_total", agent) == 40
+    assert sample("genesis_fp16_run_phase_seconds", {**agent, "phase": "train"}) == 1.5
+    assert sample("genesis_fp16_run_phase_seconds", {**agent, "phase": "decoy"}) is None
+    assert sample("genesis_fp16_device_memory_peak_bytes", agent) == 2048
+    assert sample("genesis_fp16_rl_mismatch_kl_k3_nats", agent) == 3e-7
+    (finished,) = [e for e in logs if e["event"] == "training run finished"]
+    assert finished["data"] == REPORTED["data"] and finished["phases"] == REPORTED["phases"]
+    assert finished["components"] == REPORTED["components"]
+    assert finished["gate"] == REPORTED["gate"] and finished["drift"] == REPORTED["drift"]
+    assert finished["early_stop"] == REPORTED["early_stop"]
+    assert sample("genesis_fp16_training_runs_total", {**agent, "outcome": "success"}) == 1
+
+
+def test_the_typed_fields_cross_the_json_of_a_child_or_a_rank() -> None:
+    """A result read back from its JSON (a child's, rank 0's) keeps every typed field."""
+    result = train_result(agent=AGENT, **REPORTED)
+    back = TrainResult.from_json(result.to_json())
+    assert {name: getattr(back, name) for name in REPORTED} == REPORTED
+
+
+def test_a_childs_result_line_is_the_result_and_a_diagnostics_line_is_live() -> None:
+    """The launcher reads a result line (which has a diagnostics field) as the result, and
+    only a line of diagnostics alone as live diagnostics."""
+    import io
+    import json
+
+    from genesis_fp16.runs.launcher import _Output, _read_stdout
+
+    live: list[dict[str, float]] = []
+    result = train_result(agent=AGENT, diagnostics=None).to_json()
+    lines = [json.dumps({"diagnostics": {"mismatch_k3": 1e-7}}), json.dumps(result)]
+    output = _Output()
+    _read_stdout(io.StringIO("\n".join(lines) + "\n"), output, None, lambda d: live.append(dict(d)))
+    assert output.result == result and live == [{"mismatch_k3": 1e-7}]
