@@ -75,7 +75,8 @@ from typing import Any
 import torch
 
 from genesis_fp16_agents.se_darwin.plugin import SEDarwinPlugin
-from genesis_fp16_agents.se_darwin.task import Batch, SEDarwinTask, TaskOptions, split_examples
+from genesis_fp16_agents.se_darwin.split import split_examples
+from genesis_fp16_agents.se_darwin.task import Batch, SEDarwinTask, TaskOptions
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.schema import OPERATORS, AttemptInput

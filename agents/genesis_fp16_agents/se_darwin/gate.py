@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from genesis_fp16_agents.se_darwin.task import assign_folds, is_held_out
+from genesis_fp16_agents.se_darwin.split import assign_folds, is_held_out
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, record_id_hash
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.schema import Example

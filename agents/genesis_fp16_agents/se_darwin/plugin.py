@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import tempfile
-import time
 import typing
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,6 +26,7 @@ from genesis_fp16_agents.se_darwin.promotion import (
     plan_candidate,
     served_model,
 )
+from genesis_fp16_agents.se_darwin.refit import refit_record, train_refit
 from genesis_fp16_agents.se_darwin.task import (
     FINAL_FITS,
     Batch,
@@ -51,8 +51,7 @@ from genesis_fp16_infrastructure.plugin_api import (
     TrainRequestError,
     TrainResult,
 )
-from genesis_fp16_infrastructure.training import CheckpointManager, FitResult, fit
-from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training import CheckpointManager, fit
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.world_model.features import numeric_columns
 from genesis_fp16_infrastructure.world_model.model import (
@@ -65,7 +64,6 @@ from genesis_fp16_infrastructure.world_model.model import (
 logger = logging.getLogger(__name__)
 
 _PROBE_BATCHES = 9
-SUPERSEDED_FOLDER = "superseded"  # final_fit=whole: earlier checkpoints of the folder, kept
 # One line each for `genesis-fp16 agents --json`; a TaskOptions field missing here is
 # still declared, pointing at docs/se-darwin.md.
 _OPTION_HELP = {
@@ -210,11 +208,11 @@ class SEDarwinPlugin:
         refit = None
         if whole and not result.stopped_early:
             with clock.phase("final_fit"):
-                refit = _refit(
+                refit = train_refit(
                     dataclasses.replace(request, checkpoint_dir=candidate), task, data, result
                 )
         if refit is not None:
-            extra["final_fit"] = _refit_record(refit, len(data.examples), result.checkpoint)
+            extra["final_fit"] = refit_record(refit, len(data.examples), result.checkpoint)
         peak = None
         if torch.cuda.is_available() and request.device.startswith("cuda"):
             peak = torch.cuda.max_memory_allocated(request.device)
@@ -344,38 +342,6 @@ class SEDarwinPlugin:
         )
 
 
-def _refit(
-    request: TrainRequest, task: SEDarwinTask, data: ReadResult, split: FitResult
-) -> FitResult:
-    """``final_fit=whole``: train a fresh model on every labelled record for the step count
-    the split run served (its best validated step), with no early stopping.
-
-    It writes one checkpoint, at its end, into the request's folder. A resumed request
-    continues an earlier refit found there (same encoder, at most that many steps) to the
-    same step count, so a finished one takes no step; any other checkpoint there (another
-    step count, other data) is first moved into ``superseded/<UTC time>/`` under the
-    folder, since it would otherwise be the newest: kept, but no longer served.
-    """
-    early = split.early_stop or {}
-    steps = int(early.get("best_step") or split.summary.step)
-    whole = task.on_whole_pool(data, request.device)
-    folder = Path(request.checkpoint_dir)
-    done = _refit_done(folder, whole, steps) if request.resume else None
-    if done is None:
-        _set_aside_checkpoints(folder)
-    logger.info("final_fit=whole: %d record(s), %d step(s)", len(whole.train_data), steps)
-    options = request.fit_options(
-        precision=split.precision.used,  # after any demotion of the split run
-        steps=steps - (done or 0),
-        epochs=None,
-        resume=done is not None,
-        checkpoint_steps=steps or 1,  # the end only: a refit is at most the split's length
-        checkpoint_seconds=None,
-        on_log=None,  # its step counter starts again at 0: not the run's progress
-    )
-    return fit(whole, options)
-
-
 def _log_drift(drift: Mapping[str, Any]) -> None:
     """One line for a flagged report: what moved, and by how much."""
     if drift["flagged"] or drift["label_shift_flagged"]:
@@ -395,39 +361,6 @@ def _data_record(seen: DataFingerprint, change: DataChange | None) -> dict[str, 
         "fingerprint": seen.digest,
         "change": "first" if change is None else "unchanged" if change.unchanged else "changed",
         **({} if change is None else change.to_json()),
-    }
-
-
-def _refit_done(folder: Path, whole: SEDarwinTask, steps: int) -> int | None:
-    """The steps of an earlier refit in ``folder`` that this one can continue, or None."""
-    found = CheckpointManager(folder).load_latest()
-    if found is None:
-        return None
-    state = found[0]
-    same_data = state.get(keys.EXTRA, {}).get("encoder") == whole.encoder.state_dict()
-    step = int(state[keys.STEP])
-    return step if same_data and step <= steps else None
-
-
-def _set_aside_checkpoints(folder: Path) -> None:
-    manager = CheckpointManager(folder)
-    into = folder / SUPERSEDED_FOLDER / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    for path in manager.checkpoints():
-        moved = manager.set_aside(path, into)
-        logger.warning("moved %s to %s (kept, no longer served)", path, moved)
-
-
-def _refit_record(refit: FitResult, records: int, split_checkpoint: Path | None) -> dict[str, Any]:
-    """``extra.final_fit`` of ``train --json``: what is served, and what ``eval`` measures."""
-    return {
-        "mode": "whole",
-        "records": records,
-        "steps": refit.summary.step,
-        "precision": refit.precision.used,
-        "checkpoint": str(refit.checkpoint) if refit.checkpoint else None,
-        "split_checkpoint": str(split_checkpoint) if split_checkpoint else None,
-        "stopped_early": refit.stopped_early,
-        "eval": "the split model's, on its held-out part; the served model trained on it too",
     }
 
 

@@ -33,7 +33,8 @@ import torch
 
 from genesis_fp16_agents.se_darwin import gate
 from genesis_fp16_agents.se_darwin.freshness import request_key
-from genesis_fp16_agents.se_darwin.task import TaskOptions, read_pool
+from genesis_fp16_agents.se_darwin.options import TaskOptions
+from genesis_fp16_agents.se_darwin.pool_read import read_pool
 from genesis_fp16_infrastructure.data.fingerprint import DataChange, DataFingerprint, compare
 from genesis_fp16_infrastructure.data.readers import DataError, ReadResult
 from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError, TrainResult

@@ -30,7 +30,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -40,15 +40,14 @@ from torch.nn.functional import binary_cross_entropy_with_logits
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
+from genesis_fp16_agents.se_darwin.options import FINAL_FITS, TaskOptions
+from genesis_fp16_agents.se_darwin.pool_read import read_pool
+from genesis_fp16_agents.se_darwin.split import Split, choose_split
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint
 from genesis_fp16_infrastructure.data.readers import (
-    DataTooLarge,
-    FileCache,
     ReadResult,
-    read_trajectories,
 )
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION, Example
-from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
 from genesis_fp16_infrastructure.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
 from genesis_fp16_infrastructure.world_model.features import (
@@ -66,144 +65,28 @@ from genesis_fp16_infrastructure.world_model.model import (
 )
 from genesis_fp16_infrastructure.world_model.predict import world_model_state
 
+# The names importers used from this module before it was split (issue 40: files over 450
+# lines): its options, the pool's read and the split live beside it now.
+__all__ = [
+    "FINAL_FITS",
+    "Batch",
+    "SEDarwinTask",
+    "Split",
+    "TaskOptions",
+    "read_pool",
+    "to_batch",
+]
+
 logger = logging.getLogger(__name__)
 
 
-# What a run costs in resident memory per byte of pool file, at its peak, with room to
-# spare. Measured since each file's records are kept as pre-attempt inputs rather than
-# validated objects (issue 36): a generated 100,000-record pool (144 MiB, one file) peaked
-# at 842 MiB (5.9x, ~240 MiB of it the imports) in a one-epoch `train`; as ten daily
-# .jsonl files at 620 MiB (benchmarks/results/pool_scale_cpu-amd-epyc-2-cores.md). Before,
-# 1,225 MiB (8.5x), and the factor was 10. The default max_pool_bytes is the run's memory
-# limit (or the machine's memory) divided by it.
-POOL_MEMORY_FACTOR = 7
-# Named in the refusal, so that an operator sees where the factor comes from.
-MEASURED_PEAK = (
-    "5.9x on a generated 100,000-record pool, benchmarks/results/pool_scale_cpu-amd-epyc-2-cores.md"
-)
-MAX_POOL_SETTING = "GENESIS_FP16_AGENTS__SE_DARWIN__OPTIONS__MAX_POOL_BYTES"
-
-
-def default_max_pool_bytes(memory: int | None = None) -> int:
-    """The pool bytes a run may read when the option is unset: ``memory`` (the run's
-    memory limit; None: this machine's memory, or its cgroup limit) / POOL_MEMORY_FACTOR::
-
-        default_max_pool_bytes(10 * 2**30) == 2**30
-    """
-    return (machine_memory_bytes() if memory is None else memory) // POOL_MEMORY_FACTOR
-
-
-def read_pool(
-    path: Path,
-    options: TaskOptions,
-    quarantine: Path | None = None,
-    memory_limit: int | None = None,
-    cache: FileCache | None = None,
-) -> ReadResult:
-    """The pool at ``path``, size-checked first against the options' ``max_pool_bytes``
-    (unset: derived from ``memory_limit``, the run's, or the machine's memory); a pool
-    over it is one :class:`TrainRequestError` line naming its size, the limit and the
-    setting (train exits 2, the daemon logs one line)."""
-    limit = options.max_pool_bytes
-    if limit is None:
-        memory = machine_memory_bytes() if memory_limit is None else memory_limit
-        limit = default_max_pool_bytes(memory)
-        whose = (
-            "the run's memory limit (GENESIS_FP16_RUN_MEMORY_LIMIT_BYTES)"
-            if memory_limit is not None
-            else "this machine's memory (or its cgroup limit)"
-        )
-        source = f"{whose}, {memory / 2**20:,.0f} MiB, / {POOL_MEMORY_FACTOR}"
-    else:
-        source = f"{MAX_POOL_SETTING}"
-    try:
-        # keep_text=False: the run needs each record's numbers, not its change's text
-        return read_trajectories(
-            path, quarantine=quarantine, max_bytes=limit or None, cache=cache, keep_text=False
-        )
-    except DataTooLarge as exc:
-        raise TrainRequestError(
-            f"{exc} (the limit is {source}); a run peaks at about {POOL_MEMORY_FACTOR}x its "
-            f"pool's bytes in resident memory (measured {MEASURED_PEAK}). "
-            f"Raise {MAX_POOL_SETTING} (the se_darwin option max_pool_bytes; 0: no limit) "
-            "on a machine with the memory, or train on part of the pool"
-        ) from None
-
-
-@dataclass(frozen=True)
-class TaskOptions:
-    """Knobs of one SE-Darwin run; ``TrainRequest.options`` may set any of them."""
-
-    preset: str = "default"
-    hidden: int | None = None  # None: the preset's, narrower on small pools (_model_config)
-    depth: int | None = None
-    dropout: float | None = None
-    batch_size: int | None = None  # None: 256, fewer on small pools (at least 8 steps an epoch)
-    learning_rate: float = 3e-3
-    weight_decay: float = 0.01
-    eval_fraction: float | None = None  # None: sized by the pool (split_fractions)
-    # Early stopping on the validation success log-loss (STOP_METRIC): validate every
-    # epoch, or every `validate_every` steps when an epoch is longer; stop after
-    # `patience` validations without improvement; `max_epochs` caps a run that gives
-    # neither steps nor epochs.
-    early_stopping: bool = True
-    patience: int = 8
-    validate_every: int = 50
-    max_epochs: int = 100
-    # What is served: "split", the best validated weights of the run on the training part;
-    # "whole", a second model trained on every labelled record for the split run's best
-    # step count (the reported eval stays the split model's; docs/se-darwin.md).
-    final_fit: str = "split"
-    # Evaluation: None picks by the pool's size (cross-validated under CROSS_VALIDATION_
-    # BELOW records, held-out from there); True or False forces it. An explicit
-    # eval_fraction or final_fit="whole" asks for a held-out split.
-    cross_validation: bool | None = None
-    folds: int = 5
-    # The most bytes of pool files a run reads (checked before reading: parsed records
-    # cost several times their bytes, all held at once). None: the run's memory limit
-    # (TrainRequest.memory_limit_bytes; without one, this machine's memory or its cgroup
-    # limit) / POOL_MEMORY_FACTOR; 0: no limit.
-    max_pool_bytes: int | None = None
-
-    @classmethod
-    def from_mapping(cls, options: Mapping[str, Any]) -> TaskOptions:
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise TrainRequestError(
-                f"unknown se_darwin option(s) {', '.join(unknown)}; "
-                f"valid: {', '.join(sorted(known))}"
-            )
-        out = cls(**options)
-        if out.final_fit not in FINAL_FITS:
-            raise TrainRequestError(
-                f"final_fit={out.final_fit!r}: choose from {', '.join(FINAL_FITS)}"
-            )
-        if out.cross_validation and (out.eval_fraction is not None or out.final_fit != "split"):
-            raise TrainRequestError(
-                "cross_validation=true trains on every record: eval_fraction and "
-                "final_fit='whole' are held-out options; leave them out"
-            )
-        if out.folds < 2:
-            raise TrainRequestError(f"folds={out.folds!r}: must be at least 2")
-        if out.eval_fraction is not None and not 0.0 < out.eval_fraction < 1.0:
-            raise TrainRequestError(f"eval_fraction={out.eval_fraction!r}: must be between 0 and 1")
-        if out.max_pool_bytes is not None and out.max_pool_bytes < 0:
-            raise TrainRequestError(
-                f"max_pool_bytes={out.max_pool_bytes!r}: must be at least 0 (0: no limit)"
-            )
-        for name in ("batch_size", "patience", "validate_every", "max_epochs"):
-            if getattr(out, name) is not None and getattr(out, name) < 1:
-                raise TrainRequestError(f"{name}={getattr(out, name)!r}: must be at least 1")
-        return out
-
-    def cross_validated(self, examples: int) -> bool:
-        """Whether a pool of ``examples`` labelled records trains a cross-validated ensemble."""
-        if self.cross_validation is not None:
-            return self.cross_validation
-        if self.eval_fraction is not None or self.final_fit != "split":
-            return False
-        return examples < CROSS_VALIDATION_BELOW
+DEFAULT_BATCH, MIN_BATCH = 256, 16
+# Early stopping watches the validation log-loss of success, not the three heads' total:
+# success is what the model is for, and on 500-record pools the total's minimum comes
+# epochs before success's (mean held-out AUC over 40 pools 0.822 stopping on the total,
+# 0.841 on success; benchmarks/world_model_quality.py at c9d5b15, on held-out splits).
+STOP_METRIC = "success_bce"
+SMALL_POOL, SMALL_POOL_HIDDEN = 2000, 32  # training records under which the default is narrower
 
 
 class Batch(NamedTuple):
@@ -224,58 +107,6 @@ class Batch(NamedTuple):
         return int(self.x.shape[0])
 
 
-DEFAULT_BATCH, MIN_BATCH = 256, 16
-EVAL_TARGET = 1000  # held-out records for a stable AUC (about +-0.03 at 95%)
-EVAL_BOUNDS = (0.1, 0.3)
-VALIDATION_MAX = 0.2
-# The most validation records (issue 36): the early-stopping yardstick, the success
-# log-loss, has a standard error of about 0.6 / sqrt(n) (0.004 at 20,000 records, far below
-# the improvements patience waits for); validation reports it as success_bce_se. A
-# 1,000,000-record pool validated on 10% of its rest (90,000 records) spent more time
-# validating than training between two validations.
-VALIDATION_CAP = 20_000
-# Early stopping watches the validation log-loss of success, not the three heads' total:
-# success is what the model is for, and on 500-record pools the total's minimum comes
-# epochs before success's (mean held-out AUC over 40 pools 0.822 stopping on the total,
-# 0.841 on success; benchmarks/world_model_quality.py at c9d5b15, on held-out splits).
-STOP_METRIC = "success_bce"
-FINAL_FITS = ("split", "whole")
-SMALL_POOL, SMALL_POOL_HIDDEN = 2000, 32  # training records under which the default is narrower
-# Under this many labelled records a 30% held-out part holds fewer than EVAL_TARGET, and
-# the pool is cross-validated instead (module docstring).
-CROSS_VALIDATION_BELOW = round(EVAL_TARGET / EVAL_BOUNDS[1]) + 1
-
-
-def is_held_out(trajectory_id: str, seed: int, fraction: float, salt: str = "") -> bool:
-    """The deterministic split: a stable hash of (seed, id), independent of file order."""
-    return _id_hash(trajectory_id, seed, salt) / 2**64 < fraction
-
-
-def _id_hash(trajectory_id: str, seed: int, salt: str) -> int:
-    """A stable 64-bit hash of (seed, salt, id): the held-out split's and the folds'."""
-    key = f"{seed}:{salt}{trajectory_id}"
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
-
-
-def split_fractions(examples: int, eval_fraction: float | None = None) -> tuple[float, float]:
-    """(held-out share of the pool, validation share of the rest) for a pool this size.
-
-    >>> split_fractions(500), split_fractions(5000), split_fractions(50000)
-    ((0.3, 0.2), (0.2, 0.2), (0.1, 0.1))
-    >>> split_fractions(1_000_000)  # validation capped at VALIDATION_CAP records
-    (0.1, 0.0222)
-    """
-    low, high = EVAL_BOUNDS
-    if eval_fraction is None:
-        eval_fraction = min(high, max(low, EVAL_TARGET / max(examples, 1)))
-    rest = examples * (1 - eval_fraction)
-    validation = min(VALIDATION_MAX, max(low, EVAL_TARGET / max(rest, 1)))
-    # Past VALIDATION_CAP records a larger sample only costs: each validation runs the
-    # model over all of it, every `validate_every` steps. The rest trains.
-    validation = min(validation, VALIDATION_CAP / max(rest, 1))
-    return round(eval_fraction, 4), round(validation, 4)
-
-
 def to_batch(
     encoder: FeatureEncoder,
     examples: Sequence[Example],
@@ -294,96 +125,6 @@ def to_batch(
         outcome=torch.tensor([e.label.outcome_index for e in examples], dtype=torch.long),
         fold=torch.tensor(folds if folds is not None else [0] * len(examples), dtype=torch.long),
     )
-
-
-class Split(NamedTuple):
-    train: list[Example]
-    validation: list[Example]
-    held_out: list[Example]
-    eval_fraction: float
-    validation_fraction: float
-    folds: tuple[int, ...] = ()  # cross-validated: each record's fold, in train's order
-    fold_count: int = 0
-
-
-def split_examples(data: ReadResult, seed: int, eval_fraction: float | None = None) -> Split:
-    """Held-out, validation and training parts, each by a hash of (seed, id)."""
-    fraction, validation = split_fractions(len(data.examples), eval_fraction)
-    held, rest = _cut(data.examples, seed, fraction)
-    val, train = _cut(rest, seed, validation, "validation:")
-    if not train or not held or not val:
-        raise TrainRequestError(
-            f"{len(data.examples)} labelled example(s) cannot be split into train, "
-            f"validation and held-out parts (eval_fraction={fraction}); add data"
-        )
-    return Split(train, val, held, fraction, validation)
-
-
-def choose_split(
-    data: ReadResult, options: TaskOptions, seed: int, saved: Mapping[str, Any] | None = None
-) -> Split:
-    """Cross-validated folds or the held-out split, by the options and the pool's size;
-    a resumed run keeps its checkpoint's choice (a pool that grew past the threshold goes
-    on as it began), unless ``cross_validation`` explicitly asks for the other."""
-    cross = options.cross_validated(len(data.examples))
-    folds = options.folds
-    if saved is not None:
-        members = int(saved["model"].get("members", 1))
-        asked = options.cross_validation
-        if asked is not None and asked != (members > 1):
-            raise TrainRequestError(
-                f"cannot resume this checkpoint: it holds {members} network(s), and "
-                f"cross_validation={str(asked).lower()} asks for {folds if asked else 1}; "
-                "start a fresh checkpoint folder"
-            )
-        if members > 1 and folds != members:
-            raise TrainRequestError(
-                f"cannot resume this checkpoint: it holds {members} networks, one per fold, "
-                f"and this run asks for folds={folds}; start a fresh checkpoint folder"
-            )
-        if cross != (members > 1):
-            kinds = ("held-out", "cross-validated")
-            logger.info(
-                "resuming a %s checkpoint: the run stays %s (this pool alone would be %s)",
-                kinds[members > 1],
-                kinds[members > 1],
-                kinds[cross],
-            )
-        cross = members > 1
-    return (
-        fold_split(data, seed, folds)
-        if cross
-        else split_examples(data, seed, options.eval_fraction)
-    )
-
-
-def fold_split(data: ReadResult, seed: int, folds: int) -> Split:
-    """Every record in each part, dealt into ``folds`` folds (see ``assign_folds``)."""
-    everything = list(data.examples)
-    if len(everything) < folds:
-        raise TrainRequestError(
-            f"{len(everything)} labelled example(s) cannot be dealt into {folds} folds; add data"
-        )
-    dealt = assign_folds([e.trajectory_id for e in everything], seed, folds)
-    return Split(everything, everything, everything, 0.0, 0.0, tuple(dealt), folds)
-
-
-def assign_folds(ids: Sequence[str], seed: int, folds: int) -> list[int]:
-    """Each id's fold, from a hash of (seed, id) alone: independent of file order, and a
-    record keeps its fold as the pool grows (a resumed member never trains on a record
-    it was scored on). Fold sizes vary as a draw does (500 records: 100 +- 9)."""
-    return [_id_hash(trajectory_id, seed, "fold:") % folds for trajectory_id in ids]
-
-
-def _cut(
-    examples: Sequence[Example], seed: int, fraction: float, salt: str = ""
-) -> tuple[list[Example], list[Example]]:
-    """(the examples ``is_held_out`` picks, the others), hashing each id once."""
-    picked: list[Example] = []
-    others: list[Example] = []
-    for e in examples:
-        (picked if is_held_out(e.trajectory_id, seed, fraction, salt) else others).append(e)
-    return picked, others
 
 
 class SEDarwinTask:

@@ -11,21 +11,18 @@ import torch
 from se_darwin_runs import train as _train
 
 from benchmarks.ensemble_step import LoopEnsemble  # the loop layout, the bench's reference
+from genesis_fp16_agents.se_darwin import options as options_module
 from genesis_fp16_agents.se_darwin import plugin
-from genesis_fp16_agents.se_darwin import task as task_module
-from genesis_fp16_agents.se_darwin.task import (
-    CROSS_VALIDATION_BELOW,
-    SEDarwinTask,
-    TaskOptions,
-    WorldModelOutput,
-    assign_folds,
-)
+from genesis_fp16_agents.se_darwin.options import TaskOptions
+from genesis_fp16_agents.se_darwin.split import CROSS_VALIDATION_BELOW, assign_folds
+from genesis_fp16_agents.se_darwin.task import SEDarwinTask
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.world_model.model import (
     ModelConfig,
     WorldModel,
     WorldModelEnsemble,
+    WorldModelOutput,
     build_world_model,
     world_model_losses,
 )
@@ -180,7 +177,7 @@ def test_a_resumed_run_keeps_its_checkpoints_evaluation(
     """A daemon resumes on a pool that grows: past the threshold, a cross-validated
     checkpoint goes on cross-validated (a fresh folder would be held-out)."""
     _train(data, tmp_path / "ckpt", steps=8)
-    monkeypatch.setattr(task_module, "CROSS_VALIDATION_BELOW", 100)  # as if it had grown
+    monkeypatch.setattr(options_module, "CROSS_VALIDATION_BELOW", 100)  # as if it had grown
     assert _train(data, tmp_path / "fresh", steps=8).extra["split"]["mode"] == "held_out"
     resumed = _train(data, tmp_path / "ckpt", steps=8, resume=True)
     assert resumed.extra["split"]["mode"] == "cross_validation"

@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 from se_darwin_runs import train
 
-from genesis_fp16_agents.se_darwin import freshness, plugin
-from genesis_fp16_agents.se_darwin import task as task_module
+from genesis_fp16_agents.se_darwin import freshness, plugin, pool_read
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.plugin_api import TrainRequest
 
@@ -37,7 +36,7 @@ def _no_reading(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the pool was read")
 
-    monkeypatch.setattr(task_module, "read_trajectories", refuse)
+    monkeypatch.setattr(pool_read, "read_trajectories", refuse)
 
 
 @pytest.fixture

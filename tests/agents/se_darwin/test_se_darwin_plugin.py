@@ -19,9 +19,9 @@ import torch.multiprocessing as mp
 from se_darwin_runs import train as _train
 
 from genesis_fp16.plugins import load_plugin
-from genesis_fp16_agents.se_darwin import plugin
+from genesis_fp16_agents.se_darwin import plugin, pool_read
 from genesis_fp16_agents.se_darwin import task as task_module
-from genesis_fp16_agents.se_darwin.task import split_examples
+from genesis_fp16_agents.se_darwin.split import split_examples
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.plugin_api import AgentPlugin, TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.world_model.metrics import auc, brier
@@ -207,7 +207,8 @@ def test_held_out_auc_on_20000_generated_trajectories(tmp_path: Path) -> None:
 
 def test_split_sizes_follow_the_pool_and_a_small_tail_joins_the_batch_before() -> None:
     """Held-out aims at 1,000 records within 10-30%; a tail under half a batch is merged."""
-    from genesis_fp16_agents.se_darwin.task import _chunks, split_fractions
+    from genesis_fp16_agents.se_darwin.split import split_fractions
+    from genesis_fp16_agents.se_darwin.task import _chunks
 
     assert split_fractions(500) == (0.3, 0.2)
     assert split_fractions(5000) == (0.2, 0.2)
@@ -310,15 +311,15 @@ def test_the_default_pool_limit_follows_the_run_memory_limit(data: Path, tmp_pat
     it is refused before it is read, in one line naming the setting."""
     size = data.stat().st_size if data.is_file() else sum(f.stat().st_size for f in data.rglob("*"))
     assert size > 0
-    just_short = (size - 1) * task_module.POOL_MEMORY_FACTOR
+    just_short = (size - 1) * pool_read.POOL_MEMORY_FACTOR
     refused = rf"\({size:,} bytes\).*over the limit.*MAX_POOL_BYTES"
     with pytest.raises(TrainRequestError, match=refused) as info:
         _train(data, tmp_path / "ck", memory_limit_bytes=just_short)
     assert "\n" not in str(info.value)
     # The figures the limit was derived from: the memory, its source and the factor.
-    memory = f"{just_short / 2**20:,.0f} MiB, / {task_module.POOL_MEMORY_FACTOR}"
+    memory = f"{just_short / 2**20:,.0f} MiB, / {pool_read.POOL_MEMORY_FACTOR}"
     assert f"the run's memory limit (GENESIS_FP16_RUN_MEMORY_LIMIT_BYTES), {memory}" in str(
         info.value
     )
-    enough = size * task_module.POOL_MEMORY_FACTOR
+    enough = size * pool_read.POOL_MEMORY_FACTOR
     assert _train(data, tmp_path / "ck", steps=2, memory_limit_bytes=enough).outcome == "success"

@@ -1,0 +1,78 @@
+"""Reading an SE-Darwin pool for a run, refused first when it would not fit in memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from genesis_fp16_agents.se_darwin.options import TaskOptions
+from genesis_fp16_infrastructure.data.readers import (
+    DataTooLarge,
+    FileCache,
+    ReadResult,
+    read_trajectories,
+)
+from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
+from genesis_fp16_infrastructure.plugin_api import TrainRequestError
+
+# What a run costs in resident memory per byte of pool file, at its peak, with room to
+# spare. Measured since a training read keeps no record text, streams a large pool file
+# and builds the features in blocks (issue 36): a generated 1,000,000-record pool (one
+# 1,510 MB file) peaked at 2,189 MiB in a first one-epoch `train` (1.45x, ~235 MiB of it
+# the imports) and at 3,046 MiB after it grew by 1% (2.0x: drift and the promotion gate
+# hold both models' inputs); 100,000 records (151 MB) at 595 MiB, the imports' share
+# larger (benchmarks/results/pool_scale_cpu-amd-epyc-2-cores.md). Before, 6,262 MiB
+# (4.3x) at 1,000,000 records, and the factor was 7. The default max_pool_bytes is the
+# run's memory limit (or the machine's memory) divided by it.
+POOL_MEMORY_FACTOR = 3
+# Named in the refusal, so that an operator sees where the factor comes from.
+MEASURED_PEAK = (
+    "2.0x on a generated 1,000,000-record pool after it grew by 1% (3,046 MiB for "
+    "1,525 MB), benchmarks/results/pool_scale_cpu-amd-epyc-2-cores.md"
+)
+MAX_POOL_SETTING = "GENESIS_FP16_AGENTS__SE_DARWIN__OPTIONS__MAX_POOL_BYTES"
+
+
+def default_max_pool_bytes(memory: int | None = None) -> int:
+    """The pool bytes a run may read when the option is unset: ``memory`` (the run's
+    memory limit; None: this machine's memory, or its cgroup limit) / POOL_MEMORY_FACTOR::
+
+        default_max_pool_bytes(10 * 2**30) == 2**30
+    """
+    return (machine_memory_bytes() if memory is None else memory) // POOL_MEMORY_FACTOR
+
+
+def read_pool(
+    path: Path,
+    options: TaskOptions,
+    quarantine: Path | None = None,
+    memory_limit: int | None = None,
+    cache: FileCache | None = None,
+) -> ReadResult:
+    """The pool at ``path``, size-checked first against the options' ``max_pool_bytes``
+    (unset: derived from ``memory_limit``, the run's, or the machine's memory); a pool
+    over it is one :class:`TrainRequestError` line naming its size, the limit and the
+    setting (train exits 2, the daemon logs one line)."""
+    limit = options.max_pool_bytes
+    if limit is None:
+        memory = machine_memory_bytes() if memory_limit is None else memory_limit
+        limit = default_max_pool_bytes(memory)
+        whose = (
+            "the run's memory limit (GENESIS_FP16_RUN_MEMORY_LIMIT_BYTES)"
+            if memory_limit is not None
+            else "this machine's memory (or its cgroup limit)"
+        )
+        source = f"{whose}, {memory / 2**20:,.0f} MiB, / {POOL_MEMORY_FACTOR}"
+    else:
+        source = f"{MAX_POOL_SETTING}"
+    try:
+        # keep_text=False: the run needs each record's numbers, not its change's text
+        return read_trajectories(
+            path, quarantine=quarantine, max_bytes=limit or None, cache=cache, keep_text=False
+        )
+    except DataTooLarge as exc:
+        raise TrainRequestError(
+            f"{exc} (the limit is {source}); a run peaks at about {POOL_MEMORY_FACTOR}x its "
+            f"pool's bytes in resident memory (measured {MEASURED_PEAK}). "
+            f"Raise {MAX_POOL_SETTING} (the se_darwin option max_pool_bytes; 0: no limit) "
+            "on a machine with the memory, or train on part of the pool"
+        ) from None
