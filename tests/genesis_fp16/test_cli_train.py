@@ -378,7 +378,7 @@ def test_eval_block_is_printed_once(tmp_path: Path, data: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     both = proc.stdout + proc.stderr
-    assert both.count("success_bce") == 1, both
+    assert both.count("success_bce_se") == 1, both  # the eval block's last entry
 
 
 def test_request_file_carries_the_whole_run_and_refuses_other_flags(tmp_path: Path) -> None:

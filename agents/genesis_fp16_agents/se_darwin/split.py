@@ -13,19 +13,15 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
+from genesis_fp16_agents.se_darwin.options import EVAL_BOUNDS, EVAL_TARGET, TaskOptions
 from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.data.schema import Example
 from genesis_fp16_infrastructure.plugin_api import TrainRequestError
 
-if TYPE_CHECKING:
-    from genesis_fp16_agents.se_darwin.options import TaskOptions
-
 logger = logging.getLogger(__name__)
 
-EVAL_TARGET = 1000  # held-out records for a stable AUC (about +-0.03 at 95%)
-EVAL_BOUNDS = (0.1, 0.3)
 VALIDATION_MAX = 0.2
 # The most validation records (issue 36): the early-stopping yardstick, the success
 # log-loss, has a standard error of about 0.6 / sqrt(n) (0.004 at 20,000 records, far below
@@ -33,9 +29,6 @@ VALIDATION_MAX = 0.2
 # 1,000,000-record pool validated on 10% of its rest (90,000 records) spent more time
 # validating than training between two validations.
 VALIDATION_CAP = 20_000
-# Under this many labelled records a 30% held-out part holds fewer than EVAL_TARGET, and
-# the pool is cross-validated instead (module docstring).
-CROSS_VALIDATION_BELOW = round(EVAL_TARGET / EVAL_BOUNDS[1]) + 1
 
 
 def is_held_out(trajectory_id: str, seed: int, fraction: float, salt: str = "") -> bool:

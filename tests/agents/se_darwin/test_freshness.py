@@ -101,7 +101,12 @@ def test_a_record_edited_in_place_is_seen_and_learned(
     assert not out.up_to_date and out.steps > 0
     assert out.extra["data"]["relabelled"] == 1 and out.extra["data"]["new"] == 0
     # The untouched file came from the record cache; the edited one was parsed.
-    assert out.extra["record_cache"] == {"files_cached": 1, "files_read": 1, "write_failures": 0}
+    assert out.extra["record_cache"] == {
+        "files_cached": 1,
+        "files_read": 1,
+        "files_continued": 0,
+        "write_failures": 0,
+    }
 
 
 def test_an_appended_file_and_another_request_are_not_up_to_date(

@@ -160,9 +160,9 @@ def _quarantine_rank(rank: int, init: str, folder: str) -> None:
     )
     try:
         given: list[str | None] = []
-        # read_pool (genesis_fp16_agents.se_darwin.task) reads the pool for the plugin: spy on
-        # its reader.
-        module = importlib.import_module("genesis_fp16_agents.se_darwin.task")
+        # read_pool (genesis_fp16_agents.se_darwin.pool_read) reads the pool for the plugin:
+        # spy on its reader.
+        module = importlib.import_module("genesis_fp16_agents.se_darwin.pool_read")
         read = module.read_trajectories
 
         def spy(path: Path, quarantine: Path | None = None, **kwargs: object) -> object:
