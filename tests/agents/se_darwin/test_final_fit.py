@@ -126,7 +126,7 @@ def test_a_folders_earlier_model_stays_where_it_is_while_a_refit_candidate_train
     assert served == expected and whole.extra["gate"]["outcome"] in ("promoted", "rejected")
 
 
-def test_final_fit_names_its_choices() -> None:
+def test_final_fit_names_its_choices(tmp_path: Path) -> None:
     """An unknown final_fit names the value and the choices; the option is declared."""
     with pytest.raises(TrainRequestError, match=r"final_fit='all': choose from split, whole"):
         plugin.train(
@@ -134,9 +134,9 @@ def test_final_fit_names_its_choices() -> None:
                 agent="se_darwin",
                 precision="fp32",
                 precision_reason="test",
-                state_dir=Path("unused"),
-                checkpoint_dir=Path("unused/ckpt"),
-                data_path=Path("unused/pool.json"),
+                state_dir=tmp_path,  # the agent folder is claimed first: never the checkout
+                checkpoint_dir=tmp_path / "ckpt",
+                data_path=tmp_path / "pool.json",
                 options={"final_fit": "all"},
             )
         )
