@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,7 +116,7 @@ def scan_files(path: Path, previous: Manifest | None = None) -> tuple[Manifest, 
                 files.append(old)
                 reused += 1
                 continue
-            digest, size = _digest(file)
+            digest, size = file_digest(file)
         except FileNotFoundError:  # rotated away since the listing: the data without it
             vanished += 1
             continue
@@ -131,13 +131,20 @@ def scan_files(path: Path, previous: Manifest | None = None) -> tuple[Manifest, 
     return Manifest(tuple(files), scanned_ns), report
 
 
-def _digest(file: Path) -> tuple[str, int]:
+def file_digest(
+    file: Path, limit: int | None = None, each: Callable[[bytes], None] | None = None
+) -> tuple[str, int]:
+    """(blake2b-128 hex digest, bytes hashed) of ``file``, or of its first ``limit``
+    bytes; ``each`` sees every chunk hashed. The one digest of a file's bytes: the
+    manifest's, and the record cache's check that an appended file's head is unchanged."""
     hasher = hashlib.blake2b(digest_size=16)
     size = 0
     with open(file, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
+        while chunk := handle.read(_CHUNK if limit is None else min(_CHUNK, limit - size)):
             hasher.update(chunk)
             size += len(chunk)
+            if each is not None:
+                each(chunk)
     return hasher.hexdigest(), size
 
 

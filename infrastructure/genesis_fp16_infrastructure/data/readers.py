@@ -25,7 +25,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Any, NamedTuple, Protocol, TextIO
 
 import msgspec
 from pydantic import ValidationError
@@ -265,14 +265,22 @@ class Rejected:
     text: str
 
 
+class Head(NamedTuple):
+    """What an appended file's stored head holds, and where its new lines begin."""
+
+    records: list[FileRecord]
+    rejected: list[Rejected]
+    offset: int  # bytes of the head: the new lines start here
+    lines: int  # lines of the head: the first new line is number lines + 1
+
+
 class FileCache(Protocol):
     """Where a read finds a file's records from an earlier read of the same bytes."""
 
     def load(self, file: Path, slim: bool) -> tuple[list[FileRecord], list[Rejected]] | None: ...
 
-    def load_head(self, file: Path, slim: bool) -> Any:
-        """An appended file's earlier records and where its new lines begin, or None
-        (``record_cache.Head``: records, rejected, offset, lines)."""
+    def load_head(self, file: Path, slim: bool) -> Head | None:
+        """An appended file's earlier records and where its new lines begin, or None."""
 
     def store(
         self, file: Path, records: list[FileRecord], rejected: list[Rejected], slim: bool

@@ -26,14 +26,14 @@ import hashlib
 import logging
 import os
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 
 from genesis_fp16_infrastructure.atomic import write_atomic
 from genesis_fp16_infrastructure.data.attempt_numbers import NUMBERS_VERSION
-from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest
-from genesis_fp16_infrastructure.data.readers import FileRecord, Rejected
+from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest, file_digest
+from genesis_fp16_infrastructure.data.readers import FileRecord, Head, Rejected
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION, AttemptInput, Label
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,6 @@ logger = logging.getLogger(__name__)
 # Bump when FileRecord, AttemptInput, Label or how a record becomes them changes; the
 # own numbers' version is part of it (data.attempt_numbers).
 CACHE_VERSION = f"3.s{SCHEMA_VERSION}.n{NUMBERS_VERSION}"
-_CHUNK = 2**20  # bytes of a head hashed at a time
 
 
 class RecordCache:
@@ -63,7 +62,7 @@ class RecordCache:
             self.misses += 1
             return None
         try:
-            out = _decode(msgspec.msgpack.decode(self._path(state, slim).read_bytes()))
+            out = _read_entry(self._path(state.digest, slim))
         except FileNotFoundError:
             self.misses += 1
             return None
@@ -87,9 +86,7 @@ class RecordCache:
             digest, lines, last = _prefix(file, head.size)
             if digest != head.digest or last != b"\n":
                 return None
-            stored = FileState(str(file), head.size, 0, head.digest)
-            data = msgspec.msgpack.decode(self._path(stored, slim).read_bytes())
-            records, rejected = _decode(data)
+            records, rejected = _read_entry(self._path(head.digest, slim))
         except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError):
             return None  # no usable head: the file is read whole, as without one
         self.continued += 1
@@ -104,7 +101,7 @@ class RecordCache:
         blob = msgspec.msgpack.encode(_encode(records, rejected))
         marker = msgspec.json.encode({"digest": state.digest, "size": state.size})
         try:
-            write_atomic(self._path(state, slim), lambda handle: handle.write(blob))
+            write_atomic(self._path(state.digest, slim), lambda handle: handle.write(blob))
             if file.name.endswith(".jsonl"):  # where its next appended lines will begin
                 write_atomic(self._head_path(file), lambda handle: handle.write(marker))
         except OSError as exc:
@@ -113,7 +110,7 @@ class RecordCache:
             self.write_failures += 1
             logger.warning(
                 "record cache: cannot write %s (%s): %s will be parsed again next run",
-                self._path(state, slim),
+                self._path(state.digest, slim),
                 exc.strerror or exc,
                 file,
             )
@@ -121,12 +118,12 @@ class RecordCache:
     def prune(self) -> int:
         """Delete the entries of bytes no file of the manifest holds, but for the stored
         head of a listed ``.jsonl`` file (an append still reads on from it); their count."""
-        states = list(self.files.values())
+        digests = [state.digest for state in self.files.values()]
         for path in self.files:
             head = self._head(Path(path))
             if head is not None:
-                states.append(FileState(path, head.size, 0, head.digest))
-        keep = {self._path(s, slim).name for s in states for slim in (False, True)}
+                digests.append(head.digest)
+        keep = {self._path(digest, slim).name for digest in digests for slim in (False, True)}
         keep |= {self._head_path(Path(path)).name for path in self.files}
         removed = 0
         if self.folder.is_dir():
@@ -161,10 +158,10 @@ class RecordCache:
         name = hashlib.blake2b(str(file).encode(), digest_size=8).hexdigest()
         return self.folder / f"head-{name}.json"
 
-    def _path(self, state: FileState, slim: bool) -> Path:
-        """A file's entry: its bytes' digest, the cache's version, and whether its
+    def _path(self, digest: str, slim: bool) -> Path:
+        """An entry: its file's bytes' digest, the cache's version, and whether its
         records keep their text (read_trajectories' keep_text)."""
-        return self.folder / f"{state.digest}-{CACHE_VERSION}{'-slim' if slim else ''}.msgpack"
+        return self.folder / f"{digest}-{CACHE_VERSION}{'-slim' if slim else ''}.msgpack"
 
 
 class _HeadMarker(msgspec.Struct):
@@ -172,29 +169,29 @@ class _HeadMarker(msgspec.Struct):
     size: int
 
 
-class Head(NamedTuple):
-    """What an appended file's stored head holds, and where its new lines begin."""
+class _Lines:
+    """The newlines of the chunks it is shown, and the last byte of the last one."""
 
-    records: list[FileRecord]
-    rejected: list[Rejected]
-    offset: int  # bytes of the head: the new lines start here
-    lines: int  # lines of the head: the first new line is number lines + 1
+    def __init__(self) -> None:
+        self.count, self.last = 0, b""
+
+    def __call__(self, chunk: bytes) -> None:
+        self.count += chunk.count(b"\n")
+        self.last = chunk[-1:]
 
 
 def _prefix(file: Path, size: int) -> tuple[str, int, bytes]:
-    """The digest of ``file``'s first ``size`` bytes (as the manifest hashes a whole
-    file), their newlines, and their last byte."""
-    hasher = hashlib.blake2b(digest_size=16)
-    lines, left, last = 0, size, b""
-    with open(file, "rb") as handle:
-        while left and (chunk := handle.read(min(_CHUNK, left))):
-            hasher.update(chunk)
-            lines += chunk.count(b"\n")
-            left -= len(chunk)
-            last = chunk[-1:]
-    if left:
+    """The digest of ``file``'s first ``size`` bytes (the manifest's digest of a file
+    that size), their newlines, and their last byte."""
+    lines = _Lines()
+    digest, hashed = file_digest(file, size, lines)
+    if hashed != size:
         raise ValueError(f"{file} is shorter than its stored head")
-    return hasher.hexdigest(), lines, last
+    return digest, lines.count, lines.last
+
+
+def _read_entry(path: Path) -> tuple[list[FileRecord], list[Rejected]]:
+    return _decode(msgspec.msgpack.decode(path.read_bytes()))
 
 
 def _encode(records: list[FileRecord], rejected: list[Rejected]) -> dict[str, Any]:
