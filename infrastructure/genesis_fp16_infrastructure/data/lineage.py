@@ -64,26 +64,37 @@ class Pool:
 
     def lineage(self, attempt_id: str, parents: tuple[str, ...], created: float | None) -> Lineage:
         """The lineage of an attempt with these parents, created at ``created``."""
-        known = [self.entries[p] for p in parents if p in self.entries and p != attempt_id]
-        grand = {g for e in known for g in e.parents if g != attempt_id}
+        depth, grand, operators, siblings = self.lineage_parts(attempt_id, parents, created)
+        return Lineage(depth, tuple(grand), tuple(operators), tuple(siblings))
+
+    def lineage_parts(
+        self, attempt_id: str, parents: tuple[str, ...], created: float | None
+    ) -> tuple[int, list[float], list[str], list[float]]:
+        """:meth:`lineage` as (depth, grandparent scores, parent operators, sibling
+        scores), lists in the same order, without the Lineage: the encoder calls it once
+        per record of a pool."""
+        entries, scores = self.entries, self.scores
+        operators: list[str] = []
+        grand: set[str] = set()
+        for parent in parents:
+            entry = entries.get(parent)
+            if entry is not None and parent != attempt_id:
+                operators.append(entry.operator)
+                grand.update(entry.parents)
+        grand.discard(attempt_id)
         siblings: list[float] = []
         if created is not None:
             seen = {attempt_id}
             for parent in parents:
                 for child in self.children.get(parent, ()):
-                    entry = self.entries[child]
+                    entry = entries[child]
                     if child in seen or entry.score is None or entry.created is None:
                         continue
                     seen.add(child)
                     if entry.created < created:
                         siblings.append(entry.score)
-        depth = self.depth_of(parents)
-        return Lineage(
-            depth=depth if parents else 0,
-            grandparent_scores=tuple(sorted(self.scores[g] for g in grand if g in self.scores)),
-            parent_operators=tuple(e.operator for e in known),
-            sibling_scores=tuple(siblings),
-        )
+        depth = self.depth_of(parents) if parents else 0
+        return depth, sorted(scores[g] for g in grand if g in scores), operators, siblings
 
     def depth_of(self, parents: tuple[str, ...]) -> int:
         """The depth of an attempt with these parents: 1 + its deepest parent's (a

@@ -313,73 +313,15 @@ def _agent_rates(
     return base, rates
 
 
-def _mean(values: Sequence[float], default: float = _UNKNOWN_PARENT_SCORE) -> float:
-    return sum(values) / len(values) if values else default
-
-
-def _numeric(attempt: AttemptInput, pool: Pool) -> list[float]:
-    """One attempt's NUMERIC_FEATURES, as a row (the columns' yardstick in tests)."""
-    row = [0.0] * len(NUMERIC_FEATURES)
-    for column, value in zip(_OWN_COLUMNS, own_numbers(attempt), strict=True):
-        row[column] = value
-    for column, value in zip(_LINEAGE_COLUMNS, _lineage_numbers(attempt, pool), strict=True):
-        row[column] = value
-    return row
-
-
-def _lineage_numbers(attempt: AttemptInput, pool: Pool) -> list[float]:
-    """The LINEAGE_FEATURES of one attempt in ``pool``, in that order."""
-    scores = pool.scores
-    known = [scores[p] for p in attempt.parent_ids if p in scores]
-    lineage = pool.lineage(attempt.trajectory_id, attempt.parent_ids, attempt.created)
-    siblings = lineage.sibling_scores
-    operators = lineage.parent_operators
-    return [
-        _mean(known),
-        max(known) if known else _UNKNOWN_PARENT_SCORE,
-        min(known) if known else _UNKNOWN_PARENT_SCORE,
-        1.0 if known else 0.0,
-        math.log1p(lineage.depth),
-        _mean(lineage.grandparent_scores),
-        1.0 if lineage.grandparent_scores else 0.0,
-        math.log1p(len(siblings)),
-        _mean(siblings),
-        _mean([float(s >= SUCCESS_THRESHOLD) for s in siblings], 0.0),
-        *(_share(operators, op) for op in OPERATORS),
-    ]
-
-
 def _lineage_row(
     attempt_id: str, parents: tuple[str, ...], created: float | None, pool: Pool
 ) -> list[float]:
-    """:func:`_lineage_numbers` in one pass, without the Lineage it builds: the same
-    sums in the same order, so the same bits (tests/infrastructure/world_model/
-    test_columnar_features.py), at half the cost: it is most of a pool's encoding."""
-    scores, entries, children = pool.scores, pool.entries, pool.children
-    known: list[float] = []
-    operators: list[str] = []
-    grand: set[str] = set()
-    for p in parents:
-        if p in scores:
-            known.append(scores[p])
-        entry = entries.get(p)
-        if entry is not None and p != attempt_id:
-            operators.append(entry.operator)
-            grand.update(entry.parents)
-    grand.discard(attempt_id)
-    grand_scores = sorted(scores[g] for g in grand if g in scores)
-    siblings: list[float] = []
-    if created is not None:
-        seen = {attempt_id}
-        for parent in parents:
-            for child in children.get(parent, ()):
-                entry = entries[child]
-                if child in seen or entry.score is None or entry.created is None:
-                    continue
-                seen.add(child)
-                if entry.created < created:
-                    siblings.append(entry.score)
-    depth = pool.depth_of(parents) if parents else 0
+    """The LINEAGE_FEATURES of one attempt in ``pool``, in that order: each mean a sum
+    in the lineage's own order over its count (tests/infrastructure/world_model/
+    test_columnar_features.py holds them to the bits of the first formulas)."""
+    scores = pool.scores
+    known = [scores[p] for p in parents if p in scores]
+    depth, grand_scores, operators, siblings = pool.lineage_parts(attempt_id, parents, created)
     count = len(operators)
     half = _UNKNOWN_PARENT_SCORE
     return [
@@ -395,7 +337,3 @@ def _lineage_row(
         sum(s >= SUCCESS_THRESHOLD for s in siblings) / len(siblings) if siblings else 0.0,
         *((operators.count(op) / count if count else 0.0) for op in OPERATORS),
     ]
-
-
-def _share(values: Sequence[str], wanted: str) -> float:
-    return sum(v == wanted for v in values) / len(values) if values else 0.0

@@ -8,16 +8,46 @@ from pathlib import Path
 import pytest
 import torch
 
+from genesis_fp16_infrastructure.data.attempt_numbers import OWN_FEATURES, own_numbers
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.data.schema import OPERATORS, AttemptInput
+from genesis_fp16_infrastructure.data.schema import OPERATORS, SUCCESS_THRESHOLD, AttemptInput
 from genesis_fp16_infrastructure.data.synthetic import write_pool, write_replay_buffer
 from genesis_fp16_infrastructure.world_model.features import (
+    LINEAGE_FEATURES,
     NUMERIC_FEATURES,
     FeatureEncoder,
-    _numeric,
     numeric_columns,
 )
+
+
+def _mean(values: tuple[float, ...] | list[float], default: float = 0.5) -> float:
+    return sum(values) / len(values) if values else default
+
+
+def _numeric(attempt: AttemptInput, pool: Pool) -> list[float]:
+    """One attempt's numeric row by the first formulas, kept here as the yardstick: its own
+    numbers, and the means and shares of its Lineage, each summed in the Lineage's order."""
+    scores = pool.scores
+    known = [scores[p] for p in attempt.parent_ids if p in scores]
+    lineage = pool.lineage(attempt.trajectory_id, attempt.parent_ids, attempt.created)
+    siblings, operators = lineage.sibling_scores, lineage.parent_operators
+    row = dict(zip(OWN_FEATURES, own_numbers(attempt), strict=True))
+    lineage_row = [
+        _mean(known),
+        max(known) if known else 0.5,
+        min(known) if known else 0.5,
+        1.0 if known else 0.0,
+        math.log1p(lineage.depth),
+        _mean(lineage.grandparent_scores),
+        1.0 if lineage.grandparent_scores else 0.0,
+        math.log1p(len(siblings)),
+        _mean(siblings),
+        _mean([float(s >= SUCCESS_THRESHOLD) for s in siblings], 0.0),
+        *(_mean([float(v == op) for v in operators], 0.0) for op in OPERATORS),
+    ]
+    row.update(zip(LINEAGE_FEATURES, lineage_row, strict=True))
+    return [row[name] for name in NUMERIC_FEATURES]
 
 
 def _row_reference(encoder: FeatureEncoder, attempt: AttemptInput, pool: Pool) -> list[float]:
