@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-MAX_DEPTH = 1000  # a longer chain (or a cycle in a malformed pool) counts as this deep
+MAX_DEPTH = 1000  # a longer chain counts as this deep (a loop in a malformed pool: a root)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,23 +102,35 @@ class Pool:
         return 1 + max((self._depth(p) for p in parents if p in self.entries), default=0)
 
     def _depth(self, start: str) -> int:
-        """Depth of a pool record, iteratively (chains run as long as the pool's history)."""
-        stack = [start]
+        """Depth of a pool record, iteratively (chains run as long as the pool's history).
+
+        A depth-first walk up the parents: a record is opened when first reached and
+        closed once its parents are; a parent that is still open is a loop, and counts
+        as a root here. Depths are capped at ``MAX_DEPTH`` as they are closed, the walk
+        itself is not: a chain longer than that is ``MAX_DEPTH`` deep wherever it is
+        entered. (The walk once took any parent waiting on its stack for a loop and
+        stopped going up after ``MAX_DEPTH`` records, so a record's depth depended on
+        which records were asked first.)"""
+        depths, entries = self._depths, self.entries
+        stack, open_ = [start], set()
         while stack:
             node = stack[-1]
-            if node in self._depths:
+            if node in depths:
                 stack.pop()
                 continue
-            pending = [p for p in self.entries[node].parents if p in self.entries]
-            todo = [p for p in pending if p not in self._depths and p not in stack]
-            if todo and len(stack) < MAX_DEPTH:
-                stack.extend(todo)
-                continue
-            # A parent still on the stack is a cycle: it counts as a root here.
-            depths = [self._depths.get(p, 0) for p in pending]
-            self._depths[node] = min(MAX_DEPTH, 1 + max(depths)) if pending else 0
+            pending = [p for p in entries[node].parents if p in entries]
+            if node not in open_:
+                open_.add(node)
+                todo = [p for p in pending if p not in depths and p not in open_]
+                if todo:
+                    stack.extend(reversed(todo))
+                    continue
+            # Every parent closed, or open (a loop): those count 0.
+            known = [depths.get(p, 0) for p in pending]
+            depths[node] = min(MAX_DEPTH, 1 + max(known)) if pending else 0
+            open_.discard(node)
             stack.pop()
-        return self._depths[start]
+        return depths[start]
 
 
 def created_seconds(value: str | float | None) -> float | None:

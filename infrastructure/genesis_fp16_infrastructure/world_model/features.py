@@ -38,6 +38,7 @@ import torch
 from genesis_fp16_infrastructure.data.attempt_numbers import OWN_FEATURES, own_numbers, pack
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.schema import OPERATORS, SUCCESS_THRESHOLD, AttemptInput
+from genesis_fp16_infrastructure.world_model.lineage_columns import lineage_columns
 
 ENCODER_VERSION = 2
 AGENT_PRIOR = 20.0  # pseudo-records at the overall rate in an agent's base rate
@@ -175,23 +176,30 @@ class FeatureEncoder:
         return torch.cat(parts, dim=1).to(torch.float32)
 
     def _tool_columns(self, attempts: Sequence[AttemptInput]) -> torch.Tensor:
-        """One column per known tool (used or not), then the count of other tools used."""
+        """One column per known tool (used or not), then the count of other tools used.
+
+        Worked out once per distinct list of tools (a pool has a few hundred: the same
+        tools recur), then each attempt's row is looked up."""
         index = {tool: i for i, tool in enumerate(self.tools)}
-        out = torch.zeros((len(attempts), len(self.tools) + 1), dtype=torch.float64)
-        rows: list[int] = []
-        cols: list[int] = []
-        others = [0.0] * len(attempts)
-        for row, attempt in enumerate(attempts):
-            for tool in set(attempt.tools_used):
-                col = index.get(tool)
-                if col is None:
-                    others[row] += 1.0
-                else:
-                    rows.append(row)
-                    cols.append(col)
-        out[rows, cols] = 1.0
-        out[:, -1] = torch.tensor(others, dtype=torch.float64)
-        return out
+        width = len(self.tools) + 1
+        kinds: dict[tuple[str, ...], int] = {}
+        rows: list[list[float]] = []
+        codes = array("q")
+        for attempt in attempts:
+            code = kinds.get(attempt.tools_used)
+            if code is None:
+                row = [0.0] * width
+                for tool in set(attempt.tools_used):
+                    col = index.get(tool)
+                    if col is None:
+                        row[-1] += 1.0
+                    else:
+                        row[col] = 1.0
+                code = kinds[attempt.tools_used] = len(rows)
+                rows.append(row)
+            codes.append(code)
+        table = torch.tensor(rows, dtype=torch.float64).reshape(len(rows), width)
+        return table[torch.frombuffer(codes, dtype=torch.int64)] if codes else table
 
     def _agent_column(self, attempts: Sequence[AttemptInput]) -> torch.Tensor:
         """The agent's base rate as log-odds against the overall rate; 0 for an unknown agent.
@@ -253,7 +261,8 @@ def numeric_columns(attempts: Sequence[AttemptInput], pool: PoolLike) -> torch.T
 
     An attempt's own numbers come from the reader when it worked them out
     (``AttemptInput.own``, kept by the record cache), else are worked out here; its
-    lineage numbers are the pool's."""
+    lineage numbers are the pool's, worked out for all attempts at once in arrays
+    (``world_model.lineage_columns``), or record by record where those cannot."""
     pool = _as_pool(pool)
     n = len(attempts)
     out = torch.empty((n, len(NUMERIC_FEATURES)), dtype=torch.float64)
@@ -262,7 +271,12 @@ def numeric_columns(attempts: Sequence[AttemptInput], pool: PoolLike) -> torch.T
     packed = b"".join(a.own or pack(own_numbers(a)) for a in attempts)
     own = torch.frombuffer(bytearray(packed), dtype=torch.float64).view(n, len(OWN_FEATURES))
     out[:, _OWN_COLUMNS] = own
-    # One flat buffer, not a list of row lists: a million rows of Python floats held at
+    columns = lineage_columns(attempts, pool)
+    if columns is not None:
+        out[:, _LINEAGE_COLUMNS] = torch.from_numpy(columns)
+        return out
+    # A pool the arrays cannot take (lineage_columns says which), a record at a time, into
+    # one flat buffer, not a list of row lists: a million rows of Python floats held at
     # once left their memory with the allocator after they were freed.
     lineage = array("d")
     for a in attempts:

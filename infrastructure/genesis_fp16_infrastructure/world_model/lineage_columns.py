@@ -1,0 +1,315 @@
+"""The lineage features of a whole pool at once, in numpy columns (issue 36).
+
+:func:`~genesis_fp16_infrastructure.world_model.features.numeric_columns` worked out an
+attempt's ``LINEAGE_FEATURES`` one record at a time (``Pool.lineage_parts`` and
+``features._lineage_row``): 18 µs a record, 18 s of every run on a million-record pool.
+:func:`lineage_columns` gives the same numbers, bit for bit, from index arrays:
+
+* every id (the pool's records, then the ids their parents name outside it) gets an
+  integer; the pool's scores, operators, creation times, parent lists and child lists
+  become arrays once per :class:`~genesis_fp16_infrastructure.data.lineage.Pool`
+  (:func:`pool_index`, kept while the pool lives);
+* a mean is a sum taken in the record-at-a-time order, one position at a time across all
+  attempts (:func:`_ordered_sums`), so that it rounds as Python's ``sum`` did; a
+  ``log1p`` of a count is looked up from ``math.log1p``;
+* depths are worked out a generation at a time, each record once all its parents are
+  (Kahn's order).
+
+Where the arrays cannot give the record-at-a-time answer exactly, it returns None and the
+caller goes record by record: a pool whose parent links loop (the walk's depths there
+depend on where it starts), or whose sibling lists would be too large to hold at once
+(``MAX_SIBLING_PAIRS``).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from genesis_fp16_infrastructure.data.lineage import MAX_DEPTH, Pool
+from genesis_fp16_infrastructure.data.schema import OPERATORS, SUCCESS_THRESHOLD, AttemptInput
+
+# Sibling candidates (an attempt, a parent's child) held at once, per attempt of the call
+# and at least this many: a generated pool has ~2.5 per attempt; a parent with thousands
+# of children would make millions, which the record-at-a-time walk handles as it goes.
+SIBLING_PAIRS_PER_ATTEMPT, MAX_SIBLING_PAIRS = 16, 4_000_000
+_UNKNOWN = 0.5  # features._UNKNOWN_PARENT_SCORE: a mean with nothing to average
+_OPERATOR_CODE = {op: i for i, op in enumerate(OPERATORS)}
+_indexes: weakref.WeakKeyDictionary[Pool, PoolIndex | None] = weakref.WeakKeyDictionary()
+
+
+@dataclass(frozen=True)
+class PoolIndex:
+    """A pool as arrays. Ids ``0..records-1`` are the pool's records in its order; the
+    ids after them are parents named by a record but absent from the pool."""
+
+    ids: dict[str, int]
+    records: int
+    score: np.ndarray  # float64 per record, nan where unknown
+    scored: np.ndarray  # bool per record
+    created: np.ndarray  # float64 per record, nan where unknown
+    operator: np.ndarray  # int64 per record, len(OPERATORS) for another operator
+    parent_start: np.ndarray  # int64, records + 1: record r's parents are
+    parents: np.ndarray  # parents[parent_start[r]:parent_start[r + 1]], in its order
+    child_start: np.ndarray  # int64, len(ids) + 1: id i's children (pool order, once per
+    children: np.ndarray  # naming) are children[child_start[i]:child_start[i + 1]]
+    depth: np.ndarray  # int64 per record: 0 without parents in the pool, else 1 + deepest
+
+
+def pool_index(pool: Pool) -> PoolIndex | None:
+    """The pool's arrays, built once per pool; None when its depths need the walk (its
+    parent links loop)."""
+    if pool in _indexes:
+        return _indexes[pool]
+    index = _build_index(pool)
+    _indexes[pool] = index
+    return index
+
+
+def _build_index(pool: Pool) -> PoolIndex | None:
+    entries = list(pool.entries.values())
+    n = len(entries)
+    ids = {key: i for i, key in enumerate(pool.entries)}
+    named = [p for e in entries for p in e.parents]
+    parents = np.fromiter((ids.setdefault(p, len(ids)) for p in named), np.int64, len(named))
+    counts = np.fromiter((len(e.parents) for e in entries), np.int64, n)
+    parent_start = np.zeros(n + 1, np.int64)
+    np.cumsum(counts, out=parent_start[1:])
+    score = np.fromiter((np.nan if e.score is None else e.score for e in entries), np.float64, n)
+    scored = np.fromiter((e.score is not None for e in entries), np.bool_, n)
+    created = np.fromiter(
+        (np.nan if e.created is None else e.created for e in entries), np.float64, n
+    )
+    other = len(OPERATORS)
+    operator = np.fromiter((_OPERATOR_CODE.get(e.operator, other) for e in entries), np.int64, n)
+    child = np.repeat(np.arange(n, dtype=np.int64), counts)
+    order = np.argsort(parents, kind="stable")  # each parent's children in pool order
+    child_start = np.zeros(len(ids) + 1, np.int64)
+    np.cumsum(np.bincount(parents, minlength=len(ids)), out=child_start[1:])
+    depth = _depths(n, child, parents)
+    if depth is None:
+        return None
+    return PoolIndex(
+        ids, n, score, scored, created, operator, parent_start, parents, child_start,
+        child[order], depth,
+    )  # fmt: skip
+
+
+def _depths(n: int, child: np.ndarray, parent: np.ndarray) -> np.ndarray | None:
+    """Each record's depth: the longest chain of parents inside the pool, capped at
+    ``MAX_DEPTH``. Records are taken a generation at a time, each once all its parents
+    are (Kahn's order), so the work is one visit per parent link; None when some are
+    never reached: their parent links loop."""
+    inside = parent < n
+    child, parent = child[inside], parent[inside]
+    depth = np.zeros(n, np.int64)
+    waiting = np.bincount(child, minlength=n)  # parent links not yet taken, per record
+    order = np.argsort(parent, kind="stable")
+    kids = child[order]
+    kid_start = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(parent, minlength=n), out=kid_start[1:])
+    ready = np.flatnonzero(waiting == 0)
+    taken = len(ready)
+    while len(ready):
+        counts = kid_start[ready + 1] - kid_start[ready]
+        reached = kids[_ranges(kid_start[ready], counts)]
+        np.maximum.at(depth, reached, np.repeat(depth[ready] + 1, counts))
+        reached = np.sort(reached)
+        heads = np.flatnonzero(_firsts(reached))
+        links = np.diff(np.r_[heads, len(reached)])
+        reached = reached[heads]
+        waiting[reached] -= links
+        ready = reached[waiting[reached] == 0]
+        taken += len(ready)
+    if taken < n:
+        return None
+    return np.minimum(depth, MAX_DEPTH)
+
+
+def lineage_columns(attempts: Sequence[AttemptInput], pool: Pool) -> np.ndarray | None:
+    """The ``LINEAGE_FEATURES`` of ``attempts`` in ``pool``: a ``(len(attempts), 25)``
+    float64 matrix equal to ``features._lineage_row`` of each, or None where the arrays
+    cannot give it (the module's docstring says when)."""
+    index = pool_index(pool)
+    if index is None:
+        return None
+    m = len(attempts)
+    ids = index.ids
+    me = np.fromiter((ids.get(a.trajectory_id, -1) for a in attempts), np.int64, m)
+    named = [p for a in attempts for p in a.parent_ids]
+    slot_parent = np.fromiter((ids.get(p, -1) for p in named), np.int64, len(named))
+    slot_counts = np.fromiter((len(a.parent_ids) for a in attempts), np.int64, m)
+    slot_owner = np.repeat(np.arange(m, dtype=np.int64), slot_counts)
+    created = np.fromiter(
+        (np.nan if a.created is None else a.created for a in attempts), np.float64, m
+    )
+    siblings = _siblings(index, me, slot_owner, slot_parent, created)
+    if siblings is None:
+        return None
+    columns = [
+        *_parent_scores(index, slot_owner, slot_parent, m),
+        _log1p(_depth(index, slot_owner, slot_parent, slot_counts, m)),
+        *_grandparents(index, me, slot_owner, slot_parent, m),
+        *siblings,
+        *_operator_shares(index, me, slot_owner, slot_parent, m),
+    ]
+    return np.stack(columns, axis=1)
+
+
+def _parent_scores(
+    index: PoolIndex, owner: np.ndarray, parent: np.ndarray, m: int
+) -> list[np.ndarray]:
+    """The parents' known scores: mean, max, min (0.5 when none), and whether any."""
+    known = _in_pool(index, parent)
+    known[known] = index.scored[parent[known]]
+    owner, values = owner[known], index.score[parent[known]]
+    sums, counts = _ordered_sums(owner, values, m)
+    have = counts > 0
+    heads = np.flatnonzero(_firsts(owner))
+    high = np.full(m, _UNKNOWN)
+    low = np.full(m, _UNKNOWN)
+    if len(owner):
+        high[owner[heads]] = np.maximum.reduceat(values, heads)
+        low[owner[heads]] = np.minimum.reduceat(values, heads)
+    mean = np.full(m, _UNKNOWN)
+    mean[have] = sums[have] / counts[have]
+    return [mean, high, low, have.astype(np.float64)]
+
+
+def _depth(
+    index: PoolIndex, owner: np.ndarray, parent: np.ndarray, slots: np.ndarray, m: int
+) -> np.ndarray:
+    """0 without parents; else 1 + the deepest parent in the pool (0 for one outside)."""
+    inside = _in_pool(index, parent)
+    deepest = np.zeros(m, np.int64)
+    np.maximum.at(deepest, owner[inside], index.depth[parent[inside]])
+    return np.where(slots > 0, deepest + 1, 0)
+
+
+def _grandparents(
+    index: PoolIndex, me: np.ndarray, owner: np.ndarray, parent: np.ndarray, m: int
+) -> list[np.ndarray]:
+    """The mean of the distinct grandparents' known scores (sorted, then summed), 0.5
+    when none, and whether any; a parent that is the attempt itself does not count."""
+    own = _in_pool(index, parent) & (parent != me[owner])
+    owner, parent = owner[own], parent[own]
+    counts = index.parent_start[parent + 1] - index.parent_start[parent]
+    grand_owner = np.repeat(owner, counts)
+    grand = index.parents[_ranges(index.parent_start[parent], counts)]
+    keep = (grand < index.records) & (grand != me[grand_owner])
+    keep[keep] = index.scored[grand[keep]]
+    pairs = np.sort(grand_owner[keep] * len(index.ids) + grand[keep])
+    pairs = pairs[_firsts(pairs)]  # each grandparent once (np.unique hashes: 3x slower)
+    grand_owner, grand = pairs // len(index.ids), pairs % len(index.ids)
+    values = index.score[grand]
+    order = np.lexsort((values, grand_owner))
+    sums, counts = _ordered_sums(grand_owner[order], values[order], m)
+    have = counts > 0
+    mean = np.full(m, _UNKNOWN)
+    mean[have] = sums[have] / counts[have]
+    return [mean, have.astype(np.float64)]
+
+
+def _siblings(
+    index: PoolIndex, me: np.ndarray, owner: np.ndarray, parent: np.ndarray, created: np.ndarray
+) -> list[np.ndarray] | None:
+    """log1p of the number of siblings (the parents' other children with a score and a
+    creation time, earlier than the attempt, each once), their mean score (in the order
+    met, 0.5 when none) and their share of successes; None when too many to hold."""
+    m = len(me)
+    timed = ~np.isnan(created[owner]) & (parent >= 0)
+    owner, parent = owner[timed], parent[timed]
+    counts = index.child_start[parent + 1] - index.child_start[parent]
+    total = int(counts.sum())
+    if total > max(MAX_SIBLING_PAIRS, SIBLING_PAIRS_PER_ATTEMPT * m):
+        return None
+    sib_owner = np.repeat(owner, counts)
+    sib = index.children[_ranges(index.child_start[parent], counts)]
+    met = np.arange(total, dtype=np.int64)  # the record-at-a-time walk's order
+    keep = (sib != me[sib_owner]) & index.scored[sib] & ~np.isnan(index.created[sib])
+    sib_owner, sib, met = sib_owner[keep], sib[keep], met[keep]
+    # Each sibling once, where first met: sorted by (attempt, sibling, order met).
+    order = np.lexsort((met, sib, sib_owner))
+    sib_owner, sib, met = sib_owner[order], sib[order], met[order]
+    first = _firsts(sib_owner, sib)
+    sib_owner, sib, met = sib_owner[first], sib[first], met[first]
+    earlier = index.created[sib] < created[sib_owner]
+    sib_owner, sib, met = sib_owner[earlier], sib[earlier], met[earlier]
+    order = np.lexsort((met, sib_owner))
+    sib_owner, values = sib_owner[order], index.score[sib[order]]
+    sums, counts = _ordered_sums(sib_owner, values, m)
+    wins = np.bincount(sib_owner[values >= SUCCESS_THRESHOLD], minlength=m)
+    have = counts > 0
+    mean = np.full(m, _UNKNOWN)
+    mean[have] = sums[have] / counts[have]
+    share = np.zeros(m)
+    share[have] = wins[have] / counts[have]
+    return [_log1p(counts), mean, share]
+
+
+def _operator_shares(
+    index: PoolIndex, me: np.ndarray, owner: np.ndarray, parent: np.ndarray, m: int
+) -> list[np.ndarray]:
+    """Each operator's share among the operators of the parents in the pool (the
+    attempt itself aside); 0.0 each without such parents."""
+    own = _in_pool(index, parent) & (parent != me[owner])
+    owner, code = owner[own], index.operator[parent[own]]
+    width = len(OPERATORS) + 1
+    tally = np.bincount(owner * width + code, minlength=m * width).reshape(m, width)
+    counts = tally.sum(axis=1)
+    have = counts > 0
+    out = []
+    for op in range(len(OPERATORS)):
+        share = np.zeros(m)
+        share[have] = tally[have, op] / counts[have]
+        out.append(share)
+    return out
+
+
+def _firsts(*keys: np.ndarray) -> np.ndarray:
+    """True where a row starts a run of equal keys (the rows sorted by them)."""
+    first = np.ones(len(keys[0]), np.bool_)
+    if len(first) > 1:
+        first[1:] = np.any([key[1:] != key[:-1] for key in keys], axis=0)
+    return first
+
+
+def _in_pool(index: PoolIndex, ids: np.ndarray) -> np.ndarray:
+    return (ids >= 0) & (ids < index.records)
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The positions ``starts[i] .. starts[i] + counts[i] - 1`` of every i, in order."""
+    total = int(counts.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    offsets = np.repeat(starts - np.cumsum(counts) + counts, counts)
+    return offsets + np.arange(total, dtype=np.int64)
+
+
+def _ordered_sums(owner: np.ndarray, values: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each owner's sum of its values (``owner`` sorted, values in order) added left to
+    right, as Python's ``sum`` adds (numpy's own sum pairs its terms up), and its count.
+    One pass per position: as many passes as the longest list."""
+    counts = np.bincount(owner, minlength=m)
+    sums = np.zeros(m)
+    if not len(owner):
+        return sums, counts
+    starts = np.cumsum(counts) - counts
+    longest_first = np.argsort(-counts, kind="stable")
+    ranked = counts[longest_first]
+    for position in range(int(ranked[0])):
+        rows = longest_first[: int(np.searchsorted(-ranked, -position, side="left"))]
+        sums[rows] += values[starts[rows] + position]
+    return sums, counts
+
+
+def _log1p(counts: np.ndarray) -> np.ndarray:
+    """``math.log1p`` of small non-negative integers, looked up (numpy's log1p may round
+    its last bit otherwise than the C library's on some CPUs)."""
+    table = np.array([math.log1p(k) for k in range(int(counts.max(initial=0)) + 1)])
+    return table[counts]

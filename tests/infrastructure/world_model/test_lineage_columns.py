@@ -1,0 +1,152 @@
+"""Lineage features in arrays equal the record-at-a-time walk's, bit for bit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from genesis_fp16_infrastructure.data.lineage import Pool, PoolEntry
+from genesis_fp16_infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.data.schema import OPERATORS, AttemptInput
+from genesis_fp16_infrastructure.data.synthetic import write_pool
+from genesis_fp16_infrastructure.world_model import lineage_columns as columns_module
+from genesis_fp16_infrastructure.world_model.features import (
+    LINEAGE_FEATURES,
+    NUMERIC_FEATURES,
+    _lineage_row,  # the record-at-a-time walk: the yardstick here
+    numeric_columns,
+)
+from genesis_fp16_infrastructure.world_model.lineage_columns import lineage_columns, pool_index
+
+_LINEAGE_AT = [NUMERIC_FEATURES.index(name) for name in LINEAGE_FEATURES]
+
+
+def _rows(attempts: list[AttemptInput], pool: Pool) -> np.ndarray:
+    return np.array(
+        [_lineage_row(a.trajectory_id, a.parent_ids, a.created, pool) for a in attempts],
+        dtype=np.float64,
+    ).reshape(len(attempts), -1)
+
+
+def _same_bits(got: np.ndarray, expected: np.ndarray) -> bool:
+    return got.shape == expected.shape and np.array_equal(
+        got.view(np.int64), expected.view(np.int64)
+    )
+
+
+@st.composite
+def _pools(draw: st.DrawFn) -> tuple[dict[str, PoolEntry], list[AttemptInput]]:
+    """Pools whose parent links never loop (a record names only earlier ids, or ids
+    outside the pool), with repeated parents, a parent and its own ancestor named
+    together, unknown scores and times, equal times, operators outside OPERATORS; and
+    attempts from the pool and outside it."""
+    n = draw(st.integers(1, 40))
+    ids = [f"r{i}" for i in range(n)]
+    scores = st.one_of(st.none(), st.sampled_from([0.0, 0.1, 0.3, 0.7, 0.69999, 0.95, 1.0]))
+    times = st.one_of(st.none(), st.integers(0, 6).map(float))
+    operators = st.sampled_from([*OPERATORS, "", "mystery"])
+    entries = {}
+    for i, key in enumerate(ids):
+        earlier = st.sampled_from([*ids[:i], "ghost", "ghost2"])
+        parents = (
+            draw(st.lists(earlier, max_size=4))
+            if i
+            else draw(st.lists(st.just("ghost"), max_size=1))
+        )
+        entries[key] = PoolEntry(draw(scores), tuple(parents), draw(operators), draw(times))
+    attempts = [
+        AttemptInput(trajectory_id=key, parent_ids=entry.parents, created=entry.created)
+        for key, entry in entries.items()
+    ]
+    outside = st.builds(
+        lambda parents, created: AttemptInput(
+            trajectory_id="candidate", parent_ids=tuple(parents), created=created
+        ),
+        st.lists(st.sampled_from([*ids, "ghost", "nowhere"]), max_size=4),
+        times,
+    )
+    attempts += draw(st.lists(outside, max_size=3))
+    order = draw(st.permutations(range(len(attempts))))
+    return entries, [attempts[i] for i in order]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_pools())
+def test_arrays_equal_the_walk_on_pools_without_loops(
+    drawn: tuple[dict[str, PoolEntry], list[AttemptInput]],
+) -> None:
+    """Every attempt, in any order, gets the walk's bits; the arrays were used (no loop)."""
+    entries, attempts = drawn
+    got = lineage_columns(attempts, Pool(entries))
+    assert got is not None
+    assert _same_bits(got, _rows(attempts, Pool(entries)))
+
+
+def test_a_loop_of_parents_goes_record_by_record() -> None:
+    """A record that is its own grandparent: the arrays step aside (None) and
+    numeric_columns gives the walk's numbers."""
+    entries = {
+        "a": PoolEntry(0.1, ("b",), "revision", 1.0),
+        "b": PoolEntry(0.2, ("a",), "revision", 2.0),
+        "c": PoolEntry(0.9, ("a",), "revision", 3.0),
+    }
+    pool = Pool(entries)
+    attempts = [
+        AttemptInput(trajectory_id=k, parent_ids=e.parents, created=e.created)
+        for k, e in entries.items()
+    ]
+    assert pool_index(pool) is None and lineage_columns(attempts, pool) is None
+    lineage = numeric_columns(attempts, pool)[:, _LINEAGE_AT].numpy()
+    assert _same_bits(lineage, _rows(attempts, Pool(entries)))
+
+
+def test_too_many_siblings_go_record_by_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over the sibling bound the arrays step aside, and the numbers are the same."""
+    entries = {"p": PoolEntry(0.5, (), "baseline", 0.0)}
+    entries |= {f"c{i}": PoolEntry(i / 10, ("p",), "revision", float(i)) for i in range(10)}
+    pool = Pool(entries)
+    attempts = [
+        AttemptInput(trajectory_id=k, parent_ids=e.parents, created=e.created)
+        for k, e in entries.items()
+    ]
+    expected = numeric_columns(attempts, pool)
+    monkeypatch.setattr(columns_module, "MAX_SIBLING_PAIRS", 5)
+    monkeypatch.setattr(columns_module, "SIBLING_PAIRS_PER_ATTEMPT", 0)
+    assert lineage_columns(attempts, pool) is None
+    assert torch.equal(
+        numeric_columns(attempts, pool).view(torch.int64), expected.view(torch.int64)
+    )
+
+
+def test_a_generated_pool_takes_the_arrays_and_gets_the_walks_bits(tmp_path: Path) -> None:
+    """A generated pool (crossovers of two parents, siblings, 20 generations): arrays, and
+    the same bits as the walk, whichever records the walk is asked first."""
+    data = read_trajectories(write_pool(tmp_path, 3000, seed=11))
+    attempts = [e.attempt for e in data.examples]
+    got = lineage_columns(attempts, data.pool)
+    assert got is not None
+    assert _same_bits(got, _rows(attempts, data.pool))
+    backwards = attempts[::-1]
+    fresh = read_trajectories(tmp_path).pool  # its depths not yet walked
+    assert _same_bits(_rows(backwards, fresh), got[::-1].copy())
+
+
+def test_depth_is_the_longest_chain_whatever_is_asked_first() -> None:
+    """d names both b and b's grandparent a: its depth is 1 + b's (4), also when d is the
+    first record walked (the walk once took a, waiting on its stack, for a loop: m came
+    out 1 instead of 2 and d 3 instead of 4)."""
+    entries = {
+        "r": PoolEntry(0.5, (), "baseline", 0.0),
+        "a": PoolEntry(0.5, ("r",), "revision", 1.0),
+        "m": PoolEntry(0.5, ("a",), "revision", 2.0),
+        "b": PoolEntry(0.5, ("m",), "revision", 3.0),
+        "d": PoolEntry(0.5, ("a", "b"), "recombination", 4.0),
+    }
+    assert Pool(entries).lineage("x", ("d",), None).depth == 5
+    index = pool_index(Pool(entries))
+    assert index is not None and index.depth.tolist() == [0, 1, 2, 3, 4]
