@@ -51,16 +51,20 @@ def auc_with_interval(
 
 
 def _average_ranks(values: torch.Tensor) -> torch.Tensor:
+    """1-based ranks, a run of equal values sharing the mean of its ranks: (first + last)
+    / 2 of the run, found with tensor ops (a Python step per distinct value cost 85 ms on
+    20,000 validation records, at every validation)."""
+    n = values.numel()
     order = torch.argsort(values, stable=True)
     sorted_values = values[order]
+    starts = torch.ones(n, dtype=torch.bool, device=values.device)
+    starts[1:] = sorted_values[1:] != sorted_values[:-1]
+    run = torch.cumsum(starts, 0) - 1  # each sorted position's run
+    first = torch.nonzero(starts).flatten()  # each run's first position (0-based)
+    last = torch.cat([first[1:], torch.tensor([n], device=values.device)]) - 1
+    mean_rank = (first + last).double() / 2 + 1
     ranks = torch.empty_like(values)
-    n = values.numel()
-    start = 0
-    # Runs of equal values share the mean of their ranks (1-based).
-    boundaries = torch.nonzero(sorted_values[1:] != sorted_values[:-1]).flatten().tolist()
-    for end in [*(b + 1 for b in boundaries), n]:
-        ranks[order[start:end]] = (start + end + 1) / 2
-        start = end
+    ranks[order] = mean_rank[run].to(values.dtype)
     return ranks
 
 
