@@ -33,7 +33,12 @@ VALIDATION_CAP = 20_000
 
 def is_held_out(trajectory_id: str, seed: int, fraction: float, salt: str = "") -> bool:
     """The deterministic split: a stable hash of (seed, id), independent of file order."""
-    return _id_hash(trajectory_id, seed, salt) / 2**64 < fraction
+    return split_point(trajectory_id, seed, salt) < fraction
+
+
+def split_point(trajectory_id: str, seed: int, salt: str = "") -> float:
+    """Where the record falls in [0, 1) for a seed: held out at fractions above it."""
+    return _id_hash(trajectory_id, seed, salt) / 2**64
 
 
 def _id_hash(trajectory_id: str, seed: int, salt: str) -> int:
