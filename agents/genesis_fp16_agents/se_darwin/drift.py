@@ -68,7 +68,7 @@ def drift_report(
     of ``examples``, and ``current``: their fingerprint, when the caller has them."""
     if served is None:
         return None
-    is_new = torch.tensor(_new_records(examples, served, current), dtype=torch.bool)
+    is_new = _new_records(examples, served, current)
     new_rows, ref_rows = is_new.nonzero().flatten(), (~is_new).nonzero().flatten()
     if len(new_rows) < MIN_NEW or len(ref_rows) < MIN_NEW:
         return None
@@ -100,15 +100,17 @@ def drift_report(
 
 def _new_records(
     examples: Sequence[Example], served: DataFingerprint, current: DataFingerprint | None
-) -> list[bool]:
-    """Which records the served model never trained on as they are now. With the pool's
-    own fingerprint, each record's hash is looked up by its id's (hashing a record's
-    whole text again costs more than the rest of the report)."""
-    seen = set(served.labelled.tolist())
-    if current is None:
-        return [record_hash(e) not in seen for e in examples]
-    labelled = dict(zip(current.ids.tolist(), current.labelled.tolist(), strict=True))
-    return [labelled[record_id_hash(e.trajectory_id)] not in seen for e in examples]
+) -> torch.Tensor:
+    """Which records the served model never trained on as they are now: whose record
+    hash it does not hold. A read record's hash is the reader's (``Example.key``); a
+    record without one is looked up by its id in the pool's own fingerprint when given
+    (hashing a record's whole text again costs more than the rest of the report)."""
+    if current is not None and any(e.key is None for e in examples):
+        labelled = dict(zip(current.ids.tolist(), current.labelled.tolist(), strict=True))
+        hashes = [labelled[record_id_hash(e.trajectory_id)] for e in examples]
+    else:
+        hashes = [record_hash(e) for e in examples]
+    return torch.isin(torch.tensor(hashes, dtype=torch.int64), served.labelled, invert=True)
 
 
 class _Reference:

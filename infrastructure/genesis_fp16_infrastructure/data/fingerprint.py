@@ -20,11 +20,11 @@ checkpoint.
 from __future__ import annotations
 
 import hashlib
-import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from genesis_fp16_infrastructure.data.record_key import record_hash, record_id_hash
@@ -110,15 +110,17 @@ class DataChange:
 
 
 def fingerprint(examples: Sequence[Example]) -> DataFingerprint:
-    """The fingerprint of ``examples`` (independent of their order)."""
-    pairs = sorted((record_id_hash(e.trajectory_id), record_hash(e)) for e in examples)
-    ids = torch.tensor([p[0] for p in pairs], dtype=torch.int64)
-    labelled = torch.tensor([p[1] for p in pairs], dtype=torch.int64)
-    # The int64 little-endian bytes, packed without numpy (not a dependency: .numpy()
-    # fails in an install without it).
-    packed = struct.pack(f"<{len(pairs)}q", *(p[1] for p in pairs))
+    """The fingerprint of ``examples`` (independent of their order): sorted by (id hash,
+    record hash), as tuples of Python ints once were, with the same digest."""
+    ids = torch.tensor([record_id_hash(e.trajectory_id) for e in examples], dtype=torch.int64)
+    labelled = torch.tensor([record_hash(e) for e in examples], dtype=torch.int64)
+    order = torch.sort(labelled, stable=True).indices
+    order = order[torch.sort(ids[order], stable=True).indices]
+    ids, labelled = ids[order], labelled[order]
+    # The int64 little-endian bytes of the record hashes.
+    packed = labelled.numpy().astype("<i8").tobytes()
     digest = hashlib.blake2b(packed, digest_size=16).hexdigest()
-    return DataFingerprint(len(pairs), digest, ids, labelled)
+    return DataFingerprint(len(examples), digest, ids, labelled)
 
 
 def compare(saved: Mapping[str, Any] | None, current: DataFingerprint) -> DataChange:
@@ -128,6 +130,25 @@ def compare(saved: Mapping[str, Any] | None, current: DataFingerprint) -> DataCh
         return DataChange(current.records, None, current.records, 0, 0)
     if before.digest == current.digest:
         return DataChange(current.records, before.records, 0, 0, 0)
+    old_ids, new_ids = before.ids.numpy(), current.ids.numpy()
+    if not (_distinct(old_ids) and _distinct(new_ids)):
+        return _compare_by_dict(before, current)  # an id hash twice: the last one counts
+    kept, old_at, new_at = np.intersect1d(old_ids, new_ids, assume_unique=True, return_indices=True)
+    relabelled = before.labelled.numpy()[old_at] != current.labelled.numpy()[new_at]
+    return DataChange(
+        records=current.records,
+        previous=before.records,
+        added=len(new_ids) - len(kept),
+        removed=len(old_ids) - len(kept),
+        relabelled=int(relabelled.sum()),
+    )
+
+
+def _distinct(ids: np.ndarray) -> bool:
+    return len(np.unique(ids)) == len(ids)
+
+
+def _compare_by_dict(before: DataFingerprint, current: DataFingerprint) -> DataChange:
     old = dict(zip(before.ids.tolist(), before.labelled.tolist(), strict=True))
     new = dict(zip(current.ids.tolist(), current.labelled.tolist(), strict=True))
     kept = old.keys() & new.keys()

@@ -76,3 +76,20 @@ def test_a_version_1_fingerprint_counts_as_unknown(tmp_path: Path) -> None:
     examples = _examples(tmp_path, 30)
     old = {**fingerprint(examples).state_dict(), "version": 1}
     assert compare(old, fingerprint(examples)).previous is None
+
+
+def test_the_digest_is_the_one_earlier_checkpoints_hold(tmp_path: Path) -> None:
+    """Sorted by tensors now, the digest is still blake2b of the record hashes packed
+    little-endian in (id hash, record hash) order, as checkpoints written before keep it
+    (else every served model would look out of date after an upgrade)."""
+    import hashlib
+    import struct
+
+    from genesis_fp16_infrastructure.data.record_key import record_hash, record_id_hash
+
+    examples = _examples(tmp_path)
+    pairs = sorted((record_id_hash(e.trajectory_id), record_hash(e)) for e in examples)
+    packed = struct.pack(f"<{len(pairs)}q", *(p[1] for p in pairs))
+    now = fingerprint(list(reversed(examples)))
+    assert now.digest == hashlib.blake2b(packed, digest_size=16).hexdigest()
+    assert now.ids.tolist() == [p[0] for p in pairs]
