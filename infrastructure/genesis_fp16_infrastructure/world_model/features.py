@@ -38,11 +38,12 @@ import torch
 from genesis_fp16_infrastructure.data.attempt_numbers import OWN_FEATURES, own_numbers, pack
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.schema import OPERATORS, SUCCESS_THRESHOLD, AttemptInput
-from genesis_fp16_infrastructure.world_model.lineage_columns import lineage_columns
+from genesis_fp16_infrastructure.world_model.lineage_columns import has_index, lineage_columns
 
 ENCODER_VERSION = 2
 AGENT_PRIOR = 20.0  # pseudo-records at the overall rate in an agent's base rate
 ENCODE_ROWS = 65_536  # rows encoded at a time (FeatureEncoder.encode)
+WALK_RATIO = 64  # fewer attempts than a pool's records / this: lineage by the walk
 PoolLike = Pool | Mapping[str, float]  # a pool, or only its scores (no lineage beyond parents)
 NUMERIC_FEATURES: tuple[str, ...] = (
     "log_generation",
@@ -271,7 +272,10 @@ def numeric_columns(attempts: Sequence[AttemptInput], pool: PoolLike) -> torch.T
     packed = b"".join(a.own or pack(own_numbers(a)) for a in attempts)
     own = torch.frombuffer(bytearray(packed), dtype=torch.float64).view(n, len(OWN_FEATURES))
     out[:, _OWN_COLUMNS] = own
-    columns = lineage_columns(attempts, pool)
+    # A few candidates in a large pool (the prediction API): the walk visits their
+    # lineages alone, where the arrays would index the whole pool first.
+    few = n * WALK_RATIO < len(pool.entries) and not has_index(pool)
+    columns = None if few else lineage_columns(attempts, pool)
     if columns is not None:
         out[:, _LINEAGE_COLUMNS] = torch.from_numpy(columns)
         return out

@@ -70,6 +70,11 @@ def pool_index(pool: Pool) -> PoolIndex | None:
     return index
 
 
+def has_index(pool: Pool) -> bool:
+    """Whether :func:`pool_index` has this pool's arrays (or its answer) already."""
+    return pool in _indexes
+
+
 def _build_index(pool: Pool) -> PoolIndex | None:
     entries = list(pool.entries.values())
     n = len(entries)

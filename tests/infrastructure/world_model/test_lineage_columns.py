@@ -150,3 +150,16 @@ def test_depth_is_the_longest_chain_whatever_is_asked_first() -> None:
     assert Pool(entries).lineage("x", ("d",), None).depth == 5
     index = pool_index(Pool(entries))
     assert index is not None and index.depth.tolist() == [0, 1, 2, 3, 4]
+
+
+def test_a_few_candidates_in_a_large_pool_take_the_walk(tmp_path: Path) -> None:
+    """Scoring 3 candidates against a 2,000-record pool does not index the whole pool
+    (the walk visits their lineages alone); the whole pool's records do, and the three
+    get the same bits either way."""
+    data = read_trajectories(write_pool(tmp_path, 2000, seed=5))
+    attempts = [e.attempt for e in data.examples]
+    few = numeric_columns(attempts[:3], data.pool)
+    assert not columns_module.has_index(data.pool)
+    every = numeric_columns(attempts, data.pool)
+    assert columns_module.has_index(data.pool)
+    assert torch.equal(few.view(torch.int64), every[:3].view(torch.int64))
