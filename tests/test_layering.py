@@ -176,7 +176,7 @@ DAEMON_FLOORS = (
 # (checkpoint format, RNG state, the process group), then one step, then a whole run.
 TRAINING_FLOORS = (
     {"precision"},
-    {"checkpoint_keys", "checkpoint_files", "checkpoint", "rng", "distributed"},
+    {"checkpoint_keys", "checkpoint_files", "checkpoint_load", "checkpoint", "rng", "distributed"},
     {"step"},
     {"run"},
 )

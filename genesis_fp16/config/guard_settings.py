@@ -1,47 +1,67 @@
 """The precision guard's settings, ``GENESIS_FP16_GUARD_*``; mixed into ``Settings``.
 
-Each maps onto a field of :class:`genesis_fp16_infrastructure.training.GuardConfig` (see its
-docstring for what the triggers mean); ``0`` turns a numeric trigger off.
+They are generated from :class:`genesis_fp16_infrastructure.training.GuardConfig`, one
+setting ``guard_<field>`` per field, so the guard's fields, defaults and ranges are
+declared once, there (see its docstring for what the triggers mean). A setting reads as
+the field does, but in the words an environment variable has: an optional trigger's
+``None`` (off) is ``0``, and the ladder is a comma-separated list::
+
+    GENESIS_FP16_GUARD_CHECK_INTERVAL=10
+    GENESIS_FP16_GUARD_DIVERGENCE_FACTOR=0        # the divergence trigger off
+    GENESIS_FP16_GUARD_LADDER=fp16,fp32
+
+Code reads the guard as the typed ``GuardConfig`` (``settings.guard``, built and checked
+when the settings are read), never the generated fields; the daemon's own two settings,
+``guard_enabled`` and ``guard_promote_after_runs``, are declared here.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, field_validator
+import dataclasses
+import types
+import typing
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
+from pydantic import (
+    BaseModel,
+    Field,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
+
+from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig, bounds_of
 from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
 
-# The defaults are GuardConfig's own, read from it: one place says what the guard does
-# out of the box (an optional trigger's None is the setting's 0, "off").
-_DEFAULT = GuardConfig()
+# The value types a GuardConfig field may have, and the setting's type for each.
+_SETTING_TYPES: dict[Any, type] = {bool: bool, int: int, float: float, tuple[str, ...]: str}
 
 
-def _off_is_zero(value: float | None) -> float:
-    return 0 if value is None else value
-
-
-class GuardSettings(BaseModel):
-    """``GENESIS_FP16_GUARD_*``: triggers, ladder, and promotion after clean runs."""
+class GuardSwitches(BaseModel):
+    """The daemon's own guard settings, and the ``GuardConfig`` the generated ones build."""
 
     guard_enabled: bool = True
-    guard_ladder: str = ",".join(_DEFAULT.ladder)
-    # false: keep bf16 on the ladder where it is emulated (a CPU without AVX512-BF16/AMX).
-    guard_bf16_needs_native: bool = _DEFAULT.bf16_needs_native
-    guard_check_interval: int = Field(default=_DEFAULT.check_interval, ge=1)
-    guard_on_unstable: bool = _DEFAULT.on_unstable
-    guard_nonfinite_limit: int = Field(default=int(_off_is_zero(_DEFAULT.nonfinite_limit)), ge=0)
-    guard_nonfinite_window: int = Field(default=_DEFAULT.nonfinite_window, ge=1)
-    guard_overflow_rate_limit: float = Field(
-        default=_off_is_zero(_DEFAULT.overflow_rate_limit), ge=0.0, lt=1.0
-    )
-    guard_overflow_window: int = Field(default=_DEFAULT.overflow_window, ge=1)
-    guard_overflow_warmup: int = Field(default=_DEFAULT.overflow_warmup, ge=0)
-    guard_divergence_factor: float = Field(default=_off_is_zero(_DEFAULT.divergence_factor), ge=0.0)
-    guard_divergence_ema_decay: float = Field(default=_DEFAULT.divergence_ema_decay, ge=0.0, lt=1.0)
-    guard_divergence_warmup: int = Field(default=_DEFAULT.divergence_warmup, ge=1)
     guard_promote_after_runs: int = Field(default=0, ge=0)
 
-    @field_validator("guard_ladder")
+    @property
+    def guard(self) -> GuardConfig | None:
+        """The ``GuardConfig`` every run gets, or None when the guard is turned off.
+
+        >>> Settings(guard_check_interval=10).guard.check_interval
+        10
+        """
+        return config_from(self, GuardConfig) if self.guard_enabled else None
+
+    @model_validator(mode="after")
+    def _check_guard(self) -> Any:
+        # At start-up (and on reload): each field's range was checked by pydantic, so
+        # this fails only on a rule across fields that GuardConfig itself holds.
+        config_from(self, GuardConfig)
+        return self
+
+    @field_validator("guard_ladder", check_fields=False)
     @classmethod
     def _check_ladder(cls, value: str) -> str:
         names = [name.strip() for name in value.split(",") if name.strip()]
@@ -52,9 +72,96 @@ class GuardSettings(BaseModel):
             )
         return ",".join(names)
 
-    @field_validator("guard_divergence_factor")
-    @classmethod
-    def _check_factor(cls, value: float) -> float:
-        if value != 0.0 and value <= 1.0:
-            raise ValueError(f"{value!r} must be > 1 (or 0 to turn the trigger off)")
+
+def setting_fields(config: type[Any]) -> dict[str, Any]:
+    """``{guard_<field>: (type, pydantic Field)}`` for each field of the dataclass
+    ``config``, in its order: its default, its :class:`Bounds` (an optional trigger's
+    setting takes 0, off, besides its range). A field whose type has no text form here
+    fails at import, naming it."""
+    hints = typing.get_type_hints(config)
+    defaults = config()
+    out: dict[str, Any] = {}
+    for item in dataclasses.fields(config):
+        kind, optional = _value_type(hints[item.name])
+        if kind not in _SETTING_TYPES:
+            raise TypeError(
+                f"GuardConfig.{item.name}: {hints[item.name]} has no setting form; "
+                f"give it one in {__name__}._SETTING_TYPES"
+            )
+        limits = bounds_of(item)
+        ge, gt, lt = (limits.ge, limits.gt, limits.lt) if limits is not None else (None,) * 3
+        if optional:  # 0 is off: the range starts at 0, the gap above it is checked below
+            ge, gt = kind(0), None
+        out[f"guard_{item.name}"] = (
+            _SETTING_TYPES[kind],
+            Field(default=_setting_value(getattr(defaults, item.name)), ge=ge, gt=gt, lt=lt),
+        )
+    return out
+
+
+def config_from(settings: BaseModel, config: type[Any]) -> Any:
+    """``config`` (a GuardConfig) built from the ``guard_<field>`` settings."""
+    hints = typing.get_type_hints(config)
+    values: dict[str, Any] = {}
+    for item in dataclasses.fields(config):
+        value = getattr(settings, f"guard_{item.name}")
+        kind, optional = _value_type(hints[item.name])
+        if kind == tuple[str, ...]:
+            value = tuple(value.split(","))
+        elif optional and value == 0:
+            value = None
+        values[item.name] = value
+    return config(**values)
+
+
+def _value_type(hint: Any) -> tuple[Any, bool]:
+    """``(X, True)`` for ``X | None``, else ``(hint, False)``."""
+    args = typing.get_args(hint)
+    if isinstance(hint, types.UnionType) and type(None) in args:
+        (kind,) = [a for a in args if a is not type(None)]
+        return kind, True
+    return hint, False
+
+
+def _setting_value(value: Any) -> Any:
+    if value is None:
+        return 0
+    if isinstance(value, tuple):
+        return ",".join(value)
+    return value
+
+
+def settings_model(config: type[Any]) -> type[GuardSwitches]:
+    """The settings of ``config`` (GuardConfig, or a test's larger one): a model with
+    :class:`GuardSwitches` and :func:`setting_fields`, whose optional triggers take 0 or
+    a value in their field's range."""
+    ranges = {f"guard_{f.name}": bounds_of(f) for f in dataclasses.fields(config)}
+    hints = typing.get_type_hints(config)
+    optional = [
+        f"guard_{f.name}" for f in dataclasses.fields(config) if _value_type(hints[f.name])[1]
+    ]
+
+    def off_or_in_range(cls: type[BaseModel], value: float, info: ValidationInfo) -> float:
+        limits = ranges[str(info.field_name)]
+        if value != 0 and limits is not None and not limits.hold(value):
+            raise ValueError(
+                f"{value!r} must be {limits.describe()} (or 0 to turn the trigger off)"
+            )
         return value
+
+    validators: dict[str, Callable[..., Any]] = {}
+    if optional:
+        validators["_off_or_in_range"] = field_validator(*optional)(off_or_in_range)
+    return create_model(
+        f"{config.__name__}Settings",
+        __base__=GuardSwitches,
+        __doc__="``GENESIS_FP16_GUARD_*``: triggers, ladder, and promotion after clean runs.",
+        __validators__=validators,
+        **setting_fields(config),
+    )
+
+
+if TYPE_CHECKING:  # mypy sees the declared switches and the typed ``guard``
+    GuardSettings = GuardSwitches
+else:
+    GuardSettings = settings_model(GuardConfig)

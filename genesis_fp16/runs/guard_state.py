@@ -13,9 +13,7 @@ lowers. ``genesis-fp16 precision reset AGENT`` deletes the memory;
 from __future__ import annotations
 
 import os
-import typing
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,24 +43,10 @@ UNUSABLE_REASON = "state_file_unusable"
 
 
 def guard_config(settings: Settings) -> GuardConfig | None:
-    """The ``GuardConfig`` every run gets, or None when the guard is turned off.
-
-    Each field ``name`` of ``GuardConfig`` comes from the setting ``guard_<name>``
-    (tests check that every field has one, with the same default); a field that takes
-    None to turn its trigger off takes 0 in the settings.
-    """
-    if not settings.guard_enabled:
-        return None
-    values: dict[str, Any] = {}
-    hints = typing.get_type_hints(GuardConfig)
-    for item in fields(GuardConfig):
-        value = getattr(settings, f"guard_{item.name}")
-        if item.name == "ladder":
-            value = tuple(value.split(","))
-        elif value == 0 and type(None) in typing.get_args(hints[item.name]):
-            value = None  # an optional trigger: 0 is off
-        values[item.name] = value
-    return GuardConfig(**values)
+    """The ``GuardConfig`` every run gets, or None when the guard is turned off: built
+    from the ``GENESIS_FP16_GUARD_*`` settings, which are generated from its fields
+    (genesis_fp16/config/guard_settings.py)."""
+    return settings.guard
 
 
 def load_memory(settings: Settings, agent: str) -> PrecisionMemory | None:

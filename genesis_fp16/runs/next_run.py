@@ -27,13 +27,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import structlog
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16_infrastructure.served import ServedPointerError, served_checkpoint
-from genesis_fp16_infrastructure.training import CheckpointError, CheckpointManager, checkpoint_keys
+from genesis_fp16_infrastructure.training import CheckpointError, CheckpointManager
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
 
@@ -61,8 +60,9 @@ class _Resumed:
 def expected_next_run(paths: AgentPaths, requested: str) -> NextRun:
     """The :class:`NextRun` of the agent under ``paths`` whose next run asks ``requested``.
 
-    Reads the newest checkpoint only when it matters (``auto``, or ``fp16`` for the scale):
-    one load of a file a run loads anyway. An unreadable one counts as none.
+    Reads the newest checkpoint's summary file only when it matters (``auto``, or
+    ``fp16`` for the scale); a checkpoint without one is loaded (written before summary
+    files). An unreadable one counts as none.
     """
     resumed = _newest(paths) if requested in ("auto", "fp16") else None
     if requested != "auto":
@@ -91,28 +91,15 @@ def served_model_folder(paths: AgentPaths) -> Path:
 
 def _newest(paths: AgentPaths) -> _Resumed | None:
     """The served model's newest valid core checkpoint's precision and scaler scale, or
-    None."""
+    None; from its summary file (``CheckpointManager.latest_summary``) when it has one."""
     folder = served_model_folder(paths)
     try:
-        found = CheckpointManager(folder).load_latest()
+        summary = CheckpointManager(folder).latest_summary()
     except (OSError, CheckpointError) as exc:  # a folder we may not read: no checkpoint
         log.warning("cannot read the agent's checkpoints", path=str(folder), error=str(exc))
         return None
-    if found is None:
+    if summary is None:
         return None
-    state, _ = found
-    return _Resumed(_used_precision(state), _scale(state))
-
-
-def _used_precision(state: dict[str, Any]) -> str | None:
-    record = state.get(checkpoint_keys.PRECISION)
-    used = record.get("used") if isinstance(record, dict) else None
-    return used if used in PRECISIONS else None
-
-
-def _scale(state: dict[str, Any]) -> float | None:
-    scaler = state.get(checkpoint_keys.SCALER)
-    value = scaler.get("scale") if isinstance(scaler, dict) else None
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
+    used = summary.get("precision")
+    scale = summary.get("loss_scale")
+    return _Resumed(used if used in PRECISIONS else None, scale)

@@ -29,7 +29,7 @@ from genesis_fp16.runs.run_request import choose_precision
 from genesis_fp16.runs.supervising import RunHung
 from genesis_fp16_infrastructure.plugin_api import TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.served import ServedPointerError, folder_bytes, prune
-from genesis_fp16_infrastructure.training import CheckpointManager, TrainingSummary, checkpoint_keys
+from genesis_fp16_infrastructure.training import CheckpointManager, TrainingSummary
 from genesis_fp16_infrastructure.training.step.execution import ExecutionError
 
 log = structlog.get_logger("genesis_fp16.jobs")
@@ -265,21 +265,20 @@ def _failure_reason(exc: BaseException) -> str:
 def resumed_totals(paths: AgentPaths) -> dict[str, float]:
     """The run counters of the checkpoint a run will resume from (empty: none).
 
-    Loads the newest valid checkpoint once more before the plugin does: a second read
-    of a file of a few MB per run, so that resumed totals are not counted twice.
-    Checkpoints in another format than the core's are not listed, and give zeros.
+    Read from the newest checkpoint's summary file (``checkpoint_files.summarize``), a
+    few hundred bytes, so that the run alone reads the checkpoint itself; a checkpoint
+    written without one is read in full, once more than the run does. Checkpoints in
+    another format than the core's are not listed, and give zeros.
     """
     # The served model's checkpoint (se_darwin's candidates: where served.json points). A
     # run that trains a fresh candidate instead reports below these totals at first, and
     # DaemonMetrics.observe_summary then counts it from zero.
-    found = CheckpointManager(served_model_folder(paths)).load_latest()
-    if found is None:
+    summary = CheckpointManager(served_model_folder(paths)).latest_summary()
+    if summary is None:
         return {}
-    state, _ = found
-    stats = state.get(checkpoint_keys.STATS, {})
-    skipped = float(stats.get("skipped_steps", 0))
+    skipped = float(summary["skipped_steps"])
     return {
-        "optimizer_steps": float(state[checkpoint_keys.STEP]) - skipped,
+        "optimizer_steps": float(summary["step"]) - skipped,
         "skipped_steps": skipped,
-        "nonfinite_losses": float(stats.get("nonfinite_losses", 0)),
+        "nonfinite_losses": float(summary["nonfinite_losses"]),
     }

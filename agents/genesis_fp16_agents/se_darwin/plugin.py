@@ -189,6 +189,7 @@ class SEDarwinPlugin:
                     early_stop=early_stop,
                     checkpoint_dir=folder,
                     resume=saved is not None,
+                    loaded_checkpoint=plan.loaded,  # read once, by plan_candidate
                 ),
             )
         clock.move("train", "eval", task.eval_seconds)
@@ -246,7 +247,9 @@ class SEDarwinPlugin:
                 out = dataclasses.replace(out, extra={**out.extra, "drift": drift}, drift=drift)
                 _log_drift(drift)
         with clock.phase("gate"):
-            out = judge(root, candidate, out, served, data, request, options, numeric)
+            out = judge(
+                root, candidate, out, served, data, request, options, numeric, plan.served_scored
+            )
         served_now = served_model(root)
         extra = {**out.extra, "phases": clock.to_json()}
         out = dataclasses.replace(
@@ -278,7 +281,11 @@ class SEDarwinPlugin:
             result = fit(
                 task,
                 request.fit_options(
-                    steps=0, epochs=None, checkpoint_dir=served_folder, resume=True
+                    steps=0,
+                    epochs=None,
+                    checkpoint_dir=served_folder,
+                    resume=True,
+                    loaded_checkpoint=plan.loaded,
                 ),
             )
         clock.move("train", "eval", task.eval_seconds)

@@ -53,11 +53,14 @@ from genesis_fp16_infrastructure.served import (
     served_checkpoint,
     write_verdict,
 )
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint import (
     CheckpointError,
     CheckpointManager,
     load_checkpoint,
 )
+from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
+from genesis_fp16_infrastructure.training.checkpoint_load import Loaded, read_checkpoint
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.world_model.predict import (
     accept_world_model,
@@ -91,6 +94,10 @@ class Plan:
     served_folder: Path | None = None
     served_checkpoint: Path | None = None
     served_seen: DataFingerprint | None = None  # the served model's data, for drift
+    # Read once here: the checkpoint the run resumes (fit() takes it, not reading it
+    # again), and what the gate scores of the served model's (_scored_part).
+    loaded: Loaded | None = None
+    served_scored: Mapping[str, Any] | None = None
 
 
 def served_model(root: Path) -> Served | None:
@@ -131,7 +138,8 @@ def plan_candidate(
 ) -> Plan:
     """Where the run trains, or that it is up to date (the module docstring's order)."""
     key = request_key(request)
-    served_state = _world_state(served.judged) if served is not None else None
+    served_loaded, served_state = _read(served.judged) if served is not None else (None, None)
+    served_scored = _scored_part(served_loaded)
     change = compare(served_state.get("data"), seen) if served_state is not None else None
     mine = [
         c
@@ -144,9 +152,11 @@ def plan_candidate(
         for candidate in reversed(mine):
             verdict = read_json(candidate / VERDICT_NAME)
             train_folder = candidate / SPLIT_FOLDER if whole else candidate
-            if verdict is None and newest_checkpoint(train_folder) is not None:
+            newest = newest_checkpoint(train_folder)
+            if verdict is None and newest is not None:
                 logger.info("se_darwin: resuming candidate %s, cut short earlier", candidate.name)
-                return Plan(candidate, _world_state(newest_checkpoint(train_folder)), change)
+                loaded, saved = _read(newest)
+                return Plan(candidate, saved, change, loaded=loaded, served_scored=served_scored)
             # Judged and not served (rejected, rolled back): up to date against it. A
             # promoted one no longer served (the data came back to its records) trains anew.
             outcome = verdict.get("outcome") if verdict is not None else None
@@ -158,11 +168,13 @@ def plan_candidate(
                 if served is None or served_state is None:
                     break  # judged but nothing served (removed by hand): train anew
                 why = f"candidate {candidate.name} of this data was {outcome}"
-                return _up_to_date(candidate, served, served_state, change, why, verdict)
+                plan = _up_to_date(candidate, served, served_state, change, why, verdict)
+                return dataclasses.replace(plan, loaded=served_loaded)
         same = served is not None and _same_request(root, served, key)
         if same and own_budget and change is not None and change.unchanged:
             assert served is not None and served_state is not None
-            return _up_to_date(None, served, served_state, change, change.describe(), None)
+            plan = _up_to_date(None, served, served_state, change, change.describe(), None)
+            return dataclasses.replace(plan, loaded=served_loaded)
     meta = {"fingerprint": seen.digest, "records": seen.records, "request": key}
     folder = new_candidate(root, meta, _shared_name(seen, key, served))
     served_seen = DataFingerprint.from_state(served_state.get("data")) if served_state else None
@@ -172,18 +184,30 @@ def plan_candidate(
         # continues it (a copy of its checkpoint; the served file is never written).
         into = folder / SPLIT_FOLDER if whole else folder
         into.mkdir(parents=True, exist_ok=True)
-        for source in (served.judged, served.judged.with_name(served.judged.name + ".sha256")):
-            if source.exists():  # the checkpoint and its digest
+        judged = served.judged
+        for source in (judged, digest_path(judged), summary_path(judged)):
+            if source.exists():  # the checkpoint, its digest and its summary
                 shutil.copy2(source, into / source.name)
         logger.info("se_darwin: candidate %s continues the served model", folder.name)
-        return Plan(folder, served_state, change, served_seen=served_seen)
+        assert served_loaded is not None
+        # The copy's state is a copy: the run trains on its tensors, the gate scores the
+        # served model's own.
+        loaded = served_loaded.copied_to(into / judged.name)
+        return Plan(
+            folder,
+            served_state,
+            change,
+            served_seen=served_seen,
+            loaded=loaded,
+            served_scored=served_scored,
+        )
     if change is not None:
         logger.info(
             "se_darwin: the data changed, %s: candidate %s trains afresh",
             change.describe(),
             folder.name,
         )
-    return Plan(folder, None, change, served_seen=served_seen)
+    return Plan(folder, None, change, served_seen=served_seen, served_scored=served_scored)
 
 
 def judge(
@@ -195,6 +219,7 @@ def judge(
     request: TrainRequest,
     options: TaskOptions,
     numeric: torch.Tensor | None = None,
+    served_scored: Mapping[str, Any] | None = None,
 ) -> TrainResult:
     """Gate the finished candidate; promote it, or reject it (the served model stays),
     or raise TrainRequestError when the gate cannot decide. Returns the run's result
@@ -208,7 +233,7 @@ def judge(
     if served is None:
         verdict = gate.Verdict(True, True, "the first model: nothing served to beat")
     else:
-        verdict = _compare(judged, served, data, request, options, numeric)
+        verdict = _compare(judged, served, data, request, options, numeric, served_scored)
     record = {
         **verdict.to_json(),
         "precision": precision,
@@ -243,13 +268,15 @@ def _compare(
     request: TrainRequest,
     options: TaskOptions,
     numeric: torch.Tensor | None,
+    served_scored: Mapping[str, Any] | None,
 ) -> gate.Verdict:
     """The candidate's and the served model's scores on the held-out comparison set and
     the golden pool, and the verdict; ``seconds``: what the comparison cost."""
     start = time.perf_counter()
     try:
         candidate_model = gate.ScoredModel(load_checkpoint(judged))
-        served_model_ = gate.ScoredModel(load_checkpoint(served.judged))
+        # Read when the run was planned (plan_candidate), else now.
+        served_model_ = gate.ScoredModel(served_scored or load_checkpoint(served.judged))
     except (CheckpointError, ValueError) as exc:  # e.g. a served model of encoder version 1
         return gate.Verdict(
             False, False, f"the gate cannot decide (a model cannot be scored: {exc})"
@@ -335,12 +362,20 @@ def _up_to_date(
     )
 
 
-def _world_state(path: Path | None) -> Mapping[str, Any] | None:
-    """A checkpoint's world-model state (encoder, shape, data, split), or None; a file
-    that is not a readable world model is a one-line refusal naming it."""
-    if path is None:
+def _scored_part(loaded: Loaded | None) -> Mapping[str, Any] | None:
+    """What the gate scores of a checkpoint read at planning (its weights, best weights
+    and world-model state), kept through the run without its optimizer state."""
+    if loaded is None:
         return None
+    dropped = (keys.OPTIMIZER, keys.SCHEDULER, keys.RNG, keys.RNG_PER_RANK)
+    return {key: value for key, value in loaded.state.items() if key not in dropped}
+
+
+def _read(path: Path) -> tuple[Loaded, Mapping[str, Any]]:
+    """A checkpoint, read once, and its world-model state (encoder, shape, data, split);
+    a file that is not a readable world model is a one-line refusal naming it."""
     try:
-        return read_world_model_state(load_checkpoint(path))
+        loaded = read_checkpoint(path)
+        return loaded, read_world_model_state(loaded.state)
     except (CheckpointError, ValueError, OSError) as exc:
         raise TrainRequestError(f"checkpoint {str(path)!r} unusable: {exc}") from None

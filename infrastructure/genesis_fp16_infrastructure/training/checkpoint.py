@@ -15,7 +15,6 @@ import hashlib
 import io
 import json
 import logging
-import math
 import os
 import re
 import stat
@@ -28,7 +27,21 @@ from typing import Any
 import torch
 
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
-from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, holds, write_pair
+from genesis_fp16_infrastructure.training.checkpoint_files import (
+    digest_path,
+    holds,
+    read_summary,
+    summarize,
+    summary_path,
+    write_pair,
+    write_summary,
+)
+from genesis_fp16_infrastructure.training.checkpoint_load import (
+    CheckpointError,
+    Loaded,
+    file_signature,
+    load_checkpoint,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -39,10 +52,6 @@ WRITER_LOCK = "writer.lock"  # the flock of the one process that writes the fold
 
 # Called with a loaded state before it is used; raises to pass over the file.
 Accept = Callable[[dict[str, Any], Path], None]
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file that cannot be used: unreadable, corrupt, of another schema, unfit."""
 
 
 # This process's claims, by lock file: (descriptor, claims). An flock conflicts between
@@ -169,7 +178,8 @@ class CheckpointManager:
         if holds(final, digest):
             return final  # this very state is saved already: written once, not twice
         write_pair(final, data, f"{digest}\n".encode())
-        signature = _signature(final)
+        write_summary(final, digest, state)  # after the pair: a crash leaves none, not a wrong one
+        signature = file_signature(final)
         if signature is not None:
             self._written[final] = signature
         self._prune(final)
@@ -190,6 +200,7 @@ class CheckpointManager:
         (under torchrun every rank may remove the same file)."""
         path.unlink(missing_ok=True)
         digest_path(path).unlink(missing_ok=True)
+        summary_path(path).unlink(missing_ok=True)
         self._written.pop(path, None)
 
     def set_aside(self, path: Path, into: Path) -> Path:
@@ -198,14 +209,15 @@ class CheckpointManager:
         into.mkdir(parents=True, exist_ok=True)
         moved = into / path.name
         os.replace(path, moved)
-        if digest_path(path).exists():
-            os.replace(digest_path(path), digest_path(moved))
+        for side, moved_side in ((digest_path, digest_path), (summary_path, summary_path)):
+            if side(path).exists():
+                os.replace(side(path), moved_side(moved))
         self._written.pop(path, None)
         return moved
 
     def _unchanged_since_written(self, path: Path) -> bool:
         recorded = self._written.get(path)
-        return recorded is not None and recorded == _signature(path)
+        return recorded is not None and recorded == file_signature(path)
 
     def remove_stale_temps(self, older_than: float = STALE_TEMP_SECONDS) -> list[Path]:
         """Delete the ``.tmp-*`` files of interrupted saves older than ``older_than`` seconds.
@@ -251,22 +263,49 @@ class CheckpointManager:
                     aside,
                 )
 
-    def candidates(self) -> Iterator[tuple[dict[str, Any], Path]]:
-        """The valid checkpoints, newest first; each bad one is skipped with a warning."""
+    def candidates(self, loaded: Loaded | None = None) -> Iterator[tuple[dict[str, Any], Path]]:
+        """The valid checkpoints, newest first; each bad one is skipped with a warning.
+
+        ``loaded``: a checkpoint the caller read already (:func:`read_checkpoint`); that
+        file is not read again while its size and mtime are those it had then."""
         self._set_aside_irregular()
         for path in reversed(self.checkpoints()):
+            signature = file_signature(path)
             try:
-                yield load_checkpoint(path), path
+                if loaded is not None and (loaded.path, loaded.signature) == (path, signature):
+                    state = loaded.state
+                else:
+                    state = load_checkpoint(path)
             except CheckpointError as error:
                 logger.warning("skipping checkpoint %s: %s", path, error)
+                continue
+            if signature is not None:  # read and found valid: pruning need not read it again
+                self._written.setdefault(path, signature)
+            yield state, path
 
-    def load_latest(self, accept: Accept | None = None) -> tuple[dict[str, Any], Path] | None:
+    def latest_summary(self) -> dict[str, Any] | None:
+        """The newest checkpoint's step, counters, precision and loss scale
+        (``checkpoint_files.summarize``), from its summary file when it has a current one,
+        else from reading the newest valid checkpoint; None when there is none. The summary
+        file saves a reader without torch a full read, and does not check the file's bytes
+        (a newest file gone bad is summarised all the same; ``load_latest`` would skip it)."""
+        files = self.checkpoints()
+        summary = read_summary(files[-1]) if files else None
+        if summary is not None:
+            return summary
+        found = self.load_latest()
+        return summarize(found[0]) if found is not None else None
+
+    def load_latest(
+        self, accept: Accept | None = None, loaded: Loaded | None = None
+    ) -> tuple[dict[str, Any], Path] | None:
         """The newest valid checkpoint that ``accept`` takes, or None (warning if files were bad).
 
         ``accept(state, path)`` raises :class:`CheckpointError` for a file whose contents do
         not fit (a shape mismatch, a missing key of the task's); the next older one is tried.
+        ``loaded``: see :meth:`candidates`.
         """
-        for state, path in self.candidates():
+        for state, path in self.candidates(loaded):
             if accept is None:
                 return state, path
             try:
@@ -321,76 +360,6 @@ def _usable(path: Path) -> bool:
         logger.warning("checkpoint %s is unusable (%s); renamed to %s", path, error, aside)
         path.replace(aside)
         digest_path(path).unlink(missing_ok=True)
+        summary_path(path).unlink(missing_ok=True)
         return False
     return True
-
-
-def _signature(path: Path) -> tuple[int, int] | None:
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return stat.st_size, stat.st_mtime_ns
-
-
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Load one checkpoint with ``weights_only=True``; check digest, schema and weights.
-
-    Raises :class:`CheckpointError` for a file that cannot be used: not a regular file (a
-    FIFO would block the read forever), bytes that do not match the digest written with
-    them, a torn or refused pickle, another schema version, missing keys, or weights that
-    are not all finite (resuming from them trains to NaN). A file written before digests
-    existed loads with a warning.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError("not a regular file")
-    try:
-        data = path.read_bytes()
-        # One digest, or two while the same step is saved again (see checkpoint_files.write_pair).
-        expected = digest_path(path).read_text().split() if digest_path(path).exists() else None
-    except (OSError, UnicodeDecodeError) as error:
-        raise CheckpointError(
-            f"cannot be read ({getattr(error, 'strerror', None) or error})"
-        ) from error
-    if expected is None:
-        logger.warning("checkpoint %s has no digest (written before digests): not verified", path)
-    elif hashlib.sha256(data).hexdigest() not in expected:
-        raise CheckpointError(
-            f"its bytes do not match the digest in {digest_path(path).name} "
-            "(changed after it was written: bit rot, a torn copy or an edit)"
-        )
-    try:
-        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except Exception as error:  # torn file, garbage bytes, refused pickle: all unusable
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise CheckpointError(f"cannot be loaded ({type(error).__name__}: {first_line})") from error
-    if not isinstance(state, dict):
-        raise CheckpointError(f"holds a {type(state).__name__}, not a dict")
-    version = state.get(keys.SCHEMA)
-    if version != keys.SCHEMA_VERSION:
-        raise CheckpointError(
-            f"schema_version={version!r}, this code reads schema_version={keys.SCHEMA_VERSION}"
-        )
-    missing = [k for k in keys.REQUIRED if k not in state]
-    if missing:
-        raise CheckpointError(f"lacks the keys {missing}")
-    bad = _first_nonfinite(state[keys.MODEL])
-    if bad is not None:
-        raise CheckpointError(
-            f"the weight {bad!r} is not finite (NaN or inf); not resuming from it"
-        )
-    return state
-
-
-def _first_nonfinite(weights: Any) -> str | None:
-    """The name of the first floating tensor in ``weights`` holding a NaN or an inf."""
-    if not isinstance(weights, Mapping):
-        return None
-    for name, value in weights.items():
-        if isinstance(value, torch.Tensor) and value.is_floating_point():
-            if not bool(torch.isfinite(value).all()):
-                return str(name)
-        elif isinstance(value, float) and not math.isfinite(value):
-            return str(name)
-    return None

@@ -1,4 +1,5 @@
-"""A checkpoint file and its digest file, on disk: written as a pair, atomically.
+"""A checkpoint file, its digest file and its summary file, on disk: the first two
+written as a pair, atomically.
 
 The digest file ``ckpt-<step>.pt.sha256`` holds the hex SHA-256 of ``ckpt-<step>.pt``
 (two digests, one a line, while a step is saved again). ``CheckpointManager.save``
@@ -8,18 +9,30 @@ writes through :func:`write_pair` and skips a state already saved with :func:`ho
     digest = hashlib.sha256(data).hexdigest()
     if not holds(path, digest):
         write_pair(path, data, digest.encode() + b"\n")
+
+The summary file ``ckpt-<step>.pt.json`` (:func:`write_summary`) holds what a caller
+without torch asks of a checkpoint (its step, counters, precision, loss scale) and the
+digest of the bytes it summarises; :func:`read_summary` gives it only while the digest
+file still names that digest, so a summary never speaks for another file.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from genesis_fp16_infrastructure.atomic import fsync_directory
+from genesis_fp16_infrastructure.atomic import fsync_directory, write_json_atomic
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 
 DIGEST_SUFFIX = ".sha256"  # ckpt-<step>.pt.sha256: the hex SHA-256 of ckpt-<step>.pt
+SUMMARY_SUFFIX = ".json"  # ckpt-<step>.pt.json: summarize(state), with that digest
+SUMMARY_BYTES = 4096  # a summary is a few numbers: a larger file is not one
 
 
 def write_pair(final: Path, data: bytes, digest: bytes) -> None:
@@ -93,3 +106,54 @@ def _valid_digest(path: Path) -> str | None:
 def digest_path(path: Path) -> Path:
     """The digest file of the checkpoint ``path``: ``ckpt-<step>.pt.sha256``."""
     return path.with_name(path.name + DIGEST_SUFFIX)
+
+
+def summary_path(path: Path) -> Path:
+    """The summary file of the checkpoint ``path``: ``ckpt-<step>.pt.json``."""
+    return path.with_name(path.name + SUMMARY_SUFFIX)
+
+
+def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A checkpoint's step, run counters, precision and loss scale, as plain values.
+
+    >>> summarize(state)  # doctest: +NORMALIZE_WHITESPACE
+    {'step': 1200, 'skipped_steps': 3, 'nonfinite_losses': 0, 'precision': 'fp16',
+     'loss_scale': 32768.0}
+    """
+    stats = state.get(keys.STATS)
+    stats = stats if isinstance(stats, Mapping) else {}
+    record = state.get(keys.PRECISION)
+    scaler = state.get(keys.SCALER)
+    scale = scaler.get("scale") if isinstance(scaler, Mapping) else None
+    if not isinstance(scale, int | float) or isinstance(scale, bool) or not math.isfinite(scale):
+        scale = None
+    return {
+        "step": int(state[keys.STEP]),
+        "skipped_steps": int(stats.get("skipped_steps", 0)),
+        "nonfinite_losses": int(stats.get("nonfinite_losses", 0)),
+        "precision": record.get("used") if isinstance(record, Mapping) else None,
+        "loss_scale": None if scale is None else float(scale),
+    }
+
+
+def write_summary(path: Path, digest: str, state: Mapping[str, Any]) -> None:
+    """Write :func:`summarize` of ``state``, the checkpoint ``path`` whose bytes are ``digest``."""
+    write_json_atomic(summary_path(path), {"sha256": digest, **summarize(state)})
+
+
+def read_summary(path: Path) -> dict[str, Any] | None:
+    """The summary of the checkpoint ``path``, or None: no summary file, an unreadable
+    one, or one of other bytes than those the digest file names now (then the caller
+    reads the checkpoint). The checkpoint's own bytes are not read, so not checked."""
+    if not summary_path(path).is_file():  # a FIFO would block the read
+        return None
+    try:
+        with open(summary_path(path), "rb") as handle:
+            raw = handle.read(SUMMARY_BYTES + 1)
+        summary = json.loads(raw) if len(raw) <= SUMMARY_BYTES else None
+        listed = digest_path(path).read_text().split()
+    except (OSError, ValueError):
+        return None
+    if not isinstance(summary, dict) or summary.pop("sha256", None) not in listed:
+        return None
+    return summary

@@ -45,6 +45,7 @@ from torch.optim import Optimizer
 
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint import Accept, CheckpointManager
+from genesis_fp16_infrastructure.training.checkpoint_load import Loaded
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.rng import capture_rng_state
 
@@ -375,9 +376,11 @@ class RankZeroCheckpointManager(CheckpointManager):
         dist.barrier()
         return path
 
-    def load_latest(self, accept: Accept | None = None) -> tuple[dict[str, Any], Path] | None:
+    def load_latest(
+        self, accept: Accept | None = None, loaded: Loaded | None = None
+    ) -> tuple[dict[str, Any], Path] | None:
         rank, world = rank_and_world()
-        found = super().load_latest(accept)
+        found = super().load_latest(accept, loaded)
         names: list[Any] = [None] * world
         dist.all_gather_object(names, found[1].name if found else None)
         if len(set(names)) != 1:

@@ -62,15 +62,13 @@ def test_save_then_load_latest_round_trips_and_names_sort_by_step(tmp_path: Path
 
 
 def test_keeps_only_the_last_n(tmp_path: Path) -> None:
-    """keep=3 leaves the three newest files, their digests and nothing else in the folder."""
+    """keep=3 leaves the three newest files, their digests and summaries and nothing else
+    in the folder."""
     manager = _saved(tmp_path, [1, 2, 3, 4, 5], keep=3)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "ckpt-0000000003.pt",
-        "ckpt-0000000003.pt.sha256",
-        "ckpt-0000000004.pt",
-        "ckpt-0000000004.pt.sha256",
-        "ckpt-0000000005.pt",
-        "ckpt-0000000005.pt.sha256",
+        f"ckpt-000000000{step}.pt{suffix}"
+        for step in (3, 4, 5)
+        for suffix in ("", ".json", ".sha256")
     ]
     assert len(manager.checkpoints()) == 3
 

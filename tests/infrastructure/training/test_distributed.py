@@ -483,7 +483,11 @@ def test_two_rank_checkpoint_resumes_in_one_process_and_back(tmp_path: Path) -> 
     # writer.lock: rank 0's claim on the folder while it wrote (issue 37), left in place.
     names = sorted(f.name for f in (tmp_path / "a").iterdir() if f.name != "writer.lock")
     assert not [n for n in names if n.startswith(".tmp-")]  # no temp leftovers
-    assert names[-2:] == ["ckpt-0000000003.pt", "ckpt-0000000003.pt.sha256"]
+    assert names[-3:] == [
+        "ckpt-0000000003.pt",
+        "ckpt-0000000003.pt.json",  # its summary (checkpoint_files.write_summary)
+        "ckpt-0000000003.pt.sha256",
+    ]
     written = load_checkpoint(tmp_path / "a" / "ckpt-0000000003.pt")  # weights_only=True
     assert len(written[keys.RNG_PER_RANK]) == 2
     assert not any(k.startswith("module.") for k in written[keys.MODEL])

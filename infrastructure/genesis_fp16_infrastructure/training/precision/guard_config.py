@@ -11,7 +11,8 @@ The next rung a demotion runs is decided with every other precision choice, by
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import Field, dataclass, field, fields
+from typing import Any
 
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     DEFAULT_LADDER,
@@ -20,6 +21,41 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
 
 # The fixed set of reasons a demotion can have (a bounded metric label).
 REASONS: tuple[str, ...] = ("scaler_unstable", "nonfinite_loss", "overflow_rate", "divergence")
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The range a numeric guard field must lie in (None: no bound on that side); the
+    daemon's settings read it too, so a range is declared once, on the field."""
+
+    ge: float | None = None
+    gt: float | None = None
+    lt: float | None = None
+
+    def hold(self, value: float) -> bool:
+        return (
+            (self.ge is None or value >= self.ge)
+            and (self.gt is None or value > self.gt)
+            and (self.lt is None or value < self.lt)
+        )
+
+    def describe(self) -> str:
+        """``>= 1``, ``> 0 and < 1``: the range as the error messages say it."""
+        parts = [(">=", self.ge), (">", self.gt), ("<", self.lt)]
+        return " and ".join(f"{sign} {bound:g}" for sign, bound in parts if bound is not None)
+
+
+def _bounded(
+    default: Any, *, ge: float | None = None, gt: float | None = None, lt: float | None = None
+) -> Any:
+    """A dataclass field with its :class:`Bounds` in the field's metadata."""
+    return field(default=default, metadata={"bounds": Bounds(ge, gt, lt)})
+
+
+def bounds_of(item: Field[Any]) -> Bounds | None:
+    """The :class:`Bounds` of one of ``GuardConfig``'s fields, None when it has none."""
+    found = item.metadata.get("bounds")
+    return found if isinstance(found, Bounds) else None
 
 
 @dataclass(frozen=True)
@@ -56,16 +92,16 @@ class GuardConfig:
 
     ladder: tuple[str, ...] = DEFAULT_LADDER
     bf16_needs_native: bool = True
-    check_interval: int = 25
+    check_interval: int = _bounded(25, ge=1)
     on_unstable: bool = True
-    nonfinite_limit: int | None = 3
-    nonfinite_window: int = 100
-    overflow_rate_limit: float | None = 0.5
-    overflow_window: int = 50
-    overflow_warmup: int = 25
-    divergence_factor: float | None = 10.0
-    divergence_ema_decay: float = 0.9
-    divergence_warmup: int = 4
+    nonfinite_limit: int | None = _bounded(3, ge=1)
+    nonfinite_window: int = _bounded(100, ge=1)
+    overflow_rate_limit: float | None = _bounded(0.5, gt=0.0, lt=1.0)
+    overflow_window: int = _bounded(50, ge=1)
+    overflow_warmup: int = _bounded(25, ge=0)
+    divergence_factor: float | None = _bounded(10.0, gt=1.0)
+    divergence_ema_decay: float = _bounded(0.9, ge=0.0, lt=1.0)
+    divergence_warmup: int = _bounded(4, ge=1)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ladder", tuple(self.ladder))
@@ -75,19 +111,10 @@ class GuardConfig:
                 f"guard ladder={list(self.ladder)!r}: needs distinct precisions from "
                 f"{', '.join(PRECISIONS)}, e.g. fp16,bf16,fp32"
             )
-        checks = [
-            (self.check_interval >= 1, f"check_interval={self.check_interval!r} must be >= 1"),
-            (self.nonfinite_limit is None or self.nonfinite_limit >= 1, "nonfinite_limit >= 1"),
-            (self.nonfinite_window >= 1, f"nonfinite_window={self.nonfinite_window!r} >= 1"),
-            (self.overflow_window >= 1, f"overflow_window={self.overflow_window!r} >= 1"),
-            (self.overflow_warmup >= 0, f"overflow_warmup={self.overflow_warmup!r} >= 0"),
-            (self.divergence_warmup >= 1, f"divergence_warmup={self.divergence_warmup!r} >= 1"),
-            (0.0 <= self.divergence_ema_decay < 1.0, "divergence_ema_decay must be in [0, 1)"),
-        ]
-        rate = self.overflow_rate_limit
-        checks.append((rate is None or 0.0 < rate < 1.0, f"overflow_rate_limit={rate!r} in (0, 1)"))
-        factor = self.divergence_factor
-        checks.append((factor is None or factor > 1.0, f"divergence_factor={factor!r} > 1"))
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(f"invalid precision-guard setting: {message}")
+        for item in fields(self):
+            value, limits = getattr(self, item.name), bounds_of(item)
+            if limits is not None and value is not None and not limits.hold(value):
+                raise ValueError(
+                    f"invalid precision-guard setting: {item.name}={value!r} must be "
+                    f"{limits.describe()}"
+                )

@@ -103,7 +103,9 @@ def _fit(
     calibration: Calibration | None,
 ) -> FitResult:
     position = Position(tracker=early_stop_tracker(task, options))
-    resumed_from = resume_run(task, trainer, manager, position) if options.resume else None
+    resumed_from = None
+    if options.resume:
+        resumed_from = resume_run(task, trainer, manager, position, options.loaded_checkpoint)
     # A captured step is checked against eager steps of this state before it is trusted
     # (once per device, torch, shapes and precision; eager with the reason when it differs).
     verified = verification_cache(options.auto_precision.cache)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from genesis_fp16_infrastructure.training.checkpoint_load import Loaded
 from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import ResolvedPrecision
 from genesis_fp16_infrastructure.training.run.calibration import AutoPrecision, Calibration
@@ -43,6 +44,9 @@ class FitOptions(RunSpec, RunCallbacks):
       save is collective under torchrun), and at the end, so a killed run loses at most
       one interval. Resuming tries the newest valid file first and falls back past one
       that does not fit the model.
+    - ``loaded_checkpoint``: a checkpoint the caller has read already
+      (``checkpoint_load.read_checkpoint``); resuming uses its state for that file
+      instead of reading the file again, while the file is unchanged.
     - ``log_interval``: ``on_log`` receives a :class:`TrainingSummary` every this many
       steps and once more at the end.
     - ``should_stop``: polled before every step; when it returns True the run stops
@@ -78,6 +82,7 @@ class FitOptions(RunSpec, RunCallbacks):
     step_hooks: Sequence[StepHook] = ()
     auto_precision: AutoPrecision = field(default_factory=AutoPrecision)
     early_stop: EarlyStopping | None = None
+    loaded_checkpoint: Loaded | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.trainer, TrainerConfig):  # its step fields would be a second copy

@@ -15,6 +15,7 @@ import torch
 
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, CheckpointManager
+from genesis_fp16_infrastructure.training.checkpoint_load import Loaded
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopTracker
 from genesis_fp16_infrastructure.training.run.options import FitOptions
 from genesis_fp16_infrastructure.training.run.task import TrainingTask
@@ -33,8 +34,14 @@ class Position:
 
 
 def resume_run(
-    task: TrainingTask, trainer: Trainer, manager: CheckpointManager | None, position: Position
+    task: TrainingTask,
+    trainer: Trainer,
+    manager: CheckpointManager | None,
+    position: Position,
+    loaded: Loaded | None = None,
 ) -> Path | None:
+    """Load the newest checkpoint that fits into the run (``loaded``: one read already,
+    not read again); its path, or None when none fits."""
     if manager is None:
         return None
     pristine: dict[str, Any] = {}
@@ -57,7 +64,7 @@ def resume_run(
                 f"does not fit this run ({type(error).__name__}: {first})"
             ) from error
 
-    found = manager.load_latest(accept)
+    found = manager.load_latest(accept, loaded)
     if found is None:
         return None
     state, path = found

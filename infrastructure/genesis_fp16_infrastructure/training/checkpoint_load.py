@@ -1,0 +1,129 @@
+"""Reading one checkpoint file: checked (digest, schema, keys, finite weights) and loaded
+with ``torch.load(weights_only=True)``; a file read once can be handed on as
+:class:`Loaded`, so that the run resuming from it does not read it again::
+
+    loaded = read_checkpoint(Path("state/checkpoints/ckpt-0000001200.pt"))
+    loaded.state["step"]  # 1200
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import io
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training.checkpoint_files import digest_path
+
+logger = logging.getLogger(__name__)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be used: unreadable, corrupt, of another schema, unfit."""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A checkpoint read once, handed on so that the next reader need not read it again
+    (``CheckpointManager.load_latest(loaded=...)``): its state, its path, and the file's
+    size and mtime when it was read. Its tensors go to whoever resumes from it. ::
+
+        loaded = read_checkpoint(path)
+        fit(task, FitOptions(..., resume=True, loaded_checkpoint=loaded))
+    """
+
+    state: dict[str, Any]
+    path: Path
+    signature: tuple[int, int] | None
+
+    def copied_to(self, path: Path) -> Loaded:
+        """The state of a byte-for-byte copy of the file, just made at ``path``: a copy
+        of this state too (a memory copy, not a read), so that whoever resumes one never
+        trains the other's tensors."""
+        return Loaded(copy.deepcopy(self.state), Path(path), file_signature(Path(path)))
+
+
+def read_checkpoint(path: Path) -> Loaded:
+    """:func:`load_checkpoint` of ``path``, kept as a :class:`Loaded` to hand on."""
+    signature = file_signature(Path(path))
+    return Loaded(load_checkpoint(path), Path(path), signature)
+
+
+def file_signature(path: Path) -> tuple[int, int] | None:
+    """A file's size and mtime (ns), None when it cannot be read: changed if either moved."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Load one checkpoint with ``weights_only=True``; check digest, schema and weights.
+
+    Raises :class:`CheckpointError` for a file that cannot be used: not a regular file (a
+    FIFO would block the read forever), bytes that do not match the digest written with
+    them, a torn or refused pickle, another schema version, missing keys, or weights that
+    are not all finite (resuming from them trains to NaN). A file written before digests
+    existed loads with a warning.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError("not a regular file")
+    try:
+        data = path.read_bytes()
+        # One digest, or two while the same step is saved again (see checkpoint_files.write_pair).
+        expected = digest_path(path).read_text().split() if digest_path(path).exists() else None
+    except (OSError, UnicodeDecodeError) as error:
+        raise CheckpointError(
+            f"cannot be read ({getattr(error, 'strerror', None) or error})"
+        ) from error
+    if expected is None:
+        logger.warning("checkpoint %s has no digest (written before digests): not verified", path)
+    elif hashlib.sha256(data).hexdigest() not in expected:
+        raise CheckpointError(
+            f"its bytes do not match the digest in {digest_path(path).name} "
+            "(changed after it was written: bit rot, a torn copy or an edit)"
+        )
+    try:
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as error:  # torn file, garbage bytes, refused pickle: all unusable
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise CheckpointError(f"cannot be loaded ({type(error).__name__}: {first_line})") from error
+    if not isinstance(state, dict):
+        raise CheckpointError(f"holds a {type(state).__name__}, not a dict")
+    version = state.get(keys.SCHEMA)
+    if version != keys.SCHEMA_VERSION:
+        raise CheckpointError(
+            f"schema_version={version!r}, this code reads schema_version={keys.SCHEMA_VERSION}"
+        )
+    missing = [k for k in keys.REQUIRED if k not in state]
+    if missing:
+        raise CheckpointError(f"lacks the keys {missing}")
+    bad = _first_nonfinite(state[keys.MODEL])
+    if bad is not None:
+        raise CheckpointError(
+            f"the weight {bad!r} is not finite (NaN or inf); not resuming from it"
+        )
+    return state
+
+
+def _first_nonfinite(weights: Any) -> str | None:
+    """The name of the first floating tensor in ``weights`` holding a NaN or an inf."""
+    if not isinstance(weights, Mapping):
+        return None
+    for name, value in weights.items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            if not bool(torch.isfinite(value).all()):
+                return str(name)
+        elif isinstance(value, float) and not math.isfinite(value):
+            return str(name)
+    return None

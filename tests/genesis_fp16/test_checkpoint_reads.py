@@ -1,0 +1,122 @@
+"""A daemon job reads the checkpoint it resumes once: the daemon not at all, the run once."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
+
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.config.settings import Settings
+from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16.plugins import load_plugin
+from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
+from genesis_fp16_infrastructure.served import served_checkpoint
+from genesis_fp16_infrastructure.training.step import trainer
+
+AGENT = "se_darwin"
+
+
+class _Reads:
+    """Every checkpoint read (``torch.load`` of a file's bytes), by the bytes' digest, and
+    whether the run had taken its first step."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.before_first_step: list[str] = []
+        self.all: Counter[str] = Counter()
+        self.stepped = False
+        load, step = torch.load, trainer.Trainer.step
+
+        def counting_load(source: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(source, io.BytesIO):
+                digest = hashlib.sha256(source.getvalue()).hexdigest()
+                self.all[digest] += 1
+                if not self.stepped:
+                    self.before_first_step.append(digest)
+            return load(source, *args, **kwargs)
+
+        def first_step(this: Any, *args: Any, **kwargs: Any) -> Any:
+            self.stepped = True
+            return step(this, *args, **kwargs)
+
+        monkeypatch.setattr(torch, "load", counting_load)
+        monkeypatch.setattr(trainer.Trainer, "step", first_step)
+
+    def clear(self) -> None:
+        self.before_first_step.clear()
+        self.all.clear()
+        self.stepped = False
+
+
+def _job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[JobContext, Any]:
+    for key in list(os.environ):
+        if key.startswith("GENESIS_FP16_") or key == "ENABLE_FP16_TRAINING":
+            monkeypatch.delenv(key)
+    plugin = load_plugin(AGENT)
+    data = plugin.generate_sample_data(tmp_path / "data", 600, 0)
+    settings = Settings(  # in-process: the daemon's reads and the run's in one count
+        state_dir=tmp_path / "state",
+        run_isolation="thread",
+        steps_per_run=8,
+        auto_precision="rule",
+        agents={AGENT: {"data_path": str(data)}},  # type: ignore[dict-item]
+    )
+    metrics = DaemonMetrics(CollectorRegistry(), "test")
+    return JobContext(settings, metrics, DeviceSlots(1), threading.Event()), plugin
+
+
+def _optimizer_steps(ctx: JobContext) -> float | None:
+    return ctx.metrics.registry.get_sample_value(
+        "genesis_fp16_optimizer_steps_total", {"agent": AGENT}
+    )
+
+
+def test_a_resumed_run_reads_its_checkpoint_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second job continues the served model: before its first step one checkpoint is
+    read (the run's; the daemon's totals come from the checkpoint's summary file), and no
+    checkpoint's bytes are read twice in the job (the gate reuses the served model's)."""
+    ctx, plugin = _job(tmp_path, monkeypatch)
+    reads = _Reads(monkeypatch)
+    run_agent_job(ctx, AGENT, plugin)
+    first = _optimizer_steps(ctx)
+    reads.clear()
+    run_agent_job(ctx, AGENT, plugin)
+    assert len(reads.before_first_step) == 1, reads.before_first_step
+    assert max(reads.all.values()) == 1, reads.all
+    # The daemon's counters still start at the resumed checkpoint's totals: 8 more steps.
+    assert first == 8 and _optimizer_steps(ctx) == 16
+
+
+def test_a_corrupt_served_checkpoint_is_a_one_line_counted_refusal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bytes that no longer match their digest: the daemon's summary read does not hide
+    it; the run refuses in one line naming the file, and the job counts a failed run."""
+    ctx, plugin = _job(tmp_path, monkeypatch)
+    run_agent_job(ctx, AGENT, plugin)
+    served = served_checkpoint(AgentPaths.for_agent(tmp_path / "state", AGENT).checkpoint_dir)
+    assert served is not None
+    served.write_bytes(served.read_bytes()[:-10] + b"0123456789")
+    with capture_logs() as logs:
+        run_agent_job(ctx, AGENT, plugin)
+    (failed,) = [e for e in logs if e["event"] == "training run failed"]
+    assert "exc_info" not in failed
+    assert failed["error"] == (
+        f"checkpoint {str(served)!r} unusable: its bytes do not match the digest in "
+        f"{served.name}.sha256 (changed after it was written: bit rot, a torn copy or an edit)"
+    )
+    runs = ctx.metrics.registry.get_sample_value(
+        "genesis_fp16_training_runs_total", {"agent": AGENT, "outcome": "failed"}
+    )
+    assert runs == 1

@@ -1,0 +1,140 @@
+"""A checkpoint read once is not read again: Loaded handed on, and the summary file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from genesis_fp16_infrastructure.training import CheckpointManager
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
+from genesis_fp16_infrastructure.training.checkpoint_load import read_checkpoint
+
+
+def _state(step: int, scale: float = 1024.0) -> dict[str, Any]:
+    return {
+        keys.SCHEMA: keys.SCHEMA_VERSION,
+        keys.MODEL: {"w": torch.full((3,), float(step))},
+        keys.OPTIMIZER: [],
+        keys.SCHEDULER: [],
+        keys.SCALER: {"scale": scale, "_growth_tracker": 0},
+        keys.PRECISION: {"requested": "auto", "used": "fp16", "reason": "test"},
+        keys.STEP: step,
+        keys.RNG: {},
+        keys.CONFIG: {},
+        keys.STATS: {"skipped_steps": 2, "nonfinite_losses": 1},
+    }
+
+
+@pytest.fixture
+def loads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Each torch.load while the test runs (a checkpoint read), one entry per call."""
+    calls: list[int] = []
+    real = torch.load
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", counting)
+    return calls
+
+
+def test_a_loaded_checkpoint_is_resumed_without_a_second_read(
+    tmp_path: Path, loads: list[int]
+) -> None:
+    """load_latest(loaded=...) takes the state read already; once the file changes on
+    disk, the file is read again, not trusted."""
+    manager = CheckpointManager(tmp_path)
+    path = manager.save(_state(7))
+    loaded = read_checkpoint(path)
+    assert len(loads) == 1
+    found = manager.load_latest(loaded=loaded)
+    assert found is not None and found[0] is loaded.state and len(loads) == 1
+    manager.save({**_state(7), keys.CONFIG: {"changed": True}})  # same step, new bytes
+    found = CheckpointManager(tmp_path).load_latest(loaded=loaded)
+    assert found is not None and found[0][keys.CONFIG] == {"changed": True}
+    assert len(loads) == 2
+
+
+def test_a_copy_of_a_loaded_checkpoint_has_its_own_state(tmp_path: Path) -> None:
+    """copied_to: the copy resumes without a read, and its tensors are not the original's."""
+    path = CheckpointManager(tmp_path / "a").save(_state(3))
+    loaded = read_checkpoint(path)
+    (tmp_path / "b").mkdir()
+    copy = tmp_path / "b" / path.name
+    copy.write_bytes(path.read_bytes())
+    digest_path(copy).write_bytes(digest_path(path).read_bytes())
+    copied = loaded.copied_to(copy)
+    copied.state[keys.MODEL]["w"].add_(1.0)
+    assert torch.equal(loaded.state[keys.MODEL]["w"], torch.full((3,), 3.0))
+    found = CheckpointManager(tmp_path / "b").load_latest(loaded=copied)
+    assert found is not None and found[0] is copied.state
+
+
+def test_pruning_does_not_read_again_a_file_this_manager_loaded(
+    tmp_path: Path, loads: list[int]
+) -> None:
+    """The resumed file, found valid at load, is kept at the next saves without a read."""
+    CheckpointManager(tmp_path).save(_state(1))
+    manager = CheckpointManager(tmp_path, keep=3)
+    manager.load_latest()
+    assert len(loads) == 1
+    manager.save(_state(2))
+    manager.save(_state(3))
+    assert len(loads) == 1 and len(manager.checkpoints()) == 3
+
+
+def test_the_newest_summary_answers_without_reading_the_checkpoint(
+    tmp_path: Path, loads: list[int]
+) -> None:
+    """latest_summary reads the summary file beside the newest checkpoint: step, counters,
+    precision, loss scale; no torch.load."""
+    manager = CheckpointManager(tmp_path)
+    manager.save(_state(4))
+    path = manager.save(_state(9, scale=512.0))
+    assert manager.latest_summary() == {
+        "step": 9,
+        "skipped_steps": 2,
+        "nonfinite_losses": 1,
+        "precision": "fp16",
+        "loss_scale": 512.0,
+    }
+    assert loads == []
+    assert summary_path(path).stat().st_size < 512
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbage", "other_bytes"])
+def test_a_summary_that_does_not_speak_for_the_file_is_not_used(
+    tmp_path: Path, loads: list[int], damage: str
+) -> None:
+    """No summary, an unreadable one, or one of bytes the digest file no longer names: the
+    newest valid checkpoint is loaded instead (a checkpoint from before summary files)."""
+    manager = CheckpointManager(tmp_path)
+    path = manager.save(_state(5, scale=256.0))
+    if damage == "missing":
+        summary_path(path).unlink()
+    elif damage == "garbage":
+        summary_path(path).write_text("{not json")
+    else:  # the file was replaced by other bytes (another state) after the summary
+        other = CheckpointManager(tmp_path / "other").save(_state(5, scale=128.0))
+        path.write_bytes(other.read_bytes())
+        digest_path(path).write_bytes(digest_path(other).read_bytes())
+    summary = manager.latest_summary()
+    assert len(loads) == 1
+    assert summary is not None
+    assert summary["loss_scale"] == (128.0 if damage == "other_bytes" else 256.0)
+
+
+def test_removing_or_setting_aside_a_checkpoint_takes_its_summary(tmp_path: Path) -> None:
+    """A summary never outlives its checkpoint in the folder."""
+    manager = CheckpointManager(tmp_path, keep=1)
+    first = manager.save(_state(1))
+    manager.save(_state(2))
+    assert not summary_path(first).exists()
+    moved = manager.set_aside(manager.checkpoints()[-1], tmp_path / "aside")
+    assert summary_path(moved).exists()
+    assert list(tmp_path.glob("*.json")) == []
