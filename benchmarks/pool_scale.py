@@ -1,6 +1,7 @@
 """What an SE-Darwin run costs as its pool grows: up to date, first ingest, +1% records.
 
-    python benchmarks/pool_scale.py [--sizes 10000,100000] [--layouts json,jsonl] [--full 10000]
+    python benchmarks/pool_scale.py [--sizes 10000,100000] [--layouts json,jsonl] [--full 10000] \
+        [--keep-pools DIR]
 
 For each pool size and layout (``json``: one trajectory pool file, as ``genesis-fp16 data
 generate`` writes it; ``jsonl``: the same records as ten daily ``.jsonl`` files, one record
@@ -143,9 +144,18 @@ def write_in_child(folder: Path, count: int, layout: str, seed: int = 0) -> None
     subprocess.run([sys.executable, "-c", code, *args], check=True)
 
 
-def measure(count: int, layout: str, full: bool, root: Path) -> list[dict[str, Any]]:
+def measure(
+    count: int, layout: str, full: bool, root: Path, kept: Path | None = None
+) -> list[dict[str, Any]]:
     data, ckpt = root / f"{layout}-{count}" / "pool", root / f"{layout}-{count}" / "ck"
-    write_in_child(data, count, layout)
+    if kept is None:
+        write_in_child(data, count, layout)
+    else:  # generated once (minutes at 1M), copied for each measurement
+        source = kept / f"{layout}-{count}"
+        if not source.exists():
+            write_in_child(source.with_suffix(".partial"), count, layout)
+            source.with_suffix(".partial").rename(source)
+        shutil.copytree(source, data)
     # Data written this close to a run's scan is not cached (the manifest's racy window,
     # RACY_NS): a daemon's pool is written before its run, not within the same 2 s.
     time.sleep(RACY_NS / 1e9 + 0.5)
@@ -184,6 +194,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--layouts", default="json,jsonl")
     parser.add_argument("--full", default="10000", help="sizes that also run a full default run")
+    parser.add_argument(
+        "--keep-pools", type=Path, help="keep generated pools here and reuse them on later calls"
+    )
     args = parser.parse_args()
     full = {int(s) for s in args.full.split(",") if s}
     print("| pool | layout | run | outcome | wall s | CPU s | RSS MB | steps | AUC | phases s |")
@@ -191,7 +204,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for count in (int(s) for s in args.sizes.split(",")):
             for layout in args.layouts.split(","):
-                for row in measure(count, layout, count in full, Path(tmp)):
+                for row in measure(count, layout, count in full, Path(tmp), args.keep_pools):
                     print(_row(row), flush=True)
 
 
