@@ -206,3 +206,69 @@ def test_the_decision_check_catches_a_patch() -> None:
         "r = ResolvedPrecision('auto', 'fp32', 'cpu', 'why')\n"
     )
     assert _patches(sample) == ["line 1: replace", "line 2: ResolvedPrecision"]
+
+
+# Where a product module may still test a value for "auto" outside decide.py and the
+# request's own module: each is not a decision of a run's precision.
+AUTO_TESTED_ELSEWHERE = {
+    # a preset named under auto names the precision of the request decide() answers
+    ("agents/genesis_fp16_agents/rlhf_ppo/presets.py", "preset_request"),
+    # the benchmark's grid: which runners time an `auto` column
+    ("genesis_fp16/bench/run.py", "options_from_args"),
+    ("genesis_fp16/bench/run.py", "plan"),
+    # cuda_graph's own auto, an execution, not a precision
+    ("infrastructure/genesis_fp16_infrastructure/training/step/execution.py", "resolve_execution"),
+}
+_SUBJECT = ("precision", "requested", "used", "preset", "floor")
+
+
+def _auto_tests(source: str) -> list[str]:
+    """The functions of ``source`` that compare a precision-named value with ``"auto"``."""
+    found = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(fn):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            literal = any(
+                isinstance(n, ast.Constant) and n.value == "auto"
+                for s in sides
+                for n in ast.walk(s)
+            )
+            named = any(word in ast.unparse(s) for s in sides for word in _SUBJECT)
+            if literal and named:
+                found.append(fn.name)
+                break
+    return found
+
+
+def test_auto_is_decided_only_by_decide() -> None:
+    """No product module but decide.py and precision_request.py branches on a precision
+    being "auto" (the daemon's floor, the gauge's checkpoint, rlhf_ppo's preset and the
+    probe gate all did): `auto` means what decide() answers."""
+    offenders = []
+    for folder in ("infrastructure", "agents", "genesis_fp16"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            if path.name in ("decide.py", "precision_request.py"):
+                continue
+            rel = str(path.relative_to(REPO))
+            offenders += [
+                f"{rel}:{name}"
+                for name in _auto_tests(path.read_text())
+                if (rel, name) not in AUTO_TESTED_ELSEWHERE
+            ]
+    assert offenders == []
+
+
+def test_the_auto_check_catches_a_branch_on_auto() -> None:
+    """The scan above can fail: the daemon's old floor branch is found, a device's is not."""
+    sample = (
+        "def choose(requested, device):\n"
+        "    if requested == 'auto':\n"
+        "        return 'bf16'\n"
+        "def place(device):\n"
+        "    return device == 'auto'\n"
+    )
+    assert _auto_tests(sample) == ["choose"]
