@@ -61,12 +61,9 @@ class OursRunner:
     chosen: str | None = None  # what `auto` resolved to; None for a named precision
 
     def prepare(self, workload: Workload, config: BenchConfig, device: torch.device) -> None:
-        from genesis_fp16_infrastructure.training import PrecisionPolicy, Trainer, TrainerConfig
+        from genesis_fp16_infrastructure.training import PrecisionRequest, Trainer, TrainerConfig
         from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
-        from genesis_fp16_infrastructure.training.run.calibration import (
-            AutoPrecision,
-            policy_for_run,
-        )
+        from genesis_fp16_infrastructure.training.run.calibration import policy_for_run
 
         set_tf32(config.precision == "tf32")
         requested = "fp32" if config.precision == "tf32" else config.precision
@@ -76,21 +73,19 @@ class OursRunner:
             max_grad_norm=config.max_grad_norm, cuda_graph=self.cuda_graph, compile=self.compile
         )
         calibrated = ""
-        if requested == "auto":
-            policy, calibration = policy_for_run(
-                _WorkloadTask(workload, config),
-                "auto",
-                str(device),
-                ScalerConfig(),
-                config.seed,
-                trainer_config,
-                AutoPrecision(mode="measure"),
-            )
+        request = PrecisionRequest(requested, mode="measure")  # `auto` as the daemon decides it
+        policy, calibration = policy_for_run(
+            _WorkloadTask(workload, config),
+            request,
+            str(device),
+            ScalerConfig(),
+            config.seed,
+            trainer_config,
+        )
+        if request.measures:
             self.chosen = policy.name
-            if calibration is not None:
-                calibrated = f"; calibration took {calibration.seconds:.2f} s (not timed)"
-        else:
-            policy = PrecisionPolicy.create(requested, device)
+        if calibration is not None:
+            calibrated = f"; calibration took {calibration.seconds:.2f} s (not timed)"
         self.trainer = Trainer(
             workload.model, [_optimizer(workload.model, config)], policy, trainer_config
         )

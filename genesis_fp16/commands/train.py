@@ -315,7 +315,7 @@ def _train(
     log.info(
         "training %s: requested precision %s (%s), device %s",
         args.agent,
-        request.precision,
+        request.precision.requested,
         request.precision_reason,
         request.device,
     )

@@ -168,7 +168,7 @@ def open_tracker(
         {
             "agent": agent,
             "run id": run_id,
-            "precision requested": f"{request.precision} ({request.precision_reason})",
+            "precision requested": f"{request.precision.requested} ({request.precision_reason})",
             "device": request.device,
             "steps": request.steps,
             "epochs": request.epochs,

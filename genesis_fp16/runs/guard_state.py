@@ -100,7 +100,7 @@ def _replace_unusable(path: Path, agent: str, error: str) -> PrecisionMemory:
 def remembered_floor(settings: Settings, agent: str) -> tuple[str, str] | None:
     """``(floor, why)`` from the agent's remembered demotion, or None: none remembered,
     the guard is off, or ``ENABLE_FP16_TRAINING=false`` asks for fp32 (which no memory
-    lowers). :func:`~genesis_fp16.runs.run_request.choose_precision` hands it to ``decide``."""
+    lowers). :func:`~genesis_fp16.runs.run_request.precision_request` puts it in the request."""
     if settings.enable_fp16_training is False or not settings.guard_enabled:
         return None
     memory = load_memory(settings, agent)

@@ -4,11 +4,11 @@
 trains. Between runs, and from start-up on (with ``RUN_AT_START=false`` the first run may
 be an hour away), they say what the agent's next run starts with:
 
-- **precision**: what the next run asks for (the settings and the precision guard's
-  memory, ``genesis_fp16.runs.run_request.choose_precision``). A request of ``auto`` is decided
-  inside the run (a measurement, or a plugin's preset), so it shows the precision the
-  agent's newest checkpoint was trained in: the last decision of the run it resumes from.
-  With no such checkpoint it is undecided (``None``: every precision series 0).
+- **precision**: what ``decide`` answers the next run's planned request (the settings
+  and the precision guard's memory, ``genesis_fp16.runs.run_request.precision_request``;
+  ``run_request.expected_precision``): a measured ``auto`` answers from the measurement
+  it kept; with none it is undecided (``None``: every precision series 0) until the run
+  measures and reports.
 - **loss scale**: 1 outside fp16 (the scaler is disabled there, and every run reports 1).
   In fp16, the scale the run resumes with: the newest checkpoint's scaler state (an fp32
   or bf16 checkpoint holds one too), or the core's initial scale
@@ -44,7 +44,7 @@ INITIAL_SCALE = ScalerConfig().init_scale
 @dataclass(frozen=True)
 class NextRun:
     """The precision (None: undecided) and loss scale (NaN: unknown) a next run starts
-    with, and where they come from: ``request``, ``checkpoint`` or ``undecided``."""
+    with, and where they come from: ``request`` (decided for it) or ``undecided``."""
 
     precision: str | None
     loss_scale: float
@@ -57,24 +57,21 @@ class _Resumed:
     scale: float | None
 
 
-def expected_next_run(paths: AgentPaths, requested: str) -> NextRun:
-    """The :class:`NextRun` of the agent under ``paths`` whose next run asks ``requested``.
+def expected_next_run(paths: AgentPaths, precision: str | None) -> NextRun:
+    """The :class:`NextRun` of the agent under ``paths`` whose next run computes in
+    ``precision``, as ``decide`` planned it (None: decided by the run's measurement).
 
-    Reads the newest checkpoint's summary file only when it matters (``auto``, or
-    ``fp16`` for the scale); a checkpoint without one is loaded (written before summary
-    files). An unreadable one counts as none.
+    Reads the newest checkpoint's summary file only for fp16's scale; a checkpoint
+    without one is loaded (written before summary files). An unreadable one counts as
+    none.
     """
-    resumed = _newest(paths) if requested in ("auto", "fp16") else None
-    if requested != "auto":
-        precision, source = requested, "request"
-    elif resumed is not None and resumed.precision is not None:
-        precision, source = resumed.precision, "checkpoint"
-    else:
+    if precision is None:
         return NextRun(None, math.nan, "undecided")
     if precision != "fp16":
-        return NextRun(precision, 1.0, source)
+        return NextRun(precision, 1.0, "request")
+    resumed = _newest(paths)
     scale = resumed.scale if resumed is not None and resumed.scale is not None else None
-    return NextRun(precision, INITIAL_SCALE if scale is None else scale, source)
+    return NextRun(precision, INITIAL_SCALE if scale is None else scale, "request")
 
 
 def served_model_folder(paths: AgentPaths) -> Path:

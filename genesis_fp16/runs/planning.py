@@ -25,31 +25,35 @@ log = structlog.get_logger("genesis_fp16.jobs")
 
 def plan_run(run: Run, plugin: AgentPlugin, device: str) -> TrainRequest:
     """The run's request with the job's callbacks: built in one place
-    (genesis_fp16/runs/run_request.py; the guard's memory may raise the precision,
-    ENABLE_FP16_TRAINING=false still wins), after the probe when one is configured, with
-    the run's curves opened when a tracking folder is set."""
+    (genesis_fp16/runs/run_request.py: the precision request once, with the guard's
+    remembered floor), the probe's red precisions added to it as exclusions when a probe
+    is configured, with the run's curves opened when a tracking folder is set."""
     ctx, agent, settings = run.ctx, run.agent, run.settings
     request = build_request(settings, agent, plugin, device)
-    # Once per agent, when configured: the probe before its first bf16/fp16 run. A
-    # measured 'auto' leaves out the precisions it marks red.
+    # Once per agent, when configured: the probe before its first bf16/fp16 run. decide()
+    # leaves out of an 'auto' the precisions it marks red.
     probe = probe_gate.gate_before_run(
         settings, ctx.metrics.probe, agent, plugin, request.data_path, device, request.precision
     )
     # Written here, in the daemon's process: a child's or rank 0's summaries are relayed.
     run.tracker = open_tracker(settings.tracking_dir, agent, run.id, request)
+    # A red verdict removes a candidate from a measured 'auto' (decide() applies it, under
+    # torchrun too); elsewhere it is a warning and an alert, never a change of precision.
+    excluded = probe_gate.red_precisions(probe) if request.precision.measures else {}
     request = replace(
         request,
         on_log=functools.partial(record_progress, run),
         on_diagnostics=functools.partial(ctx.metrics.rl.export_live, agent),
         should_stop=run.should_stop,
-        auto_excluded=probe_gate.red_precisions(probe),
+        precision=replace(request.precision, excluded=excluded),
     )
-    if request.auto_excluded and request.precision == "auto":
-        warn_ignored(plugin, agent, {"auto_excluded": "the precision probe"})
+    if excluded:
+        warn_ignored(plugin, agent, {"precision.excluded": "the precision probe"})
     log.info(
         "training run started",
-        precision=request.precision,
+        precision=request.precision.requested,
         reason=request.precision_reason,
+        floor=request.precision.floor,
         device=device,
         options=dict(request.options),
     )

@@ -36,6 +36,7 @@ from genesis_fp16.metrics.probe_metrics import ProbeMetrics
 from genesis_fp16_infrastructure.atomic import read_state_text, write_json_atomic
 from genesis_fp16_infrastructure.plugin_api import AgentPlugin
 from genesis_fp16_infrastructure.training.precision.precision_names import LOW_PRECISIONS
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 log = structlog.get_logger("genesis_fp16.probe_gate")
 
@@ -141,14 +142,13 @@ def write_record(path: Path, record: ProbeRecord) -> None:
     write_json_atomic(path, record.to_json())
 
 
-def _used_precision(precision: str, device: str) -> str | None:
-    from genesis_fp16_infrastructure.training.precision.precision import (
-        PrecisionError,
-        resolve_precision,
-    )
+def _used_precision(request: PrecisionRequest, device: str) -> str | None:
+    """What ``decide`` answers the run's request before anything is timed: a measured
+    ``auto`` then says the rule's pick, the 16-bit precision a measurement may choose."""
+    from genesis_fp16_infrastructure.training.precision.decide import PrecisionError, decide
 
     try:
-        return resolve_precision(precision, device).used
+        return decide(request, device).used
     except PrecisionError:
         return None  # the run itself will fail with the clear error
 
@@ -160,9 +160,12 @@ def gate_before_run(
     plugin: AgentPlugin,
     data_path: Path | None,
     device: str,
-    precision: str,
+    precision: PrecisionRequest,
 ) -> ProbeRecord | None:
     """Probe once before the agent's first bf16/fp16 run; export what is known. Never raises.
+
+    ``precision`` is the run's planned request (``run_request.precision_request``): the
+    gate asks ``decide`` what it runs, as the run will.
 
     Returns the agent's probe record (new or remembered), or None when the gate is off,
     the run is fp32 and nothing was probed yet, or the state file cannot be read.
@@ -187,14 +190,14 @@ def gate_before_run(
             log.error("cannot write the probe record", path=str(path), error=str(exc))
     if record.error is None:  # a failed probe exports nothing
         metrics.export(agent, record.verdict, record.recommended, record.at)
-    if not (precision == "auto" and settings.auto_precision == "measure"):
+    if not precision.measures:  # a measured auto leaves the red precisions out instead
         _warn_if_red(agent, record, _used_precision(precision, device))
     return record
 
 
 def red_precisions(record: ProbeRecord | None) -> dict[str, str]:
     """The 16-bit precisions a probe record marks red, each with its first reason: a
-    measured ``auto`` does not time them (``AutoPrecision.excluded``)."""
+    measured ``auto`` does not time them (``PrecisionRequest.excluded``)."""
     if record is None or record.error is not None:
         return {}
     red = {}

@@ -25,7 +25,7 @@ from genesis_fp16.runs.devices import device_lost
 from genesis_fp16.runs.job_state import JobContext, Run
 from genesis_fp16.runs.launcher import LaunchError, RunStopped
 from genesis_fp16.runs.next_run import served_model_folder
-from genesis_fp16.runs.run_request import choose_precision
+from genesis_fp16.runs.run_request import expected_precision, precision_request
 from genesis_fp16.runs.supervising import RunHung
 from genesis_fp16_infrastructure.plugin_api import TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.served import ServedPointerError, folder_bytes, prune
@@ -203,11 +203,13 @@ def _export_report(ctx: JobContext, agent: str, result: TrainResult) -> None:
 
 
 def _show_next_precision(ctx: JobContext, agent: str, device: str) -> None:
-    """The precision gauge at what the agent's next run requests (the guard's memory
-    included); an ``auto`` one is decided by that run, so the gauge waits for it."""
-    precision, _ = choose_precision(ctx.settings, agent, device)
-    if precision != "auto":
-        ctx.metrics.set_precision(agent, precision)
+    """The precision gauge at what ``decide`` answers the agent's next run's request (the
+    guard's memory included); a measured ``auto`` with no kept measurement is decided by
+    that run, so the gauge waits for it."""
+    request, _ = precision_request(ctx.settings, agent)
+    expected = expected_precision(request, device)
+    if expected is not None:
+        ctx.metrics.set_precision(agent, expected)
 
 
 def _bound_history(ctx: JobContext, agent: str) -> None:

@@ -2,14 +2,15 @@
 
 :func:`build_request` works out, from the settings and (for ``genesis-fp16 train``) the
 command line's :class:`RequestOverrides`: the requested precision and why
-(:func:`choose_precision`: flag, rollback switch, per-agent override, the precision
-guard's memory), the device, the budget (:func:`budget`), the data (sample data when none
-is configured), the guard's configuration and the agent's options. The daemon's launcher
-hands the result to torchrun's ranks whole, as a JSON file (``TrainRequest.to_json``), so
-every rank trains with the same guard, reason and options::
+(:func:`precision_request`: flag, rollback switch, per-agent override, how ``auto`` is
+decided, the precision guard's remembered floor), the device, the budget
+(:func:`budget`), the data (sample data when none is configured), the guard's
+configuration and the agent's options. The daemon's launcher hands the result to
+torchrun's ranks whole, as a JSON file (``TrainRequest.to_json``), so every rank trains
+with the same precision request, guard, reason and options::
 
     >>> request = build_request(settings, "rlhf_ppo", plugin, "cpu")  # doctest: +SKIP
-    >>> request.precision, request.precision_reason  # doctest: +SKIP
+    >>> request.precision.requested, request.precision_reason  # doctest: +SKIP
     ('auto', 'default: auto (no flag, no ENABLE_FP16_TRAINING, no per-agent override)')
 
 Options come from the settings (``GENESIS_FP16_AGENTS__<AGENT>__OPTIONS__<KEY>=VALUE``)
@@ -44,6 +45,7 @@ from genesis_fp16_infrastructure.plugin_api import (
     ignored_request_fields,
     parse_options,
 )
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 log = structlog.get_logger("genesis_fp16.run_request")
 
@@ -51,7 +53,7 @@ log = structlog.get_logger("genesis_fp16.run_request")
 _OPERATOR_FIELDS: dict[str, tuple[str, str | None]] = {
     "checkpoint_steps": ("checkpoint_steps", "checkpoint_steps"),
     "checkpoint_seconds": ("checkpoint_seconds", "checkpoint_seconds"),
-    "auto_precision": ("auto_precision", None),
+    "precision.mode": ("auto_precision", None),
     "memory_limit_bytes": ("run_memory_limit_bytes", None),
 }
 
@@ -75,41 +77,52 @@ class RequestOverrides:
     checkpoint_seconds: float | None = None
 
 
-def choose_precision(
-    settings: Settings, agent: str, device: str, flag: str | None = None
-) -> tuple[str, str]:
-    """``(precision to request, why)`` for the next run of ``agent`` on ``device``: the
-    daemon's one precedence.
+def precision_request(
+    settings: Settings, agent: str, flag: str | None = None
+) -> tuple[PrecisionRequest, str]:
+    """The :class:`PrecisionRequest` of ``agent``'s next run and who asked for it: the
+    daemon's one builder of it, once per job (the gauge asks the same).
 
-    A ``--precision`` flag is what the operator asked for in so many words: it runs as
-    asked (the guard still watches it). Otherwise the settings' request
-    (``requested_precision``), raised to the precision guard's remembered floor when
-    ``decide`` says the request would run below it (``ENABLE_FP16_TRAINING=false``
-    always wins: it asks for fp32, which no memory lowers).
+    The operator's request (``requested_precision``: flag, rollback switch, per-agent
+    override, ``auto``), how ``auto`` is decided (``GENESIS_FP16_AUTO_PRECISION``), where
+    a measurement is kept, and the precision guard's remembered floor, which ``decide``
+    applies in the run (a ``--precision`` flag is what the operator asked for in so many
+    words: no floor; ``ENABLE_FP16_TRAINING=false`` asks for fp32, which no floor lowers).
+    Nothing here picks a precision::
+
+        >>> precision_request(settings, "se_darwin")[0].requested  # doctest: +SKIP
+        'auto'
     """
     requested, reason = requested_precision(settings, agent, flag)
     floor = None if flag is not None else guard_state.remembered_floor(settings, agent)
-    if floor is None:
-        return requested, reason
+    request = PrecisionRequest(
+        requested,
+        mode=settings.auto_precision,
+        floor=None if floor is None else floor[0],
+        floor_reason="" if floor is None else floor[1],
+        cache=AgentPaths.for_agent(settings.state_dir, agent).calibration_path,
+    )
+    return request, reason
+
+
+def expected_precision(request: PrecisionRequest, device: str) -> str | None:
+    """What a run of the planned ``request`` computes in, as ``decide`` answers before the
+    run (the precision gauge of an idle agent): a measured ``auto`` answers from the
+    measurement it kept (None: none kept yet, the run decides). A request that cannot run
+    on ``device`` is None: the run fails with the clear error."""
     # decide() probes the device through torch: imported here, not at the top, so that
     # `genesis-fp16 agents` and `precision` (which use this module) start fast.
     from genesis_fp16_infrastructure.training.precision.decide import (
-        PrecisionRequest,
-        decide,
-        runs_at_floor,
+        PrecisionError,
+        planned_precision,
     )
-    from genesis_fp16_infrastructure.training.precision.precision import PrecisionError
+    from genesis_fp16_infrastructure.training.run.calibration import kept_rows
 
-    would_run = requested
-    if requested == "auto":  # only auto needs the device (an explicit name probes none)
-        try:
-            would_run = decide(PrecisionRequest("auto"), device).used
-        except PrecisionError:  # the run itself fails with the clear error
-            return requested, reason
-    name, why = floor
-    if not runs_at_floor(requested, would_run, name):
-        return requested, reason
-    return name, f"{why}; asked for {requested} ({reason})"
+    kept = kept_rows(request.cache) if request.measures and request.cache is not None else ()
+    try:
+        return planned_precision(request, device, kept)
+    except PrecisionError:
+        return None
 
 
 def budget(
@@ -140,7 +153,7 @@ def build_request(
     o = overrides or RequestOverrides()
     spec = settings.agent(agent)
     options = resolve_options(agent, plugin, spec.options, o.options)
-    precision, reason = choose_precision(settings, agent, device, o.precision)
+    precision, reason = precision_request(settings, agent, o.precision)
     paths = AgentPaths.for_agent(settings.state_dir, agent)
     checkpoint_dir = o.checkpoint_dir or paths.checkpoint_dir
     # A run in a folder of its own keeps its quarantined records beside its checkpoints.
@@ -167,14 +180,12 @@ def build_request(
         guard=guard_state.guard_config(settings),
         cuda_graph=o.cuda_graph or settings.cuda_graph_for(agent),
         compile=o.compile or settings.compile_for(agent),
-        auto_precision=settings.auto_precision,
-        calibration_path=paths.calibration_path,
         options=options,
         checkpoint_steps=o.checkpoint_steps or settings.checkpoint_steps,
         checkpoint_seconds=o.checkpoint_seconds or settings.checkpoint_seconds,
         memory_limit_bytes=settings.run_memory_limit_bytes,
         # The agent's last fp16 scale, when this run asks what that run asked for.
-        initial_loss_scale=scale_memory.carried_scale(settings, agent, precision),
+        initial_loss_scale=scale_memory.carried_scale(settings, agent, precision.requested),
         golden_data_path=spec.golden_data,
     )
 

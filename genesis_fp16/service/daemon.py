@@ -43,7 +43,11 @@ from genesis_fp16.plugins import discover_plugins, known_agent_names
 from genesis_fp16.runs.devices import check_devices
 from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.runs.next_run import expected_next_run
-from genesis_fp16.runs.run_request import check_configured_options, choose_precision
+from genesis_fp16.runs.run_request import (
+    check_configured_options,
+    expected_precision,
+    precision_request,
+)
 from genesis_fp16.service.logsetup import on_thread_exception
 from genesis_fp16.service.scheduler import AgentScheduler
 from genesis_fp16.service.state_lock import StateFolderBusy, acquire_state_folder
@@ -197,16 +201,23 @@ class Daemon:
             # What the next run will request: the guard's remembered demotion included.
             device = self.settings.device_for(agent)
             try:
-                precision, reason = choose_precision(self.settings, agent, device)
+                request, reason = precision_request(self.settings, agent)
             except OSError as exc:  # the run will fail and count it; the daemon stays up
                 log.error("cannot read the agent's precision state", agent=agent, error=str(exc))
                 if startup:  # undecided, but exported: absent series read as "no data"
                     self.metrics.set_precision(agent, None)
                     self.metrics.loss_scale.labels(agent=agent).set(math.nan)
                 continue
-            log.info("agent precision", agent=agent, requested=precision, reason=reason)
+            log.info(
+                "agent precision",
+                agent=agent,
+                requested=request.requested,
+                reason=reason,
+                floor=request.floor,
+            )
+            precision = expected_precision(request, device)
             if agent in running:
-                if agent in switched and precision != "auto":
+                if agent in switched and precision is not None:
                     self.metrics.set_precision(agent, precision)
                 continue
             paths = AgentPaths.for_agent(self.settings.state_dir, agent)

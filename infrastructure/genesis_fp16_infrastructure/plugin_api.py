@@ -36,6 +36,7 @@ from genesis_fp16_infrastructure.train_result import (
     learning_failure,
     min_useful_steps,
 )
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 if TYPE_CHECKING:
     import torch
@@ -148,7 +149,8 @@ def ignored_request_fields(plugin: object) -> dict[str, str]:
     A plugin declares them as an ``ignored_request_fields`` mapping; the daemon and
     ``train`` then warn when an operator sets one of them (a setting or a flag) instead
     of letting it do nothing. A name that is not a field of ``TrainRequest`` is a bug in
-    the plugin:
+    the plugin. A field of the precision request is named ``precision.<field>``
+    (``precision.mode``: how ``auto`` is decided):
 
     >>> class Agent:
     ...     ignored_request_fields = {"checkpoint_steps": "one checkpoint, at the end"}
@@ -156,7 +158,9 @@ def ignored_request_fields(plugin: object) -> dict[str, str]:
     {'checkpoint_steps': 'one checkpoint, at the end'}
     """
     declared = dict(getattr(plugin, "ignored_request_fields", {}))
-    unknown = sorted(set(declared) - {f.name for f in fields(TrainRequest)})
+    known = {f.name for f in fields(TrainRequest)}
+    known |= {f"precision.{f.name}" for f in fields(PrecisionRequest)}
+    unknown = sorted(set(declared) - known)
     if unknown:
         name = getattr(plugin, "name", type(plugin).__name__)
         raise TypeError(f"{name}: ignored_request_fields names no TrainRequest field: {unknown}")

@@ -36,9 +36,12 @@ class TrainRequest(RunSpec, RunCallbacks):
     ``cuda_graph``, ``compile``) and the callbacks ``on_log`` and ``should_stop`` are
     :class:`~genesis_fp16_infrastructure.training.run.spec.RunSpec`'s and
     :class:`~genesis_fp16_infrastructure.training.run.spec.RunCallbacks`', shared with
-    ``FitOptions``; the rest are the agent's. ``precision`` is the requested name and
-    ``precision_reason`` says who asked for it (a CLI flag, ``ENABLE_FP16_TRAINING``, a
-    per-agent override). ``steps`` counts optimizer steps of this run, skipped ones
+    ``FitOptions``; the rest are the agent's. ``precision`` is the
+    :class:`~genesis_fp16_infrastructure.training.precision.precision_request.PrecisionRequest`
+    (what was asked, how ``auto`` is decided, the probe's exclusions, the guard's
+    remembered floor), answered by ``decide()`` in the run, and ``precision_reason`` says
+    who asked for it (a CLI flag, ``ENABLE_FP16_TRAINING``, a per-agent override).
+    ``steps`` counts optimizer steps of this run, skipped ones
     included; with ``resume`` they come on top of the checkpoint's, unless the checkpoint
     is an interrupted run's with the same budget, which then finishes. ``guard`` turns on
     the precision guard; None leaves it off. Fields are keyword-only.
@@ -55,11 +58,6 @@ class TrainRequest(RunSpec, RunCallbacks):
     on_diagnostics: Callable[[Mapping[str, float]], None] | None = None
     quarantine_path: Path | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
-    # How precision 'auto' resolves, and where a measurement is cached (FitOptions.auto_precision).
-    auto_precision: str = "rule"
-    calibration_path: Path | None = None
-    # Precisions a measured 'auto' must not time, each with why (e.g. a red probe verdict).
-    auto_excluded: Mapping[str, str] = field(default_factory=dict)
     # The resident memory the run may use (the daemon's RUN_MEMORY_LIMIT_BYTES; None: no
     # limit set), for what a plugin sizes by it: se_darwin's largest pool.
     memory_limit_bytes: int | None = None
@@ -70,8 +68,9 @@ class TrainRequest(RunSpec, RunCallbacks):
     def fit_options(self, **overrides: Any) -> FitOptions:
         """The :class:`~genesis_fp16_infrastructure.training.FitOptions` this request asks for.
 
-        Every field of the run (``RunSpec``'s), the callbacks, the checkpoint folder and
-        cadence and the ``auto`` settings come from the request; ``overrides`` replace any
+        Every field of the run (``RunSpec``'s: the precision request whole, with its
+        ``auto`` mode, exclusions and floor), the callbacks, the checkpoint folder and
+        cadence come from the request; ``overrides`` replace any
         of them or set the rest (``scaler``, ``trainer``, ...). A request with no budget
         (neither ``steps`` nor ``epochs``: no ``--steps``, no ``STEPS_PER_RUN``) trains
         :data:`DEFAULT_STEPS` optimizer steps, so a plugin that passes the request through
@@ -79,7 +78,6 @@ class TrainRequest(RunSpec, RunCallbacks):
 
             result = fit(task, request.fit_options())
         """
-        from genesis_fp16_infrastructure.training.run.calibration import AutoPrecision
         from genesis_fp16_infrastructure.training.run.fit import FitOptions
 
         values: dict[str, Any] = {name: getattr(self, name) for name in spec_fields()}
@@ -87,9 +85,6 @@ class TrainRequest(RunSpec, RunCallbacks):
             on_log=self.on_log,
             should_stop=self.should_stop,
             checkpoint_dir=Path(self.checkpoint_dir),
-            auto_precision=AutoPrecision(
-                mode=self.auto_precision, excluded=self.auto_excluded, cache=self.calibration_path
-            ),
         )
         merged = {**values, **overrides}
         if merged.get("steps") is None and merged.get("epochs") is None:

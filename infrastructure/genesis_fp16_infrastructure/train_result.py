@@ -197,7 +197,7 @@ class TrainResult:
                 detail += f"; the guard at {result.precision.used}: {result.failure['detail']}"
         return cls(
             agent=request.agent,
-            precision_requested=request.precision,
+            precision_requested=request.precision.requested,
             precision_used=result.precision.used,
             precision_reason=f"{request.precision_reason}; {result.precision.reason}",
             device=request.device,

@@ -26,6 +26,8 @@ from genesis_fp16_infrastructure.training import (
     ScalerConfig,
     Trainer,
 )
+from genesis_fp16_infrastructure.training.precision.decide import Measured
+from genesis_fp16_infrastructure.training.run.calibration import Calibration
 
 GOOD = "fixture_good"
 RAISING = "fixture_raising"  # loads, fails any run: none starts here (RUN_AT_START=false)
@@ -139,18 +141,36 @@ def test_an_unusable_last_success_file_is_skipped_and_counted(
     assert f"agents/{GOOD}/last_success.json" in warnings[0]["error"]
 
 
-# Per agent: the per-agent precision setting (None: auto), a planted checkpoint
-# (precision, scale) or None, and what the first scrape must show.
+# Per agent: the per-agent precision setting (None: auto, measured by default), a planted
+# checkpoint (precision, scale) or None, and what the first scrape must show.
 NEXT_RUNS = {
     "explicit": (
         (GOOD, "fp16", None, "fp16", 65536.0),  # fp16 asked, fresh: the initial scale
         (RAISING, "bf16", ("fp16", 512.0), "bf16", 1.0),  # no scaling outside fp16
     ),
     "auto": (
-        (GOOD, None, ("fp16", 2048.0), "fp16", 2048.0),  # auto: its checkpoint's decision
+        # auto is what decide() answers, never the newest checkpoint's precision: with
+        # nothing measured yet, undecided
+        (GOOD, None, ("fp16", 2048.0), None, math.nan),
         (RAISING, None, None, None, math.nan),  # auto, never run: undecided
     ),
+    "kept": (
+        # a kept measurement (bf16 twice as fast): decide() answers from it
+        (GOOD, None, ("fp16", 2048.0), "bf16", 1.0),
+        (RAISING, None, None, None, math.nan),
+    ),
 }
+
+
+def _keep_measurement(state_dir: Path, agent: str) -> None:
+    """A measured auto's kept rows, as calibrate() writes them: bf16 twice fp32's speed."""
+    rows = (
+        Measured("fp32", "eager", 2.0, 2.0, 2.0, 3),
+        Measured("bf16", "eager", 1.0, 1.0, 1.0, 3),
+    )
+    path = AgentPaths.for_agent(state_dir, agent).calibration_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(Calibration("bf16", "measured", rows, {}, {}, 0.1).to_json()))
 
 
 @pytest.mark.parametrize("case", sorted(NEXT_RUNS))
@@ -158,8 +178,8 @@ def test_precision_and_loss_scale_are_exported_from_the_first_scrape(
     tmp_path: Path, case: str
 ) -> None:
     """With RUN_AT_START=false, the first scrape already has every agent's precision and
-    loss scale: what its next run asks for or resumes with, undecided (all 0, NaN) only
-    for an auto agent without a checkpoint."""
+    loss scale: what decide() answers its next run's request, and the scale it resumes
+    with; undecided (all 0, NaN) for a measured auto with no kept measurement."""
     env = {
         "GENESIS_FP16_PLUGIN_ALLOWLIST": f"{GOOD},{RAISING}",
         "GENESIS_FP16_RUN_AT_START": "false",
@@ -170,6 +190,8 @@ def test_precision_and_loss_scale_are_exported_from_the_first_scrape(
             env[f"GENESIS_FP16_AGENTS__{agent.upper()}__PRECISION"] = setting
         if planted is not None:
             _plant_checkpoint(tmp_path / "state", agent, *planted)
+    if case == "kept":
+        _keep_measurement(tmp_path / "state", GOOD)
     daemon = launch(tmp_path, env)
     try:
         scrape = _first_scrape(daemon)

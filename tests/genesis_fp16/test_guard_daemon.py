@@ -17,9 +17,9 @@ from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.runs.guard_state import guard_config, record_run
-from genesis_fp16.runs.run_request import choose_precision
+from genesis_fp16.runs.run_request import expected_precision, precision_request
 from genesis_fp16_infrastructure.plugin_api import TrainResult
-from genesis_fp16_infrastructure.training.precision.precision import resolve_precision
+from genesis_fp16_infrastructure.training.precision.decide import decide, resolve_precision
 from genesis_fp16_infrastructure.training.run.guard import (
     GuardConfig,
     read_precision_memory,
@@ -57,8 +57,11 @@ def _finished_runs(daemon: DaemonProcess) -> float:
     return value or 0.0
 
 
-def _started_precisions(daemon: DaemonProcess) -> list[str]:
-    return [str(e.get("precision")) for e in daemon.events("training run started")]
+def _started_precisions(daemon: DaemonProcess) -> list[tuple[str, str | None]]:
+    """Each started run's requested precision and the floor its request carries."""
+    return [
+        (str(e.get("precision")), e.get("floor")) for e in daemon.events("training run started")
+    ]
 
 
 @pytest.mark.slow
@@ -80,7 +83,7 @@ def test_demotion_shows_in_metrics_survives_restart_and_reset_clears_it(
     (logged,) = daemon.events("precision demoted")
     assert (logged["precision_from"], logged["precision_to"]) == ("fp16", "bf16")
     assert (logged["reason"], logged["step"], logged["rollback_step"]) == ("overflow_rate", 15, 10)
-    assert _started_precisions(daemon) == ["fp16"]
+    assert _started_precisions(daemon) == [("fp16", None)]
     state_path = AgentPaths.for_agent(daemon.state_dir, AGENT).precision_state_path
     memory = read_precision_memory(state_path)
     assert memory is not None
@@ -94,7 +97,7 @@ def test_demotion_shows_in_metrics_survives_restart_and_reset_clears_it(
 
     again = daemon_factory(ENV)
     again.wait_for(lambda: _finished_runs(again) >= 1, "the run after a restart", timeout=90)
-    assert _started_precisions(again) == ["bf16"]
+    assert _started_precisions(again) == [("fp16", "bf16")]  # decide() runs it at the floor
     assert again.sample("genesis_fp16_precision", agent=AGENT, precision="bf16") == 1
     assert not again.events("precision demoted")  # bf16 trains cleanly: no new demotion
     listing = _cli(tmp_path, "agents", "--json")
@@ -132,23 +135,34 @@ def _remember(tmp_path: Path, demotion: dict[str, object] = DEMOTION) -> Path:
     return path
 
 
+def _planned(settings: Settings, device: str = "cpu") -> str | None:
+    """What decide() answers the agent's planned request before the run (the gauge's)."""
+    return expected_precision(precision_request(settings, AGENT)[0], device)
+
+
 def test_memory_lowers_the_precision_but_fp16_off_switch_wins(tmp_path: Path) -> None:
-    """A remembered fp16->bf16 turns fp16 into bf16; ENABLE_FP16_TRAINING=false still gives fp32."""
+    """A remembered fp16->bf16 is the request's floor, so fp16 runs bf16;
+    ENABLE_FP16_TRAINING=false still gives fp32."""
     fp16 = _settings(tmp_path, ENABLE_FP16_TRAINING=True)
-    assert choose_precision(fp16, AGENT, "cpu")[0] == "fp16"
+    assert _planned(fp16) == "fp16"
     _remember(tmp_path)
-    precision, reason = choose_precision(fp16, AGENT, "cpu")
-    assert precision == "bf16"
-    assert "demoted fp16 -> bf16" in reason and f"precision reset {AGENT}" in reason
-    off = _settings(tmp_path, ENABLE_FP16_TRAINING=False)
-    assert choose_precision(off, AGENT, "cpu") == (
-        "fp32",
-        "ENABLE_FP16_TRAINING=false (rollback to fp32)",
+    request, reason = precision_request(fp16, AGENT)
+    assert (request.requested, request.floor, reason) == (
+        "fp16",
+        "bf16",
+        "ENABLE_FP16_TRAINING=true",
     )
+    assert "demoted fp16 -> bf16" in request.floor_reason
+    assert f"precision reset {AGENT}" in request.floor_reason
+    assert _planned(fp16) == "bf16"
+    off = _settings(tmp_path, ENABLE_FP16_TRAINING=False)
+    request, reason = precision_request(off, AGENT)
+    assert (request.requested, request.floor) == ("fp32", None)
+    assert reason == "ENABLE_FP16_TRAINING=false (rollback to fp32)"
     fp32 = _settings(tmp_path, agents={AGENT: {"precision": "fp32"}})
-    assert choose_precision(fp32, AGENT, "cpu")[0] == "fp32"  # already more robust
+    assert _planned(fp32) == "fp32"  # already more robust
     unguarded = _settings(tmp_path, ENABLE_FP16_TRAINING=True, guard_enabled=False)
-    assert choose_precision(unguarded, AGENT, "cpu")[0] == "fp16"
+    assert _planned(unguarded) == "fp16"
     assert guard_config(unguarded) is None
 
 
@@ -172,22 +186,29 @@ def test_a_zero_guard_setting_turns_its_trigger_off(tmp_path: Path) -> None:
 
 
 def test_auto_that_resolves_to_the_remembered_precision_takes_the_memory(tmp_path: Path) -> None:
-    """auto resolving to a remembered bf16 asks for bf16 (a plugin may run auto lower)."""
+    """auto stays auto in the request, the memory its floor: decide() runs an auto that
+    lands on the remembered bf16 at the floor, with the memory's reason."""
     auto = _settings(tmp_path)
-    assert choose_precision(auto, AGENT, "cpu")[0] == "auto"
+    assert precision_request(auto, AGENT)[0].floor is None
     _remember(tmp_path)
-    precision, reason = choose_precision(auto, AGENT, "cpu")
+    request, _ = precision_request(auto, AGENT)
+    assert (request.requested, request.mode, request.floor) == ("auto", "measure", "bf16")
+    decision = decide(request, "cpu")
     if resolve_precision("auto", "cpu").used == "bf16":
-        assert (precision, reason.startswith("precision guard memory")) == ("bf16", True)
+        assert (decision.used, decision.reason.startswith("precision guard memory")) == (
+            "bf16",
+            True,
+        )
     else:  # auto is fp32 here, already more robust than the memory
-        assert precision == "auto"
+        assert decision.used == "fp32"
 
 
 def test_an_explicit_request_meets_the_memory_without_probing_the_device(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An explicit fp16 under a remembered bf16 floor is raised without asking the device
-    (no CUDA start in the daemon's process); only auto needs the device."""
+    """An explicit fp16 under a remembered bf16 floor is planned as bf16 without asking the
+    device (no CUDA start in the daemon's process); only an auto by the rule needs it, and
+    a measured auto with nothing measured yet is left to its run."""
     from genesis_fp16_infrastructure.training.precision import capabilities
 
     def no_probe(device: object) -> object:
@@ -196,9 +217,10 @@ def test_an_explicit_request_meets_the_memory_without_probing_the_device(
     _remember(tmp_path)
     monkeypatch.setattr(capabilities, "detect_capabilities", no_probe)
     fp16 = _settings(tmp_path, ENABLE_FP16_TRAINING=True)
-    assert choose_precision(fp16, AGENT, "cuda")[0] == "bf16"
+    assert _planned(fp16, "cuda") == "bf16"
+    assert _planned(_settings(tmp_path), "cuda") is None  # measured: the run decides
     with pytest.raises(AssertionError, match="was probed"):  # the stand-in is live
-        choose_precision(_settings(tmp_path), AGENT, "cuda")
+        _planned(_settings(tmp_path, auto_precision="rule"), "cuda")
 
 
 def test_a_broken_state_file_keeps_the_agent_at_the_most_robust_precision(
@@ -209,7 +231,7 @@ def test_a_broken_state_file_keeps_the_agent_at_the_most_robust_precision(
     path = _remember(tmp_path)
     path.write_text("garbage")
     settings = _settings(tmp_path, ENABLE_FP16_TRAINING=True)
-    assert choose_precision(settings, AGENT, "cpu")[0] == "fp32"
+    assert _planned(settings) == "fp32"
     assert (path.parent / (path.name + ".rejected")).read_text() == "garbage"
 
 

@@ -22,6 +22,7 @@ from genesis_fp16_infrastructure.plugin_api import (
     TrainResult,
 )
 from genesis_fp16_infrastructure.training.precision.carried_scale import read_carried_scale
+from genesis_fp16_infrastructure.training.precision.decide import decide
 
 AGENT = "refusing"
 
@@ -128,7 +129,7 @@ def test_an_unusable_precision_state_is_set_aside_counted_and_floors_at_fp32(
     with capture_logs() as logs:
         run_agent_job(ctx, AGENT, plugin)  # type: ignore[arg-type]
         run_agent_job(ctx, AGENT, plugin)  # type: ignore[arg-type]
-    assert plugin.precisions == ["fp32", "fp32"]
+    assert plugin.precisions == ["fp32", "fp32"]  # auto asked, the fp32 floor decided
     assert skipped == [(AGENT, "precision_state")]
     assert [e["event"] for e in logs].count("training run finished") == 2
     assert (path.parent / (path.name + ".rejected")).exists() or kind == "link"
@@ -200,7 +201,7 @@ class _FellBack:
         assert request.initial_loss_scale is None  # nothing carried yet
         return TrainResult(
             agent=AGENT,
-            precision_requested=request.precision,
+            precision_requested=request.precision.requested,
             precision_used="fp16",
             precision_reason="test",
             device="cpu",
@@ -339,5 +340,6 @@ class _Recording(_Reporting):
         self.precisions: list[str] = []
 
     def train(self, request: TrainRequest) -> TrainResult:
-        self.precisions.append(request.precision)
+        # What decide() answers the request the job planned (the floor applied there).
+        self.precisions.append(decide(request.precision, request.device).used)
         return super().train(request)

@@ -43,7 +43,7 @@ class _Flapping:
     def train(self, request: TrainRequest) -> Any:
         self.requests.append(request)
         if len(self.requests) > 1:
-            return train_result(agent=AGENT, precision_used=request.precision)
+            return train_result(agent=AGENT, precision_used=request.precision.requested)
         self.ctx.settings = _settings(self.tmp_path, fp16=False)  # the rollback lands
         stopped = request.should_stop()
         self.ctx.settings = _settings(self.tmp_path, fp16=True)  # and is undone
@@ -63,7 +63,7 @@ def test_a_rollback_undone_before_the_stop_still_reruns_at_once(
     ctx = JobContext(_settings(tmp_path, fp16=True), metrics, DeviceSlots(1), threading.Event())
     plugin = _Flapping(ctx, tmp_path)
     run_agent_job(ctx, AGENT, plugin)  # type: ignore[arg-type]
-    assert [r.precision for r in plugin.requests] == ["fp16", "fp16"]
+    assert [r.precision.requested for r in plugin.requests] == ["fp16", "fp16"]
     runs = "genesis_fp16_training_runs_total"
     get = metrics.registry.get_sample_value
     assert get(runs, {"agent": AGENT, "outcome": "stopped"}) == 1

@@ -1,18 +1,26 @@
-"""The next run's precision and scale, read from the served model: an agent with a
-served-model pointer (se_darwin's candidates) is read where the pointer points."""
+"""The next run's precision (decide()'s answer to the planned request) and scale (read from
+the served model: an agent with a served-model pointer, se_darwin's candidates, is read
+where the pointer points)."""
 
 from __future__ import annotations
 
+import json
+import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from genesis_fp16.config.paths import AgentPaths
-from genesis_fp16.runs.next_run import expected_next_run
+from genesis_fp16.runs.next_run import INITIAL_SCALE, expected_next_run
+from genesis_fp16.runs.run_request import expected_precision
 from genesis_fp16_infrastructure.served import ServedPointer, write_pointer
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training.precision.decide import Measured, decide
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
+from genesis_fp16_infrastructure.training.run.calibration import Calibration
 
 
 def _state(used: str, scale: float) -> dict[str, Any]:
@@ -29,22 +37,50 @@ def _state(used: str, scale: float) -> dict[str, Any]:
     }
 
 
-def test_auto_reads_the_served_candidate_not_the_empty_agent_folder(tmp_path: Path) -> None:
-    """The agent's folder holds only served.json and candidates/: auto's next precision
-    and fp16 scale are the served candidate's checkpoint's, not 'undecided'."""
+def test_fp16_reads_its_scale_from_the_served_candidate_not_the_empty_agent_folder(
+    tmp_path: Path,
+) -> None:
+    """The agent's folder holds only served.json and candidates/: an fp16 next run's scale
+    is the served candidate's checkpoint's."""
     paths = AgentPaths.for_agent(tmp_path, "se_darwin")
     candidate = paths.checkpoint_dir / "candidates" / "c1"
     saved = CheckpointManager(candidate).save(_state("fp16", 512.0))
     relative = str(saved.relative_to(paths.checkpoint_dir))
     write_pointer(paths.checkpoint_dir, ServedPointer({"id": "c1", "checkpoint": relative}))
-    nxt = expected_next_run(paths, "auto")
-    assert (nxt.precision, nxt.loss_scale, nxt.source) == ("fp16", 512.0, "checkpoint")
+    nxt = expected_next_run(paths, "fp16")
+    assert (nxt.precision, nxt.loss_scale, nxt.source) == ("fp16", 512.0, "request")
 
 
 def test_a_broken_pointer_reads_the_agent_folder_and_says_so(tmp_path: Path) -> None:
     """A pointer naming a checkpoint that is gone: the agent's own folder is read (here
-    empty: undecided), no exception reaches the job."""
+    empty: the initial scale), no exception reaches the job."""
     paths = AgentPaths.for_agent(tmp_path, "se_darwin")
     paths.checkpoint_dir.mkdir(parents=True)
     write_pointer(paths.checkpoint_dir, ServedPointer({"id": "x", "checkpoint": "gone.pt"}))
-    assert expected_next_run(paths, "auto").source == "undecided"
+    assert expected_next_run(paths, "fp16").loss_scale == INITIAL_SCALE
+
+
+def test_auto_on_the_gauge_is_what_decide_answers_not_the_last_checkpoint(tmp_path: Path) -> None:
+    """A measured auto: undecided until a measurement is kept, then decide()'s answer from
+    it (the floor applied), whatever precision the newest checkpoint was trained in."""
+    paths = AgentPaths.for_agent(tmp_path, "se_darwin")
+    CheckpointManager(paths.checkpoint_dir).save(_state("fp16", 512.0))
+    request = PrecisionRequest("auto", mode="measure", cache=paths.calibration_path)
+    assert expected_precision(request, "cpu") is None
+    undecided = expected_next_run(paths, None)
+    assert (undecided.precision, undecided.source) == (None, "undecided")
+    assert math.isnan(undecided.loss_scale)
+    rows = (
+        Measured("fp32", "eager", 2.0, 2.0, 2.0, 3),
+        Measured("bf16", "eager", 1.0, 1.0, 1.0, 3),
+    )
+    kept = Calibration("bf16", "measured", rows, {}, {}, 0.1)
+    paths.calibration_path.parent.mkdir(parents=True, exist_ok=True)
+    paths.calibration_path.write_text(json.dumps(kept.to_json()))
+    assert expected_precision(request, "cpu") == "bf16"
+    floored = replace(request, floor="fp32", floor_reason="remembered")
+    assert expected_precision(floored, "cpu") == "fp32"
+    assert (
+        expected_precision(replace(request, mode="rule"), "cpu")
+        == decide(PrecisionRequest("auto"), "cpu").used
+    )

@@ -21,6 +21,7 @@ from genesis_fp16.runs.probe_gate import (
     red_precisions,
     write_record,
 )
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 PROBE_PLUGIN = Path(__file__).resolve().parent / "probe_plugin"
 sys.path.insert(0, str(PROBE_PLUGIN))
@@ -46,7 +47,9 @@ def test_probe_runs_once_before_bf16_and_is_exported(tmp_path: Path) -> None:
     """A bf16 run is probed; the record is stored and exported; a second call reads it back."""
     settings, registry = _settings(tmp_path), CollectorRegistry()
     metrics = DaemonMetrics(registry, "t")
-    record = gate_before_run(settings, metrics.probe, "probe_toy", probe_toy, None, "cpu", "bf16")
+    record = gate_before_run(
+        settings, metrics.probe, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("bf16")
+    )
     assert record is not None and record.error is None and record.precision == "bf16"
     stored = read_record(probe_result_path(settings.state_dir, "probe_toy"))
     assert stored == record
@@ -61,7 +64,9 @@ def test_probe_runs_once_before_bf16_and_is_exported(tmp_path: Path) -> None:
     labels = {"agent": "probe_toy", "precision": "bf16"}
     assert _value(registry, "genesis_fp16_probe_precision_verdict", **labels) == bf16
     # Probing again would fail (fixture_good has no probe): the stored record is used.
-    again = gate_before_run(settings, metrics.probe, "probe_toy", fixture_good, None, "cpu", "fp16")
+    again = gate_before_run(
+        settings, metrics.probe, "probe_toy", fixture_good, None, "cpu", PrecisionRequest("fp16")
+    )
     assert again == record
 
 
@@ -70,9 +75,15 @@ def test_no_probe_when_off_or_fp32(tmp_path: Path) -> None:
     registry = CollectorRegistry()
     probe = DaemonMetrics(registry, "t").probe
     off = _settings(tmp_path, enabled=False)
-    assert gate_before_run(off, probe, "probe_toy", probe_toy, None, "cpu", "bf16") is None
+    assert (
+        gate_before_run(off, probe, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("bf16"))
+        is None
+    )
     on = _settings(tmp_path)
-    assert gate_before_run(on, probe, "probe_toy", probe_toy, None, "cpu", "fp32") is None
+    assert (
+        gate_before_run(on, probe, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("fp32"))
+        is None
+    )
     assert not probe_result_path(on.state_dir, "probe_toy").exists()
     assert _value(registry, "genesis_fp16_probe_timestamp_seconds", agent="probe_toy") is None
 
@@ -86,7 +97,9 @@ def test_failed_probe_is_remembered_and_does_not_raise(tmp_path: Path) -> None:
     registry = CollectorRegistry()
     probe = DaemonMetrics(registry, "t").probe
     # bf16 asked for explicitly: auto is fp32 on a CPU without native bf16, which is not probed.
-    record = gate_before_run(settings, probe, "fixture_good", fixture_good, None, "cpu", "bf16")
+    record = gate_before_run(
+        settings, probe, "fixture_good", fixture_good, None, "cpu", PrecisionRequest("bf16")
+    )
     assert record is not None and "NotImplementedError" in str(record.error)
     assert read_record(probe_result_path(settings.state_dir, "fixture_good")) == record
     assert _value(registry, "genesis_fp16_probe_timestamp_seconds", agent="fixture_good") is None
@@ -114,15 +127,35 @@ def test_red_verdict_for_the_running_precision_is_a_warning(tmp_path: Path) -> N
     registry = CollectorRegistry()
     probe = DaemonMetrics(registry, "t").probe
     with capture_logs() as logs:
-        gate_before_run(settings, probe, "probe_toy", probe_toy, None, "cpu", "bf16")
+        gate_before_run(
+            settings, probe, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("bf16")
+        )
         assert not [r for r in logs if r["log_level"] == "warning"]
-        gate_before_run(settings, probe, "probe_toy", probe_toy, None, "cpu", "fp16")
+        gate_before_run(
+            settings, probe, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("fp16")
+        )
     (warning,) = [r for r in logs if r["log_level"] == "warning"]
     assert (
         warning["variant"] == "fp16_autocast" and warning["reasons"] == red.reasons["fp16_autocast"]
     )
     labels = {"agent": "probe_toy", "precision": "fp16"}
     assert _value(registry, "genesis_fp16_probe_precision_verdict", **labels) == 2
+
+
+MEASURED = PrecisionRequest("auto", mode="measure")
+
+
+def test_the_gate_asks_the_planned_request_floor_included(tmp_path: Path) -> None:
+    """fp16 under a remembered fp32 floor runs fp32, so decide() says there is nothing
+    to probe; the same request without the floor probes."""
+    settings = _settings(tmp_path)
+    probe = DaemonMetrics(CollectorRegistry(), "t").probe
+    floored = PrecisionRequest("fp16", floor="fp32", floor_reason="remembered")
+    assert gate_before_run(settings, probe, "probe_toy", probe_toy, None, "cpu", floored) is None
+    record = gate_before_run(
+        settings, probe, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("bf16")
+    )
+    assert record is not None and record.precision == "bf16"
 
 
 def test_a_red_verdict_keeps_the_precision_out_of_a_measured_auto(tmp_path: Path) -> None:
@@ -137,7 +170,7 @@ def test_a_red_verdict_keeps_the_precision_out_of_a_measured_auto(tmp_path: Path
     write_record(probe_result_path(settings.state_dir, "probe_toy"), red)
     probe = DaemonMetrics(CollectorRegistry(), "t").probe
     with capture_logs() as logs:
-        record = gate_before_run(settings, probe, "probe_toy", probe_toy, None, "cuda", "auto")
+        record = gate_before_run(settings, probe, "probe_toy", probe_toy, None, "cuda", MEASURED)
     assert record == red and not [r for r in logs if r["log_level"] == "warning"]
 
 
@@ -215,7 +248,9 @@ def test_an_unusable_probe_record_is_set_aside_counted_and_probed_again(
     else:
         path.mkdir()
     probe = DaemonMetrics(CollectorRegistry(), "t").probe
-    record = gate_before_run(settings, probe, "fixture_good", fixture_good, None, "cpu", "bf16")
+    record = gate_before_run(
+        settings, probe, "fixture_good", fixture_good, None, "cpu", PrecisionRequest("bf16")
+    )
     assert record is not None and "NotImplementedError" in str(record.error)  # probed again
     assert (path.parent / "probe_result.json.rejected").exists()
     assert read_record(path) == record

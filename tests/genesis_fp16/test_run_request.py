@@ -11,7 +11,12 @@ from structlog.testing import capture_logs
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import AgentSettings, Settings
-from genesis_fp16.runs.run_request import RequestOverrides, budget, build_request, choose_precision
+from genesis_fp16.runs.run_request import (
+    RequestOverrides,
+    budget,
+    build_request,
+    expected_precision,
+)
 from genesis_fp16_agents.rlhf_ppo import plugin
 from genesis_fp16_infrastructure.plugin_api import ignored_request_fields
 from genesis_fp16_infrastructure.training.run.guard import (
@@ -85,12 +90,13 @@ def test_guard_memory_lowers_the_settings_request_but_not_an_explicit_flag(
     demotion = {"from": "fp16", "to": "bf16", "reason": "overflow_rate", "step": 5}
     path = AgentPaths.for_agent(tmp_path, AGENT).precision_state_path
     write_precision_memory(path, remember_demotions(None, [{**demotion, "rollback_step": 0}]))
-    precision, reason = choose_precision(settings, AGENT, "cpu")
-    assert precision == "bf16" and "precision guard memory" in reason
-    assert choose_precision(settings, AGENT, "cpu", "fp16") == (
-        "fp16",
-        "--precision fp16 on the command line",
-    )
+    request = build_request(settings, AGENT, plugin, "cpu")
+    assert (request.precision.requested, request.precision.floor) == ("fp16", "bf16")
+    assert "precision guard memory" in request.precision.floor_reason
+    assert expected_precision(request.precision, "cpu") == "bf16"
+    flagged = build_request(settings, AGENT, plugin, "cpu", RequestOverrides(precision="fp16"))
+    assert (flagged.precision.requested, flagged.precision.floor) == ("fp16", None)
+    assert flagged.precision_reason == "--precision fp16 on the command line"
 
 
 def _ignored_warnings(logs: list[dict[str, object]]) -> dict[object, object]:

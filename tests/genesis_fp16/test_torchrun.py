@@ -29,6 +29,7 @@ from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestErr
 from genesis_fp16_infrastructure.training import TrainingSummary
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager, load_checkpoint
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -237,8 +238,15 @@ def test_torchrun_command_hands_the_whole_request_as_a_file(tmp_path: Path) -> N
 
     request = TrainRequest(
         agent="a",
-        precision="fp16",
-        precision_reason="precision guard memory: demoted ...",
+        precision=PrecisionRequest(
+            "auto",
+            mode="measure",
+            excluded={"bf16": "probe red"},
+            floor="bf16",
+            floor_reason="precision guard memory: demoted ...",
+            cache=tmp_path / "s" / "cal.json",
+        ),
+        precision_reason="default: auto",
         state_dir=tmp_path / "s",
         checkpoint_dir=tmp_path / "s" / "c",
         data_path=Path("d"),
@@ -248,7 +256,6 @@ def test_torchrun_command_hands_the_whole_request_as_a_file(tmp_path: Path) -> N
         cuda_graph="off",
         guard=GuardConfig(check_interval=5, overflow_rate_limit=None),
         options={"preset": "bf16_pure", "lr": 0.01},
-        auto_excluded={"bf16": "probe red"},
     )
     command = torchrun_command(request, 4, python="py")
     text = " ".join(command)

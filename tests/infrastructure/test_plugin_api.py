@@ -63,7 +63,7 @@ def test_fit_options_carry_the_request_and_take_overrides(tmp_path: Path) -> Non
     """Every field the request sets reaches FitOptions; an override replaces just that one."""
     request = _request(tmp_path)
     options = request.fit_options(checkpoint_steps=5, steps=7)
-    assert (options.precision, options.device, options.seed) == ("bf16", "cpu", 3)
+    assert (options.precision.requested, options.device, options.seed) == ("bf16", "cpu", 3)
     assert (options.steps, options.epochs, options.checkpoint_steps) == (7, None, 5)
     assert options.checkpoint_dir == tmp_path / "ckpt"
     assert options.guard == request.guard and options.log_interval == 4

@@ -44,6 +44,7 @@ from genesis_fp16_agents.rlhf_ppo.presets import (
     PRESETS,
     ComponentPrecision,
     PresetChoice,
+    preset_request,
     resolve_preset,
 )
 from genesis_fp16_agents.rlhf_ppo.probe import build_probe_setup
@@ -59,6 +60,7 @@ from genesis_fp16_infrastructure.plugin_api import (
 )
 from genesis_fp16_infrastructure.training import PrecisionPolicy
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
+from genesis_fp16_infrastructure.training.precision.decide import decide
 from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
 from genesis_fp16_infrastructure.training.run.demotion import failure_at_last_rung
 from genesis_fp16_infrastructure.training.run.fit import start_scale_at
@@ -94,8 +96,8 @@ DECLARED_OPTIONS: tuple[AgentOption, ...] = (
         "preset",
         "str",
         None,
-        f"per-component precision preset (default: chosen by the precision, {DEFAULT_PRESET} "
-        "under auto and bf16; precision fp32 forces fp32_baseline, fp16 needs fp16_all)",
+        f"per-component precision preset (default: by the decided precision, {DEFAULT_PRESET} "
+        "for bf16; fp32 forces fp32_baseline, fp16 needs fp16_all; under auto it names one)",
         choices=tuple(PRESETS),
     ),
     AgentOption(
@@ -211,9 +213,8 @@ IGNORED_REQUEST_FIELDS: Mapping[str, str] = MappingProxyType(
     {
         "checkpoint_steps": "it checkpoints once, when the run ends or stops",
         "checkpoint_seconds": "it checkpoints once, when the run ends or stops",
-        "auto_precision": "under auto it picks its preset by the precision, never by measuring",
-        "auto_excluded": "under auto its preset may use a precision the probe marked red",
-        "calibration_path": "it never measures, so it keeps no calibration",
+        "precision.mode": "it decides auto by the device rule, never by measuring",
+        "precision.cache": "it never measures, so it keeps no calibration",
     }
 )
 
@@ -261,9 +262,9 @@ class RlhfPpoPlugin:
                 "set GENESIS_FP16_AGENTS__RLHF_PPO__COMPILE (or --compile) to off"
             )
         options: dict[str, Any] = parse_options(self.name, self.options, request.options)
-        choice = resolve_preset(
-            request.precision, options.pop("preset", None), options.pop("rollout_precision", None)
-        )
+        preset = options.pop("preset", None)  # the preset follows decide()'s answer
+        decision = decide(preset_request(request.precision, preset), request.device)
+        choice = resolve_preset(decision, preset, options.pop("rollout_precision", None))
         logger.info("rlhf_ppo preset %s (%s)", choice.preset.name, choice.reason)
         task, eval_prompts, quarantined = read_task(request.data_path, request.quarantine_path)
         cfg = _ppo_config(task, options)

@@ -1,14 +1,16 @@
-"""Per-component precision presets, and how the request's precision picks one.
+"""Per-component precision presets, and how the decided precision picks one.
 
-The rule (documented in docs/precision-forensics.md):
+The request goes to ``decide()`` first (:func:`preset_request`: rlhf_ppo never measures;
+under ``auto`` a preset named in ``options["preset"]`` names the policy's precision on
+the operator's behalf, its ``basis``), and the preset follows the decision, floor and
+exclusions applied (documented in docs/precision-forensics.md):
 
-- ``precision="fp32"`` (a CLI flag, or the rollback flag ``ENABLE_FP16_TRAINING=false``)
-  always wins: it forces ``fp32_baseline``, whatever ``options["preset"]`` says; the
-  override is reported.
-- ``precision="fp16"`` selects ``fp16_all``; a bf16 preset named next to it is an error.
-- ``precision="bf16"`` runs ``options["preset"]`` (default ``mixed_recommended``); naming
-  ``fp16_all`` next to it is an error.
-- ``precision="auto"`` lets the preset decide (default ``mixed_recommended``).
+- ``fp32`` (a CLI flag, the rollback flag ``ENABLE_FP16_TRAINING=false``, or ``auto``
+  on a device without a fast 16-bit precision) always wins: it forces ``fp32_baseline``,
+  whatever ``options["preset"]`` says; the override is reported.
+- ``fp16`` selects ``fp16_all``; a bf16 preset named next to it is an error.
+- ``bf16`` runs ``options["preset"]`` (default ``mixed_recommended``); ``fp16_all``
+  named next to it is overridden (the precision guard's memory after an fp16 demotion).
 
     >>> resolve_preset("fp32", "bf16_pure").preset.name
     'fp32_baseline'
@@ -17,13 +19,15 @@ The rule (documented in docs/precision-forensics.md):
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from genesis_fp16_infrastructure.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.training import dtype_of
-from genesis_fp16_infrastructure.training.precision.precision_names import CHOICES, PRECISIONS
+from genesis_fp16_infrastructure.training.precision.decide import ResolvedPrecision
+from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 DEFAULT_PRESET = "mixed_recommended"
 
@@ -93,10 +97,37 @@ class PresetChoice:
     reason: str
 
 
-def resolve_preset(precision: str, preset: str | None, rollout: str | None = None) -> PresetChoice:
-    """Apply the rule above; ``rollout`` overrides the preset's rollout dtype."""
+def preset_request(request: PrecisionRequest, preset: str | None) -> PrecisionRequest:
+    """The request rlhf_ppo asks ``decide()``: the run's own, decided by the rule (it
+    never measures); under ``auto``, a named preset asks for its policy's precision, with
+    the preset as the basis. The floor and the exclusions stay.
+
+    >>> preset_request(PrecisionRequest("auto", mode="measure"), "fp16_all").requested
+    'fp16'
+    """
+    _check_preset(preset)
+    request = replace(request, mode="rule")
+    if preset is None or request.requested != "auto":
+        return request
+    policy = PRESETS[preset].policy
+    return replace(
+        request, requested=policy, basis=f"preset {preset} trains the policy in {policy}"
+    )
+
+
+def _check_preset(preset: str | None) -> None:
     if preset is not None and preset not in PRESETS:
         raise TrainRequestError(f"rlhf_ppo: preset {preset!r} is not one of {sorted(PRESETS)}")
+
+
+def resolve_preset(
+    decision: ResolvedPrecision | str, preset: str | None, rollout: str | None = None
+) -> PresetChoice:
+    """The preset that runs in ``decision``, by the rule above: ``decide()``'s answer
+    (its reason leads the choice's), or a decided precision's name. ``rollout``
+    overrides the preset's rollout dtype."""
+    _check_preset(preset)
+    precision = decision if isinstance(decision, str) else decision.used
     if rollout is not None and rollout not in PRECISIONS:
         raise TrainRequestError(
             f"rlhf_ppo: rollout_precision {rollout!r} is not one of {sorted(PRECISIONS)}"
@@ -120,16 +151,15 @@ def resolve_preset(precision: str, preset: str | None, rollout: str | None = Non
         reason = f"precision bf16 runs preset {name}"
         if preset == "fp16_all":
             reason += " (preset 'fp16_all' overridden)"
-    elif precision == "auto":
-        name = preset or DEFAULT_PRESET
-        reason = f"precision auto runs preset {name}"
     else:
         raise TrainRequestError(
-            f"rlhf_ppo: precision {precision!r} is not one of {sorted(CHOICES)}"
+            f"rlhf_ppo: precision {precision!r} is not one of {sorted(PRECISIONS)}"
         )
     chosen = PRESETS[name]
     # The rollback (fp32) wins over a rollout override too: no 16-bit anywhere.
     if rollout is not None and rollout != chosen.rollout and precision != "fp32":
         chosen = dataclasses.replace(chosen, rollout=rollout)
         reason += f"; rollout precision {rollout}"
+    if not isinstance(decision, str):
+        reason = f"{decision.reason}; {reason}"
     return PresetChoice(preset=chosen, requested_preset=preset, reason=reason)

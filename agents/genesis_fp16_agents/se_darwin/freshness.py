@@ -169,7 +169,7 @@ def _up_to_date_result(
     extra.pop("precision_calibration", None)  # the trained run's measurement, not this one's
     return dataclasses.replace(
         served,
-        precision_requested=request.precision,
+        precision_requested=request.precision.requested,
         steps=0,
         skipped_steps=0,
         samples_per_second=0.0,

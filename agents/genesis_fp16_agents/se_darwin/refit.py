@@ -7,6 +7,7 @@ offers (``docs/se-darwin.md``, "final_fit").
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -44,7 +45,9 @@ def train_refit(
         _set_aside_checkpoints(folder)
     logger.info("final_fit=whole: %d record(s), %d step(s)", len(whole.train_data), steps)
     options = request.fit_options(
-        precision=split.precision.used,  # after any demotion of the split run
+        # What the split run ended in, after any demotion; the request's measurement cache
+        # (where captured steps' verdicts are kept) and floor stay.
+        precision=dataclasses.replace(request.precision, requested=split.precision.used),
         steps=steps - (done or 0),
         epochs=None,
         resume=done is not None,

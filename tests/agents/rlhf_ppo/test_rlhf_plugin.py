@@ -149,12 +149,20 @@ def test_sample_data_and_probe_setup(tmp_path: Path) -> None:
     assert torch.isfinite(loss) and all(g is not None and g.abs().sum() > 0 for g in grads)
 
 
-def test_auto_names_the_preset_not_an_explicit_request(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_auto_runs_the_preset_of_the_decision_not_an_explicit_request(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Under auto the preset picks bf16: the log says so, not "bf16 requested explicitly"."""
+    """Under auto decide() picks bf16 (here a native-bf16 CPU) and the preset follows it:
+    the log and the result say so, not "bf16 requested explicitly"."""
+    from genesis_fp16_infrastructure.training.precision import capabilities
+    from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
+
+    caps = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native")
+    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: caps)
     with caplog.at_level("INFO"):
-        _train(tmp_path, "auto", steps=4)
+        result = _train(tmp_path, "auto", steps=4)
     text = caplog.text
     assert "requested explicitly" not in text
     assert "precision bf16 (preset mixed_recommended trains the policy in bf16" in text
+    assert result.extra["preset"] == "mixed_recommended" and result.precision_used == "bf16"
+    assert "auto -> bf16: CPU with native bf16" in result.precision_reason

@@ -1,10 +1,18 @@
-"""How the request's precision and options["preset"] pick the preset that runs."""
+"""How decide()'s answer to the request and options["preset"] pick the preset that runs."""
 
 from __future__ import annotations
 
 import pytest
 
-from genesis_fp16_agents.rlhf_ppo.presets import DEFAULT_PRESET, PRESETS, resolve_preset
+from genesis_fp16_agents.rlhf_ppo.presets import (
+    DEFAULT_PRESET,
+    PRESETS,
+    preset_request,
+    resolve_preset,
+)
+from genesis_fp16_infrastructure.training.precision import capabilities
+from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
+from genesis_fp16_infrastructure.training.precision.decide import PrecisionRequest, decide
 
 SEED_MATRIX = {  # the seed's table: policy, ref, reward, value, kl
     "bf16_pure": ("bf16", "bf16", "bf16", "bf16", "bf16"),
@@ -36,12 +44,56 @@ def test_fp32_request_forces_the_baseline(preset: str | None) -> None:
     assert ("overridden" in choice.reason) == (preset is not None)
 
 
-def test_auto_and_bf16_run_the_named_preset_or_the_default() -> None:
-    """auto/bf16 run options["preset"], else mixed_recommended; fp16 selects fp16_all."""
-    assert resolve_preset("auto", None).preset.name == DEFAULT_PRESET == "mixed_recommended"
+def test_bf16_runs_the_named_preset_or_the_default() -> None:
+    """bf16 runs options["preset"], else mixed_recommended; fp16 selects fp16_all."""
+    assert resolve_preset("bf16", None).preset.name == DEFAULT_PRESET == "mixed_recommended"
     assert resolve_preset("bf16", "bf16_fp32_ref").preset.name == "bf16_fp32_ref"
     assert resolve_preset("fp16", None).preset.name == "fp16_all"
-    assert resolve_preset("auto", "bf16_pure", rollout="fp32").preset.rollout == "fp32"
+    assert resolve_preset("bf16", "bf16_pure", rollout="fp32").preset.rollout == "fp32"
+
+
+@pytest.mark.parametrize(
+    ("native_bf16", "preset", "expected"),
+    [(True, DEFAULT_PRESET, "bf16"), (False, "fp32_baseline", "fp32")],
+)
+def test_auto_without_a_preset_follows_the_decision(
+    monkeypatch: pytest.MonkeyPatch, native_bf16: bool, preset: str, expected: str
+) -> None:
+    """auto is decide()'s (the device rule: bf16 where native, else fp32), and the preset
+    follows the decision, its reason first; rlhf_ppo never measures, even when asked."""
+    caps = DeviceCapabilities("cpu", native_bf16, False, "test")
+    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: caps)
+    request = preset_request(PrecisionRequest("auto", mode="measure"), None)
+    assert request.mode == "rule"
+    decision = decide(request, "cpu")
+    choice = resolve_preset(decision, None)
+    assert (decision.used, choice.preset.name) == (expected, preset)
+    assert choice.reason.startswith(f"auto -> {expected}: ")
+
+
+def test_a_named_preset_under_auto_names_the_precision_and_the_floor_still_wins() -> None:
+    """auto with preset fp16_all asks decide() for fp16 on the preset's behalf; a remembered
+    bf16 floor raises it, and the preset follows to bf16 (fp16_all overridden)."""
+    asked = preset_request(PrecisionRequest("auto"), "fp16_all")
+    assert (asked.requested, asked.basis) == ("fp16", "preset fp16_all trains the policy in fp16")
+    floored = preset_request(
+        PrecisionRequest("auto", floor="bf16", floor_reason="memory"), "fp16_all"
+    )
+    decision = decide(floored, "cpu")
+    assert (decision.used, decision.reason) == ("bf16", "memory")
+    choice = resolve_preset(decision, "fp16_all")
+    assert choice.preset.name == DEFAULT_PRESET and "overridden" in choice.reason
+
+
+def test_an_excluded_precision_is_not_the_preset_under_auto(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A red probe's exclusion reaches rlhf_ppo's decision: auto on a native-bf16 CPU with
+    bf16 excluded runs fp32_baseline."""
+    caps = DeviceCapabilities("cpu", True, False, "test")
+    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: caps)
+    request = preset_request(PrecisionRequest("auto", excluded={"bf16": "probe red"}), None)
+    assert resolve_preset(decide(request, "cpu"), None).preset.name == "fp32_baseline"
 
 
 def test_bf16_request_overrides_fp16_all() -> None:
@@ -54,7 +106,7 @@ def test_bf16_request_overrides_fp16_all() -> None:
     ("precision", "preset", "message"),
     [
         ("fp16", "bf16_pure", "conflicts with precision 'fp16'"),
-        ("auto", "bf8", "'bf8' is not one of"),
+        ("bf16", "bf8", "'bf8' is not one of"),
         ("int8", None, "'int8' is not one of"),
     ],
 )

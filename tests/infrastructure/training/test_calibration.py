@@ -20,8 +20,8 @@ from genesis_fp16_infrastructure.training.precision.decide import (
 )
 from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler, ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import DeviceCapabilities
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.run import calibration as cal
-from genesis_fp16_infrastructure.training.run.calibration import AutoPrecision
 from genesis_fp16_infrastructure.training.step.execution import ExecutionError
 
 NATIVE_BF16 = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native")
@@ -128,8 +128,8 @@ def test_auto_chooses_by_real_measurement_and_trains_as_that_precision_named(
     """Tiny and wide models: the choice follows the timings, and the run is bit for bit
     the run with the chosen precision named explicitly (the calibration leaves no trace)."""
     task = RegressionTask(batches=4, batch_size=64, width=width)
-    auto = AutoPrecision(mode="measure", cache=tmp_path / "cal.json", budget_s=1.0)
-    measured = fit(task, FitOptions(steps=6, auto_precision=auto, resume=False))
+    auto = PrecisionRequest(mode="measure", cache=tmp_path / "cal.json", budget_s=1.0)
+    measured = fit(task, FitOptions(steps=6, precision=auto, resume=False))
     calibration = measured.calibration
     assert calibration is not None and not calibration.cached
     assert [r.precision for r in calibration.rows] == ["fp32", "bf16"]
@@ -188,11 +188,41 @@ def test_one_candidate_times_nothing_and_an_excluded_rule_pick_falls_to_fp32(
     bf16_native: None,
 ) -> None:
     """bf16 excluded (say, a red probe): only fp32 is left, nothing is timed, fp32 runs."""
-    auto = AutoPrecision(mode="measure", excluded={"bf16": "probe red"})
-    result = fit(RegressionTask(), FitOptions(steps=2, auto_precision=auto, resume=False))
+    auto = PrecisionRequest(mode="measure", excluded={"bf16": "probe red"})
+    result = fit(RegressionTask(), FitOptions(steps=2, precision=auto, resume=False))
     assert result.calibration is None
     assert result.precision.used == "fp32"
     assert "bf16 excluded (probe red)" in result.precision.reason
+
+
+def test_a_measured_auto_with_a_floor_measures_then_runs_the_floor(
+    bf16_native: None, tmp_path: Path
+) -> None:
+    """The guard's remembered floor in the request: fit() still times the candidates (the
+    daemon used to decide by the rule and never measure), then decide() raises the pick."""
+    asked = PrecisionRequest(
+        mode="measure", floor="fp32", floor_reason="remembered", cache=tmp_path / "cal.json"
+    )
+    result = fit(RegressionTask(), FitOptions(steps=2, precision=asked, resume=False))
+    assert result.calibration is not None
+    assert [r.precision for r in result.calibration.rows] == ["fp32", "bf16"]
+    assert (result.precision.requested, result.precision.used) == ("auto", "fp32")
+    assert result.precision.reason == "remembered"  # an auto at the floor says why too
+
+
+def test_under_torchrun_a_measured_auto_keeps_the_probes_exclusions(
+    bf16_native: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over two ranks nothing is timed, and the rule leaves out the red bf16 (it used to
+    be decided from a request without the exclusions)."""
+    monkeypatch.setattr(cal.distributed, "rank_and_world", lambda: (0, 2))
+    asked = PrecisionRequest(mode="measure", excluded={"bf16": "probe red"})
+    policy, calibration = cal.policy_for_run(
+        RegressionTask(), asked, "cpu", ScalerConfig(), 0, TrainerConfig()
+    )
+    assert calibration is None and policy.name == "fp32"
+    assert "bf16 excluded (probe red)" in policy.resolved.reason
+    assert "not measured under torchrun" in policy.resolved.reason
 
 
 def test_rule_mode_is_the_device_rule(bf16_native: None) -> None:
@@ -204,9 +234,9 @@ def test_rule_mode_is_the_device_rule(bf16_native: None) -> None:
 def test_bad_auto_precision_settings_are_refused() -> None:
     """A misspelt mode or a non-positive budget is one clear error."""
     with pytest.raises(ValueError, match=r"'measured'.*measure, rule"):
-        AutoPrecision(mode="measured")
+        PrecisionRequest(mode="measured")
     with pytest.raises(ValueError, match="budget_s=0"):
-        AutoPrecision(budget_s=0)
+        PrecisionRequest(budget_s=0)
 
 
 def test_auto_on_cuda_times_eager_and_captured_rows_and_elsewhere_the_runs_own() -> None:
@@ -224,8 +254,8 @@ def test_a_run_that_cannot_be_captured_as_asked_is_refused_in_one_line_after_cal
 ) -> None:
     """cuda_graph=on or compile=on on a CPU with a measured auto: the trainer's one-line
     refusal, not a crash in the calibration (cuda_graph=on left it no row to choose from)."""
-    auto = AutoPrecision(mode="measure")
-    options = FitOptions(steps=2, auto_precision=auto, resume=False, **request_)  # type: ignore[arg-type]
+    auto = PrecisionRequest(mode="measure")
+    options = FitOptions(steps=2, precision=auto, resume=False, **request_)  # type: ignore[arg-type]
     with pytest.raises(ExecutionError, match="cannot be captured: CUDA graphs need a CUDA device"):
         fit(RegressionTask(), options)
 
@@ -244,23 +274,27 @@ def test_the_run_follows_the_measured_execution_with_both_timings() -> None:
     assert measured.reason == "measured fp32 steps: eager 11.300 ms, cuda_graph 1.500 ms"
 
 
-def test_a_train_request_carries_its_exclusions_to_fit(tmp_path: Path) -> None:
-    """The daemon's red-probe exclusions reach FitOptions.auto_precision unchanged."""
+def test_a_train_request_carries_its_precision_request_to_fit(tmp_path: Path) -> None:
+    """The daemon's request (mode, red-probe exclusions, floor, cache) reaches FitOptions whole."""
     from genesis_fp16_infrastructure.plugin_api import TrainRequest
 
+    asked = PrecisionRequest(
+        "auto",
+        mode="measure",
+        excluded={"fp16": "probe red: headroom"},
+        floor="bf16",
+        floor_reason="remembered",
+        cache=tmp_path / "cal.json",
+    )
     request = TrainRequest(
         agent="a",
-        precision="auto",
+        precision=asked,
         precision_reason="default",
         state_dir=tmp_path,
         checkpoint_dir=tmp_path / "ckpt",
-        auto_precision="measure",
-        calibration_path=tmp_path / "cal.json",
-        auto_excluded={"fp16": "probe red: headroom"},
         steps=1,
     )
-    auto = request.fit_options().auto_precision
-    assert auto == AutoPrecision("measure", {"fp16": "probe red: headroom"}, tmp_path / "cal.json")
+    assert request.fit_options().precision == asked
 
 
 NATIVE_BOTH = DeviceCapabilities("cpu", True, True, "test: bf16 and fp16 taken as native")
@@ -287,8 +321,8 @@ def test_the_fp16_rows_step_with_the_runs_scaler_config_not_the_default(
                 scalers.append(self.scaler)
 
     monkeypatch.setattr(cal, "Trainer", Recording)
-    auto = AutoPrecision(mode="measure", budget_s=0.5)
-    options = FitOptions(steps=2, auto_precision=auto, scaler=RUN_SCALER, resume=False)
+    auto = PrecisionRequest(mode="measure", budget_s=0.5)
+    options = FitOptions(steps=2, precision=auto, scaler=RUN_SCALER, resume=False)
     result = fit(RegressionTask(), options)
     assert result.calibration is not None
     assert [r.precision for r in result.calibration.rows] == ["fp32", "bf16", "fp16"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ from genesis_fp16_infrastructure.training.precision.decide import (
     Measured,
     PrecisionRequest,
     decide,
+    measures_here,
+    planned_precision,
     runs_at_floor,
 )
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
@@ -94,6 +97,54 @@ def test_timings_pick_the_precision_and_its_execution(bf16_cpu: None) -> None:
     assert decide(PrecisionRequest("auto"), "cpu").execution is None  # nothing measured
 
 
+def test_a_measured_auto_under_torchrun_keeps_the_rule_the_exclusions_and_the_floor(
+    bf16_cpu: None,
+) -> None:
+    """Over several ranks a measured auto is the rule, says why, and keeps what the
+    request bounds it by: the probe's exclusions (they were dropped there) and the floor."""
+    request = PrecisionRequest("auto", mode="measure")
+    ruled = decide(request, "cpu", ranks=2)
+    assert ruled.used == "bf16"
+    assert ruled.reason.endswith("; not measured under torchrun (ranks could choose differently)")
+    red = decide(replace(request, excluded={"bf16": "probe red"}), "cpu", ranks=2)
+    assert red.used == "fp32" and "bf16 excluded (probe red)" in red.reason
+    assert "not measured under torchrun" in red.reason
+    floored = decide(replace(request, floor="bf16", floor_reason="remembered"), "cpu", ranks=2)
+    assert (floored.used, floored.reason) == ("bf16", "remembered")
+    assert measures_here(request, 1) and not measures_here(request, 2)
+    assert not measures_here(PrecisionRequest("auto"), 1)  # the rule's mode never times
+
+
+def test_a_measured_pick_is_floored_and_an_excluded_row_is_not_picked(bf16_cpu: None) -> None:
+    """Timings decide first, then the floor raises the pick; a kept row of a precision the
+    request now excludes is left out of the choice."""
+    rows = [_row("fp32", "eager", 10.0), _row("bf16", "eager", 5.0), _row("fp16", "eager", 2.0)]
+    measured = PrecisionRequest("auto", mode="measure")
+    assert decide(measured, "cpu", rows).used == "fp16"
+    floored = decide(replace(measured, floor="bf16", floor_reason="remembered"), "cpu", rows)
+    assert (floored.requested, floored.used, floored.reason) == ("auto", "bf16", "remembered")
+    assert decide(replace(measured, excluded={"fp16": "probe red"}), "cpu", rows).used == "bf16"
+
+
+def test_the_planned_precision_is_decides_answer_before_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before a run: an explicit name floored by name, without the device; an auto by the
+    rule as decide() answers; a measured auto from kept timings, None without."""
+
+    def no_probe(device: object) -> object:
+        raise AssertionError("the device was probed")
+
+    monkeypatch.setattr(capabilities, "detect_capabilities", no_probe)
+    assert planned_precision(PrecisionRequest("fp16", floor="bf16"), "cuda") == "bf16"
+    assert planned_precision(PrecisionRequest("fp32", floor="bf16"), "cuda") == "fp32"
+    assert planned_precision(PrecisionRequest("auto", mode="measure"), "cuda") is None
+    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: BF16_CPU)
+    assert planned_precision(PrecisionRequest("auto"), "cpu") == "bf16"
+    rows = [_row("fp32", "eager", 1.0), _row("bf16", "eager", 2.0)]
+    assert planned_precision(PrecisionRequest("auto", mode="measure"), "cpu", rows) == "fp32"
+
+
 def test_a_basis_names_who_chose_an_explicit_precision(bf16_cpu: None) -> None:
     """rlhf_ppo's preset names bf16 for the operator: the reason says the preset did."""
     decision = decide(PrecisionRequest("bf16", basis="preset mixed_recommended"), "cpu")
@@ -106,6 +157,8 @@ def test_bad_requests_are_one_clear_error() -> None:
         PrecisionRequest("fp8")
     with pytest.raises(PrecisionError, match="precision floor 'tf32'"):
         PrecisionRequest("auto", floor="tf32")
+    with pytest.raises(PrecisionError, match="auto precision mode 'guess': choose from measure"):
+        PrecisionRequest("auto", mode="guess")
     with pytest.raises(ValueError, match="timings are for precision 'auto', not 'fp32'"):
         decide(PrecisionRequest("fp32"), "cpu", [_row("fp32", "eager", 1.0)])
 
@@ -153,3 +206,69 @@ def test_the_decision_check_catches_a_patch() -> None:
         "r = ResolvedPrecision('auto', 'fp32', 'cpu', 'why')\n"
     )
     assert _patches(sample) == ["line 1: replace", "line 2: ResolvedPrecision"]
+
+
+# Where a product module may still test a value for "auto" outside decide.py and the
+# request's own module: each is not a decision of a run's precision.
+AUTO_TESTED_ELSEWHERE = {
+    # a preset named under auto names the precision of the request decide() answers
+    ("agents/genesis_fp16_agents/rlhf_ppo/presets.py", "preset_request"),
+    # the benchmark's grid: which runners time an `auto` column
+    ("genesis_fp16/bench/run.py", "options_from_args"),
+    ("genesis_fp16/bench/run.py", "plan"),
+    # cuda_graph's own auto, an execution, not a precision
+    ("infrastructure/genesis_fp16_infrastructure/training/step/execution.py", "resolve_execution"),
+}
+_SUBJECT = ("precision", "requested", "used", "preset", "floor")
+
+
+def _auto_tests(source: str) -> list[str]:
+    """The functions of ``source`` that compare a precision-named value with ``"auto"``."""
+    found = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(fn):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            literal = any(
+                isinstance(n, ast.Constant) and n.value == "auto"
+                for s in sides
+                for n in ast.walk(s)
+            )
+            named = any(word in ast.unparse(s) for s in sides for word in _SUBJECT)
+            if literal and named:
+                found.append(fn.name)
+                break
+    return found
+
+
+def test_auto_is_decided_only_by_decide() -> None:
+    """No product module but decide.py and precision_request.py branches on a precision
+    being "auto" (the daemon's floor, the gauge's checkpoint, rlhf_ppo's preset and the
+    probe gate all did): `auto` means what decide() answers."""
+    offenders = []
+    for folder in ("infrastructure", "agents", "genesis_fp16"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            if path.name in ("decide.py", "precision_request.py"):
+                continue
+            rel = str(path.relative_to(REPO))
+            offenders += [
+                f"{rel}:{name}"
+                for name in _auto_tests(path.read_text())
+                if (rel, name) not in AUTO_TESTED_ELSEWHERE
+            ]
+    assert offenders == []
+
+
+def test_the_auto_check_catches_a_branch_on_auto() -> None:
+    """The scan above can fail: the daemon's old floor branch is found, a device's is not."""
+    sample = (
+        "def choose(requested, device):\n"
+        "    if requested == 'auto':\n"
+        "        return 'bf16'\n"
+        "def place(device):\n"
+        "    return device == 'auto'\n"
+    )
+    assert _auto_tests(sample) == ["choose"]

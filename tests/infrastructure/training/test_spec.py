@@ -12,6 +12,7 @@ import pytest
 
 from genesis_fp16_infrastructure.plugin_api import TrainRequest
 from genesis_fp16_infrastructure.training import FitOptions, GuardConfig, StepTuning, TrainerConfig
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.run.fit import _trainer_config
 from genesis_fp16_infrastructure.training.run.spec import (
     RunCallbacks,
@@ -25,7 +26,18 @@ from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
 # Every RunSpec field away from its default: a field the codec or fit_options() dropped
 # would come back as its default and fail the comparisons below.
 NON_DEFAULT = {
-    "precision": "bf16",
+    # Every field of the precision request set, so that the round trips below carry each.
+    "precision": PrecisionRequest(
+        "bf16",
+        basis="a preset",
+        mode="measure",
+        excluded={"fp16": "probe red"},
+        note="a note",
+        floor="fp32",
+        floor_reason="remembered",
+        cache=Path("state/cal.json"),
+        budget_s=2.5,
+    ),
     "device": "cuda:1",
     "steps": 7,
     "epochs": 3,
@@ -119,7 +131,6 @@ def test_the_codec_round_trips_a_spec_and_a_request_without_callbacks(tmp_path: 
         state_dir=tmp_path,
         checkpoint_dir=tmp_path / "c",
         data_path=tmp_path / "pool.json",
-        auto_excluded={"fp16": "probe red"},
         on_log=print,
     )
     data = json.loads(json.dumps(request.to_json()))
@@ -127,7 +138,19 @@ def test_the_codec_round_trips_a_spec_and_a_request_without_callbacks(tmp_path: 
     back = TrainRequest.from_json({**data, "from_a_newer_daemon": 1})
     assert back == TrainRequest(**{**request.__dict__, "on_log": None})
     assert isinstance(back.data_path, Path) and isinstance(back.guard, GuardConfig)
+    assert isinstance(back.precision, PrecisionRequest) and back.precision.cache == Path(
+        "state/cal.json"
+    )
     assert spec_from_json(RunSpec, {}) == RunSpec()
+
+
+def test_a_bare_precision_name_is_a_request_in_the_spec_and_in_an_older_run_file() -> None:
+    """RunSpec(precision="fp16") and a run file whose precision is a bare name both give
+    PrecisionRequest("fp16"): one type on every edge, whoever wrote it."""
+    assert RunSpec(precision="fp16").precision == PrecisionRequest("fp16")  # type: ignore[arg-type]
+    assert spec_from_json(RunSpec, {"precision": "fp16"}).precision == PrecisionRequest("fp16")
+    with pytest.raises(ValueError, match=r"'fp8'.*valid precisions"):
+        RunSpec(precision="fp8")  # type: ignore[arg-type]
 
 
 def test_fit_options_carry_every_field_of_the_request_spec(tmp_path: Path) -> None:

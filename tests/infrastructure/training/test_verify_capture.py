@@ -16,8 +16,8 @@ import torch
 from test_fit import RegressionTask
 
 from genesis_fp16_infrastructure.training import FitOptions, PrecisionPolicy, Trainer, fit
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.run import verify_capture
-from genesis_fp16_infrastructure.training.run.calibration import AutoPrecision
 from genesis_fp16_infrastructure.training.run.verify_capture import (
     OVERFLOW_STEP,
     VERIFY_STEPS,
@@ -192,11 +192,11 @@ def _eager(steps: int) -> FitOptions:
 def _options(tmp_path: Path, steps: int = 10) -> FitOptions:
     cache = tmp_path / "precision_calibration.json"
     return FitOptions(
-        precision="fp32",  # explicit: no calibration runs
+        # explicit: no calibration runs
+        precision=PrecisionRequest("fp32", mode="measure", cache=cache),
         device="cpu",
         steps=steps,
         cuda_graph="auto",
-        auto_precision=AutoPrecision(mode="measure", cache=cache),
     )
 
 
@@ -324,11 +324,12 @@ class CudaTask(RegressionTask):
 
 def _cuda_options(tmp_path: Path, precision: str, **more: Any) -> FitOptions:
     return FitOptions(
-        precision=precision,
+        precision=PrecisionRequest(
+            precision, mode="measure", cache=tmp_path / "precision_calibration.json"
+        ),
         device="cuda",
         steps=20,
         cuda_graph="auto",
-        auto_precision=AutoPrecision(mode="measure", cache=tmp_path / "precision_calibration.json"),
         **more,
     )
 

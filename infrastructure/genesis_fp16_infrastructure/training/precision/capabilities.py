@@ -15,6 +15,11 @@ from pathlib import Path
 
 import torch
 
+# Declared torch-free beside the request it refuses; raised here too, and imported from here.
+from genesis_fp16_infrastructure.training.precision.precision_request import (
+    PrecisionError as PrecisionError,
+)
+
 DEVICE_TYPES: tuple[str, ...] = ("cpu", "cuda")
 
 CPU_FP16_SLOWDOWN = (
@@ -22,10 +27,6 @@ CPU_FP16_SLOWDOWN = (
     "slower than fp32: measured on this project's machines, one step of a 1024-wide MLP "
     "took 1.46 s in fp16 against 0.059 s in fp32"
 )
-
-
-class PrecisionError(ValueError):
-    """A precision request or a model that cannot run as asked; the message says why."""
 
 
 @dataclass(frozen=True)

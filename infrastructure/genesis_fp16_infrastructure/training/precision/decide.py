@@ -6,9 +6,10 @@ Every precision choice of the project is made here, from one :class:`PrecisionRe
   GPU without it); on a CPU without native 16-bit arithmetic it runs with a warning;
 - ``auto`` by the device rule (fp16 on CUDA, bf16 on a CPU with native bf16, else fp32),
   less the precisions the request excludes (a red probe verdict);
-- ``auto`` by measurement: given the timed rows of a calibration, the most robust
-  precision within :data:`MARGIN` of the fastest row, in its faster execution (eager or
-  captured), which the answer carries as ``execution``;
+- ``auto`` by measurement (``mode="measure"``): given the timed rows of a calibration,
+  the most robust precision within :data:`MARGIN` of the fastest row, in its faster
+  execution (eager or captured), which the answer carries as ``execution``; under
+  torchrun, or with nothing timed, the rule, with the same exclusions;
 - the floor: the precision guard's next rung after a demotion (:func:`next_precision`,
   along its ladder), or its memory of one across runs, raises a less robust pick to the
   floor, with the floor's reason.
@@ -25,7 +26,7 @@ Callers build a :class:`~.precision.PrecisionPolicy` from the answer
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -39,8 +40,10 @@ from genesis_fp16_infrastructure.training.precision.capabilities import (
 from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PRECISIONS,
-    REQUESTABLE,
     less_robust,
+)
+from genesis_fp16_infrastructure.training.precision.precision_request import (
+    PrecisionRequest as PrecisionRequest,
 )
 
 MARGIN = 0.05
@@ -78,51 +81,20 @@ class Measured:
     steps: int
 
 
-@dataclass(frozen=True)
-class PrecisionRequest:
-    """What one run asks of its precision, and what bounds the answer.
-
-    - ``requested``: ``fp32``, ``bf16``, ``fp16`` or ``auto``.
-    - ``basis``: who named an explicit precision on the operator's behalf (rlhf_ppo's
-      preset under ``auto``); the answer's reason is then this instead of "requested
-      explicitly".
-    - ``excluded``: precisions ``auto`` must not pick, each with why (a red probe
-      verdict); fp32 cannot be excluded.
-    - ``note``: what an ``auto``'s reason adds after its pick: why a measurement was
-      not taken (one candidate, torchrun's ranks), what was not timed, a cached one.
-    - ``floor``: the least robust precision the run may use (the precision guard's next
-      rung, or its memory of a demotion): a pick less robust than it, or an ``auto``
-      that comes out at it, runs the floor with ``floor_reason``.
-    """
-
-    requested: str = "auto"
-    basis: str | None = None
-    excluded: Mapping[str, str] = field(default_factory=dict)
-    note: str | None = None
-    floor: str | None = None
-    floor_reason: str = ""
-
-    def __post_init__(self) -> None:
-        if self.requested not in REQUESTABLE:
-            raise PrecisionError(
-                f"unknown precision {self.requested!r}; valid precisions: {', '.join(REQUESTABLE)}"
-            )
-        if self.floor is not None and self.floor not in PRECISIONS:
-            raise PrecisionError(
-                f"precision floor {self.floor!r}: valid precisions: {', '.join(PRECISIONS)}"
-            )
-
-
 def decide(
     request: PrecisionRequest,
     device: torch.device | str,
     timings: Sequence[Measured] | None = None,
+    ranks: int = 1,
 ) -> ResolvedPrecision:
     """What runs for ``request`` on ``device``, with the reason; see the module docstring.
 
     ``timings`` are a calibration's rows (``auto`` only): the measured choice then picks
-    the precision and its execution. Raises :class:`PrecisionError` for a request that
-    cannot run here; it never falls back silently.
+    the precision and its execution. ``ranks`` is the run's process count: a measured
+    ``auto`` over several ranks is decided by the rule (each rank would time its own
+    steps and could choose differently), the exclusions kept. Raises
+    :class:`PrecisionError` for a request that cannot run here; it never falls back
+    silently.
     """
     caps = capabilities.detect_capabilities(as_device(device))
     if request.requested != "auto":
@@ -130,10 +102,27 @@ def decide(
             raise ValueError(f"timings are for precision 'auto', not {request.requested!r}")
         pick = _explicit(request.requested, caps, request.basis)
     elif timings:
-        pick = _measured(timings, caps.device_type, request.note)
+        pick = _measured(request, timings, caps.device_type)
+    elif request.measures and ranks > 1:
+        why = "not measured under torchrun (ranks could choose differently)"
+        pick = _by_rule(replace(request, note=_joined(why, request.note)), caps)
     else:
         pick = _by_rule(request, caps)
     return _floored(request, caps, pick)
+
+
+def measures_here(request: PrecisionRequest, ranks: int) -> bool:
+    """Whether a run of ``request`` over ``ranks`` processes times its candidates before
+    :func:`decide` answers: a measured ``auto`` in one process.
+
+    >>> measures_here(PrecisionRequest("auto", mode="measure"), 2)
+    False
+    """
+    return request.measures and ranks == 1
+
+
+def _joined(first: str, then: str | None) -> str:
+    return f"{first}; {then}" if then else first
 
 
 def resolve_precision(requested: str, device: torch.device | str) -> ResolvedPrecision:
@@ -212,9 +201,34 @@ def fp32_baseline(rows: Iterable[Measured]) -> Measured | None:
     return next((r for r in fp32 if r.execution == "eager"), fp32[0] if fp32 else None)
 
 
-def _measured(timings: Sequence[Measured], device_type: str, note: str | None) -> ResolvedPrecision:
-    used, execution, why = choose(timings)
-    reason = f"{why}; {note}" if note else why
+def planned_precision(
+    request: PrecisionRequest, device: torch.device | str, timings: Sequence[Measured] = ()
+) -> str | None:
+    """What a run of ``request`` will compute in, as far as it is known before it starts
+    (the daemon's gauge): :func:`decide`'s answer, ``timings`` being a kept measurement;
+    None for a measured ``auto`` with none. An explicit name is floored by name, without
+    the device (no CUDA context in the daemon for it).
+
+    >>> planned_precision(PrecisionRequest("fp16", floor="bf16"), "cuda")
+    'bf16'
+    """
+    if request.requested != "auto":
+        floor = request.floor
+        if floor is not None and runs_at_floor(request.requested, request.requested, floor):
+            return floor
+        return request.requested
+    if request.measures and not timings:
+        return None
+    return decide(request, device, timings).used
+
+
+def _measured(
+    request: PrecisionRequest, timings: Sequence[Measured], device_type: str
+) -> ResolvedPrecision:
+    # fp32 is never excluded; a kept measurement may hold a row the probe has since marked red.
+    rows = [r for r in timings if r.precision == "fp32" or r.precision not in request.excluded]
+    used, execution, why = choose(rows)
+    reason = _joined(why, request.note)
     return ResolvedPrecision("auto", used, device_type, reason, execution=execution)
 
 
@@ -229,9 +243,7 @@ def _by_rule(request: PrecisionRequest, caps: DeviceCapabilities) -> ResolvedPre
     if used in request.excluded and used != "fp32":  # fp32 always may run
         reason = f"auto -> fp32: {used} excluded ({request.excluded[used]})"
         used = "fp32"
-    elif request.note:
-        reason += f"; {request.note}"
-    return ResolvedPrecision("auto", used, caps.device_type, reason)
+    return ResolvedPrecision("auto", used, caps.device_type, _joined(reason, request.note))
 
 
 def _explicit(requested: str, caps: DeviceCapabilities, basis: str | None) -> ResolvedPrecision:

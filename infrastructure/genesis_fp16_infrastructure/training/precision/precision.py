@@ -44,6 +44,7 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     LOSS_SCALED,
     PRECISIONS,
 )
+from genesis_fp16_infrastructure.training.precision.precision_request import as_request
 
 if TYPE_CHECKING:
     from torch.distributed.fsdp import MixedPrecisionPolicy
@@ -124,15 +125,16 @@ class PrecisionPolicy:
     @classmethod
     def create(
         cls,
-        requested: str,
+        requested: PrecisionRequest | str,
         device: torch.device | str,
         scaler: ScalerConfig = ScalerConfig(),  # noqa: B008 (frozen, so sharing is safe)
         announce: bool = True,
     ) -> PrecisionPolicy:
-        """The policy for a bare precision name: ``decide`` it on ``device``, then
+        """The policy for a request (a plugin's ``request.precision``) or a bare precision
+        name: ``decide`` it on ``device`` (by the rule: nothing is timed here), then
         :meth:`from_decision`. ``announce=False`` leaves the INFO line to a caller that
         knows the better reason (a calibration candidate)."""
-        resolved = decide(PrecisionRequest(requested), device)
+        resolved = decide(as_request(requested), device)
         return cls.from_decision(resolved, device, scaler, announce)
 
     @classmethod

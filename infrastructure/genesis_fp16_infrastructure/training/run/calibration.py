@@ -39,7 +39,8 @@ model and batches in every candidate precision and trains in the fastest::
   it, and ``fit()`` seeds after it. A run with ``auto`` is bit for bit the run with the
   chosen precision named explicitly.
 - Single process only: under torchrun every rank would time its own steps and could
-  choose differently, so there ``auto`` keeps the rule and says so.
+  choose differently, so there ``decide`` keeps the rule, the exclusions and the floor,
+  and says so.
 """
 
 from __future__ import annotations
@@ -69,9 +70,11 @@ from genesis_fp16_infrastructure.training.precision.decide import (
     PrecisionRequest,
     auto_candidates,
     decide,
+    measures_here,
 )
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
+from genesis_fp16_infrastructure.training.precision.precision_request import DEFAULT_BUDGET_S
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
 from genesis_fp16_infrastructure.training.run.batches import batch_shapes, to_device
 from genesis_fp16_infrastructure.training.run.task import TrainingTask
@@ -82,8 +85,6 @@ from genesis_fp16_infrastructure.training.step.trainer_config import TrainerConf
 
 logger = logging.getLogger(__name__)
 
-AUTO_PRECISION_MODES: tuple[str, ...] = ("measure", "rule")
-DEFAULT_BUDGET_S = 1.0
 RUN_SHARE = 0.10
 WARMUP = 2
 MIN_TIMED = 3
@@ -192,7 +193,8 @@ def calibrate(
         restore_rng_state(rng)
     if not rows:  # no row could run as asked (cuda_graph=on where nothing can be captured):
         return None  # the rule resolves auto, then the trainer refuses the run in one line
-    decision = decide(PrecisionRequest("auto", note=_not_timed(skipped)), dev, rows)
+    request = PrecisionRequest("auto", mode="measure", note=_not_timed(skipped))
+    decision = decide(request, dev, rows)
     seconds = clock() - started
     result = Calibration(
         decision.used,
@@ -243,68 +245,39 @@ class _Limit:
         return cls(timed, seconds, why)
 
 
-@dataclass(frozen=True)
-class AutoPrecision:
-    """How ``fit()`` resolves ``auto``: ``mode`` is ``rule`` (the library's default, the
-    device rule of ``resolve_precision``) or ``measure`` (the daemon's default: time the
-    candidates, see the module docstring).
-
-    ``excluded`` maps a precision to why it must not run (e.g. a red precision probe);
-    ``cache`` is the file a measurement is kept in; ``budget_s`` bounds its cost.
-    """
-
-    mode: str = "rule"
-    excluded: Mapping[str, str] = field(default_factory=dict)
-    cache: Path | None = None
-    budget_s: float = DEFAULT_BUDGET_S
-
-    def __post_init__(self) -> None:
-        if self.mode not in AUTO_PRECISION_MODES:
-            raise ValueError(
-                f"auto precision mode {self.mode!r}: choose from {', '.join(AUTO_PRECISION_MODES)}"
-            )
-        if not self.budget_s > 0:
-            raise ValueError(f"calibration budget_s={self.budget_s!r}: must be > 0")
-
-
 def policy_for_run(
     task: TrainingTask,
-    requested: str,
+    request: PrecisionRequest,
     device: str,
     scaler: ScalerConfig,
     seed: int,
     trainer_config: TrainerConfig,
-    auto: AutoPrecision,
     expected_steps: int | None = None,
 ) -> tuple[PrecisionPolicy, Calibration | None]:
-    """The run's precision policy, built from one :func:`decide`; for ``auto`` in
-    ``measure`` mode, from the timings of :func:`calibrate` (or the rule, saying why not)."""
-    if requested != "auto" or auto.mode == "rule":
-        decision = decide(PrecisionRequest(requested), device)
-        return PrecisionPolicy.from_decision(decision, device, scaler), None
-    if distributed.rank_and_world()[1] > 1:
-        why = "not measured under torchrun (ranks could choose differently)"
-        decision = decide(PrecisionRequest("auto", note=why), device)
+    """The run's precision policy, built from one :func:`decide` of the run's ``request``;
+    for a measured ``auto`` in one process (:func:`measures_here`), from the timings of
+    :func:`calibrate`. ``decide`` applies the floor and the exclusions either way."""
+    ranks = distributed.rank_and_world()[1]
+    if not measures_here(request, ranks):
+        decision = decide(request, device, ranks=ranks)
         return PrecisionPolicy.from_decision(decision, device, scaler), None
     calibration = calibrate(
         task,
         device,
         seed,
         trainer_config,
-        auto.excluded,
-        auto.cache,
-        auto.budget_s,
+        request.excluded,
+        request.cache,
+        request.budget_s,
         expected_steps=expected_steps,
         scaler=scaler,
     )
     if calibration is None:  # one candidate: the rule names it, less the exclusions
-        request = PrecisionRequest(
-            "auto", excluded=auto.excluded, note="one candidate, nothing to time"
-        )
-        return PrecisionPolicy.from_decision(decide(request, device), device, scaler), None
+        decision = decide(replace(request, note="one candidate, nothing to time"), device)
+        return PrecisionPolicy.from_decision(decision, device, scaler), None
     cached = "cached measurement" if calibration.cached else None
     note = "; ".join(n for n in (_not_timed(calibration.skipped), cached) if n) or None
-    decision = decide(PrecisionRequest("auto", note=note), device, calibration.rows)
+    decision = decide(replace(request, note=note), device, calibration.rows)
     return PrecisionPolicy.from_decision(decision, device, scaler), calibration
 
 
@@ -396,6 +369,16 @@ def _key(
         "margin": str(MARGIN),
         "scaler": json.dumps(asdict(scaler), sort_keys=True),
     }
+
+
+def kept_rows(path: Path) -> tuple[Measured, ...]:
+    """The rows of the measurement kept at ``path`` (none: no file, or an unusable one),
+    whatever its key: what a measured ``auto`` chose last, for ``decide`` to answer again
+    before the next run (the daemon's gauge); the run itself measures again on a new key."""
+    try:
+        return Calibration.from_json(json.loads(path.read_text())).rows
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return ()
 
 
 def _read_cache(path: Path | None, key: Mapping[str, str]) -> Calibration | None:

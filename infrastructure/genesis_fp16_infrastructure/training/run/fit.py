@@ -63,7 +63,6 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
         options.scaler,
         options.seed,
         _trainer_config(options),
-        options.auto_precision,
         expected_steps=_expected_steps(task, options),
     )
     seed_everything(options.seed)  # after the calibration: it leaves no trace in the run
@@ -108,7 +107,7 @@ def _fit(
         resumed_from = resume_run(task, trainer, manager, position, options.loaded_checkpoint)
     # A captured step is checked against eager steps of this state before it is trusted
     # (once per device, torch, shapes and precision; eager with the reason when it differs).
-    verified = verification_cache(options.auto_precision.cache)
+    verified = verification_cache(options.precision.cache)
     verify_run(task, trainer, options.seed, verified)
     first_step = trainer.step_count
     # The chain's counts where this run begins (one host read): the run's own skipped
@@ -238,7 +237,7 @@ def _demote(
             for stale in checkpoints_after(manager.checkpoints(), manager.path_for(snapshot.step)):
                 logger.warning("precision guard: removing %s (after the rollback step)", stale)
                 manager.remove(stale)
-        verify_run(task, demoted, options.seed, verification_cache(options.auto_precision.cache))
+        verify_run(task, demoted, options.seed, verification_cache(options.precision.cache))
 
     return demote_run(
         guard,

@@ -10,7 +10,7 @@ from typing import Any
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded
 from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import ResolvedPrecision
-from genesis_fp16_infrastructure.training.run.calibration import AutoPrecision, Calibration
+from genesis_fp16_infrastructure.training.run.calibration import Calibration
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
 from genesis_fp16_infrastructure.training.run.spec import RunCallbacks, RunSpec
 from genesis_fp16_infrastructure.training.step.execution import ResolvedExecution
@@ -63,9 +63,10 @@ class FitOptions(RunSpec, RunCallbacks):
     - ``compile``: ``off`` or ``on`` (the model compiled inside
       the captured step, execution ``cuda_graph_compiled``; an error where the step
       cannot be captured).
-    - ``auto_precision``: how ``precision="auto"`` resolves: by the device rule (``rule``,
-      the default here) or by timing the task's own steps in each native precision
-      (``measure``, the daemon's default; cached in ``auto_precision.cache``). See
+    - ``precision``: a :class:`PrecisionRequest` (or a bare name); its ``mode`` says how
+      ``auto`` resolves: by the device rule (``rule``, the default here) or by timing the
+      task's own steps in each native precision (``measure``, the daemon's default;
+      cached in ``precision.cache``). See
       :mod:`genesis_fp16_infrastructure.training.run.calibration`; ``FitResult.calibration``
       holds it.
     - ``early_stop``: validate with the task's ``validate(model)`` every
@@ -80,11 +81,11 @@ class FitOptions(RunSpec, RunCallbacks):
     scaler: ScalerConfig = field(default_factory=ScalerConfig)
     trainer: StepTuning = field(default_factory=StepTuning)
     step_hooks: Sequence[StepHook] = ()
-    auto_precision: AutoPrecision = field(default_factory=AutoPrecision)
     early_stop: EarlyStopping | None = None
     loaded_checkpoint: Loaded | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if isinstance(self.trainer, TrainerConfig):  # its step fields would be a second copy
             raise ValueError(
                 "FitOptions(trainer=TrainerConfig(...)): give the trainer's own settings as "

@@ -8,12 +8,13 @@ device, the budget, the checkpoint time bound, the guard, FSDP; and, through
 the execution settings) is declared once, and ``TrainRequest.fit_options`` copies them
 without naming one. Importable without torch::
 
-    spec = RunSpec(precision="bf16", steps=100, guard=GuardConfig())
+    spec = RunSpec(precision=PrecisionRequest("auto", mode="measure"), steps=100)
     spec_from_json(RunSpec, json.loads(json.dumps(spec_to_json(spec)))) == spec  # True
 
 :func:`spec_to_json` and :func:`spec_from_json` are the one codec of every such type (the
 run file a child reads, the request torchrun's ranks read): callbacks are left out (they
-cannot cross a process), paths travel as strings, the guard as its fields.
+cannot cross a process), paths travel as strings, the guard as its fields, the
+precision request as its own ``to_json``.
 """
 
 from __future__ import annotations
@@ -22,12 +23,16 @@ import collections.abc
 import types
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import Field, asdict, dataclass, fields, is_dataclass, replace
+from dataclasses import Field, asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from genesis_fp16_infrastructure.json_numbers import finite
 from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
+from genesis_fp16_infrastructure.training.precision.precision_request import (
+    PrecisionRequest,
+    as_request,
+)
 from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
 
 # At run time, not only for the type checker: the codec resolves every field's annotation
@@ -45,8 +50,10 @@ def _never_stop() -> bool:
 class RunSpec(StepSpec):
     """What one run is asked to do, whoever asks (torch-free, frozen, JSON by the codec).
 
-    - ``precision``: ``auto``, ``fp32``, ``bf16`` or ``fp16`` (see
-      :mod:`genesis_fp16_infrastructure.training.precision.decide`).
+    - ``precision``: the :class:`PrecisionRequest` (what was asked, how ``auto`` is
+      decided, the exclusions, the floor), which ``decide()`` answers in the run (see
+      :mod:`genesis_fp16_infrastructure.training.precision.decide`). A bare name
+      (``precision="bf16"``) is read as ``PrecisionRequest("bf16")``.
     - ``device``: ``cpu``, ``cuda`` or ``cuda:N``; ``seed``: the run's seed.
     - ``steps`` / ``epochs``: the budget of this run (optimizer steps, skipped ones
       included; epoch ends), whichever ends first.
@@ -65,7 +72,7 @@ class RunSpec(StepSpec):
       with the trainer's ``TrainerConfig``).
     """
 
-    precision: str = "auto"
+    precision: PrecisionRequest = field(default_factory=PrecisionRequest)
     device: str = "cpu"
     steps: int | None = None
     epochs: int | None = None
@@ -76,6 +83,10 @@ class RunSpec(StepSpec):
     guard: GuardConfig | None = None
     fsdp: bool = False
     initial_loss_scale: float | None = None
+
+    def __post_init__(self) -> None:
+        # The library's shorthand, FitOptions(precision="bf16"): one type from here on.
+        object.__setattr__(self, "precision", as_request(self.precision))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,7 +108,11 @@ def _decode_guard(raw: Mapping[str, Any]) -> GuardConfig:
 
 # The field types the codec rebuilds from JSON, by the type itself (an optional field's
 # non-None type); every other field's JSON value is its value.
-_DECODERS: dict[type, Callable[[Any], Any]] = {Path: Path, GuardConfig: _decode_guard}
+_DECODERS: dict[type, Callable[[Any], Any]] = {
+    Path: Path,
+    GuardConfig: _decode_guard,
+    PrecisionRequest: PrecisionRequest.from_json,
+}
 
 
 def field_type(hint: object) -> object:
@@ -134,6 +149,8 @@ def spec_to_json(spec: RunSpec) -> dict[str, Any]:
         value = getattr(spec, item.name)
         if isinstance(value, Path):
             value = str(value)
+        elif isinstance(value, PrecisionRequest):
+            value = value.to_json()
         elif is_dataclass(value) and not isinstance(value, type):
             value = asdict(value)
         elif isinstance(value, Mapping):

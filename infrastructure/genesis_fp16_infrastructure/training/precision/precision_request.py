@@ -1,0 +1,124 @@
+"""The precision request: what one run asks of its precision, torch-free and JSON-ready.
+
+One :class:`PrecisionRequest` travels from the operator's settings (the daemon builds it
+once per job, ``genesis_fp16/runs/run_request.py``) through the run file to the child
+and every torchrun rank (``RunSpec.precision``), to
+:func:`~genesis_fp16_infrastructure.training.precision.decide.decide`, which answers it.
+Nothing on the way turns ``auto`` into a name: ``auto`` means "decided by ``decide()``"::
+
+    >>> request = PrecisionRequest("auto", mode="measure", floor="bf16", floor_reason="guard")
+    >>> PrecisionRequest.from_json(request.to_json()) == request
+    True
+    >>> PrecisionRequest.from_json("fp16")  # a bare name: the library's shorthand
+    PrecisionRequest(requested='fp16', basis=None, mode='rule', excluded={}, note=None, \
+floor=None, floor_reason='', cache=None, budget_s=1.0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    PRECISIONS,
+    REQUESTABLE,
+)
+
+AUTO_PRECISION_MODES: tuple[str, ...] = ("measure", "rule")
+"""How ``auto`` is decided: by timing the candidates, or by the device rule."""
+
+DEFAULT_BUDGET_S = 1.0
+"""The most wall clock a measured ``auto`` spends timing, when nothing else bounds it."""
+
+
+class PrecisionError(ValueError):
+    """A precision request or a model that cannot run as asked; the message says why."""
+
+
+@dataclass(frozen=True)
+class PrecisionRequest:
+    """What one run asks of its precision, and what bounds the answer.
+
+    - ``requested``: ``fp32``, ``bf16``, ``fp16`` or ``auto``.
+    - ``basis``: who named an explicit precision on the operator's behalf (rlhf_ppo's
+      preset under ``auto``); the answer's reason is then this instead of "requested
+      explicitly".
+    - ``mode``: how ``auto`` is decided: ``rule`` (the device rule, the library's
+      default) or ``measure`` (time the task's own steps, the daemon's default; one
+      process only, under torchrun the rule decides and says so).
+    - ``excluded``: precisions ``auto`` must not pick, each with why (a red probe
+      verdict), by the rule or by measurement; fp32 cannot be excluded.
+    - ``note``: what an ``auto``'s reason adds after its pick: why a measurement was
+      not taken (one candidate), what was not timed, a cached one.
+    - ``floor``: the least robust precision the run may use (the precision guard's next
+      rung, or its memory of a demotion): a pick less robust than it, or an ``auto``
+      that comes out at it, runs the floor with ``floor_reason``.
+    - ``cache``: the file a measurement is kept in (and the captured-step verdicts
+      beside it); ``budget_s`` bounds a measurement's wall clock.
+    """
+
+    requested: str = "auto"
+    basis: str | None = None
+    mode: str = "rule"
+    excluded: Mapping[str, str] = field(default_factory=dict)
+    note: str | None = None
+    floor: str | None = None
+    floor_reason: str = ""
+    cache: Path | None = None
+    budget_s: float = DEFAULT_BUDGET_S
+
+    def __post_init__(self) -> None:
+        if self.requested not in REQUESTABLE:
+            raise PrecisionError(
+                f"unknown precision {self.requested!r}; valid precisions: {', '.join(REQUESTABLE)}"
+            )
+        if self.mode not in AUTO_PRECISION_MODES:
+            raise PrecisionError(
+                f"auto precision mode {self.mode!r}: choose from {', '.join(AUTO_PRECISION_MODES)}"
+            )
+        if self.floor is not None and self.floor not in PRECISIONS:
+            raise PrecisionError(
+                f"precision floor {self.floor!r}: valid precisions: {', '.join(PRECISIONS)}"
+            )
+        if not self.budget_s > 0:
+            raise PrecisionError(f"calibration budget_s={self.budget_s!r}: must be > 0")
+
+    @property
+    def measures(self) -> bool:
+        """Whether ``auto`` here is decided by timing candidates (``mode="measure"``)."""
+        return self.requested == "auto" and self.mode == "measure"
+
+    def to_json(self) -> dict[str, Any]:
+        """The request as JSON-ready data (the run file's ``precision``)."""
+        return {
+            "requested": self.requested,
+            "basis": self.basis,
+            "mode": self.mode,
+            "excluded": dict(self.excluded),
+            "note": self.note,
+            "floor": self.floor,
+            "floor_reason": self.floor_reason,
+            "cache": None if self.cache is None else str(self.cache),
+            "budget_s": self.budget_s,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | str) -> PrecisionRequest:
+        """The inverse of :meth:`to_json`; a bare name is ``PrecisionRequest(name)``."""
+        if isinstance(data, str):
+            return cls(data)
+        known = {k: v for k, v in data.items() if k in _FIELDS}
+        if known.get("cache") is not None:
+            known["cache"] = Path(known["cache"])
+        known["excluded"] = {str(k): str(v) for k, v in (known.get("excluded") or {}).items()}
+        return cls(**known)
+
+
+_FIELDS = frozenset(PrecisionRequest.__dataclass_fields__)
+
+
+def as_request(value: PrecisionRequest | str) -> PrecisionRequest:
+    """``value`` as a request: a bare name (``"bf16"``) is ``PrecisionRequest(name)``."""
+    return value if isinstance(value, PrecisionRequest) else PrecisionRequest.from_json(value)
