@@ -55,6 +55,7 @@ from genesis_fp16_infrastructure.world_model.features import (
     PoolLike,
     numeric_columns,
 )
+from genesis_fp16_infrastructure.world_model.lineage_columns import forget_index
 from genesis_fp16_infrastructure.world_model.metrics import accuracy, auc_with_interval, brier, mae
 from genesis_fp16_infrastructure.world_model.model import (
     ModelConfig,
@@ -159,6 +160,7 @@ class SEDarwinTask:
             if self._numeric_rows is None:
                 attempts = [e.attempt for e in data.examples]
                 self._numeric_rows = numeric_columns(attempts, data.pool)
+                forget_index(data.pool)  # every record's rows are in hand
             rows = [position.get(id(e)) for e in part]
             if any(i is None for i in rows):  # not the pool's own records: worked out here
                 return numeric_columns([e.attempt for e in part], data.pool)
