@@ -51,6 +51,7 @@ __all__ = [
     "AgentOption",
     "AgentPlugin",
     "OptionValue",
+    "PrecisionRequest",
     "ProbeSetup",
     "TrainRequest",
     "TrainRequestError",
