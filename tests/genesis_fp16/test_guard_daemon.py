@@ -316,13 +316,18 @@ def test_a_run_whose_every_gradient_is_nan_fails_and_degrades_healthz(
         }
     )
     failures = ("genesis_fp16_run_failures_total",)
+    runs = ("genesis_fp16_training_runs_total",)
+    # The failure's reason is counted before the run is (recording._finish, then
+    # finish_run): wait for both, or a loaded machine reads between them.
     daemon.wait_for(
-        lambda: daemon.sample(*failures, agent=AGENT, reason="nonfinite_gradients"),
-        "a run failed for NaN gradients",
+        lambda: (
+            daemon.sample(*failures, agent=AGENT, reason="nonfinite_gradients")
+            and daemon.sample(*runs, agent=AGENT, outcome="failed")
+        ),
+        "a run failed for NaN gradients and was counted",
         timeout=180,
     )
     assert _finished_runs(daemon) == 0
-    runs = daemon.sample("genesis_fp16_training_runs_total", agent=AGENT, outcome="failed")
-    assert runs == 1
+    assert daemon.sample(*runs, agent=AGENT, outcome="failed") == 1
     status, body = daemon.get("/healthz")
     assert status == 503 and AGENT in body, body
