@@ -25,13 +25,19 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
 from genesis_fp16_infrastructure.atomic import write_atomic
-from genesis_fp16_infrastructure.data.attempt_numbers import NUMBERS_VERSION
+from genesis_fp16_infrastructure.data.attempt_numbers import (
+    NUMBERS_VERSION,
+    OWN_FEATURES,
+    own_numbers,
+    pack,
+)
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest, file_digest
 from genesis_fp16_infrastructure.data.readers import FileRecord, Head, Rejected
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION, AttemptInput, Label
@@ -40,7 +46,11 @@ logger = logging.getLogger(__name__)
 
 # Bump when FileRecord, AttemptInput, Label or how a record becomes them changes; the
 # own numbers' version is part of it (data.attempt_numbers).
-CACHE_VERSION = f"3.s{SCHEMA_VERSION}.n{NUMBERS_VERSION}"
+# 4: columns, not rows
+CACHE_VERSION = f"4.s{SCHEMA_VERSION}.n{NUMBERS_VERSION}"
+OWN_BYTES = 8 * len(OWN_FEATURES)  # a record's packed own numbers (attempt_numbers.pack)
+_T = TypeVar("_T")
+_H = TypeVar("_H", bound=Hashable)
 
 
 class RecordCache:
@@ -98,7 +108,7 @@ class RecordCache:
         state = self._vouched(file)
         if state is None or state.mtime_ns >= self.scanned_ns - RACY_NS:
             return
-        blob = msgspec.msgpack.encode(_encode(records, rejected))
+        blob = msgspec.msgpack.encode(_encode(records, rejected))  # columns (_Entry)
         marker = msgspec.json.encode({"digest": state.digest, "size": state.size})
         try:
             write_atomic(self._path(state.digest, slim), lambda handle: handle.write(blob))
@@ -191,65 +201,116 @@ def _prefix(file: Path, size: int) -> tuple[str, int, bytes]:
 
 
 def _read_entry(path: Path) -> tuple[list[FileRecord], list[Rejected]]:
-    return _decode(msgspec.msgpack.decode(path.read_bytes()))
+    return _decode(msgspec.msgpack.decode(path.read_bytes(), type=_Entry))
 
 
-def _encode(records: list[FileRecord], rejected: list[Rejected]) -> dict[str, Any]:
-    return {
-        "version": CACHE_VERSION,
-        "records": [
-            [
-                r.trajectory_id,
-                _attempt_row(r.attempt),
-                None if r.label is None else [r.label.success, r.label.score, r.label.outcome],
-                r.score,
-                r.key,
-            ]
-            for r in records
+class _Entry(msgspec.Struct):
+    """A file's records as columns, one list per field, in file order: msgspec decodes
+    each list in C, where a list of rows became lists of lists first (issue 36: a
+    +1% run reads every unchanged file's entry)."""
+
+    version: str
+    ids: list[str]
+    agent: list[str]
+    created: list[float | None]
+    operator: list[str]
+    generation: list[int]
+    parents: list[tuple[str, ...]]
+    code_changes: list[str]
+    modified_files: list[tuple[str, ...]]
+    proposed_strategy: list[str]
+    problem_diagnosis: list[str]
+    tools: list[tuple[str, ...]]
+    pattern: list[str]
+    own: bytes  # every record's AttemptInput.own, OWN_BYTES each, back to back
+    label: list[tuple[bool, float | None, str] | None]
+    score: list[float | None]
+    key: list[int | None]
+    rejected: list[tuple[str, str, str]]
+
+
+def _encode(records: list[FileRecord], rejected: list[Rejected]) -> _Entry:
+    attempts = [r.attempt for r in records]
+    return _Entry(
+        version=CACHE_VERSION,
+        ids=[r.trajectory_id for r in records],
+        agent=[a.agent for a in attempts],
+        created=[a.created for a in attempts],
+        operator=[a.operator for a in attempts],
+        generation=[a.generation for a in attempts],
+        parents=[a.parent_ids for a in attempts],
+        code_changes=[a.code_changes for a in attempts],
+        modified_files=[a.modified_files for a in attempts],
+        proposed_strategy=[a.proposed_strategy for a in attempts],
+        problem_diagnosis=[a.problem_diagnosis for a in attempts],
+        tools=[a.tools_used for a in attempts],
+        pattern=[a.reasoning_pattern for a in attempts],
+        own=b"".join(a.own if len(a.own) == OWN_BYTES else pack(own_numbers(a)) for a in attempts),
+        label=[
+            None if (x := r.label) is None else (x.success, x.score, x.outcome) for r in records
         ],
-        "rejected": [[e.where, e.reason, e.text] for e in rejected],
-    }
+        score=[r.score for r in records],
+        key=[r.key for r in records],
+        rejected=[(e.where, e.reason, e.text) for e in rejected],
+    )
 
 
-def _attempt_row(a: AttemptInput) -> list[Any]:
-    return [
-        a.trajectory_id,
-        a.agent,
-        a.created,
-        a.operator,
-        a.generation,
-        list(a.parent_ids),
-        a.code_changes,
-        list(a.modified_files),
-        a.proposed_strategy,
-        a.problem_diagnosis,
-        list(a.tools_used),
-        a.reasoning_pattern,
-        a.own,
+def _decode(entry: _Entry) -> tuple[list[FileRecord], list[Rejected]]:
+    """The entry's records, built without their classes' ``__init__`` (each field set by
+    its slot, as a frozen dataclass's own ``__init__`` sets it, at half its cost); the
+    strings and tool lists a file repeats (agents, operators, patterns) one object each."""
+    if entry.version != CACHE_VERSION:
+        raise ValueError(f"cache version {entry.version!r}, this build's {CACHE_VERSION}")
+    n = len(entry.ids)
+    columns = (
+        entry.ids,
+        _shared(entry.agent),
+        entry.created,
+        _shared(entry.operator),
+        entry.generation,
+        entry.parents,
+        entry.code_changes,
+        entry.modified_files,
+        entry.proposed_strategy,
+        entry.problem_diagnosis,
+        _shared(entry.tools),
+        _shared(entry.pattern),
+        [entry.own[i : i + OWN_BYTES] for i in range(0, n * OWN_BYTES, OWN_BYTES)],
+    )
+    # strict zips: a column of another length is a damaged entry (ValueError: read again)
+    attempts = [_build(AttemptInput, _ATTEMPT_SLOTS, v) for v in zip(*columns, strict=True)]
+    labels = [None if x is None else _build(Label, _LABEL_SLOTS, x) for x in entry.label]
+    records = [
+        _build(FileRecord, _RECORD_SLOTS, values)
+        for values in zip(entry.ids, attempts, labels, entry.score, entry.key, strict=True)
     ]
+    return records, [Rejected(*e) for e in entry.rejected]
 
 
-def _decode(data: dict[str, Any]) -> tuple[list[FileRecord], list[Rejected]]:
-    if data.get("version") != CACHE_VERSION:
-        raise ValueError(f"cache version {data.get('version')!r}, this build's {CACHE_VERSION}")
-    records = []
-    for trajectory_id, a, label, score, key in data["records"]:
-        attempt = AttemptInput(
-            trajectory_id=a[0],
-            agent=a[1],
-            created=a[2],
-            operator=a[3],
-            generation=a[4],
-            parent_ids=tuple(a[5]),
-            code_changes=a[6],
-            modified_files=tuple(a[7]),
-            proposed_strategy=a[8],
-            problem_diagnosis=a[9],
-            tools_used=tuple(a[10]),
-            reasoning_pattern=a[11],
-        )
-        object.__setattr__(attempt, "own", a[12])
-        decoded = None if label is None else Label(label[0], label[1], label[2])
-        records.append(FileRecord(trajectory_id, attempt, decoded, score, key))
-    rejected = [Rejected(where, reason, text) for where, reason, text in data["rejected"]]
-    return records, rejected
+_ATTEMPT_SLOTS = tuple(
+    getattr(AttemptInput, name).__set__
+    for name in (
+        "trajectory_id", "agent", "created", "operator", "generation", "parent_ids",
+        "code_changes", "modified_files", "proposed_strategy", "problem_diagnosis",
+        "tools_used", "reasoning_pattern", "own",
+    )
+)  # fmt: skip
+_LABEL_SLOTS = tuple(getattr(Label, name).__set__ for name in ("success", "score", "outcome"))
+_RECORD_SLOTS = tuple(
+    getattr(FileRecord, name).__set__
+    for name in ("trajectory_id", "attempt", "label", "score", "key")
+)
+_new = object.__new__
+
+
+def _build(cls: type[_T], slots: tuple[Callable[[Any, Any], None], ...], values: Any) -> _T:
+    item = _new(cls)
+    for put, value in zip(slots, values, strict=True):
+        put(item, value)
+    return item
+
+
+def _shared(values: list[_H]) -> list[_H]:
+    """``values`` with equal ones the same object."""
+    seen: dict[_H, _H] = {}
+    return [seen.setdefault(v, v) for v in values]

@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+import msgspec
 import torch
 
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint
@@ -53,6 +54,7 @@ def _same(a: ReadResult, b: ReadResult) -> None:
     # The own numbers (no part of equality) travel with the cache, worked out once.
     assert all(e.attempt.own for e in a.examples)
     assert [e.attempt.own for e in a.examples] == [e.attempt.own for e in b.examples]
+    assert [e.key for e in a.examples] == [e.key for e in b.examples]
     assert a.scores == b.scores and a.pool.entries == b.pool.entries
     counts = ("quarantined", "duplicates", "unlabelled")
     assert [getattr(a, c) for c in counts] == [getattr(b, c) for c in counts]
@@ -78,6 +80,23 @@ def test_cached_and_uncached_reads_give_the_same_records_quarantine_and_features
     expected = encoder.encode(attempts, plain.pool).view(torch.int32)
     got = encoder.encode([e.attempt for e in warm.examples], warm.pool).view(torch.int32)
     assert torch.equal(got, expected)
+
+
+def test_a_damaged_entry_is_read_again_from_its_file(tmp_path: Path) -> None:
+    """An entry whose columns disagree in length, or that is not msgpack at all, is
+    never served: the file is parsed again and gives the records it holds."""
+    folder = _pool(tmp_path)
+    plain = read_trajectories(folder)
+    _read(folder, tmp_path, "cold")
+    entries = sorted((tmp_path / "cache").glob("*.msgpack"))
+    assert len(entries) == 2
+    short = msgspec.msgpack.decode(entries[0].read_bytes())
+    short["agent"] = short["agent"][:-1]
+    entries[0].write_bytes(msgspec.msgpack.encode(short))
+    entries[1].write_bytes(b"\xc1 not msgpack")
+    again, cache, _ = _read(folder, tmp_path, "again")
+    assert (cache.hits, cache.misses) == (0, 2)
+    _same(plain, again)
 
 
 def test_a_record_edited_in_place_is_read_again(tmp_path: Path) -> None:
