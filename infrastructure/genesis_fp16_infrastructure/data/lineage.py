@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 
 MAX_DEPTH = 1000  # a longer chain counts as this deep (a loop in a malformed pool: a root)
 
@@ -51,11 +52,18 @@ class Pool:
     def __init__(self, entries: Mapping[str, PoolEntry]) -> None:
         self.entries = dict(entries)
         self.scores = {k: e.score for k, e in self.entries.items() if e.score is not None}
-        self.children: dict[str, list[str]] = {}  # parent id -> its children, in pool order
+        self._depths: dict[str, int] = {}
+
+    @cached_property
+    def children(self) -> dict[str, list[str]]:
+        """Parent id -> its children, in pool order; worked out when first asked (the
+        record-at-a-time walk asks; a whole pool's lineage comes from
+        world_model.lineage_columns, which never does)."""
+        children: dict[str, list[str]] = {}
         for child, entry in self.entries.items():
             for parent in entry.parents:
-                self.children.setdefault(parent, []).append(child)
-        self._depths: dict[str, int] = {}
+                children.setdefault(parent, []).append(child)
+        return children
 
     @classmethod
     def from_scores(cls, scores: Mapping[str, float]) -> Pool:

@@ -25,9 +25,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import msgspec
 
@@ -41,6 +41,7 @@ from genesis_fp16_infrastructure.data.attempt_numbers import (
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest, file_digest
 from genesis_fp16_infrastructure.data.readers import FileRecord, Head, Rejected
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION, AttemptInput, Label
+from genesis_fp16_infrastructure.data.slot_objects import objects
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +50,6 @@ logger = logging.getLogger(__name__)
 # 4: columns, not rows
 CACHE_VERSION = f"4.s{SCHEMA_VERSION}.n{NUMBERS_VERSION}"
 OWN_BYTES = 8 * len(OWN_FEATURES)  # a record's packed own numbers (attempt_numbers.pack)
-_T = TypeVar("_T")
 _H = TypeVar("_H", bound=Hashable)
 
 
@@ -256,9 +256,8 @@ def _encode(records: list[FileRecord], rejected: list[Rejected]) -> _Entry:
 
 
 def _decode(entry: _Entry) -> tuple[list[FileRecord], list[Rejected]]:
-    """The entry's records, built without their classes' ``__init__`` (each field set by
-    its slot, as a frozen dataclass's own ``__init__`` sets it, at half its cost); the
-    strings and tool lists a file repeats (agents, operators, patterns) one object each."""
+    """The entry's records, built a field at a time (``data.slot_objects``); the strings
+    and tool lists a file repeats (agents, operators, patterns) one object each."""
     if entry.version != CACHE_VERSION:
         raise ValueError(f"cache version {entry.version!r}, this build's {CACHE_VERSION}")
     n = len(entry.ids)
@@ -277,37 +276,20 @@ def _decode(entry: _Entry) -> tuple[list[FileRecord], list[Rejected]]:
         _shared(entry.pattern),
         [entry.own[i : i + OWN_BYTES] for i in range(0, n * OWN_BYTES, OWN_BYTES)],
     )
-    # strict zips: a column of another length is a damaged entry (ValueError: read again)
-    attempts = [_build(AttemptInput, _ATTEMPT_SLOTS, v) for v in zip(*columns, strict=True)]
-    labels = [None if x is None else _build(Label, _LABEL_SLOTS, x) for x in entry.label]
-    records = [
-        _build(FileRecord, _RECORD_SLOTS, values)
-        for values in zip(entry.ids, attempts, labels, entry.score, entry.key, strict=True)
-    ]
+    # A column of another length is a damaged entry (ValueError: the file is read again).
+    attempts = objects(AttemptInput, _ATTEMPT_FIELDS, columns)
+    labels = [None if x is None else Label(*x) for x in entry.label]
+    record_columns = (entry.ids, attempts, labels, entry.score, entry.key)
+    records = objects(FileRecord, _RECORD_FIELDS, record_columns)
     return records, [Rejected(*e) for e in entry.rejected]
 
 
-_ATTEMPT_SLOTS = tuple(
-    getattr(AttemptInput, name).__set__
-    for name in (
-        "trajectory_id", "agent", "created", "operator", "generation", "parent_ids",
-        "code_changes", "modified_files", "proposed_strategy", "problem_diagnosis",
-        "tools_used", "reasoning_pattern", "own",
-    )
+_ATTEMPT_FIELDS = (
+    "trajectory_id", "agent", "created", "operator", "generation", "parent_ids",
+    "code_changes", "modified_files", "proposed_strategy", "problem_diagnosis",
+    "tools_used", "reasoning_pattern", "own",
 )  # fmt: skip
-_LABEL_SLOTS = tuple(getattr(Label, name).__set__ for name in ("success", "score", "outcome"))
-_RECORD_SLOTS = tuple(
-    getattr(FileRecord, name).__set__
-    for name in ("trajectory_id", "attempt", "label", "score", "key")
-)
-_new = object.__new__
-
-
-def _build(cls: type[_T], slots: tuple[Callable[[Any, Any], None], ...], values: Any) -> _T:
-    item = _new(cls)
-    for put, value in zip(slots, values, strict=True):
-        put(item, value)
-    return item
+_RECORD_FIELDS = ("trajectory_id", "attempt", "label", "score", "key")
 
 
 def _shared(values: list[_H]) -> list[_H]:

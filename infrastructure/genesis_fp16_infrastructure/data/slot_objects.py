@@ -1,0 +1,44 @@
+"""Many frozen, slotted dataclass objects at once, built a field at a time.
+
+A read makes several objects per record (issue 36: a million records, five objects
+each). A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``
+in Python; :func:`objects` makes the empty objects first, then sets one field of all of
+them with ``map`` over the field's slot setter, which runs in C: the same objects, with
+the same field values, at a fraction of the cost. Only for classes whose ``__init__``
+does nothing but set its fields (no ``__post_init__``, no defaults computed)::
+
+    entries = objects(PoolEntry, ("score", "parents"), (scores, parents))
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
+_new = object.__new__
+
+
+def objects(cls: type[_T], fields: Sequence[str], columns: Sequence[Sequence[Any]]) -> list[_T]:
+    """One ``cls`` per row of ``columns``: field ``fields[k]`` from ``columns[k]``.
+
+    Every slot of ``cls`` must be named (a slot left unset would raise on reading);
+    columns of different lengths raise ValueError."""
+    slots = _slots(cls)
+    if sorted(fields) != sorted(slots):
+        raise TypeError(f"{cls.__name__} has fields {slots}, given {tuple(fields)}")
+    n = len(columns[0]) if columns else 0
+    if any(len(column) != n for column in columns):
+        raise ValueError(f"columns of {cls.__name__} differ in length")
+    items = [_new(cls) for _ in range(n)]
+    for name, column in zip(fields, columns, strict=True):
+        deque(map(getattr(cls, name).__set__, items, column), maxlen=0)
+    return items
+
+
+def _slots(cls: type) -> tuple[str, ...]:
+    names: list[str] = []
+    for klass in reversed(cls.__mro__):
+        names.extend(getattr(klass, "__slots__", ()))
+    return tuple(n for n in names if n not in ("__weakref__", "__dict__"))

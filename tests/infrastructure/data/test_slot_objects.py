@@ -1,0 +1,41 @@
+"""Objects built a field at a time equal those their classes' __init__ builds."""
+
+from __future__ import annotations
+
+import pytest
+
+from genesis_fp16_infrastructure.data.lineage import PoolEntry
+from genesis_fp16_infrastructure.data.schema import AttemptInput, Example, Label
+from genesis_fp16_infrastructure.data.slot_objects import objects
+
+
+def test_objects_equal_what_init_builds_and_stay_frozen() -> None:
+    scores, parents = [0.5, None], [("a",), ()]
+    operators, created = ["mutation", "baseline"], [1.0, None]
+    built = objects(
+        PoolEntry,
+        ("score", "parents", "operator", "created"),
+        (scores, parents, operators, created),
+    )
+    expected = [PoolEntry(*row) for row in zip(scores, parents, operators, created, strict=True)]
+    assert built == expected
+    with pytest.raises(AttributeError):
+        built[0].score = 1.0  # type: ignore[misc]
+
+
+def test_a_non_init_field_is_set_too() -> None:
+    attempt = AttemptInput(trajectory_id="t")
+    (example,) = objects(
+        Example,
+        ("trajectory_id", "attempt", "label", "key"),
+        (["t"], [attempt], [Label(True, 0.9, "success")], [42]),
+    )
+    assert example == Example("t", attempt, Label(True, 0.9, "success"))
+    assert example.key == 42
+
+
+def test_a_missing_field_or_a_short_column_is_refused() -> None:
+    with pytest.raises(TypeError, match="PoolEntry has fields"):
+        objects(PoolEntry, ("score", "parents", "operator"), ([0.1], [()], ["x"]))
+    with pytest.raises(ValueError, match="differ in length"):
+        objects(PoolEntry, ("score", "parents", "operator", "created"), ([0.1], [()], ["x"], []))
