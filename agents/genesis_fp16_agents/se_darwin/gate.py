@@ -35,8 +35,8 @@ from typing import Any
 
 import torch
 
-from genesis_fp16_agents.se_darwin.split import assign_folds, split_point
-from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, record_id_hash
+from genesis_fp16_agents.se_darwin.split import assign_folds, split_points
+from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, record_id_hashes
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.schema import Example
 from genesis_fp16_infrastructure.training.run.early_stop import served_weights
@@ -230,14 +230,14 @@ class RecordHashes:
 
     def __init__(self, examples: Sequence[Example]) -> None:
         self.trajectory_ids = [e.trajectory_id for e in examples]
-        self.ids = [record_id_hash(i) for i in self.trajectory_ids]
+        self.ids = record_id_hashes(self.trajectory_ids)
         self._split: dict[int, list[float]] = {}
 
     def held_out(self, pool_ids: set[int], seed: int, fraction: float) -> list[bool]:
         """Outside the pool, or in its held-out part (``is_held_out`` of the id)."""
         split = self._split.get(seed)
         if split is None:
-            split = self._split[seed] = [split_point(i, seed) for i in self.trajectory_ids]
+            split = self._split[seed] = split_points(self.trajectory_ids, seed)
         return [
             key not in pool_ids or point < fraction
             for key, point in zip(self.ids, split, strict=True)

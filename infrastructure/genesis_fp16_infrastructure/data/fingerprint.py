@@ -27,7 +27,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from genesis_fp16_infrastructure.data.record_key import record_hash, record_id_hash
+from genesis_fp16_infrastructure.data.record_key import (
+    record_hash,
+    record_id_hash,
+    record_id_hashes,
+)
 from genesis_fp16_infrastructure.data.schema import Example
 
 __all__ = [
@@ -37,6 +41,7 @@ __all__ = [
     "fingerprint",
     "record_hash",
     "record_id_hash",
+    "record_id_hashes",
 ]
 
 STATE_VERSION = 2  # 2: the attempt's fields are part of a record's hash
@@ -112,7 +117,7 @@ class DataChange:
 def fingerprint(examples: Sequence[Example]) -> DataFingerprint:
     """The fingerprint of ``examples`` (independent of their order): sorted by (id hash,
     record hash), as tuples of Python ints once were, with the same digest."""
-    ids = torch.tensor([record_id_hash(e.trajectory_id) for e in examples], dtype=torch.int64)
+    ids = torch.tensor(record_id_hashes(e.trajectory_id for e in examples), dtype=torch.int64)
     labelled = torch.tensor([record_hash(e) for e in examples], dtype=torch.int64)
     order = torch.sort(labelled, stable=True).indices
     order = order[torch.sort(ids[order], stable=True).indices]

@@ -9,6 +9,7 @@ True
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 
 from genesis_fp16_infrastructure.data.schema import Example
 
@@ -17,6 +18,15 @@ def record_id_hash(trajectory_id: str) -> int:
     """A record's id hash as the fingerprint keeps it in ``ids``: whether a model's pool
     held a record (the promotion gate, genesis_fp16_agents.se_darwin.gate)."""
     return _hash(trajectory_id)
+
+
+def record_id_hashes(trajectory_ids: Iterable[str]) -> list[int]:
+    """``record_id_hash`` of each id, in one loop (a million ids: one pass of blake2b)."""
+    blake, to_int = hashlib.blake2b, int.from_bytes
+    return [
+        to_int(blake(i.encode(), digest_size=8).digest(), "big", signed=True)
+        for i in trajectory_ids
+    ]
 
 
 def record_hash(example: Example) -> int:
