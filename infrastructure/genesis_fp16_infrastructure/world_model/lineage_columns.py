@@ -27,6 +27,7 @@ import math
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain, repeat
 
 import numpy as np
 
@@ -84,19 +85,19 @@ def has_index(pool: Pool) -> bool:
 def _build_index(pool: Pool) -> PoolIndex | None:
     entries = list(pool.entries.values())
     n = len(entries)
-    ids = {key: i for i, key in enumerate(pool.entries)}
-    named = [p for e in entries for p in e.parents]
-    parents = np.fromiter((ids.setdefault(p, len(ids)) for p in named), np.int64, len(named))
-    counts = np.fromiter((len(e.parents) for e in entries), np.int64, n)
+    ids = dict(zip(pool.entries, range(n), strict=True))
+    parent_lists = [e.parents for e in entries]
+    parents = _numbered(ids, list(chain.from_iterable(parent_lists)), add=True)
+    counts = np.fromiter(map(len, parent_lists), np.int64, n)
     parent_start = np.zeros(n + 1, np.int64)
     np.cumsum(counts, out=parent_start[1:])
-    score = np.fromiter((np.nan if e.score is None else e.score for e in entries), np.float64, n)
-    scored = np.fromiter((e.score is not None for e in entries), np.bool_, n)
-    created = np.fromiter(
-        (np.nan if e.created is None else e.created for e in entries), np.float64, n
-    )
+    scores = [e.score for e in entries]
+    score = np.array(scores, dtype=np.float64).reshape(n)  # None: nan
+    scored = np.fromiter((s is not None for s in scores), np.bool_, n)
+    created = np.array([e.created for e in entries], dtype=np.float64).reshape(n)
     other = len(OPERATORS)
-    operator = np.fromiter((_OPERATOR_CODE.get(e.operator, other) for e in entries), np.int64, n)
+    codes = map(_OPERATOR_CODE.get, [e.operator for e in entries], repeat(other))
+    operator = np.fromiter(codes, np.int64, n)
     child = np.repeat(np.arange(n, dtype=np.int64), counts)
     order = np.argsort(parents, kind="stable")  # each parent's children in pool order
     child_start = np.zeros(len(ids) + 1, np.int64)
@@ -150,14 +151,12 @@ def lineage_columns(attempts: Sequence[AttemptInput], pool: Pool) -> np.ndarray 
         return None
     m = len(attempts)
     ids = index.ids
-    me = np.fromiter((ids.get(a.trajectory_id, -1) for a in attempts), np.int64, m)
-    named = [p for a in attempts for p in a.parent_ids]
-    slot_parent = np.fromiter((ids.get(p, -1) for p in named), np.int64, len(named))
-    slot_counts = np.fromiter((len(a.parent_ids) for a in attempts), np.int64, m)
+    me = _numbered(ids, [a.trajectory_id for a in attempts], add=False)
+    parent_lists = [a.parent_ids for a in attempts]
+    slot_parent = _numbered(ids, list(chain.from_iterable(parent_lists)), add=False)
+    slot_counts = np.fromiter(map(len, parent_lists), np.int64, m)
     slot_owner = np.repeat(np.arange(m, dtype=np.int64), slot_counts)
-    created = np.fromiter(
-        (np.nan if a.created is None else a.created for a in attempts), np.float64, m
-    )
+    created = np.array([a.created for a in attempts], dtype=np.float64).reshape(m)
     siblings = _siblings(index, me, slot_owner, slot_parent, created)
     if siblings is None:
         return None
@@ -279,6 +278,17 @@ def _operator_shares(
         share[have] = tally[have, op] / counts[have]
         out.append(share)
     return out
+
+
+def _numbered(ids: dict[str, int], names: list[str], add: bool) -> np.ndarray:
+    """Each name's integer: looked up in C; a name not in ``ids`` is -1, or with ``add``
+    gets the next integer (a parent outside the pool), in the order it is first named."""
+    found = list(map(ids.get, names, repeat(-1)))
+    if add and -1 in found:
+        for k, value in enumerate(found):
+            if value == -1:
+                found[k] = ids.setdefault(names[k], len(ids))
+    return np.array(found, dtype=np.int64).reshape(len(names))
 
 
 def _firsts(*keys: np.ndarray) -> np.ndarray:
