@@ -47,7 +47,7 @@ from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, finger
 from genesis_fp16_infrastructure.data.readers import (
     ReadResult,
 )
-from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION, Example
+from genesis_fp16_infrastructure.data.schema import OUTCOMES, SCHEMA_VERSION, Example
 from genesis_fp16_infrastructure.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
 from genesis_fp16_infrastructure.world_model.features import (
@@ -118,14 +118,19 @@ def to_batch(
     """Encode examples, their labels and their folds into one batch of tensors
     (``numeric``: the examples' ``numeric_columns``, when the caller has them)."""
     x = encoder.encode([e.attempt for e in examples], pool, numeric)
+    labels = [e.label for e in examples]
+    scores = [label.score for label in labels]
     return Batch(
         x=x,
-        success=torch.tensor([float(e.label.success) for e in examples]),
-        score=torch.tensor([e.label.score if e.label.score is not None else 0.0 for e in examples]),
-        score_known=torch.tensor([e.label.score is not None for e in examples]),
-        outcome=torch.tensor([e.label.outcome_index for e in examples], dtype=torch.long),
+        success=torch.tensor([label.success for label in labels], dtype=torch.float32),
+        score=torch.tensor([0.0 if v is None else v for v in scores], dtype=torch.float32),
+        score_known=torch.tensor([v is not None for v in scores], dtype=torch.bool),
+        outcome=torch.tensor([_OUTCOME[label.outcome] for label in labels], dtype=torch.long),
         fold=torch.tensor(folds if folds is not None else [0] * len(examples), dtype=torch.long),
     )
+
+
+_OUTCOME = {name: i for i, name in enumerate(OUTCOMES)}  # Label.outcome_index, looked up
 
 
 class SEDarwinTask:

@@ -31,6 +31,7 @@ from array import array
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import torch
@@ -185,22 +186,21 @@ class FeatureEncoder:
         width = len(self.tools) + 1
         kinds: dict[tuple[str, ...], int] = {}
         rows: list[list[float]] = []
-        codes = array("q")
-        for attempt in attempts:
-            code = kinds.get(attempt.tools_used)
-            if code is None:
-                row = [0.0] * width
-                for tool in set(attempt.tools_used):
-                    col = index.get(tool)
-                    if col is None:
-                        row[-1] += 1.0
-                    else:
-                        row[col] = 1.0
-                code = kinds[attempt.tools_used] = len(rows)
-                rows.append(row)
-            codes.append(code)
+        tool_lists = [a.tools_used for a in attempts]
+        for tools in dict.fromkeys(tool_lists):  # each distinct list once, in first-seen order
+            row = [0.0] * width
+            for tool in set(tools):
+                col = index.get(tool)
+                if col is None:
+                    row[-1] += 1.0
+                else:
+                    row[col] = 1.0
+            kinds[tools] = len(rows)
+            rows.append(row)
         table = torch.tensor(rows, dtype=torch.float64).reshape(len(rows), width)
-        return table[torch.frombuffer(codes, dtype=torch.int64)] if codes else table
+        if not tool_lists:
+            return table
+        return table[torch.tensor(list(map(kinds.__getitem__, tool_lists)), dtype=torch.int64)]
 
     def _agent_column(self, attempts: Sequence[AttemptInput]) -> torch.Tensor:
         """The agent's base rate as log-odds against the overall rate; 0 for an unknown agent.
@@ -209,15 +209,13 @@ class FeatureEncoder:
         rounding, and a 1e-16 input flushes to zero in fp16 while its fp32 gradient does
         not (the precision probe counted 32 flushed gradients for it)."""
         rates = dict(self.agent_rates)
-        by_agent: dict[str, float] = {}
-        values = []
-        for attempt in attempts:
-            value = by_agent.get(attempt.agent)
-            if value is None:
-                rate = rates.get(attempt.agent, self.base_rate)
-                value = by_agent[attempt.agent] = round(_logit(rate) - _logit(self.base_rate), 6)
-            values.append(value)
-        return torch.tensor(values, dtype=torch.float64).unsqueeze(1)
+        agents = [a.agent for a in attempts]
+        by_agent = {
+            agent: round(_logit(rates.get(agent, self.base_rate)) - _logit(self.base_rate), 6)
+            for agent in dict.fromkeys(agents)
+        }
+        values = list(map(by_agent.__getitem__, agents))
+        return torch.tensor(values, dtype=torch.float64).reshape(len(values), 1)
 
     def state_dict(self) -> dict[str, Any]:
         """Plain lists, strings and floats: safe for ``torch.load(weights_only=True)``."""
@@ -294,7 +292,7 @@ def _one_hot(values: Sequence[str], vocabulary: Sequence[str], other: bool) -> t
     where the value is in no column (the empty pattern included)."""
     index = {word: i for i, word in enumerate(vocabulary)}
     missing = len(vocabulary)
-    codes = torch.tensor([index.get(v, missing) for v in values], dtype=torch.long)
+    codes = torch.tensor(list(map(index.get, values, repeat(missing))), dtype=torch.long)
     width = len(vocabulary) + (1 if other else 0)
     out = torch.zeros((len(values), width + (0 if other else 1)), dtype=torch.float64)
     out[torch.arange(len(values)), codes] = 1.0
