@@ -33,10 +33,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from genesis_fp16_agents.se_darwin.split import assign_folds, split_points
-from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, record_id_hashes
+from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, example_id_hashes
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.schema import Example
 from genesis_fp16_infrastructure.training.run.early_stop import served_weights
@@ -132,7 +133,8 @@ class ScoredModel:
         self.eval_fraction = float(split.get("eval_fraction", 0.0))
         self.folds = int(split.get("folds", 0))
         seen = DataFingerprint.from_state(saved.get("data"))
-        self.pool_ids = set(seen.ids.tolist()) if seen is not None else None
+        # The id hashes of the pool it read, as an array (a set of a million ints: 60 MB)
+        self.pool_ids = seen.ids.numpy() if seen is not None else None
 
     def held_out_for(
         self, examples: Sequence[Example], hashes: RecordHashes | None = None
@@ -230,18 +232,17 @@ class RecordHashes:
 
     def __init__(self, examples: Sequence[Example]) -> None:
         self.trajectory_ids = [e.trajectory_id for e in examples]
-        self.ids = record_id_hashes(self.trajectory_ids)
-        self._split: dict[int, list[float]] = {}
+        self.ids = np.array(example_id_hashes(examples), dtype=np.int64)
+        self._split: dict[int, np.ndarray] = {}
 
-    def held_out(self, pool_ids: set[int], seed: int, fraction: float) -> list[bool]:
-        """Outside the pool, or in its held-out part (``is_held_out`` of the id)."""
+    def held_out(self, pool_ids: np.ndarray, seed: int, fraction: float) -> list[bool]:
+        """Outside the pool (``pool_ids``: its id hashes), or in its held-out part
+        (``is_held_out`` of the id)."""
         split = self._split.get(seed)
         if split is None:
-            split = self._split[seed] = split_points(self.trajectory_ids, seed)
-        return [
-            key not in pool_ids or point < fraction
-            for key, point in zip(self.ids, split, strict=True)
-        ]
+            split = self._split[seed] = np.array(split_points(self.trajectory_ids, seed))
+        outside = ~np.isin(self.ids, pool_ids)
+        return (outside | (split < fraction)).tolist()
 
 
 def comparison_mask(

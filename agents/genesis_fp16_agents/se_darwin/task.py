@@ -34,6 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn.functional import binary_cross_entropy_with_logits
@@ -43,7 +44,11 @@ from torch.optim.lr_scheduler import LRScheduler
 from genesis_fp16_agents.se_darwin.options import FINAL_FITS, TaskOptions
 from genesis_fp16_agents.se_darwin.pool_read import read_pool
 from genesis_fp16_agents.se_darwin.split import Split, choose_split
-from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint
+from genesis_fp16_infrastructure.data.fingerprint import (
+    DataFingerprint,
+    example_id_hashes,
+    fingerprint,
+)
 from genesis_fp16_infrastructure.data.readers import (
     ReadResult,
 )
@@ -203,8 +208,12 @@ class SEDarwinTask:
         self.train_data = batch(train)
         self.validation_data = batch(split.validation)
         self.eval_data = batch(held)
-        ids = sorted({e.trajectory_id for e in (*train, *split.validation)})
-        self.data_key = hashlib.blake2b("\n".join(ids).encode(), digest_size=8).hexdigest()
+        # Early stopping's record holds on these records alone: the distinct id hashes of
+        # the training and validation parts (since issue 36; the ids' text, sorted, before:
+        # a checkpoint of then starts a new record once).
+        hashes = example_id_hashes([*train, *split.validation])
+        distinct = np.unique(np.array(hashes, dtype=np.int64))
+        self.data_key = hashlib.blake2b(distinct.astype("<i8").tobytes(), digest_size=8).hexdigest()
         if self.cross_validated:
             logger.info(
                 "se_darwin task: %d examples in %d folds (cross-validated), %d features, model %s",

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from genesis_fp16_infrastructure.data.record_key import (
+    example_id_hashes,
     record_hash,
     record_id_hash,
     record_id_hashes,
@@ -38,6 +39,7 @@ __all__ = [
     "DataChange",
     "DataFingerprint",
     "compare",
+    "example_id_hashes",
     "fingerprint",
     "record_hash",
     "record_id_hash",
@@ -117,7 +119,7 @@ class DataChange:
 def fingerprint(examples: Sequence[Example]) -> DataFingerprint:
     """The fingerprint of ``examples`` (independent of their order): sorted by (id hash,
     record hash), as tuples of Python ints once were, with the same digest."""
-    ids = torch.tensor(record_id_hashes(e.trajectory_id for e in examples), dtype=torch.int64)
+    ids = torch.tensor(example_id_hashes(examples), dtype=torch.int64)
     labelled = torch.tensor([record_hash(e) for e in examples], dtype=torch.int64)
     order = torch.sort(labelled, stable=True).indices
     order = order[torch.sort(ids[order], stable=True).indices]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, TextIO
@@ -33,7 +34,7 @@ from pydantic import ValidationError
 from genesis_fp16_infrastructure.data.attempt_numbers import own_numbers, pack
 from genesis_fp16_infrastructure.data.fast_records import decode_record
 from genesis_fp16_infrastructure.data.lineage import Pool, PoolEntry
-from genesis_fp16_infrastructure.data.record_key import record_hash
+from genesis_fp16_infrastructure.data.record_key import record_hash, record_id_hash
 from genesis_fp16_infrastructure.data.schema import (
     AttemptInput,
     Example,
@@ -218,11 +219,12 @@ def read_trajectories(
     try:
         with paused_gc():  # a million records, no cycle among them (gc_pause)
             for file in files:
-                for record in _file_records(file, sink, cache, slim):
-                    if record.trajectory_id in kept:
-                        result.duplicates += 1
-                        continue
-                    kept[record.trajectory_id] = record
+                records = _file_records(file, sink, cache, slim)
+                before = len(kept)
+                # The first record of an id wins, in file order (setdefault, in C).
+                ids = [r.trajectory_id for r in records]
+                deque(map(kept.setdefault, ids, records), maxlen=0)
+                result.duplicates += len(records) - (len(kept) - before)
             _collect(kept, result)
     finally:
         sink.close()
@@ -255,6 +257,7 @@ class FileRecord:
     # data.record_key.record_hash of the labelled record, worked out while its text was
     # there (None: unlabelled, in no fingerprint)
     key: int | None = None
+    id_key: int | None = None  # data.record_key.record_id_hash of trajectory_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,7 +365,8 @@ def _finish(record: FileRecord, slim: _Strings | None) -> FileRecord:
             reasoning_pattern=slim(attempt.reasoning_pattern),
         )
     object.__setattr__(attempt, "own", own)
-    return FileRecord(record.trajectory_id, attempt, label, record.score, key)
+    id_key = record_id_hash(record.trajectory_id)
+    return FileRecord(record.trajectory_id, attempt, label, record.score, key, id_key)
 
 
 _UNREADABLE: Any = object()
@@ -420,12 +424,13 @@ def _collect(kept: dict[str, FileRecord], result: ReadResult) -> None:
     result.unlabelled += len(records) - len(labelled)
     result.examples = objects(
         Example,
-        ("trajectory_id", "attempt", "label", "key"),
+        ("trajectory_id", "attempt", "label", "key", "id_key"),
         (
             [r.trajectory_id for r in labelled],
             [r.attempt for r in labelled],
             [r.label for r in labelled],
             [r.key for r in labelled],
+            [r.id_key for r in labelled],
         ),
     )
     result.pool = Pool(dict(zip(ids, entries, strict=True)))

@@ -47,8 +47,8 @@ logger = logging.getLogger(__name__)
 
 # Bump when FileRecord, AttemptInput, Label or how a record becomes them changes; the
 # own numbers' version is part of it (data.attempt_numbers).
-# 4: columns, not rows
-CACHE_VERSION = f"4.s{SCHEMA_VERSION}.n{NUMBERS_VERSION}"
+# 4: columns, not rows; 5: each record's id hash
+CACHE_VERSION = f"5.s{SCHEMA_VERSION}.n{NUMBERS_VERSION}"
 OWN_BYTES = 8 * len(OWN_FEATURES)  # a record's packed own numbers (attempt_numbers.pack)
 _H = TypeVar("_H", bound=Hashable)
 
@@ -226,6 +226,7 @@ class _Entry(msgspec.Struct):
     label: list[tuple[bool, float | None, str] | None]
     score: list[float | None]
     key: list[int | None]
+    id_key: list[int | None]
     rejected: list[tuple[str, str, str]]
 
 
@@ -251,6 +252,7 @@ def _encode(records: list[FileRecord], rejected: list[Rejected]) -> _Entry:
         ],
         score=[r.score for r in records],
         key=[r.key for r in records],
+        id_key=[r.id_key for r in records],
         rejected=[(e.where, e.reason, e.text) for e in rejected],
     )
 
@@ -279,7 +281,7 @@ def _decode(entry: _Entry) -> tuple[list[FileRecord], list[Rejected]]:
     # A column of another length is a damaged entry (ValueError: the file is read again).
     attempts = objects(AttemptInput, _ATTEMPT_FIELDS, columns)
     labels = [None if x is None else Label(*x) for x in entry.label]
-    record_columns = (entry.ids, attempts, labels, entry.score, entry.key)
+    record_columns = (entry.ids, attempts, labels, entry.score, entry.key, entry.id_key)
     records = objects(FileRecord, _RECORD_FIELDS, record_columns)
     return records, [Rejected(*e) for e in entry.rejected]
 
@@ -289,7 +291,7 @@ _ATTEMPT_FIELDS = (
     "code_changes", "modified_files", "proposed_strategy", "problem_diagnosis",
     "tools_used", "reasoning_pattern", "own",
 )  # fmt: skip
-_RECORD_FIELDS = ("trajectory_id", "attempt", "label", "score", "key")
+_RECORD_FIELDS = ("trajectory_id", "attempt", "label", "score", "key", "id_key")
 
 
 def _shared(values: list[_H]) -> list[_H]:

@@ -29,6 +29,16 @@ def record_id_hashes(trajectory_ids: Iterable[str]) -> list[int]:
     ]
 
 
+def example_id_hashes(examples: Iterable[Example]) -> list[int]:
+    """``record_id_hash`` of each example's id: the reader's (``Example.id_key``) where it
+    kept one, else worked out here."""
+    examples = list(examples)
+    hashes = [e.id_key for e in examples]
+    if None in hashes:
+        return record_id_hashes(e.trajectory_id for e in examples)
+    return hashes  # type: ignore[return-value]  # no None, checked above
+
+
 def record_hash(example: Example) -> int:
     """A record's (id, label, attempt) hash as the fingerprint keeps it in ``labelled``:
     whether a model trained on this very record (drift, the gate). The reader's, worked

@@ -270,6 +270,9 @@ class Example:
     # was there (None: work it out from the fields). Not an init field, so
     # dataclasses.replace never carries it to other values.
     key: int | None = field(default=None, init=False, repr=False, compare=False)
+    # record_key.record_id_hash of its id, worked out by the reader and kept by the record
+    # cache (None: work it out): the fingerprint, the split's data key and the gate ask it.
+    id_key: int | None = field(default=None, init=False, repr=False, compare=False)
 
 
 def outcome_for_score(

@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import torch
 
-from genesis_fp16_infrastructure.data.fingerprint import fingerprint
+from genesis_fp16_infrastructure.data.fingerprint import fingerprint, record_id_hash
 from genesis_fp16_infrastructure.data.manifest import scan_files
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
@@ -55,6 +55,8 @@ def _same(a: ReadResult, b: ReadResult) -> None:
     assert all(e.attempt.own for e in a.examples)
     assert [e.attempt.own for e in a.examples] == [e.attempt.own for e in b.examples]
     assert [e.key for e in a.examples] == [e.key for e in b.examples]
+    # So do the id hashes the fingerprint, the split's data key and the gate ask.
+    assert [e.id_key for e in b.examples] == [record_id_hash(e.trajectory_id) for e in a.examples]
     assert a.scores == b.scores and a.pool.entries == b.pool.entries
     counts = ("quarantined", "duplicates", "unlabelled")
     assert [getattr(a, c) for c in counts] == [getattr(b, c) for c in counts]

@@ -27,11 +27,11 @@ def test_a_non_init_field_is_set_too() -> None:
     attempt = AttemptInput(trajectory_id="t")
     (example,) = objects(
         Example,
-        ("trajectory_id", "attempt", "label", "key"),
-        (["t"], [attempt], [Label(True, 0.9, "success")], [42]),
+        ("trajectory_id", "attempt", "label", "key", "id_key"),
+        (["t"], [attempt], [Label(True, 0.9, "success")], [42], [7]),
     )
     assert example == Example("t", attempt, Label(True, 0.9, "success"))
-    assert example.key == 42
+    assert (example.key, example.id_key) == (42, 7)
 
 
 def test_a_missing_field_or_a_short_column_is_refused() -> None:
