@@ -34,6 +34,7 @@ from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16_infrastructure.served import ServedPointerError, served_checkpoint
 from genesis_fp16_infrastructure.training import CheckpointError, CheckpointManager
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
+from genesis_fp16_infrastructure.training.precision.precision_names import LOSS_SCALED
 
 log = structlog.get_logger("genesis_fp16.next_run")
 
@@ -60,7 +61,7 @@ def expected_next_run(paths: AgentPaths, precision: str | None) -> NextRun:
     """
     if precision is None:
         return NextRun(None, math.nan, "undecided")
-    if precision != "fp16":
+    if precision not in LOSS_SCALED:
         return NextRun(precision, 1.0, "request")
     scale = _newest_scale(paths)
     return NextRun(precision, INITIAL_SCALE if scale is None else scale, "request")
