@@ -17,7 +17,8 @@ Everything a plugin needs is here: the contract (``AgentPlugin``, ``API_VERSION`
 request and result, the task protocol (``TrainingTask``), ``fit`` and its options,
 ``to_device``, the errors (``TrainRequestError``, ``PrecisionError``, ``CheckpointError``)
 and ``DEFAULT_STEPS``, the budget of a request that names none. ``API_VERSION`` versions
-this list: a name leaves it only with a new version.
+this list and the request's types: a name leaves it, or a field changes type, only with a
+new version, and ``API_CHANGES`` says what each version changed.
 
 Importing this module does not import torch, the daemon or its settings: the training
 names (``fit``, ``to_device``, ...) are imported when first used.
@@ -26,6 +27,7 @@ names (``fit``, ``to_device``, ...) are imported when first used.
 from typing import TYPE_CHECKING
 
 from genesis_fp16_infrastructure.plugin_api import (
+    API_CHANGES,
     API_VERSION,
     DEFAULT_STEPS,
     AgentOption,
@@ -62,6 +64,7 @@ _TRAINING_NAMES = (
 )
 
 __all__ = [
+    "API_CHANGES",
     "API_VERSION",
     "DEFAULT_STEPS",
     "AgentOption",

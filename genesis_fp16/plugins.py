@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from importlib.metadata import EntryPoint, entry_points
 from typing import Literal
 
-from genesis_fp16_infrastructure.plugin_api import API_VERSION, AgentPlugin
+from genesis_fp16_infrastructure.plugin_api import API_VERSION, AgentPlugin, api_version_error
 
 ENTRY_POINT_GROUP = "genesis_fp16.agents"
 OWN_DISTRIBUTION = "genesis-fp16"  # registers the built-in agents
@@ -105,7 +105,7 @@ def _load(ep: EntryPoint) -> PluginRecord:
         return replace(
             found,
             state="wrong_api",
-            error=f"api_version {api!r}, this daemon supports {API_VERSION}",
+            error=api_version_error(api),
         )
     if not isinstance(obj, AgentPlugin):
         missing = [

@@ -12,9 +12,12 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-# The values of CHOICES in genesis_fp16_infrastructure.training.precision.precision_names,
-# spelled out because a Literal must be static for mypy and pydantic (a test checks they agree).
-Precision = Literal["auto", "fp32", "bf16", "fp16"]
+from genesis_fp16_infrastructure.training.precision.precision_names import RequestedName
+
+# The vocabulary's own Literal (precision_names.RequestedName, whose values are CHOICES):
+# mypy and pydantic check the per-agent precision against it, and a new precision is one
+# edit there.
+Precision = RequestedName
 # The values of CUDA_GRAPH_REQUESTS in genesis_fp16_infrastructure.training.step.execution_names
 # (a test checks).
 CudaGraph = Literal["auto", "on", "off"]

@@ -34,7 +34,7 @@ from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16_infrastructure.served import ServedPointerError, served_checkpoint
 from genesis_fp16_infrastructure.training import CheckpointError, CheckpointManager
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
-from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
+from genesis_fp16_infrastructure.training.precision.precision_names import LOSS_SCALED
 
 log = structlog.get_logger("genesis_fp16.next_run")
 
@@ -51,12 +51,6 @@ class NextRun:
     source: str
 
 
-@dataclass(frozen=True)
-class _Resumed:
-    precision: str | None
-    scale: float | None
-
-
 def expected_next_run(paths: AgentPaths, precision: str | None) -> NextRun:
     """The :class:`NextRun` of the agent under ``paths`` whose next run computes in
     ``precision``, as ``decide`` planned it (None: decided by the run's measurement).
@@ -67,10 +61,9 @@ def expected_next_run(paths: AgentPaths, precision: str | None) -> NextRun:
     """
     if precision is None:
         return NextRun(None, math.nan, "undecided")
-    if precision != "fp16":
+    if precision not in LOSS_SCALED:
         return NextRun(precision, 1.0, "request")
-    resumed = _newest(paths)
-    scale = resumed.scale if resumed is not None and resumed.scale is not None else None
+    scale = _newest_scale(paths)
     return NextRun(precision, INITIAL_SCALE if scale is None else scale, "request")
 
 
@@ -86,17 +79,13 @@ def served_model_folder(paths: AgentPaths) -> Path:
     return served.parent if served is not None else paths.checkpoint_dir
 
 
-def _newest(paths: AgentPaths) -> _Resumed | None:
-    """The served model's newest valid core checkpoint's precision and scaler scale, or
-    None; from its summary file (``CheckpointManager.latest_summary``) when it has one."""
+def _newest_scale(paths: AgentPaths) -> float | None:
+    """The served model's newest valid core checkpoint's scaler scale, or None; from its
+    summary file (``CheckpointManager.latest_summary``) when it has one."""
     folder = served_model_folder(paths)
     try:
         summary = CheckpointManager(folder).latest_summary()
     except (OSError, CheckpointError) as exc:  # a folder we may not read: no checkpoint
         log.warning("cannot read the agent's checkpoints", path=str(folder), error=str(exc))
         return None
-    if summary is None:
-        return None
-    used = summary.get("precision")
-    scale = summary.get("loss_scale")
-    return _Resumed(used if used in PRECISIONS else None, scale)
+    return None if summary is None else summary.get("loss_scale")

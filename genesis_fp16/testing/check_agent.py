@@ -25,6 +25,7 @@ from genesis_fp16_infrastructure.plugin_api import (
     TrainRequest,
     TrainRequestError,
     TrainResult,
+    api_version_error,
 )
 from genesis_fp16_infrastructure.training import PRECISIONS
 
@@ -128,7 +129,7 @@ def _contract(bench: _Bench) -> str:
     if missing:
         raise RuleFailed(f"missing {', '.join(missing)}")
     if plugin.api_version != API_VERSION:
-        raise RuleFailed(f"api_version {plugin.api_version!r}; this genesis-fp16 has {API_VERSION}")
+        raise RuleFailed(api_version_error(plugin.api_version))
     return f"api_version {API_VERSION}, name {plugin.name!r}"
 
 
@@ -283,7 +284,7 @@ def check_agent(
 
     >>> report = check_agent(plugin)        # doctest: +SKIP
     >>> print(report.summary())             # doctest: +SKIP
-    PASS contract: api_version 1, name 'my_agent'
+    PASS contract: api_version 2, name 'my_agent'
     ...
     """
     results: list[RuleResult] = []

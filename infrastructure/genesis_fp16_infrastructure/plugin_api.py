@@ -8,7 +8,8 @@ either the plugin object or a zero-argument callable that returns it::
     [project.entry-points."genesis_fp16.agents"]
     my_agent = "my_agent.plugin:plugin"
 
-The daemon refuses a plugin whose ``api_version`` differs from :data:`API_VERSION`.
+The daemon refuses a plugin whose ``api_version`` differs from :data:`API_VERSION`, and
+says what changed since the plugin's version (:func:`api_version_error`).
 
 A plugin may declare the options its ``train`` reads from ``TrainRequest.options`` as an
 ``options`` attribute (a sequence of :class:`AgentOption`); operators then set them with
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 
 
 __all__ = [
+    "API_CHANGES",
     "API_VERSION",
     "DEFAULT_STEPS",
     "LEARNING_FAILURES",
@@ -56,6 +58,7 @@ __all__ = [
     "TrainRequest",
     "TrainRequestError",
     "TrainResult",
+    "api_version_error",
     "declared_options",
     "ignored_request_fields",
     "learning_failure",
@@ -63,7 +66,26 @@ __all__ = [
     "parse_options",
 ]
 
-API_VERSION = 1
+API_VERSION = 2
+
+API_CHANGES: Mapping[int, str] = {
+    2: "TrainRequest.precision is a PrecisionRequest, not a name: "
+    "request.precision.requested is the name asked for ('auto', 'fp32', 'bf16', 'fp16')",
+}
+"""What each version changed that a plugin written for the one before must adapt to."""
+
+
+def api_version_error(found: object) -> str:
+    """Why a plugin declaring ``api_version = found`` is refused, and what changed since:
+
+    >>> api_version_error(1)  # doctest: +ELLIPSIS
+    'api_version 1, this genesis-fp16 supports 2; changed since 1: TrainRequest.precision is ...'
+    """
+    message = f"api_version {found!r}, this genesis-fp16 supports {API_VERSION}"
+    if isinstance(found, int) and found < API_VERSION:
+        changes = [API_CHANGES[v] for v in range(found + 1, API_VERSION + 1) if v in API_CHANGES]
+        message += f"; changed since {found}: " + "; ".join(changes)
+    return message
 
 
 class TrainRequestError(ValueError):

@@ -92,10 +92,45 @@ def test_a_resumed_run_reads_its_checkpoint_once(
     first = _optimizer_steps(ctx)
     reads.clear()
     run_agent_job(ctx, AGENT, plugin)
-    assert len(reads.before_first_step) == 1, reads.before_first_step
+    assert len(reads.before_first_step) == 2, reads.before_first_step
     assert max(reads.all.values()) == 1, reads.all
     # The daemon's counters still start at the resumed checkpoint's totals: 8 more steps.
     assert first == 8 and _optimizer_steps(ctx) == 16
+
+
+def test_a_run_resuming_a_cut_short_candidate_reads_two_checkpoints_before_its_first_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job stopped mid-run leaves its candidate unjudged; the next job resumes it and,
+    before its first step, reads that candidate's checkpoint and the served model's, each
+    once, and no bytes twice in the job. The target is 1: se_darwin's planning
+    (``promotion.plan_candidate``) reads the served model up front, for the data
+    comparison and the gate's score, where it could wait for the gate."""
+    ctx, plugin = _job(tmp_path, monkeypatch)
+    run_agent_job(ctx, AGENT, plugin)  # the served model, 8 steps
+    step = trainer.Trainer.step
+
+    def stop_at_step_10(this: Any, *args: Any, **kwargs: Any) -> Any:
+        out = step(this, *args, **kwargs)
+        if this.step_count >= 10:
+            ctx.stopping.set()  # as a daemon shutdown does: the run stops with a checkpoint
+        return out
+
+    monkeypatch.setattr(trainer.Trainer, "step", stop_at_step_10)
+    run_agent_job(ctx, AGENT, plugin)  # continues the served model, cut short at 10
+    monkeypatch.setattr(trainer.Trainer, "step", step)
+    ctx.stopping.clear()
+    served = served_checkpoint(AgentPaths.for_agent(tmp_path / "state", AGENT).checkpoint_dir)
+    assert served is not None
+    served_bytes = hashlib.sha256(served.read_bytes()).hexdigest()
+    reads = _Reads(monkeypatch)
+    with caplog.at_level("INFO", logger="genesis_fp16_agents"):
+        run_agent_job(ctx, AGENT, plugin)
+    assert "cut short earlier" in caplog.text  # it resumed the candidate, not the served
+    assert len(reads.before_first_step) == 2, reads.before_first_step
+    assert served_bytes in reads.before_first_step  # the read that could wait for the gate
+    assert len(set(reads.before_first_step)) == 2  # two files, not one read twice
+    assert max(reads.all.values()) == 1, reads.all
 
 
 def test_a_corrupt_served_checkpoint_is_a_one_line_counted_refusal(

@@ -36,6 +36,19 @@ def test_states_of_good_broken_wrong_api_and_factory_plugins() -> None:
     assert "99" in str(records["fixture_wrong_api"].error)
 
 
+def test_a_plugin_for_api_version_1_is_refused_and_told_what_changed() -> None:
+    """Version 2 made request.precision a PrecisionRequest: a version-1 plugin is refused,
+    and its error names request.precision.requested, what it must read instead."""
+    import fixture_agents.wrong_api as wrong  # the module the entry point loads
+
+    wrong.plugin.api_version = 1
+    records = {r.name: r for r in discover_plugins(["fixture_wrong_api"])}
+    record = records["fixture_wrong_api"]
+    assert record.state == "wrong_api" and record.plugin is None
+    assert "api_version 1, this genesis-fp16 supports 2" in str(record.error)
+    assert "request.precision.requested" in str(record.error)
+
+
 def test_allowlist_is_applied_before_import() -> None:
     """Plugins outside the allowlist are listed as not_allowed and never imported."""
     records = {r.name: r for r in discover_plugins(["fixture_good"])}

@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 import torch
 
-from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainResult
+from genesis_fp16_infrastructure.plugin_api import (
+    API_CHANGES,
+    API_VERSION,
+    PrecisionRequest,
+    TrainRequest,
+    TrainResult,
+    api_version_error,
+)
 from genesis_fp16_infrastructure.training import GuardConfig, fit
 
 
@@ -132,3 +139,28 @@ def test_the_plugin_import_path_has_everything_a_plugin_needs() -> None:
     for name in ("fit", "to_device", "TrainingTask", "FitOptions", "PrecisionError"):
         assert getattr(api, name) is getattr(training, name)
     assert api.DEFAULT_STEPS > 0
+
+
+def test_a_precision_request_compared_with_a_name_raises_naming_requested() -> None:
+    """request.precision == "bf16" (API version 1's habit) raises a TypeError naming
+    request.precision.requested instead of being False whatever was asked; requests
+    still compare with requests."""
+    asked = PrecisionRequest("bf16", floor="bf16")
+    for compare in (
+        lambda: asked == "bf16",
+        lambda: asked != "fp16",
+        lambda: "bf16" == asked,  # noqa: SIM300 (the reflected comparison raises too)
+        lambda: asked in ("fp16", "bf16"),
+    ):
+        with pytest.raises(TypeError, match=r"request\.precision\.requested \(here 'bf16'\)"):
+            compare()
+    assert asked.requested == "bf16"
+    assert asked == PrecisionRequest.from_json(asked.to_json())
+    assert asked != PrecisionRequest("bf16") and asked != 1
+
+
+def test_every_api_version_after_the_first_says_what_it_changed() -> None:
+    """A bump of API_VERSION comes with its API_CHANGES line, which the refusal quotes."""
+    assert set(API_CHANGES) == set(range(2, API_VERSION + 1))
+    assert API_CHANGES[2] in api_version_error(1)
+    assert api_version_error(API_VERSION + 1).endswith(f"supports {API_VERSION}")

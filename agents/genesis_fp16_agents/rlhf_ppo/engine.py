@@ -124,9 +124,12 @@ class PPOEngine:
         cuda_graph: str = "auto",
         scaler: ScalerConfig = ScalerConfig(),  # noqa: B008 (frozen, so sharing is safe)
     ) -> None:
-        """``precision`` (default: created from ``preset.policy`` with ``scaler``, the run's
-        loss-scaler config) is the Trainer's policy; the precision guard passes the demoted
-        one, built with the same ``scaler``, whose reason tells the demotion.
+        """``precision`` is the Trainer's policy, and must compute in ``preset.policy``: a
+        run passes its one decision's (the plugin's ``decide()`` answer, built with
+        ``scaler``, the run's loss-scaler config; the precision guard the demoted one,
+        whose reason tells the demotion). None only for an engine used on its own, outside
+        a run (the probe setup, benchmarks/forensics.py): then it is decided for the
+        preset's policy precision here.
         ``cuda_graph`` is the update step's execution (``auto``: captured on CUDA)."""
         self.cfg, self.preset, self.device = cfg, preset, device
         self.scaler_config = scaler
@@ -162,7 +165,7 @@ class PPOEngine:
             else torch.optim.AdamW(groups, weight_decay=0.0)
         )
         # The trainer's precision is the policy's; the critic opens its own autocast.
-        self.precision = precision or _preset_precision(preset, device, scaler)
+        self.precision = precision or _standalone_precision(preset, device, scaler)
         if self.precision.name != preset.policy:
             raise ValueError(
                 f"rlhf_ppo: precision {self.precision.name!r} does not match preset "
@@ -370,12 +373,12 @@ class PPOEngine:
                 dst.copy_(src)
 
 
-def _preset_precision(
+def _standalone_precision(
     preset: ComponentPrecision, device: str, scaler: ScalerConfig
 ) -> PrecisionPolicy:
-    """The trainer's precision as the preset chose it: under ``auto`` nobody asked for the
-    policy's dtype explicitly, so the decision's reason (logged and reported) names the
-    preset."""
+    """The trainer's precision of an engine outside a run, as the preset names it: nobody
+    asked for the policy's dtype explicitly, so the decision's reason names the preset.
+    A run never comes here: it passes its own decision's policy."""
     basis = (
         f"preset {preset.name} trains the policy in {preset.policy} on {torch.device(device).type}"
     )

@@ -269,7 +269,7 @@ class RlhfPpoPlugin:
         task, eval_prompts, quarantined = read_task(request.data_path, request.quarantine_path)
         cfg = _ppo_config(task, options)
 
-        def build(preset: ComponentPrecision, precision: PrecisionPolicy | None) -> PPOEngine:
+        def build(preset: ComponentPrecision, precision: PrecisionPolicy) -> PPOEngine:
             return PPOEngine(
                 cfg,
                 preset,
@@ -281,7 +281,7 @@ class RlhfPpoPlugin:
                 cuda_graph=request.cuda_graph,
             )
 
-        engine = build(choice.preset, None)
+        engine = build(choice.preset, PrecisionPolicy.from_decision(decision, request.device))
         if request.initial_loss_scale is not None:  # a resumed checkpoint's scale replaces it
             start_scale_at(engine.precision, request.initial_loss_scale)
         resumed = resume_engine(engine, request.checkpoint_dir) if request.resume else None

@@ -10,7 +10,11 @@ exclusions applied (documented in docs/precision-forensics.md):
   whatever ``options["preset"]`` says; the override is reported.
 - ``fp16`` selects ``fp16_all``; a bf16 preset named next to it is an error.
 - ``bf16`` runs ``options["preset"]`` (default ``mixed_recommended``); ``fp16_all``
-  named next to it is overridden (the precision guard's memory after an fp16 demotion).
+  named next to it is overridden (the precision guard's memory after an fp16 demotion),
+  ``fp32_baseline`` is an error (the trainer runs the decided bf16).
+
+The trainer runs the decision itself (``PrecisionPolicy.from_decision``): the preset's
+policy precision is always the decided one, so nothing decides twice.
 
     >>> resolve_preset("fp32", "bf16_pure").preset.name
     'fp32_baseline'
@@ -145,6 +149,13 @@ def resolve_preset(
             )
         name, reason = "fp16_all", "precision fp16 selects fp16_all"
     elif precision == "bf16":
+        if preset is not None and PRESETS[preset].policy == "fp32":
+            # The decision is bf16 (asked by name, or a floor): the trainer runs it, so a
+            # preset whose policy trains in fp32 cannot be the one that runs.
+            raise TrainRequestError(
+                f"rlhf_ppo: preset {preset!r} conflicts with precision 'bf16'; "
+                "use precision 'fp32' or 'auto', or a bf16 preset"
+            )
         # bf16 asked next to fp16_all is what the precision guard's memory asks after an
         # fp16 demotion: the more robust precision wins, as fp32 does above.
         name = DEFAULT_PRESET if preset == "fp16_all" else preset or DEFAULT_PRESET

@@ -25,13 +25,18 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from genesis_fp16_infrastructure.training.precision.precision import dtype_of
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    LOSS_SCALED,
+    LOW_PRECISIONS,
+    PRECISIONS,
+)
+
 Family = Literal["fp32", "autocast", "island", "pure"]
 
-DTYPE_NAMES: dict[torch.dtype, str] = {
-    torch.float32: "fp32",
-    torch.bfloat16: "bf16",
-    torch.float16: "fp16",
-}
+# From the vocabulary (precision_names): a new precision is probed without an edit here.
+_NAME_OF: dict[torch.dtype, str] = {dtype_of(name): name for name in PRECISIONS}
+_LOW_DTYPES: tuple[torch.dtype, ...] = tuple(dtype_of(name) for name in LOW_PRECISIONS)
 
 # Lower is cheaper: fewer FP32 bytes and FP32 operations per step.
 _COST_RANK: dict[Family, int] = {"pure": 0, "autocast": 1, "island": 2, "fp32": 4}
@@ -52,12 +57,13 @@ class Variant:
 
     @property
     def precision(self) -> str:
-        return DTYPE_NAMES[self.dtype]
+        return _NAME_OF[self.dtype]
 
     @property
     def scaled(self) -> bool:
-        """fp16 variants scale the loss; bf16 has fp32's exponent range and does not."""
-        return self.dtype == torch.float16
+        """fp16 variants scale the loss (``LOSS_SCALED``); bf16 has fp32's exponent range
+        and does not."""
+        return self.precision in LOSS_SCALED
 
     @property
     def cost_rank(self) -> int:
@@ -71,16 +77,15 @@ def build_variants(components: Mapping[str, Sequence[str]]) -> list[Variant]:
         Variant("fp32", "fp32", torch.float32),
         Variant("fp32_repeat", "fp32", torch.float32),
     ]
-    low = (torch.bfloat16, torch.float16)
-    variants += [Variant(f"{DTYPE_NAMES[d]}_autocast", "autocast", d) for d in low]
-    for dtype in low:
-        name = DTYPE_NAMES[dtype]
+    variants += [Variant(f"{_NAME_OF[d]}_autocast", "autocast", d) for d in _LOW_DTYPES]
+    for dtype in _LOW_DTYPES:
+        name = _NAME_OF[dtype]
         variants.append(Variant(f"{name}_autocast+fp32[loss]", "island", dtype))
         for component, prefixes in components.items():
             variants.append(
                 Variant(f"{name}_autocast+fp32[{component}]", "island", dtype, tuple(prefixes))
             )
-    variants += [Variant(f"{DTYPE_NAMES[d]}_pure", "pure", d) for d in low]
+    variants += [Variant(f"{_NAME_OF[d]}_pure", "pure", d) for d in _LOW_DTYPES]
     return variants
 
 

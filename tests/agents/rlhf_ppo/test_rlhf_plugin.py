@@ -163,6 +163,22 @@ def test_auto_runs_the_preset_of_the_decision_not_an_explicit_request(
         result = _train(tmp_path, "auto", steps=4)
     text = caplog.text
     assert "requested explicitly" not in text
-    assert "precision bf16 (preset mixed_recommended trains the policy in bf16" in text
+    assert "precision bf16 (auto -> bf16: CPU with native bf16" in text  # the one decision
+    assert "rlhf_ppo preset mixed_recommended (auto -> bf16" in text
     assert result.extra["preset"] == "mixed_recommended" and result.precision_used == "bf16"
     assert "auto -> bf16: CPU with native bf16" in result.precision_reason
+
+
+def test_the_trainer_runs_the_plugins_one_decision_and_the_engine_decides_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine of a run is handed the policy of the plugin's one decide() answer: a
+    decide() called inside the engine fails the run, and what ran is the decision."""
+    from genesis_fp16_agents.rlhf_ppo import engine
+
+    def decides_again(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the engine decided the precision a second time")
+
+    monkeypatch.setattr(engine, "decide", decides_again)
+    result = _train(tmp_path, "fp32", steps=4, options={"preset": "bf16_pure"})
+    assert result.precision_used == "fp32" and result.extra["preset"] == "fp32_baseline"

@@ -106,6 +106,7 @@ def test_bf16_request_overrides_fp16_all() -> None:
     ("precision", "preset", "message"),
     [
         ("fp16", "bf16_pure", "conflicts with precision 'fp16'"),
+        ("bf16", "fp32_baseline", "conflicts with precision 'bf16'"),
         ("bf16", "bf8", "'bf8' is not one of"),
         ("int8", None, "'int8' is not one of"),
     ],

@@ -12,6 +12,7 @@ from torch import nn
 from genesis_fp16.config import agent_settings, settings
 from genesis_fp16.metrics import metric_names as metrics
 from genesis_fp16.runs import probe_gate
+from genesis_fp16_infrastructure.probe import build_variants, verdict
 from genesis_fp16_infrastructure.training import (
     GuardConfig,
     PrecisionPolicy,
@@ -20,8 +21,10 @@ from genesis_fp16_infrastructure.training import (
     dtype_of,
 )
 from genesis_fp16_infrastructure.training.precision import precision_names as names
+from genesis_fp16_infrastructure.training.precision.grad_check import LOW_DTYPES
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionError
 from genesis_fp16_infrastructure.training.precision.precision_names import ROBUSTNESS
+from genesis_fp16_infrastructure.training.run import verify_capture
 from genesis_fp16_infrastructure.training.step import trainer
 
 
@@ -36,13 +39,28 @@ def _model_with_grads(grad: float) -> tuple[nn.Linear, torch.Tensor]:
 def test_every_list_of_precision_names_is_the_vocabulary() -> None:
     """Settings, metrics, the probe gate, the guard and the memory use precision_names."""
     assert settings.PRECISION_CHOICES is names.CHOICES
-    assert get_args(agent_settings.Precision) == names.CHOICES
+    assert agent_settings.Precision is names.RequestedName  # the Literal itself, not a copy
+    assert names.CHOICES == get_args(names.RequestedName) == ("auto", *names.PRECISIONS)
+    assert get_args(names.PrecisionName) == names.PRECISIONS
     assert metrics.PRECISION_LABELS is names.PRECISIONS
     assert probe_gate.LOW_PRECISIONS is names.LOW_PRECISIONS
     assert GuardConfig().ladder is names.DEFAULT_LADDER
     assert ROBUSTNESS is names.ROBUSTNESS
     assert set(names.DTYPE_NAMES) == set(names.PRECISIONS)
+    # The two tolerance tables a new precision must extend (docs/architecture.md's recipe).
+    assert set(verify_capture.COMPILED_LOSS_RTOL) == set(names.PRECISIONS)
+    assert set(verdict.DEFAULT_LOSS_RTOL) == set(names.PRECISIONS)
     assert [dtype_of(p) for p in names.PRECISIONS] == [torch.float32, torch.bfloat16, torch.float16]
+    assert tuple(dtype_of(p) for p in names.LOW_PRECISIONS) == LOW_DTYPES  # a cast model refused
+
+
+def test_the_probe_tries_the_vocabularys_low_precisions_and_scales_its_loss_scaled_ones() -> None:
+    """The probe's variants come from precision_names: each low precision, loss scaled
+    exactly where LOSS_SCALED says, so a new precision is probed without editing it."""
+    variants = build_variants({})
+    assert [v.precision for v in variants if v.family == "pure"] == list(names.LOW_PRECISIONS)
+    assert {v.precision for v in variants if v.scaled} == set(names.LOSS_SCALED)
+    assert all(v.dtype == dtype_of(v.precision) for v in variants)
 
 
 def test_dtype_of_an_unknown_name_lists_the_choices() -> None:

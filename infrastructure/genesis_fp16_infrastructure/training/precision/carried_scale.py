@@ -29,6 +29,7 @@ from pathlib import Path
 
 from genesis_fp16_infrastructure.atomic import write_json_atomic
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
+from genesis_fp16_infrastructure.training.precision.precision_names import LOSS_SCALED
 
 CARRIED_VERSION = 1
 
@@ -47,8 +48,9 @@ class CarriedScale:
 
 
 def carry_after_run(requested: str, used: str, scale: float, demoted: bool) -> CarriedScale | None:
-    """What to carry after a run: its last scale when it ended in fp16 undemoted, else None."""
-    if used != "fp16" or demoted or not (math.isfinite(scale) and scale > 0):
+    """What to carry after a run: its last scale when it ended in a loss-scaled precision
+    (``LOSS_SCALED``: fp16) undemoted, else None."""
+    if used not in LOSS_SCALED or demoted or not (math.isfinite(scale) and scale > 0):
         return None
     return CarriedScale(requested, float(scale), datetime.now(UTC).isoformat(timespec="seconds"))
 

@@ -19,7 +19,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    DTYPE_NAMES,
+    LOW_PRECISIONS,
+)
+
 __all__ = [
+    "LOW_DTYPES",
     "all_reduce_max",
     "check_finite",
     "check_into",
@@ -29,6 +35,10 @@ __all__ = [
 ]
 
 GradGroups = dict[tuple[torch.device, torch.dtype], list[torch.Tensor]]
+
+LOW_DTYPES: tuple[torch.dtype, ...] = tuple(getattr(torch, DTYPE_NAMES[n]) for n in LOW_PRECISIONS)
+"""The 16-bit dtypes (``LOW_PRECISIONS``): a parameter or gradient in one was cast by
+the agent, where AMP needs float32 master weights."""
 
 
 def grads_by_device(optimizers: Iterable[torch.optim.Optimizer]) -> GradGroups:
@@ -44,7 +54,7 @@ def grads_by_device(optimizers: Iterable[torch.optim.Optimizer]) -> GradGroups:
                 grad = param.grad
                 if grad is None:
                     continue
-                if grad.dtype in (torch.float16, torch.bfloat16):
+                if grad.dtype in LOW_DTYPES:
                     raise ValueError(
                         f"a gradient is {grad.dtype}: the loss scaler needs float32 "
                         "parameters. AMP keeps FP32 master weights and autocast casts to "

@@ -37,7 +37,7 @@ from genesis_fp16_infrastructure.training.precision.decide import (
     decide,
     resolve_precision,
 )
-from genesis_fp16_infrastructure.training.precision.grad_check import step_or_skip
+from genesis_fp16_infrastructure.training.precision.grad_check import LOW_DTYPES, step_or_skip
 from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler, ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     DTYPE_NAMES,
@@ -263,7 +263,7 @@ class PrecisionPolicy:
                     f"policy is for {self.device}: call model.to({str(self.device)!r}) "
                     "first, or create the policy for the model's device"
                 )
-            if param.dtype in (torch.float16, torch.bfloat16):
+            if param.dtype in LOW_DTYPES:
                 raise PrecisionError(
                     f"model parameter {name!r} is {param.dtype}, but precision "
                     f"{self.name!r} needs float32 parameters: mixed precision keeps FP32 "

@@ -3,7 +3,9 @@
 Every list or map of precision names elsewhere (the daemon's settings and metric
 labels, the probe gate, the guard's ladder, rlhf_ppo's presets) is derived from these;
 a new precision is added here once. Configuration checks names against these tuples
-at start-up without paying for the torch import.
+at start-up without paying for the torch import. The names are declared once, as the
+``Literal`` types :data:`PrecisionName` and :data:`RequestedName` (what mypy and
+pydantic check a field against); the tuples are read from them.
 
     >>> PRECISIONS          # most robust first
     ('fp32', 'bf16', 'fp16')
@@ -13,9 +15,20 @@ at start-up without paying for the torch import.
 
 from __future__ import annotations
 
-PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
+from typing import Literal, get_args
+
+PrecisionName = Literal["fp32", "bf16", "fp16"]
 """What a run can compute in, in order of robustness (fp32 never overflows; bf16 has
-fp32's range with fewer mantissa bits; fp16 needs loss scaling)."""
+fp32's range with fewer mantissa bits; fp16 needs loss scaling). The one place a
+precision's name is written: every tuple below, and the settings' field types, come
+from it."""
+
+RequestedName = Literal["auto", PrecisionName]
+"""What a run may request, the default first: a precision, or ``auto`` (decided by
+``decide``). A settings field typed with it is checked by mypy and by pydantic."""
+
+PRECISIONS: tuple[str, ...] = get_args(PrecisionName)
+""":data:`PrecisionName`'s values, most robust first."""
 
 LOW_PRECISIONS: tuple[str, ...] = PRECISIONS[1:]
 """The 16-bit precisions: what the probe checks and the guard can demote from."""
@@ -23,7 +36,7 @@ LOW_PRECISIONS: tuple[str, ...] = PRECISIONS[1:]
 REQUESTABLE: tuple[str, ...] = (*PRECISIONS, "auto")
 """What a run may request: a precision, or ``auto`` (resolved on the device)."""
 
-CHOICES: tuple[str, ...] = ("auto", *PRECISIONS)
+CHOICES: tuple[str, ...] = get_args(RequestedName)
 """:data:`REQUESTABLE` with the default first: how the daemon's settings and CLI list it."""
 
 ROBUSTNESS: tuple[str, ...] = tuple(reversed(PRECISIONS))

@@ -17,7 +17,7 @@ floor=None, floor_reason='', cache=None, budget_s=1.0)
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,18 @@ class PrecisionRequest:
         if not self.budget_s > 0:
             raise PrecisionError(f"calibration budget_s={self.budget_s!r}: must be > 0")
 
+    def __eq__(self, other: object) -> bool:
+        # A plugin written when the request was a name (API_VERSION 1) compares it with
+        # one: ``request.precision == "bf16"`` would be False whatever was asked, silently.
+        if isinstance(other, str):
+            raise TypeError(
+                f"a PrecisionRequest is compared with the name {other!r}: compare "
+                f"request.precision.requested (here {self.requested!r}) with it instead"
+            )
+        if not isinstance(other, PrecisionRequest):
+            return NotImplemented
+        return _values(self) == _values(other)
+
     @property
     def measures(self) -> bool:
         """Whether ``auto`` here is decided by timing candidates (``mode="measure"``)."""
@@ -117,6 +129,10 @@ class PrecisionRequest:
 
 
 _FIELDS = frozenset(PrecisionRequest.__dataclass_fields__)
+
+
+def _values(request: PrecisionRequest) -> tuple[Any, ...]:
+    return tuple(getattr(request, f.name) for f in fields(request))
 
 
 def as_request(value: PrecisionRequest | str) -> PrecisionRequest:
