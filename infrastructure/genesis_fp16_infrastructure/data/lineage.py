@@ -54,6 +54,15 @@ class Pool:
         self.scores = {k: e.score for k, e in self.entries.items() if e.score is not None}
         self._depths: dict[str, int] = {}
 
+    @classmethod
+    def adopt(cls, entries: dict[str, PoolEntry], scores: dict[str, float]) -> Pool:
+        """A pool that takes ``entries`` and ``scores`` (the known scores of those
+        entries) as they are, without copies: for a reader that built them and hands them
+        over (a million records: two dicts of ~100 MB each not made again)."""
+        pool = cls.__new__(cls)
+        pool.entries, pool.scores, pool._depths = entries, scores, {}
+        return pool
+
     @cached_property
     def children(self) -> dict[str, list[str]]:
         """Parent id -> its children, in pool order; worked out when first asked (the
