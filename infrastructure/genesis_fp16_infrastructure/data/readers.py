@@ -34,7 +34,7 @@ from pydantic import ValidationError
 from genesis_fp16_infrastructure.data.attempt_numbers import own_numbers, pack
 from genesis_fp16_infrastructure.data.fast_records import decode_record
 from genesis_fp16_infrastructure.data.lineage import Pool, PoolEntry
-from genesis_fp16_infrastructure.data.record_key import record_hash, record_id_hash
+from genesis_fp16_infrastructure.data.record_key import labelled_hash, record_id_hash
 from genesis_fp16_infrastructure.data.schema import (
     AttemptInput,
     Example,
@@ -44,7 +44,7 @@ from genesis_fp16_infrastructure.data.schema import (
     derive_label,
     derive_replay_label,
 )
-from genesis_fp16_infrastructure.data.slot_objects import objects
+from genesis_fp16_infrastructure.data.slot_objects import builder, objects
 from genesis_fp16_infrastructure.data.sources import (
     DataError,
     Sink,
@@ -352,21 +352,36 @@ def _finish(record: FileRecord, slim: _Strings | None) -> FileRecord:
     files let go of, and its agent, operator, tools and pattern shared."""
     attempt, label = record.attempt, record.label
     own = pack(own_numbers(attempt))
-    key = None if label is None else record_hash(Example(record.trajectory_id, attempt, label))
+    key = None if label is None else labelled_hash(record.trajectory_id, attempt, label)
     if slim is not None:
-        attempt = AttemptInput(
-            trajectory_id=attempt.trajectory_id,
-            agent=slim(attempt.agent),
-            created=attempt.created,
-            operator=slim(attempt.operator),
-            generation=attempt.generation,
-            parent_ids=attempt.parent_ids,
-            tools_used=tuple(slim(tool) for tool in attempt.tools_used),
-            reasoning_pattern=slim(attempt.reasoning_pattern),
+        attempt = _slim_attempt(
+            (
+                attempt.trajectory_id,
+                slim(attempt.agent),
+                attempt.created,
+                slim(attempt.operator),
+                attempt.generation,
+                attempt.parent_ids,
+                tuple(map(slim, attempt.tools_used)),
+                slim(attempt.reasoning_pattern),
+                *_NO_TEXT,
+                own,
+            )
         )
-    object.__setattr__(attempt, "own", own)
+    else:
+        object.__setattr__(attempt, "own", own)
     id_key = record_id_hash(record.trajectory_id)
     return FileRecord(record.trajectory_id, attempt, label, record.score, key, id_key)
+
+
+# A slim attempt: the fields the run reads, its text and files the defaults.
+_SLIM_FIELDS = (
+    "trajectory_id", "agent", "created", "operator", "generation", "parent_ids",
+    "tools_used", "reasoning_pattern",
+    "code_changes", "modified_files", "proposed_strategy", "problem_diagnosis", "own",
+)  # fmt: skip
+_NO_TEXT = ("", (), "", "")
+_slim_attempt = builder(AttemptInput, _SLIM_FIELDS)
 
 
 _UNREADABLE: Any = object()

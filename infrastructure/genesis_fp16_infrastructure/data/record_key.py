@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from genesis_fp16_infrastructure.data.schema import Example
+from genesis_fp16_infrastructure.data.schema import AttemptInput, Example, Label
 
 
 def record_id_hash(trajectory_id: str) -> int:
@@ -45,16 +45,16 @@ def record_hash(example: Example) -> int:
     out before it let go of the record's text, when it kept one (``Example.key``)."""
     if example.key is not None:
         return example.key
-    return _hash(_record_key(example))
+    return labelled_hash(example.trajectory_id, example.attempt, example.label)
 
 
-def _record_key(example: Example) -> str:
-    label = example.label
+def labelled_hash(trajectory_id: str, attempt: AttemptInput, label: Label) -> int:
+    """:func:`record_hash` of the example these make, without making it (the reader
+    works it out once per record)."""
     # The attempt's repr names every field with its value (a frozen dataclass of strings,
     # numbers and tuples of strings): what the encoder reads, in a stable text.
-    return (
-        f"{example.trajectory_id}\x00{label.success}\x00{label.score!r}\x00{label.outcome}"
-        f"\x00{example.attempt!r}"
+    return _hash(
+        f"{trajectory_id}\x00{label.success}\x00{label.score!r}\x00{label.outcome}\x00{attempt!r}"
     )
 
 

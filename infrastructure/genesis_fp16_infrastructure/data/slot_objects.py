@@ -13,7 +13,7 @@ does nothing but set its fields (no ``__post_init__``, no defaults computed)::
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 _T = TypeVar("_T")
@@ -35,6 +35,27 @@ def objects(cls: type[_T], fields: Sequence[str], columns: Sequence[Sequence[Any
     for name, column in zip(fields, columns, strict=True):
         deque(map(getattr(cls, name).__set__, items, column), maxlen=0)
     return items
+
+
+def builder(cls: type[_T], fields: Sequence[str]) -> Callable[[Sequence[Any]], _T]:
+    """A function making one ``cls`` from its ``fields``' values, in that order, by the
+    same slot setters (checked once, here, that every slot is named)::
+
+        make = builder(PoolEntry, ("score", "parents", "operator", "created"))
+        entry = make((0.5, (), "mutation", None))
+    """
+    slots = _slots(cls)
+    if sorted(fields) != sorted(slots):
+        raise TypeError(f"{cls.__name__} has fields {slots}, given {tuple(fields)}")
+    setters = tuple(getattr(cls, name).__set__ for name in fields)
+
+    def make(values: Sequence[Any]) -> _T:
+        item = _new(cls)
+        for put, value in zip(setters, values, strict=True):
+            put(item, value)
+        return item
+
+    return make
 
 
 def _slots(cls: type) -> tuple[str, ...]:

@@ -6,7 +6,7 @@ import pytest
 
 from genesis_fp16_infrastructure.data.lineage import PoolEntry
 from genesis_fp16_infrastructure.data.schema import AttemptInput, Example, Label
-from genesis_fp16_infrastructure.data.slot_objects import objects
+from genesis_fp16_infrastructure.data.slot_objects import builder, objects
 
 
 def test_objects_equal_what_init_builds_and_stay_frozen() -> None:
@@ -39,3 +39,10 @@ def test_a_missing_field_or_a_short_column_is_refused() -> None:
         objects(PoolEntry, ("score", "parents", "operator"), ([0.1], [()], ["x"]))
     with pytest.raises(ValueError, match="differ in length"):
         objects(PoolEntry, ("score", "parents", "operator", "created"), ([0.1], [()], ["x"], []))
+
+
+def test_a_builder_makes_one_object_as_init_does() -> None:
+    make = builder(PoolEntry, ("parents", "score", "operator", "created"))
+    assert make(((), 0.5, "mutation", 2.0)) == PoolEntry(0.5, (), "mutation", 2.0)
+    with pytest.raises(TypeError, match="PoolEntry has fields"):
+        builder(PoolEntry, ("score",))
