@@ -10,7 +10,8 @@ outside (wall seconds, user+system CPU seconds and peak RSS of the process, by `
 
 * **first**: a fresh folder, fp32, the default budget capped at one epoch
   (``--option max_epochs=1``, so that 100k records finish here); its ``extra.phases``
-  say where the time went;
+  say where the time went, and ``extra.peak_rss_mib`` the process's peak resident memory
+  as each phase ended (where it first reaches the RSS column is where the memory went);
 * **up_to_date**: the same command with ``--resume`` on the unchanged pool (the data
   manifest answers: no parse, no task);
 * **check_in_daemon**: the same check as the daemon asks it before starting a child
@@ -180,12 +181,13 @@ def _row(row: dict[str, Any]) -> str:
     extra = result.get("extra", {})
     phases = extra.get("phases", {})
     shown = ", ".join(f"{k} {v:.3f}" for k, v in phases.items())
+    peaks = ", ".join(f"{k} {v:,.0f}" for k, v in extra.get("peak_rss_mib", {}).items())
     outcome = result.get("outcome", "none" if row["what"] == "check_in_daemon" else "?")
     auc = result.get("eval", {}).get("auc")
     return (
         f"| {row['pool']:,} | {row['layout']} | {row['what']} | {outcome} | {row['wall']:.3f} | "
         f"{row['cpu']:.3f} | {row['rss_mb']:.0f} | {result.get('steps', '')} | "
-        f"{'' if auc is None else f'{auc:.3f}'} | {shown} |"
+        f"{'' if auc is None else f'{auc:.3f}'} | {shown} | {peaks} |"
     )
 
 
@@ -199,8 +201,11 @@ def main() -> None:
     )
     args = parser.parse_args()
     full = {int(s) for s in args.full.split(",") if s}
-    print("| pool | layout | run | outcome | wall s | CPU s | RSS MB | steps | AUC | phases s |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print(
+        "| pool | layout | run | outcome | wall s | CPU s | RSS MB | steps | AUC | phases s "
+        "| peak RSS MiB as each phase ended |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as tmp:
         for count in (int(s) for s in args.sizes.split(",")):
             for layout in args.layouts.split(","):

@@ -5,10 +5,13 @@ with clock.phase("read"):
     data = read(...)
 clock.move("train", "eval", seconds_spent_evaluating)  # a phase nested in another
 result["phases"], result["wall_seconds"] = clock.to_json(), clock.elapsed()
+clock.peaks()  # the process's peak resident memory (MiB) as each phase ended
 """
 
 from __future__ import annotations
 
+import resource
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +24,7 @@ class PhaseClock:
     def __init__(self) -> None:
         self.started = time.perf_counter()
         self.seconds: dict[str, float] = {}
+        self.peak_mib: dict[str, float] = {}
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -29,6 +33,7 @@ class PhaseClock:
             yield
         finally:
             self.add(name, time.perf_counter() - start)
+            self.peak_mib[name] = peak_rss_mib()
 
     def add(self, name: str, seconds: float) -> None:
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
@@ -44,3 +49,14 @@ class PhaseClock:
 
     def to_json(self) -> dict[str, float]:
         return {name: round(value, 6) for name, value in self.seconds.items()}
+
+    def peaks(self) -> dict[str, float]:
+        """The process's peak resident memory in MiB as each phase last ended: the phase
+        where it first reaches the run's peak is where the memory went."""
+        return {name: round(value, 1) for name, value in self.peak_mib.items()}
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set size so far, in MiB (``ru_maxrss``)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes there, KiB here

@@ -232,6 +232,7 @@ class SEDarwinPlugin:
         stopped = out.stopped_early or (refit is not None and refit.stopped_early)
         if stopped:  # cut short: kept unjudged; the next run resumes it
             extra["phases"] = clock.to_json()
+            extra["peak_rss_mib"] = clock.peaks()
             return dataclasses.replace(
                 out, wall_seconds=clock.elapsed(), extra=extra, phases=extra["phases"]
             )
@@ -251,7 +252,7 @@ class SEDarwinPlugin:
                 root, candidate, out, served, data, request, options, numeric, plan.served_scored
             )
         served_now = served_model(root)
-        extra = {**out.extra, "phases": clock.to_json()}
+        extra = {**out.extra, "phases": clock.to_json(), "peak_rss_mib": clock.peaks()}
         out = dataclasses.replace(
             out, wall_seconds=clock.elapsed(), extra=extra, phases=extra["phases"]
         )
@@ -299,6 +300,7 @@ class SEDarwinPlugin:
             "up_to_date_against": plan.up_to_date,
             **({"gate": plan.verdict} if plan.verdict else {}),
             "phases": clock.to_json(),
+            "peak_rss_mib": clock.peaks(),
         }
         out = TrainResult.from_fit(request, result, quarantined=data.quarantined, extra=extra)
         out = dataclasses.replace(

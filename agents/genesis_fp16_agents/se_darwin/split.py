@@ -15,6 +15,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from genesis_fp16_agents.se_darwin.options import EVAL_BOUNDS, EVAL_TARGET, TaskOptions
 from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.data.schema import Example
@@ -74,19 +76,23 @@ class Split(NamedTuple):
     validation_fraction: float
     folds: tuple[int, ...] = ()  # cross-validated: each record's fold, in train's order
     fold_count: int = 0
+    # Where each part's records are in the data's examples (train, validation, held-out),
+    # when the split knows: the task takes their feature rows by them.
+    rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
 
 def split_examples(data: ReadResult, seed: int, eval_fraction: float | None = None) -> Split:
     """Held-out, validation and training parts, each by a hash of (seed, id)."""
     fraction, validation = split_fractions(len(data.examples), eval_fraction)
-    held, rest = _cut(data.examples, seed, fraction)
-    val, train = _cut(rest, seed, validation, "validation:")
+    everywhere = np.arange(len(data.examples))
+    (held, held_rows), (rest, rest_rows) = _cut(data.examples, everywhere, seed, fraction)
+    (val, val_rows), (train, train_rows) = _cut(rest, rest_rows, seed, validation, "validation:")
     if not train or not held or not val:
         raise TrainRequestError(
             f"{len(data.examples)} labelled example(s) cannot be split into train, "
             f"validation and held-out parts (eval_fraction={fraction}); add data"
         )
-    return Split(train, val, held, fraction, validation)
+    return Split(train, val, held, fraction, validation, rows=(train_rows, val_rows, held_rows))
 
 
 def choose_split(
@@ -135,7 +141,8 @@ def fold_split(data: ReadResult, seed: int, folds: int) -> Split:
             f"{len(everything)} labelled example(s) cannot be dealt into {folds} folds; add data"
         )
     dealt = assign_folds([e.trajectory_id for e in everything], seed, folds)
-    return Split(everything, everything, everything, 0.0, 0.0, tuple(dealt), folds)
+    rows = np.arange(len(everything))
+    return Split(everything, everything, everything, 0.0, 0.0, tuple(dealt), folds, (rows,) * 3)
 
 
 def assign_folds(ids: Sequence[str], seed: int, folds: int) -> list[int]:
@@ -159,12 +166,11 @@ def split_points(ids: Sequence[str], seed: int, salt: str = "") -> list[float]:
 
 
 def _cut(
-    examples: Sequence[Example], seed: int, fraction: float, salt: str = ""
-) -> tuple[list[Example], list[Example]]:
-    """(the examples ``is_held_out`` picks, the others), hashing each id once."""
-    points = split_points([e.trajectory_id for e in examples], seed, salt)
-    picked: list[Example] = []
-    others: list[Example] = []
-    for e, point in zip(examples, points, strict=True):
-        (picked if point < fraction else others).append(e)
-    return picked, others
+    examples: Sequence[Example], rows: np.ndarray, seed: int, fraction: float, salt: str = ""
+) -> tuple[tuple[list[Example], np.ndarray], tuple[list[Example], np.ndarray]]:
+    """(the examples ``is_held_out`` picks, the others), each with its ``rows``, hashing
+    each id once."""
+    picks = np.array(split_points([e.trajectory_id for e in examples], seed, salt)) < fraction
+    picked = [e for e, pick in zip(examples, picks.tolist(), strict=True) if pick]
+    others = [e for e, pick in zip(examples, picks.tolist(), strict=True) if not pick]
+    return (picked, rows[picks]), (others, rows[~picks])

@@ -163,7 +163,12 @@ class SEDarwinTask:
         # The unscaled numeric features of every record, computed once: each part takes its
         # rows, and the drift report and the promotion gate take them after the run
         # (take_numeric_rows), instead of working them out again.
-        position = {id(e): i for i, e in enumerate(data.examples)}
+        parts: dict[int, np.ndarray] = {}  # each part's rows in data.examples, by its list
+        if split.rows is not None:
+            parts = {
+                id(part): rows
+                for part, rows in zip((train, split.validation, held), split.rows, strict=True)
+            }
         self._numeric_rows: torch.Tensor | None = None
 
         def numeric(part: Sequence[Example]) -> torch.Tensor:
@@ -171,10 +176,12 @@ class SEDarwinTask:
                 attempts = [e.attempt for e in data.examples]
                 self._numeric_rows = numeric_columns(attempts, data.pool)
                 forget_index(data.pool)  # every record's rows are in hand
-            rows = [position.get(id(e)) for e in part]
-            if any(i is None for i in rows):  # not the pool's own records: worked out here
+            rows = parts.get(id(part))
+            if rows is None:
+                rows = _rows_in(part, data.examples)
+            if rows is None:  # not the pool's own records: worked out here
                 return numeric_columns([e.attempt for e in part], data.pool)
-            return self._numeric_rows[rows]
+            return self._numeric_rows[torch.from_numpy(rows)]
 
         if saved is not None:  # resuming: encode exactly as the checkpointed run did
             try:
@@ -385,6 +392,16 @@ class SEDarwinTask:
                 "the checkpoint's feature encoder differs from this run's; resume with the "
                 "checkpoint's encoder (SEDarwinTask(saved=...)) or start a fresh checkpoint folder"
             )
+
+
+def _rows_in(part: Sequence[Example], examples: Sequence[Example]) -> np.ndarray | None:
+    """Where ``part``'s records are in ``examples`` (the same objects); None when one is
+    not there."""
+    position = {id(e): i for i, e in enumerate(examples)}
+    rows = [position.get(id(e)) for e in part]
+    if any(i is None for i in rows):
+        return None
+    return np.array(rows, dtype=np.int64).reshape(len(rows))
 
 
 def _model_config(
