@@ -166,7 +166,10 @@ def _up_to_date_result(
         files_hashed=hashed,
     )
     extra = {**served.extra, "data": data, "phases": {"check": round(seconds, 6)}}
-    extra.pop("precision_calibration", None)  # the trained run's measurement, not this one's
+    # The trained run's measurements, not this one's: its calibration, its peak memory by
+    # phase, its record cache's counts.
+    for measured in ("precision_calibration", "peak_rss_mib", "record_cache"):
+        extra.pop(measured, None)
     return dataclasses.replace(
         served,
         precision_requested=request.precision.requested,

@@ -56,6 +56,8 @@ def served(tmp_path: Path) -> tuple[Path, Path, dict[str, Any]]:
     phases = first.extra["phases"]
     assert set(phases) == {"check", "read", "encode", "train", "eval", "gate"}
     assert sum(phases.values()) <= first.wall_seconds  # the real time, not the trainer's
+    # memory as each timed phase ended (eval is counted inside train)
+    assert set(first.extra["peak_rss_mib"]) == set(phases) - {"eval"}
     return data, ckpt, first.to_json()
 
 
@@ -72,6 +74,8 @@ def test_an_unchanged_pool_is_up_to_date_without_reading_it(
     assert out.extra["data"]["change"] == "unchanged"
     assert out.extra["data"]["checked_by"] == "manifest"
     assert 0 < out.wall_seconds == pytest.approx(out.extra["phases"]["check"], abs=1e-6)
+    # The trained run's own measurements are not this check's.
+    assert not {"peak_rss_mib", "record_cache", "precision_calibration"} & set(out.extra)
 
 
 def test_a_file_rewritten_with_the_same_content_is_up_to_date(
