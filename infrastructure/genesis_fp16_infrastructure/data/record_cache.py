@@ -280,7 +280,10 @@ def _decode(entry: _Entry) -> tuple[list[FileRecord], list[Rejected]]:
     )
     # A column of another length is a damaged entry (ValueError: the file is read again).
     attempts = objects(AttemptInput, _ATTEMPT_FIELDS, columns)
-    labels = [None if x is None else Label(*x) for x in entry.label]
+    known = [x for x in entry.label if x is not None]
+    parts = ([x[0] for x in known], [x[1] for x in known], [x[2] for x in known])
+    built = iter(objects(Label, ("success", "score", "outcome"), parts))
+    labels = [None if x is None else next(built) for x in entry.label]
     record_columns = (entry.ids, attempts, labels, entry.score, entry.key, entry.id_key)
     records = objects(FileRecord, _RECORD_FIELDS, record_columns)
     return records, [Rejected(*e) for e in entry.rejected]
