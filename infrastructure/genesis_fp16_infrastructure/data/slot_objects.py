@@ -59,6 +59,10 @@ def builder(cls: type[_T], fields: Sequence[str]) -> Callable[[Sequence[Any]], _
 
 
 def _slots(cls: type) -> tuple[str, ...]:
+    """``cls``'s slots; TypeError for a class whose ``__init__`` does more than set them
+    (a ``__post_init__``), which building by the slots would skip."""
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__} has a __post_init__: build it by its __init__")
     names: list[str] = []
     for klass in reversed(cls.__mro__):
         names.extend(getattr(klass, "__slots__", ()))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
 from genesis_fp16_infrastructure.data.lineage import PoolEntry
@@ -46,3 +48,18 @@ def test_a_builder_makes_one_object_as_init_does() -> None:
     assert make(((), 0.5, "mutation", 2.0)) == PoolEntry(0.5, (), "mutation", 2.0)
     with pytest.raises(TypeError, match="PoolEntry has fields"):
         builder(PoolEntry, ("score",))
+
+
+def test_a_class_with_a_post_init_is_refused() -> None:
+    @dataclass(frozen=True, slots=True)
+    class Checked:
+        value: int
+
+        def __post_init__(self) -> None:
+            if self.value < 0:
+                raise ValueError("negative")
+
+    with pytest.raises(TypeError, match="__post_init__"):
+        objects(Checked, ("value",), ([-1],))
+    with pytest.raises(TypeError, match="__post_init__"):
+        builder(Checked, ("value",))
