@@ -26,8 +26,9 @@ import hashlib
 import logging
 import os
 from collections.abc import Hashable
+from operator import attrgetter
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -47,8 +48,8 @@ logger = logging.getLogger(__name__)
 
 # Bump when FileRecord, AttemptInput, Label or how a record becomes them changes; the
 # own numbers' version is part of it (data.attempt_numbers).
-# 4: columns, not rows; 5: each record's id hash
-CACHE_VERSION = f"5.s{SCHEMA_VERSION}.n{NUMBERS_VERSION}"
+# 4: columns, not rows; 5: each record's id hash; 6: columns by field name
+CACHE_VERSION = f"6.s{SCHEMA_VERSION}.n{NUMBERS_VERSION}"
 OWN_BYTES = 8 * len(OWN_FEATURES)  # a record's packed own numbers (attempt_numbers.pack)
 _H = TypeVar("_H", bound=Hashable)
 
@@ -207,21 +208,22 @@ def _read_entry(path: Path) -> tuple[list[FileRecord], list[Rejected]]:
 class _Entry(msgspec.Struct):
     """A file's records as columns, one list per field, in file order: msgspec decodes
     each list in C, where a list of rows became lists of lists first (issue 36: a
-    +1% run reads every unchanged file's entry)."""
+    +1% run reads every unchanged file's entry). The attempt's columns carry
+    ``AttemptInput``'s field names."""
 
     version: str
-    ids: list[str]
+    trajectory_id: list[str]
     agent: list[str]
     created: list[float | None]
     operator: list[str]
     generation: list[int]
-    parents: list[tuple[str, ...]]
+    parent_ids: list[tuple[str, ...]]
     code_changes: list[str]
     modified_files: list[tuple[str, ...]]
     proposed_strategy: list[str]
     problem_diagnosis: list[str]
-    tools: list[tuple[str, ...]]
-    pattern: list[str]
+    tools_used: list[tuple[str, ...]]
+    reasoning_pattern: list[str]
     own: bytes  # every record's AttemptInput.own, OWN_BYTES each, back to back
     label: list[tuple[bool, float | None, str] | None]
     score: list[float | None]
@@ -230,29 +232,28 @@ class _Entry(msgspec.Struct):
     rejected: list[tuple[str, str, str]]
 
 
+# The entry's columns of AttemptInput fields (all but ``own``), and those a file repeats.
+_ATTEMPT_COLUMNS = (
+    "trajectory_id", "agent", "created", "operator", "generation", "parent_ids",
+    "code_changes", "modified_files", "proposed_strategy", "problem_diagnosis",
+    "tools_used", "reasoning_pattern",
+)  # fmt: skip
+_REPEATED = frozenset({"agent", "operator", "tools_used", "reasoning_pattern"})
+
+
 def _encode(records: list[FileRecord], rejected: list[Rejected]) -> _Entry:
     attempts = [r.attempt for r in records]
+    columns: dict[str, Any] = {name: _column(attempts, name) for name in _ATTEMPT_COLUMNS}
+    own = (a.own if len(a.own) == OWN_BYTES else pack(own_numbers(a)) for a in attempts)
+    labels = [None if (x := r.label) is None else (x.success, x.score, x.outcome) for r in records]
     return _Entry(
         version=CACHE_VERSION,
-        ids=[r.trajectory_id for r in records],
-        agent=[a.agent for a in attempts],
-        created=[a.created for a in attempts],
-        operator=[a.operator for a in attempts],
-        generation=[a.generation for a in attempts],
-        parents=[a.parent_ids for a in attempts],
-        code_changes=[a.code_changes for a in attempts],
-        modified_files=[a.modified_files for a in attempts],
-        proposed_strategy=[a.proposed_strategy for a in attempts],
-        problem_diagnosis=[a.problem_diagnosis for a in attempts],
-        tools=[a.tools_used for a in attempts],
-        pattern=[a.reasoning_pattern for a in attempts],
-        own=b"".join(a.own if len(a.own) == OWN_BYTES else pack(own_numbers(a)) for a in attempts),
-        label=[
-            None if (x := r.label) is None else (x.success, x.score, x.outcome) for r in records
-        ],
-        score=[r.score for r in records],
-        key=[r.key for r in records],
-        id_key=[r.id_key for r in records],
+        **columns,
+        own=b"".join(own),
+        label=labels,
+        score=_column(records, "score"),
+        key=_column(records, "key"),
+        id_key=_column(records, "id_key"),
         rejected=[(e.where, e.reason, e.text) for e in rejected],
     )
 
@@ -262,39 +263,30 @@ def _decode(entry: _Entry) -> tuple[list[FileRecord], list[Rejected]]:
     and tool lists a file repeats (agents, operators, patterns) one object each."""
     if entry.version != CACHE_VERSION:
         raise ValueError(f"cache version {entry.version!r}, this build's {CACHE_VERSION}")
-    n = len(entry.ids)
-    columns = (
-        entry.ids,
-        _shared(entry.agent),
-        entry.created,
-        _shared(entry.operator),
-        entry.generation,
-        entry.parents,
-        entry.code_changes,
-        entry.modified_files,
-        entry.proposed_strategy,
-        entry.problem_diagnosis,
-        _shared(entry.tools),
-        _shared(entry.pattern),
-        [entry.own[i : i + OWN_BYTES] for i in range(0, n * OWN_BYTES, OWN_BYTES)],
-    )
+    n = len(entry.trajectory_id)
+    columns = [getattr(entry, name) for name in _ATTEMPT_COLUMNS]
+    columns = [
+        _shared(c) if name in _REPEATED else c
+        for name, c in zip(_ATTEMPT_COLUMNS, columns, strict=True)
+    ]
+    own = [entry.own[i : i + OWN_BYTES] for i in range(0, n * OWN_BYTES, OWN_BYTES)]
     # A column of another length is a damaged entry (ValueError: the file is read again).
-    attempts = objects(AttemptInput, _ATTEMPT_FIELDS, columns)
+    attempts = objects(AttemptInput, (*_ATTEMPT_COLUMNS, "own"), (*columns, own))
     known = [x for x in entry.label if x is not None]
     parts = ([x[0] for x in known], [x[1] for x in known], [x[2] for x in known])
     built = iter(objects(Label, ("success", "score", "outcome"), parts))
     labels = [None if x is None else next(built) for x in entry.label]
-    record_columns = (entry.ids, attempts, labels, entry.score, entry.key, entry.id_key)
+    record_columns = (entry.trajectory_id, attempts, labels, entry.score, entry.key, entry.id_key)
     records = objects(FileRecord, _RECORD_FIELDS, record_columns)
     return records, [Rejected(*e) for e in entry.rejected]
 
 
-_ATTEMPT_FIELDS = (
-    "trajectory_id", "agent", "created", "operator", "generation", "parent_ids",
-    "code_changes", "modified_files", "proposed_strategy", "problem_diagnosis",
-    "tools_used", "reasoning_pattern", "own",
-)  # fmt: skip
 _RECORD_FIELDS = ("trajectory_id", "attempt", "label", "score", "key", "id_key")
+
+
+def _column(items: list[Any], name: str) -> list[Any]:
+    """Each item's ``name``, read in C."""
+    return list(map(attrgetter(name), items))
 
 
 def _shared(values: list[_H]) -> list[_H]:
