@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from genesis_fp16_agents.se_darwin.options import TaskOptions
+from genesis_fp16_infrastructure.data.file_records import FileCache
 from genesis_fp16_infrastructure.data.readers import (
     DataTooLarge,
-    FileCache,
     ReadResult,
     read_trajectories,
 )

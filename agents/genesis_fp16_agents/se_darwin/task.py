@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,6 +41,7 @@ from torch.nn.functional import binary_cross_entropy_with_logits
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
+from genesis_fp16_agents.se_darwin.batch import Batch, rows_in, to_batch
 from genesis_fp16_agents.se_darwin.options import FINAL_FITS, TaskOptions
 from genesis_fp16_agents.se_darwin.pool_read import read_pool
 from genesis_fp16_agents.se_darwin.split import Split, choose_split
@@ -52,12 +53,11 @@ from genesis_fp16_infrastructure.data.fingerprint import (
 from genesis_fp16_infrastructure.data.readers import (
     ReadResult,
 )
-from genesis_fp16_infrastructure.data.schema import OUTCOMES, SCHEMA_VERSION, Example
+from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION, Example
 from genesis_fp16_infrastructure.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
 from genesis_fp16_infrastructure.world_model.features import (
     FeatureEncoder,
-    PoolLike,
     numeric_columns,
 )
 from genesis_fp16_infrastructure.world_model.lineage_columns import forget_index
@@ -93,49 +93,6 @@ DEFAULT_BATCH, MIN_BATCH = 256, 16
 # 0.841 on success; benchmarks/world_model_quality.py at c9d5b15, on held-out splits).
 STOP_METRIC = "success_bce"
 SMALL_POOL, SMALL_POOL_HIDDEN = 2000, 32  # training records under which the default is narrower
-
-
-class Batch(NamedTuple):
-    x: torch.Tensor
-    success: torch.Tensor
-    score: torch.Tensor
-    score_known: torch.Tensor
-    outcome: torch.Tensor
-    fold: torch.Tensor  # each record's fold when cross-validated, else 0
-
-    def to(self, device: torch.device | str) -> Batch:
-        return Batch(*(t.to(device) for t in self))
-
-    def take(self, index: torch.Tensor) -> Batch:
-        return Batch(*(t[index] for t in self))
-
-    def __len__(self) -> int:
-        return int(self.x.shape[0])
-
-
-def to_batch(
-    encoder: FeatureEncoder,
-    examples: Sequence[Example],
-    pool: PoolLike,
-    folds: Sequence[int] | None = None,
-    numeric: torch.Tensor | None = None,
-) -> Batch:
-    """Encode examples, their labels and their folds into one batch of tensors
-    (``numeric``: the examples' ``numeric_columns``, when the caller has them)."""
-    x = encoder.encode([e.attempt for e in examples], pool, numeric)
-    labels = [e.label for e in examples]
-    scores = [label.score for label in labels]
-    return Batch(
-        x=x,
-        success=torch.tensor([label.success for label in labels], dtype=torch.float32),
-        score=torch.tensor([0.0 if v is None else v for v in scores], dtype=torch.float32),
-        score_known=torch.tensor([v is not None for v in scores], dtype=torch.bool),
-        outcome=torch.tensor([_OUTCOME[label.outcome] for label in labels], dtype=torch.long),
-        fold=torch.tensor(folds if folds is not None else [0] * len(examples), dtype=torch.long),
-    )
-
-
-_OUTCOME = {name: i for i, name in enumerate(OUTCOMES)}  # Label.outcome_index, looked up
 
 
 class SEDarwinTask:
@@ -178,7 +135,7 @@ class SEDarwinTask:
                 forget_index(data.pool)  # every record's rows are in hand
             rows = parts.get(id(part))
             if rows is None:
-                rows = _rows_in(part, data.examples)
+                rows = rows_in(part, data.examples)
             if rows is None:  # not the pool's own records: worked out here
                 return numeric_columns([e.attempt for e in part], data.pool)
             return self._numeric_rows[torch.from_numpy(rows)]
@@ -392,16 +349,6 @@ class SEDarwinTask:
                 "the checkpoint's feature encoder differs from this run's; resume with the "
                 "checkpoint's encoder (SEDarwinTask(saved=...)) or start a fresh checkpoint folder"
             )
-
-
-def _rows_in(part: Sequence[Example], examples: Sequence[Example]) -> np.ndarray | None:
-    """Where ``part``'s records are in ``examples`` (the same objects); None when one is
-    not there."""
-    position = {id(e): i for i, e in enumerate(examples)}
-    rows = [position.get(id(e)) for e in part]
-    if any(i is None for i in rows):
-        return None
-    return np.array(rows, dtype=np.int64).reshape(len(rows))
 
 
 def _model_config(

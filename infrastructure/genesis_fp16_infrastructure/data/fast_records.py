@@ -107,7 +107,7 @@ _REPLAY_OUTCOME = {"success": "success", "partial": "partial", "failure": "failu
 
 
 class Fast(msgspec.Struct, frozen=True):
-    """A record decoded by the fast path: what ``readers.FileRecord`` is built from."""
+    """A record decoded by the fast path: what ``file_records.FileRecord`` is built from."""
 
     trajectory_id: str
     attempt: AttemptInput

@@ -26,25 +26,30 @@ import logging
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, TextIO
+from typing import Any, TextIO
 
 import msgspec
 from pydantic import ValidationError
 
 from genesis_fp16_infrastructure.data.attempt_numbers import own_numbers, pack
 from genesis_fp16_infrastructure.data.fast_records import decode_record
-from genesis_fp16_infrastructure.data.lineage import Pool, PoolEntry
+from genesis_fp16_infrastructure.data.file_records import (
+    FileCache,
+    FileRecord,
+    Rejected,
+    collect,
+)
+from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.record_key import labelled_hash, record_id_hash
 from genesis_fp16_infrastructure.data.schema import (
     AttemptInput,
     Example,
-    Label,
     ReplayRecord,
     Trajectory,
     derive_label,
     derive_replay_label,
 )
-from genesis_fp16_infrastructure.data.slot_objects import builder, objects
+from genesis_fp16_infrastructure.data.slot_objects import builder
 from genesis_fp16_infrastructure.data.sources import (
     DataError,
     Sink,
@@ -225,7 +230,9 @@ def read_trajectories(
                 ids = [r.trajectory_id for r in records]
                 deque(map(kept.setdefault, ids, records), maxlen=0)
                 result.duplicates += len(records) - (len(kept) - before)
-            _collect(kept, result)
+            result.examples, result.pool, unlabelled = collect(kept)
+            result.scores = result.pool.scores  # one dict, read-only to both
+            result.unlabelled += unlabelled
     finally:
         sink.close()
     result.quarantined = sink.count
@@ -243,52 +250,6 @@ def read_trajectories(
         result.unlabelled,
     )
     return result
-
-
-@dataclass(frozen=True, slots=True)
-class FileRecord:
-    """One valid record of a file, as the rest of a read needs it: its pre-attempt input,
-    its label (None: unfinished or unlabelled) and its recorded score."""
-
-    trajectory_id: str
-    attempt: AttemptInput
-    label: Label | None
-    score: float | None
-    # data.record_key.record_hash of the labelled record, worked out while its text was
-    # there (None: unlabelled, in no fingerprint)
-    key: int | None = None
-    id_key: int | None = None  # data.record_key.record_id_hash of trajectory_id
-
-
-@dataclass(frozen=True, slots=True)
-class Rejected:
-    """One quarantined entry of a file, as written to the quarantine file."""
-
-    where: str
-    reason: str
-    text: str
-
-
-class Head(NamedTuple):
-    """What an appended file's stored head holds, and where its new lines begin."""
-
-    records: list[FileRecord]
-    rejected: list[Rejected]
-    offset: int  # bytes of the head: the new lines start here
-    lines: int  # lines of the head: the first new line is number lines + 1
-
-
-class FileCache(Protocol):
-    """Where a read finds a file's records from an earlier read of the same bytes."""
-
-    def load(self, file: Path, slim: bool) -> tuple[list[FileRecord], list[Rejected]] | None: ...
-
-    def load_head(self, file: Path, slim: bool) -> Head | None:
-        """An appended file's earlier records and where its new lines begin, or None."""
-
-    def store(
-        self, file: Path, records: list[FileRecord], rejected: list[Rejected], slim: bool
-    ) -> None: ...
 
 
 class _Strings(dict[str, str]):
@@ -414,55 +375,6 @@ def _file_record(item: _Valid) -> FileRecord:
         score = record.reward
         label = derive_replay_label(record, item.success_threshold, item.failure_threshold)
     return FileRecord(record.trajectory_id, record.to_input(), label, score)
-
-
-def _collect(kept: dict[str, FileRecord], result: ReadResult) -> None:
-    """The read's examples, scores and pool from its records, a field at a time
-    (``data.slot_objects``): the same objects as one record at a time, at a third of
-    the cost on a million records. A parent named by its id is that record's id object
-    (a million records name two million parents: ~150 MB of strings held once)."""
-    ids = list(kept)
-    records = list(kept.values())
-    attempts = [r.attempt for r in records]
-    _share_parent_ids(ids, attempts)
-    scores = [r.score for r in records]
-    entries = objects(
-        PoolEntry,
-        ("score", "parents", "operator", "created"),
-        (
-            scores,
-            [a.parent_ids for a in attempts],
-            [a.operator for a in attempts],
-            [a.created for a in attempts],
-        ),
-    )
-    labelled = [r for r in records if r.label is not None]
-    result.unlabelled += len(records) - len(labelled)
-    result.examples = objects(
-        Example,
-        ("trajectory_id", "attempt", "label", "key", "id_key"),
-        (
-            [r.trajectory_id for r in labelled],
-            [r.attempt for r in labelled],
-            [r.label for r in labelled],
-            [r.key for r in labelled],
-            [r.id_key for r in labelled],
-        ),
-    )
-    known = {i: s for i, s in zip(ids, scores, strict=True) if s is not None}
-    result.pool = Pool.adopt(dict(zip(ids, entries, strict=True)), known)
-    result.scores = result.pool.scores  # one dict, read-only to both
-
-
-def _share_parent_ids(ids: list[str], attempts: list[AttemptInput]) -> None:
-    """Each attempt's parent ids replaced by the equal id objects of the records they
-    name (a parent outside the read keeps its own string); the same tuple values."""
-    same = dict(zip(ids, ids, strict=True))
-    put = vars(AttemptInput)["parent_ids"].__set__  # the slot's setter
-    for attempt in attempts:
-        parents = attempt.parent_ids
-        if parents:
-            put(attempt, tuple(map(same.get, parents, parents)))
 
 
 def _validate(

@@ -2,7 +2,7 @@
 
 A pool that grows by a new file, or by a day's ``.jsonl``, leaves most of its files as
 they were. :class:`RecordCache` keeps what a read made of each file (its valid records as
-:class:`~genesis_fp16_infrastructure.data.readers.FileRecord`: pre-attempt input, label,
+:class:`~genesis_fp16_infrastructure.data.file_records.FileRecord`: pre-attempt input, label,
 score; and its quarantined entries) in one msgpack file per file's bytes, named by the
 content digest of the data manifest (``genesis_fp16_infrastructure.data.manifest``) and
 ``CACHE_VERSION``. The next read takes an unchanged file from there instead of parsing
@@ -39,8 +39,8 @@ from genesis_fp16_infrastructure.data.attempt_numbers import (
     own_numbers,
     pack,
 )
+from genesis_fp16_infrastructure.data.file_records import FileRecord, Head, Rejected
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest, file_digest
-from genesis_fp16_infrastructure.data.readers import FileRecord, Head, Rejected
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION, AttemptInput, Label
 from genesis_fp16_infrastructure.data.slot_objects import objects
 
