@@ -25,6 +25,8 @@ from typing import NoReturn
 
 import pytest
 
+from genesis_fp16.plugin_api import API_VERSION
+
 ROOT = Path(__file__).resolve().parents[1]
 UNIT = ROOT / "deploy" / "systemd" / "genesis-fp16.service"
 OPERATIONS = ROOT / "docs" / "operations.md"
@@ -282,7 +284,8 @@ def test_installed_wheel_imports_beside_a_distribution_that_owns_agents(
         text=True,
     )
     assert both.returncode == 0, both.stderr[-3000:]
-    assert both.stdout.split() == ["other-agents", "other-agents", "1"]
+    # The installed package's own contract version, not a name the other distribution owns.
+    assert both.stdout.split() == ["other-agents", "other-agents", str(API_VERSION)]
     listing = installed_agents(installed, tmp_path, env)
     states = {row["name"]: row["state"] for row in json.loads(listing.stdout)}
     assert states.get("se_darwin") == "loaded" and states.get("rlhf_ppo") == "loaded", states

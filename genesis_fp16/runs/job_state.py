@@ -39,6 +39,10 @@ class JobContext:
     # Agents whose last run with steps learned nothing (every step skipped), with why:
     # degraded until the agent's next run that succeeds (an up_to_date run clears nothing).
     unlearned: dict[str, str] = field(default_factory=dict)
+    # Held while a reload swaps the settings and sets the precision gauge, and while a
+    # run's progress decides whether to set it: a step logged between the two would put
+    # back the precision the reload just replaced.
+    gauge_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def problems(self) -> dict[str, str]:
         """What makes the daemon degraded, by agent (empty: healthy)."""

@@ -43,8 +43,11 @@ def record_start(run: Run) -> None:
 
 def record_progress(run: Run, summary: TrainingSummary) -> None:
     """One progress report of the run (its ``on_log``): the metrics, the curves, a log line."""
-    # A run a reload is stopping reports its last steps; the gauge shows the next run's.
-    run.ctx.metrics.observe_summary(run.agent, summary, show_precision=not run.changed.is_set())
+    # A run a reload is stopping reports its last steps; the gauge shows the next run's,
+    # from the moment the reload swaps the settings (before the run's next should_stop).
+    with run.ctx.gauge_lock:
+        switched = run.changed.is_set() or run.precision_changed()
+        run.ctx.metrics.observe_summary(run.agent, summary, show_precision=not switched)
     if run.tracker is not None:
         run.tracker.log_summary(summary)
     log.info(

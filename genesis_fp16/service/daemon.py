@@ -380,14 +380,17 @@ class Daemon:
         ignored = [name for name in RESTART_ONLY if getattr(old, name) != getattr(new, name)]
         if ignored:
             log.warning("changed settings take effect after a restart", settings=ignored)
-        self.settings = new
-        self.context.settings = new
-        changes = self.scheduler.sync(new)
-        self.metrics.config_reloads.labels(outcome="success").inc()
-        self.metrics.config_last_reload_successful.set(1)
-        log.info("config reloaded", schedule_changes=changes)
-        _warn_shadowed(sources)
-        self._show_precisions(_switched(old, new, self.plugins))
+        # A running job's progress waits while the settings and the gauge change together
+        # (JobContext.gauge_lock).
+        with self.context.gauge_lock:
+            self.settings = new
+            self.context.settings = new
+            changes = self.scheduler.sync(new)
+            self.metrics.config_reloads.labels(outcome="success").inc()
+            self.metrics.config_last_reload_successful.set(1)
+            log.info("config reloaded", schedule_changes=changes)
+            _warn_shadowed(sources)
+            self._show_precisions(_switched(old, new, self.plugins))
         return True
 
     def _shutdown(self) -> int:

@@ -92,7 +92,7 @@ def test_a_resumed_run_reads_its_checkpoint_once(
     first = _optimizer_steps(ctx)
     reads.clear()
     run_agent_job(ctx, AGENT, plugin)
-    assert len(reads.before_first_step) == 2, reads.before_first_step
+    assert len(reads.before_first_step) == 1, reads.before_first_step
     assert max(reads.all.values()) == 1, reads.all
     # The daemon's counters still start at the resumed checkpoint's totals: 8 more steps.
     assert first == 8 and _optimizer_steps(ctx) == 16
