@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
-from daemon_harness import DaemonFactory, DaemonProcess, start_daemon
+from daemon_harness import DaemonFactory, DaemonProcess, clear_daemon_env, start_daemon
 
 
 @pytest.fixture
@@ -24,3 +24,11 @@ def daemon_factory(tmp_path: Path) -> Iterator[DaemonFactory]:
     yield factory
     for daemon in started:
         daemon.stop()
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No daemon variables from the caller, and an empty working directory (a file's
+    ``pytestmark = pytest.mark.usefixtures("clean_env")`` gives it to every test)."""
+    clear_daemon_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 import torch
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -73,6 +74,14 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def clear_daemon_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Remove the caller's daemon variables (``GENESIS_FP16_*``, ``ENABLE_FP16_TRAINING``)
+    for the test: an in-process ``Settings`` then reads only what the test sets."""
+    for key in list(os.environ):
+        if key.startswith("GENESIS_FP16_") or key == "ENABLE_FP16_TRAINING":
+            monkeypatch.delenv(key)
 
 
 def daemon_env(extra: Mapping[str, str], fixtures: bool = True) -> dict[str, str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import threading
 from collections import Counter
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from daemon_harness import clear_daemon_env
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
@@ -58,9 +58,7 @@ class _Reads:
 
 
 def _job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[JobContext, Any]:
-    for key in list(os.environ):
-        if key.startswith("GENESIS_FP16_") or key == "ENABLE_FP16_TRAINING":
-            monkeypatch.delenv(key)
+    clear_daemon_env(monkeypatch)
     plugin = load_plugin(AGENT)
     data = plugin.generate_sample_data(tmp_path / "data", 600, 0)
     settings = Settings(  # in-process: the daemon's reads and the run's in one count

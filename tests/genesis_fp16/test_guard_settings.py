@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,14 +17,7 @@ from genesis_fp16_infrastructure.training.precision.guard_config import (
     bounds_of,
 )
 
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Each test starts with no daemon variables and an empty working directory."""
-    for key in list(os.environ):
-        if key.startswith("GENESIS_FP16_") or key == "ENABLE_FP16_TRAINING":
-            monkeypatch.delenv(key)
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("clean_env")  # conftest.py
 
 
 def _other_value(item: dataclasses.Field[Any], default: Any) -> tuple[str, Any]:

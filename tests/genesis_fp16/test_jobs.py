@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_harness import clear_daemon_env
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
@@ -66,9 +67,7 @@ def test_refusal_is_one_line_a_bug_keeps_its_traceback(
 
 
 def _context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobContext:
-    for key in list(os.environ):
-        if key.startswith("GENESIS_FP16_") or key == "ENABLE_FP16_TRAINING":
-            monkeypatch.delenv(key)
+    clear_daemon_env(monkeypatch)
     settings = Settings(  # in-process: a test's plugin object is no entry point for a child
         state_dir=tmp_path,
         agents={AGENT: {"data_path": tmp_path}},  # type: ignore[dict-item]

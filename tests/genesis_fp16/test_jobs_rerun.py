@@ -3,12 +3,12 @@ before the run reached its step boundary (it then waited for the next schedule).
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_harness import clear_daemon_env
 from fake_results import train_result
 from prometheus_client import CollectorRegistry
 
@@ -56,9 +56,7 @@ def test_a_rollback_undone_before_the_stop_still_reruns_at_once(
 ) -> None:
     """Stopped by a rollback that is undone before the run ends: the job reruns it in fp16,
     and the gauge is not set back by the stopped run."""
-    for key in list(os.environ):
-        if key.startswith("GENESIS_FP16_") or key == "ENABLE_FP16_TRAINING":
-            monkeypatch.delenv(key)
+    clear_daemon_env(monkeypatch)
     metrics = DaemonMetrics(CollectorRegistry(), "test")
     ctx = JobContext(_settings(tmp_path, fp16=True), metrics, DeviceSlots(1), threading.Event())
     plugin = _Flapping(ctx, tmp_path)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 
 import pytest
+from daemon_harness import clear_daemon_env
 from fake_results import train_result
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
@@ -53,9 +53,7 @@ class _Reporting:
 
 
 def _context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobContext:
-    for key in list(os.environ):
-        if key.startswith("GENESIS_FP16_") or key == "ENABLE_FP16_TRAINING":
-            monkeypatch.delenv(key)
+    clear_daemon_env(monkeypatch)
     settings = Settings(  # in-process: a test's plugin object is no entry point for a child
         state_dir=tmp_path,
         agents={AGENT: {"data_path": tmp_path}},  # type: ignore[dict-item]

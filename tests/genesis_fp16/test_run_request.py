@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -27,13 +26,7 @@ from genesis_fp16_infrastructure.training.run.guard import (
 AGENT = "rlhf_ppo"
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No daemon variables from the caller; an empty working directory."""
-    for key in list(os.environ):
-        if key.startswith("GENESIS_FP16_") or key == "ENABLE_FP16_TRAINING":
-            monkeypatch.delenv(key)
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("clean_env")  # conftest.py
 
 
 def _settings(tmp_path: Path, **agent: object) -> Settings:

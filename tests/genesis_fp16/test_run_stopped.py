@@ -4,12 +4,12 @@ child process had not started training yet: never a failure, never an error log.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_harness import clear_daemon_env
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
@@ -77,9 +77,7 @@ def test_the_job_counts_a_run_stopped_in_start_up_as_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The job: outcome stopped in the metrics and the log, no failure counted or logged."""
-    for key in list(os.environ):
-        if key.startswith("GENESIS_FP16_") or key == "ENABLE_FP16_TRAINING":
-            monkeypatch.delenv(key)
+    clear_daemon_env(monkeypatch)
     settings = Settings(
         state_dir=tmp_path,
         agents={AGENT: {"data_path": tmp_path}},  # type: ignore[dict-item]

@@ -5,7 +5,6 @@ precision or `precision reset`, and shown by `precision show`."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -25,13 +24,7 @@ from genesis_fp16_infrastructure.training.run.verify_capture import Verdict, wri
 AGENT = "rlhf_ppo"
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No daemon variables from the caller; an empty working directory."""
-    for key in list(os.environ):
-        if key.startswith("GENESIS_FP16_") or key == "ENABLE_FP16_TRAINING":
-            monkeypatch.delenv(key)
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("clean_env")  # conftest.py
 
 
 def _settings(tmp_path: Path, precision: str = "fp16") -> Settings:

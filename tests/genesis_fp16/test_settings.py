@@ -21,16 +21,7 @@ from genesis_fp16_infrastructure.training.step.execution_names import (
     CUDA_GRAPH_REQUESTS,
 )
 
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Each test starts with no daemon variables and an empty working directory."""
-    import os
-
-    for key in list(os.environ):
-        if key.startswith("GENESIS_FP16_") or key == "ENABLE_FP16_TRAINING":
-            monkeypatch.delenv(key)
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("clean_env")  # conftest.py
 
 
 def test_defaults_without_any_configuration() -> None:

@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from daemon_harness import clear_daemon_env
 from prometheus_client import CollectorRegistry
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -41,9 +42,7 @@ def test_daemon_jobs_write_one_readable_run_each_from_their_child(
     """Two se_darwin jobs (fp16, each in a child process) give two runs under
     runs/se_darwin/<run_id>: loss, loss scale, skipped steps and precision at every log
     interval, eval metrics and execution at the last step; the second continues the steps."""
-    for key in list(os.environ):
-        if key.startswith("GENESIS_FP16_") or key == "ENABLE_FP16_TRAINING":
-            monkeypatch.delenv(key)
+    clear_daemon_env(monkeypatch)
     settings = Settings(
         state_dir=tmp_path / "state",
         tracking_dir=tmp_path / "runs",
