@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from genesis_fp16_infrastructure.phases import peak_rss_mib
+
 _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
@@ -125,8 +127,10 @@ def current_rss_mb() -> float:
 
 
 def peak_rss_mb() -> float:
-    """Peak resident set size over this process's whole life (ru_maxrss is in KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """Peak resident set size of this process's own memory (``phases.peak_rss_mib``:
+    Linux's VmHWM, not ``ru_maxrss``, which keeps the parent's size across fork and exec:
+    a worker started by a larger bench process would report the parent's peak)."""
+    return peak_rss_mib()
 
 
 def device_name(device: torch.device) -> str:

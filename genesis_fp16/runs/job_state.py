@@ -82,10 +82,15 @@ class Run:
             return False
         return requested_precision(current, self.agent, None)[0] != self.requested
 
+    def reloaded(self) -> bool:
+        """Whether a reload changed this run's precision (seen by a step already, or in
+        the settings now); only ``should_stop`` marks the run ``changed``."""
+        return self.changed.is_set() or self.precision_changed()
+
     def should_stop(self) -> bool:
         if self.ctx.stopping.is_set() or time.monotonic() > self.deadline:
             return True
-        if self.changed.is_set() or self.precision_changed():
+        if self.reloaded():
             self.changed.set()  # a reload stopped the run: rerun whatever came since
             return True
         return False

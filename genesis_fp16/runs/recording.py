@@ -46,8 +46,7 @@ def record_progress(run: Run, summary: TrainingSummary) -> None:
     # A run a reload is stopping reports its last steps; the gauge shows the next run's,
     # from the moment the reload swaps the settings (before the run's next should_stop).
     with run.ctx.gauge_lock:
-        switched = run.changed.is_set() or run.precision_changed()
-        run.ctx.metrics.observe_summary(run.agent, summary, show_precision=not switched)
+        run.ctx.metrics.observe_summary(run.agent, summary, show_precision=not run.reloaded())
     if run.tracker is not None:
         run.tracker.log_summary(summary)
     log.info(

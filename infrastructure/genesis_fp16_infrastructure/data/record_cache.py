@@ -264,10 +264,9 @@ def _decode(entry: _Entry) -> tuple[list[FileRecord], list[Rejected]]:
     if entry.version != CACHE_VERSION:
         raise ValueError(f"cache version {entry.version!r}, this build's {CACHE_VERSION}")
     n = len(entry.trajectory_id)
-    columns = [getattr(entry, name) for name in _ATTEMPT_COLUMNS]
     columns = [
-        _shared(c) if name in _REPEATED else c
-        for name, c in zip(_ATTEMPT_COLUMNS, columns, strict=True)
+        _shared(getattr(entry, name)) if name in _REPEATED else getattr(entry, name)
+        for name in _ATTEMPT_COLUMNS
     ]
     own = [entry.own[i : i + OWN_BYTES] for i in range(0, n * OWN_BYTES, OWN_BYTES)]
     # A column of another length is a damaged entry (ValueError: the file is read again).
