@@ -8,6 +8,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.schema import OUTCOMES, Example
 from genesis_fp16_infrastructure.world_model.features import FeatureEncoder, PoolLike
 
@@ -30,6 +31,33 @@ class Batch(NamedTuple):
         return int(self.x.shape[0])
 
 
+class Labels(NamedTuple):
+    """The records' labels as columns: success, score (None: unknown), outcome index."""
+
+    success: Sequence[bool]
+    score: Sequence[float | None]
+    outcome: Sequence[int]
+
+    @classmethod
+    def of(cls, examples: Sequence[Example]) -> Labels:
+        labels = [e.label for e in examples]
+        return cls(
+            [x.success for x in labels],
+            [x.score for x in labels],
+            [_OUTCOME[x.outcome] for x in labels],
+        )
+
+    @classmethod
+    def of_rows(cls, columns: PoolColumns, rows: np.ndarray) -> Labels:
+        """The labels of the read's examples ``rows`` (positions in ``columns.labelled``)."""
+        picks = rows.tolist()
+        return cls(
+            columns.success[rows].tolist(),
+            list(map(columns.label_score.__getitem__, picks)),
+            columns.outcome[rows].tolist(),
+        )
+
+
 def to_batch(
     encoder: FeatureEncoder,
     examples: Sequence[Example],
@@ -40,15 +68,23 @@ def to_batch(
     """Encode examples, their labels and their folds into one batch of tensors
     (``numeric``: the examples' ``numeric_columns``, when the caller has them)."""
     x = encoder.encode([e.attempt for e in examples], pool, numeric)
-    labels = [e.label for e in examples]
-    scores = [label.score for label in labels]
+    return batch_of(x, Labels.of(examples), folds)
+
+
+def batch_of(x: torch.Tensor, labels: Labels, folds: Sequence[int] | None = None) -> Batch:
+    """Encoded features ``x``, the same records' labels and folds, as one batch."""
+    n = len(labels.success)
     return Batch(
         x=x,
-        success=torch.tensor([label.success for label in labels], dtype=torch.float32),
-        score=torch.tensor([0.0 if v is None else v for v in scores], dtype=torch.float32),
-        score_known=torch.tensor([v is not None for v in scores], dtype=torch.bool),
-        outcome=torch.tensor([_OUTCOME[label.outcome] for label in labels], dtype=torch.long),
-        fold=torch.tensor(folds if folds is not None else [0] * len(examples), dtype=torch.long),
+        success=torch.tensor(labels.success, dtype=torch.float32).reshape(n),
+        score=torch.tensor(
+            [0.0 if v is None else v for v in labels.score], dtype=torch.float32
+        ).reshape(n),
+        score_known=torch.tensor([v is not None for v in labels.score], dtype=torch.bool).reshape(
+            n
+        ),
+        outcome=torch.tensor(labels.outcome, dtype=torch.long).reshape(n),
+        fold=torch.tensor(folds if folds is not None else [0] * n, dtype=torch.long).reshape(n),
     )
 
 

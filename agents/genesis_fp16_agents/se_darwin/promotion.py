@@ -36,7 +36,9 @@ from genesis_fp16_agents.se_darwin.freshness import request_key
 from genesis_fp16_agents.se_darwin.options import TaskOptions
 from genesis_fp16_agents.se_darwin.pool_read import read_pool
 from genesis_fp16_infrastructure.data.fingerprint import DataChange, DataFingerprint, compare
+from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.readers import DataError, ReadResult
+from genesis_fp16_infrastructure.data.schema import Example
 from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.served import (
     CANDIDATE_META,
@@ -289,30 +291,28 @@ def _compare(
     ]
     golden_path = request.golden_data_path
     if golden_path is not None:
-        golden = _read_golden(Path(golden_path), options, data)
+        golden, golden_pool = _read_golden(Path(golden_path), options, data)
         comparisons.append(
-            gate.compare_on(
-                "golden", golden.examples, golden.pool, candidate_model, served_model_, False
-            )
+            gate.compare_on("golden", golden, golden_pool, candidate_model, served_model_, False)
         )
     return gate.decide(comparisons, lambda: time.perf_counter() - start)
 
 
-def _read_golden(path: Path, options: TaskOptions, data: ReadResult) -> ReadResult:
+def _read_golden(path: Path, options: TaskOptions, data: ReadResult) -> tuple[list[Example], Pool]:
     """The operator's trusted pool; its records that the training pool also holds are left
     out (a model may have trained on them), with a warning naming how many."""
     try:
         golden = read_pool(path, options, None)
     except DataError as exc:
         raise TrainRequestError(f"golden data {str(path)!r}: {exc}") from None
-    training_ids = {e.trajectory_id for e in data.examples}
+    training_ids = set(data.columns.example_ids)
     kept = [e for e in golden.examples if e.trajectory_id not in training_ids]
     if len(kept) < len(golden.examples):
         logger.warning(
             "golden data: %d record(s) also in the training pool, left out of the gate",
             len(golden.examples) - len(kept),
         )
-    return dataclasses.replace(golden, examples=kept)
+    return kept, golden.pool
 
 
 def _first_scores(verdict: gate.Verdict, side: str) -> dict[str, Any] | None:

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -36,10 +36,11 @@ from genesis_fp16_infrastructure.data.fast_records import decode_record
 from genesis_fp16_infrastructure.data.file_records import (
     FileCache,
     FileRecord,
+    RecordBlock,
     Rejected,
-    collect,
 )
 from genesis_fp16_infrastructure.data.lineage import Pool
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, collect
 from genesis_fp16_infrastructure.data.record_key import labelled_hash, record_id_hash
 from genesis_fp16_infrastructure.data.schema import (
     AttemptInput,
@@ -107,17 +108,44 @@ def _size(count: int) -> str:
     return f"{count / 2**20:,.1f} MiB ({count:,} bytes)"
 
 
-@dataclass
 class ReadResult:
-    """Labelled examples, the recorded scores of every record, and what was skipped."""
+    """Labelled examples, the recorded scores of every record, and what was skipped.
 
-    examples: list[Example] = field(default_factory=list)
-    scores: dict[str, float] = field(default_factory=dict)  # id -> success_score, for parents
-    pool: Pool = field(default_factory=lambda: Pool({}))  # every valid record, for lineage
-    quarantined: int = 0
-    duplicates: int = 0
-    unlabelled: int = 0
-    files: int = 0
+    A read keeps its records as columns (``columns``, ``data.pool_columns``): the run's
+    hot path reads those. ``examples`` (the labelled records as objects), ``pool`` (every
+    record, for lineage) and ``scores`` (id -> recorded success score) are built from
+    them when first asked."""
+
+    def __init__(
+        self,
+        columns: PoolColumns,
+        quarantined: int = 0,
+        duplicates: int = 0,
+        unlabelled: int = 0,
+        files: int = 0,
+    ) -> None:
+        self.columns = columns
+        self.quarantined = quarantined
+        self.duplicates = duplicates
+        self.unlabelled = unlabelled
+        self.files = files
+
+    @cached_property
+    def examples(self) -> list[Example]:
+        return self.columns.examples()
+
+    @cached_property
+    def pool(self) -> Pool:
+        return self.columns.pool()
+
+    @property
+    def scores(self) -> dict[str, float]:  # id -> success_score, for parents
+        return self.pool.scores
+
+    @property
+    def labelled(self) -> int:
+        """How many examples, without building them."""
+        return len(self.columns.labelled)
 
 
 @dataclass(frozen=True)
@@ -218,32 +246,24 @@ def read_trajectories(
     if max_bytes is not None:
         check_data_size(path, files, max_bytes)
     sink = _Quarantine(quarantine)
-    result = ReadResult(files=len(files))
-    kept: dict[str, FileRecord] = {}
     slim = None if keep_text else _Strings()
     try:
         with paused_gc():  # a million records, no cycle among them (gc_pause)
-            for file in files:
-                records = _file_records(file, sink, cache, slim)
-                before = len(kept)
-                # The first record of an id wins, in file order (setdefault, in C).
-                ids = [r.trajectory_id for r in records]
-                deque(map(kept.setdefault, ids, records), maxlen=0)
-                result.duplicates += len(records) - (len(kept) - before)
-            result.examples, result.pool, unlabelled = collect(kept)
-            result.scores = result.pool.scores  # one dict, read-only to both
-            result.unlabelled += unlabelled
+            blocks = [_file_records(file, sink, cache, slim) for file in files]
+            # The first record of an id wins, in file order.
+            columns, duplicates = collect(blocks, keep_text)
     finally:
         sink.close()
-    result.quarantined = sink.count
-    if not result.examples:
+    unlabelled = len(columns) - len(columns.labelled)
+    result = ReadResult(columns, sink.count, duplicates, unlabelled, len(files))
+    if not result.labelled:
         raise DataError(
-            f"no labelled records in {str(path)!r} ({len(kept)} valid, "
+            f"no labelled records in {str(path)!r} ({len(columns)} valid, "
             f"{result.unlabelled} unfinished or unlabelled, {result.quarantined} quarantined)"
         )
     logger.info(
         "read %d examples from %d files (%d quarantined, %d duplicates, %d unlabelled)",
-        len(result.examples),
+        result.labelled,
         result.files,
         result.quarantined,
         result.duplicates,
@@ -262,31 +282,33 @@ class _Strings(dict[str, str]):
 
 def _file_records(
     file: Path, sink: _Quarantine, cache: FileCache | None, slim: _Strings | None
-) -> list[FileRecord]:
+) -> RecordBlock:
     """The valid records of one file, in file order (duplicates within it included),
     each quarantined entry written to ``sink``; from ``cache`` when it has the file.
     ``slim``: attempts keep no text (see read_trajectories), their strings shared."""
     cached = cache.load(file, slim is not None) if cache is not None else None
     if cached is not None:
-        for entry in cached[1]:
+        for entry in cached.rejected_entries:
             sink.add(Source(file, entry.where), entry.reason, entry.text)
-        return cached[0]
+        return cached
     recorder = _Recorder(sink)
     records: list[FileRecord] = []
     start, first_line = 0, 1
     head = cache.load_head(file, slim is not None) if cache is not None else None
     if head is not None:  # an appended .jsonl: its earlier lines as stored, then the new
-        for entry in head.rejected:
-            recorder.add(Source(file, entry.where), entry.reason, entry.text)
-        records.extend(head.records)
+        for entry in head.block.rejected_entries:
+            sink.add(Source(file, entry.where), entry.reason, entry.text)
         start, first_line = head.offset, head.lines + 1
     for source, raw, thresholds, key in raw_records(file, recorder, start, first_line):
         record = _read_record(source, raw, thresholds, key, recorder)
         if record is not None:
             records.append(_finish(record, slim))
+    block = RecordBlock.of(records, recorder.rejected)
+    if head is not None:
+        block = head.block.joined(block)
     if cache is not None and not recorder.vanished:
-        cache.store(file, records, recorder.rejected, slim is not None)
-    return records
+        cache.store(file, block, slim is not None)
+    return block
 
 
 def _read_record(

@@ -25,33 +25,23 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Hashable
-from operator import attrgetter
 from pathlib import Path
-from typing import Any, TypeVar
 
 import msgspec
 
 from genesis_fp16_infrastructure.atomic import write_atomic
-from genesis_fp16_infrastructure.data.attempt_numbers import (
-    NUMBERS_VERSION,
-    OWN_FEATURES,
-    own_numbers,
-    pack,
-)
-from genesis_fp16_infrastructure.data.file_records import FileRecord, Head, Rejected
+from genesis_fp16_infrastructure.data.attempt_numbers import NUMBERS_VERSION
+from genesis_fp16_infrastructure.data.file_records import Head, RecordBlock
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest, file_digest
-from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION, AttemptInput, Label
-from genesis_fp16_infrastructure.data.slot_objects import objects
+from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION
 
 logger = logging.getLogger(__name__)
 
 # Bump when FileRecord, AttemptInput, Label or how a record becomes them changes; the
 # own numbers' version is part of it (data.attempt_numbers).
-# 4: columns, not rows; 5: each record's id hash; 6: columns by field name
-CACHE_VERSION = f"6.s{SCHEMA_VERSION}.n{NUMBERS_VERSION}"
-OWN_BYTES = 8 * len(OWN_FEATURES)  # a record's packed own numbers (attempt_numbers.pack)
-_H = TypeVar("_H", bound=Hashable)
+# 4: columns, not rows; 5: each record's id hash; 6: columns by field name;
+# 7: file_records.RecordBlock (coded columns, flat parents, no object per record)
+CACHE_VERSION = f"7.s{SCHEMA_VERSION}.n{NUMBERS_VERSION}"
 
 
 class RecordCache:
@@ -67,7 +57,7 @@ class RecordCache:
         self.continued = 0  # appended .jsonl files read from their stored offset
         self.write_failures = 0
 
-    def load(self, file: Path, slim: bool) -> tuple[list[FileRecord], list[Rejected]] | None:
+    def load(self, file: Path, slim: bool) -> RecordBlock | None:
         state = self._vouched(file)
         if state is None:
             self.misses += 1
@@ -97,19 +87,17 @@ class RecordCache:
             digest, lines, last = _prefix(file, head.size)
             if digest != head.digest or last != b"\n":
                 return None
-            records, rejected = _read_entry(self._path(head.digest, slim))
+            block = _read_entry(self._path(head.digest, slim))
         except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError):
             return None  # no usable head: the file is read whole, as without one
         self.continued += 1
-        return Head(records, rejected, head.size, lines)
+        return Head(block, head.size, lines)
 
-    def store(
-        self, file: Path, records: list[FileRecord], rejected: list[Rejected], slim: bool
-    ) -> None:
+    def store(self, file: Path, block: RecordBlock, slim: bool) -> None:
         state = self._vouched(file)
         if state is None or state.mtime_ns >= self.scanned_ns - RACY_NS:
             return
-        blob = msgspec.msgpack.encode(_encode(records, rejected))  # columns (_Entry)
+        blob = msgspec.msgpack.encode(msgspec.structs.replace(block, version=CACHE_VERSION))
         marker = msgspec.json.encode({"digest": state.digest, "size": state.size})
         try:
             write_atomic(self._path(state.digest, slim), lambda handle: handle.write(blob))
@@ -201,94 +189,11 @@ def _prefix(file: Path, size: int) -> tuple[str, int, bytes]:
     return digest, lines.count, lines.last
 
 
-def _read_entry(path: Path) -> tuple[list[FileRecord], list[Rejected]]:
-    return _decode(msgspec.msgpack.decode(path.read_bytes(), type=_Entry))
-
-
-class _Entry(msgspec.Struct):
-    """A file's records as columns, one list per field, in file order: msgspec decodes
-    each list in C, where a list of rows became lists of lists first (issue 36: a
-    +1% run reads every unchanged file's entry). The attempt's columns carry
-    ``AttemptInput``'s field names."""
-
-    version: str
-    trajectory_id: list[str]
-    agent: list[str]
-    created: list[float | None]
-    operator: list[str]
-    generation: list[int]
-    parent_ids: list[tuple[str, ...]]
-    code_changes: list[str]
-    modified_files: list[tuple[str, ...]]
-    proposed_strategy: list[str]
-    problem_diagnosis: list[str]
-    tools_used: list[tuple[str, ...]]
-    reasoning_pattern: list[str]
-    own: bytes  # every record's AttemptInput.own, OWN_BYTES each, back to back
-    label: list[tuple[bool, float | None, str] | None]
-    score: list[float | None]
-    key: list[int | None]
-    id_key: list[int | None]
-    rejected: list[tuple[str, str, str]]
-
-
-# The entry's columns of AttemptInput fields (all but ``own``), and those a file repeats.
-_ATTEMPT_COLUMNS = (
-    "trajectory_id", "agent", "created", "operator", "generation", "parent_ids",
-    "code_changes", "modified_files", "proposed_strategy", "problem_diagnosis",
-    "tools_used", "reasoning_pattern",
-)  # fmt: skip
-_REPEATED = frozenset({"agent", "operator", "tools_used", "reasoning_pattern"})
-
-
-def _encode(records: list[FileRecord], rejected: list[Rejected]) -> _Entry:
-    attempts = [r.attempt for r in records]
-    columns: dict[str, Any] = {name: _column(attempts, name) for name in _ATTEMPT_COLUMNS}
-    own = (a.own if len(a.own) == OWN_BYTES else pack(own_numbers(a)) for a in attempts)
-    labels = [None if (x := r.label) is None else (x.success, x.score, x.outcome) for r in records]
-    return _Entry(
-        version=CACHE_VERSION,
-        **columns,
-        own=b"".join(own),
-        label=labels,
-        score=_column(records, "score"),
-        key=_column(records, "key"),
-        id_key=_column(records, "id_key"),
-        rejected=[(e.where, e.reason, e.text) for e in rejected],
-    )
-
-
-def _decode(entry: _Entry) -> tuple[list[FileRecord], list[Rejected]]:
-    """The entry's records, built a field at a time (``data.slot_objects``); the strings
-    and tool lists a file repeats (agents, operators, patterns) one object each."""
-    if entry.version != CACHE_VERSION:
-        raise ValueError(f"cache version {entry.version!r}, this build's {CACHE_VERSION}")
-    n = len(entry.trajectory_id)
-    columns = [
-        _shared(getattr(entry, name)) if name in _REPEATED else getattr(entry, name)
-        for name in _ATTEMPT_COLUMNS
-    ]
-    own = [entry.own[i : i + OWN_BYTES] for i in range(0, n * OWN_BYTES, OWN_BYTES)]
-    # A column of another length is a damaged entry (ValueError: the file is read again).
-    attempts = objects(AttemptInput, (*_ATTEMPT_COLUMNS, "own"), (*columns, own))
-    known = [x for x in entry.label if x is not None]
-    parts = ([x[0] for x in known], [x[1] for x in known], [x[2] for x in known])
-    built = iter(objects(Label, ("success", "score", "outcome"), parts))
-    labels = [None if x is None else next(built) for x in entry.label]
-    record_columns = (entry.trajectory_id, attempts, labels, entry.score, entry.key, entry.id_key)
-    records = objects(FileRecord, _RECORD_FIELDS, record_columns)
-    return records, [Rejected(*e) for e in entry.rejected]
-
-
-_RECORD_FIELDS = ("trajectory_id", "attempt", "label", "score", "key", "id_key")
-
-
-def _column(items: list[Any], name: str) -> list[Any]:
-    """Each item's ``name``, read in C."""
-    return list(map(attrgetter(name), items))
-
-
-def _shared(values: list[_H]) -> list[_H]:
-    """``values`` with equal ones the same object."""
-    seen: dict[_H, _H] = {}
-    return [seen.setdefault(v, v) for v in values]
+def _read_entry(path: Path) -> RecordBlock:
+    """A stored block, checked: another version or a damaged entry is a ValueError (the
+    file is read again)."""
+    block = msgspec.msgpack.decode(path.read_bytes(), type=RecordBlock)
+    if block.version != CACHE_VERSION:
+        raise ValueError(f"cache version {block.version!r}, this build's {CACHE_VERSION}")
+    block.check()
+    return block

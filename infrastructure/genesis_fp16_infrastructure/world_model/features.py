@@ -32,14 +32,23 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
 import torch
 
 from genesis_fp16_infrastructure.data.attempt_numbers import OWN_FEATURES, own_numbers, pack
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.schema import OPERATORS, SUCCESS_THRESHOLD, AttemptInput
-from genesis_fp16_infrastructure.world_model.lineage_columns import has_index, lineage_columns
+from genesis_fp16_infrastructure.world_model.lineage_columns import (
+    columns_index,
+    has_index,
+    lineage_columns,
+    lineage_rows,
+)
+
+if TYPE_CHECKING:
+    from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 
 ENCODER_VERSION = 2
 AGENT_PRIOR = 20.0  # pseudo-records at the overall rate in an agent's base rate
@@ -84,6 +93,48 @@ assert sorted(_OWN_COLUMNS + _LINEAGE_COLUMNS) == list(range(len(NUMERIC_FEATURE
 _UNKNOWN_PARENT_SCORE = 0.5  # a parent without a recorded score: the middle, flagged
 
 
+class Categorical(NamedTuple):
+    """What the encoder reads of attempts besides their numbers, one list per field, in
+    the attempts' order: from objects (:meth:`of`) or from a read's columns
+    (:meth:`of_rows`), the same values either way."""
+
+    operators: Sequence[str]
+    tool_lists: Sequence[tuple[str, ...]]
+    patterns: Sequence[str]
+    agents: Sequence[str]
+
+    @classmethod
+    def of(cls, attempts: Sequence[AttemptInput]) -> Categorical:
+        return cls(
+            [a.operator for a in attempts],
+            [a.tools_used for a in attempts],
+            [a.reasoning_pattern for a in attempts],
+            [a.agent for a in attempts],
+        )
+
+    @classmethod
+    def of_rows(cls, columns: PoolColumns, rows: np.ndarray) -> Categorical:
+        """The pool's ``rows`` (``data.pool_columns``), without an object per record."""
+        return cls(
+            columns.operator.take(rows),
+            columns.tools.take(rows),
+            columns.pattern.take(rows),
+            columns.agent.take(rows),
+        )
+
+    def part(self, start: int, end: int) -> Categorical:
+        """The attempts ``start`` to ``end``."""
+        return Categorical(
+            self.operators[start:end],
+            self.tool_lists[start:end],
+            self.patterns[start:end],
+            self.agents[start:end],
+        )
+
+    def __len__(self) -> int:
+        return len(self.operators)
+
+
 @dataclass(frozen=True)
 class FeatureEncoder:
     """Turns attempts into a float32 matrix; fitted once, then frozen and saved."""
@@ -117,16 +168,35 @@ class FeatureEncoder:
         caller has it already (the task computes it once per part, for fit and encode)."""
         if not attempts:
             raise ValueError("cannot fit a feature encoder on no attempts")
-        pool = _as_pool(pool)
-        tool_counts = Counter(tool for a in attempts for tool in a.tools_used)
-        pattern_counts = Counter(a.reasoning_pattern for a in attempts if a.reasoning_pattern)
+        if numeric is None:
+            numeric = numeric_columns(attempts, _as_pool(pool))
+        return cls.fit_parts(Categorical.of(attempts), numeric, successes, max_tools, max_patterns)
+
+    @classmethod
+    def fit_parts(
+        cls,
+        parts: Categorical,
+        numeric: torch.Tensor,
+        successes: Sequence[bool] | None = None,
+        max_tools: int = 32,
+        max_patterns: int = 16,
+    ) -> FeatureEncoder:
+        """:meth:`fit` on the attempts' categorical ``parts`` and their
+        :func:`numeric_columns` (a read's columns give both without objects)."""
+        if not len(parts):
+            raise ValueError("cannot fit a feature encoder on no attempts")
+        # Counted a distinct list of tools at a time (a pool repeats a few hundred).
+        tool_counts: Counter[str] = Counter()
+        for tools, times in Counter(parts.tool_lists).items():
+            for tool in tools:
+                tool_counts[tool] += times
+        pattern_counts = Counter(parts.patterns)
+        pattern_counts.pop("", None)
         # Most frequent first, ties by name, so that the vocabulary is deterministic.
         tools = tuple(sorted(tool_counts, key=lambda t: (-tool_counts[t], t))[:max_tools])
         patterns = tuple(
             sorted(pattern_counts, key=lambda p: (-pattern_counts[p], p))[:max_patterns]
         )
-        if numeric is None:
-            numeric = numeric_columns(attempts, pool)
         mean = numeric.mean(dim=0)
         std = numeric.std(dim=0, unbiased=False)
         # A column constant in training (one hunk per diff, say) is centred on its value
@@ -136,7 +206,7 @@ class FeatureEncoder:
         constant = std < 1e-6
         mean = torch.where(constant, numeric[0], mean)
         std = torch.where(constant, torch.ones_like(std), std)
-        base_rate, agent_rates = _agent_rates(attempts, successes)
+        base_rate, agent_rates = _agent_rates(parts.agents, successes)
         return cls(
             tools, patterns, tuple(mean.tolist()), tuple(std.tolist()), base_rate, agent_rates
         )
@@ -158,26 +228,31 @@ class FeatureEncoder:
         Built ``ENCODE_ROWS`` rows at a time into the float32 result: the float64 parts
         of a million rows at once held 0.7 GB on top of it (each row's numbers are its
         own, so the bits are the same either way)."""
-        n = len(attempts)
         if numeric is None:
             numeric = numeric_columns(attempts, pool)
+        return self.encode_parts(Categorical.of(attempts), numeric)
+
+    def encode_parts(self, parts: Categorical, numeric: torch.Tensor) -> torch.Tensor:
+        """:meth:`encode` of the attempts' categorical ``parts`` and their
+        :func:`numeric_columns`: the same matrix, bit for bit."""
+        n = len(parts)
         out = torch.empty((n, self.n_features), dtype=torch.float32)
         for start in range(0, n, ENCODE_ROWS):
             end = min(n, start + ENCODE_ROWS)
-            out[start:end] = self._encode_rows(attempts[start:end], numeric[start:end])
+            out[start:end] = self._encode_rows(parts.part(start, end), numeric[start:end])
         return out
 
-    def _encode_rows(self, attempts: Sequence[AttemptInput], numeric: torch.Tensor) -> torch.Tensor:
+    def _encode_rows(self, parts: Categorical, numeric: torch.Tensor) -> torch.Tensor:
         mean = torch.tensor(self.mean, dtype=torch.float64)
         std = torch.tensor(self.std, dtype=torch.float64)
-        parts = [(numeric - mean) / std]
-        parts.append(_one_hot([a.operator for a in attempts], OPERATORS, other=False))
-        parts.append(self._tool_columns(attempts))
-        parts.append(_one_hot([a.reasoning_pattern for a in attempts], self.patterns, other=True))
-        parts.append(self._agent_column(attempts))
-        return torch.cat(parts, dim=1).to(torch.float32)
+        columns = [(numeric - mean) / std]
+        columns.append(_one_hot(parts.operators, OPERATORS, other=False))
+        columns.append(self._tool_columns(parts.tool_lists))
+        columns.append(_one_hot(parts.patterns, self.patterns, other=True))
+        columns.append(self._agent_column(parts.agents))
+        return torch.cat(columns, dim=1).to(torch.float32)
 
-    def _tool_columns(self, attempts: Sequence[AttemptInput]) -> torch.Tensor:
+    def _tool_columns(self, tool_lists: Sequence[tuple[str, ...]]) -> torch.Tensor:
         """One column per known tool (used or not), then the count of other tools used.
 
         Worked out once per distinct list of tools (a pool has a few hundred: the same
@@ -186,7 +261,6 @@ class FeatureEncoder:
         width = len(self.tools) + 1
         kinds: dict[tuple[str, ...], int] = {}
         rows: list[list[float]] = []
-        tool_lists = [a.tools_used for a in attempts]
         for tools in dict.fromkeys(tool_lists):  # each distinct list once, in first-seen order
             row = [0.0] * width
             for tool in set(tools):
@@ -202,14 +276,13 @@ class FeatureEncoder:
             return table
         return table[torch.tensor(list(map(kinds.__getitem__, tool_lists)), dtype=torch.int64)]
 
-    def _agent_column(self, attempts: Sequence[AttemptInput]) -> torch.Tensor:
+    def _agent_column(self, agents: Sequence[str]) -> torch.Tensor:
         """The agent's base rate as log-odds against the overall rate; 0 for an unknown agent.
 
         Rounded: a one-agent pool's smoothed rate equals the overall one only up to float
         rounding, and a 1e-16 input flushes to zero in fp16 while its fp32 gradient does
         not (the precision probe counted 32 flushed gradients for it)."""
         rates = dict(self.agent_rates)
-        agents = [a.agent for a in attempts]
         by_agent = {
             agent: round(_logit(rates.get(agent, self.base_rate)) - _logit(self.base_rate), 6)
             for agent in dict.fromkeys(agents)
@@ -287,6 +360,21 @@ def numeric_columns(attempts: Sequence[AttemptInput], pool: PoolLike) -> torch.T
     return out
 
 
+def numeric_rows(columns: PoolColumns, rows: np.ndarray) -> torch.Tensor | None:
+    """:func:`numeric_columns` of the pool's own records ``rows``, from a read's columns
+    (``data.pool_columns``): the same numbers, bit for bit, without an object per
+    record; None where the arrays cannot give them (``lineage_columns`` says when), and
+    the caller goes by the objects."""
+    index = columns_index(columns)
+    lineage = None if index is None else lineage_rows(index, rows)
+    if lineage is None:
+        return None
+    out = torch.empty((len(rows), len(NUMERIC_FEATURES)), dtype=torch.float64)
+    out[:, _OWN_COLUMNS] = torch.from_numpy(columns.own[rows])
+    out[:, _LINEAGE_COLUMNS] = torch.from_numpy(lineage)
+    return out
+
+
 def _one_hot(values: Sequence[str], vocabulary: Sequence[str], other: bool) -> torch.Tensor:
     """A 1.0 in the column of each value's word; with ``other``, a last column that is 1.0
     where the value is in no column (the empty pattern included)."""
@@ -309,19 +397,20 @@ def _logit(p: float) -> float:
 
 
 def _agent_rates(
-    attempts: Sequence[AttemptInput], successes: Sequence[bool] | None
+    agents: Sequence[str], successes: Sequence[bool] | None
 ) -> tuple[float, tuple[tuple[str, float], ...]]:
     """The overall success rate and each agent's, smoothed towards it (sorted by agent)."""
     if successes is None:
         return 0.5, ()
-    if len(successes) != len(attempts):
-        raise ValueError(f"{len(successes)} successes for {len(attempts)} attempts")
-    base = sum(successes) / len(successes)
+    if len(successes) != len(agents):
+        raise ValueError(f"{len(successes)} successes for {len(agents)} attempts")
+    base = sum(map(bool, successes)) / len(successes)  # a Python float, from numpy too
+    tally = Counter(zip(agents, map(bool, successes), strict=True))  # (agent, success): records
     counts: dict[str, list[int]] = {}
-    for attempt, success in zip(attempts, successes, strict=True):
-        tally = counts.setdefault(attempt.agent, [0, 0])
-        tally[0] += int(success)
-        tally[1] += 1
+    for (agent, success), times in tally.items():
+        counts.setdefault(agent, [0, 0])
+        counts[agent][0] += times if success else 0
+        counts[agent][1] += times
     rates = tuple(
         (agent, (won + AGENT_PRIOR * base) / (total + AGENT_PRIOR))
         for agent, (won, total) in sorted(counts.items())

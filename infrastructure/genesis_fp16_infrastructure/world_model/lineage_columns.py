@@ -28,11 +28,15 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from genesis_fp16_infrastructure.data.lineage import MAX_DEPTH, Pool
 from genesis_fp16_infrastructure.data.schema import OPERATORS, SUCCESS_THRESHOLD, AttemptInput
+
+if TYPE_CHECKING:
+    from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 
 # Sibling candidates (an attempt, a parent's child) held at once, per attempt of the call
 # and at least this many: a generated pool has ~2.5 per attempt; a parent with thousands
@@ -48,15 +52,16 @@ class PoolIndex:
     """A pool as arrays. Ids ``0..records-1`` are the pool's records in its order; the
     ids after them are parents named by a record but absent from the pool."""
 
-    ids: dict[str, int]
+    ids: dict[str, int]  # empty in an index of a read's columns (asked by row)
     records: int
+    size: int  # ids in all: the records, then the parents named outside the pool
     score: np.ndarray  # float64 per record, nan where unknown
     scored: np.ndarray  # bool per record
     created: np.ndarray  # float64 per record, nan where unknown
     operator: np.ndarray  # int64 per record, len(OPERATORS) for another operator
     parent_start: np.ndarray  # int64, records + 1: record r's parents are
     parents: np.ndarray  # parents[parent_start[r]:parent_start[r + 1]], in its order
-    child_start: np.ndarray  # int64, len(ids) + 1: id i's children (pool order, once per
+    child_start: np.ndarray  # int64, size + 1: id i's children (pool order, once per
     children: np.ndarray  # naming) are children[child_start[i]:child_start[i + 1]]
     depth: np.ndarray  # int64 per record: 0 without parents in the pool, else 1 + deepest
 
@@ -89,8 +94,6 @@ def _build_index(pool: Pool) -> PoolIndex | None:
     parent_lists = [e.parents for e in entries]
     parents = _numbered(ids, list(chain.from_iterable(parent_lists)), add=True)
     counts = np.fromiter(map(len, parent_lists), np.int64, n)
-    parent_start = np.zeros(n + 1, np.int64)
-    np.cumsum(counts, out=parent_start[1:])
     scores = [e.score for e in entries]
     score = np.array(scores, dtype=np.float64).reshape(n)  # None: nan
     scored = np.fromiter((s is not None for s in scores), np.bool_, n)
@@ -98,15 +101,55 @@ def _build_index(pool: Pool) -> PoolIndex | None:
     other = len(OPERATORS)
     codes = map(_OPERATOR_CODE.get, [e.operator for e in entries], repeat(other))
     operator = np.fromiter(codes, np.int64, n)
+    return _index(ids, len(ids), score, scored, created, operator, counts, parents)
+
+
+def columns_index(columns: PoolColumns) -> PoolIndex | None:
+    """The index of a read's columns (``data.pool_columns``): the same arrays as
+    :func:`pool_index` of its pool, without the pool's objects; its rows are the
+    columns' rows (``ids`` is left empty)."""
+    n = len(columns)
+    other = len(OPERATORS)
+    table = np.array(
+        [_OPERATOR_CODE.get(op, other) for op in columns.operator.values], dtype=np.int64
+    )
+    operator = table[columns.operator.codes] if n else np.zeros(0, np.int64)
+    return _index(
+        {},
+        n + len(columns.outside),
+        columns.score,
+        columns.scored,
+        columns.created,
+        operator,
+        np.diff(columns.parent_start),
+        columns.parent,
+    )
+
+
+def _index(
+    ids: dict[str, int],
+    size: int,
+    score: np.ndarray,
+    scored: np.ndarray,
+    created: np.ndarray,
+    operator: np.ndarray,
+    counts: np.ndarray,
+    parents: np.ndarray,
+) -> PoolIndex | None:
+    """The index of ``len(score)`` records whose parents (numbered: records first, then
+    the ``size - records`` ids outside) are ``parents``, ``counts`` per record."""
+    n = len(score)
+    parent_start = np.zeros(n + 1, np.int64)
+    np.cumsum(counts, out=parent_start[1:])
     child = np.repeat(np.arange(n, dtype=np.int64), counts)
     order = np.argsort(parents, kind="stable")  # each parent's children in pool order
-    child_start = np.zeros(len(ids) + 1, np.int64)
-    np.cumsum(np.bincount(parents, minlength=len(ids)), out=child_start[1:])
+    child_start = np.zeros(size + 1, np.int64)
+    np.cumsum(np.bincount(parents, minlength=size), out=child_start[1:])
     depth = _depths(n, child, parents)
     if depth is None:
         return None
     return PoolIndex(
-        ids, n, score, scored, created, operator, parent_start, parents, child_start,
+        ids, n, size, score, scored, created, operator, parent_start, parents, child_start,
         child[order], depth,
     )  # fmt: skip
 
@@ -155,8 +198,26 @@ def lineage_columns(attempts: Sequence[AttemptInput], pool: Pool) -> np.ndarray 
     parent_lists = [a.parent_ids for a in attempts]
     slot_parent = _numbered(ids, list(chain.from_iterable(parent_lists)), add=False)
     slot_counts = np.fromiter(map(len, parent_lists), np.int64, m)
-    slot_owner = np.repeat(np.arange(m, dtype=np.int64), slot_counts)
     created = np.array([a.created for a in attempts], dtype=np.float64).reshape(m)
+    return _columns(index, me, slot_parent, slot_counts, created)
+
+
+def lineage_rows(index: PoolIndex, rows: np.ndarray) -> np.ndarray | None:
+    """:func:`lineage_columns` of the index's own records ``rows`` (a read's examples,
+    by row of its columns): the same numbers, with no id looked up."""
+    counts = index.parent_start[rows + 1] - index.parent_start[rows]
+    parents = index.parents[_ranges(index.parent_start[rows], counts)]
+    return _columns(index, rows, parents, counts, index.created[rows])
+
+
+def _columns(
+    index: PoolIndex, me: np.ndarray, slot_parent: np.ndarray, slot_counts: np.ndarray,
+    created: np.ndarray,
+) -> np.ndarray | None:  # fmt: skip
+    """The attempts' LINEAGE_FEATURES: each is ``me`` (its id's number, -1 outside the
+    pool), with ``slot_counts`` parents, back to back in ``slot_parent``."""
+    m = len(me)
+    slot_owner = np.repeat(np.arange(m, dtype=np.int64), slot_counts)
     siblings = _siblings(index, me, slot_owner, slot_parent, created)
     if siblings is None:
         return None
@@ -212,9 +273,9 @@ def _grandparents(
     grand = index.parents[_ranges(index.parent_start[parent], counts)]
     keep = (grand < index.records) & (grand != me[grand_owner])
     keep[keep] = index.scored[grand[keep]]
-    pairs = np.sort(grand_owner[keep] * len(index.ids) + grand[keep])
+    pairs = np.sort(grand_owner[keep] * index.size + grand[keep])
     pairs = pairs[_firsts(pairs)]  # each grandparent once (np.unique hashes: 3x slower)
-    grand_owner, grand = pairs // len(index.ids), pairs % len(index.ids)
+    grand_owner, grand = pairs // index.size, pairs % index.size
     values = index.score[grand]
     order = np.lexsort((values, grand_owner))
     sums, counts = _ordered_sums(grand_owner[order], values[order], m)
