@@ -32,29 +32,35 @@ class Batch(NamedTuple):
 
 
 class Labels(NamedTuple):
-    """The records' labels as columns: success, score (None: unknown), outcome index."""
+    """The records' labels as arrays: success, score (0.0 where unknown), whether the
+    score is known, and the outcome's index in ``schema.OUTCOMES``."""
 
-    success: Sequence[bool]
-    score: Sequence[float | None]
-    outcome: Sequence[int]
+    success: np.ndarray  # bool
+    score: np.ndarray  # float64
+    score_known: np.ndarray  # bool
+    outcome: np.ndarray  # int64
 
     @classmethod
     def of(cls, examples: Sequence[Example]) -> Labels:
         labels = [e.label for e in examples]
+        n = len(labels)
+        scores = [x.score for x in labels]
         return cls(
-            [x.success for x in labels],
-            [x.score for x in labels],
-            [_OUTCOME[x.outcome] for x in labels],
+            np.array([x.success for x in labels], dtype=np.bool_).reshape(n),
+            np.array([0.0 if v is None else v for v in scores], dtype=np.float64).reshape(n),
+            np.array([v is not None for v in scores], dtype=np.bool_).reshape(n),
+            np.array([_OUTCOME[x.outcome] for x in labels], dtype=np.int64).reshape(n),
         )
 
     @classmethod
     def of_rows(cls, columns: PoolColumns, rows: np.ndarray) -> Labels:
         """The labels of the read's examples ``rows`` (positions in ``columns.labelled``)."""
-        picks = rows.tolist()
+        known = columns.label_scored[rows]
         return cls(
-            columns.success[rows].tolist(),
-            list(map(columns.label_score.__getitem__, picks)),
-            columns.outcome[rows].tolist(),
+            columns.success[rows],
+            np.where(known, columns.label_score[rows], 0.0),
+            known,
+            columns.outcome[rows],
         )
 
 
@@ -72,18 +78,15 @@ def to_batch(
 
 
 def batch_of(x: torch.Tensor, labels: Labels, folds: Sequence[int] | None = None) -> Batch:
-    """Encoded features ``x``, the same records' labels and folds, as one batch."""
+    """Encoded features ``x``, the same records' labels and folds, as one batch (a score
+    rounds to float32 from float64 as a Python float does)."""
     n = len(labels.success)
     return Batch(
         x=x,
-        success=torch.tensor(labels.success, dtype=torch.float32).reshape(n),
-        score=torch.tensor(
-            [0.0 if v is None else v for v in labels.score], dtype=torch.float32
-        ).reshape(n),
-        score_known=torch.tensor([v is not None for v in labels.score], dtype=torch.bool).reshape(
-            n
-        ),
-        outcome=torch.tensor(labels.outcome, dtype=torch.long).reshape(n),
+        success=torch.from_numpy(labels.success.astype(np.float32)),
+        score=torch.from_numpy(labels.score.astype(np.float32)),
+        score_known=torch.from_numpy(labels.score_known.copy()),
+        outcome=torch.from_numpy(labels.outcome.astype(np.int64)),
         fold=torch.tensor(folds if folds is not None else [0] * n, dtype=torch.long).reshape(n),
     )
 

@@ -37,7 +37,7 @@ from genesis_fp16_agents.se_darwin.task import (
 from genesis_fp16_infrastructure.data.fingerprint import (
     DataChange,
     DataFingerprint,
-    fingerprint,
+    fingerprint_of,
 )
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import write_pool
@@ -158,7 +158,7 @@ class SEDarwinPlugin:
                 request.memory_limit_bytes,
                 cache,
             )
-            seen = fingerprint(data.examples)
+            seen = fingerprint_of(data.columns)
         steps, epochs = request.steps, request.epochs
         # No budget given: train until validation stops improving, within max_epochs. An
         # explicit steps/epochs budget runs in full (what the operator asked for, a forced
@@ -196,7 +196,7 @@ class SEDarwinPlugin:
         summary = result.summary
         extra: dict[str, Any] = {
             "total_steps": summary.step,
-            "examples": len(data.examples),
+            "examples": data.labelled,
             "duplicates": data.duplicates,
             "unlabelled": data.unlabelled,
             "data": _data_record(seen, plan.change),
@@ -213,7 +213,7 @@ class SEDarwinPlugin:
                     dataclasses.replace(request, checkpoint_dir=candidate), task, data, result
                 )
         if refit is not None:
-            extra["final_fit"] = refit_record(refit, len(data.examples), result.checkpoint)
+            extra["final_fit"] = refit_record(refit, data.labelled, result.checkpoint)
         peak = None
         if torch.cuda.is_available() and request.device.startswith("cuda"):
             peak = torch.cuda.max_memory_allocated(request.device)
@@ -292,7 +292,7 @@ class SEDarwinPlugin:
         clock.move("train", "eval", task.eval_seconds)
         extra: dict[str, Any] = {
             "total_steps": result.summary.step,
-            "examples": len(data.examples),
+            "examples": data.labelled,
             "duplicates": data.duplicates,
             "unlabelled": data.unlabelled,
             "data": _data_record(seen, plan.change),

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 
@@ -74,10 +74,41 @@ def split_fractions(examples: int, eval_fraction: float | None = None) -> tuple[
     return round(eval_fraction, 4), round(validation, 4)
 
 
+class ExampleRows(Sequence[Example]):
+    """The examples of a read at ``rows`` (positions in its examples), as a list when first
+    read: a part of a million-record split is known by its rows, and the run's hot path
+    reads the read's columns at those rows instead of objects (issue 36)."""
+
+    def __init__(self, data: ReadResult, rows: np.ndarray) -> None:
+        self.data, self.rows = data, rows
+        self._items: list[Example] | None = None
+
+    def _list(self) -> list[Example]:
+        if self._items is None:
+            examples = self.data.examples
+            self._items = [examples[r] for r in self.rows.tolist()]
+        return self._items
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @overload
+    def __getitem__(self, index: int) -> Example: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Example]: ...
+
+    def __getitem__(self, index: int | slice) -> Example | list[Example]:
+        return self._list()[index]
+
+    def __iter__(self) -> Iterator[Example]:
+        return iter(self._list())
+
+
 class Split(NamedTuple):
-    train: list[Example]
-    validation: list[Example]
-    held_out: list[Example]
+    train: Sequence[Example]
+    validation: Sequence[Example]
+    held_out: Sequence[Example]
     eval_fraction: float
     validation_fraction: float
     folds: tuple[int, ...] = ()  # cross-validated: each record's fold, in train's order
@@ -89,15 +120,18 @@ class Split(NamedTuple):
 
 def split_examples(data: ReadResult, seed: int, eval_fraction: float | None = None) -> Split:
     """Held-out, validation and training parts, each by a hash of (seed, id)."""
-    fraction, validation = split_fractions(len(data.examples), eval_fraction)
-    everywhere = np.arange(len(data.examples))
-    (held, held_rows), (rest, rest_rows) = _cut(data.examples, everywhere, seed, fraction)
-    (val, val_rows), (train, train_rows) = _cut(rest, rest_rows, seed, validation, "validation:")
-    if not train or not held or not val:
+    count = data.labelled
+    fraction, validation = split_fractions(count, eval_fraction)
+    ids = data.columns.example_ids
+    held_rows, rest_rows = _cut(ids, np.arange(count), seed, fraction)
+    rest_ids = list(map(ids.__getitem__, rest_rows.tolist()))
+    val_rows, train_rows = _cut(rest_ids, rest_rows, seed, validation, "validation:")
+    if not len(train_rows) or not len(held_rows) or not len(val_rows):
         raise TrainRequestError(
-            f"{len(data.examples)} labelled example(s) cannot be split into train, "
+            f"{count} labelled example(s) cannot be split into train, "
             f"validation and held-out parts (eval_fraction={fraction}); add data"
         )
+    train, val, held = (ExampleRows(data, rows) for rows in (train_rows, val_rows, held_rows))
     return Split(train, val, held, fraction, validation, rows=(train_rows, val_rows, held_rows))
 
 
@@ -107,7 +141,7 @@ def choose_split(
     """Cross-validated folds or the held-out split, by the options and the pool's size;
     a resumed run keeps its checkpoint's choice (a pool that grew past the threshold goes
     on as it began), unless ``cross_validation`` explicitly asks for the other."""
-    cross = options.cross_validated(len(data.examples))
+    cross = options.cross_validated(data.labelled)
     folds = options.folds
     if saved is not None:
         members = int(saved["model"].get("members", 1))
@@ -141,13 +175,14 @@ def choose_split(
 
 def fold_split(data: ReadResult, seed: int, folds: int) -> Split:
     """Every record in each part, dealt into ``folds`` folds (see ``assign_folds``)."""
-    everything = list(data.examples)
-    if len(everything) < folds:
+    count = data.labelled
+    if count < folds:
         raise TrainRequestError(
-            f"{len(everything)} labelled example(s) cannot be dealt into {folds} folds; add data"
+            f"{count} labelled example(s) cannot be dealt into {folds} folds; add data"
         )
-    dealt = assign_folds([e.trajectory_id for e in everything], seed, folds)
-    rows = np.arange(len(everything))
+    dealt = assign_folds(data.columns.example_ids, seed, folds)
+    rows = np.arange(count)
+    everything = ExampleRows(data, rows)
     return Split(everything, everything, everything, 0.0, 0.0, tuple(dealt), folds, (rows,) * 3)
 
 
@@ -164,12 +199,9 @@ def split_points(ids: Sequence[str], seed: int, salt: str = "") -> list[float]:
 
 
 def _cut(
-    examples: Sequence[Example], rows: np.ndarray, seed: int, fraction: float, salt: str = ""
-) -> tuple[tuple[list[Example], np.ndarray], tuple[list[Example], np.ndarray]]:
-    """(the examples ``is_held_out`` picks, the others), each with its ``rows``, hashing
-    each id once."""
-    picks = np.array(split_points([e.trajectory_id for e in examples], seed, salt)) < fraction
-    flags = picks.tolist()
-    picked = [e for e, pick in zip(examples, flags, strict=True) if pick]
-    others = [e for e, pick in zip(examples, flags, strict=True) if not pick]
-    return (picked, rows[picks]), (others, rows[~picks])
+    ids: Sequence[str], rows: np.ndarray, seed: int, fraction: float, salt: str = ""
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``rows`` (of ``ids``, in order) that ``is_held_out`` picks, and the others,
+    hashing each id once."""
+    picks = np.array(split_points(ids, seed, salt), dtype=np.float64).reshape(len(ids)) < fraction
+    return rows[picks], rows[~picks]

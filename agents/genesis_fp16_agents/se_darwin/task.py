@@ -41,14 +41,14 @@ from torch.nn.functional import binary_cross_entropy_with_logits
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from genesis_fp16_agents.se_darwin.batch import Batch, rows_in, to_batch
+from genesis_fp16_agents.se_darwin.batch import Batch, Labels, batch_of, rows_in, to_batch
 from genesis_fp16_agents.se_darwin.options import FINAL_FITS, TaskOptions
 from genesis_fp16_agents.se_darwin.pool_read import read_pool
-from genesis_fp16_agents.se_darwin.split import Split, choose_split
+from genesis_fp16_agents.se_darwin.split import ExampleRows, Split, choose_split
 from genesis_fp16_infrastructure.data.fingerprint import (
     DataFingerprint,
     example_id_hashes,
-    fingerprint,
+    fingerprint_of,
 )
 from genesis_fp16_infrastructure.data.readers import (
     ReadResult,
@@ -57,8 +57,10 @@ from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION, Example
 from genesis_fp16_infrastructure.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
 from genesis_fp16_infrastructure.world_model.features import (
+    Categorical,
     FeatureEncoder,
     numeric_columns,
+    numeric_rows,
 )
 from genesis_fp16_infrastructure.world_model.lineage_columns import forget_index
 from genesis_fp16_infrastructure.world_model.metrics import accuracy, auc_with_interval, brier, mae
@@ -113,32 +115,33 @@ class SEDarwinTask:
         self.eval_seconds = 0.0  # spent in evaluate() and validate(): the run's eval phase
         # Every labelled record read (held-out ones too), kept in each checkpoint: the next
         # scheduled run compares its pool with it (genesis_fp16_infrastructure.data.fingerprint).
-        self.seen = seen if seen is not None else fingerprint(data.examples)
+        self.seen = seen if seen is not None else fingerprint_of(data.columns)
         self.split = split = split or choose_split(data, options, seed, saved)
         self.members = max(1, split.fold_count)
-        train, held = split.train, split.held_out
-        # The unscaled numeric features of every record, computed once: each part takes its
-        # rows, and the drift report and the promotion gate take them after the run
-        # (take_numeric_rows), instead of working them out again.
-        parts: dict[int, np.ndarray] = {}  # each part's rows in data.examples, by its list
-        if split.rows is not None:
-            parts = {
-                id(part): rows
-                for part, rows in zip((train, split.validation, held), split.rows, strict=True)
-            }
+        train = split.train
+        # Each part's positions in data.examples: the split's, or found by object (a
+        # Split made by hand); None for a part of other records (encoded from objects).
+        part_rows = split.rows or tuple(
+            rows_in(part, data.examples) for part in (train, split.validation, split.held_out)
+        )
+        rows_of = {id(part): rows for part, rows in zip(split[:3], part_rows, strict=True)}
+        columns = data.columns
+        # The unscaled numeric features of every example, computed once from the read's
+        # columns (issue 36: no object per record): each part takes its rows, and the drift
+        # report and the promotion gate take them after the run (take_numeric_rows).
         self._numeric_rows: torch.Tensor | None = None
 
-        def numeric(part: Sequence[Example]) -> torch.Tensor:
+        def inputs(part: Sequence[Example]) -> tuple[Categorical, torch.Tensor, Labels]:
+            rows = rows_of.get(id(part))
+            if rows is None:  # not the pool's own records: worked out from the objects
+                attempts = [e.attempt for e in part]
+                numeric = numeric_columns(attempts, data.pool)
+                return Categorical.of(attempts), numeric, Labels.of(part)
             if self._numeric_rows is None:
-                attempts = [e.attempt for e in data.examples]
-                self._numeric_rows = numeric_columns(attempts, data.pool)
-                forget_index(data.pool)  # every record's rows are in hand
-            rows = parts.get(id(part))
-            if rows is None:
-                rows = rows_in(part, data.examples)
-            if rows is None:  # not the pool's own records: worked out here
-                return numeric_columns([e.attempt for e in part], data.pool)
-            return self._numeric_rows[torch.from_numpy(rows)]
+                self._numeric_rows = _example_numbers(data)
+            numeric = self._numeric_rows[torch.from_numpy(rows)]
+            pool_rows = columns.labelled[rows]
+            return Categorical.of_rows(columns, pool_rows), numeric, Labels.of_rows(columns, rows)
 
         if saved is not None:  # resuming: encode exactly as the checkpointed run did
             try:
@@ -147,37 +150,36 @@ class SEDarwinTask:
                 raise TrainRequestError(f"cannot resume this checkpoint: {exc}") from exc
             self.config = ModelConfig.from_dict(saved["model"])
         else:
-            self.encoder = FeatureEncoder.fit(
-                [e.attempt for e in train],
-                data.pool,
-                [e.label.success for e in train],
-                numeric=numeric(train),
-            )
+            categorical, numeric, labels = inputs(train)
+            self.encoder = FeatureEncoder.fit_parts(categorical, numeric, labels.success.tolist())
             # A member trains on all folds but one: its width follows that many records.
             member_records = len(train) * (self.members - 1) // self.members or len(train)
             self.config = _model_config(
                 options, self.encoder.n_features, member_records, self.members
             )
-        self.pool = data.pool
         encoded: dict[int, Batch] = {}  # by list: the whole-pool task's parts are one list
 
         def batch(part: Sequence[Example]) -> Batch:
             if id(part) not in encoded:
                 folds = split.folds if split.fold_count and part is train else None
-                encoded[id(part)] = to_batch(
-                    self.encoder, part, data.pool, folds, numeric(part)
-                ).to(device)
+                categorical, numeric, labels = inputs(part)
+                x = self.encoder.encode_parts(categorical, numeric)
+                encoded[id(part)] = batch_of(x, labels, folds).to(device)
             return encoded[id(part)]
 
         self.train_data = batch(train)
         self.validation_data = batch(split.validation)
-        self.eval_data = batch(held)
+        self.eval_data = batch(split.held_out)
         # Early stopping's record holds on these records alone: the distinct id hashes of
         # the training and validation parts (since issue 36; the ids' text, sorted, before:
         # a checkpoint of then starts a new record once).
-        hashes = example_id_hashes([*train, *split.validation])
-        distinct = np.unique(np.array(hashes, dtype=np.int64))
+        hashes = [
+            _id_hashes(data, part, rows_of.get(id(part))) for part in (train, split.validation)
+        ]
+        ordered = np.sort(np.concatenate(hashes))  # np.unique, without its hash table
+        distinct = ordered[np.r_[True, ordered[1:] != ordered[:-1]]] if len(ordered) else ordered
         self.data_key = hashlib.blake2b(distinct.astype("<i8").tobytes(), digest_size=8).hexdigest()
+        held = split.held_out
         if self.cross_validated:
             logger.info(
                 "se_darwin task: %d examples in %d folds (cross-validated), %d features, model %s",
@@ -226,7 +228,8 @@ class SEDarwinTask:
         this task's, so that a step count found here means the same there. Its validation
         and held-out parts are its training records: its own metrics are not a measure.
         """
-        everything = list(data.examples)
+        rows = np.arange(data.labelled)
+        everything = ExampleRows(data, rows)
         pinned = replace(
             self.options,
             hidden=self.config.hidden,
@@ -235,7 +238,7 @@ class SEDarwinTask:
             batch_size=self.batch_size,
             cross_validation=False,
         )
-        split = Split(everything, everything, everything, 0.0, 0.0)
+        split = Split(everything, everything, everything, 0.0, 0.0, rows=(rows,) * 3)
         return SEDarwinTask(data, pinned, self.seed, device, split=split, seen=self.seen)
 
     def build_model(self) -> nn.Module:
@@ -349,6 +352,24 @@ class SEDarwinTask:
                 "the checkpoint's feature encoder differs from this run's; resume with the "
                 "checkpoint's encoder (SEDarwinTask(saved=...)) or start a fresh checkpoint folder"
             )
+
+
+def _example_numbers(data: ReadResult) -> torch.Tensor:
+    """The unscaled numeric features of every example of ``data``, from its columns, or
+    from its objects where the arrays cannot give them (a pool whose parent links loop)."""
+    numeric = numeric_rows(data.columns, data.columns.labelled)
+    if numeric is not None:
+        return numeric
+    numeric = numeric_columns([e.attempt for e in data.examples], data.pool)
+    forget_index(data.pool)  # every record's rows are in hand
+    return numeric
+
+
+def _id_hashes(data: ReadResult, part: Sequence[Example], rows: np.ndarray | None) -> np.ndarray:
+    """The record id hashes of a part: from the columns at its rows, else its objects'."""
+    if rows is not None:
+        return data.columns.id_hash[data.columns.labelled[rows]]
+    return np.array(example_id_hashes(part), dtype=np.int64).reshape(len(part))
 
 
 def _model_config(

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -34,6 +34,9 @@ from genesis_fp16_infrastructure.data.record_key import (
     record_id_hashes,
 )
 from genesis_fp16_infrastructure.data.schema import Example
+
+if TYPE_CHECKING:
+    from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 
 __all__ = [
     "DataChange",
@@ -121,13 +124,24 @@ def fingerprint(examples: Sequence[Example]) -> DataFingerprint:
     record hash), as tuples of Python ints once were, with the same digest."""
     ids = torch.tensor(example_id_hashes(examples), dtype=torch.int64)
     labelled = torch.tensor([record_hash(e) for e in examples], dtype=torch.int64)
+    return _fingerprint(ids.reshape(len(examples)), labelled.reshape(len(examples)))
+
+
+def fingerprint_of(columns: PoolColumns) -> DataFingerprint:
+    """:func:`fingerprint` of a read's examples, from its columns (``data.pool_columns``):
+    the same fingerprint, without an object per record."""
+    ids = torch.from_numpy(columns.id_hash[columns.labelled])
+    return _fingerprint(ids, torch.from_numpy(columns.key.copy()))
+
+
+def _fingerprint(ids: torch.Tensor, labelled: torch.Tensor) -> DataFingerprint:
     order = torch.sort(labelled, stable=True).indices
     order = order[torch.sort(ids[order], stable=True).indices]
     ids, labelled = ids[order], labelled[order]
     # The int64 little-endian bytes of the record hashes.
     packed = labelled.numpy().astype("<i8").tobytes()
     digest = hashlib.blake2b(packed, digest_size=16).hexdigest()
-    return DataFingerprint(len(examples), digest, ids, labelled)
+    return DataFingerprint(len(ids), digest, ids, labelled)
 
 
 def compare(saved: Mapping[str, Any] | None, current: DataFingerprint) -> DataChange:

@@ -74,7 +74,8 @@ class PoolColumns:
     text: tuple[list[Any], ...] | None  # _TEXT's columns; None: read without text
     labelled: np.ndarray  # int64 rows of the labelled records, in pool order
     success: np.ndarray  # bool per labelled record
-    label_score: list[float | None]
+    label_score: np.ndarray  # float64 per labelled record, nan where unknown
+    label_scored: np.ndarray  # bool: whether it has a score
     outcome: np.ndarray  # int64 index into OUTCOMES, per labelled record
     key: np.ndarray  # int64 per labelled record: data.record_key.record_hash
 
@@ -122,7 +123,16 @@ class PoolColumns:
         labels = objects(
             Label,
             ("success", "score", "outcome"),
-            (self.success.tolist(), self.label_score, [OUTCOMES[k] for k in self.outcome.tolist()]),
+            (
+                self.success.tolist(),
+                [
+                    s if k else None
+                    for s, k in zip(
+                        self.label_score.tolist(), self.label_scored.tolist(), strict=True
+                    )
+                ],
+                [OUTCOMES[k] for k in self.outcome.tolist()],
+            ),
         )
         return objects(
             Example,
@@ -197,6 +207,7 @@ def collect(blocks: Sequence[RecordBlock], keep_text: bool) -> tuple[PoolColumns
     is_labelled = np.fromiter((s is not None for s in success), np.bool_, n)
     labelled = np.flatnonzero(is_labelled)
     score_known = [s is not None for s in score_list]
+    label_scores = list(map(take_list(joined("label_score")).__getitem__, labelled.tolist()))
     own = np.frombuffer(bytearray().join(b.own for b in blocks), np.float64)
     columns = PoolColumns(
         ids=list(first),
@@ -215,11 +226,8 @@ def collect(blocks: Sequence[RecordBlock], keep_text: bool) -> tuple[PoolColumns
         text=tuple(take_list(joined(name)) for name in _TEXT) if keep_text else None,
         labelled=labelled,
         success=np.array([success[r] for r in labelled.tolist()], dtype=np.bool_).reshape(-1),
-        label_score=[
-            s
-            for s, k in zip(take_list(joined("label_score")), is_labelled.tolist(), strict=True)
-            if k
-        ],
+        label_score=np.array(label_scores, dtype=np.float64).reshape(len(labelled)),
+        label_scored=np.array([s is not None for s in label_scores], np.bool_).reshape(-1),
         outcome=take(np.frombuffer(b"".join(b.outcome for b in blocks), np.int8).astype(np.int64))[
             labelled
         ],
