@@ -131,17 +131,21 @@ class SEDarwinTask:
         # report and the promotion gate take them after the run (take_numeric_rows).
         self._numeric_rows: torch.Tensor | None = None
 
-        def inputs(part: Sequence[Example]) -> tuple[Categorical, torch.Tensor, Labels]:
+        def inputs(
+            part: Sequence[Example],
+        ) -> tuple[Categorical, torch.Tensor, torch.Tensor | None, Labels]:
+            """The part's categorical columns, numbers (every example's, with the part's
+            rows in them; or the part's own), and labels."""
             rows = rows_of.get(id(part))
             if rows is None:  # not the pool's own records: worked out from the objects
                 attempts = [e.attempt for e in part]
                 numeric = numeric_columns(attempts, data.pool)
-                return Categorical.of(attempts), numeric, Labels.of(part)
+                return Categorical.of(attempts), numeric, None, Labels.of(part)
             if self._numeric_rows is None:
                 self._numeric_rows = _example_numbers(data)
-            numeric = self._numeric_rows[torch.from_numpy(rows)]
-            pool_rows = columns.labelled[rows]
-            return Categorical.of_rows(columns, pool_rows), numeric, Labels.of_rows(columns, rows)
+            categorical = Categorical.of_rows(columns, columns.labelled[rows])
+            picks = torch.from_numpy(rows)
+            return categorical, self._numeric_rows, picks, Labels.of_rows(columns, rows)
 
         if saved is not None:  # resuming: encode exactly as the checkpointed run did
             try:
@@ -150,8 +154,13 @@ class SEDarwinTask:
                 raise TrainRequestError(f"cannot resume this checkpoint: {exc}") from exc
             self.config = ModelConfig.from_dict(saved["model"])
         else:
-            categorical, numeric, labels = inputs(train)
-            self.encoder = FeatureEncoder.fit_parts(categorical, numeric, labels.success.tolist())
+            categorical, numeric, picks, labels = inputs(train)
+            self.encoder = FeatureEncoder.fit_parts(
+                categorical,
+                numeric if picks is None else numeric[picks],
+                labels.success.tolist(),
+            )
+            del categorical, numeric, picks, labels  # the part's copy of its numbers
             # A member trains on all folds but one: its width follows that many records.
             member_records = len(train) * (self.members - 1) // self.members or len(train)
             self.config = _model_config(
@@ -162,8 +171,8 @@ class SEDarwinTask:
         def batch(part: Sequence[Example]) -> Batch:
             if id(part) not in encoded:
                 folds = split.folds if split.fold_count and part is train else None
-                categorical, numeric, labels = inputs(part)
-                x = self.encoder.encode_parts(categorical, numeric)
+                categorical, numeric, picks, labels = inputs(part)
+                x = self.encoder.encode_parts(categorical, numeric, picks)
                 encoded[id(part)] = batch_of(x, labels, folds).to(device)
             return encoded[id(part)]
 

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 ENCODER_VERSION = 2
 AGENT_PRIOR = 20.0  # pseudo-records at the overall rate in an agent's base rate
 ENCODE_ROWS = 65_536  # rows encoded at a time (FeatureEncoder.encode)
+LINEAGE_ROWS = 131_072  # records whose lineage numbers are worked out at a time (numeric_rows)
 WALK_RATIO = 64  # fewer attempts than a pool's records / this: lineage by the walk
 PoolLike = Pool | Mapping[str, float]  # a pool, or only its scores (no lineage beyond parents)
 NUMERIC_FEATURES: tuple[str, ...] = (
@@ -232,14 +233,19 @@ class FeatureEncoder:
             numeric = numeric_columns(attempts, pool)
         return self.encode_parts(Categorical.of(attempts), numeric)
 
-    def encode_parts(self, parts: Categorical, numeric: torch.Tensor) -> torch.Tensor:
+    def encode_parts(
+        self, parts: Categorical, numeric: torch.Tensor, rows: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """:meth:`encode` of the attempts' categorical ``parts`` and their
-        :func:`numeric_columns`: the same matrix, bit for bit."""
+        :func:`numeric_columns`: the same matrix, bit for bit. With ``rows``, the
+        attempts' numbers are those rows of ``numeric`` (taken a block at a time, not
+        copied whole)."""
         n = len(parts)
         out = torch.empty((n, self.n_features), dtype=torch.float32)
         for start in range(0, n, ENCODE_ROWS):
             end = min(n, start + ENCODE_ROWS)
-            out[start:end] = self._encode_rows(parts.part(start, end), numeric[start:end])
+            block = numeric[start:end] if rows is None else numeric[rows[start:end]]
+            out[start:end] = self._encode_rows(parts.part(start, end), block)
         return out
 
     def _encode_rows(self, parts: Categorical, numeric: torch.Tensor) -> torch.Tensor:
@@ -366,12 +372,18 @@ def numeric_rows(columns: PoolColumns, rows: np.ndarray) -> torch.Tensor | None:
     record; None where the arrays cannot give them (``lineage_columns`` says when), and
     the caller goes by the objects."""
     index = columns_index(columns)
-    lineage = None if index is None else lineage_rows(index, rows)
-    if lineage is None:
+    if index is None:
         return None
     out = torch.empty((len(rows), len(NUMERIC_FEATURES)), dtype=torch.float64)
+    # LINEAGE_ROWS at a time: each record's numbers are its own, and a million records'
+    # temporary index arrays at once held ~400 MB more at the run's peak.
+    for start in range(0, len(rows), LINEAGE_ROWS):
+        part = rows[start : start + LINEAGE_ROWS]
+        lineage = lineage_rows(index, part)
+        if lineage is None:
+            return None
+        out[start : start + len(part), _LINEAGE_COLUMNS] = torch.from_numpy(lineage)
     out[:, _OWN_COLUMNS] = torch.from_numpy(columns.own[rows])
-    out[:, _LINEAGE_COLUMNS] = torch.from_numpy(lineage)
     return out
 
 
