@@ -33,6 +33,72 @@ VALIDATION_MAX = 0.2
 VALIDATION_CAP = 20_000
 
 
+# How a record's place in the split and its fold are drawn; a checkpoint keeps its own
+# (``split.hash`` in its world-model state) and a model is judged by it (gate.py).
+# 1: blake2b of "seed:salt" followed by the id, an id at a time (~1 s a pass over a
+#    million ids, twice per split, and again in the gate);
+# 2 (issue 36): the id's record hash (``record_key.record_id_hash``, which the read
+#    keeps), xor blake2b of "seed:salt", through splitmix64's finalizer, in numpy
+#    (~20 ms a pass). A record still keeps its part as the pool grows or reorders.
+SPLIT_HASH = 2
+SPLIT_HASHES = (1, 2)
+_MIX = (np.uint64(30), np.uint64(0xBF58476D1CE4E5B9), np.uint64(27), np.uint64(0x94D049BB133111EB))
+
+
+class Draw(NamedTuple):
+    """The records a split or a fold assignment draws for: their ids (version 1 hashes
+    them) and their ids' record hashes (version 2 mixes them), in the same order."""
+
+    ids: Sequence[str]
+    hashes: np.ndarray  # int64
+
+    def take(self, rows: np.ndarray) -> Draw:
+        return Draw(list(map(self.ids.__getitem__, rows.tolist())), self.hashes[rows])
+
+    def points(self, seed: int, salt: str, version: int) -> np.ndarray:
+        """Each record's place in [0, 1) (held out below the fraction), float64."""
+        if _known(version) == 1:
+            return np.array(split_points(self.ids, seed, salt), dtype=np.float64).reshape(-1)
+        return (self._mixed(seed, salt) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+    def folds(self, seed: int, folds: int, version: int) -> np.ndarray:
+        """Each record's fold in ``range(folds)``, int64."""
+        if _known(version) == 1:
+            return np.array(assign_folds(self.ids, seed, folds), dtype=np.int64).reshape(-1)
+        return (self._mixed(seed, "fold:") % np.uint64(folds)).astype(np.int64)
+
+    def _mixed(self, seed: int, salt: str) -> np.ndarray:
+        key = hashlib.blake2b(f"{seed}:{salt}".encode(), digest_size=8).digest()
+        z = self.hashes.astype(np.uint64).reshape(-1) ^ np.uint64(int.from_bytes(key, "big"))
+        shift1, mul1, shift2, mul2 = _MIX
+        z = (z ^ (z >> shift1)) * mul1
+        z = (z ^ (z >> shift2)) * mul2
+        return z ^ (z >> np.uint64(31))
+
+
+def _known(version: int) -> int:
+    if version not in SPLIT_HASHES:
+        raise TrainRequestError(
+            f"split hash version {version} is not one this build draws ({SPLIT_HASHES}): "
+            "train into a fresh checkpoint folder"
+        )
+    return version
+
+
+def split_version(saved: Mapping[str, Any] | None) -> int:
+    """The split hash a checkpoint's state was drawn with (1 before it was kept), or this
+    build's for a fresh run."""
+    if saved is None:
+        return SPLIT_HASH
+    return int((saved.get("split") or {}).get("hash", 1))
+
+
+def draw_of(data: ReadResult) -> Draw:
+    """What a split draws for a read's examples, from its columns."""
+    columns = data.columns
+    return Draw(columns.example_ids, columns.id_hash[columns.labelled])
+
+
 def is_held_out(trajectory_id: str, seed: int, fraction: float, salt: str = "") -> bool:
     """The deterministic split: a stable hash of (seed, id), independent of file order."""
     return split_point(trajectory_id, seed, salt) < fraction
@@ -116,23 +182,29 @@ class Split(NamedTuple):
     # Where each part's records are in the data's examples (train, validation, held-out),
     # when the split knows: the task takes their feature rows by them.
     rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    hash: int = SPLIT_HASH  # how records were drawn into parts or folds (SPLIT_HASH)
 
 
-def split_examples(data: ReadResult, seed: int, eval_fraction: float | None = None) -> Split:
+def split_examples(
+    data: ReadResult, seed: int, eval_fraction: float | None = None, version: int = SPLIT_HASH
+) -> Split:
     """Held-out, validation and training parts, each by a hash of (seed, id)."""
     count = data.labelled
     fraction, validation = split_fractions(count, eval_fraction)
-    ids = data.columns.example_ids
-    held_rows, rest_rows = _cut(ids, np.arange(count), seed, fraction)
-    rest_ids = list(map(ids.__getitem__, rest_rows.tolist()))
-    val_rows, train_rows = _cut(rest_ids, rest_rows, seed, validation, "validation:")
+    draw = draw_of(data)
+    everywhere = np.arange(count)
+    out = draw.points(seed, "", version) < fraction
+    held_rows, rest_rows = everywhere[out], everywhere[~out]
+    in_validation = draw.take(rest_rows).points(seed, "validation:", version) < validation
+    val_rows, train_rows = rest_rows[in_validation], rest_rows[~in_validation]
     if not len(train_rows) or not len(held_rows) or not len(val_rows):
         raise TrainRequestError(
             f"{count} labelled example(s) cannot be split into train, "
             f"validation and held-out parts (eval_fraction={fraction}); add data"
         )
     train, val, held = (ExampleRows(data, rows) for rows in (train_rows, val_rows, held_rows))
-    return Split(train, val, held, fraction, validation, rows=(train_rows, val_rows, held_rows))
+    rows = (train_rows, val_rows, held_rows)
+    return Split(train, val, held, fraction, validation, rows=rows, hash=version)
 
 
 def choose_split(
@@ -143,6 +215,7 @@ def choose_split(
     on as it began), unless ``cross_validation`` explicitly asks for the other."""
     cross = options.cross_validated(data.labelled)
     folds = options.folds
+    version = split_version(saved)
     if saved is not None:
         members = int(saved["model"].get("members", 1))
         asked = options.cross_validation
@@ -167,23 +240,26 @@ def choose_split(
             )
         cross = members > 1
     return (
-        fold_split(data, seed, folds)
+        fold_split(data, seed, folds, version)
         if cross
-        else split_examples(data, seed, options.eval_fraction)
+        else split_examples(data, seed, options.eval_fraction, version)
     )
 
 
-def fold_split(data: ReadResult, seed: int, folds: int) -> Split:
+def fold_split(data: ReadResult, seed: int, folds: int, version: int = SPLIT_HASH) -> Split:
     """Every record in each part, dealt into ``folds`` folds (see ``assign_folds``)."""
     count = data.labelled
     if count < folds:
         raise TrainRequestError(
             f"{count} labelled example(s) cannot be dealt into {folds} folds; add data"
         )
-    dealt = assign_folds(data.columns.example_ids, seed, folds)
+    dealt = draw_of(data).folds(seed, folds, version)
     rows = np.arange(count)
     everything = ExampleRows(data, rows)
-    return Split(everything, everything, everything, 0.0, 0.0, tuple(dealt), folds, (rows,) * 3)
+    return Split(
+        everything, everything, everything, 0.0, 0.0, tuple(dealt.tolist()), folds, (rows,) * 3,
+        version,
+    )  # fmt: skip
 
 
 def assign_folds(ids: Sequence[str], seed: int, folds: int) -> list[int]:
@@ -196,12 +272,3 @@ def assign_folds(ids: Sequence[str], seed: int, folds: int) -> list[int]:
 def split_points(ids: Sequence[str], seed: int, salt: str = "") -> list[float]:
     """``split_point`` of each id, hashed in one loop (``_id_hashes``)."""
     return [h / 2**64 for h in _id_hashes(ids, seed, salt)]
-
-
-def _cut(
-    ids: Sequence[str], rows: np.ndarray, seed: int, fraction: float, salt: str = ""
-) -> tuple[np.ndarray, np.ndarray]:
-    """The ``rows`` (of ``ids``, in order) that ``is_held_out`` picks, and the others,
-    hashing each id once."""
-    picks = np.array(split_points(ids, seed, salt), dtype=np.float64).reshape(len(ids)) < fraction
-    return rows[picks], rows[~picks]

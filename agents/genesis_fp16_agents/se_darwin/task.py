@@ -247,7 +247,9 @@ class SEDarwinTask:
             batch_size=self.batch_size,
             cross_validation=False,
         )
-        split = Split(everything, everything, everything, 0.0, 0.0, rows=(rows,) * 3)
+        split = Split(
+            everything, everything, everything, 0.0, 0.0, rows=(rows,) * 3, hash=self.split.hash
+        )
         return SEDarwinTask(data, pinned, self.seed, device, split=split, seen=self.seen)
 
     def build_model(self) -> nn.Module:
@@ -351,6 +353,7 @@ class SEDarwinTask:
                 "validation_fraction": self.split.validation_fraction,
                 "train_records": len(self.train_data),
                 "folds": self.split.fold_count,  # 0: held-out
+                "hash": self.split.hash,  # split.SPLIT_HASH: how records were drawn
             },
             data=self.seen.state_dict(),
         )

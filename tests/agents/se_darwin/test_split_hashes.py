@@ -4,9 +4,26 @@ ones: a record keeps its part, its fold and its fingerprint across versions."""
 from __future__ import annotations
 
 import hashlib
+import json
+from pathlib import Path
 
-from genesis_fp16_agents.se_darwin.split import assign_folds, is_held_out, split_point, split_points
+import numpy as np
+import pytest
+
+from genesis_fp16_agents.se_darwin.options import TaskOptions
+from genesis_fp16_agents.se_darwin.split import (
+    SPLIT_HASH,
+    Draw,
+    assign_folds,
+    choose_split,
+    is_held_out,
+    split_point,
+    split_points,
+)
+from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.record_key import record_id_hash, record_id_hashes
+from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.plugin_api import TrainRequestError
 
 IDS = ["t1", "", "traj-000042", "ünïcode-id", "a:b", "x" * 200]
 
@@ -30,3 +47,44 @@ def test_folds_and_id_hashes_are_the_documented_hashes() -> None:
     ]
     expected = [int.from_bytes(_blake(i), "big", signed=True) for i in IDS]
     assert record_id_hashes(IDS) == expected == [record_id_hash(i) for i in IDS]
+
+
+def _splitmix(record_hash: int, seed: int, salt: str) -> int:
+    """Version 2's draw, in Python integers: the id's record hash xor the key, mixed."""
+    z = (record_hash % 2**64) ^ int.from_bytes(_blake(f"{seed}:{salt}"), "big")
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2**64
+    return z ^ (z >> 31)
+
+
+def test_version_2_draws_mix_the_id_hash_with_the_seed_and_salt() -> None:
+    hashes = record_id_hashes(IDS)
+    draw = Draw(IDS, np.array(hashes, dtype=np.int64))
+    for seed in (0, 7):
+        for salt in ("", "validation:"):
+            expected = [(_splitmix(h, seed, salt) >> 11) * 2.0**-53 for h in hashes]
+            assert draw.points(seed, salt, 2).tolist() == expected
+            # Version 1 is the blake2b of seed, salt and id, as before.
+            assert draw.points(seed, salt, 1).tolist() == split_points(IDS, seed, salt)
+    assert draw.folds(3, 5, 2).tolist() == [_splitmix(h, 3, "fold:") % 5 for h in hashes]
+    assert draw.folds(3, 5, 1).tolist() == assign_folds(IDS, 3, 5)
+    with pytest.raises(TrainRequestError, match="split hash version 3"):
+        draw.points(0, "", 3)
+
+
+def test_a_checkpoint_keeps_the_split_it_was_drawn_with(tmp_path: Path) -> None:
+    """A fresh run draws with SPLIT_HASH; resuming a checkpoint from before the version
+    was kept draws as it did (version 1), so no record changes part mid-run."""
+    path = tmp_path / "pool.json"
+    path.write_text(json.dumps(generate_pool(4000, seed=2)))
+    data = read_trajectories(path)
+    options = TaskOptions.from_mapping({"cross_validation": False})
+    fresh = choose_split(data, options, 5)
+    assert fresh.hash == SPLIT_HASH == 2
+    old = choose_split(data, options, 5, {"model": {"members": 1}, "split": {"seed": 5}})
+    assert old.hash == 1 and old.rows is not None and fresh.rows is not None
+    held = [e.trajectory_id for e in old.held_out]
+    assert held == [i for i in data.columns.example_ids if is_held_out(i, 5, old.eval_fraction)]
+    assert not np.array_equal(old.rows[2], fresh.rows[2])  # the versions draw differently
+    # Both hold out about the same share.
+    assert abs(len(fresh.held_out) - len(old.held_out)) < 0.2 * len(old.held_out)
