@@ -159,7 +159,7 @@ def run_shifts(seed: int, records: int, work: Path) -> dict[str, dict[str, Any]]
         served = read_pool_of(_subset(pool, ids[: records // 2]), work / "served.json")
         edit(pool, ids[records // 2 :])
         grown = read_pool_of(pool, work / "grown.json")
-        report = drift_report(grown.examples, grown.pool, fingerprint(served.examples), seed)
+        report = drift_report(grown.columns, fingerprint(served.examples), seed)
         assert report is not None
         out[name] = report
     return out

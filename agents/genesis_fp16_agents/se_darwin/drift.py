@@ -17,7 +17,7 @@ the largest draw). The label shift is flagged past max(0.05, 3 standard errors o
 difference of two rates). Vertex AI and Evidently use fixed thresholds (0.1 by default);
 a fixed one flags small batches for their noise alone.
 
->>> report = drift_report(data.examples, data.pool, served_fingerprint)  # doctest: +SKIP
+>>> report = drift_report(data.columns, served_fingerprint)  # doctest: +SKIP
 >>> report["flagged"], report["label_shift"]  # doctest: +SKIP
 """
 
@@ -30,14 +30,10 @@ from typing import Any
 
 import torch
 
-from genesis_fp16_infrastructure.data.fingerprint import (
-    DataFingerprint,
-    record_hash,
-    record_id_hash,
-)
-from genesis_fp16_infrastructure.data.lineage import Pool
-from genesis_fp16_infrastructure.data.schema import AttemptInput, Example
-from genesis_fp16_infrastructure.world_model.features import NUMERIC_FEATURES, numeric_columns
+from genesis_fp16_agents.se_darwin.gate import pool_numeric
+from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+from genesis_fp16_infrastructure.world_model.features import NUMERIC_FEATURES, Categorical
 
 NOISE_DRAWS = 20
 MIN_DISTANCE = 0.1  # Evidently's default: below it, no batch size flags a feature
@@ -47,48 +43,48 @@ MIN_NEW = 20  # fewer new records: no report (every distance would be noise)
 # (the label shift counts them all). Binning a 990,000-record reference took 26 s of a
 # 1,000,000-record run; 50,000 records put a decile's share within about 0.003.
 DRIFT_SAMPLE = 50_000
-_CATEGORICAL: dict[str, Callable[[AttemptInput], Sequence[str]]] = {
-    "agent": lambda a: (a.agent,),
-    "operator": lambda a: (a.operator,),
-    "reasoning_pattern": lambda a: (a.reasoning_pattern,),
-    "tool": lambda a: a.tools_used,
+# Each categorical feature's values per record (a tool list holds several), read from
+# the columns' categorical values (``Categorical.of_rows``), in the report's order.
+_CATEGORICAL: dict[str, Callable[[Categorical], Sequence[Sequence[str]]]] = {
+    "agent": lambda c: [(v,) for v in c.agents],
+    "operator": lambda c: [(v,) for v in c.operators],
+    "reasoning_pattern": lambda c: [(v,) for v in c.patterns],
+    "tool": lambda c: c.tool_lists,
 }
 
 
 def drift_report(
-    examples: Sequence[Example],
-    pool: Pool,
+    columns: PoolColumns,
     served: DataFingerprint | None,
     seed: int = 0,
     numeric: torch.Tensor | None = None,
-    current: DataFingerprint | None = None,
 ) -> dict[str, Any] | None:
-    """The report for ``train --json`` (``extra.drift``), or None without a served model's
-    fingerprint or with under ``MIN_NEW`` new records. ``numeric``: ``numeric_columns``
-    of ``examples``, and ``current``: their fingerprint, when the caller has them."""
+    """The report for ``train --json`` (``extra.drift``) on a read's records
+    (``ReadResult.columns``; its examples are never built), or None without a served
+    model's fingerprint or with under ``MIN_NEW`` new records. ``numeric``:
+    ``numeric_columns`` of the read's examples, when the caller has them."""
     if served is None:
         return None
-    is_new = _new_records(examples, served, current)
+    is_new = _new_records(columns, served)
     new_rows, ref_rows = is_new.nonzero().flatten(), (~is_new).nonzero().flatten()
     if len(new_rows) < MIN_NEW or len(ref_rows) < MIN_NEW:
         return None
-    shift, shift_threshold = _label_shift(examples, is_new)
+    shift, shift_threshold = _label_shift(columns, is_new)
     generator = torch.Generator().manual_seed(seed)
     new_rows, ref_rows = _sample(new_rows, generator), _sample(ref_rows, generator)
-    new = [examples[i] for i in new_rows.tolist()]
-    reference = [examples[i] for i in ref_rows.tolist()]
+    new, reference = _categorical(columns, new_rows), _categorical(columns, ref_rows)
     if numeric is None:
-        numeric = numeric_columns([e.attempt for e in examples], pool)
+        numeric = pool_numeric(columns, columns.labelled)
     ref_cols, new_cols = numeric[ref_rows], numeric[new_rows]
     binned = _Reference(reference, ref_cols)
     distances = binned.distances(new, new_cols)
-    noise = _noise(binned, ref_cols, len(new), seed)
+    noise = _noise(binned, ref_cols, len(new_rows), seed)
     thresholds = {k: max(MIN_DISTANCE, 2 * noise.get(k, 0.0)) for k in distances}
     flagged = sorted(k for k, d in distances.items() if d > thresholds[k])
     return {
         "new_records": int(is_new.sum()),
-        "reference_records": len(examples) - int(is_new.sum()),
-        "sampled": {"new": len(new), "reference": len(reference)},
+        "reference_records": len(is_new) - int(is_new.sum()),
+        "sampled": {"new": len(new_rows), "reference": len(ref_rows)},
         "features": {k: round(v, 4) for k, v in distances.items()},
         "thresholds": {k: round(v, 4) for k, v in thresholds.items()},
         "flagged": flagged,
@@ -98,19 +94,16 @@ def drift_report(
     }
 
 
-def _new_records(
-    examples: Sequence[Example], served: DataFingerprint, current: DataFingerprint | None
-) -> torch.Tensor:
+def _new_records(columns: PoolColumns, served: DataFingerprint) -> torch.Tensor:
     """Which records the served model never trained on as they are now: whose record
-    hash it does not hold. A read record's hash is the reader's (``Example.key``); a
-    record without one is looked up by its id in the pool's own fingerprint when given
-    (hashing a record's whole text again costs more than the rest of the report)."""
-    if current is not None and any(e.key is None for e in examples):
-        labelled = dict(zip(current.ids.tolist(), current.labelled.tolist(), strict=True))
-        hashes = [labelled[record_id_hash(e.trajectory_id)] for e in examples]
-    else:
-        hashes = [record_hash(e) for e in examples]
-    return torch.isin(torch.tensor(hashes, dtype=torch.int64), served.labelled, invert=True)
+    hash (the reader's, ``PoolColumns.key``) it does not hold."""
+    return torch.isin(torch.from_numpy(columns.key), served.labelled, invert=True)
+
+
+def _categorical(columns: PoolColumns, picked: torch.Tensor) -> dict[str, Sequence[Sequence[str]]]:
+    """Each categorical feature's values of the examples ``picked`` (their indices)."""
+    parts = Categorical.of_rows(columns, columns.labelled[picked.numpy()])
+    return {name: read(parts) for name, read in _CATEGORICAL.items()}
 
 
 class _Reference:
@@ -118,17 +111,16 @@ class _Reference:
     shares; each categorical feature as a count matrix (record x category), so that a
     sample's shares are a sum of rows. Every distance is taken against it."""
 
-    def __init__(self, examples: Sequence[Example], cols: torch.Tensor) -> None:
+    def __init__(self, values: dict[str, Sequence[Sequence[str]]], cols: torch.Tensor) -> None:
         self.bounds = [_bounds(cols[:, i]) for i in range(cols.shape[1])]
         self.numeric = [_shares(cols[:, i], b) for i, b in enumerate(self.bounds)]
         self.counts: dict[str, torch.Tensor] = {}  # (records, categories)
         self.vocab: dict[str, dict[str, int]] = {}
-        for name, read in _CATEGORICAL.items():
-            values = [read(e.attempt) for e in examples]
-            vocab = {v: i for i, v in enumerate(sorted({v for vs in values for v in vs}))}
-            rows = [row for row, vs in enumerate(values) for _ in vs]
-            columns = [vocab[v] for vs in values for v in vs]
-            counts = torch.zeros((len(values), len(vocab) + 1), dtype=torch.float64)
+        for name, records in values.items():
+            vocab = {v: i for i, v in enumerate(sorted({v for vs in records for v in vs}))}
+            rows = [row for row, vs in enumerate(records) for _ in vs]
+            columns = [vocab[v] for vs in records for v in vs]
+            counts = torch.zeros((len(records), len(vocab) + 1), dtype=torch.float64)
             ones = torch.ones(len(rows), dtype=torch.float64)
             counts.index_put_((torch.tensor(rows), torch.tensor(columns)), ones, accumulate=True)
             self.counts[name], self.vocab[name] = counts, vocab
@@ -147,12 +139,14 @@ class _Reference:
             return 0.0 if not p.sum() and not total else 1.0
         return float((p / p.sum() - counts / total).abs().max())
 
-    def distances(self, examples: Sequence[Example], cols: torch.Tensor) -> dict[str, float]:
+    def distances(
+        self, values: dict[str, Sequence[Sequence[str]]], cols: torch.Tensor
+    ) -> dict[str, float]:
         """The distances of other records (the new ones) from the reference."""
         out = self.numeric_distances(cols)
-        for name, read in _CATEGORICAL.items():
+        for name, records in values.items():
             vocab, other = self.vocab[name], len(self.vocab[name])
-            found = Counter(vocab.get(v, other) for e in examples for v in read(e.attempt))
+            found = Counter(vocab.get(v, other) for vs in records for v in vs)
             counts = torch.zeros(other + 1, dtype=torch.float64)
             for column, count in found.items():
                 counts[column] = count
@@ -227,11 +221,11 @@ def _sample(rows: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     return rows[picked.sort().values]
 
 
-def _label_shift(examples: Sequence[Example], is_new: torch.Tensor) -> tuple[float, float]:
+def _label_shift(columns: PoolColumns, is_new: torch.Tensor) -> tuple[float, float]:
     """New minus reference success rate over every record, and its threshold."""
-    success = torch.tensor([e.label.success for e in examples], dtype=torch.float64)
+    success = torch.from_numpy(columns.success).double()
     n_new = int(is_new.sum())
-    n_ref = len(examples) - n_new
+    n_ref = len(is_new) - n_new
     p_new = float(success[is_new].sum()) / n_new
     p_ref = float(success[~is_new].sum()) / n_ref
     pooled = (p_ref * n_ref + p_new * n_new) / (n_ref + n_new)

@@ -37,11 +37,17 @@ import numpy as np
 import torch
 
 from genesis_fp16_agents.se_darwin.split import assign_folds, split_points
-from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, example_id_hashes
+from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint
 from genesis_fp16_infrastructure.data.lineage import Pool
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.schema import Example
 from genesis_fp16_infrastructure.training.run.early_stop import served_weights
-from genesis_fp16_infrastructure.world_model.features import FeatureEncoder, numeric_columns
+from genesis_fp16_infrastructure.world_model.features import (
+    Categorical,
+    FeatureEncoder,
+    numeric_columns,
+    numeric_rows,
+)
 from genesis_fp16_infrastructure.world_model.metrics import auc_with_interval
 from genesis_fp16_infrastructure.world_model.model import ModelConfig, build_world_model
 from genesis_fp16_infrastructure.world_model.predict import read_world_model_state
@@ -118,6 +124,65 @@ class Verdict:
         }
 
 
+@dataclass(frozen=True, eq=False)
+class Records:
+    """What the gate reads of a set of labelled records: their ids (for the folds), 0/1
+    success labels, the encoder's categorical inputs and the unscaled numeric features
+    (``numeric_columns``), in one order. From a read's columns (:meth:`of_columns`: the
+    run's records, no object per record) or from objects (:meth:`of_examples`: the
+    golden set); the same values either way.
+
+    >>> held_out = Records.of_columns(data.columns, np.flatnonzero(mask))  # doctest: +SKIP
+    >>> compare_on("held_out", held_out, candidate, served, True)  # doctest: +SKIP
+    """
+
+    ids: Sequence[str]
+    labels: torch.Tensor  # float32, 1.0 where the record succeeded
+    categorical: Categorical
+    numeric: torch.Tensor  # (records, NUMERIC_FEATURES) float64
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @classmethod
+    def of_columns(
+        cls, columns: PoolColumns, picked: np.ndarray, numeric: torch.Tensor | None = None
+    ) -> Records:
+        """The read's examples ``picked`` (indices into its examples, in order);
+        ``numeric``: theirs, when the caller has them."""
+        rows = columns.labelled[picked]
+        ids = columns.example_ids
+        return cls(
+            [ids[i] for i in picked.tolist()],
+            torch.from_numpy(columns.success[picked]).float(),
+            Categorical.of_rows(columns, rows),
+            pool_numeric(columns, rows) if numeric is None else numeric,
+        )
+
+    @classmethod
+    def of_examples(
+        cls, examples: Sequence[Example], pool: Pool, numeric: torch.Tensor | None = None
+    ) -> Records:
+        """``examples`` with their lineage in ``pool``; ``numeric``: theirs, if known."""
+        attempts = [e.attempt for e in examples]
+        return cls(
+            [e.trajectory_id for e in examples],
+            torch.tensor([float(e.label.success) for e in examples]),
+            Categorical.of(attempts),
+            numeric_columns(attempts, pool) if numeric is None else numeric,
+        )
+
+
+def pool_numeric(columns: PoolColumns, rows: np.ndarray) -> torch.Tensor:
+    """``numeric_columns`` of the pool's ``rows``, from the arrays; where those cannot
+    give them (``numeric_rows`` returns None), from the rows' objects and the whole
+    pool's (seconds on a million records: the fallback, not the rule)."""
+    numeric = numeric_rows(columns, rows)
+    if numeric is None:
+        numeric = numeric_columns(columns.attempts(rows), columns.pool())
+    return numeric
+
+
 class ScoredModel:
     """A world-model checkpoint ready to score records: its network, encoder, and what
     it trained on (its split and the fingerprint of the pool it read)."""
@@ -136,34 +201,23 @@ class ScoredModel:
         # The id hashes of the pool it read, as an array (a set of a million ints: 60 MB)
         self.pool_ids = seen.ids.numpy() if seen is not None else None
 
-    def held_out_for(
-        self, examples: Sequence[Example], hashes: RecordHashes | None = None
-    ) -> list[bool]:
-        """Which records this model never trained on (see the module docstring).
-        ``hashes``: the records' id hashes, shared with the other model's call."""
+    def held_out_for(self, hashes: RecordHashes) -> np.ndarray:
+        """Which records this model never trained on (see the module docstring), of the
+        records ``hashes`` (shared with the other model's call), as a bool array."""
         if self.folds > 1:
-            return [True] * len(examples)
-        if self.pool_ids is None:
-            return [False] * len(examples)  # its data is unknown: it may have seen any
-        hashes = hashes if hashes is not None else RecordHashes(examples)
+            return np.ones(len(hashes), dtype=np.bool_)
+        if self.pool_ids is None:  # its data is unknown: it may have seen any
+            return np.zeros(len(hashes), dtype=np.bool_)
         return hashes.held_out(self.pool_ids, self.seed, self.eval_fraction)
 
-    def success_probability(
-        self,
-        examples: Sequence[Example],
-        pool: Pool,
-        out_of_fold: bool,
-        numeric: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """P(success) per record; ``out_of_fold``: each from its fold's member.
-        ``numeric``: the records' ``numeric_columns`` in ``pool``, when known."""
-        x = self.encoder.encode([e.attempt for e in examples], pool, numeric=numeric)
+    def success_probability(self, records: Records, out_of_fold: bool) -> torch.Tensor:
+        """P(success) per record; ``out_of_fold``: each from its fold's member."""
+        x = self.encoder.encode_parts(records.categorical, records.numeric)
         with torch.no_grad():
             if out_of_fold and self.folds > 1:
                 logits = self.model(x, per_member=True).success_logit  # (members, n)
-                ids = [e.trajectory_id for e in examples]
-                fold = torch.tensor(assign_folds(ids, self.seed, self.folds)).unsqueeze(0)
-                logit = logits.gather(0, fold).squeeze(0)
+                fold = torch.tensor(assign_folds(records.ids, self.seed, self.folds))
+                logit = logits.gather(0, fold.unsqueeze(0)).squeeze(0)
             else:
                 logit = self.model(x).success_logit
         return torch.sigmoid(logit.float())
@@ -181,28 +235,19 @@ def score(p: torch.Tensor, labels: torch.Tensor) -> tuple[Scores, torch.Tensor]:
 
 
 def compare_on(
-    name: str,
-    examples: Sequence[Example],
-    pool: Pool,
-    candidate: ScoredModel,
-    served: ScoredModel,
-    out_of_fold: bool,
-    numeric: torch.Tensor | None = None,
+    name: str, records: Records, candidate: ScoredModel, served: ScoredModel, out_of_fold: bool
 ) -> Comparison:
-    """Both models on ``examples``, and whether the candidate is no worse within δ.
-    ``numeric``: the examples' ``numeric_columns`` in ``pool``, if the caller has them."""
-    labels = torch.tensor([float(e.label.success) for e in examples])
-    positives = int(labels.sum()) if len(examples) else 0
-    if len(examples) < MIN_RECORDS:
-        reason = f"{len(examples)} record(s): a comparison needs at least {MIN_RECORDS}"
+    """Both models on ``records``, and whether the candidate is no worse within δ."""
+    labels = records.labels
+    n = len(records)
+    positives = int(labels.sum()) if n else 0
+    if n < MIN_RECORDS:
+        reason = f"{n} record(s): a comparison needs at least {MIN_RECORDS}"
         return Comparison(name, None, None, passed=None, reason=reason)
     # Under MIN_CLASS of a class the AUC is mostly luck: log-loss alone decides, said so.
-    with_auc = min(positives, len(examples) - positives) >= MIN_CLASS
-    # The unscaled features do not depend on the model: worked out once for both.
-    if numeric is None:
-        numeric = numeric_columns([e.attempt for e in examples], pool)
-    cand_p = candidate.success_probability(examples, pool, out_of_fold, numeric)
-    serv_p = served.success_probability(examples, pool, out_of_fold, numeric)
+    with_auc = min(positives, n - positives) >= MIN_CLASS
+    cand_p = candidate.success_probability(records, out_of_fold)
+    serv_p = served.success_probability(records, out_of_fold)
     cand, cand_losses = score(cand_p, labels)
     serv, serv_losses = score(serv_p, labels)
     diff = cand_losses - serv_losses
@@ -217,7 +262,7 @@ def compare_on(
     auc_text = (
         f"AUC {cand.auc:.4f} vs {serv.auc:.4f} (δ {delta_auc:.4f})"
         if with_auc
-        else f"AUC not compared ({positives} successful of {len(examples)})"
+        else f"AUC not compared ({positives} successful of {n})"
     )
     reason = "; ".join(worse) or (
         f"{auc_text}, log-loss {cand.log_loss:.4f} vs {serv.log_loss:.4f} (δ {delta_ll:.4f})"
@@ -228,32 +273,38 @@ def compare_on(
 class RecordHashes:
     """The hashes ``held_out_for`` asks of each record, worked out once for both models:
     its id's (was it in the model's pool) and its split's for a seed (was it held out):
-    on a million records each pass costs about a second."""
+    on a million records each pass costs about a second. ``id_hashes``: each id's
+    ``record_id_hash``, as the reader keeps them."""
 
-    def __init__(self, examples: Sequence[Example]) -> None:
-        self.trajectory_ids = [e.trajectory_id for e in examples]
-        self.ids = np.array(example_id_hashes(examples), dtype=np.int64)
+    def __init__(self, trajectory_ids: Sequence[str], id_hashes: np.ndarray) -> None:
+        self.trajectory_ids = trajectory_ids
+        self.ids = id_hashes
         self._split: dict[int, np.ndarray] = {}
 
-    def held_out(self, pool_ids: np.ndarray, seed: int, fraction: float) -> list[bool]:
+    @classmethod
+    def of_columns(cls, columns: PoolColumns) -> RecordHashes:
+        """The read's examples', from its columns."""
+        return cls(columns.example_ids, columns.id_hash[columns.labelled])
+
+    def __len__(self) -> int:
+        return len(self.trajectory_ids)
+
+    def held_out(self, pool_ids: np.ndarray, seed: int, fraction: float) -> np.ndarray:
         """Outside the pool (``pool_ids``: its id hashes), or in its held-out part
         (``is_held_out`` of the id)."""
         split = self._split.get(seed)
         if split is None:
             split = self._split[seed] = np.array(split_points(self.trajectory_ids, seed))
         outside = ~np.isin(self.ids, pool_ids)
-        return (outside | (split < fraction)).tolist()
+        return outside | (split < fraction)
 
 
 def comparison_mask(
-    examples: Sequence[Example], candidate: ScoredModel, served: ScoredModel
-) -> list[bool]:
-    """Which current records neither model trained on (the module docstring's rule)."""
-    hashes = RecordHashes(examples)
-    both = zip(
-        candidate.held_out_for(examples, hashes), served.held_out_for(examples, hashes), strict=True
-    )
-    return [c and s for c, s in both]
+    hashes: RecordHashes, candidate: ScoredModel, served: ScoredModel
+) -> np.ndarray:
+    """Which current records (those of ``hashes``) neither model trained on (the module
+    docstring's rule), as a bool array."""
+    return candidate.held_out_for(hashes) & served.held_out_for(hashes)
 
 
 def decide(comparisons: Sequence[Comparison], clock: Callable[[], float] | None = None) -> Verdict:

@@ -19,6 +19,7 @@ from genesis_fp16_agents.se_darwin.freshness import (
     save_record,
     scan_before_read,
 )
+from genesis_fp16_agents.se_darwin.gate import pool_numeric
 from genesis_fp16_agents.se_darwin.promotion import (
     SPLIT_FOLDER,
     Plan,
@@ -53,7 +54,6 @@ from genesis_fp16_infrastructure.plugin_api import (
 )
 from genesis_fp16_infrastructure.training import CheckpointManager, fit
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
-from genesis_fp16_infrastructure.world_model.features import numeric_columns
 from genesis_fp16_infrastructure.world_model.model import (
     HEAD_MODULES,
     PRESETS,
@@ -240,10 +240,8 @@ class SEDarwinPlugin:
         if plan.change is not None and not plan.change.unchanged:
             with clock.phase("drift"):
                 if numeric is None:
-                    numeric = numeric_columns([e.attempt for e in data.examples], data.pool)
-                drift = drift_report(
-                    data.examples, data.pool, plan.served_seen, request.seed, numeric, seen
-                )
+                    numeric = pool_numeric(data.columns, data.columns.labelled)
+                drift = drift_report(data.columns, plan.served_seen, request.seed, numeric)
             if drift is not None:
                 out = dataclasses.replace(out, extra={**out.extra, "drift": drift}, drift=drift)
                 _log_drift(drift)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from genesis_fp16_agents.se_darwin import gate
@@ -225,8 +226,8 @@ def judge(
 ) -> TrainResult:
     """Gate the finished candidate; promote it, or reject it (the served model stays),
     or raise TrainRequestError when the gate cannot decide. Returns the run's result
-    with ``gate`` (also in ``extra``). ``numeric``: ``numeric_columns`` of ``data.examples``,
-    if known."""
+    with ``gate`` (also in ``extra``). ``numeric``: ``numeric_columns`` of the read's
+    examples (``data.columns.labelled``), if known."""
     checkpoint = result.checkpoint
     if checkpoint is None:
         raise TrainRequestError(f"candidate {candidate.name} wrote no checkpoint: nothing to judge")
@@ -283,18 +284,18 @@ def _compare(
         return gate.Verdict(
             False, False, f"the gate cannot decide (a model cannot be scored: {exc})"
         )
-    chosen = gate.comparison_mask(data.examples, candidate_model, served_model_)
-    records = [e for e, keep in zip(data.examples, chosen, strict=True) if keep]
-    rows = None if numeric is None else numeric[torch.tensor(chosen, dtype=torch.bool)]
-    comparisons = [
-        gate.compare_on("held_out", records, data.pool, candidate_model, served_model_, True, rows)
-    ]
+    # From the read's columns: building its examples and pool as objects would cost
+    # seconds and a gigabyte on a million records (issue 36).
+    chosen = gate.comparison_mask(
+        gate.RecordHashes.of_columns(data.columns), candidate_model, served_model_
+    )
+    rows = None if numeric is None else numeric[torch.from_numpy(chosen)]
+    held_out = gate.Records.of_columns(data.columns, np.flatnonzero(chosen), rows)
+    comparisons = [gate.compare_on("held_out", held_out, candidate_model, served_model_, True)]
     golden_path = request.golden_data_path
     if golden_path is not None:
-        golden, golden_pool = _read_golden(Path(golden_path), options, data)
-        comparisons.append(
-            gate.compare_on("golden", golden, golden_pool, candidate_model, served_model_, False)
-        )
+        golden = gate.Records.of_examples(*_read_golden(Path(golden_path), options, data))
+        comparisons.append(gate.compare_on("golden", golden, candidate_model, served_model_, False))
     return gate.decide(comparisons, lambda: time.perf_counter() - start)
 
 
