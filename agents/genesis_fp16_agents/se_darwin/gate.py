@@ -16,12 +16,12 @@ decide, the gate says so (``decided=False``) and the run fails loudly, never pas
 
 Which records a model did not train on (``held_out_for``):
 
-* a **cross-validated** model (folds by a hash of (seed, id), stable as the pool grows):
+* a **cross-validated** model (folds drawn from (seed, id), stable as the pool grows):
   every record, scored by the member of the record's fold, which never trained on it
   (a new record by the same member: no member trained on it);
 * a **held-out** model: records outside the pool it read (new ids), and those of its
-  held-out part (``is_held_out(id, seed, eval_fraction)``); its validation part chose
-  its weights and is left out.
+  held-out part, drawn as its run drew them (its seed, eval_fraction and split hash
+  version, ``split.Draw``); its validation part chose its weights and is left out.
 
 The comparison set is every current record that both models may be scored on.
 """
@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from genesis_fp16_agents.se_darwin.split import assign_folds, split_points
-from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint
+from genesis_fp16_agents.se_darwin.split import Draw, split_version
+from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, example_id_hashes
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.schema import Example
@@ -140,6 +140,7 @@ class Records:
     labels: torch.Tensor  # float32, 1.0 where the record succeeded
     categorical: Categorical
     numeric: torch.Tensor  # (records, NUMERIC_FEATURES) float64
+    id_hashes: np.ndarray  # int64: each id's record_id_hash (the folds of split hash 2)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -157,6 +158,7 @@ class Records:
             torch.from_numpy(columns.success[picked]).float(),
             Categorical.of_rows(columns, rows),
             pool_numeric(columns, rows) if numeric is None else numeric,
+            columns.id_hash[rows],
         )
 
     @classmethod
@@ -170,6 +172,7 @@ class Records:
             torch.tensor([float(e.label.success) for e in examples]),
             Categorical.of(attempts),
             numeric_columns(attempts, pool) if numeric is None else numeric,
+            np.array(example_id_hashes(examples), dtype=np.int64).reshape(len(examples)),
         )
 
 
@@ -197,6 +200,7 @@ class ScoredModel:
         self.seed = int(split.get("seed", 0))
         self.eval_fraction = float(split.get("eval_fraction", 0.0))
         self.folds = int(split.get("folds", 0))
+        self.split_hash = split_version(saved)  # how its parts and folds were drawn
         seen = DataFingerprint.from_state(saved.get("data"))
         # The id hashes of the pool it read, as an array (a set of a million ints: 60 MB)
         self.pool_ids = seen.ids.numpy() if seen is not None else None
@@ -208,7 +212,7 @@ class ScoredModel:
             return np.ones(len(hashes), dtype=np.bool_)
         if self.pool_ids is None:  # its data is unknown: it may have seen any
             return np.zeros(len(hashes), dtype=np.bool_)
-        return hashes.held_out(self.pool_ids, self.seed, self.eval_fraction)
+        return hashes.held_out(self.pool_ids, self.seed, self.eval_fraction, self.split_hash)
 
     def success_probability(self, records: Records, out_of_fold: bool) -> torch.Tensor:
         """P(success) per record; ``out_of_fold``: each from its fold's member."""
@@ -216,7 +220,8 @@ class ScoredModel:
         with torch.no_grad():
             if out_of_fold and self.folds > 1:
                 logits = self.model(x, per_member=True).success_logit  # (members, n)
-                fold = torch.tensor(assign_folds(records.ids, self.seed, self.folds))
+                draw = Draw(records.ids, records.id_hashes)
+                fold = torch.from_numpy(draw.folds(self.seed, self.folds, self.split_hash))
                 logit = logits.gather(0, fold.unsqueeze(0)).squeeze(0)
             else:
                 logit = self.model(x).success_logit
@@ -279,7 +284,7 @@ class RecordHashes:
     def __init__(self, trajectory_ids: Sequence[str], id_hashes: np.ndarray) -> None:
         self.trajectory_ids = trajectory_ids
         self.ids = id_hashes
-        self._split: dict[int, np.ndarray] = {}
+        self._split: dict[tuple[int, int], np.ndarray] = {}
 
     @classmethod
     def of_columns(cls, columns: PoolColumns) -> RecordHashes:
@@ -289,12 +294,15 @@ class RecordHashes:
     def __len__(self) -> int:
         return len(self.trajectory_ids)
 
-    def held_out(self, pool_ids: np.ndarray, seed: int, fraction: float) -> np.ndarray:
-        """Outside the pool (``pool_ids``: its id hashes), or in its held-out part
-        (``is_held_out`` of the id)."""
-        split = self._split.get(seed)
+    def held_out(
+        self, pool_ids: np.ndarray, seed: int, fraction: float, version: int
+    ) -> np.ndarray:
+        """Outside the pool (``pool_ids``: its id hashes), or in its held-out part (drawn
+        for ``seed`` by split hash ``version``, split.SPLIT_HASH)."""
+        split = self._split.get((seed, version))
         if split is None:
-            split = self._split[seed] = np.array(split_points(self.trajectory_ids, seed))
+            draw = Draw(self.trajectory_ids, self.ids)
+            split = self._split[(seed, version)] = draw.points(seed, "", version)
         outside = ~np.isin(self.ids, pool_ids)
         return outside | (split < fraction)
 

@@ -16,6 +16,7 @@ from se_darwin_runs import train
 import genesis_fp16_agents.se_darwin.drift as drift
 from genesis_fp16_agents.se_darwin import gate, promotion
 from genesis_fp16_agents.se_darwin.options import TaskOptions
+from genesis_fp16_agents.se_darwin.split import SPLIT_HASH, choose_split, is_held_out
 from genesis_fp16_infrastructure.data.fingerprint import (
     example_id_hashes,
     fingerprint,
@@ -171,3 +172,28 @@ def test_the_drift_report_and_the_gate_build_no_object_per_record(
     records = gate.Records.of_examples([e for e, m in zip(examples, mask, strict=True) if m], pool)
     want = gate.compare_on("held_out", records, candidate, served_model, True)
     assert verdict.comparisons == [want]
+
+
+def test_each_model_is_judged_by_the_split_hash_it_was_drawn_with(
+    pools: tuple[Path, Path], models: dict[str, Path]
+) -> None:
+    """A model trained before the split hash was kept (version 1) held out the records
+    blake2b of (seed, id) picked; one of version 2 those its mix of the id hash picked:
+    the gate asks each model's own, and its held-out part is what its run held out."""
+    state = load_checkpoint(models["held_out"])
+    new = gate.ScoredModel(state)
+    assert new.split_hash == SPLIT_HASH
+    old_state = json.loads(json.dumps(state["extra"], default=str))
+    del old_state["split"]["hash"]
+    old = gate.ScoredModel({**state, "extra": {**state["extra"], "split": old_state["split"]}})
+    assert old.split_hash == 1
+    served = read_trajectories(pools[0])  # what both read: only their held-out parts count
+    hashes = gate.RecordHashes.of_columns(served.columns)
+    held_new, held_old = new.held_out_for(hashes), old.held_out_for(hashes)
+    ids = served.columns.example_ids
+    assert held_old.tolist() == [is_held_out(i, old.seed, old.eval_fraction) for i in ids]
+    options = TaskOptions.from_mapping({"cross_validation": False})
+    task_split = choose_split(served, options, new.seed)
+    assert task_split.rows is not None
+    assert np.flatnonzero(held_new).tolist() == task_split.rows[2].tolist()
+    assert not np.array_equal(held_new, held_old)
