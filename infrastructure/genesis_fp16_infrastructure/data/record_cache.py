@@ -1,9 +1,10 @@
 """Each data file's records, kept after a read, by the file's content digest.
 
 A pool that grows by a new file, or by a day's ``.jsonl``, leaves most of its files as
-they were. :class:`RecordCache` keeps what a read made of each file (its valid records as
-:class:`~genesis_fp16_infrastructure.data.file_records.FileRecord`: pre-attempt input, label,
-score; and its quarantined entries) in one msgpack file per file's bytes, named by the
+they were. :class:`RecordCache` keeps what a read made of each file (its valid records'
+pre-attempt input, label and score, and its quarantined entries, as one
+:class:`~genesis_fp16_infrastructure.data.file_records.RecordBlock` of columns) in one
+msgpack file per file's bytes, named by the
 content digest of the data manifest (``genesis_fp16_infrastructure.data.manifest``) and
 ``CACHE_VERSION``. The next read takes an unchanged file from there instead of parsing
 and validating it again; a changed file is read alone.
