@@ -258,7 +258,7 @@ def _parents(
     counts = counts.astype(np.int64)
     if not every:
         starts = np.cumsum(counts) - counts
-        picked = _ranges(starts[rows], counts[rows]).tolist()
+        picked = ranges(starts[rows], counts[rows]).tolist()
         names = list(map(names.__getitem__, picked))
         counts = counts[rows]
     position = np.full(len(first) if every else int(rows.max(initial=-1)) + 1, -1, np.int64)
@@ -275,7 +275,7 @@ def _parents(
     return {"parent_start": start, "parent": parent, "outside": list(outside)}
 
 
-def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """The positions ``starts[i] .. starts[i] + counts[i] - 1`` of every i, in order."""
     total = int(counts.sum())
     if not total:

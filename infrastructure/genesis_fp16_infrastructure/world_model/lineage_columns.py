@@ -28,15 +28,12 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from genesis_fp16_infrastructure.data.lineage import MAX_DEPTH, Pool
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, ranges
 from genesis_fp16_infrastructure.data.schema import OPERATORS, SUCCESS_THRESHOLD, AttemptInput
-
-if TYPE_CHECKING:
-    from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 
 # Sibling candidates (an attempt, a parent's child) held at once, per attempt of the call
 # and at least this many: a generated pool has ~2.5 per attempt; a parent with thousands
@@ -171,7 +168,7 @@ def _depths(n: int, child: np.ndarray, parent: np.ndarray) -> np.ndarray | None:
     taken = len(ready)
     while len(ready):
         counts = kid_start[ready + 1] - kid_start[ready]
-        reached = kids[_ranges(kid_start[ready], counts)]
+        reached = kids[ranges(kid_start[ready], counts)]
         np.maximum.at(depth, reached, np.repeat(depth[ready] + 1, counts))
         reached = np.sort(reached)
         heads = np.flatnonzero(_firsts(reached))
@@ -206,7 +203,7 @@ def lineage_rows(index: PoolIndex, rows: np.ndarray) -> np.ndarray | None:
     """:func:`lineage_columns` of the index's own records ``rows`` (a read's examples,
     by row of its columns): the same numbers, with no id looked up."""
     counts = index.parent_start[rows + 1] - index.parent_start[rows]
-    parents = index.parents[_ranges(index.parent_start[rows], counts)]
+    parents = index.parents[ranges(index.parent_start[rows], counts)]
     return _columns(index, rows, parents, counts, index.created[rows])
 
 
@@ -270,7 +267,7 @@ def _grandparents(
     owner, parent = owner[own], parent[own]
     counts = index.parent_start[parent + 1] - index.parent_start[parent]
     grand_owner = np.repeat(owner, counts)
-    grand = index.parents[_ranges(index.parent_start[parent], counts)]
+    grand = index.parents[ranges(index.parent_start[parent], counts)]
     keep = (grand < index.records) & (grand != me[grand_owner])
     keep[keep] = index.scored[grand[keep]]
     pairs = np.sort(grand_owner[keep] * index.size + grand[keep])
@@ -299,7 +296,7 @@ def _siblings(
     if total > max(MAX_SIBLING_PAIRS, SIBLING_PAIRS_PER_ATTEMPT * m):
         return None
     sib_owner = np.repeat(owner, counts)
-    sib = index.children[_ranges(index.child_start[parent], counts)]
+    sib = index.children[ranges(index.child_start[parent], counts)]
     met = np.arange(total, dtype=np.int64)  # the record-at-a-time walk's order
     keep = (sib != me[sib_owner]) & index.scored[sib] & ~np.isnan(index.created[sib])
     sib_owner, sib, met = sib_owner[keep], sib[keep], met[keep]
@@ -362,15 +359,6 @@ def _firsts(*keys: np.ndarray) -> np.ndarray:
 
 def _in_pool(index: PoolIndex, ids: np.ndarray) -> np.ndarray:
     return (ids >= 0) & (ids < index.records)
-
-
-def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The positions ``starts[i] .. starts[i] + counts[i] - 1`` of every i, in order."""
-    total = int(counts.sum())
-    if not total:
-        return np.zeros(0, np.int64)
-    offsets = np.repeat(starts - np.cumsum(counts) + counts, counts)
-    return offsets + np.arange(total, dtype=np.int64)
 
 
 def _ordered_sums(owner: np.ndarray, values: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
