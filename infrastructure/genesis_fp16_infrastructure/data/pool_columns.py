@@ -42,9 +42,25 @@ class Coded:
     codes: np.ndarray  # int64 per record
     values: list[Any]  # distinct, in first-seen order
 
+    @classmethod
+    def of(cls, values: Sequence[Any]) -> Coded:
+        """``values`` coded, distinct values in first-seen order."""
+        index: dict[Any, int] = {}
+        codes = [index.setdefault(v, len(index)) for v in values]
+        return cls(np.array(codes, dtype=np.int64).reshape(len(codes)), list(index))
+
     def take(self, rows: np.ndarray) -> list[Any]:
         """The values of ``rows``, as objects (each distinct one shared)."""
         return list(map(self.values.__getitem__, self.codes[rows].tolist()))
+
+    def at(self, rows: np.ndarray) -> Coded:
+        """The column of ``rows`` alone, its values shared."""
+        return Coded(self.codes[rows], self.values)
+
+    def counts(self) -> list[tuple[Any, int]]:
+        """Each value that occurs, with how many times, in first-seen order of the values."""
+        times = np.bincount(self.codes, minlength=len(self.values)).tolist()
+        return [(v, k) for v, k in zip(self.values, times, strict=True) if k]
 
 
 @dataclass(frozen=True, eq=False)

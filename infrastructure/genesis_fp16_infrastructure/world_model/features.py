@@ -31,14 +31,14 @@ from array import array
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
 from genesis_fp16_infrastructure.data.attempt_numbers import OWN_FEATURES, own_numbers, pack
 from genesis_fp16_infrastructure.data.lineage import Pool
+from genesis_fp16_infrastructure.data.pool_columns import Coded, PoolColumns
 from genesis_fp16_infrastructure.data.schema import OPERATORS, SUCCESS_THRESHOLD, AttemptInput
 from genesis_fp16_infrastructure.world_model.lineage_columns import (
     columns_index,
@@ -46,9 +46,6 @@ from genesis_fp16_infrastructure.world_model.lineage_columns import (
     lineage_columns,
     lineage_rows,
 )
-
-if TYPE_CHECKING:
-    from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 
 ENCODER_VERSION = 2
 AGENT_PRIOR = 20.0  # pseudo-records at the overall rate in an agent's base rate
@@ -95,45 +92,55 @@ _UNKNOWN_PARENT_SCORE = 0.5  # a parent without a recorded score: the middle, fl
 
 
 class Categorical(NamedTuple):
-    """What the encoder reads of attempts besides their numbers, one list per field, in
-    the attempts' order: from objects (:meth:`of`) or from a read's columns
-    (:meth:`of_rows`), the same values either way."""
+    """What the encoder reads of attempts besides their numbers, each field coded (every
+    attempt's code into the field's distinct values), in the attempts' order: from
+    objects (:meth:`of`) or from a read's columns (:meth:`of_rows`, whose codes it
+    shares), the same values either way. The encoder works a distinct value at a time."""
 
-    operators: Sequence[str]
-    tool_lists: Sequence[tuple[str, ...]]
-    patterns: Sequence[str]
-    agents: Sequence[str]
+    operator: Coded
+    tools: Coded  # tool lists (tuples)
+    pattern: Coded
+    agent: Coded
 
     @classmethod
     def of(cls, attempts: Sequence[AttemptInput]) -> Categorical:
         return cls(
-            [a.operator for a in attempts],
-            [a.tools_used for a in attempts],
-            [a.reasoning_pattern for a in attempts],
-            [a.agent for a in attempts],
+            Coded.of([a.operator for a in attempts]),
+            Coded.of([a.tools_used for a in attempts]),
+            Coded.of([a.reasoning_pattern for a in attempts]),
+            Coded.of([a.agent for a in attempts]),
         )
 
     @classmethod
     def of_rows(cls, columns: PoolColumns, rows: np.ndarray) -> Categorical:
         """The pool's ``rows`` (``data.pool_columns``), without an object per record."""
         return cls(
-            columns.operator.take(rows),
-            columns.tools.take(rows),
-            columns.pattern.take(rows),
-            columns.agent.take(rows),
+            *(c.at(rows) for c in (columns.operator, columns.tools, columns.pattern, columns.agent))
         )
 
     def part(self, start: int, end: int) -> Categorical:
         """The attempts ``start`` to ``end``."""
-        return Categorical(
-            self.operators[start:end],
-            self.tool_lists[start:end],
-            self.patterns[start:end],
-            self.agents[start:end],
-        )
+        return Categorical(*(Coded(c.codes[start:end], c.values) for c in self))
 
     def __len__(self) -> int:
-        return len(self.operators)
+        return len(self.operator.codes)
+
+    # Each attempt's value, as a list (a sample's: the drift report reads them).
+    @property
+    def operators(self) -> list[str]:
+        return self.operator.take(np.arange(len(self)))
+
+    @property
+    def tool_lists(self) -> list[tuple[str, ...]]:
+        return self.tools.take(np.arange(len(self)))
+
+    @property
+    def patterns(self) -> list[str]:
+        return self.pattern.take(np.arange(len(self)))
+
+    @property
+    def agents(self) -> list[str]:
+        return self.agent.take(np.arange(len(self)))
 
 
 @dataclass(frozen=True)
@@ -186,12 +193,12 @@ class FeatureEncoder:
         :func:`numeric_columns` (a read's columns give both without objects)."""
         if not len(parts):
             raise ValueError("cannot fit a feature encoder on no attempts")
-        # Counted a distinct list of tools at a time (a pool repeats a few hundred).
+        # Counted a distinct value at a time (a pool repeats a few hundred tool lists).
         tool_counts: Counter[str] = Counter()
-        for tools, times in Counter(parts.tool_lists).items():
-            for tool in tools:
+        for tools_used, times in parts.tools.counts():
+            for tool in tools_used:
                 tool_counts[tool] += times
-        pattern_counts = Counter(parts.patterns)
+        pattern_counts = Counter(dict(parts.pattern.counts()))
         pattern_counts.pop("", None)
         # Most frequent first, ties by name, so that the vocabulary is deterministic.
         tools = tuple(sorted(tool_counts, key=lambda t: (-tool_counts[t], t))[:max_tools])
@@ -207,7 +214,7 @@ class FeatureEncoder:
         constant = std < 1e-6
         mean = torch.where(constant, numeric[0], mean)
         std = torch.where(constant, torch.ones_like(std), std)
-        base_rate, agent_rates = _agent_rates(parts.agents, successes)
+        base_rate, agent_rates = _agent_rates(parts.agent, successes)
         return cls(
             tools, patterns, tuple(mean.tolist()), tuple(std.tolist()), base_rate, agent_rates
         )
@@ -252,49 +259,45 @@ class FeatureEncoder:
         mean = torch.tensor(self.mean, dtype=torch.float64)
         std = torch.tensor(self.std, dtype=torch.float64)
         columns = [(numeric - mean) / std]
-        columns.append(_one_hot(parts.operators, OPERATORS, other=False))
-        columns.append(self._tool_columns(parts.tool_lists))
-        columns.append(_one_hot(parts.patterns, self.patterns, other=True))
-        columns.append(self._agent_column(parts.agents))
+        columns.append(_one_hot(parts.operator, OPERATORS, other=False))
+        columns.append(self._tool_columns(parts.tools))
+        columns.append(_one_hot(parts.pattern, self.patterns, other=True))
+        columns.append(self._agent_column(parts.agent))
         return torch.cat(columns, dim=1).to(torch.float32)
 
-    def _tool_columns(self, tool_lists: Sequence[tuple[str, ...]]) -> torch.Tensor:
+    def _tool_columns(self, tools: Coded) -> torch.Tensor:
         """One column per known tool (used or not), then the count of other tools used.
 
         Worked out once per distinct list of tools (a pool has a few hundred: the same
-        tools recur), then each attempt's row is looked up."""
+        tools recur), then each attempt's row is looked up by its code."""
         index = {tool: i for i, tool in enumerate(self.tools)}
         width = len(self.tools) + 1
-        kinds: dict[tuple[str, ...], int] = {}
         rows: list[list[float]] = []
-        for tools in dict.fromkeys(tool_lists):  # each distinct list once, in first-seen order
+        for tools_used in tools.values:
             row = [0.0] * width
-            for tool in set(tools):
+            for tool in set(tools_used):
                 col = index.get(tool)
                 if col is None:
                     row[-1] += 1.0
                 else:
                     row[col] = 1.0
-            kinds[tools] = len(rows)
             rows.append(row)
         table = torch.tensor(rows, dtype=torch.float64).reshape(len(rows), width)
-        if not tool_lists:
-            return table
-        return table[torch.tensor(list(map(kinds.__getitem__, tool_lists)), dtype=torch.int64)]
+        return table[torch.from_numpy(tools.codes)]
 
-    def _agent_column(self, agents: Sequence[str]) -> torch.Tensor:
+    def _agent_column(self, agents: Coded) -> torch.Tensor:
         """The agent's base rate as log-odds against the overall rate; 0 for an unknown agent.
 
         Rounded: a one-agent pool's smoothed rate equals the overall one only up to float
         rounding, and a 1e-16 input flushes to zero in fp16 while its fp32 gradient does
         not (the precision probe counted 32 flushed gradients for it)."""
         rates = dict(self.agent_rates)
-        by_agent = {
-            agent: round(_logit(rates.get(agent, self.base_rate)) - _logit(self.base_rate), 6)
-            for agent in dict.fromkeys(agents)
-        }
-        values = list(map(by_agent.__getitem__, agents))
-        return torch.tensor(values, dtype=torch.float64).reshape(len(values), 1)
+        by_agent = [
+            round(_logit(rates.get(agent, self.base_rate)) - _logit(self.base_rate), 6)
+            for agent in agents.values
+        ]
+        table = torch.tensor(by_agent, dtype=torch.float64).reshape(len(by_agent))
+        return table[torch.from_numpy(agents.codes)].reshape(-1, 1)
 
     def state_dict(self) -> dict[str, Any]:
         """Plain lists, strings and floats: safe for ``torch.load(weights_only=True)``."""
@@ -374,7 +377,7 @@ def numeric_rows(columns: PoolColumns, rows: np.ndarray) -> torch.Tensor | None:
     index = columns_index(columns)
     if index is None:
         return None
-    out = torch.empty((len(rows), len(NUMERIC_FEATURES)), dtype=torch.float64)
+    out = np.empty((len(rows), len(NUMERIC_FEATURES)), dtype=np.float64)
     # LINEAGE_ROWS at a time: each record's numbers are its own, and a million records'
     # temporary index arrays at once held ~400 MB more at the run's peak.
     for start in range(0, len(rows), LINEAGE_ROWS):
@@ -382,20 +385,26 @@ def numeric_rows(columns: PoolColumns, rows: np.ndarray) -> torch.Tensor | None:
         lineage = lineage_rows(index, part)
         if lineage is None:
             return None
-        out[start : start + len(part), _LINEAGE_COLUMNS] = torch.from_numpy(lineage)
-    out[:, _OWN_COLUMNS] = torch.from_numpy(columns.own[rows])
-    return out
+        block = out[start : start + len(part)]
+        own = columns.own[part]
+        # A column at a time: numpy's fancy column assignment took twice as long.
+        for k, column in enumerate(_LINEAGE_COLUMNS):
+            block[:, column] = lineage[k]
+        for k, column in enumerate(_OWN_COLUMNS):
+            block[:, column] = own[:, k]
+    return torch.from_numpy(out)
 
 
-def _one_hot(values: Sequence[str], vocabulary: Sequence[str], other: bool) -> torch.Tensor:
+def _one_hot(values: Coded, vocabulary: Sequence[str], other: bool) -> torch.Tensor:
     """A 1.0 in the column of each value's word; with ``other``, a last column that is 1.0
     where the value is in no column (the empty pattern included)."""
     index = {word: i for i, word in enumerate(vocabulary)}
     missing = len(vocabulary)
-    codes = torch.tensor(list(map(index.get, values, repeat(missing))), dtype=torch.long)
+    table = torch.tensor([index.get(v, missing) for v in values.values], dtype=torch.long)
+    codes = table.reshape(len(values.values))[torch.from_numpy(values.codes)]
     width = len(vocabulary) + (1 if other else 0)
-    out = torch.zeros((len(values), width + (0 if other else 1)), dtype=torch.float64)
-    out[torch.arange(len(values)), codes] = 1.0
+    out = torch.zeros((len(codes), width + (0 if other else 1)), dtype=torch.float64)
+    out[torch.arange(len(codes)), codes] = 1.0
     return out if other else out[:, :missing]
 
 
@@ -409,20 +418,23 @@ def _logit(p: float) -> float:
 
 
 def _agent_rates(
-    agents: Sequence[str], successes: Sequence[bool] | None
+    agents: Coded, successes: Sequence[bool] | None
 ) -> tuple[float, tuple[tuple[str, float], ...]]:
     """The overall success rate and each agent's, smoothed towards it (sorted by agent)."""
     if successes is None:
         return 0.5, ()
-    if len(successes) != len(agents):
-        raise ValueError(f"{len(successes)} successes for {len(agents)} attempts")
-    base = sum(map(bool, successes)) / len(successes)  # a Python float, from numpy too
-    tally = Counter(zip(agents, map(bool, successes), strict=True))  # (agent, success): records
-    counts: dict[str, list[int]] = {}
-    for (agent, success), times in tally.items():
-        counts.setdefault(agent, [0, 0])
-        counts[agent][0] += times if success else 0
-        counts[agent][1] += times
+    if len(successes) != len(agents.codes):
+        raise ValueError(f"{len(successes)} successes for {len(agents.codes)} attempts")
+    won_flags = np.asarray(successes, dtype=np.bool_).reshape(-1)
+    base = int(won_flags.sum()) / len(won_flags)
+    size = len(agents.values)
+    totals = np.bincount(agents.codes, minlength=size).tolist()
+    wins = np.bincount(agents.codes[won_flags], minlength=size).tolist()
+    counts = {
+        agent: (won, total)
+        for agent, won, total in zip(agents.values, wins, totals, strict=True)
+        if total
+    }
     rates = tuple(
         (agent, (won + AGENT_PRIOR * base) / (total + AGENT_PRIOR))
         for agent, (won, total) in sorted(counts.items())

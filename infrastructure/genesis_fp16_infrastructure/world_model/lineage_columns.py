@@ -196,12 +196,14 @@ def lineage_columns(attempts: Sequence[AttemptInput], pool: Pool) -> np.ndarray 
     slot_parent = _numbered(ids, list(chain.from_iterable(parent_lists)), add=False)
     slot_counts = np.fromiter(map(len, parent_lists), np.int64, m)
     created = np.array([a.created for a in attempts], dtype=np.float64).reshape(m)
-    return _columns(index, me, slot_parent, slot_counts, created)
+    columns = _columns(index, me, slot_parent, slot_counts, created)
+    return None if columns is None else np.stack(columns, axis=1)
 
 
-def lineage_rows(index: PoolIndex, rows: np.ndarray) -> np.ndarray | None:
+def lineage_rows(index: PoolIndex, rows: np.ndarray) -> list[np.ndarray] | None:
     """:func:`lineage_columns` of the index's own records ``rows`` (a read's examples,
-    by row of its columns): the same numbers, with no id looked up."""
+    by row of its columns), as one array per feature: the same numbers, with no id
+    looked up."""
     counts = index.parent_start[rows + 1] - index.parent_start[rows]
     parents = index.parents[ranges(index.parent_start[rows], counts)]
     return _columns(index, rows, parents, counts, index.created[rows])
@@ -210,9 +212,10 @@ def lineage_rows(index: PoolIndex, rows: np.ndarray) -> np.ndarray | None:
 def _columns(
     index: PoolIndex, me: np.ndarray, slot_parent: np.ndarray, slot_counts: np.ndarray,
     created: np.ndarray,
-) -> np.ndarray | None:  # fmt: skip
-    """The attempts' LINEAGE_FEATURES: each is ``me`` (its id's number, -1 outside the
-    pool), with ``slot_counts`` parents, back to back in ``slot_parent``."""
+) -> list[np.ndarray] | None:  # fmt: skip
+    """The attempts' LINEAGE_FEATURES, a column each: each attempt is ``me`` (its id's
+    number, -1 outside the pool), with ``slot_counts`` parents, back to back in
+    ``slot_parent``."""
     m = len(me)
     slot_owner = np.repeat(np.arange(m, dtype=np.int64), slot_counts)
     siblings = _siblings(index, me, slot_owner, slot_parent, created)
@@ -225,7 +228,7 @@ def _columns(
         *siblings,
         *_operator_shares(index, me, slot_owner, slot_parent, m),
     ]
-    return np.stack(columns, axis=1)
+    return columns
 
 
 def _parent_scores(
