@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from genesis_fp16_agents.se_darwin.gate import pool_numeric
-from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint
+from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, held_in
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.world_model.features import NUMERIC_FEATURES, Categorical
 
@@ -97,7 +97,7 @@ def drift_report(
 def _new_records(columns: PoolColumns, served: DataFingerprint) -> torch.Tensor:
     """Which records the served model never trained on as they are now: whose record
     hash (the reader's, ``PoolColumns.key``) it does not hold."""
-    return torch.isin(torch.from_numpy(columns.key), served.labelled, invert=True)
+    return torch.from_numpy(~held_in(columns.key, served.labelled.numpy()))
 
 
 def _categorical(columns: PoolColumns, picked: torch.Tensor) -> dict[str, Sequence[Sequence[str]]]:

@@ -37,7 +37,11 @@ import numpy as np
 import torch
 
 from genesis_fp16_agents.se_darwin.split import Draw, split_version
-from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, example_id_hashes
+from genesis_fp16_infrastructure.data.fingerprint import (
+    DataFingerprint,
+    example_id_hashes,
+    held_in,
+)
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.schema import Example
@@ -303,7 +307,7 @@ class RecordHashes:
         if split is None:
             draw = Draw(self.trajectory_ids, self.ids)
             split = self._split[(seed, version)] = draw.points(seed, "", version)
-        outside = ~np.isin(self.ids, pool_ids)
+        outside = ~held_in(self.ids, pool_ids)
         return outside | (split < fraction)
 
 

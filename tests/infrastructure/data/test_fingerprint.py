@@ -7,9 +7,10 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from genesis_fp16_infrastructure.data.fingerprint import compare, fingerprint
+from genesis_fp16_infrastructure.data.fingerprint import compare, fingerprint, held_in
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.schema import Example, Label
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
@@ -93,3 +94,11 @@ def test_the_digest_is_the_one_earlier_checkpoints_hold(tmp_path: Path) -> None:
     now = fingerprint(list(reversed(examples)))
     assert now.digest == hashlib.blake2b(packed, digest_size=16).hexdigest()
     assert now.ids.tolist() == [p[0] for p in pairs]
+
+
+def test_held_in_is_isin_sorted_or_not() -> None:
+    rng = np.random.default_rng(3)
+    held = rng.integers(-(2**63), 2**63 - 1, size=5000, dtype=np.int64)
+    values = np.concatenate([held[::7], rng.integers(-(2**63), 2**63 - 1, 3000, np.int64)])
+    for pool in (held, np.sort(held), held[:0], held[:1]):
+        assert np.array_equal(held_in(values, pool), np.isin(values, pool))
