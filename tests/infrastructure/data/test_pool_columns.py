@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -103,6 +104,39 @@ def test_a_damaged_block_is_refused() -> None:
         RecordBlock(**{**_fields(block), "generation": block.generation[:-1]}).check()
     with pytest.raises(ValueError, match="name no value"):
         RecordBlock(**{**_fields(block), "agents": block.agents[:1]}).check()
+
+
+def test_a_damaged_block_of_bytes_columns_is_refused() -> None:
+    """A short, partial or out-of-range bytes column (numbers, flags, parent hashes)."""
+    block = RecordBlock.of(_files()[0], [])
+    damaged: list[dict[str, Any]] = [
+        {"created": block.created[:-8]},
+        {"timed": block.timed + b"\x01"},
+        {"score": block.score[:-1]},  # a partial value
+        {"label_scored": block.label_scored[:-1]},
+        {"parent_hash": block.parent_hash[:-8]},
+        {"id_key": block.id_key + b"\x00" * 8},
+    ]
+    for change in damaged:
+        with pytest.raises(ValueError, match="differ in length"):
+            RecordBlock(**{**_fields(block), **change}).check()
+    success = np.frombuffer(block.success, np.int8).copy()
+    outcome = np.frombuffer(block.outcome, np.int8).copy()
+    wrong: list[dict[str, Any]] = [
+        {"success": _with(success, 0, 2)},
+        {"outcome": _with(outcome, 0, 100)},
+        {"success": _with(success, 0, -1)},  # no label, but an outcome
+        {"scored": b"\x02" + block.scored[1:]},
+    ]
+    for change in wrong:
+        with pytest.raises(ValueError, match="name no value"):
+            RecordBlock(**{**_fields(block), **change}).check()
+
+
+def _with(codes: np.ndarray, at: int, value: int) -> bytes:
+    changed = codes.copy()
+    changed[at] = value
+    return changed.tobytes()
 
 
 def _fields(block: RecordBlock) -> dict[str, object]:
