@@ -15,6 +15,7 @@ a record-at-a-time read made, for the code that wants them (prediction, the test
 
 from __future__ import annotations
 
+import operator
 from collections import deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -178,14 +179,20 @@ _ATTEMPT_FIELDS = (
 def collect(blocks: Sequence[RecordBlock], keep_text: bool) -> tuple[PoolColumns, int]:
     """The pool of ``blocks`` (files in read order) and how many records it left out as
     duplicates (a later record of an id already read). ``keep_text=False``: the change's
-    text and files are not kept."""
+    text and files are not kept.
+
+    Ids are matched by their 64-bit hashes (``RecordBlock.id_key``, ``parent_hash``),
+    which costs no string hashing, and every match is then checked string by string;
+    if two different ids share a hash, the whole pool is matched by string instead."""
     raw_ids = list(chain.from_iterable(b.trajectory_id for b in blocks))
     total = len(raw_ids)
     id_hash = _joined(blocks, "id_key", "<i8").astype(np.int64)
     names = list(chain.from_iterable(b.parent_ids for b in blocks))
     counts = np.concatenate([b.parent_count_array() for b in blocks] or [np.zeros(0, "<i4")])
     counts = counts.astype(np.int64)
-    rows, parents = _by_string(raw_ids, names, counts)
+    parent_hash = _joined(blocks, "parent_hash", "<i8").astype(np.int64)
+    matched = _by_hash(raw_ids, id_hash, names, counts, parent_hash)
+    rows, parents = matched if matched is not None else _by_string(raw_ids, names, counts)
     n = len(rows)
     every = n == total
     ids = raw_ids if every else list(map(raw_ids.__getitem__, rows.tolist()))
@@ -234,11 +241,65 @@ def _taken(blocks: Sequence[RecordBlock], name: str, rows: np.ndarray, every: bo
     return values if every else list(map(values.__getitem__, rows.tolist()))
 
 
+def _by_hash(
+    raw_ids: list[str],
+    id_hash: np.ndarray,
+    names: list[str],
+    counts: np.ndarray,
+    parent_hash: np.ndarray,
+) -> tuple[np.ndarray, dict[str, Any]] | None:
+    """The kept records (the first of each id, as raw positions in order) and their
+    parents (``_numbered``'s columns), matched by id hash; None if two different ids
+    share a hash (two records', or a record's and a parent's)."""
+    first = _first_by_hash(raw_ids, id_hash)
+    if first is None:
+        return None
+    keepers, known = first
+    rows = np.sort(keepers)
+    n = len(rows)
+    if n != len(raw_ids):
+        picked = ranges((np.cumsum(counts) - counts)[rows], counts[rows])
+        names = list(map(names.__getitem__, picked.tolist()))
+        parent_hash, counts = parent_hash[picked], counts[rows]
+    if not n:  # no records: every parent is outside
+        return rows, _numbered(names, np.full(len(names), -1, np.int64), counts, n)
+    row_of = np.empty(n, np.int64)
+    row_of[np.argsort(keepers)] = np.arange(n)  # the pool row of known[i]
+    where = np.minimum(np.searchsorted(known, parent_hash), n - 1)
+    found = known[where] == parent_hash
+    parent = np.where(found, row_of[where], -1)
+    hits = np.flatnonzero(found)
+    if not _same(names, hits, raw_ids, rows[parent[hits]]):
+        return None
+    return rows, _numbered(names, parent, counts, n)
+
+
+def _first_by_hash(raw_ids: list[str], id_hash: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The raw position of the first record of each id hash, in hash order, and those
+    hashes (sorted); None unless every later record of a hash has its first one's id."""
+    order = np.argsort(id_hash, kind="stable")  # equal hashes in file order
+    ordered = id_hash[order]
+    starts = np.ones(len(order), np.bool_)
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    keepers = order[starts]
+    later = np.flatnonzero(~starts)
+    if len(later) and not _same(
+        raw_ids, order[later], raw_ids, keepers[np.cumsum(starts)[later] - 1]
+    ):
+        return None
+    return keepers, ordered[starts]
+
+
+def _same(left: list[str], at: np.ndarray, right: list[str], other: np.ndarray) -> bool:
+    """Whether ``left[at[i]] == right[other[i]]`` for every i (string compares only)."""
+    lefts = map(left.__getitem__, at.tolist())
+    return all(map(operator.eq, lefts, map(right.__getitem__, other.tolist())))
+
+
 def _by_string(
     raw_ids: list[str], names: list[str], counts: np.ndarray
 ) -> tuple[np.ndarray, dict[str, Any]]:
-    """The kept records (the first of each id, as raw positions in order) and their
-    parents (``_numbered``'s columns), by a dict of every id."""
+    """``_by_hash``'s answer, by a dict of every id: exact whatever the hashes."""
     first: dict[str, int] = {}
     deque(map(first.setdefault, raw_ids, range(len(raw_ids))), maxlen=0)  # first id wins
     n = len(first)
