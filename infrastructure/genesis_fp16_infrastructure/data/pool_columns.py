@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import operator
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
@@ -255,7 +255,9 @@ def _by_hash(
     if first is None:
         return None
     keepers, known = first
-    rows = np.sort(keepers)
+    kept = np.zeros(len(raw_ids), np.bool_)
+    kept[keepers] = True
+    rows = np.flatnonzero(kept)  # keepers in file order, with no sort
     n = len(rows)
     if n != len(raw_ids):
         picked = ranges((np.cumsum(counts) - counts)[rows], counts[rows])
@@ -263,13 +265,17 @@ def _by_hash(
         parent_hash, counts = parent_hash[picked], counts[rows]
     if not n:  # no records: every parent is outside
         return rows, _numbered(names, np.full(len(names), -1, np.int64), counts, n)
-    row_of = np.empty(n, np.int64)
-    row_of[np.argsort(keepers)] = np.arange(n)  # the pool row of known[i]
-    where = np.minimum(np.searchsorted(known, parent_hash), n - 1)
+    row_of = (np.cumsum(kept) - 1)[keepers]  # the pool row of known[i]
+    # Sorted, the parents' hashes are found in one walk over known, instead of a cache
+    # miss each (1.1M parents of a 1M pool: 0.16 s, sort included, instead of 0.25 s).
+    by_hash = np.argsort(parent_hash)
+    where = np.empty(len(by_hash), np.int64)
+    where[by_hash] = np.minimum(np.searchsorted(known, parent_hash[by_hash]), n - 1)
     found = known[where] == parent_hash
     parent = np.where(found, row_of[where], -1)
     hits = np.flatnonzero(found)
-    if not _same(names, hits, raw_ids, rows[parent[hits]]):
+    named = names if len(hits) == len(names) else map(names.__getitem__, hits.tolist())
+    if not _same(named, raw_ids, rows[parent[hits]]):
         return None
     return rows, _numbered(names, parent, counts, n)
 
@@ -283,17 +289,17 @@ def _first_by_hash(raw_ids: list[str], id_hash: np.ndarray) -> tuple[np.ndarray,
     np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
     keepers = order[starts]
     later = np.flatnonzero(~starts)
-    if len(later) and not _same(
-        raw_ids, order[later], raw_ids, keepers[np.cumsum(starts)[later] - 1]
-    ):
-        return None
+    if len(later):
+        named = map(raw_ids.__getitem__, order[later].tolist())
+        if not _same(named, raw_ids, keepers[np.cumsum(starts)[later] - 1]):
+            return None
     return keepers, ordered[starts]
 
 
-def _same(left: list[str], at: np.ndarray, right: list[str], other: np.ndarray) -> bool:
-    """Whether ``left[at[i]] == right[other[i]]`` for every i (string compares only)."""
-    lefts = map(left.__getitem__, at.tolist())
-    return all(map(operator.eq, lefts, map(right.__getitem__, other.tolist())))
+def _same(left: Iterable[str], right: list[str], at: np.ndarray) -> bool:
+    """Whether the i-th of ``left`` equals ``right[at[i]]`` for every i (string
+    compares: no string is hashed)."""
+    return all(map(operator.eq, left, map(right.__getitem__, at.tolist())))
 
 
 def _by_string(
