@@ -136,6 +136,14 @@ def test_a_damaged_block_of_bytes_columns_is_refused() -> None:
             RecordBlock(**{**_fields(block), **change}).check()
 
 
+def test_joined_blocks_are_the_block_of_both_files_records() -> None:
+    """An appended file's head and new lines join into the block a whole read makes."""
+    first, second = _files()
+    joined = RecordBlock.of(first, []).joined(RecordBlock.of(second, []))
+    joined.check()
+    assert _fields(joined) == _fields(RecordBlock.of(first + second, []))
+
+
 def _with(codes: np.ndarray, at: int, value: int) -> bytes:
     changed = codes.copy()
     changed[at] = value
