@@ -21,7 +21,7 @@ import msgspec
 import numpy as np
 
 from genesis_fp16_infrastructure.data.attempt_numbers import OWN_FEATURES, own_numbers, pack
-from genesis_fp16_infrastructure.data.record_key import record_id_hash
+from genesis_fp16_infrastructure.data.record_key import record_id_hash, record_id_hashes
 from genesis_fp16_infrastructure.data.schema import OUTCOMES, AttemptInput, Label
 
 _H = TypeVar("_H", bound=Hashable)
@@ -62,18 +62,27 @@ class RecordBlock(msgspec.Struct):
 
     A column a file repeats (agent, operator, tools, pattern) is coded: int32 codes into
     the list of its distinct values, so that a million records hold a few dozen strings.
-    A record's parents are back to back in ``parent_ids``, ``parent_counts`` of them each.
-    A label is ``success`` (None: unfinished or unlabelled), ``label_score`` and
-    ``outcome`` (an index into ``schema.OUTCOMES``, -1 without a label)."""
+    A record's parents are back to back in ``parent_ids``, ``parent_counts`` of them each,
+    with each one's ``record_key.record_id_hash`` in ``parent_hash``. A label is
+    ``success`` (-1: unfinished or unlabelled, 0, 1), ``label_score`` and ``outcome`` (an
+    index into ``schema.OUTCOMES``, -1 without a label).
+
+    Numbers and flags are little-endian bytes, one value per record back to back, so that
+    decoding a stored block makes no object per record and a read joins them with
+    ``np.frombuffer``. An optional number is two columns: the value (nan where there is
+    none) and a mask (one byte, 1 where there is one), so that None stays distinct from a
+    stored nan."""
 
     trajectory_id: list[str]
     agent: bytes
     agents: list[str]
-    created: list[float | None]
+    created: bytes  # <f8 per record, nan where untimed
+    timed: bytes  # a byte per record: 1 where created is not None
     operator: bytes
     operators: list[str]
-    generation: list[int]
+    generation: bytes  # <i8 per record
     parent_ids: list[str]
+    parent_hash: bytes  # <i8 per parent: data.record_key.record_id_hash of parent_ids
     parent_counts: bytes
     code_changes: list[str]
     modified_files: list[tuple[str, ...]]
@@ -84,10 +93,12 @@ class RecordBlock(msgspec.Struct):
     reasoning_pattern: bytes
     patterns: list[str]
     own: bytes  # every record's AttemptInput.own, OWN_BYTES each, back to back
-    success: list[bool | None]
-    label_score: list[float | None]
-    outcome: bytes  # int8 per record
-    score: list[float | None]  # the recorded success score (a parent's, for lineage)
+    success: bytes  # <i1 per record: -1 no label, 0 failed, 1 succeeded
+    label_score: bytes  # <f8 per record, nan where none
+    label_scored: bytes  # a byte per record: 1 where the label has a score
+    outcome: bytes  # <i1 per record
+    score: bytes  # <f8 per record: the recorded success score (a parent's, for lineage)
+    scored: bytes  # a byte per record: 1 where score is not None
     key: bytes  # <i8 per record: data.record_key.record_hash of a labelled record, else 0
     id_key: bytes  # <i8 per record: data.record_key.record_id_hash of its id
     rejected: list[tuple[str, str, str]]  # (where, reason, text) as quarantined
@@ -101,6 +112,11 @@ class RecordBlock(msgspec.Struct):
         labels = [r.label for r in records]
         outcome = array("b", [-1 if x is None else _OUTCOME[x.outcome] for x in labels])
         parents = [a.parent_ids for a in attempts]
+        parent_ids = list(chain.from_iterable(parents))
+        created, timed = _optional(_column(attempts, "created"))
+        score, scored = _optional(_column(records, "score"))
+        label_score, label_scored = _optional([None if x is None else x.score for x in labels])
+        success = [-1 if x is None else int(x.success) for x in labels]
         agent, agents = _coded(_column(attempts, "agent"))
         operator, operators = _coded(_column(attempts, "operator"))
         tools, tool_lists = _coded(_column(attempts, "tools_used"))
@@ -109,11 +125,13 @@ class RecordBlock(msgspec.Struct):
             trajectory_id=_column(records, "trajectory_id"),
             agent=agent,
             agents=agents,
-            created=_column(attempts, "created"),
+            created=created,
+            timed=timed,
             operator=operator,
             operators=operators,
-            generation=_column(attempts, "generation"),
-            parent_ids=list(chain.from_iterable(parents)),
+            generation=_int64s(_column(attempts, "generation")),
+            parent_ids=parent_ids,
+            parent_hash=_int64s(record_id_hashes(parent_ids)),
             parent_counts=array("i", map(len, parents)).tobytes(),
             code_changes=_column(attempts, "code_changes"),
             modified_files=_column(attempts, "modified_files"),
@@ -124,10 +142,12 @@ class RecordBlock(msgspec.Struct):
             reasoning_pattern=pattern,
             patterns=patterns,
             own=b"".join(own),
-            success=[None if x is None else x.success for x in labels],
-            label_score=[None if x is None else x.score for x in labels],
+            success=array("b", success).tobytes(),
+            label_score=label_score,
+            label_scored=label_scored,
             outcome=outcome.tobytes(),
-            score=_column(records, "score"),
+            score=score,
+            scored=scored,
             key=_int64s([0 if r.key is None else r.key for r in records]),
             id_key=_int64s([_id_key(r) for r in records]),
             rejected=[(e.where, e.reason, e.text) for e in rejected],
@@ -141,23 +161,32 @@ class RecordBlock(msgspec.Struct):
         return len(self.trajectory_id)
 
     def check(self) -> None:
-        """ValueError unless every column has a value per record and every code names a
-        value (a damaged cache entry)."""
+        """ValueError unless every column has a value per record, every code names a
+        value and every flag is 0 or 1 (a damaged cache entry)."""
         n = len(self.trajectory_id)
         lists = (
-            self.created, self.generation, self.code_changes, self.modified_files,
-            self.proposed_strategy, self.problem_diagnosis, self.success, self.label_score,
-            self.score,
+            self.code_changes, self.modified_files, self.proposed_strategy,
+            self.problem_diagnosis,
         )  # fmt: skip
-        sized = {len(x) for x in lists} | {len(self.outcome)}
-        sized |= {len(x) // 4 for x in (self.agent, self.operator, self.tools_used)}
-        sized |= {len(self.reasoning_pattern) // 4, len(self.parent_counts) // 4}
-        sized |= {len(self.key) // 8, len(self.id_key) // 8, len(self.own) // OWN_BYTES}
-        if sized != {n} or int(self.parent_count_array().sum()) != len(self.parent_ids):
+        sized = {len(x) for x in lists}
+        sized |= {_count(getattr(self, name), width) for name, width in _WIDTHS.items()}
+        if sized != {n} or _count(self.parent_hash, 8) != len(self.parent_ids):
+            raise ValueError("the block's columns differ in length")
+        if int(self.parent_count_array().sum()) != len(self.parent_ids):
             raise ValueError("the block's columns differ in length")
         for codes, values in self.coded():
             if n and not 0 <= int(codes.min()) <= int(codes.max()) < len(values):
                 raise ValueError("the block's codes name no value")
+        success = np.frombuffer(self.success, np.int8)
+        outcome = np.frombuffer(self.outcome, np.int8)
+        flags = np.frombuffer(self.timed + self.scored + self.label_scored, np.uint8)
+        if (
+            (n and not -1 <= int(success.min()) <= int(success.max()) <= 1)
+            or (n and not -1 <= int(outcome.min()) <= int(outcome.max()) < len(OUTCOMES))
+            or ((success < 0) != (outcome < 0)).any()
+            or (flags > 1).any()
+        ):
+            raise ValueError("the block's codes name no value")
 
     def coded(self) -> list[tuple[np.ndarray, list[Any]]]:
         """(codes, values) of the agent, operator, tools and pattern columns."""
@@ -187,14 +216,22 @@ class RecordBlock(msgspec.Struct):
 
 
 _LISTS = (
-    "trajectory_id", "created", "generation", "parent_ids", "code_changes", "modified_files",
-    "proposed_strategy", "problem_diagnosis", "success", "label_score", "score", "rejected",
+    "trajectory_id", "parent_ids", "code_changes", "modified_files", "proposed_strategy",
+    "problem_diagnosis", "rejected",
 )  # fmt: skip
-_BYTES = ("parent_counts", "own", "outcome", "key", "id_key")
+# Each bytes column of one value per record, and its value's width in bytes.
+_WIDTHS = {
+    "agent": 4, "created": 8, "timed": 1, "operator": 4, "generation": 8, "parent_counts": 4,
+    "tools_used": 4, "reasoning_pattern": 4, "own": OWN_BYTES, "success": 1,
+    "label_score": 8, "label_scored": 1, "outcome": 1, "score": 8, "scored": 1, "key": 8,
+    "id_key": 8,
+}  # fmt: skip
 _CODED = (
     ("agent", "agents"), ("operator", "operators"), ("tools_used", "tool_lists"),
     ("reasoning_pattern", "patterns"),
 )  # fmt: skip
+# joined() joins these as they are; the coded columns it codes again.
+_BYTES = ("parent_hash", *(name for name in _WIDTHS if name not in dict(_CODED)))
 _OUTCOME = {name: i for i, name in enumerate(OUTCOMES)}
 
 
@@ -203,6 +240,19 @@ def _coded(values: list[_H]) -> tuple[bytes, list[_H]]:
     index: dict[_H, int] = {}
     codes = array("i", [index.setdefault(v, len(index)) for v in values])
     return codes.tobytes(), list(index)
+
+
+def _count(column: bytes, width: int) -> int:
+    """How many values of ``width`` bytes ``column`` holds; -1 for a partial one."""
+    count, rest = divmod(len(column), width)
+    return -1 if rest else count
+
+
+def _optional(values: list[float | None]) -> tuple[bytes, bytes]:
+    """An optional number column as its values (<f8, nan for None) and its mask."""
+    numbers = np.array([np.nan if v is None else v for v in values], dtype="<f8")
+    mask = np.array([v is not None for v in values], dtype=np.bool_)
+    return numbers.reshape(len(values)).tobytes(), mask.reshape(len(values)).tobytes()
 
 
 def _int64s(values: list[int]) -> bytes:

@@ -15,8 +15,9 @@ a record-at-a-time read made, for the code that wants them (prediction, the test
 
 from __future__ import annotations
 
+import operator
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
@@ -194,62 +195,147 @@ _ATTEMPT_FIELDS = (
 def collect(blocks: Sequence[RecordBlock], keep_text: bool) -> tuple[PoolColumns, int]:
     """The pool of ``blocks`` (files in read order) and how many records it left out as
     duplicates (a later record of an id already read). ``keep_text=False``: the change's
-    text and files are not kept."""
+    text and files are not kept.
+
+    Ids are matched by their 64-bit hashes (``RecordBlock.id_key``, ``parent_hash``),
+    which costs no string hashing, and every match is then checked string by string;
+    if two different ids share a hash, the whole pool is matched by string instead."""
     raw_ids = list(chain.from_iterable(b.trajectory_id for b in blocks))
     total = len(raw_ids)
-    first: dict[str, int] = {}
-    deque(map(first.setdefault, raw_ids, range(total)), maxlen=0)  # first of each id wins
-    n = len(first)
-    rows = np.fromiter(first.values(), np.int64, n)
+    id_hash = _joined(blocks, "id_key", "<i8").astype(np.int64)
+    names = list(chain.from_iterable(b.parent_ids for b in blocks))
+    counts = np.concatenate([b.parent_count_array() for b in blocks] or [np.zeros(0, "<i4")])
+    counts = counts.astype(np.int64)
+    parent_hash = _joined(blocks, "parent_hash", "<i8").astype(np.int64)
+    matched = _by_hash(raw_ids, id_hash, names, counts, parent_hash)
+    rows, parents = matched if matched is not None else _by_string(raw_ids, names, counts)
+    n = len(rows)
     every = n == total
+    ids = raw_ids if every else list(map(raw_ids.__getitem__, rows.tolist()))
 
     def take(values: np.ndarray) -> np.ndarray:
         return values if every else values[rows]
 
-    def take_list(values: list[Any]) -> list[Any]:
-        return values if every else list(map(values.__getitem__, rows.tolist()))
+    def numbers(name: str, dtype: str) -> np.ndarray:
+        return take(_joined(blocks, name, dtype))
 
-    def joined(name: str) -> list[Any]:
-        return list(chain.from_iterable(getattr(b, name) for b in blocks))
-
-    def int64s(name: str) -> np.ndarray:
-        return take(
-            np.frombuffer(b"".join(getattr(b, name) for b in blocks), "<i8").astype(np.int64)
-        )
-
-    score_list = take_list(joined("score"))
-    created_list = take_list(joined("created"))
-    success = take_list(joined("success"))
-    is_labelled = np.fromiter((s is not None for s in success), np.bool_, n)
-    labelled = np.flatnonzero(is_labelled)
-    score_known = [s is not None for s in score_list]
-    label_scores = list(map(take_list(joined("label_score")).__getitem__, labelled.tolist()))
+    success = numbers("success", "<i1")
+    labelled = np.flatnonzero(success >= 0)
     own = np.frombuffer(bytearray().join(b.own for b in blocks), np.float64)
     columns = PoolColumns(
-        ids=list(first),
-        id_hash=int64s("id_key"),
-        score=np.array(score_list, dtype=np.float64).reshape(n),
-        scored=np.array(score_known, dtype=np.bool_).reshape(n),
-        created=np.array(created_list, dtype=np.float64).reshape(n),
-        timed=np.fromiter((c is not None for c in created_list), np.bool_, n),
-        generation=np.array(take_list(joined("generation")), dtype=np.int64).reshape(n),
+        ids=ids,
+        id_hash=take(id_hash),
+        score=numbers("score", "<f8").astype(np.float64),
+        scored=numbers("scored", "?"),
+        created=numbers("created", "<f8").astype(np.float64),
+        timed=numbers("timed", "?"),
+        generation=numbers("generation", "<i8").astype(np.int64),
         agent=_coded(blocks, 0, take),
         operator=_coded(blocks, 1, take),
         tools=_coded(blocks, 2, take),
         pattern=_coded(blocks, 3, take),
-        **_parents(blocks, first, rows, n, every),
+        **parents,
         own=take(own.reshape(total, len(OWN_FEATURES))),
-        text=tuple(take_list(joined(name)) for name in _TEXT) if keep_text else None,
+        text=tuple(_taken(blocks, name, rows, every) for name in _TEXT) if keep_text else None,
         labelled=labelled,
-        success=np.array([success[r] for r in labelled.tolist()], dtype=np.bool_).reshape(-1),
-        label_score=np.array(label_scores, dtype=np.float64).reshape(len(labelled)),
-        label_scored=np.array([s is not None for s in label_scores], np.bool_).reshape(-1),
-        outcome=take(np.frombuffer(b"".join(b.outcome for b in blocks), np.int8).astype(np.int64))[
-            labelled
-        ],
-        key=int64s("key")[labelled],
+        success=success[labelled] == 1,
+        label_score=numbers("label_score", "<f8").astype(np.float64)[labelled],
+        label_scored=numbers("label_scored", "?")[labelled],
+        outcome=numbers("outcome", "<i1").astype(np.int64)[labelled],
+        key=numbers("key", "<i8").astype(np.int64)[labelled],
     )
     return columns, total - n
+
+
+def _joined(blocks: Sequence[RecordBlock], name: str, dtype: str) -> np.ndarray:
+    """A bytes column of every block, as one array (a copy: writable, not the blocks')."""
+    return np.frombuffer(bytearray().join(getattr(b, name) for b in blocks), dtype)
+
+
+def _taken(blocks: Sequence[RecordBlock], name: str, rows: np.ndarray, every: bool) -> list[Any]:
+    values = list(chain.from_iterable(getattr(b, name) for b in blocks))
+    return values if every else list(map(values.__getitem__, rows.tolist()))
+
+
+def _by_hash(
+    raw_ids: list[str],
+    id_hash: np.ndarray,
+    names: list[str],
+    counts: np.ndarray,
+    parent_hash: np.ndarray,
+) -> tuple[np.ndarray, dict[str, Any]] | None:
+    """The kept records (the first of each id, as raw positions in order) and their
+    parents (``_numbered``'s columns), matched by id hash; None if two different ids
+    share a hash (two records', or a record's and a parent's)."""
+    first = _first_by_hash(raw_ids, id_hash)
+    if first is None:
+        return None
+    keepers, known = first
+    kept = np.zeros(len(raw_ids), np.bool_)
+    kept[keepers] = True
+    rows = np.flatnonzero(kept)  # keepers in file order, with no sort
+    n = len(rows)
+    if n != len(raw_ids):
+        picked = ranges((np.cumsum(counts) - counts)[rows], counts[rows])
+        names = list(map(names.__getitem__, picked.tolist()))
+        parent_hash, counts = parent_hash[picked], counts[rows]
+    if not n:  # no records: every parent is outside
+        return rows, _numbered(names, np.full(len(names), -1, np.int64), counts, n)
+    row_of = (np.cumsum(kept) - 1)[keepers]  # the pool row of known[i]
+    # Sorted, the parents' hashes are found in one walk over known, instead of a cache
+    # miss each (1.1M parents of a 1M pool: 0.16 s, sort included, instead of 0.25 s).
+    by_hash = np.argsort(parent_hash)
+    where = np.empty(len(by_hash), np.int64)
+    where[by_hash] = np.minimum(np.searchsorted(known, parent_hash[by_hash]), n - 1)
+    found = known[where] == parent_hash
+    parent = np.where(found, row_of[where], -1)
+    hits = np.flatnonzero(found)
+    named = names if len(hits) == len(names) else map(names.__getitem__, hits.tolist())
+    if not _same(named, raw_ids, rows[parent[hits]]):
+        return None
+    return rows, _numbered(names, parent, counts, n)
+
+
+def _first_by_hash(raw_ids: list[str], id_hash: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The raw position of the first record of each id hash, in hash order, and those
+    hashes (sorted); None unless every later record of a hash has its first one's id."""
+    order = np.argsort(id_hash, kind="stable")  # equal hashes in file order
+    ordered = id_hash[order]
+    starts = np.ones(len(order), np.bool_)
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    keepers = order[starts]
+    later = np.flatnonzero(~starts)
+    if len(later):
+        named = map(raw_ids.__getitem__, order[later].tolist())
+        if not _same(named, raw_ids, keepers[np.cumsum(starts)[later] - 1]):
+            return None
+    return keepers, ordered[starts]
+
+
+def _same(left: Iterable[str], right: list[str], at: np.ndarray) -> bool:
+    """Whether the i-th of ``left`` equals ``right[at[i]]`` for every i (string
+    compares: no string is hashed)."""
+    return all(map(operator.eq, left, map(right.__getitem__, at.tolist())))
+
+
+def _by_string(
+    raw_ids: list[str], names: list[str], counts: np.ndarray
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """``_by_hash``'s answer, by a dict of every id: exact whatever the hashes."""
+    first: dict[str, int] = {}
+    deque(map(first.setdefault, raw_ids, range(len(raw_ids))), maxlen=0)  # first id wins
+    n = len(first)
+    rows = np.fromiter(first.values(), np.int64, n)
+    if n != len(raw_ids):
+        picked = ranges((np.cumsum(counts) - counts)[rows], counts[rows])
+        names = list(map(names.__getitem__, picked.tolist()))
+        counts = counts[rows]
+    position = np.full(len(raw_ids), -1, np.int64)
+    position[rows] = np.arange(n)  # a raw record's row in the pool (first of its id)
+    found = np.array(list(map(first.get, names, [-1] * len(names))), np.int64)
+    found = found.reshape(len(names))
+    parent = np.where(found >= 0, position[np.maximum(found, 0)], -1)
+    return rows, _numbered(names, parent, counts, n)
 
 
 def _coded(blocks: Sequence[RecordBlock], which: int, take: Any) -> Coded:
@@ -264,25 +350,10 @@ def _coded(blocks: Sequence[RecordBlock], which: int, take: Any) -> Coded:
     return Coded(take(codes), list(index))
 
 
-def _parents(
-    blocks: Sequence[RecordBlock], first: dict[str, int], rows: np.ndarray, n: int, every: bool
-) -> dict[str, Any]:
-    """The kept records' parents as rows (``PoolColumns.parent``), their starts, and the
-    ids named outside the pool."""
-    names = list(chain.from_iterable(b.parent_ids for b in blocks))
-    counts = np.concatenate([b.parent_count_array() for b in blocks] or [np.zeros(0, "<i4")])
-    counts = counts.astype(np.int64)
-    if not every:
-        starts = np.cumsum(counts) - counts
-        picked = ranges(starts[rows], counts[rows]).tolist()
-        names = list(map(names.__getitem__, picked))
-        counts = counts[rows]
-    position = np.full(len(first) if every else int(rows.max(initial=-1)) + 1, -1, np.int64)
-    position[rows] = np.arange(n)  # a raw record's row in the pool (first of its id)
-    raw = list(map(first.get, names, [-1] * len(names)))
+def _numbered(names: list[str], parent: np.ndarray, counts: np.ndarray, n: int) -> dict[str, Any]:
+    """``PoolColumns``' parent columns: ``parent`` holds each parent's row, -1 for an id
+    outside the pool, which becomes ``n + k`` for the k-th such id first named."""
     outside: dict[str, int] = {}
-    found = np.array(raw, dtype=np.int64).reshape(len(names))
-    parent = np.where(found >= 0, position[np.maximum(found, 0)], -1)
     if (parent < 0).any():
         for k in np.flatnonzero(parent < 0).tolist():
             parent[k] = n + outside.setdefault(names[k], len(outside))

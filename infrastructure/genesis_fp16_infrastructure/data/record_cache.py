@@ -41,8 +41,9 @@ logger = logging.getLogger(__name__)
 # Bump when FileRecord, AttemptInput, Label or how a record becomes them changes; the
 # own numbers' version is part of it (data.attempt_numbers).
 # 4: columns, not rows; 5: each record's id hash; 6: columns by field name;
-# 7: file_records.RecordBlock (coded columns, flat parents, no object per record)
-CACHE_VERSION = f"7.s{SCHEMA_VERSION}.n{NUMBERS_VERSION}"
+# 7: file_records.RecordBlock (coded columns, flat parents, no object per record);
+# 8: its numbers and flags as bytes, and each parent's id hash (collect matches by hash)
+CACHE_VERSION = f"8.s{SCHEMA_VERSION}.n{NUMBERS_VERSION}"
 
 
 class RecordCache:

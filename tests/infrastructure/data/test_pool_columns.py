@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 
+from genesis_fp16_infrastructure.data import pool_columns
 from genesis_fp16_infrastructure.data.attempt_numbers import own_numbers, pack
 from genesis_fp16_infrastructure.data.file_records import FileRecord, RecordBlock
 from genesis_fp16_infrastructure.data.lineage import PoolEntry
@@ -103,6 +107,154 @@ def test_a_damaged_block_is_refused() -> None:
         RecordBlock(**{**_fields(block), "generation": block.generation[:-1]}).check()
     with pytest.raises(ValueError, match="name no value"):
         RecordBlock(**{**_fields(block), "agents": block.agents[:1]}).check()
+
+
+def test_a_damaged_block_of_bytes_columns_is_refused() -> None:
+    """A short, partial or out-of-range bytes column (numbers, flags, parent hashes)."""
+    block = RecordBlock.of(_files()[0], [])
+    damaged: list[dict[str, Any]] = [
+        {"created": block.created[:-8]},
+        {"timed": block.timed + b"\x01"},
+        {"score": block.score[:-1]},  # a partial value
+        {"label_scored": block.label_scored[:-1]},
+        {"parent_hash": block.parent_hash[:-8]},
+        {"id_key": block.id_key + b"\x00" * 8},
+    ]
+    for change in damaged:
+        with pytest.raises(ValueError, match="differ in length"):
+            RecordBlock(**{**_fields(block), **change}).check()
+    success = np.frombuffer(block.success, np.int8).copy()
+    outcome = np.frombuffer(block.outcome, np.int8).copy()
+    wrong: list[dict[str, Any]] = [
+        {"success": _with(success, 0, 2)},
+        {"outcome": _with(outcome, 0, 100)},
+        {"success": _with(success, 0, -1)},  # no label, but an outcome
+        {"scored": b"\x02" + block.scored[1:]},
+    ]
+    for change in wrong:
+        with pytest.raises(ValueError, match="name no value"):
+            RecordBlock(**{**_fields(block), **change}).check()
+
+
+def test_joined_blocks_are_the_block_of_both_files_records() -> None:
+    """An appended file's head and new lines join into the block a whole read makes."""
+    first, second = _files()
+    joined = RecordBlock.of(first, []).joined(RecordBlock.of(second, []))
+    joined.check()
+    assert _fields(joined) == _fields(RecordBlock.of(first + second, []))
+
+
+def _with(codes: np.ndarray, at: int, value: int) -> bytes:
+    changed = codes.copy()
+    changed[at] = value
+    return changed.tobytes()
+
+
+def test_ids_are_matched_by_hash_when_no_two_ids_share_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without a shared hash collect never builds the dict of every id."""
+
+    def refused(*args: object) -> object:
+        raise AssertionError("matched by string without a shared hash")
+
+    monkeypatch.setattr(pool_columns, "_by_string", refused)
+    columns, duplicates = collect([RecordBlock.of(f, []) for f in _files()], True)
+    assert duplicates == 1 and columns.outside == ["ghost", "ghost2"]
+
+
+@pytest.mark.parametrize(
+    ("tid", "like"),
+    [("d", "a"), ("b", "c"), ("a", "a2")],  # as an earlier id, a later one, an unlabelled one
+)
+def test_two_ids_with_one_hash_are_matched_by_string(tid: str, like: str) -> None:
+    """Records of different ids whose hashes are forged equal: the same pool."""
+    files = _files()
+    files[1].append(_record("a2", ("a",), None, agent="z"))
+    blocks = [_forged(b, "id_key", b.trajectory_id, {tid: like}) for b in _blocks(files)]
+    _assert_record_at_a_time(files, blocks, forged={tid: like})
+
+
+@pytest.mark.parametrize("parent", ["ghost", "p"])
+def test_a_parent_with_another_records_hash_is_matched_by_string(parent: str) -> None:
+    """A parent whose forged hash is another record's ("ghost" as "a", "p" as "d"):
+    still the record it names, or outside the pool."""
+    files = _files()
+    like = {"ghost": "a", "p": "d"}[parent]
+    blocks = [_forged(b, "parent_hash", b.parent_ids, {parent: like}) for b in _blocks(files)]
+    columns = _assert_record_at_a_time(files, blocks, forged={})
+    assert columns.outside == ["ghost", "ghost2"]
+    assert columns.parent.tolist() == [0, 5, 0, 2, 1, 6, 5, 3, 6]
+
+
+def test_matching_by_hash_and_by_string_give_the_same_columns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Many files of repeated ids and outside parents: every column the same."""
+    rng = random.Random(7)
+    ids = [f"t{i}" for i in range(60)]
+    files = [
+        [
+            _record(rng.choice(ids), tuple(rng.sample([*ids, "x", "y"], rng.randrange(4))),
+                    rng.choice([None, Label(True, 0.5, "success"), Label(False, None, "failure")]),
+                    agent=rng.choice("uvw"), created=rng.choice([None, 1.5]),
+                    generation=rng.randrange(5))
+            for _ in range(rng.randrange(1, 40))
+        ]
+        for _ in range(6)
+    ]  # fmt: skip
+    blocks = _blocks(files)
+    by_hash, duplicates = collect(blocks, True)
+    monkeypatch.setattr(pool_columns, "_by_hash", lambda *args: None)
+    by_string, again = collect(blocks, True)
+    assert duplicates == again > 0 and by_hash.outside and by_hash.ids == by_string.ids
+    for name in vars(by_hash):
+        mine, theirs = getattr(by_hash, name), getattr(by_string, name)
+        if isinstance(mine, np.ndarray):
+            assert mine.dtype == theirs.dtype and mine.shape == theirs.shape, name
+            np.testing.assert_array_equal(mine, theirs, err_msg=name)
+        elif isinstance(mine, pool_columns.Coded):
+            assert mine.values == theirs.values, name
+            np.testing.assert_array_equal(mine.codes, theirs.codes, err_msg=name)
+        else:
+            assert mine == theirs, name
+
+
+def _blocks(files: list[list[FileRecord]]) -> list[RecordBlock]:
+    return [RecordBlock.of(f, []) for f in files]
+
+
+def _forged(block: RecordBlock, column: str, names: list[str], like: dict[str, str]) -> RecordBlock:
+    """``block`` with the hash of each name in ``like`` replaced by another id's."""
+    hashes = np.frombuffer(getattr(block, column), "<i8").copy()
+    for i, name in enumerate(names):
+        if name in like:
+            hashes[i] = record_id_hash(like[name])
+    return msgspec.structs.replace(block, **{column: hashes.tobytes()})
+
+
+def _assert_record_at_a_time(
+    files: list[list[FileRecord]], blocks: list[RecordBlock], forged: dict[str, str]
+) -> Any:
+    """The columns of ``blocks`` build the objects a record-at-a-time read makes."""
+    columns, duplicates = collect(blocks, True)
+    kept: dict[str, FileRecord] = {}
+    for record in (r for f in files for r in f):
+        kept.setdefault(record.trajectory_id, record)
+    assert columns.ids == list(kept) and duplicates == sum(map(len, files)) - len(kept)
+    examples = columns.examples()
+    assert examples == [
+        Example(r.trajectory_id, r.attempt, r.label) for r in kept.values() if r.label is not None
+    ]
+    ids = {e.trajectory_id: forged.get(e.trajectory_id, e.trajectory_id) for e in examples}
+    assert [e.id_key for e in examples] == [record_id_hash(ids[e.trajectory_id]) for e in examples]
+    assert columns.pool().entries == {
+        r.trajectory_id: PoolEntry(
+            r.score, r.attempt.parent_ids, r.attempt.operator, r.attempt.created
+        )
+        for r in kept.values()
+    }
+    return columns
 
 
 def _fields(block: RecordBlock) -> dict[str, object]:
