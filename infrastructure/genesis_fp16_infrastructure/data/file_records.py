@@ -10,7 +10,7 @@ read finds a file's records from an earlier read (``data.record_cache`` is one).
 from __future__ import annotations
 
 from array import array
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter
@@ -200,19 +200,28 @@ class RecordBlock(msgspec.Struct):
     def parent_count_array(self) -> np.ndarray:
         return np.frombuffer(self.parent_counts, _CODE)
 
-    def joined(self, more: RecordBlock) -> RecordBlock:
-        """This block's records, then ``more``'s (an appended file's head and its new
-        lines)."""
+    @classmethod
+    def concat(cls, blocks: Sequence[RecordBlock]) -> RecordBlock:
+        """The records of ``blocks``, one block after another, as one block: a large
+        file parsed a chunk at a time, an appended file's head and its new lines. A coded
+        column is coded again: each block's codes are mapped into the distinct values in
+        first-seen order, a lookup per distinct value, not per record."""
+        if len(blocks) == 1:
+            return blocks[0]
         columns: dict[str, Any] = {
-            name: getattr(self, name) + getattr(more, name) for name in _LISTS + _BYTES
+            name: list(chain.from_iterable(getattr(b, name) for b in blocks)) for name in _LISTS
         }
+        columns.update({name: b"".join(getattr(b, name) for b in blocks) for name in _BYTES})
         for name, values in _CODED:
-            both = [
-                [getattr(b, values)[c] for c in np.frombuffer(getattr(b, name), _CODE).tolist()]
-                for b in (self, more)
-            ]
-            columns[name], columns[values] = _coded(both[0] + both[1])
-        return RecordBlock(**columns, version=self.version)
+            index: dict[Any, int] = {}
+            parts = []
+            for block in blocks:
+                distinct = getattr(block, values)
+                moved = np.array([index.setdefault(v, len(index)) for v in distinct], _CODE)
+                parts.append(moved[np.frombuffer(getattr(block, name), _CODE)])
+            columns[name] = np.concatenate(parts).astype(_CODE).tobytes()
+            columns[values] = list(index)
+        return cls(**columns, version=blocks[0].version)
 
 
 _LISTS = (
@@ -230,7 +239,7 @@ _CODED = (
     ("agent", "agents"), ("operator", "operators"), ("tools_used", "tool_lists"),
     ("reasoning_pattern", "patterns"),
 )  # fmt: skip
-# joined() joins these as they are; the coded columns it codes again.
+# concat() joins these as they are; the coded columns it codes again.
 _BYTES = ("parent_hash", *(name for name in _WIDTHS if name not in dict(_CODED)))
 _OUTCOME = {name: i for i, name in enumerate(OUTCOMES)}
 

@@ -11,7 +11,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from genesis_fp16_infrastructure.data import pool_columns
+from genesis_fp16_infrastructure.data import pool_columns, readers
 from genesis_fp16_infrastructure.data.attempt_numbers import own_numbers, pack
 from genesis_fp16_infrastructure.data.file_records import FileRecord, RecordBlock
 from genesis_fp16_infrastructure.data.lineage import PoolEntry
@@ -139,9 +139,35 @@ def test_a_damaged_block_of_bytes_columns_is_refused() -> None:
 def test_joined_blocks_are_the_block_of_both_files_records() -> None:
     """An appended file's head and new lines join into the block a whole read makes."""
     first, second = _files()
-    joined = RecordBlock.of(first, []).joined(RecordBlock.of(second, []))
+    joined = RecordBlock.concat([RecordBlock.of(first, []), RecordBlock.of(second, [])])
     joined.check()
     assert _fields(joined) == _fields(RecordBlock.of(first + second, []))
+
+
+@pytest.mark.parametrize("keep_text", [True, False])
+def test_a_file_parsed_a_chunk_at_a_time_reads_as_one_parsed_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep_text: bool
+) -> None:
+    """A large file's records become a block every BLOCK_RECORDS: the read's columns, its
+    quarantine and its counts are those of a read that parsed the file in one block."""
+    lines = [json.dumps(r) for r in generate_pool(40, seed=5)["trajectories"].values()]
+    lines.insert(17, '{"trajectory_id": "broken", "status": ')  # quarantined, mid-chunk
+    path = tmp_path / "pool.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+
+    def read(block_records: int) -> tuple[Any, list[str]]:
+        monkeypatch.setattr(readers, "BLOCK_RECORDS", block_records)
+        quarantine = tmp_path / f"quarantine-{block_records}.jsonl"
+        data = read_trajectories(path, quarantine=quarantine, keep_text=keep_text)
+        return data, quarantine.read_text().splitlines()
+
+    (whole, whole_bad), (chunked, chunked_bad) = read(10_000), read(3)
+    assert chunked_bad == whole_bad and len(whole_bad) == 1
+    assert (chunked.quarantined, chunked.duplicates, chunked.labelled) == (
+        whole.quarantined, whole.duplicates, whole.labelled,
+    )  # fmt: skip
+    assert chunked.columns.ids == whole.columns.ids
+    assert chunked.examples == whole.examples and chunked.pool.entries == whole.pool.entries
 
 
 def _with(codes: np.ndarray, at: int, value: int) -> bytes:
