@@ -115,6 +115,22 @@ def test_a_measured_auto_under_torchrun_keeps_the_rule_the_exclusions_and_the_fl
     assert not measures_here(PrecisionRequest("auto"), 1)  # the rule's mode never times
 
 
+def test_a_measured_auto_decided_with_nothing_timed_says_so(bf16_cpu: None) -> None:
+    """A policy built outside a run (PrecisionPolicy.create times nothing) for a measured
+    auto is the rule's pick, and its reason says that no measurement was made; a caller
+    that timed nothing for a reason of its own gives that reason instead."""
+    request = PrecisionRequest("auto", mode="measure")
+    policy = PrecisionPolicy.create(request, "cpu", announce=False)
+    assert policy.resolved.used == "bf16"
+    assert policy.resolved.reason == (
+        "auto -> bf16: CPU with native bf16 (test: bf16 taken as native); measuring was "
+        "asked, but nothing was timed here: decided by the rule"
+    )
+    own = decide(replace(request, note="one candidate, nothing to time"), "cpu")
+    assert own.reason.endswith("; one candidate, nothing to time")
+    assert "measuring was asked" not in decide(PrecisionRequest("auto"), "cpu").reason
+
+
 def test_a_measured_pick_is_floored_and_an_excluded_row_is_not_picked(bf16_cpu: None) -> None:
     """Timings decide first, then the floor raises the pick; a kept row of a precision the
     request now excludes is left out of the choice."""

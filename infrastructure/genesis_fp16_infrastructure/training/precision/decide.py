@@ -106,6 +106,9 @@ def decide(
     elif request.measures and ranks > 1:
         why = "not measured under torchrun (ranks could choose differently)"
         pick = _by_rule(replace(request, note=_joined(why, request.note)), caps)
+    elif request.measures and request.note is None:  # a caller that timed nothing says why
+        why = "measuring was asked, but nothing was timed here: decided by the rule"
+        pick = _by_rule(replace(request, note=why), caps)
     else:
         pick = _by_rule(request, caps)
     return _floored(request, caps, pick)

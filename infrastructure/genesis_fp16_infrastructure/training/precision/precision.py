@@ -131,7 +131,8 @@ class PrecisionPolicy:
         announce: bool = True,
     ) -> PrecisionPolicy:
         """The policy for a request (a plugin's ``request.precision``) or a bare precision
-        name: ``decide`` it on ``device`` (by the rule: nothing is timed here), then
+        name: ``decide`` it on ``device`` (by the rule: nothing is timed here, and a
+        measured ``auto`` says so in its reason), then
         :meth:`from_decision`. ``announce=False`` leaves the INFO line to a caller that
         knows the better reason (a calibration candidate)."""
         resolved = decide(as_request(requested), device)
