@@ -225,6 +225,30 @@ def test_under_torchrun_a_measured_auto_keeps_the_probes_exclusions(
     assert "not measured under torchrun" in policy.resolved.reason
 
 
+def test_candidates_that_cannot_run_as_asked_are_not_called_one_candidate(
+    bf16_native: None,
+) -> None:
+    """cuda_graph=on on a CPU: fp32 and bf16 are candidates but none can be captured,
+    so nothing is timed; the rule decides and its reason says why nothing was timed (it
+    said "one candidate" before), and the trainer then refuses the run in one line."""
+    asked = PrecisionRequest(mode="measure")
+    config = TrainerConfig(cuda_graph="on")
+    found = cal.calibrate(RegressionTask(), "cpu", 0, config, budget_s=0.2)
+    assert isinstance(found, cal.NothingTimed)
+    policy, calibration = cal.policy_for_run(
+        RegressionTask(), asked, "cpu", ScalerConfig(), 0, config
+    )
+    assert calibration is None and policy.name == "bf16"
+    reason = policy.resolved.reason
+    assert "; no candidate could be timed as asked (not timed: " in reason
+    assert "bf16 captured (CUDA graphs need a CUDA device" in reason
+    assert "one candidate" not in reason
+    one = cal.calibrate(
+        RegressionTask(), "cpu", 0, TrainerConfig(), excluded={"bf16": "probe red"}
+    )
+    assert one == cal.NothingTimed("one candidate, nothing to time")
+
+
 def test_rule_mode_is_the_device_rule(bf16_native: None) -> None:
     """mode='rule' (the library default) never times: auto is bf16 on a native-bf16 CPU."""
     result = fit(RegressionTask(), FitOptions(steps=2, resume=False))

@@ -141,6 +141,14 @@ class Calibration:
         return MeasuredExecution(self.execution, why)
 
 
+@dataclass(frozen=True)
+class NothingTimed:
+    """Why :func:`calibrate` timed nothing (one candidate, or no row could run as asked):
+    the caller decides ``auto`` by the rule, and its reason says this."""
+
+    why: str
+
+
 def calibrate(
     task: TrainingTask,
     device: torch.device | str,
@@ -152,11 +160,11 @@ def calibrate(
     clock: Callable[[], float] = time.perf_counter,
     expected_steps: int | None = None,
     scaler: ScalerConfig = ScalerConfig(),  # noqa: B008 (frozen, so sharing is safe)
-) -> Calibration | None:
-    """Time the candidates (or reuse ``cache``); None when there is nothing to choose.
-
-    None means one candidate only: the caller resolves ``auto`` by the rule, which
-    then names that candidate and why the others are out. ``expected_steps`` (the run's
+) -> Calibration | NothingTimed:
+    """Time the candidates (or reuse ``cache``); :class:`NothingTimed` when nothing was:
+    one candidate only (the rule then names it and why the others are out), or no row
+    could run as asked (``cuda_graph=on`` where nothing can be captured: the rule
+    decides, then the trainer refuses the run in one line). ``expected_steps`` (the run's
     budget, when known) bounds the cost to ``RUN_SHARE`` of it, or to each row's minimum
     where that is more. ``scaler`` is the run's loss-scaler config: the fp16 rows step
     with it (hysteresis above 1 takes more ops per step than the fused update), and it
@@ -166,7 +174,7 @@ def calibrate(
     caps = capabilities.detect_capabilities(dev)
     candidates, skipped = auto_candidates(caps, excluded)
     if len(candidates) < 2:
-        return None
+        return NothingTimed("one candidate, nothing to time")
     modes = _execution_modes(dev, trainer_config)
     rng = capture_rng_state()
     try:
@@ -191,8 +199,8 @@ def calibrate(
                     rows.append(row)
     finally:
         restore_rng_state(rng)
-    if not rows:  # no row could run as asked (cuda_graph=on where nothing can be captured):
-        return None  # the rule resolves auto, then the trainer refuses the run in one line
+    if not rows:  # no row could run as asked (cuda_graph=on where nothing can be captured)
+        return NothingTimed(f"no candidate could be timed as asked ({_not_timed(skipped)})")
     request = PrecisionRequest("auto", mode="measure", note=_not_timed(skipped))
     decision = decide(request, dev, rows)
     seconds = clock() - started
@@ -272,8 +280,8 @@ def policy_for_run(
         expected_steps=expected_steps,
         scaler=scaler,
     )
-    if calibration is None:  # one candidate: the rule names it, less the exclusions
-        decision = decide(replace(request, note="one candidate, nothing to time"), device)
+    if isinstance(calibration, NothingTimed):  # the rule decides, less the exclusions
+        decision = decide(replace(request, note=calibration.why), device)
         return PrecisionPolicy.from_decision(decision, device, scaler), None
     cached = "cached measurement" if calibration.cached else None
     note = "; ".join(n for n in (_not_timed(calibration.skipped), cached) if n) or None
