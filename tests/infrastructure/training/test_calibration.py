@@ -243,9 +243,7 @@ def test_candidates_that_cannot_run_as_asked_are_not_called_one_candidate(
     assert "; no candidate could be timed as asked (not timed: " in reason
     assert "bf16 captured (CUDA graphs need a CUDA device" in reason
     assert "one candidate" not in reason
-    one = cal.calibrate(
-        RegressionTask(), "cpu", 0, TrainerConfig(), excluded={"bf16": "probe red"}
-    )
+    one = cal.calibrate(RegressionTask(), "cpu", 0, TrainerConfig(), excluded={"bf16": "probe red"})
     assert one == cal.NothingTimed("one candidate, nothing to time")
 
 
