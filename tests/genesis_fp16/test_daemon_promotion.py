@@ -161,12 +161,18 @@ def test_model_rollback_and_promote_hold_across_a_restart(
     assert bad.returncode != 0 and "no-such-id" in bad.stderr
 
 
+CHANGES = 10
+
+
 @pytest.mark.slow
 def test_history_stays_bounded_after_many_data_changes(
     daemon_factory: DaemonFactory, tmp_path: Path
 ) -> None:
-    """50 data changes: at most KEEP served models kept plus the served one, no rejected
-    candidate older than its days (0 here), and the folder's bytes exported."""
+    """Ten data changes (five times the history kept): after each, at most KEEP served
+    models kept plus the served one, no rejected candidate older than its days (0 here),
+    and the folder's bytes exported. Ten, not fifty: a leak of one file or one history
+    entry a run shows by the fourth, and fifty runs took ~230 s of the suite's longest
+    worker."""
     pool = tmp_path / "pool"
     pool.mkdir()
     _write(pool / "se_darwin.json", generate_pool(120, seed=4))
@@ -185,7 +191,7 @@ def test_history_stays_bounded_after_many_data_changes(
         return sum(_runs(daemon, o) for o in ("success", "rejected", "failed"))
 
     daemon.wait_for(lambda: judged() >= 1, "the first model", 180)
-    for change in range(50):
+    for change in range(CHANGES):
         _write(pool / "grow.json", generate_pool(30 + change, seed=100 + change, agent="qa"))
         daemon.wait_for(lambda c=change: judged() >= c + 2, f"run after change {change}", 180)
         candidates = list_candidates(folder)

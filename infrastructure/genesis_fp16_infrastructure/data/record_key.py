@@ -49,13 +49,22 @@ def labelled_hash(trajectory_id: str, attempt: AttemptInput, label: Label) -> in
     works it out once per record)."""
     # The attempt's repr names every field with its value (a frozen dataclass of strings,
     # numbers and tuples of strings): what the encoder reads, in a stable text.
+    attempt_text = _ATTEMPT_REPR(attempt)
     return _hash(
-        f"{trajectory_id}\x00{label.success}\x00{label.score!r}\x00{label.outcome}\x00{attempt!r}"
+        f"{trajectory_id}\x00{label.success}\x00{label.score!r}\x00{label.outcome}\x00{attempt_text}"
     )
 
 
+# The dataclass's own __repr__ without the recursion guard dataclasses wraps it in (an
+# attempt holds no attempt): the same text, a quarter faster, once per record read.
+_ATTEMPT_REPR = getattr(AttemptInput.__repr__, "__wrapped__", AttemptInput.__repr__)
+
+
 def _hash(text: str) -> int:
-    return _hashes((text,))[0]
+    """The signed 64-bit blake2b of ``text`` (one record's: no list is built)."""
+    return int.from_bytes(
+        hashlib.blake2b(text.encode(), digest_size=8).digest(), "big", signed=True
+    )
 
 
 def _hashes(texts: Iterable[str]) -> list[int]:

@@ -102,3 +102,24 @@ def test_held_in_is_isin_sorted_or_not() -> None:
     values = np.concatenate([held[::7], rng.integers(-(2**63), 2**63 - 1, 3000, np.int64)])
     for pool in (held, np.sort(held), held[:0], held[:1]):
         assert np.array_equal(held_in(values, pool), np.isin(values, pool))
+
+
+def test_a_records_hash_is_blake2b_of_its_id_label_and_attempts_repr() -> None:
+    """The record hash checkpoints keep: the signed big-endian 8-byte blake2b of the id,
+    the label and the attempt's repr, NUL-separated; and the id hash, of the id alone.
+    The reader's faster path (the repr without its recursion guard, one hash without a
+    list) must give these very bits, or every served model would look out of date."""
+    import hashlib
+
+    from genesis_fp16_infrastructure.data.record_key import labelled_hash, record_id_hash
+    from genesis_fp16_infrastructure.data.schema import AttemptInput
+
+    def blake(text: str) -> int:
+        digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big", signed=True)
+
+    attempt = AttemptInput(trajectory_id="t1", parent_ids=("p",), tools_used=("a", "b"))
+    label = Label(True, 0.75, "success")
+    text = f"t1\x00True\x000.75\x00success\x00{attempt!r}"
+    assert labelled_hash("t1", attempt, label) == blake(text)
+    assert record_id_hash("t1") == blake("t1")
