@@ -65,15 +65,17 @@ non-coordinating rooms. With ``c[0] .. c[n-1]`` the walk's calls:
 Each figure is given for two walks. The *full walk* is every traced call: its calls and
 stops grow with the pool (the records are read one at a time: about 11 stops a record
 in ``infrastructure/**/data/``) and, past 10 steps, with the steps before the first
-checkpoint (each step calls the job's ``Run.should_stop``: one return to
-``infrastructure`` and, through the task's batches, one to ``agents``); with 10 steps or
-fewer, its rooms do not depend on the pool or the steps. The *first-call walk* keeps
-only the calls that are their function's first in the walk (a function: its file,
-qualified name and first line), in the same order: the path a reader follows through
-the code once, which depends on neither.
+checkpoint (each step adds 4 returns to a non-coordinating room, 2 into ``agents`` and 2
+into ``infrastructure``: the task's batch, the job's ``Run.should_stop``, the loop, the
+task's loss, the model); with 10 steps or fewer, its rooms depend on neither. The
+*first-call walk* keeps only the calls that are their function's first in the walk (a
+function: its file, qualified name and first line), in the same order: the path a reader
+follows through the code once, which depends on neither the pool nor the steps.
 
-``--sequence`` also prints the walk with its repeats folded: the rooms, and each run of
-consecutive calls in one file as ``file (calls) first function``.
+``--returns`` lists each return to a non-coordinating room (the call's index in the
+walk, its thread, the file it came from, and the file and function it entered);
+``--sequence`` prints the walk with its repeats folded: the rooms, and each run of
+consecutive calls in one file as ``file (calls) first function:line``.
 """
 
 from __future__ import annotations
@@ -386,6 +388,15 @@ def table(full: WalkCounts, first: WalkCounts, tracer: Tracer) -> Iterator[str]:
         yield f"| returns to a non-coordinating room on thread {thread!r} ({calls} calls) | {n} | |"
 
 
+def listed_returns(tracer: Tracer) -> Iterator[str]:
+    """Each return to a non-coordinating room as a Markdown row, in walk order."""
+    files = tracer.files
+    for i in returns(files):
+        if room_of(files[i]) != COORDINATING:
+            function = tracer.functions[i]
+            yield f"| {i} | {tracer.threads[i]} | {files[i - 1]} | {files[i]} ({function}) |"
+
+
 def sequence(tracer: Tracer) -> Iterator[str]:
     """The walk folded: its rooms, then its runs of calls in one file."""
     rooms = fold([room_of(f) for f in tracer.files])
@@ -402,13 +413,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--cold", action="store_true", help="no warm-up job first")
     parser.add_argument("--pairs", type=int, default=10, help="file pairs to list (default 10)")
     parser.add_argument("--sequence", action="store_true", help="print the folded walk")
+    parser.add_argument(
+        "--returns", action="store_true", help="list the returns to a non-coordinating room"
+    )
     args = parser.parse_args(argv)
+    import structlog
+
+    # The jobs' log lines go to stderr (structlog's default is stdout): stdout is the report.
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     tracer, job = trace_job(args.steps, args.pool, warm=not args.cold)
     full = count_walk(tracer.files)
     first = count_walk(first_calls(tracer.files, tracer.functions))
+    print(f"job_walk: the traced job took {job.seconds:.1f} s", file=sys.stderr)
     print(
         f"se_darwin, steps_per_run={job.steps}, pool={job.pool}, device={job.device}, "
-        f"{'cold' if args.cold else 'warm'}, traced job {job.seconds:.1f} s\n"
+        f"{'cold' if args.cold else 'warm'}\n"
     )
     print("\n".join(table(full, first, tracer)))
     for title, pairs in (
@@ -419,6 +438,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"\n| {title} | stops |\n| --- | ---: |")
             for (one, other), n in pairs.most_common(args.pairs):
                 print(f"| {one} <-> {other} | {n} |")
+    if args.returns:
+        print("\n| call | thread | from | into (function) |\n| ---: | --- | --- | --- |")
+        print("\n".join(listed_returns(tracer)))
     if args.sequence:
         print("\n```")
         print("\n".join(sequence(tracer)))
