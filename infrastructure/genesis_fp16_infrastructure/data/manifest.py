@@ -23,7 +23,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +38,29 @@ _CHUNK = 2**20  # bytes hashed at a time: a file is streamed, never held whole
 
 
 @dataclass(frozen=True)
+class Prefix:
+    """What a scan saw of a grown file's first ``size`` bytes (its size at the previous
+    scan): their digest (the manifest's digest of a file that size), their newlines and
+    their last byte. The record cache continues an appended ``.jsonl`` from it instead of
+    reading those bytes a second time."""
+
+    size: int
+    digest: str
+    lines: int
+    last: bytes
+
+
+@dataclass(frozen=True)
 class FileState:
-    """One data file as scanned: its path (as listed), size, mtime and content digest."""
+    """One data file as scanned: its path (as listed), size, mtime and content digest;
+    ``prefix``, for a ``.jsonl`` file that grew since the previous scan, what its old
+    bytes were (worked out in the same pass, never saved)."""
 
     path: str
     size: int
     mtime_ns: int
     digest: str  # blake2b-128 of the file's bytes, hex
+    prefix: Prefix | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -116,7 +132,10 @@ def scan_files(path: Path, previous: Manifest | None = None) -> tuple[Manifest, 
                 files.append(old)
                 reused += 1
                 continue
-            digest, size = file_digest(file)
+            prefix_size = 0
+            if old is not None and 0 < old.size < stat.st_size and name.endswith(".jsonl"):
+                prefix_size = old.size  # appended to: its old bytes' digest in the same pass
+            digest, size, prefix = _digest_and_prefix(file, prefix_size)
         except FileNotFoundError:  # rotated away since the listing: the data without it
             vanished += 1
             continue
@@ -126,7 +145,7 @@ def scan_files(path: Path, previous: Manifest | None = None) -> tuple[Manifest, 
         hashed_bytes += size
         # The stat taken before hashing: a write during the hash moves the mtime past it,
         # so the next scan hashes the file again instead of trusting this digest.
-        files.append(FileState(name, stat.st_size, stat.st_mtime_ns, digest))
+        files.append(FileState(name, stat.st_size, stat.st_mtime_ns, digest, prefix))
     report = ScanReport(hashed, hashed_bytes, reused, vanished)
     return Manifest(tuple(files), scanned_ns), report
 
@@ -146,6 +165,27 @@ def file_digest(
             if each is not None:
                 each(chunk)
     return hasher.hexdigest(), size
+
+
+def _digest_and_prefix(file: Path, prefix_size: int) -> tuple[str, int, Prefix | None]:
+    """:func:`file_digest` of the whole file and, when ``prefix_size`` > 0, the
+    :class:`Prefix` of its first ``prefix_size`` bytes, in one pass over the file."""
+    if not prefix_size:
+        return (*file_digest(file), None)
+    hasher = hashlib.blake2b(digest_size=16)
+    size = lines = 0
+    last, prefix = b"", None
+    with open(file, "rb") as handle:
+        # Up to the prefix's end exactly, then on in whole chunks.
+        while chunk := handle.read(_CHUNK if prefix else min(_CHUNK, prefix_size - size)):
+            hasher.update(chunk)
+            size += len(chunk)
+            if prefix is None:
+                lines += chunk.count(b"\n")
+                last = chunk[-1:]
+                if size == prefix_size:
+                    prefix = Prefix(size, hasher.copy().hexdigest(), lines, last)
+    return hasher.hexdigest(), size, prefix
 
 
 def _contents(manifest: Manifest) -> list[tuple[str, str]]:

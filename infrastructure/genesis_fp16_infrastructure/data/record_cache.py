@@ -86,7 +86,11 @@ class RecordCache:
         if state is None or head is None or not 0 < head.size < state.size:
             return None
         try:
-            digest, lines, last = _prefix(file, head.size)
+            seen = state.prefix  # the scan's, when it hashed this file's growth in one pass
+            if seen is not None and seen.size == head.size:
+                digest, lines, last = seen.digest, seen.lines, seen.last
+            else:
+                digest, lines, last = _prefix(file, head.size)
             if digest != head.digest or last != b"\n":
                 return None
             block = _read_entry(self._path(head.digest, slim))

@@ -7,8 +7,10 @@ import os
 from pathlib import Path
 
 import msgspec
+import pytest
 import torch
 
+from genesis_fp16_infrastructure.data import record_cache
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint, record_id_hash
 from genesis_fp16_infrastructure.data.manifest import scan_files
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
@@ -220,3 +222,35 @@ def test_an_appended_jsonl_is_read_from_where_it_ended(tmp_path: Path) -> None:
     again, cache, _ = _read(folder, tmp_path, "edited")
     assert cache.continued == 0
     _same(read_trajectories(folder, tmp_path / "plain2.jsonl"), again)
+
+
+def test_an_appended_jsonl_continues_from_the_scans_own_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scan that knows a .jsonl's previous size works out its old bytes' digest, lines
+    and last byte while it hashes the whole file; the cache continues from that, never
+    reading those bytes a second time, and the read is a full read's, quarantine too."""
+    folder = _pool(tmp_path)
+    before, _ = scan_files(folder)
+    read_trajectories(folder, tmp_path / "cold.jsonl", cache=RecordCache(tmp_path / "c", before))
+    extra = write_replay_buffer(tmp_path / "more.jsonl", 30, seed=11, agent="qa")
+    with (folder / "b.jsonl").open("a") as handle:
+        handle.write(extra.read_text() + "{broken\n")
+    _age(folder)
+    manifest, _ = scan_files(folder, before)
+    old, new = (next(f for f in m.files if f.path.endswith("b.jsonl")) for m in (before, manifest))
+    assert (
+        new.prefix is not None and new.prefix.size == old.size and new.prefix.digest == old.digest
+    )
+    assert scan_files(folder)[0].files == manifest.files  # the same states, prefix aside
+
+    def read_again(file: Path, size: int) -> object:
+        raise AssertionError("the head's bytes were read a second time")
+
+    monkeypatch.setattr(record_cache, "_prefix", read_again)
+    cache = RecordCache(tmp_path / "c", manifest)
+    data = read_trajectories(folder, tmp_path / "appended.jsonl", cache=cache)
+    assert (cache.hits, cache.continued) == (1, 1)
+    plain = read_trajectories(folder, tmp_path / "plain.jsonl")
+    _same(plain, data)
+    assert (tmp_path / "appended.jsonl").read_text() == (tmp_path / "plain.jsonl").read_text()
