@@ -10,7 +10,7 @@ read finds a file's records from an earlier read (``data.record_cache`` is one).
 from __future__ import annotations
 
 from array import array
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter
@@ -212,15 +212,9 @@ class RecordBlock(msgspec.Struct):
             name: list(chain.from_iterable(getattr(b, name) for b in blocks)) for name in _LISTS
         }
         columns.update({name: b"".join(getattr(b, name) for b in blocks) for name in _BYTES})
-        for name, values in _CODED:
-            index: dict[Any, int] = {}
-            parts = []
-            for block in blocks:
-                distinct = getattr(block, values)
-                moved = np.array([index.setdefault(v, len(index)) for v in distinct], _CODE)
-                parts.append(moved[np.frombuffer(getattr(block, name), _CODE)])
-            columns[name] = np.concatenate(parts).astype(_CODE).tobytes()
-            columns[values] = list(index)
+        for which, (name, values) in enumerate(_CODED):
+            codes, distinct = joined_codes(b.coded()[which] for b in blocks)
+            columns[name], columns[values] = codes.astype(_CODE).tobytes(), distinct
         return cls(**columns, version=blocks[0].version)
 
 
@@ -244,11 +238,30 @@ _BYTES = ("parent_hash", *(name for name in _WIDTHS if name not in dict(_CODED))
 _OUTCOME = {name: i for i, name in enumerate(OUTCOMES)}
 
 
+def first_seen_codes(values: Iterable[_H]) -> tuple[list[int], list[_H]]:
+    """Each value's code and the distinct values, in first-seen order: how every coded
+    column is coded (a block's, a read's, the encoder's)."""
+    index: dict[_H, int] = {}
+    codes = [index.setdefault(v, len(index)) for v in values]
+    return codes, list(index)
+
+
+def joined_codes(parts: Iterable[tuple[np.ndarray, list[_H]]]) -> tuple[np.ndarray, list[_H]]:
+    """Coded columns (each part's codes into its own distinct values, in first-seen
+    order) one after another, as one: int64 codes into one list of the distinct values,
+    in first-seen order, mapped a distinct value at a time, not a record at a time."""
+    index: dict[_H, int] = {}
+    joined = [np.zeros(0, np.int64)]
+    for codes, values in parts:
+        moved = np.array([index.setdefault(v, len(index)) for v in values], np.int64)
+        joined.append(moved.reshape(len(values))[codes])
+    return np.concatenate(joined), list(index)
+
+
 def _coded(values: list[_H]) -> tuple[bytes, list[_H]]:
     """Each value's code (int32 bytes) and the distinct values, in first-seen order."""
-    index: dict[_H, int] = {}
-    codes = array("i", [index.setdefault(v, len(index)) for v in values])
-    return codes.tobytes(), list(index)
+    codes, distinct = first_seen_codes(values)
+    return array("i", codes).tobytes(), distinct
 
 
 def _count(column: bytes, width: int) -> int:

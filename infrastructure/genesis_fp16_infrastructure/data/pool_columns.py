@@ -26,7 +26,11 @@ from typing import Any, TypeVar
 import numpy as np
 
 from genesis_fp16_infrastructure.data.attempt_numbers import OWN_FEATURES
-from genesis_fp16_infrastructure.data.file_records import RecordBlock
+from genesis_fp16_infrastructure.data.file_records import (
+    RecordBlock,
+    first_seen_codes,
+    joined_codes,
+)
 from genesis_fp16_infrastructure.data.lineage import Pool, PoolEntry
 from genesis_fp16_infrastructure.data.schema import OUTCOMES, AttemptInput, Example, Label
 from genesis_fp16_infrastructure.data.slot_objects import objects
@@ -46,9 +50,8 @@ class Coded:
     @classmethod
     def of(cls, values: Sequence[Any]) -> Coded:
         """``values`` coded, distinct values in first-seen order."""
-        index: dict[Any, int] = {}
-        codes = [index.setdefault(v, len(index)) for v in values]
-        return cls(np.array(codes, dtype=np.int64).reshape(len(codes)), list(index))
+        codes, distinct = first_seen_codes(values)
+        return cls(np.array(codes, dtype=np.int64).reshape(len(codes)), distinct)
 
     def take(self, rows: np.ndarray) -> list[Any]:
         """The values of ``rows``, as objects (each distinct one shared)."""
@@ -340,14 +343,8 @@ def _by_string(
 
 def _coded(blocks: Sequence[RecordBlock], which: int, take: Any) -> Coded:
     """One coded column of every block, with codes into one list of distinct values."""
-    index: dict[Any, int] = {}
-    parts = []
-    for block in blocks:
-        codes, values = block.coded()[which]
-        remap = np.array([index.setdefault(v, len(index)) for v in values], dtype=np.int64)
-        parts.append(remap[codes] if len(values) else codes.astype(np.int64))
-    codes = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    return Coded(take(codes), list(index))
+    codes, values = joined_codes(block.coded()[which] for block in blocks)
+    return Coded(take(codes), values)
 
 
 def _numbered(names: list[str], parent: np.ndarray, counts: np.ndarray, n: int) -> dict[str, Any]:
