@@ -115,8 +115,6 @@ class PoolColumns:
     def attempts(self, rows: np.ndarray) -> list[AttemptInput]:
         """The rows' ``AttemptInput`` objects, as a read made them."""
         n = len(rows)
-        created = self.created[rows].tolist()
-        timed = self.timed[rows].tolist()
         own = self.own[rows]
         if self.text is None:
             text: list[list[Any]] = [[value] * n for value in _NO_TEXT]
@@ -126,7 +124,7 @@ class PoolColumns:
         columns = (
             [self.ids[r] for r in rows.tolist()],
             self.agent.take(rows),
-            [c if t else None for c, t in zip(created, timed, strict=True)],
+            _or_none(self.created[rows], self.timed[rows]),
             self.operator.take(rows),
             self.generation[rows].tolist(),
             self.parent_ids(rows),
@@ -145,12 +143,7 @@ class PoolColumns:
             ("success", "score", "outcome"),
             (
                 self.success.tolist(),
-                [
-                    s if k else None
-                    for s, k in zip(
-                        self.label_score.tolist(), self.label_scored.tolist(), strict=True
-                    )
-                ],
+                _or_none(self.label_score, self.label_scored),
                 [OUTCOMES[k] for k in self.outcome.tolist()],
             ),
         )
@@ -169,13 +162,8 @@ class PoolColumns:
     def pool(self) -> Pool:
         """Every record as the lineage sees it (``data.lineage.Pool``)."""
         everything = np.arange(len(self.ids))
-        created = [
-            c if t else None
-            for c, t in zip(self.created.tolist(), self.timed.tolist(), strict=True)
-        ]
-        scores = [
-            s if k else None for s, k in zip(self.score.tolist(), self.scored.tolist(), strict=True)
-        ]
+        created = _or_none(self.created, self.timed)
+        scores = _or_none(self.score, self.scored)
         entries = objects(
             PoolEntry,
             ("score", "parents", "operator", "created"),
@@ -187,6 +175,11 @@ class PoolColumns:
     @cached_property
     def example_ids(self) -> list[str]:
         return [self.ids[r] for r in self.labelled.tolist()]
+
+
+def _or_none(values: np.ndarray, present: np.ndarray) -> list[Any]:
+    """An optional column as objects: each value where ``present``, else None."""
+    return [v if k else None for v, k in zip(values.tolist(), present.tolist(), strict=True)]
 
 
 _ATTEMPT_FIELDS = (
