@@ -22,10 +22,10 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from genesis_fp16_infrastructure.data.readers import DataError, list_data_files
 
@@ -150,21 +150,23 @@ def scan_files(path: Path, previous: Manifest | None = None) -> tuple[Manifest, 
     return Manifest(tuple(files), scanned_ns), report
 
 
-def file_digest(
-    file: Path, limit: int | None = None, each: Callable[[bytes], None] | None = None
-) -> tuple[str, int]:
-    """(blake2b-128 hex digest, bytes hashed) of ``file``, or of its first ``limit``
-    bytes; ``each`` sees every chunk hashed. The one digest of a file's bytes: the
-    manifest's, and the record cache's check that an appended file's head is unchanged."""
+def file_digest(file: Path) -> tuple[str, int]:
+    """(blake2b-128 hex digest, bytes hashed) of ``file``: the one digest of a file's
+    bytes, the manifest's (a :class:`Prefix`'s is the same digest of fewer bytes)."""
     hasher = hashlib.blake2b(digest_size=16)
-    size = 0
     with open(file, "rb") as handle:
-        while chunk := handle.read(_CHUNK if limit is None else min(_CHUNK, limit - size)):
-            hasher.update(chunk)
-            size += len(chunk)
-            if each is not None:
-                each(chunk)
+        size = _hash_into(hasher, handle)
     return hasher.hexdigest(), size
+
+
+def prefix_of(file: Path, size: int) -> Prefix:
+    """The :class:`Prefix` of ``file``'s first ``size`` bytes (the record cache's check
+    that an appended file's head is unchanged); ValueError if the file is shorter."""
+    with open(file, "rb") as handle:
+        prefix, _, _ = _read_prefix(handle, size)
+    if prefix is None:
+        raise ValueError(f"{file} is shorter than {size} bytes")
+    return prefix
 
 
 def _digest_and_prefix(file: Path, prefix_size: int) -> tuple[str, int, Prefix | None]:
@@ -172,20 +174,46 @@ def _digest_and_prefix(file: Path, prefix_size: int) -> tuple[str, int, Prefix |
     :class:`Prefix` of its first ``prefix_size`` bytes, in one pass over the file."""
     if not prefix_size:
         return (*file_digest(file), None)
-    hasher = hashlib.blake2b(digest_size=16)
-    size = lines = 0
-    last, prefix = b"", None
     with open(file, "rb") as handle:
-        # Up to the prefix's end exactly, then on in whole chunks.
-        while chunk := handle.read(_CHUNK if prefix else min(_CHUNK, prefix_size - size)):
-            hasher.update(chunk)
-            size += len(chunk)
-            if prefix is None:
-                lines += chunk.count(b"\n")
-                last = chunk[-1:]
-                if size == prefix_size:
-                    prefix = Prefix(size, hasher.copy().hexdigest(), lines, last)
+        prefix, hasher, hashed = _read_prefix(handle, prefix_size)
+        size = hashed + _hash_into(hasher, handle)
     return hasher.hexdigest(), size, prefix
+
+
+def _read_prefix(handle: BinaryIO, size: int) -> tuple[Prefix | None, Any, int]:
+    """The :class:`Prefix` of the ``size`` bytes ``handle`` reads next (None if it ends
+    before), the hasher that took them (to go on with) and how many it took."""
+    hasher = hashlib.blake2b(digest_size=16)
+    lines = _Newlines()
+    hashed = _hash_into(hasher, handle, size, lines)
+    if hashed != size:
+        return None, hasher, hashed
+    return Prefix(size, hasher.copy().hexdigest(), lines.count, lines.last), hasher, hashed
+
+
+def _hash_into(
+    hasher: Any, handle: BinaryIO, limit: int | None = None, each: _Newlines | None = None
+) -> int:
+    """Feed ``hasher`` what ``handle`` reads next, to its end or ``limit`` bytes, a chunk
+    at a time (``each`` sees every chunk); the bytes fed."""
+    size = 0
+    while chunk := handle.read(_CHUNK if limit is None else min(_CHUNK, limit - size)):
+        hasher.update(chunk)
+        size += len(chunk)
+        if each is not None:
+            each(chunk)
+    return size
+
+
+class _Newlines:
+    """The newlines of the chunks it is shown, and the last byte of the last one."""
+
+    def __init__(self) -> None:
+        self.count, self.last = 0, b""
+
+    def __call__(self, chunk: bytes) -> None:
+        self.count += chunk.count(b"\n")
+        self.last = chunk[-1:]
 
 
 def _contents(manifest: Manifest) -> list[tuple[str, str]]:

@@ -33,7 +33,7 @@ import msgspec
 from genesis_fp16_infrastructure.atomic import write_atomic
 from genesis_fp16_infrastructure.data.attempt_numbers import NUMBERS_VERSION
 from genesis_fp16_infrastructure.data.file_records import Head, RecordBlock
-from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest, file_digest
+from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest, prefix_of
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION
 
 logger = logging.getLogger(__name__)
@@ -87,17 +87,15 @@ class RecordCache:
             return None
         try:
             seen = state.prefix  # the scan's, when it hashed this file's growth in one pass
-            if seen is not None and seen.size == head.size:
-                digest, lines, last = seen.digest, seen.lines, seen.last
-            else:
-                digest, lines, last = _prefix(file, head.size)
-            if digest != head.digest or last != b"\n":
+            if seen is None or seen.size != head.size:
+                seen = prefix_of(file, head.size)
+            if seen.digest != head.digest or seen.last != b"\n":
                 return None
             block = _read_entry(self._path(head.digest, slim))
         except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError):
             return None  # no usable head: the file is read whole, as without one
         self.continued += 1
-        return Head(block, head.size, lines)
+        return Head(block, head.size, seen.lines)
 
     def store(self, file: Path, block: RecordBlock, slim: bool) -> None:
         state = self._vouched(file)
@@ -172,27 +170,6 @@ class RecordCache:
 class _HeadMarker(msgspec.Struct):
     digest: str
     size: int
-
-
-class _Lines:
-    """The newlines of the chunks it is shown, and the last byte of the last one."""
-
-    def __init__(self) -> None:
-        self.count, self.last = 0, b""
-
-    def __call__(self, chunk: bytes) -> None:
-        self.count += chunk.count(b"\n")
-        self.last = chunk[-1:]
-
-
-def _prefix(file: Path, size: int) -> tuple[str, int, bytes]:
-    """The digest of ``file``'s first ``size`` bytes (the manifest's digest of a file
-    that size), their newlines, and their last byte."""
-    lines = _Lines()
-    digest, hashed = file_digest(file, size, lines)
-    if hashed != size:
-        raise ValueError(f"{file} is shorter than its stored head")
-    return digest, lines.count, lines.last
 
 
 def _read_entry(path: Path) -> RecordBlock:

@@ -247,7 +247,7 @@ def test_an_appended_jsonl_continues_from_the_scans_own_pass(
     def read_again(file: Path, size: int) -> object:
         raise AssertionError("the head's bytes were read a second time")
 
-    monkeypatch.setattr(record_cache, "_prefix", read_again)
+    monkeypatch.setattr(record_cache, "prefix_of", read_again)
     cache = RecordCache(tmp_path / "c", manifest)
     data = read_trajectories(folder, tmp_path / "appended.jsonl", cache=cache)
     assert (cache.hits, cache.continued) == (1, 1)
