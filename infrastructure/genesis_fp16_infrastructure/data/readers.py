@@ -291,8 +291,7 @@ def _file_records(
     ``slim``: attempts keep no text (see read_trajectories), their strings shared."""
     cached = cache.load(file, slim is not None) if cache is not None else None
     if cached is not None:
-        for entry in cached.rejected_entries:
-            sink.add(Source(file, entry.where), entry.reason, entry.text)
+        _quarantined_before(cached, file, sink)
         return cached
     recorder = _Recorder(sink)
     records: list[FileRecord] = []
@@ -300,8 +299,7 @@ def _file_records(
     start, first_line = 0, 1
     head = cache.load_head(file, slim is not None) if cache is not None else None
     if head is not None:  # an appended .jsonl: its earlier lines as stored, then the new
-        for entry in head.block.rejected_entries:
-            sink.add(Source(file, entry.where), entry.reason, entry.text)
+        _quarantined_before(head.block, file, sink)
         start, first_line = head.offset, head.lines + 1
         blocks.append(head.block)
     for source, raw, thresholds, key in raw_records(file, recorder, start, first_line):
@@ -316,6 +314,12 @@ def _file_records(
     if cache is not None and not recorder.vanished:
         cache.store(file, block, slim is not None)
     return block
+
+
+def _quarantined_before(block: RecordBlock, file: Path, sink: _Quarantine) -> None:
+    """A stored block's quarantined entries, written to ``sink`` as a parse writes them."""
+    for entry in block.rejected_entries:
+        sink.add(Source(file, entry.where), entry.reason, entry.text)
 
 
 def _read_record(
