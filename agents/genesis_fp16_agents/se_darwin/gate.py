@@ -292,8 +292,8 @@ class RecordHashes:
 
     @classmethod
     def of_columns(cls, columns: PoolColumns) -> RecordHashes:
-        """The read's examples', from its columns."""
-        return cls(columns.example_ids, columns.id_hash[columns.labelled])
+        """The read's examples', from its columns (what their split drew from)."""
+        return cls(*Draw.of_columns(columns))
 
     def __len__(self) -> int:
         return len(self.trajectory_ids)

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, overload
 import numpy as np
 
 from genesis_fp16_agents.se_darwin.options import EVAL_BOUNDS, EVAL_TARGET, TaskOptions
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.data.schema import Example
 from genesis_fp16_infrastructure.plugin_api import TrainRequestError
@@ -51,6 +52,11 @@ class Draw(NamedTuple):
 
     ids: Sequence[str]
     hashes: np.ndarray  # int64
+
+    @classmethod
+    def of_columns(cls, columns: PoolColumns) -> Draw:
+        """A read's examples (``data.pool_columns``): their ids and id hashes."""
+        return cls(columns.example_ids, columns.id_hash[columns.labelled])
 
     def take(self, rows: np.ndarray) -> Draw:
         return Draw(list(map(self.ids.__getitem__, rows.tolist())), self.hashes[rows])
@@ -95,8 +101,7 @@ def split_version(saved: Mapping[str, Any] | None) -> int:
 
 def draw_of(data: ReadResult) -> Draw:
     """What a split draws for a read's examples, from its columns."""
-    columns = data.columns
-    return Draw(columns.example_ids, columns.id_hash[columns.labelled])
+    return Draw.of_columns(data.columns)
 
 
 def is_held_out(trajectory_id: str, seed: int, fraction: float, salt: str = "") -> bool:
