@@ -40,8 +40,8 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from genesis_fp16_agents.se_darwin import plugin
-from genesis_fp16_agents.se_darwin.task import SEDarwinTask, TaskOptions
 from genesis_fp16_infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.retrain.task import SEDarwinTask, TaskOptions
 from genesis_fp16_infrastructure.world_model.model import (
     ModelConfig,
     WorldModel,

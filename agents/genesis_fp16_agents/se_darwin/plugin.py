@@ -12,29 +12,6 @@ from typing import Any
 
 import torch
 
-from genesis_fp16_agents.se_darwin.drift import drift_report
-from genesis_fp16_agents.se_darwin.freshness import (
-    check_up_to_date,
-    record_cache,
-    save_record,
-    scan_before_read,
-)
-from genesis_fp16_agents.se_darwin.gate import pool_numeric
-from genesis_fp16_agents.se_darwin.promotion import (
-    SPLIT_FOLDER,
-    Plan,
-    judge,
-    plan_candidate,
-    served_model,
-)
-from genesis_fp16_agents.se_darwin.refit import refit_record, train_refit
-from genesis_fp16_agents.se_darwin.task import (
-    FINAL_FITS,
-    Batch,
-    SEDarwinTask,
-    TaskOptions,
-    read_pool,
-)
 from genesis_fp16_infrastructure.data.fingerprint import (
     DataChange,
     DataFingerprint,
@@ -51,6 +28,29 @@ from genesis_fp16_infrastructure.plugin_api import (
     TrainRequest,
     TrainRequestError,
     TrainResult,
+)
+from genesis_fp16_infrastructure.retrain.drift import drift_report
+from genesis_fp16_infrastructure.retrain.freshness import (
+    check_up_to_date,
+    record_cache,
+    save_record,
+    scan_before_read,
+)
+from genesis_fp16_infrastructure.retrain.gate import pool_numeric
+from genesis_fp16_infrastructure.retrain.promotion import (
+    SPLIT_FOLDER,
+    Plan,
+    judge,
+    plan_candidate,
+    served_model,
+)
+from genesis_fp16_infrastructure.retrain.refit import refit_record, train_refit
+from genesis_fp16_infrastructure.retrain.task import (
+    FINAL_FITS,
+    Batch,
+    SEDarwinTask,
+    TaskOptions,
+    read_pool,
 )
 from genesis_fp16_infrastructure.training import CheckpointManager, fit
 from genesis_fp16_infrastructure.training.distributed import rank_and_world

@@ -9,8 +9,8 @@ digests (:meth:`Manifest.same_content`): a file rewritten with identical bytes i
 unchanged, whatever its new mtime.
 
 Torch-free and cheap on purpose: the daemon asks it before starting a run's process
-(``genesis_fp16_agents.se_darwin.freshness``), and an unchanged pool then costs neither a child,
-nor torch's import, nor a parse::
+(``genesis_fp16_infrastructure.retrain.freshness``), and an unchanged pool then costs
+neither a child, nor torch's import, nor a parse::
 
     manifest, report = scan_files(Path("pool"), previous)
     if manifest.same_content(previous):

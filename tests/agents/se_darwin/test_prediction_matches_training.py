@@ -8,9 +8,9 @@ from pathlib import Path
 import torch
 from se_darwin_runs import train
 
-from genesis_fp16_agents.se_darwin.task import SEDarwinTask, TaskOptions
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.retrain.task import SEDarwinTask, TaskOptions
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.world_model.predict import (
     WorldModelPredictor,

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from genesis_fp16_agents.se_darwin.batch import to_batch
-from genesis_fp16_agents.se_darwin.task import SEDarwinTask, TaskOptions
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint, fingerprint_of
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.retrain.batch import to_batch
+from genesis_fp16_infrastructure.retrain.task import SEDarwinTask, TaskOptions
 from genesis_fp16_infrastructure.world_model.features import (
     FeatureEncoder,
     numeric_columns,

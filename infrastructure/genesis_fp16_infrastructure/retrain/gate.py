@@ -36,7 +36,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from genesis_fp16_agents.se_darwin.split import Draw, split_version
 from genesis_fp16_infrastructure.data.fingerprint import (
     DataFingerprint,
     example_id_hashes,
@@ -45,6 +44,7 @@ from genesis_fp16_infrastructure.data.fingerprint import (
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.schema import Example
+from genesis_fp16_infrastructure.retrain.split import Draw, split_version
 from genesis_fp16_infrastructure.training.run.early_stop import served_weights
 from genesis_fp16_infrastructure.world_model.features import (
     Categorical,

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16_agents.se_darwin.task import SEDarwinTask
 from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.plugin_api import TrainRequest
+from genesis_fp16_infrastructure.retrain.task import SEDarwinTask
 from genesis_fp16_infrastructure.training import CheckpointManager, FitResult, fit
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from genesis_fp16_agents.se_darwin.options import TaskOptions
 from genesis_fp16_infrastructure.data.file_records import FileCache
 from genesis_fp16_infrastructure.data.readers import (
     DataTooLarge,
@@ -13,6 +12,7 @@ from genesis_fp16_infrastructure.data.readers import (
 )
 from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
 from genesis_fp16_infrastructure.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.retrain.options import TaskOptions
 
 # What a run costs in resident memory per byte of pool file, at its peak, with room to
 # spare. Measured since a training read keeps its records as columns, no object per

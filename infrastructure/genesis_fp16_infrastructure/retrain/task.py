@@ -41,10 +41,6 @@ from torch.nn.functional import binary_cross_entropy_with_logits
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from genesis_fp16_agents.se_darwin.batch import Batch, Labels, batch_of, rows_in, to_batch
-from genesis_fp16_agents.se_darwin.options import FINAL_FITS, TaskOptions
-from genesis_fp16_agents.se_darwin.pool_read import read_pool
-from genesis_fp16_agents.se_darwin.split import ExampleRows, Split, choose_split
 from genesis_fp16_infrastructure.data.fingerprint import (
     DataFingerprint,
     example_id_hashes,
@@ -55,6 +51,10 @@ from genesis_fp16_infrastructure.data.readers import (
 )
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION, Example
 from genesis_fp16_infrastructure.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.retrain.batch import Batch, Labels, batch_of, rows_in, to_batch
+from genesis_fp16_infrastructure.retrain.options import FINAL_FITS, TaskOptions
+from genesis_fp16_infrastructure.retrain.pool_read import read_pool
+from genesis_fp16_infrastructure.retrain.split import ExampleRows, Split, choose_split
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
 from genesis_fp16_infrastructure.world_model.features import (
     Categorical,

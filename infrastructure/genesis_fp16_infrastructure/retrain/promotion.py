@@ -12,8 +12,8 @@ served-model pointer (genesis_fp16_infrastructure.served) and the candidates kep
   the whole pool), or continuing the served model's checkpoint (a copy) when the data
   is the served model's own and a budget was asked.
 
-:func:`judge` then runs the gate (genesis_fp16_agents.se_darwin.gate) and promotes, rejects, or
-fails loudly when it cannot decide. The first model has nothing to beat and is served.
+:func:`judge` then runs the gate (genesis_fp16_infrastructure.retrain.gate) and promotes,
+rejects, or fails loudly when it cannot decide. The first model has nothing to beat and is served.
 """
 
 from __future__ import annotations
@@ -32,15 +32,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from genesis_fp16_agents.se_darwin import gate
-from genesis_fp16_agents.se_darwin.freshness import request_key
-from genesis_fp16_agents.se_darwin.options import TaskOptions
-from genesis_fp16_agents.se_darwin.pool_read import read_pool
 from genesis_fp16_infrastructure.data.fingerprint import DataChange, DataFingerprint, compare
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.readers import DataError, ReadResult
 from genesis_fp16_infrastructure.data.schema import Example
 from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError, TrainResult
+from genesis_fp16_infrastructure.retrain import gate
+from genesis_fp16_infrastructure.retrain.freshness import request_key
+from genesis_fp16_infrastructure.retrain.options import TaskOptions
+from genesis_fp16_infrastructure.retrain.pool_read import read_pool
 from genesis_fp16_infrastructure.served import (
     CANDIDATE_META,
     VERDICT_NAME,

@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
-from genesis_fp16_agents.se_darwin.gate import pool_numeric
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, held_in
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+from genesis_fp16_infrastructure.retrain.gate import pool_numeric
 from genesis_fp16_infrastructure.world_model.features import NUMERIC_FEATURES, Categorical
 
 NOISE_DRAWS = 20

@@ -1,7 +1,7 @@
 """How an SE-Darwin pool is split: held-out, validation and training parts, or folds.
 
 Every part is chosen by a stable hash of (seed, trajectory id), never by file order, so a
-record stays where it was as the pool grows (``genesis_fp16_agents.se_darwin.task`` has
+record stays where it was as the pool grows (``genesis_fp16_infrastructure.retrain.task`` has
 how each part is used).
 
 >>> split_fractions(5000)
@@ -17,11 +17,11 @@ from typing import Any, NamedTuple, overload
 
 import numpy as np
 
-from genesis_fp16_agents.se_darwin.options import EVAL_BOUNDS, EVAL_TARGET, TaskOptions
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.data.schema import Example
 from genesis_fp16_infrastructure.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.retrain.options import EVAL_BOUNDS, EVAL_TARGET, TaskOptions
 
 logger = logging.getLogger(__name__)
 
