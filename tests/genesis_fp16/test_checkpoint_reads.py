@@ -122,7 +122,7 @@ def test_a_run_resuming_a_cut_short_candidate_reads_two_checkpoints_before_its_f
     assert served is not None
     served_bytes = hashlib.sha256(served.read_bytes()).hexdigest()
     reads = _Reads(monkeypatch)
-    with caplog.at_level("INFO", logger="genesis_fp16_agents"):
+    with caplog.at_level("INFO", logger="genesis_fp16_infrastructure"):
         run_agent_job(ctx, AGENT, plugin)
     assert "cut short earlier" in caplog.text  # it resumed the candidate, not the served
     assert len(reads.before_first_step) == 2, reads.before_first_step

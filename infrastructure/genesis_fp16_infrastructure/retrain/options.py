@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from genesis_fp16_infrastructure.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.plugin_api import AgentOption, TrainRequestError
+from genesis_fp16_infrastructure.world_model.model import PRESETS
 
 FINAL_FITS = ("split", "whole")
 EVAL_TARGET = 1000  # held-out records for a stable AUC (about +-0.03 at 95%)
@@ -90,3 +93,38 @@ class TaskOptions:
         if self.eval_fraction is not None or self.final_fit != "split":
             return False
         return examples < CROSS_VALIDATION_BELOW
+
+
+# One line each for `genesis-fp16 agents --json`; a TaskOptions field missing here is
+# still declared, pointing at docs/se-darwin.md.
+_OPTION_HELP = {
+    "preset": "world-model size preset (hidden and depth; hidden/depth override it)",
+    "hidden": "hidden width of the world model (default: the preset's)",
+    "depth": "hidden layers of the world model (default: the preset's)",
+    "batch_size": "examples per step (default 256, fewer on small pools: 8+ steps an epoch)",
+    "learning_rate": "AdamW learning rate",
+    "weight_decay": "AdamW weight decay",
+    "eval_fraction": "held-out share of the pool (default: sized by the pool)",
+    "early_stopping": "validate and stop when validation stops improving",
+    "patience": "validations without improvement before stopping",
+    "validate_every": "validate every N steps when an epoch is longer",
+    "max_epochs": "epoch cap of a run with no steps/epochs budget",
+    "final_fit": "split: serve the split run's best weights; whole: refit on every record",
+    "cross_validation": "ensemble of one member per fold, out-of-fold eval "
+    "(default: on under 3,334 records)",
+    "folds": "folds (and ensemble members) of a cross-validated run",
+}
+
+
+def declared_options() -> tuple[AgentOption, ...]:
+    """TaskOptions' fields as declared options (its defaults and types, one source)."""
+    hints = typing.get_type_hints(TaskOptions)
+    declared = []
+    for f in dataclasses.fields(TaskOptions):
+        args = typing.get_args(hints[f.name]) or (hints[f.name],)
+        kind = next(a for a in args if a in (str, int, float, bool))  # X | None: X
+        choices = {"preset": tuple(PRESETS), "final_fit": FINAL_FITS}.get(f.name)
+        text = _OPTION_HELP.get(f.name, "see docs/se-darwin.md")
+        default = getattr(TaskOptions(), f.name)
+        declared.append(AgentOption(f.name, kind.__name__, default, text, choices))
+    return tuple(declared)
