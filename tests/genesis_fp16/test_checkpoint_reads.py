@@ -96,14 +96,13 @@ def test_a_resumed_run_reads_its_checkpoint_once(
     assert first == 8 and _optimizer_steps(ctx) == 16
 
 
-def test_a_run_resuming_a_cut_short_candidate_reads_two_checkpoints_before_its_first_step(
+def test_a_run_resuming_a_cut_short_candidate_reads_one_checkpoint_before_its_first_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A job stopped mid-run leaves its candidate unjudged; the next job resumes it and,
-    before its first step, reads that candidate's checkpoint and the served model's, each
-    once, and no bytes twice in the job. The target is 1: se_darwin's planning
-    (``promotion.plan_candidate``) reads the served model up front, for the data
-    comparison and the gate's score, where it could wait for the gate."""
+    before its first step, reads only that candidate's checkpoint: the served model's is
+    read once after the run (Plan.compared_to_served), for the data record and the gate,
+    and no bytes twice in the job."""
     ctx, plugin = _job(tmp_path, monkeypatch)
     run_agent_job(ctx, AGENT, plugin)  # the served model, 8 steps
     step = trainer.Trainer.step
@@ -122,13 +121,18 @@ def test_a_run_resuming_a_cut_short_candidate_reads_two_checkpoints_before_its_f
     assert served is not None
     served_bytes = hashlib.sha256(served.read_bytes()).hexdigest()
     reads = _Reads(monkeypatch)
-    with caplog.at_level("INFO", logger="genesis_fp16_infrastructure"):
+    with caplog.at_level("INFO", logger="genesis_fp16_infrastructure"), capture_logs() as logs:
         run_agent_job(ctx, AGENT, plugin)
     assert "cut short earlier" in caplog.text  # it resumed the candidate, not the served
-    assert len(reads.before_first_step) == 2, reads.before_first_step
-    assert served_bytes in reads.before_first_step  # the read that could wait for the gate
-    assert len(set(reads.before_first_step)) == 2  # two files, not one read twice
+    assert len(reads.before_first_step) == 1, reads.before_first_step
+    assert served_bytes not in reads.before_first_step  # the candidate's, not the served
+    assert reads.all[served_bytes] == 1  # the served model's, read after the run
     assert max(reads.all.values()) == 1, reads.all
+    # What the late read feeds: the data compared with the served model's, and the gate.
+    (finished,) = [e for e in logs if e["event"] == "training run finished"]
+    assert finished["data"]["change"] == "unchanged", finished["data"]
+    assert finished["gate"]["served"] is not None, finished["gate"]
+    assert finished["steps"] == 6  # from the candidate's step 10 to 16
 
 
 def test_a_corrupt_served_checkpoint_is_a_one_line_counted_refusal(

@@ -101,6 +101,21 @@ class Plan:
     # again), and what the gate scores of the served model's (_scored_part).
     loaded: Loaded | None = None
     served_scored: Mapping[str, Any] | None = None
+    # A resumed cut-short candidate's: the served checkpoint, not yet read (change and
+    # served_scored wait for compared_to_served, after the run).
+    served_unread: Path | None = None
+
+    def compared_to_served(self, seen: DataFingerprint) -> Plan:
+        """This plan with the data change and the gate's part of the served model, read
+        now if planning left it unread (a cut-short candidate resumed), else itself: the
+        run calls it after training, so that its first step waits for one read, not two."""
+        if self.served_unread is None:
+            return self
+        loaded, state = _read(self.served_unread)
+        change = compare(state.get("data"), seen)
+        return dataclasses.replace(
+            self, change=change, served_scored=_scored_part(loaded), served_unread=None
+        )
 
 
 def served_model(root: Path) -> Served | None:
@@ -141,9 +156,6 @@ def plan_candidate(
 ) -> Plan:
     """Where the run trains, or that it is up to date (the module docstring's order)."""
     key = request_key(request)
-    served_loaded, served_state = _read(served.judged) if served is not None else (None, None)
-    served_scored = _scored_part(served_loaded)
-    change = compare(served_state.get("data"), seen) if served_state is not None else None
     mine = [
         c
         for c in list_candidates(root)
@@ -151,6 +163,7 @@ def plan_candidate(
         and m.get("fingerprint") == seen.digest
         and m.get("request") == key
     ]
+    judged_one: tuple[Path, Any, dict[str, Any] | None] | None = None
     if request.resume:
         for candidate in reversed(mine):
             verdict = read_json(candidate / VERDICT_NAME)
@@ -159,7 +172,9 @@ def plan_candidate(
             if verdict is None and newest is not None:
                 logger.info("se_darwin: resuming candidate %s, cut short earlier", candidate.name)
                 loaded, saved = _read(newest)
-                return Plan(candidate, saved, change, loaded=loaded, served_scored=served_scored)
+                # The served model waits for the run's end (Plan.compared_to_served).
+                unread = served.judged if served is not None else None
+                return Plan(candidate, saved, None, loaded=loaded, served_unread=unread)
             # Judged and not served (rejected, rolled back): up to date against it. A
             # promoted one no longer served (the data came back to its records) trains anew.
             outcome = verdict.get("outcome") if verdict is not None else None
@@ -168,11 +183,19 @@ def plan_candidate(
                 outcome == "promoted" and candidate.name == served_id
             )
             if judged and own_budget:
-                if served is None or served_state is None:
-                    break  # judged but nothing served (removed by hand): train anew
-                why = f"candidate {candidate.name} of this data was {outcome}"
-                plan = _up_to_date(candidate, served, served_state, change, why, verdict)
-                return dataclasses.replace(plan, loaded=served_loaded)
+                judged_one = (candidate, outcome, verdict)
+                break
+    # Every other plan decides on the served model or continues it: read once, here.
+    served_loaded, served_state = _read(served.judged) if served is not None else (None, None)
+    served_scored = _scored_part(served_loaded)
+    change = compare(served_state.get("data"), seen) if served_state is not None else None
+    if request.resume:
+        # Judged but nothing served (removed by hand): train anew.
+        if judged_one is not None and served is not None and served_state is not None:
+            candidate, outcome, verdict = judged_one
+            why = f"candidate {candidate.name} of this data was {outcome}"
+            plan = _up_to_date(candidate, served, served_state, change, why, verdict)
+            return dataclasses.replace(plan, loaded=served_loaded)
         same = served is not None and _same_request(root, served, key)
         if same and own_budget and change is not None and change.unchanged:
             assert served is not None and served_state is not None
@@ -278,7 +301,7 @@ def _compare(
     start = time.perf_counter()
     try:
         candidate_model = gate.ScoredModel(load_checkpoint(judged))
-        # Read when the run was planned (plan_candidate), else now.
+        # Read once in the job (plan_candidate, Plan.compared_to_served), else now.
         served_model_ = gate.ScoredModel(served_scored or load_checkpoint(served.judged))
     except (CheckpointError, ValueError) as exc:  # e.g. a served model of encoder version 1
         return gate.Verdict(

@@ -149,6 +149,8 @@ def _train(request: TrainRequest) -> TrainResult:
             ),
         )
     clock.move("train", "eval", task.eval_seconds)
+    with clock.phase("check"):
+        plan = plan.compared_to_served(seen)  # a resumed cut-short candidate reads it now
     summary = result.summary
     extra: dict[str, Any] = {
         "total_steps": summary.step,
