@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genesis_fp16.config.state_files import report_state_file_skipped
+from genesis_fp16_infrastructure.agent_state import AgentStateFiles
 from genesis_fp16_infrastructure.atomic import UnusableStateFile, read_state_text, write_atomic
 from genesis_fp16_infrastructure.plugin_api import AgentPlugin
 
@@ -71,6 +72,13 @@ class AgentPaths:
     def loss_scale_path(self) -> Path:
         """Where the loss scale an fp16 run ended with is carried to the agent's next run."""
         return self.root / "loss_scale.json"
+
+    def state_files(self, resume: bool = False) -> AgentStateFiles:
+        """The state files a run's plan reads in one call
+        (``genesis_fp16_infrastructure.agent_state.read_agent_state``); ``resume``: with
+        the checkpoint folder whose served model the run resumes."""
+        checkpoint_dir = self.checkpoint_dir if resume else None
+        return AgentStateFiles(self.precision_state_path, self.loss_scale_path, checkpoint_dir)
 
 
 # The marker holds one path; anything longer is not a marker.

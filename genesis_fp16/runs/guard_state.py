@@ -23,6 +23,7 @@ import structlog
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.config.state_files import locked, report_state_file_skipped
+from genesis_fp16_infrastructure.agent_state import AgentState
 from genesis_fp16_infrastructure.plugin_api import TrainResult
 from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 from genesis_fp16_infrastructure.training.precision.precision_memory import (
@@ -64,6 +65,15 @@ def load_memory(settings: Settings, agent: str) -> PrecisionMemory | None:
         return _replace_unusable(path, agent, str(exc))
 
 
+def _usable_memory(settings: Settings, agent: str, state: AgentState) -> PrecisionMemory | None:
+    """The memory a run's plan read with the agent's other state files; an unusable file
+    is set aside and replaced as :func:`load_memory` does."""
+    if state.memory_error is None:
+        return state.memory
+    path = AgentPaths.for_agent(settings.state_dir, agent).precision_state_path
+    return _replace_unusable(path, agent, state.memory_error)
+
+
 def _replace_unusable(path: Path, agent: str, error: str) -> PrecisionMemory:
     floor = ROBUSTNESS[-1]
     aside = path.with_name(path.name + ".rejected")
@@ -97,13 +107,18 @@ def _replace_unusable(path: Path, agent: str, error: str) -> PrecisionMemory:
     return memory
 
 
-def remembered_floor(settings: Settings, agent: str) -> tuple[str, str] | None:
+def remembered_floor(
+    settings: Settings, agent: str, state: AgentState | None = None
+) -> tuple[str, str] | None:
     """``(floor, why)`` from the agent's remembered demotion, or None: none remembered,
     the guard is off, or ``ENABLE_FP16_TRAINING=false`` asks for fp32 (which no memory
-    lowers). :func:`~genesis_fp16.runs.run_request.precision_request` puts it in the request."""
+    lowers). ``state``: the agent's folder as a run's plan read it (None: the memory is
+    read now). :func:`~genesis_fp16.runs.run_request.plan_request` puts it in the request."""
     if settings.enable_fp16_training is False or not settings.guard_enabled:
         return None
-    memory = load_memory(settings, agent)
+    memory = (
+        load_memory(settings, agent) if state is None else _usable_memory(settings, agent, state)
+    )
     if memory is None:
         return None
     why = (

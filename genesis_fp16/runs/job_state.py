@@ -2,9 +2,10 @@
 it carries from its plan to its record (:class:`Run`).
 
 A job (genesis_fp16/runs/jobs.py) walks one run forward through three modules, each
-taking the ``Run``: planning.py builds its request, supervising.py trains it where the
-settings say, recording.py turns its result (or its failure) into metrics and one log
-line. The ``Run`` is the only state they pass along.
+taking the ``Run``: planning.py builds its request once and keeps it on the run
+(``Run.plan``, with the agent's state it was planned from), supervising.py trains it
+where the settings say, recording.py turns its result (or its failure) into metrics and
+one log line. The ``Run`` is the only state they pass along.
 """
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from genesis_fp16.config.settings import Settings, requested_precision
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.metrics.tracking import RunTracker
 from genesis_fp16.runs.device_slots import DeviceSlots
+
+if TYPE_CHECKING:  # run_request imports the settings' modules; a Run only holds its plan
+    from genesis_fp16.runs.run_request import RunPlan
 
 
 @dataclass
@@ -51,9 +56,10 @@ class JobContext:
 
 @dataclass
 class Run:
-    """One run of a job: its id, clock and deadline, whether a reload stopped it, and its
-    curves (opened while planning, closed on every outcome). Planning, supervising and
-    recording each read it; ``should_stop`` is the callback the run asks at every step."""
+    """One run of a job: its id, clock and deadline, whether a reload stopped it, its plan
+    (the request and the agent's state it was built from, set by planning) and its curves
+    (opened while planning, closed on every outcome). Planning, supervising and recording
+    each read it; ``should_stop`` is the callback the run asks at every step."""
 
     ctx: JobContext
     agent: str
@@ -62,6 +68,7 @@ class Run:
     started: float = field(default_factory=time.monotonic)
     deadline: float = float("inf")
     changed: threading.Event = field(default_factory=threading.Event)
+    plan: RunPlan | None = None
     tracker: RunTracker | None = None
     timeout: float = field(init=False)
     requested: str = field(init=False)  # the precision the settings asked for at the start

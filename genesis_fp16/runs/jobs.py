@@ -71,9 +71,9 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
     structlog.contextvars.bind_contextvars(agent=agent, run_id=run.id)
     try:
         # Inside the try: an unreadable state file while planning is a counted failed run.
-        request = plan_run(run, plugin, device)
+        plan = plan_run(run, plugin, device)
         record_start(run)
-        result = execute_run(run, plugin, request)
+        result = execute_run(run, plugin, plan.request)
     except RunStopped as exc:  # stopped during its child's start-up: no step, no failure
         record_stopped(run, exc)
         return run.rerun()

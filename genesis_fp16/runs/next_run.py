@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import structlog
 
 from genesis_fp16.config.paths import AgentPaths
-from genesis_fp16_infrastructure.served import ServedPointerError, served_checkpoint
-from genesis_fp16_infrastructure.training import CheckpointError, CheckpointManager
+from genesis_fp16_infrastructure.agent_state import read_resume_point
+from genesis_fp16_infrastructure.training import CheckpointError
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision_names import LOSS_SCALED
 
@@ -67,25 +66,17 @@ def expected_next_run(paths: AgentPaths, precision: str | None) -> NextRun:
     return NextRun(precision, INITIAL_SCALE if scale is None else scale, "request")
 
 
-def served_model_folder(paths: AgentPaths) -> Path:
-    """Where the served model's checkpoints are: the folder of the checkpoint the agent's
-    served-model pointer names (genesis_fp16_infrastructure.served: se_darwin's candidates), else
-    the agent's checkpoint folder itself (an agent without a pointer)."""
-    try:
-        served = served_checkpoint(paths.checkpoint_dir)
-    except ServedPointerError as exc:
-        log.warning("cannot follow the served-model pointer", error=str(exc))
-        return paths.checkpoint_dir
-    return served.parent if served is not None else paths.checkpoint_dir
-
-
 def _newest_scale(paths: AgentPaths) -> float | None:
-    """The served model's newest valid core checkpoint's scaler scale, or None; from its
-    summary file (``CheckpointManager.latest_summary``) when it has one."""
-    folder = served_model_folder(paths)
+    """The served model's newest valid core checkpoint's scaler scale, or None: the
+    resume point a run's plan reads (``agent_state.read_resume_point``: the folder the
+    served-model pointer names, else the agent's own; the summary file when there is one)."""
     try:
-        summary = CheckpointManager(folder).latest_summary()
+        resume = read_resume_point(paths.checkpoint_dir)
     except (OSError, CheckpointError) as exc:  # a folder we may not read: no checkpoint
-        log.warning("cannot read the agent's checkpoints", path=str(folder), error=str(exc))
+        log.warning(
+            "cannot read the agent's checkpoints", path=str(paths.checkpoint_dir), error=str(exc)
+        )
         return None
-    return None if summary is None else summary.get("loss_scale")
+    if resume.pointer_error is not None:
+        log.warning("cannot follow the served-model pointer", error=resume.pointer_error)
+    return None if resume.summary is None else resume.summary.get("loss_scale")

@@ -24,21 +24,25 @@ from genesis_fp16.runs import guard_state, scale_memory
 from genesis_fp16.runs.devices import device_lost
 from genesis_fp16.runs.job_state import JobContext, Run
 from genesis_fp16.runs.launcher import LaunchError, RunStopped
-from genesis_fp16.runs.next_run import served_model_folder
 from genesis_fp16.runs.run_request import expected_precision, precision_request
 from genesis_fp16.runs.supervising import RunHung
 from genesis_fp16_infrastructure.plugin_api import TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.served import ServedPointerError, folder_bytes, prune
-from genesis_fp16_infrastructure.training import CheckpointManager, TrainingSummary
+from genesis_fp16_infrastructure.training import TrainingSummary
 from genesis_fp16_infrastructure.training.step.execution import ExecutionError
 
 log = structlog.get_logger("genesis_fp16.jobs")
 
 
 def record_start(run: Run) -> None:
-    """Where the run's counters start: the totals of the checkpoint it will resume."""
-    paths = AgentPaths.for_agent(run.settings.state_dir, run.agent)
-    run.ctx.metrics.start_run(run.agent, resumed_totals(paths))
+    """Where the run's counters start: the totals of the checkpoint it will resume, as its
+    plan read it (``RunPlan.state.resume``)."""
+    resume = run.plan.state.resume if run.plan is not None else None
+    if resume is None:
+        raise RuntimeError("record_start() needs the run planned with its resume point")
+    if resume.pointer_error is not None:
+        log.warning("cannot follow the served-model pointer", error=resume.pointer_error)
+    run.ctx.metrics.start_run(run.agent, resumed_totals(resume.summary))
 
 
 def record_progress(run: Run, summary: TrainingSummary) -> None:
@@ -266,18 +270,18 @@ def _failure_reason(exc: BaseException) -> str:
     return "error"
 
 
-def resumed_totals(paths: AgentPaths) -> dict[str, float]:
-    """The run counters of the checkpoint a run will resume from (empty: none).
+def resumed_totals(summary: Mapping[str, Any] | None) -> dict[str, float]:
+    """The run counters of the checkpoint a run will resume from (empty: none), from its
+    summary (``agent_state.ResumePoint.summary``).
 
-    Read from the newest checkpoint's summary file (``checkpoint_files.summarize``), a
-    few hundred bytes, so that the run alone reads the checkpoint itself; a checkpoint
+    The summary is the newest checkpoint's summary file (``checkpoint_files.summarize``),
+    a few hundred bytes, so that the run alone reads the checkpoint itself; a checkpoint
     written without one is read in full, once more than the run does. Checkpoints in
     another format than the core's are not listed, and give zeros.
     """
     # The served model's checkpoint (se_darwin's candidates: where served.json points). A
     # run that trains a fresh candidate instead reports below these totals at first, and
     # DaemonMetrics.observe_summary then counts it from zero.
-    summary = CheckpointManager(served_model_folder(paths)).latest_summary()
     if summary is None:
         return {}
     skipped = float(summary["skipped_steps"])

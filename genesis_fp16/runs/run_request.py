@@ -1,7 +1,9 @@
 """One run's request, built in one place for the daemon's jobs, `train` and torchrun ranks.
 
-:func:`build_request` works out, from the settings and (for ``genesis-fp16 train``) the
-command line's :class:`RequestOverrides`: the requested precision and why
+:func:`plan_request` (the daemon's jobs, a :class:`RunPlan`) and :func:`build_request`
+(``genesis-fp16 train``, with the command line's :class:`RequestOverrides`) read their
+inputs once, what the plugin declares and the agent's state folder
+(``genesis_fp16_infrastructure.agent_state``), then work out: the requested precision and why
 (:func:`precision_request`: flag, rollback switch, per-agent override, how ``auto`` is
 decided, the precision guard's remembered floor), the device, the budget
 (:func:`budget`), the data (sample data when none is configured), the guard's
@@ -21,7 +23,7 @@ declares before anything trains.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,8 +37,10 @@ from genesis_fp16.config.settings import (
     SettingsError,
     requested_precision,
 )
-from genesis_fp16.runs import guard_state, scale_memory
+from genesis_fp16.runs import guard_state
+from genesis_fp16_infrastructure.agent_state import AgentState, read_agent_state
 from genesis_fp16_infrastructure.plugin_api import (
+    AgentOption,
     AgentPlugin,
     OptionValue,
     TrainRequest,
@@ -80,8 +84,8 @@ class RequestOverrides:
 def precision_request(
     settings: Settings, agent: str, flag: str | None = None
 ) -> tuple[PrecisionRequest, str]:
-    """The :class:`PrecisionRequest` of ``agent``'s next run and who asked for it: the
-    daemon's one builder of it, once per job (the gauge asks the same).
+    """The :class:`PrecisionRequest` of ``agent``'s next run and who asked for it, as
+    :func:`plan_request` puts it in the run's request (the gauge asks the same).
 
     The operator's request (``requested_precision``: flag, rollback switch, per-agent
     override, ``auto``), how ``auto`` is decided (``GENESIS_FP16_AUTO_PRECISION``), where
@@ -93,16 +97,26 @@ def precision_request(
         >>> precision_request(settings, "se_darwin")[0].requested  # doctest: +SKIP
         'auto'
     """
+    fields, reason = _precision_fields(settings, agent, flag, None)
+    return PrecisionRequest(**fields), reason
+
+
+def _precision_fields(
+    settings: Settings, agent: str, flag: str | None, state: AgentState | None
+) -> tuple[dict[str, Any], str]:
+    """The :class:`PrecisionRequest`'s fields, and who asked for the precision; the
+    guard's floor from ``state``, the plan's read of the agent's folder (None: the
+    memory is read now)."""
     requested, reason = requested_precision(settings, agent, flag)
-    floor = None if flag is not None else guard_state.remembered_floor(settings, agent)
-    request = PrecisionRequest(
-        requested,
-        mode=settings.auto_precision,
-        floor=None if floor is None else floor[0],
-        floor_reason="" if floor is None else floor[1],
-        cache=AgentPaths.for_agent(settings.state_dir, agent).calibration_path,
-    )
-    return request, reason
+    floor = None if flag is not None else guard_state.remembered_floor(settings, agent, state)
+    fields = {
+        "requested": requested,
+        "mode": settings.auto_precision,
+        "floor": None if floor is None else floor[0],
+        "floor_reason": "" if floor is None else floor[1],
+        "cache": AgentPaths.for_agent(settings.state_dir, agent).calibration_path,
+    }
+    return fields, reason
 
 
 def expected_precision(request: PrecisionRequest, device: str) -> str | None:
@@ -138,6 +152,18 @@ def budget(
     return spec.steps or settings.steps_per_run, None
 
 
+@dataclass(frozen=True)
+class RunPlan:
+    """One run's request and what it was planned from, built once per job and kept on
+    the daemon's run (``genesis_fp16.runs.job_state.Run.plan``): the agent's state folder
+    as read for it (``state.resume``: the checkpoint its counters start from) and the
+    request fields its plugin ignores, each with what it does instead."""
+
+    request: TrainRequest
+    state: AgentState
+    ignored: Mapping[str, str]
+
+
 def build_request(
     settings: Settings,
     agent: str,
@@ -145,16 +171,36 @@ def build_request(
     device: str,
     overrides: RequestOverrides | None = None,
 ) -> TrainRequest:
-    """The :class:`TrainRequest` of one run, callbacks left at their defaults.
+    """The :class:`TrainRequest` of one run, callbacks left at their defaults
+    (``genesis-fp16 train`` and the tests; the daemon's jobs ask :func:`plan_request`).
 
     Generates the agent's sample data when no data is configured (the only side effect).
     Raises :class:`TrainRequestError` for a bad option, before that.
     """
+    return plan_request(settings, agent, plugin, device, overrides).request
+
+
+def plan_request(
+    settings: Settings,
+    agent: str,
+    plugin: AgentPlugin,
+    device: str,
+    overrides: RequestOverrides | None = None,
+    resume: bool = False,
+) -> RunPlan:
+    """The :class:`RunPlan` of one run: its inputs read once (what the plugin declares,
+    the agent's state folder, with the checkpoint the run resumes when ``resume``), its
+    fields worked out from the settings, then the library's types built together at the
+    end (the guard's config, the precision request, the request)."""
     o = overrides or RequestOverrides()
     spec = settings.agent(agent)
-    options = resolve_options(agent, plugin, spec.options, o.options)
-    precision, reason = precision_request(settings, agent, o.precision)
     paths = AgentPaths.for_agent(settings.state_dir, agent)
+    files = paths.state_files(resume)
+    # The inputs, in one visit to the library: the plugin's declarations, the folder.
+    declared, ignored = declared_options(plugin), ignored_request_fields(plugin)
+    state = read_agent_state(files)
+    options = _typed_options(agent, declared, spec.options, o.options)
+    precision_fields, reason = _precision_fields(settings, agent, o.precision, state)
     checkpoint_dir = o.checkpoint_dir or paths.checkpoint_dir
     # A run in a folder of its own keeps its quarantined records beside its checkpoints.
     quarantine = paths.quarantine_path if o.checkpoint_dir is None else None
@@ -162,10 +208,14 @@ def build_request(
     if data is None:
         data = ensure_sample_data(plugin, paths, count=settings.sample_count, seed=settings.seed)
     steps, epochs = budget(settings, agent, o.steps, o.epochs)
-    warn_ignored(plugin, agent, _operator_set(settings, o))
-    return TrainRequest(
+    warn_ignored(ignored, agent, _operator_set(settings, o))
+    cuda_graph = o.cuda_graph or settings.cuda_graph_for(agent)
+    compile_mode = o.compile or settings.compile_for(agent)
+    # The request's library types, built together (``settings.guard`` builds a GuardConfig).
+    guard = settings.guard
+    request = TrainRequest(
         agent=agent,
-        precision=precision,
+        precision=PrecisionRequest(**precision_fields),
         precision_reason=reason,
         state_dir=settings.state_dir,
         checkpoint_dir=checkpoint_dir,
@@ -177,17 +227,18 @@ def build_request(
         resume=o.resume,
         log_interval=o.log_interval or settings.log_interval,
         quarantine_path=quarantine or checkpoint_dir / "quarantine.jsonl",
-        guard=guard_state.guard_config(settings),
-        cuda_graph=o.cuda_graph or settings.cuda_graph_for(agent),
-        compile=o.compile or settings.compile_for(agent),
+        guard=guard,
+        cuda_graph=cuda_graph,
+        compile=compile_mode,
         options=options,
         checkpoint_steps=o.checkpoint_steps or settings.checkpoint_steps,
         checkpoint_seconds=o.checkpoint_seconds or settings.checkpoint_seconds,
         memory_limit_bytes=settings.run_memory_limit_bytes,
         # The agent's last fp16 scale, when this run asks what that run asked for.
-        initial_loss_scale=scale_memory.carried_scale(settings, agent, precision.requested),
+        initial_loss_scale=state.initial_scale(precision_fields["requested"]),
         golden_data_path=spec.golden_data,
     )
+    return RunPlan(request, state, ignored)
 
 
 def _operator_set(settings: Settings, overrides: RequestOverrides) -> dict[str, str]:
@@ -201,13 +252,14 @@ def _operator_set(settings: Settings, overrides: RequestOverrides) -> dict[str, 
     return given
 
 
-def warn_ignored(plugin: AgentPlugin, agent: str, given: Mapping[str, str]) -> None:
+def warn_ignored(ignored: Mapping[str, str], agent: str, given: Mapping[str, str]) -> None:
     """Warn, one line per field, where the operator set what this agent does not use.
 
-    ``given`` maps request fields to what set them (a setting, a flag, the probe). The
-    run goes on: the field is harmless to the agent, only the operator's intent is lost.
+    ``ignored`` is what the plugin declares (``ignored_request_fields``, kept in the
+    :class:`RunPlan`); ``given`` maps request fields to what set them (a setting, a flag,
+    the probe). The run goes on: the field is harmless to the agent, only the operator's
+    intent is lost.
     """
-    ignored = ignored_request_fields(plugin)
     for name, source in given.items():
         if name in ignored:
             log.warning(
@@ -245,7 +297,16 @@ def resolve_options(
     Raises :class:`TrainRequestError`, one line naming the setting or flag, the agent,
     the option and what is valid.
     """
-    declared = declared_options(plugin)
+    return _typed_options(agent, declared_options(plugin), configured, flags)
+
+
+def _typed_options(
+    agent: str,
+    declared: Sequence[AgentOption],
+    configured: Mapping[str, Any],
+    flags: Mapping[str, str] | None,
+) -> dict[str, OptionValue]:
+    """:func:`resolve_options` with the plugin's declared options already read."""
     out: dict[str, OptionValue] = {}
     for origin, given in (("settings", configured), ("flags", flags or {})):
         for key, value in given.items():

@@ -1,9 +1,10 @@
-"""The daemon's side of the carried loss scale: read it for a run's request, write it after.
+"""The daemon's side of the carried loss scale: write it after each run.
 
 An fp16 run that starts without a checkpoint of its own would start at the initial scale
 and skip its first steps finding the scale again; the agent's last run already found it.
-``build_request`` puts the carried scale in ``TrainRequest.initial_loss_scale`` (used
-only when the request asks for the precision the carried run asked for), ``_finish``
+``plan_request`` puts the carried scale, read with the agent's other state files
+(``AgentState.initial_scale``), in ``TrainRequest.initial_loss_scale`` (used only when
+the request asks for the precision the carried run asked for), ``_finish``
 records it after each run (forgetting it after a demotion or a run that did not end in
 fp16). The file is ``<state>/agents/<agent>/loss_scale.json``
 (:mod:`genesis_fp16_infrastructure.training.precision.carried_scale`); ``genesis-fp16
@@ -19,17 +20,10 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16_infrastructure.plugin_api import TrainResult
 from genesis_fp16_infrastructure.training.precision.carried_scale import (
     carry_after_run,
-    read_carried_scale,
     write_carried_scale,
 )
 
 log = structlog.get_logger("genesis_fp16.scale_memory")
-
-
-def carried_scale(settings: Settings, agent: str, requested: str) -> float | None:
-    """The scale the agent's next run asking ``requested`` starts at; None: the scaler's own."""
-    carried = read_carried_scale(AgentPaths.for_agent(settings.state_dir, agent).loss_scale_path)
-    return None if carried is None else carried.for_request(requested)
 
 
 def record_scale(settings: Settings, agent: str, result: TrainResult) -> None:

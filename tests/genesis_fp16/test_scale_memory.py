@@ -16,8 +16,9 @@ from daemon_harness import daemon_env
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import AgentSettings, Settings
 from genesis_fp16.runs.run_request import build_request
-from genesis_fp16.runs.scale_memory import carried_scale, record_scale
+from genesis_fp16.runs.scale_memory import record_scale
 from genesis_fp16_agents.rlhf_ppo import plugin
+from genesis_fp16_infrastructure.agent_state import read_agent_state
 from genesis_fp16_infrastructure.plugin_api import TrainResult
 from genesis_fp16_infrastructure.training.run.verify_capture import Verdict, write_verdict
 
@@ -30,6 +31,12 @@ pytestmark = pytest.mark.usefixtures("clean_env")  # conftest.py
 def _settings(tmp_path: Path, precision: str = "fp16") -> Settings:
     spec = AgentSettings(precision=precision)  # type: ignore[arg-type]
     return Settings(state_dir=tmp_path, sample_count=8, agents={AGENT: spec})  # type: ignore[call-arg]
+
+
+def carried_scale(settings: Settings, agent: str, requested: str) -> float | None:
+    """The scale the agent's next run asking ``requested`` starts at, as its plan reads it."""
+    paths = AgentPaths.for_agent(settings.state_dir, agent)
+    return read_agent_state(paths.state_files()).initial_scale(requested)
 
 
 def _result(used: str = "fp16", scale: float = 2048.0, **more: object) -> TrainResult:

@@ -1,0 +1,119 @@
+"""An agent's state folder read in one call: the guard's memory, the carried scale and the
+resume point, each as its own module writes it; an unusable file is reported, not raised."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from genesis_fp16_infrastructure.agent_state import AgentStateFiles, read_agent_state
+from genesis_fp16_infrastructure.served import ServedPointer, write_pointer
+from genesis_fp16_infrastructure.training import CheckpointManager
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training.precision.carried_scale import (
+    carry_after_run,
+    write_carried_scale,
+)
+from genesis_fp16_infrastructure.training.precision.precision_memory import (
+    remember_demotions,
+    write_precision_memory,
+)
+
+
+def _files(root: Path, resume: bool = True) -> AgentStateFiles:
+    checkpoints = root / "checkpoints" if resume else None
+    return AgentStateFiles(root / "precision_state.json", root / "loss_scale.json", checkpoints)
+
+
+def _state(step: int) -> dict[str, Any]:
+    return {
+        keys.SCHEMA: keys.SCHEMA_VERSION,
+        keys.MODEL: {"w": torch.zeros(2)},
+        keys.OPTIMIZER: [],
+        keys.SCHEDULER: [],
+        keys.SCALER: {"scale": 512.0, "_growth_tracker": 0},
+        keys.PRECISION: {"requested": "fp16", "used": "fp16", "reason": "test"},
+        keys.STEP: step,
+        keys.RNG: {},
+        keys.CONFIG: {},
+    }
+
+
+def test_an_empty_folder_remembers_nothing_and_resumes_its_own_checkpoints(tmp_path: Path) -> None:
+    """No files: no memory, no carried scale, the checkpoint folder itself with no summary;
+    without a checkpoint folder asked, no resume point at all."""
+    state = read_agent_state(_files(tmp_path))
+    assert (state.memory, state.memory_error, state.carried) == (None, None, None)
+    assert state.resume is not None
+    assert (state.resume.folder, state.resume.pointer_error) == (tmp_path / "checkpoints", None)
+    assert state.resume.summary is None
+    assert read_agent_state(_files(tmp_path, resume=False)).resume is None
+    assert state.initial_scale("fp16") is None
+
+
+def test_it_reads_what_the_memory_and_the_carried_scale_wrote(tmp_path: Path) -> None:
+    """A remembered demotion and an fp16 run's scale come back as written; the scale only
+    for a run asking what the carried run asked."""
+    demotion = {"from": "fp16", "to": "bf16", "reason": "overflow_rate", "step": 7}
+    write_precision_memory(
+        tmp_path / "precision_state.json",
+        remember_demotions(None, [{**demotion, "rollback_step": 5}]),
+    )
+    write_carried_scale(
+        tmp_path / "loss_scale.json", carry_after_run("fp16", "fp16", 2048.0, False)
+    )
+    state = read_agent_state(_files(tmp_path))
+    assert state.memory is not None and state.memory.demoted_to == "bf16"
+    assert state.memory_error is None
+    assert (state.initial_scale("fp16"), state.initial_scale("auto")) == (2048.0, None)
+
+
+def test_an_unusable_memory_file_is_reported_and_left_where_it_is(tmp_path: Path) -> None:
+    """A torn memory file is no memory plus the reason naming it; the file is not moved
+    (setting it aside is the caller's) and the rest of the folder is still read."""
+    torn = tmp_path / "precision_state.json"
+    torn.write_text('{"version": 1, "demoted_to"')
+    write_carried_scale(tmp_path / "loss_scale.json", carry_after_run("fp16", "fp16", 64.0, False))
+    state = read_agent_state(_files(tmp_path))
+    assert state.memory is None
+    assert state.memory_error is not None and str(torn) in state.memory_error
+    assert torn.exists() and state.initial_scale("fp16") == 64.0
+
+
+def test_the_resume_point_follows_the_served_pointer(tmp_path: Path) -> None:
+    """With a pointer, the resume point is the served candidate's folder and its newest
+    checkpoint's summary; a pointer naming a file that is gone falls back to the
+    checkpoint folder and says why."""
+    checkpoints = tmp_path / "checkpoints"
+    saved = CheckpointManager(checkpoints / "candidates" / "c1").save(_state(12))
+    write_pointer(
+        checkpoints, ServedPointer({"id": "c1", "checkpoint": str(saved.relative_to(checkpoints))})
+    )
+    resume = read_agent_state(_files(tmp_path)).resume
+    assert resume is not None and resume.folder == saved.parent and resume.pointer_error is None
+    assert resume.summary is not None and resume.summary["step"] == 12
+    write_pointer(checkpoints, ServedPointer({"id": "x", "checkpoint": "gone.pt"}))
+    broken = read_agent_state(_files(tmp_path)).resume
+    assert broken is not None and broken.folder == checkpoints and broken.summary is None
+    assert broken.pointer_error is not None and "gone.pt" in broken.pointer_error
+
+
+def test_reading_without_a_resume_point_does_not_import_torch(tmp_path: Path) -> None:
+    """The `agents` and `precision` commands read state without paying for torch."""
+    code = (
+        "import sys; from pathlib import Path;"
+        "from genesis_fp16_infrastructure.agent_state import AgentStateFiles, read_agent_state;"
+        f"root = Path({str(tmp_path)!r});"
+        "read_agent_state(AgentStateFiles(root / 'memory', root / 'scale'));"
+        "print('torch' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy()
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
