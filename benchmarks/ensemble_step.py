@@ -10,7 +10,7 @@ size: cross-validated, 5 folds, hidden 32, batch 250):
   after another) and the cross-validated loss as it was (each member's in turn), both
   kept here as the reference;
 - ``stacked``: after: ``WorldModelEnsemble`` (stacked weights, one batched matmul per
-  layer) and ``SEDarwinTask.loss`` (every member's loss in one pass).
+  layer) and ``WorldModelTask.loss`` (every member's loss in one pass).
 
 Runs are interleaved (each round times every model in turn), so a machine shared with
 other work slows them alike. The table gives each model's median ms per step over the
@@ -41,7 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from genesis_fp16_agents.se_darwin import plugin
 from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.retrain.task import SEDarwinTask, TaskOptions
+from genesis_fp16_infrastructure.retrain.task import TaskOptions, WorldModelTask
 from genesis_fp16_infrastructure.world_model.model import (
     ModelConfig,
     WorldModel,
@@ -79,7 +79,7 @@ def loop_loss(
     fold: torch.Tensor,
     members: int,
 ) -> torch.Tensor:
-    """SEDarwinTask.loss before stacking: each member's loss on its other folds, in turn."""
+    """WorldModelTask.loss before stacking: each member's loss on its other folds, in turn."""
     out: WorldModelOutput = model(x, per_member=True)
     total = torch.zeros((), device=x.device)
     for k in range(members):
@@ -100,13 +100,13 @@ class _CountOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _task(records: int, seed: int) -> SEDarwinTask:
+def _task(records: int, seed: int) -> WorldModelTask:
     with tempfile.TemporaryDirectory() as folder:
         path = plugin.generate_sample_data(Path(folder), records, seed=seed)
-        return SEDarwinTask(read_trajectories(path), TaskOptions(), seed)
+        return WorldModelTask(read_trajectories(path), TaskOptions(), seed)
 
 
-def _step_fn(name: str, task: SEDarwinTask, dtype: torch.dtype | None) -> Callable[[], None]:
+def _step_fn(name: str, task: WorldModelTask, dtype: torch.dtype | None) -> Callable[[], None]:
     """One training step of model ``name`` on the task's first batch, as a closure."""
     torch.manual_seed(0)  # every ensemble starts from the same weights
     config = task.config
@@ -140,7 +140,7 @@ def _ops(step: Callable[[], None]) -> int:
     return counter.count
 
 
-def measure(task: SEDarwinTask, rounds: int, steps: int, warmup: int) -> list[dict[str, Any]]:
+def measure(task: WorldModelTask, rounds: int, steps: int, warmup: int) -> list[dict[str, Any]]:
     """Per precision and model: wall and CPU ms per step in each round, interleaved, and
     the ops of one step. The CPU time is this thread's (``time.thread_time``): with one
     torch thread every kernel runs on it, so it leaves out the time other work on a

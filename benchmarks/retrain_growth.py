@@ -47,7 +47,7 @@ from genesis_fp16_agents.se_darwin.plugin import SEDarwinPlugin
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.plugin_api import TrainRequest
-from genesis_fp16_infrastructure.retrain.task import SEDarwinTask, TaskOptions
+from genesis_fp16_infrastructure.retrain.task import TaskOptions, WorldModelTask
 from genesis_fp16_infrastructure.training import CheckpointManager, FitOptions, fit
 from genesis_fp16_infrastructure.world_model.metrics import auc
 from genesis_fp16_infrastructure.world_model.predict import (
@@ -128,7 +128,7 @@ def _resumed(data: Path, folder: Path, precision: str, seed: int) -> tuple[int, 
         raise RuntimeError(f"no checkpoint in {folder}")
     saved = read_world_model_state(found[0])
     options = TaskOptions()
-    task = SEDarwinTask(read_trajectories(data), options, seed, "cpu", saved)
+    task = WorldModelTask(read_trajectories(data), options, seed, "cpu", saved)
     result = fit(
         task,
         FitOptions(

@@ -28,14 +28,14 @@ import torch
 from genesis_fp16.bench.memory import predicted_saving
 from genesis_fp16_agents.se_darwin import plugin
 from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.retrain.task import SEDarwinTask, TaskOptions
+from genesis_fp16_infrastructure.retrain.task import TaskOptions, WorldModelTask
 from genesis_fp16_infrastructure.training import PrecisionPolicy, Trainer, TrainerConfig
 
 
-def _task(records: int, seed: int, device: str = "cpu") -> SEDarwinTask:
+def _task(records: int, seed: int, device: str = "cpu") -> WorldModelTask:
     with tempfile.TemporaryDirectory() as folder:
         path = plugin.generate_sample_data(Path(folder), records, seed)
-        return SEDarwinTask(read_trajectories(path), TaskOptions(), seed, device)
+        return WorldModelTask(read_trajectories(path), TaskOptions(), seed, device)
 
 
 def graph_pool_bytes(records: int, seed: int) -> int:
@@ -55,7 +55,7 @@ def graph_pool_bytes(records: int, seed: int) -> int:
     return trainer.graphs.pool_bytes()
 
 
-def _saved_bytes(task: SEDarwinTask, batch: Any, dtype: torch.dtype | None) -> int:
+def _saved_bytes(task: WorldModelTask, batch: Any, dtype: torch.dtype | None) -> int:
     """Bytes autograd saves for backward in one step of ``task``'s model on ``batch``."""
     torch.manual_seed(0)
     model = task.build_model()

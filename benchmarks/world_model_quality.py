@@ -81,7 +81,7 @@ from genesis_fp16_infrastructure.data.schema import OPERATORS, AttemptInput
 from genesis_fp16_infrastructure.data.synthetic import write_pool
 from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.retrain.split import split_examples
-from genesis_fp16_infrastructure.retrain.task import Batch, SEDarwinTask, TaskOptions
+from genesis_fp16_infrastructure.retrain.task import Batch, TaskOptions, WorldModelTask
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.training.run.early_stop import served_weights
 from genesis_fp16_infrastructure.training.run.fit import FitOptions, fit
@@ -192,7 +192,7 @@ def merged_agents_gain(per_agent: int) -> tuple[float, float]:
         for seed, agent in enumerate(("se_darwin", "qa", "builder")):
             write_pool(Path(tmp), per_agent, seed=seed, agent=agent)
         data = read_trajectories(Path(tmp) / "trajectory_pools")
-        task = SEDarwinTask(data, TaskOptions(), 0)
+        task = WorldModelTask(data, TaskOptions(), 0)
     records = Records.of(data)
     x, y = records.features(task.encoder), records.success
     fold = torch.tensor([_fold(i) for i in records.ids])
@@ -357,7 +357,7 @@ def _masked_model_auc(
     data: ReadResult, seed: int, drop: Sequence[int], fresh: Records, tmp: Path
 ) -> float:
     """Fresh AUC of a default fp32 run whose ``drop`` columns are 0 in every split."""
-    task = SEDarwinTask(data, TaskOptions(), seed)
+    task = WorldModelTask(data, TaskOptions(), seed)
     for name in ("train_data", "validation_data", "eval_data"):
         batch = getattr(task, name)
         x = batch.x.clone()
@@ -388,7 +388,7 @@ def ablation(size: int, seed: int, with_model: bool) -> dict[str, tuple[float, f
     fresh = fresh_records(size, seed)
     with tempfile.TemporaryDirectory() as tmp:
         data = read_trajectories(write_pool(Path(tmp), size, seed))
-        encoder = SEDarwinTask(data, TaskOptions(), seed).encoder
+        encoder = WorldModelTask(data, TaskOptions(), seed).encoder
         records = Records.of(data)
         x, fresh_x = records.features(encoder), fresh.features(encoder)
         out: dict[str, tuple[float, float]] = {}

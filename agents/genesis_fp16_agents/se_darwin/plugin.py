@@ -13,7 +13,7 @@ from genesis_fp16_infrastructure.plugin_api import (
     TrainResult,
 )
 from genesis_fp16_infrastructure.retrain import run
-from genesis_fp16_infrastructure.retrain.options import declared_options
+from genesis_fp16_infrastructure.retrain.options import agent_options
 
 
 class SEDarwinPlugin:
@@ -21,7 +21,7 @@ class SEDarwinPlugin:
 
     api_version = API_VERSION
     name = "se_darwin"
-    options = declared_options()
+    options = agent_options()
     description = "SE-Darwin world model: success, score and outcome of a code-evolution attempt"
 
     def generate_sample_data(self, out: Path, count: int, seed: int) -> Path:

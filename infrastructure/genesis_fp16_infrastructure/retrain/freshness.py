@@ -132,7 +132,8 @@ def check_up_to_date(request: TrainRequest) -> TrainResult | None:
         _write(folder, {**record, "manifest": manifest.to_json()})
     seconds = time.perf_counter() - start
     logger.info(
-        "se_darwin: up to date by the data manifest (%d file(s), %d hashed): no step to take",
+        "%s: up to date by the data manifest (%d file(s), %d hashed): no step to take",
+        request.agent,
         len(manifest.files),
         report.hashed,
     )

@@ -21,7 +21,8 @@ CROSS_VALIDATION_BELOW = round(EVAL_TARGET / EVAL_BOUNDS[1]) + 1
 
 @dataclass(frozen=True)
 class TaskOptions:
-    """Knobs of one SE-Darwin run; ``TrainRequest.options`` may set any of them."""
+    """Knobs of one world-model run (SE-Darwin's, or any agent on the retrain loop);
+    ``TrainRequest.options`` may set any of them."""
 
     preset: str = "default"
     hidden: int | None = None  # None: the preset's, narrower on small pools (_model_config)
@@ -60,7 +61,7 @@ class TaskOptions:
         unknown = sorted(set(options) - known)
         if unknown:
             raise TrainRequestError(
-                f"unknown se_darwin option(s) {', '.join(unknown)}; "
+                f"unknown world-model option(s) {', '.join(unknown)}; "
                 f"valid: {', '.join(sorted(known))}"
             )
         out = cls(**options)
@@ -116,8 +117,9 @@ _OPTION_HELP = {
 }
 
 
-def declared_options() -> tuple[AgentOption, ...]:
-    """TaskOptions' fields as declared options (its defaults and types, one source)."""
+def agent_options() -> tuple[AgentOption, ...]:
+    """TaskOptions' fields as an agent's declared options (``AgentPlugin.options``: their
+    defaults and types, one source)."""
     hints = typing.get_type_hints(TaskOptions)
     declared = []
     for f in dataclasses.fields(TaskOptions):

@@ -142,7 +142,7 @@ def _adopt(root: Path) -> Served | None:
     path = found[1]
     entry = {"id": f"adopted-{path.stem}", "checkpoint": path.name, "judged": path.name}
     serve(root, entry, "adopted")
-    logger.warning("se_darwin: no served.json in %s: serving its newest checkpoint %s", root, path)
+    logger.warning("no served.json in %s: serving its newest checkpoint %s", root, path)
     return Served({**entry, "how": "adopted"}, path, path)
 
 
@@ -170,7 +170,9 @@ def plan_candidate(
             train_folder = candidate / SPLIT_FOLDER if whole else candidate
             newest = newest_checkpoint(train_folder)
             if verdict is None and newest is not None:
-                logger.info("se_darwin: resuming candidate %s, cut short earlier", candidate.name)
+                logger.info(
+                    "%s: resuming candidate %s, cut short earlier", request.agent, candidate.name
+                )
                 loaded, saved = _read(newest)
                 # The served model waits for the run's end (Plan.compared_to_served).
                 unread = served.judged if served is not None else None
@@ -214,7 +216,7 @@ def plan_candidate(
         for source in (judged, digest_path(judged), summary_path(judged)):
             if source.exists():  # the checkpoint, its digest and its summary
                 shutil.copy2(source, into / source.name)
-        logger.info("se_darwin: candidate %s continues the served model", folder.name)
+        logger.info("%s: candidate %s continues the served model", request.agent, folder.name)
         assert served_loaded is not None
         # The copy's state is a copy: the run trains on its tensors, the gate scores the
         # served model's own.
@@ -229,7 +231,8 @@ def plan_candidate(
         )
     if change is not None:
         logger.info(
-            "se_darwin: the data changed, %s: candidate %s trains afresh",
+            "%s: the data changed, %s: candidate %s trains afresh",
+            request.agent,
             change.describe(),
             folder.name,
         )
@@ -272,18 +275,20 @@ def judge(
     extra = {**result.extra, "gate": verdict_record}
     result = dataclasses.replace(result, extra=extra, gate=verdict_record)
     if not verdict.decided:
-        logger.error("se_darwin: candidate %s: %s", candidate.name, verdict.reason)
+        logger.error("%s: candidate %s: %s", request.agent, candidate.name, verdict.reason)
         raise TrainRequestError(
             f"promotion gate: {verdict.reason}; the served model stays, candidate kept in "
             f"{candidate}"
         )
     if not verdict.promote:
-        logger.warning("se_darwin: candidate %s rejected: %s", candidate.name, verdict.reason)
+        logger.warning(
+            "%s: candidate %s rejected: %s", request.agent, candidate.name, verdict.reason
+        )
         return dataclasses.replace(result, rejected=True)
     entry = candidate_entry(root, candidate, checkpoint)
     entry["judged"] = str(judged.resolve().relative_to(Path(root).resolve()))
     serve(root, entry, "gate" if served is not None else "first")
-    logger.info("se_darwin: candidate %s promoted: %s", candidate.name, verdict.reason)
+    logger.info("%s: candidate %s promoted: %s", request.agent, candidate.name, verdict.reason)
     return result
 
 

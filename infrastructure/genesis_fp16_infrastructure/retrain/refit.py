@@ -15,7 +15,7 @@ from typing import Any
 
 from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.plugin_api import TrainRequest
-from genesis_fp16_infrastructure.retrain.task import SEDarwinTask
+from genesis_fp16_infrastructure.retrain.task import WorldModelTask
 from genesis_fp16_infrastructure.training import CheckpointManager, FitResult, fit
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 
@@ -25,7 +25,7 @@ SUPERSEDED_FOLDER = "superseded"  # final_fit=whole: earlier checkpoints of the 
 
 
 def train_refit(
-    request: TrainRequest, task: SEDarwinTask, data: ReadResult, split: FitResult
+    request: TrainRequest, task: WorldModelTask, data: ReadResult, split: FitResult
 ) -> FitResult:
     """``final_fit=whole``: train a fresh model on every labelled record for the step count
     the split run served (its best validated step), with no early stopping.
@@ -58,7 +58,7 @@ def train_refit(
     return fit(whole, options)
 
 
-def _refit_done(folder: Path, whole: SEDarwinTask, steps: int) -> int | None:
+def _refit_done(folder: Path, whole: WorldModelTask, steps: int) -> int | None:
     """The steps of an earlier refit in ``folder`` that this one can continue, or None."""
     found = CheckpointManager(folder).load_latest()
     if found is None:

@@ -49,8 +49,8 @@ from genesis_fp16_infrastructure.retrain.promotion import (
 from genesis_fp16_infrastructure.retrain.refit import refit_record, train_refit
 from genesis_fp16_infrastructure.retrain.task import (
     Batch,
-    SEDarwinTask,
     TaskOptions,
+    WorldModelTask,
     read_pool,
 )
 from genesis_fp16_infrastructure.training import CheckpointManager, fit
@@ -130,7 +130,9 @@ def _train(request: TrainRequest) -> TrainResult:
     folder = candidate / SPLIT_FOLDER if whole else candidate
     saved = plan.saved
     with clock.phase("encode"), paused_gc():
-        task = SEDarwinTask(data, options, request.seed, request.device, saved, seen=seen)
+        task = WorldModelTask(
+            data, options, request.seed, request.device, saved, seen=seen, agent=request.agent
+        )
     if own_budget:
         epochs = options.max_epochs
     early_stop = None
@@ -202,7 +204,7 @@ def _train(request: TrainRequest) -> TrainResult:
             drift = drift_report(data.columns, plan.served_seen, request.seed, numeric)
         if drift is not None:
             out = dataclasses.replace(out, extra={**out.extra, "drift": drift}, drift=drift)
-            _log_drift(drift)
+            _log_drift(drift, request.agent)
     with clock.phase("gate"):
         out = judge(
             root, candidate, out, served, data, request, options, numeric, plan.served_scored
@@ -231,7 +233,15 @@ def _up_to_date(
     assert served_folder is not None and plan.saved is not None
     logger.info("%s: up to date, %s", request.agent, plan.up_to_date)
     with clock.phase("encode"), paused_gc():
-        task = SEDarwinTask(data, options, request.seed, request.device, plan.saved, seen=seen)
+        task = WorldModelTask(
+            data,
+            options,
+            request.seed,
+            request.device,
+            plan.saved,
+            seen=seen,
+            agent=request.agent,
+        )
     with clock.phase("train"):
         result = fit(
             task,
@@ -282,7 +292,7 @@ def probe_setup(data_path: Path | None, seed: int, agent: str) -> ProbeSetup:
             data = read_trajectories(path)
     else:
         data = read_trajectories(Path(data_path))
-    task = SEDarwinTask(data, options, seed)
+    task = WorldModelTask(data, options, seed, agent=agent)
     batches = [b for b, _ in task.train_batches(0, seed)][:_PROBE_BATCHES]
     config = task.config
 
@@ -300,11 +310,12 @@ def probe_setup(data_path: Path | None, seed: int, agent: str) -> ProbeSetup:
     )
 
 
-def _log_drift(drift: Mapping[str, Any]) -> None:
+def _log_drift(drift: Mapping[str, Any], agent: str) -> None:
     """One line for a flagged report: what moved, and by how much."""
     if drift["flagged"] or drift["label_shift_flagged"]:
         logger.warning(
-            "se_darwin: %d new record(s) drifted: %s; success rate shift %+.3f (threshold %.3f)",
+            "%s: %d new record(s) drifted: %s; success rate shift %+.3f (threshold %.3f)",
+            agent,
             drift["new_records"],
             ", ".join(f"{k} {drift['features'][k]:.3f}" for k in drift["flagged"]) or "none",
             drift["label_shift"],
@@ -322,7 +333,7 @@ def _data_record(seen: DataFingerprint, change: DataChange | None) -> dict[str, 
     }
 
 
-def _split_record(task: SEDarwinTask) -> dict[str, Any]:
+def _split_record(task: WorldModelTask) -> dict[str, Any]:
     """``extra.split`` of ``train --json``: how the records were used."""
     if task.cross_validated:
         return {

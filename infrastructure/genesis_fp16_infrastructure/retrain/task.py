@@ -78,9 +78,9 @@ from genesis_fp16_infrastructure.world_model.predict import world_model_state
 __all__ = [
     "FINAL_FITS",
     "Batch",
-    "SEDarwinTask",
     "Split",
     "TaskOptions",
+    "WorldModelTask",
     "read_pool",
     "to_batch",
 ]
@@ -97,8 +97,9 @@ STOP_METRIC = "success_bce"
 SMALL_POOL, SMALL_POOL_HIDDEN = 2000, 32  # training records under which the default is narrower
 
 
-class SEDarwinTask:
-    """Everything ``fit()`` needs to train the SE-Darwin world model on one dataset."""
+class WorldModelTask:
+    """Everything ``fit()`` needs to train an agent's world model (SE-Darwin's by default)
+    on one dataset."""
 
     def __init__(
         self,
@@ -109,7 +110,9 @@ class SEDarwinTask:
         saved: Mapping[str, Any] | None = None,
         split: Split | None = None,
         seen: DataFingerprint | None = None,
+        agent: str = "se_darwin",
     ) -> None:
+        self.agent = agent  # whose model: kept in the checkpoint, named in the log
         self.options = options
         self.seed = seed
         self.eval_seconds = 0.0  # spent in evaluate() and validate(): the run's eval phase
@@ -191,7 +194,8 @@ class SEDarwinTask:
         held = split.held_out
         if self.cross_validated:
             logger.info(
-                "se_darwin task: %d examples in %d folds (cross-validated), %d features, model %s",
+                "%s task: %d examples in %d folds (cross-validated), %d features, model %s",
+                self.agent,
                 len(train),
                 self.members,
                 self.encoder.n_features,
@@ -199,7 +203,8 @@ class SEDarwinTask:
             )
             return
         logger.info(
-            "se_darwin task: %d train, %d validation, %d held-out examples, %d features, model %s",
+            "%s task: %d train, %d validation, %d held-out examples, %d features, model %s",
+            self.agent,
             len(train),
             len(split.validation),
             len(held),
@@ -222,7 +227,7 @@ class SEDarwinTask:
         device: str = "cpu",
         quarantine: Path | None = None,
         saved: Mapping[str, Any] | None = None,
-    ) -> tuple[SEDarwinTask, ReadResult]:
+    ) -> tuple[WorldModelTask, ReadResult]:
         data = read_pool(path, options, quarantine)
         return cls(data, options, seed, device, saved), data
 
@@ -230,7 +235,7 @@ class SEDarwinTask:
     def cross_validated(self) -> bool:
         return self.members > 1
 
-    def on_whole_pool(self, data: ReadResult, device: str = "cpu") -> SEDarwinTask:
+    def on_whole_pool(self, data: ReadResult, device: str = "cpu") -> WorldModelTask:
         """A task training on every labelled record of ``data`` (``final_fit="whole"``).
 
         Its encoder is fitted on all of them; the model's shape and the batch size are
@@ -250,7 +255,9 @@ class SEDarwinTask:
         split = Split(
             everything, everything, everything, 0.0, 0.0, rows=(rows,) * 3, hash=self.split.hash
         )
-        return SEDarwinTask(data, pinned, self.seed, device, split=split, seen=self.seen)
+        return WorldModelTask(
+            data, pinned, self.seed, device, split=split, seen=self.seen, agent=self.agent
+        )
 
     def build_model(self) -> nn.Module:
         return build_world_model(self.config)
@@ -345,7 +352,7 @@ class SEDarwinTask:
         return world_model_state(
             self.encoder,
             self.config,
-            agent="se_darwin",
+            agent=self.agent,
             data_schema_version=SCHEMA_VERSION,
             split={
                 "seed": self.seed,
@@ -362,7 +369,8 @@ class SEDarwinTask:
         if state.get("encoder") != self.encoder.state_dict():
             raise TrainRequestError(
                 "the checkpoint's feature encoder differs from this run's; resume with the "
-                "checkpoint's encoder (SEDarwinTask(saved=...)) or start a fresh checkpoint folder"
+                "checkpoint's encoder (WorldModelTask(saved=...)) or start a fresh checkpoint "
+                "folder"
             )
 
 

@@ -17,7 +17,7 @@ from genesis_fp16_infrastructure.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.retrain import options as options_module
 from genesis_fp16_infrastructure.retrain.options import CROSS_VALIDATION_BELOW, TaskOptions
 from genesis_fp16_infrastructure.retrain.split import assign_folds
-from genesis_fp16_infrastructure.retrain.task import SEDarwinTask
+from genesis_fp16_infrastructure.retrain.task import WorldModelTask
 from genesis_fp16_infrastructure.world_model.model import (
     ModelConfig,
     WorldModel,
@@ -88,7 +88,7 @@ def test_out_of_fold_metrics_use_the_member_that_did_not_train_on_the_record(
 ) -> None:
     """evaluate() scores each record with the member of its fold; the loss gives each
     member the gradient of its own loss on the other folds, and nothing from its fold."""
-    task = SEDarwinTask(read_trajectories(data), TaskOptions(), seed=3)
+    task = WorldModelTask(read_trajectories(data), TaskOptions(), seed=3)
     assert task.cross_validated and task.config.members == 5
     torch.manual_seed(0)
     model = task.build_model()
@@ -221,7 +221,7 @@ def test_a_loop_layout_checkpoint_serves_and_resumes_into_the_stacked_ensemble(
     member's parameter) serves the loop model's predictions, and 8 more steps in the
     stacked ensemble end where 16 steps of the loop layout do."""
     with monkeypatch.context() as patch:
-        patch.setattr(SEDarwinTask, "build_model", lambda self: LoopEnsemble(self.config))
+        patch.setattr(WorldModelTask, "build_model", lambda self: LoopEnsemble(self.config))
         cut = _train(data, tmp_path / "cut", steps=8)
         whole = _train(data, tmp_path / "whole", steps=16)
     old = torch.load(cut.checkpoint, weights_only=True)  # type: ignore[arg-type]

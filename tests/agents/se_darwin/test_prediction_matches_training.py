@@ -10,7 +10,7 @@ from se_darwin_runs import train
 
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.retrain.task import SEDarwinTask, TaskOptions
+from genesis_fp16_infrastructure.retrain.task import TaskOptions, WorldModelTask
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.world_model.predict import (
     WorldModelPredictor,
@@ -30,7 +30,7 @@ def test_predictions_equal_the_training_runs_features_and_outputs(tmp_path: Path
     assert found is not None and result.checkpoint is not None
     saved = read_world_model_state(found[0])
     data = read_trajectories(data_path)
-    task = SEDarwinTask(data, TaskOptions.from_mapping(OPTIONS), 3, saved=saved)
+    task = WorldModelTask(data, TaskOptions.from_mapping(OPTIONS), 3, saved=saved)
     predictor = WorldModelPredictor.load(result.checkpoint)
     held = task.split.held_out
     x = predictor.encoder.encode([e.attempt for e in held], data.pool)

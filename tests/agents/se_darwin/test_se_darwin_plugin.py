@@ -80,7 +80,7 @@ def test_resume_runs_n_more_steps_with_the_saved_encoder(data: Path, tmp_path: P
 
 def test_unknown_option_is_refused(data: Path, tmp_path: Path) -> None:
     """A misspelled option names itself and the valid ones."""
-    with pytest.raises(ValueError, match=r"unknown se_darwin option.*hiden"):
+    with pytest.raises(ValueError, match=r"unknown world-model option.*hiden"):
         _train(data, tmp_path / "c", options={"hiden": 8})
 
 
@@ -260,7 +260,7 @@ def test_more_steps_never_lower_the_held_out_auc(
     never falls by more than 0.005 (selection noise) as the budget grows, while the last
     weights of the longest run, over-trained, fall well below it (what serving the best
     validated weights prevents)."""
-    task = task_module.SEDarwinTask(read_trajectories(data), task_module.TaskOptions(), 3)
+    task = task_module.WorldModelTask(read_trajectories(data), task_module.TaskOptions(), 3)
     served: list[float] = []
     for steps in (40, 160, 640):
         result = _train(data, tmp_path / str(steps), precision, steps=steps)

@@ -15,7 +15,7 @@ from genesis_fp16_infrastructure.data.fingerprint import fingerprint, fingerprin
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.retrain.batch import to_batch
-from genesis_fp16_infrastructure.retrain.task import SEDarwinTask, TaskOptions
+from genesis_fp16_infrastructure.retrain.task import TaskOptions, WorldModelTask
 from genesis_fp16_infrastructure.world_model.features import (
     FeatureEncoder,
     numeric_columns,
@@ -44,7 +44,7 @@ def test_the_task_from_columns_is_the_task_from_objects(
     pool = generate_pool(4000 if not cross_validation else 600, seed=11)
     options = TaskOptions.from_mapping({"cross_validation": cross_validation})
     data = _read(tmp_path, pool)
-    task = SEDarwinTask(data, options, seed=2)
+    task = WorldModelTask(data, options, seed=2)
     # The hot path built no object per record.
     assert "examples" not in vars(data) and "pool" not in vars(data)
     # The same task from the objects, as before the columns.
@@ -88,7 +88,7 @@ def test_a_pool_whose_parents_loop_is_encoded_from_its_objects(tmp_path: Path) -
     b["parent_trajectories"] = [a["trajectory_id"]]
     data = _read(tmp_path, pool)
     assert numeric_rows(data.columns, data.columns.labelled) is None
-    task = SEDarwinTask(data, TaskOptions.from_mapping({"cross_validation": False}), seed=1)
+    task = WorldModelTask(data, TaskOptions.from_mapping({"cross_validation": False}), seed=1)
     numeric = task.take_numeric_rows()
     assert numeric is not None
     # Built without the index (the walk alone), as a few candidates are.

@@ -1,0 +1,52 @@
+"""The retrain loop as a library call: an agent other than SE-Darwin hands it a request and
+gets its own model, named for it, served by the same gate."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+from genesis_fp16_infrastructure.data.synthetic import write_pool
+from genesis_fp16_infrastructure.plugin_api import TrainRequest
+from genesis_fp16_infrastructure.retrain import run
+from genesis_fp16_infrastructure.served import served_checkpoint
+from genesis_fp16_infrastructure.world_model.predict import read_world_model_state
+
+
+def _request(data: Path, folder: Path, **fields: object) -> TrainRequest:
+    return TrainRequest(
+        agent="builder",
+        precision="fp32",
+        precision_reason="test",
+        state_dir=folder.parent,
+        checkpoint_dir=folder,
+        data_path=data,
+        **{"steps": 6, "seed": 5, "options": {"cross_validation": False}, **fields},  # type: ignore[arg-type]
+    )
+
+
+def test_another_agent_trains_serves_and_is_named_in_its_model_and_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One call trains a first model for agent ``builder`` and serves it; the checkpoint's
+    world-model state and the loop's log lines name ``builder``, never se_darwin; the same
+    data again is up to date, with no step."""
+    data = write_pool(tmp_path / "data", 400, 5, agent="builder")
+    folder = tmp_path / "state" / "builder"
+    with caplog.at_level(logging.INFO, logger="genesis_fp16_infrastructure"):
+        first = run.train(_request(data, folder))
+    assert first.agent == "builder" and first.steps == 6 and not first.up_to_date
+    served = served_checkpoint(folder)
+    assert served is not None and first.checkpoint is not None
+    assert served.resolve() == Path(first.checkpoint).resolve()
+    state = read_world_model_state(torch.load(served, weights_only=True))
+    assert state["agent"] == "builder"
+    loop_lines = [r.getMessage() for r in caplog.records if ".retrain." in r.name]
+    assert any(line.startswith("builder task:") for line in loop_lines), loop_lines
+    assert not [line for line in loop_lines if "se_darwin" in line], loop_lines
+
+    again = run.train(_request(data, folder, steps=None))
+    assert again.up_to_date and again.steps == 0
