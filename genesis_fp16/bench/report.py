@@ -95,7 +95,8 @@ def derive(rows: Sequence[Row]) -> None:
 
 
 def note_for(row: Row) -> str:
-    """The row's note: the honesty verdict first, then what the library said it did."""
+    """The row's note: the honesty verdict first, a diverged training next, then what the
+    library said it did."""
     parts = []
     if row.get("error"):
         parts.append(f"FAILED: {row['error']}")
@@ -104,6 +105,10 @@ def note_for(row: Row) -> str:
             f"requested {row['precision_requested']} but {row.get('precision_ran')} ran: "
             f"not a {row['precision_requested']} result"
         )
+    loss = row.get("eval_loss")
+    if isinstance(loss, float) and not math.isfinite(loss):
+        # The CSV writes a NaN as an empty cell: without this line the divergence is silent.
+        parts.append(f"eval loss {loss}: training diverged, its speed is not a usable result")
     if row.get("runner_note"):
         parts.append(str(row["runner_note"]))
     return "; ".join(parts)

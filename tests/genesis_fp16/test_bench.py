@@ -110,6 +110,25 @@ def test_unpatched_hand_written_loop_runs_bf16() -> None:
     assert row["precision_ran"] == "bf16" and row["honest"] is True
 
 
+def test_a_row_whose_training_diverged_says_so_in_its_note(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A row that ran honestly but ended with a NaN eval loss is flagged in its note."""
+    real_step = HandWrittenRunner.step
+
+    def diverging_step(self: HandWrittenRunner, batch: Any) -> None:
+        real_step(self, batch)
+        with torch.no_grad():
+            next(self.model.parameters()).fill_(float("nan"))
+
+    monkeypatch.setattr(HandWrittenRunner, "step", diverging_step)
+    row = run_config(_tiny("fp32", "hand"), isolated=False)
+    assert row["honest"] is True and math.isnan(row["eval_loss"])
+    assert "training diverged" in note_for(row)
+    monkeypatch.undo()
+    assert "diverged" not in note_for(run_config(_tiny("fp32", "hand"), isolated=False))
+
+
 @pytest.mark.parametrize("runner", ["accelerate", "fabric"])
 def test_peer_fp16_on_cpu_is_labelled_with_what_ran(runner: str) -> None:
     """A peer asked for fp16 on CPU is honest only if fp16 really reached the Linear layers."""
