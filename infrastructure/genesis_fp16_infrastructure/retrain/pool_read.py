@@ -32,7 +32,15 @@ MEASURED_PEAK = (
     "0.98x on a generated 1,000,000-record pool (1,407 MiB for 1,510 MB, ~1.2 KB a "
     "record), benchmarks/results/pool_scale_cpu-amd-epyc-2-cores.md"
 )
-MAX_POOL_SETTING = "GENESIS_FP16_AGENTS__SE_DARWIN__OPTIONS__MAX_POOL_BYTES"
+
+
+def max_pool_setting(agent: str) -> str:
+    """The daemon's setting of ``agent``'s ``max_pool_bytes`` option, named in a refusal.
+
+    >>> max_pool_setting("se_darwin")
+    'GENESIS_FP16_AGENTS__SE_DARWIN__OPTIONS__MAX_POOL_BYTES'
+    """
+    return f"GENESIS_FP16_AGENTS__{agent.upper()}__OPTIONS__MAX_POOL_BYTES"
 
 
 def default_max_pool_bytes(memory: int | None = None) -> int:
@@ -50,11 +58,12 @@ def read_pool(
     quarantine: Path | None = None,
     memory_limit: int | None = None,
     cache: FileCache | None = None,
+    agent: str = "se_darwin",
 ) -> ReadResult:
     """The pool at ``path``, size-checked first against the options' ``max_pool_bytes``
     (unset: derived from ``memory_limit``, the run's, or the machine's memory); a pool
     over it is one :class:`TrainRequestError` line naming its size, the limit and the
-    setting (train exits 2, the daemon logs one line)."""
+    setting of ``agent`` (train exits 2, the daemon logs one line)."""
     limit = options.max_pool_bytes
     if limit is None:
         memory = machine_memory_bytes() if memory_limit is None else memory_limit
@@ -66,7 +75,7 @@ def read_pool(
         )
         source = f"{whose}, {memory / 2**20:,.0f} MiB, / {POOL_MEMORY_FACTOR}"
     else:
-        source = f"{MAX_POOL_SETTING}"
+        source = max_pool_setting(agent)
     try:
         # keep_text=False: the run needs each record's numbers, not its change's text
         return read_trajectories(
@@ -76,6 +85,6 @@ def read_pool(
         raise TrainRequestError(
             f"{exc} (the limit is {source}); a run peaks at about {POOL_MEMORY_FACTOR}x its "
             f"pool's bytes in resident memory (measured {MEASURED_PEAK}). "
-            f"Raise {MAX_POOL_SETTING} (the se_darwin option max_pool_bytes; 0: no limit) "
+            f"Raise {max_pool_setting(agent)} (the {agent} option max_pool_bytes; 0: no limit) "
             "on a machine with the memory, or train on part of the pool"
         ) from None

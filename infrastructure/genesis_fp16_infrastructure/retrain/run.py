@@ -113,6 +113,7 @@ def _train(request: TrainRequest) -> TrainResult:
             _quarantine_path(request),
             request.memory_limit_bytes,
             cache,
+            agent=request.agent,
         )
         seen = fingerprint_of(data.columns)
     steps, epochs = request.steps, request.epochs

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from genesis_fp16_infrastructure.data.synthetic import write_pool
-from genesis_fp16_infrastructure.plugin_api import TrainRequest
+from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError
 from genesis_fp16_infrastructure.retrain import run
 from genesis_fp16_infrastructure.served import served_checkpoint
 from genesis_fp16_infrastructure.world_model.predict import read_world_model_state
@@ -50,3 +50,13 @@ def test_another_agent_trains_serves_and_is_named_in_its_model_and_log(
 
     again = run.train(_request(data, folder, steps=None))
     assert again.up_to_date and again.steps == 0
+
+
+def test_a_pool_over_its_limit_is_refused_naming_the_agents_own_setting(tmp_path: Path) -> None:
+    """The memory guard's one line names the setting of the agent that ran the loop."""
+    data = write_pool(tmp_path / "data", 50, 5, agent="builder")
+    options = {"cross_validation": False, "max_pool_bytes": 1000}
+    with pytest.raises(TrainRequestError) as refused:
+        run.train(_request(data, tmp_path / "state" / "builder", options=options))
+    assert "GENESIS_FP16_AGENTS__BUILDER__OPTIONS__MAX_POOL_BYTES" in str(refused.value)
+    assert "se_darwin" not in str(refused.value).lower()
