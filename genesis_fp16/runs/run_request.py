@@ -23,7 +23,7 @@ declares before anything trains.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,6 @@ from genesis_fp16.config.settings import (
 from genesis_fp16.runs import guard_state
 from genesis_fp16_infrastructure.agent_state import AgentState, read_agent_state
 from genesis_fp16_infrastructure.plugin_api import (
-    AgentOption,
     AgentPlugin,
     OptionValue,
     TrainRequest,
@@ -82,7 +81,7 @@ class RequestOverrides:
 
 
 def precision_request(
-    settings: Settings, agent: str, flag: str | None = None
+    settings: Settings, agent: str, flag: str | None = None, state: AgentState | None = None
 ) -> tuple[PrecisionRequest, str]:
     """The :class:`PrecisionRequest` of ``agent``'s next run and who asked for it, as
     :func:`plan_request` puts it in the run's request (the gauge asks the same).
@@ -92,31 +91,22 @@ def precision_request(
     a measurement is kept, and the precision guard's remembered floor, which ``decide``
     applies in the run (a ``--precision`` flag is what the operator asked for in so many
     words: no floor; ``ENABLE_FP16_TRAINING=false`` asks for fp32, which no floor lowers).
+    ``state``: the agent's folder as a run's plan read it (None: the memory is read now).
     Nothing here picks a precision::
 
         >>> precision_request(settings, "se_darwin")[0].requested  # doctest: +SKIP
         'auto'
     """
-    fields, reason = _precision_fields(settings, agent, flag, None)
-    return PrecisionRequest(**fields), reason
-
-
-def _precision_fields(
-    settings: Settings, agent: str, flag: str | None, state: AgentState | None
-) -> tuple[dict[str, Any], str]:
-    """The :class:`PrecisionRequest`'s fields, and who asked for the precision; the
-    guard's floor from ``state``, the plan's read of the agent's folder (None: the
-    memory is read now)."""
     requested, reason = requested_precision(settings, agent, flag)
     floor = None if flag is not None else guard_state.remembered_floor(settings, agent, state)
-    fields = {
-        "requested": requested,
-        "mode": settings.auto_precision,
-        "floor": None if floor is None else floor[0],
-        "floor_reason": "" if floor is None else floor[1],
-        "cache": AgentPaths.for_agent(settings.state_dir, agent).calibration_path,
-    }
-    return fields, reason
+    request = PrecisionRequest(
+        requested,
+        mode=settings.auto_precision,
+        floor=None if floor is None else floor[0],
+        floor_reason="" if floor is None else floor[1],
+        cache=AgentPaths.for_agent(settings.state_dir, agent).calibration_path,
+    )
+    return request, reason
 
 
 def expected_precision(request: PrecisionRequest, device: str) -> str | None:
@@ -190,17 +180,14 @@ def plan_request(
 ) -> RunPlan:
     """The :class:`RunPlan` of one run: its inputs read once (what the plugin declares,
     the agent's state folder, with the checkpoint the run resumes when ``resume``), its
-    fields worked out from the settings, then the library's types built together at the
-    end (the guard's config, the precision request, the request)."""
+    fields worked out from the settings."""
     o = overrides or RequestOverrides()
     spec = settings.agent(agent)
     paths = AgentPaths.for_agent(settings.state_dir, agent)
-    files = paths.state_files(resume)
-    # The inputs, in one visit to the library: the plugin's declarations, the folder.
-    declared, ignored = declared_options(plugin), ignored_request_fields(plugin)
-    state = read_agent_state(files)
-    options = _typed_options(agent, declared, spec.options, o.options)
-    precision_fields, reason = _precision_fields(settings, agent, o.precision, state)
+    ignored = ignored_request_fields(plugin)
+    state = read_agent_state(paths.state_files(resume))
+    options = resolve_options(agent, plugin, spec.options, o.options)
+    precision, reason = precision_request(settings, agent, o.precision, state)
     checkpoint_dir = o.checkpoint_dir or paths.checkpoint_dir
     # A run in a folder of its own keeps its quarantined records beside its checkpoints.
     quarantine = paths.quarantine_path if o.checkpoint_dir is None else None
@@ -209,13 +196,9 @@ def plan_request(
         data = ensure_sample_data(plugin, paths, count=settings.sample_count, seed=settings.seed)
     steps, epochs = budget(settings, agent, o.steps, o.epochs)
     warn_ignored(ignored, agent, _operator_set(settings, o))
-    cuda_graph = o.cuda_graph or settings.cuda_graph_for(agent)
-    compile_mode = o.compile or settings.compile_for(agent)
-    # The request's library types, built together (``settings.guard`` builds a GuardConfig).
-    guard = settings.guard
     request = TrainRequest(
         agent=agent,
-        precision=PrecisionRequest(**precision_fields),
+        precision=precision,
         precision_reason=reason,
         state_dir=settings.state_dir,
         checkpoint_dir=checkpoint_dir,
@@ -227,15 +210,15 @@ def plan_request(
         resume=o.resume,
         log_interval=o.log_interval or settings.log_interval,
         quarantine_path=quarantine or checkpoint_dir / "quarantine.jsonl",
-        guard=guard,
-        cuda_graph=cuda_graph,
-        compile=compile_mode,
+        guard=guard_state.guard_config(settings),
+        cuda_graph=o.cuda_graph or settings.cuda_graph_for(agent),
+        compile=o.compile or settings.compile_for(agent),
         options=options,
         checkpoint_steps=o.checkpoint_steps or settings.checkpoint_steps,
         checkpoint_seconds=o.checkpoint_seconds or settings.checkpoint_seconds,
         memory_limit_bytes=settings.run_memory_limit_bytes,
         # The agent's last fp16 scale, when this run asks what that run asked for.
-        initial_loss_scale=state.initial_scale(precision_fields["requested"]),
+        initial_loss_scale=state.initial_scale(precision.requested),
         golden_data_path=spec.golden_data,
     )
     return RunPlan(request, state, ignored)
@@ -297,16 +280,7 @@ def resolve_options(
     Raises :class:`TrainRequestError`, one line naming the setting or flag, the agent,
     the option and what is valid.
     """
-    return _typed_options(agent, declared_options(plugin), configured, flags)
-
-
-def _typed_options(
-    agent: str,
-    declared: Sequence[AgentOption],
-    configured: Mapping[str, Any],
-    flags: Mapping[str, str] | None,
-) -> dict[str, OptionValue]:
-    """:func:`resolve_options` with the plugin's declared options already read."""
+    declared = declared_options(plugin)
     out: dict[str, OptionValue] = {}
     for origin, given in (("settings", configured), ("flags", flags or {})):
         for key, value in given.items():
