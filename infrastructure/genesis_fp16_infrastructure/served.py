@@ -12,7 +12,9 @@ and one pointer that says which of them Genesis uses::
 
 A candidate trains in its own folder; the pointer changes only when one is promoted, and
 is rewritten atomically (:func:`~genesis_fp16_infrastructure.atomic.write_json_atomic`:
-a reader finds the old pointer or the new one, never none). ``history`` keeps the models
+a reader finds the old pointer or the new one, never none), by one writer at a time:
+every read-and-write-back holds ``served.json.lock`` (:func:`update_pointer`), so an
+operator's ``model promote`` racing the daemon's promotion or pruning is never undone. ``history`` keeps the models
 served before, newest first, for ``genesis-fp16 model rollback``.
 
 This module reads and writes JSON only (no torch): the daemon's up-to-date check and the
@@ -24,18 +26,23 @@ This module reads and writes JSON only (no torch): the daemon's up-to-date check
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import re
 import shutil
+import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from genesis_fp16_infrastructure.atomic import write_json_atomic
 
 POINTER_NAME = "served.json"
+POINTER_LOCK = "served.json.lock"  # the flock every writer of the pointer holds
 POINTER_VERSION = 1
 CANDIDATES_FOLDER = "candidates"
 CANDIDATE_META = "candidate.json"
@@ -51,13 +58,18 @@ class ServedPointerError(ValueError):
 
 @dataclass(frozen=True)
 class ServedPointer:
-    """What ``served.json`` holds: the served entry and the ones served before it."""
+    """What ``served.json`` holds: the served entry, the ones served before it, and the
+    operator's pin (None: the daemon's gate and live watch may replace the served model)."""
 
     served: dict[str, Any]
     history: list[dict[str, Any]] = field(default_factory=list)
+    pinned: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": POINTER_VERSION, "served": self.served, "history": self.history}
+        data = {"version": POINTER_VERSION, "served": self.served, "history": self.history}
+        if self.pinned is not None:
+            data["pinned"] = self.pinned
+        return data
 
 
 def pointer_path(folder: Path) -> Path:
@@ -89,7 +101,12 @@ def read_pointer(folder: Path) -> ServedPointer | None:
         raise ServedPointerError(f"served-model pointer {str(path)!r} names no checkpoint")
     if not isinstance(history, list):
         raise ServedPointerError(f"served-model pointer {str(path)!r}: history is not a list")
-    return ServedPointer(served, [h for h in history if isinstance(h, dict)])
+    pinned = data.get("pinned")
+    return ServedPointer(
+        served,
+        [h for h in history if isinstance(h, dict)],
+        pinned if isinstance(pinned, dict) else None,
+    )
 
 
 def served_checkpoint(folder: Path) -> Path | None:
@@ -108,45 +125,121 @@ def served_checkpoint(folder: Path) -> Path | None:
 
 
 def write_pointer(folder: Path, pointer: ServedPointer) -> None:
-    """Replace the pointer atomically (the old one or the new one, never neither)."""
+    """Replace the pointer atomically (the old one or the new one, never neither). Callers
+    that read it first hold :func:`pointer_lock` around both (:func:`update_pointer`)."""
     write_json_atomic(pointer_path(folder), pointer.to_json())
 
 
-def serve(folder: Path, entry: Mapping[str, Any], how: str, keep: int | None = None) -> None:
+# One writer at a time: an flock conflicts between two descriptors even in one process, so
+# threads of one process (the daemon's jobs) are ordered by a process lock first, and a
+# thread that holds the pointer's lock may take it again (prune holds it around update).
+_THREAD_LOCK = threading.RLock()
+_HELD: dict[str, int] = {}  # lock file -> depth, only touched under _THREAD_LOCK
+
+
+@contextmanager
+def pointer_lock(folder: Path) -> Iterator[None]:
+    """Hold the pointer's lock (``served.json.lock``) until the block ends: every reader
+    that writes the pointer back (promotion, rollback, the live watch, pruning, the
+    operator's ``model`` commands) does so inside it, so no update is lost. Blocking: the
+    holders keep it for one small read and write. The kernel drops it with its holder;
+    the same thread may nest it."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    key = str((Path(folder) / POINTER_LOCK).resolve())
+    with _THREAD_LOCK:
+        if _HELD.get(key):
+            _HELD[key] += 1
+            try:
+                yield
+            finally:
+                _HELD[key] -= 1
+            return
+        fd = os.open(key, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            _HELD[key] = 1
+            yield
+        finally:
+            _HELD.pop(key, None)
+            os.close(fd)  # closing the descriptor drops the flock
+
+
+PointerChange = Callable[[ServedPointer | None], ServedPointer | None]
+
+
+def update_pointer(folder: Path, change: PointerChange) -> ServedPointer | None:
+    """Read the pointer, apply ``change`` and write what it returns, all under
+    :func:`pointer_lock`. ``change`` gets the current pointer (None: none yet) and returns
+    the new one, or the same object (or None) to leave the file untouched; it may raise
+    :class:`ServedPointerError` to refuse. Returns the pointer as it now stands."""
+    with pointer_lock(folder):
+        current = read_pointer(folder)
+        new = change(current)
+        if new is not None and new is not current:
+            write_pointer(folder, new)
+            return new
+        return current
+
+
+def serve(
+    folder: Path,
+    entry: Mapping[str, Any],
+    how: str,
+    keep: int | None = None,
+    pin: Mapping[str, Any] | None = None,
+) -> None:
     """Make ``entry`` (a candidate's, see :func:`candidate_entry`) the served model; the
-    model served until now goes first in the history, which keeps ``keep`` entries."""
-    current = read_pointer(folder)
-    history = [] if current is None else [current.served, *current.history]
-    history = [h for h in history if h.get("id") != entry.get("id")]
-    if keep is not None:
-        history = history[:keep]
-    served = {**entry, "how": how, "served_at": _now()}
-    write_pointer(folder, ServedPointer(served, history))
+    model served until now goes first in the history, which keeps ``keep`` entries.
+    ``pin``: the operator's pin to set (None keeps the pointer's pin as it is)."""
+
+    def change(current: ServedPointer | None) -> ServedPointer:
+        history = [] if current is None else [current.served, *current.history]
+        history = [h for h in history if h.get("id") != entry.get("id")]
+        if keep is not None:
+            history = history[:keep]
+        served = {**entry, "how": how, "served_at": _now()}
+        pinned = dict(pin) if pin is not None else (current.pinned if current else None)
+        return ServedPointer(served, history, pinned)
+
+    update_pointer(folder, change)
 
 
-def rollback(folder: Path) -> dict[str, Any]:
-    """Serve the model served before the current one again; returns its entry."""
-    current = read_pointer(folder)
-    if current is None:
-        raise ServedPointerError(f"{str(folder)!r} serves no model yet: nothing to roll back")
-    if not current.history:
-        raise ServedPointerError(
-            f"{str(folder)!r} serves {current.served.get('id')!r} and kept no earlier model"
-        )
-    previous = current.history[0]
-    if not (Path(folder) / previous["checkpoint"]).is_file():
-        raise ServedPointerError(
-            f"the earlier model's checkpoint {previous['checkpoint']!r} is gone"
-        )
-    served = {**previous, "how": "rollback", "served_at": _now()}
-    write_pointer(folder, ServedPointer(served, current.history[1:]))
+def rollback(
+    folder: Path,
+    pin: Mapping[str, Any] | None = None,
+    verdict: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Serve the model served before the current one again; returns its entry. ``pin``: as
+    in :func:`serve`. The model rolled back from gets the verdict ``rolled_back``, with
+    ``verdict``'s keys (a reason and its figures) added."""
+    dropped: dict[str, Any] = {}
+
+    def change(current: ServedPointer | None) -> ServedPointer:
+        if current is None:
+            raise ServedPointerError(f"{str(folder)!r} serves no model yet: nothing to roll back")
+        if not current.history:
+            raise ServedPointerError(
+                f"{str(folder)!r} serves {current.served.get('id')!r} and kept no earlier model"
+            )
+        previous = current.history[0]
+        if not (Path(folder) / previous["checkpoint"]).is_file():
+            raise ServedPointerError(
+                f"the earlier model's checkpoint {previous['checkpoint']!r} is gone"
+            )
+        dropped.update(current.served)
+        served = {**previous, "how": "rollback", "served_at": _now()}
+        pinned = dict(pin) if pin is not None else current.pinned
+        return ServedPointer(served, current.history[1:], pinned)
+
+    after = update_pointer(folder, change)
+    assert after is not None  # change() raises or returns a pointer
     # The model rolled back from is kept like a rejected candidate (inspection, pruning),
-    # and the same data does not train it again (genesis_fp16_agents.se_darwin.plugin).
-    dropped = (Path(folder) / current.served["checkpoint"]).parent
-    if (dropped / CANDIDATE_META).is_file():
-        verdict = read_json(dropped / VERDICT_NAME) or {}
-        write_verdict(dropped, {**verdict, "outcome": "rolled_back"})
-    return served
+    # and the same data does not train it again (retrain.freshness).
+    candidate = (Path(folder) / dropped["checkpoint"]).parent
+    if (candidate / CANDIDATE_META).is_file():
+        old = read_json(candidate / VERDICT_NAME) or {}
+        write_verdict(candidate, {**old, **(verdict or {}), "outcome": "rolled_back"})
+    return after.served
 
 
 # Candidates -----------------------------------------------------------------------------
@@ -243,12 +336,20 @@ def prune(folder: Path, keep_served: int, rejected_days: float) -> list[Path]:
     ``UNFINISHED_MIN_DAYS``: a run cut short by its timeout every hour writes to its
     candidate every hour, and must find it there next time. The served one is never
     removed. Returns what was removed."""
-    pointer = read_pointer(folder)
+    with pointer_lock(folder):  # nothing served meanwhile is removed
+        return _prune_locked(folder, keep_served, rejected_days)
+
+
+def _prune_locked(folder: Path, keep_served: int, rejected_days: float) -> list[Path]:
+    def trim(current: ServedPointer | None) -> ServedPointer | None:
+        if current is None or len(current.history) <= keep_served:
+            return current
+        return replace(current, history=current.history[:keep_served])
+
+    pointer = update_pointer(folder, trim)
     kept_ids: set[str] = set()
     if pointer is not None:
-        kept_ids = {str(e.get("id")) for e in [pointer.served, *pointer.history[:keep_served]]}
-        if len(pointer.history) > keep_served:
-            write_pointer(folder, ServedPointer(pointer.served, pointer.history[:keep_served]))
+        kept_ids = {str(e.get("id")) for e in [pointer.served, *pointer.history]}
     cutoff = time.time() - rejected_days * 86400
     removed = []
     for candidate in list_candidates(folder):

@@ -84,3 +84,58 @@ def test_prune_removes_an_unfinished_candidate_nobody_resumed(tmp_path: Path) ->
         os.utime(path, (old, old))
     assert served.prune(tmp_path, keep_served=2, rejected_days=0) == [stale]
     assert recent.exists() and not stale.exists()
+
+
+def _tag_pointer(folder: str, tag: str, rounds: int) -> None:
+    """A writer that reads the pointer, waits, and writes it back with its tag added: it
+    loses its neighbours' tags unless the read and the write are one locked update."""
+    for i in range(rounds):
+
+        def change(current: served.ServedPointer | None, i: int = i) -> served.ServedPointer:
+            assert current is not None
+            time.sleep(0.002)  # widen the window a lost update needs
+            tags = [*current.served.get("tags", []), f"{tag}-{i}"]
+            return served.ServedPointer({**current.served, "tags": tags}, current.history)
+
+        served.update_pointer(Path(folder), change)
+
+
+def test_concurrent_writers_of_the_pointer_lose_no_update(tmp_path: Path) -> None:
+    """Three processes and two threads each add 20 tags through update_pointer at once:
+    all 100 are there, and a prune in the middle keeps every one."""
+    import multiprocessing
+    import threading
+
+    first = _candidate(tmp_path, "aaaa", "promoted")
+    _serve(tmp_path, first)
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_tag_pointer, args=(str(tmp_path), f"p{n}", 20)) for n in range(3)]
+    threads = [
+        threading.Thread(target=_tag_pointer, args=(str(tmp_path), f"t{n}", 20)) for n in range(2)
+    ]
+    for worker in [*procs, *threads]:
+        worker.start()
+    served.prune(tmp_path, keep_served=1, rejected_days=0)
+    for thread in threads:
+        thread.join()
+    for proc in procs:
+        proc.join()
+        assert proc.exitcode == 0
+    pointer = served.read_pointer(tmp_path)
+    assert pointer is not None
+    assert len(pointer.served["tags"]) == 100
+    assert len(set(pointer.served["tags"])) == 100
+
+
+def test_the_pin_survives_a_promotion_and_a_prune(tmp_path: Path) -> None:
+    """A pin set with a manual serve stays through the next serve and prune, until a serve
+    that sets another."""
+    first = _candidate(tmp_path, "aaaa", "promoted")
+    checkpoint = served.newest_checkpoint(first)
+    assert checkpoint is not None
+    entry = served.candidate_entry(tmp_path, first, checkpoint)
+    served.serve(tmp_path, entry, "manual", pin={"by": "operator", "id": first.name})
+    _serve(tmp_path, _candidate(tmp_path, "bbbb", "promoted"))
+    served.prune(tmp_path, keep_served=1, rejected_days=0)
+    pointer = served.read_pointer(tmp_path)
+    assert pointer is not None and pointer.pinned == {"by": "operator", "id": first.name}
