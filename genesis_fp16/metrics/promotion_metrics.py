@@ -38,7 +38,8 @@ class PromotionMetrics:
         )
         self.tolerance = gauge(
             "promotion_tolerance",
-            "The gate's tolerance δ per score at the last comparison: max(0.005, 2 s.e.).",
+            "The gate's margin per score at the last comparison: how much worse (95% "
+            "upper bound, paired) a candidate may be shown at most.",
         )
         self.rejected = gauge(
             "candidate_rejected",

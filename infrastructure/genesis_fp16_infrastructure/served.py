@@ -14,8 +14,9 @@ A candidate trains in its own folder; the pointer changes only when one is promo
 is rewritten atomically (:func:`~genesis_fp16_infrastructure.atomic.write_json_atomic`:
 a reader finds the old pointer or the new one, never none), by one writer at a time:
 every read-and-write-back holds ``served.json.lock`` (:func:`update_pointer`), so an
-operator's ``model promote`` racing the daemon's promotion or pruning is never undone. ``history`` keeps the models
-served before, newest first, for ``genesis-fp16 model rollback``.
+operator's ``model promote`` racing the daemon's promotion or pruning is never undone.
+``history`` keeps the models served before, newest first, for ``genesis-fp16 model
+rollback``.
 
 This module reads and writes JSON only (no torch): the daemon's up-to-date check and the
 ``model`` command use it without importing torch.

@@ -2,13 +2,21 @@
 
 Both models are scored on the same records, each record by a network that never trained
 on it (:func:`comparison_mask` states the rule), and, when the operator names one
-(``GENESIS_FP16_AGENTS__SE_DARWIN__GOLDEN_DATA``), on a fixed trusted pool. The candidate
-passes when on every set it is no worse within a tolerance derived from the measured
-noise::
+(``GENESIS_FP16_AGENTS__<AGENT>__GOLDEN_DATA``), on a fixed trusted pool. The candidate
+carries the burden of proof: it passes a set only when the evidence says it is no worse
+than the served model by more than a small stated margin, at 95% (one-sided)::
 
-    δ_auc = max(0.005, 2 · s.e.(served AUC))          (Hanley and McNeil)
-    δ_ll  = max(0.005, 2 · s.e.(candidate − served per-record log-loss))   (paired)
-    pass: candidate AUC ≥ served AUC − δ_auc  and  candidate log-loss ≤ served log-loss + δ_ll
+    d_i   = candidate − served log-loss of record i              (paired, per record)
+    pass: mean(d) + 1.645 · s.e.(d)                  ≤ MARGIN_LOG_LOSS  (0.01 nats)
+    and:  (served − candidate AUC) + 1.645 · s.e.    ≤ MARGIN_AUC       (0.02; DeLong, paired)
+
+A candidate that scores worse by the point estimate is promoted only when the set is
+large enough to bound its loss below the margin; a small set proves little, so it
+rejects a candidate that is merely not shown worse. With under ``PROOF_CLASS`` (50)
+records of a class the AUC's bound is too wide to prove anything: the log-loss carries
+the proof, and the AUC vetoes only a candidate reliably worse (its lower bound past the
+margin). Before issue 51 the rule was the opposite (promoted unless worse by 2 standard
+errors), so a run of promotions could each lose up to that and ratchet the model down.
 
 A set under ``MIN_RECORDS`` records cannot decide; one with under ``MIN_CLASS`` records
 of a class compares log-loss alone (its AUC would be luck) and says so. When no set can
@@ -52,13 +60,26 @@ from genesis_fp16_infrastructure.world_model.features import (
     numeric_columns,
     numeric_rows,
 )
-from genesis_fp16_infrastructure.world_model.metrics import auc_with_interval
+from genesis_fp16_infrastructure.world_model.metrics import (
+    auc_with_interval,
+    paired_auc_difference,
+)
 from genesis_fp16_infrastructure.world_model.model import ModelConfig, build_world_model
 from genesis_fp16_infrastructure.world_model.predict import read_world_model_state
 
 MIN_RECORDS = 50  # fewer records (or under 10 of a class): the AUC is mostly luck
 MIN_CLASS = 10
-MIN_DELTA = 0.005
+# Under this many records of a class the AUC's paired bound is too wide to carry a proof
+# (30 successes: about ±0.05): the log-loss carries it, and the AUC only vetoes a
+# candidate that is reliably worse (its lower bound past the margin), said so.
+PROOF_CLASS = 50
+# The non-inferiority margins: how much worse a candidate may be shown at most. Chosen so
+# that clean growth on the daemon's 2,000-record sample pool is promoted (measured in
+# benchmarks/results/promotion_gate_*.md) and the issue-51 case (held-out AUC 0.758 vs
+# 0.769, log-loss 0.617 vs 0.592 on 1,057 records) is not.
+MARGIN_AUC = 0.02
+MARGIN_LOG_LOSS = 0.01
+Z_ONE_SIDED = 1.645  # 95% one-sided: the upper bound of how much worse
 
 
 @dataclass(frozen=True)
@@ -83,13 +104,18 @@ class Scores:
 class Comparison:
     """Candidate against served on one set of records, with the tolerances and verdict."""
 
-    name: str  # "held_out" or "golden"
+    name: str  # "held_out", "newest", "best_earlier" or "golden"
     candidate: Scores | None
     served: Scores | None
-    delta_auc: float = math.nan
+    delta_auc: float = math.nan  # the margin (tolerance) the candidate was held to
     delta_log_loss: float = math.nan
     passed: bool | None = None  # None: this set cannot decide
     reason: str = ""
+    # 95% upper bounds of how much worse the candidate is: served − candidate AUC, and
+    # candidate − served mean log-loss (paired); passed when each is within its margin.
+    auc_worse_upper: float = math.nan
+    log_loss_worse_upper: float = math.nan
+    reference: str | None = None  # the model compared with, when not the served one
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -98,6 +124,9 @@ class Comparison:
             "served": self.served.to_json() if self.served else None,
             "delta_auc": _round(self.delta_auc),
             "delta_log_loss": _round(self.delta_log_loss),
+            "auc_worse_upper": _round(self.auc_worse_upper),
+            "log_loss_worse_upper": _round(self.log_loss_worse_upper),
+            "reference": self.reference,
             "passed": self.passed,
             "reason": self.reason,
         }
@@ -244,15 +273,21 @@ def score(p: torch.Tensor, labels: torch.Tensor) -> tuple[Scores, torch.Tensor]:
 
 
 def compare_on(
-    name: str, records: Records, candidate: ScoredModel, served: ScoredModel, out_of_fold: bool
+    name: str,
+    records: Records,
+    candidate: ScoredModel,
+    served: ScoredModel,
+    out_of_fold: bool,
+    reference: str | None = None,
 ) -> Comparison:
-    """Both models on ``records``, and whether the candidate is no worse within δ."""
+    """Both models on ``records``, and whether the candidate is shown no worse than
+    ``served`` (or the earlier model ``reference`` names) by more than the margins."""
     labels = records.labels
     n = len(records)
     positives = int(labels.sum()) if n else 0
     if n < MIN_RECORDS:
         reason = f"{n} record(s): a comparison needs at least {MIN_RECORDS}"
-        return Comparison(name, None, None, passed=None, reason=reason)
+        return Comparison(name, None, None, passed=None, reason=reason, reference=reference)
     # Under MIN_CLASS of a class the AUC is mostly luck: log-loss alone decides, said so.
     with_auc = min(positives, n - positives) >= MIN_CLASS
     cand_p = candidate.success_probability(records, out_of_fold)
@@ -260,23 +295,51 @@ def compare_on(
     cand, cand_losses = score(cand_p, labels)
     serv, serv_losses = score(serv_p, labels)
     diff = cand_losses - serv_losses
-    paired_se = float(diff.std() / math.sqrt(len(diff)))
-    delta_auc = max(MIN_DELTA, 2 * serv.auc_se) if with_auc else math.nan
-    delta_ll = max(MIN_DELTA, 2 * paired_se)
+    ll_upper = float(diff.mean()) + Z_ONE_SIDED * float(diff.std() / math.sqrt(n))
+    auc_upper = auc_lower = math.nan
+    if with_auc:
+        served_minus, se = paired_auc_difference(serv_p, cand_p, labels)
+        auc_upper = served_minus + Z_ONE_SIDED * se
+        auc_lower = served_minus - Z_ONE_SIDED * se
+    proof = min(positives, n - positives) >= PROOF_CLASS
+    than = f"earlier model {reference}" if reference else "served"
     worse = []
-    if with_auc and cand.auc < serv.auc - delta_auc:
-        worse.append(f"AUC {cand.auc:.4f} < served {serv.auc:.4f} - {delta_auc:.4f}")
-    if cand.log_loss > serv.log_loss + delta_ll:
-        worse.append(f"log-loss {cand.log_loss:.4f} > served {serv.log_loss:.4f} + {delta_ll:.4f}")
-    auc_text = (
-        f"AUC {cand.auc:.4f} vs {serv.auc:.4f} (δ {delta_auc:.4f})"
-        if with_auc
-        else f"AUC not compared ({positives} successful of {n})"
-    )
+    if with_auc and proof and auc_upper > MARGIN_AUC:
+        worse.append(
+            f"AUC {cand.auc:.4f} vs {than} {serv.auc:.4f}: up to {auc_upper:.4f} worse "
+            f"(95%), margin {MARGIN_AUC}"
+        )
+    if with_auc and not proof and auc_lower > MARGIN_AUC:
+        worse.append(
+            f"AUC {cand.auc:.4f} vs {than} {serv.auc:.4f}: at least {auc_lower:.4f} worse "
+            f"(95%), margin {MARGIN_AUC} ({positives} successful of {n}: AUC vetoes only)"
+        )
+    if ll_upper > MARGIN_LOG_LOSS:
+        worse.append(
+            f"log-loss {cand.log_loss:.4f} vs {than} {serv.log_loss:.4f}: up to "
+            f"{ll_upper:.4f} worse (95%), margin {MARGIN_LOG_LOSS}"
+        )
+    auc_text = f"AUC not compared ({positives} successful of {n})"
+    if with_auc:
+        auc_text = f"AUC {cand.auc:.4f} vs {serv.auc:.4f}" + (
+            "" if proof else f" (vetoes only: {positives} successful of {n})"
+        )
     reason = "; ".join(worse) or (
-        f"{auc_text}, log-loss {cand.log_loss:.4f} vs {serv.log_loss:.4f} (δ {delta_ll:.4f})"
+        f"{auc_text}, log-loss {cand.log_loss:.4f} vs {serv.log_loss:.4f}, shown no worse "
+        f"than {than} beyond the margins ({n} records)"
     )
-    return Comparison(name, cand, serv, delta_auc, delta_ll, not worse, reason)
+    return Comparison(
+        name,
+        cand,
+        serv,
+        MARGIN_AUC if with_auc else math.nan,
+        MARGIN_LOG_LOSS,
+        not worse,
+        reason,
+        auc_upper,
+        ll_upper,
+        reference,
+    )
 
 
 class RecordHashes:

@@ -37,7 +37,7 @@ from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.readers import DataError, ReadResult
 from genesis_fp16_infrastructure.data.schema import Example
 from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError, TrainResult
-from genesis_fp16_infrastructure.retrain import gate
+from genesis_fp16_infrastructure.retrain import gate, judge_sets
 from genesis_fp16_infrastructure.retrain.freshness import request_key
 from genesis_fp16_infrastructure.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.retrain.pool_read import read_pool
@@ -262,7 +262,7 @@ def judge(
     if served is None:
         verdict = gate.Verdict(True, True, "the first model: nothing served to beat")
     else:
-        verdict = _compare(judged, served, data, request, options, numeric, served_scored)
+        verdict = _compare(root, judged, served, data, request, options, numeric, served_scored)
     record = {
         **verdict.to_json(),
         "precision": precision,
@@ -293,6 +293,7 @@ def judge(
 
 
 def _compare(
+    root: Path,
     judged: Path,
     served: Served,
     data: ReadResult,
@@ -314,12 +315,14 @@ def _compare(
         )
     # From the read's columns: building its examples and pool as objects would cost
     # seconds and a gigabyte on a million records (issue 36).
-    chosen = gate.comparison_mask(
-        gate.RecordHashes.of_columns(data.columns), candidate_model, served_model_
-    )
+    hashes = gate.RecordHashes.of_columns(data.columns)
+    chosen = gate.comparison_mask(hashes, candidate_model, served_model_)
     rows = None if numeric is None else numeric[torch.from_numpy(chosen)]
     held_out = gate.Records.of_columns(data.columns, np.flatnonzero(chosen), rows)
     comparisons = [gate.compare_on("held_out", held_out, candidate_model, served_model_, True)]
+    comparisons += judge_sets.further_comparisons(
+        root, data.columns, hashes, chosen, candidate_model, served_model_, numeric
+    )
     golden_path = request.golden_data_path
     if golden_path is not None:
         golden = gate.Records.of_examples(*_read_golden(Path(golden_path), options, data))

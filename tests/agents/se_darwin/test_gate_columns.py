@@ -159,7 +159,14 @@ def test_the_drift_report_and_the_gate_build_no_object_per_record(
         numeric = gate.pool_numeric(data.columns, data.columns.labelled)
         report = drift.drift_report(data.columns, seen, 0, numeric)
         verdict = promotion._compare(
-            models["folds"], served, data, request, TaskOptions(), numeric, None
+            request.checkpoint_dir,
+            models["folds"],
+            served,
+            data,
+            request,
+            TaskOptions(),
+            numeric,
+            None,
         )
     assert report is not None and report["new_records"] > 0
     assert "examples" not in vars(data) and "pool" not in vars(data)
@@ -171,7 +178,8 @@ def test_the_drift_report_and_the_gate_build_no_object_per_record(
     mask = gate.comparison_mask(_object_hashes(examples), candidate, served_model)
     records = gate.Records.of_examples([e for e, m in zip(examples, mask, strict=True) if m], pool)
     want = gate.compare_on("held_out", records, candidate, served_model, True)
-    assert verdict.comparisons == [want]
+    assert verdict.comparisons[0] == want
+    assert [c.name for c in verdict.comparisons] == ["held_out", "newest"]
 
 
 def test_each_model_is_judged_by_the_split_hash_it_was_drawn_with(
