@@ -31,6 +31,8 @@ CUDA_WHEN_PRESENT = (
     "tests/genesis_fp16/",  # the CLI, the daemon, the launcher, the bench
     "tests/deploy/test_grafana.py",  # a real daemon scraped by a real Prometheus
     "tests/test_readme.py",  # the README's `genesis-fp16 train ...` commands
+    "tests/test_doc_blocks.py",  # every docs block run as written: make run's daemon, train
+    "tests/test_doc_claims.py",  # a docs plugin trained by `genesis-fp16 train`
 )
 
 
