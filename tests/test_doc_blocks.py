@@ -120,10 +120,12 @@ def run_block(block: Block, plan: Run, folder: Path) -> subprocess.CompletedProc
         command = [str(VENV / "bin" / "python"), "-c", prelude + "\n" + block.text]
     else:
         raise AssertionError(f"{block.id}: no way to run a {block.language!r} block")
+    scratch = folder / "tmp"  # a block's `mktemp -d` lands here, cleaned with the folder
+    scratch.mkdir(exist_ok=True)
     return subprocess.run(
         command,
         cwd=folder,
-        env=reader_env(plan.env),
+        env=reader_env({"TMPDIR": str(scratch), **plan.env}),
         capture_output=True,
         text=True,
         timeout=900,
