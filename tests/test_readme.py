@@ -34,7 +34,7 @@ def _code_blocks(text: str, language: str) -> list[str]:
 
 def _calibration_key() -> str:
     """Where the README says `train --json` carries a measured auto's table."""
-    found = re.search(r"`train --json` carries the table\s+as\s+`([\w.]+)`", README)
+    found = re.search(r"`train --json` carries the table\s+(?:as|under)\s+`([\w.]+)`", README)
     assert found, "the README no longer says where train --json carries the table"
     return found.group(1)
 
