@@ -1,6 +1,6 @@
 """One test on the GPU at a time, even under pytest-xdist (tests/conftest.py applies it).
 
-On the H100 (shared/gpu/h100-2026-11-23.md) 5-15 pytest processes time-slicing one GPU
+On the H100 (benchmarks/results/h100-2026-11-23.md) 5-15 pytest processes time-slicing one GPU
 took an 11 s test past 200 s. `make test` runs the suite under pytest-xdist (``-n auto``):
 on a CUDA host every test that uses CUDA holds an exclusive lock file for its setup, call
 and teardown, so such tests run one after another over all workers while the
@@ -31,6 +31,8 @@ CUDA_WHEN_PRESENT = (
     "tests/genesis_fp16/",  # the CLI, the daemon, the launcher, the bench
     "tests/deploy/test_grafana.py",  # a real daemon scraped by a real Prometheus
     "tests/test_readme.py",  # the README's `genesis-fp16 train ...` commands
+    "tests/test_doc_blocks.py",  # every docs block run as written: make run's daemon, train
+    "tests/test_doc_claims.py",  # a docs plugin trained by `genesis-fp16 train`
 )
 
 

@@ -3,8 +3,9 @@
 Two agents' runs on one GPU at once cost more than they save. Each child process makes a
 CUDA context of its own (some hundreds of MB of the GPU's memory before any tensor), the
 GPU time-slices between contexts rather than running them side by side, and one run's
-memory peak can make the other fail out of memory. On the H100 (shared/gpu/h100-2026-11-23.md)
-test runs that each took seconds alone took over 200 s with 5-15 processes on one GPU. So
+memory peak can make the other fail out of memory. On the H100
+(benchmarks/results/h100-2026-11-23.md) test runs that each took seconds alone took over
+200 s with 5-15 processes on one GPU. So
 a run waits for its devices' slots (``GENESIS_FP16_DEVICE_CONCURRENCY``, 1 by default);
 an operator who knows two small agents fit side by side raises it.
 

@@ -40,7 +40,7 @@ FIXTURE_PLUGINS = Path(__file__).resolve().parents[1] / "fixtures" / "plugins"
 T = TypeVar("T")
 # Each run's child on a CUDA host creates a CUDA context, loads kernels and calibrates on
 # the device before its first step: seconds where a CPU child takes tenths. On the H100
-# (shared/gpu/h100-2026-11-23.md) 90 s was too short for the isolation test's two hung
+# (benchmarks/results/h100-2026-11-23.md) 90 s was too short for the isolation test's two hung
 # runs and three good ones; the factor is a deadline, so a passing test is not slower.
 CUDA_START_FACTOR = 4.0 if torch.cuda.is_available() else 1.0
 

@@ -72,7 +72,7 @@ def test_each_obstacle_is_named_by_auto_and_refused_by_on(
 
 def test_a_capturable_run_is_captured_under_auto_and_on() -> None:
     """A capturable CUDA run: 'auto' and 'on' capture (the captured step passed its GPU
-    tests on an H100, ../shared/gpu/h100-2026-11-23.md); 'off' stays the escape hatch."""
+    tests on an H100, benchmarks/results/h100-2026-11-23.md); 'off' stays the escape hatch."""
     opt = _adamw(capturable=True)
     assert resolve_execution("on", CUDA, [opt]).used == "cuda_graph"
     auto = resolve_execution("auto", CUDA, [opt])

@@ -2,7 +2,7 @@
 
 Every fp16 run that starts without a checkpoint of its own starts at the initial scale
 (65,536) and skips its first steps finding the scale again: 1-4 per run on the H100
-(``../shared/gpu/h100-2026-11-23.md``); DeepSpeed's users report 6 of the first 10
+(``benchmarks/results/h100-2026-11-23.md``); DeepSpeed's users report 6 of the first 10
 (DeepSpeed #931). A daemon knows each agent's last scale, so it keeps it in a small JSON
 file per agent and starts the next fp16 run there. Importable without torch::
 

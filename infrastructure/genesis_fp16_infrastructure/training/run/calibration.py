@@ -2,7 +2,7 @@
 
 A rule ("fp16 on CUDA, bf16 on a CPU with native bf16") is wrong where it matters: on an
 H100 the SE-Darwin world model trains slower in fp16 than in fp32 when its step is
-launch-bound (``../shared/gpu/h100-2026-11-22.md``), and on a CPU bf16 pays only for wide
+launch-bound (``benchmarks/results/h100-2026-11-22.md``), and on a CPU bf16 pays only for wide
 layers. So when a run asks for ``auto``, ``fit()`` times a few steps of the task's real
 model and batches in every candidate precision and trains in the fastest::
 

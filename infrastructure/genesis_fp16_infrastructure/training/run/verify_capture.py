@@ -1,7 +1,7 @@
 """The captured step checked against the eager step before a run trusts it.
 
 A captured step was verified bit for bit against eager on one H100, for the model and
-torch of that day (``../shared/gpu/h100-2026-11-23.md``). A user's GPU, driver, torch or
+torch of that day (``benchmarks/results/h100-2026-11-23.md``). A user's GPU, driver, torch or
 model differs, and a wrong replay is silent: the numbers are merely different. So the
 first time a run would train captured for a given key (device, torch version, model
 shapes, batch shapes, precision, execution, scaler settings), ``fit()`` runs a few steps

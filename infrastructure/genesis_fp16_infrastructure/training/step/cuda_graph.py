@@ -1,7 +1,7 @@
 """One whole training step captured into a CUDA graph and replayed, per batch signature.
 
 An eager step of a small model is host-bound: each of its ~100-200 kernels costs host
-time to launch, while the matmuls are tiny (``../shared/gpu/h100-2026-11-22.md``: 4.8-10
+time to launch, while the matmuls are tiny (``benchmarks/results/h100-2026-11-22.md``: 4.8-10
 ms eager against 0.72-0.77 ms replayed, at batch 64 on an H100). Replaying the step from
 one graph launches it once. What the trainer hands over is a *device-only* step
 (``body(micro_batches)``: forward, scaled backward, unscale and found-inf check, clip,
