@@ -12,11 +12,16 @@ import json
 import ssl
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from genesis_fp16.cli import UsageError
 
+if TYPE_CHECKING:  # imported where used: `genesis-fp16 train` loads none of this
+    from genesis_fp16.config.settings import Settings
+    from genesis_fp16.status.report import DaemonStatus, StatusReport
+
 MAX_REPORT_BYTES = 8 * 1024 * 1024
+NO_DAEMON = "none: no daemon runs on this state folder (`genesis-fp16 serve` schedules runs)"
 ASK_TIMEOUT = 10.0  # seconds: the daemon answers in milliseconds unless it is stuck
 
 
@@ -46,13 +51,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def read_report(settings: Any) -> Any:
+def read_report(settings: Settings) -> StatusReport:
     """The daemon's report when one runs and answers; otherwise the state folder's."""
     from genesis_fp16.status.owner import owner_status
 
     daemon = owner_status(settings.state_dir)
     if not daemon.running:
-        return _folder_report(settings, daemon, _idle_note(daemon))
+        return _folder_report(settings, daemon, NO_DAEMON)
     url = status_url(settings)
     try:
         return _ask(url)
@@ -61,7 +66,7 @@ def read_report(settings: Any) -> Any:
         return _folder_report(settings, _with_health(daemon, why), why)
 
 
-def status_url(settings: Any) -> str:
+def status_url(settings: Settings) -> str:
     """Where the daemon of ``settings`` serves its report (a wildcard address: this host)."""
     host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(
         settings.metrics_addr, settings.metrics_addr
@@ -71,7 +76,7 @@ def status_url(settings: Any) -> str:
     return f"{scheme}://{host}:{settings.metrics_port}/status.json"
 
 
-def _ask(url: str) -> Any:
+def _ask(url: str) -> StatusReport:
     from genesis_fp16.status.report import StatusReport
 
     # The report is what the page shows anyone who can reach the port, and nothing is
@@ -89,13 +94,14 @@ def _ask(url: str) -> Any:
         raise ValueError(f"not a status report: {exc}") from None
 
 
-def _folder_report(settings: Any, daemon: Any, note: str) -> Any:
+def _folder_report(settings: Settings, daemon: DaemonStatus, note: str) -> StatusReport:
     from genesis_fp16.plugins import known_agent_names
     from genesis_fp16.status.report import NextRun, gather_status
 
     allowed = settings.plugin_allowlist
     installed = [n for n in known_agent_names() if allowed is None or n in set(allowed)]
-    training = daemon.owner.split(" ", 1)[1] if (daemon.owner or "").startswith("train ") else None
+    owner = daemon.owner or ""
+    training = owner.split(" ", 1)[1] if owner.startswith("train ") else None  # its agent
 
     def schedule(agent: str) -> NextRun:
         if agent == training:
@@ -105,11 +111,7 @@ def _folder_report(settings: Any, daemon: Any, note: str) -> Any:
     return gather_status(Path(settings.state_dir), installed, daemon, schedule)
 
 
-def _idle_note(daemon: Any) -> str:
-    return "none: no daemon runs on this state folder (`genesis-fp16 serve` schedules runs)"
-
-
-def _with_health(daemon: Any, health: str) -> Any:
+def _with_health(daemon: DaemonStatus, health: str) -> DaemonStatus:
     from dataclasses import replace
 
     return replace(daemon, health=health)

@@ -57,6 +57,7 @@ from genesis_fp16.config.settings import (
     load_settings,
     resolve_device,
 )
+from genesis_fp16.metrics.last_run import record_foreground
 from genesis_fp16.metrics.tracking import RunTracker, close_tracker, open_tracker
 from genesis_fp16.plugins import PluginError, load_plugin
 from genesis_fp16.runs import kubeflow
@@ -69,7 +70,6 @@ from genesis_fp16.runs.run_request import (
 )
 from genesis_fp16.service.logsetup import configure_logging
 from genesis_fp16.startup_signals import take_over_sigterm
-from genesis_fp16.status.last_run import record_foreground
 from genesis_fp16_infrastructure.data.readers import DataError
 from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError
 

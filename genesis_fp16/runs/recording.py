@@ -18,6 +18,7 @@ import structlog
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.storage import storage_error
+from genesis_fp16.metrics import last_run
 from genesis_fp16.metrics.diagnostics_export import export_diagnostics
 from genesis_fp16.metrics.tracking import RunTracker, close_tracker
 from genesis_fp16.runs import guard_state, scale_memory
@@ -26,7 +27,6 @@ from genesis_fp16.runs.job_state import JobContext, Run
 from genesis_fp16.runs.launcher import LaunchError, RunStopped
 from genesis_fp16.runs.run_request import expected_precision, precision_request
 from genesis_fp16.runs.supervising import RunHung
-from genesis_fp16.status import last_run
 from genesis_fp16_infrastructure.plugin_api import TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.served import ServedPointerError, folder_bytes, prune
 from genesis_fp16_infrastructure.training import TrainingSummary

@@ -26,8 +26,8 @@ import msgspec
 
 from genesis_fp16 import __version__
 from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.metrics.last_run import LastRun, LastRunUnreadable, load_last_run
 from genesis_fp16.metrics.last_success import LastSuccessStore, LastSuccessUnreadable
-from genesis_fp16.status.last_run import LastRun, LastRunUnreadable, load_last_run
 from genesis_fp16_infrastructure.atomic import UnusableStateFile, read_state_text
 from genesis_fp16_infrastructure.served import newest_checkpoint, pointer_path
 
@@ -149,7 +149,7 @@ def gather_status(
 def gather_agent(state_dir: Path, name: str, installed: bool, next_run: NextRun) -> AgentStatus:
     """One agent's part of the report, from its folder under ``state_dir``."""
     paths = AgentPaths.for_agent(state_dir, name)
-    problems = []
+    problems: list[str] = []
     try:
         last_run = load_last_run(paths)
     except LastRunUnreadable as exc:
