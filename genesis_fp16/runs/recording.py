@@ -127,7 +127,8 @@ def record_failure(run: Run, device: str, exc: BaseException) -> None:
     else:
         log.exception("training run failed", duration_seconds=round(duration, 3))
     _bound_history(ctx, agent)  # a gate that could not decide left a candidate too
-    why = host or (str(exc) if reason == "refused" else f"{type(exc).__name__}: {exc}")
+    one_line = isinstance(exc, TrainRequestError | ExecutionError | LaunchError)
+    why = host or (str(exc) if one_line else f"{type(exc).__name__}: {exc}")
     _save_last_run(
         ctx, agent, last_run.from_error("failed", f"{reason}: {why}", duration, "daemon")
     )

@@ -9,6 +9,7 @@ same things in the same words. The page is plain HTML: no script, every value es
 from __future__ import annotations
 
 import html
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from genesis_fp16.status.report import AgentStatus, DaemonStatus, ServedModel, StatusReport
 
 Row = tuple[str, str]
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 ENDPOINTS = ("/metrics", "/livez", "/healthz", "/readyz", "/status.json")
 
 
@@ -37,7 +39,19 @@ def status_sections(report: StatusReport) -> list[Section]:
     if report.agents_not_shown:
         more = f"{report.agents_not_shown} more not shown"
         sections.append(Section("agents", (("not shown", more),)))
-    return sections
+    return [_printable(section) for section in sections]
+
+
+def _printable(section: Section) -> Section:
+    """Control characters (a newline, a terminal's escape sequences) in a name or a reason
+    shown as ``\\xNN``: a value stays on its row, and a terminal prints it as it is."""
+    clean = _CONTROL.sub
+    rows = tuple((label, clean(_escape_control, value)) for label, value in section.rows)
+    return Section(clean(_escape_control, section.title), rows)
+
+
+def _escape_control(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group()):02x}"
 
 
 def render_text(report: StatusReport) -> str:
@@ -115,7 +129,7 @@ def _agent_section(agent: AgentStatus, now: float) -> Section:
     if agent.last_success_at is not None:
         rows.append(("last success", _when(agent.last_success_at, now)))
     nxt = agent.next_run
-    rows.append(("next run", nxt.note if nxt.at is None else f"{_when(nxt.at, now)} ({nxt.note})"))
+    rows.append(("next run", nxt.note if nxt.at is None else f"{_when(nxt.at, now)}, {nxt.note}"))
     rows += [("problem", problem) for problem in agent.problems]
     return Section(title, tuple(rows))
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from genesis_fp16.config.settings import Settings
+from genesis_fp16.config.settings import Settings, parse_schedule
 from genesis_fp16.plugins import known_agent_names
 from genesis_fp16.service.state_lock import LOCK_NAME
 from genesis_fp16.status.render import render_html
@@ -92,9 +92,15 @@ def _schedule(daemon: Daemon) -> Callable[[str], NextRun]:
         when = due.get(agent)
         if when is None:
             return NextRun(None, "none scheduled (starting, or shutting down)")
-        return NextRun(when, f"schedule {daemon.settings.schedule_for(agent)}")
+        return NextRun(when, _every(daemon.settings.schedule_for(agent)))
 
     return next_run
+
+
+def _every(schedule: str) -> str:
+    """The schedule as a reader says it: ``every 3600 s`` or ``cron 0 * * * *``."""
+    kind, value = parse_schedule(schedule)
+    return f"every {float(value):g} s" if kind == "interval" else f"cron {value}"
 
 
 def _json(report: StatusReport) -> bytes:
