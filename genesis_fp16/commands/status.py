@@ -60,10 +60,17 @@ def read_report(settings: Settings) -> StatusReport:
         return _folder_report(settings, daemon, NO_DAEMON)
     url = status_url(settings)
     try:
-        return _ask(url)
+        report = _ask(url)
     except (OSError, ValueError) as exc:  # a refused or timed-out connection, a bad answer
         why = f"unknown: the daemon did not answer {url} ({exc})"
         return _folder_report(settings, _with_health(daemon, why), why)
+    if report.daemon.pid != daemon.pid:  # another daemon on that port, another folder's
+        why = (
+            f"unknown: {url} is served by pid {report.daemon.pid} for {report.state_dir}, "
+            f"not by pid {daemon.pid}, which owns this state folder"
+        )
+        return _folder_report(settings, _with_health(daemon, why), why)
+    return report
 
 
 def status_url(settings: Settings) -> str:
@@ -108,7 +115,7 @@ def _folder_report(settings: Settings, daemon: DaemonStatus, note: str) -> Statu
             return NextRun(None, f"training now: genesis-fp16 {daemon.owner} (pid {daemon.pid})")
         return NextRun(None, note)
 
-    return gather_status(Path(settings.state_dir), installed, daemon, schedule)
+    return gather_status(Path(settings.state_dir).resolve(), installed, daemon, schedule)
 
 
 def _with_health(daemon: DaemonStatus, health: str) -> DaemonStatus:

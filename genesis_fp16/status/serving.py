@@ -56,7 +56,8 @@ def daemon_report(daemon: Daemon) -> StatusReport:
     settings = daemon.settings
     allowed = settings.plugin_allowlist
     installed = [n for n in known_agent_names() if allowed is None or n in set(allowed)]
-    return gather_status(settings.state_dir, installed, _daemon_status(daemon), _schedule(daemon))
+    state_dir = settings.state_dir.resolve()
+    return gather_status(state_dir, installed, _daemon_status(daemon), _schedule(daemon))
 
 
 def _daemon_status(daemon: Daemon) -> DaemonStatus:

@@ -116,6 +116,24 @@ def test_status_names_the_foreground_run_that_owns_the_folder(tmp_path: Path) ->
     assert "no daemon" in agents["rlhf_ppo"]["next_run"]["note"]
 
 
+def test_status_says_when_the_daemon_does_not_answer(tmp_path: Path) -> None:
+    """A daemon that owns the folder but does not answer at the configured port is shown
+    running, with its pid, and its health and next runs as unknown, naming the address."""
+    state = tmp_path / "state"
+    state.mkdir()
+    port = "9"  # discard: nothing listens there
+    with hold_state_folder(state, "serve"):
+        report = json.loads(
+            _cli(tmp_path, "status", "--json", env={"GENESIS_FP16_METRICS_PORT": port})
+        )
+    daemon = report["daemon"]
+    assert (daemon["running"], daemon["pid"], daemon["healthy"]) == (True, os.getpid(), None)
+    assert daemon["health"].startswith(
+        f"unknown: the daemon did not answer http://127.0.0.1:{port}/"
+    )
+    assert all(a["next_run"]["note"] == daemon["health"] for a in report["agents"])
+
+
 def test_unreadable_state_files_are_named_not_read(tmp_path: Path) -> None:
     """A FIFO as the last-run record and a torn served pointer are problems on the
     report, read without blocking (a FIFO would hang a plain read)."""
