@@ -20,9 +20,17 @@ from status_pages import (
     text_rows,
 )
 
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.metrics.last_run import REASON_CHARS, from_error, load_last_run, save_last_run
 from genesis_fp16.service.state_lock import hold_state_folder
 from genesis_fp16.status.render import render_html, render_text
-from genesis_fp16.status.report import DaemonStatus, NextRun, StatusReport, gather_status
+from genesis_fp16.status.report import (
+    MAX_AGENTS,
+    DaemonStatus,
+    NextRun,
+    StatusReport,
+    gather_status,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 IDLE = DaemonStatus(False, None, None, None, None, None, "not running")
@@ -169,3 +177,22 @@ def test_page_shows_hostile_text_escaped_and_the_text_rows(tmp_path: Path) -> No
     assert ("live", "auc 0.87, window.records 412") in hostile
     assert ("pinned", "pinned") in hostile
     assert ("quality", "auc 0.9113, log_loss 0.31") in hostile
+
+
+def test_the_report_is_bounded(tmp_path: Path) -> None:
+    """However many agent folders there are, the report shows 100 and counts the rest."""
+    for index in range(MAX_AGENTS + 5):
+        (tmp_path / "agents" / f"agent{index:03d}").mkdir(parents=True)
+    report = gather_status(tmp_path, [], IDLE, _no_schedule)
+    assert (len(report.agents), report.agents_not_shown) == (MAX_AGENTS, 5)
+    assert ("not shown", "5 more not shown") in text_rows(render_text(report))[-1][1]
+
+
+def test_a_long_reason_is_kept_to_one_bounded_line(tmp_path: Path) -> None:
+    """A failure's reason (a traceback's lines, say) is kept as one line of at most
+    REASON_CHARS characters, and reads back as it was written."""
+    paths = AgentPaths(tmp_path / "agents" / "se_darwin")
+    save_last_run(paths, from_error("failed", "line one\nline two " + "x" * 1000, 1.0, "daemon"))
+    record = load_last_run(paths)
+    assert record is not None and record.reason.startswith("line one line two xx")
+    assert len(record.reason) == REASON_CHARS and "\n" not in record.reason
