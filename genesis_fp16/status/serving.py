@@ -81,7 +81,7 @@ def _schedule(daemon: Daemon) -> Callable[[str], NextRun]:
         with context.running_changed:
             running = set(context.running)
     due = scheduler.next_run_times() if scheduler is not None else {}
-    loaded = set(daemon.plugins)
+    loaded = set(dict(daemon.plugins))  # one C-level copy: a rescan may change it meanwhile
 
     def next_run(agent: str) -> NextRun:
         if agent in running:
