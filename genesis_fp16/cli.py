@@ -21,6 +21,7 @@ from genesis_fp16.startup_signals import release_sigterm
 # Subcommand modules, in the order `--help` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
     "serve",
+    "status",
     "train",
     "data",
     "agents",

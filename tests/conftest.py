@@ -56,6 +56,12 @@ def kubernetes_validate() -> str:
 
 
 @pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's Chromium, for the status page's headless-browser test."""
+    return require_tool("chromium")
+
+
+@pytest.fixture(scope="session")
 def hadolint() -> str:
     return require_tool("hadolint", extra_dirs=(VENV_BIN,))
 

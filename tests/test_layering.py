@@ -163,13 +163,14 @@ def test_cycle_check_catches_a_cycle_hidden_behind_type_checking(tmp_path: Path)
 
 
 # The daemon's floors, bottom up: a package imports from its own floor and those below.
-# plan (config) -> record (metrics) -> execute (runs) -> the service, and the commands on top.
+# plan (config) -> record (metrics) -> execute (runs) -> the service and its status report,
+# and the commands on top.
 DAEMON_FLOORS = (
     {"plugin_api", "plugins", "probe_plot", "scaffold", "startup_signals", "testing"},
     {"config"},
     {"metrics"},
     {"runs"},
-    {"service"},
+    {"service", "status"},
     {"commands", "bench", "cli", "__main__", "agent_state"},
 )
 # The training library's: precision, then the modules shared by a step and a run

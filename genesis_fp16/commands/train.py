@@ -26,6 +26,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -56,6 +57,7 @@ from genesis_fp16.config.settings import (
     load_settings,
     resolve_device,
 )
+from genesis_fp16.metrics.last_run import record_foreground
 from genesis_fp16.metrics.tracking import RunTracker, close_tracker, open_tracker
 from genesis_fp16.plugins import PluginError, load_plugin
 from genesis_fp16.runs import kubeflow
@@ -324,6 +326,10 @@ def _train(
     from genesis_fp16_infrastructure.training.step.execution import ExecutionError
 
     result = None
+    started = time.monotonic()
+    # An operator's run in the state folder leaves its record for `status` (a daemon's
+    # child leaves that to the daemon; --checkpoint-dir trains some other model).
+    recorded = main and args.request is None and args.checkpoint_dir is None
     try:
         # Log records print above the bar (tqdm.write), which redraws below them.
         with bar.showing() if bar else contextlib.nullcontext():
@@ -335,12 +341,16 @@ def _train(
         TrainRequestError,
         CheckpointFolderBusy,  # another process writes --checkpoint-dir: named, one line
     ) as exc:
+        if recorded:
+            record_foreground(request.checkpoint_dir, None, str(exc), started)
         raise UsageError(str(exc)) from None
     finally:
         if tracker is not None:  # after a failure too: the curves up to it stay readable
             if result is not None:
                 tracker.log_result(result)
             close_tracker(tracker)
+    if recorded:
+        record_foreground(request.checkpoint_dir, result, "", started)
     out = result.to_json()
     if tracker is not None:
         out["tracking"] = {"path": str(tracker.path), "failed_writes": tracker.failures}

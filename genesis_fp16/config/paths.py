@@ -6,6 +6,7 @@
     quarantine.jsonl       malformed records skipped during reads, with reasons
     precision_state.json   the precision guard's memory (demotions)
     last_success.json      when the agent's last successful run ended (survives a restart)
+    last_run.json          the last run: outcome, precision, when and why (`genesis-fp16 status`)
     precision_calibration.json   a measured auto's timings (training/run/calibration.py)
     probe_result.json      the precision probe's record (genesis_fp16/runs/probe_gate.py)
 """

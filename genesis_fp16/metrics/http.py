@@ -1,4 +1,5 @@
-"""The daemon's HTTP endpoints: ``/metrics``, ``/livez``, ``/healthz`` and ``/readyz``.
+"""The daemon's HTTP endpoints: ``/metrics``, ``/livez``, ``/healthz`` and ``/readyz``,
+and the status page at ``/`` (with ``/status.json``) when the daemon hands one in.
 
 ``/livez`` answers 200 while the process runs and its ``live`` check passes (the daemon's:
 the scheduler's heartbeat is fresh, what the systemd watchdog checks); ``/healthz`` adds
@@ -19,7 +20,10 @@ what a client may cost is bounded by :class:`ServerLimits`:
 - at most ``max_connections`` open connections: one over the limit closes the
   connection that has been idle the longest, so idle sockets can never lock a scraper out;
 - ``/metrics`` rendered on a worker thread, and scrapers that arrive while a render is
-  under way share the next one, so 200 concurrent scrapers cost a few renders, not 200.
+  under way share the next one, so 200 concurrent scrapers cost a few renders, not 200;
+- the status page built on a thread of its own, only when asked, one build at a time
+  shared by whoever asks meanwhile: a crowd on ``/`` (or a state file that is slow to
+  read) never holds up ``/metrics`` or the health checks.
 
 >>> server = StatusServer(("127.0.0.1", 0), registry, health=lambda: (True, "ok"),
 ...                       ready=lambda: (True, "ready"))  # doctest: +SKIP
@@ -35,7 +39,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +48,7 @@ from typing import TypeVar
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 Check = Callable[[], tuple[bool, str]]
+Document = Callable[[], tuple[bytes, str]]  # a page built on demand: (body, content type)
 T = TypeVar("T")
 
 _REASONS = {
@@ -56,6 +61,11 @@ _REASONS = {
     503: "Service Unavailable",
 }
 _TEXT = "text/plain; charset=utf-8"
+# The status page runs no script and loads nothing: say so to the browser as well.
+_PAGE_HEADERS = (
+    "Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'\r\n"
+    "X-Content-Type-Options: nosniff\r\n"
+)
 
 
 @dataclass(frozen=True)
@@ -196,6 +206,7 @@ class _Connection(asyncio.Protocol):
         header = (
             f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
             f"Content-Type: {content_type}\r\n"
+            f"{_PAGE_HEADERS if content_type.startswith('text/html') else ''}"
             f"Content-Length: {len(body)}\r\n"
             f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
         ).encode("latin-1")
@@ -261,6 +272,7 @@ class StatusServer:
         tls: ssl.SSLContext | None = None,
         limits: ServerLimits | None = None,
         live: Check | None = None,
+        documents: Mapping[str, Document] | None = None,
     ) -> None:
         self.limits = limits if limits is not None else ServerLimits()
         self._socket = bind(address, self.limits.backlog)
@@ -269,6 +281,9 @@ class StatusServer:
         self._tls = tls
         self._connections: dict[_Connection, None] = {}  # insertion order: oldest first
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="http-render")
+        self._documents = dict(documents or {})
+        self._page_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="http-page")
+        self._building: dict[str, asyncio.Future[tuple[bytes, str]]] = {}
         self._render: asyncio.Future[bytes] | None = None
         self._next_render: asyncio.Future[bytes] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -295,6 +310,7 @@ class StatusServer:
             self._thread.join(timeout=5)
         self._socket.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._page_pool.shutdown(wait=False, cancel_futures=True)
 
     # -- the loop ---------------------------------------------------------------------
     def _run(self) -> None:
@@ -344,7 +360,20 @@ class StatusServer:
                 check,
                 lambda result: (200 if result[0] else 503, (result[1] + "\n").encode(), _TEXT),
             )
-        return 404, b"not found: try /metrics, /livez, /healthz or /readyz\n", _TEXT
+        if path in self._documents:
+            return _answer_from(self._document(path), lambda page: (200, page[0], page[1]))
+        return 404, b"not found: try /, /metrics, /livez, /healthz or /readyz\n", _TEXT
+
+    def _document(self, path: str) -> asyncio.Future[tuple[bytes, str]]:
+        """The page at ``path``: the build under way, shared, or a new one on the page thread."""
+        building = self._building.get(path)
+        if building is not None:
+            return building
+        assert self._loop is not None
+        build = self._loop.run_in_executor(self._page_pool, self._documents[path])
+        self._building[path] = build
+        build.add_done_callback(lambda _: self._building.pop(path, None))
+        return build
 
     def _metrics(self) -> asyncio.Future[bytes]:
         """A render of the registry that begins after this request arrived.

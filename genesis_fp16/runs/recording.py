@@ -18,6 +18,7 @@ import structlog
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.storage import storage_error
+from genesis_fp16.metrics import last_run
 from genesis_fp16.metrics.diagnostics_export import export_diagnostics
 from genesis_fp16.metrics.tracking import RunTracker, close_tracker
 from genesis_fp16.runs import guard_state, scale_memory
@@ -90,6 +91,7 @@ def record_stopped(run: Run, exc: RunStopped) -> None:
         steps=0,
         duration_seconds=round(duration, 3),
     )
+    _save_last_run(run.ctx, run.agent, last_run.from_error("stopped", str(exc), duration, "daemon"))
     run.ctx.metrics.finish_run(run.agent, "stopped", duration, None, time.time())
     _close_tracker(run.ctx, run.agent, run.tracker)
 
@@ -125,6 +127,11 @@ def record_failure(run: Run, device: str, exc: BaseException) -> None:
     else:
         log.exception("training run failed", duration_seconds=round(duration, 3))
     _bound_history(ctx, agent)  # a gate that could not decide left a candidate too
+    one_line = isinstance(exc, TrainRequestError | ExecutionError | LaunchError)
+    why = host or (str(exc) if one_line else f"{type(exc).__name__}: {exc}")
+    _save_last_run(
+        ctx, agent, last_run.from_error("failed", f"{reason}: {why}", duration, "daemon")
+    )
     ctx.metrics.finish_run(agent, "failed", duration, None, time.time())
     _close_tracker(ctx, agent, run.tracker)  # the curves up to the failure stay readable
 
@@ -184,9 +191,15 @@ def _finish(
         checkpoint=str(result.checkpoint) if result.checkpoint else None,
         duration_seconds=round(duration, 3),
     )
+    _save_last_run(ctx, agent, last_run.from_result(result, duration, "daemon"))
     # Counted last: whoever sees the count (a dashboard, a test) finds the run's other
-    # series and its log line already there.
+    # series, its log line and its last-run record already there.
     ctx.metrics.finish_run(agent, outcome, duration, result.eval.get("loss"), time.time())
+
+
+def _save_last_run(ctx: JobContext, agent: str, record: last_run.LastRun) -> None:
+    """The run's record for ``genesis-fp16 status`` and the page at ``/``."""
+    last_run.save_last_run(AgentPaths.for_agent(ctx.settings.state_dir, agent), record)
 
 
 def _export_report(ctx: JobContext, agent: str, result: TrainResult) -> None:

@@ -52,6 +52,7 @@ from genesis_fp16.service.logsetup import on_thread_exception
 from genesis_fp16.service.scheduler import AgentScheduler
 from genesis_fp16.service.state_lock import StateFolderBusy, acquire_state_folder
 from genesis_fp16.service.systemd import Notifier
+from genesis_fp16.status.serving import status_documents
 from genesis_fp16_infrastructure.plugin_api import AgentPlugin
 
 log = structlog.get_logger("genesis_fp16.daemon")
@@ -262,6 +263,7 @@ class Daemon:
                 self.readiness,
                 tls,
                 live=self.liveness,
+                documents=status_documents(self),
             )
         except OSError as exc:  # no such address, not ours to bind
             if exc.errno == errno.EADDRINUSE:

@@ -130,6 +130,14 @@ class AgentScheduler:
             self._schedules[agent] = schedule
         return changes
 
+    def next_run_times(self) -> dict[str, float | None]:
+        """Each agent job's next run (Unix time; None: paused), for the status page."""
+        return {
+            job.id[len(JOB_PREFIX) :]: job.next_run_time.timestamp() if job.next_run_time else None
+            for job in self._scheduler.get_jobs()
+            if job.id.startswith(JOB_PREFIX)
+        }
+
     def pause(self) -> None:
         """Start no new jobs; the heartbeat keeps going."""
         for job in self._scheduler.get_jobs():

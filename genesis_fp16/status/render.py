@@ -1,0 +1,184 @@
+"""The status report as lines of text (``genesis-fp16 status``) and as the page at ``/``.
+
+Both print the same rows (:func:`status_sections`): a title per part (the daemon, then
+each agent) and (label, value) pairs under it, so the terminal and the browser say the
+same things in the same words. The page is plain HTML: no script, every value escaped
+(an agent's name or a run's reason is text, never markup), links to the other endpoints.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from genesis_fp16.status.report import AgentStatus, DaemonStatus, ServedModel, StatusReport
+
+Row = tuple[str, str]
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+ENDPOINTS = ("/metrics", "/livez", "/healthz", "/readyz", "/status.json")
+
+
+@dataclass(frozen=True)
+class Section:
+    """One part of the status: its title and its (label, value) rows."""
+
+    title: str
+    rows: tuple[Row, ...]
+
+
+def status_sections(report: StatusReport) -> list[Section]:
+    """The daemon's section, then one per agent, then a line for agents not shown."""
+    now = report.generated_at
+    sections = [Section("daemon", _daemon_rows(report.daemon, report.state_dir))]
+    sections += [_agent_section(agent, now) for agent in report.agents]
+    if not report.agents:
+        sections.append(Section("agents", (("agents", "none installed, none in the folder"),)))
+    if report.agents_not_shown:
+        more = f"{report.agents_not_shown} more not shown"
+        sections.append(Section("agents", (("not shown", more),)))
+    return [_printable(section) for section in sections]
+
+
+def _printable(section: Section) -> Section:
+    """Control characters (a newline, a terminal's escape sequences) in a name or a reason
+    shown as ``\\xNN``: a value stays on its row, and a terminal prints it as it is."""
+    clean = _CONTROL.sub
+    rows = tuple((label, clean(_escape_control, value)) for label, value in section.rows)
+    return Section(clean(_escape_control, section.title), rows)
+
+
+def _escape_control(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group()):02x}"
+
+
+def render_text(report: StatusReport) -> str:
+    """The report for a terminal: each section's title, then its rows indented."""
+    lines = []
+    for section in status_sections(report):
+        width = max(len(label) for label, _ in section.rows) + 1
+        lines.append(section.title)
+        lines += [f"  {label + ':':<{width}} {value}" for label, value in section.rows]
+    return "\n".join(lines)
+
+
+def render_html(report: StatusReport) -> bytes:
+    """The report as one small HTML page (no script; every value escaped)."""
+    e = html.escape
+    links = " · ".join(f'<a href="{path}">{path}</a>' for path in ENDPOINTS)
+    parts = [
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8"><title>genesis-fp16 status</title>',
+        f"<style>{_STYLE}</style></head><body>",
+        f"<h1>genesis-fp16 {e(report.version)}</h1>",
+        f'<p class="links">{links}</p>',
+        f'<p class="generated">as of {e(_clock(report.generated_at))}</p>',
+    ]
+    for section in status_sections(report):
+        parts.append(f'<section><h2>{e(section.title)}</h2><table class="status">')
+        parts += [
+            f'<tr><th scope="row">{e(label)}</th><td>{e(value)}</td></tr>'
+            for label, value in section.rows
+        ]
+        parts.append("</table></section>")
+    parts.append("</body></html>\n")
+    return "\n".join(parts).encode("utf-8")
+
+
+_STYLE = (
+    "body{font-family:system-ui,sans-serif;margin:2em;max-width:72em}"
+    "th{text-align:left;padding-right:1.5em;vertical-align:top;font-weight:600}"
+    "td{font-family:ui-monospace,monospace;overflow-wrap:anywhere}"
+    "h2{margin-top:1.5em;font-size:1.1em}"
+)
+
+
+def _daemon_rows(daemon: DaemonStatus, state_dir: str) -> tuple[Row, ...]:
+    if daemon.running:
+        state = f"running, pid {daemon.pid}"
+    elif daemon.owner is not None:
+        state = f"not running; genesis-fp16 {daemon.owner} (pid {daemon.pid}) owns the folder"
+    else:
+        state = "not running: no process owns the state folder"
+    rows: list[Row] = [("state", state), ("state folder", state_dir)]
+    if daemon.running:
+        started = "unknown" if daemon.started_at is None else _clock(daemon.started_at)
+        rows.append(("up", f"{_span(daemon.uptime_seconds)} (since {started})"))
+        rows.append(("health", daemon.health))
+    if daemon.ready is not None:
+        rows.append(("ready", daemon.ready))
+    return tuple(rows)
+
+
+def _agent_section(agent: AgentStatus, now: float) -> Section:
+    title = agent.name if agent.installed else f"{agent.name} (plugin not installed)"
+    rows = [*_served_rows(agent.served)]
+    run = agent.last_run
+    if run is None:
+        rows.append(("last run", "none recorded"))
+    else:
+        precision = run.precision or "no precision"
+        if run.precision_requested and run.precision_requested != run.precision:
+            precision += f" (asked {run.precision_requested})"
+        steps = "" if run.steps is None else f", {run.steps} steps"
+        rows.append(("last run", f"{run.outcome} in {precision}{steps}, by {run.source}"))
+        rows.append(("ended", f"{_when(run.finished_at, now)}, took {_span(run.duration_seconds)}"))
+        rows.append(("why", run.reason))
+    if agent.last_success_at is not None:
+        rows.append(("last success", _when(agent.last_success_at, now)))
+    nxt = agent.next_run
+    rows.append(("next run", nxt.note if nxt.at is None else f"{_when(nxt.at, now)}, {nxt.note}"))
+    rows += [("problem", problem) for problem in agent.problems]
+    return Section(title, tuple(rows))
+
+
+def _served_rows(served: ServedModel | None) -> list[Row]:
+    if served is None:
+        return [("served", "nothing served yet")]
+    if served.error is not None:
+        return [("served", served.error)]
+    when = f"{served.how or 'served'} at {served.served_at}" if served.served_at else served.how
+    how = ", ".join(x for x in (served.precision, when) if x)
+    rows: list[Row] = [("served", f"{served.id or 'no id'} ({how})" if how else str(served.id))]
+    if served.quality is not None:
+        rows.append(("quality", _figures(served.quality) or "none recorded in the pointer"))
+    if served.live:
+        rows.append(("live", _figures(served.live)))
+    if served.pinned is not None:
+        rows.append(("pinned", served.pinned))
+    return rows
+
+
+def _figures(figures: dict[str, Any]) -> str:
+    def shown(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        return "-" if value is None else str(value)
+
+    return ", ".join(f"{name} {shown(value)}" for name, value in figures.items())
+
+
+def _clock(when: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(when))
+
+
+def _when(when: float, now: float) -> str:
+    delta = when - now
+    relative = f"in {_span(delta)}" if delta >= 0 else f"{_span(-delta)} ago"
+    return f"{_clock(when)} ({relative})"
+
+
+def _span(seconds: float | None) -> str:
+    """A duration as a reader says it: ``42 s``, ``3 min``, ``2 h 5 min``, ``3 d 4 h``."""
+    if seconds is None:
+        return "unknown"
+    s = round(seconds)
+    if s < 120:
+        return f"{s} s"
+    if s < 7200:
+        return f"{s // 60} min"
+    if s < 2 * 86400:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"

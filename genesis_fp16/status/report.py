@@ -1,0 +1,261 @@
+"""The status of a state folder as one typed record: the daemon, then each agent's served
+model, last run and next run. ``genesis-fp16 status`` (text and ``--json``) and the page
+at ``/`` are both drawn from a :class:`StatusReport`, so the two cannot disagree::
+
+    report = gather_status(Path("state"), ["se_darwin"], daemon_not_running(), no_schedule)
+    report.to_json()["agents"][0]["served"]["id"]  # the served candidate, or no "served"
+
+Everything is read from the state folder (the served-model pointer, ``last_run.json``,
+``last_success.json``); only the daemon part and the next runs come from the caller: the
+daemon knows its own health and schedule, a command without a daemon says so. Each file
+is read bounded and as a regular file only, so a FIFO or a huge file in the state folder
+costs a line in the report, never a hung page.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from genesis_fp16 import __version__
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.metrics.last_run import LastRun, LastRunUnreadable, load_last_run
+from genesis_fp16.metrics.last_success import LastSuccessStore, LastSuccessUnreadable
+from genesis_fp16_infrastructure.atomic import UnusableStateFile, read_state_text
+from genesis_fp16_infrastructure.served import newest_checkpoint, pointer_path
+
+# Bounds that keep the page small whatever the state folder holds.
+MAX_AGENTS = 100
+MAX_FIGURES = 12
+TEXT_CHARS = 200
+POINTER_BYTES = 1024 * 1024  # the pointer keeps a bounded history: far below this
+SUMMARY_BYTES = 64 * 1024  # a checkpoint's summary file: a few hundred bytes
+
+
+@dataclass(frozen=True)
+class DaemonStatus:
+    """Whether a daemon owns the state folder, and if so its pid, start, uptime and health.
+
+    ``owner``: what holds the folder's lock (``serve``, ``train se_darwin``), None when
+    nothing does. ``health``: the ``/healthz`` line, or why it is not known.
+    """
+
+    running: bool
+    pid: int | None
+    owner: str | None
+    started_at: float | None
+    uptime_seconds: float | None
+    healthy: bool | None
+    health: str
+    ready: str | None = None
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """The served-model pointer's entry: id, precision, how it came to be served and when,
+    its quality figures (the gate's scores), the live watch's figures where the pointer
+    keeps them, and whether it is pinned. ``error``: the pointer could not be read."""
+
+    id: str | None = None
+    precision: str | None = None
+    how: str | None = None
+    served_at: str | None = None
+    quality: dict[str, Any] | None = None
+    live: dict[str, Any] | None = None
+    pinned: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class NextRun:
+    """When the agent's next run is due (Unix time; None: not scheduled) and what that
+    means: ``scheduled``, ``running now``, ``disabled``, or why nothing is known."""
+
+    at: float | None
+    note: str
+
+
+@dataclass(frozen=True)
+class AgentStatus:
+    """One agent: ``installed`` (a plugin of that name is installed and allowed), its
+    served model (None: none served yet), last run (None: none recorded), last success
+    time, next run, and the state files that could not be read."""
+
+    name: str
+    installed: bool
+    served: ServedModel | None
+    last_run: LastRun | None
+    last_success_at: float | None
+    next_run: NextRun
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    """The whole status, as ``status --json`` prints it and ``/status.json`` serves it."""
+
+    version: str
+    generated_at: float
+    state_dir: str
+    daemon: DaemonStatus
+    agents: tuple[AgentStatus, ...]
+    agents_not_shown: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        result: dict[str, Any] = msgspec.to_builtins(self)
+        return result
+
+    @classmethod
+    def from_json(cls, data: Any) -> StatusReport:
+        """The report a daemon served; ``msgspec.ValidationError`` names a wrong field."""
+        return msgspec.convert(data, cls)
+
+
+Schedule = Callable[[str], NextRun]
+
+
+def gather_status(
+    state_dir: Path,
+    installed: Iterable[str],
+    daemon: DaemonStatus,
+    schedule: Schedule,
+    now: float | None = None,
+) -> StatusReport:
+    """The report for ``state_dir``: every installed agent and every agent with a folder
+    there (a model outlives its plugin), at most :data:`MAX_AGENTS` of them."""
+    installed = set(installed)
+    names = sorted(installed | set(_agent_folders(state_dir)))
+    shown = names[:MAX_AGENTS]
+    agents = tuple(
+        gather_agent(state_dir, name, name in installed, schedule(name)) for name in shown
+    )
+    return StatusReport(
+        version=__version__,
+        generated_at=time.time() if now is None else now,
+        state_dir=str(state_dir),
+        daemon=daemon,
+        agents=agents,
+        agents_not_shown=len(names) - len(shown),
+    )
+
+
+def gather_agent(state_dir: Path, name: str, installed: bool, next_run: NextRun) -> AgentStatus:
+    """One agent's part of the report, from its folder under ``state_dir``."""
+    paths = AgentPaths.for_agent(state_dir, name)
+    problems: list[str] = []
+    try:
+        last_run = load_last_run(paths)
+    except LastRunUnreadable as exc:
+        last_run, problems = None, [*problems, str(exc)]
+    try:
+        last_success = LastSuccessStore(state_dir).load(name)
+    except LastSuccessUnreadable as exc:
+        last_success, problems = None, [*problems, str(exc)]
+    return AgentStatus(
+        name=_cut(name),
+        installed=installed,
+        served=read_served(paths),
+        last_run=last_run,
+        last_success_at=last_success,
+        next_run=next_run,
+        problems=tuple(_cut(p) for p in problems),
+    )
+
+
+def read_served(paths: AgentPaths) -> ServedModel | None:
+    """The served-model pointer's entry (None: no pointer, nothing served yet)."""
+    path = pointer_path(paths.checkpoint_dir)
+    try:
+        text = read_state_text(path, POINTER_BYTES)
+        if text is None:
+            return _newest_checkpoint(paths)
+        data = json.loads(text)
+    except (UnusableStateFile, ValueError) as exc:
+        return ServedModel(error=_cut(f"served-model pointer unreadable: {exc}"))
+    served = data.get("served") if isinstance(data, dict) else None
+    if not isinstance(served, dict):
+        return ServedModel(error=_cut(f"served-model pointer {path} names no served model"))
+    pinned = data.get("pinned")
+    return ServedModel(
+        id=_text(served.get("id")),
+        precision=_text(served.get("precision")),
+        how=_text(served.get("how")),
+        served_at=_text(served.get("served_at")),
+        quality=_figures(served.get("scores")),
+        live=_figures(served.get("live")),
+        pinned=None if pinned in (None, False) else _describe_pin(pinned),
+    )
+
+
+def _newest_checkpoint(paths: AgentPaths) -> ServedModel | None:
+    """Without a pointer (rlhf_ppo keeps none; se_darwin before its first promotion has
+    no checkpoint either) the agent serves its newest checkpoint, if it has one."""
+    try:
+        newest = newest_checkpoint(paths.checkpoint_dir)
+    except OSError:  # no checkpoint folder yet, or not ours to list
+        return None
+    if newest is None:
+        return None
+    try:
+        summary = json.loads(read_state_text(Path(f"{newest}.json"), SUMMARY_BYTES) or "{}")
+    except (UnusableStateFile, ValueError):
+        summary = {}
+    summary = summary if isinstance(summary, dict) else {}
+    step = summary.get("step")
+    at_step = f" at step {step}" if isinstance(step, int) else ""
+    return ServedModel(
+        id=newest.name,
+        precision=_text(summary.get("precision")),
+        how=f"newest checkpoint{at_step}, no served-model pointer",
+    )
+
+
+def _describe_pin(pinned: Any) -> str:
+    """A pin as one line: ``True``, an id, or a mapping of its fields."""
+    if pinned is True:
+        return "pinned"
+    if isinstance(pinned, Mapping):
+        return _cut(", ".join(f"{k}={_text(v)}" for k, v in list(pinned.items())[:MAX_FIGURES]))
+    return _cut(str(pinned))
+
+
+def _figures(mapping: Any) -> dict[str, Any] | None:
+    """A mapping's scalar figures (one level of nesting flattened to ``a.b``), bounded:
+    what a reader can take in on one line; None when there is no mapping."""
+    if not isinstance(mapping, Mapping):
+        return None
+    flat: dict[str, Any] = {}
+    for key, value in mapping.items():
+        items = value.items() if isinstance(value, Mapping) else [(None, value)]
+        for sub, inner in items:
+            if len(flat) >= MAX_FIGURES:
+                return flat
+            name = _cut(str(key) if sub is None else f"{key}.{sub}")
+            if isinstance(inner, bool) or inner is None or isinstance(inner, int | str):
+                flat[name] = _cut(inner) if isinstance(inner, str) else inner
+            elif isinstance(inner, float):
+                flat[name] = inner if math.isfinite(inner) else None
+    return flat
+
+
+def _agent_folders(state_dir: Path) -> list[str]:
+    """The agent folders under ``<state_dir>/agents`` (none when it is not there)."""
+    try:
+        return [p.name for p in (Path(state_dir) / "agents").iterdir() if p.is_dir()]
+    except OSError:
+        return []
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else _cut(str(value))
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= TEXT_CHARS else text[: TEXT_CHARS - 1] + "…"

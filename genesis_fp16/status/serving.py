@@ -1,0 +1,108 @@
+"""The daemon's own status report, served at ``/`` (HTML) and ``/status.json``.
+
+Built only when one of them is asked for, on the HTTP server's page thread (never the
+``/metrics`` one): it reads a few small state files per agent and takes no lock a run
+holds for longer than a dictionary copy (the scheduler's job list, the running set).
+
+>>> StatusServer(..., documents=status_documents(daemon))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from genesis_fp16.config.settings import Settings, parse_schedule
+from genesis_fp16.plugins import known_agent_names
+from genesis_fp16.service.state_lock import LOCK_NAME
+from genesis_fp16.status.render import render_html
+from genesis_fp16.status.report import DaemonStatus, NextRun, StatusReport, gather_status
+
+
+class Daemon(Protocol):
+    """What the report reads of ``genesis_fp16.service.daemon.Daemon`` (which imports this
+    module, hence a protocol): its settings, checks and plugins; its ``context`` and
+    ``scheduler`` once it has started them."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def plugins(self) -> Mapping[str, Any]: ...
+
+    def health(self) -> tuple[bool, str]: ...
+
+    def readiness(self) -> tuple[bool, str]: ...
+
+
+Document = Callable[[], tuple[bytes, str]]
+HTML = "text/html; charset=utf-8"
+JSON = "application/json"
+
+
+def status_documents(daemon: Daemon) -> Mapping[str, Document]:
+    """The page at ``/`` and its JSON twin, each built from one :func:`daemon_report`."""
+    return {
+        "/": lambda: (render_html(daemon_report(daemon)), HTML),
+        "/status.json": lambda: (_json(daemon_report(daemon)), JSON),
+    }
+
+
+def daemon_report(daemon: Daemon) -> StatusReport:
+    """The status of the daemon's state folder, with its health and schedule."""
+    settings = daemon.settings
+    allowed = settings.plugin_allowlist
+    installed = [n for n in known_agent_names() if allowed is None or n in set(allowed)]
+    state_dir = settings.state_dir.resolve()
+    return gather_status(state_dir, installed, _daemon_status(daemon), _schedule(daemon))
+
+
+def _daemon_status(daemon: Daemon) -> DaemonStatus:
+    now = time.time()
+    try:  # when this daemon took the state folder's lock: its start
+        started: float | None = (daemon.settings.state_dir / LOCK_NAME).stat().st_mtime
+    except OSError:
+        started = None
+    healthy, health = daemon.health()
+    _, ready = daemon.readiness()
+    uptime = None if started is None else max(0.0, now - started)
+    return DaemonStatus(True, os.getpid(), "serve", started, uptime, healthy, health, ready)
+
+
+def _schedule(daemon: Daemon) -> Callable[[str], NextRun]:
+    """Each agent's next run as the scheduler holds it (read once for the whole report)."""
+    context = getattr(daemon, "context", None)
+    scheduler = getattr(daemon, "scheduler", None)
+    running: set[str] = set()
+    if context is not None:
+        with context.running_changed:
+            running = set(context.running)
+    due = scheduler.next_run_times() if scheduler is not None else {}
+    loaded = set(dict(daemon.plugins))  # one C-level copy: a rescan may change it meanwhile
+
+    def next_run(agent: str) -> NextRun:
+        if agent in running:
+            return NextRun(None, "running now")
+        if agent not in loaded:
+            return NextRun(None, "none: the daemon has not loaded this agent (see `agents`)")
+        if not daemon.settings.agent(agent).enabled:
+            return NextRun(None, "none: disabled in the settings")
+        when = due.get(agent)
+        if when is None:
+            return NextRun(None, "none scheduled (starting, or shutting down)")
+        return NextRun(when, _every(daemon.settings.schedule_for(agent)))
+
+    return next_run
+
+
+def _every(schedule: str) -> str:
+    """The schedule as a reader says it: ``every 3600 s`` or ``cron 0 * * * *``."""
+    kind, value = parse_schedule(schedule)
+    return f"every {float(value):g} s" if kind == "interval" else f"cron {value}"
+
+
+def _json(report: StatusReport) -> bytes:
+    return json.dumps(report.to_json(), allow_nan=False).encode("utf-8")

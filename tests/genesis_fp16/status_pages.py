@@ -1,0 +1,112 @@
+"""Helpers for the status tests: a hostile agent seeded in a state folder, the page's
+rows read back out of its HTML (or a browser's DOM), and the text's rows out of its lines."""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+HOSTILE_AGENT = "<img src=x onerror=alert(1)>"  # a folder name: no "/" allowed in it
+HOSTILE_REASON = '<script>alert(1)</script> & "quoted"'
+HOSTILE_MODEL = "<b>bold</b>"
+Sections = list[tuple[str, list[tuple[str, str]]]]
+
+
+def seed_hostile_agent(state_dir: Path) -> Path:
+    """An agent folder with a hostile name, a last run with a hostile reason and a served
+    pointer with a hostile id, live figures and a pin (fields the pointer may carry)."""
+    root = state_dir / "agents" / HOSTILE_AGENT
+    (root / "checkpoints").mkdir(parents=True)
+    (root / "last_run.json").write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "outcome": "failed",
+                "precision": None,
+                "precision_requested": None,
+                "finished_at": 1_700_000_000.0,
+                "duration_seconds": 2.0,
+                "reason": HOSTILE_REASON,
+                "source": "daemon",
+                "steps": 0,
+            }
+        )
+    )
+    served = {
+        "id": HOSTILE_MODEL,
+        "checkpoint": "candidates/x/ckpt-0000000001.pt",
+        "precision": "fp16",
+        "how": "promoted",
+        "served_at": "2026-11-25T06:00:00Z",
+        "scores": {"auc": 0.9113, "log_loss": 0.31},
+        "live": {"auc": 0.87, "window": {"records": 412}},
+    }
+    pointer = {"version": 1, "served": served, "history": [], "pinned": True}
+    (root / "checkpoints" / "served.json").write_text(json.dumps(pointer))
+    return root
+
+
+class _Rows(HTMLParser):
+    """Collects each section's ``h2`` title and its table's (th, td) rows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sections: Sections = []
+        self.tags: list[str] = []  # every element seen: an escaped value adds none
+        self._cell: str | None = None
+        self._text = ""
+        self._row: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        if tag in ("h2", "th", "td"):
+            self._cell, self._text = tag, ""
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag != self._cell:
+            return
+        self._cell = None
+        if tag == "h2":
+            self.sections.append((self._text, []))
+        else:
+            self._row.append(self._text)
+            if tag == "td":
+                self.sections[-1][1].append((self._row[0], self._row[1]))
+                self._row = []
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._text += data
+
+
+def page_rows(document: str) -> tuple[Sections, list[str]]:
+    """The page's sections (title, rows) and the names of every element in it."""
+    parser = _Rows()
+    parser.feed(document)
+    parser.close()
+    return parser.sections, parser.tags
+
+
+def text_rows(text: str) -> Sections:
+    """``genesis-fp16 status``'s sections: a title line, then ``  label: value`` lines."""
+    sections: Sections = []
+    for line in text.splitlines():
+        if not line.startswith("  "):
+            sections.append((line, []))
+            continue
+        label, _, value = line.strip().partition(":")
+        sections[-1][1].append((label, value.strip()))
+    return sections
+
+
+_RELATIVE = re.compile(r" \((in \d[^)]*|\d[^)]* ago)\)")
+
+
+def steady(sections: Sections) -> Sections:
+    """The rows without what moves between two reads: relative times and the uptime."""
+    return [
+        (title, [(label, _RELATIVE.sub("", value)) for label, value in rows if label != "up"])
+        for title, rows in sections
+    ]
