@@ -276,6 +276,10 @@ BLOCKS: dict[tuple[str, str], Plan] = {
     ("docs/operations.md", "sudo python3 -m venv /tmp/genesis-fp16-build"): Covered(
         "tests/test_packaging.py::test_unit_install_lines_are_the_runbooks", _UNIT
     ),
+    ("docs/operations.md", "daemon"): Covered(
+        "tests/genesis_fp16/test_status_page.py::test_status_text_and_the_page_show_the_same_rows",
+        "output sample of `genesis-fp16 status` beside a real daemon (its pid and times vary)",
+    ),
     ("docs/operations.md", "sudo mkdir -p /etc/systemd/system/genesis-fp16.service.d"): Skip(
         "needs root and systemd", "a drop-in for a running unit; the unit passes systemd-analyze"
     ),
