@@ -500,3 +500,27 @@ def test_resume_on_an_empty_folder_says_it_trains_from_scratch(tmp_path: Path) -
         "fp32",
     )
     assert again.returncode == 0 and "from scratch" not in again.stderr, again.stderr
+
+
+def test_train_bounds_the_model_history_and_names_the_gates_tolerance(tmp_path: Path) -> None:
+    """Four `train --resume` runs, each on a grown pool, with a history of 1 and rejected
+    candidates kept 0 days: at most the served model and one earlier are left (the
+    daemon's bounds, issue 51), and the text summary gives the gate's verdict with its
+    tolerance, never a bare δ."""
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    (pool / "se_darwin.json").write_text(json.dumps(generate_pool(200, seed=4)))
+    env = {"GENESIS_FP16_SERVED_HISTORY_KEEP": "1", "GENESIS_FP16_REJECTED_KEEP_DAYS": "0"}
+    common = ("train", "se_darwin", "--precision", "fp32", "--data", str(pool),
+              "--checkpoint-dir", str(tmp_path / "ck"), "--resume",
+              "--option", "max_epochs=1")  # fmt: skip
+    for n in range(4):
+        (pool / f"grow{n}.json").write_text(
+            json.dumps(generate_pool(60, seed=40 + n, agent=f"qa{n}"))
+        )
+        text = _cli(tmp_path, *common, env=env)
+        assert text.returncode == 0, text.stderr
+    assert "gate: " in text.stdout and "tolerance " in text.stdout, text.stdout
+    assert "δ" not in text.stdout
+    kept = list((tmp_path / "ck" / "candidates").iterdir())
+    assert len(kept) <= 2, [p.name for p in kept]
