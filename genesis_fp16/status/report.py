@@ -29,7 +29,12 @@ from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.metrics.last_run import LastRun, LastRunUnreadable, load_last_run
 from genesis_fp16.metrics.last_success import LastSuccessStore, LastSuccessUnreadable
 from genesis_fp16_infrastructure.atomic import UnusableStateFile, read_state_text
-from genesis_fp16_infrastructure.served import newest_checkpoint, pointer_path
+from genesis_fp16_infrastructure.served import (
+    REPAIR,
+    aside_path,
+    newest_checkpoint,
+    pointer_path,
+)
 
 # Bounds that keep the page small whatever the state folder holds.
 MAX_AGENTS = 100
@@ -174,6 +179,9 @@ def read_served(paths: AgentPaths) -> ServedModel | None:
     path = pointer_path(paths.checkpoint_dir)
     try:
         text = read_state_text(path, POINTER_BYTES)
+        if text is None and aside_path(paths.checkpoint_dir).exists():
+            repair = REPAIR.replace("AGENT", paths.root.name)
+            return ServedModel(error=_cut(f"served-model pointer unusable, set aside: {repair}"))
         if text is None:
             return _newest_checkpoint(paths)
         data = json.loads(text)
