@@ -119,6 +119,8 @@ def test_a_usable_newer_checkpoint_beside_the_served_one_is_never_loaded(
     its eval), not the planted one."""
     good = train(pool, tmp_path / "ck", steps=None)
     assert good.checkpoint is not None
+    verdict = json.loads((good.checkpoint.parent / "verdict.json").read_text())
+    assert verdict["candidate"]["auc"] == good.eval["auc"]  # the first model's, not "-"
     state = load_checkpoint(good.checkpoint)
     state["step"] = int(state["step"]) + 1
     state["model"] = {k: v + 0.5 for k, v in state["model"].items()}  # another model
