@@ -31,8 +31,10 @@ from genesis_fp16_infrastructure.served import (
     CANDIDATE_META,
     VERDICT_NAME,
     ServedPointerError,
+    aside_path,
     candidates_dir,
     list_candidates,
+    pointer_path,
     read_json,
 )
 from genesis_fp16_infrastructure.served_repair import (
@@ -76,6 +78,13 @@ def run(args: argparse.Namespace) -> int:
         folder = paths.checkpoint_dir
         if args.action == "list":
             return list_models(folder, agent, as_json)
+        if not any(p.exists() for p in (candidates_dir(folder), pointer_path(folder))) and not (
+            aside_path(folder).exists()
+        ):
+            raise UsageError(
+                f"{agent}: no served-model pointer or candidate in {folder}: the agent has "
+                "no promotion gate (it serves its newest checkpoint) or has trained nothing yet"
+            )
         if args.action == "promote":
             answer = _promote(folder, agent, str(args.id))
         elif args.action == "rollback":

@@ -98,3 +98,19 @@ def test_an_unusable_pointer_is_listed_repaired_and_named_by_status(
     (folder / "served.json").rename(folder / "served.json.unusable")  # as the daemon sets it aside
     status = _cli(tmp_path, "status")
     assert "unusable" in status.stdout and "model promote se_darwin ID" in status.stdout
+
+
+def test_an_agent_without_a_gate_or_a_name_unknown_is_one_line_and_exit_2(
+    tmp_path: Path,
+) -> None:
+    """`model rollback rlhf_ppo` (no gate) and `model list nope` (no such agent): one line
+    on stderr and exit code 2; `model list rlhf_ppo` before any run says it has no gate."""
+    for args, words in (
+        (("rollback", "rlhf_ppo"), "no promotion gate"),
+        (("list", "nope"), "unknown agent 'nope'"),
+    ):
+        done = _cli(tmp_path, "model", *args)
+        assert done.returncode == 2 and words in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+    listed = _cli(tmp_path, "model", "list", "rlhf_ppo")
+    assert listed.returncode == 0 and "no promotion gate" in listed.stdout
