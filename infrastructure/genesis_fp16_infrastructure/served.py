@@ -93,7 +93,7 @@ def read_pointer(folder: Path) -> ServedPointer | None:
     if not path.exists() and not path.is_symlink() and aside_path(folder).exists():
         raise ServedPointerError(
             f"served-model pointer {str(path)!r} was set aside as unusable "
-            f"({str(aside_path(folder))!r}); {REPAIR}"
+            f"({str(aside_path(folder))!r}); {repair_hint(folder)}"
         )
     return parse_pointer(path)
 
@@ -105,22 +105,22 @@ def parse_pointer(path: Path) -> ServedPointer | None:
         return None
     except (OSError, ValueError) as exc:
         raise ServedPointerError(
-            f"served-model pointer {str(path)!r} unreadable: {exc}; {REPAIR}"
+            f"served-model pointer {str(path)!r} unreadable: {exc}; {repair_hint(path.parent)}"
         ) from None
     if not isinstance(data, dict) or data.get("version") != POINTER_VERSION:
         raise ServedPointerError(
             f"served-model pointer {str(path)!r} is not version {POINTER_VERSION} "
             f"(found {data.get('version') if isinstance(data, dict) else type(data).__name__!r}); "
-            f"{REPAIR}"
+            f"{repair_hint(path.parent)}"
         )
     served, history = data.get("served"), data.get("history", [])
     if not isinstance(served, dict) or not isinstance(served.get("checkpoint"), str):
         raise ServedPointerError(
-            f"served-model pointer {str(path)!r} names no checkpoint; {REPAIR}"
+            f"served-model pointer {str(path)!r} names no checkpoint; {repair_hint(path.parent)}"
         )
     if not isinstance(history, list):
         raise ServedPointerError(
-            f"served-model pointer {str(path)!r}: history is not a list; {REPAIR}"
+            f"served-model pointer {str(path)!r}: history is not a list; {repair_hint(path.parent)}"
         )
     pinned = data.get("pinned")
     return ServedPointer(
@@ -140,9 +140,17 @@ def served_checkpoint(folder: Path) -> Path | None:
     if not path.is_file():
         raise ServedPointerError(
             f"served-model pointer {str(pointer_path(folder))!r} names {str(path)!r}, "
-            f"which is not there; {REPAIR}"
+            f"which is not there; {repair_hint(folder)}"
         )
     return path
+
+
+def repair_hint(folder: Path) -> str:
+    """The commands that repair the pointer of ``folder``, naming its agent where the
+    folder is a state folder's (``<state>/agents/<agent>/checkpoints``)."""
+    folder = Path(folder)
+    agent = folder.parent.name if folder.name == "checkpoints" else "AGENT"
+    return REPAIR.replace("AGENT", agent)
 
 
 def aside_path(folder: Path) -> Path:
