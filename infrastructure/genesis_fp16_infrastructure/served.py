@@ -389,6 +389,9 @@ def _prune_locked(folder: Path, keep_served: int, rejected_days: float) -> list[
         kept_ids = {str(e.get("id")) for e in [pointer.served, *pointer.history]}
     cutoff = time.time() - rejected_days * 86400
     removed = []
+    for stale in Path(folder).glob(".up-to-date-*"):  # an up-to-date run killed mid-eval
+        if stale.is_dir() and _last_write(stale) < time.time() - UNFINISHED_MIN_DAYS * 86400:
+            shutil.rmtree(stale, ignore_errors=True)
     for candidate in list_candidates(folder):
         verdict = read_json(candidate / VERDICT_NAME)
         if candidate.name in kept_ids:

@@ -4,6 +4,8 @@ named, and repaired from the candidates' own records; the operator's pin and unp
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from genesis_fp16_infrastructure.served import (
     ServedPointerError,
     aside_path,
     pointer_path,
+    prune,
     read_pointer,
     serve,
     served_checkpoint,
@@ -131,3 +134,17 @@ def test_a_usable_rollback_pins_and_unpin_lifts_the_pin(folder: Path) -> None:
     assert (verdict["outcome"], verdict["gate_outcome"]) == ("rolled_back", "promoted")
     pointer = unpin(folder)
     assert pointer is not None and pointer.served["id"] == "a" and pointer.pinned is None
+
+
+def test_prune_removes_a_killed_up_to_date_runs_folder_after_a_day(folder: Path) -> None:
+    """The linked folder of an up-to-date run killed mid-eval goes once untouched for a
+    day; a fresh one (a run now) stays."""
+    old, new = folder / ".up-to-date-old", folder / ".up-to-date-new"
+    for path in (old, new):
+        path.mkdir()
+        (path / "ckpt-0000000010.pt").write_bytes(b"weights")
+    two_days_ago = time.time() - 2 * 86400
+    for path in (old / "ckpt-0000000010.pt", old):
+        os.utime(path, (two_days_ago, two_days_ago))
+    prune(folder, keep_served=5, rejected_days=7)
+    assert not old.exists() and new.is_dir()
