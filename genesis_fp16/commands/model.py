@@ -1,12 +1,19 @@
-"""`genesis-fp16 model list|promote|rollback AGENT`: which model Genesis is served.
+"""`genesis-fp16 model list|promote|rollback|unpin AGENT`: which model Genesis is served.
 
 ``list`` shows the served model, the ones served before it (newest first) and every
-candidate kept: its data fingerprint, records, precision, gate scores and time.
-``promote AGENT ID`` serves a kept candidate (the gate is bypassed: the operator
-decides); ``rollback AGENT`` serves the model served before the current one. Both
-rewrite the pointer (``served.json`` in the agent's checkpoint folder) atomically: the
-prediction API and a running daemon load the new model at their next load or run, and
-the choice survives a restart. The same data does not train a rolled-back model again.
+candidate kept: its data fingerprint, records, precision, gate scores and time. Agents
+without a promotion gate (rlhf_ppo, plugins) serve their newest checkpoint: ``list``
+shows it, and says that they have no gate. ``promote AGENT ID`` serves a kept candidate
+(the gate is bypassed: the operator decides); ``rollback AGENT`` serves the model served
+before the current one. Both pin the served model: the daemon's gate then reports a
+better candidate (verdict ``held``) instead of serving it, and never trains the same data
+again to replace it, until ``unpin AGENT``. Both rewrite the pointer (``served.json`` in
+the agent's checkpoint folder) atomically, under its lock: the prediction API and a
+running daemon load the new model at their next load or run, and the choice survives a
+restart. A pointer that is unusable (set aside as ``served.json.unusable``) is repaired by
+either: ``promote`` from the candidate's own records, ``rollback`` from the old
+pointer's history or else the newest candidate the gate promoted. ``--json`` prints one
+JSON object, ``{"error": ...}`` with exit code 2 on failure.
 """
 
 from __future__ import annotations
@@ -18,53 +25,88 @@ from typing import Any
 
 from genesis_fp16.agent_state import agent_paths
 from genesis_fp16.cli import UsageError
+from genesis_fp16.commands.model_list import list_models
+from genesis_fp16.plugins import known_agent_names
 from genesis_fp16_infrastructure.served import (
     CANDIDATE_META,
     VERDICT_NAME,
     ServedPointerError,
-    candidate_entry,
     candidates_dir,
     list_candidates,
-    newest_checkpoint,
     read_json,
-    read_pointer,
-    rollback,
-    serve,
+)
+from genesis_fp16_infrastructure.served_repair import (
+    operator_pin,
+    roll_back_by_hand,
+    serve_by_hand,
+    served_entry,
+    unpin,
 )
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "model", help="list, promote or roll back an agent's served model", description=__doc__
+        "model",
+        help="list, promote, roll back or unpin an agent's served model",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    listing = actions.add_parser("list", help="served, earlier and candidate models")
-    listing.add_argument("agent", metavar="AGENT")
-    listing.add_argument("--json", action="store_true", help="print JSON")
-    promote = actions.add_parser("promote", help="serve a kept candidate by its id")
-    promote.add_argument("agent", metavar="AGENT")
-    promote.add_argument("id", metavar="ID", help="a candidate id from `model list`")
-    back = actions.add_parser("rollback", help="serve the model served before this one")
-    back.add_argument("agent", metavar="AGENT")
+    for action, text in (
+        ("list", "served, earlier and candidate models (newest checkpoint: no gate)"),
+        ("promote", "serve a kept candidate by its id, and pin it"),
+        ("rollback", "serve the model served before this one, and pin it"),
+        ("unpin", "let the daemon's gate replace the served model again"),
+    ):
+        sub = actions.add_parser(action, help=text)
+        sub.add_argument("agent", metavar="AGENT")
+        if action == "promote":
+            sub.add_argument("id", metavar="ID", help="a candidate id from `model list`")
+        sub.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    agent = str(args.agent)
-    folder = agent_paths(agent).checkpoint_dir
+    agent, as_json = str(args.agent), bool(args.json)
     try:
+        paths = agent_paths(agent)
+        known = known_agent_names()
+        if agent not in known and not paths.root.exists():  # a typo, not an agent without state
+            raise UsageError(f"unknown agent {agent!r}; known agents: {', '.join(known) or 'none'}")
+        folder = paths.checkpoint_dir
         if args.action == "list":
-            return _list(folder, agent, bool(args.json))
+            return list_models(folder, agent, as_json)
         if args.action == "promote":
-            return _promote(folder, agent, str(args.id))
-        served = rollback(folder)
+            answer = _promote(folder, agent, str(args.id))
+        elif args.action == "rollback":
+            served, repaired = roll_back_by_hand(folder, operator_pin("model rollback"))
+            fixed = " (the unusable pointer is replaced)" if repaired else ""
+            answer = {
+                "agent": agent,
+                "served": served["id"],
+                "pinned": True,
+                "repaired": repaired,
+                "message": f"{agent}: serving {served['id']} again (rolled back, pinned){fixed}",
+            }
+        else:
+            answer = _unpin(folder, agent)
     except ServedPointerError as exc:
-        raise UsageError(str(exc)) from None
-    print(f"{agent}: serving {served['id']} again (rolled back)")
+        return _fail(as_json, f"{agent}: {exc}")
+    except UsageError as exc:
+        return _fail(as_json, str(exc))
+    print(json.dumps(answer, indent=2) if as_json else answer["message"])
     return 0
 
 
-def _promote(folder: Path, agent: str, ident: str) -> int:
+def _fail(as_json: bool, message: str) -> int:
+    """One line on stderr (``{"error": ...}`` on stdout with --json), exit code 2."""
+    if not as_json:
+        raise UsageError(message)
+    print(json.dumps({"error": message}))
+    return 2
+
+
+def _promote(folder: Path, agent: str, ident: str) -> dict[str, Any]:
     candidate = candidates_dir(folder) / ident
     if "/" in ident or not (candidate / CANDIDATE_META).is_file():
         known = ", ".join(c.name for c in list_candidates(folder)) or "none"
@@ -72,65 +114,42 @@ def _promote(folder: Path, agent: str, ident: str) -> int:
     verdict = read_json(candidate / VERDICT_NAME)
     if verdict is None:
         raise UsageError(f"{agent}: candidate {ident!r} has not finished training")
-    checkpoint = newest_checkpoint(candidate)
-    if checkpoint is None:
+    entry = served_entry(folder, candidate)
+    if entry is None:
         raise UsageError(f"{agent}: candidate {ident!r} holds no checkpoint")
-    entry = candidate_entry(folder, candidate, checkpoint)
-    split = newest_checkpoint(candidate / "split") if (candidate / "split").is_dir() else None
-    if split is not None:  # final_fit=whole: the gate judges the split run's model
-        entry["judged"] = str(split.resolve().relative_to(folder.resolve()))
-    serve(folder, entry, "manual")
-    print(f"{agent}: serving {ident} (promoted by hand; gate verdict was {verdict.get('outcome')})")
-    return 0
+    repaired = serve_by_hand(folder, entry, operator_pin("model promote"))
+    gate = verdict.get("gate_outcome") or verdict.get("outcome")
+    fixed = "; the unusable pointer is replaced" if repaired else ""
+    return {
+        "agent": agent,
+        "served": ident,
+        "pinned": True,
+        "repaired": repaired,
+        "gate_verdict": gate,
+        "message": f"{agent}: serving {ident} (promoted by hand and pinned; the gate's "
+        f"verdict on it: {gate}){fixed}",
+    }
 
 
-def _list(folder: Path, agent: str, as_json: bool) -> int:
-    pointer = read_pointer(folder)
-    served_id = pointer.served.get("id") if pointer else None
-    earlier = [h.get("id") for h in pointer.history] if pointer else []
-    rows = []
-    for candidate in reversed(list_candidates(folder)):
-        meta = read_json(candidate / CANDIDATE_META) or {}
-        verdict = read_json(candidate / VERDICT_NAME) or {}
-        scores = verdict.get("candidate") or {}
-        rows.append(
-            {
-                "id": candidate.name,
-                "served": candidate.name == served_id,
-                "previous": earlier.index(candidate.name) + 1
-                if candidate.name in earlier
-                else None,
-                "verdict": verdict.get("outcome", "training"),
-                "fingerprint": meta.get("fingerprint"),
-                "records": meta.get("records"),
-                "precision": verdict.get("precision"),
-                "auc": scores.get("auc"),
-                "log_loss": scores.get("log_loss"),
-                "trained_at": meta.get("created_at"),
-                "reason": verdict.get("reason"),
-            }
-        )
-    if as_json:
-        print(json.dumps({"agent": agent, "served": served_id, "models": rows}, indent=2))
-        return 0
-    if not rows:
-        print(f"{agent}: no model trained yet ({folder})")
-        return 0
-    print(f"{'ID':<28} {'STATE':<12} {'RECORDS':>7} {'PREC':<5} {'AUC':>6} {'LOGLOSS':>7}  TRAINED")
-    for row in rows:
-        state = (
-            "SERVED"
-            if row["served"]
-            else f"previous-{row['previous']}"
-            if row["previous"]
-            else row["verdict"]
-        )
-        print(
-            f"{row['id']:<28} {state:<12} {row['records'] or '-':>7} {row['precision'] or '-':<5} "
-            f"{_num(row['auc']):>6} {_num(row['log_loss']):>7}  {row['trained_at'] or '-'}"
-        )
-    return 0
-
-
-def _num(value: Any) -> str:
-    return "-" if value is None else f"{float(value):.3f}"
+def _unpin(folder: Path, agent: str) -> dict[str, Any]:
+    pointer = unpin(folder)
+    if pointer is None:
+        raise UsageError(f"{agent}: no model served: nothing to unpin")
+    held = [
+        c.name
+        for c in list_candidates(folder)
+        if (read_json(c / VERDICT_NAME) or {}).get("outcome") == "held"
+    ]
+    hint = (
+        f"; held by the pin: {', '.join(held)} (`genesis-fp16 model promote {agent} ID` serves one)"
+        if held
+        else ""
+    )
+    return {
+        "agent": agent,
+        "served": pointer.served.get("id"),
+        "pinned": False,
+        "held": held,
+        "message": f"{agent}: {pointer.served.get('id')} served, not pinned: the daemon's "
+        f"gate may replace it with a candidate of new data{hint}",
+    }

@@ -253,7 +253,23 @@ def _run_owned(
         if args.json_progress and main:  # the daemon exports them live (launcher reads these)
             request = replace(request, on_diagnostics=print_diagnostics)
         with kubeflow.report_progress(os.environ, request, main, stop.is_set) as request:
-            return _train(args, plugin, request, main, bar, tracker)
+            code = _train(args, plugin, request, main, bar, tracker)
+        if settings is not None and main and _holds_models(Path(request.checkpoint_dir)):
+            _prune(Path(request.checkpoint_dir), settings)  # the daemon's bounds, here too
+        return code
+
+
+def _prune(folder: Path, settings: Settings) -> None:
+    """Bound the model history as the daemon does after each run (served.prune)."""
+    from genesis_fp16_infrastructure.served import ServedPointerError, prune
+
+    try:
+        removed = prune(folder, settings.served_history_keep, settings.rejected_keep_days)
+    except (ServedPointerError, OSError) as exc:
+        log.warning("model history not pruned: %s", exc)
+        return
+    for path in removed:
+        log.info("model history: removed candidate %s", path.name)
 
 
 def _flags(args: argparse.Namespace) -> dict[str, str]:

@@ -115,8 +115,26 @@ def describe(out: dict[str, Any]) -> str:
         f"{_number(out['wall_seconds'], '.1f')}s\n"
         f"  eval: {metrics}\n"
         f"  checkpoint: {out['checkpoint']}  quarantined: {out['quarantined']}"
+        + _describe_gate(out.get("gate"))
         + _describe_tracking(out.get("tracking"))
     )
+
+
+def _describe_gate(gate: dict[str, Any] | None) -> str:
+    """The promotion gate's verdict and its first set's figures, e.g. ``gate: promoted
+    (held_out: AUC 0.924 vs served 0.920, tolerance 0.020)``: the tolerance is the margin
+    the candidate was held to, not the difference."""
+    if not isinstance(gate, dict) or not gate.get("outcome"):
+        return ""
+    line = f"\n  gate: {gate['outcome']}"
+    first = next(iter(gate.get("comparisons") or ()), None)
+    if isinstance(first, dict) and first.get("candidate") and first.get("served"):
+        line += (
+            f" ({first.get('set')}: AUC {_number(first['candidate'].get('auc'), '.3f')} vs "
+            f"served {_number(first['served'].get('auc'), '.3f')}, tolerance "
+            f"{_number(first.get('delta_auc'), '.3f')})"
+        )
+    return line + (f": {gate['reason']}" if gate.get("reason") else "")
 
 
 def _describe_tracking(tracking: dict[str, Any] | None) -> str:

@@ -16,7 +16,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 # Every file name reported here (the metric's ``file`` label, created at 0 per agent).
-STATE_FILES = ("last_success", "precision_state", "sample_data_marker", "probe_result")
+STATE_FILES = (
+    *("last_success", "precision_state", "sample_data_marker", "probe_result"),
+    "served_pointer",  # served.json, set aside as served.json.unusable
+)
 
 _listeners: list[Callable[[str, str], None]] = []
 

@@ -17,6 +17,7 @@ Writing it never fails a run: an error is logged and the run's outcome stands.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -57,6 +58,7 @@ class LastRun:
     reason: str
     source: str
     steps: int | None
+    eval: dict[str, float] | None = None  # the run's eval figures (`model list` shows them)
 
 
 def last_run_path(paths: AgentPaths) -> Path:
@@ -109,6 +111,12 @@ def from_result(
         reason=_short(result_reason(result)),
         source=source,
         steps=result.steps,
+        eval={
+            k: float(v)
+            for k, v in list(result.eval.items())[:12]
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        }
+        or None,
     )
 
 

@@ -47,6 +47,20 @@ class PromotionMetrics:
             "stays), 0 when it was promoted.",
             ("agent",),
         )
+        self.pinned = gauge(
+            "served_model_pinned",
+            "1 while an operator's `model promote`/`model rollback` pins the served model "
+            "(the gate then holds better candidates instead of serving them), else 0; as "
+            "of the agent's last scheduled run.",
+            ("agent",),
+        )
+        self.pointer_unusable = gauge(
+            "served_pointer_unusable",
+            "1 while the agent's served-model pointer is unusable (unreadable, another "
+            "version, or naming a missing checkpoint: set aside, nothing served until "
+            "`model promote`/`model rollback` repairs it), else 0.",
+            ("agent",),
+        )
         self.state_bytes = gauge(
             "agent_state_bytes",
             "Bytes of the agent's checkpoint folder (served, kept and rejected models).",

@@ -27,6 +27,7 @@ from genesis_fp16.runs.job_state import Run
 from genesis_fp16.runs.launcher import RunStopped
 from genesis_fp16.runs.planning import plan_run
 from genesis_fp16.runs.recording import record_failure, record_result, record_start, record_stopped
+from genesis_fp16.runs.served_pointer import check_served_pointer
 from genesis_fp16.runs.supervising import execute_run
 from genesis_fp16_infrastructure.plugin_api import AgentPlugin
 
@@ -71,6 +72,7 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
     structlog.contextvars.bind_contextvars(agent=agent, run_id=run.id)
     try:
         # Inside the try: an unreadable state file while planning is a counted failed run.
+        check_served_pointer(ctx, agent)  # an unusable one set aside: refused, degraded
         plan = plan_run(run, plugin, device)
         record_start(run)
         result = execute_run(run, plugin, plan.request)

@@ -108,8 +108,24 @@ def read_resume_point(checkpoint_dir: Path) -> ResumePoint:
         served = served_checkpoint(checkpoint_dir)
         folder, error = (checkpoint_dir if served is None else served.parent), None
     except ServedPointerError as exc:
-        folder, error = checkpoint_dir, str(exc)
+        served, folder, error = None, checkpoint_dir, str(exc)
     # The checkpoint module imports torch; a caller that asks no resume point never pays.
     from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 
+    if served is not None:  # the file the pointer names, never a newer one beside it
+        return ResumePoint(folder, error, _summary_of(served))
     return ResumePoint(folder, error, CheckpointManager(folder).latest_summary())
+
+
+def _summary_of(path: Path) -> Mapping[str, Any] | None:
+    """The summary of one checkpoint file: its summary file, else the file read."""
+    from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, load_checkpoint
+    from genesis_fp16_infrastructure.training.checkpoint_files import read_summary, summarize
+
+    summary = read_summary(path)
+    if summary is not None:
+        return summary
+    try:
+        return summarize(load_checkpoint(path))
+    except (CheckpointError, OSError):
+        return None

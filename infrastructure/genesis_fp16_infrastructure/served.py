@@ -45,11 +45,15 @@ from genesis_fp16_infrastructure.atomic import write_json_atomic
 POINTER_NAME = "served.json"
 POINTER_LOCK = "served.json.lock"  # the flock every writer of the pointer holds
 POINTER_VERSION = 1
+ASIDE_NAME = "served.json.unusable"  # an unusable pointer, set aside until a repair
+REPAIR = "`genesis-fp16 model promote AGENT ID` or `genesis-fp16 model rollback AGENT` repairs it"
 CANDIDATES_FOLDER = "candidates"
 CANDIDATE_META = "candidate.json"
 VERDICT_NAME = "verdict.json"
 UNFINISHED_MIN_DAYS = 1.0  # an unfinished candidate untouched this long is pruned
-VERDICTS = ("promoted", "rejected", "undecided", "rolled_back")
+# held: the gate would promote it, but the operator pinned the served model (a pin reports
+# a better candidate and leaves the choice to the operator: ``model promote``).
+VERDICTS = ("promoted", "rejected", "undecided", "rolled_back", "held")
 _CHECKPOINT_NAME = re.compile(r"^ckpt-(\d{10})\.pt$")  # CheckpointManager's, without torch
 
 
@@ -86,22 +90,38 @@ def read_pointer(folder: Path) -> ServedPointer | None:
     A pointer that exists but cannot be read raises :class:`ServedPointerError`: a served
     model is never guessed."""
     path = pointer_path(folder)
+    if not path.exists() and not path.is_symlink() and aside_path(folder).exists():
+        raise ServedPointerError(
+            f"served-model pointer {str(path)!r} was set aside as unusable "
+            f"({str(aside_path(folder))!r}); {REPAIR}"
+        )
+    return parse_pointer(path)
+
+
+def parse_pointer(path: Path) -> ServedPointer | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise ServedPointerError(f"served-model pointer {str(path)!r} unreadable: {exc}") from None
+        raise ServedPointerError(
+            f"served-model pointer {str(path)!r} unreadable: {exc}; {REPAIR}"
+        ) from None
     if not isinstance(data, dict) or data.get("version") != POINTER_VERSION:
         raise ServedPointerError(
             f"served-model pointer {str(path)!r} is not version {POINTER_VERSION} "
-            f"(found {data.get('version') if isinstance(data, dict) else type(data).__name__!r})"
+            f"(found {data.get('version') if isinstance(data, dict) else type(data).__name__!r}); "
+            f"{REPAIR}"
         )
     served, history = data.get("served"), data.get("history", [])
     if not isinstance(served, dict) or not isinstance(served.get("checkpoint"), str):
-        raise ServedPointerError(f"served-model pointer {str(path)!r} names no checkpoint")
+        raise ServedPointerError(
+            f"served-model pointer {str(path)!r} names no checkpoint; {REPAIR}"
+        )
     if not isinstance(history, list):
-        raise ServedPointerError(f"served-model pointer {str(path)!r}: history is not a list")
+        raise ServedPointerError(
+            f"served-model pointer {str(path)!r}: history is not a list; {REPAIR}"
+        )
     pinned = data.get("pinned")
     return ServedPointer(
         served,
@@ -120,9 +140,13 @@ def served_checkpoint(folder: Path) -> Path | None:
     if not path.is_file():
         raise ServedPointerError(
             f"served-model pointer {str(pointer_path(folder))!r} names {str(path)!r}, "
-            "which is not there; `genesis-fp16 model list` shows what is"
+            f"which is not there; {REPAIR}"
         )
     return path
+
+
+def aside_path(folder: Path) -> Path:
+    return Path(folder) / ASIDE_NAME
 
 
 def write_pointer(folder: Path, pointer: ServedPointer) -> None:
@@ -239,7 +263,11 @@ def rollback(
     candidate = (Path(folder) / dropped["checkpoint"]).parent
     if (candidate / CANDIDATE_META).is_file():
         old = read_json(candidate / VERDICT_NAME) or {}
-        write_verdict(candidate, {**old, **(verdict or {}), "outcome": "rolled_back"})
+        gate_outcome = old.get("gate_outcome", old.get("outcome"))  # what the gate said
+        write_verdict(
+            candidate,
+            {**old, **(verdict or {}), "outcome": "rolled_back", "gate_outcome": gate_outcome},
+        )
     return after.served
 
 

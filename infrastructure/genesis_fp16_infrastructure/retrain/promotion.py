@@ -4,16 +4,18 @@ A run never trains in the served model's folder. :func:`plan_candidate` decides,
 served-model pointer (genesis_fp16_infrastructure.served) and the candidates kept beside it:
 
 * a candidate of this data (same data digest, same request) cut short earlier: resume it;
-* a judged candidate of this data that is served, rejected or rolled back from: the run
-  is up to date against it, no step (one promoted once but no longer served, the data
-  having come back to its records, trains anew) (an explicit steps/epochs budget always trains: the
-  forced run);
+* a judged candidate of this data that is served, rejected, rolled back from or held by
+  a pin: the run is up to date against it, no step (one promoted once but no longer
+  served, the data having come back to its records, trains anew, unless the served model
+  is pinned) (an explicit steps/epochs budget always trains: the forced run);
 * otherwise a new candidate folder: from scratch on changed data (an encoder fitted on
   the whole pool), or continuing the served model's checkpoint (a copy) when the data
   is the served model's own and a budget was asked.
 
 :func:`judge` then runs the gate (genesis_fp16_infrastructure.retrain.gate) and promotes,
 rejects, or fails loudly when it cannot decide. The first model has nothing to beat and is served.
+Under an operator's pin (``model promote``/``model rollback``) a candidate the gate would
+promote is ``held``: its verdict and figures are kept and reported, the pinned model stays.
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ class Served:
     entry: Mapping[str, Any]
     checkpoint: Path
     judged: Path
+    pinned: Mapping[str, Any] | None = None  # the operator's pin: the gate only reports
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,8 @@ def served_model(root: Path) -> Served | None:
     if pointer is None or checkpoint is None:
         return _adopt(root)
     judged = Path(root) / str(pointer.served.get("judged") or pointer.served["checkpoint"])
-    return Served(pointer.served, checkpoint, judged if judged.is_file() else checkpoint)
+    chosen = judged if judged.is_file() else checkpoint
+    return Served(pointer.served, checkpoint, chosen, pointer.pinned)
 
 
 def _adopt(root: Path) -> Served | None:
@@ -177,12 +181,15 @@ def plan_candidate(
                 # The served model waits for the run's end (Plan.compared_to_served).
                 unread = served.judged if served is not None else None
                 return Plan(candidate, saved, None, loaded=loaded, served_unread=unread)
-            # Judged and not served (rejected, rolled back): up to date against it. A
-            # promoted one no longer served (the data came back to its records) trains anew.
+            # Judged and not served (rejected, rolled back, held by a pin): up to date
+            # against it. A promoted one no longer served (the data came back to its
+            # records) trains anew, unless the operator pinned the served model: a pin
+            # is never undone by training the same data again.
             outcome = verdict.get("outcome") if verdict is not None else None
             served_id = served.entry.get("id") if served is not None else None
-            judged = outcome in ("rejected", "rolled_back") or (
-                outcome == "promoted" and candidate.name == served_id
+            pinned = served is not None and served.pinned is not None
+            judged = outcome in ("rejected", "rolled_back", "held") or (
+                outcome == "promoted" and (candidate.name == served_id or pinned)
             )
             if judged and own_budget:
                 judged_one = (candidate, outcome, verdict)
@@ -269,7 +276,15 @@ def judge(
         "candidate": _first_scores(verdict, "candidate"),
         "served": _first_scores(verdict, "served"),
         "served_id": served.entry.get("id") if served is not None else None,
+        "checkpoint": Path(checkpoint).name,  # the file served if promoted (a repair's)
     }
+    if served is None and record["candidate"] is None:  # the first model: its run's figures
+        figures = {"auc": result.eval.get("auc"), "log_loss": result.eval.get("success_bce")}
+        record["candidate"] = {"set": "its run's evaluation", **figures}
+    if verdict.promote and served is not None and served.pinned is not None:
+        # The operator pinned the served model: the gate's figures are reported, and the
+        # choice stays the operator's (`genesis-fp16 model promote AGENT ID`).
+        record.update(outcome="held", reason=f"pinned: {verdict.reason}")
     write_verdict(candidate, record)
     verdict_record = {**record, "candidate_id": candidate.name}
     extra = {**result.extra, "gate": verdict_record}
@@ -280,6 +295,14 @@ def judge(
             f"promotion gate: {verdict.reason}; the served model stays, candidate kept in "
             f"{candidate}"
         )
+    if record["outcome"] == "held":
+        logger.warning(
+            "%s: candidate %s held, not served: the served model is pinned (%s)",
+            request.agent,
+            candidate.name,
+            verdict.reason,
+        )
+        return result
     if not verdict.promote:
         logger.warning(
             "%s: candidate %s rejected: %s", request.agent, candidate.name, verdict.reason

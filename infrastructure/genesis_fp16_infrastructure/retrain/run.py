@@ -7,10 +7,13 @@ the precision probe the same world model, loss and batches."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import os
+import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +57,8 @@ from genesis_fp16_infrastructure.retrain.task import (
     read_pool,
 )
 from genesis_fp16_infrastructure.training import CheckpointManager, fit
+from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
+from genesis_fp16_infrastructure.training.checkpoint_load import Loaded, file_signature
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.world_model.model import (
     HEAD_MODULES,
@@ -243,15 +248,15 @@ def _up_to_date(
             seen=seen,
             agent=request.agent,
         )
-    with clock.phase("train"):
+    with clock.phase("train"), _only(plan.loaded, Path(request.checkpoint_dir)) as only:
         result = fit(
             task,
             request.fit_options(
                 steps=0,
                 epochs=None,
-                checkpoint_dir=served_folder,
+                checkpoint_dir=only[0],
                 resume=True,
-                loaded_checkpoint=plan.loaded,
+                loaded_checkpoint=only[1],
             ),
         )
     clock.move("train", "eval", task.eval_seconds)
@@ -279,6 +284,23 @@ def _up_to_date(
     )
     save_record(request, manifest, out, plan.served_checkpoint)
     return out
+
+
+@contextlib.contextmanager
+def _only(loaded: Loaded | None, root: Path) -> Iterator[tuple[Path, Loaded | None]]:
+    """A folder holding only the file the pointer names (a hard link, else a copy, and its
+    digest), so that the up-to-date run evaluates that model and never a newer file that
+    sits beside it in the candidate's folder (issue 51). Removed afterwards."""
+    assert loaded is not None  # an up-to-date plan read the served model
+    with tempfile.TemporaryDirectory(prefix=".up-to-date-", dir=root) as tmp:
+        for source in (loaded.path, digest_path(loaded.path), summary_path(loaded.path)):
+            if source.exists():
+                try:
+                    os.link(source, Path(tmp) / source.name)
+                except OSError:  # another file system, or no hard links there
+                    shutil.copy2(source, Path(tmp) / source.name)
+        link = Path(tmp) / loaded.path.name
+        yield Path(tmp), Loaded(loaded.state, link, file_signature(link))
 
 
 def probe_setup(data_path: Path | None, seed: int, agent: str) -> ProbeSetup:

@@ -1,0 +1,163 @@
+"""`genesis-fp16 model list AGENT`: the served model, those served before, the candidates.
+
+An agent with a promotion gate (se_darwin) keeps its models as candidates and a pointer
+naming the served one: each row is a candidate, with its state (``SERVED``, ``pinned``,
+``previous-N``, or the gate's verdict), records, precision, scores and time. A pointer
+that is unusable is said in one line above the rows, with the command that repairs it.
+An agent without a gate (rlhf_ppo, a plugin) serves its newest checkpoint: one row.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from genesis_fp16_infrastructure.served import (
+    CANDIDATE_META,
+    VERDICT_NAME,
+    ServedPointer,
+    ServedPointerError,
+    aside_path,
+    candidates_dir,
+    list_candidates,
+    newest_checkpoint,
+    pointer_path,
+    read_json,
+    served_checkpoint,
+)
+from genesis_fp16_infrastructure.served_repair import repairable_pointer
+
+
+def list_models(folder: Path, agent: str, as_json: bool) -> int:
+    gated = any(
+        p.exists() for p in (candidates_dir(folder), pointer_path(folder), aside_path(folder))
+    )
+    if not gated:
+        return _list_ungated(folder, agent, as_json)
+    try:
+        served_checkpoint(folder)
+        pointer, unusable = repairable_pointer(folder), None
+    except ServedPointerError as exc:
+        pointer, unusable = None, str(exc)
+    rows = _rows(folder, pointer)
+    if as_json:
+        answer = {
+            "agent": agent,
+            "gate": True,
+            "served": pointer.served.get("id") if pointer else None,
+            "pinned": pointer.pinned if pointer else None,
+            "pointer_error": unusable,
+            "models": rows,
+        }
+        print(json.dumps(answer, indent=2))
+        return 0
+    if unusable is not None:
+        print(
+            f"{agent}: the served-model pointer is unusable, nothing is served: {unusable}".replace(
+                "AGENT", agent
+            )
+        )
+    elif pointer is not None and pointer.pinned is not None:
+        pin = pointer.pinned
+        print(
+            f"{agent}: {pointer.served.get('id')} pinned by `{pin.get('by')}` at "
+            f"{pin.get('at')}: the gate reports better candidates (held), the operator "
+            f"serves them (`genesis-fp16 model unpin {agent}` lifts the pin)"
+        )
+    if not rows:
+        print(f"{agent}: no model trained yet ({folder})")
+        return 0
+    print(f"{'ID':<28} {'STATE':<12} {'RECORDS':>7} {'PREC':<5} {'AUC':>6} {'LOGLOSS':>7}  TRAINED")
+    for row in rows:
+        print(
+            f"{row['id']:<28} {row['state']:<12} {row['records'] or '-':>7} "
+            f"{row['precision'] or '-':<5} {_num(row['auc']):>6} {_num(row['log_loss']):>7}  "
+            f"{row['trained_at'] or '-'}"
+        )
+    return 0
+
+
+def _rows(folder: Path, pointer: ServedPointer | None) -> list[dict[str, Any]]:
+    served_id = pointer.served.get("id") if pointer else None
+    how = pointer.served.get("how") if pointer else None
+    earlier = [h.get("id") for h in pointer.history] if pointer else []
+    rows = []
+    for candidate in reversed(list_candidates(folder)):
+        meta = read_json(candidate / CANDIDATE_META) or {}
+        verdict = read_json(candidate / VERDICT_NAME) or {}
+        scores = verdict.get("candidate") or {}
+        outcome = verdict.get("outcome", "training")
+        served = candidate.name == served_id
+        if served:
+            state = "SERVED" if pointer is None or pointer.pinned is None else "SERVED,pinned"
+        elif candidate.name in earlier:
+            state = f"previous-{earlier.index(candidate.name) + 1}"
+        else:
+            state = outcome
+        rows.append(
+            {
+                "id": candidate.name,
+                "state": state,
+                "served": served,
+                "how": how if served else None,  # first, gate, manual, rollback
+                "previous": earlier.index(candidate.name) + 1
+                if candidate.name in earlier
+                else None,
+                "verdict": outcome,
+                "gate_verdict": verdict.get("gate_outcome", outcome),
+                "fingerprint": meta.get("fingerprint"),
+                "records": meta.get("records"),
+                "precision": verdict.get("precision"),
+                "auc": scores.get("auc"),
+                "log_loss": scores.get("log_loss"),
+                "trained_at": meta.get("created_at"),
+                "reason": verdict.get("reason"),
+            }
+        )
+    return rows
+
+
+def _list_ungated(folder: Path, agent: str, as_json: bool) -> int:
+    """An agent without a promotion gate: its newest checkpoint is what it serves."""
+    try:
+        newest = newest_checkpoint(folder) if folder.is_dir() else None
+    except OSError:
+        newest = None
+    row: dict[str, Any] | None = None
+    if newest is not None:
+        summary = read_json(Path(f"{newest}.json")) or {}
+        row = {
+            "checkpoint": newest.name,
+            "step": summary.get("step"),
+            "precision": summary.get("precision"),
+            "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(newest.stat().st_mtime)),
+            "eval": _last_eval(folder.parent),
+        }
+    if as_json:
+        print(json.dumps({"agent": agent, "gate": False, "newest": row}, indent=2))
+        return 0
+    if row is None:
+        print(f"{agent}: no checkpoint yet ({folder}); it has no promotion gate")
+        return 0
+    evaluated = ", ".join(f"{k} {_num(v)}" for k, v in (row["eval"] or {}).items()) or "-"
+    print(
+        f"{agent}: no promotion gate: serves its newest checkpoint {row['checkpoint']} "
+        f"(step {row['step']}, {row['precision'] or '-'}, written {row['written_at']}, "
+        f"eval {evaluated})"
+    )
+    return 0
+
+
+def _last_eval(agent_root: Path) -> dict[str, Any] | None:
+    """The eval figures the agent's last run reported (``last_run.json``), if it kept any."""
+    record = read_json(agent_root / "last_run.json") or {}
+    figures = record.get("eval")
+    if not isinstance(figures, dict):
+        return None
+    return {k: v for k, v in figures.items() if isinstance(v, int | float)} or None
+
+
+def _num(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.3f}"
