@@ -1,7 +1,9 @@
 """`genesis-fp16 model list|promote|rollback AGENT`: which model Genesis is served.
 
 ``list`` shows the served model, the ones served before it (newest first) and every
-candidate kept: its data fingerprint, records, precision, gate scores and time.
+candidate kept: its data fingerprint, records, precision, gate scores and time, and the
+live watch's figures of a model once served (records scored since it was served, its
+log-loss minus its predecessor's on them, with anytime-valid 95% bounds).
 ``promote AGENT ID`` serves a kept candidate (the gate is bypassed: the operator
 decides); ``rollback AGENT`` serves the model served before the current one. Both
 rewrite the pointer (``served.json`` in the agent's checkpoint folder) atomically: the
@@ -88,6 +90,9 @@ def _list(folder: Path, agent: str, as_json: bool) -> int:
     pointer = read_pointer(folder)
     served_id = pointer.served.get("id") if pointer else None
     earlier = [h.get("id") for h in pointer.history] if pointer else []
+    live = (
+        {e.get("id"): e.get("live") for e in [pointer.served, *pointer.history]} if pointer else {}
+    )
     rows = []
     for candidate in reversed(list_candidates(folder)):
         meta = read_json(candidate / CANDIDATE_META) or {}
@@ -108,6 +113,8 @@ def _list(folder: Path, agent: str, as_json: bool) -> int:
                 "log_loss": scores.get("log_loss"),
                 "trained_at": meta.get("created_at"),
                 "reason": verdict.get("reason"),
+                # The live watch's figures: the pointer's, or a rolled-back one's verdict's
+                "live": live.get(candidate.name) or verdict.get("live"),
             }
         )
     if as_json:
@@ -116,7 +123,10 @@ def _list(folder: Path, agent: str, as_json: bool) -> int:
     if not rows:
         print(f"{agent}: no model trained yet ({folder})")
         return 0
-    print(f"{'ID':<28} {'STATE':<12} {'RECORDS':>7} {'PREC':<5} {'AUC':>6} {'LOGLOSS':>7}  TRAINED")
+    print(
+        f"{'ID':<28} {'STATE':<12} {'RECORDS':>7} {'PREC':<5} {'AUC':>6} {'LOGLOSS':>7}  "
+        f"{'TRAINED':<20}  LIVE"
+    )
     for row in rows:
         state = (
             "SERVED"
@@ -127,9 +137,22 @@ def _list(folder: Path, agent: str, as_json: bool) -> int:
         )
         print(
             f"{row['id']:<28} {state:<12} {row['records'] or '-':>7} {row['precision'] or '-':<5} "
-            f"{_num(row['auc']):>6} {_num(row['log_loss']):>7}  {row['trained_at'] or '-'}"
+            f"{_num(row['auc']):>6} {_num(row['log_loss']):>7}  {row['trained_at'] or '-':<20}  "
+            f"{_live(row['live'])}"
         )
     return 0
+
+
+def _live(figures: Any) -> str:
+    """The live watch's figures in one cell: records, log-loss difference from the
+    predecessor and its bounds, and the verdict when the test found a regression."""
+    if not isinstance(figures, dict) or not figures.get("records"):
+        return "-"
+    text = (
+        f"{figures['records']} rec, log-loss {figures['difference']:+.3f} "
+        f"[{figures['lower']:+.3f}, {figures['upper']:+.3f}] vs previous"
+    )
+    return text + (" REGRESSION" if figures.get("regression") else "")
 
 
 def _num(value: Any) -> str:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from se_darwin_runs import train
 
+from genesis_fp16.cli import main
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.retrain.judge_sets import LIVE_REGRESSION
 from genesis_fp16_infrastructure.served import (
@@ -56,7 +57,7 @@ def _serve_candidate(ck: Path, name: str, pin: dict[str, Any] | None = None) -> 
 @pytest.fixture
 def poisoned(tmp_path: Path) -> tuple[Path, Path, str, str]:
     """A clean model, then a model trained on an all-success batch served after it."""
-    pool, ck = tmp_path / "pool", tmp_path / "ck"
+    pool, ck = tmp_path / "pool", tmp_path / "state" / "agents" / "se_darwin" / "checkpoints"
     _write(pool, "b0", IDS[:600])
     first = train(pool, ck)
     _write(pool, "b1", IDS[600:900], _poison)
@@ -67,10 +68,13 @@ def poisoned(tmp_path: Path) -> tuple[Path, Path, str, str]:
 
 def test_a_poisoned_served_model_is_rolled_back_after_clean_records(
     poisoned: tuple[Path, Path, str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Clean records after a poisoned promotion: the run scores them first, finds the
     served model reliably worse than its predecessor, serves the predecessor again, and
-    records the verdict rolled_back / live_regression with its figures."""
+    records the verdict rolled_back / live_regression with its figures, which `model
+    list` shows."""
     pool, ck, good, bad = poisoned
     _serve_candidate(ck, bad)  # served, unpinned, whether the gate saw it or not
     _write(pool, "b2", IDS[900:1200])
@@ -84,6 +88,14 @@ def test_a_poisoned_served_model_is_rolled_back_after_clean_records(
     assert verdict is not None and verdict["outcome"] == "rolled_back"
     assert verdict["reason"] == LIVE_REGRESSION and verdict["live"]["records"] == live["records"]
     assert "live" in result.extra["phases"]
+    monkeypatch.setenv("GENESIS_FP16_STATE_DIR", str(ck.parents[2]))
+    capsys.readouterr()
+    assert main(["model", "list", "se_darwin", "--json"]) == 0
+    rows = {row["id"]: row for row in json.loads(capsys.readouterr().out)["models"]}
+    assert rows[bad]["verdict"] == "rolled_back" and rows[bad]["live"]["regression"]
+    assert main(["model", "list", "se_darwin"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(bad))
+    assert f"{live['records']} rec" in line and line.endswith("REGRESSION")
 
 
 def test_clean_records_keep_running_figures_and_count_each_record_once(tmp_path: Path) -> None:
