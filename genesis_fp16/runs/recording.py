@@ -219,6 +219,21 @@ def _export_report(ctx: JobContext, agent: str, result: TrainResult) -> None:
         ctx.metrics.promotion.export_gate(agent, result.gate)
     if result.drift is not None:
         ctx.metrics.promotion.export_drift(agent, result.drift)
+    _export_live(ctx, agent, result)
+
+
+def _export_live(ctx: JobContext, agent: str, result: TrainResult) -> None:
+    """The live watch's figures and verdict (se_darwin's extra.live), logged when it
+    found a regression: rolled back, or held by the operator's pin."""
+    live = result.extra.get("live")
+    gate = None if result.up_to_date else result.gate
+    if live is None and gate is None:
+        return
+    ctx.metrics.live.observe(agent, live, gate)
+    if live is not None and live.get("rolled_back"):
+        log.warning("served model rolled back: live regression", agent=agent, live=dict(live))
+    elif live is not None and live.get("regression"):
+        log.warning("live regression not rolled back", agent=agent, live=dict(live))
 
 
 def _show_next_precision(ctx: JobContext, agent: str, device: str) -> None:
