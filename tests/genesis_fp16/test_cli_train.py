@@ -112,7 +112,8 @@ def test_json_contract_and_quarantine(tmp_path: Path, data: Path) -> None:
     metrics = out["eval"]
     assert isinstance(metrics, dict)
     assert {"loss", "auc", "brier", "score_mae", "outcome_accuracy"} <= metrics.keys()
-    entries = (ckpt / "quarantine.jsonl").read_text().splitlines()
+    (first,) = (ckpt / "quarantine").glob("*.jsonl")  # this run's file of its own
+    entries = first.read_text().splitlines()
     assert len(entries) == 1 and "success_score" in json.loads(entries[0])["reason"]
     assert "\r" not in proc.stderr  # no progress bar without a terminal
 
@@ -462,7 +463,7 @@ def test_a_pool_over_the_size_setting_is_one_line_naming_size_limit_and_setting(
     proc = _cli(tmp_path, "train", "se_darwin", "--data", str(data), "--steps", "2", env=env)
     size = f"({data.stat().st_size:,} bytes)"
     _one_line_error(proc, size, "over the limit of 0.0 MiB (1,000 bytes)", setting)
-    assert not list(tmp_path.rglob("quarantine.jsonl"))  # not a record was read
+    assert not list(tmp_path.rglob("quarantine/*.jsonl"))  # not a record was read
 
 
 def test_resume_on_an_empty_folder_says_it_trains_from_scratch(tmp_path: Path) -> None:
@@ -500,3 +501,19 @@ def test_resume_on_an_empty_folder_says_it_trains_from_scratch(tmp_path: Path) -
         "fp32",
     )
     assert again.returncode == 0 and "from scratch" not in again.stderr, again.stderr
+
+
+def test_bad_data_is_one_line_naming_the_cause_and_this_runs_quarantine_file(
+    tmp_path: Path,
+) -> None:
+    """A pool that is not JSON: exit 2, one line with the cause and a quarantine file of
+    this run's own, which holds the reason; a second run writes a second file."""
+    bad = tmp_path / "pool.json"
+    bad.write_text("not json")
+    env = {"GENESIS_FP16_LOG_LEVEL": "ERROR"}
+    for run in (1, 2):
+        proc = _cli(tmp_path, "train", "se_darwin", "--data", str(bad), "--steps", "2", env=env)
+        _one_line_error(proc, "invalid JSON at line 1 column 1: Expecting value")
+        files = sorted((tmp_path / "state" / "agents" / "se_darwin" / "quarantine").iterdir())
+        assert len(files) == run and proc.stderr.rstrip().endswith(str(files[-1]))
+        assert "invalid JSON at line 1" in json.loads(files[-1].read_text())["reason"]

@@ -54,6 +54,7 @@ from genesis_fp16_infrastructure.data.sources import (
     DataError,
     Sink,
     Source,
+    not_utf8_reason,
     parse_json,
     raw_records,
     reason,
@@ -215,7 +216,8 @@ def read_trajectories(
     if not result.labelled:
         raise DataError(
             f"no labelled records in {str(path)!r} ({len(columns)} valid, "
-            f"{result.unlabelled} unfinished or unlabelled, {result.quarantined} quarantined)"
+            f"{result.unlabelled} unfinished or unlabelled, {result.quarantined} quarantined): "
+            + _no_labels_cause(path, files, sink, len(columns))
         )
     logger.info(
         "read %d examples from %d files (%d quarantined, %d duplicates, %d unlabelled)",
@@ -226,6 +228,39 @@ def read_trajectories(
         result.unlabelled,
     )
     return result
+
+
+def _no_labels_cause(path: Path, files: list[Path], sink: QuarantineSink, valid: int) -> str:
+    """Why a read found nothing to train on, in a few words, and where the reasons are:
+    the first quarantine reasons ("pool.json: invalid JSON at line 1 column 1: ..."),
+    or that the files are empty or hold no record, or that none is labelled."""
+    if sink.count:
+        named = [_place(path, *entry) for entry in sink.first[:2]]
+        more = f" (+{sink.count - len(named)} more)" if sink.count > len(named) else ""
+        kept = f"; every reason in {sink.path}" if sink.path is not None else ""
+        return "; ".join(named) + more + kept
+    if valid:
+        return "every record is unfinished (pending, executing) or has no score or status"
+    sizes = [_stripped_size(file) for file in files]
+    if not any(sizes):
+        return "empty file" if len(files) == 1 else f"all {len(files)} files are empty"
+    return "the data holds no record"
+
+
+def _place(path: Path, file: Path, where: str, reason: str) -> str:
+    """One quarantine reason, shortened, with its file (in a folder) and position."""
+    reason = reason if len(reason) <= 160 else reason[:157] + "..."
+    place = ([file.name] if path.is_dir() else []) + ([where] if where != "file" else [])
+    return f"{' '.join(place)}: {reason}" if place else reason
+
+
+def _stripped_size(file: Path) -> int:
+    """Whether ``file`` holds more than whitespace (its first KiB decides), as a size."""
+    try:
+        with file.open("rb") as handle:
+            return len(handle.read(1024).strip()) or int(file.stat().st_size > 1024)
+    except OSError:
+        return 0
 
 
 class _Strings(dict[str, str]):
@@ -341,7 +376,8 @@ def _parse_slow(source: Source, raw: bytes | msgspec.Raw, sink: Sink) -> Any:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        sink.add(source, f"cannot decode line: {exc}", data.decode("utf-8", "replace"))
+        why = f"binary line, not UTF-8 text ({not_utf8_reason(exc)})"
+        sink.add(source, why, data.decode("utf-8", "replace"))
         return _UNREADABLE
     try:
         return parse_json(text)
