@@ -73,6 +73,7 @@ class RequestOverrides:
     checkpoint_dir: Path | None = None
     seed: int | None = None
     resume: bool = True
+    forced: bool = False  # train --resume: TrainRequest.forced
     cuda_graph: str | None = None
     compile: str | None = None
     log_interval: int | None = None
@@ -212,6 +213,7 @@ def plan_request(
         epochs=epochs,
         seed=settings.seed if o.seed is None else o.seed,
         resume=o.resume,
+        forced=o.forced,
         log_interval=o.log_interval or settings.log_interval,
         quarantine_path=quarantine,
         guard=guard_state.guard_config(settings),

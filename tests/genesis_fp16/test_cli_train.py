@@ -117,19 +117,21 @@ def test_json_contract_and_quarantine(tmp_path: Path, data: Path) -> None:
     assert len(entries) == 1 and "success_score" in json.loads(entries[0])["reason"]
     assert "\r" not in proc.stderr  # no progress bar without a terminal
 
-    # The same request (data, options, seed) resumed: its candidate continues the served
-    # model; another seed would be another request, trained as a new candidate.
+    # A plain train on the same data (no flag): up to date whatever the budget, answered
+    # by the manifest. Forced (--resume): its candidate continues the served model.
+    same = _cli(
+        tmp_path, "train", "se_darwin", "--precision", "fp32", "--steps", "3", "--seed", "1",
+        "--data", str(data), "--checkpoint-dir", str(ckpt), "--json",
+    )  # fmt: skip
+    fresh = _last_json(same)
+    assert fresh["outcome"] == "up_to_date" and fresh["steps"] == 0
+    assert fresh["extra"]["data"]["checked_by"] == "manifest"  # type: ignore[index]
     again = _cli(
         tmp_path, "train", "se_darwin", "--precision", "fp32", "--steps", "3", "--seed", "1",
         "--data", str(data), "--checkpoint-dir", str(ckpt), "--resume", "--json",
     )  # fmt: skip
     resumed = _last_json(again)
     assert resumed["steps"] == 3 and resumed["extra"]["total_steps"] == 8  # type: ignore[index]
-    refused = _cli(
-        tmp_path, "train", "se_darwin", "--steps", "3", "--data", str(data),
-        "--checkpoint-dir", str(ckpt),
-    )  # fmt: skip
-    _one_line_error(refused, str(ckpt), "--resume")
 
 
 @pytest.mark.slow
@@ -411,15 +413,16 @@ def test_resume_with_steps_after_an_early_stopped_run_runs_them(tmp_path: Path) 
 
 
 def test_an_unchanged_pool_is_up_to_date_in_json_and_in_text(tmp_path: Path) -> None:
-    """A default-budget resume on the pool the model was trained on takes no step and
-    says so: outcome up_to_date in --json, a line of its own in the text summary."""
+    """A plain train on the pool the model was trained on (no flag) takes no step and
+    says so: outcome up_to_date in --json, a line of its own in the text summary; so does
+    --resume with no budget to force."""
     pool = tmp_path / "pool.json"
     pool.write_text(json.dumps(generate_pool(300, seed=4)))
     common = ("train", "se_darwin", "--precision", "fp32", "--data", str(pool),
               "--checkpoint-dir", str(tmp_path / "ck"))  # fmt: skip
     first = _last_json(_cli(tmp_path, *common, "--json"))
     assert first["outcome"] == "success" and first["extra"]["data"]["change"] == "first"  # type: ignore[index]
-    again = _last_json(_cli(tmp_path, *common, "--resume", "--json"))
+    again = _last_json(_cli(tmp_path, *common, "--json"))
     assert again["outcome"] == "up_to_date" and again["steps"] == 0
     assert again["checkpoint"] == first["checkpoint"] and again["eval"] == first["eval"]
     text = _cli(tmp_path, *common, "--resume")
