@@ -129,7 +129,13 @@ def register(subparsers: Any) -> None:
         help="checkpoint at least every S seconds (default GENESIS_FP16_CHECKPOINT_SECONDS, 60)",
     )
     parser.add_argument("--seed", type=int, help="seed (default GENESIS_FP16_SEED, 0)")
-    parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="a forced run: with --steps/--epochs, train them on top of the served model even "
+        "when the data is unchanged (a plain train finishes a cut-short run, trains a new "
+        "candidate on changed data, and is up to date on unchanged data)",
+    )
     parser.add_argument("--json", action="store_true", help="end stdout with one JSON object")
     parser.add_argument(
         "--tracking-dir",
@@ -295,8 +301,8 @@ def _read_request_file(path: Path) -> tuple[TrainRequest, str]:
 
 _INTERRUPTED = (
     b"\ngenesis-fp16: interrupted: stopping at the next step with a checkpoint "
-    b"(resume with --resume; Ctrl-C again to quit at once, losing the steps since the last "
-    b"checkpoint)\n"
+    b"(run the same train again to finish it; Ctrl-C again to quit at once, losing the steps "
+    b"since the last checkpoint)\n"
 )
 
 
@@ -416,11 +422,6 @@ def _request(
             "training from scratch",
             file=sys.stderr,
         )
-    if not args.resume and held:
-        raise UsageError(
-            f"checkpoint folder {str(checkpoint_dir)!r} already holds checkpoints: pass "
-            "--resume to continue from the newest, or --checkpoint-dir for a fresh run"
-        )
     steps, _ = budget(settings, args.agent, args.steps, args.epochs)
     terminal = main and sys.stderr.isatty()
     tracked = (args.tracking_dir or settings.tracking_dir) is not None
@@ -431,7 +432,10 @@ def _request(
         data_path=args.data,
         checkpoint_dir=args.checkpoint_dir,
         seed=args.seed,
-        resume=args.resume,
+        # As the daemon runs: a cut-short run finished, changed data a new candidate,
+        # unchanged data up to date whatever the budget. --resume forces the budget.
+        resume=True,
+        forced=args.resume,
         cuda_graph=args.cuda_graph,
         compile=args.compile,
         log_interval=PROGRESS_INTERVAL if terminal or tracked else None,

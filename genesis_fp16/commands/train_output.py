@@ -103,7 +103,7 @@ def describe(out: dict[str, Any]) -> str:
         head = f"{out['agent']}: up to date, the model has learned all {data.get('records')} "
         head += "records (none new, removed or relabelled): no step taken\n"
     elif out.get("outcome") == "stopped":  # SIGTERM or Ctrl-C, or the daemon's stop
-        head = f"{out['agent']}: stopped early, checkpointed: continue with --resume\n"
+        head = f"{out['agent']}: stopped early, checkpointed: run train again to finish\n"
     else:
         head = ""
     return head + (

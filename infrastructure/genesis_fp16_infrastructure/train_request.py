@@ -64,6 +64,11 @@ class TrainRequest(RunSpec, RunCallbacks):
     # A fixed pool the operator trusts: a candidate must be no worse than the served
     # model on it too (the promotion gate; GENESIS_FP16_AGENTS__<AGENT>__GOLDEN_DATA).
     golden_data_path: Path | None = None
+    # A forced run (``genesis-fp16 train --resume --steps N``): the budget is trained even
+    # on data the served model has already learned, continuing it. Otherwise (the daemon,
+    # a plain ``train``) a budget only sizes a run on new data: an agent that can tell
+    # its data unchanged (se_darwin) is up to date whatever the budget.
+    forced: bool = False
 
     def fit_options(self, **overrides: Any) -> FitOptions:
         """The :class:`~genesis_fp16_infrastructure.training.FitOptions` this request asks for.

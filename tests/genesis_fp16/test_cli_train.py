@@ -112,23 +112,26 @@ def test_json_contract_and_quarantine(tmp_path: Path, data: Path) -> None:
     metrics = out["eval"]
     assert isinstance(metrics, dict)
     assert {"loss", "auc", "brier", "score_mae", "outcome_accuracy"} <= metrics.keys()
-    entries = (ckpt / "quarantine.jsonl").read_text().splitlines()
+    (first,) = (ckpt / "quarantine").glob("*.jsonl")  # this run's file of its own
+    entries = first.read_text().splitlines()
     assert len(entries) == 1 and "success_score" in json.loads(entries[0])["reason"]
     assert "\r" not in proc.stderr  # no progress bar without a terminal
 
-    # The same request (data, options, seed) resumed: its candidate continues the served
-    # model; another seed would be another request, trained as a new candidate.
+    # A plain train on the same data (no flag): up to date whatever the budget, answered
+    # by the manifest. Forced (--resume): its candidate continues the served model.
+    same = _cli(
+        tmp_path, "train", "se_darwin", "--precision", "fp32", "--steps", "3", "--seed", "1",
+        "--data", str(data), "--checkpoint-dir", str(ckpt), "--json",
+    )  # fmt: skip
+    fresh = _last_json(same)
+    assert fresh["outcome"] == "up_to_date" and fresh["steps"] == 0
+    assert fresh["extra"]["data"]["checked_by"] == "manifest"  # type: ignore[index]
     again = _cli(
         tmp_path, "train", "se_darwin", "--precision", "fp32", "--steps", "3", "--seed", "1",
         "--data", str(data), "--checkpoint-dir", str(ckpt), "--resume", "--json",
     )  # fmt: skip
     resumed = _last_json(again)
     assert resumed["steps"] == 3 and resumed["extra"]["total_steps"] == 8  # type: ignore[index]
-    refused = _cli(
-        tmp_path, "train", "se_darwin", "--steps", "3", "--data", str(data),
-        "--checkpoint-dir", str(ckpt),
-    )  # fmt: skip
-    _one_line_error(refused, str(ckpt), "--resume")
 
 
 @pytest.mark.slow
@@ -410,15 +413,16 @@ def test_resume_with_steps_after_an_early_stopped_run_runs_them(tmp_path: Path) 
 
 
 def test_an_unchanged_pool_is_up_to_date_in_json_and_in_text(tmp_path: Path) -> None:
-    """A default-budget resume on the pool the model was trained on takes no step and
-    says so: outcome up_to_date in --json, a line of its own in the text summary."""
+    """A plain train on the pool the model was trained on (no flag) takes no step and
+    says so: outcome up_to_date in --json, a line of its own in the text summary; so does
+    --resume with no budget to force."""
     pool = tmp_path / "pool.json"
     pool.write_text(json.dumps(generate_pool(300, seed=4)))
     common = ("train", "se_darwin", "--precision", "fp32", "--data", str(pool),
               "--checkpoint-dir", str(tmp_path / "ck"))  # fmt: skip
     first = _last_json(_cli(tmp_path, *common, "--json"))
     assert first["outcome"] == "success" and first["extra"]["data"]["change"] == "first"  # type: ignore[index]
-    again = _last_json(_cli(tmp_path, *common, "--resume", "--json"))
+    again = _last_json(_cli(tmp_path, *common, "--json"))
     assert again["outcome"] == "up_to_date" and again["steps"] == 0
     assert again["checkpoint"] == first["checkpoint"] and again["eval"] == first["eval"]
     text = _cli(tmp_path, *common, "--resume")
@@ -462,7 +466,7 @@ def test_a_pool_over_the_size_setting_is_one_line_naming_size_limit_and_setting(
     proc = _cli(tmp_path, "train", "se_darwin", "--data", str(data), "--steps", "2", env=env)
     size = f"({data.stat().st_size:,} bytes)"
     _one_line_error(proc, size, "over the limit of 0.0 MiB (1,000 bytes)", setting)
-    assert not list(tmp_path.rglob("quarantine.jsonl"))  # not a record was read
+    assert not list(tmp_path.rglob("quarantine/*.jsonl"))  # not a record was read
 
 
 def test_resume_on_an_empty_folder_says_it_trains_from_scratch(tmp_path: Path) -> None:
@@ -500,3 +504,19 @@ def test_resume_on_an_empty_folder_says_it_trains_from_scratch(tmp_path: Path) -
         "fp32",
     )
     assert again.returncode == 0 and "from scratch" not in again.stderr, again.stderr
+
+
+def test_bad_data_is_one_line_naming_the_cause_and_this_runs_quarantine_file(
+    tmp_path: Path,
+) -> None:
+    """A pool that is not JSON: exit 2, one line with the cause and a quarantine file of
+    this run's own, which holds the reason; a second run writes a second file."""
+    bad = tmp_path / "pool.json"
+    bad.write_text("not json")
+    env = {"GENESIS_FP16_LOG_LEVEL": "ERROR"}
+    for run in (1, 2):
+        proc = _cli(tmp_path, "train", "se_darwin", "--data", str(bad), "--steps", "2", env=env)
+        _one_line_error(proc, "invalid JSON at line 1 column 1: Expecting value")
+        files = sorted((tmp_path / "state" / "agents" / "se_darwin" / "quarantine").iterdir())
+        assert len(files) == run and proc.stderr.rstrip().endswith(str(files[-1]))
+        assert "invalid JSON at line 1" in json.loads(files[-1].read_text())["reason"]

@@ -133,8 +133,11 @@ def _train(request: TrainRequest) -> TrainResult:
     # explicit steps/epochs budget runs in full (what the operator asked for, a forced
     # run), and the best validated weights are still the ones a candidate offers.
     own_budget = steps is None and epochs is None
+    # A budget sizes a run on new data; only a forced run (train --resume --steps N)
+    # trains it on data the served model already learned.
+    forced = request.forced and not own_budget
     with clock.phase("check"):
-        plan = plan_candidate(root, request, seen, served, own_budget, whole)
+        plan = plan_candidate(root, request, seen, served, not forced, whole)
     if plan.up_to_date is not None:
         return _with_live(_up_to_date(request, data, seen, options, plan, clock, manifest), live)
     candidate = plan.folder
