@@ -354,16 +354,16 @@ def _train(
     out = result.to_json()
     if tracker is not None:
         out["tracking"] = {"path": str(tracker.path), "failed_writes": tracker.failures}
-    if args.json or not main:  # without --json the summary below says all this, once
-        log.info(
-            "trained %s in %s (requested %s: %s), %s steps (%s)",
-            args.agent,
-            result.precision_used,
-            result.precision_requested,
-            result.precision_reason,
-            result.execution,
-            result.execution_reason,
-        )
+    # The whole reason goes to the log (and --json); the text summary keeps it short.
+    log.info(
+        "trained %s in %s (requested %s: %s), %s steps (%s)",
+        args.agent,
+        result.precision_used,
+        result.precision_requested,
+        result.precision_reason,
+        result.execution,
+        result.execution_reason,
+    )
     if not main:
         return 0
     if args.json:
