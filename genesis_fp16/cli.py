@@ -105,17 +105,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13
     except UsageError as exc:
-        _tell_the_daemon(args, exc.kind, str(exc))
+        _report(args, exc.kind, str(exc), 2)
         print(f"genesis-fp16: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if getattr(args, "json", False):  # not a daemon's child: its daemon stops it
+            _report(args, "interrupted", "interrupted: quit at once, nothing checkpointed", 130)
         return 130
     except OSError as exc:
         why = storage_error(exc)
         if why is None:
-            _tell_the_daemon(args, "error", f"{type(exc).__name__}: {exc}")
+            _report(args, "error", f"{type(exc).__name__}: {exc}", 1)
             raise
-        _tell_the_daemon(args, "storage", why)
+        _report(args, "storage", why, 1)
         print(f"genesis-fp16: error: {why}", file=sys.stderr)
         return 1
     except Exception as exc:
@@ -123,15 +125,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         # A GPU lost mid-run is the host's fault, not the plugin's: the daemon says degraded.
         kind = "device_unavailable" if device_lost(exc) else "error"
-        _tell_the_daemon(args, kind, f"{type(exc).__name__}: {exc}")
+        _report(args, kind, f"{type(exc).__name__}: {exc}", 1)
         raise
 
 
-def _tell_the_daemon(args: argparse.Namespace, kind: str, message: str) -> None:
-    """A run the daemon started in a child (``train --request``) ends with one JSON line
-    on stdout saying why it failed, which the daemon counts by ``kind``."""
-    if getattr(args, "request", None) is not None:
-        print(json.dumps({"error": message.splitlines()[0][:500], "kind": kind}), flush=True)
+def _report(args: argparse.Namespace, kind: str, message: str, code: int) -> None:
+    """A failed command asked for ``--json`` ends stdout with one error object,
+    ``{"error": "...", "kind": ..., "exit_code": ...}``, beside its line on stderr; so
+    does a run the daemon started in a child (``train --request``), which the daemon
+    counts by ``kind``."""
+    if getattr(args, "request", None) is not None or getattr(args, "json", False):
+        print(json.dumps(error_object(message, kind, code)), flush=True)
+
+
+def error_object(message: str, kind: str, code: int) -> dict[str, object]:
+    """The ``--json`` error object: the first line of ``message`` (at most 500
+    characters), what kind of failure (``refused``, ``storage``, ``usage``, ``error``...)
+    and the exit code."""
+    first = message.splitlines()[0] if message else ""
+    return {"error": first[:500], "kind": kind, "exit_code": code}
 
 
 if __name__ == "__main__":

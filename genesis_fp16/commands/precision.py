@@ -46,8 +46,8 @@ def register(subparsers: Any) -> None:
     ):
         sub = actions.add_parser(action, help=text)
         sub.add_argument("agent", metavar="AGENT", help="the agent's name, e.g. se_darwin")
-        if action == "show":
-            sub.add_argument("--json", action="store_true", help="print the state file's JSON")
+        what = "the state files' JSON" if action == "show" else "what was forgotten, as JSON"
+        sub.add_argument("--json", action="store_true", help=f"print {what}")
     parser.set_defaults(func=run)
 
 
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         return _show(args, agent, paths)
     # A running daemon may be recording a run's demotions into the same file: take turns.
     with locked(path):
-        return _reset(agent, paths)
+        return _reset(args, agent, paths)
 
 
 def _show(args: argparse.Namespace, agent: str, paths: AgentPaths) -> int:
@@ -96,29 +96,43 @@ def _show(args: argparse.Namespace, agent: str, paths: AgentPaths) -> int:
     return 0
 
 
-def _reset(agent: str, paths: AgentPaths) -> int:
+def _reset(args: argparse.Namespace, agent: str, paths: AgentPaths) -> int:
     path = paths.precision_state_path
     try:
         memory = read_precision_memory(path)
     except ValueError:
         memory = None  # a broken file is reset all the same
+    forgot: dict[str, Any] = {"calibration": False, "carried_loss_scale": False}
+    said = []
     if paths.calibration_path.exists():
         paths.calibration_path.unlink()
-        print(f"{agent}: measurement of 'auto' forgotten; the next auto run measures again")
+        forgot["calibration"] = True
+        said.append(f"{agent}: measurement of 'auto' forgotten; the next auto run measures again")
     if read_carried_scale(paths.loss_scale_path) is not None:
-        print(
+        forgot["carried_loss_scale"] = True
+        said.append(
             f"{agent}: carried loss scale forgotten; the next fp16 run starts at its initial scale"
         )
     write_carried_scale(paths.loss_scale_path, None)
-    if paths.verification_path.exists():
+    forgot["captured_step_verdicts"] = paths.verification_path.exists()
+    if forgot["captured_step_verdicts"]:
         paths.verification_path.unlink()
-        print(f"{agent}: captured-step verdicts forgotten; the next captured run verifies again")
+        said.append(
+            f"{agent}: captured-step verdicts forgotten; the next captured run verifies again"
+        )
+    forgot["demotion"] = memory.to_json() if memory else None
     if not path.exists():
-        print(f"{agent}: no precision demotion remembered ({path})")
-        return 0
-    write_precision_memory(path, None)
-    was = f" (was {memory.demoted_from} -> {memory.demoted_to})" if memory else ""
-    print(f"{agent}: precision demotion cleared{was}; the next run uses the configured precision")
+        said.append(f"{agent}: no precision demotion remembered ({path})")
+    else:
+        write_precision_memory(path, None)
+        was = f" (was {memory.demoted_from} -> {memory.demoted_to})" if memory else ""
+        said.append(
+            f"{agent}: precision demotion cleared{was}; the next run uses the configured precision"
+        )
+    if args.json:
+        print(json.dumps({"agent": agent, "forgot": forgot}))
+    else:
+        print("\n".join(said))
     return 0
 
 

@@ -78,8 +78,18 @@ def test_show_prints_the_measurement_and_reset_forgets_it(
     data = json.loads(_cli(tmp_path, "precision", "show", AGENT, "--json").stdout)
     assert data["demotion"] is None and data["calibration"]["chosen"] == found.chosen
 
-    assert "forgotten" in _cli(tmp_path, "precision", "reset", AGENT).stdout
+    forgot = json.loads(_cli(tmp_path, "precision", "reset", AGENT, "--json").stdout)
+    assert forgot == {
+        "agent": AGENT,
+        "forgot": {
+            "calibration": True,
+            "carried_loss_scale": False,
+            "captured_step_verdicts": False,
+            "demotion": None,
+        },
+    }
     assert not path.exists()
+    assert "no precision demotion remembered" in _cli(tmp_path, "precision", "reset", AGENT).stdout
     assert "no measurement of 'auto' cached" in _cli(tmp_path, "precision", "show", AGENT).stdout
 
 
