@@ -119,3 +119,22 @@ def test_bench_json_is_one_object_of_rows_and_files(
     assert row["runner"] == "hand" and row["precision_requested"] == "fp32"
     assert {Path(f).suffix for f in result["files"].values()} == {".csv", ".png", ".md"}
     assert all(Path(f).is_file() for f in result["files"].values())
+
+
+def test_a_run_that_learned_nothing_exits_1_with_its_result(tmp_path: Path) -> None:
+    """A run whose every step was skipped finished but learned nothing: exit 1 (a finished
+    run exits 0), its --json result saying outcome "failed"."""
+    env = daemon_env(
+        {"GENESIS_FP16_STATE_DIR": str(tmp_path), "FIXTURE_SKIPPED_STEPS": "4"}, fixtures=True
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "genesis_fp16", "train", "fixture_good", "--steps", "4", "--json"],
+        cwd=tmp_path,
+        env={**env, "FIXTURE_STEP_SECONDS": "0"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["outcome"] == "failed" and result["skipped_steps"] == 4
