@@ -74,8 +74,11 @@ def _show(args: argparse.Namespace, agent: str, paths: AgentPaths) -> int:
         raise UsageError(str(exc)) from None
     verdicts = _read_verdicts(paths.verification_path)
     carried = read_carried_scale(paths.loss_scale_path)
+    # What this host can measure, asked only when nothing is cached (it imports torch).
+    host = _host() if calibration is None or not verdicts else None
     if args.json:
         shown = {
+            "host": host,
             "demotion": memory.to_json() if memory else None,
             "calibration": calibration,
             "captured_step_verdicts": verdicts,
@@ -84,8 +87,8 @@ def _show(args: argparse.Namespace, agent: str, paths: AgentPaths) -> int:
         print(json.dumps(shown, indent=2))
     else:
         print(describe(memory) or f"{agent}: no precision demotion remembered")
-        print(_describe_calibration(calibration))
-        print(_describe_verdicts(verdicts))
+        print(_describe_calibration(calibration, host))
+        print(_describe_verdicts(verdicts, host))
         if carried is None:
             print("loss scale: none carried (the next fp16 run starts at its initial scale)")
         else:
@@ -146,8 +149,28 @@ def _read_calibration(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else {"error": f"{path}: not a calibration"}
 
 
-def _describe_calibration(data: dict[str, Any] | None) -> str:
+def _host() -> dict[str, bool]:
+    """Whether this host has a CUDA device, and its CPU native bf16 or fp16: what a
+    measured ``auto`` and a captured step need."""
+    import torch
+
+    from genesis_fp16_infrastructure.training.precision import capabilities
+
+    cpu = capabilities.cpu_capabilities()
+    return {
+        "cuda": torch.cuda.is_available(),
+        "cpu_native_bf16": cpu.native_bf16,
+        "cpu_native_fp16": cpu.native_fp16,
+    }
+
+
+def _describe_calibration(data: dict[str, Any] | None, host: dict[str, bool] | None) -> str:
     if data is None:
+        if host is not None and not any(host.values()):
+            return (
+                "auto: nothing to measure on this host (no CUDA device, and its CPU runs "
+                "only fp32 natively): auto runs fp32"
+            )
         return _NOT_MEASURED
     if "error" in data:
         return str(data["error"])
@@ -182,8 +205,10 @@ def _read_verdicts(path: Path) -> list[dict[str, Any]]:
         return [{"error": f"{path}: unreadable ({exc}); the next captured run verifies again"}]
 
 
-def _describe_verdicts(verdicts: list[dict[str, Any]]) -> str:
+def _describe_verdicts(verdicts: list[dict[str, Any]], host: dict[str, bool] | None) -> str:
     if not verdicts:
+        if host is not None and not host["cuda"]:
+            return "captured step: none here (CUDA graphs need a CUDA device; runs here are eager)"
         return "captured step: not verified on this host yet (the first captured run does it)"
     lines = []
     for v in verdicts:
