@@ -12,8 +12,9 @@ object (``TrainResult.to_json()``).
 
 Under ``torchrun --nproc-per-node N -m genesis_fp16 train AGENT`` every rank runs this
 command in one process group (DDP; ``--fsdp`` shards with FSDP2) and only rank 0 prints.
-SIGTERM or Ctrl-C (SIGINT) stops the run at its next step boundary, with a checkpoint;
-a second Ctrl-C quits at once (exit 130), losing the steps since the last checkpoint.
+SIGTERM or Ctrl-C (SIGINT) stops the run at its next step boundary, with a checkpoint
+(exit 75); a second Ctrl-C quits at once (exit 130), losing the steps since the last
+checkpoint. A finished run exits 0, one whose steps learned nothing 1, bad input 2.
 """
 
 from __future__ import annotations
@@ -79,6 +80,13 @@ from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestErr
 # 1.8 s for torch.
 
 log = logging.getLogger("genesis_fp16.train")
+
+# How a run that returned a result ends (README, "Commands"): 0 finished (success, up to
+# date, or a candidate the gate rejected); 1 a run that learned nothing; 75 stopped by
+# Ctrl-C or SIGTERM with a checkpoint (sysexits' EX_TEMPFAIL: run it again to continue;
+# 3 is a daemon's orphaned child's). Bad input is 2, a second Ctrl-C 130.
+EXIT_STOPPED = 75
+EXIT_CODES = {"failed": 1, "stopped": EXIT_STOPPED}
 
 
 def _positive_int(text: str) -> int:
@@ -262,7 +270,10 @@ def _run_owned(
             code = _train(args, plugin, request, main, bar, tracker)
         if settings is not None and main and _holds_models(Path(request.checkpoint_dir)):
             _prune(Path(request.checkpoint_dir), settings)  # the daemon's bounds, here too
-        return code
+        # An operator's run says in its exit code how it ended; a daemon's child and a
+        # torchrun rank exit 0 (their launchers read the result, and torchrun takes a
+        # rank's non-zero exit for a crash).
+        return code if env is None and handed is None else 0
 
 
 def _prune(folder: Path, settings: Settings) -> None:
@@ -376,23 +387,23 @@ def _train(
     out = result.to_json()
     if tracker is not None:
         out["tracking"] = {"path": str(tracker.path), "failed_writes": tracker.failures}
-    if args.json or not main:  # without --json the summary below says all this, once
-        log.info(
-            "trained %s in %s (requested %s: %s), %s steps (%s)",
-            args.agent,
-            result.precision_used,
-            result.precision_requested,
-            result.precision_reason,
-            result.execution,
-            result.execution_reason,
-        )
+    # The whole reason goes to the log (and --json); the text summary keeps it short.
+    log.info(
+        "trained %s in %s (requested %s: %s), %s steps (%s)",
+        args.agent,
+        result.precision_used,
+        result.precision_requested,
+        result.precision_reason,
+        result.execution,
+        result.execution_reason,
+    )
     if not main:
         return 0
     if args.json:
         print(json.dumps(out, allow_nan=False), flush=True)
     else:
         print(describe(out))
-    return 0
+    return EXIT_CODES.get(result.outcome, 0)
 
 
 def _holds_models(folder: Path) -> bool:

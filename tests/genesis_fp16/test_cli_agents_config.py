@@ -156,3 +156,20 @@ def test_a_state_folder_that_is_a_file_is_one_line_for_every_command(
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert "GENESIS_FP16_STATE_DIR" in lines[0] and "not a folder" in lines[0]
+
+
+@pytest.mark.parametrize("command", [("serve",), ("config", "check")])
+def test_a_missing_env_file_blames_what_named_it(tmp_path: Path, command: tuple[str, ...]) -> None:
+    """`--env-file nope.env` names the flag; GENESIS_FP16_ENV_FILE=nope.env names the
+    variable (the flag was blamed on the variable nobody had set)."""
+    flag = cli(tmp_path, *command, "--env-file", "nope.env")
+    assert flag.returncode == 2
+    (line,) = flag.stderr.strip().splitlines()
+    assert line.startswith("genesis-fp16: error: ")
+    assert line.endswith(": --env-file: env file 'nope.env' does not exist") or line.endswith(
+        "error: --env-file: env file 'nope.env' does not exist"
+    )
+    variable = cli(tmp_path, *command, GENESIS_FP16_ENV_FILE="nope.env")
+    assert variable.returncode == 2
+    assert "GENESIS_FP16_ENV_FILE: env file 'nope.env' does not exist" in variable.stderr
+    assert "--env-file" not in variable.stderr

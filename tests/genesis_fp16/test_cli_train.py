@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -409,7 +410,32 @@ def test_resume_with_steps_after_an_early_stopped_run_runs_them(tmp_path: Path) 
     assert str(first["extra"]["early_stop"]["stop_reason"]).startswith("no improvement")  # type: ignore[index]
     proc = _cli(tmp_path, *common, "--resume", "--steps", "5")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("se_darwin: 5 steps in fp32"), proc.stdout
+    assert proc.stdout.splitlines()[1].startswith("  5 steps in fp32"), proc.stdout
+
+
+def test_the_summary_leads_with_the_gates_verdict_in_a_short_line(tmp_path: Path) -> None:
+    """The text summary's first line is the gate's verdict with a short reason (served,
+    the scores compared and the tolerance); the precision's long reason is left to the
+    log and --json."""
+    pool = tmp_path / "pool.json"
+    pool.write_text(json.dumps(generate_pool(300, seed=4)))
+    common = ("train", "se_darwin", "--data", str(pool), "--steps", "5",
+              "--checkpoint-dir", str(tmp_path / "ck"))  # fmt: skip
+    first = _cli(tmp_path, *common, env={"GENESIS_FP16_LOG_LEVEL": "INFO"})
+    assert first.returncode == 0, first.stderr
+    head = first.stdout.splitlines()[0]
+    assert head.startswith("se_darwin: served: the first model, nothing to beat (AUC 0."), head
+    assert "(requested auto)" in first.stdout and "requested auto:" not in first.stdout
+    assert "trained se_darwin in" in first.stderr and "requested auto: " in first.stderr  # the log
+    second = _cli(tmp_path, *common, "--resume")
+    assert second.returncode == 0, second.stderr
+    head = second.stdout.splitlines()[0]
+    number = r"\d\.\d{3}"
+    shape = (rf"se_darwin: (served|rejected): (AUC|log-loss) {number} vs {number}"
+             rf"(, up to {number} worse)?, tolerance 0\.0[12]( \(\w+ records\))?"
+             r"(; the served model stays)?")  # fmt: skip
+    assert re.fullmatch(shape, head), head
+    assert len(head) < 100
 
 
 def test_an_unchanged_pool_is_up_to_date_in_json_and_in_text(tmp_path: Path) -> None:
