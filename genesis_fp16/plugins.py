@@ -14,6 +14,7 @@ recorded with its state and error, and the others are unaffected.
 from __future__ import annotations
 
 import logging
+import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from importlib.metadata import EntryPoint, entry_points
@@ -43,6 +44,10 @@ class PluginRecord:
     state: PluginState
     error: str | None = None
     plugin: AgentPlugin | None = None
+    # Where a failed import failed, in the plugin's own code: "path/to/file.py:12".
+    location: str | None = None
+    # The failed import's whole traceback, for the daemon's DEBUG log.
+    trace: str | None = None
 
     def to_json(self) -> dict[str, str | None]:
         return {
@@ -51,6 +56,7 @@ class PluginRecord:
             "distribution": self.distribution,
             "state": self.state,
             "error": self.error,
+            "location": self.location,
             "description": getattr(self.plugin, "description", None),
         }
 
@@ -99,7 +105,13 @@ def _load(ep: EntryPoint) -> PluginRecord:
         if callable(obj) and not hasattr(obj, "api_version"):
             obj = obj()
     except Exception as exc:  # any error in third-party import code is the plugin's
-        return replace(found, error=f"{type(exc).__name__}: {exc}")
+        where = failure_location(exc, ep.module)
+        return replace(
+            found,
+            error=f"{type(exc).__name__}: {exc}" + (f" (at {where})" if where else ""),
+            location=where,
+            trace="".join(traceback.format_exception(exc)),
+        )
     api = getattr(obj, "api_version", None)
     if api != API_VERSION:
         return replace(
@@ -115,6 +127,29 @@ def _load(ep: EntryPoint) -> PluginRecord:
         ]
         return replace(found, error=f"not an AgentPlugin: missing {', '.join(missing)}")
     return replace(found, state="loaded", plugin=obj)
+
+
+def failure_location(exc: BaseException, module: str) -> str | None:
+    """The file and line of the plugin's own code where loading ``module`` failed.
+
+    A syntax error names its own line. Otherwise it is the innermost frame of the
+    plugin's top-level package: the line that raised, or the plugin's ``import`` of a
+    dependency that is missing or broken (the frames inside importlib and inside the
+    dependency say less to its author). None when no frame is the plugin's (its module
+    itself is not on the path).
+
+    >>> failure_location(SyntaxError("x", ("agent.py", 3, 1, "x")), "agent")
+    'agent.py:3'
+    """
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{exc.filename}:{exc.lineno}"
+    top = module.split(".")[0]
+    where = None
+    for frame, line in traceback.walk_tb(exc.__traceback__):
+        name = str(frame.f_globals.get("__name__", ""))
+        if name == top or name.startswith(f"{top}."):
+            where = f"{frame.f_code.co_filename}:{line}"
+    return where
 
 
 def discover_plugins(allowlist: Iterable[str] | None = None) -> list[PluginRecord]:
