@@ -61,7 +61,7 @@ class PluginRecord:
         }
 
 
-def _entry_points() -> dict[str, EntryPoint]:
+def installed_entry_points() -> dict[str, EntryPoint]:
     """One entry point per agent name; the project's own built-ins cannot be shadowed.
 
     The same distribution can be visible twice (an editable install plus the source
@@ -95,7 +95,8 @@ def _distribution_name(ep: EntryPoint) -> str | None:
     return dist.metadata["Name"] if dist is not None else None
 
 
-def _load(ep: EntryPoint) -> PluginRecord:
+def load_entry_point(ep: EntryPoint) -> PluginRecord:
+    """Import one entry point's plugin and check its API: its record, ``loaded`` or why not."""
     found = PluginRecord(
         name=ep.name, value=ep.value, distribution=_distribution_name(ep), state="failed"
     )
@@ -160,7 +161,7 @@ def discover_plugins(allowlist: Iterable[str] | None = None) -> list[PluginRecor
     """
     allowed = None if allowlist is None else set(allowlist)
     records = []
-    for name, ep in _entry_points().items():
+    for name, ep in installed_entry_points().items():
         if allowed is not None and name not in allowed:
             records.append(
                 PluginRecord(
@@ -172,12 +173,12 @@ def discover_plugins(allowlist: Iterable[str] | None = None) -> list[PluginRecor
                 )
             )
         else:
-            records.append(_load(ep))
+            records.append(load_entry_point(ep))
     return records
 
 
 def known_agent_names() -> list[str]:
-    return list(_entry_points())
+    return list(installed_entry_points())
 
 
 def load_plugin(name: str, allowlist: Iterable[str] | None = None) -> AgentPlugin:
@@ -186,13 +187,13 @@ def load_plugin(name: str, allowlist: Iterable[str] | None = None) -> AgentPlugi
     Raises :class:`PluginError` naming the known agents when ``name`` is unknown, and
     the reason when the plugin is not allowed or cannot be loaded.
     """
-    eps = _entry_points()
+    eps = installed_entry_points()
     if name not in eps:
         known = ", ".join(eps) or "none installed"
         raise PluginError(f"unknown agent {name!r}; known agents: {known}")
     if allowlist is not None and name not in set(allowlist):
         raise PluginError(f"agent {name!r} is not in GENESIS_FP16_PLUGIN_ALLOWLIST")
-    record = _load(eps[name])
+    record = load_entry_point(eps[name])
     if record.plugin is None:
         raise PluginError(f"agent {name!r} cannot be loaded ({record.state}): {record.error}")
     return record.plugin
