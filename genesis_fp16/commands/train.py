@@ -354,6 +354,7 @@ def _train(
         request.precision_reason,
         request.device,
     )
+    from genesis_fp16_infrastructure.result_check import check_result
     from genesis_fp16_infrastructure.training import PrecisionError
     from genesis_fp16_infrastructure.training.checkpoint import CheckpointFolderBusy
     from genesis_fp16_infrastructure.training.step.execution import ExecutionError
@@ -366,7 +367,8 @@ def _train(
     try:
         # Log records print above the bar (tqdm.write), which redraws below them.
         with bar.showing() if bar else contextlib.nullcontext():
-            result = plugin.train(request)
+            # A field of the wrong type: one line naming it, not json.dumps' traceback below.
+            result = check_result(plugin.train(request), args.agent)
     except (
         DataError,
         PrecisionError,

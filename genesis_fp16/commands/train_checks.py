@@ -84,8 +84,8 @@ def own_state_folder(args: argparse.Namespace, settings: Settings) -> int | None
         return acquire_state_folder(state_dir, f"train {args.agent}")
     except StateFolderBusy as exc:
         if exc.holder.command == "serve":
-            how = (
-                f"the daemon trains {args.agent} itself on its schedule; to train by hand, "
+            how = f"{_what_the_daemon_trains(args.agent, exc.holder.agents)}; to train by hand, "
+            how += (
                 "stop the daemon first (systemctl stop genesis-fp16), or train in another "
                 "state folder (GENESIS_FP16_STATE_DIR=DIR)"
             )
@@ -94,6 +94,17 @@ def own_state_folder(args: argparse.Namespace, settings: Settings) -> int | None
         raise UsageError(f"{exc}: {how}") from None
     except OSError:
         return None
+
+
+def _what_the_daemon_trains(agent: str, scheduled: tuple[str, ...] | None) -> str:
+    """The refusal's reason: what the daemon's lock file says it schedules (None: a daemon
+    that does not say)."""
+    if scheduled is not None and agent not in scheduled:
+        return (
+            f"the daemon does not train {agent} (it schedules {', '.join(scheduled) or 'none'}; "
+            "`genesis-fp16 status` says why), but it owns the whole folder"
+        )
+    return f"the daemon trains {agent} itself on its schedule"
 
 
 def refuse_unusable_device(

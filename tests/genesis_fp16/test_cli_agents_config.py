@@ -38,9 +38,18 @@ def test_agents_json_lists_every_plugin_and_state(tmp_path: Path) -> None:
     states = {row["name"]: row for row in json.loads(result.stdout)}
     assert states["fixture_good"]["state"] == "loaded"
     assert states["fixture_broken"]["state"] == "failed"
+    assert states["fixture_broken"]["location"].endswith("fixture_agents/broken.py:5")
     assert states["fixture_wrong_api"]["state"] == "wrong_api"
     assert states["fixture_raising"]["state"] == "not_allowed"
     assert states["se_darwin"]["state"] == "not_allowed"
+
+
+def test_agents_names_the_file_and_line_a_plugin_import_failed_at(tmp_path: Path) -> None:
+    """The listing's line for a plugin whose import raised names its file and line."""
+    result = cli(tmp_path, "agents", GENESIS_FP16_PLUGIN_ALLOWLIST="fixture_broken")
+    assert result.returncode == 1
+    (line,) = [row for row in result.stdout.splitlines() if row.startswith("fixture_broken ")]
+    assert "not_installed_anywhere" in line and "fixture_agents/broken.py:5)" in line
 
 
 def test_config_check_redacts_secrets_and_reports_errors(tmp_path: Path) -> None:
