@@ -20,19 +20,31 @@ import dataclasses
 import importlib
 import os
 import stat
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from genesis_fp16_infrastructure.atomic import write_atomic
+from genesis_fp16_infrastructure.training.flight.bundle_files import (
+    BundleLimits,
+    bundle_name,
+    list_bundles,
+    trim_folder,
+)
+
+__all__ = [
+    "BundleError",
+    "BundleLimits",
+    "list_bundles",
+    "load_bundle",
+    "plain_batch",
+    "rebuilt_batch",
+    "save_bundle",
+]
 
 BUNDLE_VERSION = 1
-SUFFIX = ".fault.pt"
-REASONS = ("first_nonfinite", "demotion")
 # Keys every bundle holds; load_bundle refuses a file without them.
 REQUIRED = (
     "version",
@@ -53,54 +65,14 @@ class BundleError(ValueError):
     """A bundle that cannot be used: missing, too big, not a bundle, or damaged."""
 
 
-@dataclass(frozen=True)
-class BundleLimits:
-    """How much the bundle folder may hold: files and bytes, oldest out first."""
-
-    max_count: int = 20
-    max_bytes: int = 2 * 2**30
-    # A single file larger than this is refused when read (a read is whole).
-    max_file_bytes: int = 8 * 2**30
-
-    def __post_init__(self) -> None:
-        if self.max_count < 1 or self.max_bytes < 1:
-            raise ValueError(f"BundleLimits({self}): max_count and max_bytes must be >= 1")
-
-
 def save_bundle(folder: Path, bundle: Mapping[str, Any], limits: BundleLimits) -> Path:
     """Write ``bundle`` into ``folder`` atomically, then trim the folder; its path."""
     folder.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    name = f"{stamp}-{time.time_ns() % 10**9:09d}-step{int(bundle['step'])}-{bundle['reason']}"
-    path = folder / f"{name}{SUFFIX}"
+    path = folder / bundle_name(int(bundle["step"]), str(bundle["reason"]))
     data = {"version": BUNDLE_VERSION, **bundle}
     write_atomic(path, lambda f: torch.save(data, f))
     trim_folder(folder, limits, keep=path)
     return path
-
-
-def trim_folder(folder: Path, limits: BundleLimits, keep: Path | None = None) -> list[Path]:
-    """Remove the oldest bundles until ``limits`` hold; the files removed."""
-    files = sorted(_bundle_files(folder), key=lambda p: p.name)  # names start with the time
-    sizes = {p: p.stat().st_size for p in files}
-    removed = []
-    while files and (
-        len(files) > limits.max_count or sum(sizes[p] for p in files) > limits.max_bytes
-    ):
-        oldest = files[0]
-        if oldest == keep and len(files) == 1:
-            break
-        victim = oldest if oldest != keep else files[1]
-        files.remove(victim)
-        victim.unlink(missing_ok=True)
-        removed.append(victim)
-    return removed
-
-
-def _bundle_files(folder: Path) -> list[Path]:
-    if not folder.is_dir():
-        return []
-    return [p for p in folder.iterdir() if p.name.endswith(SUFFIX) and p.is_file()]
 
 
 def load_bundle(
@@ -129,27 +101,6 @@ def load_bundle(
             f"{path}: bundle version {data['version']!r}, this reads {BUNDLE_VERSION}"
         )
     return data
-
-
-def list_bundles(folder: Path) -> list[dict[str, Any]]:
-    """The bundles in ``folder``, oldest first: name, bytes and, from the name, step and
-    reason (nothing is unpickled to list them)."""
-    rows = []
-    for path in sorted(_bundle_files(folder), key=lambda p: p.name):
-        stem = path.name.removesuffix(SUFFIX)
-        parts = stem.split("-")
-        step = parts[2].removeprefix("step") if len(parts) >= 4 else "?"
-        reason = "-".join(parts[3:]) if len(parts) >= 4 else "?"
-        rows.append(
-            {
-                "name": path.name,
-                "path": str(path),
-                "bytes": path.stat().st_size,
-                "step": step,
-                "reason": reason,
-            }
-        )
-    return rows
 
 
 # ---------------------------------------------------------------------- batches as plain data
