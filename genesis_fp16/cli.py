@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "probe",
     "bench",
     "precision",
+    "replay",
     "new_agent",
     "check_agent",
     "model",
