@@ -25,6 +25,7 @@ from genesis_fp16_infrastructure.training.flight.bundle import (
     save_bundle,
 )
 from genesis_fp16_infrastructure.training.flight.recorder import FlightConfig
+from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget, replay, reproduces
 
 # No overflow-rate trigger: a lone overflow (or the start-up calibration) does not demote.
 QUIET = GuardConfig(check_interval=5, overflow_rate_limit=None, bf16_needs_native=False)
@@ -131,3 +132,59 @@ def _tiny_bundle(step: int) -> dict[str, object]:
         "batches": [],
         "recorded": {},
     }
+
+
+class _BigInput(FaultTask):
+    """Batch 17's inputs scaled by 1e5: fp16's first Linear overflows in the forward."""
+
+    def loss(self, model: torch.nn.Module, batch: tuple[int, torch.Tensor, torch.Tensor]):  # type: ignore[override]
+        step, x, y = batch
+        return super().loss(model, (step, x * 1e5 if step == 17 else x, y))
+
+
+def test_replay_reproduces_bit_for_bit_and_names_the_module(tmp_path: Path) -> None:
+    """A bundle of an fp16 forward overflow replays on the CPU with the recorded non-finite
+    pattern, names module 0's forward output, and shows fp32 and bf16 finite there;
+    a lone backward overflow of the loss names the loss's backward, with the loss bits equal."""
+    forward = _run(_BigInput(None), tmp_path / "fwd", QUIET)
+    bundle = load_bundle(Path(forward.fault_bundles[0]["path"]))
+    task = _BigInput(None)
+    report = replay(bundle, ReplayTarget.of_task(task))
+    assert report["reproduced"] is True
+    assert report["first_nonfinite"] == {"module": "0", "phase": "forward", "tensor": "output"}
+    assert report["precisions"]["fp32"]["loss_finite"] == [True]
+    assert report["precisions"]["bf16"]["loss_finite"] == [True]
+    assert report["per_module"]["0"]["nonfinite"] > 0
+
+    backward = _run(FaultTask("overflow", until=18), tmp_path / "bwd", QUIET)
+    bundle = load_bundle(Path(backward.fault_bundles[0]["path"]))
+    report = replay(
+        bundle,
+        ReplayTarget(FaultTask("overflow").build_model, FaultTask("overflow", until=18).loss),
+    )
+    assert report["reproduced"] is True and report["recorded"]["loss_finite"] == [True]
+    assert report["replayed"]["loss"] == report["recorded"]["loss"]
+    assert report["first_nonfinite"] == {"module": "loss", "phase": "backward", "tensor": "grad"}
+
+
+def test_reproduced_compares_pattern_and_bits() -> None:
+    """A changed finite loss's bits, or a different skip, is not a reproduction; the bits of
+    a non-finite loss are not compared."""
+    recorded = {"loss_bits": [1, 2], "loss_finite": [True, False], "skipped": True}
+    assert reproduces(recorded, {**recorded, "loss_bits": [1, 99]})
+    assert not reproduces(recorded, {**recorded, "loss_bits": [3, 2]})
+    assert not reproduces(recorded, {**recorded, "skipped": False})
+
+
+def test_a_cuda_bundle_asks_for_a_device_here(tmp_path: Path) -> None:
+    """A bundle recorded on CUDA replays on the CPU when told (and says it is another
+    setup); without a GPU and without --device it is refused in one line."""
+    result = _run(FaultTask("overflow", until=18), tmp_path, QUIET)
+    bundle = load_bundle(Path(result.fault_bundles[0]["path"]))
+    bundle["device"] = "cuda:0"
+    task = FaultTask("overflow", until=18)
+    report = replay(bundle, ReplayTarget.of_task(task), device="cpu")
+    assert report["same_setup"] is False and report["reproduced"] is True
+    if not torch.cuda.is_available():
+        with pytest.raises(BundleError, match="no CUDA device here"):
+            replay(bundle, ReplayTarget.of_task(task))
