@@ -23,6 +23,7 @@ from typing import Any
 
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
+from genesis_fp16_infrastructure.training.flight.range_stats import RangeStats
 from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder
 from genesis_fp16_infrastructure.training.precision.carried_scale import clamp_scale
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
@@ -120,6 +121,11 @@ def _fit(
     if guard is not None:
         guard.start(trainer, position.epoch, position.batch)
     recorder = _recorder(task, options, guard)
+    stats = None
+    if options.range_stats is not None and options.on_range_stats is not None:
+        stats = RangeStats(options.range_stats, options.on_range_stats)
+        stats.follow(trainer)  # each demoted trainer is followed from its first step
+        options = replace(options, step_hooks=(*options.step_hooks, stats.after_step))
     demotions: list[dict[str, Any]] = []
     failure: Mapping[str, str] | None = None
     tracker = position.tracker
@@ -143,6 +149,8 @@ def _fit(
         demotions.append(record)
         if tracker is not None:
             tracker.forget_after(trainer.step_count)
+    if stats is not None:
+        stats.detach()  # no hooks left on the model the caller gets back
     model, policy = trainer.model, trainer.policy
     steps_run = trainer.step_count - first_step
 
