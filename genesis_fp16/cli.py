@@ -31,6 +31,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "probe",
     "bench",
     "precision",
+    "replay",
     "new_agent",
     "check_agent",
     "model",

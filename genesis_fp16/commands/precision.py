@@ -2,9 +2,10 @@
 
 ``show`` prints the precision guard's remembered demotion, when ``auto`` was measured
 the timing table and the choice, the captured step's verdicts against eager, and the
-loss scale carried to the next fp16 run. ``reset`` forgets them all, so the agent's next
-run (in a running daemon too: both are read at the start of every run) asks for its
-configured precision and, for ``auto``, measures again.
+loss scale carried to the next fp16 run, and the flight recorder's fault bundles.
+``reset`` forgets them all but the bundles (evidence, bounded by their own folder), so
+the agent's next run (in a running daemon too: both are read at the start of every
+run) asks for its configured precision and, for ``auto``, measures again.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.state_files import locked
 from genesis_fp16.plugins import known_agent_names
 from genesis_fp16.runs.guard_state import describe
+from genesis_fp16_infrastructure.training.flight.bundle_files import FOLDER, list_bundles
 from genesis_fp16_infrastructure.training.precision.carried_scale import (
     read_carried_scale,
     write_carried_scale,
@@ -41,7 +43,7 @@ def register(subparsers: Any) -> None:
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     for action, text in (
-        ("show", "print the demotion, the 'auto' measurement, verdicts and carried scale"),
+        ("show", "print the demotion, 'auto' measurement, verdicts, carried scale, bundles"),
         ("reset", "forget them all"),
     ):
         sub = actions.add_parser(action, help=text)
@@ -76,6 +78,7 @@ def _show(args: argparse.Namespace, agent: str, paths: AgentPaths) -> int:
     carried = read_carried_scale(paths.loss_scale_path)
     # What this host can measure, asked only when nothing is cached (it imports torch).
     host = _host() if calibration is None or not verdicts else None
+    bundles = list_bundles(paths.root / FOLDER)
     if args.json:
         shown = {
             "host": host,
@@ -83,6 +86,7 @@ def _show(args: argparse.Namespace, agent: str, paths: AgentPaths) -> int:
             "calibration": calibration,
             "captured_step_verdicts": verdicts,
             "carried_loss_scale": None if carried is None else carried.__dict__,
+            "fault_bundles": bundles,
         }
         print(json.dumps(shown, indent=2))
     else:
@@ -96,7 +100,18 @@ def _show(args: argparse.Namespace, agent: str, paths: AgentPaths) -> int:
                 f"loss scale: {carried.scale:g} carried from the last fp16 run ({carried.at}), "
                 f"for runs asking {carried.requested}"
             )
+        print(_describe_bundles(bundles))
     return 0
+
+
+def _describe_bundles(bundles: list[dict[str, Any]]) -> str:
+    if not bundles:
+        return "fault bundles: none"
+    lines = [f"fault bundles ({len(bundles)}, oldest first; `genesis-fp16 replay PATH`):"]
+    lines += [
+        f"  step {b['step']} {b['reason']}: {b['path']} ({b['bytes']} bytes)" for b in bundles
+    ]
+    return "\n".join(lines)
 
 
 def _reset(args: argparse.Namespace, agent: str, paths: AgentPaths) -> int:

@@ -150,6 +150,13 @@ class DaemonMetrics:
             "Precision demotions by the precision guard.",
             ("agent", "from", "to", "reason"),
         )
+        self.fault_bundles = counter(
+            "fault_bundles",
+            "Fault bundles the flight recorder wrote, by reason: first_nonfinite (the run's "
+            "first step whose loss or gradients were not finite, start-up loss-scale "
+            "calibration excepted) or demotion (the step that brought a demotion).",
+            ("agent", "reason"),
+        )
         self.training_runs = counter(
             "training_runs", "Finished training runs by outcome.", ("agent", "outcome")
         )

@@ -83,13 +83,18 @@ class TrainRequest(RunSpec, RunCallbacks):
 
             result = fit(task, request.fit_options())
         """
+        from genesis_fp16_infrastructure.training.flight.bundle_files import bundle_folder
+        from genesis_fp16_infrastructure.training.flight.recorder import FlightConfig
         from genesis_fp16_infrastructure.training.run.fit import FitOptions
 
         values: dict[str, Any] = {name: getattr(self, name) for name in spec_fields()}
+        context = {"agent": self.agent, "request": self.to_json()}
         values.update(
             on_log=self.on_log,
             should_stop=self.should_stop,
             checkpoint_dir=Path(self.checkpoint_dir),
+            # Fault bundles in the agent's state folder (the guard must be on to write any).
+            flight=FlightConfig(folder=bundle_folder(self.state_dir, self.agent), context=context),
         )
         merged = {**values, **overrides}
         if merged.get("steps") is None and merged.get("epochs") is None:
