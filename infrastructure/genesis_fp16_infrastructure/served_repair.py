@@ -59,6 +59,18 @@ def unpin(folder: Path) -> ServedPointer | None:
     return update_pointer(folder, change)
 
 
+def serve_unless_pinned(folder: Path, entry: dict[str, Any], how: str) -> bool:
+    """The gate's promotion: serve ``entry`` unless the pointer is pinned *now* (an
+    operator's ``model promote`` that landed while the candidate trained wins). True:
+    served; False: held by the pin."""
+    with pointer_lock(folder):
+        current = read_pointer(folder)
+        if current is not None and current.pinned is not None:
+            return False
+        serve(folder, entry, how)
+        return True
+
+
 def set_aside_unusable(folder: Path) -> tuple[str | None, Path | None]:
     """Check the pointer the way every loader reads it; an unreadable, wrong-version or
     dangling one is renamed ``served.json.unusable`` (under the pointer's lock), so that

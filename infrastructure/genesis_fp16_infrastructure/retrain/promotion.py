@@ -59,6 +59,7 @@ from genesis_fp16_infrastructure.served import (
     served_checkpoint,
     write_verdict,
 )
+from genesis_fp16_infrastructure.served_repair import serve_unless_pinned
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint import (
     CheckpointError,
@@ -311,7 +312,15 @@ def judge(
         return dataclasses.replace(result, rejected=True)
     entry = candidate_entry(root, candidate, checkpoint)
     entry["judged"] = str(judged.resolve().relative_to(Path(root).resolve()))
-    serve(root, entry, "gate" if served is not None else "first")
+    if not serve_unless_pinned(root, entry, "gate" if served is not None else "first"):
+        # Pinned by an operator while the candidate trained: held, as above.
+        held = {**record, "outcome": "held", "reason": f"pinned: {verdict.reason}"}
+        write_verdict(candidate, held)
+        logger.warning("%s: candidate %s held: pinned meanwhile", request.agent, candidate.name)
+        held_record = {**held, "candidate_id": candidate.name}
+        return dataclasses.replace(
+            result, extra={**result.extra, "gate": held_record}, gate=held_record
+        )
     logger.info("%s: candidate %s promoted: %s", request.agent, candidate.name, verdict.reason)
     return result
 

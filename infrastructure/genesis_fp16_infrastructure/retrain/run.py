@@ -265,6 +265,11 @@ def _up_to_date(
             request.fit_options(
                 steps=0,
                 epochs=None,
+                # its tracker restores the best weights the checkpoint keeps: the eval is
+                # the served model's, as its own run reported it
+                early_stop=(
+                    task.early_stopping() if options.early_stopping and not request.fsdp else None
+                ),
                 checkpoint_dir=only[0],
                 resume=True,
                 loaded_checkpoint=only[1],

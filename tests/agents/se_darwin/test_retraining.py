@@ -129,6 +129,26 @@ def test_a_newer_checkpoint_beside_the_served_one_is_never_served(
     assert WorldModelPredictor.load(tmp_path / "ck").checkpoint == good.checkpoint
 
 
+def test_a_usable_newer_checkpoint_beside_the_served_one_is_never_loaded(
+    pool: Path, tmp_path: Path
+) -> None:
+    """A loadable file one step newer than the served one, with its digest (issue 51): an
+    up-to-date run on the unchanged pool evaluates the file the pointer names (its step,
+    its eval), not the planted one."""
+    good = train(pool, tmp_path / "ck", steps=None)
+    assert good.checkpoint is not None
+    state = load_checkpoint(good.checkpoint)
+    state["step"] = int(state["step"]) + 1
+    state["model"] = {k: v + 0.5 for k, v in state["model"].items()}  # another model
+    planted = CheckpointManager(good.checkpoint.parent, keep=10).save(state)
+    assert planted != good.checkpoint and planted.is_file()
+    (tmp_path / "ck" / "data_manifest.json").unlink()  # the pool is read: the full check
+    again = train(pool, tmp_path / "ck", steps=None, resume=True)
+    assert again.outcome == "up_to_date" and again.checkpoint == good.checkpoint
+    assert again.extra["total_steps"] == good.extra["total_steps"]
+    assert again.eval == good.eval
+
+
 def test_an_unreadable_pointer_is_a_one_line_refusal(pool: Path, tmp_path: Path) -> None:
     """A corrupt served.json stops the run with one line naming the file; no model is
     guessed and nothing is trained or moved."""

@@ -1,0 +1,282 @@
+"""The real daemon and the operator's `model` commands: a pin sticks, an operator racing the
+daemon's promotions and prunes loses nothing, a broken pointer is reported and repaired,
+and `model` knows every agent."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from daemon_harness import DaemonFactory, DaemonProcess, daemon_env
+
+from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.served import (
+    ServedPointerError,
+    list_candidates,
+    pointer_path,
+    read_json,
+    read_pointer,
+)
+from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
+
+AGENT = "se_darwin"
+RUNS = "genesis_fp16_training_runs_total"
+
+
+def _write(path: Path, pool: dict[str, Any]) -> None:
+    """Write atomically: a scheduled run never reads half a file."""
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(pool))
+    partial.replace(path)
+
+
+def _env(pool: Path, **extra: str) -> dict[str, str]:
+    return {
+        "GENESIS_FP16_PLUGIN_ALLOWLIST": AGENT,
+        "GENESIS_FP16_AGENTS__SE_DARWIN__DATA_PATH": str(pool),
+        "GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION": "fp32",
+        "GENESIS_FP16_AGENTS__SE_DARWIN__OPTIONS__MAX_EPOCHS": "3",
+        "GENESIS_FP16_SCHEDULE": "1",
+        **extra,
+    }
+
+
+def _runs(daemon: DaemonProcess, outcome: str) -> float:
+    return daemon.sample(RUNS, agent=AGENT, outcome=outcome) or 0.0
+
+
+def _model(daemon: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    """`genesis-fp16 model ...` against the daemon's state folder (its working folder's)."""
+    return subprocess.run(
+        [sys.executable, "-m", "genesis_fp16", "model", *args],
+        cwd=daemon.workdir,
+        env=daemon_env({}, fixtures=False),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _folder(daemon: DaemonProcess) -> Path:
+    return daemon.state_dir / "agents" / AGENT / "checkpoints"
+
+
+def _gate_outcomes(daemon: DaemonProcess) -> list[str]:
+    return [
+        str((e.get("gate") or {}).get("outcome"))
+        for e in daemon.events("training run finished")
+        if e.get("outcome") != "up_to_date" and e.get("gate")
+    ]
+
+
+@pytest.mark.slow
+def test_a_pinned_model_survives_unchanged_data_and_holds_a_better_candidate(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """`model promote` of the first model over the second pins it: three scheduled runs
+    on the unchanged pool are up to date (no retrain, no new candidate), and new data
+    trains a candidate the gate would promote, which is held (verdict held, reason
+    pinned) while the pinned model keeps serving; the pin is a gauge; unpin names it."""
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    _write(pool / "se_darwin.json", generate_pool(300, seed=4))
+    daemon = daemon_factory(_env(pool), fixtures=False)
+    daemon.wait_for(lambda: _runs(daemon, "success") >= 1, "the first model", 180)
+    _write(pool / "qa.json", generate_pool(300, seed=5, agent="qa"))
+    daemon.wait_for(lambda: _runs(daemon, "success") >= 2, "a promoted second model", 240)
+    folder = _folder(daemon)
+    pointer = read_pointer(folder)
+    assert pointer is not None and len(pointer.history) == 1
+    first = pointer.history[0]["id"]
+
+    done = _model(daemon, "promote", AGENT, first, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["pinned"] is True
+    ups = _runs(daemon, "up_to_date")
+    daemon.wait_for(lambda: _runs(daemon, "up_to_date") >= ups + 3, "3 up-to-date runs", 180)
+    pointer = read_pointer(folder)
+    assert pointer is not None and pointer.served["id"] == first and pointer.pinned
+    assert _runs(daemon, "success") == 2 and len(list_candidates(folder)) == 2
+    assert daemon.sample("genesis_fp16_served_model_pinned", agent=AGENT) == 1
+    listed = _model(daemon, "list", AGENT)
+    assert "pinned by `model promote`" in listed.stdout and "SERVED,pinned" in listed.stdout
+
+    _write(pool / "docs.json", generate_pool(300, seed=6, agent="docs"))
+    daemon.wait_for(lambda: _runs(daemon, "success") >= 3, "a candidate of the new data", 240)
+    assert _gate_outcomes(daemon)[-1] == "held"
+    held = next(
+        c for c in list_candidates(folder) if c.name not in (first, pointer.history[0]["id"])
+    )
+    verdict = read_json(held / "verdict.json")
+    assert verdict is not None and verdict["outcome"] == "held"
+    assert verdict["reason"].startswith("pinned: ") and verdict["comparisons"]
+    pointer = read_pointer(folder)
+    assert pointer is not None and pointer.served["id"] == first and pointer.pinned
+    ups = _runs(daemon, "up_to_date")
+    daemon.wait_for(lambda: _runs(daemon, "up_to_date") >= ups + 1, "an up-to-date run", 120)
+    assert len(list_candidates(folder)) == 3  # the held candidate's data is not retrained
+
+    unpinned = _model(daemon, "unpin", AGENT)
+    assert unpinned.returncode == 0 and held.name in unpinned.stdout
+    pointer = read_pointer(folder)
+    assert pointer is not None and pointer.served["id"] == first and pointer.pinned is None
+
+
+@pytest.mark.slow
+def test_an_operator_racing_the_daemons_promotions_and_prunes_loses_no_update(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """While the pool grows every second (the daemon trains, promotes and prunes with a
+    history of 1), the operator promotes a kept model and unpins it, again and again:
+    each promote is what the pointer says when the command returns, pinned, and each
+    unpin leaves no pin; the daemon promotes meanwhile too."""
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    _write(pool / "se_darwin.json", generate_pool(200, seed=4))
+    env = _env(
+        pool,
+        GENESIS_FP16_AGENTS__SE_DARWIN__OPTIONS__MAX_EPOCHS="1",
+        GENESIS_FP16_SERVED_HISTORY_KEEP="1",
+        GENESIS_FP16_REJECTED_KEEP_DAYS="0",
+    )
+    daemon = daemon_factory(env, fixtures=False)
+    daemon.wait_for(lambda: _runs(daemon, "success") >= 1, "the first model", 180)
+    folder = _folder(daemon)
+    stop = threading.Event()
+
+    def grow() -> None:
+        n = 0
+        while not stop.wait(1.0):
+            n += 1
+            _write(pool / f"grow{n % 3}.json", generate_pool(40 + n, seed=200 + n, agent="qa"))
+
+    grower = threading.Thread(target=grow, daemon=True)
+    grower.start()
+    promoted_before = _runs(daemon, "success")
+    rounds = 0
+    try:
+        for _ in range(12):
+            kept = [
+                c.name
+                for c in list_candidates(folder)
+                if (read_json(c / "verdict.json") or {}).get("outcome") == "promoted"
+            ]
+            if not kept:
+                continue
+            done = _model(daemon, "promote", AGENT, kept[0])
+            if done.returncode != 0:
+                assert "no candidate" in done.stderr, done.stderr  # pruned meanwhile
+                continue
+            pointer = read_pointer(folder)
+            assert pointer is not None and pointer.served["id"] == kept[0] and pointer.pinned
+            assert _model(daemon, "unpin", AGENT).returncode == 0
+            pointer = read_pointer(folder)
+            assert pointer is not None and pointer.pinned is None
+            rounds += 1
+            daemon.wait_for(
+                lambda: _runs(daemon, "success") + _runs(daemon, "up_to_date") > 0, "a run", 60
+            )
+    finally:
+        stop.set()
+        grower.join()
+    assert rounds >= 5
+    assert _runs(daemon, "success") > promoted_before  # the daemon promoted meanwhile
+
+
+def _dangling(folder: Path) -> None:
+    data = json.loads(pointer_path(folder).read_text())
+    data["served"]["checkpoint"] = "candidates/gone/ckpt-0000000001.pt"
+    pointer_path(folder).write_text(json.dumps(data))
+
+
+def _wrong_version(folder: Path) -> None:
+    data = json.loads(pointer_path(folder).read_text())
+    pointer_path(folder).write_text(json.dumps({**data, "version": 7}))
+
+
+BREAK = {
+    "garbage": lambda folder: pointer_path(folder).write_text("{not json"),
+    "wrong_version": _wrong_version,
+    "dangling": _dangling,
+}
+
+
+@pytest.mark.slow
+def test_each_broken_pointer_degrades_health_and_is_repaired_by_the_model_command(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """Garbage, another version, a missing checkpoint: each is set aside and counted,
+    /healthz answers 503 naming the agent, the gauge is 1, `model list` says so in one
+    line above the kept candidates, the prediction API names the repair, and `model
+    promote` (or `rollback`) repairs it: /healthz 200 again at the next run."""
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    _write(pool / "se_darwin.json", generate_pool(300, seed=4))
+    daemon = daemon_factory(_env(pool), fixtures=False)
+    daemon.wait_for(lambda: _runs(daemon, "success") >= 1, "the first model", 180)
+    folder = _folder(daemon)
+    pointer = read_pointer(folder)
+    assert pointer is not None
+    served = pointer.served["id"]
+    skipped = "genesis_fp16_state_files_skipped_total"
+    for n, kind in enumerate(sorted(BREAK)):
+        BREAK[kind](folder)
+        daemon.wait_for(lambda: daemon.get("/healthz")[0] == 503, f"degraded ({kind})", 60)
+        body = daemon.get("/healthz")[1]
+        assert "degraded" in body and AGENT in body, body
+        daemon.wait_for(
+            lambda n=n: daemon.sample(skipped, agent=AGENT, file="served_pointer") == n + 1,
+            f"the {kind} pointer counted",
+            30,
+        )
+        assert daemon.sample("genesis_fp16_served_pointer_unusable", agent=AGENT) == 1
+        listed = _model(daemon, "list", AGENT)
+        lines = listed.stdout.splitlines()
+        assert listed.returncode == 0 and "unusable" in lines[0] and served in listed.stdout
+        as_json = json.loads(_model(daemon, "list", AGENT, "--json").stdout)
+        assert as_json["pointer_error"] and as_json["served"] is None
+        with pytest.raises(ServedPointerError, match=f"model promote {AGENT}|model promote"):
+            WorldModelPredictor.load(folder)
+        repair = ("rollback", AGENT) if kind == "wrong_version" else ("promote", AGENT, served)
+        done = _model(daemon, *repair)
+        assert done.returncode == 0 and "unusable pointer is replaced" in done.stdout, done
+        assert len(done.stdout.strip().splitlines()) == 1
+        daemon.wait_for(lambda: daemon.get("/healthz")[0] == 200, f"healthy ({kind})", 60)
+        assert WorldModelPredictor.load(folder).checkpoint is not None
+        assert daemon.sample("genesis_fp16_served_pointer_unusable", agent=AGENT) == 0
+
+
+@pytest.mark.slow
+def test_model_lists_an_agent_without_a_gate_and_refuses_an_unknown_one(
+    daemon_factory: DaemonFactory,
+) -> None:
+    """After the daemon trained rlhf_ppo, `model list rlhf_ppo` names its checkpoint, step
+    and "no promotion gate"; `model list nope` is one line and exit code 2 (with --json
+    an error object)."""
+    env = {
+        "GENESIS_FP16_PLUGIN_ALLOWLIST": "rlhf_ppo",
+        "GENESIS_FP16_AGENTS__RLHF_PPO__STEPS": "4",
+        "GENESIS_FP16_SAMPLE_COUNT": "16",
+        "GENESIS_FP16_SCHEDULE": "3600",
+    }
+    daemon = daemon_factory(env, fixtures=False)
+    daemon.wait_for(
+        lambda: daemon.sample(RUNS, agent="rlhf_ppo", outcome="success"), "an rlhf_ppo run", 120
+    )
+    listed = _model(daemon, "list", "rlhf_ppo")
+    assert listed.returncode == 0, listed.stderr
+    assert "no promotion gate" in listed.stdout and "ckpt-0000000004.pt" in listed.stdout
+    assert "step 4" in listed.stdout
+    row = json.loads(_model(daemon, "list", "rlhf_ppo", "--json").stdout)
+    assert row["gate"] is False and row["newest"]["step"] == 4
+    unknown = _model(daemon, "list", "nope")
+    assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
+    assert "unknown agent 'nope'" in unknown.stderr
+    as_json = _model(daemon, "list", "nope", "--json")
+    assert as_json.returncode == 2 and "unknown agent" in json.loads(as_json.stdout)["error"]
