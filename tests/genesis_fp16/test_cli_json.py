@@ -37,8 +37,8 @@ def test_every_command_takes_json_but_the_ones_named() -> None:
     assert missing == WITHOUT_JSON & set(leaves)
 
 
-def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = daemon_env({"GENESIS_FP16_STATE_DIR": str(cwd / "state")}, fixtures=False)
+def _cli(cwd: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    env = daemon_env({"GENESIS_FP16_STATE_DIR": str(cwd / "state"), **extra}, fixtures=False)
     return subprocess.run(
         [sys.executable, "-m", "genesis_fp16", *args],
         cwd=cwd,
@@ -74,6 +74,31 @@ def test_a_failed_command_with_json_ends_stdout_with_an_error_object(
     error = json.loads(proc.stdout.strip().splitlines()[-1])
     assert error["kind"] == "refused" and error["exit_code"] == 2
     assert fragment in error["error"] and line == f"genesis-fp16: error: {error['error']}"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("agents",),
+        ("config", "check"),
+        ("status",),
+        ("train", "se_darwin"),
+        ("probe", "se_darwin"),
+        ("check-agent", "se_darwin"),
+        ("data", "generate", "se_darwin", "--out", "x.json"),
+    ],
+    ids=lambda args: "-".join(args[:2]),
+)
+def test_an_invalid_setting_with_json_is_an_error_object_naming_it(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    """GENESIS_FP16_LOG_INTERVAL=0 refuses every command that reads the settings: exit 2
+    and, with --json, stdout's last line an error object naming the variable."""
+    proc = _cli(tmp_path, *args, "--json", GENESIS_FP16_LOG_INTERVAL="0")
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    error = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "GENESIS_FP16_LOG_INTERVAL" in error["error"] and error["exit_code"] == 2
+    assert error["error"] in proc.stderr
 
 
 def test_without_json_a_failure_leaves_stdout_empty(tmp_path: Path) -> None:

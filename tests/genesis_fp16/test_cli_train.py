@@ -196,14 +196,15 @@ def _on_a_terminal(tmp_path: Path, *args: str, columns: int = 120, **env: str) -
 @pytest.mark.parametrize("columns", [120, 0])
 def test_progress_bar_on_a_terminal(tmp_path: Path, data: Path, columns: int) -> None:
     """On a pseudo-terminal (of any width, or none reported) tqdm draws the bar with the
-    rate and the ETA, and each log record (console format, INFO) is a line of its own,
+    rate and the ETA, and each log record (console format) is a line of its own,
     never glued to the bar."""
     import re
 
+    # DEBUG: the validation lines below, which INFO leaves out.
     terminal = _on_a_terminal(
         tmp_path, "train", "se_darwin", "--steps", "24", "--precision", "fp32",
         "--data", str(data), "--checkpoint-dir", str(tmp_path / "ck"), columns=columns,
-        GENESIS_FP16_LOG_LEVEL="INFO", GENESIS_FP16_LOG_FORMAT="console",
+        GENESIS_FP16_LOG_LEVEL="DEBUG", GENESIS_FP16_LOG_FORMAT="console",
     )  # fmt: skip
     parts = [part for part in re.split(r"[\r\n]+", terminal) if part.strip()]
     bars = [part for part in parts if "/24 [" in part]

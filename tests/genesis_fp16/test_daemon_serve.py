@@ -163,7 +163,10 @@ def test_sighup_rollback_makes_the_next_run_fp32(
         "the fp16 run to stop at a step boundary",
     )
     assert stopped[0]["precision_used"] == "fp16"
-    started = daemon.events("training run started")
+    # The rerun's start is logged after the stop's record: waited for, not raced (under load).
+    runs = "training run started"
+    daemon.wait_for(lambda: len(daemon.events(runs)) >= 2, "the fp32 run to start")
+    started = daemon.events(runs)
     assert [r["precision"] for r in started] == ["fp16", "fp32"]
     assert started[1]["reason"].startswith("ENABLE_FP16_TRAINING=false")
 
