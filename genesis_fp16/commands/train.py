@@ -44,6 +44,7 @@ from genesis_fp16.commands.train_output import (
     PROGRESS_INTERVAL,
     ProgressBar,
     describe,
+    exit_code,
     fan_out,
     print_diagnostics,
     print_progress,
@@ -80,13 +81,6 @@ from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestErr
 # 1.8 s for torch.
 
 log = logging.getLogger("genesis_fp16.train")
-
-# How a run that returned a result ends (README, "Commands"): 0 finished (success, up to
-# date, or a candidate the gate rejected); 1 a run that learned nothing; 75 stopped by
-# Ctrl-C or SIGTERM with a checkpoint (sysexits' EX_TEMPFAIL: run it again to continue;
-# 3 is a daemon's orphaned child's). Bad input is 2, a second Ctrl-C 130.
-EXIT_STOPPED = 75
-EXIT_CODES = {"failed": 1, "stopped": EXIT_STOPPED}
 
 
 def _positive_int(text: str) -> int:
@@ -405,7 +399,7 @@ def _train(
         print(json.dumps(out, allow_nan=False), flush=True)
     else:
         print(describe(out))
-    return EXIT_CODES.get(result.outcome, 0)
+    return exit_code(result.outcome)
 
 
 def _holds_models(folder: Path) -> bool:

@@ -21,6 +21,12 @@ from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
 
 # Steps between two summaries when a terminal's bar or a tracker wants them.
 PROGRESS_INTERVAL = 10
+# How a run that returned a result ends (README, "Commands"): 0 finished (success, up to
+# date, or a candidate the gate rejected); 1 a run that learned nothing; 75 stopped by
+# Ctrl-C or SIGTERM with a checkpoint (sysexits' EX_TEMPFAIL: run it again to continue;
+# 3 is a daemon's orphaned child's). Bad input is 2, a second Ctrl-C 130.
+EXIT_STOPPED = 75
+EXIT_CODES = {"failed": 1, "stopped": EXIT_STOPPED}
 
 
 def fan_out(
@@ -93,6 +99,11 @@ class ProgressBar:
             refresh=False,
         )
         self.bar.update(done - self.bar.n)
+
+
+def exit_code(outcome: str) -> int:
+    """``train``'s exit code for a run that ended with ``outcome`` (``EXIT_CODES``)."""
+    return EXIT_CODES.get(outcome, 0)
 
 
 def describe(out: dict[str, Any]) -> str:
