@@ -7,12 +7,14 @@ Each command module exposes ``register(subparsers)``, which adds its parser and 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import json
 import os
 import re
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from genesis_fp16 import __version__
 from genesis_fp16.config.storage import storage_error
@@ -29,6 +31,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "probe",
     "bench",
     "precision",
+    "replay",
     "new_agent",
     "check_agent",
     "model",
@@ -48,6 +51,63 @@ class DeviceUnavailable(UsageError):
     kind = "device_unavailable"
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, which answers a mistyped flag or command with the closest one of
+    the command it was given to (``--stepz``: "did you mean --steps?"), in that command's
+    usage, and with ``--json`` an error object on stdout too."""
+
+    json_errors = False  # set by main() when the words hold --json
+
+    def parse_args(  # type: ignore[override]  # only the forms main() uses
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:  # argparse would blame the top-level parser; blame the command given
+            command = _given_command(self, parsed)
+            command.error(f"unrecognized arguments: {' '.join(extras)}{_closest(command, extras)}")
+        return parsed
+
+    def error(self, message: str) -> NoReturn:
+        message += _closest_choice(message)
+        self.print_usage(sys.stderr)
+        if self.json_errors:
+            print(json.dumps(error_object(message, "usage", 2)), flush=True)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _given_command(parser: argparse.ArgumentParser, parsed: argparse.Namespace) -> Parser:
+    """The parser of the (sub)command ``parsed`` names: ``config check``'s for those words."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(parsed, action.dest, None) or "")
+            if chosen is not None:
+                return _given_command(chosen, parsed)
+    assert isinstance(parser, Parser)
+    return parser
+
+
+def _closest(parser: argparse.ArgumentParser, words: Sequence[str]) -> str:
+    """`` (did you mean --steps?)`` for the flags among ``words`` close to one of
+    ``parser``'s, else ''."""
+    flags = [f for f in parser._option_string_actions if f.startswith("--")]
+    near = []
+    for word in words:
+        if word.startswith("-"):
+            near += difflib.get_close_matches(word.split("=", 1)[0], flags, n=1, cutoff=0.6)
+    return f" (did you mean {' or '.join(near)}?)" if near else ""
+
+
+def _closest_choice(message: str) -> str:
+    """`` (did you mean train?)`` for argparse's "invalid choice: 'trian' (choose from
+    ...)", else ''."""
+    found = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+    if found is None:
+        return ""
+    choices = re.findall(r"'([^']*)'", found.group(2))
+    near = difflib.get_close_matches(found.group(1), choices, n=1, cutoff=0.6)
+    return f" (did you mean {near[0]}?)" if near else ""
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole command line, or with ``only`` the one command it names.
 
@@ -55,7 +115,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     interpreter; importing the other seven command modules would cost each of them tens
     of milliseconds (benchmarks/results/child_start_cpu-amd-epyc-2-cores.md).
     """
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="genesis-fp16",
         description="Mixed-precision training daemon for Genesis agents' world models.",
     )
@@ -89,6 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # `genesis-fp16 train ...` needs the train command alone; --help and errors list all.
     module = words[0].replace("-", "_") if words else None
     parser = build_parser(module if module in COMMAND_MODULES else None)
+    Parser.json_errors = "--json" in words
     args = parser.parse_args(words)
     if not getattr(args, "func", None):
         parser.print_help()
@@ -105,17 +166,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13
     except UsageError as exc:
-        _tell_the_daemon(args, exc.kind, str(exc))
+        _report(args, exc.kind, str(exc), 2)
         print(f"genesis-fp16: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if getattr(args, "json", False):  # not a daemon's child: its daemon stops it
+            _report(args, "interrupted", "interrupted: quit at once, nothing checkpointed", 130)
         return 130
     except OSError as exc:
         why = storage_error(exc)
         if why is None:
-            _tell_the_daemon(args, "error", f"{type(exc).__name__}: {exc}")
+            _report(args, "error", f"{type(exc).__name__}: {exc}", 1)
             raise
-        _tell_the_daemon(args, "storage", why)
+        _report(args, "storage", why, 1)
         print(f"genesis-fp16: error: {why}", file=sys.stderr)
         return 1
     except Exception as exc:
@@ -123,15 +186,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         # A GPU lost mid-run is the host's fault, not the plugin's: the daemon says degraded.
         kind = "device_unavailable" if device_lost(exc) else "error"
-        _tell_the_daemon(args, kind, f"{type(exc).__name__}: {exc}")
+        _report(args, kind, f"{type(exc).__name__}: {exc}", 1)
         raise
 
 
-def _tell_the_daemon(args: argparse.Namespace, kind: str, message: str) -> None:
-    """A run the daemon started in a child (``train --request``) ends with one JSON line
-    on stdout saying why it failed, which the daemon counts by ``kind``."""
-    if getattr(args, "request", None) is not None:
-        print(json.dumps({"error": message.splitlines()[0][:500], "kind": kind}), flush=True)
+def _report(args: argparse.Namespace, kind: str, message: str, code: int) -> None:
+    """A failed command asked for ``--json`` ends stdout with one error object,
+    ``{"error": "...", "kind": ..., "exit_code": ...}``, beside its line on stderr; so
+    does a run the daemon started in a child (``train --request``), which the daemon
+    counts by ``kind``."""
+    if getattr(args, "request", None) is not None or getattr(args, "json", False):
+        print(json.dumps(error_object(message, kind, code)), flush=True)
+
+
+def error_object(message: str, kind: str, code: int) -> dict[str, object]:
+    """The ``--json`` error object: the first line of ``message`` (at most 500
+    characters), what kind of failure (``refused``, ``storage``, ``usage``, ``error``...)
+    and the exit code."""
+    first = message.splitlines()[0] if message else ""
+    return {"error": first[:500], "kind": kind, "exit_code": code}
 
 
 if __name__ == "__main__":

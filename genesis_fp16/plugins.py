@@ -14,6 +14,7 @@ recorded with its state and error, and the others are unaffected.
 from __future__ import annotations
 
 import logging
+import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from importlib.metadata import EntryPoint, entry_points
@@ -43,6 +44,10 @@ class PluginRecord:
     state: PluginState
     error: str | None = None
     plugin: AgentPlugin | None = None
+    # Where a failed import failed, in the plugin's own code: "path/to/file.py:12".
+    location: str | None = None
+    # The failed import's whole traceback, for the daemon's DEBUG log.
+    trace: str | None = None
 
     def to_json(self) -> dict[str, str | None]:
         return {
@@ -51,11 +56,12 @@ class PluginRecord:
             "distribution": self.distribution,
             "state": self.state,
             "error": self.error,
+            "location": self.location,
             "description": getattr(self.plugin, "description", None),
         }
 
 
-def _entry_points() -> dict[str, EntryPoint]:
+def installed_entry_points() -> dict[str, EntryPoint]:
     """One entry point per agent name; the project's own built-ins cannot be shadowed.
 
     The same distribution can be visible twice (an editable install plus the source
@@ -89,7 +95,8 @@ def _distribution_name(ep: EntryPoint) -> str | None:
     return dist.metadata["Name"] if dist is not None else None
 
 
-def _load(ep: EntryPoint) -> PluginRecord:
+def load_entry_point(ep: EntryPoint) -> PluginRecord:
+    """Import one entry point's plugin and check its API: its record, ``loaded`` or why not."""
     found = PluginRecord(
         name=ep.name, value=ep.value, distribution=_distribution_name(ep), state="failed"
     )
@@ -99,7 +106,13 @@ def _load(ep: EntryPoint) -> PluginRecord:
         if callable(obj) and not hasattr(obj, "api_version"):
             obj = obj()
     except Exception as exc:  # any error in third-party import code is the plugin's
-        return replace(found, error=f"{type(exc).__name__}: {exc}")
+        where = failure_location(exc, ep.module)
+        return replace(
+            found,
+            error=f"{type(exc).__name__}: {exc}" + (f" (at {where})" if where else ""),
+            location=where,
+            trace="".join(traceback.format_exception(exc)),
+        )
     api = getattr(obj, "api_version", None)
     if api != API_VERSION:
         return replace(
@@ -117,6 +130,29 @@ def _load(ep: EntryPoint) -> PluginRecord:
     return replace(found, state="loaded", plugin=obj)
 
 
+def failure_location(exc: BaseException, module: str) -> str | None:
+    """The file and line of the plugin's own code where loading ``module`` failed.
+
+    A syntax error names its own line. Otherwise it is the innermost frame of the
+    plugin's top-level package: the line that raised, or the plugin's ``import`` of a
+    dependency that is missing or broken (the frames inside importlib and inside the
+    dependency say less to its author). None when no frame is the plugin's (its module
+    itself is not on the path).
+
+    >>> failure_location(SyntaxError("x", ("agent.py", 3, 1, "x")), "agent")
+    'agent.py:3'
+    """
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{exc.filename}:{exc.lineno}"
+    top = module.split(".")[0]
+    where = None
+    for frame, line in traceback.walk_tb(exc.__traceback__):
+        name = str(frame.f_globals.get("__name__", ""))
+        if name == top or name.startswith(f"{top}."):
+            where = f"{frame.f_code.co_filename}:{line}"
+    return where
+
+
 def discover_plugins(allowlist: Iterable[str] | None = None) -> list[PluginRecord]:
     """Find every agent plugin and import the allowed ones; sorted by name.
 
@@ -125,7 +161,7 @@ def discover_plugins(allowlist: Iterable[str] | None = None) -> list[PluginRecor
     """
     allowed = None if allowlist is None else set(allowlist)
     records = []
-    for name, ep in _entry_points().items():
+    for name, ep in installed_entry_points().items():
         if allowed is not None and name not in allowed:
             records.append(
                 PluginRecord(
@@ -137,12 +173,12 @@ def discover_plugins(allowlist: Iterable[str] | None = None) -> list[PluginRecor
                 )
             )
         else:
-            records.append(_load(ep))
+            records.append(load_entry_point(ep))
     return records
 
 
 def known_agent_names() -> list[str]:
-    return list(_entry_points())
+    return list(installed_entry_points())
 
 
 def load_plugin(name: str, allowlist: Iterable[str] | None = None) -> AgentPlugin:
@@ -151,13 +187,13 @@ def load_plugin(name: str, allowlist: Iterable[str] | None = None) -> AgentPlugi
     Raises :class:`PluginError` naming the known agents when ``name`` is unknown, and
     the reason when the plugin is not allowed or cannot be loaded.
     """
-    eps = _entry_points()
+    eps = installed_entry_points()
     if name not in eps:
         known = ", ".join(eps) or "none installed"
         raise PluginError(f"unknown agent {name!r}; known agents: {known}")
     if allowlist is not None and name not in set(allowlist):
         raise PluginError(f"agent {name!r} is not in GENESIS_FP16_PLUGIN_ALLOWLIST")
-    record = _load(eps[name])
+    record = load_entry_point(eps[name])
     if record.plugin is None:
         raise PluginError(f"agent {name!r} cannot be loaded ({record.state}): {record.error}")
     return record.plugin

@@ -96,6 +96,10 @@ CHECKS: dict[str, tuple[str, ...]] = {
     "carried loss scale, at most 1 skipped step in the first 50, eval within its SE": (
         "test_on_cuda_a_carried_scale_skips_at_most_one_step_in_the_first_50",
     ),
+    "range statistics inside the captured step, and their cost there (off vs on)": (
+        "test_captured_step_reports_from_inside_the_graph",
+        "test_range_stats_cost_on_the_captured_step",
+    ),
     "bench, a row's peak leaves out earlier rows' memory": (
         "test_a_rows_peak_leaves_out_what_earlier_rows_left_allocated",
     ),

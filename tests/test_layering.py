@@ -174,12 +174,13 @@ DAEMON_FLOORS = (
     {"commands", "bench", "cli", "__main__", "agent_state"},
 )
 # The training library's: precision, then the modules shared by a step and a run
-# (checkpoint format, RNG state, the process group), then one step, then a whole run.
+# (checkpoint format, RNG state, the process group), then one step, then a whole run and
+# its flight recorder (which re-runs a run's steps; fit() calls it).
 TRAINING_FLOORS = (
     {"precision"},
     {"checkpoint_keys", "checkpoint_files", "checkpoint_load", "checkpoint", "rng", "distributed"},
     {"step"},
-    {"run"},
+    {"run", "flight"},
 )
 
 

@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any
 
+from genesis_fp16.cli import UsageError
 from genesis_fp16.config.settings import SettingsError, load_settings
 from genesis_fp16.plugins import discover_plugins
 from genesis_fp16.runs.guard_state import describe, load_memory
@@ -30,8 +31,7 @@ def run(args: argparse.Namespace) -> int:
         settings = load_settings()
         allowlist = settings.plugin_allowlist
     except SettingsError as exc:
-        print(f"genesis-fp16: error: invalid configuration: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(f"invalid configuration: {exc}") from None
     records = discover_plugins(allowlist)
     if args.json:
         listed = []

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import shlex
 import sys
 from typing import Any
@@ -23,6 +25,11 @@ def register(subparsers: Any) -> None:
         ),
     )
     add_arguments(parser)
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="progress on stderr; end stdout with one JSON object (the rows and the files)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -38,7 +45,20 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     command = shlex.join(["genesis-fp16", *sys.argv[1:]])
-    rows, csv_path = run_benchmark(options, command, progress=lambda line: print(line, flush=True))
+    stream = sys.stderr if args.json else sys.stdout  # --json: stdout is the object alone
+
+    rows, csv_path = run_benchmark(
+        options, command, progress=lambda line: print(line, file=stream, flush=True)
+    )
+    files = {kind: str(csv_path.with_suffix(f".{kind}")) for kind in ("csv", "png", "md")}
+    if args.json:
+        print(json.dumps({"rows": [_plain(row) for row in rows], "files": files}))
+        return 0
     print(markdown_table(rows))
-    print(f"wrote {csv_path}, {csv_path.with_suffix('.png')} and {csv_path.with_suffix('.md')}")
+    print(f"wrote {files['csv']}, {files['png']} and {files['md']}")
     return 0
+
+
+def _plain(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as strict JSON: a non-finite number (a diverged row's loss) as null."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}

@@ -2,12 +2,14 @@
 
 Runs every rule of ``genesis_fp16.testing.check_agent`` on the installed plugin NAME (a
 few steps each, on the CPU, in a temporary folder) and prints one line a rule, ``PASS`` or
-``FAIL`` with why. Exit 0 when every rule passes, 1 when one fails, 2 for bad input.
+``FAIL`` with why (``--json``: one object). Exit 0 when every rule passes, 1 when one
+fails, 2 for bad input.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 from genesis_fp16.cli import UsageError
@@ -27,6 +29,11 @@ def register(subparsers: Any) -> None:
         metavar="KEY=VALUE",
         help="an option the agent declares, for every rule's run (repeatable)",
     )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object: each rule's verdict and why, and whether all passed",
+    )
     parser.set_defaults(func=run)
 
 
@@ -43,5 +50,9 @@ def run(args: argparse.Namespace) -> int:
     except (PluginError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     report = check_agent(plugin, options)
-    print(report.summary())
+    if args.json:
+        rules = [{"rule": r.rule, "ok": r.ok, "detail": r.detail} for r in report.results]
+        print(json.dumps({"agent": report.agent, "ok": report.ok, "rules": rules}))
+    else:
+        print(report.summary())
     return 0 if report.ok else 1

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from genesis_fp16.cli import error_object
 from genesis_fp16.config.settings import (
     AGENT_VARIABLE_PREFIX,
     Settings,
@@ -47,6 +48,9 @@ def run_check(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         for error in exc.errors:
             print(f"genesis-fp16: error: {error}", file=sys.stderr)
+        if args.json:  # every error, the first as the usual error object's
+            found = [str(e) for e in exc.errors]
+            print(json.dumps({**error_object(found[0], "refused", 2), "errors": found}))
         return 2
     values = resolved_values(settings, sources)
     if args.json:

@@ -1,7 +1,9 @@
 """`genesis-fp16 model list|promote|rollback|unpin AGENT`: which model Genesis is served.
 
 ``list`` shows the served model, the ones served before it (newest first) and every
-candidate kept: its data fingerprint, records, precision, gate scores and time. Agents
+candidate kept: its data fingerprint, records, precision, gate scores and time, and the
+live watch's figures of a model once served (records scored since it was served, its
+log-loss minus its predecessor's on them, with anytime-valid 95% bounds). Agents
 without a promotion gate (rlhf_ppo, plugins) serve their newest checkpoint: ``list``
 shows it, and says that they have no gate. ``promote AGENT ID`` serves a kept candidate
 (the gate is bypassed: the operator decides); ``rollback AGENT`` serves the model served

@@ -69,12 +69,15 @@ def list_models(folder: Path, agent: str, as_json: bool) -> int:
     if not rows:
         print(f"{agent}: no model trained yet ({folder})")
         return 0
-    print(f"{'ID':<28} {'STATE':<12} {'RECORDS':>7} {'PREC':<5} {'AUC':>6} {'LOGLOSS':>7}  TRAINED")
+    print(
+        f"{'ID':<28} {'STATE':<12} {'RECORDS':>7} {'PREC':<5} {'AUC':>6} {'LOGLOSS':>7}  "
+        f"{'TRAINED':<20}  LIVE"
+    )
     for row in rows:
         print(
             f"{row['id']:<28} {row['state']:<12} {row['records'] or '-':>7} "
             f"{row['precision'] or '-':<5} {_num(row['auc']):>6} {_num(row['log_loss']):>7}  "
-            f"{row['trained_at'] or '-'}"
+            f"{row['trained_at'] or '-':<20}  {_live(row['live'])}"
         )
     return 0
 
@@ -83,6 +86,9 @@ def _rows(folder: Path, pointer: ServedPointer | None) -> list[dict[str, Any]]:
     served_id = pointer.served.get("id") if pointer else None
     how = pointer.served.get("how") if pointer else None
     earlier = [h.get("id") for h in pointer.history] if pointer else []
+    live = (
+        {e.get("id"): e.get("live") for e in [pointer.served, *pointer.history]} if pointer else {}
+    )
     rows = []
     for candidate in reversed(list_candidates(folder)):
         meta = read_json(candidate / CANDIDATE_META) or {}
@@ -114,9 +120,23 @@ def _rows(folder: Path, pointer: ServedPointer | None) -> list[dict[str, Any]]:
                 "log_loss": scores.get("log_loss"),
                 "trained_at": meta.get("created_at"),
                 "reason": verdict.get("reason"),
+                # The live watch's figures: the pointer's, or a rolled-back one's verdict's
+                "live": live.get(candidate.name) or verdict.get("live"),
             }
         )
     return rows
+
+
+def _live(figures: Any) -> str:
+    """The live watch's figures in one cell: records, log-loss difference from the
+    predecessor and its bounds, and the verdict when the test found a regression."""
+    if not isinstance(figures, dict) or not figures.get("records"):
+        return "-"
+    text = (
+        f"{figures['records']} rec, log-loss {figures['difference']:+.3f} "
+        f"[{figures['lower']:+.3f}, {figures['upper']:+.3f}] vs previous"
+    )
+    return text + (" REGRESSION" if figures.get("regression") else "")
 
 
 def _list_ungated(folder: Path, agent: str, as_json: bool) -> int:

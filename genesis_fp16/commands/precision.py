@@ -2,9 +2,10 @@
 
 ``show`` prints the precision guard's remembered demotion, when ``auto`` was measured
 the timing table and the choice, the captured step's verdicts against eager, and the
-loss scale carried to the next fp16 run. ``reset`` forgets them all, so the agent's next
-run (in a running daemon too: both are read at the start of every run) asks for its
-configured precision and, for ``auto``, measures again.
+loss scale carried to the next fp16 run, and the flight recorder's fault bundles.
+``reset`` forgets them all but the bundles (evidence, bounded by their own folder), so
+the agent's next run (in a running daemon too: both are read at the start of every
+run) asks for its configured precision and, for ``auto``, measures again.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.state_files import locked
 from genesis_fp16.plugins import known_agent_names
 from genesis_fp16.runs.guard_state import describe
+from genesis_fp16_infrastructure.training.flight.bundle_files import FOLDER, list_bundles
 from genesis_fp16_infrastructure.training.precision.carried_scale import (
     read_carried_scale,
     write_carried_scale,
@@ -41,13 +43,13 @@ def register(subparsers: Any) -> None:
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     for action, text in (
-        ("show", "print the demotion, the 'auto' measurement, verdicts and carried scale"),
+        ("show", "print the demotion, 'auto' measurement, verdicts, carried scale, bundles"),
         ("reset", "forget them all"),
     ):
         sub = actions.add_parser(action, help=text)
         sub.add_argument("agent", metavar="AGENT", help="the agent's name, e.g. se_darwin")
-        if action == "show":
-            sub.add_argument("--json", action="store_true", help="print the state file's JSON")
+        what = "the state files' JSON" if action == "show" else "what was forgotten, as JSON"
+        sub.add_argument("--json", action="store_true", help=f"print {what}")
     parser.set_defaults(func=run)
 
 
@@ -62,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         return _show(args, agent, paths)
     # A running daemon may be recording a run's demotions into the same file: take turns.
     with locked(path):
-        return _reset(agent, paths)
+        return _reset(args, agent, paths)
 
 
 def _show(args: argparse.Namespace, agent: str, paths: AgentPaths) -> int:
@@ -74,18 +76,23 @@ def _show(args: argparse.Namespace, agent: str, paths: AgentPaths) -> int:
         raise UsageError(str(exc)) from None
     verdicts = _read_verdicts(paths.verification_path)
     carried = read_carried_scale(paths.loss_scale_path)
+    # What this host can measure, asked only when nothing is cached (it imports torch).
+    host = _host() if calibration is None or not verdicts else None
+    bundles = list_bundles(paths.root / FOLDER)
     if args.json:
         shown = {
+            "host": host,
             "demotion": memory.to_json() if memory else None,
             "calibration": calibration,
             "captured_step_verdicts": verdicts,
             "carried_loss_scale": None if carried is None else carried.__dict__,
+            "fault_bundles": bundles,
         }
         print(json.dumps(shown, indent=2))
     else:
         print(describe(memory) or f"{agent}: no precision demotion remembered")
-        print(_describe_calibration(calibration))
-        print(_describe_verdicts(verdicts))
+        print(_describe_calibration(calibration, host))
+        print(_describe_verdicts(verdicts, host))
         if carried is None:
             print("loss scale: none carried (the next fp16 run starts at its initial scale)")
         else:
@@ -93,32 +100,57 @@ def _show(args: argparse.Namespace, agent: str, paths: AgentPaths) -> int:
                 f"loss scale: {carried.scale:g} carried from the last fp16 run ({carried.at}), "
                 f"for runs asking {carried.requested}"
             )
+        print(_describe_bundles(bundles))
     return 0
 
 
-def _reset(agent: str, paths: AgentPaths) -> int:
+def _describe_bundles(bundles: list[dict[str, Any]]) -> str:
+    if not bundles:
+        return "fault bundles: none"
+    lines = [f"fault bundles ({len(bundles)}, oldest first; `genesis-fp16 replay PATH`):"]
+    lines += [
+        f"  step {b['step']} {b['reason']}: {b['path']} ({b['bytes']} bytes)" for b in bundles
+    ]
+    return "\n".join(lines)
+
+
+def _reset(args: argparse.Namespace, agent: str, paths: AgentPaths) -> int:
     path = paths.precision_state_path
     try:
         memory = read_precision_memory(path)
     except ValueError:
         memory = None  # a broken file is reset all the same
+    forgot: dict[str, Any] = {"calibration": False, "carried_loss_scale": False}
+    said = []
     if paths.calibration_path.exists():
         paths.calibration_path.unlink()
-        print(f"{agent}: measurement of 'auto' forgotten; the next auto run measures again")
+        forgot["calibration"] = True
+        said.append(f"{agent}: measurement of 'auto' forgotten; the next auto run measures again")
     if read_carried_scale(paths.loss_scale_path) is not None:
-        print(
+        forgot["carried_loss_scale"] = True
+        said.append(
             f"{agent}: carried loss scale forgotten; the next fp16 run starts at its initial scale"
         )
     write_carried_scale(paths.loss_scale_path, None)
-    if paths.verification_path.exists():
+    forgot["captured_step_verdicts"] = paths.verification_path.exists()
+    if forgot["captured_step_verdicts"]:
         paths.verification_path.unlink()
-        print(f"{agent}: captured-step verdicts forgotten; the next captured run verifies again")
+        said.append(
+            f"{agent}: captured-step verdicts forgotten; the next captured run verifies again"
+        )
+    forgot["demotion"] = memory.to_json() if memory else None
     if not path.exists():
-        print(f"{agent}: no precision demotion remembered ({path})")
-        return 0
-    write_precision_memory(path, None)
-    was = f" (was {memory.demoted_from} -> {memory.demoted_to})" if memory else ""
-    print(f"{agent}: precision demotion cleared{was}; the next run uses the configured precision")
+        said.append(f"{agent}: no precision demotion remembered ({path})")
+    else:
+        write_precision_memory(path, None)
+        was = f" (was {memory.demoted_from} -> {memory.demoted_to})" if memory else ""
+        said.append(
+            f"{agent}: precision demotion cleared{was}; the next run uses the configured precision"
+        )
+    if args.json:
+        print(json.dumps({"agent": agent, "forgot": forgot}))
+    else:
+        print("\n".join(said))
     return 0
 
 
@@ -132,8 +164,28 @@ def _read_calibration(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else {"error": f"{path}: not a calibration"}
 
 
-def _describe_calibration(data: dict[str, Any] | None) -> str:
+def _host() -> dict[str, bool]:
+    """Whether this host has a CUDA device, and its CPU native bf16 or fp16: what a
+    measured ``auto`` and a captured step need."""
+    import torch
+
+    from genesis_fp16_infrastructure.training.precision import capabilities
+
+    cpu = capabilities.cpu_capabilities()
+    return {
+        "cuda": torch.cuda.is_available(),
+        "cpu_native_bf16": cpu.native_bf16,
+        "cpu_native_fp16": cpu.native_fp16,
+    }
+
+
+def _describe_calibration(data: dict[str, Any] | None, host: dict[str, bool] | None) -> str:
     if data is None:
+        if host is not None and not any(host.values()):
+            return (
+                "auto: nothing to measure on this host (no CUDA device, and its CPU runs "
+                "only fp32 natively): auto runs fp32"
+            )
         return _NOT_MEASURED
     if "error" in data:
         return str(data["error"])
@@ -168,8 +220,10 @@ def _read_verdicts(path: Path) -> list[dict[str, Any]]:
         return [{"error": f"{path}: unreadable ({exc}); the next captured run verifies again"}]
 
 
-def _describe_verdicts(verdicts: list[dict[str, Any]]) -> str:
+def _describe_verdicts(verdicts: list[dict[str, Any]], host: dict[str, bool] | None) -> str:
     if not verdicts:
+        if host is not None and not host["cuda"]:
+            return "captured step: none here (CUDA graphs need a CUDA device; runs here are eager)"
         return "captured step: not verified on this host yet (the first captured run does it)"
     lines = []
     for v in verdicts:

@@ -12,8 +12,9 @@ object (``TrainResult.to_json()``).
 
 Under ``torchrun --nproc-per-node N -m genesis_fp16 train AGENT`` every rank runs this
 command in one process group (DDP; ``--fsdp`` shards with FSDP2) and only rank 0 prints.
-SIGTERM or Ctrl-C (SIGINT) stops the run at its next step boundary, with a checkpoint;
-a second Ctrl-C quits at once (exit 130), losing the steps since the last checkpoint.
+SIGTERM or Ctrl-C (SIGINT) stops the run at its next step boundary, with a checkpoint
+(exit 75); a second Ctrl-C quits at once (exit 130), losing the steps since the last
+checkpoint. A finished run exits 0, one whose steps learned nothing 1, bad input 2.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 
 from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.train_checks import (
+    bound_history,
     check_arguments,
     own_state_folder,
     refuse_unusable_device,
@@ -43,6 +45,7 @@ from genesis_fp16.commands.train_output import (
     PROGRESS_INTERVAL,
     ProgressBar,
     describe,
+    exit_code,
     fan_out,
     print_diagnostics,
     print_progress,
@@ -129,7 +132,13 @@ def register(subparsers: Any) -> None:
         help="checkpoint at least every S seconds (default GENESIS_FP16_CHECKPOINT_SECONDS, 60)",
     )
     parser.add_argument("--seed", type=int, help="seed (default GENESIS_FP16_SEED, 0)")
-    parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="a forced run: with --steps/--epochs, train them on top of the served model even "
+        "when the data is unchanged (a plain train finishes a cut-short run, trains a new "
+        "candidate on changed data, and is up to date on unchanged data)",
+    )
     parser.add_argument("--json", action="store_true", help="end stdout with one JSON object")
     parser.add_argument(
         "--tracking-dir",
@@ -255,21 +264,11 @@ def _run_owned(
         with kubeflow.report_progress(os.environ, request, main, stop.is_set) as request:
             code = _train(args, plugin, request, main, bar, tracker)
         if settings is not None and main and _holds_models(Path(request.checkpoint_dir)):
-            _prune(Path(request.checkpoint_dir), settings)  # the daemon's bounds, here too
-        return code
-
-
-def _prune(folder: Path, settings: Settings) -> None:
-    """Bound the model history as the daemon does after each run (served.prune)."""
-    from genesis_fp16_infrastructure.served import ServedPointerError, prune
-
-    try:
-        removed = prune(folder, settings.served_history_keep, settings.rejected_keep_days)
-    except (ServedPointerError, OSError) as exc:
-        log.warning("model history not pruned: %s", exc)
-        return
-    for path in removed:
-        log.info("model history: removed candidate %s", path.name)
+            bound_history(Path(request.checkpoint_dir), settings)  # the daemon's bounds
+        # An operator's run says in its exit code how it ended; a daemon's child and a
+        # torchrun rank exit 0 (their launchers read the result, and torchrun takes a
+        # rank's non-zero exit for a crash).
+        return code if env is None and handed is None else 0
 
 
 def _flags(args: argparse.Namespace) -> dict[str, str]:
@@ -295,8 +294,8 @@ def _read_request_file(path: Path) -> tuple[TrainRequest, str]:
 
 _INTERRUPTED = (
     b"\ngenesis-fp16: interrupted: stopping at the next step with a checkpoint "
-    b"(resume with --resume; Ctrl-C again to quit at once, losing the steps since the last "
-    b"checkpoint)\n"
+    b"(run the same train again to finish it; Ctrl-C again to quit at once, losing the steps "
+    b"since the last checkpoint)\n"
 )
 
 
@@ -337,6 +336,7 @@ def _train(
         request.precision_reason,
         request.device,
     )
+    from genesis_fp16_infrastructure.result_check import check_result
     from genesis_fp16_infrastructure.training import PrecisionError
     from genesis_fp16_infrastructure.training.checkpoint import CheckpointFolderBusy
     from genesis_fp16_infrastructure.training.step.execution import ExecutionError
@@ -349,7 +349,8 @@ def _train(
     try:
         # Log records print above the bar (tqdm.write), which redraws below them.
         with bar.showing() if bar else contextlib.nullcontext():
-            result = plugin.train(request)
+            # A field of the wrong type: one line naming it, not json.dumps' traceback below.
+            result = check_result(plugin.train(request), args.agent)
     except (
         DataError,
         PrecisionError,
@@ -370,23 +371,23 @@ def _train(
     out = result.to_json()
     if tracker is not None:
         out["tracking"] = {"path": str(tracker.path), "failed_writes": tracker.failures}
-    if args.json or not main:  # without --json the summary below says all this, once
-        log.info(
-            "trained %s in %s (requested %s: %s), %s steps (%s)",
-            args.agent,
-            result.precision_used,
-            result.precision_requested,
-            result.precision_reason,
-            result.execution,
-            result.execution_reason,
-        )
+    # The whole reason goes to the log (and --json); the text summary keeps it short.
+    log.info(
+        "trained %s in %s (requested %s: %s), %s steps (%s)",
+        args.agent,
+        result.precision_used,
+        result.precision_requested,
+        result.precision_reason,
+        result.execution,
+        result.execution_reason,
+    )
     if not main:
         return 0
     if args.json:
         print(json.dumps(out, allow_nan=False), flush=True)
     else:
         print(describe(out))
-    return 0
+    return exit_code(result.outcome)
 
 
 def _holds_models(folder: Path) -> bool:
@@ -416,11 +417,6 @@ def _request(
             "training from scratch",
             file=sys.stderr,
         )
-    if not args.resume and held:
-        raise UsageError(
-            f"checkpoint folder {str(checkpoint_dir)!r} already holds checkpoints: pass "
-            "--resume to continue from the newest, or --checkpoint-dir for a fresh run"
-        )
     steps, _ = budget(settings, args.agent, args.steps, args.epochs)
     terminal = main and sys.stderr.isatty()
     tracked = (args.tracking_dir or settings.tracking_dir) is not None
@@ -431,7 +427,10 @@ def _request(
         data_path=args.data,
         checkpoint_dir=args.checkpoint_dir,
         seed=args.seed,
-        resume=args.resume,
+        # As the daemon runs: a cut-short run finished, changed data a new candidate,
+        # unchanged data up to date whatever the budget. --resume forces the budget.
+        resume=True,
+        forced=args.resume,
         cuda_graph=args.cuda_graph,
         compile=args.compile,
         log_interval=PROGRESS_INTERVAL if terminal or tracked else None,

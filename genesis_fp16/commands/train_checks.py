@@ -8,6 +8,8 @@ cannot run. Each runs before any data is generated or a process group formed::
 from __future__ import annotations
 
 import argparse
+import logging
+from pathlib import Path
 
 from genesis_fp16.cli import DeviceUnavailable, UsageError
 from genesis_fp16.config.extras import tensorboard_missing
@@ -84,8 +86,8 @@ def own_state_folder(args: argparse.Namespace, settings: Settings) -> int | None
         return acquire_state_folder(state_dir, f"train {args.agent}")
     except StateFolderBusy as exc:
         if exc.holder.command == "serve":
-            how = (
-                f"the daemon trains {args.agent} itself on its schedule; to train by hand, "
+            how = f"{_what_the_daemon_trains(args.agent, exc.holder.agents)}; to train by hand, "
+            how += (
                 "stop the daemon first (systemctl stop genesis-fp16), or train in another "
                 "state folder (GENESIS_FP16_STATE_DIR=DIR)"
             )
@@ -94,6 +96,17 @@ def own_state_folder(args: argparse.Namespace, settings: Settings) -> int | None
         raise UsageError(f"{exc}: {how}") from None
     except OSError:
         return None
+
+
+def _what_the_daemon_trains(agent: str, scheduled: tuple[str, ...] | None) -> str:
+    """The refusal's reason: what the daemon's lock file says it schedules (None: a daemon
+    that does not say)."""
+    if scheduled is not None and agent not in scheduled:
+        return (
+            f"the daemon does not train {agent} (it schedules {', '.join(scheduled) or 'none'}; "
+            "`genesis-fp16 status` says why), but it owns the whole folder"
+        )
+    return f"the daemon trains {agent} itself on its schedule"
 
 
 def refuse_unusable_device(
@@ -113,3 +126,16 @@ def refuse_unusable_device(
         variable = f"{AGENT_VARIABLE_PREFIX}{args.agent.upper()}__DEVICE"
         where = f"{variable}={own}" if own else f"GENESIS_FP16_DEVICE={settings.device}"
     raise DeviceUnavailable(f"{where}: {problem}")
+
+
+def bound_history(folder: Path, settings: Settings) -> None:
+    """Bound the model history as the daemon does after each run (served.prune)."""
+    from genesis_fp16_infrastructure.served import ServedPointerError, prune
+
+    try:
+        removed = prune(folder, settings.served_history_keep, settings.rejected_keep_days)
+    except (ServedPointerError, OSError) as exc:
+        logging.getLogger(__name__).warning("model history not pruned: %s", exc)
+        return
+    for path in removed:
+        logging.getLogger(__name__).info("model history: removed candidate %s", path.name)

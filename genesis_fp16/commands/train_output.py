@@ -21,6 +21,12 @@ from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
 
 # Steps between two summaries when a terminal's bar or a tracker wants them.
 PROGRESS_INTERVAL = 10
+# How a run that returned a result ends (README, "Commands"): 0 finished (success, up to
+# date, or a candidate the gate rejected); 1 a run that learned nothing; 75 stopped by
+# Ctrl-C or SIGTERM with a checkpoint (sysexits' EX_TEMPFAIL: run it again to continue;
+# 3 is a daemon's orphaned child's). Bad input is 2, a second Ctrl-C 130.
+EXIT_STOPPED = 75
+EXIT_CODES = {"failed": 1, "stopped": EXIT_STOPPED}
 
 
 def fan_out(
@@ -95,46 +101,77 @@ class ProgressBar:
         self.bar.update(done - self.bar.n)
 
 
+def exit_code(outcome: str) -> int:
+    """``train``'s exit code for a run that ended with ``outcome`` (``EXIT_CODES``)."""
+    return EXIT_CODES.get(outcome, 0)
+
+
 def describe(out: dict[str, Any]) -> str:
-    """The closing summary of a run, from its ``TrainResult.to_json()`` (and tracking)."""
+    """The closing summary of a run, from its ``TrainResult.to_json()`` (and tracking):
+    first what became of it, in one short line (:func:`verdict`), then the numbers. The
+    long reasons (the precision's, the execution's, the gate's in full) are in ``--json``
+    and the log."""
     metrics = "  ".join(f"{k}={_number(v, '.4g')}" for k, v in out["eval"].items())
-    data = out["extra"].get("data") or {}
-    if out.get("outcome") == "up_to_date":  # what the run did, before the numbers
-        head = f"{out['agent']}: up to date, the model has learned all {data.get('records')} "
-        head += "records (none new, removed or relabelled): no step taken\n"
-    elif out.get("outcome") == "stopped":  # SIGTERM or Ctrl-C, or the daemon's stop
-        head = f"{out['agent']}: stopped early, checkpointed: continue with --resume\n"
-    else:
-        head = ""
-    return head + (
-        f"{out['agent']}: {out['steps']} steps in {out['precision_used']} "
-        f"(requested {out['precision_requested']}: {out['precision_reason']})\n"
-        f"  steps: {out['execution']} ({out['execution_reason']})\n"
+    return (
+        f"{out['agent']}: {verdict(out)}\n"
+        f"  {out['steps']} steps in {out['precision_used']} (requested "
+        f"{out['precision_requested']}), {out['execution']}\n"
         f"  train loss {_number(out['final_train_loss'], '.4f')}, {out['skipped_steps']} "
         f"skipped, {_number(out['samples_per_second'], '.0f')} samples/s, "
         f"{_number(out['wall_seconds'], '.1f')}s\n"
         f"  eval: {metrics}\n"
         f"  checkpoint: {out['checkpoint']}  quarantined: {out['quarantined']}"
-        + _describe_gate(out.get("gate"))
         + _describe_tracking(out.get("tracking"))
     )
 
 
-def _describe_gate(gate: dict[str, Any] | None) -> str:
-    """The promotion gate's verdict and its first set's figures, e.g. ``gate: promoted
-    (held_out: AUC 0.924 vs served 0.920, tolerance 0.020)``: the tolerance is the margin
-    the candidate was held to, not the difference."""
-    if not isinstance(gate, dict) or not gate.get("outcome"):
-        return ""
-    line = f"\n  gate: {gate['outcome']}"
-    first = next(iter(gate.get("comparisons") or ()), None)
-    if isinstance(first, dict) and first.get("candidate") and first.get("served"):
-        line += (
-            f" ({first.get('set')}: AUC {_number(first['candidate'].get('auc'), '.3f')} vs "
-            f"served {_number(first['served'].get('auc'), '.3f')}, tolerance "
-            f"{_number(first.get('delta_auc'), '.3f')})"
-        )
-    return line + (f": {gate['reason']}" if gate.get("reason") else "")
+def verdict(out: dict[str, Any]) -> str:
+    """What became of the run, and the short reason: ``served: AUC 0.924 vs 0.920,
+    tolerance 0.02``, ``rejected: ...``, ``up to date: ...``, ``stopped: ...``."""
+    outcome = out.get("outcome")
+    gate = out.get("gate") or {}
+    if outcome == "up_to_date":
+        records = (out.get("extra", {}).get("data") or {}).get("records")
+        return f"up to date: the model has learned all {records} records, no step taken"
+    if outcome == "stopped":  # SIGTERM or Ctrl-C, or the daemon's stop
+        return f"stopped at step {out['steps']}, checkpointed: run train again to finish"
+    if outcome == "failed":
+        return f"failed: {out.get('failure')} ({out.get('failure_detail')})"
+    if gate.get("outcome") == "rejected":
+        return f"rejected: {_gate_reason(gate, passed=False)}; the served model stays"
+    if gate.get("outcome") == "held":  # the operator pinned the served model
+        return f"held by the pin: {_gate_reason(gate, passed=True)}; the pinned model stays"
+    if gate.get("outcome") == "promoted":
+        if gate.get("served_id") is None:
+            return f"served: the first model, nothing to beat (AUC {_auc(out)})"
+        return f"served: {_gate_reason(gate, passed=True)}"
+    return f"done: {out['steps']} steps (no promotion gate: the newest checkpoint is the model)"
+
+
+def _gate_reason(gate: dict[str, Any], passed: bool) -> str:
+    """The deciding comparison in a few words (the gate's own reason names every set)."""
+    sets = [c for c in gate.get("comparisons", ()) if c.get("passed") is passed]
+    if not sets or sets[0].get("candidate") is None:
+        return str(gate.get("reason", ""))[:120]
+    first = sets[0]
+    cand, served = first["candidate"], first["served"]
+    against = f" ({first['set']} records)" if len(gate["comparisons"]) > 1 else ""
+    auc_margin, ll_margin = first.get("delta_auc"), first.get("delta_log_loss")
+    ll_worse = first.get("log_loss_worse_upper")
+    if auc_margin is None or (not passed and ll_worse is not None and ll_worse > ll_margin):
+        text = f"log-loss {cand['log_loss']:.3f} vs {served['log_loss']:.3f}"
+        worse, margin = ll_worse, ll_margin
+    else:
+        text = f"AUC {cand['auc']:.3f} vs {served['auc']:.3f}"
+        worse, margin = first.get("auc_worse_upper"), auc_margin
+    if not passed and worse is not None:
+        text += f", up to {worse:.3f} worse"
+    return f"{text}, tolerance {margin:g}{against}"
+
+
+def _auc(out: dict[str, Any]) -> str:
+    value = out["eval"].get("auc")
+    return "n/a" if value is None else f"{value:.3f}"
 
 
 def _describe_tracking(tracking: dict[str, Any] | None) -> str:

@@ -3,7 +3,8 @@
 <state_dir>/agents/<agent>/
     data/                  generated sample data (when no data path is configured)
     checkpoints/           atomic checkpoints, newest kept last
-    quarantine.jsonl       malformed records skipped during reads, with reasons
+    quarantine/            malformed records skipped during reads, with reasons: a file
+                           per run (<UTC time>.jsonl), the newest 20 and 64 MiB kept
     precision_state.json   the precision guard's memory (demotions)
     last_success.json      when the agent's last successful run ended (survives a restart)
     last_run.json          the last run: outcome, precision, when and why (`genesis-fp16 status`)
@@ -46,8 +47,10 @@ class AgentPaths:
         return self.root / "checkpoints"
 
     @property
-    def quarantine_path(self) -> Path:
-        return self.root / "quarantine.jsonl"
+    def quarantine_dir(self) -> Path:
+        """A file per run (data.quarantine.new_quarantine_file); quarantine.jsonl, which
+        every run rewrote, is no longer written."""
+        return self.root / "quarantine"
 
     @property
     def precision_state_path(self) -> Path:

@@ -301,7 +301,9 @@ def settings_sources(env_file: Path | str | None = None) -> SettingsSources:
     explicit = env_file is not None or ENV_FILE_VARIABLE in os.environ
     path = Path(env_file or os.environ.get(ENV_FILE_VARIABLE) or DEFAULT_ENV_FILE)
     if explicit and not path.is_file():
-        raise SettingsError([f"{ENV_FILE_VARIABLE}: env file {str(path)!r} does not exist"])
+        # Blame what named it: the commands pass their --env-file flag as ``env_file``.
+        named_by = "--env-file" if env_file is not None else ENV_FILE_VARIABLE
+        raise SettingsError([f"{named_by}: env file {str(path)!r} does not exist"])
     return read_sources(
         path if path.is_file() else None,
         os.environ,

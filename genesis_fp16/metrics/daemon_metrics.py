@@ -30,6 +30,7 @@ from prometheus_client import (
 from genesis_fp16.config.state_files import STATE_FILES
 from genesis_fp16.metrics.diagnostics_export import RlDiagnosticsMetrics
 from genesis_fp16.metrics.last_success import LastSuccessStore
+from genesis_fp16.metrics.live_metrics import LiveMetrics
 from genesis_fp16.metrics.metric_names import (
     FAILURE_REASONS,
     HEALTHY_OUTCOMES,
@@ -149,6 +150,13 @@ class DaemonMetrics:
             "Precision demotions by the precision guard.",
             ("agent", "from", "to", "reason"),
         )
+        self.fault_bundles = counter(
+            "fault_bundles",
+            "Fault bundles the flight recorder wrote, by reason: first_nonfinite (the run's "
+            "first step whose loss or gradients were not finite, start-up loss-scale "
+            "calibration excepted) or demotion (the step that brought a demotion).",
+            ("agent", "reason"),
+        )
         self.training_runs = counter(
             "training_runs", "Finished training runs by outcome.", ("agent", "outcome")
         )
@@ -227,6 +235,7 @@ class DaemonMetrics:
         self.rl = RlDiagnosticsMetrics(registry)
         self.probe = ProbeMetrics(registry)
         self.promotion = PromotionMetrics(registry)
+        self.live = LiveMetrics(registry)  # the served model watched on new records
         self.build_info.labels(version=version).set(1)
         # The daemon's process environment (downward API, NVIDIA_VISIBLE_DEVICES) when the
         # caller has no placement of its own; read once, here.

@@ -10,8 +10,10 @@ log interval, through ``torch.utils.tensorboard``:
 - ``precision/fp32``, ``precision/bf16``, ``precision/fp16``: 1 for the precision that
   ran at that step, 0 for the others;
 
-and at its end ``eval/<metric>`` and ``execution/<mode>`` (1 for what the steps ran as)
-at the last step, with a text ``run`` naming the request and the outcome.
+``range/<module>/<stat>`` at each sampled step when range statistics are on (the
+modules nearest fp16's limits), and at its end ``eval/<metric>`` and
+``execution/<mode>`` (1 for what the steps ran as) at the last step, with a text
+``run`` naming the request and the outcome.
 
 A tracker never fails a run: a write that fails (a full disk) is logged once, counted in
 :attr:`RunTracker.failures`, and the tracker stops writing for the rest of that run.
@@ -116,6 +118,16 @@ class RunTracker:
             **(extra or {}),
         }
         self._write(lambda w: w.add_text("run", _table(outcome), step))
+
+    def log_range(self, report: Any, k: int = 8) -> None:
+        """A sampled step's range statistics: ``range/<module>/<stat>`` for the ``k``
+        modules nearest fp16's limits and ``range/(all)/<stat>``."""
+        rows = {m: report.modules[m] for m in report.nearest_limits(k)}
+        rows["(all)"] = report.totals()
+        values = {
+            f"range/{m}/{stat}": float(v) for m, row in rows.items() for stat, v in row.items()
+        }
+        self._scalars(values, int(report.step))
 
     def close(self) -> int:
         """Flush and close the files; returns the number of writes that failed or were

@@ -132,7 +132,8 @@ def remembered_floor(
 def record_run(
     settings: Settings, metrics: DaemonMetrics, agent: str, result: TrainResult
 ) -> PrecisionMemory | None:
-    """Count, log and remember the run's demotions; count a clean run; maybe promote."""
+    """Count, log and remember the run's demotions and fault bundles; count a clean run;
+    maybe promote."""
     demotions: list[Mapping[str, Any]] = [dict(d) for d in result.demotions]
     for d in demotions:
         metrics.precision_demotions.labels(
@@ -147,6 +148,17 @@ def record_run(
             step=d["step"],
             rollback_step=d["rollback_step"],
             detail=d.get("detail"),
+        )
+    for bundle in result.fault_bundles:
+        metrics.fault_bundles.labels(agent=agent, reason=str(bundle["reason"])).inc()
+        log.warning(
+            "fault bundle written",
+            agent=agent,
+            reason=bundle["reason"],
+            step=bundle["step"],
+            precision=bundle.get("precision"),
+            path=bundle["path"],
+            replay=f"genesis-fp16 replay {bundle['path']}",
         )
     path = AgentPaths.for_agent(settings.state_dir, agent).precision_state_path
     with locked(path):  # `precision reset` may be rewriting it now: take turns

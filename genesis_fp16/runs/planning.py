@@ -19,6 +19,7 @@ import structlog
 from genesis_fp16.metrics.tracking import open_tracker
 from genesis_fp16.runs import probe_gate
 from genesis_fp16.runs.job_state import Run
+from genesis_fp16.runs.progress_text import Progress
 from genesis_fp16.runs.recording import record_progress
 from genesis_fp16.runs.run_request import RunPlan, plan_request, warn_ignored
 from genesis_fp16_infrastructure.plugin_api import AgentPlugin
@@ -44,9 +45,10 @@ def plan_run(run: Run, plugin: AgentPlugin, device: str) -> RunPlan:
     # A red verdict removes a candidate from a measured 'auto' (decide() applies it, under
     # torchrun too); elsewhere it is a warning and an alert, never a change of precision.
     excluded = red if request.precision.measures else {}
+    progress = Progress(request.steps, request.log_interval)  # the log's step N/M, ETA
     request = replace(
         request,
-        on_log=functools.partial(record_progress, run),
+        on_log=functools.partial(record_progress, run, progress),
         on_diagnostics=functools.partial(ctx.metrics.rl.export_live, agent),
         should_stop=run.should_stop,
         precision=replace(request.precision, excluded=excluded),

@@ -25,6 +25,7 @@ from genesis_fp16.runs import guard_state, scale_memory
 from genesis_fp16.runs.devices import device_lost
 from genesis_fp16.runs.job_state import JobContext, Run
 from genesis_fp16.runs.launcher import LaunchError, RunStopped
+from genesis_fp16.runs.progress_text import Progress
 from genesis_fp16.runs.run_request import expected_precision, precision_request
 from genesis_fp16.runs.supervising import RunHung
 from genesis_fp16_infrastructure.plugin_api import TrainRequestError, TrainResult
@@ -46,17 +47,21 @@ def record_start(run: Run) -> None:
     run.ctx.metrics.start_run(run.agent, resumed_totals(resume.summary))
 
 
-def record_progress(run: Run, summary: TrainingSummary) -> None:
-    """One progress report of the run (its ``on_log``): the metrics, the curves, a log line."""
+def record_progress(run: Run, progress: Progress, summary: TrainingSummary) -> None:
+    """One progress report of the run (its ``on_log``): the metrics, the curves, a log
+    line that reads ``step 150/240, 62%, ETA 40 s`` (genesis_fp16/runs/progress_text.py)."""
     # A run a reload is stopping reports its last steps; the gauge shows the next run's,
     # from the moment the reload swaps the settings (before the run's next should_stop).
     with run.ctx.gauge_lock:
         run.ctx.metrics.observe_summary(run.agent, summary, show_precision=not run.reloaded())
     if run.tracker is not None:
         run.tracker.log_summary(summary)
+    text = progress.text(summary.step, summary.wall_seconds)
     log.info(
-        "training progress",
+        text,
+        progress=True,
         step=summary.step,
+        total_steps=progress.total,
         precision=summary.precision,
         train_loss=summary.train_loss,
         loss_scale=summary.loss_scale,
@@ -219,6 +224,21 @@ def _export_report(ctx: JobContext, agent: str, result: TrainResult) -> None:
         ctx.metrics.promotion.export_gate(agent, result.gate)
     if result.drift is not None:
         ctx.metrics.promotion.export_drift(agent, result.drift)
+    _export_live(ctx, agent, result)
+
+
+def _export_live(ctx: JobContext, agent: str, result: TrainResult) -> None:
+    """The live watch's figures and verdict (se_darwin's extra.live), logged when it
+    found a regression: rolled back, or held by the operator's pin."""
+    live = result.extra.get("live")
+    gate = None if result.up_to_date else result.gate
+    if live is None and gate is None:
+        return
+    ctx.metrics.live.observe(agent, live, gate)
+    if live is not None and live.get("rolled_back"):
+        log.warning("served model rolled back: live regression", agent=agent, live=dict(live))
+    elif live is not None and live.get("regression"):
+        log.warning("live regression not rolled back", agent=agent, live=dict(live))
 
 
 def _show_next_precision(ctx: JobContext, agent: str, device: str) -> None:

@@ -39,6 +39,7 @@ from genesis_fp16.config.settings import (
 )
 from genesis_fp16.runs import guard_state
 from genesis_fp16_infrastructure.agent_state import AgentState, read_agent_state
+from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
 from genesis_fp16_infrastructure.plugin_api import (
     AgentPlugin,
     OptionValue,
@@ -72,6 +73,7 @@ class RequestOverrides:
     checkpoint_dir: Path | None = None
     seed: int | None = None
     resume: bool = True
+    forced: bool = False  # train --resume: TrainRequest.forced
     cuda_graph: str | None = None
     compile: str | None = None
     log_interval: int | None = None
@@ -189,8 +191,11 @@ def plan_request(
     options = resolve_options(agent, plugin, spec.options, o.options)
     precision, reason = precision_request(settings, agent, o.precision, state)
     checkpoint_dir = o.checkpoint_dir or paths.checkpoint_dir
-    # A run in a folder of its own keeps its quarantined records beside its checkpoints.
-    quarantine = paths.quarantine_path if o.checkpoint_dir is None else None
+    # A run in a folder of its own keeps its quarantined records beside its checkpoints;
+    # each run a file of its own, the folder bounded (data.quarantine).
+    quarantine = new_quarantine_file(
+        paths.quarantine_dir if o.checkpoint_dir is None else checkpoint_dir / "quarantine"
+    )
     data = o.data_path or spec.data_path
     if data is None:
         data = ensure_sample_data(plugin, paths, count=settings.sample_count, seed=settings.seed)
@@ -208,8 +213,9 @@ def plan_request(
         epochs=epochs,
         seed=settings.seed if o.seed is None else o.seed,
         resume=o.resume,
+        forced=o.forced,
         log_interval=o.log_interval or settings.log_interval,
-        quarantine_path=quarantine or checkpoint_dir / "quarantine.jsonl",
+        quarantine_path=quarantine,
         guard=guard_state.guard_config(settings),
         cuda_graph=o.cuda_graph or settings.cuda_graph_for(agent),
         compile=o.compile or settings.compile_for(agent),

@@ -2,9 +2,11 @@
 
 :func:`write_agent` writes an installable package: ``pyproject.toml`` (build system,
 version, the entry point in ``genesis_fp16.agents``), the agent (``agent_template.py``
-with its name filled in), a test that runs the contract checker, and a README. Installed
-as it is (``pip install ./my-agent``), the agent trains under the daemon with no flag and
-no setting: the daemon generates its sample data and the request's default budget applies.
+with its name filled in), a test that runs the contract checker (standard-library
+``unittest``: it runs in the daemon's venv, which has no pytest), and a README. Installed as
+it is (``pip install -e ./my-agent``), the agent trains under the daemon with no flag and
+no setting, a running daemon included: the daemon generates its sample data and the
+request's default budget applies.
 
 >>> write_agent("my_agent", Path("."))  # doctest: +SKIP
 PosixPath('my-agent')
@@ -41,19 +43,30 @@ packages = ["__AGENT__"]
 """
 
 TEST = '''\
-"""__AGENT__ meets the plugin contract: every rule of genesis_fp16.testing.check_agent."""
+"""__AGENT__ meets the plugin contract: every rule of genesis_fp16.testing.check_agent.
+
+Runs with the standard library alone (python -m unittest discover -s tests), in the
+venv genesis-fp16 runs in; pytest runs it too.
+"""
 
 from __future__ import annotations
+
+import unittest
 
 from genesis_fp16.testing import check_agent
 
 from __AGENT__ import plugin
 
 
-def test_meets_the_plugin_contract() -> None:
-    """Each rule runs for real; the report names any that fail."""
-    report = check_agent(plugin)
-    assert report.ok, report.summary()
+class ContractTest(unittest.TestCase):
+    def test_meets_the_plugin_contract(self) -> None:
+        """Each rule runs for real; the report names any that fail."""
+        report = check_agent(plugin)
+        self.assertTrue(report.ok, report.summary())
+
+
+if __name__ == "__main__":
+    unittest.main()
 '''
 
 README = """\
@@ -62,11 +75,15 @@ README = """\
 A genesis-fp16 agent plugin. Install it beside genesis-fp16 and the daemon finds it:
 
 ```sh
-pip install ./__DIST__
-genesis-fp16 agents                    # __AGENT__: loaded
-genesis-fp16 check-agent __AGENT__     # the plugin contract, one line a rule
-genesis-fp16 train __AGENT__           # its sample data, the default budget
+pip install -e ./__DIST__                  # editable: your edits apply at the next run
+genesis-fp16 agents                        # __AGENT__: loaded
+genesis-fp16 check-agent __AGENT__         # the plugin contract, one line a rule
+python -m unittest discover -s __DIST__/tests  # the same rules, as a test
+genesis-fp16 train __AGENT__               # its sample data, the default budget
 ```
+
+A running daemon loads it within a few seconds of the install (at its next tick, or at
+once on SIGHUP: `systemctl reload genesis-fp16`) and trains it on its schedule.
 
 Edit `__AGENT__/__init__.py`: `Task` is the model, its data and its loss; `Agent.train`
 reads the request's data and calls `fit`.

@@ -1,11 +1,12 @@
 """The long-running service behind ``genesis-fp16 serve``.
 
 Start-up: load plugins (failures are counted, the rest go on), start the HTTP endpoints
-and the scheduler, then tell systemd READY=1. The main thread then only waits for
-signals: SIGHUP (or a change of the ``.env`` file) re-reads the settings, SIGTERM and
-SIGINT shut down. Shutdown pauses the agent jobs, sends STOPPING=1, asks running jobs to
-stop at their next step boundary (they checkpoint), and waits for them at most
-``shutdown_timeout_seconds``; past that it exits 1 without waiting.
+and the scheduler, then tell systemd READY=1. The main thread then waits for signals:
+SIGHUP (or a change of the ``.env`` file) re-reads the settings and the installed plugins
+(each tick rescans them too: agent_rescan.py), SIGTERM and SIGINT shut down. Shutdown
+pauses the agent jobs, sends STOPPING=1, asks running jobs to stop at their next step
+boundary (they checkpoint), and waits for them at most ``shutdown_timeout_seconds``;
+past that it exits 1 without waiting.
 
 >>> Daemon(load_settings(), env_file=Path(".env")).run()  # doctest: +SKIP
 0
@@ -39,7 +40,7 @@ from genesis_fp16.config.state_files import on_state_file_skipped
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.metrics.http import StatusServer, raise_open_file_limit, tls_context
 from genesis_fp16.metrics.last_success import LastSuccessStore, LastSuccessUnreadable
-from genesis_fp16.plugins import discover_plugins, known_agent_names
+from genesis_fp16.plugins import known_agent_names
 from genesis_fp16.runs.devices import check_devices
 from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.runs.next_run import expected_next_run
@@ -48,9 +49,14 @@ from genesis_fp16.runs.run_request import (
     expected_precision,
     precision_request,
 )
+from genesis_fp16.service.agent_rescan import AgentRescan
 from genesis_fp16.service.logsetup import on_thread_exception
 from genesis_fp16.service.scheduler import AgentScheduler
-from genesis_fp16.service.state_lock import StateFolderBusy, acquire_state_folder
+from genesis_fp16.service.state_lock import (
+    StateFolderBusy,
+    acquire_state_folder,
+    record_scheduled,
+)
 from genesis_fp16.service.systemd import Notifier
 from genesis_fp16.status.serving import status_documents
 from genesis_fp16_infrastructure.plugin_api import AgentPlugin
@@ -115,6 +121,8 @@ class Daemon:
         self._reload_requested = False
         self._heartbeat = 0.0
         self._ready = False
+        # Replaced whole when a plugin is installed or uninstalled (agent_rescan.py).
+        self.agents = AgentRescan(settings.plugin_allowlist, self.metrics, self._stored_success)
         self.plugins: dict[str, AgentPlugin] = {}
 
     # -- health -----------------------------------------------------------------------
@@ -152,25 +160,6 @@ class Daemon:
         return True, f"ready: agents {', '.join(sorted(self.plugins)) or 'none'}"
 
     # -- lifecycle --------------------------------------------------------------------
-    def _load_plugins(self) -> None:
-        for record in discover_plugins(self.settings.plugin_allowlist):
-            if record.state == "loaded" and record.plugin is not None:
-                self.plugins[record.name] = record.plugin
-                self.metrics.add_agent(record.name, self._stored_success(record.name))
-                log.info("plugin loaded", plugin=record.name, value=record.value)
-            elif record.state == "not_allowed":
-                log.info("plugin not in allowlist, not imported", plugin=record.name)
-            else:
-                self.metrics.plugin_load_failures.labels(plugin=record.name).inc()
-                log.error(
-                    "plugin failed to load",
-                    plugin=record.name,
-                    state=record.state,
-                    error=record.error,
-                )
-        if not self.plugins:
-            log.warning("no agent plugin loaded; the daemon runs but trains nothing")
-
     def _stored_success(self, agent: str) -> float:
         """The agent's last success time from the state folder; 0 when it never succeeded,
         or when its file is unusable (logged and counted: the daemon starts all the same)."""
@@ -244,7 +233,8 @@ class Daemon:
         raise_open_file_limit()
         if self.sources is not None:
             _warn_shadowed(self.sources)
-        self._load_plugins()
+        self.agents.load(settings)
+        self.plugins = self.agents.plugins
         # A bad agent option stops start-up (serve exits 2), before anything is served.
         check_configured_options(settings, self.plugins, known_agent_names())
         tls = None
@@ -282,10 +272,9 @@ class Daemon:
         # whenever the first run is (RUN_AT_START=false: up to a schedule interval away).
         self._show_precisions(startup=True)
         server.start()
-        self.scheduler = AgentScheduler(
-            settings, self._job, self.beat, max_workers=len(self.plugins), on_skip=self._skipped
-        )
+        self.scheduler = AgentScheduler(settings, self._job, self.beat, on_skip=self._skipped)
         self.scheduler.start(self.plugins)
+        record_scheduled(self._owner, self.scheduler.scheduled_agents())
         self._ready = True
         self.notifier.notify("READY=1")
         log.info(
@@ -342,7 +331,7 @@ class Daemon:
     def _wait(self) -> None:
         env_mtime = self._env_mtime()
         watchdog = self.notifier.watchdog_seconds
-        last_ping = 0.0
+        last_ping = last_scan = 0.0
         while not self.stopping.is_set():
             self._wake.wait(timeout=0.5)
             self._wake.clear()
@@ -358,6 +347,16 @@ class Daemon:
             if self._reload_requested and not self.stopping.is_set():
                 self._reload_requested = False
                 self.reload()
+                self._rescan(retry_failed=True)  # with the new settings: their options
+            elif time.monotonic() - last_scan >= self.settings.heartbeat_seconds:
+                last_scan = time.monotonic()
+                self._rescan()
+
+    def _rescan(self, retry_failed: bool = False) -> None:
+        """Plugins installed or uninstalled since the last look (agent_rescan.py)."""
+        if self.agents.rescan(self.settings, self.scheduler, self._owner, retry_failed):
+            self.plugins = self.agents.plugins
+            self._show_precisions()
 
     def _env_mtime(self) -> float | None:
         try:
@@ -388,6 +387,7 @@ class Daemon:
             self.settings = new
             self.context.settings = new
             changes = self.scheduler.sync(new)
+            record_scheduled(self._owner, self.scheduler.scheduled_agents())
             self.metrics.config_reloads.labels(outcome="success").inc()
             self.metrics.config_last_reload_successful.set(1)
             log.info("config reloaded", schedule_changes=changes)

@@ -100,9 +100,18 @@ def configure_logging(log_format: str = "auto", level: str = "INFO") -> str:
     root.setLevel(level)
     for name, quiet in _QUIET.items():
         logging.getLogger(name).setLevel(max(quiet, logging.getLevelName(level)))
+    scheduler = logging.getLogger("apscheduler.scheduler")
+    if _drop_tentative not in scheduler.filters:
+        scheduler.addFilter(_drop_tentative)
     logging.captureWarnings(True)
     threading.excepthook = _log_thread_exception
     return chosen
+
+
+def _drop_tentative(record: logging.LogRecord) -> bool:
+    """APScheduler's "Adding job tentatively": every job added before the scheduler
+    starts, which then logs "Added job" for it anyway; nothing to act on."""
+    return not str(record.msg).startswith("Adding job tentatively")
 
 
 def _keep(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:

@@ -1,10 +1,12 @@
 """APScheduler 3 wiring: one job per enabled agent, plus the heartbeat.
 
-Each agent job has ``max_instances=1`` (an agent never trains twice at once),
-``coalesce=True`` (runs missed while busy or asleep collapse into one), a real
-``misfire_grace_time`` and a jittered trigger. The heartbeat runs on its own executor so
-that long training jobs cannot starve it; a stale heartbeat means the scheduler itself
-is stuck, which is what ``/healthz`` and the systemd watchdog report.
+Each agent job runs on a one-thread executor of its own (no agent waits for another's
+thread; an agent added while the daemon runs gets one too), and has ``max_instances=1``
+(an agent never trains twice at once), ``coalesce=True`` (runs missed while busy or
+asleep collapse into one), a real ``misfire_grace_time`` and a jittered trigger. The
+heartbeat runs on its own executor so that long training jobs cannot starve it; a stale
+heartbeat means the scheduler itself is stuck, which is what ``/healthz`` and the
+systemd watchdog report.
 
 >>> scheduler = AgentScheduler(settings, run_job, on_heartbeat)  # doctest: +SKIP
 >>> scheduler.start(plugins)  # doctest: +SKIP
@@ -58,17 +60,13 @@ class AgentScheduler:
         settings: Settings,
         run_job: Callable[[str, AgentPlugin], None],
         on_heartbeat: Callable[[], None],
-        max_workers: int,
         on_skip: Callable[[str], None] | None = None,
     ) -> None:
         self._settings = settings
         self._run_job = run_job
         self._on_skip = on_skip
         self._scheduler = BackgroundScheduler(
-            executors={
-                "default": ThreadPoolExecutor(max_workers=max(1, max_workers)),
-                HEARTBEAT_JOB: ThreadPoolExecutor(max_workers=1),
-            },
+            executors={HEARTBEAT_JOB: ThreadPoolExecutor(max_workers=1)},
             job_defaults={
                 "coalesce": True,
                 "max_instances": 1,
@@ -84,6 +82,8 @@ class AgentScheduler:
             next_run_time=datetime.now(UTC),
         )
         self._schedules: dict[str, str] = {}
+        self._plugins: dict[str, AgentPlugin] = {}
+        self._executors: set[str] = set()
         # A due job whose previous run still trains is skipped by APScheduler: count it.
         self._scheduler.add_listener(self._skipped, EVENT_JOB_MAX_INSTANCES)
 
@@ -101,10 +101,21 @@ class AgentScheduler:
         self._scheduler.start()
         self.sync(self._settings, first=self._settings.run_at_start)
 
+    def set_plugins(self, plugins: Mapping[str, AgentPlugin]) -> None:
+        """The agents to schedule from the next :meth:`sync` on (plugins installed or
+        uninstalled while the daemon runs)."""
+        self._plugins = dict(plugins)
+
     def sync(self, settings: Settings, first: bool = False) -> list[str]:
-        """Make the jobs match ``settings``; returns what changed, for the log."""
+        """Make the jobs match ``settings`` and the plugins; returns what changed, for the
+        log. ``first``: a job created now runs at once."""
         self._settings = settings
         changes = []
+        for agent in sorted(set(self.scheduled_agents()) - set(self._plugins)):
+            # A run in progress goes on in its thread; only the schedule is removed.
+            self._scheduler.remove_job(JOB_PREFIX + agent)
+            self._schedules.pop(agent, None)
+            changes.append(f"{agent}: unscheduled (uninstalled)")
         for agent, plugin in self._plugins.items():
             job_id = JOB_PREFIX + agent
             job = self._scheduler.get_job(job_id)
@@ -121,7 +132,13 @@ class AgentScheduler:
                 if first:
                     extra["next_run_time"] = datetime.now(UTC)
                 self._scheduler.add_job(
-                    self._run_job, trigger, args=(agent, plugin), id=job_id, name=agent, **extra
+                    self._run_job,
+                    trigger,
+                    args=(agent, plugin),
+                    id=job_id,
+                    name=agent,
+                    executor=self._executor(agent),
+                    **extra,
                 )
                 changes.append(f"{agent}: scheduled every {schedule}")
             elif self._schedules.get(agent) != schedule:
@@ -129,6 +146,23 @@ class AgentScheduler:
                 changes.append(f"{agent}: rescheduled to {schedule}")
             self._schedules[agent] = schedule
         return changes
+
+    def _executor(self, agent: str) -> str:
+        """The agent's own one-thread executor, created with its first job (kept if the
+        agent is uninstalled: a reinstall reuses it; threads start only when used)."""
+        alias = JOB_PREFIX + agent
+        if alias not in self._executors:
+            self._scheduler.add_executor(ThreadPoolExecutor(max_workers=1), alias)
+            self._executors.add(alias)
+        return alias
+
+    def scheduled_agents(self) -> list[str]:
+        """The agents with a job: loaded and enabled."""
+        return sorted(
+            job.id[len(JOB_PREFIX) :]
+            for job in self._scheduler.get_jobs()
+            if job.id.startswith(JOB_PREFIX)
+        )
 
     def next_run_times(self) -> dict[str, float | None]:
         """Each agent job's next run (Unix time; None: paused), for the status page."""

@@ -27,10 +27,12 @@ LOCK_NAME = "owner.lock"
 
 @dataclass(frozen=True)
 class Holder:
-    """Who holds a state folder: its pid and its command (``serve`` or ``train AGENT``)."""
+    """Who holds a state folder: its pid and its command (``serve`` or ``train AGENT``);
+    for a daemon, the agents it schedules now (None: not recorded)."""
 
     pid: int | None
     command: str
+    agents: tuple[str, ...] | None = None
 
     def describe(self) -> str:
         pid = "an unknown pid" if self.pid is None else f"pid {self.pid}"
@@ -82,13 +84,29 @@ def acquire_state_folder(state_dir: Path, command: str) -> int:
     return fd
 
 
+def record_scheduled(fd: int, agents: list[str]) -> None:
+    """Name the agents the daemon schedules in its lock file (``fd`` from
+    :func:`acquire_state_folder`), for a ``train`` it refuses. The file keeps its
+    modification time: it is when the daemon took the folder, its start for ``status``."""
+    try:
+        before = os.fstat(fd)
+        record = {"pid": os.getpid(), "command": "serve", "agents": sorted(agents)}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record).encode() + b"\n", 0)
+        os.utime(fd, ns=(before.st_atime_ns, before.st_mtime_ns))
+    except OSError:
+        pass  # os.devnull (a filesystem without flock), a full disk: the refusal names none
+
+
 def read_holder(path: Path, attempts: int = 20) -> Holder:
     """The holder named in the lock file; it may have taken the lock a moment before
     writing its pid, so an empty file is read again for up to a second."""
     for _ in range(attempts):
         try:
             record = json.loads(path.read_text())
-            return Holder(int(record["pid"]), str(record["command"]))
+            agents = record.get("agents")
+            listed = None if not isinstance(agents, list) else tuple(map(str, agents))
+            return Holder(int(record["pid"]), str(record["command"]), listed)
         except (OSError, ValueError, KeyError, TypeError):
             time.sleep(0.05)
     return Holder(None, "process")

@@ -27,6 +27,7 @@ from genesis_fp16_infrastructure.plugin_api import (
     TrainResult,
     api_version_error,
 )
+from genesis_fp16_infrastructure.result_check import TrainResultError, check_result
 from genesis_fp16_infrastructure.training import PRECISIONS
 
 # Records of sample data the rules train on, and the steps of a run: tiny on purpose.
@@ -104,10 +105,10 @@ class _Bench:
         return TrainRequest(**values)
 
     def train(self, request: TrainRequest) -> TrainResult:
-        result = self.plugin.train(request)
-        if not isinstance(result, TrainResult):
-            raise RuleFailed(f"train returned {type(result).__name__}, not a TrainResult")
-        return result
+        try:  # the type of each field, as train and the daemon check it
+            return check_result(self.plugin.train(request), self.plugin.name)
+        except TrainResultError as exc:
+            raise RuleFailed(str(exc)) from None
 
 
 def _stop_after(logs: int) -> tuple[Callable[[Any], None], Callable[[], bool]]:

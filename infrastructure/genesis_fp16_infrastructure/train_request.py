@@ -64,6 +64,11 @@ class TrainRequest(RunSpec, RunCallbacks):
     # A fixed pool the operator trusts: a candidate must be no worse than the served
     # model on it too (the promotion gate; GENESIS_FP16_AGENTS__<AGENT>__GOLDEN_DATA).
     golden_data_path: Path | None = None
+    # A forced run (``genesis-fp16 train --resume --steps N``): the budget is trained even
+    # on data the served model has already learned, continuing it. Otherwise (the daemon,
+    # a plain ``train``) a budget only sizes a run on new data: an agent that can tell
+    # its data unchanged (se_darwin) is up to date whatever the budget.
+    forced: bool = False
 
     def fit_options(self, **overrides: Any) -> FitOptions:
         """The :class:`~genesis_fp16_infrastructure.training.FitOptions` this request asks for.
@@ -78,13 +83,18 @@ class TrainRequest(RunSpec, RunCallbacks):
 
             result = fit(task, request.fit_options())
         """
+        from genesis_fp16_infrastructure.training.flight.bundle_files import bundle_folder
+        from genesis_fp16_infrastructure.training.flight.recorder import FlightConfig
         from genesis_fp16_infrastructure.training.run.fit import FitOptions
 
         values: dict[str, Any] = {name: getattr(self, name) for name in spec_fields()}
+        context = {"agent": self.agent, "request": self.to_json()}
         values.update(
             on_log=self.on_log,
             should_stop=self.should_stop,
             checkpoint_dir=Path(self.checkpoint_dir),
+            # Fault bundles in the agent's state folder (the guard must be on to write any).
+            flight=FlightConfig(folder=bundle_folder(self.state_dir, self.agent), context=context),
         )
         merged = {**values, **overrides}
         if merged.get("steps") is None and merged.get("epochs") is None:

@@ -132,6 +132,14 @@ class TrainResult:
     drift: Mapping[str, Any] | None = None
     components: Mapping[str, str | bool] | None = None
     diagnostics: Mapping[str, float] | None = None
+    # The flight recorder's bundles ({"path", "reason", "step", ...}), oldest first, and
+    # the first of them (``train --json``'s ``fault_bundle``: the one to replay).
+    fault_bundles: Sequence[Mapping[str, Any]] = ()
+
+    @property
+    def fault_bundle(self) -> str | None:
+        """The path of the run's first fault bundle; None when it wrote none."""
+        return str(self.fault_bundles[0]["path"]) if self.fault_bundles else None
 
     def __post_init__(self) -> None:
         # Whoever built the result (from_fit, or a plugin of its own): a run that took
@@ -222,6 +230,7 @@ class TrainResult:
             failure=failure,
             failure_detail=detail,
             chain_skipped_steps=summary.skipped_steps,
+            fault_bundles=tuple(result.fault_bundles),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -230,6 +239,8 @@ class TrainResult:
         out["checkpoint"] = str(self.checkpoint) if self.checkpoint else None
         out["eval"] = dict(self.eval)
         out["demotions"] = [dict(d) for d in self.demotions]
+        out["fault_bundles"] = [dict(b) for b in self.fault_bundles]
+        out["fault_bundle"] = self.fault_bundle
         out["outcome"] = self.outcome
         result: dict[str, Any] = finite(out)
         return result
@@ -243,4 +254,5 @@ class TrainResult:
         for name in _RESULT_FLOATS:
             values[name] = number(values[name])
         values["demotions"] = tuple(data.get("demotions", ()))
+        values["fault_bundles"] = tuple(data.get("fault_bundles", ()))
         return cls(**values)

@@ -128,6 +128,24 @@ def test_a_plugin_broken_twice_fails_with_one_line_per_broken_rule(scaffold: Any
     assert len(fails) == 2 and "PASS trains_with_budget: " in report.summary()
 
 
+def test_a_result_field_of_the_wrong_type_fails_in_one_line_naming_it(scaffold: Any) -> None:
+    """A plugin written for API 1 that reports precision_requested=request.precision: each
+    rule that trains fails in one line naming the field and what to report instead."""
+
+    class Api1(scaffold.Agent):  # type: ignore[misc, name-defined]
+        def train(self, request: Any) -> Any:
+            result = super().train(request)
+            return dataclasses.replace(result, precision_requested=request.precision)
+
+    report = check_agent(Api1(), rules=["trains_with_budget", "probe_setup_works"])
+    assert report.failed == ("trains_with_budget",), report.summary()
+    (line,) = [line for line in report.summary().splitlines() if line.startswith("FAIL ")]
+    assert line == (
+        "FAIL trains_with_budget: toy_check's TrainResult.precision_requested: str expected, "
+        "got PrecisionRequest; report request.precision.requested (plugin API 2)"
+    )
+
+
 def test_check_agent_command_refuses_an_unknown_agent_in_one_line(tmp_path: Path) -> None:
     """`genesis-fp16 check-agent` on an unknown agent is one line, exit 2."""
     (tmp_path / "none.env").write_text("")

@@ -38,9 +38,18 @@ def test_agents_json_lists_every_plugin_and_state(tmp_path: Path) -> None:
     states = {row["name"]: row for row in json.loads(result.stdout)}
     assert states["fixture_good"]["state"] == "loaded"
     assert states["fixture_broken"]["state"] == "failed"
+    assert states["fixture_broken"]["location"].endswith("fixture_agents/broken.py:5")
     assert states["fixture_wrong_api"]["state"] == "wrong_api"
     assert states["fixture_raising"]["state"] == "not_allowed"
     assert states["se_darwin"]["state"] == "not_allowed"
+
+
+def test_agents_names_the_file_and_line_a_plugin_import_failed_at(tmp_path: Path) -> None:
+    """The listing's line for a plugin whose import raised names its file and line."""
+    result = cli(tmp_path, "agents", GENESIS_FP16_PLUGIN_ALLOWLIST="fixture_broken")
+    assert result.returncode == 1
+    (line,) = [row for row in result.stdout.splitlines() if row.startswith("fixture_broken ")]
+    assert "not_installed_anywhere" in line and "fixture_agents/broken.py:5)" in line
 
 
 def test_config_check_redacts_secrets_and_reports_errors(tmp_path: Path) -> None:
@@ -156,3 +165,20 @@ def test_a_state_folder_that_is_a_file_is_one_line_for_every_command(
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert "GENESIS_FP16_STATE_DIR" in lines[0] and "not a folder" in lines[0]
+
+
+@pytest.mark.parametrize("command", [("serve",), ("config", "check")])
+def test_a_missing_env_file_blames_what_named_it(tmp_path: Path, command: tuple[str, ...]) -> None:
+    """`--env-file nope.env` names the flag; GENESIS_FP16_ENV_FILE=nope.env names the
+    variable (the flag was blamed on the variable nobody had set)."""
+    flag = cli(tmp_path, *command, "--env-file", "nope.env")
+    assert flag.returncode == 2
+    (line,) = flag.stderr.strip().splitlines()
+    assert line.startswith("genesis-fp16: error: ")
+    assert line.endswith(": --env-file: env file 'nope.env' does not exist") or line.endswith(
+        "error: --env-file: env file 'nope.env' does not exist"
+    )
+    variable = cli(tmp_path, *command, GENESIS_FP16_ENV_FILE="nope.env")
+    assert variable.returncode == 2
+    assert "GENESIS_FP16_ENV_FILE: env file 'nope.env' does not exist" in variable.stderr
+    assert "--env-file" not in variable.stderr

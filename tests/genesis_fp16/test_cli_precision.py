@@ -78,8 +78,18 @@ def test_show_prints_the_measurement_and_reset_forgets_it(
     data = json.loads(_cli(tmp_path, "precision", "show", AGENT, "--json").stdout)
     assert data["demotion"] is None and data["calibration"]["chosen"] == found.chosen
 
-    assert "forgotten" in _cli(tmp_path, "precision", "reset", AGENT).stdout
+    forgot = json.loads(_cli(tmp_path, "precision", "reset", AGENT, "--json").stdout)
+    assert forgot == {
+        "agent": AGENT,
+        "forgot": {
+            "calibration": True,
+            "carried_loss_scale": False,
+            "captured_step_verdicts": False,
+            "demotion": None,
+        },
+    }
     assert not path.exists()
+    assert "no precision demotion remembered" in _cli(tmp_path, "precision", "reset", AGENT).stdout
     assert "no measurement of 'auto' cached" in _cli(tmp_path, "precision", "show", AGENT).stdout
 
 
@@ -160,6 +170,35 @@ def test_precision_show_names_every_candidate_and_the_choice() -> None:
     calibration = cal.Calibration(
         "bf16", "r", rows, {"fp16": "no native fp16"}, {"device": "cpu"}, 0.1
     )
-    table = _describe_calibration(calibration.to_json())
+    table = _describe_calibration(calibration.to_json(), None)
     assert table.count("<- chosen") == 1 and "bf16       eager" in table
     assert "2.00x  <- chosen" in table and "fp16       not timed: no native fp16" in table
+
+
+def test_show_promises_no_measurement_the_host_cannot_make(tmp_path: Path) -> None:
+    """With nothing cached, a host without CUDA is told that CUDA graphs need a CUDA
+    device, not that its captured step is "not verified yet"; --json says what the host has."""
+    shown = _cli(tmp_path, "precision", "show", AGENT).stdout
+    cuda = torch.cuda.is_available()
+    assert ("CUDA graphs need a CUDA device" in shown) is not cuda, shown
+    assert ("not verified on this host yet" in shown) is cuda, shown
+    data = json.loads(_cli(tmp_path, "precision", "show", AGENT, "--json").stdout)
+    assert data["host"]["cuda"] is cuda and data["captured_step_verdicts"] == []
+
+
+def test_show_on_a_host_with_only_fp32_says_auto_has_nothing_to_measure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No CUDA and a CPU without native bf16/fp16: `auto` times nothing there, and show
+    says auto runs fp32 instead of promising a measurement at the next run."""
+    from genesis_fp16.cli import main
+
+    plain = DeviceCapabilities("cpu", False, False, "test: fp32 only")
+    monkeypatch.setattr(capabilities, "cpu_capabilities", lambda: plain)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("GENESIS_FP16_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["precision", "show", AGENT]) == 0
+    shown = capsys.readouterr().out
+    assert "auto: nothing to measure on this host" in shown and "auto runs fp32" in shown
+    assert "it is timed at the next auto run" not in shown

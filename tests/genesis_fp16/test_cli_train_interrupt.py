@@ -1,10 +1,11 @@
-"""Ctrl-C on a real `genesis-fp16 train`: the first stops at a step with a checkpoint,
-a second exits at once (130)."""
+"""Ctrl-C on a real `genesis-fp16 train`: the first stops at a step with a checkpoint
+(exit 75), a second exits at once (130)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from genesis_fp16_infrastructure.data.synthetic import generate_pool
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _start_train(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
+def _start_train(tmp_path: Path, *more: str) -> tuple[subprocess.Popen[str], Path]:
     """A long se_darwin run checkpointing every 20 steps, in the foreground's own shape."""
     pool = tmp_path / "pool.json"
     pool.write_text(json.dumps(generate_pool(300, seed=4)))
@@ -35,7 +36,7 @@ def _start_train(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
     )
     command = [sys.executable, "-m", "genesis_fp16", "train", "se_darwin", "--steps", "100000"]
     command += ["--precision", "fp32", "--data", str(pool), "--checkpoint-dir", str(checkpoints)]
-    command += ["--checkpoint-steps", "20", "--json"]
+    command += ["--checkpoint-steps", "20", *(more or ["--json"])]
     process = subprocess.Popen(
         command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -57,19 +58,34 @@ def _wait_for_checkpoint(process: subprocess.Popen[str], folder: Path) -> int:
 
 
 def test_ctrl_c_stops_at_the_next_step_with_a_checkpoint(tmp_path: Path) -> None:
-    """One SIGINT: exit 0, a stopped result whose checkpoint is past the periodic one."""
+    """One SIGINT: exit 75 (stopped, not finished), a stopped result whose checkpoint is
+    past the periodic one."""
     process, folder = _start_train(tmp_path)
     periodic = _wait_for_checkpoint(process, folder)
     time.sleep(0.5)  # a few steps past it
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 0, stderr
+    assert process.returncode == 75, stderr
     result = json.loads(stdout.strip().splitlines()[-1])
     assert result["outcome"] == "stopped", result
     assert "stopping at the next step" in stderr, stderr
     newest = sorted(folder.rglob("ckpt-*.pt"), key=lambda p: p.name)[-1]
     assert int(newest.name[5:15]) > periodic
     assert Path(result["checkpoint"]).name == newest.name
+
+
+def test_sigterm_stops_with_exit_75_and_the_summary_says_stopped(tmp_path: Path) -> None:
+    """SIGTERM: the same stop as Ctrl-C, exit 75, and the text summary's first line says
+    the run stopped at a step with a checkpoint."""
+    process, folder = _start_train(tmp_path, "--seed", "0")
+    _wait_for_checkpoint(process, folder)
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 75, stderr
+    first = stdout.splitlines()[0]
+    assert re.fullmatch(
+        r"se_darwin: stopped at step \d+, checkpointed: continue with --resume", first
+    )
 
 
 def test_a_second_ctrl_c_exits_at_once_with_130(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -87,7 +88,7 @@ def test_broken_plugins_are_counted_and_the_good_one_trains(trained: DaemonProce
 def test_job_records_carry_agent_and_run_id(trained: DaemonProcess) -> None:
     """structlog and stdlib records of a job (infrastructure.*, relayed from the run's
     process) carry agent and run_id."""
-    job_records = [r for r in trained.logs() if r.get("event") == "training progress"]
+    job_records = [r for r in trained.logs() if r.get("progress")]
     assert job_records and all(r.get("agent") == GOOD and r.get("run_id") for r in job_records)
     # A run in its own process (the default isolation): its records are relayed, their
     # logger kept as child_logger.
@@ -100,6 +101,21 @@ def test_job_records_carry_agent_and_run_id(trained: DaemonProcess) -> None:
     ]
     assert stdlib and all(r.get("agent") and r.get("run_id") for r in stdlib)
     assert any(str(r.get("logger", "")).startswith("apscheduler") for r in trained.logs())
+
+
+def _progress(daemon: DaemonProcess) -> list[dict[str, object]]:
+    return [r for r in daemon.logs() if r.get("progress")]
+
+
+def test_progress_reads_step_of_total_percent_and_eta_and_the_log_has_no_noise(
+    trained: DaemonProcess,
+) -> None:
+    """A run's progress lines read "step 2/4, 50%, ETA 0 s"; APScheduler's "Adding job
+    tentatively" is not logged at the default level."""
+    lines = [str(r["event"]) for r in _progress(trained) if r.get("agent") == GOOD]
+    assert lines[:2] and re.fullmatch(r"step 2/4, 50%, ETA \d+ s", lines[0]), lines
+    assert lines[1].startswith("step 4/4, 100%, ETA 0 s"), lines
+    assert not [r for r in trained.logs() if "tentatively" in str(r.get("event"))]
 
 
 def test_metrics_pass_promtool(trained: DaemonProcess, promtool: str) -> None:
@@ -136,7 +152,7 @@ def test_sighup_rollback_makes_the_next_run_fp32(
     )
     precision = "genesis_fp16_precision"
     daemon.wait_for(lambda: daemon.sample(precision, agent=GOOD, precision="fp16") == 1, "fp16 run")
-    daemon.wait_for(lambda: daemon.events("training progress"), "a step in fp16")
+    daemon.wait_for(lambda: _progress(daemon), "a step in fp16")
     _write_env(env_file, "ENABLE_FP16_TRAINING=false\n")
     daemon.signal(signal.SIGHUP)
     daemon.wait_for(lambda: daemon.sample(precision, agent=GOOD, precision="fp32") == 1, "fp32")
@@ -147,7 +163,10 @@ def test_sighup_rollback_makes_the_next_run_fp32(
         "the fp16 run to stop at a step boundary",
     )
     assert stopped[0]["precision_used"] == "fp16"
-    started = daemon.events("training run started")
+    # The rerun's start is logged after the stop's record: waited for, not raced (under load).
+    runs = "training run started"
+    daemon.wait_for(lambda: len(daemon.events(runs)) >= 2, "the fp32 run to start")
+    started = daemon.events(runs)
     assert [r["precision"] for r in started] == ["fp16", "fp32"]
     assert started[1]["reason"].startswith("ENABLE_FP16_TRAINING=false")
 
@@ -198,7 +217,7 @@ def test_sigterm_checkpoints_and_exits_zero_with_sd_notify(tmp_path: Path) -> No
         try:
             assert _receive_until(sock, "READY=1")[0] == "READY=1"
             assert "WATCHDOG=1" in _receive_until(sock, "WATCHDOG=1")
-            daemon.wait_for(lambda: daemon.events("training progress"), "a training step")
+            daemon.wait_for(lambda: _progress(daemon), "a training step")
             daemon.signal(signal.SIGTERM)
             assert "STOPPING=1" in _receive_until(sock, "STOPPING=1")
             assert daemon.wait_exit(timeout=25) == 0, daemon.tail()

@@ -36,7 +36,7 @@ def test_new_agent_writes_a_complete_package(tmp_path: Path) -> None:
     """pyproject (build system, version, entry point), the agent, a test and a README."""
     done = _cli("new-agent", "my_agent", "--out", str(tmp_path), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    root = Path(done.stdout.strip())
+    root = Path(done.stdout.splitlines()[0])
     assert root == tmp_path / "my-agent"
     pyproject = (root / "pyproject.toml").read_text()
     for needed in (
@@ -54,6 +54,55 @@ def test_new_agent_writes_a_complete_package(tmp_path: Path) -> None:
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     with pytest.raises(ScaffoldError):
         write_agent("class", tmp_path)
+
+
+def test_new_agent_prints_the_next_three_steps_for_this_interpreter(tmp_path: Path) -> None:
+    """After the folder: install it editable with this very Python, check it, and how a
+    running daemon picks it up."""
+    done = _cli("new-agent", "my_agent", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    folder, heading, install, check, serve = done.stdout.splitlines()
+    assert (folder, heading) == ("my-agent", "next:")
+    assert install.endswith(f"{sys.executable} -m pip install -e my-agent")
+    assert check.split()[-2:] == ["check-agent", "my_agent"] and check.startswith("  2. ")
+    assert serve.startswith("  3. ") and "SIGHUP" in serve and "GENESIS_FP16_HEARTBEAT" in serve
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("se_darwin", "an installed agent has it (genesis-fp16: genesis_fp16_agents.se_darwin"),
+        ("json", "a module of that name is importable already"),
+    ],
+)
+def test_new_agent_refuses_a_name_already_taken(tmp_path: Path, name: str, why: str) -> None:
+    """An installed agent's name, or an importable module's: one line, exit 2, no folder."""
+    done = _cli("new-agent", name, cwd=tmp_path)
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"genesis-fp16: error: agent name {name!r}: {why}"), line
+    assert not (tmp_path / name.replace("_", "-")).exists()
+
+
+@pytest.mark.slow
+def test_the_scaffolds_test_runs_with_the_standard_library_alone(tmp_path: Path) -> None:
+    """The scaffold's test passes under `python -m unittest` with pytest made unimportable,
+    as in the daemon's venv, which has no pytest."""
+    root = write_agent("toy_unit", tmp_path)
+    hide_pytest = (
+        "import sys, unittest; sys.modules['pytest'] = None; "
+        "unittest.main(module=None, argv=['unittest', 'discover', '-s', 'tests'])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", hide_pytest],
+        cwd=root,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Ran 1 test" in done.stderr and done.stderr.rstrip().endswith("OK")
 
 
 def test_the_readme_plugin_section_is_the_scaffold_output() -> None:

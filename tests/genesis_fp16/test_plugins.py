@@ -87,3 +87,37 @@ def test_a_package_earlier_on_the_path_cannot_replace_a_built_in_agent(
     assert record.value == "genesis_fp16_agents.se_darwin:plugin" and record.state == "loaded"
     messages = [r.getMessage() for r in caplog.records]
     assert any("evil-agents" in m and "genesis-fp16" in m for m in messages)
+
+
+def _dist(root: Path, name: str, value: str) -> None:
+    """A distribution on ``root`` registering agent ``name`` as ``value``: its dist-info."""
+    info = root / f"{name}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[genesis_fp16.agents]\n{name} = {value}\n")
+
+
+def test_a_failed_import_names_the_plugins_own_file_and_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A raise in the module, a missing dependency imported two modules deep and a syntax
+    error each name the plugin's file and line, in the error and as its location."""
+    _dist(tmp_path, "deep_agent", "deep_agent:plugin")
+    _dist(tmp_path, "typo_agent", "typo_agent:plugin")
+    package = tmp_path / "deep_agent"
+    package.mkdir()
+    (package / "__init__.py").write_text('"""Deep."""\nfrom deep_agent import helper\n')
+    (package / "helper.py").write_text("import os\n\nimport not_a_dependency_anyone_has\n")
+    (tmp_path / "typo_agent.py").write_text("plugin = 1\ndef broken(:\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    records = {r.name: r for r in discover_plugins(["fixture_broken", "deep_agent", "typo_agent"])}
+    broken = records["fixture_broken"]
+    assert str(broken.location).endswith("fixture_agents/broken.py:5")
+    assert str(broken.error).endswith("broken.py:5)")
+    assert "not_installed_anywhere" in str(broken.error)
+    assert records["deep_agent"].location == f"{package / 'helper.py'}:3"
+    assert "not_a_dependency_anyone_has" in str(records["deep_agent"].error)
+    assert records["typo_agent"].location == f"{tmp_path / 'typo_agent.py'}:2"
+    assert "helper.py" in str(records["deep_agent"].trace)  # the whole traceback, for DEBUG
+    for name in ("deep_agent", "deep_agent.helper", "typo_agent"):
+        sys.modules.pop(name, None)

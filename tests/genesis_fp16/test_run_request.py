@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -49,7 +51,11 @@ def test_daemon_and_train_build_the_same_request(tmp_path: Path) -> None:
     settings = _settings(tmp_path, steps=4, options={"preset": "bf16_pure"})
     daemon = build_request(settings, AGENT, plugin, "cpu")
     cli = build_request(settings, AGENT, plugin, "cpu", RequestOverrides())
-    assert daemon == cli
+    # Each run quarantines to a new file of its own, in the agent's folder.
+    assert daemon.quarantine_path != cli.quarantine_path
+    assert daemon.quarantine_path.parent == cli.quarantine_path.parent  # type: ignore[union-attr]
+    assert daemon == replace(cli, quarantine_path=daemon.quarantine_path)
+    assert daemon.resume and not daemon.forced
     assert daemon.guard is not None and daemon.options == {"preset": "bf16_pure"}
     assert daemon.steps == 4 and daemon.data_path is not None and daemon.data_path.exists()
     flagged = build_request(
@@ -122,3 +128,24 @@ def test_a_plugin_cannot_declare_a_field_the_request_lacks() -> None:
     misspelt = SimpleNamespace(name="misspelt", ignored_request_fields={"checkpoint_step": "x"})
     with pytest.raises(TypeError, match=r"misspelt: .* field: \['checkpoint_step'\]"):
         ignored_request_fields(misspelt)
+
+
+def test_a_scheduled_budget_on_an_unchanged_pool_is_up_to_date(tmp_path: Path) -> None:
+    """GENESIS_FP16_AGENTS__SE_DARWIN__STEPS=6: the daemon's first run trains 6 steps, the
+    next on the same pool takes none (answered by the manifest), a grown pool trains 6."""
+    from genesis_fp16_agents.se_darwin import plugin as se_darwin
+    from genesis_fp16_infrastructure.data.synthetic import generate_pool
+
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    (pool / "a.json").write_text(json.dumps(generate_pool(200, seed=1)))
+    spec = AgentSettings(steps=6, data_path=pool)  # type: ignore[call-arg]
+    settings = Settings(state_dir=tmp_path / "state", agents={"se_darwin": spec})  # type: ignore[call-arg]
+    runs = []
+    for grow in (False, False, True):
+        if grow:
+            (pool / "b.json").write_text(json.dumps(generate_pool(60, seed=2, agent="new")))
+        request = build_request(settings, "se_darwin", se_darwin, "cpu")
+        runs.append(se_darwin.train(replace(request, precision="fp32")))
+    assert [r.steps for r in runs] == [6, 0, 6]
+    assert runs[1].up_to_date and runs[1].extra["data"]["checked_by"] == "manifest"

@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 from daemon_harness import DaemonFactory, daemon_env, free_port, start_daemon
 
-from genesis_fp16.service.state_lock import StateFolderBusy, hold_state_folder
+from genesis_fp16.service.state_lock import (
+    LOCK_NAME,
+    StateFolderBusy,
+    acquire_state_folder,
+    hold_state_folder,
+    read_holder,
+    record_scheduled,
+)
 
 GOOD = "fixture_good"
 ENV = {
@@ -64,7 +71,20 @@ def test_train_against_the_daemons_folder_is_refused_in_one_line(
     line = _one_line(refused)
     assert f"genesis-fp16 serve (pid {first.process.pid})" in line
     assert "stop the daemon first" in line and "GENESIS_FP16_STATE_DIR" in line
+    assert f"the daemon trains {GOOD} itself on its schedule" in line
     assert not refused.stdout.strip()
+    # An installed agent the daemon does not schedule (outside its allowlist): not told
+    # that the daemon trains it; told what it schedules, and refused all the same.
+    other = _cli(
+        tmp_path,
+        "train",
+        "fixture_raising",
+        GENESIS_FP16_PLUGIN_ALLOWLIST=f"{GOOD},fixture_raising",
+    )
+    assert other.returncode == 2, other.stderr
+    line = _one_line(other)
+    assert "itself on its schedule" not in line
+    assert f"the daemon does not train fixture_raising (it schedules {GOOD};" in line
 
 
 def test_data_generate_into_the_daemons_state_folder_is_refused_in_one_line(
@@ -140,3 +160,20 @@ def test_a_second_holder_in_one_process_is_refused_and_the_lock_is_released(
         assert "genesis-fp16 train se_darwin" in str(busy.value)
     with hold_state_folder(tmp_path, "serve"):
         pass
+
+
+def test_the_scheduled_agents_are_recorded_and_the_start_time_kept(tmp_path: Path) -> None:
+    """record_scheduled rewrites the holder's record with the agents, in place, and keeps
+    the file's modification time (status reads the daemon's start from it)."""
+    fd = acquire_state_folder(tmp_path, "serve")
+    try:
+        lock = tmp_path / LOCK_NAME
+        os.utime(lock, (1_000_000_000, 1_000_000_000))
+        assert read_holder(lock).agents is None  # a daemon that names none
+        record_scheduled(fd, ["se_darwin", "my_agent"])
+        record_scheduled(fd, ["se_darwin"])  # shorter: no tail of the longer record left
+        holder = read_holder(lock)
+        assert (holder.pid, holder.command, holder.agents) == (os.getpid(), "serve", ("se_darwin",))
+        assert lock.stat().st_mtime == 1_000_000_000
+    finally:
+        os.close(fd)

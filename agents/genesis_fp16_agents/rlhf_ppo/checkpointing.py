@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from genesis_fp16_agents.rlhf_ppo.engine import PPOEngine
 from genesis_fp16_infrastructure.training import CheckpointManager
@@ -25,9 +26,14 @@ PRESET = "preset"
 logger = logging.getLogger(__name__)
 
 
-def save_engine(engine: PPOEngine, directory: Path, keep: int = 3) -> Path:
-    """Write the engine's state atomically under ``directory``; returns the file."""
+def save_engine(
+    engine: PPOEngine, directory: Path, run: Mapping[str, Any] | None = None, keep: int = 3
+) -> Path:
+    """Write the engine's state atomically under ``directory``, with the record of the
+    ``run`` that wrote it (``checkpoint_keys.RUN``, :func:`run_record`); returns the file."""
     state = engine.trainer.state_dict()
+    if run is not None:
+        state[keys.RUN] = dict(run)
     state[keys.CONFIG] = {
         **state[keys.CONFIG],
         "ppo": _plain(dataclasses.asdict(engine.cfg)),
@@ -77,7 +83,15 @@ def _restore_sampler(engine: PPOEngine, saved: dict[str, Any] | None) -> None:
     )
 
 
-def resume_engine(engine: PPOEngine, directory: Path) -> Path | None:
+class Resumed(NamedTuple):
+    """The checkpoint a run resumed, and the record of the run that wrote it (None from a
+    checkpoint written before runs were recorded)."""
+
+    path: Path
+    run: Mapping[str, Any] | None
+
+
+def resume_engine(engine: PPOEngine, directory: Path) -> Resumed | None:
     """Load the newest valid checkpoint into ``engine``; None when there is none."""
     found = CheckpointManager(directory).load_latest()
     if found is None:
@@ -85,7 +99,30 @@ def resume_engine(engine: PPOEngine, directory: Path) -> Path | None:
     state, path = found
     engine.trainer.load_state_dict(state)
     load_ppo_state(engine, state.get(keys.EXTRA, {}))
-    return path
+    run = state.get(keys.RUN)
+    return Resumed(path, run if isinstance(run, Mapping) else None)
+
+
+def run_record(
+    resumed: Resumed | None, steps: int | None, epochs: int | None, start: int, budget: int
+) -> dict[str, Any]:
+    """The record of a run from step ``start`` (``checkpoint_keys.RUN``, as fit() keeps
+    it): its target is ``budget`` steps on, unless the checkpoint it resumes is an
+    interrupted run's (stopped by the daemon or Ctrl-C) asked for the same budget and short
+    of its target, which this run then finishes: a restart costs time, not steps.
+    ``complete`` is set when the run ends (save_engine)."""
+    saved = resumed.run if resumed is not None else None
+    target = start + budget
+    if (
+        saved is not None
+        and saved.get("complete") is False
+        and (saved.get("steps"), saved.get("epochs")) == (steps, epochs)
+        and isinstance(saved.get("target_step"), int)
+        and start < saved["target_step"]
+    ):
+        target = saved["target_step"]
+        logger.info("rlhf_ppo: finishing an interrupted run toward its own step %d", target)
+    return {"steps": steps, "epochs": epochs, "target_step": target, "target_epoch": None}
 
 
 def _plain(value: Any) -> Any:

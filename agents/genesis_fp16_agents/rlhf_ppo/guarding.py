@@ -72,7 +72,9 @@ class GuardedEngine:
         self._interval = config.check_interval
         per_iteration = engine.cfg.steps_per_iteration
         if self._interval % per_iteration:
-            logger.warning(
+            # At the default nobody asked for this interval: a note, not a warning.
+            said = logger.warning if _chosen(config, "check_interval") else logger.debug
+            said(
                 "precision guard: check_interval=%d is not a multiple of the %d optimizer "
                 "steps of a PPO iteration; rlhf_ppo checks at the first iteration boundary "
                 "after each %d steps",
@@ -130,10 +132,18 @@ def _without_divergence(config: GuardConfig) -> GuardConfig:
         return config
     # The clipped surrogate of whitened advantages hovers around zero and changes sign,
     # so "mean > factor x moving average" fires on noise: clean fp16 runs "diverged".
-    logger.warning(
+    # The default factor is off here by design (docs/precision-guard.md); one an operator
+    # set is worth a warning, since it does nothing.
+    said = logger.warning if _chosen(config, "divergence_factor") else logger.debug
+    said(
         "precision guard: divergence_factor=%g is not used by rlhf_ppo (its PPO loss "
         "hovers around zero, so a ratio to its moving average is noise); the scaler, "
         "non-finite-loss and overflow-rate triggers still apply",
         config.divergence_factor,
     )
     return dataclasses.replace(config, divergence_factor=None)
+
+
+def _chosen(config: GuardConfig, name: str) -> bool:
+    """Whether ``name`` differs from GuardConfig's default: someone set it."""
+    return bool(getattr(config, name) != getattr(GuardConfig(), name))

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from genesis_fp16_agents.rlhf_ppo.checkpointing import resume_engine, save_engine
+from genesis_fp16_agents.rlhf_ppo.checkpointing import resume_engine, run_record, save_engine
 from genesis_fp16_agents.rlhf_ppo.engine import PPOConfig, PPOEngine
 from genesis_fp16_agents.rlhf_ppo.guarding import GuardedEngine
 from genesis_fp16_agents.rlhf_ppo.model import TaskConfig, random_prompts
@@ -286,16 +286,13 @@ class RlhfPpoPlugin:
             start_scale_at(engine.precision, request.initial_loss_scale)
         resumed = resume_engine(engine, request.checkpoint_dir) if request.resume else None
         start_step = engine.trainer.step_count
-        if request.steps is not None:
-            budget = request.steps
-        elif request.epochs is not None:
-            budget = request.epochs * cfg.steps_per_iteration
-        else:
-            budget = DEFAULT_ITERATIONS * cfg.steps_per_iteration
+        iterations = request.epochs if request.epochs is not None else DEFAULT_ITERATIONS
+        budget = iterations * cfg.steps_per_iteration if request.steps is None else request.steps
         # The guard starts after the resume: its first snapshot is the state resumed from.
         guarded = GuardedEngine(engine, request.guard, build) if request.guard else None
-        run = _Run(engine, start_step + budget, guarded, request.on_diagnostics)
-        result = self._run(request, choice, run, eval_prompts, resumed)
+        record = run_record(resumed, request.steps, request.epochs, start_step, budget)
+        run = _Run(engine, record, guarded, request.on_diagnostics)
+        result = self._run(request, choice, run, eval_prompts, resumed and resumed.path)
         return dataclasses.replace(result, quarantined=quarantined)
 
     def _run(
@@ -312,8 +309,10 @@ class RlhfPpoPlugin:
         before = run.engine.trainer.summary()
         stopped = run.loop(request.should_stop)
         engine, history = run.engine, run.history
-        # A failed run writes no end-of-run checkpoint: its state is the last that learned.
-        checkpoint = save_engine(engine, request.checkpoint_dir) if run.failure is None else None
+        # A failed run writes no end-of-run checkpoint: its state is the last that learned;
+        # a stopped one's is finished by the next run (checkpointing.run_record).
+        done = {**run.record, "complete": not stopped}
+        checkpoint = save_engine(engine, request.checkpoint_dir, done) if not run.failure else None
         trainer = engine.trainer
         steps_run = trainer.step_count - start_step
         summary = final_summary(trainer, steps_run, request.on_log, request.log_interval)
@@ -372,16 +371,17 @@ class RlhfPpoPlugin:
 
 
 class _Run:
-    """The iteration loop of one run, to ``target`` optimizer steps, guarded or not."""
+    """The iteration loop of one run, to its record's target step, guarded or not."""
 
     def __init__(
         self,
         engine: PPOEngine,
-        target: int,
+        record: dict[str, Any],
         guarded: GuardedEngine | None,
         on_diagnostics: Callable[[Mapping[str, float]], None] | None = None,
     ) -> None:
-        self.engine, self.target, self.guarded = engine, target, guarded
+        self.engine, self.record, self.guarded = engine, record, guarded
+        self.target: int = record["target_step"]
         self.on_diagnostics = on_diagnostics
         self.history: list[dict[str, float]] = []
         self.stats: dict[str, float] = {}

@@ -21,12 +21,11 @@ quarantined alone.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import msgspec
 from pydantic import ValidationError
@@ -37,10 +36,10 @@ from genesis_fp16_infrastructure.data.file_records import (
     FileCache,
     FileRecord,
     RecordBlock,
-    Rejected,
 )
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, collect
+from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, Recorder, unencodable
 from genesis_fp16_infrastructure.data.record_key import labelled_hash, record_id_hash
 from genesis_fp16_infrastructure.data.schema import (
     AttemptInput,
@@ -55,6 +54,7 @@ from genesis_fp16_infrastructure.data.sources import (
     DataError,
     Sink,
     Source,
+    not_utf8_reason,
     parse_json,
     raw_records,
     reason,
@@ -65,7 +65,6 @@ logger = logging.getLogger(__name__)
 
 DATA_SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
 _REPLAY_KEYS = frozenset({"final_outcome", "agent_id", "steps", "reward", "task_description"})
-_RAW_LIMIT = 2000  # characters of a bad record kept in the quarantine file
 # A file's parsed records become a column block every this many, so that a large file's
 # records are never all objects at once (a million of them held ~0.5 GB more at the peak).
 BLOCK_RECORDS = 131_072
@@ -158,51 +157,6 @@ class _Valid:
     failure_threshold: float
 
 
-class _Quarantine:
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self.count = 0
-        self._handle: TextIO | None = None
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            # One file per run: a stale list from an earlier read would mislead.
-            self._handle = path.open("w", encoding="utf-8")
-
-    def add(self, source: Source, reason: str, raw: Any) -> None:
-        self.count += 1
-        logger.warning("quarantined a record from %s (%s): %s", source.path, source.where, reason)
-        if self._handle is None:
-            return
-        text = raw if isinstance(raw, str) else json.dumps(raw, default=str)
-        entry = {
-            "source": str(source.path),
-            "where": source.where,
-            "reason": reason,
-            "record": text[:_RAW_LIMIT],
-        }
-        self._handle.write(json.dumps(entry) + "\n")
-
-    def close(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
-
-
-class _Recorder:
-    """A quarantine sink that also keeps one file's entries, as written, for a cache."""
-
-    def __init__(self, sink: _Quarantine) -> None:
-        self.sink = sink
-        self.rejected: list[Rejected] = []
-        self.vanished = False
-
-    def add(self, source: Source, reason: str, raw: Any) -> None:
-        self.sink.add(source, reason, raw)
-        if source.where == "file" and reason.startswith("vanished"):
-            self.vanished = True  # nothing to remember: the file is gone
-        text = raw if isinstance(raw, str) else json.dumps(raw, default=str)
-        self.rejected.append(Rejected(source.where, reason, text[:_RAW_LIMIT]))
-
-
 def list_data_files(path: Path) -> list[Path]:
     """The data files at ``path``: itself, or the data files under a folder, sorted."""
     if not path.exists():
@@ -248,7 +202,7 @@ def read_trajectories(
     files = list_data_files(path)
     if max_bytes is not None:
         check_data_size(path, files, max_bytes)
-    sink = _Quarantine(quarantine)
+    sink = QuarantineSink(quarantine)
     slim = None if keep_text else _Strings()
     try:
         with paused_gc():  # a million records, no cycle among them (gc_pause)
@@ -262,7 +216,8 @@ def read_trajectories(
     if not result.labelled:
         raise DataError(
             f"no labelled records in {str(path)!r} ({len(columns)} valid, "
-            f"{result.unlabelled} unfinished or unlabelled, {result.quarantined} quarantined)"
+            f"{result.unlabelled} unfinished or unlabelled, {result.quarantined} quarantined): "
+            + _no_labels_cause(path, files, sink, len(columns))
         )
     logger.info(
         "read %d examples from %d files (%d quarantined, %d duplicates, %d unlabelled)",
@@ -275,6 +230,39 @@ def read_trajectories(
     return result
 
 
+def _no_labels_cause(path: Path, files: list[Path], sink: QuarantineSink, valid: int) -> str:
+    """Why a read found nothing to train on, in a few words, and where the reasons are:
+    the first quarantine reasons ("pool.json: invalid JSON at line 1 column 1: ..."),
+    or that the files are empty or hold no record, or that none is labelled."""
+    if sink.count:
+        named = [_place(path, *entry) for entry in sink.first[:2]]
+        more = f" (+{sink.count - len(named)} more)" if sink.count > len(named) else ""
+        kept = f"; every reason in {sink.path}" if sink.path is not None else ""
+        return "; ".join(named) + more + kept
+    if valid:
+        return "every record is unfinished (pending, executing) or has no score or status"
+    sizes = [_stripped_size(file) for file in files]
+    if not any(sizes):
+        return "empty file" if len(files) == 1 else f"all {len(files)} files are empty"
+    return "the data holds no record"
+
+
+def _place(path: Path, file: Path, where: str, reason: str) -> str:
+    """One quarantine reason, shortened, with its file (in a folder) and position."""
+    reason = reason if len(reason) <= 160 else reason[:157] + "..."
+    place = ([file.name] if path.is_dir() else []) + ([where] if where != "file" else [])
+    return f"{' '.join(place)}: {reason}" if place else reason
+
+
+def _stripped_size(file: Path) -> int:
+    """Whether ``file`` holds more than whitespace (its first KiB decides), as a size."""
+    try:
+        with file.open("rb") as handle:
+            return len(handle.read(1024).strip()) or int(file.stat().st_size > 1024)
+    except OSError:
+        return 0
+
+
 class _Strings(dict[str, str]):
     """One object per distinct string of a read (agents, tools, patterns): a million
     records name a few dozen, each held once instead of once per record."""
@@ -284,7 +272,7 @@ class _Strings(dict[str, str]):
 
 
 def _file_records(
-    file: Path, sink: _Quarantine, cache: FileCache | None, slim: _Strings | None
+    file: Path, sink: QuarantineSink, cache: FileCache | None, slim: _Strings | None
 ) -> RecordBlock:
     """The valid records of one file, in file order (duplicates within it included),
     each quarantined entry written to ``sink``; from ``cache`` when it has the file.
@@ -293,7 +281,7 @@ def _file_records(
     if cached is not None:
         _quarantined_before(cached, file, sink)
         return cached
-    recorder = _Recorder(sink)
+    recorder = Recorder(sink)
     records: list[FileRecord] = []
     blocks: list[RecordBlock] = []
     start, first_line = 0, 1
@@ -316,7 +304,7 @@ def _file_records(
     return block
 
 
-def _quarantined_before(block: RecordBlock, file: Path, sink: _Quarantine) -> None:
+def _quarantined_before(block: RecordBlock, file: Path, sink: QuarantineSink) -> None:
     """A stored block's quarantined entries, written to ``sink`` as a parse writes them."""
     for entry in block.rejected_entries:
         sink.add(Source(file, entry.where), entry.reason, entry.text)
@@ -388,7 +376,8 @@ def _parse_slow(source: Source, raw: bytes | msgspec.Raw, sink: Sink) -> Any:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        sink.add(source, f"cannot decode line: {exc}", data.decode("utf-8", "replace"))
+        why = f"binary line, not UTF-8 text ({not_utf8_reason(exc)})"
+        sink.add(source, why, data.decode("utf-8", "replace"))
         return _UNREADABLE
     try:
         return parse_json(text)
@@ -415,6 +404,10 @@ def _validate(
 ) -> _Valid | None:
     if not isinstance(raw, dict):
         sink.add(source, f"record is a JSON {type(raw).__name__}, not an object", raw)
+        return None
+    bad_text = unencodable(raw)
+    if bad_text is not None:
+        sink.add(source, bad_text, raw)
         return None
     is_replay = "operator_applied" not in raw and bool(_REPLAY_KEYS & raw.keys())
     model = ReplayRecord if is_replay else Trajectory

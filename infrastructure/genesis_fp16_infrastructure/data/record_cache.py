@@ -101,10 +101,23 @@ class RecordCache:
         state = self._vouched(file)
         if state is None or state.mtime_ns >= self.scanned_ns - RACY_NS:
             return
-        blob = msgspec.msgpack.encode(msgspec.structs.replace(block, version=CACHE_VERSION))
+        target = self._path(state.digest, slim)
+        try:
+            blob = msgspec.msgpack.encode(msgspec.structs.replace(block, version=CACHE_VERSION))
+        except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as exc:
+            # A UnicodeEncodeError is a ValueError. The read quarantines text that does not
+            # encode (readers._unencodable); this is the net under it: the run has its
+            # records, and the next run parses the file again.
+            self.write_failures += 1
+            logger.warning(
+                "record cache: cannot encode the records of %s (%s): parsed again next run",
+                file,
+                ascii(str(exc)),
+            )
+            return
         marker = msgspec.json.encode({"digest": state.digest, "size": state.size})
         try:
-            write_atomic(self._path(state.digest, slim), lambda handle: handle.write(blob))
+            write_atomic(target, lambda handle: handle.write(blob))
             if file.name.endswith(".jsonl"):  # where its next appended lines will begin
                 write_atomic(self._head_path(file), lambda handle: handle.write(marker))
         except OSError as exc:
@@ -113,7 +126,7 @@ class RecordCache:
             self.write_failures += 1
             logger.warning(
                 "record cache: cannot write %s (%s): %s will be parsed again next run",
-                self._path(state.digest, slim),
+                target,
                 exc.strerror or exc,
                 file,
             )
@@ -158,7 +171,8 @@ class RecordCache:
 
     def _head_path(self, file: Path) -> Path:
         """Where a ``.jsonl`` file's last stored digest and size are kept, by its path."""
-        name = hashlib.blake2b(str(file).encode(), digest_size=8).hexdigest()
+        # fsencode: a file name that is not UTF-8 comes back as the bytes it is.
+        name = hashlib.blake2b(os.fsencode(file), digest_size=8).hexdigest()
         return self.folder / f"head-{name}.json"
 
     def _path(self, digest: str, slim: bool) -> Path:

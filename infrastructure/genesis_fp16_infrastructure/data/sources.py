@@ -99,10 +99,12 @@ def raw_records(file: Path, sink: Sink, start: int = 0, first_line: int = 1) -> 
     except (gzip.BadGzipFile, EOFError) as exc:
         sink.add(Source(file, "file"), f"cannot decode file: {exc}", "")
         return
-    try:
-        _check_utf8(data)
-    except UnicodeDecodeError as exc:
-        sink.add(Source(file, "file"), f"cannot decode file: {exc}", "")
+    bad_byte = _not_utf8(data)
+    if bad_byte is not None:
+        sink.add(Source(file, "file"), f"binary file, not UTF-8 text ({bad_byte})", "")
+        return
+    if not data.strip():
+        sink.add(Source(file, "file"), "empty file", "")
         return
     if file.name.endswith(".jsonl.gz"):
         for number, line in enumerate(data.splitlines(), start=1):
@@ -146,14 +148,28 @@ def _read_bytes(file: Path) -> bytes:
         raise DataError(f"cannot read data file {str(file)!r}: {exc.strerror or exc}") from exc
 
 
-def _check_utf8(data: bytes) -> None:
-    """Raise UnicodeDecodeError where ``data`` is not UTF-8, as ``bytes.decode`` would,
-    a chunk at a time (the text is never held whole)."""
+def _not_utf8(data: bytes) -> str | None:
+    """Where ``data`` stops being UTF-8 ("byte 0x89 at offset 0"), or None; a chunk at a
+    time (the text is never held whole)."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     view = memoryview(data)
-    for start in range(0, len(data), _CHECK_CHUNK):
-        decoder.decode(view[start : start + _CHECK_CHUNK], final=False)
-    decoder.decode(b"", final=True)
+    start = 0
+    try:
+        for start in range(0, len(data), _CHECK_CHUNK):
+            decoder.decode(view[start : start + _CHECK_CHUNK], final=False)
+        start = len(data)
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError as exc:
+        return not_utf8_reason(exc, start - len(decoder.getstate()[0]))
+    return None
+
+
+def not_utf8_reason(exc: UnicodeDecodeError, offset: int = 0) -> str:
+    """The first byte that is not UTF-8 and where: ``exc`` from bytes starting at
+    ``offset`` of the file or line."""
+    byte = exc.object[exc.start] if exc.start < len(exc.object) else None
+    where = offset + exc.start
+    return f"byte 0x{byte:02x} at offset {where:,}" if byte is not None else f"ends at {where:,}"
 
 
 def _split_document(file: Path, data: bytes) -> list[Raw] | None:
@@ -222,11 +238,26 @@ def parse_json(text: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"invalid JSON: {exc}") from exc
+        raise ValueError(json_reason(exc)) from exc
     except RecursionError as exc:
         raise ValueError("invalid JSON: nested too deeply to read") from exc
     except ValueError as exc:  # e.g. "Exceeds the limit (4300 digits) for integer string ..."
         raise ValueError(f"invalid JSON: {exc}") from exc
+
+
+def json_reason(exc: json.JSONDecodeError) -> str:
+    """Why text is not JSON, in words a user acts on: "empty", "truncated" (the text ends
+    before its value closes: a writer cut off mid-record), or "invalid JSON at line L
+    column C" with the parser's complaint."""
+    text = exc.doc.rstrip()
+    if not text:
+        return "empty: no JSON value"
+    if exc.pos >= len(text) or exc.msg.startswith("Unterminated string"):
+        line = text.count("\n") + 1
+        column = len(text) - (text.rfind("\n") + 1) + 1
+        at = f"line {line} column {column}" if line > 1 else f"column {column}"
+        return f"truncated: the JSON ends at {at} before its value closes"
+    return f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
 
 
 def _pool_records(file: Path, document: dict[str, Any], sink: Sink) -> Iterator[Raw]:

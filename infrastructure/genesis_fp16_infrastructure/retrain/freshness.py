@@ -82,12 +82,11 @@ def record_cache(request: TrainRequest, manifest: Manifest | None) -> RecordCach
 def save_record(
     request: TrainRequest, manifest: Manifest | None, result: TrainResult, served: Path | None
 ) -> None:
-    """Keep what the next run needs to know nothing changed; only a run that ended on its
-    own budget (no steps/epochs asked, not stopped) while a model is served records. A
-    rejected run records too: the same data is up to date against its candidate."""
+    """Keep what the next run needs to know nothing changed; a run that ended (not
+    stopped) while a model is served records, whatever its budget: a budget sizes a run
+    on new data, and the same data is up to date after it. A rejected run records too:
+    the same data is up to date against its candidate."""
     if manifest is None or served is None or result.stopped_early:
-        return
-    if request.steps is not None or request.epochs is not None:
         return
     checkpoint = Path(served)
     stat = os.stat(checkpoint)
@@ -108,8 +107,8 @@ def check_up_to_date(request: TrainRequest) -> TrainResult | None:
     start = time.perf_counter()
     if request.data_path is None or not request.resume:
         return None
-    if request.steps is not None or request.epochs is not None:
-        return None  # an explicit budget always runs
+    if request.forced and (request.steps is not None or request.epochs is not None):
+        return None  # a forced run trains its budget on unchanged data too
     folder = Path(request.checkpoint_dir)
     record = _load(folder)
     if record is None:

@@ -5,12 +5,13 @@ served-model pointer (genesis_fp16_infrastructure.served) and the candidates kep
 
 * a candidate of this data (same data digest, same request) cut short earlier: resume it;
 * a judged candidate of this data that is served, rejected, rolled back from or held by
-  a pin: the run is up to date against it, no step (one promoted once but no longer
-  served, the data having come back to its records, trains anew, unless the served model
-  is pinned) (an explicit steps/epochs budget always trains: the forced run);
+  a pin: the run is up to date against it, no step, whatever its budget (one promoted
+  once but no longer served, the data having come back to its records, trains anew,
+  unless the served model is pinned); only a forced run (``TrainRequest.forced`` with a
+  budget: ``train --resume --steps N``) trains;
 * otherwise a new candidate folder: from scratch on changed data (an encoder fitted on
   the whole pool), or continuing the served model's checkpoint (a copy) when the data
-  is the served model's own and a budget was asked.
+  is the served model's own and the run is forced.
 
 :func:`judge` then runs the gate (genesis_fp16_infrastructure.retrain.gate) and promotes,
 rejects, or fails loudly when it cannot decide. The first model has nothing to beat and is served.
@@ -156,7 +157,7 @@ def plan_candidate(
     request: TrainRequest,
     seen: DataFingerprint,
     served: Served | None,
-    own_budget: bool,
+    unforced: bool,
     whole: bool,
 ) -> Plan:
     """Where the run trains, or that it is up to date (the module docstring's order)."""
@@ -192,7 +193,7 @@ def plan_candidate(
             judged = outcome in ("rejected", "rolled_back", "held") or (
                 outcome == "promoted" and (candidate.name == served_id or pinned)
             )
-            if judged and own_budget:
+            if judged and unforced:
                 judged_one = (candidate, outcome, verdict)
                 break
     # Every other plan decides on the served model or continues it: read once, here.
@@ -207,7 +208,7 @@ def plan_candidate(
             plan = _up_to_date(candidate, served, served_state, change, why, verdict)
             return dataclasses.replace(plan, loaded=served_loaded)
         same = served is not None and _same_request(root, served, key)
-        if same and own_budget and change is not None and change.unchanged:
+        if same and unforced and change is not None and change.unchanged:
             assert served is not None and served_state is not None
             plan = _up_to_date(None, served, served_state, change, change.describe(), None)
             return dataclasses.replace(plan, loaded=served_loaded)

@@ -42,6 +42,7 @@ from genesis_fp16_infrastructure.retrain.freshness import (
     scan_before_read,
 )
 from genesis_fp16_infrastructure.retrain.gate import pool_numeric
+from genesis_fp16_infrastructure.retrain.live_watch import watch
 from genesis_fp16_infrastructure.retrain.promotion import (
     SPLIT_FOLDER,
     Plan,
@@ -121,15 +122,24 @@ def _train(request: TrainRequest) -> TrainResult:
             agent=request.agent,
         )
         seen = fingerprint_of(data.columns)
+    # Issue 51: the new records judge the served model against its predecessor first,
+    # and a live regression serves the predecessor again (one process: ranks would race).
+    with clock.phase("live"):
+        live = watch(root, data.columns, request.agent) if single else None
+    if live is not None and live["rolled_back"]:
+        served = served_model(root)
     steps, epochs = request.steps, request.epochs
     # No budget given: train until validation stops improving, within max_epochs. An
     # explicit steps/epochs budget runs in full (what the operator asked for, a forced
     # run), and the best validated weights are still the ones a candidate offers.
     own_budget = steps is None and epochs is None
+    # A budget sizes a run on new data; only a forced run (train --resume --steps N)
+    # trains it on data the served model already learned.
+    forced = request.forced and not own_budget
     with clock.phase("check"):
-        plan = plan_candidate(root, request, seen, served, own_budget, whole)
+        plan = plan_candidate(root, request, seen, served, not forced, whole)
     if plan.up_to_date is not None:
-        return _up_to_date(request, data, seen, options, plan, clock, manifest)
+        return _with_live(_up_to_date(request, data, seen, options, plan, clock, manifest), live)
     candidate = plan.folder
     # With final_fit=whole the split run keeps its checkpoints in a subfolder, and the
     # candidate's folder itself holds the refit's: the one that would be served.
@@ -199,9 +209,10 @@ def _train(request: TrainRequest) -> TrainResult:
     if stopped:  # cut short: kept unjudged; the next run resumes it
         extra["phases"] = clock.to_json()
         extra["peak_rss_mib"] = clock.peaks()
-        return dataclasses.replace(
+        out = dataclasses.replace(
             out, wall_seconds=clock.elapsed(), extra=extra, phases=extra["phases"]
         )
+        return _with_live(out, live)
     numeric = task.take_numeric_rows()  # the task's, for the drift report and the gate
     if plan.change is not None and not plan.change.unchanged:
         with clock.phase("drift"):
@@ -221,7 +232,7 @@ def _train(request: TrainRequest) -> TrainResult:
         out, wall_seconds=clock.elapsed(), extra=extra, phases=extra["phases"]
     )
     save_record(request, manifest, out, served_now.checkpoint if served_now else None)  # issue 36
-    return out
+    return _with_live(out, live)
 
 
 def _up_to_date(
@@ -336,6 +347,13 @@ def probe_setup(data_path: Path | None, seed: int, agent: str) -> ProbeSetup:
         components={"heads": list(HEAD_MODULES), "trunk": list(TRUNK_MODULES)},
         learning_rate=options.learning_rate,
     )
+
+
+def _with_live(out: TrainResult, live: Mapping[str, Any] | None) -> TrainResult:
+    """``extra.live``: the live watch's report of this run (live_watch), when it scored."""
+    if live is None:
+        return out
+    return dataclasses.replace(out, extra={**out.extra, "live": dict(live)})
 
 
 def _log_drift(drift: Mapping[str, Any], agent: str) -> None:

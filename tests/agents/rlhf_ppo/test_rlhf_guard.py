@@ -100,10 +100,32 @@ def test_clean_guarded_run_reports_nothing_and_equals_an_unguarded_one(
         guarded = _train(tmp_path / "guarded", "fp16", STEPS, guard=GUARD)
     assert guarded.demotions == () and guarded.precision_used == "fp16"
     assert guarded.extra["presets_run"] == ["fp16_all"]
-    assert "divergence_factor=10 is not used by rlhf_ppo" in caplog.text
+    # At its defaults the guard's two PPO caveats are no one's to act on: not warned.
+    assert "not used by rlhf_ppo" not in caplog.text and "not a multiple" not in caplog.text
     plain = _train(tmp_path / "plain", "fp16", STEPS)
     for key, tensor in _model(plain).items():
         assert torch.equal(_model(guarded)[key], tensor), key
+
+
+def test_guard_settings_an_operator_chose_are_warned_when_rlhf_ppo_cannot_use_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A divergence factor or a check interval set away from the defaults, which PPO
+    cannot honour as set, is one warning each; at the defaults they are DEBUG."""
+
+    def warned(folder: Path, guard: GuardConfig) -> list[str]:
+        caplog.clear()
+        with caplog.at_level("DEBUG", logger="genesis_fp16_agents.rlhf_ppo.guarding"):
+            _train(folder, "fp32", 4, guard=guard)
+        return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+    assert warned(tmp_path / "defaults", GuardConfig(bf16_needs_native=False)) == []
+    assert "not used by rlhf_ppo" in caplog.text  # said, at DEBUG
+    chosen = dataclasses.replace(GUARD, check_interval=5, divergence_factor=4.0)
+    lines = warned(tmp_path / "chosen", chosen)
+    assert len(lines) == 2, lines
+    assert "divergence_factor=4 is not used by rlhf_ppo" in lines[0]
+    assert "check_interval=5 is not a multiple" in lines[1]
 
 
 RUN_SCALER = ScalerConfig(init_scale=1024.0, growth_interval=3, hysteresis=2)

@@ -94,6 +94,29 @@ def test_resume_continues_bit_for_bit(tmp_path: Path) -> None:
     assert a["scaler"]["scale"] == b["scaler"]["scale"]
 
 
+@pytest.mark.slow
+def test_a_stopped_run_is_finished_by_the_next_not_extended(tmp_path: Path) -> None:
+    """A 16-step run stopped at step 8 (the daemon's stop, Ctrl-C), run again with the same
+    budget (a daemon start, train, --resume): it trains the 8 left and ends where 16
+    straight steps end, bit for bit; a run after that finished one trains 16 more."""
+    opts = {"batch_size": 16}
+    logs: list[TrainingSummary] = []
+    stop = lambda: bool(logs) and logs[-1].step >= 8  # noqa: E731
+    stopped = _train(tmp_path / "a", "fp32", steps=16, options=opts, log_interval=4,
+                     on_log=logs.append, should_stop=stop)  # fmt: skip
+    assert stopped.stopped_early and 0 < stopped.steps < 16
+    finished = _train(tmp_path / "a", "fp32", steps=16, options=opts)
+    straight = _train(tmp_path / "b", "fp32", steps=16, options=opts)
+    assert finished.steps == 16 - stopped.steps and not finished.stopped_early
+    a = torch.load(finished.checkpoint, weights_only=True)  # type: ignore[arg-type]
+    b = torch.load(straight.checkpoint, weights_only=True)  # type: ignore[arg-type]
+    assert a["step"] == b["step"] == 16 and a["run"]["complete"] is True
+    assert all(torch.equal(a["model"][k], t) for k, t in b["model"].items())
+    more = _train(tmp_path / "a", "fp32", steps=16, options=opts)
+    assert more.steps == 16
+    assert torch.load(more.checkpoint, weights_only=True)["step"] == 32  # type: ignore[arg-type]
+
+
 def test_on_log_receives_core_training_summaries(tmp_path: Path) -> None:
     """on_log gets a TrainingSummary from the core Trainer every log_interval steps."""
     logs: list[TrainingSummary] = []

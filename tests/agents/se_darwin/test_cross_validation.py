@@ -179,7 +179,7 @@ def test_a_resumed_run_keeps_its_checkpoints_evaluation(
     _train(data, tmp_path / "ckpt", steps=8)
     monkeypatch.setattr(options_module, "CROSS_VALIDATION_BELOW", 100)  # as if it had grown
     assert _train(data, tmp_path / "fresh", steps=8).extra["split"]["mode"] == "held_out"
-    resumed = _train(data, tmp_path / "ckpt", steps=8, resume=True)
+    resumed = _train(data, tmp_path / "ckpt", steps=8, resume=True, forced=True)
     assert resumed.extra["split"]["mode"] == "cross_validation"
     assert resumed.extra["total_steps"] == 16
 
@@ -192,7 +192,7 @@ def test_resume_across_an_early_stopping_boundary_is_bitwise_exact(
     whole = _train(data, tmp_path / "whole", steps=40)
     cap = whole.extra["early_stop"]["history"][1][0] + 3  # past the second validation
     _train(data, tmp_path / "cut", steps=cap)
-    resumed = _train(data, tmp_path / "cut", steps=40 - cap, resume=True)  # N more steps
+    resumed = _train(data, tmp_path / "cut", steps=40 - cap, resume=True, forced=True)
     a = torch.load(whole.checkpoint, weights_only=True)  # type: ignore[arg-type]
     b = torch.load(resumed.checkpoint, weights_only=True)  # type: ignore[arg-type]
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
@@ -240,7 +240,7 @@ def test_a_loop_layout_checkpoint_serves_and_resumes_into_the_stacked_ensemble(
     got = [p.success_probability for p in predictor.predict(attempts, pool.pool)]
     assert got == pytest.approx(want, abs=1e-6)
 
-    resumed = _train(data, tmp_path / "cut", steps=8, resume=True)
+    resumed = _train(data, tmp_path / "cut", steps=8, resume=True, forced=True)
     assert resumed.extra["total_steps"] == 16
     a = torch.load(whole.checkpoint, weights_only=True)["model"]  # type: ignore[arg-type]
     b = torch.load(resumed.checkpoint, weights_only=True)["model"]  # type: ignore[arg-type]

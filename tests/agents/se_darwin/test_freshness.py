@@ -126,10 +126,14 @@ def test_an_appended_file_and_another_request_are_not_up_to_date(
     assert freshness.check_up_to_date(_request(data, ckpt)) is None
 
 
-def test_a_run_with_an_explicit_budget_is_never_answered_by_the_manifest(
+def test_a_budget_on_an_unchanged_pool_is_answered_by_the_manifest_unless_forced(
     served: tuple[Path, Path, dict[str, Any]],
 ) -> None:
-    """steps asked: the operator wants them run."""
+    """steps asked (a daemon's STEPS setting): a budget sizes a run on new data, so an
+    unchanged pool is up to date; only a forced run (train --resume --steps) trains."""
     data, ckpt, _ = served
-    request = replace(_request(data, ckpt), steps=3)
-    assert freshness.check_up_to_date(request) is None
+    budget = replace(_request(data, ckpt), steps=20)
+    fresh = freshness.check_up_to_date(budget)
+    assert fresh is not None and fresh.up_to_date and fresh.steps == 0
+    assert fresh.extra["data"]["checked_by"] == "manifest"
+    assert freshness.check_up_to_date(replace(budget, forced=True)) is None

@@ -12,6 +12,7 @@ from se_darwin_runs import train
 
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.retrain.freshness import record_path
 from genesis_fp16_infrastructure.served import served_checkpoint
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager, load_checkpoint
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
@@ -45,6 +46,23 @@ def test_an_unchanged_pool_is_up_to_date_and_takes_no_step(pool: Path, tmp_path:
     assert again.eval == first.eval
     assert again.to_json()["outcome"] == "up_to_date"
     assert again.extra["data"]["change"] == "unchanged"
+
+
+def test_a_budget_sizes_a_run_on_new_data_and_an_unchanged_pool_is_up_to_date(
+    pool: Path, tmp_path: Path
+) -> None:
+    """steps=5 on the pool the served model learned: up to date (by the manifest, and by
+    the full read without it); forced (train --resume --steps 5): 5 more steps."""
+    first = train(pool, tmp_path / "ck", steps=5)
+    again = train(pool, tmp_path / "ck", steps=5, resume=True)
+    assert again.outcome == "up_to_date" and again.steps == 0
+    assert again.extra["data"]["checked_by"] == "manifest"
+    record_path(tmp_path / "ck").unlink()  # the full read decides alone
+    read = train(pool, tmp_path / "ck", steps=5, resume=True)
+    assert read.outcome == "up_to_date" and read.steps == 0
+    assert read.extra["data"].get("checked_by") != "manifest"
+    more = train(pool, tmp_path / "ck", steps=5, resume=True, forced=True)
+    assert more.steps == 5 and more.extra["total_steps"] == first.steps + 5
 
 
 def test_a_grown_pool_is_learned_afresh_by_an_encoder_that_knows_every_agent(

@@ -67,7 +67,7 @@ def test_resume_runs_n_more_steps_with_the_saved_encoder(data: Path, tmp_path: P
     as a candidate of its own, from a copy of the served checkpoint (left as it was)."""
     first = _train(data, tmp_path / "a", steps=6)
     served = Path(str(first.checkpoint)).read_bytes()
-    second = _train(data, tmp_path / "a", steps=6, resume=True)
+    second = _train(data, tmp_path / "a", steps=6, resume=True, forced=True)
     straight = _train(data, tmp_path / "b", steps=12)
     assert (first.steps, second.steps, second.extra["total_steps"]) == (6, 6, 12)
     resumed = Path(second.extra["resumed_from"])
@@ -300,7 +300,7 @@ def test_an_explicit_budget_resumes_an_early_stopped_run(tmp_path: Path) -> None
     data = plugin.generate_sample_data(tmp_path / "data", 300, seed=4)
     first = _train(data, tmp_path / "ck", steps=None)
     assert first.extra["early_stop"]["stop_reason"].startswith("no improvement")
-    more = _train(data, tmp_path / "ck", steps=7, resume=True)
+    more = _train(data, tmp_path / "ck", steps=7, resume=True, forced=True)
     assert more.steps == 7 and more.extra["total_steps"] == first.steps + 7
     record = more.extra["early_stop"]
     assert record["stop_reason"] == "budget spent"

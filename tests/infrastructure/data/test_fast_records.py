@@ -13,6 +13,7 @@ import pytest
 import genesis_fp16_infrastructure.data.readers as readers
 import genesis_fp16_infrastructure.data.sources as sources
 from genesis_fp16_infrastructure.data.fast_records import decode_record
+from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool, generate_replay_records
 
@@ -60,7 +61,7 @@ def _slow(raw: dict[str, Any], key: str | None) -> Any:
     source = readers.Source(Path("x.json"), "item")
     if key is not None and "trajectory_id" not in raw:
         raw = {**raw, "trajectory_id": key}
-    sink = readers._Quarantine(None)
+    sink = QuarantineSink(None)
     item = readers._validate(source, raw, (0.7, 0.3), sink)
     return None if item is None else readers._file_record(item)
 

@@ -254,3 +254,44 @@ def test_an_appended_jsonl_continues_from_the_scans_own_pass(
     plain = read_trajectories(folder, tmp_path / "plain.jsonl")
     _same(plain, data)
     assert (tmp_path / "appended.jsonl").read_text() == (tmp_path / "plain.jsonl").read_text()
+
+
+def test_a_lone_surrogate_is_quarantined_with_its_reason_and_the_file_cached(
+    tmp_path: Path,
+) -> None:
+    """A "\\ud800" escape in tools_used or reasoning_pattern: that record is quarantined
+    with where and why, the others are read, and the file is stored and read back."""
+    folder = tmp_path / "pool"
+    folder.mkdir()
+    records = list(generate_pool(20, seed=4)["trajectories"].values())
+    records[0]["tools_used"] = ["grep", "\ud800"]
+    records[1]["reasoning_pattern"] = "x\udfff"
+    (folder / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    _age(folder)
+    cold, cache, quarantine = _read(folder, tmp_path, "cold")
+    warm, again, requarantine = _read(folder, tmp_path, "warm")
+    assert (cache.write_failures, again.hits) == (0, 1)
+    assert cold.quarantined == warm.quarantined == 2
+    assert quarantine == requarantine
+    reasons = [json.loads(line)["reason"] for line in quarantine.splitlines()]
+    assert reasons[0].startswith("tools_used[1]: not Unicode text (a lone surrogate, '\\ud800'")
+    assert reasons[1].startswith("reasoning_pattern: not Unicode text")
+    _same(cold, warm)
+
+
+def test_a_block_that_cannot_be_encoded_costs_only_the_next_runs_shortcut(
+    tmp_path: Path,
+) -> None:
+    """store() given text msgpack cannot encode: counted, logged, no entry, no raise."""
+    folder = _pool(tmp_path)
+    _read(folder, tmp_path, "first")  # stores both files
+    entries = sorted((tmp_path / "cache").glob("*.msgpack"))
+    stored = record_cache._read_entry(entries[0])
+    for entry in entries:
+        entry.unlink()
+    manifest, _ = scan_files(folder)
+    cache = RecordCache(tmp_path / "cache", manifest)
+    broken = msgspec.structs.replace(stored, patterns=["\ud800"] * len(stored.patterns))
+    cache.store(folder / "a.json", broken, slim=False)
+    assert cache.write_failures == 1
+    assert not list((tmp_path / "cache").glob("*.msgpack"))

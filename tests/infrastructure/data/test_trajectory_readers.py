@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
+from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, new_quarantine_file
 from genesis_fp16_infrastructure.data.readers import DataError, DataTooLarge, read_trajectories
 from genesis_fp16_infrastructure.data.schema import derive_label
+from genesis_fp16_infrastructure.data.sources import Source
 from genesis_fp16_infrastructure.data.synthetic import (
     generate_pool,
     write_pool,
@@ -280,7 +282,7 @@ def test_a_jsonl_line_that_is_not_utf8_is_quarantined_alone(tmp_path: Path) -> N
     result = read_trajectories(path, quarantine=quarantine)
     assert sorted(e.trajectory_id for e in result.examples) == ["r0", "r1", "r2", "r3"]
     (entry,) = [json.loads(line) for line in quarantine.read_text().splitlines()]
-    assert entry["where"] == "line 3" and "cannot decode line" in entry["reason"]
+    assert entry["where"] == "line 3" and "not UTF-8 text (byte 0xff at" in entry["reason"]
 
 
 def test_data_over_the_size_limit_is_refused_before_a_record_is_read(tmp_path: Path) -> None:
@@ -299,3 +301,66 @@ def test_data_over_the_size_limit_is_refused_before_a_record_is_read(tmp_path: P
     assert (caught.value.size, caught.value.limit) == (size, size - 1)
     assert not quarantine.exists()
     assert read_trajectories(path, max_bytes=size).quarantined == 1  # at the limit: read
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "cause"),
+    [
+        ("pool.json", b"x", "1 quarantined): invalid JSON at line 1 column 1: Expecting value"),
+        ("pool.json", b"\x89PNG\r\n\x1a\n\0", "): binary file, not UTF-8 text (byte 0x89 at"),
+        ("pool.json", b"", "1 quarantined): empty file"),
+        ("pool.jsonl", b"", "0 quarantined): empty file"),
+        ("pool.json", b'{"trajectories": {"a": {"trajectory_id"', "): truncated: the JSON ends"),
+        ("pool.jsonl", b'{"trajectory_id": "a", "st', "): line 1: truncated: the JSON ends"),
+        ("pool.json", b"[]", "0 quarantined): the data holds no record"),
+    ],
+)
+def test_nothing_to_train_on_names_the_cause_and_the_quarantine_file(
+    tmp_path: Path, name: str, content: bytes, cause: str
+) -> None:
+    """Invalid JSON, a binary, empty or truncated file: the error says which, and names
+    the quarantine file when a record went there (no file when none did)."""
+    (tmp_path / name).write_bytes(content)
+    quarantine = tmp_path / "q" / "run.jsonl"
+    with pytest.raises(DataError) as raised:
+        read_trajectories(tmp_path / name, quarantine)
+    message = str(raised.value)
+    assert cause in message
+    assert message.endswith(f"; every reason in {quarantine}") == quarantine.exists()
+    assert "\n" not in message
+
+
+def test_a_folder_names_the_file_of_each_reason(tmp_path: Path) -> None:
+    """In a folder, the first two reasons name their files, and how many more there are."""
+    for name in ("a.json", "b.json", "c.json"):
+        (tmp_path / name).write_text("{")
+    with pytest.raises(DataError) as raised:
+        read_trajectories(tmp_path)
+    assert "a.json: truncated" in str(raised.value) and "b.json: truncated" in str(raised.value)
+    assert str(raised.value).endswith("(+1 more)")
+
+
+def test_the_quarantine_folder_keeps_the_newest_runs_within_its_bounds(tmp_path: Path) -> None:
+    """Each run gets a new file; the oldest go past the count or the bytes, never the newest."""
+    folder = tmp_path / "quarantine"
+    names = []
+    for run in range(6):
+        path = new_quarantine_file(folder, keep_files=4, keep_bytes=10_000)
+        assert not path.exists() and path not in names
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"x" * (3000 if run == 4 else 100))
+        names.append(path)
+    assert sorted(folder.iterdir()) == names[2:]
+    new_quarantine_file(folder, keep_files=20, keep_bytes=3_150)  # 5 and 4 hold 3,100
+    assert sorted(folder.iterdir()) == names[4:]
+
+
+def test_a_quarantine_file_past_its_bytes_counts_the_rest(tmp_path: Path) -> None:
+    """Past max_bytes, entries are counted, not written, and one closing entry says how many."""
+    sink = QuarantineSink(tmp_path / "q.jsonl", max_bytes=1000)
+    for index in range(50):
+        sink.add(Source(tmp_path / "x.jsonl", f"line {index}"), "invalid JSON", "{" * 100)
+    sink.close()
+    entries = [json.loads(line) for line in (tmp_path / "q.jsonl").read_text().splitlines()]
+    assert sink.count == 50 and 1 < len(entries) < 50
+    assert entries[-1]["reason"].startswith(f"{51 - len(entries)} more quarantined records")

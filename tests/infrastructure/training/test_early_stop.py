@@ -136,3 +136,19 @@ def test_tracker_modes_deltas_nan_and_rollback() -> None:
     assert tracker.best is None
     with pytest.raises(ValueError, match="'auc' is not in validate"):
         tracker.record(40, {"loss": 1.0}, model)
+
+
+def test_each_validation_is_logged_at_debug_not_info(caplog: pytest.LogCaptureFixture) -> None:
+    """A validation's line ("3/3 without improvement", or "5" with no patience) is DEBUG:
+    at the default INFO it scrolled over the progress bar every few steps."""
+    logger = "genesis_fp16_infrastructure.training.run.early_stop"
+    with caplog.at_level("DEBUG", logger=logger):
+        fit(DriftingTask(width=32, lr=5e-2), _options(None))
+    lines = [r for r in caplog.records if "without improvement" in r.getMessage()]
+    assert lines and {r.levelname for r in lines} == {"DEBUG"}
+    assert lines[-1].getMessage().endswith("3/3 without improvement)")
+    caplog.clear()
+    patient = EarlyStopping(every_steps=2, patience=None)
+    with caplog.at_level("DEBUG", logger=logger):
+        fit(DriftingTask(width=32, lr=5e-2), _options(None, epochs=3, early_stop=patient))
+    assert "/None" not in caplog.text and " without improvement)" in caplog.text

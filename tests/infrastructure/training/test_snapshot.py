@@ -94,6 +94,15 @@ def test_a_cpu_run_keeps_its_snapshot_in_memory_and_says_so() -> None:
     assert placement(_state(1.0), share=0.0)[0] == "device"
 
 
+def test_a_cpu_snapshots_placement_is_debug_not_info(caplog: pytest.LogCaptureFixture) -> None:
+    """Where a CPU run keeps its snapshot is nothing an operator can act on: DEBUG, so the
+    default INFO log leaves it out (a CUDA run's placement stays INFO, tested below)."""
+    with caplog.at_level("DEBUG", logger="genesis_fp16_infrastructure.training.run.snapshot"):
+        SnapshotStore().save(_state(1.0))
+    (record,) = [r for r in caplog.records if "snapshots on the device" in r.getMessage()]
+    assert record.levelname == "DEBUG"
+
+
 def test_the_guard_restores_the_last_spotless_check_from_reused_buffers() -> None:
     """A real fp16 run: every spotless check writes the same buffers, and restore() gives
     the trainer state of the last check bit for bit, after the live state moved on."""

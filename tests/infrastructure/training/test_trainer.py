@@ -520,3 +520,14 @@ def test_an_fp16_step_adds_few_tensor_ops_to_the_gradscaler_loop() -> None:
     trainer = Trainer(ours, [ours_opt], PrecisionPolicy.create("fp16", "cpu", scaler_config))
     extra = _ops_per_step(lambda b: trainer.step([b], _mse, 32)) - _ops_per_step(hand)
     assert 0 < extra <= 5
+
+
+def test_a_cpu_trainers_execution_line_is_debug(caplog: pytest.LogCaptureFixture) -> None:
+    """On a CPU a trainer can only step eagerly: its "execution eager (...)" line is DEBUG,
+    not INFO at every calibration trainer and again for the run."""
+    model = _mlp()
+    policy = PrecisionPolicy.create("fp32", "cpu")
+    with caplog.at_level("DEBUG", logger="genesis_fp16_infrastructure.training.step.trainer"):
+        Trainer(model, [torch.optim.SGD(model.parameters(), lr=0.1)], policy, TrainerConfig())
+    (record,) = [r for r in caplog.records if r.getMessage().startswith("execution eager")]
+    assert record.levelname == "DEBUG"

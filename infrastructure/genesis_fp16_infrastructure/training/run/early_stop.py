@@ -107,15 +107,17 @@ class EarlyStopTracker:
             self.best_weights = _cpu_copy(model)
         else:
             self.since_best += 1
-        logger.info(
-            "validation at step %d: %s %.6g (best %.6g at step %s, %d/%s without improvement)",
+        # Every validation: DEBUG (at INFO it scrolled over the progress bar); the run's
+        # result carries the best step and why it stopped.
+        patience = self.config.patience
+        logger.debug(
+            "validation at step %d: %s %.6g (best %.6g at step %s, %s without improvement)",
             step,
             self.config.metric,
             value,
             self.best if self.best is not None else math.nan,
             self.best_step,
-            self.since_best,
-            self.config.patience,
+            self.since_best if patience is None else f"{self.since_best}/{patience}",
         )
         if self.config.patience is not None and self.since_best >= self.config.patience:
             self.stop_reason = (

@@ -23,6 +23,8 @@ from typing import Any
 
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
+from genesis_fp16_infrastructure.training.flight.range_stats import RangeStats
+from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder
 from genesis_fp16_infrastructure.training.precision.carried_scale import clamp_scale
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.rng import seed_everything
@@ -118,6 +120,12 @@ def _fit(
     loss_fn = guard.watch_loss(task.loss) if guard is not None else task.loss
     if guard is not None:
         guard.start(trainer, position.epoch, position.batch)
+    recorder = _recorder(task, options, guard)
+    stats = None
+    if options.range_stats is not None and options.on_range_stats is not None:
+        stats = RangeStats(options.range_stats, options.on_range_stats)
+        stats.follow(trainer)  # each demoted trainer is followed from its first step
+        options = replace(options, step_hooks=(*options.step_hooks, stats.after_step))
     demotions: list[dict[str, Any]] = []
     failure: Mapping[str, str] | None = None
     tracker = position.tracker
@@ -125,16 +133,24 @@ def _fit(
     if tracker is not None and tracker.stopped:
         logger.info("early stopping: this run had already stopped (%s)", tracker.stop_reason)
     while tracker is None or not tracker.stopped:
-        stopped = run_steps(task, trainer, options, manager, position, targets, loss_fn, guard)
+        stopped = run_steps(
+            task, trainer, options, manager, position, targets, loss_fn, guard, recorder
+        )
         if guard is None or guard.final_check(trainer, position.epoch, position.batch) is None:
+            if recorder is not None and guard is not None and guard.dirty is not None:
+                recorder.after_check(guard, trainer)
             break
         failure = failure_at_last_rung(guard, trainer.policy.name)
         if failure is not None:  # nowhere to demote to: the run cannot learn, and ends failed
             break
+        if recorder is not None:  # before anything changes: the trainer is still the troubled one
+            recorder.before_demotion(guard, trainer)
         trainer, record = _demote(task, trainer, options, manager, position, guard)
         demotions.append(record)
         if tracker is not None:
             tracker.forget_after(trainer.step_count)
+    if stats is not None:
+        stats.detach()  # no hooks left on the model the caller gets back
     model, policy = trainer.model, trainer.policy
     steps_run = trainer.step_count - first_step
 
@@ -172,7 +188,18 @@ def _fit(
         execution=trainer.execution,
         calibration=calibration,
         early_stop=None if tracker is None else tracker.report(not stopped),
+        fault_bundles=tuple(recorder.bundles) if recorder is not None else (),
     )
+
+
+def _recorder(
+    task: TrainingTask, options: FitOptions, guard: PrecisionGuard | None
+) -> FlightRecorder | None:
+    """The run's flight recorder: needs the guard (its checks and snapshot) and one process
+    (a re-run of one rank's steps would not be the job's step)."""
+    if options.flight is None or guard is None or distributed.rank_and_world()[1] > 1:
+        return None
+    return FlightRecorder(options.flight, task, options.seed, options.trainer.grad_accum_steps)
 
 
 def start_scale_at(policy: PrecisionPolicy, scale: float) -> None:

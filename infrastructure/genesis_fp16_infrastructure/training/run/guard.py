@@ -133,6 +133,9 @@ class PrecisionGuard:
         self.snapshot: Snapshot | None = None
         self.store = SnapshotStore()  # where the snapshot's tensors live, and why
         self.pending: Trouble | None = None
+        # Set by a check whose interval was not spotless (the flight recorder's cue):
+        # steps and overflows since start(), non-finite losses in the interval.
+        self.dirty: dict[str, float] | None = None
         self._exhausted_warned = False
         self._device = torch.device("cpu")
         self._reset_counters()
@@ -171,6 +174,7 @@ class PrecisionGuard:
         self._device = trainer.policy.device
         self._reset_counters()
         self.pending = None
+        self.dirty = None
         self._precision = trainer.policy.name
         self._next = next_precision(
             self._precision, self.config, capabilities.detect_capabilities(trainer.policy.device)
@@ -181,6 +185,7 @@ class PrecisionGuard:
         keep = max(self.config.nonfinite_window, self.config.overflow_window)
         self._history: deque[_Check] = deque(maxlen=keep // self.config.check_interval + 3)
         overflows, _, _, _, nonfinite = self._read(trainer)
+        self._start_overflows = overflows
         self._history.append(_Check(trainer.step_count, overflows, nonfinite))
         if self._next is None:
             # The last rung has nowhere to go, but a run whose steps are all skipped learns
@@ -197,6 +202,11 @@ class PrecisionGuard:
         if trainer.step_count % self.config.check_interval:
             return False
         return self._check(trainer, epoch, batch)
+
+    @property
+    def start_step(self) -> int:
+        """The step this guard began watching at (the run's start, or its rollback)."""
+        return self._start_step
 
     @property
     def last_rung(self) -> bool:
@@ -238,6 +248,13 @@ class PrecisionGuard:
         self._loss_sum.zero_()
         self._loss_count.zero_()
         self._nonfinite.zero_()
+        if overflows != previous.overflows or nonfinite > 0:
+            since = overflows - self._start_overflows
+            self.dirty = {
+                "steps": step - self._start_step,
+                "overflows": since,
+                "nonfinite": nonfinite,
+            }
         mean = loss_sum / loss_count if loss_count else None
         if self._next is None:
             # The last rung: only a run that cannot learn fails, i.e. one whose steps are

@@ -17,6 +17,7 @@ from torch import nn
 
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
+from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.run.batches import to_device
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopTracker
@@ -87,6 +88,7 @@ def run_steps(
     targets: Targets,
     loss_fn: Callable[[nn.Module, Any], torch.Tensor],
     guard: PrecisionGuard | None,
+    recorder: FlightRecorder | None = None,
 ) -> bool:
     """Run steps until the targets are reached; True if stopped early.
 
@@ -119,6 +121,8 @@ def run_steps(
                 hook(trainer)
             if guard is not None and guard.after_step(trainer, position.epoch, position.batch):
                 return False  # fit() rolls back and demotes; the state is not checkpointed
+            if recorder is not None and guard is not None and guard.dirty is not None:
+                recorder.after_check(guard, trainer)  # an interval that was not spotless
             tracker = position.tracker
             patience_out = (
                 tracker is not None

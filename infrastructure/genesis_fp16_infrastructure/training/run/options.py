@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded
+from genesis_fp16_infrastructure.training.flight.range_stats import RangeReport, RangeStatsConfig
+from genesis_fp16_infrastructure.training.flight.recorder import FlightConfig
 from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import ResolvedPrecision
 from genesis_fp16_infrastructure.training.run.calibration import Calibration
@@ -74,6 +76,12 @@ class FitOptions(RunSpec, RunCallbacks):
       validations without improvement (see
       :mod:`genesis_fp16_infrastructure.training.run.early_stop`);
       ``FitResult.early_stop`` reports the best step and why the run stopped.
+    - ``flight``: with the guard on, save the run's first non-finite step and the step
+      of each demotion as fault bundles (:mod:`~genesis_fp16_infrastructure.training.flight`);
+      ``FitResult.fault_bundles`` lists them.
+    - ``range_stats`` with ``on_range_stats``: per-module range statistics of one step in
+      every ``range_stats.every``, sent to ``on_range_stats``
+      (:mod:`~genesis_fp16_infrastructure.training.flight.range_stats`).
     """
 
     checkpoint_dir: Path | None = None
@@ -83,6 +91,9 @@ class FitOptions(RunSpec, RunCallbacks):
     step_hooks: Sequence[StepHook] = ()
     early_stop: EarlyStopping | None = None
     loaded_checkpoint: Loaded | None = None
+    flight: FlightConfig | None = None
+    range_stats: RangeStatsConfig | None = None
+    on_range_stats: Callable[[RangeReport], None] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -141,3 +152,5 @@ class FitResult:
     temps_removed: int = 0
     calibration: Calibration | None = None
     early_stop: Mapping[str, Any] | None = None
+    # The fault bundles the flight recorder wrote ({"path", "reason", "step", ...}).
+    fault_bundles: tuple[Mapping[str, Any], ...] = ()

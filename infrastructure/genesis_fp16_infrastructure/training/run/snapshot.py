@@ -58,7 +58,9 @@ class SnapshotStore:
         if self.where is None:
             self.where, self.reason = placement(state)
             self._pinned = self.where == "host" and _on_cuda(state)
-            logger.info("precision guard: snapshots on the %s (%s)", self.where, self.reason)
+            # On a CPU run device and host are one memory: nothing to know (DEBUG).
+            said = logger.info if _on_cuda(state) else logger.debug
+            said("precision guard: snapshots on the %s (%s)", self.where, self.reason)
         self._state = _copy_into(state, self._state, self.where == "host")
         self._copied = None
         if self._pinned:  # non-blocking copies into pinned memory: record when they land

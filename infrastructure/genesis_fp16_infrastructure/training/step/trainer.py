@@ -123,7 +123,9 @@ class Trainer:
             measured=config.measured_execution,
             compile=config.compile,
         )
-        logger.info("execution %s (%s)", self.execution.used, self.execution.reason)
+        # A CPU has one way to step (and every calibration trainer said so again): DEBUG.
+        said = logger.info if policy.device.type == "cuda" else logger.debug
+        said("execution %s (%s)", self.execution.used, self.execution.reason)
         # Warm-up, capture and replay of _device_step; None for eager steps.
         captured = self.execution.used in ("cuda_graph", "cuda_graph_compiled")
         self.generators = tuple(generators)

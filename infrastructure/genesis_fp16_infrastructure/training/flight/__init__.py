@@ -1,0 +1,1 @@
+"""The numerics flight recorder: fault bundles, their replay, per-layer range statistics."""

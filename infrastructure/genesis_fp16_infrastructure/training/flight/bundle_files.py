@@ -1,0 +1,88 @@
+"""A fault bundle folder's files: names, bounds and listing, without torch.
+
+``precision show`` lists an agent's bundles with this module alone; reading a bundle
+(``bundle.load_bundle``) needs torch. A bundle's name says when, which step and why::
+
+    20261125T071500-123456789-step18-first_nonfinite.fault.pt
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SUFFIX = ".fault.pt"
+FOLDER = "fault_bundles"
+REASONS = ("first_nonfinite", "demotion")
+
+
+def bundle_folder(state_dir: Path, agent: str) -> Path:
+    """An agent's bundle folder inside the daemon's state folder."""
+    return Path(state_dir) / "agents" / agent / FOLDER
+
+
+@dataclass(frozen=True)
+class BundleLimits:
+    """How much the bundle folder may hold: files and bytes, oldest out first."""
+
+    max_count: int = 20
+    max_bytes: int = 2 * 2**30
+    # A single file larger than this is refused when read (a read is whole).
+    max_file_bytes: int = 8 * 2**30
+
+    def __post_init__(self) -> None:
+        if self.max_count < 1 or self.max_bytes < 1:
+            raise ValueError(f"BundleLimits({self}): max_count and max_bytes must be >= 1")
+
+
+def bundle_name(step: int, reason: str) -> str:
+    """A new bundle's file name: the UTC time first, so names sort oldest first."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    return f"{stamp}-{time.time_ns() % 10**9:09d}-step{int(step)}-{reason}{SUFFIX}"
+
+
+def trim_folder(folder: Path, limits: BundleLimits, keep: Path | None = None) -> list[Path]:
+    """Remove the oldest bundles until ``limits`` hold; the files removed. ``keep`` (the
+    newest) stays even when it alone is over the byte bound: it is the one just asked for."""
+    files = sorted(_bundle_files(folder), key=lambda p: p.name)
+    sizes = {p: p.stat().st_size for p in files}
+    removed = []
+    while len(files) > limits.max_count or sum(sizes[p] for p in files) > limits.max_bytes:
+        if len(files) == 1 and files[0] == keep:
+            break
+        victim = files[0] if files[0] != keep else files[1]
+        files.remove(victim)
+        victim.unlink(missing_ok=True)
+        removed.append(victim)
+    return removed
+
+
+def list_bundles(folder: Path) -> list[dict[str, Any]]:
+    """The bundles in ``folder``, oldest first: name, path, bytes and, from the name, step
+    and reason (nothing is unpickled to list them)."""
+    rows = []
+    for path in sorted(_bundle_files(folder), key=lambda p: p.name):
+        parts = path.name.removesuffix(SUFFIX).split("-", 3)
+        named = len(parts) == 4 and parts[2].startswith("step")
+        rows.append(
+            {
+                "name": path.name,
+                "path": str(path),
+                "bytes": path.stat().st_size,
+                "step": parts[2].removeprefix("step") if named else "?",
+                "reason": parts[3] if named else "?",
+            }
+        )
+    return rows
+
+
+def _bundle_files(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    return [
+        p
+        for p in folder.iterdir()
+        if p.name.endswith(SUFFIX) and p.is_file() and not p.is_symlink()
+    ]

@@ -1,0 +1,285 @@
+"""The flight recorder's fault path: find the first non-finite step and save it as a bundle.
+
+A healthy step pays nothing: the recorder adds no op and no host read to a step. It
+acts only where the precision guard's periodic check (its one host read every
+``check_interval`` steps) has already found an interval that was not spotless, or
+when the guard demotes. Then it re-runs the interval from the guard's snapshot (the
+copy the guard restores from) in a scratch trainer of the same precision, eager, one
+step at a time with a host read after each, and saves the state before the first step
+whose loss or gradients were not finite, with its batches::
+
+    recorder = FlightRecorder(FlightConfig(folder=state_dir / "fault_bundles"), task, seed, accum)
+    recorder.after_check(guard, trainer)      # fit() calls it when guard.dirty is set
+    recorder.before_demotion(guard, trainer)  # and before each demotion
+    recorder.bundles                          # [{"path", "reason", "step", ...}]
+
+The live trainer, its RNG and its captured graphs are not touched: the run goes on
+exactly as it would with recording off (every generator is put back after the re-run).
+
+Expected skips: an fp16 run starts its loss scale high (``init_scale``, or the scale
+carried from the previous run) and lets its first steps overflow until the scale fits,
+which may take a few overflows spread over its first intervals. Those are told apart
+by the guard's own notion of a good state: a step skipped for gradients that overflowed
+(its loss finite) *before the run's first spotless check interval* (while the guard's
+snapshot is still the one taken at the start) is calibration, and is not bundled.
+A non-finite loss is always a fault, and an overflow after that first spotless
+interval is one. A fault that hides inside the calibration and persists makes the guard
+demote, and every demotion is bundled.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import platform
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from genesis_fp16_infrastructure.training.flight.bundle import (
+    BundleLimits,
+    plain_batch,
+    save_bundle,
+)
+from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
+from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
+from genesis_fp16_infrastructure.training.run.batches import to_device
+from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard
+from genesis_fp16_infrastructure.training.run.task import TrainingTask
+from genesis_fp16_infrastructure.training.step.trainer import Trainer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FlightConfig:
+    """Where bundles go and how many: ``folder`` (the agent's state folder's
+    ``fault_bundles``), ``limits``, and ``context`` (plain data saved in every bundle:
+    the agent and the run's request). ``on_bundle`` is called with each bundle's record."""
+
+    folder: Path
+    limits: BundleLimits = field(default_factory=BundleLimits)
+    context: Mapping[str, Any] = field(default_factory=dict)
+    on_bundle: Callable[[Mapping[str, Any]], None] | None = None
+
+
+@dataclass
+class _Fault:
+    state: dict[str, Any]
+    batches: list[Any]
+    samples: int
+    recorded: dict[str, Any]
+    step: int  # the step's number (1-based, as step_count after it)
+
+
+class FlightRecorder:
+    """Writes the run's fault bundles; see the module docstring."""
+
+    def __init__(self, config: FlightConfig, task: TrainingTask, seed: int, accum: int) -> None:
+        self.config = config
+        self.task = task
+        self.seed = seed
+        self.accum = accum
+        self.bundles: list[dict[str, Any]] = []
+        self.first_written = False
+
+    def after_check(self, guard: PrecisionGuard, trainer: Trainer) -> None:
+        """After a check that was not spotless: bundle the run's first non-finite step."""
+        dirty, guard.dirty = guard.dirty, None
+        if self.first_written or dirty is None or guard.snapshot is None:
+            return
+        if _calibration_only(trainer, guard, dirty):
+            logger.info("flight recorder: fp16 scale calibration skips at the start, not a fault")
+            return
+        fault = self._locate(guard, trainer, trainer.step_count, demotion=False)
+        if fault is not None:
+            self._save(fault, "first_nonfinite", trainer)
+
+    def before_demotion(self, guard: PrecisionGuard, trainer: Trainer) -> None:
+        """Before a demotion changes anything: bundle the step that brought it (the first
+        non-finite one since the snapshot, else the first step after it)."""
+        guard.dirty = None
+        if guard.snapshot is None or guard.pending is None:
+            return
+        fault = self._locate(guard, trainer, trainer.step_count, demotion=True)
+        if fault is not None:
+            self._save(fault, "demotion", trainer)
+
+    # ------------------------------------------------------------------ the re-run
+
+    def _locate(
+        self, guard: PrecisionGuard, trainer: Trainer, upto: int, demotion: bool
+    ) -> _Fault | None:
+        rng = capture_rng_state()  # the scratch trainer's loads and steps move every generator
+        try:
+            return self._rerun(guard, trainer, upto, demotion)
+        except Exception as error:  # a bundle is evidence, never a reason to stop the run
+            logger.warning("flight recorder: no bundle (%s: %s)", type(error).__name__, error)
+            return None
+        finally:
+            restore_rng_state(rng)
+
+    def _rerun(
+        self, guard: PrecisionGuard, trainer: Trainer, upto: int, demotion: bool
+    ) -> _Fault | None:
+        snapshot = guard.restore()
+        scratch = scratch_trainer(self.task, trainer)
+        scratch.load_state_dict(snapshot.trainer)
+        calibrating = trainer.policy.name == "fp16" and snapshot.step == guard.start_step
+        first: _Fault | None = None
+        groups = _groups_from(self.task, snapshot.epoch, snapshot.batch, self.seed, self.accum)
+        for group in groups:
+            if scratch.step_count >= upto:
+                break
+            before = copy.deepcopy(scratch.state_dict())  # a host sync: the fault path only
+            micro = [b for b, _ in group]
+            fault = run_recorded_step(scratch, self.task.loss, micro, sum(n for _, n in group))
+            fault_state = _Fault(before, micro, sum(n for _, n in group), fault, scratch.step_count)
+            if first is None:
+                first = fault_state
+            nonfinite = fault["skipped"] or not all(fault["loss_finite"])
+            if not nonfinite:
+                continue
+            if calibrating and all(fault["loss_finite"]):
+                continue  # the scale still coming down from its start: expected
+            return fault_state
+        return first if demotion else None
+
+    def _save(self, fault: _Fault, reason: str, trainer: Trainer) -> None:
+        bundle = {
+            "reason": reason,
+            "step": fault.step,
+            "precision": trainer.policy.name,
+            "precision_reason": trainer.policy.resolved.reason,
+            "execution": trainer.execution.used,
+            "device": str(trainer.policy.device),
+            "device_name": _device_name(trainer.policy.device),
+            "torch": str(torch.__version__),
+            "python": platform.python_version(),
+            "config": _plain(asdict(trainer.config)),
+            "optimizers": [
+                type(o).__module__ + ":" + type(o).__qualname__ for o in trainer.optimizers
+            ],
+            "state": fault.state,
+            "batches": [plain_batch(b) for b in fault.batches],
+            "samples": fault.samples,
+            "record_ids": _record_ids(self.task, fault.batches),
+            "recorded": fault.recorded,
+            "context": _plain(dict(self.config.context)),
+        }
+        try:
+            path = save_bundle(self.config.folder, bundle, self.config.limits)
+        except OSError as error:
+            logger.warning(
+                "flight recorder: cannot write a bundle in %s: %s", self.config.folder, error
+            )
+            return
+        self.first_written = True
+        record = {
+            "path": str(path),
+            "reason": reason,
+            "step": fault.step,
+            "precision": trainer.policy.name,
+            "bytes": path.stat().st_size,
+        }
+        self.bundles.append(record)
+        logger.warning("flight recorder: %s at step %d saved to %s", reason, fault.step, path)
+        if self.config.on_bundle is not None:
+            self.config.on_bundle(record)
+
+
+def run_recorded_step(
+    trainer: Trainer, loss: Callable[..., torch.Tensor], micro: list[Any], samples: int
+) -> dict[str, Any]:
+    """One eager step of ``trainer`` with a host read after it: each micro-batch's loss
+    bits (float32 as int32), whether each was finite, and whether the step was skipped."""
+    losses: list[torch.Tensor] = []
+
+    def recording(model: torch.nn.Module, batch: Any) -> torch.Tensor:
+        value = loss(model, batch)
+        losses.append(value.detach().float().reshape(()).clone())
+        return value
+
+    skipped_before = float(trainer.skipped_steps_tensor().item())
+    trainer.step(to_device(micro, trainer.policy.device), recording, samples)
+    skipped = float(trainer.skipped_steps_tensor().item()) > skipped_before
+    return {
+        "loss_bits": [int(v.cpu().view(torch.int32).item()) for v in losses],
+        "loss": [float(v.item()) for v in losses],
+        "loss_finite": [bool(torch.isfinite(v).item()) for v in losses],
+        "skipped": skipped,
+    }
+
+
+def scratch_trainer(
+    task: TrainingTask, trainer: Trainer, policy: PrecisionPolicy | None = None
+) -> Trainer:
+    """A fresh eager trainer of the task's model in ``trainer``'s precision (or ``policy``)."""
+    if policy is None:
+        live = trainer.policy
+        policy = PrecisionPolicy.from_decision(
+            live.resolved, live.device, live.scaler.config, announce=False
+        )
+    model = task.build_model().to(policy.device)
+    optimizers = task.build_optimizers(model)
+    schedulers = task.build_schedulers(optimizers)
+    config = replace(trainer.config, cuda_graph="off", compile="off", measured_execution=None)
+    return Trainer(model, optimizers, policy, config, schedulers)
+
+
+def _groups_from(
+    task: TrainingTask, epoch: int, batch: int, seed: int, accum: int
+) -> Iterator[list[Any]]:
+    """The run's step groups from ``(epoch, batch)`` on, across epoch ends (as run_steps)."""
+    while True:
+        batches = iter(task.train_batches(epoch, seed))
+        for _ in islice(batches, batch):
+            pass
+        yielded = False
+        while group := list(islice(batches, accum)):
+            yielded = True
+            yield group
+        if not yielded and batch == 0:
+            return
+        epoch, batch = epoch + 1, 0
+
+
+def _calibration_only(trainer: Trainer, guard: PrecisionGuard, dirty: Mapping[str, float]) -> bool:
+    """True when every skip so far may be fp16's start-up calibration (module docstring):
+    fp16, no non-finite loss, and no spotless interval since the start. No re-run."""
+    if trainer.policy.name != "fp16" or dirty["nonfinite"] > 0:
+        return False
+    return guard.snapshot is not None and guard.snapshot.step == guard.start_step
+
+
+def _record_ids(task: TrainingTask, batches: list[Any]) -> list[Any] | None:
+    """The records' ids, where the task says them (an optional ``record_ids(batch)``)."""
+    say = getattr(task, "record_ids", None)
+    if not callable(say):
+        return None
+    try:
+        return [list(say(b)) for b in batches]
+    except Exception as error:  # ids are a courtesy: their absence is said, not raised
+        logger.warning("flight recorder: record_ids failed: %s", error)
+        return None
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return platform.processor() or platform.machine()
+
+
+def _plain(value: Any) -> Any:
+    """Plain Python data only (``weights_only``): other objects as their text."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)

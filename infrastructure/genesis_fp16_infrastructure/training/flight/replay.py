@@ -1,0 +1,198 @@
+"""Run a fault bundle's step again: did it reproduce, where did it go non-finite, and what
+would fp32 and bf16 have given on the same step.
+
+Generic over what builds the model: a :class:`ReplayTarget` is a model builder and a
+loss (any ``TrainingTask`` gives both, ``ReplayTarget.of_task``; a plugin gives them
+through ``probe_setup``). The optimizers are the task's, or rebuilt from the classes and
+param groups the bundle recorded::
+
+    bundle = load_bundle(path)                      # always to the CPU first
+    report = replay(bundle, ReplayTarget.of_task(task), device="cpu")
+    report["reproduced"], report["first_nonfinite"]  # True, {"module": "0", "phase": ...}
+
+Three runs of the step, each from the bundle's state (model, optimizers, scaler, RNG):
+
+1. plain, as the run stepped it (eager): ``reproduced`` compares its non-finite pattern
+   (each micro-batch's loss finite or not, the step skipped or not) and the bits of
+   every finite loss with the recorded ones. A different device or precision than the
+   recorded one is still compared, and said (``same_setup``).
+2. instrumented: a forward hook on every module (its output's largest magnitude and
+   non-finite count), tensor hooks on module outputs and inputs and on the parameters
+   (the gradients, in the order backward makes them): the first module and phase
+   (``forward``, ``backward``, ``optimizer``) where a value became non-finite.
+3. once in each precision of ``PRECISIONS``: its loss and whether it skipped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.optim import Optimizer
+
+from genesis_fp16_infrastructure.training.flight.bundle import BundleError, rebuilt_batch
+from genesis_fp16_infrastructure.training.flight.recorder import run_recorded_step
+from genesis_fp16_infrastructure.training.flight.replay_probe import NumericsProbe
+from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
+from genesis_fp16_infrastructure.training.step.trainer import Trainer
+from genesis_fp16_infrastructure.training.step.trainer_config import TrainerConfig
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+_CONFIG_FIELDS = ("max_grad_norm", "grad_accum_steps", "overflow_window", "log_interval")
+
+
+@dataclass(frozen=True)
+class ReplayTarget:
+    """What rebuilds a bundle's step: the model, the loss, and optionally the optimizers
+    and schedulers (None: the optimizers from the bundle's record, no schedulers)."""
+
+    build_model: Callable[[], nn.Module]
+    loss: Callable[[nn.Module, Any], torch.Tensor]
+    build_optimizers: Callable[[nn.Module], Sequence[Optimizer]] | None = None
+    build_schedulers: Callable[[Sequence[Optimizer]], Sequence[Any]] | None = None
+
+    @classmethod
+    def of_task(cls, task: Any) -> ReplayTarget:
+        """The target of a ``TrainingTask`` (its own model, loss, optimizers, schedulers)."""
+        return cls(task.build_model, task.loss, task.build_optimizers, task.build_schedulers)
+
+
+def replay(
+    bundle: Mapping[str, Any],
+    target: ReplayTarget,
+    precision: str | None = None,
+    device: str | None = None,
+) -> dict[str, Any]:
+    """The replay report (module docstring); ``precision``/``device``: the bundle's."""
+    used_device = device or str(bundle["device"])
+    if used_device.startswith("cuda") and not torch.cuda.is_available():
+        raise BundleError(f"--device {used_device}: no CUDA device here (try --device cpu)")
+    used = precision or str(bundle["precision"])
+    batches = [rebuilt_batch(b) for b in bundle["batches"]]
+    samples = int(bundle.get("samples", 0)) or len(batches)
+    recorded = bundle["recorded"]
+
+    plain = _trainer(bundle, target, used, used_device)
+    outcome = run_recorded_step(plain, target.loss, batches, samples)
+    same_setup = used == bundle["precision"] and _same_type(used_device, str(bundle["device"]))
+
+    probed = _trainer(bundle, target, used, used_device)
+    probe = NumericsProbe(probed.model, scale=probed.scaler.get_scale())
+    with probe:
+        run_recorded_step(probed, probe.wrap_loss(target.loss), batches, samples)
+    probe.after_step(probed.model)
+
+    precisions = {}
+    for name in PRECISIONS:
+        other = outcome if name == used else _outcome(bundle, target, name, used_device, batches)
+        precisions[name] = _summary(other)
+    return {
+        "bundle_step": int(bundle["step"]),
+        "reason": bundle["reason"],
+        "recorded": {
+            "precision": bundle["precision"],
+            "device": bundle["device"],
+            **_summary(recorded),
+        },
+        "replayed": {"precision": used, "device": used_device, **_summary(outcome)},
+        "same_setup": same_setup,
+        "reproduced": reproduces(recorded, outcome),
+        "first_nonfinite": probe.first_nonfinite(),
+        "per_module": probe.per_module,
+        "loss_scale": probed.scaler.get_scale() if used == "fp16" else 1.0,
+        "precisions": precisions,
+    }
+
+
+def reproduces(recorded: Mapping[str, Any], outcome: Mapping[str, Any]) -> bool:
+    """The same non-finite pattern, and the same loss bits wherever the loss was finite."""
+    if bool(recorded["skipped"]) != bool(outcome["skipped"]):
+        return False
+    if list(recorded["loss_finite"]) != list(outcome["loss_finite"]):
+        return False
+    pairs = zip(recorded["loss_bits"], outcome["loss_bits"], recorded["loss_finite"], strict=True)
+    return all(a == b for a, b, finite in pairs if finite)
+
+
+def _outcome(
+    bundle: Mapping[str, Any], target: ReplayTarget, precision: str, device: str, batches: list[Any]
+) -> dict[str, Any] | str:
+    try:
+        trainer = _trainer(bundle, target, precision, device)
+        samples = int(bundle.get("samples", 0)) or len(batches)
+        return run_recorded_step(trainer, target.loss, batches, samples)
+    except (RuntimeError, ValueError) as error:  # e.g. a precision this device cannot run
+        return f"not run: {str(error).splitlines()[0][:200]}"
+
+
+def _summary(outcome: Mapping[str, Any] | str) -> dict[str, Any]:
+    if isinstance(outcome, str):
+        return {"error": outcome}
+    losses = [v if math.isfinite(v) else None for v in outcome["loss"]]
+    return {
+        "loss": losses,
+        "loss_finite": list(outcome["loss_finite"]),
+        "skipped": outcome["skipped"],
+    }
+
+
+def _trainer(
+    bundle: Mapping[str, Any], target: ReplayTarget, precision: str, device: str
+) -> Trainer:
+    """A fresh eager trainer in ``precision`` on ``device``, at the bundle's state."""
+    policy = PrecisionPolicy.create(precision, device, announce=False)
+    model = target.build_model().to(policy.device)
+    state = dict(bundle["state"])
+    if target.build_optimizers is not None:
+        optimizers = list(target.build_optimizers(model))
+    else:
+        optimizers = _rebuilt_optimizers(bundle, model)
+    schedulers: list[Any] = []
+    if target.build_schedulers is not None and state.get("scheduler"):
+        schedulers = list(target.build_schedulers(optimizers))
+    else:
+        state["scheduler"] = []  # the learning rate is in the optimizers' param groups
+    saved = bundle.get("config", {}).get("trainer", {})
+    config = TrainerConfig(
+        **{k: saved[k] for k in _CONFIG_FIELDS if k in saved}, cuda_graph="off", compile="off"
+    )
+    trainer = Trainer(model, optimizers, policy, config, schedulers)
+    try:
+        trainer.load_state_dict(state)  # model, optimizers, scaler, RNG: the step's start
+    except (RuntimeError, ValueError, KeyError) as error:
+        first = str(error).strip().splitlines()[0][:200]
+        raise BundleError(
+            f"the bundle's state does not fit the model built here: {first}"
+        ) from None
+    return trainer
+
+
+def _rebuilt_optimizers(bundle: Mapping[str, Any], model: nn.Module) -> list[Optimizer]:
+    """The bundle's optimizers (``torch.optim`` classes only) over ``model``'s parameters,
+    with its param groups' settings; their state is loaded with the trainer's."""
+    names = list(bundle.get("optimizers", []))
+    states = bundle["state"]["optimizer"]
+    params = list(model.parameters())
+    out: list[Optimizer] = []
+    taken = 0
+    for name, state in zip(names, states, strict=True):
+        module, _, qualname = str(name).partition(":")
+        cls = getattr(torch.optim, qualname, None)
+        if not module.startswith("torch.optim") or not isinstance(cls, type):
+            raise BundleError(f"optimizer {name!r}: only torch.optim classes are rebuilt here")
+        groups = []
+        for group in state["param_groups"]:
+            count = len(group["params"])
+            settings = {k: v for k, v in group.items() if k != "params"}
+            groups.append({"params": params[taken : taken + count], **settings})
+            taken += count
+        out.append(cls(groups))
+    return out
+
+
+def _same_type(a: str, b: str) -> bool:
+    return torch.device(a).type == torch.device(b).type

@@ -1,0 +1,139 @@
+"""The daemon's plugin rescan, in-process: an editable install's new ``.pth`` file, a new
+plugin's configured options, and a failed plugin tried again only when reinstalled."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from daemon_harness import FIXTURE_PLUGINS, clear_daemon_env
+from prometheus_client import CollectorRegistry
+
+from genesis_fp16.config.settings import Settings, load_settings
+from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16.service import agent_rescan
+from genesis_fp16.service.agent_rescan import AgentRescan
+from genesis_fp16.service.scheduler import AgentScheduler
+from genesis_fp16.service.state_lock import LOCK_NAME, acquire_state_folder, read_holder
+
+
+def _dist(folder: Path, name: str, module: str, record: str | None = None) -> None:
+    info = folder / f"{name}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[genesis_fp16.agents]\n{name} = {module}:plugin\n")
+    if record is not None:
+        (info / "RECORD").write_text(record)
+
+
+@pytest.fixture
+def site_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A site-packages folder of our own on sys.path, with the fixture plugins importable."""
+    clear_daemon_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    monkeypatch.setattr(agent_rescan, "_site_dirs", lambda: [site])
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.syspath_prepend(str(FIXTURE_PLUGINS))
+    before = set(sys.modules)
+    yield site
+    for name in set(sys.modules) - before:
+        if name.startswith(("fixture_agents", "edit_agent", "flaky_agent")):
+            del sys.modules[name]
+
+
+def _parts(tmp_path: Path) -> tuple[Settings, AgentRescan, AgentScheduler, int]:
+    settings = load_settings()
+    metrics = DaemonMetrics(CollectorRegistry(), "test")
+    rescan = AgentRescan(settings.plugin_allowlist, metrics, lambda agent: 0.0)
+    rescan.load(settings)
+    scheduler = AgentScheduler(settings, lambda agent, plugin: None, lambda: None)
+    scheduler.start(rescan.plugins)
+    fd = acquire_state_folder(tmp_path, "serve")
+    return settings, rescan, scheduler, fd
+
+
+def _failures(rescan: AgentRescan, plugin: str) -> float | None:
+    registry = rescan.metrics.registry
+    return registry.get_sample_value("genesis_fp16_plugin_load_failures_total", {"plugin": plugin})
+
+
+def test_an_editable_install_is_loaded_through_its_new_pth_file(
+    site_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pip install -e leaves a dist-info and a .pth naming the source folder, which site.py
+    reads only at start-up: the rescan reads it, so the plugin imports and is scheduled."""
+    monkeypatch.setenv("GENESIS_FP16_PLUGIN_ALLOWLIST", "edit_agent")
+    settings, rescan, scheduler, fd = _parts(tmp_path)
+    try:
+        assert rescan.plugins == {}
+        source = tmp_path / "src"
+        source.mkdir()
+        (source / "edit_agent.py").write_text(
+            "from fixture_agents.good import FixtureAgent\nplugin = FixtureAgent('edit_agent')\n"
+        )
+        _dist(site_dir, "edit_agent", "edit_agent")
+        (site_dir / "__editable__.edit_agent-0.1.pth").write_text(f"{source}\n")
+        assert rescan.rescan(settings, scheduler, fd)
+        assert list(rescan.plugins) == ["edit_agent"] and str(source) in sys.path
+        assert scheduler.scheduled_agents() == ["edit_agent"]
+        assert read_holder(tmp_path / LOCK_NAME).agents == ("edit_agent",)
+        assert not rescan.rescan(settings, scheduler, fd)  # nothing new: no change
+    finally:
+        scheduler.shutdown()
+        os.close(fd)
+        sys.path[:] = [p for p in sys.path if p != str(tmp_path / "src")]
+
+
+def test_a_failed_plugin_is_tried_again_on_reinstall_or_sighup_not_at_each_tick(
+    site_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plugin whose module is not there yet (pip still copying) fails once; ticks leave
+    it alone; a changed RECORD (pip done) or a SIGHUP's retry loads it."""
+    monkeypatch.setenv("GENESIS_FP16_PLUGIN_ALLOWLIST", "flaky_agent")
+    settings, rescan, scheduler, fd = _parts(tmp_path)
+    try:
+        _dist(site_dir, "flaky_agent", "flaky_agent", record="")
+        assert not rescan.rescan(settings, scheduler, fd)
+        assert not rescan.rescan(settings, scheduler, fd)
+        assert _failures(rescan, "flaky_agent") == 1  # tried once, not at every tick
+        (site_dir / "flaky_agent.py").write_text(
+            "from fixture_agents.good import FixtureAgent\nplugin = FixtureAgent('flaky_agent')\n"
+        )
+        info = site_dir / "flaky_agent-0.1.dist-info" / "RECORD"
+        info.write_text("flaky_agent.py,,\n")  # pip's last file
+        assert rescan.rescan(settings, scheduler, fd)
+        assert list(rescan.plugins) == ["flaky_agent"]
+    finally:
+        scheduler.shutdown()
+        os.close(fd)
+
+
+def test_a_new_plugin_with_a_bad_configured_option_stays_out(
+    site_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An option the new agent does not declare: logged as a failed load and counted; the
+    daemon goes on with the agents it had, and a fixed setting plus SIGHUP loads it."""
+    monkeypatch.setenv("GENESIS_FP16_PLUGIN_ALLOWLIST", "fixture_good,flaky_agent")
+    settings, rescan, scheduler, fd = _parts(tmp_path)
+    try:
+        assert list(rescan.plugins) == ["fixture_good"]
+        (site_dir / "flaky_agent.py").write_text(
+            "from fixture_agents.good import FixtureAgent\nplugin = FixtureAgent('flaky_agent')\n"
+        )
+        _dist(site_dir, "flaky_agent", "flaky_agent")
+        monkeypatch.setenv("GENESIS_FP16_AGENTS__FLAKY_AGENT__OPTIONS__DEPTH", "3")
+        bad = load_settings()
+        assert not rescan.rescan(bad, scheduler, fd)
+        assert _failures(rescan, "flaky_agent") == 1
+        monkeypatch.delenv("GENESIS_FP16_AGENTS__FLAKY_AGENT__OPTIONS__DEPTH")
+        assert not rescan.rescan(settings, scheduler, fd)  # a tick: not tried again
+        assert rescan.rescan(settings, scheduler, fd, retry_failed=True)  # SIGHUP
+        assert sorted(rescan.plugins) == ["fixture_good", "flaky_agent"]
+    finally:
+        scheduler.shutdown()
+        os.close(fd)

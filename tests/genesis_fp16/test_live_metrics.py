@@ -1,0 +1,53 @@
+"""The live watch's series: figures, the regression flag and the rollback counter."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from genesis_fp16.metrics.live_metrics import LiveMetrics
+
+ROLLED_BACK = {
+    "records": 295,
+    "served_auc": 0.61,
+    "previous_auc": 0.69,
+    "served_log_loss": 0.95,
+    "previous_log_loss": 0.32,
+    "difference": 0.63,
+    "lower": 0.43,
+    "upper": 0.84,
+    "margin": 0.01,
+    "regression": True,
+    "rolled_back": True,
+}
+
+
+def _value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return registry.get_sample_value(name, {"agent": "se_darwin", **labels})
+
+
+def test_a_rollback_is_counted_flagged_and_cleared_by_a_promotion() -> None:
+    """A rollback counts once and sets the regression flag with the figures; a later
+    promoted candidate clears the flag, the count stays."""
+    registry = CollectorRegistry()
+    metrics = LiveMetrics(registry)
+    metrics.observe("se_darwin", None, {"outcome": "promoted"})
+    assert _value(registry, "genesis_fp16_live_rollbacks_total") == 0.0  # exists before
+    metrics.observe("se_darwin", ROLLED_BACK, {"outcome": "rejected"})
+    assert _value(registry, "genesis_fp16_live_rollbacks_total") == 1.0
+    assert _value(registry, "genesis_fp16_live_regression") == 1.0
+    assert _value(registry, "genesis_fp16_live_records") == 295.0
+    assert _value(registry, "genesis_fp16_live_log_loss_difference", bound="lower") == 0.43
+    assert _value(registry, "genesis_fp16_live_quality", model="previous", score="auc") == 0.69
+    metrics.observe("se_darwin", None, {"outcome": "promoted"})
+    assert _value(registry, "genesis_fp16_live_regression") == 0.0
+    assert _value(registry, "genesis_fp16_live_rollbacks_total") == 1.0
+
+
+def test_a_held_regression_is_flagged_but_not_counted() -> None:
+    """A regression held by a pin: flag 1, no rollback counted."""
+    registry = CollectorRegistry()
+    LiveMetrics(registry).observe(
+        "se_darwin", {**ROLLED_BACK, "rolled_back": False, "held": "pinned"}, None
+    )
+    assert _value(registry, "genesis_fp16_live_regression") == 1.0
+    assert _value(registry, "genesis_fp16_live_rollbacks_total") == 0.0

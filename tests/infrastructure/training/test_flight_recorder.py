@@ -1,0 +1,190 @@
+"""The flight recorder's fault bundles: real fp16 runs on the CPU through ``fit()``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from guard_faults import BASE, STEPS, FaultTask
+
+from genesis_fp16_infrastructure.training import (
+    FitOptions,
+    FitResult,
+    GuardConfig,
+    ScalerConfig,
+    fit,
+)
+from genesis_fp16_infrastructure.training.flight.bundle import (
+    BundleError,
+    BundleLimits,
+    list_bundles,
+    load_bundle,
+    plain_batch,
+    rebuilt_batch,
+    save_bundle,
+)
+from genesis_fp16_infrastructure.training.flight.recorder import FlightConfig
+from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget, replay, reproduces
+
+# No overflow-rate trigger: a lone overflow (or the start-up calibration) does not demote.
+QUIET = GuardConfig(check_interval=5, overflow_rate_limit=None, bf16_needs_native=False)
+
+
+DEFAULT = ScalerConfig()
+
+
+def _run(
+    task: FaultTask, folder: Path, guard: GuardConfig, scaler: ScalerConfig = DEFAULT
+) -> FitResult:
+    options = FitOptions(
+        precision="fp16",
+        steps=STEPS,
+        log_interval=10,
+        guard=guard,
+        scaler=scaler,
+        flight=FlightConfig(folder=folder, context={"agent": "toy"}),
+    )
+    return fit(task, options)
+
+
+def test_a_lone_overflow_is_bundled_at_its_own_step(tmp_path: Path) -> None:
+    """One overflowing step (batch 17, the run's step 18) with no demotion writes one
+    first_nonfinite bundle for exactly that step, holding its batch and the state before it."""
+    result = _run(FaultTask("overflow", until=18), tmp_path, QUIET)
+    assert not result.demotions
+    assert [(b["reason"], b["step"]) for b in result.fault_bundles] == [("first_nonfinite", 18)]
+    bundle = load_bundle(Path(result.fault_bundles[0]["path"]))
+    assert bundle["recorded"]["skipped"] is True and bundle["recorded"]["loss_finite"] == [True]
+    assert bundle["state"]["step"] == 17  # the state before the step
+    assert rebuilt_batch(bundle["batches"][0])[0] == 17  # the batch's own index
+    assert bundle["precision"] == "fp16" and bundle["context"] == {"agent": "toy"}
+
+
+def test_start_up_calibration_skips_write_no_bundle(tmp_path: Path) -> None:
+    """A scale that starts far too high overflows the first steps (expected calibration):
+    no bundle; a real overflow later in the same run still is one."""
+    high = ScalerConfig(init_scale=2.0**24)
+    clean = _run(FaultTask(None), tmp_path / "clean", QUIET, high)
+    assert clean.summary.skipped_steps > 0  # the calibration did skip steps
+    assert clean.fault_bundles == ()
+    faulty = _run(FaultTask("overflow", until=18), tmp_path / "faulty", QUIET, high)
+    assert [(b["reason"], b["step"]) for b in faulty.fault_bundles] == [("first_nonfinite", 18)]
+
+
+def test_recording_changes_nothing_in_the_run(tmp_path: Path) -> None:
+    """A run that demotes ends with the same weights, skips and demotions with recording
+    on as off (the re-run happens in a scratch trainer, and every generator is put back)."""
+    on = _run(FaultTask("nan"), tmp_path / "on", BASE)
+    options = FitOptions(precision="fp16", steps=STEPS, log_interval=10, guard=BASE)
+    off = fit(FaultTask("nan"), options)
+    assert [b["reason"] for b in on.fault_bundles] == ["demotion"]
+    assert on.demotions == off.demotions
+    assert on.summary.skipped_steps == off.summary.skipped_steps
+    assert on.summary.train_loss == off.summary.train_loss
+    assert on.eval == off.eval
+
+
+def test_bundle_folder_keeps_its_bounds(tmp_path: Path) -> None:
+    """Saving past the bounds removes the oldest first, by count and by bytes."""
+    limits = BundleLimits(max_count=3, max_bytes=10**9)
+    for step in range(6):
+        save_bundle(tmp_path, _tiny_bundle(step), limits)
+    assert [r["step"] for r in list_bundles(tmp_path)] == ["3", "4", "5"]
+    one = list_bundles(tmp_path)[0]["bytes"]
+    save_bundle(tmp_path, _tiny_bundle(6), BundleLimits(max_count=10, max_bytes=2 * one))
+    assert [r["step"] for r in list_bundles(tmp_path)] == ["5", "6"]
+
+
+def test_a_damaged_bundle_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A truncated bundle, a foreign pickle and a folder are each refused with one line."""
+    path = save_bundle(tmp_path, _tiny_bundle(1), BundleLimits())
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    foreign = tmp_path / "foreign.fault.pt"
+    torch.save({"x": Path("/")}, foreign)  # a class weights_only refuses
+    for bad in (path, foreign, tmp_path):
+        with pytest.raises(BundleError) as caught:
+            load_bundle(bad)
+        assert "\n" not in str(caught.value) and str(bad) in str(caught.value)
+    with pytest.raises(BundleError, match="byte bound"):
+        load_bundle(foreign, max_bytes=10)
+
+
+def test_batches_round_trip_through_plain_data() -> None:
+    """A batch of named tuples, dicts and tensors comes back equal and of the same types."""
+    batch = {"a": torch.arange(3), "t": (torch.ones(2, dtype=torch.float16), 4)}
+    back = rebuilt_batch(plain_batch(batch))
+    assert torch.equal(back["a"], batch["a"]) and back["t"][1] == 4
+    assert back["t"][0].dtype == torch.float16
+
+
+def _tiny_bundle(step: int) -> dict[str, object]:
+    return {
+        "reason": "first_nonfinite",
+        "step": step,
+        "precision": "fp16",
+        "execution": "eager",
+        "device": "cpu",
+        "torch": str(torch.__version__),
+        "config": {},
+        "state": {"w": torch.zeros(16)},
+        "batches": [],
+        "recorded": {},
+    }
+
+
+class _BigInput(FaultTask):
+    """Batch 17's inputs scaled by 1e5: fp16's first Linear overflows in the forward."""
+
+    def loss(self, model: torch.nn.Module, batch: tuple[int, torch.Tensor, torch.Tensor]):  # type: ignore[override]
+        step, x, y = batch
+        return super().loss(model, (step, x * 1e5 if step == 17 else x, y))
+
+
+def test_replay_reproduces_bit_for_bit_and_names_the_module(tmp_path: Path) -> None:
+    """A bundle of an fp16 forward overflow replays on the CPU with the recorded non-finite
+    pattern, names module 0's forward output, and shows fp32 and bf16 finite there;
+    a lone backward overflow of the loss names the loss's backward, with the loss bits equal."""
+    forward = _run(_BigInput(None), tmp_path / "fwd", QUIET)
+    bundle = load_bundle(Path(forward.fault_bundles[0]["path"]))
+    task = _BigInput(None)
+    report = replay(bundle, ReplayTarget.of_task(task))
+    assert report["reproduced"] is True
+    assert report["first_nonfinite"] == {"module": "0", "phase": "forward", "tensor": "output"}
+    assert report["precisions"]["fp32"]["loss_finite"] == [True]
+    assert report["precisions"]["bf16"]["loss_finite"] == [True]
+    assert report["per_module"]["0"]["nonfinite"] > 0
+
+    backward = _run(FaultTask("overflow", until=18), tmp_path / "bwd", QUIET)
+    bundle = load_bundle(Path(backward.fault_bundles[0]["path"]))
+    report = replay(
+        bundle,
+        ReplayTarget(FaultTask("overflow").build_model, FaultTask("overflow", until=18).loss),
+    )
+    assert report["reproduced"] is True and report["recorded"]["loss_finite"] == [True]
+    assert report["replayed"]["loss"] == report["recorded"]["loss"]
+    assert report["first_nonfinite"] == {"module": "loss", "phase": "backward", "tensor": "grad"}
+
+
+def test_reproduced_compares_pattern_and_bits() -> None:
+    """A changed finite loss's bits, or a different skip, is not a reproduction; the bits of
+    a non-finite loss are not compared."""
+    recorded = {"loss_bits": [1, 2], "loss_finite": [True, False], "skipped": True}
+    assert reproduces(recorded, {**recorded, "loss_bits": [1, 99]})
+    assert not reproduces(recorded, {**recorded, "loss_bits": [3, 2]})
+    assert not reproduces(recorded, {**recorded, "skipped": False})
+
+
+def test_a_cuda_bundle_asks_for_a_device_here(tmp_path: Path) -> None:
+    """A bundle recorded on CUDA replays on the CPU when told (and says it is another
+    setup); without a GPU and without --device it is refused in one line."""
+    result = _run(FaultTask("overflow", until=18), tmp_path, QUIET)
+    bundle = load_bundle(Path(result.fault_bundles[0]["path"]))
+    bundle["device"] = "cuda:0"
+    task = FaultTask("overflow", until=18)
+    report = replay(bundle, ReplayTarget.of_task(task), device="cpu")
+    assert report["same_setup"] is False and report["reproduced"] is True
+    if not torch.cuda.is_available():
+        with pytest.raises(BundleError, match="no CUDA device here"):
+            replay(bundle, ReplayTarget.of_task(task))
