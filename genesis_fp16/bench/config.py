@@ -30,6 +30,10 @@ DEFAULT_RUNNERS: dict[str, tuple[str, ...]] = {
     "cpu": ("ours", "hand", "accelerate", "fabric"),
     "cuda": RUNNERS,
 }
+# `bench --tiny`, a smoke test under a minute on a 2-core CPU: one size, the project and
+# the hand-written loop, one process (--sizes, --runners, --precisions widen it).
+TINY_SIZES: tuple[str, ...] = ("default",)
+TINY_RUNNERS: tuple[str, ...] = ("ours", "hand")
 # Batch sizes a plain `bench` runs: on CUDA one launch-bound and one compute-bound size
 # of the large world model (h100-2026-11-22.md); on a CPU the step is compute-bound at 64.
 DEFAULT_BATCH_SIZES: dict[str, tuple[int, ...]] = {"cpu": (64,), "cuda": (64, 8192)}
@@ -64,7 +68,7 @@ class BenchConfig:
     # steps), so that a row with fewer steps has an fp32 reference at its own length.
     eval_at: tuple[int, ...] = field(default_factory=tuple)
     threads: int | None = None  # torch intra-op threads; None keeps torch's default
-    tiny: bool = False  # a few-kilobyte model on a small pool, for tests
+    tiny: bool = False  # each size scaled down (workload.TINY_MODELS) on a small pool
     data_path: str | None = None  # the synthetic pool; generated per process when None
 
     @property

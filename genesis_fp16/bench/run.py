@@ -36,6 +36,8 @@ from genesis_fp16.bench.config import (
     PRECISIONS_BY_DEVICE,
     RUNNERS,
     SIZES,
+    TINY_RUNNERS,
+    TINY_SIZES,
     BenchConfig,
 )
 from genesis_fp16.bench.measure import Row, run_config
@@ -101,6 +103,12 @@ def _batch_sizes(args: argparse.Namespace, device: str) -> tuple[int, ...]:
     return sizes
 
 
+def _sizes(args: argparse.Namespace) -> tuple[str, ...]:
+    if args.sizes is None:
+        return TINY_SIZES if args.tiny else SIZES
+    return _choices(args.sizes, SIZES, "--sizes")
+
+
 def options_from_args(args: argparse.Namespace) -> BenchOptions:
     """Validate the parsed arguments; raises ValueError with a one-line message."""
     device = args.device
@@ -116,10 +124,12 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
     )
     if args.tag and not re.fullmatch(r"[A-Za-z0-9.-]+", args.tag):
         raise ValueError(f"--tag {args.tag!r}: use letters, digits, '.' and '-' only")
-    for flag, value in (("--steps", args.steps), ("--threads", args.threads or 1)):
+    warmup = args.warmup if args.warmup is not None else (1 if args.tiny else 3)
+    steps = args.steps if args.steps is not None else (5 if args.tiny else 20)
+    for flag, value in (("--steps", steps), ("--threads", args.threads or 1)):
         if value < 1:
             raise ValueError(f"{flag} {value}: must be at least 1")
-    runners = DEFAULT_RUNNERS[device]
+    runners = TINY_RUNNERS if args.tiny else DEFAULT_RUNNERS[device]
     if args.runners is not None:
         runners = _choices(args.runners, RUNNERS, "--runners")
     if args.precisions != "all" and "auto" in precisions and not set(runners) & set(AUTO_RUNNERS):
@@ -129,19 +139,20 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         raise ValueError(f"--runners {','.join(cuda_only)}: CUDA graphs need --device cuda")
     return BenchOptions(
         device=device,
-        sizes=_choices(args.sizes, SIZES, "--sizes"),
+        sizes=_sizes(args),
         precisions=precisions,
         runners=runners,
         batch_sizes=_batch_sizes(args, device),
-        warmup=args.warmup,
-        steps=args.steps,
+        warmup=warmup,
+        steps=steps,
         fp16_warmup=args.fp16_warmup,
         fp16_steps=args.fp16_steps,
         seed=args.seed,
         out_dir=args.out_dir,
         # On CUDA the peak memory is torch's own count, which in-process rows keep apart
         # (reset_peak_memory_stats): one process saves ~12 s of start-up per row there.
-        in_process=args.in_process or device == "cuda",
+        # --tiny too: a smoke test, its rows' start-ups were most of its 6 minutes.
+        in_process=args.in_process or device == "cuda" or args.tiny,
         tiny=args.tiny,
         threads=args.threads,
         tag=args.tag,

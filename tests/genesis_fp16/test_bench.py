@@ -297,6 +297,43 @@ def test_batch_sizes_runners_and_their_defaults_per_device() -> None:
             options_from_args(_args("--device", "cpu", *argv))
 
 
+def test_tiny_is_one_size_ours_and_hand_in_one_process_and_flags_widen_it() -> None:
+    """bench --tiny: the default size, ours and hand, all precisions (auto for ours), 1+5
+    steps, in one process: 7 rows; --sizes, --runners and --steps still choose."""
+    from genesis_fp16.bench.run import options_from_args
+
+    tiny = options_from_args(_args("--device", "cpu", "--tiny"))
+    assert (tiny.sizes, tiny.runners, tiny.in_process) == (("default",), ("ours", "hand"), True)
+    assert (tiny.warmup, tiny.steps) == (1, 5)
+    assert len(plan(tiny)) == 7
+    wide = options_from_args(
+        _args("--device", "cpu", "--tiny", "--sizes", "default,large", "--runners", "hand",
+              "--steps", "2")
+    )  # fmt: skip
+    assert (wide.sizes, wide.runners, wide.steps) == (("default", "large"), ("hand",), 2)
+    plain = options_from_args(_args("--device", "cpu"))
+    assert (plain.sizes, plain.warmup, plain.steps) == (("default", "large"), 3, 20)
+
+
+def test_the_large_preset_is_larger_tiny_or_not(tmp_path: Path) -> None:
+    """The bench's large model has more parameters than its default one, --tiny as well
+    (24,069 against 917; 12,718,085 against 7,941 in full, on the pool's 49 features)."""
+    from genesis_fp16.bench.workload import build_workload, load_data, write_data
+
+    counts = {}
+    for tiny in (True, False):
+        data = load_data(write_data(tmp_path / str(tiny), tiny, 0), 64, torch.device("cpu"))
+        for size in ("default", "large"):
+            model = build_workload(size, data, 0, tiny, torch.device("cpu")).model
+            counts[tiny, size] = sum(p.numel() for p in model.parameters())
+    assert counts == {
+        (True, "default"): 917,
+        (True, "large"): 24_069,
+        (False, "default"): 7_941,
+        (False, "large"): 12_718_085,
+    }
+
+
 def test_ours_graph_compile_is_a_cuda_row_and_a_cpu_refuses_it_naming_why() -> None:
     """ours-graph-compile is in CUDA's default set; a CPU refuses the flag and the row."""
     from genesis_fp16.bench.run import options_from_args
