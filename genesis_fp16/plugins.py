@@ -14,6 +14,7 @@ recorded with its state and error, and the others are unaffected.
 from __future__ import annotations
 
 import logging
+import sys
 import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -107,9 +108,16 @@ def load_entry_point(ep: EntryPoint) -> PluginRecord:
             obj = obj()
     except Exception as exc:  # any error in third-party import code is the plugin's
         where = failure_location(exc, ep.module)
+        if where is not None:
+            why = f" (at {where})"
+        elif isinstance(exc, ModuleNotFoundError) and f"{ep.module}.".startswith(f"{exc.name}."):
+            # The entry point's own module: installed for another Python, or its files gone.
+            why = f" (the entry point's module is not importable by {sys.executable})"
+        else:
+            why = ""
         return replace(
             found,
-            error=f"{type(exc).__name__}: {exc}" + (f" (at {where})" if where else ""),
+            error=f"{type(exc).__name__}: {exc}{why}",
             location=where,
             trace="".join(traceback.format_exception(exc)),
         )

@@ -117,8 +117,9 @@ def test_the_readme_plugin_section_is_the_scaffold_output() -> None:
 
 @pytest.mark.slow
 def test_the_scaffold_installs_in_a_fresh_venv_and_trains_under_serve(tmp_path: Path) -> None:
-    """pip install ./my-agent into a new venv, then serve: my_agent trains on its default
-    budget with no flag or setting, and its run shows in /metrics."""
+    """The README's lines in a new venv while its daemon runs (pip install -e ./my-agent,
+    check-agent): the daemon loads my_agent with no signal, flag or setting, trains it on
+    its default budget, and its run shows in /metrics and /readyz."""
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False, system_site_packages=True).create(env_dir)
     python = str(env_dir / "bin" / "python")
@@ -139,30 +140,36 @@ def test_the_scaffold_installs_in_a_fresh_venv_and_trains_under_serve(tmp_path: 
     assert lines[0] == ".venv/bin/genesis-fp16 new-agent my_agent"
     (tmp_path / "none.env").write_text("")
     env = {"GENESIS_FP16_ENV_FILE": str(tmp_path / "none.env"), "PATH": "/usr/bin:/bin"}
-    outputs = []
-    for line in lines:
-        line = line.replace(".venv/bin/genesis-fp16", f"{python} -m genesis_fp16")
-        line = line.replace(".venv/bin/pip", f"{python} -m pip")
-        done = subprocess.run(
-            ["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True,
-            timeout=300,
-        )  # fmt: skip
-        assert done.returncode == 0, f"{line}\n{done.stdout}{done.stderr}"
-        outputs.append(done.stdout)
-    # Not importable from this venv: only the new one has it.
-    assert subprocess.run([sys.executable, "-c", "import my_agent"]).returncode != 0
-    check = outputs[-1].strip().splitlines()
-    assert len(check) == 11 and all(line.startswith("PASS ") for line in check), check
     workdir = tmp_path / "daemon"
     workdir.mkdir()
-    # The allowlist keeps the built-in agents from training beside it on a 2-core host;
-    # my_agent itself gets no setting.
+    # The daemon runs before the agent exists: it must find the editable install by itself
+    # (its ticks rescan the plugins). The allowlist keeps the built-in agents from training
+    # beside it on a 2-core host; my_agent itself gets no setting.
     daemon = start_daemon(
         workdir,
         {"GENESIS_FP16_PLUGIN_ALLOWLIST": "my_agent", "GENESIS_FP16_RUN_ISOLATION": "process"},
         fixtures=False,
         command=(python, "-m", "genesis_fp16", "serve"),
     )
+    outputs = []
+    try:
+        assert daemon.get("/readyz")[1].strip() == "ready: agents none"
+        for line in lines:
+            line = line.replace(".venv/bin/genesis-fp16", f"{python} -m genesis_fp16")
+            line = line.replace(".venv/bin/pip", f"{python} -m pip")
+            done = subprocess.run(
+                ["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True,
+                timeout=300,
+            )  # fmt: skip
+            assert done.returncode == 0, f"{line}\n{done.stdout}{done.stderr}"
+            outputs.append(done.stdout)
+    except BaseException:
+        daemon.stop()
+        raise
+    # Not importable from this venv: only the new one has it.
+    assert subprocess.run([sys.executable, "-c", "import my_agent"]).returncode != 0
+    check = outputs[-1].strip().splitlines()
+    assert len(check) == 11 and all(line.startswith("PASS ") for line in check), check
     try:
         daemon.wait_for(
             lambda: daemon.sample(
@@ -178,5 +185,6 @@ def test_the_scaffold_installs_in_a_fresh_venv_and_trains_under_serve(tmp_path: 
         ]
         finished = [r for r in runs if r.get("agent") == "my_agent" and "steps" in r]
         assert any(r["steps"] == DEFAULT_STEPS for r in finished), finished[-3:]
+        assert daemon.get("/readyz")[1].strip() == "ready: agents my_agent"
     finally:
         daemon.stop()

@@ -119,5 +119,11 @@ def test_a_failed_import_names_the_plugins_own_file_and_line(
     assert "not_a_dependency_anyone_has" in str(records["deep_agent"].error)
     assert records["typo_agent"].location == f"{tmp_path / 'typo_agent.py'}:2"
     assert "helper.py" in str(records["deep_agent"].trace)  # the whole traceback, for DEBUG
+    _dist(tmp_path, "gone_agent", "gone_agent.sub:plugin")  # its files removed, say
+    (gone,) = [r for r in discover_plugins(["gone_agent"]) if r.name == "gone_agent"]
+    assert gone.location is None and str(gone.error).endswith(
+        f"No module named 'gone_agent' (the entry point's module is not importable by "
+        f"{sys.executable})"
+    )
     for name in ("deep_agent", "deep_agent.helper", "typo_agent"):
         sys.modules.pop(name, None)
