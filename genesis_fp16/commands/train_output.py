@@ -116,7 +116,12 @@ def describe(out: dict[str, Any]) -> str:
         f"  eval: {metrics}\n"
         f"  checkpoint: {out['checkpoint']}  quarantined: {out['quarantined']}"
         + _describe_tracking(out.get("tracking"))
+        + _describe_bundle(out.get("fault_bundle"))
     )
+
+
+def _describe_bundle(path: str | None) -> str:
+    return f"\n  fault bundle: {path} (genesis-fp16 replay {path})" if path else ""
 
 
 def _describe_tracking(tracking: dict[str, Any] | None) -> str:
