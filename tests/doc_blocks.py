@@ -302,6 +302,13 @@ BLOCKS: dict[tuple[str, str], Plan] = {
     ("docs/precision-forensics.md", ".venv/bin/python benchmarks/forensics.py"): Skip(
         _RECORD, "about 6 minutes of PPO runs; how the section's table was made"
     ),
+    (
+        "docs/precision-guard.md",
+        "genesis-fp16 replay /var/lib/genesis-fp16/agents/se_darwin/fault_bundles/2026112",
+    ): Covered(
+        "tests/genesis_fp16/test_cli_replay.py::test_train_writes_a_bundle_that_replay_reproduces_and_explains",
+        "a real train writes a bundle, and replay runs it with --json, --precision, --device",
+    ),
     ("docs/precision-guard.md", "result = fit(task, FitOptions("): Run(
         "fresh", slow=True, prelude="task"
     ),

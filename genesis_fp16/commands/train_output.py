@@ -122,6 +122,7 @@ def describe(out: dict[str, Any]) -> str:
         f"  eval: {metrics}\n"
         f"  checkpoint: {out['checkpoint']}  quarantined: {out['quarantined']}"
         + _describe_tracking(out.get("tracking"))
+        + _describe_bundle(out.get("fault_bundle"))
     )
 
 
@@ -172,6 +173,10 @@ def _gate_reason(gate: dict[str, Any], passed: bool) -> str:
 def _auc(out: dict[str, Any]) -> str:
     value = out["eval"].get("auc")
     return "n/a" if value is None else f"{value:.3f}"
+
+
+def _describe_bundle(path: str | None) -> str:
+    return f"\n  fault bundle: {path} (genesis-fp16 replay {path})" if path else ""
 
 
 def _describe_tracking(tracking: dict[str, Any] | None) -> str:

@@ -1,5 +1,6 @@
 """The daemon's side of fault bundles: a request's run writes one in the agent's state
-folder, ``train --json`` names it, the counter and the log say it, ``precision show`` lists it.
+folder, ``train`` names it (``--json``: ``fault_bundle``), the counter and the log say it,
+``precision show`` lists it.
 
 The run is real fp16 arithmetic on the CPU through ``fit()``
 (tests/infrastructure/training/guard_faults.py's lone-overflow set-up).
@@ -19,6 +20,7 @@ from structlog.testing import capture_logs
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "infrastructure" / "training"))
 from guard_faults import STEPS, FaultTask
 
+from genesis_fp16.commands.train_output import describe
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.runs.guard_state import record_run
@@ -52,6 +54,7 @@ def test_a_bundle_is_reported_counted_logged_and_listed(tmp_path: Path) -> None:
     path = Path(shown["fault_bundle"])
     assert path.parent == tmp_path / "agents" / AGENT / "fault_bundles" and path.is_file()
     assert TrainResult.from_json(json.loads(json.dumps(shown))).fault_bundle == str(path)
+    assert f"fault bundle: {path} (genesis-fp16 replay {path})" in describe(shown)
     metrics = DaemonMetrics(CollectorRegistry(), version="test")
     with capture_logs() as logs:
         record_run(Settings(state_dir=tmp_path), metrics, AGENT, result)  # type: ignore[call-arg]
