@@ -66,7 +66,9 @@ EXPECTED_EMPTY["Records the model has learned"] = "only se_darwin reports it"
 EXPECTED_EMPTY["Seconds per phase of the last run"] = "only se_darwin reports it"
 # The promotion gate and the drift report: only se_darwin judges candidates.
 EXPECTED_EMPTY["Served and candidate quality"] = "only se_darwin reports it"
-EXPECTED_EMPTY["Candidate rejected, label shift flagged"] = "only se_darwin reports it"
+EXPECTED_EMPTY["Candidate rejected, label shift flagged, pin, unusable pointer"] = (
+    "only se_darwin reports it"
+)
 EXPECTED_EMPTY["Label shift and drifted features"] = "only se_darwin reports it"
 # The live watch: only se_darwin keeps a served model and its predecessor.
 EXPECTED_EMPTY["Live log-loss difference from the predecessor"] = "only se_darwin reports it"
