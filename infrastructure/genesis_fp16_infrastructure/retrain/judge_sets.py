@@ -126,7 +126,9 @@ def _rolled_back_anchor(root: Path) -> tuple[str, np.ndarray | None] | None:
         verdict = read_json(candidate / VERDICT_NAME) or {}
         if verdict.get("outcome") != "rolled_back" or verdict.get("reason") != LIVE_REGRESSION:
             continue
-        checkpoint = newest_checkpoint(candidate)
+        # The file its verdict names (the one that was served), not the newest in its folder
+        named = candidate / str(verdict.get("checkpoint") or "-")
+        checkpoint = named if named.is_file() else newest_checkpoint(candidate)
         if checkpoint is None:
             return None
         try:
