@@ -185,7 +185,9 @@ def _model_tensors(path: Path) -> dict[str, torch.Tensor]:
 def _resumes(bench: _Bench) -> str:
     whole = bench.train(bench.request("straight", steps=2 * STEPS))
     bench.train(bench.request("halves", steps=STEPS))
-    resumed = bench.train(bench.request("halves", steps=STEPS, resume=True))
+    # Forced (train --resume --steps): N more on the same data, which an agent that can
+    # tell its data unchanged would otherwise answer up to date.
+    resumed = bench.train(bench.request("halves", steps=STEPS, resume=True, forced=True))
     if whole.checkpoint is None or resumed.checkpoint is None:
         raise RuleFailed("a run reported no checkpoint")
     a, b = _model_tensors(Path(whole.checkpoint)), _model_tensors(Path(resumed.checkpoint))

@@ -59,10 +59,12 @@ def test_se_darwin_trains_and_resumes_under_the_audit(
     data = se_darwin.generate_sample_data(tmp_path / "data", 200, seed=0)
     options = {"cross_validation": cross_validation}
     first = _train(se_darwin, tmp_path, data_path=data, steps=6, options=options)
-    again = _train(se_darwin, tmp_path, data_path=data, steps=12, resume=True, options=options)
+    again = _train(
+        se_darwin, tmp_path, data_path=data, steps=12, resume=True, forced=True, options=options
+    )
     assert first.steps > 0 and first.checkpoint is not None
-    # The served model's own data and request: the new candidate continues a copy of the
-    # served checkpoint in its own folder (issue 35), from the same step.
+    # The served model's own data and request, forced: the new candidate continues a copy
+    # of the served checkpoint in its own folder (issue 35), from the same step.
     resumed = Path(str(again.extra["resumed_from"]))
     assert resumed.name == first.checkpoint.name and resumed != first.checkpoint
     assert again.extra["total_steps"] == first.extra["total_steps"] + again.steps

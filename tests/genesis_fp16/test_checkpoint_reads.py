@@ -19,7 +19,9 @@ from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugins import load_plugin
+from genesis_fp16.runs import planning
 from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
+from genesis_fp16.runs.run_request import RequestOverrides
 from genesis_fp16_infrastructure.served import served_checkpoint
 from genesis_fp16_infrastructure.training.step import trainer
 
@@ -72,6 +74,17 @@ def _job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[JobContext, A
     return JobContext(settings, metrics, DeviceSlots(1), threading.Event()), plugin
 
 
+def _forced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next jobs are forced runs (train --resume --steps): on the served model's own
+    data they continue it; a daemon's own job is up to date there."""
+    plan = planning.plan_request
+
+    def forced(*args: Any, **kwargs: Any) -> Any:
+        return plan(*args, overrides=RequestOverrides(forced=True), **kwargs)
+
+    monkeypatch.setattr(planning, "plan_request", forced)
+
+
 def _optimizer_steps(ctx: JobContext) -> float | None:
     return ctx.metrics.registry.get_sample_value(
         "genesis_fp16_optimizer_steps_total", {"agent": AGENT}
@@ -81,14 +94,16 @@ def _optimizer_steps(ctx: JobContext) -> float | None:
 def test_a_resumed_run_reads_its_checkpoint_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The second job continues the served model: before its first step one checkpoint is
-    read (the run's; the daemon's totals come from the checkpoint's summary file), and no
-    checkpoint's bytes are read twice in the job (the gate reuses the served model's)."""
+    """A forced second job continues the served model: before its first step one
+    checkpoint is read (the run's; the daemon's totals come from the checkpoint's summary
+    file), and no checkpoint's bytes are read twice in the job (the gate reuses the served
+    model's)."""
     ctx, plugin = _job(tmp_path, monkeypatch)
     reads = _Reads(monkeypatch)
     run_agent_job(ctx, AGENT, plugin)
     first = _optimizer_steps(ctx)
     reads.clear()
+    _forced(monkeypatch)
     run_agent_job(ctx, AGENT, plugin)
     assert len(reads.before_first_step) == 1, reads.before_first_step
     assert max(reads.all.values()) == 1, reads.all
@@ -99,7 +114,8 @@ def test_a_resumed_run_reads_its_checkpoint_once(
 def test_a_run_resuming_a_cut_short_candidate_reads_one_checkpoint_before_its_first_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A job stopped mid-run leaves its candidate unjudged; the next job resumes it and,
+    """A job stopped mid-run leaves its candidate unjudged; the next job (the daemon's own,
+    on the same data: the manifest does not call it up to date) resumes it and,
     before its first step, reads only that candidate's checkpoint: the served model's is
     read once after the run (Plan.compared_to_served), for the data record and the gate,
     and no bytes twice in the job."""
@@ -114,7 +130,9 @@ def test_a_run_resuming_a_cut_short_candidate_reads_one_checkpoint_before_its_fi
         return out
 
     monkeypatch.setattr(trainer.Trainer, "step", stop_at_step_10)
-    run_agent_job(ctx, AGENT, plugin)  # continues the served model, cut short at 10
+    with monkeypatch.context() as patch:  # forced: continues the served model, cut at 10
+        _forced(patch)
+        run_agent_job(ctx, AGENT, plugin)
     monkeypatch.setattr(trainer.Trainer, "step", step)
     ctx.stopping.clear()
     served = served_checkpoint(AgentPaths.for_agent(tmp_path / "state", AGENT).checkpoint_dir)

@@ -79,6 +79,17 @@ def record_cache(request: TrainRequest, manifest: Manifest | None) -> RecordCach
     return cache
 
 
+def forget_record(folder: Path) -> None:
+    """Drop the record while a run trains: a forced run (``TrainRequest.forced``) on
+    unchanged data that is cut short leaves a candidate the next run must finish, and the
+    record, which predates it, would answer that run "unchanged". The run that ends
+    writes the record again (:func:`save_record`)."""
+    try:
+        record_path(folder).unlink(missing_ok=True)
+    except OSError as exc:  # the next run then reads the pool and decides in full
+        logger.warning("data manifest: cannot remove %s: %s", record_path(folder), exc)
+
+
 def save_record(
     request: TrainRequest, manifest: Manifest | None, result: TrainResult, served: Path | None
 ) -> None:

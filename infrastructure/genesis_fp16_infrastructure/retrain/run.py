@@ -37,6 +37,7 @@ from genesis_fp16_infrastructure.plugin_api import (
 from genesis_fp16_infrastructure.retrain.drift import drift_report
 from genesis_fp16_infrastructure.retrain.freshness import (
     check_up_to_date,
+    forget_record,
     record_cache,
     save_record,
     scan_before_read,
@@ -140,6 +141,8 @@ def _train(request: TrainRequest) -> TrainResult:
         plan = plan_candidate(root, request, seen, served, not forced, whole)
     if plan.up_to_date is not None:
         return _with_live(_up_to_date(request, data, seen, options, plan, clock, manifest), live)
+    if manifest is not None:  # a run under way: no manifest answers "unchanged" meanwhile
+        forget_record(root)
     candidate = plan.folder
     # With final_fit=whole the split run keeps its checkpoints in a subfolder, and the
     # candidate's folder itself holds the refit's: the one that would be served.
