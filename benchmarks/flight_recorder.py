@@ -319,9 +319,8 @@ def main() -> None:
         print(json.dumps(results["bounded"]), flush=True)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "flight_recorder_cpu-amd-epyc-2-cores.json").write_text(
-            json.dumps(results, indent=1)
-        )
+        name = f"flight_recorder_cpu-amd-epyc-2-cores{args.tag}.json"
+        (args.out / name).write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":
