@@ -12,7 +12,9 @@
    ``default`` preset) and of its ``large`` preset, batch 64, in blocks of ``--block``
    steps, range statistics on (``every=100``, the default) and off, interleaved A/B for
    ``--rounds`` rounds (``--large-rounds`` for large): the median step time of each and
-   the overhead's spread. Then the recorder alone (``flight`` on vs off) through
+   the overhead's spread, in this process's CPU seconds (``--clock cpu``, the default:
+   on a shared machine other processes' load does not count; ``wall`` for wall time).
+   Then the recorder alone (``flight`` on vs off) through
    ``fit()`` on a clean run.
 3. **Bounded.** ``--bounded-steps`` consecutive non-finite steps (NaN losses in every
    precision, the guard's triggers off so the run goes on), several runs into one bundle
@@ -141,15 +143,19 @@ def _world_model(size: str, folder: Path) -> tuple[nn.Module, Any, list[Any]]:
     return work.model, world_model_loss, list(work.train_batches)
 
 
+CLOCK = {"cpu": time.process_time, "wall": time.perf_counter}
+clock = time.process_time  # this process's CPU seconds: other processes' load does not count
+
+
 def _block(
     trainer: Trainer, loss: Any, batches: list[Any], steps: int, stats: RangeStats | None
 ) -> float:
-    started = time.perf_counter()
+    started = clock()
     for i in range(steps):
         trainer.step([batches[i % len(batches)]], loss, 1)
         if stats is not None:
             stats.after_step(trainer)
-    return (time.perf_counter() - started) / steps
+    return (clock() - started) / steps
 
 
 def overhead(
@@ -200,9 +206,9 @@ def recorder_cost(rounds: int) -> dict[str, Any]:
                 options = FitOptions(
                     precision="fp16", steps=200, log_interval=200, guard=QUIET, flight=flight
                 )
-                started = time.perf_counter()
+                started = clock()
                 result = fit(FaultTask(None), options)
-                times[mode].append((time.perf_counter() - started) / result.steps_run)
+                times[mode].append((clock() - started) / result.steps_run)
     pairs = [on / off - 1.0 for on, off in zip(times["on"], times["off"], strict=True)]
     return {
         "step_ms_off": statistics.median(times["off"]) * 1e3,
@@ -278,11 +284,21 @@ def main() -> None:
     parser.add_argument("--bounded-steps", type=int, default=1000)
     parser.add_argument("--bounded-runs", type=int, default=3)
     parser.add_argument("--skip", default="", help="comma list of faults,overhead,bounded")
+    parser.add_argument(
+        "--clock", choices=sorted(CLOCK), default="cpu", help="what a step's time is"
+    )
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--tag", default="", help="appended to the result file's name")
     args = parser.parse_args()
+    global clock
+    clock = CLOCK[args.clock]
     skip = set(filter(None, args.skip.split(",")))
     torch.set_num_threads(2)
-    results: dict[str, Any] = {"torch": str(torch.__version__), "threads": torch.get_num_threads()}
+    results: dict[str, Any] = {
+        "torch": str(torch.__version__),
+        "threads": torch.get_num_threads(),
+        "clock": args.clock,
+    }
     if "faults" not in skip:
         results["faults"] = injected_faults(args.seeds)
         print(json.dumps(results["faults"]["summary"]), flush=True)
@@ -303,9 +319,8 @@ def main() -> None:
         print(json.dumps(results["bounded"]), flush=True)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "flight_recorder_cpu-amd-epyc-2-cores.json").write_text(
-            json.dumps(results, indent=1)
-        )
+        name = f"flight_recorder_cpu-amd-epyc-2-cores{args.tag}.json"
+        (args.out / name).write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":

@@ -309,6 +309,9 @@ BLOCKS: dict[tuple[str, str], Plan] = {
         "tests/genesis_fp16/test_cli_replay.py::test_train_writes_a_bundle_that_replay_reproduces_and_explains",
         "a real train writes a bundle, and replay runs it with --json, --precision, --device",
     ),
+    ("docs/precision-guard.md", "python benchmarks/flight_recorder.py --seeds 10"): Skip(
+        _RECORD, "about 25 minutes on 2 cores; how the section's tables were made"
+    ),
     ("docs/precision-guard.md", "result = fit(task, FitOptions("): Run(
         "fresh", slow=True, prelude="task"
     ),
