@@ -277,8 +277,8 @@ def main(argv: list[str] | None = None) -> int:
         ("drift", drift_sequence),
     )
     with tempfile.TemporaryDirectory() as tmp:
-        for size in args.cost_sizes:  # first: a run stopped early keeps its figures
-            costs.append(cost_at(size, Path(tmp)))
+        for i, size in enumerate(args.cost_sizes):  # first: a run stopped early keeps them
+            costs.append(cost_at(size, Path(tmp) / f"c{i}"))
             print(f"cost at {size} done, {time.perf_counter() - start:.0f} s", file=sys.stderr)
         for seed in range(args.sequences):
             for name, sequence in kinds:
