@@ -1,0 +1,380 @@
+"""Does the live watch roll back what the gate could not see, and nothing else?
+
+    python benchmarks/live_watch.py [--sequences 10] [--records 2000] [--out FILE] > results.md
+
+Each sequence s grows a pool folder batch by batch (one file per batch, as records
+arrive) and runs the library's loop after each batch (``SEDarwinPlugin.train``, resuming,
+fp32, the default budget: what a scheduled run does; no daemon, so no pruning):
+
+* **poison**: ``generate_pool(records, seed=s)``; its first 40% served; a batch of 10%
+  marked ``"success"`` with no score (no golden pool: the gate cannot see it); then three
+  clean batches of 10%. The served model after them, and the one served before the
+  poison, are scored on a fresh pool (``generate_pool(records, seed=20_000 + s)``); the
+  clean records the watch had scored when it rolled back are reported.
+* **clean**: its first 25% served, then 10 batches (the fifth a new agent, ``qa``'s
+  records, ``generate_pool(records // 10, seed=30_000 + s, agent="qa")``), each a run:
+  false rollbacks over the 100 runs, and promotions.
+* **cut short and worse**: four agents' pools (``records // 8`` each) served, then a
+  fifth agent's records with every label flipped, trained with ``steps=3``: the gate's
+  verdict (no golden pool).
+* **real drift**: its first 30% served, then five batches of 10% in which a growing
+  share of failures succeed (batch k turns each failure into a success with probability
+  0.15 k; features unchanged): rollbacks, and whether the drift report flags the label
+  shift.
+
+First the cost: the ``live`` phase's share of the run's wall time when a run finds new
+records, at each ``--cost-sizes`` pool (its first half served, a quarter more served by
+hand over it, then the last quarter arrives). CPU, torch's default threads. Writes a
+Markdown report to stdout (and to ``--out`` after each sequence).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from genesis_fp16_agents.se_darwin.plugin import SEDarwinPlugin
+from genesis_fp16_infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError
+from genesis_fp16_infrastructure.retrain import gate
+from genesis_fp16_infrastructure.served import (
+    candidate_entry,
+    candidates_dir,
+    newest_checkpoint,
+    read_pointer,
+    serve,
+)
+from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
+
+PLUGIN = SEDarwinPlugin()
+_FLIP = {"success": "failure", "failure": "success"}
+Pool = dict[str, Any]
+Edit = Callable[[dict[str, Any]], None]
+
+
+class Growth:
+    """One sequence's folder: the pool grows by files, the loop runs after each."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.data, self.ck = root, root / "data", root / "ck"
+        self.data.mkdir(parents=True)
+        self.batches = 0
+
+    def add(self, pool: Pool, keys: list[str], edit: Edit | None = None) -> None:
+        part = {**pool, "trajectories": {k: dict(pool["trajectories"][k]) for k in keys}}
+        for record in part["trajectories"].values():
+            if edit is not None:
+                edit(record)
+        (self.data / f"b{self.batches:03d}.json").write_text(json.dumps(part))
+        self.batches += 1
+
+    def run(self, **kw: Any) -> tuple[str, dict[str, Any]]:
+        request = TrainRequest(
+            agent="se_darwin",
+            precision="fp32",
+            precision_reason="benchmark",
+            state_dir=self.root,
+            checkpoint_dir=self.ck,
+            data_path=self.data,
+            resume=True,
+            **kw,
+        )
+        try:
+            result = PLUGIN.train(request)
+        except TrainRequestError as exc:
+            return "error", {"error": str(exc), "extra": {}}
+        return result.outcome, result.to_json()
+
+    def served(self) -> dict[str, Any]:
+        pointer = read_pointer(self.ck)
+        assert pointer is not None
+        return pointer.served
+
+
+def _ids(pool: Pool) -> list[str]:
+    return list(pool["trajectories"])
+
+
+def _poison(record: dict[str, Any]) -> None:
+    record.update(status="success", success_score=None)
+
+
+def _flip(record: dict[str, Any]) -> None:
+    if record.get("success_score") is not None:
+        record["success_score"] = round(1.0 - record["success_score"], 3)
+    record["status"] = _FLIP.get(record.get("status"), record.get("status"))
+
+
+def fresh_auc(ck: Path, checkpoint: str, fresh: Any) -> float:
+    """AUC of the model in ``checkpoint`` (relative to ``ck``) on a fresh pool's read."""
+    model = gate.ScoredModel(load_checkpoint(ck / checkpoint))
+    records = gate.Records.of_columns(fresh.columns, np.arange(len(fresh.columns.labelled)))
+    return gate.score(model.success_probability(records, False), records.labels)[0].auc
+
+
+def poison_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
+    pool, tenth = generate_pool(records, seed=seed), records // 10
+    ids = _ids(pool)
+    seq = Growth(work / f"poison{seed}")
+    seq.add(pool, ids[: 4 * tenth])
+    assert seq.run()[0] == "success"
+    before = seq.served()
+    seq.add(pool, ids[4 * tenth : 5 * tenth], _poison)
+    outcome, _ = seq.run()
+    poisoned_served = seq.served()["id"] != before["id"]
+    rolled_at, lives = None, []
+    for k in range(3):
+        seq.add(pool, ids[(5 + k) * tenth : (6 + k) * tenth])
+        _, data = seq.run()
+        live = data["extra"].get("live")
+        lives.append(live)
+        if live and live.get("rolled_back") and rolled_at is None:
+            rolled_at = live["records"]
+    after = seq.served()
+    fresh_path = work / f"fresh{seed}.json"
+    fresh_path.write_text(json.dumps(generate_pool(records, seed=20_000 + seed)))
+    fresh = read_trajectories(fresh_path)
+    return {
+        "poison_outcome": outcome,
+        "poison_served": poisoned_served,
+        "rolled_back_after": rolled_at,
+        "before_auc": fresh_auc(seq.ck, before["checkpoint"], fresh),
+        "after_auc": fresh_auc(seq.ck, after["checkpoint"], fresh),
+        "after_is_before": after["id"] == before["id"],
+    }
+
+
+def clean_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
+    pool, step = generate_pool(records, seed=seed), records * 3 // 40
+    ids = _ids(pool)
+    qa = generate_pool(step, seed=30_000 + seed, agent="qa")
+    seq = Growth(work / f"clean{seed}")
+    seq.add(pool, ids[: records // 4])
+    assert seq.run()[0] == "success"
+    runs = []
+    start = records // 4
+    for k in range(10):
+        if k == 4:
+            seq.add(qa, _ids(qa))
+        else:
+            seq.add(pool, ids[start : start + step])
+            start += step
+        outcome, data = seq.run()
+        live = data["extra"].get("live") or {}
+        runs.append(
+            {
+                "outcome": outcome,
+                "new_agent": k == 4,
+                "rolled_back": bool(live.get("rolled_back")),
+                "regression": bool(live.get("regression")),
+                "difference": live.get("difference"),
+                "upper": live.get("upper"),
+            }
+        )
+    return {"runs": runs}
+
+
+def short_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
+    seq = Growth(work / f"short{seed}")
+    for i, agent in enumerate(("se_darwin", "qa", "builder", "ops")):
+        pool = generate_pool(records // 8, seed=40_000 + 10 * seed + i, agent=agent)
+        seq.add(pool, _ids(pool))
+    assert seq.run()[0] == "success"
+    fifth = generate_pool(records // 8, seed=40_000 + 10 * seed + 5, agent="critic")
+    seq.add(fifth, _ids(fifth), _flip)
+    outcome, data = seq.run(steps=3)
+    return {"outcome": outcome, "reason": _why(data)}
+
+
+def drift_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
+    pool, tenth = generate_pool(records, seed=seed), records // 10
+    ids = _ids(pool)
+    rng = random.Random(50_000 + seed)
+    seq = Growth(work / f"drift{seed}")
+    seq.add(pool, ids[: 3 * tenth])
+    assert seq.run()[0] == "success"
+    rolled, flagged, shifts = 0, 0, []
+    for k in range(1, 6):
+        share = 0.15 * k
+
+        def rise(record: dict[str, Any], share: float = share) -> None:
+            if record.get("status") == "failure" and rng.random() < share:
+                record.update(status="success", success_score=0.9)
+
+        seq.add(pool, ids[(2 + k) * tenth : (3 + k) * tenth], rise)
+        _, data = seq.run()
+        rolled += bool((data["extra"].get("live") or {}).get("rolled_back"))
+        drift = data["extra"].get("drift") or {}
+        flagged += bool(drift.get("label_shift_flagged"))
+        if drift.get("label_shift") is not None:
+            shifts.append(drift["label_shift"])
+    return {"rollbacks": rolled, "flagged_runs": flagged, "shifts": shifts}
+
+
+def cost_at(records: int, work: Path) -> dict[str, Any]:
+    """The live phase's share of a run that finds new records, at a pool of ``records``."""
+    pool = generate_pool(records, seed=0)
+    ids = _ids(pool)
+    seq = Growth(work / f"cost{records}")
+    seq.add(pool, ids[: records // 2])
+    assert seq.run()[0] == "success"
+    seq.add(pool, ids[records // 2 : records * 3 // 4])
+    outcome, data = seq.run()
+    if outcome != "success":  # rejected: serve it by hand, so that a pair is watched
+        candidate = candidates_dir(seq.ck) / str(data["extra"]["candidate"])
+        checkpoint = newest_checkpoint(candidate)
+        assert checkpoint is not None
+        serve(seq.ck, candidate_entry(seq.ck, candidate, checkpoint), "manual")
+    seq.add(pool, ids[records * 3 // 4 :])
+    outcome, data = seq.run()
+    phases = data["extra"]["phases"]
+    return {
+        "records": records,
+        "outcome": outcome,
+        "wall": data["wall_seconds"],
+        "live": phases.get("live", 0.0),
+        "scored": (data["extra"].get("live") or {}).get("new_records"),
+        "train": phases.get("train", 0.0),
+    }
+
+
+def _why(data: dict[str, Any]) -> str:
+    return str(data.get("error") or (data["extra"].get("gate") or {}).get("reason"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sequences", type=int, default=10)
+    parser.add_argument("--records", type=int, default=2000)
+    parser.add_argument(
+        "--cost-sizes",
+        type=lambda text: [int(x) for x in text.split(",") if x],
+        default=[2000, 100_000],
+    )
+    parser.add_argument("--out", type=Path, help="rewrite the report here after each sequence")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR)
+    start = time.perf_counter()
+    found: dict[str, list[dict[str, Any]]] = {"poison": [], "clean": [], "short": [], "drift": []}
+    costs: list[dict[str, Any]] = []
+    kinds = (
+        ("poison", poison_sequence),
+        ("clean", clean_sequence),
+        ("short", short_sequence),
+        ("drift", drift_sequence),
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, size in enumerate(args.cost_sizes):  # first: a run stopped early keeps them
+            costs.append(cost_at(size, Path(tmp) / f"c{i}"))
+            print(f"cost at {size} done, {time.perf_counter() - start:.0f} s", file=sys.stderr)
+        for seed in range(args.sequences):
+            for name, sequence in kinds:
+                found[name].append(sequence(seed, args.records, Path(tmp)))
+            print(f"sequence {seed} done, {time.perf_counter() - start:.0f} s", file=sys.stderr)
+            if args.out is not None:  # a run stopped early still leaves what it measured
+                args.out.write_text(_report(found, costs, args, time.perf_counter() - start))
+    report = _report(found, costs, args, time.perf_counter() - start)
+    if args.out is not None:
+        args.out.write_text(report)
+    print(report)
+    return 0
+
+
+def _report(
+    found: dict[str, list[dict[str, Any]]], costs: list[dict[str, Any]], args: Any, wall: float
+) -> str:
+    n = len(found["poison"])
+    lines = [
+        f"# Live watch: {n} of {args.sequences} sequences, pools of {args.records} records",
+        "",
+        f"CPU ({torch.get_num_threads()} threads), torch {torch.__version__}; "
+        f"`python benchmarks/live_watch.py --sequences {args.sequences} --records "
+        f"{args.records}`; {wall:.0f} s in all.",
+        "",
+        "| scenario | target | result |",
+        "| --- | --- | --- |",
+    ]
+    poison = found["poison"]
+    if poison:
+        ok = sum(p["after_auc"] >= p["before_auc"] - 0.01 for p in poison)
+        served = sum(p["poison_served"] for p in poison)
+        rolled = [p["rolled_back_after"] for p in poison if p["rolled_back_after"] is not None]
+        when = f"median {statistics.median(rolled):.0f}, max {max(rolled)}" if rolled else "-"
+        lines += [
+            f"| poison, then 3 clean batches: served after them within 0.01 fresh AUC of the "
+            f"model before the poison | >= 9 of 10 | {ok} of {n} (poison served by the gate in "
+            f"{served}; rolled back in {len(rolled)}; clean records scored at the rollback: "
+            f"{when}) |"
+        ]
+    clean = [r for seq in found["clean"] for r in seq["runs"]]
+    if clean:
+        false = sum(r["rolled_back"] for r in clean)
+        agents = [r for r in clean if r["new_agent"]]
+        promoted = sum(r["outcome"] == "success" for r in agents)
+        all_promoted = sum(r["outcome"] == "success" for r in clean)
+        lines += [
+            f"| clean growth: false rollbacks | <= 1 in 100 runs | {false} in {len(clean)} runs "
+            f"({all_promoted} candidates promoted) |",
+            f"| clean growth: candidates bringing a new agent promoted | >= 8 of 10 | "
+            f"{promoted} of {len(agents)} |",
+        ]
+    short = found["short"]
+    if short:
+        rejected = sum(s["outcome"] == "rejected" for s in short)
+        lines.append(
+            f"| cut short (3 steps) and worse (a fifth agent's flipped labels), no golden "
+            f"pool: rejected | >= 9 of 10 | {rejected} of {len(short)} |"
+        )
+    drift = found["drift"]
+    if drift:
+        rolled = sum(d["rollbacks"] for d in drift)
+        flagged = sum(d["flagged_runs"] > 0 for d in drift)
+        shifts = [s for d in drift for s in d["shifts"]]
+        lines.append(
+            f"| real drift (success rate rising): rollbacks; label shift reported | 0; "
+            f"reported | {rolled} rollbacks in {5 * len(drift)} runs; label shift flagged in "
+            f"{flagged} of {len(drift)} sequences (median shift "
+            f"{statistics.median(shifts) if shifts else float('nan'):+.3f}) |"
+        )
+    for c in costs:
+        lines.append(
+            f"| cost at {c['records']:,} records ({c['scored'] or 0:,} new scored) | <= 5% of "
+            f"the run | {c['live']:.3f} s of {c['wall']:.2f} s: {c['live'] / c['wall']:.1%} "
+            f"(train {c['train']:.2f} s; the run {c['outcome']}) |"
+        )
+    lines += ["", "Per sequence:", ""]
+    for i, p in enumerate(poison):
+        lines.append(
+            f"- poison s{i}: gate {p['poison_outcome']}, served {p['poison_served']}, rolled "
+            f"back after {p['rolled_back_after']} clean records; fresh AUC before "
+            f"{p['before_auc']:.4f}, after {p['after_auc']:.4f} (same model: "
+            f"{p['after_is_before']})"
+        )
+    for i, seq in enumerate(found["clean"]):
+        marks = " ".join(
+            ("R" if r["rolled_back"] else "")
+            + {"success": "p", "rejected": "r"}.get(r["outcome"], r["outcome"][:1])
+            + ("*" if r["new_agent"] else "")
+            for r in seq["runs"]
+        )
+        lines.append(f"- clean s{i}: {marks} (p promoted, r rejected, R rolled back, * qa)")
+    for i, s in enumerate(short):
+        lines.append(f"- short s{i}: {s['outcome']}: {s['reason']}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
