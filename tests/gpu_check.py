@@ -369,13 +369,15 @@ def run_footprint(out: Path, device: str) -> RunOutcome:
 
 
 def last_json_line(stdout: str) -> dict[str, Any] | None:
-    """The JSON object that ends a `--json` run's stdout, or None when there is none."""
+    """The result object that ends a `--json` run's stdout, or None when there is none.
+    A failed command's error object (``{"error", "kind", "exit_code"}``) is no result: its
+    stderr, on the page, says why."""
     lines = stdout.strip().splitlines()
     try:
         value = json.loads(lines[-1]) if lines else None
     except json.JSONDecodeError:
         return None
-    return value if isinstance(value, dict) else None
+    return value if isinstance(value, dict) and "error" not in value else None
 
 
 def _tail(lines: list[str], code: int) -> str:

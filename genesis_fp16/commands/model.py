@@ -15,7 +15,7 @@ running daemon load the new model at their next load or run, and the choice surv
 restart. A pointer that is unusable (set aside as ``served.json.unusable``) is repaired by
 either: ``promote`` from the candidate's own records, ``rollback`` from the old
 pointer's history or else the newest candidate the gate promoted. ``--json`` prints one
-JSON object, ``{"error": ...}`` with exit code 2 on failure.
+JSON object; on failure (exit code 2) the CLI's ``{"error", "kind", "exit_code"}`` one.
 """
 
 from __future__ import annotations
@@ -102,19 +102,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             answer = _unpin(folder, agent)
     except ServedPointerError as exc:
-        return _fail(as_json, f"{agent}: {exc}")
-    except UsageError as exc:
-        return _fail(as_json, str(exc))
+        # One line on stderr, exit 2; with --json the CLI's error object on stdout too.
+        raise UsageError(f"{agent}: {exc}") from None
     print(json.dumps(answer, indent=2) if as_json else answer["message"])
     return 0
-
-
-def _fail(as_json: bool, message: str) -> int:
-    """One line on stderr (``{"error": ...}`` on stdout with --json), exit code 2."""
-    if not as_json:
-        raise UsageError(message)
-    print(json.dumps({"error": message}))
-    return 2
 
 
 def _promote(folder: Path, agent: str, ident: str) -> dict[str, Any]:

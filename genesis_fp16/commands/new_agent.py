@@ -4,12 +4,14 @@ Writes DIR/NAME-with-dashes: pyproject.toml (the entry point in ``genesis_fp16.a
 NAME/__init__.py (a working toy agent), a test (``python -m unittest``) and a README, then
 prints the folder and the next three steps: install it, check it, and how the daemon
 picks it up. A name an installed agent or an importable module has already is refused.
+``--json`` prints one object instead: ``{"agent", "folder", "next": [...]}``.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -28,6 +30,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--out", type=Path, default=Path("."), help="folder to write it in (default: .)"
     )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
 
@@ -38,8 +41,12 @@ def run(args: argparse.Namespace) -> int:
         root = write_agent(args.name, args.out)
     except ScaffoldError as exc:
         raise UsageError(str(exc)) from None
+    steps = next_steps(args.name, root)
+    if args.json:
+        print(json.dumps({"agent": args.name, "folder": str(root), "next": steps[1:]}))
+        return 0
     print(root)
-    for line in next_steps(args.name, root):
+    for line in steps:
         print(line)
     return 0
 

@@ -14,8 +14,8 @@ from daemon_harness import daemon_env
 from genesis_fp16.cli import build_parser, main
 
 # Commands with no --json, and why: serve is the daemon (its log is JSON with
-# GENESIS_FP16_LOG_FORMAT=json); new-agent and model's promote/rollback are other work's.
-WITHOUT_JSON = {"serve", "new-agent", "model promote", "model rollback"}
+# GENESIS_FP16_LOG_FORMAT=json).
+WITHOUT_JSON = {"serve"}
 
 
 def _leaves(parser: argparse.ArgumentParser, path: str = "") -> dict[str, argparse.ArgumentParser]:

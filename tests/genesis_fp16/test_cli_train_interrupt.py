@@ -84,7 +84,7 @@ def test_sigterm_stops_with_exit_75_and_the_summary_says_stopped(tmp_path: Path)
     assert process.returncode == 75, stderr
     first = stdout.splitlines()[0]
     assert re.fullmatch(
-        r"se_darwin: stopped at step \d+, checkpointed: continue with --resume", first
+        r"se_darwin: stopped at step \d+, checkpointed: run train again to finish", first
     )
 
 

@@ -259,4 +259,5 @@ def test_a_child_that_loses_its_gpu_mid_run_tells_the_daemon_why(
     assert told == {
         "error": "RuntimeError: No CUDA GPUs are available",
         "kind": "device_unavailable",
+        "exit_code": 1,
     }

@@ -68,6 +68,20 @@ def test_new_agent_prints_the_next_three_steps_for_this_interpreter(tmp_path: Pa
     assert serve.startswith("  3. ") and "SIGHUP" in serve and "GENESIS_FP16_HEARTBEAT" in serve
 
 
+def test_new_agent_json_is_one_object_and_a_refusal_an_error_object(tmp_path: Path) -> None:
+    """--json: the folder and the same three steps as one object; a taken name, exit 2 and
+    the error object."""
+    done = _cli("new-agent", "my_agent", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    made = json.loads(done.stdout)
+    assert made["agent"] == "my_agent" and (tmp_path / made["folder"]).is_dir()
+    assert [step[:5] for step in made["next"]] == ["  1. ", "  2. ", "  3. "]
+    again = _cli("new-agent", "my_agent", "--json", cwd=tmp_path)
+    error = json.loads(again.stdout.strip().splitlines()[-1])
+    assert again.returncode == 2 and error["kind"] == "refused" and error["exit_code"] == 2
+    assert "already exists" in error["error"]
+
+
 @pytest.mark.parametrize(
     ("name", "why"),
     [

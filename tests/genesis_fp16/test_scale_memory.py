@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 from daemon_harness import daemon_env
 
 from genesis_fp16.config.paths import AgentPaths
@@ -127,4 +128,11 @@ def test_precision_show_lists_the_captured_step_verdicts_and_reset_forgets_them(
     assert "NOT trusted, runs eager (step 5: parameters differ)" in shown
     assert "captured-step verdicts forgotten" in _cli(tmp_path, "precision", "reset", AGENT)
     assert not paths.verification_path.exists()
-    assert "not verified on this host yet" in _cli(tmp_path, "precision", "show", AGENT)
+    # With nothing remembered, a CUDA host awaits its first captured run; a CPU host says
+    # that it has no captured step at all (CUDA graphs need a CUDA device).
+    unverified = (
+        "not verified on this host yet"
+        if torch.cuda.is_available()
+        else "captured step: none here (CUDA graphs need a CUDA device"
+    )
+    assert unverified in _cli(tmp_path, "precision", "show", AGENT)

@@ -66,14 +66,14 @@ def _signal_at_the_gate(process: subprocess.Popen[str], gate: Path) -> None:
 def test_train_holds_a_sigterm_from_its_start_up_and_stops_at_its_first_step(
     tmp_path: Path,
 ) -> None:
-    """SIGTERM while train imports its plugin: exit 0 and a 'stopped' result with no step
-    taken, instead of a process killed mid-import."""
+    """SIGTERM while train imports its plugin: exit 75 (stopped, as any stopped train) and
+    a 'stopped' result with no step taken, instead of a process killed mid-import."""
     process, gate = _start(
         tmp_path, "train", "fixture_gated", "--steps", "50", "--precision", "fp32", "--json"
     )
     _signal_at_the_gate(process, gate)
     stdout, stderr = process.communicate(timeout=300)
-    assert process.returncode == 0, stderr
+    assert process.returncode == 75, stderr
     result = json.loads(stdout.strip().splitlines()[-1])
     assert result["outcome"] == "stopped", result
     assert result["steps"] == 0, result
