@@ -36,6 +36,9 @@ import pytest
 import torch
 from prometheus_client.parser import text_string_to_metric_families
 
+from genesis_fp16.runs import planning
+from genesis_fp16.runs.run_request import RequestOverrides
+
 FIXTURE_PLUGINS = Path(__file__).resolve().parents[1] / "fixtures" / "plugins"
 T = TypeVar("T")
 # Each run's child on a CUDA host creates a CUDA context, loads kernels and calibrates on
@@ -82,6 +85,18 @@ def clear_daemon_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
         if key.startswith("GENESIS_FP16_") or key == "ENABLE_FP16_TRAINING":
             monkeypatch.delenv(key)
+
+
+def force_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the next in-process daemon jobs forced runs (``train --resume --steps``): on
+    the served model's own data they continue it, where a job of the daemon's own is up
+    to date (the data manifest answers it, whatever the budget)."""
+    plan = planning.plan_request
+
+    def forced(*args: Any, **kwargs: Any) -> Any:
+        return plan(*args, overrides=RequestOverrides(forced=True), **kwargs)
+
+    monkeypatch.setattr(planning, "plan_request", forced)
 
 
 def daemon_env(extra: Mapping[str, str], fixtures: bool = True) -> dict[str, str]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from daemon_harness import clear_daemon_env
+from daemon_harness import clear_daemon_env, force_jobs
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
@@ -19,9 +19,7 @@ from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugins import load_plugin
-from genesis_fp16.runs import planning
 from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
-from genesis_fp16.runs.run_request import RequestOverrides
 from genesis_fp16_infrastructure.served import served_checkpoint
 from genesis_fp16_infrastructure.training.step import trainer
 
@@ -74,17 +72,6 @@ def _job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[JobContext, A
     return JobContext(settings, metrics, DeviceSlots(1), threading.Event()), plugin
 
 
-def _forced(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The next jobs are forced runs (train --resume --steps): on the served model's own
-    data they continue it; a daemon's own job is up to date there."""
-    plan = planning.plan_request
-
-    def forced(*args: Any, **kwargs: Any) -> Any:
-        return plan(*args, overrides=RequestOverrides(forced=True), **kwargs)
-
-    monkeypatch.setattr(planning, "plan_request", forced)
-
-
 def _optimizer_steps(ctx: JobContext) -> float | None:
     return ctx.metrics.registry.get_sample_value(
         "genesis_fp16_optimizer_steps_total", {"agent": AGENT}
@@ -103,7 +90,7 @@ def test_a_resumed_run_reads_its_checkpoint_once(
     run_agent_job(ctx, AGENT, plugin)
     first = _optimizer_steps(ctx)
     reads.clear()
-    _forced(monkeypatch)
+    force_jobs(monkeypatch)
     run_agent_job(ctx, AGENT, plugin)
     assert len(reads.before_first_step) == 1, reads.before_first_step
     assert max(reads.all.values()) == 1, reads.all
@@ -131,7 +118,7 @@ def test_a_run_resuming_a_cut_short_candidate_reads_one_checkpoint_before_its_fi
 
     monkeypatch.setattr(trainer.Trainer, "step", stop_at_step_10)
     with monkeypatch.context() as patch:  # forced: continues the served model, cut at 10
-        _forced(patch)
+        force_jobs(patch)
         run_agent_job(ctx, AGENT, plugin)
     monkeypatch.setattr(trainer.Trainer, "step", step)
     ctx.stopping.clear()

@@ -55,6 +55,14 @@ def _runs(daemon: DaemonProcess, agent: str, outcome: str = "success") -> float:
 
 
 HOT_SOURCE = f"from fixture_agents.good import FixtureAgent\n\nplugin = FixtureAgent({HOT!r})\n"
+# A run of 12 one-second steps: uninstalled after its first step, it is still training when
+# the signal is handled, however loaded the machine.
+SLOW_HOT_SOURCE = HOT_SOURCE.replace(f"({HOT!r})", f"({HOT!r}, step_seconds=1.0)")
+
+
+def _progress(daemon: DaemonProcess, agent: str) -> list[dict[str, object]]:
+    """The agent's progress lines ("step 1/12, 8%, ETA 11 s")."""
+    return [r for r in daemon.logs() if r.get("progress") and r.get("agent") == agent]
 
 
 def test_sighup_loads_a_new_plugin_and_an_uninstalled_one_stops_after_its_run(
@@ -66,21 +74,17 @@ def test_sighup_loads_a_new_plugin_and_an_uninstalled_one_stops_after_its_run(
     this daemon (an hour apart), so the signal did it."""
     hot = tmp_path / "hot"
     hot.mkdir()
-    daemon = daemon_factory({**_env(hot, "3600"), "FIXTURE_STEP_SECONDS": "0.3"}, fixtures=False)
+    daemon = daemon_factory(_env(hot, "3600"), fixtures=False)
     assert _ready(daemon) == f"ready: agents {GOOD}"
     lock = daemon.state_dir / LOCK_NAME
     assert read_holder(lock).agents == (GOOD,)
 
-    info = _install(hot, HOT, "hot_agent", HOT_SOURCE)
+    info = _install(hot, HOT, "hot_agent", SLOW_HOT_SOURCE)
     daemon.signal(signal.SIGHUP)
     daemon.wait_for(lambda: _ready(daemon) == f"ready: agents {GOOD}, {HOT}", "/readyz names it")
     assert read_holder(lock).agents == (GOOD, HOT)
     # Its run is under way (RUN_AT_START): uninstall it while it trains.
-    daemon.wait_for(
-        lambda: any(r.get("agent") == HOT for r in daemon.events("training progress")),
-        "the new agent's first step",
-        timeout=60,
-    )
+    daemon.wait_for(lambda: _progress(daemon, HOT), "the new agent's first step", timeout=120)
     shutil.rmtree(info)
     daemon.signal(signal.SIGHUP)
     daemon.wait_for(lambda: _ready(daemon) == f"ready: agents {GOOD}", "/readyz without it")
@@ -88,9 +92,11 @@ def test_sighup_loads_a_new_plugin_and_an_uninstalled_one_stops_after_its_run(
     assert removed["agent"] == HOT
     assert read_holder(lock).agents == (GOOD,)
     # The run under way finishes in full; nothing of the agent is scheduled any more.
-    daemon.wait_for(lambda: _runs(daemon, HOT) == 1, "its run to finish", timeout=60)
+    daemon.wait_for(lambda: _runs(daemon, HOT) == 1, "its run to finish", timeout=120)
     (finished,) = [r for r in daemon.events("training run finished") if r.get("agent") == HOT]
     assert finished["steps"] == 12 and finished["outcome"] == "success"
+    # Removed mid-run: steps were still taken after it (one clock, the daemon's log).
+    assert removed["timestamp"] < _progress(daemon, HOT)[-1]["timestamp"]
     status = json.loads(daemon.get("/status.json")[1])
     (row,) = [a for a in status["agents"] if a["name"] == HOT]  # its folder outlives it
     assert row["installed"] is False and row["next_run"]["at"] is None, row

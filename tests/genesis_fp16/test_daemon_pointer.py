@@ -161,32 +161,37 @@ def test_an_operator_racing_the_daemons_promotions_and_prunes_loses_no_update(
     promoted_before = _runs(daemon, "success")
     rounds = 0
     try:
-        for _ in range(12):
+        # Round after round, each one daemon run apart, until the operator has raced it five
+        # times and the daemon has promoted a model of its own meanwhile (a candidate may be
+        # rejected: at most 30 runs).
+        for _ in range(30):
+            if rounds >= 5 and _runs(daemon, "success") > promoted_before:
+                break
+            seen = len(daemon.events("training run finished"))
             kept = [
                 c.name
                 for c in list_candidates(folder)
                 if (read_json(c / "verdict.json") or {}).get("outcome") == "promoted"
             ]
-            if not kept:
-                continue
-            done = _model(daemon, "promote", AGENT, kept[0])
-            if done.returncode != 0:
+            done = _model(daemon, "promote", AGENT, kept[0]) if kept else None
+            if done is not None and done.returncode != 0:
                 assert "no candidate" in done.stderr, done.stderr  # pruned meanwhile
-                continue
-            pointer = read_pointer(folder)
-            assert pointer is not None and pointer.served["id"] == kept[0] and pointer.pinned
-            assert _model(daemon, "unpin", AGENT).returncode == 0
-            pointer = read_pointer(folder)
-            assert pointer is not None and pointer.pinned is None
-            rounds += 1
+            elif done is not None:
+                pointer = read_pointer(folder)
+                assert pointer is not None and pointer.served["id"] == kept[0] and pointer.pinned
+                assert _model(daemon, "unpin", AGENT).returncode == 0
+                pointer = read_pointer(folder)
+                assert pointer is not None and pointer.pinned is None
+                rounds += 1
             daemon.wait_for(
-                lambda: _runs(daemon, "success") + _runs(daemon, "up_to_date") > 0, "a run", 60
+                lambda n=seen: len(daemon.events("training run finished")) > n, "the next run", 180
             )
     finally:
         stop.set()
         grower.join()
-    assert rounds >= 5
-    assert _runs(daemon, "success") > promoted_before  # the daemon promoted meanwhile
+    outcomes = [e["outcome"] for e in daemon.events("training run finished")]
+    assert rounds >= 5, outcomes
+    assert _runs(daemon, "success") > promoted_before, outcomes  # the daemon promoted meanwhile
 
 
 def _dangling(folder: Path) -> None:

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from daemon_harness import clear_daemon_env
+from daemon_harness import clear_daemon_env, force_jobs
 from prometheus_client import CollectorRegistry
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -41,7 +41,8 @@ def test_daemon_jobs_write_one_readable_run_each_from_their_child(
 ) -> None:
     """Two se_darwin jobs (fp16, each in a child process) give two runs under
     runs/se_darwin/<run_id>: loss, loss scale, skipped steps and precision at every log
-    interval, eval metrics and execution at the last step; the second continues the steps."""
+    interval, eval metrics and execution at the last step; the second, forced (on the same
+    data a job of the daemon's own is up to date and takes no step), continues the steps."""
     clear_daemon_env(monkeypatch)
     settings = Settings(
         state_dir=tmp_path / "state",
@@ -60,6 +61,7 @@ def test_daemon_jobs_write_one_readable_run_each_from_their_child(
     for _ in range(2):
         run_agent_job(ctx, "se_darwin", plugin)
         first_runs = first_runs or list((tmp_path / "runs" / "se_darwin").iterdir())
+        force_jobs(monkeypatch)
     runs = list((tmp_path / "runs" / "se_darwin").iterdir())
     assert len(runs) == 2 and all(re.fullmatch(r"[0-9a-f]{12}", run.name) for run in runs)
     (second,) = set(runs) - set(first_runs)
