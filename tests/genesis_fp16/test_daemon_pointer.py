@@ -5,14 +5,13 @@ and `model` knows every agent."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_harness import DaemonFactory, DaemonProcess, daemon_env
+from daemon_harness import DaemonFactory, DaemonProcess
+from daemon_harness import model_command as _model
 
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.served import (
@@ -48,19 +47,6 @@ def _env(pool: Path, **extra: str) -> dict[str, str]:
 
 def _runs(daemon: DaemonProcess, outcome: str) -> float:
     return daemon.sample(RUNS, agent=AGENT, outcome=outcome) or 0.0
-
-
-def _model(daemon: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    """`genesis-fp16 model ...` against the daemon's state folder (its working folder's)."""
-    return subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", "model", *args],
-        cwd=daemon.workdir,
-        env=daemon_env({}, fixtures=False),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def _folder(daemon: DaemonProcess) -> Path:

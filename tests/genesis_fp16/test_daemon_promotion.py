@@ -6,15 +6,14 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from daemon_harness import DaemonFactory, DaemonProcess, daemon_env
+from daemon_harness import DaemonFactory, DaemonProcess
+from daemon_harness import model_command as _model
 
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
@@ -63,19 +62,6 @@ def _scores(folder: Path, golden: Path) -> list[float]:
     records = list(json.loads(golden.read_text())["trajectories"].values())[:40]
     predictor = WorldModelPredictor.load(folder)
     return [p.success_probability for p in predictor.predict(records)]
-
-
-def _model(daemon: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    """`genesis-fp16 model ...` against the daemon's state folder (its working folder's)."""
-    return subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", "model", *args],
-        cwd=daemon.workdir,
-        env=daemon_env({}, fixtures=False),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 @pytest.mark.slow
