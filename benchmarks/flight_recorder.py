@@ -10,7 +10,7 @@
    written, did ``replay`` reproduce the step on the CPU, and did it name the module.
 2. **Overhead.** Eager fp32 steps on the CPU of se_darwin's world model (the bench's
    ``default`` preset) and of its ``large`` preset, batch 64, in blocks of ``--block``
-   steps, range statistics on (``every=100``, the default) and off, interleaved A/B for
+   steps, range statistics on (``--every``, default 100) and off, interleaved A/B for
    ``--rounds`` rounds (``--large-rounds`` for large): the median step time of each and
    the overhead's spread, in this process's CPU seconds (``--clock cpu``, the default:
    on a shared machine other processes' load does not count; ``wall`` for wall time).
@@ -161,14 +161,14 @@ def _block(
 
 
 def overhead(
-    name: str, built: tuple[nn.Module, Any, list[Any]], rounds: int, block: int
+    name: str, built: tuple[nn.Module, Any, list[Any]], rounds: int, block: int, every: int
 ) -> dict[str, Any]:
     model, loss, batches = built
     policy = PrecisionPolicy.create("fp32", "cpu", announce=False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     trainer = Trainer(model, [optimizer], policy, TrainerConfig(cuda_graph="off"))
     reports: list[Any] = []
-    stats = RangeStats(RangeStatsConfig(every=100), reports.append)
+    stats = RangeStats(RangeStatsConfig(every=every), reports.append)
     stats.follow(trainer)
     _block(trainer, loss, batches, block, None)  # warm-up
     times: dict[str, list[float]] = {"off": [], "on": []}
@@ -196,6 +196,7 @@ def overhead(
         "sampled_reports": len(reports),
         "rounds": rounds,
         "block": block,
+        "every": every,
     }
 
 
@@ -282,7 +283,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--large-rounds", type=int, default=2)
-    parser.add_argument("--block", type=int, default=100)
+    parser.add_argument("--every", type=int, default=RangeStatsConfig().every)
+    parser.add_argument("--block", type=int, default=None, help="steps a block (default: --every)")
     parser.add_argument("--bounded-steps", type=int, default=1000)
     parser.add_argument("--bounded-runs", type=int, default=3)
     parser.add_argument("--skip", default="", help="comma list of faults,overhead,bounded")
@@ -308,10 +310,18 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as folder:
             results["overhead"] = [
                 overhead(
-                    "se_darwin", _world_model("default", Path(folder)), args.rounds, args.block
+                    "se_darwin",
+                    _world_model("default", Path(folder)),
+                    args.rounds,
+                    args.block or args.every,
+                    args.every,
                 ),
                 overhead(
-                    "large", _world_model("large", Path(folder)), args.large_rounds, args.block
+                    "large",
+                    _world_model("large", Path(folder)),
+                    args.large_rounds,
+                    args.block or args.every,
+                    args.every,
                 ),
             ]
         results["recorder"] = recorder_cost(args.rounds)

@@ -312,6 +312,10 @@ BLOCKS: dict[tuple[str, str], Plan] = {
     ("docs/precision-guard.md", "python benchmarks/flight_recorder.py --seeds 10"): Skip(
         _RECORD, "about 25 minutes on 2 cores; how the section's tables were made"
     ),
+    (
+        "docs/precision-guard.md",
+        "python benchmarks/flight_recorder.py --skip faults,bounded --rounds 6 --large-rounds 3",
+    ): Skip(_RECORD, "about 4 minutes on a quiet machine; how the quiet overhead table was made"),
     ("docs/precision-guard.md", "result = fit(task, FitOptions("): Run(
         "fresh", slow=True, prelude="task"
     ),
