@@ -256,16 +256,3 @@ def start_daemon(
         daemon.stop()
         raise
     return daemon
-
-
-def model_command(daemon: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    """`genesis-fp16 model ...` against the daemon's state folder (its working folder's)."""
-    return subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", "model", *args],
-        cwd=daemon.workdir,
-        env=daemon_env({}, fixtures=False),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )

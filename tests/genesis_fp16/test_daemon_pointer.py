@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 from daemon_harness import DaemonFactory, DaemonProcess
-from daemon_harness import model_command as _model
+from se_darwin_daemon import AGENT, RUNS
+from se_darwin_daemon import model_command as _model
+from se_darwin_daemon import runs as _runs
+from se_darwin_daemon import se_darwin_env as _env
+from se_darwin_daemon import write_pool as _write
 
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.served import (
@@ -22,31 +25,6 @@ from genesis_fp16_infrastructure.served import (
     read_pointer,
 )
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
-
-AGENT = "se_darwin"
-RUNS = "genesis_fp16_training_runs_total"
-
-
-def _write(path: Path, pool: dict[str, Any]) -> None:
-    """Write atomically: a scheduled run never reads half a file."""
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(pool))
-    partial.replace(path)
-
-
-def _env(pool: Path, **extra: str) -> dict[str, str]:
-    return {
-        "GENESIS_FP16_PLUGIN_ALLOWLIST": AGENT,
-        "GENESIS_FP16_AGENTS__SE_DARWIN__DATA_PATH": str(pool),
-        "GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION": "fp32",
-        "GENESIS_FP16_AGENTS__SE_DARWIN__OPTIONS__MAX_EPOCHS": "3",
-        "GENESIS_FP16_SCHEDULE": "1",
-        **extra,
-    }
-
-
-def _runs(daemon: DaemonProcess, outcome: str) -> float:
-    return daemon.sample(RUNS, agent=AGENT, outcome=outcome) or 0.0
 
 
 def _folder(daemon: DaemonProcess) -> Path:

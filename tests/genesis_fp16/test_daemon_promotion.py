@@ -12,8 +12,12 @@ from typing import Any
 
 import pytest
 import torch
-from daemon_harness import DaemonFactory, DaemonProcess
-from daemon_harness import model_command as _model
+from daemon_harness import DaemonFactory
+from se_darwin_daemon import AGENT
+from se_darwin_daemon import model_command as _model
+from se_darwin_daemon import runs as _runs
+from se_darwin_daemon import se_darwin_env as _env
+from se_darwin_daemon import write_pool as _write
 
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
@@ -21,16 +25,7 @@ from genesis_fp16_infrastructure.served import list_candidates, read_json, read_
 from genesis_fp16_infrastructure.world_model.metrics import auc_with_interval
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 
-AGENT = "se_darwin"
-RUNS = "genesis_fp16_training_runs_total"
 _FLIP = {"success": "failure", "failure": "success"}
-
-
-def _write(path: Path, pool: dict[str, Any]) -> None:
-    """Write atomically: a scheduled run never reads half a file."""
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(pool))
-    partial.replace(path)
 
 
 def _flipped(pool: dict[str, Any]) -> dict[str, Any]:
@@ -40,21 +35,6 @@ def _flipped(pool: dict[str, Any]) -> dict[str, Any]:
             record["success_score"] = round(1.0 - record["success_score"], 3)
         record["status"] = _FLIP.get(record.get("status"), record.get("status"))
     return pool
-
-
-def _runs(daemon: DaemonProcess, outcome: str) -> float:
-    return daemon.sample(RUNS, agent=AGENT, outcome=outcome) or 0.0
-
-
-def _env(pool: Path, **extra: str) -> dict[str, str]:
-    return {
-        "GENESIS_FP16_PLUGIN_ALLOWLIST": AGENT,
-        "GENESIS_FP16_AGENTS__SE_DARWIN__DATA_PATH": str(pool),
-        "GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION": "fp32",
-        "GENESIS_FP16_AGENTS__SE_DARWIN__OPTIONS__MAX_EPOCHS": "3",
-        "GENESIS_FP16_SCHEDULE": "1",
-        **extra,
-    }
 
 
 def _scores(folder: Path, golden: Path) -> list[float]:

@@ -2,30 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from daemon_harness import DaemonFactory, DaemonProcess
+from se_darwin_daemon import AGENT
+from se_darwin_daemon import runs as _runs
+from se_darwin_daemon import write_pool as _write
 
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
-AGENT = "se_darwin"
-RUNS = "genesis_fp16_training_runs_total"
 QA_RECORDS = 600  # the new agent's pool
-
-
-def _write(path: Path, pool: dict[str, Any]) -> None:
-    """Write atomically: a scheduled run never reads half a file."""
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(pool))
-    partial.replace(path)
-
-
-def _runs(daemon: DaemonProcess, outcome: str) -> float:
-    return daemon.sample(RUNS, agent=AGENT, outcome=outcome) or 0.0
 
 
 def _finished(daemon: DaemonProcess, count: int) -> dict[str, Any]:
