@@ -1,7 +1,7 @@
 """The fixed cost of one process-isolated run: from spawning the child to its first step.
 
 Spawns the daemon's own child command (``genesis-fp16 train se_darwin --request FILE --json
---json-progress``, genesis_fp16/runs/launcher.py) for a few-step run resumed from the previous
+--json-progress``, genesis_fp16/launch/launcher.py) for a few-step run resumed from the previous
 run's checkpoint, and times, from the spawn, the child's first log record (its imports,
 settings and plugin done: "set-up"), its first progress line (data, model and checkpoint
 loaded, one step taken: "first step"), its exit, and the CPU seconds it used (user and
@@ -36,12 +36,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from genesis_fp16.config.plugins import load_plugin
 from genesis_fp16.config.settings import Settings
-from genesis_fp16.plugins import load_plugin
-from genesis_fp16.runs.handoff import write_run_file
-from genesis_fp16.runs.launcher import child_command, request_file
-from genesis_fp16.runs.run_request import RequestOverrides, build_request
-from genesis_fp16_infrastructure.plugin_api import TrainRequest
+from genesis_fp16.jobs.run_request import RequestOverrides, build_request
+from genesis_fp16.launch.handoff import write_run_file
+from genesis_fp16.launch.launcher import child_command, request_file
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest
 
 PHASES = ("set_up_s", "first_step_s", "exit_s", "cpu_s")
 
@@ -53,7 +53,7 @@ def _request(state: Path, steps: int, sample_count: int) -> TrainRequest:
     request = replace(request, checkpoint_steps=10**6)  # one checkpoint, at the end
     path = request_file(request)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # The run file of this tree (genesis_fp16/runs/handoff.py); a tree before 481ea09 reads a
+    # The run file of this tree (genesis_fp16/launch/handoff.py); a tree before 481ea09 reads a
     # bare request (json.dumps(request.to_json())) instead.
     write_run_file(path, request, "INFO")
     return request

@@ -22,10 +22,10 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from genesis_fp16.config.plugins import load_plugin
 from genesis_fp16.config.settings import Settings
+from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.plugins import load_plugin
-from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
 
 
 def main() -> None:

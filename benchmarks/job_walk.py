@@ -7,7 +7,7 @@ script measures that walk on the real code, the same way each time::
     python benchmarks/job_walk.py --steps 8 --pool 600 --sequence
 
 It runs ONE real job of the ``se_darwin`` agent in this process, through the daemon's own
-job function (``genesis_fp16.runs.jobs.run_agent_job``, what ``AgentScheduler`` calls on
+job function (``genesis_fp16.jobs.agent_job.run_agent_job``, what ``AgentScheduler`` calls on
 each tick), built as ``tests/genesis_fp16/test_checkpoint_reads.py`` builds it: a fresh
 state folder, ``run_isolation="thread"`` (the run on a watched thread of this process,
 so the whole walk is in one process), ``auto_precision="rule"`` (no timing decides
@@ -107,15 +107,15 @@ RESUMABLE = 0x20 | 0x80 | 0x200
 
 
 def room_of(file: str) -> str:
-    """The room of a product file: its top folder (``genesis_fp16/runs/jobs.py``: genesis_fp16)."""
+    """The room of a product file: its top folder (``genesis_fp16/jobs/x.py``: genesis_fp16)."""
     return file.split("/", 1)[0]
 
 
 def product_file(filename: str, tree: Path = TREE) -> str | None:
     """``filename``'s path in ``tree`` when it is product code, else None.
 
-    >>> product_file(str(TREE / "genesis_fp16" / "runs" / "jobs.py"))
-    'genesis_fp16/runs/jobs.py'
+    >>> product_file(str(TREE / "genesis_fp16" / "jobs" / "agent_job.py"))
+    'genesis_fp16/jobs/agent_job.py'
     """
     try:
         parts = Path(filename).resolve().relative_to(tree).parts
@@ -283,10 +283,10 @@ def _job(folder: Path, data: Path, steps: int) -> tuple[Callable[[], None], Any,
     the device the job trains on."""
     from prometheus_client import CollectorRegistry
 
+    from genesis_fp16.config.plugins import load_plugin
     from genesis_fp16.config.settings import Settings
+    from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
     from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-    from genesis_fp16.plugins import load_plugin
-    from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
 
     settings = Settings(
         state_dir=folder,
@@ -310,7 +310,7 @@ def _succeeded(registry: Any) -> bool:
 def trace_job(steps: int, pool: int, warm: bool = True) -> tuple[Tracer, Job]:
     """Run one se_darwin job through ``run_agent_job`` and trace its walk (see above)."""
     import genesis_fp16
-    from genesis_fp16.plugins import load_plugin
+    from genesis_fp16.config.plugins import load_plugin
     from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 
     if product_file(genesis_fp16.__file__) is None:

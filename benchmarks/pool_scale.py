@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16_agents.se_darwin import plugin
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest
 from genesis_fp16_infrastructure.data.manifest import RACY_NS
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.plugin_api import TrainRequest
 
 CLI = str(Path(sys.executable).with_name("genesis-fp16"))
 CAP = ["--option", "max_epochs=1"]

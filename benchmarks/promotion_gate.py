@@ -41,11 +41,11 @@ from typing import Any
 import torch
 
 from genesis_fp16_agents.se_darwin.plugin import SEDarwinPlugin
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainRequestError
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint, record_id_hash
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError
-from genesis_fp16_infrastructure.retrain.drift import drift_report
+from genesis_fp16_infrastructure.recipes.retrain.drift import drift_report
 
 PLUGIN = SEDarwinPlugin()
 _FLIP = {"success": "failure", "failure": "success"}

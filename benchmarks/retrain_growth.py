@@ -44,10 +44,10 @@ from typing import Any
 import torch
 
 from genesis_fp16_agents.se_darwin.plugin import SEDarwinPlugin
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.plugin_api import TrainRequest
-from genesis_fp16_infrastructure.retrain.task import TaskOptions, WorldModelTask
+from genesis_fp16_infrastructure.recipes.retrain.task import TaskOptions, WorldModelTask
 from genesis_fp16_infrastructure.training import CheckpointManager, FitOptions, fit
 from genesis_fp16_infrastructure.world_model.metrics import auc
 from genesis_fp16_infrastructure.world_model.predict import (

@@ -1,7 +1,7 @@
 """`python -m genesis_fp16` runs the CLI (this is what the daemon's child runs and torchrun
 launch): a SIGTERM during the seconds of start-up is held for the command to act on."""
 
-from genesis_fp16.startup_signals import hold_sigterm
+from genesis_fp16.service.startup_signals import hold_sigterm
 
 hold_sigterm()
 

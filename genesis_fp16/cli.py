@@ -18,7 +18,7 @@ from typing import NoReturn
 
 from genesis_fp16 import __version__
 from genesis_fp16.config.storage import storage_error
-from genesis_fp16.startup_signals import release_sigterm
+from genesis_fp16.service.startup_signals import release_sigterm
 
 # Subcommand modules, in the order `--help` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -182,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"genesis-fp16: error: {why}", file=sys.stderr)
         return 1
     except Exception as exc:
-        from genesis_fp16.runs.devices import device_lost
+        from genesis_fp16.launch.devices import device_lost
 
         # A GPU lost mid-run is the host's fault, not the plugin's: the daemon says degraded.
         kind = "device_unavailable" if device_lost(exc) else "error"

@@ -1,7 +1,7 @@
 """The import path for agent plugins: what a plugin's code imports from genesis-fp16.
 
 This name stays put when the library's modules move; the implementation lives in the
-training library (``genesis_fp16_infrastructure.plugin_api``), which the built-in agents
+training library (``genesis_fp16_infrastructure.contract.plugin_api``), which the built-in agents
 import directly because the library must not import the daemon. A third-party plugin::
 
     from genesis_fp16.plugin_api import API_VERSION, TrainRequest, TrainResult, fit
@@ -26,7 +26,7 @@ names (``fit``, ``to_device``, ...) are imported when first used.
 
 from typing import TYPE_CHECKING
 
-from genesis_fp16_infrastructure.plugin_api import (
+from genesis_fp16_infrastructure.contract.plugin_api import (
     API_CHANGES,
     API_VERSION,
     DEFAULT_STEPS,

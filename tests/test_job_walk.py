@@ -13,14 +13,14 @@ SCRIPT = TREE / "benchmarks" / "job_walk.py"
 
 # Rooms g, a, g, i, g, a (g: genesis_fp16, a: agents, i: infrastructure), with repeats.
 WALK = [
-    "genesis_fp16/runs/jobs.py",
-    "genesis_fp16/runs/jobs.py",
-    "genesis_fp16/runs/planning.py",
+    "genesis_fp16/jobs/agent_job.py",
+    "genesis_fp16/jobs/agent_job.py",
+    "genesis_fp16/jobs/planning.py",
     "agents/genesis_fp16_agents/se_darwin/plugin.py",
-    "genesis_fp16/runs/planning.py",
-    "infrastructure/genesis_fp16_infrastructure/plugin_api.py",
+    "genesis_fp16/jobs/planning.py",
+    "infrastructure/genesis_fp16_infrastructure/contract/plugin_api.py",
     "infrastructure/genesis_fp16_infrastructure/training/run/fit.py",
-    "genesis_fp16/runs/supervising.py",
+    "genesis_fp16/jobs/supervising.py",
     "agents/genesis_fp16_agents/se_darwin/plugin.py",
     "agents/genesis_fp16_agents/se_darwin/plugin.py",
 ]
@@ -74,7 +74,7 @@ def test_file_pairs_and_folds_count_each_stop_once() -> None:
     assert sum(pairs.values()) == 7
     plugin = "agents/genesis_fp16_agents/se_darwin/plugin.py"
     assert (
-        pairs["agents/genesis_fp16_agents/se_darwin/plugin.py", "genesis_fp16/runs/planning.py"]
+        pairs["agents/genesis_fp16_agents/se_darwin/plugin.py", "genesis_fp16/jobs/planning.py"]
         == 2
     )
     assert all(walk.room_of(x) != walk.room_of(y) for x, y in walk.crossing_pairs(WALK))
@@ -84,8 +84,8 @@ def test_file_pairs_and_folds_count_each_stop_once() -> None:
 def test_only_product_files_of_the_tree_are_traced() -> None:
     """Files under the three rooms count; tests, benchmarks, a venv and other trees do not."""
     walk = _script()
-    assert walk.product_file(str(TREE / "genesis_fp16" / "runs" / "jobs.py")) == (
-        "genesis_fp16/runs/jobs.py"
+    assert walk.product_file(str(TREE / "genesis_fp16" / "jobs" / "agent_job.py")) == (
+        "genesis_fp16/jobs/agent_job.py"
     )
     assert walk.product_file(str(TREE / "agents" / "tests" / "x.py")) is None
     assert walk.product_file(str(TREE / "benchmarks" / "job_walk.py")) is None

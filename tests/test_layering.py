@@ -163,15 +163,16 @@ def test_cycle_check_catches_a_cycle_hidden_behind_type_checking(tmp_path: Path)
 
 
 # The daemon's floors, bottom up: a package imports from its own floor and those below.
-# plan (config) -> record (metrics) -> execute (runs) -> the service and its status report,
-# and the commands on top.
+# settings (config) -> record (metrics) -> start processes (launch) -> one job walked plan,
+# execute, record (jobs) -> the service and its status report, and the commands on top.
 DAEMON_FLOORS = (
-    {"plugin_api", "plugins", "probe_plot", "scaffold", "startup_signals", "testing"},
+    {"plugin_api", "scaffold", "testing"},
     {"config"},
     {"metrics"},
-    {"runs"},
+    {"launch"},
+    {"jobs"},
     {"service", "status"},
-    {"commands", "bench", "cli", "__main__", "agent_state"},
+    {"commands", "bench", "cli", "__main__"},
 )
 # The training library's: precision, then the modules shared by a step and a run
 # (checkpoint format, RNG state, the process group), then one step, then a whole run and
@@ -221,7 +222,7 @@ def test_floors_name_every_part() -> None:
 
 
 def test_daemon_packages_import_only_their_floor_and_below() -> None:
-    """config imports no metrics, runs or service; metrics no runs; runs no service."""
+    """config imports no metrics, jobs or service; launch no jobs; jobs no service."""
     assert _floor_offenders(ROOT / "genesis_fp16", "genesis_fp16", DAEMON_FLOORS) == []
 
 
@@ -233,10 +234,10 @@ def test_training_packages_import_only_their_floor_and_below() -> None:
 
 
 def test_floor_check_catches_an_import_from_above(tmp_path: Path) -> None:
-    """A config module that imports the runs is an offender, also inside a function."""
+    """A config module that imports the jobs is an offender, also inside a function."""
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "settings.py").write_text(
-        "def later():\n    from genesis_fp16.runs.jobs import run_agent_job\n"
+        "def later():\n    from genesis_fp16.jobs.agent_job import run_agent_job\n"
     )
     offenders = _floor_offenders(tmp_path, "genesis_fp16", DAEMON_FLOORS)
-    assert offenders == ["config/settings.py: config -> runs"]
+    assert offenders == ["config/settings.py: config -> jobs"]

@@ -13,8 +13,8 @@ import json
 from typing import Any
 
 from genesis_fp16.cli import UsageError
+from genesis_fp16.config.plugins import PluginError, load_plugin
 from genesis_fp16.config.settings import SettingsError, load_settings
-from genesis_fp16.plugins import PluginError, load_plugin
 
 
 def register(subparsers: Any) -> None:
@@ -38,7 +38,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from genesis_fp16.runs.run_request import parse_option_flags
+    from genesis_fp16.jobs.run_request import parse_option_flags
     from genesis_fp16.testing import check_agent
 
     try:

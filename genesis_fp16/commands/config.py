@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16.cli import error_object
+from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.settings import (
     AGENT_VARIABLE_PREFIX,
     Settings,
@@ -22,9 +23,8 @@ from genesis_fp16.config.settings import (
     load_settings_with_sources,
 )
 from genesis_fp16.config.settings_sources import SettingsSources
-from genesis_fp16.plugins import known_agent_names
-from genesis_fp16.runs.devices import check_devices
-from genesis_fp16.runs.run_request import check_configured_options
+from genesis_fp16.jobs.run_request import check_configured_options
+from genesis_fp16.launch.devices import check_devices
 
 
 def register(subparsers: Any) -> None:

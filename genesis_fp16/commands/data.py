@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16.cli import UsageError
+from genesis_fp16.config.plugins import PluginError, load_plugin
 from genesis_fp16.config.settings import SettingsError, load_settings
-from genesis_fp16.plugins import PluginError, load_plugin
 
 
 def register(subparsers: Any) -> None:

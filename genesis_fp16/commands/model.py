@@ -25,11 +25,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16.agent_state import agent_paths
 from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.model_list import list_models
-from genesis_fp16.plugins import known_agent_names
-from genesis_fp16_infrastructure.served import (
+from genesis_fp16.commands.named_agent import agent_paths
+from genesis_fp16.config.plugins import known_agent_names
+from genesis_fp16_infrastructure.recipes.retrain.served import (
     CANDIDATE_META,
     VERDICT_NAME,
     ServedPointerError,
@@ -39,7 +39,7 @@ from genesis_fp16_infrastructure.served import (
     pointer_path,
     read_json,
 )
-from genesis_fp16_infrastructure.served_repair import (
+from genesis_fp16_infrastructure.recipes.retrain.served_repair import (
     operator_pin,
     roll_back_by_hand,
     serve_by_hand,

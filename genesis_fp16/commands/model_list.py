@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16_infrastructure.served import (
+from genesis_fp16_infrastructure.recipes.retrain.served import (
     CANDIDATE_META,
     VERDICT_NAME,
     ServedPointer,
@@ -27,7 +27,7 @@ from genesis_fp16_infrastructure.served import (
     read_json,
     served_checkpoint,
 )
-from genesis_fp16_infrastructure.served_repair import repairable_pointer
+from genesis_fp16_infrastructure.recipes.retrain.served_repair import repairable_pointer
 
 
 def list_models(folder: Path, agent: str, as_json: bool) -> int:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.plugins import installed_entry_points
+from genesis_fp16.config.plugins import installed_entry_points
 from genesis_fp16.scaffold import ScaffoldError, check_name, write_agent
 
 

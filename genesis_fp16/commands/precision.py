@@ -15,12 +15,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16.agent_state import agent_paths
 from genesis_fp16.cli import UsageError
+from genesis_fp16.commands.named_agent import agent_paths
 from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.state_files import locked
-from genesis_fp16.plugins import known_agent_names
-from genesis_fp16.runs.guard_state import describe
+from genesis_fp16.jobs.guard_state import describe
 from genesis_fp16_infrastructure.training.flight.bundle_files import FOLDER, list_bundles
 from genesis_fp16_infrastructure.training.precision.carried_scale import (
     read_carried_scale,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16.cli import UsageError
+from genesis_fp16.config.plugins import PluginError, load_plugin
 from genesis_fp16.config.settings import (
     Settings,
     SettingsError,
@@ -23,7 +24,6 @@ from genesis_fp16.config.settings import (
     load_settings,
     resolve_device,
 )
-from genesis_fp16.plugins import PluginError, load_plugin
 from genesis_fp16_infrastructure.atomic import write_json_atomic
 
 # genesis_fp16_infrastructure.probe.runner.OPTIMIZERS, repeated: that module imports torch, and the
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_files(args: argparse.Namespace, report: Any, out: dict[str, Any]) -> dict[str, str]:
-    from genesis_fp16.probe_plot import PlotUnavailable, plot_layer_errors
+    from genesis_fp16.commands.probe_plot import PlotUnavailable, plot_layer_errors
 
     args.out.mkdir(parents=True, exist_ok=True)
     data = args.out / f"probe-{args.agent}.json"

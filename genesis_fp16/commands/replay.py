@@ -60,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _target(bundle: Mapping[str, Any]) -> Any:
+    from genesis_fp16.config.plugins import PluginError, load_plugin
     from genesis_fp16.config.settings import SettingsError, load_settings
-    from genesis_fp16.plugins import PluginError, load_plugin
     from genesis_fp16_infrastructure.training.flight.bundle import BundleError
     from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget
 

@@ -102,7 +102,7 @@ def _ask(url: str) -> StatusReport:
 
 
 def _folder_report(settings: Settings, daemon: DaemonStatus, note: str) -> StatusReport:
-    from genesis_fp16.plugins import known_agent_names
+    from genesis_fp16.config.plugins import known_agent_names
     from genesis_fp16.status.report import NextRun, gather_status
 
     allowed = settings.plugin_allowlist

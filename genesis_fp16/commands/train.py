@@ -3,7 +3,7 @@
 The precision requested is, in order: ``--precision``, ``ENABLE_FP16_TRAINING=false``
 (fp32), the agent's own override, ``ENABLE_FP16_TRAINING=true`` (fp16), ``auto``; without
 ``--precision`` the precision guard's memory of a demotion lowers it, as in the daemon
-(the request is built by genesis_fp16/runs/run_request.py for both). The precision guard
+(the request is built by genesis_fp16/jobs/run_request.py for both). The precision guard
 (``GENESIS_FP16_GUARD_*``) watches the run. ``--option KEY=VALUE`` sets an option the
 agent declares (``genesis-fp16 agents --json``). What ran, and why, is logged and
 reported. Without ``--data`` the agent trains on a sample dataset
@@ -51,6 +51,7 @@ from genesis_fp16.commands.train_output import (
     print_progress,
 )
 from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.config.plugins import PluginError, load_plugin
 from genesis_fp16.config.settings import (
     COMPILE_CHOICES,
     CUDA_GRAPH_CHOICES,
@@ -60,23 +61,22 @@ from genesis_fp16.config.settings import (
     load_settings,
     resolve_device,
 )
-from genesis_fp16.metrics.last_run import record_foreground
-from genesis_fp16.metrics.tracking import RunTracker, close_tracker, open_tracker
-from genesis_fp16.plugins import PluginError, load_plugin
-from genesis_fp16.runs import kubeflow
-from genesis_fp16.runs.run_request import (
+from genesis_fp16.jobs.run_request import (
     RequestOverrides,
     budget,
     build_request,
     parse_option_flags,
     resolve_options,
 )
+from genesis_fp16.launch import kubeflow
+from genesis_fp16.metrics.last_run import record_foreground
+from genesis_fp16.metrics.tracking import RunTracker, close_tracker, open_tracker
 from genesis_fp16.service.logsetup import configure_logging
-from genesis_fp16.startup_signals import take_over_sigterm
+from genesis_fp16.service.startup_signals import take_over_sigterm
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainRequestError
 from genesis_fp16_infrastructure.data.readers import DataError
-from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError
 
-# torch (through genesis_fp16.runs.distributed and genesis_fp16_infrastructure.training's
+# torch (through genesis_fp16.launch.distributed and genesis_fp16_infrastructure.training's
 # checkpoint and precision modules) is imported inside run(), _train() and _request(), not here:
 # cli.py imports every command module to build its parser, and --help should not wait
 # 1.8 s for torch.
@@ -180,12 +180,12 @@ def register(subparsers: Any) -> None:
     # For the daemon's launcher: the whole run request as JSON (TrainRequest.to_json).
     parser.add_argument("--request", type=Path, help=argparse.SUPPRESS)
     # train installs its own SIGTERM handler (_stop_on_signals), which takes over one that
-    # came during start-up (genesis_fp16.startup_signals).
+    # came during start-up (genesis_fp16.service.startup_signals).
     parser.set_defaults(func=run, takes_sigterm=True)
 
 
 def run(args: argparse.Namespace) -> int:
-    from genesis_fp16.runs.distributed import TorchrunEnv
+    from genesis_fp16.launch.distributed import TorchrunEnv
 
     check_arguments(args)
     handed, log_level = _read_request_file(args.request) if args.request else (None, "INFO")
@@ -238,7 +238,7 @@ def _run_owned(
     handed: TrainRequest | None,
     wanted: str,
 ) -> int:
-    from genesis_fp16.runs.distributed import process_group, rank_zero_first
+    from genesis_fp16.launch.distributed import process_group, rank_zero_first
 
     with process_group(env, wanted) as device:
         bar: ProgressBar | None = None
@@ -280,8 +280,8 @@ def _flags(args: argparse.Namespace) -> dict[str, str]:
 
 def _read_request_file(path: Path) -> tuple[TrainRequest, str]:
     """The request and log level the daemon's launcher wrote for its child or torchrun's
-    ranks (genesis_fp16/runs/handoff.py); from here on the daemon's end of stdin is watched."""
-    from genesis_fp16.runs.handoff import read_run_file, watch_daemon
+    ranks (genesis_fp16/launch/handoff.py); from here on the daemon's end of stdin is watched."""
+    from genesis_fp16.launch.handoff import read_run_file, watch_daemon
 
     try:
         request, log_level, watch = read_run_file(path)
@@ -336,7 +336,7 @@ def _train(
         request.precision_reason,
         request.device,
     )
-    from genesis_fp16_infrastructure.result_check import check_result
+    from genesis_fp16_infrastructure.contract.result_check import check_result
     from genesis_fp16_infrastructure.training import PrecisionError
     from genesis_fp16_infrastructure.training.checkpoint import CheckpointFolderBusy
     from genesis_fp16_infrastructure.training.step.execution import ExecutionError
@@ -392,8 +392,8 @@ def _train(
 
 def _holds_models(folder: Path) -> bool:
     """A folder of served models and candidates (se_darwin's: served.json, candidates/<id>/
-    ckpt-*.pt; genesis_fp16_infrastructure/served.py) holds checkpoints too."""
-    from genesis_fp16_infrastructure.served import candidates_dir, pointer_path
+    ckpt-*.pt; genesis_fp16_infrastructure/recipes/retrain/served.py) holds checkpoints too."""
+    from genesis_fp16_infrastructure.recipes.retrain.served import candidates_dir, pointer_path
 
     if pointer_path(folder).exists():
         return True
@@ -403,7 +403,7 @@ def _holds_models(folder: Path) -> bool:
 def _request(
     args: argparse.Namespace, settings: Settings, plugin: Any, device: str, main: bool
 ) -> tuple[TrainRequest, ProgressBar | None]:
-    """The run request (genesis_fp16/runs/run_request.py) and the progress bar: on a terminal
+    """The run request (genesis_fp16/jobs/run_request.py) and the progress bar: on a terminal
     only (a pipe or a file gets the log records alone, no carriage returns)."""
     from genesis_fp16_infrastructure.training import CheckpointManager
 

@@ -19,7 +19,7 @@ from genesis_fp16.config.settings import (
     Settings,
     check_device_name,
 )
-from genesis_fp16.runs.devices import device_problem
+from genesis_fp16.launch.devices import device_problem
 
 _REQUEST_ONLY = (
     *("precision", "steps", "epochs", "data", "checkpoint_dir", "seed", "device"),
@@ -130,7 +130,7 @@ def refuse_unusable_device(
 
 def bound_history(folder: Path, settings: Settings) -> None:
     """Bound the model history as the daemon does after each run (served.prune)."""
-    from genesis_fp16_infrastructure.served import ServedPointerError, prune
+    from genesis_fp16_infrastructure.recipes.retrain.served import ServedPointerError, prune
 
     try:
         removed = prune(folder, settings.served_history_keep, settings.rejected_keep_days)

@@ -69,7 +69,7 @@ class AgentSettings(BaseModel):
     steps: int | None = Field(default=None, ge=1)
     epochs: int | None = Field(default=None, ge=1)
     device: str | None = None
-    # Run the precision probe once before the first bf16/fp16 run (genesis_fp16/runs/probe_gate.py).
+    # Run the precision probe once before the first bf16/fp16 run (genesis_fp16/jobs/probe_gate.py).
     probe_before_low_precision: bool = False
     # More than 1: the daemon runs each job under torchrun with this many processes.
     nproc: int = Field(default=1, ge=1)
@@ -83,10 +83,10 @@ class AgentSettings(BaseModel):
     # process or thread (default GENESIS_FP16_RUN_ISOLATION): see Settings.run_isolation.
     isolation: Isolation | None = None
     # A trusted pool the promotion gate also scores candidate and served model on
-    # (GENESIS_FP16_AGENTS__<AGENT>__GOLDEN_DATA; genesis_fp16_infrastructure.retrain.gate).
+    # (GENESIS_FP16_AGENTS__<AGENT>__GOLDEN_DATA; genesis_fp16_infrastructure.recipes.retrain.gate).
     golden_data: Path | None = None
     # The agent's own options (its plugin declares them: `genesis-fp16 agents --json`),
-    # checked against that declaration at start-up and on reload (genesis_fp16/runs/run_request.py).
+    # checked against that declaration at start-up and on reload (genesis_fp16/jobs/run_request.py).
     options: dict[str, str | int | float | bool] = Field(default_factory=dict)
 
     @field_validator("options", mode="before")

@@ -9,7 +9,7 @@
     last_success.json      when the agent's last successful run ended (survives a restart)
     last_run.json          the last run: outcome, precision, when and why (`genesis-fp16 status`)
     precision_calibration.json   a measured auto's timings (training/run/calibration.py)
-    probe_result.json      the precision probe's record (genesis_fp16/runs/probe_gate.py)
+    probe_result.json      the precision probe's record (genesis_fp16/jobs/probe_gate.py)
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 from genesis_fp16.config.state_files import report_state_file_skipped
 from genesis_fp16_infrastructure.agent_state import AgentStateFiles
 from genesis_fp16_infrastructure.atomic import UnusableStateFile, read_state_text, write_atomic
-from genesis_fp16_infrastructure.plugin_api import AgentPlugin
+from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin
 
 SAMPLE_DATA_COUNT = 20_000
 SAMPLE_DATA_SEED = 0

@@ -45,8 +45,8 @@ from genesis_fp16.config.agent_settings import (
 )
 from genesis_fp16.config.extras import tensorboard_missing
 from genesis_fp16.config.guard_settings import GuardSettings
+from genesis_fp16.config.plugins import ENTRY_POINT_GROUP
 from genesis_fp16.config.settings_sources import SettingsSources, read_sources
-from genesis_fp16.plugins import ENTRY_POINT_GROUP
 from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
 from genesis_fp16_infrastructure.training.precision.precision_names import CHOICES
 
@@ -127,7 +127,7 @@ class Settings(BaseSettings, GuardSettings):
     # default_run_memory_limit); 0: no limit (None once resolved).
     run_memory_limit_bytes: int | None = Field(default=None, ge=0, validate_default=True)
     sample_count: int = Field(default=2000, ge=1)
-    # Bounded model history (genesis_fp16_infrastructure.served:prune, after every run): the last K
+    # Bounded model history (recipes.retrain.served:prune, after every run): the last K
     # served models are kept for rollback, rejected candidates for N days of inspection.
     served_history_keep: int = Field(default=5, ge=1)
     rejected_keep_days: float = Field(default=7.0, ge=0)

@@ -3,7 +3,7 @@
 The daemon's metrics count runs and the log line ``training run finished`` tells each
 one, but neither survives in a form a later command can read: after a restart, or with
 no daemon at all, "what happened last time, and why" was in a log a newcomer may not
-keep. So the step that records a run (the daemon's genesis_fp16/runs/recording.py, and a
+keep. So the step that records a run (the daemon's genesis_fp16/jobs/recording.py, and a
 foreground ``train``) also writes ``<state_dir>/agents/<agent>/last_run.json``,
 atomically (the old record or the new one, never half of one)::
 
@@ -28,7 +28,7 @@ import structlog
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16_infrastructure.atomic import UnusableStateFile, read_state_text, write_json_atomic
-from genesis_fp16_infrastructure.plugin_api import TrainResult
+from genesis_fp16_infrastructure.contract.plugin_api import TrainResult
 
 log = structlog.get_logger("genesis_fp16.last_run")
 

@@ -1,7 +1,7 @@
 """The live watch's series: the served model against its predecessor on new records.
 
 ``observe`` reads a finished run's ``extra["live"]``
-(genesis_fp16_infrastructure.retrain.live_watch) and its gate verdict; it is called for
+(genesis_fp16_infrastructure.recipes.retrain.live_watch) and its gate verdict; it is called for
 every se_darwin-style run, so that the rollback counter exists at 0 before its first
 rollback (an ``increase()`` over it then sees the first one).
 

@@ -1,4 +1,4 @@
-"""The precision probe's gauges, ``genesis_fp16_probe_*``; genesis_fp16/runs/probe_gate.py runs
+"""The precision probe's gauges, ``genesis_fp16_probe_*``; genesis_fp16/jobs/probe_gate.py runs
 the probe and exports its record here.
 
 >>> colour_value("amber")

@@ -1,7 +1,7 @@
 """The promotion gate's series: served and candidate quality, drift, and the agent's disk.
 
 ``export_gate`` reads a finished run's ``TrainResult.gate``
-(genesis_fp16_infrastructure.retrain.gate) and ``export_drift`` its ``TrainResult.drift``;
+(genesis_fp16_infrastructure.recipes.retrain.gate) and ``export_drift`` its ``TrainResult.drift``;
 ``set_state_bytes`` the bytes of the agent's folder after pruning.
 
 >>> from prometheus_client import CollectorRegistry

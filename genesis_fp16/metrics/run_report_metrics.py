@@ -2,7 +2,7 @@
 stopping kept, a measured ``auto``, where its time went, its data and its device memory.
 
 Each ``set_*`` takes one typed field of the run's ``TrainResult``
-(genesis_fp16/runs/recording.py passes them), so an agent that reports none of them
+(genesis_fp16/jobs/recording.py passes them), so an agent that reports none of them
 leaves these series absent rather than at zero.
 
 >>> from prometheus_client import CollectorRegistry, generate_latest

@@ -1,7 +1,7 @@
 """The daemon's agents, kept in step with the installed plugins while it runs.
 
 At start-up every allowed entry point of ``genesis_fp16.agents`` is imported
-(genesis_fp16/plugins.py). After that the daemon rescans the entry points at each
+(genesis_fp16/config/plugins.py). After that the daemon rescans the entry points at each
 scheduler tick (every ``GENESIS_FP16_HEARTBEAT_SECONDS``) and on SIGHUP:
 
 - a plugin installed since (``pip install``, ``pip install -e``: its new ``.pth`` file is
@@ -33,13 +33,13 @@ from pathlib import Path
 
 import structlog
 
+from genesis_fp16.config.plugins import PluginRecord, installed_entry_points, load_entry_point
 from genesis_fp16.config.settings import Settings, SettingsError
+from genesis_fp16.jobs.run_request import check_configured_options
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.plugins import PluginRecord, installed_entry_points, load_entry_point
-from genesis_fp16.runs.run_request import check_configured_options
 from genesis_fp16.service.scheduler import AgentScheduler
 from genesis_fp16.service.state_lock import record_scheduled
-from genesis_fp16_infrastructure.plugin_api import AgentPlugin
+from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin
 
 log = structlog.get_logger("genesis_fp16.daemon")
 

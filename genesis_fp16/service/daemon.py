@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 
 from genesis_fp16 import __version__
 from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.settings import (
     Settings,
     SettingsError,
@@ -37,18 +38,17 @@ from genesis_fp16.config.settings import (
 )
 from genesis_fp16.config.settings_sources import SettingsSources
 from genesis_fp16.config.state_files import on_state_file_skipped
-from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.metrics.http import StatusServer, raise_open_file_limit, tls_context
-from genesis_fp16.metrics.last_success import LastSuccessStore, LastSuccessUnreadable
-from genesis_fp16.plugins import known_agent_names
-from genesis_fp16.runs.devices import check_devices
-from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
-from genesis_fp16.runs.next_run import expected_next_run
-from genesis_fp16.runs.run_request import (
+from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
+from genesis_fp16.jobs.next_run import expected_next_run
+from genesis_fp16.jobs.run_request import (
     check_configured_options,
     expected_precision,
     precision_request,
 )
+from genesis_fp16.launch.devices import check_devices
+from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16.metrics.http import StatusServer, raise_open_file_limit, tls_context
+from genesis_fp16.metrics.last_success import LastSuccessStore, LastSuccessUnreadable
 from genesis_fp16.service.agent_rescan import AgentRescan
 from genesis_fp16.service.logsetup import on_thread_exception
 from genesis_fp16.service.scheduler import AgentScheduler
@@ -59,7 +59,7 @@ from genesis_fp16.service.state_lock import (
 )
 from genesis_fp16.service.systemd import Notifier
 from genesis_fp16.status.serving import status_documents
-from genesis_fp16_infrastructure.plugin_api import AgentPlugin
+from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin
 
 log = structlog.get_logger("genesis_fp16.daemon")
 
@@ -176,10 +176,10 @@ class Daemon:
         self, switched: frozenset[str] = frozenset(), startup: bool = False
     ) -> None:
         """Show each idle agent's next run: its precision and the loss scale it starts with
-        (genesis_fp16/runs/next_run.py). A running agent's gauges follow its run, unless the agent
+        (genesis_fp16/jobs/next_run.py). A running agent's gauges follow its run, unless the agent
         is in ``switched``: a reload changed its precision, so its run is stopping and is
-        rerun at once (genesis_fp16/runs/jobs.py), and the precision gauge shows the rerun's from
-        the reload on (the stopping run's last reports leave it alone).
+        rerun at once (genesis_fp16/jobs/agent_job.py), and the precision gauge shows the
+        rerun's from the reload on (the stopping run's last reports leave it alone).
 
         ``startup``: an agent whose ``auto`` is not decided yet shows every precision 0 and
         a NaN scale, so that both series exist from the first scrape; a reload leaves such

@@ -29,7 +29,7 @@ from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.metrics.last_run import LastRun, LastRunUnreadable, load_last_run
 from genesis_fp16.metrics.last_success import LastSuccessStore, LastSuccessUnreadable
 from genesis_fp16_infrastructure.atomic import UnusableStateFile, read_state_text
-from genesis_fp16_infrastructure.served import (
+from genesis_fp16_infrastructure.recipes.retrain.served import (
     REPAIR,
     aside_path,
     newest_checkpoint,

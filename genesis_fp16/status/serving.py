@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.settings import Settings, parse_schedule
-from genesis_fp16.plugins import known_agent_names
 from genesis_fp16.service.state_lock import LOCK_NAME
 from genesis_fp16.status.render import render_html
 from genesis_fp16.status.report import DaemonStatus, NextRun, StatusReport, gather_status

@@ -18,8 +18,7 @@ from typing import Any
 
 import torch
 
-from genesis_fp16_infrastructure.data.readers import DataError
-from genesis_fp16_infrastructure.plugin_api import (
+from genesis_fp16_infrastructure.contract.plugin_api import (
     API_VERSION,
     ProbeSetup,
     TrainRequest,
@@ -27,7 +26,8 @@ from genesis_fp16_infrastructure.plugin_api import (
     TrainResult,
     api_version_error,
 )
-from genesis_fp16_infrastructure.result_check import TrainResultError, check_result
+from genesis_fp16_infrastructure.contract.result_check import TrainResultError, check_result
+from genesis_fp16_infrastructure.data.readers import DataError
 from genesis_fp16_infrastructure.training import PRECISIONS
 
 # Records of sample data the rules train on, and the steps of a run: tiny on purpose.

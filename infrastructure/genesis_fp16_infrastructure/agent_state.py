@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16_infrastructure.served import ServedPointerError, served_checkpoint
+from genesis_fp16_infrastructure.recipes.retrain.served import ServedPointerError, served_checkpoint
 from genesis_fp16_infrastructure.training.precision.carried_scale import (
     CarriedScale,
     read_carried_scale,

@@ -36,8 +36,8 @@ import pytest
 import torch
 from prometheus_client.parser import text_string_to_metric_families
 
-from genesis_fp16.runs import planning
-from genesis_fp16.runs.run_request import RequestOverrides
+from genesis_fp16.jobs import planning
+from genesis_fp16.jobs.run_request import RequestOverrides
 
 FIXTURE_PLUGINS = Path(__file__).resolve().parents[1] / "fixtures" / "plugins"
 T = TypeVar("T")

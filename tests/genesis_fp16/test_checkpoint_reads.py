@@ -16,11 +16,11 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.config.plugins import load_plugin
 from genesis_fp16.config.settings import Settings
+from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.plugins import load_plugin
-from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
-from genesis_fp16_infrastructure.served import served_checkpoint
+from genesis_fp16_infrastructure.recipes.retrain.served import served_checkpoint
 from genesis_fp16_infrastructure.training.step import trainer
 
 AGENT = "se_darwin"

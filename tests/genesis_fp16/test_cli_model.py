@@ -11,8 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from genesis_fp16_infrastructure.served import pointer_path, read_pointer, serve, write_verdict
-from genesis_fp16_infrastructure.served_repair import served_entry
+from genesis_fp16_infrastructure.recipes.retrain.served import (
+    pointer_path,
+    read_pointer,
+    serve,
+    write_verdict,
+)
+from genesis_fp16_infrastructure.recipes.retrain.served_repair import served_entry
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = "se_darwin"

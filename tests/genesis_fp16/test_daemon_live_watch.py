@@ -13,7 +13,7 @@ import pytest
 from daemon_harness import DaemonFactory, DaemonProcess, daemon_env
 
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.served import (
+from genesis_fp16_infrastructure.recipes.retrain.served import (
     VERDICT_NAME,
     candidate_entry,
     candidates_dir,

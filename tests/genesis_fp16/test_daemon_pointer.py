@@ -17,7 +17,7 @@ from se_darwin_daemon import se_darwin_env as _env
 from se_darwin_daemon import write_pool as _write
 
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.served import (
+from genesis_fp16_infrastructure.recipes.retrain.served import (
     ServedPointerError,
     list_candidates,
     pointer_path,

@@ -14,10 +14,10 @@ from prometheus_client import CollectorRegistry
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import SettingsError, load_settings
-from genesis_fp16.runs.jobs import DeviceSlots, JobContext
-from genesis_fp16.runs.run_request import check_configured_options
+from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext
+from genesis_fp16.jobs.run_request import check_configured_options
 from genesis_fp16.service.daemon import Daemon
-from genesis_fp16_infrastructure.plugin_api import AgentPlugin
+from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin
 from genesis_fp16_infrastructure.training.run.guard import PrecisionMemory, write_precision_memory
 
 AGENT = "agent_a"

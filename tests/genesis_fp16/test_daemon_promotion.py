@@ -21,7 +21,11 @@ from se_darwin_daemon import write_pool as _write
 
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.served import list_candidates, read_json, read_pointer
+from genesis_fp16_infrastructure.recipes.retrain.served import (
+    list_candidates,
+    read_json,
+    read_pointer,
+)
 from genesis_fp16_infrastructure.world_model.metrics import auc_with_interval
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 

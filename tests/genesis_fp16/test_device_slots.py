@@ -12,10 +12,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from genesis_fp16.config.settings import Settings
+from genesis_fp16.jobs.agent_job import JobContext, run_agent_job
+from genesis_fp16.launch.device_slots import DeviceSlots, slot_keys
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.runs.device_slots import DeviceSlots, slot_keys
-from genesis_fp16.runs.jobs import JobContext, run_agent_job
-from genesis_fp16_infrastructure.plugin_api import API_VERSION, TrainRequest
+from genesis_fp16_infrastructure.contract.plugin_api import API_VERSION, TrainRequest
 
 WAIT = 30.0  # seconds a thread may take to get going on a busy machine: a bound, not a timing
 

@@ -18,10 +18,10 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from genesis_fp16.config.settings import Settings, SettingsError
+from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
+from genesis_fp16.launch.devices import check_devices, device_lost, device_problem
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.runs.devices import check_devices, device_lost, device_problem
-from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
-from genesis_fp16_infrastructure.plugin_api import API_VERSION, TrainRequest
+from genesis_fp16_infrastructure.contract.plugin_api import API_VERSION, TrainRequest
 
 # More GPUs than any host has: refused on every host, with or without CUDA.
 NO_SUCH_GPU = "cuda:99"
@@ -230,7 +230,7 @@ def test_a_child_run_whose_gpu_is_gone_reports_it_and_the_daemon_counts_it(
 ) -> None:
     """A process-isolated run on a GPU that vanished after start-up: the child refuses in one
     line, and the job counts device_unavailable and marks the agent degraded."""
-    from genesis_fp16.plugins import load_plugin
+    from genesis_fp16.config.plugins import load_plugin
 
     ctx = _context(tmp_path, monkeypatch, device=NO_SUCH_GPU, steps_per_run=2, sample_count=200)
     with capture_logs() as logs:

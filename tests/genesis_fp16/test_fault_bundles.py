@@ -22,9 +22,9 @@ from guard_faults import STEPS, FaultTask
 
 from genesis_fp16.commands.train_output import describe
 from genesis_fp16.config.settings import Settings
+from genesis_fp16.jobs.guard_state import record_run
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.runs.guard_state import record_run
-from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainResult
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.training import GuardConfig, fit
 
 AGENT = "se_darwin"

@@ -15,10 +15,10 @@ from prometheus_client import CollectorRegistry
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings
+from genesis_fp16.jobs.guard_state import guard_config, record_run
+from genesis_fp16.jobs.run_request import expected_precision, precision_request
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.runs.guard_state import guard_config, record_run
-from genesis_fp16.runs.run_request import expected_precision, precision_request
-from genesis_fp16_infrastructure.plugin_api import TrainResult
+from genesis_fp16_infrastructure.contract.plugin_api import TrainResult
 from genesis_fp16_infrastructure.training.precision.decide import decide, resolve_precision
 from genesis_fp16_infrastructure.training.run.guard import (
     GuardConfig,

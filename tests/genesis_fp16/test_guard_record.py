@@ -18,9 +18,9 @@ from guard_faults import CASES, DEMOTED_AT, ROLLBACK_TO, FaultTask, guarded_run
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings
+from genesis_fp16.jobs.guard_state import record_run
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.runs.guard_state import record_run
-from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainResult
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.training.run.guard import read_precision_memory
 
 AGENT = "fault_agent"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from genesis_fp16.runs.handoff import child_env, read_run_file, write_run_file
-from genesis_fp16_infrastructure.plugin_api import TrainRequest
+from genesis_fp16.launch.handoff import child_env, read_run_file, write_run_file
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest
 
 
 def test_the_child_environment_holds_no_setting_and_no_working_directory() -> None:

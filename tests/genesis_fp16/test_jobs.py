@@ -14,9 +14,9 @@ from structlog.testing import capture_logs
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings
+from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
-from genesis_fp16_infrastructure.plugin_api import (
+from genesis_fp16_infrastructure.contract.plugin_api import (
     API_VERSION,
     TrainRequest,
     TrainRequestError,
@@ -105,7 +105,7 @@ def test_an_unusable_precision_state_is_set_aside_counted_and_floors_at_fp32(
     agent trains in fp32 (its floor written back) until `precision reset`."""
     from genesis_fp16.config import state_files
     from genesis_fp16.config.paths import AgentPaths
-    from genesis_fp16.runs import guard_state
+    from genesis_fp16.jobs import guard_state
 
     skipped: list[tuple[str, str]] = []
     monkeypatch.setattr(state_files, "_listeners", [lambda a, f: skipped.append((a, f))])

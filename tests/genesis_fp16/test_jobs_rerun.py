@@ -13,9 +13,9 @@ from fake_results import train_result
 from prometheus_client import CollectorRegistry
 
 from genesis_fp16.config.settings import Settings
+from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
-from genesis_fp16_infrastructure.plugin_api import API_VERSION, TrainRequest
+from genesis_fp16_infrastructure.contract.plugin_api import API_VERSION, TrainRequest
 
 AGENT = "flapping"
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from kubeflow_trainer_api.models import TrainerV1alpha1UpdateTrainJobStatusRequest
 
-from genesis_fp16.runs import kubeflow
-from genesis_fp16.runs.kubeflow import (
+from genesis_fp16.launch import kubeflow
+from genesis_fp16.launch.kubeflow import (
     PetLayout,
     PetLayoutError,
     StatusReporter,
@@ -26,7 +26,7 @@ from genesis_fp16.runs.kubeflow import (
     report_progress,
     trainer_status,
 )
-from genesis_fp16_infrastructure.plugin_api import TrainRequest
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest
 from genesis_fp16_infrastructure.training import TrainingSummary
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint

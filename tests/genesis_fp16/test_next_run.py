@@ -13,9 +13,9 @@ from typing import Any
 import torch
 
 from genesis_fp16.config.paths import AgentPaths
-from genesis_fp16.runs.next_run import INITIAL_SCALE, expected_next_run
-from genesis_fp16.runs.run_request import expected_precision
-from genesis_fp16_infrastructure.served import ServedPointer, write_pointer
+from genesis_fp16.jobs.next_run import INITIAL_SCALE, expected_next_run
+from genesis_fp16.jobs.run_request import expected_precision
+from genesis_fp16_infrastructure.recipes.retrain.served import ServedPointer, write_pointer
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.precision.decide import Measured, decide

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from daemon_harness import FIXTURE_PLUGINS
 
-from genesis_fp16.plugins import PluginError, discover_plugins, load_plugin
+from genesis_fp16.config.plugins import PluginError, discover_plugins, load_plugin
 
 
 @pytest.fixture(autouse=True)

@@ -12,8 +12,7 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from genesis_fp16.config.settings import AgentSettings, Settings
-from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.runs.probe_gate import (
+from genesis_fp16.jobs.probe_gate import (
     ProbeRecord,
     gate_before_run,
     probe_result_path,
@@ -21,6 +20,7 @@ from genesis_fp16.runs.probe_gate import (
     red_precisions,
     write_record,
 )
+from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 PROBE_PLUGIN = Path(__file__).resolve().parent / "probe_plugin"

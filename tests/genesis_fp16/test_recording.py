@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from genesis_fp16.config.settings import Settings
+from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
-from genesis_fp16_infrastructure.plugin_api import API_VERSION, TrainRequest, TrainResult
+from genesis_fp16_infrastructure.contract.plugin_api import API_VERSION, TrainRequest, TrainResult
 
 AGENT = "typed"
 
@@ -104,7 +104,7 @@ def test_a_childs_result_line_is_the_result_and_a_diagnostics_line_is_live() -> 
     import io
     import json
 
-    from genesis_fp16.runs.launcher import _Output, _read_stdout
+    from genesis_fp16.launch.launcher import _Output, _read_stdout
 
     live: list[dict[str, float]] = []
     result = train_result(agent=AGENT, diagnostics=None).to_json()

@@ -12,14 +12,14 @@ from structlog.testing import capture_logs
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import AgentSettings, Settings
-from genesis_fp16.runs.run_request import (
+from genesis_fp16.jobs.run_request import (
     RequestOverrides,
     budget,
     build_request,
     expected_precision,
 )
 from genesis_fp16_agents.rlhf_ppo import plugin
-from genesis_fp16_infrastructure.plugin_api import ignored_request_fields
+from genesis_fp16_infrastructure.contract.plugin_api import ignored_request_fields
 from genesis_fp16_infrastructure.training.run.guard import (
     remember_demotions,
     write_precision_memory,

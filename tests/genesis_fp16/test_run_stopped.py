@@ -14,11 +14,11 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from genesis_fp16.config.settings import Settings
+from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
+from genesis_fp16.launch.launcher import LaunchError, RunStopped, train_in_child
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
-from genesis_fp16.runs.launcher import LaunchError, RunStopped, train_in_child
+from genesis_fp16_infrastructure.contract.plugin_api import API_VERSION, TrainRequest
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.plugin_api import API_VERSION, TrainRequest
 
 AGENT = "stopping"
 

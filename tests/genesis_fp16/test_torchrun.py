@@ -14,9 +14,9 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from genesis_fp16.runs import launcher
-from genesis_fp16.runs.distributed import TorchrunEnv, rank_device
-from genesis_fp16.runs.launcher import (
+from genesis_fp16.launch import launcher
+from genesis_fp16.launch.distributed import TorchrunEnv, rank_device
+from genesis_fp16.launch.launcher import (
     LaunchError,
     LayoutError,
     check_layout,
@@ -25,7 +25,7 @@ from genesis_fp16.runs.launcher import (
     torchrun_command,
     train_with_torchrun,
 )
-from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainRequestError
 from genesis_fp16_infrastructure.training import TrainingSummary
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager, load_checkpoint

@@ -16,10 +16,10 @@ from daemon_harness import clear_daemon_env, force_jobs
 from prometheus_client import CollectorRegistry
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from genesis_fp16.config.plugins import load_plugin
 from genesis_fp16.config.settings import Settings
+from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.plugins import load_plugin
-from genesis_fp16.runs.jobs import DeviceSlots, JobContext, run_agent_job
 
 ROOT = Path(__file__).resolve().parents[2]
 

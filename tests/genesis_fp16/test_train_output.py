@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from genesis_fp16.commands.train_output import verdict
-from genesis_fp16_infrastructure.retrain import gate
+from genesis_fp16_infrastructure.recipes.retrain import gate
 
 
 def _gate(*comparisons: gate.Comparison) -> dict[str, Any]:

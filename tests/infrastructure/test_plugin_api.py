@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from genesis_fp16_infrastructure.plugin_api import (
+from genesis_fp16_infrastructure.contract.plugin_api import (
     API_CHANGES,
     API_VERSION,
     PrecisionRequest,
@@ -91,7 +91,11 @@ def test_from_fit_reports_what_ran(tmp_path: Path) -> None:
 
 def test_agent_option_parses_text_and_refuses_wrong_types() -> None:
     """Text from the CLI/.env becomes the declared type; a wrong type or choice is refused."""
-    from genesis_fp16_infrastructure.plugin_api import AgentOption, TrainRequestError, parse_options
+    from genesis_fp16_infrastructure.contract.plugin_api import (
+        AgentOption,
+        TrainRequestError,
+        parse_options,
+    )
 
     declared = [
         AgentOption("lr", "float", 0.1, "step size"),
@@ -119,7 +123,7 @@ def test_agent_option_parses_text_and_refuses_wrong_types() -> None:
 
 def test_a_request_without_a_budget_trains_the_documented_default(tmp_path: Path) -> None:
     """No steps and no epochs: fit_options() gives DEFAULT_STEPS, not a ValueError."""
-    from genesis_fp16_infrastructure.plugin_api import DEFAULT_STEPS
+    from genesis_fp16_infrastructure.contract.plugin_api import DEFAULT_STEPS
 
     request = dataclasses.replace(_request(tmp_path), steps=None)
     assert request.steps is None and request.epochs is None

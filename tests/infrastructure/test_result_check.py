@@ -11,8 +11,12 @@ from typing import Any
 import pytest
 import torch
 
-from genesis_fp16_infrastructure.plugin_api import PrecisionRequest, TrainRequestError, TrainResult
-from genesis_fp16_infrastructure.result_check import TrainResultError, check_result
+from genesis_fp16_infrastructure.contract.plugin_api import (
+    PrecisionRequest,
+    TrainRequestError,
+    TrainResult,
+)
+from genesis_fp16_infrastructure.contract.result_check import TrainResultError, check_result
 
 GOOD = TrainResult(
     agent="my_agent",

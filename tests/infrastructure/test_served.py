@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from genesis_fp16_infrastructure import served
-from genesis_fp16_infrastructure.served import ServedPointerError
+from genesis_fp16_infrastructure.recipes.retrain import served
+from genesis_fp16_infrastructure.recipes.retrain.served import ServedPointerError
 
 
 def _candidate(folder: Path, digest: str, outcome: str | None) -> Path:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from genesis_fp16_infrastructure.served import (
+from genesis_fp16_infrastructure.recipes.retrain.served import (
     ServedPointerError,
     aside_path,
     pointer_path,
@@ -20,7 +20,7 @@ from genesis_fp16_infrastructure.served import (
     served_checkpoint,
     write_verdict,
 )
-from genesis_fp16_infrastructure.served_repair import (
+from genesis_fp16_infrastructure.recipes.retrain.served_repair import (
     operator_pin,
     roll_back_by_hand,
     serve_by_hand,

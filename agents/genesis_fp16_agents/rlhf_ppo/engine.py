@@ -39,7 +39,7 @@ from genesis_fp16_agents.rlhf_ppo.model import (
     random_prompts,
 )
 from genesis_fp16_agents.rlhf_ppo.presets import ComponentPrecision
-from genesis_fp16_infrastructure.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.rl import diagnostics as dg
 from genesis_fp16_infrastructure.rl.ppo_math import (
     clipped_policy_loss,

@@ -49,7 +49,7 @@ from genesis_fp16_agents.rlhf_ppo.presets import (
 )
 from genesis_fp16_agents.rlhf_ppo.probe import build_probe_setup
 from genesis_fp16_infrastructure.atomic import write_json_atomic
-from genesis_fp16_infrastructure.plugin_api import (
+from genesis_fp16_infrastructure.contract.plugin_api import (
     API_VERSION,
     AgentOption,
     ProbeSetup,
@@ -208,7 +208,7 @@ def _ppo_config(task: TaskConfig, options: Mapping[str, Any]) -> PPOConfig:
 
 
 # Request fields this agent does not use, and what it does instead: the daemon and `train`
-# say so to an operator who sets one (genesis_fp16/runs/run_request.py).
+# say so to an operator who sets one (genesis_fp16/jobs/run_request.py).
 IGNORED_REQUEST_FIELDS: Mapping[str, str] = MappingProxyType(
     {
         "checkpoint_steps": "it checkpoints once, when the run ends or stops",

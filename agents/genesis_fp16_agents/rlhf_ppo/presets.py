@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from genesis_fp16_infrastructure.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.training import dtype_of
 from genesis_fp16_infrastructure.training.precision.decide import ResolvedPrecision
 from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS

@@ -21,7 +21,7 @@ from genesis_fp16_agents.rlhf_ppo.model import (
     random_prompts,
 )
 from genesis_fp16_agents.rlhf_ppo.presets import PRESETS
-from genesis_fp16_infrastructure.plugin_api import ProbeSetup
+from genesis_fp16_infrastructure.contract.plugin_api import ProbeSetup
 from genesis_fp16_infrastructure.rl.ppo_math import (
     clipped_policy_loss,
     gae,

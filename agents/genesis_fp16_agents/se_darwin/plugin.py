@@ -1,19 +1,19 @@
 """The SE-Darwin agent plugin: its sample data, and its world model trained by the
-library's retrain loop (``genesis_fp16_infrastructure.retrain``) in one call a run."""
+library's retrain loop (``genesis_fp16_infrastructure.recipes.retrain``) in one call a run."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from genesis_fp16_infrastructure.data.synthetic import write_pool
-from genesis_fp16_infrastructure.plugin_api import (
+from genesis_fp16_infrastructure.contract.plugin_api import (
     API_VERSION,
     ProbeSetup,
     TrainRequest,
     TrainResult,
 )
-from genesis_fp16_infrastructure.retrain import run
-from genesis_fp16_infrastructure.retrain.options import agent_options
+from genesis_fp16_infrastructure.data.synthetic import write_pool
+from genesis_fp16_infrastructure.recipes.retrain import run
+from genesis_fp16_infrastructure.recipes.retrain.options import agent_options
 
 
 class SEDarwinPlugin:

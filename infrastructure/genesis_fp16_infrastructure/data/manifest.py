@@ -9,7 +9,7 @@ digests (:meth:`Manifest.same_content`): a file rewritten with identical bytes i
 unchanged, whatever its new mtime.
 
 Torch-free and cheap on purpose: the daemon asks it before starting a run's process
-(``genesis_fp16_infrastructure.retrain.freshness``), and an unchanged pool then costs
+(``genesis_fp16_infrastructure.recipes.retrain.freshness``), and an unchanged pool then costs
 neither a child, nor torch's import, nor a parse::
 
     manifest, report = scan_files(Path("pool"), previous)

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from genesis_fp16_infrastructure.plugin_api import ProbeSetup
+from genesis_fp16_infrastructure.contract.plugin_api import ProbeSetup
 from genesis_fp16_infrastructure.probe import measures as ms
 from genesis_fp16_infrastructure.probe.measures import FP16_MAX, Activations
 from genesis_fp16_infrastructure.probe.report import Measures, ProbeReport, VariantResult

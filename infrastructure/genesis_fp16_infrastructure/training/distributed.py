@@ -1,7 +1,7 @@
 """Data-parallel and sharded training on ``torch.distributed``, for ``fit()``.
 
 Nothing here starts a process group: the caller does (``torchrun`` plus
-``torch.distributed.init_process_group``; the daemon's ``genesis_fp16.runs.distributed``).
+``torch.distributed.init_process_group``; the daemon's ``genesis_fp16.launch.distributed``).
 When no group is initialised, or it has one rank, every function is a pass-through and
 ``fit()`` runs exactly as in a single process::
 

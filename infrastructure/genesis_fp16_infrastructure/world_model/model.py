@@ -4,7 +4,7 @@ A config with ``members`` > 1 builds a :class:`WorldModelEnsemble` instead
 (:func:`build_world_model`): that many independent networks of the same shape, computed
 as one (weights stacked per layer, one batched matmul for all members), whose served
 output is the mean of their logits. SE-Darwin trains one on small pools, each member on
-all but one fold of the records (``genesis_fp16_infrastructure.retrain.task``).
+all but one fold of the records (``genesis_fp16_infrastructure.recipes.retrain.task``).
 
 The heads predict, for one attempt before it runs: the logit of success, the expected
 success_score (a logit, squashed by a sigmoid), and the logits of the outcome class

@@ -34,7 +34,7 @@ import torch
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.schema import OUTCOMES, AttemptInput, Trajectory
-from genesis_fp16_infrastructure.served import candidates_dir, served_checkpoint
+from genesis_fp16_infrastructure.recipes.retrain.served import candidates_dir, served_checkpoint
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint import (
     CheckpointError,
@@ -124,7 +124,7 @@ class WorldModelPredictor:
     @classmethod
     def load(cls, path: Path, device: str = "cpu") -> WorldModelPredictor:
         """Load a checkpoint file; or, from a folder, the model its served-model pointer
-        names (``served.json``, genesis_fp16_infrastructure.served: the daemon's agent folders), and
+        names (``served.json``, recipes.retrain.served: the daemon's agent folders), and
         in a folder with no pointer (``train --checkpoint-dir``, one candidate's folder)
         its newest valid checkpoint. An unreadable pointer raises ServedPointerError."""
         path = Path(path)

@@ -22,7 +22,7 @@ from guard_faults import FaultTask
 
 from genesis_fp16_agents.rlhf_ppo import plugin
 from genesis_fp16_agents.rlhf_ppo.engine import PPOEngine
-from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainResult
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.training import FitOptions, GuardConfig, fit
 
 FAULT_STEP = 8  # an iteration boundary of rlhf_ppo (4 optimizer steps each) and a check

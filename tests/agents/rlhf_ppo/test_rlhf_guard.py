@@ -13,7 +13,7 @@ from genesis_fp16_agents.rlhf_ppo import plugin
 from genesis_fp16_agents.rlhf_ppo.engine import PPOConfig, PPOEngine
 from genesis_fp16_agents.rlhf_ppo.guarding import GuardedEngine
 from genesis_fp16_agents.rlhf_ppo.presets import PRESETS, ComponentPrecision
-from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainResult
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.rl.ppo_math import token_logprobs
 from genesis_fp16_infrastructure.training import GuardConfig, PrecisionPolicy, ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision_memory import remember_demotions

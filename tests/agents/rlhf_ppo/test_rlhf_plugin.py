@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from genesis_fp16_agents.rlhf_ppo import plugin
-from genesis_fp16_infrastructure.plugin_api import AgentPlugin, TrainRequest, TrainResult
+from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin, TrainRequest, TrainResult
 from genesis_fp16_infrastructure.training import TrainingSummary
 
 RANDOM_POLICY_REWARD = 0.25  # mean partial credit of a uniform next digit

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from genesis_fp16_agents.se_darwin import plugin
-from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainResult
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
 
 
 def train(data: Path, ckpt: Path, precision: str = "fp32", **fields: object) -> TrainResult:

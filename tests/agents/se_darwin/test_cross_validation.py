@@ -12,12 +12,12 @@ from se_darwin_runs import train as _train
 
 from benchmarks.ensemble_step import LoopEnsemble  # the loop layout, the bench's reference
 from genesis_fp16_agents.se_darwin import plugin
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.plugin_api import TrainRequestError
-from genesis_fp16_infrastructure.retrain import options as options_module
-from genesis_fp16_infrastructure.retrain.options import CROSS_VALIDATION_BELOW, TaskOptions
-from genesis_fp16_infrastructure.retrain.split import assign_folds
-from genesis_fp16_infrastructure.retrain.task import WorldModelTask
+from genesis_fp16_infrastructure.recipes.retrain import options as options_module
+from genesis_fp16_infrastructure.recipes.retrain.options import CROSS_VALIDATION_BELOW, TaskOptions
+from genesis_fp16_infrastructure.recipes.retrain.split import assign_folds
+from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
 from genesis_fp16_infrastructure.world_model.model import (
     ModelConfig,
     WorldModel,

@@ -12,7 +12,11 @@ import torch
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint, record_id_hash
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.retrain.drift import drift_report, js_distance, linf_distance
+from genesis_fp16_infrastructure.recipes.retrain.drift import (
+    drift_report,
+    js_distance,
+    linf_distance,
+)
 
 
 def test_js_distance_sees_flags_and_values_outside_the_reference() -> None:
@@ -78,7 +82,7 @@ def test_past_the_sample_size_the_distances_are_measured_on_a_sample(
 ) -> None:
     """With DRIFT_SAMPLE at 150 on 600 records: both sides sampled, the counts still the
     whole pool's, a renamed tool still flagged, a random half still quiet."""
-    import genesis_fp16_infrastructure.retrain.drift as drift
+    import genesis_fp16_infrastructure.recipes.retrain.drift as drift
 
     monkeypatch.setattr(drift, "DRIFT_SAMPLE", 150)
     renamed = _report(

@@ -10,9 +10,13 @@ import torch
 from se_darwin_runs import train
 
 from genesis_fp16_agents.se_darwin import plugin
+from genesis_fp16_infrastructure.contract.plugin_api import (
+    TrainRequest,
+    TrainRequestError,
+    TrainResult,
+)
 from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainRequestError, TrainResult
-from genesis_fp16_infrastructure.retrain.promotion import SPLIT_FOLDER
+from genesis_fp16_infrastructure.recipes.retrain.promotion import SPLIT_FOLDER
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 

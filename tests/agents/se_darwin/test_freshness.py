@@ -12,9 +12,9 @@ import pytest
 from se_darwin_runs import train
 
 from genesis_fp16_agents.se_darwin import plugin
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.plugin_api import TrainRequest
-from genesis_fp16_infrastructure.retrain import freshness, pool_read
+from genesis_fp16_infrastructure.recipes.retrain import freshness, pool_read
 
 OPTIONS = {"max_epochs": 2, "hidden": 8, "cross_validation": False}
 

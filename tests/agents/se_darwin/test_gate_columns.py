@@ -13,7 +13,8 @@ import pytest
 import torch
 from se_darwin_runs import train
 
-import genesis_fp16_infrastructure.retrain.drift as drift
+import genesis_fp16_infrastructure.recipes.retrain.drift as drift
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest
 from genesis_fp16_infrastructure.data.fingerprint import (
     example_id_hashes,
     fingerprint,
@@ -23,10 +24,9 @@ from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.schema import Example
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.plugin_api import TrainRequest
-from genesis_fp16_infrastructure.retrain import gate, promotion
-from genesis_fp16_infrastructure.retrain.options import TaskOptions
-from genesis_fp16_infrastructure.retrain.split import SPLIT_HASH, choose_split, is_held_out
+from genesis_fp16_infrastructure.recipes.retrain import gate, promotion
+from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
+from genesis_fp16_infrastructure.recipes.retrain.split import SPLIT_HASH, choose_split, is_held_out
 from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 

@@ -14,8 +14,8 @@ from se_darwin_runs import train
 
 from genesis_fp16.cli import main
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.retrain.judge_sets import LIVE_REGRESSION
-from genesis_fp16_infrastructure.served import (
+from genesis_fp16_infrastructure.recipes.retrain.judge_sets import LIVE_REGRESSION
+from genesis_fp16_infrastructure.recipes.retrain.served import (
     VERDICT_NAME,
     candidate_entry,
     candidates_dir,

@@ -18,13 +18,17 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from se_darwin_runs import train as _train
 
-from genesis_fp16.plugins import load_plugin
+from genesis_fp16.config.plugins import load_plugin
 from genesis_fp16_agents.se_darwin import plugin
+from genesis_fp16_infrastructure.contract.plugin_api import (
+    AgentPlugin,
+    TrainRequestError,
+    TrainResult,
+)
 from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.plugin_api import AgentPlugin, TrainRequestError, TrainResult
-from genesis_fp16_infrastructure.retrain import pool_read
-from genesis_fp16_infrastructure.retrain import task as task_module
-from genesis_fp16_infrastructure.retrain.split import split_examples
+from genesis_fp16_infrastructure.recipes.retrain import pool_read
+from genesis_fp16_infrastructure.recipes.retrain import task as task_module
+from genesis_fp16_infrastructure.recipes.retrain.split import split_examples
 from genesis_fp16_infrastructure.world_model.metrics import auc, brier
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 
@@ -161,9 +165,9 @@ def _quarantine_rank(rank: int, init: str, folder: str) -> None:
     )
     try:
         given: list[str | None] = []
-        # read_pool (genesis_fp16_infrastructure.retrain.pool_read) reads the pool for the plugin:
+        # read_pool (recipes.retrain.pool_read) reads the pool for the plugin:
         # spy on its reader.
-        module = importlib.import_module("genesis_fp16_infrastructure.retrain.pool_read")
+        module = importlib.import_module("genesis_fp16_infrastructure.recipes.retrain.pool_read")
         read = module.read_trajectories
 
         def spy(path: Path, quarantine: Path | None = None, **kwargs: object) -> object:
@@ -208,8 +212,8 @@ def test_held_out_auc_on_20000_generated_trajectories(tmp_path: Path) -> None:
 
 def test_split_sizes_follow_the_pool_and_a_small_tail_joins_the_batch_before() -> None:
     """Held-out aims at 1,000 records within 10-30%; a tail under half a batch is merged."""
-    from genesis_fp16_infrastructure.retrain.split import split_fractions
-    from genesis_fp16_infrastructure.retrain.task import _chunks
+    from genesis_fp16_infrastructure.recipes.retrain.split import split_fractions
+    from genesis_fp16_infrastructure.recipes.retrain.task import _chunks
 
     assert split_fractions(500) == (0.3, 0.2)
     assert split_fractions(5000) == (0.2, 0.2)

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from genesis_fp16_infrastructure.plugin_api import (
+from genesis_fp16_infrastructure.contract.plugin_api import (
     API_VERSION,
     ProbeSetup,
     TrainRequest,

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from genesis_fp16_infrastructure.plugin_api import ProbeSetup
+from genesis_fp16_infrastructure.contract.plugin_api import ProbeSetup
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

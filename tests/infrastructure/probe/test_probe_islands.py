@@ -8,7 +8,7 @@ import torch
 from probe_toys import Batch, halves, regression_batches
 from torch import nn
 
-from genesis_fp16_infrastructure.plugin_api import ProbeSetup
+from genesis_fp16_infrastructure.contract.plugin_api import ProbeSetup
 from genesis_fp16_infrastructure.probe import run_probe
 
 ISLANDS = [f"{p}_autocast+fp32[{c}]" for p in ("bf16", "fp16") for c in ("loss", "inner", "head")]

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from genesis_fp16_infrastructure.plugin_api import ProbeSetup
+from genesis_fp16_infrastructure.contract.plugin_api import ProbeSetup
 from genesis_fp16_infrastructure.probe import run_probe, search_loss_scale
 
 

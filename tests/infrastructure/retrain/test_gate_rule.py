@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from genesis_fp16_infrastructure.retrain import gate, judge_sets
+from genesis_fp16_infrastructure.recipes.retrain import gate, judge_sets
 from genesis_fp16_infrastructure.world_model.metrics import auc, paired_auc_difference
 
 

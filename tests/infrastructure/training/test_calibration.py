@@ -298,7 +298,7 @@ def test_the_run_follows_the_measured_execution_with_both_timings() -> None:
 
 def test_a_train_request_carries_its_precision_request_to_fit(tmp_path: Path) -> None:
     """The daemon's request (mode, red-probe exclusions, floor, cache) reaches FitOptions whole."""
-    from genesis_fp16_infrastructure.plugin_api import TrainRequest
+    from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest
 
     asked = PrecisionRequest(
         "auto",

@@ -10,7 +10,7 @@ from typing import NamedTuple
 import pytest
 import torch
 
-from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainResult
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.training import (
     FitOptions,
     PrecisionPolicy,

@@ -20,7 +20,11 @@ from guard_faults import (
     guarded_run,
 )
 
-from genesis_fp16_infrastructure.plugin_api import TrainRequest, TrainResult, min_useful_steps
+from genesis_fp16_infrastructure.contract.plugin_api import (
+    TrainRequest,
+    TrainResult,
+    min_useful_steps,
+)
 from genesis_fp16_infrastructure.training import (
     CheckpointManager,
     FitOptions,

@@ -16,7 +16,7 @@ TORCH_FREE = (
     "genesis_fp16_infrastructure.training.precision.loss_scaler_config",
     "genesis_fp16_infrastructure.training.precision.precision_names",
     "genesis_fp16_infrastructure.training.run.spec",
-    "genesis_fp16_infrastructure.plugin_api",
+    "genesis_fp16_infrastructure.contract.plugin_api",
 )
 
 

@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from genesis_fp16.config import agent_settings, settings
+from genesis_fp16.jobs import probe_gate
 from genesis_fp16.metrics import metric_names as metrics
-from genesis_fp16.runs import probe_gate
 from genesis_fp16_infrastructure.probe import build_variants, verdict
 from genesis_fp16_infrastructure.training import (
     GuardConfig,

@@ -1,7 +1,7 @@
 """The precision request: what one run asks of its precision, torch-free and JSON-ready.
 
 One :class:`PrecisionRequest` travels from the operator's settings (the daemon builds it
-once per job, ``genesis_fp16/runs/run_request.py``) through the run file to the child
+once per job, ``genesis_fp16/jobs/run_request.py``) through the run file to the child
 and every torchrun rank (``RunSpec.precision``), to
 :func:`~genesis_fp16_infrastructure.training.precision.decide.decide`, which answers it.
 Nothing on the way turns ``auto`` into a name: ``auto`` means "decided by ``decide()``"::

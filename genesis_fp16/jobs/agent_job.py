@@ -1,0 +1,89 @@
+"""One scheduled training job of one agent: the scheduler's tick, then each run walked
+forward, plan -> execute -> record (planning.py, supervising.py, recording.py; the run's
+state in job_state.py).
+
+A job takes a slot on each GPU its run occupies (genesis_fp16/launch/device_slots.py: runs on
+one GPU never exceed the configured concurrency), resumes from the agent's newest
+checkpoint, trains on the configured data (or the generated sample data), and reports
+every log interval to the metrics. Its log records carry ``agent`` and ``run_id``.
+
+Rollback: the job asks ``should_stop`` at every step boundary. It turns true when the
+daemon shuts down, or when a reload changed the precision this agent would now be asked
+to run in; the run then checkpoints and ends, and the same job starts a new run at once,
+resumed from that checkpoint, in the precision the settings ask for by then. The job
+keeps its device slot meanwhile, so the other agents do not take the agent's turn; a
+rollback undone before the run stopped, and any number of flapping edits, still end in
+a new run within seconds, not at the next schedule.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from genesis_fp16.jobs.job_state import JobContext as JobContext  # the daemon's import
+from genesis_fp16.jobs.job_state import Run
+from genesis_fp16.jobs.planning import plan_run
+from genesis_fp16.jobs.recording import record_failure, record_result, record_start, record_stopped
+from genesis_fp16.jobs.served_pointer import check_served_pointer
+from genesis_fp16.jobs.supervising import execute_run
+from genesis_fp16.launch.device_slots import DeviceSlots as DeviceSlots  # the daemon's import
+from genesis_fp16.launch.device_slots import slot_keys
+from genesis_fp16.launch.launcher import RunStopped
+from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin
+
+log = structlog.get_logger("genesis_fp16.jobs")
+
+
+def run_agent_job(ctx: JobContext, agent: str, plugin: AgentPlugin) -> None:
+    """The scheduler's entry point for one agent; never raises."""
+    settings = ctx.settings
+    if ctx.stopping.is_set() or not settings.agent(agent).enabled:
+        return
+    abandoned = ctx.hung.get(agent)
+    if abandoned is not None and abandoned.is_alive():
+        ctx.metrics.jobs_skipped.labels(agent=agent, reason="hung").inc()
+        log.error("job skipped: the agent's abandoned run is still inside train()", agent=agent)
+        return
+    device = settings.device_for(agent)
+    # The GPUs the run will occupy (cuda is cuda:0; torchrun's N ranks hold N GPUs): no
+    # two agents' runs share one unless GENESIS_FP16_DEVICE_CONCURRENCY allows it.
+    slots = slot_keys(device, settings.agent(agent).nproc)
+    if not ctx.slots.acquire(slots, ctx.stopping.is_set):
+        return
+    with ctx.running_changed:
+        ctx.running.add(agent)
+    try:
+        # Each rerun follows a reload that changed the precision, so edits bound the loop.
+        while _run_once(ctx, agent, plugin, device):
+            if ctx.stopping.is_set() or not ctx.settings.agent(agent).enabled:
+                break
+            log.info("run stopped by a configuration change: rerunning at once", agent=agent)
+    finally:
+        ctx.slots.release(slots)
+        with ctx.running_changed:
+            ctx.running.discard(agent)
+            ctx.running_changed.notify_all()
+
+
+def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> bool:
+    """One run, top-down: plan it, execute it, record it. True when a reload that changed
+    its precision stopped it (the job reruns it at once)."""
+    run = Run(ctx, agent, ctx.settings)
+    structlog.contextvars.bind_contextvars(agent=agent, run_id=run.id)
+    try:
+        # Inside the try: an unreadable state file while planning is a counted failed run.
+        check_served_pointer(ctx, agent)  # an unusable one set aside: refused, degraded
+        plan = plan_run(run, plugin, device)
+        record_start(run)
+        result = execute_run(run, plugin, plan.request)
+    except RunStopped as exc:  # stopped during its child's start-up: no step, no failure
+        record_stopped(run, exc)
+        return run.rerun()
+    except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is a failed run too
+        record_failure(run, device, exc)
+        return False
+    finally:
+        structlog.contextvars.unbind_contextvars("agent", "run_id")
+    rerun = result.stopped_early and run.rerun()
+    record_result(run, result, device, rerun)
+    return rerun

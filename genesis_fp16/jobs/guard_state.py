@@ -1,0 +1,204 @@
+"""The daemon's side of the precision guard: the remembered floor, and remembering demotions.
+
+A run asks for ``requested_precision`` (flag, ``ENABLE_FP16_TRAINING``, per-agent
+override, auto). When the agent's precision state file remembers a demotion, that is the
+run's floor (:func:`remembered_floor`): a request that would run in a less robust
+precision than the remembered one (fp16 < bf16 < fp32) runs in the remembered one
+instead (``decide`` applies it), so a restarted daemon does not go back to what
+failed. ``ENABLE_FP16_TRAINING=false`` always wins: it asks for fp32, which no memory
+lowers. ``genesis-fp16 precision reset AGENT`` deletes the memory;
+``GENESIS_FP16_GUARD_PROMOTE_AFTER_RUNS=N`` deletes it after N clean runs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.config.settings import Settings
+from genesis_fp16.config.state_files import locked, report_state_file_skipped
+from genesis_fp16_infrastructure.agent_state import AgentState
+from genesis_fp16_infrastructure.contract.plugin_api import TrainResult
+from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
+from genesis_fp16_infrastructure.training.precision.precision_memory import (
+    PrecisionMemory,
+    read_precision_memory,
+    remember_demotions,
+    write_precision_memory,
+)
+from genesis_fp16_infrastructure.training.precision.precision_names import ROBUSTNESS
+
+if TYPE_CHECKING:  # the daemon passes its metrics in; `train` (and a child run) never
+    # needs prometheus_client, which the import would cost every process (benchmarks/
+    # results/child_start_cpu-amd-epyc-2-cores.md)
+    from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+
+log = structlog.get_logger("genesis_fp16.guard")
+UNUSABLE_REASON = "state_file_unusable"
+
+
+def guard_config(settings: Settings) -> GuardConfig | None:
+    """The ``GuardConfig`` every run gets, or None when the guard is turned off: built
+    from the ``GENESIS_FP16_GUARD_*`` settings, which are generated from its fields
+    (genesis_fp16/config/guard_settings.py)."""
+    return settings.guard
+
+
+def load_memory(settings: Settings, agent: str) -> PrecisionMemory | None:
+    """The agent's remembered demotion.
+
+    An unusable file (torn, not JSON, a folder, a FIFO, a link, over its size bound) is
+    set aside as ``precision_state.json.rejected``, counted, logged in one line, and
+    replaced by a memory whose floor is the most robust precision: a demotion it may
+    have held is never forgotten into the precision that failed. `genesis-fp16
+    precision reset AGENT` (the operator) clears it."""
+    path = AgentPaths.for_agent(settings.state_dir, agent).precision_state_path
+    try:
+        return read_precision_memory(path)
+    except ValueError as exc:
+        return _replace_unusable(path, agent, str(exc))
+
+
+def _usable_memory(settings: Settings, agent: str, state: AgentState) -> PrecisionMemory | None:
+    """The memory a run's plan read with the agent's other state files; an unusable file
+    is set aside and replaced as :func:`load_memory` does."""
+    if state.memory_error is None:
+        return state.memory
+    path = AgentPaths.for_agent(settings.state_dir, agent).precision_state_path
+    return _replace_unusable(path, agent, state.memory_error)
+
+
+def _replace_unusable(path: Path, agent: str, error: str) -> PrecisionMemory:
+    floor = ROBUSTNESS[-1]
+    aside = path.with_name(path.name + ".rejected")
+    try:
+        os.replace(path, aside)  # a folder too; a link is moved, not followed
+    except OSError as exc:
+        aside = path  # not ours to move: the floor holds all the same, for this run
+        error += f"; cannot set it aside ({exc.strerror})"
+    memory = PrecisionMemory(
+        demoted_from="unknown",
+        demoted_to=floor,
+        reason=UNUSABLE_REASON,
+        step=0,
+        rollback_step=0,
+        at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+    if aside != path:
+        try:
+            write_precision_memory(path, memory)
+        except OSError as exc:
+            error += f"; cannot write the {floor} floor ({exc.strerror})"
+    log.warning(
+        f"unusable precision state file set aside: the agent trains in {floor} until "
+        f"`genesis-fp16 precision reset {agent}`",
+        agent=agent,
+        path=str(path),
+        set_aside=str(aside),
+        error=error,
+    )
+    report_state_file_skipped(agent, "precision_state")
+    return memory
+
+
+def remembered_floor(
+    settings: Settings, agent: str, state: AgentState | None = None
+) -> tuple[str, str] | None:
+    """``(floor, why)`` from the agent's remembered demotion, or None: none remembered,
+    the guard is off, or ``ENABLE_FP16_TRAINING=false`` asks for fp32 (which no memory
+    lowers). ``state``: the agent's folder as a run's plan read it (None: the memory is
+    read now). :func:`~genesis_fp16.jobs.run_request.plan_request` puts it in the request."""
+    if settings.enable_fp16_training is False or not settings.guard_enabled:
+        return None
+    memory = (
+        load_memory(settings, agent) if state is None else _usable_memory(settings, agent, state)
+    )
+    if memory is None:
+        return None
+    why = (
+        f"precision guard memory: demoted {memory.demoted_from} -> {memory.demoted_to} "
+        f"({memory.reason} at step {memory.step}, {memory.at}); `genesis-fp16 precision "
+        f"reset {agent}` clears it"
+    )
+    return memory.demoted_to, why
+
+
+def record_run(
+    settings: Settings, metrics: DaemonMetrics, agent: str, result: TrainResult
+) -> PrecisionMemory | None:
+    """Count, log and remember the run's demotions and fault bundles; count a clean run;
+    maybe promote."""
+    demotions: list[Mapping[str, Any]] = [dict(d) for d in result.demotions]
+    for d in demotions:
+        metrics.precision_demotions.labels(
+            agent=agent, **{"from": str(d["from"]), "to": str(d["to"])}, reason=str(d["reason"])
+        ).inc()
+        log.warning(
+            "precision demoted",
+            agent=agent,
+            precision_from=d["from"],
+            precision_to=d["to"],
+            reason=d["reason"],
+            step=d["step"],
+            rollback_step=d["rollback_step"],
+            detail=d.get("detail"),
+        )
+    for bundle in result.fault_bundles:
+        metrics.fault_bundles.labels(agent=agent, reason=str(bundle["reason"])).inc()
+        log.warning(
+            "fault bundle written",
+            agent=agent,
+            reason=bundle["reason"],
+            step=bundle["step"],
+            precision=bundle.get("precision"),
+            path=bundle["path"],
+            replay=f"genesis-fp16 replay {bundle['path']}",
+        )
+    path = AgentPaths.for_agent(settings.state_dir, agent).precision_state_path
+    with locked(path):  # `precision reset` may be rewriting it now: take turns
+        return _record_memory(settings, agent, path, result, demotions)
+
+
+def _record_memory(
+    settings: Settings,
+    agent: str,
+    path: Path,
+    result: TrainResult,
+    demotions: Sequence[Mapping[str, Any]],
+) -> PrecisionMemory | None:
+    previous = load_memory(settings, agent)
+    # Without demotions, only a finished run in the remembered precision counts as clean.
+    floor = previous.demoted_to if previous is not None else None
+    if not demotions and (result.stopped_early or result.precision_used != floor):
+        return previous
+    memory = remember_demotions(previous, demotions)
+    needed = settings.guard_promote_after_runs
+    if memory is not None and not demotions and needed and memory.clean_runs >= needed:
+        log.info(
+            "precision promoted",
+            agent=agent,
+            precision_from=memory.demoted_to,
+            clean_runs=memory.clean_runs,
+        )
+        memory = None
+    try:
+        write_precision_memory(path, memory)
+    except OSError as exc:
+        log.error("cannot write the precision state file", path=str(path), error=str(exc))
+    return memory
+
+
+def describe(memory: PrecisionMemory | None) -> str:
+    """One line for ``genesis-fp16 agents``; empty when nothing is remembered."""
+    if memory is None:
+        return ""
+    return (
+        f"[demoted {memory.demoted_from} -> {memory.demoted_to}: {memory.reason} at step "
+        f"{memory.step}, {memory.at}; clean runs since: {memory.clean_runs}]"
+    )

@@ -1,0 +1,112 @@
+"""What a scheduled job shares with the daemon (:class:`JobContext`) and what one run of
+it carries from its plan to its record (:class:`Run`).
+
+A job (genesis_fp16/jobs/agent_job.py) walks one run forward through three modules, each
+taking the ``Run``: planning.py builds its request once and keeps it on the run
+(``Run.plan``, with the agent's state it was planned from), supervising.py trains it
+where the settings say, recording.py turns its result (or its failure) into metrics and
+one log line. The ``Run`` is the only state they pass along.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from genesis_fp16.config.settings import Settings, requested_precision
+from genesis_fp16.launch.device_slots import DeviceSlots
+from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16.metrics.tracking import RunTracker
+
+if TYPE_CHECKING:  # run_request imports the settings' modules; a Run only holds its plan
+    from genesis_fp16.jobs.run_request import RunPlan
+
+
+@dataclass
+class JobContext:
+    """What every job shares with the daemon; ``settings`` is swapped on reload."""
+
+    settings: Settings
+    metrics: DaemonMetrics
+    slots: DeviceSlots
+    stopping: threading.Event
+    running: set[str] = field(default_factory=set)
+    running_changed: threading.Condition = field(default_factory=threading.Condition)
+    # Why the daemon is degraded, by agent (a full or read-only disk): /healthz says so.
+    degraded: dict[str, str] = field(default_factory=dict)
+    # Runs past their timeout, by agent, with why; and abandoned runs' threads (hung in
+    # the plugin's train()): the agent starts no new run while its thread lives.
+    overdue: dict[str, str] = field(default_factory=dict)
+    hung: dict[str, threading.Thread] = field(default_factory=dict)
+    # Agents whose last run with steps learned nothing (every step skipped), with why:
+    # degraded until the agent's next run that succeeds (an up_to_date run clears nothing).
+    unlearned: dict[str, str] = field(default_factory=dict)
+    # Agents whose served-model pointer is unusable (jobs/served_pointer.py), with why.
+    unusable_pointer: dict[str, str] = field(default_factory=dict)
+    # Held while a reload swaps the settings and sets the precision gauge, and while a
+    # run's progress decides whether to set it: a step logged between the two would put
+    # back the precision the reload just replaced.
+    gauge_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def problems(self) -> dict[str, str]:
+        """What makes the daemon degraded, by agent (empty: healthy)."""
+        return {**self.unlearned, **self.overdue, **self.unusable_pointer, **self.degraded}
+
+
+@dataclass
+class Run:
+    """One run of a job: its id, clock and deadline, whether a reload stopped it, its plan
+    (the request and the agent's state it was built from, set by planning) and its curves
+    (opened while planning, closed on every outcome). Planning, supervising and recording
+    each read it; ``should_stop`` is the callback the run asks at every step."""
+
+    ctx: JobContext
+    agent: str
+    settings: Settings
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    started: float = field(default_factory=time.monotonic)
+    deadline: float = float("inf")
+    changed: threading.Event = field(default_factory=threading.Event)
+    plan: RunPlan | None = None
+    tracker: RunTracker | None = None
+    timeout: float = field(init=False)
+    requested: str = field(init=False)  # the precision the settings asked for at the start
+
+    def __post_init__(self) -> None:
+        spec = self.settings.agent(self.agent)
+        self.timeout = spec.run_timeout_seconds or self.settings.run_timeout_seconds
+        # Past it an in-process run checkpoints at its next step and ends ("stopped"); a
+        # torchrun job gets SIGTERM from its launcher at the same limit.
+        if spec.nproc == 1:
+            self.deadline = self.started + self.timeout
+        self.requested = requested_precision(self.settings, self.agent, None)[0]
+
+    def precision_changed(self) -> bool:
+        # Worked out again only after a reload swapped the settings, not at every step.
+        current = self.ctx.settings
+        if current is self.settings:
+            return False
+        return requested_precision(current, self.agent, None)[0] != self.requested
+
+    def reloaded(self) -> bool:
+        """Whether a reload changed this run's precision (seen by a step already, or in
+        the settings now); only ``should_stop`` marks the run ``changed``."""
+        return self.changed.is_set() or self.precision_changed()
+
+    def should_stop(self) -> bool:
+        if self.ctx.stopping.is_set() or time.monotonic() > self.deadline:
+            return True
+        if self.reloaded():
+            self.changed.set()  # a reload stopped the run: rerun whatever came since
+            return True
+        return False
+
+    def rerun(self) -> bool:
+        """A reload that changed the precision stopped it, and the daemon is not stopping."""
+        return self.changed.is_set() and not self.ctx.stopping.is_set()
+
+    def duration(self) -> float:
+        return time.monotonic() - self.started

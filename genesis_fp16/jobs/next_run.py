@@ -1,0 +1,82 @@
+"""What an idle agent's next run will train in, for the gauges before any run reports.
+
+``genesis_fp16_precision`` and ``genesis_fp16_loss_scale`` follow a run's reports while it
+trains. Between runs, and from start-up on (with ``RUN_AT_START=false`` the first run may
+be an hour away), they say what the agent's next run starts with:
+
+- **precision**: what ``decide`` answers the next run's planned request (the settings
+  and the precision guard's memory, ``genesis_fp16.jobs.run_request.precision_request``;
+  ``run_request.expected_precision``): a measured ``auto`` answers from the measurement
+  it kept; with none it is undecided (``None``: every precision series 0) until the run
+  measures and reports.
+- **loss scale**: 1 outside fp16 (the scaler is disabled there, and every run reports 1).
+  In fp16, the scale the run resumes with: the newest checkpoint's scaler state (an fp32
+  or bf16 checkpoint holds one too), or the core's initial scale
+  (``ScalerConfig.init_scale``, 65,536) without a checkpoint. NaN while the precision is
+  undecided: a comparison with NaN is false, so no alert fires on it.
+
+Checkpoints are the core's (``CheckpointManager``, ``checkpoint_keys``); a plugin that
+writes its own format has none here, as for ``resumed_totals`` in genesis_fp16/jobs/recording.py.
+
+>>> expected_next_run(AgentPaths(Path("state/agents/se_darwin")), "fp32")
+NextRun(precision='fp32', loss_scale=1.0, source='request')
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import structlog
+
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16_infrastructure.agent_state import read_resume_point
+from genesis_fp16_infrastructure.training import CheckpointError
+from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
+from genesis_fp16_infrastructure.training.precision.precision_names import LOSS_SCALED
+
+log = structlog.get_logger("genesis_fp16.next_run")
+
+INITIAL_SCALE = ScalerConfig().init_scale
+
+
+@dataclass(frozen=True)
+class NextRun:
+    """The precision (None: undecided) and loss scale (NaN: unknown) a next run starts
+    with, and where they come from: ``request`` (decided for it) or ``undecided``."""
+
+    precision: str | None
+    loss_scale: float
+    source: str
+
+
+def expected_next_run(paths: AgentPaths, precision: str | None) -> NextRun:
+    """The :class:`NextRun` of the agent under ``paths`` whose next run computes in
+    ``precision``, as ``decide`` planned it (None: decided by the run's measurement).
+
+    Reads the newest checkpoint's summary file only for fp16's scale; a checkpoint
+    without one is loaded (written before summary files). An unreadable one counts as
+    none.
+    """
+    if precision is None:
+        return NextRun(None, math.nan, "undecided")
+    if precision not in LOSS_SCALED:
+        return NextRun(precision, 1.0, "request")
+    scale = _newest_scale(paths)
+    return NextRun(precision, INITIAL_SCALE if scale is None else scale, "request")
+
+
+def _newest_scale(paths: AgentPaths) -> float | None:
+    """The served model's newest valid core checkpoint's scaler scale, or None: the
+    resume point a run's plan reads (``agent_state.read_resume_point``: the folder the
+    served-model pointer names, else the agent's own; the summary file when there is one)."""
+    try:
+        resume = read_resume_point(paths.checkpoint_dir)
+    except (OSError, CheckpointError) as exc:  # a folder we may not read: no checkpoint
+        log.warning(
+            "cannot read the agent's checkpoints", path=str(paths.checkpoint_dir), error=str(exc)
+        )
+        return None
+    if resume.pointer_error is not None:
+        log.warning("cannot follow the served-model pointer", error=resume.pointer_error)
+    return None if resume.summary is None else resume.summary.get("loss_scale")

@@ -1,0 +1,69 @@
+"""Plan one run of a job: the request it trains on, with the job's callbacks.
+
+The request is built once, in one place (genesis_fp16/jobs/run_request.py:
+``plan_request``, which reads the agent's state folder in one library call); planning
+adds what only the daemon's job has: the probe's verdict (once per agent, when
+configured), the run's curves, and the callbacks that report progress
+(genesis_fp16/jobs/recording.py) and ask the run to stop
+(:meth:`~genesis_fp16.jobs.job_state.Run.should_stop`). The plan is kept on the run
+(``Run.plan``): recording asks it where the run's counters start.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+
+import structlog
+
+from genesis_fp16.jobs import probe_gate
+from genesis_fp16.jobs.job_state import Run
+from genesis_fp16.jobs.progress_text import Progress
+from genesis_fp16.jobs.recording import record_progress
+from genesis_fp16.jobs.run_request import RunPlan, plan_request, warn_ignored
+from genesis_fp16.metrics.tracking import open_tracker
+from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin
+
+log = structlog.get_logger("genesis_fp16.jobs")
+
+
+def plan_run(run: Run, plugin: AgentPlugin, device: str) -> RunPlan:
+    """The run's :class:`RunPlan`, kept on the run: its request with the job's callbacks,
+    built once (genesis_fp16/jobs/run_request.py: the precision request with the guard's
+    remembered floor, the checkpoint it resumes read with the agent's other state files),
+    the probe's red precisions added to it as exclusions when a probe is configured, with
+    the run's curves opened when a tracking folder is set."""
+    ctx, agent, settings = run.ctx, run.agent, run.settings
+    plan = plan_request(settings, agent, plugin, device, resume=True)
+    request = plan.request
+    # Once per agent, when configured: the probe before its first bf16/fp16 run. decide()
+    # leaves out of an 'auto' the precisions it marks red.
+    probe = probe_gate.gate_before_run(
+        settings, ctx.metrics.probe, agent, plugin, request.data_path, device, request.precision
+    )
+    red = probe_gate.red_precisions(probe)
+    # A red verdict removes a candidate from a measured 'auto' (decide() applies it, under
+    # torchrun too); elsewhere it is a warning and an alert, never a change of precision.
+    excluded = red if request.precision.measures else {}
+    progress = Progress(request.steps, request.log_interval)  # the log's step N/M, ETA
+    request = replace(
+        request,
+        on_log=functools.partial(record_progress, run, progress),
+        on_diagnostics=functools.partial(ctx.metrics.rl.export_live, agent),
+        should_stop=run.should_stop,
+        precision=replace(request.precision, excluded=excluded),
+    )
+    run.plan = replace(plan, request=request)
+    # Written here, in the daemon's process: a child's or rank 0's summaries are relayed.
+    run.tracker = open_tracker(settings.tracking_dir, agent, run.id, request)
+    if excluded:
+        warn_ignored(plan.ignored, agent, {"precision.excluded": "the precision probe"})
+    log.info(
+        "training run started",
+        precision=request.precision.requested,
+        reason=request.precision_reason,
+        floor=request.precision.floor,
+        device=device,
+        options=dict(request.options),
+    )
+    return run.plan

@@ -1,0 +1,264 @@
+"""Run the precision probe once before an agent's first low-precision run, and export it.
+
+With ``GENESIS_FP16_AGENTS__<AGENT>__PROBE_BEFORE_LOW_PRECISION=true``, the first run of
+the agent whose precision (after ``auto`` is resolved) is bf16 or fp16 first runs
+``genesis_fp16_infrastructure.probe.run_probe`` on the agent's own model and data
+(``GENESIS_FP16_PROBE_STEPS`` optimizer steps, the daemon's seed, the run's device). The
+result goes to ``<state>/agents/<agent>/probe_result.json``, so a restarted daemon does
+not probe again (delete the file to re-probe); a failed probe is remembered the same way.
+
+A red verdict for the precision about to run is logged as a warning and exported; the run
+still goes ahead in the configured precision. The probe measures one frozen batch and a
+few steps against strict tolerances, while the precision guard watches the real run and
+demotes it with a rollback when fp16 really goes bad: a red probe is a reason for an
+operator to look (the ``GenesisFp16ProbeRed`` alert), not for the daemon to overrule
+the configuration, and nothing changes the precision silently.
+
+The gauges are ``genesis_fp16.metrics.probe_metrics.ProbeMetrics``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.config.settings import Settings
+from genesis_fp16.config.state_files import report_state_file_skipped
+from genesis_fp16.metrics.probe_metrics import ProbeMetrics
+from genesis_fp16_infrastructure.atomic import read_state_text, write_json_atomic
+from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin
+from genesis_fp16_infrastructure.training.precision.precision_names import LOW_PRECISIONS
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
+
+log = structlog.get_logger("genesis_fp16.probe_gate")
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ProbeRecord:
+    """What the probe found for one agent, as kept in its state folder."""
+
+    at: float
+    device: str
+    steps: int
+    seed: int
+    precision: str  # the run's precision that triggered the probe
+    recommended: str
+    verdict: Mapping[str, str]
+    reasons: Mapping[str, list[str]]
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "at": self.at,
+            "device": self.device,
+            "steps": self.steps,
+            "seed": self.seed,
+            "precision": self.precision,
+            "recommended": self.recommended,
+            "verdict": dict(self.verdict),
+            "reasons": {k: list(v) for k, v in self.reasons.items()},
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> ProbeRecord:
+        if raw.get("schema_version") != SCHEMA_VERSION:
+            found = raw.get("schema_version")
+            raise ValueError(f"schema_version {found!r} is not {SCHEMA_VERSION}")
+        return cls(
+            at=float(raw["at"]),
+            device=str(raw["device"]),
+            steps=int(raw["steps"]),
+            seed=int(raw["seed"]),
+            precision=str(raw["precision"]),
+            recommended=str(raw["recommended"]),
+            verdict={str(k): str(v) for k, v in raw["verdict"].items()},
+            reasons={str(k): [str(r) for r in v] for k, v in raw["reasons"].items()},
+            error=None if raw.get("error") is None else str(raw["error"]),
+        )
+
+
+def probe_result_path(state_dir: Path, agent: str) -> Path:
+    return AgentPaths.for_agent(state_dir, agent).root / "probe_result.json"
+
+
+# A probe record is a few KB; anything past this is not one, and is never read whole.
+PROBE_RECORD_BYTES = 1 << 20
+
+
+def read_record(path: Path) -> ProbeRecord | None:
+    """The stored probe record; None when there is none. A broken file (torn, oversize,
+    not UTF-8, a folder, FIFO or link at its name) raises ValueError naming it."""
+    text = read_state_text(path, PROBE_RECORD_BYTES)
+    if text is None:
+        return None
+    try:
+        return ProbeRecord.from_json(json.loads(text))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: not a probe record ({exc})") from None
+
+
+def _set_aside(agent: str, path: Path, error: ValueError) -> bool:
+    """An unusable probe record: moved to ``.rejected`` (one line, counted) and True, so
+    that the agent is probed again as if it had none; False when it cannot be moved, and
+    nothing is probed (a probe whose record could never be written would run before
+    every run)."""
+    aside = path.with_name(path.name + ".rejected")
+    try:
+        os.replace(path, aside)
+    except OSError as exc:
+        log.error(
+            "unusable probe record, and it cannot be set aside: delete it",
+            agent=agent,
+            path=str(path),
+            error=f"{error}; {exc.strerror}",
+        )
+        report_state_file_skipped(agent, "probe_result")
+        return False
+    log.warning(
+        "unusable probe record set aside: the agent is probed again",
+        agent=agent,
+        path=str(path),
+        set_aside=str(aside),
+        error=str(error),
+    )
+    report_state_file_skipped(agent, "probe_result")
+    return True
+
+
+def write_record(path: Path, record: ProbeRecord) -> None:
+    """Write atomically: a crash leaves the old file or none, never half a record."""
+    write_json_atomic(path, record.to_json())
+
+
+def _used_precision(request: PrecisionRequest, device: str) -> str | None:
+    """What ``decide`` answers the run's request before anything is timed: a measured
+    ``auto`` then says the rule's pick, the 16-bit precision a measurement may choose."""
+    from genesis_fp16_infrastructure.training.precision.decide import PrecisionError, decide
+
+    try:
+        return decide(request, device).used
+    except PrecisionError:
+        return None  # the run itself will fail with the clear error
+
+
+def gate_before_run(
+    settings: Settings,
+    metrics: ProbeMetrics,
+    agent: str,
+    plugin: AgentPlugin,
+    data_path: Path | None,
+    device: str,
+    precision: PrecisionRequest,
+) -> ProbeRecord | None:
+    """Probe once before the agent's first bf16/fp16 run; export what is known. Never raises.
+
+    ``precision`` is the run's planned request (``run_request.precision_request``): the
+    gate asks ``decide`` what it runs, as the run will.
+
+    Returns the agent's probe record (new or remembered), or None when the gate is off,
+    the run is fp32 and nothing was probed yet, or the state file cannot be read.
+    """
+    if not settings.agent(agent).probe_before_low_precision:
+        return None
+    path = probe_result_path(settings.state_dir, agent)
+    try:
+        record = read_record(path)
+    except ValueError as exc:
+        if not _set_aside(agent, path, exc):
+            return None
+        record = None
+    if record is None:
+        used = _used_precision(precision, device)
+        if used not in LOW_PRECISIONS:
+            return None
+        record = _probe(settings, agent, plugin, data_path, device, used)
+        try:
+            write_record(path, record)
+        except OSError as exc:
+            log.error("cannot write the probe record", path=str(path), error=str(exc))
+    if record.error is None:  # a failed probe exports nothing
+        metrics.export(agent, record.verdict, record.recommended, record.at)
+    if not precision.measures:  # a measured auto leaves the red precisions out instead
+        _warn_if_red(agent, record, _used_precision(precision, device))
+    return record
+
+
+def red_precisions(record: ProbeRecord | None) -> dict[str, str]:
+    """The 16-bit precisions a probe record marks red, each with its first reason: a
+    measured ``auto`` does not time them (``PrecisionRequest.excluded``)."""
+    if record is None or record.error is not None:
+        return {}
+    red = {}
+    for precision in LOW_PRECISIONS:
+        variant = f"{precision}_autocast"
+        if record.verdict.get(variant) == "red":
+            first = next(iter(record.reasons.get(variant, [])), "no reason given")
+            red[precision] = f"probe red: {first}"
+    return red
+
+
+def _probe(
+    settings: Settings,
+    agent: str,
+    plugin: AgentPlugin,
+    data_path: Path | None,
+    device: str,
+    used: str,
+) -> ProbeRecord:
+    from genesis_fp16_infrastructure.probe import run_probe
+
+    steps, seed = settings.probe_steps, settings.seed
+    log.info("precision probe started", agent=agent, precision=used, steps=steps, device=device)
+    started = time.monotonic()
+    try:
+        report = run_probe(plugin.probe_setup(data_path, seed), device, steps, seed)
+    except Exception as exc:  # a plugin without a probe, or a probe that cannot run
+        log.exception("precision probe failed; training goes on unprobed", agent=agent)
+        return ProbeRecord(time.time(), device, steps, seed, used, "", {}, {}, error=repr(exc))
+    record = ProbeRecord(
+        at=time.time(),
+        device=device,
+        steps=steps,
+        seed=seed,
+        precision=used,
+        recommended=report.recommended,
+        verdict=report.verdict,
+        reasons={k: list(v) for k, v in report.reasons.items()},
+    )
+    log.info(
+        "precision probe finished",
+        agent=agent,
+        recommended=record.recommended,
+        verdict=dict(record.verdict),
+        duration_seconds=round(time.monotonic() - started, 3),
+    )
+    return record
+
+
+def _warn_if_red(agent: str, record: ProbeRecord, used: str | None) -> None:
+    if record.error is not None or used not in LOW_PRECISIONS:
+        return
+    variant = f"{used}_autocast"
+    colour = record.verdict.get(variant)
+    if colour == "red":
+        log.warning(
+            "precision probe verdict is red for the precision about to run; running as "
+            "configured (the precision guard still watches the run)",
+            agent=agent,
+            precision=used,
+            variant=variant,
+            reasons=record.reasons.get(variant, []),
+            recommended=record.recommended,
+        )

@@ -1,0 +1,329 @@
+"""Record one run of a job: its progress as it trains, then its result or its failure,
+as metrics, one log line (``training run finished``) and the run's curves.
+
+The counters start from the checkpoint the run resumes (:func:`record_start`); each
+progress report advances them (:func:`record_progress`); the result sets the rest
+(:func:`record_result`), the run's count last. A run that failed is counted by reason
+(:func:`record_failure`); one stopped while its child started is neither a success nor
+a failure (:func:`record_stopped`). Whatever the outcome, the run's curves are closed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.config.storage import storage_error
+from genesis_fp16.jobs import guard_state, scale_memory
+from genesis_fp16.jobs.job_state import JobContext, Run
+from genesis_fp16.jobs.progress_text import Progress
+from genesis_fp16.jobs.run_request import expected_precision, precision_request
+from genesis_fp16.jobs.supervising import RunHung
+from genesis_fp16.launch.devices import device_lost
+from genesis_fp16.launch.launcher import LaunchError, RunStopped
+from genesis_fp16.metrics import last_run
+from genesis_fp16.metrics.diagnostics_export import export_diagnostics
+from genesis_fp16.metrics.tracking import RunTracker, close_tracker
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, TrainResult
+from genesis_fp16_infrastructure.recipes.retrain.served import (
+    ServedPointerError,
+    folder_bytes,
+    prune,
+)
+from genesis_fp16_infrastructure.training import TrainingSummary
+from genesis_fp16_infrastructure.training.step.execution import ExecutionError
+
+log = structlog.get_logger("genesis_fp16.jobs")
+
+
+def record_start(run: Run) -> None:
+    """Where the run's counters start: the totals of the checkpoint it will resume, as its
+    plan read it (``RunPlan.state.resume``)."""
+    resume = run.plan.state.resume if run.plan is not None else None
+    if resume is None:
+        raise RuntimeError("record_start() needs the run planned with its resume point")
+    if resume.pointer_error is not None:
+        log.warning("cannot follow the served-model pointer", error=resume.pointer_error)
+    run.ctx.metrics.start_run(run.agent, resumed_totals(resume.summary))
+
+
+def record_progress(run: Run, progress: Progress, summary: TrainingSummary) -> None:
+    """One progress report of the run (its ``on_log``): the metrics, the curves, a log
+    line that reads ``step 150/240, 62%, ETA 40 s`` (genesis_fp16/jobs/progress_text.py)."""
+    # A run a reload is stopping reports its last steps; the gauge shows the next run's,
+    # from the moment the reload swaps the settings (before the run's next should_stop).
+    with run.ctx.gauge_lock:
+        run.ctx.metrics.observe_summary(run.agent, summary, show_precision=not run.reloaded())
+    if run.tracker is not None:
+        run.tracker.log_summary(summary)
+    text = progress.text(summary.step, summary.wall_seconds)
+    log.info(
+        text,
+        progress=True,
+        step=summary.step,
+        total_steps=progress.total,
+        precision=summary.precision,
+        train_loss=summary.train_loss,
+        loss_scale=summary.loss_scale,
+        skipped_steps=summary.skipped_steps,
+    )
+
+
+def record_result(run: Run, result: TrainResult, device: str, rerun: bool) -> None:
+    """A run that returned a result (``rerun``: a reload stopped it, and the job trains
+    again at once): its metrics and log line, then its curves."""
+    ctx, agent = run.ctx, run.agent
+    # A reload that changed the precision as the run ended, after its last should_stop: no
+    # rerun, but the gauge shows the next run's precision from the reload on, as for a
+    # rerun, not this run's until the next one (up to a schedule interval away).
+    switched = not rerun and run.precision_changed()
+    # A rerun's precision is on the gauge since the reload: the stopped run's stays off it.
+    _finish(ctx, agent, run.id, result, run.duration(), show_precision=not (rerun or switched))
+    if switched:
+        _show_next_precision(ctx, agent, device)
+    if run.tracker is not None:
+        run.tracker.log_result(result)
+    _close_tracker(ctx, agent, run.tracker)
+
+
+def record_stopped(run: Run, exc: RunStopped) -> None:
+    """A run stopped before any result (its child still starting): no step, no failure."""
+    duration = run.duration()
+    log.info(
+        "training run finished",
+        outcome="stopped",
+        reason=str(exc),
+        steps=0,
+        duration_seconds=round(duration, 3),
+    )
+    _save_last_run(run.ctx, run.agent, last_run.from_error("stopped", str(exc), duration, "daemon"))
+    run.ctx.metrics.finish_run(run.agent, "stopped", duration, None, time.time())
+    _close_tracker(run.ctx, run.agent, run.tracker)
+
+
+def record_failure(run: Run, device: str, exc: BaseException) -> None:
+    """Count and log a failed run in one line where the cause is known (a refusal, the
+    disk, a lost device), with a traceback where it is the plugin's bug."""
+    ctx, agent = run.ctx, run.agent
+    duration = run.duration()
+    reason = _failure_reason(exc)
+    ctx.metrics.run_failures.labels(agent=agent, reason=reason).inc()
+    storage = storage_error(exc)
+    if isinstance(exc, LaunchError) and exc.reason == "storage":
+        storage = str(exc)  # the child's own one line, naming the path
+    if storage is not None:
+        ctx.degraded[agent] = storage  # every run would train and then lose its work
+    # The host's fault, not the plugin's: named in one line, no traceback.
+    host = storage
+    if reason == "device_unavailable":
+        host = str(exc) if isinstance(exc, LaunchError) else device_lost(exc)
+        # Every run on it fails until the GPU is back (or the daemon restarts on another).
+        ctx.degraded[agent] = f"device {device} unavailable: {host}"
+    if isinstance(exc, TrainRequestError | ExecutionError | LaunchError) or host:
+        # A one-line refusal, a storage error naming its path, a lost device.
+        error = host if host is not None else str(exc)
+        log.error("training run failed", error=error, duration_seconds=round(duration, 3))
+    elif isinstance(exc, SystemExit):
+        log.error(
+            "training run failed",
+            error=f"the plugin called sys.exit({exc.code!r})",
+            duration_seconds=round(duration, 3),
+        )
+    else:
+        log.exception("training run failed", duration_seconds=round(duration, 3))
+    _bound_history(ctx, agent)  # a gate that could not decide left a candidate too
+    one_line = isinstance(exc, TrainRequestError | ExecutionError | LaunchError)
+    why = host or (str(exc) if one_line else f"{type(exc).__name__}: {exc}")
+    _save_last_run(
+        ctx, agent, last_run.from_error("failed", f"{reason}: {why}", duration, "daemon")
+    )
+    ctx.metrics.finish_run(agent, "failed", duration, None, time.time())
+    _close_tracker(ctx, agent, run.tracker)  # the curves up to the failure stay readable
+
+
+def _finish(
+    ctx: JobContext,
+    agent: str,
+    run_id: str,
+    result: TrainResult,
+    duration: float,
+    show_precision: bool = True,
+) -> None:
+    outcome = result.outcome  # success, failed (learned nothing), stopped, or up_to_date
+    ctx.degraded.pop(agent, None)  # a run that wrote its checkpoint: the disk is fine again
+    if result.failure is not None:  # steps were run, none (or too few) taken: alerted
+        ctx.metrics.run_failures.labels(agent=agent, reason=result.failure).inc()
+        why = f"last run learned nothing ({result.failure}): {result.failure_detail}"
+        ctx.unlearned[agent] = why
+    elif outcome == "success":
+        ctx.unlearned.pop(agent, None)
+    guard_state.record_run(ctx.settings, ctx.metrics, agent, result)
+    scale_memory.record_scale(ctx.settings, agent, result)
+    if show_precision:
+        ctx.metrics.set_precision(agent, result.precision_used)
+    ctx.metrics.set_execution(agent, result.execution)
+    if result.execution_fallback is not None:
+        ctx.metrics.execution_fallbacks.labels(agent=agent, reason=result.execution_fallback).inc()
+    if result.steps and result.final_train_loss is not None:
+        # The run's own final loss (under torchrun, rank 0's last log was its interval's).
+        ctx.metrics.train_loss.labels(agent=agent).set(float(result.final_train_loss))
+    _bound_history(ctx, agent)  # before the run is counted: a count means a pruned folder
+    _export_report(ctx, agent, result)
+    log.info(
+        "training run finished",
+        agent=agent,
+        run_id=run_id,
+        outcome=outcome,
+        precision_requested=result.precision_requested,
+        precision_used=result.precision_used,
+        precision_reason=result.precision_reason,
+        execution=result.execution,
+        execution_reason=result.execution_reason,
+        execution_fallback=result.execution_fallback,
+        steps=result.steps,
+        skipped_steps=result.skipped_steps,
+        chain_skipped_steps=result.chain_skipped_steps,
+        failure=result.failure,
+        failure_detail=result.failure_detail or None,
+        final_train_loss=result.final_train_loss,
+        eval=dict(result.eval),
+        components=_plain(result.components),  # per-component dtypes (rlhf_ppo's preset)
+        early_stop=_early_stop_summary(result.early_stop),
+        data=_plain(result.data),
+        phases=_plain(result.phases),
+        gate=_plain(result.gate),
+        drift=_plain(result.drift),
+        checkpoint=str(result.checkpoint) if result.checkpoint else None,
+        duration_seconds=round(duration, 3),
+    )
+    _save_last_run(ctx, agent, last_run.from_result(result, duration, "daemon"))
+    # Counted last: whoever sees the count (a dashboard, a test) finds the run's other
+    # series, its log line and its last-run record already there.
+    ctx.metrics.finish_run(agent, outcome, duration, result.eval.get("loss"), time.time())
+
+
+def _save_last_run(ctx: JobContext, agent: str, record: last_run.LastRun) -> None:
+    """The run's record for ``genesis-fp16 status`` and the page at ``/``."""
+    last_run.save_last_run(AgentPaths.for_agent(ctx.settings.state_dir, agent), record)
+
+
+def _export_report(ctx: JobContext, agent: str, result: TrainResult) -> None:
+    """What the run reports beyond its counts, each typed field the agent filled."""
+    report = ctx.metrics.report
+    if result.precision_calibration is not None:
+        report.set_auto_measurement(agent, result.precision_calibration)
+    report.set_eval(agent, result.eval, result.early_stop)
+    if result.data is not None:
+        report.set_data(agent, result.data, result.steps, time.time())
+    if result.phases is not None:  # where the run's time went (se_darwin)
+        report.set_phases(agent, result.phases)
+    if result.device_memory_peak_bytes is not None:
+        report.set_device_memory_peak(agent, result.device_memory_peak_bytes)
+    export_diagnostics(ctx.metrics.rl, agent, result)
+    if result.gate is not None and not result.up_to_date:
+        ctx.metrics.promotion.export_gate(agent, result.gate)
+    if result.drift is not None:
+        ctx.metrics.promotion.export_drift(agent, result.drift)
+    _export_live(ctx, agent, result)
+
+
+def _export_live(ctx: JobContext, agent: str, result: TrainResult) -> None:
+    """The live watch's figures and verdict (se_darwin's extra.live), logged when it
+    found a regression: rolled back, or held by the operator's pin."""
+    live = result.extra.get("live")
+    gate = None if result.up_to_date else result.gate
+    if live is None and gate is None:
+        return
+    ctx.metrics.live.observe(agent, live, gate)
+    if live is not None and live.get("rolled_back"):
+        log.warning("served model rolled back: live regression", agent=agent, live=dict(live))
+    elif live is not None and live.get("regression"):
+        log.warning("live regression not rolled back", agent=agent, live=dict(live))
+
+
+def _show_next_precision(ctx: JobContext, agent: str, device: str) -> None:
+    """The precision gauge at what ``decide`` answers the agent's next run's request (the
+    guard's memory included); a measured ``auto`` with no kept measurement is decided by
+    that run, so the gauge waits for it."""
+    request, _ = precision_request(ctx.settings, agent)
+    expected = expected_precision(request, device)
+    if expected is not None:
+        ctx.metrics.set_precision(agent, expected)
+
+
+def _bound_history(ctx: JobContext, agent: str) -> None:
+    """Prune the agent's models to the bounded history (the last
+    GENESIS_FP16_SERVED_HISTORY_KEEP served ones, rejected candidates for
+    GENESIS_FP16_REJECTED_KEEP_DAYS) and export the bytes its folder holds. A pointer
+    that cannot be read prunes nothing: logged, never a guess."""
+    settings = ctx.settings
+    folder = AgentPaths.for_agent(settings.state_dir, agent).checkpoint_dir
+    try:
+        removed = prune(folder, settings.served_history_keep, settings.rejected_keep_days)
+    except (ServedPointerError, OSError) as exc:
+        log.error("model history not pruned", error=str(exc))
+        removed = []
+    for path in removed:
+        log.info("model history: removed candidate", candidate=path.name)
+    ctx.metrics.promotion.pruned.labels(agent=agent).set(len(removed))
+    ctx.metrics.promotion.state_bytes.labels(agent=agent).set(folder_bytes(folder))
+
+
+def _plain(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A reported record as the log line's plain dict (None: not reported)."""
+    return None if record is None else dict(record)
+
+
+def _early_stop_summary(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The log line's part of early stopping's record (its history stays in train --json)."""
+    if record is None:
+        return None
+    return {k: record.get(k) for k in ("best_step", "best", "evaluations", "stop_reason")}
+
+
+def _close_tracker(ctx: JobContext, agent: str, tracker: RunTracker | None) -> None:
+    """Close the run's curves and count the writes they lost (a full disk, say)."""
+    if tracker is not None:
+        ctx.metrics.tracking_write_failures.labels(agent=agent).inc(close_tracker(tracker))
+
+
+def _failure_reason(exc: BaseException) -> str:
+    if isinstance(exc, LaunchError):
+        return exc.reason
+    if isinstance(exc, RunHung):
+        return "hung"
+    if device_lost(exc) is not None:
+        return "device_unavailable"
+    if storage_error(exc) is not None:
+        return "storage"
+    if isinstance(exc, SystemExit):
+        return "exit"
+    if isinstance(exc, TrainRequestError | ExecutionError):
+        return "refused"
+    return "error"
+
+
+def resumed_totals(summary: Mapping[str, Any] | None) -> dict[str, float]:
+    """The run counters of the checkpoint a run will resume from (empty: none), from its
+    summary (``agent_state.ResumePoint.summary``).
+
+    The summary is the newest checkpoint's summary file (``checkpoint_files.summarize``),
+    a few hundred bytes, so that the run alone reads the checkpoint itself; a checkpoint
+    written without one is read in full, once more than the run does. Checkpoints in
+    another format than the core's are not listed, and give zeros.
+    """
+    # The served model's checkpoint (se_darwin's candidates: where served.json points). A
+    # run that trains a fresh candidate instead reports below these totals at first, and
+    # DaemonMetrics.observe_summary then counts it from zero.
+    if summary is None:
+        return {}
+    skipped = float(summary["skipped_steps"])
+    return {
+        "optimizer_steps": float(summary["step"]) - skipped,
+        "skipped_steps": skipped,
+        "nonfinite_losses": float(summary["nonfinite_losses"]),
+    }

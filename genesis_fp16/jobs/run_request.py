@@ -1,0 +1,329 @@
+"""One run's request, built in one place for the daemon's jobs, `train` and torchrun ranks.
+
+:func:`plan_request` (the daemon's jobs, a :class:`RunPlan`) and :func:`build_request`
+(``genesis-fp16 train``, with the command line's :class:`RequestOverrides`) read their
+inputs once, what the plugin declares and the agent's state folder
+(``genesis_fp16_infrastructure.agent_state``), then work out: the requested precision and why
+(:func:`precision_request`: flag, rollback switch, per-agent override, how ``auto`` is
+decided, the precision guard's remembered floor), the device, the budget
+(:func:`budget`), the data (sample data when none is configured), the guard's
+configuration and the agent's options. The daemon's launcher hands the result to
+torchrun's ranks whole, as a JSON file (``TrainRequest.to_json``), so every rank trains
+with the same precision request, guard, reason and options::
+
+    >>> request = build_request(settings, "rlhf_ppo", plugin, "cpu")  # doctest: +SKIP
+    >>> request.precision.requested, request.precision_reason  # doctest: +SKIP
+    ('auto', 'default: auto (no flag, no ENABLE_FP16_TRAINING, no per-agent override)')
+
+Options come from the settings (``GENESIS_FP16_AGENTS__<AGENT>__OPTIONS__<KEY>=VALUE``)
+and ``--option KEY=VALUE`` on top; both are checked against the options the plugin
+declares before anything trains.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from genesis_fp16.config.paths import AgentPaths, ensure_sample_data
+from genesis_fp16.config.settings import (
+    AGENT_VARIABLE_PREFIX,
+    Settings,
+    SettingsError,
+    requested_precision,
+)
+from genesis_fp16.jobs import guard_state
+from genesis_fp16_infrastructure.agent_state import AgentState, read_agent_state
+from genesis_fp16_infrastructure.contract.plugin_api import (
+    AgentPlugin,
+    OptionValue,
+    TrainRequest,
+    TrainRequestError,
+    declared_options,
+    ignored_request_fields,
+    parse_options,
+)
+from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
+
+log = structlog.get_logger("genesis_fp16.run_request")
+
+# Request fields an operator sets: field -> (its setting, its RequestOverrides flag).
+_OPERATOR_FIELDS: dict[str, tuple[str, str | None]] = {
+    "checkpoint_steps": ("checkpoint_steps", "checkpoint_steps"),
+    "checkpoint_seconds": ("checkpoint_seconds", "checkpoint_seconds"),
+    "precision.mode": ("auto_precision", None),
+    "memory_limit_bytes": ("run_memory_limit_bytes", None),
+}
+
+
+@dataclass(frozen=True)
+class RequestOverrides:
+    """What `genesis-fp16 train`'s flags change; the defaults run as the daemon would."""
+
+    precision: str | None = None
+    steps: int | None = None
+    epochs: int | None = None
+    data_path: Path | None = None
+    checkpoint_dir: Path | None = None
+    seed: int | None = None
+    resume: bool = True
+    forced: bool = False  # train --resume: TrainRequest.forced
+    cuda_graph: str | None = None
+    compile: str | None = None
+    log_interval: int | None = None
+    options: Mapping[str, str] = field(default_factory=dict)
+    checkpoint_steps: int | None = None
+    checkpoint_seconds: float | None = None
+
+
+def precision_request(
+    settings: Settings, agent: str, flag: str | None = None, state: AgentState | None = None
+) -> tuple[PrecisionRequest, str]:
+    """The :class:`PrecisionRequest` of ``agent``'s next run and who asked for it, as
+    :func:`plan_request` puts it in the run's request (the gauge asks the same).
+
+    The operator's request (``requested_precision``: flag, rollback switch, per-agent
+    override, ``auto``), how ``auto`` is decided (``GENESIS_FP16_AUTO_PRECISION``), where
+    a measurement is kept, and the precision guard's remembered floor, which ``decide``
+    applies in the run (a ``--precision`` flag is what the operator asked for in so many
+    words: no floor; ``ENABLE_FP16_TRAINING=false`` asks for fp32, which no floor lowers).
+    ``state``: the agent's folder as a run's plan read it (None: the memory is read now).
+    Nothing here picks a precision::
+
+        >>> precision_request(settings, "se_darwin")[0].requested  # doctest: +SKIP
+        'auto'
+    """
+    requested, reason = requested_precision(settings, agent, flag)
+    floor = None if flag is not None else guard_state.remembered_floor(settings, agent, state)
+    request = PrecisionRequest(
+        requested,
+        mode=settings.auto_precision,
+        floor=None if floor is None else floor[0],
+        floor_reason="" if floor is None else floor[1],
+        cache=AgentPaths.for_agent(settings.state_dir, agent).calibration_path,
+    )
+    return request, reason
+
+
+def expected_precision(request: PrecisionRequest, device: str) -> str | None:
+    """What a run of the planned ``request`` computes in, as ``decide`` answers before the
+    run (the precision gauge of an idle agent): a measured ``auto`` answers from the
+    measurement it kept (None: none kept yet, the run decides). A request that cannot run
+    on ``device`` is None: the run fails with the clear error."""
+    # decide() probes the device through torch: imported here, not at the top, so that
+    # `genesis-fp16 agents` and `precision` (which use this module) start fast.
+    from genesis_fp16_infrastructure.training.precision.decide import (
+        PrecisionError,
+        planned_precision,
+    )
+    from genesis_fp16_infrastructure.training.run.calibration import kept_rows
+
+    kept = kept_rows(request.cache) if request.measures and request.cache is not None else ()
+    try:
+        return planned_precision(request, device, kept)
+    except PrecisionError:
+        return None
+
+
+def budget(
+    settings: Settings, agent: str, steps: int | None = None, epochs: int | None = None
+) -> tuple[int | None, int | None]:
+    """``(steps, epochs)`` of one run: the flags, else the agent's own settings, else
+    ``GENESIS_FP16_STEPS_PER_RUN``; ``(None, None)`` leaves the budget to the agent."""
+    if steps is not None or epochs is not None:
+        return steps, epochs
+    spec = settings.agent(agent)
+    if spec.epochs is not None:
+        return None, spec.epochs
+    return spec.steps or settings.steps_per_run, None
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One run's request and what it was planned from, built once per job and kept on
+    the daemon's run (``genesis_fp16.jobs.job_state.Run.plan``): the agent's state folder
+    as read for it (``state.resume``: the checkpoint its counters start from) and the
+    request fields its plugin ignores, each with what it does instead."""
+
+    request: TrainRequest
+    state: AgentState
+    ignored: Mapping[str, str]
+
+
+def build_request(
+    settings: Settings,
+    agent: str,
+    plugin: AgentPlugin,
+    device: str,
+    overrides: RequestOverrides | None = None,
+) -> TrainRequest:
+    """The :class:`TrainRequest` of one run, callbacks left at their defaults
+    (``genesis-fp16 train`` and the tests; the daemon's jobs ask :func:`plan_request`).
+
+    Generates the agent's sample data when no data is configured (the only side effect).
+    Raises :class:`TrainRequestError` for a bad option, before that.
+    """
+    return plan_request(settings, agent, plugin, device, overrides).request
+
+
+def plan_request(
+    settings: Settings,
+    agent: str,
+    plugin: AgentPlugin,
+    device: str,
+    overrides: RequestOverrides | None = None,
+    resume: bool = False,
+) -> RunPlan:
+    """The :class:`RunPlan` of one run: its inputs read once (what the plugin declares,
+    the agent's state folder, with the checkpoint the run resumes when ``resume``), its
+    fields worked out from the settings."""
+    o = overrides or RequestOverrides()
+    spec = settings.agent(agent)
+    paths = AgentPaths.for_agent(settings.state_dir, agent)
+    ignored = ignored_request_fields(plugin)
+    state = read_agent_state(paths.state_files(resume))
+    options = resolve_options(agent, plugin, spec.options, o.options)
+    precision, reason = precision_request(settings, agent, o.precision, state)
+    checkpoint_dir = o.checkpoint_dir or paths.checkpoint_dir
+    # A run in a folder of its own keeps its quarantined records beside its checkpoints;
+    # each run a file of its own, the folder bounded (data.quarantine).
+    quarantine = new_quarantine_file(
+        paths.quarantine_dir if o.checkpoint_dir is None else checkpoint_dir / "quarantine"
+    )
+    data = o.data_path or spec.data_path
+    if data is None:
+        data = ensure_sample_data(plugin, paths, count=settings.sample_count, seed=settings.seed)
+    steps, epochs = budget(settings, agent, o.steps, o.epochs)
+    warn_ignored(ignored, agent, _operator_set(settings, o))
+    request = TrainRequest(
+        agent=agent,
+        precision=precision,
+        precision_reason=reason,
+        state_dir=settings.state_dir,
+        checkpoint_dir=checkpoint_dir,
+        device=device,
+        data_path=Path(data),
+        steps=steps,
+        epochs=epochs,
+        seed=settings.seed if o.seed is None else o.seed,
+        resume=o.resume,
+        forced=o.forced,
+        log_interval=o.log_interval or settings.log_interval,
+        quarantine_path=quarantine,
+        guard=guard_state.guard_config(settings),
+        cuda_graph=o.cuda_graph or settings.cuda_graph_for(agent),
+        compile=o.compile or settings.compile_for(agent),
+        options=options,
+        checkpoint_steps=o.checkpoint_steps or settings.checkpoint_steps,
+        checkpoint_seconds=o.checkpoint_seconds or settings.checkpoint_seconds,
+        memory_limit_bytes=settings.run_memory_limit_bytes,
+        # The agent's last fp16 scale, when this run asks what that run asked for.
+        initial_loss_scale=state.initial_scale(precision.requested),
+        golden_data_path=spec.golden_data,
+    )
+    return RunPlan(request, state, ignored)
+
+
+def _operator_set(settings: Settings, overrides: RequestOverrides) -> dict[str, str]:
+    """The request fields the operator set, each with the setting or flag that set it."""
+    given = {}
+    for name, (setting, flag) in _OPERATOR_FIELDS.items():
+        if flag is not None and getattr(overrides, flag) is not None:
+            given[name] = f"--{flag.replace('_', '-')}"
+        elif setting in settings.model_fields_set:
+            given[name] = f"GENESIS_FP16_{setting.upper()}"
+    return given
+
+
+def warn_ignored(ignored: Mapping[str, str], agent: str, given: Mapping[str, str]) -> None:
+    """Warn, one line per field, where the operator set what this agent does not use.
+
+    ``ignored`` is what the plugin declares (``ignored_request_fields``, kept in the
+    :class:`RunPlan`); ``given`` maps request fields to what set them (a setting, a flag,
+    the probe). The run goes on: the field is harmless to the agent, only the operator's
+    intent is lost.
+    """
+    for name, source in given.items():
+        if name in ignored:
+            log.warning(
+                "agent ignores a request field",
+                field=name,
+                set_by=source,
+                instead=f"{agent}: {ignored[name]}",
+            )
+
+
+def option_variable(agent: str, key: str) -> str:
+    """``GENESIS_FP16_AGENTS__<AGENT>__OPTIONS__<KEY>``."""
+    return f"{AGENT_VARIABLE_PREFIX}{agent.upper()}__OPTIONS__{key.upper()}"
+
+
+def parse_option_flags(flags: Iterable[str]) -> dict[str, str]:
+    """``["preset=bf16_fp32_kl", ...]`` from ``--option`` as ``{key: text}``."""
+    out: dict[str, str] = {}
+    for flag in flags:
+        key, sep, value = flag.partition("=")
+        if not sep or not key.strip():
+            raise TrainRequestError(f"--option {flag!r}: expected KEY=VALUE, e.g. preset=bf16_pure")
+        out[key.strip().lower()] = value.strip()
+    return out
+
+
+def resolve_options(
+    agent: str,
+    plugin: object,
+    configured: Mapping[str, Any],
+    flags: Mapping[str, str] | None = None,
+) -> dict[str, OptionValue]:
+    """The typed options of one run: ``configured`` (settings), then ``flags`` (CLI) on top.
+
+    Raises :class:`TrainRequestError`, one line naming the setting or flag, the agent,
+    the option and what is valid.
+    """
+    declared = declared_options(plugin)
+    out: dict[str, OptionValue] = {}
+    for origin, given in (("settings", configured), ("flags", flags or {})):
+        for key, value in given.items():
+            try:
+                out.update(parse_options(agent, declared, {key: value}))
+            except TrainRequestError as exc:
+                where = (
+                    f"--option {key}={value}" if origin == "flags" else option_variable(agent, key)
+                )
+                raise TrainRequestError(f"{where}: {exc}") from None
+    return out
+
+
+def check_configured_options(
+    settings: Settings, plugins: Mapping[str, object], known: Iterable[str] | None = None
+) -> None:
+    """Every configured option of every loaded agent, checked; :class:`SettingsError` if bad.
+
+    ``known`` (the installed agents' names) also makes settings for an agent that is not
+    installed an error (``GENESIS_FP16_AGENTS__SE_DARVIN__STEPS`` would do nothing). The
+    daemon calls it at start-up and on each reload, so that a bad option is a start-up
+    error or a failed reload, never a failed run.
+    """
+    errors = []
+    if known is not None:
+        names = list(known)
+        for agent in sorted(set(settings.agents) - set(names)):
+            near = difflib.get_close_matches(agent, names, n=1)
+            hint = f"did you mean {near[0]}? " if near else ""
+            errors.append(
+                f"{AGENT_VARIABLE_PREFIX}{agent.upper()}__*: no agent {agent!r} is installed; "
+                f"{hint}installed: {', '.join(names) or 'none'}"
+            )
+    for agent, plugin in plugins.items():
+        try:
+            resolve_options(agent, plugin, settings.agent(agent).options)
+        except TrainRequestError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise SettingsError(errors)

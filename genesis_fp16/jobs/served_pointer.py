@@ -1,0 +1,59 @@
+"""Before each run: is the agent's served-model pointer usable, and is it pinned?
+
+An unreadable, wrong-version or dangling ``served.json`` is set aside as
+``served.json.unusable`` (recipes.retrain.served_repair), logged in one line
+and counted in ``genesis_fp16_state_files_skipped_total{file="served_pointer"}``; while no
+usable pointer replaces it the agent is degraded on ``/healthz``,
+``genesis_fp16_served_pointer_unusable`` is 1 (alert GenesisFp16ServedPointerUnusable),
+and its runs are refused in one line naming the repair (``genesis-fp16 model promote
+AGENT ID`` or ``model rollback AGENT``). ``genesis_fp16_served_model_pinned`` says whether
+an operator pinned the served model. Agents without a pointer (rlhf_ppo) are untouched.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.config.state_files import report_state_file_skipped
+from genesis_fp16.jobs.job_state import JobContext
+from genesis_fp16_infrastructure.recipes.retrain.served import (
+    ServedPointerError,
+    aside_path,
+    pointer_path,
+    read_pointer,
+)
+from genesis_fp16_infrastructure.recipes.retrain.served_repair import set_aside_unusable
+
+log = structlog.get_logger("genesis_fp16.jobs")
+
+
+def check_served_pointer(ctx: JobContext, agent: str) -> None:
+    """Set an unusable pointer aside (counted once), and export the pointer's state."""
+    folder = AgentPaths.for_agent(ctx.settings.state_dir, agent).checkpoint_dir
+    metrics = ctx.metrics.promotion
+    if not any(p.exists() or p.is_symlink() for p in (pointer_path(folder), aside_path(folder))):
+        ctx.unusable_pointer.pop(agent, None)  # none (rlhf_ppo; before the first model)
+        metrics.pointer_unusable.labels(agent=agent).set(0)
+        return
+    try:
+        why, moved = set_aside_unusable(folder)
+    except OSError as exc:  # not ours to rename: reported all the same, never followed
+        why, moved = f"served-model pointer in {folder} unusable: {exc}", None
+    if moved is not None:
+        log.error("unusable served-model pointer set aside", path=str(moved), error=why)
+        report_state_file_skipped(agent, "served_pointer")
+    if why is not None:
+        ctx.unusable_pointer[agent] = why.replace("AGENT", agent)
+        metrics.pointer_unusable.labels(agent=agent).set(1)
+        metrics.pinned.labels(agent=agent).set(0)
+        return
+    ctx.unusable_pointer.pop(agent, None)
+    metrics.pointer_unusable.labels(agent=agent).set(0)
+    try:
+        pointer = read_pointer(folder)
+    except ServedPointerError:  # replaced meanwhile: the next run looks again
+        return
+    metrics.pinned.labels(agent=agent).set(
+        float(pointer is not None and pointer.pinned is not None)
+    )

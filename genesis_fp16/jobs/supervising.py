@@ -1,0 +1,132 @@
+"""Execute one planned run where the settings say, and watch it.
+
+Three places train: N ranks under torchrun (``nproc`` > 1), a child process (the
+default, ``GENESIS_FP16_RUN_ISOLATION=process``), or a thread of the daemon's. The
+launcher (genesis_fp16/launch/launcher.py) supervises the first two itself; a run on a
+thread is watched here (:func:`supervised`): past its timeout the agent is overdue, and
+past the grace the thread is abandoned. Before any of them, the plugin's own cheap
+up-to-date check may answer the run with no process start at all.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from genesis_fp16.jobs.job_state import JobContext, Run
+from genesis_fp16.launch.launcher import train_in_child, train_with_torchrun
+from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin, TrainRequest, TrainResult
+from genesis_fp16_infrastructure.contract.result_check import check_result
+
+log = structlog.get_logger("genesis_fp16.jobs")
+
+
+class RunHung(RuntimeError):
+    """A run that reached no step boundary within its timeout and grace: abandoned."""
+
+
+def execute_run(run: Run, plugin: AgentPlugin, request: TrainRequest) -> TrainResult:
+    """Train where the settings say: N ranks under torchrun, a child process (the
+    default), or a watched thread of the daemon's."""
+    ctx, agent, settings = run.ctx, run.agent, run.settings
+    spec = settings.agent(agent)
+    grace = settings.shutdown_timeout_seconds  # to reach a step and checkpoint
+    limit = settings.run_memory_limit_bytes
+    fresh = _check_up_to_date(plugin, request)
+    if fresh is not None:  # nothing changed: no child, no ranks, no thread
+        return fresh
+    if spec.nproc > 1:  # N processes under torchrun, supervised: genesis_fp16/launch/launcher.py
+        return train_with_torchrun(
+            request, spec.nproc, run.timeout, memory_limit=limit, log_level=settings.log_level
+        )
+    if (spec.isolation or settings.run_isolation) == "process":
+        child = functools.partial(
+            train_in_child, request, run.timeout, grace, limit, log_level=settings.log_level
+        )
+        # The launcher stops, then kills, the child itself; the watch marks it overdue.
+        return supervised(ctx, agent, child, run.deadline, run.timeout, grace + 60)
+
+    def call() -> TrainResult:  # a wrong field: one line naming it (a child's train does too)
+        return check_result(plugin.train(request), agent)
+
+    return supervised(ctx, agent, call, run.deadline, run.timeout, grace)
+
+
+def _check_up_to_date(plugin: AgentPlugin, request: TrainRequest) -> TrainResult | None:
+    """The plugin's own cheap check, when it has one (``check_up_to_date(request)``: a
+    result when nothing changed since its served model, else None), asked in the daemon
+    so that an up-to-date run costs no process start and no torch import in a child. A
+    check that raises is logged and the run goes on in full, where the plugin decides."""
+    check = getattr(plugin, "check_up_to_date", None)
+    if check is None:
+        return None
+    try:
+        result: TrainResult | None = check(request)
+        return None if result is None else check_result(result, request.agent)
+    except Exception:
+        log.warning("the plugin's up-to-date check failed: the run reads its data", exc_info=True)
+        return None
+
+
+def supervised(
+    ctx: JobContext,
+    agent: str,
+    call: Callable[[], TrainResult],
+    deadline: float,
+    timeout: float,
+    grace: float,
+) -> TrainResult:
+    """``call()`` on a thread of its own, watched: past ``deadline`` the agent is overdue
+    (health says so); ``grace`` seconds later a run that has not returned is abandoned.
+
+    An abandoned thread cannot be killed (Python has no way to), so it keeps running
+    until the plugin's ``train()`` returns; the device slot is freed at once so the other
+    agents train, and this agent starts nothing new while the thread lives.
+    """
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = call()
+        except BaseException as exc:  # handed to the job thread below
+            box["error"] = exc
+        finally:
+            if ctx.hung.get(agent) is threading.current_thread():  # an abandoned run ended
+                ctx.hung.pop(agent, None)
+                _clear_overdue(ctx, agent)
+                log.warning("an abandoned run returned at last", agent=agent)
+
+    thread = threading.Thread(
+        target=contextvars.copy_context().run, args=(target,), name=f"run-{agent}", daemon=True
+    )
+    thread.start()
+    while thread.is_alive():
+        thread.join(timeout=0.2)
+        now = time.monotonic()
+        if thread.is_alive() and now > deadline and agent not in ctx.overdue:
+            ctx.overdue[agent] = f"run past its timeout of {timeout:g} s"
+            ctx.metrics.runs_overdue.labels(agent=agent).set(1)
+            log.warning("run past its timeout; stopping at its next step", agent=agent)
+        if thread.is_alive() and now > deadline + grace:
+            ctx.hung[agent] = thread
+            ctx.overdue[agent] = f"run hung in train(), abandoned after {timeout + grace:g} s"
+            raise RunHung(
+                f"no step boundary {grace:g} s after the run timeout ({timeout:g} s): the run "
+                "is abandoned, its thread left inside the plugin's train()"
+            )
+    _clear_overdue(ctx, agent)
+    if "error" in box:
+        raise box["error"]
+    result: TrainResult = box["result"]
+    return result
+
+
+def _clear_overdue(ctx: JobContext, agent: str) -> None:
+    ctx.overdue.pop(agent, None)
+    ctx.metrics.runs_overdue.labels(agent=agent).set(0)

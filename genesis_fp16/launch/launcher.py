@@ -1,0 +1,445 @@
+"""Run one training job under torchrun as a supervised child process.
+
+An agent with ``nproc`` > 1 trains in N processes on this machine::
+
+    python -P -m torch.distributed.run --standalone --nproc-per-node N \\
+        -m genesis_fp16 train AGENT --request FILE --json --json-progress
+
+(``python -m torch.distributed.run`` is the ``torchrun`` script, run with the daemon's own
+interpreter.) ``FILE`` is the job's whole :class:`TrainRequest` as JSON, with the daemon's
+log level (genesis_fp16/launch/handoff.py, written beside the agent's checkpoint folder): every
+rank trains with the precision and its reason, the guard, the budget and the options the
+daemon chose, and reads no ``.env`` or setting of its own. ``-P`` and ``PYTHONSAFEPATH``
+keep the daemon's working directory (the state folder, under systemd) off every child's
+``sys.path``; each child's stdin is a pipe the daemon holds, and a child whose daemon is
+gone stops (:func:`genesis_fp16.launch.handoff.watch_daemon`). The daemon reads rank 0's
+stdout: one ``{"progress": ...}`` line per log interval, which becomes a
+:class:`TrainingSummary` for the metrics, and the final ``TrainResult`` JSON line.
+Stopping (daemon shutdown, a precision switch, or the timeout) sends SIGTERM to torchrun,
+which forwards it to every rank; the ranks agree to stop at the
+next step boundary, rank 0 writes a checkpoint and prints its result. A child still
+running ``kill_after`` seconds later is killed, with every rank below it.
+
+The ranks' stderr (their JSON log records, torchrun's own text, tracebacks) is relayed
+through the daemon's logging by :func:`relay_stderr`, so each line carries the job's
+``agent`` and ``run_id``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import logging
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import structlog
+
+from genesis_fp16.config.settings import ENV_PREFIX
+from genesis_fp16.launch.handoff import SAFE_PYTHON, child_env, write_run_file
+from genesis_fp16.launch.kubeflow import without_pet
+from genesis_fp16_infrastructure.contract.plugin_api import (
+    TrainRequest,
+    TrainRequestError,
+    TrainResult,
+)
+from genesis_fp16_infrastructure.training import TrainingSummary
+
+log = logging.getLogger("genesis_fp16.launcher")
+relay_log = structlog.get_logger("genesis_fp16.torchrun")
+
+_POLL_SECONDS = 0.2
+_LEVELS = logging.getLevelNamesMapping() | {"EXCEPTION": logging.ERROR}
+# A plain stderr line at warning: error words, or torchrun's own W/E/F records
+# ("W0115 10:00:00.123 4242 torch/distributed/run.py:792] ...").
+_LOOKS_LIKE_ERROR = re.compile(r"(?i:error|exception|traceback|fail|fatal)|^[WEF]\d{4} ")
+
+
+class RunStopped(RuntimeError):
+    """The run was asked to stop (the daemon shutting down, a precision switch) and its
+    process ended without a result: SIGTERM reached it before its command could act on it
+    (``python -m genesis_fp16`` holds one that comes while it imports, see
+    ``genesis_fp16.service.startup_signals``, so this is the interpreter's first moments). Not a
+    failure: the job counts the run as ``stopped``, and the next run starts it again. A run
+    that reaches its *timeout* without a result is a failure (``hung``), as one that
+    ignores the SIGTERM is."""
+
+
+class LaunchError(RuntimeError):
+    """The torchrun job failed or ended without rank 0's result.
+
+    ``reason`` says how, for ``genesis_fp16_run_failures_total``: ``exit`` (the child
+    ended without a result: a crash, ``os._exit``, ``sys.exit``), ``hung`` (killed after
+    its stop request went unanswered), ``memory`` (killed over its memory limit), or the
+    kind the child reported itself (``refused``, ``storage``, ``error``).
+    """
+
+    def __init__(self, message: str, reason: str = "exit") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class LayoutError(TrainRequestError):
+    """A torchrun layout this host cannot run; refused before launch, in one line."""
+
+
+def cuda_device_count() -> int:
+    """GPUs this process can see (0 without CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def check_layout(
+    request: TrainRequest, nproc: int, gpu_count: Callable[[], int] = cuda_device_count
+) -> None:
+    """Refuse, before launch, ``nproc`` ranks that this host cannot give a GPU each.
+
+    Under NCCL every rank needs a GPU of its own (two ranks on one GPU make NCCL fail
+    at its first collective, and torchrun exits without a result). A ``cuda:N`` device
+    would put every rank on GPU N. CPU ranks (gloo) can share the host: not checked.
+    """
+    device = request.device
+    if nproc <= 1 or not device.startswith("cuda"):
+        return
+    setting = f"{ENV_PREFIX}AGENTS__{request.agent.upper()}__NPROC={nproc}"
+    if device != "cuda":
+        raise LayoutError(
+            f"{setting} with device {device!r}: every rank would use that one GPU; set the "
+            "device to cuda (one GPU per rank) or cpu (gloo)"
+        )
+    gpus = gpu_count()
+    if nproc > gpus:
+        raise LayoutError(
+            f"{setting} on cuda needs {nproc} GPUs, one per rank (NCCL), and this host has "
+            f"{gpus}; set NPROC to at most {gpus}, or the agent's DEVICE to cpu (gloo ranks)"
+        )
+
+
+def request_file(request: TrainRequest) -> Path:
+    """Where the launcher writes ``request`` for its child (one process or torchrun's ranks):
+    beside the checkpoint folder."""
+    return Path(request.checkpoint_dir).parent / "run_request.json"
+
+
+def torchrun_command(request: TrainRequest, nproc: int, python: str = sys.executable) -> list[str]:
+    """The command line that runs ``request`` (from :func:`request_file`) in ``nproc``
+    local processes; "cuda" becomes cuda:<LOCAL_RANK> in each rank."""
+    if nproc < 1:
+        raise ValueError(f"nproc={nproc!r}: must be at least 1")
+    command = [python, *SAFE_PYTHON, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc-per-node", str(nproc), "-m", "genesis_fp16", "train", request.agent]
+    command += ["--request", str(request_file(request)), "--json", "--json-progress"]
+    return command
+
+
+@dataclass
+class _Output:
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None  # {"error": line, "kind": ...} from the child
+    other_lines: int = 0
+
+
+def child_command(request: TrainRequest, python: str = sys.executable) -> list[str]:
+    """The command line that runs ``request`` (from :func:`request_file`) in one child
+    process: a run isolated from the daemon (``GENESIS_FP16_RUN_ISOLATION=process``)."""
+    command = [python, *SAFE_PYTHON, "-m", "genesis_fp16", "train", request.agent]
+    return [*command, "--request", str(request_file(request)), "--json", "--json-progress"]
+
+
+def train_in_child(
+    request: TrainRequest,
+    timeout: float | None = None,
+    kill_after: float = 60.0,
+    memory_limit: int | None = None,
+    env: Mapping[str, str] | None = None,
+    log_level: str = "INFO",
+) -> TrainResult:
+    """Run ``request`` in one child process, supervised as a torchrun job is.
+
+    A plugin that hangs, calls ``os._exit``, crashes the interpreter or grows past
+    ``memory_limit`` bytes of resident memory ends that child, not the daemon: the run
+    fails with a :class:`LaunchError` naming how. Costs a process start per run (an
+    interpreter, torch and the plugin imported again: a few seconds).
+    """
+    handed = request_file(request)
+    write_run_file(handed, request, log_level)
+    try:
+        command = child_command(request)
+        log.info("launching the run's process: %s", " ".join(command))
+        return _launch(
+            request, command, timeout, kill_after, env, memory_limit, what="the run's process"
+        )
+    finally:
+        handed.unlink(missing_ok=True)
+
+
+def train_with_torchrun(
+    request: TrainRequest,
+    nproc: int,
+    timeout: float | None = None,
+    kill_after: float = 60.0,
+    env: Mapping[str, str] | None = None,
+    memory_limit: int | None = None,
+    log_level: str = "INFO",
+) -> TrainResult:
+    """Run ``request`` under torchrun with ``nproc`` processes and return rank 0's result.
+
+    ``request.should_stop`` and ``timeout`` (seconds, None: none) end the run cleanly
+    through SIGTERM; ``request.on_log`` receives rank 0's summaries as they come.
+    Raises :class:`LaunchError` when the job fails.
+    """
+    check_layout(request, nproc)
+    handed = request_file(request)
+    write_run_file(handed, request, log_level)
+    try:
+        command = torchrun_command(request, nproc)
+        log.info("launching torchrun with %d process(es): %s", nproc, " ".join(command))
+        return _launch(request, command, timeout, kill_after, env, memory_limit)
+    finally:
+        handed.unlink(missing_ok=True)
+
+
+def _launch(
+    request: TrainRequest,
+    command: list[str],
+    timeout: float | None,
+    kill_after: float,
+    env: Mapping[str, str] | None,
+    memory_limit: int | None = None,
+    what: str = "the torchrun job",
+) -> TrainResult:
+    child = _start(command, env)
+    assert child.stdout is not None and child.stderr is not None
+    output = _Output()
+    # Both threads run in a copy of the job's context: the progress records the reader
+    # logs and the lines the relay re-emits carry the job's agent and run_id.
+    reader = threading.Thread(
+        target=contextvars.copy_context().run,
+        args=(_read_stdout, child.stdout, output, request.on_log, request.on_diagnostics),
+        daemon=True,
+    )
+    # Drained until EOF whatever happens here, or a chatty rank blocks on a full pipe;
+    # the copied context carries the job's agent and run_id into the relay's thread.
+    relay = threading.Thread(
+        target=contextvars.copy_context().run, args=(relay_stderr, child.stderr), daemon=True
+    )
+    reader.start()
+    relay.start()
+    ended = _supervise(child, request.should_stop, timeout, kill_after, memory_limit, what)
+    reader.join()
+    relay.join()  # the ranks' last lines (a traceback) come before our verdict
+    assert child.stdin is not None
+    child.stdin.close()  # the daemon's end of the watched pipe: its child is gone
+    code = child.returncode
+    if ended.killed is not None:
+        raise LaunchError(f"the run was killed: {ended.killed}", ended.kill_reason)
+    if output.error is not None:  # the child said why, in one line
+        raise LaunchError(str(output.error.get("error")), str(output.error.get("kind", "error")))
+    if output.result is None and ended.stopped_by is not None:
+        why = f"{what} ended (exit code {code}) on {ended.stopped_by} before a result"
+        if ended.timed_out:  # past its timeout with no step to show: abandoned, as a hang is
+            raise LaunchError(why, "hung")
+        raise RunStopped(why)
+    if output.result is None:
+        raise LaunchError(f"{what} exited with code {code} without a result")
+    if code != 0 and ended.stopped_by is None:
+        raise LaunchError(f"{what} exited with code {code}")
+    log.info("%s ended (exit code %d, stopped by %s)", what, code, ended.stopped_by or "nothing")
+    return TrainResult.from_json(output.result)
+
+
+def _start(command: list[str], env: Mapping[str, str] | None) -> subprocess.Popen[str]:
+    # Standalone on this host: a Kubeflow pod's PET_* layout would become torchrun's flags.
+    # None of the daemon's settings: the run file carries what the child needs.
+    environ = child_env(without_pet(env if env is not None else os.environ))
+    return subprocess.Popen(
+        command,
+        # Never written to: EOF there tells the child (and torchrun's ranks, which inherit
+        # it) that the daemon is gone. Only this process holds the write end (O_CLOEXEC).
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",  # a decoding error would end a reader and leave its pipe full
+        env=environ,
+        start_new_session=True,  # a Ctrl-C at the daemon's terminal goes through us
+    )
+
+
+@dataclass
+class _Ended:
+    stopped_by: str | None = None  # why SIGTERM was sent, if it was
+    killed: str | None = None  # why SIGKILL was sent, if it was
+    kill_reason: str = "hung"  # its failure reason: hung or memory
+    timed_out: bool = False  # SIGTERM came from the run's timeout, not a stop request
+
+
+def _supervise(
+    child: subprocess.Popen[str],
+    should_stop: Callable[[], bool],
+    timeout: float | None,
+    kill_after: float,
+    memory_limit: int | None = None,
+    what: str = "the torchrun job",
+) -> _Ended:
+    """Wait for ``child``; SIGTERM it on a stop request or the timeout, SIGKILL it when it
+    has not ended ``kill_after`` seconds later or grows past ``memory_limit`` bytes."""
+    deadline = time.monotonic() + timeout if timeout is not None else math.inf
+    ended = _Ended()
+    sent_at = math.inf
+    while child.poll() is None:
+        now = time.monotonic()
+        resident = resident_bytes(child.pid) if memory_limit is not None else None
+        if memory_limit is not None and resident is not None and resident > memory_limit:
+            limit_mib = memory_limit / 2**20
+            ended.killed = (
+                f"{resident / 2**20:.0f} MiB resident, over its {limit_mib:.0f} MiB limit"
+            )
+            ended.kill_reason = "memory"
+            log.error("%s is over its memory limit: killing it (%s)", what, ended.killed)
+            _kill_tree(child.pid)
+        elif ended.stopped_by is None and (should_stop() or now >= deadline):
+            ended.timed_out = now >= deadline
+            ended.stopped_by = "a stop request" if now < deadline else f"the {timeout}s timeout"
+            log.warning("stopping %s: %s (SIGTERM)", what, ended.stopped_by)
+            child.send_signal(signal.SIGTERM)
+            sent_at = now
+        elif now >= sent_at + kill_after:
+            ended.killed = f"still running {kill_after:g}s after SIGTERM ({ended.stopped_by})"
+            log.error("%s still running %.0fs after SIGTERM: killing it", what, kill_after)
+            _kill_tree(child.pid)
+            sent_at = math.inf
+        time.sleep(_POLL_SECONDS)
+    return ended
+
+
+def resident_bytes(pid: int) -> int | None:
+    """Resident memory of ``pid`` and its children (Linux ``/proc``); None where unknown."""
+    total = 0
+    for member in [pid, *_children(pid)]:
+        try:
+            with open(f"/proc/{member}/statm") as handle:
+                total += int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            continue
+    return total or None
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            direct = [int(c) for c in handle.read().split()]
+    except (OSError, ValueError):
+        return []
+    return [c for child in direct for c in (child, *_children(child))]
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and every process below it.
+
+    torchrun starts each rank in a session of its own, so neither killing torchrun nor
+    its process group reaches them; a rank left alive would also hold our stdout pipe
+    open, and the reader would never end. Linux only: the tree comes from /proc.
+    """
+    tree, i = [pid], 0
+    while i < len(tree):  # collected before killing: an orphan is re-parented to init
+        for task in Path(f"/proc/{tree[i]}/task").glob("*"):
+            with contextlib.suppress(OSError):  # it has just exited
+                tree += [int(c) for c in (task / "children").read_text().split()]
+        i += 1
+    for member in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(member, signal.SIGKILL)
+
+
+def _read_stdout(
+    stream: IO[str],
+    output: _Output,
+    on_log: Callable[[TrainingSummary], None] | None,
+    on_diagnostics: Callable[[Mapping[str, float]], None] | None = None,
+) -> None:
+    for line in stream:
+        try:
+            data = json.loads(line)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            output.other_lines += 1
+            continue
+        if "progress" in data:
+            if on_log is not None:
+                on_log(TrainingSummary.from_json(data["progress"]))
+        elif set(data) == {"diagnostics"}:  # a live line; a result has a diagnostics field too
+            if on_diagnostics is not None and isinstance(data["diagnostics"], dict):
+                values = data["diagnostics"].items()
+                on_diagnostics({k: math.nan if v is None else float(v) for k, v in values})
+        elif "error" in data and "kind" in data:
+            output.error = data
+        elif "agent" in data:
+            output.result = data
+
+
+def relay_stderr(stream: IO[str]) -> None:
+    """Re-emit each line of ``stream`` through the ``genesis_fp16.torchrun`` logger, in order.
+
+    A JSON object with an ``event`` is a rank's log record: it keeps its level and fields,
+    its own ``timestamp`` and ``logger`` become ``child_timestamp`` and ``child_logger``.
+    Any other line is one ``torchrun stderr`` record with ``line=``: at warning when it
+    looks like an error (or belongs to a traceback), at info otherwise; blank lines are
+    dropped.
+
+    >>> relay_stderr(child.stderr)  # in a thread of its own, until the child closes it
+    """
+    in_traceback = False
+    for raw in stream:
+        line = raw.rstrip("\n")
+        if not line.strip():  # a blank record says nothing (the train command ends with one)
+            continue
+        try:
+            record = _json_record(line)
+            if record is not None:
+                _relay_record(record)
+            else:
+                in_traceback = _relay_line(line, in_traceback)
+        except Exception:  # one odd line must not stop the draining
+            log.exception("could not relay a line of torchrun's stderr: %r", line)
+
+
+def _json_record(line: str) -> dict[str, Any] | None:
+    if not line.startswith("{"):
+        return None
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("event"), str) else None
+
+
+def _relay_record(record: dict[str, Any]) -> None:
+    fields = dict(record)
+    event = fields.pop("event")
+    level = _LEVELS.get(str(fields.pop("level", "info")).upper(), logging.INFO)
+    for key in ("timestamp", "logger"):  # ours would overwrite them
+        if key in fields:
+            fields[f"child_{key}"] = fields.pop(key)
+    relay_log.log(level, event, **fields)
+
+
+def _relay_line(line: str, in_traceback: bool) -> bool:
+    """Log one plain line; return whether the next line may still be in a traceback."""
+    error = in_traceback or _LOOKS_LIKE_ERROR.search(line) is not None
+    relay_log.log(logging.WARNING if error else logging.INFO, "torchrun stderr", line=line)
+    # A traceback's frames are indented; its last line (the exception) is not.
+    return line.startswith("Traceback") or (in_traceback and line[:1].isspace())

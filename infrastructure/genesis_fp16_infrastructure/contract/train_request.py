@@ -1,0 +1,118 @@
+"""What the daemon, or ``genesis-fp16 train``, asks an agent to do in one run:
+:class:`TrainRequest`, and the budget of a request that names none (:data:`DEFAULT_STEPS`).
+
+Part of the plugin contract: import these from ``genesis_fp16_infrastructure.contract.plugin_api``
+(or ``genesis_fp16.plugin_api``), which re-exports every name here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from genesis_fp16_infrastructure.training.run.spec import (
+    RunCallbacks,
+    RunSpec,
+    spec_fields,
+    spec_from_json,
+    spec_to_json,
+)
+
+if TYPE_CHECKING:
+    from genesis_fp16_infrastructure.training.run.fit import FitOptions
+
+# The optimizer steps a run trains when its request names no budget (TrainRequest.fit_options).
+DEFAULT_STEPS = 100
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainRequest(RunSpec, RunCallbacks):
+    """What the daemon, or ``genesis-fp16 train``, asks an agent to do in one run.
+
+    The run's own fields (``precision``, ``device``, ``steps``, ``epochs``, ``seed``,
+    ``resume``, ``checkpoint_seconds``, ``log_interval``, ``guard``, ``fsdp``,
+    ``cuda_graph``, ``compile``) and the callbacks ``on_log`` and ``should_stop`` are
+    :class:`~genesis_fp16_infrastructure.training.run.spec.RunSpec`'s and
+    :class:`~genesis_fp16_infrastructure.training.run.spec.RunCallbacks`', shared with
+    ``FitOptions``; the rest are the agent's. ``precision`` is the
+    :class:`~genesis_fp16_infrastructure.training.precision.precision_request.PrecisionRequest`
+    (what was asked, how ``auto`` is decided, the probe's exclusions, the guard's
+    remembered floor), answered by ``decide()`` in the run, and ``precision_reason`` says
+    who asked for it (a CLI flag, ``ENABLE_FP16_TRAINING``, a per-agent override).
+    ``steps`` counts optimizer steps of this run, skipped ones
+    included; with ``resume`` they come on top of the checkpoint's, unless the checkpoint
+    is an interrupted run's with the same budget, which then finishes. ``guard`` turns on
+    the precision guard; None leaves it off. Fields are keyword-only.
+    """
+
+    agent: str
+    precision_reason: str
+    state_dir: Path
+    checkpoint_dir: Path
+    data_path: Path | None = None
+    # RL agents: called after each iteration with its diagnostics ({name: float}); the
+    # daemon exports them live as genesis_fp16_rl_* gauges
+    # (genesis_fp16/metrics/diagnostics_export.py).
+    on_diagnostics: Callable[[Mapping[str, float]], None] | None = None
+    quarantine_path: Path | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    # The resident memory the run may use (the daemon's RUN_MEMORY_LIMIT_BYTES; None: no
+    # limit set), for what a plugin sizes by it: se_darwin's largest pool.
+    memory_limit_bytes: int | None = None
+    # A fixed pool the operator trusts: a candidate must be no worse than the served
+    # model on it too (the promotion gate; GENESIS_FP16_AGENTS__<AGENT>__GOLDEN_DATA).
+    golden_data_path: Path | None = None
+    # A forced run (``genesis-fp16 train --resume --steps N``): the budget is trained even
+    # on data the served model has already learned, continuing it. Otherwise (the daemon,
+    # a plain ``train``) a budget only sizes a run on new data: an agent that can tell
+    # its data unchanged (se_darwin) is up to date whatever the budget.
+    forced: bool = False
+
+    def fit_options(self, **overrides: Any) -> FitOptions:
+        """The :class:`~genesis_fp16_infrastructure.training.FitOptions` this request asks for.
+
+        Every field of the run (``RunSpec``'s: the precision request whole, with its
+        ``auto`` mode, exclusions and floor), the callbacks, the checkpoint folder and
+        cadence come from the request; ``overrides`` replace any
+        of them or set the rest (``scaler``, ``trainer``, ...). A request with no budget
+        (neither ``steps`` nor ``epochs``: no ``--steps``, no ``STEPS_PER_RUN``) trains
+        :data:`DEFAULT_STEPS` optimizer steps, so a plugin that passes the request through
+        trains under the daemon with no setting::
+
+            result = fit(task, request.fit_options())
+        """
+        from genesis_fp16_infrastructure.training.flight.bundle_files import bundle_folder
+        from genesis_fp16_infrastructure.training.flight.recorder import FlightConfig
+        from genesis_fp16_infrastructure.training.run.fit import FitOptions
+
+        values: dict[str, Any] = {name: getattr(self, name) for name in spec_fields()}
+        context = {"agent": self.agent, "request": self.to_json()}
+        values.update(
+            on_log=self.on_log,
+            should_stop=self.should_stop,
+            checkpoint_dir=Path(self.checkpoint_dir),
+            # Fault bundles in the agent's state folder (the guard must be on to write any).
+            flight=FlightConfig(folder=bundle_folder(self.state_dir, self.agent), context=context),
+        )
+        merged = {**values, **overrides}
+        if merged.get("steps") is None and merged.get("epochs") is None:
+            merged["steps"] = DEFAULT_STEPS
+        return FitOptions(**merged)
+
+    def to_json(self) -> dict[str, Any]:
+        """The request as JSON-ready data, callbacks left out (they cannot cross a process).
+
+        The daemon hands this to its child or its torchrun ranks whole (a file), so every
+        process trains with the same precision and reason, guard, budget and options::
+
+            TrainRequest.from_json(json.loads(json.dumps(request.to_json())))
+        """
+        return spec_to_json(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TrainRequest:
+        """The inverse of :meth:`to_json`; callbacks are the defaults (set them with
+        ``dataclasses.replace``)."""
+        return spec_from_json(cls, data)

@@ -1,0 +1,258 @@
+"""What one training run reports: :class:`TrainResult`, and when a run counts as having
+learned (:func:`learning_failure`).
+
+Part of the plugin contract: import these from ``genesis_fp16_infrastructure.contract.plugin_api``
+(or ``genesis_fp16.plugin_api``), which re-exports every name here.
+
+>>> min_useful_steps(200)
+92
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from genesis_fp16_infrastructure.json_numbers import finite, number
+
+if TYPE_CHECKING:
+    from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+    from genesis_fp16_infrastructure.training.run.fit import FitResult
+
+
+# A run that took steps learned only when at least min_useful_steps(steps) of them were
+# taken (not skipped). fp16's loss scale starts at 65536 and may halve up to 16 times
+# before its first step is taken (each halving skips one step): those 16 are allowed,
+# and of the rest at least half must be taken. A run of 18 steps or fewer needs one.
+SCALER_CALIBRATION_SKIPS = 16
+LEARNING_FAILURES = ("nonfinite_gradients", "nonfinite_loss")
+
+
+def min_useful_steps(steps: int) -> int:
+    """The fewest taken (not skipped) steps a run of ``steps`` steps needs to count as
+    having learned: 0 for a run of no step, else ``max(1, (steps - 16) // 2)``.
+
+    >>> min_useful_steps(200), min_useful_steps(10), min_useful_steps(0)
+    (92, 1, 0)
+    """
+    return 0 if steps <= 0 else max(1, (steps - SCALER_CALIBRATION_SKIPS) // 2)
+
+
+def learning_failure(
+    steps: int, skipped: int, nonfinite_losses: int, guard_failed: bool, stopped: bool = False
+) -> str | None:
+    """Why a run with these counts learned nothing (one of :data:`LEARNING_FAILURES`), or
+    None: the guard ended it at its last rung, or it ran to its end with fewer useful
+    steps than :func:`min_useful_steps` (a run asked to stop early is judged by the guard
+    alone). A non-finite loss is the cause when the run saw one."""
+    short = not stopped and steps - skipped < min_useful_steps(steps)
+    if not (guard_failed or short):
+        return None
+    return "nonfinite_loss" if nonfinite_losses > 0 else "nonfinite_gradients"
+
+
+# TrainResult's float fields: NaN travels as null and comes back as NaN.
+_RESULT_FLOATS = (
+    "overflow_rate",
+    "loss_scale",
+    "final_train_loss",
+    "samples_per_second",
+    "wall_seconds",
+)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """The outcome of one training run; :meth:`to_json` is the ``train --json`` object.
+
+    Besides the counts every run has, a run may report what the daemon exports when an
+    agent has it, each in a typed field that is None when the agent reports none:
+    ``precision_calibration`` (what a measured ``auto`` timed), ``early_stop``, ``data``
+    (the records trained on, and what changed), ``phases`` (seconds per phase),
+    ``device_memory_peak_bytes``, ``gate`` and ``drift`` (the promotion gate's verdict
+    and the data's drift), ``components`` (per-component dtypes and flags) and ``diagnostics``
+    (RL diagnostics, ``{name: float}``). ``extra`` is the agent's own record: the daemon
+    reads nothing from it, ``train --json`` prints it whole.
+
+    >>> result = TrainResult(
+    ...     agent="my_agent", precision_requested="auto", precision_used="bf16",
+    ...     precision_reason="default", device="cpu", steps=20, skipped_steps=0,
+    ...     overflow_rate=0.0, loss_scale=1.0, final_train_loss=0.1, eval={"loss": 0.2},
+    ...     samples_per_second=100.0, wall_seconds=2.0, checkpoint=None, quarantined=0,
+    ...     phases={"read": 0.5, "train": 1.5})
+    >>> result.outcome, TrainResult.from_json(result.to_json()).phases
+    ('success', {'read': 0.5, 'train': 1.5})
+    """
+
+    agent: str
+    precision_requested: str
+    precision_used: str
+    precision_reason: str
+    device: str
+    steps: int
+    skipped_steps: int
+    overflow_rate: float
+    loss_scale: float
+    final_train_loss: float
+    eval: Mapping[str, float]
+    samples_per_second: float
+    wall_seconds: float
+    checkpoint: Path | None
+    quarantined: int
+    stopped_early: bool = False
+    demotions: Sequence[Mapping[str, Any]] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    # What the steps ran as (eager, cuda_graph or cuda_graph_compiled) and why, like
+    # precision_used/_reason.
+    execution: str = "eager"
+    execution_reason: str = "not reported by the agent"
+    # Set when the run resolved a captured step but ran eagerly: one of FALLBACK_REASONS
+    # (its first captured steps differed from eager ones, or a capture raised).
+    execution_fallback: str | None = None
+    # The model had already learned every record of the data: the run took no step.
+    up_to_date: bool = False
+    # Why the run learned nothing (see learning_failure), with what the counts were; None
+    # for a run that learned. ``skipped_steps`` is this run's own; the resumed chain's
+    # total is ``chain_skipped_steps``.
+    failure: str | None = None
+    failure_detail: str = ""
+    chain_skipped_steps: int = 0
+    # The run's model was judged worse than the served one by the promotion gate: it is
+    # kept for inspection, and the served model goes on serving.
+    rejected: bool = False
+    # What the daemon exports when the agent reports it (genesis_fp16/jobs/recording.py).
+    precision_calibration: Mapping[str, Any] | None = None
+    early_stop: Mapping[str, Any] | None = None
+    data: Mapping[str, Any] | None = None
+    phases: Mapping[str, float] | None = None
+    device_memory_peak_bytes: int | None = None
+    gate: Mapping[str, Any] | None = None
+    drift: Mapping[str, Any] | None = None
+    components: Mapping[str, str | bool] | None = None
+    diagnostics: Mapping[str, float] | None = None
+    # The flight recorder's bundles ({"path", "reason", "step", ...}), oldest first, and
+    # the first of them (``train --json``'s ``fault_bundle``: the one to replay).
+    fault_bundles: Sequence[Mapping[str, Any]] = ()
+
+    @property
+    def fault_bundle(self) -> str | None:
+        """The path of the run's first fault bundle; None when it wrote none."""
+        return str(self.fault_bundles[0]["path"]) if self.fault_bundles else None
+
+    def __post_init__(self) -> None:
+        # Whoever built the result (from_fit, or a plugin of its own): a run that took
+        # fewer useful steps than the bound learned nothing, and is not reported a success.
+        if self.failure is None and not self.up_to_date:
+            failure = learning_failure(
+                self.steps, self.skipped_steps, 0, guard_failed=False, stopped=self.stopped_early
+            )
+            if failure is not None:
+                useful = self.steps - self.skipped_steps
+                detail = (
+                    f"{useful} of {self.steps} step(s) taken "
+                    f"(needs {min_useful_steps(self.steps)}), {self.skipped_steps} skipped"
+                )
+                object.__setattr__(self, "failure", failure)
+                object.__setattr__(self, "failure_detail", detail)
+
+    @property
+    def outcome(self) -> str:
+        """``failed`` (its steps learned nothing: ``failure`` says why), ``up_to_date``
+        (nothing new to learn), ``rejected`` (trained, and judged worse than the served
+        model), ``stopped`` (asked to stop before its end) or ``success``: the daemon's
+        outcome label, and ``outcome`` in ``to_json``."""
+        if self.failure is not None:
+            return "failed"
+        if self.up_to_date:
+            return "up_to_date"
+        if self.rejected:
+            return "rejected"
+        return "stopped" if self.stopped_early else "success"
+
+    @classmethod
+    def from_fit(
+        cls,
+        request: TrainRequest,
+        result: FitResult,
+        *,
+        quarantined: int = 0,
+        extra: Mapping[str, Any] | None = None,
+    ) -> TrainResult:
+        """Report a :func:`~genesis_fp16_infrastructure.training.run.fit` run for ``request``,
+        truthfully: the precision used is the one the run ended in, after any demotion."""
+        summary = result.summary
+        extra = dict(extra or {})
+        calibration = None if result.calibration is None else result.calibration.to_json()
+        if calibration is not None:  # what a measured 'auto' timed; train --json reads it there
+            extra["precision_calibration"] = calibration
+        steps, skipped = result.steps_run, result.skipped_run
+        failure = learning_failure(
+            steps,
+            skipped,
+            result.nonfinite_run,
+            guard_failed=result.failure is not None,
+            stopped=result.stopped_early,
+        )
+        detail = ""
+        if failure is not None:
+            detail = (
+                f"{steps - skipped} of {steps} step(s) taken (needs {min_useful_steps(steps)}), "
+                f"{skipped} skipped, {result.nonfinite_run} non-finite loss(es)"
+            )
+            if result.failure is not None:
+                detail += f"; the guard at {result.precision.used}: {result.failure['detail']}"
+        return cls(
+            agent=request.agent,
+            precision_requested=request.precision.requested,
+            precision_used=result.precision.used,
+            precision_reason=f"{request.precision_reason}; {result.precision.reason}",
+            device=request.device,
+            steps=steps,
+            skipped_steps=skipped,
+            overflow_rate=summary.overflow_rate,
+            loss_scale=summary.loss_scale,
+            final_train_loss=summary.train_loss,
+            eval=dict(result.eval),
+            samples_per_second=summary.samples_per_second,
+            wall_seconds=summary.wall_seconds,
+            checkpoint=result.checkpoint,
+            quarantined=quarantined,
+            stopped_early=result.stopped_early,
+            demotions=result.demotions,
+            extra=extra,
+            precision_calibration=calibration,
+            early_stop=None if result.early_stop is None else dict(result.early_stop),
+            execution=result.execution.used,
+            execution_reason=result.execution.reason,
+            execution_fallback=result.execution.fallback,
+            failure=failure,
+            failure_detail=detail,
+            chain_skipped_steps=summary.skipped_steps,
+            fault_bundles=tuple(result.fault_bundles),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``train --json`` object: JSON-ready, NaN and infinities as null."""
+        out = asdict(self)
+        out["checkpoint"] = str(self.checkpoint) if self.checkpoint else None
+        out["eval"] = dict(self.eval)
+        out["demotions"] = [dict(d) for d in self.demotions]
+        out["fault_bundles"] = [dict(b) for b in self.fault_bundles]
+        out["fault_bundle"] = self.fault_bundle
+        out["outcome"] = self.outcome
+        result: dict[str, Any] = finite(out)
+        return result
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TrainResult:
+        """The inverse of :meth:`to_json` (the torchrun ranks' result, in the daemon)."""
+        values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        values["checkpoint"] = Path(data["checkpoint"]) if data.get("checkpoint") else None
+        values["eval"] = {k: number(v) for k, v in data["eval"].items()}
+        for name in _RESULT_FLOATS:
+            values[name] = number(values[name])
+        values["demotions"] = tuple(data.get("demotions", ()))
+        values["fault_bundles"] = tuple(data.get("fault_bundles", ()))
+        return cls(**values)

@@ -1,0 +1,234 @@
+"""Up to date without a parse: the served model's data manifest, kept beside it.
+
+A finished SE-Darwin run writes ``data_manifest.json`` into its checkpoint folder: the
+data files it read (size, mtime, content digest: ``genesis_fp16_infrastructure.data.manifest``),
+the request that asked for it (data path, options, seed), the served checkpoint (path,
+size, mtime) and its ``train --json`` result. A later run asks :func:`check_up_to_date`
+first; when the request is the same, the served checkpoint is the one recorded and every
+data file holds the same bytes, the run ends ``up_to_date`` at once: no record parsed,
+no task built, no torch tensor made, and the daemon starts no child for it
+(``genesis_fp16/jobs/agent_job.py``). Anything else (no manifest, another request, a file
+added, removed or changed, a checkpoint written since) returns None and the run reads
+the pool as before, where the data fingerprint decides (a file rewritten with other
+bytes but the same records is still up to date there, and its manifest is renewed).
+
+    fresh = check_up_to_date(request)
+    if fresh is not None:
+        return fresh  # the served model's stored eval, steps 0, outcome up_to_date
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from genesis_fp16_infrastructure.atomic import write_atomic
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
+from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
+from genesis_fp16_infrastructure.data.readers import DataError
+from genesis_fp16_infrastructure.data.record_cache import RecordCache
+from genesis_fp16_infrastructure.recipes.retrain.served import ServedPointerError, served_checkpoint
+
+logger = logging.getLogger(__name__)
+
+RECORD_NAME = "data_manifest.json"
+RECORD_CACHE_FOLDER = "record_cache"  # under the state folder, one folder per agent
+RECORD_VERSION = 1
+
+
+def record_path(folder: Path) -> Path:
+    return Path(folder) / RECORD_NAME
+
+
+def scan_before_read(request: TrainRequest) -> Manifest | None:
+    """The data files' manifest, taken before the run reads them (a file written during
+    the read then differs from it, and the next run looks again). Reuses the digests of
+    the folder's record for files whose size and mtime are unchanged."""
+    if request.data_path is None:
+        return None
+    previous = _load(Path(request.checkpoint_dir))
+    before = Manifest.from_json(previous.get("manifest")) if previous else None
+    try:
+        manifest, report = scan_files(Path(request.data_path), before)
+    except DataError:
+        return None  # the read that follows reports a missing path or an empty folder
+    logger.info(
+        "data manifest: %d file(s), %d hashed (%d bytes), %d unchanged by size and mtime",
+        len(manifest.files),
+        report.hashed,
+        report.hashed_bytes,
+        report.reused,
+    )
+    return manifest
+
+
+def record_cache(request: TrainRequest, manifest: Manifest | None) -> RecordCache | None:
+    """The per-file record cache of this agent's state folder, for the files ``manifest``
+    vouches for (genesis_fp16_infrastructure.data.record_cache); its stale entries pruned. None
+    without a manifest (under torchrun: each rank reads the pool itself)."""
+    if manifest is None:
+        return None
+    cache = RecordCache(Path(request.state_dir) / RECORD_CACHE_FOLDER / request.agent, manifest)
+    cache.prune()  # entries of bytes no current file holds: a rewritten or removed file
+    return cache
+
+
+def forget_record(folder: Path) -> None:
+    """Drop the record while a run trains: a forced run (``TrainRequest.forced``) on
+    unchanged data that is cut short leaves a candidate the next run must finish, and the
+    record, which predates it, would answer that run "unchanged". The run that ends
+    writes the record again (:func:`save_record`)."""
+    try:
+        record_path(folder).unlink(missing_ok=True)
+    except OSError as exc:  # the next run then reads the pool and decides in full
+        logger.warning("data manifest: cannot remove %s: %s", record_path(folder), exc)
+
+
+def save_record(
+    request: TrainRequest, manifest: Manifest | None, result: TrainResult, served: Path | None
+) -> None:
+    """Keep what the next run needs to know nothing changed; a run that ended (not
+    stopped) while a model is served records, whatever its budget: a budget sizes a run
+    on new data, and the same data is up to date after it. A rejected run records too:
+    the same data is up to date against its candidate."""
+    if manifest is None or served is None or result.stopped_early:
+        return
+    checkpoint = Path(served)
+    stat = os.stat(checkpoint)
+    record = {
+        "version": RECORD_VERSION,
+        "request": request_key(request),
+        "checkpoint": {"path": str(checkpoint), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns},
+        "manifest": manifest.to_json(),
+        "result": result.to_json(),
+    }
+    _write(Path(request.checkpoint_dir), record)
+
+
+def check_up_to_date(request: TrainRequest) -> TrainResult | None:
+    """The up-to-date result when nothing changed since the served model's run, else None
+    (the run then reads the pool and decides in full). Costs a stat per data file, a hash
+    of those whose size or mtime moved, and one small JSON file; never imports torch."""
+    start = time.perf_counter()
+    if request.data_path is None or not request.resume:
+        return None
+    if request.forced and (request.steps is not None or request.epochs is not None):
+        return None  # a forced run trains its budget on unchanged data too
+    folder = Path(request.checkpoint_dir)
+    record = _load(folder)
+    if record is None:
+        return None
+    if record.get("request") != request_key(request):
+        logger.info("data manifest: recorded for another request; the run reads the pool")
+        return None
+    if not _served_checkpoint_unchanged(folder, record.get("checkpoint")):
+        logger.info("data manifest: the served checkpoint changed since; the run reads the pool")
+        return None
+    before = Manifest.from_json(record.get("manifest"))
+    try:
+        manifest, report = scan_files(Path(request.data_path), before)
+    except DataError:
+        return None  # the full run reports a missing path or an empty folder
+    if not manifest.same_content(before):
+        logger.info("data manifest: %d file(s) hashed, the data changed", report.hashed)
+        return None
+    if report.hashed:  # new mtimes (or a scan too close to a write): trust them next time
+        _write(folder, {**record, "manifest": manifest.to_json()})
+    seconds = time.perf_counter() - start
+    logger.info(
+        "%s: up to date by the data manifest (%d file(s), %d hashed): no step to take",
+        request.agent,
+        len(manifest.files),
+        report.hashed,
+    )
+    return _up_to_date_result(request, record["result"], seconds, report.hashed)
+
+
+def request_key(request: TrainRequest) -> dict[str, Any]:
+    """What a recorded run must share with this one: data path, options and seed."""
+    options = json.loads(json.dumps(dict(request.options), sort_keys=True, default=str))
+    return {
+        "agent": request.agent,
+        "data_path": str(Path(str(request.data_path)).resolve()),
+        "options": options,
+        "seed": request.seed,
+    }
+
+
+def _up_to_date_result(
+    request: TrainRequest, stored: Mapping[str, Any], seconds: float, hashed: int
+) -> TrainResult:
+    served = TrainResult.from_json(stored)
+    data = dict(served.extra.get("data") or {})
+    records = data.get("records")
+    data.update(
+        change="unchanged",
+        previous_records=records,
+        new=0,
+        removed=0,
+        relabelled=0,
+        checked_by="manifest",
+        files_hashed=hashed,
+    )
+    extra = {**served.extra, "data": data, "phases": {"check": round(seconds, 6)}}
+    # The trained run's measurements, not this one's: its calibration, its peak memory by
+    # phase, its record cache's counts.
+    for measured in ("precision_calibration", "peak_rss_mib", "record_cache"):
+        extra.pop(measured, None)
+    return dataclasses.replace(
+        served,
+        precision_requested=request.precision.requested,
+        steps=0,
+        skipped_steps=0,
+        samples_per_second=0.0,
+        wall_seconds=seconds,
+        stopped_early=False,
+        demotions=(),
+        up_to_date=True,
+        extra=extra,
+        data=data,
+        phases=extra["phases"],
+        precision_calibration=None,
+    )
+
+
+def _served_checkpoint_unchanged(folder: Path, recorded: Any) -> bool:
+    """The recorded checkpoint is still there, unchanged, and still the one the
+    served-model pointer names (recipes.retrain.served; a promotion, a rollback or an
+    unreadable pointer: the run reads the pool)."""
+    if not isinstance(recorded, Mapping):
+        return False
+    path = Path(str(recorded.get("path")))
+    try:
+        stat = os.stat(path)
+        served = served_checkpoint(folder)
+    except (OSError, ServedPointerError):
+        return False
+    if (stat.st_size, stat.st_mtime_ns) != (recorded.get("size"), recorded.get("mtime_ns")):
+        return False
+    return served is not None and served.resolve() == path.resolve()
+
+
+def _load(folder: Path) -> dict[str, Any] | None:
+    path = record_path(folder)
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        logger.warning("data manifest %s unreadable (%s): the run reads the pool", path, exc)
+        return None
+    if not isinstance(record, dict) or record.get("version") != RECORD_VERSION:
+        return None
+    return record
+
+
+def _write(folder: Path, record: Mapping[str, Any]) -> None:
+    text = json.dumps(record, sort_keys=True)
+    write_atomic(record_path(folder), lambda handle: handle.write(text.encode("utf-8")))

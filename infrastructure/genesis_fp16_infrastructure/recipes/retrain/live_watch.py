@@ -1,0 +1,242 @@
+"""The live watch: the served model against its predecessor on the records that came after.
+
+Every labelled record that arrives after a model is served carries an outcome that
+neither it nor the model served before it (its *predecessor*, the pointer's
+``history[0]``) trained on. Each run that finds such records scores them first, with both
+models, before it plans a candidate:
+
+* the new records are those in neither model's pool (by id hash) and not scored by this
+  watch before; they are appended, in arrival (file) order, to the watch's record of
+  this pair, ``live-<predecessor id>.npz`` beside the served checkpoint (id hashes, both
+  models' P(success), labels), so each record is counted once, in one fixed order;
+* the running figures over every record scored so far (records, both models' AUC and
+  log-loss, and the paired per-record log-loss difference, served − predecessor, with
+  its anytime-valid bounds) are written into the served entry of ``served.json`` as
+  ``live``; they go into the history with it when it is replaced;
+* the test (:mod:`~genesis_fp16_infrastructure.recipes.retrain.sequential`): when the lower bound
+  of the mean difference passes ``MARGIN`` (the gate's own log-loss margin), the served
+  model is worse than its predecessor by more than the margin, at ``ALPHA`` over its whole
+  watch, however many runs looked. Unless the operator pinned it, the predecessor is
+  served again (:func:`~recipes.retrain.served.rollback`), and the dropped
+  candidate's verdict becomes ``rolled_back`` with reason ``live_regression`` and these
+  figures; the gate's ``newest`` set (:mod:`.judge_sets`) then judges later candidates
+  on the records after it. A pinned model is never replaced: the report says ``held``.
+
+Probabilities are clipped to ``[CLIP, 1 - CLIP]`` for the watch's log-losses, which
+bounds each difference by ``SPAN`` nats: the test needs bounded differences.
+
+>>> report = watch(root, data.columns, "se_darwin")  # doctest: +SKIP
+>>> report["difference"], report["lower"], report["rolled_back"]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import math
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from genesis_fp16_infrastructure.atomic import write_atomic
+from genesis_fp16_infrastructure.data.fingerprint import held_in
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+from genesis_fp16_infrastructure.recipes.retrain import gate
+from genesis_fp16_infrastructure.recipes.retrain.judge_sets import LIVE_REGRESSION
+from genesis_fp16_infrastructure.recipes.retrain.sequential import mean_bounds
+from genesis_fp16_infrastructure.recipes.retrain.served import (
+    ServedPointer,
+    ServedPointerError,
+    pointer_lock,
+    read_pointer,
+    rollback,
+    update_pointer,
+)
+from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, load_checkpoint
+
+logger = logging.getLogger(__name__)
+
+ALPHA = 0.05  # a false rollback's probability over one model's whole watch, at most
+MARGIN = gate.MARGIN_LOG_LOSS  # nats: worse than the predecessor by more than this
+CLIP = 0.01  # P(success) clipped to [CLIP, 1 - CLIP] for the watch's log-losses
+SPAN = math.log((1 - CLIP) / CLIP)  # |served − predecessor| per record, at most (4.6)
+_ARRAYS = ("ids", "served", "previous", "labels")
+
+
+def watch(
+    root: Path, columns: PoolColumns, agent: str, numeric: torch.Tensor | None = None
+) -> dict[str, Any] | None:
+    """Score the new records (module docstring) and update the served model's figures;
+    roll back on a live regression. Returns the report (``live`` of the run's extra),
+    or None when there is nothing to watch: no predecessor, a model whose data or
+    checkpoint is unknown (logged), or no new record. ``numeric``: the read's numeric
+    features (``gate.pool_numeric`` of ``columns.labelled``), if known."""
+    pair = _pair(root, agent)
+    if pair is None:
+        return None
+    pointer, served, previous = pair
+    ids = columns.id_hash[columns.labelled]
+    store = Path(root) / str(pointer.served["checkpoint"])
+    store = store.parent / f"live-{pointer.history[0].get('id')}.npz"
+    kept = _read_store(store)
+    assert served.pool_ids is not None and previous.pool_ids is not None
+    new = ~held_in(ids, served.pool_ids) & ~held_in(ids, previous.pool_ids)
+    new &= ~held_in(ids, np.sort(kept["ids"]))
+    if not new.any():
+        return None
+    picked = np.flatnonzero(new)
+    rows = None if numeric is None else numeric[torch.from_numpy(new)]
+    records = gate.Records.of_columns(columns, picked, rows)
+    scored = {
+        "ids": ids[picked],
+        "served": served.success_probability(records, False).numpy().astype(np.float32),
+        "previous": previous.success_probability(records, False).numpy().astype(np.float32),
+        "labels": records.labels.numpy().astype(np.float32),
+    }
+    kept = {k: np.concatenate([kept[k], scored[k]]) for k in _ARRAYS}
+    _write_store(store, kept)
+    figures = {**figures_of(kept), "against": pointer.history[0].get("id")}
+    figures["new_records"] = len(picked)
+    return _decide(root, agent, str(pointer.served.get("id")), figures)
+
+
+def figures_of(kept: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """The running figures of a watch's records (``_ARRAYS``, in arrival order)."""
+    labels = torch.from_numpy(np.asarray(kept["labels"], dtype=np.float32))
+    losses = {}
+    aucs: dict[str, float | None] = {}
+    for side in ("served", "previous"):
+        p = np.clip(np.asarray(kept[side], dtype=np.float64), CLIP, 1 - CLIP)
+        y = labels.numpy().astype(np.float64)
+        losses[side] = -(y * np.log(p) + (1 - y) * np.log1p(-p))
+        scores = gate.score(torch.from_numpy(p), labels)[0]
+        aucs[side] = None if math.isnan(scores.auc) else round(scores.auc, 6)
+    bounds = mean_bounds(losses["served"] - losses["previous"], SPAN, ALPHA)
+    return {
+        "records": bounds.count,
+        "served_auc": aucs["served"],
+        "previous_auc": aucs["previous"],
+        "served_log_loss": round(float(losses["served"].mean()), 6),
+        "previous_log_loss": round(float(losses["previous"].mean()), 6),
+        "difference": round(bounds.mean, 6),
+        "lower": round(bounds.lower, 6),
+        "upper": round(bounds.upper, 6),
+        "margin": MARGIN,
+        "alpha": ALPHA,
+        "regression": bool(bounds.lower > MARGIN),
+    }
+
+
+def _decide(root: Path, agent: str, watched: str, figures: dict[str, Any]) -> dict[str, Any]:
+    """Write the figures into the pointer, or roll back: under the pointer's lock, and
+    only while the model watched is still the one served (an operator may have
+    changed it meanwhile: then nothing is written)."""
+    figures = {**figures, "updated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    report = {**figures, "served": watched, "rolled_back": False, "held": None}
+    with pointer_lock(root):
+        try:
+            current = read_pointer(root)
+        except ServedPointerError:
+            return {**report, "held": "the pointer changed and cannot be read"}
+        if current is None or current.served.get("id") != watched:
+            return {**report, "held": "the served model changed meanwhile"}
+        if figures["regression"] and current.pinned is not None:
+            report["held"] = "pinned by the operator"
+        if figures["regression"] and current.pinned is None:
+            verdict = {"reason": LIVE_REGRESSION, "live": figures, "detail": _detail(figures)}
+            try:
+                now = rollback(root, verdict=verdict)
+            except ServedPointerError as exc:  # its predecessor's checkpoint is gone
+                report["held"] = str(exc)
+            else:
+                logger.warning(
+                    "%s: served model %s rolled back to %s: %s",
+                    agent,
+                    watched,
+                    now.get("id"),
+                    _detail(figures),
+                )
+                return {**report, "rolled_back": True, "now_served": now.get("id")}
+
+        def add(pointer: ServedPointer | None) -> ServedPointer | None:
+            if pointer is None:
+                return None
+            return ServedPointer(
+                {**pointer.served, "live": figures}, pointer.history, pointer.pinned
+            )
+
+        update_pointer(root, add)
+    if figures["regression"]:
+        logger.warning("%s: live regression of %s held: %s", agent, watched, report["held"])
+    return report
+
+
+def _detail(figures: Mapping[str, Any]) -> str:
+    return (
+        f"live regression: log-loss {figures['served_log_loss']:.4f} vs its predecessor's "
+        f"{figures['previous_log_loss']:.4f} on {figures['records']} new record(s), at least "
+        f"{figures['lower']:.4f} worse (anytime, {1 - figures['alpha']:.0%}), margin "
+        f"{figures['margin']}"
+    )
+
+
+def _pair(
+    root: Path, agent: str
+) -> tuple[ServedPointer, gate.ScoredModel, gate.ScoredModel] | None:
+    """The pointer, the served model and its predecessor, ready to score; None (logged
+    where it is not simply the first model) when there is no pair to watch."""
+    try:
+        pointer = read_pointer(root)
+    except ServedPointerError:
+        return None  # the run refuses it next, in one line (promotion.served_model)
+    if pointer is None or not pointer.history:
+        return None
+    models = []
+    for entry in (pointer.served, pointer.history[0]):
+        path = Path(root) / str(entry.get("checkpoint"))
+        try:
+            model = gate.ScoredModel(load_checkpoint(path))
+        except (CheckpointError, ValueError, OSError) as exc:
+            logger.warning(
+                "%s: live watch off: model %s unreadable: %s", agent, entry.get("id"), exc
+            )
+            return None
+        if model.pool_ids is None:
+            logger.warning("%s: live watch off: model %s's data is unknown", agent, entry.get("id"))
+            return None
+        models.append(model)
+    return pointer, models[0], models[1]
+
+
+def _read_store(path: Path) -> dict[str, np.ndarray]:
+    """The watch's records so far; none when the file is absent or unreadable (logged:
+    the watch then starts again on the records neither model trained on)."""
+    empty = {k: np.zeros(0, dtype=np.int64 if k == "ids" else np.float32) for k in _ARRAYS}
+    if not path.is_file():
+        return empty
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            kept = {k: np.asarray(data[k]) for k in _ARRAYS}
+    except (OSError, ValueError, KeyError) as exc:
+        logger.warning("live watch record %s unreadable, starting again: %s", path, exc)
+        return empty
+    if len({len(v) for v in kept.values()}) != 1:
+        logger.warning("live watch record %s has arrays of unequal length, starting again", path)
+        return empty
+    return kept
+
+
+def _write_store(path: Path, kept: Mapping[str, np.ndarray]) -> None:
+    buffer = io.BytesIO()
+    np.savez(
+        buffer,
+        ids=kept["ids"],
+        served=kept["served"],
+        previous=kept["previous"],
+        labels=kept["labels"],
+    )
+    write_atomic(path, lambda handle: handle.write(buffer.getvalue()))

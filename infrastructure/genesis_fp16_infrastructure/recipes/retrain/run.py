@@ -1,0 +1,416 @@
+"""One run of the retrain loop: check, read, plan a candidate, train it through ``fit()``,
+report drift, gate it against the served model, and record what was trained on.
+
+An agent plugin hands its ``TrainRequest`` here in one call (:func:`train`) and gets the
+run's ``TrainResult``; the loop calls nothing of the agent back. :func:`probe_setup` gives
+the precision probe the same world model, loss and batches."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from genesis_fp16_infrastructure.contract.plugin_api import (
+    ProbeSetup,
+    TrainRequest,
+    TrainRequestError,
+    TrainResult,
+)
+from genesis_fp16_infrastructure.data.fingerprint import (
+    DataChange,
+    DataFingerprint,
+    fingerprint_of,
+)
+from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
+from genesis_fp16_infrastructure.data.synthetic import write_pool
+from genesis_fp16_infrastructure.gc_pause import paused_gc
+from genesis_fp16_infrastructure.phases import PhaseClock
+from genesis_fp16_infrastructure.recipes.retrain.drift import drift_report
+from genesis_fp16_infrastructure.recipes.retrain.freshness import (
+    check_up_to_date,
+    forget_record,
+    record_cache,
+    save_record,
+    scan_before_read,
+)
+from genesis_fp16_infrastructure.recipes.retrain.gate import pool_numeric
+from genesis_fp16_infrastructure.recipes.retrain.live_watch import watch
+from genesis_fp16_infrastructure.recipes.retrain.promotion import (
+    SPLIT_FOLDER,
+    Plan,
+    judge,
+    plan_candidate,
+    served_model,
+)
+from genesis_fp16_infrastructure.recipes.retrain.refit import refit_record, train_refit
+from genesis_fp16_infrastructure.recipes.retrain.task import (
+    Batch,
+    TaskOptions,
+    WorldModelTask,
+    read_pool,
+)
+from genesis_fp16_infrastructure.training import CheckpointManager, fit
+from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
+from genesis_fp16_infrastructure.training.checkpoint_load import Loaded, file_signature
+from genesis_fp16_infrastructure.training.distributed import rank_and_world
+from genesis_fp16_infrastructure.world_model.model import (
+    HEAD_MODULES,
+    TRUNK_MODULES,
+    WorldModel,
+)
+
+logger = logging.getLogger(__name__)
+
+_PROBE_BATCHES = 9
+_PROBE_SAMPLE_COUNT = 3000
+
+__all__ = ["check_up_to_date", "probe_setup", "train"]
+
+
+def train(request: TrainRequest) -> TrainResult:
+    """Read the data, compare it with what the checkpoint's model saw, and train:
+    nothing new ends the run at once (up to date), changed data trains afresh.
+
+    The agent's checkpoint folder is claimed for the whole run (rank 0 under
+    torchrun): its candidates and served.json have one writer, and another process
+    that writes it is refused at once (CheckpointFolderBusy, naming it)."""
+    owner = CheckpointManager(request.checkpoint_dir) if rank_and_world()[0] == 0 else None
+    if owner is not None:
+        owner.claim(f"{request.agent} train (agent folder {request.checkpoint_dir})")
+    try:
+        return _train(request)
+    finally:
+        if owner is not None:
+            owner.release()
+
+
+def _train(request: TrainRequest) -> TrainResult:
+    if request.data_path is None:
+        raise TrainRequestError(
+            f"{request.agent} needs a data path: generate one with generate_sample_data"
+        )
+    clock = PhaseClock()  # issue 36: where the run's time goes (extra.phases)
+    options = TaskOptions.from_mapping(request.options)
+    whole = options.final_fit == "whole"
+    if whole and rank_and_world()[1] > 1:
+        raise TrainRequestError("final_fit='whole': one process only, not under torchrun")
+    # issue 36: nothing changed since the served model's run ends here, unparsed.
+    single = rank_and_world()[1] == 1  # ranks must not decide apart: torchrun reads
+    with clock.phase("check"):
+        fresh = check_up_to_date(request) if single else None
+        if fresh is not None:
+            return fresh
+        manifest = scan_before_read(request) if single else None
+    root = Path(request.checkpoint_dir)
+    served = served_model(root)  # what Genesis uses now; a candidate never touches it
+    with clock.phase("read"), paused_gc():  # objects without cycles (gc_pause)
+        cache = record_cache(request, manifest)  # issue 36: unchanged files unparsed
+        data = read_pool(
+            Path(request.data_path),
+            options,
+            _quarantine_path(request),
+            request.memory_limit_bytes,
+            cache,
+            agent=request.agent,
+        )
+        seen = fingerprint_of(data.columns)
+    # Issue 51: the new records judge the served model against its predecessor first,
+    # and a live regression serves the predecessor again (one process: ranks would race).
+    with clock.phase("live"):
+        live = watch(root, data.columns, request.agent) if single else None
+    if live is not None and live["rolled_back"]:
+        served = served_model(root)
+    steps, epochs = request.steps, request.epochs
+    # No budget given: train until validation stops improving, within max_epochs. An
+    # explicit steps/epochs budget runs in full (what the operator asked for, a forced
+    # run), and the best validated weights are still the ones a candidate offers.
+    own_budget = steps is None and epochs is None
+    # A budget sizes a run on new data; only a forced run (train --resume --steps N)
+    # trains it on data the served model already learned.
+    forced = request.forced and not own_budget
+    with clock.phase("check"):
+        plan = plan_candidate(root, request, seen, served, not forced, whole)
+    if plan.up_to_date is not None:
+        return _with_live(_up_to_date(request, data, seen, options, plan, clock, manifest), live)
+    if manifest is not None:  # a run under way: no manifest answers "unchanged" meanwhile
+        forget_record(root)
+    candidate = plan.folder
+    # With final_fit=whole the split run keeps its checkpoints in a subfolder, and the
+    # candidate's folder itself holds the refit's: the one that would be served.
+    folder = candidate / SPLIT_FOLDER if whole else candidate
+    saved = plan.saved
+    with clock.phase("encode"), paused_gc():
+        task = WorldModelTask(
+            data, options, request.seed, request.device, saved, seen=seen, agent=request.agent
+        )
+    if own_budget:
+        epochs = options.max_epochs
+    early_stop = None
+    if options.early_stopping and not request.fsdp:
+        early_stop = task.early_stopping(stop=own_budget)
+    with clock.phase("train"):  # steps and checkpoint writes; evaluation moved out
+        result = fit(
+            task,
+            request.fit_options(
+                steps=steps,
+                epochs=epochs,
+                early_stop=early_stop,
+                checkpoint_dir=folder,
+                resume=saved is not None,
+                loaded_checkpoint=plan.loaded,  # read once, by plan_candidate
+            ),
+        )
+    clock.move("train", "eval", task.eval_seconds)
+    with clock.phase("check"):
+        plan = plan.compared_to_served(seen)  # a resumed cut-short candidate reads it now
+    summary = result.summary
+    extra: dict[str, Any] = {
+        "total_steps": summary.step,
+        "examples": data.labelled,
+        "duplicates": data.duplicates,
+        "unlabelled": data.unlabelled,
+        "data": _data_record(seen, plan.change),
+        "precision_warning": result.precision.warning,
+        "resumed_from": str(result.resumed_from) if result.resumed_from else None,
+        "split": _split_record(task),
+        "early_stop": dict(result.early_stop) if result.early_stop is not None else None,
+        "candidate": candidate.name,
+    }
+    refit = None
+    if whole and not result.stopped_early:
+        with clock.phase("final_fit"):
+            refit = train_refit(
+                dataclasses.replace(request, checkpoint_dir=candidate), task, data, result
+            )
+    if refit is not None:
+        extra["final_fit"] = refit_record(refit, data.labelled, result.checkpoint)
+    peak = None
+    if torch.cuda.is_available() and request.device.startswith("cuda"):
+        peak = torch.cuda.max_memory_allocated(request.device)
+        extra["device_memory_peak_bytes"] = peak
+    if cache is not None:
+        extra["record_cache"] = {
+            "files_cached": cache.hits,
+            "files_read": cache.misses,
+            "files_continued": cache.continued,  # appended .jsonl: new lines only
+            "write_failures": cache.write_failures,
+        }
+    out = TrainResult.from_fit(request, result, quarantined=data.quarantined, extra=extra)
+    # What the daemon exports, typed; extra keeps them too for train --json's readers.
+    out = dataclasses.replace(out, data=extra["data"], device_memory_peak_bytes=peak)
+    out = out if refit is None else dataclasses.replace(out, checkpoint=refit.checkpoint)
+    stopped = out.stopped_early or (refit is not None and refit.stopped_early)
+    if stopped:  # cut short: kept unjudged; the next run resumes it
+        extra["phases"] = clock.to_json()
+        extra["peak_rss_mib"] = clock.peaks()
+        out = dataclasses.replace(
+            out, wall_seconds=clock.elapsed(), extra=extra, phases=extra["phases"]
+        )
+        return _with_live(out, live)
+    numeric = task.take_numeric_rows()  # the task's, for the drift report and the gate
+    if plan.change is not None and not plan.change.unchanged:
+        with clock.phase("drift"):
+            if numeric is None:
+                numeric = pool_numeric(data.columns, data.columns.labelled)
+            drift = drift_report(data.columns, plan.served_seen, request.seed, numeric)
+        if drift is not None:
+            out = dataclasses.replace(out, extra={**out.extra, "drift": drift}, drift=drift)
+            _log_drift(drift, request.agent)
+    with clock.phase("gate"):
+        out = judge(
+            root, candidate, out, served, data, request, options, numeric, plan.served_scored
+        )
+    served_now = served_model(root)
+    extra = {**out.extra, "phases": clock.to_json(), "peak_rss_mib": clock.peaks()}
+    out = dataclasses.replace(
+        out, wall_seconds=clock.elapsed(), extra=extra, phases=extra["phases"]
+    )
+    save_record(request, manifest, out, served_now.checkpoint if served_now else None)  # issue 36
+    return _with_live(out, live)
+
+
+def _up_to_date(
+    request: TrainRequest,
+    data: ReadResult,
+    seen: DataFingerprint,
+    options: TaskOptions,
+    plan: Plan,
+    clock: PhaseClock,
+    manifest: Any,
+) -> TrainResult:
+    """Nothing new for the served model, or this data's candidate was already judged:
+    the served model's eval, no step taken."""
+    served_folder = plan.served_folder
+    assert served_folder is not None and plan.saved is not None
+    logger.info("%s: up to date, %s", request.agent, plan.up_to_date)
+    with clock.phase("encode"), paused_gc():
+        task = WorldModelTask(
+            data,
+            options,
+            request.seed,
+            request.device,
+            plan.saved,
+            seen=seen,
+            agent=request.agent,
+        )
+    with clock.phase("train"), _only(plan.loaded, Path(request.checkpoint_dir)) as only:
+        result = fit(
+            task,
+            request.fit_options(
+                steps=0,
+                epochs=None,
+                # its tracker restores the best weights the checkpoint keeps: the eval is
+                # the served model's, as its own run reported it
+                early_stop=(
+                    task.early_stopping() if options.early_stopping and not request.fsdp else None
+                ),
+                checkpoint_dir=only[0],
+                resume=True,
+                loaded_checkpoint=only[1],
+            ),
+        )
+    clock.move("train", "eval", task.eval_seconds)
+    extra: dict[str, Any] = {
+        "total_steps": result.summary.step,
+        "examples": data.labelled,
+        "duplicates": data.duplicates,
+        "unlabelled": data.unlabelled,
+        "data": _data_record(seen, plan.change),
+        "split": _split_record(task),
+        "up_to_date_against": plan.up_to_date,
+        **({"gate": plan.verdict} if plan.verdict else {}),
+        "phases": clock.to_json(),
+        "peak_rss_mib": clock.peaks(),
+    }
+    out = TrainResult.from_fit(request, result, quarantined=data.quarantined, extra=extra)
+    out = dataclasses.replace(
+        out,
+        up_to_date=True,
+        wall_seconds=clock.elapsed(),
+        checkpoint=plan.served_checkpoint,
+        data=extra["data"],
+        phases=extra["phases"],
+        gate=plan.verdict or None,
+    )
+    save_record(request, manifest, out, plan.served_checkpoint)
+    return out
+
+
+@contextlib.contextmanager
+def _only(loaded: Loaded | None, root: Path) -> Iterator[tuple[Path, Loaded | None]]:
+    """A folder holding only the file the pointer names (a hard link, else a copy, and its
+    digest), so that the up-to-date run evaluates that model and never a newer file that
+    sits beside it in the candidate's folder (issue 51). Removed afterwards."""
+    assert loaded is not None  # an up-to-date plan read the served model
+    with tempfile.TemporaryDirectory(prefix=".up-to-date-", dir=root) as tmp:
+        for source in (loaded.path, digest_path(loaded.path), summary_path(loaded.path)):
+            if source.exists():
+                try:
+                    os.link(source, Path(tmp) / source.name)
+                except OSError:  # another file system, or no hard links there
+                    shutil.copy2(source, Path(tmp) / source.name)
+        link = Path(tmp) / loaded.path.name
+        yield Path(tmp), Loaded(loaded.state, link, file_signature(link))
+
+
+def probe_setup(data_path: Path | None, seed: int, agent: str) -> ProbeSetup:
+    """The world model, its loss and a few real batches, for the precision probe.
+
+    It probes one network (never a cross-validated ensemble: its members are the
+    same network, and its FP32 islands are named by the single model's modules)."""
+    options = TaskOptions(cross_validation=False)
+    if data_path is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = write_pool(Path(tmp), _PROBE_SAMPLE_COUNT, seed, agent=agent)
+            data = read_trajectories(path)
+    else:
+        data = read_trajectories(Path(data_path))
+    task = WorldModelTask(data, options, seed, agent=agent)
+    batches = [b for b, _ in task.train_batches(0, seed)][:_PROBE_BATCHES]
+    config = task.config
+
+    def build_model() -> torch.nn.Module:
+        torch.manual_seed(seed)
+        return WorldModel(config)
+
+    return ProbeSetup(
+        build_model=build_model,
+        loss=task.loss,
+        batches=batches,
+        split_batch=_split_batch,
+        components={"heads": list(HEAD_MODULES), "trunk": list(TRUNK_MODULES)},
+        learning_rate=options.learning_rate,
+    )
+
+
+def _with_live(out: TrainResult, live: Mapping[str, Any] | None) -> TrainResult:
+    """``extra.live``: the live watch's report of this run (live_watch), when it scored."""
+    if live is None:
+        return out
+    return dataclasses.replace(out, extra={**out.extra, "live": dict(live)})
+
+
+def _log_drift(drift: Mapping[str, Any], agent: str) -> None:
+    """One line for a flagged report: what moved, and by how much."""
+    if drift["flagged"] or drift["label_shift_flagged"]:
+        logger.warning(
+            "%s: %d new record(s) drifted: %s; success rate shift %+.3f (threshold %.3f)",
+            agent,
+            drift["new_records"],
+            ", ".join(f"{k} {drift['features'][k]:.3f}" for k in drift["flagged"]) or "none",
+            drift["label_shift"],
+            drift["label_shift_threshold"],
+        )
+
+
+def _data_record(seen: DataFingerprint, change: DataChange | None) -> dict[str, Any]:
+    """``extra.data`` of ``train --json``: the records trained on and what changed."""
+    return {
+        "records": seen.records,
+        "fingerprint": seen.digest,
+        "change": "first" if change is None else "unchanged" if change.unchanged else "changed",
+        **({} if change is None else change.to_json()),
+    }
+
+
+def _split_record(task: WorldModelTask) -> dict[str, Any]:
+    """``extra.split`` of ``train --json``: how the records were used."""
+    if task.cross_validated:
+        return {
+            "mode": "cross_validation",
+            "folds": task.members,
+            "records": len(task.train_data),
+            "eval": "out-of-fold: each record scored by the member that did not train on it",
+        }
+    return {
+        "mode": "held_out",
+        "train": len(task.train_data),
+        "validation": len(task.validation_data),
+        "held_out": len(task.eval_data),
+    }
+
+
+def _split_batch(batch: Batch) -> tuple[Batch, Batch]:
+    half = len(batch) // 2
+    index = torch.arange(len(batch))
+    return batch.take(index[:half]), batch.take(index[half:])
+
+
+def _quarantine_path(request: TrainRequest) -> Path | None:
+    """Where this process writes quarantined records: rank 0's path, None on other ranks.
+
+    Under torchrun every rank reads the whole data file and counts and skips the same
+    records; only rank 0 writes them down, so the file holds each record once.
+    """
+    if rank_and_world()[0] != 0:
+        return None
+    return request.quarantine_path or Path(request.checkpoint_dir) / "quarantine.jsonl"

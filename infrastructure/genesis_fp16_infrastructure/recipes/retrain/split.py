@@ -1,0 +1,283 @@
+"""How an SE-Darwin pool is split: held-out, validation and training parts, or folds.
+
+Every part is chosen by a stable hash of (seed, trajectory id), never by file order, so a
+record stays where it was as the pool grows (``recipes.retrain.task`` has
+how each part is used).
+
+>>> split_fractions(5000)
+(0.2, 0.2)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NamedTuple, overload
+
+import numpy as np
+
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+from genesis_fp16_infrastructure.data.readers import ReadResult
+from genesis_fp16_infrastructure.data.schema import Example
+from genesis_fp16_infrastructure.recipes.retrain.options import (
+    EVAL_BOUNDS,
+    EVAL_TARGET,
+    TaskOptions,
+)
+
+logger = logging.getLogger(__name__)
+
+VALIDATION_MAX = 0.2
+# The most validation records (issue 36): the early-stopping yardstick, the success
+# log-loss, has a standard error of about 0.6 / sqrt(n) (0.004 at 20,000 records, far below
+# the improvements patience waits for); validation reports it as success_bce_se. A
+# 1,000,000-record pool validated on 10% of its rest (90,000 records) spent more time
+# validating than training between two validations.
+VALIDATION_CAP = 20_000
+
+
+# How a record's place in the split and its fold are drawn; a checkpoint keeps its own
+# (``split.hash`` in its world-model state) and a model is judged by it (gate.py).
+# 1: blake2b of "seed:salt" followed by the id, an id at a time (~1 s a pass over a
+#    million ids, twice per split, and again in the gate);
+# 2 (issue 36): the id's record hash (``record_key.record_id_hash``, which the read
+#    keeps), xor blake2b of "seed:salt", through splitmix64's finalizer, in numpy
+#    (~20 ms a pass). A record still keeps its part as the pool grows or reorders.
+SPLIT_HASH = 2
+SPLIT_HASHES = (1, 2)
+_MIX = (np.uint64(30), np.uint64(0xBF58476D1CE4E5B9), np.uint64(27), np.uint64(0x94D049BB133111EB))
+
+
+class Draw(NamedTuple):
+    """The records a split or a fold assignment draws for: their ids (version 1 hashes
+    them) and their ids' record hashes (version 2 mixes them), in the same order."""
+
+    ids: Sequence[str]
+    hashes: np.ndarray  # int64
+
+    @classmethod
+    def of_columns(cls, columns: PoolColumns) -> Draw:
+        """A read's examples (``data.pool_columns``): their ids and id hashes."""
+        return cls(columns.example_ids, columns.id_hash[columns.labelled])
+
+    def take(self, rows: np.ndarray) -> Draw:
+        return Draw(list(map(self.ids.__getitem__, rows.tolist())), self.hashes[rows])
+
+    def points(self, seed: int, salt: str, version: int) -> np.ndarray:
+        """Each record's place in [0, 1) (held out below the fraction), float64."""
+        if _known(version) == 1:
+            return np.array(split_points(self.ids, seed, salt), dtype=np.float64).reshape(-1)
+        return (self._mixed(seed, salt) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+    def folds(self, seed: int, folds: int, version: int) -> np.ndarray:
+        """Each record's fold in ``range(folds)``, int64."""
+        if _known(version) == 1:
+            return np.array(assign_folds(self.ids, seed, folds), dtype=np.int64).reshape(-1)
+        return (self._mixed(seed, "fold:") % np.uint64(folds)).astype(np.int64)
+
+    def _mixed(self, seed: int, salt: str) -> np.ndarray:
+        key = hashlib.blake2b(f"{seed}:{salt}".encode(), digest_size=8).digest()
+        z = self.hashes.astype(np.uint64).reshape(-1) ^ np.uint64(int.from_bytes(key, "big"))
+        shift1, mul1, shift2, mul2 = _MIX
+        z = (z ^ (z >> shift1)) * mul1
+        z = (z ^ (z >> shift2)) * mul2
+        return z ^ (z >> np.uint64(31))
+
+
+def _known(version: int) -> int:
+    if version not in SPLIT_HASHES:
+        raise TrainRequestError(
+            f"split hash version {version} is not one this build draws ({SPLIT_HASHES}): "
+            "train into a fresh checkpoint folder"
+        )
+    return version
+
+
+def split_version(saved: Mapping[str, Any] | None) -> int:
+    """The split hash a checkpoint's state was drawn with (1 before it was kept), or this
+    build's for a fresh run."""
+    if saved is None:
+        return SPLIT_HASH
+    return int((saved.get("split") or {}).get("hash", 1))
+
+
+def draw_of(data: ReadResult) -> Draw:
+    """What a split draws for a read's examples, from its columns."""
+    return Draw.of_columns(data.columns)
+
+
+def is_held_out(trajectory_id: str, seed: int, fraction: float, salt: str = "") -> bool:
+    """The deterministic split: a stable hash of (seed, id), independent of file order."""
+    return split_point(trajectory_id, seed, salt) < fraction
+
+
+def split_point(trajectory_id: str, seed: int, salt: str = "") -> float:
+    """Where the record falls in [0, 1) for a seed: held out at fractions above it."""
+    return _id_hash(trajectory_id, seed, salt) / 2**64
+
+
+def _id_hash(trajectory_id: str, seed: int, salt: str) -> int:
+    """A stable 64-bit hash of (seed, salt, id): the held-out split's and the folds'."""
+    return _id_hashes((trajectory_id,), seed, salt)[0]
+
+
+def _id_hashes(ids: Sequence[str], seed: int, salt: str) -> list[int]:
+    """``_id_hash`` of each id, in one loop (a million ids: one pass of blake2b)."""
+    prefix = f"{seed}:{salt}"
+    blake, to_int = hashlib.blake2b, int.from_bytes
+    return [to_int(blake((prefix + i).encode(), digest_size=8).digest(), "big") for i in ids]
+
+
+def split_fractions(examples: int, eval_fraction: float | None = None) -> tuple[float, float]:
+    """(held-out share of the pool, validation share of the rest) for a pool this size.
+
+    >>> split_fractions(500), split_fractions(5000), split_fractions(50000)
+    ((0.3, 0.2), (0.2, 0.2), (0.1, 0.1))
+    >>> split_fractions(1_000_000)  # validation capped at VALIDATION_CAP records
+    (0.1, 0.0222)
+    """
+    low, high = EVAL_BOUNDS
+    if eval_fraction is None:
+        eval_fraction = min(high, max(low, EVAL_TARGET / max(examples, 1)))
+    rest = examples * (1 - eval_fraction)
+    validation = min(VALIDATION_MAX, max(low, EVAL_TARGET / max(rest, 1)))
+    # Past VALIDATION_CAP records a larger sample only costs: each validation runs the
+    # model over all of it, every `validate_every` steps. The rest trains.
+    validation = min(validation, VALIDATION_CAP / max(rest, 1))
+    return round(eval_fraction, 4), round(validation, 4)
+
+
+class ExampleRows(Sequence[Example]):
+    """The examples of a read at ``rows`` (positions in its examples), as a list when first
+    read: a part of a million-record split is known by its rows, and the run's hot path
+    reads the read's columns at those rows instead of objects (issue 36)."""
+
+    def __init__(self, data: ReadResult, rows: np.ndarray) -> None:
+        self.data, self.rows = data, rows
+        self._items: list[Example] | None = None
+
+    def _list(self) -> list[Example]:
+        if self._items is None:
+            examples = self.data.examples
+            self._items = [examples[r] for r in self.rows.tolist()]
+        return self._items
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @overload
+    def __getitem__(self, index: int) -> Example: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Example]: ...
+
+    def __getitem__(self, index: int | slice) -> Example | list[Example]:
+        return self._list()[index]
+
+    def __iter__(self) -> Iterator[Example]:
+        return iter(self._list())
+
+
+class Split(NamedTuple):
+    train: Sequence[Example]
+    validation: Sequence[Example]
+    held_out: Sequence[Example]
+    eval_fraction: float
+    validation_fraction: float
+    folds: tuple[int, ...] = ()  # cross-validated: each record's fold, in train's order
+    fold_count: int = 0
+    # Where each part's records are in the data's examples (train, validation, held-out),
+    # when the split knows: the task takes their feature rows by them.
+    rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    hash: int = SPLIT_HASH  # how records were drawn into parts or folds (SPLIT_HASH)
+
+
+def split_examples(
+    data: ReadResult, seed: int, eval_fraction: float | None = None, version: int = SPLIT_HASH
+) -> Split:
+    """Held-out, validation and training parts, each by a hash of (seed, id)."""
+    count = data.labelled
+    fraction, validation = split_fractions(count, eval_fraction)
+    draw = draw_of(data)
+    everywhere = np.arange(count)
+    out = draw.points(seed, "", version) < fraction
+    held_rows, rest_rows = everywhere[out], everywhere[~out]
+    in_validation = draw.take(rest_rows).points(seed, "validation:", version) < validation
+    val_rows, train_rows = rest_rows[in_validation], rest_rows[~in_validation]
+    if not len(train_rows) or not len(held_rows) or not len(val_rows):
+        raise TrainRequestError(
+            f"{count} labelled example(s) cannot be split into train, "
+            f"validation and held-out parts (eval_fraction={fraction}); add data"
+        )
+    train, val, held = (ExampleRows(data, rows) for rows in (train_rows, val_rows, held_rows))
+    rows = (train_rows, val_rows, held_rows)
+    return Split(train, val, held, fraction, validation, rows=rows, hash=version)
+
+
+def choose_split(
+    data: ReadResult, options: TaskOptions, seed: int, saved: Mapping[str, Any] | None = None
+) -> Split:
+    """Cross-validated folds or the held-out split, by the options and the pool's size;
+    a resumed run keeps its checkpoint's choice (a pool that grew past the threshold goes
+    on as it began), unless ``cross_validation`` explicitly asks for the other."""
+    cross = options.cross_validated(data.labelled)
+    folds = options.folds
+    version = split_version(saved)
+    if saved is not None:
+        members = int(saved["model"].get("members", 1))
+        asked = options.cross_validation
+        if asked is not None and asked != (members > 1):
+            raise TrainRequestError(
+                f"cannot resume this checkpoint: it holds {members} network(s), and "
+                f"cross_validation={str(asked).lower()} asks for {folds if asked else 1}; "
+                "start a fresh checkpoint folder"
+            )
+        if members > 1 and folds != members:
+            raise TrainRequestError(
+                f"cannot resume this checkpoint: it holds {members} networks, one per fold, "
+                f"and this run asks for folds={folds}; start a fresh checkpoint folder"
+            )
+        if cross != (members > 1):
+            kinds = ("held-out", "cross-validated")
+            logger.info(
+                "resuming a %s checkpoint: the run stays %s (this pool alone would be %s)",
+                kinds[members > 1],
+                kinds[members > 1],
+                kinds[cross],
+            )
+        cross = members > 1
+    return (
+        fold_split(data, seed, folds, version)
+        if cross
+        else split_examples(data, seed, options.eval_fraction, version)
+    )
+
+
+def fold_split(data: ReadResult, seed: int, folds: int, version: int = SPLIT_HASH) -> Split:
+    """Every record in each part, dealt into ``folds`` folds (see ``assign_folds``)."""
+    count = data.labelled
+    if count < folds:
+        raise TrainRequestError(
+            f"{count} labelled example(s) cannot be dealt into {folds} folds; add data"
+        )
+    dealt = draw_of(data).folds(seed, folds, version)
+    rows = np.arange(count)
+    everything = ExampleRows(data, rows)
+    return Split(
+        everything, everything, everything, 0.0, 0.0, tuple(dealt.tolist()), folds, (rows,) * 3,
+        version,
+    )  # fmt: skip
+
+
+def assign_folds(ids: Sequence[str], seed: int, folds: int) -> list[int]:
+    """Each id's fold, from a hash of (seed, id) alone: independent of file order, and a
+    record keeps its fold as the pool grows (a resumed member never trains on a record
+    it was scored on). Fold sizes vary as a draw does (500 records: 100 +- 9)."""
+    return [h % folds for h in _id_hashes(ids, seed, "fold:")]
+
+
+def split_points(ids: Sequence[str], seed: int, salt: str = "") -> list[float]:
+    """``split_point`` of each id, hashed in one loop (``_id_hashes``)."""
+    return [h / 2**64 for h in _id_hashes(ids, seed, salt)]
