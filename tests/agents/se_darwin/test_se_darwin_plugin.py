@@ -16,6 +16,9 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+# One run through the plugin, as the retrain recipe's tests start it.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "infrastructure/recipes/retrain"))
 from se_darwin_runs import train as _train
 
 from genesis_fp16.config.plugins import load_plugin
