@@ -185,6 +185,7 @@ def _quarantine_rank(rank: int, init: str, folder: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_only_rank_0_writes_quarantined_records(data: Path, tmp_path: Path) -> None:

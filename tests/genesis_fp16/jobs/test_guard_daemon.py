@@ -269,6 +269,7 @@ def test_record_run_counts_remembers_and_promotes_after_clean_runs(tmp_path: Pat
     assert not path.exists()  # promoted: the next run asks for fp16 again
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_guard_demotes_a_two_rank_torchrun_job_started_by_the_daemon(

@@ -83,8 +83,11 @@ def test_a_rejected_env_edit_leaves_the_childrens_runs_succeeding(tmp_path: Path
 @pytest.mark.timeout(child_wait(180))
 @pytest.mark.parametrize(
     ("agent", "nproc"),
-    [("fixture_good", 1), ("fixture_hanging", 1), ("fixture_good", 2)],
-    ids=["busy", "hung", "torchrun"],
+    [
+        pytest.param("fixture_good", 1, id="busy"),
+        pytest.param("fixture_hanging", 1, id="hung"),
+        pytest.param("fixture_good", 2, id="torchrun", marks=pytest.mark.distributed),
+    ],
 )
 def test_a_runs_child_dies_with_its_daemon(tmp_path: Path, agent: str, nproc: int) -> None:
     """kill -9 of the daemon mid-run: its child (or torchrun and its ranks), silent (no
@@ -119,7 +122,10 @@ def test_a_runs_child_dies_with_its_daemon(tmp_path: Path, agent: str, nproc: in
 
 @pytest.mark.slow
 @pytest.mark.timeout(child_wait(240))
-@pytest.mark.parametrize("nproc", [1, 2], ids=["child", "torchrun"])
+@pytest.mark.parametrize(
+    "nproc",
+    [pytest.param(1, id="child"), pytest.param(2, id="torchrun", marks=pytest.mark.distributed)],
+)
 def test_a_module_in_the_working_directory_never_runs_in_a_child(
     tmp_path: Path, nproc: int
 ) -> None:

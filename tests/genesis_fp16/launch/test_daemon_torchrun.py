@@ -48,6 +48,7 @@ def _processes_in(folder: Path) -> list[int]:
     return found
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_nproc_2_run_is_a_torchrun_child_and_exports_rank_0s_metrics(
@@ -86,6 +87,7 @@ def test_nproc_2_run_is_a_torchrun_child_and_exports_rank_0s_metrics(
     assert checkpoint.name == "ckpt-0000000006.pt" and checkpoint.is_file()
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_run_past_its_timeout_is_stopped_with_a_checkpoint_and_the_daemon_serves_on(

@@ -267,6 +267,7 @@ def test_other_ranks_and_unset_url_leave_the_request_alone(tmp_path: Path) -> No
         assert same is request
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_two_nodes_driven_only_by_pet_variables(

@@ -73,6 +73,7 @@ def _ranks_alive(marker: str) -> list[int]:
     return alive
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_sigterm_to_torchrun_stops_every_rank_with_a_checkpoint(tmp_path: Path) -> None:
@@ -107,6 +108,7 @@ def test_sigterm_to_torchrun_stops_every_rank_with_a_checkpoint(tmp_path: Path) 
     assert len(state[keys.RNG_PER_RANK]) == 2
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_launcher_reports_progress_and_stops_on_request(tmp_path: Path) -> None:
@@ -146,6 +148,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_launcher_kills_torchrun_and_its_ranks_when_they_ignore_sigterm(

@@ -592,6 +592,7 @@ def _distributed_rank(rank: int, init_file: str, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.distributed
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed missing")
 def test_all_ranks_skip_together_when_one_overflows(tmp_path: Path) -> None:
     """Two gloo ranks: an overflow on rank 0 makes rank 1 skip and back off too (MAX all-reduce)."""
