@@ -15,7 +15,7 @@ anything), ``steps_per_run=STEPS`` and a generated sample pool of ``POOL`` recor
 plugin's ``generate_sample_data``, written before the trace starts). Every other setting
 is the product's default (``GENESIS_FP16_*`` variables are cleared first). With
 ``steps_per_run`` of 10 or fewer the first checkpoint is the one after the first optimizer
-step (``loop._Cadence``: every tenth of the run's steps, at least 1).
+step (``loop.Cadence``: every tenth of the run's steps, at least 1).
 
 Before the measured job, one untraced job of the same kind runs in another state folder
 (``--cold`` skips it), so that the measured walk is a running daemon's: every module it
