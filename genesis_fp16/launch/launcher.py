@@ -400,7 +400,11 @@ def relay_stderr(stream: IO[str]) -> None:
     looks like an error (or belongs to a traceback), at info otherwise; blank lines are
     dropped.
 
-    >>> relay_stderr(child.stderr)  # in a thread of its own, until the child closes it
+    >>> import io, structlog.testing
+    >>> with structlog.testing.capture_logs() as logs:  # the daemon's: in a thread, to EOF
+    ...     relay_stderr(io.StringIO('{"event": "step 3", "logger": "x"}\\nOSError: full\\n'))
+    >>> [(r["event"], r["log_level"], r.get("child_logger")) for r in logs]
+    [('step 3', 'info', 'x'), ('torchrun stderr', 'warning', None)]
     """
     in_traceback = False
     for raw in stream:
