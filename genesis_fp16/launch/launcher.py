@@ -148,7 +148,6 @@ def torchrun_command(request: TrainRequest, nproc: int, python: str = sys.execut
 class _Output:
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None  # {"error": line, "kind": ...} from the child
-    other_lines: int = 0
 
 
 def child_command(request: TrainRequest, python: str = sys.executable) -> list[str]:
@@ -376,7 +375,6 @@ def _read_stdout(
         except ValueError:
             data = None
         if not isinstance(data, dict):
-            output.other_lines += 1
             continue
         if "progress" in data:
             if on_log is not None:
