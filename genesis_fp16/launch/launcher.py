@@ -148,7 +148,6 @@ def torchrun_command(request: TrainRequest, nproc: int, python: str = sys.execut
 class _Output:
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None  # {"error": line, "kind": ...} from the child
-    other_lines: int = 0
 
 
 def child_command(request: TrainRequest, python: str = sys.executable) -> list[str]:
@@ -376,7 +375,6 @@ def _read_stdout(
         except ValueError:
             data = None
         if not isinstance(data, dict):
-            output.other_lines += 1
             continue
         if "progress" in data:
             if on_log is not None:
@@ -400,7 +398,11 @@ def relay_stderr(stream: IO[str]) -> None:
     looks like an error (or belongs to a traceback), at info otherwise; blank lines are
     dropped.
 
-    >>> relay_stderr(child.stderr)  # in a thread of its own, until the child closes it
+    >>> import io, structlog.testing
+    >>> with structlog.testing.capture_logs() as logs:  # the daemon's: in a thread, to EOF
+    ...     relay_stderr(io.StringIO('{"event": "step 3", "logger": "x"}\\nOSError: full\\n'))
+    >>> [(r["event"], r["log_level"], r.get("child_logger")) for r in logs]
+    [('step 3', 'info', 'x'), ('torchrun stderr', 'warning', None)]
     """
     in_traceback = False
     for raw in stream:

@@ -51,9 +51,6 @@ CANDIDATES_FOLDER = "candidates"
 CANDIDATE_META = "candidate.json"
 VERDICT_NAME = "verdict.json"
 UNFINISHED_MIN_DAYS = 1.0  # an unfinished candidate untouched this long is pruned
-# held: the gate would promote it, but the operator pinned the served model (a pin reports
-# a better candidate and leaves the choice to the operator: ``model promote``).
-VERDICTS = ("promoted", "rejected", "undecided", "rolled_back", "held")
 _CHECKPOINT_NAME = re.compile(r"^ckpt-(\d{10})\.pt$")  # CheckpointManager's, without torch
 
 

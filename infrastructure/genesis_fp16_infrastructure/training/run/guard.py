@@ -136,7 +136,6 @@ class PrecisionGuard:
         # Set by a check whose interval was not spotless (the flight recorder's cue):
         # steps and overflows since start(), non-finite losses in the interval.
         self.dirty: dict[str, float] | None = None
-        self._exhausted_warned = False
         self._device = torch.device("cpu")
         self._reset_counters()
 
