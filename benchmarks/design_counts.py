@@ -29,7 +29,7 @@ with a folder named ``tests``, ``benchmarks`` or ``__pycache__``, or starting wi
    ``"auto"`` is also the CUDA graph's and the device's own word, so a test whose only
    precision name is ``"auto"`` counts only when one side's source text names a precision
    (contains ``precision``, ``requested``, ``used``, ``preset`` or ``floor``): the rule of
-   ``tests/infrastructure/training/test_decide.py::test_auto_is_decided_only_by_decide``.
+   ``tests/infrastructure/training/precision/test_decide.py::test_auto_is_decided_only_by_decide``.
    Any of ``"fp32"``, ``"bf16"``, ``"fp16"`` counts without it.
 
    Also counted apart: the functions that test ``== "auto"`` or ``!= "auto"`` on such a
@@ -56,7 +56,7 @@ with a folder named ``tests``, ``benchmarks`` or ``__pycache__``, or starting wi
 5. *Calls of ``torch.load``*: call sites written ``torch.load(...)`` (``torch`` or the
    name it is imported as) or as ``load(...)`` after ``from torch import load``. A static
    stand-in: how often one run reads a checkpoint is measured by
-   ``tests/genesis_fp16/test_checkpoint_reads.py``.
+   ``tests/genesis_fp16/jobs/test_checkpoint_reads.py``.
 
 Issue 53's figures:
 

@@ -8,14 +8,14 @@ script measures that walk on the real code, the same way each time::
 
 It runs ONE real job of the ``se_darwin`` agent in this process, through the daemon's own
 job function (``genesis_fp16.jobs.agent_job.run_agent_job``, what ``AgentScheduler`` calls on
-each tick), built as ``tests/genesis_fp16/test_checkpoint_reads.py`` builds it: a fresh
+each tick), built as ``tests/genesis_fp16/jobs/test_checkpoint_reads.py`` builds it: a fresh
 state folder, ``run_isolation="thread"`` (the run on a watched thread of this process,
 so the whole walk is in one process), ``auto_precision="rule"`` (no timing decides
 anything), ``steps_per_run=STEPS`` and a generated sample pool of ``POOL`` records (the
 plugin's ``generate_sample_data``, written before the trace starts). Every other setting
 is the product's default (``GENESIS_FP16_*`` variables are cleared first). With
 ``steps_per_run`` of 10 or fewer the first checkpoint is the one after the first optimizer
-step (``loop._Cadence``: every tenth of the run's steps, at least 1).
+step (``loop.Cadence``: every tenth of the run's steps, at least 1).
 
 Before the measured job, one untraced job of the same kind runs in another state folder
 (``--cold`` skips it), so that the measured walk is a running daemon's: every module it

@@ -1,7 +1,7 @@
 """``auto`` by measurement: time the agent's own step in each precision and pick the fastest.
 
 A rule ("fp16 on CUDA, bf16 on a CPU with native bf16") is wrong where it matters: on an
-H100 the SE-Darwin world model trains slower in fp16 than in fp32 when its step is
+H100 the world model trains slower in fp16 than in fp32 when its step is
 launch-bound (``benchmarks/results/h100-2026-11-22.md``), and on a CPU bf16 pays only for wide
 layers. So when a run asks for ``auto``, ``fit()`` times a few steps of the task's real
 model and batches in every candidate precision and trains in the fastest::

@@ -203,6 +203,14 @@ class PrecisionGuard:
             return False
         return self._check(trainer, epoch, batch)
 
+    def boundary_check(self, trainer: Trainer, epoch: int, batch: int) -> bool:
+        """At a boundary a run can roll back to (an iteration's end): check when a check
+        interval has ended since the last check; True when a trigger fired."""
+        interval = self.config.check_interval
+        if trainer.step_count // interval <= self._history[-1].step // interval:
+            return False
+        return self._check(trainer, epoch, batch)
+
     @property
     def start_step(self) -> int:
         """The step this guard began watching at (the run's start, or its rollback)."""
