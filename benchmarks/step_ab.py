@@ -11,7 +11,8 @@ Each run is one process, ``python -m genesis_fp16 bench --device cpu --in-proces
 (``--bench`` adds to it), with ``PYTHONPATH`` set to the tree's three source roots (the
 tree, ``agents/``, ``infrastructure/``) and the working directory ``--out``, so that the
 tree is what is imported whatever this interpreter has installed (each run checks it:
-it stops when ``genesis_fp16`` comes from elsewhere), under ``nice``. The 1-minute load
+it stops when ``genesis_fp16`` comes from elsewhere), under ``nice``, writing no
+``__pycache__`` into the trees. The 1-minute load
 average (``os.getloadavg``) is noted at each run's start: the machine is shared.
 
 Read the ratio ``ours/hand`` of each run, not its times: other work on the machine moves
@@ -45,7 +46,8 @@ def roots(tree: Path) -> str:
 def run_once(tree: Path, out: Path, extra: Sequence[str]) -> dict[tuple[str, str], float]:
     """One bench run of ``tree``: each (precision, runner)'s median step in ms."""
     out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": roots(tree)}
+    # No __pycache__ written into a tree that is only measured (another checkout).
+    env = {**os.environ, "PYTHONPATH": roots(tree), "PYTHONDONTWRITEBYTECODE": "1"}
     check = "import genesis_fp16, sys; print(genesis_fp16.__file__)"
     where = subprocess.run(
         [sys.executable, "-c", check], env=env, cwd=out, capture_output=True, text=True
