@@ -9,20 +9,23 @@ a folder ``agent_folder`` on its path (none in a tree before issue 53). A *read*
 call that opens a file to read it: ``X.read_text()``, ``X.read_bytes()``, ``X.open()``
 and ``open(X)`` / ``io.open(X)`` without a mode that writes (``w``, ``a``, ``x``,
 ``+``), ``os.open(X, O_RDONLY ...)`` (a lock's ``O_RDWR | O_CREAT`` is not a read),
-``*.load(X)`` (``torch.load``, ``numpy.load``), all *raw*, and ``read_state_text(X,
-...)``, the hardened reader (``atomic.py``), whose own body is not counted. It counts
-when ``X`` may be a state file's path, followed through the syntax, each name by its
-name across the tree:
+``torch.load(X)`` (or ``numpy``'s, ``json``'s, ``pickle``'s, a bare ``load``), all
+*raw*, and ``read_state_text(X, ...)``, the hardened reader (``atomic.py``), whose own
+body is not counted. It counts when ``X`` may be a state file's path, followed through
+the syntax, each name by its name across the tree:
 
 - a string literal that is a state file's name (or ends in ``/`` and one);
 - a module's or class's constant assigned one (``POINTER_NAME = "served.json"``);
-- ``self.x`` assigned one, or a record type's field given one at a call
-  (``AgentStateFiles(paths.precision_state_path, ...)``), read as ``.x``;
+- ``self.x`` assigned one, or a record type's field given one by keyword at a call
+  (``PrecisionRequest(cache=paths.calibration_path)``), read as ``.x`` (a positional
+  field is not followed: ``StateFile("served.json", ...)`` would make every ``.name``
+  one);
 - a top-level function, method or property that returns one (``loss_scale_path``),
   called or (a property) read;
 - a local assigned one; ``/``, ``+``, f-strings, ``or``, ``if``-expressions and the calls
   that keep a path (``Path``, ``str``, ``os.path.join``, ``.resolve()``, ...); a literal
-  given to any call (``folder.joinpath("served.json")``); not what a read returns;
+  given to any call (``folder.joinpath("served.json")``); a method called on one
+  (``SERVED.at(folder)``); not what a read returns;
 - and into a function's parameters from its call sites, when the tree has one
   function of that name (not a dunder): ``read_json(folder / CANDIDATE_META)`` makes
   the read inside ``read_json`` one. Parameter-borne paths never make a constant,
@@ -70,7 +73,7 @@ STATE_FILES = (
 OWNER = "/agent_folder/"  # the owner package's folder, on a product file's path
 HARDENED = {"read_state_text"}  # the hardened reader: its calls are reads, its body is not
 RAW_READS = {"read_text", "read_bytes"}
-LOADS = {"load"}  # torch.load(path), numpy.load(path), json.load(handle)
+LOADERS = {"torch", "numpy", "np", "json", "pickle", "load"}  # torch.load(path), ...
 # Calls whose result is the path they are given (or its text).
 PATH_KEEPERS = {"Path", "PurePath", "str", "fspath", "join", "resolve", "absolute", "expanduser"}
 
@@ -105,7 +108,7 @@ def read_of(call: ast.Call) -> tuple[str, ast.AST] | None:
         return None if _writes(_mode(call, 0)) else ("raw", func.value)
     if isinstance(func, ast.Name) and name == "open" and args:
         return None if _writes(_mode(call, 1)) else ("raw", args[0])
-    if name in LOADS and args:
+    if name == "load" and args and simple_name(getattr(func, "value", func)) in LOADERS:
         return "raw", args[0]
     if name in HARDENED and args:
         return "hardened", args[0]
@@ -165,10 +168,10 @@ def _taint(expr: ast.AST, local: dict[str, set[str]], carriers: _Carriers) -> se
         found = set(carriers.returns.get(name, set()))
         if name in PATH_KEEPERS:
             parts = [*expr.args, *(k.value for k in expr.keywords)]
-            if isinstance(expr.func, ast.Attribute):
-                parts.append(expr.func.value)
         else:
             parts = [a for a in expr.args if isinstance(a, ast.Constant)]
+        if isinstance(expr.func, ast.Attribute):  # a method of a path: LAYOUT_FILE.at(folder)
+            parts.append(expr.func.value)
     for part in parts:
         found |= _taint(part, local, carriers)
     return found
@@ -177,11 +180,11 @@ def _taint(expr: ast.AST, local: dict[str, set[str]], carriers: _Carriers) -> se
 Signatures = dict[str, list[tuple[tuple[str, str], list[str]]]]
 
 
-def _signatures(files: Sequence[SourceFile]) -> tuple[Signatures, Signatures]:
+def _signatures(files: Sequence[SourceFile]) -> tuple[Signatures, dict[str, set[str]]]:
     """By simple name: each function's place (file, qualified name) and the parameters a
-    call fills (a method's first left out), and each class's place and annotated fields."""
+    call fills (a method's first left out); each class's annotated fields."""
     functions: Signatures = {}
-    records: Signatures = {}
+    records: dict[str, set[str]] = {}
     for source in files:
         for qualname, fn in function_defs(source.module):
             args = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args]]
@@ -189,8 +192,8 @@ def _signatures(files: Sequence[SourceFile]) -> tuple[Signatures, Signatures]:
                 args = args[1:]
             kwonly = [a.arg for a in fn.args.kwonlyargs]
             functions.setdefault(fn.name, []).append(((source.rel, qualname), args + kwonly))
-        for qualname, cls in class_defs(source.module):
-            records.setdefault(cls.name, []).append(((source.rel, qualname), field_names(cls)))
+        for _, cls in class_defs(source.module):
+            records.setdefault(cls.name, set()).update(field_names(cls))
     return functions, records
 
 
@@ -223,7 +226,7 @@ def _carry(
     node: ast.AST,
     place: tuple[str, str],
     carriers: _Carriers,
-    signatures: tuple[Signatures, Signatures],
+    signatures: tuple[Signatures, dict[str, set[str]]],
     properties: set[str],
 ) -> None:
     """One node's part of the propagation: a binding, a return, or a call's arguments."""
@@ -248,13 +251,15 @@ def _carry(
     elif isinstance(node, ast.Call):
         functions, records = signatures
         name = simple_name(node.func)
-        # A function by a name only it has (not a dunder): its parameters carry what a
-        # call passes; a record type's fields carry what literals give them.
+        # A record type's field given a state file by keyword carries it (as ``.field``);
+        # a function by a name only it has (not a dunder): its parameters, what is passed.
+        for keyword in node.keywords:
+            if keyword.arg in records.get(name, set()):
+                carriers.add(carriers.attrs, keyword.arg, _taint(keyword.value, named, carriers))
         callees = functions.get(name, []) if not name.startswith("__") else []
         targets = [(carriers.passed.setdefault(p, {}), ps, passed) for p, ps in callees[:1]]
         if len(callees) > 1:
             targets = []
-        targets += [(carriers.attrs, fields, named) for _, fields in records.get(name, [])]
         for table, params, local in targets:
             pairs = [*zip(params, node.args, strict=False)]
             pairs += [(k.arg, k.value) for k in node.keywords if k.arg in params]

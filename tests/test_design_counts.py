@@ -132,6 +132,7 @@ class Other:
 
 STATE = """
 import os
+import torch
 
 POINTER = "served.json"
 NOTES = "notes.json"
@@ -172,6 +173,34 @@ def raw_fd(folder):
 
 def read_state_text(path, limit):
     return open(path).read()
+
+class StateFile:
+    name: str
+    def at(self, folder):
+        return folder / self.name
+
+class Request:
+    cache: str
+
+SERVED = StateFile("served.json")
+
+def via_layout(folder):
+    return SERVED.at(folder).read_text()
+
+def by_field(folder):
+    return (folder / SERVED.name).read_text()
+
+def plan(folder):
+    return Request(cache=folder / "precision_calibration.json")
+
+def cached(request):
+    return request.cache.read_text()
+
+def through_owner(files, folder):
+    return files.load(SERVED.at(folder))
+
+def checkpoint(folder):
+    return torch.load(folder / "served.json")
 """
 
 OWNER = """
@@ -226,6 +255,9 @@ def test_issue_53s_figures_count_what_they_say_and_nothing_else(tmp_path: Path) 
         ("read_pointer", "raw served.json"),
         ("scale", "hardened loss_scale.json"),
         ("raw_fd", "raw served.json"),
+        ("via_layout", "raw served.json"),
+        ("cached", "raw precision_calibration.json"),
+        ("checkpoint", "raw served.json"),
     ]
     assert all(p.rel == "infrastructure/pkg/recipes/served.py" for p in figures.state_reads)
     assert [(p.name, p.why) for p in figures.precision_strs] == [
@@ -238,5 +270,5 @@ def test_issue_53s_figures_count_what_they_say_and_nothing_else(tmp_path: Path) 
     ]
     assert figures.rlhf_ppo_lines == 12
     rows = dict(dc.rows(figures))
-    assert rows["7. State-file reads outside the agent folder's owner"] == "4 in 1 file"
-    assert rows["... raw / through the hardened reader"] == "3 / 1"
+    assert rows["7. State-file reads outside the agent folder's owner"] == "7 in 1 file"
+    assert rows["... raw / through the hardened reader"] == "6 / 1"
