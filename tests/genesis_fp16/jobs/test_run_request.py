@@ -103,21 +103,30 @@ def _ignored_warnings(logs: list[dict[str, object]]) -> dict[object, object]:
 
 
 def test_an_agent_says_which_set_fields_it_ignores(tmp_path: Path) -> None:
-    """rlhf_ppo checkpoints only at the end: a set checkpoint cadence is a warning naming
-    the setting or flag; defaults, and se_darwin (which uses them), warn of nothing."""
+    """A plugin that checkpoints only at the end: a set checkpoint cadence is a warning
+    naming the setting or flag; defaults warn of nothing, and neither do se_darwin and
+    rlhf_ppo, which honour every field (rlhf_ppo through fit())."""
+    from genesis_fp16_agents.rlhf_ppo.plugin import RlhfPpoPlugin
     from genesis_fp16_agents.se_darwin import plugin as se_darwin
+
+    class EndOnly(RlhfPpoPlugin):
+        ignored_request_fields = {
+            "checkpoint_steps": "it checkpoints once, when the run ends",
+            "checkpoint_seconds": "it checkpoints once, when the run ends",
+        }
 
     cadence = Settings(state_dir=tmp_path, sample_count=8, checkpoint_steps=50)  # type: ignore[call-arg]
     flags = RequestOverrides(checkpoint_seconds=5.0)
     with capture_logs() as logs:
-        build_request(cadence, AGENT, plugin, "cpu", flags)
+        build_request(cadence, AGENT, EndOnly(), "cpu", flags)
     assert _ignored_warnings(logs) == {
         "checkpoint_steps": "GENESIS_FP16_CHECKPOINT_STEPS",
         "checkpoint_seconds": "--checkpoint-seconds",
     }
     assert all("rlhf_ppo: it checkpoints once" in str(r.get("instead")) for r in logs)
     with capture_logs() as logs:
-        build_request(_settings(tmp_path), AGENT, plugin, "cpu")
+        build_request(_settings(tmp_path), AGENT, EndOnly(), "cpu")
+        build_request(cadence, AGENT, plugin, "cpu", flags)
         build_request(cadence, "se_darwin", se_darwin, "cpu", flags)
     assert _ignored_warnings(logs) == {}
 
