@@ -49,6 +49,7 @@ import structlog
 from genesis_fp16.config.settings import ENV_PREFIX
 from genesis_fp16.launch.handoff import SAFE_PYTHON, child_env, write_run_file
 from genesis_fp16.launch.kubeflow import without_pet
+from genesis_fp16_infrastructure.agent_folder.layout import RUN_REQUEST
 from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainRequest,
     TrainRequestError,
@@ -130,7 +131,7 @@ def check_layout(
 def request_file(request: TrainRequest) -> Path:
     """Where the launcher writes ``request`` for its child (one process or torchrun's ranks):
     beside the checkpoint folder."""
-    return Path(request.checkpoint_dir).parent / "run_request.json"
+    return RUN_REQUEST.at(Path(request.checkpoint_dir).parent)
 
 
 def torchrun_command(request: TrainRequest, nproc: int, python: str = sys.executable) -> list[str]:

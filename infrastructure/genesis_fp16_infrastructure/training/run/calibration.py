@@ -60,7 +60,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from genesis_fp16_infrastructure.atomic import write_json_atomic
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.layout import CALIBRATION
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.precision import capabilities
 from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
@@ -216,7 +217,7 @@ def calibrate(
     )
     logger.info("precision calibration in %.2f s (%s): %s", seconds, limit.why, decision.reason)
     if cache is not None:
-        write_json_atomic(cache, result.to_json())
+        files.write_json(cache, CALIBRATION, result.to_json())
     return result
 
 
@@ -383,23 +384,27 @@ def kept_rows(path: Path) -> tuple[Measured, ...]:
     """The rows of the measurement kept at ``path`` (none: no file, or an unusable one),
     whatever its key: what a measured ``auto`` chose last, for ``decide`` to answer again
     before the next run (the daemon's gauge); the run itself measures again on a new key."""
-    try:
-        return Calibration.from_json(json.loads(path.read_text())).rows
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return ()
+    found = read_calibration(path)
+    return () if found is None else found.rows
+
+
+def read_calibration(path: Path) -> Calibration | None:
+    """The measurement kept at ``path``, whatever its key; None: none, one of another
+    version (measured again), or an unusable one (set aside as
+    ``precision_calibration.json.unusable`` and reported, read within its bound)."""
+    return files.load(Path(path), CALIBRATION, _decode_calibration)
+
+
+def _decode_calibration(data: Any) -> Calibration | None:
+    if isinstance(data, dict) and data.get("version") != CACHE_VERSION:
+        logger.info("precision calibration cache is from another version: measuring again")
+        return None
+    return Calibration.from_json(data)
 
 
 def _read_cache(path: Path | None, key: Mapping[str, str]) -> Calibration | None:
-    if path is None or not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text())
-        if isinstance(data, dict) and data.get("version") != CACHE_VERSION:
-            logger.info("precision calibration cache %s is from another version", path)
-            return None
-        found = Calibration.from_json(data)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        logger.warning("precision calibration cache %s unreadable (%s): measuring again", path, exc)
+    found = None if path is None else read_calibration(path)
+    if found is None:
         return None
     if dict(found.key) != dict(key):
         changed = sorted(k for k in {*key, *found.key} if key.get(k) != found.key.get(k))

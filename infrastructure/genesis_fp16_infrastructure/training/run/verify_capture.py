@@ -51,7 +51,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from genesis_fp16_infrastructure.atomic import write_json_atomic
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.layout import CAPTURE_VERDICTS
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.precision.precision_names import LOSS_SCALED
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
@@ -379,17 +380,17 @@ def _key_id(key: Mapping[str, str]) -> str:
 
 
 def read_verdicts(cache: Path | None) -> dict[str, Verdict]:
-    """Every cached verdict by key id; {} without a readable cache."""
-    if cache is None or not cache.exists():
+    """Every cached verdict by key id; {} without a usable cache (another version; an
+    unusable file is set aside as ``captured_step_verified.json.unusable`` and reported)."""
+    if cache is None:
         return {}
-    try:
-        data = json.loads(cache.read_text())
-        if data.get("version") != VERSION:
-            return {}
-        return {k: Verdict.from_json(v) for k, v in data["verdicts"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        logger.warning("captured-step verdicts %s unreadable (%s): verifying again", cache, exc)
+    return files.load(Path(cache), CAPTURE_VERDICTS, _decode_verdicts) or {}
+
+
+def _decode_verdicts(data: Any) -> dict[str, Verdict]:
+    if data.get("version") != VERSION:
         return {}
+    return {str(k): Verdict.from_json(v) for k, v in data["verdicts"].items()}
 
 
 def read_verdict(cache: Path | None, key: Mapping[str, str]) -> Verdict | None:
@@ -402,11 +403,11 @@ def write_verdict(cache: Path, verdict: Verdict) -> None:
     """Add ``verdict`` to the cache file (atomically), keeping the other keys'."""
     verdicts = {k: v.to_json() for k, v in read_verdicts(cache).items()}
     verdicts[_key_id(verdict.key)] = verdict.to_json()
-    write_json_atomic(cache, {"version": VERSION, "verdicts": verdicts})
+    files.write_json(cache, CAPTURE_VERDICTS, {"version": VERSION, "verdicts": verdicts})
 
 
 def verification_cache(calibration_cache: Path | None) -> Path | None:
     """Where the verdicts are kept: beside the calibration cache (None: not kept)."""
     if calibration_cache is None:
         return None
-    return calibration_cache.with_name("captured_step_verified.json")
+    return calibration_cache.with_name(CAPTURE_VERDICTS.name)
