@@ -54,8 +54,10 @@ _listeners: list[Listener] = []
 
 
 def on_set_aside(listener: Listener) -> Callable[[], None]:
-    """Call ``listener`` for every file set aside in this process; returns its removal."""
-    _listeners.append(listener)
+    """Call ``listener`` for every file set aside in this process (once, however often it
+    is added); returns its removal."""
+    if listener not in _listeners:
+        _listeners.append(listener)
     return lambda: _listeners.remove(listener) if listener in _listeners else None
 
 
@@ -75,8 +77,24 @@ def read_text(path: Path, limit: int) -> str | None:
     return None if found is None else found[0]
 
 
+def read_bytes(path: Path, limit: int) -> bytes | None:
+    """The bytes of ``path`` as :func:`read_text` reads them, not decoded (a cache entry)."""
+    found = _read_bytes(Path(path), limit)
+    return None if found is None else found[0]
+
+
 def _read(path: Path, limit: int) -> tuple[str, int] | None:
     """The text and the inode it was read from (a set-aside moves that file only)."""
+    found = _read_bytes(path, limit)
+    if found is None:
+        return None
+    try:
+        return found[0].decode("utf-8"), found[1]
+    except UnicodeDecodeError:
+        raise UnusableStateFile(f"{path}: not UTF-8 text") from None
+
+
+def _read_bytes(path: Path, limit: int) -> tuple[bytes, int] | None:
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(path, flags)
@@ -91,15 +109,19 @@ def _read(path: Path, limit: int) -> tuple[str, int] | None:
             raise UnusableStateFile(f"{path}: {kind}")
         if info.st_size > limit:
             raise UnusableStateFile(f"{path}: {info.st_size} bytes, over the {limit}-byte bound")
-        data = os.read(fd, limit + 1)
+        chunks, size = [], 0
+        while size <= limit:  # a regular file: read() returns what there is, then b""
+            # the whole file in one read where it can (one buffer, no copy when joined)
+            chunk = os.read(fd, min(limit + 1 - size, max(info.st_size + 1 - size, 1 << 16)))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
     finally:
         os.close(fd)
-    if len(data) > limit:
+    if size > limit:
         raise UnusableStateFile(f"{path}: over the {limit}-byte bound")
-    try:
-        return data.decode("utf-8"), info.st_ino
-    except UnicodeDecodeError:
-        raise UnusableStateFile(f"{path}: not UTF-8 text") from None
+    return b"".join(chunks), info.st_ino
 
 
 def read_json(path: Path, file: StateFile) -> Any | None:
