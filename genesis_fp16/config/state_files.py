@@ -44,6 +44,17 @@ def report_set_aside(event: SetAside) -> None:
 on_set_aside(report_set_aside)  # every set-aside of this process, whoever reads
 
 
+def relayed_set_aside(event: SetAside) -> dict[str, dict[str, str]]:
+    """A run's child's line for the daemon: a file it set aside (``report_relayed``)."""
+    return {"set_aside": {"path": str(event.path), "file": event.label}}
+
+
+def report_relayed(line: object) -> None:
+    """Count a file a run's child set aside, from its :func:`relayed_set_aside` line."""
+    if isinstance(line, dict) and {"path", "file"} <= set(line):
+        report_state_file_skipped(agent_of(Path(str(line["path"]))) or "", str(line["file"]))
+
+
 def report_state_file_skipped(agent: str, file: str) -> None:
     """Tell every listener that ``agent``'s state file ``file`` was set aside."""
     for listener in _listeners:
