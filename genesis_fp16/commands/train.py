@@ -49,6 +49,7 @@ from genesis_fp16.commands.train_output import (
     fan_out,
     print_diagnostics,
     print_progress,
+    print_set_aside,
 )
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.plugins import PluginError, load_plugin
@@ -73,6 +74,7 @@ from genesis_fp16.metrics.last_run import record_foreground
 from genesis_fp16.metrics.tracking import RunTracker, close_tracker, open_tracker
 from genesis_fp16.service.logsetup import configure_logging
 from genesis_fp16.service.startup_signals import take_over_sigterm
+from genesis_fp16_infrastructure.agent_folder.files import on_set_aside
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainRequestError
 from genesis_fp16_infrastructure.data.readers import DataError
 
@@ -261,6 +263,7 @@ def _run_owned(
         request = replace(request, should_stop=stop.is_set, on_log=on_log)
         if args.json_progress and main:  # the daemon exports them live (launcher reads these)
             request = replace(request, on_diagnostics=print_diagnostics)
+            on_set_aside(print_set_aside)  # and counts the state files set aside here
         with kubeflow.report_progress(os.environ, request, main, stop.is_set) as request:
             code = _train(args, plugin, request, main, bar, tracker)
         if settings is not None and main and _holds_models(Path(request.checkpoint_dir)):

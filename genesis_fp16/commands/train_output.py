@@ -17,6 +17,8 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TextIO
 
+from genesis_fp16.config.state_files import relayed_set_aside
+from genesis_fp16_infrastructure.agent_folder.files import SetAside
 from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
 
 # Steps between two summaries when a terminal's bar or a tracker wants them.
@@ -50,6 +52,11 @@ def print_diagnostics(values: Mapping[str, float]) -> None:
     """One ``{"diagnostics": ...}`` line for the launcher (a non-finite value as null)."""
     finite = {k: v if math.isfinite(v) else None for k, v in values.items()}
     print(json.dumps({"diagnostics": finite}, allow_nan=False), flush=True)
+
+
+def print_set_aside(event: SetAside) -> None:
+    """One ``{"set_aside": ...}`` line: the launcher counts the file in the daemon."""
+    print(json.dumps(relayed_set_aside(event)), flush=True)
 
 
 def print_progress(summary: TrainingSummary) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import structlog
 
 from genesis_fp16.config.paths import AgentPaths
-from genesis_fp16.config.state_files import report_state_file_skipped
 from genesis_fp16.jobs.job_state import JobContext
 from genesis_fp16_infrastructure.recipes.retrain.served import (
     ServedPointerError,
@@ -41,8 +40,8 @@ def check_served_pointer(ctx: JobContext, agent: str) -> None:
     except OSError as exc:  # not ours to rename: reported all the same, never followed
         why, moved = f"served-model pointer in {folder} unusable: {exc}", None
     if moved is not None:
+        # counted by the agent folder's owner, which set it aside
         log.error("unusable served-model pointer set aside", path=str(moved), error=why)
-        report_state_file_skipped(agent, "served_pointer")
     if why is not None:
         ctx.unusable_pointer[agent] = why.replace("AGENT", agent)
         metrics.pointer_unusable.labels(agent=agent).set(1)

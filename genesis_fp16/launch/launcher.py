@@ -47,8 +47,10 @@ from typing import IO, Any
 import structlog
 
 from genesis_fp16.config.settings import ENV_PREFIX
+from genesis_fp16.config.state_files import report_relayed
 from genesis_fp16.launch.handoff import SAFE_PYTHON, child_env, write_run_file
 from genesis_fp16.launch.kubeflow import without_pet
+from genesis_fp16_infrastructure.agent_folder.layout import RUN_REQUEST
 from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainRequest,
     TrainRequestError,
@@ -130,7 +132,7 @@ def check_layout(
 def request_file(request: TrainRequest) -> Path:
     """Where the launcher writes ``request`` for its child (one process or torchrun's ranks):
     beside the checkpoint folder."""
-    return Path(request.checkpoint_dir).parent / "run_request.json"
+    return RUN_REQUEST.at(Path(request.checkpoint_dir).parent)
 
 
 def torchrun_command(request: TrainRequest, nproc: int, python: str = sys.executable) -> list[str]:
@@ -383,6 +385,8 @@ def _read_stdout(
             if on_diagnostics is not None and isinstance(data["diagnostics"], dict):
                 values = data["diagnostics"].items()
                 on_diagnostics({k: math.nan if v is None else float(v) for k, v in values})
+        elif set(data) == {"set_aside"}:  # a state file the child set aside: counted here
+            report_relayed(data["set_aside"])
         elif "error" in data and "kind" in data:
             output.error = data
         elif "agent" in data:

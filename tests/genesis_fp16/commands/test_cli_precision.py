@@ -94,13 +94,17 @@ def test_show_prints_the_measurement_and_reset_forgets_it(
 
 
 def test_show_survives_a_corrupt_cache(tmp_path: Path) -> None:
-    """A torn calibration file is reported in one line, not a traceback."""
+    """A torn or malformed calibration file is reported in one line, not a traceback,
+    and set aside (the agent folder's one policy): the next show finds none."""
     path = AgentPaths.for_agent(tmp_path, AGENT).calibration_path
     path.parent.mkdir(parents=True)
     path.write_text('{"rows": [}')
-    assert "unreadable" in _cli(tmp_path, "precision", "show", AGENT).stdout
+    said = _cli(tmp_path, "precision", "show", AGENT).stdout
+    assert "not JSON" in said and "set aside" in said
+    assert path.with_name(path.name + ".unusable").read_text() == '{"rows": [}'
     path.write_text('{"rows": []}')
-    assert "malformed" in _cli(tmp_path, "precision", "show", AGENT).stdout
+    assert "not a precision_calibration record" in _cli(tmp_path, "precision", "show", AGENT).stdout
+    assert not path.exists()
 
 
 def test_show_of_an_unknown_agent_says_so(tmp_path: Path) -> None:
@@ -170,7 +174,7 @@ def test_precision_show_names_every_candidate_and_the_choice() -> None:
     calibration = cal.Calibration(
         "bf16", "r", rows, {"fp16": "no native fp16"}, {"device": "cpu"}, 0.1
     )
-    table = _describe_calibration(calibration.to_json(), None)
+    table = _describe_calibration(calibration, None)
     assert table.count("<- chosen") == 1 and "bf16       eager" in table
     assert "2.00x  <- chosen" in table and "fp16       not timed: no native fp16" in table
 

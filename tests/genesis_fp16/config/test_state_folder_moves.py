@@ -91,7 +91,7 @@ def test_an_unusable_sample_data_marker_is_set_aside_and_the_data_regenerated(
         marker.symlink_to(first)
     assert ensure_sample_data(plugin, paths, 10) == first  # type: ignore[arg-type]
     assert plugin.calls == 2
-    assert (paths.data_dir / ".generated.rejected").exists()
+    assert (paths.data_dir / ".generated.unusable").exists()
     assert skipped == [("writer", "sample_data_marker")]
     assert ensure_sample_data(plugin, paths, 10) == first  # type: ignore[arg-type]
     assert plugin.calls == 2  # the new marker is read as before

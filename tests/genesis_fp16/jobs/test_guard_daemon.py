@@ -232,7 +232,7 @@ def test_a_broken_state_file_keeps_the_agent_at_the_most_robust_precision(
     path.write_text("garbage")
     settings = _settings(tmp_path, ENABLE_FP16_TRAINING=True)
     assert _planned(settings) == "fp32"
-    assert (path.parent / (path.name + ".rejected")).read_text() == "garbage"
+    assert (path.parent / (path.name + ".unusable")).read_text() == "garbage"
 
 
 def _result(

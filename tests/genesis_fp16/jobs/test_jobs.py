@@ -131,7 +131,7 @@ def test_an_unusable_precision_state_is_set_aside_counted_and_floors_at_fp32(
     assert plugin.precisions == ["fp32", "fp32"]  # auto asked, the fp32 floor decided
     assert skipped == [(AGENT, "precision_state")]
     assert [e["event"] for e in logs].count("training run finished") == 2
-    assert (path.parent / (path.name + ".rejected")).exists() or kind == "link"
+    assert (path.parent / (path.name + ".unusable")).exists() or kind == "link"
     memory = guard_state.read_precision_memory(path)
     assert memory is not None and memory.demoted_to == "fp32"
 

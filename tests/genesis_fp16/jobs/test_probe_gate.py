@@ -229,7 +229,7 @@ def test_an_unusable_probe_record_is_set_aside_counted_and_probed_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
     """A torn or 1 MiB+ probe_result.json, or a folder at its name: set aside as
-    .rejected, counted under file=probe_result, and the agent probed again (here
+    .unusable, counted under file=probe_result, and the agent probed again (here
     fixture_good, whose probe fails at once and is stored) instead of never again."""
     from genesis_fp16.config import state_files
 
@@ -252,6 +252,6 @@ def test_an_unusable_probe_record_is_set_aside_counted_and_probed_again(
         settings, probe, "fixture_good", fixture_good, None, "cpu", PrecisionRequest("bf16")
     )
     assert record is not None and "NotImplementedError" in str(record.error)  # probed again
-    assert (path.parent / "probe_result.json.rejected").exists()
+    assert (path.parent / "probe_result.json.unusable").exists()
     assert read_record(path) == record
     assert skipped == [("fixture_good", "probe_result")]

@@ -28,7 +28,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16_infrastructure.atomic import write_atomic
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.layout import DATA_MANIFEST, RECORD_CACHE_FOLDER
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
 from genesis_fp16_infrastructure.data.readers import DataError
@@ -37,8 +38,8 @@ from genesis_fp16_infrastructure.recipes.retrain.served import ServedPointerErro
 
 logger = logging.getLogger(__name__)
 
-RECORD_NAME = "data_manifest.json"
-RECORD_CACHE_FOLDER = "record_cache"  # under the state folder, one folder per agent
+RECORD_NAME = DATA_MANIFEST.name
+# under the state folder, one folder per agent
 RECORD_VERSION = 1
 
 
@@ -216,19 +217,18 @@ def _served_checkpoint_unchanged(folder: Path, recorded: Any) -> bool:
 
 
 def _load(folder: Path) -> dict[str, Any] | None:
-    path = record_path(folder)
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        logger.warning("data manifest %s unreadable (%s): the run reads the pool", path, exc)
-        return None
-    if not isinstance(record, dict) or record.get("version") != RECORD_VERSION:
-        return None
-    return record
+    """The folder's record; None when absent, of another version, or unusable (set aside
+    as ``data_manifest.json.unusable`` and reported: the run reads the pool)."""
+    record = files.load(record_path(folder), DATA_MANIFEST, _a_record)
+    return record if record is not None and record.get("version") == RECORD_VERSION else None
+
+
+def _a_record(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise TypeError(f"a JSON {type(data).__name__}, not an object")
+    return data
 
 
 def _write(folder: Path, record: Mapping[str, Any]) -> None:
     text = json.dumps(record, sort_keys=True)
-    write_atomic(record_path(folder), lambda handle: handle.write(text.encode("utf-8")))
+    files.write_bytes(record_path(folder), DATA_MANIFEST, text.encode("utf-8"))

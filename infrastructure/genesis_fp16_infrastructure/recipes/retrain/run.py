@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG
 from genesis_fp16_infrastructure.contract.plugin_api import (
     ProbeSetup,
     TrainRequest,
@@ -413,4 +414,4 @@ def _quarantine_path(request: TrainRequest) -> Path | None:
     """
     if rank_and_world()[0] != 0:
         return None
-    return request.quarantine_path or Path(request.checkpoint_dir) / "quarantine.jsonl"
+    return request.quarantine_path or QUARANTINE_LOG.at(Path(request.checkpoint_dir))

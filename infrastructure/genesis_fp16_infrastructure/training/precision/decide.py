@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from genesis_fp16_infrastructure.agent_folder.records import Measured
 from genesis_fp16_infrastructure.training.precision import capabilities
 from genesis_fp16_infrastructure.training.precision.capabilities import (
     CPU_FP16_SLOWDOWN,
@@ -66,19 +67,6 @@ class ResolvedPrecision:
     reason: str
     warning: str | None = None
     execution: str | None = None
-
-
-@dataclass(frozen=True)
-class Measured:
-    """One timed row of a calibration: a precision in an execution, its median, fastest
-    and slowest step in milliseconds."""
-
-    precision: str
-    execution: str
-    median_ms: float
-    min_ms: float
-    max_ms: float
-    steps: int
 
 
 def decide(

@@ -52,7 +52,7 @@ import logging
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -60,7 +60,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from genesis_fp16_infrastructure.atomic import write_json_atomic
+from genesis_fp16_infrastructure.agent_folder import files, records
+from genesis_fp16_infrastructure.agent_folder.layout import CALIBRATION
+from genesis_fp16_infrastructure.agent_folder.records import CALIBRATION_VERSION, CalibrationRecord
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.precision import capabilities
 from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
@@ -89,49 +91,12 @@ RUN_SHARE = 0.10
 WARMUP = 2
 MIN_TIMED = 3
 MAX_TIMED = 20
-CACHE_VERSION = 2  # 2: rows per (precision, execution) and the chosen execution
+CACHE_VERSION = CALIBRATION_VERSION
 
 
 @dataclass(frozen=True)
-class Calibration:
-    """What ``auto`` measured and chose. ``skipped`` maps a precision to why it was not timed."""
-
-    chosen: str
-    reason: str
-    rows: tuple[Measured, ...]
-    skipped: Mapping[str, str]
-    key: Mapping[str, str]
-    seconds: float
-    measured_at: float = field(default_factory=time.time)
-    cached: bool = False
-    execution: str = "eager"
-    bound: str = ""  # what limited the cost: the run's share of steps, or the clock
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["version"] = CACHE_VERSION
-        data["rows"] = [asdict(r) for r in self.rows]
-        data["skipped"] = dict(self.skipped)
-        data["key"] = dict(self.key)
-        del data["cached"]
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Calibration:
-        if data.get("version") != CACHE_VERSION:
-            raise ValueError(f"calibration cache version {data.get('version')!r}")
-        return cls(
-            chosen=str(data["chosen"]),
-            reason=str(data["reason"]),
-            rows=tuple(Measured(**row) for row in data["rows"]),
-            skipped={str(k): str(v) for k, v in data["skipped"].items()},
-            key={str(k): str(v) for k, v in data["key"].items()},
-            seconds=float(data["seconds"]),
-            measured_at=float(data["measured_at"]),
-            cached=True,
-            execution=str(data["execution"]),
-            bound=str(data.get("bound", "")),
-        )
+class Calibration(CalibrationRecord):
+    """What ``auto`` measured and chose (its record, ``agent_folder.records``), for a run."""
 
     def measured_execution(self) -> MeasuredExecution:
         """The chosen precision's execution and the timings that chose it (for the run)."""
@@ -216,7 +181,7 @@ def calibrate(
     )
     logger.info("precision calibration in %.2f s (%s): %s", seconds, limit.why, decision.reason)
     if cache is not None:
-        write_json_atomic(cache, result.to_json())
+        files.write_json(cache, CALIBRATION, result.to_json())
     return result
 
 
@@ -383,23 +348,21 @@ def kept_rows(path: Path) -> tuple[Measured, ...]:
     """The rows of the measurement kept at ``path`` (none: no file, or an unusable one),
     whatever its key: what a measured ``auto`` chose last, for ``decide`` to answer again
     before the next run (the daemon's gauge); the run itself measures again on a new key."""
-    try:
-        return Calibration.from_json(json.loads(path.read_text())).rows
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return ()
+    found = read_calibration(path)
+    return () if found is None else found.rows
+
+
+def read_calibration(path: Path) -> Calibration | None:
+    """The measurement kept at ``path``, whatever its key; None: none, one of another
+    version (measured again), or an unusable one (set aside as
+    ``precision_calibration.json.unusable`` and reported, read within its bound)."""
+    found: Calibration | None = records.read_calibration(path, Calibration)
+    return found
 
 
 def _read_cache(path: Path | None, key: Mapping[str, str]) -> Calibration | None:
-    if path is None or not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text())
-        if isinstance(data, dict) and data.get("version") != CACHE_VERSION:
-            logger.info("precision calibration cache %s is from another version", path)
-            return None
-        found = Calibration.from_json(data)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        logger.warning("precision calibration cache %s unreadable (%s): measuring again", path, exc)
+    found = None if path is None else read_calibration(path)
+    if found is None:
         return None
     if dict(found.key) != dict(key):
         changed = sorted(k for k in {*key, *found.key} if key.get(k) != found.key.get(k))

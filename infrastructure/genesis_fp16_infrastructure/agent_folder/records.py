@@ -1,0 +1,143 @@
+"""The records of the agent's folder that more than one reader parses: a measured
+``auto``'s calibration and the captured step's verdicts. Typed here, without torch, so
+the ``precision`` command reads them as the run does, never by string keys::
+
+    calibration = read_calibration(path)   # None: none, another version, or set aside
+    verdicts = read_capture_verdicts(path)  # {key id: CaptureVerdict}
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.layout import CALIBRATION, CAPTURE_VERDICTS
+
+CALIBRATION_VERSION = 2  # 2: rows per (precision, execution) and the chosen execution
+CAPTURE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One timed row of a calibration: a precision in an execution, its median, fastest
+    and slowest step in milliseconds."""
+
+    precision: str
+    execution: str
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    steps: int
+
+
+@dataclass(frozen=True)
+class CalibrationRecord:
+    """What ``auto`` measured and chose. ``skipped`` maps a precision to why it was not timed."""
+
+    chosen: str
+    reason: str
+    rows: tuple[Measured, ...]
+    skipped: Mapping[str, str]
+    key: Mapping[str, str]
+    seconds: float
+    measured_at: float = field(default_factory=time.time)
+    cached: bool = False
+    execution: str = "eager"
+    bound: str = ""  # what limited the cost: the run's share of steps, or the clock
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["version"] = CALIBRATION_VERSION
+        data["rows"] = [asdict(r) for r in self.rows]
+        data["skipped"] = dict(self.skipped)
+        data["key"] = dict(self.key)
+        del data["cached"]
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Any:
+        if data.get("version") != CALIBRATION_VERSION:
+            raise ValueError(f"calibration cache version {data.get('version')!r}")
+        return cls(
+            chosen=str(data["chosen"]),
+            reason=str(data["reason"]),
+            rows=tuple(Measured(**row) for row in data["rows"]),
+            skipped={str(k): str(v) for k, v in data["skipped"].items()},
+            key={str(k): str(v) for k, v in data["key"].items()},
+            seconds=float(data["seconds"]),
+            measured_at=float(data["measured_at"]),
+            cached=True,
+            execution=str(data["execution"]),
+            bound=str(data.get("bound", "")),
+        )
+
+
+@dataclass(frozen=True)
+class CaptureVerdict:
+    """The outcome of one verification of a captured step against eager: ``passed``, and
+    ``detail`` (the first difference, or what was compared); ``cached`` when read back."""
+
+    passed: bool
+    detail: str
+    key: Mapping[str, str]
+    steps: int
+    measured_at: float = field(default_factory=time.time)
+    cached: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["key"] = dict(self.key)
+        del data["cached"]
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CaptureVerdict:
+        return cls(
+            passed=bool(data["passed"]),
+            detail=str(data["detail"]),
+            key={str(k): str(v) for k, v in data["key"].items()},
+            steps=int(data["steps"]),
+            measured_at=float(data["measured_at"]),
+            cached=True,
+        )
+
+
+def read_calibration(
+    path: Path,
+    kind: type[CalibrationRecord] = CalibrationRecord,
+    unusable: files.Listener | None = None,
+) -> Any:
+    """The calibration kept at ``path`` as ``kind``, whatever its key; None: none, one of
+    an earlier version (measured again), or an unusable one (set aside, reported)."""
+
+    def decode(data: Any) -> CalibrationRecord | None:
+        version = data.get("version")
+        if isinstance(version, int) and version != CALIBRATION_VERSION:
+            return None  # written by another release: measured again, then replaced
+        return kind.from_json(data)
+
+    return files.load(Path(path), CALIBRATION, decode, unusable)
+
+
+def read_capture_verdicts(
+    path: Path, unusable: files.Listener | None = None
+) -> dict[str, CaptureVerdict]:
+    """Every kept verdict by key id; {} without a usable file (another version; an
+    unusable one is set aside and reported)."""
+
+    def decode(data: Any) -> dict[str, CaptureVerdict]:
+        if data.get("version") != CAPTURE_VERSION:
+            return {}
+        return {str(k): CaptureVerdict.from_json(v) for k, v in data["verdicts"].items()}
+
+    return files.load(Path(path), CAPTURE_VERDICTS, decode, unusable) or {}
+
+
+def write_capture_verdicts(path: Path, verdicts: Mapping[str, CaptureVerdict]) -> None:
+    """Write every verdict atomically."""
+    data = {k: v.to_json() for k, v in verdicts.items()}
+    files.write_json(Path(path), CAPTURE_VERDICTS, {"version": CAPTURE_VERSION, "verdicts": data})
