@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genesis_fp16.config.state_files import report_state_file_skipped
-from genesis_fp16_infrastructure.agent_state import AgentStateFiles
 from genesis_fp16_infrastructure.atomic import UnusableStateFile, read_state_text, write_atomic
+from genesis_fp16_infrastructure.contract.agent_snapshot import AgentStateFiles
 from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin
 
 SAMPLE_DATA_COUNT = 20_000

@@ -23,7 +23,7 @@ import structlog
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.config.state_files import locked, report_state_file_skipped
-from genesis_fp16_infrastructure.agent_state import AgentState
+from genesis_fp16_infrastructure.contract.agent_snapshot import AgentState
 from genesis_fp16_infrastructure.contract.plugin_api import TrainResult
 from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 from genesis_fp16_infrastructure.training.precision.precision_memory import (

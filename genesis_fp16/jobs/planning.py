@@ -1,7 +1,8 @@
 """Plan one run of a job: the request it trains on, with the job's callbacks.
 
 The request is built once, in one place (genesis_fp16/jobs/run_request.py:
-``plan_request``, which reads the agent's state folder in one library call); planning
+``plan_request``, which reads the agent's state folder once, into the request's
+snapshot, and asks the plugin's data check once); planning
 adds what only the daemon's job has: the probe's verdict (once per agent, when
 configured), the run's curves, and the callbacks that report progress
 (genesis_fp16/jobs/recording.py) and ask the run to stop
@@ -34,7 +35,7 @@ def plan_run(run: Run, plugin: AgentPlugin, device: str) -> RunPlan:
     the probe's red precisions added to it as exclusions when a probe is configured, with
     the run's curves opened when a tracking folder is set."""
     ctx, agent, settings = run.ctx, run.agent, run.settings
-    plan = plan_request(settings, agent, plugin, device, resume=True)
+    plan = plan_request(settings, agent, plugin, device)
     request = plan.request
     # Once per agent, when configured: the probe before its first bf16/fp16 run. decide()
     # leaves out of an 'auto' the precisions it marks red.

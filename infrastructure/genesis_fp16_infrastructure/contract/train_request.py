@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot
 from genesis_fp16_infrastructure.training.run.spec import (
     RunCallbacks,
     RunSpec,
@@ -69,6 +70,10 @@ class TrainRequest(RunSpec, RunCallbacks):
     # a plain ``train``) a budget only sizes a run on new data: an agent that can tell
     # its data unchanged (se_darwin) is up to date whatever the budget.
     forced: bool = False
+    # The agent's state folder as the job's plan read it, once (contract.agent_snapshot):
+    # the served-model pointer, the data scan and the up-to-date verdict, which the run
+    # takes instead of reading them again. None: the run reads them itself.
+    snapshot: AgentSnapshot | None = None
 
     def fit_options(self, **overrides: Any) -> FitOptions:
         """The :class:`~genesis_fp16_infrastructure.training.FitOptions` this request asks for.
@@ -88,7 +93,9 @@ class TrainRequest(RunSpec, RunCallbacks):
         from genesis_fp16_infrastructure.training.run.fit import FitOptions
 
         values: dict[str, Any] = {name: getattr(self, name) for name in spec_fields()}
-        context = {"agent": self.agent, "request": self.to_json()}
+        request = self.to_json()
+        request.pop("snapshot", None)  # a file list and a result: not a bundle's context
+        context = {"agent": self.agent, "request": request}
         values.update(
             on_log=self.on_log,
             should_stop=self.should_stop,
