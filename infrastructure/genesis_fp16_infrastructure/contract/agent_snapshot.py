@@ -139,7 +139,10 @@ class AgentSnapshot:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> AgentSnapshot:
         """The inverse of :meth:`to_json` (``state`` None). Raises ``ValueError``,
-        ``KeyError`` or ``TypeError`` for data it did not write."""
+        ``KeyError`` or ``TypeError`` for data it did not write (a damaged run file:
+        its reader names it in one line)."""
+        if not isinstance(data, Mapping):
+            raise TypeError(f"agent snapshot: {type(data).__name__}, not an object")
         if data.get("version") != SNAPSHOT_VERSION:
             raise ValueError(f"agent snapshot version {data.get('version')!r} is not 1")
         raw = data["pointer"]
@@ -148,7 +151,9 @@ class AgentSnapshot:
             served, history, pinned = raw["served"], raw["history"], raw.get("pinned")
             if not isinstance(served, dict) or not isinstance(history, list):
                 raise TypeError("agent snapshot: a served-model pointer without its entries")
-            pointer = ServedPointer(served, history, pinned)
+            if not all(isinstance(h, dict) for h in history):
+                raise TypeError("agent snapshot: a served-model history entry is not an object")
+            pointer = ServedPointer(served, history, pinned if isinstance(pinned, dict) else None)
         check = None
         if data["data"] is not None:
             scan, verdict = data["data"]["scan"], data["data"]["up_to_date"]
