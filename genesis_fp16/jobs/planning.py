@@ -24,6 +24,7 @@ from genesis_fp16.jobs.recording import record_progress
 from genesis_fp16.jobs.run_request import RunPlan, plan_request, warn_ignored
 from genesis_fp16.metrics.tracking import open_tracker
 from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin
+from genesis_fp16_infrastructure.training.run.spec import RunCallbacks
 
 log = structlog.get_logger("genesis_fp16.jobs")
 
@@ -47,11 +48,13 @@ def plan_run(run: Run, plugin: AgentPlugin, device: str) -> RunPlan:
     # torchrun too); elsewhere it is a warning and an alert, never a change of precision.
     excluded = red if request.precision.measures else {}
     progress = Progress(request.steps, request.log_interval)  # the log's step N/M, ETA
-    request = replace(
-        request,
+    callbacks = RunCallbacks(  # the job's, once: a child's come from its own train
         on_log=functools.partial(record_progress, run, progress),
-        on_diagnostics=functools.partial(ctx.metrics.rl.export_live, agent),
         should_stop=run.should_stop,
+        on_diagnostics=functools.partial(ctx.metrics.rl.export_live, agent),
+    )
+    request = replace(
+        request.with_callbacks(callbacks),
         precision=replace(request.precision, excluded=excluded),
     )
     run.plan = replace(plan, request=request)

@@ -1,20 +1,20 @@
 """One run's request, built in one place for the daemon's jobs, `train` and torchrun ranks.
 
-:func:`plan_request` (the daemon's jobs, a :class:`RunPlan`) and :func:`build_request`
-(``genesis-fp16 train``, with the command line's :class:`RequestOverrides`) read their
-inputs once, what the plugin declares and the agent's state folder (one
+:func:`plan_request` (the daemon's jobs; ``genesis-fp16 train``, with the command
+line's :class:`RequestOverrides`) reads its inputs once, what the plugin declares and the
+agent's state folder (one
 :class:`~genesis_fp16_infrastructure.contract.agent_snapshot.AgentSnapshot`: the state
-files, the served-model pointer and the plugin's data check), then work out: the
+files, the served-model pointer and the plugin's data check), then works out: the
 requested precision and why (:func:`precision_request`: flag, rollback switch,
 per-agent override, how ``auto`` is decided, the precision guard's remembered floor),
-the device, the budget (:func:`budget`), the data (sample data when none is configured), the guard's
-configuration and the agent's options. The snapshot travels in the request
+the device, the budget (:func:`budget`), the data (sample data when none is
+configured), the guard's configuration and the agent's options. The snapshot travels in the request
 (``TrainRequest.snapshot``): nothing after the plan reads those files again. The
 daemon's launcher hands the result to a child or torchrun's ranks whole, as a JSON file
 (``TrainRequest.to_json``), so every process trains with the same precision request,
 guard, reason, options and snapshot::
 
-    >>> request = build_request(settings, "rlhf_ppo", plugin, "cpu")  # doctest: +SKIP
+    >>> request = plan_request(settings, "rlhf_ppo", plugin, "cpu").request  # doctest: +SKIP
     >>> request.precision.requested, request.precision_reason  # doctest: +SKIP
     ('auto', 'default: auto (no flag, no ENABLE_FP16_TRAINING, no per-agent override)')
 
@@ -175,22 +175,6 @@ class RunPlan:
     def state(self) -> AgentState:
         assert self.snapshot.state is not None  # the plan's own snapshot keeps it
         return self.snapshot.state
-
-
-def build_request(
-    settings: Settings,
-    agent: str,
-    plugin: AgentPlugin,
-    device: str,
-    overrides: RequestOverrides | None = None,
-) -> TrainRequest:
-    """The :class:`TrainRequest` of one run, callbacks left at their defaults
-    (``genesis-fp16 train`` and the tests; the daemon's jobs ask :func:`plan_request`).
-
-    Generates the agent's sample data when no data is configured (the only side effect).
-    Raises :class:`TrainRequestError` for a bad option, before that.
-    """
-    return plan_request(settings, agent, plugin, device, overrides).request
 
 
 def plan_request(

@@ -92,15 +92,20 @@ class RunSpec(StepSpec):
 
 @dataclass(frozen=True, kw_only=True)
 class RunCallbacks:
-    """How a run talks back while it runs; never serialised.
+    """How a run talks back while it runs; never serialised. Whoever starts a run
+    builds them once (the daemon's plan, ``train`` in a child) and sets them together
+    (``TrainRequest.with_callbacks``).
 
     ``on_log`` receives a ``TrainingSummary`` every log interval and once more at the
     end; ``should_stop`` is polled before every step, and when it returns True the run
-    checkpoints, evaluates and ends early.
+    checkpoints, evaluates and ends early; ``on_diagnostics`` receives an RL agent's
+    diagnostics (``{name: float}``) after each iteration, which the daemon exports live
+    as ``genesis_fp16_rl_*`` gauges (genesis_fp16/metrics/diagnostics_export.py).
     """
 
     on_log: Callable[[TrainingSummary], None] | None = None
     should_stop: Callable[[], bool] = _never_stop
+    on_diagnostics: Callable[[Mapping[str, float]], None] | None = None
 
 
 def _decode_guard(raw: Mapping[str, Any]) -> GuardConfig:
