@@ -65,8 +65,8 @@ from genesis_fp16.config.settings import (
 from genesis_fp16.jobs.run_request import (
     RequestOverrides,
     budget,
-    build_request,
     parse_option_flags,
+    plan_request,
     resolve_options,
 )
 from genesis_fp16.launch import kubeflow
@@ -77,6 +77,7 @@ from genesis_fp16.service.startup_signals import take_over_sigterm
 from genesis_fp16_infrastructure.agent_folder.files import on_set_aside
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainRequestError
 from genesis_fp16_infrastructure.data.readers import DataError
+from genesis_fp16_infrastructure.training.run.spec import RunCallbacks
 
 # torch (through genesis_fp16.launch.distributed and genesis_fp16_infrastructure.training's
 # checkpoint and precision modules) is imported inside run(), _train() and _request(), not here:
@@ -259,11 +260,16 @@ def _run_owned(
             shown = print_progress if main else None
         else:
             shown = bar.update if bar else None
-        on_log = fan_out(shown, tracker.log_summary if tracker else None)
-        request = replace(request, should_stop=stop.is_set, on_log=on_log)
-        if args.json_progress and main:  # the daemon exports them live (launcher reads these)
-            request = replace(request, on_diagnostics=print_diagnostics)
-            on_set_aside(print_set_aside)  # and counts the state files set aside here
+        # The run's callbacks, built once; the daemon exports the diagnostics live (its
+        # launcher reads these lines).
+        callbacks = RunCallbacks(
+            on_log=fan_out(shown, tracker.log_summary if tracker else None),
+            should_stop=stop.is_set,
+            on_diagnostics=print_diagnostics if args.json_progress and main else None,
+        )
+        request = request.with_callbacks(callbacks)
+        if args.json_progress and main:  # and counts the state files set aside here
+            on_set_aside(print_set_aside)
         with kubeflow.report_progress(os.environ, request, main, stop.is_set) as request:
             code = _train(args, plugin, request, main, bar, tracker)
         if settings is not None and main and _holds_models(Path(request.checkpoint_dir)):
@@ -442,7 +448,7 @@ def _request(
         checkpoint_seconds=args.checkpoint_seconds,
     )
     try:
-        request = build_request(settings, args.agent, plugin, device, overrides)
+        request = plan_request(settings, args.agent, plugin, device, overrides).request
     except TrainRequestError as exc:
         raise UsageError(str(exc)) from None
     return request, ProgressBar(steps, sys.stderr) if terminal else None

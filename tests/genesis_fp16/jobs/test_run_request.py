@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 from structlog.testing import capture_logs
@@ -15,8 +16,8 @@ from genesis_fp16.config.settings import AgentSettings, Settings
 from genesis_fp16.jobs.run_request import (
     RequestOverrides,
     budget,
-    build_request,
     expected_precision,
+    plan_request,
 )
 from genesis_fp16_agents.rlhf_ppo import plugin
 from genesis_fp16_infrastructure.contract.plugin_api import ignored_request_fields
@@ -49,8 +50,8 @@ def test_budget_flags_then_the_agent_then_steps_per_run() -> None:
 def test_daemon_and_train_build_the_same_request(tmp_path: Path) -> None:
     """No flags: train's request is the daemon's (guard, options, data, budget, reason)."""
     settings = _settings(tmp_path, steps=4, options={"preset": "bf16_pure"})
-    daemon = build_request(settings, AGENT, plugin, "cpu")
-    cli = build_request(settings, AGENT, plugin, "cpu", RequestOverrides())
+    daemon = plan_request(settings, AGENT, plugin, "cpu").request
+    cli = plan_request(settings, AGENT, plugin, "cpu", RequestOverrides()).request
     # Each run quarantines to a new file of its own, in the agent's folder.
     assert daemon.quarantine_path != cli.quarantine_path
     assert daemon.quarantine_path.parent == cli.quarantine_path.parent  # type: ignore[union-attr]
@@ -58,26 +59,26 @@ def test_daemon_and_train_build_the_same_request(tmp_path: Path) -> None:
     assert daemon.resume and not daemon.forced
     assert daemon.guard is not None and daemon.options == {"preset": "bf16_pure"}
     assert daemon.steps == 4 and daemon.data_path is not None and daemon.data_path.exists()
-    flagged = build_request(
+    flagged = plan_request(
         settings, AGENT, plugin, "cpu", RequestOverrides(steps=2, options={"preset": "fp16_all"})
-    )
+    ).request
     assert (flagged.steps, flagged.options["preset"]) == (2, "fp16_all")
 
 
 def test_the_request_carries_the_run_memory_limit(tmp_path: Path) -> None:
     """The run's memory limit reaches the plugin (se_darwin sizes its largest pool by it)."""
     limited = Settings(state_dir=tmp_path, run_memory_limit_bytes=2**30)  # type: ignore[call-arg]
-    assert build_request(limited, AGENT, plugin, "cpu").memory_limit_bytes == 2**30
+    assert plan_request(limited, AGENT, plugin, "cpu").request.memory_limit_bytes == 2**30
     off = Settings(state_dir=tmp_path, run_memory_limit_bytes=0)  # type: ignore[call-arg]
-    assert build_request(off, AGENT, plugin, "cpu").memory_limit_bytes is None
+    assert plan_request(off, AGENT, plugin, "cpu").request.memory_limit_bytes is None
 
 
 def test_compile_comes_from_the_agent_then_the_daemon_and_a_flag_wins(tmp_path: Path) -> None:
     """The request's compile: off by default, the agent's COMPILE, and --compile on top."""
-    assert build_request(_settings(tmp_path), AGENT, plugin, "cpu").compile == "off"
+    assert plan_request(_settings(tmp_path), AGENT, plugin, "cpu").request.compile == "off"
     settings = _settings(tmp_path, compile="on")
-    assert build_request(settings, AGENT, plugin, "cpu").compile == "on"
-    flagged = build_request(settings, AGENT, plugin, "cpu", RequestOverrides(compile="off"))
+    assert plan_request(settings, AGENT, plugin, "cpu").request.compile == "on"
+    flagged = plan_request(settings, AGENT, plugin, "cpu", RequestOverrides(compile="off")).request
     assert flagged.compile == "off"
 
 
@@ -89,11 +90,13 @@ def test_guard_memory_lowers_the_settings_request_but_not_an_explicit_flag(
     demotion = {"from": "fp16", "to": "bf16", "reason": "overflow_rate", "step": 5}
     path = AgentPaths.for_agent(tmp_path, AGENT).precision_state_path
     write_precision_memory(path, remember_demotions(None, [{**demotion, "rollback_step": 0}]))
-    request = build_request(settings, AGENT, plugin, "cpu")
+    request = plan_request(settings, AGENT, plugin, "cpu").request
     assert (request.precision.requested, request.precision.floor) == ("fp16", "bf16")
     assert "precision guard memory" in request.precision.floor_reason
     assert expected_precision(request.precision, "cpu") == "bf16"
-    flagged = build_request(settings, AGENT, plugin, "cpu", RequestOverrides(precision="fp16"))
+    flagged = plan_request(
+        settings, AGENT, plugin, "cpu", RequestOverrides(precision="fp16")
+    ).request
     assert (flagged.precision.requested, flagged.precision.floor) == ("fp16", None)
     assert flagged.precision_reason == "--precision fp16 on the command line"
 
@@ -110,7 +113,7 @@ def test_an_agent_says_which_set_fields_it_ignores(tmp_path: Path) -> None:
     from genesis_fp16_agents.se_darwin import plugin as se_darwin
 
     class EndOnly(RlhfPpoPlugin):
-        ignored_request_fields = {
+        ignored_request_fields: ClassVar[dict[str, str]] = {
             "checkpoint_steps": "it checkpoints once, when the run ends",
             "checkpoint_seconds": "it checkpoints once, when the run ends",
         }
@@ -118,16 +121,16 @@ def test_an_agent_says_which_set_fields_it_ignores(tmp_path: Path) -> None:
     cadence = Settings(state_dir=tmp_path, sample_count=8, checkpoint_steps=50)  # type: ignore[call-arg]
     flags = RequestOverrides(checkpoint_seconds=5.0)
     with capture_logs() as logs:
-        build_request(cadence, AGENT, EndOnly(), "cpu", flags)
+        plan_request(cadence, AGENT, EndOnly(), "cpu", flags)
     assert _ignored_warnings(logs) == {
         "checkpoint_steps": "GENESIS_FP16_CHECKPOINT_STEPS",
         "checkpoint_seconds": "--checkpoint-seconds",
     }
     assert all("rlhf_ppo: it checkpoints once" in str(r.get("instead")) for r in logs)
     with capture_logs() as logs:
-        build_request(_settings(tmp_path), AGENT, EndOnly(), "cpu")
-        build_request(cadence, AGENT, plugin, "cpu", flags)
-        build_request(cadence, "se_darwin", se_darwin, "cpu", flags)
+        plan_request(_settings(tmp_path), AGENT, EndOnly(), "cpu")
+        plan_request(cadence, AGENT, plugin, "cpu", flags)
+        plan_request(cadence, "se_darwin", se_darwin, "cpu", flags)
     assert _ignored_warnings(logs) == {}
 
 
@@ -154,7 +157,7 @@ def test_a_scheduled_budget_on_an_unchanged_pool_is_up_to_date(tmp_path: Path) -
     for grow in (False, False, True):
         if grow:
             (pool / "b.json").write_text(json.dumps(generate_pool(60, seed=2, agent="new")))
-        request = build_request(settings, "se_darwin", se_darwin, "cpu")
+        request = plan_request(settings, "se_darwin", se_darwin, "cpu").request
         runs.append(se_darwin.train(replace(request, precision="fp32")))
     assert [r.steps for r in runs] == [6, 0, 6]
     assert runs[1].up_to_date and runs[1].extra["data"]["checked_by"] == "manifest"

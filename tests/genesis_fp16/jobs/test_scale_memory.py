@@ -16,7 +16,7 @@ from daemon_harness import daemon_env
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import AgentSettings, Settings
-from genesis_fp16.jobs.run_request import build_request
+from genesis_fp16.jobs.run_request import plan_request
 from genesis_fp16.jobs.scale_memory import record_scale
 from genesis_fp16_agents.rlhf_ppo import plugin
 from genesis_fp16_infrastructure.agent_state import read_agent_state
@@ -64,9 +64,9 @@ def _result(used: str = "fp16", scale: float = 2048.0, **more: object) -> TrainR
 def test_an_fp16_runs_scale_reaches_the_next_request(tmp_path: Path) -> None:
     """After an fp16 run, the next fp16 request starts at its last scale."""
     settings = _settings(tmp_path)
-    assert build_request(settings, AGENT, plugin, "cpu").initial_loss_scale is None
+    assert plan_request(settings, AGENT, plugin, "cpu").request.initial_loss_scale is None
     record_scale(settings, AGENT, _result(scale=2048.0))
-    assert build_request(settings, AGENT, plugin, "cpu").initial_loss_scale == 2048.0
+    assert plan_request(settings, AGENT, plugin, "cpu").request.initial_loss_scale == 2048.0
 
 
 def test_a_demotion_or_another_precision_forgets_it(tmp_path: Path) -> None:
@@ -85,7 +85,7 @@ def test_a_demotion_or_another_precision_forgets_it(tmp_path: Path) -> None:
     assert carried_scale(settings, AGENT, "fp16") is None
     bf16 = _settings(tmp_path, "bf16")
     record_scale(settings, AGENT, _result())
-    assert build_request(bf16, AGENT, plugin, "cpu").initial_loss_scale is None
+    assert plan_request(bf16, AGENT, plugin, "cpu").request.initial_loss_scale is None
 
 
 def _cli(state: Path, *args: str) -> str:

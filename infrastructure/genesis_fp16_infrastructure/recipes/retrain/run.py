@@ -37,11 +37,10 @@ from genesis_fp16_infrastructure.gc_pause import paused_gc
 from genesis_fp16_infrastructure.phases import PhaseClock
 from genesis_fp16_infrastructure.recipes.retrain.drift import drift_report
 from genesis_fp16_infrastructure.recipes.retrain.freshness import (
-    check_up_to_date,
+    check_data,
     forget_record,
     record_cache,
     save_record,
-    scan_before_read,
 )
 from genesis_fp16_infrastructure.recipes.retrain.gate import pool_numeric
 from genesis_fp16_infrastructure.recipes.retrain.live_watch import watch
@@ -50,9 +49,9 @@ from genesis_fp16_infrastructure.recipes.retrain.promotion import (
     Plan,
     judge,
     plan_candidate,
-    served_model,
 )
 from genesis_fp16_infrastructure.recipes.retrain.refit import refit_record, train_refit
+from genesis_fp16_infrastructure.recipes.retrain.served_model import served_model
 from genesis_fp16_infrastructure.recipes.retrain.task import (
     Batch,
     TaskOptions,
@@ -74,7 +73,7 @@ logger = logging.getLogger(__name__)
 _PROBE_BATCHES = 9
 _PROBE_SAMPLE_COUNT = 3000
 
-__all__ = ["check_up_to_date", "probe_setup", "train"]
+__all__ = ["check_data", "probe_setup", "train"]
 
 
 def train(request: TrainRequest) -> TrainResult:
@@ -104,15 +103,19 @@ def _train(request: TrainRequest) -> TrainResult:
     whole = options.final_fit == "whole"
     if whole and rank_and_world()[1] > 1:
         raise TrainRequestError("final_fit='whole': one process only, not under torchrun")
-    # issue 36: nothing changed since the served model's run ends here, unparsed.
+    # issue 36: nothing changed since the served model's run ends here, unparsed. The
+    # job's plan checked once (request.snapshot); a request without a check checks now.
     single = rank_and_world()[1] == 1  # ranks must not decide apart: torchrun reads
+    snapshot = request.snapshot
     with clock.phase("check"):
-        fresh = check_up_to_date(request) if single else None
-        if fresh is not None:
-            return fresh
-        manifest = scan_before_read(request) if single else None
+        check = snapshot.data if snapshot is not None else None
+        check = (check or check_data(request)) if single else None
+        if check is not None and check.up_to_date is not None:
+            return TrainResult.from_json(check.up_to_date)
+        manifest = None if check is None else check.scan
     root = Path(request.checkpoint_dir)
-    served = served_model(root)  # what Genesis uses now; a candidate never touches it
+    # What Genesis uses now, as the plan read it; a candidate never touches it.
+    served = served_model(root, snapshot)
     with clock.phase("read"), paused_gc():  # objects without cycles (gc_pause)
         cache = record_cache(request, manifest)  # issue 36: unchanged files unparsed
         data = read_pool(
@@ -127,9 +130,9 @@ def _train(request: TrainRequest) -> TrainResult:
     # Issue 51: the new records judge the served model against its predecessor first,
     # and a live regression serves the predecessor again (one process: ranks would race).
     with clock.phase("live"):
-        live = watch(root, data.columns, request.agent) if single else None
+        live = watch(root, data.columns, request.agent, snapshot=snapshot) if single else None
     if live is not None and live["rolled_back"]:
-        served = served_model(root)
+        served = served_model(root)  # the predecessor, served again by the watch
     steps, epochs = request.steps, request.epochs
     # No budget given: train until validation stops improving, within max_epochs. An
     # explicit steps/epochs budget runs in full (what the operator asked for, a forced
@@ -230,12 +233,14 @@ def _train(request: TrainRequest) -> TrainResult:
         out = judge(
             root, candidate, out, served, data, request, options, numeric, plan.served_scored
         )
-    served_now = served_model(root)
+    # Served now: the candidate, when the gate promoted it; else the model served before.
+    promoted = out.gate is not None and out.gate.get("outcome") == "promoted"
+    served_now = out.checkpoint if promoted else served.checkpoint if served else None
     extra = {**out.extra, "phases": clock.to_json(), "peak_rss_mib": clock.peaks()}
     out = dataclasses.replace(
         out, wall_seconds=clock.elapsed(), extra=extra, phases=extra["phases"]
     )
-    save_record(request, manifest, out, served_now.checkpoint if served_now else None)  # issue 36
+    save_record(request, manifest, out, served_now)  # issue 36
     return _with_live(out, live)
 
 

@@ -138,8 +138,12 @@ def served_checkpoint(folder: Path) -> Path | None:
     """The checkpoint file the pointer names (None: no pointer); ServedPointerError when
     the file it names is gone."""
     pointer = read_pointer(folder)
-    if pointer is None:
-        return None
+    return None if pointer is None else checkpoint_of(folder, pointer)
+
+
+def checkpoint_of(folder: Path, pointer: ServedPointer) -> Path:
+    """The checkpoint file ``pointer`` (read from ``folder``) names; ServedPointerError
+    when it is gone."""
     path = Path(folder) / pointer.served["checkpoint"]
     if not path.is_file():
         raise ServedPointerError(
@@ -223,12 +227,20 @@ def serve(
     how: str,
     keep: int | None = None,
     pin: Mapping[str, Any] | None = None,
-) -> None:
+    unless_pinned: bool = False,
+) -> bool:
     """Make ``entry`` (a candidate's, see :func:`candidate_entry`) the served model; the
     model served until now goes first in the history, which keeps ``keep`` entries.
-    ``pin``: the operator's pin to set (None keeps the pointer's pin as it is)."""
+    ``pin``: the operator's pin to set (None keeps the pointer's pin as it is);
+    ``unless_pinned``: leave a pinned pointer as it is (one read under the lock decides).
+    Returns whether ``entry`` is served now."""
+    held = False
 
-    def change(current: ServedPointer | None) -> ServedPointer:
+    def change(current: ServedPointer | None) -> ServedPointer | None:
+        nonlocal held
+        if unless_pinned and current is not None and current.pinned is not None:
+            held = True
+            return current
         history = [] if current is None else [current.served, *current.history]
         history = [h for h in history if h.get("id") != entry.get("id")]
         if keep is not None:
@@ -238,6 +250,7 @@ def serve(
         return ServedPointer(served, history, pinned)
 
     update_pointer(folder, change)
+    return not held
 
 
 def rollback(

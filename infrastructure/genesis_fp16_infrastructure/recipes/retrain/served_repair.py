@@ -64,12 +64,7 @@ def serve_unless_pinned(folder: Path, entry: dict[str, Any], how: str) -> bool:
     """The gate's promotion: serve ``entry`` unless the pointer is pinned *now* (an
     operator's ``model promote`` that landed while the candidate trained wins). True:
     served; False: held by the pin."""
-    with pointer_lock(folder):
-        current = read_pointer(folder)
-        if current is not None and current.pinned is not None:
-            return False
-        serve(folder, entry, how)
-        return True
+    return serve(folder, entry, how, unless_pinned=True)  # one read, under the lock
 
 
 def set_aside_unusable(folder: Path) -> tuple[str | None, Path | None]:

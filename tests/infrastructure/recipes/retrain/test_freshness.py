@@ -12,7 +12,7 @@ import pytest
 from se_darwin_runs import train
 
 from genesis_fp16_agents.se_darwin import plugin
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.recipes.retrain import freshness, pool_read
 
@@ -102,7 +102,7 @@ def test_a_record_edited_in_place_is_seen_and_learned(
     record = next(iter(pool["trajectories"].values()))
     record["code_changes"] = record.get("code_changes", "") + "\n+one more line"
     (data / "more.json").write_text(json.dumps(pool))
-    assert freshness.check_up_to_date(_request(data, ckpt)) is None
+    assert freshness.check_data(_request(data, ckpt)).up_to_date is None
     out = plugin.train(_request(data, ckpt))
     assert not out.up_to_date and out.steps > 0
     assert out.extra["data"]["relabelled"] == 1 and out.extra["data"]["new"] == 0
@@ -122,9 +122,9 @@ def test_an_appended_file_and_another_request_are_not_up_to_date(
     nothing (None) and the run reads the pool."""
     data, ckpt, _ = served
     other = replace(_request(data, ckpt), options={**OPTIONS, "hidden": 16})
-    assert freshness.check_up_to_date(other) is None
+    assert freshness.check_data(other).up_to_date is None
     (data / "new.json").write_text(json.dumps(generate_pool(20, seed=4, agent="new")))
-    assert freshness.check_up_to_date(_request(data, ckpt)) is None
+    assert freshness.check_data(_request(data, ckpt)).up_to_date is None
 
 
 def test_a_budget_on_an_unchanged_pool_is_answered_by_the_manifest_unless_forced(
@@ -134,7 +134,9 @@ def test_a_budget_on_an_unchanged_pool_is_answered_by_the_manifest_unless_forced
     unchanged pool is up to date; only a forced run (train --resume --steps) trains."""
     data, ckpt, _ = served
     budget = replace(_request(data, ckpt), steps=20)
-    fresh = freshness.check_up_to_date(budget)
-    assert fresh is not None and fresh.up_to_date and fresh.steps == 0
+    verdict = freshness.check_data(budget).up_to_date
+    assert verdict is not None
+    fresh = TrainResult.from_json(verdict)
+    assert fresh.up_to_date and fresh.steps == 0
     assert fresh.extra["data"]["checked_by"] == "manifest"
-    assert freshness.check_up_to_date(replace(budget, forced=True)) is None
+    assert freshness.check_data(replace(budget, forced=True)).up_to_date is None
