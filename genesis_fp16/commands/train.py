@@ -260,13 +260,10 @@ def _run_owned(
             shown = print_progress if main else None
         else:
             shown = bar.update if bar else None
-        # The run's callbacks, built once; the daemon exports the diagnostics live (its
-        # launcher reads these lines).
-        callbacks = RunCallbacks(
-            on_log=fan_out(shown, tracker.log_summary if tracker else None),
-            should_stop=stop.is_set,
-            on_diagnostics=print_diagnostics if args.json_progress and main else None,
-        )
+        # The run's callbacks, once (the daemon's launcher reads the diagnostics lines).
+        diagnostics = print_diagnostics if args.json_progress and main else None
+        on_log = fan_out(shown, tracker.log_summary if tracker else None)
+        callbacks = RunCallbacks(on_log=on_log, should_stop=stop.is_set, on_diagnostics=diagnostics)
         request = request.with_callbacks(callbacks)
         if args.json_progress and main:  # and counts the state files set aside here
             on_set_aside(print_set_aside)
