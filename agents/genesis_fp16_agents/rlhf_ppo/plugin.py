@@ -43,7 +43,7 @@ from genesis_fp16_agents.rlhf_ppo.presets import (
 )
 from genesis_fp16_agents.rlhf_ppo.probe import build_probe_setup
 from genesis_fp16_agents.rlhf_ppo.task import PPOTask
-from genesis_fp16_agents.rlhf_ppo.task_file import load_task, read_task
+from genesis_fp16_agents.rlhf_ppo.task_file import read_task
 from genesis_fp16_infrastructure.atomic import write_json_atomic
 from genesis_fp16_infrastructure.contract.plugin_api import (
     API_VERSION,
@@ -154,7 +154,7 @@ class RlhfPpoPlugin:
 
     def probe_setup(self, data_path: Path | None, seed: int) -> ProbeSetup:
         """A frozen PPO batch from fp32 rollouts; components policy / value / reward."""
-        task, _ = load_task(data_path)
+        task = read_task(data_path, None)[0]
         return build_probe_setup(PPOConfig(task=task), seed)
 
     def train(self, request: TrainRequest) -> TrainResult:

@@ -56,16 +56,8 @@ class ComponentPrecision:
         return dtype_of(str(getattr(self, component)))
 
     def as_dict(self) -> dict[str, str | bool]:
-        return {
-            "policy": self.policy,
-            "reference": self.reference,
-            "reward": self.reward,
-            "value": self.value,
-            "kl": self.kl,
-            "rollout": self.rollout,
-            "master_weights": self.master_weights,
-            "loss_scaling": self.loss_scaling,
-        }
+        """Each component's dtype name and the two flags: the preset without its name."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "name"}
 
 
 def _bf16(name: str, fp32: tuple[str, ...] = ()) -> ComponentPrecision:

@@ -260,24 +260,15 @@ class PPOTask:
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> dict[str, float]:
-        """Mean exact (fp32) reward of completions sampled on fixed prompts, and of greedy ones."""
-        task, device = self.cfg.task, self.device
+        """The exact (fp32) reward of completions sampled on the eval prompts (a fixed
+        draw when the task file gives none), and of greedy ones."""
         prompts = self.eval_prompts
         if prompts is None:
-            prompts = random_prompts(256, task, torch.Generator().manual_seed(10_000 + self.seed))
-        prompts = prompts.to(device)
+            gen = torch.Generator().manual_seed(10_000 + self.seed)
+            prompts = random_prompts(256, self.cfg.task, gen)
         self.frozen.sync_rollout(cast(ActorCritic, model).policy)
-        sample_gen = torch.Generator(device=device).manual_seed(20_000 + self.seed)
-        seqs, _ = self.frozen.sample(prompts, task.gen_len, sample_gen)
-        greedy = prompts
-        with autocast_to(torch.float32, prompts.device.type):  # fit() evaluates in autocast
-            for _ in range(task.gen_len):
-                nxt = self.frozen.rollout(greedy)[:, -1].float().argmax(-1, keepdim=True)
-                greedy = torch.cat([greedy, nxt], dim=1)
-            out = {
-                "reward": float(self.frozen.reward_fp32(seqs).mean()),
-                "reward_greedy": float(self.frozen.reward_fp32(greedy).mean()),
-            }
+        sample_gen = torch.Generator(device=self.device).manual_seed(20_000 + self.seed)
+        out = self.frozen.rewards(prompts.to(self.device), self.cfg.task.gen_len, sample_gen)
         if self.history:
             out["reward_first_iteration"] = self.history[0][1]["reward_true_mean"]
         return out

@@ -20,12 +20,6 @@ from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 logger = logging.getLogger(__name__)
 
 
-def load_task(data_path: Path | None) -> tuple[TaskConfig, torch.Tensor | None]:
-    """The task config and eval prompts from a file written by generate_sample_data."""
-    task, prompts, _ = read_task(data_path, None)
-    return task, prompts
-
-
 def read_task(
     data_path: Path | None, quarantine: Path | None
 ) -> tuple[TaskConfig, torch.Tensor | None, int]:

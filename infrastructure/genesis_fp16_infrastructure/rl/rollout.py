@@ -75,6 +75,23 @@ class Frozen:
                 seqs = torch.cat([seqs, nxt], dim=1)
         return seqs, torch.cat(logps, dim=1)
 
+    @torch.no_grad()
+    def rewards(
+        self, prompts: torch.Tensor, gen_len: int, generator: torch.Generator
+    ) -> dict[str, float]:
+        """The exact (fp32) mean reward of completions the rollout copy samples for
+        ``prompts`` (``reward``), and of its greedy ones (``reward_greedy``)."""
+        seqs, _ = self.sample(prompts, gen_len, generator)
+        greedy = prompts
+        with autocast_to(torch.float32, prompts.device.type):  # off, inside a run's too
+            for _ in range(gen_len):
+                nxt = self.rollout(greedy)[:, -1].float().argmax(-1, keepdim=True)
+                greedy = torch.cat([greedy, nxt], dim=1)
+            return {
+                "reward": float(self.reward_fp32(seqs).mean()),
+                "reward_greedy": float(self.reward_fp32(greedy).mean()),
+            }
+
 
 @dataclass(frozen=True)
 class Shaping:
