@@ -47,9 +47,8 @@ from genesis_fp16.commands.train_output import (
     describe,
     exit_code,
     fan_out,
-    print_diagnostics,
     print_progress,
-    print_set_aside,
+    relay_to_daemon,
 )
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.plugins import PluginError, load_plugin
@@ -74,7 +73,6 @@ from genesis_fp16.metrics.last_run import record_foreground
 from genesis_fp16.metrics.tracking import RunTracker, close_tracker, open_tracker
 from genesis_fp16.service.logsetup import configure_logging
 from genesis_fp16.service.startup_signals import take_over_sigterm
-from genesis_fp16_infrastructure.agent_folder.files import on_set_aside
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainRequestError
 from genesis_fp16_infrastructure.data.readers import DataError
 from genesis_fp16_infrastructure.training.run.spec import RunCallbacks
@@ -260,16 +258,11 @@ def _run_owned(
             shown = print_progress if main else None
         else:
             shown = bar.update if bar else None
-        # The run's callbacks, built once; the daemon exports the diagnostics live (its
-        # launcher reads these lines).
-        callbacks = RunCallbacks(
-            on_log=fan_out(shown, tracker.log_summary if tracker else None),
-            should_stop=stop.is_set,
-            on_diagnostics=print_diagnostics if args.json_progress and main else None,
-        )
+        # The run's callbacks, once (a daemon's child relays what its launcher reads).
+        diagnostics = relay_to_daemon() if args.json_progress and main else None
+        on_log = fan_out(shown, tracker.log_summary if tracker else None)
+        callbacks = RunCallbacks(on_log=on_log, should_stop=stop.is_set, on_diagnostics=diagnostics)
         request = request.with_callbacks(callbacks)
-        if args.json_progress and main:  # and counts the state files set aside here
-            on_set_aside(print_set_aside)
         with kubeflow.report_progress(os.environ, request, main, stop.is_set) as request:
             code = _train(args, plugin, request, main, bar, tracker)
         if settings is not None and main and _holds_models(Path(request.checkpoint_dir)):

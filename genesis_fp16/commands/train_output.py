@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TextIO
 
 from genesis_fp16.config.state_files import relayed_set_aside
-from genesis_fp16_infrastructure.agent_folder.files import SetAside
+from genesis_fp16_infrastructure.agent_folder.files import SetAside, on_set_aside
 from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
 
 # Steps between two summaries when a terminal's bar or a tracker wants them.
@@ -57,6 +57,13 @@ def print_diagnostics(values: Mapping[str, float]) -> None:
 def print_set_aside(event: SetAside) -> None:
     """One ``{"set_aside": ...}`` line: the launcher counts the file in the daemon."""
     print(json.dumps(relayed_set_aside(event)), flush=True)
+
+
+def relay_to_daemon() -> Callable[[Mapping[str, float]], None]:
+    """In a daemon's child: print each state file set aside in this process (the launcher
+    counts it in the daemon), and return the printer of the run's live diagnostics."""
+    on_set_aside(print_set_aside)
+    return print_diagnostics
 
 
 def print_progress(summary: TrainingSummary) -> None:

@@ -21,7 +21,7 @@ next step boundary, rank 0 writes a checkpoint and prints its result. A child st
 running ``kill_after`` seconds later is killed, with every rank below it.
 
 The ranks' stderr (their JSON log records, torchrun's own text, tracebacks) is relayed
-through the daemon's logging by :func:`relay_stderr`, so each line carries the job's
+through the daemon's logging (``stderr_relay.py``), so each line carries the job's
 ``agent`` and ``run_id``.
 """
 
@@ -33,7 +33,6 @@ import json
 import logging
 import math
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -44,12 +43,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-import structlog
-
 from genesis_fp16.config.settings import ENV_PREFIX
 from genesis_fp16.config.state_files import report_relayed
 from genesis_fp16.launch.handoff import SAFE_PYTHON, child_env, write_run_file
 from genesis_fp16.launch.kubeflow import without_pet
+from genesis_fp16.launch.stderr_relay import relay_stderr
 from genesis_fp16_infrastructure.agent_folder.layout import RUN_REQUEST
 from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainRequest,
@@ -59,13 +57,8 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
 from genesis_fp16_infrastructure.training import TrainingSummary
 
 log = logging.getLogger("genesis_fp16.launcher")
-relay_log = structlog.get_logger("genesis_fp16.torchrun")
 
 _POLL_SECONDS = 0.2
-_LEVELS = logging.getLevelNamesMapping() | {"EXCEPTION": logging.ERROR}
-# A plain stderr line at warning: error words, or torchrun's own W/E/F records
-# ("W0115 10:00:00.123 4242 torch/distributed/run.py:792] ...").
-_LOOKS_LIKE_ERROR = re.compile(r"(?i:error|exception|traceback|fail|fatal)|^[WEF]\d{4} ")
 
 
 class RunStopped(RuntimeError):
@@ -391,61 +384,3 @@ def _read_stdout(
             output.error = data
         elif "agent" in data:
             output.result = data
-
-
-def relay_stderr(stream: IO[str]) -> None:
-    """Re-emit each line of ``stream`` through the ``genesis_fp16.torchrun`` logger, in order.
-
-    A JSON object with an ``event`` is a rank's log record: it keeps its level and fields,
-    its own ``timestamp`` and ``logger`` become ``child_timestamp`` and ``child_logger``.
-    Any other line is one ``torchrun stderr`` record with ``line=``: at warning when it
-    looks like an error (or belongs to a traceback), at info otherwise; blank lines are
-    dropped.
-
-    >>> import io, structlog.testing
-    >>> with structlog.testing.capture_logs() as logs:  # the daemon's: in a thread, to EOF
-    ...     relay_stderr(io.StringIO('{"event": "step 3", "logger": "x"}\\nOSError: full\\n'))
-    >>> [(r["event"], r["log_level"], r.get("child_logger")) for r in logs]
-    [('step 3', 'info', 'x'), ('torchrun stderr', 'warning', None)]
-    """
-    in_traceback = False
-    for raw in stream:
-        line = raw.rstrip("\n")
-        if not line.strip():  # a blank record says nothing (the train command ends with one)
-            continue
-        try:
-            record = _json_record(line)
-            if record is not None:
-                _relay_record(record)
-            else:
-                in_traceback = _relay_line(line, in_traceback)
-        except Exception:  # one odd line must not stop the draining
-            log.exception("could not relay a line of torchrun's stderr: %r", line)
-
-
-def _json_record(line: str) -> dict[str, Any] | None:
-    if not line.startswith("{"):
-        return None
-    try:
-        data = json.loads(line)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) and isinstance(data.get("event"), str) else None
-
-
-def _relay_record(record: dict[str, Any]) -> None:
-    fields = dict(record)
-    event = fields.pop("event")
-    level = _LEVELS.get(str(fields.pop("level", "info")).upper(), logging.INFO)
-    for key in ("timestamp", "logger"):  # ours would overwrite them
-        if key in fields:
-            fields[f"child_{key}"] = fields.pop(key)
-    relay_log.log(level, event, **fields)
-
-
-def _relay_line(line: str, in_traceback: bool) -> bool:
-    """Log one plain line; return whether the next line may still be in a traceback."""
-    error = in_traceback or _LOOKS_LIKE_ERROR.search(line) is not None
-    relay_log.log(logging.WARNING if error else logging.INFO, "torchrun stderr", line=line)
-    # A traceback's frames are indented; its last line (the exception) is not.
-    return line.startswith("Traceback") or (in_traceback and line[:1].isspace())

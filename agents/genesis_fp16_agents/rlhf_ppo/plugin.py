@@ -17,10 +17,10 @@ request with neither trains :data:`DEFAULT_ITERATIONS`.
 
 ``request.guard`` turns on the precision guard: on a trigger the run rolls back to an
 iteration's start and continues in the next precision's preset, reported in
-``TrainResult.demotions`` (docs/precision-guard.md); its divergence trigger is off here
-(:func:`ppo_guard`). Two request fields are refused in one line: ``compile=on`` (the
-update step is never compiled) and a process group of more than one rank (the PPO loop
-has no DDP and no data sharding, so every rank would train an identical copy).
+``TrainResult.demotions`` (docs/precision-guard.md); its divergence trigger is off
+(:mod:`genesis_fp16_infrastructure.rl.ppo_guard`). Refused in one line: ``compile=on``
+(the update step is never compiled) and a process group of more than one rank (the PPO
+loop has no DDP and no data sharding, so every rank would train an identical copy).
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainResult,
     parse_options,
 )
-from genesis_fp16_infrastructure.training import GuardConfig, StepTuning, fit
+from genesis_fp16_infrastructure.rl.ppo_guard import ppo_guard
+from genesis_fp16_infrastructure.training import StepTuning, fit
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
 from genesis_fp16_infrastructure.training.run.options import FitResult
@@ -219,39 +220,6 @@ def _report(
     result = TrainResult.from_fit(request, fitted, quarantined=quarantined, extra=extra)
     # The per-component dtypes and the diagnostics are typed fields for the daemon too.
     return dataclasses.replace(result, components=last.as_dict(), diagnostics=diagnostics)
-
-
-def ppo_guard(config: GuardConfig | None, per_iteration: int) -> GuardConfig | None:
-    """The guard for a PPO run: without the divergence trigger, which a PPO loss cannot
-    feed (the clipped surrogate of whitened advantages hovers around zero and changes
-    sign, so "mean > factor x moving average" fires on noise); the scaler, non-finite and
-    overflow-rate triggers stay. A setting an operator chose that PPO cannot honour as set
-    is a warning; at the defaults, a debug line (docs/precision-guard.md)."""
-    if config is None:
-        return None
-    defaults = GuardConfig()
-    if config.divergence_factor is not None:
-        said = (
-            logger.warning
-            if config.divergence_factor != defaults.divergence_factor
-            else logger.debug
-        )
-        said(
-            "precision guard: divergence_factor=%g is not used by rlhf_ppo (its PPO loss "
-            "hovers around zero, so a ratio to its moving average is noise); the scaler, "
-            "non-finite-loss and overflow-rate triggers still apply",
-            config.divergence_factor,
-        )
-    if config.check_interval % per_iteration:
-        said = logger.warning if config.check_interval != defaults.check_interval else logger.debug
-        said(
-            "precision guard: check_interval=%d is not a multiple of the %d optimizer steps "
-            "of a PPO iteration; rlhf_ppo checks at the first iteration end after each %d steps",
-            config.check_interval,
-            per_iteration,
-            config.check_interval,
-        )
-    return dataclasses.replace(config, divergence_factor=None)
 
 
 plugin = RlhfPpoPlugin()

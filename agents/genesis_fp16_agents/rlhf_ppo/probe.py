@@ -72,7 +72,7 @@ def build_probe_setup(cfg: PPOConfig, seed: int) -> ProbeSetup:
     batches: list[Any] = []
     for epoch in range(PROBE_BATCHES):
         gen, sample_gen = task.generators(epoch, seed)
-        seqs, old_logp = task.frozen.generate(task.prompts(gen), cfg.task.gen_len, sample_gen)
+        seqs, old_logp = task.frozen.sample(task.prompts(gen), cfg.task.gen_len, sample_gen)
         batches.append({"seqs": seqs, "old_logp": old_logp})
     return ProbeSetup(
         build_model=lambda: ProbeModel(cfg, seed),

@@ -35,22 +35,30 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
-from genesis_fp16_agents.rlhf_ppo.model import Critic, Policy, init_weights, random_prompts
+from genesis_fp16_agents.rlhf_ppo.model import (
+    Critic,
+    Policy,
+    RewardModel,
+    TaskConfig,
+    init_weights,
+    random_prompts,
+)
 from genesis_fp16_agents.rlhf_ppo.presets import (
     PRESETS,
     ComponentPrecision,
     PresetChoice,
     resolve_preset,
 )
-from genesis_fp16_agents.rlhf_ppo.rollout import (
+from genesis_fp16_infrastructure.rl.ppo_math import clipped_policy_loss, value_loss
+from genesis_fp16_infrastructure.rl.rollout import (
     Frozen,
     Rollout,
-    collect,
-    diagnostics,
+    Shaping,
     frozen_copy,
     gen_logp,
+    report,
+    score,
 )
-from genesis_fp16_infrastructure.rl.ppo_math import clipped_policy_loss, value_loss
 from genesis_fp16_infrastructure.training import Trainer
 from genesis_fp16_infrastructure.training.precision.precision import autocast_to
 
@@ -67,6 +75,19 @@ HISTORY_KEYS = (
 # The sampling stream's seed is the host stream's plus this, so that it never replays the
 # host stream's numbers on a CPU run, where both generators are CPU generators.
 SAMPLE_SEED_OFFSET = 1_000_003
+
+
+def frozen_models(task: TaskConfig, preset: ComponentPrecision, reference: nn.Module) -> Frozen:
+    """The frozen models of ``preset``, from the run's fp32 reference weights: the
+    sampling copy of the policy, the reference and the reward model in their dtypes."""
+    device = next(reference.parameters()).device
+    return Frozen(
+        rollout=frozen_copy(reference, preset.dtype("rollout")),
+        reference=frozen_copy(reference, preset.dtype("reference")),
+        reference_fp32=reference,
+        reward=RewardModel(task).to(device, preset.dtype("reward")),
+        reward_fp32=RewardModel(task).to(device),
+    )
 
 
 class ActorCritic(nn.Module):
@@ -97,7 +118,8 @@ class PPOTask:
         self.steps_per_epoch = cfg.steps_per_iteration  # fit() sizes a measured auto by it
         self.model = self.build_model().to(device)  # the trainer's, once it runs
         reference = frozen_copy(self.model.policy, torch.float32)  # the exact initial policy
-        self.frozen = Frozen(cfg.task, PRESETS["fp32_baseline"], reference)
+        self.preset = PRESETS["fp32_baseline"]
+        self.frozen = frozen_models(cfg.task, self.preset, reference)
         self.trainer: Trainer | None = None
         self.choices: list[PresetChoice] = []  # the presets run, the first decision's first
         self.iterations = 0
@@ -109,10 +131,6 @@ class PPOTask:
         self._sums = torch.zeros(2, dtype=torch.float64, device=device)
         self._rollout: Rollout | None = None
         self._first_step = 0
-
-    @property
-    def preset(self) -> ComponentPrecision:
-        return self.frozen.preset
 
     # -- what fit() builds -----------------------------------------------------------
 
@@ -147,7 +165,8 @@ class PPOTask:
             rollout = self.rollout_override if not self.choices else None
             choice = resolve_preset(trainer.policy.resolved, self.requested, rollout)
             logger.info("rlhf_ppo preset %s (%s)", choice.preset.name, choice.reason)
-            self.frozen = Frozen(self.cfg.task, choice.preset, self.frozen.reference_fp32)
+            self.preset = choice.preset
+            self.frozen = frozen_models(self.cfg.task, self.preset, self.frozen.reference_fp32)
             self.choices.append(choice)
         self._sums.zero_()
         self._first_step = trainer.step_count
@@ -167,18 +186,17 @@ class PPOTask:
         """Roll out, then each PPO epoch's minibatches, gathered eagerly (the step, a pure
         function of its minibatch, can then replay from a CUDA graph)."""
         gen, sample_gen = self.generators(epoch, seed)
+        cfg = self.cfg
         self.frozen.sync_rollout(self.model.policy)
-        seqs, rollout_logp = self.frozen.generate(
-            self.prompts(gen), self.cfg.task.gen_len, sample_gen
-        )
-        r = collect(
-            self.frozen, seqs, rollout_logp, self.policy_logp(seqs), self.values(seqs), self.cfg
-        )
+        sampled = self.frozen.sample(self.prompts(gen), cfg.task.gen_len, sample_gen)
+        shaping = Shaping(cfg.kl_coef, self.preset.dtype("kl"), cfg.gamma, cfg.lam)
+        seqs, groups = sampled[0], cfg.batch_size // cfg.group_size
+        r = score(self.frozen, sampled, self.policy_logp(seqs), self.values(seqs), groups, shaping)
         self._rollout, self.kl_dtype_seen = r, r.k3.dtype
-        size = self.cfg.batch_size // self.cfg.minibatches
-        for _ in range(self.cfg.ppo_epochs):
-            order = torch.randperm(self.cfg.batch_size, generator=gen)
-            for i in range(self.cfg.minibatches):
+        size = cfg.batch_size // cfg.minibatches
+        for _ in range(cfg.ppo_epochs):
+            order = torch.randperm(cfg.batch_size, generator=gen)
+            for i in range(cfg.minibatches):
                 idx = order[i * size : (i + 1) * size]
                 yield (r.seqs[idx], r.rollout_logp[idx], r.adv[idx], r.returns[idx]), size
 
@@ -215,7 +233,8 @@ class PPOTask:
             clip_frac, v_loss = (self._sums / steps).tolist()  # one host read
             stats = {"policy_clip_frac": clip_frac, "value_loss": v_loss}
         assert self._rollout is not None  # train_batches ran: fit() stepped its batches
-        stats.update(diagnostics(self._rollout, self.preset, self.cfg.clip_eps))
+        dtypes = {c: self.preset.dtype(c) for c in ("kl", "rollout", "reward", "value")}
+        stats.update(report(self._rollout, dtypes, self.cfg.clip_eps))
         stats["loss_scale"] = trainer.scaler.get_scale()
         self.stats, self.iterations = stats, epoch + 1
         self.history.append((epoch, {k: stats[k] for k in HISTORY_KEYS}))
@@ -249,7 +268,7 @@ class PPOTask:
         prompts = prompts.to(device)
         self.frozen.sync_rollout(cast(ActorCritic, model).policy)
         sample_gen = torch.Generator(device=device).manual_seed(20_000 + self.seed)
-        seqs, _ = self.frozen.generate(prompts, task.gen_len, sample_gen)
+        seqs, _ = self.frozen.sample(prompts, task.gen_len, sample_gen)
         greedy = prompts
         with autocast_to(torch.float32, prompts.device.type):  # fit() evaluates in autocast
             for _ in range(task.gen_len):

@@ -11,9 +11,9 @@ import torch
 
 from genesis_fp16_agents.rlhf_ppo import plugin
 from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
-from genesis_fp16_agents.rlhf_ppo.plugin import ppo_guard
 from genesis_fp16_agents.rlhf_ppo.task import PPOTask
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
+from genesis_fp16_infrastructure.rl.ppo_guard import ppo_guard
 from genesis_fp16_infrastructure.rl.ppo_math import token_logprobs
 from genesis_fp16_infrastructure.training import (
     FitOptions,
@@ -106,12 +106,12 @@ def test_clean_guarded_run_reports_nothing_and_equals_an_unguarded_one(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Without a fault the guard never fires, and watching changes no weight."""
-    with caplog.at_level("WARNING", logger="genesis_fp16_agents.rlhf_ppo.plugin"):
+    with caplog.at_level("WARNING", logger="genesis_fp16_infrastructure.rl.ppo_guard"):
         guarded = _train(tmp_path / "guarded", "fp16", STEPS, guard=GUARD)
     assert guarded.demotions == () and guarded.precision_used == "fp16"
     assert guarded.extra["presets_run"] == ["fp16_all"]
     # At its defaults the guard's two PPO caveats are no one's to act on: not warned.
-    assert "not used by rlhf_ppo" not in caplog.text and "not a multiple" not in caplog.text
+    assert "not used by a PPO run" not in caplog.text and "not a multiple" not in caplog.text
     plain = _train(tmp_path / "plain", "fp16", STEPS)
     for key, tensor in _model(plain).items():
         assert torch.equal(_model(guarded)[key], tensor), key
@@ -125,16 +125,16 @@ def test_guard_settings_an_operator_chose_are_warned_when_rlhf_ppo_cannot_use_th
 
     def warned(folder: Path, guard: GuardConfig) -> list[str]:
         caplog.clear()
-        with caplog.at_level("DEBUG", logger="genesis_fp16_agents.rlhf_ppo.plugin"):
+        with caplog.at_level("DEBUG", logger="genesis_fp16_infrastructure.rl.ppo_guard"):
             _train(folder, "fp32", 4, guard=guard)
         return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
 
     assert warned(tmp_path / "defaults", GuardConfig(bf16_needs_native=False)) == []
-    assert "not used by rlhf_ppo" in caplog.text  # said, at DEBUG
+    assert "not used by a PPO run" in caplog.text  # said, at DEBUG
     chosen = dataclasses.replace(GUARD, check_interval=5, divergence_factor=4.0)
     lines = warned(tmp_path / "chosen", chosen)
     assert len(lines) == 2, lines
-    assert "divergence_factor=4 is not used by rlhf_ppo" in lines[0]
+    assert "divergence_factor=4 is not used by a PPO run" in lines[0]
     assert "check_interval=5 is not a multiple" in lines[1]
 
 

@@ -6,7 +6,6 @@ import json
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
-from typing import ClassVar
 
 import pytest
 from structlog.testing import capture_logs
@@ -109,14 +108,18 @@ def test_an_agent_says_which_set_fields_it_ignores(tmp_path: Path) -> None:
     """A plugin that checkpoints only at the end: a set checkpoint cadence is a warning
     naming the setting or flag; defaults warn of nothing, and neither do se_darwin and
     rlhf_ppo, which honour every field (rlhf_ppo through fit())."""
+    from types import MappingProxyType
+
     from genesis_fp16_agents.rlhf_ppo.plugin import RlhfPpoPlugin
     from genesis_fp16_agents.se_darwin import plugin as se_darwin
 
     class EndOnly(RlhfPpoPlugin):
-        ignored_request_fields: ClassVar[dict[str, str]] = {
-            "checkpoint_steps": "it checkpoints once, when the run ends",
-            "checkpoint_seconds": "it checkpoints once, when the run ends",
-        }
+        ignored_request_fields = MappingProxyType(
+            {
+                "checkpoint_steps": "it checkpoints once, when the run ends",
+                "checkpoint_seconds": "it checkpoints once, when the run ends",
+            }
+        )
 
     cadence = Settings(state_dir=tmp_path, sample_count=8, checkpoint_steps=50)  # type: ignore[call-arg]
     flags = RequestOverrides(checkpoint_seconds=5.0)

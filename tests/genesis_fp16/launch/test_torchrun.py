@@ -21,10 +21,10 @@ from genesis_fp16.launch.launcher import (
     LayoutError,
     check_layout,
     cuda_device_count,
-    relay_stderr,
     torchrun_command,
     train_with_torchrun,
 )
+from genesis_fp16.launch.stderr_relay import relay_stderr
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainRequestError
 from genesis_fp16_infrastructure.training import TrainingSummary
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
