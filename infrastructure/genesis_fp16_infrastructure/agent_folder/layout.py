@@ -16,6 +16,7 @@
             probe_result.json            the precision probe's record
             run_request.json             the run file a child reads (removed after)
             data/                        generated sample data, and its ``.generated``
+            fault_bundles/               the flight recorder's bundles, bounded by their own
             quarantine/                  a file of bad records per run
             checkpoints/                 HOME_CHECKPOINTS
                 served.json              the served-model pointer
@@ -120,6 +121,7 @@ CHECKPOINTS_FOLDER = "checkpoints"
 QUARANTINE_FOLDER = "quarantine"
 CANDIDATES_FOLDER = "candidates"
 RECORD_CACHE_FOLDER = "record_cache"
+BUNDLES_FOLDER = "fault_bundles"  # the flight recorder's fault bundles (training.flight)
 
 
 def agent_root(state_dir: Path, agent: str) -> Path:
