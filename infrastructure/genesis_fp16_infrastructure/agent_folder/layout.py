@@ -27,6 +27,7 @@
                 candidates/<id>/         HOME_CANDIDATE: one training run
                     candidate.json       its data and request
                     verdict.json         the gate's verdict
+                    live-<id>.npz        the live watch's scores against model <id>
 
 A file found unusable at its name is set aside as ``<name>.unusable``
 (:data:`ASIDE_SUFFIX`, :func:`~genesis_fp16_infrastructure.agent_folder.files.set_aside`).
@@ -41,8 +42,8 @@ from typing import Literal
 ASIDE_SUFFIX = ".unusable"
 Home = Literal["state", "agent", "checkpoints", "candidate", "data"]
 # json: a record read whole; lock: an flock whose file holds its holder; log: lines a run
-# writes and never reads back.
-Kind = Literal["json", "lock", "log", "text"]
+# writes and never reads back; binary: arrays read whole.
+Kind = Literal["json", "lock", "log", "text", "binary"]
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -59,9 +60,10 @@ class StateFile:
     kind: Kind
     limit: int
 
-    def at(self, folder: Path) -> Path:
-        """The file in ``folder`` (its home: the agent's, checkpoint or candidate folder)."""
-        return Path(folder) / self.name
+    def at(self, folder: Path, id: str = "") -> Path:
+        """The file in ``folder`` (its home: the agent's, checkpoint or candidate folder);
+        ``id`` fills a name that has one (``live-{id}.npz``)."""
+        return Path(folder) / self.name.replace("{id}", id)
 
 
 # The agent's folder.
@@ -92,6 +94,8 @@ QUARANTINE_LOG = StateFile("quarantine.jsonl", "quarantine", "checkpoints", "log
 # A candidate's.
 CANDIDATE_META = StateFile("candidate.json", "candidate_meta", "candidate", "json", 1 * MIB)
 VERDICT = StateFile("verdict.json", "verdict", "candidate", "json", 1 * MIB)
+# The live watch's scores of a served model against the one before it (``{id}``: that one's).
+LIVE_WATCH = StateFile("live-{id}.npz", "live_watch", "candidate", "binary", 1024 * MIB)
 
 LAYOUT: tuple[StateFile, ...] = (
     PRECISION_STATE,
@@ -112,6 +116,7 @@ LAYOUT: tuple[StateFile, ...] = (
     QUARANTINE_LOG,
     CANDIDATE_META,
     VERDICT,
+    LIVE_WATCH,
 )
 
 # Folders.
