@@ -43,6 +43,7 @@ from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile
 from genesis_fp16_infrastructure.agent_folder.layout import (
     ASIDE_SUFFIX,
     CANDIDATES_FOLDER,
+    CHECKPOINTS_FOLDER,
     SERVED_POINTER,
     VERDICT,
 )
@@ -157,7 +158,7 @@ def repair_hint(folder: Path) -> str:
     """The commands that repair the pointer of ``folder``, naming its agent where the
     folder is a state folder's (``<state>/agents/<agent>/checkpoints``)."""
     folder = Path(folder)
-    agent = folder.parent.name if folder.name == "checkpoints" else "AGENT"
+    agent = folder.parent.name if folder.name == CHECKPOINTS_FOLDER else "AGENT"
     return REPAIR.replace("AGENT", agent)
 
 
