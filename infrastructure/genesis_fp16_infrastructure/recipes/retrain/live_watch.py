@@ -44,6 +44,11 @@ import torch
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import LIVE_WATCH
+from genesis_fp16_infrastructure.agent_folder.served_pointer import (
+    ServedPointer,
+    ServedPointerError,
+    read_pointer,
+)
 from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot
 from genesis_fp16_infrastructure.data.fingerprint import held_in
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
@@ -51,10 +56,7 @@ from genesis_fp16_infrastructure.recipes.retrain import gate
 from genesis_fp16_infrastructure.recipes.retrain.judge_sets import LIVE_REGRESSION
 from genesis_fp16_infrastructure.recipes.retrain.sequential import mean_bounds
 from genesis_fp16_infrastructure.recipes.retrain.served import (
-    ServedPointer,
-    ServedPointerError,
     pointer_lock,
-    read_pointer,
     rollback,
     update_pointer,
 )
