@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
+from genesis_fp16_infrastructure.agent_folder.served_pointer import ServedPointer, write_pointer
 from genesis_fp16_infrastructure.agent_state import AgentStateFiles, read_agent_state
-from genesis_fp16_infrastructure.recipes.retrain.served import ServedPointer, write_pointer
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.precision.carried_scale import (
