@@ -249,7 +249,7 @@ def test_floor_check_catches_an_import_from_above(tmp_path: Path) -> None:
 LIBRARY_LAYERS = (
     {"atomic", "gc_pause", "json_numbers", "machine_memory", "phases"},
     {"training", "data", "world_model", "rl", "probe", "agent_folder"},
-    {"contract", "agent_state"},
+    {"contract"},
     {"recipes"},
 )
 LIBRARY = ROOT / "infrastructure" / "genesis_fp16_infrastructure"
