@@ -28,11 +28,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from genesis_fp16_agents.rlhf_ppo.checkpointing import load_ppo_state, ppo_state
 from genesis_fp16_agents.rlhf_ppo.engine import PPOEngine
 from genesis_fp16_agents.rlhf_ppo.presets import PRESETS, ComponentPrecision
+from genesis_fp16_infrastructure.contract.reports import Demotion
 from genesis_fp16_infrastructure.training import GuardConfig, PrecisionPolicy, Trainer
 from genesis_fp16_infrastructure.training.run.demotion import demote_run
 from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard, Snapshot
@@ -64,7 +64,7 @@ class GuardedEngine:
         config = _without_divergence(config)
         self.engine = engine
         self.guard = PrecisionGuard(config, lambda: ppo_state(self.engine))
-        self.demotions: list[dict[str, Any]] = []
+        self.demotions: list[Demotion] = []
         self.presets = [engine.preset.name]
         self._rebuild = rebuild
         # The run's, kept from the first engine: a rebuilt engine's own may be a default.

@@ -58,6 +58,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainResult,
     parse_options,
 )
+from genesis_fp16_infrastructure.contract.reports import Demotion
 from genesis_fp16_infrastructure.training import PrecisionPolicy
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.training.precision.decide import decide
@@ -390,7 +391,7 @@ class _Run:
         self._first_iteration = engine.iterations
 
     @property
-    def demotions(self) -> list[dict[str, Any]]:
+    def demotions(self) -> list[Demotion]:
         return self.guarded.demotions if self.guarded is not None else []
 
     @property

@@ -291,7 +291,7 @@ def test_the_run_follows_the_measured_execution_with_both_timings() -> None:
         _row("bf16", 1.6, "cuda_graph"),
     )
     calibration = cal.Calibration("fp32", "r", rows, {}, {}, 0.1, execution="cuda_graph")
-    measured = calibration.measured_execution()
+    measured = cal.measured_execution(calibration)
     assert measured.used == "cuda_graph"
     assert measured.reason == "measured fp32 steps: eager 11.300 ms, cuda_graph 1.500 ms"
 

@@ -25,6 +25,12 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainRequestError,
     TrainResult,
 )
+from genesis_fp16_infrastructure.contract.reports import (
+    DataReport,
+    DriftReport,
+    GateReport,
+    ReportError,
+)
 from genesis_fp16_infrastructure.data.fingerprint import (
     DataChange,
     DataFingerprint,
@@ -98,7 +104,7 @@ def _train(request: TrainRequest) -> TrainResult:
         raise TrainRequestError(
             f"{request.agent} needs a data path: generate one with generate_sample_data"
         )
-    clock = PhaseClock()  # issue 36: where the run's time goes (extra.phases)
+    clock = PhaseClock()  # issue 36: where the run's time goes (the result's phases)
     options = TaskOptions.from_mapping(request.options)
     whole = options.final_fit == "whole"
     if whole and rank_and_world()[1] > 1:
@@ -140,7 +146,7 @@ def _train(request: TrainRequest) -> TrainResult:
     with clock.phase("check"):
         plan = plan_candidate(root, request, seen, served, not forced, whole)
     if plan.up_to_date is not None:
-        return _with_live(_up_to_date(request, data, seen, options, plan, clock, manifest), live)
+        return _up_to_date(request, data, seen, options, plan, clock, manifest, live)
     if manifest is not None:  # a run under way: no manifest answers "unchanged" meanwhile
         forget_record(root)
     candidate = plan.folder
@@ -172,17 +178,14 @@ def _train(request: TrainRequest) -> TrainResult:
     clock.move("train", "eval", task.eval_seconds)
     with clock.phase("check"):
         plan = plan.compared_to_served(seen)  # a resumed cut-short candidate reads it now
-    summary = result.summary
     extra: dict[str, Any] = {
-        "total_steps": summary.step,
+        "total_steps": result.summary.step,
         "examples": data.labelled,
         "duplicates": data.duplicates,
         "unlabelled": data.unlabelled,
-        "data": _data_record(seen, plan.change),
         "precision_warning": result.precision.warning,
         "resumed_from": str(result.resumed_from) if result.resumed_from else None,
         "split": _split_record(task),
-        "early_stop": dict(result.early_stop) if result.early_stop is not None else None,
         "candidate": candidate.name,
     }
     refit = None
@@ -196,7 +199,6 @@ def _train(request: TrainRequest) -> TrainResult:
     peak = None
     if torch.cuda.is_available() and request.device.startswith("cuda"):
         peak = torch.cuda.max_memory_allocated(request.device)
-        extra["device_memory_peak_bytes"] = peak
     if cache is not None:
         extra["record_cache"] = {
             "files_cached": cache.hits,
@@ -204,38 +206,51 @@ def _train(request: TrainRequest) -> TrainResult:
             "files_continued": cache.continued,  # appended .jsonl: new lines only
             "write_failures": cache.write_failures,
         }
-    out = TrainResult.from_fit(request, result, quarantined=data.quarantined, extra=extra)
-    # What the daemon exports, typed; extra keeps them too for train --json's readers.
-    out = dataclasses.replace(out, data=extra["data"], device_memory_peak_bytes=peak)
-    out = out if refit is None else dataclasses.replace(out, checkpoint=refit.checkpoint)
-    stopped = out.stopped_early or (refit is not None and refit.stopped_early)
-    if stopped:  # cut short: kept unjudged; the next run resumes it
-        extra["phases"] = clock.to_json()
-        extra["peak_rss_mib"] = clock.peaks()
-        out = dataclasses.replace(
-            out, wall_seconds=clock.elapsed(), extra=extra, phases=extra["phases"]
-        )
-        return _with_live(out, live)
-    numeric = task.take_numeric_rows()  # the task's, for the drift report and the gate
-    if plan.change is not None and not plan.change.unchanged:
-        with clock.phase("drift"):
-            if numeric is None:
-                numeric = pool_numeric(data.columns, data.columns.labelled)
-            drift = drift_report(data.columns, plan.served_seen, request.seed, numeric)
-        if drift is not None:
-            out = dataclasses.replace(out, extra={**out.extra, "drift": drift}, drift=drift)
-            _log_drift(drift, request.agent)
-    with clock.phase("gate"):
-        out = judge(
-            root, candidate, out, served, data, request, options, numeric, plan.served_scored
-        )
-    served_now = served_model(root)
-    extra = {**out.extra, "phases": clock.to_json(), "peak_rss_mib": clock.peaks()}
-    out = dataclasses.replace(
-        out, wall_seconds=clock.elapsed(), extra=extra, phases=extra["phases"]
+    checkpoint = result.checkpoint if refit is None else refit.checkpoint
+    drift = gate = served_now = None
+    # A run cut short is kept unjudged: the next run resumes it.
+    stopped = result.stopped_early or (refit is not None and refit.stopped_early)
+    if not stopped:
+        numeric = task.take_numeric_rows()  # the task's, for the drift report and the gate
+        if plan.change is not None and not plan.change.unchanged:
+            with clock.phase("drift"):
+                if numeric is None:
+                    numeric = pool_numeric(data.columns, data.columns.labelled)
+                drift = drift_report(data.columns, plan.served_seen, request.seed, numeric)
+            if drift is not None:
+                _log_drift(drift, request.agent)
+        with clock.phase("gate"):
+            gate = judge(
+                root,
+                candidate,
+                result,
+                checkpoint,
+                served,
+                data,
+                request,
+                options,
+                numeric,
+                plan.served_scored,
+            )
+        served_now = served_model(root)
+    extra["peak_rss_mib"] = clock.peaks()
+    out = TrainResult.from_fit(
+        request,
+        result,
+        quarantined=data.quarantined,
+        extra=_with_live(extra, live),
+        data=_data_record(seen, plan.change),
+        device_memory_peak_bytes=peak,
+        checkpoint=checkpoint,
+        drift=drift,
+        gate=gate,
+        rejected=gate is not None and gate.outcome == "rejected",
+        phases=clock.to_json(),
+        wall_seconds=clock.elapsed(),
     )
-    save_record(request, manifest, out, served_now.checkpoint if served_now else None)  # issue 36
-    return _with_live(out, live)
+    if not stopped:
+        save_record(request, manifest, out, served_now.checkpoint if served_now else None)
+    return out
 
 
 def _up_to_date(
@@ -246,6 +261,7 @@ def _up_to_date(
     plan: Plan,
     clock: PhaseClock,
     manifest: Any,
+    live: Mapping[str, Any] | None,
 ) -> TrainResult:
     """Nothing new for the served model, or this data's candidate was already judged:
     the served model's eval, no step taken."""
@@ -284,25 +300,36 @@ def _up_to_date(
         "examples": data.labelled,
         "duplicates": data.duplicates,
         "unlabelled": data.unlabelled,
-        "data": _data_record(seen, plan.change),
         "split": _split_record(task),
         "up_to_date_against": plan.up_to_date,
-        **({"gate": plan.verdict} if plan.verdict else {}),
-        "phases": clock.to_json(),
         "peak_rss_mib": clock.peaks(),
     }
-    out = TrainResult.from_fit(request, result, quarantined=data.quarantined, extra=extra)
-    out = dataclasses.replace(
-        out,
+    out = TrainResult.from_fit(
+        request,
+        result,
+        quarantined=data.quarantined,
+        extra=_with_live(extra, live),
         up_to_date=True,
         wall_seconds=clock.elapsed(),
         checkpoint=plan.served_checkpoint,
-        data=extra["data"],
-        phases=extra["phases"],
-        gate=plan.verdict or None,
+        data=_data_record(seen, plan.change),
+        phases=clock.to_json(),
+        gate=_stored_verdict(plan.verdict, request.agent),
     )
     save_record(request, manifest, out, plan.served_checkpoint)
     return out
+
+
+def _stored_verdict(verdict: Mapping[str, Any] | None, agent: str) -> GateReport | None:
+    """The judged candidate's verdict file as the up-to-date run's ``gate``; one this
+    version cannot read is logged and left out (the run's outcome does not depend on it)."""
+    if not verdict:
+        return None
+    try:
+        return GateReport.from_json(verdict, "verdict.json")
+    except ReportError as exc:
+        logger.warning("%s: the judged candidate's verdict is unreadable: %s", agent, exc)
+        return None
 
 
 @contextlib.contextmanager
@@ -352,34 +379,37 @@ def probe_setup(data_path: Path | None, seed: int, agent: str) -> ProbeSetup:
     )
 
 
-def _with_live(out: TrainResult, live: Mapping[str, Any] | None) -> TrainResult:
+def _with_live(extra: dict[str, Any], live: Mapping[str, Any] | None) -> dict[str, Any]:
     """``extra.live``: the live watch's report of this run (live_watch), when it scored."""
-    if live is None:
-        return out
-    return dataclasses.replace(out, extra={**out.extra, "live": dict(live)})
+    return extra if live is None else {**extra, "live": dict(live)}
 
 
-def _log_drift(drift: Mapping[str, Any], agent: str) -> None:
+def _log_drift(drift: DriftReport, agent: str) -> None:
     """One line for a flagged report: what moved, and by how much."""
-    if drift["flagged"] or drift["label_shift_flagged"]:
+    if drift.any_flagged:
         logger.warning(
             "%s: %d new record(s) drifted: %s; success rate shift %+.3f (threshold %.3f)",
             agent,
-            drift["new_records"],
-            ", ".join(f"{k} {drift['features'][k]:.3f}" for k in drift["flagged"]) or "none",
-            drift["label_shift"],
-            drift["label_shift_threshold"],
+            drift.new_records,
+            ", ".join(f"{k} {drift.features[k]:.3f}" for k in drift.flagged) or "none",
+            drift.label_shift,
+            drift.label_shift_threshold,
         )
 
 
-def _data_record(seen: DataFingerprint, change: DataChange | None) -> dict[str, Any]:
-    """``extra.data`` of ``train --json``: the records trained on and what changed."""
-    return {
-        "records": seen.records,
-        "fingerprint": seen.digest,
-        "change": "first" if change is None else "unchanged" if change.unchanged else "changed",
-        **({} if change is None else change.to_json()),
-    }
+def _data_record(seen: DataFingerprint, change: DataChange | None) -> DataReport:
+    """The run's ``data``: the records trained on and what changed."""
+    if change is None:
+        return DataReport(seen.records, seen.digest, "first")
+    return DataReport(
+        seen.records,
+        seen.digest,
+        "unchanged" if change.unchanged else "changed",
+        previous_records=change.previous,
+        new=change.added,
+        removed=change.removed,
+        relabelled=change.relabelled,
+    )
 
 
 def _split_record(task: WorldModelTask) -> dict[str, Any]:

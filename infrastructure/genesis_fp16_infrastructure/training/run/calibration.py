@@ -52,7 +52,7 @@ import logging
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -61,12 +61,12 @@ import torch
 from torch import nn
 
 from genesis_fp16_infrastructure.atomic import write_json_atomic
+from genesis_fp16_infrastructure.contract.reports import CACHE_VERSION, Calibration, Measured
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.precision import capabilities
 from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
 from genesis_fp16_infrastructure.training.precision.decide import (
     MARGIN,
-    Measured,
     PrecisionRequest,
     auto_candidates,
     decide,
@@ -74,6 +74,7 @@ from genesis_fp16_infrastructure.training.precision.decide import (
 )
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 from genesis_fp16_infrastructure.training.precision.precision_request import DEFAULT_BUDGET_S
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
 from genesis_fp16_infrastructure.training.run.batches import batch_shapes, to_device
@@ -89,56 +90,14 @@ RUN_SHARE = 0.10
 WARMUP = 2
 MIN_TIMED = 3
 MAX_TIMED = 20
-CACHE_VERSION = 2  # 2: rows per (precision, execution) and the chosen execution
 
 
-@dataclass(frozen=True)
-class Calibration:
-    """What ``auto`` measured and chose. ``skipped`` maps a precision to why it was not timed."""
-
-    chosen: str
-    reason: str
-    rows: tuple[Measured, ...]
-    skipped: Mapping[str, str]
-    key: Mapping[str, str]
-    seconds: float
-    measured_at: float = field(default_factory=time.time)
-    cached: bool = False
-    execution: str = "eager"
-    bound: str = ""  # what limited the cost: the run's share of steps, or the clock
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["version"] = CACHE_VERSION
-        data["rows"] = [asdict(r) for r in self.rows]
-        data["skipped"] = dict(self.skipped)
-        data["key"] = dict(self.key)
-        del data["cached"]
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Calibration:
-        if data.get("version") != CACHE_VERSION:
-            raise ValueError(f"calibration cache version {data.get('version')!r}")
-        return cls(
-            chosen=str(data["chosen"]),
-            reason=str(data["reason"]),
-            rows=tuple(Measured(**row) for row in data["rows"]),
-            skipped={str(k): str(v) for k, v in data["skipped"].items()},
-            key={str(k): str(v) for k, v in data["key"].items()},
-            seconds=float(data["seconds"]),
-            measured_at=float(data["measured_at"]),
-            cached=True,
-            execution=str(data["execution"]),
-            bound=str(data.get("bound", "")),
-        )
-
-    def measured_execution(self) -> MeasuredExecution:
-        """The chosen precision's execution and the timings that chose it (for the run)."""
-        mine = [r for r in self.rows if r.precision == self.chosen]
-        timings = ", ".join(f"{r.execution} {r.median_ms:.3f} ms" for r in mine)
-        why = f"measured {self.chosen} steps: {timings}"
-        return MeasuredExecution(self.execution, why)
+def measured_execution(calibration: Calibration) -> MeasuredExecution:
+    """The chosen precision's execution and the timings that chose it (for the run)."""
+    mine = [r for r in calibration.rows if r.precision == calibration.chosen]
+    timings = ", ".join(f"{r.execution} {r.median_ms:.3f} ms" for r in mine)
+    why = f"measured {calibration.chosen} steps: {timings}"
+    return MeasuredExecution(calibration.execution, why)
 
 
 @dataclass(frozen=True)
@@ -305,7 +264,7 @@ def _first_batches(task: TrainingTask, seed: int, count: int) -> list[Any]:
 
 
 def _time(
-    name: str,
+    name: PrecisionName,
     mode: str,
     task: TrainingTask,
     template: nn.Module,
@@ -362,7 +321,7 @@ def _key(
     device: torch.device,
     model: nn.Module,
     batch: Any,
-    candidates: list[str],
+    candidates: list[PrecisionName],
     config: TrainerConfig,
     scaler: ScalerConfig,
 ) -> dict[str, str]:
