@@ -1,5 +1,6 @@
 # make run  - set up what running needs (no dev/bench extras), then start the daemon
 # make test - set up with the dev and bench extras, then lint, type-check and run the whole test suite
+# make test-fast - the same without the distributed tier (-m "not distributed")
 # make dist - build the wheel and the sdist into dist/ (python -m build)
 # make gpu-check - on a CUDA host: the gpu-marked tests in one process, both agents' training
 #                  on cuda (and se_darwin on the host's cpu), the bench's CUDA rows and the
@@ -13,7 +14,7 @@ BIN := $(VENV)/bin
 TORCH_INDEX ?=
 TORCH_FROM := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
-.PHONY: setup setup-run setup-cuda run test lint typecheck unit bench dist gpu-check clean
+.PHONY: setup setup-run setup-cuda run test test-fast lint typecheck unit bench dist gpu-check clean
 
 setup: $(VENV)/.installed
 
@@ -64,10 +65,18 @@ typecheck: setup
 # than help (test_cli_train.py + test_retraining.py, -n 2 on 2 cores: 103 s of CPU with
 # one thread, 150 s with two). TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= auto
+# A pytest -m expression; empty runs every test.
+TEST_MARKERS ?=
 unit: setup
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(if $(TEST_MARKERS),-m "$(TEST_MARKERS)")
 
 test: lint typecheck unit
+
+# The tests marked `distributed` start a torch.distributed group of two or more processes
+# (gloo ranks, torchrun): the slowest tests of the suite. test-fast leaves them out for a
+# quicker loop while working; make test, and so CI (.ci/run), runs them.
+test-fast: TEST_MARKERS = not distributed
+test-fast: lint typecheck unit
 
 bench: setup
 	$(BIN)/genesis-fp16 bench

@@ -38,7 +38,7 @@ from typing import Any
 
 from genesis_fp16.config.plugins import load_plugin
 from genesis_fp16.config.settings import Settings
-from genesis_fp16.jobs.run_request import RequestOverrides, build_request
+from genesis_fp16.jobs.run_request import RequestOverrides, plan_request
 from genesis_fp16.launch.handoff import write_run_file
 from genesis_fp16.launch.launcher import child_command, request_file
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest
@@ -49,7 +49,9 @@ PHASES = ("set_up_s", "first_step_s", "exit_s", "cpu_s")
 def _request(state: Path, steps: int, sample_count: int) -> TrainRequest:
     settings = Settings(state_dir=state, sample_count=sample_count)
     overrides = RequestOverrides(precision="fp32", steps=steps, log_interval=1)
-    request = build_request(settings, "se_darwin", load_plugin("se_darwin"), "cpu", overrides)
+    request = plan_request(
+        settings, "se_darwin", load_plugin("se_darwin"), "cpu", overrides
+    ).request
     request = replace(request, checkpoint_steps=10**6)  # one checkpoint, at the end
     path = request_file(request)
     path.parent.mkdir(parents=True, exist_ok=True)

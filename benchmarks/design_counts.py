@@ -1,4 +1,4 @@
-"""Issue 40's structural figures of a source tree, counted from its syntax (no torch, no import).
+"""Issues 40's and 53's structural figures of a source tree, counted from its syntax (no import).
 
 Issue 40 says the house has no single owner for precision or for the run's fields, and
 that some files do too much. This script counts those claims the same way in any tree, so
@@ -29,7 +29,7 @@ with a folder named ``tests``, ``benchmarks`` or ``__pycache__``, or starting wi
    ``"auto"`` is also the CUDA graph's and the device's own word, so a test whose only
    precision name is ``"auto"`` counts only when one side's source text names a precision
    (contains ``precision``, ``requested``, ``used``, ``preset`` or ``floor``): the rule of
-   ``tests/infrastructure/training/test_decide.py::test_auto_is_decided_only_by_decide``.
+   ``tests/infrastructure/training/precision/test_decide.py::test_auto_is_decided_only_by_decide``.
    Any of ``"fp32"``, ``"bf16"``, ``"fp16"`` counts without it.
 
    Also counted apart: the functions that test ``== "auto"`` or ``!= "auto"`` on such a
@@ -56,7 +56,29 @@ with a folder named ``tests``, ``benchmarks`` or ``__pycache__``, or starting wi
 5. *Calls of ``torch.load``*: call sites written ``torch.load(...)`` (``torch`` or the
    name it is imported as) or as ``load(...)`` after ``from torch import load``. A static
    stand-in: how often one run reads a checkpoint is measured by
-   ``tests/genesis_fp16/test_checkpoint_reads.py``.
+   ``tests/genesis_fp16/jobs/test_checkpoint_reads.py``.
+
+Issue 53's figures:
+
+6. *``TrainResult`` fields typed ``Mapping[str, Any]``*: the annotated fields of the class
+   ``TrainResult`` in a file named ``train_result.py`` whose annotation holds
+   ``Mapping[str, Any]`` (or ``dict[str, Any]``): alone, optional, or as a sequence's
+   element (``demotions: Sequence[Mapping[str, Any]]``).
+
+7. *State-file reads outside the agent folder's owner*: the read sites of the agent's
+   state files outside the owner package ``agent_folder/``, raw or through the hardened
+   reader, as ``state_reads.py``'s docstring defines them.
+
+8. *Precision names typed as ``str``*: annotations of fields and variables
+   (``name: str``), parameters and function returns whose name says precision (its last
+   ``_``-separated word is ``precision``, ``precisions``, ``requested``, ``used``,
+   ``floor`` or ``ran``, and no word names another choice: ``execution``, ``device``,
+   ``graph``, ``compile``, ``bytes``, ``memory``, ``tools``) typed ``str``, ``str |
+   None`` or a sequence or set of ``str``. Files whose name says ``execution`` are left
+   out: their ``requested`` and ``used`` are the CUDA graph's own names.
+
+9. *Lines of the rlhf_ppo package*: physical lines of the product files under
+   ``agents/genesis_fp16_agents/rlhf_ppo/``.
 """
 
 from __future__ import annotations
@@ -69,38 +91,28 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling modules
+from design_syntax import (
+    MODULE,
+    ROOMS,
+    Place,
+    SourceFile,
+    class_defs,
+    field_names,
+    function_defs,
+    product_files,
+    scoped_nodes,
+    simple_name,
+)
+from state_reads import state_reads
+
 REPO = Path(__file__).resolve().parents[1]
-ROOMS = ("genesis_fp16", "agents", "infrastructure")
-SKIPPED_FOLDERS = {"tests", "benchmarks", "__pycache__"}
 PRECISIONS = {"fp32", "bf16", "fp16", "auto"}
 # The words that make a comparison with "auto" one about precision (test_decide's list).
 SUBJECT_WORDS = ("precision", "requested", "used", "preset", "floor")
 TORCH_DTYPES = {"float16", "half", "bfloat16", "float32", "float", "float64", "double"}
 RECORD_BASES = {"BaseModel", "BaseSettings", "NamedTuple", "TypedDict", "Struct"}
 LONG_FILE = 450
-MODULE = "<module>"
-
-
-@dataclass(frozen=True)
-class SourceFile:
-    """One product file: where it is, its room, its lines and its syntax tree."""
-
-    rel: str
-    room: str
-    lines: int
-    module: ast.Module
-
-
-@dataclass(frozen=True)
-class Place:
-    """A function (or a file's module-level code) and what it was counted for."""
-
-    rel: str
-    name: str
-    why: str
-
-    def __str__(self) -> str:
-        return f"`{self.rel}`: `{self.name}` ({self.why})"
 
 
 @dataclass
@@ -112,43 +124,20 @@ class Figures:
     auto_tests: list[Place] = field(default_factory=list)
     run_types: list[Place] = field(default_factory=list)
     loads: list[Place] = field(default_factory=list)
+    result_mappings: list[Place] = field(default_factory=list)
+    state_reads: list[Place] = field(default_factory=list)
+    precision_strs: list[Place] = field(default_factory=list)
 
     @property
     def lines(self) -> int:
         return sum(f.lines for f in self.files)
 
+    @property
+    def rlhf_ppo_lines(self) -> int:
+        return sum(f.lines for f in self.files if f.rel.startswith(RLHF_PPO))
+
     def long_files(self) -> list[SourceFile]:
         return [f for f in self.files if f.lines > LONG_FILE]
-
-
-def product_files(root: Path) -> list[SourceFile]:
-    """The product files of ``root`` (see the module docstring), by room, then path."""
-    found = []
-    for room in ROOMS:
-        for path in sorted((root / room).rglob("*.py")):
-            parts = path.relative_to(root).parts[:-1]
-            if any(p in SKIPPED_FOLDERS or p.startswith(".") for p in parts):
-                continue
-            text = path.read_text(encoding="utf-8")
-            rel = path.relative_to(root).as_posix()
-            found.append(SourceFile(rel, room, len(text.splitlines()), ast.parse(text, rel)))
-    return found
-
-
-def scoped_nodes(
-    node: ast.AST, scope: str = MODULE, prefix: str = ""
-) -> Iterator[tuple[str, ast.AST]]:
-    """Every node under ``node`` with the qualified name of the innermost function around
-    it (``<module>`` outside any), named as Python's ``__qualname__`` names them."""
-    for child in ast.iter_child_nodes(node):
-        if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-            name = prefix + child.name
-            yield from scoped_nodes(child, name, f"{name}.<locals>.")
-        elif isinstance(child, ast.ClassDef):
-            yield from scoped_nodes(child, scope, f"{prefix}{child.name}.")
-        else:
-            yield scope, child
-            yield from scoped_nodes(child, scope, prefix)
 
 
 def _names_in(node: ast.AST) -> set[str]:
@@ -249,57 +238,25 @@ def count_precision(files: Iterable[SourceFile], figures: Figures) -> None:
         figures.auto_tests += [Place(source.rel, s, '== / != "auto"') for s in sorted(auto)]
 
 
-def _simple_name(node: ast.AST) -> str:
-    """``C`` for ``C``, ``m.C``, ``C[...]`` or ``C(...)``; empty for anything else."""
-    while isinstance(node, ast.Subscript | ast.Call):
-        node = node.value if isinstance(node, ast.Subscript) else node.func
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    return node.id if isinstance(node, ast.Name) else ""
-
-
-def _class_defs(node: ast.AST, prefix: str = "") -> Iterator[tuple[str, ast.ClassDef]]:
-    """Every class under ``node`` with its qualified name."""
-    for child in ast.iter_child_nodes(node):
-        if isinstance(child, ast.ClassDef):
-            yield prefix + child.name, child
-            yield from _class_defs(child, f"{prefix}{child.name}.")
-        elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-            yield from _class_defs(child, f"{prefix}{child.name}.<locals>.")
-        else:
-            yield from _class_defs(child, prefix)
-
-
 def _classes(files: Iterable[SourceFile]) -> Iterator[tuple[SourceFile, str, ast.ClassDef]]:
     """Every class of ``files``, with its file and qualified name."""
     for source in files:
-        for name, cls in _class_defs(source.module):
+        for name, cls in class_defs(source.module):
             yield source, name, cls
-
-
-def _field_names(cls: ast.ClassDef) -> list[str]:
-    """The annotated attributes ``cls`` declares in its own body, ``ClassVar`` left out."""
-    return [
-        stmt.target.id
-        for stmt in cls.body
-        if isinstance(stmt, ast.AnnAssign)
-        and isinstance(stmt.target, ast.Name)
-        and _simple_name(stmt.annotation) != "ClassVar"
-    ]
 
 
 def record_types(files: Sequence[SourceFile]) -> set[tuple[str, str]]:
     """The record types among ``files``' classes, as (file, qualified name): see the module
     docstring. A base of this tree is matched by its name alone."""
     classes = list(_classes(files))
-    bases = {cls.name: {_simple_name(b) for b in cls.bases} for _, _, cls in classes}
+    bases = {cls.name: {simple_name(b) for b in cls.bases} for _, _, cls in classes}
     inherited = set(RECORD_BASES)
     while grown := {name for name, its in bases.items() if its & inherited} - inherited:
         inherited |= grown
     return {
         (source.rel, name)
         for source, name, cls in classes
-        if cls.name in inherited or any(_simple_name(d) == "dataclass" for d in cls.decorator_list)
+        if cls.name in inherited or any(simple_name(d) == "dataclass" for d in cls.decorator_list)
     }
 
 
@@ -318,9 +275,9 @@ def run_field_names(root: Path) -> tuple[str, ...]:
 
     def with_bases(cls: ast.ClassDef) -> list[str]:
         inherited = [
-            n for b in cls.bases if (base := by_name.get(_simple_name(b))) for n in with_bases(base)
+            n for b in cls.bases if (base := by_name.get(simple_name(b))) for n in with_bases(base)
         ]
-        return inherited + [n for n in _field_names(cls) if n not in inherited]
+        return inherited + [n for n in field_names(cls) if n not in inherited]
 
     return tuple(with_bases(spec[0]))
 
@@ -329,7 +286,7 @@ def count_run_types(files: Sequence[SourceFile], names: Sequence[str], figures: 
     """Fill ``figures.run_types``: each record type declaring a run field, with those fields."""
     records = record_types(files)
     for source, name, cls in _classes(files):
-        declared = [n for n in _field_names(cls) if n in names]
+        declared = [n for n in field_names(cls) if n in names]
         if (source.rel, name) in records and declared:
             figures.run_types.append(Place(source.rel, name, ", ".join(declared)))
 
@@ -356,12 +313,102 @@ def count_loads(files: Iterable[SourceFile], figures: Figures) -> None:
                 figures.loads.append(Place(source.rel, scope, f"line {node.lineno}"))
 
 
+# --- Issue 53's figures ---------------------------------------------------------------
+
+# A name says precision when its last word is one of these (precision_used, requested,
+# floor), unless a word names another choice (the CUDA graph's requested, a device's).
+PRECISION_WORDS = {"precision", "precisions", "requested", "used", "floor", "ran"}
+OTHER_CHOICES = {"execution", "device", "devices", "graph", "compile", "bytes", "memory", "tools"}
+STR_TYPES = {"str", "str | None", "None | str", "Optional[str]"}
+STR_CONTAINERS = {"Sequence", "list", "tuple", "set", "frozenset", "Iterable", "Collection"}
+RLHF_PPO = "agents/genesis_fp16_agents/rlhf_ppo/"
+
+
+def _mapping_any(annotation: ast.AST) -> bool:
+    text = ast.unparse(annotation).replace("typing.", "")
+    return any(f"{m}[str, Any]" in text for m in ("Mapping", "dict", "Dict", "MutableMapping"))
+
+
+def count_result_mappings(files: Iterable[SourceFile], figures: Figures) -> None:
+    """Fill ``figures.result_mappings``: the fields of ``TrainResult`` (the class of that
+    name in a file named ``train_result.py``) whose annotation holds ``Mapping[str, Any]``
+    (or ``dict[str, Any]``), alone, optional or as a sequence's element."""
+    for source in files:
+        if not source.rel.endswith("/train_result.py"):
+            continue
+        for name, cls in class_defs(source.module):
+            if name != "TrainResult":
+                continue
+            for stmt in cls.body:
+                if (
+                    isinstance(stmt, ast.AnnAssign)
+                    and isinstance(stmt.target, ast.Name)
+                    and _mapping_any(stmt.annotation)
+                ):
+                    why = f"line {stmt.lineno}: {ast.unparse(stmt.annotation)}"
+                    figures.result_mappings.append(Place(source.rel, stmt.target.id, why))
+
+
+def says_precision(name: str) -> bool:
+    """Whether a field's, parameter's or function's name says it holds a precision name.
+
+    >>> [says_precision(n) for n in ("precision_used", "requested", "precision_reason")]
+    [True, True, False]
+    """
+    words = name.lower().strip("_").split("_")
+    return words[-1] in PRECISION_WORDS and not set(words) & OTHER_CHOICES
+
+
+def _plain_str(annotation: ast.AST | None) -> bool:
+    """``str``, ``str | None``, or a sequence or set of ``str`` (quoted or not)."""
+    if annotation is None:
+        return False
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        return annotation.value.strip() in STR_TYPES
+    text = ast.unparse(annotation)
+    if text in STR_TYPES:
+        return True
+    return (
+        isinstance(annotation, ast.Subscript)
+        and simple_name(annotation.value) in STR_CONTAINERS
+        and ast.unparse(annotation.slice) in {"str", "(str, ...)"}
+    )
+
+
+def count_precision_strs(files: Iterable[SourceFile], figures: Figures) -> None:
+    """Fill ``figures.precision_strs``: each annotation typing a precision-named field,
+    variable, parameter or function return as ``str`` (see :func:`says_precision`)."""
+    for source in files:
+        if "execution" in source.rel.rsplit("/", 1)[-1]:
+            continue  # the CUDA graph's own requested and used
+        for scope, node in scoped_nodes(source.module):
+            if isinstance(node, ast.AnnAssign) and _plain_str(node.annotation):
+                target = node.target
+                name = target.attr if isinstance(target, ast.Attribute) else simple_name(target)
+                if says_precision(name):
+                    why = f"{name}: {ast.unparse(node.annotation)}, line {node.lineno}"
+                    figures.precision_strs.append(Place(source.rel, scope, why))
+        for name, fn in function_defs(source.module):
+            arguments = fn.args
+            every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+            for arg in every:
+                if says_precision(arg.arg) and _plain_str(arg.annotation):
+                    why = f"{arg.arg}: {ast.unparse(arg.annotation)}"
+                    figures.precision_strs.append(Place(source.rel, name, why))
+            if says_precision(fn.name) and _plain_str(fn.returns):
+                why = f"returns {ast.unparse(fn.returns)}"
+                figures.precision_strs.append(Place(source.rel, name, why))
+
+
 def count(root: Path, names: Sequence[str]) -> Figures:
     """All the figures of the tree ``root``, run fields named by ``names``."""
     figures = Figures(product_files(root))
     count_precision(figures.files, figures)
     count_run_types(figures.files, names, figures)
     count_loads(figures.files, figures)
+    count_result_mappings(figures.files, figures)
+    figures.state_reads = state_reads(figures.files)
+    count_precision_strs(figures.files, figures)
     return figures
 
 
@@ -392,6 +439,17 @@ def rows(figures: Figures) -> list[tuple[str, str]]:
             " / ".join(f"{by_room[r]:,}" for r in ROOMS),
         ),
         ("5. torch.load call sites", _in_files(figures.loads)),
+        ("6. TrainResult fields typed Mapping[str, Any]", str(len(figures.result_mappings))),
+        ("7. State-file reads outside the agent folder's owner", _in_files(figures.state_reads)),
+        (
+            "... raw / through the hardened reader",
+            " / ".join(
+                str(sum(p.why.startswith(k) for p in figures.state_reads))
+                for k in ("raw", "hardened")
+            ),
+        ),
+        ("8. Precision names typed as str", _in_files(figures.precision_strs)),
+        ("9. Lines of the rlhf_ppo package", f"{figures.rlhf_ppo_lines:,}"),
     ]
 
 
@@ -427,6 +485,13 @@ def details(head: str, figures: Figures) -> str:
         ("Types that declare a run field (the fields)", [str(p) for p in figures.run_types]),
         (f"Files over {LONG_FILE} lines", [f"`{f.rel}`: {f.lines}" for f in figures.long_files()]),
         ("torch.load call sites", [str(p) for p in figures.loads]),
+        ("TrainResult fields typed Mapping[str, Any]", [str(p) for p in figures.result_mappings]),
+        ("State-file reads outside the owner", [str(p) for p in figures.state_reads]),
+        ("Precision names typed as str", [str(p) for p in figures.precision_strs]),
+        (
+            "Files of the rlhf_ppo package",
+            [f"`{f.rel}`: {f.lines}" for f in figures.files if f.rel.startswith(RLHF_PPO)],
+        ),
     ]
     out = []
     for title, items in parts:

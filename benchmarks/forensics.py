@@ -19,9 +19,10 @@ from typing import Any
 
 import torch
 
-from genesis_fp16_agents.rlhf_ppo.engine import PPOConfig, PPOEngine
-from genesis_fp16_agents.rlhf_ppo.plugin import evaluate
+from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
 from genesis_fp16_agents.rlhf_ppo.presets import PRESETS
+from genesis_fp16_agents.rlhf_ppo.task import PPOTask
+from genesis_fp16_infrastructure.training import FitOptions, fit
 
 TABLE = (
     ("reward", "eval reward"),
@@ -40,9 +41,14 @@ TABLE = (
 
 
 def run_one(preset: str, seed: int, iterations: int, device: str) -> dict[str, Any]:
-    engine = PPOEngine(PPOConfig(), PRESETS[preset], seed=seed, device=device)
+    """``iterations`` PPO iterations through fit() in ``preset``'s policy precision."""
+    runs: list[dict[str, float]] = []
+    task = PPOTask(PPOConfig(), seed, device, preset=preset, on_diagnostics=runs.append)
+    options = FitOptions(
+        precision=PRESETS[preset].policy, epochs=iterations, device=device, seed=seed
+    )
     start = time.perf_counter()
-    runs = [engine.iteration() for _ in range(iterations)]
+    result = fit(task, options)
     first = runs[0]
     mean = {k: _nanmean([r[k] for r in runs]) for k in runs[-1]}
     return {
@@ -50,10 +56,10 @@ def run_one(preset: str, seed: int, iterations: int, device: str) -> dict[str, A
         "seed": seed,
         "iterations": iterations,
         "wall_seconds": time.perf_counter() - start,
-        "eval": evaluate(engine, None, seed),
+        "eval": dict(result.eval),
         "first": first,
         "mean": mean,
-        "skipped_steps": engine.trainer.summary().skipped_steps,
+        "skipped_steps": result.summary.skipped_steps,
     }
 
 

@@ -1,4 +1,4 @@
-"""Issue 40's walk of a scheduled job: from the scheduler's tick to the first checkpoint.
+"""A scheduled job's walk through the code: from the scheduler's tick to the first checkpoint.
 
 Issue 40 says a scheduled job "zig-zags": from the tick to the child's first checkpoint
 it stops in many files and keeps coming back to the rooms that do not coordinate. This
@@ -8,14 +8,14 @@ script measures that walk on the real code, the same way each time::
 
 It runs ONE real job of the ``se_darwin`` agent in this process, through the daemon's own
 job function (``genesis_fp16.jobs.agent_job.run_agent_job``, what ``AgentScheduler`` calls on
-each tick), built as ``tests/genesis_fp16/test_checkpoint_reads.py`` builds it: a fresh
+each tick), built as ``tests/genesis_fp16/jobs/test_checkpoint_reads.py`` builds it: a fresh
 state folder, ``run_isolation="thread"`` (the run on a watched thread of this process,
 so the whole walk is in one process), ``auto_precision="rule"`` (no timing decides
 anything), ``steps_per_run=STEPS`` and a generated sample pool of ``POOL`` records (the
 plugin's ``generate_sample_data``, written before the trace starts). Every other setting
 is the product's default (``GENESIS_FP16_*`` variables are cleared first). With
 ``steps_per_run`` of 10 or fewer the first checkpoint is the one after the first optimizer
-step (``loop._Cadence``: every tenth of the run's steps, at least 1).
+step (``loop.Cadence``: every tenth of the run's steps, at least 1).
 
 Before the measured job, one untraced job of the same kind runs in another state folder
 (``--cold`` skips it), so that the measured walk is a running daemon's: every module it
@@ -72,7 +72,21 @@ task's loss, the model); with 10 steps or fewer, its rooms depend on neither. Th
 function: its file, qualified name and first line), in the same order: the path a reader
 follows through the code once, which depends on neither the pool nor the steps.
 
-``--returns`` lists each return to a non-coordinating room (the call's index in the
+Issue 53 asks for the walk's files (target: at most 50) and stops, not only its
+returns: the report's first line gives the distinct files, the first-call walk's stops
+and the full walk's. ``--json`` prints only the figures of both walks, one JSON object.
+
+``--tree TREE`` measures another checkout (the figures are the same for a tree before
+9c02862, whose ``runs/`` package and ``plugins.py`` the script also finds): its product
+files are TREE's, and TREE's roots must come first on ``PYTHONPATH``, or the script
+stops. With the venv of any checkout::
+
+    PYTHONPATH=/work/before:/work/before/agents:/work/before/infrastructure \
+        python benchmarks/job_walk.py --tree /work/before --json
+
+``--files`` lists the walk's distinct files in the order it first enters each, with the
+calls made in it and how many of its functions were called. ``--returns`` lists each
+return to a non-coordinating room (the call's index in the
 walk, its thread, the file it came from, and the file and function it entered);
 ``--sequence`` prints the walk with its repeats folded: the rooms, and each run of
 consecutive calls in one file as ``file (calls) first function:line``.
@@ -82,6 +96,9 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
+import importlib.util
+import json
 import os
 import sys
 import tempfile
@@ -89,7 +106,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from pathlib import Path
 from types import CodeType, FrameType
@@ -100,6 +117,7 @@ ROOMS = ("genesis_fp16", "agents", "infrastructure")
 COORDINATING = "genesis_fp16"
 CONTRACT_FILES = ("plugin_api.py", "train_request.py", "train_result.py")
 EXCLUDED_FOLDERS = ("tests", "benchmarks", "__pycache__")
+FILES_TARGET = 50  # issue 53: tick to first checkpoint through at most 50 files
 AGENT = "se_darwin"
 # A frame whose code has one of these flags is a generator or coroutine: its later
 # "call" events are resumptions (inspect.CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR).
@@ -205,6 +223,20 @@ def crossing_pairs(files: Sequence[str]) -> Counter[tuple[str, str]]:
     )
 
 
+def walk_files(files: Sequence[str], functions: Sequence[str]) -> list[tuple[str, int, int]]:
+    """Each distinct file in the order the walk first enters it: (file, its calls, its
+    functions called).
+
+    >>> walk_files(["a.py", "b.py", "a.py"], ["f:1", "g:1", "h:5"])
+    [('a.py', 2, 2), ('b.py', 1, 1)]
+    """
+    calls: Counter[str] = Counter(files)
+    called: dict[str, set[str]] = {}
+    for file, function in zip(files, functions, strict=True):
+        called.setdefault(file, set()).add(function)
+    return [(file, calls[file], len(called[file])) for file in called]
+
+
 def fold(items: Sequence[str]) -> list[tuple[str, int, int]]:
     """Runs of equal consecutive items: (item, its count, the index where the run starts).
 
@@ -278,15 +310,38 @@ class Job:
     seconds: float
 
 
-def _job(folder: Path, data: Path, steps: int) -> tuple[Callable[[], None], Any, str]:
+def _from_tree(tree: Path, attr: str, *modules: str) -> Any:
+    """``attr`` of the first of ``modules`` that is a file of ``tree``: 9c02862 moved
+    ``genesis_fp16/runs/`` into ``jobs/`` and ``launch/``, and ``plugins.py`` into
+    ``config/``, and the script measures trees from either side of it. A module found
+    elsewhere (an editable install's finder answers for a name the tree lacks) is not
+    imported: it would bring a second copy of the contract's classes."""
+    for name in modules:
+        try:
+            spec = importlib.util.find_spec(name)
+        except ModuleNotFoundError:
+            continue
+        if spec is not None and spec.origin and product_file(spec.origin, tree):
+            return getattr(importlib.import_module(name), attr)
+    raise SystemExit(f"job_walk: none of {', '.join(modules)} is a file of {tree}")
+
+
+def _load_plugin(tree: Path, name: str) -> Any:
+    modules = ("genesis_fp16.config.plugins", "genesis_fp16.plugins")
+    return _from_tree(tree, "load_plugin", *modules)(name)
+
+
+def _job(folder: Path, data: Path, steps: int, tree: Path) -> tuple[Callable[[], None], Any, str]:
     """The daemon's job function for one fresh state folder, its metrics registry and
     the device the job trains on."""
     from prometheus_client import CollectorRegistry
 
-    from genesis_fp16.config.plugins import load_plugin
     from genesis_fp16.config.settings import Settings
-    from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
     from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+
+    jobs = ("genesis_fp16.jobs.agent_job", "genesis_fp16.runs.jobs")
+    device_slots, job_context = (_from_tree(tree, n, *jobs) for n in ("DeviceSlots", "JobContext"))
+    run_agent_job = _from_tree(tree, "run_agent_job", *jobs)
 
     settings = Settings(
         state_dir=folder,
@@ -296,8 +351,8 @@ def _job(folder: Path, data: Path, steps: int) -> tuple[Callable[[], None], Any,
         agents={AGENT: {"data_path": str(data)}},  # type: ignore[dict-item]
     )
     metrics = DaemonMetrics(CollectorRegistry(), "job_walk")
-    ctx = JobContext(settings, metrics, DeviceSlots(1), threading.Event())
-    plugin = load_plugin(AGENT)
+    ctx = job_context(settings, metrics, device_slots(1), threading.Event())
+    plugin = _load_plugin(tree, AGENT)
     job = functools.partial(run_agent_job, ctx, AGENT, plugin)
     return job, metrics.registry, settings.device_for(AGENT)
 
@@ -307,29 +362,28 @@ def _succeeded(registry: Any) -> bool:
     return bool(registry.get_sample_value("genesis_fp16_training_runs_total", labels) == 1)
 
 
-def trace_job(steps: int, pool: int, warm: bool = True) -> tuple[Tracer, Job]:
+def trace_job(steps: int, pool: int, warm: bool = True, tree: Path = TREE) -> tuple[Tracer, Job]:
     """Run one se_darwin job through ``run_agent_job`` and trace its walk (see above)."""
     import genesis_fp16
-    from genesis_fp16.config.plugins import load_plugin
     from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 
-    if product_file(genesis_fp16.__file__) is None:
+    if product_file(genesis_fp16.__file__, tree) is None:
         raise SystemExit(
             f"job_walk: genesis_fp16 is imported from {genesis_fp16.__file__}, "
-            f"not from {TREE}: put the tree's roots on PYTHONPATH"
+            f"not from {tree}: put the tree's roots on PYTHONPATH"
         )
     for key in [k for k in os.environ if k.startswith("GENESIS_FP16_")]:
         del os.environ[key]
-    tracer = Tracer(CheckpointManager.save.__code__)
+    tracer = Tracer(CheckpointManager.save.__code__, tree)
     with tempfile.TemporaryDirectory() as temp:
         folder = Path(temp)
-        data = load_plugin(AGENT).generate_sample_data(folder / "data", pool, 0)
+        data = _load_plugin(tree, AGENT).generate_sample_data(folder / "data", pool, 0)
         if warm:
-            run, registry, _ = _job(folder / "warm-up", data, steps)
+            run, registry, _ = _job(folder / "warm-up", data, steps, tree)
             run()
             if not _succeeded(registry):
                 raise SystemExit("job_walk: the warm-up job did not succeed")
-        run, registry, device = _job(folder / "state", data, steps)
+        run, registry, device = _job(folder / "state", data, steps, tree)
         started = time.perf_counter()
         tracer.trace(run)
         seconds = time.perf_counter() - started
@@ -359,9 +413,9 @@ def first_calls(files: Sequence[str], functions: Sequence[str]) -> list[str]:
 def table(full: WalkCounts, first: WalkCounts, tracer: Tracer) -> Iterator[str]:
     """The figures of both walks as a Markdown table."""
     rows: list[tuple[str, Callable[[WalkCounts], object]]] = [
+        (f"**distinct files** (target <= {FILES_TARGET})", lambda c: f"**{c.files}**"),
+        ("**stops** (file changes between consecutive calls)", lambda c: f"**{c.stops}**"),
         ("calls (product code)", lambda c: c.calls),
-        ("stops (file changes between consecutive calls)", lambda c: c.stops),
-        ("distinct files", lambda c: c.files),
         ("room entries", lambda c: c.room_entries),
         ("**returns to a non-coordinating room**", lambda c: f"**{c.returns_noncoordinating}**"),
         *(
@@ -416,18 +470,41 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--returns", action="store_true", help="list the returns to a non-coordinating room"
     )
+    parser.add_argument(
+        "--tree",
+        type=Path,
+        default=TREE,
+        help="the tree whose files are product code (default: this script's); its roots "
+        "must come first on PYTHONPATH",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print only the figures of both walks, as JSON"
+    )
+    parser.add_argument(
+        "--files", action="store_true", help="list the walk's files, in the order entered"
+    )
     args = parser.parse_args(argv)
     import structlog
 
     # The jobs' log lines go to stderr (structlog's default is stdout): stdout is the report.
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
-    tracer, job = trace_job(args.steps, args.pool, warm=not args.cold)
+    tree = args.tree.resolve()
+    tracer, job = trace_job(args.steps, args.pool, warm=not args.cold, tree=tree)
     full = count_walk(tracer.files)
     first = count_walk(first_calls(tracer.files, tracer.functions))
     print(f"job_walk: the traced job took {job.seconds:.1f} s", file=sys.stderr)
+    if args.json:
+        figures = {"full": asdict(full), "first_call": asdict(first), "seconds": job.seconds}
+        print(json.dumps({"tree": str(tree), **figures}))
+        return
     print(
         f"se_darwin, steps_per_run={job.steps}, pool={job.pool}, device={job.device}, "
-        f"{'cold' if args.cold else 'warm'}\n"
+        f"{'cold' if args.cold else 'warm'}, tree {tree}\n"
+    )
+    print(
+        f"Tick to first checkpoint: {full.files} files (target <= {FILES_TARGET}), "
+        f"{first.stops} first-call stops ({full.stops} in the full walk), "
+        f"{full.returns_noncoordinating} returns to a non-coordinating room.\n"
     )
     print("\n".join(table(full, first, tracer)))
     for title, pairs in (
@@ -438,6 +515,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"\n| {title} | stops |\n| --- | ---: |")
             for (one, other), n in pairs.most_common(args.pairs):
                 print(f"| {one} <-> {other} | {n} |")
+    if args.files:
+        print("\n| # | file (in the order the walk enters it) | calls | functions |")
+        print("| ---: | --- | ---: | ---: |")
+        for i, (file, calls, called) in enumerate(walk_files(tracer.files, tracer.functions)):
+            print(f"| {i + 1} | {file} | {calls} | {called} |")
     if args.returns:
         print("\n| call | thread | from | into (function) |\n| ---: | --- | --- | --- |")
         print("\n".join(listed_returns(tracer)))

@@ -15,7 +15,7 @@ outside (wall seconds, user+system CPU seconds and peak RSS of the process, by `
 * **up_to_date**: the same command with ``--resume`` on the unchanged pool (the data
   manifest answers: no parse, no task);
 * **check_in_daemon**: the same check as the daemon asks it before starting a child
-  (``SEDarwinPlugin.check_up_to_date``), timed in this process where torch is already
+  (``SEDarwinPlugin.check_data``), timed in this process where torch is already
   imported, as it is in the daemon: CPU seconds of the call alone;
 * **plus_1pct**: 1% more records, the same command with ``--resume`` (the data changed:
   ``json``, a second pool file, parsed while the first comes from the record cache;
@@ -123,12 +123,12 @@ def check_in_daemon(data: Path, ckpt: Path) -> dict[str, Any]:
         options={"max_epochs": 1},
     )
     cpu, start = time.process_time(), time.perf_counter()
-    result = plugin.check_up_to_date(request)
+    result = plugin.check_data(request).up_to_date
     return {
         "wall": time.perf_counter() - start,
         "cpu": time.process_time() - cpu,
         "rss_mb": float("nan"),
-        "result": None if result is None else result.to_json(),
+        "result": None if result is None else dict(result),
     }
 
 

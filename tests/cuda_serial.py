@@ -28,6 +28,7 @@ from pathlib import Path
 
 CUDA_WHEN_PRESENT = (
     "tests/agents/",  # the agents' plugins and tasks train on their request's device
+    "tests/infrastructure/recipes/",  # the retrain recipe, run through the se_darwin plugin
     "tests/genesis_fp16/",  # the CLI, the daemon, the launcher, the bench
     "tests/deploy/test_grafana.py",  # a real daemon scraped by a real Prometheus
     "tests/test_readme.py",  # the README's `genesis-fp16 train ...` commands
@@ -39,7 +40,7 @@ CUDA_WHEN_PRESENT = (
 def uses_cuda(nodeid: str, gpu_marked: bool) -> bool:
     """Whether a test uses CUDA on a host that has it: gpu-marked, or under CUDA_WHEN_PRESENT.
 
-    >>> uses_cuda("tests/genesis_fp16/test_cli_train.py::test_x", gpu_marked=False)
+    >>> uses_cuda("tests/genesis_fp16/commands/test_cli_train.py::test_x", gpu_marked=False)
     True
     """
     return gpu_marked or nodeid.startswith(CUDA_WHEN_PRESENT)

@@ -179,7 +179,9 @@ PRELUDES = {
 
 _UNIT = "needs root and systemd; the unit's install lines, run by tests/test_packaging.py"
 _DEPLOY = "tests/deploy/test_readme_deployment.py::test_"
-_TRACKING = "tests/genesis_fp16/test_tracking.py::test_train_tracking_dir_writes_a_readable_run"
+_TRACKING = (
+    "tests/genesis_fp16/metrics/test_tracking.py::test_train_tracking_dir_writes_a_readable_run"
+)
 _CLAIMS = "tests/test_doc_claims.py::test_"
 _RECORD = "a measurement's record"
 
@@ -214,13 +216,13 @@ BLOCKS: dict[tuple[str, str], Plan] = {
     ),
     ("README.md", 'policy = PrecisionPolicy.create("auto", "cpu")  # resolved once'): Run("fresh"),
     ("README.md", ".venv/bin/genesis-fp16 new-agent my_agent"): Covered(
-        "tests/genesis_fp16/test_new_agent.py::"
+        "tests/genesis_fp16/scaffold/test_new_agent.py::"
         "test_the_scaffold_installs_in_a_fresh_venv_and_trains_under_serve",
         "pip install into the suite's own venv would change it for every other test; that "
         "test runs these lines as written in a venv of its own",
     ),
     ("README.md", "[build-system]"): Covered(
-        "tests/genesis_fp16/test_new_agent.py::test_the_readme_plugin_section_is_the_scaffold_output",
+        "tests/genesis_fp16/scaffold/test_new_agent.py::test_the_readme_plugin_section_is_the_scaffold_output",
         "new-agent's pyproject.toml, byte for byte",
     ),
     ("README.md", '"""my_agent: a genesis-fp16 agent plugin'): Covered(
@@ -231,7 +233,7 @@ BLOCKS: dict[tuple[str, str], Plan] = {
     ("README.md", "genesis-fp16 bench            # or"): Skip(
         _RECORD,
         "the whole benchmark: tens of minutes on a 2-core CPU; `bench --tiny` runs in "
-        "tests/genesis_fp16/test_bench.py::test_tiny_run_writes_every_documented_column",
+        "tests/genesis_fp16/bench/test_bench.py::test_tiny_run_writes_every_documented_column",
     ),
     ("README.md", "torchrun --nproc-per-node 2 -m genesis_fp16 train se_darwin"): Run(
         "fresh", slow=True, env=SMALL_POOL
@@ -256,7 +258,7 @@ BLOCKS: dict[tuple[str, str], Plan] = {
         "fresh", slow=True, env=SMALL_POOL
     ),
     ("docs/distributed.md", "python -m torch.distributed.run --nnodes=$PET_NNODES"): Covered(
-        "tests/genesis_fp16/test_kubeflow.py::test_pet_layout_becomes_torchruns_flags",
+        "tests/genesis_fp16/launch/test_kubeflow.py::test_pet_layout_becomes_torchruns_flags",
         "what train execs in a Kubeflow pod (`<the same arguments>` is a placeholder); two "
         "nodes: test_kubeflow.py::test_two_nodes_driven_only_by_pet_variables",
     ),
@@ -268,7 +270,8 @@ BLOCKS: dict[tuple[str, str], Plan] = {
     ("docs/library.md", 'policy = PrecisionPolicy.create("auto", "cpu")'): Run("fresh"),
     ("docs/library.md", "result = fit("): Run("fresh", prelude="task"),
     ("docs/operations.md", "sudo sed -i 's/^ENABLE_FP16_TRAINING=.*/"): Skip(
-        "needs root and systemd", "the reload itself: tests/genesis_fp16/test_daemon_serve.py"
+        "needs root and systemd",
+        "the reload itself: tests/genesis_fp16/service/test_daemon_serve.py",
     ),
     ("docs/operations.md", "kubectl edit configmap genesis-fp16-config"): Skip(
         "needs a cluster", "an interactive edit of a live ConfigMap"
@@ -277,7 +280,7 @@ BLOCKS: dict[tuple[str, str], Plan] = {
         "tests/test_packaging.py::test_unit_install_lines_are_the_runbooks", _UNIT
     ),
     ("docs/operations.md", "daemon"): Covered(
-        "tests/genesis_fp16/test_status_page.py::test_status_text_and_the_page_show_the_same_rows",
+        "tests/genesis_fp16/status/test_status_page.py::test_status_text_and_the_page_show_the_same_rows",
         "output sample of `genesis-fp16 status` beside a real daemon (its pid and times vary)",
     ),
     ("docs/operations.md", "sudo mkdir -p /etc/systemd/system/genesis-fp16.service.d"): Skip(
@@ -306,7 +309,7 @@ BLOCKS: dict[tuple[str, str], Plan] = {
         "docs/precision-guard.md",
         "genesis-fp16 replay /var/lib/genesis-fp16/agents/se_darwin/fault_bundles/2026112",
     ): Covered(
-        "tests/genesis_fp16/test_cli_replay.py::test_train_writes_a_bundle_that_replay_reproduces_and_explains",
+        "tests/genesis_fp16/commands/test_cli_replay.py::test_train_writes_a_bundle_that_replay_reproduces_and_explains",
         "a real train writes a bundle, and replay runs it with --json, --precision, --device",
     ),
     ("docs/precision-guard.md", "python benchmarks/flight_recorder.py --seeds 10"): Skip(

@@ -24,9 +24,9 @@ with open(sys.argv[1], "a") as handle:
 
 def test_gpu_marked_and_listed_tests_use_cuda_and_every_listed_path_exists() -> None:
     """gpu-marked or under CUDA_WHEN_PRESENT: uses CUDA; others not; no listed path is stale."""
-    assert uses_cuda("tests/infrastructure/training/test_cuda.py::test_x", gpu_marked=True)
-    assert uses_cuda("tests/genesis_fp16/test_daemon_serve.py::test_x", gpu_marked=False)
-    assert not uses_cuda("tests/infrastructure/training/test_trainer.py::test_x", False)
+    assert uses_cuda("tests/infrastructure/training/step/test_cuda.py::test_x", gpu_marked=True)
+    assert uses_cuda("tests/genesis_fp16/service/test_daemon_serve.py::test_x", gpu_marked=False)
+    assert not uses_cuda("tests/infrastructure/training/step/test_trainer.py::test_x", False)
     assert all((ROOT / path).exists() for path in CUDA_WHEN_PRESENT), CUDA_WHEN_PRESENT
 
 

@@ -110,3 +110,165 @@ def test_each_figure_counts_what_it_says_and_nothing_else(tmp_path: Path) -> Non
     assert [f.rel for f in figures.long_files()] == ["agents/long.py"]
     assert figures.lines == 901 + sum(len(t.splitlines()) for t in (PICK, RECORDS, SPEC))
     assert [(p.name, p.why) for p in figures.loads] == [("Runner.chosen", "line 17")]
+
+
+RESULT = """
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+@dataclass(frozen=True)
+class TrainResult:
+    agent: str
+    gate: Mapping[str, Any] | None = None
+    demotions: Sequence[Mapping[str, Any]] = ()
+    phases: Mapping[str, float] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+@dataclass(frozen=True)
+class Other:
+    drift: Mapping[str, Any]
+"""
+
+STATE = """
+import os
+import torch
+
+POINTER = "served.json"
+NOTES = "notes.json"
+
+def pointer_path(folder):
+    return folder / POINTER
+
+def read_json(path):
+    with open(path) as handle:
+        return handle.read()
+
+def candidate(folder):
+    return read_json(folder / "candidate.json")
+
+def read_pointer(folder):
+    return pointer_path(folder).read_text()
+
+def write_pointer(folder, text):
+    with open(pointer_path(folder), "w") as handle:
+        handle.write(text)
+    pointer_path(folder).write_text(text)
+    os.open(pointer_path(folder), os.O_RDWR | os.O_CREAT)
+
+def notes(folder):
+    return (folder / NOTES).read_text()
+
+def echo(path):
+    return path
+
+def through_echo(folder):
+    return echo(pointer_path(folder)).read_bytes()
+
+def scale(folder):
+    return read_state_text(folder / "loss_scale.json", 64)
+
+def raw_fd(folder):
+    return os.open(pointer_path(folder), os.O_RDONLY | os.O_NONBLOCK)
+
+def read_state_text(path, limit):
+    return open(path).read()
+
+class StateFile:
+    name: str
+    def at(self, folder):
+        return folder / self.name
+
+class Request:
+    cache: str
+
+SERVED = StateFile("served.json")
+
+def via_layout(folder):
+    return SERVED.at(folder).read_text()
+
+def by_field(folder):
+    return (folder / SERVED.name).read_text()
+
+def plan(folder):
+    return Request(cache=folder / "precision_calibration.json")
+
+def cached(request):
+    return request.cache.read_text()
+
+def through_owner(files, folder):
+    return files.load(SERVED.at(folder))
+
+def checkpoint(folder):
+    return torch.load(folder / "served.json")
+"""
+
+OWNER = """
+def read_served(folder):
+    return (folder / "served.json").read_text()
+"""
+
+NAMES = """
+from typing import Literal
+
+PrecisionName = Literal["fp32", "bf16", "fp16"]
+
+def pick(precision: str, precision_reason: str, requested: "str", device_requested: str):
+    return precision
+
+def chosen_precision() -> str | None:
+    return None
+
+def typed(precision: PrecisionName) -> PrecisionName:
+    return precision
+
+class Record:
+    precision_used: str
+    tools_used: str
+    floor: PrecisionName
+    precisions: tuple[str, ...]
+"""
+
+
+def test_issue_53s_figures_count_what_they_say_and_nothing_else(tmp_path: Path) -> None:
+    """Mapping[str, Any] fields of TrainResult only, state-file reads (raw, hardened)
+    outside the owner only, precision-named str annotations only, rlhf_ppo's lines only:
+    each near miss beside them is left out."""
+    dc = _script()
+    _write(tmp_path, "infrastructure/pkg/training/run/spec.py", SPEC)
+    _write(tmp_path, "infrastructure/pkg/contract/train_result.py", RESULT)
+    _write(tmp_path, "infrastructure/pkg/recipes/served.py", STATE)
+    _write(tmp_path, "infrastructure/pkg/agent_folder/served.py", OWNER)
+    _write(tmp_path, "genesis_fp16/names.py", NAMES)
+    _write(tmp_path, "genesis_fp16/execution.py", "def resolve(requested: str): ...\n")
+    _write(tmp_path, "agents/genesis_fp16_agents/rlhf_ppo/engine.py", "x = 1\n" * 7)
+    _write(tmp_path, "agents/genesis_fp16_agents/rlhf_ppo/sub/model.py", "x = 1\n" * 5)
+    _write(tmp_path, "agents/genesis_fp16_agents/rlhf_ppo_tools/other.py", "x = 1\n" * 3)
+
+    figures = dc.count(tmp_path, dc.run_field_names(tmp_path))
+
+    assert [p.name for p in figures.result_mappings] == ["gate", "demotions", "extra"]
+    assert [
+        (p.name, p.why.split(", line")[0] + p.why.split(":", 1)[1]) for p in figures.state_reads
+    ] == [
+        ("read_json", "raw candidate.json"),
+        ("read_pointer", "raw served.json"),
+        ("scale", "hardened loss_scale.json"),
+        ("raw_fd", "raw served.json"),
+        ("via_layout", "raw served.json"),
+        ("cached", "raw precision_calibration.json"),
+        ("checkpoint", "raw served.json"),
+    ]
+    assert all(p.rel == "infrastructure/pkg/recipes/served.py" for p in figures.state_reads)
+    assert [(p.name, p.why) for p in figures.precision_strs] == [
+        ("<module>", "precision_used: str, line 16"),
+        ("<module>", "precisions: tuple[str, ...], line 19"),
+        ("pick", "precision: str"),
+        ("pick", "requested: 'str'"),
+        ("chosen_precision", "returns str | None"),
+        ("<module>", "precision: str, line 10"),  # RunSpec's, in SPEC
+    ]
+    assert figures.rlhf_ppo_lines == 12
+    rows = dict(dc.rows(figures))
+    assert rows["7. State-file reads outside the agent folder's owner"] == "7 in 1 file"
+    assert rows["... raw / through the hardened reader"] == "6 / 1"

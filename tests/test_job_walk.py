@@ -67,6 +67,16 @@ def test_the_first_call_walk_keeps_each_functions_first_call() -> None:
     assert walk.first_calls(files, functions) == [files[0], files[1], files[3]]
 
 
+def test_the_files_are_listed_in_the_order_entered_with_their_calls() -> None:
+    """Six files of the synthetic walk, the plugin's with 3 calls of one function; a
+    file entered again is not listed again."""
+    listed = _script().walk_files(WALK, [f"f{i % 2}:1" for i in range(len(WALK))])
+    assert [file for file, _, _ in listed] == list(dict.fromkeys(WALK))
+    assert listed[0] == ("genesis_fp16/jobs/agent_job.py", 2, 2)
+    assert listed[2] == ("agents/genesis_fp16_agents/se_darwin/plugin.py", 3, 2)
+    assert sum(calls for _, calls, _ in listed) == len(WALK)
+
+
 def test_file_pairs_and_folds_count_each_stop_once() -> None:
     """A stop counts under its unordered pair; a crossing pair joins two rooms."""
     walk = _script()

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,21 @@ def test_run_installs_only_what_running_needs(tmp_path: Path) -> None:
     assert "[dev" not in run and "bench]" not in run
     assert "genesis-fp16 serve" in run
     assert "'.[dev,bench]'" in _dry_run("test", tmp_path)
+
+
+def test_test_runs_every_tier_and_test_fast_leaves_out_the_distributed_one(
+    tmp_path: Path,
+) -> None:
+    """make test (CI's command) selects no marker; make test-fast deselects `distributed`,
+    which pyproject registers (--strict-markers would refuse it otherwise)."""
+    full, fast = (
+        [line for line in _dry_run(target, tmp_path).splitlines() if "bin/pytest" in line]
+        for target in ("test", "test-fast")
+    )
+    assert len(full) == len(fast) == 1 and " -m " not in full[0]
+    assert fast[0].endswith(' -m "not distributed"') and fast[0].startswith(full[0].rstrip())
+    markers = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]
+    assert any(m.startswith("distributed:") for m in markers["ini_options"]["markers"])
 
 
 def test_dist_builds_with_the_standard_front_end(tmp_path: Path) -> None:

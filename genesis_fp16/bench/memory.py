@@ -38,7 +38,6 @@ from torch import nn
 from genesis_fp16.bench.workload import build_workload, load_data, world_model_loss, write_data
 
 MIB = 2**20
-TABLE_BATCHES = (64, 1024, 8192, 16384)
 TABLE_RUNNERS = {"ours": "eager", "ours-graph": "captured"}
 
 

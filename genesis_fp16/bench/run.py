@@ -266,7 +266,9 @@ def load_warning(load: float, cores: int | None) -> str | None:
     ratios then measure the other work as much as the trainers), else None.
 
     >>> load_warning(1.6, 2)
-    'warning: the machine is loaded (1-minute load average 1.60 on 2 cores): ...'  # doctest: +SKIP
+    'warning: the machine is loaded (1-minute load average 1.60 on 2 cores): ...'
+    >>> load_warning(0.4, 2) is None
+    True
     """
     cores = cores or 1
     if load <= LOADED_SHARE * cores:

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.metrics.last_run import LastRunUnreadable, load_last_run
 from genesis_fp16_infrastructure.recipes.retrain.served import (
     CANDIDATE_META,
     VERDICT_NAME,
@@ -28,6 +30,7 @@ from genesis_fp16_infrastructure.recipes.retrain.served import (
     served_checkpoint,
 )
 from genesis_fp16_infrastructure.recipes.retrain.served_repair import repairable_pointer
+from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 
 
 def list_models(folder: Path, agent: str, as_json: bool) -> int:
@@ -147,7 +150,7 @@ def _list_ungated(folder: Path, agent: str, as_json: bool) -> int:
         newest = None
     row: dict[str, Any] | None = None
     if newest is not None:
-        summary = read_json(Path(f"{newest}.json")) or {}
+        summary = read_summary(newest) or {}
         row = {
             "checkpoint": newest.name,
             "step": summary.get("step"),
@@ -172,8 +175,11 @@ def _list_ungated(folder: Path, agent: str, as_json: bool) -> int:
 
 def _last_eval(agent_root: Path) -> dict[str, Any] | None:
     """The eval figures the agent's last run reported (``last_run.json``), if it kept any."""
-    record = read_json(agent_root / "last_run.json") or {}
-    figures = record.get("eval")
+    try:
+        record = load_last_run(AgentPaths(agent_root))
+    except LastRunUnreadable:
+        return None
+    figures = None if record is None else record.eval
     if not isinstance(figures, dict):
         return None
     return {k: v for k, v in figures.items() if isinstance(v, int | float)} or None

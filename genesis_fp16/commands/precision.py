@@ -21,6 +21,12 @@ from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.state_files import locked
 from genesis_fp16.jobs.guard_state import describe
+from genesis_fp16_infrastructure.agent_folder.files import SetAside
+from genesis_fp16_infrastructure.agent_folder.records import (
+    Calibration,
+    read_calibration,
+    read_capture_verdicts,
+)
 from genesis_fp16_infrastructure.training.flight.bundle_files import FOLDER, list_bundles
 from genesis_fp16_infrastructure.training.precision.carried_scale import (
     read_carried_scale,
@@ -31,7 +37,7 @@ from genesis_fp16_infrastructure.training.precision.precision_memory import (
     write_precision_memory,
 )
 
-# Torch-free: the calibration cache is read as JSON, without the training library.
+# Torch-free: the calibration is read as the record the owner types, without torch.
 _NOT_MEASURED = "no measurement of 'auto' cached (it is timed at the next auto run)"
 
 
@@ -70,6 +76,11 @@ def run(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace, agent: str, paths: AgentPaths) -> int:
     path = paths.precision_state_path
     calibration = _read_calibration(paths.calibration_path)
+    shown_calibration = (
+        calibration.to_json()
+        if isinstance(calibration, Calibration)
+        else (None if calibration is None else {"error": calibration})
+    )
     try:
         memory = read_precision_memory(path)
     except ValueError as exc:
@@ -83,7 +94,7 @@ def _show(args: argparse.Namespace, agent: str, paths: AgentPaths) -> int:
         shown = {
             "host": host,
             "demotion": memory.to_json() if memory else None,
-            "calibration": calibration,
+            "calibration": shown_calibration,
             "captured_step_verdicts": verdicts,
             "carried_loss_scale": None if carried is None else carried.__dict__,
             "fault_bundles": bundles,
@@ -154,14 +165,14 @@ def _reset(args: argparse.Namespace, agent: str, paths: AgentPaths) -> int:
     return 0
 
 
-def _read_calibration(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        return {"error": f"{path}: unreadable ({exc}); the next auto run measures again"}
-    return data if isinstance(data, dict) else {"error": f"{path}: not a calibration"}
+def _read_calibration(path: Path) -> Calibration | str | None:
+    """The kept measurement, read by the agent folder's owner as the run reads it; a
+    string: why the file was unusable (set aside; the next auto run measures again)."""
+    unusable: list[SetAside] = []
+    found: Calibration | None = read_calibration(path, unusable=unusable.append)
+    if unusable:
+        return f"{unusable[0].why}; set aside, the next auto run measures again"
+    return found
 
 
 def _host() -> dict[str, bool]:
@@ -179,7 +190,7 @@ def _host() -> dict[str, bool]:
     }
 
 
-def _describe_calibration(data: dict[str, Any] | None, host: dict[str, bool] | None) -> str:
+def _describe_calibration(data: Calibration | str | None, host: dict[str, bool] | None) -> str:
     if data is None:
         if host is not None and not any(host.values()):
             return (
@@ -187,37 +198,31 @@ def _describe_calibration(data: dict[str, Any] | None, host: dict[str, bool] | N
                 "only fp32 natively): auto runs fp32"
             )
         return _NOT_MEASURED
-    if "error" in data:
-        return str(data["error"])
-    try:
-        rows = data["rows"]
-        fp32 = next(r["median_ms"] for r in rows if r["precision"] == "fp32")
-        lines = [f"auto: {data['reason']}", "precision  execution   median ms   vs fp32"]
-        for r in rows:
-            execution = data.get("execution", r["execution"])  # absent from version 1 caches
-            picked = r["precision"] == data["chosen"] and r["execution"] == execution
-            mark = "  <- chosen" if picked else ""
-            ratio = fp32 / r["median_ms"] if r["median_ms"] else float("nan")
-            lines.append(
-                f"{r['precision']:<10} {r['execution']:<11} {r['median_ms']:>9.3f}   "
-                f"{ratio:.2f}x{mark}"
-            )
-        lines += [f"{name:<10} not timed: {why}" for name, why in data["skipped"].items()]
-        lines.append("keyed by: " + ", ".join(f"{k}={v}" for k, v in sorted(data["key"].items())))
-        return "\n".join(lines)
-    except (KeyError, TypeError, StopIteration, ZeroDivisionError):
-        return "the cached measurement of 'auto' is malformed; the next auto run measures again"
+    if isinstance(data, str):
+        return data
+    fp32 = next((r.median_ms for r in data.rows if r.precision == "fp32"), None)
+    lines = [f"auto: {data.reason}", "precision  execution   median ms   vs fp32"]
+    for r in data.rows:
+        picked = r.precision == data.chosen and r.execution == data.execution
+        mark = "  <- chosen" if picked else ""
+        ratio = fp32 / r.median_ms if fp32 is not None and r.median_ms else float("nan")
+        lines.append(
+            f"{r.precision:<10} {r.execution:<11} {r.median_ms:>9.3f}   {ratio:.2f}x{mark}"
+        )
+    lines += [f"{name:<10} not timed: {why}" for name, why in data.skipped.items()]
+    lines.append("keyed by: " + ", ".join(f"{k}={v}" for k, v in sorted(data.key.items())))
+    return "\n".join(lines)
 
 
 def _read_verdicts(path: Path) -> list[dict[str, Any]]:
-    """The captured step's cached verdicts (verify_capture.py's file), as JSON."""
-    try:
-        data = json.loads(path.read_text())
-        return [dict(v) for v in data["verdicts"].values()]
-    except FileNotFoundError:
-        return []
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        return [{"error": f"{path}: unreadable ({exc}); the next captured run verifies again"}]
+    """The captured step's kept verdicts (verify_capture's file, read by the agent
+    folder's owner), as JSON; an unusable file is set aside and said in one entry."""
+    unusable: list[SetAside] = []
+    verdicts = read_capture_verdicts(path, unusable.append)
+    if unusable:
+        why = unusable[0].why
+        return [{"error": f"{why}; set aside, the next captured run verifies again"}]
+    return [v.to_json() for v in verdicts.values()]
 
 
 def _describe_verdicts(verdicts: list[dict[str, Any]], host: dict[str, bool] | None) -> str:

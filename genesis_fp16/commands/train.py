@@ -47,8 +47,8 @@ from genesis_fp16.commands.train_output import (
     describe,
     exit_code,
     fan_out,
-    print_diagnostics,
     print_progress,
+    relay_to_daemon,
 )
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.plugins import PluginError, load_plugin
@@ -64,8 +64,8 @@ from genesis_fp16.config.settings import (
 from genesis_fp16.jobs.run_request import (
     RequestOverrides,
     budget,
-    build_request,
     parse_option_flags,
+    plan_request,
     resolve_options,
 )
 from genesis_fp16.launch import kubeflow
@@ -75,6 +75,7 @@ from genesis_fp16.service.logsetup import configure_logging
 from genesis_fp16.service.startup_signals import take_over_sigterm
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainRequestError
 from genesis_fp16_infrastructure.data.readers import DataError
+from genesis_fp16_infrastructure.training.run.spec import RunCallbacks
 
 # torch (through genesis_fp16.launch.distributed and genesis_fp16_infrastructure.training's
 # checkpoint and precision modules) is imported inside run(), _train() and _request(), not here:
@@ -257,10 +258,11 @@ def _run_owned(
             shown = print_progress if main else None
         else:
             shown = bar.update if bar else None
+        # The run's callbacks, once (a daemon's child relays what its launcher reads).
+        diagnostics = relay_to_daemon() if args.json_progress and main else None
         on_log = fan_out(shown, tracker.log_summary if tracker else None)
-        request = replace(request, should_stop=stop.is_set, on_log=on_log)
-        if args.json_progress and main:  # the daemon exports them live (launcher reads these)
-            request = replace(request, on_diagnostics=print_diagnostics)
+        callbacks = RunCallbacks(on_log=on_log, should_stop=stop.is_set, on_diagnostics=diagnostics)
+        request = request.with_callbacks(callbacks)
         with kubeflow.report_progress(os.environ, request, main, stop.is_set) as request:
             code = _train(args, plugin, request, main, bar, tracker)
         if settings is not None and main and _holds_models(Path(request.checkpoint_dir)):
@@ -441,7 +443,7 @@ def _request(
         checkpoint_seconds=args.checkpoint_seconds,
     )
     try:
-        request = build_request(settings, args.agent, plugin, device, overrides)
+        request = plan_request(settings, args.agent, plugin, device, overrides).request
     except TrainRequestError as exc:
         raise UsageError(str(exc)) from None
     return request, ProgressBar(steps, sys.stderr) if terminal else None

@@ -17,6 +17,8 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TextIO
 
+from genesis_fp16.config.state_files import relayed_set_aside
+from genesis_fp16_infrastructure.agent_folder.files import SetAside, on_set_aside
 from genesis_fp16_infrastructure.contract.reports import GateReport
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
@@ -52,6 +54,18 @@ def print_diagnostics(values: Mapping[str, float]) -> None:
     """One ``{"diagnostics": ...}`` line for the launcher (a non-finite value as null)."""
     finite = {k: v if math.isfinite(v) else None for k, v in values.items()}
     print(json.dumps({"diagnostics": finite}, allow_nan=False), flush=True)
+
+
+def print_set_aside(event: SetAside) -> None:
+    """One ``{"set_aside": ...}`` line: the launcher counts the file in the daemon."""
+    print(json.dumps(relayed_set_aside(event)), flush=True)
+
+
+def relay_to_daemon() -> Callable[[Mapping[str, float]], None]:
+    """In a daemon's child: print each state file set aside in this process (the launcher
+    counts it in the daemon), and return the printer of the run's live diagnostics."""
+    on_set_aside(print_set_aside)
+    return print_diagnostics
 
 
 def print_progress(summary: TrainingSummary) -> None:

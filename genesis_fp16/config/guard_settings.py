@@ -56,6 +56,7 @@ class GuardSwitches(BaseModel):
     def guard(self) -> GuardConfig | None:
         """The ``GuardConfig`` every run gets, or None when the guard is turned off.
 
+        >>> from genesis_fp16.config.settings import Settings
         >>> Settings(guard_check_interval=10).guard.check_interval
         10
         """

@@ -14,14 +14,13 @@
 
 from __future__ import annotations
 
-import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from genesis_fp16.config.state_files import report_state_file_skipped
-from genesis_fp16_infrastructure.agent_state import AgentStateFiles
-from genesis_fp16_infrastructure.atomic import UnusableStateFile, read_state_text, write_atomic
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder import layout as L
+from genesis_fp16_infrastructure.agent_folder.layout import SAMPLE_DATA_MARKER
+from genesis_fp16_infrastructure.contract.agent_snapshot import AgentStateFiles
 from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin
 
 SAMPLE_DATA_COUNT = 20_000
@@ -36,46 +35,46 @@ class AgentPaths:
 
     @classmethod
     def for_agent(cls, state_dir: Path, agent: str) -> AgentPaths:
-        return cls(Path(state_dir) / "agents" / agent)
+        return cls(L.agent_root(state_dir, agent))
 
     @property
     def data_dir(self) -> Path:
-        return self.root / "data"
+        return self.root / L.DATA_FOLDER
 
     @property
     def checkpoint_dir(self) -> Path:
-        return self.root / "checkpoints"
+        return self.root / L.CHECKPOINTS_FOLDER
 
     @property
     def quarantine_dir(self) -> Path:
         """A file per run (data.quarantine.new_quarantine_file); quarantine.jsonl, which
         every run rewrote, is no longer written."""
-        return self.root / "quarantine"
+        return self.root / L.QUARANTINE_FOLDER
 
     @property
     def precision_state_path(self) -> Path:
-        return self.root / "precision_state.json"
+        return L.PRECISION_STATE.at(self.root)
 
     @property
     def last_success_path(self) -> Path:
         """Where the daemon keeps the agent's last success time (metrics/last_success.py)."""
-        return self.root / "last_success.json"
+        return L.LAST_SUCCESS.at(self.root)
 
     @property
     def calibration_path(self) -> Path:
         """Where a measured ``auto`` keeps its timings (``precision show`` prints them)."""
-        return self.root / "precision_calibration.json"
+        return L.CALIBRATION.at(self.root)
 
     @property
     def verification_path(self) -> Path:
         """Where the captured step's verdicts against eager are kept, beside the calibration
         (``training.run.verify_capture.verification_cache`` names the same file)."""
-        return self.root / "captured_step_verified.json"
+        return L.CAPTURE_VERDICTS.at(self.root)
 
     @property
     def loss_scale_path(self) -> Path:
         """Where the loss scale an fp16 run ended with is carried to the agent's next run."""
-        return self.root / "loss_scale.json"
+        return L.CARRIED_SCALE.at(self.root)
 
     def state_files(self, resume: bool = False) -> AgentStateFiles:
         """The state files a run's plan reads in one call
@@ -86,7 +85,7 @@ class AgentPaths:
 
 
 # The marker holds one path; anything longer is not a marker.
-MARKER_BYTES = 4096
+MARKER_BYTES = SAMPLE_DATA_MARKER.limit
 
 
 def ensure_sample_data(
@@ -101,44 +100,33 @@ def ensure_sample_data(
     signal is redone rather than half-used. It holds the path relative to the data
     folder, so a state folder copied or mounted elsewhere keeps finding its data.
     """
-    marker = paths.data_dir / ".generated"
+    marker = SAMPLE_DATA_MARKER.at(paths.data_dir)
     found = _read_marker(marker, paths.data_dir)
     if found is not None:
         return found
     paths.data_dir.mkdir(parents=True, exist_ok=True)
     data_path = plugin.generate_sample_data(paths.data_dir, count, seed)
-    write_atomic(marker, lambda handle: handle.write(_marker_text(data_path, paths.data_dir)))
+    files.write_bytes(marker, SAMPLE_DATA_MARKER, _marker_text(data_path, paths.data_dir))
     return data_path
 
 
 def _read_marker(marker: Path, data_dir: Path) -> Path | None:
     """The marked data path, or None to (re)generate: no marker, or one that is unusable
-    (torn, over MARKER_BYTES, not UTF-8, a folder, a FIFO, a link, naming no file), which
-    is set aside as ``.generated.rejected`` with one log line naming it. Never a failed
-    run every hour for a file nobody documented."""
-    try:
-        text = read_state_text(marker, MARKER_BYTES)
-        if text is None:
-            return None
-        path = _marked_path(text.strip(), data_dir) if text.strip() else None
-        if path is not None and path.exists():
-            return path
-        why = f"{marker}: names no data file ({text.strip()[:200]!r})"
-    except UnusableStateFile as error:
-        why = str(error)
-    aside = marker.with_name(marker.name + ".rejected")
-    try:
-        os.replace(marker, aside)
-    except OSError as error:
-        raise UnusableStateFile(
-            f"{why}; cannot set it aside ({error.strerror}): delete it"
-        ) from None
-    logging.getLogger(__name__).warning(
-        "unusable sample-data marker set aside as %s, sample data regenerated: %s", aside, why
+    (torn, over its bound, not UTF-8, a folder, a FIFO, a link, naming no file), which
+    the agent folder's owner sets aside as ``.generated.unusable`` and reports. Never a
+    failed run every hour for a file nobody documented."""
+    text = files.load_text(marker, SAMPLE_DATA_MARKER)
+    if text is None:
+        return None
+    path = _marked_path(text.strip(), data_dir) if text.strip() else None
+    if path is not None and path.exists():
+        return path
+    moved = files.set_aside(
+        marker, SAMPLE_DATA_MARKER, f"{marker}: names no data file ({text.strip()[:200]!r})"
     )
-    # <state>/agents/<agent>/data/.generated: counted for the agent whose folder it is in.
-    report_state_file_skipped(data_dir.parent.name, "sample_data_marker")
-    return None
+    if moved.aside is None and (marker.exists() or marker.is_symlink()):
+        raise files.UnusableStateFile(moved.why)
+    return None  # the owner logged it: the sample data is generated again
 
 
 def _marker_text(data_path: Path, data_dir: Path) -> bytes:

@@ -5,8 +5,9 @@ imported, and a plugin is imported only when it is allowed. A plugin that fails 
 import, has the wrong API version, or does not implement :class:`AgentPlugin` is
 recorded with its state and error, and the others are unaffected.
 
->>> [(r.name, r.state) for r in discover_plugins(allowlist=["se_darwin"])]
-[('se_darwin', 'loaded')]
+>>> states = {r.name: r.state for r in discover_plugins(allowlist=["se_darwin"])}
+>>> states["se_darwin"], states["rlhf_ppo"]
+('loaded', 'not_allowed')
 >>> load_plugin("se_darwin").name
 'se_darwin'
 """

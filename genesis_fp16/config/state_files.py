@@ -10,23 +10,49 @@ that every reader above it (paths, the guard's memory, the probe gate) can repor
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-# Every file name reported here (the metric's ``file`` label, created at 0 per agent).
-STATE_FILES = (
-    *("last_success", "precision_state", "sample_data_marker", "probe_result"),
-    "served_pointer",  # served.json, set aside as served.json.unusable
+from genesis_fp16_infrastructure.agent_folder.files import SetAside, on_set_aside
+from genesis_fp16_infrastructure.agent_folder.layout import (
+    LAYOUT,
+    PRECISION_STATE_LOCK,
+    StateFile,
+    agent_of,
 )
+from genesis_fp16_infrastructure.agent_folder.lock import take_lock
+
+# Every file name reported here (the metric's ``file`` label, created at 0 per agent):
+# each file the agent folder's layout names, set aside as ``<name>.unusable``.
+STATE_FILES = tuple(f.label for f in LAYOUT)
 
 _listeners: list[Callable[[str, str], None]] = []
 
 
 def on_state_file_skipped(listener: Callable[[str, str], None]) -> None:
-    """Call ``listener(agent, file)`` whenever an unusable state file is set aside."""
+    """Call ``listener(agent, file)`` whenever an unusable state file is set aside (by
+    the agent folder's owner in this process, or reported by a run's child)."""
     _listeners.append(listener)
+
+
+def report_set_aside(event: SetAside) -> None:
+    """Report a file the agent folder's owner set aside, for the agent whose folder held it."""
+    report_state_file_skipped(agent_of(event.path) or "", event.label)
+
+
+on_set_aside(report_set_aside)  # every set-aside of this process, whoever reads
+
+
+def relayed_set_aside(event: SetAside) -> dict[str, dict[str, str]]:
+    """A run's child's line for the daemon: a file it set aside (``report_relayed``)."""
+    return {"set_aside": {"path": str(event.path), "file": event.label}}
+
+
+def report_relayed(line: object) -> None:
+    """Count a file a run's child set aside, from its :func:`relayed_set_aside` line."""
+    if isinstance(line, dict) and {"path", "file"} <= set(line):
+        report_state_file_skipped(agent_of(Path(str(line["path"]))) or "", str(line["file"]))
 
 
 def report_state_file_skipped(agent: str, file: str) -> None:
@@ -36,20 +62,18 @@ def report_state_file_skipped(agent: str, file: str) -> None:
 
 
 @contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """Hold ``<path>.lock`` (an flock) around a read-modify-write of the state file
-    ``path``: the daemon recording a run's demotions and `precision reset` beside it take
-    turns, so neither overwrites what the other just wrote from a stale read. A folder
-    this process cannot write is left unlocked (nothing of ours writes there either)."""
-    lock = path.with_name(path.name + ".lock")
+def locked(path: Path, file: StateFile = PRECISION_STATE_LOCK) -> Iterator[None]:
+    """Hold ``<path>.lock`` (the agent folder's flock, ``file``) around a
+    read-modify-write of the state file ``path``: the daemon recording a run's demotions
+    and `precision reset` beside it take turns, so neither overwrites what the other just
+    wrote from a stale read. A folder this process cannot write is left unlocked
+    (nothing of ours writes there either)."""
     try:
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = take_lock(path.with_name(path.name + ".lock"), file, mode=0o600)
     except OSError:
         yield
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # waits for the other writer's few milliseconds
-        yield
+        yield  # the other writer waited its few milliseconds in take_lock
     finally:
         os.close(fd)  # releases the flock

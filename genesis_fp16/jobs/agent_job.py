@@ -72,8 +72,9 @@ def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> 
     structlog.contextvars.bind_contextvars(agent=agent, run_id=run.id)
     try:
         # Inside the try: an unreadable state file while planning is a counted failed run.
-        check_served_pointer(ctx, agent)  # an unusable one set aside: refused, degraded
         plan = plan_run(run, plugin, device)
+        # As the plan read it: an unusable one set aside (the run refuses it), degraded.
+        check_served_pointer(ctx, agent, plan.snapshot)
         record_start(run)
         result = execute_run(run, plugin, plan.request)
     except RunStopped as exc:  # stopped during its child's start-up: no step, no failure

@@ -13,7 +13,6 @@ asks for fp32, which no memory lowers. ``genesis-fp16 precision reset AGENT`` de
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,8 +22,10 @@ import structlog
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings
-from genesis_fp16.config.state_files import locked, report_state_file_skipped
-from genesis_fp16_infrastructure.agent_state import AgentState
+from genesis_fp16.config.state_files import locked
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.layout import PRECISION_STATE
+from genesis_fp16_infrastructure.contract.agent_snapshot import AgentState
 from genesis_fp16_infrastructure.contract.plugin_api import TrainResult
 from genesis_fp16_infrastructure.contract.reports import Demotion
 from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
@@ -59,7 +60,7 @@ def load_memory(settings: Settings, agent: str) -> PrecisionMemory | None:
     """The agent's remembered demotion.
 
     An unusable file (torn, not JSON, a folder, a FIFO, a link, over its size bound) is
-    set aside as ``precision_state.json.rejected``, counted, logged in one line, and
+    set aside as ``precision_state.json.unusable``, counted, logged in one line, and
     replaced by a memory whose floor is the most robust precision: a demotion it may
     have held is never forgotten into the precision that failed. `genesis-fp16
     precision reset AGENT` (the operator) clears it."""
@@ -81,12 +82,8 @@ def _usable_memory(settings: Settings, agent: str, state: AgentState) -> Precisi
 
 def _replace_unusable(path: Path, agent: str, error: str) -> PrecisionMemory:
     floor = ROBUSTNESS[-1]
-    aside = path.with_name(path.name + ".rejected")
-    try:
-        os.replace(path, aside)  # a folder too; a link is moved, not followed
-    except OSError as exc:
-        aside = path  # not ours to move: the floor holds all the same, for this run
-        error += f"; cannot set it aside ({exc.strerror})"
+    moved = files.set_aside(path, PRECISION_STATE, error)  # counted by the folder's owner
+    error = moved.why
     memory = PrecisionMemory(
         demoted_from="unknown",
         demoted_to=floor,
@@ -95,7 +92,7 @@ def _replace_unusable(path: Path, agent: str, error: str) -> PrecisionMemory:
         rollback_step=0,
         at=datetime.now(UTC).isoformat(timespec="seconds"),
     )
-    if aside != path:
+    if moved.aside is not None:  # not ours to move: the floor holds all the same, this run
         try:
             write_precision_memory(path, memory)
         except OSError as exc:
@@ -105,10 +102,9 @@ def _replace_unusable(path: Path, agent: str, error: str) -> PrecisionMemory:
         f"`genesis-fp16 precision reset {agent}`",
         agent=agent,
         path=str(path),
-        set_aside=str(aside),
+        set_aside=str(moved.aside),
         error=error,
     )
-    report_state_file_skipped(agent, "precision_state")
     return memory
 
 

@@ -18,6 +18,7 @@ be an hour away), they say what the agent's next run starts with:
 Checkpoints are the core's (``CheckpointManager``, ``checkpoint_keys``); a plugin that
 writes its own format has none here, as for ``resumed_totals`` in genesis_fp16/jobs/recording.py.
 
+>>> from pathlib import Path
 >>> expected_next_run(AgentPaths(Path("state/agents/se_darwin")), "fp32")
 NextRun(precision='fp32', loss_scale=1.0, source='request')
 """

@@ -1,7 +1,8 @@
 """Plan one run of a job: the request it trains on, with the job's callbacks.
 
 The request is built once, in one place (genesis_fp16/jobs/run_request.py:
-``plan_request``, which reads the agent's state folder in one library call); planning
+``plan_request``, which reads the agent's state folder once, into the request's
+snapshot, and asks the plugin's data check once); planning
 adds what only the daemon's job has: the probe's verdict (once per agent, when
 configured), the run's curves, and the callbacks that report progress
 (genesis_fp16/jobs/recording.py) and ask the run to stop
@@ -23,6 +24,7 @@ from genesis_fp16.jobs.recording import record_progress
 from genesis_fp16.jobs.run_request import RunPlan, plan_request, warn_ignored
 from genesis_fp16.metrics.tracking import open_tracker
 from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin
+from genesis_fp16_infrastructure.training.run.spec import RunCallbacks
 
 log = structlog.get_logger("genesis_fp16.jobs")
 
@@ -34,7 +36,7 @@ def plan_run(run: Run, plugin: AgentPlugin, device: str) -> RunPlan:
     the probe's red precisions added to it as exclusions when a probe is configured, with
     the run's curves opened when a tracking folder is set."""
     ctx, agent, settings = run.ctx, run.agent, run.settings
-    plan = plan_request(settings, agent, plugin, device, resume=True)
+    plan = plan_request(settings, agent, plugin, device)
     request = plan.request
     # Once per agent, when configured: the probe before its first bf16/fp16 run. decide()
     # leaves out of an 'auto' the precisions it marks red.
@@ -46,11 +48,13 @@ def plan_run(run: Run, plugin: AgentPlugin, device: str) -> RunPlan:
     # torchrun too); elsewhere it is a warning and an alert, never a change of precision.
     excluded = red if request.precision.measures else {}
     progress = Progress(request.steps, request.log_interval)  # the log's step N/M, ETA
-    request = replace(
-        request,
+    callbacks = RunCallbacks(  # the job's, once: a child's come from its own train
         on_log=functools.partial(record_progress, run, progress),
-        on_diagnostics=functools.partial(ctx.metrics.rl.export_live, agent),
         should_stop=run.should_stop,
+        on_diagnostics=functools.partial(ctx.metrics.rl.export_live, agent),
+    )
+    request = replace(
+        request.with_callbacks(callbacks),
         precision=replace(request.precision, excluded=excluded),
     )
     run.plan = replace(plan, request=request)

@@ -19,8 +19,6 @@ The gauges are ``genesis_fp16.metrics.probe_metrics.ProbeMetrics``.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,9 +29,9 @@ import structlog
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings
-from genesis_fp16.config.state_files import report_state_file_skipped
 from genesis_fp16.metrics.probe_metrics import ProbeMetrics
-from genesis_fp16_infrastructure.atomic import read_state_text, write_json_atomic
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.layout import PROBE_RECORD
 from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin
 from genesis_fp16_infrastructure.training.precision.precision_names import LOW_PRECISIONS
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
@@ -90,56 +88,23 @@ class ProbeRecord:
 
 
 def probe_result_path(state_dir: Path, agent: str) -> Path:
-    return AgentPaths.for_agent(state_dir, agent).root / "probe_result.json"
+    return PROBE_RECORD.at(AgentPaths.for_agent(state_dir, agent).root)
 
 
-# A probe record is a few KB; anything past this is not one, and is never read whole.
-PROBE_RECORD_BYTES = 1 << 20
+# A probe record is a few KB; anything past its bound is not one, and is never read whole.
+PROBE_RECORD_BYTES = PROBE_RECORD.limit
 
 
-def read_record(path: Path) -> ProbeRecord | None:
-    """The stored probe record; None when there is none. A broken file (torn, oversize,
-    not UTF-8, a folder, FIFO or link at its name) raises ValueError naming it."""
-    text = read_state_text(path, PROBE_RECORD_BYTES)
-    if text is None:
-        return None
-    try:
-        return ProbeRecord.from_json(json.loads(text))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: not a probe record ({exc})") from None
-
-
-def _set_aside(agent: str, path: Path, error: ValueError) -> bool:
-    """An unusable probe record: moved to ``.rejected`` (one line, counted) and True, so
-    that the agent is probed again as if it had none; False when it cannot be moved, and
-    nothing is probed (a probe whose record could never be written would run before
-    every run)."""
-    aside = path.with_name(path.name + ".rejected")
-    try:
-        os.replace(path, aside)
-    except OSError as exc:
-        log.error(
-            "unusable probe record, and it cannot be set aside: delete it",
-            agent=agent,
-            path=str(path),
-            error=f"{error}; {exc.strerror}",
-        )
-        report_state_file_skipped(agent, "probe_result")
-        return False
-    log.warning(
-        "unusable probe record set aside: the agent is probed again",
-        agent=agent,
-        path=str(path),
-        set_aside=str(aside),
-        error=str(error),
-    )
-    report_state_file_skipped(agent, "probe_result")
-    return True
+def read_record(path: Path, unusable: files.Listener | None = None) -> ProbeRecord | None:
+    """The stored probe record; None when there is none, or when it is unusable (torn,
+    oversize, not UTF-8, a folder, FIFO or link at its name): set aside as
+    ``probe_result.json.unusable`` and counted by the agent folder's owner."""
+    return files.load(path, PROBE_RECORD, ProbeRecord.from_json, unusable)
 
 
 def write_record(path: Path, record: ProbeRecord) -> None:
     """Write atomically: a crash leaves the old file or none, never half a record."""
-    write_json_atomic(path, record.to_json())
+    files.write_json(path, PROBE_RECORD, record.to_json())
 
 
 def _used_precision(request: PrecisionRequest, device: str) -> str | None:
@@ -173,12 +138,11 @@ def gate_before_run(
     if not settings.agent(agent).probe_before_low_precision:
         return None
     path = probe_result_path(settings.state_dir, agent)
-    try:
-        record = read_record(path)
-    except ValueError as exc:
-        if not _set_aside(agent, path, exc):
-            return None
-        record = None
+    stuck: list[files.SetAside] = []
+    record = read_record(path, lambda event: stuck.append(event) if event.aside is None else None)
+    if stuck:  # not set aside: a probe whose record could never be written would run
+        log.error("unusable probe record cannot be set aside: delete it", error=stuck[0].why)
+        return None
     if record is None:
         used = _used_precision(precision, device)
         if used not in LOW_PRECISIONS:

@@ -44,7 +44,7 @@ log = structlog.get_logger("genesis_fp16.jobs")
 
 def record_start(run: Run) -> None:
     """Where the run's counters start: the totals of the checkpoint it will resume, as its
-    plan read it (``RunPlan.state.resume``)."""
+    plan read it (``RunPlan.state.resume``, from the request's snapshot)."""
     resume = run.plan.state.resume if run.plan is not None else None
     if resume is None:
         raise RuntimeError("record_start() needs the run planned with its resume point")

@@ -1,17 +1,20 @@
 """One run's request, built in one place for the daemon's jobs, `train` and torchrun ranks.
 
-:func:`plan_request` (the daemon's jobs, a :class:`RunPlan`) and :func:`build_request`
-(``genesis-fp16 train``, with the command line's :class:`RequestOverrides`) read their
-inputs once, what the plugin declares and the agent's state folder
-(``genesis_fp16_infrastructure.agent_state``), then work out: the requested precision and why
-(:func:`precision_request`: flag, rollback switch, per-agent override, how ``auto`` is
-decided, the precision guard's remembered floor), the device, the budget
-(:func:`budget`), the data (sample data when none is configured), the guard's
-configuration and the agent's options. The daemon's launcher hands the result to
-torchrun's ranks whole, as a JSON file (``TrainRequest.to_json``), so every rank trains
-with the same precision request, guard, reason and options::
+:func:`plan_request` (the daemon's jobs; ``genesis-fp16 train``, with the command
+line's :class:`RequestOverrides`) reads its inputs once, what the plugin declares and the
+agent's state folder (one
+:class:`~genesis_fp16_infrastructure.contract.agent_snapshot.AgentSnapshot`: the state
+files, the served-model pointer and the plugin's data check), then works out: the
+requested precision and why (:func:`precision_request`: flag, rollback switch,
+per-agent override, how ``auto`` is decided, the precision guard's remembered floor),
+the device, the budget (:func:`budget`), the data (sample data when none is
+configured), the guard's configuration and the agent's options. The snapshot travels in the request
+(``TrainRequest.snapshot``): nothing after the plan reads those files again. The
+daemon's launcher hands the result to a child or torchrun's ranks whole, as a JSON file
+(``TrainRequest.to_json``), so every process trains with the same precision request,
+guard, reason, options and snapshot::
 
-    >>> request = build_request(settings, "rlhf_ppo", plugin, "cpu")  # doctest: +SKIP
+    >>> request = plan_request(settings, "rlhf_ppo", plugin, "cpu").request  # doctest: +SKIP
     >>> request.precision.requested, request.precision_reason  # doctest: +SKIP
     ('auto', 'default: auto (no flag, no ENABLE_FP16_TRAINING, no per-agent override)')
 
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,16 +41,24 @@ from genesis_fp16.config.settings import (
     requested_precision,
 )
 from genesis_fp16.jobs import guard_state
-from genesis_fp16_infrastructure.agent_state import AgentState, read_agent_state
+from genesis_fp16_infrastructure.agent_state import read_snapshot
+from genesis_fp16_infrastructure.contract.agent_snapshot import (
+    AgentSnapshot,
+    AgentState,
+    AgentStateFiles,
+    DataCheck,
+)
 from genesis_fp16_infrastructure.contract.plugin_api import (
     AgentPlugin,
     OptionValue,
     TrainRequest,
     TrainRequestError,
+    TrainResult,
     declared_options,
     ignored_request_fields,
     parse_options,
 )
+from genesis_fp16_infrastructure.contract.result_check import check_result
 from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
@@ -146,30 +157,24 @@ def budget(
 
 @dataclass(frozen=True)
 class RunPlan:
-    """One run's request and what it was planned from, built once per job and kept on
-    the daemon's run (``genesis_fp16.jobs.job_state.Run.plan``): the agent's state folder
-    as read for it (``state.resume``: the checkpoint its counters start from) and the
-    request fields its plugin ignores, each with what it does instead."""
+    """One run's request, built once per job and kept on the daemon's run
+    (``genesis_fp16.jobs.job_state.Run.plan``), with the request fields its plugin
+    ignores, each with what it does instead. The agent's state folder as read for it
+    travels in the request (:attr:`snapshot`; ``state.resume``: the checkpoint its
+    counters start from)."""
 
     request: TrainRequest
-    state: AgentState
     ignored: Mapping[str, str]
 
+    @property
+    def snapshot(self) -> AgentSnapshot:
+        assert self.request.snapshot is not None  # plan_request always takes one
+        return self.request.snapshot
 
-def build_request(
-    settings: Settings,
-    agent: str,
-    plugin: AgentPlugin,
-    device: str,
-    overrides: RequestOverrides | None = None,
-) -> TrainRequest:
-    """The :class:`TrainRequest` of one run, callbacks left at their defaults
-    (``genesis-fp16 train`` and the tests; the daemon's jobs ask :func:`plan_request`).
-
-    Generates the agent's sample data when no data is configured (the only side effect).
-    Raises :class:`TrainRequestError` for a bad option, before that.
-    """
-    return plan_request(settings, agent, plugin, device, overrides).request
+    @property
+    def state(self) -> AgentState:
+        assert self.snapshot.state is not None  # the plan's own snapshot keeps it
+        return self.snapshot.state
 
 
 def plan_request(
@@ -178,19 +183,23 @@ def plan_request(
     plugin: AgentPlugin,
     device: str,
     overrides: RequestOverrides | None = None,
-    resume: bool = False,
 ) -> RunPlan:
-    """The :class:`RunPlan` of one run: its inputs read once (what the plugin declares,
-    the agent's state folder, with the checkpoint the run resumes when ``resume``), its
-    fields worked out from the settings."""
+    """The :class:`RunPlan` of one run: its inputs read once (what the plugin declares;
+    the agent's state folder, with the pointer and resume point of the folder the run
+    trains in; the plugin's data check, :func:`check_data`), its fields worked out from
+    the settings. Every library type of the run is built here, from the snapshot."""
     o = overrides or RequestOverrides()
     spec = settings.agent(agent)
     paths = AgentPaths.for_agent(settings.state_dir, agent)
     ignored = ignored_request_fields(plugin)
-    state = read_agent_state(paths.state_files(resume))
+    checkpoint_dir = o.checkpoint_dir or paths.checkpoint_dir
+    snapshot = read_snapshot(
+        AgentStateFiles(paths.precision_state_path, paths.loss_scale_path, checkpoint_dir)
+    )
+    state = snapshot.state
+    assert state is not None  # read_snapshot reads it
     options = resolve_options(agent, plugin, spec.options, o.options)
     precision, reason = precision_request(settings, agent, o.precision, state)
-    checkpoint_dir = o.checkpoint_dir or paths.checkpoint_dir
     # A run in a folder of its own keeps its quarantined records beside its checkpoints;
     # each run a file of its own, the folder bounded (data.quarantine).
     quarantine = new_quarantine_file(
@@ -226,8 +235,32 @@ def plan_request(
         # The agent's last fp16 scale, when this run asks what that run asked for.
         initial_loss_scale=state.initial_scale(precision.requested),
         golden_data_path=spec.golden_data,
+        snapshot=snapshot,
     )
-    return RunPlan(request, state, ignored)
+    # The data scanned once, and whether anything changed: the last piece of the snapshot.
+    checked = replace(snapshot, data=check_data(plugin, request))
+    return RunPlan(replace(request, snapshot=checked), ignored)
+
+
+def check_data(plugin: AgentPlugin, request: TrainRequest) -> DataCheck | None:
+    """The plugin's own data check, when it has one (``check_data(request)``: the data
+    files scanned once and, when nothing changed since its served model, the run's
+    result), asked once by the plan: an up-to-date run then costs no process start, and
+    the run reads neither the manifest nor the files' bytes again. A check that fails is
+    logged and the run goes on in full, where the plugin decides."""
+    check = getattr(plugin, "check_data", None)
+    if check is None:
+        return None
+    try:
+        found = check(request)
+        if not isinstance(found, DataCheck):
+            raise TypeError(f"check_data returned {type(found).__name__}, not a DataCheck")
+        if found.up_to_date is not None:  # a wrong field: logged, the run reads its data
+            check_result(TrainResult.from_json(found.up_to_date), request.agent)
+        return found
+    except Exception:  # a plugin's: whatever it raises, the run reads its data
+        log.warning("the plugin's data check failed: the run reads its data", exc_info=True)
+        return None
 
 
 def _operator_set(settings: Settings, overrides: RequestOverrides) -> dict[str, str]:

@@ -15,45 +15,40 @@ from __future__ import annotations
 import structlog
 
 from genesis_fp16.config.paths import AgentPaths
-from genesis_fp16.config.state_files import report_state_file_skipped
 from genesis_fp16.jobs.job_state import JobContext
-from genesis_fp16_infrastructure.recipes.retrain.served import (
-    ServedPointerError,
-    aside_path,
-    pointer_path,
-    read_pointer,
-)
+from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot
+from genesis_fp16_infrastructure.recipes.retrain.served import aside_path, pointer_path
 from genesis_fp16_infrastructure.recipes.retrain.served_repair import set_aside_unusable
 
 log = structlog.get_logger("genesis_fp16.jobs")
 
 
-def check_served_pointer(ctx: JobContext, agent: str) -> None:
-    """Set an unusable pointer aside (counted once), and export the pointer's state."""
+def check_served_pointer(ctx: JobContext, agent: str, snapshot: AgentSnapshot) -> None:
+    """Set an unusable pointer aside (counted once), and export the pointer's state, as
+    the run's plan read it (``snapshot``: the pointer is read again only to set it aside)."""
     folder = AgentPaths.for_agent(ctx.settings.state_dir, agent).checkpoint_dir
     metrics = ctx.metrics.promotion
     if not any(p.exists() or p.is_symlink() for p in (pointer_path(folder), aside_path(folder))):
         ctx.unusable_pointer.pop(agent, None)  # none (rlhf_ppo; before the first model)
         metrics.pointer_unusable.labels(agent=agent).set(0)
         return
-    try:
+    if snapshot.pointer_error is None:  # usable, as the plan read it
+        ctx.unusable_pointer.pop(agent, None)
+        metrics.pointer_unusable.labels(agent=agent).set(0)
+        pinned = snapshot.pointer is not None and snapshot.pointer.pinned is not None
+        metrics.pinned.labels(agent=agent).set(float(pinned))
+        return
+    try:  # under the pointer's lock, read again: a repair since is not set aside
         why, moved = set_aside_unusable(folder)
     except OSError as exc:  # not ours to rename: reported all the same, never followed
         why, moved = f"served-model pointer in {folder} unusable: {exc}", None
     if moved is not None:
+        # counted by the agent folder's owner, which set it aside
         log.error("unusable served-model pointer set aside", path=str(moved), error=why)
-        report_state_file_skipped(agent, "served_pointer")
     if why is not None:
         ctx.unusable_pointer[agent] = why.replace("AGENT", agent)
         metrics.pointer_unusable.labels(agent=agent).set(1)
         metrics.pinned.labels(agent=agent).set(0)
         return
-    ctx.unusable_pointer.pop(agent, None)
+    ctx.unusable_pointer.pop(agent, None)  # repaired meanwhile: the next run looks again
     metrics.pointer_unusable.labels(agent=agent).set(0)
-    try:
-        pointer = read_pointer(folder)
-    except ServedPointerError:  # replaced meanwhile: the next run looks again
-        return
-    metrics.pinned.labels(agent=agent).set(
-        float(pointer is not None and pointer.pinned is not None)
-    )

@@ -4,8 +4,8 @@ Three places train: N ranks under torchrun (``nproc`` > 1), a child process (the
 default, ``GENESIS_FP16_RUN_ISOLATION=process``), or a thread of the daemon's. The
 launcher (genesis_fp16/launch/launcher.py) supervises the first two itself; a run on a
 thread is watched here (:func:`supervised`): past its timeout the agent is overdue, and
-past the grace the thread is abandoned. Before any of them, the plugin's own cheap
-up-to-date check may answer the run with no process start at all.
+past the grace the thread is abandoned. Before any of them, the plan's data check
+(``request.snapshot.data``) may answer the run with no process start at all.
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ def execute_run(run: Run, plugin: AgentPlugin, request: TrainRequest) -> TrainRe
     spec = settings.agent(agent)
     grace = settings.shutdown_timeout_seconds  # to reach a step and checkpoint
     limit = settings.run_memory_limit_bytes
-    fresh = _check_up_to_date(plugin, request)
-    if fresh is not None:  # nothing changed: no child, no ranks, no thread
-        return fresh
+    check = request.snapshot.data if request.snapshot is not None else None
+    if check is not None and check.up_to_date is not None:  # the plan's data check
+        # Nothing changed: no child, no ranks, no thread.
+        return TrainResult.from_json(check.up_to_date)
     if spec.nproc > 1:  # N processes under torchrun, supervised: genesis_fp16/launch/launcher.py
         return train_with_torchrun(
             request, spec.nproc, run.timeout, memory_limit=limit, log_level=settings.log_level
@@ -56,22 +57,6 @@ def execute_run(run: Run, plugin: AgentPlugin, request: TrainRequest) -> TrainRe
         return check_result(plugin.train(request), agent)
 
     return supervised(ctx, agent, call, run.deadline, run.timeout, grace)
-
-
-def _check_up_to_date(plugin: AgentPlugin, request: TrainRequest) -> TrainResult | None:
-    """The plugin's own cheap check, when it has one (``check_up_to_date(request)``: a
-    result when nothing changed since its served model, else None), asked in the daemon
-    so that an up-to-date run costs no process start and no torch import in a child. A
-    check that raises is logged and the run goes on in full, where the plugin decides."""
-    check = getattr(plugin, "check_up_to_date", None)
-    if check is None:
-        return None
-    try:
-        result: TrainResult | None = check(request)
-        return None if result is None else check_result(result, request.agent)
-    except Exception:
-        log.warning("the plugin's up-to-date check failed: the run reads its data", exc_info=True)
-        return None
 
 
 def supervised(

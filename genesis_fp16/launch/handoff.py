@@ -25,7 +25,6 @@ or torchrun's ranks) gets three things from the daemon and nothing from anywhere
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -33,7 +32,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from genesis_fp16_infrastructure.atomic import write_json_atomic
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.layout import RUN_REQUEST
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest
 
 # Before the interpreter's first import: no working directory (or script folder) on sys.path.
@@ -54,16 +54,19 @@ def write_run_file(path: Path, request: TrainRequest, log_level: str) -> None:
     the launcher must start it with ``stdin=subprocess.PIPE`` and keep that pipe open.
     """
     run = {"request": request.to_json(), "log_level": log_level, "watch_stdin": True}
-    write_json_atomic(path, run)
+    files.write_json(path, RUN_REQUEST, run)  # a folder or FIFO in the way: set aside
 
 
 def read_run_file(path: Path) -> tuple[TrainRequest, str, bool]:
     """``(request, log_level, watch_stdin)`` from a file :func:`write_run_file` wrote.
 
-    Raises ``OSError``, ``ValueError``, ``TypeError`` or ``KeyError`` for a file that is
-    not one (the caller names it in one line).
+    Raises ``OSError``, ``ValueError`` (``UnusableStateFile``: a folder, a FIFO, over its
+    bound), ``TypeError`` or ``KeyError`` for a file that is not one (the caller names it
+    in one line).
     """
-    run = json.loads(path.read_text())
+    run = files.read_json(path, RUN_REQUEST)
+    if run is None:
+        raise FileNotFoundError(2, "no run file", str(path))
     level = run["log_level"]
     if not isinstance(level, str):
         raise TypeError(f"log_level {level!r} is not a level name")

@@ -21,7 +21,7 @@ next step boundary, rank 0 writes a checkpoint and prints its result. A child st
 running ``kill_after`` seconds later is killed, with every rank below it.
 
 The ranks' stderr (their JSON log records, torchrun's own text, tracebacks) is relayed
-through the daemon's logging by :func:`relay_stderr`, so each line carries the job's
+through the daemon's logging (``stderr_relay.py``), so each line carries the job's
 ``agent`` and ``run_id``.
 """
 
@@ -33,7 +33,6 @@ import json
 import logging
 import math
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -44,11 +43,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-import structlog
-
 from genesis_fp16.config.settings import ENV_PREFIX
+from genesis_fp16.config.state_files import report_relayed
 from genesis_fp16.launch.handoff import SAFE_PYTHON, child_env, write_run_file
 from genesis_fp16.launch.kubeflow import without_pet
+from genesis_fp16.launch.stderr_relay import relay_stderr
+from genesis_fp16_infrastructure.agent_folder.layout import RUN_REQUEST
 from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainRequest,
     TrainRequestError,
@@ -57,13 +57,8 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
 from genesis_fp16_infrastructure.training import TrainingSummary
 
 log = logging.getLogger("genesis_fp16.launcher")
-relay_log = structlog.get_logger("genesis_fp16.torchrun")
 
 _POLL_SECONDS = 0.2
-_LEVELS = logging.getLevelNamesMapping() | {"EXCEPTION": logging.ERROR}
-# A plain stderr line at warning: error words, or torchrun's own W/E/F records
-# ("W0115 10:00:00.123 4242 torch/distributed/run.py:792] ...").
-_LOOKS_LIKE_ERROR = re.compile(r"(?i:error|exception|traceback|fail|fatal)|^[WEF]\d{4} ")
 
 
 class RunStopped(RuntimeError):
@@ -130,7 +125,7 @@ def check_layout(
 def request_file(request: TrainRequest) -> Path:
     """Where the launcher writes ``request`` for its child (one process or torchrun's ranks):
     beside the checkpoint folder."""
-    return Path(request.checkpoint_dir).parent / "run_request.json"
+    return RUN_REQUEST.at(Path(request.checkpoint_dir).parent)
 
 
 def torchrun_command(request: TrainRequest, nproc: int, python: str = sys.executable) -> list[str]:
@@ -148,7 +143,6 @@ def torchrun_command(request: TrainRequest, nproc: int, python: str = sys.execut
 class _Output:
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None  # {"error": line, "kind": ...} from the child
-    other_lines: int = 0
 
 
 def child_command(request: TrainRequest, python: str = sys.executable) -> list[str]:
@@ -376,7 +370,6 @@ def _read_stdout(
         except ValueError:
             data = None
         if not isinstance(data, dict):
-            output.other_lines += 1
             continue
         if "progress" in data:
             if on_log is not None:
@@ -385,61 +378,9 @@ def _read_stdout(
             if on_diagnostics is not None and isinstance(data["diagnostics"], dict):
                 values = data["diagnostics"].items()
                 on_diagnostics({k: math.nan if v is None else float(v) for k, v in values})
+        elif set(data) == {"set_aside"}:  # a state file the child set aside: counted here
+            report_relayed(data["set_aside"])
         elif "error" in data and "kind" in data:
             output.error = data
         elif "agent" in data:
             output.result = data
-
-
-def relay_stderr(stream: IO[str]) -> None:
-    """Re-emit each line of ``stream`` through the ``genesis_fp16.torchrun`` logger, in order.
-
-    A JSON object with an ``event`` is a rank's log record: it keeps its level and fields,
-    its own ``timestamp`` and ``logger`` become ``child_timestamp`` and ``child_logger``.
-    Any other line is one ``torchrun stderr`` record with ``line=``: at warning when it
-    looks like an error (or belongs to a traceback), at info otherwise; blank lines are
-    dropped.
-
-    >>> relay_stderr(child.stderr)  # in a thread of its own, until the child closes it
-    """
-    in_traceback = False
-    for raw in stream:
-        line = raw.rstrip("\n")
-        if not line.strip():  # a blank record says nothing (the train command ends with one)
-            continue
-        try:
-            record = _json_record(line)
-            if record is not None:
-                _relay_record(record)
-            else:
-                in_traceback = _relay_line(line, in_traceback)
-        except Exception:  # one odd line must not stop the draining
-            log.exception("could not relay a line of torchrun's stderr: %r", line)
-
-
-def _json_record(line: str) -> dict[str, Any] | None:
-    if not line.startswith("{"):
-        return None
-    try:
-        data = json.loads(line)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) and isinstance(data.get("event"), str) else None
-
-
-def _relay_record(record: dict[str, Any]) -> None:
-    fields = dict(record)
-    event = fields.pop("event")
-    level = _LEVELS.get(str(fields.pop("level", "info")).upper(), logging.INFO)
-    for key in ("timestamp", "logger"):  # ours would overwrite them
-        if key in fields:
-            fields[f"child_{key}"] = fields.pop(key)
-    relay_log.log(level, event, **fields)
-
-
-def _relay_line(line: str, in_traceback: bool) -> bool:
-    """Log one plain line; return whether the next line may still be in a traceback."""
-    error = in_traceback or _LOOKS_LIKE_ERROR.search(line) is not None
-    relay_log.log(logging.WARNING if error else logging.INFO, "torchrun stderr", line=line)
-    # A traceback's frames are indented; its last line (the exception) is not.
-    return line.startswith("Traceback") or (in_traceback and line[:1].isspace())

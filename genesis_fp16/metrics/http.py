@@ -407,11 +407,6 @@ def _alive() -> tuple[bool, str]:
     return True, "alive"
 
 
-def _check_answer(result: tuple[bool, str]) -> Answer:
-    ok, reason = result
-    return (200 if ok else 503), (reason + "\n").encode(), _TEXT
-
-
 def _chain(source: asyncio.Future[bytes], target: asyncio.Future[bytes]) -> None:
     def copy(done: asyncio.Future[bytes]) -> None:
         if target.done():

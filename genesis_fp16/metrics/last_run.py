@@ -16,7 +16,6 @@ Writing it never fails a run: an error is logged and the run's outcome stands.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -26,15 +25,16 @@ import msgspec
 import structlog
 
 from genesis_fp16.config.paths import AgentPaths
-from genesis_fp16_infrastructure.atomic import UnusableStateFile, read_state_text, write_json_atomic
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.layout import LAST_RUN
 from genesis_fp16_infrastructure.contract.plugin_api import TrainResult
 
 log = structlog.get_logger("genesis_fp16.last_run")
 
-FILE_NAME = "last_run.json"
+FILE_NAME = LAST_RUN.name
 VERSION = 1
 # A record is a few hundred bytes; the reason is cut to REASON_CHARS.
-MAX_BYTES = 16 * 1024
+MAX_BYTES = LAST_RUN.limit
 REASON_CHARS = 400
 
 
@@ -68,7 +68,7 @@ def save_last_run(paths: AgentPaths, record: LastRun) -> None:
     """Write ``record`` as the agent's last run; a failure is logged, never raised."""
     path = last_run_path(paths)
     try:
-        write_json_atomic(path, {"version": VERSION, **asdict(record)})
+        files.write_json(path, LAST_RUN, {"version": VERSION, **asdict(record)})
     except OSError as exc:
         log.error(
             "cannot keep the last run's record: `status` will show an older one",
@@ -82,13 +82,12 @@ def load_last_run(paths: AgentPaths) -> LastRun | None:
     for a file that is not a record (a FIFO or a huge file is never read whole)."""
     path = last_run_path(paths)
     try:
-        text = read_state_text(path, MAX_BYTES)
-    except UnusableStateFile as exc:
+        data = files.read_json(path, LAST_RUN)
+    except files.UnusableStateFile as exc:
         raise LastRunUnreadable(str(exc)) from None
-    if text is None:
+    if data is None:
         return None
     try:
-        data = json.loads(text)
         if not isinstance(data, dict) or data.get("version") != VERSION:
             raise ValueError(f"not a version {VERSION} record")
         data.pop("version")

@@ -19,23 +19,21 @@ agent at 0, never refusing to start for it. The next success writes a good file 
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import stat
 from pathlib import Path
 
 import structlog
 
 from genesis_fp16.config.paths import AgentPaths
-from genesis_fp16_infrastructure.atomic import write_json_atomic
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.layout import LAST_SUCCESS
 
 log = structlog.get_logger("genesis_fp16.last_success")
 
 VERSION = 1
 FIELD = "last_success_timestamp_seconds"
 # A real file is under 100 bytes; anything far larger is not one, and is not read whole.
-MAX_BYTES = 4096
+MAX_BYTES = LAST_SUCCESS.limit
 
 
 class LastSuccessUnreadable(ValueError):
@@ -58,15 +56,11 @@ class LastSuccessStore:
         """
         path = self.path(agent)
         try:
-            text = _read_small_regular_file(path)
-        except FileNotFoundError:
+            data = files.read_json(path, LAST_SUCCESS)
+        except files.UnusableStateFile as exc:
+            raise LastSuccessUnreadable(str(exc)) from None
+        if data is None:
             return None
-        except OSError as exc:
-            raise LastSuccessUnreadable(f"{path}: cannot be read ({exc.strerror or exc})") from None
-        try:
-            data = json.loads(text)
-        except ValueError as exc:  # also a UnicodeDecodeError
-            raise LastSuccessUnreadable(f"{path}: not JSON ({exc})") from None
         if not isinstance(data, dict) or data.get("version") != VERSION:
             found = data.get("version") if isinstance(data, dict) else type(data).__name__
             raise LastSuccessUnreadable(f"{path}: version {found!r}, expected {VERSION}")
@@ -77,12 +71,25 @@ class LastSuccessStore:
             raise LastSuccessUnreadable(f"{path}: {FIELD}={when!r} is not a positive time")
         return float(when)
 
+    def stored(self, agent: str) -> float:
+        """The stored time, 0 when the agent never succeeded or its file is unusable: set
+        aside as ``last_success.json.unusable`` and counted by the agent folder's owner,
+        logged in one line; the daemon starts all the same."""
+        try:
+            return self.load(agent) or 0.0
+        except LastSuccessUnreadable as exc:
+            files.set_aside(self.path(agent), LAST_SUCCESS, str(exc))
+            log.warning(
+                "skipping the last-success file: the agent starts at 0", agent=agent, error=str(exc)
+            )
+            return 0.0
+
     def save(self, agent: str, when: float) -> None:
         """Write ``when`` for ``agent``; a failure is logged, never raised (the run that
         succeeded stays a success, and its gauge is set; only a restart would lose it)."""
         path = self.path(agent)
         try:
-            write_json_atomic(path, {"version": VERSION, "agent": agent, FIELD: when})
+            files.write_json(path, LAST_SUCCESS, {"version": VERSION, "agent": agent, FIELD: when})
         except OSError as exc:
             log.error(
                 "cannot keep the last success time: a restart will not show it",
@@ -90,19 +97,3 @@ class LastSuccessStore:
                 path=str(path),
                 error=exc.strerror or str(exc),
             )
-
-
-def _read_small_regular_file(path: Path) -> bytes:
-    """The bytes of ``path``; :class:`LastSuccessUnreadable` for what is not a small
-    regular file: a FIFO in its place would block start-up forever (hence O_NONBLOCK, and
-    no read before the check), a link to ``/dev/zero`` would never end."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise LastSuccessUnreadable(f"{path}: not a regular file")
-        data = os.read(fd, MAX_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > MAX_BYTES:
-        raise LastSuccessUnreadable(f"{path}: larger than {MAX_BYTES} bytes")
-    return data

@@ -8,8 +8,10 @@ it is (``pip install -e ./my-agent``), the agent trains under the daemon with no
 no setting, a running daemon included: the daemon generates its sample data and the
 request's default budget applies.
 
->>> write_agent("my_agent", Path("."))  # doctest: +SKIP
-PosixPath('my-agent')
+>>> print(write_agent("my_agent", Path(".")))
+my-agent
+>>> sorted(path.name for path in Path("my-agent").iterdir())
+['README.md', 'my_agent', 'pyproject.toml', 'tests']
 """
 
 from __future__ import annotations

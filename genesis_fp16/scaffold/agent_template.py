@@ -1,6 +1,6 @@
 # The agent a new plugin starts from: `genesis-fp16 new-agent NAME` writes this file as
 # NAME/__init__.py, with __AGENT__ replaced by NAME. It is real code (ruff and mypy read it,
-# tests/genesis_fp16/test_new_agent.py trains it) and only imports genesis_fp16.plugin_api.
+# tests/genesis_fp16/scaffold/test_new_agent.py trains it) and only imports genesis_fp16.plugin_api.
 """__AGENT__: a genesis-fp16 agent plugin (a toy regression, trained through the precision core).
 
 Data: JSON Lines, one record a line, ``{"x": [four numbers], "y": number}``. A record that

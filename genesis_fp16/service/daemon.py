@@ -48,7 +48,7 @@ from genesis_fp16.jobs.run_request import (
 from genesis_fp16.launch.devices import check_devices
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.metrics.http import StatusServer, raise_open_file_limit, tls_context
-from genesis_fp16.metrics.last_success import LastSuccessStore, LastSuccessUnreadable
+from genesis_fp16.metrics.last_success import LastSuccessStore
 from genesis_fp16.service.agent_rescan import AgentRescan
 from genesis_fp16.service.logsetup import on_thread_exception
 from genesis_fp16.service.scheduler import AgentScheduler
@@ -163,14 +163,7 @@ class Daemon:
     def _stored_success(self, agent: str) -> float:
         """The agent's last success time from the state folder; 0 when it never succeeded,
         or when its file is unusable (logged and counted: the daemon starts all the same)."""
-        try:
-            return self.last_success.load(agent) or 0.0
-        except LastSuccessUnreadable as exc:
-            self.metrics.state_files_skipped.labels(agent=agent, file="last_success").inc()
-            log.warning(
-                "skipping the last-success file: the agent starts at 0", agent=agent, error=str(exc)
-            )
-            return 0.0
+        return self.last_success.stored(agent)
 
     def _show_precisions(
         self, switched: frozenset[str] = frozenset(), startup: bool = False

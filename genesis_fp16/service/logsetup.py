@@ -7,6 +7,7 @@ training job carry ``agent`` and ``run_id`` because the job binds them with
 context variables.
 
 >>> configure_logging("json", "INFO")
+'json'
 >>> structlog.get_logger("genesis_fp16").info("started", port=9464)  # doctest: +SKIP
 {"port": 9464, "event": "started", "level": "info", "logger": "genesis_fp16", ...}
 """

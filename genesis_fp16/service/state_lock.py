@@ -12,17 +12,18 @@ restarted daemon takes it again at once; no stale lock file is ever to be remove
 
 from __future__ import annotations
 
-import errno
-import fcntl
-import json
 import os
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-LOCK_NAME = "owner.lock"
+from genesis_fp16_infrastructure.agent_folder.layout import OWNER_LOCK
+from genesis_fp16_infrastructure.agent_folder.lock import LockBusy, take_lock, write_holder
+from genesis_fp16_infrastructure.agent_folder.lock import read_holder as read_lock_holder
+
+LOCK_NAME = OWNER_LOCK.name
 
 
 @dataclass(frozen=True)
@@ -70,18 +71,15 @@ def acquire_state_folder(state_dir: Path, command: str) -> int:
     Not inherited by child processes (descriptors are opened close-on-exec).
     """
     path = Path(state_dir) / LOCK_NAME
-    # No O_TRUNC: the holder's pid must stay readable until we hold the lock ourselves.
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    # The holder's pid stays readable until we hold the lock ourselves (written after).
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
-            raise StateFolderBusy(Path(state_dir), read_holder(path)) from None
-        raise
-    os.ftruncate(fd, 0)
-    os.write(fd, json.dumps({"pid": os.getpid(), "command": command}).encode() + b"\n")
-    return fd
+        return take_lock(path, OWNER_LOCK, wait=False, record=_record(command))
+    except LockBusy as busy:
+        raise StateFolderBusy(Path(state_dir), _holder(busy.holder)) from None
+
+
+def _record(command: str) -> dict[str, object]:
+    return {"pid": os.getpid(), "command": command}
 
 
 def record_scheduled(fd: int, agents: list[str]) -> None:
@@ -91,8 +89,7 @@ def record_scheduled(fd: int, agents: list[str]) -> None:
     try:
         before = os.fstat(fd)
         record = {"pid": os.getpid(), "command": "serve", "agents": sorted(agents)}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(record).encode() + b"\n", 0)
+        write_holder(fd, record)
         os.utime(fd, ns=(before.st_atime_ns, before.st_mtime_ns))
     except OSError:
         pass  # os.devnull (a filesystem without flock), a full disk: the refusal names none
@@ -101,15 +98,17 @@ def record_scheduled(fd: int, agents: list[str]) -> None:
 def read_holder(path: Path, attempts: int = 20) -> Holder:
     """The holder named in the lock file; it may have taken the lock a moment before
     writing its pid, so an empty file is read again for up to a second."""
-    for _ in range(attempts):
-        try:
-            record = json.loads(path.read_text())
-            agents = record.get("agents")
-            listed = None if not isinstance(agents, list) else tuple(map(str, agents))
-            return Holder(int(record["pid"]), str(record["command"]), listed)
-        except (OSError, ValueError, KeyError, TypeError):
-            time.sleep(0.05)
-    return Holder(None, "process")
+    return _holder(read_lock_holder(path, OWNER_LOCK, attempts))
+
+
+def _holder(record: dict[str, Any] | None) -> Holder:
+    try:
+        assert record is not None
+        agents = record.get("agents")
+        listed = None if not isinstance(agents, list) else tuple(map(str, agents))
+        return Holder(int(record["pid"]), str(record["command"]), listed)
+    except (AssertionError, ValueError, KeyError, TypeError):
+        return Holder(None, "process")
 
 
 def owning_holder(path: Path) -> tuple[Path, Holder] | None:

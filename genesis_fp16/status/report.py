@@ -28,7 +28,8 @@ from genesis_fp16 import __version__
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.metrics.last_run import LastRun, LastRunUnreadable, load_last_run
 from genesis_fp16.metrics.last_success import LastSuccessStore, LastSuccessUnreadable
-from genesis_fp16_infrastructure.atomic import UnusableStateFile, read_state_text
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.layout import SERVED_POINTER
 from genesis_fp16_infrastructure.recipes.retrain.served import (
     REPAIR,
     aside_path,
@@ -40,7 +41,7 @@ from genesis_fp16_infrastructure.recipes.retrain.served import (
 MAX_AGENTS = 100
 MAX_FIGURES = 12
 TEXT_CHARS = 200
-POINTER_BYTES = 1024 * 1024  # the pointer keeps a bounded history: far below this
+POINTER_BYTES = SERVED_POINTER.limit  # the pointer keeps a bounded history: far below this
 SUMMARY_BYTES = 64 * 1024  # a checkpoint's summary file: a few hundred bytes
 
 
@@ -178,14 +179,13 @@ def read_served(paths: AgentPaths) -> ServedModel | None:
     """The served-model pointer's entry (None: no pointer, nothing served yet)."""
     path = pointer_path(paths.checkpoint_dir)
     try:
-        text = read_state_text(path, POINTER_BYTES)
-        if text is None and aside_path(paths.checkpoint_dir).exists():
+        data = files.read_json(path, SERVED_POINTER)  # a look: the daemon sets it aside
+        if data is None and aside_path(paths.checkpoint_dir).exists():
             repair = REPAIR.replace("AGENT", paths.root.name)
             return ServedModel(error=_cut(f"served-model pointer unusable, set aside: {repair}"))
-        if text is None:
+        if data is None:
             return _newest_checkpoint(paths)
-        data = json.loads(text)
-    except (UnusableStateFile, ValueError) as exc:
+    except files.UnusableStateFile as exc:
         return ServedModel(error=_cut(f"served-model pointer unreadable: {exc}"))
     served = data.get("served") if isinstance(data, dict) else None
     if not isinstance(served, dict):
@@ -212,8 +212,8 @@ def _newest_checkpoint(paths: AgentPaths) -> ServedModel | None:
     if newest is None:
         return None
     try:
-        summary = json.loads(read_state_text(Path(f"{newest}.json"), SUMMARY_BYTES) or "{}")
-    except (UnusableStateFile, ValueError):
+        summary = json.loads(files.read_text(Path(f"{newest}.json"), SUMMARY_BYTES) or "{}")
+    except ValueError:  # UnusableStateFile too
         summary = {}
     summary = summary if isinstance(summary, dict) else {}
     step = summary.get("step")

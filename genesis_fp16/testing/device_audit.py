@@ -9,7 +9,7 @@ device and raises where CUDA would have raised::
     with DeviceAudit():
         plugin.train(request)          # request.device is "cpu"
     # DeviceAuditError: torch.multinomial draws from a host generator for tensors on
-    # the run's device (genesis_fp16_agents.rlhf_ppo.engine:188)
+    # the run's device (genesis_fp16_agents.rlhf_ppo.rollout:74)
 
 The rules, applied to every torch call made inside the block (a ``TorchFunctionMode``):
 
@@ -93,7 +93,7 @@ class DeviceAudit(TorchFunctionMode):
         ...     torch.zeros(2, device="cpu") + torch.ones(2)
         Traceback (most recent call last):
         ...
-        genesis_fp16_infrastructure.training.device_audit.DeviceAuditError: ...
+        genesis_fp16.testing.device_audit.DeviceAuditError: ...
     """
 
     def __init__(self) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -59,39 +58,3 @@ def fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-class UnusableStateFile(ValueError):
-    """A state file that cannot be read as one: not a regular file, too big, not UTF-8."""
-
-
-def read_state_text(path: Path, limit: int) -> str | None:
-    """The text of the small state file ``path``, or None when there is none.
-
-    Read as a regular file only, at most ``limit`` bytes: a folder, a FIFO (which would
-    block the read for ever), a link, a file over ``limit`` bytes (read whole at every run)
-    or bytes that are not UTF-8 raise :class:`UnusableStateFile` naming the path and why.
-    """
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        return None
-    except OSError as error:  # ELOOP: a link; EACCES, ...
-        raise UnusableStateFile(f"{path}: cannot be opened ({error.strerror})") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-            raise UnusableStateFile(f"{path}: {kind}")
-        if info.st_size > limit:
-            raise UnusableStateFile(f"{path}: {info.st_size} bytes, over the {limit}-byte bound")
-        data = os.read(fd, limit + 1)
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise UnusableStateFile(f"{path}: over the {limit}-byte bound")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise UnusableStateFile(f"{path}: not UTF-8 text") from None

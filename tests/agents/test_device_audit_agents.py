@@ -16,7 +16,7 @@ import torch
 
 from genesis_fp16.testing.device_audit import DeviceAudit, DeviceAuditError
 from genesis_fp16_agents.rlhf_ppo import plugin as rlhf_ppo
-from genesis_fp16_agents.rlhf_ppo.engine import PPOEngine
+from genesis_fp16_agents.rlhf_ppo.task import PPOTask
 from genesis_fp16_agents.se_darwin import plugin as se_darwin
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.probe import run_probe
@@ -85,12 +85,13 @@ def test_the_audit_refuses_rlhf_ppos_old_cpu_sampling_generator(
 ) -> None:
     """The defect that failed every rlhf_ppo run on an H100, put back (rollouts sampled
     from the engine's one CPU generator): the audit stops it at the multinomial."""
-    built = PPOEngine.__init__
 
-    def with_one_cpu_generator(self: PPOEngine, *args: Any, **kwargs: Any) -> None:
-        built(self, *args, **kwargs)
-        self.sample_gen = self.gen  # as before the fix: torch.Generator(), on the host
+    def with_one_cpu_generator(
+        self: PPOTask, epoch: int, seed: int
+    ) -> tuple[torch.Generator, torch.Generator]:
+        host = torch.Generator().manual_seed(seed * 100_003 + epoch)
+        return host, host  # as before the fix: sampling from the host stream
 
-    monkeypatch.setattr(PPOEngine, "__init__", with_one_cpu_generator)
+    monkeypatch.setattr(PPOTask, "generators", with_one_cpu_generator)
     with pytest.raises(DeviceAuditError, match=r"torch\.multinomial draws from a host gen"):
         _train(rlhf_ppo, tmp_path, precision="fp32", steps=4, options={"batch_size": 16})

@@ -52,12 +52,12 @@ EXPECTED_EMPTY = (
 )
 # Only fit()'s measured auto exports it: the fixture agents build their own policy and
 # rlhf_ppo picks a preset, so the daemon below never times a step, whatever the device
-# (tests/genesis_fp16/test_daemon_metrics.py covers the series).
+# (tests/genesis_fp16/metrics/test_daemon_metrics.py covers the series).
 EXPECTED_EMPTY["auto: measured step time per precision"] = "no agent here calibrates"
 
 
 # Only se_darwin reports a held-out AUC and early stopping; the scraped daemon below runs
-# the fixture agents and rlhf_ppo (tests/genesis_fp16/test_daemon_metrics.py covers them).
+# the fixture agents and rlhf_ppo (tests/genesis_fp16/metrics/test_daemon_metrics.py covers them).
 EXPECTED_EMPTY["Eval AUC with its 95% interval"] = "only se_darwin reports it"
 EXPECTED_EMPTY["Early stopping: served step"] = "only se_darwin reports it"
 # What each model learned: only agents that report their data (se_darwin's extra.data).

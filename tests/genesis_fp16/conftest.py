@@ -1,4 +1,9 @@
-"""Fixtures for the daemon tests: ``daemon_factory`` starts real daemons and stops them."""
+"""Fixtures for the daemon tests: ``daemon_factory`` starts real daemons and stops them.
+
+The helpers beside this file (``daemon_harness``, ``fake_results``, ``se_darwin_daemon``,
+``probe_plugin/``) serve the tests of every subfolder: pytest's default (prepend) import
+mode puts a conftest's folder on ``sys.path``.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The tiny networks of the PPO agent: a causal transformer (policy, critic) and the reward model.
+"""The networks of the PPO agent: the policy and critic (the library's tiny causal
+transformer, sized by the task) and the reward model of the task's rule.
 
 The task: a prompt of random digits, then ``gen_len`` generated digits; each generated
 digit should be its predecessor plus one (mod 10). The reward model scores that rule
@@ -20,6 +21,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from genesis_fp16_infrastructure.rl.tiny_transformer import TinyTransformer, init_weights
+
+__all__ = ["Critic", "Policy", "RewardModel", "TaskConfig", "init_weights", "random_prompts"]
+
 
 @dataclass(frozen=True)
 class TaskConfig:
@@ -40,59 +45,22 @@ class TaskConfig:
         return self.prompt_len + self.gen_len
 
 
-class Block(nn.Module):
-    """Pre-norm causal self-attention plus MLP."""
-
-    def __init__(self, d: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln1 = nn.LayerNorm(d)
-        self.qkv = nn.Linear(d, 3 * d)
-        self.proj = nn.Linear(d, d)
-        self.ln2 = nn.LayerNorm(d)
-        self.fc = nn.Linear(d, 4 * d)
-        self.out = nn.Linear(4 * d, d)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
-        return x + self.out(F.gelu(self.fc(self.ln2(x))))
-
-
-class TinyTransformer(nn.Module):
-    """A causal transformer with ``out_dim`` outputs per position (vocab logits or a value)."""
-
-    def __init__(self, cfg: TaskConfig, out_dim: int) -> None:
-        super().__init__()
-        self.tok = nn.Embedding(cfg.vocab, cfg.d_model)
-        self.pos = nn.Embedding(cfg.seq_len, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg.d_model, cfg.n_heads) for _ in range(cfg.n_layers))
-        self.ln = nn.LayerNorm(cfg.d_model)
-        self.head = nn.Linear(cfg.d_model, out_dim)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        pos = torch.arange(tokens.shape[1], device=tokens.device)
-        x = self.tok(tokens) + self.pos(pos)
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.ln(x))
+def _sizes(cfg: TaskConfig) -> tuple[int, int, int, int, int]:
+    return cfg.vocab, cfg.seq_len, cfg.d_model, cfg.n_heads, cfg.n_layers
 
 
 class Policy(TinyTransformer):
     """Next-token logits [B, T, vocab]."""
 
     def __init__(self, cfg: TaskConfig) -> None:
-        super().__init__(cfg, cfg.vocab)
+        super().__init__(*_sizes(cfg), out_dim=cfg.vocab)
 
 
 class Critic(TinyTransformer):
     """A value per position [B, T]: the expected return after emitting that position's token."""
 
     def __init__(self, cfg: TaskConfig) -> None:
-        super().__init__(cfg, 1)
+        super().__init__(*_sizes(cfg), out_dim=1)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return super().forward(tokens).squeeze(-1)
@@ -130,17 +98,6 @@ class RewardModel(nn.Module):
         expected = self.credit(onehot[:, p - 1 : -1])  # credit row of each previous digit
         score = (expected * onehot[:, p:]).sum(-1).mean(-1, keepdim=True)
         return self.affine(score).squeeze(-1)
-
-
-def init_weights(module: nn.Module, seed: int) -> None:
-    """Deterministic small init (std 0.02, as GPT-2), independent of the global RNG."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in module.modules():
-            if isinstance(m, nn.Linear | nn.Embedding):
-                m.weight.copy_(torch.randn(m.weight.shape, generator=gen) * 0.02)
-            if isinstance(m, nn.Linear) and m.bias is not None:
-                m.bias.zero_()
 
 
 def random_prompts(batch: int, cfg: TaskConfig, gen: torch.Generator) -> torch.Tensor:

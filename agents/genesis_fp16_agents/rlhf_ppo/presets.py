@@ -1,9 +1,10 @@
 """Per-component precision presets, and how the decided precision picks one.
 
-The request goes to ``decide()`` first (:func:`preset_request`: rlhf_ppo never measures;
-under ``auto`` a preset named in ``options["preset"]`` names the policy's precision on
-the operator's behalf, its ``basis``), and the preset follows the decision, floor and
-exclusions applied (documented in docs/precision-forensics.md):
+The request goes to ``fit()``'s one ``decide()`` first (:func:`preset_request`: under
+``auto`` a preset named in ``options["preset"]`` names the policy's precision on the
+operator's behalf, its ``basis``; without one, ``auto`` is decided as the request says,
+by the rule or by timing the PPO update steps), and the preset follows the decision,
+floor and exclusions applied (documented in docs/precision-forensics.md):
 
 - ``fp32`` (a CLI flag, the rollback flag ``ENABLE_FP16_TRAINING=false``, or ``auto``
   on a device without a fast 16-bit precision) always wins: it forces ``fp32_baseline``,
@@ -13,8 +14,8 @@ exclusions applied (documented in docs/precision-forensics.md):
   named next to it is overridden (the precision guard's memory after an fp16 demotion),
   ``fp32_baseline`` is an error (the trainer runs the decided bf16).
 
-The trainer runs the decision itself (``PrecisionPolicy.from_decision``): the preset's
-policy precision is always the decided one, so nothing decides twice.
+The trainer runs the decision itself: the preset's policy precision is always the
+decided one, so nothing decides twice.
 
     >>> resolve_preset("fp32", "bf16_pure").preset.name
     'fp32_baseline'
@@ -55,16 +56,8 @@ class ComponentPrecision:
         return dtype_of(getattr(self, component))
 
     def as_dict(self) -> dict[str, str | bool]:
-        return {
-            "policy": self.policy,
-            "reference": self.reference,
-            "reward": self.reward,
-            "value": self.value,
-            "kl": self.kl,
-            "rollout": self.rollout,
-            "master_weights": self.master_weights,
-            "loss_scaling": self.loss_scaling,
-        }
+        """Each component's dtype name and the two flags: the preset without its name."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "name"}
 
 
 def _bf16(name: str, fp32: tuple[str, ...] = ()) -> ComponentPrecision:
@@ -104,15 +97,14 @@ class PresetChoice:
 
 
 def preset_request(request: PrecisionRequest, preset: str | None) -> PrecisionRequest:
-    """The request rlhf_ppo asks ``decide()``: the run's own, decided by the rule (it
-    never measures); under ``auto``, a named preset asks for its policy's precision, with
-    the preset as the basis. The floor and the exclusions stay.
+    """The request rlhf_ppo asks ``decide()``: the run's own; under ``auto``, a named
+    preset asks for its policy's precision, with the preset as the basis. The mode, the
+    cache, the floor and the exclusions stay.
 
     >>> preset_request(PrecisionRequest("auto", mode="measure"), "fp16_all").requested
     'fp16'
     """
     _check_preset(preset)
-    request = replace(request, mode="rule")
     if preset is None or request.requested != "auto":
         return request
     policy = PRESETS[preset].policy

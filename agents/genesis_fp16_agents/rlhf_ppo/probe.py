@@ -12,15 +12,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from genesis_fp16_agents.rlhf_ppo.engine import PPOConfig, PPOEngine
-from genesis_fp16_agents.rlhf_ppo.model import (
-    Critic,
-    Policy,
-    RewardModel,
-    init_weights,
-    random_prompts,
-)
-from genesis_fp16_agents.rlhf_ppo.presets import PRESETS
+from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
+from genesis_fp16_agents.rlhf_ppo.model import Critic, Policy, RewardModel, init_weights
+from genesis_fp16_agents.rlhf_ppo.task import PPOTask
 from genesis_fp16_infrastructure.contract.plugin_api import ProbeSetup
 from genesis_fp16_infrastructure.rl.ppo_math import (
     clipped_policy_loss,
@@ -74,12 +68,11 @@ def split_batch(batch: Batch) -> tuple[Batch, Batch]:
 
 def build_probe_setup(cfg: PPOConfig, seed: int) -> ProbeSetup:
     """Rollouts of the fp32 initial policy; batches[0] is the frozen probe batch."""
-    engine = PPOEngine(cfg, PRESETS["fp32_baseline"], seed=seed)
+    task = PPOTask(cfg, seed)  # before any iteration its rollouts are fp32
     batches: list[Any] = []
-    groups = cfg.batch_size // cfg.group_size
-    for _ in range(PROBE_BATCHES):
-        prompts = random_prompts(groups, cfg.task, engine.gen).repeat_interleave(cfg.group_size, 0)
-        seqs, old_logp = engine.generate(prompts)
+    for epoch in range(PROBE_BATCHES):
+        gen, sample_gen = task.generators(epoch, seed)
+        seqs, old_logp = task.frozen.sample(task.prompts(gen), cfg.task.gen_len, sample_gen)
         batches.append({"seqs": seqs, "old_logp": old_logp})
     return ProbeSetup(
         build_model=lambda: ProbeModel(cfg, seed),

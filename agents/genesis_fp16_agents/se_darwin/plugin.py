@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from genesis_fp16_infrastructure.contract.agent_snapshot import DataCheck
 from genesis_fp16_infrastructure.contract.plugin_api import (
     API_VERSION,
     ProbeSetup,
@@ -34,11 +35,12 @@ class SEDarwinPlugin:
         run at once (up to date), changed data trains afresh."""
         return run.train(request)
 
-    def check_up_to_date(self, request: TrainRequest) -> TrainResult | None:
-        """The run's result when nothing changed since the served model's run, decided from
-        the data manifest beside it without parsing or torch; None: the run must read the
-        pool. The daemon asks before starting a run's process."""
-        return run.check_up_to_date(request)
+    def check_data(self, request: TrainRequest) -> DataCheck:
+        """The data files scanned once, and the run's result when nothing changed since
+        the served model's run (decided from the data manifest beside it, without parsing
+        or torch; None: the run must read the pool). A job's plan asks once, before it
+        starts a run's process, and hands both to the run in ``request.snapshot``."""
+        return run.check_data(request)
 
     def probe_setup(self, data_path: Path | None, seed: int) -> ProbeSetup:
         """The world model, its loss and a few real batches, for the precision probe."""

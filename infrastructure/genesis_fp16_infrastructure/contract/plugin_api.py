@@ -78,8 +78,8 @@ API_CHANGES: Mapping[int, str] = {
 def api_version_error(found: object) -> str:
     """Why a plugin declaring ``api_version = found`` is refused, and what changed since:
 
-    >>> api_version_error(1)  # doctest: +ELLIPSIS
-    'api_version 1, this genesis-fp16 supports 2; changed since 1: TrainRequest.precision is ...'
+    >>> print(api_version_error(1))
+    api_version 1, this genesis-fp16 supports 2; changed since 1: TrainRequest.precision is ...
     """
     message = f"api_version {found!r}, this genesis-fp16 supports {API_VERSION}"
     if isinstance(found, int) and found < API_VERSION:

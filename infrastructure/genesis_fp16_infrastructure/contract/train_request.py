@@ -7,11 +7,12 @@ Part of the plugin contract: import these from ``genesis_fp16_infrastructure.con
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot
 from genesis_fp16_infrastructure.training.run.spec import (
     RunCallbacks,
     RunSpec,
@@ -33,7 +34,8 @@ class TrainRequest(RunSpec, RunCallbacks):
 
     The run's own fields (``precision``, ``device``, ``steps``, ``epochs``, ``seed``,
     ``resume``, ``checkpoint_seconds``, ``log_interval``, ``guard``, ``fsdp``,
-    ``cuda_graph``, ``compile``) and the callbacks ``on_log`` and ``should_stop`` are
+    ``cuda_graph``, ``compile``) and the callbacks ``on_log``, ``should_stop`` and
+    ``on_diagnostics`` (set together: :meth:`with_callbacks`) are
     :class:`~genesis_fp16_infrastructure.training.run.spec.RunSpec`'s and
     :class:`~genesis_fp16_infrastructure.training.run.spec.RunCallbacks`', shared with
     ``FitOptions``; the rest are the agent's. ``precision`` is the
@@ -52,10 +54,6 @@ class TrainRequest(RunSpec, RunCallbacks):
     state_dir: Path
     checkpoint_dir: Path
     data_path: Path | None = None
-    # RL agents: called after each iteration with its diagnostics ({name: float}); the
-    # daemon exports them live as genesis_fp16_rl_* gauges
-    # (genesis_fp16/metrics/diagnostics_export.py).
-    on_diagnostics: Callable[[Mapping[str, float]], None] | None = None
     quarantine_path: Path | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     # The resident memory the run may use (the daemon's RUN_MEMORY_LIMIT_BYTES; None: no
@@ -69,6 +67,10 @@ class TrainRequest(RunSpec, RunCallbacks):
     # a plain ``train``) a budget only sizes a run on new data: an agent that can tell
     # its data unchanged (se_darwin) is up to date whatever the budget.
     forced: bool = False
+    # The agent's state folder as the job's plan read it, once (contract.agent_snapshot):
+    # the served-model pointer, the data scan and the up-to-date verdict, which the run
+    # takes instead of reading them again. None: the run reads them itself.
+    snapshot: AgentSnapshot | None = None
 
     def fit_options(self, **overrides: Any) -> FitOptions:
         """The :class:`~genesis_fp16_infrastructure.training.FitOptions` this request asks for.
@@ -88,10 +90,11 @@ class TrainRequest(RunSpec, RunCallbacks):
         from genesis_fp16_infrastructure.training.run.fit import FitOptions
 
         values: dict[str, Any] = {name: getattr(self, name) for name in spec_fields()}
-        context = {"agent": self.agent, "request": self.to_json()}
+        request = self.to_json()
+        request.pop("snapshot", None)  # a file list and a result: not a bundle's context
+        context = {"agent": self.agent, "request": request}
         values.update(
-            on_log=self.on_log,
-            should_stop=self.should_stop,
+            **{f.name: getattr(self, f.name) for f in fields(RunCallbacks)},
             checkpoint_dir=Path(self.checkpoint_dir),
             # Fault bundles in the agent's state folder (the guard must be on to write any).
             flight=FlightConfig(folder=bundle_folder(self.state_dir, self.agent), context=context),
@@ -100,6 +103,14 @@ class TrainRequest(RunSpec, RunCallbacks):
         if merged.get("steps") is None and merged.get("epochs") is None:
             merged["steps"] = DEFAULT_STEPS
         return FitOptions(**merged)
+
+    def with_callbacks(self, callbacks: RunCallbacks) -> TrainRequest:
+        """This request with every callback of ``callbacks`` (each one: a callback left
+        unset there is unset here too), built once by whoever starts the run::
+
+            request.with_callbacks(RunCallbacks(on_log=show, should_stop=stop.is_set))
+        """
+        return replace(self, **{f.name: getattr(callbacks, f.name) for f in fields(RunCallbacks)})
 
     def to_json(self) -> dict[str, Any]:
         """The request as JSON-ready data, callbacks left out (they cannot cross a process).

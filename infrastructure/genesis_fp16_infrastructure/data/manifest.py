@@ -86,10 +86,6 @@ class Manifest:
             return False
         return _contents(self) == _contents(other)
 
-    @property
-    def total_bytes(self) -> int:
-        return sum(f.size for f in self.files)
-
     def to_json(self) -> dict[str, Any]:
         return {
             "version": MANIFEST_VERSION,

@@ -19,6 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG
 from genesis_fp16_infrastructure.data.file_records import Rejected
 from genesis_fp16_infrastructure.data.sources import Source
 
@@ -67,8 +69,8 @@ class QuarantineSink:
     def _write(self, line: str) -> None:
         if self._handle is None:
             assert self.path is not None
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._handle = self.path.open("w", encoding="utf-8")  # a file of this read's own
+            # a file of this read's own; a folder or FIFO at its name is set aside (counted)
+            self._handle = files.open_log(self.path, QUARANTINE_LOG)
         self._handle.write(line + "\n")
         self._written += len(line) + 1
 

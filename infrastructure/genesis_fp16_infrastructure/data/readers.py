@@ -14,9 +14,12 @@ A plain ``.jsonl`` file is read a line at a time: its text is never held whole, 
 records, not its bytes, are what a read costs in memory, and a line that is not UTF-8 is
 quarantined alone.
 
+>>> from genesis_fp16_infrastructure.data.synthetic import write_pool
+>>> pool = write_pool(Path("data"), count=200, seed=1)  # in data/trajectory_pools/se_darwin/
+>>> _ = (pool.parent / "more.jsonl").write_text('{"not": "a record"}\\n')
 >>> result = read_trajectories(Path("data/trajectory_pools"), quarantine=Path("q.jsonl"))
->>> len(result.examples), result.quarantined  # doctest: +SKIP
-(19610, 3)
+>>> len(result.examples), result.quarantined
+(198, 1)
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import msgspec
 
+from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.atomic import write_atomic
 from genesis_fp16_infrastructure.data.attempt_numbers import NUMBERS_VERSION
 from genesis_fp16_infrastructure.data.file_records import Head, RecordBlock
@@ -44,6 +45,8 @@ logger = logging.getLogger(__name__)
 # 7: file_records.RecordBlock (coded columns, flat parents, no object per record);
 # 8: its numbers and flags as bytes, and each parent's id hash (collect matches by hash)
 CACHE_VERSION = f"8.s{SCHEMA_VERSION}.n{NUMBERS_VERSION}"
+HEAD_BYTES = 4096  # a head marker: a digest and a size
+ENTRY_BYTES = 1 << 40  # an entry is as large as its data file's records: no bound but sanity
 
 
 class RecordCache:
@@ -165,8 +168,9 @@ class RecordCache:
 
     def _head(self, file: Path) -> _HeadMarker | None:
         try:
-            return msgspec.json.decode(self._head_path(file).read_bytes(), type=_HeadMarker)
-        except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+            raw = files.read_bytes(self._head_path(file), HEAD_BYTES)  # a FIFO never blocks
+            return None if raw is None else msgspec.json.decode(raw, type=_HeadMarker)
+        except (OSError, ValueError, msgspec.DecodeError, msgspec.ValidationError):
             return None
 
     def _head_path(self, file: Path) -> Path:
@@ -189,7 +193,10 @@ class _HeadMarker(msgspec.Struct):
 def _read_entry(path: Path) -> RecordBlock:
     """A stored block, checked: another version or a damaged entry is a ValueError (the
     file is read again)."""
-    block = msgspec.msgpack.decode(path.read_bytes(), type=RecordBlock)
+    raw = files.read_bytes(path, ENTRY_BYTES)  # a regular file only: a FIFO never blocks
+    if raw is None:
+        raise FileNotFoundError(2, "no cache entry", str(path))
+    block = msgspec.msgpack.decode(raw, type=RecordBlock)
     if block.version != CACHE_VERSION:
         raise ValueError(f"cache version {block.version!r}, this build's {CACHE_VERSION}")
     block.check()

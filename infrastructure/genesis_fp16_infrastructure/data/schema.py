@@ -2,7 +2,7 @@
 
 Genesis writes two shapes of record:
 
-* SE-Darwin trajectory pools, one JSON object per agent with a ``trajectories`` mapping
+* trajectory pools, one JSON object per agent with a ``trajectories`` mapping
   from id to :class:`Trajectory`;
 * replay-buffer records, one :class:`ReplayRecord` per JSON line.
 
@@ -73,7 +73,7 @@ class TrajectoryMetrics(_Record):
 
 
 class Trajectory(_Record):
-    """One SE-Darwin attempt, as stored in a trajectory pool. Only the id is required."""
+    """One attempt of an evolving agent, as stored in a trajectory pool. Only the id is required."""
 
     # identity and lineage
     trajectory_id: str = Field(min_length=1)

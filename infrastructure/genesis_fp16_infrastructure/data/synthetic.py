@@ -1,4 +1,4 @@
-"""Synthetic SE-Darwin trajectory pools with learnable structure, for demos, tests and benchmarks.
+"""Synthetic trajectory pools with learnable structure, for demos, tests and benchmarks.
 
 Each attempt's success score comes from a hidden logit built from what is known before it
 runs, plus Gaussian noise:

@@ -14,15 +14,14 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 
-from genesis_fp16_infrastructure.contract.plugin_api import ProbeSetup
 from genesis_fp16_infrastructure.probe import measures as ms
 from genesis_fp16_infrastructure.probe.measures import FP16_MAX, Activations
 from genesis_fp16_infrastructure.probe.report import Measures, ProbeReport, VariantResult
@@ -66,6 +65,25 @@ class _Run:
     def seconds_per_step(self) -> float:
         # The fastest step: on a shared machine the slower ones time the neighbours.
         return min(self.step_seconds, default=math.nan)
+
+
+class ProbeSetup(Protocol):
+    """What the probe reads from an agent's setup: the contract's ``ProbeSetup``
+    (``plugin_api``) is one. A protocol here, so that the probe, a component, does not
+    import the contract above it."""
+
+    @property
+    def build_model(self) -> Callable[[], nn.Module]: ...
+    @property
+    def loss(self) -> Callable[[nn.Module, Any], torch.Tensor]: ...
+    @property
+    def batches(self) -> Sequence[Any]: ...
+    @property
+    def split_batch(self) -> Callable[[Any], tuple[Any, Any]]: ...
+    @property
+    def components(self) -> Mapping[str, Sequence[str]]: ...
+    @property
+    def learning_rate(self) -> float: ...
 
 
 @dataclass(frozen=True)

@@ -66,10 +66,6 @@ def worst(colours: Sequence[str]) -> Colour:
     return found  # type: ignore[return-value]
 
 
-def is_worse(colour: str, than: str) -> bool:
-    return _ORDER[colour] > _ORDER[than]
-
-
 @dataclass(frozen=True)
 class Recommendation:
     """The cheapest variant that is green everywhere and not slower than FP32 here."""

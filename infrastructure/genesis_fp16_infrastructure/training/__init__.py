@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
     from genesis_fp16_infrastructure.training.run.fit import fit
     from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
-    from genesis_fp16_infrastructure.training.run.task import TrainingTask
+    from genesis_fp16_infrastructure.training.run.task import IterationHooks, TrainingTask
     from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
     from genesis_fp16_infrastructure.training.step.trainer import Trainer
     from genesis_fp16_infrastructure.training.step.trainer_config import StepTuning, TrainerConfig
@@ -56,6 +56,7 @@ _EXPORTS: dict[str, str] = {
     "FitOptions": "run.options",
     "FitResult": "run.options",
     "TrainingTask": "run.task",
+    "IterationHooks": "run.task",
     "fit": "run.fit",
     "GuardConfig": "precision.guard_config",
     "LossScaler": "precision.loss_scaler",
@@ -88,6 +89,7 @@ __all__ = [
     "FitOptions",
     "FitResult",
     "GuardConfig",
+    "IterationHooks",
     "LossScaler",
     "PrecisionError",
     "PrecisionMemory",

@@ -9,11 +9,8 @@
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import hashlib
 import io
-import json
 import logging
 import os
 import re
@@ -26,6 +23,8 @@ from typing import Any
 
 import torch
 
+from genesis_fp16_infrastructure.agent_folder.layout import WRITER_LOCK as WRITER_LOCK_FILE
+from genesis_fp16_infrastructure.agent_folder.lock import LockBusy, take_lock
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint_files import (
     digest_path,
@@ -48,7 +47,7 @@ logger = logging.getLogger(__name__)
 _NAME = re.compile(r"^ckpt-(\d{10})\.pt$")
 REJECTED_SUFFIX = ".rejected"  # a file pruning found unusable, set aside rather than deleted
 STALE_TEMP_SECONDS = 60.0
-WRITER_LOCK = "writer.lock"  # the flock of the one process that writes the folder
+WRITER_LOCK = WRITER_LOCK_FILE.name  # the flock of the one process that writes the folder
 
 # Called with a loaded state before it is used; raises to pass over the file.
 Accept = Callable[[dict[str, Any], Path], None]
@@ -113,25 +112,20 @@ class CheckpointManager:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / WRITER_LOCK
         key = str(path.resolve())
+        record = {"pid": os.getpid(), "owner": owner}
         with _CLAIMS_LOCK:
             held = _CLAIMS.get(key)
             if held is not None:  # this process is the writer already
                 _CLAIMS[key] = (held[0], held[1] + 1)
                 self._lock_fd = held[0]
                 return
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as error:
-                os.close(fd)
-                if error.errno in (errno.EWOULDBLOCK, errno.EACCES):
-                    raise CheckpointFolderBusy(
-                        f"checkpoint folder {self.directory} is written by {_holder(path)}; "
-                        f"one writer per folder (lock file {path})"
-                    ) from None
-                raise
-            os.ftruncate(fd, 0)
-            os.write(fd, json.dumps({"pid": os.getpid(), "owner": owner}).encode() + b"\n")
+                fd = take_lock(path, WRITER_LOCK_FILE, wait=False, record=record)
+            except LockBusy as busy:
+                raise CheckpointFolderBusy(
+                    f"checkpoint folder {self.directory} is written by {_holder(busy.holder)}; "
+                    f"one writer per folder (lock file {path})"
+                ) from None
             _CLAIMS[key] = (fd, 1)
             self._lock_fd = fd
 
@@ -324,15 +318,14 @@ class CheckpointManager:
         return None
 
 
-def _holder(path: Path) -> str:
-    """Who holds the writer lock, as its lock file says (it may be mid-write: retried)."""
-    for _ in range(20):
-        try:
-            record = json.loads(path.read_text())
-            return f"pid {int(record['pid'])} ({record['owner']})"
-        except (OSError, ValueError, KeyError, TypeError):
-            time.sleep(0.05)
-    return "another process (its lock file names none)"
+def _holder(record: dict[str, Any] | None) -> str:
+    """Who holds the writer lock, as its lock file says (read within its bound, retried
+    while the holder writes it)."""
+    try:
+        assert record is not None
+        return f"pid {int(record['pid'])} ({record['owner']})"
+    except (AssertionError, KeyError, TypeError, ValueError):
+        return "another process (its lock file names none)"
 
 
 def _free_name(path: Path) -> Path:

@@ -116,6 +116,8 @@ def summary_path(path: Path) -> Path:
 def summarize(state: Mapping[str, Any]) -> dict[str, Any]:
     """A checkpoint's step, run counters, precision and loss scale, as plain values.
 
+    >>> state = {keys.STEP: 1200, keys.STATS: {"skipped_steps": 3}, keys.SCALER: {"scale": 32768.0},
+    ...          keys.PRECISION: {"requested": "auto", "used": "fp16"}}
     >>> summarize(state)  # doctest: +NORMALIZE_WHITESPACE
     {'step': 1200, 'skipped_steps': 3, 'nonfinite_losses': 0, 'precision': 'fp16',
      'loss_scale': 32768.0}

@@ -1,4 +1,5 @@
-"""The SE-Darwin world model: feature encoder, model, metrics and the prediction API."""
+"""The world model that predicts whether an attempt succeeds: feature encoder, model,
+metrics and the prediction API."""
 
 from genesis_fp16_infrastructure.world_model.features import FeatureEncoder
 from genesis_fp16_infrastructure.world_model.model import (

@@ -1,9 +1,9 @@
-"""The SE-Darwin world model: a shared MLP trunk and three heads, and its fp32 losses.
+"""The world model (will an attempt succeed?): an MLP trunk, three heads, fp32 losses.
 
 A config with ``members`` > 1 builds a :class:`WorldModelEnsemble` instead
 (:func:`build_world_model`): that many independent networks of the same shape, computed
 as one (weights stacked per layer, one batched matmul for all members), whose served
-output is the mean of their logits. SE-Darwin trains one on small pools, each member on
+output is the mean of their logits. The retrain recipe trains one on small pools, each member on
 all but one fold of the records (``genesis_fp16_infrastructure.recipes.retrain.task``).
 
 The heads predict, for one attempt before it runs: the logit of success, the expected

@@ -7,8 +7,8 @@
         load_pool_scores,
     )
 
-    predictor = WorldModelPredictor.load(Path("state/agents/se_darwin/checkpoints"))
-    pool = load_pool(Path("data/trajectory_pools/se_darwin/trajectory_pool.json"))
+    predictor = WorldModelPredictor.load(Path("state/agents/my_agent/checkpoints"))
+    pool = load_pool(Path("data/trajectory_pools/my_agent/trajectory_pool.json"))
     p = predictor.predict_one(candidate_record, pool)  # a dict in the pool record shape
     p.success_probability, p.expected_score, p.outcome
 

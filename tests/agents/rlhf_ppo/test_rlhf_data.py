@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from genesis_fp16_agents.rlhf_ppo import plugin
-from genesis_fp16_agents.rlhf_ppo.plugin import read_task
+from genesis_fp16_agents.rlhf_ppo.task_file import read_task
 
 
 def _train(cwd: Path, data: Path, *extra: str) -> subprocess.CompletedProcess[str]:

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "infrastructure" / 
 from guard_faults import FaultTask
 
 from genesis_fp16_agents.rlhf_ppo import plugin
-from genesis_fp16_agents.rlhf_ppo.engine import PPOEngine
+from genesis_fp16_agents.rlhf_ppo.task import PPOTask
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.training import FitOptions, GuardConfig, fit
 
@@ -32,16 +32,18 @@ GUARD = GuardConfig(check_interval=4, divergence_factor=None, bf16_needs_native=
 # The guard's own sentence in a demoted run's reason, up to where each names its first.
 GUARD_SAYS = re.compile(r"precision guard demoted .*?, rolled back to step \d+")
 
-_ppo_loss = PPOEngine._ppo_loss
+_ppo_loss = PPOTask.loss
 
 
 def _nan_from(step: int, precisions: tuple[str, ...]) -> Callable[..., torch.Tensor]:
     """The PPO loss, NaN from optimizer ``step`` on in ``precisions``: what FaultTask("nan")
     does to fit()."""
 
-    def loss(self: PPOEngine, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        value = _ppo_loss(self, model, batch)
-        if self.precision.name in precisions and self.trainer.step_count >= step:
+    def loss(self: PPOTask, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        value = _ppo_loss(self, model, batch)  # type: ignore[arg-type]
+        trainer = self.trainer
+        assert trainer is not None
+        if trainer.policy.name in precisions and trainer.step_count >= step:
             return value * float("nan")
         return value
 
@@ -72,7 +74,7 @@ def test_rlhf_ppo_and_fit_report_one_guard_trip_alike(
         precision="fp16", steps=STEPS, checkpoint_dir=request.checkpoint_dir, guard=GUARD
     )
     fitted = TrainResult.from_fit(request, fit(FaultTask("nan", FAULT_STEP), options))
-    monkeypatch.setattr(PPOEngine, "_ppo_loss", _nan_from(FAULT_STEP, ("fp16",)))
+    monkeypatch.setattr(PPOTask, "loss", _nan_from(FAULT_STEP, ("fp16",)))
     ppo = plugin.train(_request("rlhf_ppo", tmp_path / "ppo"))
 
     (record,) = fitted.demotions
@@ -107,7 +109,7 @@ def test_rlhf_ppo_and_fit_fail_alike_at_the_last_rung(
     )
     task = FaultTask("nan", fault_step=0, fault_in=ALL_DTYPES)
     fitted = TrainResult.from_fit(request, fit(task, options)).to_json()
-    monkeypatch.setattr(PPOEngine, "_ppo_loss", _nan_from(0, ("fp32",)))
+    monkeypatch.setattr(PPOTask, "loss", _nan_from(0, ("fp32",)))
     ppo_request = dataclasses.replace(
         _request("rlhf_ppo", tmp_path / "ppo"), precision="fp32", guard=LAST_RUNG_GUARD
     )

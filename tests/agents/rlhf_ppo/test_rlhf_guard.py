@@ -10,12 +10,19 @@ import pytest
 import torch
 
 from genesis_fp16_agents.rlhf_ppo import plugin
-from genesis_fp16_agents.rlhf_ppo.engine import PPOConfig, PPOEngine
-from genesis_fp16_agents.rlhf_ppo.guarding import GuardedEngine
-from genesis_fp16_agents.rlhf_ppo.presets import PRESETS, ComponentPrecision
+from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
+from genesis_fp16_agents.rlhf_ppo.task import PPOTask
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
+from genesis_fp16_infrastructure.rl.ppo_guard import ppo_guard
 from genesis_fp16_infrastructure.rl.ppo_math import token_logprobs
-from genesis_fp16_infrastructure.training import GuardConfig, PrecisionPolicy, ScalerConfig
+from genesis_fp16_infrastructure.training import (
+    FitOptions,
+    GuardConfig,
+    ScalerConfig,
+    Trainer,
+    fit,
+)
+from genesis_fp16_infrastructure.training.precision.precision import autocast_to
 from genesis_fp16_infrastructure.training.precision.precision_memory import remember_demotions
 
 FAULT_STEP = 8  # from this optimizer step on, the policy has an activation outlier
@@ -40,22 +47,24 @@ def _train(folder: Path, precision: str, steps: int, **kw: Any) -> TrainResult:
     return plugin.train(request)
 
 
-def _outlier_policy_logp(self: PPOEngine, seqs: torch.Tensor) -> torch.Tensor:
+def _outlier_policy_logp(self: PPOTask, seqs: torch.Tensor) -> torch.Tensor:
     """policy_logp whose logits pass through a 1e5 x larger activation from FAULT_STEP on.
 
     The multiply and divide run in the logits' own dtype: fp16 (max 65504) overflows to
     inf and the log-probs become NaN; bf16 and fp32 have the range and barely round.
     """
-    with self.precision.autocast(self.preset.dtype("policy")):
-        logits = self._gen_slice(self.policy(seqs))
+    p = self.cfg.task.prompt_len
+    with torch.no_grad(), autocast_to(self.preset.dtype("policy"), seqs.device.type):
+        logits = self.model.policy(seqs)[:, p - 1 : -1]
+        assert self.trainer is not None
         if self.trainer.step_count >= FAULT_STEP:
             logits = logits * 1e5 / 1e5
-        return token_logprobs(logits, seqs[:, self.cfg.task.prompt_len :])
+        return token_logprobs(logits, seqs[:, p:])
 
 
 @pytest.fixture
 def outlier(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(PPOEngine, "policy_logp", _outlier_policy_logp)
+    monkeypatch.setattr(PPOTask, "policy_logp", _outlier_policy_logp)
 
 
 def _model(result: TrainResult) -> dict[str, torch.Tensor]:
@@ -81,6 +90,7 @@ def test_fp16_overflow_demotes_to_bf16_and_equals_a_clean_resume(tmp_path: Path)
     assert result.extra["presets_run"] == ["fp16_all", "mixed_recommended"]
     assert "precision guard demoted fp16 -> bf16" in result.precision_reason
     assert len(result.extra["history"]) == STEPS // 4  # rolled-back iterations dropped
+    assert result.extra["iterations"] == STEPS // 4
     memory = remember_demotions(None, result.demotions)  # what the daemon writes down
     assert memory is not None and memory.demoted_to == "bf16"
 
@@ -96,12 +106,12 @@ def test_clean_guarded_run_reports_nothing_and_equals_an_unguarded_one(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Without a fault the guard never fires, and watching changes no weight."""
-    with caplog.at_level("WARNING", logger="genesis_fp16_agents.rlhf_ppo.guarding"):
+    with caplog.at_level("WARNING", logger="genesis_fp16_infrastructure.rl.ppo_guard"):
         guarded = _train(tmp_path / "guarded", "fp16", STEPS, guard=GUARD)
     assert guarded.demotions == () and guarded.precision_used == "fp16"
     assert guarded.extra["presets_run"] == ["fp16_all"]
     # At its defaults the guard's two PPO caveats are no one's to act on: not warned.
-    assert "not used by rlhf_ppo" not in caplog.text and "not a multiple" not in caplog.text
+    assert "not used by a PPO run" not in caplog.text and "not a multiple" not in caplog.text
     plain = _train(tmp_path / "plain", "fp16", STEPS)
     for key, tensor in _model(plain).items():
         assert torch.equal(_model(guarded)[key], tensor), key
@@ -115,41 +125,41 @@ def test_guard_settings_an_operator_chose_are_warned_when_rlhf_ppo_cannot_use_th
 
     def warned(folder: Path, guard: GuardConfig) -> list[str]:
         caplog.clear()
-        with caplog.at_level("DEBUG", logger="genesis_fp16_agents.rlhf_ppo.guarding"):
+        with caplog.at_level("DEBUG", logger="genesis_fp16_infrastructure.rl.ppo_guard"):
             _train(folder, "fp32", 4, guard=guard)
         return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
 
     assert warned(tmp_path / "defaults", GuardConfig(bf16_needs_native=False)) == []
-    assert "not used by rlhf_ppo" in caplog.text  # said, at DEBUG
+    assert "not used by a PPO run" in caplog.text  # said, at DEBUG
     chosen = dataclasses.replace(GUARD, check_interval=5, divergence_factor=4.0)
     lines = warned(tmp_path / "chosen", chosen)
     assert len(lines) == 2, lines
-    assert "divergence_factor=4 is not used by rlhf_ppo" in lines[0]
+    assert "divergence_factor=4 is not used by a PPO run" in lines[0]
     assert "check_interval=5 is not a multiple" in lines[1]
 
 
 RUN_SCALER = ScalerConfig(init_scale=1024.0, growth_interval=3, hysteresis=2)
 
 
+class ScalerSeen(PPOTask):
+    """A PPO task that notes the trainer's precision and loss-scaler config each iteration."""
+
+    seen: list[tuple[str, ScalerConfig]]
+
+    def begin_iteration(self, trainer: Trainer, epoch: int) -> None:
+        super().begin_iteration(trainer, epoch)
+        self.seen.append((trainer.policy.name, trainer.scaler.config))
+
+
 @pytest.mark.usefixtures("outlier")
 def test_a_run_steps_and_demotes_with_its_own_scaler_config() -> None:
-    """A non-default ScalerConfig: the fp16 engine steps with it, and the policy the guard
-    demotes to is built with it too (the default ScalerConfig is never used)."""
-    cfg = PPOConfig(**OPTIONS)
-    built: list[tuple[str, ScalerConfig]] = []
-
-    def rebuild(preset: ComponentPrecision, policy: PrecisionPolicy) -> PPOEngine:
-        # As built: loading the snapshot afterwards restores the settings it saved.
-        built.append((policy.name, policy.scaler.config))
-        return PPOEngine(cfg, preset, seed=1, precision=policy)
-
-    engine = PPOEngine(cfg, PRESETS["fp16_all"], seed=1, scaler=RUN_SCALER)
-    assert engine.trainer.scaler.config == RUN_SCALER
-    run = GuardedEngine(engine, GUARD, rebuild)
-    while not run.check():
-        engine.iteration()
-        assert engine.trainer.step_count <= STEPS, "the outlier never fired the guard"
-    assert engine.trainer.scaler.get_scale() != ScalerConfig().init_scale  # it moved from 1024
-    run.demote()
-    assert built == [("bf16", dataclasses.replace(RUN_SCALER, enabled=False))]
-    assert run.engine.trainer.scaler.config == dataclasses.replace(RUN_SCALER, enabled=False)
+    """A non-default ScalerConfig: the fp16 trainer steps with it, and the trainer the
+    guard demotes to is built with it too (the default ScalerConfig is never used)."""
+    task = ScalerSeen(PPOConfig(**OPTIONS), seed=1, preset="fp16_all")
+    task.seen = []
+    guard = ppo_guard(GUARD, task.cfg.steps_per_iteration)
+    result = fit(task, FitOptions(precision="fp16", steps=STEPS, guard=guard, scaler=RUN_SCALER))
+    assert [d["to"] for d in result.demotions] == ["bf16"]
+    assert {config for name, config in task.seen if name == "fp16"} == {RUN_SCALER}
+    demoted = {config for name, config in task.seen if name == "bf16"}
+    assert demoted == {dataclasses.replace(RUN_SCALER, enabled=False)}

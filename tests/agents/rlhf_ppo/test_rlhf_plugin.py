@@ -192,16 +192,55 @@ def test_auto_runs_the_preset_of_the_decision_not_an_explicit_request(
     assert "auto -> bf16: CPU with native bf16" in result.precision_reason
 
 
-def test_the_trainer_runs_the_plugins_one_decision_and_the_engine_decides_nothing(
+def test_the_preset_follows_fits_one_decision(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The engine of a run is handed the policy of the plugin's one decide() answer: a
-    decide() called inside the engine fails the run, and what ran is the decision."""
-    from genesis_fp16_agents.rlhf_ppo import engine
+    """fit() decides once; the task only follows: one decide() in the run, and what ran
+    (fp32, so fp32_baseline over the named bf16 preset) is that decision."""
+    from genesis_fp16_infrastructure.training.run import calibration
 
-    def decides_again(*args: object, **kwargs: object) -> None:
-        raise AssertionError("the engine decided the precision a second time")
+    calls: list[object] = []
+    decide = calibration.decide
 
-    monkeypatch.setattr(engine, "decide", decides_again)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[0])
+        return decide(*args, **kwargs)
+
+    monkeypatch.setattr(calibration, "decide", counted)
     result = _train(tmp_path, "fp32", steps=4, options={"preset": "bf16_pure"})
+    assert len(calls) == 1
     assert result.precision_used == "fp32" and result.extra["preset"] == "fp32_baseline"
+
+
+def test_a_measured_auto_times_the_ppo_update_and_the_preset_follows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """precision.mode=measure (the daemon's default) is honoured: auto is decided by timing
+    the update steps, cached in precision.cache, and the preset is the decision's."""
+    from genesis_fp16_infrastructure.training.precision import capabilities
+    from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
+    from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
+
+    # Two candidates on any CPU (fp32 and bf16), so there is something to time.
+    caps = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native")
+    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: caps)
+    cache = tmp_path / "calibration.json"
+    request = PrecisionRequest("auto", mode="measure", cache=cache)
+    result = _train(tmp_path, request, steps=4, options={"batch_size": 16})  # type: ignore[arg-type]
+    calibration = result.precision_calibration
+    assert calibration is not None and cache.exists()
+    assert {row["precision"] for row in calibration["rows"]} == {"fp32", "bf16"}
+    expected = {"fp32": "fp32_baseline", "bf16": "mixed_recommended", "fp16": "fp16_all"}
+    assert result.extra["preset"] == expected[result.precision_used]
+
+
+def test_a_checkpoint_cadence_writes_one_at_each_iteration_end_it_falls_in(tmp_path: Path) -> None:
+    """checkpoint_steps=6 with 4-step iterations: files at steps 8, 12 (the first
+    iteration ends at or after 6, 12) and the end, 16; every one at an iteration start."""
+    result = _train(tmp_path, "fp32", steps=16, checkpoint_steps=6, options={"batch_size": 16})
+    files = sorted((tmp_path / "checkpoints").glob("ckpt-*.pt"))
+    states = [torch.load(f, weights_only=True) for f in files]
+    assert [(s["step"], s["epoch"], s["batch"]) for s in states] == [
+        (8, 2, 0), (12, 3, 0), (16, 4, 0),
+    ]  # fmt: skip
+    assert result.checkpoint == files[-1]

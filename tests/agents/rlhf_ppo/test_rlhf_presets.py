@@ -59,12 +59,13 @@ def test_bf16_runs_the_named_preset_or_the_default() -> None:
 def test_auto_without_a_preset_follows_the_decision(
     monkeypatch: pytest.MonkeyPatch, native_bf16: bool, preset: str, expected: str
 ) -> None:
-    """auto is decide()'s (the device rule: bf16 where native, else fp32), and the preset
-    follows the decision, its reason first; rlhf_ppo never measures, even when asked."""
+    """auto is decide()'s (here the device rule: bf16 where native, else fp32), and the
+    preset follows the decision, its reason first; the request's mode is kept (a measured
+    auto is fit()'s to time)."""
     caps = DeviceCapabilities("cpu", native_bf16, False, "test")
     monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: caps)
-    request = preset_request(PrecisionRequest("auto", mode="measure"), None)
-    assert request.mode == "rule"
+    assert preset_request(PrecisionRequest("auto", mode="measure"), None).mode == "measure"
+    request = preset_request(PrecisionRequest("auto"), None)
     decision = decide(request, "cpu")
     choice = resolve_preset(decision, None)
     assert (decision.used, choice.preset.name) == (expected, preset)

@@ -42,6 +42,7 @@ def _rank(rank: int, init: str, folder: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.distributed
 @pytest.mark.timeout(120)
 def test_two_ranks_are_refused_before_training(tmp_path: Path) -> None:
     """Under two gloo ranks both ranks get one error naming the world size and NPROC=1."""

@@ -16,6 +16,9 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+# One run through the plugin, as the retrain recipe's tests start it.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "infrastructure/recipes/retrain"))
 from se_darwin_runs import train as _train
 
 from genesis_fp16.config.plugins import load_plugin
@@ -182,6 +185,7 @@ def _quarantine_rank(rank: int, init: str, folder: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_only_rank_0_writes_quarantined_records(data: Path, tmp_path: Path) -> None:

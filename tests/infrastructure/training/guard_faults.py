@@ -1,7 +1,7 @@
 """Fault set-ups for the precision guard: real fp16 runs through ``fit()`` that demote.
 
-Shared by the guard's own tests (tests/infrastructure/training/test_guard.py) and the
-daemon's recording tests (tests/genesis_fp16/test_guard_record.py), which put this folder
+Shared by the guard's own tests (tests/infrastructure/training/run/test_guard.py) and the
+daemon's recording tests (tests/genesis_fp16/jobs/test_guard_record.py), which put this folder
 on ``sys.path``. Each entry of ``CASES`` makes one trigger fire at step ``DEMOTED_AT``
 and roll back to ``ROLLBACK_TO``; the next rung is bf16 on every CPU (see ``BASE``)::
 

@@ -421,6 +421,7 @@ def _last_phase(path: Path) -> str:
 # ---------------------------------------------------------------------- tests
 
 
+@pytest.mark.distributed
 @pytest.mark.timeout(120)
 def test_a_rank_crash_reruns_once_and_a_second_crash_fails(tmp_path: Path) -> None:
     """The harness: one SIGABRT in a rank reruns the job with a warning; two fail it."""
@@ -437,6 +438,7 @@ def test_a_rank_crash_reruns_once_and_a_second_crash_fails(tmp_path: Path) -> No
     assert attempts.read_text() == "xx"
 
 
+@pytest.mark.distributed
 @pytest.mark.timeout(120)
 def test_stop_asked_on_rank_1_alone_stops_both_ranks_at_the_same_call(tmp_path: Path) -> None:
     """agreed_stop: rank 1 asks at call 4; both ranks stop at call 4 + lag, for lag 0 and 2."""
@@ -444,6 +446,7 @@ def test_stop_asked_on_rank_1_alone_stops_both_ranks_at_the_same_call(tmp_path: 
     assert ranks == [[4, 6], [4, 6]]
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(("precision", "tolerance"), [("fp32", 1e-5), ("bf16", 2e-2)])
@@ -461,6 +464,7 @@ def test_ddp_world_2_matches_one_process_with_twice_the_batch(
     assert diff <= tolerance * max(1.0, moved), f"{precision}: max |ddp - single| = {diff}"
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_inf_on_rank_1_only_makes_both_ranks_skip_and_back_off(tmp_path: Path) -> None:
@@ -473,6 +477,7 @@ def test_inf_on_rank_1_only_makes_both_ranks_skip_and_back_off(tmp_path: Path) -
     assert torch.isfinite(ranks[0]["params"]).all()
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_two_rank_checkpoint_resumes_in_one_process_and_back(tmp_path: Path) -> None:
@@ -501,6 +506,7 @@ def test_two_rank_checkpoint_resumes_in_one_process_and_back(tmp_path: Path) -> 
     assert torch.allclose(ranks[0]["params"], reference, atol=1e-5)
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_fsdp2_fully_shard_trains_on_gloo(tmp_path: Path) -> None:
@@ -515,6 +521,7 @@ def test_fsdp2_fully_shard_trains_on_gloo(tmp_path: Path) -> None:
     assert state[keys.MODEL]["0.weight"].shape == (32, 8)
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_fsdp2_resumes_fsdp_and_single_process_checkpoints(tmp_path: Path) -> None:
@@ -539,6 +546,7 @@ def test_fsdp2_resumes_fsdp_and_single_process_checkpoints(tmp_path: Path) -> No
     assert state[keys.OPTIMIZER][0]["state"][0]["step"].item() == 6
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
@@ -601,6 +609,7 @@ def test_shard_step_is_a_pass_through_in_one_process() -> None:
     assert loss_fn is loss and n == 6 and len(micro) == 2
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp2"])

@@ -3,8 +3,8 @@
 A finished SE-Darwin run writes ``data_manifest.json`` into its checkpoint folder: the
 data files it read (size, mtime, content digest: ``genesis_fp16_infrastructure.data.manifest``),
 the request that asked for it (data path, options, seed), the served checkpoint (path,
-size, mtime) and its ``train --json`` result. A later run asks :func:`check_up_to_date`
-first; when the request is the same, the served checkpoint is the one recorded and every
+size, mtime) and its ``train --json`` result. A later run's plan asks :func:`check_data`
+once; when the request is the same, the served checkpoint is the one recorded and every
 data file holds the same bytes, the run ends ``up_to_date`` at once: no record parsed,
 no task built, no torch tensor made, and the daemon starts no child for it
 (``genesis_fp16/jobs/agent_job.py``). Anything else (no manifest, another request, a file
@@ -12,9 +12,9 @@ added, removed or changed, a checkpoint written since) returns None and the run 
 the pool as before, where the data fingerprint decides (a file rewritten with other
 bytes but the same records is still up to date there, and its manifest is renewed).
 
-    fresh = check_up_to_date(request)
-    if fresh is not None:
-        return fresh  # the served model's stored eval, steps 0, outcome up_to_date
+    check = check_data(request)  # check.scan: the files as the run reads them
+    if check.up_to_date is not None:
+        return check.up_to_date  # the served model's stored eval, steps 0, up_to_date
 """
 
 from __future__ import annotations
@@ -28,45 +28,29 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16_infrastructure.atomic import write_atomic
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.layout import DATA_MANIFEST, RECORD_CACHE_FOLDER
+from genesis_fp16_infrastructure.contract.agent_snapshot import DataCheck
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.contract.reports import ReportError
 from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
 from genesis_fp16_infrastructure.data.readers import DataError
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
-from genesis_fp16_infrastructure.recipes.retrain.served import ServedPointerError, served_checkpoint
+from genesis_fp16_infrastructure.recipes.retrain.served import (
+    ServedPointerError,
+    checkpoint_of,
+    served_checkpoint,
+)
 
 logger = logging.getLogger(__name__)
 
-RECORD_NAME = "data_manifest.json"
-RECORD_CACHE_FOLDER = "record_cache"  # under the state folder, one folder per agent
+RECORD_NAME = DATA_MANIFEST.name
+# under the state folder, one folder per agent
 RECORD_VERSION = 1
 
 
 def record_path(folder: Path) -> Path:
     return Path(folder) / RECORD_NAME
-
-
-def scan_before_read(request: TrainRequest) -> Manifest | None:
-    """The data files' manifest, taken before the run reads them (a file written during
-    the read then differs from it, and the next run looks again). Reuses the digests of
-    the folder's record for files whose size and mtime are unchanged."""
-    if request.data_path is None:
-        return None
-    previous = _load(Path(request.checkpoint_dir))
-    before = Manifest.from_json(previous.get("manifest")) if previous else None
-    try:
-        manifest, report = scan_files(Path(request.data_path), before)
-    except DataError:
-        return None  # the read that follows reports a missing path or an empty folder
-    logger.info(
-        "data manifest: %d file(s), %d hashed (%d bytes), %d unchanged by size and mtime",
-        len(manifest.files),
-        report.hashed,
-        report.hashed_bytes,
-        report.reused,
-    )
-    return manifest
 
 
 def record_cache(request: TrainRequest, manifest: Manifest | None) -> RecordCache | None:
@@ -113,33 +97,36 @@ def save_record(
     _write(Path(request.checkpoint_dir), record)
 
 
-def check_up_to_date(request: TrainRequest) -> TrainResult | None:
-    """The up-to-date result when nothing changed since the served model's run, else None
-    (the run then reads the pool and decides in full). Costs a stat per data file, a hash
-    of those whose size or mtime moved, and one small JSON file; never imports torch."""
+def check_data(request: TrainRequest) -> DataCheck:
+    """The data files scanned once, before the run reads them (a file written during the
+    read then differs from the scan, and the next run looks again), and the up-to-date
+    verdict they give: a result when nothing changed since the served model's run, else
+    None (the run then reads the pool and decides in full). Costs a stat per data file, a
+    hash of those whose size or mtime moved (the record's digests vouch for the rest),
+    and one small JSON file; never imports torch. The served-model pointer is the
+    request's snapshot's when it has one (read once by the plan), else read here."""
     start = time.perf_counter()
-    if request.data_path is None or not request.resume:
-        return None
-    if request.forced and (request.steps is not None or request.epochs is not None):
-        return None  # a forced run trains its budget on unchanged data too
+    if request.data_path is None:
+        return DataCheck(None)
     folder = Path(request.checkpoint_dir)
     record = _load(folder)
-    if record is None:
-        return None
-    if record.get("request") != request_key(request):
-        logger.info("data manifest: recorded for another request; the run reads the pool")
-        return None
-    if not _served_checkpoint_unchanged(folder, record.get("checkpoint")):
-        logger.info("data manifest: the served checkpoint changed since; the run reads the pool")
-        return None
-    before = Manifest.from_json(record.get("manifest"))
+    before = Manifest.from_json(record.get("manifest")) if record else None
     try:
         manifest, report = scan_files(Path(request.data_path), before)
     except DataError:
-        return None  # the full run reports a missing path or an empty folder
+        return DataCheck(None)  # the read that follows reports a missing path or an empty folder
+    logger.info(
+        "data manifest: %d file(s), %d hashed (%d bytes), %d unchanged by size and mtime",
+        len(manifest.files),
+        report.hashed,
+        report.hashed_bytes,
+        report.reused,
+    )
+    if record is None or not _may_be_up_to_date(request, record):
+        return DataCheck(manifest)
     if not manifest.same_content(before):
         logger.info("data manifest: %d file(s) hashed, the data changed", report.hashed)
-        return None
+        return DataCheck(manifest)
     if report.hashed:  # new mtimes (or a scan too close to a write): trust them next time
         _write(folder, {**record, "manifest": manifest.to_json()})
     seconds = time.perf_counter() - start
@@ -150,10 +137,27 @@ def check_up_to_date(request: TrainRequest) -> TrainResult | None:
         report.hashed,
     )
     try:
-        return _up_to_date_result(request, record["result"], seconds, report.hashed)
+        verdict = _up_to_date_result(request, record["result"], seconds, report.hashed)
     except ReportError as exc:  # kept by an older version, or damaged: read the pool
         logger.warning("data manifest: its result is unreadable (%s); the run reads the pool", exc)
-        return None
+        return DataCheck(manifest)
+    return DataCheck(manifest, verdict.to_json())
+
+
+def _may_be_up_to_date(request: TrainRequest, record: Mapping[str, Any]) -> bool:
+    """The record answers for this run: it resumes, is not a forced budget, asks what the
+    recorded run asked, and the served checkpoint is the recorded one."""
+    if not request.resume:
+        return False
+    if request.forced and (request.steps is not None or request.epochs is not None):
+        return False  # a forced run trains its budget on unchanged data too
+    if record.get("request") != request_key(request):
+        logger.info("data manifest: recorded for another request; the run reads the pool")
+        return False
+    if not _served_checkpoint_unchanged(request, record.get("checkpoint")):
+        logger.info("data manifest: the served checkpoint changed since; the run reads the pool")
+        return False
+    return True
 
 
 def request_key(request: TrainRequest) -> dict[str, Any]:
@@ -211,16 +215,23 @@ def _without(extra: Mapping[str, Any], *names: str) -> dict[str, Any]:
     return {k: v for k, v in extra.items() if k not in names}
 
 
-def _served_checkpoint_unchanged(folder: Path, recorded: Any) -> bool:
+def _served_checkpoint_unchanged(request: TrainRequest, recorded: Any) -> bool:
     """The recorded checkpoint is still there, unchanged, and still the one the
     served-model pointer names (recipes.retrain.served; a promotion, a rollback or an
     unreadable pointer: the run reads the pool)."""
     if not isinstance(recorded, Mapping):
         return False
+    folder, snapshot = Path(request.checkpoint_dir), request.snapshot
     path = Path(str(recorded.get("path")))
     try:
         stat = os.stat(path)
-        served = served_checkpoint(folder)
+        if snapshot is None:
+            served = served_checkpoint(folder)
+        elif snapshot.pointer_error is not None:
+            return False
+        else:
+            pointer = snapshot.pointer
+            served = None if pointer is None else checkpoint_of(folder, pointer)
     except (OSError, ServedPointerError):
         return False
     if (stat.st_size, stat.st_mtime_ns) != (recorded.get("size"), recorded.get("mtime_ns")):
@@ -229,19 +240,18 @@ def _served_checkpoint_unchanged(folder: Path, recorded: Any) -> bool:
 
 
 def _load(folder: Path) -> dict[str, Any] | None:
-    path = record_path(folder)
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        logger.warning("data manifest %s unreadable (%s): the run reads the pool", path, exc)
-        return None
-    if not isinstance(record, dict) or record.get("version") != RECORD_VERSION:
-        return None
-    return record
+    """The folder's record; None when absent, of another version, or unusable (set aside
+    as ``data_manifest.json.unusable`` and reported: the run reads the pool)."""
+    record = files.load(record_path(folder), DATA_MANIFEST, _a_record)
+    return record if record is not None and record.get("version") == RECORD_VERSION else None
+
+
+def _a_record(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise TypeError(f"a JSON {type(data).__name__}, not an object")
+    return data
 
 
 def _write(folder: Path, record: Mapping[str, Any]) -> None:
     text = json.dumps(record, sort_keys=True)
-    write_atomic(record_path(folder), lambda handle: handle.write(text.encode("utf-8")))
+    files.write_bytes(record_path(folder), DATA_MANIFEST, text.encode("utf-8"))

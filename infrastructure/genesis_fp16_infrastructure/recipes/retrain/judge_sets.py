@@ -40,11 +40,9 @@ from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.recipes.retrain import gate
 from genesis_fp16_infrastructure.recipes.retrain.served import (
     VERDICT_NAME,
-    ServedPointerError,
     list_candidates,
     newest_checkpoint,
     read_json,
-    read_pointer,
 )
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, load_checkpoint
 
@@ -149,19 +147,16 @@ def further_comparisons(
     candidate: gate.ScoredModel,
     served_model: gate.ScoredModel,
     numeric: torch.Tensor | None,
+    history: Sequence[Mapping[str, Any]] = (),
 ) -> list[GateComparison]:
     """The ``newest`` comparison, and ``best_earlier`` when an earlier model beats the
-    served one; ``chosen``: the held-out comparison set's records."""
+    served one; ``chosen``: the held-out comparison set's records; ``history``: the
+    models served before it, newest first (the pointer's, as the run's plan read it)."""
     newer, anchor = newest(root, hashes, chosen, served_model)
     rows = None if numeric is None else numeric[torch.from_numpy(newer)]
     records = gate.Records.of_columns(columns, np.flatnonzero(newer), rows)
     newest_cmp = gate.compare_on("newest", records, candidate, served_model, True)
     found = [replace(newest_cmp, reason=f"{anchor}: {newest_cmp.reason}")]
-    try:
-        pointer = read_pointer(root)
-    except ServedPointerError:
-        pointer = None
-    history = pointer.history if pointer is not None else []
     best = best_earlier(
         columns, hashes, chosen, served_model, earlier_models(root, history), numeric
     )

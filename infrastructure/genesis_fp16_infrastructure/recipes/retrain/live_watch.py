@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from genesis_fp16_infrastructure.atomic import write_atomic
+from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot
 from genesis_fp16_infrastructure.data.fingerprint import held_in
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.recipes.retrain import gate
@@ -68,14 +69,19 @@ _ARRAYS = ("ids", "served", "previous", "labels")
 
 
 def watch(
-    root: Path, columns: PoolColumns, agent: str, numeric: torch.Tensor | None = None
+    root: Path,
+    columns: PoolColumns,
+    agent: str,
+    numeric: torch.Tensor | None = None,
+    snapshot: AgentSnapshot | None = None,
 ) -> dict[str, Any] | None:
     """Score the new records (module docstring) and update the served model's figures;
     roll back on a live regression. Returns the report (``live`` of the run's extra),
     or None when there is nothing to watch: no predecessor, a model whose data or
     checkpoint is unknown (logged), or no new record. ``numeric``: the read's numeric
-    features (``gate.pool_numeric`` of ``columns.labelled``), if known."""
-    pair = _pair(root, agent)
+    features (``gate.pool_numeric`` of ``columns.labelled``), if known; ``snapshot``: the
+    pointer as the job's plan read it (None: read now)."""
+    pair = _pair(root, agent, snapshot)
     if pair is None:
         return None
     pointer, served, previous = pair
@@ -185,14 +191,14 @@ def _detail(figures: Mapping[str, Any]) -> str:
 
 
 def _pair(
-    root: Path, agent: str
+    root: Path, agent: str, snapshot: AgentSnapshot | None
 ) -> tuple[ServedPointer, gate.ScoredModel, gate.ScoredModel] | None:
     """The pointer, the served model and its predecessor, ready to score; None (logged
     where it is not simply the first model) when there is no pair to watch."""
     try:
-        pointer = read_pointer(root)
+        pointer = read_pointer(root) if snapshot is None else snapshot.pointer
     except ServedPointerError:
-        return None  # the run refuses it next, in one line (promotion.served_model)
+        return None  # the run refuses it next, in one line (served_model.served_model)
     if pointer is None or not pointer.history:
         return None
     models = []

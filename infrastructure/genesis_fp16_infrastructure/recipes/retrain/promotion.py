@@ -49,23 +49,19 @@ from genesis_fp16_infrastructure.recipes.retrain.pool_read import read_pool
 from genesis_fp16_infrastructure.recipes.retrain.served import (
     CANDIDATE_META,
     VERDICT_NAME,
-    ServedPointerError,
     candidate_entry,
     candidates_dir,
     list_candidates,
     new_candidate,
     newest_checkpoint,
     read_json,
-    read_pointer,
-    serve,
-    served_checkpoint,
     write_verdict,
 )
+from genesis_fp16_infrastructure.recipes.retrain.served_model import Served
 from genesis_fp16_infrastructure.recipes.retrain.served_repair import serve_unless_pinned
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint import (
     CheckpointError,
-    CheckpointManager,
     load_checkpoint,
 )
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
@@ -73,24 +69,12 @@ from genesis_fp16_infrastructure.training.checkpoint_load import Loaded, read_ch
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.training.run.options import FitResult
 from genesis_fp16_infrastructure.world_model.predict import (
-    accept_world_model,
     read_world_model_state,
 )
 
 logger = logging.getLogger(__name__)
 
 SPLIT_FOLDER = "split"  # final_fit=whole: the split run's checkpoints, under the candidate
-
-
-@dataclass(frozen=True)
-class Served:
-    """The served model: its pointer entry, checkpoint, and the checkpoint the gate
-    scores (the split run's, for a final_fit=whole model)."""
-
-    entry: Mapping[str, Any]
-    checkpoint: Path
-    judged: Path
-    pinned: Mapping[str, Any] | None = None  # the operator's pin: the gate only reports
 
 
 @dataclass(frozen=True)
@@ -124,35 +108,6 @@ class Plan:
         return dataclasses.replace(
             self, change=change, served_scored=_scored_part(loaded), served_unread=None
         )
-
-
-def served_model(root: Path) -> Served | None:
-    """The pointer's model, or None before the first promotion; an unreadable pointer or
-    a missing file is a one-line refusal, never a guess at another model."""
-    try:
-        pointer = read_pointer(root)
-        checkpoint = served_checkpoint(root)
-    except ServedPointerError as exc:
-        raise TrainRequestError(str(exc)) from None
-    if pointer is None or checkpoint is None:
-        return _adopt(root)
-    judged = Path(root) / str(pointer.served.get("judged") or pointer.served["checkpoint"])
-    chosen = judged if judged.is_file() else checkpoint
-    return Served(pointer.served, checkpoint, chosen, pointer.pinned)
-
-
-def _adopt(root: Path) -> Served | None:
-    """A folder written before the pointer existed: its newest valid world-model checkpoint
-    is what was served, and becomes the pointer's (logged), so that no upgrade leaves the
-    prediction API without a model while the first candidate trains."""
-    found = CheckpointManager(Path(root)).load_latest(accept_world_model)
-    if found is None:
-        return None
-    path = found[1]
-    entry = {"id": f"adopted-{path.stem}", "checkpoint": path.name, "judged": path.name}
-    serve(root, entry, "adopted")
-    logger.warning("no served.json in %s: serving its newest checkpoint %s", root, path)
-    return Served({**entry, "how": "adopted"}, path, path)
 
 
 def plan_candidate(
@@ -353,7 +308,7 @@ def _compare(
     held_out = gate.Records.of_columns(data.columns, np.flatnonzero(chosen), rows)
     comparisons = [gate.compare_on("held_out", held_out, candidate_model, served_model_, True)]
     comparisons += judge_sets.further_comparisons(
-        root, data.columns, hashes, chosen, candidate_model, served_model_, numeric
+        root, data.columns, hashes, chosen, candidate_model, served_model_, numeric, served.history
     )
     golden_path = request.golden_data_path
     if golden_path is not None:

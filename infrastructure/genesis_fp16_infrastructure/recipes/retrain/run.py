@@ -2,8 +2,8 @@
 report drift, gate it against the served model, and record what was trained on.
 
 An agent plugin hands its ``TrainRequest`` here in one call (:func:`train`) and gets the
-run's ``TrainResult``; the loop calls nothing of the agent back. :func:`probe_setup` gives
-the precision probe the same world model, loss and batches."""
+run's ``TrainResult``; the loop calls nothing of the agent back. :func:`probe_setup`
+(``probe.py``) gives the precision probe the same world model, loss and batches."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
+from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG, VERDICT
 from genesis_fp16_infrastructure.contract.plugin_api import (
-    ProbeSetup,
     TrainRequest,
     TrainRequestError,
     TrainResult,
@@ -36,30 +36,28 @@ from genesis_fp16_infrastructure.data.fingerprint import (
     DataFingerprint,
     fingerprint_of,
 )
-from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
-from genesis_fp16_infrastructure.data.synthetic import write_pool
+from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.gc_pause import paused_gc
 from genesis_fp16_infrastructure.phases import PhaseClock
 from genesis_fp16_infrastructure.recipes.retrain.drift import drift_report
 from genesis_fp16_infrastructure.recipes.retrain.freshness import (
-    check_up_to_date,
+    check_data,
     forget_record,
     record_cache,
     save_record,
-    scan_before_read,
 )
 from genesis_fp16_infrastructure.recipes.retrain.gate import pool_numeric
 from genesis_fp16_infrastructure.recipes.retrain.live_watch import watch
+from genesis_fp16_infrastructure.recipes.retrain.probe import probe_setup
 from genesis_fp16_infrastructure.recipes.retrain.promotion import (
     SPLIT_FOLDER,
     Plan,
     judge,
     plan_candidate,
-    served_model,
 )
 from genesis_fp16_infrastructure.recipes.retrain.refit import refit_record, train_refit
+from genesis_fp16_infrastructure.recipes.retrain.served_model import served_model
 from genesis_fp16_infrastructure.recipes.retrain.task import (
-    Batch,
     TaskOptions,
     WorldModelTask,
     read_pool,
@@ -68,18 +66,10 @@ from genesis_fp16_infrastructure.training import CheckpointManager, fit
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded, file_signature
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
-from genesis_fp16_infrastructure.world_model.model import (
-    HEAD_MODULES,
-    TRUNK_MODULES,
-    WorldModel,
-)
 
 logger = logging.getLogger(__name__)
 
-_PROBE_BATCHES = 9
-_PROBE_SAMPLE_COUNT = 3000
-
-__all__ = ["check_up_to_date", "probe_setup", "train"]
+__all__ = ["check_data", "probe_setup", "train"]
 
 
 def train(request: TrainRequest) -> TrainResult:
@@ -109,15 +99,19 @@ def _train(request: TrainRequest) -> TrainResult:
     whole = options.final_fit == "whole"
     if whole and rank_and_world()[1] > 1:
         raise TrainRequestError("final_fit='whole': one process only, not under torchrun")
-    # issue 36: nothing changed since the served model's run ends here, unparsed.
+    # issue 36: nothing changed since the served model's run ends here, unparsed. The
+    # job's plan checked once (request.snapshot); a request without a check checks now.
     single = rank_and_world()[1] == 1  # ranks must not decide apart: torchrun reads
+    snapshot = request.snapshot
     with clock.phase("check"):
-        fresh = check_up_to_date(request) if single else None
-        if fresh is not None:
-            return fresh
-        manifest = scan_before_read(request) if single else None
+        check = snapshot.data if snapshot is not None else None
+        check = (check or check_data(request)) if single else None
+        if check is not None and check.up_to_date is not None:
+            return TrainResult.from_json(check.up_to_date)
+        manifest = None if check is None else check.scan
     root = Path(request.checkpoint_dir)
-    served = served_model(root)  # what Genesis uses now; a candidate never touches it
+    # What Genesis uses now, as the plan read it; a candidate never touches it.
+    served = served_model(root, snapshot)
     with clock.phase("read"), paused_gc():  # objects without cycles (gc_pause)
         cache = record_cache(request, manifest)  # issue 36: unchanged files unparsed
         data = read_pool(
@@ -132,9 +126,9 @@ def _train(request: TrainRequest) -> TrainResult:
     # Issue 51: the new records judge the served model against its predecessor first,
     # and a live regression serves the predecessor again (one process: ranks would race).
     with clock.phase("live"):
-        live = watch(root, data.columns, request.agent) if single else None
+        live = watch(root, data.columns, request.agent, snapshot=snapshot) if single else None
     if live is not None and live["rolled_back"]:
-        served = served_model(root)
+        served = served_model(root)  # the predecessor, served again by the watch
     steps, epochs = request.steps, request.epochs
     # No budget given: train until validation stops improving, within max_epochs. An
     # explicit steps/epochs budget runs in full (what the operator asked for, a forced
@@ -232,7 +226,9 @@ def _train(request: TrainRequest) -> TrainResult:
                 numeric,
                 plan.served_scored,
             )
-        served_now = served_model(root)
+        # Served now: the candidate, when the gate promoted it; else the model served before.
+        promoted = gate is not None and gate.outcome == "promoted"
+        served_now = checkpoint if promoted else served.checkpoint if served else None
     extra["peak_rss_mib"] = clock.peaks()
     out = TrainResult.from_fit(
         request,
@@ -249,7 +245,7 @@ def _train(request: TrainRequest) -> TrainResult:
         wall_seconds=clock.elapsed(),
     )
     if not stopped:
-        save_record(request, manifest, out, served_now.checkpoint if served_now else None)
+        save_record(request, manifest, out, served_now)  # issue 36
     return out
 
 
@@ -326,7 +322,7 @@ def _stored_verdict(verdict: Mapping[str, Any] | None, agent: str) -> GateReport
     if not verdict:
         return None
     try:
-        return GateReport.from_json(verdict, "verdict.json")
+        return GateReport.from_json(verdict, VERDICT.name)
     except ReportError as exc:
         logger.warning("%s: the judged candidate's verdict is unreadable: %s", agent, exc)
         return None
@@ -347,36 +343,6 @@ def _only(loaded: Loaded | None, root: Path) -> Iterator[tuple[Path, Loaded | No
                     shutil.copy2(source, Path(tmp) / source.name)
         link = Path(tmp) / loaded.path.name
         yield Path(tmp), Loaded(loaded.state, link, file_signature(link))
-
-
-def probe_setup(data_path: Path | None, seed: int, agent: str) -> ProbeSetup:
-    """The world model, its loss and a few real batches, for the precision probe.
-
-    It probes one network (never a cross-validated ensemble: its members are the
-    same network, and its FP32 islands are named by the single model's modules)."""
-    options = TaskOptions(cross_validation=False)
-    if data_path is None:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = write_pool(Path(tmp), _PROBE_SAMPLE_COUNT, seed, agent=agent)
-            data = read_trajectories(path)
-    else:
-        data = read_trajectories(Path(data_path))
-    task = WorldModelTask(data, options, seed, agent=agent)
-    batches = [b for b, _ in task.train_batches(0, seed)][:_PROBE_BATCHES]
-    config = task.config
-
-    def build_model() -> torch.nn.Module:
-        torch.manual_seed(seed)
-        return WorldModel(config)
-
-    return ProbeSetup(
-        build_model=build_model,
-        loss=task.loss,
-        batches=batches,
-        split_batch=_split_batch,
-        components={"heads": list(HEAD_MODULES), "trunk": list(TRUNK_MODULES)},
-        learning_rate=options.learning_rate,
-    )
 
 
 def _with_live(extra: dict[str, Any], live: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -429,12 +395,6 @@ def _split_record(task: WorldModelTask) -> dict[str, Any]:
     }
 
 
-def _split_batch(batch: Batch) -> tuple[Batch, Batch]:
-    half = len(batch) // 2
-    index = torch.arange(len(batch))
-    return batch.take(index[:half]), batch.take(index[half:])
-
-
 def _quarantine_path(request: TrainRequest) -> Path | None:
     """Where this process writes quarantined records: rank 0's path, None on other ranks.
 
@@ -443,4 +403,4 @@ def _quarantine_path(request: TrainRequest) -> Path | None:
     """
     if rank_and_world()[0] != 0:
         return None
-    return request.quarantine_path or Path(request.checkpoint_dir) / "quarantine.jsonl"
+    return request.quarantine_path or QUARANTINE_LOG.at(Path(request.checkpoint_dir))

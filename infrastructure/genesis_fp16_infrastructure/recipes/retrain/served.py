@@ -11,7 +11,7 @@ and one pointer that says which of them Genesis uses::
             ckpt-0000000120.pt ...
 
 A candidate trains in its own folder; the pointer changes only when one is promoted, and
-is rewritten atomically (:func:`~genesis_fp16_infrastructure.atomic.write_json_atomic`:
+is rewritten atomically (:func:`~genesis_fp16_infrastructure.agent_folder.files.write_json`:
 a reader finds the old pointer or the new one, never none), by one writer at a time:
 every read-and-write-back holds ``served.json.lock`` (:func:`update_pointer`), so an
 operator's ``model promote`` racing the daemon's promotion or pruning is never undone.
@@ -27,8 +27,6 @@ This module reads and writes JSON only (no torch): the daemon's up-to-date check
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
 import re
 import shutil
@@ -40,20 +38,26 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16_infrastructure.atomic import write_json_atomic
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile
+from genesis_fp16_infrastructure.agent_folder.layout import (
+    ASIDE_SUFFIX,
+    CANDIDATES_FOLDER,
+    SERVED_POINTER,
+    VERDICT,
+)
+from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META as CANDIDATE_META_FILE
+from genesis_fp16_infrastructure.agent_folder.layout import POINTER_LOCK as POINTER_LOCK_FILE
+from genesis_fp16_infrastructure.agent_folder.lock import take_lock
 
-POINTER_NAME = "served.json"
-POINTER_LOCK = "served.json.lock"  # the flock every writer of the pointer holds
+POINTER_NAME = SERVED_POINTER.name
+POINTER_LOCK = POINTER_LOCK_FILE.name  # the flock every writer of the pointer holds
 POINTER_VERSION = 1
-ASIDE_NAME = "served.json.unusable"  # an unusable pointer, set aside until a repair
+ASIDE_NAME = POINTER_NAME + ASIDE_SUFFIX  # an unusable pointer, set aside until a repair
 REPAIR = "`genesis-fp16 model promote AGENT ID` or `genesis-fp16 model rollback AGENT` repairs it"
-CANDIDATES_FOLDER = "candidates"
-CANDIDATE_META = "candidate.json"
-VERDICT_NAME = "verdict.json"
+CANDIDATE_META = CANDIDATE_META_FILE.name
+VERDICT_NAME = VERDICT.name
 UNFINISHED_MIN_DAYS = 1.0  # an unfinished candidate untouched this long is pruned
-# held: the gate would promote it, but the operator pinned the served model (a pin reports
-# a better candidate and leaves the choice to the operator: ``model promote``).
-VERDICTS = ("promoted", "rejected", "undecided", "rolled_back", "held")
 _CHECKPOINT_NAME = re.compile(r"^ckpt-(\d{10})\.pt$")  # CheckpointManager's, without torch
 
 
@@ -100,13 +104,13 @@ def read_pointer(folder: Path) -> ServedPointer | None:
 
 def parse_pointer(path: Path) -> ServedPointer | None:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
+        data = files.read_json(path, SERVED_POINTER)
+    except UnusableStateFile as exc:
         raise ServedPointerError(
             f"served-model pointer {str(path)!r} unreadable: {exc}; {repair_hint(path.parent)}"
         ) from None
+    if data is None:
+        return None
     if not isinstance(data, dict) or data.get("version") != POINTER_VERSION:
         raise ServedPointerError(
             f"served-model pointer {str(path)!r} is not version {POINTER_VERSION} "
@@ -134,8 +138,12 @@ def served_checkpoint(folder: Path) -> Path | None:
     """The checkpoint file the pointer names (None: no pointer); ServedPointerError when
     the file it names is gone."""
     pointer = read_pointer(folder)
-    if pointer is None:
-        return None
+    return None if pointer is None else checkpoint_of(folder, pointer)
+
+
+def checkpoint_of(folder: Path, pointer: ServedPointer) -> Path:
+    """The checkpoint file ``pointer`` (read from ``folder``) names; ServedPointerError
+    when it is gone."""
     path = Path(folder) / pointer.served["checkpoint"]
     if not path.is_file():
         raise ServedPointerError(
@@ -160,7 +168,7 @@ def aside_path(folder: Path) -> Path:
 def write_pointer(folder: Path, pointer: ServedPointer) -> None:
     """Replace the pointer atomically (the old one or the new one, never neither). Callers
     that read it first hold :func:`pointer_lock` around both (:func:`update_pointer`)."""
-    write_json_atomic(pointer_path(folder), pointer.to_json())
+    files.write_json(pointer_path(folder), SERVED_POINTER, pointer.to_json())
 
 
 # One writer at a time: an flock conflicts between two descriptors even in one process, so
@@ -187,9 +195,8 @@ def pointer_lock(folder: Path) -> Iterator[None]:
             finally:
                 _HELD[key] -= 1
             return
-        fd = os.open(key, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = take_lock(Path(key), POINTER_LOCK_FILE)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
             _HELD[key] = 1
             yield
         finally:
@@ -220,12 +227,20 @@ def serve(
     how: str,
     keep: int | None = None,
     pin: Mapping[str, Any] | None = None,
-) -> None:
+    unless_pinned: bool = False,
+) -> bool:
     """Make ``entry`` (a candidate's, see :func:`candidate_entry`) the served model; the
     model served until now goes first in the history, which keeps ``keep`` entries.
-    ``pin``: the operator's pin to set (None keeps the pointer's pin as it is)."""
+    ``pin``: the operator's pin to set (None keeps the pointer's pin as it is);
+    ``unless_pinned``: leave a pinned pointer as it is (one read under the lock decides).
+    Returns whether ``entry`` is served now."""
+    held = False
 
-    def change(current: ServedPointer | None) -> ServedPointer:
+    def change(current: ServedPointer | None) -> ServedPointer | None:
+        nonlocal held
+        if unless_pinned and current is not None and current.pinned is not None:
+            held = True
+            return current
         history = [] if current is None else [current.served, *current.history]
         history = [h for h in history if h.get("id") != entry.get("id")]
         if keep is not None:
@@ -235,6 +250,7 @@ def serve(
         return ServedPointer(served, history, pinned)
 
     update_pointer(folder, change)
+    return not held
 
 
 def rollback(
@@ -291,7 +307,11 @@ def new_candidate(folder: Path, meta: Mapping[str, Any], shared: str | None = No
         path = candidates_dir(folder) / shared
         path.mkdir(parents=True, exist_ok=True)
         if not (path / CANDIDATE_META).is_file():
-            write_json_atomic(path / CANDIDATE_META, {**meta, "id": shared, "created_at": _now()})
+            files.write_json(
+                path / CANDIDATE_META,
+                CANDIDATE_META_FILE,
+                {**meta, "id": shared, "created_at": _now()},
+            )
         return path
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     digest = str(meta.get("fingerprint", ""))[:8] or "nodata"
@@ -301,7 +321,8 @@ def new_candidate(folder: Path, meta: Mapping[str, Any], shared: str | None = No
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     path.mkdir(parents=True)
-    write_json_atomic(path / CANDIDATE_META, {**meta, "id": path.name, "created_at": _now()})
+    meta = {**meta, "id": path.name, "created_at": _now()}
+    files.write_json(path / CANDIDATE_META, CANDIDATE_META_FILE, meta)
     return path
 
 
@@ -310,25 +331,28 @@ def list_candidates(folder: Path) -> list[Path]:
     root = candidates_dir(folder)
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and (p / CANDIDATE_META).is_file()]
-    return sorted(
-        found, key=lambda p: (str((read_json(p / CANDIDATE_META) or {}).get("created_at")), p.name)
-    )
+    found = [p for p in root.iterdir() if p.is_dir() and os.path.lexists(p / CANDIDATE_META)]
+    # An unusable meta is set aside (reported) as it is read; its candidate stays listed.
+    created = {p: str((read_json(p / CANDIDATE_META) or {}).get("created_at")) for p in found}
+    return sorted(found, key=lambda p: (created[p], p.name))
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
-    """A small JSON file of a candidate; None when absent or unreadable (a run cut off
-    while writing it leaves the old file, never half of one: they are written atomically)."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    """A candidate's meta or verdict (``path``'s name says which); None when absent, or
+    unusable: set aside as ``<name>.unusable`` and reported (agent_folder.files)."""
+    file = {VERDICT_NAME: VERDICT, CANDIDATE_META: CANDIDATE_META_FILE}[Path(path).name]
+    return files.load(path, file, _a_dict)
+
+
+def _a_dict(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise TypeError(f"a JSON {type(data).__name__}, not an object")
+    return data
 
 
 def write_verdict(candidate: Path, verdict: Mapping[str, Any]) -> None:
     stamp = {"decided_at": _now(), "decided_at_s": time.time()}
-    write_json_atomic(Path(candidate) / VERDICT_NAME, {**verdict, **stamp})
+    files.write_json(Path(candidate) / VERDICT_NAME, VERDICT, {**verdict, **stamp})
 
 
 def newest_checkpoint(candidate: Path) -> Path | None:

@@ -15,12 +15,13 @@ daemon's gate then holds a better candidate (verdict ``held``) instead of servin
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.layout import SERVED_POINTER
 from genesis_fp16_infrastructure.recipes.retrain.served import (
     VERDICT_NAME,
     ServedPointer,
@@ -63,12 +64,7 @@ def serve_unless_pinned(folder: Path, entry: dict[str, Any], how: str) -> bool:
     """The gate's promotion: serve ``entry`` unless the pointer is pinned *now* (an
     operator's ``model promote`` that landed while the candidate trained wins). True:
     served; False: held by the pin."""
-    with pointer_lock(folder):
-        current = read_pointer(folder)
-        if current is not None and current.pinned is not None:
-            return False
-        serve(folder, entry, how)
-        return True
+    return serve(folder, entry, how, unless_pinned=True)  # one read, under the lock
 
 
 def set_aside_unusable(folder: Path) -> tuple[str | None, Path | None]:
@@ -86,8 +82,10 @@ def set_aside_unusable(folder: Path) -> tuple[str | None, Path | None]:
         path = pointer_path(folder)
         if not path.exists() and not path.is_symlink():
             return why, None
-        os.replace(path, aside_path(folder))  # a folder or a link too: moved, not followed
-        return why, aside_path(folder)
+        moved = files.set_aside(path, SERVED_POINTER, why)  # a folder or link: moved, not followed
+        if moved.aside is None:
+            raise OSError(moved.why)
+        return why, moved.aside
 
 
 def repairable_pointer(folder: Path) -> ServedPointer | None:
@@ -189,7 +187,7 @@ def _current(folder: Path) -> tuple[ServedPointer | None, bool]:
 def _set_aside_if_there(folder: Path) -> None:
     path = pointer_path(folder)
     if path.exists() or path.is_symlink():
-        os.replace(path, aside_path(folder))
+        files.set_aside(path, SERVED_POINTER, f"{path}: replaced by the operator's repair")
 
 
 def _intact(folder: Path, entry: dict[str, Any]) -> bool:

@@ -31,7 +31,6 @@ import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -223,19 +222,6 @@ class WorldModelTask:
         (None when the task did not need them); the task keeps no reference afterwards."""
         rows, self._numeric_rows = self._numeric_rows, None
         return rows
-
-    @classmethod
-    def from_path(
-        cls,
-        path: Path,
-        options: TaskOptions,
-        seed: int,
-        device: str = "cpu",
-        quarantine: Path | None = None,
-        saved: Mapping[str, Any] | None = None,
-    ) -> tuple[WorldModelTask, ReadResult]:
-        data = read_pool(path, options, quarantine)
-        return cls(data, options, seed, device, saved), data
 
     @property
     def cross_validated(self) -> bool:

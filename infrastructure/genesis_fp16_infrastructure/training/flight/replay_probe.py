@@ -45,7 +45,6 @@ class NumericsProbe:
         self._tick = 0
         self._last_grad: torch.Tensor | None = None  # held: an id() could be reused
         self._handles: list[Any] = []
-        self._loss_nonfinite = False
         self._optimizer_event: tuple[str, str] | None = None
 
     def __enter__(self) -> NumericsProbe:
@@ -73,7 +72,6 @@ class NumericsProbe:
         def watched(model: nn.Module, batch: Any) -> torch.Tensor:
             value = loss(model, batch)
             if not bool(torch.isfinite(value.detach()).all()):
-                self._loss_nonfinite = True
                 self._event("forward", "loss", "loss")
             return value
 

@@ -21,13 +21,14 @@ file per agent and starts the next fp16 run there. Importable without torch::
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from genesis_fp16_infrastructure.atomic import write_json_atomic
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.layout import CARRIED_SCALE
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision_names import LOSS_SCALED
 
@@ -61,15 +62,18 @@ def clamp_scale(scale: float, config: ScalerConfig) -> float:
 
 
 def read_carried_scale(path: Path) -> CarriedScale | None:
-    """The carried scale, or None: no file, or one that cannot be read (a fresh start)."""
-    try:
-        data = json.loads(Path(path).read_text())
-        if data.get("version") != CARRIED_VERSION:
-            return None
-        carried = CarriedScale(str(data["requested"]), float(data["scale"]), str(data["at"]))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    """The carried scale, or None: no file, another version, or an unusable one (set
+    aside as ``loss_scale.json.unusable`` and reported: a fresh start)."""
+    return files.load(Path(path), CARRIED_SCALE, _decode)
+
+
+def _decode(data: dict[str, Any]) -> CarriedScale | None:
+    if data.get("version") != CARRIED_VERSION:
         return None
-    return carried if math.isfinite(carried.scale) and carried.scale > 0 else None
+    carried = CarriedScale(str(data["requested"]), float(data["scale"]), str(data["at"]))
+    if not (math.isfinite(carried.scale) and carried.scale > 0):
+        raise ValueError(f"scale {carried.scale!r} is not a positive number")
+    return carried
 
 
 def write_carried_scale(path: Path, carried: CarriedScale | None) -> None:
@@ -77,4 +81,4 @@ def write_carried_scale(path: Path, carried: CarriedScale | None) -> None:
     if carried is None:
         Path(path).unlink(missing_ok=True)
         return
-    write_json_atomic(Path(path), {"version": CARRIED_VERSION, **asdict(carried)})
+    files.write_json(Path(path), CARRIED_SCALE, {"version": CARRIED_VERSION, **asdict(carried)})

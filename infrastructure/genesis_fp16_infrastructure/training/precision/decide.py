@@ -265,7 +265,7 @@ def _explicit(
 def runs_at_floor(requested: RequestedName, used: PrecisionName, floor: PrecisionName) -> bool:
     """Whether a pick of ``used`` (for ``requested``) runs at ``floor`` instead: it is less
     robust than the floor, or an ``auto`` that lands on it (the plugin may run ``auto``
-    below it, as rlhf_ppo's ``preset=fp16_all``; an explicit name at the floor may not).
+    below it, as a plugin's all-fp16 preset; an explicit name at the floor may not).
     Needs no device: the daemon asks it of an explicit request without probing one.
 
     >>> runs_at_floor("fp16", "fp16", "bf16"), runs_at_floor("bf16", "bf16", "bf16")

@@ -87,7 +87,7 @@ def autocast_to(
     """``torch.autocast`` to ``dtype``; for float32 an autocast that is disabled.
 
     A disabled autocast also switches off any enclosing one, so fp32 really is fp32
-    (rlhf_ppo's fp32 critic inside a bf16 region relies on it).
+    (an fp32 module inside a bf16 region relies on it).
 
     >>> with autocast_to(torch.float32, "cpu"):
     ...     pass

@@ -11,14 +11,14 @@ not go back to the precision that failed. Importable without torch::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from genesis_fp16_infrastructure.atomic import read_state_text, write_json_atomic
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.layout import PRECISION_STATE
 from genesis_fp16_infrastructure.contract.reports import Demotion
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PRECISIONS,
@@ -28,7 +28,7 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
 
 MEMORY_VERSION = 1
 # A memory of ten demotions is about 3 KB; a file over this bound is not one.
-MAX_MEMORY_BYTES = 64 * 1024
+MAX_MEMORY_BYTES = PRECISION_STATE.limit
 
 
 @dataclass(frozen=True)
@@ -85,13 +85,12 @@ def remember_demotions(
 
 def read_precision_memory(path: Path) -> PrecisionMemory | None:
     """Load the state file; None when there is none. A broken file raises ValueError
-    (:class:`~genesis_fp16_infrastructure.atomic.UnusableStateFile` for a folder, FIFO,
+    (:class:`~genesis_fp16_infrastructure.agent_folder.files.UnusableStateFile` for a folder, FIFO,
     link, a file over ``MAX_MEMORY_BYTES`` or bytes that are not UTF-8)."""
-    text = read_state_text(Path(path), MAX_MEMORY_BYTES)
-    if text is None:
+    data = files.read_json(Path(path), PRECISION_STATE)  # UnusableStateFile: unusable
+    if data is None:
         return None
     try:
-        data = json.loads(text)
         if data.get("version") != MEMORY_VERSION:
             raise ValueError(f"version {data.get('version')!r}, expected {MEMORY_VERSION}")
         fields = {k: data[k] for k in PrecisionMemory.__dataclass_fields__ if k in data}
@@ -113,4 +112,4 @@ def write_precision_memory(path: Path, memory: PrecisionMemory | None) -> None:
     if memory is None:
         path.unlink(missing_ok=True)
         return
-    write_json_atomic(path, memory.to_json())
+    files.write_json(path, PRECISION_STATE, memory.to_json())

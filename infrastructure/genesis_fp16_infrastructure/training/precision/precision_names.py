@@ -1,7 +1,7 @@
 """The precision vocabulary of the whole project, importable without torch.
 
 Every list or map of precision names elsewhere (the daemon's settings and metric
-labels, the probe gate, the guard's ladder, rlhf_ppo's presets) is derived from these;
+labels, the probe gate, the guard's ladder, a plugin's presets) is derived from these;
 a new precision is added here once. Configuration checks names against these tuples
 at start-up without paying for the torch import. The names are declared once, as the
 ``Literal`` types :data:`PrecisionName` and :data:`RequestedName` (what mypy and

@@ -54,7 +54,7 @@ class PrecisionRequest:
     """What one run asks of its precision, and what bounds the answer.
 
     - ``requested``: ``fp32``, ``bf16``, ``fp16`` or ``auto``.
-    - ``basis``: who named an explicit precision on the operator's behalf (rlhf_ppo's
+    - ``basis``: who named an explicit precision on the operator's behalf (a plugin's
       preset under ``auto``); the answer's reason is then this instead of "requested
       explicitly".
     - ``mode``: how ``auto`` is decided: ``rule`` (the device rule, the library's

@@ -1,7 +1,7 @@
 """``auto`` by measurement: time the agent's own step in each precision and pick the fastest.
 
 A rule ("fp16 on CUDA, bf16 on a CPU with native bf16") is wrong where it matters: on an
-H100 the SE-Darwin world model trains slower in fp16 than in fp32 when its step is
+H100 the world model trains slower in fp16 than in fp32 when its step is
 launch-bound (``benchmarks/results/h100-2026-11-22.md``), and on a CPU bf16 pays only for wide
 layers. So when a run asks for ``auto``, ``fit()`` times a few steps of the task's real
 model and batches in every candidate precision and trains in the fastest::
@@ -60,8 +60,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from genesis_fp16_infrastructure.atomic import write_json_atomic
-from genesis_fp16_infrastructure.contract.reports import CACHE_VERSION, Calibration, Measured
+from genesis_fp16_infrastructure.agent_folder import files, records
+from genesis_fp16_infrastructure.agent_folder.layout import CALIBRATION
+from genesis_fp16_infrastructure.contract.reports import Calibration, Measured
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.precision import capabilities
 from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
@@ -175,7 +176,7 @@ def calibrate(
     )
     logger.info("precision calibration in %.2f s (%s): %s", seconds, limit.why, decision.reason)
     if cache is not None:
-        write_json_atomic(cache, result.to_json())
+        files.write_json(cache, CALIBRATION, result.to_json())
     return result
 
 
@@ -342,23 +343,20 @@ def kept_rows(path: Path) -> tuple[Measured, ...]:
     """The rows of the measurement kept at ``path`` (none: no file, or an unusable one),
     whatever its key: what a measured ``auto`` chose last, for ``decide`` to answer again
     before the next run (the daemon's gauge); the run itself measures again on a new key."""
-    try:
-        return Calibration.from_json(json.loads(path.read_text())).rows
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return ()
+    found = read_calibration(path)
+    return () if found is None else found.rows
+
+
+def read_calibration(path: Path) -> Calibration | None:
+    """The measurement kept at ``path``, whatever its key; None: none, one of another
+    version (measured again), or an unusable one (set aside as
+    ``precision_calibration.json.unusable`` and reported, read within its bound)."""
+    return records.read_calibration(path)
 
 
 def _read_cache(path: Path | None, key: Mapping[str, str]) -> Calibration | None:
-    if path is None or not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text())
-        if isinstance(data, dict) and data.get("version") != CACHE_VERSION:
-            logger.info("precision calibration cache %s is from another version", path)
-            return None
-        found = Calibration.from_json(data)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        logger.warning("precision calibration cache %s unreadable (%s): measuring again", path, exc)
+    found = None if path is None else read_calibration(path)
+    if found is None:
         return None
     if dict(found.key) != dict(key):
         changed = sorted(k for k in {*key, *found.key} if key.get(k) != found.key.get(k))

@@ -39,6 +39,7 @@ from genesis_fp16_infrastructure.training.run.guard import (
     Snapshot,
     checkpoints_after,
 )
+from genesis_fp16_infrastructure.training.run.iterations import run_iterations
 from genesis_fp16_infrastructure.training.run.loop import (
     early_stop_tracker,
     evaluate,
@@ -48,7 +49,7 @@ from genesis_fp16_infrastructure.training.run.loop import (
 )
 from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
 from genesis_fp16_infrastructure.training.run.resume import Position, checkpoint_state, resume_run
-from genesis_fp16_infrastructure.training.run.task import TrainingTask
+from genesis_fp16_infrastructure.training.run.task import IterationHooks, TrainingTask
 from genesis_fp16_infrastructure.training.run.verify_capture import verification_cache, verify_run
 from genesis_fp16_infrastructure.training.step.cuda_graph import cuda_generators
 from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
@@ -137,9 +138,14 @@ def _fit(
     if tracker is not None and tracker.stopped:
         logger.info("early stopping: this run had already stopped (%s)", tracker.stop_reason)
     while tracker is None or not tracker.stopped:
-        stopped = run_steps(
-            task, trainer, options, manager, position, targets, loss_fn, guard, recorder
-        )
+        if isinstance(task, IterationHooks):  # checks and saves at iteration boundaries
+            stopped = run_iterations(
+                task, trainer, options, manager, position, targets, loss_fn, guard
+            )
+        else:
+            stopped = run_steps(
+                task, trainer, options, manager, position, targets, loss_fn, guard, recorder
+            )
         if guard is None or guard.final_check(trainer, position.epoch, position.batch) is None:
             if recorder is not None and guard is not None and guard.dirty is not None:
                 recorder.after_check(guard, trainer)
@@ -199,9 +205,12 @@ def _fit(
 def _recorder(
     task: TrainingTask, options: FitOptions, guard: PrecisionGuard | None
 ) -> FlightRecorder | None:
-    """The run's flight recorder: needs the guard (its checks and snapshot) and one process
-    (a re-run of one rank's steps would not be the job's step)."""
+    """The run's flight recorder: needs the guard (its checks and snapshot), one process
+    (a re-run of one rank's steps would not be the job's step) and batches that depend on
+    ``(epoch, seed)`` only (an iteration's are rolled out with the weights of its start)."""
     if options.flight is None or guard is None or distributed.rank_and_world()[1] > 1:
+        return None
+    if isinstance(task, IterationHooks):
         return None
     return FlightRecorder(options.flight, task, options.seed, options.trainer.grad_accum_steps)
 

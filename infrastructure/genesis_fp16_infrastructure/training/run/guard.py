@@ -137,7 +137,6 @@ class PrecisionGuard:
         # Set by a check whose interval was not spotless (the flight recorder's cue):
         # steps and overflows since start(), non-finite losses in the interval.
         self.dirty: dict[str, float] | None = None
-        self._exhausted_warned = False
         self._device = torch.device("cpu")
         self._reset_counters()
 
@@ -201,6 +200,14 @@ class PrecisionGuard:
     def after_step(self, trainer: Trainer, epoch: int, batch: int) -> bool:
         """Check when a check interval ends; True when a trigger fired (see ``pending``)."""
         if trainer.step_count % self.config.check_interval:
+            return False
+        return self._check(trainer, epoch, batch)
+
+    def boundary_check(self, trainer: Trainer, epoch: int, batch: int) -> bool:
+        """At a boundary a run can roll back to (an iteration's end): check when a check
+        interval has ended since the last check; True when a trigger fired."""
+        interval = self.config.check_interval
+        if trainer.step_count // interval <= self._history[-1].step // interval:
             return False
         return self._check(trainer, epoch, batch)
 

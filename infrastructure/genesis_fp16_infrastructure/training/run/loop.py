@@ -96,7 +96,7 @@ def run_steps(
     """
     step_target, epoch_target = targets.step, targets.epoch
     accum = options.trainer.grad_accum_steps
-    cadence = _Cadence.of(options)
+    cadence = Cadence.of(options)
 
     def done() -> bool:
         return (step_target is not None and trainer.step_count >= step_target) or (
@@ -109,7 +109,7 @@ def run_steps(
         for _ in islice(batches, position.batch):
             pass
         yielded = position.batch > 0
-        for group in _grouped(batches, accum):
+        for group in grouped(batches, accum):
             yielded = True
             if options.should_stop():
                 logger.info("stop requested: stopping at step %d", trainer.step_count)
@@ -127,7 +127,7 @@ def run_steps(
             patience_out = (
                 tracker is not None
                 and trainer.step_count % tracker.config.every_steps == 0
-                and _validate(task, trainer, tracker)
+                and validate(task, trainer, tracker)
             )
             if manager is not None and cadence.due(trainer.step_count):
                 manager.save(checkpoint_state(task, trainer, options, position))
@@ -145,7 +145,7 @@ def run_steps(
 
 
 @dataclass
-class _Cadence:
+class Cadence:
     """When to write a periodic checkpoint: every N steps, or after S seconds since the last."""
 
     every_steps: int | None
@@ -153,7 +153,7 @@ class _Cadence:
     last: float = field(default_factory=time.monotonic)
 
     @classmethod
-    def of(cls, options: FitOptions) -> _Cadence:
+    def of(cls, options: FitOptions) -> Cadence:
         steps = options.checkpoint_steps
         if steps is None and options.steps is not None:
             steps = max(1, math.ceil(options.steps / 10))
@@ -173,7 +173,7 @@ class _Cadence:
         self.last = time.monotonic()
 
 
-def _grouped(batches: Iterator[Any], size: int) -> Iterator[list[Any]]:
+def grouped(batches: Iterator[Any], size: int) -> Iterator[list[Any]]:
     while group := list(islice(batches, size)):
         yield group
 
@@ -221,7 +221,7 @@ def early_stop_tracker(task: TrainingTask, options: FitOptions) -> EarlyStopTrac
     return EarlyStopTracker(options.early_stop)
 
 
-def _validate(task: TrainingTask, trainer: Trainer, tracker: EarlyStopTracker) -> bool:
+def validate(task: TrainingTask, trainer: Trainer, tracker: EarlyStopTracker) -> bool:
     """One validation of the current weights; True when patience has run out."""
     measure = task.validate  # type: ignore[attr-defined]  # checked by early_stop_tracker
     metrics = evaluate(measure, trainer.model, trainer.policy)

@@ -13,8 +13,9 @@ without naming one. Importable without torch::
 
 :func:`spec_to_json` and :func:`spec_from_json` are the one codec of every such type (the
 run file a child reads, the request torchrun's ranks read): callbacks are left out (they
-cannot cross a process), paths travel as strings, the guard as its fields, the
-precision request as its own ``to_json``.
+cannot cross a process), paths travel as strings, the guard as its fields, and a type
+with its own ``to_json``/``from_json`` (the precision request, a request's agent
+snapshot) as that.
 """
 
 from __future__ import annotations
@@ -91,15 +92,20 @@ class RunSpec(StepSpec):
 
 @dataclass(frozen=True, kw_only=True)
 class RunCallbacks:
-    """How a run talks back while it runs; never serialised.
+    """How a run talks back while it runs; never serialised. Whoever starts a run
+    builds them once (the daemon's plan, ``train`` in a child) and sets them together
+    (``TrainRequest.with_callbacks``).
 
     ``on_log`` receives a ``TrainingSummary`` every log interval and once more at the
     end; ``should_stop`` is polled before every step, and when it returns True the run
-    checkpoints, evaluates and ends early.
+    checkpoints, evaluates and ends early; ``on_diagnostics`` receives an RL agent's
+    diagnostics (``{name: float}``) after each iteration, which the daemon exports live
+    as ``genesis_fp16_rl_*`` gauges (genesis_fp16/metrics/diagnostics_export.py).
     """
 
     on_log: Callable[[TrainingSummary], None] | None = None
     should_stop: Callable[[], bool] = _never_stop
+    on_diagnostics: Callable[[Mapping[str, float]], None] | None = None
 
 
 def _decode_guard(raw: Mapping[str, Any]) -> GuardConfig:
@@ -107,12 +113,16 @@ def _decode_guard(raw: Mapping[str, Any]) -> GuardConfig:
 
 
 # The field types the codec rebuilds from JSON, by the type itself (an optional field's
-# non-None type); every other field's JSON value is its value.
-_DECODERS: dict[type, Callable[[Any], Any]] = {
-    Path: Path,
-    GuardConfig: _decode_guard,
-    PrecisionRequest: PrecisionRequest.from_json,
-}
+# non-None type), besides a type with its own from_json; every other field's JSON value
+# is its value.
+_DECODERS: dict[type, Callable[[Any], Any]] = {Path: Path, GuardConfig: _decode_guard}
+
+
+def _decoder(hint: object) -> Callable[[Any], Any] | None:
+    if isinstance(hint, type) and hint in _DECODERS:
+        return _DECODERS[hint]
+    from_json = getattr(hint, "from_json", None)
+    return from_json if callable(from_json) else None
 
 
 def field_type(hint: object) -> object:
@@ -149,7 +159,7 @@ def spec_to_json(spec: RunSpec) -> dict[str, Any]:
         value = getattr(spec, item.name)
         if isinstance(value, Path):
             value = str(value)
-        elif isinstance(value, PrecisionRequest):
+        elif callable(getattr(value, "to_json", None)):  # PrecisionRequest, AgentSnapshot
             value = value.to_json()
         elif is_dataclass(value) and not isinstance(value, type):
             value = asdict(value)
@@ -168,7 +178,7 @@ def spec_from_json(cls: type[S], data: Mapping[str, Any], **callbacks: Any) -> S
         if _is_callback(cls, item) or item.name not in data:
             continue
         value = data[item.name]
-        decoder = _DECODERS.get(typing.cast(type, _field_types(cls)[item.name]))
+        decoder = _decoder(_field_types(cls)[item.name])
         if value is not None and decoder is not None:
             value = decoder(value)
         values[item.name] = value

@@ -8,12 +8,15 @@ runs a task's steps.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
+
+if TYPE_CHECKING:
+    from genesis_fp16_infrastructure.training.step.trainer import Trainer
 
 
 @runtime_checkable
@@ -76,4 +79,26 @@ class TrainingTask(Protocol):
 
     def extra_state(self) -> dict[str, Any]:
         """Task state saved into every checkpoint under ``extra`` (e.g. a feature encoder)."""
+        ...
+
+
+@runtime_checkable
+class IterationHooks(TrainingTask, Protocol):
+    """A task whose epochs are iterations: optional hooks around each group of steps.
+
+    A task that defines both methods is run by
+    :func:`~genesis_fp16_infrastructure.training.run.iterations.run_iterations`: each
+    epoch of ``train_batches`` is one iteration, which no stop, checkpoint or rollback
+    divides (PPO: roll out with the current weights, then K steps over the rollouts).
+    Every other task runs as before; ``isinstance(task, IterationHooks)`` tells which.
+    """
+
+    def begin_iteration(self, trainer: Trainer, epoch: int) -> None:
+        """Before ``train_batches(epoch, seed)`` is read: the trainer that will step it
+        (after a demotion, a new one in the next precision)."""
+        ...
+
+    def end_iteration(self, trainer: Trainer, epoch: int) -> None:
+        """After the iteration's last step (or the run's last, when its target falls
+        inside), before the guard's check and any checkpoint."""
         ...

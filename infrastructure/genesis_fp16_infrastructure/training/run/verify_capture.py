@@ -41,9 +41,8 @@ import hashlib
 import json
 import logging
 import math
-import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -51,7 +50,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from genesis_fp16_infrastructure.atomic import write_json_atomic
+from genesis_fp16_infrastructure.agent_folder import records
+from genesis_fp16_infrastructure.agent_folder.layout import CAPTURE_VERDICTS
+from genesis_fp16_infrastructure.agent_folder.records import CAPTURE_VERSION, CaptureVerdict
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.precision.precision_names import LOSS_SCALED
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
@@ -65,40 +66,13 @@ logger = logging.getLogger(__name__)
 VERIFY_STEPS = 8
 OVERFLOW_STEP = 6  # 1-based: a replay (after 3 warm-up steps and the capture)
 BOOST = 2.0**64
-VERSION = 1
+VERSION = CAPTURE_VERSION
 CAPTURED = ("cuda_graph", "cuda_graph_compiled")
 # Stated for the compiled captured step against the eager uncompiled one; unmeasured.
 COMPILED_LOSS_RTOL: Mapping[str, float] = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 1e-2}
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """The outcome of one verification: ``passed``, and ``detail`` (the first difference,
-    or what was compared); ``cached`` when it was read from the cache."""
-
-    passed: bool
-    detail: str
-    key: Mapping[str, str]
-    steps: int
-    measured_at: float = field(default_factory=time.time)
-    cached: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["key"] = dict(self.key)
-        del data["cached"]
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Verdict:
-        return cls(
-            passed=bool(data["passed"]),
-            detail=str(data["detail"]),
-            key={str(k): str(v) for k, v in data["key"].items()},
-            steps=int(data["steps"]),
-            measured_at=float(data["measured_at"]),
-            cached=True,
-        )
+Verdict = CaptureVerdict  # the record, typed in agent_folder.records
 
 
 # A stand-in for tests: build the candidate trainer from (task, trainer, copy config).
@@ -379,17 +353,9 @@ def _key_id(key: Mapping[str, str]) -> str:
 
 
 def read_verdicts(cache: Path | None) -> dict[str, Verdict]:
-    """Every cached verdict by key id; {} without a readable cache."""
-    if cache is None or not cache.exists():
-        return {}
-    try:
-        data = json.loads(cache.read_text())
-        if data.get("version") != VERSION:
-            return {}
-        return {k: Verdict.from_json(v) for k, v in data["verdicts"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        logger.warning("captured-step verdicts %s unreadable (%s): verifying again", cache, exc)
-        return {}
+    """Every cached verdict by key id; {} without a usable cache (another version; an
+    unusable file is set aside as ``captured_step_verified.json.unusable`` and reported)."""
+    return {} if cache is None else records.read_capture_verdicts(cache)
 
 
 def read_verdict(cache: Path | None, key: Mapping[str, str]) -> Verdict | None:
@@ -400,13 +366,12 @@ def read_verdict(cache: Path | None, key: Mapping[str, str]) -> Verdict | None:
 
 def write_verdict(cache: Path, verdict: Verdict) -> None:
     """Add ``verdict`` to the cache file (atomically), keeping the other keys'."""
-    verdicts = {k: v.to_json() for k, v in read_verdicts(cache).items()}
-    verdicts[_key_id(verdict.key)] = verdict.to_json()
-    write_json_atomic(cache, {"version": VERSION, "verdicts": verdicts})
+    verdicts = {**read_verdicts(cache), _key_id(verdict.key): verdict}
+    records.write_capture_verdicts(cache, verdicts)
 
 
 def verification_cache(calibration_cache: Path | None) -> Path | None:
     """Where the verdicts are kept: beside the calibration cache (None: not kept)."""
     if calibration_cache is None:
         return None
-    return calibration_cache.with_name("captured_step_verified.json")
+    return calibration_cache.with_name(CAPTURE_VERDICTS.name)

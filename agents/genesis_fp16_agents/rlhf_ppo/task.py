@@ -1,0 +1,274 @@
+"""PPO as a ``fit()`` task with iterations: each epoch rolls out, then takes
+``ppo_epochs * minibatches`` optimizer steps over the rollouts.
+
+``fit()`` runs the loop, checkpoints, the guard and its demotions (see
+:mod:`genesis_fp16_infrastructure.training.run.iterations`); this task gives it the
+model (policy and critic as one :class:`ActorCritic`, fp32 master weights), the rollouts
+of each iteration (:mod:`~genesis_fp16_agents.rlhf_ppo.rollout`) and the PPO loss.
+
+The preset follows the precision the trainer runs in (``resolve_preset``): fit()'s one
+decision at the first iteration, and after a demotion the next precision's preset
+(fp16 -> bf16 runs ``mixed_recommended``, fp32 ``fp32_baseline``; a rollout override is
+not carried over, it may be what failed). Before the first iteration (the calibration
+of a measured ``auto``, the check of a captured step) rollouts are fp32.
+
+Randomness is fixed by ``(seed, epoch)``: the prompts and minibatch orders are drawn on
+the host, the samples on the run's device, so ``train_batches`` yields the same batches
+for the same weights and a resumed or rolled-back run replays its iterations exactly.
+
+    >>> from genesis_fp16_infrastructure.training import FitOptions, fit
+    >>> task = PPOTask(PPOConfig(batch_size=8, group_size=4), seed=0)
+    >>> result = fit(task, FitOptions(precision="fp32", epochs=1))
+    >>> task.preset.name, 0.0 <= task.stats["reward_true_mean"] <= 1.0
+    ('fp32_baseline', True)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, cast
+
+import torch
+from torch import nn
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
+
+from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
+from genesis_fp16_agents.rlhf_ppo.model import (
+    Critic,
+    Policy,
+    RewardModel,
+    TaskConfig,
+    init_weights,
+    random_prompts,
+)
+from genesis_fp16_agents.rlhf_ppo.presets import (
+    PRESETS,
+    ComponentPrecision,
+    PresetChoice,
+    resolve_preset,
+)
+from genesis_fp16_infrastructure.rl.ppo_math import clipped_policy_loss, value_loss
+from genesis_fp16_infrastructure.rl.rollout import (
+    Frozen,
+    Rollout,
+    Shaping,
+    frozen_copy,
+    gen_logp,
+    report,
+    score,
+)
+from genesis_fp16_infrastructure.training import Trainer
+from genesis_fp16_infrastructure.training.precision.precision import autocast_to
+
+logger = logging.getLogger(__name__)
+
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+HISTORY_KEYS = (
+    "reward_true_mean",
+    "kl_k3",
+    "kl_log_ratio_below_ulp_frac",
+    "mismatch_abs_dlogp_mean",
+    "reward_dead_groups",
+)
+# The sampling stream's seed is the host stream's plus this, so that it never replays the
+# host stream's numbers on a CPU run, where both generators are CPU generators.
+SAMPLE_SEED_OFFSET = 1_000_003
+
+
+def frozen_models(task: TaskConfig, preset: ComponentPrecision, reference: nn.Module) -> Frozen:
+    """The frozen models of ``preset``, from the run's fp32 reference weights: the
+    sampling copy of the policy, the reference and the reward model in their dtypes."""
+    device = next(reference.parameters()).device
+    return Frozen(
+        rollout=frozen_copy(reference, preset.dtype("rollout")),
+        reference=frozen_copy(reference, preset.dtype("reference")),
+        reference_fp32=reference,
+        reward=RewardModel(task).to(device, preset.dtype("reward")),
+        reward_fp32=RewardModel(task).to(device),
+    )
+
+
+class ActorCritic(nn.Module):
+    """The two trained networks as one module, so that one Trainer steps them together."""
+
+    def __init__(self, policy: Policy, critic: Critic) -> None:
+        super().__init__()
+        self.policy: Policy = policy
+        self.critic: Critic = critic
+
+
+class PPOTask:
+    """PPO on the digit task; ``preset``/``rollout`` as the operator named them (or None)."""
+
+    def __init__(
+        self,
+        cfg: PPOConfig,
+        seed: int,
+        device: str = "cpu",
+        preset: str | None = None,
+        rollout: str | None = None,
+        eval_prompts: torch.Tensor | None = None,
+        on_diagnostics: Callable[[Mapping[str, float]], None] | None = None,
+    ) -> None:
+        self.cfg, self.seed, self.device = cfg, seed, device
+        self.requested, self.rollout_override = preset, rollout
+        self.eval_prompts, self.on_diagnostics = eval_prompts, on_diagnostics
+        self.steps_per_epoch = cfg.steps_per_iteration  # fit() sizes a measured auto by it
+        self.model = self.build_model().to(device)  # the trainer's, once it runs
+        reference = frozen_copy(self.model.policy, torch.float32)  # the exact initial policy
+        self.preset = PRESETS["fp32_baseline"]
+        self.frozen = frozen_models(cfg.task, self.preset, reference)
+        self.trainer: Trainer | None = None
+        self.choices: list[PresetChoice] = []  # the presets run, the first decision's first
+        self.iterations = 0
+        self.stats: dict[str, float] = {}
+        self.history: list[tuple[int, dict[str, float]]] = []  # (iteration, HISTORY_KEYS)
+        self.kl_dtype_seen: torch.dtype | None = None
+        # Each step's clip fraction and value loss, summed on the device in place (a
+        # step replayed from a CUDA graph writes here too; a Python list would not).
+        self._sums = torch.zeros(2, dtype=torch.float64, device=device)
+        self._rollout: Rollout | None = None
+        self._first_step = 0
+
+    # -- what fit() builds -----------------------------------------------------------
+
+    def build_model(self) -> ActorCritic:
+        policy, critic = Policy(self.cfg.task), Critic(self.cfg.task)
+        init_weights(policy, self.seed)
+        init_weights(critic, self.seed + 10_000)
+        return ActorCritic(policy, critic)
+
+    def build_optimizers(self, model: nn.Module) -> Sequence[Optimizer]:
+        # On CUDA the optimizer keeps its step counters on the device and skips an
+        # overflowing fp16 step by itself, so a whole update step can be captured into a
+        # CUDA graph. The CPU keeps torch's default AdamW.
+        parts = cast(ActorCritic, model)
+        groups = [
+            {"params": parts.policy.parameters(), "lr": self.cfg.lr},
+            {"params": parts.critic.parameters(), "lr": self.cfg.critic_lr},
+        ]
+        if torch.device(self.device).type == "cuda":
+            return [torch.optim.AdamW(groups, weight_decay=0.0, fused=True, capturable=True)]
+        return [torch.optim.AdamW(groups, weight_decay=0.0)]
+
+    def build_schedulers(self, optimizers: Sequence[Optimizer]) -> Sequence[LRScheduler]:
+        return ()
+
+    # -- one iteration ---------------------------------------------------------------
+
+    def begin_iteration(self, trainer: Trainer, epoch: int) -> None:
+        """Roll out with ``trainer``'s weights, in the preset of its precision."""
+        self.trainer, self.model = trainer, cast(ActorCritic, trainer.model)
+        if not self.choices or self.choices[-1].preset.policy != trainer.policy.name:
+            rollout = self.rollout_override if not self.choices else None
+            choice = resolve_preset(trainer.policy.resolved, self.requested, rollout)
+            logger.info("rlhf_ppo preset %s (%s)", choice.preset.name, choice.reason)
+            self.preset = choice.preset
+            self.frozen = frozen_models(self.cfg.task, self.preset, self.frozen.reference_fp32)
+            self.choices.append(choice)
+        self._sums.zero_()
+        self._first_step = trainer.step_count
+
+    def generators(self, epoch: int, seed: int) -> tuple[torch.Generator, torch.Generator]:
+        """The host stream (prompts, minibatch orders) and the device's (sampling)."""
+        base = seed * 100_003 + epoch
+        host = torch.Generator().manual_seed(base)
+        return host, torch.Generator(device=self.device).manual_seed(base + SAMPLE_SEED_OFFSET)
+
+    def prompts(self, gen: torch.Generator) -> torch.Tensor:
+        cfg = self.cfg
+        prompts = random_prompts(cfg.batch_size // cfg.group_size, cfg.task, gen)
+        return prompts.repeat_interleave(cfg.group_size, 0).to(self.device)
+
+    def train_batches(self, epoch: int, seed: int) -> Iterator[tuple[Batch, int]]:
+        """Roll out, then each PPO epoch's minibatches, gathered eagerly (the step, a pure
+        function of its minibatch, can then replay from a CUDA graph)."""
+        gen, sample_gen = self.generators(epoch, seed)
+        cfg = self.cfg
+        self.frozen.sync_rollout(self.model.policy)
+        sampled = self.frozen.sample(self.prompts(gen), cfg.task.gen_len, sample_gen)
+        shaping = Shaping(cfg.kl_coef, self.preset.dtype("kl"), cfg.gamma, cfg.lam)
+        seqs, groups = sampled[0], cfg.batch_size // cfg.group_size
+        r = score(self.frozen, sampled, self.policy_logp(seqs), self.values(seqs), groups, shaping)
+        self._rollout, self.kl_dtype_seen = r, r.k3.dtype
+        size = cfg.batch_size // cfg.minibatches
+        for _ in range(cfg.ppo_epochs):
+            order = torch.randperm(cfg.batch_size, generator=gen)
+            for i in range(cfg.minibatches):
+                idx = order[i * size : (i + 1) * size]
+                yield (r.seqs[idx], r.rollout_logp[idx], r.adv[idx], r.returns[idx]), size
+
+    @torch.no_grad()
+    def policy_logp(self, seqs: torch.Tensor) -> torch.Tensor:
+        with autocast_to(self.preset.dtype("policy"), seqs.device.type):
+            return gen_logp(self.model.policy, seqs, self.cfg.task.prompt_len)
+
+    @torch.no_grad()
+    def values(self, seqs: torch.Tensor) -> torch.Tensor:
+        p = self.cfg.task.prompt_len
+        with autocast_to(self.preset.dtype("value"), seqs.device.type):
+            return self.model.critic(seqs)[:, p - 1 : -1]
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """Clipped policy loss plus the value loss; the policy runs in the trainer's
+        autocast (the run's precision), the critic in the preset's value dtype."""
+        seqs, old_logp, adv, returns = batch
+        p, parts = self.cfg.task.prompt_len, cast(ActorCritic, model)
+        logp = gen_logp(parts.policy, seqs, p)
+        p_loss, clip_frac = clipped_policy_loss(logp, old_logp, adv, self.cfg.clip_eps)
+        # No cast cache: the values are the same, and a captured step needs none.
+        with autocast_to(self.preset.dtype("value"), seqs.device.type, cache_enabled=False):
+            values = parts.critic(seqs)[:, p - 1 : -1]
+        v_loss = value_loss(values, returns)
+        self._sums.add_(torch.stack((clip_frac.detach().double(), v_loss.detach().double())))
+        return p_loss + self.cfg.vf_coef * v_loss
+
+    def end_iteration(self, trainer: Trainer, epoch: int) -> None:
+        """This iteration's diagnostics: kept, and sent to ``on_diagnostics``."""
+        stats: dict[str, float] = {}
+        steps = trainer.step_count - self._first_step
+        if steps:
+            clip_frac, v_loss = (self._sums / steps).tolist()  # one host read
+            stats = {"policy_clip_frac": clip_frac, "value_loss": v_loss}
+        assert self._rollout is not None  # train_batches ran: fit() stepped its batches
+        dtypes = {c: self.preset.dtype(c) for c in ("kl", "rollout", "reward", "value")}
+        stats.update(report(self._rollout, dtypes, self.cfg.clip_eps))
+        stats["loss_scale"] = trainer.scaler.get_scale()
+        self.stats, self.iterations = stats, epoch + 1
+        self.history.append((epoch, {k: stats[k] for k in HISTORY_KEYS}))
+        if self.on_diagnostics is not None:
+            self.on_diagnostics(dict(stats))
+
+    # -- state and evaluation ----------------------------------------------------------
+
+    def extra_state(self) -> dict[str, Any]:
+        """Checkpointed and snapshotted beside the trainer's state (tensors alias the
+        live reference: the guard copies them)."""
+        reference = self.frozen.reference_fp32.state_dict()
+        return {"reference": reference, "iterations": self.iterations, "preset": self.preset.name}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """On resume and on a rollback: the reference, and the iterations that stand."""
+        self.frozen.reference_fp32.load_state_dict(state["reference"])
+        self.frozen.reference.load_state_dict(state["reference"])  # copy_ rounds to its dtype
+        self.iterations = int(state.get("iterations", 0))
+        if self.history and self.history[-1][0] >= self.iterations:  # rolled back
+            self.history = [h for h in self.history if h[0] < self.iterations]
+            self.stats = {}
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        """The exact (fp32) reward of completions sampled on the eval prompts (a fixed
+        draw when the task file gives none), and of greedy ones."""
+        prompts = self.eval_prompts
+        if prompts is None:
+            gen = torch.Generator().manual_seed(10_000 + self.seed)
+            prompts = random_prompts(256, self.cfg.task, gen)
+        self.frozen.sync_rollout(cast(ActorCritic, model).policy)
+        sample_gen = torch.Generator(device=self.device).manual_seed(20_000 + self.seed)
+        out = self.frozen.rewards(prompts.to(self.device), self.cfg.task.gen_len, sample_gen)
+        if self.history:
+            out["reward_first_iteration"] = self.history[0][1]["reward_true_mean"]
+        return out

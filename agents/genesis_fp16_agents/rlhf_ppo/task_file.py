@@ -1,0 +1,83 @@
+"""The task file of ``rlhf_ppo``: the task's sizes and the held-out eval prompts.
+
+``plugin.generate_sample_data`` writes it; ``train`` and ``probe_setup`` read it here,
+refusing an unusable file in one line and quarantining an unusable prompt.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from genesis_fp16_agents.rlhf_ppo.model import TaskConfig
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+
+logger = logging.getLogger(__name__)
+
+
+def read_task(
+    data_path: Path | None, quarantine: Path | None
+) -> tuple[TaskConfig, torch.Tensor | None, int]:
+    """The task config, the eval prompts and how many prompts were quarantined.
+
+    A file that cannot be used (a folder, not UTF-8 JSON, not ``{"task": {...},
+    "eval_prompts": [...]}``, task fields this agent does not know) is a
+    :class:`TrainRequestError`: one line naming the file. An eval prompt that is not
+    ``prompt_len`` tokens below ``vocab`` is skipped and appended to ``quarantine``.
+    """
+    if data_path is None:
+        return TaskConfig(), None, 0
+    path = Path(data_path)
+    shape = '{"task": {...}, "eval_prompts": [[tokens], ...]} (see data generate rlhf_ppo)'
+    if path.is_dir():
+        raise TrainRequestError(f"rlhf_ppo: data {path}: is a folder; give the task file")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        why = str(exc).splitlines()[0]
+        raise TrainRequestError(f"rlhf_ppo: data {path}: not a JSON task file ({why})") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("task"), dict):
+        raise TrainRequestError(f"rlhf_ppo: data {path}: expected {shape}")
+    known = {f.name for f in dataclasses.fields(TaskConfig)}
+    unknown = sorted(set(raw["task"]) - known)
+    if unknown:
+        raise TrainRequestError(
+            f"rlhf_ppo: data {path}: unknown task fields {unknown}; known: {sorted(known)}"
+        )
+    try:
+        task = TaskConfig(**raw["task"])
+    except TypeError as exc:
+        raise TrainRequestError(f"rlhf_ppo: data {path}: task: {exc}") from None
+    prompts = raw.get("eval_prompts")
+    if not isinstance(prompts, list):
+        raise TrainRequestError(f"rlhf_ppo: data {path}: expected {shape}")
+    good = [p for p in prompts if _is_prompt(p, task)]
+    bad = [p for p in prompts if not _is_prompt(p, task)]
+    if bad and quarantine is not None:  # never lose data: the rejects are kept, with where
+        quarantine.parent.mkdir(parents=True, exist_ok=True)
+        with quarantine.open("a") as file:
+            for prompt in bad:
+                file.write(json.dumps({"source": str(path), "record": prompt}) + "\n")
+    if not good:
+        raise TrainRequestError(
+            f"rlhf_ppo: data {path}: no usable eval prompt of {len(prompts)} (each must be "
+            f"{task.prompt_len} integers in [0, {task.vocab}))"
+        )
+    if bad:
+        logger.warning("rlhf_ppo: %s: %d eval prompts quarantined", path, len(bad))
+    return task, torch.tensor(good, dtype=torch.long), len(bad)
+
+
+def _is_prompt(value: Any, task: TaskConfig) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == task.prompt_len
+        and all(
+            isinstance(t, int) and not isinstance(t, bool) and 0 <= t < task.vocab for t in value
+        )
+    )

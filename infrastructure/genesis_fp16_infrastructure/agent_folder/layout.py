@@ -1,0 +1,142 @@
+"""Every file and folder name of an agent's state folder, once.
+
+::
+
+    <state_dir>/
+        owner.lock                       the daemon's or a foreground train's flock
+        record_cache/<agent>/            parsed record blocks (data.record_cache)
+        agents/<agent>/                  HOME_AGENT
+            precision_state.json         the precision guard's memory (demotions)
+            precision_state.json.lock    its read-modify-write flock
+            loss_scale.json              the fp16 scale carried to the next run
+            last_success.json            when the last successful run ended
+            last_run.json                the last run: outcome, precision, when, why
+            precision_calibration.json   a measured auto's timings
+            captured_step_verified.json  the captured step's verdicts against eager
+            probe_result.json            the precision probe's record
+            run_request.json             the run file a child reads (removed after)
+            data/                        generated sample data, and its ``.generated``
+            quarantine/                  a file of bad records per run
+            checkpoints/                 HOME_CHECKPOINTS
+                served.json              the served-model pointer
+                served.json.lock         its writers' flock
+                writer.lock              the one checkpoint writer's flock
+                data_manifest.json       the served model's data manifest
+                quarantine.jsonl         bad records of a run that names no quarantine file
+                candidates/<id>/         HOME_CANDIDATE: one training run
+                    candidate.json       its data and request
+                    verdict.json         the gate's verdict
+
+A file found unusable at its name is set aside as ``<name>.unusable``
+(:data:`ASIDE_SUFFIX`, :func:`~genesis_fp16_infrastructure.agent_folder.files.set_aside`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+ASIDE_SUFFIX = ".unusable"
+Home = Literal["state", "agent", "checkpoints", "candidate", "data"]
+# json: a record read whole; lock: an flock whose file holds its holder; log: lines a run
+# writes and never reads back.
+Kind = Literal["json", "lock", "log", "text"]
+
+KIB = 1024
+MIB = 1024 * KIB
+
+
+@dataclass(frozen=True)
+class StateFile:
+    """One file of the folder: its name, the folder it lives in, what a read takes at most
+    and ``label``, its name in reports (``genesis_fp16_state_files_skipped_total{file}``)."""
+
+    name: str
+    label: str
+    home: Home
+    kind: Kind
+    limit: int
+
+    def at(self, folder: Path) -> Path:
+        """The file in ``folder`` (its home: the agent's, checkpoint or candidate folder)."""
+        return Path(folder) / self.name
+
+
+# The agent's folder.
+PRECISION_STATE = StateFile("precision_state.json", "precision_state", "agent", "json", 64 * KIB)
+PRECISION_STATE_LOCK = StateFile(
+    "precision_state.json.lock", "precision_state_lock", "agent", "lock", 4 * KIB
+)
+CARRIED_SCALE = StateFile("loss_scale.json", "carried_scale", "agent", "json", 4 * KIB)
+LAST_SUCCESS = StateFile("last_success.json", "last_success", "agent", "json", 4 * KIB)
+LAST_RUN = StateFile("last_run.json", "last_run", "agent", "json", 16 * KIB)
+CALIBRATION = StateFile(
+    "precision_calibration.json", "precision_calibration", "agent", "json", 1 * MIB
+)
+CAPTURE_VERDICTS = StateFile(
+    "captured_step_verified.json", "capture_verdicts", "agent", "json", 1 * MIB
+)
+PROBE_RECORD = StateFile("probe_result.json", "probe_result", "agent", "json", 1 * MIB)
+RUN_REQUEST = StateFile("run_request.json", "run_request", "agent", "json", 4 * MIB)
+SAMPLE_DATA_MARKER = StateFile(".generated", "sample_data_marker", "data", "text", 4 * KIB)
+# The state folder's.
+OWNER_LOCK = StateFile("owner.lock", "owner_lock", "state", "lock", 4 * KIB)
+# The checkpoint folder's.
+SERVED_POINTER = StateFile("served.json", "served_pointer", "checkpoints", "json", 1 * MIB)
+POINTER_LOCK = StateFile("served.json.lock", "pointer_lock", "checkpoints", "lock", 4 * KIB)
+WRITER_LOCK = StateFile("writer.lock", "writer_lock", "checkpoints", "lock", 4 * KIB)
+DATA_MANIFEST = StateFile("data_manifest.json", "data_manifest", "checkpoints", "json", 64 * MIB)
+QUARANTINE_LOG = StateFile("quarantine.jsonl", "quarantine", "checkpoints", "log", 0)
+# A candidate's.
+CANDIDATE_META = StateFile("candidate.json", "candidate_meta", "candidate", "json", 1 * MIB)
+VERDICT = StateFile("verdict.json", "verdict", "candidate", "json", 1 * MIB)
+
+LAYOUT: tuple[StateFile, ...] = (
+    PRECISION_STATE,
+    PRECISION_STATE_LOCK,
+    CARRIED_SCALE,
+    LAST_SUCCESS,
+    LAST_RUN,
+    CALIBRATION,
+    CAPTURE_VERDICTS,
+    PROBE_RECORD,
+    RUN_REQUEST,
+    SAMPLE_DATA_MARKER,
+    OWNER_LOCK,
+    SERVED_POINTER,
+    POINTER_LOCK,
+    WRITER_LOCK,
+    DATA_MANIFEST,
+    QUARANTINE_LOG,
+    CANDIDATE_META,
+    VERDICT,
+)
+
+# Folders.
+AGENTS_FOLDER = "agents"
+DATA_FOLDER = "data"
+CHECKPOINTS_FOLDER = "checkpoints"
+QUARANTINE_FOLDER = "quarantine"
+CANDIDATES_FOLDER = "candidates"
+RECORD_CACHE_FOLDER = "record_cache"
+
+
+def agent_root(state_dir: Path, agent: str) -> Path:
+    """``<state_dir>/agents/<agent>``."""
+    return Path(state_dir) / AGENTS_FOLDER / agent
+
+
+def agent_of(path: Path) -> str | None:
+    """The agent whose folder holds ``path`` (the name after ``agents/``), or None."""
+    parts = Path(path).parts
+    for index in range(len(parts) - 2, -1, -1):
+        if parts[index] == AGENTS_FOLDER:
+            return parts[index + 1]
+    return None
+
+
+def by_name(name: str) -> StateFile | None:
+    """The layout's entry for a file name (a set-aside ``.unusable`` one's too)."""
+    name = name.removesuffix(ASIDE_SUFFIX)
+    return next((f for f in LAYOUT if f.name == name), None)

@@ -1,0 +1,118 @@
+"""The one ``flock`` of the agent's folder: the state folder's owner, the served
+pointer's writers, the checkpoint folder's writer and the guard's read-modify-write all
+take their lock file through :func:`take_lock`.
+
+The kernel drops an flock with its holder (``kill -9`` included), so no stale lock file
+is ever removed by hand. The file holds its holder's record (pid, command), written after
+the lock is taken, read within its layout bound (:func:`read_holder`). A folder, FIFO or
+link at the lock's name is set aside as ``<name>.unusable`` and reported, and the lock
+taken on a fresh file::
+
+    with flock(folder / "served.json.lock", POINTER_LOCK):
+        ...   # one writer at a time
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import stat
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile, read_text, set_aside
+from genesis_fp16_infrastructure.agent_folder.layout import StateFile
+
+_BUSY = (errno.EWOULDBLOCK, errno.EACCES)
+_NOT_A_FILE = (errno.EISDIR, errno.ELOOP, errno.ENXIO, errno.ENOTDIR)
+
+
+class LockBusy(Exception):
+    """Another process holds the lock; ``holder`` is what its file says (None: nothing)."""
+
+    def __init__(self, path: Path, holder: dict[str, Any] | None) -> None:
+        self.path = path
+        self.holder = holder
+        super().__init__(f"{path} is held by {holder or 'another process'}")
+
+
+def take_lock(
+    path: Path,
+    file: StateFile,
+    wait: bool = True,
+    record: Mapping[str, Any] | None = None,
+    mode: int = 0o644,
+) -> int:
+    """Take the flock on ``path``; returns the descriptor that holds it (closing it drops
+    the lock; close-on-exec: no child inherits it). ``wait``: block until it is free,
+    else raise :class:`LockBusy` at once. ``record``: written into the file once held."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = _open_regular(path, file, mode)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except OSError as error:
+        os.close(fd)
+        if error.errno in _BUSY:
+            raise LockBusy(path, read_holder(path, file)) from None
+        raise
+    if record is not None:
+        write_holder(fd, record)
+    return fd
+
+
+@contextmanager
+def flock(path: Path, file: StateFile, wait: bool = True) -> Iterator[int]:
+    """Hold the lock on ``path`` until the block ends (see :func:`take_lock`)."""
+    fd = take_lock(path, file, wait)
+    try:
+        yield fd
+    finally:
+        os.close(fd)  # closing the only descriptor drops the flock
+
+
+def write_holder(fd: int, record: Mapping[str, Any]) -> None:
+    """Replace the lock file's record (``fd`` from :func:`take_lock`)."""
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(dict(record)).encode() + b"\n", 0)
+
+
+def read_holder(path: Path, file: StateFile, attempts: int = 20) -> dict[str, Any] | None:
+    """The holder's record in the lock file; it may have taken the lock a moment before
+    writing it, so an empty or torn file is read again for up to a second. None: the
+    file names nobody (or is no file: nothing is set aside by a look)."""
+    for _ in range(attempts):
+        try:
+            text = read_text(path, file.limit)
+            record = json.loads(text) if text else None
+            if isinstance(record, dict):
+                return record
+        except UnusableStateFile:
+            return None
+        except ValueError:
+            pass
+        time.sleep(0.05)
+    return None
+
+
+def _open_regular(path: Path, file: StateFile, mode: int) -> int:
+    """A descriptor on the regular lock file at ``path``, setting aside what else is there."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    for _ in range(3):
+        try:
+            fd = os.open(path, flags, mode)
+        except OSError as error:
+            if error.errno not in _NOT_A_FILE:
+                raise
+            set_aside(path, file, f"{path}: no lock file ({error.strerror})")
+            continue
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+        os.close(fd)
+        set_aside(path, file, f"{path}: not a regular file")
+    raise OSError(errno.EEXIST, "cannot make a lock file", str(path))

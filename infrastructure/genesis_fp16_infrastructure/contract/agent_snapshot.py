@@ -1,0 +1,191 @@
+"""One agent's state folder as a job's plan read it, once: :class:`AgentSnapshot`.
+
+Beside an agent's checkpoints a daemon keeps a few small files: the precision guard's
+memory of a demotion, the loss scale the last fp16 run ended with, the served-model
+pointer (``served.json``) and the data manifest of the served model's run
+(``data_manifest.json``). A job's plan reads them once
+(``genesis_fp16_infrastructure.agent_state.read_agent_state`` and the plugin's
+``check_data``) and everything after it takes this record instead of reading again: the
+daemon's own checks, the run in the daemon's process, and a child process, which gets it
+in its run file (:meth:`AgentSnapshot.to_json`, inside ``TrainRequest.to_json``)::
+
+    snapshot = replace(read_snapshot(files), data=DataCheck(scan, None))
+    AgentSnapshot.from_json(json.loads(json.dumps(snapshot.to_json()))).data == snapshot.data
+
+- :class:`AgentState`: what the next run starts from (the guard's memory, the carried
+  scale, the resume point); the plan folds it into the request, so it stays with the
+  plan and does not travel.
+- ``pointer``: the served-model pointer as read (None: none, or ``pointer_error`` says
+  why it cannot be followed).
+- :class:`DataCheck`: the data files scanned once, before the run reads them, and the
+  up-to-date verdict taken from them (a result: nothing changed; None: the run trains).
+
+What an unusable file means is the reader's (set aside, a floor, a warning): the record
+says what was found, and why a file could not be used, instead of raising. Torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from genesis_fp16_infrastructure.data.manifest import FileState, Manifest, Prefix
+from genesis_fp16_infrastructure.recipes.retrain.served import ServedPointer
+from genesis_fp16_infrastructure.training.precision.carried_scale import CarriedScale
+from genesis_fp16_infrastructure.training.precision.precision_memory import PrecisionMemory
+
+SNAPSHOT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class AgentStateFiles:
+    """Where one agent's state files are. ``checkpoint_dir``: the folder whose served
+    model the next run resumes, when the caller asks for that resume point (None: it
+    does not, and :attr:`AgentState.resume` is None)."""
+
+    precision_state: Path
+    loss_scale: Path
+    checkpoint_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """The checkpoint folder a run resumes from and its newest checkpoint's summary.
+
+    - ``folder``: the folder of the checkpoint the served-model pointer names, else the
+      agent's checkpoint folder itself (no pointer, or one that cannot be followed).
+    - ``pointer_error``: why the pointer could not be followed (None: it could, or
+      there is none); the folder is then the agent's checkpoint folder.
+    - ``summary``: ``CheckpointManager.latest_summary`` of ``folder`` (step, counters,
+      precision, loss scale); None when it holds no checkpoint.
+    """
+
+    folder: Path
+    pointer_error: str | None
+    summary: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True)
+class AgentState:
+    """What an agent's state folder holds for its next run.
+
+    - ``memory``: the precision guard's remembered demotion (None: none remembered);
+      ``memory_error``: why the memory file is unusable (torn, not JSON, a folder, a
+      FIFO, a link, over its bound), and ``memory`` is then None.
+    - ``carried``: the loss scale carried from the last fp16 run (None: none, or a file
+      that cannot be read, which counts as a fresh start).
+    - ``resume``: where the next run resumes (None: not asked for).
+    """
+
+    memory: PrecisionMemory | None
+    memory_error: str | None
+    carried: CarriedScale | None
+    resume: ResumePoint | None
+
+    def initial_scale(self, requested: str) -> float | None:
+        """The scale a run asking ``requested`` starts at: the carried one when the carried
+        run asked the same (None: the scaler's own)."""
+        return None if self.carried is None else self.carried.for_request(requested)
+
+
+@dataclass(frozen=True)
+class DataCheck:
+    """The data files as the plan scanned them, and what that says.
+
+    - ``scan``: the manifest of the data files, taken before the run reads them (None:
+      not scanned: no data path, or one the run's read reports).
+    - ``up_to_date``: the run's result when nothing changed since the served model's run
+      (the run then takes no step), as ``TrainResult.to_json`` (``TrainResult.from_json``
+      reads it: the result module names the request, which names this one); None: the
+      run reads the data and trains.
+    """
+
+    scan: Manifest | None
+    up_to_date: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class AgentSnapshot:
+    """The agent's state folder, read once by a job's plan (module docstring).
+
+    ``state`` is the plan's (None in a child: its request already holds what came of
+    it); ``pointer``/``pointer_error`` the served-model pointer as read; ``data`` the
+    plugin's data check (None: the plugin has none, or it was not asked).
+    """
+
+    state: AgentState | None
+    pointer: ServedPointer | None = None
+    pointer_error: str | None = None
+    data: DataCheck | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """What a run in another process reads: the pointer and the data check."""
+        scan = None if self.data is None else self.data.scan
+        verdict = None if self.data is None else self.data.up_to_date
+        return {
+            "version": SNAPSHOT_VERSION,
+            "pointer": None if self.pointer is None else self.pointer.to_json(),
+            "pointer_error": self.pointer_error,
+            "data": None
+            if self.data is None
+            else {
+                "scan": None if scan is None else _scan_to_json(scan),
+                "up_to_date": None if verdict is None else dict(verdict),
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AgentSnapshot:
+        """The inverse of :meth:`to_json` (``state`` None). Raises ``ValueError``,
+        ``KeyError`` or ``TypeError`` for data it did not write (a damaged run file:
+        its reader names it in one line)."""
+        if not isinstance(data, Mapping):
+            raise TypeError(f"agent snapshot: {type(data).__name__}, not an object")
+        if data.get("version") != SNAPSHOT_VERSION:
+            raise ValueError(f"agent snapshot version {data.get('version')!r} is not 1")
+        raw = data["pointer"]
+        pointer = None
+        if raw is not None:
+            served, history, pinned = raw["served"], raw["history"], raw.get("pinned")
+            if not isinstance(served, dict) or not isinstance(history, list):
+                raise TypeError("agent snapshot: a served-model pointer without its entries")
+            if not all(isinstance(h, dict) for h in history):
+                raise TypeError("agent snapshot: a served-model history entry is not an object")
+            pointer = ServedPointer(served, history, pinned if isinstance(pinned, dict) else None)
+        check = None
+        if data["data"] is not None:
+            scan, verdict = data["data"]["scan"], data["data"]["up_to_date"]
+            if verdict is not None and not isinstance(verdict, dict):
+                raise TypeError("agent snapshot: an up-to-date result that is not an object")
+            check = DataCheck(None if scan is None else _scan_from_json(scan), verdict)
+        error = data["pointer_error"]
+        return cls(None, pointer, None if error is None else str(error), check)
+
+
+def _scan_to_json(scan: Manifest) -> dict[str, Any]:
+    """The manifest with what only a scan has (each grown file's :class:`Prefix`, which
+    ``Manifest.to_json`` does not keep: the record cache continues an appended file
+    from it)."""
+    files = [
+        [f.path, f.size, f.mtime_ns, f.digest]
+        + ([] if f.prefix is None else [_prefix_to_json(f.prefix)])
+        for f in scan.files
+    ]
+    return {"scanned_ns": scan.scanned_ns, "files": files}
+
+
+def _prefix_to_json(prefix: Prefix) -> list[Any]:
+    return [prefix.size, prefix.digest, prefix.lines, prefix.last.hex()]
+
+
+def _scan_from_json(data: Mapping[str, Any]) -> Manifest:
+    files = []
+    for path, size, mtime_ns, digest, *rest in data["files"]:
+        prefix = None
+        if rest:
+            p_size, p_digest, lines, last = rest[0]
+            prefix = Prefix(int(p_size), str(p_digest), int(lines), bytes.fromhex(last))
+        files.append(FileState(str(path), int(size), int(mtime_ns), str(digest), prefix))
+    return Manifest(tuple(files), int(data["scanned_ns"]))

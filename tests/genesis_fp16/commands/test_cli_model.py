@@ -1,0 +1,121 @@
+"""`genesis-fp16 model` on a state folder, without a daemon: what each action prints and
+answers in JSON, the pin, the repair of an unusable pointer, and `status` naming it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from genesis_fp16_infrastructure.recipes.retrain.served import (
+    pointer_path,
+    read_pointer,
+    serve,
+    write_verdict,
+)
+from genesis_fp16_infrastructure.recipes.retrain.served_repair import served_entry
+
+ROOT = Path(__file__).resolve().parents[3]
+AGENT = "se_darwin"
+
+
+def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_FP16_")}
+    env.update(GENESIS_FP16_STATE_DIR=str(cwd / "state"), PYTHONPATH=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-m", "genesis_fp16", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """se_darwin's checkpoints: candidates a (first) and b (gate) promoted, b served."""
+    root = tmp_path / "state" / "agents" / AGENT / "checkpoints"
+    for name, auc in (("a", 0.91), ("b", 0.92)):
+        path = root / "candidates" / name
+        path.mkdir(parents=True)
+        (path / "candidate.json").write_text(json.dumps({"id": name, "records": 300}))
+        (path / "ckpt-0000000010.pt").write_bytes(b"weights")
+        scores = {"set": "its run's evaluation", "auc": auc, "log_loss": 0.4}
+        write_verdict(path, {"outcome": "promoted", "candidate": scores})
+        entry = served_entry(root, path)
+        assert entry is not None
+        serve(root, entry, "gate")
+    return root
+
+
+def test_a_hand_promoted_model_reads_as_pinned_with_the_gates_own_verdict(
+    folder: Path, tmp_path: Path
+) -> None:
+    """rollback serves a (pinned); promote b brings it back saying the gate's verdict on it
+    was promoted, not rolled_back; list shows the pin and the first model's AUC; unpin
+    lifts it; each action answers one JSON object."""
+    back = json.loads(_cli(tmp_path, "model", "rollback", AGENT, "--json").stdout)
+    assert (back["served"], back["pinned"], back["repaired"]) == ("a", True, False)
+    done = _cli(tmp_path, "model", "promote", AGENT, "b")
+    assert done.returncode == 0, done.stderr
+    assert "verdict on it: promoted" in done.stdout and "rolled_back" not in done.stdout
+    listed = _cli(tmp_path, "model", "list", AGENT)
+    assert "pinned by `model promote`" in listed.stdout.splitlines()[0]
+    rows = {
+        r["id"]: r
+        for r in json.loads(_cli(tmp_path, "model", "list", AGENT, "--json").stdout)["models"]
+    }
+    assert rows["b"]["state"] == "SERVED,pinned" and rows["b"]["gate_verdict"] == "promoted"
+    assert rows["a"]["auc"] == 0.91  # the first model's figure, from its run
+    unpinned = json.loads(_cli(tmp_path, "model", "unpin", AGENT, "--json").stdout)
+    assert unpinned == {**unpinned, "served": "b", "pinned": False}
+    pointer = read_pointer(folder)
+    assert pointer is not None and pointer.pinned is None
+
+
+def test_an_unusable_pointer_is_listed_repaired_and_named_by_status(
+    folder: Path, tmp_path: Path
+) -> None:
+    """Garbage in served.json: list says so in its first line and still lists a and b;
+    `status` names the repair; a failed promote is one line (an error object with --json);
+    promote b repairs it."""
+    pointer_path(folder).write_text("{garbage")
+    listed = _cli(tmp_path, "model", "list", AGENT)
+    first, *rest = listed.stdout.splitlines()
+    assert "unusable" in first and "model promote se_darwin ID" in first
+    assert any(line.startswith("a ") for line in rest) and any(
+        line.startswith("b ") for line in rest
+    )
+    bad = _cli(tmp_path, "model", "promote", AGENT, "zzz")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    bad_json = _cli(tmp_path, "model", "promote", AGENT, "zzz", "--json")
+    assert bad_json.returncode == 2 and "no candidate 'zzz'" in json.loads(bad_json.stdout)["error"]
+    fixed = json.loads(_cli(tmp_path, "model", "promote", AGENT, "b", "--json").stdout)
+    assert fixed["repaired"] is True
+    pointer = read_pointer(folder)
+    assert pointer is not None and pointer.served["id"] == "b"
+    (folder / "served.json").rename(folder / "served.json.unusable")  # as the daemon sets it aside
+    status = _cli(tmp_path, "status")
+    assert "unusable" in status.stdout and "model promote se_darwin ID" in status.stdout
+
+
+def test_an_agent_without_a_gate_or_a_name_unknown_is_one_line_and_exit_2(
+    tmp_path: Path,
+) -> None:
+    """`model rollback rlhf_ppo` (no gate) and `model list nope` (no such agent): one line
+    on stderr and exit code 2; `model list rlhf_ppo` before any run says it has no gate."""
+    for args, words in (
+        (("rollback", "rlhf_ppo"), "no promotion gate"),
+        (("list", "nope"), "unknown agent 'nope'"),
+    ):
+        done = _cli(tmp_path, "model", *args)
+        assert done.returncode == 2 and words in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+    listed = _cli(tmp_path, "model", "list", "rlhf_ppo")
+    assert listed.returncode == 0 and "no promotion gate" in listed.stdout

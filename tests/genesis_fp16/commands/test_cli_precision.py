@@ -1,0 +1,208 @@
+"""`precision show|reset` print and forget a measured `auto`; `train` fills the cache."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from daemon_harness import daemon_env
+
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16_infrastructure.training import TrainerConfig
+from genesis_fp16_infrastructure.training.precision import capabilities
+from genesis_fp16_infrastructure.training.precision.precision import DeviceCapabilities
+from genesis_fp16_infrastructure.training.run import calibration as cal
+
+AGENT = "se_darwin"
+
+
+def _cli(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = daemon_env({"GENESIS_FP16_STATE_DIR": str(state)}, fixtures=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "genesis_fp16", *args],
+        cwd=state,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+class _Tiny:
+    """A two-batch regression task: enough for a real calibration."""
+
+    def build_model(self) -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.Linear(32, 1))
+
+    def build_optimizers(self, model: torch.nn.Module) -> list[torch.optim.Optimizer]:
+        return [torch.optim.AdamW(model.parameters(), fused=True)]
+
+    def build_schedulers(self, optimizers: object) -> tuple[()]:
+        return ()
+
+    def train_batches(self, epoch: int, seed: int) -> list[tuple[tuple[torch.Tensor, ...], int]]:
+        g = torch.Generator().manual_seed(seed)
+        return [((torch.randn(16, 8, generator=g), torch.randn(16, 1, generator=g)), 16)] * 2
+
+    def loss(self, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return torch.nn.functional.mse_loss(model(batch[0]).float(), batch[1])
+
+    def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
+        return {}
+
+    def extra_state(self) -> dict[str, object]:
+        return {}
+
+
+def test_show_prints_the_measurement_and_reset_forgets_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real measurement (bf16 taken as native) is shown as a table and reset deletes it."""
+    caps = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native")
+    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: caps)
+    path = AgentPaths.for_agent(tmp_path, AGENT).calibration_path
+    path.parent.mkdir(parents=True)
+    found = cal.calibrate(_Tiny(), "cpu", 0, TrainerConfig(), cache=path, budget_s=0.2)
+    assert found is not None
+
+    shown = _cli(tmp_path, "precision", "show", AGENT).stdout
+    assert f"auto: {found.reason}" in shown
+    assert "fp32       eager" in shown and "bf16       eager" in shown and "<- chosen" in shown
+    data = json.loads(_cli(tmp_path, "precision", "show", AGENT, "--json").stdout)
+    assert data["demotion"] is None and data["calibration"]["chosen"] == found.chosen
+
+    forgot = json.loads(_cli(tmp_path, "precision", "reset", AGENT, "--json").stdout)
+    assert forgot == {
+        "agent": AGENT,
+        "forgot": {
+            "calibration": True,
+            "carried_loss_scale": False,
+            "captured_step_verdicts": False,
+            "demotion": None,
+        },
+    }
+    assert not path.exists()
+    assert "no precision demotion remembered" in _cli(tmp_path, "precision", "reset", AGENT).stdout
+    assert "no measurement of 'auto' cached" in _cli(tmp_path, "precision", "show", AGENT).stdout
+
+
+def test_show_survives_a_corrupt_cache(tmp_path: Path) -> None:
+    """A torn or malformed calibration file is reported in one line, not a traceback,
+    and set aside (the agent folder's one policy): the next show finds none."""
+    path = AgentPaths.for_agent(tmp_path, AGENT).calibration_path
+    path.parent.mkdir(parents=True)
+    path.write_text('{"rows": [}')
+    said = _cli(tmp_path, "precision", "show", AGENT).stdout
+    assert "not JSON" in said and "set aside" in said
+    assert path.with_name(path.name + ".unusable").read_text() == '{"rows": [}'
+    path.write_text('{"rows": []}')
+    assert "not a precision_calibration record" in _cli(tmp_path, "precision", "show", AGENT).stdout
+    assert not path.exists()
+
+
+def test_show_of_an_unknown_agent_says_so(tmp_path: Path) -> None:
+    """`precision show nosuch`: exit 2, "unknown agent 'nosuch'" with the known ones."""
+    result = subprocess.run(
+        [sys.executable, "-m", "genesis_fp16", "precision", "show", "nosuch"],
+        cwd=tmp_path,
+        env=daemon_env({}, fixtures=False),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "unknown agent 'nosuch'; known agents:" in result.stderr and "se_darwin" in result.stderr
+
+
+def test_reset_takes_turns_with_the_daemon_recording_a_demotion(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the daemon holds the precision state's lock (recording a run's demotions),
+    `precision reset` waits for it, then clears what the daemon wrote: no stale read
+    overwrites the other's write."""
+    import threading
+
+    from genesis_fp16.cli import main
+    from genesis_fp16.config.state_files import locked
+    from genesis_fp16_infrastructure.training.precision.precision_memory import (
+        PrecisionMemory,
+        read_precision_memory,
+        write_precision_memory,
+    )
+
+    monkeypatch.setenv("GENESIS_FP16_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.chdir(tmp_path)
+    path = AgentPaths.for_agent(tmp_path / "state", "se_darwin").precision_state_path
+    path.parent.mkdir(parents=True)
+    done = threading.Event()
+    reset = threading.Thread(
+        target=lambda: (main(["precision", "reset", "se_darwin"]), done.set()), daemon=True
+    )
+    with locked(path):  # the daemon's turn
+        reset.start()
+        assert not done.wait(1.0)  # reset is waiting for the lock
+        demoted = PrecisionMemory(
+            demoted_from="fp16",
+            demoted_to="bf16",
+            reason="test",
+            step=10,
+            rollback_step=5,
+            at="2026-11-23T00:00:00Z",
+        )
+        write_precision_memory(path, demoted)
+    assert done.wait(120)
+    assert read_precision_memory(path) is None  # the reset came after, and cleared it
+
+
+def test_precision_show_names_every_candidate_and_the_choice() -> None:
+    """The measurement's table: each row with its ratio to fp32, the chosen row (precision
+    and execution) marked once, and the precisions not timed with why."""
+    from genesis_fp16.commands.precision import _describe_calibration
+    from genesis_fp16_infrastructure.training.run import calibration as cal
+
+    def row(precision: str, ms: float, execution: str = "eager") -> cal.Measured:
+        return cal.Measured(precision, execution, ms, ms, ms, 3)
+
+    rows = (row("fp32", 2.0), row("fp32", 1.0, "cuda_graph"), row("bf16", 1.0))
+    calibration = cal.Calibration(
+        "bf16", "r", rows, {"fp16": "no native fp16"}, {"device": "cpu"}, 0.1
+    )
+    table = _describe_calibration(calibration, None)
+    assert table.count("<- chosen") == 1 and "bf16       eager" in table
+    assert "2.00x  <- chosen" in table and "fp16       not timed: no native fp16" in table
+
+
+def test_show_promises_no_measurement_the_host_cannot_make(tmp_path: Path) -> None:
+    """With nothing cached, a host without CUDA is told that CUDA graphs need a CUDA
+    device, not that its captured step is "not verified yet"; --json says what the host has."""
+    shown = _cli(tmp_path, "precision", "show", AGENT).stdout
+    cuda = torch.cuda.is_available()
+    assert ("CUDA graphs need a CUDA device" in shown) is not cuda, shown
+    assert ("not verified on this host yet" in shown) is cuda, shown
+    data = json.loads(_cli(tmp_path, "precision", "show", AGENT, "--json").stdout)
+    assert data["host"]["cuda"] is cuda and data["captured_step_verdicts"] == []
+
+
+def test_show_on_a_host_with_only_fp32_says_auto_has_nothing_to_measure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No CUDA and a CPU without native bf16/fp16: `auto` times nothing there, and show
+    says auto runs fp32 instead of promising a measurement at the next run."""
+    from genesis_fp16.cli import main
+
+    plain = DeviceCapabilities("cpu", False, False, "test: fp32 only")
+    monkeypatch.setattr(capabilities, "cpu_capabilities", lambda: plain)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("GENESIS_FP16_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["precision", "show", AGENT]) == 0
+    shown = capsys.readouterr().out
+    assert "auto: nothing to measure on this host" in shown and "auto runs fp32" in shown
+    assert "it is timed at the next auto run" not in shown

@@ -1,0 +1,97 @@
+"""A state folder copied or mounted elsewhere keeps working: the paths it stores are
+relative to it (the sample-data marker), and old absolute ones are still read."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from genesis_fp16.config.paths import AgentPaths, ensure_sample_data
+
+
+class _Writer:
+    """A plugin that writes a small dataset and counts how often it was asked to."""
+
+    name = "writer"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def generate_sample_data(self, out: Path, count: int, seed: int) -> Path:
+        self.calls += 1
+        path = Path(out) / "trajectory_pools" / "writer" / "pool.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+        return path
+
+
+def test_a_copied_state_folder_finds_its_sample_data(tmp_path: Path) -> None:
+    """Generated under ./a, the folder copied to ./b and ./a removed: b's data is found
+    under b (not regenerated), and the marker names no absolute path."""
+    plugin = _Writer()
+    first = ensure_sample_data(plugin, AgentPaths.for_agent(tmp_path / "a", "writer"), 10)  # type: ignore[arg-type]
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    shutil.rmtree(tmp_path / "a")
+    moved = AgentPaths.for_agent(tmp_path / "b", "writer")
+    found = ensure_sample_data(plugin, moved, 10)  # type: ignore[arg-type]
+    assert found.exists() and found == moved.data_dir / first.relative_to(
+        tmp_path / "a" / "agents" / "writer" / "data"
+    )
+    assert plugin.calls == 1
+    assert not Path((moved.data_dir / ".generated").read_text()).is_absolute()
+
+
+def test_an_old_absolute_marker_is_still_read_after_a_move(tmp_path: Path) -> None:
+    """A marker written with an absolute path before markers were relative: read as it is
+    where it exists, and found under the new folder once the state folder moved."""
+    plugin = _Writer()
+    old = AgentPaths.for_agent(tmp_path / "a", "writer")
+    data = plugin.generate_sample_data(old.data_dir, 10, 0)
+    (old.data_dir / ".generated").write_text(str(data.resolve()))
+    assert ensure_sample_data(plugin, old, 10) == data.resolve()  # type: ignore[arg-type]
+    shutil.move(tmp_path / "a", tmp_path / "b")
+    moved = AgentPaths.for_agent(tmp_path / "b", "writer")
+    found = ensure_sample_data(plugin, moved, 10)  # type: ignore[arg-type]
+    assert found.exists() and found.is_relative_to(tmp_path / "b")
+    assert plugin.calls == 1
+
+
+@pytest.mark.parametrize("kind", ["torn", "oversize", "not_utf8", "folder", "fifo", "link"])
+def test_an_unusable_sample_data_marker_is_set_aside_and_the_data_regenerated(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A torn, 4 KiB+, non-UTF-8 marker, or a folder, FIFO or link at its name: the data
+    is generated again and the marker set aside and counted (file=sample_data_marker),
+    instead of a failed run every hour."""
+    import os
+
+    from genesis_fp16.config import state_files
+
+    skipped: list[tuple[str, str]] = []
+    monkeypatch.setattr(state_files, "_listeners", [lambda a, f: skipped.append((a, f))])
+
+    plugin = _Writer()
+    paths = AgentPaths.for_agent(tmp_path, "writer")
+    first = ensure_sample_data(plugin, paths, 10)  # type: ignore[arg-type]
+    marker = paths.data_dir / ".generated"
+    marker.unlink()
+    if kind == "torn":
+        marker.write_text("trajectory_pools/wri")
+    elif kind == "oversize":
+        marker.write_text("x" * 5000)
+    elif kind == "not_utf8":
+        marker.write_bytes(b"\xff\xfe")
+    elif kind == "folder":
+        marker.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(marker)
+    else:
+        marker.symlink_to(first)
+    assert ensure_sample_data(plugin, paths, 10) == first  # type: ignore[arg-type]
+    assert plugin.calls == 2
+    assert (paths.data_dir / ".generated.unusable").exists()
+    assert skipped == [("writer", "sample_data_marker")]
+    assert ensure_sample_data(plugin, paths, 10) == first  # type: ignore[arg-type]
+    assert plugin.calls == 2  # the new marker is read as before

@@ -1,0 +1,257 @@
+"""The daemon's probe gate: probe once before the first bf16/fp16 run, remember, export."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from daemon_harness import FIXTURE_PLUGINS, DaemonFactory
+from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
+
+from genesis_fp16.config.settings import AgentSettings, Settings
+from genesis_fp16.jobs.probe_gate import (
+    ProbeRecord,
+    gate_before_run,
+    probe_result_path,
+    read_record,
+    red_precisions,
+    write_record,
+)
+from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
+
+PROBE_PLUGIN = Path(__file__).resolve().parents[1] / "probe_plugin"
+sys.path.insert(0, str(PROBE_PLUGIN))
+from probe_toy_agent import plugin as probe_toy  # noqa: E402
+
+sys.path.insert(0, str(FIXTURE_PLUGINS))
+from fixture_agents.good import plugin as fixture_good  # noqa: E402
+
+
+def _settings(tmp_path: Path, enabled: bool = True) -> Settings:
+    return Settings(
+        state_dir=tmp_path / "state",
+        probe_steps=2,
+        agents={"probe_toy": AgentSettings(probe_before_low_precision=enabled)},
+    )
+
+
+def _value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return registry.get_sample_value(name, labels)
+
+
+def test_probe_runs_once_before_bf16_and_is_exported(tmp_path: Path) -> None:
+    """A bf16 run is probed; the record is stored and exported; a second call reads it back."""
+    settings, registry = _settings(tmp_path), CollectorRegistry()
+    metrics = DaemonMetrics(registry, "t")
+    record = gate_before_run(
+        settings, metrics.probe, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("bf16")
+    )
+    assert record is not None and record.error is None and record.precision == "bf16"
+    stored = read_record(probe_result_path(settings.state_dir, "probe_toy"))
+    assert stored == record
+    colour = {"green": 0, "amber": 1, "red": 2}
+    for variant, verdict in record.verdict.items():
+        if verdict in colour:
+            labels = {"agent": "probe_toy", "variant": variant}
+            assert _value(registry, "genesis_fp16_probe_verdict", **labels) == colour[verdict]
+    recommended = {"agent": "probe_toy", "variant": record.recommended}
+    assert _value(registry, "genesis_fp16_probe_recommended", **recommended) == 1
+    bf16 = colour[record.verdict["bf16_autocast"]]
+    labels = {"agent": "probe_toy", "precision": "bf16"}
+    assert _value(registry, "genesis_fp16_probe_precision_verdict", **labels) == bf16
+    # Probing again would fail (fixture_good has no probe): the stored record is used.
+    again = gate_before_run(
+        settings, metrics.probe, "probe_toy", fixture_good, None, "cpu", PrecisionRequest("fp16")
+    )
+    assert again == record
+
+
+def test_no_probe_when_off_or_fp32(tmp_path: Path) -> None:
+    """The gate is off by default, and an fp32 run is never probed."""
+    registry = CollectorRegistry()
+    probe = DaemonMetrics(registry, "t").probe
+    off = _settings(tmp_path, enabled=False)
+    assert (
+        gate_before_run(off, probe, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("bf16"))
+        is None
+    )
+    on = _settings(tmp_path)
+    assert (
+        gate_before_run(on, probe, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("fp32"))
+        is None
+    )
+    assert not probe_result_path(on.state_dir, "probe_toy").exists()
+    assert _value(registry, "genesis_fp16_probe_timestamp_seconds", agent="probe_toy") is None
+
+
+def test_failed_probe_is_remembered_and_does_not_raise(tmp_path: Path) -> None:
+    """A plugin whose probe_setup raises: the error is stored, nothing exported, no re-probe."""
+    settings = Settings(
+        state_dir=tmp_path / "state",
+        agents={"fixture_good": AgentSettings(probe_before_low_precision=True)},
+    )
+    registry = CollectorRegistry()
+    probe = DaemonMetrics(registry, "t").probe
+    # bf16 asked for explicitly: auto is fp32 on a CPU without native bf16, which is not probed.
+    record = gate_before_run(
+        settings, probe, "fixture_good", fixture_good, None, "cpu", PrecisionRequest("bf16")
+    )
+    assert record is not None and "NotImplementedError" in str(record.error)
+    assert read_record(probe_result_path(settings.state_dir, "fixture_good")) == record
+    assert _value(registry, "genesis_fp16_probe_timestamp_seconds", agent="fixture_good") is None
+
+
+def _red_fp16(bf16: str = "green") -> ProbeRecord:
+    """A stored probe record whose fp16_autocast verdict is red."""
+    return ProbeRecord(
+        at=1.0,
+        device="cpu",
+        steps=2,
+        seed=0,
+        precision="fp16",
+        recommended="bf16_autocast",
+        verdict={"fp32": "green", "bf16_autocast": bf16, "fp16_autocast": "red"},
+        reasons={"fp16_autocast": ["activation headroom: red (0: 7.0e+04)"]},
+    )
+
+
+def test_red_verdict_for_the_running_precision_is_a_warning(tmp_path: Path) -> None:
+    """A stored red fp16_autocast verdict logs a warning before an fp16 run, not a bf16 one."""
+    settings = _settings(tmp_path)
+    red = _red_fp16()
+    write_record(probe_result_path(settings.state_dir, "probe_toy"), red)
+    registry = CollectorRegistry()
+    probe = DaemonMetrics(registry, "t").probe
+    with capture_logs() as logs:
+        gate_before_run(
+            settings, probe, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("bf16")
+        )
+        assert not [r for r in logs if r["log_level"] == "warning"]
+        gate_before_run(
+            settings, probe, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("fp16")
+        )
+    (warning,) = [r for r in logs if r["log_level"] == "warning"]
+    assert (
+        warning["variant"] == "fp16_autocast" and warning["reasons"] == red.reasons["fp16_autocast"]
+    )
+    labels = {"agent": "probe_toy", "precision": "fp16"}
+    assert _value(registry, "genesis_fp16_probe_precision_verdict", **labels) == 2
+
+
+MEASURED = PrecisionRequest("auto", mode="measure")
+
+
+def test_the_gate_asks_the_planned_request_floor_included(tmp_path: Path) -> None:
+    """fp16 under a remembered fp32 floor runs fp32, so decide() says there is nothing
+    to probe; the same request without the floor probes."""
+    settings = _settings(tmp_path)
+    probe = DaemonMetrics(CollectorRegistry(), "t").probe
+    floored = PrecisionRequest("fp16", floor="fp32", floor_reason="remembered")
+    assert gate_before_run(settings, probe, "probe_toy", probe_toy, None, "cpu", floored) is None
+    record = gate_before_run(
+        settings, probe, "probe_toy", probe_toy, None, "cpu", PrecisionRequest("bf16")
+    )
+    assert record is not None and record.precision == "bf16"
+
+
+def test_a_red_verdict_keeps_the_precision_out_of_a_measured_auto(tmp_path: Path) -> None:
+    """Under auto=measure the red precision is not timed (and no 'running as configured'
+    warning is logged: it will not run); a failed or absent probe excludes nothing."""
+    settings = _settings(tmp_path)
+    red = _red_fp16(bf16="amber")
+    assert red_precisions(red) == {"fp16": "probe red: activation headroom: red (0: 7.0e+04)"}
+    assert red_precisions(None) == {}
+    failed = ProbeRecord(1.0, "cpu", 2, 0, "fp16", "", {}, {}, error="RuntimeError()")
+    assert red_precisions(failed) == {}
+    write_record(probe_result_path(settings.state_dir, "probe_toy"), red)
+    probe = DaemonMetrics(CollectorRegistry(), "t").probe
+    with capture_logs() as logs:
+        record = gate_before_run(settings, probe, "probe_toy", probe_toy, None, "cuda", MEASURED)
+    assert record == red and not [r for r in logs if r["log_level"] == "warning"]
+
+
+@pytest.mark.slow
+def test_daemon_probes_before_the_first_low_precision_run_and_not_after_restart(
+    daemon_factory: DaemonFactory,
+) -> None:
+    """probe_toy's verdict gauges appear; a restarted daemon re-exports without probing."""
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(PROBE_PLUGIN), str(FIXTURE_PLUGINS)]),
+        "GENESIS_FP16_PLUGIN_ALLOWLIST": "probe_toy,fixture_good",
+        "GENESIS_FP16_AGENTS__PROBE_TOY__PROBE_BEFORE_LOW_PRECISION": "true",
+        "GENESIS_FP16_AGENTS__PROBE_TOY__PRECISION": "bf16",
+        "GENESIS_FP16_PROBE_STEPS": "2",
+        "GENESIS_FP16_STEPS_PER_RUN": "2",
+        "GENESIS_FP16_SAMPLE_COUNT": "96",
+        "GENESIS_FP16_SCHEDULE": "3600",
+        "FIXTURE_STEP_SECONDS": "0",
+    }
+    daemon = daemon_factory(env)
+
+    def probed() -> float | None:
+        return daemon.sample("genesis_fp16_probe_timestamp_seconds", agent="probe_toy")
+
+    daemon.wait_for(probed, "the probe of probe_toy", timeout=90)
+    bf16 = daemon.sample(
+        "genesis_fp16_probe_precision_verdict", agent="probe_toy", precision="bf16"
+    )
+    assert bf16 in (0, 1, 2)
+    assert daemon.sample("genesis_fp16_probe_verdict", agent="probe_toy", variant="fp32") == 0
+    (started,) = [e for e in daemon.events("precision probe started") if e["agent"] == "probe_toy"]
+    assert started["precision"] == "bf16"
+    # fixture_good is not configured to probe; its runs go on without a probe.
+    daemon.wait_for(
+        lambda: daemon.sample(
+            "genesis_fp16_training_runs_total", agent="fixture_good", outcome="success"
+        ),
+        "a fixture_good run",
+    )
+    assert daemon.sample("genesis_fp16_probe_timestamp_seconds", agent="fixture_good") is None
+    stored = read_record(probe_result_path(daemon.state_dir, "probe_toy"))
+    assert stored is not None and stored.precision == "bf16"
+    daemon.stop()
+
+    restarted = daemon_factory(env)
+    restarted.wait_for(
+        lambda: restarted.sample("genesis_fp16_probe_timestamp_seconds", agent="probe_toy"),
+        "the remembered probe of probe_toy",
+    )
+    assert restarted.sample("genesis_fp16_probe_timestamp_seconds", agent="probe_toy") == stored.at
+    assert not restarted.events("precision probe started")
+
+
+@pytest.mark.parametrize("kind", ["torn", "oversize", "folder"])
+def test_an_unusable_probe_record_is_set_aside_counted_and_probed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """A torn or 1 MiB+ probe_result.json, or a folder at its name: set aside as
+    .unusable, counted under file=probe_result, and the agent probed again (here
+    fixture_good, whose probe fails at once and is stored) instead of never again."""
+    from genesis_fp16.config import state_files
+
+    skipped: list[tuple[str, str]] = []
+    monkeypatch.setattr(state_files, "_listeners", [lambda a, f: skipped.append((a, f))])
+    settings = Settings(
+        state_dir=tmp_path / "state",
+        agents={"fixture_good": AgentSettings(probe_before_low_precision=True)},
+    )
+    path = probe_result_path(settings.state_dir, "fixture_good")
+    path.parent.mkdir(parents=True)
+    if kind == "torn":
+        path.write_text('{"precision": "bf16", "verd')
+    elif kind == "oversize":
+        path.write_text(" " * (2 << 20))
+    else:
+        path.mkdir()
+    probe = DaemonMetrics(CollectorRegistry(), "t").probe
+    record = gate_before_run(
+        settings, probe, "fixture_good", fixture_good, None, "cpu", PrecisionRequest("bf16")
+    )
+    assert record is not None and "NotImplementedError" in str(record.error)  # probed again
+    assert (path.parent / "probe_result.json.unusable").exists()
+    assert read_record(path) == record
+    assert skipped == [("fixture_good", "probe_result")]

@@ -1,0 +1,198 @@
+"""`genesis-fp16 status` without a daemon: the state folder after a real `train`, a folder
+a foreground run owns, unreadable state files, and a hostile agent's text."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+from status_pages import (
+    HOSTILE_AGENT,
+    HOSTILE_REASON,
+    page_rows,
+    seed_hostile_agent,
+    steady,
+    text_rows,
+)
+
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.metrics.last_run import REASON_CHARS, from_error, load_last_run, save_last_run
+from genesis_fp16.service.state_lock import hold_state_folder
+from genesis_fp16.status.render import render_html, render_text
+from genesis_fp16.status.report import (
+    MAX_AGENTS,
+    DaemonStatus,
+    NextRun,
+    StatusReport,
+    gather_status,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+IDLE = DaemonStatus(False, None, None, None, None, None, "not running")
+
+
+def _cli(cwd: Path, *args: str, env: Mapping[str, str] | None = None) -> str:
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GENESIS_FP16_") and k != "ENABLE_FP16_TRAINING"
+    }
+    clean.update(
+        {
+            "GENESIS_FP16_STATE_DIR": str(cwd / "state"),
+            "GENESIS_FP16_LOG_LEVEL": "WARNING",
+            "PYTHONPATH": str(ROOT),
+            "OMP_NUM_THREADS": "1",
+        }
+    )
+    clean.update(env or {})
+    done = subprocess.run(
+        [sys.executable, "-m", "genesis_fp16", *args],
+        cwd=cwd,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _no_schedule(agent: str) -> NextRun:
+    return NextRun(None, "none: no daemon")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object]]:
+    """A state folder after one real foreground `train rlhf_ppo --steps 8`, and its --json."""
+    folder = tmp_path_factory.mktemp("trained")
+    out = _cli(folder, "train", "rlhf_ppo", "--steps", "8", "--precision", "fp32", "--json")
+    return folder, json.loads(out.splitlines()[-1])
+
+
+def test_status_json_tells_the_last_train_and_its_model(
+    trained: tuple[Path, dict[str, object]],
+) -> None:
+    """After a real `train`, `status --json` names no daemon, the run's outcome, precision,
+    steps and reason, and the checkpoint it serves."""
+    folder, run = trained
+    report = json.loads(_cli(folder, "status", "--json"))
+    assert report["daemon"]["running"] is False and report["daemon"]["owner"] is None
+    agents = {agent["name"]: agent for agent in report["agents"]}
+    ppo = agents["rlhf_ppo"]
+    assert ppo["installed"] is True
+    last = ppo["last_run"]
+    assert (last["outcome"], last["precision"], last["steps"]) == ("success", "fp32", 8)
+    assert last["source"] == "train" and last["reason"] == "trained 8 steps in fp32"
+    assert last["precision"] == run["precision_used"]
+    assert ppo["served"]["id"] == Path(str(run["checkpoint"])).name
+    assert ppo["next_run"] == {"at": None, "note": ppo["next_run"]["note"]}
+    assert "no daemon" in ppo["next_run"]["note"]
+    assert agents["se_darwin"]["last_run"] is None  # never trained here
+
+
+def test_status_text_says_what_the_json_says(trained: tuple[Path, dict[str, object]]) -> None:
+    """The text of `status` is the JSON's report rendered: the same rows, the same words."""
+    folder, _ = trained
+    report = StatusReport.from_json(json.loads(_cli(folder, "status", "--json")))
+    text = _cli(folder, "status")
+    assert steady(text_rows(text)) == steady(text_rows(render_text(report)))
+    assert "not running: no process owns the state folder" in text
+    assert "last run: success in fp32, 8 steps, by train" in text
+
+
+def test_status_names_the_foreground_run_that_owns_the_folder(tmp_path: Path) -> None:
+    """A `train` holding the state folder is named as its owner, not taken for a daemon,
+    and its agent's next run says it trains now."""
+    state = tmp_path / "state"
+    state.mkdir()
+    with hold_state_folder(state, "train se_darwin"):
+        report = json.loads(_cli(tmp_path, "status", "--json"))
+    daemon = report["daemon"]
+    assert (daemon["running"], daemon["owner"], daemon["pid"]) == (
+        False,
+        "train se_darwin",
+        os.getpid(),
+    )
+    agents = {agent["name"]: agent for agent in report["agents"]}
+    assert agents["se_darwin"]["next_run"]["note"].startswith("training now")
+    assert "no daemon" in agents["rlhf_ppo"]["next_run"]["note"]
+
+
+def test_status_says_when_the_daemon_does_not_answer(tmp_path: Path) -> None:
+    """A daemon that owns the folder but does not answer at the configured port is shown
+    running, with its pid, and its health and next runs as unknown, naming the address."""
+    state = tmp_path / "state"
+    state.mkdir()
+    port = "9"  # discard: nothing listens there
+    with hold_state_folder(state, "serve"):
+        report = json.loads(
+            _cli(tmp_path, "status", "--json", env={"GENESIS_FP16_METRICS_PORT": port})
+        )
+    daemon = report["daemon"]
+    assert (daemon["running"], daemon["pid"], daemon["healthy"]) == (True, os.getpid(), None)
+    assert daemon["health"].startswith(
+        f"unknown: the daemon did not answer http://127.0.0.1:{port}/"
+    )
+    assert all(a["next_run"]["note"] == daemon["health"] for a in report["agents"])
+
+
+def test_unreadable_state_files_are_named_not_read(tmp_path: Path) -> None:
+    """A FIFO as the last-run record and a torn served pointer are problems on the
+    report, read without blocking (a FIFO would hang a plain read)."""
+    root = tmp_path / "agents" / "se_darwin"
+    (root / "checkpoints").mkdir(parents=True)
+    os.mkfifo(root / "last_run.json")
+    (root / "checkpoints" / "served.json").write_text('{"version": 1, "serv')
+    report = gather_status(tmp_path, ["se_darwin"], IDLE, _no_schedule)
+    (agent,) = report.agents
+    assert agent.last_run is None and "not a regular file" in agent.problems[0]
+    assert agent.served is not None and "unreadable" in (agent.served.error or "")
+    assert ("problem", agent.problems[0]) in text_rows(render_text(report))[1][1]
+
+
+def test_report_round_trips_through_json(tmp_path: Path) -> None:
+    """What the daemon serves as JSON reads back as the same report (the CLI renders it)."""
+    seed_hostile_agent(tmp_path)
+    report = gather_status(tmp_path, ["se_darwin"], IDLE, _no_schedule, now=1_800_000_000.0)
+    assert StatusReport.from_json(json.loads(json.dumps(report.to_json()))) == report
+
+
+def test_page_shows_hostile_text_escaped_and_the_text_rows(tmp_path: Path) -> None:
+    """The page carries the same rows as the text, and a hostile agent name, model id or
+    reason is text on it: no element comes from the state folder."""
+    seed_hostile_agent(tmp_path)
+    report = gather_status(tmp_path, [], IDLE, _no_schedule, now=1_800_000_000.0)
+    page = render_html(report).decode()
+    sections, tags = page_rows(page)
+    assert sections == text_rows(render_text(report))
+    assert "img" not in tags and "script" not in tags and "b" not in tags
+    hostile = dict(sections)[f"{HOSTILE_AGENT} (plugin not installed)"]
+    assert ("why", HOSTILE_REASON) in hostile
+    assert ("live", "auc 0.87, window.records 412") in hostile
+    assert ("pinned", "pinned") in hostile
+    assert ("quality", "auc 0.9113, log_loss 0.31") in hostile
+
+
+def test_the_report_is_bounded(tmp_path: Path) -> None:
+    """However many agent folders there are, the report shows 100 and counts the rest."""
+    for index in range(MAX_AGENTS + 5):
+        (tmp_path / "agents" / f"agent{index:03d}").mkdir(parents=True)
+    report = gather_status(tmp_path, [], IDLE, _no_schedule)
+    assert (len(report.agents), report.agents_not_shown) == (MAX_AGENTS, 5)
+    assert ("not shown", "5 more not shown") in text_rows(render_text(report))[-1][1]
+
+
+def test_a_long_reason_is_kept_to_one_bounded_line(tmp_path: Path) -> None:
+    """A failure's reason (a traceback's lines, say) is kept as one line of at most
+    REASON_CHARS characters, and reads back as it was written."""
+    paths = AgentPaths(tmp_path / "agents" / "se_darwin")
+    save_last_run(paths, from_error("failed", "line one\nline two " + "x" * 1000, 1.0, "daemon"))
+    record = load_last_run(paths)
+    assert record is not None and record.reason.startswith("line one line two xx")
+    assert len(record.reason) == REASON_CHARS and "\n" not in record.reason

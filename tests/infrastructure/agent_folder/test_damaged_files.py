@@ -1,0 +1,187 @@
+"""Every file the agent folder's owner names, damaged each way, costs no failed run.
+
+The test iterates the layout itself: a file added to ``LAYOUT`` without a consumer
+here fails :func:`test_every_file_of_the_layout_has_a_consumer`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from genesis_fp16.config.paths import AgentPaths, _read_marker
+from genesis_fp16.config.settings import Settings
+from genesis_fp16.config.state_files import locked
+from genesis_fp16.jobs.guard_state import load_memory
+from genesis_fp16.jobs.probe_gate import read_record
+from genesis_fp16.launch.handoff import read_run_file, write_run_file
+from genesis_fp16.metrics.last_run import from_error, save_last_run
+from genesis_fp16.metrics.last_success import LastSuccessStore
+from genesis_fp16.service.state_lock import hold_state_folder
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.layout import LAYOUT, StateFile
+from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
+from genesis_fp16_infrastructure.data.sources import Source
+from genesis_fp16_infrastructure.recipes.retrain import freshness
+from genesis_fp16_infrastructure.recipes.retrain.served import (
+    list_candidates,
+    pointer_lock,
+    read_json,
+)
+from genesis_fp16_infrastructure.recipes.retrain.served_repair import set_aside_unusable
+from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
+from genesis_fp16_infrastructure.training.precision.carried_scale import read_carried_scale
+from genesis_fp16_infrastructure.training.run.calibration import read_calibration
+from genesis_fp16_infrastructure.training.run.verify_capture import read_verdicts
+
+AGENT = "a"
+
+
+class Folder:
+    """A state folder with one agent, one checkpoint folder and one candidate."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.state = tmp / "state"
+        self.paths = AgentPaths.for_agent(self.state, AGENT)
+        self.candidate = self.paths.checkpoint_dir / "candidates" / "c1"
+        self.candidate.mkdir(parents=True)
+        self.paths.data_dir.mkdir()
+
+    def home(self, file: StateFile) -> Path:
+        homes = {
+            "state": self.state,
+            "agent": self.paths.root,
+            "checkpoints": self.paths.checkpoint_dir,
+            "candidate": self.candidate,
+            "data": self.paths.data_dir,
+        }
+        return homes[file.home]
+
+
+def _run_request(folder: Folder, path: Path) -> None:
+    request = TrainRequest(
+        agent=AGENT,
+        precision_reason="test",
+        state_dir=folder.state,
+        checkpoint_dir=folder.paths.checkpoint_dir,
+    )
+    write_run_file(path, request, "INFO")
+    assert read_run_file(path)[0] == request
+
+
+def _quarantine(folder: Folder, path: Path) -> None:
+    sink = QuarantineSink(path)
+    sink.add(Source(path, "line 1"), "bad record", "{")
+    sink.close()
+
+
+def _claim(folder: Folder, path: Path) -> None:
+    manager = CheckpointManager(folder.paths.checkpoint_dir)
+    manager.claim("test")
+    manager.release()
+
+
+def _hold(lock: Callable[[], object]) -> Callable[[Folder, Path], None]:
+    def take(folder: Folder, path: Path) -> None:
+        with lock():  # type: ignore[attr-defined]
+            pass
+
+    return take
+
+
+# What reads (or writes) each file in a run: the daemon's or the library's own call.
+CONSUMERS: dict[str, Callable[[Folder, Path], object]] = {
+    "precision_state": lambda f, p: load_memory(Settings(state_dir=f.state), AGENT),
+    "precision_state_lock": lambda f, p: _hold(lambda: locked(f.paths.precision_state_path))(f, p),
+    "carried_scale": lambda f, p: read_carried_scale(p),
+    "last_success": lambda f, p: LastSuccessStore(f.state).stored(AGENT),
+    "last_run": lambda f, p: save_last_run(f.paths, from_error("failed", "why", 1.0, "daemon")),
+    "precision_calibration": lambda f, p: read_calibration(p),
+    "capture_verdicts": lambda f, p: read_verdicts(p),
+    "probe_result": lambda f, p: read_record(p),
+    "run_request": _run_request,
+    "sample_data_marker": lambda f, p: _read_marker(p, f.paths.data_dir),
+    "owner_lock": lambda f, p: _hold(lambda: hold_state_folder(f.state, "serve"))(f, p),
+    "served_pointer": lambda f, p: set_aside_unusable(f.paths.checkpoint_dir),
+    "pointer_lock": lambda f, p: _hold(lambda: pointer_lock(f.paths.checkpoint_dir))(f, p),
+    "writer_lock": _claim,
+    "data_manifest": lambda f, p: freshness._load(f.paths.checkpoint_dir),
+    "quarantine": _quarantine,
+    "candidate_meta": lambda f, p: list_candidates(f.paths.checkpoint_dir),
+    "verdict": lambda f, p: read_json(p),
+}
+# Files a run writes whole and never reads as a record: damaged content is replaced.
+WRITTEN = {"last_run", "run_request", "quarantine"}
+
+
+def _damage(path: Path, file: StateFile, how: str) -> None:
+    if how == "folder":
+        path.mkdir()
+        (path / "inside").write_text("kept")
+    elif how == "fifo":
+        os.mkfifo(path)
+    else:
+        data = {
+            "corrupt": b'{"version": 1, "torn',
+            "empty": b"",
+            "huge": b"{}" + b" " * (file.limit + 1),  # JSON: only the bound refuses it
+            "not_utf8": b'{"v": "\xff\xfe"}',
+        }[how]
+        path.write_bytes(data)
+
+
+def _run(consumer: Callable[[], object]) -> None:
+    """Run ``consumer`` in a thread: a read that blocks on a FIFO fails, never hangs."""
+    failed: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            consumer()
+        except BaseException as error:
+            failed.append(error)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "blocked on the damaged file"
+    assert not failed, repr(failed[0])
+
+
+def test_every_file_of_the_layout_has_a_consumer() -> None:
+    """The table below covers the layout exactly: a new file cannot be added without it."""
+    assert sorted(CONSUMERS) == sorted(f.label for f in LAYOUT)
+    assert len({f.name for f in LAYOUT}) == len(LAYOUT)
+
+
+@pytest.mark.parametrize("how", ["corrupt", "empty", "huge", "not_utf8", "folder", "fifo"])
+@pytest.mark.parametrize("file", LAYOUT, ids=lambda f: f.label)
+def test_a_damaged_file_is_set_aside_counted_and_costs_no_failed_run(
+    tmp_path: Path, file: StateFile, how: str
+) -> None:
+    """Damaged each way, each file's consumer neither raises nor blocks; a file read as a
+    record, or anything but a regular file at a name, is set aside as ``.unusable`` and
+    reported once under its label; a file only written has its content replaced."""
+    folder = Folder(tmp_path)
+    path = file.at(folder.home(file))
+    _damage(path, file, how)
+    seen: list[files.SetAside] = []
+    remove = files.on_set_aside(seen.append)
+    try:
+        _run(lambda: CONSUMERS[file.label](folder, path))
+    finally:
+        remove()
+    in_the_way = how in ("folder", "fifo")
+    mine = [event for event in seen if event.path == path]
+    if in_the_way or (file.kind in ("json", "text") and file.label not in WRITTEN):
+        assert [e.label for e in mine] == [file.label], seen
+        assert files.aside_path(path).exists() or files.aside_path(path).is_fifo()
+        assert not path.exists() or path.is_file()
+    else:  # a lock's or a written file's content: never read as a record, replaced
+        assert mine == [], seen
+    if how == "folder" and (in_the_way or file.label not in WRITTEN):
+        assert (files.aside_path(path) / "inside").read_text() == "kept"  # never lost

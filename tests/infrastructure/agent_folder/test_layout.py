@@ -1,0 +1,67 @@
+"""The layout names every file of the agent folder once, and nothing else spells one."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from genesis_fp16_infrastructure.agent_folder.layout import LAYOUT, agent_of, by_name
+
+ROOT = Path(__file__).resolve().parents[3]
+ROOMS = ("genesis_fp16", "agents", "infrastructure")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    return {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, kinds)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+
+
+def spelled_names(source: str) -> list[tuple[int, str]]:
+    """Each string literal (not a docstring) that is, or ends in, a layout file's name."""
+    tree = ast.parse(source)
+    docs = _docstrings(tree)
+    names = {f.name for f in LAYOUT}
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docs
+        and (node.value in names or any(node.value.endswith("/" + n) for n in names))
+    ]
+
+
+def test_no_product_file_spells_a_name_the_layout_owns() -> None:
+    """Outside agent_folder/, code takes a state file's name from the layout, never as a
+    literal: a second spelling is how a reader bypasses the owner."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {name!r}"
+        for room in ROOMS
+        for path in sorted((ROOT / room).rglob("*.py"))
+        if "agent_folder" not in path.parts
+        for line, name in spelled_names(path.read_text())
+    ]
+    assert found == []
+
+
+def test_the_check_finds_a_spelled_name() -> None:
+    """The check above can fail: a literal name is found, a docstring's is not."""
+    source = '"""Reads served.json."""\npath = folder / "served.json"\n'
+    assert spelled_names(source) == [(2, "served.json")]
+
+
+def test_names_are_unique_and_found_back() -> None:
+    """Each name once; a set-aside name maps back to its file; a path names its agent."""
+    assert len({f.name for f in LAYOUT}) == len({f.label for f in LAYOUT}) == len(LAYOUT)
+    assert all(by_name(f.name + ".unusable") is f for f in LAYOUT)
+    assert (
+        agent_of(Path("/s/agents/se_darwin/checkpoints/candidates/c/verdict.json")) == "se_darwin"
+    )
+    assert agent_of(Path("/s/other/x.json")) is None

@@ -1,0 +1,142 @@
+"""Up to date by the data manifest: no parse when nothing changed, a full read otherwise."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from se_darwin_runs import train
+
+from genesis_fp16_agents.se_darwin import plugin
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
+from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.recipes.retrain import freshness, pool_read
+
+OPTIONS = {"max_epochs": 2, "hidden": 8, "cross_validation": False}
+
+
+def _request(data: Path, ckpt: Path) -> TrainRequest:
+    return TrainRequest(
+        agent="se_darwin",
+        precision="fp32",
+        precision_reason="test",
+        state_dir=ckpt.parent,
+        checkpoint_dir=ckpt,
+        data_path=data,
+        seed=3,
+        resume=True,
+        options=OPTIONS,
+    )
+
+
+def _no_reading(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the pool was read")
+
+    monkeypatch.setattr(pool_read, "read_trajectories", refuse)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> tuple[Path, Path, dict[str, Any]]:
+    """A pool of two files and a model trained on it, on its own budget."""
+    data = tmp_path / "pool"
+    data.mkdir()
+    pool = generate_pool(400, seed=2)
+    (data / "pool.json").write_text(json.dumps(pool))
+    (data / "more.json").write_text(json.dumps(generate_pool(100, seed=9, agent="qa")))
+    for file in data.iterdir():  # written a minute ago: past the manifest's racy window
+        past = file.stat().st_mtime_ns - 60 * 10**9
+        os.utime(file, ns=(past, past))
+    ckpt = tmp_path / "ck"
+    first = train(data, ckpt, steps=None, resume=True, options=OPTIONS)
+    assert first.steps > 0 and freshness.record_path(ckpt).is_file()
+    phases = first.phases
+    # live: the served model judged on the new records (issue 51), timed on every run
+    assert set(phases) == {"check", "read", "live", "encode", "train", "eval", "gate"}
+    assert sum(phases.values()) <= first.wall_seconds  # the real time, not the trainer's
+    # memory as each timed phase ended (eval is counted inside train)
+    assert set(first.extra["peak_rss_mib"]) == set(phases) - {"eval"}
+    return data, ckpt, first.to_json()
+
+
+def test_an_unchanged_pool_is_up_to_date_without_reading_it(
+    served: tuple[Path, Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No record read, no step; the served model's stored eval reported; the real time."""
+    data, ckpt, first = served
+    _no_reading(monkeypatch)
+    out = plugin.train(_request(data, ckpt))
+    assert out.up_to_date and out.steps == 0 and out.outcome == "up_to_date"
+    assert dict(out.eval) == pytest.approx(first["eval"], nan_ok=True)
+    assert str(out.checkpoint) == first["checkpoint"]
+    assert out.data.change == "unchanged"
+    assert out.data.checked_by == "manifest"
+    assert 0 < out.wall_seconds == pytest.approx(out.phases["check"], abs=1e-6)
+    # The trained run's own measurements are not this check's.
+    assert not {"peak_rss_mib", "record_cache", "precision_calibration"} & set(out.extra)
+
+
+def test_a_file_rewritten_with_the_same_content_is_up_to_date(
+    served: tuple[Path, Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Same bytes, new mtime: hashed again, still up to date, and not hashed a third time."""
+    data, ckpt, _ = served
+    text = (data / "more.json").read_text()
+    (data / "more.json").write_text(text)
+    _no_reading(monkeypatch)
+    out = plugin.train(_request(data, ckpt))
+    assert out.up_to_date and out.data.files_hashed >= 1
+
+
+def test_a_record_edited_in_place_is_seen_and_learned(
+    served: tuple[Path, Path, dict[str, Any]],
+) -> None:
+    """Same id, same label, another planned change: the check reads the pool, and the run
+    counts the record as changed and trains afresh."""
+    data, ckpt, _ = served
+    pool = json.loads((data / "more.json").read_text())
+    record = next(iter(pool["trajectories"].values()))
+    record["code_changes"] = record.get("code_changes", "") + "\n+one more line"
+    (data / "more.json").write_text(json.dumps(pool))
+    assert freshness.check_data(_request(data, ckpt)).up_to_date is None
+    out = plugin.train(_request(data, ckpt))
+    assert not out.up_to_date and out.steps > 0
+    assert out.data.relabelled == 1 and out.data.new == 0
+    # The untouched file came from the record cache; the edited one was parsed.
+    assert out.extra["record_cache"] == {
+        "files_cached": 1,
+        "files_read": 1,
+        "files_continued": 0,
+        "write_failures": 0,
+    }
+
+
+def test_an_appended_file_and_another_request_are_not_up_to_date(
+    served: tuple[Path, Path, dict[str, Any]],
+) -> None:
+    """A new file in the pool, or other options than the served run's: the check says
+    nothing (None) and the run reads the pool."""
+    data, ckpt, _ = served
+    other = replace(_request(data, ckpt), options={**OPTIONS, "hidden": 16})
+    assert freshness.check_data(other).up_to_date is None
+    (data / "new.json").write_text(json.dumps(generate_pool(20, seed=4, agent="new")))
+    assert freshness.check_data(_request(data, ckpt)).up_to_date is None
+
+
+def test_a_budget_on_an_unchanged_pool_is_answered_by_the_manifest_unless_forced(
+    served: tuple[Path, Path, dict[str, Any]],
+) -> None:
+    """steps asked (a daemon's STEPS setting): a budget sizes a run on new data, so an
+    unchanged pool is up to date; only a forced run (train --resume --steps) trains."""
+    data, ckpt, _ = served
+    budget = replace(_request(data, ckpt), steps=20)
+    verdict = freshness.check_data(budget).up_to_date
+    assert verdict is not None
+    fresh = TrainResult.from_json(verdict)
+    assert fresh.up_to_date and fresh.steps == 0
+    assert fresh.data is not None and fresh.data.checked_by == "manifest"
+    assert freshness.check_data(replace(budget, forced=True)).up_to_date is None
