@@ -255,5 +255,5 @@ def test_precision_memory_floor_clean_runs_and_broken_files(tmp_path: Path) -> N
     write_precision_memory(path, None)
     assert read_precision_memory(path) is None
     path.write_text("{not json")
-    with pytest.raises(ValueError, match=r"precision_state\.json' is unreadable"):
+    with pytest.raises(ValueError, match=r"precision_state\.json: not JSON"):
         read_precision_memory(path)
