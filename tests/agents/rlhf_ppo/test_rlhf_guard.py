@@ -159,7 +159,7 @@ def test_a_run_steps_and_demotes_with_its_own_scaler_config() -> None:
     task.seen = []
     guard = ppo_guard(GUARD, task.cfg.steps_per_iteration)
     result = fit(task, FitOptions(precision="fp16", steps=STEPS, guard=guard, scaler=RUN_SCALER))
-    assert [d["to"] for d in result.demotions] == ["bf16"]
+    assert [d.to for d in result.demotions] == ["bf16"]
     assert {config for name, config in task.seen if name == "fp16"} == {RUN_SCALER}
     demoted = {config for name, config in task.seen if name == "bf16"}
     assert demoted == {dataclasses.replace(RUN_SCALER, enabled=False)}
