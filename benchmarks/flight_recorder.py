@@ -226,7 +226,7 @@ def recorder_cost(rounds: int) -> dict[str, Any]:
 def _outcome(result: Any) -> dict[str, Any]:
     return {
         "skipped": result.summary.skipped_steps,
-        "demotions": [dict(d) for d in result.demotions],
+        "demotions": [d.to_json() for d in result.demotions],
         "failure": None if result.failure is None else dict(result.failure),
         "precision": result.precision.used,
         "eval": dict(result.eval),

@@ -216,7 +216,7 @@ def drift_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
         seq.add(pool, ids[(2 + k) * tenth : (3 + k) * tenth], rise)
         _, data = seq.run()
         rolled += bool((data["extra"].get("live") or {}).get("rolled_back"))
-        drift = data["extra"].get("drift") or {}
+        drift = data.get("drift") or {}
         flagged += bool(drift.get("label_shift_flagged"))
         if drift.get("label_shift") is not None:
             shifts.append(drift["label_shift"])
@@ -239,7 +239,7 @@ def cost_at(records: int, work: Path) -> dict[str, Any]:
         serve(seq.ck, candidate_entry(seq.ck, candidate, checkpoint), "manual")
     seq.add(pool, ids[records * 3 // 4 :])
     outcome, data = seq.run()
-    phases = data["extra"]["phases"]
+    phases = data["phases"]
     return {
         "records": records,
         "outcome": outcome,
@@ -251,7 +251,7 @@ def cost_at(records: int, work: Path) -> dict[str, Any]:
 
 
 def _why(data: dict[str, Any]) -> str:
-    return str(data.get("error") or (data["extra"].get("gate") or {}).get("reason"))
+    return str(data.get("error") or (data.get("gate") or {}).get("reason"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,7 @@ a line), each row is one ``genesis-fp16 train se_darwin --json`` process, measur
 outside (wall seconds, user+system CPU seconds and peak RSS of the process, by ``wait4``):
 
 * **first**: a fresh folder, fp32, the default budget capped at one epoch
-  (``--option max_epochs=1``, so that 100k records finish here); its ``extra.phases``
+  (``--option max_epochs=1``, so that 100k records finish here); its ``phases``
   say where the time went, and ``extra.peak_rss_mib`` the process's peak resident memory
   as each phase ended (where it first reaches the RSS column is where the memory went);
 * **up_to_date**: the same command with ``--resume`` on the unchanged pool (the data
@@ -179,7 +179,7 @@ def measure(
 def _row(row: dict[str, Any]) -> str:
     result = row["result"] or {}
     extra = result.get("extra", {})
-    phases = extra.get("phases", {})
+    phases = result.get("phases") or {}
     shown = ", ".join(f"{k} {v:.3f}" for k, v in phases.items())
     peaks = ", ".join(f"{k} {v:,.0f}" for k, v in extra.get("peak_rss_mib", {}).items())
     outcome = result.get("outcome", "none" if row["what"] == "check_in_daemon" else "?")

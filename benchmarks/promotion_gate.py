@@ -161,7 +161,7 @@ def run_shifts(seed: int, records: int, work: Path) -> dict[str, dict[str, Any]]
         grown = read_pool_of(pool, work / "grown.json")
         report = drift_report(grown.columns, fingerprint(served.examples), seed)
         assert report is not None
-        out[name] = report
+        out[name] = report.to_json()
     return out
 
 
@@ -265,7 +265,7 @@ def _costs(results: list[dict[str, Any]]) -> list[str]:
         for r in results:
             for kind, (outcome, data) in r.items():
                 if outcome in ("success", "rejected") and (kinds is None or kind in kinds):
-                    phases, wall = data["extra"]["phases"], data["wall_seconds"]
+                    phases, wall = data["phases"], data["wall_seconds"]
                     gate.append(phases.get("gate", 0.0) / wall)
                     drift.append(phases.get("drift", 0.0) / wall)
         if gate:
@@ -294,7 +294,7 @@ def cost_at(records: int, work: Path) -> dict[str, Any]:
         "records": records,
         "outcome": outcome,
         "wall": data["wall_seconds"],
-        **data["extra"]["phases"],
+        **data["phases"],
     }
 
 
@@ -314,7 +314,7 @@ def _cost_table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def _why(data: dict[str, Any]) -> str:
-    return str(data.get("error") or data["extra"].get("gate", {}).get("reason"))
+    return str(data.get("error") or (data.get("gate") or {}).get("reason"))
 
 
 if __name__ == "__main__":

@@ -260,12 +260,12 @@ def measure(
             p = torch.tensor([q.success_probability for q in predicted], dtype=torch.double)
             if references is None:
                 references = _references(predictor.encoder, data, fresh, seed, options)
-            early = result.extra["early_stop"]
+            early = result.early_stop
             out[precision] = Run(
                 auc(p, fresh.success),
                 *references,
                 result.eval["auc"],
-                early["best_step"],
+                early.best_step,
                 result.steps,
                 seconds,
             )

@@ -63,6 +63,9 @@ class OursRunner:
     def prepare(self, workload: Workload, config: BenchConfig, device: torch.device) -> None:
         from genesis_fp16_infrastructure.training import PrecisionRequest, Trainer, TrainerConfig
         from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
+        from genesis_fp16_infrastructure.training.precision.precision_request import (
+            checked_request,
+        )
         from genesis_fp16_infrastructure.training.run.calibration import policy_for_run
 
         set_tf32(config.precision == "tf32")
@@ -73,7 +76,8 @@ class OursRunner:
             max_grad_norm=config.max_grad_norm, cuda_graph=self.cuda_graph, compile=self.compile
         )
         calibrated = ""
-        request = PrecisionRequest(requested, mode="measure")  # `auto` as the daemon decides it
+        # `auto` as the daemon decides it
+        request = PrecisionRequest(checked_request(requested), mode="measure")
         policy, calibration = policy_for_run(
             _WorkloadTask(workload, config),
             request,

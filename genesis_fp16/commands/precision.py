@@ -23,7 +23,7 @@ from genesis_fp16.config.state_files import locked
 from genesis_fp16.jobs.guard_state import describe
 from genesis_fp16_infrastructure.agent_folder.files import SetAside
 from genesis_fp16_infrastructure.agent_folder.records import (
-    CalibrationRecord,
+    Calibration,
     read_calibration,
     read_capture_verdicts,
 )
@@ -78,7 +78,7 @@ def _show(args: argparse.Namespace, agent: str, paths: AgentPaths) -> int:
     calibration = _read_calibration(paths.calibration_path)
     shown_calibration = (
         calibration.to_json()
-        if isinstance(calibration, CalibrationRecord)
+        if isinstance(calibration, Calibration)
         else (None if calibration is None else {"error": calibration})
     )
     try:
@@ -165,11 +165,11 @@ def _reset(args: argparse.Namespace, agent: str, paths: AgentPaths) -> int:
     return 0
 
 
-def _read_calibration(path: Path) -> CalibrationRecord | str | None:
+def _read_calibration(path: Path) -> Calibration | str | None:
     """The kept measurement, read by the agent folder's owner as the run reads it; a
     string: why the file was unusable (set aside; the next auto run measures again)."""
     unusable: list[SetAside] = []
-    found: CalibrationRecord | None = read_calibration(path, unusable=unusable.append)
+    found: Calibration | None = read_calibration(path, unusable=unusable.append)
     if unusable:
         return f"{unusable[0].why}; set aside, the next auto run measures again"
     return found
@@ -190,9 +190,7 @@ def _host() -> dict[str, bool]:
     }
 
 
-def _describe_calibration(
-    data: CalibrationRecord | str | None, host: dict[str, bool] | None
-) -> str:
+def _describe_calibration(data: Calibration | str | None, host: dict[str, bool] | None) -> str:
     if data is None:
         if host is not None and not any(host.values()):
             return (

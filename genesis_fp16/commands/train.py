@@ -371,8 +371,10 @@ def _train(
     if recorded:
         record_foreground(request.checkpoint_dir, result, "", started)
     out = result.to_json()
+    tracking = None
     if tracker is not None:
-        out["tracking"] = {"path": str(tracker.path), "failed_writes": tracker.failures}
+        tracking = {"path": str(tracker.path), "failed_writes": tracker.failures}
+        out["tracking"] = tracking
     # The whole reason goes to the log (and --json); the text summary keeps it short.
     log.info(
         "trained %s in %s (requested %s: %s), %s steps (%s)",
@@ -388,7 +390,7 @@ def _train(
     if args.json:
         print(json.dumps(out, allow_nan=False), flush=True)
     else:
-        print(describe(out))
+        print(describe(result, tracking))
     return exit_code(result.outcome)
 
 

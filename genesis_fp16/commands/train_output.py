@@ -19,6 +19,8 @@ from typing import Any, TextIO
 
 from genesis_fp16.config.state_files import relayed_set_aside
 from genesis_fp16_infrastructure.agent_folder.files import SetAside, on_set_aside
+from genesis_fp16_infrastructure.contract.reports import GateReport
+from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
 
 # Steps between two summaries when a terminal's bar or a tracker wants them.
@@ -120,80 +122,84 @@ def exit_code(outcome: str) -> int:
     return EXIT_CODES.get(outcome, 0)
 
 
-def describe(out: dict[str, Any]) -> str:
-    """The closing summary of a run, from its ``TrainResult.to_json()`` (and tracking):
-    first what became of it, in one short line (:func:`verdict`), then the numbers. The
-    long reasons (the precision's, the execution's, the gate's in full) are in ``--json``
-    and the log."""
-    metrics = "  ".join(f"{k}={_number(v, '.4g')}" for k, v in out["eval"].items())
+def describe(result: TrainResult, tracking: Mapping[str, Any] | None = None) -> str:
+    """The closing summary of a run (and its ``tracking``: where its curves went): first
+    what became of it, in one short line (:func:`verdict`), then the numbers. The long
+    reasons (the precision's, the execution's, the gate's in full) are in ``--json`` and
+    the log."""
+    metrics = "  ".join(f"{k}={_number(v, '.4g')}" for k, v in result.eval.items())
+    checkpoint = str(result.checkpoint) if result.checkpoint else None
     return (
-        f"{out['agent']}: {verdict(out)}\n"
-        f"  {out['steps']} steps in {out['precision_used']} (requested "
-        f"{out['precision_requested']}), {out['execution']}\n"
-        f"  train loss {_number(out['final_train_loss'], '.4f')}, {out['skipped_steps']} "
-        f"skipped, {_number(out['samples_per_second'], '.0f')} samples/s, "
-        f"{_number(out['wall_seconds'], '.1f')}s\n"
+        f"{result.agent}: {verdict(result)}\n"
+        f"  {result.steps} steps in {result.precision_used} (requested "
+        f"{result.precision_requested}), {result.execution}\n"
+        f"  train loss {_number(result.final_train_loss, '.4f')}, {result.skipped_steps} "
+        f"skipped, {_number(result.samples_per_second, '.0f')} samples/s, "
+        f"{_number(result.wall_seconds, '.1f')}s\n"
         f"  eval: {metrics}\n"
-        f"  checkpoint: {out['checkpoint']}  quarantined: {out['quarantined']}"
-        + _describe_tracking(out.get("tracking"))
-        + _describe_bundle(out.get("fault_bundle"))
+        f"  checkpoint: {checkpoint}  quarantined: {result.quarantined}"
+        + _describe_tracking(tracking)
+        + _describe_bundle(result.fault_bundle)
     )
 
 
-def verdict(out: dict[str, Any]) -> str:
+def verdict(result: TrainResult) -> str:
     """What became of the run, and the short reason: ``served: AUC 0.924 vs 0.920,
     tolerance 0.02``, ``rejected: ...``, ``up to date: ...``, ``stopped: ...``."""
-    outcome = out.get("outcome")
-    gate = out.get("gate") or {}
+    outcome, gate = result.outcome, result.gate
     if outcome == "up_to_date":
-        records = (out.get("extra", {}).get("data") or {}).get("records")
+        records = result.data.records if result.data is not None else None
         return f"up to date: the model has learned all {records} records, no step taken"
     if outcome == "stopped":  # SIGTERM or Ctrl-C, or the daemon's stop
-        return f"stopped at step {out['steps']}, checkpointed: run train again to finish"
+        return f"stopped at step {result.steps}, checkpointed: run train again to finish"
     if outcome == "failed":
-        return f"failed: {out.get('failure')} ({out.get('failure_detail')})"
-    if gate.get("outcome") == "rejected":
+        return f"failed: {result.failure} ({result.failure_detail})"
+    if gate is None:
+        return f"done: {result.steps} steps (no promotion gate: the newest checkpoint is the model)"
+    if gate.outcome == "rejected":
         return f"rejected: {_gate_reason(gate, passed=False)}; the served model stays"
-    if gate.get("outcome") == "held":  # the operator pinned the served model
+    if gate.outcome == "held":  # the operator pinned the served model
         return f"held by the pin: {_gate_reason(gate, passed=True)}; the pinned model stays"
-    if gate.get("outcome") == "promoted":
-        if gate.get("served_id") is None:
-            return f"served: the first model, nothing to beat (AUC {_auc(out)})"
+    if gate.outcome == "promoted":
+        if gate.served_id is None:
+            return f"served: the first model, nothing to beat (AUC {_auc(result)})"
         return f"served: {_gate_reason(gate, passed=True)}"
-    return f"done: {out['steps']} steps (no promotion gate: the newest checkpoint is the model)"
+    return f"done: {result.steps} steps (no promotion gate: the newest checkpoint is the model)"
 
 
-def _gate_reason(gate: dict[str, Any], passed: bool) -> str:
+def _gate_reason(gate: GateReport, passed: bool) -> str:
     """The deciding comparison in a few words (the gate's own reason names every set)."""
-    sets = [c for c in gate.get("comparisons", ()) if c.get("passed") is passed]
-    if not sets or sets[0].get("candidate") is None:
-        return str(gate.get("reason", ""))[:120]
+    sets = [c for c in gate.comparisons if c.passed is passed]
+    if not sets or sets[0].candidate is None or sets[0].served is None:
+        return gate.reason[:120]
     first = sets[0]
-    cand, served = first["candidate"], first["served"]
-    against = f" ({first['set']} records)" if len(gate["comparisons"]) > 1 else ""
-    auc_margin, ll_margin = first.get("delta_auc"), first.get("delta_log_loss")
-    ll_worse = first.get("log_loss_worse_upper")
-    if auc_margin is None or (not passed and ll_worse is not None and ll_worse > ll_margin):
-        text = f"log-loss {cand['log_loss']:.3f} vs {served['log_loss']:.3f}"
+    cand, served = first.candidate, first.served
+    assert cand is not None and served is not None
+    against = f" ({first.name} records)" if len(gate.comparisons) > 1 else ""
+    auc_margin, ll_margin = first.delta_auc, first.delta_log_loss
+    ll_worse = first.log_loss_worse_upper
+    by_loss = not passed and math.isfinite(ll_worse) and ll_worse > ll_margin
+    if not math.isfinite(auc_margin) or by_loss:
+        text = f"log-loss {cand.log_loss:.3f} vs {served.log_loss:.3f}"
         worse, margin = ll_worse, ll_margin
     else:
-        text = f"AUC {cand['auc']:.3f} vs {served['auc']:.3f}"
-        worse, margin = first.get("auc_worse_upper"), auc_margin
-    if not passed and worse is not None:
+        text = f"AUC {cand.auc:.3f} vs {served.auc:.3f}"
+        worse, margin = first.auc_worse_upper, auc_margin
+    if not passed and math.isfinite(worse):
         text += f", up to {worse:.3f} worse"
     return f"{text}, tolerance {margin:g}{against}"
 
 
-def _auc(out: dict[str, Any]) -> str:
-    value = out["eval"].get("auc")
-    return "n/a" if value is None else f"{value:.3f}"
+def _auc(result: TrainResult) -> str:
+    value = result.eval.get("auc")
+    return "n/a" if value is None or math.isnan(value) else f"{value:.3f}"
 
 
 def _describe_bundle(path: str | None) -> str:
     return f"\n  fault bundle: {path} (genesis-fp16 replay {path})" if path else ""
 
 
-def _describe_tracking(tracking: dict[str, Any] | None) -> str:
+def _describe_tracking(tracking: Mapping[str, Any] | None) -> str:
     if tracking is None:
         return ""
     failed = tracking["failed_writes"]
@@ -201,5 +207,5 @@ def _describe_tracking(tracking: dict[str, Any] | None) -> str:
 
 
 def _number(value: float | None, spec: str) -> str:
-    """``value`` formatted, or n/a: a run of 0 steps has no train loss (null in JSON)."""
-    return "n/a" if value is None else format(value, spec)
+    """``value`` formatted, or n/a: a run of 0 steps has no train loss (NaN)."""
+    return "n/a" if value is None or math.isnan(value) else format(value, spec)

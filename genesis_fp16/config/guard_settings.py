@@ -33,10 +33,17 @@ from pydantic import (
 )
 
 from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig, bounds_of
-from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
+from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS, PrecisionName
 
 # The value types a GuardConfig field may have, and the setting's type for each.
-_SETTING_TYPES: dict[Any, type] = {bool: bool, int: int, float: float, tuple[str, ...]: str}
+# A ladder of precisions is written as a comma-separated string (GuardConfig checks it).
+_SETTING_TYPES: dict[Any, type] = {
+    bool: bool,
+    int: int,
+    float: float,
+    tuple[str, ...]: str,
+    tuple[PrecisionName, ...]: str,
+}
 
 
 class GuardSwitches(BaseModel):
@@ -107,7 +114,7 @@ def config_from(settings: BaseModel, config: type[Any]) -> Any:
     for item in dataclasses.fields(config):
         value = getattr(settings, f"guard_{item.name}")
         kind, optional = _value_type(hints[item.name])
-        if kind == tuple[str, ...]:
+        if kind in (tuple[str, ...], tuple[PrecisionName, ...]):
             value = tuple(value.split(","))
         elif optional and value == 0:
             value = None

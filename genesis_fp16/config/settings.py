@@ -8,8 +8,8 @@ settings nest with a double underscore, or come as one JSON object::
     GENESIS_FP16_AGENTS='{"se_darwin": {"schedule": "*/30 * * * *", "steps": 500}}'
 
 >>> settings = load_settings()
->>> requested_precision(settings, "se_darwin", None)
-('auto', 'default: auto (no flag, no ENABLE_FP16_TRAINING, no per-agent override)')
+>>> requested_precision(settings, "se_darwin", None).reason
+'default: auto (no flag, no ENABLE_FP16_TRAINING, no per-agent override)'
 
 A bad value raises :class:`SettingsError`, whose message names the variable.
 """
@@ -20,7 +20,7 @@ import os
 import re
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import (
     AliasChoices,
@@ -48,13 +48,17 @@ from genesis_fp16.config.guard_settings import GuardSettings
 from genesis_fp16.config.plugins import ENTRY_POINT_GROUP
 from genesis_fp16.config.settings_sources import SettingsSources, read_sources
 from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
-from genesis_fp16_infrastructure.training.precision.precision_names import CHOICES
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    CHOICES,
+    RequestedName,
+    requested_name,
+)
 
 ENV_PREFIX = "GENESIS_FP16_"
 AGENT_VARIABLE_PREFIX = ENV_PREFIX + "AGENTS__"
 ENV_FILE_VARIABLE = "GENESIS_FP16_ENV_FILE"
 DEFAULT_ENV_FILE = ".env"
-PRECISION_CHOICES: tuple[str, ...] = CHOICES
+PRECISION_CHOICES: tuple[RequestedName, ...] = CHOICES
 
 
 class SettingsError(Exception):
@@ -357,30 +361,57 @@ def resolve_env_file() -> Path:
     return Path(os.environ.get(ENV_FILE_VARIABLE) or DEFAULT_ENV_FILE)
 
 
+class OperatorPrecision(NamedTuple):
+    """What the operator asks an agent's run to compute in (``requested``), who asked
+    (``reason``), and whether the precision guard's remembered demotion may floor it
+    (``floored``)."""
+
+    requested: RequestedName
+    reason: str
+    floored: bool
+
+
 def requested_precision(
     settings: Settings, agent: str, cli_precision: str | None
-) -> tuple[str, str]:
-    """Return ``(requested precision, why)`` for one run of ``agent``.
+) -> OperatorPrecision:
+    """The operator's precision for one run of ``agent``: the one place its precedence
+    is worked out (the run's request, the reload's comparison and the gauge ask it).
 
     Precedence: the CLI ``--precision`` flag, then ``ENABLE_FP16_TRAINING=false`` (the
     rollback switch: fp32), then the agent's own precision override, then
-    ``ENABLE_FP16_TRAINING=true`` (fp16), then ``auto``.
+    ``ENABLE_FP16_TRAINING=true`` (fp16), then ``auto``. The guard's remembered floor
+    (``genesis_fp16.jobs.guard_state``) applies below those, while the guard is on,
+    except under a flag (what the operator asked for in so many words) and under
+    ``ENABLE_FP16_TRAINING=false`` (fp32, which no floor lowers).
 
     >>> requested_precision(load_settings(), "se_darwin", "bf16")
-    ('bf16', '--precision bf16 on the command line')
+    OperatorPrecision(requested='bf16', reason='--precision bf16 on the command line', \
+floored=False)
     """
     if cli_precision is not None:
-        if cli_precision not in PRECISION_CHOICES:
+        try:
+            flag = requested_name(cli_precision)
+        except ValueError:
+            choices = ", ".join(PRECISION_CHOICES)
             raise SettingsError(
-                [f"--precision: {cli_precision!r} is not one of {', '.join(PRECISION_CHOICES)}"]
-            )
-        return cli_precision, f"--precision {cli_precision} on the command line"
+                [f"--precision: {cli_precision!r} is not one of {choices}"]
+            ) from None
+        return OperatorPrecision(flag, f"--precision {flag} on the command line", False)
     if settings.enable_fp16_training is False:
-        return "fp32", "ENABLE_FP16_TRAINING=false (rollback to fp32)"
+        return OperatorPrecision("fp32", "ENABLE_FP16_TRAINING=false (rollback to fp32)", False)
+    floored = settings.guard_enabled
     override = settings.agent(agent).precision
     if override is not None:
         variable = _env_name(("agents", agent, "precision"))
-        return override, f"{variable}={override}"
+        return OperatorPrecision(override, f"{variable}={override}", floored)
     if settings.enable_fp16_training is True:
-        return "fp16", "ENABLE_FP16_TRAINING=true"
-    return "auto", "default: auto (no flag, no ENABLE_FP16_TRAINING, no per-agent override)"
+        return OperatorPrecision("fp16", "ENABLE_FP16_TRAINING=true", floored)
+    why = "default: auto (no flag, no ENABLE_FP16_TRAINING, no per-agent override)"
+    return OperatorPrecision("auto", why, floored)
+
+
+def precision_switched(old: Settings, new: Settings, agent: str) -> bool:
+    """Whether a reload from ``old`` to ``new`` changes what ``agent``'s planned
+    request asks for (:func:`requested_precision`'s answer, without a flag)."""
+    before, after = requested_precision(old, agent, None), requested_precision(new, agent, None)
+    return (before.requested, before.floored) != (after.requested, after.floored)

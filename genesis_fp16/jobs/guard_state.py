@@ -5,17 +5,18 @@ override, auto). When the agent's precision state file remembers a demotion, tha
 run's floor (:func:`remembered_floor`): a request that would run in a less robust
 precision than the remembered one (fp16 < bf16 < fp32) runs in the remembered one
 instead (``decide`` applies it), so a restarted daemon does not go back to what
-failed. ``ENABLE_FP16_TRAINING=false`` always wins: it asks for fp32, which no memory
-lowers. ``genesis-fp16 precision reset AGENT`` deletes the memory;
+failed. Whether the floor applies is ``requested_precision``'s to say (the one place the
+operator's precedence is worked out): ``ENABLE_FP16_TRAINING=false`` always wins, it
+asks for fp32, which no memory lowers. ``genesis-fp16 precision reset AGENT`` deletes the memory;
 ``GENESIS_FP16_GUARD_PROMOTE_AFTER_RUNS=N`` deletes it after N clean runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -26,6 +27,7 @@ from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import PRECISION_STATE
 from genesis_fp16_infrastructure.contract.agent_snapshot import AgentState
 from genesis_fp16_infrastructure.contract.plugin_api import TrainResult
+from genesis_fp16_infrastructure.contract.reports import Demotion
 from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 from genesis_fp16_infrastructure.training.precision.precision_memory import (
     PrecisionMemory,
@@ -33,7 +35,10 @@ from genesis_fp16_infrastructure.training.precision.precision_memory import (
     remember_demotions,
     write_precision_memory,
 )
-from genesis_fp16_infrastructure.training.precision.precision_names import ROBUSTNESS
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    ROBUSTNESS,
+    PrecisionName,
+)
 
 if TYPE_CHECKING:  # the daemon passes its metrics in; `train` (and a child run) never
     # needs prometheus_client, which the import would cost every process (benchmarks/
@@ -105,13 +110,11 @@ def _replace_unusable(path: Path, agent: str, error: str) -> PrecisionMemory:
 
 def remembered_floor(
     settings: Settings, agent: str, state: AgentState | None = None
-) -> tuple[str, str] | None:
-    """``(floor, why)`` from the agent's remembered demotion, or None: none remembered,
-    the guard is off, or ``ENABLE_FP16_TRAINING=false`` asks for fp32 (which no memory
-    lowers). ``state``: the agent's folder as a run's plan read it (None: the memory is
-    read now). :func:`~genesis_fp16.jobs.run_request.plan_request` puts it in the request."""
-    if settings.enable_fp16_training is False or not settings.guard_enabled:
-        return None
+) -> tuple[PrecisionName, str] | None:
+    """``(floor, why)`` from the agent's remembered demotion, or None: none remembered.
+    ``state``: the agent's folder as a run's plan read it (None: the memory is read now).
+    :func:`~genesis_fp16.jobs.run_request.precision_request` puts it in the request where
+    ``requested_precision`` says it applies."""
     memory = (
         load_memory(settings, agent) if state is None else _usable_memory(settings, agent, state)
     )
@@ -130,20 +133,20 @@ def record_run(
 ) -> PrecisionMemory | None:
     """Count, log and remember the run's demotions and fault bundles; count a clean run;
     maybe promote."""
-    demotions: list[Mapping[str, Any]] = [dict(d) for d in result.demotions]
+    demotions = tuple(result.demotions)
     for d in demotions:
         metrics.precision_demotions.labels(
-            agent=agent, **{"from": str(d["from"]), "to": str(d["to"])}, reason=str(d["reason"])
+            agent=agent, **{"from": d.from_, "to": d.to}, reason=d.reason
         ).inc()
         log.warning(
             "precision demoted",
             agent=agent,
-            precision_from=d["from"],
-            precision_to=d["to"],
-            reason=d["reason"],
-            step=d["step"],
-            rollback_step=d["rollback_step"],
-            detail=d.get("detail"),
+            precision_from=d.from_,
+            precision_to=d.to,
+            reason=d.reason,
+            step=d.step,
+            rollback_step=d.rollback_step,
+            detail=d.detail,
         )
     for bundle in result.fault_bundles:
         metrics.fault_bundles.labels(agent=agent, reason=str(bundle["reason"])).inc()
@@ -166,7 +169,7 @@ def _record_memory(
     agent: str,
     path: Path,
     result: TrainResult,
-    demotions: Sequence[Mapping[str, Any]],
+    demotions: Sequence[Demotion],
 ) -> PrecisionMemory | None:
     previous = load_memory(settings, agent)
     # Without demotions, only a finished run in the remembered precision counts as clean.

@@ -16,10 +16,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from genesis_fp16.config.settings import Settings, requested_precision
+from genesis_fp16.config.settings import Settings, precision_switched
 from genesis_fp16.launch.device_slots import DeviceSlots
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.metrics.tracking import RunTracker
+from genesis_fp16_infrastructure.training.precision.precision_names import RequestedName
 
 if TYPE_CHECKING:  # run_request imports the settings' modules; a Run only holds its plan
     from genesis_fp16.jobs.run_request import RunPlan
@@ -73,7 +74,6 @@ class Run:
     plan: RunPlan | None = None
     tracker: RunTracker | None = None
     timeout: float = field(init=False)
-    requested: str = field(init=False)  # the precision the settings asked for at the start
 
     def __post_init__(self) -> None:
         spec = self.settings.agent(self.agent)
@@ -82,14 +82,20 @@ class Run:
         # torchrun job gets SIGTERM from its launcher at the same limit.
         if spec.nproc == 1:
             self.deadline = self.started + self.timeout
-        self.requested = requested_precision(self.settings, self.agent, None)[0]
+
+    @property
+    def requested(self) -> RequestedName | None:
+        """The precision the run's plan requested (None before it is planned)."""
+        return self.plan.request.precision.requested if self.plan is not None else None
 
     def precision_changed(self) -> bool:
+        """Whether a reload changed what the agent's planned request asks for (the
+        settings the run was planned with against the reloaded ones)."""
         # Worked out again only after a reload swapped the settings, not at every step.
         current = self.ctx.settings
-        if current is self.settings:
+        if current is self.settings or self.plan is None:
             return False
-        return requested_precision(current, self.agent, None)[0] != self.requested
+        return precision_switched(self.settings, current, self.agent)
 
     def reloaded(self) -> bool:
         """Whether a reload changed this run's precision (seen by a step already, or in

@@ -164,7 +164,7 @@ def red_precisions(record: ProbeRecord | None) -> dict[str, str]:
     measured ``auto`` does not time them (``PrecisionRequest.excluded``)."""
     if record is None or record.error is not None:
         return {}
-    red = {}
+    red: dict[str, str] = {}
     for precision in LOW_PRECISIONS:
         variant = f"{precision}_autocast"
         if record.verdict.get(variant) == "red":

@@ -30,6 +30,8 @@ from genesis_fp16.metrics.diagnostics_export import export_diagnostics
 from genesis_fp16.metrics.tracking import RunTracker, close_tracker
 from genesis_fp16_infrastructure.agent_folder.served_pointer import ServedPointerError
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, TrainResult
+from genesis_fp16_infrastructure.contract.record_codec import Record
+from genesis_fp16_infrastructure.contract.reports import EarlyStopReport
 from genesis_fp16_infrastructure.recipes.retrain.served import folder_bytes, prune
 from genesis_fp16_infrastructure.training import TrainingSummary
 from genesis_fp16_infrastructure.training.step.execution import ExecutionError
@@ -188,10 +190,10 @@ def _finish(
         failure_detail=result.failure_detail or None,
         final_train_loss=result.final_train_loss,
         eval=dict(result.eval),
-        components=_plain(result.components),  # per-component dtypes (rlhf_ppo's preset)
+        components=_components(result),  # per-component dtypes (rlhf_ppo's preset)
         early_stop=_early_stop_summary(result.early_stop),
         data=_plain(result.data),
-        phases=_plain(result.phases),
+        phases=dict(result.phases) if result.phases is not None else None,
         gate=_plain(result.gate),
         drift=_plain(result.drift),
         checkpoint=str(result.checkpoint) if result.checkpoint else None,
@@ -270,16 +272,25 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
     ctx.metrics.promotion.state_bytes.labels(agent=agent).set(folder_bytes(folder))
 
 
-def _plain(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _plain(record: Record | None) -> dict[str, Any] | None:
     """A reported record as the log line's plain dict (None: not reported)."""
-    return None if record is None else dict(record)
+    return None if record is None else record.to_json()
 
 
-def _early_stop_summary(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _components(result: TrainResult) -> dict[str, str | bool] | None:
+    return None if result.components is None else dict(result.components)
+
+
+def _early_stop_summary(record: EarlyStopReport | None) -> dict[str, Any] | None:
     """The log line's part of early stopping's record (its history stays in train --json)."""
     if record is None:
         return None
-    return {k: record.get(k) for k in ("best_step", "best", "evaluations", "stop_reason")}
+    return {
+        "best_step": record.best_step,
+        "best": record.best,
+        "evaluations": record.evaluations,
+        "stop_reason": record.stop_reason,
+    }
 
 
 def _close_tracker(ctx: JobContext, agent: str, tracker: RunTracker | None) -> None:

@@ -110,8 +110,8 @@ def precision_request(
         >>> precision_request(settings, "se_darwin")[0].requested  # doctest: +SKIP
         'auto'
     """
-    requested, reason = requested_precision(settings, agent, flag)
-    floor = None if flag is not None else guard_state.remembered_floor(settings, agent, state)
+    requested, reason, floored = requested_precision(settings, agent, flag)
+    floor = guard_state.remembered_floor(settings, agent, state) if floored else None
     request = PrecisionRequest(
         requested,
         mode=settings.auto_precision,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -132,9 +131,8 @@ def result_reason(result: TrainResult) -> str:
     if result.up_to_date:
         why = result.extra.get("up_to_date_against")
         return f"up to date: {why}" if isinstance(why, str) and why else "up to date"
-    gate = result.gate
-    if isinstance(gate, Mapping) and gate.get("outcome"):
-        return f"{gate['outcome']}: {gate.get('reason') or 'no reason given'}"
+    if result.gate is not None:
+        return f"{result.gate.outcome}: {result.gate.reason or 'no reason given'}"
     stopped = " (stopped early)" if result.stopped_early else ""
     return f"trained {result.steps} steps in {result.precision_used}{stopped}"
 

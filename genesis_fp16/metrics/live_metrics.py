@@ -21,6 +21,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from genesis_fp16_infrastructure.contract.reports import GateReport
+
 SIDES = ("served", "previous")
 SCORES = ("auc", "log_loss")
 BOUNDS = ("estimate", "lower", "upper")
@@ -71,12 +73,10 @@ class LiveMetrics:
             registry=registry,
         )
 
-    def observe(
-        self, agent: str, live: Mapping[str, Any] | None, gate: Mapping[str, Any] | None
-    ) -> None:
+    def observe(self, agent: str, live: Mapping[str, Any] | None, gate: GateReport | None) -> None:
         """One run's live report (None: nothing scored) and its gate verdict."""
         self.rollbacks.labels(agent=agent)  # exists at 0 from the agent's first run
-        if gate is not None and gate.get("outcome") == "promoted":
+        if gate is not None and gate.outcome == "promoted":
             self.regression.labels(agent=agent).set(0)  # a new model: a new watch
         if live is None:
             return
@@ -91,7 +91,7 @@ class LiveMetrics:
                 self.difference.labels(agent=agent, bound=bound).set(float(live[key]))
         if live.get("margin") is not None:
             self.margin.labels(agent=agent).set(float(live["margin"]))
-        promoted = gate is not None and gate.get("outcome") == "promoted"
+        promoted = gate is not None and gate.outcome == "promoted"
         self.regression.labels(agent=agent).set(
             float(bool(live.get("regression")) and not promoted)
         )

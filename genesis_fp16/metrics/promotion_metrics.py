@@ -1,21 +1,25 @@
 """The promotion gate's series: served and candidate quality, drift, and the agent's disk.
 
-``export_gate`` reads a finished run's ``TrainResult.gate``
-(genesis_fp16_infrastructure.recipes.retrain.gate) and ``export_drift`` its ``TrainResult.drift``;
-``set_state_bytes`` the bytes of the agent's folder after pruning.
+``export_gate`` reads a finished run's ``TrainResult.gate`` (a ``GateReport``, the
+promotion gate's verdict) and ``export_drift`` its ``TrainResult.drift`` (a
+``DriftReport``); ``set_state_bytes`` the bytes of the agent's folder after pruning.
 
 >>> from prometheus_client import CollectorRegistry
+>>> from genesis_fp16_infrastructure.contract.reports import GateReport, ScoresOn
 >>> metrics = PromotionMetrics(CollectorRegistry())
->>> metrics.export_gate("se_darwin", {"outcome": "rejected",
-...     "candidate": {"auc": 0.80, "log_loss": 0.4}, "served": {"auc": 0.90, "log_loss": 0.3}})
+>>> metrics.export_gate("se_darwin", GateReport("rejected", "worse",
+...     candidate=ScoresOn("held_out", 0.80, 0.4), served=ScoresOn("held_out", 0.90, 0.3)))
+>>> metrics.candidate.labels(agent="se_darwin", score="auc")._value.get()
+0.8
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import math
 
 from prometheus_client import CollectorRegistry, Gauge
+
+from genesis_fp16_infrastructure.contract.reports import DriftReport, GateReport, ScoresOn
 
 SCORES = ("auc", "log_loss")
 
@@ -98,31 +102,37 @@ class PromotionMetrics:
             ("agent",),
         )
 
-    def export_gate(self, agent: str, gate: Mapping[str, Any]) -> None:
+    def export_gate(self, agent: str, gate: GateReport) -> None:
         """The verdict's scores; a promotion makes the candidate's the served quality."""
-        candidate, served = gate.get("candidate"), gate.get("served")
-        promoted = gate.get("outcome") == "promoted"
+        promoted = gate.outcome == "promoted"
         for name in SCORES:
-            if isinstance(candidate, Mapping) and candidate.get(name) is not None:
-                self.candidate.labels(agent=agent, score=name).set(float(candidate[name]))
+            candidate = _score(gate.candidate, name)
+            if candidate is not None:
+                self.candidate.labels(agent=agent, score=name).set(candidate)
                 if promoted:
-                    self.served.labels(agent=agent, score=name).set(float(candidate[name]))
-            if not promoted and isinstance(served, Mapping) and served.get(name) is not None:
-                self.served.labels(agent=agent, score=name).set(float(served[name]))
-        for comparison in gate.get("comparisons") or ():
-            for name, key in (("auc", "delta_auc"), ("log_loss", "delta_log_loss")):
-                if comparison.get(key) is not None:
-                    self.tolerance.labels(agent=agent, score=name).set(float(comparison[key]))
-            break  # the first set's (held_out); the golden one's is in train --json
-        if gate.get("outcome") in ("promoted", "rejected"):
-            self.rejected.labels(agent=agent).set(float(gate["outcome"] == "rejected"))
+                    self.served.labels(agent=agent, score=name).set(candidate)
+            served = _score(gate.served, name)
+            if not promoted and served is not None:
+                self.served.labels(agent=agent, score=name).set(served)
+        if gate.comparisons:  # the first set's (held_out); the golden one's is in train --json
+            first = gate.comparisons[0]
+            for name, margin in (("auc", first.delta_auc), ("log_loss", first.delta_log_loss)):
+                if math.isfinite(margin):
+                    self.tolerance.labels(agent=agent, score=name).set(margin)
+        if gate.outcome in ("promoted", "rejected"):
+            self.rejected.labels(agent=agent).set(float(gate.outcome == "rejected"))
 
-    def export_drift(self, agent: str, drift: Mapping[str, Any]) -> None:
-        for feature, distance in (drift.get("features") or {}).items():
-            self.drift.labels(agent=agent, feature=feature).set(float(distance))
-        shift = drift.get("label_shift")
-        if shift is not None:
-            self.label_shift.labels(agent=agent).set(float(shift))
-            flagged = float(bool(drift.get("label_shift_flagged")))
+    def export_drift(self, agent: str, drift: DriftReport) -> None:
+        for feature, distance in drift.features.items():
+            self.drift.labels(agent=agent, feature=feature).set(distance)
+        if math.isfinite(drift.label_shift):
+            self.label_shift.labels(agent=agent).set(drift.label_shift)
+            flagged = float(drift.label_shift_flagged)
             self.label_shift_flagged.labels(agent=agent).set(flagged)
-        self.drift_flagged.labels(agent=agent).set(len(drift.get("flagged") or ()))
+        self.drift_flagged.labels(agent=agent).set(len(drift.flagged))
+
+
+def _score(scores: ScoresOn | None, name: str) -> float | None:
+    """One of a model's scores (``auc``, ``log_loss``); None where it has none."""
+    value = getattr(scores, name) if scores is not None else None
+    return value if value is not None and math.isfinite(value) else None

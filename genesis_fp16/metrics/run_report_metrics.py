@@ -23,6 +23,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from genesis_fp16.metrics.metric_names import EVAL_QUALITY, PRECISION_LABELS, PREFIX
+from genesis_fp16_infrastructure.contract.reports import Calibration, DataReport, EarlyStopReport
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
 
 class RunReportMetrics:
@@ -81,25 +83,26 @@ class RunReportMetrics:
         """Create the agent's counter at zero, so that its rate works from the first run."""
         self.new_records.labels(agent=agent)
 
-    def set_auto_measurement(self, agent: str, calibration: Mapping[str, Any]) -> None:
+    def set_auto_measurement(self, agent: str, calibration: Calibration) -> None:
         """Export a measured ``auto`` (``TrainResult.precision_calibration``)."""
-        rows = calibration.get("rows", [])
-        chosen = calibration.get("chosen")
+        rows, chosen = calibration.rows, calibration.chosen
         for name in PRECISION_LABELS:  # one series per precision: drop the stale one
             for flag in ("0", "1"):
                 with contextlib.suppress(KeyError):  # never exported: nothing to drop
                     self.auto_step.remove(agent, name, flag)
-        fastest: dict[str, float] = {}  # on CUDA a precision has an eager and a captured row
+        fastest: dict[
+            PrecisionName, float
+        ] = {}  # on CUDA a precision has an eager and a captured row
         for row in rows:
-            name = row.get("precision")
-            if name in PRECISION_LABELS:
-                fastest[name] = min(fastest.get(name, math.inf), float(row["median_ms"]))
+            if row.precision in PRECISION_LABELS:
+                ms = fastest.get(row.precision, math.inf)
+                fastest[row.precision] = min(ms, row.median_ms)
         for name, ms in fastest.items():
             flag = "1" if name == chosen else "0"
             self.auto_step.labels(agent=agent, precision=name, chosen=flag).set(ms / 1000.0)
 
     def set_eval(
-        self, agent: str, metrics: Mapping[str, float], early_stop: Mapping[str, Any] | None
+        self, agent: str, metrics: Mapping[str, float], early_stop: EarlyStopReport | None
     ) -> None:
         """The eval AUC (held-out or out-of-fold), its interval and the records it is
         measured on, and early stopping's best step."""
@@ -107,9 +110,8 @@ class RunReportMetrics:
             value = metrics.get(name)
             if value is not None and math.isfinite(value):
                 self.eval_quality.labels(agent=agent, metric=name).set(value)
-        best = (early_stop or {}).get("best_step")
-        if best is not None:
-            self.early_stop_best_step.labels(agent=agent).set(best)
+        if early_stop is not None and early_stop.best_step is not None:
+            self.early_stop_best_step.labels(agent=agent).set(early_stop.best_step)
 
     def set_phases(self, agent: str, phases: Mapping[str, Any]) -> None:
         """The last run's seconds per phase; a phase it did not have is removed, not left
@@ -120,16 +122,13 @@ class RunReportMetrics:
             self.run_phase_seconds.labels(agent=agent, phase=phase).set(float(seconds))
         self._phases[agent] = set(phases)
 
-    def set_data(self, agent: str, data: Mapping[str, Any], steps: int, now: float) -> None:
+    def set_data(self, agent: str, data: DataReport, steps: int, now: float) -> None:
         """What a finished run reports of its data (``TrainResult.data``): the records
         trained on, the new ones, and when the model last learned new data."""
-        records = data.get("records")
-        if records is None:
-            return
-        self.training_records.labels(agent=agent).set(float(records))
-        if steps > 0 and data.get("change") != "unchanged":
-            new = data.get("new", records)
-            self.new_records.labels(agent=agent).inc(float(new or 0))
+        self.training_records.labels(agent=agent).set(float(data.records))
+        if steps > 0 and data.change != "unchanged":
+            new = data.records if data.new is None else data.new
+            self.new_records.labels(agent=agent).inc(float(new))
             self.last_learned.labels(agent=agent).set(now)
 
     def set_device_memory_peak(self, agent: str, peak: int) -> None:

@@ -34,7 +34,7 @@ from genesis_fp16.config.settings import (
     Settings,
     SettingsError,
     load_settings_with_sources,
-    requested_precision,
+    precision_switched,
 )
 from genesis_fp16.config.settings_sources import SettingsSources
 from genesis_fp16.config.state_files import on_state_file_skipped
@@ -425,11 +425,7 @@ class Daemon:
 
 def _switched(old: Settings, new: Settings, agents: Iterable[str]) -> frozenset[str]:
     """The agents whose requested precision the reload from ``old`` to ``new`` changed."""
-    return frozenset(
-        agent
-        for agent in agents
-        if requested_precision(old, agent, None)[0] != requested_precision(new, agent, None)[0]
-    )
+    return frozenset(agent for agent in agents if precision_switched(old, new, agent))
 
 
 def _warn_shadowed(sources: SettingsSources) -> None:

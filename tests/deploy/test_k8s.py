@@ -246,7 +246,7 @@ def _settings_of(
 def _forced(settings: Settings) -> list[str]:
     """Each built-in agent whose precision is not left on auto, and why."""
     wanted = {agent: requested_precision(settings, agent, None) for agent in AGENTS}
-    return [f"{agent}: {why}" for agent, (precision, why) in wanted.items() if precision != "auto"]
+    return [f"{agent}: {w.reason}" for agent, w in wanted.items() if w.requested != "auto"]
 
 
 @pytest.mark.parametrize("statefulset", [GPU_STATEFULSET, CPU_STATEFULSET], ids=DEVICES.get)

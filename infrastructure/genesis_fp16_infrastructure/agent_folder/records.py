@@ -1,6 +1,7 @@
 """The records of the agent's folder that more than one reader parses: a measured
-``auto``'s calibration and the captured step's verdicts. Typed here, without torch, so
-the ``precision`` command reads them as the run does, never by string keys::
+``auto``'s calibration (its type and codec are the contract's ``Calibration``, which a
+run also reports) and the captured step's verdicts. Read here, without torch, so the
+``precision`` command reads them as the run does, never by string keys::
 
     calibration = read_calibration(path)   # None: none, another version, or set aside
     verdicts = read_capture_verdicts(path)  # {key id: CaptureVerdict}
@@ -16,64 +17,20 @@ from typing import Any
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import CALIBRATION, CAPTURE_VERDICTS
+from genesis_fp16_infrastructure.contract.reports import CACHE_VERSION, Calibration, Measured
 
-CALIBRATION_VERSION = 2  # 2: rows per (precision, execution) and the chosen execution
+__all__ = [
+    "CALIBRATION_VERSION",
+    "Calibration",
+    "CaptureVerdict",
+    "Measured",
+    "read_calibration",
+    "read_capture_verdicts",
+    "write_capture_verdicts",
+]
+
+CALIBRATION_VERSION = CACHE_VERSION
 CAPTURE_VERSION = 1
-
-
-@dataclass(frozen=True)
-class Measured:
-    """One timed row of a calibration: a precision in an execution, its median, fastest
-    and slowest step in milliseconds."""
-
-    precision: str
-    execution: str
-    median_ms: float
-    min_ms: float
-    max_ms: float
-    steps: int
-
-
-@dataclass(frozen=True)
-class CalibrationRecord:
-    """What ``auto`` measured and chose. ``skipped`` maps a precision to why it was not timed."""
-
-    chosen: str
-    reason: str
-    rows: tuple[Measured, ...]
-    skipped: Mapping[str, str]
-    key: Mapping[str, str]
-    seconds: float
-    measured_at: float = field(default_factory=time.time)
-    cached: bool = False
-    execution: str = "eager"
-    bound: str = ""  # what limited the cost: the run's share of steps, or the clock
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["version"] = CALIBRATION_VERSION
-        data["rows"] = [asdict(r) for r in self.rows]
-        data["skipped"] = dict(self.skipped)
-        data["key"] = dict(self.key)
-        del data["cached"]
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Any:
-        if data.get("version") != CALIBRATION_VERSION:
-            raise ValueError(f"calibration cache version {data.get('version')!r}")
-        return cls(
-            chosen=str(data["chosen"]),
-            reason=str(data["reason"]),
-            rows=tuple(Measured(**row) for row in data["rows"]),
-            skipped={str(k): str(v) for k, v in data["skipped"].items()},
-            key={str(k): str(v) for k, v in data["key"].items()},
-            seconds=float(data["seconds"]),
-            measured_at=float(data["measured_at"]),
-            cached=True,
-            execution=str(data["execution"]),
-            bound=str(data.get("bound", "")),
-        )
 
 
 @dataclass(frozen=True)
@@ -106,19 +63,16 @@ class CaptureVerdict:
         )
 
 
-def read_calibration(
-    path: Path,
-    kind: type[CalibrationRecord] = CalibrationRecord,
-    unusable: files.Listener | None = None,
-) -> Any:
-    """The calibration kept at ``path`` as ``kind``, whatever its key; None: none, one of
-    an earlier version (measured again), or an unusable one (set aside, reported)."""
+def read_calibration(path: Path, unusable: files.Listener | None = None) -> Calibration | None:
+    """The calibration kept at ``path`` (the typed record of
+    :mod:`~genesis_fp16_infrastructure.contract.reports`), whatever its key; None: none,
+    one of an earlier version (measured again), or an unusable one (set aside, reported)."""
 
-    def decode(data: Any) -> CalibrationRecord | None:
+    def decode(data: Any) -> Calibration | None:
         version = data.get("version")
         if isinstance(version, int) and version != CALIBRATION_VERSION:
             return None  # written by another release: measured again, then replaced
-        return kind.from_json(data)
+        return Calibration.from_json(data)
 
     return files.load(Path(path), CALIBRATION, decode, unusable)
 

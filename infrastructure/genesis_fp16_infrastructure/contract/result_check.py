@@ -21,9 +21,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from os import PathLike
 from pathlib import Path
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.contract.record_codec import Record, ReportError
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
 
 
@@ -40,6 +41,10 @@ def _fits(value: Any, hint: Any) -> bool:
         return any(_fits(value, arg) for arg in args)
     if hint is type(None):
         return value is None
+    if origin is Literal:  # a precision name: one of its values
+        return isinstance(value, str) and value in args
+    if isinstance(hint, type) and issubclass(hint, Record):  # read back as it is written
+        return isinstance(value, hint) and _record_misfit(value) is None
     if hint is float:  # an int is a float here, as in Python's typing; a bool is not
         return isinstance(value, int | float) and not isinstance(value, bool)
     if hint is int:
@@ -79,7 +84,20 @@ def _misfit(value: Any, hint: Any, where: str) -> str | None:
             found = _misfit(item, args[0] if args else Any, f"{where}[{i}]")
             if found:
                 return found
+    elif isinstance(hint, type) and isinstance(value, hint) and isinstance(value, Record):
+        return f"{where}: {_record_misfit(value)}"
+    elif origin is Literal and isinstance(value, str):
+        return f"{where}: one of {', '.join(map(repr, args))} expected, got {value!r}"
     return f"{where}: {_name(hint)} expected, got {type(value).__name__}"
+
+
+def _record_misfit(record: Record) -> str | None:
+    """What keeps a contract record from reading back from its own JSON, or None."""
+    try:
+        type(record).from_json(record.to_json())
+    except ReportError as exc:
+        return str(exc)
+    return None
 
 
 def _name(hint: Any) -> str:

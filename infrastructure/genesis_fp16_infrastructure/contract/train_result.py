@@ -11,11 +11,24 @@ Part of the plugin contract: import these from ``genesis_fp16_infrastructure.con
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_type_hints
 
-from genesis_fp16_infrastructure.json_numbers import finite, number
+from genesis_fp16_infrastructure.contract.record_codec import ReportError, decode, encode
+from genesis_fp16_infrastructure.contract.reports import (
+    Calibration,
+    DataReport,
+    Demotion,
+    DriftReport,
+    EarlyStopReport,
+    GateReport,
+)
+from genesis_fp16_infrastructure.json_numbers import finite
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    PrecisionName,
+    RequestedName,
+)
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.contract.train_request import TrainRequest
@@ -53,16 +66,6 @@ def learning_failure(
     return "nonfinite_loss" if nonfinite_losses > 0 else "nonfinite_gradients"
 
 
-# TrainResult's float fields: NaN travels as null and comes back as NaN.
-_RESULT_FLOATS = (
-    "overflow_rate",
-    "loss_scale",
-    "final_train_loss",
-    "samples_per_second",
-    "wall_seconds",
-)
-
-
 @dataclass(frozen=True)
 class TrainResult:
     """The outcome of one training run; :meth:`to_json` is the ``train --json`` object.
@@ -73,8 +76,10 @@ class TrainResult:
     (the records trained on, and what changed), ``phases`` (seconds per phase),
     ``device_memory_peak_bytes``, ``gate`` and ``drift`` (the promotion gate's verdict
     and the data's drift), ``components`` (per-component dtypes and flags) and ``diagnostics``
-    (RL diagnostics, ``{name: float}``). ``extra`` is the agent's own record: the daemon
-    reads nothing from it, ``train --json`` prints it whole.
+    (RL diagnostics, ``{name: float}``). The records are frozen and typed
+    (:mod:`~genesis_fp16_infrastructure.contract.reports`); :meth:`to_json` writes each
+    as its JSON object. ``extra`` is the agent's own record: the daemon reads nothing
+    from it, ``train --json`` prints it whole.
 
     >>> result = TrainResult(
     ...     agent="my_agent", precision_requested="auto", precision_used="bf16",
@@ -87,8 +92,8 @@ class TrainResult:
     """
 
     agent: str
-    precision_requested: str
-    precision_used: str
+    precision_requested: RequestedName
+    precision_used: PrecisionName
     precision_reason: str
     device: str
     steps: int
@@ -102,7 +107,7 @@ class TrainResult:
     checkpoint: Path | None
     quarantined: int
     stopped_early: bool = False
-    demotions: Sequence[Mapping[str, Any]] = ()
+    demotions: Sequence[Demotion] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
     # What the steps ran as (eager, cuda_graph or cuda_graph_compiled) and why, like
     # precision_used/_reason.
@@ -123,13 +128,13 @@ class TrainResult:
     # kept for inspection, and the served model goes on serving.
     rejected: bool = False
     # What the daemon exports when the agent reports it (genesis_fp16/jobs/recording.py).
-    precision_calibration: Mapping[str, Any] | None = None
-    early_stop: Mapping[str, Any] | None = None
-    data: Mapping[str, Any] | None = None
+    precision_calibration: Calibration | None = None
+    early_stop: EarlyStopReport | None = None
+    data: DataReport | None = None
     phases: Mapping[str, float] | None = None
     device_memory_peak_bytes: int | None = None
-    gate: Mapping[str, Any] | None = None
-    drift: Mapping[str, Any] | None = None
+    gate: GateReport | None = None
+    drift: DriftReport | None = None
     components: Mapping[str, str | bool] | None = None
     diagnostics: Mapping[str, float] | None = None
     # The flight recorder's bundles ({"path", "reason", "step", ...}), oldest first, and
@@ -179,14 +184,13 @@ class TrainResult:
         *,
         quarantined: int = 0,
         extra: Mapping[str, Any] | None = None,
+        **reported: Any,
     ) -> TrainResult:
         """Report a :func:`~genesis_fp16_infrastructure.training.run.fit` run for ``request``,
-        truthfully: the precision used is the one the run ended in, after any demotion."""
+        truthfully: the precision used is the one the run ended in, after any demotion.
+        ``reported``: the fields the run's recipe adds (``data``, ``gate``, ``phases``,
+        ``checkpoint``, ...), set here so that the result is built once."""
         summary = result.summary
-        extra = dict(extra or {})
-        calibration = None if result.calibration is None else result.calibration.to_json()
-        if calibration is not None:  # what a measured 'auto' timed; train --json reads it there
-            extra["precision_calibration"] = calibration
         steps, skipped = result.steps_run, result.skipped_run
         failure = learning_failure(
             steps,
@@ -203,7 +207,7 @@ class TrainResult:
             )
             if result.failure is not None:
                 detail += f"; the guard at {result.precision.used}: {result.failure['detail']}"
-        return cls(
+        fields_: dict[str, Any] = dict(
             agent=request.agent,
             precision_requested=request.precision.requested,
             precision_used=result.precision.used,
@@ -221,9 +225,9 @@ class TrainResult:
             quarantined=quarantined,
             stopped_early=result.stopped_early,
             demotions=result.demotions,
-            extra=extra,
-            precision_calibration=calibration,
-            early_stop=None if result.early_stop is None else dict(result.early_stop),
+            extra=dict(extra or {}),
+            precision_calibration=result.calibration,
+            early_stop=result.early_stop,
             execution=result.execution.used,
             execution_reason=result.execution.reason,
             execution_fallback=result.execution.fallback,
@@ -232,27 +236,43 @@ class TrainResult:
             chain_skipped_steps=summary.skipped_steps,
             fault_bundles=tuple(result.fault_bundles),
         )
+        return cls(**{**fields_, **reported})
 
     def to_json(self) -> dict[str, Any]:
-        """The ``train --json`` object: JSON-ready, NaN and infinities as null."""
-        out = asdict(self)
+        """The ``train --json`` object: JSON-ready, NaN and infinities as null, each
+        record as its JSON object."""
+        out = {f.name: encode(getattr(self, f.name)) for f in fields(self)}
         out["checkpoint"] = str(self.checkpoint) if self.checkpoint else None
-        out["eval"] = dict(self.eval)
-        out["demotions"] = [dict(d) for d in self.demotions]
-        out["fault_bundles"] = [dict(b) for b in self.fault_bundles]
         out["fault_bundle"] = self.fault_bundle
         out["outcome"] = self.outcome
         result: dict[str, Any] = finite(out)
         return result
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TrainResult:
-        """The inverse of :meth:`to_json` (the torchrun ranks' result, in the daemon)."""
-        values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
-        values["checkpoint"] = Path(data["checkpoint"]) if data.get("checkpoint") else None
-        values["eval"] = {k: number(v) for k, v in data["eval"].items()}
-        for name in _RESULT_FLOATS:
-            values[name] = number(values[name])
-        values["demotions"] = tuple(data.get("demotions", ()))
-        values["fault_bundles"] = tuple(data.get("fault_bundles", ()))
+    def from_json(cls, data: object) -> TrainResult:
+        """The inverse of :meth:`to_json` (the torchrun ranks' result, in the daemon):
+        each field read back as its type, or :class:`ReportError` in one line naming it."""
+        if not isinstance(data, Mapping):
+            raise ReportError(f"TrainResult: an object expected, got {type(data).__name__}")
+        hints = _hints()
+        values: dict[str, Any] = {}
+        for item in fields(cls):
+            if item.name not in data:
+                if item.default is MISSING and item.default_factory is MISSING:
+                    raise ReportError(f"TrainResult: {item.name!r} missing")
+                continue
+            value = data[item.name]
+            if item.name == "checkpoint" and value == "":
+                value = None
+            values[item.name] = decode(value, hints[item.name], f"TrainResult.{item.name}")
         return cls(**values)
+
+
+def _hints() -> dict[str, Any]:
+    """TrainResult's field types, resolved once (its annotations are strings)."""
+    if not _HINTS:
+        _HINTS.update(get_type_hints(TrainResult))
+    return _HINTS
+
+
+_HINTS: dict[str, Any] = {}

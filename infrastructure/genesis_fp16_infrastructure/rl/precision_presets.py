@@ -40,7 +40,7 @@ import torch
 
 from genesis_fp16_infrastructure.training import dtype_of
 from genesis_fp16_infrastructure.training.precision.decide import ResolvedPrecision
-from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
+from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS, PrecisionName
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 DEFAULT_PRESET = "mixed_recommended"
@@ -56,18 +56,18 @@ class ComponentPrecision:
     """The dtype name of each component; ``rollout`` is the inference copy of the policy."""
 
     name: str
-    policy: str
-    reference: str
-    reward: str
-    value: str
-    kl: str
-    rollout: str
-    master_weights: str = "fp32"
+    policy: PrecisionName
+    reference: PrecisionName
+    reward: PrecisionName
+    value: PrecisionName
+    kl: PrecisionName
+    rollout: PrecisionName
+    master_weights: PrecisionName = "fp32"
     loss_scaling: bool = False
 
     def dtype(self, component: str) -> torch.dtype:
         """The torch dtype of one component, e.g. ``preset.dtype("value")``."""
-        return dtype_of(str(getattr(self, component)))
+        return dtype_of(getattr(self, component))
 
     def as_dict(self) -> dict[str, str | bool]:
         """Each component's dtype name and the two flags: the preset without its name."""
@@ -76,7 +76,9 @@ class ComponentPrecision:
 
 def _bf16(name: str, fp32: tuple[str, ...] = ()) -> ComponentPrecision:
     """A bf16 preset with the named components kept in fp32."""
-    d = {c: ("fp32" if c in fp32 else "bf16") for c in ("reference", "reward", "value", "kl")}
+    d: dict[str, PrecisionName] = {
+        c: ("fp32" if c in fp32 else "bf16") for c in ("reference", "reward", "value", "kl")
+    }
     return ComponentPrecision(
         name, "bf16", d["reference"], d["reward"], d["value"], d["kl"], rollout="bf16"
     )

@@ -78,7 +78,7 @@ def test_rlhf_ppo_and_fit_report_one_guard_trip_alike(
     ppo = plugin.train(_request("rlhf_ppo", tmp_path / "ppo"))
 
     (record,) = fitted.demotions
-    assert record == {
+    assert record.to_json() == {
         "from": "fp16", "to": "bf16", "reason": "nonfinite_loss", "step": 12,
         "rollback_step": FAULT_STEP, "detail": "4 non-finite losses in steps 0..12 (limit 3)",
     }  # fmt: skip

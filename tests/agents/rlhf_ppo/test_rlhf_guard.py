@@ -80,10 +80,10 @@ def test_fp16_overflow_demotes_to_bf16_and_equals_a_clean_resume(tmp_path: Path)
     and the weights equal an fp16 run to the rollback step resumed in bf16, bit for bit."""
     result = _train(tmp_path / "guarded", "fp16", STEPS, guard=GUARD)
     (record,) = result.demotions
-    assert {k: record[k] for k in ("from", "to", "reason", "step")} == {
+    assert {k: record.to_json()[k] for k in ("from", "to", "reason", "step")} == {
         "from": "fp16", "to": "bf16", "reason": "nonfinite_loss", "step": 12,
     }  # fmt: skip
-    rollback = record["rollback_step"]
+    rollback = record.rollback_step
     assert rollback <= FAULT_STEP and rollback % 4 == 0  # an iteration boundary (4 steps)
     assert result.precision_used == "bf16" and result.steps == STEPS
     assert result.extra["preset"] == "mixed_recommended"
@@ -159,7 +159,7 @@ def test_a_run_steps_and_demotes_with_its_own_scaler_config() -> None:
     task.seen = []
     guard = ppo_guard(GUARD, task.cfg.steps_per_iteration)
     result = fit(task, FitOptions(precision="fp16", steps=STEPS, guard=guard, scaler=RUN_SCALER))
-    assert [d["to"] for d in result.demotions] == ["bf16"]
+    assert [d.to for d in result.demotions] == ["bf16"]
     assert {config for name, config in task.seen if name == "fp16"} == {RUN_SCALER}
     demoted = {config for name, config in task.seen if name == "bf16"}
     assert demoted == {dataclasses.replace(RUN_SCALER, enabled=False)}

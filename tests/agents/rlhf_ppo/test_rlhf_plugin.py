@@ -245,7 +245,7 @@ def test_a_measured_auto_times_the_ppo_update_and_the_preset_follows(
     result = _train(tmp_path, request, steps=4, options={"batch_size": 16})  # type: ignore[arg-type]
     calibration = result.precision_calibration
     assert calibration is not None and cache.exists()
-    assert {row["precision"] for row in calibration["rows"]} == {"fp32", "bf16"}
+    assert {row.precision for row in calibration.rows} == {"fp32", "bf16"}
     expected = {"fp32": "fp32_baseline", "bf16": "mixed_recommended", "fp16": "fp16_all"}
     assert result.extra["preset"] == expected[result.precision_used]
 

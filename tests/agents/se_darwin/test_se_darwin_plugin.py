@@ -239,24 +239,21 @@ def test_default_budget_stops_on_validation_and_more_steps_never_serve_worse(
     record) and the AUC interval; a shorter cap follows the same trajectory and its served
     validation log-loss is never better; the predictor serves the best weights."""
     full = _train(data, tmp_path / "full", steps=None)
-    early = full.extra["early_stop"]
-    assert early["stop_reason"].startswith("no improvement in 8 validations")
-    assert early["best_step"] < full.steps and early["best"] == min(v for _, v in early["history"])
+    early = full.early_stop
+    assert early.stop_reason.startswith("no improvement in 8 validations")
+    assert early.best_step < full.steps and early.best == min(v for _, v in early.history)
     split = full.extra["split"]
     assert split["mode"] == "cross_validation" and split["folds"] == 5
     assert split["records"] == full.extra["examples"] == full.eval["examples"]
     assert full.eval["auc_ci_low"] < full.eval["auc"] < full.eval["auc_ci_high"]
-    cap = early["history"][1][0]  # stop after the second validation
+    cap = early.history[1][0]  # stop after the second validation
     short = _train(data, tmp_path / "short", steps=cap)
-    assert short.extra["early_stop"]["history"] == early["history"][:2]
-    assert early["best"] <= short.extra["early_stop"]["best"]
+    assert short.early_stop.history == early.history[:2]
+    assert early.best <= short.early_stop.best
     best = torch.load(full.checkpoint, weights_only=True)["early_stop"]["best_weights"]  # type: ignore[arg-type]
     served = WorldModelPredictor.load(tmp_path / "full").model.state_dict()
     assert all(torch.equal(best[k], served[k]) for k in best)
-    assert (
-        json.loads(json.dumps(full.to_json()))["extra"]["early_stop"]["best_step"]
-        == early["best_step"]
-    )
+    assert json.loads(json.dumps(full.to_json()))["early_stop"]["best_step"] == early.best_step
 
 
 @pytest.mark.slow
@@ -307,12 +304,12 @@ def test_an_explicit_budget_resumes_an_early_stopped_run(tmp_path: Path) -> None
     keeping the best validated weights of both runs (never a worse record)."""
     data = plugin.generate_sample_data(tmp_path / "data", 300, seed=4)
     first = _train(data, tmp_path / "ck", steps=None)
-    assert first.extra["early_stop"]["stop_reason"].startswith("no improvement")
+    assert first.early_stop.stop_reason.startswith("no improvement")
     more = _train(data, tmp_path / "ck", steps=7, resume=True, forced=True)
     assert more.steps == 7 and more.extra["total_steps"] == first.steps + 7
-    record = more.extra["early_stop"]
-    assert record["stop_reason"] == "budget spent"
-    assert record["best"] <= first.extra["early_stop"]["best"]
+    record = more.early_stop
+    assert record.stop_reason == "budget spent"
+    assert record.best <= first.early_stop.best
 
 
 def test_the_default_pool_limit_follows_the_run_memory_limit(data: Path, tmp_path: Path) -> None:

@@ -126,7 +126,7 @@ def test_json_contract_and_quarantine(tmp_path: Path, data: Path) -> None:
     )  # fmt: skip
     fresh = _last_json(same)
     assert fresh["outcome"] == "up_to_date" and fresh["steps"] == 0
-    assert fresh["extra"]["data"]["checked_by"] == "manifest"  # type: ignore[index]
+    assert fresh["data"]["checked_by"] == "manifest"  # type: ignore[index]
     again = _cli(
         tmp_path, "train", "se_darwin", "--precision", "fp32", "--steps", "3", "--seed", "1",
         "--data", str(data), "--checkpoint-dir", str(ckpt), "--resume", "--json",
@@ -408,7 +408,7 @@ def test_resume_with_steps_after_an_early_stopped_run_runs_them(tmp_path: Path) 
     common = ("train", "se_darwin", "--precision", "fp32", "--data", str(pool),
               "--checkpoint-dir", str(tmp_path / "ck"))  # fmt: skip
     first = _last_json(_cli(tmp_path, *common, "--json"))
-    assert str(first["extra"]["early_stop"]["stop_reason"]).startswith("no improvement")  # type: ignore[index]
+    assert str(first["early_stop"]["stop_reason"]).startswith("no improvement")  # type: ignore[index]
     proc = _cli(tmp_path, *common, "--resume", "--steps", "5")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[1].startswith("  5 steps in fp32"), proc.stdout
@@ -448,7 +448,7 @@ def test_an_unchanged_pool_is_up_to_date_in_json_and_in_text(tmp_path: Path) -> 
     common = ("train", "se_darwin", "--precision", "fp32", "--data", str(pool),
               "--checkpoint-dir", str(tmp_path / "ck"))  # fmt: skip
     first = _last_json(_cli(tmp_path, *common, "--json"))
-    assert first["outcome"] == "success" and first["extra"]["data"]["change"] == "first"  # type: ignore[index]
+    assert first["outcome"] == "success" and first["data"]["change"] == "first"  # type: ignore[index]
     again = _last_json(_cli(tmp_path, *common, "--json"))
     assert again["outcome"] == "up_to_date" and again["steps"] == 0
     assert again["checkpoint"] == first["checkpoint"] and again["eval"] == first["eval"]

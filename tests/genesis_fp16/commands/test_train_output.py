@@ -2,28 +2,32 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any
+
+from fake_results import train_result
 
 from genesis_fp16.commands.train_output import verdict
+from genesis_fp16_infrastructure.contract.plugin_api import TrainResult
+from genesis_fp16_infrastructure.contract.reports import GateComparison, GateReport, GateScores
 from genesis_fp16_infrastructure.recipes.retrain import gate
 
 
-def _gate(*comparisons: gate.Comparison) -> dict[str, Any]:
-    """The gate record a run's result carries, as promotion.judge writes it."""
-    return {**gate.decide(comparisons).to_json(), "served_id": "20261124T000000Z-served"}
+def _gate(*comparisons: GateComparison) -> GateReport:
+    """The gate record a run's result carries, as promotion.judge builds it."""
+    return gate.decide(comparisons).report(served_id="20261124T000000Z-served")
 
 
-def _out(record: dict[str, Any], outcome: str) -> dict[str, Any]:
-    return {"outcome": outcome, "gate": record, "steps": 40, "eval": {"auc": 0.9}}
+def _out(record: GateReport, outcome: str) -> TrainResult:
+    return train_result(gate=record, steps=40, eval={"auc": 0.9}, rejected=outcome == "rejected")
 
 
-def _comparison(name: str, cand_auc: float, auc_upper: float, ll_upper: float) -> gate.Comparison:
+def _comparison(name: str, cand_auc: float, auc_upper: float, ll_upper: float) -> GateComparison:
     worse = auc_upper > gate.MARGIN_AUC or ll_upper > gate.MARGIN_LOG_LOSS
-    return gate.Comparison(
+    return GateComparison(
         name,
-        gate.Scores(cand_auc, 0.01, 0.50, 400),
-        gate.Scores(0.920, 0.01, 0.48, 400),
+        GateScores(cand_auc, 0.01, 0.50, 400),
+        GateScores(0.920, 0.01, 0.48, 400),
         gate.MARGIN_AUC,
         gate.MARGIN_LOG_LOSS,
         not worse,
@@ -58,5 +62,5 @@ def test_a_served_candidate_reads_auc_against_served_and_names_the_set_among_sev
 def test_without_auc_the_log_loss_carries_the_line() -> None:
     """A set with too few of a class has no AUC margin (NaN → null): log-loss instead."""
     comparison = _comparison("held_out", 0.924, math.nan, 0.0)
-    record = _gate(gate.Comparison(**{**comparison.__dict__, "delta_auc": math.nan}))
+    record = _gate(dataclasses.replace(comparison, delta_auc=math.nan))
     assert verdict(_out(record, "success")) == "served: log-loss 0.500 vs 0.480, tolerance 0.01"

@@ -13,6 +13,7 @@ from genesis_fp16.config.settings import (
     default_run_memory_limit,
     load_settings,
     parse_schedule,
+    precision_switched,
     requested_precision,
 )
 from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
@@ -148,19 +149,38 @@ def test_steps_and_epochs_are_exclusive(monkeypatch: pytest.MonkeyPatch) -> None
 def test_precision_precedence(
     monkeypatch: pytest.MonkeyPatch, env: dict[str, str], cli: str | None, expected: str
 ) -> None:
-    """CLI > ENABLE_FP16_TRAINING=false > per-agent override > ENABLE_FP16_TRAINING=true > auto."""
+    """CLI > ENABLE_FP16_TRAINING=false > per-agent override > ENABLE_FP16_TRAINING=true > auto;
+    the guard's remembered floor applies to all but the flag and the off switch."""
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    precision, reason = requested_precision(load_settings(), "se_darwin", cli)
+    precision, reason, floored = requested_precision(load_settings(), "se_darwin", cli)
     assert precision == expected
     assert reason
+    assert floored == (cli is None and env.get("ENABLE_FP16_TRAINING") != "false")
+
+
+def test_a_reload_switches_an_agent_only_when_its_planned_request_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another agent's override, or ENABLE_FP16_TRAINING=true under an override, leaves
+    the agent's request as it was; the off switch or the guard turned off changes it."""
+    monkeypatch.setenv("GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION", "bf16")
+    before = load_settings()
+    monkeypatch.setenv("GENESIS_FP16_AGENTS__RLHF_PPO__PRECISION", "fp32")
+    monkeypatch.setenv("ENABLE_FP16_TRAINING", "true")
+    assert not precision_switched(before, load_settings(), "se_darwin")
+    monkeypatch.setenv("GENESIS_FP16_GUARD_ENABLED", "false")
+    assert precision_switched(before, load_settings(), "se_darwin")  # no floor any more
+    monkeypatch.setenv("GENESIS_FP16_GUARD_ENABLED", "true")
+    monkeypatch.setenv("ENABLE_FP16_TRAINING", "false")
+    assert precision_switched(before, load_settings(), "se_darwin")
 
 
 def test_override_is_per_agent_and_reason_names_the_source(monkeypatch: pytest.MonkeyPatch) -> None:
     """One agent's override leaves the others on auto; the reason names the variable."""
     monkeypatch.setenv("GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION", "bf16")
     settings = load_settings()
-    assert requested_precision(settings, "se_darwin", None) == (
+    assert requested_precision(settings, "se_darwin", None)[:2] == (
         "bf16",
         "GENESIS_FP16_AGENTS__SE_DARWIN__PRECISION=bf16",
     )

@@ -54,7 +54,7 @@ def test_a_bundle_is_reported_counted_logged_and_listed(tmp_path: Path) -> None:
     path = Path(shown["fault_bundle"])
     assert path.parent == tmp_path / "agents" / AGENT / "fault_bundles" and path.is_file()
     assert TrainResult.from_json(json.loads(json.dumps(shown))).fault_bundle == str(path)
-    assert f"fault bundle: {path} (genesis-fp16 replay {path})" in describe(shown)
+    assert f"fault bundle: {path} (genesis-fp16 replay {path})" in describe(result)
     metrics = DaemonMetrics(CollectorRegistry(), version="test")
     with capture_logs() as logs:
         record_run(Settings(state_dir=tmp_path), metrics, AGENT, result)  # type: ignore[call-arg]

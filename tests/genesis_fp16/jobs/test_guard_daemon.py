@@ -19,6 +19,7 @@ from genesis_fp16.jobs.guard_state import guard_config, record_run
 from genesis_fp16.jobs.run_request import expected_precision, precision_request
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16_infrastructure.contract.plugin_api import TrainResult
+from genesis_fp16_infrastructure.contract.reports import Demotion
 from genesis_fp16_infrastructure.training.precision.decide import decide, resolve_precision
 from genesis_fp16_infrastructure.training.run.guard import (
     GuardConfig,
@@ -29,13 +30,7 @@ from genesis_fp16_infrastructure.training.run.guard import (
 
 GUARD_PLUGINS = Path(__file__).resolve().parents[2] / "fixtures" / "guard_plugins"
 AGENT = "fixture_fault"
-DEMOTION = {
-    "from": "fp16",
-    "to": "bf16",
-    "reason": "overflow_rate",
-    "step": 15,
-    "rollback_step": 10,
-}
+DEMOTION = Demotion("fp16", "bf16", "overflow_rate", 15, 10)
 ENV = {
     "PYTHONPATH": os.pathsep.join([str(GUARD_PLUGINS), str(FIXTURE_PLUGINS)]),
     "GENESIS_FP16_PLUGIN_ALLOWLIST": AGENT,
@@ -129,7 +124,7 @@ def _settings(tmp_path: Path, **values: object) -> Settings:
     return Settings(state_dir=tmp_path, **values)  # type: ignore[arg-type]
 
 
-def _remember(tmp_path: Path, demotion: dict[str, object] = DEMOTION) -> Path:
+def _remember(tmp_path: Path, demotion: Demotion = DEMOTION) -> Path:
     path = AgentPaths.for_agent(tmp_path, AGENT).precision_state_path
     write_precision_memory(path, remember_demotions(None, [demotion]))
     return path
@@ -235,9 +230,7 @@ def test_a_broken_state_file_keeps_the_agent_at_the_most_robust_precision(
     assert (path.parent / (path.name + ".unusable")).read_text() == "garbage"
 
 
-def _result(
-    precision: str, demotions: list[dict[str, object]], stopped: bool = False
-) -> TrainResult:
+def _result(precision: str, demotions: list[Demotion], stopped: bool = False) -> TrainResult:
     return train_result(
         agent=AGENT,
         precision_requested="fp16",

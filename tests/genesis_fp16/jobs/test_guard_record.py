@@ -64,4 +64,4 @@ def test_a_real_demotion_is_counted_logged_and_remembered(reason: str, tmp_path:
     assert memory is not None
     assert (memory.demoted_from, memory.demoted_to, memory.reason) == ("fp16", "bf16", reason)
     assert (memory.step, memory.rollback_step, memory.clean_runs) == (DEMOTED_AT, ROLLBACK_TO, 0)
-    assert [h["detail"] for h in memory.history] == [result.demotions[0]["detail"]]
+    assert [h["detail"] for h in memory.history] == [result.demotions[0].detail]

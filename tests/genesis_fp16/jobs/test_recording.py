@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import threading
 from pathlib import Path
 
@@ -15,22 +17,29 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16_infrastructure.contract.plugin_api import API_VERSION, TrainRequest, TrainResult
+from genesis_fp16_infrastructure.contract.reports import (
+    Calibration,
+    DataReport,
+    DriftReport,
+    EarlyStopReport,
+    GateReport,
+    Measured,
+    ReportError,
+)
 
 AGENT = "typed"
 
 # The typed fields of one run, and an extra that says otherwise under the same keys: the
 # daemon must export the first and ignore the second.
+ROWS = (Measured("bf16", "eager", 1.0, 1.0, 1.0, 3), Measured("fp32", "eager", 3.0, 3.0, 3.0, 3))
 REPORTED = {
-    "precision_calibration": {
-        "chosen": "bf16",
-        "rows": [{"precision": "bf16", "median_ms": 1.0}, {"precision": "fp32", "median_ms": 3.0}],
-    },
-    "early_stop": {"best_step": 7, "best": 0.5, "evaluations": 3, "stop_reason": "budget"},
-    "data": {"records": 40, "change": "first", "new": 40},
+    "precision_calibration": Calibration("bf16", "measured", ROWS, {}, {}, 0.1),
+    "early_stop": EarlyStopReport("loss", "min", 0.5, 7, 3, 0, 5, 10, "budget spent"),
+    "data": DataReport(40, "abc", "changed", previous_records=0, new=40),
     "phases": {"read": 0.25, "train": 1.5},
     "device_memory_peak_bytes": 2048,
-    "gate": {"outcome": "promoted", "reason": "first model", "decided": True},
-    "drift": {"score": 0.1},
+    "gate": GateReport("promoted", "first model", precision="bf16"),
+    "drift": DriftReport(40, 0, {"new": 40}, {"tool": 0.1}, {"tool": 0.2}, (), 0.01, 0.05, False),
     "components": {"policy": "bf16", "master_weights": True},
     "diagnostics": {"mismatch_k3": 3e-7},
 }
@@ -84,18 +93,42 @@ def test_the_typed_fields_are_exported_and_logged_and_extra_is_not_read(
     assert sample("genesis_fp16_device_memory_peak_bytes", agent) == 2048
     assert sample("genesis_fp16_rl_mismatch_kl_k3_nats", agent) == 3e-7
     (finished,) = [e for e in logs if e["event"] == "training run finished"]
-    assert finished["data"] == REPORTED["data"] and finished["phases"] == REPORTED["phases"]
+    assert finished["data"] == REPORTED["data"].to_json()
+    assert finished["phases"] == REPORTED["phases"]
     assert finished["components"] == REPORTED["components"]
-    assert finished["gate"] == REPORTED["gate"] and finished["drift"] == REPORTED["drift"]
-    assert finished["early_stop"] == REPORTED["early_stop"]
+    assert finished["gate"] == REPORTED["gate"].to_json()
+    assert finished["drift"] == REPORTED["drift"].to_json()
+    assert finished["early_stop"] == {
+        "best_step": 7,
+        "best": 0.5,
+        "evaluations": 3,
+        "stop_reason": "budget spent",
+    }
     assert sample("genesis_fp16_training_runs_total", {**agent, "outcome": "success"}) == 1
 
 
 def test_the_typed_fields_cross_the_json_of_a_child_or_a_rank() -> None:
     """A result read back from its JSON (a child's, rank 0's) keeps every typed field."""
     result = train_result(agent=AGENT, **REPORTED)
-    back = TrainResult.from_json(result.to_json())
-    assert {name: getattr(back, name) for name in REPORTED} == REPORTED
+    back = TrainResult.from_json(json.loads(json.dumps(result.to_json())))
+    cached = dataclasses.replace(REPORTED["precision_calibration"], cached=True)
+    assert {name: getattr(back, name) for name in REPORTED} == {
+        **REPORTED,
+        "precision_calibration": cached,  # read back, as from the cache file
+    }
+
+
+def test_a_result_whose_record_is_damaged_is_refused_in_one_line() -> None:
+    """A child's result with a gate of an unknown outcome, or a demotion to fp8: a one-line
+    ReportError naming the field, never a traceback from deep in the daemon."""
+    out = train_result(agent=AGENT, **REPORTED).to_json()
+    with pytest.raises(ReportError, match=r"^TrainResult.gate.outcome: one of .* got 'maybe'$"):
+        TrainResult.from_json({**out, "gate": {**out["gate"], "outcome": "maybe"}})
+    demotion = {"from": "fp16", "to": "fp8", "reason": "r", "step": 1, "rollback_step": 0}
+    with pytest.raises(ReportError, match=r"^TrainResult.demotions\[0\].to: one of"):
+        TrainResult.from_json({**out, "demotions": [{**demotion, "detail": ""}]})
+    with pytest.raises(ReportError, match=r"^TrainResult: 'steps' missing$"):
+        TrainResult.from_json({k: v for k, v in out.items() if k != "steps"})
 
 
 def test_a_childs_result_line_is_the_result_and_a_diagnostics_line_is_live() -> None:

@@ -20,6 +20,7 @@ from genesis_fp16.jobs.run_request import (
 )
 from genesis_fp16_agents.rlhf_ppo import plugin
 from genesis_fp16_infrastructure.contract.plugin_api import ignored_request_fields
+from genesis_fp16_infrastructure.contract.reports import Demotion
 from genesis_fp16_infrastructure.training.run.guard import (
     remember_demotions,
     write_precision_memory,
@@ -86,9 +87,9 @@ def test_guard_memory_lowers_the_settings_request_but_not_an_explicit_flag(
 ) -> None:
     """A remembered fp16->bf16 demotion: fp16 from the settings runs bf16; --precision fp16 not."""
     settings = Settings(state_dir=tmp_path, ENABLE_FP16_TRAINING=True)  # type: ignore[call-arg]
-    demotion = {"from": "fp16", "to": "bf16", "reason": "overflow_rate", "step": 5}
+    demotion = Demotion("fp16", "bf16", "overflow_rate", 5, 0)
     path = AgentPaths.for_agent(tmp_path, AGENT).precision_state_path
-    write_precision_memory(path, remember_demotions(None, [{**demotion, "rollback_step": 0}]))
+    write_precision_memory(path, remember_demotions(None, [demotion]))
     request = plan_request(settings, AGENT, plugin, "cpu").request
     assert (request.precision.requested, request.precision.floor) == ("fp16", "bf16")
     assert "precision guard memory" in request.precision.floor_reason
@@ -163,4 +164,5 @@ def test_a_scheduled_budget_on_an_unchanged_pool_is_up_to_date(tmp_path: Path) -
         request = plan_request(settings, "se_darwin", se_darwin, "cpu").request
         runs.append(se_darwin.train(replace(request, precision="fp32")))
     assert [r.steps for r in runs] == [6, 0, 6]
-    assert runs[1].up_to_date and runs[1].extra["data"]["checked_by"] == "manifest"
+    assert runs[1].up_to_date and runs[1].data is not None
+    assert runs[1].data.checked_by == "manifest"

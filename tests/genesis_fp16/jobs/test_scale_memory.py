@@ -21,6 +21,7 @@ from genesis_fp16.jobs.scale_memory import record_scale
 from genesis_fp16_agents.rlhf_ppo import plugin
 from genesis_fp16_infrastructure.contract.agent_state import read_agent_state
 from genesis_fp16_infrastructure.contract.plugin_api import TrainResult
+from genesis_fp16_infrastructure.contract.reports import Demotion
 from genesis_fp16_infrastructure.training.run.verify_capture import Verdict, write_verdict
 
 AGENT = "rlhf_ppo"
@@ -77,7 +78,7 @@ def test_a_demotion_or_another_precision_forgets_it(tmp_path: Path) -> None:
     record_scale(settings, AGENT, replace(_result(), steps=0, loss_scale=1.0))
     assert carried_scale(settings, AGENT, "fp16") == 2048.0
     assert carried_scale(settings, AGENT, "auto") is None  # another request
-    demotion = {"from": "fp16", "to": "bf16", "reason": "overflow_rate"}
+    demotion = Demotion("fp16", "bf16", "overflow_rate", 10, 5)
     record_scale(settings, AGENT, _result(demotions=(demotion,)))
     assert carried_scale(settings, AGENT, "fp16") is None
     record_scale(settings, AGENT, _result())

@@ -202,7 +202,7 @@ def test_a_runs_child_reads_no_state_file_and_hashes_nothing(
     env = {**os.environ, "PYTHONPATH": str(hooks), "STATE_READS_OUT": str(out)}
     result = train_in_child(plan.request, timeout=300, env=env)
     assert result.outcome == "success" and result.gate is not None
-    promoted = result.gate["outcome"] == "promoted"
+    promoted = result.gate.outcome == "promoted"
     counts = json.loads(out.read_text())
     assert counts.get("served.json", 0) == int(promoted), counts  # promoted: under the lock
     assert counts.get("data_manifest.json", 0) == 0, counts

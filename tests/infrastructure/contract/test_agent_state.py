@@ -13,6 +13,7 @@ import torch
 
 from genesis_fp16_infrastructure.agent_folder.served_pointer import ServedPointer, write_pointer
 from genesis_fp16_infrastructure.contract.agent_state import AgentStateFiles, read_agent_state
+from genesis_fp16_infrastructure.contract.reports import Demotion
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.precision.carried_scale import (
@@ -59,11 +60,8 @@ def test_an_empty_folder_remembers_nothing_and_resumes_its_own_checkpoints(tmp_p
 def test_it_reads_what_the_memory_and_the_carried_scale_wrote(tmp_path: Path) -> None:
     """A remembered demotion and an fp16 run's scale come back as written; the scale only
     for a run asking what the carried run asked."""
-    demotion = {"from": "fp16", "to": "bf16", "reason": "overflow_rate", "step": 7}
-    write_precision_memory(
-        tmp_path / "precision_state.json",
-        remember_demotions(None, [{**demotion, "rollback_step": 5}]),
-    )
+    demotion = Demotion("fp16", "bf16", "overflow_rate", 7, 5)
+    write_precision_memory(tmp_path / "precision_state.json", remember_demotions(None, [demotion]))
     write_carried_scale(
         tmp_path / "loss_scale.json", carry_after_run("fp16", "fp16", 2048.0, False)
     )

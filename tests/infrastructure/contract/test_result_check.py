@@ -16,8 +16,10 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainRequestError,
     TrainResult,
 )
+from genesis_fp16_infrastructure.contract.reports import Demotion, GateReport
 from genesis_fp16_infrastructure.contract.result_check import TrainResultError, check_result
 
+DEMOTION = Demotion("fp16", "bf16", "overflow_rate", 40, 30, "12 of 20 steps overflowed")
 GOOD = TrainResult(
     agent="my_agent",
     precision_requested="auto",
@@ -38,6 +40,8 @@ GOOD = TrainResult(
     diagnostics={"kl": 0.01},
     components={"policy": "bf16", "fused": True},
     extra={"notes": ["a", 1, None, {"b": 2.5}]},
+    demotions=(DEMOTION,),
+    gate=GateReport("promoted", "no worse", precision="fp32"),
 )
 
 
@@ -55,8 +59,14 @@ def test_a_well_typed_result_passes_unchanged() -> None:
     [
         (
             {"precision_requested": PrecisionRequest("bf16")},
-            "my_agent's TrainResult.precision_requested: str expected, got PrecisionRequest; "
-            "report request.precision.requested (plugin API 2)",
+            "my_agent's TrainResult.precision_requested: Literal['auto', 'fp32', 'bf16', "
+            "'fp16'] expected, got PrecisionRequest; report request.precision.requested "
+            "(plugin API 2)",
+        ),
+        (
+            {"precision_used": "fp8"},
+            "my_agent's TrainResult.precision_used: one of 'fp32', 'bf16', 'fp16' expected, "
+            "got 'fp8'",
         ),
         (
             {"final_train_loss": torch.tensor(0.5)},
@@ -77,12 +87,20 @@ def test_a_well_typed_result_passes_unchanged() -> None:
             "my_agent's TrainResult.extra['weights']: Tensor is not JSON",
         ),
         (
-            {"demotions": ({"at": object()},)},
-            "my_agent's TrainResult.demotions[0]['at']: object is not JSON",
+            {"demotions": ({"from": "fp16", "to": "bf16"},)},
+            "my_agent's TrainResult.demotions[0]: Demotion expected, got dict",
+        ),
+        (
+            {"demotions": (dataclasses.replace(DEMOTION, detail=object()),)},
+            "my_agent's TrainResult.demotions[0]: Demotion.detail: str expected, got object",
+        ),
+        (
+            {"gate": {"outcome": "promoted", "reason": "better"}},
+            "my_agent's TrainResult.gate: GateReport expected, got dict",
         ),
     ],
-    ids=["api1_precision", "tensor_loss", "tensor_eval", "bool", "float_steps", "str_phase",
-         "tensor_extra", "object_demotion"],
+    ids=["api1_precision", "fp8", "tensor_loss", "tensor_eval", "bool", "float_steps",
+         "str_phase", "tensor_extra", "dict_demotion", "object_in_demotion", "dict_gate"],
 )  # fmt: skip
 def test_a_field_of_the_wrong_type_is_one_line_naming_it(change: dict[str, Any], line: str) -> None:
     """The first wrong field, at its innermost key, what it should hold and what it held;

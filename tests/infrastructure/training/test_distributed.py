@@ -280,7 +280,7 @@ def _job_guard(directory: str, precision: str, fsdp: bool) -> Any:
     trainer_state = seen["trainer"].state_dict()
     params = _params(trainer_state[keys.MODEL])
     return {
-        "demotions": [dict(d) for d in result.demotions],
+        "demotions": [d.to_json() for d in result.demotions],
         "used": result.precision.used,
         "step": result.summary.step,
         "params": params,

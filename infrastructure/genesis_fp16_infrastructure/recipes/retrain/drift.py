@@ -18,7 +18,7 @@ difference of two rates). Vertex AI and Evidently use fixed thresholds (0.1 by d
 a fixed one flags small batches for their noise alone.
 
 >>> report = drift_report(data.columns, served_fingerprint)  # doctest: +SKIP
->>> report["flagged"], report["label_shift"]  # doctest: +SKIP
+>>> report.flagged, report.label_shift  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import torch
 
+from genesis_fp16_infrastructure.contract.reports import DriftReport
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, held_in
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.recipes.retrain.gate import pool_numeric
@@ -58,8 +58,8 @@ def drift_report(
     served: DataFingerprint | None,
     seed: int = 0,
     numeric: torch.Tensor | None = None,
-) -> dict[str, Any] | None:
-    """The report for ``train --json`` (``extra.drift``) on a read's records
+) -> DriftReport | None:
+    """The run's ``drift`` report on a read's records
     (``ReadResult.columns``; its examples are never built), or None without a served
     model's fingerprint or with under ``MIN_NEW`` new records. ``numeric``:
     ``numeric_columns`` of the read's examples, when the caller has them."""
@@ -81,17 +81,17 @@ def drift_report(
     noise = _noise(binned, ref_cols, len(new_rows), seed)
     thresholds = {k: max(MIN_DISTANCE, 2 * noise.get(k, 0.0)) for k in distances}
     flagged = sorted(k for k, d in distances.items() if d > thresholds[k])
-    return {
-        "new_records": int(is_new.sum()),
-        "reference_records": len(is_new) - int(is_new.sum()),
-        "sampled": {"new": len(new_rows), "reference": len(ref_rows)},
-        "features": {k: round(v, 4) for k, v in distances.items()},
-        "thresholds": {k: round(v, 4) for k, v in thresholds.items()},
-        "flagged": flagged,
-        "label_shift": round(shift, 4),
-        "label_shift_threshold": round(shift_threshold, 4),
-        "label_shift_flagged": abs(shift) > shift_threshold,
-    }
+    return DriftReport(
+        new_records=int(is_new.sum()),
+        reference_records=len(is_new) - int(is_new.sum()),
+        sampled={"new": len(new_rows), "reference": len(ref_rows)},
+        features={k: round(v, 4) for k, v in distances.items()},
+        thresholds={k: round(v, 4) for k, v in thresholds.items()},
+        flagged=tuple(flagged),
+        label_shift=round(shift, 4),
+        label_shift_threshold=round(shift_threshold, 4),
+        label_shift_flagged=abs(shift) > shift_threshold,
+    )
 
 
 def _new_records(columns: PoolColumns, served: DataFingerprint) -> torch.Tensor:

@@ -37,6 +37,7 @@ from genesis_fp16_infrastructure.agent_folder.served_pointer import (
 )
 from genesis_fp16_infrastructure.contract.agent_snapshot import DataCheck
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
+from genesis_fp16_infrastructure.contract.reports import ReportError
 from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
 from genesis_fp16_infrastructure.data.readers import DataError
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
@@ -90,7 +91,8 @@ def save_record(
         "request": request_key(request),
         "checkpoint": {"path": str(checkpoint), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns},
         "manifest": manifest.to_json(),
-        "result": result.to_json(),
+        # The live watch's report is this run's: an up-to-date run never reports it again.
+        "result": {**result.to_json(), "extra": _without(result.extra, "live")},
     }
     _write(Path(request.checkpoint_dir), record)
 
@@ -134,7 +136,11 @@ def check_data(request: TrainRequest) -> DataCheck:
         len(manifest.files),
         report.hashed,
     )
-    verdict = _up_to_date_result(request, record["result"], seconds, report.hashed)
+    try:
+        verdict = _up_to_date_result(request, record["result"], seconds, report.hashed)
+    except ReportError as exc:  # kept by an older version, or damaged: read the pool
+        logger.warning("data manifest: its result is unreadable (%s); the run reads the pool", exc)
+        return DataCheck(manifest)
     return DataCheck(manifest, verdict.to_json())
 
 
@@ -169,22 +175,22 @@ def _up_to_date_result(
     request: TrainRequest, stored: Mapping[str, Any], seconds: float, hashed: int
 ) -> TrainResult:
     served = TrainResult.from_json(stored)
-    data = dict(served.extra.get("data") or {})
-    records = data.get("records")
-    data.update(
-        change="unchanged",
-        previous_records=records,
-        new=0,
-        removed=0,
-        relabelled=0,
-        checked_by="manifest",
-        files_hashed=hashed,
-    )
-    extra = {**served.extra, "data": data, "phases": {"check": round(seconds, 6)}}
-    # The trained run's measurements, not this one's: its calibration, its peak memory by
-    # phase, its record cache's counts.
-    for measured in ("precision_calibration", "peak_rss_mib", "record_cache"):
-        extra.pop(measured, None)
+    data = served.data
+    if data is not None:
+        data = dataclasses.replace(
+            data,
+            change="unchanged",
+            previous_records=data.records,
+            new=0,
+            removed=0,
+            relabelled=0,
+            checked_by="manifest",
+            files_hashed=hashed,
+        )
+    # The trained run's measurements, not this one's: its peak memory by phase, its
+    # record cache's counts (and its calibration, below); and the copies of the typed
+    # fields a record kept before issue 53.
+    extra = _without(served.extra, "peak_rss_mib", "record_cache", *_COPIES)
     return dataclasses.replace(
         served,
         precision_requested=request.precision.requested,
@@ -197,9 +203,16 @@ def _up_to_date_result(
         up_to_date=True,
         extra=extra,
         data=data,
-        phases=extra["phases"],
+        phases={"check": round(seconds, 6)},
         precision_calibration=None,
     )
+
+
+_COPIES = ("data", "phases", "gate", "drift", "early_stop", "precision_calibration")
+
+
+def _without(extra: Mapping[str, Any], *names: str) -> dict[str, Any]:
+    return {k: v for k, v in extra.items() if k not in names}
 
 
 def _served_checkpoint_unchanged(request: TrainRequest, recorded: Any) -> bool:

@@ -38,12 +38,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
+from genesis_fp16_infrastructure.contract.reports import GateComparison, GateReport, GateScores
 from genesis_fp16_infrastructure.data.fingerprint import (
     DataFingerprint,
     example_id_hashes,
@@ -83,78 +84,27 @@ Z_ONE_SIDED = 1.645  # 95% one-sided: the upper bound of how much worse
 
 
 @dataclass(frozen=True)
-class Scores:
-    """One model's scores on one set: AUC (with its s.e.), mean log-loss, records."""
-
-    auc: float
-    auc_se: float
-    log_loss: float
-    records: int
-
-    def to_json(self) -> dict[str, float]:
-        return {
-            "auc": round(self.auc, 6),
-            "auc_se": round(self.auc_se, 6),
-            "log_loss": round(self.log_loss, 6),
-            "records": self.records,
-        }
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Candidate against served on one set of records, with the tolerances and verdict."""
-
-    name: str  # "held_out", "newest", "best_earlier" or "golden"
-    candidate: Scores | None
-    served: Scores | None
-    delta_auc: float = math.nan  # the margin (tolerance) the candidate was held to
-    delta_log_loss: float = math.nan
-    passed: bool | None = None  # None: this set cannot decide
-    reason: str = ""
-    # 95% upper bounds of how much worse the candidate is: served − candidate AUC, and
-    # candidate − served mean log-loss (paired); passed when each is within its margin.
-    auc_worse_upper: float = math.nan
-    log_loss_worse_upper: float = math.nan
-    reference: str | None = None  # the model compared with, when not the served one
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "set": self.name,
-            "candidate": self.candidate.to_json() if self.candidate else None,
-            "served": self.served.to_json() if self.served else None,
-            "delta_auc": _round(self.delta_auc),
-            "delta_log_loss": _round(self.delta_log_loss),
-            "auc_worse_upper": _round(self.auc_worse_upper),
-            "log_loss_worse_upper": _round(self.log_loss_worse_upper),
-            "reference": self.reference,
-            "passed": self.passed,
-            "reason": self.reason,
-        }
-
-
-@dataclass(frozen=True)
 class Verdict:
     """The gate's decision: ``promote`` only when ``decided``; ``reason`` in one line."""
 
     decided: bool
     promote: bool
     reason: str
-    comparisons: Sequence[Comparison] = field(default_factory=tuple)
+    comparisons: Sequence[GateComparison] = field(default_factory=tuple)
     seconds: float = 0.0
 
     @property
-    def outcome(self) -> str:
+    def outcome(self) -> Literal["promoted", "rejected", "undecided"]:
         if not self.decided:
             return "undecided"
         return "promoted" if self.promote else "rejected"
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "outcome": self.outcome,
-            "reason": self.reason,
-            "comparisons": [c.to_json() for c in self.comparisons],
-            "seconds": round(self.seconds, 4),
-        }
+    def report(self, **fields: Any) -> GateReport:
+        """The verdict as the run reports it, with ``fields`` (the precision, the model
+        held against, the checkpoint) and the first set's scores of each model."""
+        report = GateReport(self.outcome, self.reason, tuple(self.comparisons), self.seconds)
+        candidate, served = report.first_scores("candidate"), report.first_scores("served")
+        return replace(report, candidate=candidate, served=served, **fields)
 
 
 @dataclass(frozen=True, eq=False)
@@ -261,7 +211,7 @@ class ScoredModel:
         return torch.sigmoid(logit.float())
 
 
-def score(p: torch.Tensor, labels: torch.Tensor) -> tuple[Scores, torch.Tensor]:
+def score(p: torch.Tensor, labels: torch.Tensor) -> tuple[GateScores, torch.Tensor]:
     """Scores of probabilities ``p`` against 0/1 ``labels``, and the per-record log-loss."""
     value, low, high = auc_with_interval(p, labels)
     eps = 1e-7
@@ -269,7 +219,7 @@ def score(p: torch.Tensor, labels: torch.Tensor) -> tuple[Scores, torch.Tensor]:
     y = labels.double()
     losses = -(y * p.log() + (1 - y) * (1 - p).log())
     se = (high - low) / (2 * 1.96) if not math.isnan(value) else math.nan
-    return Scores(value, se, float(losses.mean()), len(y)), losses
+    return GateScores(value, se, float(losses.mean()), len(y)), losses
 
 
 def compare_on(
@@ -279,7 +229,7 @@ def compare_on(
     served: ScoredModel,
     out_of_fold: bool,
     reference: str | None = None,
-) -> Comparison:
+) -> GateComparison:
     """Both models on ``records``, and whether the candidate is shown no worse than
     ``served`` (or the earlier model ``reference`` names) by more than the margins."""
     labels = records.labels
@@ -287,7 +237,7 @@ def compare_on(
     positives = int(labels.sum()) if n else 0
     if n < MIN_RECORDS:
         reason = f"{n} record(s): a comparison needs at least {MIN_RECORDS}"
-        return Comparison(name, None, None, passed=None, reason=reason, reference=reference)
+        return GateComparison(name, None, None, passed=None, reason=reason, reference=reference)
     # Under MIN_CLASS of a class the AUC is mostly luck: log-loss alone decides, said so.
     with_auc = min(positives, n - positives) >= MIN_CLASS
     cand_p = candidate.success_probability(records, out_of_fold)
@@ -328,7 +278,7 @@ def compare_on(
         f"{auc_text}, log-loss {cand.log_loss:.4f} vs {serv.log_loss:.4f}, shown no worse "
         f"than {than} beyond the margins ({n} records)"
     )
-    return Comparison(
+    return GateComparison(
         name,
         cand,
         serv,
@@ -382,7 +332,9 @@ def comparison_mask(
     return candidate.held_out_for(hashes) & served.held_out_for(hashes)
 
 
-def decide(comparisons: Sequence[Comparison], clock: Callable[[], float] | None = None) -> Verdict:
+def decide(
+    comparisons: Sequence[GateComparison], clock: Callable[[], float] | None = None
+) -> Verdict:
     """Promote when every set that can decide passes and at least one can."""
     seconds = clock() if clock is not None else 0.0
     deciding = [c for c in comparisons if c.passed is not None]
@@ -395,7 +347,3 @@ def decide(comparisons: Sequence[Comparison], clock: Callable[[], float] | None 
         return Verdict(True, False, f"worse than the served model: {reason}", comparisons, seconds)
     reason = "; ".join(f"{c.name}: {c.reason}" for c in deciding)
     return Verdict(True, True, f"no worse than the served model: {reason}", comparisons, seconds)
-
-
-def _round(value: float) -> float | None:
-    return None if math.isnan(value) else round(value, 6)

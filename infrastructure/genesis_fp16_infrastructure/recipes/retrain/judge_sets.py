@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from genesis_fp16_infrastructure.contract.reports import GateComparison
 from genesis_fp16_infrastructure.data.fingerprint import held_in
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.recipes.retrain import gate
@@ -147,7 +148,7 @@ def further_comparisons(
     served_model: gate.ScoredModel,
     numeric: torch.Tensor | None,
     history: Sequence[Mapping[str, Any]] = (),
-) -> list[gate.Comparison]:
+) -> list[GateComparison]:
     """The ``newest`` comparison, and ``best_earlier`` when an earlier model beats the
     served one; ``chosen``: the held-out comparison set's records; ``history``: the
     models served before it, newest first (the pointer's, as the run's plan read it)."""

@@ -25,6 +25,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import shutil
 import time
 from collections.abc import Mapping
@@ -36,11 +37,8 @@ import numpy as np
 import torch
 
 from genesis_fp16_infrastructure.agent_folder.served_pointer import candidates_dir
-from genesis_fp16_infrastructure.contract.plugin_api import (
-    TrainRequest,
-    TrainRequestError,
-    TrainResult,
-)
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainRequestError
+from genesis_fp16_infrastructure.contract.reports import GateReport, ScoresOn
 from genesis_fp16_infrastructure.data.fingerprint import DataChange, DataFingerprint, compare
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.readers import DataError, ReadResult
@@ -69,6 +67,7 @@ from genesis_fp16_infrastructure.training.checkpoint import (
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded, read_checkpoint
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
+from genesis_fp16_infrastructure.training.run.options import FitResult
 from genesis_fp16_infrastructure.world_model.predict import (
     read_world_model_state,
 )
@@ -210,78 +209,74 @@ def plan_candidate(
 def judge(
     root: Path,
     candidate: Path,
-    result: TrainResult,
+    trained: FitResult,
+    checkpoint: Path | None,
     served: Served | None,
     data: ReadResult,
     request: TrainRequest,
     options: TaskOptions,
     numeric: torch.Tensor | None = None,
     served_scored: Mapping[str, Any] | None = None,
-) -> TrainResult:
+) -> GateReport:
     """Gate the finished candidate; promote it, or reject it (the served model stays),
-    or raise TrainRequestError when the gate cannot decide. Returns the run's result
-    with ``gate`` (also in ``extra``). ``numeric``: ``numeric_columns`` of the read's
-    examples (``data.columns.labelled``), if known."""
-    checkpoint = result.checkpoint
-    if checkpoint is None:
+    or raise TrainRequestError when the gate cannot decide. Returns the gate's report
+    (the run's ``gate``). ``trained``: the candidate's run (the split run's, scored);
+    ``checkpoint``: the file served if promoted (a final_fit=whole refit's, else the
+    run's). ``numeric``: ``numeric_columns`` of the read's examples
+    (``data.columns.labelled``), if known."""
+    if checkpoint is None or trained.checkpoint is None:
         raise TrainRequestError(f"candidate {candidate.name} wrote no checkpoint: nothing to judge")
-    judged = Path(str(result.extra.get("final_fit", {}).get("split_checkpoint") or checkpoint))
-    precision = result.precision_used
+    judged = trained.checkpoint
     if served is None:
         verdict = gate.Verdict(True, True, "the first model: nothing served to beat")
     else:
         verdict = _compare(root, judged, served, data, request, options, numeric, served_scored)
-    record = {
-        **verdict.to_json(),
-        "precision": precision,
-        "candidate": _first_scores(verdict, "candidate"),
-        "served": _first_scores(verdict, "served"),
-        "served_id": served.entry.get("id") if served is not None else None,
-        "checkpoint": Path(checkpoint).name,  # the file served if promoted (a repair's)
-    }
-    if served is None and record["candidate"] is None:  # the first model: its run's figures
-        figures = {"auc": result.eval.get("auc"), "log_loss": result.eval.get("success_bce")}
-        record["candidate"] = {"set": "its run's evaluation", **figures}
+    report = verdict.report(
+        precision=trained.precision.used,
+        served_id=served.entry.get("id") if served is not None else None,
+        checkpoint=Path(checkpoint).name,  # the file served if promoted (a repair's)
+    )
+    if served is None and report.candidate is None:  # the first model: its run's figures
+        auc, log_loss = trained.eval.get("auc", math.nan), trained.eval.get("success_bce")
+        first = ScoresOn("its run's evaluation", auc, math.nan if log_loss is None else log_loss)
+        report = dataclasses.replace(report, candidate=first)
     if verdict.promote and served is not None and served.pinned is not None:
         # The operator pinned the served model: the gate's figures are reported, and the
         # choice stays the operator's (`genesis-fp16 model promote AGENT ID`).
-        record.update(outcome="held", reason=f"pinned: {verdict.reason}")
-    write_verdict(candidate, record)
-    verdict_record = {**record, "candidate_id": candidate.name}
-    extra = {**result.extra, "gate": verdict_record}
-    result = dataclasses.replace(result, extra=extra, gate=verdict_record)
+        report = dataclasses.replace(report, outcome="held", reason=f"pinned: {verdict.reason}")
+    write_verdict(candidate, report.to_json())
+    report = dataclasses.replace(report, candidate_id=candidate.name)
     if not verdict.decided:
         logger.error("%s: candidate %s: %s", request.agent, candidate.name, verdict.reason)
         raise TrainRequestError(
             f"promotion gate: {verdict.reason}; the served model stays, candidate kept in "
             f"{candidate}"
         )
-    if record["outcome"] == "held":
+    if report.outcome == "held":
         logger.warning(
             "%s: candidate %s held, not served: the served model is pinned (%s)",
             request.agent,
             candidate.name,
             verdict.reason,
         )
-        return result
+        return report
     if not verdict.promote:
         logger.warning(
             "%s: candidate %s rejected: %s", request.agent, candidate.name, verdict.reason
         )
-        return dataclasses.replace(result, rejected=True)
+        return report
     entry = candidate_entry(root, candidate, checkpoint)
     entry["judged"] = str(judged.resolve().relative_to(Path(root).resolve()))
     if not serve_unless_pinned(root, entry, "gate" if served is not None else "first"):
         # Pinned by an operator while the candidate trained: held, as above.
-        held = {**record, "outcome": "held", "reason": f"pinned: {verdict.reason}"}
-        write_verdict(candidate, held)
-        logger.warning("%s: candidate %s held: pinned meanwhile", request.agent, candidate.name)
-        held_record = {**held, "candidate_id": candidate.name}
-        return dataclasses.replace(
-            result, extra={**result.extra, "gate": held_record}, gate=held_record
+        held = dataclasses.replace(
+            report, outcome="held", reason=f"pinned: {verdict.reason}", candidate_id=None
         )
+        write_verdict(candidate, held.to_json())
+        logger.warning("%s: candidate %s held: pinned meanwhile", request.agent, candidate.name)
+        return dataclasses.replace(held, candidate_id=candidate.name)
     logger.info("%s: candidate %s promoted: %s", request.agent, candidate.name, verdict.reason)
-    return result
+    return report
 
 
 def _compare(
@@ -337,14 +332,6 @@ def _read_golden(path: Path, options: TaskOptions, data: ReadResult) -> tuple[li
             len(golden.examples) - len(kept),
         )
     return kept, golden.pool
-
-
-def _first_scores(verdict: gate.Verdict, side: str) -> dict[str, Any] | None:
-    for comparison in verdict.comparisons:
-        scores = getattr(comparison, side)
-        if scores is not None:
-            return {"set": comparison.name, **scores.to_json()}
-    return None
 
 
 def _shared_name(seen: DataFingerprint, key: Any, served: Served | None) -> str | None:

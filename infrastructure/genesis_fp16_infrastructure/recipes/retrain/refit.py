@@ -36,8 +36,8 @@ def train_refit(
     step count, other data) is first moved into ``superseded/<UTC time>/`` under the
     folder, since it would otherwise be the newest: kept, but no longer served.
     """
-    early = split.early_stop or {}
-    steps = int(early.get("best_step") or split.summary.step)
+    best = split.early_stop.best_step if split.early_stop is not None else None
+    steps = int(best or split.summary.step)
     whole = task.on_whole_pool(data, request.device)
     folder = Path(request.checkpoint_dir)
     done = _refit_done(folder, whole, steps) if request.resume else None

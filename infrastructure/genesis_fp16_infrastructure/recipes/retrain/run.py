@@ -2,8 +2,8 @@
 report drift, gate it against the served model, and record what was trained on.
 
 An agent plugin hands its ``TrainRequest`` here in one call (:func:`train`) and gets the
-run's ``TrainResult``; the loop calls nothing of the agent back. :func:`probe_setup` gives
-the precision probe the same world model, loss and batches."""
+run's ``TrainResult``; the loop calls nothing of the agent back. :func:`probe_setup`
+(``probe.py``) gives the precision probe the same world model, loss and batches."""
 
 from __future__ import annotations
 
@@ -19,20 +19,24 @@ from typing import Any
 
 import torch
 
-from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG
+from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG, VERDICT
 from genesis_fp16_infrastructure.contract.plugin_api import (
-    ProbeSetup,
     TrainRequest,
     TrainRequestError,
     TrainResult,
+)
+from genesis_fp16_infrastructure.contract.reports import (
+    DataReport,
+    DriftReport,
+    GateReport,
+    ReportError,
 )
 from genesis_fp16_infrastructure.data.fingerprint import (
     DataChange,
     DataFingerprint,
     fingerprint_of,
 )
-from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
-from genesis_fp16_infrastructure.data.synthetic import write_pool
+from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.gc_pause import paused_gc
 from genesis_fp16_infrastructure.phases import PhaseClock
 from genesis_fp16_infrastructure.recipes.retrain.drift import drift_report
@@ -44,6 +48,7 @@ from genesis_fp16_infrastructure.recipes.retrain.freshness import (
 )
 from genesis_fp16_infrastructure.recipes.retrain.gate import pool_numeric
 from genesis_fp16_infrastructure.recipes.retrain.live_watch import watch
+from genesis_fp16_infrastructure.recipes.retrain.probe import probe_setup
 from genesis_fp16_infrastructure.recipes.retrain.promotion import (
     SPLIT_FOLDER,
     Plan,
@@ -53,7 +58,6 @@ from genesis_fp16_infrastructure.recipes.retrain.promotion import (
 from genesis_fp16_infrastructure.recipes.retrain.refit import refit_record, train_refit
 from genesis_fp16_infrastructure.recipes.retrain.served_model import served_model
 from genesis_fp16_infrastructure.recipes.retrain.task import (
-    Batch,
     TaskOptions,
     WorldModelTask,
     read_pool,
@@ -62,16 +66,8 @@ from genesis_fp16_infrastructure.training import CheckpointManager, fit
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded, file_signature
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
-from genesis_fp16_infrastructure.world_model.model import (
-    HEAD_MODULES,
-    TRUNK_MODULES,
-    WorldModel,
-)
 
 logger = logging.getLogger(__name__)
-
-_PROBE_BATCHES = 9
-_PROBE_SAMPLE_COUNT = 3000
 
 __all__ = ["check_data", "probe_setup", "train"]
 
@@ -98,7 +94,7 @@ def _train(request: TrainRequest) -> TrainResult:
         raise TrainRequestError(
             f"{request.agent} needs a data path: generate one with generate_sample_data"
         )
-    clock = PhaseClock()  # issue 36: where the run's time goes (extra.phases)
+    clock = PhaseClock()  # issue 36: where the run's time goes (the result's phases)
     options = TaskOptions.from_mapping(request.options)
     whole = options.final_fit == "whole"
     if whole and rank_and_world()[1] > 1:
@@ -144,7 +140,7 @@ def _train(request: TrainRequest) -> TrainResult:
     with clock.phase("check"):
         plan = plan_candidate(root, request, seen, served, not forced, whole)
     if plan.up_to_date is not None:
-        return _with_live(_up_to_date(request, data, seen, options, plan, clock, manifest), live)
+        return _up_to_date(request, data, seen, options, plan, clock, manifest, live)
     if manifest is not None:  # a run under way: no manifest answers "unchanged" meanwhile
         forget_record(root)
     candidate = plan.folder
@@ -176,17 +172,14 @@ def _train(request: TrainRequest) -> TrainResult:
     clock.move("train", "eval", task.eval_seconds)
     with clock.phase("check"):
         plan = plan.compared_to_served(seen)  # a resumed cut-short candidate reads it now
-    summary = result.summary
     extra: dict[str, Any] = {
-        "total_steps": summary.step,
+        "total_steps": result.summary.step,
         "examples": data.labelled,
         "duplicates": data.duplicates,
         "unlabelled": data.unlabelled,
-        "data": _data_record(seen, plan.change),
         "precision_warning": result.precision.warning,
         "resumed_from": str(result.resumed_from) if result.resumed_from else None,
         "split": _split_record(task),
-        "early_stop": dict(result.early_stop) if result.early_stop is not None else None,
         "candidate": candidate.name,
     }
     refit = None
@@ -200,7 +193,6 @@ def _train(request: TrainRequest) -> TrainResult:
     peak = None
     if torch.cuda.is_available() and request.device.startswith("cuda"):
         peak = torch.cuda.max_memory_allocated(request.device)
-        extra["device_memory_peak_bytes"] = peak
     if cache is not None:
         extra["record_cache"] = {
             "files_cached": cache.hits,
@@ -208,40 +200,53 @@ def _train(request: TrainRequest) -> TrainResult:
             "files_continued": cache.continued,  # appended .jsonl: new lines only
             "write_failures": cache.write_failures,
         }
-    out = TrainResult.from_fit(request, result, quarantined=data.quarantined, extra=extra)
-    # What the daemon exports, typed; extra keeps them too for train --json's readers.
-    out = dataclasses.replace(out, data=extra["data"], device_memory_peak_bytes=peak)
-    out = out if refit is None else dataclasses.replace(out, checkpoint=refit.checkpoint)
-    stopped = out.stopped_early or (refit is not None and refit.stopped_early)
-    if stopped:  # cut short: kept unjudged; the next run resumes it
-        extra["phases"] = clock.to_json()
-        extra["peak_rss_mib"] = clock.peaks()
-        out = dataclasses.replace(
-            out, wall_seconds=clock.elapsed(), extra=extra, phases=extra["phases"]
-        )
-        return _with_live(out, live)
-    numeric = task.take_numeric_rows()  # the task's, for the drift report and the gate
-    if plan.change is not None and not plan.change.unchanged:
-        with clock.phase("drift"):
-            if numeric is None:
-                numeric = pool_numeric(data.columns, data.columns.labelled)
-            drift = drift_report(data.columns, plan.served_seen, request.seed, numeric)
-        if drift is not None:
-            out = dataclasses.replace(out, extra={**out.extra, "drift": drift}, drift=drift)
-            _log_drift(drift, request.agent)
-    with clock.phase("gate"):
-        out = judge(
-            root, candidate, out, served, data, request, options, numeric, plan.served_scored
-        )
-    # Served now: the candidate, when the gate promoted it; else the model served before.
-    promoted = out.gate is not None and out.gate.get("outcome") == "promoted"
-    served_now = out.checkpoint if promoted else served.checkpoint if served else None
-    extra = {**out.extra, "phases": clock.to_json(), "peak_rss_mib": clock.peaks()}
-    out = dataclasses.replace(
-        out, wall_seconds=clock.elapsed(), extra=extra, phases=extra["phases"]
+    checkpoint = result.checkpoint if refit is None else refit.checkpoint
+    drift = gate = served_now = None
+    # A run cut short is kept unjudged: the next run resumes it.
+    stopped = result.stopped_early or (refit is not None and refit.stopped_early)
+    if not stopped:
+        numeric = task.take_numeric_rows()  # the task's, for the drift report and the gate
+        if plan.change is not None and not plan.change.unchanged:
+            with clock.phase("drift"):
+                if numeric is None:
+                    numeric = pool_numeric(data.columns, data.columns.labelled)
+                drift = drift_report(data.columns, plan.served_seen, request.seed, numeric)
+            if drift is not None:
+                _log_drift(drift, request.agent)
+        with clock.phase("gate"):
+            gate = judge(
+                root,
+                candidate,
+                result,
+                checkpoint,
+                served,
+                data,
+                request,
+                options,
+                numeric,
+                plan.served_scored,
+            )
+        # Served now: the candidate, when the gate promoted it; else the model served before.
+        promoted = gate is not None and gate.outcome == "promoted"
+        served_now = checkpoint if promoted else served.checkpoint if served else None
+    extra["peak_rss_mib"] = clock.peaks()
+    out = TrainResult.from_fit(
+        request,
+        result,
+        quarantined=data.quarantined,
+        extra=_with_live(extra, live),
+        data=_data_record(seen, plan.change),
+        device_memory_peak_bytes=peak,
+        checkpoint=checkpoint,
+        drift=drift,
+        gate=gate,
+        rejected=gate is not None and gate.outcome == "rejected",
+        phases=clock.to_json(),
+        wall_seconds=clock.elapsed(),
     )
-    save_record(request, manifest, out, served_now)  # issue 36
-    return _with_live(out, live)
+    if not stopped:
+        save_record(request, manifest, out, served_now)  # issue 36
+    return out
 
 
 def _up_to_date(
@@ -252,6 +257,7 @@ def _up_to_date(
     plan: Plan,
     clock: PhaseClock,
     manifest: Any,
+    live: Mapping[str, Any] | None,
 ) -> TrainResult:
     """Nothing new for the served model, or this data's candidate was already judged:
     the served model's eval, no step taken."""
@@ -290,25 +296,36 @@ def _up_to_date(
         "examples": data.labelled,
         "duplicates": data.duplicates,
         "unlabelled": data.unlabelled,
-        "data": _data_record(seen, plan.change),
         "split": _split_record(task),
         "up_to_date_against": plan.up_to_date,
-        **({"gate": plan.verdict} if plan.verdict else {}),
-        "phases": clock.to_json(),
         "peak_rss_mib": clock.peaks(),
     }
-    out = TrainResult.from_fit(request, result, quarantined=data.quarantined, extra=extra)
-    out = dataclasses.replace(
-        out,
+    out = TrainResult.from_fit(
+        request,
+        result,
+        quarantined=data.quarantined,
+        extra=_with_live(extra, live),
         up_to_date=True,
         wall_seconds=clock.elapsed(),
         checkpoint=plan.served_checkpoint,
-        data=extra["data"],
-        phases=extra["phases"],
-        gate=plan.verdict or None,
+        data=_data_record(seen, plan.change),
+        phases=clock.to_json(),
+        gate=_stored_verdict(plan.verdict, request.agent),
     )
     save_record(request, manifest, out, plan.served_checkpoint)
     return out
+
+
+def _stored_verdict(verdict: Mapping[str, Any] | None, agent: str) -> GateReport | None:
+    """The judged candidate's verdict file as the up-to-date run's ``gate``; one this
+    version cannot read is logged and left out (the run's outcome does not depend on it)."""
+    if not verdict:
+        return None
+    try:
+        return GateReport.from_json(verdict, VERDICT.name)
+    except ReportError as exc:
+        logger.warning("%s: the judged candidate's verdict is unreadable: %s", agent, exc)
+        return None
 
 
 @contextlib.contextmanager
@@ -328,64 +345,37 @@ def _only(loaded: Loaded | None, root: Path) -> Iterator[tuple[Path, Loaded | No
         yield Path(tmp), Loaded(loaded.state, link, file_signature(link))
 
 
-def probe_setup(data_path: Path | None, seed: int, agent: str) -> ProbeSetup:
-    """The world model, its loss and a few real batches, for the precision probe.
-
-    It probes one network (never a cross-validated ensemble: its members are the
-    same network, and its FP32 islands are named by the single model's modules)."""
-    options = TaskOptions(cross_validation=False)
-    if data_path is None:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = write_pool(Path(tmp), _PROBE_SAMPLE_COUNT, seed, agent=agent)
-            data = read_trajectories(path)
-    else:
-        data = read_trajectories(Path(data_path))
-    task = WorldModelTask(data, options, seed, agent=agent)
-    batches = [b for b, _ in task.train_batches(0, seed)][:_PROBE_BATCHES]
-    config = task.config
-
-    def build_model() -> torch.nn.Module:
-        torch.manual_seed(seed)
-        return WorldModel(config)
-
-    return ProbeSetup(
-        build_model=build_model,
-        loss=task.loss,
-        batches=batches,
-        split_batch=_split_batch,
-        components={"heads": list(HEAD_MODULES), "trunk": list(TRUNK_MODULES)},
-        learning_rate=options.learning_rate,
-    )
-
-
-def _with_live(out: TrainResult, live: Mapping[str, Any] | None) -> TrainResult:
+def _with_live(extra: dict[str, Any], live: Mapping[str, Any] | None) -> dict[str, Any]:
     """``extra.live``: the live watch's report of this run (live_watch), when it scored."""
-    if live is None:
-        return out
-    return dataclasses.replace(out, extra={**out.extra, "live": dict(live)})
+    return extra if live is None else {**extra, "live": dict(live)}
 
 
-def _log_drift(drift: Mapping[str, Any], agent: str) -> None:
+def _log_drift(drift: DriftReport, agent: str) -> None:
     """One line for a flagged report: what moved, and by how much."""
-    if drift["flagged"] or drift["label_shift_flagged"]:
+    if drift.any_flagged:
         logger.warning(
             "%s: %d new record(s) drifted: %s; success rate shift %+.3f (threshold %.3f)",
             agent,
-            drift["new_records"],
-            ", ".join(f"{k} {drift['features'][k]:.3f}" for k in drift["flagged"]) or "none",
-            drift["label_shift"],
-            drift["label_shift_threshold"],
+            drift.new_records,
+            ", ".join(f"{k} {drift.features[k]:.3f}" for k in drift.flagged) or "none",
+            drift.label_shift,
+            drift.label_shift_threshold,
         )
 
 
-def _data_record(seen: DataFingerprint, change: DataChange | None) -> dict[str, Any]:
-    """``extra.data`` of ``train --json``: the records trained on and what changed."""
-    return {
-        "records": seen.records,
-        "fingerprint": seen.digest,
-        "change": "first" if change is None else "unchanged" if change.unchanged else "changed",
-        **({} if change is None else change.to_json()),
-    }
+def _data_record(seen: DataFingerprint, change: DataChange | None) -> DataReport:
+    """The run's ``data``: the records trained on and what changed."""
+    if change is None:
+        return DataReport(seen.records, seen.digest, "first")
+    return DataReport(
+        seen.records,
+        seen.digest,
+        "unchanged" if change.unchanged else "changed",
+        previous_records=change.previous,
+        new=change.added,
+        removed=change.removed,
+        relabelled=change.relabelled,
+    )
 
 
 def _split_record(task: WorldModelTask) -> dict[str, Any]:
@@ -403,12 +393,6 @@ def _split_record(task: WorldModelTask) -> dict[str, Any]:
         "validation": len(task.validation_data),
         "held_out": len(task.eval_data),
     }
-
-
-def _split_batch(batch: Batch) -> tuple[Batch, Batch]:
-    half = len(batch) // 2
-    index = torch.arange(len(batch))
-    return batch.take(index[:half]), batch.take(index[half:])
 
 
 def _quarantine_path(request: TrainRequest) -> Path | None:

@@ -38,10 +38,14 @@ from genesis_fp16_infrastructure.training.flight.bundle import BundleError, rebu
 from genesis_fp16_infrastructure.training.flight.recorder import run_recorded_step
 from genesis_fp16_infrastructure.training.flight.replay_probe import NumericsProbe
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    PRECISIONS,
+    PrecisionName,
+    precision_name,
+)
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
 from genesis_fp16_infrastructure.training.step.trainer_config import TrainerConfig
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 _CONFIG_FIELDS = ("max_grad_norm", "grad_accum_steps", "overflow_window", "log_interval")
 
 
@@ -64,14 +68,14 @@ class ReplayTarget:
 def replay(
     bundle: Mapping[str, Any],
     target: ReplayTarget,
-    precision: str | None = None,
+    precision: PrecisionName | None = None,
     device: str | None = None,
 ) -> dict[str, Any]:
     """The replay report (module docstring); ``precision``/``device``: the bundle's."""
     used_device = device or str(bundle["device"])
     if used_device.startswith("cuda") and not torch.cuda.is_available():
         raise BundleError(f"--device {used_device}: no CUDA device here (try --device cpu)")
-    used = precision or str(bundle["precision"])
+    used = precision or precision_name(bundle["precision"], "the bundle's precision")
     batches = [rebuilt_batch(b) for b in bundle["batches"]]
     samples = int(bundle.get("samples", 0)) or len(batches)
     recorded = bundle["recorded"]
@@ -119,7 +123,11 @@ def reproduces(recorded: Mapping[str, Any], outcome: Mapping[str, Any]) -> bool:
 
 
 def _outcome(
-    bundle: Mapping[str, Any], target: ReplayTarget, precision: str, device: str, batches: list[Any]
+    bundle: Mapping[str, Any],
+    target: ReplayTarget,
+    precision: PrecisionName,
+    device: str,
+    batches: list[Any],
 ) -> dict[str, Any] | str:
     try:
         trainer = _trainer(bundle, target, precision, device)
@@ -141,7 +149,7 @@ def _summary(outcome: Mapping[str, Any] | str) -> dict[str, Any]:
 
 
 def _trainer(
-    bundle: Mapping[str, Any], target: ReplayTarget, precision: str, device: str
+    bundle: Mapping[str, Any], target: ReplayTarget, precision: PrecisionName, device: str
 ) -> Trainer:
     """A fresh eager trainer in ``precision`` on ``device``, at the bundle's state."""
     policy = PrecisionPolicy.create(precision, device, announce=False)

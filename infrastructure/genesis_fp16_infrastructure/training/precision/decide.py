@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from genesis_fp16_infrastructure.agent_folder.records import Measured
+from genesis_fp16_infrastructure.contract.reports import Measured
 from genesis_fp16_infrastructure.training.precision import capabilities
 from genesis_fp16_infrastructure.training.precision.capabilities import (
     CPU_FP16_SLOWDOWN,
@@ -41,6 +41,8 @@ from genesis_fp16_infrastructure.training.precision.capabilities import (
 from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PRECISIONS,
+    PrecisionName,
+    RequestedName,
     less_robust,
 )
 from genesis_fp16_infrastructure.training.precision.precision_request import (
@@ -61,8 +63,8 @@ class ResolvedPrecision:
     nothing was measured, and the run's ``cuda_graph`` setting decides.
     """
 
-    requested: str
-    used: str
+    requested: RequestedName
+    used: PrecisionName
     device_type: str
     reason: str
     warning: str | None = None
@@ -116,14 +118,14 @@ def _joined(first: str, then: str | None) -> str:
     return f"{first}; {then}" if then else first
 
 
-def resolve_precision(requested: str, device: torch.device | str) -> ResolvedPrecision:
+def resolve_precision(requested: RequestedName, device: torch.device | str) -> ResolvedPrecision:
     """``decide`` for a bare name: ``resolve_precision("fp32", "cpu").used == 'fp32'``."""
     return decide(PrecisionRequest(requested), device)
 
 
 def next_precision(
-    current: str, config: GuardConfig, capabilities: DeviceCapabilities
-) -> str | None:
+    current: PrecisionName, config: GuardConfig, capabilities: DeviceCapabilities
+) -> PrecisionName | None:
     """The precision after ``current`` on the guard's ladder that the device runs, or
     None (``current`` is not on the ladder, or is its last rung). bf16 is passed over where
     it is emulated, unless ``config.bf16_needs_native`` is False.
@@ -143,12 +145,13 @@ def next_precision(
 
 def auto_candidates(
     caps: DeviceCapabilities, excluded: Mapping[str, str] | None = None
-) -> tuple[list[str], dict[str, str]]:
+) -> tuple[list[PrecisionName], dict[str, str]]:
     """The precisions a measured ``auto`` times on a device, and why each other one is not:
     fp32 always, bf16 and fp16 where native and not excluded (emulated 16-bit arithmetic
     is never faster, so it is not timed)."""
     native = {"fp32": True, "bf16": caps.native_bf16, "fp16": caps.native_fp16}
-    candidates, skipped = [], {}
+    candidates: list[PrecisionName] = []
+    skipped: dict[str, str] = {}
     for name in PRECISIONS:
         if excluded and name in excluded and name != "fp32":
             skipped[name] = excluded[name]
@@ -159,7 +162,7 @@ def auto_candidates(
     return candidates, skipped
 
 
-def choose(rows: Iterable[Measured], margin: float = MARGIN) -> tuple[str, str, str]:
+def choose(rows: Iterable[Measured], margin: float = MARGIN) -> tuple[PrecisionName, str, str]:
     """The most robust precision within ``margin`` of the fastest row, in its faster
     execution: (precision, execution, why). Rows are (precision, execution) timings."""
     rows = list(rows)
@@ -194,7 +197,7 @@ def fp32_baseline(rows: Iterable[Measured]) -> Measured | None:
 
 def planned_precision(
     request: PrecisionRequest, device: torch.device | str, timings: Sequence[Measured] = ()
-) -> str | None:
+) -> PrecisionName | None:
     """What a run of ``request`` will compute in, as far as it is known before it starts
     (the daemon's gauge): :func:`decide`'s answer, ``timings`` being a kept measurement;
     None for a measured ``auto`` with none. An explicit name is floored by name, without
@@ -224,6 +227,7 @@ def _measured(
 
 
 def _by_rule(request: PrecisionRequest, caps: DeviceCapabilities) -> ResolvedPrecision:
+    used: PrecisionName
     if caps.device_type == "cuda":
         used, why = "fp16", "CUDA device: fp16 autocast with dynamic loss scaling"
     elif caps.native_bf16:
@@ -237,7 +241,9 @@ def _by_rule(request: PrecisionRequest, caps: DeviceCapabilities) -> ResolvedPre
     return ResolvedPrecision("auto", used, caps.device_type, _joined(reason, request.note))
 
 
-def _explicit(requested: str, caps: DeviceCapabilities, basis: str | None) -> ResolvedPrecision:
+def _explicit(
+    requested: PrecisionName, caps: DeviceCapabilities, basis: str | None
+) -> ResolvedPrecision:
     reason = basis or f"{requested} requested explicitly on {caps.device_type} ({caps.source})"
     warning = None
     if requested == "bf16" and not caps.native_bf16:
@@ -256,7 +262,7 @@ def _explicit(requested: str, caps: DeviceCapabilities, basis: str | None) -> Re
     return ResolvedPrecision(requested, requested, caps.device_type, reason, warning)
 
 
-def runs_at_floor(requested: str, used: str, floor: str) -> bool:
+def runs_at_floor(requested: RequestedName, used: PrecisionName, floor: PrecisionName) -> bool:
     """Whether a pick of ``used`` (for ``requested``) runs at ``floor`` instead: it is less
     robust than the floor, or an ``auto`` that lands on it (the plugin may run ``auto``
     below it, as a plugin's all-fp16 preset; an explicit name at the floor may not).

@@ -17,6 +17,7 @@ from typing import Any
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     DEFAULT_LADDER,
     PRECISIONS,
+    PrecisionName,
 )
 
 # The fixed set of reasons a demotion can have (a bounded metric label).
@@ -90,7 +91,7 @@ class GuardConfig:
         GuardConfig(check_interval=10, overflow_rate_limit=None)  # unstable/NaN/divergence
     """
 
-    ladder: tuple[str, ...] = DEFAULT_LADDER
+    ladder: tuple[PrecisionName, ...] = DEFAULT_LADDER
     bf16_needs_native: bool = True
     check_interval: int = _bounded(25, ge=1)
     on_unstable: bool = True

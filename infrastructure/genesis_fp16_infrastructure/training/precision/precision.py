@@ -43,6 +43,8 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     DTYPE_NAMES,
     LOSS_SCALED,
     PRECISIONS,
+    PrecisionName,
+    RequestedName,
 )
 from genesis_fp16_infrastructure.training.precision.precision_request import as_request
 
@@ -69,7 +71,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-def dtype_of(precision: str) -> torch.dtype:
+def dtype_of(precision: PrecisionName) -> torch.dtype:
     """The torch dtype a precision name computes in: ``dtype_of("bf16") is torch.bfloat16``."""
     try:
         return getattr(torch, DTYPE_NAMES[precision])
@@ -116,7 +118,7 @@ class PrecisionPolicy:
     ``scaler`` always exists (for its scale and state); it is enabled only for fp16.
     """
 
-    name: str
+    name: PrecisionName
     resolved: ResolvedPrecision
     device: torch.device
     compute_dtype: torch.dtype
@@ -125,7 +127,7 @@ class PrecisionPolicy:
     @classmethod
     def create(
         cls,
-        requested: PrecisionRequest | str,
+        requested: PrecisionRequest | RequestedName,
         device: torch.device | str,
         scaler: ScalerConfig = ScalerConfig(),  # noqa: B008 (frozen, so sharing is safe)
         announce: bool = True,

@@ -15,12 +15,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import PRECISION_STATE
+from genesis_fp16_infrastructure.contract.reports import Demotion
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PRECISIONS,
+    PrecisionName,
     less_robust,
 )
 
@@ -38,8 +40,8 @@ class PrecisionMemory:
     counts runs since that finished without a demotion (for optional promotion).
     """
 
-    demoted_from: str
-    demoted_to: str
+    demoted_from: PrecisionName | Literal["unknown"]  # unknown: set after an unusable file
+    demoted_to: PrecisionName
     reason: str
     step: int
     rollback_step: int
@@ -58,7 +60,7 @@ class PrecisionMemory:
 
 
 def remember_demotions(
-    previous: PrecisionMemory | None, demotions: Sequence[Mapping[str, Any]], keep: int = 10
+    previous: PrecisionMemory | None, demotions: Sequence[Demotion], keep: int = 10
 ) -> PrecisionMemory | None:
     """The memory after a run: the last demotion becomes the floor; none counts a clean run."""
     if not demotions:
@@ -67,13 +69,14 @@ def remember_demotions(
         return replace(previous, clean_runs=previous.clean_runs + 1)
     last = demotions[-1]
     now = datetime.now(UTC).isoformat(timespec="seconds")
-    history = (*(previous.history if previous else ()), *({**d, "at": now} for d in demotions))
+    past = previous.history if previous else ()
+    history = (*past, *({**d.to_json(), "at": now} for d in demotions))
     return PrecisionMemory(
-        demoted_from=str(demotions[0]["from"]) if previous is None else previous.demoted_from,
-        demoted_to=str(last["to"]),
-        reason=str(last["reason"]),
-        step=int(last["step"]),
-        rollback_step=int(last["rollback_step"]),
+        demoted_from=demotions[0].from_ if previous is None else previous.demoted_from,
+        demoted_to=last.to,
+        reason=last.reason,
+        step=last.step,
+        rollback_step=last.rollback_step,
         at=now,
         clean_runs=0,
         history=history[-keep:],

@@ -27,19 +27,19 @@ RequestedName = Literal["auto", PrecisionName]
 """What a run may request, the default first: a precision, or ``auto`` (decided by
 ``decide``). A settings field typed with it is checked by mypy and by pydantic."""
 
-PRECISIONS: tuple[str, ...] = get_args(PrecisionName)
+PRECISIONS: tuple[PrecisionName, ...] = get_args(PrecisionName)
 """:data:`PrecisionName`'s values, most robust first."""
 
-LOW_PRECISIONS: tuple[str, ...] = PRECISIONS[1:]
+LOW_PRECISIONS: tuple[PrecisionName, ...] = PRECISIONS[1:]
 """The 16-bit precisions: what the probe checks and the guard can demote from."""
 
-REQUESTABLE: tuple[str, ...] = (*PRECISIONS, "auto")
+REQUESTABLE: tuple[RequestedName, ...] = (*PRECISIONS, "auto")
 """What a run may request: a precision, or ``auto`` (resolved on the device)."""
 
-CHOICES: tuple[str, ...] = get_args(RequestedName)
+CHOICES: tuple[RequestedName, ...] = get_args(RequestedName)
 """:data:`REQUESTABLE` with the default first: how the daemon's settings and CLI list it."""
 
-ROBUSTNESS: tuple[str, ...] = tuple(reversed(PRECISIONS))
+ROBUSTNESS: tuple[PrecisionName, ...] = tuple(reversed(PRECISIONS))
 """From least to most numerically robust: the order the precision memory floors on."""
 
 
@@ -55,11 +55,35 @@ def less_robust(precision: str, than: str) -> bool:
     return ROBUSTNESS.index(precision) < ROBUSTNESS.index(than)
 
 
-DEFAULT_LADDER: tuple[str, ...] = ROBUSTNESS
+DEFAULT_LADDER: tuple[PrecisionName, ...] = ROBUSTNESS
 """The precision guard's default demotion order: down the robustness order to fp32."""
 
 DTYPE_NAMES: dict[str, str] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 """The ``torch`` dtype attribute of each precision (``precision.dtype_of`` returns the dtype)."""
 
-LOSS_SCALED: tuple[str, ...] = ("fp16",)
+LOSS_SCALED: tuple[PrecisionName, ...] = ("fp16",)
 """Precisions whose gradients need dynamic loss scaling (fp16's narrow exponent)."""
+
+
+def precision_name(value: object, what: str = "precision") -> PrecisionName:
+    """``value`` as a :data:`PrecisionName` (a name read from a file, a flag, a plugin),
+    or a one-line ``ValueError`` naming ``what`` and the choices.
+
+    >>> precision_name("bf16")
+    'bf16'
+    """
+    for name in get_args(PrecisionName):
+        if value == name:
+            found: PrecisionName = name
+            return found
+    raise ValueError(f"{what} {value!r}: choose from {', '.join(PRECISIONS)}")
+
+
+def requested_name(value: object, what: str = "precision") -> RequestedName:
+    """``value`` as a :data:`RequestedName`, or a one-line ``ValueError`` (the choices)."""
+    if value == "auto":
+        return "auto"
+    try:
+        return precision_name(value, what)
+    except ValueError:
+        raise ValueError(f"{what} {value!r}: choose from {', '.join(CHOICES)}") from None

@@ -24,6 +24,9 @@ from typing import Any
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PRECISIONS,
     REQUESTABLE,
+    PrecisionName,
+    RequestedName,
+    requested_name,
 )
 
 AUTO_PRECISION_MODES: tuple[str, ...] = ("measure", "rule")
@@ -35,6 +38,15 @@ DEFAULT_BUDGET_S = 1.0
 
 class PrecisionError(ValueError):
     """A precision request or a model that cannot run as asked; the message says why."""
+
+
+def checked_request(value: object) -> RequestedName:
+    """``value`` as a requested precision, or :class:`PrecisionError` naming the choices."""
+    try:
+        return requested_name(value)
+    except ValueError:
+        valid = ", ".join(REQUESTABLE)
+        raise PrecisionError(f"unknown precision {value!r}; valid precisions: {valid}") from None
 
 
 @dataclass(frozen=True)
@@ -59,21 +71,18 @@ class PrecisionRequest:
       beside it); ``budget_s`` bounds a measurement's wall clock.
     """
 
-    requested: str = "auto"
+    requested: RequestedName = "auto"
     basis: str | None = None
     mode: str = "rule"
     excluded: Mapping[str, str] = field(default_factory=dict)
     note: str | None = None
-    floor: str | None = None
+    floor: PrecisionName | None = None
     floor_reason: str = ""
     cache: Path | None = None
     budget_s: float = DEFAULT_BUDGET_S
 
     def __post_init__(self) -> None:
-        if self.requested not in REQUESTABLE:
-            raise PrecisionError(
-                f"unknown precision {self.requested!r}; valid precisions: {', '.join(REQUESTABLE)}"
-            )
+        checked_request(self.requested)
         if self.mode not in AUTO_PRECISION_MODES:
             raise PrecisionError(
                 f"auto precision mode {self.mode!r}: choose from {', '.join(AUTO_PRECISION_MODES)}"
@@ -120,7 +129,7 @@ class PrecisionRequest:
     def from_json(cls, data: Mapping[str, Any] | str) -> PrecisionRequest:
         """The inverse of :meth:`to_json`; a bare name is ``PrecisionRequest(name)``."""
         if isinstance(data, str):
-            return cls(data)
+            return cls(checked_request(data))
         known = {k: v for k, v in data.items() if k in _FIELDS}
         if known.get("cache") is not None:
             known["cache"] = Path(known["cache"])

@@ -62,13 +62,12 @@ from torch import nn
 
 from genesis_fp16_infrastructure.agent_folder import files, records
 from genesis_fp16_infrastructure.agent_folder.layout import CALIBRATION
-from genesis_fp16_infrastructure.agent_folder.records import CALIBRATION_VERSION, CalibrationRecord
+from genesis_fp16_infrastructure.contract.reports import Calibration, Measured
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.precision import capabilities
 from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
 from genesis_fp16_infrastructure.training.precision.decide import (
     MARGIN,
-    Measured,
     PrecisionRequest,
     auto_candidates,
     decide,
@@ -76,6 +75,7 @@ from genesis_fp16_infrastructure.training.precision.decide import (
 )
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 from genesis_fp16_infrastructure.training.precision.precision_request import DEFAULT_BUDGET_S
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
 from genesis_fp16_infrastructure.training.run.batches import batch_shapes, to_device
@@ -91,19 +91,14 @@ RUN_SHARE = 0.10
 WARMUP = 2
 MIN_TIMED = 3
 MAX_TIMED = 20
-CACHE_VERSION = CALIBRATION_VERSION
 
 
-@dataclass(frozen=True)
-class Calibration(CalibrationRecord):
-    """What ``auto`` measured and chose (its record, ``agent_folder.records``), for a run."""
-
-    def measured_execution(self) -> MeasuredExecution:
-        """The chosen precision's execution and the timings that chose it (for the run)."""
-        mine = [r for r in self.rows if r.precision == self.chosen]
-        timings = ", ".join(f"{r.execution} {r.median_ms:.3f} ms" for r in mine)
-        why = f"measured {self.chosen} steps: {timings}"
-        return MeasuredExecution(self.execution, why)
+def measured_execution(calibration: Calibration) -> MeasuredExecution:
+    """The chosen precision's execution and the timings that chose it (for the run)."""
+    mine = [r for r in calibration.rows if r.precision == calibration.chosen]
+    timings = ", ".join(f"{r.execution} {r.median_ms:.3f} ms" for r in mine)
+    why = f"measured {calibration.chosen} steps: {timings}"
+    return MeasuredExecution(calibration.execution, why)
 
 
 @dataclass(frozen=True)
@@ -270,7 +265,7 @@ def _first_batches(task: TrainingTask, seed: int, count: int) -> list[Any]:
 
 
 def _time(
-    name: str,
+    name: PrecisionName,
     mode: str,
     task: TrainingTask,
     template: nn.Module,
@@ -327,7 +322,7 @@ def _key(
     device: torch.device,
     model: nn.Module,
     batch: Any,
-    candidates: list[str],
+    candidates: list[PrecisionName],
     config: TrainerConfig,
     scaler: ScalerConfig,
 ) -> dict[str, str]:
@@ -356,8 +351,7 @@ def read_calibration(path: Path) -> Calibration | None:
     """The measurement kept at ``path``, whatever its key; None: none, one of another
     version (measured again), or an unusable one (set aside as
     ``precision_calibration.json.unusable`` and reported, read within its bound)."""
-    found: Calibration | None = records.read_calibration(path, Calibration)
-    return found
+    return records.read_calibration(path)
 
 
 def _read_cache(path: Path | None, key: Mapping[str, str]) -> Calibration | None:

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
 
+from genesis_fp16_infrastructure.contract.reports import Demotion
 from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard, Snapshot
@@ -53,7 +53,7 @@ def demote_run(
     scaler: ScalerConfig,
     rebuild: Callable[[PrecisionPolicy], Trainer],
     restore: Callable[[Trainer, Snapshot], None],
-) -> tuple[Trainer, dict[str, Any]]:
+) -> tuple[Trainer, Demotion]:
     """The trainer of the next precision, at the guard's snapshot, and the demotion record.
 
     Needs a fired trigger (``guard.pending``) below the ladder's last rung. ``scaler`` is

@@ -9,7 +9,7 @@ copy of the weights of the best evaluation, and stops when ``patience`` evaluati
 row have not improved on it by ``min_delta``::
 
     result = fit(task, FitOptions(epochs=50, early_stop=EarlyStopping(every_steps=20)))
-    result.early_stop["best_step"], result.early_stop["stop_reason"]
+    result.early_stop.best_step, result.early_stop.stop_reason
 
 - **The budget stays a cap**: ``steps``/``epochs`` still end the run ("budget spent");
   patience usually ends it first ("no improvement in N evaluations").
@@ -32,11 +32,12 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
+from genesis_fp16_infrastructure.contract.reports import EarlyStopReport
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 
 logger = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ class EarlyStopping:
     """
 
     metric: str = "loss"
-    mode: str = "min"
+    mode: Literal["min", "max"] = "min"
     patience: int | None = 5  # None: never stop early, only keep and serve the best
     every_steps: int = 50
     min_delta: float = 0.0
@@ -151,22 +152,22 @@ class EarlyStopTracker:
         if self.best_weights is not None:
             getattr(model, "module", model).load_state_dict(self.best_weights)
 
-    def report(self, budget_spent: bool) -> dict[str, Any]:
+    def report(self, budget_spent: bool) -> EarlyStopReport:
         """What ``FitResult.early_stop`` (and ``train --json``) says."""
         reason = self.stop_reason or ("budget spent" if budget_spent else "interrupted")
-        return {
-            "metric": self.config.metric,
-            "mode": self.config.mode,
-            "best": self.best,
-            "best_step": self.best_step,
-            "evaluations": self.evaluations,
-            "since_best": self.since_best,
-            "patience": self.config.patience,
-            "every_steps": self.config.every_steps,
-            "stop_reason": reason,
-            "last": dict(self.last),
-            "history": [list(h) for h in self.history],
-        }
+        return EarlyStopReport(
+            metric=self.config.metric,
+            mode=self.config.mode,
+            best=self.best,
+            best_step=self.best_step,
+            evaluations=self.evaluations,
+            since_best=self.since_best,
+            patience=self.config.patience,
+            every_steps=self.config.every_steps,
+            stop_reason=reason,
+            last=dict(self.last),
+            history=tuple(self.history),
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {

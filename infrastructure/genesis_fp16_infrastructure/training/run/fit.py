@@ -19,8 +19,8 @@ import sys
 from collections.abc import Mapping
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any
 
+from genesis_fp16_infrastructure.contract.reports import Demotion
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.training.flight.range_stats import RangeStats
@@ -28,7 +28,11 @@ from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder
 from genesis_fp16_infrastructure.training.precision.carried_scale import clamp_scale
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.rng import seed_everything
-from genesis_fp16_infrastructure.training.run.calibration import Calibration, policy_for_run
+from genesis_fp16_infrastructure.training.run.calibration import (
+    Calibration,
+    measured_execution,
+    policy_for_run,
+)
 from genesis_fp16_infrastructure.training.run.demotion import demote_run, failure_at_last_rung
 from genesis_fp16_infrastructure.training.run.guard import (
     PrecisionGuard,
@@ -73,7 +77,7 @@ def fit(task: TrainingTask, options: FitOptions) -> FitResult:
         start_scale_at(policy, options.initial_loss_scale)
     options = replace(options, should_stop=distributed.agreed_stop(options.should_stop))
     if calibration is not None and options.cuda_graph == "auto":  # run what was timed faster
-        measured = calibration.measured_execution()
+        measured = measured_execution(calibration)
         options = replace(options, trainer=replace(options.trainer, measured_execution=measured))
     trainer = _build_trainer(task, policy, options)
     if options.checkpoint_dir is None:
@@ -127,7 +131,7 @@ def _fit(
         stats = RangeStats(options.range_stats, options.on_range_stats)
         stats.follow(trainer)  # each demoted trainer is followed from its first step
         options = replace(options, step_hooks=(*options.step_hooks, stats.after_step))
-    demotions: list[dict[str, Any]] = []
+    demotions: list[Demotion] = []
     failure: Mapping[str, str] | None = None
     tracker = position.tracker
     stopped = False
@@ -260,7 +264,7 @@ def _demote(
     manager: CheckpointManager | None,
     position: Position,
     guard: PrecisionGuard,
-) -> tuple[Trainer, dict[str, Any]]:
+) -> tuple[Trainer, Demotion]:
     """Roll back to the guard's last good state in a trainer of the next precision."""
 
     def restore(demoted: Trainer, snapshot: Snapshot) -> None:

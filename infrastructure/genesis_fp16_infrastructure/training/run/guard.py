@@ -3,9 +3,9 @@
 ``fit()`` runs the guard when ``FitOptions.guard`` is a :class:`GuardConfig`::
 
     result = fit(task, FitOptions(precision="fp16", steps=2000, guard=GuardConfig()))
-    for d in result.demotions:   # plain dicts
-        print(d["from"], "->", d["to"], d["reason"], "at step", d["step"],
-              "rolled back to", d["rollback_step"])
+    for d in result.demotions:   # contract.reports.Demotion
+        print(d.from_, "->", d.to, d.reason, "at step", d.step,
+              "rolled back to", d.rollback_step)
 
 Every ``check_interval`` steps the guard reads a handful of device counters in one host
 read (overflowing steps, the scaler's ``unstable`` flag, the sum and count of finite
@@ -41,6 +41,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from genesis_fp16_infrastructure.contract.reports import Demotion
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.precision import capabilities
 from genesis_fp16_infrastructure.training.precision.decide import (
@@ -356,7 +357,7 @@ class PrecisionGuard:
         self,
         policy: PrecisionPolicy,
         build_policy: Callable[[ResolvedPrecision], PrecisionPolicy],
-    ) -> tuple[PrecisionPolicy, dict[str, Any]]:
+    ) -> tuple[PrecisionPolicy, Demotion]:
         """The next precision's policy and the demotion record: :func:`decide` with the
         ladder's next rung as the run's floor, built by ``build_policy``."""
         trouble, snapshot, target = self.pending, self.snapshot, self._next
@@ -369,14 +370,14 @@ class PrecisionGuard:
         )
         request = PrecisionRequest(policy.resolved.requested, floor=target, floor_reason=reason)
         new = build_policy(decide(request, policy.device))
-        record = {
-            "from": policy.name,
-            "to": new.name,
-            "reason": trouble.reason,
-            "step": trouble.step,
-            "rollback_step": snapshot.step,
-            "detail": trouble.detail,
-        }
+        record = Demotion(
+            from_=policy.name,
+            to=new.name,
+            reason=trouble.reason,
+            step=trouble.step,
+            rollback_step=snapshot.step,
+            detail=trouble.detail,
+        )
         logger.warning("%s", new.resolved.reason)
         return new, record
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from genesis_fp16_infrastructure.contract.reports import Demotion, EarlyStopReport
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded
 from genesis_fp16_infrastructure.training.flight.range_stats import RangeReport, RangeStatsConfig
 from genesis_fp16_infrastructure.training.flight.recorder import FlightConfig
@@ -123,8 +124,8 @@ class FitResult:
     ``summary`` covers the whole run's counters (``step`` continues across resumes);
     ``steps_run`` counts this invocation's steps. ``checkpoint`` is the file written at
     the end (None without ``checkpoint_dir``), ``resumed_from`` the one started from.
-    ``demotions`` lists the precision guard's demotions, oldest first, as plain dicts
-    (``from``, ``to``, ``reason``, ``step``, ``rollback_step``, ``detail``);
+    ``demotions`` lists the precision guard's demotions, oldest first
+    (:class:`~genesis_fp16_infrastructure.contract.reports.Demotion`);
     ``precision`` is then the resolution of the precision the run ended in, and
     ``execution`` says whether its steps ran eagerly or from a captured CUDA graph, and why;
     ``calibration`` is what a measured ``auto`` timed and chose (None otherwise);
@@ -140,7 +141,7 @@ class FitResult:
     stopped_early: bool
     execution: ResolvedExecution
     resumed_from: Path | None = None
-    demotions: tuple[Mapping[str, Any], ...] = ()
+    demotions: tuple[Demotion, ...] = ()
     # Set when the guard found, at the last rung of its ladder, that the run cannot learn
     # (``reason`` and ``detail``); the run then ended there, without an end checkpoint.
     failure: Mapping[str, Any] | None = None
@@ -151,6 +152,6 @@ class FitResult:
     # Temp files of killed saves removed from the checkpoint folder at this run's start.
     temps_removed: int = 0
     calibration: Calibration | None = None
-    early_stop: Mapping[str, Any] | None = None
+    early_stop: EarlyStopReport | None = None
     # The fault bundles the flight recorder wrote ({"path", "reason", "step", ...}).
     fault_bundles: tuple[Mapping[str, Any], ...] = ()

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from genesis_fp16_infrastructure.json_numbers import finite, number
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class TrainingSummary:
     - ``unstable``: the loss scaler gave up (overflowing at its floor for too long).
     """
 
-    precision: str
+    precision: PrecisionName
     step: int
     optimizer_steps: int
     skipped_steps: int

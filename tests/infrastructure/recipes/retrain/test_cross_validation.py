@@ -190,7 +190,7 @@ def test_resume_across_an_early_stopping_boundary_is_bitwise_exact(
     """A cross-validated run stopped after its second validation and resumed ends with the
     weights, early-stopping state and out-of-fold metrics of an uninterrupted run."""
     whole = _train(data, tmp_path / "whole", steps=40)
-    cap = whole.extra["early_stop"]["history"][1][0] + 3  # past the second validation
+    cap = whole.early_stop.history[1][0] + 3  # past the second validation
     _train(data, tmp_path / "cut", steps=cap)
     resumed = _train(data, tmp_path / "cut", steps=40 - cap, resume=True, forced=True)
     a = torch.load(whole.checkpoint, weights_only=True)  # type: ignore[arg-type]

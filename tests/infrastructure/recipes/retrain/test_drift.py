@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 
+from genesis_fp16_infrastructure.contract.reports import DriftReport
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint, record_id_hash
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
@@ -31,7 +32,7 @@ def test_js_distance_sees_flags_and_values_outside_the_reference() -> None:
     assert linf_distance(["a", "b"], ["a", "a"]) == 0.5
 
 
-def _report(edit: Any, seed: int = 0, records: int = 600) -> dict[str, Any]:
+def _report(edit: Any, seed: int = 0, records: int = 600) -> DriftReport:
     pool = generate_pool(records, seed=seed)
     ids = sorted(pool["trajectories"], key=lambda k: record_id_hash(f"{seed}:{k}"))
     new = ids[records // 2 :]
@@ -41,7 +42,7 @@ def _report(edit: Any, seed: int = 0, records: int = 600) -> dict[str, Any]:
     return _drift(served, pool, seed)
 
 
-def _drift(served_pool: dict[str, Any], grown_pool: dict[str, Any], seed: int) -> dict[str, Any]:
+def _drift(served_pool: dict[str, Any], grown_pool: dict[str, Any], seed: int) -> DriftReport:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -58,23 +59,21 @@ def _drift(served_pool: dict[str, Any], grown_pool: dict[str, Any], seed: int) -
 def test_a_random_half_of_one_pool_flags_nothing(seed: int) -> None:
     """No shift: no feature and no label shift flagged (the thresholds are the noise's)."""
     report = _report(lambda record: None, seed)
-    assert report["flagged"] == [] and not report["label_shift_flagged"], report
+    assert report.flagged == () and not report.label_shift_flagged, report
 
 
 def test_each_injected_shift_is_flagged_on_its_own_feature() -> None:
     """A new agent, a renamed tool and generation x10 flag their feature; a success rate
     raised to 0.6 flags the label shift."""
-    assert "agent" in _report(lambda r: r.update(agent_name="qa"))["flagged"]
+    assert "agent" in _report(lambda r: r.update(agent_name="qa")).flagged
     renamed = _report(
         lambda r: r.update(tools_used=["ripgrep" if t == "grep" else t for t in r["tools_used"]])
     )
-    assert "tool" in renamed["flagged"]
-    assert (
-        "log_generation" in _report(lambda r: r.update(generation=10 * r["generation"]))["flagged"]
-    )
+    assert "tool" in renamed.flagged
+    assert "log_generation" in _report(lambda r: r.update(generation=10 * r["generation"])).flagged
     counter = iter(range(10**6))
     shifted = _report(lambda r: r.update(success_score=0.9 if next(counter) % 5 < 3 else 0.1))
-    assert shifted["label_shift_flagged"] and shifted["label_shift"] > 0.3, shifted
+    assert shifted.label_shift_flagged and shifted.label_shift > 0.3, shifted
 
 
 def test_past_the_sample_size_the_distances_are_measured_on_a_sample(
@@ -88,8 +87,8 @@ def test_past_the_sample_size_the_distances_are_measured_on_a_sample(
     renamed = _report(
         lambda r: r.update(tools_used=["ripgrep" if t == "grep" else t for t in r["tools_used"]])
     )
-    assert renamed["sampled"] == {"new": 150, "reference": 150}
-    assert renamed["new_records"] + renamed["reference_records"] > 500
-    assert "tool" in renamed["flagged"]
+    assert renamed.sampled == {"new": 150, "reference": 150}
+    assert renamed.new_records + renamed.reference_records > 500
+    assert "tool" in renamed.flagged
     quiet = _report(lambda record: None, 1)
-    assert quiet["flagged"] == [] and not quiet["label_shift_flagged"], quiet
+    assert quiet.flagged == () and not quiet.label_shift_flagged, quiet

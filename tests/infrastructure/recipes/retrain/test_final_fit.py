@@ -57,7 +57,7 @@ def test_whole_serves_a_model_trained_on_every_record(
     run's best step count; the predictor loads it, and it is not the split's best weights."""
     whole = runs["whole"]
     folder = Path(whole.checkpoint).parent  # type: ignore[arg-type]
-    best_step = whole.extra["early_stop"]["best_step"]
+    best_step = whole.early_stop.best_step
     state, path = CheckpointManager(folder).load_latest()  # type: ignore[misc]
     assert path == whole.checkpoint and state["step"] == best_step and "early_stop" not in state
     labelled = len(read_trajectories(data).examples)
@@ -77,7 +77,7 @@ def test_whole_reports_the_split_models_eval_and_says_so(runs: dict[str, TrainRe
     assert whole.eval["examples"] == whole.extra["split"]["held_out"]
     record = json.loads(json.dumps(whole.to_json()))["extra"]["final_fit"]
     assert record["mode"] == "whole" and record["records"] == whole.extra["examples"]
-    assert record["steps"] == whole.extra["early_stop"]["best_step"]
+    assert record["steps"] == whole.early_stop.best_step
     assert record["checkpoint"] == str(whole.checkpoint)
     assert Path(record["split_checkpoint"]).parent.name == SPLIT_FOLDER
     assert "split model" in record["eval"]
@@ -127,7 +127,7 @@ def test_a_folders_earlier_model_stays_where_it_is_while_a_refit_candidate_train
     assert Path(whole.extra["final_fit"]["split_checkpoint"]).parent.name == SPLIT_FOLDER
     served = WorldModelPredictor.load(tmp_path / "c").checkpoint
     expected = old if whole.outcome == "rejected" else whole.checkpoint
-    assert served == expected and whole.extra["gate"]["outcome"] in ("promoted", "rejected")
+    assert served == expected and whole.gate.outcome in ("promoted", "rejected")
 
 
 def test_final_fit_names_its_choices(tmp_path: Path) -> None:

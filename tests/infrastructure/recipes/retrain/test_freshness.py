@@ -54,7 +54,7 @@ def served(tmp_path: Path) -> tuple[Path, Path, dict[str, Any]]:
     ckpt = tmp_path / "ck"
     first = train(data, ckpt, steps=None, resume=True, options=OPTIONS)
     assert first.steps > 0 and freshness.record_path(ckpt).is_file()
-    phases = first.extra["phases"]
+    phases = first.phases
     # live: the served model judged on the new records (issue 51), timed on every run
     assert set(phases) == {"check", "read", "live", "encode", "train", "eval", "gate"}
     assert sum(phases.values()) <= first.wall_seconds  # the real time, not the trainer's
@@ -73,9 +73,9 @@ def test_an_unchanged_pool_is_up_to_date_without_reading_it(
     assert out.up_to_date and out.steps == 0 and out.outcome == "up_to_date"
     assert dict(out.eval) == pytest.approx(first["eval"], nan_ok=True)
     assert str(out.checkpoint) == first["checkpoint"]
-    assert out.extra["data"]["change"] == "unchanged"
-    assert out.extra["data"]["checked_by"] == "manifest"
-    assert 0 < out.wall_seconds == pytest.approx(out.extra["phases"]["check"], abs=1e-6)
+    assert out.data.change == "unchanged"
+    assert out.data.checked_by == "manifest"
+    assert 0 < out.wall_seconds == pytest.approx(out.phases["check"], abs=1e-6)
     # The trained run's own measurements are not this check's.
     assert not {"peak_rss_mib", "record_cache", "precision_calibration"} & set(out.extra)
 
@@ -89,7 +89,7 @@ def test_a_file_rewritten_with_the_same_content_is_up_to_date(
     (data / "more.json").write_text(text)
     _no_reading(monkeypatch)
     out = plugin.train(_request(data, ckpt))
-    assert out.up_to_date and out.extra["data"]["files_hashed"] >= 1
+    assert out.up_to_date and out.data.files_hashed >= 1
 
 
 def test_a_record_edited_in_place_is_seen_and_learned(
@@ -105,7 +105,7 @@ def test_a_record_edited_in_place_is_seen_and_learned(
     assert freshness.check_data(_request(data, ckpt)).up_to_date is None
     out = plugin.train(_request(data, ckpt))
     assert not out.up_to_date and out.steps > 0
-    assert out.extra["data"]["relabelled"] == 1 and out.extra["data"]["new"] == 0
+    assert out.data.relabelled == 1 and out.data.new == 0
     # The untouched file came from the record cache; the edited one was parsed.
     assert out.extra["record_cache"] == {
         "files_cached": 1,
@@ -138,5 +138,5 @@ def test_a_budget_on_an_unchanged_pool_is_answered_by_the_manifest_unless_forced
     assert verdict is not None
     fresh = TrainResult.from_json(verdict)
     assert fresh.up_to_date and fresh.steps == 0
-    assert fresh.extra["data"]["checked_by"] == "manifest"
+    assert fresh.data is not None and fresh.data.checked_by == "manifest"
     assert freshness.check_data(replace(budget, forced=True)).up_to_date is None

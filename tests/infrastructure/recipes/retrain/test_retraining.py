@@ -45,7 +45,7 @@ def test_an_unchanged_pool_is_up_to_date_and_takes_no_step(pool: Path, tmp_path:
     assert again.steps == 0 and again.checkpoint == first.checkpoint
     assert again.eval == first.eval
     assert again.to_json()["outcome"] == "up_to_date"
-    assert again.extra["data"]["change"] == "unchanged"
+    assert again.data.change == "unchanged"
 
 
 def test_a_budget_sizes_a_run_on_new_data_and_an_unchanged_pool_is_up_to_date(
@@ -56,11 +56,11 @@ def test_a_budget_sizes_a_run_on_new_data_and_an_unchanged_pool_is_up_to_date(
     first = train(pool, tmp_path / "ck", steps=5)
     again = train(pool, tmp_path / "ck", steps=5, resume=True)
     assert again.outcome == "up_to_date" and again.steps == 0
-    assert again.extra["data"]["checked_by"] == "manifest"
+    assert again.data.checked_by == "manifest"
     record_path(tmp_path / "ck").unlink()  # the full read decides alone
     read = train(pool, tmp_path / "ck", steps=5, resume=True)
     assert read.outcome == "up_to_date" and read.steps == 0
-    assert read.extra["data"].get("checked_by") != "manifest"
+    assert read.data.checked_by != "manifest"
     more = train(pool, tmp_path / "ck", steps=5, resume=True, forced=True)
     assert more.steps == 5 and more.extra["total_steps"] == first.steps + 5
 
@@ -73,10 +73,10 @@ def test_a_grown_pool_is_learned_afresh_by_an_encoder_that_knows_every_agent(
     first = train(pool, tmp_path / "ck", steps=None)
     _write(pool, "qa", generate_pool(300, seed=5, agent="qa"))
     grown = train(pool, tmp_path / "ck", steps=None, resume=True)
-    data = grown.extra["data"]
+    data = grown.data
     assert grown.outcome == "success" and grown.steps > 0 and grown.extra["resumed_from"] is None
-    assert data["new"] == grown.extra["examples"] - first.extra["examples"] > 250
-    assert (data["removed"], data["relabelled"]) == (0, 0)
+    assert data.new == grown.extra["examples"] - first.extra["examples"] > 250
+    assert (data.removed, data.relabelled) == (0, 0)
     rates = _served_state(tmp_path / "ck")["extra"]["encoder"]["agent_rates"]  # type: ignore[index]
     assert set(rates) == {"se_darwin", "qa"}
     assert Path(first.checkpoint).exists()  # type: ignore[arg-type]  # kept, never moved
@@ -97,9 +97,9 @@ def test_a_shrunk_or_relabelled_pool_retrains(pool: Path, tmp_path: Path, edit: 
             trajectories[key]["success_score"] = round(1.0 - trajectories[key]["success_score"], 3)
     _write(pool, "se_darwin", records)
     again = train(pool, tmp_path / "ck", steps=None, resume=True)
-    data = again.extra["data"]
-    assert again.outcome == "success" and again.steps > 0 and data["change"] == "changed"
-    assert (data["removed"] if edit == "shrink" else data["relabelled"]) > 0
+    data = again.data
+    assert again.outcome == "success" and again.steps > 0 and data.change == "changed"
+    assert (data.removed if edit == "shrink" else data.relabelled) > 0
 
 
 def test_an_interrupted_run_is_not_up_to_date(pool: Path, tmp_path: Path) -> None:

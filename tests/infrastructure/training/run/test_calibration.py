@@ -11,6 +11,7 @@ import pytest
 import torch
 from test_fit import RegressionTask
 
+from genesis_fp16_infrastructure.contract.reports import CACHE_VERSION
 from genesis_fp16_infrastructure.training import FitOptions, TrainerConfig, fit
 from genesis_fp16_infrastructure.training.precision import capabilities
 from genesis_fp16_infrastructure.training.precision.decide import (
@@ -181,7 +182,7 @@ def test_a_corrupt_cache_is_measured_again(bf16_native: None, tmp_path: Path) ->
     cache.write_text("{not json")
     found = cal.calibrate(RegressionTask(), "cpu", 0, TrainerConfig(), cache=cache, budget_s=0.2)
     assert found is not None and not found.cached
-    assert json.loads(cache.read_text())["version"] == cal.CACHE_VERSION
+    assert json.loads(cache.read_text())["version"] == CACHE_VERSION
 
 
 def test_one_candidate_times_nothing_and_an_excluded_rule_pick_falls_to_fp32(
@@ -291,7 +292,7 @@ def test_the_run_follows_the_measured_execution_with_both_timings() -> None:
         _row("bf16", 1.6, "cuda_graph"),
     )
     calibration = cal.Calibration("fp32", "r", rows, {}, {}, 0.1, execution="cuda_graph")
-    measured = calibration.measured_execution()
+    measured = cal.measured_execution(calibration)
     assert measured.used == "cuda_graph"
     assert measured.reason == "measured fp32 steps: eager 11.300 ms, cuda_graph 1.500 ms"
 

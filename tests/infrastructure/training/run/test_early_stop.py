@@ -54,10 +54,10 @@ def test_patience_stops_the_run_at_the_best_validation_and_serves_its_weights(
     task = DriftingTask(width=32, lr=5e-2)
     result = fit(task, _options(tmp_path))
     record = result.early_stop
-    assert record is not None and record["stop_reason"].startswith("no improvement in 3")
-    history = record["history"]
+    assert record is not None and record.stop_reason.startswith("no improvement in 3")
+    history = record.history
     best_step, best = min(history, key=lambda h: h[1])
-    assert (record["best_step"], record["best"]) == (best_step, best)
+    assert (record.best_step, record.best) == (best_step, best)
     assert history[-1][0] == best_step + 3 * 2 == result.summary.step  # 3 more, every 2 steps
     assert all(step % 2 == 0 for step, _ in history)
     state, _ = CheckpointManager(tmp_path).load_latest() or pytest.fail("no checkpoint")
@@ -69,7 +69,7 @@ def test_patience_stops_the_run_at_the_best_validation_and_serves_its_weights(
     model = task.build_model()
     model.load_state_dict(best_weights)
     assert result.eval["loss"] == pytest.approx(task.evaluate(model)["loss"], rel=1e-6)
-    assert state[keys.EARLY_STOP]["stop_reason"] == record["stop_reason"]
+    assert state[keys.EARLY_STOP]["stop_reason"] == record.stop_reason
 
 
 def test_a_run_resumed_across_validations_stops_where_the_whole_run_does(tmp_path: Path) -> None:
@@ -77,7 +77,7 @@ def test_a_run_resumed_across_validations_stops_where_the_whole_run_does(tmp_pat
     best step and best and last weights, bit for bit, as one uninterrupted run."""
     whole = fit(DriftingTask(width=32, lr=5e-2), _options(tmp_path / "whole"))
     first = fit(DriftingTask(width=32, lr=5e-2), _options(tmp_path / "cut", steps=5))
-    assert first.early_stop is not None and first.early_stop["stop_reason"] == "budget spent"
+    assert first.early_stop is not None and first.early_stop.stop_reason == "budget spent"
     resumed = fit(DriftingTask(width=32, lr=5e-2), _options(tmp_path / "cut"))
     assert resumed.early_stop == whole.early_stop
     assert resumed.summary.step == whole.summary.step
@@ -92,7 +92,7 @@ def test_a_run_resumed_across_validations_stops_where_the_whole_run_does(tmp_pat
     # Stopped on the same key: another run takes no step and reports the same stop.
     again = fit(DriftingTask(width=32, lr=5e-2), _options(tmp_path / "cut"))
     assert again.steps_run == 0 and again.early_stop is not None
-    assert again.early_stop["stop_reason"] == whole.early_stop["stop_reason"]  # type: ignore[index]
+    assert again.early_stop.stop_reason == whole.early_stop.stop_reason
 
 
 def test_another_key_starts_a_new_record(tmp_path: Path) -> None:
@@ -102,14 +102,14 @@ def test_another_key_starts_a_new_record(tmp_path: Path) -> None:
     result = fit(DriftingTask(width=32, lr=5e-2), _options(tmp_path, early_stop=other))
     assert result.steps_run > 0 and result.early_stop is not None
     first_step = result.summary.step - result.steps_run
-    assert all(step > first_step for step, _ in result.early_stop["history"])
+    assert all(step > first_step for step, _ in result.early_stop.history)
 
 
 def test_budget_caps_the_run_and_a_task_without_validate_is_refused() -> None:
     """steps/epochs still end a run; early stopping needs validate(); bad settings fail."""
     result = fit(DriftingTask(), _options(None, epochs=None, steps=4))
-    assert result.early_stop is not None and result.early_stop["stop_reason"] == "budget spent"
-    assert [s for s, _ in result.early_stop["history"]] == [2, 4]
+    assert result.early_stop is not None and result.early_stop.stop_reason == "budget spent"
+    assert [s for s, _ in result.early_stop.history] == [2, 4]
     with pytest.raises(ValueError, match="needs a validate"):
         fit(RegressionTask(), _options(None, epochs=1))
     for bad, message in (

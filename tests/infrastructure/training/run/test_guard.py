@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainResult,
     min_useful_steps,
 )
+from genesis_fp16_infrastructure.contract.reports import Demotion
 from genesis_fp16_infrastructure.training import (
     CheckpointManager,
     FitOptions,
@@ -85,7 +87,7 @@ def test_fault_demotes_to_bf16_and_equals_a_clean_run_from_the_rollback_point(
     assert "precision guard demoted fp16 -> bf16" in result.precision.reason
     assert result.summary.step == STEPS and result.steps_run == STEPS
     assert [
-        {k: d[k] for k in ("from", "to", "reason", "step", "rollback_step")}
+        {k: d.to_json()[k] for k in ("from", "to", "reason", "step", "rollback_step")}
         for d in result.demotions
     ] == [
         {
@@ -107,7 +109,7 @@ def test_a_fault_in_bf16_too_demotes_twice_to_fp32(tmp_path: Path) -> None:
     task = FaultTask("nan", fault_in=(torch.float16, torch.bfloat16))
     result = guarded_run(task, tmp_path / "guarded", BASE)
     assert result.precision.used == "fp32"
-    assert [(d["from"], d["to"], d["reason"], d["rollback_step"]) for d in result.demotions] == [
+    assert [(d.from_, d.to, d.reason, d.rollback_step) for d in result.demotions] == [
         ("fp16", "bf16", "nonfinite_loss", 15),
         ("bf16", "fp32", "nonfinite_loss", 15),
     ]
@@ -232,7 +234,7 @@ def test_bad_guard_settings_are_refused_by_name(kwargs: dict[str, object], messa
 
 def test_precision_memory_floor_clean_runs_and_broken_files(tmp_path: Path) -> None:
     """The memory is a floor on robustness, counts clean runs, and refuses a broken file."""
-    demotion = {"from": "fp16", "to": "bf16", "reason": "divergence", "step": 9, "rollback_step": 5}
+    demotion = Demotion("fp16", "bf16", "divergence", 9, 5)
     memory = remember_demotions(None, [demotion])
     assert memory is not None
     assert memory.applies_to("fp16") and not memory.applies_to("bf16")
@@ -240,7 +242,7 @@ def test_precision_memory_floor_clean_runs_and_broken_files(tmp_path: Path) -> N
     again = remember_demotions(memory, [])
     assert again is not None and again.clean_runs == 1
     assert remember_demotions(None, []) is None
-    second = remember_demotions(again, [{**demotion, "from": "bf16", "to": "fp32"}])
+    second = remember_demotions(again, [dataclasses.replace(demotion, from_="bf16", to="fp32")])
     assert isinstance(second, PrecisionMemory)
     assert (second.demoted_from, second.demoted_to, second.clean_runs) == ("fp16", "fp32", 0)
     assert len(second.history) == 2
@@ -253,5 +255,5 @@ def test_precision_memory_floor_clean_runs_and_broken_files(tmp_path: Path) -> N
     write_precision_memory(path, None)
     assert read_precision_memory(path) is None
     path.write_text("{not json")
-    with pytest.raises(ValueError, match=r"precision_state\.json' is unreadable"):
+    with pytest.raises(ValueError, match=r"precision_state\.json: not JSON"):
         read_precision_memory(path)

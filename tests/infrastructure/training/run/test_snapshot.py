@@ -194,9 +194,7 @@ def test_a_guard_rollback_from_pinned_host_memory_equals_one_from_the_gpu(
             results[share] = fit(_GuardTask(), options)
     assert "snapshots on the device" in caplog.text and "snapshots on the host" in caplog.text
     device, host = results.values()
-    assert [d["rollback_step"] for d in host.demotions] == [
-        d["rollback_step"] for d in device.demotions
-    ]
+    assert [d.rollback_step for d in host.demotions] == [d.rollback_step for d in device.demotions]
     assert host.demotions and host.summary.train_loss == device.summary.train_loss
     a = torch.load(host.checkpoint, weights_only=True)["model"]
     b = torch.load(device.checkpoint, weights_only=True)["model"]

@@ -244,7 +244,7 @@ def test_guard_rollback_with_graphs_equals_the_eager_guarded_run(tmp_path: Any) 
         results[mode] = fit(_GuardTask(), options)
     graphed, eager = results["on"], results["off"]
     assert graphed.execution.used == "cuda_graph" and eager.execution.used == "eager"
-    assert [d["to"] for d in graphed.demotions] == [d["to"] for d in eager.demotions] == ["bf16"]
+    assert [d.to for d in graphed.demotions] == [d.to for d in eager.demotions] == ["bf16"]
     assert graphed.summary.train_loss == eager.summary.train_loss
     a = torch.load(graphed.checkpoint, weights_only=True)["model"]
     b = torch.load(eager.checkpoint, weights_only=True)["model"]

@@ -1,0 +1,269 @@
+"""The records a run reports beside its counts: frozen, typed, each with ``to_json`` and
+``from_json`` (:mod:`~genesis_fp16_infrastructure.contract.record_codec`).
+
+:class:`~genesis_fp16_infrastructure.contract.train_result.TrainResult` holds them, the
+library's components and the retrain recipe build them, the daemon reads their fields.
+Their JSON is the ``train --json`` object's (and the files the recipe keeps), key for
+key as before they were typed; ``from_json`` refuses what does not fit in one line.
+
+- :class:`DataReport`: the records a run trained on, and what changed (``data``);
+- :class:`DriftReport`: how the new records differ from the served model's (``drift``);
+- :class:`GateReport`: the promotion gate's verdict (``gate``), its sets'
+  :class:`GateComparison` and :class:`GateScores`, its models' :class:`ScoresOn`;
+- :class:`EarlyStopReport`: early stopping's record (``early_stop``);
+- :class:`Demotion`: one of the precision guard's demotions (``demotions``);
+- :class:`Calibration`: what a measured ``auto`` timed (``precision_calibration``),
+  of :class:`Measured` rows; also the calibration cache's file.
+
+This module imports no torch and nothing of the components: they import it.
+
+>>> Demotion.from_json({"from": "fp16", "to": "bf16", "reason": "overflow_storm",
+...     "step": 40, "rollback_step": 30, "detail": "12 of 20 steps overflowed"}).to
+'bf16'
+>>> Demotion.from_json({"from": "fp8", "to": "bf16"})
+Traceback (most recent call last):
+...
+genesis_fp16_infrastructure.contract.record_codec.ReportError: Demotion.from: one of \
+'fp32', 'bf16', 'fp16' expected, got 'fp8'
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from genesis_fp16_infrastructure.contract.record_codec import (
+    JSON,
+    OMIT_NONE,
+    ROUND,
+    Record,
+    ReportError,
+    decode_fields,
+    encode_fields,
+)
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
+
+__all__ = [
+    "CACHE_VERSION",
+    "Calibration",
+    "DataReport",
+    "Demotion",
+    "DriftReport",
+    "EarlyStopReport",
+    "GateComparison",
+    "GateReport",
+    "GateScores",
+    "Measured",
+    "ReportError",
+    "ScoresOn",
+]
+
+_R6 = {ROUND: 6}
+_OPTIONAL = {OMIT_NONE: True}
+
+
+@dataclass(frozen=True)
+class DataReport(Record):
+    """The records a run trained on (their count and fingerprint) and what changed since
+    the served model's: ``first`` (no served model), ``unchanged`` or ``changed``, with
+    the counts of the change where there is a served model."""
+
+    records: int
+    fingerprint: str
+    change: Literal["first", "unchanged", "changed"]
+    previous_records: int | None = field(default=None, metadata=_OPTIONAL)
+    new: int | None = field(default=None, metadata=_OPTIONAL)
+    removed: int | None = field(default=None, metadata=_OPTIONAL)
+    relabelled: int | None = field(default=None, metadata=_OPTIONAL)
+    # An up-to-date run decided from the data manifest (recipes.retrain.freshness): how,
+    # and how many changed files it hashed.
+    checked_by: str | None = field(default=None, metadata=_OPTIONAL)
+    files_hashed: int | None = field(default=None, metadata=_OPTIONAL)
+
+
+@dataclass(frozen=True)
+class DriftReport(Record):
+    """Drift and label shift of the records new since the served model's training
+    (recipes.retrain.drift): each feature's distance and threshold, the flagged ones,
+    the success rate's shift and its threshold."""
+
+    new_records: int
+    reference_records: int
+    sampled: Mapping[str, int]
+    features: Mapping[str, float]
+    thresholds: Mapping[str, float]
+    flagged: tuple[str, ...]
+    label_shift: float
+    label_shift_threshold: float
+    label_shift_flagged: bool
+
+    @property
+    def any_flagged(self) -> bool:
+        """A feature, or the label shift, passed its threshold."""
+        return bool(self.flagged) or self.label_shift_flagged
+
+
+@dataclass(frozen=True)
+class GateScores(Record):
+    """One model's scores on one set: AUC (with its s.e.), mean log-loss, records."""
+
+    auc: float = field(metadata=_R6)
+    auc_se: float = field(metadata=_R6)
+    log_loss: float = field(metadata=_R6)
+    records: int
+
+
+@dataclass(frozen=True)
+class GateComparison(Record):
+    """Candidate against served on one set of records (``name``: ``held_out``,
+    ``newest``, ``best_earlier`` or ``golden``), with the margins and the verdict."""
+
+    name: str = field(metadata={JSON: "set"})
+    candidate: GateScores | None
+    served: GateScores | None
+    delta_auc: float = field(default=math.nan, metadata=_R6)  # the margin held to
+    delta_log_loss: float = field(default=math.nan, metadata=_R6)
+    passed: bool | None = None  # None: this set cannot decide
+    reason: str = ""
+    # 95% upper bounds of how much worse the candidate is: served − candidate AUC, and
+    # candidate − served mean log-loss (paired); passed when each is within its margin.
+    auc_worse_upper: float = field(default=math.nan, metadata=_R6)
+    log_loss_worse_upper: float = field(default=math.nan, metadata=_R6)
+    reference: str | None = None  # the model compared with, when not the served one
+
+
+@dataclass(frozen=True)
+class ScoresOn(Record):
+    """A model's scores on the set that decided (``name``); the first model's are its
+    run's own evaluation, without an s.e. or a record count."""
+
+    name: str = field(metadata={JSON: "set"})
+    auc: float
+    log_loss: float
+    auc_se: float | None = field(default=None, metadata=_OPTIONAL)
+    records: int | None = field(default=None, metadata=_OPTIONAL)
+
+    @classmethod
+    def of(cls, comparison: GateComparison, side: Literal["candidate", "served"]) -> ScoresOn:
+        """``side``'s scores on ``comparison``'s set, as its JSON rounds them."""
+        scores = GateScores.from_json(getattr(comparison, side).to_json())
+        return cls(comparison.name, scores.auc, scores.log_loss, scores.auc_se, scores.records)
+
+
+GateOutcome = Literal["promoted", "rejected", "undecided", "held", "rolled_back"]
+
+
+@dataclass(frozen=True)
+class GateReport(Record):
+    """The promotion gate's verdict on a candidate (recipes.retrain.promotion): what
+    became of it and why, each set's comparison, the scores of the set that decided, the
+    model it was held against (``served_id``: None for the first model) and the file
+    served if promoted. The candidate's verdict file holds the same record; one read
+    back from an older file keeps what this record knows of it."""
+
+    outcome: GateOutcome
+    reason: str
+    comparisons: tuple[GateComparison, ...] = ()
+    seconds: float = field(default=0.0, metadata={ROUND: 4})
+    precision: PrecisionName | None = None
+    candidate: ScoresOn | None = None
+    served: ScoresOn | None = None
+    served_id: str | None = None
+    checkpoint: str | None = None
+    candidate_id: str | None = field(default=None, metadata=_OPTIONAL)
+    # Written with the verdict file (served.write_verdict) and by a rollback.
+    decided_at: str | None = field(default=None, metadata=_OPTIONAL)
+    decided_at_s: float | None = field(default=None, metadata=_OPTIONAL)
+    gate_outcome: str | None = field(default=None, metadata=_OPTIONAL)
+    detail: str | None = field(default=None, metadata=_OPTIONAL)
+
+    def first_scores(self, side: Literal["candidate", "served"]) -> ScoresOn | None:
+        """``side``'s scores on the first set that scored it."""
+        for comparison in self.comparisons:
+            if getattr(comparison, side) is not None:
+                return ScoresOn.of(comparison, side)
+        return None
+
+
+@dataclass(frozen=True)
+class EarlyStopReport(Record):
+    """Early stopping's record of a run (training.run.early_stop): the best evaluation
+    and its step, how many ran, why the run stopped, the last metrics and the history
+    of ``(step, value)``."""
+
+    metric: str
+    mode: Literal["min", "max"]
+    best: float | None
+    best_step: int | None
+    evaluations: int
+    since_best: int
+    patience: int | None
+    every_steps: int
+    stop_reason: str
+    last: Mapping[str, float] = field(default_factory=dict)
+    history: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Demotion(Record):
+    """One demotion by the precision guard: from which precision to which, the trigger
+    (``reason``, one of the guard's REASONS) and its ``detail``, the step it fired at and
+    the step rolled back to."""
+
+    from_: PrecisionName = field(metadata={JSON: "from"})
+    to: PrecisionName
+    reason: str
+    step: int
+    rollback_step: int
+    detail: str = ""
+
+
+CACHE_VERSION = 2  # 2: rows per (precision, execution) and the chosen execution
+
+
+@dataclass(frozen=True)
+class Measured(Record):
+    """One timed row of a calibration: a precision in an execution, its median, fastest
+    and slowest step in milliseconds."""
+
+    precision: PrecisionName
+    execution: str
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    steps: int
+
+
+@dataclass(frozen=True)
+class Calibration(Record):
+    """What ``auto`` measured and chose (training.run.calibration). ``skipped`` maps a
+    precision to why it was not timed; ``key`` is what the measurement holds for (the
+    device, torch, model, batch shape, candidates). Its JSON is also the cache file's,
+    with ``version``; ``cached`` says it was read from there."""
+
+    chosen: PrecisionName
+    reason: str
+    rows: tuple[Measured, ...]
+    skipped: Mapping[str, str]
+    key: Mapping[str, str]
+    seconds: float
+    measured_at: float = field(default_factory=time.time)
+    cached: bool = False
+    execution: str = "eager"
+    bound: str = ""  # what limited the cost: the run's share of steps, or the clock
+
+    def to_json(self) -> dict[str, Any]:
+        names = [n for n in self.__dataclass_fields__ if n != "cached"]
+        return {**encode_fields(self, names), "version": CACHE_VERSION}
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "") -> Calibration:
+        where = where or "Calibration"
+        version = data.get("version") if isinstance(data, Mapping) else None
+        if version != CACHE_VERSION:
+            raise ReportError(f"{where}: calibration cache version {version!r}")
+        found: Calibration = decode_fields(cls, data, where)
+        return replace(found, cached=True)

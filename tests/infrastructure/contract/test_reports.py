@@ -1,0 +1,169 @@
+"""The contract's records: each reads back from its own JSON, keeps the JSON keys the
+``train --json`` object had before they were typed, and refuses bad JSON in one line."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from genesis_fp16_infrastructure.contract.record_codec import ReportError
+from genesis_fp16_infrastructure.contract.reports import (
+    Calibration,
+    DataReport,
+    Demotion,
+    DriftReport,
+    EarlyStopReport,
+    GateComparison,
+    GateReport,
+    GateScores,
+    Measured,
+    ScoresOn,
+)
+from genesis_fp16_infrastructure.contract.train_result import TrainResult
+
+COMPARISON = GateComparison(
+    "held_out",
+    GateScores(0.81234567, 0.01, 0.5, 400),
+    GateScores(0.8, 0.01, 0.52, 400),
+    delta_auc=0.02,
+    delta_log_loss=0.01,
+    passed=True,
+    reason="no worse",
+    auc_worse_upper=math.nan,  # a set too small for the AUC: NaN, null in JSON
+    log_loss_worse_upper=-0.004,
+)
+RECORDS = [
+    DataReport(40, "abc", "changed", previous_records=30, new=10, removed=0, relabelled=0),
+    DataReport(40, "abc", "first"),
+    DriftReport(20, 30, {"new": 20, "reference": 30}, {"tool": 0.2}, {"tool": 0.1}, ("tool",),
+                0.01, 0.05, False),
+    GateReport("promoted", "no worse", (COMPARISON,), 1.23456, "bf16",
+               ScoresOn.of(COMPARISON, "candidate"), ScoresOn.of(COMPARISON, "served"),
+               "20261124T000000Z-served", "ckpt-00000040.pt", candidate_id="c1"),
+    EarlyStopReport("loss", "min", 0.5, 8, 4, 1, 3, 2, "budget spent", {"loss": 0.6},
+                    ((2, 0.7), (4, math.nan))),
+    Demotion("fp16", "bf16", "overflow_rate", 40, 30, "12 of 20 steps overflowed"),
+    Calibration("bf16", "measured", (Measured("bf16", "eager", 1.0, 0.9, 1.2, 5),), {"fp16": "no"},
+                {"device": "cpu"}, 0.5, measured_at=1.0, cached=True),
+]  # fmt: skip
+
+# The keys train --json had for each record before issue 53 typed it (the dicts the
+# producers wrote): docs, tests and stored results read these.
+KEYS = {
+    DataReport: {"records", "fingerprint", "change", "previous_records", "new", "removed",
+                 "relabelled"},
+    DriftReport: {"new_records", "reference_records", "sampled", "features", "thresholds",
+                  "flagged", "label_shift", "label_shift_threshold", "label_shift_flagged"},
+    GateReport: {"outcome", "reason", "comparisons", "seconds", "precision", "candidate",
+                 "served", "served_id", "checkpoint", "candidate_id"},
+    EarlyStopReport: {"metric", "mode", "best", "best_step", "evaluations", "since_best",
+                      "patience", "every_steps", "stop_reason", "last", "history"},
+    Demotion: {"from", "to", "reason", "step", "rollback_step", "detail"},
+    Calibration: {"chosen", "reason", "rows", "skipped", "key", "seconds", "measured_at",
+                  "execution", "bound", "version"},
+}  # fmt: skip
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, NaN equal to NaN at any depth."""
+    return json.dumps(a, default=repr) == json.dumps(b, default=repr)
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)
+def test_each_record_reads_back_from_its_json_with_the_keys_it_had(record: Any) -> None:
+    """to_json is plain JSON (NaN as null) with the keys the untyped dict had; from_json of
+    it gives the record back (rounded figures stay as rounded)."""
+    out = record.to_json()
+    text = json.dumps(out, allow_nan=False)
+    assert set(out) <= KEYS[type(record)]
+    if type(record) is not DataReport or record.change != "first":
+        assert set(out) == KEYS[type(record)]
+    back = type(record).from_json(json.loads(text))
+    assert back.to_json() == out
+    if type(record) not in (GateReport,):  # the gate's figures are rounded in its JSON
+        assert _same(back, record)
+
+
+def test_the_gate_json_is_the_one_the_untyped_gate_wrote() -> None:
+    """Scores and margins rounded to 6 places, NaN as null, the comparison's name under
+    "set", seconds to 4 places: the verdict files already on disk read the same."""
+    out = RECORDS[3].to_json()
+    comparison = out["comparisons"][0]
+    assert comparison["set"] == "held_out" and comparison["candidate"]["auc"] == 0.812346
+    assert comparison["auc_worse_upper"] is None and out["seconds"] == 1.2346
+    assert out["candidate"] == {"set": "held_out", "auc": 0.812346, "log_loss": 0.5,
+                                "auc_se": 0.01, "records": 400}  # fmt: skip
+    first = GateReport("promoted", "the first", candidate=ScoresOn("its run's evaluation", 0.9,
+                                                                    0.4))  # fmt: skip
+    assert first.to_json()["candidate"] == {"set": "its run's evaluation", "auc": 0.9,
+                                            "log_loss": 0.4}  # fmt: skip
+    assert "candidate_id" not in GateReport("rejected", "worse").to_json()
+
+
+def test_an_older_verdict_file_reads_with_its_unknown_keys_left_out() -> None:
+    """A verdict written by an older version (or a rollback's, with keys this record does
+    not know) reads: the keys it knows, the rest ignored, never a refusal."""
+    old = {"outcome": "rolled_back", "reason": "live_regression", "live": {"records": 3},
+           "gate_outcome": "promoted", "decided_at_s": 5.0, "future_key": 1}  # fmt: skip
+    report = GateReport.from_json(old)
+    assert (report.outcome, report.gate_outcome, report.comparisons) == (
+        "rolled_back",
+        "promoted",
+        (),
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "data", "line"),
+    [
+        (Demotion, {"from": "fp16", "to": "fp8", "reason": "r", "step": 1, "rollback_step": 0},
+         "Demotion.to: one of 'fp32', 'bf16', 'fp16' expected, got 'fp8'"),
+        (Demotion, {"from": "fp16", "to": "bf16", "step": 1, "rollback_step": 0},
+         "Demotion: 'reason' missing"),
+        (Demotion, ["fp16", "bf16"], "Demotion: an object expected, got list ['fp16', 'bf16']"),
+        (DataReport, {"records": "40", "fingerprint": "a", "change": "first"},
+         "DataReport.records: int expected, got str '40'"),
+        (DataReport, {"records": True, "fingerprint": "a", "change": "first"},
+         "DataReport.records: int expected, got True"),
+        (GateReport, {"outcome": "promoted", "reason": "r", "comparisons": [{"set": "x"}]},
+         "GateReport.comparisons[0]: 'candidate' missing"),
+        (EarlyStopReport, {**RECORDS[4].to_json(), "history": [[2, 0.5, 9]]},
+         "EarlyStopReport.history[0]: 2 items expected, got 3"),
+        (DriftReport, {**RECORDS[2].to_json(), "features": {"tool": "far"}},
+         "DriftReport.features['tool']: float expected, got str 'far'"),
+        (Calibration, {**RECORDS[6].to_json(), "version": 1},
+         "Calibration: calibration cache version 1"),
+    ],
+    ids=["fp8", "missing", "not_object", "str_int", "bool_int", "nested_missing",
+         "history_shape", "str_float", "old_cache"],
+)  # fmt: skip
+def test_bad_json_is_refused_in_one_line_naming_the_place(kind: Any, data: Any, line: str) -> None:
+    """The record and the place inside it, what it should hold and what it held; a
+    ReportError (a ValueError), one line."""
+    with pytest.raises(ReportError) as raised:
+        kind.from_json(data)
+    assert str(raised.value) == line and isinstance(raised.value, ValueError)
+
+
+def test_train_result_json_holds_each_record_once_and_reads_back_typed() -> None:
+    """The result's JSON has each record under its own field (no copy in extra); read
+    back, the fields are the records again."""
+    data, drift, gate, early, demotion, calibration = (RECORDS[i] for i in (0, 2, 3, 4, 5, 6))
+    result = TrainResult(
+        agent="a", precision_requested="auto", precision_used="bf16", precision_reason="r",
+        device="cpu", steps=40, skipped_steps=0, overflow_rate=0.0, loss_scale=1.0,
+        final_train_loss=0.1, eval={"auc": 0.8}, samples_per_second=1.0, wall_seconds=1.0,
+        checkpoint=None, quarantined=0, demotions=(demotion,), data=data, drift=drift,
+        gate=gate, early_stop=early, precision_calibration=calibration, extra={"note": 1},
+    )  # fmt: skip
+    out = json.loads(json.dumps(result.to_json(), allow_nan=False))
+    assert out["extra"] == {"note": 1} and out["gate"]["outcome"] == "promoted"
+    assert out["demotions"] == [demotion.to_json()] and out["data"] == data.to_json()
+    back = TrainResult.from_json(out)
+    assert (back.data, back.drift, back.demotions) == (data, drift, (demotion,))
+    assert back.gate is not None and back.gate.to_json() == gate.to_json()
+    assert back.precision_calibration == calibration
+    assert back.early_stop is not None and _same(back.early_stop, early)
