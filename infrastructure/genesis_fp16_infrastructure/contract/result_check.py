@@ -9,8 +9,9 @@ names the field in one line instead; ``train``, the daemon's in-process runs and
 
 >>> check_result(result)  # doctest: +SKIP
 Traceback (most recent call last):
-TrainResultError: my_agent's TrainResult.precision_requested: a str expected, got \
-PrecisionRequest; report request.precision.requested (plugin API 2)
+TrainResultError: my_agent's TrainResult.precision_requested: Literal['auto', 'fp32', \
+'bf16', 'fp16'] expected, got PrecisionRequest; report request.precision.requested \
+(plugin API 2)
 """
 
 from __future__ import annotations
