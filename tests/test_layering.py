@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -241,3 +242,50 @@ def test_floor_check_catches_an_import_from_above(tmp_path: Path) -> None:
     )
     offenders = _floor_offenders(tmp_path, "genesis_fp16", DAEMON_FLOORS)
     assert offenders == ["config/settings.py: config -> jobs"]
+
+
+# The library's layers, bottom up: the root's utilities, the components, the contract
+# (what a plugin and the daemon exchange), the recipes. A component names no agent.
+LIBRARY_LAYERS = (
+    {"atomic", "gc_pause", "json_numbers", "machine_memory", "phases"},
+    {"training", "data", "world_model", "rl", "probe", "agent_folder"},
+    {"contract"},
+    {"recipes"},
+)
+LIBRARY = ROOT / "infrastructure" / "genesis_fp16_infrastructure"
+AGENT_NAMES = re.compile(r"se_darwin|SE-Darwin|rlhf_ppo|RLHF-PPO", re.IGNORECASE)
+
+
+def test_library_layers_name_every_part() -> None:
+    """Every top-level module and subpackage of the library sits in one layer."""
+    parts = {p.name.removesuffix(".py") for p in LIBRARY.iterdir() if p.name != "__pycache__"}
+    assert parts - {"__init__"} == set().union(*LIBRARY_LAYERS)
+
+
+def test_library_layers_import_only_their_layer_and_below() -> None:
+    """No component imports the contract or a recipe; the contract imports no recipe."""
+    assert _floor_offenders(LIBRARY, "genesis_fp16_infrastructure", LIBRARY_LAYERS) == []
+
+
+def test_components_name_no_agent() -> None:
+    """The components are the toolkit: no agent's name in their code or docstrings
+    (synthetic data names the agents its made-up records come from: data/synthetic.py)."""
+    offenders = [
+        f"{path.relative_to(LIBRARY)}:{number}"
+        for part in sorted(LIBRARY_LAYERS[1])
+        for path in sorted((LIBRARY / part).rglob("*.py"))
+        if path.name != "synthetic.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if AGENT_NAMES.search(line)
+    ]
+    assert offenders == []
+
+
+def test_library_layer_check_catches_a_component_importing_a_recipe(tmp_path: Path) -> None:
+    """A component that imports a recipe is an offender, so the check above can fail."""
+    (tmp_path / "world_model").mkdir()
+    (tmp_path / "world_model" / "predict.py").write_text(
+        "from genesis_fp16_infrastructure.recipes.retrain import served\n"
+    )
+    offenders = _floor_offenders(tmp_path, "genesis_fp16_infrastructure", LIBRARY_LAYERS)
+    assert offenders == ["world_model/predict.py: world_model -> recipes"]

@@ -78,7 +78,7 @@ class AgentPaths:
 
     def state_files(self, resume: bool = False) -> AgentStateFiles:
         """The state files a run's plan reads in one call
-        (``genesis_fp16_infrastructure.agent_state.read_agent_state``); ``resume``: with
+        (``genesis_fp16_infrastructure.contract.agent_state.read_agent_state``); ``resume``: with
         the checkpoint folder whose served model the run resumes."""
         checkpoint_dir = self.checkpoint_dir if resume else None
         return AgentStateFiles(self.precision_state_path, self.loss_scale_path, checkpoint_dir)

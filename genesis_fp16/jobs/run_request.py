@@ -41,13 +41,13 @@ from genesis_fp16.config.settings import (
     requested_precision,
 )
 from genesis_fp16.jobs import guard_state
-from genesis_fp16_infrastructure.agent_state import read_snapshot
 from genesis_fp16_infrastructure.contract.agent_snapshot import (
     AgentSnapshot,
     AgentState,
     AgentStateFiles,
     DataCheck,
 )
+from genesis_fp16_infrastructure.contract.agent_state import read_snapshot
 from genesis_fp16_infrastructure.contract.plugin_api import (
     AgentPlugin,
     OptionValue,

@@ -16,8 +16,8 @@ import structlog
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.jobs.job_state import JobContext
+from genesis_fp16_infrastructure.agent_folder.served_pointer import aside_path, pointer_path
 from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot
-from genesis_fp16_infrastructure.recipes.retrain.served import aside_path, pointer_path
 from genesis_fp16_infrastructure.recipes.retrain.served_repair import set_aside_unusable
 
 log = structlog.get_logger("genesis_fp16.jobs")

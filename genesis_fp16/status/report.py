@@ -29,13 +29,9 @@ from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.metrics.last_run import LastRun, LastRunUnreadable, load_last_run
 from genesis_fp16.metrics.last_success import LastSuccessStore, LastSuccessUnreadable
 from genesis_fp16_infrastructure.agent_folder import files
-from genesis_fp16_infrastructure.agent_folder.layout import SERVED_POINTER
-from genesis_fp16_infrastructure.recipes.retrain.served import (
-    REPAIR,
-    aside_path,
-    newest_checkpoint,
-    pointer_path,
-)
+from genesis_fp16_infrastructure.agent_folder.layout import AGENTS_FOLDER, SERVED_POINTER
+from genesis_fp16_infrastructure.agent_folder.served_pointer import REPAIR, aside_path, pointer_path
+from genesis_fp16_infrastructure.recipes.retrain.served import newest_checkpoint
 
 # Bounds that keep the page small whatever the state folder holds.
 MAX_AGENTS = 100
@@ -256,7 +252,7 @@ def _figures(mapping: Any) -> dict[str, Any] | None:
 def _agent_folders(state_dir: Path) -> list[str]:
     """The agent folders under ``<state_dir>/agents`` (none when it is not there)."""
     try:
-        return [p.name for p in (Path(state_dir) / "agents").iterdir() if p.is_dir()]
+        return [p.name for p in (Path(state_dir) / AGENTS_FOLDER).iterdir() if p.is_dir()]
     except OSError:
         return []
 

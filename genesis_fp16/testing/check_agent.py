@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG
+from genesis_fp16_infrastructure.agent_folder.layout import CHECKPOINTS_FOLDER, QUARANTINE_LOG
 from genesis_fp16_infrastructure.contract.plugin_api import (
     API_VERSION,
     ProbeSetup,
@@ -91,7 +91,7 @@ class _Bench:
             "precision": "fp32",
             "precision_reason": "check-agent",
             "state_dir": self.root / folder,
-            "checkpoint_dir": self.root / folder / "checkpoints",
+            "checkpoint_dir": self.root / folder / CHECKPOINTS_FOLDER,
             "quarantine_path": QUARANTINE_LOG.at(self.root / folder),
             "device": "cpu",
             "seed": 1,

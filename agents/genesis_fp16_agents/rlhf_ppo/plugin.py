@@ -8,19 +8,21 @@
 ``fit()``, which honours the whole request: the precision request (a measured ``auto``
 times the PPO update steps), the checkpoint cadence (at iteration ends), resume, the
 guard and its demotions, the carried loss scale. It reads these ``request.options``
-(all optional): ``preset`` (one of :data:`~genesis_fp16_agents.rlhf_ppo.presets.PRESETS`),
-``rollout_precision`` (fp32/bf16/fp16) and the PPO settings ``batch_size``,
-``group_size``, ``ppo_epochs``, ``minibatches``, ``lr``, ``critic_lr``, ``kl_coef``,
-``clip_eps``. ``request.steps`` counts optimizer steps (each PPO iteration takes
-``ppo_epochs * minibatches`` of them); ``request.epochs`` counts PPO iterations, and a
-request with neither trains :data:`DEFAULT_ITERATIONS`.
+(all optional): ``preset`` (one of the library's
+:data:`~genesis_fp16_infrastructure.rl.precision_presets.PRESETS`), ``rollout_precision``
+(fp32/bf16/fp16) and the PPO settings ``batch_size``, ``group_size``, ``ppo_epochs``,
+``minibatches``, ``lr``, ``critic_lr``, ``kl_coef``, ``clip_eps``. ``request.steps``
+counts optimizer steps (each PPO iteration takes ``ppo_epochs * minibatches`` of them);
+``request.epochs`` counts PPO iterations, and a request with neither trains
+:data:`DEFAULT_ITERATIONS`.
 
 ``request.guard`` turns on the precision guard: on a trigger the run rolls back to an
 iteration's start and continues in the next precision's preset, reported in
 ``TrainResult.demotions`` (docs/precision-guard.md); its divergence trigger is off
 (:mod:`genesis_fp16_infrastructure.rl.ppo_guard`). Refused in one line: ``compile=on``
-(the update step is never compiled) and a process group of more than one rank (the PPO
-loop has no DDP and no data sharding, so every rank would train an identical copy).
+(the update step is never compiled), a process group of more than one rank (the PPO
+loop has no DDP and no data sharding, so every rank would train an identical copy), and
+a preset the decided precision cannot run (the library's ``PresetError``).
 """
 
 from __future__ import annotations
@@ -35,12 +37,6 @@ import torch
 
 from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
 from genesis_fp16_agents.rlhf_ppo.model import TaskConfig, random_prompts
-from genesis_fp16_agents.rlhf_ppo.presets import (
-    DEFAULT_PRESET,
-    PRESETS,
-    preset_request,
-    resolve_preset,
-)
 from genesis_fp16_agents.rlhf_ppo.probe import build_probe_setup
 from genesis_fp16_agents.rlhf_ppo.task import PPOTask
 from genesis_fp16_agents.rlhf_ppo.task_file import read_task
@@ -55,6 +51,13 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
     parse_options,
 )
 from genesis_fp16_infrastructure.rl.ppo_guard import ppo_guard
+from genesis_fp16_infrastructure.rl.precision_presets import (
+    DEFAULT_PRESET,
+    PRESETS,
+    PresetError,
+    preset_request,
+    resolve_preset,
+)
 from genesis_fp16_infrastructure.training import StepTuning, fit
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
@@ -165,6 +168,12 @@ class RlhfPpoPlugin:
                 "rlhf_ppo: compile=on is not supported (its update step is never compiled); "
                 "set GENESIS_FP16_AGENTS__RLHF_PPO__COMPILE (or --compile) to off"
             )
+        try:
+            return self._train(request)
+        except PresetError as exc:  # the library's preset rule, refused in this agent's name
+            raise TrainRequestError(f"rlhf_ppo: {exc}") from None
+
+    def _train(self, request: TrainRequest) -> TrainResult:
         options: dict[str, Any] = parse_options(self.name, self.options, request.options)
         preset = options.pop("preset", None)
         rollout = options.pop("rollout_precision", None)

@@ -43,13 +43,13 @@ from genesis_fp16_agents.rlhf_ppo.model import (
     init_weights,
     random_prompts,
 )
-from genesis_fp16_agents.rlhf_ppo.presets import (
+from genesis_fp16_infrastructure.rl.ppo_math import clipped_policy_loss, value_loss
+from genesis_fp16_infrastructure.rl.precision_presets import (
     PRESETS,
     ComponentPrecision,
     PresetChoice,
     resolve_preset,
 )
-from genesis_fp16_infrastructure.rl.ppo_math import clipped_policy_loss, value_loss
 from genesis_fp16_infrastructure.rl.rollout import (
     Frozen,
     Rollout,

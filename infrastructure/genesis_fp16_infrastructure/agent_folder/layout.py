@@ -16,6 +16,7 @@
             probe_result.json            the precision probe's record
             run_request.json             the run file a child reads (removed after)
             data/                        generated sample data, and its ``.generated``
+            fault_bundles/               the flight recorder's bundles, bounded by their own
             quarantine/                  a file of bad records per run
             checkpoints/                 HOME_CHECKPOINTS
                 served.json              the served-model pointer
@@ -26,6 +27,7 @@
                 candidates/<id>/         HOME_CANDIDATE: one training run
                     candidate.json       its data and request
                     verdict.json         the gate's verdict
+                    live-<id>.npz        the live watch's scores against model <id>
 
 A file found unusable at its name is set aside as ``<name>.unusable``
 (:data:`ASIDE_SUFFIX`, :func:`~genesis_fp16_infrastructure.agent_folder.files.set_aside`).
@@ -40,8 +42,8 @@ from typing import Literal
 ASIDE_SUFFIX = ".unusable"
 Home = Literal["state", "agent", "checkpoints", "candidate", "data"]
 # json: a record read whole; lock: an flock whose file holds its holder; log: lines a run
-# writes and never reads back.
-Kind = Literal["json", "lock", "log", "text"]
+# writes and never reads back; binary: arrays read whole.
+Kind = Literal["json", "lock", "log", "text", "binary"]
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -58,9 +60,10 @@ class StateFile:
     kind: Kind
     limit: int
 
-    def at(self, folder: Path) -> Path:
-        """The file in ``folder`` (its home: the agent's, checkpoint or candidate folder)."""
-        return Path(folder) / self.name
+    def at(self, folder: Path, id: str = "") -> Path:
+        """The file in ``folder`` (its home: the agent's, checkpoint or candidate folder);
+        ``id`` fills a name that has one (``live-{id}.npz``)."""
+        return Path(folder) / self.name.replace("{id}", id)
 
 
 # The agent's folder.
@@ -91,6 +94,8 @@ QUARANTINE_LOG = StateFile("quarantine.jsonl", "quarantine", "checkpoints", "log
 # A candidate's.
 CANDIDATE_META = StateFile("candidate.json", "candidate_meta", "candidate", "json", 1 * MIB)
 VERDICT = StateFile("verdict.json", "verdict", "candidate", "json", 1 * MIB)
+# The live watch's scores of a served model against the one before it (``{id}``: that one's).
+LIVE_WATCH = StateFile("live-{id}.npz", "live_watch", "candidate", "binary", 1024 * MIB)
 
 LAYOUT: tuple[StateFile, ...] = (
     PRECISION_STATE,
@@ -111,6 +116,7 @@ LAYOUT: tuple[StateFile, ...] = (
     QUARANTINE_LOG,
     CANDIDATE_META,
     VERDICT,
+    LIVE_WATCH,
 )
 
 # Folders.
@@ -120,6 +126,7 @@ CHECKPOINTS_FOLDER = "checkpoints"
 QUARANTINE_FOLDER = "quarantine"
 CANDIDATES_FOLDER = "candidates"
 RECORD_CACHE_FOLDER = "record_cache"
+BUNDLES_FOLDER = "fault_bundles"  # the flight recorder's fault bundles (training.flight)
 
 
 def agent_root(state_dir: Path, agent: str) -> Path:

@@ -4,7 +4,7 @@ Beside an agent's checkpoints a daemon keeps a few small files: the precision gu
 memory of a demotion, the loss scale the last fp16 run ended with, the served-model
 pointer (``served.json``) and the data manifest of the served model's run
 (``data_manifest.json``). A job's plan reads them once
-(``genesis_fp16_infrastructure.agent_state.read_agent_state`` and the plugin's
+(``genesis_fp16_infrastructure.contract.agent_state.read_agent_state`` and the plugin's
 ``check_data``) and everything after it takes this record instead of reading again: the
 daemon's own checks, the run in the daemon's process, and a child process, which gets it
 in its run file (:meth:`AgentSnapshot.to_json`, inside ``TrainRequest.to_json``)::
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from genesis_fp16_infrastructure.agent_folder.served_pointer import ServedPointer
 from genesis_fp16_infrastructure.data.manifest import FileState, Manifest, Prefix
-from genesis_fp16_infrastructure.recipes.retrain.served import ServedPointer
 from genesis_fp16_infrastructure.training.precision.carried_scale import CarriedScale
 from genesis_fp16_infrastructure.training.precision.precision_memory import PrecisionMemory
 

@@ -15,7 +15,7 @@ records, not its bytes, are what a read costs in memory, and a line that is not 
 quarantined alone.
 
 >>> from genesis_fp16_infrastructure.data.synthetic import write_pool
->>> pool = write_pool(Path("data"), count=200, seed=1)  # in data/trajectory_pools/se_darwin/
+>>> pool = write_pool(Path("data"), count=200, seed=1)  # in data/trajectory_pools/<agent>/
 >>> _ = (pool.parent / "more.jsonl").write_text('{"not": "a record"}\\n')
 >>> result = read_trajectories(Path("data/trajectory_pools"), quarantine=Path("q.jsonl"))
 >>> len(result.examples), result.quarantined

@@ -1,1 +1,2 @@
-"""Library-level RL formulas: PPO arithmetic and precision diagnostics (pure torch)."""
+"""Library-level RL components (pure torch): PPO arithmetic and rollouts, a tiny causal
+transformer, the guard's PPO config, per-component precision presets and diagnostics."""

@@ -31,10 +31,13 @@ from typing import Any
 
 import torch
 
+from genesis_fp16_infrastructure.agent_folder.served_pointer import (
+    candidates_dir,
+    served_checkpoint,
+)
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.schema import OUTCOMES, AttemptInput, Trajectory
-from genesis_fp16_infrastructure.recipes.retrain.served import candidates_dir, served_checkpoint
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint import (
     CheckpointError,

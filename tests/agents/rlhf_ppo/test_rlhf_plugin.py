@@ -12,7 +12,12 @@ import pytest
 import torch
 
 from genesis_fp16_agents.rlhf_ppo import plugin
-from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin, TrainRequest, TrainResult
+from genesis_fp16_infrastructure.contract.plugin_api import (
+    AgentPlugin,
+    TrainRequest,
+    TrainRequestError,
+    TrainResult,
+)
 from genesis_fp16_infrastructure.training import TrainingSummary
 
 RANDOM_POLICY_REWARD = 0.25  # mean partial credit of a uniform next digit
@@ -74,6 +79,17 @@ def test_unknown_option_is_refused(tmp_path: Path) -> None:
     """A misspelt option fails before training, naming the valid ones."""
     with pytest.raises(ValueError, match="unknown option"):
         _train(tmp_path, "auto", steps=4, options={"kl_coeff": 0.1})
+
+
+def test_a_preset_the_precision_cannot_run_is_refused_in_the_agents_name(tmp_path: Path) -> None:
+    """The library's PresetError (raised at the first iteration, inside fit()) reaches the
+    daemon as this agent's one-line TrainRequestError."""
+    with pytest.raises(TrainRequestError) as info:
+        _train(tmp_path, "fp16", steps=4, options={"preset": "bf16_pure"})
+    assert str(info.value) == (
+        "rlhf_ppo: preset 'bf16_pure' conflicts with precision 'fp16'; "
+        "use preset 'fp16_all' or precision 'bf16'/'auto'"
+    )
 
 
 @pytest.mark.slow

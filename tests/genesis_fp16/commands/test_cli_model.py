@@ -11,12 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from genesis_fp16_infrastructure.recipes.retrain.served import (
-    pointer_path,
-    read_pointer,
-    serve,
-    write_verdict,
-)
+from genesis_fp16_infrastructure.agent_folder.served_pointer import pointer_path, read_pointer
+from genesis_fp16_infrastructure.recipes.retrain.served import serve, write_verdict
 from genesis_fp16_infrastructure.recipes.retrain.served_repair import served_entry
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -12,15 +12,14 @@ from typing import Any
 import pytest
 from daemon_harness import DaemonFactory, DaemonProcess, daemon_env
 
+from genesis_fp16_infrastructure.agent_folder.served_pointer import candidates_dir, read_pointer
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.recipes.retrain.served import (
     VERDICT_NAME,
     candidate_entry,
-    candidates_dir,
     list_candidates,
     newest_checkpoint,
     read_json,
-    read_pointer,
     serve,
 )
 

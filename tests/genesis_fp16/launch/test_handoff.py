@@ -10,10 +10,10 @@ import pytest
 from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.train import _read_request_file
 from genesis_fp16.launch.handoff import child_env, read_run_file, write_run_file
+from genesis_fp16_infrastructure.agent_folder.served_pointer import ServedPointer
 from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot, DataCheck
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest
 from genesis_fp16_infrastructure.data.manifest import FileState, Manifest, Prefix
-from genesis_fp16_infrastructure.recipes.retrain.served import ServedPointer
 
 
 def test_the_child_environment_holds_no_setting_and_no_working_directory() -> None:

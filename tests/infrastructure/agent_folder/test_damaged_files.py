@@ -27,7 +27,7 @@ from genesis_fp16_infrastructure.agent_folder.layout import LAYOUT, StateFile
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
 from genesis_fp16_infrastructure.data.sources import Source
-from genesis_fp16_infrastructure.recipes.retrain import freshness
+from genesis_fp16_infrastructure.recipes.retrain import freshness, live_watch
 from genesis_fp16_infrastructure.recipes.retrain.served import (
     list_candidates,
     pointer_lock,
@@ -114,6 +114,7 @@ CONSUMERS: dict[str, Callable[[Folder, Path], object]] = {
     "quarantine": _quarantine,
     "candidate_meta": lambda f, p: list_candidates(f.paths.checkpoint_dir),
     "verdict": lambda f, p: read_json(p),
+    "live_watch": lambda f, p: live_watch._read_store(p),
 }
 # Files a run writes whole and never reads as a record: damaged content is replaced.
 WRITTEN = {"last_run", "run_request", "quarantine"}
@@ -125,11 +126,14 @@ def _damage(path: Path, file: StateFile, how: str) -> None:
         (path / "inside").write_text("kept")
     elif how == "fifo":
         os.mkfifo(path)
+    elif how == "huge":  # sparse: one byte over the bound costs no disk
+        with path.open("wb") as handle:
+            handle.write(b"{}")
+            handle.truncate(file.limit + 1)
     else:
         data = {
             "corrupt": b'{"version": 1, "torn',
             "empty": b"",
-            "huge": b"{}" + b" " * (file.limit + 1),  # JSON: only the bound refuses it
             "not_utf8": b'{"v": "\xff\xfe"}',
         }[how]
         path.write_bytes(data)
@@ -177,8 +181,9 @@ def test_a_damaged_file_is_set_aside_counted_and_costs_no_failed_run(
         remove()
     in_the_way = how in ("folder", "fifo")
     mine = [event for event in seen if event.path == path]
-    if in_the_way or (file.kind in ("json", "text") and file.label not in WRITTEN):
+    if in_the_way or (file.kind in ("json", "text", "binary") and file.label not in WRITTEN):
         assert [e.label for e in mine] == [file.label], seen
+        assert how != "huge" or "over the" in mine[0].why  # the bound refused it, unread
         assert files.aside_path(path).exists() or files.aside_path(path).is_fifo()
         assert not path.exists() or path.is_file()
     else:  # a lock's or a written file's content: never read as a record, replaced

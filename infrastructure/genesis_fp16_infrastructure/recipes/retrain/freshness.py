@@ -30,17 +30,17 @@ from typing import Any
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import DATA_MANIFEST, RECORD_CACHE_FOLDER
+from genesis_fp16_infrastructure.agent_folder.served_pointer import (
+    ServedPointerError,
+    checkpoint_of,
+    served_checkpoint,
+)
 from genesis_fp16_infrastructure.contract.agent_snapshot import DataCheck
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.contract.reports import ReportError
 from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
 from genesis_fp16_infrastructure.data.readers import DataError
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
-from genesis_fp16_infrastructure.recipes.retrain.served import (
-    ServedPointerError,
-    checkpoint_of,
-    served_checkpoint,
-)
 
 logger = logging.getLogger(__name__)
 

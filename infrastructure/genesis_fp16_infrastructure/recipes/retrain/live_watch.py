@@ -42,7 +42,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from genesis_fp16_infrastructure.atomic import write_atomic
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.layout import LIVE_WATCH
+from genesis_fp16_infrastructure.agent_folder.served_pointer import (
+    ServedPointer,
+    ServedPointerError,
+    read_pointer,
+)
 from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot
 from genesis_fp16_infrastructure.data.fingerprint import held_in
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
@@ -50,10 +56,7 @@ from genesis_fp16_infrastructure.recipes.retrain import gate
 from genesis_fp16_infrastructure.recipes.retrain.judge_sets import LIVE_REGRESSION
 from genesis_fp16_infrastructure.recipes.retrain.sequential import mean_bounds
 from genesis_fp16_infrastructure.recipes.retrain.served import (
-    ServedPointer,
-    ServedPointerError,
     pointer_lock,
-    read_pointer,
     rollback,
     update_pointer,
 )
@@ -87,7 +90,7 @@ def watch(
     pointer, served, previous = pair
     ids = columns.id_hash[columns.labelled]
     store = Path(root) / str(pointer.served["checkpoint"])
-    store = store.parent / f"live-{pointer.history[0].get('id')}.npz"
+    store = LIVE_WATCH.at(store.parent, str(pointer.history[0].get("id")))
     kept = _read_store(store)
     assert served.pool_ids is not None and previous.pool_ids is not None
     new = ~held_in(ids, served.pool_ids) & ~held_in(ids, previous.pool_ids)
@@ -222,16 +225,17 @@ def _read_store(path: Path) -> dict[str, np.ndarray]:
     """The watch's records so far; none when the file is absent or unreadable (logged:
     the watch then starts again on the records neither model trained on)."""
     empty = {k: np.zeros(0, dtype=np.int64 if k == "ids" else np.float32) for k in _ARRAYS}
-    if not path.is_file():
-        return empty
     try:
-        with np.load(path, allow_pickle=False) as data:
+        raw = files.read_bytes(path, LIVE_WATCH.limit)  # a regular file, within its bound
+        if raw is None:
+            return empty
+        with np.load(io.BytesIO(raw), allow_pickle=False) as data:
             kept = {k: np.asarray(data[k]) for k in _ARRAYS}
-    except (OSError, ValueError, KeyError) as exc:
-        logger.warning("live watch record %s unreadable, starting again: %s", path, exc)
+    except (OSError, ValueError, KeyError, EOFError) as exc:  # UnusableStateFile too
+        files.set_aside(path, LIVE_WATCH, f"{path}: {exc}")  # reported; the watch starts again
         return empty
     if len({len(v) for v in kept.values()}) != 1:
-        logger.warning("live watch record %s has arrays of unequal length, starting again", path)
+        files.set_aside(path, LIVE_WATCH, f"{path}: arrays of unequal length")
         return empty
     return kept
 
@@ -245,4 +249,4 @@ def _write_store(path: Path, kept: Mapping[str, np.ndarray]) -> None:
         previous=kept["previous"],
         labels=kept["labels"],
     )
-    write_atomic(path, lambda handle: handle.write(buffer.getvalue()))
+    files.write_bytes(path, LIVE_WATCH, buffer.getvalue())

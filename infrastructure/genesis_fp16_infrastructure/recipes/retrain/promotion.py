@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from genesis_fp16_infrastructure.agent_folder.served_pointer import candidates_dir
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainRequestError
 from genesis_fp16_infrastructure.contract.reports import GateReport, ScoresOn
 from genesis_fp16_infrastructure.data.fingerprint import DataChange, DataFingerprint, compare
@@ -50,7 +51,6 @@ from genesis_fp16_infrastructure.recipes.retrain.served import (
     CANDIDATE_META,
     VERDICT_NAME,
     candidate_entry,
-    candidates_dir,
     list_candidates,
     new_candidate,
     newest_checkpoint,

@@ -34,141 +34,30 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from genesis_fp16_infrastructure.agent_folder import files
-from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile
-from genesis_fp16_infrastructure.agent_folder.layout import (
-    ASIDE_SUFFIX,
-    CANDIDATES_FOLDER,
-    SERVED_POINTER,
-    VERDICT,
-)
 from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META as CANDIDATE_META_FILE
 from genesis_fp16_infrastructure.agent_folder.layout import POINTER_LOCK as POINTER_LOCK_FILE
+from genesis_fp16_infrastructure.agent_folder.layout import (
+    VERDICT,
+)
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
+from genesis_fp16_infrastructure.agent_folder.served_pointer import (
+    ServedPointer,
+    ServedPointerError,
+    candidates_dir,
+    read_pointer,
+    write_pointer,
+)
 
-POINTER_NAME = SERVED_POINTER.name
 POINTER_LOCK = POINTER_LOCK_FILE.name  # the flock every writer of the pointer holds
-POINTER_VERSION = 1
-ASIDE_NAME = POINTER_NAME + ASIDE_SUFFIX  # an unusable pointer, set aside until a repair
-REPAIR = "`genesis-fp16 model promote AGENT ID` or `genesis-fp16 model rollback AGENT` repairs it"
 CANDIDATE_META = CANDIDATE_META_FILE.name
 VERDICT_NAME = VERDICT.name
 UNFINISHED_MIN_DAYS = 1.0  # an unfinished candidate untouched this long is pruned
 _CHECKPOINT_NAME = re.compile(r"^ckpt-(\d{10})\.pt$")  # CheckpointManager's, without torch
-
-
-class ServedPointerError(ValueError):
-    """A pointer file that cannot be read or names nothing: one line naming the file."""
-
-
-@dataclass(frozen=True)
-class ServedPointer:
-    """What ``served.json`` holds: the served entry, the ones served before it, and the
-    operator's pin (None: the daemon's gate and live watch may replace the served model)."""
-
-    served: dict[str, Any]
-    history: list[dict[str, Any]] = field(default_factory=list)
-    pinned: dict[str, Any] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        data = {"version": POINTER_VERSION, "served": self.served, "history": self.history}
-        if self.pinned is not None:
-            data["pinned"] = self.pinned
-        return data
-
-
-def pointer_path(folder: Path) -> Path:
-    return Path(folder) / POINTER_NAME
-
-
-def candidates_dir(folder: Path) -> Path:
-    return Path(folder) / CANDIDATES_FOLDER
-
-
-def read_pointer(folder: Path) -> ServedPointer | None:
-    """The folder's pointer; None when it has none yet (no model was ever promoted).
-    A pointer that exists but cannot be read raises :class:`ServedPointerError`: a served
-    model is never guessed."""
-    path = pointer_path(folder)
-    if not path.exists() and not path.is_symlink() and aside_path(folder).exists():
-        raise ServedPointerError(
-            f"served-model pointer {str(path)!r} was set aside as unusable "
-            f"({str(aside_path(folder))!r}); {repair_hint(folder)}"
-        )
-    return parse_pointer(path)
-
-
-def parse_pointer(path: Path) -> ServedPointer | None:
-    try:
-        data = files.read_json(path, SERVED_POINTER)
-    except UnusableStateFile as exc:
-        raise ServedPointerError(
-            f"served-model pointer {str(path)!r} unreadable: {exc}; {repair_hint(path.parent)}"
-        ) from None
-    if data is None:
-        return None
-    if not isinstance(data, dict) or data.get("version") != POINTER_VERSION:
-        raise ServedPointerError(
-            f"served-model pointer {str(path)!r} is not version {POINTER_VERSION} "
-            f"(found {data.get('version') if isinstance(data, dict) else type(data).__name__!r}); "
-            f"{repair_hint(path.parent)}"
-        )
-    served, history = data.get("served"), data.get("history", [])
-    if not isinstance(served, dict) or not isinstance(served.get("checkpoint"), str):
-        raise ServedPointerError(
-            f"served-model pointer {str(path)!r} names no checkpoint; {repair_hint(path.parent)}"
-        )
-    if not isinstance(history, list):
-        raise ServedPointerError(
-            f"served-model pointer {str(path)!r}: history is not a list; {repair_hint(path.parent)}"
-        )
-    pinned = data.get("pinned")
-    return ServedPointer(
-        served,
-        [h for h in history if isinstance(h, dict)],
-        pinned if isinstance(pinned, dict) else None,
-    )
-
-
-def served_checkpoint(folder: Path) -> Path | None:
-    """The checkpoint file the pointer names (None: no pointer); ServedPointerError when
-    the file it names is gone."""
-    pointer = read_pointer(folder)
-    return None if pointer is None else checkpoint_of(folder, pointer)
-
-
-def checkpoint_of(folder: Path, pointer: ServedPointer) -> Path:
-    """The checkpoint file ``pointer`` (read from ``folder``) names; ServedPointerError
-    when it is gone."""
-    path = Path(folder) / pointer.served["checkpoint"]
-    if not path.is_file():
-        raise ServedPointerError(
-            f"served-model pointer {str(pointer_path(folder))!r} names {str(path)!r}, "
-            f"which is not there; {repair_hint(folder)}"
-        )
-    return path
-
-
-def repair_hint(folder: Path) -> str:
-    """The commands that repair the pointer of ``folder``, naming its agent where the
-    folder is a state folder's (``<state>/agents/<agent>/checkpoints``)."""
-    folder = Path(folder)
-    agent = folder.parent.name if folder.name == "checkpoints" else "AGENT"
-    return REPAIR.replace("AGENT", agent)
-
-
-def aside_path(folder: Path) -> Path:
-    return Path(folder) / ASIDE_NAME
-
-
-def write_pointer(folder: Path, pointer: ServedPointer) -> None:
-    """Replace the pointer atomically (the old one or the new one, never neither). Callers
-    that read it first hold :func:`pointer_lock` around both (:func:`update_pointer`)."""
-    files.write_json(pointer_path(folder), SERVED_POINTER, pointer.to_json())
 
 
 # One writer at a time: an flock conflicts between two descriptors even in one process, so

@@ -22,24 +22,26 @@ from typing import Any
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import SERVED_POINTER
-from genesis_fp16_infrastructure.recipes.retrain.served import (
-    VERDICT_NAME,
+from genesis_fp16_infrastructure.agent_folder.served_pointer import (
     ServedPointer,
     ServedPointerError,
     aside_path,
+    parse_pointer,
+    pointer_path,
+    read_pointer,
+    served_checkpoint,
+    write_pointer,
+)
+from genesis_fp16_infrastructure.recipes.retrain.served import (
+    VERDICT_NAME,
     candidate_entry,
     list_candidates,
     newest_checkpoint,
-    parse_pointer,
     pointer_lock,
-    pointer_path,
     read_json,
-    read_pointer,
     rollback,
     serve,
-    served_checkpoint,
     update_pointer,
-    write_pointer,
 )
 
 

@@ -13,14 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from genesis_fp16_infrastructure.agent_folder.layout import BUNDLES_FOLDER, agent_root
+
 SUFFIX = ".fault.pt"
-FOLDER = "fault_bundles"
+FOLDER = BUNDLES_FOLDER
 REASONS = ("first_nonfinite", "demotion")
 
 
 def bundle_folder(state_dir: Path, agent: str) -> Path:
     """An agent's bundle folder inside the daemon's state folder."""
-    return Path(state_dir) / "agents" / agent / FOLDER
+    return agent_root(state_dir, agent) / FOLDER
 
 
 @dataclass(frozen=True)

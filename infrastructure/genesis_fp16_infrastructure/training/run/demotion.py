@@ -1,8 +1,8 @@
 """Demote a guarded run: roll back to the guard's last good state in the next precision.
 
-``fit()`` calls :func:`demote_run` when its guard fires, and so does an agent that runs
-its own loop (``rlhf_ppo``), so a guard trip is handled one way and reported one way:
-the same policy for the next precision (the run's device and loss-scaler config), the
+``fit()`` calls :func:`demote_run` when its guard fires, for every task (one with
+iteration hooks too), so a guard trip is handled one way and reported one way: the same
+policy for the next precision (the run's device and loss-scaler config), the
 same rollback and the same record in ``demotions``::
 
     while guard.final_check(trainer, epoch, batch) is not None:
@@ -13,11 +13,10 @@ same rollback and the same record in ``demotions``::
         demotions.append(record)
 
 What differs between runs is what the caller builds and restores around the trainer:
-``rebuild(policy)`` makes a fresh trainer in the demoted policy (fit: the task's model
-and optimizers; rlhf_ppo: a whole PPO engine in the demoted preset), and
-``restore(trainer, snapshot)`` puts the run's own state back once the trainer's is
-loaded (fit: the data position, the task's extra state, stale checkpoints, the captured
-step's verification; rlhf_ppo: the reference weights, iteration count and samplers).
+``rebuild(policy)`` makes a fresh trainer in the demoted policy (the task's model and
+optimizers), and ``restore(trainer, snapshot)`` puts the run's own state back once the
+trainer's is loaded (the data position, the task's extra state, stale checkpoints, the
+captured step's verification).
 """
 
 from __future__ import annotations

@@ -13,15 +13,14 @@ import pytest
 from se_darwin_runs import train
 
 from genesis_fp16.cli import main
+from genesis_fp16_infrastructure.agent_folder.served_pointer import candidates_dir, read_pointer
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.recipes.retrain.judge_sets import LIVE_REGRESSION
 from genesis_fp16_infrastructure.recipes.retrain.served import (
     VERDICT_NAME,
     candidate_entry,
-    candidates_dir,
     newest_checkpoint,
     read_json,
-    read_pointer,
     serve,
 )
 

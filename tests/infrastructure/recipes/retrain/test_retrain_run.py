@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from genesis_fp16_infrastructure.agent_folder.served_pointer import served_checkpoint
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainRequestError
 from genesis_fp16_infrastructure.data.synthetic import write_pool
 from genesis_fp16_infrastructure.recipes.retrain import run
-from genesis_fp16_infrastructure.recipes.retrain.served import served_checkpoint
 from genesis_fp16_infrastructure.world_model.predict import read_world_model_state
 
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 from se_darwin_runs import train
 
+from genesis_fp16_infrastructure.agent_folder.served_pointer import served_checkpoint
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.recipes.retrain.freshness import record_path
-from genesis_fp16_infrastructure.recipes.retrain.served import served_checkpoint
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager, load_checkpoint
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from genesis_fp16_infrastructure.agent_folder import served_pointer
+from genesis_fp16_infrastructure.agent_folder.served_pointer import ServedPointerError
 from genesis_fp16_infrastructure.recipes.retrain import served
-from genesis_fp16_infrastructure.recipes.retrain.served import ServedPointerError
 
 
 def _candidate(folder: Path, digest: str, outcome: str | None) -> Path:
@@ -33,9 +34,9 @@ def test_the_pointer_names_the_promoted_model_and_rolls_back(tmp_path: Path) -> 
     _serve(tmp_path, first)
     second = _candidate(tmp_path, "bbbb", "promoted")
     _serve(tmp_path, second)
-    assert served.served_checkpoint(tmp_path) == second / "ckpt-0000000005.pt"
+    assert served_pointer.served_checkpoint(tmp_path) == second / "ckpt-0000000005.pt"
     assert served.rollback(tmp_path)["id"] == first.name
-    assert served.served_checkpoint(tmp_path) == first / "ckpt-0000000005.pt"
+    assert served_pointer.served_checkpoint(tmp_path) == first / "ckpt-0000000005.pt"
     assert served.read_json(second / served.VERDICT_NAME)["outcome"] == "rolled_back"  # type: ignore[index]
     with pytest.raises(ServedPointerError, match="kept no earlier model"):
         served.rollback(tmp_path)
@@ -47,10 +48,10 @@ def test_an_unreadable_pointer_or_a_missing_file_is_an_error_not_a_guess(tmp_pat
     _serve(tmp_path, candidate)
     (candidate / "ckpt-0000000005.pt").unlink()
     with pytest.raises(ServedPointerError, match="which is not there"):
-        served.served_checkpoint(tmp_path)
-    served.pointer_path(tmp_path).write_text("{half")
+        served_pointer.served_checkpoint(tmp_path)
+    served_pointer.pointer_path(tmp_path).write_text("{half")
     with pytest.raises(ServedPointerError, match=r"served\.json"):
-        served.read_pointer(tmp_path)
+        served_pointer.read_pointer(tmp_path)
 
 
 def test_prune_keeps_the_served_the_last_k_and_recent_rejections(tmp_path: Path) -> None:
@@ -69,7 +70,7 @@ def test_prune_keeps_the_served_the_last_k_and_recent_rejections(tmp_path: Path)
     served.prune(tmp_path, keep_served=2, rejected_days=0)
     left = {p.name for p in served.list_candidates(tmp_path)}
     assert left == {promoted[5].name, promoted[4].name, promoted[3].name, training.name}
-    assert len(served.read_pointer(tmp_path).history) == 2  # type: ignore[union-attr]
+    assert len(served_pointer.read_pointer(tmp_path).history) == 2  # type: ignore[union-attr]
     assert served.folder_bytes(tmp_path) > 0
 
 
@@ -91,11 +92,13 @@ def _tag_pointer(folder: str, tag: str, rounds: int) -> None:
     loses its neighbours' tags unless the read and the write are one locked update."""
     for i in range(rounds):
 
-        def change(current: served.ServedPointer | None, i: int = i) -> served.ServedPointer:
+        def change(
+            current: served_pointer.ServedPointer | None, i: int = i
+        ) -> served_pointer.ServedPointer:
             assert current is not None
             time.sleep(0.002)  # widen the window a lost update needs
             tags = [*current.served.get("tags", []), f"{tag}-{i}"]
-            return served.ServedPointer({**current.served, "tags": tags}, current.history)
+            return served_pointer.ServedPointer({**current.served, "tags": tags}, current.history)
 
         served.update_pointer(Path(folder), change)
 
@@ -121,7 +124,7 @@ def test_concurrent_writers_of_the_pointer_lose_no_update(tmp_path: Path) -> Non
     for proc in procs:
         proc.join()
         assert proc.exitcode == 0
-    pointer = served.read_pointer(tmp_path)
+    pointer = served_pointer.read_pointer(tmp_path)
     assert pointer is not None
     assert len(pointer.served["tags"]) == 100
     assert len(set(pointer.served["tags"])) == 100
@@ -137,5 +140,5 @@ def test_the_pin_survives_a_promotion_and_a_prune(tmp_path: Path) -> None:
     served.serve(tmp_path, entry, "manual", pin={"by": "operator", "id": first.name})
     _serve(tmp_path, _candidate(tmp_path, "bbbb", "promoted"))
     served.prune(tmp_path, keep_served=1, rejected_days=0)
-    pointer = served.read_pointer(tmp_path)
+    pointer = served_pointer.read_pointer(tmp_path)
     assert pointer is not None and pointer.pinned == {"by": "operator", "id": first.name}

@@ -10,16 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from genesis_fp16_infrastructure.recipes.retrain.served import (
+from genesis_fp16_infrastructure.agent_folder.served_pointer import (
     ServedPointerError,
     aside_path,
     pointer_path,
-    prune,
     read_pointer,
-    serve,
     served_checkpoint,
-    write_verdict,
 )
+from genesis_fp16_infrastructure.recipes.retrain.served import prune, serve, write_verdict
 from genesis_fp16_infrastructure.recipes.retrain.served_repair import (
     operator_pin,
     roll_back_by_hand,

@@ -228,7 +228,7 @@ def test_the_decision_check_catches_a_patch() -> None:
 # request's own module: each is not a decision of a run's precision.
 AUTO_TESTED_ELSEWHERE = {
     # a preset named under auto names the precision of the request decide() answers
-    ("agents/genesis_fp16_agents/rlhf_ppo/presets.py", "preset_request"),
+    ("infrastructure/genesis_fp16_infrastructure/rl/precision_presets.py", "preset_request"),
     # the benchmark's grid: which runners time an `auto` column
     ("genesis_fp16/bench/run.py", "options_from_args"),
     ("genesis_fp16/bench/run.py", "plan"),

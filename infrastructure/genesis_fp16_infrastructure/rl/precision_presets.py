@@ -1,24 +1,34 @@
-"""Per-component precision presets, and how the decided precision picks one.
+"""Per-component precision presets of an RLHF system, and how a decided precision picks one.
 
-The request goes to ``fit()``'s one ``decide()`` first (:func:`preset_request`: under
-``auto`` a preset named in ``options["preset"]`` names the policy's precision on the
-operator's behalf, its ``basis``; without one, ``auto`` is decided as the request says,
-by the rule or by timing the PPO update steps), and the preset follows the decision,
-floor and exclusions applied (documented in docs/precision-forensics.md):
+A preset names the dtype each component computes in: the trained policy, the frozen
+reference and reward model, the value head, the KL penalty and the rollout (inference)
+copy of the policy; master weights stay fp32 in every one.
 
-- ``fp32`` (a CLI flag, the rollback flag ``ENABLE_FP16_TRAINING=false``, or ``auto``
-  on a device without a fast 16-bit precision) always wins: it forces ``fp32_baseline``,
-  whatever ``options["preset"]`` says; the override is reported.
+The run's request goes to ``fit()``'s one ``decide()`` first (:func:`preset_request`:
+under ``auto`` a preset the caller names asks for the policy's precision on the
+operator's behalf, its ``basis``; without one, ``auto`` is decided as the request says),
+and the preset follows the decision, floor and exclusions applied (documented in
+docs/precision-forensics.md):
+
+- ``fp32`` (asked, the rollback, or ``auto`` on a device without a fast 16-bit
+  precision) always wins: it forces ``fp32_baseline``, whatever preset was named; the
+  override is reported.
 - ``fp16`` selects ``fp16_all``; a bf16 preset named next to it is an error.
-- ``bf16`` runs ``options["preset"]`` (default ``mixed_recommended``); ``fp16_all``
-  named next to it is overridden (the precision guard's memory after an fp16 demotion),
+- ``bf16`` runs the named preset (default ``mixed_recommended``); ``fp16_all`` named next
+  to it is overridden (the precision guard's memory after an fp16 demotion),
   ``fp32_baseline`` is an error (the trainer runs the decided bf16).
 
 The trainer runs the decision itself: the preset's policy precision is always the
-decided one, so nothing decides twice.
+decided one, so nothing decides twice. A name or a combination that cannot run is a
+:class:`PresetError`, one line naming the value and the choices.
 
     >>> resolve_preset("fp32", "bf16_pure").preset.name
     'fp32_baseline'
+    >>> try:
+    ...     resolve_preset("fp16", "bf16_pure")
+    ... except PresetError as exc:
+    ...     print(exc)
+    preset 'bf16_pure' conflicts with precision 'fp16'; use preset 'fp16_all' or ...
 """
 
 from __future__ import annotations
@@ -28,13 +38,17 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.training import dtype_of
 from genesis_fp16_infrastructure.training.precision.decide import ResolvedPrecision
 from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS, PrecisionName
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 DEFAULT_PRESET = "mixed_recommended"
+
+
+class PresetError(ValueError):
+    """A preset, rollout or precision name that is unknown, or a preset the decided
+    precision cannot run; the message is one line naming the value and the choices."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +111,7 @@ class PresetChoice:
 
 
 def preset_request(request: PrecisionRequest, preset: str | None) -> PrecisionRequest:
-    """The request rlhf_ppo asks ``decide()``: the run's own; under ``auto``, a named
+    """The request to ask ``decide()``: the run's own; under ``auto``, a named
     preset asks for its policy's precision, with the preset as the basis. The mode, the
     cache, the floor and the exclusions stay.
 
@@ -115,7 +129,7 @@ def preset_request(request: PrecisionRequest, preset: str | None) -> PrecisionRe
 
 def _check_preset(preset: str | None) -> None:
     if preset is not None and preset not in PRESETS:
-        raise TrainRequestError(f"rlhf_ppo: preset {preset!r} is not one of {sorted(PRESETS)}")
+        raise PresetError(f"preset {preset!r} is not one of {sorted(PRESETS)}")
 
 
 def resolve_preset(
@@ -127,9 +141,7 @@ def resolve_preset(
     _check_preset(preset)
     precision = decision if isinstance(decision, str) else decision.used
     if rollout is not None and rollout not in PRECISIONS:
-        raise TrainRequestError(
-            f"rlhf_ppo: rollout_precision {rollout!r} is not one of {sorted(PRECISIONS)}"
-        )
+        raise PresetError(f"rollout_precision {rollout!r} is not one of {sorted(PRECISIONS)}")
     if precision == "fp32":
         name = "fp32_baseline"
         reason = "precision fp32 forces fp32_baseline"
@@ -137,8 +149,8 @@ def resolve_preset(
             reason += f" (preset {preset!r} overridden)"
     elif precision == "fp16":
         if preset not in (None, "fp16_all"):
-            raise TrainRequestError(
-                f"rlhf_ppo: preset {preset!r} conflicts with precision 'fp16'; "
+            raise PresetError(
+                f"preset {preset!r} conflicts with precision 'fp16'; "
                 "use preset 'fp16_all' or precision 'bf16'/'auto'"
             )
         name, reason = "fp16_all", "precision fp16 selects fp16_all"
@@ -146,8 +158,8 @@ def resolve_preset(
         if preset is not None and PRESETS[preset].policy == "fp32":
             # The decision is bf16 (asked by name, or a floor): the trainer runs it, so a
             # preset whose policy trains in fp32 cannot be the one that runs.
-            raise TrainRequestError(
-                f"rlhf_ppo: preset {preset!r} conflicts with precision 'bf16'; "
+            raise PresetError(
+                f"preset {preset!r} conflicts with precision 'bf16'; "
                 "use precision 'fp32' or 'auto', or a bf16 preset"
             )
         # bf16 asked next to fp16_all is what the precision guard's memory asks after an
@@ -157,9 +169,7 @@ def resolve_preset(
         if preset == "fp16_all":
             reason += " (preset 'fp16_all' overridden)"
     else:
-        raise TrainRequestError(
-            f"rlhf_ppo: precision {precision!r} is not one of {sorted(PRECISIONS)}"
-        )
+        raise PresetError(f"precision {precision!r} is not one of {sorted(PRECISIONS)}")
     chosen = PRESETS[name]
     # The rollback (fp32) wins over a rollout override too: no 16-bit anywhere.
     if rollout is not None and rollout != chosen.rollout and precision != "fp32":

@@ -25,17 +25,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from genesis_fp16_infrastructure.agent_folder.served_pointer import (
+    ServedPointer,
+    ServedPointerError,
+    checkpoint_of,
+    read_pointer,
+)
 from genesis_fp16_infrastructure.contract.agent_snapshot import (
     AgentSnapshot,
     AgentState,
     AgentStateFiles,
     ResumePoint,
-)
-from genesis_fp16_infrastructure.recipes.retrain.served import (
-    ServedPointer,
-    ServedPointerError,
-    checkpoint_of,
-    read_pointer,
 )
 from genesis_fp16_infrastructure.training.precision.carried_scale import read_carried_scale
 from genesis_fp16_infrastructure.training.precision.precision_memory import read_precision_memory

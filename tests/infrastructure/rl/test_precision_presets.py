@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from genesis_fp16_agents.rlhf_ppo.presets import (
+from genesis_fp16_infrastructure.rl.precision_presets import (
     DEFAULT_PRESET,
     PRESETS,
+    PresetError,
     preset_request,
     resolve_preset,
 )
@@ -89,7 +90,7 @@ def test_a_named_preset_under_auto_names_the_precision_and_the_floor_still_wins(
 def test_an_excluded_precision_is_not_the_preset_under_auto(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A red probe's exclusion reaches rlhf_ppo's decision: auto on a native-bf16 CPU with
+    """A red probe's exclusion reaches the preset's decision: auto on a native-bf16 CPU with
     bf16 excluded runs fp32_baseline."""
     caps = DeviceCapabilities("cpu", True, False, "test")
     monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: caps)
@@ -115,6 +116,8 @@ def test_bf16_request_overrides_fp16_all() -> None:
 def test_bad_combinations_fail_with_one_clear_line(
     precision: str, preset: str | None, message: str
 ) -> None:
-    """Conflicts and unknown names raise ValueError naming the value and the choices."""
-    with pytest.raises(ValueError, match=message):
+    """Conflicts and unknown names raise PresetError (a ValueError) naming the value and
+    the choices, and naming no agent (the plugin adds its own name)."""
+    with pytest.raises(PresetError, match=message) as info:
         resolve_preset(precision, preset)
+    assert isinstance(info.value, ValueError) and "rlhf_ppo" not in str(info.value)
