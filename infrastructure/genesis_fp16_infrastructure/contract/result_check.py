@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
-from genesis_fp16_infrastructure.contract.record_codec import Record, ReportError
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
+from genesis_fp16_infrastructure.record_codec import Record, ReportError
 
 
 class TrainResultError(TrainRequestError):
