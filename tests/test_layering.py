@@ -175,11 +175,12 @@ DAEMON_FLOORS = (
     {"service", "status"},
     {"commands", "bench", "cli", "__main__"},
 )
-# The training library's: precision, then the modules shared by a step and a run
+# The training library's: precision and the typed records a run reports (a demotion, a
+# calibration: each uses the other's names), then the modules shared by a step and a run
 # (checkpoint format, RNG state, the process group), then one step, then a whole run and
 # its flight recorder (which re-runs a run's steps; fit() calls it).
 TRAINING_FLOORS = (
-    {"precision"},
+    {"precision", "reports"},
     {"checkpoint_keys", "checkpoint_files", "checkpoint_load", "checkpoint", "rng", "distributed"},
     {"step"},
     {"run", "flight"},
@@ -247,7 +248,7 @@ def test_floor_check_catches_an_import_from_above(tmp_path: Path) -> None:
 # The library's layers, bottom up: the root's utilities, the components, the contract
 # (what a plugin and the daemon exchange), the recipes. A component names no agent.
 LIBRARY_LAYERS = (
-    {"atomic", "gc_pause", "json_numbers", "machine_memory", "phases"},
+    {"atomic", "gc_pause", "json_numbers", "machine_memory", "phases", "record_codec"},
     {"training", "data", "world_model", "rl", "probe", "agent_folder"},
     {"contract"},
     {"recipes"},

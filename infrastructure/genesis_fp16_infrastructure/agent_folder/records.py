@@ -1,6 +1,6 @@
 """The records of the agent's folder that more than one reader parses: a measured
-``auto``'s calibration (its type and codec are the contract's ``Calibration``, which a
-run also reports) and the captured step's verdicts. Read here, without torch, so the
+``auto``'s calibration (its type and codec are training's ``Calibration``, which a run
+also reports) and the captured step's verdicts. Read here, without torch, so the
 ``precision`` command reads them as the run does, never by string keys::
 
     calibration = read_calibration(path)   # None: none, another version, or set aside
@@ -17,7 +17,7 @@ from typing import Any
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import CALIBRATION, CAPTURE_VERDICTS
-from genesis_fp16_infrastructure.contract.reports import CACHE_VERSION, Calibration, Measured
+from genesis_fp16_infrastructure.training.reports import CACHE_VERSION, Calibration, Measured
 
 __all__ = [
     "CALIBRATION_VERSION",
@@ -65,7 +65,7 @@ class CaptureVerdict:
 
 def read_calibration(path: Path, unusable: files.Listener | None = None) -> Calibration | None:
     """The calibration kept at ``path`` (the typed record of
-    :mod:`~genesis_fp16_infrastructure.contract.reports`), whatever its key; None: none,
+    :mod:`~genesis_fp16_infrastructure.training.reports`), whatever its key; None: none,
     one of an earlier version (measured again), or an unusable one (set aside, reported)."""
 
     def decode(data: Any) -> Calibration | None:

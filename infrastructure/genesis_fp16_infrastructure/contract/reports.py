@@ -1,5 +1,5 @@
 """The records a run reports beside its counts: frozen, typed, each with ``to_json`` and
-``from_json`` (:mod:`~genesis_fp16_infrastructure.contract.record_codec`).
+``from_json`` (:mod:`~genesis_fp16_infrastructure.record_codec`).
 
 :class:`~genesis_fp16_infrastructure.contract.train_result.TrainResult` holds them, the
 library's components and the retrain recipe build them, the daemon reads their fields.
@@ -15,7 +15,9 @@ key as before they were typed; ``from_json`` refuses what does not fit in one li
 - :class:`Calibration`: what a measured ``auto`` timed (``precision_calibration``),
   of :class:`Measured` rows; also the calibration cache's file.
 
-This module imports no torch and nothing of the components: they import it.
+The last four are made by the training component, so they are its
+(:mod:`~genesis_fp16_infrastructure.training.reports`), named here with the rest. This
+module imports no torch; no component imports it (tests/test_layering.py).
 
 >>> Demotion.from_json({"from": "fp16", "to": "bf16", "reason": "overflow_storm",
 ...     "step": 40, "rollback_step": 30, "detail": "12 of 20 steps overflowed"}).to
@@ -23,28 +25,32 @@ This module imports no torch and nothing of the components: they import it.
 >>> Demotion.from_json({"from": "fp8", "to": "bf16"})
 Traceback (most recent call last):
 ...
-genesis_fp16_infrastructure.contract.record_codec.ReportError: Demotion.from: one of \
+genesis_fp16_infrastructure.record_codec.ReportError: Demotion.from: one of \
 'fp32', 'bf16', 'fp16' expected, got 'fp8'
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Literal
 
-from genesis_fp16_infrastructure.contract.record_codec import (
+from genesis_fp16_infrastructure.record_codec import (
     JSON,
     OMIT_NONE,
     ROUND,
     Record,
     ReportError,
-    decode_fields,
-    encode_fields,
 )
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
+from genesis_fp16_infrastructure.training.reports import (
+    CACHE_VERSION,
+    Calibration,
+    Demotion,
+    EarlyStopReport,
+    Measured,
+)
 
 __all__ = [
     "CACHE_VERSION",
@@ -186,84 +192,3 @@ class GateReport(Record):
             if getattr(comparison, side) is not None:
                 return ScoresOn.of(comparison, side)
         return None
-
-
-@dataclass(frozen=True)
-class EarlyStopReport(Record):
-    """Early stopping's record of a run (training.run.early_stop): the best evaluation
-    and its step, how many ran, why the run stopped, the last metrics and the history
-    of ``(step, value)``."""
-
-    metric: str
-    mode: Literal["min", "max"]
-    best: float | None
-    best_step: int | None
-    evaluations: int
-    since_best: int
-    patience: int | None
-    every_steps: int
-    stop_reason: str
-    last: Mapping[str, float] = field(default_factory=dict)
-    history: tuple[tuple[int, float], ...] = ()
-
-
-@dataclass(frozen=True)
-class Demotion(Record):
-    """One demotion by the precision guard: from which precision to which, the trigger
-    (``reason``, one of the guard's REASONS) and its ``detail``, the step it fired at and
-    the step rolled back to."""
-
-    from_: PrecisionName = field(metadata={JSON: "from"})
-    to: PrecisionName
-    reason: str
-    step: int
-    rollback_step: int
-    detail: str = ""
-
-
-CACHE_VERSION = 2  # 2: rows per (precision, execution) and the chosen execution
-
-
-@dataclass(frozen=True)
-class Measured(Record):
-    """One timed row of a calibration: a precision in an execution, its median, fastest
-    and slowest step in milliseconds."""
-
-    precision: PrecisionName
-    execution: str
-    median_ms: float
-    min_ms: float
-    max_ms: float
-    steps: int
-
-
-@dataclass(frozen=True)
-class Calibration(Record):
-    """What ``auto`` measured and chose (training.run.calibration). ``skipped`` maps a
-    precision to why it was not timed; ``key`` is what the measurement holds for (the
-    device, torch, model, batch shape, candidates). Its JSON is also the cache file's,
-    with ``version``; ``cached`` says it was read from there."""
-
-    chosen: PrecisionName
-    reason: str
-    rows: tuple[Measured, ...]
-    skipped: Mapping[str, str]
-    key: Mapping[str, str]
-    seconds: float
-    measured_at: float = field(default_factory=time.time)
-    cached: bool = False
-    execution: str = "eager"
-    bound: str = ""  # what limited the cost: the run's share of steps, or the clock
-
-    def to_json(self) -> dict[str, Any]:
-        names = [n for n in self.__dataclass_fields__ if n != "cached"]
-        return {**encode_fields(self, names), "version": CACHE_VERSION}
-
-    @classmethod
-    def from_json(cls, data: object, where: str = "") -> Calibration:
-        where = where or "Calibration"
-        version = data.get("version") if isinstance(data, Mapping) else None
-        if version != CACHE_VERSION:
-            raise ReportError(f"{where}: calibration cache version {version!r}")
-        found: Calibration = decode_fields(cls, data, where)
-        return replace(found, cached=True)

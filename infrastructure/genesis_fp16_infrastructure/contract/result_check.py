@@ -9,8 +9,9 @@ names the field in one line instead; ``train``, the daemon's in-process runs and
 
 >>> check_result(result)  # doctest: +SKIP
 Traceback (most recent call last):
-TrainResultError: my_agent's TrainResult.precision_requested: a str expected, got \
-PrecisionRequest; report request.precision.requested (plugin API 2)
+TrainResultError: my_agent's TrainResult.precision_requested: Literal['auto', 'fp32', \
+'bf16', 'fp16'] expected, got PrecisionRequest; report request.precision.requested \
+(plugin API 2)
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
-from genesis_fp16_infrastructure.contract.record_codec import Record, ReportError
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
+from genesis_fp16_infrastructure.record_codec import Record, ReportError
 
 
 class TrainResultError(TrainRequestError):

@@ -15,7 +15,6 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_type_hints
 
-from genesis_fp16_infrastructure.contract.record_codec import ReportError, decode, encode
 from genesis_fp16_infrastructure.contract.reports import (
     Calibration,
     DataReport,
@@ -25,6 +24,7 @@ from genesis_fp16_infrastructure.contract.reports import (
     GateReport,
 )
 from genesis_fp16_infrastructure.json_numbers import finite
+from genesis_fp16_infrastructure.record_codec import ReportError, decode, encode
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionName,
     RequestedName,

@@ -57,8 +57,8 @@ def test_a_result_with_a_wrong_field_fails_the_run_in_one_line(
     )
     (failed,) = daemon.events("training run failed")
     assert failed["error"].endswith(
-        f"{API1}'s TrainResult.precision_requested: str expected, got PrecisionRequest; "
-        "report request.precision.requested (plugin API 2)"
+        f"{API1}'s TrainResult.precision_requested: Literal['auto', 'fp32', 'bf16', 'fp16'] "
+        "expected, got PrecisionRequest; report request.precision.requested (plugin API 2)"
     ), failed
     log = daemon.log_path.read_text()
     assert "Traceback" not in log and "json.dumps" not in log and "not JSON serializable" not in log

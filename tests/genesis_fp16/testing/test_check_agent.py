@@ -141,8 +141,9 @@ def test_a_result_field_of_the_wrong_type_fails_in_one_line_naming_it(scaffold: 
     assert report.failed == ("trains_with_budget",), report.summary()
     (line,) = [line for line in report.summary().splitlines() if line.startswith("FAIL ")]
     assert line == (
-        "FAIL trains_with_budget: toy_check's TrainResult.precision_requested: str expected, "
-        "got PrecisionRequest; report request.precision.requested (plugin API 2)"
+        "FAIL trains_with_budget: toy_check's TrainResult.precision_requested: Literal['auto', "
+        "'fp32', 'bf16', 'fp16'] expected, got PrecisionRequest; report "
+        "request.precision.requested (plugin API 2)"
     )
 
 

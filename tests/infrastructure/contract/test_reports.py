@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from genesis_fp16_infrastructure.contract.record_codec import ReportError
 from genesis_fp16_infrastructure.contract.reports import (
     Calibration,
     DataReport,
@@ -23,6 +22,7 @@ from genesis_fp16_infrastructure.contract.reports import (
     ScoresOn,
 )
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
+from genesis_fp16_infrastructure.record_codec import ReportError
 
 COMPARISON = GateComparison(
     "held_out",

@@ -30,7 +30,6 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from genesis_fp16_infrastructure.contract.reports import Measured
 from genesis_fp16_infrastructure.training.precision import capabilities
 from genesis_fp16_infrastructure.training.precision.capabilities import (
     CPU_FP16_SLOWDOWN,
@@ -48,6 +47,7 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
 from genesis_fp16_infrastructure.training.precision.precision_request import (
     PrecisionRequest as PrecisionRequest,
 )
+from genesis_fp16_infrastructure.training.reports import Measured
 
 MARGIN = 0.05
 """A measured ``auto`` prefers a more robust precision whose step is this close to the fastest."""

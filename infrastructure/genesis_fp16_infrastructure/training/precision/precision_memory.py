@@ -19,12 +19,12 @@ from typing import Any, Literal
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import PRECISION_STATE
-from genesis_fp16_infrastructure.contract.reports import Demotion
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PRECISIONS,
     PrecisionName,
     less_robust,
 )
+from genesis_fp16_infrastructure.training.reports import Demotion
 
 MEMORY_VERSION = 1
 # A memory of ten demotions is about 3 KB; a file over this bound is not one.

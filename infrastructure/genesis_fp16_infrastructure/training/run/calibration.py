@@ -62,7 +62,6 @@ from torch import nn
 
 from genesis_fp16_infrastructure.agent_folder import files, records
 from genesis_fp16_infrastructure.agent_folder.layout import CALIBRATION
-from genesis_fp16_infrastructure.contract.reports import Calibration, Measured
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.precision import capabilities
 from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
@@ -77,6 +76,7 @@ from genesis_fp16_infrastructure.training.precision.loss_scaler_config import Sc
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 from genesis_fp16_infrastructure.training.precision.precision_request import DEFAULT_BUDGET_S
+from genesis_fp16_infrastructure.training.reports import Calibration, Measured
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
 from genesis_fp16_infrastructure.training.run.batches import batch_shapes, to_device
 from genesis_fp16_infrastructure.training.run.task import TrainingTask

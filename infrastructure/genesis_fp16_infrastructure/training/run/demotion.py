@@ -24,9 +24,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
-from genesis_fp16_infrastructure.contract.reports import Demotion
 from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
+from genesis_fp16_infrastructure.training.reports import Demotion
 from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard, Snapshot
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
 

@@ -20,13 +20,13 @@ from collections.abc import Mapping
 from dataclasses import fields, replace
 from pathlib import Path
 
-from genesis_fp16_infrastructure.contract.reports import Demotion
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.training.flight.range_stats import RangeStats
 from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder
 from genesis_fp16_infrastructure.training.precision.carried_scale import clamp_scale
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
+from genesis_fp16_infrastructure.training.reports import Demotion
 from genesis_fp16_infrastructure.training.rng import seed_everything
 from genesis_fp16_infrastructure.training.run.calibration import (
     Calibration,

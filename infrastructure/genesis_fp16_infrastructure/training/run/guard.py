@@ -3,7 +3,7 @@
 ``fit()`` runs the guard when ``FitOptions.guard`` is a :class:`GuardConfig`::
 
     result = fit(task, FitOptions(precision="fp16", steps=2000, guard=GuardConfig()))
-    for d in result.demotions:   # contract.reports.Demotion
+    for d in result.demotions:   # training.reports.Demotion
         print(d.from_, "->", d.to, d.reason, "at step", d.step,
               "rolled back to", d.rollback_step)
 
@@ -41,7 +41,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from genesis_fp16_infrastructure.contract.reports import Demotion
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.precision import capabilities
 from genesis_fp16_infrastructure.training.precision.decide import (
@@ -63,6 +62,7 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     DEFAULT_LADDER,
     ROBUSTNESS,
 )
+from genesis_fp16_infrastructure.training.reports import Demotion
 from genesis_fp16_infrastructure.training.run.snapshot import SnapshotStore
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
 

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16_infrastructure.contract.reports import Demotion, EarlyStopReport
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded
 from genesis_fp16_infrastructure.training.flight.range_stats import RangeReport, RangeStatsConfig
 from genesis_fp16_infrastructure.training.flight.recorder import FlightConfig
 from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import ResolvedPrecision
+from genesis_fp16_infrastructure.training.reports import Demotion, EarlyStopReport
 from genesis_fp16_infrastructure.training.run.calibration import Calibration
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
 from genesis_fp16_infrastructure.training.run.spec import RunCallbacks, RunSpec
@@ -125,7 +125,7 @@ class FitResult:
     ``steps_run`` counts this invocation's steps. ``checkpoint`` is the file written at
     the end (None without ``checkpoint_dir``), ``resumed_from`` the one started from.
     ``demotions`` lists the precision guard's demotions, oldest first
-    (:class:`~genesis_fp16_infrastructure.contract.reports.Demotion`);
+    (:class:`~genesis_fp16_infrastructure.training.reports.Demotion`);
     ``precision`` is then the resolution of the precision the run ended in, and
     ``execution`` says whether its steps ran eagerly or from a captured CUDA graph, and why;
     ``calibration`` is what a measured ``auto`` timed and chose (None otherwise);

@@ -1,5 +1,6 @@
-"""One codec for the contract's records: a record declares its fields once, typed, and
-:func:`to_json` and :func:`from_json` read that declaration.
+"""One codec for the library's typed records (the contract's reports, training's): a
+record declares its fields once, typed, and :func:`to_json` and :func:`from_json` read
+that declaration.
 
 ``to_json`` writes each field under its name (or ``metadata["json"]``), a record as its
 own object, a tuple as a list, a non-finite float as null, and a float with
@@ -18,7 +19,7 @@ refuses anything else in one line naming the record and the place::
     >>> Pair.from_json({"value": 1})
     Traceback (most recent call last):
     ...
-    genesis_fp16_infrastructure.contract.record_codec.ReportError: Pair: 'name' missing
+    genesis_fp16_infrastructure.record_codec.ReportError: Pair: 'name' missing
 """
 
 from __future__ import annotations
