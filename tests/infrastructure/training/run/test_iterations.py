@@ -137,7 +137,7 @@ def test_the_guard_checks_and_rolls_back_at_iteration_boundaries(tmp_path: Path)
     )
     result = fit(task, options)
     (record,) = result.demotions
-    assert (record["from"], record["to"], record["step"], record["rollback_step"]) == (
+    assert (record.from_, record.to, record.step, record.rollback_step) == (
         "fp16", "bf16", 9, 6,
     )  # fmt: skip
     assert result.precision.used == "bf16" and result.summary.step == 12
