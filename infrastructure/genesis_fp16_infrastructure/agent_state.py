@@ -35,6 +35,7 @@ from genesis_fp16_infrastructure.training.precision.precision_memory import (
     PrecisionMemory,
     read_precision_memory,
 )
+from genesis_fp16_infrastructure.training.precision.precision_names import RequestedName
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class AgentState:
     carried: CarriedScale | None
     resume: ResumePoint | None
 
-    def initial_scale(self, requested: str) -> float | None:
+    def initial_scale(self, requested: RequestedName) -> float | None:
         """The scale a run asking ``requested`` starts at: the carried one when the carried
         run asked the same (None: the scaler's own)."""
         return None if self.carried is None else self.carried.for_request(requested)

@@ -8,6 +8,12 @@ from prometheus_client import CollectorRegistry
 
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.metrics.metric_names import METRIC_NAMES
+from genesis_fp16_infrastructure.contract.reports import (
+    Calibration,
+    DataReport,
+    EarlyStopReport,
+    Measured,
+)
 
 
 @dataclass(frozen=True)
@@ -97,12 +103,15 @@ def test_auto_measurement_exports_each_precisions_step_time_and_the_choice() -> 
     """set_auto_measurement: seconds per precision, chosen=1 on one; a new choice replaces it."""
     registry = CollectorRegistry()
     metrics = DaemonMetrics(registry, "1")
-    rows = [{"precision": "fp32", "median_ms": 2.0}, {"precision": "bf16", "median_ms": 1.0}]
-    metrics.report.set_auto_measurement("a", {"rows": rows, "chosen": "bf16"})
+    rows = (
+        Measured("fp32", "eager", 2.0, 2.0, 2.0, 3),
+        Measured("bf16", "eager", 1.0, 1.0, 1.0, 3),
+    )
+    metrics.report.set_auto_measurement("a", Calibration("bf16", "measured", rows, {}, {}, 0.1))
     name = "genesis_fp16_auto_step_seconds"
     assert value(registry, name, agent="a", precision="bf16", chosen="1") == 0.001
     assert value(registry, name, agent="a", precision="fp32", chosen="0") == 0.002
-    metrics.report.set_auto_measurement("a", {"rows": rows, "chosen": "fp32"})
+    metrics.report.set_auto_measurement("a", Calibration("fp32", "measured", rows, {}, {}, 0.1))
     assert value(registry, name, agent="a", precision="fp32", chosen="1") == 0.002
     assert (
         registry.get_sample_value(name, {"agent": "a", "precision": "bf16", "chosen": "1"}) is None
@@ -114,7 +123,8 @@ def test_eval_quality_and_best_step_are_exported() -> None:
     registry = CollectorRegistry()
     metrics = DaemonMetrics(registry, "1")
     ev = {"loss": 1.0, "auc": 0.8, "auc_ci_low": 0.75, "auc_ci_high": 0.85, "examples": 1000.0}
-    metrics.report.set_eval("a", ev, {"best_step": 120, "stop_reason": "no improvement"})
+    early = EarlyStopReport("loss", "min", 0.4, 120, 9, 3, 3, 20, "no improvement")
+    metrics.report.set_eval("a", ev, early)
     for name in ("auc", "auc_ci_low", "auc_ci_high", "examples"):
         assert value(registry, "genesis_fp16_eval_quality", agent="a", metric=name) == ev[name]
     assert value(registry, "genesis_fp16_early_stop_best_step", agent="a") == 120
@@ -139,13 +149,11 @@ def test_up_to_date_runs_are_healthy_and_new_data_is_counted() -> None:
     registry = CollectorRegistry()
     metrics = DaemonMetrics(registry, version="1")
     metrics.add_agent("a")
-    metrics.report.set_data("a", {"records": 500, "change": "first"}, steps=80, now=10.0)
-    metrics.report.set_data(
-        "a", {"records": 800, "change": "changed", "new": 300}, steps=90, now=20.0
-    )
-    metrics.report.set_data(
-        "a", {"records": 800, "change": "unchanged", "new": 0}, steps=0, now=30.0
-    )
+    metrics.report.set_data("a", DataReport(500, "d1", "first"), steps=80, now=10.0)
+    changed = DataReport(800, "d2", "changed", previous_records=500, new=300)
+    metrics.report.set_data("a", changed, steps=90, now=20.0)
+    unchanged = DataReport(800, "d2", "unchanged", previous_records=800, new=0)
+    metrics.report.set_data("a", unchanged, steps=0, now=30.0)
     metrics.finish_run("a", "up_to_date", 0.5, None, 30.0)
     assert value(registry, "genesis_fp16_training_records", agent="a") == 800
     assert value(registry, "genesis_fp16_new_records_total", agent="a") == 800

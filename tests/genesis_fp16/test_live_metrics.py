@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 
 from genesis_fp16.metrics.live_metrics import LiveMetrics
+from genesis_fp16_infrastructure.contract.reports import GateReport
 
 ROLLED_BACK = {
     "records": 295,
@@ -30,15 +31,15 @@ def test_a_rollback_is_counted_flagged_and_cleared_by_a_promotion() -> None:
     promoted candidate clears the flag, the count stays."""
     registry = CollectorRegistry()
     metrics = LiveMetrics(registry)
-    metrics.observe("se_darwin", None, {"outcome": "promoted"})
+    metrics.observe("se_darwin", None, GateReport("promoted", "no worse"))
     assert _value(registry, "genesis_fp16_live_rollbacks_total") == 0.0  # exists before
-    metrics.observe("se_darwin", ROLLED_BACK, {"outcome": "rejected"})
+    metrics.observe("se_darwin", ROLLED_BACK, GateReport("rejected", "worse"))
     assert _value(registry, "genesis_fp16_live_rollbacks_total") == 1.0
     assert _value(registry, "genesis_fp16_live_regression") == 1.0
     assert _value(registry, "genesis_fp16_live_records") == 295.0
     assert _value(registry, "genesis_fp16_live_log_loss_difference", bound="lower") == 0.43
     assert _value(registry, "genesis_fp16_live_quality", model="previous", score="auc") == 0.69
-    metrics.observe("se_darwin", None, {"outcome": "promoted"})
+    metrics.observe("se_darwin", None, GateReport("promoted", "no worse"))
     assert _value(registry, "genesis_fp16_live_regression") == 0.0
     assert _value(registry, "genesis_fp16_live_rollbacks_total") == 1.0
 

@@ -29,7 +29,12 @@ from pathlib import Path
 
 from genesis_fp16_infrastructure.atomic import write_json_atomic
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
-from genesis_fp16_infrastructure.training.precision.precision_names import LOSS_SCALED
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    LOSS_SCALED,
+    PrecisionName,
+    RequestedName,
+    requested_name,
+)
 
 CARRIED_VERSION = 1
 
@@ -38,16 +43,18 @@ CARRIED_VERSION = 1
 class CarriedScale:
     """The scale an fp16 run of the agent ended with, and the precision it had asked for."""
 
-    requested: str
+    requested: RequestedName
     scale: float
     at: str
 
-    def for_request(self, requested: str) -> float | None:
+    def for_request(self, requested: RequestedName) -> float | None:
         """The scale to start a run asking ``requested`` with; None when the request changed."""
         return self.scale if requested == self.requested else None
 
 
-def carry_after_run(requested: str, used: str, scale: float, demoted: bool) -> CarriedScale | None:
+def carry_after_run(
+    requested: RequestedName, used: PrecisionName, scale: float, demoted: bool
+) -> CarriedScale | None:
     """What to carry after a run: its last scale when it ended in a loss-scaled precision
     (``LOSS_SCALED``: fp16) undemoted, else None."""
     if used not in LOSS_SCALED or demoted or not (math.isfinite(scale) and scale > 0):
@@ -66,7 +73,8 @@ def read_carried_scale(path: Path) -> CarriedScale | None:
         data = json.loads(Path(path).read_text())
         if data.get("version") != CARRIED_VERSION:
             return None
-        carried = CarriedScale(str(data["requested"]), float(data["scale"]), str(data["at"]))
+        requested = requested_name(data["requested"])
+        carried = CarriedScale(requested, float(data["scale"]), str(data["at"]))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     return carried if math.isfinite(carried.scale) and carried.scale > 0 else None
