@@ -12,6 +12,7 @@ key as before they were typed; ``from_json`` refuses what does not fit in one li
   :class:`GateComparison` and :class:`GateScores`, its models' :class:`ScoresOn`;
 - :class:`EarlyStopReport`: early stopping's record (``early_stop``);
 - :class:`Demotion`: one of the precision guard's demotions (``demotions``);
+- :class:`FaultBundle`: one of the flight recorder's bundles (``fault_bundles``);
 - :class:`Calibration`: what a measured ``auto`` timed (``precision_calibration``),
   of :class:`Measured` rows; also the calibration cache's file.
 
@@ -53,6 +54,7 @@ __all__ = [
     "Demotion",
     "DriftReport",
     "EarlyStopReport",
+    "FaultBundle",
     "GateComparison",
     "GateReport",
     "GateScores",
@@ -219,6 +221,19 @@ class Demotion(Record):
     step: int
     rollback_step: int
     detail: str = ""
+
+
+@dataclass(frozen=True)
+class FaultBundle(Record):
+    """One bundle the flight recorder wrote (training.flight.recorder): the file to
+    replay, why (``first_nonfinite``, ``demotion``), at which step, in which precision,
+    and its size."""
+
+    path: str
+    reason: str
+    step: int
+    precision: PrecisionName
+    bytes: int
 
 
 CACHE_VERSION = 2  # 2: rows per (precision, execution) and the chosen execution

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16_infrastructure.contract.reports import Demotion, EarlyStopReport
+from genesis_fp16_infrastructure.contract.reports import Demotion, EarlyStopReport, FaultBundle
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded
 from genesis_fp16_infrastructure.training.flight.range_stats import RangeReport, RangeStatsConfig
 from genesis_fp16_infrastructure.training.flight.recorder import FlightConfig
@@ -154,4 +154,4 @@ class FitResult:
     calibration: Calibration | None = None
     early_stop: EarlyStopReport | None = None
     # The fault bundles the flight recorder wrote ({"path", "reason", "step", ...}).
-    fault_bundles: tuple[Mapping[str, Any], ...] = ()
+    fault_bundles: tuple[FaultBundle, ...] = ()
