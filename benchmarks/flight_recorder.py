@@ -106,12 +106,10 @@ def injected_faults(seeds: int) -> dict[str, Any]:
                     flight=FlightConfig(folder=Path(folder)),
                 )
                 result = fit(task, options)
-                written = [b for b in result.fault_bundles if b["step"] == FAULT_BATCH + 1]
+                written = [b for b in result.fault_bundles if b.step == FAULT_BATCH + 1]
                 named, reproduced = None, False
                 if written:
-                    report = replay(
-                        load_bundle(Path(written[0]["path"])), ReplayTarget.of_task(task)
-                    )
+                    report = replay(load_bundle(Path(written[0].path)), ReplayTarget.of_task(task))
                     reproduced = bool(report["reproduced"])
                     named = (report["first_nonfinite"] or {}).get("module")
             rows.append(

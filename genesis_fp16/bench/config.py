@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+from genesis_fp16_infrastructure.training.precision.precision_names import RequestedName
 
 SIZES: tuple[str, ...] = ("default", "large")
 # ours-graph: our Trainer with cuda_graph="on" (ours-graph-compile: and compile="on", the
@@ -39,7 +41,9 @@ TINY_RUNNERS: tuple[str, ...] = ("ours", "hand")
 DEFAULT_BATCH_SIZES: dict[str, tuple[int, ...]] = {"cpu": (64,), "cuda": (64, 8192)}
 # TF32 is a precision of its own only where it exists: NVIDIA GPUs from Ampere on. auto is
 # resolved as the daemon resolves it, by measurement (calibration.py): our runners only.
-PRECISIONS_BY_DEVICE: dict[str, tuple[str, ...]] = {
+BenchPrecision = Literal["tf32", RequestedName]
+"""What `bench` times: a requested precision, or TF32 (fp32 on TF32 tensor cores)."""
+PRECISIONS_BY_DEVICE: dict[str, tuple[BenchPrecision, ...]] = {
     "cpu": ("fp32", "bf16", "fp16", "auto"),
     "cuda": ("fp32", "tf32", "bf16", "fp16", "auto"),
 }
@@ -55,7 +59,7 @@ class BenchConfig:
     """
 
     size: str
-    precision: str
+    precision: BenchPrecision
     runner: str
     device: str = "cpu"
     batch_size: int = 64

@@ -39,6 +39,7 @@ from genesis_fp16.bench.config import (
     TINY_RUNNERS,
     TINY_SIZES,
     BenchConfig,
+    BenchPrecision,
 )
 from genesis_fp16.bench.measure import Row, run_config
 from genesis_fp16.bench.report import (
@@ -60,7 +61,7 @@ class BenchOptions:
 
     device: str
     sizes: tuple[str, ...]
-    precisions: tuple[str, ...]
+    precisions: tuple[BenchPrecision, ...]
     runners: tuple[str, ...]
     batch_sizes: tuple[int, ...] = (64,)
     warmup: int = 3
@@ -119,9 +120,10 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device 'cuda': no CUDA device is available to this torch build")
     valid = PRECISIONS_BY_DEVICE[device]
-    precisions = (
-        valid if args.precisions == "all" else _choices(args.precisions, valid, "--precisions")
-    )
+    precisions = valid
+    if args.precisions != "all":  # the valid names, in the order asked
+        asked = _choices(args.precisions, valid, "--precisions")
+        precisions = tuple(next(p for p in valid if p == name) for name in asked)
     if args.tag and not re.fullmatch(r"[A-Za-z0-9.-]+", args.tag):
         raise ValueError(f"--tag {args.tag!r}: use letters, digits, '.' and '-' only")
     warmup = args.warmup if args.warmup is not None else (1 if args.tiny else 3)
@@ -169,9 +171,9 @@ def plan(options: BenchOptions, data_path: Path | None = None) -> list[BenchConf
         else (CPU_FP16_WARMUP if cpu else options.warmup)
     )
     fp16_steps = options.fp16_steps or (CPU_FP16_STEPS if cpu else options.steps)
-    base = BenchConfig(
+    base = BenchConfig(  # each row sets its size, precision and runner
         size="",
-        precision="",
+        precision="fp32",
         runner="",
         device=options.device,
         warmup_steps=options.warmup,

@@ -18,6 +18,7 @@ from torch import nn
 from genesis_fp16.bench.config import BenchConfig
 from genesis_fp16.bench.probe import set_tf32
 from genesis_fp16.bench.workload import Batch, Workload
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -58,7 +59,7 @@ class OursRunner:
     name = "ours"
     cuda_graph = "off"
     compile = "off"
-    chosen: str | None = None  # what `auto` resolved to; None for a named precision
+    chosen: PrecisionName | None = None  # what `auto` resolved to; None for a named precision
 
     def prepare(self, workload: Workload, config: BenchConfig, device: torch.device) -> None:
         from genesis_fp16_infrastructure.training import PrecisionRequest, Trainer, TrainerConfig

@@ -372,7 +372,7 @@ class OperatorPrecision(NamedTuple):
 
 
 def requested_precision(
-    settings: Settings, agent: str, cli_precision: str | None
+    settings: Settings, agent: str, cli_precision: RequestedName | None
 ) -> OperatorPrecision:
     """The operator's precision for one run of ``agent``: the one place its precedence
     is worked out (the run's request, the reload's comparison and the gauge ask it).

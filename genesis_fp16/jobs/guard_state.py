@@ -149,15 +149,15 @@ def record_run(
             detail=d.detail,
         )
     for bundle in result.fault_bundles:
-        metrics.fault_bundles.labels(agent=agent, reason=str(bundle["reason"])).inc()
+        metrics.fault_bundles.labels(agent=agent, reason=bundle.reason).inc()
         log.warning(
             "fault bundle written",
             agent=agent,
-            reason=bundle["reason"],
-            step=bundle["step"],
-            precision=bundle.get("precision"),
-            path=bundle["path"],
-            replay=f"genesis-fp16 replay {bundle['path']}",
+            reason=bundle.reason,
+            step=bundle.step,
+            precision=bundle.precision,
+            path=bundle.path,
+            replay=f"genesis-fp16 replay {bundle.path}",
         )
     path = AgentPaths.for_agent(settings.state_dir, agent).precision_state_path
     with locked(path):  # `precision reset` may be rewriting it now: take turns

@@ -34,7 +34,10 @@ from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16_infrastructure.contract.agent_state import read_resume_point
 from genesis_fp16_infrastructure.training import CheckpointError
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
-from genesis_fp16_infrastructure.training.precision.precision_names import LOSS_SCALED
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    LOSS_SCALED,
+    PrecisionName,
+)
 
 log = structlog.get_logger("genesis_fp16.next_run")
 
@@ -46,12 +49,12 @@ class NextRun:
     """The precision (None: undecided) and loss scale (NaN: unknown) a next run starts
     with, and where they come from: ``request`` (decided for it) or ``undecided``."""
 
-    precision: str | None
+    precision: PrecisionName | None
     loss_scale: float
     source: str
 
 
-def expected_next_run(paths: AgentPaths, precision: str | None) -> NextRun:
+def expected_next_run(paths: AgentPaths, precision: PrecisionName | None) -> NextRun:
     """The :class:`NextRun` of the agent under ``paths`` whose next run computes in
     ``precision``, as ``decide`` planned it (None: decided by the run's measurement).
 

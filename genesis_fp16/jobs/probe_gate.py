@@ -33,7 +33,11 @@ from genesis_fp16.metrics.probe_metrics import ProbeMetrics
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import PROBE_RECORD
 from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin
-from genesis_fp16_infrastructure.training.precision.precision_names import LOW_PRECISIONS
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    LOW_PRECISIONS,
+    PrecisionName,
+    precision_name,
+)
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 log = structlog.get_logger("genesis_fp16.probe_gate")
@@ -49,7 +53,7 @@ class ProbeRecord:
     device: str
     steps: int
     seed: int
-    precision: str  # the run's precision that triggered the probe
+    precision: PrecisionName  # the run's precision that triggered the probe
     recommended: str
     verdict: Mapping[str, str]
     reasons: Mapping[str, list[str]]
@@ -79,7 +83,7 @@ class ProbeRecord:
             device=str(raw["device"]),
             steps=int(raw["steps"]),
             seed=int(raw["seed"]),
-            precision=str(raw["precision"]),
+            precision=precision_name(raw["precision"], "the probe record's precision"),
             recommended=str(raw["recommended"]),
             verdict={str(k): str(v) for k, v in raw["verdict"].items()},
             reasons={str(k): [str(r) for r in v] for k, v in raw["reasons"].items()},
@@ -107,7 +111,7 @@ def write_record(path: Path, record: ProbeRecord) -> None:
     files.write_json(path, PROBE_RECORD, record.to_json())
 
 
-def _used_precision(request: PrecisionRequest, device: str) -> str | None:
+def _used_precision(request: PrecisionRequest, device: str) -> PrecisionName | None:
     """What ``decide`` answers the run's request before anything is timed: a measured
     ``auto`` then says the rule's pick, the 16-bit precision a measurement may choose."""
     from genesis_fp16_infrastructure.training.precision.decide import PrecisionError, decide
@@ -179,7 +183,7 @@ def _probe(
     plugin: AgentPlugin,
     data_path: Path | None,
     device: str,
-    used: str,
+    used: PrecisionName,
 ) -> ProbeRecord:
     from genesis_fp16_infrastructure.probe import run_probe
 

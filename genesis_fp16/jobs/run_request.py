@@ -60,6 +60,10 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
 )
 from genesis_fp16_infrastructure.contract.result_check import check_result
 from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    PrecisionName,
+    RequestedName,
+)
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 log = structlog.get_logger("genesis_fp16.run_request")
@@ -77,7 +81,7 @@ _OPERATOR_FIELDS: dict[str, tuple[str, str | None]] = {
 class RequestOverrides:
     """What `genesis-fp16 train`'s flags change; the defaults run as the daemon would."""
 
-    precision: str | None = None
+    precision: RequestedName | None = None
     steps: int | None = None
     epochs: int | None = None
     data_path: Path | None = None
@@ -94,7 +98,10 @@ class RequestOverrides:
 
 
 def precision_request(
-    settings: Settings, agent: str, flag: str | None = None, state: AgentState | None = None
+    settings: Settings,
+    agent: str,
+    flag: RequestedName | None = None,
+    state: AgentState | None = None,
 ) -> tuple[PrecisionRequest, str]:
     """The :class:`PrecisionRequest` of ``agent``'s next run and who asked for it, as
     :func:`plan_request` puts it in the run's request (the gauge asks the same).
@@ -122,7 +129,7 @@ def precision_request(
     return request, reason
 
 
-def expected_precision(request: PrecisionRequest, device: str) -> str | None:
+def expected_precision(request: PrecisionRequest, device: str) -> PrecisionName | None:
     """What a run of the planned ``request`` computes in, as ``decide`` answers before the
     run (the precision gauge of an idle agent): a measured ``auto`` answers from the
     measurement it kept (None: none kept yet, the run decides). A request that cannot run

@@ -45,6 +45,7 @@ from genesis_fp16.metrics.placement import Placement
 from genesis_fp16.metrics.probe_metrics import ProbeMetrics
 from genesis_fp16.metrics.promotion_metrics import PromotionMetrics
 from genesis_fp16.metrics.run_report_metrics import RunReportMetrics
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 from genesis_fp16_infrastructure.training.step.execution_names import (
     EXECUTION_MODES,
     FALLBACK_REASONS,
@@ -315,7 +316,7 @@ class DaemonMetrics:
         self.grad_norm.labels(agent=agent).set(float(summary.grad_norm))
         self.train_loss.labels(agent=agent).set(float(summary.train_loss))
         if show_precision:
-            self.set_precision(agent, str(summary.precision))
+            self.set_precision(agent, summary.precision)
 
     def _observe_step_time(self, agent: str, summary: Any) -> None:
         """Seconds per step since the run's previous log (a summary with no clock: none)."""
@@ -327,7 +328,7 @@ class DaemonMetrics:
         if previous is not None and step > previous[0] and wall >= previous[1]:
             self.step_seconds.labels(agent=agent).set((wall - previous[1]) / (step - previous[0]))
 
-    def set_precision(self, agent: str, precision: str | None) -> None:
+    def set_precision(self, agent: str, precision: PrecisionName | None) -> None:
         """Mark ``precision`` as the agent's active precision (1) and the others 0; None
         (an ``auto`` not decided yet) sets every precision 0.
 

@@ -28,6 +28,10 @@ from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import LAST_RUN
 from genesis_fp16_infrastructure.contract.plugin_api import TrainResult
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    PrecisionName,
+    RequestedName,
+)
 
 log = structlog.get_logger("genesis_fp16.last_run")
 
@@ -50,8 +54,8 @@ class LastRun:
     ``train``) and its optimizer steps."""
 
     outcome: str
-    precision: str | None
-    precision_requested: str | None
+    precision: PrecisionName | None
+    precision_requested: RequestedName | None
     finished_at: float
     duration_seconds: float
     reason: str

@@ -119,7 +119,7 @@ def _agent_section(agent: AgentStatus, now: float) -> Section:
     if run is None:
         rows.append(("last run", "none recorded"))
     else:
-        precision = run.precision or "no precision"
+        precision: str = run.precision or "no precision"
         if run.precision_requested and run.precision_requested != run.precision:
             precision += f" (asked {run.precision_requested})"
         steps = "" if run.steps is None else f", {run.steps} steps"

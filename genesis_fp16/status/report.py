@@ -32,6 +32,10 @@ from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import AGENTS_FOLDER, SERVED_POINTER
 from genesis_fp16_infrastructure.agent_folder.served_pointer import REPAIR, aside_path, pointer_path
 from genesis_fp16_infrastructure.recipes.retrain.served import newest_checkpoint
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    PrecisionName,
+    precision_name,
+)
 
 # Bounds that keep the page small whatever the state folder holds.
 MAX_AGENTS = 100
@@ -66,7 +70,7 @@ class ServedModel:
     keeps them, and whether it is pinned. ``error``: the pointer could not be read."""
 
     id: str | None = None
-    precision: str | None = None
+    precision: PrecisionName | None = None
     how: str | None = None
     served_at: str | None = None
     quality: dict[str, Any] | None = None
@@ -189,7 +193,7 @@ def read_served(paths: AgentPaths) -> ServedModel | None:
     pinned = data.get("pinned")
     return ServedModel(
         id=_text(served.get("id")),
-        precision=_text(served.get("precision")),
+        precision=_precision(served.get("precision")),
         how=_text(served.get("how")),
         served_at=_text(served.get("served_at")),
         quality=_figures(served.get("scores")),
@@ -216,7 +220,7 @@ def _newest_checkpoint(paths: AgentPaths) -> ServedModel | None:
     at_step = f" at step {step}" if isinstance(step, int) else ""
     return ServedModel(
         id=newest.name,
-        precision=_text(summary.get("precision")),
+        precision=_precision(summary.get("precision")),
         how=f"newest checkpoint{at_step}, no served-model pointer",
     )
 
@@ -255,6 +259,14 @@ def _agent_folders(state_dir: Path) -> list[str]:
         return [p.name for p in (Path(state_dir) / AGENTS_FOLDER).iterdir() if p.is_dir()]
     except OSError:
         return []
+
+
+def _precision(value: Any) -> PrecisionName | None:
+    """A precision name read from a file, or None where it holds none (nothing to show)."""
+    try:
+        return precision_name(value)
+    except ValueError:
+        return None
 
 
 def _text(value: Any) -> str | None:

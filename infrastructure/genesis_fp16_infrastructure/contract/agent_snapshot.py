@@ -35,6 +35,7 @@ from genesis_fp16_infrastructure.agent_folder.served_pointer import ServedPointe
 from genesis_fp16_infrastructure.data.manifest import FileState, Manifest, Prefix
 from genesis_fp16_infrastructure.training.precision.carried_scale import CarriedScale
 from genesis_fp16_infrastructure.training.precision.precision_memory import PrecisionMemory
+from genesis_fp16_infrastructure.training.precision.precision_names import RequestedName
 
 SNAPSHOT_VERSION = 1
 
@@ -84,7 +85,7 @@ class AgentState:
     carried: CarriedScale | None
     resume: ResumePoint | None
 
-    def initial_scale(self, requested: str) -> float | None:
+    def initial_scale(self, requested: RequestedName) -> float | None:
         """The scale a run asking ``requested`` starts at: the carried one when the carried
         run asked the same (None: the scaler's own)."""
         return None if self.carried is None else self.carried.for_request(requested)

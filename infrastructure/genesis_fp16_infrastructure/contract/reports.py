@@ -12,6 +12,7 @@ key as before they were typed; ``from_json`` refuses what does not fit in one li
   :class:`GateComparison` and :class:`GateScores`, its models' :class:`ScoresOn`;
 - :class:`EarlyStopReport`: early stopping's record (``early_stop``);
 - :class:`Demotion`: one of the precision guard's demotions (``demotions``);
+- :class:`FaultBundle`: one of the flight recorder's bundles (``fault_bundles``);
 - :class:`Calibration`: what a measured ``auto`` timed (``precision_calibration``),
   of :class:`Measured` rows; also the calibration cache's file.
 
@@ -49,6 +50,7 @@ from genesis_fp16_infrastructure.training.reports import (
     Calibration,
     Demotion,
     EarlyStopReport,
+    FaultBundle,
     Measured,
 )
 
@@ -59,6 +61,7 @@ __all__ = [
     "Demotion",
     "DriftReport",
     "EarlyStopReport",
+    "FaultBundle",
     "GateComparison",
     "GateReport",
     "GateScores",

@@ -21,6 +21,7 @@ from genesis_fp16_infrastructure.contract.reports import (
     Demotion,
     DriftReport,
     EarlyStopReport,
+    FaultBundle,
     GateReport,
 )
 from genesis_fp16_infrastructure.json_numbers import finite
@@ -137,14 +138,14 @@ class TrainResult:
     drift: DriftReport | None = None
     components: Mapping[str, str | bool] | None = None
     diagnostics: Mapping[str, float] | None = None
-    # The flight recorder's bundles ({"path", "reason", "step", ...}), oldest first, and
-    # the first of them (``train --json``'s ``fault_bundle``: the one to replay).
-    fault_bundles: Sequence[Mapping[str, Any]] = ()
+    # The flight recorder's bundles, oldest first, and the first of them
+    # (``train --json``'s ``fault_bundle``: the one to replay).
+    fault_bundles: Sequence[FaultBundle] = ()
 
     @property
     def fault_bundle(self) -> str | None:
         """The path of the run's first fault bundle; None when it wrote none."""
-        return str(self.fault_bundles[0]["path"]) if self.fault_bundles else None
+        return self.fault_bundles[0].path if self.fault_bundles else None
 
     def __post_init__(self) -> None:
         # Whoever built the result (from_fit, or a plugin of its own): a run that took

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
+
 
 @dataclass(frozen=True)
 class Measures:
@@ -49,7 +51,7 @@ class VariantResult:
 
     name: str
     family: str
-    precision: str
+    precision: PrecisionName
     fp32_modules: tuple[str, ...]
     measures: Measures
     verdicts: Mapping[str, str]

@@ -30,12 +30,13 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     LOSS_SCALED,
     LOW_PRECISIONS,
     PRECISIONS,
+    PrecisionName,
 )
 
 Family = Literal["fp32", "autocast", "island", "pure"]
 
 # From the vocabulary (precision_names): a new precision is probed without an edit here.
-_NAME_OF: dict[torch.dtype, str] = {dtype_of(name): name for name in PRECISIONS}
+_NAME_OF: dict[torch.dtype, PrecisionName] = {dtype_of(name): name for name in PRECISIONS}
 _LOW_DTYPES: tuple[torch.dtype, ...] = tuple(dtype_of(name) for name in LOW_PRECISIONS)
 
 # Lower is cheaper: fewer FP32 bytes and FP32 operations per step.
@@ -56,7 +57,7 @@ class Variant:
     fp32_prefixes: tuple[str, ...] = ()
 
     @property
-    def precision(self) -> str:
+    def precision(self) -> PrecisionName:
         return _NAME_OF[self.dtype]
 
     @property

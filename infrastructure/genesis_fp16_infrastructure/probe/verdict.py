@@ -15,6 +15,7 @@ from typing import Literal
 
 from genesis_fp16_infrastructure.probe.measures import FP16_MAX
 from genesis_fp16_infrastructure.probe.report import Measures
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
 Colour = Literal["green", "amber", "red", "n/a"]
 _ORDER: dict[str, int] = {"n/a": 0, "green": 1, "amber": 2, "red": 3}
@@ -118,7 +119,7 @@ def _module_of(parameter: str) -> str:
 
 
 def grade_measures(
-    m: Measures, precision: str, thresholds: Thresholds
+    m: Measures, precision: PrecisionName, thresholds: Thresholds
 ) -> tuple[dict[str, Colour], tuple[str, ...], tuple[str, ...]]:
     """Colour each measure of one variant; return (verdicts, problems, blocking modules).
 

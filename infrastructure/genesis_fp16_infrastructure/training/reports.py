@@ -63,6 +63,19 @@ class Demotion(Record):
     detail: str = ""
 
 
+@dataclass(frozen=True)
+class FaultBundle(Record):
+    """One bundle the flight recorder wrote (training.flight.recorder): the file to
+    replay, why (``first_nonfinite``, ``demotion``), at which step, in which precision,
+    and its size."""
+
+    path: str
+    reason: str
+    step: int
+    precision: PrecisionName
+    bytes: int
+
+
 CACHE_VERSION = 2  # 2: rows per (precision, execution) and the chosen execution
 
 

@@ -15,6 +15,7 @@ from genesis_fp16_infrastructure.contract.reports import (
     Demotion,
     DriftReport,
     EarlyStopReport,
+    FaultBundle,
     GateComparison,
     GateReport,
     GateScores,
@@ -48,6 +49,7 @@ RECORDS = [
     Demotion("fp16", "bf16", "overflow_rate", 40, 30, "12 of 20 steps overflowed"),
     Calibration("bf16", "measured", (Measured("bf16", "eager", 1.0, 0.9, 1.2, 5),), {"fp16": "no"},
                 {"device": "cpu"}, 0.5, measured_at=1.0, cached=True),
+    FaultBundle("/state/fault_bundles/b.pt", "first_nonfinite", 18, "fp16", 2048),
 ]  # fmt: skip
 
 # The keys train --json had for each record before issue 53 typed it (the dicts the
@@ -62,6 +64,7 @@ KEYS = {
     EarlyStopReport: {"metric", "mode", "best", "best_step", "evaluations", "since_best",
                       "patience", "every_steps", "stop_reason", "last", "history"},
     Demotion: {"from", "to", "reason", "step", "rollback_step", "detail"},
+    FaultBundle: {"path", "reason", "step", "precision", "bytes"},
     Calibration: {"chosen", "reason", "rows", "skipped", "key", "seconds", "measured_at",
                   "execution", "bound", "version"},
 }  # fmt: skip

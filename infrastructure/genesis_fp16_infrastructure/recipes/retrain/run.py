@@ -19,20 +19,13 @@ from typing import Any
 
 import torch
 
-from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG, VERDICT
+from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG
 from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainRequest,
     TrainRequestError,
     TrainResult,
 )
-from genesis_fp16_infrastructure.contract.reports import (
-    DataReport,
-    DriftReport,
-    GateReport,
-    ReportError,
-)
 from genesis_fp16_infrastructure.data.fingerprint import (
-    DataChange,
     DataFingerprint,
     fingerprint_of,
 )
@@ -56,6 +49,12 @@ from genesis_fp16_infrastructure.recipes.retrain.promotion import (
     plan_candidate,
 )
 from genesis_fp16_infrastructure.recipes.retrain.refit import refit_record, train_refit
+from genesis_fp16_infrastructure.recipes.retrain.run_report import (
+    data_record,
+    log_drift,
+    split_record,
+    stored_verdict,
+)
 from genesis_fp16_infrastructure.recipes.retrain.served_model import served_model
 from genesis_fp16_infrastructure.recipes.retrain.task import (
     TaskOptions,
@@ -179,7 +178,7 @@ def _train(request: TrainRequest) -> TrainResult:
         "unlabelled": data.unlabelled,
         "precision_warning": result.precision.warning,
         "resumed_from": str(result.resumed_from) if result.resumed_from else None,
-        "split": _split_record(task),
+        "split": split_record(task),
         "candidate": candidate.name,
     }
     refit = None
@@ -212,7 +211,7 @@ def _train(request: TrainRequest) -> TrainResult:
                     numeric = pool_numeric(data.columns, data.columns.labelled)
                 drift = drift_report(data.columns, plan.served_seen, request.seed, numeric)
             if drift is not None:
-                _log_drift(drift, request.agent)
+                log_drift(drift, request.agent)
         with clock.phase("gate"):
             gate = judge(
                 root,
@@ -235,7 +234,7 @@ def _train(request: TrainRequest) -> TrainResult:
         result,
         quarantined=data.quarantined,
         extra=_with_live(extra, live),
-        data=_data_record(seen, plan.change),
+        data=data_record(seen, plan.change),
         device_memory_peak_bytes=peak,
         checkpoint=checkpoint,
         drift=drift,
@@ -296,7 +295,7 @@ def _up_to_date(
         "examples": data.labelled,
         "duplicates": data.duplicates,
         "unlabelled": data.unlabelled,
-        "split": _split_record(task),
+        "split": split_record(task),
         "up_to_date_against": plan.up_to_date,
         "peak_rss_mib": clock.peaks(),
     }
@@ -308,24 +307,12 @@ def _up_to_date(
         up_to_date=True,
         wall_seconds=clock.elapsed(),
         checkpoint=plan.served_checkpoint,
-        data=_data_record(seen, plan.change),
+        data=data_record(seen, plan.change),
         phases=clock.to_json(),
-        gate=_stored_verdict(plan.verdict, request.agent),
+        gate=stored_verdict(plan.verdict, request.agent),
     )
     save_record(request, manifest, out, plan.served_checkpoint)
     return out
-
-
-def _stored_verdict(verdict: Mapping[str, Any] | None, agent: str) -> GateReport | None:
-    """The judged candidate's verdict file as the up-to-date run's ``gate``; one this
-    version cannot read is logged and left out (the run's outcome does not depend on it)."""
-    if not verdict:
-        return None
-    try:
-        return GateReport.from_json(verdict, VERDICT.name)
-    except ReportError as exc:
-        logger.warning("%s: the judged candidate's verdict is unreadable: %s", agent, exc)
-        return None
 
 
 @contextlib.contextmanager
@@ -348,51 +335,6 @@ def _only(loaded: Loaded | None, root: Path) -> Iterator[tuple[Path, Loaded | No
 def _with_live(extra: dict[str, Any], live: Mapping[str, Any] | None) -> dict[str, Any]:
     """``extra.live``: the live watch's report of this run (live_watch), when it scored."""
     return extra if live is None else {**extra, "live": dict(live)}
-
-
-def _log_drift(drift: DriftReport, agent: str) -> None:
-    """One line for a flagged report: what moved, and by how much."""
-    if drift.any_flagged:
-        logger.warning(
-            "%s: %d new record(s) drifted: %s; success rate shift %+.3f (threshold %.3f)",
-            agent,
-            drift.new_records,
-            ", ".join(f"{k} {drift.features[k]:.3f}" for k in drift.flagged) or "none",
-            drift.label_shift,
-            drift.label_shift_threshold,
-        )
-
-
-def _data_record(seen: DataFingerprint, change: DataChange | None) -> DataReport:
-    """The run's ``data``: the records trained on and what changed."""
-    if change is None:
-        return DataReport(seen.records, seen.digest, "first")
-    return DataReport(
-        seen.records,
-        seen.digest,
-        "unchanged" if change.unchanged else "changed",
-        previous_records=change.previous,
-        new=change.added,
-        removed=change.removed,
-        relabelled=change.relabelled,
-    )
-
-
-def _split_record(task: WorldModelTask) -> dict[str, Any]:
-    """``extra.split`` of ``train --json``: how the records were used."""
-    if task.cross_validated:
-        return {
-            "mode": "cross_validation",
-            "folds": task.members,
-            "records": len(task.train_data),
-            "eval": "out-of-fold: each record scored by the member that did not train on it",
-        }
-    return {
-        "mode": "held_out",
-        "train": len(task.train_data),
-        "validation": len(task.validation_data),
-        "held_out": len(task.eval_data),
-    }
 
 
 def _quarantine_path(request: TrainRequest) -> Path | None:

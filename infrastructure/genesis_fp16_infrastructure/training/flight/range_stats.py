@@ -30,6 +30,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
+
 FP16_MAX = 65504.0
 FP16_TINY = 2.0**-24  # the smallest fp16 subnormal: a non-zero below it flushes to zero
 COLUMNS = ("activation_max", "gradient_max", "overflow", "underflow", "count", "nonfinite")
@@ -54,7 +56,7 @@ class RangeReport:
     (fractions of its scaled gradient values fp16 cannot hold) and ``nonfinite``."""
 
     step: int
-    precision: str
+    precision: PrecisionName
     modules: dict[str, dict[str, float]]
 
     def nearest_limits(self, k: int) -> list[str]:

@@ -11,7 +11,7 @@ whose loss or gradients were not finite, with its batches::
     recorder = FlightRecorder(FlightConfig(folder=state_dir / "fault_bundles"), task, seed, accum)
     recorder.after_check(guard, trainer)      # fit() calls it when guard.dirty is set
     recorder.before_demotion(guard, trainer)  # and before each demotion
-    recorder.bundles                          # [{"path", "reason", "step", ...}]
+    recorder.bundles                          # [FaultBundle(path, reason, step, ...)]
 
 The live trainer, its RNG and its captured graphs are not touched: the run goes on
 exactly as it would with recording off (every generator is put back after the re-run).
@@ -46,6 +46,7 @@ from genesis_fp16_infrastructure.training.flight.bundle import (
     save_bundle,
 )
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
+from genesis_fp16_infrastructure.training.reports import FaultBundle
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
 from genesis_fp16_infrastructure.training.run.batches import to_device
 from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard
@@ -64,7 +65,7 @@ class FlightConfig:
     folder: Path
     limits: BundleLimits = field(default_factory=BundleLimits)
     context: Mapping[str, Any] = field(default_factory=dict)
-    on_bundle: Callable[[Mapping[str, Any]], None] | None = None
+    on_bundle: Callable[[FaultBundle], None] | None = None
 
 
 @dataclass
@@ -84,7 +85,7 @@ class FlightRecorder:
         self.task = task
         self.seed = seed
         self.accum = accum
-        self.bundles: list[dict[str, Any]] = []
+        self.bundles: list[FaultBundle] = []
         self.first_written = False
 
     def after_check(self, guard: PrecisionGuard, trainer: Trainer) -> None:
@@ -179,13 +180,9 @@ class FlightRecorder:
             )
             return
         self.first_written = True
-        record = {
-            "path": str(path),
-            "reason": reason,
-            "step": fault.step,
-            "precision": trainer.policy.name,
-            "bytes": path.stat().st_size,
-        }
+        record = FaultBundle(
+            str(path), reason, fault.step, trainer.policy.name, path.stat().st_size
+        )
         self.bundles.append(record)
         logger.warning("flight recorder: %s at step %d saved to %s", reason, fault.step, path)
         if self.config.on_bundle is not None:

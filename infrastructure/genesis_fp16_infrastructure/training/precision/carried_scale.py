@@ -30,7 +30,12 @@ from typing import Any
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import CARRIED_SCALE
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
-from genesis_fp16_infrastructure.training.precision.precision_names import LOSS_SCALED
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    LOSS_SCALED,
+    PrecisionName,
+    RequestedName,
+    requested_name,
+)
 
 CARRIED_VERSION = 1
 
@@ -39,16 +44,18 @@ CARRIED_VERSION = 1
 class CarriedScale:
     """The scale an fp16 run of the agent ended with, and the precision it had asked for."""
 
-    requested: str
+    requested: RequestedName
     scale: float
     at: str
 
-    def for_request(self, requested: str) -> float | None:
+    def for_request(self, requested: RequestedName) -> float | None:
         """The scale to start a run asking ``requested`` with; None when the request changed."""
         return self.scale if requested == self.requested else None
 
 
-def carry_after_run(requested: str, used: str, scale: float, demoted: bool) -> CarriedScale | None:
+def carry_after_run(
+    requested: RequestedName, used: PrecisionName, scale: float, demoted: bool
+) -> CarriedScale | None:
     """What to carry after a run: its last scale when it ended in a loss-scaled precision
     (``LOSS_SCALED``: fp16) undemoted, else None."""
     if used not in LOSS_SCALED or demoted or not (math.isfinite(scale) and scale > 0):
@@ -70,7 +77,7 @@ def read_carried_scale(path: Path) -> CarriedScale | None:
 def _decode(data: dict[str, Any]) -> CarriedScale | None:
     if data.get("version") != CARRIED_VERSION:
         return None
-    carried = CarriedScale(str(data["requested"]), float(data["scale"]), str(data["at"]))
+    carried = CarriedScale(requested_name(data["requested"]), float(data["scale"]), str(data["at"]))
     if not (math.isfinite(carried.scale) and carried.scale > 0):
         raise ValueError(f"scale {carried.scale!r} is not a positive number")
     return carried

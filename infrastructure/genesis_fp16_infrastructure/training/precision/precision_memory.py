@@ -49,7 +49,7 @@ class PrecisionMemory:
     clean_runs: int = 0
     history: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
 
-    def applies_to(self, precision: str) -> bool:
+    def applies_to(self, precision: PrecisionName) -> bool:
         """True when ``precision`` is less robust than the remembered floor."""
         return less_robust(precision, self.demoted_to)
 

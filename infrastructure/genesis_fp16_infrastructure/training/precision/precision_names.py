@@ -43,7 +43,7 @@ ROBUSTNESS: tuple[PrecisionName, ...] = tuple(reversed(PRECISIONS))
 """From least to most numerically robust: the order the precision memory floors on."""
 
 
-def less_robust(precision: str, than: str) -> bool:
+def less_robust(precision: PrecisionName, than: PrecisionName) -> bool:
     """True when ``precision`` is less robust than ``than`` (fp16 < bf16 < fp32); False
     when either is not a precision (a floor read from a broken file means nothing)::
 

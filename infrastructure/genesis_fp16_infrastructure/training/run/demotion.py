@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 
 from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 from genesis_fp16_infrastructure.training.reports import Demotion
 from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard, Snapshot
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
@@ -35,7 +36,9 @@ __all__ = ["demote_run", "failure_at_last_rung"]
 logger = logging.getLogger(__name__)
 
 
-def failure_at_last_rung(guard: PrecisionGuard, precision: str) -> Mapping[str, str] | None:
+def failure_at_last_rung(
+    guard: PrecisionGuard, precision: PrecisionName
+) -> Mapping[str, str] | None:
     """After a trigger fired: the run's failure (``FitResult.failure``: ``reason`` and
     ``detail``) when ``precision`` is the ladder's last rung, logged as an error; None
     where a demotion answers the trigger. At the last rung a trigger fires only for a run

@@ -12,7 +12,7 @@ from genesis_fp16_infrastructure.training.flight.range_stats import RangeReport,
 from genesis_fp16_infrastructure.training.flight.recorder import FlightConfig
 from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import ResolvedPrecision
-from genesis_fp16_infrastructure.training.reports import Demotion, EarlyStopReport
+from genesis_fp16_infrastructure.training.reports import Demotion, EarlyStopReport, FaultBundle
 from genesis_fp16_infrastructure.training.run.calibration import Calibration
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
 from genesis_fp16_infrastructure.training.run.spec import RunCallbacks, RunSpec
@@ -154,4 +154,4 @@ class FitResult:
     calibration: Calibration | None = None
     early_stop: EarlyStopReport | None = None
     # The fault bundles the flight recorder wrote ({"path", "reason", "step", ...}).
-    fault_bundles: tuple[Mapping[str, Any], ...] = ()
+    fault_bundles: tuple[FaultBundle, ...] = ()

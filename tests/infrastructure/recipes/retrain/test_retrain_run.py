@@ -3,6 +3,7 @@ gets its own model, named for it, served by the same gate."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -10,7 +11,11 @@ import pytest
 import torch
 
 from genesis_fp16_infrastructure.agent_folder.served_pointer import served_checkpoint
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainRequestError
+from genesis_fp16_infrastructure.contract.plugin_api import (
+    TrainRequest,
+    TrainRequestError,
+    TrainResult,
+)
 from genesis_fp16_infrastructure.data.synthetic import write_pool
 from genesis_fp16_infrastructure.recipes.retrain import run
 from genesis_fp16_infrastructure.world_model.predict import read_world_model_state
@@ -50,6 +55,22 @@ def test_another_agent_trains_serves_and_is_named_in_its_model_and_log(
 
     again = run.train(_request(data, folder, steps=None))
     assert again.up_to_date and again.steps == 0
+
+
+def test_the_result_is_typed_once_with_no_copy_in_extra(tmp_path: Path) -> None:
+    """A first model's run reports its data, gate and phases in their typed fields and
+    nowhere else (issue 53: extra held copies of data, phases and gate); its JSON reads
+    back to the same records."""
+    data = write_pool(tmp_path / "data", 400, 5, agent="builder")
+    result = run.train(_request(data, tmp_path / "state" / "builder"))
+    assert result.data is not None and result.data.change == "first"
+    assert result.gate is not None and result.gate.outcome == "promoted"
+    assert result.gate.served_id is None and result.gate.candidate_id is not None
+    assert result.phases is not None and "train" in result.phases
+    typed = {"data", "gate", "drift", "phases", "early_stop", "precision_calibration"}
+    assert not typed & set(result.extra), sorted(result.extra)
+    back = TrainResult.from_json(json.loads(json.dumps(result.to_json())))
+    assert (back.data, back.gate) == (result.data, result.gate)
 
 
 def test_a_pool_over_its_limit_is_refused_naming_the_agents_own_setting(tmp_path: Path) -> None:

@@ -53,8 +53,8 @@ def test_a_lone_overflow_is_bundled_at_its_own_step(tmp_path: Path) -> None:
     first_nonfinite bundle for exactly that step, holding its batch and the state before it."""
     result = _run(FaultTask("overflow", until=18), tmp_path, QUIET)
     assert not result.demotions
-    assert [(b["reason"], b["step"]) for b in result.fault_bundles] == [("first_nonfinite", 18)]
-    bundle = load_bundle(Path(result.fault_bundles[0]["path"]))
+    assert [(b.reason, b.step) for b in result.fault_bundles] == [("first_nonfinite", 18)]
+    bundle = load_bundle(Path(result.fault_bundles[0].path))
     assert bundle["recorded"]["skipped"] is True and bundle["recorded"]["loss_finite"] == [True]
     assert bundle["state"]["step"] == 17  # the state before the step
     assert rebuilt_batch(bundle["batches"][0])[0] == 17  # the batch's own index
@@ -69,7 +69,7 @@ def test_start_up_calibration_skips_write_no_bundle(tmp_path: Path) -> None:
     assert clean.summary.skipped_steps > 0  # the calibration did skip steps
     assert clean.fault_bundles == ()
     faulty = _run(FaultTask("overflow", until=18), tmp_path / "faulty", QUIET, high)
-    assert [(b["reason"], b["step"]) for b in faulty.fault_bundles] == [("first_nonfinite", 18)]
+    assert [(b.reason, b.step) for b in faulty.fault_bundles] == [("first_nonfinite", 18)]
 
 
 def test_recording_changes_nothing_in_the_run(tmp_path: Path) -> None:
@@ -78,7 +78,7 @@ def test_recording_changes_nothing_in_the_run(tmp_path: Path) -> None:
     on = _run(FaultTask("nan"), tmp_path / "on", BASE)
     options = FitOptions(precision="fp16", steps=STEPS, log_interval=10, guard=BASE)
     off = fit(FaultTask("nan"), options)
-    assert [b["reason"] for b in on.fault_bundles] == ["demotion"]
+    assert [b.reason for b in on.fault_bundles] == ["demotion"]
     assert on.demotions == off.demotions
     assert on.summary.skipped_steps == off.summary.skipped_steps
     assert on.summary.train_loss == off.summary.train_loss
@@ -147,7 +147,7 @@ def test_replay_reproduces_bit_for_bit_and_names_the_module(tmp_path: Path) -> N
     pattern, names module 0's forward output, and shows fp32 and bf16 finite there;
     a lone backward overflow of the loss names the loss's backward, with the loss bits equal."""
     forward = _run(_BigInput(None), tmp_path / "fwd", QUIET)
-    bundle = load_bundle(Path(forward.fault_bundles[0]["path"]))
+    bundle = load_bundle(Path(forward.fault_bundles[0].path))
     task = _BigInput(None)
     report = replay(bundle, ReplayTarget.of_task(task))
     assert report["reproduced"] is True
@@ -157,7 +157,7 @@ def test_replay_reproduces_bit_for_bit_and_names_the_module(tmp_path: Path) -> N
     assert report["per_module"]["0"]["nonfinite"] > 0
 
     backward = _run(FaultTask("overflow", until=18), tmp_path / "bwd", QUIET)
-    bundle = load_bundle(Path(backward.fault_bundles[0]["path"]))
+    bundle = load_bundle(Path(backward.fault_bundles[0].path))
     report = replay(
         bundle,
         ReplayTarget(FaultTask("overflow").build_model, FaultTask("overflow", until=18).loss),
@@ -180,7 +180,7 @@ def test_a_cuda_bundle_asks_for_a_device_here(tmp_path: Path) -> None:
     """A bundle recorded on CUDA replays on the CPU when told (and says it is another
     setup); without a GPU and without --device it is refused in one line."""
     result = _run(FaultTask("overflow", until=18), tmp_path, QUIET)
-    bundle = load_bundle(Path(result.fault_bundles[0]["path"]))
+    bundle = load_bundle(Path(result.fault_bundles[0].path))
     bundle["device"] = "cuda:0"
     task = FaultTask("overflow", until=18)
     report = replay(bundle, ReplayTarget.of_task(task), device="cpu")

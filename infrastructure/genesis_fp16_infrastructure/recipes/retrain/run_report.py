@@ -1,0 +1,79 @@
+"""What a retrain run reports beside its counts (contract.reports): the data it trained
+on and what changed, the drift of the new records (logged when flagged), the stored
+verdict of a judged candidate, and how the records were split; ``run`` builds its
+result from these once."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from genesis_fp16_infrastructure.agent_folder.layout import VERDICT
+from genesis_fp16_infrastructure.contract.reports import (
+    DataReport,
+    DriftReport,
+    GateReport,
+    ReportError,
+)
+from genesis_fp16_infrastructure.data.fingerprint import DataChange, DataFingerprint
+from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
+
+logger = logging.getLogger(__name__)
+
+
+def stored_verdict(verdict: Mapping[str, Any] | None, agent: str) -> GateReport | None:
+    """The judged candidate's verdict file as the up-to-date run's ``gate``; one this
+    version cannot read is logged and left out (the run's outcome does not depend on it)."""
+    if not verdict:
+        return None
+    try:
+        return GateReport.from_json(verdict, VERDICT.name)
+    except ReportError as exc:
+        logger.warning("%s: the judged candidate's verdict is unreadable: %s", agent, exc)
+        return None
+
+
+def log_drift(drift: DriftReport, agent: str) -> None:
+    """One line for a flagged report: what moved, and by how much."""
+    if drift.any_flagged:
+        logger.warning(
+            "%s: %d new record(s) drifted: %s; success rate shift %+.3f (threshold %.3f)",
+            agent,
+            drift.new_records,
+            ", ".join(f"{k} {drift.features[k]:.3f}" for k in drift.flagged) or "none",
+            drift.label_shift,
+            drift.label_shift_threshold,
+        )
+
+
+def data_record(seen: DataFingerprint, change: DataChange | None) -> DataReport:
+    """The run's ``data``: the records trained on and what changed."""
+    if change is None:
+        return DataReport(seen.records, seen.digest, "first")
+    return DataReport(
+        seen.records,
+        seen.digest,
+        "unchanged" if change.unchanged else "changed",
+        previous_records=change.previous,
+        new=change.added,
+        removed=change.removed,
+        relabelled=change.relabelled,
+    )
+
+
+def split_record(task: WorldModelTask) -> dict[str, Any]:
+    """``extra.split`` of ``train --json``: how the records were used."""
+    if task.cross_validated:
+        return {
+            "mode": "cross_validation",
+            "folds": task.members,
+            "records": len(task.train_data),
+            "eval": "out-of-fold: each record scored by the member that did not train on it",
+        }
+    return {
+        "mode": "held_out",
+        "train": len(task.train_data),
+        "validation": len(task.validation_data),
+        "held_out": len(task.eval_data),
+    }
