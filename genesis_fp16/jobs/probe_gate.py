@@ -215,7 +215,7 @@ def _probe(
     return record
 
 
-def _warn_if_red(agent: str, record: ProbeRecord, used: str | None) -> None:
+def _warn_if_red(agent: str, record: ProbeRecord, used: PrecisionName | None) -> None:
     if record.error is not None or used not in LOW_PRECISIONS:
         return
     variant = f"{used}_autocast"

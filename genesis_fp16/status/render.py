@@ -119,11 +119,11 @@ def _agent_section(agent: AgentStatus, now: float) -> Section:
     if run is None:
         rows.append(("last run", "none recorded"))
     else:
-        precision: str = run.precision or "no precision"
+        shown: str = run.precision or "no precision"
         if run.precision_requested and run.precision_requested != run.precision:
-            precision += f" (asked {run.precision_requested})"
+            shown += f" (asked {run.precision_requested})"
         steps = "" if run.steps is None else f", {run.steps} steps"
-        rows.append(("last run", f"{run.outcome} in {precision}{steps}, by {run.source}"))
+        rows.append(("last run", f"{run.outcome} in {shown}{steps}, by {run.source}"))
         rows.append(("ended", f"{_when(run.finished_at, now)}, took {_span(run.duration_seconds)}"))
         rows.append(("why", run.reason))
     if agent.last_success_at is not None:
