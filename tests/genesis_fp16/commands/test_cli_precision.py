@@ -90,7 +90,10 @@ def test_show_prints_the_measurement_and_reset_forgets_it(
     }
     assert not path.exists()
     assert "no precision demotion remembered" in _cli(tmp_path, "precision", "reset", AGENT).stdout
-    assert "no measurement of 'auto' cached" in _cli(tmp_path, "precision", "show", AGENT).stdout
+    # The command runs in its own process, on this host's real capabilities: without
+    # native bf16 it says there is nothing to measure, else that nothing is cached.
+    after = json.loads(_cli(tmp_path, "precision", "show", AGENT, "--json").stdout)
+    assert after["calibration"] is None
 
 
 def test_show_survives_a_corrupt_cache(tmp_path: Path) -> None:
