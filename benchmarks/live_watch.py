@@ -46,16 +46,17 @@ import numpy as np
 import torch
 
 from genesis_fp16_agents.se_darwin.plugin import SEDarwinPlugin
-from genesis_fp16_infrastructure.agent_folder.served_pointer import candidates_dir, read_pointer
+from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+    candidate_entry,
+    candidates_dir,
+    newest_checkpoint,
+    read_pointer,
+    serve,
+)
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainRequestError
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.recipes.retrain import gate
-from genesis_fp16_infrastructure.recipes.retrain.served import (
-    candidate_entry,
-    newest_checkpoint,
-    serve,
-)
 from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
 
 PLUGIN = SEDarwinPlugin()

@@ -29,20 +29,16 @@ from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.model_list import list_models
 from genesis_fp16.commands.named_agent import agent_paths
 from genesis_fp16.config.plugins import known_agent_names
-from genesis_fp16_infrastructure.agent_folder.served_pointer import (
+from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+    CANDIDATE_META,
+    VERDICT_NAME,
     ServedPointerError,
     aside_path,
     candidates_dir,
-    pointer_path,
-)
-from genesis_fp16_infrastructure.recipes.retrain.served import (
-    CANDIDATE_META,
-    VERDICT_NAME,
     list_candidates,
-    read_json,
-)
-from genesis_fp16_infrastructure.recipes.retrain.served_repair import (
     operator_pin,
+    pointer_path,
+    read_json,
     roll_back_by_hand,
     serve_by_hand,
     served_entry,

@@ -16,22 +16,20 @@ from typing import Any
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.metrics.last_run import LastRunUnreadable, load_last_run
-from genesis_fp16_infrastructure.agent_folder.served_pointer import (
+from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+    CANDIDATE_META,
+    VERDICT_NAME,
     ServedPointer,
     ServedPointerError,
     aside_path,
     candidates_dir,
-    pointer_path,
-    served_checkpoint,
-)
-from genesis_fp16_infrastructure.recipes.retrain.served import (
-    CANDIDATE_META,
-    VERDICT_NAME,
     list_candidates,
     newest_checkpoint,
+    pointer_path,
     read_json,
+    repairable_pointer,
+    served_checkpoint,
 )
-from genesis_fp16_infrastructure.recipes.retrain.served_repair import repairable_pointer
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 
 

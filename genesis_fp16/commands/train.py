@@ -397,7 +397,7 @@ def _train(
 def _holds_models(folder: Path) -> bool:
     """A folder of served models and candidates (se_darwin's: served.json, candidates/<id>/
     ckpt-*.pt; genesis_fp16_infrastructure/recipes/retrain/served.py) holds checkpoints too."""
-    from genesis_fp16_infrastructure.agent_folder.served_pointer import candidates_dir, pointer_path
+    from genesis_fp16_infrastructure.agent_folder.lifecycle import candidates_dir, pointer_path
 
     if pointer_path(folder).exists():
         return True

@@ -130,8 +130,7 @@ def refuse_unusable_device(
 
 def bound_history(folder: Path, settings: Settings) -> None:
     """Bound the model history as the daemon does after each run (served.prune)."""
-    from genesis_fp16_infrastructure.agent_folder.served_pointer import ServedPointerError
-    from genesis_fp16_infrastructure.recipes.retrain.served import prune
+    from genesis_fp16_infrastructure.agent_folder.lifecycle import ServedPointerError, prune
 
     try:
         removed = prune(folder, settings.served_history_keep, settings.rejected_keep_days)

@@ -28,10 +28,13 @@ from genesis_fp16.launch.launcher import LaunchError, RunStopped
 from genesis_fp16.metrics import last_run
 from genesis_fp16.metrics.diagnostics_export import export_diagnostics
 from genesis_fp16.metrics.tracking import RunTracker, close_tracker
-from genesis_fp16_infrastructure.agent_folder.served_pointer import ServedPointerError
+from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+    ServedPointerError,
+    folder_bytes,
+    prune,
+)
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.contract.reports import EarlyStopReport
-from genesis_fp16_infrastructure.recipes.retrain.served import folder_bytes, prune
 from genesis_fp16_infrastructure.record_codec import Record
 from genesis_fp16_infrastructure.training import TrainingSummary
 from genesis_fp16_infrastructure.training.step.execution import ExecutionError

@@ -30,8 +30,12 @@ from genesis_fp16.metrics.last_run import LastRun, LastRunUnreadable, load_last_
 from genesis_fp16.metrics.last_success import LastSuccessStore, LastSuccessUnreadable
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import AGENTS_FOLDER, SERVED_POINTER
-from genesis_fp16_infrastructure.agent_folder.served_pointer import REPAIR, aside_path, pointer_path
-from genesis_fp16_infrastructure.recipes.retrain.served import newest_checkpoint
+from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+    REPAIR,
+    aside_path,
+    newest_checkpoint,
+    pointer_path,
+)
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionName,
     precision_name,

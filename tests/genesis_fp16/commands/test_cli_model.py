@@ -11,9 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from genesis_fp16_infrastructure.agent_folder.served_pointer import pointer_path, read_pointer
-from genesis_fp16_infrastructure.recipes.retrain.served import serve, write_verdict
-from genesis_fp16_infrastructure.recipes.retrain.served_repair import served_entry
+from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+    pointer_path,
+    read_pointer,
+    serve,
+    served_entry,
+    write_verdict,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 AGENT = "se_darwin"

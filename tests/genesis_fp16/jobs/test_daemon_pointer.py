@@ -16,13 +16,14 @@ from se_darwin_daemon import runs as _runs
 from se_darwin_daemon import se_darwin_env as _env
 from se_darwin_daemon import write_pool as _write
 
-from genesis_fp16_infrastructure.agent_folder.served_pointer import (
+from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     ServedPointerError,
+    list_candidates,
     pointer_path,
+    read_json,
     read_pointer,
 )
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.recipes.retrain.served import list_candidates, read_json
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 
 

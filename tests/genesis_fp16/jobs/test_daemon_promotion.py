@@ -19,10 +19,13 @@ from se_darwin_daemon import runs as _runs
 from se_darwin_daemon import se_darwin_env as _env
 from se_darwin_daemon import write_pool as _write
 
-from genesis_fp16_infrastructure.agent_folder.served_pointer import read_pointer
+from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+    list_candidates,
+    read_json,
+    read_pointer,
+)
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.recipes.retrain.served import list_candidates, read_json
 from genesis_fp16_infrastructure.world_model.metrics import auc_with_interval
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 

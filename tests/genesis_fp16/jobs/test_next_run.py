@@ -15,7 +15,7 @@ import torch
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.jobs.next_run import INITIAL_SCALE, expected_next_run
 from genesis_fp16.jobs.run_request import expected_precision
-from genesis_fp16_infrastructure.agent_folder.served_pointer import ServedPointer, write_pointer
+from genesis_fp16_infrastructure.agent_folder.lifecycle import ServedPointer, write_pointer
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.precision.decide import Measured, decide

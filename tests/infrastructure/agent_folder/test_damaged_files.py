@@ -24,16 +24,16 @@ from genesis_fp16.metrics.last_success import LastSuccessStore
 from genesis_fp16.service.state_lock import hold_state_folder
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import LAYOUT, StateFile
+from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+    list_candidates,
+    pointer_lock,
+    read_json,
+    set_aside_unusable,
+)
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
 from genesis_fp16_infrastructure.data.sources import Source
 from genesis_fp16_infrastructure.recipes.retrain import freshness, live_watch
-from genesis_fp16_infrastructure.recipes.retrain.served import (
-    list_candidates,
-    pointer_lock,
-    read_json,
-)
-from genesis_fp16_infrastructure.recipes.retrain.served_repair import set_aside_unusable
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.training.precision.carried_scale import read_carried_scale
 from genesis_fp16_infrastructure.training.run.calibration import read_calibration

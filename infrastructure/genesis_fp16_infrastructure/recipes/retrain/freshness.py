@@ -30,7 +30,7 @@ from typing import Any
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import DATA_MANIFEST, RECORD_CACHE_FOLDER
-from genesis_fp16_infrastructure.agent_folder.served_pointer import (
+from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     ServedPointerError,
     checkpoint_of,
     served_checkpoint,
@@ -217,7 +217,7 @@ def _without(extra: Mapping[str, Any], *names: str) -> dict[str, Any]:
 
 def _served_checkpoint_unchanged(request: TrainRequest, recorded: Any) -> bool:
     """The recorded checkpoint is still there, unchanged, and still the one the
-    served-model pointer names (recipes.retrain.served; a promotion, a rollback or an
+    served-model pointer names (agent_folder.lifecycle; a promotion, a rollback or an
     unreadable pointer: the run reads the pool)."""
     if not isinstance(recorded, Mapping):
         return False

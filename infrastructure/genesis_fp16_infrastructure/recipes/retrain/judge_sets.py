@@ -34,16 +34,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from genesis_fp16_infrastructure.contract.reports import GateComparison
-from genesis_fp16_infrastructure.data.fingerprint import held_in
-from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
-from genesis_fp16_infrastructure.recipes.retrain import gate
-from genesis_fp16_infrastructure.recipes.retrain.served import (
+from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     VERDICT_NAME,
     list_candidates,
     newest_checkpoint,
     read_json,
 )
+from genesis_fp16_infrastructure.contract.reports import GateComparison
+from genesis_fp16_infrastructure.data.fingerprint import held_in
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+from genesis_fp16_infrastructure.recipes.retrain import gate
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, load_checkpoint
 
 logger = logging.getLogger(__name__)

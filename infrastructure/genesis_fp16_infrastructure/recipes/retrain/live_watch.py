@@ -17,7 +17,7 @@ models, before it plans a candidate:
   of the mean difference passes ``MARGIN`` (the gate's own log-loss margin), the served
   model is worse than its predecessor by more than the margin, at ``ALPHA`` over its whole
   watch, however many runs looked. Unless the operator pinned it, the predecessor is
-  served again (:func:`~recipes.retrain.served.rollback`), and the dropped
+  served again (:func:`~agent_folder.lifecycle.rollback`), and the dropped
   candidate's verdict becomes ``rolled_back`` with reason ``live_regression`` and these
   figures; the gate's ``newest`` set (:mod:`.judge_sets`) then judges later candidates
   on the records after it. A pinned model is never replaced: the report says ``held``.
@@ -44,10 +44,13 @@ import torch
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import LIVE_WATCH
-from genesis_fp16_infrastructure.agent_folder.served_pointer import (
+from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     ServedPointer,
     ServedPointerError,
+    pointer_lock,
     read_pointer,
+    rollback,
+    update_pointer,
 )
 from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot
 from genesis_fp16_infrastructure.data.fingerprint import held_in
@@ -55,11 +58,6 @@ from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.recipes.retrain import gate
 from genesis_fp16_infrastructure.recipes.retrain.judge_sets import LIVE_REGRESSION
 from genesis_fp16_infrastructure.recipes.retrain.sequential import mean_bounds
-from genesis_fp16_infrastructure.recipes.retrain.served import (
-    pointer_lock,
-    rollback,
-    update_pointer,
-)
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, load_checkpoint
 
 logger = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """Candidates and promotion for SE-Darwin: where a run trains, and whether it is served.
 
 A run never trains in the served model's folder. :func:`plan_candidate` decides, from the
-served-model pointer (recipes.retrain.served) and the candidates kept beside it:
+served-model pointer (agent_folder.lifecycle) and the candidates kept beside it:
 
 * a candidate of this data (same data digest, same request) cut short earlier: resume it;
 * a judged candidate of this data that is served, rejected, rolled back from or held by
@@ -36,7 +36,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from genesis_fp16_infrastructure.agent_folder.served_pointer import candidates_dir
+from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+    CANDIDATE_META,
+    VERDICT_NAME,
+    candidate_entry,
+    candidates_dir,
+    list_candidates,
+    new_candidate,
+    newest_checkpoint,
+    read_json,
+    serve_unless_pinned,
+    write_verdict,
+)
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainRequestError
 from genesis_fp16_infrastructure.contract.reports import GateReport, ScoresOn
 from genesis_fp16_infrastructure.data.fingerprint import DataChange, DataFingerprint, compare
@@ -47,18 +58,7 @@ from genesis_fp16_infrastructure.recipes.retrain import gate, judge_sets
 from genesis_fp16_infrastructure.recipes.retrain.freshness import request_key
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.pool_read import read_pool
-from genesis_fp16_infrastructure.recipes.retrain.served import (
-    CANDIDATE_META,
-    VERDICT_NAME,
-    candidate_entry,
-    list_candidates,
-    new_candidate,
-    newest_checkpoint,
-    read_json,
-    write_verdict,
-)
 from genesis_fp16_infrastructure.recipes.retrain.served_model import Served
-from genesis_fp16_infrastructure.recipes.retrain.served_repair import serve_unless_pinned
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint import (
     CheckpointError,

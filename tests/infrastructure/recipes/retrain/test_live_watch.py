@@ -13,16 +13,17 @@ import pytest
 from se_darwin_runs import train
 
 from genesis_fp16.cli import main
-from genesis_fp16_infrastructure.agent_folder.served_pointer import candidates_dir, read_pointer
-from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.recipes.retrain.judge_sets import LIVE_REGRESSION
-from genesis_fp16_infrastructure.recipes.retrain.served import (
+from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     VERDICT_NAME,
     candidate_entry,
+    candidates_dir,
     newest_checkpoint,
     read_json,
+    read_pointer,
     serve,
 )
+from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.recipes.retrain.judge_sets import LIVE_REGRESSION
 
 POOL = generate_pool(1600, seed=1)
 IDS = list(POOL["trajectories"])

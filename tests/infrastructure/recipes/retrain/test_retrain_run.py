@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from genesis_fp16_infrastructure.agent_folder.served_pointer import served_checkpoint
+from genesis_fp16_infrastructure.agent_folder.lifecycle import served_checkpoint
 from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainRequest,
     TrainRequestError,

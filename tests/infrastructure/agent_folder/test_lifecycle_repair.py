@@ -10,21 +10,21 @@ from pathlib import Path
 
 import pytest
 
-from genesis_fp16_infrastructure.agent_folder.served_pointer import (
+from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     ServedPointerError,
     aside_path,
-    pointer_path,
-    read_pointer,
-    served_checkpoint,
-)
-from genesis_fp16_infrastructure.recipes.retrain.served import prune, serve, write_verdict
-from genesis_fp16_infrastructure.recipes.retrain.served_repair import (
     operator_pin,
+    pointer_path,
+    prune,
+    read_pointer,
     roll_back_by_hand,
+    serve,
     serve_by_hand,
+    served_checkpoint,
     served_entry,
     set_aside_unusable,
     unpin,
+    write_verdict,
 )
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 

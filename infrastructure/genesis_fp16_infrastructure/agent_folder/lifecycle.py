@@ -1,4 +1,8 @@
-"""The served model: a pointer file naming one candidate's checkpoint, never "the newest file".
+"""The served model's owner: the pointer (``served.json``), the candidates beside it, and
+every transition between them (serve, reject, roll back, pin, unpin, repair, prune), under
+one lock. No agent is named here: the retrain recipe, the daemon, the operator's ``model``
+command and any plugin's judged runs call these functions, and nothing else writes the
+pointer or a verdict.
 
 An agent's checkpoint folder holds every model it trained, each in a folder of its own,
 and one pointer that says which of them Genesis uses::
@@ -16,10 +20,22 @@ a reader finds the old pointer or the new one, never none), by one writer at a t
 every read-and-write-back holds ``served.json.lock`` (:func:`update_pointer`), so an
 operator's ``model promote`` racing the daemon's promotion or pruning is never undone.
 ``history`` keeps the models served before, newest first, for ``genesis-fp16 model
-rollback``.
+rollback``. Every reader (the daemon's plan, the prediction API, the ``model`` command)
+reads the pointer here, through the hardened reader, and one that cannot be followed
+raises :class:`ServedPointerError`, one line that names the file and the command that
+repairs it.
 
-This module reads and writes JSON only (no torch): the daemon's up-to-date check and the
-``model`` command use it without importing torch.
+A pointer that cannot be followed (unreadable, another version, naming a checkpoint that
+is gone) is never guessed past: :func:`set_aside_unusable` renames it
+``served.json.unusable``, every reader then refuses in one line naming the repair, and
+``genesis-fp16 model promote AGENT ID`` or ``model rollback AGENT`` writes a new one from
+the candidates' own records (:func:`repairable_pointer`, :func:`promoted_candidates`).
+A manual ``promote`` or ``rollback`` pins the served model (:func:`operator_pin`): the
+daemon's gate then holds a better candidate (verdict ``held``) instead of serving it, until
+``model unpin`` (:func:`unpin`).
+
+JSON only, no torch: the daemon's up-to-date check and the ``model`` command use it
+without importing torch.
 
 >>> pointer = read_pointer(folder)  # doctest: +SKIP
 >>> pointer.served["id"], served_checkpoint(folder)  # doctest: +SKIP
@@ -34,25 +50,142 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from genesis_fp16_infrastructure.agent_folder import files
-from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META as CANDIDATE_META_FILE
-from genesis_fp16_infrastructure.agent_folder.layout import POINTER_LOCK as POINTER_LOCK_FILE
+from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile
 from genesis_fp16_infrastructure.agent_folder.layout import (
+    ASIDE_SUFFIX,
+    CANDIDATES_FOLDER,
+    CHECKPOINTS_FOLDER,
+    SERVED_POINTER,
     VERDICT,
 )
+from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META as CANDIDATE_META_FILE
+from genesis_fp16_infrastructure.agent_folder.layout import POINTER_LOCK as POINTER_LOCK_FILE
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
-from genesis_fp16_infrastructure.agent_folder.served_pointer import (
-    ServedPointer,
-    ServedPointerError,
-    candidates_dir,
-    read_pointer,
-    write_pointer,
-)
 
+# The pointer's record and codec ------------------------------------------------------------
+
+POINTER_NAME = SERVED_POINTER.name
+POINTER_VERSION = 1
+ASIDE_NAME = POINTER_NAME + ASIDE_SUFFIX  # an unusable pointer, set aside until a repair
+REPAIR = "`genesis-fp16 model promote AGENT ID` or `genesis-fp16 model rollback AGENT` repairs it"
+
+
+class ServedPointerError(ValueError):
+    """A pointer file that cannot be read or names nothing: one line naming the file."""
+
+
+@dataclass(frozen=True)
+class ServedPointer:
+    """What ``served.json`` holds: the served entry, the ones served before it, and the
+    operator's pin (None: the daemon's gate and live watch may replace the served model)."""
+
+    served: dict[str, Any]
+    history: list[dict[str, Any]] = field(default_factory=list)
+    pinned: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = {"version": POINTER_VERSION, "served": self.served, "history": self.history}
+        if self.pinned is not None:
+            data["pinned"] = self.pinned
+        return data
+
+
+def pointer_path(folder: Path) -> Path:
+    return Path(folder) / POINTER_NAME
+
+
+def candidates_dir(folder: Path) -> Path:
+    return Path(folder) / CANDIDATES_FOLDER
+
+
+def read_pointer(folder: Path) -> ServedPointer | None:
+    """The folder's pointer; None when it has none yet (no model was ever promoted).
+    A pointer that exists but cannot be read raises :class:`ServedPointerError`: a served
+    model is never guessed."""
+    path = pointer_path(folder)
+    if not path.exists() and not path.is_symlink() and aside_path(folder).exists():
+        raise ServedPointerError(
+            f"served-model pointer {str(path)!r} was set aside as unusable "
+            f"({str(aside_path(folder))!r}); {repair_hint(folder)}"
+        )
+    return parse_pointer(path)
+
+
+def parse_pointer(path: Path) -> ServedPointer | None:
+    try:
+        data = files.read_json(path, SERVED_POINTER)
+    except UnusableStateFile as exc:
+        raise ServedPointerError(
+            f"served-model pointer {str(path)!r} unreadable: {exc}; {repair_hint(path.parent)}"
+        ) from None
+    if data is None:
+        return None
+    if not isinstance(data, dict) or data.get("version") != POINTER_VERSION:
+        raise ServedPointerError(
+            f"served-model pointer {str(path)!r} is not version {POINTER_VERSION} "
+            f"(found {data.get('version') if isinstance(data, dict) else type(data).__name__!r}); "
+            f"{repair_hint(path.parent)}"
+        )
+    served, history = data.get("served"), data.get("history", [])
+    if not isinstance(served, dict) or not isinstance(served.get("checkpoint"), str):
+        raise ServedPointerError(
+            f"served-model pointer {str(path)!r} names no checkpoint; {repair_hint(path.parent)}"
+        )
+    if not isinstance(history, list):
+        raise ServedPointerError(
+            f"served-model pointer {str(path)!r}: history is not a list; {repair_hint(path.parent)}"
+        )
+    pinned = data.get("pinned")
+    return ServedPointer(
+        served,
+        [h for h in history if isinstance(h, dict)],
+        pinned if isinstance(pinned, dict) else None,
+    )
+
+
+def served_checkpoint(folder: Path) -> Path | None:
+    """The checkpoint file the pointer names (None: no pointer); ServedPointerError when
+    the file it names is gone."""
+    pointer = read_pointer(folder)
+    return None if pointer is None else checkpoint_of(folder, pointer)
+
+
+def checkpoint_of(folder: Path, pointer: ServedPointer) -> Path:
+    """The checkpoint file ``pointer`` (read from ``folder``) names; ServedPointerError
+    when it is gone."""
+    path = Path(folder) / pointer.served["checkpoint"]
+    if not path.is_file():
+        raise ServedPointerError(
+            f"served-model pointer {str(pointer_path(folder))!r} names {str(path)!r}, "
+            f"which is not there; {repair_hint(folder)}"
+        )
+    return path
+
+
+def repair_hint(folder: Path) -> str:
+    """The commands that repair the pointer of ``folder``, naming its agent where the
+    folder is a state folder's (``<state>/agents/<agent>/checkpoints``)."""
+    folder = Path(folder)
+    agent = folder.parent.name if folder.name == CHECKPOINTS_FOLDER else "AGENT"
+    return REPAIR.replace("AGENT", agent)
+
+
+def aside_path(folder: Path) -> Path:
+    return Path(folder) / ASIDE_NAME
+
+
+def write_pointer(folder: Path, pointer: ServedPointer) -> None:
+    """Replace the pointer atomically (the old one or the new one, never neither). Callers
+    that read it first hold :func:`pointer_lock` around both (:func:`update_pointer`)."""
+    files.write_json(pointer_path(folder), SERVED_POINTER, pointer.to_json())
+
+
+# Transitions ----------------------------------------------------------------------
 POINTER_LOCK = POINTER_LOCK_FILE.name  # the flock every writer of the pointer holds
 CANDIDATE_META = CANDIDATE_META_FILE.name
 VERDICT_NAME = VERDICT.name
@@ -327,6 +460,160 @@ def _last_write(folder: Path) -> float:
     times = [folder.stat().st_mtime]
     times += [path.stat().st_mtime for path in folder.rglob("*") if path.is_file()]
     return max(times)
+
+
+# Repairs and the operator's pin --------------------------------------------------
+
+
+def operator_pin(command: str) -> dict[str, Any]:
+    """The pin an operator's command sets: which command, and when (UTC)."""
+    return {"by": command, "at": _now()}
+
+
+def unpin(folder: Path) -> ServedPointer | None:
+    """Drop the operator's pin (the daemon's gate may replace the served model again);
+    returns the pointer as it now stands (None: nothing served)."""
+
+    def change(current: ServedPointer | None) -> ServedPointer | None:
+        if current is None or current.pinned is None:
+            return current
+        return replace(current, pinned=None)
+
+    return update_pointer(folder, change)
+
+
+def serve_unless_pinned(folder: Path, entry: dict[str, Any], how: str) -> bool:
+    """The gate's promotion: serve ``entry`` unless the pointer is pinned *now* (an
+    operator's ``model promote`` that landed while the candidate trained wins). True:
+    served; False: held by the pin."""
+    return serve(folder, entry, how, unless_pinned=True)  # one read, under the lock
+
+
+def set_aside_unusable(folder: Path) -> tuple[str | None, Path | None]:
+    """Check the pointer the way every loader reads it; an unreadable, wrong-version or
+    dangling one is renamed ``served.json.unusable`` (under the pointer's lock), so that
+    no reader guesses and a repair starts clean. Returns (why it is unusable, where it
+    was set aside now): (None, None) when usable or absent; (why, None) when it was set
+    aside before and not repaired since."""
+    with pointer_lock(folder):
+        try:
+            served_checkpoint(folder)
+            return None, None
+        except ServedPointerError as exc:
+            why = str(exc)
+        path = pointer_path(folder)
+        if not path.exists() and not path.is_symlink():
+            return why, None
+        moved = files.set_aside(path, SERVED_POINTER, why)  # a folder or link: moved, not followed
+        if moved.aside is None:
+            raise OSError(moved.why)
+        return why, moved.aside
+
+
+def repairable_pointer(folder: Path) -> ServedPointer | None:
+    """The pointer for a repair: the usable one; else what the unusable one still says
+    (a dangling pointer keeps its history); else None (rebuilt from candidates)."""
+    try:
+        return read_pointer(folder)
+    except ServedPointerError:
+        pass
+    for path in (pointer_path(folder), aside_path(folder)):
+        try:
+            if path.is_file():
+                return parse_pointer(path)
+        except ServedPointerError:
+            continue
+    return None
+
+
+def promoted_candidates(folder: Path) -> list[dict[str, Any]]:
+    """Pointer entries of the candidates the gate promoted whose checkpoint is intact,
+    newest decision first: what a repair rebuilds the served model and history from."""
+    found = []
+    for candidate in list_candidates(folder):
+        verdict = read_json(candidate / VERDICT_NAME) or {}
+        checkpoint = newest_checkpoint(candidate)
+        if verdict.get("outcome") != "promoted" or checkpoint is None:
+            continue
+        found.append((float(verdict.get("decided_at_s") or 0.0), served_entry(folder, candidate)))
+    return [entry for _, entry in sorted(found, key=lambda pair: -pair[0]) if entry is not None]
+
+
+def served_entry(folder: Path, candidate: Path) -> dict[str, Any] | None:
+    """A kept candidate's pointer entry, from its own records: the checkpoint its verdict
+    names (the newest file where the verdict names none: written before it did), and for
+    final_fit=whole the split run's model the gate judged. None: it holds no checkpoint."""
+    verdict = read_json(Path(candidate) / VERDICT_NAME) or {}
+    named = Path(candidate) / str(verdict.get("checkpoint") or "-")
+    checkpoint = named if named.is_file() else newest_checkpoint(candidate)
+    if checkpoint is None:
+        return None
+    entry = candidate_entry(folder, candidate, checkpoint)
+    split = Path(candidate) / "split"
+    judged = newest_checkpoint(split) if split.is_dir() else None
+    if judged is not None:
+        entry["judged"] = str(judged.resolve().relative_to(Path(folder).resolve()))
+    return entry
+
+
+def serve_by_hand(folder: Path, entry: dict[str, Any], pin: dict[str, Any]) -> bool:
+    """``model promote``: serve ``entry`` and pin it, over a usable pointer or in place of
+    an unusable one (set aside; a dangling one's history is kept). True: it repaired one."""
+    with pointer_lock(folder):
+        current, usable = _current(folder)
+        if usable:
+            serve(folder, entry, "manual", pin=pin)
+            return False
+        _set_aside_if_there(folder)
+        earlier = [] if current is None else [current.served, *current.history]
+        history = [e for e in earlier if e.get("id") != entry.get("id") and _intact(folder, e)]
+        served = {**entry, "how": "manual", "served_at": _now()}
+        write_pointer(folder, ServedPointer(served, history, dict(pin)))
+        return True
+
+
+def roll_back_by_hand(folder: Path, pin: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """``model rollback``: serve the model served before this one, pinned; returns its
+    entry and whether it repaired an unusable pointer. Over an unusable one it serves the
+    first intact model of the old pointer's history, else the newest candidate the gate
+    promoted (the candidates' own records): the one most likely served before."""
+    with pointer_lock(folder):
+        current, usable = _current(folder)
+        if usable:
+            return rollback(folder, pin=pin, verdict={"reason": "operator"}), False
+        choices = [] if current is None else [e for e in current.history if _intact(folder, e)]
+        if not choices:
+            gone = current.served.get("id") if current is not None else None
+            choices = [e for e in promoted_candidates(folder) if e.get("id") != gone]
+        if not choices:
+            raise ServedPointerError(
+                f"{str(folder)!r}: the served-model pointer is unusable and no promoted "
+                "candidate with its checkpoint is kept: `genesis-fp16 model list` shows "
+                "what is, `genesis-fp16 model promote AGENT ID` serves one"
+            )
+        _set_aside_if_there(folder)
+        served = {**choices[0], "how": "rollback", "served_at": _now()}
+        write_pointer(folder, ServedPointer(served, choices[1:], dict(pin)))
+        return served, True
+
+
+def _current(folder: Path) -> tuple[ServedPointer | None, bool]:
+    """The pointer as a repair sees it, and whether it is usable (None and True: none yet)."""
+    try:
+        served_checkpoint(folder)
+        return read_pointer(folder), True
+    except ServedPointerError:
+        return repairable_pointer(folder), False
+
+
+def _set_aside_if_there(folder: Path) -> None:
+    path = pointer_path(folder)
+    if path.exists() or path.is_symlink():
+        files.set_aside(path, SERVED_POINTER, f"{path}: replaced by the operator's repair")
+
+
+def _intact(folder: Path, entry: dict[str, Any]) -> bool:
+    return (Path(folder) / str(entry.get("checkpoint") or "-")).is_file()
 
 
 def _now() -> str:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from genesis_fp16_infrastructure.agent_folder import served_pointer
-from genesis_fp16_infrastructure.agent_folder.served_pointer import ServedPointerError
-from genesis_fp16_infrastructure.recipes.retrain import served
+from genesis_fp16_infrastructure.agent_folder import lifecycle as served
+from genesis_fp16_infrastructure.agent_folder import lifecycle as served_pointer
+from genesis_fp16_infrastructure.agent_folder.lifecycle import ServedPointerError
 
 
 def _candidate(folder: Path, digest: str, outcome: str | None) -> Path:
