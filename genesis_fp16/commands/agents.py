@@ -1,7 +1,8 @@
 """`genesis-fp16 agents [--json]`: the agent plugins found and the state of each.
 
-Exits 1 when an allowed plugin failed to load (its error is in the listing), so that a
-deployment check (`genesis-fp16 agents && ...`) notices; 0 otherwise.
+Exits 1 when an allowed plugin failed to load, or its import is stuck (it has not returned
+after `IMPORT_DEADLINE_SECONDS`, 10 s: listed ``stuck``, and the command does not wait
+longer), so that a deployment check (`genesis-fp16 agents && ...`) notices; 0 otherwise.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
             demoted = describe(load_memory(settings, record.name))
             line = f"{record.name:<{width}}  {record.state:<11}  {record.value}  {detail}"
             print(f"{line}  {demoted}" if demoted else line)
-    broken = [r.name for r in records if r.state in ("failed", "wrong_api")]
+    broken = [r.name for r in records if r.state in ("failed", "wrong_api", "stuck")]
     if broken:
         sys.stdout.flush()
         print(

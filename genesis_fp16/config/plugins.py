@@ -3,7 +3,10 @@
 Discovery reads only package metadata; the allowlist is applied before anything is
 imported, and a plugin is imported only when it is allowed. A plugin that fails to
 import, has the wrong API version, or does not implement :class:`AgentPlugin` is
-recorded with its state and error, and the others are unaffected.
+recorded with its state and error, and the others are unaffected. Each import runs on
+its own thread, waited for at most ``IMPORT_DEADLINE_SECONDS``: a plugin whose import
+hangs is recorded ``stuck`` (its thread goes on; :class:`PendingImport` holds its result
+for whoever asks again), and the caller goes on without it.
 
 >>> states = {r.name: r.state for r in discover_plugins(allowlist=["se_darwin"])}
 >>> states["se_darwin"], states["rlhf_ppo"]
@@ -16,8 +19,10 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
+import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from importlib.metadata import EntryPoint, entry_points
 from typing import Literal
@@ -33,7 +38,11 @@ OWN_DISTRIBUTION = "genesis-fp16"  # registers the built-in agents
 
 log = logging.getLogger(__name__)
 
-PluginState = Literal["loaded", "failed", "wrong_api", "not_allowed"]
+PluginState = Literal["loaded", "failed", "wrong_api", "not_allowed", "stuck"]
+# How long one wait for a plugin's import lasts. Importing torch on a loaded host takes
+# seconds, not tens of them; one that takes longer is reported ``stuck`` and taken
+# whenever it ends.
+IMPORT_DEADLINE_SECONDS = 10.0
 
 
 class PluginError(Exception):
@@ -143,6 +152,62 @@ def load_entry_point(ep: EntryPoint) -> PluginRecord:
     return replace(found, state="loaded", plugin=obj)
 
 
+class PendingImport:
+    """One entry point imported on its own daemon thread (a hung import cannot be
+    stopped; as a daemon thread it never holds the process's exit).
+
+    >>> pending = PendingImport(installed_entry_points()["se_darwin"])
+    >>> pending.wait(60).state
+    'loaded'
+    """
+
+    def __init__(self, ep: EntryPoint) -> None:
+        self.name = ep.name
+        self.started = time.monotonic()
+        self._done = threading.Event()
+        self._record: PluginRecord | None = None
+
+        def run() -> None:
+            try:
+                self._record = load_entry_point(ep)
+            except BaseException as exc:  # sys.exit() at import: on this thread, ends only it
+                self._record = PluginRecord(
+                    name=ep.name,
+                    value=ep.value,
+                    distribution=_distribution_name(ep),
+                    state="failed",
+                    error=f"{type(exc).__name__}: {exc} (raised while importing)",
+                )
+            finally:
+                self._done.set()
+
+        thread = threading.Thread(target=run, name=f"plugin-import-{ep.name}", daemon=True)
+        thread.start()
+
+    def wait(self, timeout: float) -> PluginRecord | None:
+        """The import's record, or None when it has not ended within ``timeout`` seconds."""
+        return self._record if self._done.wait(max(0.0, timeout)) else None
+
+    def stuck(self, ep: EntryPoint) -> PluginRecord:
+        """The record of an import still running: state ``stuck``, for how long."""
+        seconds = time.monotonic() - self.started
+        return PluginRecord(
+            name=ep.name,
+            value=ep.value,
+            distribution=_distribution_name(ep),
+            state="stuck",
+            error=f"its import has not returned after {seconds:.0f} s",
+        )
+
+
+def wait_all(
+    pending: Mapping[str, PendingImport], deadline: float
+) -> dict[str, PluginRecord | None]:
+    """Each import's record, all waited for together until ``deadline`` (time.monotonic);
+    None for those still running then."""
+    return {name: p.wait(deadline - time.monotonic()) for name, p in pending.items()}
+
+
 def failure_location(exc: BaseException, module: str) -> str | None:
     """The file and line of the plugin's own code where loading ``module`` failed.
 
@@ -166,16 +231,26 @@ def failure_location(exc: BaseException, module: str) -> str | None:
     return where
 
 
-def discover_plugins(allowlist: Iterable[str] | None = None) -> list[PluginRecord]:
+def discover_plugins(
+    allowlist: Iterable[str] | None = None, deadline: float = IMPORT_DEADLINE_SECONDS
+) -> list[PluginRecord]:
     """Find every agent plugin and import the allowed ones; sorted by name.
 
     ``allowlist=None`` allows all. Names outside the allowlist are listed with the state
-    ``not_allowed`` and are never imported.
+    ``not_allowed`` and are never imported. The imports run together; one that has not
+    returned after ``deadline`` seconds is listed ``stuck``.
     """
     allowed = None if allowlist is None else set(allowlist)
+    eps = installed_entry_points()
+    pending = {
+        name: PendingImport(ep) for name, ep in eps.items() if allowed is None or name in allowed
+    }
+    done = wait_all(pending, time.monotonic() + deadline)
     records = []
-    for name, ep in installed_entry_points().items():
-        if allowed is not None and name not in allowed:
+    for name, ep in eps.items():
+        if name in pending:
+            records.append(done[name] or pending[name].stuck(ep))
+        else:
             records.append(
                 PluginRecord(
                     name=name,
@@ -185,8 +260,6 @@ def discover_plugins(allowlist: Iterable[str] | None = None) -> list[PluginRecor
                     error="not in GENESIS_FP16_PLUGIN_ALLOWLIST",
                 )
             )
-        else:
-            records.append(load_entry_point(ep))
     return records
 
 

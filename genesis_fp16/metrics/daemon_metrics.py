@@ -214,6 +214,12 @@ class DaemonMetrics:
         self.plugin_load_failures = counter(
             "plugin_load_failures", "Plugins that failed to load or had a wrong API.", ("plugin",)
         )
+        self.plugin_load_stuck = gauge(
+            "plugin_load_stuck",
+            "1 while the plugin's import has not returned after its deadline (the daemon "
+            "goes on without it); 0 once it returned.",
+            ("plugin",),
+        )
         self.config_reloads = counter(
             "config_reloads", "Configuration reloads by outcome.", ("outcome",)
         )
