@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from importlib.metadata import EntryPoint, entry_points
 from typing import Literal
 
+from genesis_fp16.config.agent_names import check_agent_name, is_agent_name
 from genesis_fp16_infrastructure.contract.plugin_api import (
     API_VERSION,
     AgentPlugin,
@@ -38,7 +39,7 @@ OWN_DISTRIBUTION = "genesis-fp16"  # registers the built-in agents
 
 log = logging.getLogger(__name__)
 
-PluginState = Literal["loaded", "failed", "wrong_api", "not_allowed", "stuck"]
+PluginState = Literal["loaded", "failed", "wrong_api", "not_allowed", "stuck", "refused"]
 # How long one wait for a plugin's import lasts. Importing torch on a loaded host takes
 # seconds, not tens of them; one that takes longer is reported ``stuck`` and taken
 # whenever it ends.
@@ -63,6 +64,8 @@ class PluginRecord:
     location: str | None = None
     # The failed import's whole traceback, for the daemon's DEBUG log.
     trace: str | None = None
+    # Another distribution registers this name too: which one is used (EntryPointScan).
+    shadowed: str | None = None
 
     def to_json(self) -> dict[str, str | None]:
         return {
@@ -72,37 +75,82 @@ class PluginRecord:
             "state": self.state,
             "error": self.error,
             "location": self.location,
+            "shadowed": self.shadowed,
             "description": getattr(self.plugin, "description", None),
         }
 
 
-def installed_entry_points() -> dict[str, EntryPoint]:
-    """One entry point per agent name; the project's own built-ins cannot be shadowed.
+@dataclass(frozen=True)
+class EntryPointScan:
+    """The entry points of ``genesis_fp16.agents`` as found: one per agent name
+    (``found``), the names refused (not agent names: ``refused``, name to its one-line
+    error) and the names registered twice (``shadowed``, name to which one is used)."""
 
-    The same distribution can be visible twice (an editable install plus the source
-    tree's egg-info on sys.path): the first one on the path wins. A name that another
+    found: dict[str, EntryPoint]
+    refused: dict[str, str]
+    shadowed: dict[str, str]
+
+    def problems(self) -> list[str]:
+        """Each refused or shadowed name in one line, for a log or a listing."""
+        lines = [f"entry point refused: {why}" for why in self.refused.values()]
+        return lines + [f"plugin {name!r} {note}" for name, note in self.shadowed.items()]
+
+
+def scan_entry_points() -> EntryPointScan:
+    """Every entry point of the group, read from package metadata only (nothing imported).
+
+    A name that is not an agent name (genesis_fp16/config/agent_names.py: ``../x``,
+    ``a/b``) is refused: it would be a path out of the state folder. The same
+    distribution can be visible twice (an editable install plus the source tree's
+    egg-info on sys.path): the first one on the path wins. A name that another
     distribution registers too is the project's own when genesis-fp16 registers it (a
     package earlier on the path must not replace the built-in se_darwin), and otherwise
-    the first found, with a warning naming both.
+    the first found; ``shadowed`` names both.
     """
     found: dict[str, EntryPoint] = {}
+    refused: dict[str, str] = {}
+    shadowed: dict[str, str] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if not is_agent_name(ep.name):
+            try:
+                check_agent_name(ep.name)
+            except ValueError as exc:
+                where = f"{_distribution_name(ep)} ({ep.value})"
+                refused[ep.name] = f"{exc}; registered by {where}, not loaded"
+            continue
         first = found.setdefault(ep.name, ep)
         if first is ep or _distribution_name(first) == _distribution_name(ep):
             continue
         if _distribution_name(ep) == OWN_DISTRIBUTION:
             found[ep.name] = ep
             first, ep = ep, first
-        log.warning(
-            "plugin %r is registered by %s (%s) and by %s (%s); using %s's",
-            ep.name,
-            _distribution_name(first),
-            first.value,
-            _distribution_name(ep),
-            ep.value,
-            _distribution_name(first),
+        shadowed[ep.name] = (
+            f"is registered by {_distribution_name(first)} ({first.value}) and by "
+            f"{_distribution_name(ep)} ({ep.value}); using {_distribution_name(first)}'s"
         )
-    return dict(sorted(found.items()))
+    return EntryPointScan(dict(sorted(found.items())), refused, shadowed)
+
+
+# What this process has said of the entry points: each line once, not at every rescan.
+_said: set[str] = set()
+_said_lock = threading.Lock()
+
+
+def say_once(scan: EntryPointScan) -> None:
+    """Log each refused or shadowed name of ``scan`` as a warning, once in this process's
+    life however often it is scanned (the daemon scans at every tick)."""
+    with _said_lock:
+        new = [line for line in scan.problems() if line not in _said]
+        _said.update(new)
+    for line in new:
+        log.warning("%s", line)
+
+
+def installed_entry_points() -> dict[str, EntryPoint]:
+    """One entry point per agent name (:func:`scan_entry_points`, its problems said once)."""
+    scan = scan_entry_points()
+    say_once(scan)
+    return scan.found
 
 
 def _distribution_name(ep: EntryPoint) -> str | None:
@@ -234,14 +282,16 @@ def failure_location(exc: BaseException, module: str) -> str | None:
 def discover_plugins(
     allowlist: Iterable[str] | None = None, deadline: float = IMPORT_DEADLINE_SECONDS
 ) -> list[PluginRecord]:
-    """Find every agent plugin and import the allowed ones; sorted by name.
+    """Find every agent plugin and import the allowed ones; sorted by name, then the
+    names refused (not agent names: state ``refused``, never imported).
 
     ``allowlist=None`` allows all. Names outside the allowlist are listed with the state
     ``not_allowed`` and are never imported. The imports run together; one that has not
     returned after ``deadline`` seconds is listed ``stuck``.
     """
     allowed = None if allowlist is None else set(allowlist)
-    eps = installed_entry_points()
+    scan = scan_entry_points()
+    eps = scan.found
     pending = {
         name: PendingImport(ep) for name, ep in eps.items() if allowed is None or name in allowed
     }
@@ -249,7 +299,8 @@ def discover_plugins(
     records = []
     for name, ep in eps.items():
         if name in pending:
-            records.append(done[name] or pending[name].stuck(ep))
+            record = done[name] or pending[name].stuck(ep)
+            records.append(replace(record, shadowed=scan.shadowed.get(name)))
         else:
             records.append(
                 PluginRecord(
@@ -258,9 +309,14 @@ def discover_plugins(
                     distribution=_distribution_name(ep),
                     state="not_allowed",
                     error="not in GENESIS_FP16_PLUGIN_ALLOWLIST",
+                    shadowed=scan.shadowed.get(name),
                 )
             )
-    return records
+    refused = [
+        PluginRecord(name=name, value="", distribution=None, state="refused", error=why)
+        for name, why in scan.refused.items()
+    ]
+    return records + refused
 
 
 def known_agent_names() -> list[str]:
@@ -273,6 +329,10 @@ def load_plugin(name: str, allowlist: Iterable[str] | None = None) -> AgentPlugi
     Raises :class:`PluginError` naming the known agents when ``name`` is unknown, and
     the reason when the plugin is not allowed or cannot be loaded.
     """
+    try:  # every way in checked it already: here for a library caller
+        check_agent_name(name)
+    except ValueError as exc:
+        raise PluginError(str(exc)) from None
     eps = installed_entry_points()
     if name not in eps:
         known = ", ".join(eps) or "none installed"

@@ -220,6 +220,12 @@ class DaemonMetrics:
             "goes on without it); 0 once it returned.",
             ("plugin",),
         )
+        self.plugin_names_refused = counter(
+            "plugin_names_refused",
+            "Entry points whose name is not an agent name ([a-z][a-z0-9_]{0,63}: a path, a "
+            "separator, a newline): refused and never imported; each name counted once.",
+            (),
+        )
         self.config_reloads = counter(
             "config_reloads", "Configuration reloads by outcome.", ("outcome",)
         )

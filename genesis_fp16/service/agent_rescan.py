@@ -53,7 +53,8 @@ from genesis_fp16.config.plugins import (
     IMPORT_DEADLINE_SECONDS,
     PendingImport,
     PluginRecord,
-    installed_entry_points,
+    say_once,
+    scan_entry_points,
     wait_all,
 )
 from genesis_fp16.config.settings import Settings, SettingsError
@@ -125,6 +126,8 @@ class AgentRescan:
         self.plugins: dict[str, AgentPlugin] = {}
         self.options: dict[str, DeclaredOptions] = {}
         self.stuck: dict[str, float] = {}
+        self.refused: set[str] = set()  # entry-point names that are not agent names
+        self.shadowed: dict[str, str] = {}  # name -> which of its registrations is used
         self._tried: dict[str, str] = {}  # name -> _key of the entry point last tried
         self._pending: dict[str, PendingImport] = {}  # imports not taken yet
         # The .pth files site.py read when this interpreter started: not read again.
@@ -229,7 +232,11 @@ class AgentRescan:
         self, settings: Settings, retry_failed: bool, check_options: bool
     ) -> dict[str, AgentPlugin]:
         found: dict[str, AgentPlugin] = {}
-        eps = installed_entry_points()
+        scan = scan_entry_points()
+        say_once(scan)  # a refused or shadowed name: one line for the daemon's life
+        self.metrics.plugin_names_refused.inc(len(set(scan.refused) - self.refused))
+        self.refused, self.shadowed = set(scan.refused), dict(scan.shadowed)
+        eps = scan.found
         for name in set(self._tried) - set(eps):
             del self._tried[name]  # uninstalled: a reinstall is tried afresh
         for name in set(self._pending) - set(eps):
