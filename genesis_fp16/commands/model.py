@@ -27,7 +27,8 @@ from typing import Any
 
 from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.model_list import list_models
-from genesis_fp16.commands.named_agent import agent_argument, agent_paths
+from genesis_fp16.commands.named_agent import agent_paths
+from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     CANDIDATE_META,

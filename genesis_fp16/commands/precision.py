@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.commands.named_agent import agent_argument, agent_paths
+from genesis_fp16.commands.named_agent import agent_paths
+from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.state_files import locked

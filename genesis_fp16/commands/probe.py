@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.commands.named_agent import agent_argument
+from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.config.plugins import PluginError, load_plugin
 from genesis_fp16.config.settings import (
     Settings,

@@ -35,7 +35,6 @@ from types import FrameType
 from typing import Any
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.commands.named_agent import agent_argument
 from genesis_fp16.commands.train_checks import (
     bound_history,
     check_arguments,
@@ -51,6 +50,7 @@ from genesis_fp16.commands.train_output import (
     print_progress,
     relay_to_daemon,
 )
+from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.plugins import PluginError, load_plugin
 from genesis_fp16.config.settings import (

@@ -5,7 +5,7 @@ label and a settings key, so it is a path that must never leave the state folder
 a separator, a NUL or a newline. Every way in checks it here and refuses anything else in
 one line: an entry point's name (genesis_fp16/config/plugins.py: refused, logged, listed
 by ``genesis-fp16 agents``), the AGENT argument of every command
-(genesis_fp16/commands/named_agent.py), a ``GENESIS_FP16_AGENTS__<AGENT>__...`` key and the
+(``type=agent_argument``), a ``GENESIS_FP16_AGENTS__<AGENT>__...`` key and the
 plugin allowlist (genesis_fp16/config/settings.py), ``new-agent NAME``. ``AgentPaths``
 checks it again: no path is built from a name that was not checked.
 
@@ -19,6 +19,7 @@ ValueError: agent name '../escape' is not valid: use [a-z][a-z0-9_]{0,63} (...)
 
 from __future__ import annotations
 
+import argparse
 import re
 
 AGENT_NAME_PATTERN = "[a-z][a-z0-9_]{0,63}"
@@ -53,3 +54,16 @@ def shown_name(name: object) -> str:
         return text
     size = f" ({len(name)} characters)" if isinstance(name, str) else ""
     return f"{text[:_SHOWN_CHARS]}...{size}"
+
+
+def agent_argument(text: str) -> str:
+    """argparse's ``type`` of an AGENT argument: a name that is not an agent name
+    (``../x``, ``a/b``) is a usage error in one line (exit 2), before anything runs.
+
+    >>> agent_argument("se_darwin")
+    'se_darwin'
+    """
+    try:
+        return check_agent_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
