@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,8 @@ from typing import Any
 from genesis_fp16.cli import UsageError
 
 PRECISIONS = ("fp16", "bf16", "fp32")
+DEFAULT_TOLERANCE = 0.1  # replay_compare.DEFAULT_TOLERANCE, without importing torch here
+_AGENT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,99}")
 
 
 def register(subparsers: Any) -> None:
@@ -39,6 +43,19 @@ def register(subparsers: Any) -> None:
         "--precision", choices=PRECISIONS, help="replay in this precision (default: the bundle's)"
     )
     parser.add_argument("--device", help="cpu, cuda or cuda:N (default: the bundle's)")
+    parser.add_argument(
+        "--against",
+        choices=("fp32",),
+        help="run the step in fp32 too, side by side: the first module and operation whose "
+        "output leaves fp32, and what to change",
+    )
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=DEFAULT_TOLERANCE,
+        help="with --against: a tensor departs when max|low - fp32| exceeds this share of "
+        f"max|fp32| (default {DEFAULT_TOLERANCE})",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
@@ -47,11 +64,20 @@ def run(args: argparse.Namespace) -> int:
     from genesis_fp16_infrastructure.training.flight.bundle import BundleError, load_bundle
     from genesis_fp16_infrastructure.training.flight.replay import replay
 
+    if not 0 < args.tolerance < math.inf:
+        raise UsageError(f"--tolerance {args.tolerance}: must be a positive number")
+    against = args.tolerance if args.against == "fp32" else None
     try:
         bundle = load_bundle(Path(args.bundle))  # to the CPU: RNG states must stay there
-        report = replay(bundle, _target(bundle), args.precision, args.device)
+        target, note = _target(bundle)
+        report = replay(bundle, target, args.precision, args.device, against)
     except BundleError as exc:
         raise UsageError(str(exc)) from None
+    except UsageError:
+        raise
+    except Exception as exc:  # a bundle is untrusted input: whatever it breaks is one line
+        raise UsageError(f"{args.bundle}: cannot replay it ({_first_line(exc)})") from None
+    report["data"] = note or "the run's data is unchanged"
     if args.json:
         print(json.dumps(_finite(report)))
     else:
@@ -59,34 +85,49 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _target(bundle: Mapping[str, Any]) -> Any:
+def _target(bundle: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """What rebuilds the bundle's step, from its agent's plugin, and a line on its data
+    (None: unchanged). Only an allowlisted plugin's code runs; nothing the bundle names
+    is imported (its batch types resolve against the plugin's ``batch_types``)."""
     from genesis_fp16.config.plugins import PluginError, load_plugin
     from genesis_fp16.config.settings import SettingsError, load_settings
     from genesis_fp16_infrastructure.training.flight.bundle import BundleError
+    from genesis_fp16_infrastructure.training.flight.bundle_files import data_change
     from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget
 
-    context = bundle.get("context") or {}
+    found = bundle.get("context")
+    context: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     agent = context.get("agent")
-    if not isinstance(agent, str):
+    if not isinstance(agent, str) or not _AGENT_NAME.fullmatch(agent):
         raise BundleError("the bundle names no agent: replay it from the library with its task")
     try:
         plugin = load_plugin(agent, load_settings().plugin_allowlist)
     except (SettingsError, PluginError) as exc:
         raise UsageError(str(exc)) from None
+    types = tuple(getattr(plugin, "batch_types", ()))
+    note = data_change(bundle.get("data"))
     make_task = getattr(plugin, "replay_task", None)
-    if callable(make_task):
-        return ReplayTarget.of_task(make_task(context))
-    request = context.get("request") or {}
-    data_path = request.get("data_path")
-    try:
-        setup = plugin.probe_setup(
-            Path(data_path) if data_path else None, int(request.get("seed", 0))
-        )
-    except NotImplementedError as exc:
+    if not callable(make_task):
         raise UsageError(
-            f"agent {agent!r} has neither replay_task nor probe_setup: {exc}"
+            f"agent {agent!r} cannot rebuild a bundle's step: its plugin has no replay_task "
+            "(genesis-fp16 check-agent says so too)"
+        )
+    try:
+        task = make_task({**context, "rebuild": bundle.get("rebuild")})
+    except Exception as exc:  # the plugin's own refusal (no data, no model record): one line
+        where = f"; {note}" if note else ""
+        raise UsageError(
+            f"agent {agent!r} cannot rebuild the bundle's step: {_first_line(exc)}{where}"
         ) from None
-    return ReplayTarget(setup.build_model, setup.loss)
+    if note:
+        note += f": replaying from the {len(bundle['batches'])} batch(es) the bundle holds"
+    return ReplayTarget.of_task(task, types), note
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else type(error).__name__
+    return first[:240]
 
 
 def describe(report: Mapping[str, Any]) -> str:
@@ -120,7 +161,33 @@ def describe(report: Mapping[str, Any]) -> str:
             continue
         state = "skipped (gradients not finite)" if row["skipped"] else "taken"
         lines.append(f"  {name}: loss {row['loss']}, step {state}")
+    if "against_fp32" in report:
+        lines.extend(_against_lines(report["against_fp32"], replayed["precision"]))
+    lines.append(f"data: {report['data']}")
     return "\n".join(lines)
+
+
+def _against_lines(against: Mapping[str, Any], precision: str) -> list[str]:
+    """--against fp32: where the low precision leaves fp32, each module side by side, advice."""
+    first = against["first_departure"]
+    tolerance = against["tolerance"]
+    lines = [
+        f"against fp32 (a tensor departs: not finite, or max|diff| > {tolerance:g} x max|fp32|):"
+    ]
+    if first is None:
+        lines.append(f"  {precision} stays within the tolerance of fp32 everywhere")
+    else:
+        lines.append(
+            f"  first departure: module {first['module']}, {first['phase']} ({first['tensor']}): "
+            f"{precision} {first['low']:.6g}, fp32 {first['fp32']:.6g} ({first['kind']})"
+        )
+    lines.append(f"  largest |forward output|: {'module':<24} {precision:>12} {'fp32':>12}")
+    for name, fp32 in against["forward_max"]["fp32"].items():
+        low = against["forward_max"]["low"].get(name, float("nan"))
+        lines.append(f"  {'':<26}{name:<24} {low:>12.4g} {fp32:>12.4g}")
+    advice = against["advice"]
+    lines.append(f"advice: {advice['action']}: {advice['why']}")
+    return lines
 
 
 def _finite(value: Any) -> Any:

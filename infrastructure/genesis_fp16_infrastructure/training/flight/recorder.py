@@ -45,6 +45,7 @@ from genesis_fp16_infrastructure.training.flight.bundle import (
     plain_batch,
     save_bundle,
 )
+from genesis_fp16_infrastructure.training.flight.bundle_files import data_signature
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.reports import FaultBundle
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
@@ -171,6 +172,10 @@ class FlightRecorder:
             "record_ids": _record_ids(self.task, fault.batches),
             "recorded": fault.recorded,
             "context": _plain(dict(self.config.context)),
+            # What rebuilds the step without the run's data (the task's replay_spec(),
+            # for its plugin's replay_task), and what tells later whether that data changed.
+            "rebuild": _rebuild_spec(self.task),
+            "data": data_signature(_data_path(self.config.context)),
         }
         try:
             path = save_bundle(self.config.folder, bundle, self.config.limits)
@@ -263,6 +268,25 @@ def _record_ids(task: TrainingTask, batches: list[Any]) -> list[Any] | None:
     except Exception as error:  # ids are a courtesy: their absence is said, not raised
         logger.warning("flight recorder: record_ids failed: %s", error)
         return None
+
+
+def _rebuild_spec(task: TrainingTask) -> Any:
+    """The task's ``replay_spec()`` (plain data: e.g. the model's construction arguments),
+    where it has one; None otherwise (its plugin then rebuilds the step from the request)."""
+    say = getattr(task, "replay_spec", None)
+    if not callable(say):
+        return None
+    try:
+        return _plain(say())
+    except Exception as error:  # the bundle is still evidence without it
+        logger.warning("flight recorder: replay_spec failed: %s", error)
+        return None
+
+
+def _data_path(context: Mapping[str, Any]) -> str | None:
+    request = context.get("request")
+    path = request.get("data_path") if isinstance(request, Mapping) else None
+    return str(path) if path else None
 
 
 def _device_name(device: torch.device) -> str:
