@@ -122,9 +122,9 @@ _ZIP_MAGIC = b"PK\x03\x04"
 def _load_reason(error: Exception) -> str:
     """torch.load's error as a short reason: its messages run to paragraphs."""
     text = str(error)
-    found = re.search(r"(?:unsupported|Unsupported) (GLOBAL [\w.]+|operand \d+)", text)
+    found = re.search(r"GLOBAL [\w.]+|[Uu]nsupported operand \d+", text)
     if found:
-        return f"it holds a pickled object, not plain data ({found.group(1)}); not loaded"
+        return f"it holds a pickled object, not plain data ({found.group(0)}); not loaded"
     if "central directory" in text or "zip archive" in text:
         return "a damaged or truncated zip archive"
     first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
