@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     against = args.tolerance if args.against == "fp32" else None
     try:
         bundle = load_bundle(Path(args.bundle))  # to the CPU: RNG states must stay there
-        target, note = _target(bundle)
+        target, note = _target(bundle, args.device or str(bundle["device"]))
         report = replay(bundle, target, args.precision, args.device, against)
     except BundleError as exc:
         raise UsageError(str(exc)) from None
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _target(bundle: Mapping[str, Any]) -> tuple[Any, str | None]:
+def _target(bundle: Mapping[str, Any], device: str) -> tuple[Any, str | None]:
     """What rebuilds the bundle's step, from its agent's plugin, and a line on its data
     (None: unchanged). Only an allowlisted plugin's code runs; nothing the bundle names
     is imported (its batch types resolve against the plugin's ``batch_types``)."""
@@ -113,7 +113,7 @@ def _target(bundle: Mapping[str, Any]) -> tuple[Any, str | None]:
             "(genesis-fp16 check-agent says so too)"
         )
     try:
-        task = make_task({**context, "rebuild": bundle.get("rebuild")})
+        task = make_task({**context, "rebuild": bundle.get("rebuild"), "device": device})
     except Exception as exc:  # the plugin's own refusal (no data, no model record): one line
         where = f"; {note}" if note else ""
         raise UsageError(
