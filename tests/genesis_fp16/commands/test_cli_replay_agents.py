@@ -27,12 +27,14 @@ ENV = {
 }
 
 
-def _cli(state: Path, *args: str, code: int | None = 0) -> subprocess.CompletedProcess[str]:
-    env = daemon_env({"GENESIS_FP16_STATE_DIR": str(state), **ENV}, fixtures=False)
+def _cli(
+    state: Path, *args: str, code: int | None = 0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    settings = {"GENESIS_FP16_STATE_DIR": str(state), **ENV, **(env or {})}
     done = subprocess.run(
         [sys.executable, "-m", "genesis_fp16", *args],
         cwd=state,
-        env=env,
+        env=daemon_env(settings, fixtures=False),
         capture_output=True,
         text=True,
         timeout=600,
@@ -48,8 +50,11 @@ def _first_bundle(state: Path, agent: str) -> Path:
     return bundles[0]
 
 
-def _replay(state: Path, bundle: Path, *extra: str) -> dict[str, Any]:
-    report: dict[str, Any] = json.loads(_cli(state, "replay", str(bundle), "--json", *extra).stdout)
+def _replay(
+    state: Path, bundle: Path, *extra: str, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    done = _cli(state, "replay", str(bundle), "--json", *extra, env=env)
+    report: dict[str, Any] = json.loads(done.stdout)
     return report
 
 
@@ -117,3 +122,60 @@ def test_se_darwin_bundle_replays_and_names_where(
     changed = _replay(tmp_path, bundle)
     assert changed["reproduced"] is True
     assert changed["data"].startswith(f"the bundle's data {data} has changed")
+
+
+POLICY_CRITIC = ("policy", "critic", "loss")
+
+
+@pytest.mark.slow
+def test_rlhf_ppo_bundle_replays_its_update_step(tmp_path: Path) -> None:
+    """rlhf_ppo (a task with iterations) now writes bundles: its fp16 run with a huge
+    policy learning rate bundles the update step, whose rollout batch the recorder rolled
+    out again from (seed, iteration); replay reproduces it and names the policy's module,
+    and --against fp32 names where fp16 leaves fp32."""
+    data = _cli(tmp_path, "data", "generate", "rlhf_ppo", "--out", str(tmp_path), "--count", "16")
+    # A check at every iteration's end (4 update steps): the guard demotes before the
+    # policy's weights, grown by the huge rate, make its rollouts' probabilities NaN.
+    env = {"GENESIS_FP16_GUARD_CHECK_INTERVAL": "4", "GENESIS_FP16_GUARD_OVERFLOW_WINDOW": "4"}
+    _cli(
+        tmp_path, "train", "rlhf_ppo", "--precision", "fp16", "--epochs", "3",
+        "--option", "lr=10000", "--option", "batch_size=16",
+        "--data", data.stdout.strip().splitlines()[-1], "--json", env=env,
+    )  # fmt: skip
+    bundle = _first_bundle(tmp_path, "rlhf_ppo")
+    _assert_reproduced(_replay(tmp_path, bundle), POLICY_CRITIC)
+    _assert_departure(_replay(tmp_path, bundle, "--against", "fp32"), POLICY_CRITIC)
+
+
+def _scaffold_agent(root: Path, name: str) -> Path:
+    """`new-agent NAME`'s package, found by entry point through PYTHONPATH (a dist-info
+    folder beside it, as an installed package has), without installing it."""
+    _cli(root, "new-agent", name, "--out", str(root))
+    package = root / name.replace("_", "-")
+    info = package / f"{name}-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text(f"[genesis_fp16.agents]\n{name} = {name}:plugin\n")
+    return package
+
+
+@pytest.mark.slow
+def test_the_scaffolds_agent_bundle_replays_after_its_data_is_gone(tmp_path: Path) -> None:
+    """The agent `new-agent` writes, trained in fp16 on records whose inputs are 1e5 (its
+    linear layer's output overflows fp16's 65504, not bf16's range): its bundle replays,
+    names the layer, --against fp32 advises bf16, and with the data deleted it still
+    replays from the bundle's own batches, saying the data is gone."""
+    name = "toy_replay"
+    package = _scaffold_agent(tmp_path, name)
+    data = tmp_path / "big.jsonl"
+    data.write_text("".join(f'{{"x": [1e5, 1e5, 1e5, {i}], "y": 1.0}}\n' for i in range(256)))
+    env = {"PYTHONPATH": str(package), "GENESIS_FP16_PLUGIN_ALLOWLIST": name}
+    train = ("train", name, "--precision", "fp16", "--steps", "10", "--data", str(data))
+    _cli(tmp_path, *train, env=env)
+    bundle = _first_bundle(tmp_path, name)
+    _assert_reproduced(_replay(tmp_path, bundle, env=env), ("(model)", "loss"))
+    against = _replay(tmp_path, bundle, "--against", "fp32", env=env)
+    assert _assert_departure(against, ("(model)",))["advice"]["action"] == "bf16", against
+    data.unlink()
+    gone = _replay(tmp_path, bundle, env=env)
+    assert gone["reproduced"] is True and f"the bundle's data {data} is gone" in gone["data"]

@@ -17,8 +17,8 @@ scale first, as the optimizer sees them::
 
 What it advises, and why (:func:`advise`):
 
-- ``learning_rate``: the values grow everywhere: fp32 itself is not finite, or most
-  modules' outputs are beyond the low precision's range in fp32 too. No precision
+- ``learning_rate``: the values grow everywhere: fp32 itself is not finite, or more
+  than half the modules' outputs are beyond the low precision's range in fp32 too. No precision
   holds a step that diverges; a smaller step does.
 - ``bf16``: an fp16 run overflows where fp32's value is beyond fp16's 65504 but within
   bf16's range (bf16 has fp32's exponent): the range, not the precision, is short.
@@ -47,8 +47,8 @@ RANGE = {
 }
 RANGE["fp32"] = float(torch.finfo(torch.float32).max)
 DEFAULT_TOLERANCE = 0.1
-# "Everything grows": at least this share of the modules with outputs is beyond the
-# low precision's range in fp32 as well.
+# "Everything grows": more than this share of the modules (without children) is beyond
+# the low precision's range in fp32 as well.
 GROWN_SHARE = 0.5
 
 
@@ -161,7 +161,7 @@ def advise(
     limit = RANGE[precision]
     modules = [m for m in fp32_max if m != "loss"]
     beyond = [m for m in modules if not math.isfinite(fp32_max[m]) or fp32_max[m] > limit]
-    if not fp32_finite or (modules and len(beyond) / len(modules) >= GROWN_SHARE):
+    if not fp32_finite or (modules and len(beyond) / len(modules) > GROWN_SHARE):
         why = (
             "the step is not finite in fp32 either"
             if not fp32_finite
