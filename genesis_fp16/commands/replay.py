@@ -1,18 +1,24 @@
-"""`genesis-fp16 replay BUNDLE [--precision P] [--device D] [--json]`: run a fault bundle's
-step again.
+"""`genesis-fp16 replay BUNDLE [--against fp32] [--precision P] [--device D] [--json]`: run
+a fault bundle's step again.
 
 A fault bundle (``precision show AGENT`` lists them; ``train --json`` names one in
 ``fault_bundle``) holds one step that went non-finite and the state before it. Replay
 runs that step again from that state and says whether it reproduced (the same
 non-finite pattern and the same loss bits where the loss was finite), the first module
 and phase (forward, backward, optimizer) where a value became non-finite, each module's
-largest magnitudes, and what the same step gives in fp32, bf16 and fp16. Exit 0 when it
-ran (reproduced or not), 2 for a bundle that cannot be used.
+largest magnitudes, and what the same step gives in fp32, bf16 and fp16. With
+``--against fp32`` it also runs the step in fp32 beside the bundle's precision, names
+the first module and operation whose output leaves fp32 by more than ``--tolerance``
+(with both values), and advises bf16, an fp32 exception for one module, or a lower
+learning rate, saying why (docs/precision-forensics.md). Exit 0 when it ran
+(reproduced or not), 2 for a bundle that cannot be used, in one line.
 
-The model comes from the bundle's agent: its plugin's ``replay_task(context)`` (a
-``TrainingTask`` for the run the bundle came from) when it has one, else its
-``probe_setup`` (the model and loss; the optimizers from the bundle's record).
-A bundle from a CUDA run replays on the CPU with ``--device cpu``.
+The step is rebuilt by the bundle's agent: its plugin's ``replay_task(context)``
+(``context``: the bundle's agent and request, its ``rebuild`` record, the device), from
+the model's construction arguments the bundle keeps (se_darwin, rlhf_ppo) or from the
+request; the batches are the bundle's own. Nothing the bundle names is imported: its
+batch types resolve against the plugin's ``batch_types``. When the data the run read is
+gone or changed, the report says so in one line (``data``).
 """
 
 from __future__ import annotations
@@ -181,10 +187,10 @@ def _against_lines(against: Mapping[str, Any], precision: str) -> list[str]:
             f"  first departure: module {first['module']}, {first['phase']} ({first['tensor']}): "
             f"{precision} {first['low']:.6g}, fp32 {first['fp32']:.6g} ({first['kind']})"
         )
-    lines.append(f"  largest |forward output|: {'module':<24} {precision:>12} {'fp32':>12}")
+    lines.append(f"  largest |forward output|      {precision:>12} {'fp32':>12}")
     for name, fp32 in against["forward_max"]["fp32"].items():
         low = against["forward_max"]["low"].get(name, float("nan"))
-        lines.append(f"  {'':<26}{name:<24} {low:>12.4g} {fp32:>12.4g}")
+        lines.append(f"    {name:<28}{low:>12.4g} {fp32:>12.4g}")
     advice = against["advice"]
     lines.append(f"advice: {advice['action']}: {advice['why']}")
     return lines
