@@ -34,6 +34,7 @@ bounds each difference by ``SPAN`` nats: the test needs bounded differences.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import math
@@ -206,9 +207,7 @@ def _decide(root: Path, agent: str, watched: str, figures: dict[str, Any]) -> di
         def add(pointer: ServedPointer | None) -> ServedPointer | None:
             if pointer is None:
                 return None
-            return ServedPointer(
-                {**pointer.served, "live": figures}, pointer.history, pointer.pinned
-            )
+            return dataclasses.replace(pointer, served={**pointer.served, "live": figures})
 
         update_pointer(root, add)
     if figures["regression"]:
