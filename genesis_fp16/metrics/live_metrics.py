@@ -5,24 +5,36 @@
 every se_darwin-style run, so that the rollback counter exists at 0 before its first
 rollback (an ``increase()`` over it then sees the first one).
 
+Rollbacks are counted from the served-model pointer's journal, not from the run's report:
+a child killed after its rollback reached the pointer sends no report, and its rollback
+still happened. ``observe_journal`` counts each journal entry once, by its sequence
+number, from the first number it saw (``baseline``, at the agent's first run in this
+daemon: what came before was counted by an earlier daemon, or never)::
+
 >>> from prometheus_client import CollectorRegistry, generate_latest
 >>> registry = CollectorRegistry()
 >>> metrics = LiveMetrics(registry)
->>> metrics.observe("se_darwin", {"records": 300, "difference": 0.6, "lower": 0.4,
-...     "upper": 0.8, "regression": True, "rolled_back": True}, None)
+>>> metrics.baseline("se_darwin", [])
+>>> metrics.observe_journal("se_darwin", [{"seq": 1, "kind": "gate"},
+...     {"seq": 2, "kind": "rollback", "reason": "live_regression"}])
+1
+>>> metrics.observe_journal("se_darwin", [{"seq": 2, "kind": "rollback",
+...     "reason": "live_regression"}])  # seen: not counted twice
+0
 >>> b'genesis_fp16_live_rollbacks_total{agent="se_darwin"} 1.0' in generate_latest(registry)
 True
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from genesis_fp16_infrastructure.contract.reports import GateReport
 
+LIVE_REGRESSION = "live_regression"  # the watch's rollback reason (judge_sets.LIVE_REGRESSION)
 SIDES = ("served", "previous")
 SCORES = ("auc", "log_loss")
 BOUNDS = ("estimate", "lower", "upper")
@@ -72,6 +84,27 @@ class LiveMetrics:
             ("agent",),
             registry=registry,
         )
+        self._seen: dict[str, int] = {}  # agent -> the last journal number counted
+
+    def baseline(self, agent: str, journal: Sequence[Mapping[str, Any]]) -> None:
+        """Where counting starts for ``agent`` (its pointer's journal before its first
+        run here); later calls change nothing."""
+        self._seen.setdefault(agent, max((_seq(e) for e in journal), default=0))
+
+    def observe_journal(self, agent: str, journal: Sequence[Mapping[str, Any]]) -> int:
+        """Count the live-regression rollbacks of the journal not counted yet (each once,
+        whoever ran it and whether or not its run reported); returns how many."""
+        # Never baselined (no run started here): what the journal holds came before.
+        self.baseline(agent, journal)
+        seen = self._seen[agent]
+        new = [e for e in journal if _seq(e) > seen]
+        counted = sum(
+            1 for e in new if e.get("kind") == "rollback" and e.get("reason") == LIVE_REGRESSION
+        )
+        if counted:
+            self.rollbacks.labels(agent=agent).inc(counted)
+        self._seen[agent] = max([seen, *(_seq(e) for e in new)])
+        return counted
 
     def observe(self, agent: str, live: Mapping[str, Any] | None, gate: GateReport | None) -> None:
         """One run's live report (None: nothing scored) and its gate verdict."""
@@ -95,5 +128,9 @@ class LiveMetrics:
         self.regression.labels(agent=agent).set(
             float(bool(live.get("regression")) and not promoted)
         )
-        if live.get("rolled_back"):
-            self.rollbacks.labels(agent=agent).inc()
+        # A reported rollback is counted from the journal (observe_journal), once.
+
+
+def _seq(entry: Mapping[str, Any]) -> int:
+    seq = entry.get("seq")
+    return seq if isinstance(seq, int) else 0

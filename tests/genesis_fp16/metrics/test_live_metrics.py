@@ -26,22 +26,47 @@ def _value(registry: CollectorRegistry, name: str, **labels: str) -> float | Non
     return registry.get_sample_value(name, {"agent": "se_darwin", **labels})
 
 
-def test_a_rollback_is_counted_flagged_and_cleared_by_a_promotion() -> None:
-    """A rollback counts once and sets the regression flag with the figures; a later
-    promoted candidate clears the flag, the count stays."""
+def test_a_rollback_is_flagged_and_the_flag_cleared_by_a_promotion() -> None:
+    """A reported rollback sets the regression flag with the figures (the count comes
+    from the journal, not the report); a later promoted candidate clears the flag."""
     registry = CollectorRegistry()
     metrics = LiveMetrics(registry)
     metrics.observe("se_darwin", None, GateReport("promoted", "no worse"))
     assert _value(registry, "genesis_fp16_live_rollbacks_total") == 0.0  # exists before
     metrics.observe("se_darwin", ROLLED_BACK, GateReport("rejected", "worse"))
-    assert _value(registry, "genesis_fp16_live_rollbacks_total") == 1.0
+    assert _value(registry, "genesis_fp16_live_rollbacks_total") == 0.0  # the report's
     assert _value(registry, "genesis_fp16_live_regression") == 1.0
     assert _value(registry, "genesis_fp16_live_records") == 295.0
     assert _value(registry, "genesis_fp16_live_log_loss_difference", bound="lower") == 0.43
     assert _value(registry, "genesis_fp16_live_quality", model="previous", score="auc") == 0.69
     metrics.observe("se_darwin", None, GateReport("promoted", "no worse"))
     assert _value(registry, "genesis_fp16_live_regression") == 0.0
-    assert _value(registry, "genesis_fp16_live_rollbacks_total") == 1.0
+
+
+ROLLBACK = {"kind": "rollback", "reason": "live_regression"}
+
+
+def test_journal_rollbacks_are_counted_once_from_the_baseline_on() -> None:
+    """Rollbacks before the baseline are not counted; each live-regression rollback after
+    it counts once however often the journal is read; an operator's does not count."""
+    registry = CollectorRegistry()
+    metrics = LiveMetrics(registry)
+    metrics.baseline("se_darwin", [{"seq": 1, **ROLLBACK}])
+    journal = [{"seq": 1, **ROLLBACK}, {"seq": 2, "kind": "gate"}, {"seq": 3, **ROLLBACK}]
+    assert metrics.observe_journal("se_darwin", journal) == 1
+    assert metrics.observe_journal("se_darwin", journal) == 0
+    operator = {"seq": 4, "kind": "rollback", "reason": "operator"}
+    assert metrics.observe_journal("se_darwin", [*journal, operator]) == 0
+    assert metrics.observe_journal("se_darwin", [{"seq": 5, **ROLLBACK}]) == 1
+    assert _value(registry, "genesis_fp16_live_rollbacks_total") == 2.0
+
+
+def test_a_journal_never_baselined_counts_nothing_it_held_already() -> None:
+    """A daemon that reads an agent's journal before any run of it started (a restart):
+    what the journal held is an earlier daemon's, not counted again; what follows is."""
+    metrics = LiveMetrics(CollectorRegistry())
+    assert metrics.observe_journal("se_darwin", [{"seq": 7, **ROLLBACK}]) == 0
+    assert metrics.observe_journal("se_darwin", [{"seq": 8, **ROLLBACK}]) == 1
 
 
 def test_a_held_regression_is_flagged_but_not_counted() -> None:
