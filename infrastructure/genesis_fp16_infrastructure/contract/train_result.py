@@ -23,6 +23,7 @@ from genesis_fp16_infrastructure.contract.reports import (
     EarlyStopReport,
     FaultBundle,
     GateReport,
+    LiveReport,
 )
 from genesis_fp16_infrastructure.json_numbers import finite
 from genesis_fp16_infrastructure.record_codec import ReportError, decode, encode
@@ -76,8 +77,10 @@ class TrainResult:
     ``precision_calibration`` (what a measured ``auto`` timed), ``early_stop``, ``data``
     (the records trained on, and what changed), ``phases`` (seconds per phase),
     ``device_memory_peak_bytes``, ``gate`` and ``drift`` (the promotion gate's verdict
-    and the data's drift), ``components`` (per-component dtypes and flags) and ``diagnostics``
-    (RL diagnostics, ``{name: float}``). The records are frozen and typed
+    and the data's drift), ``live`` (the live watch's report), ``up_to_date_against``
+    (why an up-to-date run took no step), ``components`` (per-component dtypes and
+    flags) and ``diagnostics`` (RL diagnostics, ``{name: float}``). The records are
+    frozen and typed
     (:mod:`~genesis_fp16_infrastructure.contract.reports`); :meth:`to_json` writes each
     as its JSON object. ``extra`` is the agent's own record: the daemon reads nothing
     from it, ``train --json`` prints it whole.
@@ -138,6 +141,8 @@ class TrainResult:
     drift: DriftReport | None = None
     components: Mapping[str, str | bool] | None = None
     diagnostics: Mapping[str, float] | None = None
+    live: LiveReport | None = None
+    up_to_date_against: str | None = None
     # The flight recorder's bundles, oldest first, and the first of them
     # (``train --json``'s ``fault_bundle``: the one to replay).
     fault_bundles: Sequence[FaultBundle] = ()
