@@ -238,17 +238,17 @@ def _export_report(ctx: JobContext, agent: str, result: TrainResult) -> None:
 
 
 def _export_live(ctx: JobContext, agent: str, result: TrainResult) -> None:
-    """The live watch's figures and verdict (se_darwin's extra.live), logged when it
+    """The live watch's figures and verdict (the result's ``live``), logged when it
     found a regression: rolled back, or held by the operator's pin."""
-    live = result.extra.get("live")
+    live = result.live
     gate = None if result.up_to_date else result.gate
     if live is None and gate is None:
         return
     ctx.metrics.live.observe(agent, live, gate)
-    if live is not None and live.get("rolled_back"):
-        log.warning("served model rolled back: live regression", agent=agent, live=dict(live))
-    elif live is not None and live.get("regression"):
-        log.warning("live regression not rolled back", agent=agent, live=dict(live))
+    if live is not None and live.rolled_back:
+        log.warning("served model rolled back: live regression", agent=agent, live=live.to_json())
+    elif live is not None and live.regression:
+        log.warning("live regression not rolled back", agent=agent, live=live.to_json())
 
 
 def _show_next_precision(ctx: JobContext, agent: str, device: str) -> None:

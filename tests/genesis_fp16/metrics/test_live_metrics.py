@@ -2,24 +2,31 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from prometheus_client import CollectorRegistry
 
 from genesis_fp16.metrics.live_metrics import LiveMetrics
-from genesis_fp16_infrastructure.contract.reports import GateReport
+from genesis_fp16_infrastructure.contract.reports import GateReport, LiveReport
 
-ROLLED_BACK = {
-    "records": 295,
-    "served_auc": 0.61,
-    "previous_auc": 0.69,
-    "served_log_loss": 0.95,
-    "previous_log_loss": 0.32,
-    "difference": 0.63,
-    "lower": 0.43,
-    "upper": 0.84,
-    "margin": 0.01,
-    "regression": True,
-    "rolled_back": True,
-}
+ROLLED_BACK = LiveReport(
+    served="m2",
+    against="m1",
+    records=295,
+    new_records=95,
+    served_auc=0.61,
+    previous_auc=0.69,
+    served_log_loss=0.95,
+    previous_log_loss=0.32,
+    difference=0.63,
+    lower=0.43,
+    upper=0.84,
+    margin=0.01,
+    alpha=0.05,
+    regression=True,
+    rolled_back=True,
+    now_served="m1",
+)
 
 
 def _value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
@@ -73,7 +80,18 @@ def test_a_held_regression_is_flagged_but_not_counted() -> None:
     """A regression held by a pin: flag 1, no rollback counted."""
     registry = CollectorRegistry()
     LiveMetrics(registry).observe(
-        "se_darwin", {**ROLLED_BACK, "rolled_back": False, "held": "pinned"}, None
+        "se_darwin", replace(ROLLED_BACK, rolled_back=False, held="pinned"), None
     )
     assert _value(registry, "genesis_fp16_live_regression") == 1.0
     assert _value(registry, "genesis_fp16_live_rollbacks_total") == 0.0
+
+
+def test_an_auc_the_records_could_not_give_is_left_unset() -> None:
+    """A report whose AUCs are None (records of one label) sets the log-losses and leaves
+    the AUC series absent rather than exporting a made-up value."""
+    registry = CollectorRegistry()
+    LiveMetrics(registry).observe(
+        "se_darwin", replace(ROLLED_BACK, served_auc=None, previous_auc=None), None
+    )
+    assert _value(registry, "genesis_fp16_live_quality", model="served", score="auc") is None
+    assert _value(registry, "genesis_fp16_live_quality", model="served", score="log_loss") == 0.95

@@ -213,9 +213,10 @@ def test_a_run_over_a_damaged_store_succeeds_and_restarts_the_watch(
         remove()
     assert result.outcome != "failed"
     assert [e.label for e in seen if e.path == store] == ["live_watch"]
-    live = result.extra["live"]
-    assert live["records"] == live["new_records"] > 0 and np.isfinite(live["difference"])
-    assert len(_read_store(store)["ids"]) == live["records"]
+    live = result.live
+    assert live is not None
+    assert live.records == live.new_records > 0 and np.isfinite(live.difference)
+    assert len(_read_store(store)["ids"]) == live.records
 
 
 def test_a_train_child_over_a_damaged_store_succeeds_and_reports_it_once(
