@@ -23,6 +23,7 @@ from genesis_fp16_infrastructure.contract.reports import (
     EarlyStopReport,
     FaultBundle,
     GateReport,
+    RangeSummary,
 )
 from genesis_fp16_infrastructure.json_numbers import finite
 from genesis_fp16_infrastructure.record_codec import ReportError, decode, encode
@@ -76,8 +77,9 @@ class TrainResult:
     ``precision_calibration`` (what a measured ``auto`` timed), ``early_stop``, ``data``
     (the records trained on, and what changed), ``phases`` (seconds per phase),
     ``device_memory_peak_bytes``, ``gate`` and ``drift`` (the promotion gate's verdict
-    and the data's drift), ``components`` (per-component dtypes and flags) and ``diagnostics``
-    (RL diagnostics, ``{name: float}``). The records are frozen and typed
+    and the data's drift), ``components`` (per-component dtypes and flags),
+    ``diagnostics`` (RL diagnostics, ``{name: float}``) and ``ranges`` (per-layer range
+    statistics). The records are frozen and typed
     (:mod:`~genesis_fp16_infrastructure.contract.reports`); :meth:`to_json` writes each
     as its JSON object. ``extra`` is the agent's own record: the daemon reads nothing
     from it, ``train --json`` prints it whole.
@@ -141,6 +143,9 @@ class TrainResult:
     # The flight recorder's bundles, oldest first, and the first of them
     # (``train --json``'s ``fault_bundle``: the one to replay).
     fault_bundles: Sequence[FaultBundle] = ()
+    # The per-layer range statistics of the run's sampled steps (training.flight.range_stats):
+    # the modules nearest fp16's overflow and underflow, and every module's totals.
+    ranges: RangeSummary | None = None
 
     @property
     def fault_bundle(self) -> str | None:
@@ -236,6 +241,7 @@ class TrainResult:
             failure_detail=detail,
             chain_skipped_steps=summary.skipped_steps,
             fault_bundles=tuple(result.fault_bundles),
+            ranges=result.ranges,
         )
         return cls(**{**fields_, **reported})
 
