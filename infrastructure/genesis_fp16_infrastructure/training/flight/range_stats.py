@@ -18,8 +18,10 @@ Which steps: ``RangeStatsConfig(every=N)`` samples one step in N. The default
 (``every=None``) samples step ``first`` of the run (so a short run is covered), then
 measures what that sampled step cost beyond a plain one (the wall time around it less
 two plain steps, the median of the recent plain steps' times) and spaces the next samples
-so that their cost stays within ``budget`` (1%) of the run's step time:
-``every = ceil(cost / (budget * plain))``, at least ``MIN_EVERY``. The first sample is a
+so that their cost stays within ``budget`` (0.5%, half the 1% bound) of the run's step
+time: ``every = ceil(cost / (budget * plain))``, at least ``MIN_EVERY``. On the CPU the
+clock is this process's CPU time (other processes' load is not the samples' cost); on
+a GPU, the wall clock. The first sample is a
 fixed cost: a run shorter than ``cost / budget`` plain steps pays more than ``budget``.
 
 Cost: an eager run pays nothing on the steps in between: the hooks are installed after
@@ -69,11 +71,12 @@ REPORTED_MODULES = 8
 @dataclass(frozen=True)
 class RangeStatsConfig:
     """``every``: one sampled step in this many (>= 1); None: chosen by cost, so that
-    sampling costs at most ``budget`` of the run's step time, with a first sample at the
-    run's step ``first`` (>= 2: the steps before it time a plain step)."""
+    sampling costs about ``budget`` of the run's step time (0.5%: half the 1% bound, a
+    margin for the first sample and a noisy clock), with a first sample at the run's
+    step ``first`` (>= 2: the steps before it time a plain step)."""
 
     every: int | None = None
-    budget: float = 0.01
+    budget: float = 0.005
     first: int = 3
 
     def __post_init__(self) -> None:
@@ -156,8 +159,11 @@ class SampleClock:
     what that sample cost, read at the tick after it.
     """
 
-    def __init__(self, config: RangeStatsConfig) -> None:
+    def __init__(
+        self, config: RangeStatsConfig, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
         self.config = config
+        self.clock = clock
         self.every = config.every or MIN_EVERY
         self.next = 0
         self.plain: deque[float] = deque(maxlen=32)
@@ -177,7 +183,7 @@ class SampleClock:
 
     def tick(self, step: int) -> None:
         """The start of ``after_step`` after step ``step``."""
-        now = time.perf_counter()
+        now = self.clock()
         last = self._ticks[1]
         if last is not None and self._quiet:
             self.plain.append(now - last)
@@ -244,6 +250,10 @@ class RangeStats:
         device = trainer.policy.device
         self._buffer = torch.zeros(len(self.names), len(COLUMNS), device=device)
         self._always = trainer.graphs is not None
+        # On the CPU, this process's CPU seconds: on a shared machine the other
+        # processes' load does not pass for the samples' cost. A GPU's steps are
+        # asynchronous: the wall clock there.
+        self.clock.clock = time.process_time if device.type == "cpu" else time.perf_counter
         self.clock.start(trainer.step_count)
         if self._always or trainer.step_count == self.clock.next - 1:
             self._install()

@@ -17,7 +17,6 @@ from torch import nn
 
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.training import FitOptions, GuardConfig, fit
-from genesis_fp16_infrastructure.training.flight import range_stats
 from genesis_fp16_infrastructure.training.flight.range_stats import (
     MIN_EVERY,
     TOTAL,
@@ -141,14 +140,11 @@ def test_headrooms_count_doublings_to_fp16s_limits() -> None:
     assert headrooms(0.0, 0.0) == (float("inf"), float("inf"))
 
 
-def test_the_clock_spaces_samples_so_they_cost_the_budget(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_the_clock_spaces_samples_so_they_cost_the_budget() -> None:
     """Plain steps of 1 s and a sample that costs 3 s more: the next sample comes 300
     steps later (3 plain steps / 1%); plain times leave the sampled ones out."""
     now = [0.0]
-    monkeypatch.setattr(range_stats.time, "perf_counter", lambda: now[0])
-    clock = SampleClock(RangeStatsConfig())
+    clock = SampleClock(RangeStatsConfig(budget=0.01), clock=lambda: now[0])
     clock.start(0)
     assert clock.next == 3
     hooked = False
