@@ -300,17 +300,21 @@ def main() -> None:
     parser.add_argument(
         "--clock", choices=sorted(CLOCK), default="cpu", help="what a step's time is"
     )
+    parser.add_argument(
+        "--threads", type=int, default=2, help="torch threads (1 on a loaded machine)"
+    )
     parser.add_argument("--out", type=Path)
     parser.add_argument("--tag", default="", help="appended to the result file's name")
     args = parser.parse_args()
     global clock
     clock = CLOCK[args.clock]
     skip = set(filter(None, args.skip.split(",")))
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     results: dict[str, Any] = {
         "torch": str(torch.__version__),
         "threads": torch.get_num_threads(),
         "clock": args.clock,
+        "load_at_start": os.getloadavg(),
     }
     if "faults" not in skip:
         results["faults"] = injected_faults(args.seeds)

@@ -201,3 +201,25 @@ def test_range_stats_cost_on_the_captured_step(
             assert mode == "off" or [r.step for r in reports] == [100, 200]
     off, on = statistics.median(times["off"]), statistics.median(times["on"])
     record_property("verdict", f"captured step {off * 1e3:.3f} ms off, {on * 1e3:.3f} ms on")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_cost_chosen_sampling_on_the_captured_step() -> None:
+    """The default config on a captured step: a first sample at step 3 of a 50-step run,
+    read from inside the graph, with its cost measured and an interval chosen."""
+    reports: list[RangeReport] = []
+    options = FitOptions(
+        precision="fp16",
+        device="cuda",
+        steps=50,
+        log_interval=50,
+        cuda_graph="on",
+        range_stats=RangeStatsConfig(),
+        on_range_stats=reports.append,
+    )
+    result = fit(_Hot(None), options)
+    assert result.execution.used == "cuda_graph"
+    assert reports and reports[0].step == 3
+    assert result.ranges is not None and result.ranges.every >= MIN_EVERY
+    assert result.ranges.sample_cost is not None
