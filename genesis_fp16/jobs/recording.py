@@ -234,6 +234,8 @@ def _export_report(ctx: JobContext, agent: str, result: TrainResult) -> None:
         ctx.metrics.promotion.export_gate(agent, result.gate)
     if result.drift is not None:
         ctx.metrics.promotion.export_drift(agent, result.drift)
+    if result.ranges is not None:  # a run that sampled no step leaves the last run's
+        ctx.metrics.ranges.export(agent, result.ranges)
     _export_live(ctx, agent, result)
 
 

@@ -16,9 +16,11 @@ key as before they were typed; ``from_json`` refuses what does not fit in one li
 - :class:`Demotion`: one of the precision guard's demotions (``demotions``);
 - :class:`FaultBundle`: one of the flight recorder's bundles (``fault_bundles``);
 - :class:`Calibration`: what a measured ``auto`` timed (``precision_calibration``),
-  of :class:`Measured` rows; also the calibration cache's file.
+  of :class:`Measured` rows; also the calibration cache's file;
+- :class:`RangeSummary`: the per-layer range statistics of the run's sampled steps
+  (``ranges``), of :class:`ModuleRange` rows.
 
-The last four are made by the training component, so they are its
+The last five are made by the training component, so they are its
 (:mod:`~genesis_fp16_infrastructure.training.reports`), named here with the rest. This
 module imports no torch; no component imports it (tests/test_layering.py).
 
@@ -54,6 +56,8 @@ from genesis_fp16_infrastructure.training.reports import (
     EarlyStopReport,
     FaultBundle,
     Measured,
+    ModuleRange,
+    RangeSummary,
 )
 
 __all__ = [
@@ -69,6 +73,8 @@ __all__ = [
     "GateScores",
     "LiveReport",
     "Measured",
+    "ModuleRange",
+    "RangeSummary",
     "ReportError",
     "ScoresOn",
 ]

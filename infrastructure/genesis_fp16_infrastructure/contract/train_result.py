@@ -24,6 +24,7 @@ from genesis_fp16_infrastructure.contract.reports import (
     FaultBundle,
     GateReport,
     LiveReport,
+    RangeSummary,
 )
 from genesis_fp16_infrastructure.record_codec import decode_record, encode_record
 from genesis_fp16_infrastructure.training.precision.precision_names import (
@@ -78,8 +79,8 @@ class TrainResult:
     ``device_memory_peak_bytes``, ``gate`` and ``drift`` (the promotion gate's verdict
     and the data's drift), ``live`` (the live watch's report), ``up_to_date_against``
     (why an up-to-date run took no step), ``components`` (per-component dtypes and
-    flags) and ``diagnostics`` (RL diagnostics, ``{name: float}``). The records are
-    frozen and typed
+    flags), ``diagnostics`` (RL diagnostics, ``{name: float}``) and ``ranges`` (per-layer
+    range statistics). The records are frozen and typed
     (:mod:`~genesis_fp16_infrastructure.contract.reports`); :meth:`to_json` writes each
     as its JSON object. ``extra`` is the agent's own record: the daemon reads nothing
     from it, ``train --json`` prints it whole.
@@ -145,6 +146,9 @@ class TrainResult:
     # The flight recorder's bundles, oldest first, and the first of them
     # (``train --json``'s ``fault_bundle``: the one to replay).
     fault_bundles: Sequence[FaultBundle] = ()
+    # The per-layer range statistics of the run's sampled steps (training.flight.range_stats):
+    # the modules nearest fp16's overflow and underflow, and every module's totals.
+    ranges: RangeSummary | None = None
 
     @property
     def fault_bundle(self) -> str | None:
@@ -240,6 +244,7 @@ class TrainResult:
             failure_detail=detail,
             chain_skipped_steps=summary.skipped_steps,
             fault_bundles=tuple(result.fault_bundles),
+            ranges=result.ranges,
         )
         return cls(**{**fields_, **reported})
 
