@@ -22,7 +22,7 @@ from pathlib import Path
 
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
-from genesis_fp16_infrastructure.training.flight.range_stats import RangeStats
+from genesis_fp16_infrastructure.training.flight.range_stats import REPORTED_MODULES, RangeStats
 from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder
 from genesis_fp16_infrastructure.training.precision.carried_scale import clamp_scale
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
@@ -127,7 +127,7 @@ def _fit(
         guard.start(trainer, position.epoch, position.batch)
     recorder = _recorder(task, options, guard)
     stats = None
-    if options.range_stats is not None and options.on_range_stats is not None:
+    if options.range_stats is not None:
         stats = RangeStats(options.range_stats, options.on_range_stats)
         stats.follow(trainer)  # each demoted trainer is followed from its first step
         options = replace(options, step_hooks=(*options.step_hooks, stats.after_step))
@@ -199,6 +199,7 @@ def _fit(
         calibration=calibration,
         early_stop=None if tracker is None else tracker.report(not stopped),
         fault_bundles=tuple(recorder.bundles) if recorder is not None else (),
+        ranges=stats.summary(REPORTED_MODULES) if stats is not None else None,
     )
 
 
