@@ -43,6 +43,7 @@ without importing torch.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -66,6 +67,8 @@ from genesis_fp16_infrastructure.agent_folder.layout import (
 from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META as CANDIDATE_META_FILE
 from genesis_fp16_infrastructure.agent_folder.layout import POINTER_LOCK as POINTER_LOCK_FILE
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
+
+logger = logging.getLogger(__name__)
 
 # The pointer's record and codec ------------------------------------------------------------
 
@@ -748,9 +751,19 @@ def _current(folder: Path) -> tuple[ServedPointer | None, bool]:
 
 
 def _set_aside_if_there(folder: Path) -> None:
+    """Keep the unusable pointer for the post-mortem before a repair replaces it: a copy
+    (the pointer stays until the repair's one atomic replace: a kill between leaves the
+    state before); a folder, FIFO or link at its name is moved, as any in a write's way."""
     path = pointer_path(folder)
-    if path.exists() or path.is_symlink():
-        files.set_aside(path, SERVED_POINTER, f"{path}: replaced by the operator's repair")
+    why = f"{path}: replaced by the operator's repair"
+    try:
+        data = files.read_bytes(path, SERVED_POINTER.limit)
+    except UnusableStateFile:
+        files.set_aside(path, SERVED_POINTER, why)
+        return
+    if data is not None:
+        files.write_bytes(aside_path(folder), SERVED_POINTER, data)
+        logger.warning("unusable served-model pointer copied to %s: %s", aside_path(folder), why)
 
 
 def _intact(folder: Path, entry: dict[str, Any]) -> bool:
