@@ -28,6 +28,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from genesis_fp16.metrics.live_metrics import LiveMetrics
+from genesis_fp16.metrics.promotion_metrics import PromotionMetrics
 from genesis_fp16_infrastructure.agent_folder import lifecycle
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     VERDICT_NAME,
@@ -110,14 +111,15 @@ def _journal(ck: Path) -> list[dict[str, Any]] | None:
     return [] if pointer is None else pointer.journal
 
 
-def _next_owner_call(ck: Path, metrics: LiveMetrics) -> int:
+def _next_owner_call(ck: Path, metrics: tuple[LiveMetrics, PromotionMetrics]) -> list[int]:
     """What the daemon does after a run, killed or not (recording._bound_history): prune
     (keeping the last five served and 60 days of decisions: nothing here is due), then
-    count the journal's rollbacks. Returns how many it counted."""
+    count the journal's rollbacks and promotions. Returns what it counted of each."""
     with contextlib.suppress(ServedPointerError):  # it prunes nothing (the daemon logs it)
         lifecycle.prune(ck, 5, 60.0)
-    journal = _journal(ck)
-    return 0 if journal is None else metrics.observe_journal(AGENT, journal)
+    live, promotion = metrics
+    new = live.cursor.new(AGENT, _journal(ck) or [])
+    return [live.count_rollbacks(AGENT, new), promotion.count_promotions(AGENT, new)]
 
 
 def _copy(base: Path, root: Path) -> tuple[Path, Path]:
@@ -129,11 +131,12 @@ def _copy(base: Path, root: Path) -> tuple[Path, Path]:
     return root / "roles.json", ck
 
 
-def _counter(ck: Path) -> LiveMetrics:
+def _counter(ck: Path) -> tuple[LiveMetrics, PromotionMetrics]:
     """The daemon's counting path, its baseline taken before the transition."""
-    metrics = LiveMetrics(CollectorRegistry())
-    metrics.baseline(AGENT, _journal(ck) or [])
-    return metrics
+    registry = CollectorRegistry()
+    live = LiveMetrics(registry)
+    live.baseline(AGENT, _journal(ck) or [])
+    return live, PromotionMetrics(registry)
 
 
 def _state(ck: Path) -> dict[str, Any]:
@@ -187,13 +190,15 @@ def _matches(state: dict[str, Any], before: dict[str, Any], after: dict[str, Any
     )
 
 
+@pytest.mark.slow  # ~60 child processes (25 s of CPU)
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_a_kill_after_any_write_leaves_the_state_before_or_after(
     tmp_path: Path, scenario: str
 ) -> None:
     """Killed after each of its durable steps, the transition leaves, once the daemon's
     next owner call ran, the state before or the state after: no model lost, no verdict
-    disagreeing with the pointer, the watch's rollback counted once if it happened."""
+    disagreeing with the pointer, the watch's rollback and the gate's promotion counted once
+    if they happened, never if they did not."""
     base = tmp_path / "base"
     _build(base, scenario)
     roles, ck = _copy(base, tmp_path / "clean")
@@ -201,8 +206,11 @@ def test_a_kill_after_any_write_leaves_the_state_before_or_after(
     metrics = _counter(ck)
     clean = _child(roles, scenario, 0)
     assert clean.returncode == 0, clean.stderr[-3000:]
-    steps = json.loads(clean.stdout.strip().splitlines()[-1])["steps"]
+    steps, report = json.loads(clean.stdout.strip().splitlines()[-1]).values()
     counted_clean = _next_owner_call(ck, metrics)
+    if scenario == "watch_rollback":  # the run's report as well: still one rollback
+        metrics[0].observe(AGENT, report, None)
+        assert metrics[0].rollbacks.labels(agent=AGENT)._value.get() == 1.0
     after = _state(ck)
     assert steps >= 1 and after != before
     for kill_after in range(1, steps + 1):
@@ -215,6 +223,6 @@ def test_a_kill_after_any_write_leaves_the_state_before_or_after(
         assert _matches(state, before, after), (kill_after, state, before, after)
         _assert_nothing_lost(ck)
         completed = state["pointer"] == after["pointer"] != before["pointer"]
-        assert counted == (counted_clean if completed else 0), (kill_after, state)
+        assert counted == (counted_clean if completed else [0, 0]), (kill_after, state)
         shutil.rmtree(ck.parents[3])
-    assert counted_clean == (scenario == "watch_rollback")
+    assert counted_clean == [scenario == "watch_rollback", scenario == "gate_promote"]
