@@ -280,8 +280,10 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
     # Each rollback the pointer's journal holds, counted once: a run killed after its
     # rollback reached the pointer reports nothing, and its rollback still happened.
     journal = _journal(ctx, agent)
-    if journal is not None:
-        ctx.metrics.live.observe_journal(agent, journal)
+    if journal:  # an agent with a served model (the series then exist from 0)
+        new = ctx.metrics.live.cursor.new(agent, journal)
+        ctx.metrics.live.count_rollbacks(agent, new)
+        ctx.metrics.promotion.count_promotions(agent, new)
     ctx.metrics.promotion.pruned.labels(agent=agent).set(len(removed))
     ctx.metrics.promotion.state_bytes.labels(agent=agent).set(folder_bytes(folder))
 
