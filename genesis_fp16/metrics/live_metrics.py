@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from genesis_fp16_infrastructure.contract.reports import GateReport, LiveReport
+from genesis_fp16_infrastructure.contract import GateReport, LiveReport
 
 BOUNDS = ("estimate", "lower", "upper")
 
