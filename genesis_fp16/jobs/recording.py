@@ -34,9 +34,12 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     prune,
     read_pointer,
 )
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, TrainResult
-from genesis_fp16_infrastructure.contract.reports import EarlyStopReport
-from genesis_fp16_infrastructure.record_codec import Record
+from genesis_fp16_infrastructure.contract import (
+    EarlyStopReport,
+    Record,
+    TrainRequestError,
+    TrainResult,
+)
 from genesis_fp16_infrastructure.training import TrainingSummary
 from genesis_fp16_infrastructure.training.step.execution import ExecutionError
 

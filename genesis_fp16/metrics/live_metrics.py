@@ -37,7 +37,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from genesis_fp16_infrastructure.contract.reports import GateReport, LiveReport
+from genesis_fp16_infrastructure.contract import GateReport, LiveReport
 
 LIVE_REGRESSION = "live_regression"  # the watch's rollback reason (judge_sets.LIVE_REGRESSION)
 BOUNDS = ("estimate", "lower", "upper")

@@ -5,7 +5,7 @@ promotion gate's verdict) and ``export_drift`` its ``TrainResult.drift`` (a
 ``DriftReport``); ``set_state_bytes`` the bytes of the agent's folder after pruning.
 
 >>> from prometheus_client import CollectorRegistry
->>> from genesis_fp16_infrastructure.contract.reports import GateReport, ScoresOn
+>>> from genesis_fp16_infrastructure.contract import GateReport, ScoresOn
 >>> metrics = PromotionMetrics(CollectorRegistry())
 >>> metrics.export_gate("se_darwin", GateReport("rejected", "worse",
 ...     candidate=ScoresOn("held_out", 0.80, 0.4), served=ScoresOn("held_out", 0.90, 0.3)))
@@ -21,7 +21,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from genesis_fp16_infrastructure.contract.reports import DriftReport, GateReport, ScoresOn
+from genesis_fp16_infrastructure.contract import DriftReport, GateReport, ScoresOn
 
 SCORES = ("auc", "log_loss")
 PROMOTING = ("gate", "first")  # the journal kinds of the gate's promotions (lifecycle.serve)
