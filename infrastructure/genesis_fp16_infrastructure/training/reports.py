@@ -24,8 +24,8 @@ from genesis_fp16_infrastructure.record_codec import (
     JSON,
     Record,
     ReportError,
-    decode_fields,
-    encode_fields,
+    decode_record,
+    encode_record,
 )
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
@@ -121,8 +121,7 @@ class Calibration(Record):
     bound: str = ""  # what limited the cost: the run's share of steps, or the clock
 
     def to_json(self) -> dict[str, Any]:
-        names = [n for n in self.__dataclass_fields__ if n != "cached"]
-        return {**encode_fields(self, names), "version": CACHE_VERSION}
+        return {**encode_record(self, leave_out=("cached",)), "version": CACHE_VERSION}
 
     @classmethod
     def from_json(cls, data: object, where: str = "") -> Calibration:
@@ -130,7 +129,7 @@ class Calibration(Record):
         version = data.get("version") if isinstance(data, Mapping) else None
         if version != CACHE_VERSION:
             raise ReportError(f"{where}: calibration cache version {version!r}")
-        found: Calibration = decode_fields(cls, data, where)
+        found: Calibration = decode_record(cls, data, where)
         return replace(found, cached=True)
 
 

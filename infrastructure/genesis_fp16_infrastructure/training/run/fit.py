@@ -140,7 +140,7 @@ def _fit(
     while tracker is None or not tracker.stopped:
         if isinstance(task, IterationHooks):  # checks and saves at iteration boundaries
             stopped = run_iterations(
-                task, trainer, options, manager, position, targets, loss_fn, guard
+                task, trainer, options, manager, position, targets, loss_fn, guard, recorder
             )
         else:
             stopped = run_steps(
@@ -206,12 +206,11 @@ def _fit(
 def _recorder(
     task: TrainingTask, options: FitOptions, guard: PrecisionGuard | None
 ) -> FlightRecorder | None:
-    """The run's flight recorder: needs the guard (its checks and snapshot), one process
-    (a re-run of one rank's steps would not be the job's step) and batches that depend on
-    ``(epoch, seed)`` only (an iteration's are rolled out with the weights of its start)."""
+    """The run's flight recorder: needs the guard (its checks and snapshot) and one process
+    (a re-run of one rank's steps would not be the job's step). Batches must depend on
+    ``(epoch, seed)`` and, for a task with iterations, on the weights of the iteration's
+    start (the recorder rolls each iteration out again from the snapshot)."""
     if options.flight is None or guard is None or distributed.rank_and_world()[1] > 1:
-        return None
-    if isinstance(task, IterationHooks):
         return None
     return FlightRecorder(options.flight, task, options.seed, options.trainer.grad_accum_steps)
 
