@@ -27,7 +27,7 @@ from typing import Any
 
 from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.model_list import list_models
-from genesis_fp16.commands.named_agent import agent_paths
+from genesis_fp16.commands.named_agent import agent_argument, agent_paths
 from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     CANDIDATE_META,
@@ -61,7 +61,7 @@ def register(subparsers: Any) -> None:
         ("unpin", "let the daemon's gate replace the served model again"),
     ):
         sub = actions.add_parser(action, help=text)
-        sub.add_argument("agent", metavar="AGENT")
+        sub.add_argument("agent", metavar="AGENT", type=agent_argument)
         if action == "promote":
             sub.add_argument("id", metavar="ID", help="a candidate id from `model list`")
         sub.add_argument("--json", action="store_true", help="print JSON")

@@ -35,6 +35,7 @@ from types import FrameType
 from typing import Any
 
 from genesis_fp16.cli import UsageError
+from genesis_fp16.commands.named_agent import agent_argument
 from genesis_fp16.commands.train_checks import (
     bound_history,
     check_arguments,
@@ -103,7 +104,9 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "train", help="train an agent's world model once", description=__doc__
     )
-    parser.add_argument("agent", metavar="AGENT", help="agent plugin name (see `agents`)")
+    parser.add_argument(
+        "agent", metavar="AGENT", type=agent_argument, help="agent plugin name (see `agents`)"
+    )
     parser.add_argument(
         "--precision",
         metavar="{" + ",".join(PRECISION_CHOICES) + "}",

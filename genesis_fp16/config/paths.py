@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from genesis_fp16.config.agent_names import check_agent_name
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder import layout as L
 from genesis_fp16_infrastructure.agent_folder.layout import SAMPLE_DATA_MARKER
@@ -34,7 +35,9 @@ class AgentPaths:
 
     @classmethod
     def for_agent(cls, state_dir: Path, agent: str) -> AgentPaths:
-        return cls(L.agent_root(state_dir, agent))
+        """``agent``'s folder under ``state_dir``; ValueError when ``agent`` is not an agent
+        name (it was checked where it entered: this is the last line, never a path out)."""
+        return cls(L.agent_root(state_dir, check_agent_name(agent)))
 
     @property
     def data_dir(self) -> Path:
