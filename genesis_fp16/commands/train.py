@@ -73,7 +73,7 @@ from genesis_fp16.metrics.last_run import record_foreground
 from genesis_fp16.metrics.tracking import RunTracker, close_tracker, open_tracker
 from genesis_fp16.service.logsetup import configure_logging
 from genesis_fp16.service.startup_signals import take_over_sigterm
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainRequestError
+from genesis_fp16_infrastructure.contract import TrainRequest, TrainRequestError
 from genesis_fp16_infrastructure.data.readers import DataError
 from genesis_fp16_infrastructure.training.run.spec import RunCallbacks
 
@@ -338,7 +338,7 @@ def _train(
         request.precision_reason,
         request.device,
     )
-    from genesis_fp16_infrastructure.contract.result_check import check_result
+    from genesis_fp16_infrastructure.contract import check_result
     from genesis_fp16_infrastructure.training import PrecisionError
     from genesis_fp16_infrastructure.training.checkpoint import CheckpointFolderBusy
     from genesis_fp16_infrastructure.training.step.execution import ExecutionError

@@ -20,8 +20,7 @@ from pathlib import Path
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder import layout as L
 from genesis_fp16_infrastructure.agent_folder.layout import SAMPLE_DATA_MARKER
-from genesis_fp16_infrastructure.contract.agent_snapshot import AgentStateFiles
-from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin
+from genesis_fp16_infrastructure.contract import AgentPlugin, AgentStateFiles
 
 SAMPLE_DATA_COUNT = 20_000
 SAMPLE_DATA_SEED = 0

@@ -22,11 +22,7 @@ from dataclasses import dataclass, replace
 from importlib.metadata import EntryPoint, entry_points
 from typing import Literal
 
-from genesis_fp16_infrastructure.contract.plugin_api import (
-    API_VERSION,
-    AgentPlugin,
-    api_version_error,
-)
+from genesis_fp16_infrastructure.contract import API_VERSION, AgentPlugin, api_version_error
 
 ENTRY_POINT_GROUP = "genesis_fp16.agents"
 OWN_DISTRIBUTION = "genesis-fp16"  # registers the built-in agents

@@ -32,7 +32,7 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16.metrics.probe_metrics import ProbeMetrics
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import PROBE_RECORD
-from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin
+from genesis_fp16_infrastructure.contract import AgentPlugin
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     LOW_PRECISIONS,
     PrecisionName,
