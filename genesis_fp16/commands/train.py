@@ -366,6 +366,11 @@ def _train(
         if recorded:
             record_foreground(request.checkpoint_dir, None, str(exc), started)
         raise UsageError(str(exc)) from None
+    except (Exception, SystemExit) as exc:  # a plugin's bug: `status` says it in one line too
+        if recorded:
+            why = f"{type(exc).__name__}: {exc}"
+            record_foreground(request.checkpoint_dir, None, why, started)
+        raise  # the command's own handler reports it (and keeps the traceback)
     finally:
         if tracker is not None:  # after a failure too: the curves up to it stay readable
             if result is not None:

@@ -27,7 +27,7 @@ repairs it.
 
 A pointer that cannot be followed (unreadable, another version, naming a checkpoint that
 is gone) is never guessed past: :func:`set_aside_unusable` renames it
-``served.json.unusable``, every reader then refuses in one line naming the repair, and
+``served.json.unusable-<time>`` (:func:`aside_path`), every reader refuses in one line, and
 ``genesis-fp16 model promote AGENT ID`` or ``model rollback AGENT`` writes a new one from
 the candidates' own records (:func:`repairable_pointer`, :func:`promoted_candidates`).
 A manual ``promote`` or ``rollback`` pins the served model (:func:`operator_pin`): the
@@ -207,7 +207,9 @@ def repair_hint(folder: Path) -> str:
 
 
 def aside_path(folder: Path) -> Path:
-    return Path(folder) / ASIDE_NAME
+    """Where the pointer was last set aside (:func:`files.newest_aside`); when never,
+    ``served.json.unusable``, which is not there."""
+    return files.newest_aside(pointer_path(folder)) or Path(folder) / ASIDE_NAME
 
 
 def write_pointer(folder: Path, pointer: ServedPointer) -> None:
@@ -644,8 +646,8 @@ def serve_unless_pinned(
 
 def set_aside_unusable(folder: Path) -> tuple[str | None, Path | None]:
     """Check the pointer the way every loader reads it; an unreadable, wrong-version or
-    dangling one is renamed ``served.json.unusable`` (under the pointer's lock), so that
-    no reader guesses and a repair starts clean. Returns (why it is unusable, where it
+    dangling one is renamed ``served.json.unusable-<time>`` (under the pointer's lock), so
+    that no reader guesses and a repair starts clean. Returns (why it is unusable, where it
     was set aside now): (None, None) when usable or absent; (why, None) when it was set
     aside before and not repaired since."""
     with pointer_lock(folder):
