@@ -115,7 +115,7 @@ def ensure_sample_data(
 def _read_marker(marker: Path, data_dir: Path) -> Path | None:
     """The marked data path, or None to (re)generate: no marker, or one that is unusable
     (torn, over its bound, not UTF-8, a folder, a FIFO, a link, naming no file), which
-    the agent folder's owner sets aside as ``.generated.unusable`` and reports. Never a
+    the agent folder's owner sets aside as ``.generated.unusable-*`` and reports. Never a
     failed run every hour for a file nobody documented."""
     text = files.load_text(marker, SAMPLE_DATA_MARKER)
     if text is None:

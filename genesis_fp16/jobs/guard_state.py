@@ -58,7 +58,7 @@ def load_memory(settings: Settings, agent: str) -> PrecisionMemory | None:
     """The agent's remembered demotion.
 
     An unusable file (torn, not JSON, a folder, a FIFO, a link, over its size bound) is
-    set aside as ``precision_state.json.unusable``, counted, logged in one line, and
+    set aside as ``precision_state.json.unusable-*``, counted, logged in one line, and
     replaced by a memory whose floor is the most robust precision: a demotion it may
     have held is never forgotten into the precision that failed. `genesis-fp16
     precision reset AGENT` (the operator) clears it."""

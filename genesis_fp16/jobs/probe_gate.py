@@ -102,7 +102,7 @@ PROBE_RECORD_BYTES = PROBE_RECORD.limit
 def read_record(path: Path, unusable: files.Listener | None = None) -> ProbeRecord | None:
     """The stored probe record; None when there is none, or when it is unusable (torn,
     oversize, not UTF-8, a folder, FIFO or link at its name): set aside as
-    ``probe_result.json.unusable`` and counted by the agent folder's owner."""
+    ``probe_result.json.unusable-*`` and counted by the agent folder's owner."""
     return files.load(path, PROBE_RECORD, ProbeRecord.from_json, unusable)
 
 

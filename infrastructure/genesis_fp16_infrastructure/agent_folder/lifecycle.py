@@ -479,7 +479,7 @@ def list_candidates(folder: Path) -> list[Path]:
 
 def read_json(path: Path) -> dict[str, Any] | None:
     """A candidate's meta or verdict (``path``'s name says which); None when absent, or
-    unusable: set aside as ``<name>.unusable`` and reported (agent_folder.files)."""
+    unusable: set aside as ``<name>.unusable-*`` and reported (agent_folder.files)."""
     file = {VERDICT_NAME: VERDICT, CANDIDATE_META: CANDIDATE_META_FILE}[Path(path).name]
     return files.load(path, file, _a_dict)
 
