@@ -23,7 +23,11 @@ from typing import Any
 STEPS = ("fsync", "replace", "rename", "unlink", "remove", "rmdir")
 AGENT = "se_darwin"
 REGRESSION = {
+    "against": None,
     "records": 300,
+    "new_records": 300,
+    "served_auc": None,
+    "previous_auc": None,
     "served_log_loss": 0.9,
     "previous_log_loss": 0.3,
     "difference": 0.6,

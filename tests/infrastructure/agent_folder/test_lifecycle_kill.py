@@ -35,6 +35,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     ServedPointer,
     ServedPointerError,
 )
+from genesis_fp16_infrastructure.contract.reports import LiveReport
 
 CHILD = Path(__file__).with_name("lifecycle_kill_child.py")
 AGENT = "se_darwin"
@@ -209,7 +210,7 @@ def test_a_kill_after_any_write_leaves_the_state_before_or_after(
     steps, report = json.loads(clean.stdout.strip().splitlines()[-1]).values()
     counted_clean = _next_owner_call(ck, metrics)
     if scenario == "watch_rollback":  # the run's report as well: still one rollback
-        metrics[0].observe(AGENT, report, None)
+        metrics[0].observe(AGENT, LiveReport.from_json(report), None)
         assert metrics[0].rollbacks.labels(agent=AGENT)._value.get() == 1.0
     after = _state(ck)
     assert steps >= 1 and after != before
