@@ -777,8 +777,10 @@ def _set_aside_if_there(folder: Path) -> None:
         files.set_aside(path, SERVED_POINTER, why)
         return
     if data is not None:
-        files.write_bytes(aside_path(folder), SERVED_POINTER, data)
-        logger.warning("unusable served-model pointer copied to %s: %s", aside_path(folder), why)
+        copy = files.free_aside_path(path)  # a name of its own: never over earlier evidence
+        files.write_bytes(copy, SERVED_POINTER, data)
+        files.bound_asides(Path(folder))
+        logger.warning("unusable served-model pointer copied to %s: %s", copy, why)
 
 
 def _intact(folder: Path, entry: dict[str, Any]) -> bool:

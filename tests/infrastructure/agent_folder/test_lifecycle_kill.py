@@ -35,7 +35,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     ServedPointer,
     ServedPointerError,
 )
-from genesis_fp16_infrastructure.contract.reports import LiveReport
+from genesis_fp16_infrastructure.contract import LiveReport
 
 CHILD = Path(__file__).with_name("lifecycle_kill_child.py")
 AGENT = "se_darwin"
@@ -121,6 +121,14 @@ def _next_owner_call(ck: Path, metrics: tuple[LiveMetrics, PromotionMetrics]) ->
     live, promotion = metrics
     new = live.cursor.new(AGENT, _journal(ck) or [])
     return [live.count_rollbacks(AGENT, new), promotion.count_promotions(AGENT, new)]
+
+
+def _live_report(report: dict[str, Any]) -> LiveReport:
+    """The run's report of the child's rollback, as the daemon receives it (the fields
+    the child's figures leave out filled in)."""
+    assert report["rolled_back"] is True
+    filled = {"against": None, "new_records": 300, "served_auc": None, "previous_auc": None}
+    return LiveReport.from_json({**filled, **report})
 
 
 def _copy(base: Path, root: Path) -> tuple[Path, Path]:
@@ -210,7 +218,7 @@ def test_a_kill_after_any_write_leaves_the_state_before_or_after(
     steps, report = json.loads(clean.stdout.strip().splitlines()[-1]).values()
     counted_clean = _next_owner_call(ck, metrics)
     if scenario == "watch_rollback":  # the run's report as well: still one rollback
-        metrics[0].observe(AGENT, LiveReport.from_json(report), None)
+        metrics[0].observe(AGENT, _live_report(report), None)
         assert metrics[0].rollbacks.labels(agent=AGENT)._value.get() == 1.0
     after = _state(ck)
     assert steps >= 1 and after != before
