@@ -173,6 +173,7 @@ def _train(request: TrainRequest) -> TrainResult:
             )
     if refit is not None:
         extra["final_fit"] = refit_record(refit, data.labelled, result.checkpoint)
+    peak = _device_peak(request.device)  # before the gate's scoring adds its own
     if cache is not None:
         extra["record_cache"] = cache_record(cache)
     checkpoint = result.checkpoint if refit is None else refit.checkpoint
@@ -203,7 +204,7 @@ def _train(request: TrainRequest) -> TrainResult:
         extra=extra,
         live=live,
         data=data_record(seen, plan.change),
-        device_memory_peak_bytes=_device_peak(request.device),
+        device_memory_peak_bytes=peak,
         checkpoint=checkpoint,
         drift=drift,
         gate=gate,
