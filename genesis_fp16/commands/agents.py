@@ -1,7 +1,7 @@
 """`genesis-fp16 agents [--json]`: the agent plugins found and the state of each.
 
 Exits 1 when an allowed plugin failed to load, or its import is stuck (it has not returned
-after `IMPORT_DEADLINE_SECONDS`, 10 s: listed ``stuck``, and the command does not wait
+after `IMPORT_DEADLINE_SECONDS`, 30 s: listed ``stuck``, and the command does not wait
 longer), so that a deployment check (`genesis-fp16 agents && ...`) notices; 0 otherwise.
 """
 
