@@ -19,15 +19,16 @@ from typing import Any
 import torch
 
 from genesis_fp16_infrastructure.agent_folder.layout import CHECKPOINTS_FOLDER, QUARANTINE_LOG
-from genesis_fp16_infrastructure.contract.plugin_api import (
+from genesis_fp16_infrastructure.contract import (
     API_VERSION,
     ProbeSetup,
     TrainRequest,
     TrainRequestError,
     TrainResult,
+    TrainResultError,
     api_version_error,
+    check_result,
 )
-from genesis_fp16_infrastructure.contract.result_check import TrainResultError, check_result
 from genesis_fp16_infrastructure.data.readers import DataError
 from genesis_fp16_infrastructure.training import PRECISIONS
 
