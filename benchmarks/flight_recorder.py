@@ -7,7 +7,8 @@
    to overflow fp16: the *early* layer (module ``0``'s input scaled by 2**20, the same
    as scaling its weights), the *late* layer (module ``3``'s input scaled alike), or the
    *loss* (its gradient multiplied by 1e9). For each seed and position: was a bundle
-   written, did ``replay`` reproduce the step on the CPU, and did it name the module.
+   written, did ``replay`` reproduce the step on the CPU, and did it name the module;
+   and what ``replay --against fp32`` names as the first departure and advises.
 2. **Overhead.** Eager fp32 steps on the CPU of se_darwin's world model (the bench's
    ``default`` preset) and of its ``large`` preset, batch 64, in blocks of ``--block``
    (``--large-block``) steps, range statistics on (the default, cost-chosen config; each
@@ -110,11 +111,15 @@ def injected_faults(seeds: int) -> dict[str, Any]:
                 )
                 result = fit(task, options)
                 written = [b for b in result.fault_bundles if b.step == FAULT_BATCH + 1]
-                named, reproduced = None, False
+                named, reproduced, departed, advice = None, False, None, None
                 if written:
-                    report = replay(load_bundle(Path(written[0].path)), ReplayTarget.of_task(task))
+                    bundle = load_bundle(Path(written[0].path))
+                    report = replay(bundle, ReplayTarget.of_task(task), against_fp32=0.1)
                     reproduced = bool(report["reproduced"])
                     named = (report["first_nonfinite"] or {}).get("module")
+                    first = report["against_fp32"]["first_departure"] or {}
+                    departed = f"{first.get('module')} {first.get('phase')}"
+                    advice = report["against_fp32"]["advice"]["action"]
             rows.append(
                 {
                     "position": position,
@@ -123,6 +128,8 @@ def injected_faults(seeds: int) -> dict[str, Any]:
                     "reproduced": reproduced,
                     "named": named,
                     "right": named == EXPECTED[position],
+                    "against_fp32": departed,  # replay --against fp32's first departure
+                    "advice": advice,
                 }
             )
     summary = {
@@ -131,6 +138,8 @@ def injected_faults(seeds: int) -> dict[str, Any]:
             "bundle": sum(r["bundle"] for r in rows if r["position"] == p),
             "reproduced": sum(r["reproduced"] for r in rows if r["position"] == p),
             "named": sum(r["right"] for r in rows if r["position"] == p),
+            "against_fp32": sorted({str(r["against_fp32"]) for r in rows if r["position"] == p}),
+            "advice": sorted({str(r["advice"]) for r in rows if r["position"] == p}),
         }
         for p in EXPECTED
     }

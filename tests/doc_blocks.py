@@ -313,6 +313,10 @@ BLOCKS: dict[tuple[str, str], Plan] = {
         "docs/precision-forensics.md",
         "step 2 (demotion), recorded in fp16 on cpu, replayed in",
     ): Skip("output sample", "replay's output for a real se_darwin bundle, as it printed it"),
+    (
+        "docs/precision-forensics.md",
+        ".venv/bin/python benchmarks/flight_recorder.py --seeds 10 --skip overhead,bounded",
+    ): Skip(_RECORD, "about 3 minutes of fp16 runs; how the section's 30 faults were measured"),
     ("docs/precision-forensics.md", ".venv/bin/python benchmarks/forensics.py"): Skip(
         _RECORD, "about 6 minutes of PPO runs; how the section's table was made"
     ),

@@ -3,7 +3,9 @@
 A bundle is one ``torch.save`` file of plain data and tensors (``weights_only``-safe):
 the step's micro-batches (on the CPU), the trainer state before the step (model,
 optimizers, schedulers, scaler, RNG: ``Trainer.state_dict()``), what the step gave
-(each micro-batch's loss bits, whether its gradients were finite) and where it ran::
+(each micro-batch's loss bits, whether its gradients were finite), where it ran, what
+rebuilds the step without the run's data (``rebuild``: the task's ``replay_spec()``) and
+a signature of that data (``data``: ``bundle_files.data_signature``)::
 
     path = save_bundle(folder, bundle, BundleLimits(max_count=20, max_bytes=2**30))
     bundle = load_bundle(path)      # BundleError, one line, for a damaged file

@@ -21,6 +21,12 @@ Three runs of the step, each from the bundle's state (model, optimizers, scaler,
    (the gradients, in the order backward makes them): the first module and phase
    (``forward``, ``backward``, ``optimizer``) where a value became non-finite.
 3. once in each precision of ``PRECISIONS``: its loss and whether it skipped.
+4. with ``against_fp32`` (a tolerance): traced in fp32 and in the replayed precision,
+   side by side, the first departure and the advice (:mod:`.replay_compare`).
+
+Nothing the bundle names is imported: its batch types resolve against the target's
+``batch_types``, and its model state is checked against the target's model, built on
+the meta device, before anything is allocated (:func:`check_model_shapes`).
 """
 
 from __future__ import annotations
