@@ -20,7 +20,7 @@ import torch
 
 from genesis_fp16_infrastructure.agent_folder.layout import CHECKPOINTS_FOLDER, QUARANTINE_LOG
 from genesis_fp16_infrastructure.contract.plugin_api import (
-    API_VERSION,
+    SUPPORTED_API_VERSIONS,
     ProbeSetup,
     TrainRequest,
     TrainRequestError,
@@ -29,6 +29,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
 )
 from genesis_fp16_infrastructure.contract.result_check import TrainResultError, check_result
 from genesis_fp16_infrastructure.data.readers import DataError
+from genesis_fp16_infrastructure.judging.run import run_plugin
 from genesis_fp16_infrastructure.training import PRECISIONS
 
 # Records of sample data the rules train on, and the steps of a run: tiny on purpose.
@@ -107,7 +108,7 @@ class _Bench:
 
     def train(self, request: TrainRequest) -> TrainResult:
         try:  # the type of each field, as train and the daemon check it
-            return check_result(self.plugin.train(request), self.plugin.name)
+            return check_result(run_plugin(self.plugin, request), self.plugin.name)
         except TrainResultError as exc:
             raise RuleFailed(str(exc)) from None
 
@@ -130,9 +131,9 @@ def _contract(bench: _Bench) -> str:
     ]
     if missing:
         raise RuleFailed(f"missing {', '.join(missing)}")
-    if plugin.api_version != API_VERSION:
+    if plugin.api_version not in SUPPORTED_API_VERSIONS:
         raise RuleFailed(api_version_error(plugin.api_version))
-    return f"api_version {API_VERSION}, name {plugin.name!r}"
+    return f"api_version {plugin.api_version}, name {plugin.name!r}"
 
 
 def _sample_data(bench: _Bench) -> str:
@@ -288,7 +289,7 @@ def check_agent(
 
     >>> report = check_agent(plugin)        # doctest: +SKIP
     >>> print(report.summary())             # doctest: +SKIP
-    PASS contract: api_version 2, name 'my_agent'
+    PASS contract: api_version 3, name 'my_agent'
     ...
     """
     results: list[RuleResult] = []

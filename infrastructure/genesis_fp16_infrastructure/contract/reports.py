@@ -147,13 +147,16 @@ class GateComparison(Record):
 @dataclass(frozen=True)
 class ScoresOn(Record):
     """A model's scores on the set that decided (``name``); the first model's are its
-    run's own evaluation, without an s.e. or a record count."""
+    run's own evaluation, without an s.e. or a record count. A judged plugin's model
+    (genesis_fp16_infrastructure.judging) has no AUC or log-loss (NaN) but ``loss``, its
+    mean per-record loss, clipped to the plugin's ``loss_span``."""
 
     name: str = field(metadata={JSON: "set"})
     auc: float
     log_loss: float
     auc_se: float | None = field(default=None, metadata=_OPTIONAL)
     records: int | None = field(default=None, metadata=_OPTIONAL)
+    loss: float | None = field(default=None, metadata=_OPTIONAL)
 
     @classmethod
     def of(cls, comparison: GateComparison, side: Literal["candidate", "served"]) -> ScoresOn:
