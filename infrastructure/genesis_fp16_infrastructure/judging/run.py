@@ -40,12 +40,16 @@ from typing import Any
 import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+    CANDIDATE_META,
+    VERDICT_NAME,
     ServedPointer,
     ServedPointerError,
     candidate_entry,
     checkpoint_of,
+    list_candidates,
     new_candidate,
     newest_checkpoint,
+    read_json,
     read_pointer,
     serve_unless_pinned,
     write_verdict,
@@ -157,11 +161,30 @@ def _score(
 
 
 def _nothing_new(served: _Served, request: TrainRequest) -> bool:
-    """The served model knew every current record (and the run is not forced)."""
+    """The served model knew every current record, or the last candidate judged against
+    it trained on them already (rejected, or held by the pin: the same records would
+    train the same candidate again); a forced run trains all the same."""
     if request.forced or served.losses is None or served.known is None:
         return False
     ids = stores.id_hashes(served.losses.ids)
-    return bool(stores.known(ids, served.known).all())
+    if stores.known(ids, served.known).all():
+        return True
+    last = _last_judged(Path(request.checkpoint_dir), served.id)
+    return last is not None and bool(stores.known(ids, last).all())
+
+
+def _last_judged(folder: Path, served_id: str | None) -> np.ndarray | None:
+    """The known ids of the newest candidate that continued ``served_id`` and was judged
+    (not promoted: a promoted one is served, or was rolled back); None: there is none."""
+    for candidate in reversed(list_candidates(folder)):
+        meta = read_json(candidate / CANDIDATE_META) or {}
+        verdict = read_json(candidate / VERDICT_NAME) or {}
+        if meta.get("continues") != served_id or verdict.get("outcome") is None:
+            continue
+        if verdict.get("outcome") in ("rejected", "held", "undecided"):
+            return stores.read_known_ids(candidate)
+        return None
+    return None
 
 
 def _meta(request: TrainRequest, served: _Served) -> dict[str, Any]:
@@ -213,10 +236,7 @@ def _judge(
         return _verdict(candidate, "undecided", f"not judged: {why}", started, result, [])
     losses = _score(judged, checkpoint, request, required=True)
     assert losses is not None  # required: a refusal raised
-    known = stores.id_hashes(losses.ids)
-    if served.known is not None:
-        known = np.concatenate([served.known, known])
-    stores.write_known_ids(candidate, known)
+    stores.write_known_ids(candidate, _known_after(served, losses))
     if served.losses is None:
         comparisons = [_first(losses)]
         outcome, reason = "promoted", "the first model"
@@ -234,6 +254,18 @@ def _judge(
         candidate, "held", "pinned by the operator: " + reason, started, result, comparisons,
         served.id,
     )  # fmt: skip
+
+
+def _known_after(served: _Served, losses: RecordLosses) -> np.ndarray:
+    """The records the candidate knows: the served model's, and those of this run's data,
+    which are the ones scored both before it trained and after (records that came while
+    it trained are new to it: the next run learns them). The first model knows the
+    records it was scored on."""
+    ids = stores.id_hashes(losses.ids)
+    if served.losses is None:
+        return ids
+    ids = ids[stores.known(ids, np.sort(stores.id_hashes(served.losses.ids)))]
+    return ids if served.known is None else np.concatenate([served.known, ids])
 
 
 def _first(losses: RecordLosses) -> Paired:
