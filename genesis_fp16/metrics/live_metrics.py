@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from genesis_fp16_infrastructure.contract.reports import GateReport
 
 SIDES = ("served", "previous")
-SCORES = ("auc", "log_loss")
+SCORES = ("auc", "log_loss", "loss")  # loss: a judged plugin's (contract.judging)
 BOUNDS = ("estimate", "lower", "upper")
 
 
@@ -44,19 +44,22 @@ class LiveMetrics:
         self.quality = gauge(
             "quality",
             "The watched model's (model=served) and its predecessor's (model=previous) "
-            "AUC and log-loss on those records, at the last run that scored new ones.",
+            "AUC and log-loss (a judged plugin's: its mean loss, score=loss) on those "
+            "records, at the last run that scored new ones.",
             ("agent", "model", "score"),
         )
         self.difference = gauge(
             "log_loss_difference",
-            "Mean per-record log-loss of the watched model minus its predecessor's on "
-            "the same new records (bound=estimate), and its anytime-valid 95% bounds "
-            "(bound=lower, upper); a lower bound above the margin is a live regression.",
+            "Mean per-record log-loss (a judged plugin's: its own loss) of the watched "
+            "model minus its predecessor's on the same new records (bound=estimate), and "
+            "its anytime-valid 95% bounds (bound=lower, upper); a lower bound above the "
+            "margin is a live regression.",
             ("agent", "bound"),
         )
         self.margin = gauge(
             "margin",
-            "The log-loss margin of the live watch: worse by more than this is a regression.",
+            "The log-loss (a judged plugin's: loss) margin of the live watch: worse by more "
+            "than this is a regression.",
             ("agent",),
         )
         self.regression = gauge(

@@ -16,8 +16,11 @@ when records that arrive later show it worse than the one before it, and the ope
             ...                  # the checkpoint's loss on each record the request names
 
 and may set ``judging_margin`` (a loss difference, in the loss's units, that the gate
-and the watch tolerate; unset: 5% of the served model's mean loss). A plugin without
-``score_records`` is not judged: it serves its newest checkpoint, as before.
+and the watch tolerate; unset: 5% of the served model's mean loss) and
+``records_are_training_data = False`` (its records are evaluation episodes, not what it
+trains on: every run trains; unset, a run whose records the served model all knew is
+up to date). A plugin without ``score_records`` is not judged: it serves its newest
+checkpoint, as before.
 
 A plugin whose own ``train`` runs the lifecycle (se_darwin, through the retrain recipe)
 declares no ``score_records``: that absence is what keeps the library's judged run off it
@@ -165,3 +168,9 @@ def model_weights(checkpoint: Path) -> dict[str, Any]:
     from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
 
     return dict(load_checkpoint(Path(checkpoint))[checkpoint_keys.MODEL])
+
+
+def records_are_training_data(plugin: object) -> bool:
+    """Whether ``plugin``'s scored records are what it trains on (the default): then a
+    run on records the served model all knew has nothing to learn."""
+    return bool(getattr(plugin, "records_are_training_data", True))

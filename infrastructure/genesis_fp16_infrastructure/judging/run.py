@@ -12,8 +12,9 @@ A judged run, in the agent's checkpoint folder (``request.checkpoint_dir``):
    followed refuses the run in one line (``TrainRequestError``) naming the repair;
 2. the live watch (:mod:`.watch`) scores the records that came after the served model and
    its predecessor, and may roll the served model back;
-3. when the served model already knew every current record, and the run is not forced,
-   there is nothing to learn: ``up_to_date``, no candidate;
+3. when the served model already knew every current record (and the plugin's records are
+   its training data, and the run is not forced), there is nothing to learn:
+   ``up_to_date``, no candidate;
 4. a candidate folder (:func:`~genesis_fp16_infrastructure.agent_folder.lifecycle.new_candidate`)
    into which the plugin trains; with ``resume``, the served checkpoint is copied in first,
    so that the plugin's resume continues the served model;
@@ -60,6 +61,7 @@ from genesis_fp16_infrastructure.contract.judging import (
     RecordLossesError,
     judging_margin,
     judging_of,
+    records_are_training_data,
 )
 from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin, TrainRequestError
 from genesis_fp16_infrastructure.contract.reports import GateReport
@@ -96,6 +98,7 @@ class _Served:
             self.checkpoint = None if self.pointer is None else checkpoint_of(folder, self.pointer)
         except ServedPointerError as exc:
             raise TrainRequestError(str(exc).replace("AGENT", request.agent)) from None
+        self.plugin = plugin
         self.losses: RecordLosses | None = None
         self.known: np.ndarray | None = None
         if self.checkpoint is not None:
@@ -165,6 +168,8 @@ def _nothing_new(served: _Served, request: TrainRequest) -> bool:
     it trained on them already (rejected, or held by the pin: the same records would
     train the same candidate again); a forced run trains all the same."""
     if request.forced or served.losses is None or served.known is None:
+        return False
+    if not records_are_training_data(served.plugin):
         return False
     ids = stores.id_hashes(served.losses.ids)
     if stores.known(ids, served.known).all():
