@@ -58,17 +58,17 @@ def judged_env(package: Path, data: Path, **extra: str) -> dict[str, str]:
     }
 
 
-def runs(daemon: DaemonProcess, outcome: str) -> float:
-    return daemon.sample(RUNS, agent=AGENT, outcome=outcome) or 0.0
+def runs(daemon: DaemonProcess, outcome: str, agent: str = AGENT) -> float:
+    return daemon.sample(RUNS, agent=agent, outcome=outcome) or 0.0
 
 
-def finished(daemon: DaemonProcess) -> list[dict[str, Any]]:
+def finished(daemon: DaemonProcess, agent: str = AGENT) -> list[dict[str, Any]]:
     """The agent's finished runs, as the daemon logged them."""
-    return [e for e in daemon.events("training run finished") if e.get("agent") == AGENT]
+    return [e for e in daemon.events("training run finished") if e.get("agent") == agent]
 
 
-def gate_outcomes(daemon: DaemonProcess) -> list[str]:
-    return [str(e["gate"]["outcome"]) for e in finished(daemon) if e.get("gate")]
+def gate_outcomes(daemon: DaemonProcess, agent: str = AGENT) -> list[str]:
+    return [str(e["gate"]["outcome"]) for e in finished(daemon, agent) if e.get("gate")]
 
 
 def model_command(

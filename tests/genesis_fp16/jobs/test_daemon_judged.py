@@ -28,12 +28,12 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
 )
 
 
-def _folder(daemon: DaemonProcess) -> Path:
-    return daemon.state_dir / "agents" / AGENT / "checkpoints"
+def _folder(daemon: DaemonProcess, agent: str = AGENT) -> Path:
+    return daemon.state_dir / "agents" / agent / "checkpoints"
 
 
-def _served(daemon: DaemonProcess) -> str | None:
-    pointer = read_pointer(_folder(daemon))
+def _served(daemon: DaemonProcess, agent: str = AGENT) -> str | None:
+    pointer = read_pointer(_folder(daemon, agent))
     return None if pointer is None else str(pointer.served["id"])
 
 
@@ -41,10 +41,10 @@ def _verdict(daemon: DaemonProcess, candidate: str) -> dict[str, object]:
     return read_json(_folder(daemon) / "candidates" / candidate / "verdict.json") or {}
 
 
-def _next_gate(daemon: DaemonProcess, seen: int, what: str) -> str:
+def _next_gate(daemon: DaemonProcess, seen: int, what: str, agent: str = AGENT) -> str:
     """The outcome of the first gate verdict after the ``seen`` first ones."""
-    daemon.wait_for(lambda: len(gate_outcomes(daemon)) > seen, what, 180)
-    return gate_outcomes(daemon)[seen]
+    daemon.wait_for(lambda: len(gate_outcomes(daemon, agent)) > seen, what, 180)
+    return gate_outcomes(daemon, agent)[seen]
 
 
 @pytest.mark.slow
@@ -159,3 +159,43 @@ def test_judged_pin_holds_through_three_runs_and_a_broken_pointer_is_repaired(
     assert repaired.returncode == 0 and "unusable pointer is replaced" in repaired.stdout
     daemon.wait_for(lambda: daemon.get("/healthz")[0] == 200, "healthy again", 60)
     assert _served(daemon) == first
+
+
+@pytest.mark.slow
+def test_rlhf_ppo_is_judged_pinned_and_repaired_like_any_judged_agent(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """rlhf_ppo (judged on its evaluation episodes): its first model is served through the
+    gate; pinned by `model promote`, it keeps serving through three runs that each train
+    a candidate (every run trains: held or rejected, never served); a pointer broken by
+    garbage degrades /healthz and `model promote` repairs it."""
+    agent = "rlhf_ppo"
+    env = {
+        "GENESIS_FP16_PLUGIN_ALLOWLIST": agent,
+        "GENESIS_FP16_AGENTS__RLHF_PPO__STEPS": "4",
+        "GENESIS_FP16_AGENTS__RLHF_PPO__PRECISION": "fp32",
+        "GENESIS_FP16_AGENTS__RLHF_PPO__OPTIONS__BATCH_SIZE": "16",
+        "GENESIS_FP16_SAMPLE_COUNT": "32",
+        "GENESIS_FP16_SCHEDULE": "1",
+    }
+    daemon = daemon_factory(env, fixtures=False)
+    assert _next_gate(daemon, 0, "the first policy", agent) == "promoted"
+    first = str(_served(daemon, agent))
+    package = tmp_path  # nothing to install: rlhf_ppo is built in
+    done = model_command(daemon, package, "promote", agent, first, "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["pinned"] is True, done.stderr
+    seen = len(gate_outcomes(daemon, agent))
+    for n in range(3):
+        assert _next_gate(daemon, seen + n, f"run {n + 1} after the pin", agent) in (
+            "held",
+            "rejected",
+        )
+        pointer = read_pointer(_folder(daemon, agent))
+        assert pointer is not None and pointer.served["id"] == first and pointer.pinned
+
+    pointer_path(_folder(daemon, agent)).write_text("garbage")
+    daemon.wait_for(lambda: daemon.get("/healthz")[0] == 503, "degraded health", 60)
+    repaired = model_command(daemon, package, "promote", agent, first)
+    assert repaired.returncode == 0 and "unusable pointer is replaced" in repaired.stdout
+    daemon.wait_for(lambda: daemon.get("/healthz")[0] == 200, "healthy again", 60)
+    assert _served(daemon, agent) == first
