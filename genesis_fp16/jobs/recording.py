@@ -32,6 +32,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     ServedPointerError,
     folder_bytes,
     prune,
+    read_pointer,
 )
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.contract.reports import EarlyStopReport
@@ -50,6 +51,9 @@ def record_start(run: Run) -> None:
         raise RuntimeError("record_start() needs the run planned with its resume point")
     if resume.pointer_error is not None:
         log.warning("cannot follow the served-model pointer", error=resume.pointer_error)
+    journal = _journal(run.ctx, run.agent)
+    if journal is not None:  # the transitions before this daemon's first run: not counted
+        run.ctx.metrics.live.baseline(run.agent, journal)
     run.ctx.metrics.start_run(run.agent, resumed_totals(resume.summary))
 
 
@@ -230,21 +234,23 @@ def _export_report(ctx: JobContext, agent: str, result: TrainResult) -> None:
         ctx.metrics.promotion.export_gate(agent, result.gate)
     if result.drift is not None:
         ctx.metrics.promotion.export_drift(agent, result.drift)
+    if result.ranges is not None:  # a run that sampled no step leaves the last run's
+        ctx.metrics.ranges.export(agent, result.ranges)
     _export_live(ctx, agent, result)
 
 
 def _export_live(ctx: JobContext, agent: str, result: TrainResult) -> None:
-    """The live watch's figures and verdict (se_darwin's extra.live), logged when it
+    """The live watch's figures and verdict (the result's ``live``), logged when it
     found a regression: rolled back, or held by the operator's pin."""
-    live = result.extra.get("live")
+    live = result.live
     gate = None if result.up_to_date else result.gate
     if live is None and gate is None:
         return
     ctx.metrics.live.observe(agent, live, gate)
-    if live is not None and live.get("rolled_back"):
-        log.warning("served model rolled back: live regression", agent=agent, live=dict(live))
-    elif live is not None and live.get("regression"):
-        log.warning("live regression not rolled back", agent=agent, live=dict(live))
+    if live is not None and live.rolled_back:
+        log.warning("served model rolled back: live regression", agent=agent, live=live.to_json())
+    elif live is not None and live.regression:
+        log.warning("live regression not rolled back", agent=agent, live=live.to_json())
 
 
 def _show_next_precision(ctx: JobContext, agent: str, device: str) -> None:
@@ -271,8 +277,24 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
         removed = []
     for path in removed:
         log.info("model history: removed candidate", candidate=path.name)
+    # Each rollback the pointer's journal holds, counted once: a run killed after its
+    # rollback reached the pointer reports nothing, and its rollback still happened.
+    journal = _journal(ctx, agent)
+    if journal is not None:
+        ctx.metrics.live.observe_journal(agent, journal)
     ctx.metrics.promotion.pruned.labels(agent=agent).set(len(removed))
     ctx.metrics.promotion.state_bytes.labels(agent=agent).set(folder_bytes(folder))
+
+
+def _journal(ctx: JobContext, agent: str) -> list[dict[str, Any]] | None:
+    """The agent's served-model journal ([]: nothing served); None while its pointer
+    cannot be read (logged by the run's plan; counted once readable again)."""
+    folder = AgentPaths.for_agent(ctx.settings.state_dir, agent).checkpoint_dir
+    try:
+        pointer = read_pointer(folder)
+    except ServedPointerError:
+        return None
+    return [] if pointer is None else pointer.journal
 
 
 def _plain(record: Record | None) -> dict[str, Any] | None:

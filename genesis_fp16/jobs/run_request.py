@@ -243,6 +243,7 @@ def plan_request(
         initial_loss_scale=state.initial_scale(precision.requested),
         golden_data_path=spec.golden_data,
         snapshot=snapshot,
+        range_stats=settings.range_stats,
     )
     # The data scanned once, and whether anything changed: the last piece of the snapshot.
     checked = replace(snapshot, data=check_data(plugin, request))

@@ -182,6 +182,12 @@ class Agent:
             errors = ((model(x) - y) ** 2).squeeze(1)
         return RecordLosses.of(ids, errors.tolist())
 
+    def replay_task(self, context: dict[str, Any]) -> Task:
+        """A fault bundle's step, for `genesis-fp16 replay`: this model, optimizer and loss.
+        None of them depends on the data (the bundle holds the step's batches), so no data
+        is read: a bundle replays after its data is gone."""
+        return Task(torch.zeros(0, FEATURES), torch.zeros(0, 1))
+
     def probe_setup(self, data_path: Path | None, seed: int) -> ProbeSetup:
         if data_path is None:
             raise TrainRequestError(f"{self.name}: the probe needs data")

@@ -265,6 +265,18 @@ def _weights_only(bench: _Bench) -> str:
     return f"{Path(result.checkpoint).name} loads with weights_only=True"
 
 
+def _rebuilds(bench: _Bench) -> str:
+    make = getattr(bench.plugin, "replay_task", None)
+    if not callable(make):
+        raise RuleFailed(
+            "no replay_task(context): `genesis-fp16 replay` cannot rebuild this agent's fault "
+            "bundles (return the run's TrainingTask, from the bundle's request or its rebuild "
+            "record: docs/precision-forensics.md)"
+        )
+    declared = getattr(bench.plugin, "batch_types", ())
+    return f"replay_task rebuilds a bundle's step; {len(tuple(declared))} batch type(s) declared"
+
+
 RULES: dict[str, Callable[[_Bench], str]] = {
     "contract": _contract,
     "sample_data_generates": _sample_data,
@@ -277,6 +289,7 @@ RULES: dict[str, Callable[[_Bench], str]] = {
     "trains_under_device_audit": _device_audit,
     "probe_setup_works": _probe,
     "checkpoint_loads_weights_only": _weights_only,
+    "rebuilds_fault_steps": _rebuilds,
 }
 
 

@@ -45,7 +45,7 @@ from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
 from genesis_fp16_agents.rlhf_ppo.judging import score_episodes
 from genesis_fp16_agents.rlhf_ppo.model import TaskConfig, random_prompts
 from genesis_fp16_agents.rlhf_ppo.probe import build_probe_setup
-from genesis_fp16_agents.rlhf_ppo.task import PPOTask
+from genesis_fp16_agents.rlhf_ppo.task import PPOTask, replayed
 from genesis_fp16_agents.rlhf_ppo.task_file import read_task
 from genesis_fp16_infrastructure.atomic import write_json_atomic
 from genesis_fp16_infrastructure.contract.plugin_api import (
@@ -176,6 +176,14 @@ class RlhfPpoPlugin:
     def score_records(self, checkpoint: Path, request: TrainRequest) -> RecordLosses:
         """The policy's ``1 - reward`` on each evaluation episode of the task file."""
         return score_episodes(checkpoint, request)
+
+    def replay_task(self, context: Mapping[str, Any]) -> PPOTask:
+        """A fault bundle's update step rebuilt for ``genesis-fp16 replay``, from the
+        bundle's ``rebuild`` (:meth:`PPOTask.replay_spec`); its rollouts are the bundle's."""
+        spec = context.get("rebuild")
+        if not isinstance(spec, Mapping) or "ppo" not in spec:
+            raise ValueError("the bundle holds no PPO record (rebuild.ppo): re-run to write one")
+        return replayed(spec, str(context.get("device") or "cpu"))
 
     def train(self, request: TrainRequest) -> TrainResult:
         """Run PPO through ``fit()`` for the request's budget, in the decided precision's preset."""

@@ -24,7 +24,7 @@ A judged run, in the agent's checkpoint folder (``request.checkpoint_dir``):
 
 Pruning the history is the daemon's, after every run of any agent with a pointer
 (``lifecycle.prune`` with its settings), so a judged run prunes nothing itself. The
-result carries the gate's report (``result.gate``) and the watch's (``extra["live"]``).
+result carries the gate's report (``result.gate``) and the watch's (``result.live``).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ from genesis_fp16_infrastructure.contract.judging import (
     records_are_training_data,
 )
 from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin, TrainRequestError
-from genesis_fp16_infrastructure.contract.reports import GateReport
+from genesis_fp16_infrastructure.contract.reports import GateReport, LiveReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.judging import stores
@@ -112,7 +112,7 @@ class _Served:
 
 def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest) -> TrainResult:
     """One judged run (module docstring); the result carries the gate's report and the
-    live watch's (``extra["live"]``)."""
+    live watch's (``live``)."""
     started = time.monotonic()
     served = _Served(judged, request)
     live = None
@@ -124,7 +124,7 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
             served.losses,
             lambda path: _score(judged, path, request, required=False),
         )
-        if live is not None and live.get("rolled_back"):
+        if live is not None and live.get("rolled_back"):  # the figures, a dict here
             served = _Served(judged, request)  # the predecessor, served again
     if _nothing_new(served, request):
         return _up_to_date(request, served, time.monotonic() - started, live)
@@ -133,14 +133,16 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
         _continue_from(served.checkpoint, candidate)
     result = plugin.train(replace(request, checkpoint_dir=candidate))
     gate = _judge(judged, request, served, candidate, result)
-    extra = _with_live(result.extra, live)
-    return replace(result, gate=gate, rejected=gate.outcome == "rejected", extra=extra)
+    return replace(result, gate=gate, rejected=gate.outcome == "rejected", live=_live(live))
 
 
-def _with_live(extra: Any, live: dict[str, Any] | None) -> dict[str, Any]:
-    """The live watch's report where the daemon reads it today (``extra["live"]``, as
-    se_darwin's): the one place this module puts it."""
-    return dict(extra) | ({"live": live} if live is not None else {})
+def _live(figures: dict[str, Any] | None) -> LiveReport | None:
+    """The watch's figures as the result's typed ``live`` report (the daemon exports it as
+    se_darwin's): AUC and log-loss do not apply (None, NaN), the loss does."""
+    if figures is None:
+        return None
+    nan = {"served_log_loss": math.nan, "previous_log_loss": math.nan}
+    return LiveReport.from_json({**figures, **nan, "served_auc": None, "previous_auc": None})
 
 
 def _score(
@@ -365,5 +367,5 @@ def _up_to_date(
         checkpoint=served.checkpoint,
         quarantined=0,
         up_to_date=True,
-        extra=_with_live({}, live),
+        live=_live(live),
     )

@@ -195,14 +195,15 @@ def test_a_pinned_model_holds_a_better_candidate(tmp_path: Path) -> None:
 def test_the_watch_rolls_back_a_served_model_worse_on_later_records(tmp_path: Path) -> None:
     """Served B learned labels that later records contradict: on those records it is
     worse than its predecessor A beyond the margin, so A is served again and B's
-    verdict is rolled_back with the watch's figures; the report is extra["live"]."""
+    verdict is rolled_back with the watch's figures; the result's ``live`` reports it."""
     plugin = OneNumber()
     first = _served_after(plugin, _on(tmp_path, 0.0, range(40)))
     second = _served_after(plugin, _on(tmp_path, 0.6, range(40, 80)))
     result = run_plugin(plugin, _on(tmp_path, 0.0, range(80, 120)))
-    live = result.extra["live"]
-    assert live["rolled_back"] and live["now_served"] == first and live["records"] == 40
-    assert live["lower"] > live["margin"] and live["difference"] > 0.3
+    live = result.live
+    assert live is not None and live.rolled_back and live.now_served == first
+    assert live.records == 40 and live.lower > live.margin and live.difference > 0.3
+    assert live.served_loss is not None and live.served_log_loss != live.served_log_loss
     verdict = read_json(tmp_path / "checkpoints" / "candidates" / second / "verdict.json") or {}
     assert verdict["outcome"] == "rolled_back" and verdict["reason"] == "live_regression"
 
@@ -214,12 +215,13 @@ def test_the_watch_keeps_a_model_no_worse_on_later_records(tmp_path: Path) -> No
     run_plugin(plugin, _on(tmp_path, 0.0, range(40)))
     run_plugin(plugin, _on(tmp_path, 0.6, range(40, 80)))
     result = run_plugin(plugin, _on(tmp_path, 0.6, range(80, 120)))
-    live = result.extra["live"]
-    assert not live["rolled_back"] and not live["regression"] and live["records"] == 40
+    live = result.live
+    assert live is not None and not live.rolled_back and not live.regression
     pointer = read_pointer(tmp_path / "checkpoints")
     assert pointer is not None  # the watched model: served, or first in the history since
-    watched = next(e for e in [pointer.served, *pointer.history] if e["id"] == live["served"])
-    assert watched["live"]["records"] == 40 and watched["live"]["against"] == live["against"]
+    watched = next(e for e in [pointer.served, *pointer.history] if e["id"] == live.served)
+    assert watched["live"]["records"] == live.records == 40
+    assert watched["live"]["against"] == live.against
 
 
 def test_a_broken_pointer_or_bad_scores_refuse_the_run_in_one_line(tmp_path: Path) -> None:

@@ -92,7 +92,7 @@ def save_record(
         "checkpoint": {"path": str(checkpoint), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns},
         "manifest": manifest.to_json(),
         # The live watch's report is this run's: an up-to-date run never reports it again.
-        "result": {**result.to_json(), "extra": _without(result.extra, "live")},
+        "result": {**result.to_json(), "live": None},
     }
     _write(Path(request.checkpoint_dir), record)
 

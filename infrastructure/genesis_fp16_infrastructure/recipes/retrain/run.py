@@ -13,7 +13,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainRequestError,
     TrainResult,
 )
+from genesis_fp16_infrastructure.contract.reports import LiveReport
 from genesis_fp16_infrastructure.data.fingerprint import (
     DataFingerprint,
     fingerprint_of,
@@ -51,6 +52,7 @@ from genesis_fp16_infrastructure.recipes.retrain.promotion import (
 from genesis_fp16_infrastructure.recipes.retrain.refit import refit_record, train_refit
 from genesis_fp16_infrastructure.recipes.retrain.run_report import (
     data_record,
+    live_record,
     log_drift,
     split_record,
     stored_verdict,
@@ -125,8 +127,9 @@ def _train(request: TrainRequest) -> TrainResult:
     # Issue 51: the new records judge the served model against its predecessor first,
     # and a live regression serves the predecessor again (one process: ranks would race).
     with clock.phase("live"):
-        live = watch(root, data.columns, request.agent, snapshot=snapshot) if single else None
-    if live is not None and live["rolled_back"]:
+        report = watch(root, data.columns, request.agent, snapshot=snapshot) if single else None
+        live = live_record(report)
+    if live is not None and live.rolled_back:
         served = served_model(root)  # the predecessor, served again by the watch
     steps, epochs = request.steps, request.epochs
     # No budget given: train until validation stops improving, within max_epochs. An
@@ -233,7 +236,8 @@ def _train(request: TrainRequest) -> TrainResult:
         request,
         result,
         quarantined=data.quarantined,
-        extra=_with_live(extra, live),
+        extra=extra,
+        live=live,
         data=data_record(seen, plan.change),
         device_memory_peak_bytes=peak,
         checkpoint=checkpoint,
@@ -256,7 +260,7 @@ def _up_to_date(
     plan: Plan,
     clock: PhaseClock,
     manifest: Any,
-    live: Mapping[str, Any] | None,
+    live: LiveReport | None,
 ) -> TrainResult:
     """Nothing new for the served model, or this data's candidate was already judged:
     the served model's eval, no step taken."""
@@ -296,15 +300,16 @@ def _up_to_date(
         "duplicates": data.duplicates,
         "unlabelled": data.unlabelled,
         "split": split_record(task),
-        "up_to_date_against": plan.up_to_date,
         "peak_rss_mib": clock.peaks(),
     }
     out = TrainResult.from_fit(
         request,
         result,
         quarantined=data.quarantined,
-        extra=_with_live(extra, live),
+        extra=extra,
+        live=live,
         up_to_date=True,
+        up_to_date_against=plan.up_to_date,
         wall_seconds=clock.elapsed(),
         checkpoint=plan.served_checkpoint,
         data=data_record(seen, plan.change),
@@ -330,11 +335,6 @@ def _only(loaded: Loaded | None, root: Path) -> Iterator[tuple[Path, Loaded | No
                     shutil.copy2(source, Path(tmp) / source.name)
         link = Path(tmp) / loaded.path.name
         yield Path(tmp), Loaded(loaded.state, link, file_signature(link))
-
-
-def _with_live(extra: dict[str, Any], live: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``extra.live``: the live watch's report of this run (live_watch), when it scored."""
-    return extra if live is None else {**extra, "live": dict(live)}
 
 
 def _quarantine_path(request: TrainRequest) -> Path | None:

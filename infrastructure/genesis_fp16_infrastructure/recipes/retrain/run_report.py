@@ -1,7 +1,7 @@
 """What a retrain run reports beside its counts (contract.reports): the data it trained
 on and what changed, the drift of the new records (logged when flagged), the stored
-verdict of a judged candidate, and how the records were split; ``run`` builds its
-result from these once."""
+verdict of a judged candidate, the live watch's report, and how the records were split;
+``run`` builds its result from these once."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from genesis_fp16_infrastructure.contract.reports import (
     DataReport,
     DriftReport,
     GateReport,
+    LiveReport,
     ReportError,
 )
 from genesis_fp16_infrastructure.data.fingerprint import DataChange, DataFingerprint
@@ -32,6 +33,12 @@ def stored_verdict(verdict: Mapping[str, Any] | None, agent: str) -> GateReport 
     except ReportError as exc:
         logger.warning("%s: the judged candidate's verdict is unreadable: %s", agent, exc)
         return None
+
+
+def live_record(report: Mapping[str, Any] | None) -> LiveReport | None:
+    """The live watch's report (``live_watch.watch``: None when it scored nothing) as the
+    run's typed ``live``; the watch writes the same figures into the pointer as JSON."""
+    return None if report is None else LiveReport.from_json(report, "live")
 
 
 def log_drift(drift: DriftReport, agent: str) -> None:
