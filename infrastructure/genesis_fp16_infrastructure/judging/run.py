@@ -36,7 +36,7 @@ import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -64,7 +64,7 @@ from genesis_fp16_infrastructure.contract.judging import (
     records_are_training_data,
 )
 from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin, TrainRequestError
-from genesis_fp16_infrastructure.contract.reports import GateReport, LiveReport
+from genesis_fp16_infrastructure.contract.reports import GateOutcome, GateReport, LiveReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.judging import stores
@@ -75,6 +75,7 @@ from genesis_fp16_infrastructure.training.checkpoint_files import (
     read_summary,
     summary_path,
 )
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
 logger = logging.getLogger(__name__)
 
@@ -325,7 +326,7 @@ def _verdict(
     first = comparisons[0] if comparisons else None
     checkpoint = newest_checkpoint(candidate)
     report = GateReport(
-        outcome=outcome,  # type: ignore[arg-type]
+        outcome=cast(GateOutcome, outcome),
         reason=reason,
         comparisons=tuple(c.comparison() for c in comparisons),
         seconds=round(time.monotonic() - started, 4),
@@ -349,11 +350,11 @@ def _up_to_date(
     summary = read_summary(served.checkpoint) or {}
     entry = served.pointer.served if served.pointer is not None else {}
     precision = summary.get("precision") or entry.get("precision")
-    precision = precision if precision in ("fp32", "bf16", "fp16") else "fp32"
+    used = cast(PrecisionName, precision if precision in ("fp32", "bf16", "fp16") else "fp32")
     return TrainResult(
         agent=request.agent,
         precision_requested=request.precision.requested,
-        precision_used=precision,  # type: ignore[arg-type]  # one of the three, checked above
+        precision_used=used,
         precision_reason=f"{request.precision_reason}; the served model's, unchanged",
         device=request.device,
         steps=0,

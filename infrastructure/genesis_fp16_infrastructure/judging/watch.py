@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,7 @@ def watch(
     request: TrainRequest,
     pointer: ServedPointer,
     served_now: RecordLosses,
-    score: Any,
+    score: Callable[[Path], RecordLosses | None],
 ) -> dict[str, Any] | None:
     """Score the new records (module docstring), update the figures, roll back on a
     regression. ``served_now``: the served model's losses on the current records;
