@@ -106,9 +106,12 @@ class _Bench:
         values.update(fields)
         return TrainRequest(**values)
 
-    def train(self, request: TrainRequest) -> TrainResult:
+    def train(self, request: TrainRequest, own: bool = False) -> TrainResult:
+        """A run as the daemon makes it (a judged plugin's through its judged run), or
+        ``own``: the plugin's own ``train`` alone (a rule about train itself)."""
         try:  # the type of each field, as train and the daemon check it
-            return check_result(run_plugin(self.plugin, request), self.plugin.name)
+            result = self.plugin.train(request) if own else run_plugin(self.plugin, request)
+            return check_result(result, self.plugin.name)
         except TrainResultError as exc:
             raise RuleFailed(str(exc)) from None
 
@@ -226,8 +229,8 @@ def _refuses_bad_data(bench: _Bench) -> str:
     bad = bench.root / "bad" / "garbage.json"
     bad.parent.mkdir(parents=True, exist_ok=True)
     bad.write_bytes(b"\x00\xff not data\n")
-    try:
-        bench.train(bench.request(data_path=bad))
+    try:  # train's own refusal: a judged run's scoring would refuse the file too
+        bench.train(bench.request(data_path=bad), own=True)
     except (TrainRequestError, DataError) as exc:
         if str(bad) not in str(exc) and bad.name not in str(exc):
             raise RuleFailed(f"the refusal does not name the file: {exc}") from None
