@@ -28,7 +28,7 @@ names (``fit``, ``to_device``, ...) are imported when first used.
 
 from typing import TYPE_CHECKING
 
-from genesis_fp16_infrastructure.contract.plugin_api import (
+from genesis_fp16_infrastructure.contract import (
     API_CHANGES,
     API_VERSION,
     DEFAULT_STEPS,

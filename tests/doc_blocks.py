@@ -303,6 +303,17 @@ BLOCKS: dict[tuple[str, str], Plan] = {
         "tests/deploy/test_trainjob.py",
         "needs a cluster with Kubeflow Trainer; the TrainJob is validated",
     ),
+    (
+        "docs/precision-forensics.md",
+        "export ENABLE_FP16_TRAINING=true GENESIS_FP16_GUARD_CHECK_INTERVAL=5 GENESIS_FP16",
+    ): Covered(
+        "tests/genesis_fp16/commands/test_cli_replay_agents.py::test_se_darwin_bundle_replays_and_names_where",
+        "the same train and replay --against fp32 (the bundle's name holds its time)",
+    ),
+    (
+        "docs/precision-forensics.md",
+        "step 2 (demotion), recorded in fp16 on cpu, replayed in",
+    ): Skip("output sample", "replay's output for a real se_darwin bundle, as it printed it"),
     ("docs/precision-forensics.md", ".venv/bin/python benchmarks/forensics.py"): Skip(
         _RECORD, "about 6 minutes of PPO runs; how the section's table was made"
     ),

@@ -14,7 +14,7 @@ REPO = BENCHMARKS.parent
 
 # Issue 58's bounds, at what this branch measured (benchmarks/results/design_counts_58.md):
 # a change that widens the seam or writes a worse function fails here and says which.
-MAX_LIBRARY_MODULES = 41
+MAX_LIBRARY_MODULES = 35
 MAX_LIBRARY_NAMES = 142
 MAX_COMPLEXITY = 42
 

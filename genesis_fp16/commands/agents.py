@@ -1,7 +1,8 @@
 """`genesis-fp16 agents [--json]`: the agent plugins found and the state of each.
 
-Exits 1 when an allowed plugin failed to load (its error is in the listing), so that a
-deployment check (`genesis-fp16 agents && ...`) notices; 0 otherwise.
+Exits 1 when an allowed plugin failed to load, or its import is stuck (it has not returned
+after `IMPORT_DEADLINE_SECONDS`, 10 s: listed ``stuck``, and the command does not wait
+longer), so that a deployment check (`genesis-fp16 agents && ...`) notices; 0 otherwise.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import sys
 from typing import Any
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.config.plugins import discover_plugins
-from genesis_fp16.config.settings import SettingsError, load_settings
+from genesis_fp16.config.agent_names import shown_name
+from genesis_fp16.config.plugins import PluginRecord, discover_plugins
+from genesis_fp16.config.settings import Settings, SettingsError, load_settings
 from genesis_fp16.jobs.guard_state import describe, load_memory
-from genesis_fp16_infrastructure.contract.plugin_api import declared_options, ignored_request_fields
+from genesis_fp16_infrastructure.contract import declared_options, ignored_request_fields
 
 
 def register(subparsers: Any) -> None:
@@ -36,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         listed = []
         for record in records:
-            memory = load_memory(settings, record.name)
+            memory = load_memory(settings, record.name) if record.state != "refused" else None
             guard = memory.to_json() if memory is not None else None
             options = [option.to_json() for option in declared_options(record.plugin)]
             listed.append(
@@ -51,13 +53,12 @@ def run(args: argparse.Namespace) -> int:
     elif not records:
         print("no agent plugins found in the entry-point group genesis_fp16.agents")
     else:
-        width = max(len(record.name) for record in records)
-        for record in records:
-            detail = record.error or getattr(record.plugin, "description", "")
-            demoted = describe(load_memory(settings, record.name))
-            line = f"{record.name:<{width}}  {record.state:<11}  {record.value}  {detail}"
-            print(f"{line}  {demoted}" if demoted else line)
-    broken = [r.name for r in records if r.state in ("failed", "wrong_api")]
+        _print_table(settings, records)
+    broken = [
+        shown_name(r.name) if r.state == "refused" else r.name
+        for r in records
+        if r.state in ("failed", "wrong_api", "stuck", "refused")
+    ]
     if broken:
         sys.stdout.flush()
         print(
@@ -65,6 +66,22 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _print_table(settings: Settings, records: list[PluginRecord]) -> None:
+    """One line per plugin; a refused name quoted (it may hold a newline), a shadowed one
+    saying which registration is used."""
+    names = [shown_name(r.name) if r.state == "refused" else r.name for r in records]
+    width = max(len(name) for name in names)
+    for name, record in zip(names, records, strict=True):
+        detail = record.error or getattr(record.plugin, "description", "")
+        line = f"{name:<{width}}  {record.state:<11}  {record.value}  {detail}"
+        if record.state != "refused":
+            demoted = describe(load_memory(settings, record.name))
+            line = f"{line}  {demoted}" if demoted else line
+        if record.shadowed:
+            line = f"{line}  (shadowed: {record.shadowed})"
+        print(line)
 
 
 def _ignored(plugin: object) -> dict[str, str]:

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from genesis_fp16.cli import UsageError
+from genesis_fp16.commands.named_agent import agent_argument
 from genesis_fp16.config.plugins import PluginError, load_plugin
 from genesis_fp16.config.settings import SettingsError, load_settings
 
@@ -21,7 +22,9 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "check-agent", help="check an agent plugin against the contract", description=__doc__
     )
-    parser.add_argument("agent", metavar="NAME", help="agent plugin name (see `agents`)")
+    parser.add_argument(
+        "agent", metavar="NAME", type=agent_argument, help="agent plugin name (see `agents`)"
+    )
     parser.add_argument(
         "--option",
         action="append",

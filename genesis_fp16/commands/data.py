@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16.cli import UsageError
+from genesis_fp16.commands.named_agent import agent_argument
 from genesis_fp16.config.plugins import PluginError, load_plugin
 from genesis_fp16.config.settings import SettingsError, load_settings
 
@@ -26,9 +27,19 @@ def register(subparsers: Any) -> None:
         "generate", help="write a synthetic dataset for an agent", description=__doc__
     )
     generate.add_argument(
-        "agent", metavar="AGENT", nargs="?", help="agent plugin name (see `agents`)"
+        "agent",
+        metavar="AGENT",
+        nargs="?",
+        type=agent_argument,
+        help="agent plugin name (see `agents`)",
     )
-    generate.add_argument("--agent", dest="agent_flag", metavar="AGENT", help=argparse.SUPPRESS)
+    generate.add_argument(
+        "--agent",
+        dest="agent_flag",
+        metavar="AGENT",
+        type=agent_argument,
+        help=argparse.SUPPRESS,
+    )
     generate.add_argument("--out", type=Path, required=True, help="output folder")
     generate.add_argument(
         "--count", type=int, help="records (default: GENESIS_FP16_SAMPLE_COUNT, 2000)"

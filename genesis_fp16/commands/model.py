@@ -12,7 +12,7 @@ better candidate (verdict ``held``) instead of serving it, and never trains the 
 again to replace it, until ``unpin AGENT``. Both rewrite the pointer (``served.json`` in
 the agent's checkpoint folder) atomically, under its lock: the prediction API and a
 running daemon load the new model at their next load or run, and the choice survives a
-restart. A pointer that is unusable (set aside as ``served.json.unusable``) is repaired by
+restart. A pointer that is unusable (set aside as ``served.json.unusable-*``) is repaired by
 either: ``promote`` from the candidate's own records, ``rollback`` from the old
 pointer's history or else the newest candidate the gate promoted. ``--json`` prints one
 JSON object; on failure (exit code 2) the CLI's ``{"error", "kind", "exit_code"}`` one.
@@ -27,7 +27,7 @@ from typing import Any
 
 from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.model_list import list_models
-from genesis_fp16.commands.named_agent import agent_paths
+from genesis_fp16.commands.named_agent import agent_argument, agent_paths
 from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     CANDIDATE_META,
@@ -61,7 +61,7 @@ def register(subparsers: Any) -> None:
         ("unpin", "let the daemon's gate replace the served model again"),
     ):
         sub = actions.add_parser(action, help=text)
-        sub.add_argument("agent", metavar="AGENT")
+        sub.add_argument("agent", metavar="AGENT", type=agent_argument)
         if action == "promote":
             sub.add_argument("id", metavar="ID", help="a candidate id from `model list`")
         sub.add_argument("--json", action="store_true", help="print JSON")

@@ -1,23 +1,37 @@
-"""The agent named on a command line and its state folder, for the commands that read or
-rewrite one agent's state (`precision`, `model`): one check of the name and the settings."""
+"""The agent named on a command line: its name checked where it enters (every command's
+AGENT argument is parsed by :func:`agent_argument`), and its state folder, for the commands
+that read or rewrite one agent's state (`precision`, `model`)."""
 
 from __future__ import annotations
 
-import re
+import argparse
 
 from genesis_fp16.cli import UsageError
+from genesis_fp16.config.agent_names import check_agent_name
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import SettingsError, load_settings
 
-# An agent's folder name: no separator, never "." or ".." (a path out of the state folder).
-_AGENT_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+def agent_argument(text: str) -> str:
+    """argparse's ``type`` of an AGENT argument: a name that is not an agent name
+    (``../x``, ``a/b``) is a usage error in one line (exit 2), before anything runs.
+
+    >>> agent_argument("se_darwin")
+    'se_darwin'
+    """
+    try:
+        return check_agent_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def agent_paths(agent: str) -> AgentPaths:
-    """``agent``'s folders under the configured state folder; a name that could leave the
-    state folder, or settings that do not load, are one line (exit 2)."""
-    if not _AGENT_NAME.match(agent) or agent in (".", ".."):
-        raise UsageError(f"agent name {agent!r} is not valid: use letters, digits, '_', '-', '.'")
+    """``agent``'s folders under the configured state folder; a name that is not an agent
+    name, or settings that do not load, are one line (exit 2)."""
+    try:
+        check_agent_name(agent)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     try:
         settings = load_settings()
     except SettingsError as exc:

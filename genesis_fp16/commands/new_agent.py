@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16.cli import UsageError
+from genesis_fp16.config.agent_names import check_agent_name
 from genesis_fp16.config.plugins import installed_entry_points
 from genesis_fp16.scaffold import ScaffoldError, check_name, write_agent
 
@@ -35,6 +36,10 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:  # one line, as the scaffold's own refusal (a keyword, a module's name)
+        check_agent_name(args.name)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     try:
         check_name(args.name)
         _refuse_taken(args.name)

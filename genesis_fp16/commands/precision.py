@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.commands.named_agent import agent_paths
+from genesis_fp16.commands.named_agent import agent_argument, agent_paths
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.state_files import locked
@@ -53,7 +53,9 @@ def register(subparsers: Any) -> None:
         ("reset", "forget them all"),
     ):
         sub = actions.add_parser(action, help=text)
-        sub.add_argument("agent", metavar="AGENT", help="the agent's name, e.g. se_darwin")
+        sub.add_argument(
+            "agent", metavar="AGENT", type=agent_argument, help="the agent's name, e.g. se_darwin"
+        )
         what = "the state files' JSON" if action == "show" else "what was forgotten, as JSON"
         sub.add_argument("--json", action="store_true", help=f"print {what}")
     parser.set_defaults(func=run)

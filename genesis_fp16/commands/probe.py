@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16.cli import UsageError
+from genesis_fp16.commands.named_agent import agent_argument
 from genesis_fp16.config.plugins import PluginError, load_plugin
 from genesis_fp16.config.settings import (
     Settings,
@@ -48,7 +49,9 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "probe", help="measure what fp16/bf16 do to an agent's model", description=__doc__
     )
-    parser.add_argument("agent", help="agent plugin name (see `genesis-fp16 agents`)")
+    parser.add_argument(
+        "agent", type=agent_argument, help="agent plugin name (see `genesis-fp16 agents`)"
+    )
     parser.add_argument("--data", type=Path, help="data the agent builds its batches from")
     parser.add_argument(
         "--steps",

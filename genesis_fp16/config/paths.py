@@ -17,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from genesis_fp16.config.agent_names import check_agent_name
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder import layout as L
 from genesis_fp16_infrastructure.agent_folder.layout import SAMPLE_DATA_MARKER
-from genesis_fp16_infrastructure.contract.agent_snapshot import AgentStateFiles
-from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin
+from genesis_fp16_infrastructure.contract import AgentPlugin, AgentStateFiles
 
 SAMPLE_DATA_COUNT = 20_000
 SAMPLE_DATA_SEED = 0
@@ -35,7 +35,9 @@ class AgentPaths:
 
     @classmethod
     def for_agent(cls, state_dir: Path, agent: str) -> AgentPaths:
-        return cls(L.agent_root(state_dir, agent))
+        """``agent``'s folder under ``state_dir``; ValueError when ``agent`` is not an agent
+        name (it was checked where it entered: this is the last line, never a path out)."""
+        return cls(L.agent_root(state_dir, check_agent_name(agent)))
 
     @property
     def data_dir(self) -> Path:
@@ -113,7 +115,7 @@ def ensure_sample_data(
 def _read_marker(marker: Path, data_dir: Path) -> Path | None:
     """The marked data path, or None to (re)generate: no marker, or one that is unusable
     (torn, over its bound, not UTF-8, a folder, a FIFO, a link, naming no file), which
-    the agent folder's owner sets aside as ``.generated.unusable`` and reports. Never a
+    the agent folder's owner sets aside as ``.generated.unusable-*`` and reports. Never a
     failed run every hour for a file nobody documented."""
     text = files.load_text(marker, SAMPLE_DATA_MARKER)
     if text is None:

@@ -3,7 +3,10 @@
 Discovery reads only package metadata; the allowlist is applied before anything is
 imported, and a plugin is imported only when it is allowed. A plugin that fails to
 import, has the wrong API version, or does not implement :class:`AgentPlugin` is
-recorded with its state and error, and the others are unaffected.
+recorded with its state and error, and the others are unaffected. Each import runs on
+its own thread, waited for at most ``IMPORT_DEADLINE_SECONDS``: a plugin whose import
+hangs is recorded ``stuck`` (its thread goes on; :class:`PendingImport` holds its result
+for whoever asks again), and the caller goes on without it.
 
 >>> states = {r.name: r.state for r in discover_plugins(allowlist=["se_darwin"])}
 >>> states["se_darwin"], states["rlhf_ppo"]
@@ -16,17 +19,20 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
+import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from importlib.metadata import EntryPoint, entry_points
 from typing import Literal
 
-from genesis_fp16_infrastructure.contract.judging import judging_of
-from genesis_fp16_infrastructure.contract.plugin_api import (
+from genesis_fp16.config.agent_names import check_agent_name, is_agent_name
+from genesis_fp16_infrastructure.contract import (
     SUPPORTED_API_VERSIONS,
     AgentPlugin,
     api_version_error,
+    judging_of,
 )
 
 ENTRY_POINT_GROUP = "genesis_fp16.agents"
@@ -34,7 +40,11 @@ OWN_DISTRIBUTION = "genesis-fp16"  # registers the built-in agents
 
 log = logging.getLogger(__name__)
 
-PluginState = Literal["loaded", "failed", "wrong_api", "not_allowed"]
+PluginState = Literal["loaded", "failed", "wrong_api", "not_allowed", "stuck", "refused"]
+# How long one wait for a plugin's import lasts. Importing torch on a loaded host takes
+# seconds, not tens of them; one that takes longer is reported ``stuck`` and taken
+# whenever it ends.
+IMPORT_DEADLINE_SECONDS = 10.0
 
 
 class PluginError(Exception):
@@ -55,6 +65,8 @@ class PluginRecord:
     location: str | None = None
     # The failed import's whole traceback, for the daemon's DEBUG log.
     trace: str | None = None
+    # Another distribution registers this name too: which one is used (EntryPointScan).
+    shadowed: str | None = None
 
     def to_json(self) -> dict[str, str | None]:
         return {
@@ -64,37 +76,82 @@ class PluginRecord:
             "state": self.state,
             "error": self.error,
             "location": self.location,
+            "shadowed": self.shadowed,
             "description": getattr(self.plugin, "description", None),
         }
 
 
-def installed_entry_points() -> dict[str, EntryPoint]:
-    """One entry point per agent name; the project's own built-ins cannot be shadowed.
+@dataclass(frozen=True)
+class EntryPointScan:
+    """The entry points of ``genesis_fp16.agents`` as found: one per agent name
+    (``found``), the names refused (not agent names: ``refused``, name to its one-line
+    error) and the names registered twice (``shadowed``, name to which one is used)."""
 
-    The same distribution can be visible twice (an editable install plus the source
-    tree's egg-info on sys.path): the first one on the path wins. A name that another
+    found: dict[str, EntryPoint]
+    refused: dict[str, str]
+    shadowed: dict[str, str]
+
+    def problems(self) -> list[str]:
+        """Each refused or shadowed name in one line, for a log or a listing."""
+        lines = [f"entry point refused: {why}" for why in self.refused.values()]
+        return lines + [f"plugin {name!r} {note}" for name, note in self.shadowed.items()]
+
+
+def scan_entry_points() -> EntryPointScan:
+    """Every entry point of the group, read from package metadata only (nothing imported).
+
+    A name that is not an agent name (genesis_fp16/config/agent_names.py: ``../x``,
+    ``a/b``) is refused: it would be a path out of the state folder. The same
+    distribution can be visible twice (an editable install plus the source tree's
+    egg-info on sys.path): the first one on the path wins. A name that another
     distribution registers too is the project's own when genesis-fp16 registers it (a
     package earlier on the path must not replace the built-in se_darwin), and otherwise
-    the first found, with a warning naming both.
+    the first found; ``shadowed`` names both.
     """
     found: dict[str, EntryPoint] = {}
+    refused: dict[str, str] = {}
+    shadowed: dict[str, str] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if not is_agent_name(ep.name):
+            try:
+                check_agent_name(ep.name)
+            except ValueError as exc:
+                where = f"{_distribution_name(ep)} ({ep.value})"
+                refused[ep.name] = f"{exc}; registered by {where}, not loaded"
+            continue
         first = found.setdefault(ep.name, ep)
         if first is ep or _distribution_name(first) == _distribution_name(ep):
             continue
         if _distribution_name(ep) == OWN_DISTRIBUTION:
             found[ep.name] = ep
             first, ep = ep, first
-        log.warning(
-            "plugin %r is registered by %s (%s) and by %s (%s); using %s's",
-            ep.name,
-            _distribution_name(first),
-            first.value,
-            _distribution_name(ep),
-            ep.value,
-            _distribution_name(first),
+        shadowed[ep.name] = (
+            f"is registered by {_distribution_name(first)} ({first.value}) and by "
+            f"{_distribution_name(ep)} ({ep.value}); using {_distribution_name(first)}'s"
         )
-    return dict(sorted(found.items()))
+    return EntryPointScan(dict(sorted(found.items())), refused, shadowed)
+
+
+# What this process has said of the entry points: each line once, not at every rescan.
+_said: set[str] = set()
+_said_lock = threading.Lock()
+
+
+def say_once(scan: EntryPointScan) -> None:
+    """Log each refused or shadowed name of ``scan`` as a warning, once in this process's
+    life however often it is scanned (the daemon scans at every tick)."""
+    with _said_lock:
+        new = [line for line in scan.problems() if line not in _said]
+        _said.update(new)
+    for line in new:
+        log.warning("%s", line)
+
+
+def installed_entry_points() -> dict[str, EntryPoint]:
+    """One entry point per agent name (:func:`scan_entry_points`, its problems said once)."""
+    scan = scan_entry_points()
+    say_once(scan)
+    return scan.found
 
 
 def _distribution_name(ep: EntryPoint) -> str | None:
@@ -148,6 +205,62 @@ def load_entry_point(ep: EntryPoint) -> PluginRecord:
     return replace(found, state="loaded", plugin=obj)
 
 
+class PendingImport:
+    """One entry point imported on its own daemon thread (a hung import cannot be
+    stopped; as a daemon thread it never holds the process's exit).
+
+    >>> pending = PendingImport(installed_entry_points()["se_darwin"])
+    >>> pending.wait(60).state
+    'loaded'
+    """
+
+    def __init__(self, ep: EntryPoint) -> None:
+        self.name = ep.name
+        self.started = time.monotonic()
+        self._done = threading.Event()
+        self._record: PluginRecord | None = None
+
+        def run() -> None:
+            try:
+                self._record = load_entry_point(ep)
+            except BaseException as exc:  # sys.exit() at import: on this thread, ends only it
+                self._record = PluginRecord(
+                    name=ep.name,
+                    value=ep.value,
+                    distribution=_distribution_name(ep),
+                    state="failed",
+                    error=f"{type(exc).__name__}: {exc} (raised while importing)",
+                )
+            finally:
+                self._done.set()
+
+        thread = threading.Thread(target=run, name=f"plugin-import-{ep.name}", daemon=True)
+        thread.start()
+
+    def wait(self, timeout: float) -> PluginRecord | None:
+        """The import's record, or None when it has not ended within ``timeout`` seconds."""
+        return self._record if self._done.wait(max(0.0, timeout)) else None
+
+    def stuck(self, ep: EntryPoint) -> PluginRecord:
+        """The record of an import still running: state ``stuck``, for how long."""
+        seconds = time.monotonic() - self.started
+        return PluginRecord(
+            name=ep.name,
+            value=ep.value,
+            distribution=_distribution_name(ep),
+            state="stuck",
+            error=f"its import has not returned after {seconds:.0f} s",
+        )
+
+
+def wait_all(
+    pending: Mapping[str, PendingImport], deadline: float
+) -> dict[str, PluginRecord | None]:
+    """Each import's record, all waited for together until ``deadline`` (time.monotonic);
+    None for those still running then."""
+    return {name: p.wait(deadline - time.monotonic()) for name, p in pending.items()}
+
+
 def failure_location(exc: BaseException, module: str) -> str | None:
     """The file and line of the plugin's own code where loading ``module`` failed.
 
@@ -171,16 +284,29 @@ def failure_location(exc: BaseException, module: str) -> str | None:
     return where
 
 
-def discover_plugins(allowlist: Iterable[str] | None = None) -> list[PluginRecord]:
-    """Find every agent plugin and import the allowed ones; sorted by name.
+def discover_plugins(
+    allowlist: Iterable[str] | None = None, deadline: float = IMPORT_DEADLINE_SECONDS
+) -> list[PluginRecord]:
+    """Find every agent plugin and import the allowed ones; sorted by name, then the
+    names refused (not agent names: state ``refused``, never imported).
 
     ``allowlist=None`` allows all. Names outside the allowlist are listed with the state
-    ``not_allowed`` and are never imported.
+    ``not_allowed`` and are never imported. The imports run together; one that has not
+    returned after ``deadline`` seconds is listed ``stuck``.
     """
     allowed = None if allowlist is None else set(allowlist)
+    scan = scan_entry_points()
+    eps = scan.found
+    pending = {
+        name: PendingImport(ep) for name, ep in eps.items() if allowed is None or name in allowed
+    }
+    done = wait_all(pending, time.monotonic() + deadline)
     records = []
-    for name, ep in installed_entry_points().items():
-        if allowed is not None and name not in allowed:
+    for name, ep in eps.items():
+        if name in pending:
+            record = done[name] or pending[name].stuck(ep)
+            records.append(replace(record, shadowed=scan.shadowed.get(name)))
+        else:
             records.append(
                 PluginRecord(
                     name=name,
@@ -188,11 +314,14 @@ def discover_plugins(allowlist: Iterable[str] | None = None) -> list[PluginRecor
                     distribution=_distribution_name(ep),
                     state="not_allowed",
                     error="not in GENESIS_FP16_PLUGIN_ALLOWLIST",
+                    shadowed=scan.shadowed.get(name),
                 )
             )
-        else:
-            records.append(load_entry_point(ep))
-    return records
+    refused = [
+        PluginRecord(name=name, value="", distribution=None, state="refused", error=why)
+        for name, why in scan.refused.items()
+    ]
+    return records + refused
 
 
 def known_agent_names() -> list[str]:
@@ -205,6 +334,10 @@ def load_plugin(name: str, allowlist: Iterable[str] | None = None) -> AgentPlugi
     Raises :class:`PluginError` naming the known agents when ``name`` is unknown, and
     the reason when the plugin is not allowed or cannot be loaded.
     """
+    try:  # every way in checked it already: here for a library caller
+        check_agent_name(name)
+    except ValueError as exc:
+        raise PluginError(str(exc)) from None
     eps = installed_entry_points()
     if name not in eps:
         known = ", ".join(eps) or "none installed"

@@ -33,6 +33,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from genesis_fp16.config.agent_names import check_agent_name
+
 # The choices keep their import path here too (commands/train.py reads them from settings).
 from genesis_fp16.config.agent_settings import COMPILE_CHOICES as COMPILE_CHOICES
 from genesis_fp16.config.agent_settings import CUDA_GRAPH_CHOICES as CUDA_GRAPH_CHOICES
@@ -179,7 +181,9 @@ class Settings(BaseSettings, GuardSettings):
     def _split_allowlist(cls, value: Any) -> Any:
         if isinstance(value, str):
             names = [name.strip() for name in value.split(",") if name.strip()]
-            return names or None
+            value = names or None
+        for name in value or ():  # a name that could never match an entry point, refused
+            check_agent_name(name)
         return value
 
     @field_validator("schedule")
@@ -197,7 +201,12 @@ class Settings(BaseSettings, GuardSettings):
     @classmethod
     def _lowercase_agent_names(cls, value: Any) -> Any:
         if isinstance(value, dict):
-            return {str(name).lower(): spec for name, spec in value.items()}
+            value = {str(name).lower(): spec for name, spec in value.items()}
+            for name in value:  # GENESIS_FP16_AGENTS__../X__STEPS: a path, refused here
+                try:
+                    check_agent_name(name)
+                except ValueError as exc:
+                    raise ValueError(f"{ENV_PREFIX}AGENTS__<AGENT>__*: {exc}") from None
         return value
 
     @model_validator(mode="after")

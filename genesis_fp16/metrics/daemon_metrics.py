@@ -215,6 +215,18 @@ class DaemonMetrics:
         self.plugin_load_failures = counter(
             "plugin_load_failures", "Plugins that failed to load or had a wrong API.", ("plugin",)
         )
+        self.plugin_load_stuck = gauge(
+            "plugin_load_stuck",
+            "1 while the plugin's import has not returned after its deadline (the daemon "
+            "goes on without it); 0 once it returned.",
+            ("plugin",),
+        )
+        self.plugin_names_refused = counter(
+            "plugin_names_refused",
+            "Entry points whose name is not an agent name ([a-z][a-z0-9_]{0,63}: a path, a "
+            "separator, a newline): refused and never imported; each name counted once.",
+            (),
+        )
         self.config_reloads = counter(
             "config_reloads", "Configuration reloads by outcome.", ("outcome",)
         )

@@ -38,7 +38,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from genesis_fp16_infrastructure.contract.reports import GateReport, LiveReport
+from genesis_fp16_infrastructure.contract import GateReport, LiveReport
 
 LIVE_REGRESSION = "live_regression"  # the watch's rollback reason (judge_sets.LIVE_REGRESSION)
 BOUNDS = ("estimate", "lower", "upper")
@@ -91,26 +91,24 @@ class LiveMetrics:
             ("agent",),
             registry=registry,
         )
-        self._seen: dict[str, int] = {}  # agent -> the last journal number counted
+        self.cursor = JournalCursor()  # the daemon's one reader of each agent's journal
 
     def baseline(self, agent: str, journal: Sequence[Mapping[str, Any]]) -> None:
-        """Where counting starts for ``agent`` (its pointer's journal before its first
-        run here); later calls change nothing."""
-        self._seen.setdefault(agent, max((_seq(e) for e in journal), default=0))
+        """Where counting starts for ``agent`` (:meth:`JournalCursor.baseline`)."""
+        self.cursor.baseline(agent, journal)
 
     def observe_journal(self, agent: str, journal: Sequence[Mapping[str, Any]]) -> int:
         """Count the live-regression rollbacks of the journal not counted yet (each once,
         whoever ran it and whether or not its run reported); returns how many."""
-        # Never baselined (no run started here): what the journal holds came before.
-        self.baseline(agent, journal)
-        seen = self._seen[agent]
-        new = [e for e in journal if _seq(e) > seen]
+        return self.count_rollbacks(agent, self.cursor.new(agent, journal))
+
+    def count_rollbacks(self, agent: str, new: Sequence[Mapping[str, Any]]) -> int:
+        """Count the live-regression rollbacks among ``new`` journal entries."""
         counted = sum(
             1 for e in new if e.get("kind") == "rollback" and e.get("reason") == LIVE_REGRESSION
         )
         if counted:
             self.rollbacks.labels(agent=agent).inc(counted)
-        self._seen[agent] = max([seen, *(_seq(e) for e in new)])
         return counted
 
     def observe(self, agent: str, live: LiveReport | None, gate: GateReport | None) -> None:
@@ -139,6 +137,29 @@ class LiveMetrics:
         self.margin.labels(agent=agent).set(live.margin)
         self.regression.labels(agent=agent).set(float(live.regression and not promoted))
         # A reported rollback is counted from the journal (observe_journal), once.
+
+
+class JournalCursor:
+    """How far the daemon has read each agent's served-model journal (in memory): each
+    entry is handed out once, by its sequence number."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, int] = {}  # agent -> the last number handed out
+
+    def baseline(self, agent: str, journal: Sequence[Mapping[str, Any]]) -> None:
+        """Where reading starts for ``agent``: after its journal as it stands before the
+        agent's first run in this daemon (an earlier daemon counted what came before, or
+        nobody did); later calls change nothing."""
+        self._seen.setdefault(agent, max((_seq(e) for e in journal), default=0))
+
+    def new(self, agent: str, journal: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """The entries of ``journal`` not handed out before, oldest first."""
+        # Never baselined (no run started here): what the journal holds came before.
+        self.baseline(agent, journal)
+        seen = self._seen[agent]
+        new = sorted((e for e in journal if _seq(e) > seen), key=_seq)
+        self._seen[agent] = max([seen, *(_seq(e) for e in new)])
+        return new
 
 
 def _seq(entry: Mapping[str, Any]) -> int:

@@ -73,6 +73,8 @@ METRIC_NAMES = (
     "genesis_fp16_new_records_total",
     "genesis_fp16_scheduler_heartbeat_timestamp_seconds",
     "genesis_fp16_plugin_load_failures_total",
+    "genesis_fp16_plugin_load_stuck",
+    "genesis_fp16_plugin_names_refused_total",
     "genesis_fp16_config_reloads_total",
     "genesis_fp16_config_last_reload_successful",
     "genesis_fp16_build_info",

@@ -13,6 +13,17 @@ scheduler tick (every ``GENESIS_FP16_HEARTBEAT_SECONDS``) and on SIGHUP:
   reinstall) or on SIGHUP, not at every tick: its error is logged once per try, with
   the file and line of the plugin's code, and its whole traceback at DEBUG.
 
+None of this runs on the daemon's main thread, which only waits, pings systemd's watchdog
+and handles signals: :meth:`AgentRescan.request` hands a rescan to the ``plugin-scan``
+thread and returns. Each import runs on a thread of its own (config/plugins.py's
+:class:`PendingImport`) and is waited for at most ``IMPORT_DEADLINE_SECONDS``; one that has
+not returned by then is *stuck*: logged once, shown by ``genesis_fp16_plugin_load_stuck``,
+by the status page and by ``genesis-fp16 agents``, and looked at again at each rescan,
+which takes its result (loaded or failed) whenever the import ends. A hung import cannot
+be stopped or started twice (the interpreter's lock on that module is held), so a plugin
+stays stuck until its import returns or the daemon restarts; the other agents' loading,
+scheduling and runs go on meanwhile.
+
 A plugin already loaded keeps the code the daemon imported until a restart; each run in
 a child process (the default) imports the installed code afresh. The state folder's lock
 file lists the scheduled agents, so that a ``train`` refused beside the daemon is told
@@ -25,21 +36,33 @@ whether the daemon trains that agent itself.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import site
+import threading
+import time
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import structlog
 
-from genesis_fp16.config.plugins import PluginRecord, installed_entry_points, load_entry_point
+from genesis_fp16.config.plugins import (
+    IMPORT_DEADLINE_SECONDS,
+    PendingImport,
+    PluginRecord,
+    say_once,
+    scan_entry_points,
+    wait_all,
+)
 from genesis_fp16.config.settings import Settings, SettingsError
 from genesis_fp16.jobs.run_request import check_configured_options
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.service.scheduler import AgentScheduler
 from genesis_fp16.service.state_lock import record_scheduled
-from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin
+from genesis_fp16_infrastructure.contract import AgentOption, AgentPlugin, declared_options
 
 log = structlog.get_logger("genesis_fp16.daemon")
 
@@ -71,30 +94,92 @@ def _key(ep: EntryPoint) -> str:
     return f"{ep.value} {ep.dist.version} {hash(record)}"
 
 
+@dataclass(frozen=True)
+class DeclaredOptions:
+    """A loaded plugin's declared options, read once on the scan thread: the main thread's
+    option checks (start-up, reload) read this, never the plugin's own ``options``."""
+
+    options: tuple[AgentOption, ...]
+
+
 class AgentRescan:
     """The loaded plugins by name (:attr:`plugins`, replaced whole on each change, so a
-    reader on another thread sees the old set or the new one, never one in between)."""
+    reader on another thread sees the old set or the new one, never one in between), and
+    the imports still running past their deadline (:attr:`stuck`: name to when it began,
+    on ``time.monotonic``)."""
 
     def __init__(
         self,
         allowlist: Iterable[str] | None,
         metrics: DaemonMetrics,
         stored_success: Callable[[str], float],
+        deadline: float = IMPORT_DEADLINE_SECONDS,
     ) -> None:
         self.allowlist = None if allowlist is None else frozenset(allowlist)
         self.metrics = metrics
         self.stored_success = stored_success
+        self.deadline = deadline
         self.plugins: dict[str, AgentPlugin] = {}
+        self.options: dict[str, DeclaredOptions] = {}
+        self.stuck: dict[str, float] = {}
+        self.refused: set[str] = set()  # entry-point names that are not agent names
+        self.shadowed: dict[str, str] = {}  # name -> which of its registrations is used
         self._tried: dict[str, str] = {}  # name -> _key of the entry point last tried
+        self._pending: dict[str, PendingImport] = {}  # imports not taken yet
         # The .pth files site.py read when this interpreter started: not read again.
         self._pth = _pth_files()
+        self._asked = threading.Condition()
+        self._request: tuple[Settings, bool] | None = None
+        self._closed = False
 
     def load(self, settings: Settings) -> None:
-        """Start-up: import every allowed plugin; failures are logged and counted."""
+        """Start-up: import every allowed plugin, waiting at most the deadline for them
+        all; failures are logged and counted, a stuck import is taken by a later rescan."""
         # A bad option of a plugin loaded now stops start-up: the daemon checks them all.
         self.plugins = self._scan(settings, retry_failed=True, check_options=False)
         if not self.plugins:
             log.warning("no agent plugin loaded; the daemon runs but trains nothing")
+
+    def start(
+        self,
+        scheduler: AgentScheduler,
+        owner_fd: int,
+        lock: AbstractContextManager[object],
+        on_change: Callable[[], None],
+    ) -> None:
+        """Start the ``plugin-scan`` thread: each :meth:`request` becomes one :meth:`rescan`
+        there, its changes made under ``lock`` and followed by ``on_change()``."""
+
+        def serve() -> None:
+            while (asked := self._next_request()) is not None:
+                settings, retry_failed = asked
+                if self.rescan(settings, scheduler, owner_fd, retry_failed, lock):
+                    on_change()
+
+        threading.Thread(target=serve, name="plugin-scan", daemon=True).start()
+
+    def request(self, settings: Settings, retry_failed: bool = False) -> None:
+        """Ask the scan thread for a rescan with ``settings``; returns at once. Requests made
+        while one runs are merged into the next (a SIGHUP's ``retry_failed`` kept)."""
+        with self._asked:
+            earlier = self._request is not None and self._request[1]
+            self._request = (settings, retry_failed or earlier)
+            self._asked.notify()
+
+    def stop(self) -> None:
+        """No rescan starts or changes the schedule after this (the daemon shuts down)."""
+        with self._asked:
+            self._closed = True
+            self._asked.notify()
+
+    def _next_request(self) -> tuple[Settings, bool] | None:
+        with self._asked:
+            while self._request is None and not self._closed:
+                self._asked.wait()
+            if self._closed:
+                return None
+            asked, self._request = self._request, None
+            return asked
 
     def rescan(
         self,
@@ -102,9 +187,10 @@ class AgentRescan:
         scheduler: AgentScheduler,
         owner_fd: int,
         retry_failed: bool = False,
+        lock: AbstractContextManager[object] | None = None,
     ) -> bool:
         """Load new plugins, drop uninstalled ones and schedule accordingly; True when
-        the set of agents changed."""
+        the set of agents changed. The imports run before ``lock`` is taken."""
         try:
             importlib.invalidate_caches()  # new files on sys.path, new dist-info folders
             self._read_new_pth_files()
@@ -116,10 +202,13 @@ class AgentRescan:
         removed = sorted(set(self.plugins) - set(found))
         if not added and not removed:
             return False
-        self.plugins = found
-        scheduler.set_plugins(found)
-        changes = scheduler.sync(settings, first=settings.run_at_start)
-        record_scheduled(owner_fd, scheduler.scheduled_agents())
+        with lock if lock is not None else contextlib.nullcontext():
+            if self._closed:  # shutting down: the scheduler is being stopped
+                return False
+            self.plugins = found
+            scheduler.set_plugins(found)
+            changes = scheduler.sync(settings, first=settings.run_at_start)
+            record_scheduled(owner_fd, scheduler.scheduled_agents())
         for agent in removed:
             log.info("agent removed: plugin uninstalled; a run in progress finishes", agent=agent)
         log.info("agents changed", added=added, removed=removed, schedule_changes=changes)
@@ -139,23 +228,65 @@ class AgentRescan:
         self, settings: Settings, retry_failed: bool, check_options: bool
     ) -> dict[str, AgentPlugin]:
         found: dict[str, AgentPlugin] = {}
-        eps = installed_entry_points()
+        scan = scan_entry_points()
+        say_once(scan)  # a refused or shadowed name: one line for the daemon's life
+        self.metrics.plugin_names_refused.inc(len(set(scan.refused) - self.refused))
+        self.refused, self.shadowed = set(scan.refused), dict(scan.shadowed)
+        eps = scan.found
         for name in set(self._tried) - set(eps):
             del self._tried[name]  # uninstalled: a reinstall is tried afresh
+        for name in set(self._pending) - set(eps):
+            del self._pending[name]  # uninstalled while stuck: its import, if it ends, is not used
+            self._unstuck(name)
+        waiting = {}
         for name, ep in eps.items():
             if name in self.plugins:
                 found[name] = self.plugins[name]
+            elif name in self._pending:
+                waiting[name] = self._pending[name]
+            elif self._tried.get(name) != _key(ep) or retry_failed:
+                self._tried[name] = _key(ep)
+                if self.allowlist is not None and name not in self.allowlist:
+                    log.info("plugin not in allowlist, not imported", plugin=name)
+                    continue
+                waiting[name] = self._pending[name] = PendingImport(ep)
+            # else: failed, or not allowed, as installed: said once already
+        # An import already stuck is only looked at; new ones get the whole deadline.
+        fresh = any(name not in self.stuck for name in waiting)
+        done = wait_all(waiting, time.monotonic() + (self.deadline if fresh else 0.0))
+        for name, record in done.items():
+            if record is None:
+                self._still_stuck(name, eps[name])
                 continue
-            if self._tried.get(name) == _key(ep) and not retry_failed:
-                continue  # failed, or not allowed, as installed: said once already
-            self._tried[name] = _key(ep)
-            if self.allowlist is not None and name not in self.allowlist:
-                log.info("plugin not in allowlist, not imported", plugin=name)
-                continue
-            plugin = self._load_one(settings, load_entry_point(ep), check_options)
+            del self._pending[name]
+            self._unstuck(name)
+            plugin = self._load_one(settings, record, check_options)
             if plugin is not None:
                 found[name] = plugin
         return found
+
+    def _still_stuck(self, name: str, ep: EntryPoint) -> None:
+        """Said once per stuck import; the gauge shows it until the import ends."""
+        if name in self.stuck:
+            return
+        self.stuck[name] = self._pending[name].started
+        self.metrics.plugin_load_stuck.labels(plugin=name).set(1)
+        log.error(
+            "plugin import stuck: the daemon goes on without it and takes it when it returns",
+            plugin=name,
+            value=ep.value,
+            waited_seconds=round(time.monotonic() - self.stuck[name], 1),
+        )
+
+    def _unstuck(self, name: str) -> None:
+        started = self.stuck.pop(name, None)
+        if started is not None:
+            self.metrics.plugin_load_stuck.labels(plugin=name).set(0)
+            log.info(
+                "stuck plugin import returned",
+                plugin=name,
+                after_seconds=round(time.monotonic() - started, 1),
+            )
 
     def _load_one(
         self, settings: Settings, record: PluginRecord, check_options: bool
@@ -166,12 +297,18 @@ class AgentRescan:
             if record.trace:
                 log.debug("plugin import traceback", plugin=name, traceback=record.trace)
             return None
+        try:  # the plugin's code (a property, say): read here, off the main thread
+            declared = DeclaredOptions(declared_options(plugin))
+        except Exception as exc:
+            self._failed(name, "bad_options", f"{type(exc).__name__}: {exc}", None)
+            return None
         if check_options:  # a bad option keeps this one plugin out; the daemon goes on
             try:
-                check_configured_options(settings, {name: plugin})
+                check_configured_options(settings, {name: declared})
             except SettingsError as exc:
                 self._failed(name, "bad_options", str(exc), None)
                 return None
+        self.options = {**self.options, name: declared}
         self.metrics.add_agent(name, self.stored_success(name))
         log.info("plugin loaded", plugin=name, value=record.value)
         return plugin

@@ -1,9 +1,11 @@
 """The long-running service behind ``genesis-fp16 serve``.
 
 Start-up: load plugins (failures are counted, the rest go on), start the HTTP endpoints
-and the scheduler, then tell systemd READY=1. The main thread then waits for signals:
-SIGHUP (or a change of the ``.env`` file) re-reads the settings and the installed plugins
-(each tick rescans them too: agent_rescan.py), SIGTERM and SIGINT shut down. Shutdown
+and the scheduler, then tell systemd READY=1. The main thread then only waits, pings the
+watchdog and dispatches: SIGHUP (or a change of the ``.env`` file) re-reads the settings
+and asks for a rescan of the installed plugins (each tick asks too), which runs on the
+``plugin-scan`` thread (agent_rescan.py), never here: a plugin whose import hangs costs
+neither a watchdog ping nor a signal. SIGTERM and SIGINT shut down. Shutdown
 pauses the agent jobs, sends STOPPING=1, asks running jobs to stop at their next step
 boundary (they checkpoint), and waits for them at most ``shutdown_timeout_seconds``;
 past that it exits 1 without waiting.
@@ -59,7 +61,7 @@ from genesis_fp16.service.state_lock import (
 )
 from genesis_fp16.service.systemd import Notifier
 from genesis_fp16.status.serving import status_documents
-from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin
+from genesis_fp16_infrastructure.contract import AgentPlugin
 
 log = structlog.get_logger("genesis_fp16.daemon")
 
@@ -229,7 +231,7 @@ class Daemon:
         self.agents.load(settings)
         self.plugins = self.agents.plugins
         # A bad agent option stops start-up (serve exits 2), before anything is served.
-        check_configured_options(settings, self.plugins, known_agent_names())
+        check_configured_options(settings, self._declared(), known_agent_names())
         tls = None
         if settings.tls_cert_file is not None and settings.tls_key_file is not None:
             password = settings.tls_key_password
@@ -268,6 +270,7 @@ class Daemon:
         self.scheduler = AgentScheduler(settings, self._job, self.beat, on_skip=self._skipped)
         self.scheduler.start(self.plugins)
         record_scheduled(self._owner, self.scheduler.scheduled_agents())
+        self.agents.start(self.scheduler, self._owner, self.context.gauge_lock, self._changed)
         self._ready = True
         self.notifier.notify("READY=1")
         log.info(
@@ -322,13 +325,21 @@ class Daemon:
         run_agent_job(self.context, agent, plugin)
 
     def _wait(self) -> None:
+        """The main loop: it waits, pings and dispatches, and calls no plugin code (the
+        rescan runs on its own thread), so nothing a plugin does holds a ping or a signal."""
         env_mtime = self._env_mtime()
-        watchdog = self.notifier.watchdog_seconds
-        last_ping = last_scan = 0.0
+        # A ping every quarter of the watchdog's period: a late wake-up on a loaded host
+        # still leaves a ping within every half period.
+        period = self.notifier.watchdog_seconds
+        interval = period / 4 if period else math.inf
+        last_ping = last_scan = -math.inf
         while not self.stopping.is_set():
-            self._wake.wait(timeout=0.5)
+            timeout = 0.5
+            if period:  # until the next ping is due (at least 50 ms: a stale heartbeat)
+                timeout = min(timeout, max(0.05, last_ping + interval - time.monotonic()))
+            self._wake.wait(timeout=timeout)
             self._wake.clear()
-            if watchdog and time.monotonic() - last_ping >= watchdog / 2 and self.heartbeat_fresh():
+            if period and time.monotonic() - last_ping >= interval and self.heartbeat_fresh():
                 # A stuck scheduler stops the pings, and systemd restarts the service.
                 self.notifier.notify("WATCHDOG=1")
                 last_ping = time.monotonic()
@@ -340,16 +351,31 @@ class Daemon:
             if self._reload_requested and not self.stopping.is_set():
                 self._reload_requested = False
                 self.reload()
-                self._rescan(retry_failed=True)  # with the new settings: their options
+                self.agents.request(self.settings, retry_failed=True)  # the new settings' options
             elif time.monotonic() - last_scan >= self.settings.heartbeat_seconds:
                 last_scan = time.monotonic()
-                self._rescan()
+                self.agents.request(self.settings)
 
-    def _rescan(self, retry_failed: bool = False) -> None:
-        """Plugins installed or uninstalled since the last look (agent_rescan.py)."""
-        if self.agents.rescan(self.settings, self.scheduler, self._owner, retry_failed):
+    def _changed(self) -> None:
+        """On the plugin-scan thread, after a rescan changed the agents."""
+        with self.context.gauge_lock:
             self.plugins = self.agents.plugins
             self._show_precisions()
+
+    def _declared(self) -> dict[str, object]:
+        """Each loaded agent's declared options as the scan thread read them: an option
+        check on the main thread never calls into a plugin."""
+        plugins, declared = self.plugins, self.agents.options
+        return {name: declared[name] for name in plugins if name in declared}
+
+    def plugin_notes(self) -> dict[str, str]:
+        """What the status page says of an agent the daemon has not loaded: its import is
+        stuck, and for how long."""
+        now = time.monotonic()
+        return {
+            name: f"its plugin's import has not returned after {now - since:.0f} s (see `agents`)"
+            for name, since in dict(self.agents.stuck).items()
+        }
 
     def _env_mtime(self) -> float | None:
         try:
@@ -363,7 +389,7 @@ class Daemon:
             new, sources = load_settings_with_sources(
                 self.env_file if self.env_file.is_file() else None
             )
-            check_configured_options(new, self.plugins, known_agent_names())
+            check_configured_options(new, self._declared(), known_agent_names())
             check_devices(new)  # an edit naming a GPU this host lacks is refused like a typo
         except SettingsError as exc:
             self.metrics.config_reloads.labels(outcome="failure").inc()
@@ -392,6 +418,7 @@ class Daemon:
         log.info("shutting down", timeout_seconds=self.settings.shutdown_timeout_seconds)
         self.notifier.notify("STOPPING=1")
         self.stopping.set()
+        self.agents.stop()
         self.scheduler.pause()
         deadline = time.monotonic() + self.settings.shutdown_timeout_seconds
         ctx = self.context

@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 
 from genesis_fp16 import __version__
+from genesis_fp16.config.agent_names import is_agent_name
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.metrics.last_run import LastRun, LastRunUnreadable, load_last_run
 from genesis_fp16.metrics.last_success import LastSuccessStore, LastSuccessUnreadable
@@ -258,9 +259,11 @@ def _figures(mapping: Any) -> dict[str, Any] | None:
 
 
 def _agent_folders(state_dir: Path) -> list[str]:
-    """The agent folders under ``<state_dir>/agents`` (none when it is not there)."""
+    """The agent folders under ``<state_dir>/agents`` (none when it is not there); a folder
+    whose name is not an agent name is no agent's (the daemon never makes one)."""
     try:
-        return [p.name for p in (Path(state_dir) / AGENTS_FOLDER).iterdir() if p.is_dir()]
+        folders = (Path(state_dir) / AGENTS_FOLDER).iterdir()
+        return [p.name for p in folders if is_agent_name(p.name) and p.is_dir()]
     except OSError:
         return []
 

@@ -82,12 +82,14 @@ def _schedule(daemon: Daemon) -> Callable[[str], NextRun]:
             running = set(context.running)
     due = scheduler.next_run_times() if scheduler is not None else {}
     loaded = set(dict(daemon.plugins))  # one C-level copy: a rescan may change it meanwhile
+    notes: Mapping[str, str] = getattr(daemon, "plugin_notes", dict)()  # an import stuck
 
     def next_run(agent: str) -> NextRun:
         if agent in running:
             return NextRun(None, "running now")
         if agent not in loaded:
-            return NextRun(None, "none: the daemon has not loaded this agent (see `agents`)")
+            why = notes.get(agent, "the daemon has not loaded this agent (see `agents`)")
+            return NextRun(None, f"none: {why}")
         if not daemon.settings.agent(agent).enabled:
             return NextRun(None, "none: disabled in the settings")
         when = due.get(agent)

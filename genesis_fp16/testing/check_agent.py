@@ -19,17 +19,18 @@ from typing import Any
 import torch
 
 from genesis_fp16_infrastructure.agent_folder.layout import CHECKPOINTS_FOLDER, QUARANTINE_LOG
-from genesis_fp16_infrastructure.contract.plugin_api import (
+from genesis_fp16_infrastructure.contract import (
     SUPPORTED_API_VERSIONS,
     ProbeSetup,
     TrainRequest,
     TrainRequestError,
     TrainResult,
+    TrainResultError,
     api_version_error,
+    check_result,
+    run_plugin,
 )
-from genesis_fp16_infrastructure.contract.result_check import TrainResultError, check_result
 from genesis_fp16_infrastructure.data.readers import DataError
-from genesis_fp16_infrastructure.judging.run import run_plugin
 from genesis_fp16_infrastructure.training import PRECISIONS
 
 # Records of sample data the rules train on, and the steps of a run: tiny on purpose.

@@ -27,12 +27,23 @@ repairs it.
 
 A pointer that cannot be followed (unreadable, another version, naming a checkpoint that
 is gone) is never guessed past: :func:`set_aside_unusable` renames it
-``served.json.unusable``, every reader then refuses in one line naming the repair, and
+``served.json.unusable-<time>`` (:func:`aside_path`), every reader refuses in one line, and
 ``genesis-fp16 model promote AGENT ID`` or ``model rollback AGENT`` writes a new one from
 the candidates' own records (:func:`repairable_pointer`, :func:`promoted_candidates`).
 A manual ``promote`` or ``rollback`` pins the served model (:func:`operator_pin`): the
 daemon's gate then holds a better candidate (verdict ``held``) instead of serving it, until
 ``model unpin`` (:func:`unpin`).
+
+Crash-safe: each transition's one commit point is the pointer's atomic replace, written
+last, and it carries what the transition decided: a numbered ``journal`` (the last
+``JOURNAL_KEEP`` transitions, ``sequence`` the newest number) holding the verdicts a
+promotion or rollback gave (:func:`journaled`). The candidates' ``verdict.json`` files
+follow from it (:func:`roll_forward`, at the end of the transition and again at the next
+owner call, under the lock), so a kill -9 anywhere leaves the state before or after:
+never a ``promoted`` verdict for a model not served, and prune keeps any candidate whose
+verdict still disagrees (:func:`disagreeing`) and removes by one rename. The daemon
+counts transitions from the journal's numbers, each once, reported by its run or not.
+tests/infrastructure/agent_folder/test_lifecycle_kill.py kills every write of each.
 
 JSON only, no torch: the daemon's up-to-date check and the ``model`` command use it
 without importing torch.
@@ -43,6 +54,7 @@ without importing torch.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -66,6 +78,8 @@ from genesis_fp16_infrastructure.agent_folder.layout import (
 from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META as CANDIDATE_META_FILE
 from genesis_fp16_infrastructure.agent_folder.layout import POINTER_LOCK as POINTER_LOCK_FILE
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
+
+logger = logging.getLogger(__name__)
 
 # The pointer's record and codec ------------------------------------------------------------
 
@@ -193,7 +207,9 @@ def repair_hint(folder: Path) -> str:
 
 
 def aside_path(folder: Path) -> Path:
-    return Path(folder) / ASIDE_NAME
+    """Where the pointer was last set aside (:func:`files.newest_aside`); when never,
+    ``served.json.unusable``, which is not there."""
+    return files.newest_aside(pointer_path(folder)) or Path(folder) / ASIDE_NAME
 
 
 def write_pointer(folder: Path, pointer: ServedPointer) -> None:
@@ -295,9 +311,11 @@ def decided_verdicts(pointer: ServedPointer) -> dict[str, dict[str, Any]]:
     its ``journal_seq``): what its ``verdict.json`` must say."""
     decided: dict[str, dict[str, Any]] = {}
     for entry in pointer.journal:
-        for ident, verdict in (entry.get("verdicts") or {}).items():
-            if isinstance(verdict, dict):
-                decided[str(ident)] = verdict
+        verdicts = entry.get("verdicts")
+        for ident, verdict in (verdicts if isinstance(verdicts, dict) else {}).items():
+            plain = Path(str(ident)).name == str(ident) and str(ident) not in ("", ".", "..")
+            if plain and isinstance(verdict, dict) and isinstance(verdict.get("journal_seq"), int):
+                decided[str(ident)] = verdict  # a hand-edited one without its number: ignored
     return decided
 
 
@@ -461,7 +479,7 @@ def list_candidates(folder: Path) -> list[Path]:
 
 def read_json(path: Path) -> dict[str, Any] | None:
     """A candidate's meta or verdict (``path``'s name says which); None when absent, or
-    unusable: set aside as ``<name>.unusable`` and reported (agent_folder.files)."""
+    unusable: set aside as ``<name>.unusable-*`` and reported (agent_folder.files)."""
     file = {VERDICT_NAME: VERDICT, CANDIDATE_META: CANDIDATE_META_FILE}[Path(path).name]
     return files.load(path, file, _a_dict)
 
@@ -628,8 +646,8 @@ def serve_unless_pinned(
 
 def set_aside_unusable(folder: Path) -> tuple[str | None, Path | None]:
     """Check the pointer the way every loader reads it; an unreadable, wrong-version or
-    dangling one is renamed ``served.json.unusable`` (under the pointer's lock), so that
-    no reader guesses and a repair starts clean. Returns (why it is unusable, where it
+    dangling one is renamed ``served.json.unusable-<time>`` (under the pointer's lock), so
+    that no reader guesses and a repair starts clean. Returns (why it is unusable, where it
     was set aside now): (None, None) when usable or absent; (why, None) when it was set
     aside before and not repaired since."""
     with pointer_lock(folder):
@@ -748,9 +766,19 @@ def _current(folder: Path) -> tuple[ServedPointer | None, bool]:
 
 
 def _set_aside_if_there(folder: Path) -> None:
+    """Keep the unusable pointer for the post-mortem before a repair replaces it: a copy
+    (the pointer stays until the repair's one atomic replace: a kill between leaves the
+    state before); a folder, FIFO or link at its name is moved, as any in a write's way."""
     path = pointer_path(folder)
-    if path.exists() or path.is_symlink():
-        files.set_aside(path, SERVED_POINTER, f"{path}: replaced by the operator's repair")
+    why = f"{path}: replaced by the operator's repair"
+    try:
+        data = files.read_bytes(path, SERVED_POINTER.limit)
+    except UnusableStateFile:
+        files.set_aside(path, SERVED_POINTER, why)
+        return
+    if data is not None:
+        files.write_bytes(aside_path(folder), SERVED_POINTER, data)
+        logger.warning("unusable served-model pointer copied to %s: %s", aside_path(folder), why)
 
 
 def _intact(folder: Path, entry: dict[str, Any]) -> bool:

@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 from daemon_harness import FIXTURE_PLUGINS
 
-from genesis_fp16.config.plugins import PluginError, discover_plugins, load_plugin
+from genesis_fp16.config import plugins
+from genesis_fp16.config.plugins import (
+    PluginError,
+    discover_plugins,
+    installed_entry_points,
+    load_plugin,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -75,18 +81,24 @@ def test_a_package_earlier_on_the_path_cannot_replace_a_built_in_agent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Another distribution registering se_darwin first on sys.path: the built-in one is kept,
-    the other never imported, and a warning names both."""
+    the other never imported, its record names both, and a warning names both once in the
+    process however often the entry points are read."""
     info = tmp_path / "evil_agents-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: evil-agents\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text("[genesis_fp16.agents]\nse_darwin = evil:plugin\n")
     (tmp_path / "evil.py").write_text("raise SystemExit('the shadowing plugin was imported')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    with caplog.at_level(logging.WARNING):
-        (record,) = [r for r in discover_plugins(["se_darwin"]) if r.name == "se_darwin"]
+    (record,) = [r for r in discover_plugins(["se_darwin"]) if r.name == "se_darwin"]
     assert record.value == "genesis_fp16_agents.se_darwin:plugin" and record.state == "loaded"
-    messages = [r.getMessage() for r in caplog.records]
-    assert any("evil-agents" in m and "genesis-fp16" in m for m in messages)
+    assert "evil-agents (evil:plugin)" in str(record.shadowed)
+    assert str(record.shadowed).endswith("using genesis-fp16's")
+    monkeypatch.setattr(plugins, "_said", set())  # this process has said nothing yet
+    with caplog.at_level(logging.WARNING):
+        for _ in range(100):  # a hundred ticks of the daemon's rescan
+            assert "se_darwin" in installed_entry_points()
+    messages = [r.getMessage() for r in caplog.records if "evil-agents" in r.getMessage()]
+    assert len(messages) == 1 and "genesis-fp16" in messages[0], messages
 
 
 def _dist(root: Path, name: str, value: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,7 +43,7 @@ def site_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     before = set(sys.modules)
     yield site
     for name in set(sys.modules) - before:
-        if name.startswith(("fixture_agents", "edit_agent", "flaky_agent")):
+        if name.startswith(("fixture_agents", "edit_agent", "flaky_agent", "slow_agent")):
             del sys.modules[name]
 
 
@@ -135,5 +136,44 @@ def test_a_new_plugin_with_a_bad_configured_option_stays_out(
         assert rescan.rescan(settings, scheduler, fd, retry_failed=True)  # SIGHUP
         assert sorted(rescan.plugins) == ["fixture_good", "flaky_agent"]
     finally:
+        scheduler.shutdown()
+        os.close(fd)
+
+
+def _stuck(rescan: AgentRescan, plugin: str) -> float | None:
+    registry = rescan.metrics.registry
+    return registry.get_sample_value("genesis_fp16_plugin_load_stuck", {"plugin": plugin})
+
+
+def test_an_import_past_its_deadline_is_stuck_then_taken_when_it_returns(
+    site_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plugin whose import waits for a file: the rescan returns after the deadline with it
+    stuck (the gauge 1, the other agent kept); once the import returns, the next rescan
+    loads and schedules it and the gauge is 0."""
+    monkeypatch.setenv("GENESIS_FP16_PLUGIN_ALLOWLIST", "fixture_good,slow_agent")
+    settings, rescan, scheduler, fd = _parts(tmp_path)
+    rescan.deadline = 0.5
+    release = tmp_path / "release"
+    (site_dir / "slow_agent.py").write_text(
+        "import pathlib, time\n"
+        f"while not pathlib.Path({str(release)!r}).exists():\n    time.sleep(0.05)\n"
+        "from fixture_agents.good import FixtureAgent\nplugin = FixtureAgent('slow_agent')\n"
+    )
+    try:
+        _dist(site_dir, "slow_agent", "slow_agent")
+        assert not rescan.rescan(settings, scheduler, fd)
+        assert list(rescan.stuck) == ["slow_agent"] and _stuck(rescan, "slow_agent") == 1
+        assert not rescan.rescan(settings, scheduler, fd)  # still importing: still stuck
+        assert list(rescan.plugins) == ["fixture_good"]
+        release.touch()
+        deadline = time.monotonic() + 60
+        while not rescan.rescan(settings, scheduler, fd) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sorted(rescan.plugins) == ["fixture_good", "slow_agent"]
+        assert rescan.stuck == {} and _stuck(rescan, "slow_agent") == 0
+        assert read_holder(tmp_path / LOCK_NAME).agents == ("fixture_good", "slow_agent")
+    finally:
+        release.touch()
         scheduler.shutdown()
         os.close(fd)

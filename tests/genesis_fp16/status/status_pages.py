@@ -8,7 +8,10 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
-HOSTILE_AGENT = "<img src=x onerror=alert(1)>"  # a folder name: no "/" allowed in it
+# An agent name cannot carry markup ([a-z][a-z0-9_]{0,63}: genesis_fp16/config/agent_names.py);
+# a folder beside the agents' named with some is no agent's, and the report leaves it out.
+HOSTILE_AGENT = "hostile_agent"
+STRAY_FOLDER = "<img src=x onerror=alert(1)>"
 HOSTILE_REASON = '<script>alert(1)</script> & "quoted"'
 HOSTILE_MODEL = "<b>bold</b>"
 Sections = list[tuple[str, list[tuple[str, str]]]]
@@ -19,6 +22,7 @@ def seed_hostile_agent(state_dir: Path) -> Path:
     pointer with a hostile id, live figures and a pin (fields the pointer may carry)."""
     root = state_dir / "agents" / HOSTILE_AGENT
     (root / "checkpoints").mkdir(parents=True)
+    (state_dir / "agents" / STRAY_FOLDER).mkdir()
     (root / "last_run.json").write_text(
         json.dumps(
             {

@@ -19,6 +19,7 @@ from status_pages import (
     HOSTILE_AGENT,
     HOSTILE_MODEL,
     HOSTILE_REASON,
+    STRAY_FOLDER,
     page_rows,
     seed_hostile_agent,
     steady,
@@ -95,6 +96,7 @@ def test_status_json_is_the_daemons_report(daemon: DaemonProcess) -> None:
     assert failed["reason"] == "error: RuntimeError: fixture_raising always fails its training job"
     assert agents[HOSTILE_AGENT]["installed"] is False
     assert agents[HOSTILE_AGENT]["last_run"]["reason"] == HOSTILE_REASON
+    assert STRAY_FOLDER not in agents  # not an agent name: no agent's folder
 
 
 def test_status_text_and_the_page_show_the_same_rows(daemon: DaemonProcess) -> None:

@@ -18,7 +18,10 @@ from genesis_fp16_infrastructure.contract.reports import (
     ReportError,
 )
 from genesis_fp16_infrastructure.data.fingerprint import DataChange, DataFingerprint
+from genesis_fp16_infrastructure.data.readers import ReadResult
+from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
+from genesis_fp16_infrastructure.training import FitResult
 
 logger = logging.getLogger(__name__)
 
@@ -83,4 +86,36 @@ def split_record(task: WorldModelTask) -> dict[str, Any]:
         "train": len(task.train_data),
         "validation": len(task.validation_data),
         "held_out": len(task.eval_data),
+    }
+
+
+def run_extra(result: FitResult, data: ReadResult, task: WorldModelTask) -> dict[str, Any]:
+    """The run's own record in ``extra`` (the daemon reads none of it): its steps over
+    the whole chain, the records used, skipped as duplicates or unlabelled, the split."""
+    return {
+        "total_steps": result.summary.step,
+        "examples": data.labelled,
+        "duplicates": data.duplicates,
+        "unlabelled": data.unlabelled,
+        "split": split_record(task),
+    }
+
+
+def trained_extra(result: FitResult, candidate: str) -> dict[str, Any]:
+    """What a run that trained adds to ``extra``: the precision's warning, the checkpoint
+    it resumed from and its candidate's name."""
+    return {
+        "precision_warning": result.precision.warning,
+        "resumed_from": str(result.resumed_from) if result.resumed_from else None,
+        "candidate": candidate,
+    }
+
+
+def cache_record(cache: RecordCache) -> dict[str, int]:
+    """``extra.record_cache``: the per-file record cache's counts for this read."""
+    return {
+        "files_cached": cache.hits,
+        "files_read": cache.misses,
+        "files_continued": cache.continued,  # appended .jsonl: new lines only
+        "write_failures": cache.write_failures,
     }

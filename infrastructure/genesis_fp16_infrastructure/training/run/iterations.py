@@ -28,7 +28,7 @@ The flight recorder runs after each boundary check that was not spotless: the gu
 snapshot is an iteration's start, and the recorder's re-run calls ``begin_iteration``
 on its scratch trainer before each iteration's batches, so that they are rolled out
 again with the same weights (a task whose rollouts draw from ``(seed, iteration)``, as
-rlhf_ppo's do, then gives the same batches).
+a PPO task's may, then gives the same batches).
 """
 
 from __future__ import annotations
