@@ -246,11 +246,12 @@ def test_floor_check_catches_an_import_from_above(tmp_path: Path) -> None:
 
 
 # The library's layers, bottom up: the root's utilities, the components, the contract
-# (what a plugin and the daemon exchange), the recipes. A component names no agent.
+# (what a plugin and the daemon exchange; judging/, the judged run every plugin that scores
+# its records gets), the recipes. A component names no agent.
 LIBRARY_LAYERS = (
     {"atomic", "gc_pause", "json_numbers", "machine_memory", "phases", "record_codec"},
     {"training", "data", "world_model", "rl", "probe", "agent_folder"},
-    {"contract"},
+    {"contract", "judging"},
     {"recipes"},
 )
 LIBRARY = ROOT / "infrastructure" / "genesis_fp16_infrastructure"

@@ -341,7 +341,7 @@ def _train(
         request.precision_reason,
         request.device,
     )
-    from genesis_fp16_infrastructure.contract import check_result
+    from genesis_fp16_infrastructure.contract import check_result, run_plugin
     from genesis_fp16_infrastructure.training import PrecisionError
     from genesis_fp16_infrastructure.training.checkpoint import CheckpointFolderBusy
     from genesis_fp16_infrastructure.training.step.execution import ExecutionError
@@ -355,7 +355,7 @@ def _train(
         # Log records print above the bar (tqdm.write), which redraws below them.
         with bar.showing() if bar else contextlib.nullcontext():
             # A field of the wrong type: one line naming it, not json.dumps' traceback below.
-            result = check_result(plugin.train(request), args.agent)
+            result = check_result(run_plugin(plugin, request), args.agent)
     except (
         DataError,
         PrecisionError,

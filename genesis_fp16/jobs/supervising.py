@@ -26,6 +26,7 @@ from genesis_fp16_infrastructure.contract import (
     TrainRequest,
     TrainResult,
     check_result,
+    run_plugin,
 )
 
 log = structlog.get_logger("genesis_fp16.jobs")
@@ -58,7 +59,7 @@ def execute_run(run: Run, plugin: AgentPlugin, request: TrainRequest) -> TrainRe
         return supervised(ctx, agent, child, run.deadline, run.timeout, grace + 60)
 
     def call() -> TrainResult:  # a wrong field: one line naming it (a child's train does too)
-        return check_result(plugin.train(request), agent)
+        return check_result(run_plugin(plugin, request), agent)
 
     return supervised(ctx, agent, call, run.deadline, run.timeout, grace)
 

@@ -32,6 +32,7 @@ True
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -59,19 +60,22 @@ class LiveMetrics:
         self.quality = gauge(
             "quality",
             "The watched model's (model=served) and its predecessor's (model=previous) "
-            "AUC and log-loss on those records, at the last run that scored new ones.",
+            "AUC and log-loss (a judged plugin's: its mean loss, score=loss) on those "
+            "records, at the last run that scored new ones.",
             ("agent", "model", "score"),
         )
         self.difference = gauge(
             "log_loss_difference",
-            "Mean per-record log-loss of the watched model minus its predecessor's on "
-            "the same new records (bound=estimate), and its anytime-valid 95% bounds "
-            "(bound=lower, upper); a lower bound above the margin is a live regression.",
+            "Mean per-record log-loss (a judged plugin's: its own loss) of the watched "
+            "model minus its predecessor's on the same new records (bound=estimate), and "
+            "its anytime-valid 95% bounds (bound=lower, upper); a lower bound above the "
+            "margin is a live regression.",
             ("agent", "bound"),
         )
         self.margin = gauge(
             "margin",
-            "The log-loss margin of the live watch: worse by more than this is a regression.",
+            "The log-loss (a judged plugin's: loss) margin of the live watch: worse by more "
+            "than this is a regression.",
             ("agent",),
         )
         self.regression = gauge(
@@ -121,9 +125,12 @@ class LiveMetrics:
             ("served", "log_loss"): live.served_log_loss,
             ("previous", "auc"): live.previous_auc,
             ("previous", "log_loss"): live.previous_log_loss,
+            ("served", "loss"): live.served_loss,  # a judged plugin's (contract.judging)
+            ("previous", "loss"): live.previous_loss,
         }
         for (side, score), value in scores.items():
-            if value is not None:  # an AUC the records could not give
+            # an AUC the records could not give; a judged plugin's absent log-loss (NaN)
+            if value is not None and math.isfinite(value):
                 self.quality.labels(agent=agent, model=side, score=score).set(value)
         for bound, value in zip(BOUNDS, (live.difference, live.lower, live.upper), strict=True):
             self.difference.labels(agent=agent, bound=bound).set(value)

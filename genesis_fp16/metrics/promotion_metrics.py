@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from genesis_fp16_infrastructure.contract import DriftReport, GateReport, ScoresOn
 
-SCORES = ("auc", "log_loss")
+SCORES = ("auc", "log_loss", "loss")  # loss: a judged plugin's mean loss (contract.judging)
 PROMOTING = ("gate", "first")  # the journal kinds of the gate's promotions (lifecycle.serve)
 
 
@@ -36,12 +36,13 @@ class PromotionMetrics:
 
         self.served = gauge(
             "served_model_quality",
-            "The served model's score (auc, log_loss) on the promotion gate's last "
+            "The served model's score (auc, log_loss; a judged plugin's: loss) on the gate's last "
             "comparison set; after a promotion, the promoted candidate's.",
         )
         self.candidate = gauge(
             "candidate_model_quality",
-            "The last judged candidate's score (auc, log_loss) on the same records.",
+            "The last judged candidate's score (auc, log_loss; a judged plugin's: loss) on the "
+            "same records.",
         )
         self.tolerance = gauge(
             "promotion_tolerance",

@@ -56,7 +56,7 @@ class RunTracker:
         tracker = RunTracker.open(Path("/var/lib/genesis-fp16/runs"), "se_darwin", run_id)
         tracker.log_start({"precision requested": "auto", "device": "cuda"})
         request = replace(request, on_log=tracker.log_summary)
-        tracker.log_result(plugin.train(request))
+        tracker.log_result(run_plugin(plugin, request))  # judging.run
         tracker.close()
     """
 

@@ -20,7 +20,7 @@ import torch
 
 from genesis_fp16_infrastructure.agent_folder.layout import CHECKPOINTS_FOLDER, QUARANTINE_LOG
 from genesis_fp16_infrastructure.contract import (
-    API_VERSION,
+    SUPPORTED_API_VERSIONS,
     ProbeSetup,
     TrainRequest,
     TrainRequestError,
@@ -28,6 +28,7 @@ from genesis_fp16_infrastructure.contract import (
     TrainResultError,
     api_version_error,
     check_result,
+    run_plugin,
 )
 from genesis_fp16_infrastructure.data.readers import DataError
 from genesis_fp16_infrastructure.training import PRECISIONS
@@ -106,9 +107,12 @@ class _Bench:
         values.update(fields)
         return TrainRequest(**values)
 
-    def train(self, request: TrainRequest) -> TrainResult:
+    def train(self, request: TrainRequest, own: bool = False) -> TrainResult:
+        """A run as the daemon makes it (a judged plugin's through its judged run), or
+        ``own``: the plugin's own ``train`` alone (a rule about train itself)."""
         try:  # the type of each field, as train and the daemon check it
-            return check_result(self.plugin.train(request), self.plugin.name)
+            result = self.plugin.train(request) if own else run_plugin(self.plugin, request)
+            return check_result(result, self.plugin.name)
         except TrainResultError as exc:
             raise RuleFailed(str(exc)) from None
 
@@ -131,9 +135,9 @@ def _contract(bench: _Bench) -> str:
     ]
     if missing:
         raise RuleFailed(f"missing {', '.join(missing)}")
-    if plugin.api_version != API_VERSION:
+    if plugin.api_version not in SUPPORTED_API_VERSIONS:
         raise RuleFailed(api_version_error(plugin.api_version))
-    return f"api_version {API_VERSION}, name {plugin.name!r}"
+    return f"api_version {plugin.api_version}, name {plugin.name!r}"
 
 
 def _sample_data(bench: _Bench) -> str:
@@ -226,8 +230,8 @@ def _refuses_bad_data(bench: _Bench) -> str:
     bad = bench.root / "bad" / "garbage.json"
     bad.parent.mkdir(parents=True, exist_ok=True)
     bad.write_bytes(b"\x00\xff not data\n")
-    try:
-        bench.train(bench.request(data_path=bad))
+    try:  # train's own refusal: a judged run's scoring would refuse the file too
+        bench.train(bench.request(data_path=bad), own=True)
     except (TrainRequestError, DataError) as exc:
         if str(bad) not in str(exc) and bad.name not in str(exc):
             raise RuleFailed(f"the refusal does not name the file: {exc}") from None
@@ -302,7 +306,7 @@ def check_agent(
 
     >>> report = check_agent(plugin)        # doctest: +SKIP
     >>> print(report.summary())             # doctest: +SKIP
-    PASS contract: api_version 2, name 'my_agent'
+    PASS contract: api_version 3, name 'my_agent'
     ...
     """
     results: list[RuleResult] = []

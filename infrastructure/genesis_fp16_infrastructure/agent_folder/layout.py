@@ -28,6 +28,8 @@
                     candidate.json       its data and request
                     verdict.json         the gate's verdict
                     live-<id>.npz        the live watch's scores against model <id>
+                    judged_ids.npz       a judged plugin's model: the record ids it knew
+                    judged-live-<id>.npz a judged plugin's live watch against model <id>
 
 A file found unusable at its name is set aside beside it under a name of its own,
 ``<name>.unusable-<UTC time>`` (``-2``, ``-3``... when two land in one microsecond:
@@ -106,6 +108,10 @@ CANDIDATE_META = StateFile("candidate.json", "candidate_meta", "candidate", "jso
 VERDICT = StateFile("verdict.json", "verdict", "candidate", "json", 1 * MIB)
 # The live watch's scores of a served model against the one before it (``{id}``: that one's).
 LIVE_WATCH = StateFile("live-{id}.npz", "live_watch", "candidate", "binary", 1024 * MIB)
+# A judged plugin's model (genesis_fp16_infrastructure.judging): the hashes of the record
+# ids it was trained or judged on, and its live watch's losses against model ``{id}``.
+JUDGED_IDS = StateFile("judged_ids.npz", "judged_ids", "candidate", "binary", 256 * MIB)
+JUDGED_WATCH = StateFile("judged-live-{id}.npz", "judged_watch", "candidate", "binary", 1024 * MIB)
 
 LAYOUT: tuple[StateFile, ...] = (
     PRECISION_STATE,
@@ -127,6 +133,8 @@ LAYOUT: tuple[StateFile, ...] = (
     CANDIDATE_META,
     VERDICT,
     LIVE_WATCH,
+    JUDGED_IDS,
+    JUDGED_WATCH,
 )
 
 # Folders.

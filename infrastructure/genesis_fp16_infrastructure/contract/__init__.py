@@ -5,7 +5,9 @@ place the daemon imports it from.
 do), ``agent_snapshot`` (the agent's state folder as a job's plan read it, once, which
 the request carries), ``agent_state`` (reading it), ``train_result`` (what a run
 reports), ``reports`` (the typed records a result carries, one codec: ``record_codec``)
-and ``result_check`` (a plugin's result checked field by field). It imports the
+and ``result_check`` (a plugin's result checked field by field), ``judging`` (the optional
+judged-model capability) and ``run_plugin`` (the one call that trains any plugin, from
+the judged run beside the contract, ``judging/``). It imports the
 components below it and names no agent.
 
 This package is the contract's API: every name of those modules that a caller uses,
@@ -33,12 +35,21 @@ if TYPE_CHECKING:
         read_resume_point,
         read_snapshot,
     )
+    from genesis_fp16_infrastructure.contract.judging import (
+        JUDGING_VERSION,
+        JudgedPlugin,
+        RecordLosses,
+        RecordLossesError,
+        judging_of,
+        model_weights,
+    )
     from genesis_fp16_infrastructure.contract.plugin_api import (
         API_CHANGES,
         API_VERSION,
         DEFAULT_STEPS,
         LEARNING_FAILURES,
         SCALER_CALIBRATION_SKIPS,
+        SUPPORTED_API_VERSIONS,
         AgentOption,
         AgentPlugin,
         OptionValue,
@@ -73,6 +84,7 @@ if TYPE_CHECKING:
         TrainResultError,
         check_result,
     )
+    from genesis_fp16_infrastructure.judging.run import run_plugin
     from genesis_fp16_infrastructure.record_codec import Record, ReportError
 
 # Exported name -> the module of the library that gives it.
@@ -96,6 +108,15 @@ _EXPORTS: dict[str, str] = {
     "learning_failure": "contract.plugin_api",
     "min_useful_steps": "contract.plugin_api",
     "parse_options": "contract.plugin_api",
+    "SUPPORTED_API_VERSIONS": "contract.plugin_api",
+    "JUDGING_VERSION": "contract.judging",
+    "JudgedPlugin": "contract.judging",
+    "RecordLosses": "contract.judging",
+    "RecordLossesError": "contract.judging",
+    "judging_of": "contract.judging",
+    "model_weights": "contract.judging",
+    # The one call that trains any plugin (a judged run for a judged plugin): judging/.
+    "run_plugin": "judging.run",
     "CACHE_VERSION": "contract.reports",
     "Calibration": "contract.reports",
     "DataReport": "contract.reports",
@@ -128,8 +149,10 @@ __all__ = [
     "API_VERSION",
     "CACHE_VERSION",
     "DEFAULT_STEPS",
+    "JUDGING_VERSION",
     "LEARNING_FAILURES",
     "SCALER_CALIBRATION_SKIPS",
+    "SUPPORTED_API_VERSIONS",
     "AgentOption",
     "AgentPlugin",
     "AgentSnapshot",
@@ -145,12 +168,15 @@ __all__ = [
     "GateComparison",
     "GateReport",
     "GateScores",
+    "JudgedPlugin",
     "LiveReport",
     "Measured",
     "OptionValue",
     "PrecisionRequest",
     "ProbeSetup",
     "Record",
+    "RecordLosses",
+    "RecordLossesError",
     "ReportError",
     "ResumePoint",
     "ScoresOn",
@@ -162,12 +188,15 @@ __all__ = [
     "check_result",
     "declared_options",
     "ignored_request_fields",
+    "judging_of",
     "learning_failure",
     "min_useful_steps",
+    "model_weights",
     "parse_options",
     "read_agent_state",
     "read_resume_point",
     "read_snapshot",
+    "run_plugin",
 ]
 
 

@@ -156,13 +156,16 @@ class GateComparison(Record):
 @dataclass(frozen=True)
 class ScoresOn(Record):
     """A model's scores on the set that decided (``name``); the first model's are its
-    run's own evaluation, without an s.e. or a record count."""
+    run's own evaluation, without an s.e. or a record count. A judged plugin's model
+    (genesis_fp16_infrastructure.judging) has no AUC or log-loss (NaN) but ``loss``, its
+    mean per-record loss, clipped to the plugin's ``loss_span``."""
 
     name: str = field(metadata={JSON: "set"})
     auc: float
     log_loss: float
     auc_se: float | None = field(default=None, metadata=_OPTIONAL)
     records: int | None = field(default=None, metadata=_OPTIONAL)
+    loss: float | None = field(default=None, metadata=_OPTIONAL)
 
     @classmethod
     def of(cls, comparison: GateComparison, side: Literal["candidate", "served"]) -> ScoresOn:
@@ -233,3 +236,8 @@ class LiveReport(Record):
     held: str | None = None
     now_served: str | None = field(default=None, metadata=_OPTIONAL)
     updated_at: str = ""
+    # A judged plugin's watch (genesis_fp16_infrastructure.judging.watch): no AUC or
+    # log-loss (None, NaN), but both models' mean loss, clipped to the plugin's span; the
+    # difference, its bounds and the margin are in that loss's units.
+    served_loss: float | None = field(default=None, metadata=_OPTIONAL)
+    previous_loss: float | None = field(default=None, metadata=_OPTIONAL)

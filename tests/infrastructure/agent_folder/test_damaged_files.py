@@ -33,6 +33,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
 from genesis_fp16_infrastructure.data.sources import Source
+from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.recipes.retrain import freshness, live_watch
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.training.precision.carried_scale import read_carried_scale
@@ -115,6 +116,8 @@ CONSUMERS: dict[str, Callable[[Folder, Path], object]] = {
     "candidate_meta": lambda f, p: list_candidates(f.paths.checkpoint_dir),
     "verdict": lambda f, p: read_json(p),
     "live_watch": lambda f, p: live_watch._read_store(p),
+    "judged_ids": lambda f, p: stores.read_known_ids(p.parent),
+    "judged_watch": lambda f, p: stores.read_watch(p),
 }
 # Files a run writes whole and never reads as a record: damaged content is replaced.
 WRITTEN = {"last_run", "run_request", "quarantine"}

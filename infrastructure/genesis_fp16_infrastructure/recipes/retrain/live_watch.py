@@ -16,7 +16,7 @@ models, before it plans a candidate:
   log-loss, and the paired per-record log-loss difference, served − predecessor, with
   its anytime-valid bounds) are written into the served entry of ``served.json`` as
   ``live``; they go into the history with it when it is replaced;
-* the test (:mod:`~genesis_fp16_infrastructure.recipes.retrain.sequential`): when the lower bound
+* the test (:mod:`~genesis_fp16_infrastructure.judging.sequential`): when the lower bound
   of the mean difference passes ``MARGIN`` (the gate's own log-loss margin), the served
   model is worse than its predecessor by more than the margin, at ``ALPHA`` over its whole
   watch, however many runs looked. Unless the operator pinned it, the predecessor is
@@ -61,9 +61,9 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
 from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot
 from genesis_fp16_infrastructure.data.fingerprint import held_in
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+from genesis_fp16_infrastructure.judging.sequential import mean_bounds
 from genesis_fp16_infrastructure.recipes.retrain import gate
 from genesis_fp16_infrastructure.recipes.retrain.judge_sets import LIVE_REGRESSION
-from genesis_fp16_infrastructure.recipes.retrain.sequential import mean_bounds
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, load_checkpoint
 
 logger = logging.getLogger(__name__)
