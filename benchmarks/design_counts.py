@@ -79,6 +79,10 @@ Issue 53's figures:
 
 9. *Lines of the rlhf_ppo package*: physical lines of the product files under
    ``agents/genesis_fp16_agents/rlhf_ppo/``.
+
+Issue 58's figures, 10 to 13, are defined and counted in ``seam_counts.py``: the library
+modules and names the daemon imports, the daemon modules importing a recipe, the reads of
+``.extra`` in the daemon, and the worst cyclomatic complexity (radon's rules).
 """
 
 from __future__ import annotations
@@ -104,6 +108,7 @@ from design_syntax import (
     scoped_nodes,
     simple_name,
 )
+from seam_counts import SeamFigures, seam_figures
 from state_reads import state_reads
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,6 +132,7 @@ class Figures:
     result_mappings: list[Place] = field(default_factory=list)
     state_reads: list[Place] = field(default_factory=list)
     precision_strs: list[Place] = field(default_factory=list)
+    seam: SeamFigures = field(default_factory=SeamFigures)
 
     @property
     def lines(self) -> int:
@@ -409,6 +415,7 @@ def count(root: Path, names: Sequence[str]) -> Figures:
     count_result_mappings(figures.files, figures)
     figures.state_reads = state_reads(figures.files)
     count_precision_strs(figures.files, figures)
+    figures.seam = seam_figures(figures.files)
     return figures
 
 
@@ -450,6 +457,22 @@ def rows(figures: Figures) -> list[tuple[str, str]]:
         ),
         ("8. Precision names typed as str", _in_files(figures.precision_strs)),
         ("9. Lines of the rlhf_ppo package", f"{figures.rlhf_ppo_lines:,}"),
+        *seam_rows(figures.seam),
+    ]
+
+
+def seam_rows(seam: SeamFigures) -> list[tuple[str, str]]:
+    """Issue 58's rows (seam_counts.py)."""
+    (worst, place), *_ = seam.worst() or [(0, Place("", "none", ""))]
+    return [
+        (
+            "10. Library modules the daemon imports / distinct names",
+            f"{len(seam.modules)} / {len(seam.names)}",
+        ),
+        ("11. Daemon modules importing a recipe", str(len(seam.recipe_importers))),
+        ("12. Reads of .extra in the daemon", _in_files(seam.extra_reads)),
+        ("13. Worst cyclomatic complexity", f"{worst} (`{place.name}`, `{place.rel}`)"),
+        ("... functions over 25", str(sum(c > 25 for c, _ in seam.complexity))),
     ]
 
 
@@ -491,6 +514,13 @@ def details(head: str, figures: Figures) -> str:
         (
             "Files of the rlhf_ppo package",
             [f"`{f.rel}`: {f.lines}" for f in figures.files if f.rel.startswith(RLHF_PPO)],
+        ),
+        ("Library modules the daemon imports", [f"`{m}`" for m in figures.seam.modules]),
+        ("Daemon modules importing a recipe", [str(p) for p in figures.seam.recipe_importers]),
+        ("Reads of .extra in the daemon", [str(p) for p in figures.seam.extra_reads]),
+        (
+            "Functions of complexity over 25",
+            [f"{c}: `{p.rel}`: `{p.name}`" for c, p in figures.seam.worst(50) if c > 25],
         ),
     ]
     out = []

@@ -7,13 +7,17 @@
    to overflow fp16: the *early* layer (module ``0``'s input scaled by 2**20, the same
    as scaling its weights), the *late* layer (module ``3``'s input scaled alike), or the
    *loss* (its gradient multiplied by 1e9). For each seed and position: was a bundle
-   written, did ``replay`` reproduce the step on the CPU, and did it name the module.
+   written, did ``replay`` reproduce the step on the CPU, and did it name the module;
+   and what ``replay --against fp32`` names as the first departure and advises.
 2. **Overhead.** Eager fp32 steps on the CPU of se_darwin's world model (the bench's
    ``default`` preset) and of its ``large`` preset, batch 64, in blocks of ``--block``
-   steps, range statistics on (``--every``, default 100) and off, interleaved A/B for
-   ``--rounds`` rounds (``--large-rounds`` for large): the median step time of each and
-   the overhead's spread, in this process's CPU seconds (``--clock cpu``, the default:
-   on a shared machine other processes' load does not count; ``wall`` for wall time).
+   (``--large-block``) steps, range statistics on (the default, cost-chosen config; each
+   "on" block a fresh run's statistics, its first sample included; ``--every N`` for a
+   fixed rate) and off, interleaved A/B for ``--rounds`` rounds (``--large-rounds`` for
+   large): the median step time of each, the overhead's median and spread, the samples
+   each block took and the interval the cost chose, in this process's CPU seconds
+   (``--clock cpu``, the default: on a shared machine other processes' load does not
+   count; ``wall`` for wall time).
    Then the recorder alone (``flight`` on vs off) through
    ``fit()`` on a clean run.
 3. **Bounded.** ``--bounded-steps`` consecutive non-finite steps (NaN losses in every
@@ -107,11 +111,15 @@ def injected_faults(seeds: int) -> dict[str, Any]:
                 )
                 result = fit(task, options)
                 written = [b for b in result.fault_bundles if b.step == FAULT_BATCH + 1]
-                named, reproduced = None, False
+                named, reproduced, departed, advice = None, False, None, None
                 if written:
-                    report = replay(load_bundle(Path(written[0].path)), ReplayTarget.of_task(task))
+                    bundle = load_bundle(Path(written[0].path))
+                    report = replay(bundle, ReplayTarget.of_task(task), against_fp32=0.1)
                     reproduced = bool(report["reproduced"])
                     named = (report["first_nonfinite"] or {}).get("module")
+                    first = report["against_fp32"]["first_departure"] or {}
+                    departed = f"{first.get('module')} {first.get('phase')}"
+                    advice = report["against_fp32"]["advice"]["action"]
             rows.append(
                 {
                     "position": position,
@@ -120,6 +128,8 @@ def injected_faults(seeds: int) -> dict[str, Any]:
                     "reproduced": reproduced,
                     "named": named,
                     "right": named == EXPECTED[position],
+                    "against_fp32": departed,  # replay --against fp32's first departure
+                    "advice": advice,
                 }
             )
     summary = {
@@ -128,6 +138,8 @@ def injected_faults(seeds: int) -> dict[str, Any]:
             "bundle": sum(r["bundle"] for r in rows if r["position"] == p),
             "reproduced": sum(r["reproduced"] for r in rows if r["position"] == p),
             "named": sum(r["right"] for r in rows if r["position"] == p),
+            "against_fp32": sorted({str(r["against_fp32"]) for r in rows if r["position"] == p}),
+            "advice": sorted({str(r["advice"]) for r in rows if r["position"] == p}),
         }
         for p in EXPECTED
     }
@@ -159,29 +171,30 @@ def _block(
 
 
 def overhead(
-    name: str, built: tuple[nn.Module, Any, list[Any]], rounds: int, block: int, every: int
+    name: str, built: tuple[nn.Module, Any, list[Any]], rounds: int, block: int, every: int | None
 ) -> dict[str, Any]:
+    """Blocks of ``block`` steps with range statistics on and off, interleaved A/B. With
+    ``every=None`` (the default config: cost-chosen) each "on" block is a fresh run's
+    statistics (a first sample at its step 3, then as the measured cost allows)."""
     model, loss, batches = built
     policy = PrecisionPolicy.create("fp32", "cpu", announce=False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     trainer = Trainer(model, [optimizer], policy, TrainerConfig(cuda_graph="off"))
-    reports: list[Any] = []
-    stats = RangeStats(RangeStatsConfig(every=every), reports.append)
-    stats.follow(trainer)
+    config = RangeStatsConfig(every=every)
     _block(trainer, loss, batches, block, None)  # warm-up
     times: dict[str, list[float]] = {"off": [], "on": []}
+    summaries: list[Any] = []
     for r in range(rounds):
         for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
-            if mode == "on":
-                stats._trainer = None  # start a sampling period from here
+            stats = RangeStats(config) if mode == "on" else None
+            if stats is not None:
                 stats.follow(trainer)
-            else:
+            times[mode].append(_block(trainer, loss, batches, block, stats))
+            if stats is not None:
                 stats.detach()
-            times[mode].append(
-                _block(trainer, loss, batches, block, stats if mode == "on" else None)
-            )
-    stats.detach()
+                summaries.append(stats.summary(8))
     pairs = [on / off - 1.0 for on, off in zip(times["on"], times["off"], strict=True)]
+    costs = [s.sample_cost for s in summaries if s is not None and s.sample_cost is not None]
     return {
         "workload": name,
         "parameters": sum(p.numel() for p in model.parameters()),
@@ -191,10 +204,14 @@ def overhead(
         "overhead_median": statistics.median(pairs),
         "overhead_min": min(pairs),
         "overhead_max": max(pairs),
-        "sampled_reports": len(reports),
+        "overhead_pairs": pairs,
+        "samples_per_block": [s.samples if s is not None else 0 for s in summaries],
+        "every_chosen": [s.every if s is not None else None for s in summaries],
+        "sample_cost_median": statistics.median(costs) if costs else None,
         "rounds": rounds,
         "block": block,
-        "every": every,
+        "every": every if every is not None else "cost-chosen (default)",
+        "load_before": os.getloadavg(),
     }
 
 
@@ -279,15 +296,21 @@ def bounded(steps: int, runs: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--large-rounds", type=int, default=2)
-    parser.add_argument("--every", type=int, default=RangeStatsConfig().every)
-    parser.add_argument("--block", type=int, default=None, help="steps a block (default: --every)")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--large-rounds", type=int, default=10)
+    parser.add_argument(
+        "--every", type=int, default=None, help="one sampled step in N (default: cost-chosen)"
+    )
+    parser.add_argument("--block", type=int, default=1000, help="steps a se_darwin block")
+    parser.add_argument("--large-block", type=int, default=400, help="steps a large block")
     parser.add_argument("--bounded-steps", type=int, default=1000)
     parser.add_argument("--bounded-runs", type=int, default=3)
     parser.add_argument("--skip", default="", help="comma list of faults,overhead,bounded")
     parser.add_argument(
         "--clock", choices=sorted(CLOCK), default="cpu", help="what a step's time is"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=2, help="torch threads (1 on a loaded machine)"
     )
     parser.add_argument("--out", type=Path)
     parser.add_argument("--tag", default="", help="appended to the result file's name")
@@ -295,11 +318,12 @@ def main() -> None:
     global clock
     clock = CLOCK[args.clock]
     skip = set(filter(None, args.skip.split(",")))
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     results: dict[str, Any] = {
         "torch": str(torch.__version__),
         "threads": torch.get_num_threads(),
         "clock": args.clock,
+        "load_at_start": os.getloadavg(),
     }
     if "faults" not in skip:
         results["faults"] = injected_faults(args.seeds)
@@ -311,14 +335,14 @@ def main() -> None:
                     "se_darwin",
                     _world_model("default", Path(folder)),
                     args.rounds,
-                    args.block or args.every,
+                    args.block,
                     args.every,
                 ),
                 overhead(
                     "large",
                     _world_model("large", Path(folder)),
                     args.large_rounds,
-                    args.block or args.every,
+                    args.large_block,
                     args.every,
                 ),
             ]

@@ -139,7 +139,7 @@ def poison_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
     for k in range(3):
         seq.add(pool, ids[(5 + k) * tenth : (6 + k) * tenth])
         _, data = seq.run()
-        live = data["extra"].get("live")
+        live = data.get("live")
         lives.append(live)
         if live and live.get("rolled_back") and rolled_at is None:
             rolled_at = live["records"]
@@ -173,7 +173,7 @@ def clean_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
             seq.add(pool, ids[start : start + step])
             start += step
         outcome, data = seq.run()
-        live = data["extra"].get("live") or {}
+        live = data.get("live") or {}
         runs.append(
             {
                 "outcome": outcome,
@@ -216,7 +216,7 @@ def drift_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
 
         seq.add(pool, ids[(2 + k) * tenth : (3 + k) * tenth], rise)
         _, data = seq.run()
-        rolled += bool((data["extra"].get("live") or {}).get("rolled_back"))
+        rolled += bool((data.get("live") or {}).get("rolled_back"))
         drift = data.get("drift") or {}
         flagged += bool(drift.get("label_shift_flagged"))
         if drift.get("label_shift") is not None:
@@ -246,7 +246,7 @@ def cost_at(records: int, work: Path) -> dict[str, Any]:
         "outcome": outcome,
         "wall": data["wall_seconds"],
         "live": phases.get("live", 0.0),
-        "scored": (data["extra"].get("live") or {}).get("new_records"),
+        "scored": (data.get("live") or {}).get("new_records"),
         "train": phases.get("train", 0.0),
     }
 

@@ -14,7 +14,9 @@ import directly because the library must not import the daemon. A third-party pl
             return TrainResult.from_fit(request, fit(MyTask(), request.fit_options()))
 
 Everything a plugin needs is here: the contract (``AgentPlugin``, ``API_VERSION``), the
-request and result, the task protocol (``TrainingTask``), ``fit`` and its options,
+judged-model capability (``RecordLosses``, ``JUDGING_VERSION``, ``model_weights``: see
+``genesis_fp16_infrastructure.contract.judging``), the request and result, the task
+protocol (``TrainingTask``), ``fit`` and its options,
 ``to_device``, the errors (``TrainRequestError``, ``PrecisionError``, ``CheckpointError``)
 and ``DEFAULT_STEPS``, the budget of a request that names none. ``API_VERSION`` versions
 this list and the request's types: a name leaves it, or a field changes type, only with a
@@ -26,18 +28,23 @@ names (``fit``, ``to_device``, ...) are imported when first used.
 
 from typing import TYPE_CHECKING
 
-from genesis_fp16_infrastructure.contract.plugin_api import (
+from genesis_fp16_infrastructure.contract import (
     API_CHANGES,
     API_VERSION,
     DEFAULT_STEPS,
+    JUDGING_VERSION,
     AgentOption,
     AgentPlugin,
+    JudgedPlugin,
     PrecisionRequest,
     ProbeSetup,
+    RecordLosses,
+    RecordLossesError,
     TrainRequest,
     TrainRequestError,
     TrainResult,
     declared_options,
+    model_weights,
     parse_options,
 )
 
@@ -67,20 +74,25 @@ __all__ = [
     "API_CHANGES",
     "API_VERSION",
     "DEFAULT_STEPS",
+    "JUDGING_VERSION",
     "AgentOption",
     "AgentPlugin",
     "CheckpointError",
     "FitOptions",
     "FitResult",
+    "JudgedPlugin",
     "PrecisionError",
     "PrecisionRequest",
     "ProbeSetup",
+    "RecordLosses",
+    "RecordLossesError",
     "TrainRequest",
     "TrainRequestError",
     "TrainResult",
     "TrainingTask",
     "declared_options",
     "fit",
+    "model_weights",
     "parse_options",
     "to_device",
 ]

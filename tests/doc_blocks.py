@@ -243,6 +243,7 @@ BLOCKS: dict[tuple[str, str], Plan] = {
     ),
     ("docs/architecture.md", "flowchart BT"): Skip("diagram", "Mermaid, drawn by GitHub"),
     ("docs/architecture.md", "flowchart LR"): Skip("diagram", "Mermaid, drawn by GitHub"),
+    ("docs/architecture.md", "class Scored:"): Run("fresh"),
     ("docs/benchmarks.md", "pip install -e '.[bench]'"): Skip(
         "needs a GPU",
         "its last lines are --device cuda runs; the whole bench takes tens of minutes",
@@ -302,6 +303,21 @@ BLOCKS: dict[tuple[str, str], Plan] = {
         "tests/deploy/test_trainjob.py",
         "needs a cluster with Kubeflow Trainer; the TrainJob is validated",
     ),
+    (
+        "docs/precision-forensics.md",
+        "export ENABLE_FP16_TRAINING=true GENESIS_FP16_GUARD_CHECK_INTERVAL=5 GENESIS_FP16",
+    ): Covered(
+        "tests/genesis_fp16/commands/test_cli_replay_agents.py::test_se_darwin_bundle_replays_and_names_where",
+        "the same train and replay --against fp32 (the bundle's name holds its time)",
+    ),
+    (
+        "docs/precision-forensics.md",
+        "step 2 (demotion), recorded in fp16 on cpu, replayed in",
+    ): Skip("output sample", "replay's output for a real se_darwin bundle, as it printed it"),
+    (
+        "docs/precision-forensics.md",
+        ".venv/bin/python benchmarks/flight_recorder.py --seeds 10 --skip overhead,bounded",
+    ): Skip(_RECORD, "about 3 minutes of fp16 runs; how the section's 30 faults were measured"),
     ("docs/precision-forensics.md", ".venv/bin/python benchmarks/forensics.py"): Skip(
         _RECORD, "about 6 minutes of PPO runs; how the section's table was made"
     ),

@@ -19,7 +19,8 @@
 
 It ends with one line per check (``CHECKS``: the captured step verified against eager,
 the compiled step's tolerance measured, a failing capture falling back, the carried loss
-scale, the bench's per-row peak; then each run, the bench and the memory table), each
+scale, the range statistics and the flight recorder on a captured step, the bench's
+per-row peak; then each run, the bench and the memory table), each
 PASS, FAIL or NOT RUN with what decided it, and the closing verdict.
 
 Without CUDA it stops before anything runs, with one line and exit code 1. The exit code
@@ -99,6 +100,10 @@ CHECKS: dict[str, tuple[str, ...]] = {
     "range statistics inside the captured step, and their cost there (off vs on)": (
         "test_captured_step_reports_from_inside_the_graph",
         "test_range_stats_cost_on_the_captured_step",
+        "test_cost_chosen_sampling_on_the_captured_step",
+    ),
+    "the flight recorder on a captured step (its overflow bundled, the run still captured)": (
+        "test_a_captured_run_bundles_its_overflow_and_keeps_its_graph",
     ),
     "bench, a row's peak leaves out earlier rows' memory": (
         "test_a_rows_peak_leaves_out_what_earlier_rows_left_allocated",

@@ -246,11 +246,12 @@ def test_floor_check_catches_an_import_from_above(tmp_path: Path) -> None:
 
 
 # The library's layers, bottom up: the root's utilities, the components, the contract
-# (what a plugin and the daemon exchange), the recipes. A component names no agent.
+# (what a plugin and the daemon exchange; judging/, the judged run every plugin that scores
+# its records gets), the recipes. A component names no agent.
 LIBRARY_LAYERS = (
     {"atomic", "gc_pause", "json_numbers", "machine_memory", "phases", "record_codec"},
     {"training", "data", "world_model", "rl", "probe", "agent_folder"},
-    {"contract"},
+    {"contract", "judging"},
     {"recipes"},
 )
 LIBRARY = ROOT / "infrastructure" / "genesis_fp16_infrastructure"
@@ -297,3 +298,33 @@ def test_library_layer_check_catches_a_component_importing_a_recipe(tmp_path: Pa
         "training/fit.py: training -> contract",
         "world_model/predict.py: world_model -> recipes",
     ]
+
+
+def _recipe_importers(root: Path) -> list[str]:
+    """The modules under ``root`` that import a library recipe (by absolute import)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            if any(name.startswith("genesis_fp16_infrastructure.recipes") for name in names):
+                found.append(str(path.relative_to(root)))
+                break
+    return found
+
+
+def test_the_daemon_imports_no_recipe() -> None:
+    """The daemon reaches the served model through the agent folder's owner
+    (agent_folder/lifecycle.py) and the contract, never through an agent's recipe."""
+    assert _recipe_importers(ROOT / "genesis_fp16") == []
+
+
+def test_recipe_import_check_catches_one(tmp_path: Path) -> None:
+    """A daemon module importing a recipe, either way, is found, so the check above can fail."""
+    (tmp_path / "a.py").write_text("from genesis_fp16_infrastructure.recipes.retrain import gate\n")
+    (tmp_path / "b.py").write_text("from genesis_fp16_infrastructure import recipes\n")
+    (tmp_path / "c.py").write_text("import genesis_fp16_infrastructure.recipes.retrain.run\n")
+    assert _recipe_importers(tmp_path) == ["a.py", "b.py", "c.py"]

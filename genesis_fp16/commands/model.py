@@ -12,7 +12,7 @@ better candidate (verdict ``held``) instead of serving it, and never trains the 
 again to replace it, until ``unpin AGENT``. Both rewrite the pointer (``served.json`` in
 the agent's checkpoint folder) atomically, under its lock: the prediction API and a
 running daemon load the new model at their next load or run, and the choice survives a
-restart. A pointer that is unusable (set aside as ``served.json.unusable``) is repaired by
+restart. A pointer that is unusable (set aside as ``served.json.unusable-*``) is repaired by
 either: ``promote`` from the candidate's own records, ``rollback`` from the old
 pointer's history or else the newest candidate the gate promoted. ``--json`` prints one
 JSON object; on failure (exit code 2) the CLI's ``{"error", "kind", "exit_code"}`` one.

@@ -1,10 +1,12 @@
 """`genesis-fp16 model list AGENT`: the served model, those served before, the candidates.
 
-An agent with a promotion gate (se_darwin) keeps its models as candidates and a pointer
-naming the served one: each row is a candidate, with its state (``SERVED``, ``pinned``,
-``previous-N``, or the gate's verdict), records, precision, scores and time. A pointer
-that is unusable is said in one line above the rows, with the command that repairs it.
-An agent without a gate (rlhf_ppo, a plugin) serves its newest checkpoint: one row.
+An agent with a promotion gate (se_darwin, and every plugin that declares judged models:
+``score_records``) keeps its models as candidates and a pointer naming the served one:
+each row is a candidate, with its state (``SERVED``, ``pinned``, ``previous-N``, or the
+gate's verdict), records, precision, scores (se_darwin's AUC and log-loss, a judged
+plugin's mean loss) and time. A pointer that is unusable is said in one line above the
+rows, with the command that repairs it. An agent without a gate (a plugin that declares
+no ``score_records``) serves its newest checkpoint: one row.
 """
 
 from __future__ import annotations
@@ -73,14 +75,14 @@ def list_models(folder: Path, agent: str, as_json: bool) -> int:
         print(f"{agent}: no model trained yet ({folder})")
         return 0
     print(
-        f"{'ID':<28} {'STATE':<12} {'RECORDS':>7} {'PREC':<5} {'AUC':>6} {'LOGLOSS':>7}  "
-        f"{'TRAINED':<20}  LIVE"
+        f"{'ID':<28} {'STATE':<12} {'RECORDS':>7} {'PREC':<5} {'AUC':>6} {'LOGLOSS':>7} "
+        f"{'LOSS':>7}  {'TRAINED':<20}  LIVE"
     )
     for row in rows:
         print(
             f"{row['id']:<28} {row['state']:<12} {row['records'] or '-':>7} "
-            f"{row['precision'] or '-':<5} {_num(row['auc']):>6} {_num(row['log_loss']):>7}  "
-            f"{row['trained_at'] or '-':<20}  {_live(row['live'])}"
+            f"{row['precision'] or '-':<5} {_num(row['auc']):>6} {_num(row['log_loss']):>7} "
+            f"{_num(row['loss']):>7}  {row['trained_at'] or '-':<20}  {_live(row['live'])}"
         )
     return 0
 
@@ -121,6 +123,7 @@ def _rows(folder: Path, pointer: ServedPointer | None) -> list[dict[str, Any]]:
                 "precision": verdict.get("precision"),
                 "auc": scores.get("auc"),
                 "log_loss": scores.get("log_loss"),
+                "loss": scores.get("loss"),  # a judged plugin's mean loss
                 "trained_at": meta.get("created_at"),
                 "reason": verdict.get("reason"),
                 # The live watch's figures: the pointer's, or a rolled-back one's verdict's
@@ -131,12 +134,14 @@ def _rows(folder: Path, pointer: ServedPointer | None) -> list[dict[str, Any]]:
 
 
 def _live(figures: Any) -> str:
-    """The live watch's figures in one cell: records, log-loss difference from the
-    predecessor and its bounds, and the verdict when the test found a regression."""
+    """The live watch's figures in one cell: records, the loss difference from the
+    predecessor (se_darwin's log-loss, a judged plugin's loss) and its bounds, and the
+    verdict when the test found a regression."""
     if not isinstance(figures, dict) or not figures.get("records"):
         return "-"
+    score = "loss" if figures.get("score") == "loss" else "log-loss"
     text = (
-        f"{figures['records']} rec, log-loss {figures['difference']:+.3f} "
+        f"{figures['records']} rec, {score} {figures['difference']:+.3f} "
         f"[{figures['lower']:+.3f}, {figures['upper']:+.3f}] vs previous"
     )
     return text + (" REGRESSION" if figures.get("regression") else "")

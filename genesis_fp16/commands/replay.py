@@ -1,24 +1,32 @@
-"""`genesis-fp16 replay BUNDLE [--precision P] [--device D] [--json]`: run a fault bundle's
-step again.
+"""`genesis-fp16 replay BUNDLE [--against fp32] [--precision P] [--device D] [--json]`: run
+a fault bundle's step again.
 
 A fault bundle (``precision show AGENT`` lists them; ``train --json`` names one in
 ``fault_bundle``) holds one step that went non-finite and the state before it. Replay
 runs that step again from that state and says whether it reproduced (the same
 non-finite pattern and the same loss bits where the loss was finite), the first module
 and phase (forward, backward, optimizer) where a value became non-finite, each module's
-largest magnitudes, and what the same step gives in fp32, bf16 and fp16. Exit 0 when it
-ran (reproduced or not), 2 for a bundle that cannot be used.
+largest magnitudes, and what the same step gives in fp32, bf16 and fp16. With
+``--against fp32`` it also runs the step in fp32 beside the bundle's precision, names
+the first module and operation whose output leaves fp32 by more than ``--tolerance``
+(with both values), and advises bf16, an fp32 exception for one module, or a lower
+learning rate, saying why (docs/precision-forensics.md). Exit 0 when it ran
+(reproduced or not), 2 for a bundle that cannot be used, in one line.
 
-The model comes from the bundle's agent: its plugin's ``replay_task(context)`` (a
-``TrainingTask`` for the run the bundle came from) when it has one, else its
-``probe_setup`` (the model and loss; the optimizers from the bundle's record).
-A bundle from a CUDA run replays on the CPU with ``--device cpu``.
+The step is rebuilt by the bundle's agent: its plugin's ``replay_task(context)``
+(``context``: the bundle's agent and request, its ``rebuild`` record, the device), from
+the model's construction arguments the bundle keeps (se_darwin, rlhf_ppo) or from the
+request; the batches are the bundle's own. Nothing the bundle names is imported: its
+batch types resolve against the plugin's ``batch_types``. When the data the run read is
+gone or changed, the report says so in one line (``data``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +34,8 @@ from typing import Any
 from genesis_fp16.cli import UsageError
 
 PRECISIONS = ("fp16", "bf16", "fp32")
+DEFAULT_TOLERANCE = 0.1  # replay_compare.DEFAULT_TOLERANCE, without importing torch here
+_AGENT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,99}")
 
 
 def register(subparsers: Any) -> None:
@@ -39,6 +49,19 @@ def register(subparsers: Any) -> None:
         "--precision", choices=PRECISIONS, help="replay in this precision (default: the bundle's)"
     )
     parser.add_argument("--device", help="cpu, cuda or cuda:N (default: the bundle's)")
+    parser.add_argument(
+        "--against",
+        choices=("fp32",),
+        help="run the step in fp32 too, side by side: the first module and operation whose "
+        "output leaves fp32, and what to change",
+    )
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=DEFAULT_TOLERANCE,
+        help="with --against: a tensor departs when max|low - fp32| exceeds this share of "
+        f"max|fp32| (default {DEFAULT_TOLERANCE})",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
@@ -47,11 +70,20 @@ def run(args: argparse.Namespace) -> int:
     from genesis_fp16_infrastructure.training.flight.bundle import BundleError, load_bundle
     from genesis_fp16_infrastructure.training.flight.replay import replay
 
+    if not 0 < args.tolerance < math.inf:
+        raise UsageError(f"--tolerance {args.tolerance}: must be a positive number")
+    against = args.tolerance if args.against == "fp32" else None
     try:
         bundle = load_bundle(Path(args.bundle))  # to the CPU: RNG states must stay there
-        report = replay(bundle, _target(bundle), args.precision, args.device)
+        target, note = _target(bundle, args.device or str(bundle["device"]))
+        report = replay(bundle, target, args.precision, args.device, against)
     except BundleError as exc:
         raise UsageError(str(exc)) from None
+    except UsageError:
+        raise
+    except Exception as exc:  # a bundle is untrusted input: whatever it breaks is one line
+        raise UsageError(f"{args.bundle}: cannot replay it ({_first_line(exc)})") from None
+    report["data"] = note or "the run's data is unchanged"
     if args.json:
         print(json.dumps(_finite(report)))
     else:
@@ -59,34 +91,49 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _target(bundle: Mapping[str, Any]) -> Any:
+def _target(bundle: Mapping[str, Any], device: str) -> tuple[Any, str | None]:
+    """What rebuilds the bundle's step, from its agent's plugin, and a line on its data
+    (None: unchanged). Only an allowlisted plugin's code runs; nothing the bundle names
+    is imported (its batch types resolve against the plugin's ``batch_types``)."""
     from genesis_fp16.config.plugins import PluginError, load_plugin
     from genesis_fp16.config.settings import SettingsError, load_settings
     from genesis_fp16_infrastructure.training.flight.bundle import BundleError
+    from genesis_fp16_infrastructure.training.flight.bundle_files import data_change
     from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget
 
-    context = bundle.get("context") or {}
+    found = bundle.get("context")
+    context: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     agent = context.get("agent")
-    if not isinstance(agent, str):
+    if not isinstance(agent, str) or not _AGENT_NAME.fullmatch(agent):
         raise BundleError("the bundle names no agent: replay it from the library with its task")
     try:
         plugin = load_plugin(agent, load_settings().plugin_allowlist)
     except (SettingsError, PluginError) as exc:
         raise UsageError(str(exc)) from None
+    types = tuple(getattr(plugin, "batch_types", ()))
+    note = data_change(bundle.get("data"))
     make_task = getattr(plugin, "replay_task", None)
-    if callable(make_task):
-        return ReplayTarget.of_task(make_task(context))
-    request = context.get("request") or {}
-    data_path = request.get("data_path")
-    try:
-        setup = plugin.probe_setup(
-            Path(data_path) if data_path else None, int(request.get("seed", 0))
-        )
-    except NotImplementedError as exc:
+    if not callable(make_task):
         raise UsageError(
-            f"agent {agent!r} has neither replay_task nor probe_setup: {exc}"
+            f"agent {agent!r} cannot rebuild a bundle's step: its plugin has no replay_task "
+            "(genesis-fp16 check-agent says so too)"
+        )
+    try:
+        task = make_task({**context, "rebuild": bundle.get("rebuild"), "device": device})
+    except Exception as exc:  # the plugin's own refusal (no data, no model record): one line
+        where = f"; {note}" if note else ""
+        raise UsageError(
+            f"agent {agent!r} cannot rebuild the bundle's step: {_first_line(exc)}{where}"
         ) from None
-    return ReplayTarget(setup.build_model, setup.loss)
+    if note:
+        note += f": replaying from the {len(bundle['batches'])} batch(es) the bundle holds"
+    return ReplayTarget.of_task(task, types), note
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else type(error).__name__
+    return first[:240]
 
 
 def describe(report: Mapping[str, Any]) -> str:
@@ -120,7 +167,33 @@ def describe(report: Mapping[str, Any]) -> str:
             continue
         state = "skipped (gradients not finite)" if row["skipped"] else "taken"
         lines.append(f"  {name}: loss {row['loss']}, step {state}")
+    if "against_fp32" in report:
+        lines.extend(_against_lines(report["against_fp32"], replayed["precision"]))
+    lines.append(f"data: {report['data']}")
     return "\n".join(lines)
+
+
+def _against_lines(against: Mapping[str, Any], precision: str) -> list[str]:
+    """--against fp32: where the low precision leaves fp32, each module side by side, advice."""
+    first = against["first_departure"]
+    tolerance = against["tolerance"]
+    lines = [
+        f"against fp32 (a tensor departs: not finite, or max|diff| > {tolerance:g} x max|fp32|):"
+    ]
+    if first is None:
+        lines.append(f"  {precision} stays within the tolerance of fp32 everywhere")
+    else:
+        lines.append(
+            f"  first departure: module {first['module']}, {first['phase']} ({first['tensor']}): "
+            f"{precision} {first['low']:.6g}, fp32 {first['fp32']:.6g} ({first['kind']})"
+        )
+    lines.append(f"  largest |forward output|      {precision:>12} {'fp32':>12}")
+    for name, fp32 in against["forward_max"]["fp32"].items():
+        low = against["forward_max"]["low"].get(name, float("nan"))
+        lines.append(f"    {name:<28}{low:>12.4g} {fp32:>12.4g}")
+    advice = against["advice"]
+    lines.append(f"advice: {advice['action']}: {advice['why']}")
+    return lines
 
 
 def _finite(value: Any) -> Any:

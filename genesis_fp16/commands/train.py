@@ -74,7 +74,7 @@ from genesis_fp16.metrics.last_run import record_foreground
 from genesis_fp16.metrics.tracking import RunTracker, close_tracker, open_tracker
 from genesis_fp16.service.logsetup import configure_logging
 from genesis_fp16.service.startup_signals import take_over_sigterm
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainRequestError
+from genesis_fp16_infrastructure.contract import TrainRequest, TrainRequestError
 from genesis_fp16_infrastructure.data.readers import DataError
 from genesis_fp16_infrastructure.training.run.spec import RunCallbacks
 
@@ -341,7 +341,7 @@ def _train(
         request.precision_reason,
         request.device,
     )
-    from genesis_fp16_infrastructure.contract.result_check import check_result
+    from genesis_fp16_infrastructure.contract import check_result, run_plugin
     from genesis_fp16_infrastructure.training import PrecisionError
     from genesis_fp16_infrastructure.training.checkpoint import CheckpointFolderBusy
     from genesis_fp16_infrastructure.training.step.execution import ExecutionError
@@ -355,7 +355,7 @@ def _train(
         # Log records print above the bar (tqdm.write), which redraws below them.
         with bar.showing() if bar else contextlib.nullcontext():
             # A field of the wrong type: one line naming it, not json.dumps' traceback below.
-            result = check_result(plugin.train(request), args.agent)
+            result = check_result(run_plugin(plugin, request), args.agent)
     except (
         DataError,
         PrecisionError,
@@ -366,6 +366,11 @@ def _train(
         if recorded:
             record_foreground(request.checkpoint_dir, None, str(exc), started)
         raise UsageError(str(exc)) from None
+    except (Exception, SystemExit) as exc:  # a plugin's bug: `status` says it in one line too
+        if recorded:
+            why = f"{type(exc).__name__}: {exc}"
+            record_foreground(request.checkpoint_dir, None, why, started)
+        raise  # the command's own handler reports it (and keeps the traceback)
     finally:
         if tracker is not None:  # after a failure too: the curves up to it stay readable
             if result is not None:

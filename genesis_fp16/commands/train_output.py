@@ -19,8 +19,7 @@ from typing import Any, TextIO
 
 from genesis_fp16.config.state_files import relayed_set_aside
 from genesis_fp16_infrastructure.agent_folder.files import SetAside, on_set_aside
-from genesis_fp16_infrastructure.contract.reports import GateReport
-from genesis_fp16_infrastructure.contract.train_result import TrainResult
+from genesis_fp16_infrastructure.contract import GateReport, TrainResult
 from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
 
 # Steps between two summaries when a terminal's bar or a tracker wants them.

@@ -21,8 +21,7 @@ from genesis_fp16.config.agent_names import check_agent_name
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder import layout as L
 from genesis_fp16_infrastructure.agent_folder.layout import SAMPLE_DATA_MARKER
-from genesis_fp16_infrastructure.contract.agent_snapshot import AgentStateFiles
-from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin
+from genesis_fp16_infrastructure.contract import AgentPlugin, AgentStateFiles
 
 SAMPLE_DATA_COUNT = 20_000
 SAMPLE_DATA_SEED = 0
@@ -116,7 +115,7 @@ def ensure_sample_data(
 def _read_marker(marker: Path, data_dir: Path) -> Path | None:
     """The marked data path, or None to (re)generate: no marker, or one that is unusable
     (torn, over its bound, not UTF-8, a folder, a FIFO, a link, naming no file), which
-    the agent folder's owner sets aside as ``.generated.unusable`` and reports. Never a
+    the agent folder's owner sets aside as ``.generated.unusable-*`` and reports. Never a
     failed run every hour for a file nobody documented."""
     text = files.load_text(marker, SAMPLE_DATA_MARKER)
     if text is None:

@@ -28,10 +28,11 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Literal
 
 from genesis_fp16.config.agent_names import check_agent_name, is_agent_name
-from genesis_fp16_infrastructure.contract.plugin_api import (
-    API_VERSION,
+from genesis_fp16_infrastructure.contract import (
+    SUPPORTED_API_VERSIONS,
     AgentPlugin,
     api_version_error,
+    judging_of,
 )
 
 ENTRY_POINT_GROUP = "genesis_fp16.agents"
@@ -185,7 +186,7 @@ def load_entry_point(ep: EntryPoint) -> PluginRecord:
             trace="".join(traceback.format_exception(exc)),
         )
     api = getattr(obj, "api_version", None)
-    if api != API_VERSION:
+    if api not in SUPPORTED_API_VERSIONS:
         return replace(
             found,
             state="wrong_api",
@@ -198,6 +199,10 @@ def load_entry_point(ep: EntryPoint) -> PluginRecord:
             if not hasattr(obj, attr)
         ]
         return replace(found, error=f"not an AgentPlugin: missing {', '.join(missing)}")
+    try:  # the judged-model capability, when declared, declared whole
+        judging_of(obj)
+    except TypeError as exc:
+        return replace(found, error=f"judged models: {exc}")
     return replace(found, state="loaded", plugin=obj)
 
 

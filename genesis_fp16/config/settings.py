@@ -115,6 +115,10 @@ class Settings(BaseSettings, GuardSettings):
     # Per-run curves (genesis_fp16/metrics/tracking.py): TensorBoard event files, one run per job
     # under <dir>/<agent>/<run_id>. Unset or empty: none. Needs the tensorboard extra.
     tracking_dir: Path | None = None
+    # Per-layer range statistics (how near fp16's limits each module runs), sampled at a
+    # rate chosen so that they cost <= 1% of a run's step time, with a first sample early
+    # in every run; exported as genesis_fp16_range_* (docs/precision-forensics.md).
+    range_stats: bool = True
     # Periodic checkpoints: every N optimizer steps (None: a tenth of the run's steps, or
     # each validation of an early-stopped run) or after S seconds, whichever comes first.
     checkpoint_steps: int | None = Field(default=None, ge=1)

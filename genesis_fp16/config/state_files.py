@@ -24,7 +24,7 @@ from genesis_fp16_infrastructure.agent_folder.layout import (
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
 
 # Every file name reported here (the metric's ``file`` label, created at 0 per agent):
-# each file the agent folder's layout names, set aside as ``<name>.unusable``.
+# each file the agent folder's layout names, set aside as ``<name>.unusable-*``.
 STATE_FILES = tuple(f.label for f in LAYOUT)
 
 _listeners: list[Callable[[str, str], None]] = []

@@ -25,9 +25,7 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16.config.state_files import locked
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import PRECISION_STATE
-from genesis_fp16_infrastructure.contract.agent_snapshot import AgentState
-from genesis_fp16_infrastructure.contract.plugin_api import TrainResult
-from genesis_fp16_infrastructure.contract.reports import Demotion
+from genesis_fp16_infrastructure.contract import AgentState, Demotion, TrainResult
 from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 from genesis_fp16_infrastructure.training.precision.precision_memory import (
     PrecisionMemory,
@@ -60,7 +58,7 @@ def load_memory(settings: Settings, agent: str) -> PrecisionMemory | None:
     """The agent's remembered demotion.
 
     An unusable file (torn, not JSON, a folder, a FIFO, a link, over its size bound) is
-    set aside as ``precision_state.json.unusable``, counted, logged in one line, and
+    set aside as ``precision_state.json.unusable-*``, counted, logged in one line, and
     replaced by a memory whose floor is the most robust precision: a demotion it may
     have held is never forgotten into the precision that failed. `genesis-fp16
     precision reset AGENT` (the operator) clears it."""

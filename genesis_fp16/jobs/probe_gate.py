@@ -32,7 +32,7 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16.metrics.probe_metrics import ProbeMetrics
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import PROBE_RECORD
-from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin
+from genesis_fp16_infrastructure.contract import AgentPlugin
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     LOW_PRECISIONS,
     PrecisionName,
@@ -102,7 +102,7 @@ PROBE_RECORD_BYTES = PROBE_RECORD.limit
 def read_record(path: Path, unusable: files.Listener | None = None) -> ProbeRecord | None:
     """The stored probe record; None when there is none, or when it is unusable (torn,
     oversize, not UTF-8, a folder, FIFO or link at its name): set aside as
-    ``probe_result.json.unusable`` and counted by the agent folder's owner."""
+    ``probe_result.json.unusable-*`` and counted by the agent folder's owner."""
     return files.load(path, PROBE_RECORD, ProbeRecord.from_json, unusable)
 
 

@@ -32,10 +32,14 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     ServedPointerError,
     folder_bytes,
     prune,
+    read_pointer,
 )
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError, TrainResult
-from genesis_fp16_infrastructure.contract.reports import EarlyStopReport
-from genesis_fp16_infrastructure.record_codec import Record
+from genesis_fp16_infrastructure.contract import (
+    EarlyStopReport,
+    Record,
+    TrainRequestError,
+    TrainResult,
+)
 from genesis_fp16_infrastructure.training import TrainingSummary
 from genesis_fp16_infrastructure.training.step.execution import ExecutionError
 
@@ -50,6 +54,9 @@ def record_start(run: Run) -> None:
         raise RuntimeError("record_start() needs the run planned with its resume point")
     if resume.pointer_error is not None:
         log.warning("cannot follow the served-model pointer", error=resume.pointer_error)
+    journal = _journal(run.ctx, run.agent)
+    if journal is not None:  # the transitions before this daemon's first run: not counted
+        run.ctx.metrics.live.baseline(run.agent, journal)
     run.ctx.metrics.start_run(run.agent, resumed_totals(resume.summary))
 
 
@@ -83,8 +90,12 @@ def record_result(run: Run, result: TrainResult, device: str, rerun: bool) -> No
     # rerun, but the gauge shows the next run's precision from the reload on, as for a
     # rerun, not this run's until the next one (up to a schedule interval away).
     switched = not rerun and run.precision_changed()
-    # A rerun's precision is on the gauge since the reload: the stopped run's stays off it.
-    _finish(ctx, agent, run.id, result, run.duration(), show_precision=not (rerun or switched))
+    try:
+        # A rerun's precision is on the gauge since the reload: the stopped run's stays off it.
+        _finish(ctx, agent, run.id, result, run.duration(), show_precision=not (rerun or switched))
+    except Exception as exc:  # trained, but not recorded (a disk): a failed run, one line
+        record_failure(run, device, exc)
+        return
     if switched:
         _show_next_precision(ctx, agent, device)
     if run.tracker is not None:
@@ -125,21 +136,20 @@ def record_failure(run: Run, device: str, exc: BaseException) -> None:
         host = str(exc) if isinstance(exc, LaunchError) else device_lost(exc)
         # Every run on it fails until the GPU is back (or the daemon restarts on another).
         ctx.degraded[agent] = f"device {device} unavailable: {host}"
-    if isinstance(exc, TrainRequestError | ExecutionError | LaunchError) or host:
+    one_line = isinstance(exc, TrainRequestError | ExecutionError | LaunchError)
+    why = host or (str(exc) if one_line else f"{type(exc).__name__}: {exc}")
+    if one_line or host:
         # A one-line refusal, a storage error naming its path, a lost device.
-        error = host if host is not None else str(exc)
-        log.error("training run failed", error=error, duration_seconds=round(duration, 3))
+        log.error("training run failed", error=why, duration_seconds=round(duration, 3))
     elif isinstance(exc, SystemExit):
         log.error(
             "training run failed",
             error=f"the plugin called sys.exit({exc.code!r})",
             duration_seconds=round(duration, 3),
         )
-    else:
-        log.exception("training run failed", duration_seconds=round(duration, 3))
+    else:  # the plugin's bug: its traceback, under the same one-line error as the others
+        log.exception("training run failed", error=why, duration_seconds=round(duration, 3))
     _bound_history(ctx, agent)  # a gate that could not decide left a candidate too
-    one_line = isinstance(exc, TrainRequestError | ExecutionError | LaunchError)
-    why = host or (str(exc) if one_line else f"{type(exc).__name__}: {exc}")
     _save_last_run(
         ctx, agent, last_run.from_error("failed", f"{reason}: {why}", duration, "daemon")
     )
@@ -230,21 +240,23 @@ def _export_report(ctx: JobContext, agent: str, result: TrainResult) -> None:
         ctx.metrics.promotion.export_gate(agent, result.gate)
     if result.drift is not None:
         ctx.metrics.promotion.export_drift(agent, result.drift)
+    if result.ranges is not None:  # a run that sampled no step leaves the last run's
+        ctx.metrics.ranges.export(agent, result.ranges)
     _export_live(ctx, agent, result)
 
 
 def _export_live(ctx: JobContext, agent: str, result: TrainResult) -> None:
-    """The live watch's figures and verdict (se_darwin's extra.live), logged when it
+    """The live watch's figures and verdict (the result's ``live``), logged when it
     found a regression: rolled back, or held by the operator's pin."""
-    live = result.extra.get("live")
+    live = result.live
     gate = None if result.up_to_date else result.gate
     if live is None and gate is None:
         return
     ctx.metrics.live.observe(agent, live, gate)
-    if live is not None and live.get("rolled_back"):
-        log.warning("served model rolled back: live regression", agent=agent, live=dict(live))
-    elif live is not None and live.get("regression"):
-        log.warning("live regression not rolled back", agent=agent, live=dict(live))
+    if live is not None and live.rolled_back:
+        log.warning("served model rolled back: live regression", agent=agent, live=live.to_json())
+    elif live is not None and live.regression:
+        log.warning("live regression not rolled back", agent=agent, live=live.to_json())
 
 
 def _show_next_precision(ctx: JobContext, agent: str, device: str) -> None:
@@ -271,8 +283,26 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
         removed = []
     for path in removed:
         log.info("model history: removed candidate", candidate=path.name)
+    # Each rollback the pointer's journal holds, counted once: a run killed after its
+    # rollback reached the pointer reports nothing, and its rollback still happened.
+    journal = _journal(ctx, agent)
+    if journal:  # an agent with a served model (the series then exist from 0)
+        new = ctx.metrics.live.cursor.new(agent, journal)
+        ctx.metrics.live.count_rollbacks(agent, new)
+        ctx.metrics.promotion.count_promotions(agent, new)
     ctx.metrics.promotion.pruned.labels(agent=agent).set(len(removed))
     ctx.metrics.promotion.state_bytes.labels(agent=agent).set(folder_bytes(folder))
+
+
+def _journal(ctx: JobContext, agent: str) -> list[dict[str, Any]] | None:
+    """The agent's served-model journal ([]: nothing served); None while its pointer
+    cannot be read (logged by the run's plan; counted once readable again)."""
+    folder = AgentPaths.for_agent(ctx.settings.state_dir, agent).checkpoint_dir
+    try:
+        pointer = read_pointer(folder)
+    except ServedPointerError:
+        return None
+    return [] if pointer is None else pointer.journal
 
 
 def _plain(record: Record | None) -> dict[str, Any] | None:

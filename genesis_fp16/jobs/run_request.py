@@ -41,24 +41,22 @@ from genesis_fp16.config.settings import (
     requested_precision,
 )
 from genesis_fp16.jobs import guard_state
-from genesis_fp16_infrastructure.contract.agent_snapshot import (
+from genesis_fp16_infrastructure.contract import (
+    AgentPlugin,
     AgentSnapshot,
     AgentState,
     AgentStateFiles,
     DataCheck,
-)
-from genesis_fp16_infrastructure.contract.agent_state import read_snapshot
-from genesis_fp16_infrastructure.contract.plugin_api import (
-    AgentPlugin,
     OptionValue,
     TrainRequest,
     TrainRequestError,
     TrainResult,
+    check_result,
     declared_options,
     ignored_request_fields,
     parse_options,
+    read_snapshot,
 )
-from genesis_fp16_infrastructure.contract.result_check import check_result
 from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionName,
@@ -243,6 +241,7 @@ def plan_request(
         initial_loss_scale=state.initial_scale(precision.requested),
         golden_data_path=spec.golden_data,
         snapshot=snapshot,
+        range_stats=settings.range_stats,
     )
     # The data scanned once, and whether anything changed: the last piece of the snapshot.
     checked = replace(snapshot, data=check_data(plugin, request))

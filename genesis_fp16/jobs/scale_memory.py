@@ -17,7 +17,7 @@ import structlog
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings
-from genesis_fp16_infrastructure.contract.plugin_api import TrainResult
+from genesis_fp16_infrastructure.contract import TrainResult
 from genesis_fp16_infrastructure.training.precision.carried_scale import (
     carry_after_run,
     write_carried_scale,

@@ -21,8 +21,13 @@ import structlog
 
 from genesis_fp16.jobs.job_state import JobContext, Run
 from genesis_fp16.launch.launcher import train_in_child, train_with_torchrun
-from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin, TrainRequest, TrainResult
-from genesis_fp16_infrastructure.contract.result_check import check_result
+from genesis_fp16_infrastructure.contract import (
+    AgentPlugin,
+    TrainRequest,
+    TrainResult,
+    check_result,
+    run_plugin,
+)
 
 log = structlog.get_logger("genesis_fp16.jobs")
 
@@ -54,7 +59,7 @@ def execute_run(run: Run, plugin: AgentPlugin, request: TrainRequest) -> TrainRe
         return supervised(ctx, agent, child, run.deadline, run.timeout, grace + 60)
 
     def call() -> TrainResult:  # a wrong field: one line naming it (a child's train does too)
-        return check_result(plugin.train(request), agent)
+        return check_result(run_plugin(plugin, request), agent)
 
     return supervised(ctx, agent, call, run.deadline, run.timeout, grace)
 

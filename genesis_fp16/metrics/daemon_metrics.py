@@ -44,6 +44,7 @@ from genesis_fp16.metrics.metric_names import (
 from genesis_fp16.metrics.placement import Placement
 from genesis_fp16.metrics.probe_metrics import ProbeMetrics
 from genesis_fp16.metrics.promotion_metrics import PromotionMetrics
+from genesis_fp16.metrics.range_metrics import RangeMetrics
 from genesis_fp16.metrics.run_report_metrics import RunReportMetrics
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 from genesis_fp16_infrastructure.training.step.execution_names import (
@@ -249,6 +250,7 @@ class DaemonMetrics:
         self.probe = ProbeMetrics(registry)
         self.promotion = PromotionMetrics(registry)
         self.live = LiveMetrics(registry)  # the served model watched on new records
+        self.ranges = RangeMetrics(registry)  # per-layer range statistics, top k per agent
         self.build_info.labels(version=version).set(1)
         # The daemon's process environment (downward API, NVIDIA_VISIBLE_DEVICES) when the
         # caller has no placement of its own; read once, here.

@@ -62,10 +62,9 @@ _REASONS = {
 }
 _TEXT = "text/plain; charset=utf-8"
 # The status page runs no script and loads nothing: say so to the browser as well.
-_PAGE_HEADERS = (
-    "Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'\r\n"
-    "X-Content-Type-Options: nosniff\r\n"
-)
+_PAGE_HEADERS = "Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'\r\n"
+# On every answer: a browser takes each as its declared type (JSON, text), never guesses.
+_NOSNIFF = "X-Content-Type-Options: nosniff\r\n"
 
 
 @dataclass(frozen=True)
@@ -205,7 +204,7 @@ class _Connection(asyncio.Protocol):
             return
         header = (
             f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
-            f"Content-Type: {content_type}\r\n"
+            f"Content-Type: {content_type}\r\n{_NOSNIFF}"
             f"{_PAGE_HEADERS if content_type.startswith('text/html') else ''}"
             f"Content-Length: {len(body)}\r\n"
             f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"

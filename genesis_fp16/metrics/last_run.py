@@ -27,7 +27,7 @@ import structlog
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import LAST_RUN
-from genesis_fp16_infrastructure.contract.plugin_api import TrainResult
+from genesis_fp16_infrastructure.contract import TrainResult
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionName,
     RequestedName,
@@ -133,8 +133,8 @@ def result_reason(result: TrainResult) -> str:
     if result.failure is not None:
         return f"learned nothing ({result.failure}): {result.failure_detail}".rstrip(": ")
     if result.up_to_date:
-        why = result.extra.get("up_to_date_against")
-        return f"up to date: {why}" if isinstance(why, str) and why else "up to date"
+        why = result.up_to_date_against
+        return f"up to date: {why}" if why else "up to date"
     if result.gate is not None:
         return f"{result.gate.outcome}: {result.gate.reason or 'no reason given'}"
     stopped = " (stopped early)" if result.stopped_early else ""

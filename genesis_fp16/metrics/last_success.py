@@ -73,7 +73,7 @@ class LastSuccessStore:
 
     def stored(self, agent: str) -> float:
         """The stored time, 0 when the agent never succeeded or its file is unusable: set
-        aside as ``last_success.json.unusable`` and counted by the agent folder's owner,
+        aside as ``last_success.json.unusable-*`` and counted by the agent folder's owner,
         logged in one line; the daemon starts all the same."""
         try:
             return self.load(agent) or 0.0

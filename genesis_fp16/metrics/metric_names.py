@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from genesis_fp16.metrics.diagnostics_export import RL_METRIC_NAMES
 from genesis_fp16.metrics.probe_metrics import PROBE_METRIC_NAMES
+from genesis_fp16.metrics.range_metrics import RANGE_METRIC_NAMES
 from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
 
 PREFIX = "genesis_fp16"
@@ -82,4 +83,5 @@ METRIC_NAMES = (
     "genesis_fp16_run_phase_seconds",
     *PROBE_METRIC_NAMES,  # genesis_fp16/metrics/probe_metrics.py
     *RL_METRIC_NAMES,  # genesis_fp16/metrics/diagnostics_export.py
+    *RANGE_METRIC_NAMES,  # genesis_fp16/metrics/range_metrics.py
 )

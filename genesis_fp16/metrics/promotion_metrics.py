@@ -5,7 +5,7 @@ promotion gate's verdict) and ``export_drift`` its ``TrainResult.drift`` (a
 ``DriftReport``); ``set_state_bytes`` the bytes of the agent's folder after pruning.
 
 >>> from prometheus_client import CollectorRegistry
->>> from genesis_fp16_infrastructure.contract.reports import GateReport, ScoresOn
+>>> from genesis_fp16_infrastructure.contract import GateReport, ScoresOn
 >>> metrics = PromotionMetrics(CollectorRegistry())
 >>> metrics.export_gate("se_darwin", GateReport("rejected", "worse",
 ...     candidate=ScoresOn("held_out", 0.80, 0.4), served=ScoresOn("held_out", 0.90, 0.3)))
@@ -16,12 +16,15 @@ promotion gate's verdict) and ``export_drift`` its ``TrainResult.drift`` (a
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from genesis_fp16_infrastructure.contract.reports import DriftReport, GateReport, ScoresOn
+from genesis_fp16_infrastructure.contract import DriftReport, GateReport, ScoresOn
 
-SCORES = ("auc", "log_loss")
+SCORES = ("auc", "log_loss", "loss")  # loss: a judged plugin's mean loss (contract.judging)
+PROMOTING = ("gate", "first")  # the journal kinds of the gate's promotions (lifecycle.serve)
 
 
 class PromotionMetrics:
@@ -33,12 +36,13 @@ class PromotionMetrics:
 
         self.served = gauge(
             "served_model_quality",
-            "The served model's score (auc, log_loss) on the promotion gate's last "
+            "The served model's score (auc, log_loss; a judged plugin's: loss) on the gate's last "
             "comparison set; after a promotion, the promoted candidate's.",
         )
         self.candidate = gauge(
             "candidate_model_quality",
-            "The last judged candidate's score (auc, log_loss) on the same records.",
+            "The last judged candidate's score (auc, log_loss; a judged plugin's: loss) on the "
+            "same records.",
         )
         self.tolerance = gauge(
             "promotion_tolerance",
@@ -73,6 +77,13 @@ class PromotionMetrics:
         self.pruned = Gauge(
             "genesis_fp16_models_pruned",
             "Candidate folders removed by the bounded history at the last run.",
+            ("agent",),
+            registry=registry,
+        )
+        self.promotions = Counter(
+            "genesis_fp16_promotions",
+            "Candidates the promotion gate served (the first model included), counted "
+            "from the served-model pointer's journal: once each, its run reported or not.",
             ("agent",),
             registry=registry,
         )
@@ -121,6 +132,12 @@ class PromotionMetrics:
                     self.tolerance.labels(agent=agent, score=name).set(margin)
         if gate.outcome in ("promoted", "rejected"):
             self.rejected.labels(agent=agent).set(float(gate.outcome == "rejected"))
+
+    def count_promotions(self, agent: str, new: Sequence[Mapping[str, Any]]) -> int:
+        """Count the gate's promotions among ``new`` journal entries (JournalCursor.new)."""
+        counted = sum(1 for e in new if e.get("kind") in PROMOTING)
+        self.promotions.labels(agent=agent).inc(counted)  # exists at 0 once observed
+        return counted
 
     def export_drift(self, agent: str, drift: DriftReport) -> None:
         for feature, distance in drift.features.items():

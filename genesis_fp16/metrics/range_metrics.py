@@ -1,83 +1,166 @@
 """Per-layer range statistics in Prometheus, with bounded cardinality.
 
-A run's sampled :class:`~genesis_fp16_infrastructure.training.flight.range_stats.RangeReport`
-names every module of the model; exporting each would be one series per module and
-statistic (thousands for a large model). Only the ``k`` modules nearest fp16's limits
-(per agent) and a ``module="(all)"`` row of totals are exported, and the series of a
-module that left the top ``k`` are removed, so an agent never holds more than
-``(k + 1) * 5`` series::
+A run reports its sampled steps' range statistics as a
+:class:`~genesis_fp16_infrastructure.contract.reports.RangeSummary` (``TrainResult.ranges``):
+the modules nearest fp16's overflow and nearest its underflow, and every module's totals.
+Only the ``k`` nearest of each (per agent) and a ``module="(all)"`` row are exported, and
+the series of a module that left them are removed, so an agent never holds more than
+``2k + 1`` modules' series, whatever the model's size::
 
     ranges = RangeMetrics(registry, k=8)
-    ranges.export("se_darwin", report)
+    ranges.export("se_darwin", result.ranges)
 
+- ``genesis_fp16_range_headroom_overflow_log2{agent,module}``: doublings between the
+  module's largest activation and 65504 (fp16's largest value), the smallest over the
+  run's sampled steps; 0 is the edge, past it the activation overflows and its step is
+  skipped (a loss scale does not help an activation);
+- ``genesis_fp16_range_headroom_underflow_log2{agent,module}``: doublings between the
+  module's largest scaled gradient and 2**-24 (fp16's smallest subnormal); at 0 its whole
+  gradient flushes to zero;
 - ``genesis_fp16_layer_max_abs{agent,module,kind}``: the largest finite magnitude of
   the module's ``activation`` (outputs) or ``gradient`` (its parameters', unscaled);
-- ``genesis_fp16_layer_fp16_fraction{agent,module,limit}``: the fraction of its scaled
-  gradient values fp16 could not hold, ``overflow`` (over 65504 or not finite) or
-  ``underflow`` (non-zero under 2**-24, flushed to zero);
-- ``genesis_fp16_layer_nonfinite{agent,module}``: non-finite values in the sampled step.
+- ``genesis_fp16_layer_fp16_fraction{agent,module,limit}``: the largest fraction of its
+  scaled gradient values fp16 could not hold in a sampled step, ``overflow`` (over 65504
+  or not finite) or ``underflow`` (non-zero under 2**-24, flushed to zero);
+- ``genesis_fp16_layer_nonfinite{agent,module}``: non-finite values in the sampled steps;
+- ``genesis_fp16_range_samples{agent}``, ``genesis_fp16_range_sample_every{agent}`` and
+  ``genesis_fp16_range_overhead_ratio{agent}``: the last run's sampled steps, the
+  interval it ended with, and the share of its step time they cost (as measured in the run).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from prometheus_client import CollectorRegistry, Gauge
 
+from genesis_fp16_infrastructure.contract.reports import ModuleRange, RangeSummary
+
 TOTAL = "(all)"
-RANGE_METRIC_NAMES = (
+HEADROOM_NAMES = (
+    "genesis_fp16_range_headroom_overflow_log2",
+    "genesis_fp16_range_headroom_underflow_log2",
+)
+LAYER_NAMES = (
     "genesis_fp16_layer_max_abs",
     "genesis_fp16_layer_fp16_fraction",
     "genesis_fp16_layer_nonfinite",
 )
+SAMPLING_NAMES = (
+    "genesis_fp16_range_samples",
+    "genesis_fp16_range_sample_every",
+    "genesis_fp16_range_overhead_ratio",
+)
+RANGE_METRIC_NAMES = (*HEADROOM_NAMES, *LAYER_NAMES, *SAMPLING_NAMES)
 
 
 class RangeMetrics:
-    """The three range gauges of one registry; see the module docstring."""
+    """The range gauges of one registry; see the module docstring."""
 
     def __init__(self, registry: CollectorRegistry, k: int = 8) -> None:
         if k < 1:
             raise ValueError(f"RangeMetrics(k={k!r}): must be >= 1")
         self.k = k
+        module = ("agent", "module")
+        self.headroom = {
+            "overflow": Gauge(
+                HEADROOM_NAMES[0],
+                "Doublings between a module's largest activation and fp16's 65504 over the "
+                "last run's sampled steps, for the k modules nearest overflow and (all).",
+                module,
+                registry=registry,
+            ),
+            "underflow": Gauge(
+                HEADROOM_NAMES[1],
+                "Doublings between a module's largest scaled gradient and fp16's smallest "
+                "subnormal (2**-24), for the k modules nearest underflow and (all).",
+                module,
+                registry=registry,
+            ),
+        }
         self.max_abs = Gauge(
-            "genesis_fp16_layer_max_abs",
-            "Largest finite magnitude in the last sampled step, per module nearest fp16's "
-            "limits (top k per agent) and (all): activation (outputs) or gradient (unscaled).",
-            ("agent", "module", "kind"),
+            LAYER_NAMES[0],
+            "Largest finite magnitude in the last run's sampled steps, per module nearest "
+            "fp16's limits and (all): activation (outputs) or gradient (unscaled).",
+            (*module, "kind"),
             registry=registry,
         )
         self.fraction = Gauge(
-            "genesis_fp16_layer_fp16_fraction",
-            "Fraction of a module's scaled gradient values fp16 cannot hold in the last "
+            LAYER_NAMES[1],
+            "Largest fraction of a module's scaled gradient values fp16 cannot hold in a "
             "sampled step: overflow (> 65504 or not finite) or underflow (non-zero < 2**-24).",
-            ("agent", "module", "limit"),
+            (*module, "limit"),
             registry=registry,
         )
         self.nonfinite = Gauge(
-            "genesis_fp16_layer_nonfinite",
-            "Non-finite activation and gradient values in the last sampled step.",
-            ("agent", "module"),
+            LAYER_NAMES[2],
+            "Non-finite activation and gradient values in the last run's sampled steps.",
+            module,
             registry=registry,
         )
-        self._shown: dict[str, set[str]] = {}
+        self.samples = Gauge(
+            SAMPLING_NAMES[0], "Sampled steps of the last run.", ("agent",), registry=registry
+        )
+        self.every = Gauge(
+            SAMPLING_NAMES[1],
+            "Steps between range samples at the end of the last run.",
+            ("agent",),
+            registry=registry,
+        )
+        self.overhead = Gauge(
+            SAMPLING_NAMES[2],
+            "Share of the last run's step time its range samples cost, as the run measured it.",
+            ("agent",),
+            registry=registry,
+        )
+        self._shown: dict[str, dict[str, set[str]]] = {}
 
-    def export(self, agent: str, report: Any) -> list[str]:
-        """Set the gauges from ``report`` for ``agent``; the modules shown, nearest first."""
-        top = report.nearest_limits(self.k)
-        rows = {m: report.modules[m] for m in top}
-        rows[TOTAL] = report.totals()
-        for gone in self._shown.get(agent, set()) - set(rows):
-            self._remove(agent, gone)
+    def export(self, agent: str, summary: RangeSummary) -> list[str]:
+        """Set the gauges from ``summary`` for ``agent``; the modules shown, nearest
+        overflow first, then those nearest underflow not already shown."""
+        near = {
+            "overflow": list(summary.nearest_overflow[: self.k]),
+            "underflow": list(summary.nearest_underflow[: self.k]),
+        }
+        rows = {r.module: r for r in (*near["overflow"], *near["underflow"])}
+        rows[TOTAL] = summary.total
+        shown = self._shown.setdefault(
+            agent, {"layer": set(), "overflow": set(), "underflow": set()}
+        )
+        for limit, listed in near.items():
+            wanted = {r.module: r for r in (*listed, summary.total)}
+            self._set_headroom(agent, limit, wanted, shown[limit])
+        for gone in shown["layer"] - set(rows):
+            self._remove_layer(agent, gone)
+        for row in rows.values():
+            self._set_layer(agent, row)
+        shown["layer"] = set(rows)
+        self.samples.labels(agent).set(summary.samples)
+        self.every.labels(agent).set(summary.every)
+        if summary.overhead is not None:
+            self.overhead.labels(agent).set(summary.overhead)
+        return list(rows)[:-1]
+
+    def _set_headroom(
+        self, agent: str, limit: str, rows: dict[str, ModuleRange], shown: set[str]
+    ) -> None:
+        gauge = self.headroom[limit]
+        for gone in shown - set(rows):
+            gauge.remove(agent, gone)
+        shown.clear()
         for module, row in rows.items():
-            self.max_abs.labels(agent, module, "activation").set(row["activation_max"])
-            self.max_abs.labels(agent, module, "gradient").set(row["gradient_max"])
-            self.fraction.labels(agent, module, "overflow").set(row["overflow"])
-            self.fraction.labels(agent, module, "underflow").set(row["underflow"])
-            self.nonfinite.labels(agent, module).set(row["nonfinite"])
-        self._shown[agent] = set(rows)
-        return top
+            value = row.headroom_overflow if limit == "overflow" else row.headroom_underflow
+            if value is not None:  # None: no such value in the module (no series)
+                gauge.labels(agent, module).set(value)
+                shown.add(module)
 
-    def _remove(self, agent: str, module: str) -> None:
+    def _set_layer(self, agent: str, row: ModuleRange) -> None:
+        module = row.module
+        self.max_abs.labels(agent, module, "activation").set(row.activation_max)
+        self.max_abs.labels(agent, module, "gradient").set(row.gradient_max)
+        self.fraction.labels(agent, module, "overflow").set(row.overflow)
+        self.fraction.labels(agent, module, "underflow").set(row.underflow)
+        self.nonfinite.labels(agent, module).set(row.nonfinite)
+
+    def _remove_layer(self, agent: str, module: str) -> None:
         for kind in ("activation", "gradient"):
             self.max_abs.remove(agent, module, kind)
         for limit in ("overflow", "underflow"):

@@ -10,10 +10,10 @@ log interval, through ``torch.utils.tensorboard``:
 - ``precision/fp32``, ``precision/bf16``, ``precision/fp16``: 1 for the precision that
   ran at that step, 0 for the others;
 
-``range/<module>/<stat>`` at each sampled step when range statistics are on (the
-modules nearest fp16's limits), and at its end ``eval/<metric>`` and
-``execution/<mode>`` (1 for what the steps ran as) at the last step, with a text
-``run`` naming the request and the outcome.
+``range/<module>/<stat>`` at the run's last sampled step when range statistics are on
+(the modules nearest fp16's overflow and underflow, over the run's samples), and at
+its end ``eval/<metric>`` and ``execution/<mode>`` (1 for what the steps ran as) at the
+last step, with a text ``run`` naming the request and the outcome.
 
 A tracker never fails a run: a write that fails (a full disk) is logged once, counted in
 :attr:`RunTracker.failures`, and the tracker stops writing for the rest of that run.
@@ -38,7 +38,7 @@ from genesis_fp16_infrastructure.training.precision.precision_names import PRECI
 from genesis_fp16_infrastructure.training.step.execution_names import EXECUTION_MODES
 
 if TYPE_CHECKING:
-    from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest
+    from genesis_fp16_infrastructure.contract import TrainRequest
 
 log = structlog.get_logger("genesis_fp16.tracking")
 
@@ -56,7 +56,7 @@ class RunTracker:
         tracker = RunTracker.open(Path("/var/lib/genesis-fp16/runs"), "se_darwin", run_id)
         tracker.log_start({"precision requested": "auto", "device": "cuda"})
         request = replace(request, on_log=tracker.log_summary)
-        tracker.log_result(plugin.train(request))
+        tracker.log_result(run_plugin(plugin, request))  # judging.run
         tracker.close()
     """
 
@@ -118,16 +118,22 @@ class RunTracker:
             **(extra or {}),
         }
         self._write(lambda w: w.add_text("run", _table(outcome), step))
+        if getattr(result, "ranges", None) is not None:
+            self.log_range(result.ranges)
 
-    def log_range(self, report: Any, k: int = 8) -> None:
-        """A sampled step's range statistics: ``range/<module>/<stat>`` for the ``k``
-        modules nearest fp16's limits and ``range/(all)/<stat>``."""
-        rows = {m: report.modules[m] for m in report.nearest_limits(k)}
-        rows["(all)"] = report.totals()
+    def log_range(self, summary: Any, k: int = 8) -> None:
+        """A run's range statistics (``TrainResult.ranges``, a ``RangeSummary``) at its
+        last sampled step: ``range/<module>/<stat>`` for the ``k`` modules nearest fp16's
+        overflow and the ``k`` nearest its underflow, and ``range/(all)/<stat>``."""
+        rows = [*summary.nearest_overflow[:k], *summary.nearest_underflow[:k], summary.total]
         values = {
-            f"range/{m}/{stat}": float(v) for m, row in rows.items() for stat, v in row.items()
+            f"range/{row.module}/{stat}": value
+            for row in rows
+            for stat, value in row.to_json().items()
+            if stat != "module" and value is not None
         }
-        self._scalars(values, int(report.step))
+        values["range/samples"] = float(summary.samples)
+        self._scalars(values, int(summary.last_step))
 
     def close(self) -> int:
         """Flush and close the files; returns the number of writes that failed or were

@@ -6,10 +6,16 @@
 Data: JSON Lines, one record a line, ``{"x": [four numbers], "y": number}``. A record that
 is not one is skipped, counted and copied to the run's quarantine file; a file with no
 usable record, or that cannot be read, is refused with one line naming it.
+
+Judged models: the agent scores each record (its squared error, ``score_records``), so
+genesis-fp16 trains each run into a candidate, serves it only when it is no worse than
+the served model on the same records, and rolls the served model back when records that
+come later show it worse than the one before it. A record's id is a hash of its line.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
@@ -21,11 +27,14 @@ import torch
 
 from genesis_fp16.plugin_api import (
     API_VERSION,
+    JUDGING_VERSION,
     ProbeSetup,
+    RecordLosses,
     TrainRequest,
     TrainRequestError,
     TrainResult,
     fit,
+    model_weights,
     to_device,
 )
 
@@ -66,11 +75,21 @@ def _record(line: str) -> tuple[list[float], float] | None:
 
 def load_records(path: Path, quarantine: Path | None) -> tuple[torch.Tensor, torch.Tensor, int]:
     """(x, y, skipped) from a JSON Lines file; TrainRequestError when nothing is usable."""
+    return read_records(path, quarantine)[1:]
+
+
+def read_records(
+    path: Path, quarantine: Path | None
+) -> tuple[list[str], torch.Tensor, torch.Tensor, int]:
+    """(ids, x, y, skipped): ``load_records`` with each record's id, a hash of its line
+    (a repeated line's repeats are numbered: ids stay unique and stable)."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise TrainRequestError(f"{path}: cannot read it as text ({exc})") from None
     good: list[tuple[list[float], float]] = []
+    ids: list[str] = []
+    seen: dict[str, int] = {}
     bad: list[str] = []
     for line in text.splitlines():
         if line.strip():
@@ -79,6 +98,9 @@ def load_records(path: Path, quarantine: Path | None) -> tuple[torch.Tensor, tor
                 bad.append(line)
             else:
                 good.append(record)
+                digest = hashlib.sha256(line.strip().encode()).hexdigest()[:16]
+                seen[digest] = seen.get(digest, 0) + 1
+                ids.append(digest if seen[digest] == 1 else f"{digest}#{seen[digest]}")
     if bad and quarantine is not None:  # never lose data: the rejects are kept, with where
         quarantine.parent.mkdir(parents=True, exist_ok=True)
         with quarantine.open("a") as file:
@@ -91,7 +113,7 @@ def load_records(path: Path, quarantine: Path | None) -> tuple[torch.Tensor, tor
         )
     x = torch.tensor([r[0] for r in good])
     y = torch.tensor([[r[1]] for r in good])
-    return x, y, len(bad)
+    return ids, x, y, len(bad)
 
 
 class Task:
@@ -133,6 +155,10 @@ class Task:
 
 class Agent:
     api_version, name, description = API_VERSION, "__AGENT__", "toy regression (scaffold)"
+    judging_version = JUDGING_VERSION
+    # The gate and the live watch clip each record's squared error to [0, 1]: a bound
+    # they need; a record off by more than 1 counts as off by 1.
+    loss_span = 1.0
 
     def generate_sample_data(self, out: Path, count: int, seed: int) -> Path:
         return generate_records(out, count, seed)
@@ -144,6 +170,23 @@ class Agent:
         # No budget in the request (no --steps, no STEPS_PER_RUN): DEFAULT_STEPS.
         result = fit(Task(x, y), request.fit_options())
         return TrainResult.from_fit(request, result, quarantined=skipped)
+
+    def score_records(self, checkpoint: Path, request: TrainRequest) -> RecordLosses:
+        """The checkpoint's squared error on each record of the request's data."""
+        if request.data_path is None:
+            raise TrainRequestError(f"{self.name}: no data to score")
+        ids, x, y, _ = read_records(Path(request.data_path), None)
+        model = Task(x, y).build_model()
+        model.load_state_dict(model_weights(checkpoint))
+        with torch.no_grad():
+            errors = ((model(x) - y) ** 2).squeeze(1)
+        return RecordLosses.of(ids, errors.tolist())
+
+    def replay_task(self, context: dict[str, Any]) -> Task:
+        """A fault bundle's step, for `genesis-fp16 replay`: this model, optimizer and loss.
+        None of them depends on the data (the bundle holds the step's batches), so no data
+        is read: a bundle replays after its data is gone."""
+        return Task(torch.zeros(0, FEATURES), torch.zeros(0, 1))
 
     def probe_setup(self, data_path: Path | None, seed: int) -> ProbeSetup:
         if data_path is None:

@@ -61,7 +61,7 @@ from genesis_fp16.service.state_lock import (
 )
 from genesis_fp16.service.systemd import Notifier
 from genesis_fp16.status.serving import status_documents
-from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin
+from genesis_fp16_infrastructure.contract import AgentPlugin
 
 log = structlog.get_logger("genesis_fp16.daemon")
 

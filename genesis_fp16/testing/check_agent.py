@@ -19,15 +19,17 @@ from typing import Any
 import torch
 
 from genesis_fp16_infrastructure.agent_folder.layout import CHECKPOINTS_FOLDER, QUARANTINE_LOG
-from genesis_fp16_infrastructure.contract.plugin_api import (
-    API_VERSION,
+from genesis_fp16_infrastructure.contract import (
+    SUPPORTED_API_VERSIONS,
     ProbeSetup,
     TrainRequest,
     TrainRequestError,
     TrainResult,
+    TrainResultError,
     api_version_error,
+    check_result,
+    run_plugin,
 )
-from genesis_fp16_infrastructure.contract.result_check import TrainResultError, check_result
 from genesis_fp16_infrastructure.data.readers import DataError
 from genesis_fp16_infrastructure.training import PRECISIONS
 
@@ -105,9 +107,12 @@ class _Bench:
         values.update(fields)
         return TrainRequest(**values)
 
-    def train(self, request: TrainRequest) -> TrainResult:
+    def train(self, request: TrainRequest, own: bool = False) -> TrainResult:
+        """A run as the daemon makes it (a judged plugin's through its judged run), or
+        ``own``: the plugin's own ``train`` alone (a rule about train itself)."""
         try:  # the type of each field, as train and the daemon check it
-            return check_result(self.plugin.train(request), self.plugin.name)
+            result = self.plugin.train(request) if own else run_plugin(self.plugin, request)
+            return check_result(result, self.plugin.name)
         except TrainResultError as exc:
             raise RuleFailed(str(exc)) from None
 
@@ -130,9 +135,9 @@ def _contract(bench: _Bench) -> str:
     ]
     if missing:
         raise RuleFailed(f"missing {', '.join(missing)}")
-    if plugin.api_version != API_VERSION:
+    if plugin.api_version not in SUPPORTED_API_VERSIONS:
         raise RuleFailed(api_version_error(plugin.api_version))
-    return f"api_version {API_VERSION}, name {plugin.name!r}"
+    return f"api_version {plugin.api_version}, name {plugin.name!r}"
 
 
 def _sample_data(bench: _Bench) -> str:
@@ -225,8 +230,8 @@ def _refuses_bad_data(bench: _Bench) -> str:
     bad = bench.root / "bad" / "garbage.json"
     bad.parent.mkdir(parents=True, exist_ok=True)
     bad.write_bytes(b"\x00\xff not data\n")
-    try:
-        bench.train(bench.request(data_path=bad))
+    try:  # train's own refusal: a judged run's scoring would refuse the file too
+        bench.train(bench.request(data_path=bad), own=True)
     except (TrainRequestError, DataError) as exc:
         if str(bad) not in str(exc) and bad.name not in str(exc):
             raise RuleFailed(f"the refusal does not name the file: {exc}") from None
@@ -264,6 +269,18 @@ def _weights_only(bench: _Bench) -> str:
     return f"{Path(result.checkpoint).name} loads with weights_only=True"
 
 
+def _rebuilds(bench: _Bench) -> str:
+    make = getattr(bench.plugin, "replay_task", None)
+    if not callable(make):
+        raise RuleFailed(
+            "no replay_task(context): `genesis-fp16 replay` cannot rebuild this agent's fault "
+            "bundles (return the run's TrainingTask, from the bundle's request or its rebuild "
+            "record: docs/precision-forensics.md)"
+        )
+    declared = getattr(bench.plugin, "batch_types", ())
+    return f"replay_task rebuilds a bundle's step; {len(tuple(declared))} batch type(s) declared"
+
+
 RULES: dict[str, Callable[[_Bench], str]] = {
     "contract": _contract,
     "sample_data_generates": _sample_data,
@@ -276,6 +293,7 @@ RULES: dict[str, Callable[[_Bench], str]] = {
     "trains_under_device_audit": _device_audit,
     "probe_setup_works": _probe,
     "checkpoint_loads_weights_only": _weights_only,
+    "rebuilds_fault_steps": _rebuilds,
 }
 
 
@@ -288,7 +306,7 @@ def check_agent(
 
     >>> report = check_agent(plugin)        # doctest: +SKIP
     >>> print(report.summary())             # doctest: +SKIP
-    PASS contract: api_version 2, name 'my_agent'
+    PASS contract: api_version 3, name 'my_agent'
     ...
     """
     results: list[RuleResult] = []

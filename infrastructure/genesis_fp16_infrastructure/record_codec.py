@@ -1,13 +1,14 @@
-"""One codec for the library's typed records (the contract's reports, training's): a
-record declares its fields once, typed, and :func:`to_json` and :func:`from_json` read
-that declaration.
+"""One codec for the library's typed records (the contract's reports, training's, the
+``TrainResult``), on msgspec: a record declares its fields once, typed, as a frozen
+dataclass, and :func:`encode_record` and :func:`decode_record` read that declaration.
 
-``to_json`` writes each field under its name (or ``metadata["json"]``), a record as its
-own object, a tuple as a list, a non-finite float as null, and a float with
-``metadata["round"]`` rounded. ``from_json`` takes the JSON back field by field, checks
-each value against the field's type (a Literal's values included), turns null back into
-NaN for a float, ignores keys it does not know (a file written by a newer version) and
-refuses anything else in one line naming the record and the place::
+A record's JSON is each field under its name (or ``metadata["json"]``), a record as its
+own object, a tuple as a list, a non-finite float as null, a float with
+``metadata["round"]`` rounded, and a field with ``metadata["omit_none"]`` left out while
+it is None. Reading takes the JSON back with the fields' types checked (a Literal's
+values included), null back into NaN for a float, keys it does not know ignored (a file
+written by a newer version), and anything else refused in one line naming the record and
+the place::
 
     >>> from dataclasses import dataclass
     >>> @dataclass(frozen=True)
@@ -20,23 +21,39 @@ refuses anything else in one line naming the record and the place::
     Traceback (most recent call last):
     ...
     genesis_fp16_infrastructure.record_codec.ReportError: Pair: 'name' missing
+
+How: each record type gets a msgspec ``Struct`` of the same fields (its *mirror*, made
+once per type by :func:`mirror_of`) that carries the JSON names (``rename``) and the
+fields a JSON object may leave out (``UNSET``, then the dataclass's own default);
+``msgspec.convert`` checks and reads the JSON into it. What msgspec has no word for is a
+custom type of the mirror's: a float that reads null as NaN, a Literal that names its
+values when refused, a ``Path``, and a record that reads itself (its own ``from_json``,
+as the calibration cache checks its version). msgspec's refusal (``Expected `int`, got
+`str` - at `$.records```) is put in the record's words by :func:`one_line`. Writing is
+the fields' own walk (:func:`encode_record`): a plugin's value that is not JSON stays as
+it is, for ``check_result`` to name.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import sys
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, Field, fields, is_dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+import msgspec
 
 JSON = "json"  # metadata: the field's key in JSON, where its name cannot be (``from``)
 ROUND = "round"  # metadata: the digits a float is rounded to in JSON
 OMIT_NONE = "omit_none"  # metadata: the key is left out of the JSON while the field is None
 
 R = TypeVar("R", bound="Record")
+_INNER = "\x00"  # where a record read by its own from_json inside another one stands
 
 
 class ReportError(ValueError):
@@ -48,12 +65,13 @@ class Record:
     """A frozen dataclass's ``to_json``/``from_json`` by its fields (the module docstring)."""
 
     def to_json(self) -> dict[str, Any]:
-        return encode_fields(self)
+        return encode_record(self)
 
     @classmethod
     def from_json(cls: type[R], data: object, where: str = "") -> R:
         """The record ``data`` holds, or :class:`ReportError` in one line."""
-        return decode_fields(cls, data, where or cls.__name__)
+        found: R = decode_record(cls, data, where or cls.__name__)
+        return found
 
 
 def key_of(item: Field[Any]) -> str:
@@ -61,130 +79,241 @@ def key_of(item: Field[Any]) -> str:
     return str(item.metadata.get(JSON, item.name))
 
 
-def encode_fields(record: Any, only: Sequence[str] | None = None) -> dict[str, Any]:
-    """``record``'s fields (``only`` those named) as a JSON object."""
-    out: dict[str, Any] = {}
+def encode_record(record: Any, leave_out: Sequence[str] = ()) -> dict[str, Any]:
+    """``record``'s fields (but those named in ``leave_out``) as a JSON object."""
+    out = {}
     for item in fields(record):
-        if only is not None and item.name not in only:
-            continue
         value = getattr(record, item.name)
-        if value is None and item.metadata.get(OMIT_NONE):
+        if item.name in leave_out or (value is None and item.metadata.get(OMIT_NONE)):
             continue
-        out[key_of(item)] = encode(value, item.metadata.get(ROUND))
+        out[key_of(item)] = _plain(value, item.metadata.get(ROUND))
     return out
 
 
-def encode(value: Any, digits: int | None = None) -> Any:
-    """One value as JSON: records by their ``to_json``, NaN and infinities as null."""
+def _plain(value: Any, digits: int | None = None) -> Any:
+    """One value as JSON: a record as its own JSON (its ``to_json``: Calibration adds its
+    version), a Path as text, NaN and infinities as null, a declared float rounded; what
+    is not JSON is left as it is (``check_result`` names it)."""
     if isinstance(value, Record):
         return value.to_json()
-    if isinstance(value, bool) or value is None or isinstance(value, str | int):
-        return value
+    if isinstance(value, Path):
+        return str(value)
     if isinstance(value, float):
         if not math.isfinite(value):
             return None
         return round(value, digits) if digits is not None else value
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, Mapping):
-        return {str(k): encode(v, digits) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [encode(v, digits) for v in value]
+        return [_plain(v, digits) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v, digits) for k, v in value.items()}
     return value
 
 
-def decode_fields(cls: type[Any], data: object, where: str) -> Any:
+def decode_record(cls: type[Any], data: object, where: str) -> Any:
     """An instance of the dataclass ``cls`` from its JSON object ``data``."""
-    if not isinstance(data, Mapping):
-        raise ReportError(f"{where}: an object expected, got {_kind(data)}")
-    hints = _hints(cls)
-    values: dict[str, Any] = {}
-    for item in fields(cls):
-        if not item.init:
-            continue
-        key = key_of(item)
-        if key not in data:
-            if item.default is MISSING and item.default_factory is MISSING:
-                raise ReportError(f"{where}: {key!r} missing")
-            continue
-        values[item.name] = decode(data[key], hints[item.name], f"{where}.{key}")
     try:
-        return cls(**values)
+        mirrored = msgspec.convert(data, mirror_of(cls), strict=True, dec_hook=_read_custom)
+    except msgspec.ValidationError as exc:
+        raise ReportError(one_line(str(exc), data, where)) from None
+    try:
+        return _thaw(mirrored)
     except (TypeError, ValueError) as exc:  # the record's own check (__post_init__)
         raise ReportError(f"{where}: {exc}") from None
 
 
-def decode(value: Any, hint: Any, where: str) -> Any:
-    """``value`` read as a ``hint``; :class:`ReportError` where it is not one."""
+# -- the mirrors: a msgspec Struct per record type ------------------------------------
+
+
+class _Float(float):
+    """A float field in a mirror: null reads as NaN, an int as a float, a bool refused."""
+
+
+class _Choice(str):
+    """A Literal field in a mirror (a subclass per Literal, ``choices`` its values)."""
+
+    choices: tuple[Any, ...] = ()
+
+
+_MIRRORS: dict[type[Any], type[msgspec.Struct]] = {}  # record type -> its mirror
+_RECORDS: dict[type[Any], type[Any]] = {}  # mirror -> its record type
+
+
+def mirror_of(cls: type[Any]) -> type[msgspec.Struct]:
+    """The msgspec Struct that reads the dataclass ``cls``'s JSON, made once."""
+    if cls not in _MIRRORS:
+        _MIRRORS[cls] = _make_mirror(cls)
+        _RECORDS[_MIRRORS[cls]] = cls
+    return _MIRRORS[cls]
+
+
+def _make_mirror(cls: type[Any]) -> type[msgspec.Struct]:
+    hints = get_type_hints(cls, vars(sys.modules[cls.__module__]))
+    specs: list[tuple[Any, ...]] = []
+    for item in fields(cls):
+        if not item.init:
+            continue
+        hint = _mirror_hint(hints[item.name])
+        optional = item.default is not MISSING or item.default_factory is not MISSING
+        # A field left out of the JSON stays UNSET: the dataclass's own default applies.
+        if optional:
+            specs.append((item.name, Union[hint, msgspec.UnsetType], msgspec.UNSET))  # noqa: UP007
+        else:
+            specs.append((item.name, hint))
+    names = {item.name: key_of(item) for item in fields(cls) if key_of(item) != item.name}
+    return msgspec.defstruct(f"{cls.__name__}JSON", specs, rename=names, kw_only=True)
+
+
+def _mirror_hint(hint: Any) -> Any:
+    """A field's type as its mirror reads it: records by their mirrors (or themselves,
+    when they read their own JSON), float, Literal and Path by the custom types."""
     origin, args = get_origin(hint), get_args(hint)
-    if hint is Any:
-        return value
-    if origin is Union or origin is types.UnionType:
-        if value is None and type(None) in args:
-            return None
-        others = [a for a in args if a is not type(None)]
-        for arg in others[:-1]:
-            try:
-                return decode(value, arg, where)
-            except ReportError:
-                continue
-        return decode(value, others[-1], where)
-    if origin is Literal:
-        if value not in args:
-            choices = ", ".join(map(repr, args))
-            raise ReportError(f"{where}: one of {choices} expected, got {value!r}")
-        return value
-    if isinstance(hint, type) and issubclass(hint, Record):
-        return hint.from_json(value, where)
     if isinstance(hint, type) and is_dataclass(hint):
-        return decode_fields(hint, value, where)
-    if hint is float:  # null is a NaN that crossed JSON; an int is a float
+        return _own(hint) if _reads_itself(hint) else mirror_of(hint)
+    if hint is float:
+        return _Float
+    if origin is Literal:
+        return _choice(args)
+    if origin is Union or origin is types.UnionType:
+        return Union[tuple(_mirror_hint(a) for a in args)]  # noqa: UP007
+    if origin is Mapping or origin is dict:
+        return dict[str, _mirror_hint(args[1])] if args else dict  # type: ignore[misc]
+    if origin is Sequence or (origin is tuple and args[-1:] == (Ellipsis,)):
+        return tuple[_mirror_hint(args[0]), ...]  # type: ignore[misc]
+    if origin is tuple:
+        return tuple[tuple(_mirror_hint(a) for a in args)]  # type: ignore[misc]
+    return hint
+
+
+def _reads_itself(cls: type[Any]) -> bool:
+    """A record with a ``from_json`` of its own (Calibration checks its cache version)."""
+    return issubclass(cls, Record) and cls.from_json.__func__ is not Record.from_json.__func__  # type: ignore[attr-defined]
+
+
+class _Own:
+    """A record that reads its own JSON, in a mirror (a subclass per record type: msgspec
+    would read the dataclass itself, by its fields, past its ``from_json``)."""
+
+    reads: type[Any] = object
+
+    def __init__(self, record: Any) -> None:
+        self.record = record
+
+
+@cache
+def _own(cls: type[Any]) -> type[_Own]:
+    return type(f"{cls.__name__}Own", (_Own,), {"reads": cls})
+
+
+@cache
+def _choice(values: tuple[Any, ...]) -> type[_Choice]:
+    return type("Choice", (_Choice,), {"choices": values})
+
+
+def _read_custom(kind: type[Any], value: Any) -> Any:
+    """msgspec's ``dec_hook``: a value of one of the custom types, or why it is not one,
+    worded as msgspec words its own refusals (``one_line`` rewrites both alike)."""
+    if kind is _Float:
         if value is None:
-            return math.nan
+            return _Float(math.nan)  # a NaN that crossed JSON
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-    elif hint is int or hint is str or hint is bool:
-        if isinstance(value, hint) and (hint is bool or not isinstance(value, bool)):
-            return value
-    elif hint is Path:
+            return _Float(value)
+        raise ValueError(f"Expected `float`, got `{_json_kind(value)}`")
+    if issubclass(kind, _Choice):
+        if value in kind.choices:
+            return kind(value)
+        choices = ", ".join(map(repr, kind.choices))
+        raise ValueError(f"one of {choices} expected, got {value!r}")
+    if kind is Path:
         if isinstance(value, str):
             return Path(value)
-    elif origin is Mapping or origin is dict:
-        if isinstance(value, Mapping):
-            item = args[1] if args else Any
-            out = {}
-            for key, v in value.items():
-                if not isinstance(key, str):
-                    raise ReportError(f"{where}: key {key!r} is not a str")
-                out[key] = decode(v, item, f"{where}[{key!r}]")
-            return out
-    elif origin is tuple or origin is Sequence:
-        if isinstance(value, list | tuple):
-            if origin is tuple and args and args[-1] is not Ellipsis:  # a fixed shape
-                if len(value) != len(args):
-                    raise ReportError(f"{where}: {len(args)} items expected, got {len(value)}")
-                pairs = enumerate(zip(value, args, strict=True))
-                return tuple(decode(v, a, f"{where}[{i}]") for i, (v, a) in pairs)
-            item = args[0] if args else Any
-            return tuple(decode(v, item, f"{where}[{i}]") for i, v in enumerate(value))
-    else:
-        raise TypeError(f"{where}: the codec reads no {hint!r}")  # a record's own bug
-    raise ReportError(f"{where}: {_name(hint)} expected, got {_kind(value)}")
+        raise ValueError(f"Expected `str`, got `{_json_kind(value)}`")
+    if issubclass(kind, _Own):  # its message goes on from this one's place
+        try:
+            return kind(kind.reads.from_json(value, _INNER))
+        except ReportError as exc:
+            raise ValueError(str(exc)) from None
+    raise NotImplementedError(kind)  # a record's field of a type the mirror does not read
 
 
-_HINTS: dict[type[Any], dict[str, Any]] = {}
+def _thaw(value: Any) -> Any:
+    """A mirror's values back as the record's: mirrors as records, the custom types as
+    plain float and str; UNSET left to the dataclass's default."""
+    if isinstance(value, msgspec.Struct):
+        values = {
+            name: _thaw(getattr(value, name))
+            for name in value.__struct_fields__
+            if getattr(value, name) is not msgspec.UNSET
+        }
+        return _RECORDS[type(value)](**values)
+    if isinstance(value, _Own):
+        return value.record
+    if isinstance(value, _Float):
+        return float(value)
+    if isinstance(value, _Choice):
+        return str(value)
+    if isinstance(value, tuple):  # msgspec read a tuple field as one; Any's lists stay
+        return tuple(_thaw(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _thaw(v) for k, v in value.items()}
+    return value
 
 
-def _hints(cls: type[Any]) -> dict[str, Any]:
-    if cls not in _HINTS:
-        module = sys.modules[cls.__module__]
-        _HINTS[cls] = get_type_hints(cls, vars(module))
-    return _HINTS[cls]
+# -- msgspec's refusal in the record's words --------------------------------------------
+
+_AT = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
+_STEP = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
+_EXPECTED = re.compile(r"^Expected `(?P<want>[^`]+)`(?P<length> of length \d+)?, got (?P<got>.+)$")
+_MISSING = re.compile(r"^Object missing required field `(?P<key>[^`]+)`$")
 
 
-def _name(hint: Any) -> str:
-    text = str(hint) if get_origin(hint) else getattr(hint, "__name__", str(hint))
-    return text.replace("collections.abc.", "").replace("typing.", "")
+def one_line(message: str, data: object, where: str) -> str:
+    """msgspec's message about ``data`` as one line naming ``where`` and the place in it:
+    ``GateReport.comparisons[0]: 'candidate' missing``."""
+    found = _AT.match(message)
+    assert found is not None  # the pattern matches any text
+    what = found["what"]
+    expected = _EXPECTED.match(what)
+    got = expected["got"].strip("`") if expected else None
+    place, value = where, data
+    for key, index in _STEP.findall(found["path"] or ""):
+        value, step = _step(value, key or index, got)
+        place += step
+    if what.startswith(_INNER):  # a record that read itself said where, inside it
+        return place + what[len(_INNER) :]
+    missing = _MISSING.match(what)
+    if missing:
+        return f"{place}: {missing['key']!r} missing"
+    if expected and expected["length"]:
+        return f"{place}: {expected['length'].split()[-1]} items expected, got {got}"
+    if expected:
+        want = _article(expected["want"].replace("null", "None"))
+        return f"{place}: {want} expected, got {_kind(value)}"
+    return f"{place}: {what}"
+
+
+def _step(value: Any, key: str, got: str | None) -> tuple[Any, str]:
+    """One step of msgspec's path into the data, and how the place reads it. A mapping's
+    key msgspec leaves unsaid (``[...]``): it stops at the first value that does not fit,
+    so the first of the refused kind (``got``) is the one."""
+    if key.isdigit():
+        inside = value[int(key)] if isinstance(value, list | tuple) else None
+        return inside, f"[{key}]"
+    if key != "...":
+        return (value.get(key) if isinstance(value, Mapping) else None), f".{key}"
+    if isinstance(value, Mapping) and got is not None:
+        for name, inside in value.items():
+            if _json_kind(inside) == got:
+                return inside, f"[{name!r}]"
+    return None, "[...]"
+
+
+def _article(want: str) -> str:
+    return "an object" if want == "object" else want.replace("array", "list")
+
+
+def _json_kind(value: object) -> str:
+    names = {bool: "bool", int: "int", float: "float", str: "str", type(None): "null"}
+    return names.get(type(value), "array" if isinstance(value, list | tuple) else "object")
 
 
 def _kind(value: object) -> str:

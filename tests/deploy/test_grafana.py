@@ -131,7 +131,8 @@ def test_every_panel_has_a_unit_and_uses_the_datasource_variable() -> None:
 
 def test_dashboard_shows_the_required_panels() -> None:
     """Loss scale, skips/overflow, throughput, losses, precision, runs, GPU memory, demotions,
-    and per agent when its model last learned new data, its records and its quality."""
+    per agent when its model last learned new data, its records and its quality, and the
+    modules closest to fp16's overflow and underflow."""
     titles = {panel["title"] for panel in _panels()}
     assert titles >= {
         "Loss scale",
@@ -148,6 +149,7 @@ def test_dashboard_shows_the_required_panels() -> None:
         "Time since the model last learned new data",
         "Records the model has learned",
         "Eval AUC with its 95% interval",
+        "Closest to fp16 overflow / underflow",
     }
     duration = next(panel for panel in _panels() if panel["title"] == "Run duration")
     assert all(

@@ -23,6 +23,12 @@ iteration's start and continues in the next precision's preset, reported in
 (the update step is never compiled), a process group of more than one rank (the PPO
 loop has no DDP and no data sharding, so every rank would train an identical copy), and
 a preset the decided precision cannot run (the library's ``PresetError``).
+
+Judged models (``score_records``, :mod:`genesis_fp16_agents.rlhf_ppo.judging`): a
+candidate and the served policy are judged on the task file's evaluation episodes,
+paired per episode with common random numbers, each episode's loss ``1 - reward``; the
+live watch watches the episodes of the current task file (a changed task file brings
+new ones). Every run trains a candidate that continues the served policy.
 """
 
 from __future__ import annotations
@@ -36,15 +42,18 @@ from typing import Any
 import torch
 
 from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
+from genesis_fp16_agents.rlhf_ppo.judging import score_episodes
 from genesis_fp16_agents.rlhf_ppo.model import TaskConfig, random_prompts
 from genesis_fp16_agents.rlhf_ppo.probe import build_probe_setup
-from genesis_fp16_agents.rlhf_ppo.task import PPOTask
+from genesis_fp16_agents.rlhf_ppo.task import PPOTask, replayed
 from genesis_fp16_agents.rlhf_ppo.task_file import read_task
 from genesis_fp16_infrastructure.atomic import write_json_atomic
 from genesis_fp16_infrastructure.contract.plugin_api import (
     API_VERSION,
+    JUDGING_VERSION,
     AgentOption,
     ProbeSetup,
+    RecordLosses,
     TrainRequest,
     TrainRequestError,
     TrainResult,
@@ -133,6 +142,10 @@ class RlhfPpoPlugin:
     api_version = API_VERSION
     name = "rlhf_ppo"
     options = DECLARED_OPTIONS
+    judging_version = JUDGING_VERSION
+    loss_span = 1.0  # 1 - reward, the default task's reward being in [0, 1]
+    # Its records are evaluation episodes, not what it trains on: every run trains.
+    records_are_training_data = False
     description = (
         "PPO policy training (tiny transformer, value head, GAE, KL to a frozen reference) "
         "with per-component precision presets and trainer-rollout mismatch diagnostics"
@@ -159,6 +172,18 @@ class RlhfPpoPlugin:
         """A frozen PPO batch from fp32 rollouts; components policy / value / reward."""
         task = read_task(data_path, None)[0]
         return build_probe_setup(PPOConfig(task=task), seed)
+
+    def score_records(self, checkpoint: Path, request: TrainRequest) -> RecordLosses:
+        """The policy's ``1 - reward`` on each evaluation episode of the task file."""
+        return score_episodes(checkpoint, request)
+
+    def replay_task(self, context: Mapping[str, Any]) -> PPOTask:
+        """A fault bundle's update step rebuilt for ``genesis-fp16 replay``, from the
+        bundle's ``rebuild`` (:meth:`PPOTask.replay_spec`); its rollouts are the bundle's."""
+        spec = context.get("rebuild")
+        if not isinstance(spec, Mapping) or "ppo" not in spec:
+            raise ValueError("the bundle holds no PPO record (rebuild.ppo): re-run to write one")
+        return replayed(spec, str(context.get("device") or "cpu"))
 
     def train(self, request: TrainRequest) -> TrainResult:
         """Run PPO through ``fit()`` for the request's budget, in the decided precision's preset."""

@@ -25,6 +25,7 @@ for the same weights and a resumed or rolled-back run replays its iterations exa
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, cast
@@ -241,6 +242,13 @@ class PPOTask:
         if self.on_diagnostics is not None:
             self.on_diagnostics(dict(stats))
 
+    # -- fault bundles -----------------------------------------------------------------
+
+    def replay_spec(self) -> dict[str, Any]:
+        """What a fault bundle keeps to rebuild this task's update step (:func:`replayed`):
+        the PPO settings (the task's sizes in them), the seed and the preset it ran."""
+        return {"ppo": dataclasses.asdict(self.cfg), "seed": self.seed, "preset": self.preset.name}
+
     # -- state and evaluation ----------------------------------------------------------
 
     def extra_state(self) -> dict[str, Any]:
@@ -272,3 +280,17 @@ class PPOTask:
         if self.history:
             out["reward_first_iteration"] = self.history[0][1]["reward_true_mean"]
         return out
+
+
+def replayed(spec: Mapping[str, Any], device: str = "cpu") -> PPOTask:
+    """The task a bundle's ``replay_spec()`` names, in the preset its step ran: the same
+    model (from the settings and seed) and the same loss. The step's rollouts are the
+    bundle's batches; nothing is rolled out here."""
+    settings = dict(spec["ppo"])
+    cfg = PPOConfig(task=TaskConfig(**dict(settings.pop("task"))), **settings)
+    preset = str(spec["preset"])
+    if preset not in PRESETS:
+        raise ValueError(f"preset {preset!r}: not one of {', '.join(PRESETS)}")
+    task = PPOTask(cfg, int(spec["seed"]), device, preset)
+    task.preset = PRESETS[preset]  # begin_iteration would choose it; replay runs no iteration
+    return task

@@ -3,7 +3,9 @@ library's retrain loop (``genesis_fp16_infrastructure.recipes.retrain``) in one 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from genesis_fp16_infrastructure.contract.agent_snapshot import DataCheck
 from genesis_fp16_infrastructure.contract.plugin_api import (
@@ -14,7 +16,9 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
 )
 from genesis_fp16_infrastructure.data.synthetic import write_pool
 from genesis_fp16_infrastructure.recipes.retrain import run
+from genesis_fp16_infrastructure.recipes.retrain.batch import Batch
 from genesis_fp16_infrastructure.recipes.retrain.options import agent_options
+from genesis_fp16_infrastructure.recipes.retrain.task import ReplayedTask
 
 
 class SEDarwinPlugin:
@@ -24,6 +28,8 @@ class SEDarwinPlugin:
     name = "se_darwin"
     options = agent_options()
     description = "SE-Darwin world model: success, score and outcome of a code-evolution attempt"
+    # The types a fault bundle's batches may be rebuilt as (``genesis-fp16 replay``).
+    batch_types = (Batch,)
 
     def generate_sample_data(self, out: Path, count: int, seed: int) -> Path:
         """Write ``<out>/trajectory_pools/se_darwin/trajectory_pool.json``; return its path."""
@@ -45,3 +51,15 @@ class SEDarwinPlugin:
     def probe_setup(self, data_path: Path | None, seed: int) -> ProbeSetup:
         """The world model, its loss and a few real batches, for the precision probe."""
         return run.probe_setup(data_path, seed, agent=self.name)
+
+    def replay_task(self, context: Mapping[str, Any]) -> ReplayedTask:
+        """A fault bundle's step rebuilt for ``genesis-fp16 replay``: the model the run
+        trained (its configuration, cross-validated members included, from the bundle's
+        ``rebuild``), its optimizer and loss; the data is not read."""
+        spec = context.get("rebuild")
+        if not isinstance(spec, Mapping) or "model" not in spec:
+            raise ValueError(
+                "the bundle holds no model record (rebuild.model): it was written before "
+                "bundles kept one, or by another agent; re-run the training to write a new one"
+            )
+        return ReplayedTask(spec)

@@ -4,34 +4,49 @@ Every state file is read here, as a regular file only and at most its layout's b
 (:class:`~genesis_fp16_infrastructure.agent_folder.layout.StateFile` ``limit``): a
 folder, a FIFO (which would block a read for ever), a link, a file over the bound, bytes
 that are not UTF-8, text that is not JSON or a record its decoder refuses is *unusable*.
-An unusable file is set aside as ``<name>.unusable`` and reported, once, to every
-listener (:func:`on_set_aside`; the daemon counts it in
-``genesis_fp16_state_files_skipped_total{agent, file}``); the reader goes on as if there
-were no file. Never a traceback, never a run failed for ever by a file nobody wrote::
+An unusable file is set aside as ``<name>.unusable-<UTC time>`` (a name nothing holds:
+:func:`free_aside_path`) and reported, once, to every listener (:func:`on_set_aside`; the
+daemon counts it in ``genesis_fp16_state_files_skipped_total{agent, file}``); the reader
+goes on as if there were no file. Never a traceback, never a run failed for ever by a
+file nobody wrote, never the evidence of an earlier damage overwritten::
 
     memory = load(path, PRECISION_STATE, PrecisionMemory.from_json)   # None: none, or set aside
     write_json(path, PRECISION_STATE, memory.to_json())               # atomic
 
 Writes are atomic (:mod:`genesis_fp16_infrastructure.atomic`); a folder, FIFO or link at
 the name is set aside first, so that a write never fails for it either.
+
+Each folder keeps its newest :data:`KEEP_ASIDES` set-aside entries (all names together),
+holding at most :data:`KEEP_ASIDE_BYTES` bytes, as the quarantine folder bounds its files:
+the oldest go first, and the one just set aside always stays, whatever its size
+(:func:`bound_asides`). :func:`newest_aside` finds the latest of a name (the served-model
+pointer's repair reads it).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
+import shutil
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
-from genesis_fp16_infrastructure.agent_folder.layout import ASIDE_SUFFIX, StateFile
+from genesis_fp16_infrastructure.agent_folder.layout import StateFile, aside_name, parse_aside
 from genesis_fp16_infrastructure.atomic import write_atomic, write_json_atomic
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
+
+# The set-aside entries one folder keeps, every name together (as data.quarantine bounds
+# its folder): past either bound the oldest go; the newest is always kept.
+KEEP_ASIDES = 20
+KEEP_ASIDE_BYTES = 64 * 2**20
 
 
 class UnusableStateFile(ValueError):
@@ -61,9 +76,83 @@ def on_set_aside(listener: Listener) -> Callable[[], None]:
     return lambda: _listeners.remove(listener) if listener in _listeners else None
 
 
-def aside_path(path: Path) -> Path:
-    """Where an unusable ``path`` goes: ``<name>.unusable`` beside it."""
-    return Path(path).with_name(Path(path).name + ASIDE_SUFFIX)
+def free_aside_path(path: Path, now: datetime | None = None) -> Path:
+    """A name beside ``path`` that nothing holds, for setting it aside at ``now`` (UTC;
+    default: now): ``<name>.unusable-<time>``, then ``-2``, ``-3``... while taken."""
+    path, at = Path(path), now or datetime.now(UTC)
+    for n in itertools.count(1):
+        aside = path.with_name(aside_name(path.name, at, n))
+        if not os.path.lexists(aside):
+            return aside
+    raise AssertionError("unreachable")  # itertools.count never ends
+
+
+def asides(path: Path) -> list[Path]:
+    """Every entry ``path`` was set aside as, beside it, oldest first."""
+    return _asides_in(Path(path).parent, Path(path).name)
+
+
+def newest_aside(path: Path) -> Path | None:
+    """The entry ``path`` was last set aside as (None: never, or all pruned since)."""
+    found = asides(path)
+    return found[-1] if found else None
+
+
+def _asides_in(folder: Path, name: str | None) -> list[Path]:
+    """The set-aside entries in ``folder`` (of ``name`` only, unless None), oldest first."""
+    try:
+        entries = os.listdir(folder)
+    except OSError:  # no folder: nothing set aside in it
+        return []
+    keyed = []
+    for entry in entries:
+        parsed = parse_aside(entry)
+        if parsed is not None and (name is None or parsed[0] == name):
+            keyed.append((parsed[1], entry))
+    return [Path(folder) / entry for _, entry in sorted(keyed)]
+
+
+def bound_asides(
+    folder: Path, keep: int = KEEP_ASIDES, keep_bytes: int = KEEP_ASIDE_BYTES
+) -> list[Path]:
+    """Remove the oldest set-aside entries of ``folder`` past the newest ``keep``, or past
+    ``keep_bytes`` bytes together (the newest always stays); returns those removed."""
+    removed, total = [], 0
+    for index, old in enumerate(reversed(_asides_in(Path(folder), None))):
+        total += _size(old) if total <= keep_bytes else 0  # past the bound: no need to walk
+        if index > 0 and (index >= keep or total > keep_bytes):
+            try:
+                _remove(old)
+            except OSError as error:  # evidence kept rather than a read failed
+                logger.warning("cannot remove old set-aside %s: %s", old, error)
+                continue
+            removed.append(old)
+    return removed
+
+
+def _size(path: Path) -> int:
+    """Bytes under ``path`` (a file, or a folder walked without following links)."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return 0
+    if not stat.S_ISDIR(info.st_mode):
+        return info.st_size
+    total = 0
+    for root, _, names in os.walk(path, onerror=lambda _: None):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue
+    return total
+
+
+def _remove(path: Path) -> None:
+    if stat.S_ISDIR(os.lstat(path).st_mode):
+        shutil.rmtree(path)  # a link inside is removed, never followed
+    else:
+        path.unlink(missing_ok=True)
 
 
 def read_text(path: Path, limit: int) -> str | None:
@@ -179,28 +268,51 @@ def load_text(path: Path, file: StateFile, unusable: Listener | None = None) -> 
 
 
 def set_aside(path: Path, file: StateFile, why: str, inode: int | None = None) -> SetAside:
-    """Rename the unusable ``path`` to ``<name>.unusable`` (a folder, FIFO or link is moved,
-    never followed) and report it to every listener. ``inode``: the file that was read;
-    one replaced since (a writer's good file) is left where it is."""
+    """Rename the unusable ``path`` to a name of its own (:func:`free_aside_path`; a
+    folder, FIFO or link is moved, never followed), bound the folder's set-aside entries
+    (:func:`bound_asides`) and report it to every listener, once per damage: a file
+    another reader moved first, or one that cannot be moved and was reported before, is
+    not reported again. ``inode``: the file that was read; one replaced since (a writer's
+    good file) is left where it is."""
     path = Path(path)
-    aside: Path | None = aside_path(path)
+    aside: Path | None = None
+    info, report = None, True
     try:
-        if inode is not None and os.lstat(path).st_ino != inode:
-            aside = None
+        info = os.lstat(path)
+        if inode is not None and info.st_ino != inode:
             why += "; replaced meanwhile, left in place"
         else:
-            assert aside is not None
-            os.replace(path, aside)
-    except FileNotFoundError:
-        aside = None
+            aside = free_aside_path(path)
+            os.rename(path, aside)  # onto a free name: never over earlier evidence
+    except FileNotFoundError:  # another reader set it aside first, and reported it
+        aside, report = None, False
     except OSError as error:
         why += f"; cannot set it aside ({error.strerror}): delete it"
-        aside = None
+        aside, report = None, _first_report_of(path, info)
     event = SetAside(path, aside, why, file.label)
     logger.warning("unusable state file set aside as %s: %s", aside, why)
-    for listener in list(_listeners):
-        listener(event)
+    if aside is not None:
+        bound_asides(path.parent)
+    if report:
+        for listener in list(_listeners):
+            listener(event)
     return event
+
+
+# What could not be moved, as (path, device, inode, mtime): reported once per process.
+_stuck: set[tuple[str, int, int, int]] = set()
+
+
+def _first_report_of(path: Path, info: os.stat_result | None) -> bool:
+    if info is None:  # not even looked at (EACCES): nothing to know it again by
+        return True
+    key = (str(path), info.st_dev, info.st_ino, info.st_mtime_ns)
+    if key in _stuck:
+        return False
+    if len(_stuck) > 4096:  # a bound, not a cache policy: forgetting costs a count
+        _stuck.clear()
+    _stuck.add(key)
+    return True
 
 
 def clear_way(path: Path, file: StateFile) -> SetAside | None:

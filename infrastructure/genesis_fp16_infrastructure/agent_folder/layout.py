@@ -28,18 +28,30 @@
                     candidate.json       its data and request
                     verdict.json         the gate's verdict
                     live-<id>.npz        the live watch's scores against model <id>
+                    judged_ids.npz       a judged plugin's model: the record ids it knew
+                    judged-live-<id>.npz a judged plugin's live watch against model <id>
 
-A file found unusable at its name is set aside as ``<name>.unusable``
-(:data:`ASIDE_SUFFIX`, :func:`~genesis_fp16_infrastructure.agent_folder.files.set_aside`).
+A file found unusable at its name is set aside beside it under a name of its own,
+``<name>.unusable-<UTC time>`` (``-2``, ``-3``... when two land in one microsecond:
+:func:`aside_name`), so that no earlier evidence is overwritten and no name in the way
+blocks it (:func:`~genesis_fp16_infrastructure.agent_folder.files.set_aside`, which also
+bounds how many a folder keeps). ``<name>.unusable``, the name before, is still read as
+the oldest.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
 ASIDE_SUFFIX = ".unusable"
+# <name>.unusable, or <name>.unusable-<%Y%m%dT%H%M%S.%fZ>[-n]: the time sorts as text
+_ASIDE = re.compile(
+    r"^(?P<name>.+)\.unusable(?:-(?P<at>\d{8}T\d{6}\.\d{6}Z)(?:-(?P<n>[1-9]\d*))?)?$"
+)
 Home = Literal["state", "agent", "checkpoints", "candidate", "data"]
 # json: a record read whole; lock: an flock whose file holds its holder; log: lines a run
 # writes and never reads back; binary: arrays read whole.
@@ -96,6 +108,10 @@ CANDIDATE_META = StateFile("candidate.json", "candidate_meta", "candidate", "jso
 VERDICT = StateFile("verdict.json", "verdict", "candidate", "json", 1 * MIB)
 # The live watch's scores of a served model against the one before it (``{id}``: that one's).
 LIVE_WATCH = StateFile("live-{id}.npz", "live_watch", "candidate", "binary", 1024 * MIB)
+# A judged plugin's model (genesis_fp16_infrastructure.judging): the hashes of the record
+# ids it was trained or judged on, and its live watch's losses against model ``{id}``.
+JUDGED_IDS = StateFile("judged_ids.npz", "judged_ids", "candidate", "binary", 256 * MIB)
+JUDGED_WATCH = StateFile("judged-live-{id}.npz", "judged_watch", "candidate", "binary", 1024 * MIB)
 
 LAYOUT: tuple[StateFile, ...] = (
     PRECISION_STATE,
@@ -117,6 +133,8 @@ LAYOUT: tuple[StateFile, ...] = (
     CANDIDATE_META,
     VERDICT,
     LIVE_WATCH,
+    JUDGED_IDS,
+    JUDGED_WATCH,
 )
 
 # Folders.
@@ -144,6 +162,32 @@ def agent_of(path: Path) -> str | None:
 
 
 def by_name(name: str) -> StateFile | None:
-    """The layout's entry for a file name (a set-aside ``.unusable`` one's too)."""
-    name = name.removesuffix(ASIDE_SUFFIX)
+    """The layout's entry for a file name (a set-aside one's too)."""
+    found = parse_aside(name)
+    name = found[0] if found is not None else name
     return next((f for f in LAYOUT if f.name == name), None)
+
+
+def aside_name(name: str, at: datetime, n: int = 1) -> str:
+    """The set-aside name of ``name`` at the UTC time ``at``; ``n`` > 1 when taken.
+
+    >>> from datetime import UTC, datetime
+    >>> aside_name("run_request.json", datetime(2026, 11, 25, 14, 40, 33, 5, tzinfo=UTC), 2)
+    'run_request.json.unusable-20261125T144033.000005Z-2'
+    """
+    return f"{name}{ASIDE_SUFFIX}-{at:%Y%m%dT%H%M%S.%fZ}" + (f"-{n}" if n > 1 else "")
+
+
+def parse_aside(name: str) -> tuple[str, tuple[str, int]] | None:
+    """For a set-aside name: the name it was set aside from and its age key (greater:
+    newer; the old bare ``<name>.unusable`` is the oldest); None for any other name.
+
+    >>> parse_aside("served.json.unusable-20261125T144033.000005Z-2")
+    ('served.json', ('20261125T144033.000005Z', 2))
+    >>> parse_aside("served.json.unusable"), parse_aside("served.json")
+    (('served.json', ('', 0)), None)
+    """
+    found = _ASIDE.match(name)
+    if found is None:
+        return None
+    return found["name"], (found["at"] or "", int(found["n"] or (1 if found["at"] else 0)))

@@ -27,12 +27,23 @@ repairs it.
 
 A pointer that cannot be followed (unreadable, another version, naming a checkpoint that
 is gone) is never guessed past: :func:`set_aside_unusable` renames it
-``served.json.unusable``, every reader then refuses in one line naming the repair, and
+``served.json.unusable-<time>`` (:func:`aside_path`), every reader refuses in one line, and
 ``genesis-fp16 model promote AGENT ID`` or ``model rollback AGENT`` writes a new one from
 the candidates' own records (:func:`repairable_pointer`, :func:`promoted_candidates`).
 A manual ``promote`` or ``rollback`` pins the served model (:func:`operator_pin`): the
 daemon's gate then holds a better candidate (verdict ``held``) instead of serving it, until
 ``model unpin`` (:func:`unpin`).
+
+Crash-safe: each transition's one commit point is the pointer's atomic replace, written
+last, and it carries what the transition decided: a numbered ``journal`` (the last
+``JOURNAL_KEEP`` transitions, ``sequence`` the newest number) holding the verdicts a
+promotion or rollback gave (:func:`journaled`). The candidates' ``verdict.json`` files
+follow from it (:func:`roll_forward`, at the end of the transition and again at the next
+owner call, under the lock), so a kill -9 anywhere leaves the state before or after:
+never a ``promoted`` verdict for a model not served, and prune keeps any candidate whose
+verdict still disagrees (:func:`disagreeing`) and removes by one rename. The daemon
+counts transitions from the journal's numbers, each once, reported by its run or not.
+tests/infrastructure/agent_folder/test_lifecycle_kill.py kills every write of each.
 
 JSON only, no torch: the daemon's up-to-date check and the ``model`` command use it
 without importing torch.
@@ -43,6 +54,7 @@ without importing torch.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -67,6 +79,8 @@ from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META as CA
 from genesis_fp16_infrastructure.agent_folder.layout import POINTER_LOCK as POINTER_LOCK_FILE
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
 
+logger = logging.getLogger(__name__)
+
 # The pointer's record and codec ------------------------------------------------------------
 
 POINTER_NAME = SERVED_POINTER.name
@@ -87,11 +101,20 @@ class ServedPointer:
     served: dict[str, Any]
     history: list[dict[str, Any]] = field(default_factory=list)
     pinned: dict[str, Any] | None = None
+    # The transitions that wrote this pointer, numbered (module docstring, "Crash-safe").
+    sequence: int = 0
+    journal: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        data = {"version": POINTER_VERSION, "served": self.served, "history": self.history}
+        data: dict[str, Any] = {
+            "version": POINTER_VERSION,
+            "served": self.served,
+            "history": self.history,
+        }
         if self.pinned is not None:
             data["pinned"] = self.pinned
+        if self.sequence:
+            data["sequence"], data["journal"] = self.sequence, self.journal
         return data
 
 
@@ -141,10 +164,18 @@ def parse_pointer(path: Path) -> ServedPointer | None:
             f"served-model pointer {str(path)!r}: history is not a list; {repair_hint(path.parent)}"
         )
     pinned = data.get("pinned")
+    sequence, journal = data.get("sequence", 0), data.get("journal", [])
+    if not isinstance(sequence, int) or not isinstance(journal, list) or sequence < 0:
+        raise ServedPointerError(
+            f"served-model pointer {str(path)!r}: sequence or journal unreadable; "
+            f"{repair_hint(path.parent)}"
+        )
     return ServedPointer(
         served,
         [h for h in history if isinstance(h, dict)],
         pinned if isinstance(pinned, dict) else None,
+        sequence,
+        [e for e in journal if isinstance(e, dict) and isinstance(e.get("seq"), int)],
     )
 
 
@@ -176,7 +207,9 @@ def repair_hint(folder: Path) -> str:
 
 
 def aside_path(folder: Path) -> Path:
-    return Path(folder) / ASIDE_NAME
+    """Where the pointer was last set aside (:func:`files.newest_aside`); when never,
+    ``served.json.unusable``, which is not there."""
+    return files.newest_aside(pointer_path(folder)) or Path(folder) / ASIDE_NAME
 
 
 def write_pointer(folder: Path, pointer: ServedPointer) -> None:
@@ -190,6 +223,10 @@ POINTER_LOCK = POINTER_LOCK_FILE.name  # the flock every writer of the pointer h
 CANDIDATE_META = CANDIDATE_META_FILE.name
 VERDICT_NAME = VERDICT.name
 UNFINISHED_MIN_DAYS = 1.0  # an unfinished candidate untouched this long is pruned
+# Transitions the pointer remembers: enough for the daemon to count each one between two
+# of its runs (a run and a few operator commands), each entry ~1-5 KB (a gate verdict).
+JOURNAL_KEEP = 16
+PRUNING_FOLDER = ".pruning"  # a candidate moved here (one rename) is removed, then or later
 _CHECKPOINT_NAME = re.compile(r"^ckpt-(\d{10})\.pt$")  # CheckpointManager's, without torch
 
 
@@ -236,11 +273,76 @@ def update_pointer(folder: Path, change: PointerChange) -> ServedPointer | None:
     :class:`ServedPointerError` to refuse. Returns the pointer as it now stands."""
     with pointer_lock(folder):
         current = read_pointer(folder)
+        if current is not None:
+            roll_forward(folder, current)  # what a transition killed midway decided
         new = change(current)
         if new is not None and new is not current:
-            write_pointer(folder, new)
+            if current is not None and new.sequence < current.sequence:
+                # Built afresh (a caller's ServedPointer(...)): the journal goes on.
+                new = replace(new, sequence=current.sequence, journal=current.journal)
+            write_pointer(folder, new)  # the transition's one commit point
+            roll_forward(folder, new)
             return new
         return current
+
+
+def journaled(
+    current: ServedPointer | None,
+    new: ServedPointer,
+    kind: str,
+    verdicts: Mapping[str, Mapping[str, Any]] | None = None,
+    **detail: Any,
+) -> ServedPointer:
+    """``new`` with the transition that made it from ``current`` appended to its journal
+    under the next sequence number: ``kind`` (serve's ``how``, ``rollback``, ``unpin``,
+    ``trim``, ``repair``), the verdicts it decided (candidate id -> verdict, written to
+    the candidates after the pointer: :func:`roll_forward`) and ``detail``."""
+    sequence = (current.sequence if current is not None else 0) + 1
+    entry: dict[str, Any] = {"seq": sequence, "kind": kind, "at": _now(), "at_s": time.time()}
+    entry.update(served=new.served.get("id"), **detail)
+    if verdicts:
+        entry["verdicts"] = {k: {**v, "journal_seq": sequence} for k, v in verdicts.items()}
+    earlier = current.journal if current is not None else []
+    return replace(new, sequence=sequence, journal=[*earlier, entry][-JOURNAL_KEEP:])
+
+
+def decided_verdicts(pointer: ServedPointer) -> dict[str, dict[str, Any]]:
+    """The verdict each candidate the journal names was last given (id -> verdict, with
+    its ``journal_seq``): what its ``verdict.json`` must say."""
+    decided: dict[str, dict[str, Any]] = {}
+    for entry in pointer.journal:
+        verdicts = entry.get("verdicts")
+        for ident, verdict in (verdicts if isinstance(verdicts, dict) else {}).items():
+            plain = Path(str(ident)).name == str(ident) and str(ident) not in ("", ".", "..")
+            if plain and isinstance(verdict, dict) and isinstance(verdict.get("journal_seq"), int):
+                decided[str(ident)] = verdict  # a hand-edited one without its number: ignored
+    return decided
+
+
+def disagreeing(folder: Path, pointer: ServedPointer) -> list[str]:
+    """The kept candidates whose verdict file says other than the journal decided (a
+    transition killed between its pointer and its verdicts): what prune never removes and
+    :func:`roll_forward` rewrites."""
+    found = []
+    for ident, verdict in decided_verdicts(pointer).items():
+        candidate = candidates_dir(folder) / ident
+        if not (candidate / CANDIDATE_META).is_file():
+            continue  # pruned since, or never here
+        said = (read_json(candidate / VERDICT_NAME) or {}).get("journal_seq")
+        if not isinstance(said, int) or said < verdict["journal_seq"]:
+            found.append(ident)
+    return found
+
+
+def roll_forward(folder: Path, pointer: ServedPointer) -> list[str]:
+    """Write the verdicts the pointer's journal decided and the candidates do not say yet
+    (the pointer is written first: a kill between leaves them to this call). Callers
+    hold :func:`pointer_lock`. Returns the candidates whose verdict it wrote."""
+    decided = decided_verdicts(pointer)
+    written = disagreeing(folder, pointer)
+    for ident in written:
+        files.write_json(candidates_dir(folder) / ident / VERDICT_NAME, VERDICT, decided[ident])
+    return written
 
 
 def serve(
@@ -250,12 +352,15 @@ def serve(
     keep: int | None = None,
     pin: Mapping[str, Any] | None = None,
     unless_pinned: bool = False,
+    verdict: Mapping[str, Any] | None = None,
 ) -> bool:
     """Make ``entry`` (a candidate's, see :func:`candidate_entry`) the served model; the
     model served until now goes first in the history, which keeps ``keep`` entries.
     ``pin``: the operator's pin to set (None keeps the pointer's pin as it is);
     ``unless_pinned``: leave a pinned pointer as it is (one read under the lock decides).
-    Returns whether ``entry`` is served now."""
+    ``verdict``: the gate's verdict of ``entry``'s candidate, carried by the pointer and
+    written to the candidate after it (never a ``promoted`` verdict for a model not
+    served). Returns whether ``entry`` is served now."""
     held = False
 
     def change(current: ServedPointer | None) -> ServedPointer | None:
@@ -269,7 +374,9 @@ def serve(
             history = history[:keep]
         served = {**entry, "how": how, "served_at": _now()}
         pinned = dict(pin) if pin is not None else (current.pinned if current else None)
-        return ServedPointer(served, history, pinned)
+        new = ServedPointer(served, history, pinned)
+        stamped = None if verdict is None else {str(entry.get("id")): _stamped(verdict)}
+        return journaled(current, new, how, stamped)
 
     update_pointer(folder, change)
     return not held
@@ -282,8 +389,9 @@ def rollback(
 ) -> dict[str, Any]:
     """Serve the model served before the current one again; returns its entry. ``pin``: as
     in :func:`serve`. The model rolled back from gets the verdict ``rolled_back``, with
-    ``verdict``'s keys (a reason and its figures) added."""
-    dropped: dict[str, Any] = {}
+    ``verdict``'s keys (a reason and its figures) added: carried by the pointer, which is
+    written first (:func:`roll_forward`), so that a kill between the two never leaves
+    the dropped model ``promoted`` and unserved, for prune to remove."""
 
     def change(current: ServedPointer | None) -> ServedPointer:
         if current is None:
@@ -297,24 +405,34 @@ def rollback(
             raise ServedPointerError(
                 f"the earlier model's checkpoint {previous['checkpoint']!r} is gone"
             )
-        dropped.update(current.served)
         served = {**previous, "how": "rollback", "served_at": _now()}
         pinned = dict(pin) if pin is not None else current.pinned
-        return ServedPointer(served, current.history[1:], pinned)
+        new = ServedPointer(served, current.history[1:], pinned)
+        dropped = current.served
+        reason = (verdict or {}).get("reason")
+        decided = _rolled_back_verdict(folder, dropped, verdict)
+        return journaled(
+            current, new, "rollback", decided, dropped=dropped.get("id"), reason=reason
+        )
 
     after = update_pointer(folder, change)
     assert after is not None  # change() raises or returns a pointer
-    # The model rolled back from is kept like a rejected candidate (inspection, pruning),
-    # and the same data does not train it again (retrain.freshness).
-    candidate = (Path(folder) / dropped["checkpoint"]).parent
-    if (candidate / CANDIDATE_META).is_file():
-        old = read_json(candidate / VERDICT_NAME) or {}
-        gate_outcome = old.get("gate_outcome", old.get("outcome"))  # what the gate said
-        write_verdict(
-            candidate,
-            {**old, **(verdict or {}), "outcome": "rolled_back", "gate_outcome": gate_outcome},
-        )
     return after.served
+
+
+def _rolled_back_verdict(
+    folder: Path, dropped: Mapping[str, Any], verdict: Mapping[str, Any] | None
+) -> dict[str, dict[str, Any]]:
+    """The dropped model's new verdict (by its candidate's id), kept like a rejected
+    candidate's (inspection, pruning) so that the same data does not train it again
+    (retrain.freshness); none when it is no candidate of this folder."""
+    candidate = (Path(folder) / str(dropped["checkpoint"])).parent
+    if not (candidate / CANDIDATE_META).is_file():
+        return {}
+    old = read_json(candidate / VERDICT_NAME) or {}
+    gate_outcome = old.get("gate_outcome", old.get("outcome"))  # what the gate said
+    new = {**old, **(verdict or {}), "outcome": "rolled_back", "gate_outcome": gate_outcome}
+    return {candidate.name: _stamped(new)}
 
 
 # Candidates -----------------------------------------------------------------------------
@@ -361,7 +479,7 @@ def list_candidates(folder: Path) -> list[Path]:
 
 def read_json(path: Path) -> dict[str, Any] | None:
     """A candidate's meta or verdict (``path``'s name says which); None when absent, or
-    unusable: set aside as ``<name>.unusable`` and reported (agent_folder.files)."""
+    unusable: set aside as ``<name>.unusable-*`` and reported (agent_folder.files)."""
     file = {VERDICT_NAME: VERDICT, CANDIDATE_META: CANDIDATE_META_FILE}[Path(path).name]
     return files.load(path, file, _a_dict)
 
@@ -373,8 +491,14 @@ def _a_dict(data: Any) -> dict[str, Any]:
 
 
 def write_verdict(candidate: Path, verdict: Mapping[str, Any]) -> None:
-    stamp = {"decided_at": _now(), "decided_at_s": time.time()}
-    files.write_json(Path(candidate) / VERDICT_NAME, VERDICT, {**verdict, **stamp})
+    """A verdict no transition of the pointer carries (rejected, held, undecided): one
+    atomic write. A promotion's and a rollback's go through the pointer (serve, rollback)."""
+    files.write_json(Path(candidate) / VERDICT_NAME, VERDICT, _stamped(verdict))
+
+
+def _stamped(verdict: Mapping[str, Any]) -> dict[str, Any]:
+    kept = {k: v for k, v in verdict.items() if k != "journal_seq"}
+    return {**kept, "decided_at": _now(), "decided_at_s": time.time()}
 
 
 def newest_checkpoint(candidate: Path) -> Path | None:
@@ -383,11 +507,15 @@ def newest_checkpoint(candidate: Path) -> Path | None:
     return Path(candidate) / names[-1] if names else None
 
 
-def candidate_entry(folder: Path, candidate: Path, checkpoint: Path) -> dict[str, Any]:
+def candidate_entry(
+    folder: Path, candidate: Path, checkpoint: Path, verdict: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The pointer's entry for a candidate: its id, checkpoint (relative to ``folder``),
-    data, precision and gate scores, from its meta and verdict files."""
+    data, precision and gate scores, from its meta and ``verdict`` (None: its verdict
+    file; the gate's promotion passes the verdict it has not written yet)."""
     meta = read_json(Path(candidate) / CANDIDATE_META) or {}
-    verdict = read_json(Path(candidate) / VERDICT_NAME) or {}
+    if verdict is None:
+        verdict = read_json(Path(candidate) / VERDICT_NAME) or {}
     return {
         "id": Path(candidate).name,
         "checkpoint": str(Path(checkpoint).resolve().relative_to(Path(folder).resolve())),
@@ -427,32 +555,57 @@ def _prune_locked(folder: Path, keep_served: int, rejected_days: float) -> list[
     def trim(current: ServedPointer | None) -> ServedPointer | None:
         if current is None or len(current.history) <= keep_served:
             return current
-        return replace(current, history=current.history[:keep_served])
+        dropped = [e.get("id") for e in current.history[keep_served:]]
+        trimmed = replace(current, history=current.history[:keep_served])
+        return journaled(current, trimmed, "trim", dropped=dropped)
 
-    pointer = update_pointer(folder, trim)
+    pointer = update_pointer(folder, trim)  # rolls forward what a killed transition decided
+    _empty_pruning(folder)
     kept_ids: set[str] = set()
     if pointer is not None:
         kept_ids = {str(e.get("id")) for e in [pointer.served, *pointer.history]}
+        kept_ids |= set(disagreeing(folder, pointer))  # a verdict not yet rolled forward
     cutoff = time.time() - rejected_days * 86400
     removed = []
     for stale in Path(folder).glob(".up-to-date-*"):  # an up-to-date run killed mid-eval
         if stale.is_dir() and _last_write(stale) < time.time() - UNFINISHED_MIN_DAYS * 86400:
             shutil.rmtree(stale, ignore_errors=True)
     for candidate in list_candidates(folder):
-        verdict = read_json(candidate / VERDICT_NAME)
-        if candidate.name in kept_ids:
+        if candidate.name in kept_ids or not _prunable(candidate, pointer, cutoff):
             continue
-        if verdict is None:
-            if _last_write(candidate) > min(cutoff, time.time() - UNFINISHED_MIN_DAYS * 86400):
-                continue  # unfinished and recent: the next run of its data resumes it
-            shutil.rmtree(candidate)
-            removed.append(candidate)
-            continue
-        if verdict.get("outcome") != "promoted" and float(verdict.get("decided_at_s", 0)) > cutoff:
-            continue  # a recent rejection, kept for inspection
-        shutil.rmtree(candidate)
+        _remove(folder, candidate)
         removed.append(candidate)
     return removed
+
+
+def _prunable(candidate: Path, pointer: ServedPointer | None, cutoff: float) -> bool:
+    """Whether nobody may still name ``candidate`` (neither served nor kept in history:
+    the caller's check): promoted and replaced, decided long ago, or unfinished and
+    untouched. With no pointer at all a promoted one stays: a repair serves it again."""
+    verdict = read_json(candidate / VERDICT_NAME)
+    if verdict is None:  # unfinished and recent: the next run of its data resumes it
+        return _last_write(candidate) <= min(cutoff, time.time() - UNFINISHED_MIN_DAYS * 86400)
+    if verdict.get("outcome") == "promoted":
+        return pointer is not None
+    return float(verdict.get("decided_at_s", 0)) <= cutoff  # a recent one kept for inspection
+
+
+def _remove(folder: Path, candidate: Path) -> None:
+    """Remove a candidate in one step that counts: its rename out of ``candidates/`` (a
+    kill during the removal of its files then leaves no half candidate to list)."""
+    trash = Path(folder) / PRUNING_FOLDER
+    trash.mkdir(exist_ok=True)
+    moved = trash / candidate.name
+    shutil.rmtree(moved, ignore_errors=True)  # the same name pruned before, killed midway
+    os.replace(candidate, moved)
+    shutil.rmtree(moved)
+
+
+def _empty_pruning(folder: Path) -> None:
+    """What a prune killed midway left in ``.pruning``: removed (nobody names it)."""
+    trash = Path(folder) / PRUNING_FOLDER
+    if trash.is_dir():
+        shutil.rmtree(trash, ignore_errors=True)
 
 
 def _last_write(folder: Path) -> float:
@@ -477,22 +630,24 @@ def unpin(folder: Path) -> ServedPointer | None:
     def change(current: ServedPointer | None) -> ServedPointer | None:
         if current is None or current.pinned is None:
             return current
-        return replace(current, pinned=None)
+        return journaled(current, replace(current, pinned=None), "unpin")
 
     return update_pointer(folder, change)
 
 
-def serve_unless_pinned(folder: Path, entry: dict[str, Any], how: str) -> bool:
+def serve_unless_pinned(
+    folder: Path, entry: dict[str, Any], how: str, verdict: Mapping[str, Any] | None = None
+) -> bool:
     """The gate's promotion: serve ``entry`` unless the pointer is pinned *now* (an
-    operator's ``model promote`` that landed while the candidate trained wins). True:
-    served; False: held by the pin."""
-    return serve(folder, entry, how, unless_pinned=True)  # one read, under the lock
+    operator's ``model promote`` that landed while the candidate trained wins), with the
+    gate's ``verdict`` (see :func:`serve`). True: served; False: held by the pin."""
+    return serve(folder, entry, how, unless_pinned=True, verdict=verdict)  # one read, locked
 
 
 def set_aside_unusable(folder: Path) -> tuple[str | None, Path | None]:
     """Check the pointer the way every loader reads it; an unreadable, wrong-version or
-    dangling one is renamed ``served.json.unusable`` (under the pointer's lock), so that
-    no reader guesses and a repair starts clean. Returns (why it is unusable, where it
+    dangling one is renamed ``served.json.unusable-<time>`` (under the pointer's lock), so
+    that no reader guesses and a repair starts clean. Returns (why it is unusable, where it
     was set aside now): (None, None) when usable or absent; (why, None) when it was set
     aside before and not repaired since."""
     with pointer_lock(folder):
@@ -568,7 +723,9 @@ def serve_by_hand(folder: Path, entry: dict[str, Any], pin: dict[str, Any]) -> b
         earlier = [] if current is None else [current.served, *current.history]
         history = [e for e in earlier if e.get("id") != entry.get("id") and _intact(folder, e)]
         served = {**entry, "how": "manual", "served_at": _now()}
-        write_pointer(folder, ServedPointer(served, history, dict(pin)))
+        new = journaled(current, ServedPointer(served, history, dict(pin)), "repair")
+        write_pointer(folder, new)
+        roll_forward(folder, new)
         return True
 
 
@@ -593,7 +750,9 @@ def roll_back_by_hand(folder: Path, pin: dict[str, Any]) -> tuple[dict[str, Any]
             )
         _set_aside_if_there(folder)
         served = {**choices[0], "how": "rollback", "served_at": _now()}
-        write_pointer(folder, ServedPointer(served, choices[1:], dict(pin)))
+        new = journaled(current, ServedPointer(served, choices[1:], dict(pin)), "repair")
+        write_pointer(folder, new)
+        roll_forward(folder, new)
         return served, True
 
 
@@ -607,9 +766,21 @@ def _current(folder: Path) -> tuple[ServedPointer | None, bool]:
 
 
 def _set_aside_if_there(folder: Path) -> None:
+    """Keep the unusable pointer for the post-mortem before a repair replaces it: a copy
+    (the pointer stays until the repair's one atomic replace: a kill between leaves the
+    state before); a folder, FIFO or link at its name is moved, as any in a write's way."""
     path = pointer_path(folder)
-    if path.exists() or path.is_symlink():
-        files.set_aside(path, SERVED_POINTER, f"{path}: replaced by the operator's repair")
+    why = f"{path}: replaced by the operator's repair"
+    try:
+        data = files.read_bytes(path, SERVED_POINTER.limit)
+    except UnusableStateFile:
+        files.set_aside(path, SERVED_POINTER, why)
+        return
+    if data is not None:
+        copy = files.free_aside_path(path)  # a name of its own: never over earlier evidence
+        files.write_bytes(copy, SERVED_POINTER, data)
+        files.bound_asides(Path(folder))
+        logger.warning("unusable served-model pointer copied to %s: %s", copy, why)
 
 
 def _intact(folder: Path, entry: dict[str, Any]) -> bool:

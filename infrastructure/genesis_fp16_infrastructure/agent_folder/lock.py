@@ -5,7 +5,7 @@ take their lock file through :func:`take_lock`.
 The kernel drops an flock with its holder (``kill -9`` included), so no stale lock file
 is ever removed by hand. The file holds its holder's record (pid, command), written after
 the lock is taken, read within its layout bound (:func:`read_holder`). A folder, FIFO or
-link at the lock's name is set aside as ``<name>.unusable`` and reported, and the lock
+link at the lock's name is set aside (``<name>.unusable-<UTC time>``) and reported, and the lock
 taken on a fresh file::
 
     with flock(folder / "served.json.lock", POINTER_LOCK):

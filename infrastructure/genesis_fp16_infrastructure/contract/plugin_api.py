@@ -8,8 +8,15 @@ either the plugin object or a zero-argument callable that returns it::
     [project.entry-points."genesis_fp16.agents"]
     my_agent = "my_agent.plugin:plugin"
 
-The daemon refuses a plugin whose ``api_version`` differs from :data:`API_VERSION`, and
-says what changed since the plugin's version (:func:`api_version_error`).
+The daemon loads a plugin whose ``api_version`` is one of :data:`SUPPORTED_API_VERSIONS`
+(version 3 only added an optional capability, so a version-2 plugin loads and works
+unchanged), and refuses any other, saying what changed since the plugin's version
+(:func:`api_version_error`).
+
+A plugin may declare the one optional capability, judged models
+(:mod:`~genesis_fp16_infrastructure.contract.judging`: ``score_records``,
+``judging_version``, ``loss_span``): the library then runs the served-model lifecycle
+for it (candidates, the gate, the live watch, rollback, the operator's pin).
 
 A plugin may declare the options its ``train`` reads from ``TrainRequest.options`` as an
 ``options`` attribute (a sequence of :class:`AgentOption`); operators then set them with
@@ -29,6 +36,13 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from genesis_fp16_infrastructure.contract.judging import (
+    JUDGING_VERSION,
+    JudgedPlugin,
+    RecordLosses,
+    RecordLossesError,
+    model_weights,
+)
 from genesis_fp16_infrastructure.contract.train_request import DEFAULT_STEPS, TrainRequest
 from genesis_fp16_infrastructure.contract.train_result import (
     LEARNING_FAILURES,
@@ -48,13 +62,18 @@ __all__ = [
     "API_CHANGES",
     "API_VERSION",
     "DEFAULT_STEPS",
+    "JUDGING_VERSION",
     "LEARNING_FAILURES",
     "SCALER_CALIBRATION_SKIPS",
+    "SUPPORTED_API_VERSIONS",
     "AgentOption",
     "AgentPlugin",
+    "JudgedPlugin",
     "OptionValue",
     "PrecisionRequest",
     "ProbeSetup",
+    "RecordLosses",
+    "RecordLossesError",
     "TrainRequest",
     "TrainRequestError",
     "TrainResult",
@@ -63,25 +82,33 @@ __all__ = [
     "ignored_request_fields",
     "learning_failure",
     "min_useful_steps",
+    "model_weights",
     "parse_options",
 ]
 
-API_VERSION = 2
+API_VERSION = 3
+# The versions a plugin may declare: 3 only added an optional capability to 2.
+SUPPORTED_API_VERSIONS = (2, 3)
 
 API_CHANGES: Mapping[int, str] = {
     2: "TrainRequest.precision is a PrecisionRequest, not a name: "
     "request.precision.requested is the name asked for ('auto', 'fp32', 'bf16', 'fp16')",
+    3: "optional judged models: a plugin that declares score_records(checkpoint, request) "
+    "-> RecordLosses, judging_version = 1 and loss_span gets the served-model lifecycle "
+    "(a candidate per run, a promotion gate, a live watch with rollback, the operator's "
+    "pin); nothing changed for a plugin that does not (api_version 2 still loads)",
 }
-"""What each version changed that a plugin written for the one before must adapt to."""
+"""What each version changed or added for a plugin written for the one before."""
 
 
 def api_version_error(found: object) -> str:
     """Why a plugin declaring ``api_version = found`` is refused, and what changed since:
 
     >>> print(api_version_error(1))
-    api_version 1, this genesis-fp16 supports 2; changed since 1: TrainRequest.precision is ...
+    api_version 1, this genesis-fp16 supports 2 and 3; changed since 1: TrainRequest.precision ...
     """
-    message = f"api_version {found!r}, this genesis-fp16 supports {API_VERSION}"
+    supported = " and ".join(str(v) for v in SUPPORTED_API_VERSIONS)
+    message = f"api_version {found!r}, this genesis-fp16 supports {supported}"
     if isinstance(found, int) and found < API_VERSION:
         changes = [API_CHANGES[v] for v in range(found + 1, API_VERSION + 1) if v in API_CHANGES]
         message += f"; changed since {found}: " + "; ".join(changes)

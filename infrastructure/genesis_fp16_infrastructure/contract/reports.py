@@ -10,13 +10,17 @@ key as before they were typed; ``from_json`` refuses what does not fit in one li
 - :class:`DriftReport`: how the new records differ from the served model's (``drift``);
 - :class:`GateReport`: the promotion gate's verdict (``gate``), its sets'
   :class:`GateComparison` and :class:`GateScores`, its models' :class:`ScoresOn`;
+- :class:`LiveReport`: the live watch's report of the served model against its
+  predecessor on new records (``live``);
 - :class:`EarlyStopReport`: early stopping's record (``early_stop``);
 - :class:`Demotion`: one of the precision guard's demotions (``demotions``);
 - :class:`FaultBundle`: one of the flight recorder's bundles (``fault_bundles``);
 - :class:`Calibration`: what a measured ``auto`` timed (``precision_calibration``),
-  of :class:`Measured` rows; also the calibration cache's file.
+  of :class:`Measured` rows; also the calibration cache's file;
+- :class:`RangeSummary`: the per-layer range statistics of the run's sampled steps
+  (``ranges``), of :class:`ModuleRange` rows.
 
-The last four are made by the training component, so they are its
+The last five are made by the training component, so they are its
 (:mod:`~genesis_fp16_infrastructure.training.reports`), named here with the rest. This
 module imports no torch; no component imports it (tests/test_layering.py).
 
@@ -52,6 +56,8 @@ from genesis_fp16_infrastructure.training.reports import (
     EarlyStopReport,
     FaultBundle,
     Measured,
+    ModuleRange,
+    RangeSummary,
 )
 
 __all__ = [
@@ -65,7 +71,10 @@ __all__ = [
     "GateComparison",
     "GateReport",
     "GateScores",
+    "LiveReport",
     "Measured",
+    "ModuleRange",
+    "RangeSummary",
     "ReportError",
     "ScoresOn",
 ]
@@ -147,13 +156,16 @@ class GateComparison(Record):
 @dataclass(frozen=True)
 class ScoresOn(Record):
     """A model's scores on the set that decided (``name``); the first model's are its
-    run's own evaluation, without an s.e. or a record count."""
+    run's own evaluation, without an s.e. or a record count. A judged plugin's model
+    (genesis_fp16_infrastructure.judging) has no AUC or log-loss (NaN) but ``loss``, its
+    mean per-record loss, clipped to the plugin's ``loss_span``."""
 
     name: str = field(metadata={JSON: "set"})
     auc: float
     log_loss: float
     auc_se: float | None = field(default=None, metadata=_OPTIONAL)
     records: int | None = field(default=None, metadata=_OPTIONAL)
+    loss: float | None = field(default=None, metadata=_OPTIONAL)
 
     @classmethod
     def of(cls, comparison: GateComparison, side: Literal["candidate", "served"]) -> ScoresOn:
@@ -195,3 +207,37 @@ class GateReport(Record):
             if getattr(comparison, side) is not None:
                 return ScoresOn.of(comparison, side)
         return None
+
+
+@dataclass(frozen=True)
+class LiveReport(Record):
+    """The live watch's report of one run (recipes.retrain.live_watch): the model watched
+    (``served``) against its predecessor (``against``) on every record scored since it
+    was served (``records``, ``new_records`` of them this run), both models' AUC (None
+    where the records cannot score one) and log-loss, the mean per-record log-loss
+    difference with its anytime-valid bounds, the margin and level of the test, and what
+    the watch did: rolled back (to ``now_served``), or ``held`` (why not)."""
+
+    served: str
+    against: str | None
+    records: int
+    new_records: int
+    served_auc: float | None
+    previous_auc: float | None
+    served_log_loss: float
+    previous_log_loss: float
+    difference: float
+    lower: float
+    upper: float
+    margin: float
+    alpha: float
+    regression: bool
+    rolled_back: bool = False
+    held: str | None = None
+    now_served: str | None = field(default=None, metadata=_OPTIONAL)
+    updated_at: str = ""
+    # A judged plugin's watch (genesis_fp16_infrastructure.judging.watch): no AUC or
+    # log-loss (None, NaN), but both models' mean loss, clipped to the plugin's span; the
+    # difference, its bounds and the margin are in that loss's units.
+    served_loss: float | None = field(default=None, metadata=_OPTIONAL)
+    previous_loss: float | None = field(default=None, metadata=_OPTIONAL)

@@ -40,18 +40,10 @@ def _fits(value: Any, hint: Any) -> bool:
         return True
     if origin is Union or origin is types.UnionType:
         return any(_fits(value, arg) for arg in args)
-    if hint is type(None):
-        return value is None
     if origin is Literal:  # a precision name: one of its values
         return isinstance(value, str) and value in args
     if isinstance(hint, type) and issubclass(hint, Record):  # read back as it is written
         return isinstance(value, hint) and _record_misfit(value) is None
-    if hint is float:  # an int is a float here, as in Python's typing; a bool is not
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is Path:  # str(checkpoint) is all anyone does with it
-        return isinstance(value, str | PathLike)
     if origin is Mapping:
         key, item = args or (Any, Any)
         return isinstance(value, Mapping) and all(
@@ -60,7 +52,20 @@ def _fits(value: Any, hint: Any) -> bool:
     if origin is Sequence:
         (item,) = args or (Any,)
         return isinstance(value, list | tuple) and all(_fits(v, item) for v in value)
-    return isinstance(value, origin or hint)
+    return _fits_plain(value, hint)
+
+
+def _fits_plain(value: Any, hint: Any) -> bool:
+    """A value against a hint that holds no other: None, a number, a Path, a class."""
+    if hint is type(None):
+        return value is None
+    if hint is float:  # an int is a float here, as in Python's typing; a bool is not
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is Path:  # str(checkpoint) is all anyone does with it
+        return isinstance(value, str | PathLike)
+    return isinstance(value, get_origin(hint) or hint)
 
 
 def _misfit(value: Any, hint: Any, where: str) -> str | None:

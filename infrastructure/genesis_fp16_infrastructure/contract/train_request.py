@@ -71,6 +71,9 @@ class TrainRequest(RunSpec, RunCallbacks):
     # the served-model pointer, the data scan and the up-to-date verdict, which the run
     # takes instead of reading them again. None: the run reads them itself.
     snapshot: AgentSnapshot | None = None
+    # Per-layer range statistics of sampled steps, at a rate chosen to cost <= 1% of the
+    # run's step time (training.flight.range_stats; GENESIS_FP16_RANGE_STATS). False: off.
+    range_stats: bool = True
 
     def fit_options(self, **overrides: Any) -> FitOptions:
         """The :class:`~genesis_fp16_infrastructure.training.FitOptions` this request asks for.
@@ -86,6 +89,7 @@ class TrainRequest(RunSpec, RunCallbacks):
             result = fit(task, request.fit_options())
         """
         from genesis_fp16_infrastructure.training.flight.bundle_files import bundle_folder
+        from genesis_fp16_infrastructure.training.flight.range_stats import RangeStatsConfig
         from genesis_fp16_infrastructure.training.flight.recorder import FlightConfig
         from genesis_fp16_infrastructure.training.run.fit import FitOptions
 
@@ -98,6 +102,7 @@ class TrainRequest(RunSpec, RunCallbacks):
             checkpoint_dir=Path(self.checkpoint_dir),
             # Fault bundles in the agent's state folder (the guard must be on to write any).
             flight=FlightConfig(folder=bundle_folder(self.state_dir, self.agent), context=context),
+            range_stats=RangeStatsConfig() if self.range_stats else None,
         )
         merged = {**values, **overrides}
         if merged.get("steps") is None and merged.get("epochs") is None:

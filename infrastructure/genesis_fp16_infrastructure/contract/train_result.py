@@ -11,9 +11,9 @@ Part of the plugin contract: import these from ``genesis_fp16_infrastructure.con
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_type_hints
+from typing import TYPE_CHECKING, Any
 
 from genesis_fp16_infrastructure.contract.reports import (
     Calibration,
@@ -23,9 +23,10 @@ from genesis_fp16_infrastructure.contract.reports import (
     EarlyStopReport,
     FaultBundle,
     GateReport,
+    LiveReport,
+    RangeSummary,
 )
-from genesis_fp16_infrastructure.json_numbers import finite
-from genesis_fp16_infrastructure.record_codec import ReportError, decode, encode
+from genesis_fp16_infrastructure.record_codec import decode_record, encode_record
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionName,
     RequestedName,
@@ -76,8 +77,10 @@ class TrainResult:
     ``precision_calibration`` (what a measured ``auto`` timed), ``early_stop``, ``data``
     (the records trained on, and what changed), ``phases`` (seconds per phase),
     ``device_memory_peak_bytes``, ``gate`` and ``drift`` (the promotion gate's verdict
-    and the data's drift), ``components`` (per-component dtypes and flags) and ``diagnostics``
-    (RL diagnostics, ``{name: float}``). The records are frozen and typed
+    and the data's drift), ``live`` (the live watch's report), ``up_to_date_against``
+    (why an up-to-date run took no step), ``components`` (per-component dtypes and
+    flags), ``diagnostics`` (RL diagnostics, ``{name: float}``) and ``ranges`` (per-layer
+    range statistics). The records are frozen and typed
     (:mod:`~genesis_fp16_infrastructure.contract.reports`); :meth:`to_json` writes each
     as its JSON object. ``extra`` is the agent's own record: the daemon reads nothing
     from it, ``train --json`` prints it whole.
@@ -138,9 +141,14 @@ class TrainResult:
     drift: DriftReport | None = None
     components: Mapping[str, str | bool] | None = None
     diagnostics: Mapping[str, float] | None = None
+    live: LiveReport | None = None
+    up_to_date_against: str | None = None
     # The flight recorder's bundles, oldest first, and the first of them
     # (``train --json``'s ``fault_bundle``: the one to replay).
     fault_bundles: Sequence[FaultBundle] = ()
+    # The per-layer range statistics of the run's sampled steps (training.flight.range_stats):
+    # the modules nearest fp16's overflow and underflow, and every module's totals.
+    ranges: RangeSummary | None = None
 
     @property
     def fault_bundle(self) -> str | None:
@@ -236,44 +244,24 @@ class TrainResult:
             failure_detail=detail,
             chain_skipped_steps=summary.skipped_steps,
             fault_bundles=tuple(result.fault_bundles),
+            ranges=result.ranges,
         )
         return cls(**{**fields_, **reported})
 
     def to_json(self) -> dict[str, Any]:
         """The ``train --json`` object: JSON-ready, NaN and infinities as null, each
         record as its JSON object."""
-        out = {f.name: encode(getattr(self, f.name)) for f in fields(self)}
+        out = encode_record(self)
         out["checkpoint"] = str(self.checkpoint) if self.checkpoint else None
         out["fault_bundle"] = self.fault_bundle
         out["outcome"] = self.outcome
-        result: dict[str, Any] = finite(out)
-        return result
+        return out
 
     @classmethod
     def from_json(cls, data: object) -> TrainResult:
         """The inverse of :meth:`to_json` (the torchrun ranks' result, in the daemon):
         each field read back as its type, or :class:`ReportError` in one line naming it."""
-        if not isinstance(data, Mapping):
-            raise ReportError(f"TrainResult: an object expected, got {type(data).__name__}")
-        hints = _hints()
-        values: dict[str, Any] = {}
-        for item in fields(cls):
-            if item.name not in data:
-                if item.default is MISSING and item.default_factory is MISSING:
-                    raise ReportError(f"TrainResult: {item.name!r} missing")
-                continue
-            value = data[item.name]
-            if item.name == "checkpoint" and value == "":
-                value = None
-            values[item.name] = decode(value, hints[item.name], f"TrainResult.{item.name}")
-        return cls(**values)
-
-
-def _hints() -> dict[str, Any]:
-    """TrainResult's field types, resolved once (its annotations are strings)."""
-    if not _HINTS:
-        _HINTS.update(get_type_hints(TrainResult))
-    return _HINTS
-
-
-_HINTS: dict[str, Any] = {}
+        if isinstance(data, Mapping) and data.get("checkpoint") == "":
+            data = {**data, "checkpoint": None}
+        found: TrainResult = decode_record(cls, data, "TrainResult")
+        return found

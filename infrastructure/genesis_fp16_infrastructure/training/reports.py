@@ -6,7 +6,9 @@ training makes them, below the contract, so they live here.
 - :class:`EarlyStopReport`: early stopping's record (``early_stop``);
 - :class:`Demotion`: one of the precision guard's demotions (``demotions``);
 - :class:`Calibration`: what a measured ``auto`` timed (``precision_calibration``), of
-  :class:`Measured` rows; also the calibration cache's file (``agent_folder.records``).
+  :class:`Measured` rows; also the calibration cache's file (``agent_folder.records``);
+- :class:`RangeSummary`: the per-layer range statistics of a run's sampled steps
+  (``ranges``), of :class:`ModuleRange` rows.
 
 This module imports no torch.
 """
@@ -22,12 +24,20 @@ from genesis_fp16_infrastructure.record_codec import (
     JSON,
     Record,
     ReportError,
-    decode_fields,
-    encode_fields,
+    decode_record,
+    encode_record,
 )
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
-__all__ = ["CACHE_VERSION", "Calibration", "Demotion", "EarlyStopReport", "Measured"]
+__all__ = [
+    "CACHE_VERSION",
+    "Calibration",
+    "Demotion",
+    "EarlyStopReport",
+    "Measured",
+    "ModuleRange",
+    "RangeSummary",
+]
 
 
 @dataclass(frozen=True)
@@ -111,8 +121,7 @@ class Calibration(Record):
     bound: str = ""  # what limited the cost: the run's share of steps, or the clock
 
     def to_json(self) -> dict[str, Any]:
-        names = [n for n in self.__dataclass_fields__ if n != "cached"]
-        return {**encode_fields(self, names), "version": CACHE_VERSION}
+        return {**encode_record(self, leave_out=("cached",)), "version": CACHE_VERSION}
 
     @classmethod
     def from_json(cls, data: object, where: str = "") -> Calibration:
@@ -120,5 +129,49 @@ class Calibration(Record):
         version = data.get("version") if isinstance(data, Mapping) else None
         if version != CACHE_VERSION:
             raise ReportError(f"{where}: calibration cache version {version!r}")
-        found: Calibration = decode_fields(cls, data, where)
+        found: Calibration = decode_record(cls, data, where)
         return replace(found, cached=True)
+
+
+@dataclass(frozen=True)
+class ModuleRange(Record):
+    """One module's range statistics over a run's sampled steps
+    (training.flight.range_stats): the largest activation and gradient (unscaled)
+    magnitudes, the largest fractions of its scaled gradient values fp16 could not hold
+    (``overflow``, ``underflow``), its non-finite values summed, and its smallest
+    headrooms in doublings (log2): ``headroom_overflow`` of the largest activation under
+    65504, ``headroom_underflow`` of the largest scaled gradient over 2**-24 (None: the
+    module has no such values, e.g. a container's own gradient)."""
+
+    module: str
+    activation_max: float
+    gradient_max: float
+    overflow: float
+    underflow: float
+    nonfinite: float
+    headroom_overflow: float | None
+    headroom_underflow: float | None
+
+
+@dataclass(frozen=True)
+class RangeSummary(Record):
+    """A run's per-layer range statistics: ``samples`` sampled steps, the last at
+    ``last_step`` in ``precision``; the modules nearest fp16's overflow and nearest its
+    underflow (at most ``k`` of each, nearest first: bounded, whatever the model's size)
+    and ``total``, every module together (``module="(all)"``). ``every`` is the sampling
+    interval in force at the end, ``sample_cost`` what a sampled step cost beyond a plain
+    one, in plain steps (None: not measured, or a fixed ``every``)."""
+
+    samples: int
+    last_step: int
+    precision: PrecisionName
+    every: int
+    sample_cost: float | None
+    nearest_overflow: tuple[ModuleRange, ...]
+    nearest_underflow: tuple[ModuleRange, ...]
+    total: ModuleRange
+
+    @property
+    def overhead(self) -> float | None:
+        """The sampling's estimated share of the run's step time (``sample_cost / every``)."""
+        return None if self.sample_cost is None else max(self.sample_cost, 0.0) / self.every

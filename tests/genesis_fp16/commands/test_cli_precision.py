@@ -12,6 +12,7 @@ import torch
 from daemon_harness import daemon_env
 
 from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16_infrastructure.agent_folder.files import newest_aside
 from genesis_fp16_infrastructure.training import TrainerConfig
 from genesis_fp16_infrastructure.training.precision import capabilities
 from genesis_fp16_infrastructure.training.precision.precision import DeviceCapabilities
@@ -104,7 +105,7 @@ def test_show_survives_a_corrupt_cache(tmp_path: Path) -> None:
     path.write_text('{"rows": [}')
     said = _cli(tmp_path, "precision", "show", AGENT).stdout
     assert "not JSON" in said and "set aside" in said
-    assert path.with_name(path.name + ".unusable").read_text() == '{"rows": [}'
+    assert newest_aside(path).read_text() == '{"rows": [}'  # type: ignore[union-attr]
     path.write_text('{"rows": []}')
     assert "not a precision_calibration record" in _cli(tmp_path, "precision", "show", AGENT).stdout
     assert not path.exists()

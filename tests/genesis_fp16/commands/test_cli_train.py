@@ -571,3 +571,28 @@ def test_train_bounds_the_model_history_and_names_the_gates_tolerance(tmp_path: 
     assert "δ" not in text.stdout
     kept = list((tmp_path / "ck" / "candidates").iterdir())
     assert len(kept) <= 2, [p.name for p in kept]
+
+
+def test_a_plugins_bug_in_a_foreground_train_leaves_its_one_line_record(tmp_path: Path) -> None:
+    """A plugin that raises in train() (a bug, not a refusal): the state folder's last run
+    says failed with the exception in one line, which `status` shows; before, it kept
+    the run before it (here: none)."""
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("GENESIS_FP16_")},
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests/fixtures/plugins"), str(ROOT)]),
+        "GENESIS_FP16_STATE_DIR": str(tmp_path / "state"),
+        "GENESIS_FP16_PLUGIN_ALLOWLIST": "fixture_raising",
+    }
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "genesis_fp16", *args]
+        return subprocess.run(
+            command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
+
+    trained = cli("train", "fixture_raising")
+    assert trained.returncode == 1 and "fixture_raising always fails" in trained.stderr
+    (agent,) = json.loads(cli("status", "--json").stdout)["agents"]
+    last = agent["last_run"]
+    assert last["outcome"] == "failed" and last["source"] == "train"
+    assert last["reason"] == "RuntimeError: fixture_raising always fails its training job"

@@ -222,15 +222,17 @@ def test_each_broken_pointer_degrades_health_and_is_repaired_by_the_model_comman
 
 
 @pytest.mark.slow
-def test_model_lists_an_agent_without_a_gate_and_refuses_an_unknown_one(
+def test_model_lists_a_judged_agent_and_refuses_an_unknown_one(
     daemon_factory: DaemonFactory,
 ) -> None:
-    """After the daemon trained rlhf_ppo, `model list rlhf_ppo` names its checkpoint, step
-    and "no promotion gate"; `model list nope` is one line and exit code 2 (with --json
-    an error object)."""
+    """After the daemon trained rlhf_ppo (a judged agent: it scores its evaluation
+    episodes), `model list rlhf_ppo` shows its first model served through the gate, its
+    verdict and its loss; `model list nope` is one line and exit code 2 (with --json an
+    error object)."""
     env = {
         "GENESIS_FP16_PLUGIN_ALLOWLIST": "rlhf_ppo",
         "GENESIS_FP16_AGENTS__RLHF_PPO__STEPS": "4",
+        "GENESIS_FP16_AGENTS__RLHF_PPO__OPTIONS__BATCH_SIZE": "16",
         "GENESIS_FP16_SAMPLE_COUNT": "16",
         "GENESIS_FP16_SCHEDULE": "3600",
     }
@@ -240,10 +242,11 @@ def test_model_lists_an_agent_without_a_gate_and_refuses_an_unknown_one(
     )
     listed = _model(daemon, "list", "rlhf_ppo")
     assert listed.returncode == 0, listed.stderr
-    assert "no promotion gate" in listed.stdout and "ckpt-0000000004.pt" in listed.stdout
-    assert "step 4" in listed.stdout
     row = json.loads(_model(daemon, "list", "rlhf_ppo", "--json").stdout)
-    assert row["gate"] is False and row["newest"]["step"] == 4
+    (model,) = row["models"]
+    assert row["gate"] is True and row["served"] == model["id"] and model["state"] == "SERVED"
+    assert model["verdict"] == "promoted" and model["reason"] == "the first model"
+    assert 0.0 <= model["loss"] <= 1.0 and model["id"] in listed.stdout
     unknown = _model(daemon, "list", "nope")
     assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
     assert "unknown agent 'nope'" in unknown.stderr

@@ -18,6 +18,7 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.guard_state import guard_config, record_run
 from genesis_fp16.jobs.run_request import expected_precision, precision_request
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16_infrastructure.agent_folder.files import newest_aside
 from genesis_fp16_infrastructure.contract.plugin_api import TrainResult
 from genesis_fp16_infrastructure.contract.reports import Demotion
 from genesis_fp16_infrastructure.training.precision.decide import decide, resolve_precision
@@ -227,7 +228,7 @@ def test_a_broken_state_file_keeps_the_agent_at_the_most_robust_precision(
     path.write_text("garbage")
     settings = _settings(tmp_path, ENABLE_FP16_TRAINING=True)
     assert _planned(settings) == "fp32"
-    assert (path.parent / (path.name + ".unusable")).read_text() == "garbage"
+    assert newest_aside(path).read_text() == "garbage"  # type: ignore[union-attr]
 
 
 def _result(precision: str, demotions: list[Demotion], stopped: bool = False) -> TrainResult:

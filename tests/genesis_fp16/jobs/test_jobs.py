@@ -16,6 +16,8 @@ from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16.metrics.last_run import load_last_run
+from genesis_fp16_infrastructure.agent_folder.files import newest_aside
 from genesis_fp16_infrastructure.contract.plugin_api import (
     API_VERSION,
     TrainRequest,
@@ -48,14 +50,18 @@ class _Refusing:
 def test_refusal_is_one_line_a_bug_keeps_its_traceback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: Exception, traceback: bool
 ) -> None:
-    """TrainRequestError logs its message, no traceback; a bug keeps its traceback; both fail."""
+    """TrainRequestError logs its message, no traceback; a bug keeps its traceback under
+    the same one-line error, which the run's record (``status``) holds too; both fail."""
     ctx = _context(tmp_path, monkeypatch)
     metrics = ctx.metrics
     with capture_logs() as logs:
         run_agent_job(ctx, AGENT, _Refusing(error))  # type: ignore[arg-type]
     (failed,) = [e for e in logs if e["event"] == "training run failed"]
     assert ("exc_info" in failed) == traceback
-    assert (failed.get("error") == str(error)) != traceback
+    assert failed["error"] == ("RuntimeError: bug" if traceback else str(error))
+    record = load_last_run(AgentPaths.for_agent(tmp_path, AGENT))
+    assert record is not None and record.outcome == "failed"
+    assert record.reason.endswith(failed["error"])
     runs = metrics.registry.get_sample_value(
         "genesis_fp16_training_runs_total", {"agent": AGENT, "outcome": "failed"}
     )
@@ -131,7 +137,7 @@ def test_an_unusable_precision_state_is_set_aside_counted_and_floors_at_fp32(
     assert plugin.precisions == ["fp32", "fp32"]  # auto asked, the fp32 floor decided
     assert skipped == [(AGENT, "precision_state")]
     assert [e["event"] for e in logs].count("training run finished") == 2
-    assert (path.parent / (path.name + ".unusable")).exists() or kind == "link"
+    assert newest_aside(path) is not None
     memory = guard_state.read_precision_memory(path)
     assert memory is not None and memory.demoted_to == "fp32"
 
@@ -237,6 +243,27 @@ def test_a_fallback_is_counted_and_logged_and_an_fp16_scale_carried(
     assert finished["execution_fallback"] == "capture_failed"
     carried = read_carried_scale(AgentPaths.for_agent(tmp_path, AGENT).loss_scale_path)
     assert carried is not None and carried.scale == 4096.0
+
+
+def test_a_run_whose_recording_fails_is_a_counted_failed_run_with_its_error_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that trained but whose recording raised (here carrying its fp16 scale) does
+    not escape the job as a bare traceback: one failed run, its error line, its record."""
+    from genesis_fp16.jobs import recording
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("cannot carry the scale")
+
+    ctx = _context(tmp_path, monkeypatch)
+    monkeypatch.setattr(recording.scale_memory, "record_scale", broken)
+    with capture_logs() as logs:
+        run_agent_job(ctx, AGENT, _FellBack())  # type: ignore[arg-type]
+    (failed,) = [e for e in logs if e["event"] == "training run failed"]
+    assert failed["error"] == "RuntimeError: cannot carry the scale"
+    assert _failed_runs(ctx) == 1
+    record = load_last_run(AgentPaths.for_agent(tmp_path, AGENT))
+    assert record is not None and record.reason == "error: RuntimeError: cannot carry the scale"
 
 
 class _EndsAsTheReloadLands:

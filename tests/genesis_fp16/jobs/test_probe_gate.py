@@ -21,6 +21,7 @@ from genesis_fp16.jobs.probe_gate import (
     write_record,
 )
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16_infrastructure.agent_folder.files import newest_aside
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 PROBE_PLUGIN = Path(__file__).resolve().parents[1] / "probe_plugin"
@@ -252,6 +253,6 @@ def test_an_unusable_probe_record_is_set_aside_counted_and_probed_again(
         settings, probe, "fixture_good", fixture_good, None, "cpu", PrecisionRequest("bf16")
     )
     assert record is not None and "NotImplementedError" in str(record.error)  # probed again
-    assert (path.parent / "probe_result.json.unusable").exists()
+    assert newest_aside(path) is not None
     assert read_record(path) == record
     assert skipped == [("fixture_good", "probe_result")]

@@ -361,3 +361,50 @@ def test_the_listen_backlog_is_the_documented_1024_not_asyncios_100() -> None:
         for client in clients:
             client.close()
         server.stop()
+
+
+def _headers(port: int, raw: bytes) -> tuple[int, dict[str, str]]:
+    """Send ``raw`` as a request; the answer's status and headers (names lower-cased)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(raw)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    head = answer.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+    fields = (line.partition(":") for line in head[1:])
+    return int(head[0].split()[1]), {n.strip().lower(): v.strip() for n, _, v in fields}
+
+
+def test_every_answer_says_nosniff_and_the_page_its_policy() -> None:
+    """Each answer (a scrape, a check, JSON, the page, 404, 405, 400, 431, a broken
+    collector's 500) carries ``X-Content-Type-Options: nosniff``; only HTML adds the CSP."""
+    registry = CollectorRegistry()
+    broken = _SlowCollector(0.0)
+    documents = {
+        "/": lambda: (b"<p>page</p>", "text/html; charset=utf-8"),
+        "/status.json": lambda: (b"{}", "application/json"),
+    }
+    server = StatusServer(("127.0.0.1", 0), registry, health=_ok, ready=_down, documents=documents)
+    server.start()
+    try:
+        asks = {
+            f"GET {p} HTTP/1.1\r\n\r\n".encode(): p for p in ("/metrics", "/healthz", "/readyz")
+        }
+        asks |= {b"GET /status.json HTTP/1.1\r\n\r\n": "json", b"GET / HTTP/1.1\r\n\r\n": "html"}
+        asks |= {b"GET /x HTTP/1.1\r\n\r\n": "404", b"PUT / HTTP/1.1\r\n\r\n": "405"}
+        asks |= {b"nonsense\r\n\r\n": "400", b"GET / HTTP/1.1\r\nX: " + b"y" * 20000: "431"}
+        seen = {what: _headers(server.port, raw) for raw, what in asks.items()}
+        registry.register(broken)
+        broken.fail = True
+        seen["500"] = _headers(server.port, b"GET /metrics HTTP/1.1\r\n\r\n")
+    finally:
+        server.stop()
+    assert {w: s for w, (s, _) in seen.items()} == {
+        "/metrics": 200, "/healthz": 200, "/readyz": 503, "json": 200, "html": 200,
+        "404": 404, "405": 405, "400": 400, "431": 431, "500": 500,
+    }  # fmt: skip
+    assert all(h.get("x-content-type-options") == "nosniff" for _, h in seen.values()), seen
+    assert [w for w, (_, h) in seen.items() if "content-security-policy" in h] == ["html"]

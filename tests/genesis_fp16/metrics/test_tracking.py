@@ -119,8 +119,9 @@ print("failures", close_tracker(tracker))
 @pytest.mark.slow
 def test_train_tracking_dir_writes_a_readable_run_and_a_pipe_gets_no_bar(tmp_path: Path) -> None:
     """`train --tracking-dir` writes one run TensorBoard reads back (every 10 steps, the
-    eval at the last) and names it in --json, and the plot script draws it; stderr on a
-    pipe carries no bar or carriage return, only log records."""
+    eval at the last, the range statistics at their last sample) and names it in --json,
+    and the plot script draws it; stderr on a pipe carries no bar or carriage return,
+    only log records."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_FP16_")}
     env.update(PYTHONPATH=str(ROOT), GENESIS_FP16_STATE_DIR=str(tmp_path / "state"))
     proc = subprocess.run(
@@ -136,6 +137,10 @@ def test_train_tracking_dir_writes_a_readable_run_and_a_pipe_gets_no_bar(tmp_pat
     assert _steps(events, "train/loss") == [10, 20]
     assert [e.value for e in events.Scalars("precision/bf16")] == [1.0, 1.0]
     assert _steps(events, "eval/auc") == [20]
+    ranges = out["ranges"]  # on by default: sampled from the run's step 3
+    assert ranges["samples"] >= 1 and 3 <= ranges["last_step"] <= 20
+    assert _steps(events, "range/(all)/headroom_overflow") == [ranges["last_step"]]
+    assert _steps(events, "range/samples") == [ranges["last_step"]]
     assert "\r" not in proc.stderr and "%|" not in proc.stderr
     assert all(line.startswith("{") for line in proc.stderr.splitlines()), proc.stderr
     picture = tmp_path / "curves.png"  # the script behind docs/run-curves.png reads it too

@@ -15,6 +15,7 @@ from daemon_harness import start_daemon
 
 from genesis_fp16.plugin_api import DEFAULT_STEPS
 from genesis_fp16.scaffold import ScaffoldError, package_files, write_agent
+from genesis_fp16.testing import RULES
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -183,7 +184,7 @@ def test_the_scaffold_installs_in_a_fresh_venv_and_trains_under_serve(tmp_path: 
     # Not importable from this venv: only the new one has it.
     assert subprocess.run([sys.executable, "-c", "import my_agent"]).returncode != 0
     check = outputs[-1].strip().splitlines()
-    assert len(check) == 11 and all(line.startswith("PASS ") for line in check), check
+    assert len(check) == len(RULES) and all(line.startswith("PASS ") for line in check), check
     try:
         daemon.wait_for(
             lambda: daemon.sample(

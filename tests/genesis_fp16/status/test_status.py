@@ -88,9 +88,11 @@ def test_status_json_tells_the_last_train_and_its_model(
     assert ppo["installed"] is True
     last = ppo["last_run"]
     assert (last["outcome"], last["precision"], last["steps"]) == ("success", "fp32", 8)
-    assert last["source"] == "train" and last["reason"] == "trained 8 steps in fp32"
+    # rlhf_ppo is judged: the run's reason is its gate's verdict on its first model
+    assert last["source"] == "train" and last["reason"] == "promoted: the first model"
     assert last["precision"] == run["precision_used"]
-    assert ppo["served"]["id"] == Path(str(run["checkpoint"])).name
+    # rlhf_ppo is judged: its first model is served from its candidate folder
+    assert ppo["served"]["id"] == Path(str(run["checkpoint"])).parent.name
     assert ppo["next_run"] == {"at": None, "note": ppo["next_run"]["note"]}
     assert "no daemon" in ppo["next_run"]["note"]
     assert agents["se_darwin"]["last_run"] is None  # never trained here

@@ -87,6 +87,8 @@ def _broken(scaffold: Any, rule: str) -> Any:
             return dataclasses.replace(setup, batches=[]) if rule == "probe_setup_works" else setup
 
     broken = Broken()
+    if rule == "rebuilds_fault_steps":  # replay cannot rebuild its step
+        broken.replay_task = None
     if rule == "contract":
         broken.api_version = 99
     if rule == "refuses_bad_data":  # a silent fallback to whatever else there is

@@ -23,7 +23,7 @@ from genesis_fp16.metrics.last_run import from_error, save_last_run
 from genesis_fp16.metrics.last_success import LastSuccessStore
 from genesis_fp16.service.state_lock import hold_state_folder
 from genesis_fp16_infrastructure.agent_folder import files
-from genesis_fp16_infrastructure.agent_folder.layout import LAYOUT, StateFile
+from genesis_fp16_infrastructure.agent_folder.layout import LAYOUT, StateFile, parse_aside
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     list_candidates,
     pointer_lock,
@@ -33,6 +33,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
 from genesis_fp16_infrastructure.data.sources import Source
+from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.recipes.retrain import freshness, live_watch
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.training.precision.carried_scale import read_carried_scale
@@ -115,6 +116,8 @@ CONSUMERS: dict[str, Callable[[Folder, Path], object]] = {
     "candidate_meta": lambda f, p: list_candidates(f.paths.checkpoint_dir),
     "verdict": lambda f, p: read_json(p),
     "live_watch": lambda f, p: live_watch._read_store(p),
+    "judged_ids": lambda f, p: stores.read_known_ids(p.parent),
+    "judged_watch": lambda f, p: stores.read_watch(p),
 }
 # Files a run writes whole and never reads as a record: damaged content is replaced.
 WRITTEN = {"last_run", "run_request", "quarantine"}
@@ -184,9 +187,77 @@ def test_a_damaged_file_is_set_aside_counted_and_costs_no_failed_run(
     if in_the_way or (file.kind in ("json", "text", "binary") and file.label not in WRITTEN):
         assert [e.label for e in mine] == [file.label], seen
         assert how != "huge" or "over the" in mine[0].why  # the bound refused it, unread
-        assert files.aside_path(path).exists() or files.aside_path(path).is_fifo()
+        assert files.newest_aside(path) is not None
         assert not path.exists() or path.is_file()
     else:  # a lock's or a written file's content: never read as a record, replaced
         assert mine == [], seen
     if how == "folder" and (in_the_way or file.label not in WRITTEN):
-        assert (files.aside_path(path) / "inside").read_text() == "kept"  # never lost
+        assert (files.newest_aside(path) / "inside").read_text() == "kept"  # type: ignore[operator]
+
+
+def _fresh_damage(path: Path, how: str, mark: str) -> None:
+    """A folder holding ``mark``, or torn bytes spelling it, where a run left its file."""
+    if path.is_file() or path.is_symlink():
+        path.unlink()  # the last run's good file (a lock, a written record)
+    if how == "folder":
+        path.mkdir()
+        (path / "inside").write_text(mark)
+    else:
+        path.write_text(f'{{"version": 1, "torn": "{mark}')
+
+
+def _take_old_aside_names(folder: Folder) -> dict[Path, int]:
+    """Each name's ``<name>.unusable`` (where the old policy renamed to) taken, by a full
+    folder or a file in turn; returns the set-aside entries now in each home folder."""
+    made: dict[Path, int] = {}
+    for index, file in enumerate(LAYOUT):
+        old = file.at(folder.home(file)).with_name(file.at(folder.home(file)).name + ".unusable")
+        if index % 2:
+            old.write_text("earlier")
+        else:
+            old.mkdir()
+            (old / "inside").write_text("earlier")
+        made[old.parent] = made.get(old.parent, 0) + 1
+    return made
+
+
+def _set_aside_now(file: StateFile, how: str) -> bool:
+    """Whether ``how``'s damage at ``file`` is set aside: anything in the way of a name,
+    and torn bytes in a file read as a record."""
+    return how == "folder" or (
+        file.kind in ("json", "text", "binary") and file.label not in WRITTEN
+    )
+
+
+def test_twenty_five_runs_of_fresh_damage_are_each_counted_once_kept_and_bounded(
+    tmp_path: Path,
+) -> None:
+    """25 runs, each with fresh damage at all 19 names (a folder, or torn bytes, in turn)
+    and every old ``.unusable`` name taken by a file or a full folder: no consumer fails,
+    each damage is reported once, its evidence is the newest aside of its name, and each
+    folder keeps at most KEEP_ASIDES set-aside entries (without the bound up to 76)."""
+    folder = Folder(tmp_path)
+    made = _take_old_aside_names(folder)
+    for run in range(25):
+        how = "folder" if run % 2 == 0 else "torn"
+        for file in LAYOUT:
+            _fresh_damage(file.at(folder.home(file)), how, f"run {run}")
+        seen: list[files.SetAside] = []
+        remove = files.on_set_aside(seen.append)
+        try:
+            for file in LAYOUT:
+                _run(lambda file=file: CONSUMERS[file.label](folder, file.at(folder.home(file))))
+        finally:
+            remove()
+        expected = [file for file in LAYOUT if _set_aside_now(file, how)]
+        assert sorted(e.label for e in seen) == sorted(f.label for f in expected), run
+        for file in expected:
+            aside = files.newest_aside(file.at(folder.home(file)))
+            assert aside is not None, (run, file.label)
+            kept = (aside / "inside").read_text() if how == "folder" else aside.read_text()
+            assert f"run {run}" in kept, (run, file.label)
+            made[aside.parent] += 1
+    for home, count in made.items():
+        entries = [name for name in os.listdir(home) if parse_aside(name) is not None]
+        assert len(entries) == min(count, files.KEEP_ASIDES), home
+    assert max(made.values()) > files.KEEP_ASIDES * 3  # the bound, not the runs, kept it small

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,40 @@ def test_the_pin_survives_a_promotion_and_a_prune(tmp_path: Path) -> None:
     served.prune(tmp_path, keep_served=1, rejected_days=0)
     pointer = served_pointer.read_pointer(tmp_path)
     assert pointer is not None and pointer.pinned == {"by": "operator", "id": first.name}
+
+
+def test_a_verdict_the_journal_decided_is_rolled_forward_before_prune_judges(
+    tmp_path: Path,
+) -> None:
+    """A rollback whose verdict never reached the candidate (killed between): the journal
+    names it as disagreeing, the next owner call writes it, and prune keeps the model."""
+    first, second = _candidate(tmp_path, "aaaa", None), _candidate(tmp_path, "bbbb", None)
+    for candidate in (first, second):
+        checkpoint = candidate / "ckpt-0000000005.pt"
+        entry = served.candidate_entry(tmp_path, candidate, checkpoint, {"outcome": "promoted"})
+        served.serve(tmp_path, entry, "gate", verdict={"outcome": "promoted"})
+    served.rollback(tmp_path, verdict={"reason": "live_regression"})
+    served.write_verdict(second, {"outcome": "promoted"})  # the state a kill left
+    pointer = served.read_pointer(tmp_path)
+    assert pointer is not None and [e["kind"] for e in pointer.journal] == [
+        "gate",
+        "gate",
+        "rollback",
+    ]
+    assert served.disagreeing(tmp_path, pointer) == [second.name]
+    assert served.prune(tmp_path, 0, 1.0) == []
+    assert served.read_json(second / served.VERDICT_NAME)["outcome"] == "rolled_back"  # type: ignore[index]
+    assert served.disagreeing(tmp_path, pointer) == []
+
+
+def test_a_journal_naming_a_path_writes_nothing_outside_the_candidates(tmp_path: Path) -> None:
+    """A hand-edited journal whose verdict names ``..``: ignored, no file written there."""
+    candidate = _candidate(tmp_path, "aaaa", "promoted")
+    _serve(tmp_path, candidate)
+    pointer = served.read_pointer(tmp_path)
+    assert pointer is not None
+    bad = {"seq": 9, "kind": "rollback", "verdicts": {"..": {"outcome": "x", "journal_seq": 9}}}
+    served.write_pointer(tmp_path, replace(pointer, sequence=9, journal=[bad]))
+    (tmp_path / "candidate.json").write_text("{}")  # as if `..` were a candidate
+    served.unpin(tmp_path)  # an owner call: rolls forward what it can
+    assert not (tmp_path / served.VERDICT_NAME).exists()

@@ -167,4 +167,4 @@ def test_every_api_version_after_the_first_says_what_it_changed() -> None:
     """A bump of API_VERSION comes with its API_CHANGES line, which the refusal quotes."""
     assert set(API_CHANGES) == set(range(2, API_VERSION + 1))
     assert API_CHANGES[2] in api_version_error(1)
-    assert api_version_error(API_VERSION + 1).endswith(f"supports {API_VERSION}")
+    assert api_version_error(API_VERSION + 1).endswith(f"supports 2 and {API_VERSION}")

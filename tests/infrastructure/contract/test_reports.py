@@ -19,6 +19,7 @@ from genesis_fp16_infrastructure.contract.reports import (
     GateComparison,
     GateReport,
     GateScores,
+    LiveReport,
     Measured,
     ScoresOn,
 )
@@ -50,6 +51,8 @@ RECORDS = [
     Calibration("bf16", "measured", (Measured("bf16", "eager", 1.0, 0.9, 1.2, 5),), {"fp16": "no"},
                 {"device": "cpu"}, 0.5, measured_at=1.0, cached=True),
     FaultBundle("/state/fault_bundles/b.pt", "first_nonfinite", 18, "fp16", 2048),
+    LiveReport("m2", "m1", 295, 95, 0.61, None, 0.95, 0.32, 0.63, 0.43, 0.84, 0.01, 0.05, True,
+               rolled_back=True, now_served="m1", updated_at="2026-11-25T00:00:00Z"),
 ]  # fmt: skip
 
 # The keys train --json had for each record before issue 53 typed it (the dicts the
@@ -65,6 +68,11 @@ KEYS = {
                       "patience", "every_steps", "stop_reason", "last", "history"},
     Demotion: {"from", "to", "reason", "step", "rollback_step", "detail"},
     FaultBundle: {"path", "reason", "step", "precision", "bytes"},
+    # the dict live_watch.watch returns (extra.live before issue 58)
+    LiveReport: {"served", "against", "records", "new_records", "served_auc", "previous_auc",
+                 "served_log_loss", "previous_log_loss", "difference", "lower", "upper",
+                 "margin", "alpha", "regression", "rolled_back", "held", "now_served",
+                 "updated_at"},
     Calibration: {"chosen", "reason", "rows", "skipped", "key", "seconds", "measured_at",
                   "execution", "bound", "version"},
 }  # fmt: skip
@@ -154,13 +162,16 @@ def test_bad_json_is_refused_in_one_line_naming_the_place(kind: Any, data: Any, 
 def test_train_result_json_holds_each_record_once_and_reads_back_typed() -> None:
     """The result's JSON has each record under its own field (no copy in extra); read
     back, the fields are the records again."""
-    data, drift, gate, early, demotion, calibration = (RECORDS[i] for i in (0, 2, 3, 4, 5, 6))
+    data, drift, gate, early, demotion, calibration, live = (
+        RECORDS[i] for i in (0, 2, 3, 4, 5, 6, 8)
+    )
     result = TrainResult(
         agent="a", precision_requested="auto", precision_used="bf16", precision_reason="r",
         device="cpu", steps=40, skipped_steps=0, overflow_rate=0.0, loss_scale=1.0,
         final_train_loss=0.1, eval={"auc": 0.8}, samples_per_second=1.0, wall_seconds=1.0,
         checkpoint=None, quarantined=0, demotions=(demotion,), data=data, drift=drift,
         gate=gate, early_stop=early, precision_calibration=calibration, extra={"note": 1},
+        live=live, up_to_date_against="nothing new",
     )  # fmt: skip
     out = json.loads(json.dumps(result.to_json(), allow_nan=False))
     assert out["extra"] == {"note": 1} and out["gate"]["outcome"] == "promoted"
@@ -170,3 +181,5 @@ def test_train_result_json_holds_each_record_once_and_reads_back_typed() -> None
     assert back.gate is not None and back.gate.to_json() == gate.to_json()
     assert back.precision_calibration == calibration
     assert back.early_stop is not None and _same(back.early_stop, early)
+    assert (back.live, back.up_to_date_against) == (live, "nothing new")
+    assert out["live"]["previous_auc"] is None and out["live"]["now_served"] == "m1"

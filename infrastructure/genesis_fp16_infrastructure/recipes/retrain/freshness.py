@@ -92,7 +92,7 @@ def save_record(
         "checkpoint": {"path": str(checkpoint), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns},
         "manifest": manifest.to_json(),
         # The live watch's report is this run's: an up-to-date run never reports it again.
-        "result": {**result.to_json(), "extra": _without(result.extra, "live")},
+        "result": {**result.to_json(), "live": None},
     }
     _write(Path(request.checkpoint_dir), record)
 
@@ -241,7 +241,7 @@ def _served_checkpoint_unchanged(request: TrainRequest, recorded: Any) -> bool:
 
 def _load(folder: Path) -> dict[str, Any] | None:
     """The folder's record; None when absent, of another version, or unusable (set aside
-    as ``data_manifest.json.unusable`` and reported: the run reads the pool)."""
+    as ``data_manifest.json.unusable-*`` and reported: the run reads the pool)."""
     record = files.load(record_path(folder), DATA_MANIFEST, _a_record)
     return record if record is not None and record.get("version") == RECORD_VERSION else None
 

@@ -8,12 +8,15 @@ models, before it plans a candidate:
 * the new records are those in neither model's pool (by id hash) and not scored by this
   watch before; they are appended, in arrival (file) order, to the watch's record of
   this pair, ``live-<predecessor id>.npz`` beside the served checkpoint (id hashes, both
-  models' P(success), labels), so each record is counted once, in one fixed order;
+  models' P(success), labels), so each record is counted once, in one fixed order. The
+  store is a state file like any other: at most ``MAX_RECORDS`` records (checked on the
+  members' headers before a byte is decoded), finite scores only (a NaN would poison
+  every figure); a damaged one is set aside, reported once, and the watch starts again;
 * the running figures over every record scored so far (records, both models' AUC and
   log-loss, and the paired per-record log-loss difference, served − predecessor, with
   its anytime-valid bounds) are written into the served entry of ``served.json`` as
   ``live``; they go into the history with it when it is replaced;
-* the test (:mod:`~genesis_fp16_infrastructure.recipes.retrain.sequential`): when the lower bound
+* the test (:mod:`~genesis_fp16_infrastructure.judging.sequential`): when the lower bound
   of the mean difference passes ``MARGIN`` (the gate's own log-loss margin), the served
   model is worse than its predecessor by more than the margin, at ``ALPHA`` over its whole
   watch, however many runs looked. Unless the operator pinned it, the predecessor is
@@ -31,13 +34,16 @@ bounds each difference by ``SPAN`` nats: the test needs bounded differences.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import math
 import time
+import zipfile
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -55,9 +61,9 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
 from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot
 from genesis_fp16_infrastructure.data.fingerprint import held_in
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+from genesis_fp16_infrastructure.judging.sequential import mean_bounds
 from genesis_fp16_infrastructure.recipes.retrain import gate
 from genesis_fp16_infrastructure.recipes.retrain.judge_sets import LIVE_REGRESSION
-from genesis_fp16_infrastructure.recipes.retrain.sequential import mean_bounds
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, load_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -67,6 +73,12 @@ MARGIN = gate.MARGIN_LOG_LOSS  # nats: worse than the predecessor by more than t
 CLIP = 0.01  # P(success) clipped to [CLIP, 1 - CLIP] for the watch's log-losses
 SPAN = math.log((1 - CLIP) / CLIP)  # |served − predecessor| per record, at most (4.6)
 _ARRAYS = ("ids", "served", "previous", "labels")
+_DTYPES = {"ids": np.int64, "served": np.float32, "previous": np.float32, "labels": np.float32}
+# A store holds 20 bytes a record (an int64 id, three float32s): 10^7 records are 200 MB
+# decoded, a fifth of the layout's file bound (LIVE_WATCH.limit) and far past any pool the
+# watch has scored (benchmarks/live_watch.py: thousands). A compressed file is small
+# whatever it declares, so the decoded size is checked on each member's header.
+MAX_RECORDS = 10_000_000
 
 
 def watch(
@@ -104,11 +116,34 @@ def watch(
         "previous": previous.success_probability(records, False).numpy().astype(np.float32),
         "labels": records.labels.numpy().astype(np.float32),
     }
+    scored, refused = _usable(scored, MAX_RECORDS - len(kept["ids"]))
+    if refused:
+        logger.warning(
+            "%s: live watch: %d new record(s) not scored into %s (%s)", agent, *refused, store
+        )
+    if not len(scored["ids"]):
+        return None
     kept = {k: np.concatenate([kept[k], scored[k]]) for k in _ARRAYS}
     _write_store(store, kept)
     figures = {**figures_of(kept), "against": pointer.history[0].get("id")}
-    figures["new_records"] = len(picked)
+    figures["new_records"] = len(scored["ids"])
     return _decide(root, agent, str(pointer.served.get("id")), figures)
+
+
+def _usable(
+    scored: dict[str, np.ndarray], room: int
+) -> tuple[dict[str, np.ndarray], tuple[int, str] | None]:
+    """The new records the store takes: those with finite scores (a NaN would poison every
+    running figure, and served.json with it), at most ``room`` of them (the store's
+    bound: the watch of one pair then stops growing). Also how many were left out, why."""
+    finite = np.ones(len(scored["ids"]), dtype=np.bool_)
+    for key in ("served", "previous", "labels"):
+        finite &= np.isfinite(scored[key])
+    keep = np.flatnonzero(finite)[: max(room, 0)]
+    if len(keep) == len(finite):
+        return scored, None
+    why = f"{int((~finite).sum())} NaN or infinite, the store holds at most {MAX_RECORDS}"
+    return {k: v[keep] for k, v in scored.items()}, (len(finite) - len(keep), why)
 
 
 def figures_of(kept: Mapping[str, np.ndarray]) -> dict[str, Any]:
@@ -172,9 +207,7 @@ def _decide(root: Path, agent: str, watched: str, figures: dict[str, Any]) -> di
         def add(pointer: ServedPointer | None) -> ServedPointer | None:
             if pointer is None:
                 return None
-            return ServedPointer(
-                {**pointer.served, "live": figures}, pointer.history, pointer.pinned
-            )
+            return dataclasses.replace(pointer, served={**pointer.served, "live": figures})
 
         update_pointer(root, add)
     if figures["regression"]:
@@ -220,31 +253,77 @@ def _pair(
 
 
 def _read_store(path: Path) -> dict[str, np.ndarray]:
-    """The watch's records so far; none when the file is absent or unreadable (logged:
-    the watch then starts again on the records neither model trained on)."""
-    empty = {k: np.zeros(0, dtype=np.int64 if k == "ids" else np.float32) for k in _ARRAYS}
+    """The watch's records so far; none when the file is absent or unusable: set aside and
+    reported once (agent_folder.files), the watch then starts again on the records
+    neither model trained on. Read through the hardened reader (a regular file within
+    the layout's bound), then decoded only after every member's header passed
+    :func:`_check_header`: the bound is on the decoded size, not the file's."""
+    empty = {k: np.zeros(0, dtype=_DTYPES[k]) for k in _ARRAYS}
     try:
-        raw = files.read_bytes(path, LIVE_WATCH.limit)  # a regular file, within its bound
+        raw = files.read_bytes(path, LIVE_WATCH.limit)
         if raw is None:
             return empty
-        with np.load(io.BytesIO(raw), allow_pickle=False) as data:
-            kept = {k: np.asarray(data[k]) for k in _ARRAYS}
-    except (OSError, ValueError, KeyError, EOFError) as exc:  # UnusableStateFile too
-        files.set_aside(path, LIVE_WATCH, f"{path}: {exc}")  # reported; the watch starts again
-        return empty
-    if len({len(v) for v in kept.values()}) != 1:
-        files.set_aside(path, LIVE_WATCH, f"{path}: arrays of unequal length")
-        return empty
+        return _decode_store(raw)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        # UnusableStateFile is a ValueError; a zlib.error (a torn deflate stream) is not.
+        why = f"{path}: {exc}"
+    except zlib.error as exc:
+        why = f"{path}: a damaged compressed member ({exc})"
+    files.set_aside(path, LIVE_WATCH, f"live watch store unusable, watch restarted: {why}")
+    return empty
+
+
+def _decode_store(raw: bytes) -> dict[str, np.ndarray]:
+    """The arrays of a store's bytes, each header checked before its data is read."""
+    with zipfile.ZipFile(io.BytesIO(raw)) as archive:
+        names = sorted(archive.namelist())
+        if names != sorted(f"{k}.npy" for k in _ARRAYS):
+            raise ValueError(f"holds {names[:8]}, not the arrays {list(_ARRAYS)}")
+        lengths = set()
+        for key in _ARRAYS:
+            with archive.open(f"{key}.npy") as member:
+                lengths.add(_check_header(key, member))
+        if len(lengths) != 1:
+            raise ValueError(f"arrays of unequal length {sorted(lengths)}")
+        kept = {}
+        for key in _ARRAYS:
+            with archive.open(f"{key}.npy") as member:
+                kept[key] = np.lib.format.read_array(member, allow_pickle=False)
+    scores = np.concatenate([kept[k] for k in ("served", "previous", "labels")])
+    if not np.isfinite(scores).all():
+        raise ValueError("a score or label that is NaN or infinite")
     return kept
 
 
+def _check_header(key: str, member: IO[bytes]) -> int:
+    """The element count an array member's header declares, after checking it against the
+    writer's layout: 1-D, its dtype, at most ``MAX_RECORDS``. Reads the header only."""
+    version = np.lib.format.read_magic(member)
+    if version == (1, 0):
+        shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+    elif version == (2, 0):
+        shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+    else:
+        raise ValueError(f"{key}: .npy format {version}, not 1.0 or 2.0")
+    if len(shape) != 1:
+        raise ValueError(f"{key}: shape {shape}, not one dimension")
+    if dtype != np.dtype(_DTYPES[key]):
+        raise ValueError(f"{key}: dtype {dtype}, not {np.dtype(_DTYPES[key])}")
+    if shape[0] > MAX_RECORDS:
+        raise ValueError(f"{key}: {shape[0]} records, over the bound of {MAX_RECORDS}")
+    return int(shape[0])
+
+
 def _write_store(path: Path, kept: Mapping[str, np.ndarray]) -> None:
+    """Write the watch's records, in the layout :func:`_read_store` accepts; a NaN or
+    infinite score, or more than ``MAX_RECORDS``, is refused (ValueError): the store is
+    never written in a form its reader sets aside."""
+    arrays = {k: np.ascontiguousarray(kept[k], dtype=_DTYPES[k]) for k in _ARRAYS}
+    if len({len(v) for v in arrays.values()}) != 1 or len(arrays["ids"]) > MAX_RECORDS:
+        raise ValueError(f"{path}: {len(arrays['ids'])} records, unequal or over {MAX_RECORDS}")
+    if not all(np.isfinite(arrays[k]).all() for k in ("served", "previous", "labels")):
+        raise ValueError(f"{path}: a score or label that is NaN or infinite")
     buffer = io.BytesIO()
-    np.savez(
-        buffer,
-        ids=kept["ids"],
-        served=kept["served"],
-        previous=kept["previous"],
-        labels=kept["labels"],
-    )
+    a = arrays
+    np.savez(buffer, ids=a["ids"], served=a["served"], previous=a["previous"], labels=a["labels"])
     files.write_bytes(path, LIVE_WATCH, buffer.getvalue())

@@ -244,7 +244,8 @@ def judge(
         # The operator pinned the served model: the gate's figures are reported, and the
         # choice stays the operator's (`genesis-fp16 model promote AGENT ID`).
         report = dataclasses.replace(report, outcome="held", reason=f"pinned: {verdict.reason}")
-    write_verdict(candidate, report.to_json())
+    if report.outcome != "promoted":
+        write_verdict(candidate, report.to_json())  # a promotion's goes with the pointer
     report = dataclasses.replace(report, candidate_id=candidate.name)
     if not verdict.decided:
         logger.error("%s: candidate %s: %s", request.agent, candidate.name, verdict.reason)
@@ -265,9 +266,13 @@ def judge(
             "%s: candidate %s rejected: %s", request.agent, candidate.name, verdict.reason
         )
         return report
-    entry = candidate_entry(root, candidate, checkpoint)
+    decided = dataclasses.replace(report, candidate_id=None).to_json()
+    entry = candidate_entry(root, candidate, checkpoint, decided)
     entry["judged"] = str(judged.resolve().relative_to(Path(root).resolve()))
-    if not serve_unless_pinned(root, entry, "gate" if served is not None else "first"):
+    # The verdict is written after the pointer, from it: a kill before leaves the
+    # candidate unfinished (resumed and judged again), never promoted and unserved.
+    how = "gate" if served is not None else "first"
+    if not serve_unless_pinned(root, entry, how, verdict=decided):
         # Pinned by an operator while the candidate trained: held, as above.
         held = dataclasses.replace(
             report, outcome="held", reason=f"pinned: {verdict.reason}", candidate_id=None

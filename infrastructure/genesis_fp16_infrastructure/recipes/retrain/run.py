@@ -13,18 +13,20 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG
+from genesis_fp16_infrastructure.contract.agent_snapshot import DataCheck
 from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainRequest,
     TrainRequestError,
     TrainResult,
 )
+from genesis_fp16_infrastructure.contract.reports import DriftReport, GateReport, LiveReport
 from genesis_fp16_infrastructure.data.fingerprint import (
     DataFingerprint,
     fingerprint_of,
@@ -50,18 +52,21 @@ from genesis_fp16_infrastructure.recipes.retrain.promotion import (
 )
 from genesis_fp16_infrastructure.recipes.retrain.refit import refit_record, train_refit
 from genesis_fp16_infrastructure.recipes.retrain.run_report import (
+    cache_record,
     data_record,
+    live_record,
     log_drift,
-    split_record,
+    run_extra,
     stored_verdict,
+    trained_extra,
 )
-from genesis_fp16_infrastructure.recipes.retrain.served_model import served_model
+from genesis_fp16_infrastructure.recipes.retrain.served_model import Served, served_model
 from genesis_fp16_infrastructure.recipes.retrain.task import (
     TaskOptions,
     WorldModelTask,
     read_pool,
 )
-from genesis_fp16_infrastructure.training import CheckpointManager, fit
+from genesis_fp16_infrastructure.training import CheckpointManager, EarlyStopping, fit
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded, file_signature
 from genesis_fp16_infrastructure.training.distributed import rank_and_world
@@ -89,25 +94,17 @@ def train(request: TrainRequest) -> TrainResult:
 
 
 def _train(request: TrainRequest) -> TrainResult:
-    if request.data_path is None:
-        raise TrainRequestError(
-            f"{request.agent} needs a data path: generate one with generate_sample_data"
-        )
-    clock = PhaseClock()  # issue 36: where the run's time goes (the result's phases)
-    options = TaskOptions.from_mapping(request.options)
+    options = _options(request)
     whole = options.final_fit == "whole"
-    if whole and rank_and_world()[1] > 1:
-        raise TrainRequestError("final_fit='whole': one process only, not under torchrun")
-    # issue 36: nothing changed since the served model's run ends here, unparsed. The
-    # job's plan checked once (request.snapshot); a request without a check checks now.
+    clock = PhaseClock()  # issue 36: where the run's time goes (the result's phases)
     single = rank_and_world()[1] == 1  # ranks must not decide apart: torchrun reads
     snapshot = request.snapshot
     with clock.phase("check"):
-        check = snapshot.data if snapshot is not None else None
-        check = (check or check_data(request)) if single else None
-        if check is not None and check.up_to_date is not None:
-            return TrainResult.from_json(check.up_to_date)
-        manifest = None if check is None else check.scan
+        check = _checked_data(request, single)
+    if check is not None and check.up_to_date is not None:
+        return TrainResult.from_json(check.up_to_date)
+    manifest = None if check is None else check.scan
+    assert request.data_path is not None  # _options refused a request without one
     root = Path(request.checkpoint_dir)
     # What Genesis uses now, as the plan read it; a candidate never touches it.
     served = served_model(root, snapshot)
@@ -122,11 +119,9 @@ def _train(request: TrainRequest) -> TrainResult:
             agent=request.agent,
         )
         seen = fingerprint_of(data.columns)
-    # Issue 51: the new records judge the served model against its predecessor first,
-    # and a live regression serves the predecessor again (one process: ranks would race).
     with clock.phase("live"):
-        live = watch(root, data.columns, request.agent, snapshot=snapshot) if single else None
-    if live is not None and live["rolled_back"]:
+        live = _watch(root, data, request, single)
+    if live is not None and live.rolled_back:
         served = served_model(root)  # the predecessor, served again by the watch
     steps, epochs = request.steps, request.epochs
     # No budget given: train until validation stops improving, within max_epochs. An
@@ -153,9 +148,7 @@ def _train(request: TrainRequest) -> TrainResult:
         )
     if own_budget:
         epochs = options.max_epochs
-    early_stop = None
-    if options.early_stopping and not request.fsdp:
-        early_stop = task.early_stopping(stop=own_budget)
+    early_stop = _early_stop(task, options, request, own_budget)
     with clock.phase("train"):  # steps and checkpoint writes; evaluation moved out
         result = fit(
             task,
@@ -171,16 +164,7 @@ def _train(request: TrainRequest) -> TrainResult:
     clock.move("train", "eval", task.eval_seconds)
     with clock.phase("check"):
         plan = plan.compared_to_served(seen)  # a resumed cut-short candidate reads it now
-    extra: dict[str, Any] = {
-        "total_steps": result.summary.step,
-        "examples": data.labelled,
-        "duplicates": data.duplicates,
-        "unlabelled": data.unlabelled,
-        "precision_warning": result.precision.warning,
-        "resumed_from": str(result.resumed_from) if result.resumed_from else None,
-        "split": split_record(task),
-        "candidate": candidate.name,
-    }
+    extra = {**run_extra(result, data, task), **trained_extra(result, candidate.name)}
     refit = None
     if whole and not result.stopped_early:
         with clock.phase("final_fit"):
@@ -189,29 +173,16 @@ def _train(request: TrainRequest) -> TrainResult:
             )
     if refit is not None:
         extra["final_fit"] = refit_record(refit, data.labelled, result.checkpoint)
-    peak = None
-    if torch.cuda.is_available() and request.device.startswith("cuda"):
-        peak = torch.cuda.max_memory_allocated(request.device)
+    peak = _device_peak(request.device)  # before the gate's scoring adds its own
     if cache is not None:
-        extra["record_cache"] = {
-            "files_cached": cache.hits,
-            "files_read": cache.misses,
-            "files_continued": cache.continued,  # appended .jsonl: new lines only
-            "write_failures": cache.write_failures,
-        }
+        extra["record_cache"] = cache_record(cache)
     checkpoint = result.checkpoint if refit is None else refit.checkpoint
-    drift = gate = served_now = None
+    drift = gate = None
     # A run cut short is kept unjudged: the next run resumes it.
     stopped = result.stopped_early or (refit is not None and refit.stopped_early)
     if not stopped:
         numeric = task.take_numeric_rows()  # the task's, for the drift report and the gate
-        if plan.change is not None and not plan.change.unchanged:
-            with clock.phase("drift"):
-                if numeric is None:
-                    numeric = pool_numeric(data.columns, data.columns.labelled)
-                drift = drift_report(data.columns, plan.served_seen, request.seed, numeric)
-            if drift is not None:
-                log_drift(drift, request.agent)
+        drift, numeric = _drift(request, data, plan, numeric, clock)
         with clock.phase("gate"):
             gate = judge(
                 root,
@@ -225,15 +196,13 @@ def _train(request: TrainRequest) -> TrainResult:
                 numeric,
                 plan.served_scored,
             )
-        # Served now: the candidate, when the gate promoted it; else the model served before.
-        promoted = gate is not None and gate.outcome == "promoted"
-        served_now = checkpoint if promoted else served.checkpoint if served else None
     extra["peak_rss_mib"] = clock.peaks()
     out = TrainResult.from_fit(
         request,
         result,
         quarantined=data.quarantined,
-        extra=_with_live(extra, live),
+        extra=extra,
+        live=live,
         data=data_record(seen, plan.change),
         device_memory_peak_bytes=peak,
         checkpoint=checkpoint,
@@ -243,8 +212,8 @@ def _train(request: TrainRequest) -> TrainResult:
         phases=clock.to_json(),
         wall_seconds=clock.elapsed(),
     )
-    if not stopped:
-        save_record(request, manifest, out, served_now)  # issue 36
+    if not stopped:  # issue 36
+        save_record(request, manifest, out, _served_now(gate, checkpoint, served))
     return out
 
 
@@ -256,7 +225,7 @@ def _up_to_date(
     plan: Plan,
     clock: PhaseClock,
     manifest: Any,
-    live: Mapping[str, Any] | None,
+    live: LiveReport | None,
 ) -> TrainResult:
     """Nothing new for the served model, or this data's candidate was already judged:
     the served model's eval, no step taken."""
@@ -290,21 +259,15 @@ def _up_to_date(
             ),
         )
     clock.move("train", "eval", task.eval_seconds)
-    extra: dict[str, Any] = {
-        "total_steps": result.summary.step,
-        "examples": data.labelled,
-        "duplicates": data.duplicates,
-        "unlabelled": data.unlabelled,
-        "split": split_record(task),
-        "up_to_date_against": plan.up_to_date,
-        "peak_rss_mib": clock.peaks(),
-    }
+    extra = {**run_extra(result, data, task), "peak_rss_mib": clock.peaks()}
     out = TrainResult.from_fit(
         request,
         result,
         quarantined=data.quarantined,
-        extra=_with_live(extra, live),
+        extra=extra,
+        live=live,
         up_to_date=True,
+        up_to_date_against=plan.up_to_date,
         wall_seconds=clock.elapsed(),
         checkpoint=plan.served_checkpoint,
         data=data_record(seen, plan.change),
@@ -313,6 +276,85 @@ def _up_to_date(
     )
     save_record(request, manifest, out, plan.served_checkpoint)
     return out
+
+
+def _options(request: TrainRequest) -> TaskOptions:
+    """The request's task options; a request this recipe cannot run refused in one line."""
+    if request.data_path is None:
+        raise TrainRequestError(
+            f"{request.agent} needs a data path: generate one with generate_sample_data"
+        )
+    options = TaskOptions.from_mapping(request.options)
+    if options.final_fit == "whole" and rank_and_world()[1] > 1:
+        raise TrainRequestError("final_fit='whole': one process only, not under torchrun")
+    return options
+
+
+def _checked_data(request: TrainRequest, single: bool) -> DataCheck | None:
+    """Issue 36: the data files against the served model's run (nothing changed ends the
+    run unparsed). The job's plan checked once (request.snapshot); a request without a
+    check checks now; none under torchrun (ranks must not decide apart)."""
+    if not single:
+        return None
+    checked = request.snapshot.data if request.snapshot is not None else None
+    return checked or check_data(request)
+
+
+def _watch(root: Path, data: ReadResult, request: TrainRequest, single: bool) -> LiveReport | None:
+    """Issue 51: the new records judge the served model against its predecessor first,
+    and a live regression serves the predecessor again; one process only (ranks would
+    race)."""
+    if not single:
+        return None
+    return live_record(watch(root, data.columns, request.agent, snapshot=request.snapshot))
+
+
+def _early_stop(
+    task: WorldModelTask, options: TaskOptions, request: TrainRequest, stop: bool
+) -> EarlyStopping | None:
+    """The task's early stopping, when its options ask for it (not with FSDP); ``stop``:
+    it ends the run (no budget given), else it only keeps the best weights."""
+    if options.early_stopping and not request.fsdp:
+        return task.early_stopping(stop=stop)
+    return None
+
+
+def _served_now(
+    gate: GateReport | None, checkpoint: Path | None, served: Served | None
+) -> Path | None:
+    """What is served after the gate: the candidate, when it promoted it; else the model
+    served before."""
+    if gate is not None and gate.outcome == "promoted":
+        return checkpoint
+    return served.checkpoint if served else None
+
+
+def _drift(
+    request: TrainRequest,
+    data: ReadResult,
+    plan: Plan,
+    numeric: torch.Tensor | None,
+    clock: PhaseClock,
+) -> tuple[DriftReport | None, torch.Tensor | None]:
+    """The new records' drift from the served model's (None when the data did not
+    change), logged when flagged; and the numeric rows, computed here if the task kept
+    none, for the gate to reuse."""
+    if plan.change is None or plan.change.unchanged:
+        return None, numeric
+    with clock.phase("drift"):
+        if numeric is None:
+            numeric = pool_numeric(data.columns, data.columns.labelled)
+        drift = drift_report(data.columns, plan.served_seen, request.seed, numeric)
+    if drift is not None:
+        log_drift(drift, request.agent)
+    return drift, numeric
+
+
+def _device_peak(device: str) -> int | None:
+    """The run's peak CUDA memory; None on a CPU."""
+    if torch.cuda.is_available() and device.startswith("cuda"):
+        return int(torch.cuda.max_memory_allocated(device))
+    return None
 
 
 @contextlib.contextmanager
@@ -330,11 +372,6 @@ def _only(loaded: Loaded | None, root: Path) -> Iterator[tuple[Path, Loaded | No
                     shutil.copy2(source, Path(tmp) / source.name)
         link = Path(tmp) / loaded.path.name
         yield Path(tmp), Loaded(loaded.state, link, file_signature(link))
-
-
-def _with_live(extra: dict[str, Any], live: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``extra.live``: the live watch's report of this run (live_watch), when it scored."""
-    return extra if live is None else {**extra, "live": dict(live)}
 
 
 def _quarantine_path(request: TrainRequest) -> Path | None:

@@ -1,7 +1,7 @@
 """What a retrain run reports beside its counts (contract.reports): the data it trained
 on and what changed, the drift of the new records (logged when flagged), the stored
-verdict of a judged candidate, and how the records were split; ``run`` builds its
-result from these once."""
+verdict of a judged candidate, the live watch's report, and how the records were split;
+``run`` builds its result from these once."""
 
 from __future__ import annotations
 
@@ -14,10 +14,14 @@ from genesis_fp16_infrastructure.contract.reports import (
     DataReport,
     DriftReport,
     GateReport,
+    LiveReport,
     ReportError,
 )
 from genesis_fp16_infrastructure.data.fingerprint import DataChange, DataFingerprint
+from genesis_fp16_infrastructure.data.readers import ReadResult
+from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
+from genesis_fp16_infrastructure.training import FitResult
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +36,12 @@ def stored_verdict(verdict: Mapping[str, Any] | None, agent: str) -> GateReport 
     except ReportError as exc:
         logger.warning("%s: the judged candidate's verdict is unreadable: %s", agent, exc)
         return None
+
+
+def live_record(report: Mapping[str, Any] | None) -> LiveReport | None:
+    """The live watch's report (``live_watch.watch``: None when it scored nothing) as the
+    run's typed ``live``; the watch writes the same figures into the pointer as JSON."""
+    return None if report is None else LiveReport.from_json(report, "live")
 
 
 def log_drift(drift: DriftReport, agent: str) -> None:
@@ -76,4 +86,36 @@ def split_record(task: WorldModelTask) -> dict[str, Any]:
         "train": len(task.train_data),
         "validation": len(task.validation_data),
         "held_out": len(task.eval_data),
+    }
+
+
+def run_extra(result: FitResult, data: ReadResult, task: WorldModelTask) -> dict[str, Any]:
+    """The run's own record in ``extra`` (the daemon reads none of it): its steps over
+    the whole chain, the records used, skipped as duplicates or unlabelled, the split."""
+    return {
+        "total_steps": result.summary.step,
+        "examples": data.labelled,
+        "duplicates": data.duplicates,
+        "unlabelled": data.unlabelled,
+        "split": split_record(task),
+    }
+
+
+def trained_extra(result: FitResult, candidate: str) -> dict[str, Any]:
+    """What a run that trained adds to ``extra``: the precision's warning, the checkpoint
+    it resumed from and its candidate's name."""
+    return {
+        "precision_warning": result.precision.warning,
+        "resumed_from": str(result.resumed_from) if result.resumed_from else None,
+        "candidate": candidate,
+    }
+
+
+def cache_record(cache: RecordCache) -> dict[str, int]:
+    """``extra.record_cache``: the per-file record cache's counts for this read."""
+    return {
+        "files_cached": cache.hits,
+        "files_read": cache.misses,
+        "files_continued": cache.continued,  # appended .jsonl: new lines only
+        "write_failures": cache.write_failures,
     }

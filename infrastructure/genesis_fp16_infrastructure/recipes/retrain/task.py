@@ -83,6 +83,7 @@ from genesis_fp16_infrastructure.world_model.predict import world_model_state
 __all__ = [
     "FINAL_FITS",
     "Batch",
+    "ReplayedTask",
     "Split",
     "TaskOptions",
     "WorldModelTask",
@@ -255,19 +256,16 @@ class WorldModelTask:
         return build_world_model(self.config)
 
     def build_optimizers(self, model: nn.Module) -> Sequence[Optimizer]:
-        device = next(model.parameters()).device.type
-        optimizer = torch.optim.AdamW(
-            model.parameters(),
-            lr=self.options.learning_rate,
-            weight_decay=self.options.weight_decay,
-            fused=device in ("cpu", "cuda"),
-            # Step counters on the device, so the whole step can be a CUDA graph
-            # (cuda_graph); the same arithmetic as without. CPU steps cannot be captured.
-            capturable=device == "cuda",
-        )
-        # Checkpoints of the loop-layout ensemble (one WorldModel per member) resume.
-        optimizer.register_load_state_dict_pre_hook(stack_loop_optimizer_state)
-        return [optimizer]
+        return task_optimizers(model, self.options.learning_rate, self.options.weight_decay)
+
+    def replay_spec(self) -> dict[str, Any]:
+        """What a fault bundle keeps to rebuild this task's step without its data
+        (:class:`ReplayedTask`): the model's configuration, ensemble members included."""
+        return {
+            "model": self.config.to_dict(),
+            "learning_rate": self.options.learning_rate,
+            "weight_decay": self.options.weight_decay,
+        }
 
     def build_schedulers(self, optimizers: Sequence[Optimizer]) -> Sequence[LRScheduler]:
         return ()
@@ -300,13 +298,7 @@ class WorldModelTask:
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """The three heads' loss; cross-validated, the sum of each member's on the records
         outside its fold (a member's gradient is what it would be trained alone)."""
-        labels = (batch.success, batch.score, batch.score_known, batch.outcome)
-        if not self.cross_validated:
-            return world_model_losses(model(batch.x), *labels).total
-        out: WorldModelOutput = model(batch.x, per_member=True)  # through any DDP/FSDP wrapper
-        # Every member's loss at once: row k keeps the records outside fold k.
-        members = torch.arange(self.members, device=batch.fold.device).unsqueeze(1)
-        return world_model_losses(out, *labels, weight=batch.fold != members).total.sum()
+        return task_loss(model, batch, self.members)
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         """Held-out metrics (out-of-fold when cross-validated); the AUC with its 95%
@@ -364,6 +356,61 @@ class WorldModelTask:
                 "checkpoint's encoder (WorldModelTask(saved=...)) or start a fresh checkpoint "
                 "folder"
             )
+
+
+def task_loss(model: nn.Module, batch: Batch, members: int) -> torch.Tensor:
+    """The three heads' loss; over one member, the sum of each member's on the records
+    outside its fold (a member's gradient is what it would be trained alone)."""
+    labels = (batch.success, batch.score, batch.score_known, batch.outcome)
+    if members <= 1:
+        return world_model_losses(model(batch.x), *labels).total
+    out: WorldModelOutput = model(batch.x, per_member=True)  # through any DDP/FSDP wrapper
+    # Every member's loss at once: row k keeps the records outside fold k.
+    rows = torch.arange(members, device=batch.fold.device).unsqueeze(1)
+    return world_model_losses(out, *labels, weight=batch.fold != rows).total.sum()
+
+
+def task_optimizers(model: nn.Module, lr: float, weight_decay: float) -> list[Optimizer]:
+    """The task's AdamW over ``model``."""
+    device = next(model.parameters()).device.type
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=lr,
+        weight_decay=weight_decay,
+        fused=device in ("cpu", "cuda"),
+        # Step counters on the device, so the whole step can be a CUDA graph
+        # (cuda_graph); the same arithmetic as without. CPU steps cannot be captured.
+        capturable=device == "cuda",
+    )
+    # Checkpoints of the loop-layout ensemble (one WorldModel per member) resume.
+    optimizer.register_load_state_dict_pre_hook(stack_loop_optimizer_state)
+    return [optimizer]
+
+
+class ReplayedTask:
+    """A :class:`WorldModelTask`'s step rebuilt from its ``replay_spec()`` alone, for a
+    fault bundle's replay: the same model, optimizer and loss; no data (the bundle holds
+    the step's batches)::
+
+        task = ReplayedTask(bundle["rebuild"])
+    """
+
+    def __init__(self, spec: Mapping[str, Any]) -> None:
+        self.config = ModelConfig.from_dict(dict(spec["model"]))
+        self.learning_rate = float(spec.get("learning_rate", TaskOptions.learning_rate))
+        self.weight_decay = float(spec.get("weight_decay", TaskOptions.weight_decay))
+
+    def build_model(self) -> nn.Module:
+        return build_world_model(self.config)
+
+    def build_optimizers(self, model: nn.Module) -> Sequence[Optimizer]:
+        return task_optimizers(model, self.learning_rate, self.weight_decay)
+
+    def build_schedulers(self, optimizers: Sequence[Optimizer]) -> Sequence[LRScheduler]:
+        return ()
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        return task_loss(model, batch, self.config.members)
 
 
 def _example_numbers(data: ReadResult) -> torch.Tensor:

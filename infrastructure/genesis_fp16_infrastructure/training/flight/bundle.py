@@ -3,7 +3,9 @@
 A bundle is one ``torch.save`` file of plain data and tensors (``weights_only``-safe):
 the step's micro-batches (on the CPU), the trainer state before the step (model,
 optimizers, schedulers, scaler, RNG: ``Trainer.state_dict()``), what the step gave
-(each micro-batch's loss bits, whether its gradients were finite) and where it ran::
+(each micro-batch's loss bits, whether its gradients were finite), where it ran, what
+rebuilds the step without the run's data (``rebuild``: the task's ``replay_spec()``) and
+a signature of that data (``data``: ``bundle_files.data_signature``)::
 
     path = save_bundle(folder, bundle, BundleLimits(max_count=20, max_bytes=2**30))
     bundle = load_bundle(path)      # BundleError, one line, for a damaged file
@@ -17,10 +19,11 @@ alone over the byte bound: it is the one an operator asked for).
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
+import re
 import stat
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +40,7 @@ from genesis_fp16_infrastructure.training.flight.bundle_files import (
 __all__ = [
     "BundleError",
     "BundleLimits",
+    "allowed_types",
     "list_bundles",
     "load_bundle",
     "plain_batch",
@@ -79,21 +83,32 @@ def load_bundle(
     path: Path, map_location: str | torch.device = "cpu", max_bytes: int | None = None
 ) -> dict[str, Any]:
     """The bundle at ``path``, its tensors on ``map_location``; :class:`BundleError` (one
-    line naming the file and why) for anything that is not an intact bundle."""
+    line naming the file and why) for anything that is not an intact bundle.
+
+    Nothing in the file runs: a link, a folder or a file over the bound is refused before
+    it is opened, a file that is not a zip archive (a bare pickle) before torch reads it,
+    and the archive itself is read with ``weights_only=True`` (tensors and plain data;
+    a pickled object of any other class is refused, not built)."""
     limit = BundleLimits().max_file_bytes if max_bytes is None else max_bytes
     try:
         info = os.stat(path, follow_symlinks=False)
     except OSError as error:
         raise BundleError(f"{path}: cannot be read ({error.strerror})") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise BundleError(f"{path}: a symbolic link, not a bundle file (give the file itself)")
     if not stat.S_ISREG(info.st_mode):
         raise BundleError(f"{path}: not a regular file")
     if info.st_size > limit:
         raise BundleError(f"{path}: {info.st_size} bytes, over the {limit}-byte bound")
+    with open(path, "rb") as head:
+        if head.read(4) != _ZIP_MAGIC:
+            raise BundleError(f"{path}: not a fault bundle (not a torch.save zip archive)")
     try:
-        data = torch.load(path, map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():  # torch warns about pickle protocols: one line only
+            warnings.simplefilter("ignore")
+            data = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as error:  # a truncated zip, a pickle of other objects, ...
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise BundleError(f"{path}: not an intact fault bundle ({first[:160]})") from None
+        raise BundleError(f"{path}: not an intact fault bundle ({_load_reason(error)})") from None
     if not isinstance(data, dict) or any(k not in data for k in REQUIRED):
         raise BundleError(f"{path}: not a fault bundle (keys missing)")
     if data["version"] != BUNDLE_VERSION:
@@ -101,6 +116,21 @@ def load_bundle(
             f"{path}: bundle version {data['version']!r}, this reads {BUNDLE_VERSION}"
         )
     return data
+
+
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def _load_reason(error: Exception) -> str:
+    """torch.load's error as a short reason: its messages run to paragraphs."""
+    text = str(error)
+    found = re.search(r"GLOBAL [\w.]+|[Uu]nsupported operand \d+", text)
+    if found:
+        return f"it holds a pickled object, not plain data ({found.group(0)}); not loaded"
+    if "central directory" in text or "zip archive" in text:
+        return "a damaged or truncated zip archive"
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    return f"{type(error).__name__}: {first[:160]}"
 
 
 # ---------------------------------------------------------------------- batches as plain data
@@ -126,34 +156,43 @@ def plain_batch(value: Any) -> Any:
     return value
 
 
-def rebuilt_batch(value: Any) -> Any:
-    """The inverse of :func:`plain_batch`. A tagged type must be a named tuple or a
-    dataclass of an importable module; anything else is refused in one line."""
+def rebuilt_batch(value: Any, types: Mapping[str, type] | None = None) -> Any:
+    """The inverse of :func:`plain_batch`. A tagged type is looked up in ``types`` (names
+    to classes, :func:`allowed_types`); a name not there is refused in one line and
+    nothing is imported: a bundle is data, and a name in it chooses no code."""
     if isinstance(value, Mapping) and _TYPE in value:
-        cls = _resolve_type(str(value[_TYPE]))
-        fields = {k: rebuilt_batch(v) for k, v in value["fields"].items()}
-        return cls(**fields)
+        name = str(value[_TYPE])
+        cls = (types or {}).get(name)
+        if cls is None:
+            known = ", ".join(sorted(types or {})) or "none"
+            raise BundleError(
+                f"the bundle's batch type {name[:120]!r} is not one this agent declares "
+                f"(declared: {known}); nothing was imported"
+            )
+        fields = {k: rebuilt_batch(v, types) for k, v in dict(value.get("fields", {})).items()}
+        try:
+            return cls(**fields)
+        except TypeError as error:
+            raise BundleError(f"the bundle's batch of {name!r} does not fit it: {error}") from None
     if isinstance(value, Mapping):
-        return {k: rebuilt_batch(v) for k, v in value.items()}
+        return {k: rebuilt_batch(v, types) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return type(value)(rebuilt_batch(v) for v in value)
+        return type(value)(rebuilt_batch(v, types) for v in value)
     return value
+
+
+def allowed_types(classes: Iterable[type]) -> dict[str, type]:
+    """The batch types a replay may build, by the name :func:`plain_batch` tags them with;
+    only named tuples and dataclasses (built from their fields, nothing else runs)."""
+    out = {}
+    for cls in classes:
+        is_named = isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")
+        if not (is_named or dataclasses.is_dataclass(cls)):
+            raise ValueError(f"batch type {cls!r}: only named tuples and dataclasses are rebuilt")
+        out[f"{cls.__module__}:{cls.__qualname__}"] = cls
+    return out
 
 
 def _type_name(value: Any) -> str:
     cls = type(value)
     return f"{cls.__module__}:{cls.__qualname__}"
-
-
-def _resolve_type(name: str) -> type:
-    module_name, _, qualname = name.partition(":")
-    try:
-        found: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError):
-        raise BundleError(f"the bundle's batch type {name!r} cannot be imported here") from None
-    is_named = isinstance(found, type) and issubclass(found, tuple) and hasattr(found, "_fields")
-    if not (is_named or dataclasses.is_dataclass(found)):
-        raise BundleError(f"the bundle's batch type {name!r} is not a named tuple or dataclass")
-    return found

@@ -45,12 +45,13 @@ from genesis_fp16_infrastructure.training.flight.bundle import (
     plain_batch,
     save_bundle,
 )
+from genesis_fp16_infrastructure.training.flight.bundle_files import data_signature
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.reports import FaultBundle
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
 from genesis_fp16_infrastructure.training.run.batches import to_device
 from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard
-from genesis_fp16_infrastructure.training.run.task import TrainingTask
+from genesis_fp16_infrastructure.training.run.task import IterationHooks, TrainingTask
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
 
 logger = logging.getLogger(__name__)
@@ -132,7 +133,10 @@ class FlightRecorder:
         scratch.load_state_dict(snapshot.trainer)
         calibrating = trainer.policy.name == "fp16" and snapshot.step == guard.start_step
         first: _Fault | None = None
-        groups = _groups_from(self.task, snapshot.epoch, snapshot.batch, self.seed, self.accum)
+        begin = _iteration_start(self.task, scratch)
+        groups = _groups_from(
+            self.task, snapshot.epoch, snapshot.batch, self.seed, self.accum, begin
+        )
         for group in groups:
             if scratch.step_count >= upto:
                 break
@@ -171,6 +175,10 @@ class FlightRecorder:
             "record_ids": _record_ids(self.task, fault.batches),
             "recorded": fault.recorded,
             "context": _plain(dict(self.config.context)),
+            # What rebuilds the step without the run's data (the task's replay_spec(),
+            # for its plugin's replay_task), and what tells later whether that data changed.
+            "rebuild": _rebuild_spec(self.task),
+            "data": data_signature(_data_path(self.config.context)),
         }
         try:
             path = save_bundle(self.config.folder, bundle, self.config.limits)
@@ -229,10 +237,18 @@ def scratch_trainer(
 
 
 def _groups_from(
-    task: TrainingTask, epoch: int, batch: int, seed: int, accum: int
+    task: TrainingTask,
+    epoch: int,
+    batch: int,
+    seed: int,
+    accum: int,
+    begin: Callable[[int], None] | None = None,
 ) -> Iterator[list[Any]]:
-    """The run's step groups from ``(epoch, batch)`` on, across epoch ends (as run_steps)."""
+    """The run's step groups from ``(epoch, batch)`` on, across epoch ends (as run_steps);
+    ``begin(epoch)`` before each epoch's batches are drawn (an iteration's start)."""
     while True:
+        if begin is not None:
+            begin(epoch)
         batches = iter(task.train_batches(epoch, seed))
         for _ in islice(batches, batch):
             pass
@@ -243,6 +259,18 @@ def _groups_from(
         if not yielded and batch == 0:
             return
         epoch, batch = epoch + 1, 0
+
+
+def _iteration_start(task: TrainingTask, scratch: Trainer) -> Callable[[int], None] | None:
+    """For a task with iterations (training.run.iterations): its ``begin_iteration`` on the
+    scratch trainer, so that each iteration's batches are rolled out again with the
+    scratch weights, which are the run's at that iteration's start (the guard snapshots
+    at iteration boundaries only). The task's per-iteration state then points at the
+    scratch trainer until its next ``begin_iteration``, which the run always calls before
+    it steps again. None for a task without iterations."""
+    if not isinstance(task, IterationHooks):
+        return None
+    return lambda epoch: task.begin_iteration(scratch, epoch)
 
 
 def _calibration_only(trainer: Trainer, guard: PrecisionGuard, dirty: Mapping[str, float]) -> bool:
@@ -263,6 +291,25 @@ def _record_ids(task: TrainingTask, batches: list[Any]) -> list[Any] | None:
     except Exception as error:  # ids are a courtesy: their absence is said, not raised
         logger.warning("flight recorder: record_ids failed: %s", error)
         return None
+
+
+def _rebuild_spec(task: TrainingTask) -> Any:
+    """The task's ``replay_spec()`` (plain data: e.g. the model's construction arguments),
+    where it has one; None otherwise (its plugin then rebuilds the step from the request)."""
+    say = getattr(task, "replay_spec", None)
+    if not callable(say):
+        return None
+    try:
+        return _plain(say())
+    except Exception as error:  # the bundle is still evidence without it
+        logger.warning("flight recorder: replay_spec failed: %s", error)
+        return None
+
+
+def _data_path(context: Mapping[str, Any]) -> str | None:
+    request = context.get("request")
+    path = request.get("data_path") if isinstance(request, Mapping) else None
+    return str(path) if path else None
 
 
 def _device_name(device: torch.device) -> str:

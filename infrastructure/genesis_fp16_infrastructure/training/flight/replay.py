@@ -21,6 +21,12 @@ Three runs of the step, each from the bundle's state (model, optimizers, scaler,
    (the gradients, in the order backward makes them): the first module and phase
    (``forward``, ``backward``, ``optimizer``) where a value became non-finite.
 3. once in each precision of ``PRECISIONS``: its loss and whether it skipped.
+4. with ``against_fp32`` (a tolerance): traced in fp32 and in the replayed precision,
+   side by side, the first departure and the advice (:mod:`.replay_compare`).
+
+Nothing the bundle names is imported: its batch types resolve against the target's
+``batch_types``, and its model state is checked against the target's model, built on
+the meta device, before anything is allocated (:func:`check_model_shapes`).
 """
 
 from __future__ import annotations
@@ -34,8 +40,17 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from genesis_fp16_infrastructure.training.flight.bundle import BundleError, rebuilt_batch
+from genesis_fp16_infrastructure.training.flight.bundle import (
+    BundleError,
+    allowed_types,
+    rebuilt_batch,
+)
 from genesis_fp16_infrastructure.training.flight.recorder import run_recorded_step
+from genesis_fp16_infrastructure.training.flight.replay_compare import (
+    advise,
+    compare,
+    traced_step,
+)
 from genesis_fp16_infrastructure.training.flight.replay_probe import NumericsProbe
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.precision.precision_names import (
@@ -52,17 +67,22 @@ _CONFIG_FIELDS = ("max_grad_norm", "grad_accum_steps", "overflow_window", "log_i
 @dataclass(frozen=True)
 class ReplayTarget:
     """What rebuilds a bundle's step: the model, the loss, and optionally the optimizers
-    and schedulers (None: the optimizers from the bundle's record, no schedulers)."""
+    and schedulers (None: the optimizers from the bundle's record, no schedulers).
+    ``batch_types``: the named tuples and dataclasses the bundle's batches may be built
+    as (any other type named in a bundle is refused, never imported)."""
 
     build_model: Callable[[], nn.Module]
     loss: Callable[[nn.Module, Any], torch.Tensor]
     build_optimizers: Callable[[nn.Module], Sequence[Optimizer]] | None = None
     build_schedulers: Callable[[Sequence[Optimizer]], Sequence[Any]] | None = None
+    batch_types: Sequence[type] = ()
 
     @classmethod
-    def of_task(cls, task: Any) -> ReplayTarget:
+    def of_task(cls, task: Any, batch_types: Sequence[type] = ()) -> ReplayTarget:
         """The target of a ``TrainingTask`` (its own model, loss, optimizers, schedulers)."""
-        return cls(task.build_model, task.loss, task.build_optimizers, task.build_schedulers)
+        return cls(
+            task.build_model, task.loss, task.build_optimizers, task.build_schedulers, batch_types
+        )
 
 
 def replay(
@@ -70,15 +90,20 @@ def replay(
     target: ReplayTarget,
     precision: PrecisionName | None = None,
     device: str | None = None,
+    against_fp32: float | None = None,
 ) -> dict[str, Any]:
-    """The replay report (module docstring); ``precision``/``device``: the bundle's."""
+    """The replay report (module docstring); ``precision``/``device``: the bundle's.
+    ``against_fp32``: a tolerance; the report's ``against_fp32`` then holds the step in
+    fp32 and in ``precision`` side by side (:mod:`.replay_compare`)."""
     used_device = device or str(bundle["device"])
     if used_device.startswith("cuda") and not torch.cuda.is_available():
         raise BundleError(f"--device {used_device}: no CUDA device here (try --device cpu)")
     used = precision or precision_name(bundle["precision"], "the bundle's precision")
-    batches = [rebuilt_batch(b) for b in bundle["batches"]]
+    types = allowed_types(target.batch_types)
+    batches = [rebuilt_batch(b, types) for b in bundle["batches"]]
     samples = int(bundle.get("samples", 0)) or len(batches)
     recorded = bundle["recorded"]
+    check_model_shapes(bundle, target)
 
     plain = _trainer(bundle, target, used, used_device)
     outcome = run_recorded_step(plain, target.loss, batches, samples)
@@ -94,7 +119,7 @@ def replay(
     for name in PRECISIONS:
         other = outcome if name == used else _outcome(bundle, target, name, used_device, batches)
         precisions[name] = _summary(other)
-    return {
+    report = {
         "bundle_step": int(bundle["step"]),
         "reason": bundle["reason"],
         "recorded": {
@@ -110,6 +135,62 @@ def replay(
         "loss_scale": probed.scaler.get_scale() if used == "fp16" else 1.0,
         "precisions": precisions,
     }
+    if against_fp32 is not None:
+        report["against_fp32"] = _against_fp32(
+            bundle, target, used, used_device, batches, against_fp32
+        )
+    return report
+
+
+def _against_fp32(
+    bundle: Mapping[str, Any],
+    target: ReplayTarget,
+    used: PrecisionName,
+    device: str,
+    batches: list[Any],
+    tolerance: float,
+) -> dict[str, Any]:
+    """The step in ``used`` and in fp32 side by side: the first departure and the advice."""
+    samples = int(bundle.get("samples", 0)) or len(batches)
+    low, _ = traced_step(_trainer(bundle, target, used, device), target.loss, batches, samples)
+    fp32, outcome = traced_step(
+        _trainer(bundle, target, "fp32", device), target.loss, batches, samples
+    )
+    report = compare(low, fp32, used, tolerance)
+    finite = all(outcome["loss_finite"]) and not outcome["skipped"]
+    report["fp32_step"] = _summary(outcome)
+    report["advice"] = advise(
+        used, report["first_departure"], report["forward_max"]["fp32"], finite
+    )
+    return report
+
+
+def check_model_shapes(bundle: Mapping[str, Any], target: ReplayTarget) -> None:
+    """Refuse, in one line, a bundle whose model state does not fit the model the target
+    builds, before anything is allocated: the model is first built on the meta device
+    (no memory), so a bundle cannot make replay build a model larger than itself."""
+    try:
+        with torch.device("meta"):
+            shapes = {k: tuple(v.shape) for k, v in target.build_model().state_dict().items()}
+    except Exception:  # a model that cannot be built on meta: load_state_dict checks later
+        return
+    saved = bundle["state"].get("model") if isinstance(bundle["state"], Mapping) else None
+    if not isinstance(saved, Mapping):
+        raise BundleError("the bundle holds no model state")
+    for key, shape in shapes.items():
+        value = saved.get(key)
+        if not isinstance(value, torch.Tensor):
+            raise BundleError(f"the bundle's model state has no {key!r} (the model built here has)")
+        if tuple(value.shape) != shape:
+            raise BundleError(
+                f"the bundle's {key} is {tuple(value.shape)}, the model built here has {shape}: "
+                "not the model the run trained"
+            )
+    extra = sorted(set(saved) - set(shapes))
+    if extra:
+        raise BundleError(
+            f"the bundle's model state has {extra[0]!r}, the model built here has not"
+        )
 
 
 def reproduces(recorded: Mapping[str, Any], outcome: Mapping[str, Any]) -> bool:
@@ -164,10 +245,13 @@ def _trainer(
         schedulers = list(target.build_schedulers(optimizers))
     else:
         state["scheduler"] = []  # the learning rate is in the optimizers' param groups
-    saved = bundle.get("config", {}).get("trainer", {})
-    config = TrainerConfig(
-        **{k: saved[k] for k in _CONFIG_FIELDS if k in saved}, cuda_graph="off", compile="off"
-    )
+    saved = dict(bundle.get("config") or {})  # the run's TrainerConfig, as plain data
+    try:
+        config = TrainerConfig(
+            **{k: saved[k] for k in _CONFIG_FIELDS if k in saved}, cuda_graph="off", compile="off"
+        )
+    except (TypeError, ValueError) as error:
+        raise BundleError(f"the bundle's trainer settings are not valid: {error}") from None
     trainer = Trainer(model, optimizers, policy, config, schedulers)
     try:
         trainer.load_state_dict(state)  # model, optimizers, scaler, RNG: the step's start

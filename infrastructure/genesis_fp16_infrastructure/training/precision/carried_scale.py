@@ -70,7 +70,7 @@ def clamp_scale(scale: float, config: ScalerConfig) -> float:
 
 def read_carried_scale(path: Path) -> CarriedScale | None:
     """The carried scale, or None: no file, another version, or an unusable one (set
-    aside as ``loss_scale.json.unusable`` and reported: a fresh start)."""
+    aside as ``loss_scale.json.unusable-*`` and reported: a fresh start)."""
     return files.load(Path(path), CARRIED_SCALE, _decode)
 
 

@@ -350,7 +350,7 @@ def kept_rows(path: Path) -> tuple[Measured, ...]:
 def read_calibration(path: Path) -> Calibration | None:
     """The measurement kept at ``path``, whatever its key; None: none, one of another
     version (measured again), or an unusable one (set aside as
-    ``precision_calibration.json.unusable`` and reported, read within its bound)."""
+    ``precision_calibration.json.unusable-*`` and reported, read within its bound)."""
     return records.read_calibration(path)
 
 

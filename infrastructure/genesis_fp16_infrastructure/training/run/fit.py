@@ -22,7 +22,7 @@ from pathlib import Path
 
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
-from genesis_fp16_infrastructure.training.flight.range_stats import RangeStats
+from genesis_fp16_infrastructure.training.flight.range_stats import REPORTED_MODULES, RangeStats
 from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder
 from genesis_fp16_infrastructure.training.precision.carried_scale import clamp_scale
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
@@ -127,7 +127,7 @@ def _fit(
         guard.start(trainer, position.epoch, position.batch)
     recorder = _recorder(task, options, guard)
     stats = None
-    if options.range_stats is not None and options.on_range_stats is not None:
+    if options.range_stats is not None:
         stats = RangeStats(options.range_stats, options.on_range_stats)
         stats.follow(trainer)  # each demoted trainer is followed from its first step
         options = replace(options, step_hooks=(*options.step_hooks, stats.after_step))
@@ -140,7 +140,7 @@ def _fit(
     while tracker is None or not tracker.stopped:
         if isinstance(task, IterationHooks):  # checks and saves at iteration boundaries
             stopped = run_iterations(
-                task, trainer, options, manager, position, targets, loss_fn, guard
+                task, trainer, options, manager, position, targets, loss_fn, guard, recorder
             )
         else:
             stopped = run_steps(
@@ -199,18 +199,18 @@ def _fit(
         calibration=calibration,
         early_stop=None if tracker is None else tracker.report(not stopped),
         fault_bundles=tuple(recorder.bundles) if recorder is not None else (),
+        ranges=stats.summary(REPORTED_MODULES) if stats is not None else None,
     )
 
 
 def _recorder(
     task: TrainingTask, options: FitOptions, guard: PrecisionGuard | None
 ) -> FlightRecorder | None:
-    """The run's flight recorder: needs the guard (its checks and snapshot), one process
-    (a re-run of one rank's steps would not be the job's step) and batches that depend on
-    ``(epoch, seed)`` only (an iteration's are rolled out with the weights of its start)."""
+    """The run's flight recorder: needs the guard (its checks and snapshot) and one process
+    (a re-run of one rank's steps would not be the job's step). Batches must depend on
+    ``(epoch, seed)`` and, for a task with iterations, on the weights of the iteration's
+    start (the recorder rolls each iteration out again from the snapshot)."""
     if options.flight is None or guard is None or distributed.rank_and_world()[1] > 1:
-        return None
-    if isinstance(task, IterationHooks):
         return None
     return FlightRecorder(options.flight, task, options.seed, options.trainer.grad_accum_steps)
 

@@ -24,8 +24,11 @@ What moves to the boundary, and why:
   remaining batches are dropped, ``end_iteration`` runs, and the next run starts at the
   next iteration.
 
-The flight recorder does not run for such a task: its re-run reads the batches of the
-snapshot's epoch again, and these depend on the weights they were rolled out with.
+The flight recorder runs after each boundary check that was not spotless: the guard's
+snapshot is an iteration's start, and the recorder's re-run calls ``begin_iteration``
+on its scratch trainer before each iteration's batches, so that they are rolled out
+again with the same weights (a task whose rollouts draw from ``(seed, iteration)``, as
+a PPO task's may, then gives the same batches).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from torch import nn
 
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
+from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder
 from genesis_fp16_infrastructure.training.run.batches import to_device
 from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard
 from genesis_fp16_infrastructure.training.run.loop import Cadence, Targets, grouped, validate
@@ -59,6 +63,7 @@ def run_iterations(
     targets: Targets,
     loss_fn: Callable[[nn.Module, Any], torch.Tensor],
     guard: PrecisionGuard | None,
+    recorder: FlightRecorder | None = None,
 ) -> bool:
     """Run whole iterations until the targets are reached; True if stopped early.
 
@@ -104,6 +109,8 @@ def run_iterations(
         position.epoch, position.batch = epoch + 1, 0
         if guard is not None and guard.boundary_check(trainer, position.epoch, 0):
             return False  # fit() rolls back and demotes; the state is not checkpointed
+        if recorder is not None and guard is not None and guard.dirty is not None:
+            recorder.after_check(guard, trainer)  # an interval that was not spotless
         if manager is not None and due:
             manager.save(checkpoint_state(task, trainer, options, position))
             cadence.saved()

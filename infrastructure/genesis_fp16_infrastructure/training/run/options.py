@@ -12,7 +12,12 @@ from genesis_fp16_infrastructure.training.flight.range_stats import RangeReport,
 from genesis_fp16_infrastructure.training.flight.recorder import FlightConfig
 from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import ResolvedPrecision
-from genesis_fp16_infrastructure.training.reports import Demotion, EarlyStopReport, FaultBundle
+from genesis_fp16_infrastructure.training.reports import (
+    Demotion,
+    EarlyStopReport,
+    FaultBundle,
+    RangeSummary,
+)
 from genesis_fp16_infrastructure.training.run.calibration import Calibration
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
 from genesis_fp16_infrastructure.training.run.spec import RunCallbacks, RunSpec
@@ -80,9 +85,11 @@ class FitOptions(RunSpec, RunCallbacks):
     - ``flight``: with the guard on, save the run's first non-finite step and the step
       of each demotion as fault bundles (:mod:`~genesis_fp16_infrastructure.training.flight`);
       ``FitResult.fault_bundles`` lists them.
-    - ``range_stats`` with ``on_range_stats``: per-module range statistics of one step in
-      every ``range_stats.every``, sent to ``on_range_stats``
-      (:mod:`~genesis_fp16_infrastructure.training.flight.range_stats`).
+    - ``range_stats``: per-module range statistics of sampled steps (one in
+      ``range_stats.every``, or as often as a 1% cost allows: the default config), each
+      sent to ``on_range_stats`` when set; ``FitResult.ranges`` sums them up
+      (:mod:`~genesis_fp16_infrastructure.training.flight.range_stats`). None: off (the
+      library's default; a ``TrainRequest``'s options turn them on).
     """
 
     checkpoint_dir: Path | None = None
@@ -155,3 +162,5 @@ class FitResult:
     early_stop: EarlyStopReport | None = None
     # The fault bundles the flight recorder wrote ({"path", "reason", "step", ...}).
     fault_bundles: tuple[FaultBundle, ...] = ()
+    # The range statistics of the run's sampled steps (None: off, or no step sampled).
+    ranges: RangeSummary | None = None

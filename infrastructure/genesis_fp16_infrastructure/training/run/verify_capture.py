@@ -354,7 +354,7 @@ def _key_id(key: Mapping[str, str]) -> str:
 
 def read_verdicts(cache: Path | None) -> dict[str, Verdict]:
     """Every cached verdict by key id; {} without a usable cache (another version; an
-    unusable file is set aside as ``captured_step_verified.json.unusable`` and reported)."""
+    unusable file is set aside as ``captured_step_verified.json.unusable-*`` and reported)."""
     return {} if cache is None else records.read_capture_verdicts(cache)
 
 

@@ -79,14 +79,14 @@ def test_a_poisoned_served_model_is_rolled_back_after_clean_records(
     _serve_candidate(ck, bad)  # served, unpinned, whether the gate saw it or not
     _write(pool, "b2", IDS[900:1200])
     result = train(pool, ck, resume=True)
-    live = result.extra["live"]
-    assert live["rolled_back"] and live["served"] == bad and live["now_served"] == good
-    assert live["lower"] > live["margin"] and live["records"] == live["new_records"] > 250
+    live = result.live
+    assert live is not None and live.rolled_back and (live.served, live.now_served) == (bad, good)
+    assert live.lower > live.margin and live.records == live.new_records > 250
     pointer = read_pointer(ck)
     assert pointer is not None and pointer.served["id"] == good
     verdict = read_json(candidates_dir(ck) / bad / VERDICT_NAME)
     assert verdict is not None and verdict["outcome"] == "rolled_back"
-    assert verdict["reason"] == LIVE_REGRESSION and verdict["live"]["records"] == live["records"]
+    assert verdict["reason"] == LIVE_REGRESSION and verdict["live"]["records"] == live.records
     assert "live" in result.phases
     monkeypatch.setenv("GENESIS_FP16_STATE_DIR", str(ck.parents[2]))
     capsys.readouterr()
@@ -95,7 +95,7 @@ def test_a_poisoned_served_model_is_rolled_back_after_clean_records(
     assert rows[bad]["verdict"] == "rolled_back" and rows[bad]["live"]["regression"]
     assert main(["model", "list", "se_darwin"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(bad))
-    assert f"{live['records']} rec" in line and line.endswith("REGRESSION")
+    assert f"{live.records} rec" in line and line.endswith("REGRESSION")
 
 
 def test_clean_records_keep_running_figures_and_count_each_record_once(tmp_path: Path) -> None:
@@ -111,21 +111,22 @@ def test_clean_records_keep_running_figures_and_count_each_record_once(tmp_path:
     )  # served over `first`, whatever the gate said
     _write(pool, "b2", IDS[900:1100])
     # One step: the runs' own candidates are surely rejected, and `name` stays served.
-    live = train(pool, ck, resume=True, steps=1).extra["live"]
-    assert not live["rolled_back"] and not live["regression"] and live["served"] == name
-    assert live["against"] == first.extra["candidate"] and live["records"] == live["new_records"]
-    assert "live" not in train(pool, ck, resume=True, steps=1).extra  # nothing new
+    live = train(pool, ck, resume=True, steps=1).live
+    assert live is not None and not live.rolled_back and not live.regression
+    assert live.served == name and live.against == first.extra["candidate"]
+    assert live.records == live.new_records
+    assert train(pool, ck, resume=True, steps=1).live is None  # nothing new
     _write(pool, "b3", IDS[1100:1300])
-    again = train(pool, ck, resume=True, steps=1).extra["live"]
-    assert again["records"] == live["records"] + again["new_records"] > 300
-    assert again["lower"] <= again["difference"] <= again["upper"]
+    again = train(pool, ck, resume=True, steps=1).live
+    assert again is not None and again.records == live.records + again.new_records > 300
+    assert again.lower <= again.difference <= again.upper
     pointer = read_pointer(ck)
     assert pointer is not None
     watched = [e for e in [pointer.served, *pointer.history] if e["id"] == name]
-    assert watched and watched[0]["live"]["records"] == again["records"]
+    assert watched and watched[0]["live"]["records"] == again.records
     store = (ck / watched[0]["checkpoint"]).parent / f"live-{first.extra['candidate']}.npz"
     with np.load(store) as kept:
-        assert len(np.unique(kept["ids"])) == len(kept["ids"]) == again["records"]
+        assert len(np.unique(kept["ids"])) == len(kept["ids"]) == again.records
 
 
 def test_a_pinned_model_is_watched_but_not_rolled_back(
@@ -136,8 +137,9 @@ def test_a_pinned_model_is_watched_but_not_rolled_back(
     pool, ck, _, bad = poisoned
     _serve_candidate(ck, bad, pin={"by": "test"})
     _write(pool, "b2", IDS[900:1200])
-    live = train(pool, ck, resume=True).extra["live"]
-    assert live["regression"] and not live["rolled_back"] and "pinned" in live["held"]
+    live = train(pool, ck, resume=True).live
+    assert live is not None and live.regression and not live.rolled_back
+    assert live.held is not None and "pinned" in live.held
     pointer = read_pointer(ck)
     assert pointer is not None and pointer.served["id"] == bad
     assert pointer.served["live"]["regression"] is True

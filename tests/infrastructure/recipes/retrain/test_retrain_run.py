@@ -67,7 +67,8 @@ def test_the_result_is_typed_once_with_no_copy_in_extra(tmp_path: Path) -> None:
     assert result.gate is not None and result.gate.outcome == "promoted"
     assert result.gate.served_id is None and result.gate.candidate_id is not None
     assert result.phases is not None and "train" in result.phases
-    typed = {"data", "gate", "drift", "phases", "early_stop", "precision_calibration"}
+    typed = {"data", "gate", "drift", "phases", "early_stop", "precision_calibration", "live"}
+    typed |= {"up_to_date_against"}  # issue 58: typed fields, no longer in extra
     assert not typed & set(result.extra), sorted(result.extra)
     back = TrainResult.from_json(json.loads(json.dumps(result.to_json())))
     assert (back.data, back.gate) == (result.data, result.gate)

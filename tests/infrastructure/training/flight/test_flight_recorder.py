@@ -188,3 +188,22 @@ def test_a_cuda_bundle_asks_for_a_device_here(tmp_path: Path) -> None:
     if not torch.cuda.is_available():
         with pytest.raises(BundleError, match="no CUDA device here"):
             replay(bundle, ReplayTarget.of_task(task))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_captured_run_bundles_its_overflow_and_keeps_its_graph(tmp_path: Path) -> None:
+    """On a captured CUDA-graph step the recorder re-runs eagerly in its scratch trainer:
+    the lone overflow is bundled at its own step, and the live run stays captured."""
+    options = FitOptions(
+        precision="fp16",
+        device="cuda",
+        steps=STEPS,
+        log_interval=10,
+        guard=QUIET,
+        cuda_graph="on",
+        flight=FlightConfig(folder=tmp_path),
+    )
+    result = fit(FaultTask("overflow", until=18), options)
+    assert result.execution.used == "cuda_graph"
+    assert [(b.reason, b.step) for b in result.fault_bundles] == [("first_nonfinite", 18)]

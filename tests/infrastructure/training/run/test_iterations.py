@@ -21,6 +21,7 @@ from genesis_fp16_infrastructure.training import (
     fit,
 )
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
+from genesis_fp16_infrastructure.training.flight.bundle import load_bundle
 from genesis_fp16_infrastructure.training.flight.recorder import FlightConfig
 from genesis_fp16_infrastructure.training.run.task import IterationHooks
 
@@ -128,10 +129,11 @@ def test_a_stop_is_honoured_at_the_next_boundary(tmp_path: Path) -> None:
 def test_the_guard_checks_and_rolls_back_at_iteration_boundaries(tmp_path: Path) -> None:
     """NaN fp16 losses from step 7 with a check every 2 steps: the guard checks at the
     iteration ends only, rolls back to the start of the iteration that went bad (step 6),
-    and the bf16 run goes on from there to its target."""
+    and the bf16 run goes on from there to its target; the flight recorder bundles step 7,
+    which replays."""
     task = ProximalTask(nan_from=7)
     guard = GuardConfig(check_interval=2, nonfinite_limit=1, bf16_needs_native=False)
-    flight = FlightConfig(folder=tmp_path / "bundles")  # asked for, and not run: see below
+    flight = FlightConfig(folder=tmp_path / "bundles")
     options = FitOptions(
         precision="fp16", steps=12, checkpoint_dir=tmp_path / "ckpt", guard=guard, flight=flight
     )
@@ -142,6 +144,11 @@ def test_the_guard_checks_and_rolls_back_at_iteration_boundaries(tmp_path: Path)
     )  # fmt: skip
     assert result.precision.used == "bf16" and result.summary.step == 12
     begins = [(epoch, step) for hook, epoch, step in task.calls if hook == "begin"]
-    assert begins == [(0, 0), (1, 3), (2, 6), (2, 6), (3, 9)]
-    # No recorder: its re-run would read the iteration's batches again, rolled out anew.
-    assert result.fault_bundles == () and not flight.folder.exists()
+    # The third (2, 6) is the flight recorder's: its re-run begins the iteration again.
+    assert begins == [(0, 0), (1, 3), (2, 6), (2, 6), (2, 6), (3, 9)]
+    # The demotion's bundle: step 8, the first taken at step_count 7, rolled out again
+    # from the snapshot at step 6 (the recorder's begin, above).
+    (bundle,) = result.fault_bundles
+    assert (bundle.reason, bundle.step, bundle.precision) == ("demotion", 8, "fp16")
+    saved = load_bundle(Path(bundle.path))
+    assert saved["recorded"]["loss_finite"] == [False] and saved["state"]["step"] == 7

@@ -1,8 +1,9 @@
-"""An anytime-valid bound on a mean of bounded paired differences: the live watch's test.
+"""An anytime-valid bound on a mean of bounded paired differences: the live watches' test.
 
-The live watch (:mod:`genesis_fp16_infrastructure.recipes.retrain.live_watch`) looks at the
-served model's paired log-loss differences from its predecessor at every run, for as long
-as it is served. A fixed-sample interval looked at that often would cross any threshold
+A live watch (se_darwin's :mod:`genesis_fp16_infrastructure.recipes.retrain.live_watch`,
+every judged plugin's :mod:`genesis_fp16_infrastructure.judging.watch`) looks at the
+served model's paired per-record loss differences from its predecessor at every run, for
+as long as it is served. A fixed-sample interval looked at that often would cross any threshold
 sooner or later by luck; a *confidence sequence* holds at every look at once.
 
 This is the predictable plug-in empirical-Bernstein confidence sequence of Waudby-Smith
@@ -23,7 +24,7 @@ most the margin, ``lower_t > margin`` at any look is a false alarm with probabil
 most ``alpha``. Each ``lambda_i`` uses only the records before ``i``, so the records'
 order must be fixed before their outcomes are seen (the watch keeps arrival order).
 
-Differences in nats are mapped onto ``[0, 1]`` from ``[-span, span]``.
+Differences (nats, or any loss's units) are mapped onto ``[0, 1]`` from ``[-span, span]``.
 
 >>> bound = mean_bounds(np.array([0.3, 0.5, 0.4] * 200), span=4.6, alpha=0.05)
 >>> bound.lower > 0.2

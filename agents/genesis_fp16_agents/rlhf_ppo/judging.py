@@ -1,0 +1,69 @@
+"""How rlhf_ppo's models are judged: evaluation episodes of the task file, paired.
+
+An episode is one eval prompt of the task file, completed by sampling the policy (in
+fp32) with a generator seeded from the task file's digest: a candidate and the served
+policy draw the *same* random numbers on each episode (common random numbers), so their
+per-episode difference is the policies' and not the sampler's luck. An episode's loss is
+``1 - reward`` (the exact fp32 reward model's; with the default task's ``reward_scale``
+1 and ``reward_offset`` 0 the reward is in [0, 1], so the loss is too: ``loss_span`` 1,
+and a task that scales rewards otherwise has its losses clipped to [0, 1]).
+
+An episode's id is the task file's digest and the prompt's index: what the live watch
+watches is the episodes of the current task file. A task file that changes (new prompts,
+a new reward) brings new ids, its "later labels", on which the served policy is judged
+against its predecessor. rlhf_ppo's training does not learn these episodes (it draws
+fresh prompts each iteration), so every run trains (``records_are_training_data =
+False``): there is no "up to date" for it.
+
+>>> task = {"task": {}, "seed": 0, "eval_prompts": [[1, 2, 3, 4]]}
+>>> len(task_digest(task))
+64
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
+from genesis_fp16_agents.rlhf_ppo.task import PPOTask
+from genesis_fp16_agents.rlhf_ppo.task_file import read_task
+from genesis_fp16_infrastructure.contract.plugin_api import (
+    RecordLosses,
+    TrainRequest,
+    TrainRequestError,
+    model_weights,
+)
+
+
+def task_digest(document: Any) -> str:
+    """The SHA-256 of a task file's JSON, keys sorted: the same task, the same digest."""
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
+
+
+def score_episodes(checkpoint: Path, request: TrainRequest) -> RecordLosses:
+    """``checkpoint``'s policy on the task file's evaluation episodes: ``1 - reward``
+    per episode, by id ``<digest>:<prompt index>``."""
+    if request.data_path is None:
+        raise TrainRequestError("rlhf_ppo: judged models need a task file (data path)")
+    task_config, prompts, _ = read_task(request.data_path, None)
+    assert prompts is not None  # read_task refuses a file without a usable prompt
+    digest = task_digest(json.loads(Path(request.data_path).read_text(encoding="utf-8")))
+    device = request.device
+    prompts = prompts.to(device)
+    task = PPOTask(PPOConfig(task=task_config), request.seed, device, None, None, prompts)
+    model = task.build_model().to(device)
+    model.load_state_dict(model_weights(checkpoint))
+    task.frozen.sync_rollout(model.policy)
+    # Common random numbers: every model of this run draws the same numbers on these
+    # episodes (on the run's device: candidate and served are scored on the same one).
+    generator = torch.Generator(device=device).manual_seed(int(digest[:15], 16))
+    with torch.no_grad():
+        seqs, _ = task.frozen.sample(prompts, task_config.gen_len, generator)
+        rewards = task.frozen.reward_fp32(seqs).double()
+    ids = [f"{digest[:16]}:{index}" for index in range(len(prompts))]
+    return RecordLosses.of(ids, (1.0 - rewards).tolist())

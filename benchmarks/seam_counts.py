@@ -1,0 +1,173 @@
+"""Issue 58's figures of the seam between the daemon and the library, and of the worst
+function's complexity, counted from a tree's syntax (nothing imported)::
+
+    python benchmarks/design_counts.py OLD_TREE NEW_TREE
+
+prints them as figures 10 to 13 beside the older ones. Product files are
+``design_syntax.product_files``'; the daemon's are those of the room ``genesis_fp16``.
+
+10. *Library modules the daemon imports / distinct names*: every ``from M import a, b``
+    (at any depth: in a function, under ``TYPE_CHECKING``) in a daemon file whose ``M``
+    is ``genesis_fp16_infrastructure`` or under it counts ``M`` as a module and ``a``,
+    ``b`` as names; ``import M`` counts ``M`` and the name ``M``. A name is counted once
+    however many modules give it (``TrainResult`` from ``plugin_api`` and from
+    ``train_result`` is one name, two modules). A name that is itself a module
+    (``from pkg import mod``) counts under ``pkg``.
+
+11. *Daemon modules importing a recipe*: daemon files with an import of a module under
+    ``genesis_fp16_infrastructure.recipes``.
+
+12. *Reads of ``.extra`` in the daemon*: attributes named ``extra`` that are read (not
+    assigned), and calls ``getattr(x, "extra", ...)``, in daemon files. A keyword
+    argument ``extra=`` is no read.
+
+13. *Worst cyclomatic complexity*: McCabe's count of each function (1, plus one per
+    ``if``/``elif``, conditional expression, ``for``/``while`` (and one more for its
+    ``else``), ``except`` clause, ``try``'s ``else``, ``assert`` (as a whole), comprehension
+    ``for`` and ``if``, ``match`` case, and each ``and``/``or`` beyond the first operand;
+    ``with`` adds none), radon's rules for ``radon cc``; a nested function or class is its
+    own block, not its parent's. The product's highest, with its place.
+
+>>> seam_figures([]).extra_reads
+[]
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from design_syntax import Place, SourceFile, product_files
+
+LIBRARY = "genesis_fp16_infrastructure"
+RECIPES = f"{LIBRARY}.recipes"
+DAEMON = "genesis_fp16"
+
+
+@dataclass
+class SeamFigures:
+    """Figures 10 to 13 of one tree; each list says where its figure comes from."""
+
+    imports: set[tuple[str, str]] = field(default_factory=set)  # (module, name)
+    recipe_importers: list[Place] = field(default_factory=list)
+    extra_reads: list[Place] = field(default_factory=list)
+    complexity: list[tuple[int, Place]] = field(default_factory=list)
+
+    @property
+    def modules(self) -> list[str]:
+        return sorted({module for module, _ in self.imports})
+
+    @property
+    def names(self) -> list[str]:
+        return sorted({name for _, name in self.imports})
+
+    def worst(self, many: int = 1) -> list[tuple[int, Place]]:
+        """The ``many`` most complex functions, the worst first."""
+        return sorted(self.complexity, key=lambda c: (-c[0], c[1].rel, c[1].name))[:many]
+
+
+def library_imports(module: ast.Module) -> Iterator[tuple[str, str]]:
+    """(module, name) for each library name a file imports (figure 10)."""
+    for node in ast.walk(module):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and _is_library(node.module):
+            for alias in node.names:
+                yield str(node.module), alias.name
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if _is_library(alias.name):
+                    yield alias.name, alias.name
+
+
+def _is_library(name: str | None) -> bool:
+    return name is not None and (name == LIBRARY or name.startswith(LIBRARY + "."))
+
+
+def extra_reads(source: SourceFile) -> list[Place]:
+    """Each read of an attribute ``extra`` in ``source`` (figure 12), by line."""
+    found: list[ast.expr] = []
+    for node in ast.walk(source.module):
+        read = isinstance(node, ast.Attribute) and node.attr == "extra"
+        if (read and isinstance(node.ctx, ast.Load)) or _is_getattr_extra(node):
+            assert isinstance(node, ast.expr)
+            found.append(node)
+    found.sort(key=lambda node: (node.lineno, node.col_offset))
+    return [Place(source.rel, ast.unparse(node), f"line {node.lineno}") for node in found]
+
+
+def _is_getattr_extra(call: ast.AST) -> bool:
+    if not isinstance(call, ast.Call):
+        return False
+    named = isinstance(call.func, ast.Name) and call.func.id == "getattr"
+    key = call.args[1] if len(call.args) > 1 else None
+    return named and isinstance(key, ast.Constant) and key.value == "extra"
+
+
+def complexity(node: ast.AST) -> int:
+    """McCabe's count of one function's own body (figure 13's rules)."""
+    total = 1
+    for child in _own_nodes(node):
+        total += _branches(child)
+    return total
+
+
+def _branches(node: ast.AST) -> int:
+    """The decisions one node adds (figure 13)."""
+    if isinstance(node, ast.If | ast.IfExp | ast.Assert):
+        return 1
+    if isinstance(node, ast.For | ast.AsyncFor | ast.While):
+        return 1 + bool(node.orelse)
+    if isinstance(node, ast.Try | ast.TryStar):
+        return len(node.handlers) + bool(node.orelse)
+    if isinstance(node, ast.BoolOp):
+        return len(node.values) - 1
+    if isinstance(node, ast.comprehension):
+        return 1 + len(node.ifs)
+    if isinstance(node, ast.Match):
+        return len(node.cases)
+    return 0
+
+
+def _own_nodes(node: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of a function's body, not those of the functions and classes in it."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        yield child
+        if not isinstance(child, ast.Assert):  # radon counts an assert once, as a whole
+            yield from _own_nodes(child)
+
+
+def functions(node: ast.AST, prefix: str = "") -> Iterator[tuple[str, ast.AST]]:
+    """Every function under ``node`` with its qualified name (``Class.method``)."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield prefix + child.name, child
+            yield from functions(child, f"{prefix}{child.name}.<locals>.")
+        elif isinstance(child, ast.ClassDef):
+            yield from functions(child, f"{prefix}{child.name}.")
+        else:
+            yield from functions(child, prefix)
+
+
+def seam_figures(files: Iterable[SourceFile]) -> SeamFigures:
+    """Figures 10 to 13 of the product files ``files``."""
+    figures = SeamFigures()
+    for source in files:
+        for name, node in functions(source.module):
+            figures.complexity.append((complexity(node), Place(source.rel, name, "")))
+        if source.room != DAEMON:
+            continue
+        found = set(library_imports(source.module))
+        figures.imports |= found
+        recipes = sorted({m for m, _ in found if m == RECIPES or m.startswith(RECIPES + ".")})
+        if recipes:
+            figures.recipe_importers.append(Place(source.rel, "<module>", ", ".join(recipes)))
+        figures.extra_reads.extend(extra_reads(source))
+    return figures
+
+
+def seam_of(root: Path) -> SeamFigures:
+    """Figures 10 to 13 of the tree ``root``."""
+    return seam_figures(product_files(root))

@@ -1,0 +1,176 @@
+"""Judged models: the contract's one optional capability (API version 3).
+
+A plugin that can say how well a checkpoint does on each of its records gets the whole
+served-model lifecycle from the library (``genesis_fp16_infrastructure.judging``): every
+run trains a candidate in a folder of its own, a gate serves it only when it is shown no
+worse than the served model on the same records, a live watch rolls the served model back
+when records that arrive later show it worse than the one before it, and the operator's
+``genesis-fp16 model list/promote/rollback/unpin`` work on it. It declares::
+
+    class MyAgent:
+        api_version = 3
+        judging_version = 1      # this module's JUDGING_VERSION
+        loss_span = 1.0          # each record's loss is clipped to [0, loss_span]
+
+        def score_records(self, checkpoint: Path, request: TrainRequest) -> RecordLosses:
+            ...                  # the checkpoint's loss on each record the request names
+
+and may set ``judging_margin`` (a loss difference, in the loss's units, that the gate
+and the watch tolerate; unset: 5% of the served model's mean loss) and
+``records_are_training_data = False`` (its records are evaluation episodes, not what it
+trains on: every run trains; unset, a run whose records the served model all knew is
+up to date). A plugin without ``score_records`` is not judged: it serves its newest
+checkpoint, as before.
+
+A plugin whose own ``train`` runs the lifecycle (se_darwin, through the retrain recipe)
+declares no ``score_records``: that absence is what keeps the library's judged run off it
+(:func:`judging_of`), so there is nothing else to declare.
+
+>>> losses = RecordLosses.of(["a", "b"], [0.5, 0.25])
+>>> losses.mean()
+0.375
+>>> RecordLosses.of(["a", "a"], [0.5, 0.25])
+Traceback (most recent call last):
+...
+genesis_fp16_infrastructure.contract.judging.RecordLossesError: RecordLosses: id 'a' twice
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+
+JUDGING_VERSION = 1
+DEFAULT_RELATIVE_MARGIN = 0.05  # of the reference model's mean loss, when no margin is declared
+
+
+class RecordLossesError(ValueError):
+    """Scores a plugin returned that cannot be judged: one line naming what is wrong."""
+
+
+@dataclass(frozen=True)
+class RecordLosses:
+    """One checkpoint's loss on each record (lower is better), by the record's stable id.
+
+    ``ids``: one non-empty string per record, the same for the same record in every run
+    (a hash of its line, an episode's seed): the gate pairs two models by it, the watch
+    tells new records from known ones by it. ``losses``: finite floats. ``segments``:
+    an optional key per record (a task, a source file) for reports.
+    """
+
+    ids: tuple[str, ...]
+    losses: tuple[float, ...]
+    segments: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.ids) != len(self.losses):
+            raise RecordLossesError(
+                f"RecordLosses: {len(self.ids)} ids but {len(self.losses)} losses"
+            )
+        if self.segments is not None and len(self.segments) != len(self.ids):
+            raise RecordLossesError(
+                f"RecordLosses: {len(self.segments)} segments for {len(self.ids)} records"
+            )
+        seen: set[str] = set()
+        for index, (id_, loss) in enumerate(zip(self.ids, self.losses, strict=True)):
+            if not isinstance(id_, str) or not id_:
+                raise RecordLossesError(f"RecordLosses: id {index} is {id_!r}, not a string")
+            if id_ in seen:
+                raise RecordLossesError(f"RecordLosses: id {id_!r} twice")
+            seen.add(id_)
+            if isinstance(loss, bool) or not isinstance(loss, float) or not math.isfinite(loss):
+                raise RecordLossesError(
+                    f"RecordLosses: loss of {id_!r} is {loss!r}, not a finite float"
+                )
+
+    @classmethod
+    def of(
+        cls,
+        ids: Iterable[str],
+        losses: Iterable[float],
+        segments: Iterable[str] | None = None,
+    ) -> RecordLosses:
+        """From any sequences (a list, a numpy array): losses become Python floats."""
+        try:
+            values = tuple(float(v) for v in losses)
+        except (TypeError, ValueError) as exc:
+            raise RecordLossesError(f"RecordLosses: a loss is not a number ({exc})") from None
+        return cls(tuple(ids), values, None if segments is None else tuple(segments))
+
+    def mean(self) -> float:
+        """The mean loss (NaN for no record)."""
+        return math.fsum(self.losses) / len(self.losses) if self.losses else math.nan
+
+
+@runtime_checkable
+class JudgedPlugin(Protocol):
+    """What a plugin declares to be judged (module docstring)."""
+
+    judging_version: int
+    loss_span: float
+
+    def score_records(self, checkpoint: Path, request: TrainRequest) -> RecordLosses:
+        """``checkpoint``'s loss on each record of ``request.data_path``."""
+        ...
+
+
+def judging_of(plugin: object) -> JudgedPlugin | None:
+    """``plugin`` when it declares the judged-model capability, else None (it is not
+    judged: it serves its newest checkpoint, or runs the lifecycle itself). A plugin of
+    api_version 2 is never judged. A declaration that is half there, or of another
+    judging version, raises TypeError naming what is wrong (the loader refuses it)."""
+    if getattr(plugin, "api_version", None) == 2 or not hasattr(plugin, "score_records"):
+        return None
+    name = getattr(plugin, "name", type(plugin).__name__)
+    version = getattr(plugin, "judging_version", None)
+    if version != JUDGING_VERSION:
+        raise TypeError(
+            f"{name}: judging_version {version!r}, this genesis-fp16 supports {JUDGING_VERSION}"
+        )
+    span = getattr(plugin, "loss_span", None)
+    if not isinstance(span, int | float) or isinstance(span, bool) or not 0 < span < math.inf:
+        raise TypeError(f"{name}: loss_span {span!r} is not a positive finite number")
+    margin = getattr(plugin, "judging_margin", None)
+    if margin is not None and (isinstance(margin, bool) or not isinstance(margin, int | float)):
+        raise TypeError(f"{name}: judging_margin {margin!r} is not a number")
+    if not callable(plugin.score_records) or not isinstance(plugin, JudgedPlugin):
+        raise TypeError(f"{name}: score_records is not a method")
+    return plugin
+
+
+def judging_margin(plugin: object, reference_mean: float) -> float:
+    """The loss difference tolerated against a reference model whose mean loss (clipped)
+    is ``reference_mean``: the plugin's ``judging_margin``, else
+    :data:`DEFAULT_RELATIVE_MARGIN` of that mean.
+
+    >>> class Agent: ...
+    >>> judging_margin(Agent(), 0.4)
+    0.02
+    """
+    declared = getattr(plugin, "judging_margin", None)
+    if declared is not None:
+        return float(declared)
+    return round(DEFAULT_RELATIVE_MARGIN * max(reference_mean, 0.0), 12)
+
+
+def model_weights(checkpoint: Path) -> dict[str, Any]:
+    """The model's weights (its ``state_dict``) in ``checkpoint``, checked as a resume
+    checks them (digest, schema, finite weights), for ``score_records`` to load into a
+    fresh model; a :class:`~genesis_fp16_infrastructure.training.CheckpointError` (a
+    ValueError: the judged run reports it in one line) when it cannot be read."""
+    from genesis_fp16_infrastructure.training import checkpoint_keys
+    from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
+
+    return dict(load_checkpoint(Path(checkpoint))[checkpoint_keys.MODEL])
+
+
+def records_are_training_data(plugin: object) -> bool:
+    """Whether ``plugin``'s scored records are what it trains on (the default): then a
+    run on records the served model all knew has nothing to learn."""
+    return bool(getattr(plugin, "records_are_training_data", True))

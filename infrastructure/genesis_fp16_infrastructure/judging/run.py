@@ -1,0 +1,372 @@
+"""One run of any plugin: :func:`run_plugin`, the one call that trains an agent.
+
+A plugin that declares judged models (contract.judging) gets a judged run
+(:func:`run_judged`); any other plugin's ``train`` runs as it is: it serves its newest
+checkpoint, or runs the lifecycle itself (se_darwin: its train is the retrain recipe,
+and it declares no ``score_records``). The daemon (in a child or a thread), ``genesis-fp16
+train``, ``check-agent`` and the run tracker's example all call :func:`run_plugin`.
+
+A judged run, in the agent's checkpoint folder (``request.checkpoint_dir``):
+
+1. the served model (the pointer's) scores the current records; a pointer that cannot be
+   followed refuses the run in one line (``TrainRequestError``) naming the repair;
+2. the live watch (:mod:`.watch`) scores the records that came after the served model and
+   its predecessor, and may roll the served model back;
+3. when the served model already knew every current record (and the plugin's records are
+   its training data, and the run is not forced), there is nothing to learn:
+   ``up_to_date``, no candidate;
+4. a candidate folder (:func:`~genesis_fp16_infrastructure.agent_folder.lifecycle.new_candidate`)
+   into which the plugin trains; with ``resume``, the served checkpoint is copied in first,
+   so that the plugin's resume continues the served model;
+5. the gate (:mod:`.gate`): the candidate and the served model on the same records, paired;
+   the first model is served as it is; a promotion waits for the operator's pin (``held``);
+   the verdict file holds the figures, ``judged_ids.npz`` the records the model knew.
+
+Pruning the history is the daemon's, after every run of any agent with a pointer
+(``lifecycle.prune`` with its settings), so a judged run prunes nothing itself. The
+result carries the gate's report (``result.gate``) and the watch's (``result.live``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+
+from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+    CANDIDATE_META,
+    VERDICT_NAME,
+    ServedPointer,
+    ServedPointerError,
+    candidate_entry,
+    checkpoint_of,
+    list_candidates,
+    new_candidate,
+    newest_checkpoint,
+    read_json,
+    read_pointer,
+    serve_unless_pinned,
+    write_verdict,
+)
+from genesis_fp16_infrastructure.contract.judging import (
+    JudgedPlugin,
+    RecordLosses,
+    RecordLossesError,
+    judging_margin,
+    judging_of,
+    records_are_training_data,
+)
+from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin, TrainRequestError
+from genesis_fp16_infrastructure.contract.reports import GateOutcome, GateReport, LiveReport
+from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.contract.train_result import TrainResult
+from genesis_fp16_infrastructure.judging import stores
+from genesis_fp16_infrastructure.judging.gate import Paired, compare
+from genesis_fp16_infrastructure.judging.watch import watch
+from genesis_fp16_infrastructure.training.checkpoint_files import (
+    digest_path,
+    read_summary,
+    summary_path,
+)
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
+
+logger = logging.getLogger(__name__)
+
+
+def run_plugin(plugin: AgentPlugin, request: TrainRequest) -> TrainResult:
+    """Train ``plugin`` as ``request`` asks: a judged run when it declares judged models,
+    its own ``train`` otherwise."""
+    judged = judging_of(plugin)
+    if judged is None:
+        return plugin.train(request)
+    return run_judged(plugin, judged, request)
+
+
+class _Served:
+    """The served model as this run sees it: pointer, checkpoint, losses, known ids."""
+
+    def __init__(self, plugin: JudgedPlugin, request: TrainRequest) -> None:
+        folder = Path(request.checkpoint_dir)
+        try:
+            self.pointer: ServedPointer | None = read_pointer(folder)
+            self.checkpoint = None if self.pointer is None else checkpoint_of(folder, self.pointer)
+        except ServedPointerError as exc:
+            raise TrainRequestError(str(exc).replace("AGENT", request.agent)) from None
+        self.plugin = plugin
+        self.losses: RecordLosses | None = None
+        self.known: np.ndarray | None = None
+        if self.checkpoint is not None:
+            self.losses = _score(plugin, self.checkpoint, request, required=True)
+            self.known = stores.read_known_ids(self.checkpoint.parent)
+
+    @property
+    def id(self) -> str | None:
+        return None if self.pointer is None else str(self.pointer.served.get("id"))
+
+
+def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest) -> TrainResult:
+    """One judged run (module docstring); the result carries the gate's report and the
+    live watch's (``live``)."""
+    started = time.monotonic()
+    served = _Served(judged, request)
+    live = None
+    if served.pointer is not None and served.losses is not None:
+        live = watch(
+            judged,
+            request,
+            served.pointer,
+            served.losses,
+            lambda path: _score(judged, path, request, required=False),
+        )
+        if live is not None and live.get("rolled_back"):  # the figures, a dict here
+            served = _Served(judged, request)  # the predecessor, served again
+    if _nothing_new(served, request):
+        return _up_to_date(request, served, time.monotonic() - started, live)
+    candidate = new_candidate(Path(request.checkpoint_dir), _meta(request, served))
+    if served.checkpoint is not None and request.resume:
+        _continue_from(served.checkpoint, candidate)
+    result = plugin.train(replace(request, checkpoint_dir=candidate))
+    gate = _judge(judged, request, served, candidate, result)
+    return replace(result, gate=gate, rejected=gate.outcome == "rejected", live=_live(live))
+
+
+def _live(figures: dict[str, Any] | None) -> LiveReport | None:
+    """The watch's figures as the result's typed ``live`` report (the daemon exports it as
+    se_darwin's): AUC and log-loss do not apply (None, NaN), the loss does."""
+    if figures is None:
+        return None
+    nan = {"served_log_loss": math.nan, "previous_log_loss": math.nan}
+    return LiveReport.from_json({**figures, **nan, "served_auc": None, "previous_auc": None})
+
+
+def _score(
+    plugin: JudgedPlugin, checkpoint: Path, request: TrainRequest, required: bool
+) -> RecordLosses | None:
+    """The plugin's losses of ``checkpoint``; a refusal is one line (``required``: the
+    run's; else logged, and None)."""
+    try:
+        losses = plugin.score_records(checkpoint, request)
+        if not isinstance(losses, RecordLosses):
+            raise RecordLossesError(
+                f"score_records returned a {type(losses).__name__}, not RecordLosses"
+            )
+        return losses
+    except (RecordLossesError, TrainRequestError, OSError, ValueError) as exc:
+        why = f"{request.agent}: cannot score {checkpoint}: {exc}"
+        if required:
+            raise TrainRequestError(why) from None
+        logger.warning("%s", why)
+        return None
+
+
+def _nothing_new(served: _Served, request: TrainRequest) -> bool:
+    """The served model knew every current record, or the last candidate judged against
+    it trained on them already (rejected, or held by the pin: the same records would
+    train the same candidate again); a forced run trains all the same."""
+    if request.forced or served.losses is None or served.known is None:
+        return False
+    if not records_are_training_data(served.plugin):
+        return False
+    ids = stores.id_hashes(served.losses.ids)
+    if stores.known(ids, served.known).all():
+        return True
+    last = _last_judged(Path(request.checkpoint_dir), served.id)
+    return last is not None and bool(stores.known(ids, last).all())
+
+
+def _last_judged(folder: Path, served_id: str | None) -> np.ndarray | None:
+    """The known ids of the newest candidate that continued ``served_id`` and was judged
+    (not promoted: a promoted one is served, or was rolled back); None: there is none."""
+    for candidate in reversed(list_candidates(folder)):
+        meta = read_json(candidate / CANDIDATE_META) or {}
+        verdict = read_json(candidate / VERDICT_NAME) or {}
+        if meta.get("continues") != served_id or verdict.get("outcome") is None:
+            continue
+        if verdict.get("outcome") in ("rejected", "held", "undecided"):
+            return stores.read_known_ids(candidate)
+        return None
+    return None
+
+
+def _meta(request: TrainRequest, served: _Served) -> dict[str, Any]:
+    """The candidate's record of what it was trained from."""
+    records = None if served.losses is None else len(served.losses.ids)
+    return {
+        "fingerprint": _data_digest(request.data_path),
+        "records": records,
+        "continues": served.id if request.resume else None,
+        "data_path": None if request.data_path is None else str(request.data_path),
+        "seed": request.seed,
+    }
+
+
+def _data_digest(path: Path | None) -> str:
+    """What the data files were (their names, sizes and times), hashed: the candidate's
+    name says which data it trained on, without reading the data."""
+    if path is None:
+        return "nodata"
+    root = Path(path)
+    found = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    digest = hashlib.sha256()
+    for file in found:
+        info = file.stat()
+        digest.update(f"{file}:{info.st_size}:{info.st_mtime_ns};".encode())
+    return digest.hexdigest()
+
+
+def _continue_from(checkpoint: Path, candidate: Path) -> None:
+    """The served checkpoint (its digest and summary files too) in the candidate, for the
+    plugin's resume to continue: the candidate starts where the served model is."""
+    for path in (digest_path(checkpoint), summary_path(checkpoint), checkpoint):
+        if path.is_file():  # the checkpoint last: a digest is there before its file
+            shutil.copy2(path, candidate / path.name)
+
+
+def _judge(
+    judged: JudgedPlugin,
+    request: TrainRequest,
+    served: _Served,
+    candidate: Path,
+    result: TrainResult,
+) -> GateReport:
+    """The gate's verdict on the trained candidate, written, and acted on."""
+    started = time.monotonic()
+    checkpoint = newest_checkpoint(candidate)
+    if result.failure is not None or checkpoint is None:
+        why = result.failure_detail or result.failure or "the run wrote no checkpoint"
+        return _verdict(candidate, "undecided", f"not judged: {why}", started, result, [])
+    losses = _score(judged, checkpoint, request, required=True)
+    assert losses is not None  # required: a refusal raised
+    stores.write_known_ids(candidate, _known_after(served, losses))
+    if served.losses is None:
+        comparisons = [_first(losses)]
+        outcome, reason = "promoted", "the first model"
+    else:
+        comparisons = _comparisons(judged, request, served, losses, checkpoint)
+        outcome, reason = _outcome(comparisons)
+    report = _verdict(candidate, outcome, reason, started, result, comparisons, served.id)
+    if outcome != "promoted":
+        return report
+    folder = Path(request.checkpoint_dir)
+    how = "first" if served.pointer is None else "gate"
+    if serve_unless_pinned(folder, candidate_entry(folder, candidate, checkpoint), how):
+        return report
+    return _verdict(
+        candidate, "held", "pinned by the operator: " + reason, started, result, comparisons,
+        served.id,
+    )  # fmt: skip
+
+
+def _known_after(served: _Served, losses: RecordLosses) -> np.ndarray:
+    """The records the candidate knows: the served model's, and those of this run's data,
+    which are the ones scored both before it trained and after (records that came while
+    it trained are new to it: the next run learns them). The first model knows the
+    records it was scored on."""
+    ids = stores.id_hashes(losses.ids)
+    if served.losses is None:
+        return ids
+    ids = ids[stores.known(ids, np.sort(stores.id_hashes(served.losses.ids)))]
+    return ids if served.known is None else np.concatenate([served.known, ids])
+
+
+def _first(losses: RecordLosses) -> Paired:
+    mean = losses.mean()
+    return Paired("current", len(losses.ids), mean, math.nan, math.nan, math.nan, math.nan, True)
+
+
+def _comparisons(
+    judged: JudgedPlugin,
+    request: TrainRequest,
+    served: _Served,
+    losses: RecordLosses,
+    checkpoint: Path,
+) -> list[Paired]:
+    span = float(judged.loss_span)
+
+    def margin(mean: float) -> float:
+        return judging_margin(judged, mean)
+
+    assert served.losses is not None and served.checkpoint is not None
+    found = [compare("current", losses, served.losses, span, margin)]
+    if request.golden_data_path is not None:
+        golden = replace(request, data_path=request.golden_data_path)
+        ours = _score(judged, checkpoint, golden, required=True)
+        theirs = _score(judged, served.checkpoint, golden, required=True)
+        assert ours is not None and theirs is not None
+        found.append(compare("golden", ours, theirs, span, margin))
+    return found
+
+
+def _outcome(comparisons: list[Paired]) -> tuple[str, str]:
+    if any(c.passed is False for c in comparisons):
+        failed = next(c for c in comparisons if c.passed is False)
+        return "rejected", "worse than the served model: " + failed.reason()
+    if any(c.passed is None for c in comparisons):
+        return "undecided", next(c for c in comparisons if c.passed is None).reason()
+    return "promoted", "no worse than the served model: " + comparisons[0].reason()
+
+
+def _verdict(
+    candidate: Path,
+    outcome: str,
+    reason: str,
+    started: float,
+    result: TrainResult,
+    comparisons: list[Paired],
+    served_id: str | None = None,
+) -> GateReport:
+    """The gate's report, written as the candidate's verdict file (with the figures)."""
+    first = comparisons[0] if comparisons else None
+    checkpoint = newest_checkpoint(candidate)
+    report = GateReport(
+        outcome=cast(GateOutcome, outcome),
+        reason=reason,
+        comparisons=tuple(c.comparison() for c in comparisons),
+        seconds=round(time.monotonic() - started, 4),
+        precision=result.precision_used,
+        candidate=None if first is None else first.scores("candidate"),
+        served=None if first is None or served_id is None else first.scores("served"),
+        served_id=served_id,
+        checkpoint=None if checkpoint is None else checkpoint.name,
+        candidate_id=candidate.name,
+    )
+    judged = {"judged": [c.to_json() for c in comparisons]}
+    write_verdict(candidate, report.to_json() | judged)
+    return report
+
+
+def _up_to_date(
+    request: TrainRequest, served: _Served, seconds: float, live: dict[str, Any] | None
+) -> TrainResult:
+    """No step taken: the served model knew every current record."""
+    assert served.checkpoint is not None and served.losses is not None
+    summary = read_summary(served.checkpoint) or {}
+    entry = served.pointer.served if served.pointer is not None else {}
+    precision = summary.get("precision") or entry.get("precision")
+    used = cast(PrecisionName, precision if precision in ("fp32", "bf16", "fp16") else "fp32")
+    return TrainResult(
+        agent=request.agent,
+        precision_requested=request.precision.requested,
+        precision_used=used,
+        precision_reason=f"{request.precision_reason}; the served model's, unchanged",
+        device=request.device,
+        steps=0,
+        skipped_steps=0,
+        overflow_rate=0.0,
+        loss_scale=float(summary.get("loss_scale") or 1.0),
+        final_train_loss=math.nan,
+        eval={"loss": served.losses.mean()},
+        samples_per_second=0.0,
+        wall_seconds=round(seconds, 6),
+        checkpoint=served.checkpoint,
+        quarantined=0,
+        up_to_date=True,
+        live=_live(live),
+    )

@@ -1,0 +1,98 @@
+"""What a judged run keeps in a candidate's folder, as numpy arrays through the agent
+folder's bounded reader and atomic writer (agent_folder.files):
+
+* ``judged_ids.npz``: the sorted hashes of the record ids the model was trained or judged
+  on (the ones it *knew*): the live watch scores only records that neither the served
+  model nor its predecessor knew, and a run whose records the served model all knew has
+  nothing to learn;
+* ``judged-live-<predecessor id>.npz``: the live watch's records in arrival order (id
+  hashes, the served model's and the predecessor's losses), so each record counts once.
+
+An id is hashed to 64 bits (blake2b): sortable, compact, and a collision between two of
+a few million ids has a chance of about 1e-7. A file that cannot be read is set aside and
+reported (agent_folder.files); the reader then goes on as if there were none.
+
+>>> ids = id_hashes(["a", "b"])
+>>> bool(known(ids, np.sort(ids)).all())
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_IDS, JUDGED_WATCH, StateFile
+
+WATCH_ARRAYS = ("ids", "served", "previous")
+
+
+def id_hashes(ids: Iterable[str]) -> np.ndarray:
+    """Each id's 64-bit hash, in order (uint64)."""
+    digests = [hashlib.blake2b(i.encode("utf-8"), digest_size=8).digest() for i in ids]
+    return np.frombuffer(b"".join(digests), dtype=np.uint64).copy()
+
+
+def known(ids: np.ndarray, sorted_known: np.ndarray) -> np.ndarray:
+    """Which of ``ids`` are in ``sorted_known`` (sorted): a boolean per id."""
+    if len(sorted_known) == 0:
+        return np.zeros(len(ids), dtype=bool)
+    at = np.searchsorted(sorted_known, ids).clip(0, len(sorted_known) - 1)
+    return np.asarray(sorted_known[at] == ids)
+
+
+def read_known_ids(candidate: Path) -> np.ndarray | None:
+    """The ids the candidate's model knew (sorted hashes); None: no file, or unusable."""
+    arrays = _read(JUDGED_IDS.at(candidate), JUDGED_IDS, ("ids",))
+    return None if arrays is None else np.sort(arrays["ids"].astype(np.uint64))
+
+
+def write_known_ids(candidate: Path, ids: np.ndarray) -> None:
+    _write(JUDGED_IDS.at(candidate), JUDGED_IDS, {"ids": np.unique(ids.astype(np.uint64))})
+
+
+def watch_path(served_candidate: Path, predecessor: str) -> Path:
+    return JUDGED_WATCH.at(served_candidate, predecessor)
+
+
+def read_watch(path: Path) -> dict[str, np.ndarray]:
+    """The watch's records so far (none: absent, or unusable and set aside)."""
+    arrays = _read(path, JUDGED_WATCH, WATCH_ARRAYS)
+    if arrays is None:
+        return {
+            "ids": np.zeros(0, dtype=np.uint64),
+            "served": np.zeros(0, dtype=np.float64),
+            "previous": np.zeros(0, dtype=np.float64),
+        }
+    return arrays
+
+
+def write_watch(path: Path, kept: Mapping[str, np.ndarray]) -> None:
+    _write(path, JUDGED_WATCH, kept)
+
+
+def _read(path: Path, file: StateFile, names: tuple[str, ...]) -> dict[str, np.ndarray] | None:
+    try:
+        raw = files.read_bytes(path, file.limit)  # a regular file, within its bound
+        if raw is None:
+            return None
+        with np.load(io.BytesIO(raw), allow_pickle=False) as data:
+            arrays = {name: np.asarray(data[name]) for name in names}
+    except (OSError, ValueError, KeyError, EOFError) as exc:  # UnusableStateFile too
+        files.set_aside(path, file, f"{path}: {exc}")
+        return None
+    if len({len(a) for a in arrays.values()}) != 1 or any(a.ndim != 1 for a in arrays.values()):
+        files.set_aside(path, file, f"{path}: arrays of unequal length or shape")
+        return None
+    return arrays
+
+
+def _write(path: Path, file: StateFile, arrays: Mapping[str, np.ndarray]) -> None:
+    buffer = io.BytesIO()
+    np.savez(buffer, **dict(arrays))  # type: ignore[arg-type]
+    files.write_bytes(path, file, buffer.getvalue())

@@ -1,0 +1,171 @@
+"""A judged plugin's live watch: the served model against its predecessor on later records.
+
+Each judged run first scores the current records with the served model (the gate needs
+them too). Records whose ids neither the served model nor its predecessor (the pointer's
+``history[0]``) knew when it was judged (:mod:`.stores`: ``judged_ids.npz``), and that
+this watch has not scored before, are scored by the predecessor as well and appended, in
+arrival order, to ``judged-live-<predecessor>.npz`` in the served model's candidate
+folder: each record counts once, in one fixed order, as the bound below requires.
+
+The test: both losses clipped to ``[0, loss_span]`` (the plugin's declared span: the
+bound needs bounded differences), the paired differences (served - predecessor) get
+the anytime-valid empirical-Bernstein bounds of :mod:`.sequential` at ``ALPHA``; when
+the lower bound passes the margin (the plugin's ``judging_margin``, else 5% of the
+predecessor's mean loss on those records), the served model is worse than the one
+before it beyond the margin, at ``ALPHA`` over its whole watch however many runs looked.
+Unless the operator pinned it (then ``held``), the predecessor is served again through
+:func:`~genesis_fp16_infrastructure.agent_folder.lifecycle.rollback`, and the dropped
+model's verdict becomes ``rolled_back`` with reason ``live_regression`` and the figures.
+The running figures go into the served entry of ``served.json`` as ``live``.
+
+What counts as a "later record" is the plugin's: its ids. The scaffold's are lines of
+its data file (a new file brings new ids); rlhf_ppo's are evaluation episodes of the
+current task file (a changed task file brings new episodes).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+    ServedPointer,
+    ServedPointerError,
+    pointer_lock,
+    read_pointer,
+    rollback,
+    update_pointer,
+)
+from genesis_fp16_infrastructure.contract.judging import (
+    JudgedPlugin,
+    RecordLosses,
+    judging_margin,
+)
+from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.judging import stores
+from genesis_fp16_infrastructure.judging.sequential import mean_bounds
+
+logger = logging.getLogger(__name__)
+
+ALPHA = 0.05  # a false rollback's probability over one model's whole watch, at most
+LIVE_REGRESSION = "live_regression"
+
+
+def watch(
+    plugin: JudgedPlugin,
+    request: TrainRequest,
+    pointer: ServedPointer,
+    served_now: RecordLosses,
+    score: Callable[[Path], RecordLosses | None],
+) -> dict[str, Any] | None:
+    """Score the new records (module docstring), update the figures, roll back on a
+    regression. ``served_now``: the served model's losses on the current records;
+    ``score(checkpoint)``: the plugin's losses of a checkpoint, or None (logged) when it
+    cannot score it. Returns the report (the run's ``live``), or None when there is
+    nothing to watch: no predecessor, a model whose known records are not kept, or no
+    new record."""
+    folder = Path(request.checkpoint_dir)
+    if not pointer.history:
+        return None
+    served_c = (folder / str(pointer.served["checkpoint"])).parent
+    previous = pointer.history[0]
+    known = [stores.read_known_ids(c) for c in (served_c, _candidate(folder, previous))]
+    if known[0] is None or known[1] is None:
+        name = getattr(plugin, "name", "agent")
+        logger.warning("%s: live watch off: a model's known records are not kept", name)
+        return None
+    store = stores.watch_path(served_c, str(previous.get("id")))
+    kept = stores.read_watch(store)
+    ids = stores.id_hashes(served_now.ids)
+    new = ~stores.known(ids, known[0]) & ~stores.known(ids, known[1])
+    new &= ~stores.known(ids, np.sort(kept["ids"]))
+    if not new.any():
+        return None
+    before = score(folder / str(previous.get("checkpoint")))
+    if before is None:
+        return None
+    by_id = dict(zip(before.ids, before.losses, strict=True))
+    picked = [i for i in np.flatnonzero(new) if served_now.ids[i] in by_id]
+    scored = {
+        "ids": ids[picked],
+        "served": np.array([served_now.losses[i] for i in picked], dtype=np.float64),
+        "previous": np.array([by_id[served_now.ids[i]] for i in picked], dtype=np.float64),
+    }
+    kept = {k: np.concatenate([kept[k], scored[k]]) for k in stores.WATCH_ARRAYS}
+    stores.write_watch(store, kept)
+    figures = figures_of(kept, float(plugin.loss_span), plugin)
+    figures.update(against=previous.get("id"), new_records=len(picked))
+    return _decide(folder, str(pointer.served.get("id")), figures)
+
+
+def _candidate(folder: Path, entry: Mapping[str, Any]) -> Path:
+    return (folder / str(entry.get("checkpoint"))).parent
+
+
+def figures_of(kept: Mapping[str, np.ndarray], span: float, plugin: object) -> dict[str, Any]:
+    """The running figures of a watch's records (in arrival order)."""
+    served = np.clip(np.asarray(kept["served"], dtype=np.float64), 0.0, span)
+    previous = np.clip(np.asarray(kept["previous"], dtype=np.float64), 0.0, span)
+    bounds = mean_bounds(served - previous, span, ALPHA)
+    margin = judging_margin(plugin, float(previous.mean()) if len(previous) else 0.0)
+    return {
+        "score": "loss",
+        "records": bounds.count,
+        "served_loss": round(float(served.mean()), 6) if len(served) else None,
+        "previous_loss": round(float(previous.mean()), 6) if len(previous) else None,
+        "difference": round(bounds.mean, 6),
+        "lower": round(bounds.lower, 6),
+        "upper": round(bounds.upper, 6),
+        "margin": margin,
+        "alpha": ALPHA,
+        "span": span,
+        "regression": bool(bounds.lower > margin),
+    }
+
+
+def _decide(folder: Path, watched: str, figures: dict[str, Any]) -> dict[str, Any]:
+    """Write the figures into the pointer, or roll back: under the pointer's lock, and
+    only while the model watched is still the one served."""
+    figures = {**figures, "updated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    report = {**figures, "served": watched, "rolled_back": False, "held": None}
+    with pointer_lock(folder):
+        try:
+            current = read_pointer(folder)
+        except ServedPointerError:
+            return {**report, "held": "the pointer changed and cannot be read"}
+        if current is None or current.served.get("id") != watched:
+            return {**report, "held": "the served model changed meanwhile"}
+        if figures["regression"] and current.pinned is not None:
+            report["held"] = "pinned by the operator"
+        elif figures["regression"]:
+            verdict = {"reason": LIVE_REGRESSION, "live": figures, "detail": _detail(figures)}
+            try:
+                now = rollback(folder, verdict=verdict)
+            except ServedPointerError as exc:  # its predecessor's checkpoint is gone
+                report["held"] = str(exc)
+            else:
+                logger.warning("served model %s rolled back: %s", watched, _detail(figures))
+                return {**report, "rolled_back": True, "now_served": now.get("id")}
+
+        def add(pointer: ServedPointer | None) -> ServedPointer | None:
+            if pointer is None:
+                return None
+            served = {**pointer.served, "live": figures}
+            return ServedPointer(served, pointer.history, pointer.pinned)
+
+        update_pointer(folder, add)
+    return report
+
+
+def _detail(figures: Mapping[str, Any]) -> str:
+    return (
+        f"live regression: loss {figures['served_loss']:.6g} vs its predecessor's "
+        f"{figures['previous_loss']:.6g} on {figures['records']} later record(s), at least "
+        f"{figures['lower']:.6g} worse (anytime, {1 - figures['alpha']:.0%}), margin "
+        f"{figures['margin']:.6g}"
+    )

@@ -1,0 +1,89 @@
+"""rlhf_ppo's judged models: its evaluation episodes scored with common random numbers,
+ids that follow the task file, and losses in [0, 1]."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from genesis_fp16_agents.rlhf_ppo import plugin
+from genesis_fp16_infrastructure.contract.judging import judging_of
+from genesis_fp16_infrastructure.contract.plugin_api import (
+    PrecisionRequest,
+    TrainRequest,
+    TrainRequestError,
+)
+
+
+def _request(tmp_path: Path, data: Path | None) -> TrainRequest:
+    return TrainRequest(
+        agent="rlhf_ppo",
+        precision=PrecisionRequest("fp32"),
+        precision_reason="test",
+        state_dir=tmp_path,
+        checkpoint_dir=tmp_path / "checkpoints",
+        device="cpu",
+        seed=1,
+        steps=4,
+        data_path=data,
+        options={"batch_size": 16},
+    )
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, TrainRequest]:
+    """One PPO iteration's checkpoint and the request that trained it."""
+    root = tmp_path_factory.mktemp("rlhf_judged")
+    request = _request(root, plugin.generate_sample_data(root / "task", 24, 0))
+    result = plugin.train(request)
+    assert result.checkpoint is not None
+    return Path(result.checkpoint), request
+
+
+def test_rlhf_ppo_declares_judged_models_that_train_every_run() -> None:
+    """The capability is whole (version, span), and its records are no training data."""
+    assert judging_of(plugin) is plugin and plugin.loss_span == 1.0
+    assert plugin.records_are_training_data is False
+
+
+def test_episodes_are_scored_with_common_random_numbers(
+    trained: tuple[Path, TrainRequest],
+) -> None:
+    """The same checkpoint on the same task file scores the same losses, episode for
+    episode (the sampler's draws are fixed by the task): one per eval prompt, in [0, 1]."""
+    checkpoint, request = trained
+    first = plugin.score_records(checkpoint, request)
+    again = plugin.score_records(checkpoint, request)
+    assert first == again and len(first.ids) == 24
+    assert all(0.0 <= loss <= 1.0 for loss in first.losses)
+
+
+def test_a_changed_task_file_brings_new_episode_ids(
+    trained: tuple[Path, TrainRequest], tmp_path: Path
+) -> None:
+    """Another task file (here: other eval prompts) gives other ids, which the live watch
+    takes for later records; the same file copied elsewhere gives the same ids."""
+    checkpoint, request = trained
+    assert request.data_path is not None
+    before = plugin.score_records(checkpoint, request)
+    copied = tmp_path / "copy.json"
+    copied.write_text(Path(request.data_path).read_text())
+    assert plugin.score_records(checkpoint, _request(tmp_path, copied)).ids == before.ids
+    other = plugin.generate_sample_data(tmp_path / "other", 24, 7)
+    after = plugin.score_records(checkpoint, _request(tmp_path, other))
+    assert not set(after.ids) & set(before.ids)
+
+
+def test_scoring_without_a_task_file_or_with_a_bad_one_is_one_line(
+    trained: tuple[Path, TrainRequest], tmp_path: Path
+) -> None:
+    """No data path, or a file that is no task file: TrainRequestError in one line."""
+    checkpoint = trained[0]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"nope": 1}))
+    for data in (None, bad):
+        with pytest.raises(TrainRequestError) as caught:
+            plugin.score_records(checkpoint, _request(tmp_path, data))
+        assert "\n" not in str(caught.value)

@@ -1,0 +1,237 @@
+"""Every transition of the served model, killed (SIGKILL) after each of its writes.
+
+For each transition (the gate's promotion and rejection, the live watch's rollback, the
+operator's promote, rollback and unpin, the pre-run repair and the operator's repair over
+an unusable pointer, prune), a child process runs it as its caller does
+(lifecycle_kill_child.py) once to count its durable steps, then once per step, killed
+right after it. After each kill the daemon's next owner call (its post-run prune, then
+its journal count) runs, and the folder must hold the state before the transition or the
+state after it: no model lost, no verdict that disagrees with the pointer, the watch's
+rollback counted once when it reached the pointer and never when it did not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from genesis_fp16.metrics.live_metrics import LiveMetrics
+from genesis_fp16.metrics.promotion_metrics import PromotionMetrics
+from genesis_fp16_infrastructure.agent_folder import lifecycle
+from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+    VERDICT_NAME,
+    ServedPointer,
+    ServedPointerError,
+)
+from genesis_fp16_infrastructure.contract import LiveReport
+
+CHILD = Path(__file__).with_name("lifecycle_kill_child.py")
+AGENT = "se_darwin"
+SCENARIOS = (
+    "gate_promote",
+    "gate_reject",
+    "watch_rollback",
+    "operator_promote",
+    "operator_rollback",
+    "operator_unpin",
+    "repair",
+    "operator_repair",
+    "prune",
+)
+DAY = 86400.0
+
+
+def _candidate(ck: Path, digest: str) -> Path:
+    path = lifecycle.new_candidate(ck, {"fingerprint": digest, "records": 10})
+    (path / "ckpt-0000000005.pt").write_bytes(b"weights " + digest.encode())
+    return path
+
+
+def _gate_serve(ck: Path, candidate: Path) -> None:
+    """Serve ``candidate`` as the gate does (its verdict carried by the pointer)."""
+    checkpoint = candidate / "ckpt-0000000005.pt"
+    verdict = {"outcome": "promoted", "reason": "better", "checkpoint": checkpoint.name}
+    entry = lifecycle.candidate_entry(ck, candidate, checkpoint, verdict)
+    assert lifecycle.serve_unless_pinned(ck, entry, "gate", verdict=verdict)
+
+
+def _build(tmp: Path, scenario: str) -> Path:
+    """The folder before the transition: three models served in turn (c2 served, history
+    c1, c0), a fresh unjudged candidate and one rejected 30 days ago; returns the roles."""
+    ck = tmp / "state" / "agents" / AGENT / "checkpoints"
+    served = [_candidate(ck, d) for d in ("aaaa0000", "bbbb0000", "cccc0000")]
+    for candidate in served:
+        _gate_serve(ck, candidate)
+    fresh, old = _candidate(ck, "dddd0000"), _candidate(ck, "eeee0000")
+    month_ago = time.time() - 30 * DAY
+    lifecycle.write_verdict(old, {"outcome": "rejected", "decided_at_s": month_ago})
+    verdict = json.loads((old / VERDICT_NAME).read_text())
+    (old / VERDICT_NAME).write_text(json.dumps({**verdict, "decided_at_s": month_ago}))
+    if scenario == "operator_unpin":
+        lifecycle.update_pointer(ck, lambda p: _pinned(p))
+    if scenario in ("repair", "operator_repair"):  # a pointer naming a checkpoint gone
+        pointer = lifecycle.read_pointer(ck)
+        assert pointer is not None
+        gone = {**pointer.served, "checkpoint": "candidates/gone/ckpt-0000000005.pt"}
+        lifecycle.write_pointer(ck, replace(pointer, served=gone))
+    roles = {"checkpoints": str(ck), "served": served[-1].name, "fresh": fresh.name}
+    roles["old_rejected"] = old.name
+    (tmp / "roles.json").write_text(json.dumps(roles))
+    return tmp / "roles.json"
+
+
+def _pinned(pointer: ServedPointer | None) -> ServedPointer:
+    assert pointer is not None
+    return lifecycle.journaled(pointer, replace(pointer, pinned={"by": "test"}), "pin")
+
+
+def _child(roles: Path, scenario: str, kill_after: int) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_FP16_")}
+    env["GENESIS_FP16_STATE_DIR"] = str(roles.parent / "state")
+    command = [sys.executable, str(CHILD), str(roles), scenario, str(kill_after)]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _journal(ck: Path) -> list[dict[str, Any]] | None:
+    try:
+        pointer = lifecycle.read_pointer(ck)
+    except ServedPointerError:
+        return None
+    return [] if pointer is None else pointer.journal
+
+
+def _next_owner_call(ck: Path, metrics: tuple[LiveMetrics, PromotionMetrics]) -> list[int]:
+    """What the daemon does after a run, killed or not (recording._bound_history): prune
+    (keeping the last five served and 60 days of decisions: nothing here is due), then
+    count the journal's rollbacks and promotions. Returns what it counted of each."""
+    with contextlib.suppress(ServedPointerError):  # it prunes nothing (the daemon logs it)
+        lifecycle.prune(ck, 5, 60.0)
+    live, promotion = metrics
+    new = live.cursor.new(AGENT, _journal(ck) or [])
+    return [live.count_rollbacks(AGENT, new), promotion.count_promotions(AGENT, new)]
+
+
+def _live_report(report: dict[str, Any]) -> LiveReport:
+    """The run's report of the child's rollback, as the daemon receives it (the fields
+    the child's figures leave out filled in)."""
+    assert report["rolled_back"] is True
+    filled = {"against": None, "new_records": 300, "served_auc": None, "previous_auc": None}
+    return LiveReport.from_json({**filled, **report})
+
+
+def _copy(base: Path, root: Path) -> tuple[Path, Path]:
+    """A copy of the folder ``base`` at ``root``: its roles file and checkpoint folder."""
+    shutil.copytree(base, root, symlinks=True)
+    roles = json.loads((root / "roles.json").read_text())
+    ck = root / Path(roles["checkpoints"]).relative_to(base)
+    (root / "roles.json").write_text(json.dumps({**roles, "checkpoints": str(ck)}))
+    return root / "roles.json", ck
+
+
+def _counter(ck: Path) -> tuple[LiveMetrics, PromotionMetrics]:
+    """The daemon's counting path, its baseline taken before the transition."""
+    registry = CollectorRegistry()
+    live = LiveMetrics(registry)
+    live.baseline(AGENT, _journal(ck) or [])
+    return live, PromotionMetrics(registry)
+
+
+def _state(ck: Path) -> dict[str, Any]:
+    """What a transition changes: the pointer (served, history, pin; "unusable") and each
+    candidate's verdict outcome (None: unfinished), timestamps left out."""
+    try:
+        pointer = lifecycle.read_pointer(ck)
+        lifecycle.served_checkpoint(ck)
+    except ServedPointerError:
+        pointer = None
+        where = "in place" if lifecycle.pointer_path(ck).exists() else "set aside"
+        shown: Any = f"unusable, {where}"
+    else:
+        assert pointer is not None
+        shown = [pointer.served["id"], [e["id"] for e in pointer.history], bool(pointer.pinned)]
+    verdicts = {
+        c.name: (lifecycle.read_json(c / VERDICT_NAME) or {}).get("outcome")
+        for c in lifecycle.list_candidates(ck)
+    }
+    return {"pointer": shown, "verdicts": verdicts}
+
+
+def _assert_nothing_lost(ck: Path) -> None:
+    """Every checkpoint the pointer or a promoted verdict names exists, and no verdict
+    disagrees with the pointer's journal."""
+    pointer = lifecycle.repairable_pointer(ck)
+    if pointer is not None and pointer.served["id"] != "gone":
+        for entry in [pointer.served, *pointer.history]:
+            if "gone" not in entry["checkpoint"]:
+                assert (ck / entry["checkpoint"]).is_file(), entry
+        assert lifecycle.disagreeing(ck, pointer) == []
+    for candidate in lifecycle.list_candidates(ck):
+        verdict = lifecycle.read_json(candidate / VERDICT_NAME) or {}
+        if verdict.get("outcome") == "promoted":
+            assert (candidate / verdict["checkpoint"]).is_file(), candidate
+
+
+def _matches(state: dict[str, Any], before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """The state before or after; prune's removals are one transition per candidate, so
+    each candidate is as before or as after there, the pointer whole."""
+    if state in (before, after):
+        return True
+    if state["pointer"] not in (before["pointer"], after["pointer"]):
+        return False
+    names = set(before["verdicts"]) | set(after["verdicts"])
+    gone = "gone"
+    return all(
+        state["verdicts"].get(n, gone)
+        in (before["verdicts"].get(n, gone), after["verdicts"].get(n, gone))
+        for n in names
+    )
+
+
+@pytest.mark.slow  # ~60 child processes (25 s of CPU)
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_a_kill_after_any_write_leaves_the_state_before_or_after(
+    tmp_path: Path, scenario: str
+) -> None:
+    """Killed after each of its durable steps, the transition leaves, once the daemon's
+    next owner call ran, the state before or the state after: no model lost, no verdict
+    disagreeing with the pointer, the watch's rollback and the gate's promotion counted once
+    if they happened, never if they did not."""
+    base = tmp_path / "base"
+    _build(base, scenario)
+    roles, ck = _copy(base, tmp_path / "clean")
+    before = _state(ck)
+    metrics = _counter(ck)
+    clean = _child(roles, scenario, 0)
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    steps, report = json.loads(clean.stdout.strip().splitlines()[-1]).values()
+    counted_clean = _next_owner_call(ck, metrics)
+    if scenario == "watch_rollback":  # the run's report as well: still one rollback
+        metrics[0].observe(AGENT, _live_report(report), None)
+        assert metrics[0].rollbacks.labels(agent=AGENT)._value.get() == 1.0
+    after = _state(ck)
+    assert steps >= 1 and after != before
+    for kill_after in range(1, steps + 1):
+        roles, ck = _copy(base, tmp_path / f"kill-{kill_after}")
+        metrics = _counter(ck)
+        killed = _child(roles, scenario, kill_after)
+        assert killed.returncode == -signal.SIGKILL, (kill_after, killed.stderr[-3000:])
+        counted = _next_owner_call(ck, metrics)
+        state = _state(ck)
+        assert _matches(state, before, after), (kill_after, state, before, after)
+        _assert_nothing_lost(ck)
+        completed = state["pointer"] == after["pointer"] != before["pointer"]
+        assert counted == (counted_clean if completed else [0, 0]), (kill_after, state)
+        shutil.rmtree(ck.parents[3])
+    assert counted_clean == [scenario == "watch_rollback", scenario == "gate_promote"]

@@ -1,0 +1,84 @@
+"""The judged-model capability of the contract: RecordLosses refuses bad scores in one
+line, and a declaration is either whole (judged), absent (not judged) or refused."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from genesis_fp16_infrastructure.contract.judging import (
+    RecordLosses,
+    RecordLossesError,
+    judging_margin,
+    judging_of,
+)
+
+
+@pytest.mark.parametrize(
+    ("ids", "losses", "segments", "why"),
+    [
+        (["a", "b"], [1.0], None, "2 ids but 1 losses"),
+        (["a", "a"], [1.0, 2.0], None, "id 'a' twice"),
+        (["a", ""], [1.0, 2.0], None, "id 1 is ''"),
+        ([1, "b"], [1.0, 2.0], None, "id 0 is 1, not a string"),
+        (["a", "b"], [1.0, math.nan], None, "loss of 'b' is nan"),
+        (["a", "b"], [1.0, math.inf], None, "loss of 'b' is inf"),
+        (["a", "b"], [1.0, "x"], None, "a loss is not a number"),
+        (["a", "b"], [1.0, 2.0], ["s"], "1 segments for 2 records"),
+    ],
+)
+def test_record_losses_refuse_what_cannot_be_judged_in_one_line(
+    ids: list[Any], losses: list[Any], segments: list[str] | None, why: str
+) -> None:
+    """Unequal lengths, repeated or empty ids, non-finite or non-numeric losses."""
+    with pytest.raises(RecordLossesError, match=f"^RecordLosses: {why}") as caught:
+        RecordLosses.of(ids, losses, segments)
+    assert "\n" not in str(caught.value)
+
+
+def test_record_losses_take_numpy_and_keep_order() -> None:
+    """Losses from numpy become floats, in the ids' order; the mean is the plain mean."""
+    import numpy as np
+
+    scored = RecordLosses.of(["x", "y", "z"], np.array([0.5, 0.25, 0.0], dtype=np.float32))
+    assert scored.losses == (0.5, 0.25, 0.0) and all(type(v) is float for v in scored.losses)
+    assert scored.mean() == 0.25 and math.isnan(RecordLosses.of([], []).mean())
+
+
+class _Judged:
+    api_version, name, judging_version, loss_span = 3, "judged", 1, 1.0
+
+    def score_records(self, checkpoint: Path, request: Any) -> RecordLosses:
+        return RecordLosses.of([], [])
+
+
+def test_judging_of_tells_judged_plain_and_half_declared_plugins_apart() -> None:
+    """Whole: judged; no score_records, or api_version 2: not judged; another judging
+    version, a missing or bad span, a margin that is no number: TypeError naming it."""
+    judged = _Judged()
+    assert judging_of(judged) is judged
+    assert judging_of(object()) is None
+    old = _Judged()
+    old.api_version = 2
+    assert judging_of(old) is None
+    for attribute, value, why in (
+        ("judging_version", 2, "judging_version 2, this genesis-fp16 supports 1"),
+        ("loss_span", 0.0, "loss_span 0.0 is not a positive finite number"),
+        ("loss_span", math.inf, "loss_span inf is not a positive finite number"),
+        ("judging_margin", "big", "judging_margin 'big' is not a number"),
+    ):
+        bad = _Judged()
+        setattr(bad, attribute, value)
+        with pytest.raises(TypeError, match=f"^judged: {why}"):
+            judging_of(bad)
+
+
+def test_the_margin_is_declared_or_relative_to_the_reference() -> None:
+    """Without judging_margin, 5% of the reference's mean loss; with it, that number."""
+    assert judging_margin(_Judged(), 0.4) == pytest.approx(0.02)
+    declared = _Judged()
+    declared.judging_margin = 0.1  # type: ignore[attr-defined]
+    assert judging_margin(declared, 0.4) == 0.1

@@ -1,0 +1,260 @@
+"""One judged run, with a plugin whose model is one number: its candidate, the gate's
+verdicts (first, promoted, rejected, held), up to date, the live watch's rollback, and
+one-line refusals. No torch: the plugin's checkpoint is a small JSON file."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+    list_candidates,
+    operator_pin,
+    pointer_path,
+    read_json,
+    read_pointer,
+    serve,
+)
+from genesis_fp16_infrastructure.contract.judging import RecordLosses
+from genesis_fp16_infrastructure.contract.plugin_api import (
+    PrecisionRequest,
+    TrainRequest,
+    TrainRequestError,
+    TrainResult,
+)
+from genesis_fp16_infrastructure.judging import stores
+from genesis_fp16_infrastructure.judging.run import run_plugin
+
+
+@dataclass
+class OneNumber:
+    """A model that predicts one number: training writes the data's mean label (or
+    ``fixed``) as ``ckpt-0000000001.pt``; a record's loss is its squared error."""
+
+    api_version: int = 3
+    name: str = "one_number"
+    description: str = "a model of one number"
+    judging_version: int = 1
+    loss_span: float = 1.0
+    fixed: float | None = None
+    resumed: list[float | None] = field(default_factory=list)
+    garbage: bool = False
+
+    def generate_sample_data(self, out: Path, count: int, seed: int) -> Path:
+        raise NotImplementedError
+
+    def probe_setup(self, data_path: Path | None, seed: int) -> Any:
+        raise NotImplementedError
+
+    def train(self, request: TrainRequest) -> TrainResult:
+        Path(request.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        found = sorted(Path(request.checkpoint_dir).glob("ckpt-*.pt"))
+        self.resumed.append(json.loads(found[-1].read_text())["value"] if found else None)
+        labels = [r["y"] for r in _records(request)]
+        value = self.fixed if self.fixed is not None else sum(labels) / len(labels)
+        step = len(found) + 1
+        (Path(request.checkpoint_dir) / f"ckpt-{step:010d}.pt").write_text(
+            json.dumps({"value": value})
+        )
+        return _result(request)
+
+    def score_records(self, checkpoint: Path, request: TrainRequest) -> RecordLosses:
+        if self.garbage:
+            return [1.0]  # type: ignore[return-value]
+        value = json.loads(checkpoint.read_text())["value"]
+        records = _records(request)
+        return RecordLosses.of([r["id"] for r in records], [(value - r["y"]) ** 2 for r in records])
+
+
+def _records(request: TrainRequest) -> list[dict[str, Any]]:
+    assert request.data_path is not None
+    return json.loads(Path(request.data_path).read_text())  # type: ignore[no-any-return]
+
+
+def _result(request: TrainRequest) -> TrainResult:
+    return TrainResult(
+        agent=request.agent,
+        precision_requested="fp32",
+        precision_used="fp32",
+        precision_reason="test",
+        device="cpu",
+        steps=1,
+        skipped_steps=0,
+        overflow_rate=0.0,
+        loss_scale=1.0,
+        final_train_loss=0.0,
+        eval={},
+        samples_per_second=0.0,
+        wall_seconds=0.0,
+        checkpoint=None,
+        quarantined=0,
+    )
+
+
+def _served_after(plugin: OneNumber, request: TrainRequest) -> str:
+    """The id of the model served after a run of ``request``."""
+    run_plugin(plugin, request)
+    pointer = read_pointer(request.checkpoint_dir)
+    assert pointer is not None
+    return str(pointer.served["id"])
+
+
+def _data(path: Path, label: float, ids: range) -> Path:
+    path.write_text(json.dumps([{"id": f"r{i}", "y": label + 0.01 * (i % 3)} for i in ids]))
+    return path
+
+
+def _on(tmp_path: Path, label: float, ids: range) -> TrainRequest:
+    """A request on records ``ids`` labelled about ``label``, in tmp_path's agent folder."""
+    return _request(tmp_path, _data(tmp_path / "d.json", label, ids))
+
+
+def _request(tmp_path: Path, data: Path, **changes: Any) -> TrainRequest:
+    values: dict[str, Any] = {
+        "agent": "one_number",
+        "precision": PrecisionRequest("fp32"),
+        "precision_reason": "test",
+        "state_dir": tmp_path,
+        "checkpoint_dir": tmp_path / "checkpoints",
+        "device": "cpu",
+        "seed": 1,
+        "steps": 1,
+        "resume": True,
+        "data_path": data,
+    }
+    return TrainRequest(**(values | changes))
+
+
+def test_the_first_model_is_served_and_unchanged_data_is_up_to_date(tmp_path: Path) -> None:
+    """A first run trains a candidate and serves it (verdict promoted, the records it
+    knew kept); a second run on the same records trains nothing."""
+    plugin = OneNumber()
+    request = _on(tmp_path, 0.5, range(40))
+    result = run_plugin(plugin, request)
+    assert result.gate is not None and result.gate.outcome == "promoted"
+    (candidate,) = list_candidates(request.checkpoint_dir)
+    pointer = read_pointer(request.checkpoint_dir)
+    assert pointer is not None and pointer.served["id"] == candidate.name
+    assert pointer.served["how"] == "first" and plugin.resumed == [None]
+    assert len(stores.read_known_ids(candidate)) == 40  # type: ignore[arg-type]
+    again = run_plugin(plugin, request)
+    assert again.up_to_date and again.outcome == "up_to_date" and plugin.resumed == [None]
+    assert math.isclose(again.eval["loss"], result.gate.candidate.loss, abs_tol=1e-6)  # type: ignore[union-attr]
+
+
+def test_a_better_candidate_continues_the_served_model_and_is_promoted(tmp_path: Path) -> None:
+    """New records with another label: the candidate starts from the served checkpoint
+    (copied in), is better on them, and is promoted over it (history keeps the first)."""
+    plugin = OneNumber()
+    first = _served_after(plugin, _on(tmp_path, 0.0, range(40)))
+    request = _on(tmp_path, 0.6, range(40, 80))
+    result = run_plugin(plugin, request)
+    assert result.gate is not None and result.gate.outcome == "promoted", result.gate
+    assert plugin.resumed[-1] == pytest.approx(0.00975)  # the served model's value, copied
+    pointer = read_pointer(request.checkpoint_dir)
+    assert pointer is not None and pointer.served["id"] == result.gate.candidate_id
+    assert pointer.history[0]["id"] == first and pointer.served["how"] == "gate"
+    candidate = request.checkpoint_dir / "candidates" / pointer.served["id"]
+    verdict = read_json(candidate / "verdict.json") or {}
+    assert verdict["judged"][0]["upper"] < verdict["judged"][0]["margin"]
+
+
+def test_a_worse_candidate_is_rejected_and_not_trained_again(tmp_path: Path) -> None:
+    """A candidate worse on the same records is rejected (the served model stays), and
+    the next run on those records is up to date instead of training it again."""
+    plugin = OneNumber()
+    run_plugin(plugin, _on(tmp_path, 0.3, range(40)))
+    plugin.fixed = 0.9
+    request = _on(tmp_path, 0.3, range(40, 80))
+    result = run_plugin(plugin, request)
+    assert result.gate is not None and result.gate.outcome == "rejected" and result.rejected
+    assert result.outcome == "rejected" and "worse than the served model" in result.gate.reason
+    assert result.gate.served_id == read_pointer(request.checkpoint_dir).served["id"]  # type: ignore[union-attr]
+    assert run_plugin(plugin, request).up_to_date
+
+
+def test_a_pinned_model_holds_a_better_candidate(tmp_path: Path) -> None:
+    """Pinned by the operator, the served model stays; the candidate's verdict is held."""
+    plugin = OneNumber()
+    run_plugin(plugin, _on(tmp_path, 0.0, range(40)))
+    folder = tmp_path / "checkpoints"
+    pointer = read_pointer(folder)
+    assert pointer is not None
+    serve(folder, pointer.served, "manual", pin=operator_pin("model promote"))
+    result = run_plugin(plugin, _on(tmp_path, 0.6, range(40, 80)))
+    assert result.gate is not None and result.gate.outcome == "held"
+    assert result.gate.reason.startswith("pinned by the operator")
+    assert read_pointer(folder).served["id"] == pointer.served["id"]  # type: ignore[union-attr]
+
+
+def test_the_watch_rolls_back_a_served_model_worse_on_later_records(tmp_path: Path) -> None:
+    """Served B learned labels that later records contradict: on those records it is
+    worse than its predecessor A beyond the margin, so A is served again and B's
+    verdict is rolled_back with the watch's figures; the result's ``live`` reports it."""
+    plugin = OneNumber()
+    first = _served_after(plugin, _on(tmp_path, 0.0, range(40)))
+    second = _served_after(plugin, _on(tmp_path, 0.6, range(40, 80)))
+    result = run_plugin(plugin, _on(tmp_path, 0.0, range(80, 120)))
+    live = result.live
+    assert live is not None and live.rolled_back and live.now_served == first
+    assert live.records == 40 and live.lower > live.margin and live.difference > 0.3
+    assert live.served_loss is not None and live.served_log_loss != live.served_log_loss
+    verdict = read_json(tmp_path / "checkpoints" / "candidates" / second / "verdict.json") or {}
+    assert verdict["outcome"] == "rolled_back" and verdict["reason"] == "live_regression"
+
+
+def test_the_watch_keeps_a_model_no_worse_on_later_records(tmp_path: Path) -> None:
+    """Later records on which the served model is as good as its predecessor: no
+    rollback, and the running figures go into the pointer's served entry."""
+    plugin = OneNumber()
+    run_plugin(plugin, _on(tmp_path, 0.0, range(40)))
+    run_plugin(plugin, _on(tmp_path, 0.6, range(40, 80)))
+    result = run_plugin(plugin, _on(tmp_path, 0.6, range(80, 120)))
+    live = result.live
+    assert live is not None and not live.rolled_back and not live.regression
+    pointer = read_pointer(tmp_path / "checkpoints")
+    assert pointer is not None  # the watched model: served, or first in the history since
+    watched = next(e for e in [pointer.served, *pointer.history] if e["id"] == live.served)
+    assert watched["live"]["records"] == live.records == 40
+    assert watched["live"]["against"] == live.against
+
+
+def test_a_broken_pointer_or_bad_scores_refuse_the_run_in_one_line(tmp_path: Path) -> None:
+    """An unreadable pointer and scores that are not RecordLosses: TrainRequestError, one
+    line naming the repair or the agent."""
+    plugin = OneNumber()
+    request = _on(tmp_path, 0.0, range(40))
+    run_plugin(plugin, request)
+    pointer_path(request.checkpoint_dir).write_text("garbage")
+    repair = r"unreadable: .* `genesis-fp16 model promote"
+    with pytest.raises(TrainRequestError, match=repair) as caught:
+        run_plugin(plugin, request)
+    assert "\n" not in str(caught.value)
+    pointer_path(request.checkpoint_dir).unlink()
+    plugin.garbage = True
+    with pytest.raises(TrainRequestError, match=r"one_number: cannot score .*not RecordLosses"):
+        run_plugin(plugin, _request(tmp_path / "other", request.data_path))
+
+
+def test_a_plugin_without_the_capability_trains_as_before(tmp_path: Path) -> None:
+    """No score_records (or api_version 2): run_plugin is the plugin's own train, into
+    the checkpoint folder itself, with no candidate and no pointer."""
+    for plugin in (OneNumber(api_version=2, name="v2"), _Plain(name="plain")):
+        folder = tmp_path / plugin.name
+        result = run_plugin(plugin, _request(folder, _data(tmp_path / "d.json", 0.0, range(4))))
+        assert result.gate is None and (folder / "checkpoints" / "ckpt-0000000001.pt").is_file()
+        assert list_candidates(folder / "checkpoints") == []
+
+
+class _Plain(OneNumber):
+    """OneNumber without score_records."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "score_records":
+            raise AttributeError(name)
+        return super().__getattribute__(name)

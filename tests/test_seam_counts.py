@@ -1,0 +1,105 @@
+"""benchmarks/seam_counts.py counts issue 58's seam figures on a tree written here, and
+this repository's seam holds them: the daemon reads no ``TrainResult.extra``, imports
+no recipe, and its library imports and worst complexity do not grow past their bounds."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+REPO = BENCHMARKS.parent
+
+# Issue 58's bounds, at what this branch measured (benchmarks/results/design_counts_58.md):
+# a change that widens the seam or writes a worse function fails here and says which.
+MAX_LIBRARY_MODULES = 35
+MAX_LIBRARY_NAMES = 142
+MAX_COMPLEXITY = 42
+
+DAEMON = """
+from genesis_fp16_infrastructure.contract.train_result import TrainResult
+from genesis_fp16_infrastructure.contract.plugin_api import TrainResult as Again, TrainRequest
+import genesis_fp16_infrastructure.training.step.summary
+from genesis_fp16_infrastructure.recipes.retrain import run
+from other_library import extra
+
+def record(result, settings, log):
+    log.info("done", extra=1)          # a keyword: no read
+    result.extra = {}                  # a write: no read
+    if result.extra.get("live") and settings.x or settings.y:
+        return getattr(result, "extra", None)
+    return [x for x in result.eval if x]
+"""
+
+LIBRARY = """
+def not_the_daemon(result):
+    return result.extra["live"]
+"""
+
+
+def _script() -> ModuleType:
+    sys.path.insert(0, str(BENCHMARKS))  # it imports design_syntax beside it
+    try:
+        spec = importlib.util.spec_from_file_location("seam_counts", BENCHMARKS / "seam_counts.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up by name
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return module
+
+
+def _figures_of(tmp_path: Path, files: dict[str, str]) -> object:
+    sc = _script()
+    for rel, text in files.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return sc.seam_of(tmp_path)
+
+
+def test_each_seam_figure_counts_what_it_says_and_nothing_else(tmp_path: Path) -> None:
+    """Library imports by module and distinct name (an alias is the same name), recipe
+    importers, and .extra reads (attribute and getattr) of daemon files only; a keyword
+    extra= or an assignment is no read; McCabe counts if, and/or, comprehensions."""
+    figures = _figures_of(
+        tmp_path, {"genesis_fp16/job.py": DAEMON, "infrastructure/lib/x.py": LIBRARY}
+    )
+    assert figures.modules == [  # type: ignore[attr-defined]
+        "genesis_fp16_infrastructure.contract.plugin_api",
+        "genesis_fp16_infrastructure.contract.train_result",
+        "genesis_fp16_infrastructure.recipes.retrain",
+        "genesis_fp16_infrastructure.training.step.summary",
+    ]
+    assert len(figures.names) == 4  # type: ignore[attr-defined]
+    assert [p.why for p in figures.recipe_importers] == [  # type: ignore[attr-defined]
+        "genesis_fp16_infrastructure.recipes.retrain"
+    ]
+    reads = [(p.rel, p.why) for p in figures.extra_reads]  # type: ignore[attr-defined]
+    assert reads == [("genesis_fp16/job.py", "line 11"), ("genesis_fp16/job.py", "line 12")]
+    worst = figures.worst(2)  # type: ignore[attr-defined]
+    # record: 1 + if + (and, or) + comprehension's for and if = 6; the library's: 1
+    assert [(c, p.name) for c, p in worst] == [(6, "record"), (1, "not_the_daemon")]
+
+
+def test_the_daemon_reads_no_extra_and_imports_no_recipe() -> None:
+    """No daemon module reads an ``.extra`` (TrainResult.extra is the agent's own record:
+    the live report and the up-to-date reason are typed fields) or imports a recipe."""
+    sc = _script()
+    figures = sc.seam_of(REPO)
+    assert [str(p) for p in figures.extra_reads] == []
+    assert [str(p) for p in figures.recipe_importers] == []
+
+
+def test_the_seam_and_the_worst_function_do_not_grow() -> None:
+    """The daemon's library modules and names, and the product's worst cyclomatic
+    complexity, stay within the bounds measured for issue 58."""
+    sc = _script()
+    figures = sc.seam_of(REPO)
+    assert len(figures.modules) <= MAX_LIBRARY_MODULES, figures.modules
+    assert len(figures.names) <= MAX_LIBRARY_NAMES, figures.names
+    (worst, place), *_ = figures.worst()
+    assert worst <= MAX_COMPLEXITY, f"{place}: complexity {worst}"
