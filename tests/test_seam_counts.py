@@ -12,10 +12,12 @@ from types import ModuleType
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 REPO = BENCHMARKS.parent
 
-# Issue 58's bounds, at what this branch measured (benchmarks/results/design_counts_58.md):
-# a change that widens the seam or writes a worse function fails here and says which.
-MAX_LIBRARY_MODULES = 35
-MAX_LIBRARY_NAMES = 142
+# Issue 58's bounds, at what main measured after the session's merges (996f9f1: the judged
+# runs, the range statistics and replay's rebuild added names; the branch that wrote this
+# measured 35 / 142, benchmarks/results/design_counts_58.md). The issue's targets, 8 / 70,
+# are not met: a change that widens the seam or writes a worse function fails here.
+MAX_LIBRARY_MODULES = 36
+MAX_LIBRARY_NAMES = 154
 MAX_COMPLEXITY = 42
 
 DAEMON = """
