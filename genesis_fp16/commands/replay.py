@@ -29,9 +29,12 @@ import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from genesis_fp16.cli import UsageError
+
+if TYPE_CHECKING:
+    from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
 PRECISIONS = ("fp16", "bf16", "fp32")
 DEFAULT_TOLERANCE = 0.1  # replay_compare.DEFAULT_TOLERANCE, without importing torch here
@@ -173,7 +176,7 @@ def describe(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _against_lines(against: Mapping[str, Any], precision: str) -> list[str]:
+def _against_lines(against: Mapping[str, Any], precision: PrecisionName) -> list[str]:
     """--against fp32: where the low precision leaves fp32, each module side by side, advice."""
     first = against["first_departure"]
     tolerance = against["tolerance"]

@@ -29,10 +29,10 @@ from genesis_fp16.metrics import last_run
 from genesis_fp16.metrics.diagnostics_export import export_diagnostics
 from genesis_fp16.metrics.tracking import RunTracker, close_tracker
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+    ServedPointer,
     ServedPointerError,
     folder_bytes,
-    prune,
-    read_pointer,
+    prune_and_read,
 )
 from genesis_fp16_infrastructure.contract import (
     EarlyStopReport,
@@ -49,12 +49,14 @@ log = structlog.get_logger("genesis_fp16.jobs")
 def record_start(run: Run) -> None:
     """Where the run's counters start: the totals of the checkpoint it will resume, as its
     plan read it (``RunPlan.state.resume``, from the request's snapshot)."""
-    resume = run.plan.state.resume if run.plan is not None else None
-    if resume is None:
+    plan = run.plan
+    resume = plan.state.resume if plan is not None else None
+    if plan is None or resume is None:
         raise RuntimeError("record_start() needs the run planned with its resume point")
     if resume.pointer_error is not None:
         log.warning("cannot follow the served-model pointer", error=resume.pointer_error)
-    journal = _journal(run.ctx, run.agent)
+    snapshot = plan.snapshot  # the pointer as the plan read it: no second read
+    journal = None if snapshot.pointer_error is not None else _journal_of(snapshot.pointer)
     if journal is not None:  # the transitions before this daemon's first run: not counted
         run.ctx.metrics.live.baseline(run.agent, journal)
     run.ctx.metrics.start_run(run.agent, resumed_totals(resume.summary))
@@ -276,8 +278,12 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
     that cannot be read prunes nothing: logged, never a guess."""
     settings = ctx.settings
     folder = AgentPaths.for_agent(settings.state_dir, agent).checkpoint_dir
+    journal: list[dict[str, Any]] | None = None  # None: the pointer could not be read
     try:
-        removed = prune(folder, settings.served_history_keep, settings.rejected_keep_days)
+        removed, pointer = prune_and_read(
+            folder, settings.served_history_keep, settings.rejected_keep_days
+        )
+        journal = _journal_of(pointer)
     except (ServedPointerError, OSError) as exc:
         log.error("model history not pruned", error=str(exc))
         removed = []
@@ -285,7 +291,6 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
         log.info("model history: removed candidate", candidate=path.name)
     # Each rollback the pointer's journal holds, counted once: a run killed after its
     # rollback reached the pointer reports nothing, and its rollback still happened.
-    journal = _journal(ctx, agent)
     if journal:  # an agent with a served model (the series then exist from 0)
         new = ctx.metrics.live.cursor.new(agent, journal)
         ctx.metrics.live.count_rollbacks(agent, new)
@@ -294,14 +299,8 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
     ctx.metrics.promotion.state_bytes.labels(agent=agent).set(folder_bytes(folder))
 
 
-def _journal(ctx: JobContext, agent: str) -> list[dict[str, Any]] | None:
-    """The agent's served-model journal ([]: nothing served); None while its pointer
-    cannot be read (logged by the run's plan; counted once readable again)."""
-    folder = AgentPaths.for_agent(ctx.settings.state_dir, agent).checkpoint_dir
-    try:
-        pointer = read_pointer(folder)
-    except ServedPointerError:
-        return None
+def _journal_of(pointer: ServedPointer | None) -> list[dict[str, Any]]:
+    """A pointer's journal ([]: nothing served)."""
     return [] if pointer is None else pointer.journal
 
 

@@ -547,11 +547,21 @@ def prune(folder: Path, keep_served: int, rejected_days: float) -> list[Path]:
     ``UNFINISHED_MIN_DAYS``: a run cut short by its timeout every hour writes to its
     candidate every hour, and must find it there next time. The served one is never
     removed. Returns what was removed."""
+    return prune_and_read(folder, keep_served, rejected_days)[0]
+
+
+def prune_and_read(
+    folder: Path, keep_served: int, rejected_days: float
+) -> tuple[list[Path], ServedPointer | None]:
+    """:func:`prune`, and the pointer as it stands after it (None: nothing served), read
+    once under the same lock: the daemon counts the journal from it without a second read."""
     with pointer_lock(folder):  # nothing served meanwhile is removed
         return _prune_locked(folder, keep_served, rejected_days)
 
 
-def _prune_locked(folder: Path, keep_served: int, rejected_days: float) -> list[Path]:
+def _prune_locked(
+    folder: Path, keep_served: int, rejected_days: float
+) -> tuple[list[Path], ServedPointer | None]:
     def trim(current: ServedPointer | None) -> ServedPointer | None:
         if current is None or len(current.history) <= keep_served:
             return current
@@ -575,7 +585,7 @@ def _prune_locked(folder: Path, keep_served: int, rejected_days: float) -> list[
             continue
         _remove(folder, candidate)
         removed.append(candidate)
-    return removed
+    return removed, pointer
 
 
 def _prunable(candidate: Path, pointer: ServedPointer | None, cutoff: float) -> bool:
