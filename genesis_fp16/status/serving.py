@@ -13,6 +13,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, Protocol
 
 from genesis_fp16.config.plugins import known_agent_names
@@ -57,7 +58,23 @@ def daemon_report(daemon: Daemon) -> StatusReport:
     allowed = settings.plugin_allowlist
     installed = [n for n in known_agent_names() if allowed is None or n in set(allowed)]
     state_dir = settings.state_dir.resolve()
-    return gather_status(state_dir, installed, _daemon_status(daemon), _schedule(daemon))
+    report = gather_status(state_dir, installed, _daemon_status(daemon), _schedule(daemon))
+    return _with_shadows(report, getattr(getattr(daemon, "agents", None), "shadowed", None))
+
+
+def _with_shadows(report: StatusReport, shadowed: Mapping[str, str] | None) -> StatusReport:
+    """A plugin name two distributions register is the agent's problem on the page (the log
+    says it once): which registration the daemon uses, and which it leaves out."""
+    if not shadowed:
+        return report
+    notes = dict(shadowed)  # one copy: the scan thread replaces it whole
+    agents = tuple(
+        replace(a, problems=(*a.problems, f"plugin name {a.name} {notes[a.name]}"))
+        if a.name in notes
+        else a
+        for a in report.agents
+    )
+    return replace(report, agents=agents)
 
 
 def _daemon_status(daemon: Daemon) -> DaemonStatus:

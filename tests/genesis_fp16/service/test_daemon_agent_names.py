@@ -102,6 +102,8 @@ def test_path_names_are_refused_nothing_escapes_and_a_shadow_is_said_once(
     status = json.loads(daemon.get("/status.json")[1])
     names = {agent["name"] for agent in status["agents"]}
     assert GOOD in names and not {n for n in names if n.startswith("t6")}, names
+    (good,) = [agent for agent in status["agents"] if agent["name"] == GOOD]
+    assert any("hostile-agents" in problem for problem in good["problems"]), good  # the page
     assert _tree(tmp_path, state) - before <= {"daemon.log"}
 
     listing = subprocess.run(
