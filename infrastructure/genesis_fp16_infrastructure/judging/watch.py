@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +101,8 @@ def watch(
     stores.write_watch(store, kept)
     figures = figures_of(kept, float(plugin.loss_span), plugin)
     figures.update(against=previous.get("id"), new_records=len(picked))
-    return _decide(folder, str(pointer.served.get("id")), figures)
+    name = str(getattr(plugin, "name", request.agent))
+    return decide(folder, name, str(pointer.served.get("id")), figures, _detail)
 
 
 def _candidate(folder: Path, entry: Mapping[str, Any]) -> Path:
@@ -128,9 +130,17 @@ def figures_of(kept: Mapping[str, np.ndarray], span: float, plugin: object) -> d
     }
 
 
-def _decide(folder: Path, watched: str, figures: dict[str, Any]) -> dict[str, Any]:
-    """Write the figures into the pointer, or roll back: under the pointer's lock, and
-    only while the model watched is still the one served."""
+def decide(
+    folder: Path,
+    agent: str,
+    watched: str,
+    figures: dict[str, Any],
+    detail: Callable[[Mapping[str, Any]], str],
+) -> dict[str, Any]:
+    """A watch's decision, for both watches (this one and the retrain recipe's): write the
+    figures into the pointer, or roll back, under the pointer's lock and only while the
+    model watched is still the one served (an operator may have changed it meanwhile: then
+    nothing is written). ``detail``: the rollback's one-line reason, from the figures."""
     figures = {**figures, "updated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     report = {**figures, "served": watched, "rolled_back": False, "held": None}
     with pointer_lock(folder):
@@ -143,22 +153,30 @@ def _decide(folder: Path, watched: str, figures: dict[str, Any]) -> dict[str, An
         if figures["regression"] and current.pinned is not None:
             report["held"] = "pinned by the operator"
         elif figures["regression"]:
-            verdict = {"reason": LIVE_REGRESSION, "live": figures, "detail": _detail(figures)}
+            verdict = {"reason": LIVE_REGRESSION, "live": figures, "detail": detail(figures)}
             try:
                 now = rollback(folder, verdict=verdict)
             except ServedPointerError as exc:  # its predecessor's checkpoint is gone
                 report["held"] = str(exc)
             else:
-                logger.warning("served model %s rolled back: %s", watched, _detail(figures))
+                logger.warning(
+                    "%s: served model %s rolled back to %s: %s",
+                    agent,
+                    watched,
+                    now.get("id"),
+                    detail(figures),
+                )
                 return {**report, "rolled_back": True, "now_served": now.get("id")}
 
         def add(pointer: ServedPointer | None) -> ServedPointer | None:
             if pointer is None:
                 return None
-            served = {**pointer.served, "live": figures}
-            return ServedPointer(served, pointer.history, pointer.pinned)
+            # replace(): the pointer's journal and sequence go with it, untouched
+            return replace(pointer, served={**pointer.served, "live": figures})
 
         update_pointer(folder, add)
+    if figures["regression"]:
+        logger.warning("%s: live regression of %s held: %s", agent, watched, report["held"])
     return report
 
 

@@ -34,11 +34,9 @@ bounds each difference by ``SPAN`` nats: the test needs bounded differences.
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import logging
 import math
-import time
 import zipfile
 import zlib
 from collections.abc import Mapping
@@ -53,17 +51,14 @@ from genesis_fp16_infrastructure.agent_folder.layout import LIVE_WATCH
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     ServedPointer,
     ServedPointerError,
-    pointer_lock,
     read_pointer,
-    rollback,
-    update_pointer,
 )
 from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot
 from genesis_fp16_infrastructure.data.fingerprint import held_in
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.judging.sequential import mean_bounds
+from genesis_fp16_infrastructure.judging.watch import decide
 from genesis_fp16_infrastructure.recipes.retrain import gate
-from genesis_fp16_infrastructure.recipes.retrain.judge_sets import LIVE_REGRESSION
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, load_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -174,45 +169,8 @@ def figures_of(kept: Mapping[str, np.ndarray]) -> dict[str, Any]:
 
 
 def _decide(root: Path, agent: str, watched: str, figures: dict[str, Any]) -> dict[str, Any]:
-    """Write the figures into the pointer, or roll back: under the pointer's lock, and
-    only while the model watched is still the one served (an operator may have
-    changed it meanwhile: then nothing is written)."""
-    figures = {**figures, "updated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    report = {**figures, "served": watched, "rolled_back": False, "held": None}
-    with pointer_lock(root):
-        try:
-            current = read_pointer(root)
-        except ServedPointerError:
-            return {**report, "held": "the pointer changed and cannot be read"}
-        if current is None or current.served.get("id") != watched:
-            return {**report, "held": "the served model changed meanwhile"}
-        if figures["regression"] and current.pinned is not None:
-            report["held"] = "pinned by the operator"
-        if figures["regression"] and current.pinned is None:
-            verdict = {"reason": LIVE_REGRESSION, "live": figures, "detail": _detail(figures)}
-            try:
-                now = rollback(root, verdict=verdict)
-            except ServedPointerError as exc:  # its predecessor's checkpoint is gone
-                report["held"] = str(exc)
-            else:
-                logger.warning(
-                    "%s: served model %s rolled back to %s: %s",
-                    agent,
-                    watched,
-                    now.get("id"),
-                    _detail(figures),
-                )
-                return {**report, "rolled_back": True, "now_served": now.get("id")}
-
-        def add(pointer: ServedPointer | None) -> ServedPointer | None:
-            if pointer is None:
-                return None
-            return dataclasses.replace(pointer, served={**pointer.served, "live": figures})
-
-        update_pointer(root, add)
-    if figures["regression"]:
-        logger.warning("%s: live regression of %s held: %s", agent, watched, report["held"])
-    return report
+    """The judged watch's decision (judging.watch.decide), with this watch's log-loss line."""
+    return decide(root, agent, watched, figures, _detail)
 
 
 def _detail(figures: Mapping[str, Any]) -> str:
