@@ -66,7 +66,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder import files, outbox
 from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile
 from genesis_fp16_infrastructure.agent_folder.layout import (
     ASIDE_SUFFIX,
@@ -275,15 +275,23 @@ def update_pointer(folder: Path, change: PointerChange) -> ServedPointer | None:
         current = read_pointer(folder)
         if current is not None:
             roll_forward(folder, current)  # what a transition killed midway decided
+            outbox.announce_journal(folder, current.journal, committed_now=False)  # likewise
         new = change(current)
         if new is not None and new is not current:
             if current is not None and new.sequence < current.sequence:
                 # Built afresh (a caller's ServedPointer(...)): the journal goes on.
                 new = replace(new, sequence=current.sequence, journal=current.journal)
-            write_pointer(folder, new)  # the transition's one commit point
-            roll_forward(folder, new)
+            _commit(folder, new)
             return new
         return current
+
+
+def _commit(folder: Path, new: ServedPointer) -> None:
+    """Write the pointer (the transition's one commit point), then what follows from its
+    journal: the candidates' verdicts, and the outbox's events, before anyone reports it."""
+    write_pointer(folder, new)
+    roll_forward(folder, new)
+    outbox.announce_journal(folder, new.journal, committed_now=True)
 
 
 def journaled(
@@ -299,7 +307,7 @@ def journaled(
     the candidates after the pointer: :func:`roll_forward`) and ``detail``."""
     sequence = (current.sequence if current is not None else 0) + 1
     entry: dict[str, Any] = {"seq": sequence, "kind": kind, "at": _now(), "at_s": time.time()}
-    entry.update(served=new.served.get("id"), **detail)
+    entry.update(served=new.served.get("id"), pinned=new.pinned, **detail)
     if verdicts:
         entry["verdicts"] = {k: {**v, "journal_seq": sequence} for k, v in verdicts.items()}
     earlier = current.journal if current is not None else []
@@ -494,6 +502,7 @@ def write_verdict(candidate: Path, verdict: Mapping[str, Any]) -> None:
     """A verdict no transition of the pointer carries (rejected, held, undecided): one
     atomic write. A promotion's and a rollback's go through the pointer (serve, rollback)."""
     files.write_json(Path(candidate) / VERDICT_NAME, VERDICT, _stamped(verdict))
+    outbox.announce_verdict(candidate, verdict)  # a rejection or a hold, before it is logged
 
 
 def _stamped(verdict: Mapping[str, Any]) -> dict[str, Any]:
@@ -733,9 +742,7 @@ def serve_by_hand(folder: Path, entry: dict[str, Any], pin: dict[str, Any]) -> b
         earlier = [] if current is None else [current.served, *current.history]
         history = [e for e in earlier if e.get("id") != entry.get("id") and _intact(folder, e)]
         served = {**entry, "how": "manual", "served_at": _now()}
-        new = journaled(current, ServedPointer(served, history, dict(pin)), "repair")
-        write_pointer(folder, new)
-        roll_forward(folder, new)
+        _commit(folder, journaled(current, ServedPointer(served, history, dict(pin)), "repair"))
         return True
 
 
@@ -760,9 +767,7 @@ def roll_back_by_hand(folder: Path, pin: dict[str, Any]) -> tuple[dict[str, Any]
             )
         _set_aside_if_there(folder)
         served = {**choices[0], "how": "rollback", "served_at": _now()}
-        new = journaled(current, ServedPointer(served, choices[1:], dict(pin)), "repair")
-        write_pointer(folder, new)
-        roll_forward(folder, new)
+        _commit(folder, journaled(current, ServedPointer(served, choices[1:], dict(pin)), "repair"))
         return served, True
 
 
