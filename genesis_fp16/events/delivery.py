@@ -29,16 +29,18 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
 from genesis_fp16.events import signing
-from genesis_fp16.metrics.event_metrics import EventMetrics
 from genesis_fp16_infrastructure.agent_folder import outbox
 from genesis_fp16_infrastructure.agent_folder.layout import AGENTS_FOLDER, CHECKPOINTS_FOLDER
 from genesis_fp16_infrastructure.agent_folder.lifecycle import ServedPointerError, update_pointer
 from genesis_fp16_infrastructure.agent_folder.outbox import Event
+
+if TYPE_CHECKING:  # the `events` command never needs prometheus_client (its start-up cost)
+    from genesis_fp16.metrics.event_metrics import EventMetrics
 
 log = structlog.get_logger("genesis_fp16.events")
 

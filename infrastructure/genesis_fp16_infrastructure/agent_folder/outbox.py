@@ -93,14 +93,17 @@ class Event:
 
     @property
     def status(self) -> str:
-        """``new`` (not handled yet), ``unsent`` (no receiver configured), ``delivered``
-        (every receiver answered 2xx) or ``pending``."""
+        """``new`` (not handled yet), ``unsent`` (no receiver configured), ``pending`` (a
+        receiver still waits for it), ``delivered`` (every receiver answered 2xx) or
+        ``dropped`` (a receiver that had not taken it is configured no longer)."""
         if self.targets is None:
             return "new"
         if not self.targets:
             return "unsent"
-        done = all(t.get("status") == "delivered" for t in self.targets.values())
-        return "delivered" if done else "pending"
+        said = {str(t.get("status")) for t in self.targets.values()}
+        if "pending" in said:
+            return "pending"
+        return "delivered" if said == {"delivered"} else "dropped"
 
     @property
     def undelivered(self) -> bool:
