@@ -35,9 +35,11 @@ the oldest undelivered are dropped, counted in ``outbox.json`` and reported.
 Standard library only: the retrain recipe (in a run's child process), the operator's
 ``model`` command and the daemon all write here.
 
->>> event_id = record(agent_folder, "demotion", {"from": "fp16", "to": "bf16"})  # doctest: +SKIP
->>> [e.kind for e in read_events(agent_folder)]  # doctest: +SKIP
-['demotion']
+>>> import tempfile
+>>> agent_folder = Path(tempfile.mkdtemp()) / "agents" / "se_darwin"
+>>> event_id = record(agent_folder, "demotion", {"from": "fp16", "to": "bf16"})
+>>> [(e.id == event_id, e.kind, e.status) for e in read_events(agent_folder)]
+[(True, 'demotion', 'new')]
 """
 
 from __future__ import annotations
