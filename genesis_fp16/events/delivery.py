@@ -212,8 +212,8 @@ class Deliverer:
     def _events(self, folder: Path) -> list[Event]:
         """The agent's events, re-reading only files changed since the last pass."""
         paths = [outbox.outbox_of(folder) / n for n in outbox.event_names(folder)]
-        found = [self._read(p) for p in paths]
-        return [e for e in found if e is not None]
+        found = [e for e in (self._read(p) for p in paths) if e is not None]
+        return sorted(found, key=lambda e: (e.order, e.id))
 
     def _read(self, path: Path | None) -> Event | None:
         if path is None:

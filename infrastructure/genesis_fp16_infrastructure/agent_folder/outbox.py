@@ -5,28 +5,37 @@ action is reported done, then delivered at least once by the daemon
 GitHub logs its webhook deliveries::
 
     <state_dir>/agents/<agent>/outbox/
-        .lock                                  the outbox's flock (one short write at a time)
-        00001764081234567890123-<id>.json      one event, its receivers and its attempts
-        outbox.json                            journal events pruned, events dropped
+        .lock              the outbox's flock; it holds the last order number given
+        <id>.json          one event (16 hex digits: its id, the receivers' idempotency
+                           key), its order, its receivers and its delivery log
+        outbox.json        ids of journal events pruned, events dropped undelivered
 
-The file name starts with a 23-digit order number (nanoseconds, strictly increasing per
-agent), so the folder's sorted listing is the agent's order of events; ``<id>`` (16 hex
-digits) is the event's identity and its receivers' idempotency key.
+Each event carries an order number (nanoseconds, strictly increasing per agent, given
+under the lock), which orders the agent's events for delivery.
 
 Where the event is written, and what a kill -9 does:
 
-- A pointer transition (serve, rollback, unpin, repair: ``lifecycle``) is already
-  committed by one atomic replace of ``served.json`` whose numbered journal says what it
-  decided. Its event is that journal entry, copied here under the pointer's lock before the
-  transition returns (:func:`announce_journal`); its id is a hash of the entry, so a copy
-  made twice is one event. A kill between the pointer and the copy is mended by the next
-  owner call (every transition, and the daemon's prune after each run, copies what the
-  journal holds and the outbox lacks): no transition is lost, none announced that did not
-  happen.
+- A pointer transition (serve, rollback, unpin, repair: ``lifecycle``) is committed by
+  one atomic, fsynced replace of ``served.json`` whose numbered journal says what it
+  decided: that journal entry is the event, made durable in the transition's own step.
+  It is copied here under the pointer's lock before the transition returns
+  (:func:`announce_journal`), its id a hash of the entry, so a copy made twice is one
+  event. A kill (or a power cut) between the pointer and the copy is mended by the next
+  owner call: every transition, the daemon's prune after each run and its delivery
+  thread at start-up copy what the journal holds and the outbox lacks. No transition is
+  lost; none is announced that did not happen (a refused one writes no journal entry).
 - A rejection or a hold (``lifecycle.write_verdict``), a demotion and a fault bundle (the
-  daemon's record of a run): the event is written right after the record it announces and
-  before any log line or metric says so (:func:`record`). A kill between those two fsynced
-  writes loses that one announcement; it never announces what did not happen.
+  daemon's record of a run): the event is written right after the record it announces
+  and before any log line or metric says so (:func:`record`). A kill between the two
+  writes (microseconds) loses that one announcement; it never announces what did not
+  happen.
+
+An event's first write is atomic (a temp file renamed) but not fsynced: an fsync costs
+4-16 ms on the 2-core test machine, more than the 5 ms a transition may add
+(benchmarks/event_outbox.py). A killed process's writes are in the page cache all the
+same; against a power cut, a transition's event is in the fsynced journal, and the
+daemon's first write of every event (addressing it to the receivers, within a second of
+it) is fsynced.
 
 The outbox is bounded by the daemon (:func:`prune`): delivered events beyond the newest
 ``keep`` are removed; undelivered ones are never removed silently: past ``limit`` events
@@ -45,8 +54,10 @@ Standard library only: the retrain recipe (in a run's child process), the operat
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -72,7 +83,7 @@ PROMOTE_HOWS = ("first", "gate", "manual")
 UNANNOUNCED = ("trim",)
 KEEP_PRUNED_IDS = 256  # journal events pruned, remembered so that no catch-up copies them back
 ATTEMPTS_KEPT = 50  # each event's delivery log: the newest attempts
-_EVENT_NAME = re.compile(r"^(?P<order>\d{23})-(?P<id>[0-9a-f]{16})\.json$")
+_EVENT_NAME = re.compile(r"^(?P<id>[0-9a-f]{16})\.json$")
 
 
 @dataclass(frozen=True)
@@ -145,12 +156,13 @@ def agent_folder_of(checkpoint_folder: Path) -> Path | None:
 
 
 @contextmanager
-def outbox_lock(agent_folder: Path) -> Iterator[None]:
-    """Hold the outbox's flock: held for one listing and one small write, never across
-    a delivery. Taken after the pointer's lock where both are held, never before it."""
+def outbox_lock(agent_folder: Path) -> Iterator[int]:
+    """Hold the outbox's flock (its descriptor: the file holds the last order number
+    given): held for one small write, never across a delivery. Taken after the pointer's
+    lock where both are held, never before it."""
     fd = take_lock(outbox_of(agent_folder) / OUTBOX_LOCK.name, OUTBOX_LOCK)
     try:
-        yield
+        yield fd
     finally:
         os.close(fd)
 
@@ -160,15 +172,24 @@ def record(
 ) -> str:
     """Write one event (fsynced, atomic) and return its id; ``event_id``: a deterministic
     one (a journal entry's), else a random one."""
-    with outbox_lock(agent_folder):
-        return _write_new(agent_folder, kind, data, event_id or uuid.uuid4().hex[:16])
+    with outbox_lock(agent_folder) as lock:
+        return _write_new(agent_folder, lock, kind, data, event_id or uuid.uuid4().hex[:16])
 
 
-def _write_new(agent_folder: Path, kind: str, data: Mapping[str, Any], event_id: str) -> str:
-    """The event's file under the next order number (caller holds the lock)."""
-    names = event_names(agent_folder)
-    last = int(names[-1][:23]) if names else 0
-    order = max(time.time_ns(), last + 1)
+def _next_order(lock: int) -> int:
+    """The next order number: the clock's nanoseconds, past the last one given (kept in
+    the lock file, which only the lock's holder reads or writes)."""
+    said = os.pread(lock, 32, 0).decode("ascii", "replace").strip()
+    order = max(time.time_ns(), (int(said) if said.isdigit() else 0) + 1)
+    os.pwrite(lock, f"{order:023d}\n".encode(), 0)
+    return order
+
+
+def _write_new(
+    agent_folder: Path, lock: int, kind: str, data: Mapping[str, Any], event_id: str
+) -> str:
+    """The event's file, under the next order number (the caller holds ``lock``)."""
+    order = _next_order(lock)
     now = time.time()
     event = {
         "version": VERSION,
@@ -182,8 +203,22 @@ def _write_new(agent_folder: Path, kind: str, data: Mapping[str, Any], event_id:
         "targets": None,
         "attempts": [],
     }
-    files.write_json(outbox_of(agent_folder) / f"{order:023d}-{event_id}.json", OUTBOX_EVENT, event)
+    _write_unsynced(outbox_of(agent_folder) / f"{event_id}.json", event)
     return event_id
+
+
+def _write_unsynced(path: Path, data: Mapping[str, Any]) -> None:
+    """Write an event atomically (a temp file renamed: a reader finds all of it or
+    nothing), without an fsync (the module docstring says why and what covers it)."""
+    files.clear_way(path, OUTBOX_EVENT)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def journal_event_id(agent: str, entry: Mapping[str, Any]) -> str:
@@ -210,19 +245,20 @@ def announce_journal(
         return []
     agent = agent_folder.name
     entries = [e for e in journal if str(e.get("kind")) not in UNANNOUNCED]
-    with outbox_lock(agent_folder):
+    with outbox_lock(agent_folder) as lock:
         state = read_state(agent_folder)
         if state is None:  # the first outbox of this folder: earlier transitions are history
             before = entries[:-1] if committed_now else entries
             baseline = [journal_event_id(agent, e) for e in before]
             state = write_state(agent_folder, {"pruned": baseline, "dropped": 0})
-        known = set(state["pruned"]) | {_id_of(name) for name in event_names(agent_folder)}
-        written = []
-        for entry in entries:
+        written, root = [], os.fspath(outbox_of(agent_folder))  # plain strings: pathlib's
+        # parsing cost more than the stat itself, on every transition
+        for entry in entries:  # at most lifecycle.JOURNAL_KEEP: one stat each, no listing
             event_id = journal_event_id(agent, entry)
-            if event_id not in known:
-                data = {k: v for k, v in entry.items() if k != "at_s"}
-                written.append(_write_new(agent_folder, journal_kind(entry), data, event_id))
+            if event_id in state["pruned"] or os.path.lexists(f"{root}/{event_id}.json"):
+                continue
+            data = {k: v for k, v in entry.items() if k != "at_s"}
+            written.append(_write_new(agent_folder, lock, journal_kind(entry), data, event_id))
         return written
 
 
@@ -261,16 +297,16 @@ def _state(data: Any) -> dict[str, Any]:
 
 
 def event_names(agent_folder: Path) -> list[str]:
-    """The event files' names, oldest first."""
+    """The event files' names (their ids), in no order: the order is in each file."""
     try:
         found = os.listdir(outbox_of(agent_folder))
     except FileNotFoundError:
         return []
-    return sorted(name for name in found if _EVENT_NAME.match(name))
+    return [name for name in found if _EVENT_NAME.match(name)]
 
 
-def _id_of(name: str) -> str:
-    return name[24:40]
+def _path(agent_folder: Path, event_id: str) -> Path:
+    return outbox_of(agent_folder) / f"{event_id}.json"
 
 
 def read_events(agent_folder: Path) -> list[Event]:
@@ -282,7 +318,7 @@ def read_events(agent_folder: Path) -> list[Event]:
         event = read_event(outbox_of(agent_folder) / name)
         if event is not None:
             events.append(event)
-    return events
+    return sorted(events, key=lambda e: (e.order, e.id))
 
 
 def read_event(path: Path) -> Event | None:
@@ -302,7 +338,7 @@ def _event(path: Path, data: Any) -> Event:
         kind=str(data["kind"]),
         at=str(data["at"]),
         at_s=float(data["at_s"]),
-        order=int(found["order"]),
+        order=int(data["order"]),
         data=dict(data["data"]),
         targets=targets,
         attempts=[a for a in data.get("attempts", []) if isinstance(a, dict)],
@@ -333,10 +369,8 @@ def update(agent_folder: Path, event_id: str, change: Change) -> Event | None:
 
 def find(agent_folder: Path, event_id: str) -> Path | None:
     """The file of ``event_id`` in the agent's outbox, or None."""
-    for name in event_names(agent_folder):
-        if _id_of(name) == event_id:
-            return outbox_of(agent_folder) / name
-    return None
+    path = _path(agent_folder, event_id)
+    return path if _EVENT_NAME.match(path.name) and os.path.lexists(path) else None
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,8 @@ def test_a_demotion_and_a_fault_bundle_are_in_the_outbox_before_they_are_counted
     request = _request(tmp_path, guard, "demoted")
     demoted = guarded_run(FaultTask(fault), request.checkpoint_dir, guard, scaler)
     quiet = GuardConfig(check_interval=5, overflow_rate_limit=None, bf16_needs_native=False)
-    bundled = fit(FaultTask("overflow", until=18), _request(tmp_path, quiet, "bundled").fit_options())
+    lone_overflow = _request(tmp_path, quiet, "bundled").fit_options()
+    bundled = fit(FaultTask("overflow", until=18), lone_overflow)
     results = [TrainResult.from_fit(request, demoted), TrainResult.from_fit(request, bundled)]
     assert results[0].demotions and results[1].fault_bundles
     metrics = DaemonMetrics(CollectorRegistry(), version="test")
