@@ -243,18 +243,23 @@ def announce_journal(
     agent_folder = agent_folder_of(checkpoint_folder)
     if agent_folder is None:
         return []
-    agent = agent_folder.name
-    entries = [e for e in journal if str(e.get("kind")) not in UNANNOUNCED]
+    agent, root = agent_folder.name, os.fspath(outbox_of(agent_folder))  # plain strings:
+    # pathlib's parsing cost more than the stats themselves, on every transition
+    entries = [
+        (journal_event_id(agent, e), e) for e in journal if str(e.get("kind")) not in UNANNOUNCED
+    ]
+    # At most lifecycle.JOURNAL_KEEP entries, one stat each; all there: nothing to take
+    # the lock for (an event file is only ever added, or pruned and named in outbox.json).
+    missing = [(i, e) for i, e in entries if not os.path.lexists(f"{root}/{i}.json")]
+    if not missing:
+        return []
     with outbox_lock(agent_folder) as lock:
         state = read_state(agent_folder)
         if state is None:  # the first outbox of this folder: earlier transitions are history
             before = entries[:-1] if committed_now else entries
-            baseline = [journal_event_id(agent, e) for e in before]
-            state = write_state(agent_folder, {"pruned": baseline, "dropped": 0})
-        written, root = [], os.fspath(outbox_of(agent_folder))  # plain strings: pathlib's
-        # parsing cost more than the stat itself, on every transition
-        for entry in entries:  # at most lifecycle.JOURNAL_KEEP: one stat each, no listing
-            event_id = journal_event_id(agent, entry)
+            state = write_state(agent_folder, {"pruned": [i for i, _ in before], "dropped": 0})
+        written = []
+        for event_id, entry in missing:
             if event_id in state["pruned"] or os.path.lexists(f"{root}/{event_id}.json"):
                 continue
             data = {k: v for k, v in entry.items() if k != "at_s"}
