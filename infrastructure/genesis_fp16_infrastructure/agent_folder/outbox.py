@@ -45,7 +45,7 @@ Standard library only: the retrain recipe (in a run's child process), the operat
 ``model`` command and the daemon all write here.
 
 >>> import tempfile
->>> agent_folder = Path(tempfile.mkdtemp()) / "agents" / "se_darwin"
+>>> agent_folder = Path(tempfile.mkdtemp()) / "agents" / "my_agent"
 >>> event_id = record(agent_folder, "demotion", {"from": "fp16", "to": "bf16"})
 >>> [(e.id == event_id, e.kind, e.status) for e in read_events(agent_folder)]
 [(True, 'demotion', 'new')]
