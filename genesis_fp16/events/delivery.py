@@ -103,6 +103,7 @@ def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> i
             answer.read(64 * 1024)  # the receiver's answer is not ours to keep
             return int(answer.status)
     except urllib.error.HTTPError as exc:
+        exc.close()  # it holds the answer's socket
         return int(exc.code)
 
 
