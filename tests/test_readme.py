@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,11 +15,15 @@ from typing import Any
 import pytest
 import torch
 from doc_blocks import install_plugin
+from reader_venv import make_reader_venv
 
 from genesis_fp16.plugin_api import DEFAULT_STEPS
 from genesis_fp16_infrastructure.training import resolve_precision
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "genesis_fp16"))  # as tests/deploy/test_grafana.py
+from daemon_harness import DaemonProcess, child_pids, daemon_env, launch  # noqa: E402
+
 README = (ROOT / "README.md").read_text()
 # What the README moved into docs/ in issue 60, read where it now is.
 CONFIGURATION = (ROOT / "docs" / "configuration.md").read_text()
@@ -153,3 +158,78 @@ def test_documented_outcome_labels_are_the_ones_emitted() -> None:
                     found += 1
                     assert value in outcomes, f'{metric}{{outcome="{value}"}}: not in {outcomes}'
     assert found >= 2
+
+
+def _shell(line: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """One line of a README block, as written, in bash; it must exit 0."""
+    done = subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", line],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, f"{line}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+def _fresh_clone(tmp_path: Path) -> Path:
+    """A clone of this checkout's HEAD whose `.venv` is set up as `make setup` leaves one:
+    its own editable genesis-fp16 (the clone's code), the suite's other packages seen
+    through a view without any plugin a reader installed (nothing is downloaded)."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=300)
+    python = make_reader_venv(clone / ".venv", keep=())
+    install = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run([*install, "-e", str(clone)], check=True, timeout=600)
+    # make's stamps, newer than pyproject.toml and constraints.txt: `make run` and
+    # `make lint` take this venv as set up rather than download torch again.
+    for stamp in (".installed", ".installed-run"):
+        (clone / ".venv" / stamp).touch()
+    return clone
+
+
+def _readme_blocks() -> list[list[str]]:
+    """The README's shell blocks, top to bottom, each as its commands (comments dropped)."""
+    blocks = _code_blocks(README, "sh")
+    return [[line.split(" #")[0].strip() for line in b.strip().splitlines()] for b in blocks]
+
+
+def _stop_like_ctrl_c(daemon: DaemonProcess) -> int:
+    """Ctrl-C in `make run`'s terminal: SIGINT to the daemon, then make ends with it."""
+    for pid in child_pids(daemon.process.pid):
+        os.kill(pid, signal.SIGINT)
+    return daemon.wait_exit(timeout=120)
+
+
+@pytest.mark.slow
+def test_the_readme_top_to_bottom_in_a_fresh_clone(tmp_path: Path) -> None:
+    """A fresh clone, its README followed as written: `make run`'s daemon answers status
+    and serves a model, the by-hand `train` runs, the plugin block makes, installs and
+    checks my_agent and the running daemon loads it; then, with my_agent installed and
+    its folder in the checkout, `make lint` and the suite's scaffold tests pass there
+    (`make test`'s ruff and the tests a reader's plugin broke; the whole suite is this)."""
+    clone = _fresh_clone(tmp_path)
+    (run_block, train_block, plugin_block) = _readme_blocks()
+    assert run_block == ["make run", "make test"]
+    daemon = launch(clone, {}, fixtures=False, command=("make", "run"))
+    env = daemon_env({"GENESIS_FP16_METRICS_PORT": str(daemon.port)}, fixtures=False)
+    env["TMPDIR"] = str(tmp_path)
+    try:
+        daemon.wait_for(lambda: daemon.get("/readyz")[0] == 200, "make run's daemon", 600)
+        status = _shell(".venv/bin/genesis-fp16 status", clone, env).stdout
+        assert f"running, pid {child_pids(daemon.process.pid)[0]}" in status, status
+        assert "se_darwin" in daemon.get("/")[1] and "rlhf_ppo" in status
+        for line in train_block + plugin_block:
+            _shell(line, clone, env)
+        ready = "ready: agents my_agent, rlhf_ppo, se_darwin"
+        daemon.wait_for(lambda: daemon.get("/readyz")[1].strip() == ready, "my_agent", 60)
+        served = ".venv/bin/genesis-fp16 model list se_darwin"
+        daemon.wait_for(lambda: " SERVED " in _shell(served, clone, env).stdout, "a model", 600)
+    finally:
+        _stop_like_ctrl_c(daemon)
+    assert (clone / "my-agent" / "pyproject.toml").is_file()
+    _shell("make lint", clone, env)
+    scaffold = ".venv/bin/python -m pytest -q -p no:cacheprovider tests/genesis_fp16/scaffold"
+    assert " passed" in _shell(scaffold, clone, env).stdout
