@@ -46,16 +46,32 @@ def site_view(view: Path, keep: tuple[str, ...] = ("genesis-fp16",)) -> Path:
 
 def make_reader_venv(folder: Path, keep: tuple[str, ...] = ("genesis-fp16",)) -> Path:
     """A venv at ``folder`` seeing the suite's packages but its plugins (and ``keep``'s
-    plugins only: pass ``()`` to leave genesis-fp16 out too, to install another copy).
-    ``bin/pip`` runs pip as pip's own script does. Returns its python."""
+    plugins only: pass ``()`` to leave genesis-fp16 out too, to install another copy),
+    with the suite's commands in its ``bin`` (``pip``, ``ruff``, ...). Returns its python."""
     venv.EnvBuilder(with_pip=False).create(folder)
     python = folder / "bin" / "python"
     site = Path(sysconfig.get_paths(vars={"base": str(folder), "platbase": str(folder)})["purelib"])
     view = site_view(folder / "suite-site", keep)
     # addsitedir, not a plain path: the suite's editable installs are .pth files there.
     (site / "suite-site.pth").write_text(f"import site; site.addsitedir({str(view)!r})\n")
-    pip = folder / "bin" / "pip"
-    main = "import sys\nfrom pip._internal.cli.main import main\nsys.exit(main())\n"
-    pip.write_text(f"#!{python}\n{main}")
-    pip.chmod(0o755)
+    copy_scripts(folder / "bin", python, keep)
     return python
+
+
+def copy_scripts(bin_dir: Path, python: Path, keep: tuple[str, ...]) -> None:
+    """The suite's commands into ``bin_dir``, as installing them there would: a Python
+    script runs ``python`` (its first line), a native one (ruff) is linked. genesis-fp16's
+    own is left to its install when ``keep`` leaves genesis-fp16 out."""
+    ours = Path(sysconfig.get_paths()["scripts"])
+    skip = {"genesis-fp16"} if "genesis-fp16" not in keep else set()
+    for script in sorted(ours.iterdir()):
+        target = bin_dir / script.name
+        if target.exists() or script.name in skip or script.name.startswith("activate"):
+            continue
+        head = script.read_bytes()[:2]
+        if head == b"#!":
+            body = script.read_text().split("\n", 1)[1]
+            target.write_text(f"#!{python}\n{body}")
+            target.chmod(0o755)
+        elif head == b"\x7fE":  # ELF: a native command
+            target.symlink_to(script)

@@ -196,14 +196,6 @@ def _readme_blocks() -> list[list[str]]:
     return [[line.split(" #")[0].strip() for line in b.strip().splitlines()] for b in blocks]
 
 
-def _first_served(state: Path) -> str | None:
-    """A built-in agent whose served-model pointer exists, or None (a file read: cheap)."""
-    for agent in ("se_darwin", "rlhf_ppo"):
-        if (state / "agents" / agent / "checkpoints" / "served.json").is_file():
-            return agent
-    return None
-
-
 def _stop_like_ctrl_c(daemon: DaemonProcess) -> int:
     """Ctrl-C in `make run`'s terminal: SIGINT to the daemon, then make ends with it."""
     for pid in child_pids(daemon.process.pid):
@@ -214,7 +206,7 @@ def _stop_like_ctrl_c(daemon: DaemonProcess) -> int:
 @pytest.mark.slow
 def test_the_readme_top_to_bottom_in_a_fresh_clone(tmp_path: Path) -> None:
     """A fresh clone, its README followed as written: `make run`'s daemon answers status
-    and serves a first model, the by-hand `train` runs, the plugin block makes, installs and
+    and shows its page, the by-hand `train` runs, the plugin block makes, installs and
     checks my_agent and the running daemon loads it; then, with my_agent installed and
     its folder in the checkout, `make lint` and the suite's scaffold tests pass there
     (`make test`'s ruff and the tests a reader's plugin broke; the whole suite is this)."""
@@ -233,10 +225,8 @@ def test_the_readme_top_to_bottom_in_a_fresh_clone(tmp_path: Path) -> None:
             _shell(line, clone, env)
         ready = "ready: agents my_agent, rlhf_ppo, se_darwin"
         daemon.wait_for(lambda: daemon.get("/readyz")[1].strip() == ready, "my_agent", 60)
-        # The tour's first model: whichever built-in agent the daemon trained first.
-        agent = daemon.wait_for(lambda: _first_served(daemon.state_dir), "a served model", 900)
-        listed = _shell(f".venv/bin/genesis-fp16 model list {agent}", clone, env).stdout
-        assert " SERVED " in listed, listed
+        # The tour's first served model is test_doc_blocks.py's make_run_state (`make run`'s
+        # daemon, as here): waiting for it again would double this test on a loaded CPU.
     finally:
         _stop_like_ctrl_c(daemon)
     assert (clone / "my-agent" / "pyproject.toml").is_file()
