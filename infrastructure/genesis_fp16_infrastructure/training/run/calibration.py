@@ -33,7 +33,11 @@ model and batches in every candidate precision and trains in the fastest::
   (the cache keeps it). ``Calibration.seconds`` is the cost and ``Calibration.bound``
   what bounded it, both reported with the run. The result is cached (``cache``), so a
   daemon pays it once per agent until the device, torch version, model, batch shape or
-  candidates change.
+  candidates change, unless it was taken under load (a row's p90/p10 above
+  ``LOAD_BOUND``, 1.5): that one is used by its run, never reused, and the next run
+  measures again, its reason saying why.
+- **Reason**: every timed row with its median and p10-p90 (``Measured.describe``), then
+  the choice; ``decide.choose`` writes it.
 - **Training untouched**: every candidate trains a deep copy of one freshly built model
   with its own optimizers and schedulers; the global RNG is saved and restored around
   it, and ``fit()`` seeds after it. A run with ``auto`` is bit for bit the run with the
