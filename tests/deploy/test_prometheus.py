@@ -15,7 +15,8 @@ from promql_names import exported_series_names, selectors
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS = ROOT / "deploy" / "prometheus"
 RULES = PROMETHEUS / "rules.yml"
-RULE_TESTS = PROMETHEUS / "tests" / "rules_test.yml"
+# Every rule unit test file: rules_test.yml and first_scrape_test.yml (first scrapes).
+RULE_TEST_FILES = sorted((PROMETHEUS / "tests").glob("*_test.yml"))
 RUNBOOK = ROOT / "docs" / "operations.md"
 # Series Prometheus itself makes, which rules may use beside the daemon's own.
 PROMETHEUS_SERIES = {"up"}
@@ -47,33 +48,38 @@ def test_prometheus_config_passes_promtool_check(promtool: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def _test_files() -> list[str]:
+    return [f"tests/{path.name}" for path in RULE_TEST_FILES]
+
+
+def _rule_test_cases() -> list[dict[str, Any]]:
+    """Every test group of every rule unit test file."""
+    return [test for path in RULE_TEST_FILES for test in yaml.safe_load(path.read_text())["tests"]]
+
+
 def test_rule_unit_tests_pass(promtool: str) -> None:
     """promtool test rules runs the rule unit tests, and they pass."""
-    result = _promtool(promtool, "test", "rules", str(RULE_TESTS.relative_to(PROMETHEUS)))
+    assert {"first_scrape_test.yml", "rules_test.yml"} <= {p.name for p in RULE_TEST_FILES}
+    result = _promtool(promtool, "test", "rules", *_test_files())
     assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_rule_unit_tests_catch_a_changed_threshold(promtool: str, tmp_path: Path) -> None:
-    """The unit tests fail against a copy of the rules with a loosened threshold."""
-    (tmp_path / "tests").mkdir()
-    shutil.copy(RULE_TESTS, tmp_path / "tests" / RULE_TESTS.name)
-    loosened = RULES.read_text().replace("genesis_fp16_overflow_rate > 0.05", "x > 0.5")
-    assert loosened != RULES.read_text()
-    (tmp_path / "rules.yml").write_text(loosened)
-    result = _promtool(promtool, "test", "rules", f"tests/{RULE_TESTS.name}", cwd=tmp_path)
-    assert result.returncode != 0
-    assert "GenesisFp16HighOverflowRate" in result.stdout + result.stderr
 
 
 def _rule_tests_against(promtool: str, tmp_path: Path, rules: str) -> str:
     """promtool's output for the rule unit tests run against ``rules`` (a changed copy)."""
     assert rules != RULES.read_text()
     (tmp_path / "tests").mkdir()
-    shutil.copy(RULE_TESTS, tmp_path / "tests" / RULE_TESTS.name)
+    for path in RULE_TEST_FILES:
+        shutil.copy(path, tmp_path / "tests" / path.name)
     (tmp_path / "rules.yml").write_text(rules)
-    result = _promtool(promtool, "test", "rules", f"tests/{RULE_TESTS.name}", cwd=tmp_path)
+    result = _promtool(promtool, "test", "rules", *_test_files(), cwd=tmp_path)
     assert result.returncode != 0
     return result.stdout + result.stderr
+
+
+def test_rule_unit_tests_catch_a_changed_threshold(promtool: str, tmp_path: Path) -> None:
+    """The unit tests fail against a copy of the rules with a loosened threshold."""
+    loosened = RULES.read_text().replace("genesis_fp16_overflow_rate > 0.05", "x > 0.5")
+    assert "GenesisFp16HighOverflowRate" in _rule_tests_against(promtool, tmp_path, loosened)
 
 
 def test_rule_unit_tests_catch_a_stall_rule_on_finished_runs(promtool: str, tmp_path: Path) -> None:
@@ -104,7 +110,7 @@ def test_every_counter_alert_has_a_first_scrape_test() -> None:
     """Each alert built on increase() is tested silent on a target first scraped after
     time 0 (its series start with missing samples), so a first scrape mid-run is covered."""
     late = set()
-    for test in yaml.safe_load(RULE_TESTS.read_text())["tests"]:
+    for test in _rule_test_cases():
         first_scraped_late = {
             series["series"].split("{")[0]
             for series in test["input_series"]
@@ -123,7 +129,7 @@ def test_every_alert_is_tested_firing() -> None:
     """Each alert in rules.yml has a unit test in which it fires."""
     fired = {
         case["alertname"]
-        for test in yaml.safe_load(RULE_TESTS.read_text())["tests"]
+        for test in _rule_test_cases()
         for case in test.get("alert_rule_test", [])
         if case.get("exp_alerts")
     }
