@@ -53,7 +53,8 @@ def seed_hostile_agent(state_dir: Path) -> Path:
 
 
 class _Rows(HTMLParser):
-    """Collects each section's ``h2`` title and its table's (th, td) rows."""
+    """Collects each section's ``h2`` title and its status table's (th, td) rows (the
+    runs table below them is not the text's)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -62,13 +63,18 @@ class _Rows(HTMLParser):
         self._cell: str | None = None
         self._text = ""
         self._row: list[str] = []
+        self._in_status = False
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.tags.append(tag)
-        if tag in ("h2", "th", "td"):
+        if tag == "table":
+            self._in_status = ("class", "status") in attrs
+        if tag == "h2" or (self._in_status and tag in ("th", "td")):
             self._cell, self._text = tag, ""
 
     def handle_endtag(self, tag: str) -> None:
+        if tag == "table":
+            self._in_status = False
         if tag != self._cell:
             return
         self._cell = None
