@@ -238,7 +238,8 @@ def encode_entry(entry: RunEntry) -> bytes:
 def _append(path: Path, line: bytes) -> None:
     """One write with O_APPEND; a torn last line (a kill mid-write) gets its newline
     first, so that it stays one unreadable line and the new entry a line of its own."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    # Read and write (pread checks the last byte); never blocking on a FIFO at its name.
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     fd = os.open(path, flags, 0o644)
     try:
         info = os.fstat(fd)
