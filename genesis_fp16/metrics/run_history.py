@@ -54,11 +54,13 @@ TEXT_CHARS = 160  # a score's name, a model's id, a drift warning
 @dataclass(frozen=True)
 class GateMark:
     """The gate's verdict on the run's candidate: the outcome, the two models' ids and
-    their scores on the set that decided (``metric``: ``auc``, or a judged agent's
-    ``loss``; None where a side has no finite score)."""
+    their scores on the gate's first set (``set``: ``current``, the run's own records,
+    for the built-in gates; ``metric``: ``auc``, or a judged agent's ``loss``; None
+    where a side has no finite score). The set that decided is in the run's reason."""
 
     outcome: str
     metric: str | None = None
+    set: str | None = None
     candidate: float | None = None
     served: float | None = None
     candidate_id: str | None = None
@@ -133,11 +135,13 @@ def entry_of(result: TrainResult | None, record: LastRun) -> RunEntry:
 
 
 def gate_mark(gate: GateReport) -> GateMark:
-    """The gate's verdict as a mark: the decisive set's scores of both models."""
+    """The gate's verdict as a mark: both models' scores on its first set."""
     metric = score_name(gate.candidate) or score_name(gate.served)
+    named = gate.candidate or gate.served
     return GateMark(
         outcome=gate.outcome,
         metric=metric,
+        set=None if named is None else _text(named.name),
         candidate=score_of(gate.candidate, metric),
         served=score_of(gate.served, metric),
         candidate_id=_text(gate.candidate_id),

@@ -33,6 +33,7 @@ def quality_chart(history: AgentHistory) -> Chart:
     """The served model's score over time, promotions, rejections and rollbacks marked."""
     metric = history.metric or "score"
     better = "lower" if metric in LOWER_IS_BETTER else "higher"
+    on = f" on set {history.metric_set}" if history.metric_set else ""
     line: list[Point] = []
     marks: list[Mark] = []
     for entry in history.runs:
@@ -49,8 +50,8 @@ def quality_chart(history: AgentHistory) -> Chart:
         if live is not None and live.rolled_back and entry.run.finished_at < oldest_change:
             marks.append(Mark(entry.run.finished_at, None, "rolled_back", "rolled back (live)"))
     return Chart(
-        title=f"served model's {metric} ({better} is better), promotions and rollbacks",
-        y_label=metric,
+        title=f"served model's {metric}{on} ({better} is better), promotions and rollbacks",
+        y_label=f"{metric}{on}",
         line=tuple(line),
         marks=tuple(marks),
         step=True,
@@ -65,7 +66,7 @@ def _gate_points(entry: RunEntry, line: list[Point], marks: list[Mark]) -> None:
         return
     score = f"{gate.metric} {_g(gate.candidate)}"
     against = "" if gate.served_id is None else f" vs {gate.served_id} ({_g(gate.served)})"
-    label = f"{gate.outcome}: {gate.candidate_id or 'candidate'} {score}{against}"
+    label = f"{gate.candidate_id or 'candidate'} {score}{against}; {entry.run.reason}"
     if gate.outcome == "promoted":
         line.append((at, gate.candidate))
         marks.append(Mark(at, gate.candidate, "promoted", label))

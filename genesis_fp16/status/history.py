@@ -37,7 +37,8 @@ from genesis_fp16.metrics.run_history import (
 CHART_RUNS = 30  # the runs the charts draw (the history keeps more)
 TABLE_RUNS = 10  # the runs the page lists
 QUARANTINE_SCAN = 200
-PROMOTIONS = ("first", "promoted", "manual", "adopted")  # a journal kind that served a model
+# The journal's kinds of a transition that served a new model (serve's ``how``).
+PROMOTIONS = ("first", "gate", "promoted", "manual", "adopted")
 TEXT_CHARS = 160
 
 
@@ -66,6 +67,7 @@ class AgentHistory:
     runs: tuple[RunEntry, ...] = ()
     transitions: tuple[Transition, ...] = ()
     metric: str | None = None
+    metric_set: str | None = None
     live_now: LiveMark | None = None
     quarantine_file: str | None = None
     unreadable: int = 0
@@ -84,12 +86,13 @@ def gather_history(paths: AgentPaths, pointer: Any) -> tuple[AgentHistory, list[
     if unreadable:
         problems.append(f"run history: {unreadable} line(s) unreadable, skipped")
     pointer = pointer if isinstance(pointer, dict) else {}
-    metric = _metric(runs, pointer)
+    metric, metric_set = _metric(runs, pointer)
     scores = _scores_by_id(pointer, runs, metric)
     history = AgentHistory(
         runs=runs,
         transitions=_transitions(pointer, scores),
         metric=metric,
+        metric_set=metric_set,
         live_now=_live_now(pointer),
         quarantine_file=_newest_quarantine(paths),
         unreadable=unreadable,
@@ -97,13 +100,17 @@ def gather_history(paths: AgentPaths, pointer: Any) -> tuple[AgentHistory, list[
     return history, problems
 
 
-def _metric(runs: tuple[RunEntry, ...], pointer: dict[str, Any]) -> str | None:
-    """The score the agent's models are told by: the newest gate's, else the pointer's."""
+def _metric(runs: tuple[RunEntry, ...], pointer: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The score the agent's models are told by and on which set: the newest gate's,
+    else the pointer's."""
     for entry in reversed(runs):
         if entry.gate is not None and entry.gate.metric is not None:
-            return entry.gate.metric
+            return entry.gate.metric, entry.gate.set
     served = pointer.get("served")
-    return score_name(served.get("scores")) if isinstance(served, dict) else None
+    scores = served.get("scores") if isinstance(served, dict) else None
+    if not isinstance(scores, dict):
+        return None, None
+    return score_name(scores), _text(scores.get("set"))
 
 
 def _scores_by_id(

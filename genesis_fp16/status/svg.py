@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 WIDTH, HEIGHT = 540, 180
-LEFT, RIGHT, TOP, BOTTOM = 58, 52, 14, 36
+LEFT, RIGHT, TOP, BOTTOM = 66, 52, 14, 36
 SIZE = 6.5  # a mark's half-width, px
 
 # kind -> (fill colour, shape, legend word). Colours no line, band or text uses.
@@ -114,7 +114,7 @@ class _Plot:
         self.log = chart.log_y
         xs, ys, self.dropped = _ranges(chart)
         self.empty = not xs
-        self.x0, self.x1 = _span(xs)
+        self.x0, self.x1 = _span(xs, 60.0 if chart.x_time else 1.0)
         logged = [self._ly(y) for y in ys]
         self.y0, self.y1 = _span([y for y in logged if y is not None])
         bars = [v for _, v in chart.bars if _finite(v)]
@@ -140,7 +140,7 @@ class _Plot:
 
     def tick(self, ly: float) -> str:
         value = 2.0**ly if self.log else ly
-        return f"{value:.4g}"
+        return f"{value:.3g}"
 
 
 def _ranges(chart: Chart) -> tuple[list[float], list[float], int]:
@@ -180,13 +180,14 @@ def _take(x: float, y: float | None, xs: list[float], ys: list[float], log: bool
     return 0
 
 
-def _span(values: Sequence[float]) -> tuple[float, float]:
-    """A value range with room around it; a single value gets a range of its own."""
+def _span(values: Sequence[float], alone: float | None = None) -> tuple[float, float]:
+    """A value range with room around it; a single value gets a range of its own
+    (``alone`` each side: a minute of time, a run; else 5% of it, at least 0.5)."""
     if not values:
         return 0.0, 1.0
     low, high = min(values), max(values)
     if high - low < 1e-12 * max(1.0, abs(high)):
-        pad = max(abs(high) * 0.05, 0.5)
+        pad = max(abs(high) * 0.05, 0.5) if alone is None else alone
         return low - pad, high + pad
     pad = (high - low) * 0.08
     return low - pad, high + pad
@@ -205,7 +206,7 @@ def _axes(plot: _Plot, chart: Chart) -> list[str]:
         )
     first, last = plot.x0 + (plot.x1 - plot.x0) * 0.08, plot.x1 - (plot.x1 - plot.x0) * 0.08
     for x, anchor in ((first, "start"), (last, "end")):
-        label = _clock(x) if chart.x_time else f"run {x:.0f}"
+        label = _clock(x, plot.x1 - plot.x0) if chart.x_time else f"run {x:.0f}"
         parts.append(_text(plot.px(x), TOP + plot.h + 14, label, anchor, "tick"))
     parts.append(_text(LEFT, HEIGHT - 6, chart.y_label, "start", "axis"))
     if chart.bars_label:
@@ -341,5 +342,6 @@ def _finite(value: float | None) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _clock(when: float) -> str:
-    return time.strftime("%m-%d %H:%M", time.gmtime(when))
+def _clock(when: float, span: float) -> str:
+    """A time on the x axis, UTC: to the second when the chart spans less than a day."""
+    return time.strftime("%H:%M:%S" if span < 86400 else "%m-%d %H:%M", time.gmtime(when))

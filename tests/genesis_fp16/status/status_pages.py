@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 import re
+import struct
+import zlib
 from html.parser import HTMLParser
 from pathlib import Path
+
+import numpy as np
 
 # An agent name cannot carry markup ([a-z][a-z0-9_]{0,63}: genesis_fp16/config/agent_names.py);
 # a folder beside the agents' named with some is no agent's, and the report leaves it out.
@@ -120,3 +124,58 @@ def steady(sections: Sections) -> Sections:
         (title, [(label, _RELATIVE.sub("", value)) for label, value in rows if label != "up"])
         for title, rows in sections
     ]
+
+
+def png_pixels(path: Path) -> np.ndarray:
+    """A PNG screenshot's pixels as an (height, width, channels) uint8 array: the
+    8-bit, non-interlaced RGB or RGBA that Chromium writes, its row filters undone."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path}: not a PNG"
+    pos, idat, header = 8, [], b""
+    while pos < len(data):
+        (size,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + size]
+        header = body if kind == b"IHDR" else header
+        idat += [body] if kind == b"IDAT" else []
+        pos += 12 + size
+    width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", header)
+    assert (depth, interlace, colour in (2, 6)) == (8, 0, True), f"{path}: an unusual PNG"
+    channels = 3 if colour == 2 else 4
+    raw = np.frombuffer(zlib.decompress(b"".join(idat)), np.uint8)
+    rows = raw.reshape(height, width * channels + 1)
+    out = np.zeros((height, width * channels), np.uint8)
+    previous = np.zeros(width * channels, np.uint8)
+    for index in range(height):
+        out[index] = _unfilter(int(rows[index, 0]), rows[index, 1:], previous, channels)
+        previous = out[index]
+    return out.reshape(height, width, channels)
+
+
+def _unfilter(kind: int, row: np.ndarray, up: np.ndarray, bpp: int) -> np.ndarray:
+    """One row of PNG filter ``kind`` (None, Sub, Up, Average, Paeth) undone."""
+    if kind == 0:
+        return row
+    if kind == 2:
+        return row + up  # uint8: wraps modulo 256, as PNG's arithmetic
+    if kind == 1:  # Sub: each byte adds the one bpp before it, a running sum per channel
+        lanes = row.reshape(-1, bpp).astype(np.uint32).cumsum(axis=0) % 256
+        return lanes.astype(np.uint8).reshape(-1)
+    line, above = row.tolist(), up.tolist()
+    done = [0] * len(line)
+    for i, value in enumerate(line):
+        left = done[i - bpp] if i >= bpp else 0
+        corner = above[i - bpp] if i >= bpp else 0
+        if kind == 3:
+            done[i] = (value + (left + above[i]) // 2) & 255
+            continue
+        p = left + above[i] - corner
+        pa, pb, pc = abs(p - left), abs(p - above[i]), abs(p - corner)
+        best = left if pa <= pb and pa <= pc else above[i] if pb <= pc else corner
+        done[i] = (value + best) & 255
+    return np.array(done, np.uint8)
+
+
+def colour_count(pixels: np.ndarray, colour: str) -> int:
+    """How many pixels are exactly ``colour`` (``#rrggbb``)."""
+    rgb = [int(colour[i : i + 2], 16) for i in (1, 3, 5)]
+    return int((pixels[..., :3] == np.array(rgb, np.uint8)).all(axis=-1).sum())

@@ -98,17 +98,23 @@ def _run(at: float, **fields: object) -> RunEntry:
 def _history() -> AgentHistory:
     """A first model, a better one promoted, a rejected one, an operator's rollback."""
     runs = (
-        _run(100.0, gate=GateMark("promoted", "auc", 0.70, None, "c1"), loss_scale=65536.0),
-        _run(200.0, gate=GateMark("promoted", "auc", 0.80, 0.70, "c2", "c1"), skipped_steps=4),
+        _run(
+            100.0, gate=GateMark("promoted", "auc", "current", 0.70, None, "c1"), loss_scale=65536.0
+        ),
+        _run(
+            200.0,
+            gate=GateMark("promoted", "auc", "current", 0.80, 0.70, "c2", "c1"),
+            skipped_steps=4,
+        ),
         _run(
             300.0,
-            gate=GateMark("rejected", "auc", 0.60, 0.80, "c3", "c2"),
+            gate=GateMark("rejected", "auc", "current", 0.60, 0.80, "c3", "c2"),
             demotions=("fp16 to bf16 at step 12: overflow_rate",),
         ),
     )
     journal = (
         Transition(99.5, "first", "c1", score=0.70),
-        Transition(199.5, "promoted", "c2", score=0.80),
+        Transition(199.5, "gate", "c2", score=0.80),
         Transition(400.0, "rollback", "c1", dropped="c2", reason="operator", score=0.70),
     )
     return AgentHistory(runs=runs, transitions=journal, metric="auc")
@@ -130,7 +136,7 @@ def test_the_quality_chart_marks_each_event_at_its_score() -> None:
     root = _tree(draw_chart(chart))
     marks = _marks(root)
     assert "rolled back to c1 from c2: operator" in marks["rolled_back"][0][0]
-    assert marks["rejected"][0][0] == "rejected: c3 auc 0.6 vs c2 (0.8)"
+    assert marks["rejected"][0][0] == "c3 auc 0.6 vs c2 (0.8); why"  # why: the run's reason
     # Higher AUC is higher on the chart: the rejected candidate is drawn below the rest.
     assert _centre_y(marks["rejected"][0][1]) > max(_centre_y(s) for _, s in marks["promoted"])
 
