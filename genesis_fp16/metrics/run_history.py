@@ -51,8 +51,7 @@ READ_BYTES = COMPACT_BYTES + LINE_BYTES
 TEXT_CHARS = 160  # a score's name, a model's id, a drift warning
 
 
-@dataclass(frozen=True)
-class GateMark:
+class GateMark(msgspec.Struct, frozen=True):
     """The gate's verdict on the run's candidate: the outcome, the two models' ids and
     their scores on the gate's first set (``set``: ``current``, the run's own records,
     for the built-in gates; ``metric``: ``auc``, or a judged agent's ``loss``; None
@@ -67,8 +66,7 @@ class GateMark:
     served_id: str | None = None
 
 
-@dataclass(frozen=True)
-class LiveMark:
+class LiveMark(msgspec.Struct, frozen=True):
     """The live watch's running figures after the run: the mean difference (served minus
     predecessor, in the watch's units), its anytime-valid bounds, the margin, the records
     scored, and whether it found a regression and rolled back."""
@@ -82,8 +80,7 @@ class LiveMark:
     rolled_back: bool
 
 
-@dataclass(frozen=True)
-class RunEntry:
+class RunEntry(msgspec.Struct, frozen=True):
     """One finished run as the history keeps it: its last-run record, why it trained in
     its precision, its loss scale and skipped steps, the guard's demotions (one line
     each), the records it quarantined, the drift warning (None: none flagged), the gate's
@@ -264,41 +261,43 @@ def _compact(path: Path) -> None:
     write_atomic(path, lambda handle: handle.write(kept))
 
 
-def load_history(paths: AgentPaths) -> RunHistory:
-    """The agent's recent runs, oldest first (at most KEEP of them); no file: none.
-    Raises :class:`HistoryUnreadable` (one line) for a file that cannot be read."""
+def load_history(paths: AgentPaths, last: int = KEEP) -> RunHistory:
+    """The agent's ``last`` recent runs (at most KEEP), oldest first; no file: none.
+    Only the file's last ``last`` lines are read, and counted when unreadable. Raises
+    :class:`HistoryUnreadable` (one line) for a file that cannot be read."""
     path = history_path(paths)
+    last = max(1, min(last, KEEP))
     try:
-        data = _tail(path, READ_BYTES)
+        data = _tail(path, min(READ_BYTES, (last + 1) * LINE_BYTES))
     except FileNotFoundError:
         return RunHistory(())
     except OSError as exc:
         raise HistoryUnreadable(f"{path}: {exc.strerror or exc}") from None
     entries, bad = [], 0
-    for line in data.split(b"\n"):
-        if not line.strip():
-            continue
+    for line in [line for line in data.split(b"\n") if line.strip()][-last:]:
         entry = decode_entry(line)
         if entry is None:
             bad += 1
         else:
             entries.append(entry)
-    return RunHistory(tuple(entries[-KEEP:]), bad)
+    return RunHistory(tuple(entries), bad)
 
 
 class HistoryUnreadable(ValueError):
     """The history file exists but cannot be read: one line naming it."""
 
 
+_PREFIX = b'{"version":%d,' % VERSION  # how encode_entry begins every line it writes
+_DECODER = msgspec.json.Decoder(RunEntry)  # typed: no dict in between (the page's cost)
+
+
 def decode_entry(line: bytes) -> RunEntry | None:
-    """One line's entry, or None when it is not one (torn, another version, edited)."""
-    if len(line) > LINE_BYTES:
+    """One line's entry, or None when it is not one (torn, another version, edited:
+    a line this module did not write as it writes them)."""
+    if len(line) > LINE_BYTES or not line.startswith(_PREFIX):
         return None
     try:
-        data = msgspec.json.decode(line)
-        if not isinstance(data, dict) or data.pop("version", None) != VERSION:
-            return None
-        return msgspec.convert(data, RunEntry)
+        return _DECODER.decode(line)  # its "version" is no field: msgspec skips it
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
 

@@ -78,8 +78,8 @@ def gather_history(paths: AgentPaths, pointer: Any) -> tuple[AgentHistory, list[
     (``pointer``: None when there is none or it could not be read); and its problems."""
     problems: list[str] = []
     try:
-        found = load_history(paths)
-        runs, unreadable = found.entries[-CHART_RUNS:], found.unreadable
+        found = load_history(paths, CHART_RUNS)
+        runs, unreadable = found.entries, found.unreadable
     except HistoryUnreadable as exc:
         runs, unreadable = (), 0
         problems.append(f"run history unreadable: {exc}")

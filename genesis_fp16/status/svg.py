@@ -16,10 +16,11 @@ the page uses: the tests find the marks by their colour in a screenshot.
 from __future__ import annotations
 
 import html
+import itertools
 import math
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 WIDTH, HEIGHT = 540, 180
 LEFT, RIGHT, TOP, BOTTOM = 66, 52, 14, 36
@@ -73,26 +74,27 @@ class Chart:
 
 def draw_chart(chart: Chart) -> str:
     """The chart as one ``<svg>`` element (a string of markup, its texts escaped)."""
-    plot = _Plot(chart)
+    drawn, dropped = _drawable(chart)
+    plot = _Plot(drawn)
     e = html.escape
     parts = [
         f'<svg class="chart" role="img" aria-label="{e(chart.title)}" width="{WIDTH}" '
         f'height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" xmlns="http://www.w3.org/2000/svg">',
         f"<title>{e(chart.title)}</title>",
-        f'<rect x="{LEFT}" y="{TOP}" width="{plot.w:.0f}" height="{plot.h:.0f}" '
+        f'<rect x="{LEFT}" y="{TOP}" width="{PLOT_W}" height="{PLOT_H}" '
         'fill="#ffffff" stroke="#d0d7de"/>',
     ]
     if plot.empty:
-        parts.append(_text(LEFT + plot.w / 2, TOP + plot.h / 2, chart.empty, "middle", "note"))
+        parts.append(_text(LEFT + PLOT_W / 2, TOP + PLOT_H / 2, chart.empty, "middle", "note"))
     else:
-        parts += _axes(plot, chart)
-        parts += _bars(plot, chart)
-        parts += _band(plot, chart)
-        parts += _rule(plot, chart)
-        parts += _line(plot, chart)
-        parts += [_mark(plot, mark) for mark in chart.marks if plot.has_x(mark.x)]
-    if plot.dropped:
-        note = f"{plot.dropped} value(s) not drawn: not a finite number"
+        parts += _axes(plot, drawn)
+        parts += _bars(plot, drawn)
+        parts += _band(plot, drawn)
+        parts += _rule(plot, drawn)
+        parts += _line(plot, drawn)
+        parts += [_mark(plot, mark) for mark in drawn.marks]
+    if dropped:
+        note = f"{dropped} value(s) not drawn: not a finite number"
         parts.append(_text(WIDTH - 4, HEIGHT - 4, note, "end", "note"))
     parts.append("</svg>")
     return "".join(parts)
@@ -106,78 +108,72 @@ def legend(kinds: Iterable[str]) -> str:
     return html.escape("   ".join(words))
 
 
+PLOT_W, PLOT_H = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+
+
+def _drawable(chart: Chart) -> tuple[Chart, int]:
+    """The chart with only what can be drawn, its y values in the axis' units (log2 on
+    a log axis), and how many values were left out. A point without a finite x goes
+    whole; a y that is not finite (or not > 0 on a log axis) becomes None. None in the
+    chart's own values counts not: a value not reported is not a bad one."""
+    dropped = 0
+
+    def y_of(value: float | None) -> float | None:
+        nonlocal dropped
+        if value is None:
+            return None
+        if _finite(value) and (not chart.log_y or value > 0):
+            return math.log2(value) if chart.log_y else value
+        dropped += 1
+        return None
+
+    def x_ok(x: float) -> bool:
+        nonlocal dropped
+        ok = _finite(x)
+        dropped += not ok
+        return ok
+
+    line = tuple(sorted(((x, y_of(y)) for x, y in chart.line if x_ok(x)), key=_first))
+    band = tuple(
+        sorted(((x, y_of(lo), y_of(hi)) for x, lo, hi in chart.band if x_ok(x)), key=_first)
+    )
+    bars = tuple((x, v if _finite(v) else None) for x, v in chart.bars if x_ok(x))
+    dropped += sum(1 for _, v in chart.bars if v is not None and not _finite(v))
+    marks = tuple(Mark(m.x, y_of(m.y), m.kind, m.label) for m in chart.marks if x_ok(m.x))
+    rule = y_of(chart.rule)
+    return replace(chart, line=line, band=band, bars=bars, marks=marks, rule=rule), dropped
+
+
+def _first(point: tuple[float, float | None] | tuple[float, float | None, float | None]) -> float:
+    return point[0]
+
+
 class _Plot:
-    """The chart's scales: its values' ranges mapped onto the plot's pixels."""
+    """The chart's scales: the drawable values' ranges mapped onto the plot's pixels."""
 
     def __init__(self, chart: Chart) -> None:
-        self.w, self.h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
         self.log = chart.log_y
-        xs, ys, self.dropped = _ranges(chart)
+        xs = [x for x, _ in chart.line] + [x for x, _, _ in chart.band]
+        xs += [x for x, _ in chart.bars] + [m.x for m in chart.marks]
+        ys = [y for _, y in chart.line] + [y for _, lo, hi in chart.band for y in (lo, hi)]
+        ys += [m.y for m in chart.marks] + [chart.rule]
         self.empty = not xs
         self.x0, self.x1 = _span(xs, 60.0 if chart.x_time else 1.0)
-        logged = [self._ly(y) for y in ys]
-        self.y0, self.y1 = _span([y for y in logged if y is not None])
-        bars = [v for _, v in chart.bars if _finite(v)]
-        self.bar_max = max([1.0, *bars])  # type: ignore[type-var]
-
-    def _ly(self, y: float) -> float | None:
-        if not self.log:
-            return y
-        return math.log2(y) if y > 0 else None
-
-    def has_x(self, x: float) -> bool:
-        return _finite(x)
+        self.y0, self.y1 = _span([y for y in ys if y is not None])
+        self.bar_max = max([1.0, *(v for _, v in chart.bars if v is not None)])
+        self._xk = PLOT_W / (self.x1 - self.x0)
+        self._yk = PLOT_H / (self.y1 - self.y0)
 
     def px(self, x: float) -> float:
-        return LEFT + (x - self.x0) / (self.x1 - self.x0) * self.w
+        return LEFT + (x - self.x0) * self._xk
 
-    def py(self, y: float) -> float | None:
-        """The pixel row of ``y`` (None: not drawable: not finite, or <= 0 on a log axis)."""
-        ly = self._ly(y) if _finite(y) else None
-        if ly is None:
-            return None
-        return TOP + self.h - (ly - self.y0) / (self.y1 - self.y0) * self.h
+    def py(self, y: float) -> float:
+        """The pixel row of ``y`` (in the axis' units)."""
+        return TOP + PLOT_H - (y - self.y0) * self._yk
 
-    def tick(self, ly: float) -> str:
-        value = 2.0**ly if self.log else ly
+    def tick(self, y: float) -> str:
+        value = 2.0**y if self.log else y
         return f"{value:.3g}"
-
-
-def _ranges(chart: Chart) -> tuple[list[float], list[float], int]:
-    """The finite x and y values of everything drawn, and how many values are not."""
-    xs: list[float] = []
-    ys: list[float] = []
-    dropped = 0
-    for x, y in chart.line:
-        dropped += _take(x, y, xs, ys, chart.log_y)
-    for x, low, high in chart.band:
-        dropped += _take(x, low, xs, ys, chart.log_y) + _take(x, high, xs, ys, chart.log_y)
-    for x, value in chart.bars:
-        dropped += _take(x, value, xs, [], False)
-    for mark in chart.marks:
-        if not _finite(mark.x):
-            dropped += 1
-            continue
-        xs.append(mark.x)
-        if mark.y is not None:
-            dropped += _take(mark.x, mark.y, [], ys, chart.log_y)
-    if chart.rule is not None and _finite(chart.rule):
-        ys.append(chart.rule)
-    return xs, ys, dropped
-
-
-def _take(x: float, y: float | None, xs: list[float], ys: list[float], log: bool) -> int:
-    """Keep a point's finite values; 1 when one of them is not drawn (None counts not:
-    a value not reported is not a bad one)."""
-    if not _finite(x):
-        return 1
-    xs.append(x)
-    if y is None:
-        return 0
-    if not _finite(y) or (log and y <= 0):
-        return 1
-    ys.append(y)
-    return 0
 
 
 def _span(values: Sequence[float], alone: float | None = None) -> tuple[float, float]:
@@ -197,34 +193,32 @@ def _axes(plot: _Plot, chart: Chart) -> list[str]:
     """Three values up the left axis, the first and last x below, the axes' names."""
     parts = []
     for fraction in (0.0, 0.5, 1.0):
-        ly = plot.y0 + (plot.y1 - plot.y0) * (0.08 + 0.84 * fraction)
-        y = TOP + plot.h - (ly - plot.y0) / (plot.y1 - plot.y0) * plot.h
-        parts.append(_text(LEFT - 4, y + 4, plot.tick(ly), "end", "tick"))
+        value = plot.y0 + (plot.y1 - plot.y0) * (0.08 + 0.84 * fraction)
+        y = plot.py(value)
+        parts.append(_text(LEFT - 4, y + 4, plot.tick(value), "end", "tick"))
         parts.append(
-            f'<line x1="{LEFT}" x2="{LEFT + plot.w:.1f}" y1="{y:.1f}" y2="{y:.1f}" '
-            'stroke="#eaeef2"/>'
+            f'<line x1="{LEFT}" x2="{LEFT + PLOT_W}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eaeef2"/>'
         )
     first, last = plot.x0 + (plot.x1 - plot.x0) * 0.08, plot.x1 - (plot.x1 - plot.x0) * 0.08
     for x, anchor in ((first, "start"), (last, "end")):
         label = _clock(x, plot.x1 - plot.x0) if chart.x_time else f"run {x:.0f}"
-        parts.append(_text(plot.px(x), TOP + plot.h + 14, label, anchor, "tick"))
+        parts.append(_text(plot.px(x), TOP + PLOT_H + 14, label, anchor, "tick"))
     parts.append(_text(LEFT, HEIGHT - 6, chart.y_label, "start", "axis"))
     if chart.bars_label:
-        parts.append(
-            _text(WIDTH - 4, TOP + 10, f"{chart.bars_label} (max {plot.bar_max:g})", "end", "axis")
-        )
+        label = f"{chart.bars_label} (max {plot.bar_max:g})"
+        parts.append(_text(WIDTH - 4, TOP + 10, label, "end", "axis"))
     return parts
 
 
 def _bars(plot: _Plot, chart: Chart) -> list[str]:
-    width = max(2.0, min(14.0, plot.w / max(1, len(chart.bars)) * 0.6))
+    width = max(2.0, min(14.0, PLOT_W / max(1, len(chart.bars)) * 0.6))
     parts = []
     for x, value in chart.bars:
-        if not (_finite(x) and _finite(value)) or value <= 0:  # type: ignore[operator]
+        if value is None or value <= 0:
             continue
-        height = value / plot.bar_max * plot.h * 0.9  # type: ignore[operator]
+        height = value / plot.bar_max * PLOT_H * 0.9
         parts.append(
-            f'<rect class="bar" x="{plot.px(x) - width / 2:.1f}" y="{TOP + plot.h - height:.1f}"'
+            f'<rect class="bar" x="{plot.px(x) - width / 2:.1f}" y="{TOP + PLOT_H - height:.1f}"'
             f' width="{width:.1f}" height="{height:.1f}" fill="{BARS}">'
             f"<title>{html.escape(f'{chart.bars_label} {value:g}')}</title></rect>"
         )
@@ -233,12 +227,11 @@ def _bars(plot: _Plot, chart: Chart) -> list[str]:
 
 def _band(plot: _Plot, chart: Chart) -> list[str]:
     """The band as one polygon per run of points with both bounds drawable."""
-    parts, run = [], []
-    for x, low, high in [*sorted(chart.band, key=lambda b: b[0]), (math.nan, None, None)]:
-        low_y = None if low is None else plot.py(low)
-        high_y = None if high is None else plot.py(high)
-        if _finite(x) and low_y is not None and high_y is not None:
-            run.append((plot.px(x), low_y, high_y))
+    parts: list[str] = []
+    run: list[tuple[float, float, float]] = []
+    for x, low, high in [*chart.band, (math.nan, None, None)]:
+        if low is not None and high is not None:
+            run.append((plot.px(x), plot.py(low), plot.py(high)))
             continue
         if run:
             if len(run) == 1:  # one point: a short bar
@@ -252,13 +245,13 @@ def _band(plot: _Plot, chart: Chart) -> list[str]:
 
 
 def _rule(plot: _Plot, chart: Chart) -> list[str]:
-    y = None if chart.rule is None else plot.py(chart.rule)
-    if y is None:
+    if chart.rule is None:
         return []
+    y = plot.py(chart.rule)
     return [
-        f'<line class="rule" x1="{LEFT}" x2="{LEFT + plot.w:.1f}" y1="{y:.1f}" y2="{y:.1f}" '
+        f'<line class="rule" x1="{LEFT}" x2="{LEFT + PLOT_W}" y1="{y:.1f}" y2="{y:.1f}" '
         f'stroke="{RULE}" stroke-dasharray="5 4"/>',
-        _text(LEFT + plot.w - 4, y - 4, chart.rule_label, "end", "axis"),
+        _text(LEFT + PLOT_W - 4, y - 4, chart.rule_label, "end", "axis"),
     ]
 
 
@@ -266,23 +259,22 @@ def _line(plot: _Plot, chart: Chart) -> list[str]:
     """The line as one polyline per run of drawable points, dots on each point."""
     parts: list[str] = []
     run: list[tuple[float, float]] = []
-    points = [*sorted(chart.line, key=lambda p: p[0]), (math.nan, None)]
-    for x, y in points:
-        py = None if y is None else plot.py(y)
-        if _finite(x) and py is not None:
+    for x, y in [*chart.line, (math.nan, None)]:
+        if y is not None:
+            px, py = plot.px(x), plot.py(y)
             if chart.step and run:
-                run.append((plot.px(x), run[-1][1]))
-            run.append((plot.px(x), py))
+                run.append((px, run[-1][1]))
+            run.append((px, py))
             continue
         if run:
-            joined = " ".join(f"{px:.1f},{py_:.1f}" for px, py_ in run)
+            joined = " ".join(f"{px:.1f},{py:.1f}" for px, py in run)
             parts.append(
                 f'<polyline class="line" points="{joined}" fill="none" stroke="{LINE}" '
                 'stroke-width="1.6"/>'
             )
             parts += [
-                f'<circle class="point" cx="{px:.1f}" cy="{py_:.1f}" r="2" fill="{LINE}"/>'
-                for px, py_ in run[:: 2 if chart.step else 1]
+                f'<circle class="point" cx="{px:.1f}" cy="{py:.1f}" r="2" fill="{LINE}"/>'
+                for px, py in run[:: 2 if chart.step else 1]
             ]
         run = []
     return parts
@@ -291,44 +283,45 @@ def _line(plot: _Plot, chart: Chart) -> list[str]:
 def _mark(plot: _Plot, mark: Mark) -> str:
     colour, shape, _ = KINDS.get(mark.kind, (INK, "circle", mark.kind))
     x = plot.px(mark.x)
-    py = None if mark.y is None else plot.py(mark.y)
-    y = TOP + SIZE + 1 if py is None else py
-    kind = html.escape(mark.kind if mark.kind in KINDS else "other")
+    y = TOP + SIZE + 1 if mark.y is None else plot.py(mark.y)
+    kind = mark.kind if mark.kind in KINDS else "other"
+    fill = f'fill="{colour}" stroke="#ffffff" stroke-width="1"'
     return (
         f'<g class="mark {kind}"><title>{html.escape(mark.label)}</title>'
-        f"{_shape(shape, x, y, colour)}</g>"
+        f'<path d="M{x:.1f},{y:.1f}{_SHAPES[shape]}" {fill}/></g>'
     )
 
 
-def _shape(shape: str, x: float, y: float, colour: str) -> str:
-    s = SIZE
-    fill = f'fill="{colour}" stroke="#ffffff" stroke-width="1"'
-    if shape == "circle":
-        return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{s - 1:.1f}" {fill}/>'
-    if shape == "square":
-        side = f'width="{2 * s - 2:.1f}" height="{2 * s - 2:.1f}"'
-        return f'<rect x="{x - s + 1:.1f}" y="{y - s + 1:.1f}" {side} {fill}/>'
+def _outline(corners: list[tuple[float, float]]) -> str:
+    """A closed shape's path from its first corner (where ``M`` puts the pen), each
+    next corner relative to the one before: the same string for every mark."""
+    pairs = itertools.pairwise(corners)
+    steps = [f"l{bx - ax:.1f},{by - ay:.1f}" for (ax, ay), (bx, by) in pairs]
+    return "".join(steps) + "z"
+
+
+def _shapes(s: float) -> dict[str, str]:
+    """Each shape as the path that draws it around its mark's point, from that point
+    (the pen moves to the first corner first)."""
     corners = {
         "up": [(0, -s - 1), (s + 1, s), (-s - 1, s)],
         "down": [(0, s + 1), (s + 1, -s), (-s - 1, -s)],
         "diamond": [(0, -s - 1), (s + 1, 0), (0, s + 1), (-s - 1, 0)],
+        "square": [(-s + 1, -s + 1), (s - 1, -s + 1), (s - 1, s - 1), (-s + 1, s - 1)],
         "cross": [
-            (-s, -s + 2.5),
-            (-s + 2.5, -s),
-            (0, -2.5),
-            (s - 2.5, -s),
-            (s, -s + 2.5),
-            (2.5, 0),
-            (s, s - 2.5),
-            (s - 2.5, s),
-            (0, 2.5),
-            (-s + 2.5, s),
-            (-s, s - 2.5),
-            (-2.5, 0),
+            (-s, -s + 2.5), (-s + 2.5, -s), (0, -2.5), (s - 2.5, -s), (s, -s + 2.5), (2.5, 0),
+            (s, s - 2.5), (s - 2.5, s), (0, 2.5), (-s + 2.5, s), (-s, s - 2.5), (-2.5, 0),
         ],
-    }[shape]
-    points = " ".join(f"{x + dx:.1f},{y + dy:.1f}" for dx, dy in corners)
-    return f'<polygon points="{points}" {fill}/>'
+    }  # fmt: skip
+    paths = {name: f"m{c[0][0]:.1f},{c[0][1]:.1f}{_outline(c)}" for name, c in corners.items()}
+    r = s - 1  # a circle: two arcs through its left and right points
+    paths["circle"] = (
+        f"m{-r:.1f},0a{r:.1f},{r:.1f} 0 1,0 {2 * r:.1f},0a{r:.1f},{r:.1f} 0 1,0 {-2 * r:.1f},0z"
+    )
+    return paths
+
+
+_SHAPES = _shapes(SIZE)
 
 
 def _text(x: float, y: float, text: str, anchor: str, kind: str) -> str:
@@ -339,7 +332,10 @@ def _text(x: float, y: float, text: str, anchor: str, kind: str) -> str:
 
 
 def _finite(value: float | None) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """A float that is a number (inf - inf and NaN - NaN are NaN), or an int; not None,
+    not a bool (its class is bool): the check runs for every value of every chart."""
+    cls = value.__class__
+    return (cls is float and value - value == 0.0) or cls is int  # type: ignore[operator]
 
 
 def _clock(when: float, span: float) -> str:

@@ -7,10 +7,15 @@ import json
 import re
 import struct
 import zlib
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
+
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.metrics.last_run import from_error
+from genesis_fp16.metrics.run_history import GateMark, RunEntry, append_run
 
 # An agent name cannot carry markup ([a-z][a-z0-9_]{0,63}: genesis_fp16/config/agent_names.py);
 # a folder beside the agents' named with some is no agent's, and the report leaves it out.
@@ -51,9 +56,21 @@ def seed_hostile_agent(state_dir: Path) -> Path:
         "scores": {"auc": 0.9113, "log_loss": 0.31},
         "live": {"auc": 0.87, "window": {"records": 412}},
     }
-    pointer = {"version": 1, "served": served, "history": [], "pinned": True}
+    rollback = {"seq": 1, "kind": "rollback", "at_s": 1_700_000_100.0, "served": HOSTILE_MODEL,
+                "dropped": HOSTILE_REASON, "reason": HOSTILE_REASON}  # fmt: skip
+    pointer = {"version": 1, "served": served, "history": [], "pinned": True, "sequence": 1,
+               "journal": [rollback]}  # fmt: skip
     (root / "checkpoints" / "served.json").write_text(json.dumps(pointer))
+    _seed_hostile_history(AgentPaths(root))
     return root
+
+
+def _seed_hostile_history(paths: AgentPaths) -> None:
+    """A run in the history with a hostile reason, candidate id and drift warning."""
+    run = from_error("failed", HOSTILE_REASON, 2.0, "daemon")
+    gate = GateMark("rejected", "auc", HOSTILE_REASON, 0.6, 0.7, HOSTILE_MODEL, HOSTILE_MODEL)
+    append_run(paths, RunEntry(replace(run, finished_at=1_700_000_000.0), gate=gate,
+                               drift=HOSTILE_REASON, precision_reason=HOSTILE_REASON))  # fmt: skip
 
 
 class _Rows(HTMLParser):

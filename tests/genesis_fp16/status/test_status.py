@@ -3,6 +3,7 @@ a foreground run owns, unreadable state files, and a hostile agent's text."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import subprocess
@@ -180,6 +181,10 @@ def test_page_shows_hostile_text_escaped_and_the_text_rows(tmp_path: Path) -> No
     assert ("live", "auc 0.87, window.records 412") in hostile
     assert ("pinned", "pinned") in hostile
     assert ("quality", "auc 0.9113, log_loss 0.31") in hostile
+    # The history's texts too: the runs table's reason, the marks' titles, the drift row.
+    assert any(label == "drift" and value.startswith(HOSTILE_REASON) for label, value in hostile)
+    assert page.count(html.escape(HOSTILE_REASON)) >= 4  # why, drift, runs table, marks
+    assert "rolled back to &lt;b&gt;bold&lt;/b&gt;" in page
 
 
 def test_the_report_is_bounded(tmp_path: Path) -> None:
