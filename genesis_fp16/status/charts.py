@@ -116,12 +116,14 @@ def scale_chart(history: AgentHistory) -> Chart:
     )
 
 
-def watch_chart(history: AgentHistory, now: float) -> Chart:
+def watch_chart(history: AgentHistory) -> Chart:
     """The live watch's difference, its bounds and margin; regressions marked. The
-    pointer's figures now are the last point when no run reported them."""
+    pointer's figures now are the last point (at the time the watch wrote them) when no
+    run reported them."""
     points = [(e.run.finished_at, e.live) for e in history.runs if e.live is not None]
-    if history.live_now is not None and (not points or points[-1][1] != history.live_now):
-        points.append((now, history.live_now))
+    now, at = history.live_now, history.live_at
+    if now is not None and at is not None and (not points or points[-1][1] != now):
+        points.append((at, now))
     marks = []
     for at, live in points:
         if live.rolled_back or live.regression:

@@ -19,9 +19,12 @@ A source that cannot be read is a problem line on the page; its part stays empty
 
 from __future__ import annotations
 
+import calendar
 import math
 import os
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from genesis_fp16.config.paths import AgentPaths
@@ -29,6 +32,7 @@ from genesis_fp16.metrics.run_history import (
     HistoryUnreadable,
     LiveMark,
     RunEntry,
+    history_path,
     load_history,
     score_name,
     score_of,
@@ -69,13 +73,58 @@ class AgentHistory:
     metric: str | None = None
     metric_set: str | None = None
     live_now: LiveMark | None = None
+    live_at: float | None = None
     quarantine_file: str | None = None
     unreadable: int = 0
 
 
+# The last history built per agent folder, by what it was built from (the history file's
+# and the quarantine folder's stat, the pointer's parts it reads): a page asked for again
+# with nothing changed reads no history line again, and draws nothing again (past.py
+# keeps the drawing by the history object). Bounded: cleared past CACHE_AGENTS folders.
+CACHE_AGENTS = 256
+_CACHE: dict[str, tuple[tuple[Any, ...], AgentHistory, tuple[str, ...]]] = {}
+
+
 def gather_history(paths: AgentPaths, pointer: Any) -> tuple[AgentHistory, list[str]]:
     """The agent's history, from its folder and the pointer's JSON as already read
-    (``pointer``: None when there is none or it could not be read); and its problems."""
+    (``pointer``: None when there is none or it could not be read); and its problems.
+    The same object as the last call's for the folder when nothing it reads changed."""
+    pointer = pointer if isinstance(pointer, dict) else {}
+    key = _source_key(paths, pointer)  # each stat taken before its file is read
+    cached = _CACHE.get(str(paths.root))
+    if cached is not None and cached[0] == key:
+        return cached[1], list(cached[2])
+    history, problems = _build_history(paths, pointer)
+    if len(_CACHE) >= CACHE_AGENTS:
+        _CACHE.clear()
+    _CACHE[str(paths.root)] = (key, history, tuple(problems))
+    return history, problems
+
+
+def _source_key(paths: AgentPaths, pointer: dict[str, Any]) -> tuple[Any, ...]:
+    """What a history is built from, in a form that changes when any of it does: the
+    history file's and the quarantine folder's identity, size and time (an append
+    changes the size, a compaction the inode, a new quarantine file the folder's time),
+    and the pointer's journal number and served entry (its live figures change alone)."""
+    served = pointer.get("served")
+    return (
+        _stat_key(history_path(paths)),
+        _stat_key(paths.quarantine_dir),
+        pointer.get("sequence"),
+        repr(served) if isinstance(served, dict) else None,
+    )
+
+
+def _stat_key(path: Path) -> tuple[int, int, int] | None:
+    try:
+        info = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return info.st_ino, info.st_size, info.st_mtime_ns
+
+
+def _build_history(paths: AgentPaths, pointer: dict[str, Any]) -> tuple[AgentHistory, list[str]]:
     problems: list[str] = []
     try:
         found = load_history(paths, CHART_RUNS)
@@ -85,7 +134,6 @@ def gather_history(paths: AgentPaths, pointer: Any) -> tuple[AgentHistory, list[
         problems.append(f"run history unreadable: {exc}")
     if unreadable:
         problems.append(f"run history: {unreadable} line(s) unreadable, skipped")
-    pointer = pointer if isinstance(pointer, dict) else {}
     metric, metric_set = _metric(runs, pointer)
     scores = _scores_by_id(pointer, runs, metric)
     history = AgentHistory(
@@ -94,6 +142,7 @@ def gather_history(paths: AgentPaths, pointer: Any) -> tuple[AgentHistory, list[
         metric=metric,
         metric_set=metric_set,
         live_now=_live_now(pointer),
+        live_at=_live_at(pointer),
         quarantine_file=_newest_quarantine(paths),
         unreadable=unreadable,
     )
@@ -179,6 +228,17 @@ def _live_now(pointer: dict[str, Any]) -> LiveMark | None:
         regression=live.get("regression") is True,
         rolled_back=live.get("rolled_back") is True,
     )
+
+
+def _live_at(pointer: dict[str, Any]) -> float | None:
+    """When the watch wrote the pointer's live figures (their ``updated_at``)."""
+    served = pointer.get("served")
+    live = served.get("live") if isinstance(served, dict) else None
+    stamp = live.get("updated_at") if isinstance(live, dict) else None
+    try:
+        return float(calendar.timegm(time.strptime(str(stamp), "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return None
 
 
 def _newest_quarantine(paths: AgentPaths) -> str | None:

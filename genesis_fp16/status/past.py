@@ -5,7 +5,7 @@ as a table and three charts (:mod:`genesis_fp16.status.charts`). One function pe
 so a later part is one more function::
 
     rows = past_rows(agent.history, now)          # (label, value) rows, text and page
-    html = agent_past_html(agent, now)            # the runs table and the charts
+    html = agent_past_html(agent)                 # the runs table and the charts
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import html
 
 from genesis_fp16.metrics.run_history import RunEntry
 from genesis_fp16.status.charts import quality_chart, scale_chart, watch_chart
-from genesis_fp16.status.history import TABLE_RUNS, AgentHistory, last_drift
+from genesis_fp16.status.history import CACHE_AGENTS, TABLE_RUNS, AgentHistory, last_drift
 from genesis_fp16.status.report import AgentStatus
 from genesis_fp16.status.svg import Chart, draw_chart, legend
 from genesis_fp16.status.when import clock, span, when
@@ -75,13 +75,25 @@ def _runs(history: AgentHistory) -> str:
     return "the last run" if count == 1 else f"the last {count} runs"
 
 
-def agent_past_html(agent: AgentStatus, now: float) -> list[str]:
+# The last drawing per agent, by the history object it drew: gather_history hands the
+# same object back while nothing it reads changed. Bounded like its cache.
+_DRAWN: dict[str, tuple[AgentHistory, list[str]]] = {}
+
+
+def agent_past_html(agent: AgentStatus) -> list[str]:
     """The page's runs table and charts for ``agent`` (nothing before its first run or
-    served model)."""
+    served model); drawn again only when its history changed."""
     history = agent.history
     if not history.runs and not history.transitions:
         return []
-    return [*runs_table(history.runs), *charts_html(history, now)]
+    drawn = _DRAWN.get(agent.name)
+    if drawn is not None and drawn[0] is history:
+        return drawn[1]
+    parts = [*runs_table(history.runs), *charts_html(history)]
+    if len(_DRAWN) >= CACHE_AGENTS:
+        _DRAWN.clear()
+    _DRAWN[agent.name] = (history, parts)
+    return parts
 
 
 def runs_table(runs: tuple[RunEntry, ...]) -> list[str]:
@@ -109,12 +121,12 @@ def runs_table(runs: tuple[RunEntry, ...]) -> list[str]:
     return parts
 
 
-def charts_html(history: AgentHistory, now: float) -> list[str]:
+def charts_html(history: AgentHistory) -> list[str]:
     """The three charts, each with its legend of the marks it can hold."""
     charts: list[tuple[Chart, tuple[str, ...]]] = [
         (quality_chart(history), ("promoted", "rejected", "held", "rolled_back", "repair")),
         (scale_chart(history), ("demoted",)),
-        (watch_chart(history, now), ("regression", "rolled_back")),
+        (watch_chart(history), ("regression", "rolled_back")),
     ]
     parts = ['<div class="charts">']
     for chart, kinds in charts:

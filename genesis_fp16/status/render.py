@@ -89,7 +89,7 @@ def render_html(report: StatusReport) -> bytes:
         ]
         parts.append("</table>")
         if section.agent is not None:
-            parts += agent_past_html(section.agent, report.generated_at)
+            parts += agent_past_html(section.agent)
         parts.append("</section>")
     parts.append("</body></html>\n")
     return "\n".join(parts).encode("utf-8")

@@ -23,6 +23,7 @@ from status_pages import (
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.metrics.last_run import REASON_CHARS, from_error, load_last_run, save_last_run
+from genesis_fp16.metrics.run_history import append_run, entry_of
 from genesis_fp16.service.state_lock import hold_state_folder
 from genesis_fp16.status.render import render_html, render_text
 from genesis_fp16.status.report import (
@@ -204,3 +205,18 @@ def test_a_long_reason_is_kept_to_one_bounded_line(tmp_path: Path) -> None:
     record = load_last_run(paths)
     assert record is not None and record.reason.startswith("line one line two xx")
     assert len(record.reason) == REASON_CHARS and "\n" not in record.reason
+
+
+def test_an_unchanged_history_is_not_read_or_drawn_again(tmp_path: Path) -> None:
+    """A second page over an unchanged folder reuses the agent's history (the same
+    object, its drawing with it); a run appended since is on the next page."""
+    seed_hostile_agent(tmp_path)
+    first = gather_status(tmp_path, [], IDLE, _no_schedule, now=1_800_000_000.0)
+    again = gather_status(tmp_path, [], IDLE, _no_schedule, now=1_800_000_000.0)
+    assert again.agents[0].history is first.agents[0].history
+    assert render_html(again) == render_html(first)
+    paths = AgentPaths(tmp_path / "agents" / HOSTILE_AGENT)
+    append_run(paths, entry_of(None, from_error("failed", "the newest run", 1.0, "daemon")))
+    later = gather_status(tmp_path, [], IDLE, _no_schedule)
+    assert [e.run.reason for e in later.agents[0].history.runs][-1] == "the newest run"
+    assert "the newest run" in render_html(later).decode()

@@ -165,8 +165,9 @@ def test_the_watch_chart_draws_the_bounds_margin_and_a_rollback() -> None:
     marked; the pointer's figures now are one more point."""
     live = LiveMark(0.02, -0.01, 0.05, 0.03, 120, False, False)
     worse = LiveMark(0.09, 0.05, 0.13, 0.03, 300, True, True)
-    history = AgentHistory(runs=(_run(10.0, live=live), _run(20.0, live=worse)), live_now=live)
-    chart = watch_chart(history, now=30.0)
+    runs = (_run(10.0, live=live), _run(20.0, live=worse))
+    history = AgentHistory(runs=runs, live_now=live, live_at=30.0)
+    chart = watch_chart(history)
     assert [x for x, _ in chart.line] == [10.0, 20.0, 30.0] and chart.rule == 0.03
     root = _tree(draw_chart(chart))
     assert len(list(root.iter(f"{NS}polygon"))) == 1  # the band: three points in one
