@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import os
 import stat
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,6 @@ import structlog
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.metrics.last_run import LastRun, from_error, from_result, save_last_run
-from genesis_fp16_infrastructure.atomic import write_atomic
 from genesis_fp16_infrastructure.contract import TrainResult
 from genesis_fp16_infrastructure.contract.reports import GateReport, ScoresOn
 
@@ -258,7 +258,18 @@ def _compact(path: Path) -> None:
     data = _tail(path, READ_BYTES)
     lines = [line for line in data.split(b"\n") if line.strip()][-KEEP:]
     kept = b"".join(line + b"\n" for line in lines)
-    write_atomic(path, lambda handle: handle.write(kept))
+    # A temp file beside it, synced, renamed over it: a reader or a kill finds the old
+    # file or the new one. (Not the library's writer: the daemon's seam stays as narrow.)
+    fd, temp = tempfile.mkstemp(prefix=".tmp-", suffix=".jsonl", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(kept)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
 
 
 def load_history(paths: AgentPaths, last: int = KEEP) -> RunHistory:
