@@ -102,7 +102,8 @@ def runs_table(runs: tuple[RunEntry, ...]) -> list[str]:
         return []
     e = html.escape
     head = "".join(f"<th>{h}</th>" for h in ("ended", "outcome", "precision", "steps", "why"))
-    parts = [f"<h3>last {min(len(runs), TABLE_RUNS)} runs</h3>", '<table class="runs">']
+    shown = min(len(runs), TABLE_RUNS)
+    parts = [f"<h3>last {shown} run{'s' if shown > 1 else ''}</h3>", '<table class="runs">']
     parts.append(f"<thead><tr>{head}</tr></thead><tbody>")
     for entry in reversed(runs[-TABLE_RUNS:]):
         run = entry.run

@@ -220,3 +220,22 @@ def test_an_unchanged_history_is_not_read_or_drawn_again(tmp_path: Path) -> None
     later = gather_status(tmp_path, [], IDLE, _no_schedule)
     assert [e.run.reason for e in later.agents[0].history.runs][-1] == "the newest run"
     assert "the newest run" in render_html(later).decode()
+
+
+def test_a_real_train_leaves_its_run_in_the_history_and_on_the_chart(
+    trained: tuple[Path, dict[str, object]],
+) -> None:
+    """After a real `train rlhf_ppo`, its history holds the run (the gate's first-model
+    promotion, its loss, the precision's reason) and the page marks the promotion on the
+    served model's loss chart; `status` prints the precision's cause."""
+    folder, run = trained
+    report = gather_status(folder / "state", ["rlhf_ppo"], IDLE, _no_schedule)
+    (agent,) = [a for a in report.agents if a.name == "rlhf_ppo"]
+    (entry,) = agent.history.runs
+    assert entry.gate is not None and entry.gate.outcome == "promoted"
+    assert entry.gate.metric == "loss" and entry.gate.candidate is not None
+    assert entry.precision_reason == run["precision_reason"]
+    page = render_html(report).decode()
+    assert page.count('class="mark promoted"') == 1 and "<h3>last 1 run</h3>" in page
+    rows = dict(text_rows(_cli(folder, "status")))["rlhf_ppo"]
+    assert ("precision", f"fp32: {run['precision_reason']}") in rows
