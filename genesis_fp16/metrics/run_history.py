@@ -81,13 +81,12 @@ class LiveMark(msgspec.Struct, frozen=True):
 
 
 class RunEntry(msgspec.Struct, frozen=True):
-    """One finished run as the history keeps it: its last-run record, why it trained in
-    its precision, its loss scale and skipped steps, the guard's demotions (one line
+    """One finished run as the history keeps it: its last-run record (why it trained in
+    its precision too), its loss scale and skipped steps, the guard's demotions (one line
     each), the records it quarantined, the drift warning (None: none flagged), the gate's
     verdict and the live watch's figures."""
 
     run: LastRun
-    precision_reason: str | None = None
     loss_scale: float | None = None
     skipped_steps: int | None = None
     demotions: tuple[str, ...] = ()
@@ -120,7 +119,6 @@ def entry_of(result: TrainResult | None, record: LastRun) -> RunEntry:
     drift = result.drift
     return RunEntry(
         run=record,
-        precision_reason=_cut(result.precision_reason, 400),
         loss_scale=_finite(result.loss_scale),
         skipped_steps=result.skipped_steps,
         demotions=demotions,

@@ -1,5 +1,5 @@
-"""An agent's past on the status page: the rows that say it in words (the precision's
-cause, a demotion, the quarantined records, the last drift warning), shown by
+"""An agent's past on the status page: the rows that say it in words (the last run's
+demotions, the quarantined records, the last drift warning), shown by
 ``genesis-fp16 status`` too, and what the page alone draws below them: the last runs
 as a table and three charts (:mod:`genesis_fp16.status.charts`). One function per part,
 so a later part is one more function::
@@ -36,17 +36,9 @@ def past_rows(history: AgentHistory, now: float) -> list[Row]:
 
 
 def _precision_rows(history: AgentHistory) -> list[Row]:
-    """Why the last run trained in its precision (the reason it carries: the rollback
-    switch, the guard's memory, a measured ``auto``'s timings), and its demotions."""
-    last = history.runs[-1]
-    run = last.run
-    if run.precision is None:
-        return []
-    requested = run.precision_requested
-    asked = f" (asked {requested})" if requested and requested != run.precision else ""
-    rows = [("precision", f"{run.precision}{asked}: {last.precision_reason or 'not reported'}")]
-    rows += [("demoted", demotion) for demotion in last.demotions]
-    return rows
+    """The last run's demotions, one row each (why it trained in its precision is the
+    last run's own row: the rollback switch, the guard's memory, a measured ``auto``)."""
+    return [("demoted", demotion) for demotion in history.runs[-1].demotions]
 
 
 def _quarantine_row(history: AgentHistory) -> Row:

@@ -63,7 +63,7 @@ def test_a_run_with_its_reports_reads_back(tmp_path: Path) -> None:
     save_run(paths, from_result(result, 2.0, "daemon"), result)
     (entry,) = load_history(paths).entries
     assert entry.run == load_last_run(paths)
-    assert entry.precision_reason == "the guard's memory: fp16 demoted"
+    assert entry.run.precision_reason == "the guard's memory: fp16 demoted"
     assert (entry.loss_scale, entry.skipped_steps, entry.quarantined) == (1024.0, 3, 2)
     assert entry.demotions == ("fp16 to bf16 at step 12: overflow_rate",)
     assert entry.drift == "drift flagged: features reward"

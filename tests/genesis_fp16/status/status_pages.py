@@ -67,10 +67,12 @@ def seed_hostile_agent(state_dir: Path) -> Path:
 
 def _seed_hostile_history(paths: AgentPaths) -> None:
     """A run in the history with a hostile reason, candidate id and drift warning."""
-    run = from_error("failed", HOSTILE_REASON, 2.0, "daemon")
+    run = replace(
+        from_error("failed", HOSTILE_REASON, 2.0, "daemon"), precision_reason=HOSTILE_REASON
+    )
     gate = GateMark("rejected", "auc", HOSTILE_REASON, 0.6, 0.7, HOSTILE_MODEL, HOSTILE_MODEL)
     append_run(paths, RunEntry(replace(run, finished_at=1_700_000_000.0), gate=gate,
-                               drift=HOSTILE_REASON, precision_reason=HOSTILE_REASON))  # fmt: skip
+                               drift=HOSTILE_REASON))  # fmt: skip
 
 
 class _Rows(HTMLParser):
