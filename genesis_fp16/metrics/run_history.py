@@ -8,8 +8,8 @@ warnings and the live watch's figures. So the step that records a run
 ``<state_dir>/agents/<agent>/run_history.jsonl``::
 
     save_run(paths, record, result)    # last_run.json, and one JSON line at the end
-    history = load_history(paths)                  # oldest first, at most KEEP entries
-    history.entries[-1].run.outcome                # 'success'
+    history = load_history(paths)      # oldest first, at most KEEP entries
+    history.entries[-1].run.outcome    # 'success'
 
 Bounded both ways. A line is at most LINE_BYTES (longer fields are cut before it is
 written). When the file passes COMPACT_BYTES it is rewritten with its newest KEEP
