@@ -18,7 +18,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from genesis_fp16.config.agent_names import is_agent_name
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.metrics.last_run import LastRun, LastRunUnreadable, load_last_run
 from genesis_fp16.metrics.last_success import LastSuccessStore, LastSuccessUnreadable
+from genesis_fp16.status.history import AgentHistory, gather_history
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import AGENTS_FOLDER, SERVED_POINTER
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
@@ -97,7 +98,8 @@ class NextRun:
 class AgentStatus:
     """One agent: ``installed`` (a plugin of that name is installed and allowed), its
     served model (None: none served yet), last run (None: none recorded), last success
-    time, next run, and the state files that could not be read."""
+    time, next run, the state files that could not be read, and its recent past (the
+    runs, the served model's changes: :mod:`genesis_fp16.status.history`)."""
 
     name: str
     installed: bool
@@ -106,6 +108,7 @@ class AgentStatus:
     last_success_at: float | None
     next_run: NextRun
     problems: tuple[str, ...] = ()
+    history: AgentHistory = field(default_factory=AgentHistory)
 
 
 @dataclass(frozen=True)
@@ -169,29 +172,39 @@ def gather_agent(state_dir: Path, name: str, installed: bool, next_run: NextRun)
         last_success = LastSuccessStore(state_dir).load(name)
     except LastSuccessUnreadable as exc:
         last_success, problems = None, [*problems, str(exc)]
+    served, pointer = read_served(paths)
+    history, more = gather_history(paths, pointer)
     return AgentStatus(
         name=_cut(name),
         installed=installed,
-        served=read_served(paths),
+        served=served,
         last_run=last_run,
         last_success_at=last_success,
         next_run=next_run,
-        problems=tuple(_cut(p) for p in problems),
+        problems=tuple(_cut(p) for p in [*problems, *more]),
+        history=history,
     )
 
 
-def read_served(paths: AgentPaths) -> ServedModel | None:
-    """The served-model pointer's entry (None: no pointer, nothing served yet)."""
+def read_served(paths: AgentPaths) -> tuple[ServedModel | None, Any]:
+    """The served-model pointer's entry (None: no pointer, nothing served yet), and the
+    pointer's JSON as read (None: none, or unreadable) for the agent's history."""
     path = pointer_path(paths.checkpoint_dir)
     try:
         data = files.read_json(path, SERVED_POINTER)  # a look: the daemon sets it aside
         if data is None and aside_path(paths.checkpoint_dir).exists():
             repair = REPAIR.replace("AGENT", paths.root.name)
-            return ServedModel(error=_cut(f"served-model pointer unusable, set aside: {repair}"))
+            error = _cut(f"served-model pointer unusable, set aside: {repair}")
+            return ServedModel(error=error), None
         if data is None:
-            return _newest_checkpoint(paths)
+            return _newest_checkpoint(paths), None
     except files.UnusableStateFile as exc:
-        return ServedModel(error=_cut(f"served-model pointer unreadable: {exc}"))
+        return ServedModel(error=_cut(f"served-model pointer unreadable: {exc}")), None
+    return _served_entry(path, data), data
+
+
+def _served_entry(path: Path, data: Any) -> ServedModel:
+    """The pointer's served entry, its fields cut to a line each."""
     served = data.get("served") if isinstance(data, dict) else None
     if not isinstance(served, dict):
         return ServedModel(error=_cut(f"served-model pointer {path} names no served model"))

@@ -9,12 +9,13 @@ holds for longer than a dictionary copy (the scheduler's job list, the running s
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
+
+import msgspec
 
 from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.settings import Settings, parse_schedule
@@ -124,4 +125,6 @@ def _every(schedule: str) -> str:
 
 
 def _json(report: StatusReport) -> bytes:
-    return json.dumps(report.to_json(), allow_nan=False).encode("utf-8")
+    """The report as JSON, encoded straight from its records (a number that is not
+    finite, which the report never keeps, would be ``null``)."""
+    return msgspec.json.encode(report)

@@ -3,6 +3,7 @@ a foreground run owns, unreadable state files, and a hostile agent's text."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -23,6 +24,7 @@ from status_pages import (
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.metrics.last_run import REASON_CHARS, from_error, load_last_run, save_last_run
+from genesis_fp16.metrics.run_history import append_run, entry_of
 from genesis_fp16.service.state_lock import hold_state_folder
 from genesis_fp16.status.render import render_html, render_text
 from genesis_fp16.status.report import (
@@ -181,6 +183,10 @@ def test_page_shows_hostile_text_escaped_and_the_text_rows(tmp_path: Path) -> No
     assert ("live", "auc 0.87, window.records 412") in hostile
     assert ("pinned", "pinned") in hostile
     assert ("quality", "auc 0.9113, log_loss 0.31") in hostile
+    # The history's texts too: the runs table's reason, the marks' titles, the drift row.
+    assert any(label == "drift" and value.startswith(HOSTILE_REASON) for label, value in hostile)
+    assert page.count(html.escape(HOSTILE_REASON)) >= 4  # why, drift, runs table, marks
+    assert "rolled back to &lt;b&gt;bold&lt;/b&gt;" in page
 
 
 def test_the_report_is_bounded(tmp_path: Path) -> None:
@@ -200,3 +206,37 @@ def test_a_long_reason_is_kept_to_one_bounded_line(tmp_path: Path) -> None:
     record = load_last_run(paths)
     assert record is not None and record.reason.startswith("line one line two xx")
     assert len(record.reason) == REASON_CHARS and "\n" not in record.reason
+
+
+def test_an_unchanged_history_is_not_read_or_drawn_again(tmp_path: Path) -> None:
+    """A second page over an unchanged folder reuses the agent's history (the same
+    object, its drawing with it); a run appended since is on the next page."""
+    seed_hostile_agent(tmp_path)
+    first = gather_status(tmp_path, [], IDLE, _no_schedule, now=1_800_000_000.0)
+    again = gather_status(tmp_path, [], IDLE, _no_schedule, now=1_800_000_000.0)
+    assert again.agents[0].history is first.agents[0].history
+    assert render_html(again) == render_html(first)
+    paths = AgentPaths(tmp_path / "agents" / HOSTILE_AGENT)
+    append_run(paths, entry_of(None, from_error("failed", "the newest run", 1.0, "daemon")))
+    later = gather_status(tmp_path, [], IDLE, _no_schedule)
+    assert [e.run.reason for e in later.agents[0].history.runs][-1] == "the newest run"
+    assert "the newest run" in render_html(later).decode()
+
+
+def test_a_real_train_leaves_its_run_in_the_history_and_on_the_chart(
+    trained: tuple[Path, dict[str, object]],
+) -> None:
+    """After a real `train rlhf_ppo`, its history holds the run (the gate's first-model
+    promotion, its loss, the precision's reason) and the page marks the promotion on the
+    served model's loss chart; `status` prints the precision's cause."""
+    folder, run = trained
+    report = gather_status(folder / "state", ["rlhf_ppo"], IDLE, _no_schedule)
+    (agent,) = [a for a in report.agents if a.name == "rlhf_ppo"]
+    (entry,) = agent.history.runs
+    assert entry.gate is not None and entry.gate.outcome == "promoted"
+    assert entry.gate.metric == "loss" and entry.gate.candidate is not None
+    assert entry.run.precision_reason == run["precision_reason"]
+    page = render_html(report).decode()
+    assert page.count('class="mark promoted"') == 1 and "<h3>last 1 run</h3>" in page
+    rows = dict(text_rows(_cli(folder, "status")))["rlhf_ppo"]
+    assert ("precision", run["precision_reason"]) in rows
