@@ -103,7 +103,7 @@ def _test(d: np.ndarray, span: float, margin: float, alpha: float) -> dict[str, 
         "upper": round(bounds.upper, 6),
         "alpha": alpha,
         "evidence": float(f"{evidence:.6g}"),
-        "records_needed": records_needed(bounds, margin),
+        "records_needed": records_needed(bounds, float(d.std()) if len(d) else math.nan, margin),
         "regression": bool(bounds.lower > margin),
     }
 
