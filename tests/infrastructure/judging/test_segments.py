@@ -37,7 +37,7 @@ def test_a_regression_on_one_agent_is_found_although_the_mean_is_within_the_marg
     decides."""
     d, names = _mixed(1200, 1.0, seed=1, others=-0.2)
     figures = segments.judge(d, names, SPAN, MARGIN, ALPHA)
-    harmed = [s for s in figures["segments"] if s["name"] == "se_darwin"][0]
+    harmed = next(s for s in figures["segments"] if s["name"] == "se_darwin")
     assert figures["lower"] <= MARGIN and harmed["regression"] and figures["regression"]
     assert harmed["records"] == 200 and harmed["alpha"] == ALPHA / (2 * segments.SLOTS)
     assert harmed["evidence"] >= 1 / harmed["alpha"] and harmed["records_needed"] == 0
