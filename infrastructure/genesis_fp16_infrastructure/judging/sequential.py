@@ -127,7 +127,7 @@ def records_needed(bounds: MeanBounds, spread: float, margin: float) -> int | No
     already passed it; None with no records, or a mean at the margin (never, at this mean).
 
     >>> records_needed(MeanBounds(400, 0.05, 0.0, 0.1, 0.05), spread=0.4, margin=0.01)
-    352
+    775
     """
     gap = abs(bounds.mean - margin)
     if bounds.count == 0 or gap == 0 or math.isnan(gap) or math.isnan(spread):
