@@ -29,6 +29,7 @@ from genesis_fp16.config.agent_names import is_agent_name
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.metrics.last_run import LastRun, LastRunUnreadable, load_last_run
 from genesis_fp16.metrics.last_success import LastSuccessStore, LastSuccessUnreadable
+from genesis_fp16.metrics.live_metrics import watch_state
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import AGENTS_FOLDER, SERVED_POINTER
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
@@ -82,6 +83,8 @@ class ServedModel:
     live: dict[str, Any] | None = None
     pinned: str | None = None
     error: str | None = None
+    # The live watch: watched or not (state, reason, since, limit: live_metrics.watch_state)
+    watch: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,7 @@ def gather_status(
     daemon: DaemonStatus,
     schedule: Schedule,
     now: float | None = None,
+    idle_seconds: float = 86400.0,
 ) -> StatusReport:
     """The report for ``state_dir``: every installed agent and every agent with a folder
     there (a model outlives its plugin), at most :data:`MAX_AGENTS` of them."""
@@ -145,7 +149,8 @@ def gather_status(
     names = sorted(installed | set(_agent_folders(state_dir)))
     shown = names[:MAX_AGENTS]
     agents = tuple(
-        gather_agent(state_dir, name, name in installed, schedule(name)) for name in shown
+        gather_agent(state_dir, name, name in installed, schedule(name), idle_seconds)
+        for name in shown
     )
     return StatusReport(
         version=__version__,
@@ -157,7 +162,9 @@ def gather_status(
     )
 
 
-def gather_agent(state_dir: Path, name: str, installed: bool, next_run: NextRun) -> AgentStatus:
+def gather_agent(
+    state_dir: Path, name: str, installed: bool, next_run: NextRun, idle_seconds: float = 86400.0
+) -> AgentStatus:
     """One agent's part of the report, from its folder under ``state_dir``."""
     paths = AgentPaths.for_agent(state_dir, name)
     problems: list[str] = []
@@ -172,7 +179,7 @@ def gather_agent(state_dir: Path, name: str, installed: bool, next_run: NextRun)
     return AgentStatus(
         name=_cut(name),
         installed=installed,
-        served=read_served(paths),
+        served=read_served(paths, idle_seconds),
         last_run=last_run,
         last_success_at=last_success,
         next_run=next_run,
@@ -180,7 +187,7 @@ def gather_agent(state_dir: Path, name: str, installed: bool, next_run: NextRun)
     )
 
 
-def read_served(paths: AgentPaths) -> ServedModel | None:
+def read_served(paths: AgentPaths, idle_seconds: float = 86400.0) -> ServedModel | None:
     """The served-model pointer's entry (None: no pointer, nothing served yet)."""
     path = pointer_path(paths.checkpoint_dir)
     try:
@@ -204,7 +211,16 @@ def read_served(paths: AgentPaths) -> ServedModel | None:
         quality=_figures(served.get("scores")),
         live=_figures(served.get("live")),
         pinned=None if pinned in (None, False) else _describe_pin(pinned),
+        watch=_watch(served, data.get("history"), idle_seconds),
     )
+
+
+def _watch(served: dict[str, Any], history: Any, idle_seconds: float) -> dict[str, Any]:
+    """Watched or not (GENESIS_FP16_LIVE_WATCH_IDLE_SECONDS), and the segments' figures."""
+    state = watch_state(served, bool(history), time.time(), idle_seconds)
+    live = served.get("live")
+    segments = live.get("segments") if isinstance(live, dict) else None
+    return {**state, "segments": segments if isinstance(segments, list) else None}
 
 
 def _newest_checkpoint(paths: AgentPaths) -> ServedModel | None:
