@@ -56,7 +56,8 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainRequestError
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.recipes.retrain import gate
+from genesis_fp16_infrastructure.judging import segments
+from genesis_fp16_infrastructure.recipes.retrain import gate, live_watch
 from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
 
 PLUGIN = SEDarwinPlugin()
@@ -224,6 +225,122 @@ def drift_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
     return {"rollbacks": rolled, "flagged_runs": flagged, "shifts": shifts}
 
 
+MIXED = ("se_darwin", "qa", "builder", "ops", "critic", "planner")  # the first is poisoned
+
+
+def mixed_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
+    """A poisoned agent among five clean ones (module docstring): runs until the watch
+    rolls the poisoned model back, or ``MIXED_BATCHES`` clean batches have arrived."""
+    per = records // 10  # each agent's records in the first model; a batch is per / 3 each
+    pools = [
+        generate_pool(5 * per, seed=60_000 + 10 * seed + i, agent=a) for i, a in enumerate(MIXED)
+    ]
+    ids = [_ids(p) for p in pools]
+    seq = Growth(work / f"mixed{seed}")
+    for pool, keys in zip(pools, ids, strict=True):
+        seq.add(pool, keys[:per])
+    assert seq.run()[0] == "success"
+    before = seq.served()
+    seq.add(pools[0], ids[0][per : per + per // 2], _poison)  # the gate cannot see it
+    outcome, _ = seq.run()
+    poisoned = seq.served()["id"]
+    start, step = per + per // 2, per // 3
+    rolled: dict[str, Any] | None = None
+    for k in range(MIXED_BATCHES):
+        for i, (pool, keys) in enumerate(zip(pools, ids, strict=True)):
+            first = (start if i == 0 else per) + k * step
+            seq.add(pool, keys[first : first + step])
+        _, data = seq.run()
+        live = data.get("live") or {}
+        if live.get("rolled_back") and live.get("served") == poisoned:
+            rolled = _took(live, k + 1)
+            break
+    return {
+        "poison_outcome": outcome,
+        "poison_served": poisoned != before["id"],
+        "rolled": rolled,
+        "store": _largest_store(seq.ck),
+    }
+
+
+MIXED_BATCHES = 8
+
+
+def _took(live: dict[str, Any], batches: int) -> dict[str, Any]:
+    """The records a mixed rollback took: all, the poisoned agent's, which test decided."""
+    segments = live.get("segments") or []
+    harmed = next((s for s in segments if s.get("name") == MIXED[0]), {})
+    by = [s["name"] for s in segments if s.get("regression")]
+    if live.get("lower", 0) > live.get("margin", 0):
+        by.insert(0, "all")
+    return {
+        "batches": batches,
+        "records": live["records"],
+        "harmed_records": harmed.get("records"),
+        "share": (harmed.get("records") or 0) / max(live["records"], 1),
+        "by": by,
+    }
+
+
+def _largest_store(ck: Path) -> Path | None:
+    stores = sorted(ck.glob("candidates/*/live-*.npz"), key=lambda p: p.stat().st_size)
+    return stores[-1] if stores else None
+
+
+def aa_replays(store: Path, replays: int, look_every: int) -> dict[str, Any]:
+    """The A/A self-test on a watch's store (``replays`` sign-flip replays at the margin,
+    judging.segments.self_test), and on the same replays a fixed-sample z test (overall
+    at alpha/2, each segment at alpha/32: the same family) looked at every ``look_every``
+    records: each run's look."""
+    kept = live_watch._read_store(store)
+    p = {
+        k: np.clip(kept[k].astype(np.float64), live_watch.CLIP, 1 - live_watch.CLIP)
+        for k in ("served", "previous")
+    }
+    y = kept["labels"].astype(np.float64)
+    loss = {k: -(y * np.log(v) + (1 - y) * np.log1p(-v)) for k, v in p.items()}
+    d = loss["served"] - loss["previous"]
+    names = live_watch._names(kept)
+    a, m, span = live_watch.ALPHA, live_watch.MARGIN, live_watch.SPAN
+    found = segments.self_test(d, names, span, m, a, replays=replays, seed=len(d))
+    d, names = d[-segments.RECENT :], names[-segments.RECENT :]
+    slot = segments.slots(names)[1]
+    centred = d - (np.bincount(slot, d) / np.bincount(slot))[slot]
+    signs = np.random.default_rng(len(kept["ids"])).choice((-1.0, 1.0), (replays, len(d)))
+    replay = np.clip(m + signs * centred, -span, span)
+    fixed = np.zeros(replays, dtype=np.bool_)
+    for look in range(look_every, len(d) + look_every, look_every):
+        fixed |= _z_rejects(replay[:, :look], m, a / 2)
+        for k in range(int(slot.max()) + 1):
+            fixed |= _z_rejects(replay[:, :look][:, slot[:look] == k], m, a / 32)
+    return {**found, "fixed_false": int(fixed.sum())}
+
+
+def obf_boundary(looks: int = 10, alpha: float = 0.05, paths: int = 400_000) -> float:
+    """The final z boundary of a one-sided O'Brien-Fleming group-sequential test with
+    ``looks`` equally spaced looks at level ``alpha`` (by simulation, seeded): what a
+    watch with a known horizon could use instead of the confidence sequence."""
+    rng = np.random.default_rng(0)
+    k = np.arange(1, looks + 1)
+    z = np.cumsum(rng.normal(size=(paths, looks)), axis=1) / np.sqrt(k)
+    low, high = 1.0, 5.0
+    for _ in range(30):
+        c = (low + high) / 2
+        low, high = (
+            (c, high) if (z > c * np.sqrt(looks / k)).any(axis=1).mean() > alpha else (low, c)
+        )
+    return high
+
+
+def _z_rejects(x: np.ndarray, margin: float, alpha: float) -> np.ndarray:
+    """A fixed-sample one-sided z test per row: the mean above ``margin`` at ``alpha``."""
+    n = x.shape[1]
+    if n < 2:
+        return np.zeros(len(x), dtype=np.bool_)
+    z = statistics.NormalDist().inv_cdf(1 - alpha)
+    return np.asarray(x.mean(axis=1) - z * x.std(axis=1, ddof=1) / np.sqrt(n) > margin)
+
+
 def cost_at(records: int, work: Path) -> dict[str, Any]:
     """The live phase's share of a run that finds new records, at a pool of ``records``."""
     pool = generate_pool(records, seed=0)
@@ -265,17 +382,33 @@ def main(argv: list[str] | None = None) -> int:
         default=[2000, 100_000],
     )
     parser.add_argument("--out", type=Path, help="rewrite the report here after each sequence")
+    parser.add_argument(
+        "--cases",
+        type=lambda text: [x for x in text.split(",") if x],
+        default=["poison", "clean", "short", "drift", "mixed"],
+        help="the sequences to run (mixed also runs the A/A self-test on its stores)",
+    )
+    parser.add_argument("--replays", type=int, default=200, help="A/A replays per store")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     start = time.perf_counter()
-    found: dict[str, list[dict[str, Any]]] = {"poison": [], "clean": [], "short": [], "drift": []}
+    found: dict[str, list[dict[str, Any]]] = {
+        "poison": [],
+        "clean": [],
+        "short": [],
+        "drift": [],
+        "mixed": [],
+        "aa": [],
+    }
     costs: list[dict[str, Any]] = []
     kinds = (
         ("poison", poison_sequence),
         ("clean", clean_sequence),
         ("short", short_sequence),
         ("drift", drift_sequence),
+        ("mixed", mixed_sequence),
     )
+    kinds = tuple((name, run) for name, run in kinds if name in args.cases)
     with tempfile.TemporaryDirectory() as tmp:
         for i, size in enumerate(args.cost_sizes):  # first: a run stopped early keeps them
             costs.append(cost_at(size, Path(tmp) / f"c{i}"))
@@ -283,6 +416,9 @@ def main(argv: list[str] | None = None) -> int:
         for seed in range(args.sequences):
             for name, sequence in kinds:
                 found[name].append(sequence(seed, args.records, Path(tmp)))
+            store = found["mixed"][-1]["store"] if "mixed" in args.cases else None
+            if store is not None:  # each mixed sequence's watch, replayed A/A
+                found["aa"].append(aa_replays(store, args.replays, args.records // 10 * 2))
             print(f"sequence {seed} done, {time.perf_counter() - start:.0f} s", file=sys.stderr)
             if args.out is not None:  # a run stopped early still leaves what it measured
                 args.out.write_text(_report(found, costs, args, time.perf_counter() - start))
@@ -291,6 +427,40 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(report)
     print(report)
     return 0
+
+
+def _mixed_lines(mixed: list[dict[str, Any]], aa: list[dict[str, Any]]) -> list[str]:
+    """The mixed-poison and A/A rows of the table."""
+    lines = []
+    if mixed:
+        rolled = [m["rolled"] for m in mixed if m["rolled"] is not None]
+        took = [r["records"] for r in rolled]
+        harmed = [r["harmed_records"] or 0 for r in rolled]
+        by = sum("all" not in r["by"] for r in rolled)
+        share = max((r["share"] for r in rolled), default=0.0)
+        when = (
+            f"median {statistics.median(took):.0f} records (max {max(took)}), of them the "
+            f"poisoned agent's median {statistics.median(harmed):.0f} (share <= {share:.0%}); "
+            f"decided by its segment alone in {by}"
+            if rolled
+            else "-"
+        )
+        lines.append(
+            f"| mixed poison (one agent of six, its later labels <= 20% of the records): "
+            f"rolled back | >= 9 of 10 | {len(rolled)} of {len(mixed)} (poison served by the "
+            f"gate in {sum(m['poison_served'] for m in mixed)}; {when}) |"
+        )
+    if aa:
+        n, false = sum(a["replays"] for a in aa), sum(a["false_rollbacks"] for a in aa)
+        fixed = sum(a["fixed_false"] for a in aa)
+        low, high = segments.wilson(false, n)
+        lines.append(
+            f"| A/A self-test: false rollbacks over {n:,} replays of {len(aa)} watches' records "
+            f"(null at the margin, every record a look) | <= alpha (0.05) | {false / n:.4f} "
+            f"[{low:.4f}, {high:.4f}]; a fixed-sample z test peeked at every run: "
+            f"{fixed / n:.4f} |"
+        )
+    return lines
 
 
 def _report(
@@ -348,6 +518,15 @@ def _report(
             f"reported | {rolled} rollbacks in {5 * len(drift)} runs; label shift flagged in "
             f"{flagged} of {len(drift)} sequences (median shift "
             f"{statistics.median(shifts) if shifts else float('nan'):+.3f}) |"
+        )
+    lines += _mixed_lines(found["mixed"], found["aa"])
+    if "mixed" in args.cases:
+        c = obf_boundary()
+        lines.append(
+            f"| a known horizon: O'Brien-Fleming, 10 looks, one-sided 0.05, final z boundary "
+            f"| - | {c:.2f} sigma/sqrt(N), against the watch's ~{1.4 * (2 * 2.9957) ** 0.5:.2f} "
+            f"sigma/sqrt(n) (1.4 sigma sqrt(2 log 20 / n)): about "
+            f"{(1.4 * (2 * 2.9957) ** 0.5 / c) ** 2:.1f}x fewer records at the horizon |"
         )
     for c in costs:
         lines.append(
