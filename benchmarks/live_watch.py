@@ -22,6 +22,18 @@ fp32, the default budget: what a scheduled run does; no daemon, so no pruning):
   0.15 k; features unchanged): rollbacks, and whether the drift report flags the label
   shift.
 
+* **mixed poison**: six agents' pools (``5 * records // 10`` each); ``records // 10`` of
+  each served; ``records // 10`` more of the first agent's marked ``"success"`` with no
+  score (the gate cannot see it); then up to ``MIXED_BATCHES`` clean batches of
+  ``records // 20`` from each agent (the poisoned agent's share 1/6, 17%), a run after
+  each, until the poisoned model is rolled back (the records it took, the poisoned
+  agent's among them, and which test decided: ``all`` or the agent's segment) or a later
+  candidate replaces it.
+* **A/A**: each mixed sequence's largest watch store replayed ``--replays`` times by the
+  watch's own self-test (judging.segments.self_test: the null at the margin, every
+  record a look), and on the same replays a fixed-sample z test with the same alpha
+  split, looked at after each run's worth of records.
+
 First the cost: the ``live`` phase's share of the run's wall time when a run finds new
 records, at each ``--cost-sizes`` pool (its first half served, a quarter more served by
 hand over it, then the last quarter arrives). CPU, torch's default threads. Writes a
@@ -231,7 +243,7 @@ MIXED = ("se_darwin", "qa", "builder", "ops", "critic", "planner")  # the first 
 def mixed_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
     """A poisoned agent among five clean ones (module docstring): runs until the watch
     rolls the poisoned model back, or ``MIXED_BATCHES`` clean batches have arrived."""
-    per = records // 10  # each agent's records in the first model; a batch is per / 3 each
+    per = records // 10  # each agent's records in the first model; a batch is per / 2 each
     pools = [
         generate_pool(5 * per, seed=60_000 + 10 * seed + i, agent=a) for i, a in enumerate(MIXED)
     ]
@@ -241,10 +253,10 @@ def mixed_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
         seq.add(pool, keys[:per])
     assert seq.run()[0] == "success"
     before = seq.served()
-    seq.add(pools[0], ids[0][per : per + per // 2], _poison)  # the gate cannot see it
+    seq.add(pools[0], ids[0][per : 2 * per], _poison)  # the gate cannot see it
     outcome, _ = seq.run()
     poisoned = seq.served()["id"]
-    start, step = per + per // 2, per // 3
+    start, step = 2 * per, per // 2
     rolled: dict[str, Any] | None = None
     for k in range(MIXED_BATCHES):
         for i, (pool, keys) in enumerate(zip(pools, ids, strict=True)):
@@ -255,15 +267,19 @@ def mixed_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
         if live.get("rolled_back") and live.get("served") == poisoned:
             rolled = _took(live, k + 1)
             break
+        if seq.served()["id"] != poisoned:  # a later candidate replaced it: watched no more
+            break
     return {
         "poison_outcome": outcome,
         "poison_served": poisoned != before["id"],
         "rolled": rolled,
+        "replaced": rolled is None and seq.served()["id"] != poisoned,
+        "batches": k + 1,
         "store": _largest_store(seq.ck),
     }
 
 
-MIXED_BATCHES = 8
+MIXED_BATCHES = 5
 
 
 def _took(live: dict[str, Any], batches: int) -> dict[str, Any]:
@@ -550,6 +566,22 @@ def _report(
             for r in seq["runs"]
         )
         lines.append(f"- clean s{i}: {marks} (p promoted, r rejected, R rolled back, * qa)")
+    for i, m in enumerate(found["mixed"]):
+        r = m["rolled"]
+        how = "no"
+        if r is not None:
+            by = ",".join(r["by"])
+            how = f"after {r['records']} records ({r['harmed_records']} the agent's), by {by}"
+        lines.append(
+            f"- mixed s{i}: gate {m['poison_outcome']}, served {m['poison_served']}; rolled "
+            f"back {how}; replaced by a later candidate first: {m['replaced']}; "
+            f"{m['batches']} clean batches"
+        )
+    for i, a in enumerate(found["aa"]):
+        lines.append(
+            f"- A/A s{i}: {a['false_rollbacks']} of {a['replays']} replays of {a['records']} "
+            f"records rolled back (fixed test peeked: {a['fixed_false']})"
+        )
     for i, s in enumerate(short):
         lines.append(f"- short s{i}: {s['outcome']}: {s['reason']}")
     return "\n".join(lines) + "\n"
