@@ -405,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the sequences to run (mixed also runs the A/A self-test on its stores)",
     )
     parser.add_argument("--replays", type=int, default=200, help="A/A replays per store")
+    parser.add_argument("--first-seed", type=int, default=0, help="the first sequence's seed")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     start = time.perf_counter()
@@ -429,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         for i, size in enumerate(args.cost_sizes):  # first: a run stopped early keeps them
             costs.append(cost_at(size, Path(tmp) / f"c{i}"))
             print(f"cost at {size} done, {time.perf_counter() - start:.0f} s", file=sys.stderr)
-        for seed in range(args.sequences):
+        for seed in range(args.first_seed, args.first_seed + args.sequences):
             for name, sequence in kinds:
                 found[name].append(sequence(seed, args.records, Path(tmp)))
             store = found["mixed"][-1]["store"] if "mixed" in args.cases else None
