@@ -357,6 +357,24 @@ def _z_rejects(x: np.ndarray, margin: float, alpha: float) -> np.ndarray:
     return np.asarray(x.mean(axis=1) - z * x.std(axis=1, ddof=1) / np.sqrt(n) > margin)
 
 
+def figures_seconds(records: int, agents: int = 6) -> float:
+    """Seconds of the watch's decision alone (live_watch.figures_of: AUCs, log-losses, the
+    overall and per-segment bounds, the A/A self-test) over a store of ``records``
+    records from ``agents`` agents: what segments and the self-test add to a run."""
+    rng = np.random.default_rng(0)
+    kept = {
+        "ids": np.arange(records, dtype=np.int64),
+        "served": rng.uniform(0.05, 0.95, records).astype(np.float32),
+        "previous": rng.uniform(0.05, 0.95, records).astype(np.float32),
+        "labels": (rng.uniform(size=records) < 0.5).astype(np.float32),
+        "segment": (np.arange(records) % agents).astype(np.int32),
+        "segment_names": np.array([f"a{i}" for i in range(agents)]),
+    }
+    start = time.perf_counter()
+    live_watch.figures_of(kept)
+    return time.perf_counter() - start
+
+
 def cost_at(records: int, work: Path) -> dict[str, Any]:
     """The live phase's share of a run that finds new records, at a pool of ``records``."""
     pool = generate_pool(records, seed=0)
@@ -428,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     kinds = tuple((name, run) for name, run in kinds if name in args.cases)
     with tempfile.TemporaryDirectory() as tmp:
+        for size in args.cost_sizes:  # the decision alone, on a store of that many records
+            costs.append({"decision": size, "seconds": figures_seconds(size)})
         for i, size in enumerate(args.cost_sizes):  # first: a run stopped early keeps them
             costs.append(cost_at(size, Path(tmp) / f"c{i}"))
             print(f"cost at {size} done, {time.perf_counter() - start:.0f} s", file=sys.stderr)
@@ -547,6 +567,12 @@ def _report(
             f"{(1.4 * (2 * 2.9957) ** 0.5 / c) ** 2:.1f}x fewer records at the horizon |"
         )
     for c in costs:
+        if "decision" in c:
+            lines.append(
+                f"| the watch's decision alone (figures_of: bounds, 6 segments, 200 A/A "
+                f"replays) on a store of {c['decision']:,} records | - | {c['seconds']:.3f} s |"
+            )
+            continue
         both = c["live"] + c["gate"]
         lines.append(
             f"| cost at {c['records']:,} records ({c['scored'] or 0:,} new scored): the watch "
