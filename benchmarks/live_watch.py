@@ -420,8 +420,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cases",
         type=lambda text: [x for x in text.split(",") if x],
-        default=["poison", "clean", "short", "drift", "mixed"],
-        help="the sequences to run (mixed also runs the A/A self-test on its stores)",
+        default=["cost", "poison", "clean", "short", "drift", "mixed"],
+        help="what to run (mixed also runs the A/A self-test on its stores; cost: whole runs "
+        "at each --cost-sizes; the watch's decision alone is timed at each size always)",
     )
     parser.add_argument("--replays", type=int, default=200, help="A/A replays per store")
     parser.add_argument("--first-seed", type=int, default=0, help="the first sequence's seed")
@@ -448,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.cost_sizes:  # the decision alone, on a store of that many records
             costs.append({"decision": size, "seconds": figures_seconds(size)})
-        for i, size in enumerate(args.cost_sizes):  # first: a run stopped early keeps them
+        for i, size in enumerate(args.cost_sizes if "cost" in args.cases else []):
             costs.append(cost_at(size, Path(tmp) / f"c{i}"))
             print(f"cost at {size} done, {time.perf_counter() - start:.0f} s", file=sys.stderr)
         for seed in range(args.first_seed, args.first_seed + args.sequences):
