@@ -29,10 +29,12 @@ fp32, the default budget: what a scheduled run does; no daemon, so no pruning):
   each, until the poisoned model is rolled back (the records it took, the poisoned
   agent's among them, and which test decided: ``all`` or the agent's segment) or a later
   candidate replaces it.
-* **A/A**: each mixed sequence's largest watch store replayed ``--replays`` times by the
-  watch's own self-test (judging.segments.self_test: the null at the margin, every
-  record a look), and on the same replays a fixed-sample z test with the same alpha
-  split, looked at after each run's worth of records.
+* **A/A**: each mixed sequence's pair (the poisoned model against the one before it)
+  scores a fresh pool of the six agents (``records // 5`` each, interleaved: 2,400 at
+  2,000), kept as a watch store; the watch's own self-test (judging.segments.self_test:
+  its last 2,000 records, the null at the margin, every record a look) replays it
+  ``--replays`` times, and on the same replays a fixed-sample z test with the same alpha
+  split is looked at every ``records // 10`` records (10 runs' looks over 2,000).
 
 First the cost: the ``live`` phase's share of the run's wall time when a run finds new
 records, at each ``--cost-sizes`` pool (its first half served, a quarter more served by
@@ -269,7 +271,9 @@ def mixed_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
             break
         if seq.served()["id"] != poisoned:  # a later candidate replaced it: watched no more
             break
+    fresh = _fresh_watch(seq, work / f"mixed_fresh{seed}.json", seed, per, before, poisoned)
     return {
+        "fresh": fresh,
         "poison_outcome": outcome,
         "poison_served": poisoned != before["id"],
         "rolled": rolled,
@@ -280,6 +284,41 @@ def mixed_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
 
 
 MIXED_BATCHES = 5
+
+
+def _fresh_watch(
+    seq: Growth, path: Path, seed: int, per: int, before: dict[str, Any], poisoned: str
+) -> Path:
+    """A watch store of the pair (the poisoned model against the one before it) on a
+    fresh pool of the six agents, interleaved as records arrive: 2,000 records for
+    the A/A self-test, whatever the sequence's own watch kept before it decided."""
+    pools = [
+        generate_pool(per * 2, seed=70_000 + 10 * seed + i, agent=a) for i, a in enumerate(MIXED)
+    ]
+    keys = [list(p["trajectories"].items()) for p in pools]
+    mixed = dict(kv for group in zip(*keys, strict=True) for kv in group)
+    path.write_text(json.dumps({**pools[0], "trajectories": mixed}))
+    columns = read_trajectories(path).columns
+    records = gate.Records.of_columns(columns, np.arange(len(columns.labelled)))
+    candidate = candidates_dir(seq.ck) / poisoned
+    checkpoint = newest_checkpoint(candidate)
+    assert checkpoint is not None
+    p = {}
+    for side, file in (("served", checkpoint), ("previous", seq.ck / before["checkpoint"])):
+        model = gate.ScoredModel(load_checkpoint(file))
+        p[side] = model.success_probability(records, False).numpy().astype(np.float32)
+    names = [str(a) for a in columns.agent.take(columns.labelled)]
+    order = list(dict.fromkeys(names))
+    kept = {
+        "ids": columns.id_hash[columns.labelled],
+        **p,
+        "labels": records.labels.numpy().astype(np.float32),
+        "segment": np.array([order.index(n) for n in names], dtype=np.int32),
+        "segment_names": np.array(order),
+    }
+    store = path.with_suffix(".npz")
+    live_watch._write_store(store, kept)
+    return store
 
 
 def _took(live: dict[str, Any], batches: int) -> dict[str, Any]:
@@ -455,9 +494,9 @@ def main(argv: list[str] | None = None) -> int:
         for seed in range(args.first_seed, args.first_seed + args.sequences):
             for name, sequence in kinds:
                 found[name].append(sequence(seed, args.records, Path(tmp)))
-            store = found["mixed"][-1]["store"] if "mixed" in args.cases else None
-            if store is not None:  # each mixed sequence's watch, replayed A/A
-                found["aa"].append(aa_replays(store, args.replays, args.records // 10 * 2))
+            store = found["mixed"][-1]["fresh"] if "mixed" in args.cases else None
+            if store is not None:  # each mixed pair's watch of a fresh pool, replayed A/A
+                found["aa"].append(aa_replays(store, args.replays, args.records // 10))
             print(f"sequence {seed} done, {time.perf_counter() - start:.0f} s", file=sys.stderr)
             if args.out is not None:  # a run stopped early still leaves what it measured
                 args.out.write_text(_report(found, costs, args, time.perf_counter() - start))
