@@ -142,6 +142,10 @@ class Settings(BaseSettings, GuardSettings):
     # served models are kept for rollback, rejected candidates for N days of inspection.
     served_history_keep: int = Field(default=5, ge=1)
     rejected_keep_days: float = Field(default=7.0, ge=0)
+    # A served model whose live watch saw no new labelled record for this long (or that
+    # has no predecessor to watch against) is reported as not watched: the page, `model
+    # list`, genesis_fp16_live_watch_not_watching (docs/judging.md). One day by default.
+    live_watch_idle_seconds: float = Field(default=86400.0, gt=0)
     seed: int = 0
     shutdown_timeout_seconds: float = Field(default=30.0, gt=0)
     heartbeat_seconds: float = Field(default=5.0, gt=0)

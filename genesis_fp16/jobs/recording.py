@@ -282,6 +282,7 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
     settings = ctx.settings
     folder = AgentPaths.for_agent(settings.state_dir, agent).checkpoint_dir
     journal: list[dict[str, Any]] | None = None  # None: the pointer could not be read
+    pointer = None
     try:
         removed, pointer = prune_and_read(
             folder, settings.served_history_keep, settings.rejected_keep_days
@@ -298,6 +299,11 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
         new = ctx.metrics.live.cursor.new(agent, journal)
         ctx.metrics.live.count_rollbacks(agent, new)
         ctx.metrics.promotion.count_promotions(agent, new)
+    if pointer is not None:  # watched, or not: the gauge then follows the clock
+        served, predecessor = pointer.served, bool(pointer.history)
+        ctx.metrics.live.observe_pointer(
+            agent, served, predecessor, settings.live_watch_idle_seconds
+        )
     ctx.metrics.promotion.pruned.labels(agent=agent).set(len(removed))
     ctx.metrics.promotion.state_bytes.labels(agent=agent).set(folder_bytes(folder))
 

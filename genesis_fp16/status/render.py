@@ -157,8 +157,26 @@ def _served_rows(served: ServedModel | None) -> list[Row]:
         rows.append(("quality", _figures(served.quality) or "none recorded in the pointer"))
     if served.live:
         rows.append(("live", _figures(served.live)))
+    rows += _watch_rows(served.watch)
     if served.pinned is not None:
         rows.append(("pinned", served.pinned))
+    return rows
+
+
+def _watch_rows(watch: dict[str, Any] | None) -> list[Row]:
+    """The live watch: NOT WATCHED and why, or watched; then one row per segment."""
+    if watch is None:
+        return []
+    if watch.get("state") != "watching":
+        rows: list[Row] = [("watch", f"NOT WATCHED: {watch.get('reason')}")]
+    else:
+        since = watch.get("since")
+        rows = [("watch", "watched" + (f", last records {_clock(since)}" if since else ""))]
+    for seg in (watch.get("segments") or [])[:16]:  # the watch's slots: 16 at most
+        if isinstance(seg, dict):
+            flag = ", REGRESSION" if seg.get("regression") else ""
+            shown = {k: seg.get(k) for k in ("records", "difference", "lower", "upper")}
+            rows.append((f"segment {seg.get('name')}", _figures(shown) + flag))
     return rows
 
 

@@ -29,6 +29,7 @@ from genesis_fp16.config.agent_names import is_agent_name
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.metrics.last_run import LastRun, LastRunUnreadable, load_last_run
 from genesis_fp16.metrics.last_success import LastSuccessStore, LastSuccessUnreadable
+from genesis_fp16.metrics.live_metrics import watch_state
 from genesis_fp16.status.history import AgentHistory, gather_history
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import AGENTS_FOLDER, SERVED_POINTER
@@ -83,6 +84,8 @@ class ServedModel:
     live: dict[str, Any] | None = None
     pinned: str | None = None
     error: str | None = None
+    # The live watch: watched or not (state, reason, since, limit: live_metrics.watch_state)
+    watch: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,7 @@ def gather_status(
     daemon: DaemonStatus,
     schedule: Schedule,
     now: float | None = None,
+    idle_seconds: float = 86400.0,
 ) -> StatusReport:
     """The report for ``state_dir``: every installed agent and every agent with a folder
     there (a model outlives its plugin), at most :data:`MAX_AGENTS` of them."""
@@ -148,7 +152,8 @@ def gather_status(
     names = sorted(installed | set(_agent_folders(state_dir)))
     shown = names[:MAX_AGENTS]
     agents = tuple(
-        gather_agent(state_dir, name, name in installed, schedule(name)) for name in shown
+        gather_agent(state_dir, name, name in installed, schedule(name), idle_seconds)
+        for name in shown
     )
     return StatusReport(
         version=__version__,
@@ -160,7 +165,9 @@ def gather_status(
     )
 
 
-def gather_agent(state_dir: Path, name: str, installed: bool, next_run: NextRun) -> AgentStatus:
+def gather_agent(
+    state_dir: Path, name: str, installed: bool, next_run: NextRun, idle_seconds: float = 86400.0
+) -> AgentStatus:
     """One agent's part of the report, from its folder under ``state_dir``."""
     paths = AgentPaths.for_agent(state_dir, name)
     problems: list[str] = []
@@ -172,7 +179,7 @@ def gather_agent(state_dir: Path, name: str, installed: bool, next_run: NextRun)
         last_success = LastSuccessStore(state_dir).load(name)
     except LastSuccessUnreadable as exc:
         last_success, problems = None, [*problems, str(exc)]
-    served, pointer = read_served(paths)
+    served, pointer = read_served(paths, idle_seconds)
     history, more = gather_history(paths, pointer)
     return AgentStatus(
         name=_cut(name),
@@ -186,7 +193,7 @@ def gather_agent(state_dir: Path, name: str, installed: bool, next_run: NextRun)
     )
 
 
-def read_served(paths: AgentPaths) -> tuple[ServedModel | None, Any]:
+def read_served(paths: AgentPaths, idle_seconds: float = 86400.0) -> tuple[ServedModel | None, Any]:
     """The served-model pointer's entry (None: no pointer, nothing served yet), and the
     pointer's JSON as read (None: none, or unreadable) for the agent's history."""
     path = pointer_path(paths.checkpoint_dir)
@@ -200,10 +207,10 @@ def read_served(paths: AgentPaths) -> tuple[ServedModel | None, Any]:
             return _newest_checkpoint(paths), None
     except files.UnusableStateFile as exc:
         return ServedModel(error=_cut(f"served-model pointer unreadable: {exc}")), None
-    return _served_entry(path, data), data
+    return _served_entry(path, data, idle_seconds), data
 
 
-def _served_entry(path: Path, data: Any) -> ServedModel:
+def _served_entry(path: Path, data: Any, idle_seconds: float) -> ServedModel:
     """The pointer's served entry, its fields cut to a line each."""
     served = data.get("served") if isinstance(data, dict) else None
     if not isinstance(served, dict):
@@ -217,7 +224,16 @@ def _served_entry(path: Path, data: Any) -> ServedModel:
         quality=_figures(served.get("scores")),
         live=_figures(served.get("live")),
         pinned=None if pinned in (None, False) else _describe_pin(pinned),
+        watch=_watch(served, data.get("history"), idle_seconds),
     )
+
+
+def _watch(served: dict[str, Any], history: Any, idle_seconds: float) -> dict[str, Any]:
+    """Watched or not (GENESIS_FP16_LIVE_WATCH_IDLE_SECONDS), and the segments' figures."""
+    state = watch_state(served, bool(history), time.time(), idle_seconds)
+    live = served.get("live")
+    segments = live.get("segments") if isinstance(live, dict) else None
+    return {**state, "segments": segments if isinstance(segments, list) else None}
 
 
 def _newest_checkpoint(paths: AgentPaths) -> ServedModel | None:

@@ -59,7 +59,10 @@ def daemon_report(daemon: Daemon) -> StatusReport:
     allowed = settings.plugin_allowlist
     installed = [n for n in known_agent_names() if allowed is None or n in set(allowed)]
     state_dir = settings.state_dir.resolve()
-    report = gather_status(state_dir, installed, _daemon_status(daemon), _schedule(daemon))
+    idle = settings.live_watch_idle_seconds
+    report = gather_status(
+        state_dir, installed, _daemon_status(daemon), _schedule(daemon), idle_seconds=idle
+    )
     return _with_shadows(report, getattr(getattr(daemon, "agents", None), "shadowed", None))
 
 

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -240,3 +241,36 @@ def test_a_real_train_leaves_its_run_in_the_history_and_on_the_chart(
     assert page.count('class="mark promoted"') == 1 and "<h3>last 1 run</h3>" in page
     rows = dict(text_rows(_cli(folder, "status")))["rlhf_ppo"]
     assert ("precision", run["precision_reason"]) in rows
+
+
+def _pointer(state: Path, served_at: str, history: list[dict[str, object]]) -> None:
+    """A served-model pointer whose watch kept two segments, one of them a regression."""
+    segments = [
+        {"name": "se_darwin", "records": 120, "difference": 0.9, "lower": 0.3, "upper": 1.5,
+         "alpha": 0.0016, "evidence": 900.0, "records_needed": 0, "regression": True},
+        {"name": "qa", "records": 600, "difference": -0.01, "lower": -0.2, "upper": 0.2,
+         "alpha": 0.0016, "evidence": 0.1, "records_needed": 4000, "regression": False},
+    ]  # fmt: skip
+    served = {"id": "m2", "served_at": served_at, "how": "gate",
+              "live": {"records": 720, "updated_at": served_at, "segments": segments}}  # fmt: skip
+    folder = AgentPaths.for_agent(state, "se_darwin").checkpoint_dir
+    folder.mkdir(parents=True)
+    pointer = {"version": 1, "served": served, "history": history, "pinned": None}
+    (folder / "served.json").write_text(json.dumps(pointer))
+
+
+def test_the_page_says_per_segment_and_when_the_model_is_not_watched(tmp_path: Path) -> None:
+    """The watch's segments are rows of the page (the regression flagged); a model served
+    long ago with no record since reads NOT WATCHED with the reason, and so does a model
+    with no predecessor; a fresh one with a predecessor reads watched."""
+    fresh = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    _pointer(tmp_path / "a", fresh, [{"id": "m1"}])
+    text = render_text(gather_status(tmp_path / "a", ["se_darwin"], IDLE, _no_schedule))
+    assert "watched, last records" in text and "NOT WATCHED" not in text
+    assert "segment se_darwin" in text and "REGRESSION" in text and "segment qa" in text
+    _pointer(tmp_path / "b", "2020-01-01T00:00:00Z", [{"id": "m1"}])
+    report = gather_status(tmp_path / "b", ["se_darwin"], IDLE, _no_schedule, idle_seconds=60)
+    assert b"NOT WATCHED: no new labelled record for" in render_html(report)
+    _pointer(tmp_path / "c", fresh, [])
+    text = render_text(gather_status(tmp_path / "c", ["se_darwin"], IDLE, _no_schedule))
+    assert "NOT WATCHED: no predecessor to watch against" in text
