@@ -37,8 +37,10 @@ from genesis_fp16.config.settings import (
 )
 from genesis_fp16.config.settings_sources import SettingsSources
 
-# A variable an error is about: the name it starts with (settings.py's messages do).
-_BLAMED = re.compile(r"^((?:GENESIS|ENABLE)_FP16_\w*)")
+# A variable an error is about: the name it starts with (settings.py's messages do), or
+# failing that any it mentions.
+_LEADING = re.compile(r"^((?:GENESIS|ENABLE)_FP16_\w*)")
+_MENTIONED = re.compile(r"\b((?:GENESIS|ENABLE)_FP16_\w*)")
 # Each round leaves out what the errors name; a pair refused together (TLS) takes two.
 MAX_ROUNDS = 5
 
@@ -65,6 +67,8 @@ class SettingsRead:
             return None
         if self.whole_file:
             used = "using the environment and the defaults only"
+        elif not self.left_out:  # only lines that are not NAME=value: never used
+            used = "using its other lines, the environment and the defaults"
         else:
             used = "using its other lines, the environment and the defaults (left out: "
             used += f"{', '.join(self.left_out)})"
@@ -85,26 +89,22 @@ def load_settings_for_reading(env_file: Path | str | None = None) -> SettingsRea
         raise first
     lines = _good_lines(path)
     refused = "; ".join(first.errors)
-    left_out: set[str] = set()
-    error = first
+    left_out = _blamed(first, set(lines))
     with tempfile.TemporaryDirectory(prefix="genesis-fp16-env-") as folder:
         kept = Path(folder) / ".env"
-        for _ in range(MAX_ROUNDS):
-            blamed = _blamed(error, set(lines) - left_out)
+        for _ in range(MAX_ROUNDS):  # the unparsable lines are never among ``lines``
+            loaded = _load_lines(kept, lines, left_out, path.resolve())
+            if not isinstance(loaded, SettingsError):
+                shown, whole = tuple(sorted(left_out)), not set(lines) - left_out
+                return SettingsRead(*loaded, path.resolve(), refused, shown, whole)
+            blamed = _blamed(loaded, set(lines) - left_out)
             if not blamed:
                 break
             left_out |= blamed
-            loaded = _load_lines(kept, lines, left_out, path.resolve())
-            if isinstance(loaded, SettingsError):
-                error = loaded
-                continue
-            settings, sources = loaded
-            shown = tuple(sorted(left_out))
-            return SettingsRead(settings, sources, path.resolve(), refused, shown)
         loaded = _load_lines(kept, {}, set(), path.resolve())
     if isinstance(loaded, SettingsError):
         raise first
-    return SettingsRead(loaded[0], loaded[1], path.resolve(), refused, (), whole_file=True)
+    return SettingsRead(*loaded, path.resolve(), refused, (), whole_file=True)
 
 
 def _good_lines(path: Path) -> dict[str, str]:
@@ -125,19 +125,28 @@ def _good_lines(path: Path) -> dict[str, str]:
 
 def _blamed(error: SettingsError, names: set[str]) -> set[str]:
     """The file's variables ``error`` is about: each message's leading variable, or the
-    JSON object that holds it (``GENESIS_FP16_AGENTS`` for ``..._AGENTS__X__STEPS``)."""
-    blamed = set()
-    for message in error.errors:
-        found = _BLAMED.match(message)
-        if found is None:
-            continue
-        lead = found.group(1).rstrip("_")
-        blamed |= {
+    JSON object that holds it (``GENESIS_FP16_AGENTS`` for ``..._AGENTS__X__STEPS``);
+    when no message leads with one of ``names``, every one a message mentions (a pair
+    refused together: "..._TLS_CERT_FILE and ..._TLS_KEY_FILE must be set together")."""
+    leading = {m.group(1) for m in map(_LEADING.match, error.errors) if m is not None}
+    blamed = _within(leading, names)
+    if not blamed:
+        blamed = _within({v for e in error.errors for v in _MENTIONED.findall(e)}, names)
+    return blamed
+
+
+def _within(variables: set[str], names: set[str]) -> set[str]:
+    """The ``names`` that are one of ``variables``, or hold one, or are held by one."""
+    found = set()
+    for variable in (v.rstrip("_") for v in variables):
+        found |= {
             name
             for name in names
-            if name == lead or lead.startswith(name + "__") or name.startswith(lead + "__")
+            if name == variable
+            or variable.startswith(name + "__")
+            or name.startswith(variable + "__")
         }
-    return blamed
+    return found
 
 
 def _load_lines(

@@ -123,6 +123,8 @@ def read_answer(state_dir: Path, ident: str) -> Answer | None:
     except (OSError, ValueError) as exc:
         return Answer("refused", f"the daemon's answer {path} is unreadable ({exc})", time.time())
     path.unlink(missing_ok=True)
+    if not isinstance(data, dict):
+        return Answer("refused", f"the daemon's answer {path} is not an object", time.time())
     outcome: Outcome = "started" if data.get("outcome") == "started" else "refused"
     return Answer(outcome, str(data.get("detail", "")), float(data.get("at", 0.0)))
 
