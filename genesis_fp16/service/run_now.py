@@ -86,8 +86,9 @@ def take_requests(state_dir: Path) -> tuple[dict[str, list[str]], list[str]]:
     request), and the names of the files that were no request (removed too)."""
     folder = requests_folder(state_dir)
     try:
-        names = sorted(os.listdir(folder))
-        names = [n for n in names if not n.startswith(".") and n != ANSWERS_FOLDER]
+        # Every name but the answers' folder: a hostile ".x" is removed too (nothing
+        # writes temporary files here; the answers' own are in their folder).
+        names = sorted(n for n in os.listdir(folder) if n != ANSWERS_FOLDER)
     except OSError:  # no folder yet: nobody asked
         return {}, []
     taken: dict[str, list[str]] = {}
