@@ -88,6 +88,8 @@ RESTART_ONLY = (
     "heartbeat_seconds",
     "misfire_grace_seconds",
 )
+# Names in the run-now folder that are no request, each logged once (a bound on memory).
+MAX_STRAYS_SAID = 1000
 # The heartbeat is stale after this many missed intervals.
 HEARTBEAT_TOLERANCE = 3
 
@@ -133,6 +135,7 @@ class Daemon:
         self.reload_refused: tuple[float, str] | None = None
         # Agents whose run-now request brought their job forward, until the job returns.
         self._run_now_asked: dict[str, float] = {}
+        self._strays_said: set[str] = set()
         self._heartbeat = 0.0
         self._ready = False
         # Replaced whole when a plugin is installed or uninstalled (agent_rescan.py).
@@ -349,7 +352,11 @@ class Daemon:
         state_dir = self.settings.state_dir
         taken, strays = take_requests(state_dir)
         for name in strays:
-            log.warning("run-now request removed: its name is not AGENT@ID.json", file=name)
+            if name in self._strays_said:  # a folder at a request's name stays: said once
+                continue
+            if len(self._strays_said) < MAX_STRAYS_SAID:
+                self._strays_said.add(name)
+            log.warning("run-now request refused: its name is not AGENT@ID.json", file=name)
         for agent, idents in taken.items():
             outcome, detail = self._run_now(agent)
             say = log.info if outcome == "started" else log.warning

@@ -13,9 +13,10 @@ each request before it acts on it, so a request is taken once, and answers it:
   (unknown, disabled, its plugin did not load), or the daemon is shutting down.
 
 A request left by a command that died is taken and answered like any other (its answer
-is removed after ``ANSWER_KEEP_SECONDS``); a file whose name is not ``AGENT@ID.json``
-is removed and logged. Anyone who can write the state folder can ask for a run, as they
-can edit the ``.env`` file beside it: the folder is the daemon's own trust boundary.
+is removed after ``ANSWER_KEEP_SECONDS``); a name that is not ``AGENT@ID.json`` is
+refused and logged once (a file removed, a folder left). Anyone who can write the state
+folder can ask for a run, as they can edit the ``.env`` file beside it: the folder is the
+daemon's own trust boundary.
 
 >>> ident = new_request(state_dir, "se_darwin")  # doctest: +SKIP
 >>> read_answer(state_dir, ident)  # doctest: +SKIP

@@ -83,7 +83,7 @@ def test_run_starts_the_agent_at_once_and_refuses_no_daemon_and_unknown(
     for name in ("..@1-deadbeef.json", "se_darwin\n@1-deadbeef.json", "se_darwin@x.json"):
         (folder / name).write_text("")
     daemon.wait_for(
-        lambda: len(daemon.events("run-now request removed: its name is not AGENT@ID.json")) == 3,
+        lambda: len(daemon.events("run-now request refused: its name is not AGENT@ID.json")) == 3,
         "the three hostile files removed",
     )
     assert sorted(p.name for p in folder.iterdir()) == [ANSWERS_FOLDER]
