@@ -18,9 +18,16 @@ refused and logged once (a file removed, a folder left). Anyone who can write th
 folder can ask for a run, as they can edit the ``.env`` file beside it: the folder is the
 daemon's own trust boundary.
 
->>> ident = new_request(state_dir, "se_darwin")  # doctest: +SKIP
->>> read_answer(state_dir, ident)  # doctest: +SKIP
-Answer(outcome='started', detail='...', at=1764093731.2)
+>>> import tempfile
+>>> folder = tempfile.TemporaryDirectory()
+>>> state_dir = Path(folder.name)
+>>> ident = new_request(state_dir, "se_darwin")  # the command
+>>> take_requests(state_dir) == ({"se_darwin": [ident]}, [])  # the daemon, once
+True
+>>> write_answer(state_dir, ident, Answer("started", "se_darwin: starts its run now", 0.0))
+>>> read_answer(state_dir, ident).outcome  # the command again
+'started'
+>>> folder.cleanup()
 """
 
 from __future__ import annotations
