@@ -24,6 +24,7 @@ from genesis_fp16.service.startup_signals import release_sigterm
 COMMAND_MODULES: tuple[str, ...] = (
     "serve",
     "status",
+    "run",
     "train",
     "data",
     "agents",

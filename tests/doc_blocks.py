@@ -268,6 +268,11 @@ BLOCKS: dict[tuple[str, str], Plan] = {
         "needs a GPU",
         "its last lines are --device cuda runs; the whole bench takes tens of minutes",
     ),
+    ("docs/daemon.md", "$ genesis-fp16 run se_darwin"): Covered(
+        "tests/genesis_fp16/service/test_daemon_run_now.py::"
+        "test_run_starts_the_agent_at_once_and_refuses_no_daemon_and_unknown",
+        "output sample: what `run se_darwin` prints beside a real daemon",
+    ),
     ("docs/daemon.md", "genesis-fp16 config check"): Covered(
         f"{_CLAIMS}every_command_the_docs_name_exists",
         "a synopsis (serve runs forever): every command and flag it names exists",

@@ -12,10 +12,10 @@ import json
 import sys
 from typing import Any
 
-from genesis_fp16.cli import UsageError
+from genesis_fp16.commands.reading import settings_for_reading
 from genesis_fp16.config.agent_names import shown_name
 from genesis_fp16.config.plugins import PluginRecord, discover_plugins
-from genesis_fp16.config.settings import Settings, SettingsError, load_settings
+from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.guard_state import describe, load_memory
 from genesis_fp16_infrastructure.contract import declared_options, ignored_request_fields
 
@@ -29,12 +29,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        settings = load_settings()
-        allowlist = settings.plugin_allowlist
-    except SettingsError as exc:
-        raise UsageError(f"invalid configuration: {exc}") from None
-    records = discover_plugins(allowlist)
+    settings = settings_for_reading()  # a refused .env: its other lines, said on stderr
+    records = discover_plugins(settings.plugin_allowlist)
     if args.json:
         listed = []
         for record in records:

@@ -4,6 +4,10 @@ The first line names the ``.env`` file read; every value says where it came from
 (``default``, ``.env`` or ``environment``), and a ``.env`` value that the process
 environment replaces is reported as shadowed. The output is itself valid ``.env``
 syntax (the notes are comments).
+
+A refused file still exits 2 (this is the checker), and after its errors it prints the
+settings that ``status``, ``agents`` and ``model list`` use meanwhile: the file's other
+lines (``--json``: under ``used_instead``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from genesis_fp16.config.settings import (
     SettingsError,
     load_settings_with_sources,
 )
+from genesis_fp16.config.settings_reading import load_settings_for_reading
 from genesis_fp16.config.settings_sources import SettingsSources
 from genesis_fp16.jobs.run_request import check_configured_options
 from genesis_fp16.launch.devices import check_devices
@@ -46,30 +51,60 @@ def run_check(args: argparse.Namespace) -> int:
         # `serve` refuses it; torch is imported only when a device other than cpu/auto is set.
         check_devices(settings)
     except SettingsError as exc:
-        for error in exc.errors:
-            print(f"genesis-fp16: error: {error}", file=sys.stderr)
-        if args.json:  # every error, the first as the usual error object's
-            found = [str(e) for e in exc.errors]
-            print(json.dumps({**error_object(found[0], "refused", 2), "errors": found}))
-        return 2
-    values = resolved_values(settings, sources)
+        return _refused(args, exc)
     if args.json:
-        out = {
-            "env_file": str(sources.env_file),
-            "env_file_read": sources.env_file_read,
-            "settings": settings.redacted(),
-            "sources": {name: source for name, (_, source) in values.items()},
-            "shadowed": sources.describe_shadowed(),
-        }
-        print(json.dumps(out, indent=2))
+        print(json.dumps(_json_answer(settings, sources), indent=2))
         return 0
     state = "read" if sources.env_file_read else "not found: defaults and environment only"
     print(f"# env file: {sources.env_file} ({state})")
-    for name, (value, source) in values.items():
+    _print_values(settings, sources)
+    return 0
+
+
+def _refused(args: argparse.Namespace, exc: SettingsError) -> int:
+    """Exit 2 with every error; then, when the file is what is refused, the settings the
+    read-only commands use instead (genesis_fp16/config/settings_reading.py)."""
+    for error in exc.errors:
+        print(f"genesis-fp16: error: {error}", file=sys.stderr)
+    try:
+        read = load_settings_for_reading(args.env_file)
+    except SettingsError:
+        read = None
+    if read is not None and read.refused is None:
+        read = None  # the file loads; an agent option or a device is what is refused
+    if args.json:  # every error, the first as the usual error object's
+        found = [str(e) for e in exc.errors]
+        answer = {**error_object(found[0], "refused", 2), "errors": found}
+        if read is not None:
+            answer["used_instead"] = {
+                **_json_answer(read.settings, read.sources),
+                "note": read.note,
+                "left_out": list(read.left_out),
+            }
+        print(json.dumps(answer))
+    elif read is not None:
+        print(f"# env file: {read.sources.env_file} (refused)")
+        print(f"# the read-only commands use instead: {read.note}")
+        _print_values(read.settings, read.sources)
+    return 2
+
+
+def _json_answer(settings: Settings, sources: SettingsSources) -> dict[str, Any]:
+    values = resolved_values(settings, sources)
+    return {
+        "env_file": str(sources.env_file),
+        "env_file_read": sources.env_file_read,
+        "settings": settings.redacted(),
+        "sources": {name: source for name, (_, source) in values.items()},
+        "shadowed": sources.describe_shadowed(),
+    }
+
+
+def _print_values(settings: Settings, sources: SettingsSources) -> None:
+    for name, (value, source) in resolved_values(settings, sources).items():
         print(f"{name}={value}  # {source}" if value else f"{name}=  # {source} (not set)")
     for line in sources.describe_shadowed():
         print(f"# shadowed: {line}")
-    return 0
 
 
 def resolved_values(settings: Settings, sources: SettingsSources) -> dict[str, tuple[str, str]]:

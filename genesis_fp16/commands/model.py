@@ -73,7 +73,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     agent, as_json = str(args.agent), bool(args.json)
     try:
-        paths = agent_paths(agent)
+        paths = agent_paths(agent, read_only=args.action == "list")
         known = known_agent_names()
         if agent not in known and not paths.root.exists():  # a typo, not an agent without state
             raise UsageError(f"unknown agent {agent!r}; known agents: {', '.join(known) or 'none'}")

@@ -5,18 +5,22 @@ by ``genesis_fp16.config.agent_names.agent_argument``: its name is checked where
 from __future__ import annotations
 
 from genesis_fp16.cli import UsageError
+from genesis_fp16.commands.reading import settings_for_reading
 from genesis_fp16.config.agent_names import check_agent_name
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import SettingsError, load_settings
 
 
-def agent_paths(agent: str) -> AgentPaths:
+def agent_paths(agent: str, read_only: bool = False) -> AgentPaths:
     """``agent``'s folders under the configured state folder; a name that is not an agent
-    name, or settings that do not load, are one line (exit 2)."""
+    name, or settings that do not load, are one line (exit 2). ``read_only`` (``model
+    list``): a refused ``.env`` file's other lines do, said on stderr (commands/reading.py)."""
     try:
         check_agent_name(agent)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if read_only:
+        return AgentPaths.for_agent(settings_for_reading().state_dir, agent)
     try:
         settings = load_settings()
     except SettingsError as exc:

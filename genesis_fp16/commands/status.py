@@ -14,8 +14,6 @@ import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from genesis_fp16.cli import UsageError
-
 if TYPE_CHECKING:  # imported where used: `genesis-fp16 train` loads none of this
     from genesis_fp16.config.settings import Settings
     from genesis_fp16.status.report import DaemonStatus, StatusReport
@@ -36,13 +34,10 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from genesis_fp16.config.settings import SettingsError, load_settings
+    from genesis_fp16.commands.reading import settings_for_reading
     from genesis_fp16.status.render import render_text
 
-    try:
-        settings = load_settings()
-    except SettingsError as exc:
-        raise UsageError(f"invalid configuration: {exc}") from None
+    settings = settings_for_reading()  # a refused .env: its other lines, said on stderr
     report = read_report(settings)
     if args.json:
         print(json.dumps(report.to_json(), allow_nan=False, indent=2))

@@ -54,6 +54,14 @@ from genesis_fp16.metrics.http import StatusServer, raise_open_file_limit, tls_c
 from genesis_fp16.metrics.last_success import LastSuccessStore
 from genesis_fp16.service.agent_rescan import AgentRescan
 from genesis_fp16.service.logsetup import on_thread_exception
+from genesis_fp16.service.run_now import (
+    Answer,
+    Outcome,
+    not_scheduled,
+    prune_answers,
+    take_requests,
+    write_answer,
+)
 from genesis_fp16.service.scheduler import AgentScheduler
 from genesis_fp16.service.state_lock import (
     StateFolderBusy,
@@ -81,6 +89,8 @@ RESTART_ONLY = (
     "heartbeat_seconds",
     "misfire_grace_seconds",
 )
+# Names in the run-now folder that are no request, each logged once (a bound on memory).
+MAX_STRAYS_SAID = 1000
 # The heartbeat is stale after this many missed intervals.
 HEARTBEAT_TOLERANCE = 3
 
@@ -122,6 +132,11 @@ class Daemon:
         self.stopping = threading.Event()
         self._wake = threading.Event()
         self._reload_requested = False
+        # (since, the one-line error) while the .env file is refused; None once it loads.
+        self.reload_refused: tuple[float, str] | None = None
+        # Agents whose run-now request brought their job forward, until the job returns.
+        self._run_now_asked: dict[str, float] = {}
+        self._strays_said: set[str] = set()
         self._heartbeat = 0.0
         self._ready = False
         # Replaced whole when a plugin is installed or uninstalled (agent_rescan.py).
@@ -145,15 +160,19 @@ class Daemon:
         return True, "alive: scheduler heartbeat is fresh"
 
     def health(self) -> tuple[bool, str]:
+        """/healthz. A refused reload is said in the body, not the code: the daemon works
+        on with its running settings, and a restart would only refuse the file again."""
+        refused = self.reload_refused
+        said = "" if refused is None else f"; {describe_refused_reload(*refused)}"
         if not self.heartbeat_fresh():
             age = time.time() - self._heartbeat
-            return False, f"unhealthy: scheduler heartbeat is {age:.0f} s old"
+            return False, f"unhealthy: scheduler heartbeat is {age:.0f} s old{said}"
         context = getattr(self, "context", None)
         degraded = context.problems() if context is not None else {}
         if degraded:
             reasons = "; ".join(f"{agent}: {why}" for agent, why in sorted(degraded.items()))
-            return False, f"degraded: {reasons}"
-        return True, "ok: scheduler heartbeat is fresh"
+            return False, f"degraded: {reasons}{said}"
+        return True, f"ok: scheduler heartbeat is fresh{said}"
 
     def readiness(self) -> tuple[bool, str]:
         if self.stopping.is_set():
@@ -325,7 +344,53 @@ class Daemon:
         log.warning("job skipped: the agent's previous run is still training", agent=agent)
 
     def _job(self, agent: str, plugin: AgentPlugin) -> None:
-        run_agent_job(self.context, agent, plugin)
+        try:
+            run_agent_job(self.context, agent, plugin)
+        finally:
+            self._run_now_asked.pop(agent, None)
+
+    def _answer_run_requests(self) -> None:
+        """Take the run-now requests in the state folder and answer each
+        (genesis_fp16/service/run_now.py); nothing here raises into the main loop."""
+        state_dir = self.settings.state_dir
+        taken, strays = take_requests(state_dir)
+        for name in strays:
+            if name in self._strays_said:  # a folder at a request's name stays: said once
+                continue
+            if len(self._strays_said) < MAX_STRAYS_SAID:
+                self._strays_said.add(name)
+            log.warning("run-now request refused: its name is not AGENT@ID.json", file=name)
+        for agent, idents in taken.items():
+            outcome, detail = self._run_now(agent)
+            say = log.info if outcome == "started" else log.warning
+            say(f"run now {outcome}", agent=agent, detail=detail, requests=len(idents))
+            answer = Answer(outcome, detail, time.time())
+            for ident in idents:
+                try:
+                    write_answer(state_dir, ident, answer)
+                except OSError as exc:  # a full disk: the command says it had no answer
+                    log.error("cannot answer a run-now request", agent=agent, error=str(exc))
+
+    def _run_now(self, agent: str) -> tuple[Outcome, str]:
+        """Bring ``agent``'s job forward to now, or say in one line why not."""
+        if self.stopping.is_set():
+            return "refused", "the daemon is shutting down"
+        scheduled = self.scheduler.scheduled_agents()
+        if agent not in scheduled:
+            return "refused", not_scheduled(agent, scheduled, known_agent_names())
+        with self.context.running_changed:
+            running = agent in self.context.running
+        if running:
+            return "refused", f"{agent} is running now; see `genesis-fp16 status`"
+        asked = self._run_now_asked.get(agent)
+        # A job brought forward starts within a tick, or waits for a device slot; one not
+        # started within the misfire grace is asked for again.
+        if asked is not None and time.time() - asked < self.settings.misfire_grace_seconds:
+            return "started", f"{agent}: joins the run asked for {time.time() - asked:.1f} s ago"
+        if not self.scheduler.run_now(agent):
+            return "refused", not_scheduled(agent, [], known_agent_names())
+        self._run_now_asked[agent] = time.time()
+        return "started", f"{agent}: the daemon (pid {os.getpid()}) starts its run now"
 
     def _wait(self) -> None:
         """The main loop: it waits, pings and dispatches, and calls no plugin code (the
@@ -358,6 +423,8 @@ class Daemon:
             elif time.monotonic() - last_scan >= self.settings.heartbeat_seconds:
                 last_scan = time.monotonic()
                 self.agents.request(self.settings)
+                prune_answers(self.settings.state_dir, time.time())
+            self._answer_run_requests()  # one listing of a folder that is mostly empty
 
     def _changed(self) -> None:
         """On the plugin-scan thread, after a rescan changed the agents."""
@@ -398,7 +465,12 @@ class Daemon:
             self.metrics.config_reloads.labels(outcome="failure").inc()
             self.metrics.config_last_reload_successful.set(0)
             log.error("config reload failed, keeping the running configuration", error=str(exc))
+            # The page, /status.json, `status` and /healthz say it until a reload succeeds;
+            # "since" is the first refusal of the row, the error the latest.
+            since = time.time() if self.reload_refused is None else self.reload_refused[0]
+            self.reload_refused = (since, _one_line(str(exc)))
             return False
+        self.reload_refused = None
         old = self.settings
         ignored = [name for name in RESTART_ONLY if getattr(old, name) != getattr(new, name)]
         if ignored:
@@ -452,6 +524,18 @@ class Daemon:
         signal.signal(signal.SIGTERM, on_stop)
         signal.signal(signal.SIGINT, on_stop)
         signal.signal(signal.SIGHUP, on_hup)
+
+
+def describe_refused_reload(since: float, error: str) -> str:
+    """``reload refused since 2026-11-25 18:02:11 UTC: <error>``: one line for /healthz."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since))
+    return f"reload refused since {when}: {error}"
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    """An error for a status line: its first line, cut at ``limit`` characters."""
+    first = text.splitlines()[0] if text else ""
+    return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
 def _switched(old: Settings, new: Settings, agents: Iterable[str]) -> frozenset[str]:

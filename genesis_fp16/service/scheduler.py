@@ -172,6 +172,15 @@ class AgentScheduler:
             if job.id.startswith(JOB_PREFIX)
         }
 
+    def run_now(self, agent: str) -> bool:
+        """Bring ``agent``'s next run forward to now (the scheduler wakes at once; an
+        interval schedule counts on from this run). False: the agent has no job."""
+        job = self._scheduler.get_job(JOB_PREFIX + agent)
+        if job is None:
+            return False
+        job.modify(next_run_time=datetime.now(UTC))
+        return True
+
     def pause(self) -> None:
         """Start no new jobs; the heartbeat keeps going."""
         for job in self._scheduler.get_jobs():

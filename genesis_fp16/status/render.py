@@ -22,6 +22,7 @@ from genesis_fp16.status.when import when as _when
 Row = tuple[str, str]
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 ENDPOINTS = ("/metrics", "/livez", "/healthz", "/readyz", "/status.json")
+RUN_NOW_HINT = "genesis-fp16 run AGENT, beside this daemon's .env: trains the agent at once"
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,11 @@ def _daemon_rows(daemon: DaemonStatus, state_dir: str) -> tuple[Row, ...]:
         started = "unknown" if daemon.started_at is None else _clock(daemon.started_at)
         rows.append(("up", f"{_span(daemon.uptime_seconds)} (since {started})"))
         rows.append(("health", daemon.health))
+        # Issue 60 parts 4-5: a refused .env (the running settings stay) and "run now".
+        if daemon.reload_refused_at is not None:
+            when = _clock(daemon.reload_refused_at)
+            rows.append(("reload", f"refused since {when}: {daemon.reload_error}"))
+        rows.append(("run now", RUN_NOW_HINT))
     if daemon.ready is not None:
         rows.append(("ready", daemon.ready))
     return tuple(rows)

@@ -58,6 +58,8 @@ class DaemonStatus:
 
     ``owner``: what holds the folder's lock (``serve``, ``train se_darwin``), None when
     nothing does. ``health``: the ``/healthz`` line, or why it is not known.
+    ``reload_refused_at``: since when the daemon refuses its ``.env`` file (the first
+    refused reload of a row; None: the last reload succeeded), ``reload_error`` why.
     """
 
     running: bool
@@ -68,6 +70,8 @@ class DaemonStatus:
     healthy: bool | None
     health: str
     ready: str | None = None
+    reload_refused_at: float | None = None
+    reload_error: str | None = None
 
 
 @dataclass(frozen=True)

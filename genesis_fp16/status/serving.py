@@ -90,7 +90,11 @@ def _daemon_status(daemon: Daemon) -> DaemonStatus:
     healthy, health = daemon.health()
     _, ready = daemon.readiness()
     uptime = None if started is None else max(0.0, now - started)
-    return DaemonStatus(True, os.getpid(), "serve", started, uptime, healthy, health, ready)
+    refused: tuple[float, str] | None = getattr(daemon, "reload_refused", None)
+    since, error = refused if refused is not None else (None, None)
+    return DaemonStatus(
+        True, os.getpid(), "serve", started, uptime, healthy, health, ready, since, error
+    )
 
 
 def _schedule(daemon: Daemon) -> Callable[[str], NextRun]:

@@ -1,0 +1,162 @@
+"""Settings for the commands that only read (``status``, ``agents``, ``model list``,
+``config check``) when the ``.env`` file is refused.
+
+A typo in ``.env`` makes the running daemon refuse the reload and keep its settings; the
+read-only commands must not go blind meanwhile. They use the file's other lines: every
+line the errors do not name is kept (the state folder, the port, the allowlist stay what
+the daemon most likely runs with), and what the errors name is left out. When that still
+does not load, they use the environment and the defaults alone. A bad value in the
+process environment is not the file's fault: it stays an error (exit 2).
+
+``load_settings_for_reading`` says what it did in one line (``SettingsRead.note``), which
+the commands print on stderr, so their ``--json`` stays one object on stdout::
+
+    read = load_settings_for_reading()
+    if read.note is not None:
+        print(f"genesis-fp16: warning: {read.note}", file=sys.stderr)
+
+Writing commands (``train``, ``model promote``) keep refusing a bad file: they act, and
+must act on the settings the operator wrote.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from genesis_fp16.config.settings import (
+    DEFAULT_ENV_FILE,
+    ENV_FILE_VARIABLE,
+    Settings,
+    SettingsError,
+    load_settings_with_sources,
+)
+from genesis_fp16.config.settings_sources import SettingsSources
+
+# A variable an error is about: the name it starts with (settings.py's messages do), or
+# failing that any it mentions.
+_LEADING = re.compile(r"^((?:GENESIS|ENABLE)_FP16_\w*)")
+_MENTIONED = re.compile(r"\b((?:GENESIS|ENABLE)_FP16_\w*)")
+# Each round leaves out what the errors name; a pair refused together (TLS) takes two.
+MAX_ROUNDS = 5
+
+
+@dataclass(frozen=True)
+class SettingsRead:
+    """The settings a read-only command uses, and why they may not be the file's.
+
+    ``refused``: the file's error (one line), None when the file loaded as it is;
+    ``left_out``: the file's variables not used (all of them: ``whole_file``).
+    """
+
+    settings: Settings
+    sources: SettingsSources
+    env_file: Path
+    refused: str | None = None
+    left_out: tuple[str, ...] = ()
+    whole_file: bool = False
+
+    @property
+    def note(self) -> str | None:
+        """One line for stderr: the file is refused, why, and which settings are used."""
+        if self.refused is None:
+            return None
+        if self.whole_file:
+            used = "using the environment and the defaults only"
+        elif not self.left_out:  # only lines that are not NAME=value: never used
+            used = "using its other lines, the environment and the defaults"
+        else:
+            used = "using its other lines, the environment and the defaults (left out: "
+            used += f"{', '.join(self.left_out)})"
+        return f"{self.env_file} is refused ({self.refused}); {used}"
+
+
+def load_settings_for_reading(env_file: Path | str | None = None) -> SettingsRead:
+    """:func:`load_settings_with_sources`, or, when the ``.env`` file is what it refuses,
+    the settings without the file's bad lines (:class:`SettingsRead`). Raises the first
+    :class:`SettingsError` when the environment itself is bad, or the file is missing."""
+    path = Path(env_file or os.environ.get(ENV_FILE_VARIABLE) or DEFAULT_ENV_FILE)
+    try:
+        settings, sources = load_settings_with_sources(env_file)
+        return SettingsRead(settings, sources, path.resolve())
+    except SettingsError as exc:
+        first = exc
+    if not path.is_file():  # the environment's error, or a named file that is not there
+        raise first
+    lines = _good_lines(path)
+    refused = "; ".join(first.errors)
+    left_out = _blamed(first, set(lines))
+    with tempfile.TemporaryDirectory(prefix="genesis-fp16-env-") as folder:
+        kept = Path(folder) / ".env"
+        for _ in range(MAX_ROUNDS):  # the unparsable lines are never among ``lines``
+            loaded = _load_lines(kept, lines, left_out, path.resolve())
+            if not isinstance(loaded, SettingsError):
+                shown, whole = tuple(sorted(left_out)), not set(lines) - left_out
+                return SettingsRead(*loaded, path.resolve(), refused, shown, whole)
+            blamed = _blamed(loaded, set(lines) - left_out)
+            if not blamed:
+                break
+            left_out |= blamed
+        loaded = _load_lines(kept, {}, set(), path.resolve())
+    if isinstance(loaded, SettingsError):
+        raise first
+    return SettingsRead(*loaded, path.resolve(), refused, (), whole_file=True)
+
+
+def _good_lines(path: Path) -> dict[str, str]:
+    """The file's ``NAME=value`` lines as written (quotes, comments), by upper-cased name;
+    none when it is not UTF-8. A name set twice keeps its later line, as the file does."""
+    from dotenv.parser import parse_stream
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    lines: dict[str, str] = {}
+    for binding in parse_stream(io.StringIO(text)):
+        if not binding.error and binding.key is not None and binding.value is not None:
+            lines[binding.key.upper()] = binding.original.string.rstrip("\n") + "\n"
+    return lines
+
+
+def _blamed(error: SettingsError, names: set[str]) -> set[str]:
+    """The file's variables ``error`` is about: each message's leading variable, or the
+    JSON object that holds it (``GENESIS_FP16_AGENTS`` for ``..._AGENTS__X__STEPS``);
+    when no message leads with one of ``names``, every one a message mentions (a pair
+    refused together: "..._TLS_CERT_FILE and ..._TLS_KEY_FILE must be set together")."""
+    leading = {m.group(1) for m in map(_LEADING.match, error.errors) if m is not None}
+    blamed = _within(leading, names)
+    if not blamed:
+        blamed = _within({v for e in error.errors for v in _MENTIONED.findall(e)}, names)
+    return blamed
+
+
+def _within(variables: set[str], names: set[str]) -> set[str]:
+    """The ``names`` that are one of ``variables``, or hold one, or are held by one."""
+    found = set()
+    for variable in (v.rstrip("_") for v in variables):
+        found |= {
+            name
+            for name in names
+            if name == variable
+            or variable.startswith(name + "__")
+            or name.startswith(variable + "__")
+        }
+    return found
+
+
+def _load_lines(
+    kept: Path, lines: dict[str, str], left_out: set[str], shown: Path
+) -> tuple[Settings, SettingsSources] | SettingsError:
+    """The settings with ``kept`` holding the file's lines but ``left_out``; the sources
+    name the operator's file, not this copy."""
+    kept.write_text("".join(text for name, text in lines.items() if name not in left_out))
+    try:
+        settings, sources = load_settings_with_sources(kept)
+    except SettingsError as exc:
+        return exc
+    return settings, replace(sources, env_file=shown)
