@@ -161,7 +161,13 @@ class _Valid:
 
 
 def list_data_files(path: Path) -> list[Path]:
-    """The data files at ``path``: itself, or the data files under a folder, sorted."""
+    """The data files at ``path``: itself, or the data files under a folder, sorted.
+
+    In a folder, a data file is one whose name ends in one of :data:`DATA_SUFFIXES`;
+    everything else is left alone: a name starting with a dot, or inside a folder whose
+    name does (``.staging/``, the sample's ``.generated`` marker), and a partial write
+    under another name (``pool.json.tmp``, ``pool.jsonl.part``, ``pool.json~``), which
+    becomes a data file when its writer renames it into place."""
     if not path.exists():
         raise DataError(f"data path {str(path)!r} does not exist")
     if path.is_file():
@@ -169,7 +175,9 @@ def list_data_files(path: Path) -> list[Path]:
     files = sorted(
         p
         for p in path.rglob("*")
-        if p.is_file() and p.name.endswith(DATA_SUFFIXES) and not p.name.startswith(".")
+        if p.name.endswith(DATA_SUFFIXES)
+        and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        and p.is_file()
     )
     if not files:
         raise DataError(
