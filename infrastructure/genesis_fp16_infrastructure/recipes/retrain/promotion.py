@@ -162,7 +162,7 @@ def plan_candidate(
         # Judged but nothing served (removed by hand): train anew.
         if judged_one is not None and served is not None and served_state is not None:
             candidate, outcome, verdict = judged_one
-            why = f"candidate {candidate.name} of this data was {outcome}"
+            why = f"nothing new: candidate {candidate.name} trained on these records, {outcome}"
             plan = _up_to_date(candidate, served, served_state, change, why, verdict)
             return dataclasses.replace(plan, loaded=served_loaded)
         same = served is not None and _same_request(root, served, key)
