@@ -2,7 +2,8 @@
 
 A path may be one file or a folder (searched recursively, in sorted order). Files are
 ``.json`` (a trajectory pool, a list of records or one record), ``.jsonl`` (one record a
-line), or gzip of either (``.json.gz``, ``.jsonl.gz``).
+line), or gzip of either (``.json.gz``, ``.jsonl.gz``); in a folder, dotfiles, dot-folders
+and partial writes under other names (``*.tmp``) are left alone (:func:`list_data_files`).
 
 A malformed record, line or file never stops a read: it is skipped, counted, and written
 with its reason to the quarantine file. So is a file that vanishes between the listing of

@@ -129,6 +129,7 @@ def test_pools_dropped_beside_the_sample_are_trained_on_quarantined_or_cost_noth
     assert len(broken) == 1 and "broken.json: truncated" in broken[0], said
     assert len(mixed_line) == 1 and "mixed.jsonl, the first at line 2" in mixed_line[0], said
     assert skipped["outcome"] == "up_to_date" and skipped["steps"] == 0
+    assert skipped["quarantined"] == 2  # counted: the truncated file and the bad line
     assert _last_run_reason(daemon).startswith("up to date: nothing new")
     kept = [json.loads(line) for f in (_state(daemon) / "quarantine").glob("*.jsonl")
             for line in f.read_text().splitlines()]  # fmt: skip

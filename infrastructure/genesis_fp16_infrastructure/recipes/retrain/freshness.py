@@ -133,14 +133,9 @@ def check_data(request: TrainRequest) -> DataCheck:
     if report.hashed:  # new mtimes (or a scan too close to a write): trust them next time
         _write(folder, {**record, "manifest": manifest.to_json()})
     seconds = time.perf_counter() - start
-    logger.info(
-        "%s: up to date by the data manifest (%d file(s), %d hashed): no step to take",
-        request.agent,
-        len(manifest.files),
-        report.hashed,
-    )
+    why = _unchanged(len(manifest.files), report.hashed)
+    logger.info("%s: up to date by the data manifest, %s: no step to take", request.agent, why)
     try:
-        why = _unchanged(len(manifest.files), report.hashed)
         verdict = _up_to_date_result(request, record["result"], seconds, report.hashed, why)
     except ReportError as exc:  # kept by an older version, or damaged: read the pool
         logger.warning("data manifest: its result is unreadable (%s); the run reads the pool", exc)
