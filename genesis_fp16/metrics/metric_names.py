@@ -61,6 +61,7 @@ METRIC_NAMES = (
     "genesis_fp16_precision_demotions_total",
     "genesis_fp16_fault_bundles_total",
     "genesis_fp16_training_runs_total",
+    "genesis_fp16_training_runs_started_total",
     "genesis_fp16_run_failures_total",
     "genesis_fp16_jobs_skipped_total",
     "genesis_fp16_runs_overdue",
