@@ -178,3 +178,20 @@ def test_a_budget_on_an_unchanged_pool_is_answered_by_the_manifest_unless_forced
     assert fresh.up_to_date and fresh.steps == 0
     assert fresh.data is not None and fresh.data.checked_by == "manifest"
     assert freshness.check_data(replace(budget, forced=True)).up_to_date is None
+
+
+def test_a_record_kept_for_the_sample_file_answers_for_its_folder(
+    served: tuple[Path, Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A state folder from before the folder default: its manifest's request names the
+    data path (the key held it then) and lists the files by the paths the folder lists
+    them by, so a run on the folder is up to date by the manifest, nothing read."""
+    data, ckpt, _ = served
+    record = json.loads(freshness.record_path(ckpt).read_text())
+    record["request"]["data_path"] = str((data / "pool.json").resolve())
+    freshness.record_path(ckpt).write_text(json.dumps(record))
+    _no_reading(monkeypatch)
+    out = plugin.train(_request(data, ckpt))
+    assert out.up_to_date and out.data is not None and out.data.checked_by == "manifest"
+    other = {**record["request"], "seed": 4}  # what still tells requests apart
+    assert not freshness.same_request(other, freshness.request_key(_request(data, ckpt)))
