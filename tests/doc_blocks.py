@@ -376,6 +376,11 @@ BLOCKS: dict[tuple[str, str], Plan] = {
         _RECORD, "hours of training; how the section's table was made"
     ),
     ("docs/se-darwin.md", "predictor = WorldModelPredictor.load("): Run("make-run", slow=True),
+    ("docs/se-darwin.md", "cp ~/exports/qa_pool.json state/agents/se_darwin/data/"): Covered(
+        "tests/genesis_fp16/jobs/test_daemon_dropped_data.py::"
+        "test_pools_dropped_beside_the_sample_are_trained_on_quarantined_or_cost_nothing",
+        "a pool copied into a real daemon's data folder is trained on at its next run",
+    ),
     ("docs/se-darwin.md", "genesis-fp16 train AGENT"): Covered(
         f"{_CLAIMS}every_command_the_docs_name_exists",
         "a synopsis: every command and flag it names exists",

@@ -1,7 +1,10 @@
 """Where each agent's data, checkpoints and state live inside the state folder.
 
 <state_dir>/agents/<agent>/
-    data/                  generated sample data (when no data path is configured)
+    data/                  the agent's data when no data path is configured: the generated
+                           sample, and, for an agent that reads a folder of pools
+                           (``data_folder = True``, se_darwin), every pool a person drops
+                           there (default_data_path)
     checkpoints/           atomic checkpoints, newest kept last
     quarantine/            malformed records skipped during reads, with reasons: a file
                            per run (<UTC time>.jsonl), the newest 20 and 64 MiB kept
@@ -88,6 +91,38 @@ class AgentPaths:
 
 # The marker holds one path; anything longer is not a marker.
 MARKER_BYTES = SAMPLE_DATA_MARKER.limit
+
+
+def reads_data_folder(plugin: object) -> bool:
+    """Whether ``plugin`` declares that it reads a folder of data files (``data_folder =
+    True``): then, with no data path configured, it trains on its whole data folder, the
+    generated sample and every pool a person drops beside it, not on the one generated file.
+
+    >>> class Pools: data_folder = True
+    >>> reads_data_folder(Pools()), reads_data_folder(object())
+    (True, False)
+    """
+    return getattr(plugin, "data_folder", False) is True
+
+
+def default_data_path(
+    plugin: AgentPlugin,
+    paths: AgentPaths,
+    count: int = SAMPLE_DATA_COUNT,
+    seed: int = SAMPLE_DATA_SEED,
+) -> Path:
+    """What ``plugin`` trains on when no data path is configured: its data folder
+    (``<state>/agents/<agent>/data/``) when it reads a folder of pools
+    (:func:`reads_data_folder`) and its sample lies inside it, else the generated sample
+    file itself (:func:`ensure_sample_data` generates it on first use, either way)."""
+    sample = ensure_sample_data(plugin, paths, count, seed)
+    if not reads_data_folder(plugin):
+        return sample
+    try:
+        Path(sample).resolve().relative_to(paths.data_dir.resolve())
+    except ValueError:  # a plugin that writes its sample elsewhere: that file, as before
+        return sample
+    return paths.data_dir
 
 
 def ensure_sample_data(

@@ -208,6 +208,7 @@ def _finish(
         components=_components(result),  # per-component dtypes (rlhf_ppo's preset)
         early_stop=_early_stop_summary(result.early_stop),
         data=_plain(result.data),
+        quarantined=result.quarantined,  # malformed records skipped, each file named above
         phases=dict(result.phases) if result.phases is not None else None,
         gate=_plain(result.gate),
         drift=_plain(result.drift),

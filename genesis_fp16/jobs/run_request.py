@@ -7,8 +7,9 @@ agent's state folder (one
 files, the served-model pointer and the plugin's data check), then works out: the
 requested precision and why (:func:`precision_request`: flag, rollback switch,
 per-agent override, how ``auto`` is decided, the precision guard's remembered floor),
-the device, the budget (:func:`budget`), the data (sample data when none is
-configured), the guard's configuration and the agent's options. The snapshot travels in the request
+the device, the budget (:func:`budget`), the data (when none is configured, the
+agent's data folder or its generated sample: ``config.paths.default_data_path``), the
+guard's configuration and the agent's options. The snapshot travels in the request
 (``TrainRequest.snapshot``): nothing after the plan reads those files again. The
 daemon's launcher hands the result to a child or torchrun's ranks whole, as a JSON file
 (``TrainRequest.to_json``), so every process trains with the same precision request,
@@ -33,7 +34,7 @@ from typing import Any
 
 import structlog
 
-from genesis_fp16.config.paths import AgentPaths, ensure_sample_data
+from genesis_fp16.config.paths import AgentPaths, default_data_path
 from genesis_fp16.config.settings import (
     AGENT_VARIABLE_PREFIX,
     Settings,
@@ -212,7 +213,9 @@ def plan_request(
     )
     data = o.data_path or spec.data_path
     if data is None:
-        data = ensure_sample_data(plugin, paths, count=settings.sample_count, seed=settings.seed)
+        # The agent's data folder (se_darwin: the sample and every pool dropped beside
+        # it), or its generated sample file (an agent that reads one file).
+        data = default_data_path(plugin, paths, count=settings.sample_count, seed=settings.seed)
     steps, epochs = budget(settings, agent, o.steps, o.epochs)
     warn_ignored(ignored, agent, _operator_set(settings, o))
     request = TrainRequest(

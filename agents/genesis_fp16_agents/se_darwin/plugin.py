@@ -30,6 +30,10 @@ class SEDarwinPlugin:
     description = "SE-Darwin world model: success, score and outcome of a code-evolution attempt"
     # The types a fault bundle's batches may be rebuilt as (``genesis-fp16 replay``).
     batch_types = (Batch,)
+    # Its data is a folder of pools: with no data path configured the daemon trains it on
+    # <state>/agents/se_darwin/data/, the generated sample and every pool dropped beside it
+    # (genesis_fp16.config.paths.default_data_path; docs/se-darwin.md, "Where to put data").
+    data_folder = True
 
     def generate_sample_data(self, out: Path, count: int, seed: int) -> Path:
         """Write ``<out>/trajectory_pools/se_darwin/trajectory_pool.json``; return its path."""

@@ -39,7 +39,12 @@ class QuarantineSink:
     The file is opened at the first entry, so a read that quarantines nothing leaves no
     file; past ``max_bytes`` entries are counted, not written, and one closing entry
     says how many. ``first`` keeps the first few (source, where, reason), for an error
-    that names the cause."""
+    that names the cause.
+
+    The log gets one warning per data file, not per record (a file of 10,000 bad lines
+    is one line, naming the file, its count, its first reason and where every reason is
+    kept): a read passes its files one after the other, so a file's line is written when
+    the next file's first entry comes, or at :meth:`close`."""
 
     def __init__(self, path: Path | None, max_bytes: int = QUARANTINE_FILE_BYTES) -> None:
         self.path = path
@@ -49,11 +54,13 @@ class QuarantineSink:
         self._written = 0
         self._unwritten = 0
         self._handle: TextIO | None = None
+        # The data file whose entries come now: its path, count and first (where, reason).
+        self._file: tuple[Path, int, str, str] | None = None
 
     def add(self, source: Source, reason: str, raw: Any) -> None:
         self.count += 1
         reason, where = safe_text(reason), safe_text(source.where)
-        logger.warning("quarantined a record from %s (%s): %s", source.path, where, reason)
+        self._count_file(source.path, where, reason)
         if len(self.first) < 3:
             self.first.append((source.path, where, reason))
         if self.path is None:
@@ -74,7 +81,34 @@ class QuarantineSink:
         self._handle.write(line + "\n")
         self._written += len(line) + 1
 
+    def _count_file(self, file: Path, where: str, reason: str) -> None:
+        if self._file is not None and self._file[0] == file:
+            self._file = (file, self._file[1] + 1, *self._file[2:])
+            return
+        self._say_file()
+        self._file = (file, 1, where, reason)
+
+    def _say_file(self) -> None:
+        """The one log line of the data file whose entries just ended."""
+        if self._file is None:
+            return
+        file, count, where, reason = self._file
+        kept = f"; kept with its reason in {self.path}" if self.path is not None else ""
+        if where == "file" and count == 1:
+            logger.warning("quarantined data file %s: %s%s", file, reason, kept)
+        else:
+            logger.warning(
+                "quarantined %d record(s) of %s, the first at %s: %s%s",
+                count,
+                file,
+                where,
+                reason,
+                kept.replace("its reason", "each one's reason"),
+            )
+        self._file = None
+
     def close(self) -> None:
+        self._say_file()
         if self._unwritten:
             reason = (
                 f"{self._unwritten:,} more quarantined records not written: this file "

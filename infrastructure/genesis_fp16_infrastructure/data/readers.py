@@ -2,7 +2,8 @@
 
 A path may be one file or a folder (searched recursively, in sorted order). Files are
 ``.json`` (a trajectory pool, a list of records or one record), ``.jsonl`` (one record a
-line), or gzip of either (``.json.gz``, ``.jsonl.gz``).
+line), or gzip of either (``.json.gz``, ``.jsonl.gz``); in a folder, dotfiles, dot-folders
+and partial writes under other names (``*.tmp``) are left alone (:func:`list_data_files`).
 
 A malformed record, line or file never stops a read: it is skipped, counted, and written
 with its reason to the quarantine file. So is a file that vanishes between the listing of
@@ -161,7 +162,13 @@ class _Valid:
 
 
 def list_data_files(path: Path) -> list[Path]:
-    """The data files at ``path``: itself, or the data files under a folder, sorted."""
+    """The data files at ``path``: itself, or the data files under a folder, sorted.
+
+    In a folder, a data file is one whose name ends in one of :data:`DATA_SUFFIXES`;
+    everything else is left alone: a name starting with a dot, or inside a folder whose
+    name does (``.staging/``, the sample's ``.generated`` marker), and a partial write
+    under another name (``pool.json.tmp``, ``pool.jsonl.part``, ``pool.json~``), which
+    becomes a data file when its writer renames it into place."""
     if not path.exists():
         raise DataError(f"data path {str(path)!r} does not exist")
     if path.is_file():
@@ -169,7 +176,9 @@ def list_data_files(path: Path) -> list[Path]:
     files = sorted(
         p
         for p in path.rglob("*")
-        if p.is_file() and p.name.endswith(DATA_SUFFIXES) and not p.name.startswith(".")
+        if p.name.endswith(DATA_SUFFIXES)
+        and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        and p.is_file()
     )
     if not files:
         raise DataError(

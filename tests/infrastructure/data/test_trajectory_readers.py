@@ -11,7 +11,12 @@ from typing import Any
 import pytest
 
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, new_quarantine_file
-from genesis_fp16_infrastructure.data.readers import DataError, DataTooLarge, read_trajectories
+from genesis_fp16_infrastructure.data.readers import (
+    DataError,
+    DataTooLarge,
+    list_data_files,
+    read_trajectories,
+)
 from genesis_fp16_infrastructure.data.schema import derive_label
 from genesis_fp16_infrastructure.data.sources import Source
 from genesis_fp16_infrastructure.data.synthetic import (
@@ -364,3 +369,18 @@ def test_a_quarantine_file_past_its_bytes_counts_the_rest(tmp_path: Path) -> Non
     entries = [json.loads(line) for line in (tmp_path / "q.jsonl").read_text().splitlines()]
     assert sink.count == 50 and 1 < len(entries) < 50
     assert entries[-1]["reason"].startswith(f"{51 - len(entries)} more quarantined records")
+
+
+def test_a_folder_lists_data_files_and_leaves_partial_writes_and_dot_folders_alone(
+    tmp_path: Path,
+) -> None:
+    """Every .json, .jsonl, .json.gz and .jsonl.gz at any depth is a data file; a dotfile,
+    anything under a dot-folder and a partial write's name (.tmp, .part, ~) are not."""
+    names = ["a.json", "b.jsonl", "c.json.gz", "sub/d.jsonl.gz", "sub/deeper/e.json"]
+    ignored = [".generated", ".f.json", ".staging/g.json", "sub/.hidden/h.jsonl"]
+    ignored += ["i.json.tmp", "j.jsonl.part", "k.json~", "notes.txt"]
+    for name in names + ignored:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("{}")
+    listed = [p.relative_to(tmp_path).as_posix() for p in list_data_files(tmp_path)]
+    assert listed == sorted(names)

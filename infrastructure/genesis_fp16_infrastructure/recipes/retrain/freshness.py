@@ -2,7 +2,7 @@
 
 A finished SE-Darwin run writes ``data_manifest.json`` into its checkpoint folder: the
 data files it read (size, mtime, content digest: ``genesis_fp16_infrastructure.data.manifest``),
-the request that asked for it (data path, options, seed), the served checkpoint (path,
+the request that asked for it (agent, options, seed), the served checkpoint (path,
 size, mtime) and its ``train --json`` result. A later run's plan asks :func:`check_data`
 once; when the request is the same, the served checkpoint is the one recorded and every
 data file holds the same bytes, the run ends ``up_to_date`` at once: no record parsed,
@@ -125,23 +125,57 @@ def check_data(request: TrainRequest) -> DataCheck:
     if record is None or not _may_be_up_to_date(request, record):
         return DataCheck(manifest)
     if not manifest.same_content(before):
-        logger.info("data manifest: %d file(s) hashed, the data changed", report.hashed)
+        logger.info(
+            "data manifest: the files changed (%s); the run reads the data, its records decide",
+            files_changed(before, manifest),
+        )
         return DataCheck(manifest)
     if report.hashed:  # new mtimes (or a scan too close to a write): trust them next time
         _write(folder, {**record, "manifest": manifest.to_json()})
     seconds = time.perf_counter() - start
-    logger.info(
-        "%s: up to date by the data manifest (%d file(s), %d hashed): no step to take",
-        request.agent,
-        len(manifest.files),
-        report.hashed,
-    )
+    why = _unchanged(len(manifest.files), report.hashed)
+    logger.info("%s: up to date by the data manifest, %s: no step to take", request.agent, why)
     try:
-        verdict = _up_to_date_result(request, record["result"], seconds, report.hashed)
+        verdict = _up_to_date_result(request, record["result"], seconds, report.hashed, why)
     except ReportError as exc:  # kept by an older version, or damaged: read the pool
         logger.warning("data manifest: its result is unreadable (%s); the run reads the pool", exc)
         return DataCheck(manifest)
     return DataCheck(manifest, verdict.to_json())
+
+
+def _unchanged(files: int, hashed: int) -> str:
+    """Why a manifest says up to date, for the run's outcome (``last_run``, ``status``)."""
+    if hashed:
+        return (
+            f"nothing new: the {files} data file(s) hold the bytes the served model's run "
+            f"read ({hashed} hashed again: touched or rewritten)"
+        )
+    return f"nothing new: the {files} data file(s) are unchanged"
+
+
+def files_changed(before: Manifest | None, after: Manifest, named: int = 3) -> str:
+    """Which files were added, removed or changed from ``before`` to ``after``, the first
+    ``named`` of each by name, for the log line that sends the run to read them.
+
+    >>> from genesis_fp16_infrastructure.data.manifest import FileState
+    >>> old = Manifest((FileState("d/a.json", 1, 1, "x"),), 0)
+    >>> touched, dropped = FileState("d/a.json", 1, 2, "x"), FileState("d/b.jsonl", 1, 1, "y")
+    >>> files_changed(old, Manifest((touched, dropped), 0))
+    '1 added: b.jsonl'
+    """
+    old = {f.path: f.digest for f in before.files} if before is not None else {}
+    new = {f.path: f.digest for f in after.files}
+    parts = []
+    for label, paths in (
+        ("added", sorted(new.keys() - old.keys())),
+        ("removed", sorted(old.keys() - new.keys())),
+        ("changed", sorted(p for p in new.keys() & old.keys() if new[p] != old[p])),
+    ):
+        if paths:
+            names = ", ".join(Path(p).name for p in paths[:named])
+            more = f" (+{len(paths) - named} more)" if len(paths) > named else ""
+            parts.append(f"{len(paths)} {label}: {names}{more}")
+    return "; ".join(parts) or "none"
 
 
 def _may_be_up_to_date(request: TrainRequest, record: Mapping[str, Any]) -> bool:
@@ -151,7 +185,7 @@ def _may_be_up_to_date(request: TrainRequest, record: Mapping[str, Any]) -> bool
         return False
     if request.forced and (request.steps is not None or request.epochs is not None):
         return False  # a forced run trains its budget on unchanged data too
-    if record.get("request") != request_key(request):
+    if not same_request(record.get("request"), request_key(request)):
         logger.info("data manifest: recorded for another request; the run reads the pool")
         return False
     if not _served_checkpoint_unchanged(request, record.get("checkpoint")):
@@ -161,18 +195,32 @@ def _may_be_up_to_date(request: TrainRequest, record: Mapping[str, Any]) -> bool
 
 
 def request_key(request: TrainRequest) -> dict[str, Any]:
-    """What a recorded run must share with this one: data path, options and seed."""
+    """What a recorded run must share with this one: agent, options and seed. Not the
+    data path: the records decide (their fingerprint; the manifest lists the files by
+    path), so the same records read from a folder instead of its one file, or from a
+    path moved, are up to date, and a file dropped into the folder is a change only when
+    it brings a record the served model has not seen."""
     options = json.loads(json.dumps(dict(request.options), sort_keys=True, default=str))
-    return {
-        "agent": request.agent,
-        "data_path": str(Path(str(request.data_path)).resolve()),
-        "options": options,
-        "seed": request.seed,
-    }
+    return {"agent": request.agent, "options": options, "seed": request.seed}
+
+
+def same_request(recorded: Any, key: Mapping[str, Any]) -> bool:
+    """Whether a recorded request (a manifest's, a candidate's) is ``key``: a record
+    written when the key held the data path is compared without it.
+
+    >>> key = {"agent": "se_darwin", "options": {}, "seed": 0}
+    >>> same_request({**key, "data_path": "/state/agents/se_darwin/data/pool.json"}, key)
+    True
+    >>> same_request({**key, "seed": 1}, key)
+    False
+    """
+    if not isinstance(recorded, Mapping):
+        return False
+    return {k: v for k, v in recorded.items() if k != "data_path"} == dict(key)
 
 
 def _up_to_date_result(
-    request: TrainRequest, stored: Mapping[str, Any], seconds: float, hashed: int
+    request: TrainRequest, stored: Mapping[str, Any], seconds: float, hashed: int, why: str
 ) -> TrainResult:
     served = TrainResult.from_json(stored)
     data = served.data
@@ -201,6 +249,7 @@ def _up_to_date_result(
         stopped_early=False,
         demotions=(),
         up_to_date=True,
+        up_to_date_against=why,  # the run's outcome says why (last_run, `status`)
         extra=extra,
         data=data,
         phases={"check": round(seconds, 6)},

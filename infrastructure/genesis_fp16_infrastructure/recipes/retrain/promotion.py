@@ -55,7 +55,7 @@ from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.readers import DataError, ReadResult
 from genesis_fp16_infrastructure.data.schema import Example
 from genesis_fp16_infrastructure.recipes.retrain import gate, judge_sets
-from genesis_fp16_infrastructure.recipes.retrain.freshness import request_key
+from genesis_fp16_infrastructure.recipes.retrain.freshness import request_key, same_request
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.pool_read import read_pool
 from genesis_fp16_infrastructure.recipes.retrain.served_model import Served
@@ -125,7 +125,7 @@ def plan_candidate(
         for c in list_candidates(root)
         if (m := read_json(c / CANDIDATE_META))
         and m.get("fingerprint") == seen.digest
-        and m.get("request") == key
+        and same_request(m.get("request"), key)
     ]
     judged_one: tuple[Path, Any, dict[str, Any] | None] | None = None
     if request.resume:
@@ -162,13 +162,14 @@ def plan_candidate(
         # Judged but nothing served (removed by hand): train anew.
         if judged_one is not None and served is not None and served_state is not None:
             candidate, outcome, verdict = judged_one
-            why = f"candidate {candidate.name} of this data was {outcome}"
+            why = f"nothing new: candidate {candidate.name} trained on these records, {outcome}"
             plan = _up_to_date(candidate, served, served_state, change, why, verdict)
             return dataclasses.replace(plan, loaded=served_loaded)
         same = served is not None and _same_request(root, served, key)
         if same and unforced and change is not None and change.unchanged:
             assert served is not None and served_state is not None
-            plan = _up_to_date(None, served, served_state, change, change.describe(), None)
+            why = f"nothing new: {change.describe()}"  # a copy, a quarantined record
+            plan = _up_to_date(None, served, served_state, change, why, None)
             return dataclasses.replace(plan, loaded=served_loaded)
     meta = {"fingerprint": seen.digest, "records": seen.records, "request": key}
     folder = new_candidate(root, meta, _shared_name(seen, key, served))
@@ -356,7 +357,7 @@ def _same_request(root: Path, served: Served, key: Any) -> bool:
     if served.entry.get("how") == "adopted":
         return True
     meta = read_json(candidates_dir(root) / str(served.entry.get("id")) / CANDIDATE_META)
-    return meta is not None and meta.get("request") == key
+    return meta is not None and same_request(meta.get("request"), key)
 
 
 def _up_to_date(

@@ -231,7 +231,10 @@ def _up_to_date(
     the served model's eval, no step taken."""
     served_folder = plan.served_folder
     assert served_folder is not None and plan.saved is not None
-    logger.info("%s: up to date, %s", request.agent, plan.up_to_date)
+    why = plan.up_to_date
+    if data.quarantined:  # a malformed file dropped in brings nothing new, and says so
+        why = f"{why}; {data.quarantined} record(s) quarantined"
+    logger.info("%s: up to date, %s", request.agent, why)
     with clock.phase("encode"), paused_gc():
         task = WorldModelTask(
             data,
@@ -267,7 +270,7 @@ def _up_to_date(
         extra=extra,
         live=live,
         up_to_date=True,
-        up_to_date_against=plan.up_to_date,
+        up_to_date_against=why,
         wall_seconds=clock.elapsed(),
         checkpoint=plan.served_checkpoint,
         data=data_record(seen, plan.change),

@@ -12,6 +12,7 @@ import pytest
 from se_darwin_runs import train
 
 from genesis_fp16_agents.se_darwin import plugin
+from genesis_fp16_infrastructure.agent_folder.lifecycle import list_candidates
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.recipes.retrain import freshness, pool_read
@@ -90,6 +91,43 @@ def test_a_file_rewritten_with_the_same_content_is_up_to_date(
     _no_reading(monkeypatch)
     out = plugin.train(_request(data, ckpt))
     assert out.up_to_date and out.data.files_hashed >= 1
+    assert out.up_to_date_against is not None
+    assert out.up_to_date_against.startswith("nothing new: the 2 data file(s) hold the bytes")
+
+
+def test_the_same_records_at_another_path_are_up_to_date_not_trained_again(
+    served: tuple[Path, Path, dict[str, Any]],
+) -> None:
+    """The pool's folder moved (or a data path set to the folder its one file was in):
+    the manifest's paths differ, so the run reads the records, and they are the served
+    model's: no step, "nothing new" (the path was part of the request, which trained
+    afresh on the same records and served a model with the same scores)."""
+    data, ckpt, first = served
+    moved = data.rename(data.parent / "moved")
+    assert freshness.check_data(_request(moved, ckpt)).up_to_date is None
+    out = plugin.train(_request(moved, ckpt))
+    assert out.up_to_date and out.steps == 0 and str(out.checkpoint) == first["checkpoint"]
+    assert out.up_to_date_against is not None
+    assert out.up_to_date_against.startswith("nothing new: ")
+    assert len(list_candidates(ckpt)) == 1  # the first model's: no candidate trained
+
+
+def test_a_malformed_file_dropped_in_is_quarantined_named_and_brings_nothing_new(
+    served: tuple[Path, Path, dict[str, Any]], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A truncated pool dropped beside the others: quarantined and counted, one log line
+    naming the file, no step; the next run is up to date by the manifest, unparsed."""
+    data, ckpt, _ = served
+    (data / "broken.json").write_text('{"trajectories": {"t1": ')
+    with caplog.at_level("WARNING", logger="genesis_fp16_infrastructure.data.quarantine"):
+        out = plugin.train(_request(data, ckpt))
+    assert out.up_to_date and out.steps == 0 and out.quarantined == 1
+    assert out.up_to_date_against is not None
+    assert out.up_to_date_against.endswith("; 1 record(s) quarantined")
+    named = [r.getMessage() for r in caplog.records if "broken.json" in r.getMessage()]
+    assert len(named) == 1 and named[0].startswith("quarantined data file ")
+    again = plugin.train(_request(data, ckpt))
+    assert again.up_to_date and again.data is not None and again.data.checked_by == "manifest"
 
 
 def test_a_record_edited_in_place_is_seen_and_learned(
@@ -140,3 +178,20 @@ def test_a_budget_on_an_unchanged_pool_is_answered_by_the_manifest_unless_forced
     assert fresh.up_to_date and fresh.steps == 0
     assert fresh.data is not None and fresh.data.checked_by == "manifest"
     assert freshness.check_data(replace(budget, forced=True)).up_to_date is None
+
+
+def test_a_record_kept_for_the_sample_file_answers_for_its_folder(
+    served: tuple[Path, Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A state folder from before the folder default: its manifest's request names the
+    data path (the key held it then) and lists the files by the paths the folder lists
+    them by, so a run on the folder is up to date by the manifest, nothing read."""
+    data, ckpt, _ = served
+    record = json.loads(freshness.record_path(ckpt).read_text())
+    record["request"]["data_path"] = str((data / "pool.json").resolve())
+    freshness.record_path(ckpt).write_text(json.dumps(record))
+    _no_reading(monkeypatch)
+    out = plugin.train(_request(data, ckpt))
+    assert out.up_to_date and out.data is not None and out.data.checked_by == "manifest"
+    other = {**record["request"], "seed": 4}  # what still tells requests apart
+    assert not freshness.same_request(other, freshness.request_key(_request(data, ckpt)))
