@@ -38,6 +38,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainRequestError
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.judging.noninferiority import Bound, holm_worse
 from genesis_fp16_infrastructure.recipes.retrain import gate
 from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
 
@@ -169,22 +171,63 @@ def clean_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
     for k in range(10):
         if k == 4:
             seq.add(qa, _ids(qa))
+            served_before_qa = seq.served()
         else:
             seq.add(pool, ids[start : start + step])
             start += step
         outcome, data = seq.run()
-        live = data.get("live") or {}
+        live, gate_ = data.get("live") or {}, data.get("gate") or {}
         runs.append(
             {
                 "outcome": outcome,
+                "gate": gate_.get("outcome"),
+                "candidate": gate_.get("candidate_id"),
+                "needed": gate_.get("records_needed"),
+                "steps": data.get("steps"),
                 "new_agent": k == 4,
                 "rolled_back": bool(live.get("rolled_back")),
                 "regression": bool(live.get("regression")),
                 "difference": live.get("difference"),
                 "upper": live.get("upper"),
+                "newest_sd": _newest_spread(gate_),
             }
         )
-    return {"runs": runs}
+    qa_candidate = runs[4]["candidate"]
+    return {
+        "runs": runs,
+        "step": step,
+        "differences": _paired_differences(seq, served_before_qa, qa_candidate),
+    }
+
+
+def _newest_spread(gate_: dict[str, Any]) -> float | None:
+    """The s.d. of one record's log-loss difference on the gate's newest set."""
+    for c in gate_.get("comparisons") or []:
+        upper, lower = c.get("log_loss_worse_upper"), c.get("log_loss_worse_lower")
+        if c.get("set") == "newest" and upper is not None and lower is not None:
+            n = (c.get("candidate") or {}).get("records") or 0
+            return (upper - lower) / (2 * gate.Z_ONE_SIDED) * n**0.5
+    return None
+
+
+def _paired_differences(seq: Growth, served: dict[str, Any], candidate: str | None) -> list[float]:
+    """Per-record log-loss differences (candidate − the model served before it) of the
+    candidate that brought the new agent, on every record of the final pool, each scored
+    out of fold as the gate scores it: the power table resamples them."""
+    if candidate is None:
+        return []
+    folder = candidates_dir(seq.ck) / candidate
+    path = newest_checkpoint(folder)
+    if path is None:
+        return []
+    read = read_trajectories(seq.data)
+    records = gate.Records.of_columns(read.columns, np.arange(len(read.columns.labelled)))
+    losses = []
+    for checkpoint in (path, seq.ck / served["checkpoint"]):
+        model = gate.ScoredModel(load_checkpoint(checkpoint))
+        p = model.success_probability(records, True)
+        losses.append(gate.score(p, records.labels)[1])
+    return (losses[0] - losses[1]).tolist()
 
 
 def short_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
@@ -196,7 +239,41 @@ def short_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
     fifth = generate_pool(records // 8, seed=40_000 + 10 * seed + 5, agent="critic")
     seq.add(fifth, _ids(fifth), _flip)
     outcome, data = seq.run(steps=3)
-    return {"outcome": outcome, "reason": _why(data)}
+    gate_ = data.get("gate") or {}
+    failing = [
+        c.get("segment") or c.get("set")
+        for c in gate_.get("comparisons") or []
+        if c.get("finding") == "worse"
+    ]
+    return {
+        "outcome": outcome,
+        "gate": gate_.get("outcome"),
+        "failing": failing,
+        "reason": _why(data),
+    }
+
+
+POWER_SIZES = (200, 1000, 5000)
+POWER_EFFECTS = (-0.02, -0.01, 0.0, 0.01)  # true mean difference, nats (below 0: better)
+
+
+def power_table(differences: list[float], replays: int, seed: int = 0) -> list[dict[str, Any]]:
+    """The gate's rule on one set of ``n`` newest records, replayed ``replays`` times per
+    (n, effect): records drawn with replacement from the measured per-record differences,
+    centred and shifted to the effect; the share promoted, inconclusive and rejected."""
+    rng = np.random.default_rng(seed)
+    d = np.asarray(differences, dtype=np.float64)
+    centred = d - d.mean()
+    rows = []
+    for n in POWER_SIZES:
+        for effect in POWER_EFFECTS:
+            counts = {"no_worse": 0, "inconclusive": 0, "worse": 0}
+            for _ in range(replays):
+                drawn = rng.choice(centred, size=n) + effect
+                bound = Bound.of("newest", drawn, gate.MARGIN_LOG_LOSS)
+                counts[bound.finding(holm_worse([bound])[0])] += 1
+            rows.append({"n": n, "effect": effect, **{k: v / replays for k, v in counts.items()}})
+    return rows
 
 
 def drift_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
@@ -265,17 +342,28 @@ def main(argv: list[str] | None = None) -> int:
         default=[2000, 100_000],
     )
     parser.add_argument("--out", type=Path, help="rewrite the report here after each sequence")
+    parser.add_argument(
+        "--cases",
+        type=lambda text: [x for x in text.split(",") if x],
+        default=["poison", "clean", "short", "drift"],
+        help="which sequences to run (default: all four)",
+    )
+    parser.add_argument("--power-replays", type=int, default=2000)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     start = time.perf_counter()
     found: dict[str, list[dict[str, Any]]] = {"poison": [], "clean": [], "short": [], "drift": []}
     costs: list[dict[str, Any]] = []
-    kinds = (
-        ("poison", poison_sequence),
-        ("clean", clean_sequence),
-        ("short", short_sequence),
-        ("drift", drift_sequence),
-    )
+    kinds = [
+        (name, sequence)
+        for name, sequence in (
+            ("poison", poison_sequence),
+            ("clean", clean_sequence),
+            ("short", short_sequence),
+            ("drift", drift_sequence),
+        )
+        if name in args.cases
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         for i, size in enumerate(args.cost_sizes):  # first: a run stopped early keeps them
             costs.append(cost_at(size, Path(tmp) / f"c{i}"))
@@ -286,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"sequence {seed} done, {time.perf_counter() - start:.0f} s", file=sys.stderr)
             if args.out is not None:  # a run stopped early still leaves what it measured
                 args.out.write_text(_report(found, costs, args, time.perf_counter() - start))
+    differences = [d for seq in found["clean"] for d in seq["differences"]]
+    if differences:
+        found["power"] = power_table(differences, args.power_replays)
     report = _report(found, costs, args, time.perf_counter() - start)
     if args.out is not None:
         args.out.write_text(report)
@@ -296,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
 def _report(
     found: dict[str, list[dict[str, Any]]], costs: list[dict[str, Any]], args: Any, wall: float
 ) -> str:
-    n = len(found["poison"])
+    n = max(len(v) for k, v in found.items() if k != "power")
     lines = [
         f"# Live watch: {n} of {args.sequences} sequences, pools of {args.records} records",
         "",
@@ -319,25 +410,7 @@ def _report(
             f"{served}; rolled back in {len(rolled)}; clean records scored at the rollback: "
             f"{when}) |"
         ]
-    clean = [r for seq in found["clean"] for r in seq["runs"]]
-    if clean:
-        false = sum(r["rolled_back"] for r in clean)
-        agents = [r for r in clean if r["new_agent"]]
-        promoted = sum(r["outcome"] == "success" for r in agents)
-        all_promoted = sum(r["outcome"] == "success" for r in clean)
-        lines += [
-            f"| clean growth: false rollbacks | <= 1 in 100 runs | {false} in {len(clean)} runs "
-            f"({all_promoted} candidates promoted) |",
-            f"| clean growth: candidates bringing a new agent promoted | >= 8 of 10 | "
-            f"{promoted} of {len(agents)} |",
-        ]
-    short = found["short"]
-    if short:
-        rejected = sum(s["outcome"] == "rejected" for s in short)
-        lines.append(
-            f"| cut short (3 steps) and worse (a fifth agent's flipped labels), no golden "
-            f"pool: rejected | >= 9 of 10 | {rejected} of {len(short)} |"
-        )
+    lines += _clean_lines(found["clean"]) + _short_lines(found["short"])
     drift = found["drift"]
     if drift:
         rolled = sum(d["rollbacks"] for d in drift)
@@ -363,17 +436,104 @@ def _report(
             f"{p['before_auc']:.4f}, after {p['after_auc']:.4f} (same model: "
             f"{p['after_is_before']})"
         )
-    for i, seq in enumerate(found["clean"]):
+    lines += _clean_marks(found["clean"]) + _short_marks(found["short"])
+    lines += _power_lines(found.get("power") or [], args)
+    return "\n".join(lines) + "\n"
+
+
+def _qa_fate(seq: dict[str, Any]) -> tuple[str, int | None]:
+    """What became of the candidate that brought the new agent: promoted at once,
+    promoted when judged again (with the records that arrived meanwhile), or not; and
+    the records it took (0: at once; None: never)."""
+    runs, step = seq["runs"], seq["step"]
+    first = runs[4]
+    if first["gate"] == "promoted":
+        return "promoted at once", 0
+    for k, r in enumerate(runs[5:], start=1):
+        if r["gate"] == "promoted" and r["candidate"] == first["candidate"]:
+            return f"{first['gate']}, promoted judged again after {k * step} records", k * step
+    return str(first["gate"]), None
+
+
+def _clean_lines(clean_seqs: list[dict[str, Any]]) -> list[str]:
+    clean = [r for seq in clean_seqs for r in seq["runs"]]
+    if not clean:
+        return []
+    false = sum(r["rolled_back"] for r in clean)
+    fates = [_qa_fate(seq) for seq in clean_seqs]
+    took = [t for _, t in fates if t is not None]
+    later = [t for t in took if t > 0]
+    learned = sum(any(r["gate"] == "promoted" for r in seq["runs"][4:]) for seq in clean_seqs)
+    verdicts = Counter(r["gate"] for r in clean)
+    return [
+        f"| clean growth: false rollbacks | <= 1 in 100 runs | {false} in {len(clean)} runs "
+        f"(gate verdicts: {', '.join(f'{k} {v}' for k, v in sorted(verdicts.items(), key=str))}) |",
+        f"| clean growth: candidates bringing a new agent promoted (at once, or inconclusive "
+        f"and promoted when judged again) | >= 8 of 10 | {len(took)} of {len(fates)} "
+        f"({len(took) - len(later)} at once, {len(later)} judged again, after "
+        f"{', '.join(str(t) for t in later) or '-'} new records); a model knowing the new "
+        f"agent served in {learned} of {len(clean_seqs)} |",
+    ]
+
+
+def _short_lines(short: list[dict[str, Any]]) -> list[str]:
+    if not short:
+        return []
+    rejected = sum(s["gate"] == "rejected" for s in short)
+    by_segment = sum(any(f not in ("held_out", "newest") for f in s["failing"]) for s in short)
+    verdicts = Counter(s["gate"] for s in short)
+    return [
+        f"| cut short (3 steps) and worse (a fifth agent's flipped labels), no golden "
+        f"pool: rejected | >= 9 of 10 | {rejected} of {len(short)} (a known agent's segment "
+        f"shown worse in {by_segment}; verdicts: "
+        f"{', '.join(f'{k} {v}' for k, v in sorted(verdicts.items(), key=str))}) |"
+    ]
+
+
+def _clean_marks(clean_seqs: list[dict[str, Any]]) -> list[str]:
+    mark = {"promoted": "p", "rejected": "r", "inconclusive": "i", "held": "h"}
+    lines = []
+    for i, seq in enumerate(clean_seqs):
         marks = " ".join(
             ("R" if r["rolled_back"] else "")
-            + {"success": "p", "rejected": "r"}.get(r["outcome"], r["outcome"][:1])
+            + mark.get(str(r["gate"]), str(r["outcome"])[:1])
+            + ("0" if r["steps"] == 0 and r["gate"] else "")
             + ("*" if r["new_agent"] else "")
             for r in seq["runs"]
         )
-        lines.append(f"- clean s{i}: {marks} (p promoted, r rejected, R rolled back, * qa)")
-    for i, s in enumerate(short):
-        lines.append(f"- short s{i}: {s['outcome']}: {s['reason']}")
-    return "\n".join(lines) + "\n"
+        lines.append(
+            f"- clean s{i}: {marks}; new agent's candidate: {_qa_fate(seq)[0]} (p promoted, "
+            f"r rejected, i inconclusive, 0 a kept candidate judged again, no step; R rolled "
+            f"back, * qa arrives)"
+        )
+    return lines
+
+
+def _short_marks(short: list[dict[str, Any]]) -> list[str]:
+    return [f"- short s{i}: {s['gate']}: {s['reason']}" for i, s in enumerate(short)]
+
+
+def _power_lines(rows: list[dict[str, Any]], args: Any) -> list[str]:
+    if not rows:
+        return []
+    lines = [
+        "",
+        f"The gate's power on its newest set ({args.power_replays} replays per cell; each "
+        "record's log-loss difference drawn from those measured between the new agent's "
+        "candidates and the models served before them, centred, shifted by the effect; "
+        f"margin {gate.MARGIN_LOG_LOSS} nats, 95% one-sided): promoted / inconclusive / "
+        "rejected",
+        "",
+        "| newest records | " + " | ".join(f"effect {r['effect']:+.2f}" for r in rows[:4]) + " |",
+        "| --- |" + " --- |" * 4,
+    ]
+    for i in range(0, len(rows), 4):
+        cells = [
+            f"{r['no_worse']:.0%} / {r['inconclusive']:.0%} / {r['worse']:.0%}"
+            for r in rows[i : i + 4]
+        ]
+        lines.append(f"| {rows[i]['n']:,} | " + " | ".join(cells) + " |")
+    return lines
 
 
 if __name__ == "__main__":
