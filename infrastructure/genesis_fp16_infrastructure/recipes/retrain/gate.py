@@ -293,7 +293,9 @@ def compare_segments(
     )
     found = [whole]
     segments = np.asarray(records.segments, dtype=object)
-    for segment in sorted(known) if len(segments) == n else ():
+    if len(segments) != n or len(set(segments.tolist())) < 2:
+        return found  # one segment: its question is the whole set's
+    for segment in sorted(known):
         picked = segments == segment
         if int(picked.sum()) < SEGMENT_MIN_RECORDS:
             continue  # too few to judge alone: it counts in the whole set only
@@ -507,7 +509,7 @@ def _verdict(settled: Sequence[GateComparison], seconds: float) -> Verdict:
         needs = [c.records_needed for c in open_]
         need = None if any(n is None for n in needs) else max(n for n in needs if n is not None)
         wants = (
-            f"about {need} records each would show it"
+            f"about {need} records in each undecided set would show it at the observed difference"
             if need is not None
             else "more records alone would not show it at the observed difference"
         )
