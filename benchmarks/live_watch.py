@@ -372,11 +372,9 @@ def main(argv: list[str] | None = None) -> int:
             for name, sequence in kinds:
                 found[name].append(sequence(seed, args.records, Path(tmp)))
             print(f"sequence {seed} done, {time.perf_counter() - start:.0f} s", file=sys.stderr)
+            _add_power(found, args)  # after each sequence: a run stopped early keeps it
             if args.out is not None:  # a run stopped early still leaves what it measured
                 args.out.write_text(_report(found, costs, args, time.perf_counter() - start))
-    differences = [d for seq in found["clean"] for d in seq["differences"]]
-    if differences:
-        found["power"] = power_table(differences, args.power_replays)
     report = _report(found, costs, args, time.perf_counter() - start)
     if args.out is not None:
         args.out.write_text(report)
@@ -439,6 +437,13 @@ def _report(
     lines += _clean_marks(found["clean"]) + _short_marks(found["short"])
     lines += _power_lines(found.get("power") or [], args)
     return "\n".join(lines) + "\n"
+
+
+def _add_power(found: dict[str, list[dict[str, Any]]], args: Any) -> None:
+    """The power table from the clean sequences' measured differences so far."""
+    differences = [d for seq in found["clean"] for d in seq["differences"]]
+    if differences:
+        found["power"] = power_table(differences, args.power_replays)
 
 
 def _qa_fate(seq: dict[str, Any]) -> tuple[str, int | None]:

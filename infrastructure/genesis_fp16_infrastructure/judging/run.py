@@ -68,7 +68,7 @@ from genesis_fp16_infrastructure.contract.reports import GateOutcome, GateReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.judging import stores
-from genesis_fp16_infrastructure.judging.gate import Paired, compare
+from genesis_fp16_infrastructure.judging.gate import Paired, compare, compare_segments, decide
 from genesis_fp16_infrastructure.judging.watch import watch
 from genesis_fp16_infrastructure.training.checkpoint_files import (
     digest_path,
@@ -189,7 +189,7 @@ def _last_judged(folder: Path, served_id: str | None) -> np.ndarray | None:
         verdict = read_json(candidate / VERDICT_NAME) or {}
         if meta.get("continues") != served_id or verdict.get("outcome") is None:
             continue
-        if verdict.get("outcome") in ("rejected", "held", "undecided"):
+        if verdict.get("outcome") in ("rejected", "held", "undecided", "inconclusive"):
             return stores.read_known_ids(candidate)
         return None
     return None
@@ -249,8 +249,8 @@ def _judge(
         comparisons = [_first(losses)]
         outcome, reason = "promoted", "the first model"
     else:
-        comparisons = _comparisons(judged, request, served, losses, checkpoint)
-        outcome, reason = _outcome(comparisons)
+        asked = _comparisons(judged, request, served, losses, checkpoint)
+        outcome, reason, comparisons = decide(asked)
     report = _verdict(candidate, outcome, reason, started, result, comparisons, served.id)
     if outcome != "promoted":
         return report
@@ -294,7 +294,8 @@ def _comparisons(
         return judging_margin(judged, mean)
 
     assert served.losses is not None and served.checkpoint is not None
-    found = [compare("current", losses, served.losses, span, margin)]
+    known = _known_segments(served)
+    found = compare_segments("current", losses, served.losses, span, margin, known)
     if request.golden_data_path is not None:
         golden = replace(request, data_path=request.golden_data_path)
         ours = _score(judged, checkpoint, golden, required=True)
@@ -304,13 +305,14 @@ def _comparisons(
     return found
 
 
-def _outcome(comparisons: list[Paired]) -> tuple[str, str]:
-    if any(c.passed is False for c in comparisons):
-        failed = next(c for c in comparisons if c.passed is False)
-        return "rejected", "worse than the served model: " + failed.reason()
-    if any(c.passed is None for c in comparisons):
-        return "undecided", next(c for c in comparisons if c.passed is None).reason()
-    return "promoted", "no worse than the served model: " + comparisons[0].reason()
+def _known_segments(served: _Served) -> set[str] | None:
+    """The segments of the records the served model knew (issue 62: only these are
+    judged on their own); None: every segment (the plugin keeps no known ids)."""
+    losses = served.losses
+    if losses is None or losses.segments is None or served.known is None:
+        return None
+    knew = stores.known(stores.id_hashes(losses.ids), served.known)
+    return {s for s, k in zip(losses.segments, knew.tolist(), strict=True) if k}
 
 
 def _verdict(
@@ -336,10 +338,18 @@ def _verdict(
         served_id=served_id,
         checkpoint=None if checkpoint is None else checkpoint.name,
         candidate_id=candidate.name,
+        records_needed=_needed(comparisons) if outcome == "inconclusive" else None,
     )
     judged = {"judged": [c.to_json() for c in comparisons]}
     write_verdict(candidate, report.to_json() | judged)
     return report
+
+
+def _needed(comparisons: list[Paired]) -> int | None:
+    """The records an inconclusive verdict's undecided comparisons would need (None: more
+    records alone would not show one of them no worse)."""
+    needs = [c.comparison().records_needed for c in comparisons if c.finding == "inconclusive"]
+    return None if not needs or None in needs else max(n for n in needs if n is not None)
 
 
 def _up_to_date(
