@@ -72,7 +72,6 @@ def test_an_inconclusive_candidate_is_kept_not_called_worse() -> None:
     record = GateReport("inconclusive", "too few records", records_needed=900)
     line = verdict(_out(record, "success"))
     assert line == (
-        "inconclusive: kept, judged again when about 900 records show it; the served "
-        "model stays"
+        "inconclusive: kept, judged again when about 900 records show it; the served model stays"
     )
     assert "reject" not in line and "worse" not in line
