@@ -148,6 +148,8 @@ def _served_rows(served: ServedModel | None) -> list[Row]:
         rows.append(("live", _figures(served.live)))
     if served.pinned is not None:
         rows.append(("pinned", served.pinned))
+    if served.judging is not None:
+        rows.append(("judging", served.judging))
     return rows
 
 

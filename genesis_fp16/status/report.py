@@ -33,9 +33,12 @@ from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import AGENTS_FOLDER, SERVED_POINTER
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     REPAIR,
+    VERDICT_NAME,
     aside_path,
+    list_candidates,
     newest_checkpoint,
     pointer_path,
+    read_json,
 )
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionName,
@@ -82,6 +85,8 @@ class ServedModel:
     live: dict[str, Any] | None = None
     pinned: str | None = None
     error: str | None = None
+    # Issue 62: the newest candidate kept inconclusive (judged again as records arrive)
+    judging: str | None = None
 
 
 @dataclass(frozen=True)
@@ -204,7 +209,23 @@ def read_served(paths: AgentPaths) -> ServedModel | None:
         quality=_figures(served.get("scores")),
         live=_figures(served.get("live")),
         pinned=None if pinned in (None, False) else _describe_pin(pinned),
+        judging=_kept_inconclusive(paths.checkpoint_dir),
     )
+
+
+def _kept_inconclusive(folder: Path) -> str | None:
+    """The newest candidate kept ``inconclusive``, and the records it needs, in words."""
+    try:
+        candidates = list_candidates(folder)
+    except OSError:  # not ours to list: the served line says enough
+        return None
+    for candidate in reversed(candidates):
+        verdict = read_json(candidate / VERDICT_NAME) or {}
+        if verdict.get("outcome") == "inconclusive":
+            needed = verdict.get("records_needed")
+            needs = f"about {needed} records" if isinstance(needed, int) else "more records"
+            return _cut(f"candidate {candidate.name} inconclusive: judged again as {needs} arrive")
+    return None
 
 
 def _newest_checkpoint(paths: AgentPaths) -> ServedModel | None:

@@ -259,8 +259,9 @@ def rejudge_kept(
     against the served model on the current records (those that arrived since count as
     for any candidate: it never trained on them), with no step trained: promoted,
     rejected, held, or inconclusive still (its verdict updated with the records it now
-    needs). None when nothing is served, none is kept, or the data is what it was
-    judged on (nothing new to tell)."""
+    needs). None when nothing is served, none is kept, the data is what it was judged
+    on (nothing new to tell), or the model it was judged against is no longer served
+    (a newer one was promoted: it is superseded, and pruned in time)."""
     if served is None:
         return None
     key = request_key(request)
@@ -273,6 +274,8 @@ def rejudge_kept(
             continue
         if verdict.get("judged_on") == seen.digest:
             return None
+        if verdict.get("served_id") != served.entry.get("id"):
+            return None  # another model was served since: this one is superseded
         checkpoint = candidate / str(verdict.get("checkpoint"))
         judged = newest_checkpoint(candidate / SPLIT_FOLDER) if whole else checkpoint
         if judged is None or not checkpoint.is_file():
