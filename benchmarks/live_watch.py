@@ -245,10 +245,16 @@ def short_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
         for c in gate_.get("comparisons") or []
         if c.get("finding") == "worse"
     ]
+    wholes = {  # what each whole set found: without segments, these decided
+        c.get("set"): c.get("finding")
+        for c in gate_.get("comparisons") or []
+        if c.get("segment") is None
+    }
     return {
         "outcome": outcome,
         "gate": gate_.get("outcome"),
         "failing": failing,
+        "wholes": wholes,
         "reason": _why(data),
     }
 
@@ -487,11 +493,15 @@ def _short_lines(short: list[dict[str, Any]]) -> list[str]:
     rejected = sum(s["gate"] == "rejected" for s in short)
     by_segment = sum(any(f not in ("held_out", "newest") for f in s["failing"]) for s in short)
     verdicts = Counter(s["gate"] for s in short)
+    wholes = Counter(
+        f"{name} {finding}" for s in short for name, finding in s.get("wholes", {}).items()
+    )
     return [
         f"| cut short (3 steps) and worse (a fifth agent's flipped labels), no golden "
         f"pool: rejected | >= 9 of 10 | {rejected} of {len(short)} (a known agent's segment "
         f"shown worse in {by_segment}; verdicts: "
-        f"{', '.join(f'{k} {v}' for k, v in sorted(verdicts.items(), key=str))}) |"
+        f"{', '.join(f'{k} {v}' for k, v in sorted(verdicts.items(), key=str))}; the whole "
+        f"sets alone: {', '.join(f'{k}: {v}' for k, v in sorted(wholes.items()))}) |"
     ]
 
 
