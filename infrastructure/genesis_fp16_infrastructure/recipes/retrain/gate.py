@@ -11,8 +11,13 @@ than the served model by more than a small stated margin, at 95% (one-sided)::
     and:  (served − candidate AUC) + 1.645 · s.e.    ≤ MARGIN_AUC       (0.02; DeLong, paired)
 
 A candidate that scores worse by the point estimate is promoted only when the set is
-large enough to bound its loss below the margin; a small set proves little, so it
-rejects a candidate that is merely not shown worse. With under ``PROOF_CLASS`` (50)
+large enough to bound its loss below the margin; a small set proves little, so a
+candidate merely not shown worse is not promoted. Issue 62: each set, and each Genesis
+agent of the held-out set that the served model knew (:func:`known_segments`), is a
+question with three answers, settled together by :func:`decide`: no worse (the bound
+above), worse (its lower bound past the margin, Holm over every question: ``rejected``)
+or neither (``inconclusive``: kept, judged again as records arrive, never called
+worse); docs/judging.md states the rule and its reasons. With under ``PROOF_CLASS`` (50)
 records of a class the AUC's bound is too wide to prove anything: the log-loss carries
 the proof, and the AUC vetoes only a candidate reliably worse (its lower bound past the
 margin). Before issue 51 the rule was the opposite (promoted unless worse by 2 standard
@@ -84,9 +89,9 @@ MARGIN_AUC = 0.02
 MARGIN_LOG_LOSS = 0.01
 Z_ONE_SIDED = Z_95  # 95% one-sided: the upper bound of how much worse
 # A segment (se_darwin: the Genesis agent) the served model trained on is judged on its
-# own when the comparison set holds this many of its records: at the log-loss
-# differences seen on the sample pools (s.d. about 0.1 nats a record) its bound is then
-# within about 0.017 of its mean. Fewer count in the whole set only.
+# own when the comparison set holds this many of its records (docs/judging.md: at 200
+# records a candidate equal to the served model is still inconclusive about half the
+# time, so fewer would mostly block). Fewer count in the whole set only.
 SEGMENT_MIN_RECORDS = 100
 
 
