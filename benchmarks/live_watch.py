@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import random
 import statistics
 import sys
@@ -355,7 +356,14 @@ def main(argv: list[str] | None = None) -> int:
         help="which sequences to run (default: all four)",
     )
     parser.add_argument("--power-replays", type=int, default=2000)
+    parser.add_argument("--first-seed", type=int, default=0, help="the first sequence's seed")
+    parser.add_argument("--json-out", type=Path, help="the raw figures, rewritten likewise")
+    parser.add_argument(
+        "--report-from", type=Path, nargs="+", help="merge --json-out files and report them"
+    )
     args = parser.parse_args(argv)
+    if args.report_from:  # sequences run apart (e.g. two processes), reported as one
+        return _merged_report(args)
     logging.basicConfig(level=logging.ERROR)
     start = time.perf_counter()
     found: dict[str, list[dict[str, Any]]] = {"poison": [], "clean": [], "short": [], "drift": []}
@@ -374,11 +382,13 @@ def main(argv: list[str] | None = None) -> int:
         for i, size in enumerate(args.cost_sizes):  # first: a run stopped early keeps them
             costs.append(cost_at(size, Path(tmp) / f"c{i}"))
             print(f"cost at {size} done, {time.perf_counter() - start:.0f} s", file=sys.stderr)
-        for seed in range(args.sequences):
+        for seed in range(args.first_seed, args.first_seed + args.sequences):
             for name, sequence in kinds:
                 found[name].append(sequence(seed, args.records, Path(tmp)))
             print(f"sequence {seed} done, {time.perf_counter() - start:.0f} s", file=sys.stderr)
             _add_power(found, args)  # after each sequence: a run stopped early keeps it
+            if args.json_out is not None:
+                args.json_out.write_text(json.dumps(found))
             if args.out is not None:  # a run stopped early still leaves what it measured
                 args.out.write_text(_report(found, costs, args, time.perf_counter() - start))
     report = _report(found, costs, args, time.perf_counter() - start)
@@ -445,6 +455,18 @@ def _report(
     return "\n".join(lines) + "\n"
 
 
+def _merged_report(args: Any) -> int:
+    """The report of several ``--json-out`` files' sequences, in the order given."""
+    found: dict[str, list[dict[str, Any]]] = {k: [] for k in ("poison", "clean", "short", "drift")}
+    for path in args.report_from:
+        for name, items in json.loads(path.read_text()).items():
+            if name != "power":
+                found.setdefault(name, []).extend(items)
+    _add_power(found, args)
+    print(_report(found, [], args, math.nan))
+    return 0
+
+
 def _add_power(found: dict[str, list[dict[str, Any]]], args: Any) -> None:
     """The power table from the clean sequences' measured differences so far."""
     differences = [d for seq in found["clean"] for d in seq["differences"]]
@@ -453,17 +475,32 @@ def _add_power(found: dict[str, list[dict[str, Any]]], args: Any) -> None:
 
 
 def _qa_fate(seq: dict[str, Any]) -> tuple[str, int | None]:
-    """What became of the candidate that brought the new agent: promoted at once,
-    promoted when judged again (with the records that arrived meanwhile), or not; and
-    the records it took (0: at once; None: never)."""
+    """What became of the first candidate trained on the new agent's records (the run
+    that found them may instead judge a kept, older candidate again, training none):
+    promoted at once, promoted when judged again (with the records that arrived after
+    it), or not; and those records (0: at once; None: never)."""
     runs, step = seq["runs"], seq["step"]
-    first = runs[4]
+    trained = [(k, r) for k, r in enumerate(runs) if k >= 4 and r["steps"]]
+    if not trained:
+        return "never trained", None
+    at, first = trained[0]
     if first["gate"] == "promoted":
         return "promoted at once", 0
-    for k, r in enumerate(runs[5:], start=1):
+    for k, r in enumerate(runs[at + 1 :], start=1):
         if r["gate"] == "promoted" and r["candidate"] == first["candidate"]:
             return f"{first['gate']}, promoted judged again after {k * step} records", k * step
-    return str(first["gate"]), None
+    return f"{first['gate']}, not promoted itself", None
+
+
+def _learned(seq: dict[str, Any]) -> int | None:
+    """The records that arrived after the new agent's until a model trained on them was
+    served (0: in the run that found them); None: never in these runs."""
+    runs, step = seq["runs"], seq["step"]
+    knowing = {r["candidate"] for k, r in enumerate(runs) if k >= 4 and r["steps"]}
+    for k, r in enumerate(runs[4:]):
+        if r["gate"] == "promoted" and r["candidate"] in knowing:
+            return k * step
+    return None
 
 
 def _clean_lines(clean_seqs: list[dict[str, Any]]) -> list[str]:
@@ -474,7 +511,8 @@ def _clean_lines(clean_seqs: list[dict[str, Any]]) -> list[str]:
     fates = [_qa_fate(seq) for seq in clean_seqs]
     took = [t for _, t in fates if t is not None]
     later = [t for t in took if t > 0]
-    learned = sum(any(r["gate"] == "promoted" for r in seq["runs"][4:]) for seq in clean_seqs)
+    learned = [t for t in (_learned(seq) for seq in clean_seqs) if t is not None]
+    when = f"median {statistics.median(learned):.0f}, max {max(learned)}" if learned else "-"
     verdicts = Counter(r["gate"] for r in clean)
     return [
         f"| clean growth: false rollbacks | <= 1 in 100 runs | {false} in {len(clean)} runs "
@@ -482,8 +520,10 @@ def _clean_lines(clean_seqs: list[dict[str, Any]]) -> list[str]:
         f"| clean growth: candidates bringing a new agent promoted (at once, or inconclusive "
         f"and promoted when judged again) | >= 8 of 10 | {len(took)} of {len(fates)} "
         f"({len(took) - len(later)} at once, {len(later)} judged again, after "
-        f"{', '.join(str(t) for t in later) or '-'} new records); a model knowing the new "
-        f"agent served in {learned} of {len(clean_seqs)} |",
+        f"{', '.join(str(t) for t in later) or '-'} new records) |",
+        f"| clean growth: a model trained on the new agent's records served | - | "
+        f"{len(learned)} of {len(clean_seqs)} (records after the new agent's until then: "
+        f"{when}) |",
     ]
 
 
