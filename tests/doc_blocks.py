@@ -195,50 +195,70 @@ BLOCKS: dict[tuple[str, str], Plan] = {
     ("README.md", "GENESIS_FP16_STATE_DIR=$(mktemp -d) .venv/bin/genesis-fp16 train"): Run(
         "make-run", slow=True
     ),
-    ("README.md", "genesis-fp16 serve [--env-file F]"): Covered(
+    ("README.md", "[info] daemon ready"): Skip(
+        "output sample", "make run's first log lines, abridged, from a daemon on a 2-core CPU"
+    ),
+    ("README.md", "se_darwin"): Covered(
+        "tests/genesis_fp16/status/test_status_page.py::test_status_text_and_the_page_show_the_same_rows",
+        "output sample of `genesis-fp16 status` for one agent (its times vary)",
+    ),
+    ("README.md", "ID                           STATE"): Covered(
+        "tests/test_readme.py::test_the_live_legend_is_what_model_list_prints",
+        "output sample of `model list`; its LIVE legend's example is model list's own cell",
+    ),
+    ("docs/install.md", ".venv/bin/pip install -c constraints.txt -e '.[bench]'"): Covered(
+        f"{_CLAIMS}bench_without_its_extra_names_the_line_the_install_doc_gives",
+        "pip install into the suite's own venv would change it for every other test; the "
+        "test checks the refusal without the extra, and the extra's line and contents",
+    ),
+    ("docs/commands.md", "genesis-fp16 serve [--env-file F]"): Covered(
         f"{_CLAIMS}the_commands_block_names_every_command_and_flag",
         "a synopsis: every command and flag of the parser is in it, and nothing else",
     ),
-    ("README.md", "sudo python3 -m venv /tmp/genesis-fp16-build"): Covered(
+    ("docs/deployment.md", "sudo python3 -m venv /tmp/genesis-fp16-build"): Covered(
         f"{_DEPLOY}systemd_commands_are_the_units_install_lines", _UNIT
     ),
-    ("README.md", "docker build --build-arg TORCH=cu128"): Covered(
+    ("docs/deployment.md", "docker build --build-arg TORCH=cu128"): Covered(
         f"{_DEPLOY}statefulset_commands_name_the_built_image_and_its_objects",
         "needs a registry and a cluster; its files and objects are checked",
     ),
-    ("README.md", "docker build -t ghcr.io/example/genesis-fp16:0.1.0 ."): Covered(
+    ("docs/deployment.md", "docker build -t ghcr.io/example/genesis-fp16:0.1.0 ."): Covered(
         f"{_DEPLOY}the_cpu_lines_replace_only_the_image_and_the_statefulset",
         "needs a registry and a cluster; its files and objects are checked",
     ),
-    ("README.md", "kubectl apply -f deploy/k8s/configmap.yaml -f deploy/k8s/trainjob"): Covered(
+    (
+        "docs/deployment.md",
+        "kubectl apply -f deploy/k8s/configmap.yaml -f deploy/k8s/trainjob",
+    ): Covered(
         f"{_DEPLOY}kubeflow_commands_name_the_trainjob_and_its_pods",
         "needs a cluster with Kubeflow Trainer; its files and objects are checked",
     ),
-    ("README.md", 'policy = PrecisionPolicy.create("auto", "cpu")  # resolved once'): Run("fresh"),
+    ("docs/training.md", 'policy = PrecisionPolicy.create("auto", "cpu")  # resolved once'): Run(
+        "fresh"
+    ),
     ("README.md", ".venv/bin/genesis-fp16 new-agent my_agent"): Covered(
         "tests/genesis_fp16/scaffold/test_new_agent.py::"
         "test_the_scaffold_installs_in_a_fresh_venv_and_trains_under_serve",
         "pip install into the suite's own venv would change it for every other test; that "
         "test runs these lines as written in a venv of its own",
     ),
-    ("README.md", "[build-system]"): Covered(
-        "tests/genesis_fp16/scaffold/test_new_agent.py::test_the_readme_plugin_section_is_the_scaffold_output",
+    ("docs/plugins.md", "[build-system]"): Covered(
+        "tests/genesis_fp16/scaffold/test_new_agent.py::test_the_plugin_docs_show_the_scaffold_output",
         "new-agent's pyproject.toml, byte for byte",
     ),
-    ("README.md", '"""my_agent: a genesis-fp16 agent plugin'): Covered(
+    ("docs/plugins.md", '"""my_agent: a genesis-fp16 agent plugin'): Covered(
         "tests/test_readme.py::test_plugin_example_is_discovered_and_trains",
         "installed by entry point, listed and trained",
     ),
-    ("README.md", "predictor = WorldModelPredictor.load("): Run("make-run", slow=True),
-    ("README.md", "genesis-fp16 bench            # or"): Skip(
+    ("docs/results.md", "genesis-fp16 bench            # or"): Skip(
         _RECORD,
         "the whole benchmark: tens of minutes on a 2-core CPU; `bench --tiny` runs in "
         "tests/genesis_fp16/bench/test_bench.py::test_tiny_run_writes_every_documented_column",
     ),
-    ("README.md", "torchrun --nproc-per-node 2 -m genesis_fp16 train se_darwin"): Run(
+    ("docs/commands.md", "torchrun --nproc-per-node 2 -m genesis_fp16 train se_darwin"): Run(
         "fresh", slow=True, env=SMALL_POOL
     ),
-    ("README.md", "make setup-cuda && make gpu-check"): Skip(
+    ("docs/results.md", "make setup-cuda && make gpu-check"): Skip(
         "needs a GPU", "make gpu-check stops at once without CUDA (tests/test_makefile.py)"
     ),
     ("docs/architecture.md", "flowchart BT"): Skip("diagram", "Mermaid, drawn by GitHub"),

@@ -155,7 +155,7 @@ def cuda_or_exit() -> dict[str, Any]:
     if not torch.cuda.is_available():
         sys.exit(
             f"gpu-check: no CUDA device: {sys.executable} has torch {torch.__version__}, "
-            "which sees none; run it on a GPU host (see README, What has been checked where)"
+            "which sees none; run it on a GPU host (docs/results.md, What has been checked where)"
         )
     props = torch.cuda.get_device_properties(0)
     return {

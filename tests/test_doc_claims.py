@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,6 @@ from doc_blocks import DOC_FILES, ROOT, all_blocks, install_plugin
 from genesis_fp16.bench.report import markdown_table
 from genesis_fp16.cli import build_parser
 
-README = (ROOT / "README.md").read_text()
 DOCS = {path.relative_to(ROOT).as_posix(): path.read_text() for path in DOC_FILES}
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 
@@ -76,28 +76,26 @@ def _synopsis_entries(block: str) -> list[str]:
 
 
 def _commands_block() -> str:
-    section = README[README.index("## Commands\n") :]
-    return re.search(r"```sh\n(.*?)```", section, flags=re.S).group(1)
+    """The synopsis: docs/commands.md's first shell block (the README's until issue 60)."""
+    return re.search(r"```sh\n(.*?)```", DOCS["docs/commands.md"], flags=re.S).group(1)
 
 
 def test_the_commands_block_names_every_command_and_flag() -> None:
-    """Every command of the parser, and every flag its --help shows, is in the README's
-    Commands block, and the block names no command or flag the parser lacks."""
+    """Every command of the parser, and every flag its --help shows, is in docs/commands.md's
+    synopsis, and the synopsis names no command or flag the parser lacks."""
     listed: dict[tuple[str, ...], set[str]] = {}
     for entry in _synopsis_entries(_commands_block()):
         for paths, flags, _ in named_commands(entry):
             for path in paths:
-                assert path in COMMANDS, (
-                    f"the Commands block names {' '.join(path)!r}: no such command"
-                )
+                assert path in COMMANDS, f"the synopsis names {' '.join(path)!r}: no such command"
                 unknown = flags - set().union(*(COMMANDS.get(p, set()) for p in paths))
                 assert not unknown, f"{entry!r}: {sorted(unknown)} are no flags of it"
                 listed.setdefault(path, set()).update(flags & COMMANDS[path])
     missing = {" ".join(p): sorted(COMMANDS[p] - listed.get(p, set())) for p in COMMANDS}
     missing = {command: flags for command, flags in missing.items() if flags}
     absent = [" ".join(p) for p in COMMANDS if p not in listed]
-    assert not absent, f"commands missing from the README's Commands block: {absent}"
-    assert not missing, f"flags missing from the README's Commands block: {missing}"
+    assert not absent, f"commands missing from docs/commands.md's synopsis: {absent}"
+    assert not missing, f"flags missing from docs/commands.md's synopsis: {missing}"
 
 
 def test_the_commands_check_sees_a_left_out_command_and_flag() -> None:
@@ -221,12 +219,12 @@ def test_the_citation_check_sees_a_path_outside_the_repository() -> None:
     ]
 
 
-def test_every_committed_cuda_result_is_named_in_the_readme_and_benchmarks_doc() -> None:
-    """A CUDA results file in benchmarks/results is cited where GPU results are discussed,
-    and no doc says there is none."""
+def test_every_committed_cuda_result_is_named_in_the_results_and_benchmarks_docs() -> None:
+    """A CUDA results file in benchmarks/results is cited where GPU results are discussed
+    (docs/results.md: the README's until issue 60), and no doc says there is none."""
     results = sorted((ROOT / "benchmarks" / "results").glob("bench_cuda-*.md"))
     assert results, "no CUDA results file is committed: this test then checks nothing"
-    for doc in ("README.md", "docs/benchmarks.md"):
+    for doc in ("docs/results.md", "docs/benchmarks.md"):
         for path in results:
             assert f"benchmarks/results/{path.name}" in DOCS[doc], (
                 f"{doc} does not cite {path.name}"
@@ -242,12 +240,15 @@ def _table_rows(text: str) -> list[list[str]]:
     ]
 
 
-def test_the_readmes_bench_rows_are_the_committed_results_as_the_tool_marks_them() -> None:
-    """Each row the README quotes is a row of the results file it links, cell for cell,
-    and a row that ran another precision carries the mark the bench's table writes."""
-    section = README[README.index("## Benchmarks\n") :]
+def test_the_quoted_bench_rows_are_the_committed_results_as_the_tool_marks_them() -> None:
+    """Each row docs/results.md quotes (the README's until issue 60) is a row of the results
+    file it links, cell for cell, and a row that ran another precision carries the mark
+    the bench's table writes."""
+    text = DOCS["docs/results.md"]
+    section = text[text.index("## Benchmarks\n") :]
     section = section[: section.index("\n## ", 1)]
-    (results,) = set(re.findall(r"\]\((benchmarks/results/bench_cpu[^)]+\.md)\)", section))
+    links = re.findall(r"\]\(\.\./(benchmarks/results/bench_cpu[^)]+\.md)\)", section)
+    (results,) = set(links)
     committed = {
         (row[0], row[1], row[2], row[3], row[4])
         for row in _table_rows((ROOT / results).read_text())
@@ -257,8 +258,31 @@ def test_the_readmes_bench_rows_are_the_committed_results_as_the_tool_marks_them
     size = ""
     for row in quoted:
         size = row[0].split()[0] if row[0] else size
-        assert (size, *row[1:5]) in committed, f"README's row {row} is not in {results}"
+        assert (size, *row[1:5]) in committed, f"docs/results.md's row {row} is not in {results}"
     dishonest = {"size": "s", "runner": "r", "precision_requested": "fp16", "precision_ran": "fp32"}
     mark = re.search(r"\| (\*\*fp32\*\*[^|]*) \|", markdown_table([{**dishonest, "honest": False}]))
     marked = [row[3] for row in quoted if "**" in row[3]]
     assert marked and all(cell.endswith(mark.group(1).removeprefix("**fp32**")) for cell in marked)
+
+
+def test_bench_without_its_extra_names_the_line_the_install_doc_gives(tmp_path: Path) -> None:
+    """`bench --tiny` where the bench extra is missing (make run's venv) stops in one line
+    naming the extra; docs/install.md installs that extra, with the pins, and the extra
+    brings what bench imports (tests/genesis_fp16/bench/test_bench.py runs it with them)."""
+    hide = "import sys\nfor name in ('matplotlib', 'accelerate', 'lightning_fabric'):\n"
+    hide += "    sys.modules[name] = None\nfrom genesis_fp16.cli import main\nsys.exit(main())\n"
+    done = subprocess.run(
+        [sys.executable, "-c", hide, "bench", "--tiny", "--out-dir", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    (line,) = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and "matplotlib is not installed" in line, done.stderr
+    assert "'.[bench]'" in line and not (tmp_path / "out").exists()
+    (block,) = [b.text for b in all_blocks() if b.file == "docs/install.md" and "bench" in b.text]
+    assert block.split("\n")[0].strip() == ".venv/bin/pip install -c constraints.txt -e '.[bench]'"
+    with (ROOT / "pyproject.toml").open("rb") as file:
+        extra = tomllib.load(file)["project"]["optional-dependencies"]["bench"]
+    named = {re.split(r"[<>=!~\[ ]", requirement)[0] for requirement in extra}
+    assert {"matplotlib", "accelerate", "lightning-fabric"} <= named

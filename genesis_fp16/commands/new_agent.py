@@ -1,6 +1,7 @@
 """`genesis-fp16 new-agent NAME [--out DIR]`: write a new agent plugin package.
 
-Writes DIR/NAME-with-dashes: pyproject.toml (the entry point in ``genesis_fp16.agents``),
+Writes DIR/NAME-with-dashes: pyproject.toml (the entry point in ``genesis_fp16.agents``,
+and ruff settings of its own, so the package lints clean inside a checkout too),
 NAME/__init__.py (a working toy agent), a test (``python -m unittest``) and a README, then
 prints the folder and the next three steps: install it, check it, and how the daemon
 picks it up. A name an installed agent or an importable module has already is refused.

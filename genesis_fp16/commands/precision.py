@@ -204,13 +204,16 @@ def _describe_calibration(data: Calibration | str | None, host: dict[str, bool] 
     if isinstance(data, str):
         return data
     fp32 = next((r.median_ms for r in data.rows if r.precision == "fp32"), None)
-    lines = [f"auto: {data.reason}", "precision  execution   median ms   vs fp32"]
+    header = "precision  execution   median ms   p10-p90 ms          vs fp32"
+    lines = [f"auto: {data.reason}", header]
     for r in data.rows:
         picked = r.precision == data.chosen and r.execution == data.execution
         mark = "  <- chosen" if picked else ""
         ratio = fp32 / r.median_ms if fp32 is not None and r.median_ms else float("nan")
+        spread = f"{r.p10_ms:.3f}-{r.p90_ms:.3f}" if r.p10_ms > 0 else "-"
         lines.append(
-            f"{r.precision:<10} {r.execution:<11} {r.median_ms:>9.3f}   {ratio:.2f}x{mark}"
+            f"{r.precision:<10} {r.execution:<11} {r.median_ms:>9.3f}   {spread:<19} "
+            f"{ratio:.2f}x{mark}"
         )
     lines += [f"{name:<10} not timed: {why}" for name, why in data.skipped.items()]
     lines.append("keyed by: " + ", ".join(f"{k}={v}" for k, v in sorted(data.key.items())))

@@ -24,7 +24,7 @@ from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
 
 # Steps between two summaries when a terminal's bar or a tracker wants them.
 PROGRESS_INTERVAL = 10
-# How a run that returned a result ends (README, "Commands"): 0 finished (success, up to
+# How a run that returned a result ends (docs/commands.md): 0 finished (success, up to
 # date, or a candidate the gate rejected); 1 a run that learned nothing; 75 stopped by
 # Ctrl-C or SIGTERM with a checkpoint (sysexits' EX_TEMPFAIL: run it again to continue;
 # 3 is a daemon's orphaned child's). Bad input is 2, a second Ctrl-C 130.

@@ -162,6 +162,17 @@ class DaemonMetrics:
         self.training_runs = counter(
             "training_runs", "Finished training runs by outcome.", ("agent", "outcome")
         )
+        # Registered after optimizer_steps and skipped_steps, so a scrape reads it after
+        # them: the run is counted before its first steps (observe_summary), so a scrape
+        # that sees a run's steps sees its start too. The alert that compares runs with
+        # steps (GenesisFp16TrainingStalled) reads this, not the finished runs, which are
+        # counted only after eval and the gate, minutes after the last step.
+        self.runs_started = counter(
+            "training_runs_started",
+            "Training runs that reported steps, counted with their first report (taken or "
+            "skipped steps): a run that ends before its first step (up to date, refused) "
+            "is not counted.",
+        )
         self.run_failures = counter(
             "run_failures",
             "Failed runs by reason: refused (a bad request), error (a bug or bad data), "
@@ -272,6 +283,7 @@ class DaemonMetrics:
             self.skipped_steps,
             self.nonfinite_loss,
             self.samples,
+            self.runs_started,
         ):
             counter.labels(agent=agent)
         for outcome in RUN_OUTCOMES:
@@ -314,6 +326,7 @@ class DaemonMetrics:
             last = self._last.setdefault(agent, {})
             if agent in self._first:
                 self._first.discard(agent)
+                self.runs_started.labels(agent=agent).inc()  # before its steps: see __init__
                 if _steps(summary) < _steps(last):
                     # Below the checkpoint's totals at its first report: the agent did not
                     # resume it (changed data trains afresh), so its totals start at zero.

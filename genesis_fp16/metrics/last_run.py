@@ -40,6 +40,8 @@ VERSION = 1
 # A record is a few hundred bytes; the reason is cut to REASON_CHARS.
 MAX_BYTES = LAST_RUN.limit
 REASON_CHARS = 400
+# A measured auto on CUDA names six rows (three precisions, eager and captured).
+PRECISION_REASON_CHARS = 1000
 
 
 class LastRunUnreadable(ValueError):
@@ -62,6 +64,8 @@ class LastRun:
     source: str
     steps: int | None
     eval: dict[str, float] | None = None  # the run's eval figures (`model list` shows them)
+    # Why it ran in that precision (a measured auto: every timed precision, its spread).
+    precision_reason: str = ""
 
 
 def last_run_path(paths: AgentPaths) -> Path:
@@ -119,6 +123,7 @@ def from_result(
             if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
         }
         or None,
+        precision_reason=_short(result.precision_reason, PRECISION_REASON_CHARS),
     )
 
 
@@ -141,9 +146,9 @@ def result_reason(result: TrainResult) -> str:
     return f"trained {result.steps} steps in {result.precision_used}{stopped}"
 
 
-def _short(text: str) -> str:
+def _short(text: str, limit: int = REASON_CHARS) -> str:
     line = " ".join(str(text).split())  # one line: a traceback's newlines would break it
-    return line if len(line) <= REASON_CHARS else line[: REASON_CHARS - 1] + "…"
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def record_foreground(

@@ -1,7 +1,7 @@
 """The names and label values of the daemon's metrics (genesis_fp16/metrics/daemon_metrics.py).
 
 Every name has the prefix ``genesis_fp16_``, and every label has a bounded set of values:
-the outcomes, reasons and buckets below, fixed here so that the alert rules, the README
+the outcomes, reasons and buckets below, fixed here so that the alert rules, the docs
 and the tests read the same lists the daemon exports.
 """
 
@@ -61,6 +61,7 @@ METRIC_NAMES = (
     "genesis_fp16_precision_demotions_total",
     "genesis_fp16_fault_bundles_total",
     "genesis_fp16_training_runs_total",
+    "genesis_fp16_training_runs_started_total",
     "genesis_fp16_run_failures_total",
     "genesis_fp16_jobs_skipped_total",
     "genesis_fp16_runs_overdue",

@@ -42,6 +42,21 @@ __AGENT__ = "__AGENT__:plugin"
 
 [tool.setuptools]
 packages = ["__AGENT__"]
+
+[tool.ruff]
+line-length = 100
+
+[tool.ruff.lint]
+select = ["E", "F", "W", "I", "B", "UP", "SIM", "RUF"]
+
+[tool.ruff.lint.isort]
+known-first-party = ["__AGENT__"]
+section-order = [
+    "future", "standard-library", "third-party", "genesis", "first-party", "local-folder"
+]
+
+[tool.ruff.lint.isort.sections]
+genesis = ["genesis_fp16"]
 """
 
 TEST = '''\
@@ -91,6 +106,10 @@ Edit `__AGENT__/__init__.py`: `Task` is the model, its data and its loss; `Agent
 reads the request's data and calls `fit`.
 """
 
+# The package's own lint settings, in its pyproject.toml: ruff uses the nearest file that
+# has them, so the scaffold lints the same on its own and inside a checkout of this
+# repository (whose settings make genesis_fp16 first-party and the agent third-party, the
+# other order). genesis_fp16 gets its own import section, where this repository puts it.
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 

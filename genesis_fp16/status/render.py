@@ -126,6 +126,8 @@ def _agent_section(agent: AgentStatus, now: float) -> Section:
         rows.append(("last run", f"{run.outcome} in {shown}{steps}, by {run.source}"))
         rows.append(("ended", f"{_when(run.finished_at, now)}, took {_span(run.duration_seconds)}"))
         rows.append(("why", run.reason))
+        if run.precision_reason:
+            rows.append(("precision", run.precision_reason))
     if agent.last_success_at is not None:
         rows.append(("last success", _when(agent.last_success_at, now)))
     nxt = agent.next_run

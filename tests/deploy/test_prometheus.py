@@ -9,15 +9,21 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus_client import CollectorRegistry, ProcessCollector
 from promql_names import exported_series_names, selectors
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS = ROOT / "deploy" / "prometheus"
 RULES = PROMETHEUS / "rules.yml"
-RULE_TESTS = PROMETHEUS / "tests" / "rules_test.yml"
+# Every rule unit test file: rules_test.yml and first_scrape_test.yml (first scrapes).
+RULE_TEST_FILES = sorted((PROMETHEUS / "tests").glob("*_test.yml"))
 RUNBOOK = ROOT / "docs" / "operations.md"
 # Series Prometheus itself makes, which rules may use beside the daemon's own.
 PROMETHEUS_SERIES = {"up"}
+# The born-counter clauses' first-scrape guard (rules.yml's header).
+FIRST_SCRAPE_GUARD = re.compile(
+    r"\s*unless on \(job, instance\)\s*\(time\(\) - process_start_time_seconds[^)]*\)"
+)
 
 
 def _alerts() -> list[dict[str, Any]]:
@@ -42,29 +48,88 @@ def test_prometheus_config_passes_promtool_check(promtool: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def _test_files() -> list[str]:
+    return [f"tests/{path.name}" for path in RULE_TEST_FILES]
+
+
+def _rule_test_cases() -> list[dict[str, Any]]:
+    """Every test group of every rule unit test file."""
+    return [test for path in RULE_TEST_FILES for test in yaml.safe_load(path.read_text())["tests"]]
+
+
 def test_rule_unit_tests_pass(promtool: str) -> None:
     """promtool test rules runs the rule unit tests, and they pass."""
-    result = _promtool(promtool, "test", "rules", str(RULE_TESTS.relative_to(PROMETHEUS)))
+    assert {"first_scrape_test.yml", "rules_test.yml"} <= {p.name for p in RULE_TEST_FILES}
+    result = _promtool(promtool, "test", "rules", *_test_files())
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _rule_tests_against(promtool: str, tmp_path: Path, rules: str) -> str:
+    """promtool's output for the rule unit tests run against ``rules`` (a changed copy)."""
+    assert rules != RULES.read_text()
+    (tmp_path / "tests").mkdir()
+    for path in RULE_TEST_FILES:
+        shutil.copy(path, tmp_path / "tests" / path.name)
+    (tmp_path / "rules.yml").write_text(rules)
+    result = _promtool(promtool, "test", "rules", *_test_files(), cwd=tmp_path)
+    assert result.returncode != 0
+    return result.stdout + result.stderr
 
 
 def test_rule_unit_tests_catch_a_changed_threshold(promtool: str, tmp_path: Path) -> None:
     """The unit tests fail against a copy of the rules with a loosened threshold."""
-    (tmp_path / "tests").mkdir()
-    shutil.copy(RULE_TESTS, tmp_path / "tests" / RULE_TESTS.name)
     loosened = RULES.read_text().replace("genesis_fp16_overflow_rate > 0.05", "x > 0.5")
-    assert loosened != RULES.read_text()
-    (tmp_path / "rules.yml").write_text(loosened)
-    result = _promtool(promtool, "test", "rules", f"tests/{RULE_TESTS.name}", cwd=tmp_path)
-    assert result.returncode != 0
-    assert "GenesisFp16HighOverflowRate" in result.stdout + result.stderr
+    assert "GenesisFp16HighOverflowRate" in _rule_tests_against(promtool, tmp_path, loosened)
+
+
+def test_rule_unit_tests_catch_a_stall_rule_on_finished_runs(promtool: str, tmp_path: Path) -> None:
+    """Counting finished runs (the rule that fired for a healthy agent) fails the tests at
+    the first scrape that lands after the run's last step and before its count."""
+    old = RULES.read_text().replace(
+        "genesis_fp16_training_runs_started_total[1h]",
+        'genesis_fp16_training_runs_total{outcome!="up_to_date"}[1h]',
+    )
+    output = _rule_tests_against(promtool, tmp_path, old)
+    assert 'alertname="GenesisFp16TrainingStalled", instance="after-last-step"' in output
+
+
+def test_rule_unit_tests_catch_born_counters_without_the_first_scrape_guard(
+    promtool: str, tmp_path: Path
+) -> None:
+    """Without the guard, each born-counter alert fires on a new Prometheus's first scrape
+    of a day-old daemon (instance "old"), and the tests say so for every one of them."""
+    unguarded, count = FIRST_SCRAPE_GUARD.subn("", RULES.read_text())
+    guarded = {a["alert"] for a in _alerts() if "process_start_time_seconds" in a["expr"]}
+    assert count == len(guarded) >= 8
+    output = _rule_tests_against(promtool, tmp_path, unguarded)
+    for alert in guarded:
+        assert re.search(rf'alertname="{alert}".*instance="old"', output), alert
+
+
+def test_every_counter_alert_has_a_first_scrape_test() -> None:
+    """Each alert built on increase() is tested silent on a target first scraped after
+    time 0 (its series start with missing samples), so a first scrape mid-run is covered."""
+    late = set()
+    for test in _rule_test_cases():
+        first_scraped_late = {
+            series["series"].split("{")[0]
+            for series in test["input_series"]
+            if series["values"].startswith("_")
+        }
+        for case in test.get("alert_rule_test", []):
+            if case.get("exp_alerts") == []:
+                late |= {(case["alertname"], name) for name in first_scraped_late}
+    for alert in _alerts():
+        counters = {s.metric for s in selectors(alert["expr"]) if s.function == "increase"}
+        missing = {c for c in counters if (alert["alert"], c) not in late}
+        assert not missing, f"{alert['alert']}: no first-scrape test of {sorted(missing)}"
 
 
 def test_every_alert_is_tested_firing() -> None:
     """Each alert in rules.yml has a unit test in which it fires."""
     fired = {
         case["alertname"]
-        for test in yaml.safe_load(RULE_TESTS.read_text())["tests"]
+        for test in _rule_test_cases()
         for case in test.get("alert_rule_test", [])
         if case.get("exp_alerts")
     }
@@ -110,8 +175,16 @@ def test_alerts_have_severity_and_an_existing_runbook_section() -> None:
 
 def test_rules_use_only_metrics_the_daemon_exports() -> None:
     """Every metric in an alert expression is registered by genesis_fp16.metrics.daemon_metrics."""
-    exported = exported_series_names() | PROMETHEUS_SERIES
+    exported = exported_series_names() | PROMETHEUS_SERIES | _process_series()
     for alert in _alerts():
         used = {selector.metric for selector in selectors(alert["expr"])}
         assert used, alert["alert"]
         assert used <= exported, f"{alert['alert']}: {sorted(used - exported)} not exported"
+
+
+def _process_series() -> set[str]:
+    """What prometheus_client's ProcessCollector exports here; the daemon registers it on
+    its registry (genesis_fp16/service/daemon.py), and the first-scrape guard reads it."""
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    return {family.name for family in registry.collect()}

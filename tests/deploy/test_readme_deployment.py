@@ -1,4 +1,5 @@
-"""README's "Deployment" section: each of its three ways names files and objects that exist.
+"""docs/deployment.md (the README's "Deployment" section until issue 60): each of its three
+ways names files and objects that exist.
 
 The systemd lines are the unit's own install lines (tests/test_packaging.py runs them);
 the kubectl lines apply real manifests (validated in test_k8s.py and test_trainjob.py)
@@ -14,14 +15,14 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+README = (ROOT / "docs" / "deployment.md").read_text()
 UNIT = ROOT / "deploy" / "systemd" / "genesis-fp16.service"
 
 
 def _subsection(title: str) -> str:
-    start = README.index(f"### {title}\n")
-    end = min(i for i in (README.find("\n## ", start), README.find("\n### ", start + 1)) if i > 0)
-    return README[start:end]
+    start = README.index(f"## {title}\n")
+    end = README.find("\n## ", start + 1)
+    return README[start : end if end > 0 else None]
 
 
 def _blocks(title: str) -> list[list[str]]:

@@ -15,8 +15,9 @@ This module imports no torch.
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -86,13 +87,24 @@ class FaultBundle(Record):
     bytes: int
 
 
-CACHE_VERSION = 2  # 2: rows per (precision, execution) and the chosen execution
+# 2: rows per (precision, execution) and the chosen execution; 3: each row's p10 and p90
+CACHE_VERSION = 3
+
+LOAD_BOUND = 1.5
+"""A row whose p90 step is more than this times its p10 step was timed under load.
+
+The same step on the same batches repeats closely on a quiet host (figures in
+``docs/daemon.md``, "auto"), while ``auto`` picks between medians that differ by
+``MARGIN`` (5%). A spread of 1.5 is ten times that: other work took the CPU or GPU
+during the timed steps, and which precision won may say more about the neighbours than
+about the precisions. Such a measurement is used for its run but never reused: the next
+run measures again."""
 
 
 @dataclass(frozen=True)
 class Measured(Record):
     """One timed row of a calibration: a precision in an execution, its median, fastest
-    and slowest step in milliseconds."""
+    and slowest step, and its 10th and 90th percentile step, in milliseconds."""
 
     precision: PrecisionName
     execution: str
@@ -100,6 +112,44 @@ class Measured(Record):
     min_ms: float
     max_ms: float
     steps: int
+    p10_ms: float = 0.0  # 0: not known (a row made by hand); NaN would break ==
+    p90_ms: float = 0.0
+
+    @property
+    def spread(self) -> float:
+        """p90 over p10 (NaN when not known): 1.0 is perfectly steady.
+
+        >>> Measured("fp32", "eager", 2.0, 1.8, 4.0, 10, p10_ms=1.9, p90_ms=3.8).spread
+        2.0
+        """
+        return self.p90_ms / self.p10_ms if self.p10_ms > 0 else math.nan
+
+    def describe(self) -> str:
+        """``fp32 eager 1.9 ms (1.8-2.3)``: the median, then p10-p90."""
+        spread = "" if math.isnan(self.spread) else f" ({_ms(self.p10_ms)}-{_ms(self.p90_ms)})"
+        return f"{self.precision} {self.execution} {_ms(self.median_ms)} ms{spread}"
+
+
+def under_load(rows: Iterable[Measured]) -> str | None:
+    """Why a calibration's ``rows`` were timed under load (:data:`LOAD_BOUND`), naming
+    each row past it; None when every row is steady (or its spread unknown).
+
+    >>> row = Measured("bf16", "eager", 35.2, 33.0, 60.0, 10, p10_ms=33.0, p90_ms=55.0)
+    >>> under_load([row])
+    'taken under load (bf16 eager p90/p10 1.67 > 1.5)'
+    """
+    loaded = [r for r in rows if r.spread > LOAD_BOUND]
+    if not loaded:
+        return None
+    named = ", ".join(f"{r.precision} {r.execution} p90/p10 {r.spread:.2f}" for r in loaded)
+    return f"taken under load ({named} > {LOAD_BOUND:g})"
+
+
+def _ms(value: float) -> str:
+    """About three significant figures, never in exponent form: 0.012, 1.9, 35.2, 1234."""
+    if math.isnan(value):
+        return "?"
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}" if value >= 1 else f"{value:.3f}"
 
 
 @dataclass(frozen=True)
@@ -107,7 +157,8 @@ class Calibration(Record):
     """What ``auto`` measured and chose (training.run.calibration). ``skipped`` maps a
     precision to why it was not timed; ``key`` is what the measurement holds for (the
     device, torch, model, batch shape, candidates). Its JSON is also the cache file's,
-    with ``version``; ``cached`` says it was read from there."""
+    with ``version``; ``cached`` says it was read from there, ``remeasured`` why the one
+    kept there for the same key was not reused (it was taken under load), neither kept."""
 
     chosen: PrecisionName
     reason: str
@@ -119,9 +170,12 @@ class Calibration(Record):
     cached: bool = False
     execution: str = "eager"
     bound: str = ""  # what limited the cost: the run's share of steps, or the clock
+    remeasured: str = ""  # why the measurement kept for this key was not reused (under load)
 
     def to_json(self) -> dict[str, Any]:
-        return {**encode_record(self, leave_out=("cached",)), "version": CACHE_VERSION}
+        # remeasured is about the run that measured: a later run reusing it did not.
+        leave_out = ("cached", "remeasured")
+        return {**encode_record(self, leave_out=leave_out), "version": CACHE_VERSION}
 
     @classmethod
     def from_json(cls, data: object, where: str = "") -> Calibration:

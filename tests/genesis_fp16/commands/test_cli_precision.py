@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -172,7 +174,7 @@ def test_precision_show_names_every_candidate_and_the_choice() -> None:
     from genesis_fp16_infrastructure.training.run import calibration as cal
 
     def row(precision: str, ms: float, execution: str = "eager") -> cal.Measured:
-        return cal.Measured(precision, execution, ms, ms, ms, 3)
+        return cal.Measured(precision, execution, ms, ms, ms, 3, ms * 0.9, ms * 1.2)
 
     rows = (row("fp32", 2.0), row("fp32", 1.0, "cuda_graph"), row("bf16", 1.0))
     calibration = cal.Calibration(
@@ -181,6 +183,7 @@ def test_precision_show_names_every_candidate_and_the_choice() -> None:
     table = _describe_calibration(calibration, None)
     assert table.count("<- chosen") == 1 and "bf16       eager" in table
     assert "2.00x  <- chosen" in table and "fp16       not timed: no native fp16" in table
+    assert "fp32       eager           2.000   1.800-2.400" in table  # median, p10-p90
 
 
 def test_show_promises_no_measurement_the_host_cannot_make(tmp_path: Path) -> None:
@@ -210,3 +213,51 @@ def test_show_on_a_host_with_only_fp32_says_auto_has_nothing_to_measure(
     shown = capsys.readouterr().out
     assert "auto: nothing to measure on this host" in shown and "auto runs fp32" in shown
     assert "it is timed at the next auto run" not in shown
+
+
+def _train_auto(state: Path) -> dict[str, Any]:
+    """One foreground `train rlhf_ppo --precision auto --json` in ``state``: its result."""
+    args = ("train", "rlhf_ppo", "--steps", "4", "--precision", "auto", "--json")
+    found: dict[str, Any] = json.loads(_cli(state, *args).stdout.splitlines()[-1])
+    return found
+
+
+def _keep_with_spread(path: Path, spread: float) -> None:
+    """Mark the kept measurement steady or loaded through its record: p10 = median,
+    p90 = ``spread`` x median (the machine's real load plays no part)."""
+    data = json.loads(path.read_text())
+    for row in data["rows"]:
+        row["p10_ms"], row["p90_ms"] = row["median_ms"], row["median_ms"] * spread
+    path.write_text(json.dumps(data))
+
+
+def test_train_names_every_timed_precision_and_times_a_loaded_measurement_again(
+    tmp_path: Path,
+) -> None:
+    """The product path, rlhf_ppo's real data: `train --json` and `status` name each
+    timed precision with its median and p10-p90; a kept measurement marked loaded is
+    timed again by the next train, which says so; one marked steady is reused."""
+    caps = capabilities.cpu_capabilities()
+    if not (caps.native_bf16 or caps.native_fp16):
+        pytest.skip(f"auto times nothing on this CPU ({caps.source}); test_calibration.py has it")
+    first = _train_auto(tmp_path)
+    rows = first["precision_calibration"]["rows"]
+    assert len(rows) >= 2
+    for row in rows:
+        said = rf"{row['precision']} eager [\d.]+ ms \([\d.]+-[\d.]+\)"
+        assert re.search(said, first["precision_reason"]), (said, first["precision_reason"])
+    path = AgentPaths.for_agent(tmp_path, "rlhf_ppo").calibration_path
+    _keep_with_spread(path, 2.0)
+    second = _train_auto(tmp_path)
+    assert (
+        "the kept measurement was taken under load (fp32 eager p90/p10 2.00"
+        in (second["precision_reason"])
+    )
+    measured_at = second["precision_calibration"]["measured_at"]
+    assert measured_at > first["precision_calibration"]["measured_at"]
+    _keep_with_spread(path, 1.0)
+    third = _train_auto(tmp_path)
+    assert "cached measurement" in third["precision_reason"]
+    assert third["precision_calibration"]["measured_at"] == measured_at
+    shown = _cli(tmp_path, "status").stdout
+    assert re.search(r"precision +.*timed, median \(p10-p90\): fp32 eager [\d.]+ ms", shown)

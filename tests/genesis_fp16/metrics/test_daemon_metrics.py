@@ -180,3 +180,43 @@ def test_no_created_series_and_run_durations_fit_below_the_timeout() -> None:
     inf_line = next(line for line in text.splitlines() if 'le="+Inf"' in line)
     below_inf = [line for line in text.splitlines() if "_bucket{" in line and "+Inf" not in line]
     assert below_inf[-1].split()[-1] == inf_line.split()[-1] == "1.0"  # counted below +Inf
+
+
+def _started_and_steps(registry: CollectorRegistry) -> tuple[float | None, float | None]:
+    started = value(registry, "genesis_fp16_training_runs_started_total", agent="a")
+    return started, value(registry, "genesis_fp16_optimizer_steps_total", agent="a")
+
+
+def test_a_run_is_counted_as_started_with_its_first_steps() -> None:
+    """At every phase of two runs (added, started, mid-run, after the last step, after the
+    count) a scrape sees each run's start no later than its steps, and an up-to-date run
+    (no step reported) is not counted: what GenesisFp16TrainingStalled compares."""
+    registry = CollectorRegistry()
+    metrics = DaemonMetrics(registry, version="1")
+    metrics.add_agent("a")
+    seen = [_started_and_steps(registry)]
+    for _ in range(2):
+        metrics.start_run("a")
+        seen.append(_started_and_steps(registry))
+        metrics.observe_summary("a", Summary("fp32", 40, 0, 0, 640))
+        seen.append(_started_and_steps(registry))
+        metrics.observe_summary("a", Summary("fp32", 100, 0, 0, 1600))
+        seen.append(_started_and_steps(registry))
+        metrics.finish_run("a", "success", 1.0, None, 1.0)
+        seen.append(_started_and_steps(registry))
+    metrics.start_run("a")
+    metrics.finish_run("a", "up_to_date", 0.1, None, 2.0)
+    seen.append(_started_and_steps(registry))
+    first, second = [(1, 40), (1, 100), (1, 100)], [(2, 140), (2, 200), (2, 200)]
+    assert seen == [(0, 0), (0, 0), *first, (1, 100), *second, (2, 200)]
+
+
+def test_a_scrape_reads_the_steps_before_the_runs_started() -> None:
+    """The steps counters come before the runs-started counter in a scrape, so a scrape
+    racing a run's first report never reads its steps without its start."""
+    registry = CollectorRegistry()
+    DaemonMetrics(registry, version="1").add_agent("a")
+    names = [family.name for family in registry.collect()]
+    started = names.index("genesis_fp16_training_runs_started")
+    assert names.index("genesis_fp16_optimizer_steps") < started
+    assert names.index("genesis_fp16_skipped_steps") < started

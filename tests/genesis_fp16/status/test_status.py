@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -105,7 +106,8 @@ def test_status_text_says_what_the_json_says(trained: tuple[Path, dict[str, obje
     text = _cli(folder, "status")
     assert steady(text_rows(text)) == steady(text_rows(render_text(report)))
     assert "not running: no process owns the state folder" in text
-    assert "last run: success in fp32, 8 steps, by train" in text
+    assert re.search(r"last run: +success in fp32, 8 steps, by train", text)
+    assert re.search(r"precision: +--precision fp32 on the command line; fp32 requested", text)
 
 
 def test_status_names_the_foreground_run_that_owns_the_folder(tmp_path: Path) -> None:

@@ -47,7 +47,7 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
 from genesis_fp16_infrastructure.training.precision.precision_request import (
     PrecisionRequest as PrecisionRequest,
 )
-from genesis_fp16_infrastructure.training.reports import Measured
+from genesis_fp16_infrastructure.training.reports import Measured, under_load
 
 MARGIN = 0.05
 """A measured ``auto`` prefers a more robust precision whose step is this close to the fastest."""
@@ -186,6 +186,11 @@ def choose(rows: Iterable[Measured], margin: float = MARGIN) -> tuple[PrecisionN
             f"; {fastest.precision} was {chosen.median_ms / fastest.median_ms:.2f}x faster, "
             f"within the {margin:.0%} margin that prefers the more robust precision"
         )
+    # Every row, the precisions not chosen included: what the choice was made against.
+    why += "; timed, median (p10-p90): " + ", ".join(r.describe() for r in rows)
+    loaded = under_load(rows)
+    if loaded is not None:
+        why += f"; {loaded}: not reused, measured again at the next run"
     return chosen.precision, chosen.execution, why
 
 

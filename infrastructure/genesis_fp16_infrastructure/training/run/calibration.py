@@ -33,7 +33,11 @@ model and batches in every candidate precision and trains in the fastest::
   (the cache keeps it). ``Calibration.seconds`` is the cost and ``Calibration.bound``
   what bounded it, both reported with the run. The result is cached (``cache``), so a
   daemon pays it once per agent until the device, torch version, model, batch shape or
-  candidates change.
+  candidates change, unless it was taken under load (a row's p90/p10 above
+  ``LOAD_BOUND``, 1.5): that one is used by its run, never reused, and the next run
+  measures again, its reason saying why.
+- **Reason**: every timed row with its median and p10-p90 (``Measured.describe``), then
+  the choice; ``decide.choose`` writes it.
 - **Training untouched**: every candidate trains a deep copy of one freshly built model
   with its own optimizers and schedulers; the global RNG is saved and restored around
   it, and ``fit()`` seeds after it. A run with ``auto`` is bit for bit the run with the
@@ -76,7 +80,7 @@ from genesis_fp16_infrastructure.training.precision.loss_scaler_config import Sc
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 from genesis_fp16_infrastructure.training.precision.precision_request import DEFAULT_BUDGET_S
-from genesis_fp16_infrastructure.training.reports import Calibration, Measured
+from genesis_fp16_infrastructure.training.reports import Calibration, Measured, under_load
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
 from genesis_fp16_infrastructure.training.run.batches import batch_shapes, to_device
 from genesis_fp16_infrastructure.training.run.task import TrainingTask
@@ -141,7 +145,7 @@ def calibrate(
         template = task.build_model()
         batches = _first_batches(task, seed, WARMUP + MAX_TIMED)
         key = _key(caps, dev, template, batches[0], candidates, trainer_config, scaler)
-        found = _read_cache(cache, key)
+        found, remeasured = _read_cache(cache, key)
         if found is not None:
             logger.info("precision calibration reused from %s: %s", cache, found.reason)
             return found
@@ -161,8 +165,8 @@ def calibrate(
         restore_rng_state(rng)
     if not rows:  # no row could run as asked (cuda_graph=on where nothing can be captured)
         return NothingTimed(f"no candidate could be timed as asked ({_not_timed(skipped)})")
-    request = PrecisionRequest("auto", mode="measure", note=_not_timed(skipped))
-    decision = decide(request, dev, rows)
+    note = "; ".join(n for n in (_not_timed(skipped), remeasured) if n) or None
+    decision = decide(PrecisionRequest("auto", mode="measure", note=note), dev, rows)
     seconds = clock() - started
     result = Calibration(
         decision.used,
@@ -173,6 +177,7 @@ def calibrate(
         seconds,
         execution=decision.execution or "eager",
         bound=limit.why,
+        remeasured=remeasured or "",
     )
     logger.info("precision calibration in %.2f s (%s): %s", seconds, limit.why, decision.reason)
     if cache is not None:
@@ -244,7 +249,8 @@ def policy_for_run(
         decision = decide(replace(request, note=calibration.why), device)
         return PrecisionPolicy.from_decision(decision, device, scaler), None
     cached = "cached measurement" if calibration.cached else None
-    note = "; ".join(n for n in (_not_timed(calibration.skipped), cached) if n) or None
+    notes = (_not_timed(calibration.skipped), cached, calibration.remeasured)
+    note = "; ".join(n for n in notes if n) or None
     decision = decide(replace(request, note=note), device, calibration.rows)
     return PrecisionPolicy.from_decision(decision, device, scaler), calibration
 
@@ -304,7 +310,10 @@ def _time(
         times.append(clock() - start)
         spent += times[-1]
     ms = [t * 1000 for t in times]
-    return Measured(name, trainer.execution.used, statistics.median(ms), min(ms), max(ms), len(ms))
+    deciles = statistics.quantiles(ms, n=10, method="inclusive")  # MIN_TIMED >= 2 points
+    median = statistics.median(ms)
+    used = trainer.execution.used
+    return Measured(name, used, median, min(ms), max(ms), len(ms), deciles[0], deciles[-1])
 
 
 def _cycle(items: list[Any]) -> Iterator[Any]:
@@ -354,12 +363,19 @@ def read_calibration(path: Path) -> Calibration | None:
     return records.read_calibration(path)
 
 
-def _read_cache(path: Path | None, key: Mapping[str, str]) -> Calibration | None:
+def _read_cache(path: Path | None, key: Mapping[str, str]) -> tuple[Calibration | None, str | None]:
+    """The kept measurement for ``key``, if it may be reused; else None, with why a kept
+    one for the same key was not (it was taken under load) for the new one's reason."""
     found = None if path is None else read_calibration(path)
     if found is None:
-        return None
+        return None, None
     if dict(found.key) != dict(key):
         changed = sorted(k for k in {*key, *found.key} if key.get(k) != found.key.get(k))
         logger.info("precision calibration cache is stale (%s changed)", ", ".join(changed))
-        return None
-    return found
+        return None, None
+    loaded = under_load(found.rows)
+    if loaded is not None:  # its run used it; no later run trusts it
+        why = f"the kept measurement was {loaded}: measured again"
+        logger.info("precision calibration at %s not reused: %s", path, why)
+        return None, why
+    return found, None

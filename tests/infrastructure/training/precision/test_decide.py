@@ -288,3 +288,22 @@ def test_the_auto_check_catches_a_branch_on_auto() -> None:
         "    return device == 'auto'\n"
     )
     assert _auto_tests(sample) == ["choose"]
+
+
+def test_a_measured_reason_names_every_row_and_says_when_it_was_taken_under_load(
+    bf16_cpu: None,
+) -> None:
+    """The issue's case (fp32 1.9 ms, bf16 35.2 ms under load): both rows with their
+    median and p10-p90, and that this measurement is not reused; a steady one says neither."""
+    steady = Measured("fp32", "eager", 1.9, 1.7, 2.4, 20, p10_ms=1.8, p90_ms=2.3)
+    loaded = Measured("bf16", "eager", 35.2, 30.0, 50.0, 20, p10_ms=24.0, p90_ms=41.0)
+    decision = decide(PrecisionRequest("auto", mode="measure", note=None), "cpu", [steady, loaded])
+    assert decision.used == "fp32"
+    timed = "timed, median (p10-p90): fp32 eager 1.9 ms (1.8-2.3), bf16 eager 35.2 ms (24-41)"
+    assert timed in decision.reason
+    assert decision.reason.endswith(
+        "; taken under load (bf16 eager p90/p10 1.71 > 1.5): not reused, measured again at "
+        "the next run"
+    )
+    calm = decide(PrecisionRequest("auto"), "cpu", [steady, replace(loaded, p10_ms=33.0)])
+    assert "under load" not in calm.reason and "bf16 eager 35.2 ms (33-41)" in calm.reason

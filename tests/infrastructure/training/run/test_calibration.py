@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -162,18 +164,66 @@ def test_the_cache_is_reused_until_what_it_depends_on_changes(
     cache = tmp_path / "cal.json"
     config = TrainerConfig()
     first = cal.calibrate(RegressionTask(), "cpu", 0, config, cache=cache, budget_s=0.2)
-    assert first is not None and cache.exists()
+    assert isinstance(first, cal.Calibration) and cache.exists()
+    steady = _keep_with_spread(cache, 1.0)  # a loaded host's timing would not be reused
 
     def no_clock() -> float:
         raise AssertionError("a cached calibration must not time anything")
 
     again = cal.calibrate(RegressionTask(), "cpu", 0, config, cache=cache, clock=no_clock)
-    assert again is not None and again.cached and again.chosen == first.chosen
-    assert again.rows == first.rows
+    assert isinstance(again, cal.Calibration) and again.cached and again.chosen == first.chosen
+    assert again.rows == steady and again.remeasured == ""
 
     wider = cal.calibrate(RegressionTask(width=32), "cpu", 0, config, cache=cache, budget_s=0.2)
     assert wider is not None and not wider.cached
     assert json.loads(cache.read_text())["key"]["model"] == wider.key["model"] != first.key["model"]
+
+
+def _keep_with_spread(cache: Path, spread: float) -> tuple[Measured, ...]:
+    """Rewrite the kept measurement's rows to p10 = median, p90 = ``spread`` x median:
+    the spread injected through the record, not by loading the machine."""
+    data = json.loads(cache.read_text())
+    for row in data["rows"]:
+        row["p10_ms"], row["p90_ms"] = row["median_ms"], row["median_ms"] * spread
+    cache.write_text(json.dumps(data))
+    kept = cal.read_calibration(cache)
+    assert kept is not None
+    return kept.rows
+
+
+def test_a_measurement_taken_under_load_is_measured_again_and_the_reason_says_so(
+    bf16_native: None, tmp_path: Path
+) -> None:
+    """A kept measurement whose p90/p10 is past LOAD_BOUND is not reused: the next run
+    times every row again, keeps the new one, and its reason says why."""
+    cache = tmp_path / "cal.json"
+    auto = PrecisionRequest(mode="measure", cache=cache, budget_s=0.2)
+    first = fit(RegressionTask(), FitOptions(steps=2, precision=auto, resume=False))
+    assert first.calibration is not None
+    _keep_with_spread(cache, 2.0)
+    again = fit(RegressionTask(), FitOptions(steps=2, precision=auto, resume=False))
+    measured = again.calibration
+    assert measured is not None and not measured.cached
+    assert measured.measured_at > first.calibration.measured_at
+    said = "the kept measurement was taken under load (fp32 eager p90/p10 2.00, bf16 eager"
+    assert measured.remeasured.startswith(said)
+    assert said in again.precision.reason and said in measured.reason
+    assert cal.read_calibration(cache) == replace(measured, cached=True, remeasured="")
+
+
+def test_the_reason_names_every_timed_precision_with_its_median_and_spread(
+    bf16_native: None,
+) -> None:
+    """A real (tiny) measurement: the run's reason names fp32 and bf16, each with its
+    median and p10-p90, and each row's p10 <= median <= p90."""
+    auto = PrecisionRequest(mode="measure", budget_s=0.2)
+    result = fit(RegressionTask(), FitOptions(steps=2, precision=auto, resume=False))
+    assert result.calibration is not None
+    for row in result.calibration.rows:
+        assert row.min_ms <= row.p10_ms <= row.median_ms <= row.p90_ms <= row.max_ms
+        assert row.describe() in result.precision.reason
+    named = re.findall(r"(fp32|bf16) eager [\d.]+ ms \([\d.]+-[\d.]+\)", result.precision.reason)
+    assert named == ["fp32", "bf16"]
 
 
 def test_a_corrupt_cache_is_measured_again(bf16_native: None, tmp_path: Path) -> None:
