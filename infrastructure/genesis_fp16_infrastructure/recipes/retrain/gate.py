@@ -90,8 +90,8 @@ MARGIN_LOG_LOSS = 0.01
 Z_ONE_SIDED = Z_95  # 95% one-sided: the upper bound of how much worse
 # A segment (se_darwin: the Genesis agent) the served model trained on is judged on its
 # own when the comparison set holds this many of its records (docs/judging.md: at 200
-# records a candidate equal to the served model is still inconclusive about half the
-# time, so fewer would mostly block). Fewer count in the whole set only.
+# records a candidate equal to the served model is still inconclusive three times in
+# four, so fewer would mostly block). Fewer count in the whole set only.
 SEGMENT_MIN_RECORDS = 100
 
 
