@@ -22,6 +22,20 @@ fp32, the default budget: what a scheduled run does; no daemon, so no pruning):
   0.15 k; features unchanged): rollbacks, and whether the drift report flags the label
   shift.
 
+* **mixed poison**: six agents' pools (``5 * records // 10`` each); ``records // 10`` of
+  each served; ``records // 10`` more of the first agent's marked ``"success"`` with no
+  score (the gate cannot see it); then up to ``MIXED_BATCHES`` clean batches of
+  ``records // 20`` from each agent (the poisoned agent's share 1/6, 17%), a run after
+  each, until the poisoned model is rolled back (the records it took, the poisoned
+  agent's among them, and which test decided: ``all`` or the agent's segment) or a later
+  candidate replaces it.
+* **A/A**: each mixed sequence's pair (the poisoned model against the one before it)
+  scores a fresh pool of the six agents (``records // 5`` each, interleaved: 2,400 at
+  2,000), kept as a watch store; the watch's own self-test (judging.segments.self_test:
+  its last 2,000 records, the null at the margin, every record a look) replays it
+  ``--replays`` times, and on the same replays a fixed-sample z test with the same alpha
+  split is looked at every ``records // 10`` records (10 runs' looks over 2,000).
+
 First the cost: the ``live`` phase's share of the run's wall time when a run finds new
 records, at each ``--cost-sizes`` pool (its first half served, a quarter more served by
 hand over it, then the last quarter arrives). CPU, torch's default threads. Writes a
@@ -58,8 +72,9 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainRequestError
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.judging import segments
 from genesis_fp16_infrastructure.judging.noninferiority import Bound, holm_worse
-from genesis_fp16_infrastructure.recipes.retrain import gate
+from genesis_fp16_infrastructure.recipes.retrain import gate, live_watch
 from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
 
 PLUGIN = SEDarwinPlugin()
@@ -308,6 +323,181 @@ def drift_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
     return {"rollbacks": rolled, "flagged_runs": flagged, "shifts": shifts}
 
 
+MIXED = ("se_darwin", "qa", "builder", "ops", "critic", "planner")  # the first is poisoned
+
+
+def mixed_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
+    """A poisoned agent among five clean ones (module docstring): runs until the watch
+    rolls the poisoned model back, or ``MIXED_BATCHES`` clean batches have arrived."""
+    per = records // 10  # each agent's records in the first model; a batch is per / 2 each
+    pools = [
+        generate_pool(5 * per, seed=60_000 + 10 * seed + i, agent=a) for i, a in enumerate(MIXED)
+    ]
+    ids = [_ids(p) for p in pools]
+    seq = Growth(work / f"mixed{seed}")
+    for pool, keys in zip(pools, ids, strict=True):
+        seq.add(pool, keys[:per])
+    assert seq.run()[0] == "success"
+    before = seq.served()
+    seq.add(pools[0], ids[0][per : 2 * per], _poison)  # the gate cannot see it
+    outcome, _ = seq.run()
+    poisoned = seq.served()["id"]
+    start, step = 2 * per, per // 2
+    rolled: dict[str, Any] | None = None
+    for k in range(MIXED_BATCHES):
+        for i, (pool, keys) in enumerate(zip(pools, ids, strict=True)):
+            first = (start if i == 0 else per) + k * step
+            seq.add(pool, keys[first : first + step])
+        _, data = seq.run()
+        live = data.get("live") or {}
+        if live.get("rolled_back") and live.get("served") == poisoned:
+            rolled = _took(live, k + 1)
+            break
+        if seq.served()["id"] != poisoned:  # a later candidate replaced it: watched no more
+            break
+    fresh = _fresh_watch(seq, work / f"mixed_fresh{seed}.json", seed, per, before, poisoned)
+    return {
+        "fresh": fresh,
+        "poison_outcome": outcome,
+        "poison_served": poisoned != before["id"],
+        "rolled": rolled,
+        "replaced": rolled is None and seq.served()["id"] != poisoned,
+        "batches": k + 1,
+        "store": _largest_store(seq.ck),
+    }
+
+
+MIXED_BATCHES = 5
+
+
+def _fresh_watch(
+    seq: Growth, path: Path, seed: int, per: int, before: dict[str, Any], poisoned: str
+) -> Path:
+    """A watch store of the pair (the poisoned model against the one before it) on a
+    fresh pool of the six agents, interleaved as records arrive: 2,000 records for
+    the A/A self-test, whatever the sequence's own watch kept before it decided."""
+    pools = [
+        generate_pool(per * 2, seed=70_000 + 10 * seed + i, agent=a) for i, a in enumerate(MIXED)
+    ]
+    keys = [list(p["trajectories"].items()) for p in pools]
+    mixed = dict(kv for group in zip(*keys, strict=True) for kv in group)
+    path.write_text(json.dumps({**pools[0], "trajectories": mixed}))
+    columns = read_trajectories(path).columns
+    records = gate.Records.of_columns(columns, np.arange(len(columns.labelled)))
+    candidate = candidates_dir(seq.ck) / poisoned
+    checkpoint = newest_checkpoint(candidate)
+    assert checkpoint is not None
+    p = {}
+    for side, file in (("served", checkpoint), ("previous", seq.ck / before["checkpoint"])):
+        model = gate.ScoredModel(load_checkpoint(file))
+        p[side] = model.success_probability(records, False).numpy().astype(np.float32)
+    names = [str(a) for a in columns.agent.take(columns.labelled)]
+    order = list(dict.fromkeys(names))
+    kept = {
+        "ids": columns.id_hash[columns.labelled],
+        **p,
+        "labels": records.labels.numpy().astype(np.float32),
+        "segment": np.array([order.index(n) for n in names], dtype=np.int32),
+        "segment_names": np.array(order),
+    }
+    store = path.with_suffix(".npz")
+    live_watch._write_store(store, kept)
+    return store
+
+
+def _took(live: dict[str, Any], batches: int) -> dict[str, Any]:
+    """The records a mixed rollback took: all, the poisoned agent's, which test decided."""
+    segments = live.get("segments") or []
+    harmed = next((s for s in segments if s.get("name") == MIXED[0]), {})
+    by = [s["name"] for s in segments if s.get("regression")]
+    if live.get("lower", 0) > live.get("margin", 0):
+        by.insert(0, "all")
+    return {
+        "batches": batches,
+        "records": live["records"],
+        "harmed_records": harmed.get("records"),
+        "share": (harmed.get("records") or 0) / max(live["records"], 1),
+        "by": by,
+    }
+
+
+def _largest_store(ck: Path) -> Path | None:
+    stores = sorted(ck.glob("candidates/*/live-*.npz"), key=lambda p: p.stat().st_size)
+    return stores[-1] if stores else None
+
+
+def aa_replays(store: Path, replays: int, look_every: int) -> dict[str, Any]:
+    """The A/A self-test on a watch's store (``replays`` sign-flip replays at the margin,
+    judging.segments.self_test), and on the same replays a fixed-sample z test (overall
+    at alpha/2, each segment at alpha/32: the same family) looked at every ``look_every``
+    records: each run's look."""
+    kept = live_watch._read_store(store)
+    p = {
+        k: np.clip(kept[k].astype(np.float64), live_watch.CLIP, 1 - live_watch.CLIP)
+        for k in ("served", "previous")
+    }
+    y = kept["labels"].astype(np.float64)
+    loss = {k: -(y * np.log(v) + (1 - y) * np.log1p(-v)) for k, v in p.items()}
+    d = loss["served"] - loss["previous"]
+    names = live_watch._names(kept)
+    a, m, span = live_watch.ALPHA, live_watch.MARGIN, live_watch.SPAN
+    found = segments.self_test(d, names, span, m, a, replays=replays, seed=len(d))
+    d, names = d[-segments.RECENT :], names[-segments.RECENT :]
+    slot = segments.slots(names)[1]
+    centred = d - (np.bincount(slot, d) / np.bincount(slot))[slot]
+    signs = np.random.default_rng(len(kept["ids"])).choice((-1.0, 1.0), (replays, len(d)))
+    replay = np.clip(m + signs * centred, -span, span)
+    fixed = np.zeros(replays, dtype=np.bool_)
+    for look in range(look_every, len(d) + look_every, look_every):
+        fixed |= _z_rejects(replay[:, :look], m, a / 2)
+        for k in range(int(slot.max()) + 1):
+            fixed |= _z_rejects(replay[:, :look][:, slot[:look] == k], m, a / 32)
+    return {**found, "fixed_false": int(fixed.sum())}
+
+
+def obf_boundary(looks: int = 10, alpha: float = 0.05, paths: int = 400_000) -> float:
+    """The final z boundary of a one-sided O'Brien-Fleming group-sequential test with
+    ``looks`` equally spaced looks at level ``alpha`` (by simulation, seeded): what a
+    watch with a known horizon could use instead of the confidence sequence."""
+    rng = np.random.default_rng(0)
+    k = np.arange(1, looks + 1)
+    z = np.cumsum(rng.normal(size=(paths, looks)), axis=1) / np.sqrt(k)
+    low, high = 1.0, 5.0
+    for _ in range(30):
+        c = (low + high) / 2
+        low, high = (
+            (c, high) if (z > c * np.sqrt(looks / k)).any(axis=1).mean() > alpha else (low, c)
+        )
+    return high
+
+
+def _z_rejects(x: np.ndarray, margin: float, alpha: float) -> np.ndarray:
+    """A fixed-sample one-sided z test per row: the mean above ``margin`` at ``alpha``."""
+    n = x.shape[1]
+    if n < 2:
+        return np.zeros(len(x), dtype=np.bool_)
+    z = statistics.NormalDist().inv_cdf(1 - alpha)
+    return np.asarray(x.mean(axis=1) - z * x.std(axis=1, ddof=1) / np.sqrt(n) > margin)
+
+
+def figures_seconds(records: int, agents: int = 6) -> float:
+    """Seconds of the watch's decision alone (live_watch.figures_of: AUCs, log-losses, the
+    overall and per-segment bounds, the A/A self-test) over a store of ``records``
+    records from ``agents`` agents: what segments and the self-test add to a run."""
+    rng = np.random.default_rng(0)
+    kept = {
+        "ids": np.arange(records, dtype=np.int64),
+        "served": rng.uniform(0.05, 0.95, records).astype(np.float32),
+        "previous": rng.uniform(0.05, 0.95, records).astype(np.float32),
+        "labels": (rng.uniform(size=records) < 0.5).astype(np.float32),
+        "segment": (np.arange(records) % agents).astype(np.int32),
+        "segment_names": np.array([f"a{i}" for i in range(agents)]),
+    }
+    start = time.perf_counter()
+    live_watch.figures_of(kept)
+    return time.perf_counter() - start
+
+
 def cost_at(records: int, work: Path) -> dict[str, Any]:
     """The live phase's share of a run that finds new records, at a pool of ``records``."""
     pool = generate_pool(records, seed=0)
@@ -330,6 +520,7 @@ def cost_at(records: int, work: Path) -> dict[str, Any]:
         "outcome": outcome,
         "wall": data["wall_seconds"],
         "live": phases.get("live", 0.0),
+        "gate": phases.get("gate", 0.0),
         "scored": (data.get("live") or {}).get("new_records"),
         "train": phases.get("train", 0.0),
     }
@@ -352,11 +543,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cases",
         type=lambda text: [x for x in text.split(",") if x],
-        default=["poison", "clean", "short", "drift"],
-        help="which sequences to run (default: all four)",
+        default=["cost", "poison", "clean", "short", "drift", "mixed"],
+        help="what to run (mixed also runs the A/A self-test on its stores; cost: whole runs "
+        "at each --cost-sizes; the watch's decision alone is timed at each size always)",
     )
-    parser.add_argument("--power-replays", type=int, default=2000)
+    parser.add_argument("--replays", type=int, default=200, help="A/A replays per store")
     parser.add_argument("--first-seed", type=int, default=0, help="the first sequence's seed")
+    parser.add_argument("--power-replays", type=int, default=2000)
     parser.add_argument("--json-out", type=Path, help="the raw figures, rewritten likewise")
     parser.add_argument(
         "--report-from", type=Path, nargs="+", help="merge --json-out files and report them"
@@ -366,25 +559,35 @@ def main(argv: list[str] | None = None) -> int:
         return _merged_report(args)
     logging.basicConfig(level=logging.ERROR)
     start = time.perf_counter()
-    found: dict[str, list[dict[str, Any]]] = {"poison": [], "clean": [], "short": [], "drift": []}
+    found: dict[str, list[dict[str, Any]]] = {
+        "poison": [],
+        "clean": [],
+        "short": [],
+        "drift": [],
+        "mixed": [],
+        "aa": [],
+    }
     costs: list[dict[str, Any]] = []
-    kinds = [
-        (name, sequence)
-        for name, sequence in (
-            ("poison", poison_sequence),
-            ("clean", clean_sequence),
-            ("short", short_sequence),
-            ("drift", drift_sequence),
-        )
-        if name in args.cases
-    ]
+    kinds = (
+        ("poison", poison_sequence),
+        ("clean", clean_sequence),
+        ("short", short_sequence),
+        ("drift", drift_sequence),
+        ("mixed", mixed_sequence),
+    )
+    kinds = tuple((name, run) for name, run in kinds if name in args.cases)
     with tempfile.TemporaryDirectory() as tmp:
-        for i, size in enumerate(args.cost_sizes):  # first: a run stopped early keeps them
+        for size in args.cost_sizes:  # the decision alone, on a store of that many records
+            costs.append({"decision": size, "seconds": figures_seconds(size)})
+        for i, size in enumerate(args.cost_sizes if "cost" in args.cases else []):
             costs.append(cost_at(size, Path(tmp) / f"c{i}"))
             print(f"cost at {size} done, {time.perf_counter() - start:.0f} s", file=sys.stderr)
         for seed in range(args.first_seed, args.first_seed + args.sequences):
             for name, sequence in kinds:
                 found[name].append(sequence(seed, args.records, Path(tmp)))
+            store = found["mixed"][-1]["fresh"] if "mixed" in args.cases else None
+            if store is not None:  # each mixed pair's watch of a fresh pool, replayed A/A
+                found["aa"].append(aa_replays(store, args.replays, args.records // 10))
             print(f"sequence {seed} done, {time.perf_counter() - start:.0f} s", file=sys.stderr)
             _add_power(found, args)  # after each sequence: a run stopped early keeps it
             if args.json_out is not None:
@@ -396,6 +599,40 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(report)
     print(report)
     return 0
+
+
+def _mixed_lines(mixed: list[dict[str, Any]], aa: list[dict[str, Any]]) -> list[str]:
+    """The mixed-poison and A/A rows of the table."""
+    lines = []
+    if mixed:
+        rolled = [m["rolled"] for m in mixed if m["rolled"] is not None]
+        took = [r["records"] for r in rolled]
+        harmed = [r["harmed_records"] or 0 for r in rolled]
+        by = sum("all" not in r["by"] for r in rolled)
+        share = max((r["share"] for r in rolled), default=0.0)
+        when = (
+            f"median {statistics.median(took):.0f} records (max {max(took)}), of them the "
+            f"poisoned agent's median {statistics.median(harmed):.0f} (share <= {share:.0%}); "
+            f"decided by its segment alone in {by}"
+            if rolled
+            else "-"
+        )
+        lines.append(
+            f"| mixed poison (one agent of six, its later labels <= 20% of the records): "
+            f"rolled back | >= 9 of 10 | {len(rolled)} of {len(mixed)} (poison served by the "
+            f"gate in {sum(m['poison_served'] for m in mixed)}; {when}) |"
+        )
+    if aa:
+        n, false = sum(a["replays"] for a in aa), sum(a["false_rollbacks"] for a in aa)
+        fixed = sum(a["fixed_false"] for a in aa)
+        low, high = segments.wilson(false, n)
+        lines.append(
+            f"| A/A self-test: false rollbacks over {n:,} replays of {len(aa)} watches' records "
+            f"(null at the margin, every record a look) | <= alpha (0.05) | {false / n:.4f} "
+            f"[{low:.4f}, {high:.4f}]; a fixed-sample z test peeked at every run: "
+            f"{fixed / n:.4f} |"
+        )
+    return lines
 
 
 def _report(
@@ -436,11 +673,28 @@ def _report(
             f"{flagged} of {len(drift)} sequences (median shift "
             f"{statistics.median(shifts) if shifts else float('nan'):+.3f}) |"
         )
-    for c in costs:
+    lines += _mixed_lines(found["mixed"], found["aa"])
+    if "mixed" in args.cases:
+        c = obf_boundary()
         lines.append(
-            f"| cost at {c['records']:,} records ({c['scored'] or 0:,} new scored) | <= 5% of "
-            f"the run | {c['live']:.3f} s of {c['wall']:.2f} s: {c['live'] / c['wall']:.1%} "
-            f"(train {c['train']:.2f} s; the run {c['outcome']}) |"
+            f"| a known horizon: O'Brien-Fleming, 10 looks, one-sided 0.05, final z boundary "
+            f"| - | {c:.2f} sigma/sqrt(N), against the watch's ~{1.4 * (2 * 2.9957) ** 0.5:.2f} "
+            f"sigma/sqrt(n) (1.4 sigma sqrt(2 log 20 / n)): about "
+            f"{(1.4 * (2 * 2.9957) ** 0.5 / c) ** 2:.1f}x fewer records at the horizon |"
+        )
+    for c in costs:
+        if "decision" in c:
+            lines.append(
+                f"| the watch's decision alone (figures_of: bounds, 6 segments, 200 A/A "
+                f"replays) on a store of {c['decision']:,} records | - | {c['seconds']:.3f} s |"
+            )
+            continue
+        both = c["live"] + c["gate"]
+        lines.append(
+            f"| cost at {c['records']:,} records ({c['scored'] or 0:,} new scored): the watch "
+            f"(live) and the gate together | <= 5% of the run | {both:.3f} s of "
+            f"{c['wall']:.2f} s: {both / c['wall']:.1%} (live {c['live']:.3f} s, gate "
+            f"{c['gate']:.3f} s, train {c['train']:.2f} s; the run {c['outcome']}) |"
         )
     lines += ["", "Per sequence:", ""]
     for i, p in enumerate(poison):
@@ -450,14 +704,32 @@ def _report(
             f"{p['before_auc']:.4f}, after {p['after_auc']:.4f} (same model: "
             f"{p['after_is_before']})"
         )
-    lines += _clean_marks(found["clean"]) + _short_marks(found["short"])
+    lines += _clean_marks(found["clean"])
+    for i, m in enumerate(found["mixed"]):
+        r = m["rolled"]
+        how = "no"
+        if r is not None:
+            by = ",".join(r["by"])
+            how = f"after {r['records']} records ({r['harmed_records']} the agent's), by {by}"
+        lines.append(
+            f"- mixed s{i}: gate {m['poison_outcome']}, served {m['poison_served']}; rolled "
+            f"back {how}; replaced by a later candidate first: {m['replaced']}; "
+            f"{m['batches']} clean batches"
+        )
+    for i, a in enumerate(found["aa"]):
+        lines.append(
+            f"- A/A s{i}: {a['false_rollbacks']} of {a['replays']} replays of {a['records']} "
+            f"records rolled back (fixed test peeked: {a['fixed_false']})"
+        )
+    lines += _short_marks(found["short"])
     lines += _power_lines(found.get("power") or [], args)
     return "\n".join(lines) + "\n"
 
 
 def _merged_report(args: Any) -> int:
     """The report of several ``--json-out`` files' sequences, in the order given."""
-    found: dict[str, list[dict[str, Any]]] = {k: [] for k in ("poison", "clean", "short", "drift")}
+    names = ("poison", "clean", "short", "drift", "mixed", "aa")
+    found: dict[str, list[dict[str, Any]]] = {k: [] for k in names}
     for path in args.report_from:
         for name, items in json.loads(path.read_text()).items():
             if name != "power":

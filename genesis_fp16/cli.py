@@ -35,6 +35,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "new_agent",
     "check_agent",
     "model",
+    "events",
 )
 
 

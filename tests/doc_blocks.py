@@ -399,6 +399,23 @@ BLOCKS: dict[tuple[str, str], Plan] = {
         "and it rewrites a committed file; the plot script runs in test_tracking.py",
     ),
     ("docs/tracking.md", "83%|"): Skip("output sample", "tqdm's bar on a terminal"),
+    ("docs/events.md", "GENESIS_FP16_EVENTS_URLS=https://hooks.example.com"): Covered(
+        "tests/genesis_fp16/commands/test_events.py::"
+        "test_the_docs_settings_load_and_bad_ones_are_one_line",
+        "loads these two lines as settings (the hosts are examples)",
+    ),
+    ("docs/events.md", '{"agent":"se_darwin"'): Skip(
+        "output sample", "a body as posted; the next block checks its signature"
+    ),
+    ("docs/events.md", "def verified(secret: bytes"): Run("fresh"),
+    ("docs/events.md", "genesis-fp16 events list"): Covered(
+        "tests/genesis_fp16/events/test_daemon_events.py::"
+        "test_a_promotion_pin_and_unpin_reach_the_receiver_signed_and_in_order",
+        "list, list --json and redeliver against a real daemon's state and receiver",
+    ),
+    ("docs/events.md", "ID                AGENT"): Skip(
+        "output sample", "`events list` for a receiver that refused (a port nobody serves)"
+    ),
 }
 
 

@@ -171,7 +171,7 @@ DAEMON_FLOORS = (
     {"config"},
     {"metrics"},
     {"launch"},
-    {"jobs"},
+    {"jobs", "events"},
     {"service", "status"},
     {"commands", "bench", "cli", "__main__"},
 )

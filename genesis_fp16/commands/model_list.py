@@ -18,6 +18,7 @@ from typing import Any
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.metrics.last_run import LastRunUnreadable, load_last_run
+from genesis_fp16.metrics.live_metrics import watch_state
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     CANDIDATE_META,
     VERDICT_NAME,
@@ -35,7 +36,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 
 
-def list_models(folder: Path, agent: str, as_json: bool) -> int:
+def list_models(folder: Path, agent: str, as_json: bool, idle_seconds: float = 86400.0) -> int:
     gated = any(
         p.exists() for p in (candidates_dir(folder), pointer_path(folder), aside_path(folder))
     )
@@ -47,6 +48,7 @@ def list_models(folder: Path, agent: str, as_json: bool) -> int:
     except ServedPointerError as exc:
         pointer, unusable = None, str(exc)
     rows = _rows(folder, pointer)
+    watched = _watch(pointer, idle_seconds)
     if as_json:
         answer = {
             "agent": agent,
@@ -54,6 +56,7 @@ def list_models(folder: Path, agent: str, as_json: bool) -> int:
             "served": pointer.served.get("id") if pointer else None,
             "pinned": pointer.pinned if pointer else None,
             "pointer_error": unusable,
+            "watch": watched,
             "models": rows,
         }
         print(json.dumps(answer, indent=2))
@@ -85,7 +88,46 @@ def list_models(folder: Path, agent: str, as_json: bool) -> int:
             f"{_num(row['loss']):>7}  {_gate(row):<26}  {row['trained_at'] or '-':<20}  "
             f"{_live(row['live'])}"
         )
+    for line in _watch_lines(agent, watched):
+        print(line)
     return 0
+
+
+def _watch(pointer: ServedPointer | None, idle_seconds: float) -> dict[str, Any] | None:
+    """The served model's live watch: watched or not (and why), and its segments'
+    figures (se_darwin: one per Genesis agent) where the watch kept them."""
+    if pointer is None:
+        return None
+    served = pointer.served
+    state = watch_state(served, bool(pointer.history), time.time(), idle_seconds)
+    live = served.get("live")
+    live = live if isinstance(live, dict) else {}
+    return {**state, "segments": live.get("segments"), "self_test": live.get("self_test")}
+
+
+def _watch_lines(agent: str, watched: dict[str, Any] | None) -> list[str]:
+    """The watch below the table: not watched (why), and each segment's figures."""
+    if watched is None:
+        return []
+    lines = []
+    if watched["state"] != "watching":
+        lines.append(f"{agent}: the served model is NOT WATCHED: {watched['reason']}")
+    for seg in watched.get("segments") or []:
+        if isinstance(seg, dict) and seg.get("records"):
+            flag = " REGRESSION" if seg.get("regression") else ""
+            lines.append(
+                f"  watch segment {seg.get('name')}: {seg['records']} rec, "
+                f"{seg.get('difference') or 0:+.3f} [{seg.get('lower', 0):+.3f}, "
+                f"{seg.get('upper', 0):+.3f}], evidence {seg.get('evidence')}{flag}"
+            )
+    test = watched.get("self_test")
+    if isinstance(test, dict):
+        lines.append(
+            f"  watch self-test: {test.get('false_rollbacks')} false rollbacks in "
+            f"{test.get('replays')} A/A replays, rate {test.get('rate')} "
+            f"[{test.get('lower')}, {test.get('upper')}]"
+        )
+    return lines
 
 
 def _rows(folder: Path, pointer: ServedPointer | None) -> list[dict[str, Any]]:

@@ -115,7 +115,10 @@ def _folder_report(settings: Settings, daemon: DaemonStatus, note: str) -> Statu
             return NextRun(None, f"training now: genesis-fp16 {daemon.owner} (pid {daemon.pid})")
         return NextRun(None, note)
 
-    return gather_status(Path(settings.state_dir).resolve(), installed, daemon, schedule)
+    state_dir = Path(settings.state_dir).resolve()
+    return gather_status(
+        state_dir, installed, daemon, schedule, idle_seconds=settings.live_watch_idle_seconds
+    )
 
 
 def _with_health(daemon: DaemonStatus, health: str) -> DaemonStatus:

@@ -70,7 +70,7 @@ from genesis_fp16.jobs.run_request import (
     resolve_options,
 )
 from genesis_fp16.launch import kubeflow
-from genesis_fp16.metrics.last_run import record_foreground
+from genesis_fp16.metrics.run_history import record_foreground
 from genesis_fp16.metrics.tracking import RunTracker, close_tracker, open_tracker
 from genesis_fp16.service.logsetup import configure_logging
 from genesis_fp16.service.startup_signals import take_over_sigterm

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import urllib.parse
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple
@@ -141,11 +142,23 @@ class Settings(BaseSettings, GuardSettings):
     # served models are kept for rollback, rejected candidates for N days of inspection.
     served_history_keep: int = Field(default=5, ge=1)
     rejected_keep_days: float = Field(default=7.0, ge=0)
+    # A served model whose live watch saw no new labelled record for this long (or that
+    # has no predecessor to watch against) is reported as not watched: the page, `model
+    # list`, genesis_fp16_live_watch_not_watching (docs/judging.md). One day by default.
+    live_watch_idle_seconds: float = Field(default=86400.0, gt=0)
     seed: int = 0
     shutdown_timeout_seconds: float = Field(default=30.0, gt=0)
     heartbeat_seconds: float = Field(default=5.0, gt=0)
     probe_steps: int = Field(default=10, ge=1)
     watch_env_file: bool = True
+    # Webhook receivers of the agents' events (promotions, rejections, rollbacks, pins,
+    # demotions, fault bundles: genesis_fp16/events, docs/events.md), comma-separated
+    # http(s) URLs; each body is signed with HMAC-SHA256 under the secret, which they need.
+    events_urls: Annotated[list[str] | None, NoDecode] = None
+    events_secret: SecretStr | None = None
+    events_timeout_seconds: float = Field(default=10.0, gt=0)
+    events_backoff_max_seconds: float = Field(default=600.0, gt=0)
+    events_keep: int = Field(default=1000, ge=1)
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
 
     @field_validator("run_memory_limit_bytes")
@@ -186,6 +199,15 @@ class Settings(BaseSettings, GuardSettings):
             check_agent_name(name)
         return value
 
+    @field_validator("events_urls", mode="before")
+    @classmethod
+    def _split_urls(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [url.strip() for url in value.split(",") if url.strip()] or None
+        for url in value or ():
+            check_webhook_url(url)
+        return value
+
     @field_validator("schedule")
     @classmethod
     def _check_schedule(cls, value: str) -> str:
@@ -219,6 +241,11 @@ class Settings(BaseSettings, GuardSettings):
         for name, path in tls_files:
             if path is not None and not path.is_file():
                 raise ValueError(f"{_env_name((name,))}: file {str(path)!r} does not exist")
+        if self.events_urls and self.events_secret is None:
+            raise ValueError(
+                "GENESIS_FP16_EVENTS_SECRET: required with GENESIS_FP16_EVENTS_URLS "
+                "(each event's body is signed with it)"
+            )
         for agent, spec in self.agents.items():
             if spec.device is not None:
                 try:
@@ -258,6 +285,14 @@ def resolve_device(device: str) -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def check_webhook_url(url: str) -> str:
+    """An http(s) URL with a host, or ValueError naming it."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{url!r} is not an http:// or https:// URL with a host")
+    return url
 
 
 def check_device_name(value: str) -> str:

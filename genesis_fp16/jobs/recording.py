@@ -25,7 +25,7 @@ from genesis_fp16.jobs.run_request import expected_precision, precision_request
 from genesis_fp16.jobs.supervising import RunHung
 from genesis_fp16.launch.devices import device_lost
 from genesis_fp16.launch.launcher import LaunchError, RunStopped
-from genesis_fp16.metrics import last_run
+from genesis_fp16.metrics import last_run, run_history
 from genesis_fp16.metrics.diagnostics_export import export_diagnostics
 from genesis_fp16.metrics.tracking import RunTracker, close_tracker
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
@@ -214,15 +214,18 @@ def _finish(
         checkpoint=str(result.checkpoint) if result.checkpoint else None,
         duration_seconds=round(duration, 3),
     )
-    _save_last_run(ctx, agent, last_run.from_result(result, duration, "daemon"))
+    _save_last_run(ctx, agent, last_run.from_result(result, duration, "daemon"), result)
     # Counted last: whoever sees the count (a dashboard, a test) finds the run's other
     # series, its log line and its last-run record already there.
     ctx.metrics.finish_run(agent, outcome, duration, result.eval.get("loss"), time.time())
 
 
-def _save_last_run(ctx: JobContext, agent: str, record: last_run.LastRun) -> None:
-    """The run's record for ``genesis-fp16 status`` and the page at ``/``."""
-    last_run.save_last_run(AgentPaths.for_agent(ctx.settings.state_dir, agent), record)
+def _save_last_run(
+    ctx: JobContext, agent: str, record: last_run.LastRun, result: TrainResult | None = None
+) -> None:
+    """The run's record for ``genesis-fp16 status``, and its entry in the run history
+    that the page at ``/`` draws (with what ``result`` reports, when it returned one)."""
+    run_history.save_run(AgentPaths.for_agent(ctx.settings.state_dir, agent), record, result)
 
 
 def _export_report(ctx: JobContext, agent: str, result: TrainResult) -> None:
@@ -279,6 +282,7 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
     settings = ctx.settings
     folder = AgentPaths.for_agent(settings.state_dir, agent).checkpoint_dir
     journal: list[dict[str, Any]] | None = None  # None: the pointer could not be read
+    pointer = None
     try:
         removed, pointer = prune_and_read(
             folder, settings.served_history_keep, settings.rejected_keep_days
@@ -295,6 +299,11 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
         new = ctx.metrics.live.cursor.new(agent, journal)
         ctx.metrics.live.count_rollbacks(agent, new)
         ctx.metrics.promotion.count_promotions(agent, new)
+    if pointer is not None:  # watched, or not: the gauge then follows the clock
+        served, predecessor = pointer.served, bool(pointer.history)
+        ctx.metrics.live.observe_pointer(
+            agent, served, predecessor, settings.live_watch_idle_seconds
+        )
     ctx.metrics.promotion.pruned.labels(agent=agent).set(len(removed))
     ctx.metrics.promotion.state_bytes.labels(agent=agent).set(folder_bytes(folder))
 

@@ -29,6 +29,7 @@ from prometheus_client import (
 
 from genesis_fp16.config.state_files import STATE_FILES
 from genesis_fp16.metrics.diagnostics_export import RlDiagnosticsMetrics
+from genesis_fp16.metrics.event_metrics import EventMetrics
 from genesis_fp16.metrics.last_success import LastSuccessStore
 from genesis_fp16.metrics.live_metrics import LiveMetrics
 from genesis_fp16.metrics.metric_names import (
@@ -262,6 +263,7 @@ class DaemonMetrics:
         self.promotion = PromotionMetrics(registry)
         self.live = LiveMetrics(registry)  # the served model watched on new records
         self.ranges = RangeMetrics(registry)  # per-layer range statistics, top k per agent
+        self.events = EventMetrics(registry)  # the event outbox's deliveries
         self.build_info.labels(version=version).set(1)
         # The daemon's process environment (downward API, NVIDIA_VISIBLE_DEVICES) when the
         # caller has no placement of its own; read once, here.

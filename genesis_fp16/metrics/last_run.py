@@ -4,7 +4,8 @@ The daemon's metrics count runs and the log line ``training run finished`` tells
 one, but neither survives in a form a later command can read: after a restart, or with
 no daemon at all, "what happened last time, and why" was in a log a newcomer may not
 keep. So the step that records a run (the daemon's genesis_fp16/jobs/recording.py, and a
-foreground ``train``) also writes ``<state_dir>/agents/<agent>/last_run.json``,
+foreground ``train``, both through genesis_fp16/metrics/run_history.py's ``save_run``,
+which also appends the run history) writes ``<state_dir>/agents/<agent>/last_run.json``,
 atomically (the old record or the new one, never half of one)::
 
     save_last_run(paths, LastRun("success", "fp32", "fp32", 1_763_900_000.0, 4.2,
@@ -149,17 +150,3 @@ def result_reason(result: TrainResult) -> str:
 def _short(text: str, limit: int = REASON_CHARS) -> str:
     line = " ".join(str(text).split())  # one line: a traceback's newlines would break it
     return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def record_foreground(
-    checkpoint_dir: Path, result: TrainResult | None, error: str, started: float
-) -> None:
-    """A foreground ``train``'s record, when it trained the state folder's model (its
-    checkpoints in ``<state_dir>/agents/<agent>/checkpoints``): ``result``, or the
-    one-line ``error`` it ended with. ``started``: ``time.monotonic()`` at its start."""
-    duration = time.monotonic() - started
-    paths = AgentPaths(Path(checkpoint_dir).parent)
-    if result is not None:
-        save_last_run(paths, from_result(result, duration, "train"))
-    else:
-        save_last_run(paths, from_error("failed", error, duration, "train"))

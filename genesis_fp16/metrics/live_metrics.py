@@ -32,7 +32,10 @@ True
 
 from __future__ import annotations
 
+import calendar
+import contextlib
 import math
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -92,6 +95,82 @@ class LiveMetrics:
             registry=registry,
         )
         self.cursor = JournalCursor()  # the daemon's one reader of each agent's journal
+        self._add_watch_series(gauge)
+        self._since: dict[str, tuple[float | None, bool, float]] = {}
+        self._segments: dict[str, set[str]] = {}
+
+    def _add_watch_series(self, gauge: Any) -> None:
+        """The watch's own figures (judging.segments): per segment, self-test, idleness."""
+        self.segment_difference = gauge(
+            "watch_segment_difference",
+            "Per segment (se_darwin: the Genesis agent; segment=all: every record): the "
+            "mean per-record loss difference of the watched model minus its predecessor "
+            "(bound=estimate) and its anytime-valid bounds at the segment's own level "
+            "(bound=lower, upper).",
+            ("agent", "segment", "bound"),
+        )
+        self.evidence = gauge(
+            "watch_evidence",
+            "The evidence so far that the watched model is worse than its predecessor by "
+            "more than the margin (an e-value), per segment (segment=all: every record); "
+            "it rolls back at 1/alpha of that test (se_darwin: 40 overall, 640 a segment).",
+            ("agent", "segment"),
+        )
+        self.records_needed = gauge(
+            "watch_records_needed",
+            "About how many more labelled records the watch needs to decide at the margin "
+            "(worse, or shown no worse) if the mean and spread so far hold; NaN: never at "
+            "this mean.",
+            ("agent",),
+        )
+        self.false_rollback_rate = gauge(
+            "watch_false_rollback_rate",
+            "The A/A self-test's false-rollback rate on the watch's own recent records "
+            "(bound=estimate) and its 95% interval (bound=lower, upper): replays under a "
+            "null at the margin; a sound watch keeps it at most alpha.",
+            ("agent", "bound"),
+        )
+        self.alpha = gauge(
+            "watch_alpha",
+            "The live watch's level: a false rollback's probability over one model's "
+            "whole watch and all its segments, at most this.",
+            ("agent",),
+        )
+        self.not_watching = gauge(
+            "watch_not_watching",
+            "1 when the served model is not watched: no new labelled record reached its "
+            "watch for GENESIS_FP16_LIVE_WATCH_IDLE_SECONDS, or it has no predecessor to "
+            "watch against; computed at each scrape.",
+            ("agent",),
+        )
+        self.last_record = gauge(
+            "watch_last_record_timestamp_seconds",
+            "Unix time the watch last scored new labelled records, or the model was "
+            "served if later.",
+            ("agent",),
+        )
+
+    def observe_pointer(
+        self, agent: str, served: Mapping[str, Any], predecessor: bool, idle_seconds: float
+    ) -> None:
+        """The served model's watch state, from the pointer as a run left it: the
+        not-watching gauge then follows the clock at each scrape, between runs too."""
+        first = agent not in self._since
+        self._since[agent] = (
+            watch_state(served, predecessor, time.time(), idle_seconds)["since"],
+            predecessor,
+            idle_seconds,
+        )
+        since = self._since[agent][0]
+        self.last_record.labels(agent=agent).set(math.nan if since is None else since)
+        if first:
+            self.not_watching.labels(agent=agent).set_function(lambda: self._idle(agent))
+
+    def _idle(self, agent: str) -> float:
+        since, predecessor, idle_seconds = self._since[agent]
+        served = {} if since is None else {"served_at": _stamp(since)}
+        state = watch_state(served, predecessor, time.time(), idle_seconds)
+        return float(state["state"] != "watching")
 
     def baseline(self, agent: str, journal: Sequence[Mapping[str, Any]]) -> None:
         """Where counting starts for ``agent`` (:meth:`JournalCursor.baseline`)."""
@@ -136,7 +215,81 @@ class LiveMetrics:
             self.difference.labels(agent=agent, bound=bound).set(value)
         self.margin.labels(agent=agent).set(live.margin)
         self.regression.labels(agent=agent).set(float(live.regression and not promoted))
+        self._observe_watch(agent, live)
         # A reported rollback is counted from the journal (observe_journal), once.
+
+    def _observe_watch(self, agent: str, live: LiveReport) -> None:
+        """The per-segment figures, the evidence, the records needed and the self-test."""
+        self.alpha.labels(agent=agent).set(live.alpha)
+        if live.records_needed is not None or live.evidence is not None:
+            needed = live.records_needed
+            self.records_needed.labels(agent=agent).set(math.nan if needed is None else needed)
+        rows: list[tuple[str, float | None, float, float, float | None]]
+        rows = [("all", live.difference, live.lower, live.upper, live.evidence)]
+        rows += [(s.name, s.difference, s.lower, s.upper, s.evidence) for s in live.segments or ()]
+        shown = set()
+        for name, *bounds, evidence in rows:
+            shown.add(name)
+            for bound, value in zip(BOUNDS, bounds, strict=True):
+                value = math.nan if value is None else value
+                self.segment_difference.labels(agent=agent, segment=name, bound=bound).set(value)
+            if evidence is not None:
+                self.evidence.labels(agent=agent, segment=name).set(evidence)
+        for gone in self._segments.get(agent, set()) - shown:  # a new watch's segments
+            for bound in BOUNDS:
+                self.segment_difference.remove(agent, gone, bound)
+            with contextlib.suppress(KeyError):  # a segment with no evidence reported
+                self.evidence.remove(agent, gone)
+        self._segments[agent] = shown
+        test = live.self_test
+        if test is not None:
+            for bound, value in zip(BOUNDS, (test.rate, test.lower, test.upper), strict=True):
+                self.false_rollback_rate.labels(agent=agent, bound=bound).set(value)
+
+
+def watch_state(
+    served: Mapping[str, Any], predecessor: bool, now: float, idle_seconds: float
+) -> dict[str, Any]:
+    """Whether the served model (the pointer's ``served`` entry) is watched: ``watching``
+    while labelled records reached its watch within ``idle_seconds`` (the setting
+    GENESIS_FP16_LIVE_WATCH_IDLE_SECONDS, one day by default), else ``not_watching`` with
+    why: silence is never a passing watch. ``predecessor``: the pointer names one
+    (without it there is nothing to watch against). ``since``: the last time the watch
+    scored new records, or the model was served if later (Unix seconds; None: unknown).
+
+    >>> watch_state({"served_at": "2026-01-01T00:00:00Z"}, True, 1767229200.0, 3600)["state"]
+    'watching'
+    >>> watch_state({"served_at": "2026-01-01T00:00:00Z"}, True, 1767240000.0, 3600)["reason"]
+    'no new labelled record for 4.0 h (the limit: 1 h)'
+    """
+    live = served.get("live")
+    times = [_seconds(served.get("served_at"))]
+    if isinstance(live, Mapping):
+        times.append(_seconds(live.get("updated_at")))
+    known = [t for t in times if t is not None]
+    since = max(known) if known else None
+    state: dict[str, Any] = {"state": "watching", "since": since, "limit": idle_seconds}
+    if not predecessor:
+        return {**state, "state": "not_watching", "reason": "no predecessor to watch against"}
+    if since is None:
+        return {**state, "state": "not_watching", "reason": "when it was served is not known"}
+    idle = now - since
+    if idle > idle_seconds:
+        hours = f"{idle / 3600:.1f} h (the limit: {idle_seconds / 3600:g} h)"
+        return {**state, "state": "not_watching", "reason": f"no new labelled record for {hours}"}
+    return {**state, "reason": None}
+
+
+def _seconds(stamp: Any) -> float | None:
+    """Unix seconds of one of the pointer's UTC stamps (``2026-01-01T00:00:00Z``)."""
+    try:
+        return float(calendar.timegm(time.strptime(str(stamp), "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return None
+
+
+def _stamp(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 class JournalCursor:

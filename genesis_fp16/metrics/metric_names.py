@@ -8,6 +8,7 @@ and the tests read the same lists the daemon exports.
 from __future__ import annotations
 
 from genesis_fp16.metrics.diagnostics_export import RL_METRIC_NAMES
+from genesis_fp16.metrics.event_metrics import EVENT_METRIC_NAMES
 from genesis_fp16.metrics.probe_metrics import PROBE_METRIC_NAMES
 from genesis_fp16.metrics.range_metrics import RANGE_METRIC_NAMES
 from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
@@ -85,4 +86,5 @@ METRIC_NAMES = (
     *PROBE_METRIC_NAMES,  # genesis_fp16/metrics/probe_metrics.py
     *RL_METRIC_NAMES,  # genesis_fp16/metrics/diagnostics_export.py
     *RANGE_METRIC_NAMES,  # genesis_fp16/metrics/range_metrics.py
+    *EVENT_METRIC_NAMES,  # genesis_fp16/metrics/event_metrics.py
 )

@@ -40,6 +40,7 @@ from genesis_fp16.config.settings import (
 )
 from genesis_fp16.config.settings_sources import SettingsSources
 from genesis_fp16.config.state_files import on_state_file_skipped
+from genesis_fp16.events.delivery import start_delivery
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.jobs.next_run import expected_next_run
 from genesis_fp16.jobs.run_request import (
@@ -267,6 +268,8 @@ class Daemon:
         # whenever the first run is (RUN_AT_START=false: up to a schedule interval away).
         self._show_precisions(startup=True)
         server.start()
+        # Webhooks of the agents' events, on a thread of their own: never on a run's path.
+        self.delivery = start_delivery(lambda: self.settings, self.metrics.events)
         self.scheduler = AgentScheduler(settings, self._job, self.beat, on_skip=self._skipped)
         self.scheduler.start(self.plugins)
         record_scheduled(self._owner, self.scheduler.scheduled_agents())
@@ -427,6 +430,7 @@ class Daemon:
                 ctx.running_changed.wait(timeout=deadline - time.monotonic())
             still_running = sorted(ctx.running)
         self.scheduler.shutdown()
+        self.delivery.stop(self.settings.events_timeout_seconds + 1.0)  # its post in flight
         if still_running:
             log.error(
                 "jobs did not stop within the shutdown timeout; exiting without them",

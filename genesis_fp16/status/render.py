@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import html
 import re
-import time
 from dataclasses import dataclass
 from typing import Any
 
+from genesis_fp16.status.past import PAST_STYLE, agent_past_html, past_rows
 from genesis_fp16.status.report import AgentStatus, DaemonStatus, ServedModel, StatusReport
+from genesis_fp16.status.when import clock as _clock
+from genesis_fp16.status.when import span as _span
+from genesis_fp16.status.when import when as _when
 
 Row = tuple[str, str]
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -23,10 +26,12 @@ ENDPOINTS = ("/metrics", "/livez", "/healthz", "/readyz", "/status.json")
 
 @dataclass(frozen=True)
 class Section:
-    """One part of the status: its title and its (label, value) rows."""
+    """One part of the status: its title and its (label, value) rows; an agent's section
+    carries the agent, whose runs and charts the page draws below the rows."""
 
     title: str
     rows: tuple[Row, ...]
+    agent: AgentStatus | None = None
 
 
 def status_sections(report: StatusReport) -> list[Section]:
@@ -47,7 +52,7 @@ def _printable(section: Section) -> Section:
     shown as ``\\xNN``: a value stays on its row, and a terminal prints it as it is."""
     clean = _CONTROL.sub
     rows = tuple((label, clean(_escape_control, value)) for label, value in section.rows)
-    return Section(clean(_escape_control, section.title), rows)
+    return Section(clean(_escape_control, section.title), rows, section.agent)
 
 
 def _escape_control(match: re.Match[str]) -> str:
@@ -82,16 +87,19 @@ def render_html(report: StatusReport) -> bytes:
             f'<tr><th scope="row">{e(label)}</th><td>{e(value)}</td></tr>'
             for label, value in section.rows
         ]
-        parts.append("</table></section>")
+        parts.append("</table>")
+        if section.agent is not None:
+            parts += agent_past_html(section.agent)
+        parts.append("</section>")
     parts.append("</body></html>\n")
     return "\n".join(parts).encode("utf-8")
 
 
 _STYLE = (
-    "body{font-family:system-ui,sans-serif;margin:2em;max-width:72em}"
+    "body{font-family:system-ui,sans-serif;margin:2em;max-width:72em;color:#24292f}"
     "th{text-align:left;padding-right:1.5em;vertical-align:top;font-weight:600}"
     "td{font-family:ui-monospace,monospace;overflow-wrap:anywhere}"
-    "h2{margin-top:1.5em;font-size:1.1em}"
+    "h2{margin-top:1.5em;font-size:1.1em}h3{font-size:1em;margin:1em 0 .3em}" + PAST_STYLE
 )
 
 
@@ -132,8 +140,9 @@ def _agent_section(agent: AgentStatus, now: float) -> Section:
         rows.append(("last success", _when(agent.last_success_at, now)))
     nxt = agent.next_run
     rows.append(("next run", nxt.note if nxt.at is None else f"{_when(nxt.at, now)}, {nxt.note}"))
+    rows += past_rows(agent.history, now)
     rows += [("problem", problem) for problem in agent.problems]
-    return Section(title, tuple(rows))
+    return Section(title, tuple(rows), agent)
 
 
 def _served_rows(served: ServedModel | None) -> list[Row]:
@@ -148,10 +157,28 @@ def _served_rows(served: ServedModel | None) -> list[Row]:
         rows.append(("quality", _figures(served.quality) or "none recorded in the pointer"))
     if served.live:
         rows.append(("live", _figures(served.live)))
+    rows += _watch_rows(served.watch)
     if served.pinned is not None:
         rows.append(("pinned", served.pinned))
     if served.judging is not None:
         rows.append(("judging", served.judging))
+    return rows
+
+
+def _watch_rows(watch: dict[str, Any] | None) -> list[Row]:
+    """The live watch: NOT WATCHED and why, or watched; then one row per segment."""
+    if watch is None:
+        return []
+    if watch.get("state") != "watching":
+        rows: list[Row] = [("watch", f"NOT WATCHED: {watch.get('reason')}")]
+    else:
+        since = watch.get("since")
+        rows = [("watch", "watched" + (f", last records {_clock(since)}" if since else ""))]
+    for seg in (watch.get("segments") or [])[:16]:  # the watch's slots: 16 at most
+        if isinstance(seg, dict):
+            flag = ", REGRESSION" if seg.get("regression") else ""
+            shown = {k: seg.get(k) for k in ("records", "difference", "lower", "upper")}
+            rows.append((f"segment {seg.get('name')}", _figures(shown) + flag))
     return rows
 
 
@@ -162,27 +189,3 @@ def _figures(figures: dict[str, Any]) -> str:
         return "-" if value is None else str(value)
 
     return ", ".join(f"{name} {shown(value)}" for name, value in figures.items())
-
-
-def _clock(when: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(when))
-
-
-def _when(when: float, now: float) -> str:
-    delta = when - now
-    relative = f"in {_span(delta)}" if delta >= 0 else f"{_span(-delta)} ago"
-    return f"{_clock(when)} ({relative})"
-
-
-def _span(seconds: float | None) -> str:
-    """A duration as a reader says it: ``42 s``, ``3 min``, ``2 h 5 min``, ``3 d 4 h``."""
-    if seconds is None:
-        return "unknown"
-    s = round(seconds)
-    if s < 120:
-        return f"{s} s"
-    if s < 7200:
-        return f"{s // 60} min"
-    if s < 2 * 86400:
-        return f"{s // 3600} h {s % 3600 // 60} min"
-    return f"{s // 86400} d {s % 86400 // 3600} h"

@@ -18,7 +18,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,8 @@ from genesis_fp16.config.agent_names import is_agent_name
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.metrics.last_run import LastRun, LastRunUnreadable, load_last_run
 from genesis_fp16.metrics.last_success import LastSuccessStore, LastSuccessUnreadable
+from genesis_fp16.metrics.live_metrics import watch_state
+from genesis_fp16.status.history import AgentHistory, gather_history
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import AGENTS_FOLDER, SERVED_POINTER
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
@@ -85,6 +87,8 @@ class ServedModel:
     live: dict[str, Any] | None = None
     pinned: str | None = None
     error: str | None = None
+    # The live watch: watched or not (state, reason, since, limit: live_metrics.watch_state)
+    watch: dict[str, Any] | None = None
     # Issue 62: the newest candidate kept inconclusive (judged again as records arrive)
     judging: str | None = None
 
@@ -102,7 +106,8 @@ class NextRun:
 class AgentStatus:
     """One agent: ``installed`` (a plugin of that name is installed and allowed), its
     served model (None: none served yet), last run (None: none recorded), last success
-    time, next run, and the state files that could not be read."""
+    time, next run, the state files that could not be read, and its recent past (the
+    runs, the served model's changes: :mod:`genesis_fp16.status.history`)."""
 
     name: str
     installed: bool
@@ -111,6 +116,7 @@ class AgentStatus:
     last_success_at: float | None
     next_run: NextRun
     problems: tuple[str, ...] = ()
+    history: AgentHistory = field(default_factory=AgentHistory)
 
 
 @dataclass(frozen=True)
@@ -143,6 +149,7 @@ def gather_status(
     daemon: DaemonStatus,
     schedule: Schedule,
     now: float | None = None,
+    idle_seconds: float = 86400.0,
 ) -> StatusReport:
     """The report for ``state_dir``: every installed agent and every agent with a folder
     there (a model outlives its plugin), at most :data:`MAX_AGENTS` of them."""
@@ -150,7 +157,8 @@ def gather_status(
     names = sorted(installed | set(_agent_folders(state_dir)))
     shown = names[:MAX_AGENTS]
     agents = tuple(
-        gather_agent(state_dir, name, name in installed, schedule(name)) for name in shown
+        gather_agent(state_dir, name, name in installed, schedule(name), idle_seconds)
+        for name in shown
     )
     return StatusReport(
         version=__version__,
@@ -162,7 +170,9 @@ def gather_status(
     )
 
 
-def gather_agent(state_dir: Path, name: str, installed: bool, next_run: NextRun) -> AgentStatus:
+def gather_agent(
+    state_dir: Path, name: str, installed: bool, next_run: NextRun, idle_seconds: float = 86400.0
+) -> AgentStatus:
     """One agent's part of the report, from its folder under ``state_dir``."""
     paths = AgentPaths.for_agent(state_dir, name)
     problems: list[str] = []
@@ -174,29 +184,39 @@ def gather_agent(state_dir: Path, name: str, installed: bool, next_run: NextRun)
         last_success = LastSuccessStore(state_dir).load(name)
     except LastSuccessUnreadable as exc:
         last_success, problems = None, [*problems, str(exc)]
+    served, pointer = read_served(paths, idle_seconds)
+    history, more = gather_history(paths, pointer)
     return AgentStatus(
         name=_cut(name),
         installed=installed,
-        served=read_served(paths),
+        served=served,
         last_run=last_run,
         last_success_at=last_success,
         next_run=next_run,
-        problems=tuple(_cut(p) for p in problems),
+        problems=tuple(_cut(p) for p in [*problems, *more]),
+        history=history,
     )
 
 
-def read_served(paths: AgentPaths) -> ServedModel | None:
-    """The served-model pointer's entry (None: no pointer, nothing served yet)."""
+def read_served(paths: AgentPaths, idle_seconds: float = 86400.0) -> tuple[ServedModel | None, Any]:
+    """The served-model pointer's entry (None: no pointer, nothing served yet), and the
+    pointer's JSON as read (None: none, or unreadable) for the agent's history."""
     path = pointer_path(paths.checkpoint_dir)
     try:
         data = files.read_json(path, SERVED_POINTER)  # a look: the daemon sets it aside
         if data is None and aside_path(paths.checkpoint_dir).exists():
             repair = REPAIR.replace("AGENT", paths.root.name)
-            return ServedModel(error=_cut(f"served-model pointer unusable, set aside: {repair}"))
+            error = _cut(f"served-model pointer unusable, set aside: {repair}")
+            return ServedModel(error=error), None
         if data is None:
-            return _newest_checkpoint(paths)
+            return _newest_checkpoint(paths), None
     except files.UnusableStateFile as exc:
-        return ServedModel(error=_cut(f"served-model pointer unreadable: {exc}"))
+        return ServedModel(error=_cut(f"served-model pointer unreadable: {exc}")), None
+    return _served_entry(path, data, idle_seconds), data
+
+
+def _served_entry(path: Path, data: Any, idle_seconds: float) -> ServedModel:
+    """The pointer's served entry, its fields cut to a line each."""
     served = data.get("served") if isinstance(data, dict) else None
     if not isinstance(served, dict):
         return ServedModel(error=_cut(f"served-model pointer {path} names no served model"))
@@ -209,8 +229,17 @@ def read_served(paths: AgentPaths) -> ServedModel | None:
         quality=_figures(served.get("scores")),
         live=_figures(served.get("live")),
         pinned=None if pinned in (None, False) else _describe_pin(pinned),
-        judging=_kept_inconclusive(paths.checkpoint_dir),
+        watch=_watch(served, data.get("history"), idle_seconds),
+        judging=_kept_inconclusive(path.parent),
     )
+
+
+def _watch(served: dict[str, Any], history: Any, idle_seconds: float) -> dict[str, Any]:
+    """Watched or not (GENESIS_FP16_LIVE_WATCH_IDLE_SECONDS), and the segments' figures."""
+    state = watch_state(served, bool(history), time.time(), idle_seconds)
+    live = served.get("live")
+    segments = live.get("segments") if isinstance(live, dict) else None
+    return {**state, "segments": segments if isinstance(segments, list) else None}
 
 
 def _kept_inconclusive(folder: Path) -> str | None:

@@ -9,12 +9,13 @@ holds for longer than a dictionary copy (the scheduler's job list, the running s
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
+
+import msgspec
 
 from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.settings import Settings, parse_schedule
@@ -58,7 +59,10 @@ def daemon_report(daemon: Daemon) -> StatusReport:
     allowed = settings.plugin_allowlist
     installed = [n for n in known_agent_names() if allowed is None or n in set(allowed)]
     state_dir = settings.state_dir.resolve()
-    report = gather_status(state_dir, installed, _daemon_status(daemon), _schedule(daemon))
+    idle = settings.live_watch_idle_seconds
+    report = gather_status(
+        state_dir, installed, _daemon_status(daemon), _schedule(daemon), idle_seconds=idle
+    )
     return _with_shadows(report, getattr(getattr(daemon, "agents", None), "shadowed", None))
 
 
@@ -124,4 +128,6 @@ def _every(schedule: str) -> str:
 
 
 def _json(report: StatusReport) -> bytes:
-    return json.dumps(report.to_json(), allow_nan=False).encode("utf-8")
+    """The report as JSON, encoded straight from its records (a number that is not
+    finite, which the report never keeps, would be ``null``)."""
+    return msgspec.json.encode(report)

@@ -74,6 +74,7 @@ EXPECTED_EMPTY["Label shift and drifted features"] = "only se_darwin reports it"
 EXPECTED_EMPTY["Live log-loss difference from the predecessor"] = "only se_darwin reports it"
 EXPECTED_EMPTY["Live quality of the served model and its predecessor"] = "only se_darwin"
 EXPECTED_EMPTY["Live records, regressions and rollbacks"] = "only se_darwin reports it"
+EXPECTED_EMPTY["Live watch: segments, self-test, not watching"] = "no watched pair here"
 # Exported once a tracked run ends: the scraped daemon below writes no curves.
 EXPECTED_EMPTY["Lost curve writes (tracking)"] = "no GENESIS_FP16_TRACKING_DIR here"
 # NVIDIA's dcgm-exporter series, joined to ours on the GPU UUID: no GPU or exporter here.

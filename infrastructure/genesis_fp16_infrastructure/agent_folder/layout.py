@@ -18,6 +18,10 @@
             data/                        generated sample data, and its ``.generated``
             fault_bundles/               the flight recorder's bundles, bounded by their own
             quarantine/                  a file of bad records per run
+            outbox/                      events to announce (agent_folder.outbox)
+                .lock                    its flock
+                <order>-<id>.json        one event and its delivery log
+                outbox.json              journal events pruned, events dropped
             checkpoints/                 HOME_CHECKPOINTS
                 served.json              the served-model pointer
                 served.json.lock         its writers' flock
@@ -52,7 +56,7 @@ ASIDE_SUFFIX = ".unusable"
 _ASIDE = re.compile(
     r"^(?P<name>.+)\.unusable(?:-(?P<at>\d{8}T\d{6}\.\d{6}Z)(?:-(?P<n>[1-9]\d*))?)?$"
 )
-Home = Literal["state", "agent", "checkpoints", "candidate", "data"]
+Home = Literal["state", "agent", "checkpoints", "candidate", "data", "outbox"]
 # json: a record read whole; lock: an flock whose file holds its holder; log: lines a run
 # writes and never reads back; binary: arrays read whole.
 Kind = Literal["json", "lock", "log", "text", "binary"]
@@ -113,6 +117,13 @@ LIVE_WATCH = StateFile("live-{id}.npz", "live_watch", "candidate", "binary", 102
 JUDGED_IDS = StateFile("judged_ids.npz", "judged_ids", "candidate", "binary", 256 * MIB)
 JUDGED_WATCH = StateFile("judged-live-{id}.npz", "judged_watch", "candidate", "binary", 1024 * MIB)
 
+# The outbox's (agent_folder.outbox): its own reader sets an unusable file aside and its
+# tests damage each (tests/infrastructure/agent_folder/test_outbox.py); an event file's
+# name is its order and id, so ``name`` here is the pattern's label.
+OUTBOX_EVENT = StateFile("<order>-<id>.json", "outbox_event", "outbox", "json", 4 * MIB)
+OUTBOX_STATE = StateFile("outbox.json", "outbox_state", "outbox", "json", 64 * KIB)
+OUTBOX_LOCK = StateFile(".lock", "outbox_lock", "outbox", "lock", 4 * KIB)
+
 LAYOUT: tuple[StateFile, ...] = (
     PRECISION_STATE,
     PRECISION_STATE_LOCK,
@@ -144,6 +155,7 @@ CHECKPOINTS_FOLDER = "checkpoints"
 QUARANTINE_FOLDER = "quarantine"
 CANDIDATES_FOLDER = "candidates"
 RECORD_CACHE_FOLDER = "record_cache"
+OUTBOX_FOLDER = "outbox"  # the agent's events to announce (agent_folder.outbox)
 BUNDLES_FOLDER = "fault_bundles"  # the flight recorder's fault bundles (training.flight)
 
 

@@ -42,7 +42,9 @@ follow from it (:func:`roll_forward`, at the end of the transition and again at 
 owner call, under the lock), so a kill -9 anywhere leaves the state before or after:
 never a ``promoted`` verdict for a model not served, and prune keeps any candidate whose
 verdict still disagrees (:func:`disagreeing`) and removes by one rename. The daemon
-counts transitions from the journal's numbers, each once, reported by its run or not.
+counts transitions from the journal's numbers, each once, reported by its run or not;
+each journal entry is the transition's event too, copied to the agent's outbox in the
+same way (``agent_folder.outbox``).
 tests/infrastructure/agent_folder/test_lifecycle_kill.py kills every write of each.
 
 JSON only, no torch: the daemon's up-to-date check and the ``model`` command use it
@@ -66,7 +68,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder import files, outbox
 from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile, last_write
 from genesis_fp16_infrastructure.agent_folder.files import folder_bytes as folder_bytes
 from genesis_fp16_infrastructure.agent_folder.layout import (
@@ -279,15 +281,22 @@ def update_pointer(folder: Path, change: PointerChange) -> ServedPointer | None:
         current = read_pointer(folder)
         if current is not None:
             roll_forward(folder, current)  # what a transition killed midway decided
+            outbox.announce_journal(folder, current.journal, committed_now=False)  # likewise
         new = change(current)
         if new is not None and new is not current:
             if current is not None and new.sequence < current.sequence:
                 # Built afresh (a caller's ServedPointer(...)): the journal goes on.
                 new = replace(new, sequence=current.sequence, journal=current.journal)
-            write_pointer(folder, new)  # the transition's one commit point
-            roll_forward(folder, new)
+            _commit(folder, new)
             return new
         return current
+
+
+def _commit(folder: Path, new: ServedPointer) -> None:
+    """The transition's one commit point, then its journal's verdicts and events."""
+    write_pointer(folder, new)
+    roll_forward(folder, new)
+    outbox.announce_journal(folder, new.journal, committed_now=True)
 
 
 def journaled(
@@ -303,7 +312,7 @@ def journaled(
     the candidates after the pointer: :func:`roll_forward`) and ``detail``."""
     sequence = (current.sequence if current is not None else 0) + 1
     entry: dict[str, Any] = {"seq": sequence, "kind": kind, "at": _now(), "at_s": time.time()}
-    entry.update(served=new.served.get("id"), **detail)
+    entry.update(served=new.served.get("id"), pinned=new.pinned, **detail)
     if verdicts:
         entry["verdicts"] = {k: {**v, "journal_seq": sequence} for k, v in verdicts.items()}
     earlier = current.journal if current is not None else []
@@ -498,6 +507,7 @@ def write_verdict(candidate: Path, verdict: Mapping[str, Any]) -> None:
     """A verdict no transition of the pointer carries (rejected, held, undecided): one
     atomic write. A promotion's and a rollback's go through the pointer (serve, rollback)."""
     files.write_json(Path(candidate) / VERDICT_NAME, VERDICT, _stamped(verdict))
+    outbox.announce_verdict(candidate, verdict)  # a rejection or a hold, before it is logged
 
 
 def _stamped(verdict: Mapping[str, Any]) -> dict[str, Any]:
@@ -532,14 +542,11 @@ def candidate_entry(
 
 
 def prune(folder: Path, keep_served: int, rejected_days: float) -> list[Path]:
-    """Remove candidates the history no longer needs: those neither served nor among the
-    last ``keep_served`` served, and rejected, undecided or inconclusive ones (but the
-    newest ``INCONCLUSIVE_KEEP`` inconclusive) older than ``rejected_days``, and
-    unfinished ones (no verdict: a run cut short, then its data changed, so nothing
-    resumes it) untouched for ``rejected_days`` and at least
-    ``UNFINISHED_MIN_DAYS``: a run cut short by its timeout every hour writes to its
-    candidate every hour, and must find it there next time. The served one is never
-    removed. Returns what was removed."""
+    """Remove candidates neither served nor among the last ``keep_served`` served:
+    rejected, undecided or inconclusive ones (but the newest ``INCONCLUSIVE_KEEP``
+    inconclusive) older than ``rejected_days``, unfinished ones (no verdict) untouched
+    for ``rejected_days`` and ``UNFINISHED_MIN_DAYS`` (a run cut short by its timeout
+    every hour must find its candidate next time). Returns what was removed."""
     return prune_and_read(folder, keep_served, rejected_days)[0]
 
 
@@ -641,18 +648,16 @@ def unpin(folder: Path) -> ServedPointer | None:
 def serve_unless_pinned(
     folder: Path, entry: dict[str, Any], how: str, verdict: Mapping[str, Any] | None = None
 ) -> bool:
-    """The gate's promotion: serve ``entry`` unless the pointer is pinned *now* (an
-    operator's ``model promote`` that landed while the candidate trained wins), with the
-    gate's ``verdict`` (see :func:`serve`). True: served; False: held by the pin."""
+    """The gate's promotion (:func:`serve`), unless the pointer is pinned *now* (an operator's
+    ``model promote`` while the candidate trained wins). True: served; False: held."""
     return serve(folder, entry, how, unless_pinned=True, verdict=verdict)  # one read, locked
 
 
 def set_aside_unusable(folder: Path) -> tuple[str | None, Path | None]:
-    """Check the pointer the way every loader reads it; an unreadable, wrong-version or
-    dangling one is renamed ``served.json.unusable-<time>`` (under the pointer's lock), so
-    that no reader guesses and a repair starts clean. Returns (why it is unusable, where it
-    was set aside now): (None, None) when usable or absent; (why, None) when it was set
-    aside before and not repaired since."""
+    """Check the pointer as every loader reads it; an unreadable, wrong-version or dangling
+    one is renamed ``served.json.unusable-<time>`` (under the lock): no reader guesses, a
+    repair starts clean. Returns (why it is unusable, where it was set aside now): (None,
+    None) when usable or absent; (why, None) when set aside before, not repaired since."""
     with pointer_lock(folder):
         try:
             served_checkpoint(folder)
@@ -726,17 +731,14 @@ def serve_by_hand(folder: Path, entry: dict[str, Any], pin: dict[str, Any]) -> b
         earlier = [] if current is None else [current.served, *current.history]
         history = [e for e in earlier if e.get("id") != entry.get("id") and _intact(folder, e)]
         served = {**entry, "how": "manual", "served_at": _now()}
-        new = journaled(current, ServedPointer(served, history, dict(pin)), "repair")
-        write_pointer(folder, new)
-        roll_forward(folder, new)
+        _commit(folder, journaled(current, ServedPointer(served, history, dict(pin)), "repair"))
         return True
 
 
 def roll_back_by_hand(folder: Path, pin: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    """``model rollback``: serve the model served before this one, pinned; returns its
-    entry and whether it repaired an unusable pointer. Over an unusable one it serves the
-    first intact model of the old pointer's history, else the newest candidate the gate
-    promoted (the candidates' own records): the one most likely served before."""
+    """``model rollback``: serve the model served before, pinned; returns its entry and
+    whether it repaired an unusable pointer (then: the old history's first intact model,
+    else the newest candidate the gate promoted, the one most likely served before)."""
     with pointer_lock(folder):
         current, usable = _current(folder)
         if usable:
@@ -753,9 +755,7 @@ def roll_back_by_hand(folder: Path, pin: dict[str, Any]) -> tuple[dict[str, Any]
             )
         _set_aside_if_there(folder)
         served = {**choices[0], "how": "rollback", "served_at": _now()}
-        new = journaled(current, ServedPointer(served, choices[1:], dict(pin)), "repair")
-        write_pointer(folder, new)
-        roll_forward(folder, new)
+        _commit(folder, journaled(current, ServedPointer(served, choices[1:], dict(pin)), "repair"))
         return served, True
 
 

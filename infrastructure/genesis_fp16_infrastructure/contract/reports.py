@@ -223,6 +223,38 @@ class GateReport(Record):
 
 
 @dataclass(frozen=True)
+class WatchSegment(Record):
+    """One segment's test in a live watch (judging.segments): its records, the mean
+    difference and its anytime-valid bounds at the segment's own level ``alpha``, the
+    evidence so far (an e-value: ``1 / alpha`` decides), the records still needed to
+    decide at the margin (None: never at this mean), and whether it found a regression."""
+
+    name: str
+    records: int
+    difference: float | None
+    lower: float
+    upper: float
+    alpha: float
+    evidence: float
+    records_needed: int | None
+    regression: bool
+
+
+@dataclass(frozen=True)
+class SelfTest(Record):
+    """The live watch's A/A self-test (judging.segments.self_test): of ``replays`` replays
+    of its last ``records`` records under the null at the margin, how many would have
+    rolled back, the rate and its 95% interval."""
+
+    replays: int
+    records: int
+    false_rollbacks: int
+    rate: float
+    lower: float
+    upper: float
+
+
+@dataclass(frozen=True)
 class LiveReport(Record):
     """The live watch's report of one run (recipes.retrain.live_watch): the model watched
     (``served``) against its predecessor (``against``) on every record scored since it
@@ -254,3 +286,9 @@ class LiveReport(Record):
     # difference, its bounds and the margin are in that loss's units.
     served_loss: float | None = field(default=None, metadata=_OPTIONAL)
     previous_loss: float | None = field(default=None, metadata=_OPTIONAL)
+    # The evidence so far (an e-value of the overall test), the records still needed to
+    # decide at the margin, the segments' tests (None: one segment) and the A/A self-test.
+    evidence: float | None = field(default=None, metadata=_OPTIONAL)
+    records_needed: int | None = field(default=None, metadata=_OPTIONAL)
+    segments: tuple[WatchSegment, ...] | None = field(default=None, metadata=_OPTIONAL)
+    self_test: SelfTest | None = field(default=None, metadata=_OPTIONAL)

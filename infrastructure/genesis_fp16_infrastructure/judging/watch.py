@@ -49,7 +49,7 @@ from genesis_fp16_infrastructure.contract.judging import (
 )
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.judging import stores
-from genesis_fp16_infrastructure.judging.sequential import mean_bounds
+from genesis_fp16_infrastructure.judging.segments import judge, self_test
 
 logger = logging.getLogger(__name__)
 
@@ -113,20 +113,24 @@ def figures_of(kept: Mapping[str, np.ndarray], span: float, plugin: object) -> d
     """The running figures of a watch's records (in arrival order)."""
     served = np.clip(np.asarray(kept["served"], dtype=np.float64), 0.0, span)
     previous = np.clip(np.asarray(kept["previous"], dtype=np.float64), 0.0, span)
-    bounds = mean_bounds(served - previous, span, ALPHA)
     margin = judging_margin(plugin, float(previous.mean()) if len(previous) else 0.0)
+    d = served - previous
+    judged = judge(d, None, span, margin, ALPHA)  # one segment: the overall test at ALPHA
     return {
         "score": "loss",
-        "records": bounds.count,
+        "records": judged["records"],
         "served_loss": round(float(served.mean()), 6) if len(served) else None,
         "previous_loss": round(float(previous.mean()), 6) if len(previous) else None,
-        "difference": round(bounds.mean, 6),
-        "lower": round(bounds.lower, 6),
-        "upper": round(bounds.upper, 6),
+        "difference": judged["difference"] if len(d) else float("nan"),
+        "lower": judged["lower"],
+        "upper": judged["upper"],
         "margin": margin,
         "alpha": ALPHA,
         "span": span,
-        "regression": bool(bounds.lower > margin),
+        "evidence": judged["evidence"],
+        "records_needed": judged["records_needed"],
+        "self_test": self_test(d, None, span, margin, ALPHA, seed=len(d)),
+        "regression": judged["regression"],
     }
 
 

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
+import pytest
 from prometheus_client import CollectorRegistry
 
-from genesis_fp16.metrics.live_metrics import LiveMetrics
-from genesis_fp16_infrastructure.contract.reports import GateReport, LiveReport
+from genesis_fp16.metrics import live_metrics
+from genesis_fp16.metrics.live_metrics import LiveMetrics, watch_state
+from genesis_fp16_infrastructure.contract.reports import (
+    GateReport,
+    LiveReport,
+    SelfTest,
+    WatchSegment,
+)
 
 ROLLED_BACK = LiveReport(
     served="m2",
@@ -95,3 +103,65 @@ def test_an_auc_the_records_could_not_give_is_left_unset() -> None:
     )
     assert _value(registry, "genesis_fp16_live_quality", model="served", score="auc") is None
     assert _value(registry, "genesis_fp16_live_quality", model="served", score="log_loss") == 0.95
+
+
+def test_the_watchs_own_figures_are_exported_per_segment() -> None:
+    """A report with segments and a self-test: each segment's bounds and evidence, the
+    records needed, the false-rollback rate with its interval; a later watch's report
+    without a segment removes that segment's series (no stale agent left behind)."""
+    registry = CollectorRegistry()
+    metrics = LiveMetrics(registry)
+    segment = WatchSegment("qa", 120, 0.4, 0.1, 0.7, 0.05 / 32, 900.0, 0, True)
+    live = replace(
+        ROLLED_BACK,
+        evidence=3.5,
+        records_needed=None,
+        segments=(segment,),
+        self_test=SelfTest(200, 295, 1, 0.005, 0.0009, 0.0277),
+    )
+    metrics.observe("se_darwin", live, None)
+    diff = "genesis_fp16_live_watch_segment_difference"
+    assert _value(registry, diff, segment="qa", bound="lower") == 0.1
+    assert _value(registry, diff, segment="all", bound="upper") == 0.84
+    assert _value(registry, "genesis_fp16_live_watch_evidence", segment="qa") == 900.0
+    assert math.isnan(_value(registry, "genesis_fp16_live_watch_records_needed") or 0.0)
+    rate = "genesis_fp16_live_watch_false_rollback_rate"
+    assert _value(registry, rate, bound="estimate") == 0.005
+    assert _value(registry, rate, bound="upper") == 0.0277
+    metrics.observe("se_darwin", replace(live, segments=()), None)
+    assert _value(registry, diff, segment="qa", bound="lower") is None
+
+
+def test_not_watching_follows_the_clock_between_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Served at t, idle limit 60 s: the gauge reads 0 at t + 30 and 1 at t + 61 with no
+    run in between (computed at the scrape); no predecessor reads 1 at once."""
+    registry = CollectorRegistry()
+    metrics = LiveMetrics(registry)
+    served = {"served_at": "2026-01-01T00:00:00Z"}
+    start = 1767225600.0  # that stamp
+    clock = [start + 30]
+    monkeypatch.setattr(live_metrics.time, "time", lambda: clock[0])
+    metrics.observe_pointer("se_darwin", served, True, 60.0)
+    name = "genesis_fp16_live_watch_not_watching"
+    assert _value(registry, name) == 0.0
+    assert _value(registry, "genesis_fp16_live_watch_last_record_timestamp_seconds") == start
+    clock[0] = start + 61
+    assert _value(registry, name) == 1.0
+    later = {**served, "live": {"updated_at": "2026-01-01T00:01:00Z"}}  # records arrived
+    metrics.observe_pointer("se_darwin", later, True, 60.0)
+    assert _value(registry, name) == 0.0
+    metrics.observe_pointer("se_darwin", served, False, 60.0)
+    clock[0] = start
+    assert _value(registry, name) == 1.0
+
+
+def test_watch_state_says_why_a_model_is_not_watched() -> None:
+    """Each reason: no predecessor, no time known, idle past the limit; else watched."""
+    at = {"served_at": "2026-01-01T00:00:00Z"}
+    now = 1767225600.0
+    assert watch_state(at, True, now + 10, 60)["state"] == "watching"
+    assert watch_state(at, False, now, 60)["reason"] == "no predecessor to watch against"
+    assert "not known" in watch_state({"served_at": "garbage"}, True, now, 60)["reason"]
+    idle = watch_state(at, True, now + 7200, 60)
+    assert idle["state"] == "not_watching" and idle["since"] == now
+    assert idle["reason"] == "no new labelled record for 2.0 h (the limit: 0.0166667 h)"

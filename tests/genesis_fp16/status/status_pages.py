@@ -5,8 +5,17 @@ from __future__ import annotations
 
 import json
 import re
+import struct
+import zlib
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
+
+import numpy as np
+
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.metrics.last_run import from_error
+from genesis_fp16.metrics.run_history import GateMark, RunEntry, append_run
 
 # An agent name cannot carry markup ([a-z][a-z0-9_]{0,63}: genesis_fp16/config/agent_names.py);
 # a folder beside the agents' named with some is no agent's, and the report leaves it out.
@@ -47,13 +56,28 @@ def seed_hostile_agent(state_dir: Path) -> Path:
         "scores": {"auc": 0.9113, "log_loss": 0.31},
         "live": {"auc": 0.87, "window": {"records": 412}},
     }
-    pointer = {"version": 1, "served": served, "history": [], "pinned": True}
+    rollback = {"seq": 1, "kind": "rollback", "at_s": 1_700_000_100.0, "served": HOSTILE_MODEL,
+                "dropped": HOSTILE_REASON, "reason": HOSTILE_REASON}  # fmt: skip
+    pointer = {"version": 1, "served": served, "history": [], "pinned": True, "sequence": 1,
+               "journal": [rollback]}  # fmt: skip
     (root / "checkpoints" / "served.json").write_text(json.dumps(pointer))
+    _seed_hostile_history(AgentPaths(root))
     return root
 
 
+def _seed_hostile_history(paths: AgentPaths) -> None:
+    """A run in the history with a hostile reason, candidate id and drift warning."""
+    run = replace(
+        from_error("failed", HOSTILE_REASON, 2.0, "daemon"), precision_reason=HOSTILE_REASON
+    )
+    gate = GateMark("rejected", "auc", HOSTILE_REASON, 0.6, 0.7, HOSTILE_MODEL, HOSTILE_MODEL)
+    append_run(paths, RunEntry(replace(run, finished_at=1_700_000_000.0), gate=gate,
+                               drift=HOSTILE_REASON))  # fmt: skip
+
+
 class _Rows(HTMLParser):
-    """Collects each section's ``h2`` title and its table's (th, td) rows."""
+    """Collects each section's ``h2`` title and its status table's (th, td) rows (the
+    runs table below them is not the text's)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -62,13 +86,18 @@ class _Rows(HTMLParser):
         self._cell: str | None = None
         self._text = ""
         self._row: list[str] = []
+        self._in_status = False
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.tags.append(tag)
-        if tag in ("h2", "th", "td"):
+        if tag == "table":
+            self._in_status = ("class", "status") in attrs
+        if tag == "h2" or (self._in_status and tag in ("th", "td")):
             self._cell, self._text = tag, ""
 
     def handle_endtag(self, tag: str) -> None:
+        if tag == "table":
+            self._in_status = False
         if tag != self._cell:
             return
         self._cell = None
@@ -114,3 +143,58 @@ def steady(sections: Sections) -> Sections:
         (title, [(label, _RELATIVE.sub("", value)) for label, value in rows if label != "up"])
         for title, rows in sections
     ]
+
+
+def png_pixels(path: Path) -> np.ndarray:
+    """A PNG screenshot's pixels as an (height, width, channels) uint8 array: the
+    8-bit, non-interlaced RGB or RGBA that Chromium writes, its row filters undone."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path}: not a PNG"
+    pos, idat, header = 8, [], b""
+    while pos < len(data):
+        (size,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + size]
+        header = body if kind == b"IHDR" else header
+        idat += [body] if kind == b"IDAT" else []
+        pos += 12 + size
+    width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", header)
+    assert (depth, interlace, colour in (2, 6)) == (8, 0, True), f"{path}: an unusual PNG"
+    channels = 3 if colour == 2 else 4
+    raw = np.frombuffer(zlib.decompress(b"".join(idat)), np.uint8)
+    rows = raw.reshape(height, width * channels + 1)
+    out = np.zeros((height, width * channels), np.uint8)
+    previous = np.zeros(width * channels, np.uint8)
+    for index in range(height):
+        out[index] = _unfilter(int(rows[index, 0]), rows[index, 1:], previous, channels)
+        previous = out[index]
+    return out.reshape(height, width, channels)
+
+
+def _unfilter(kind: int, row: np.ndarray, up: np.ndarray, bpp: int) -> np.ndarray:
+    """One row of PNG filter ``kind`` (None, Sub, Up, Average, Paeth) undone."""
+    if kind == 0:
+        return row
+    if kind == 2:
+        return row + up  # uint8: wraps modulo 256, as PNG's arithmetic
+    if kind == 1:  # Sub: each byte adds the one bpp before it, a running sum per channel
+        lanes = row.reshape(-1, bpp).astype(np.uint32).cumsum(axis=0) % 256
+        return lanes.astype(np.uint8).reshape(-1)
+    line, above = row.tolist(), up.tolist()
+    done = [0] * len(line)
+    for i, value in enumerate(line):
+        left = done[i - bpp] if i >= bpp else 0
+        corner = above[i - bpp] if i >= bpp else 0
+        if kind == 3:
+            done[i] = (value + (left + above[i]) // 2) & 255
+            continue
+        p = left + above[i] - corner
+        pa, pb, pc = abs(p - left), abs(p - above[i]), abs(p - corner)
+        best = left if pa <= pb and pa <= pc else above[i] if pb <= pc else corner
+        done[i] = (value + best) & 255
+    return np.array(done, np.uint8)
+
+
+def colour_count(pixels: np.ndarray, colour: str) -> int:
+    """How many pixels are exactly ``colour`` (``#rrggbb``)."""
+    rgb = [int(colour[i : i + 2], 16) for i in (1, 3, 5)]
+    return int((pixels[..., :3] == np.array(rgb, np.uint8)).all(axis=-1).sum())

@@ -3,11 +3,13 @@ a foreground run owns, unreadable state files, and a hostile agent's text."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from status_pages import (
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.metrics.last_run import REASON_CHARS, from_error, load_last_run, save_last_run
+from genesis_fp16.metrics.run_history import append_run, entry_of
 from genesis_fp16.service.state_lock import hold_state_folder
 from genesis_fp16.status.render import render_html, render_text
 from genesis_fp16.status.report import (
@@ -181,6 +184,10 @@ def test_page_shows_hostile_text_escaped_and_the_text_rows(tmp_path: Path) -> No
     assert ("live", "auc 0.87, window.records 412") in hostile
     assert ("pinned", "pinned") in hostile
     assert ("quality", "auc 0.9113, log_loss 0.31") in hostile
+    # The history's texts too: the runs table's reason, the marks' titles, the drift row.
+    assert any(label == "drift" and value.startswith(HOSTILE_REASON) for label, value in hostile)
+    assert page.count(html.escape(HOSTILE_REASON)) >= 4  # why, drift, runs table, marks
+    assert "rolled back to &lt;b&gt;bold&lt;/b&gt;" in page
 
 
 def test_the_report_is_bounded(tmp_path: Path) -> None:
@@ -200,3 +207,70 @@ def test_a_long_reason_is_kept_to_one_bounded_line(tmp_path: Path) -> None:
     record = load_last_run(paths)
     assert record is not None and record.reason.startswith("line one line two xx")
     assert len(record.reason) == REASON_CHARS and "\n" not in record.reason
+
+
+def test_an_unchanged_history_is_not_read_or_drawn_again(tmp_path: Path) -> None:
+    """A second page over an unchanged folder reuses the agent's history (the same
+    object, its drawing with it); a run appended since is on the next page."""
+    seed_hostile_agent(tmp_path)
+    first = gather_status(tmp_path, [], IDLE, _no_schedule, now=1_800_000_000.0)
+    again = gather_status(tmp_path, [], IDLE, _no_schedule, now=1_800_000_000.0)
+    assert again.agents[0].history is first.agents[0].history
+    assert render_html(again) == render_html(first)
+    paths = AgentPaths(tmp_path / "agents" / HOSTILE_AGENT)
+    append_run(paths, entry_of(None, from_error("failed", "the newest run", 1.0, "daemon")))
+    later = gather_status(tmp_path, [], IDLE, _no_schedule)
+    assert [e.run.reason for e in later.agents[0].history.runs][-1] == "the newest run"
+    assert "the newest run" in render_html(later).decode()
+
+
+def test_a_real_train_leaves_its_run_in_the_history_and_on_the_chart(
+    trained: tuple[Path, dict[str, object]],
+) -> None:
+    """After a real `train rlhf_ppo`, its history holds the run (the gate's first-model
+    promotion, its loss, the precision's reason) and the page marks the promotion on the
+    served model's loss chart; `status` prints the precision's cause."""
+    folder, run = trained
+    report = gather_status(folder / "state", ["rlhf_ppo"], IDLE, _no_schedule)
+    (agent,) = [a for a in report.agents if a.name == "rlhf_ppo"]
+    (entry,) = agent.history.runs
+    assert entry.gate is not None and entry.gate.outcome == "promoted"
+    assert entry.gate.metric == "loss" and entry.gate.candidate is not None
+    assert entry.run.precision_reason == run["precision_reason"]
+    page = render_html(report).decode()
+    assert page.count('class="mark promoted"') == 1 and "<h3>last 1 run</h3>" in page
+    rows = dict(text_rows(_cli(folder, "status")))["rlhf_ppo"]
+    assert ("precision", run["precision_reason"]) in rows
+
+
+def _pointer(state: Path, served_at: str, history: list[dict[str, object]]) -> None:
+    """A served-model pointer whose watch kept two segments, one of them a regression."""
+    segments = [
+        {"name": "se_darwin", "records": 120, "difference": 0.9, "lower": 0.3, "upper": 1.5,
+         "alpha": 0.0016, "evidence": 900.0, "records_needed": 0, "regression": True},
+        {"name": "qa", "records": 600, "difference": -0.01, "lower": -0.2, "upper": 0.2,
+         "alpha": 0.0016, "evidence": 0.1, "records_needed": 4000, "regression": False},
+    ]  # fmt: skip
+    served = {"id": "m2", "served_at": served_at, "how": "gate",
+              "live": {"records": 720, "updated_at": served_at, "segments": segments}}  # fmt: skip
+    folder = AgentPaths.for_agent(state, "se_darwin").checkpoint_dir
+    folder.mkdir(parents=True)
+    pointer = {"version": 1, "served": served, "history": history, "pinned": None}
+    (folder / "served.json").write_text(json.dumps(pointer))
+
+
+def test_the_page_says_per_segment_and_when_the_model_is_not_watched(tmp_path: Path) -> None:
+    """The watch's segments are rows of the page (the regression flagged); a model served
+    long ago with no record since reads NOT WATCHED with the reason, and so does a model
+    with no predecessor; a fresh one with a predecessor reads watched."""
+    fresh = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    _pointer(tmp_path / "a", fresh, [{"id": "m1"}])
+    text = render_text(gather_status(tmp_path / "a", ["se_darwin"], IDLE, _no_schedule))
+    assert "watched, last records" in text and "NOT WATCHED" not in text
+    assert "segment se_darwin" in text and "REGRESSION" in text and "segment qa" in text
+    _pointer(tmp_path / "b", "2020-01-01T00:00:00Z", [{"id": "m1"}])
+    report = gather_status(tmp_path / "b", ["se_darwin"], IDLE, _no_schedule, idle_seconds=60)
+    assert b"NOT WATCHED: no new labelled record for" in render_html(report)
+    _pointer(tmp_path / "c", fresh, [])
+    text = render_text(gather_status(tmp_path / "c", ["se_darwin"], IDLE, _no_schedule))
+    assert "NOT WATCHED: no predecessor to watch against" in text

@@ -7,7 +7,8 @@ an unusable pointer, prune), a child process runs it as its caller does
 right after it. After each kill the daemon's next owner call (its post-run prune, then
 its journal count) runs, and the folder must hold the state before the transition or the
 state after it: no model lost, no verdict that disagrees with the pointer, the watch's
-rollback counted once when it reached the pointer and never when it did not.
+rollback counted once when it reached the pointer and never when it did not, and its
+event in the agent's outbox once when it happened, never when it did not.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from prometheus_client import CollectorRegistry
 
 from genesis_fp16.metrics.live_metrics import LiveMetrics
 from genesis_fp16.metrics.promotion_metrics import PromotionMetrics
-from genesis_fp16_infrastructure.agent_folder import lifecycle
+from genesis_fp16_infrastructure.agent_folder import lifecycle, outbox
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     VERDICT_NAME,
     ServedPointer,
@@ -183,6 +184,24 @@ def _assert_nothing_lost(ck: Path) -> None:
             assert (candidate / verdict["checkpoint"]).is_file(), candidate
 
 
+def _assert_announced(ck: Path) -> None:
+    """The outbox holds one event per transition the pointer's journal holds (each once,
+    the kill's lost copy caught up by the next owner call), and a rejection's event only
+    for a candidate whose verdict says rejected: nothing announced that did not happen."""
+    pointer = lifecycle.repairable_pointer(ck)
+    journal = [] if pointer is None else pointer.journal
+    expected = {
+        outbox.journal_event_id(AGENT, e) for e in journal if e["kind"] not in outbox.UNANNOUNCED
+    }
+    events = outbox.read_events(ck.parent)
+    assert {e.id for e in events if e.kind != "reject"} == expected
+    for event in (e for e in events if e.kind == "reject"):
+        candidate = ck / "candidates" / event.data["candidate_id"]
+        if candidate.exists():  # else pruned since: its rejection happened all the same
+            verdict = lifecycle.read_json(candidate / VERDICT_NAME)
+            assert verdict is not None and verdict["outcome"] == "rejected", event
+
+
 def _matches(state: dict[str, Any], before: dict[str, Any], after: dict[str, Any]) -> bool:
     """The state before or after; prune's removals are one transition per candidate, so
     each candidate is as before or as after there, the pointer whole."""
@@ -217,6 +236,7 @@ def test_a_kill_after_any_write_leaves_the_state_before_or_after(
     assert clean.returncode == 0, clean.stderr[-3000:]
     steps, report = json.loads(clean.stdout.strip().splitlines()[-1]).values()
     counted_clean = _next_owner_call(ck, metrics)
+    _assert_announced(ck)
     if scenario == "watch_rollback":  # the run's report as well: still one rollback
         metrics[0].observe(AGENT, _live_report(report), None)
         assert metrics[0].rollbacks.labels(agent=AGENT)._value.get() == 1.0
@@ -231,6 +251,7 @@ def test_a_kill_after_any_write_leaves_the_state_before_or_after(
         state = _state(ck)
         assert _matches(state, before, after), (kill_after, state, before, after)
         _assert_nothing_lost(ck)
+        _assert_announced(ck)
         completed = state["pointer"] == after["pointer"] != before["pointer"]
         assert counted == (counted_clean if completed else [0, 0]), (kill_after, state)
         shutil.rmtree(ck.parents[3])

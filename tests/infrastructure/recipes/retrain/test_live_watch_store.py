@@ -39,11 +39,14 @@ IDS = list(POOL["trajectories"])
 
 
 def _arrays(n: int = 3, **edits: np.ndarray) -> dict[str, np.ndarray]:
+    """A store's arrays as the writer keeps them: ``n`` records, two segments."""
     kept = {
         "ids": np.arange(n, dtype=np.int64),
         "served": np.full(n, 0.25, dtype=np.float32),
         "previous": np.full(n, 0.5, dtype=np.float32),
         "labels": np.ones(n, dtype=np.float32),
+        "segment": np.arange(n, dtype=np.int32) % 2,
+        "segment_names": np.array(["se_darwin", "qa"], dtype=live_watch._NAME_DTYPE),
     }
     return {**kept, **edits}
 
@@ -63,6 +66,14 @@ def _header_only(shape: tuple[int, ...]) -> bytes:
             header = {"descr": np.dtype(dtype).str, "fortran_order": False, "shape": shape}
             np.lib.format.write_array_header_1_0(member, header)
             archive.writestr(f"{key}.npy", member.getvalue())
+        archive.writestr("segment_names.npy", _names())
+    return buffer.getvalue()
+
+
+def _names() -> bytes:
+    """A names member holding one segment's name."""
+    buffer = io.BytesIO()
+    np.save(buffer, np.array(["se_darwin"], dtype=live_watch._NAME_DTYPE))
     return buffer.getvalue()
 
 
@@ -76,13 +87,15 @@ DAMAGED: dict[str, Callable[[], bytes]] = {
     "truncated_zip": lambda: _savez(_arrays(50))[:700],
     "npy_under_npz_name": _npy,
     "zero_d": lambda: _savez({k: v[0] for k, v in _arrays().items()}),
-    "two_d": lambda: _savez({k: v.reshape(3, 1) for k, v in _arrays().items()}),
+    "two_d": lambda: _savez({k: v.reshape(len(v), 1) for k, v in _arrays().items()}),
     "strings": lambda: _savez(_arrays(ids=np.array(["a", "b", "c"]))),
     "header_of_10e12": lambda: _header_only((10**12,)),
     "nan_scores": lambda: _savez(_arrays(served=np.array([0.2, np.nan, 0.3], np.float32))),
     "inf_labels": lambda: _savez(_arrays(labels=np.array([1, np.inf, 0], np.float32))),
     "unequal_lengths": lambda: _savez(_arrays(labels=np.ones(2, dtype=np.float32))),
     "a_member_missing": lambda: _savez({k: v for k, v in _arrays().items() if k != "ids"}),
+    "segment_past_names": lambda: _savez(_arrays(segment=np.array([0, 1, 2], np.int32))),
+    "names_of_objects": lambda: _savez(_arrays(segment_names=np.array([1.5, 2.5]))),
 }
 
 
@@ -104,7 +117,8 @@ def test_a_damaged_store_is_set_aside_once_named_and_the_watch_restarts(
         kept = _read_store(path)
     finally:
         remove()
-    assert all(len(v) == 0 for v in kept.values()) and sorted(kept) == sorted(live_watch._ARRAYS)
+    assert all(len(v) == 0 for v in kept.values())
+    assert sorted(kept) == sorted([*live_watch._ARRAYS, live_watch._NAMES])
     assert [(e.path, e.label) for e in seen] == [(path, "live_watch")]
     assert str(path) in seen[0].why
     assert seen[0].aside is not None and seen[0].aside.is_file() and not path.exists()
@@ -125,6 +139,24 @@ def test_the_writers_own_store_reads_back_unchanged(tmp_path: Path) -> None:
         assert kept[key].dtype == value.dtype and np.array_equal(kept[key], value)
 
 
+def test_a_store_written_before_segments_reads_as_one_segment(tmp_path: Path) -> None:
+    """A store of the four arrays kept before segments is read, not set aside: every
+    record in the one segment UNSEGMENTED, and the writer then keeps the segments."""
+    path = tmp_path / "live-c0.npz"
+    old = {k: v for k, v in _arrays(5).items() if k not in ("segment", "segment_names")}
+    path.write_bytes(_savez(old))
+    seen, remove = _events()
+    try:
+        kept = _read_store(path)
+    finally:
+        remove()
+    assert seen == [] and list(kept["ids"]) == [0, 1, 2, 3, 4]
+    assert list(kept["segment"]) == [0] * 5
+    assert list(kept["segment_names"]) == [live_watch.UNSEGMENTED]
+    _write_store(path, kept)
+    assert sorted(np.load(path).files) == sorted([*live_watch._ARRAYS, live_watch._NAMES])
+
+
 @pytest.fixture(scope="module")
 def twenty_million(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real store of 20 M records (zeros), deflated: 400 MB decoded, a small file."""
@@ -140,6 +172,7 @@ def twenty_million(tmp_path_factory: pytest.TempPathFactory) -> Path:
                     member.write(
                         zeros[: (min(n, start + chunk) - start) * np.dtype(dtype).itemsize]
                     )
+        archive.writestr("segment_names.npy", _names())
     return path
 
 

@@ -1,0 +1,188 @@
+"""What the event outbox adds to a run: the time of its writes on the transition path.
+
+A transition of the served model (serve, rollback, ...) now also copies its journal entry
+into the agent's outbox before it returns (``lifecycle._commit`` ->
+``outbox.announce_journal``), and looks for a copy a kill left undone before it starts
+(the same call, which then writes nothing). A rejection, a hold, a demotion or a fault
+bundle writes one event (``outbox.record``). This script times exactly those calls,
+inside real transitions on a real state folder (temp file, fsync, rename, folder fsync:
+``atomic.write_atomic``), each transition's two calls summed:
+
+- ``promotion``: ``lifecycle.serve`` of a new candidate (the gate's promotion), with
+  the outbox holding ``--backlog`` events already (its listing grows with them: the
+  daemon keeps ``GENESIS_FP16_EVENTS_KEEP``, 1000 by default, per agent), plus the
+  ``--repeats`` written meanwhile;
+- ``rejection``: the ``outbox.record`` inside ``lifecycle.write_verdict`` of a rejected
+  candidate (a hold's, a demotion's and a fault bundle's are the same call);
+- ``control``: a busy loop as long as the promotion's median, timed the same way: the
+  machine's own scheduling noise, which a loaded 2-core machine adds to any p99.
+
+Each row gives wall time and the thread's CPU time (wall minus CPU: waiting for the CPU
+or the disk).
+
+Run it with the folder on the disk the daemon's state folder uses (``--dir``; default:
+a temp folder). Prints a Markdown table and writes ``--json``::
+
+    python benchmarks/event_outbox.py --repeats 300 --backlog 0 1000 \\
+        --json benchmarks/results/event_outbox_cpu-2-cores.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from genesis_fp16_infrastructure.agent_folder import lifecycle, outbox
+
+BOUND_MS = 5.0  # issue 60's bound on a run's added time, p99
+
+
+Timing = tuple[float, float]  # (wall seconds, this thread's CPU seconds)
+
+
+def _timed(calls: list[Timing], function: Callable[..., Any]) -> Callable[..., Any]:
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start, cpu = time.perf_counter(), time.thread_time()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            calls.append((time.perf_counter() - start, time.thread_time() - cpu))
+
+    return timed
+
+
+def _fill(agent_folder: Path, backlog: int) -> None:
+    """``backlog`` delivered events already in the outbox."""
+    for n in range(backlog):
+        outbox.record(agent_folder, "promote", {"n": n})
+
+
+def time_transitions(root: Path, repeats: int, backlog: int) -> list[Timing]:
+    """Each serve's outbox seconds (its two announce_journal calls summed)."""
+    agent_folder = root / "agents" / f"bench_{backlog}"
+    folder = agent_folder / "checkpoints"
+    _fill(agent_folder, backlog)
+    calls: list[Timing] = []
+    real = outbox.announce_journal
+    outbox.announce_journal = _timed(calls, real)  # type: ignore[assignment]
+    try:
+        per_transition = []
+        for n in range(repeats):
+            candidate = lifecycle.new_candidate(folder, {"fingerprint": f"{n:08d}", "records": 1})
+            (candidate / "ckpt-0000000001.pt").write_bytes(b"w")
+            entry = lifecycle.candidate_entry(folder, candidate, candidate / "ckpt-0000000001.pt")
+            before = len(calls)
+            lifecycle.serve(folder, entry, "gate", keep=3, verdict={"outcome": "promoted"})
+            mine = calls[before:]
+            per_transition.append((sum(c[0] for c in mine), sum(c[1] for c in mine)))
+    finally:
+        outbox.announce_journal = real  # type: ignore[assignment]
+    return per_transition
+
+
+def time_rejections(root: Path, repeats: int, backlog: int) -> list[Timing]:
+    """Each gate rejection's outbox seconds: ``outbox.record`` inside a real
+    ``lifecycle.write_verdict`` (whose own verdict file is fsynced first)."""
+    agent_folder = root / "agents" / f"reject_{backlog}"
+    folder = agent_folder / "checkpoints"
+    _fill(agent_folder, backlog)
+    found: list[Timing] = []
+    real = outbox.record
+    outbox.record = _timed(found, real)  # type: ignore[assignment]
+    try:
+        for n in range(repeats):
+            candidate = lifecycle.new_candidate(folder, {"fingerprint": f"{n:08d}", "records": 1})
+            lifecycle.write_verdict(candidate, {"outcome": "rejected", "reason": "worse"})
+    finally:
+        outbox.record = real  # type: ignore[assignment]
+    return found
+
+
+def time_control(seconds: float, repeats: int) -> list[Timing]:
+    """The machine's own noise: a busy loop of ``seconds`` (the transition's median),
+    timed as the writes are. Its p99 above its length is the scheduler's, not ours."""
+    found: list[Timing] = []
+
+    def spin() -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    timed = _timed(found, spin)
+    for _ in range(repeats):
+        timed()
+        time.sleep(0.001)  # as the transitions leave the CPU between calls
+    return found
+
+
+def _p(sorted_ms: list[float], q: float) -> float:
+    return sorted_ms[min(len(sorted_ms) - 1, round(q * (len(sorted_ms) - 1)))]
+
+
+def summary(timings: list[Timing]) -> dict[str, float]:
+    wall = sorted(t[0] * 1000 for t in timings)
+    cpu = sorted(t[1] * 1000 for t in timings)
+    return {
+        "n": len(wall),
+        "p50_ms": statistics.median(wall),
+        "p99_ms": _p(wall, 0.99),
+        "max_ms": wall[-1],
+        "cpu_p50_ms": statistics.median(cpu),
+        "cpu_p99_ms": _p(cpu, 0.99),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=300)
+    parser.add_argument("--backlog", type=int, nargs="+", default=[0, 1000])
+    parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        for backlog in args.backlog:
+            for what, timer in (("promotion", time_transitions), ("rejection", time_rejections)):
+                figures = summary(timer(Path(tmp), args.repeats, backlog))
+                rows.append({"what": what, "backlog": backlog, **figures})
+    median = statistics.median(r["p50_ms"] for r in rows if r["what"] == "promotion")
+    control = summary(time_control(median / 1000, args.repeats))
+    rows.append({"what": "control (busy loop)", "backlog": "-", **control})
+    _print(rows)
+    if args.json is not None:
+        load = os.getloadavg()
+        record = {
+            "machine": platform.platform(),
+            "cpus": os.cpu_count(),
+            "load_average_1_5_15": load,
+            "python": platform.python_version(),
+            "rows": rows,
+        }
+        args.json.write_text(json.dumps(record, indent=2) + "\n")
+
+
+def _print(rows: list[dict[str, Any]]) -> None:
+    print(
+        f"| what | events kept | n | wall p50 ms | wall p99 ms | wall max ms | CPU p50 ms | "
+        f"CPU p99 ms | wall p99 <= {BOUND_MS} ms |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        ok = "yes" if r["p99_ms"] <= BOUND_MS else "NO"
+        print(
+            f"| {r['what']} | {r['backlog']} | {r['n']} | {r['p50_ms']:.2f} | "
+            f"{r['p99_ms']:.2f} | {r['max_ms']:.2f} | {r['cpu_p50_ms']:.2f} | "
+            f"{r['cpu_p99_ms']:.2f} | {ok} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""The event outbox's series (genesis_fp16/events): what waits for a receiver, each
+delivery attempt, and the events dropped undelivered past the outbox's bound.
+
+>>> from prometheus_client import CollectorRegistry
+>>> metrics = EventMetrics(CollectorRegistry())
+>>> metrics.observe_pass({"se_darwin": 2}, {"se_darwin": 0})
+>>> metrics.undelivered.labels(agent="se_darwin")._value.get()
+2.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+EVENT_METRIC_NAMES = (
+    "genesis_fp16_events_undelivered",
+    "genesis_fp16_event_deliveries_total",
+    "genesis_fp16_events_dropped",
+)
+DELIVERY_OUTCOMES = ("delivered", "failed")
+
+
+class EventMetrics:
+    """``genesis_fp16_events_undelivered{agent}``, ``genesis_fp16_event_deliveries_total
+    {agent, outcome}`` and ``genesis_fp16_events_dropped{agent}``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.undelivered = Gauge(
+            "genesis_fp16_events_undelivered",
+            "Events in the agent's outbox not yet delivered to every configured webhook "
+            "(GENESIS_FP16_EVENTS_URLS): new, or waiting for a retry.",
+            ("agent",),
+            registry=registry,
+        )
+        self.deliveries = Counter(
+            "genesis_fp16_event_deliveries",
+            "Webhook delivery attempts, by outcome: delivered (HTTP 2xx) or failed (refused, "
+            "timed out, another status).",
+            ("agent", "outcome"),
+            registry=registry,
+        )
+        self.dropped = Gauge(
+            "genesis_fp16_events_dropped",
+            "Events the agent's outbox dropped undelivered past its bound (10 x "
+            "GENESIS_FP16_EVENTS_KEEP events), since the outbox was made.",
+            ("agent",),
+            registry=registry,
+        )
+
+    def observe_attempt(self, agent: str, delivered: bool) -> None:
+        self.deliveries.labels(agent=agent, outcome="delivered" if delivered else "failed").inc()
+
+    def observe_pass(self, undelivered: Mapping[str, int], dropped: Mapping[str, int]) -> None:
+        for agent, count in undelivered.items():
+            self.undelivered.labels(agent=agent).set(count)
+        for agent, count in dropped.items():
+            self.dropped.labels(agent=agent).set(count)

@@ -1,0 +1,151 @@
+"""The three pictures of an agent's past, as :class:`~genesis_fp16.status.svg.Chart`\\ s
+built from its :class:`~genesis_fp16.status.history.AgentHistory` (no drawing here):
+
+- :func:`quality_chart`: the served model's score over time, a staircase that moves
+  when a model is promoted or rolled back; marks where the gate promoted, rejected or
+  held a candidate (at the candidate's score) and where the served model was rolled
+  back or repaired (at the score of the model served after it);
+- :func:`scale_chart`: each recent run's final loss scale (powers of two) and its
+  skipped steps (bars), with a mark above a run the precision guard demoted;
+- :func:`watch_chart`: the live watch's running difference (served model minus its
+  predecessor, mean per record) with its anytime-valid bounds and the margin, marks
+  where it found a regression or rolled back.
+
+Promotions come from the runs' gate verdicts (they carry both scores); rollbacks and
+repairs from the pointer's journal (the operator's too). The journal keeps the last 16
+transitions and the history the last runs: a rollback older than the journal is taken
+from its run's live figures, a promotion older than the history from the journal.
+"""
+
+from __future__ import annotations
+
+import math
+
+from genesis_fp16.metrics.run_history import RunEntry
+from genesis_fp16.status.history import PROMOTIONS, AgentHistory, Transition
+from genesis_fp16.status.svg import Chart, Mark
+
+Point = tuple[float, float | None]
+LOWER_IS_BETTER = ("loss", "log_loss")
+
+
+def quality_chart(history: AgentHistory) -> Chart:
+    """The served model's score over time, promotions, rejections and rollbacks marked."""
+    metric = history.metric or "score"
+    better = "lower" if metric in LOWER_IS_BETTER else "higher"
+    on = f" on set {history.metric_set}" if history.metric_set else ""
+    line: list[Point] = []
+    marks: list[Mark] = []
+    for entry in history.runs:
+        _gate_points(entry, line, marks)
+    # A promotion the journal holds from before the first run kept: the runs miss it.
+    first_run = min(
+        (e.run.finished_at - e.run.duration_seconds for e in history.runs), default=math.inf
+    )
+    for change in history.transitions:
+        _transition_points(change, first_run, line, marks)
+    oldest_change = min((t.at for t in history.transitions), default=math.inf)
+    for entry in history.runs:  # rollbacks the journal no longer holds
+        live = entry.live
+        if live is not None and live.rolled_back and entry.run.finished_at < oldest_change:
+            marks.append(Mark(entry.run.finished_at, None, "rolled_back", "rolled back (live)"))
+    return Chart(
+        title=f"served model's {metric}{on} ({better} is better), promotions and rollbacks",
+        y_label=f"{metric}{on}",
+        line=tuple(line),
+        marks=tuple(marks),
+        step=True,
+        empty="no gate verdict or served-model change recorded yet",
+    )
+
+
+def _gate_points(entry: RunEntry, line: list[Point], marks: list[Mark]) -> None:
+    """A run's gate verdict: the served score after it, and its mark."""
+    gate, at = entry.gate, entry.run.finished_at
+    if gate is None:
+        return
+    score = f"{gate.metric} {_g(gate.candidate)}"
+    against = "" if gate.served_id is None else f" vs {gate.served_id} ({_g(gate.served)})"
+    label = f"{gate.candidate_id or 'candidate'} {score}{against}; {entry.run.reason}"
+    if gate.outcome == "promoted":
+        line.append((at, gate.candidate))
+        marks.append(Mark(at, gate.candidate, "promoted", label))
+        return
+    line.append((at, gate.served))
+    kind = gate.outcome if gate.outcome in ("rejected", "held", "rolled_back") else "held"
+    marks.append(Mark(at, gate.candidate, kind, label))
+
+
+def _transition_points(
+    change: Transition, first_run: float, line: list[Point], marks: list[Mark]
+) -> None:
+    """A journal transition: rollbacks and repairs always, promotions the runs miss."""
+    served = f"{change.served or '?'}"
+    if change.kind == "rollback":
+        why = f": {change.reason}" if change.reason else ""
+        label = f"rolled back to {served} from {change.dropped or '?'}{why}"
+        kind = "rolled_back"
+    elif change.kind == "repair":
+        label, kind = f"repaired: serves {served}", "repair"
+    elif change.kind in PROMOTIONS and (change.kind == "manual" or change.at < first_run):
+        label, kind = f"{change.kind}: serves {served}", "promoted"
+    else:
+        return
+    line.append((change.at, change.score))
+    marks.append(Mark(change.at, change.score, kind, label))
+
+
+def scale_chart(history: AgentHistory) -> Chart:
+    """Each recent run's final loss scale and skipped steps; demotions marked."""
+    runs = history.runs
+    marks = tuple(
+        Mark(float(index), None, "demoted", f"run {index}: demoted {'; '.join(entry.demotions)}")
+        for index, entry in enumerate(runs, 1)
+        if entry.demotions
+    )
+    return Chart(
+        title=f"loss scale and skipped steps, last {len(runs)} runs",
+        y_label="loss scale",
+        line=tuple((float(i), e.loss_scale) for i, e in enumerate(runs, 1)),
+        bars=tuple((float(i), _count(e.skipped_steps)) for i, e in enumerate(runs, 1)),
+        bars_label="skipped steps",
+        marks=marks,
+        log_y=True,
+        x_time=False,
+        empty="no run recorded yet",
+    )
+
+
+def watch_chart(history: AgentHistory) -> Chart:
+    """The live watch's difference, its bounds and margin; regressions marked. The
+    pointer's figures now are the last point (at the time the watch wrote them) when no
+    run reported them."""
+    points = [(e.run.finished_at, e.live) for e in history.runs if e.live is not None]
+    now, at = history.live_now, history.live_at
+    if now is not None and at is not None and (not points or points[-1][1] != now):
+        points.append((at, now))
+    marks = []
+    for at, live in points:
+        if live.rolled_back or live.regression:
+            kind = "rolled_back" if live.rolled_back else "regression"
+            what = "rolled back" if live.rolled_back else "regression, not rolled back"
+            marks.append(Mark(at, live.difference, kind, f"{what}: {_g(live.difference)}"))
+    margin = points[-1][1].margin if points else None
+    return Chart(
+        title="live watch: served model minus its predecessor, bounds and margin",
+        y_label="difference",
+        line=tuple((at, live.difference) for at, live in points),
+        band=tuple((at, live.lower, live.upper) for at, live in points),
+        marks=tuple(marks),
+        rule=margin,
+        rule_label="" if margin is None else f"margin {_g(margin)}",
+        empty="not watching: no model replaced another yet",
+    )
+
+
+def _count(value: int | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _g(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"

@@ -1,0 +1,278 @@
+"""An agent's memory on the status page: its recent runs, the served model's transitions
+and what the page says of its precision, quarantined records and drift.
+
+Read from the state folder, bounded, each source on its own:
+
+- the run history (genesis_fp16/metrics/run_history.py): the last CHART_RUNS runs, with
+  the gate's scores, loss scale, skipped steps, demotions, drift and live figures;
+- the served pointer's journal (agent_folder/lifecycle.py): its last transitions
+  (promotions, rollbacks, repairs), each with the served model's score where the
+  pointer or the runs know it; the pointer's ``live``: the watch's running figures now;
+- the quarantine folder: the newest file's name (a scan of at most QUARANTINE_SCAN
+  entries; the daemon keeps 20).
+
+A source that cannot be read is a problem line on the page; its part stays empty::
+
+    history, problems = gather_history(paths, pointer_data)
+    history.runs[-1].run.outcome      # the newest run's, when one was recorded
+"""
+
+from __future__ import annotations
+
+import calendar
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16.metrics.run_history import (
+    HistoryUnreadable,
+    LiveMark,
+    RunEntry,
+    history_path,
+    load_history,
+    score_name,
+    score_of,
+)
+
+CHART_RUNS = 30  # the runs the charts draw (the history keeps more)
+TABLE_RUNS = 10  # the runs the page lists
+QUARANTINE_SCAN = 200
+# The journal's kinds of a transition that served a new model (serve's ``how``).
+PROMOTIONS = ("first", "gate", "promoted", "manual", "adopted")
+TEXT_CHARS = 160
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One change of the served model from the pointer's journal: when (Unix time),
+    what (``promoted``, ``first``, ``manual``, ``rollback``, ``repair``), the model
+    served after it, the one dropped (a rollback's), why, and the served model's score
+    after it (None: not known)."""
+
+    at: float
+    kind: str
+    served: str | None
+    dropped: str | None = None
+    reason: str | None = None
+    score: float | None = None
+
+
+@dataclass(frozen=True)
+class AgentHistory:
+    """What the page draws and lists of an agent's past: its recent runs (oldest first),
+    the served model's transitions, the score name the quality figures are in, the
+    live watch's figures now, the newest quarantine file, and the history's lines that
+    could not be read."""
+
+    runs: tuple[RunEntry, ...] = ()
+    transitions: tuple[Transition, ...] = ()
+    metric: str | None = None
+    metric_set: str | None = None
+    live_now: LiveMark | None = None
+    live_at: float | None = None
+    quarantine_file: str | None = None
+    unreadable: int = 0
+
+
+# The last history built per agent folder, by what it was built from (the history file's
+# and the quarantine folder's stat, the pointer's parts it reads): a page asked for again
+# with nothing changed reads no history line again, and draws nothing again (past.py
+# keeps the drawing by the history object). Bounded: cleared past CACHE_AGENTS folders.
+CACHE_AGENTS = 256
+_CACHE: dict[str, tuple[tuple[Any, ...], AgentHistory, tuple[str, ...]]] = {}
+
+
+def gather_history(paths: AgentPaths, pointer: Any) -> tuple[AgentHistory, list[str]]:
+    """The agent's history, from its folder and the pointer's JSON as already read
+    (``pointer``: None when there is none or it could not be read); and its problems.
+    The same object as the last call's for the folder when nothing it reads changed."""
+    pointer = pointer if isinstance(pointer, dict) else {}
+    key = _source_key(paths, pointer)  # each stat taken before its file is read
+    cached = _CACHE.get(str(paths.root))
+    if cached is not None and cached[0] == key:
+        return cached[1], list(cached[2])
+    history, problems = _build_history(paths, pointer)
+    if len(_CACHE) >= CACHE_AGENTS:
+        _CACHE.clear()
+    _CACHE[str(paths.root)] = (key, history, tuple(problems))
+    return history, problems
+
+
+def _source_key(paths: AgentPaths, pointer: dict[str, Any]) -> tuple[Any, ...]:
+    """What a history is built from, in a form that changes when any of it does: the
+    history file's and the quarantine folder's identity, size and time (an append
+    changes the size, a compaction the inode, a new quarantine file the folder's time),
+    and the pointer's journal number and served entry (its live figures change alone)."""
+    served = pointer.get("served")
+    return (
+        _stat_key(history_path(paths)),
+        _stat_key(paths.quarantine_dir),
+        pointer.get("sequence"),
+        repr(served) if isinstance(served, dict) else None,
+    )
+
+
+def _stat_key(path: Path) -> tuple[int, int, int] | None:
+    try:
+        info = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return info.st_ino, info.st_size, info.st_mtime_ns
+
+
+def _build_history(paths: AgentPaths, pointer: dict[str, Any]) -> tuple[AgentHistory, list[str]]:
+    problems: list[str] = []
+    try:
+        found = load_history(paths, CHART_RUNS)
+        runs, unreadable = found.entries, found.unreadable
+    except HistoryUnreadable as exc:
+        runs, unreadable = (), 0
+        problems.append(f"run history unreadable: {exc}")
+    if unreadable:
+        problems.append(f"run history: {unreadable} line(s) unreadable, skipped")
+    metric, metric_set = _metric(runs, pointer)
+    scores = _scores_by_id(pointer, runs, metric)
+    history = AgentHistory(
+        runs=runs,
+        transitions=_transitions(pointer, scores),
+        metric=metric,
+        metric_set=metric_set,
+        live_now=_live_now(pointer),
+        live_at=_live_at(pointer),
+        quarantine_file=_newest_quarantine(paths),
+        unreadable=unreadable,
+    )
+    return history, problems
+
+
+def _metric(runs: tuple[RunEntry, ...], pointer: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The score the agent's models are told by and on which set: the newest gate's,
+    else the pointer's."""
+    for entry in reversed(runs):
+        if entry.gate is not None and entry.gate.metric is not None:
+            return entry.gate.metric, entry.gate.set
+    served = pointer.get("served")
+    scores = served.get("scores") if isinstance(served, dict) else None
+    if not isinstance(scores, dict):
+        return None, None
+    return score_name(scores), _text(scores.get("set"))
+
+
+def _scores_by_id(
+    pointer: dict[str, Any], runs: tuple[RunEntry, ...], metric: str | None
+) -> dict[str, float]:
+    """Each model's score where known: the runs' gates, then the pointer's entries and
+    the journal's verdicts (the newer the source, the later it is written)."""
+    scores: dict[str, float] = {}
+    for entry in runs:
+        gate = entry.gate
+        if gate is not None and gate.metric == metric:
+            for ident, value in (
+                (gate.candidate_id, gate.candidate),
+                (gate.served_id, gate.served),
+            ):
+                if ident is not None and value is not None:
+                    scores[ident] = value
+    served, history = pointer.get("served"), pointer.get("history")
+    entries = [served, *(history if isinstance(history, list) else [])][:32]
+    for item in entries:
+        if isinstance(item, dict) and isinstance(item.get("scores"), dict):
+            value = score_of(item["scores"], metric)
+            if value is not None:
+                scores[str(item.get("id"))] = value
+    return scores
+
+
+def _transitions(pointer: dict[str, Any], scores: dict[str, float]) -> tuple[Transition, ...]:
+    """The journal's changes of the served model (trims and unpins change none)."""
+    journal = pointer.get("journal")
+    found = []
+    for item in journal[-64:] if isinstance(journal, list) else []:
+        if not isinstance(item, dict) or item.get("kind") in ("trim", "unpin"):
+            continue
+        at = item.get("at_s")
+        if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
+            continue
+        served = _text(item.get("served"))
+        found.append(
+            Transition(
+                at=float(at),
+                kind=_text(item.get("kind")) or "unknown",
+                served=served,
+                dropped=_text(item.get("dropped")),
+                reason=_text(item.get("reason")),
+                score=None if served is None else scores.get(served),
+            )
+        )
+    return tuple(found)
+
+
+def _live_now(pointer: dict[str, Any]) -> LiveMark | None:
+    """The live watch's running figures in the served entry (None: not watching yet)."""
+    served = pointer.get("served")
+    live = served.get("live") if isinstance(served, dict) else None
+    if not isinstance(live, dict):
+        return None
+    number = _number
+    records = live.get("records")
+    return LiveMark(
+        difference=number(live.get("difference")),
+        lower=number(live.get("lower")),
+        upper=number(live.get("upper")),
+        margin=number(live.get("margin")),
+        records=records if isinstance(records, int) and not isinstance(records, bool) else 0,
+        regression=live.get("regression") is True,
+        rolled_back=live.get("rolled_back") is True,
+    )
+
+
+def _live_at(pointer: dict[str, Any]) -> float | None:
+    """When the watch wrote the pointer's live figures (their ``updated_at``)."""
+    served = pointer.get("served")
+    live = served.get("live") if isinstance(served, dict) else None
+    stamp = live.get("updated_at") if isinstance(live, dict) else None
+    try:
+        return float(calendar.timegm(time.strptime(str(stamp), "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return None
+
+
+def _newest_quarantine(paths: AgentPaths) -> str | None:
+    """The newest quarantine file's path (files are named by their UTC time), from at
+    most QUARANTINE_SCAN entries of the folder; None when there is none."""
+    newest = None
+    try:
+        with os.scandir(paths.quarantine_dir) as entries:
+            for index, entry in enumerate(entries):
+                if index >= QUARANTINE_SCAN:
+                    break
+                if entry.name.endswith(".jsonl") and (newest is None or entry.name > newest):
+                    newest = entry.name
+    except OSError:  # no folder yet, or not ours to list
+        return None
+    return None if newest is None else _text(str(paths.quarantine_dir / newest))
+
+
+def last_drift(runs: tuple[RunEntry, ...]) -> tuple[float, str] | None:
+    """The newest run's drift warning and when (None: no run flagged drift)."""
+    for entry in reversed(runs):
+        if entry.drift is not None:
+            return entry.run.finished_at, entry.drift
+    return None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = " ".join(str(value).split())
+    return text if len(text) <= TEXT_CHARS else text[: TEXT_CHARS - 1] + "…"

@@ -1,0 +1,407 @@
+"""The agent's event outbox: every promotion, rejection, hold, rollback, pin, unpin,
+repair, demotion and fault bundle, written durably in the agent's folder before the
+action is reported done, then delivered at least once by the daemon
+(``genesis_fp16.events``), each delivery attempt logged in the event's own file, as
+GitHub logs its webhook deliveries::
+
+    <state_dir>/agents/<agent>/outbox/
+        .lock              the outbox's flock; it holds the last order number given
+        <id>.json          one event (16 hex digits: its id, the receivers' idempotency
+                           key), its order, its receivers and its delivery log
+        outbox.json        ids of journal events pruned, events dropped undelivered
+
+Each event carries an order number (nanoseconds, strictly increasing per agent, given
+under the lock), which orders the agent's events for delivery.
+
+Where the event is written, and what a kill -9 does:
+
+- A pointer transition (serve, rollback, unpin, repair: ``lifecycle``) is committed by
+  one atomic, fsynced replace of ``served.json`` whose numbered journal says what it
+  decided: that journal entry is the event, made durable in the transition's own step.
+  It is copied here under the pointer's lock before the transition returns
+  (:func:`announce_journal`), its id a hash of the entry, so a copy made twice is one
+  event. A kill (or a power cut) between the pointer and the copy is mended by the next
+  owner call: every transition, the daemon's prune after each run and its delivery
+  thread at start-up copy what the journal holds and the outbox lacks. No transition is
+  lost; none is announced that did not happen (a refused one writes no journal entry).
+- A rejection or a hold (``lifecycle.write_verdict``), a demotion and a fault bundle (the
+  daemon's record of a run): the event is written right after the record it announces
+  and before any log line or metric says so (:func:`record`). A kill between the two
+  writes (microseconds) loses that one announcement; it never announces what did not
+  happen.
+
+An event's first write is atomic (a temp file renamed) but not fsynced: an fsync costs
+4-16 ms on the 2-core test machine, more than the 5 ms a transition may add
+(benchmarks/event_outbox.py). A killed process's writes are in the page cache all the
+same; against a power cut, a transition's event is in the fsynced journal, and the
+daemon's first write of every event (addressing it to the receivers, within a second of
+it) is fsynced.
+
+The outbox is bounded by the daemon (:func:`prune`): delivered events beyond the newest
+``keep`` are removed; undelivered ones are never removed silently: past ``limit`` events
+the oldest undelivered are dropped, counted in ``outbox.json`` and reported.
+
+Standard library only: the retrain recipe (in a run's child process), the operator's
+``model`` command and the daemon all write here.
+
+>>> import tempfile
+>>> agent_folder = Path(tempfile.mkdtemp()) / "agents" / "my_agent"
+>>> event_id = record(agent_folder, "demotion", {"from": "fp16", "to": "bf16"})
+>>> [(e.id == event_id, e.kind, e.status) for e in read_events(agent_folder)]
+[(True, 'demotion', 'new')]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.layout import (
+    CHECKPOINTS_FOLDER,
+    OUTBOX_EVENT,
+    OUTBOX_FOLDER,
+    OUTBOX_LOCK,
+    OUTBOX_STATE,
+)
+from genesis_fp16_infrastructure.agent_folder.lock import take_lock
+
+VERSION = 1
+# The journal's kinds (a serve's ``how``, ``rollback``, ``unpin``, ``repair``) become these
+# events; ``trim`` (prune shortening the history) is bookkeeping, never announced.
+PROMOTE_HOWS = ("first", "gate", "manual")
+UNANNOUNCED = ("trim",)
+KEEP_PRUNED_IDS = 256  # journal events pruned, remembered so that no catch-up copies them back
+ATTEMPTS_KEPT = 50  # each event's delivery log: the newest attempts
+_EVENT_NAME = re.compile(r"^(?P<id>[0-9a-f]{16})\.json$")
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event as its file holds it. ``targets``: the receivers the daemon addressed it
+    to (None: not handled yet; ``{}``: no receiver was configured), each with ``status``
+    (``pending`` or ``delivered``), ``attempts`` and ``next_at_s``; ``attempts``: the
+    delivery log, newest last (``url``, ``at``, ``status``, ``code``, ``error``)."""
+
+    id: str
+    agent: str
+    kind: str
+    at: str
+    at_s: float
+    order: int
+    data: dict[str, Any]
+    targets: dict[str, dict[str, Any]] | None
+    attempts: list[dict[str, Any]]
+    path: Path
+
+    @property
+    def status(self) -> str:
+        """``new`` (not handled yet), ``unsent`` (no receiver configured), ``pending`` (a
+        receiver still waits for it), ``delivered`` (every receiver answered 2xx) or
+        ``dropped`` (a receiver that had not taken it is configured no longer)."""
+        if self.targets is None:
+            return "new"
+        if not self.targets:
+            return "unsent"
+        said = {str(t.get("status")) for t in self.targets.values()}
+        if "pending" in said:
+            return "pending"
+        return "delivered" if said == {"delivered"} else "dropped"
+
+    @property
+    def undelivered(self) -> bool:
+        return self.status in ("new", "pending")
+
+    def body(self) -> dict[str, Any]:
+        """What a receiver gets: the event without its delivery state."""
+        return {
+            "id": self.id,
+            "agent": self.agent,
+            "kind": self.kind,
+            "at": self.at,
+            "at_s": self.at_s,
+            "data": self.data,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": VERSION,
+            **self.body(),
+            "order": self.order,
+            "targets": self.targets,
+            "attempts": self.attempts,
+        }
+
+
+def outbox_of(agent_folder: Path) -> Path:
+    return Path(agent_folder) / OUTBOX_FOLDER
+
+
+def agent_folder_of(checkpoint_folder: Path) -> Path | None:
+    """The agent folder of a state folder's checkpoint folder
+    (``<state>/agents/<agent>/checkpoints``); None for a checkpoint folder elsewhere (a
+    library user's own), which has no outbox."""
+    folder = Path(checkpoint_folder)
+    return folder.parent if folder.name == CHECKPOINTS_FOLDER else None
+
+
+@contextmanager
+def outbox_lock(agent_folder: Path) -> Iterator[int]:
+    """Hold the outbox's flock (its descriptor: the file holds the last order number
+    given): held for one small write, never across a delivery. Taken after the pointer's
+    lock where both are held, never before it."""
+    fd = take_lock(outbox_of(agent_folder) / OUTBOX_LOCK.name, OUTBOX_LOCK)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def record(
+    agent_folder: Path, kind: str, data: Mapping[str, Any], event_id: str | None = None
+) -> str:
+    """Write one event (fsynced, atomic) and return its id; ``event_id``: a deterministic
+    one (a journal entry's), else a random one."""
+    with outbox_lock(agent_folder) as lock:
+        return _write_new(agent_folder, lock, kind, data, event_id or uuid.uuid4().hex[:16])
+
+
+def _next_order(lock: int) -> int:
+    """The next order number: the clock's nanoseconds, past the last one given (kept in
+    the lock file, which only the lock's holder reads or writes)."""
+    said = os.pread(lock, 32, 0).decode("ascii", "replace").strip()
+    order = max(time.time_ns(), (int(said) if said.isdigit() else 0) + 1)
+    os.pwrite(lock, f"{order:023d}\n".encode(), 0)
+    return order
+
+
+def _write_new(
+    agent_folder: Path, lock: int, kind: str, data: Mapping[str, Any], event_id: str
+) -> str:
+    """The event's file, under the next order number (the caller holds ``lock``)."""
+    order = _next_order(lock)
+    now = time.time()
+    event = {
+        "version": VERSION,
+        "id": event_id,
+        "agent": Path(agent_folder).name,
+        "kind": kind,
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+        "at_s": now,
+        "order": order,
+        "data": dict(data),
+        "targets": None,
+        "attempts": [],
+    }
+    _write_unsynced(outbox_of(agent_folder) / f"{event_id}.json", event)
+    return event_id
+
+
+def _write_unsynced(path: Path, data: Mapping[str, Any]) -> None:
+    """Write an event atomically (a temp file renamed: a reader finds all of it or
+    nothing), without an fsync (the module docstring says why and what covers it)."""
+    files.clear_way(path, OUTBOX_EVENT)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def journal_event_id(agent: str, entry: Mapping[str, Any]) -> str:
+    """A journal entry's event id: the same whoever copies it, and again after a kill."""
+    key = f"{agent}\0{entry.get('seq')}\0{entry.get('at_s')!r}\0{entry.get('kind')}"
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def journal_kind(entry: Mapping[str, Any]) -> str:
+    kind = str(entry.get("kind"))
+    return "promote" if kind in PROMOTE_HOWS else kind
+
+
+def announce_journal(
+    checkpoint_folder: Path, journal: list[dict[str, Any]], committed_now: bool
+) -> list[str]:
+    """Copy the pointer journal's entries the outbox lacks into it, oldest first; the
+    caller holds the pointer's lock. A state folder's first outbox takes the journal as it
+    stands as already announced (the transitions before events existed), except the newest
+    entry when ``committed_now`` (the caller's transition just wrote it). Returns the ids
+    written."""
+    agent_folder = agent_folder_of(checkpoint_folder)
+    if agent_folder is None:
+        return []
+    agent, root = agent_folder.name, os.fspath(outbox_of(agent_folder))  # plain strings:
+    # pathlib's parsing cost more than the stats themselves, on every transition
+    entries = [
+        (journal_event_id(agent, e), e) for e in journal if str(e.get("kind")) not in UNANNOUNCED
+    ]
+    # At most lifecycle.JOURNAL_KEEP entries, one stat each; all there: nothing to take
+    # the lock for (an event file is only ever added, or pruned and named in outbox.json).
+    missing = [(i, e) for i, e in entries if not os.path.lexists(f"{root}/{i}.json")]
+    if not missing:
+        return []
+    with outbox_lock(agent_folder) as lock:
+        state = read_state(agent_folder)
+        if state is None:  # the first outbox of this folder: earlier transitions are history
+            before = entries[:-1] if committed_now else entries
+            state = write_state(agent_folder, {"pruned": [i for i, _ in before], "dropped": 0})
+        written = []
+        for event_id, entry in missing:
+            if event_id in state["pruned"] or os.path.lexists(f"{root}/{event_id}.json"):
+                continue
+            data = {k: v for k, v in entry.items() if k != "at_s"}
+            written.append(_write_new(agent_folder, lock, journal_kind(entry), data, event_id))
+        return written
+
+
+VERDICT_KINDS = {"rejected": "reject", "held": "hold"}
+# What a verdict's event carries (its comparisons' details stay in verdict.json).
+VERDICT_KEYS = ("outcome", "reason", "precision", "served_id", "candidate", "served", "checkpoint")
+
+
+def announce_verdict(candidate: Path, verdict: Mapping[str, Any]) -> str | None:
+    """The event of a rejection or a hold just written to ``candidate`` (a state
+    folder's ``<checkpoints>/candidates/<id>``); None for any other verdict or folder."""
+    kind = VERDICT_KINDS.get(str(verdict.get("outcome")))
+    agent_folder = agent_folder_of(Path(candidate).parent.parent)
+    if kind is None or agent_folder is None:
+        return None
+    data = {k: verdict[k] for k in VERDICT_KEYS if k in verdict}
+    return record(agent_folder, kind, {"candidate_id": Path(candidate).name, **data})
+
+
+def read_state(agent_folder: Path) -> dict[str, Any] | None:
+    """``outbox.json``: the ids of journal events pruned, and the count of events dropped
+    undelivered; None when there is none (or it was unusable: set aside, reported)."""
+    return files.load(outbox_of(agent_folder) / OUTBOX_STATE.name, OUTBOX_STATE, _state)
+
+
+def write_state(agent_folder: Path, state: Mapping[str, Any]) -> dict[str, Any]:
+    kept = {"pruned": list(state["pruned"])[-KEEP_PRUNED_IDS:], "dropped": int(state["dropped"])}
+    files.write_json(outbox_of(agent_folder) / OUTBOX_STATE.name, OUTBOX_STATE, kept)
+    return kept
+
+
+def _state(data: Any) -> dict[str, Any]:
+    if not isinstance(data.get("pruned"), list) or not isinstance(data.get("dropped"), int):
+        raise TypeError("an outbox state needs 'pruned' (a list) and 'dropped' (a number)")
+    return {"pruned": [str(i) for i in data["pruned"]], "dropped": data["dropped"]}
+
+
+def event_names(agent_folder: Path) -> list[str]:
+    """The event files' names (their ids), in no order: the order is in each file."""
+    try:
+        found = os.listdir(outbox_of(agent_folder))
+    except FileNotFoundError:
+        return []
+    return [name for name in found if _EVENT_NAME.match(name)]
+
+
+def _path(agent_folder: Path, event_id: str) -> Path:
+    return outbox_of(agent_folder) / f"{event_id}.json"
+
+
+def read_events(agent_folder: Path) -> list[Event]:
+    """The agent's events, oldest first. An unusable file (torn by hand, not JSON, not an
+    event) is set aside as ``<name>.unusable-*`` and reported (agent_folder.files), so the
+    agent's later events are not held behind it."""
+    events = []
+    for name in event_names(agent_folder):
+        event = read_event(outbox_of(agent_folder) / name)
+        if event is not None:
+            events.append(event)
+    return sorted(events, key=lambda e: (e.order, e.id))
+
+
+def read_event(path: Path) -> Event | None:
+    return files.load(Path(path), OUTBOX_EVENT, lambda data: _event(Path(path), data))
+
+
+def _event(path: Path, data: Any) -> Event:
+    found = _EVENT_NAME.match(path.name)
+    if found is None or data.get("id") != found["id"] or data.get("version") != VERSION:
+        raise ValueError(f"not an outbox event of version {VERSION} named by its id")
+    targets = data.get("targets")
+    if targets is not None and not isinstance(targets, dict):
+        raise TypeError("targets is not an object")
+    return Event(
+        id=str(data["id"]),
+        agent=str(data["agent"]),
+        kind=str(data["kind"]),
+        at=str(data["at"]),
+        at_s=float(data["at_s"]),
+        order=int(data["order"]),
+        data=dict(data["data"]),
+        targets=targets,
+        attempts=[a for a in data.get("attempts", []) if isinstance(a, dict)],
+        path=path,
+    )
+
+
+Change = Callable[[Event], Event | None]
+
+
+def update(agent_folder: Path, event_id: str, change: Change) -> Event | None:
+    """Re-read the event ``event_id`` under the outbox's lock, apply ``change`` (None:
+    leave it) and write what it returns back atomically; returns the event as it now
+    stands (None: no such event, pruned meanwhile)."""
+    with outbox_lock(agent_folder):
+        path = find(agent_folder, event_id)
+        current = None if path is None else read_event(path)
+        if current is None:
+            return None
+        new = change(current)
+        if new is None:
+            return current
+        if len(new.attempts) > ATTEMPTS_KEPT:
+            new = replace(new, attempts=new.attempts[-ATTEMPTS_KEPT:])
+        files.write_json(current.path, OUTBOX_EVENT, new.to_json())
+        return new
+
+
+def find(agent_folder: Path, event_id: str) -> Path | None:
+    """The file of ``event_id`` in the agent's outbox, or None."""
+    path = _path(agent_folder, event_id)
+    return path if _EVENT_NAME.match(path.name) and os.path.lexists(path) else None
+
+
+@dataclass(frozen=True)
+class Pruned:
+    removed: int  # delivered (or unsent) events past ``keep``
+    dropped: int  # undelivered events past ``limit``, now counted in outbox.json
+
+
+def prune(agent_folder: Path, keep: int, limit: int) -> Pruned:
+    """Bound the outbox: the newest ``keep`` handled events stay (delivered, or unsent for
+    want of a receiver), older ones are removed; undelivered ones stay unless the outbox
+    holds more than ``limit`` events, when the oldest are dropped and counted."""
+    with outbox_lock(agent_folder):
+        events = read_events(agent_folder)
+        done = [e for e in events if not e.undelivered]
+        remove = done[: max(0, len(done) - keep)]
+        waiting = [e for e in events if e.undelivered]
+        over = max(0, len(events) - len(remove) - limit)
+        drop = waiting[:over]
+        if not remove and not drop:
+            return Pruned(0, 0)
+        state = read_state(agent_folder) or {"pruned": [], "dropped": 0}
+        # Ids first: a kill after this write and before the removals removes nothing twice.
+        state["pruned"] = [*state["pruned"], *(e.id for e in [*remove, *drop])]
+        state["dropped"] += len(drop)
+        write_state(agent_folder, state)
+        for event in [*remove, *drop]:
+            event.path.unlink(missing_ok=True)
+        return Pruned(len(remove), len(drop))

@@ -1,0 +1,88 @@
+"""`genesis-fp16 events list|redeliver` and the events settings: docs/events.md's settings
+load, bad ones are one line, a redelivery says who took it and refuses bad ids."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from daemon_harness import daemon_env
+from webhook_receiver import Receiver
+
+from genesis_fp16.config.settings import SettingsError, load_settings
+from genesis_fp16_infrastructure.agent_folder import outbox
+
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "events.md"
+SECRET = "s3cret"
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    found = Receiver()
+    yield found
+    found.close()
+
+
+def _cli(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "genesis_fp16", *args],
+        cwd=cwd,
+        env=daemon_env({"GENESIS_FP16_STATE_DIR": str(cwd / "state"), **env}, fixtures=False),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_docs_settings_load_and_bad_ones_are_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """docs/events.md's two lines give two receivers and a redacted secret; an ftp URL,
+    or URLs without a secret, are refused naming the variable."""
+    lines = re.findall(r"^(GENESIS_FP16_EVENTS_\w+)=(\S+)$", DOCS.read_text(), re.MULTILINE)
+    assert [name for name, _ in lines] == ["GENESIS_FP16_EVENTS_URLS", "GENESIS_FP16_EVENTS_SECRET"]
+    monkeypatch.chdir(tmp_path)
+    for name, value in lines:
+        monkeypatch.setenv(name, value)
+    settings = load_settings()
+    assert settings.events_urls is not None and len(settings.events_urls) == 2
+    assert settings.redacted()["events_secret"] == "**********"
+    monkeypatch.setenv("GENESIS_FP16_EVENTS_URLS", "ftp://example.com/x")
+    with pytest.raises(SettingsError, match=r"GENESIS_FP16_EVENTS_URLS: 'ftp://example\.com/x'"):
+        load_settings()
+    monkeypatch.setenv("GENESIS_FP16_EVENTS_URLS", "http://127.0.0.1:1/x")
+    monkeypatch.delenv("GENESIS_FP16_EVENTS_SECRET")
+    with pytest.raises(SettingsError, match="GENESIS_FP16_EVENTS_SECRET: required"):
+        load_settings()
+
+
+def test_redeliver_says_who_took_it_and_refuses_bad_ids(tmp_path: Path, receiver: Receiver) -> None:
+    """A receiver down: exit 1 and the attempt logged as failed; up: exit 0, the body
+    arrives under the event's id; `list --json` shows the log; a malformed id, an unknown
+    one and no receiver configured are each one line, exit 2."""
+    event_id = outbox.record(tmp_path / "state" / "agents" / "se_darwin", "reject", {"n": 1})
+    urls = {"GENESIS_FP16_EVENTS_URLS": receiver.url, "GENESIS_FP16_EVENTS_SECRET": SECRET}
+    receiver.down()
+    failed = _cli(tmp_path, "events", "redeliver", event_id, **urls)
+    assert failed.returncode == 1 and "delivered to 0 of 1" in failed.stdout
+    receiver.up()
+    done = _cli(tmp_path, "events", "redeliver", event_id, **urls)
+    assert done.returncode == 0 and "delivered to 1 of 1" in done.stdout
+    assert [r.event["id"] for r in receiver.received] == [event_id]
+    (listed,) = json.loads(_cli(tmp_path, "events", "list", "--json").stdout)
+    assert listed["status"] == "delivered"
+    assert [a["status"] for a in listed["attempts"]] == ["failed", "delivered"]
+    assert event_id in _cli(tmp_path, "events", "list").stdout
+    for bad, env, said in (
+        ("zz", urls, "not an event id"),
+        ("0123456789abcdef", urls, "no event '0123456789abcdef'"),
+        (event_id, {}, "no receiver configured"),
+    ):
+        refused = _cli(tmp_path, "events", "redeliver", bad, **env)
+        assert refused.returncode == 2 and refused.stdout == ""
+        assert refused.stderr.count("\n") == 1 and said in refused.stderr

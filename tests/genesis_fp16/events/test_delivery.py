@@ -1,0 +1,146 @@
+"""Delivery to a real receiver on loopback: signed, keyed by the event id, in order per
+agent, retried with a capped backoff through a receiver down for ten (simulated) minutes,
+one agent's refused events holding no other agent's, a hung receiver cut by the timeout."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from webhook_receiver import Receiver
+
+from genesis_fp16.events import signing
+from genesis_fp16.events.delivery import Deliverer, DeliveryConfig
+from genesis_fp16_infrastructure.agent_folder import outbox
+
+SECRET = b"test-secret"
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    found = Receiver()
+    yield found
+    found.close()
+
+
+class Clock:
+    """The backoff's clock, moved by the test: ten minutes pass without waiting them."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _record(state: Path, agent: str, count: int) -> list[str]:
+    folder = state / "agents" / agent
+    return [outbox.record(folder, "promote", {"n": n}) for n in range(count)]
+
+
+def _deliverer(state: Path, url: str, clock: Clock | None = None, **config: float) -> Deliverer:
+    settings = DeliveryConfig(state, (url,), SECRET, **config)  # type: ignore[arg-type]
+    if clock is None:
+        return Deliverer(lambda: settings)
+    return Deliverer(lambda: settings, clock=clock, rand=lambda: 1.0)
+
+
+def test_events_arrive_signed_keyed_and_logged(tmp_path: Path, receiver: Receiver) -> None:
+    """Each event arrives once, its body verifiable with the secret (and not with another),
+    its id as the idempotency key, in order; its file logs the attempt: delivered, 200."""
+    ids = _record(tmp_path, "a", 3)
+    deliverer = _deliverer(tmp_path, receiver.url)
+    assert deliverer.step() is None
+    assert [r.event["id"] for r in receiver.received] == ids
+    for got in receiver.received:
+        assert got.signed_by(SECRET) and not got.signed_by(b"another")
+        assert got.headers[signing.IDEMPOTENCY_HEADER] == got.event["id"]
+        assert got.headers[signing.EVENT_HEADER] == "promote" and got.event["agent"] == "a"
+    events = outbox.read_events(tmp_path / "agents" / "a")
+    assert [e.status for e in events] == ["delivered"] * 3
+    assert events[0].attempts[-1]["code"] == 200 and events[0].attempts[-1]["error"] is None
+    deliverer.step()
+    assert len(receiver.received) == 3  # delivered events are not sent again
+
+
+def test_a_receiver_down_ten_minutes_gets_every_event_in_order_after(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    """Down (connections refused) for 600 simulated seconds while two agents' events pile
+    up: retries back off (1, 2, 4 ... s, capped at 60 s), so a dozen attempts, not
+    hundreds; once up, every event arrives within one capped wait, in order per agent."""
+    receiver.down()
+    clock = Clock()
+    deliverer = _deliverer(tmp_path, receiver.url, clock, backoff_max=60.0)
+    ids = {"a": _record(tmp_path, "a", 2), "b": _record(tmp_path, "b", 1)}
+    start, gaps = clock.now, []
+    while clock.now - start < 600:
+        wait = deliverer.step()
+        assert wait is not None and wait > 0
+        gaps.append(wait)
+        clock.now += wait
+        ids["a"].append(outbox.record(tmp_path / "agents" / "a", "reject", {}))
+    failed = outbox.read_events(tmp_path / "agents" / "a")[0].attempts
+    assert [a["status"] for a in failed] == ["failed"] * len(failed)
+    assert "refused" in failed[0]["error"].lower()
+    assert 8 <= len(failed) <= 20  # doubling to the cap, then each minute
+    assert max(gaps) <= 60.0
+    receiver.up()
+    clock.now += 60.0  # at most one capped wait after it is back
+    deliverer.step()
+    got = receiver.events()
+    for agent, expected in ids.items():
+        assert [e["id"] for e in got if e["agent"] == agent] == expected
+    assert not any(e.undelivered for e in outbox.read_events(tmp_path / "agents" / "a"))
+
+
+def test_one_agents_refused_event_holds_only_that_agent(tmp_path: Path, receiver: Receiver) -> None:
+    """The receiver answers 500 to agent a: a's second event waits behind its first (order),
+    b's events are delivered in the same pass; a's go once the receiver takes them."""
+    receiver.answer = lambda event: 500 if event["agent"] == "a" else 200
+    clock = Clock()
+    deliverer = _deliverer(tmp_path, receiver.url, clock)
+    first_a = _record(tmp_path, "a", 2)
+    ids_b = _record(tmp_path, "b", 2)
+    deliverer.step()
+    assert [e["id"] for e in receiver.events()] == ids_b
+    events_a = outbox.read_events(tmp_path / "agents" / "a")
+    assert [len(e.attempts) for e in events_a] == [1, 0]  # the second never tried before the first
+    assert events_a[0].attempts[0]["code"] == 500
+    receiver.answer = lambda event: 200
+    clock.now += 2.0
+    deliverer.step()
+    assert [e["id"] for e in receiver.events()] == ids_b + first_a
+
+
+def test_a_hung_receiver_is_cut_by_the_timeout(tmp_path: Path, receiver: Receiver) -> None:
+    """A receiver that does not answer fails the attempt at the timeout (logged as timed
+    out), and the pass goes on; the event is retried later."""
+    receiver.delay = 30.0  # released at teardown
+    ids = _record(tmp_path, "a", 1)
+    deliverer = _deliverer(tmp_path, receiver.url, timeout=0.3)
+    assert deliverer.step() is not None  # a retry is due later
+    event = outbox.read_events(tmp_path / "agents" / "a")[0]
+    assert event.id == ids[0] and event.status == "pending"
+    assert "timed out" in event.attempts[0]["error"]
+
+
+def test_events_without_a_receiver_stay_unsent_and_a_removed_receiver_stops_holding(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    """No URL configured: events are kept as ``unsent`` (not counted undelivered); a
+    pending event whose receiver is unconfigured becomes ``dropped`` for it."""
+    _record(tmp_path, "a", 1)
+    waiting: dict[str, int] = {}
+    none = DeliveryConfig(tmp_path)
+    Deliverer(lambda: none, on_pass=lambda w, d: waiting.update(w)).step()
+    assert outbox.read_events(tmp_path / "agents" / "a")[0].status == "unsent"
+    assert waiting == {"a": 0}
+    receiver.down()
+    _record(tmp_path, "a", 1)
+    _deliverer(tmp_path, receiver.url).step()
+    assert outbox.read_events(tmp_path / "agents" / "a")[1].status == "pending"
+    Deliverer(lambda: none, on_pass=lambda w, d: waiting.update(w)).step()
+    assert outbox.read_events(tmp_path / "agents" / "a")[1].status == "dropped"
+    assert waiting == {"a": 0}

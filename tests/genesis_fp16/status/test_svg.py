@@ -1,0 +1,175 @@
+"""The status page's charts as SVG: well-formed, escaped, self-contained; an empty chart,
+a single point, values that are not finite; and the three charts built from an agent's
+history, each event at its place."""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+
+from genesis_fp16.metrics.last_run import LastRun
+from genesis_fp16.metrics.run_history import GateMark, LiveMark, RunEntry
+from genesis_fp16.status.charts import quality_chart, scale_chart, watch_chart
+from genesis_fp16.status.history import AgentHistory, Transition
+from genesis_fp16.status.svg import HEIGHT, KINDS, LEFT, TOP, WIDTH, Chart, Mark, draw_chart
+
+NS = "{http://www.w3.org/2000/svg}"
+HOSTILE = '</title><script>alert(1)</script><image href="http://x/y.png"/> & "q"'
+
+
+def _tree(svg: str) -> ET.Element:
+    """The chart parsed as XML: it fails on markup that is not well-formed."""
+    return ET.fromstring(svg)
+
+
+def _marks(root: ET.Element) -> dict[str, list[tuple[str, ET.Element]]]:
+    """Each mark's kind -> [(its title, its shape)]."""
+    found: dict[str, list[tuple[str, ET.Element]]] = {}
+    for group in root.iter(f"{NS}g"):
+        kind = group.get("class", "").removeprefix("mark ")
+        title, shape = group.find(f"{NS}title"), list(group)[1]
+        found.setdefault(kind, []).append((title.text or "" if title is not None else "", shape))
+    return found
+
+
+def _tags(root: ET.Element) -> set[str]:
+    return {element.tag.removeprefix(NS) for element in root.iter()}
+
+
+def _centre_y(shape: ET.Element) -> float:
+    """A mark's point: where its path's pen starts (``M x,y``, then relative moves)."""
+    start = shape.get("d", "").removeprefix("M").split("m")[0]
+    return float(start.split(",")[1])
+
+
+def test_hostile_text_is_text_and_nothing_is_fetched_or_run() -> None:
+    """A hostile title, axis name and mark label stay text: no script, image or link
+    element, no attribute that loads anything, and the text reads back as it was."""
+    chart = Chart(
+        HOSTILE, HOSTILE, line=((1.0, 2.0), (2.0, 3.0)), marks=(Mark(2.0, 3.0, "x", HOSTILE),)
+    )
+    svg = draw_chart(chart)
+    root = _tree(svg)
+    assert _tags(root) <= {
+        "svg",
+        "title",
+        "rect",
+        "line",
+        "text",
+        "polyline",
+        "circle",
+        "g",
+        "path",
+    }
+    assert not any(a in e.attrib for e in root.iter() for a in ("href", "src", "onload"))
+    assert root.find(f"{NS}title").text == HOSTILE  # type: ignore[union-attr]
+    assert _marks(root)["other"][0][0] == HOSTILE  # an unknown kind: drawn, its own class
+
+
+def test_an_empty_chart_is_its_frame_and_a_line_saying_so() -> None:
+    """Nothing to draw: the frame and the chart's empty line, no line and no mark."""
+    root = _tree(draw_chart(Chart("t", "y", empty="no run recorded yet")))
+    texts = [t.text for t in root.iter(f"{NS}text")]
+    assert texts == ["no run recorded yet"]
+    assert "polyline" not in _tags(root) and "g" not in _tags(root)
+
+
+def test_a_single_point_is_drawn_inside_the_plot() -> None:
+    """One point (no range in x or y) is a dot inside the frame, and its mark too."""
+    root = _tree(
+        draw_chart(Chart("t", "y", line=((5.0, 0.7),), marks=(Mark(5.0, 0.7, "promoted", "p"),)))
+    )
+    (dot,) = [c for c in root.iter(f"{NS}circle") if c.get("class") == "point"]
+    x, y = float(dot.get("cx", "nan")), float(dot.get("cy", "nan"))
+    assert LEFT < x < WIDTH and TOP < y < HEIGHT
+    (mark,) = _marks(root)["promoted"]
+    assert abs(_centre_y(mark[1]) - y) < 1.0
+
+
+def test_values_that_are_not_finite_are_left_out_with_a_note() -> None:
+    """NaN and inf values are not drawn (the line breaks around them) and the chart says
+    how many; a value not reported (None) is no bad value; a zero on a log axis is one."""
+    line = ((1.0, 1.0), (2.0, math.nan), (3.0, 2.0), (4.0, math.inf), (5.0, None), (6.0, 4.0))
+    root = _tree(draw_chart(Chart("t", "y", line=line)))
+    notes = [t.text for t in root.iter(f"{NS}text") if t.get("class") == "note"]
+    assert notes == ["2 value(s) not drawn: not a finite number"]
+    assert len([c for c in root.iter(f"{NS}circle") if c.get("class") == "point"]) == 3
+    assert len(list(root.iter(f"{NS}polyline"))) == 3  # broken at each missing value
+    logged = _tree(draw_chart(Chart("t", "y", line=((1.0, 0.0), (2.0, 8.0)), log_y=True)))
+    assert "1 value(s)" in "".join(t.text or "" for t in logged.iter(f"{NS}text"))
+
+
+def _run(at: float, **fields: object) -> RunEntry:
+    record = LastRun("success", "fp32", "auto", at, 1.0, "why", "daemon", 10)
+    return RunEntry(record, **fields)  # type: ignore[arg-type]
+
+
+def _history() -> AgentHistory:
+    """A first model, a better one promoted, a rejected one, an operator's rollback."""
+    runs = (
+        _run(
+            100.0, gate=GateMark("promoted", "auc", "current", 0.70, None, "c1"), loss_scale=65536.0
+        ),
+        _run(
+            200.0,
+            gate=GateMark("promoted", "auc", "current", 0.80, 0.70, "c2", "c1"),
+            skipped_steps=4,
+        ),
+        _run(
+            300.0,
+            gate=GateMark("rejected", "auc", "current", 0.60, 0.80, "c3", "c2"),
+            demotions=("fp16 to bf16 at step 12: overflow_rate",),
+        ),
+    )
+    journal = (
+        Transition(99.5, "first", "c1", score=0.70),
+        Transition(199.5, "gate", "c2", score=0.80),
+        Transition(400.0, "rollback", "c1", dropped="c2", reason="operator", score=0.70),
+    )
+    return AgentHistory(runs=runs, transitions=journal, metric="auc")
+
+
+def test_the_quality_chart_marks_each_event_at_its_score() -> None:
+    """Two promotions (from the gate, not again from the journal), the rejected candidate
+    at its own score below the line, the rollback at the score of the model served after
+    it; the staircase ends at that score."""
+    chart = quality_chart(_history())
+    kinds = [(m.kind, m.x, m.y) for m in chart.marks]
+    assert kinds == [
+        ("promoted", 100.0, 0.70),
+        ("promoted", 200.0, 0.80),
+        ("rejected", 300.0, 0.60),
+        ("rolled_back", 400.0, 0.70),
+    ]
+    assert sorted(chart.line)[-1] == (400.0, 0.70) and (300.0, 0.80) in chart.line
+    root = _tree(draw_chart(chart))
+    marks = _marks(root)
+    assert "rolled back to c1 from c2: operator" in marks["rolled_back"][0][0]
+    assert marks["rejected"][0][0] == "c3 auc 0.6 vs c2 (0.8); why"  # why: the run's reason
+    # Higher AUC is higher on the chart: the rejected candidate is drawn below the rest.
+    assert _centre_y(marks["rejected"][0][1]) > max(_centre_y(s) for _, s in marks["promoted"])
+
+
+def test_the_scale_chart_marks_a_demotion_above_its_run() -> None:
+    """Loss scale per run on a log axis, skipped steps as bars, the demotion marked."""
+    chart = scale_chart(_history())
+    assert [(m.kind, m.x) for m in chart.marks] == [("demoted", 3.0)]
+    root = _tree(draw_chart(chart))
+    assert len([r for r in root.iter(f"{NS}rect") if r.get("class") == "bar"]) == 1
+    (demoted,) = _marks(root)["demoted"]
+    assert "overflow_rate" in demoted[0] and demoted[1].get("fill") == KINDS["demoted"][0]
+
+
+def test_the_watch_chart_draws_the_bounds_margin_and_a_rollback() -> None:
+    """The difference with its bounds as a band, the margin as a rule, the rollback
+    marked; the pointer's figures now are one more point."""
+    live = LiveMark(0.02, -0.01, 0.05, 0.03, 120, False, False)
+    worse = LiveMark(0.09, 0.05, 0.13, 0.03, 300, True, True)
+    runs = (_run(10.0, live=live), _run(20.0, live=worse))
+    history = AgentHistory(runs=runs, live_now=live, live_at=30.0)
+    chart = watch_chart(history)
+    assert [x for x, _ in chart.line] == [10.0, 20.0, 30.0] and chart.rule == 0.03
+    root = _tree(draw_chart(chart))
+    assert len(list(root.iter(f"{NS}polygon"))) == 1  # the band: three points in one
+    assert [t for t, _ in _marks(root)["rolled_back"]] == ["rolled back: 0.09"]
+    assert any(e.get("class") == "rule" for e in root.iter(f"{NS}line"))
