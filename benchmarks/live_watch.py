@@ -47,11 +47,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import random
 import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -71,6 +73,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainR
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.judging import segments
+from genesis_fp16_infrastructure.judging.noninferiority import Bound, holm_worse
 from genesis_fp16_infrastructure.recipes.retrain import gate, live_watch
 from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
 
@@ -184,22 +187,63 @@ def clean_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
     for k in range(10):
         if k == 4:
             seq.add(qa, _ids(qa))
+            served_before_qa = seq.served()
         else:
             seq.add(pool, ids[start : start + step])
             start += step
         outcome, data = seq.run()
-        live = data.get("live") or {}
+        live, gate_ = data.get("live") or {}, data.get("gate") or {}
         runs.append(
             {
                 "outcome": outcome,
+                "gate": gate_.get("outcome"),
+                "candidate": gate_.get("candidate_id"),
+                "needed": gate_.get("records_needed"),
+                "steps": data.get("steps"),
                 "new_agent": k == 4,
                 "rolled_back": bool(live.get("rolled_back")),
                 "regression": bool(live.get("regression")),
                 "difference": live.get("difference"),
                 "upper": live.get("upper"),
+                "newest_sd": _newest_spread(gate_),
             }
         )
-    return {"runs": runs}
+    qa_candidate = runs[4]["candidate"]
+    return {
+        "runs": runs,
+        "step": step,
+        "differences": _paired_differences(seq, served_before_qa, qa_candidate),
+    }
+
+
+def _newest_spread(gate_: dict[str, Any]) -> float | None:
+    """The s.d. of one record's log-loss difference on the gate's newest set."""
+    for c in gate_.get("comparisons") or []:
+        upper, lower = c.get("log_loss_worse_upper"), c.get("log_loss_worse_lower")
+        if c.get("set") == "newest" and upper is not None and lower is not None:
+            n = (c.get("candidate") or {}).get("records") or 0
+            return (upper - lower) / (2 * gate.Z_ONE_SIDED) * n**0.5
+    return None
+
+
+def _paired_differences(seq: Growth, served: dict[str, Any], candidate: str | None) -> list[float]:
+    """Per-record log-loss differences (candidate − the model served before it) of the
+    candidate that brought the new agent, on every record of the final pool, each scored
+    out of fold as the gate scores it: the power table resamples them."""
+    if candidate is None:
+        return []
+    folder = candidates_dir(seq.ck) / candidate
+    path = newest_checkpoint(folder)
+    if path is None:
+        return []
+    read = read_trajectories(seq.data)
+    records = gate.Records.of_columns(read.columns, np.arange(len(read.columns.labelled)))
+    losses = []
+    for checkpoint in (path, seq.ck / served["checkpoint"]):
+        model = gate.ScoredModel(load_checkpoint(checkpoint))
+        p = model.success_probability(records, True)
+        losses.append(gate.score(p, records.labels)[1])
+    return (losses[0] - losses[1]).tolist()
 
 
 def short_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
@@ -211,7 +255,47 @@ def short_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
     fifth = generate_pool(records // 8, seed=40_000 + 10 * seed + 5, agent="critic")
     seq.add(fifth, _ids(fifth), _flip)
     outcome, data = seq.run(steps=3)
-    return {"outcome": outcome, "reason": _why(data)}
+    gate_ = data.get("gate") or {}
+    failing = [
+        c.get("segment") or c.get("set")
+        for c in gate_.get("comparisons") or []
+        if c.get("finding") == "worse"
+    ]
+    wholes = {  # what each whole set found: without segments, these decided
+        c.get("set"): c.get("finding")
+        for c in gate_.get("comparisons") or []
+        if c.get("segment") is None
+    }
+    return {
+        "outcome": outcome,
+        "gate": gate_.get("outcome"),
+        "failing": failing,
+        "wholes": wholes,
+        "reason": _why(data),
+    }
+
+
+POWER_SIZES = (200, 1000, 5000)
+POWER_EFFECTS = (-0.02, -0.01, 0.0, 0.01)  # true mean difference, nats (below 0: better)
+
+
+def power_table(differences: list[float], replays: int, seed: int = 0) -> list[dict[str, Any]]:
+    """The gate's rule on one set of ``n`` newest records, replayed ``replays`` times per
+    (n, effect): records drawn with replacement from the measured per-record differences,
+    centred and shifted to the effect; the share promoted, inconclusive and rejected."""
+    rng = np.random.default_rng(seed)
+    d = np.asarray(differences, dtype=np.float64)
+    centred = d - d.mean()
+    rows = []
+    for n in POWER_SIZES:
+        for effect in POWER_EFFECTS:
+            counts = {"no_worse": 0, "inconclusive": 0, "worse": 0}
+            for _ in range(replays):
+                drawn = rng.choice(centred, size=n) + effect
+                bound = Bound.of("newest", drawn, gate.MARGIN_LOG_LOSS)
+                counts[bound.finding(holm_worse([bound])[0])] += 1
+            rows.append({"n": n, "effect": effect, **{k: v / replays for k, v in counts.items()}})
+    return rows
 
 
 def drift_sequence(seed: int, records: int, work: Path) -> dict[str, Any]:
@@ -465,7 +549,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--replays", type=int, default=200, help="A/A replays per store")
     parser.add_argument("--first-seed", type=int, default=0, help="the first sequence's seed")
+    parser.add_argument("--power-replays", type=int, default=2000)
+    parser.add_argument("--json-out", type=Path, help="the raw figures, rewritten likewise")
+    parser.add_argument(
+        "--report-from", type=Path, nargs="+", help="merge --json-out files and report them"
+    )
     args = parser.parse_args(argv)
+    if args.report_from:  # sequences run apart (e.g. two processes), reported as one
+        return _merged_report(args)
     logging.basicConfig(level=logging.ERROR)
     start = time.perf_counter()
     found: dict[str, list[dict[str, Any]]] = {
@@ -498,6 +589,9 @@ def main(argv: list[str] | None = None) -> int:
             if store is not None:  # each mixed pair's watch of a fresh pool, replayed A/A
                 found["aa"].append(aa_replays(store, args.replays, args.records // 10))
             print(f"sequence {seed} done, {time.perf_counter() - start:.0f} s", file=sys.stderr)
+            _add_power(found, args)  # after each sequence: a run stopped early keeps it
+            if args.json_out is not None:
+                args.json_out.write_text(json.dumps(found))
             if args.out is not None:  # a run stopped early still leaves what it measured
                 args.out.write_text(_report(found, costs, args, time.perf_counter() - start))
     report = _report(found, costs, args, time.perf_counter() - start)
@@ -544,7 +638,7 @@ def _mixed_lines(mixed: list[dict[str, Any]], aa: list[dict[str, Any]]) -> list[
 def _report(
     found: dict[str, list[dict[str, Any]]], costs: list[dict[str, Any]], args: Any, wall: float
 ) -> str:
-    n = len(found["poison"])
+    n = max(len(v) for k, v in found.items() if k != "power")
     lines = [
         f"# Live watch: {n} of {args.sequences} sequences, pools of {args.records} records",
         "",
@@ -567,25 +661,7 @@ def _report(
             f"{served}; rolled back in {len(rolled)}; clean records scored at the rollback: "
             f"{when}) |"
         ]
-    clean = [r for seq in found["clean"] for r in seq["runs"]]
-    if clean:
-        false = sum(r["rolled_back"] for r in clean)
-        agents = [r for r in clean if r["new_agent"]]
-        promoted = sum(r["outcome"] == "success" for r in agents)
-        all_promoted = sum(r["outcome"] == "success" for r in clean)
-        lines += [
-            f"| clean growth: false rollbacks | <= 1 in 100 runs | {false} in {len(clean)} runs "
-            f"({all_promoted} candidates promoted) |",
-            f"| clean growth: candidates bringing a new agent promoted | >= 8 of 10 | "
-            f"{promoted} of {len(agents)} |",
-        ]
-    short = found["short"]
-    if short:
-        rejected = sum(s["outcome"] == "rejected" for s in short)
-        lines.append(
-            f"| cut short (3 steps) and worse (a fifth agent's flipped labels), no golden "
-            f"pool: rejected | >= 9 of 10 | {rejected} of {len(short)} |"
-        )
+    lines += _clean_lines(found["clean"]) + _short_lines(found["short"])
     drift = found["drift"]
     if drift:
         rolled = sum(d["rollbacks"] for d in drift)
@@ -628,14 +704,7 @@ def _report(
             f"{p['before_auc']:.4f}, after {p['after_auc']:.4f} (same model: "
             f"{p['after_is_before']})"
         )
-    for i, seq in enumerate(found["clean"]):
-        marks = " ".join(
-            ("R" if r["rolled_back"] else "")
-            + {"success": "p", "rejected": "r"}.get(r["outcome"], r["outcome"][:1])
-            + ("*" if r["new_agent"] else "")
-            for r in seq["runs"]
-        )
-        lines.append(f"- clean s{i}: {marks} (p promoted, r rejected, R rolled back, * qa)")
+    lines += _clean_marks(found["clean"])
     for i, m in enumerate(found["mixed"]):
         r = m["rolled"]
         how = "no"
@@ -652,9 +721,146 @@ def _report(
             f"- A/A s{i}: {a['false_rollbacks']} of {a['replays']} replays of {a['records']} "
             f"records rolled back (fixed test peeked: {a['fixed_false']})"
         )
-    for i, s in enumerate(short):
-        lines.append(f"- short s{i}: {s['outcome']}: {s['reason']}")
+    lines += _short_marks(found["short"])
+    lines += _power_lines(found.get("power") or [], args)
     return "\n".join(lines) + "\n"
+
+
+def _merged_report(args: Any) -> int:
+    """The report of several ``--json-out`` files' sequences, in the order given."""
+    names = ("poison", "clean", "short", "drift", "mixed", "aa")
+    found: dict[str, list[dict[str, Any]]] = {k: [] for k in names}
+    for path in args.report_from:
+        for name, items in json.loads(path.read_text()).items():
+            if name != "power":
+                found.setdefault(name, []).extend(items)
+    _add_power(found, args)
+    print(_report(found, [], args, math.nan))
+    return 0
+
+
+def _add_power(found: dict[str, list[dict[str, Any]]], args: Any) -> None:
+    """The power table from the clean sequences' measured differences so far."""
+    differences = [d for seq in found["clean"] for d in seq["differences"]]
+    if differences:
+        found["power"] = power_table(differences, args.power_replays)
+
+
+def _qa_fate(seq: dict[str, Any]) -> tuple[str, int | None]:
+    """What became of the first candidate trained on the new agent's records (the run
+    that found them may instead judge a kept, older candidate again, training none):
+    promoted at once, promoted when judged again (with the records that arrived after
+    it), or not; and those records (0: at once; None: never)."""
+    runs, step = seq["runs"], seq["step"]
+    trained = [(k, r) for k, r in enumerate(runs) if k >= 4 and r["steps"]]
+    if not trained:
+        return "never trained", None
+    at, first = trained[0]
+    if first["gate"] == "promoted":
+        return "promoted at once", 0
+    for k, r in enumerate(runs[at + 1 :], start=1):
+        if r["gate"] == "promoted" and r["candidate"] == first["candidate"]:
+            return f"{first['gate']}, promoted judged again after {k * step} records", k * step
+    return f"{first['gate']}, not promoted itself", None
+
+
+def _learned(seq: dict[str, Any]) -> int | None:
+    """The records that arrived after the new agent's until a model trained on them was
+    served (0: in the run that found them); None: never in these runs."""
+    runs, step = seq["runs"], seq["step"]
+    knowing = {r["candidate"] for k, r in enumerate(runs) if k >= 4 and r["steps"]}
+    for k, r in enumerate(runs[4:]):
+        if r["gate"] == "promoted" and r["candidate"] in knowing:
+            return k * step
+    return None
+
+
+def _clean_lines(clean_seqs: list[dict[str, Any]]) -> list[str]:
+    clean = [r for seq in clean_seqs for r in seq["runs"]]
+    if not clean:
+        return []
+    false = sum(r["rolled_back"] for r in clean)
+    fates = [_qa_fate(seq) for seq in clean_seqs]
+    took = [t for _, t in fates if t is not None]
+    later = [t for t in took if t > 0]
+    learned = [t for t in (_learned(seq) for seq in clean_seqs) if t is not None]
+    when = f"median {statistics.median(learned):.0f}, max {max(learned)}" if learned else "-"
+    verdicts = Counter(r["gate"] for r in clean)
+    return [
+        f"| clean growth: false rollbacks | <= 1 in 100 runs | {false} in {len(clean)} runs "
+        f"(gate verdicts: {', '.join(f'{k} {v}' for k, v in sorted(verdicts.items(), key=str))}) |",
+        f"| clean growth: candidates bringing a new agent promoted (at once, or inconclusive "
+        f"and promoted when judged again) | >= 8 of 10 | {len(took)} of {len(fates)} "
+        f"({len(took) - len(later)} at once, {len(later)} judged again, after "
+        f"{', '.join(str(t) for t in later) or '-'} new records) |",
+        f"| clean growth: a model trained on the new agent's records served | - | "
+        f"{len(learned)} of {len(clean_seqs)} (records after the new agent's until then: "
+        f"{when}) |",
+    ]
+
+
+def _short_lines(short: list[dict[str, Any]]) -> list[str]:
+    if not short:
+        return []
+    rejected = sum(s["gate"] == "rejected" for s in short)
+    by_segment = sum(any(f not in ("held_out", "newest") for f in s["failing"]) for s in short)
+    verdicts = Counter(s["gate"] for s in short)
+    wholes = Counter(
+        f"{name} {finding}" for s in short for name, finding in s.get("wholes", {}).items()
+    )
+    return [
+        f"| cut short (3 steps) and worse (a fifth agent's flipped labels), no golden "
+        f"pool: rejected | >= 9 of 10 | {rejected} of {len(short)} (a known agent's segment "
+        f"shown worse in {by_segment}; verdicts: "
+        f"{', '.join(f'{k} {v}' for k, v in sorted(verdicts.items(), key=str))}; the whole "
+        f"sets alone: {', '.join(f'{k}: {v}' for k, v in sorted(wholes.items()))}) |"
+    ]
+
+
+def _clean_marks(clean_seqs: list[dict[str, Any]]) -> list[str]:
+    mark = {"promoted": "p", "rejected": "r", "inconclusive": "i", "held": "h"}
+    lines = []
+    for i, seq in enumerate(clean_seqs):
+        marks = " ".join(
+            ("R" if r["rolled_back"] else "")
+            + mark.get(str(r["gate"]), str(r["outcome"])[:1])
+            + ("0" if r["steps"] == 0 and r["gate"] else "")
+            + ("*" if r["new_agent"] else "")
+            for r in seq["runs"]
+        )
+        lines.append(
+            f"- clean s{i}: {marks}; new agent's candidate: {_qa_fate(seq)[0]} (p promoted, "
+            f"r rejected, i inconclusive, 0 a kept candidate judged again, no step; R rolled "
+            f"back, * qa arrives)"
+        )
+    return lines
+
+
+def _short_marks(short: list[dict[str, Any]]) -> list[str]:
+    return [f"- short s{i}: {s['gate']}: {s['reason']}" for i, s in enumerate(short)]
+
+
+def _power_lines(rows: list[dict[str, Any]], args: Any) -> list[str]:
+    if not rows:
+        return []
+    lines = [
+        "",
+        f"The gate's power on its newest set ({args.power_replays} replays per cell; each "
+        "record's log-loss difference drawn from those measured between the new agent's "
+        "candidates and the models served before them, centred, shifted by the effect; "
+        f"margin {gate.MARGIN_LOG_LOSS} nats, 95% one-sided): promoted / inconclusive / "
+        "rejected",
+        "",
+        "| newest records | " + " | ".join(f"effect {r['effect']:+.2f}" for r in rows[:4]) + " |",
+        "| --- |" + " --- |" * 4,
+    ]
+    for i in range(0, len(rows), 4):
+        cells = [
+            f"{r['no_worse']:.0%} / {r['inconclusive']:.0%} / {r['worse']:.0%}"
+            for r in rows[i : i + 4]
+        ]
+        lines.append(f"| {rows[i]['n']:,} | " + " | ".join(cells) + " |")
+    return lines
 
 
 if __name__ == "__main__":

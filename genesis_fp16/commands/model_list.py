@@ -79,13 +79,14 @@ def list_models(folder: Path, agent: str, as_json: bool, idle_seconds: float = 8
         return 0
     print(
         f"{'ID':<28} {'STATE':<12} {'RECORDS':>7} {'PREC':<5} {'AUC':>6} {'LOGLOSS':>7} "
-        f"{'LOSS':>7}  {'TRAINED':<20}  LIVE"
+        f"{'LOSS':>7}  {'GATE':<26}  {'TRAINED':<20}  LIVE"
     )
     for row in rows:
         print(
             f"{row['id']:<28} {row['state']:<12} {row['records'] or '-':>7} "
             f"{row['precision'] or '-':<5} {_num(row['auc']):>6} {_num(row['log_loss']):>7} "
-            f"{_num(row['loss']):>7}  {row['trained_at'] or '-':<20}  {_live(row['live'])}"
+            f"{_num(row['loss']):>7}  {_gate(row):<26}  {row['trained_at'] or '-':<20}  "
+            f"{_live(row['live'])}"
         )
     for line in _watch_lines(agent, watched):
         print(line)
@@ -168,11 +169,38 @@ def _rows(folder: Path, pointer: ServedPointer | None) -> list[dict[str, Any]]:
                 "loss": scores.get("loss"),  # a judged plugin's mean loss
                 "trained_at": meta.get("created_at"),
                 "reason": verdict.get("reason"),
+                # Issue 62: an inconclusive one's records needed, and the sets or segments
+                # (se_darwin: Genesis agents) that were shown worse or left undecided.
+                "records_needed": verdict.get("records_needed"),
+                "deciding": _deciding(verdict),
                 # The live watch's figures: the pointer's, or a rolled-back one's verdict's
                 "live": live.get(candidate.name) or verdict.get("live"),
             }
         )
     return rows
+
+
+def _deciding(verdict: dict[str, Any]) -> list[str]:
+    """The sets (``set:segment`` for a segment) whose finding decided a verdict that is
+    not a promotion: those shown worse, else those left inconclusive."""
+    found: dict[str, list[str]] = {"worse": [], "inconclusive": []}
+    for c in verdict.get("comparisons") or []:
+        if isinstance(c, dict) and c.get("finding") in found:
+            name = f"{c.get('set')}:{c['segment']}" if c.get("segment") else str(c.get("set"))
+            found[str(c["finding"])].append(name)
+    return found["worse"] or found["inconclusive"]
+
+
+def _gate(row: dict[str, Any]) -> str:
+    """The gate's verdict in a few words: an inconclusive one with the records it needs,
+    a rejected one with the set or segment that was worse."""
+    verdict = str(row.get("gate_verdict") or "-")
+    if verdict == "inconclusive":
+        needed = row.get("records_needed")
+        return f"inconclusive, needs {needed}" if needed else "inconclusive"
+    if verdict == "rejected" and row.get("deciding"):
+        return f"rejected: {','.join(row['deciding'])}"
+    return verdict
 
 
 def _live(figures: Any) -> str:

@@ -157,6 +157,9 @@ def verdict(result: TrainResult) -> str:
         return f"done: {result.steps} steps (no promotion gate: the newest checkpoint is the model)"
     if gate.outcome == "rejected":
         return f"rejected: {_gate_reason(gate, passed=False)}; the served model stays"
+    if gate.outcome == "inconclusive":  # issue 62: kept, judged again as records arrive
+        needs = f"about {gate.records_needed} records" if gate.records_needed else "more records"
+        return f"inconclusive: kept, judged again when {needs} show it; the served model stays"
     if gate.outcome == "held":  # the operator pinned the served model
         return f"held by the pin: {_gate_reason(gate, passed=True)}; the pinned model stays"
     if gate.outcome == "promoted":

@@ -11,6 +11,13 @@ promotion gate's verdict) and ``export_drift`` its ``TrainResult.drift`` (a
 ...     candidate=ScoresOn("held_out", 0.80, 0.4), served=ScoresOn("held_out", 0.90, 0.3)))
 >>> metrics.candidate.labels(agent="se_darwin", score="auc")._value.get()
 0.8
+>>> metrics.export_gate("se_darwin", GateReport("inconclusive", "too few", records_needed=900))
+>>> metrics.verdicts.labels(agent="se_darwin", outcome="inconclusive")._value.get()
+1.0
+>>> metrics.rejected.labels(agent="se_darwin")._value.get()  # never reported as worse
+0.0
+>>> metrics.records_needed.labels(agent="se_darwin")._value.get()
+900.0
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ class PromotionMetrics:
         self.rejected = gauge(
             "candidate_rejected",
             "1 when the agent's last judged candidate was rejected (the served model "
-            "stays), 0 when it was promoted.",
+            "stays), 0 when it was promoted or is inconclusive (kept, judged again).",
             ("agent",),
         )
         self.pinned = gauge(
@@ -86,6 +93,22 @@ class PromotionMetrics:
             "from the served-model pointer's journal: once each, its run reported or not.",
             ("agent",),
             registry=registry,
+        )
+        # Issue 62: every verdict, inconclusive ones apart from rejections (never "worse").
+        self.verdicts = Counter(
+            "genesis_fp16_gate_verdicts",
+            "The promotion gate's verdicts by outcome: promoted, rejected, inconclusive (not "
+            "shown no worse nor worse: kept and judged again as records arrive), held, "
+            "undecided.",
+            ("agent", "outcome"),
+            registry=registry,
+        )
+        self.records_needed = gauge(
+            "candidate_records_needed",
+            "The records the last inconclusive candidate's undecided sets would need to be "
+            "shown no worse at the observed difference (NaN: more records alone would not "
+            "show it); 0 once a verdict is reached.",
+            ("agent",),
         )
         self.drift = gauge(
             "feature_drift",
@@ -130,8 +153,11 @@ class PromotionMetrics:
             for name, margin in (("auc", first.delta_auc), ("log_loss", first.delta_log_loss)):
                 if math.isfinite(margin):
                     self.tolerance.labels(agent=agent, score=name).set(margin)
-        if gate.outcome in ("promoted", "rejected"):
+        if gate.outcome in ("promoted", "rejected", "inconclusive"):
             self.rejected.labels(agent=agent).set(float(gate.outcome == "rejected"))
+        self.verdicts.labels(agent=agent, outcome=gate.outcome).inc()
+        needed = gate.records_needed if gate.outcome == "inconclusive" else 0
+        self.records_needed.labels(agent=agent).set(math.nan if needed is None else needed)
 
     def count_promotions(self, agent: str, new: Sequence[Mapping[str, Any]]) -> int:
         """Count the gate's promotions among ``new`` journal entries (JournalCursor.new)."""

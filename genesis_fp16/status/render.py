@@ -166,6 +166,8 @@ def _served_rows(served: ServedModel | None) -> list[Row]:
     rows += _watch_rows(served.watch)
     if served.pinned is not None:
         rows.append(("pinned", served.pinned))
+    if served.judging is not None:
+        rows.append(("judging", served.judging))
     return rows
 
 

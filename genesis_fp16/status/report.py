@@ -35,9 +35,12 @@ from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import AGENTS_FOLDER, SERVED_POINTER
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     REPAIR,
+    VERDICT_NAME,
     aside_path,
+    list_candidates,
     newest_checkpoint,
     pointer_path,
+    read_json,
 )
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionName,
@@ -90,6 +93,8 @@ class ServedModel:
     error: str | None = None
     # The live watch: watched or not (state, reason, since, limit: live_metrics.watch_state)
     watch: dict[str, Any] | None = None
+    # Issue 62: the newest candidate kept inconclusive (judged again as records arrive)
+    judging: str | None = None
 
 
 @dataclass(frozen=True)
@@ -229,6 +234,7 @@ def _served_entry(path: Path, data: Any, idle_seconds: float) -> ServedModel:
         live=_figures(served.get("live")),
         pinned=None if pinned in (None, False) else _describe_pin(pinned),
         watch=_watch(served, data.get("history"), idle_seconds),
+        judging=_kept_inconclusive(path.parent),
     )
 
 
@@ -238,6 +244,21 @@ def _watch(served: dict[str, Any], history: Any, idle_seconds: float) -> dict[st
     live = served.get("live")
     segments = live.get("segments") if isinstance(live, dict) else None
     return {**state, "segments": segments if isinstance(segments, list) else None}
+
+
+def _kept_inconclusive(folder: Path) -> str | None:
+    """The newest candidate kept ``inconclusive``, and the records it needs, in words."""
+    try:
+        candidates = list_candidates(folder)
+    except OSError:  # not ours to list: the served line says enough
+        return None
+    for candidate in reversed(candidates):
+        verdict = read_json(candidate / VERDICT_NAME) or {}
+        if verdict.get("outcome") == "inconclusive":
+            needed = verdict.get("records_needed")
+            needs = f"about {needed} records" if isinstance(needed, int) else "more records"
+            return _cut(f"candidate {candidate.name} inconclusive: judged again as {needs} arrive")
+    return None
 
 
 def _newest_checkpoint(paths: AgentPaths) -> ServedModel | None:

@@ -350,3 +350,22 @@ def open_log(path: Path, file: StateFile) -> TextIO:
     clear_way(path, file)
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
     return os.fdopen(os.open(path, flags, 0o644), "w", encoding="utf-8")
+
+
+def folder_bytes(folder: Path) -> int:
+    """The bytes of every file under ``folder`` (the agent's disk use, as a gauge)."""
+    total = 0
+    for path in Path(folder).rglob("*"):
+        try:
+            if path.is_file():
+                total += path.stat().st_size
+        except OSError:
+            continue  # removed while walking (pruned, or a temp file renamed)
+    return total
+
+
+def last_write(folder: Path) -> float:
+    """The newest modification time of the folder or anything in it."""
+    times = [folder.stat().st_mtime]
+    times += [path.stat().st_mtime for path in folder.rglob("*") if path.is_file()]
+    return max(times)

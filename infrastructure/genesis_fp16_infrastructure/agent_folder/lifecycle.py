@@ -11,7 +11,7 @@ and one pointer that says which of them Genesis uses::
         served.json                  {"served": {...}, "history": [{...}, ...]}
         candidates/<id>/             one training run's checkpoints
             candidate.json           its data (digest, records) and request, when it began
-            verdict.json             the gate's verdict: promoted, rejected or undecided
+            verdict.json             the gate's verdict: promoted, rejected, inconclusive, undecided
             ckpt-0000000120.pt ...
 
 A candidate trains in its own folder; the pointer changes only when one is promoted, and
@@ -69,7 +69,8 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16_infrastructure.agent_folder import files, outbox
-from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile
+from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile, last_write
+from genesis_fp16_infrastructure.agent_folder.files import folder_bytes as folder_bytes
 from genesis_fp16_infrastructure.agent_folder.layout import (
     ASIDE_SUFFIX,
     CANDIDATES_FOLDER,
@@ -225,6 +226,9 @@ POINTER_LOCK = POINTER_LOCK_FILE.name  # the flock every writer of the pointer h
 CANDIDATE_META = CANDIDATE_META_FILE.name
 VERDICT_NAME = VERDICT.name
 UNFINISHED_MIN_DAYS = 1.0  # an unfinished candidate untouched this long is pruned
+# Inconclusive candidates (issue 62: judged again as records arrive) kept whatever their
+# age: the newest two; an older one is pruned as a rejected one is.
+INCONCLUSIVE_KEEP = 2
 # Transitions the pointer remembers: enough for the daemon to count each one between two
 # of its runs (a run and a few operator commands), each entry ~1-5 KB (a gate verdict).
 JOURNAL_KEEP = 16
@@ -537,22 +541,12 @@ def candidate_entry(
     }
 
 
-def folder_bytes(folder: Path) -> int:
-    """The bytes of every file under ``folder`` (the agent's disk use, as a gauge)."""
-    total = 0
-    for path in Path(folder).rglob("*"):
-        try:
-            total += path.stat().st_size if path.is_file() else 0
-        except OSError:
-            continue  # removed while walking (pruned, or a temp file renamed)
-    return total
-
-
 def prune(folder: Path, keep_served: int, rejected_days: float) -> list[Path]:
     """Remove candidates neither served nor among the last ``keep_served`` served:
-    rejected or undecided ones older than ``rejected_days``, unfinished ones (no verdict)
-    untouched for ``rejected_days`` and ``UNFINISHED_MIN_DAYS`` (a run cut short by its
-    timeout every hour must find its candidate next time). Returns what was removed."""
+    rejected, undecided or inconclusive ones (but the newest ``INCONCLUSIVE_KEEP``
+    inconclusive) older than ``rejected_days``, unfinished ones (no verdict) untouched
+    for ``rejected_days`` and ``UNFINISHED_MIN_DAYS`` (a run cut short by its timeout
+    every hour must find its candidate next time). Returns what was removed."""
     return prune_and_read(folder, keep_served, rejected_days)[0]
 
 
@@ -581,10 +575,11 @@ def _prune_locked(
     if pointer is not None:
         kept_ids = {str(e.get("id")) for e in [pointer.served, *pointer.history]}
         kept_ids |= set(disagreeing(folder, pointer))  # a verdict not yet rolled forward
+    kept_ids |= set(_newest_inconclusive(folder))
     cutoff = time.time() - rejected_days * 86400
     removed = []
     for stale in Path(folder).glob(".up-to-date-*"):  # an up-to-date run killed mid-eval
-        if stale.is_dir() and _last_write(stale) < time.time() - UNFINISHED_MIN_DAYS * 86400:
+        if stale.is_dir() and last_write(stale) < time.time() - UNFINISHED_MIN_DAYS * 86400:
             shutil.rmtree(stale, ignore_errors=True)
     for candidate in list_candidates(folder):
         if candidate.name in kept_ids or not _prunable(candidate, pointer, cutoff):
@@ -600,10 +595,16 @@ def _prunable(candidate: Path, pointer: ServedPointer | None, cutoff: float) -> 
     untouched. With no pointer at all a promoted one stays: a repair serves it again."""
     verdict = read_json(candidate / VERDICT_NAME)
     if verdict is None:  # unfinished and recent: the next run of its data resumes it
-        return _last_write(candidate) <= min(cutoff, time.time() - UNFINISHED_MIN_DAYS * 86400)
+        return last_write(candidate) <= min(cutoff, time.time() - UNFINISHED_MIN_DAYS * 86400)
     if verdict.get("outcome") == "promoted":
         return pointer is not None
     return float(verdict.get("decided_at_s", 0)) <= cutoff  # a recent one kept for inspection
+
+
+def _newest_inconclusive(folder: Path) -> list[str]:
+    """The newest ``INCONCLUSIVE_KEEP`` candidates whose verdict is ``inconclusive``."""
+    verdicts = [(c.name, read_json(c / VERDICT_NAME) or {}) for c in list_candidates(folder)]
+    return [n for n, v in verdicts if v.get("outcome") == "inconclusive"][-INCONCLUSIVE_KEEP:]
 
 
 def _remove(folder: Path, candidate: Path) -> None:
@@ -622,13 +623,6 @@ def _empty_pruning(folder: Path) -> None:
     trash = Path(folder) / PRUNING_FOLDER
     if trash.is_dir():
         shutil.rmtree(trash, ignore_errors=True)
-
-
-def _last_write(folder: Path) -> float:
-    """The newest modification time of the folder or anything in it."""
-    times = [folder.stat().st_mtime]
-    times += [path.stat().st_mtime for path in folder.rglob("*") if path.is_file()]
-    return max(times)
 
 
 # Repairs and the operator's pin --------------------------------------------------

@@ -151,6 +151,15 @@ class GateComparison(Record):
     auc_worse_upper: float = field(default=math.nan, metadata=_R6)
     log_loss_worse_upper: float = field(default=math.nan, metadata=_R6)
     reference: str | None = None  # the model compared with, when not the served one
+    # Issue 62: the segment (se_darwin: the Genesis agent) a per-segment comparison is of;
+    # its answer (judging.noninferiority: no_worse, worse or inconclusive; passed is None
+    # when inconclusive) and, when inconclusive, the records it would need.
+    segment: str | None = field(default=None, metadata=_OPTIONAL)
+    finding: str | None = field(default=None, metadata=_OPTIONAL)
+    log_loss_worse_lower: float | None = field(default=None, metadata={**_R6, **_OPTIONAL})
+    auc_worse_lower: float | None = field(default=None, metadata={**_R6, **_OPTIONAL})
+    auc_vetoes_only: bool | None = field(default=None, metadata=_OPTIONAL)
+    records_needed: int | None = field(default=None, metadata=_OPTIONAL)
 
 
 @dataclass(frozen=True)
@@ -174,7 +183,7 @@ class ScoresOn(Record):
         return cls(comparison.name, scores.auc, scores.log_loss, scores.auc_se, scores.records)
 
 
-GateOutcome = Literal["promoted", "rejected", "undecided", "held", "rolled_back"]
+GateOutcome = Literal["promoted", "rejected", "inconclusive", "undecided", "held", "rolled_back"]
 
 
 @dataclass(frozen=True)
@@ -200,6 +209,10 @@ class GateReport(Record):
     decided_at_s: float | None = field(default=None, metadata=_OPTIONAL)
     gate_outcome: str | None = field(default=None, metadata=_OPTIONAL)
     detail: str | None = field(default=None, metadata=_OPTIONAL)
+    # An inconclusive verdict's (issue 62): the records its undecided sets would need, and
+    # the data digest it was judged on (judged again when the data moves on).
+    records_needed: int | None = field(default=None, metadata=_OPTIONAL)
+    judged_on: str | None = field(default=None, metadata=_OPTIONAL)
 
     def first_scores(self, side: Literal["candidate", "served"]) -> ScoresOn | None:
         """``side``'s scores on the first set that scored it."""

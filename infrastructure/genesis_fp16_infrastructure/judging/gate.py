@@ -22,16 +22,17 @@ True
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from genesis_fp16_infrastructure.contract.judging import RecordLosses
 from genesis_fp16_infrastructure.contract.reports import GateComparison, ScoresOn
+from genesis_fp16_infrastructure.judging.noninferiority import Z_95, Bound, holm_worse
 
-Z_95 = 1.6448536269514722  # one-sided 95%
 MIN_RECORDS = 2  # an s.e. needs two; fewer shared records cannot decide
+SEGMENT_MIN_RECORDS = 100  # a segment is judged on its own from this many shared records
 
 
 @dataclass(frozen=True)
@@ -45,16 +46,36 @@ class Paired:
     difference: float  # mean(candidate - reference): below 0, the candidate is better
     upper: float  # its one-sided 95% upper bound
     margin: float
-    passed: bool | None  # None: too few shared records to decide
+    passed: bool | None  # None: too few shared records to decide, or inconclusive
+    lower: float = math.nan  # its one-sided 95% lower bound
+    segment: str | None = None  # the records' segment (RecordLosses.segments), if one
+    # no_worse, worse or inconclusive (judging.noninferiority), as settled by decide()
+    finding: str | None = None
+
+    def bound(self) -> Bound | None:
+        """Its question for :func:`decide`; None when it has too few records."""
+        if not math.isfinite(self.upper) or not math.isfinite(self.lower):
+            return None
+        se = (self.upper - self.lower) / (2 * Z_95)
+        return Bound(self.label, self.records, self.difference, se, self.margin)
+
+    @property
+    def label(self) -> str:
+        return self.name if self.segment is None else f"{self.name} (segment {self.segment})"
 
     def comparison(self) -> GateComparison:
         """As the gate report's comparison (no AUC: the figures are in ``reason``)."""
+        bound = self.bound()
+        needed = bound.records_needed() if bound and self.finding == "inconclusive" else None
         return GateComparison(
             name=self.name,
             candidate=None,
             served=None,
             passed=self.passed,
             reason=self.reason(),
+            segment=self.segment,
+            finding=self.finding,
+            records_needed=needed,
         )
 
     def scores(self, side: str) -> ScoresOn:
@@ -62,13 +83,16 @@ class Paired:
         return ScoresOn(self.name, math.nan, math.nan, records=self.records, loss=round(loss, 6))
 
     def reason(self) -> str:
-        if self.passed is None:
-            return f"{self.name}: {self.records} shared record(s), too few to decide"
-        word = "within" if self.passed else "beyond"
+        if self.bound() is None:
+            return f"{self.label}: {self.records} shared record(s), too few to decide"
+        shown = {
+            "worse": "shown worse beyond",
+            "inconclusive": "neither shown within nor beyond",
+        }.get(str(self.finding), "within")
         return (
-            f"{self.name}: loss {self.candidate:.6g} vs served {self.reference:.6g} on "
-            f"{self.records} records, worse by at most {self.upper:+.6g} (95%), {word} the "
-            f"margin {self.margin:.6g}"
+            f"{self.label}: loss {self.candidate:.6g} vs served {self.reference:.6g} on "
+            f"{self.records} records, worse by {self.lower:+.6g} to {self.upper:+.6g} (95%), "
+            f"{shown} the margin {self.margin:.6g}"
         )
 
     def to_json(self) -> dict[str, object]:
@@ -79,8 +103,11 @@ class Paired:
             "served_loss": round(self.reference, 6),
             "difference": round(self.difference, 6),
             "upper": round(self.upper, 6),
+            "lower": round(self.lower, 6),
             "margin": self.margin,
             "passed": self.passed,
+            "segment": self.segment,
+            "finding": self.finding,
         }
 
 
@@ -103,17 +130,90 @@ def compare(
     margin: Callable[[float], float],
 ) -> Paired:
     """The candidate against the served model on the records both scored; ``margin``
-    maps the served model's mean (clipped) loss there to the difference tolerated."""
+    maps the served model's mean (clipped) loss there to the difference tolerated. Its
+    finding is its own question's alone (:func:`decide` settles it with the others)."""
     a, b = paired_losses(candidate, served, span)
+    return _paired(name, a, b, margin, None)
+
+
+def compare_segments(
+    name: str,
+    candidate: RecordLosses,
+    served: RecordLosses,
+    span: float,
+    margin: Callable[[float], float],
+    known: Collection[str] | None = None,
+) -> list[Paired]:
+    """:func:`compare`, then one comparison per segment of the served model's records
+    (``RecordLosses.segments``; ``known``: only these, the segments the served model
+    knew) with at least ``SEGMENT_MIN_RECORDS`` shared records, when there are two or
+    more segments: a loss on one cannot hide in the whole set's mean (issue 62)."""
+    a, b = paired_losses(candidate, served, span)
+    found = [_paired(name, a, b, margin, None)]
+    if served.segments is None:
+        return found
+    where = {id_: i for i, id_ in enumerate(served.ids)}
+    keys = np.array(
+        [served.segments[where[id_]] for id_ in candidate.ids if id_ in where], dtype=object
+    )
+    if len(set(keys.tolist())) < 2:
+        return found
+    for segment in sorted(set(keys.tolist())):
+        picked = keys == segment
+        if (known is None or segment in known) and picked.sum() >= SEGMENT_MIN_RECORDS:
+            found.append(_paired(name, a[picked], b[picked], margin, str(segment)))
+    return found
+
+
+def _paired(
+    name: str,
+    a: np.ndarray,
+    b: np.ndarray,
+    margin: Callable[[float], float],
+    segment: str | None,
+) -> Paired:
     n = len(a)
     if n < MIN_RECORDS:
         mean_a = float(a.mean()) if n else math.nan
         mean_b = float(b.mean()) if n else math.nan
-        return Paired(name, n, mean_a, mean_b, mean_a - mean_b, math.nan, math.nan, None)
-    d = a - b
-    upper = float(d.mean() + Z_95 * d.std(ddof=1) / math.sqrt(n))
-    tolerated = margin(float(b.mean()))
+        return Paired(name, n, mean_a, mean_b, mean_a - mean_b, math.nan, math.nan, None,
+                      segment=segment)  # fmt: skip
+    bound = Bound.of(name, a - b, margin(float(b.mean())))
+    finding = bound.finding(holm_worse([bound])[0])
     return Paired(
-        name, n, float(a.mean()), float(b.mean()), float(d.mean()), upper, tolerated,
-        upper <= tolerated,
+        name, n, float(a.mean()), float(b.mean()), bound.mean, bound.upper, bound.margin,
+        _PASSED.get(finding), bound.lower, segment, finding,
     )  # fmt: skip
+
+
+_PASSED = {"no_worse": True, "worse": False}  # inconclusive: passed is None
+
+
+def decide(comparisons: Sequence[Paired]) -> tuple[str, str, list[Paired]]:
+    """Every comparison's question settled together: ``rejected`` when Holm shows one
+    worse beyond its margin, ``promoted`` when each is shown no worse, ``inconclusive``
+    when neither (kept, judged again), ``undecided`` when none can be asked; with the
+    reason naming the sets and segments that decided, and the settled comparisons."""
+    bounds = [c.bound() for c in comparisons]
+    asked = [b for b in bounds if b is not None]
+    if not asked:
+        why = "; ".join(c.reason() for c in comparisons) or "no comparison"
+        return "undecided", why, list(comparisons)
+    flags = iter(holm_worse(asked))
+    settled = []
+    for c, b in zip(comparisons, bounds, strict=True):
+        if b is None:
+            settled.append(c)
+            continue
+        finding = b.finding(next(flags))
+        settled.append(replace(c, finding=finding, passed=_PASSED.get(finding)))
+    for outcome, finding, words in (
+        ("rejected", "worse", "worse than the served model"),
+        ("inconclusive", "inconclusive", "inconclusive, not shown no worse"),
+    ):
+        found = [c for c in settled if c.finding == finding]
+        if found:
+            return outcome, f"{words}: " + "; ".join(c.reason() for c in found), settled
+    if any(c.bound() is None for c in settled):
+        return "undecided", next(c for c in settled if c.bound() is None).reason(), settled
+    return "promoted", "no worse than the served model: " + settled[0].reason(), settled

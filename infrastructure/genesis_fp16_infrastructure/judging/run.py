@@ -68,7 +68,7 @@ from genesis_fp16_infrastructure.contract.reports import GateOutcome, GateReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.judging import stores
-from genesis_fp16_infrastructure.judging.gate import Paired, compare
+from genesis_fp16_infrastructure.judging.gate import Paired, compare, compare_segments, decide
 from genesis_fp16_infrastructure.judging.watch import watch
 from genesis_fp16_infrastructure.training.checkpoint_files import (
     digest_path,
@@ -127,6 +127,9 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
         )
         if live is not None and live.get("rolled_back"):  # the figures, a dict here
             served = _Served(judged, request)  # the predecessor, served again
+    rejudged = _rejudge_kept(judged, request, served)  # issue 62: before any training
+    if rejudged is not None:
+        return _up_to_date(request, served, time.monotonic() - started, live, rejudged)
     if _nothing_new(served, request):
         return _up_to_date(request, served, time.monotonic() - started, live)
     candidate = new_candidate(Path(request.checkpoint_dir), _meta(request, served))
@@ -189,7 +192,7 @@ def _last_judged(folder: Path, served_id: str | None) -> np.ndarray | None:
         verdict = read_json(candidate / VERDICT_NAME) or {}
         if meta.get("continues") != served_id or verdict.get("outcome") is None:
             continue
-        if verdict.get("outcome") in ("rejected", "held", "undecided"):
+        if verdict.get("outcome") in ("rejected", "held", "undecided", "inconclusive"):
             return stores.read_known_ids(candidate)
         return None
     return None
@@ -241,7 +244,8 @@ def _judge(
     checkpoint = newest_checkpoint(candidate)
     if result.failure is not None or checkpoint is None:
         why = result.failure_detail or result.failure or "the run wrote no checkpoint"
-        return _verdict(candidate, "undecided", f"not judged: {why}", started, result, [])
+        used = result.precision_used
+        return _verdict(candidate, "undecided", f"not judged: {why}", started, used, [])
     losses = _score(judged, checkpoint, request, required=True)
     assert losses is not None  # required: a refusal raised
     stores.write_known_ids(candidate, _known_after(served, losses))
@@ -249,9 +253,24 @@ def _judge(
         comparisons = [_first(losses)]
         outcome, reason = "promoted", "the first model"
     else:
-        comparisons = _comparisons(judged, request, served, losses, checkpoint)
-        outcome, reason = _outcome(comparisons)
-    report = _verdict(candidate, outcome, reason, started, result, comparisons, served.id)
+        asked = _comparisons(judged, request, served, losses, checkpoint)
+        outcome, reason, comparisons = decide(asked)
+    digest = _data_digest(request.data_path)
+    used = result.precision_used
+    report = _verdict(candidate, outcome, reason, started, used, comparisons, served.id, digest)
+    return _act(request, served, candidate, checkpoint, report, comparisons)
+
+
+def _act(
+    request: TrainRequest,
+    served: _Served,
+    candidate: Path,
+    checkpoint: Path,
+    report: GateReport,
+    comparisons: list[Paired],
+) -> GateReport:
+    """Serve a promoted candidate, unless the operator's pin holds it (``held``)."""
+    outcome, reason, started = report.outcome, report.reason, time.monotonic()
     if outcome != "promoted":
         return report
     folder = Path(request.checkpoint_dir)
@@ -259,9 +278,42 @@ def _judge(
     if serve_unless_pinned(folder, candidate_entry(folder, candidate, checkpoint), how):
         return report
     return _verdict(
-        candidate, "held", "pinned by the operator: " + reason, started, result, comparisons,
-        served.id,
+        candidate, "held", "pinned by the operator: " + reason, started, report.precision,
+        comparisons, served.id, report.judged_on,
     )  # fmt: skip
+
+
+def _rejudge_kept(
+    judged: JudgedPlugin, request: TrainRequest, served: _Served
+) -> GateReport | None:
+    """Issue 62: the newest candidate kept ``inconclusive`` against the model still
+    served, judged again on the current records when the data changed since: no step
+    trained. Its report when decided (promoted, rejected, held); None otherwise (still
+    inconclusive: its verdict is updated and the run trains as usual)."""
+    if served.losses is None or request.forced:
+        return None
+    digest = _data_digest(request.data_path)
+    for candidate in reversed(list_candidates(Path(request.checkpoint_dir))):
+        verdict = read_json(candidate / VERDICT_NAME) or {}
+        if verdict.get("outcome") != "inconclusive":
+            continue
+        checkpoint = newest_checkpoint(candidate)
+        stale = verdict.get("served_id") != served.id or verdict.get("judged_on") == digest
+        if stale or checkpoint is None:
+            return None
+        logger.info("%s: judging kept candidate %s again", request.agent, candidate.name)
+        started = time.monotonic()
+        losses = _score(judged, checkpoint, request, required=True)
+        assert losses is not None
+        outcome, reason, comparisons = decide(
+            _comparisons(judged, request, served, losses, checkpoint)
+        )
+        precision = verdict.get("precision")
+        used = cast(PrecisionName, precision) if precision in ("fp32", "bf16", "fp16") else None
+        report = _verdict(candidate, outcome, reason, started, used, comparisons, served.id, digest)
+        decided = _act(request, served, candidate, checkpoint, report, comparisons)
+        return None if decided.outcome == "inconclusive" else decided
+    return None
 
 
 def _known_after(served: _Served, losses: RecordLosses) -> np.ndarray:
@@ -294,7 +346,8 @@ def _comparisons(
         return judging_margin(judged, mean)
 
     assert served.losses is not None and served.checkpoint is not None
-    found = [compare("current", losses, served.losses, span, margin)]
+    known = _known_segments(served)
+    found = compare_segments("current", losses, served.losses, span, margin, known)
     if request.golden_data_path is not None:
         golden = replace(request, data_path=request.golden_data_path)
         ours = _score(judged, checkpoint, golden, required=True)
@@ -304,13 +357,14 @@ def _comparisons(
     return found
 
 
-def _outcome(comparisons: list[Paired]) -> tuple[str, str]:
-    if any(c.passed is False for c in comparisons):
-        failed = next(c for c in comparisons if c.passed is False)
-        return "rejected", "worse than the served model: " + failed.reason()
-    if any(c.passed is None for c in comparisons):
-        return "undecided", next(c for c in comparisons if c.passed is None).reason()
-    return "promoted", "no worse than the served model: " + comparisons[0].reason()
+def _known_segments(served: _Served) -> set[str] | None:
+    """The segments of the records the served model knew (issue 62: only these are
+    judged on their own); None: every segment (the plugin keeps no known ids)."""
+    losses = served.losses
+    if losses is None or losses.segments is None or served.known is None:
+        return None
+    knew = stores.known(stores.id_hashes(losses.ids), served.known)
+    return {s for s, k in zip(losses.segments, knew.tolist(), strict=True) if k}
 
 
 def _verdict(
@@ -318,11 +372,13 @@ def _verdict(
     outcome: str,
     reason: str,
     started: float,
-    result: TrainResult,
+    precision: PrecisionName | None,
     comparisons: list[Paired],
     served_id: str | None = None,
+    judged_on: str | None = None,
 ) -> GateReport:
-    """The gate's report, written as the candidate's verdict file (with the figures)."""
+    """The gate's report, written as the candidate's verdict file (with the figures);
+    ``judged_on``: the data's digest (an inconclusive one is judged again on other data)."""
     first = comparisons[0] if comparisons else None
     checkpoint = newest_checkpoint(candidate)
     report = GateReport(
@@ -330,22 +386,36 @@ def _verdict(
         reason=reason,
         comparisons=tuple(c.comparison() for c in comparisons),
         seconds=round(time.monotonic() - started, 4),
-        precision=result.precision_used,
+        precision=precision,
         candidate=None if first is None else first.scores("candidate"),
         served=None if first is None or served_id is None else first.scores("served"),
         served_id=served_id,
         checkpoint=None if checkpoint is None else checkpoint.name,
         candidate_id=candidate.name,
+        records_needed=_needed(comparisons) if outcome == "inconclusive" else None,
+        judged_on=judged_on,
     )
     judged = {"judged": [c.to_json() for c in comparisons]}
     write_verdict(candidate, report.to_json() | judged)
     return report
 
 
+def _needed(comparisons: list[Paired]) -> int | None:
+    """The records an inconclusive verdict's undecided comparisons would need (None: more
+    records alone would not show one of them no worse)."""
+    needs = [c.comparison().records_needed for c in comparisons if c.finding == "inconclusive"]
+    return None if not needs or None in needs else max(n for n in needs if n is not None)
+
+
 def _up_to_date(
-    request: TrainRequest, served: _Served, seconds: float, live: dict[str, Any] | None
+    request: TrainRequest,
+    served: _Served,
+    seconds: float,
+    live: dict[str, Any] | None,
+    rejudged: GateReport | None = None,
 ) -> TrainResult:
-    """No step taken: the served model knew every current record."""
+    """No step taken: the served model knew every current record, or (``rejudged``) a
+    kept inconclusive candidate was judged again and decided (issue 62)."""
     assert served.checkpoint is not None and served.losses is not None
     summary = read_summary(served.checkpoint) or {}
     entry = served.pointer.served if served.pointer is not None else {}
@@ -355,7 +425,8 @@ def _up_to_date(
         agent=request.agent,
         precision_requested=request.precision.requested,
         precision_used=used,
-        precision_reason=f"{request.precision_reason}; the served model's, unchanged",
+        precision_reason=f"{request.precision_reason}; "
+        + ("a kept candidate judged again" if rejudged else "the served model's, unchanged"),
         device=request.device,
         steps=0,
         skipped_steps=0,
@@ -367,6 +438,8 @@ def _up_to_date(
         wall_seconds=round(seconds, 6),
         checkpoint=served.checkpoint,
         quarantined=0,
-        up_to_date=True,
+        up_to_date=rejudged is None,
+        rejected=rejudged is not None and rejudged.outcome == "rejected",
+        gate=rejudged,
         live=_live(live),
     )

@@ -64,3 +64,14 @@ def test_without_auc_the_log_loss_carries_the_line() -> None:
     comparison = _comparison("held_out", 0.924, math.nan, 0.0)
     record = _gate(dataclasses.replace(comparison, delta_auc=math.nan))
     assert verdict(_out(record, "success")) == "served: log-loss 0.500 vs 0.480, tolerance 0.01"
+
+
+def test_an_inconclusive_candidate_is_kept_not_called_worse() -> None:
+    """Issue 62: an inconclusive verdict reads as kept, with the records it needs, and
+    never as rejected."""
+    record = GateReport("inconclusive", "too few records", records_needed=900)
+    line = verdict(_out(record, "success"))
+    assert line == (
+        "inconclusive: kept, judged again when about 900 records show it; the served model stays"
+    )
+    assert "reject" not in line and "worse" not in line

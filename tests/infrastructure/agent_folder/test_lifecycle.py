@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import replace
@@ -180,3 +181,21 @@ def test_a_journal_naming_a_path_writes_nothing_outside_the_candidates(tmp_path:
     (tmp_path / "candidate.json").write_text("{}")  # as if `..` were a candidate
     served.unpin(tmp_path)  # an owner call: rolls forward what it can
     assert not (tmp_path / served.VERDICT_NAME).exists()
+
+
+def test_prune_keeps_the_newest_inconclusive_candidates_however_old(tmp_path: Path) -> None:
+    """Issue 62: three inconclusive candidates and a rejected one, all decided two days
+    ago, rejections kept 1 day: the newest INCONCLUSIVE_KEEP (2) inconclusive ones stay
+    (the next run judges them again), the oldest goes as the rejected one does."""
+    _serve(tmp_path, _candidate(tmp_path, "p", "promoted"))
+    found = [_candidate(tmp_path, f"i{i}", "inconclusive") for i in range(3)]
+    rejected = _candidate(tmp_path, "r", "rejected")
+    old = time.time() - 2 * 86400
+    for path in [*found, rejected]:
+        verdict = served.read_json(path / served.VERDICT_NAME)
+        assert verdict is not None
+        (path / served.VERDICT_NAME).write_text(json.dumps({**verdict, "decided_at_s": old}))
+    assert served.INCONCLUSIVE_KEEP == 2
+    removed = served.prune(tmp_path, keep_served=2, rejected_days=1)
+    assert sorted(removed) == sorted([found[0], rejected])
+    assert found[1].exists() and found[2].exists()

@@ -11,8 +11,13 @@ than the served model by more than a small stated margin, at 95% (one-sided)::
     and:  (served − candidate AUC) + 1.645 · s.e.    ≤ MARGIN_AUC       (0.02; DeLong, paired)
 
 A candidate that scores worse by the point estimate is promoted only when the set is
-large enough to bound its loss below the margin; a small set proves little, so it
-rejects a candidate that is merely not shown worse. With under ``PROOF_CLASS`` (50)
+large enough to bound its loss below the margin; a small set proves little, so a
+candidate merely not shown worse is not promoted. Issue 62: each set, and each Genesis
+agent of the held-out set that the served model knew (:func:`known_segments`), is a
+question with three answers, settled together by :func:`decide`: no worse (the bound
+above), worse (its lower bound past the margin, Holm over every question: ``rejected``)
+or neither (``inconclusive``: kept, judged again as records arrive, never called
+worse); docs/judging.md states the rule and its reasons. With under ``PROOF_CLASS`` (50)
 records of a class the AUC's bound is too wide to prove anything: the log-loss carries
 the proof, and the AUC vetoes only a candidate reliably worse (its lower bound past the
 margin). Before issue 51 the rule was the opposite (promoted unless worse by 2 standard
@@ -37,7 +42,8 @@ The comparison set is every current record that both models may be scored on.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -53,6 +59,7 @@ from genesis_fp16_infrastructure.data.fingerprint import (
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.schema import Example
+from genesis_fp16_infrastructure.judging.noninferiority import Z_95, Bound, holm_worse
 from genesis_fp16_infrastructure.recipes.retrain.split import Draw, split_version
 from genesis_fp16_infrastructure.training.run.early_stop import served_weights
 from genesis_fp16_infrastructure.world_model.features import (
@@ -80,7 +87,12 @@ PROOF_CLASS = 50
 # 0.769, log-loss 0.617 vs 0.592 on 1,057 records) is not.
 MARGIN_AUC = 0.02
 MARGIN_LOG_LOSS = 0.01
-Z_ONE_SIDED = 1.645  # 95% one-sided: the upper bound of how much worse
+Z_ONE_SIDED = Z_95  # 95% one-sided: the upper bound of how much worse
+# A segment (se_darwin: the Genesis agent) the served model trained on is judged on its
+# own when the comparison set holds this many of its records (docs/judging.md: at 200
+# records a candidate equal to the served model is still inconclusive three times in
+# four, so fewer would mostly block). Fewer count in the whole set only.
+SEGMENT_MIN_RECORDS = 100
 
 
 @dataclass(frozen=True)
@@ -92,17 +104,30 @@ class Verdict:
     reason: str
     comparisons: Sequence[GateComparison] = field(default_factory=tuple)
     seconds: float = 0.0
+    # Neither shown no worse nor worse (issue 62): not served, kept, judged again as
+    # records arrive; ``needed``: the records its undecided sets would need (None:
+    # more records alone would not show it at the observed difference).
+    inconclusive: bool = False
+    needed: int | None = None
 
     @property
-    def outcome(self) -> Literal["promoted", "rejected", "undecided"]:
+    def outcome(self) -> Literal["promoted", "rejected", "inconclusive", "undecided"]:
         if not self.decided:
             return "undecided"
+        if self.inconclusive:
+            return "inconclusive"
         return "promoted" if self.promote else "rejected"
 
     def report(self, **fields: Any) -> GateReport:
         """The verdict as the run reports it, with ``fields`` (the precision, the model
         held against, the checkpoint) and the first set's scores of each model."""
-        report = GateReport(self.outcome, self.reason, tuple(self.comparisons), self.seconds)
+        report = GateReport(
+            self.outcome,
+            self.reason,
+            tuple(self.comparisons),
+            self.seconds,
+            records_needed=self.needed,
+        )
         candidate, served = report.first_scores("candidate"), report.first_scores("served")
         return replace(report, candidate=candidate, served=served, **fields)
 
@@ -124,6 +149,7 @@ class Records:
     categorical: Categorical
     numeric: torch.Tensor  # (records, NUMERIC_FEATURES) float64
     id_hashes: np.ndarray  # int64: each id's record_id_hash (the folds of split hash 2)
+    segments: Sequence[str] = ()  # each record's segment: the Genesis agent that wrote it
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -142,6 +168,7 @@ class Records:
             Categorical.of_rows(columns, rows),
             pool_numeric(columns, rows) if numeric is None else numeric,
             columns.id_hash[rows],
+            columns.agent.take(rows),
         )
 
     @classmethod
@@ -156,6 +183,7 @@ class Records:
             Categorical.of(attempts),
             numeric_columns(attempts, pool) if numeric is None else numeric,
             np.array(example_id_hashes(examples), dtype=np.int64).reshape(len(examples)),
+            [a.agent for a in attempts],
         )
 
 
@@ -230,66 +258,171 @@ def compare_on(
     out_of_fold: bool,
     reference: str | None = None,
 ) -> GateComparison:
-    """Both models on ``records``, and whether the candidate is shown no worse than
-    ``served`` (or the earlier model ``reference`` names) by more than the margins."""
+    """Both models on the whole of ``records`` (:func:`compare_segments`' first)."""
+    return compare_segments(name, records, candidate, served, out_of_fold, (), reference)[0]
+
+
+def compare_segments(
+    name: str,
+    records: Records,
+    candidate: ScoredModel,
+    served: ScoredModel,
+    out_of_fold: bool,
+    known: Collection[str],
+    reference: str | None = None,
+) -> list[GateComparison]:
+    """Both models on ``records``: the whole set's comparison, then one per segment of
+    ``known`` (the segments the served model trained on) with at least
+    ``SEGMENT_MIN_RECORDS`` records here, each with its bounds and its own finding
+    (:func:`decide` settles every finding together, Holm over all of them); ``reference``:
+    the earlier model compared with, when not the served one."""
     labels = records.labels
     n = len(records)
-    positives = int(labels.sum()) if n else 0
     if n < MIN_RECORDS:
         reason = f"{n} record(s): a comparison needs at least {MIN_RECORDS}"
-        return GateComparison(name, None, None, passed=None, reason=reason, reference=reference)
-    # Under MIN_CLASS of a class the AUC is mostly luck: log-loss alone decides, said so.
-    with_auc = min(positives, n - positives) >= MIN_CLASS
+        return [GateComparison(name, None, None, passed=None, reason=reason, reference=reference)]
     cand_p = candidate.success_probability(records, out_of_fold)
     serv_p = served.success_probability(records, out_of_fold)
     cand, cand_losses = score(cand_p, labels)
     serv, serv_losses = score(serv_p, labels)
-    diff = cand_losses - serv_losses
-    ll_upper = float(diff.mean()) + Z_ONE_SIDED * float(diff.std() / math.sqrt(n))
-    auc_upper = auc_lower = math.nan
-    if with_auc:
+    diff = (cand_losses - serv_losses).numpy()
+    log_loss = Bound.of(name, diff, MARGIN_LOG_LOSS)
+    positives = int(labels.sum())
+    auc = None
+    if min(positives, n - positives) >= MIN_CLASS:  # under it the AUC is mostly luck
         served_minus, se = paired_auc_difference(serv_p, cand_p, labels)
-        auc_upper = served_minus + Z_ONE_SIDED * se
-        auc_lower = served_minus - Z_ONE_SIDED * se
-    proof = min(positives, n - positives) >= PROOF_CLASS
-    than = f"earlier model {reference}" if reference else "served"
-    worse = []
-    if with_auc and proof and auc_upper > MARGIN_AUC:
-        worse.append(
-            f"AUC {cand.auc:.4f} vs {than} {serv.auc:.4f}: up to {auc_upper:.4f} worse "
-            f"(95%), margin {MARGIN_AUC}"
-        )
-    if with_auc and not proof and auc_lower > MARGIN_AUC:
-        worse.append(
-            f"AUC {cand.auc:.4f} vs {than} {serv.auc:.4f}: at least {auc_lower:.4f} worse "
-            f"(95%), margin {MARGIN_AUC} ({positives} successful of {n}: AUC vetoes only)"
-        )
-    if ll_upper > MARGIN_LOG_LOSS:
-        worse.append(
-            f"log-loss {cand.log_loss:.4f} vs {than} {serv.log_loss:.4f}: up to "
-            f"{ll_upper:.4f} worse (95%), margin {MARGIN_LOG_LOSS}"
-        )
-    auc_text = f"AUC not compared ({positives} successful of {n})"
-    if with_auc:
-        auc_text = f"AUC {cand.auc:.4f} vs {serv.auc:.4f}" + (
-            "" if proof else f" (vetoes only: {positives} successful of {n})"
-        )
-    reason = "; ".join(worse) or (
-        f"{auc_text}, log-loss {cand.log_loss:.4f} vs {serv.log_loss:.4f}, shown no worse "
-        f"than {than} beyond the margins ({n} records)"
+        proof = min(positives, n - positives) >= PROOF_CLASS
+        auc = Bound(name, n, served_minus, se, MARGIN_AUC, required=proof)
+    whole = _settled(
+        GateComparison(name, cand, serv, reference=reference), log_loss, auc, positives
     )
-    return GateComparison(
-        name,
-        cand,
-        serv,
-        MARGIN_AUC if with_auc else math.nan,
-        MARGIN_LOG_LOSS,
-        not worse,
-        reason,
-        auc_upper,
-        ll_upper,
-        reference,
+    found = [whole]
+    segments = np.asarray(records.segments, dtype=object)
+    if len(segments) != n or len(set(segments.tolist())) < 2:
+        return found  # one segment: its question is the whole set's
+    for segment in sorted(known):
+        picked = segments == segment
+        if int(picked.sum()) < SEGMENT_MIN_RECORDS:
+            continue  # too few to judge alone: it counts in the whole set only
+        count = int(picked.sum())
+        mine = GateScores(math.nan, math.nan, float(cand_losses.numpy()[picked].mean()), count)
+        theirs = GateScores(math.nan, math.nan, float(serv_losses.numpy()[picked].mean()), count)
+        shell = GateComparison(name, mine, theirs, reference=reference, segment=str(segment))
+        bound = Bound.of(f"{name}[{segment}]", diff[picked], MARGIN_LOG_LOSS)
+        found.append(_settled(shell, bound, None, None))
+    return found
+
+
+def known_segments(columns: PoolColumns, model: ScoredModel) -> set[str]:
+    """The segments (Genesis agents) of which ``model``'s training pool held at least
+    ``MIN_RECORDS`` of the read's labelled records: those it already knew."""
+    if model.pool_ids is None:
+        return set()
+    rows = columns.labelled
+    knew = held_in(columns.id_hash[rows], model.pool_ids)
+    counts = Counter(columns.agent.take(rows[knew]))
+    return {str(agent) for agent, n in counts.items() if n >= MIN_RECORDS}
+
+
+def bounds_of(comparison: GateComparison) -> list[Bound]:
+    """The questions a comparison asks (its log-loss, and its AUC when compared), from
+    its recorded bounds; none for a set too small to decide."""
+    found = []
+    pairs = (
+        (comparison.log_loss_worse_lower, comparison.log_loss_worse_upper, MARGIN_LOG_LOSS, True),
+        (comparison.auc_worse_lower, comparison.auc_worse_upper, MARGIN_AUC, None),
     )
+    records = comparison.candidate.records if comparison.candidate is not None else 0
+    for lower, upper, margin, required in pairs:
+        if lower is None or not math.isfinite(upper):
+            continue
+        mean, se = (upper + lower) / 2, (upper - lower) / (2 * Z_ONE_SIDED)
+        needed = required if required is not None else not comparison.auc_vetoes_only
+        found.append(Bound(_label(comparison), records, mean, se, margin, needed))
+    return found
+
+
+def _label(comparison: GateComparison) -> str:
+    """How a reason names a comparison: its set, and its segment when it has one."""
+    segment = f" (segment {comparison.segment})" if comparison.segment is not None else ""
+    return f"{comparison.name}{segment}"
+
+
+def _settled(
+    shell: GateComparison, log_loss: Bound, auc: Bound | None, positives: int | None
+) -> GateComparison:
+    """``shell`` with its bounds, and its finding and reason as its own two questions
+    alone would settle them (:func:`decide` settles them again, with every question)."""
+    bounds = [log_loss] if auc is None else [log_loss, auc]
+    finding, needed = _combined(bounds, holm_worse(bounds))
+    assert shell.candidate is not None and shell.served is not None
+    return replace(
+        shell,
+        delta_auc=MARGIN_AUC if auc is not None else math.nan,
+        delta_log_loss=MARGIN_LOG_LOSS,
+        passed=_PASSED.get(finding),
+        reason=f"{_figures(shell, log_loss, auc, positives)}; {_shown(shell, finding)}",
+        auc_worse_upper=auc.upper if auc is not None else math.nan,
+        log_loss_worse_upper=log_loss.upper,
+        finding=finding,
+        log_loss_worse_lower=log_loss.lower,
+        auc_worse_lower=auc.lower if auc is not None else None,
+        auc_vetoes_only=True if auc is not None and not auc.required else None,
+        records_needed=needed,
+    )
+
+
+_PASSED = {"no_worse": True, "worse": False}  # inconclusive: passed is None
+
+
+def _combined(bounds: Sequence[Bound], worse: Sequence[bool]) -> tuple[str, int | None]:
+    """One comparison's finding from its questions' (``worse``: Holm's flags), and the
+    records it needs when inconclusive (None: more records alone cannot show it at the
+    observed mean, or it is not inconclusive). A veto-only AUC never holds it back."""
+    findings = {
+        b.finding(flag) for b, flag in zip(bounds, worse, strict=True) if b.required or flag
+    }
+    finding = next(f for f in ("worse", "inconclusive", "no_worse") if f in findings | {"no_worse"})
+    if finding != "inconclusive":
+        return finding, None
+    needed = [b.records_needed() for b in bounds if b.required and b.upper > b.margin]
+    if any(n is None for n in needed):
+        return finding, None
+    return finding, max(n for n in needed if n is not None)
+
+
+def _figures(
+    shell: GateComparison, log_loss: Bound, auc: Bound | None, positives: int | None
+) -> str:
+    """The comparison's scores and bounds against the margins, in a line."""
+    cand, serv = shell.candidate, shell.served
+    assert cand is not None and serv is not None
+    than = f"earlier model {shell.reference}" if shell.reference else "served"
+    where = f" on segment {shell.segment}" if shell.segment is not None else ""
+    parts = [
+        f"log-loss {cand.log_loss:.4f} vs {than} {serv.log_loss:.4f}{where}: worse by "
+        f"{log_loss.lower:+.4f} to {log_loss.upper:+.4f} (95%), margin {MARGIN_LOG_LOSS}"
+    ]
+    if auc is not None:
+        veto = "" if auc.required else f" (vetoes only: {positives} successful of {cand.records})"
+        parts.append(
+            f"AUC {cand.auc:.4f} vs {serv.auc:.4f}: worse by {auc.lower:+.4f} to "
+            f"{auc.upper:+.4f}, margin {MARGIN_AUC}{veto}"
+        )
+    elif positives is not None:
+        parts.append(f"AUC not compared ({positives} successful of {cand.records})")
+    return "; ".join(parts)
+
+
+def _shown(comparison: GateComparison, finding: str) -> str:
+    """What a comparison's finding says, in words (the last part of its reason)."""
+    than = f"earlier model {comparison.reference}" if comparison.reference else "served"
+    records = comparison.candidate.records if comparison.candidate is not None else 0
+    return {
+        "no_worse": f"shown no worse than {than} beyond the margins",
+        "worse": f"shown worse than {than} beyond a margin",
+        "inconclusive": "neither shown no worse nor worse: too few records to tell",
+    }[finding] + f" ({records} records)"
 
 
 class RecordHashes:
@@ -335,15 +468,58 @@ def comparison_mask(
 def decide(
     comparisons: Sequence[GateComparison], clock: Callable[[], float] | None = None
 ) -> Verdict:
-    """Promote when every set that can decide passes and at least one can."""
+    """Settle every comparison's questions together (module docstring): rejected when
+    Holm shows one worse, promoted when every required one is shown no worse, else
+    inconclusive; undecided when no set could be compared."""
     seconds = clock() if clock is not None else 0.0
-    deciding = [c for c in comparisons if c.passed is not None]
-    if not deciding:
+    asked = [(i, b) for i, c in enumerate(comparisons) for b in bounds_of(c)]
+    if not asked and all(c.passed is None for c in comparisons):
         reasons = "; ".join(f"{c.name}: {c.reason}" for c in comparisons)
         return Verdict(False, False, f"the gate cannot decide ({reasons})", comparisons, seconds)
-    failed = [c for c in deciding if not c.passed]
-    if failed:
-        reason = "; ".join(f"{c.name}: {c.reason}" for c in failed)
-        return Verdict(True, False, f"worse than the served model: {reason}", comparisons, seconds)
-    reason = "; ".join(f"{c.name}: {c.reason}" for c in deciding)
-    return Verdict(True, True, f"no worse than the served model: {reason}", comparisons, seconds)
+    flags = holm_worse([b for _, b in asked])
+    settled = []
+    for i, c in enumerate(comparisons):
+        mine = [(b, flag) for (j, b), flag in zip(asked, flags, strict=True) if j == i]
+        if not mine:  # no bounds (too few records, or a record without them): as it says
+            found = None if c.passed is None else ("no_worse" if c.passed else "worse")
+            settled.append(replace(c, finding=c.finding or found))
+            continue
+        finding, needed = _combined([b for b, _ in mine], [flag for _, flag in mine])
+        figures = c.reason.rsplit("; ", 1)[0]
+        settled.append(
+            replace(
+                c,
+                passed=_PASSED.get(finding),
+                finding=finding,
+                records_needed=needed,
+                reason=f"{figures}; {_shown(c, finding)}",
+            )
+        )
+    return _verdict(settled, seconds)
+
+
+def _verdict(settled: Sequence[GateComparison], seconds: float) -> Verdict:
+    """The verdict of comparisons settled together, naming the sets and segments that
+    decided it."""
+
+    def named(found: Sequence[GateComparison]) -> str:
+        return "; ".join(f"{_label(c)}: {c.reason}" for c in found)
+
+    worse = [c for c in settled if c.finding == "worse"]
+    if worse:
+        reason = f"worse than the served model: {named(worse)}"
+        return Verdict(True, False, reason, settled, seconds)
+    open_ = [c for c in settled if c.finding == "inconclusive"]
+    if open_:
+        needs = [c.records_needed for c in open_]
+        need = None if any(n is None for n in needs) else max(n for n in needs if n is not None)
+        wants = (
+            f"about {need} records in each undecided set would show it at the observed difference"
+            if need is not None
+            else "more records alone would not show it at the observed difference"
+        )
+        reason = f"inconclusive, not shown no worse ({wants}): {named(open_)}"
+        return Verdict(True, False, reason, settled, seconds, inconclusive=True, needed=need)
+    deciding = [c for c in settled if c.passed is not None]
+    reason = f"no worse than the served model: {named(deciding)}"
+    return Verdict(True, True, reason, settled, seconds)

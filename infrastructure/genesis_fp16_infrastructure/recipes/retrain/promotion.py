@@ -148,7 +148,7 @@ def plan_candidate(
             outcome = verdict.get("outcome") if verdict is not None else None
             served_id = served.entry.get("id") if served is not None else None
             pinned = served is not None and served.pinned is not None
-            judged = outcome in ("rejected", "rolled_back", "held") or (
+            judged = outcome in ("rejected", "rolled_back", "held", "inconclusive") or (
                 outcome == "promoted" and (candidate.name == served_id or pinned)
             )
             if judged and unforced:
@@ -218,13 +218,15 @@ def judge(
     options: TaskOptions,
     numeric: torch.Tensor | None = None,
     served_scored: Mapping[str, Any] | None = None,
+    judged_on: str | None = None,
 ) -> GateReport:
-    """Gate the finished candidate; promote it, or reject it (the served model stays),
-    or raise TrainRequestError when the gate cannot decide. Returns the gate's report
-    (the run's ``gate``). ``trained``: the candidate's run (the split run's, scored);
+    """Gate the finished candidate; promote it, reject it (the served model stays), keep
+    it ``inconclusive`` (judged again as records arrive: :func:`rejudge_kept`), or raise
+    TrainRequestError when the gate cannot decide. Returns the gate's report (the run's
+    ``gate``). ``trained``: the candidate's run (the split run's, scored);
     ``checkpoint``: the file served if promoted (a final_fit=whole refit's, else the
     run's). ``numeric``: ``numeric_columns`` of the read's examples
-    (``data.columns.labelled``), if known."""
+    (``data.columns.labelled``), if known; ``judged_on``: the data's digest."""
     if checkpoint is None or trained.checkpoint is None:
         raise TrainRequestError(f"candidate {candidate.name} wrote no checkpoint: nothing to judge")
     judged = trained.checkpoint
@@ -236,11 +238,74 @@ def judge(
         precision=trained.precision.used,
         served_id=served.entry.get("id") if served is not None else None,
         checkpoint=Path(checkpoint).name,  # the file served if promoted (a repair's)
+        judged_on=judged_on,
     )
     if served is None and report.candidate is None:  # the first model: its run's figures
         auc, log_loss = trained.eval.get("auc", math.nan), trained.eval.get("success_bce")
         first = ScoresOn("its run's evaluation", auc, math.nan if log_loss is None else log_loss)
         report = dataclasses.replace(report, candidate=first)
+    return _settle(root, candidate, verdict, report, judged, checkpoint, served, request)
+
+
+def rejudge_kept(
+    root: Path,
+    request: TrainRequest,
+    seen: DataFingerprint,
+    served: Served | None,
+    data: ReadResult,
+    options: TaskOptions,
+    whole: bool,
+) -> GateReport | None:
+    """Issue 62: the newest candidate of this request kept ``inconclusive``, judged again
+    against the served model on the current records (those that arrived since count as
+    for any candidate: it never trained on them), with no step trained: promoted,
+    rejected, held, or inconclusive still (its verdict updated with the records it now
+    needs). None when nothing is served, none is kept, the data is what it was judged
+    on (nothing new to tell), or the model it was judged against is no longer served
+    (a newer one was promoted: it is superseded, and pruned in time)."""
+    if served is None:
+        return None
+    key = request_key(request)
+    for candidate in reversed(list_candidates(root)):
+        verdict = read_json(candidate / VERDICT_NAME)
+        meta = read_json(candidate / CANDIDATE_META)
+        if verdict is None or verdict.get("outcome") != "inconclusive":
+            continue
+        if meta is None or meta.get("request") != key:
+            continue
+        if verdict.get("judged_on") == seen.digest:
+            return None
+        if verdict.get("served_id") != served.entry.get("id"):
+            return None  # another model was served since: this one is superseded
+        checkpoint = candidate / str(verdict.get("checkpoint"))
+        judged = newest_checkpoint(candidate / SPLIT_FOLDER) if whole else checkpoint
+        if judged is None or not checkpoint.is_file():
+            logger.warning("%s: kept candidate %s has no checkpoint", request.agent, candidate.name)
+            return None
+        logger.info("%s: judging kept candidate %s again", request.agent, candidate.name)
+        found = _compare(root, judged, served, data, request, options, None, None)
+        report = found.report(
+            precision=verdict.get("precision"),
+            served_id=served.entry.get("id"),
+            checkpoint=checkpoint.name,
+            judged_on=seen.digest,
+        )
+        return _settle(root, candidate, found, report, judged, checkpoint, served, request)
+    return None
+
+
+def _settle(
+    root: Path,
+    candidate: Path,
+    verdict: gate.Verdict,
+    report: GateReport,
+    judged: Path,
+    checkpoint: Path,
+    served: Served | None,
+    request: TrainRequest,
+) -> GateReport:
+    """Act on the gate's verdict: serve the candidate (unless pinned: ``held``), or write
+    its verdict (rejected, inconclusive, undecided: raised), and return the report."""
     if verdict.promote and served is not None and served.pinned is not None:
         # The operator pinned the served model: the gate's figures are reported, and the
         # choice stays the operator's (`genesis-fp16 model promote AGENT ID`).
@@ -254,17 +319,14 @@ def judge(
             f"promotion gate: {verdict.reason}; the served model stays, candidate kept in "
             f"{candidate}"
         )
-    if report.outcome == "held":
+    if report.outcome in ("held", "inconclusive", "rejected"):
+        why = {
+            "held": "held, not served: the served model is pinned",
+            "inconclusive": "kept, inconclusive: judged again as records arrive",
+            "rejected": "rejected",
+        }[report.outcome]
         logger.warning(
-            "%s: candidate %s held, not served: the served model is pinned (%s)",
-            request.agent,
-            candidate.name,
-            verdict.reason,
-        )
-        return report
-    if not verdict.promote:
-        logger.warning(
-            "%s: candidate %s rejected: %s", request.agent, candidate.name, verdict.reason
+            "%s: candidate %s %s (%s)", request.agent, candidate.name, why, verdict.reason
         )
         return report
     decided = dataclasses.replace(report, candidate_id=None).to_json()
@@ -312,7 +374,12 @@ def _compare(
     chosen = gate.comparison_mask(hashes, candidate_model, served_model_)
     rows = None if numeric is None else numeric[torch.from_numpy(chosen)]
     held_out = gate.Records.of_columns(data.columns, np.flatnonzero(chosen), rows)
-    comparisons = [gate.compare_on("held_out", held_out, candidate_model, served_model_, True)]
+    # Per segment too (issue 62): a gain on an agent only the candidate knows cannot
+    # excuse a loss on one the served model knew.
+    known = gate.known_segments(data.columns, served_model_)
+    comparisons = gate.compare_segments(
+        "held_out", held_out, candidate_model, served_model_, True, known
+    )
     comparisons += judge_sets.further_comparisons(
         root, data.columns, hashes, chosen, candidate_model, served_model_, numeric, served.history
     )

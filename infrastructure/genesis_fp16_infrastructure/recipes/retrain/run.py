@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -20,13 +21,19 @@ from typing import Any
 import torch
 
 from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG
+from genesis_fp16_infrastructure.agent_folder.lifecycle import candidates_dir
 from genesis_fp16_infrastructure.contract.agent_snapshot import DataCheck
 from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainRequest,
     TrainRequestError,
     TrainResult,
 )
-from genesis_fp16_infrastructure.contract.reports import DriftReport, GateReport, LiveReport
+from genesis_fp16_infrastructure.contract.reports import (
+    DataReport,
+    DriftReport,
+    GateReport,
+    LiveReport,
+)
 from genesis_fp16_infrastructure.data.fingerprint import (
     DataFingerprint,
     fingerprint_of,
@@ -49,6 +56,7 @@ from genesis_fp16_infrastructure.recipes.retrain.promotion import (
     Plan,
     judge,
     plan_candidate,
+    rejudge_kept,
 )
 from genesis_fp16_infrastructure.recipes.retrain.refit import refit_record, train_refit
 from genesis_fp16_infrastructure.recipes.retrain.run_report import (
@@ -131,6 +139,11 @@ def _train(request: TrainRequest) -> TrainResult:
     # A budget sizes a run on new data; only a forced run (train --resume --steps N)
     # trains it on data the served model already learned.
     forced = request.forced and not own_budget
+    if not forced and single:  # issue 62: a kept inconclusive candidate is judged again
+        with clock.phase("gate"):
+            kept = rejudge_kept(root, request, seen, served, data, options, whole)
+        if kept is not None and kept.outcome != "inconclusive":
+            return _rejudged(request, data, seen, kept, clock, live, served)
     with clock.phase("check"):
         plan = plan_candidate(root, request, seen, served, not forced, whole)
     if plan.up_to_date is not None:
@@ -195,6 +208,7 @@ def _train(request: TrainRequest) -> TrainResult:
                 options,
                 numeric,
                 plan.served_scored,
+                seen.digest,
             )
     extra["peak_rss_mib"] = clock.peaks()
     out = TrainResult.from_fit(
@@ -279,6 +293,46 @@ def _up_to_date(
     )
     save_record(request, manifest, out, plan.served_checkpoint)
     return out
+
+
+def _rejudged(
+    request: TrainRequest,
+    data: ReadResult,
+    seen: DataFingerprint,
+    gate: GateReport,
+    clock: PhaseClock,
+    live: LiveReport | None,
+    served: Served | None,
+) -> TrainResult:
+    """A run that judged a kept candidate again and decided (issue 62): no step, the
+    gate's figures; the candidate's held-out scores are its eval. Its record of the data
+    is not saved: the next run trains on what the decided model did not learn."""
+    checkpoint = candidates_dir(Path(request.checkpoint_dir)) / str(gate.candidate_id)
+    scores = gate.candidate
+    return TrainResult(
+        agent=request.agent,
+        precision_requested=request.precision.requested,
+        precision_used=gate.precision or "fp32",
+        precision_reason=f"{request.precision_reason}; judged again, no step",
+        device=request.device,
+        steps=0,
+        skipped_steps=0,
+        overflow_rate=0.0,
+        loss_scale=1.0,
+        final_train_loss=math.nan,
+        eval={} if scores is None else {"auc": scores.auc, "success_bce": scores.log_loss},
+        samples_per_second=0.0,
+        wall_seconds=clock.elapsed(),
+        checkpoint=checkpoint / str(gate.checkpoint)
+        if gate.outcome == "promoted"
+        else (served.checkpoint if served is not None else None),
+        quarantined=data.quarantined,
+        rejected=gate.outcome == "rejected",
+        data=DataReport(seen.records, seen.digest, "changed"),
+        gate=gate,
+        live=live,
+        phases=clock.to_json(),
+    )
 
 
 def _options(request: TrainRequest) -> TaskOptions:

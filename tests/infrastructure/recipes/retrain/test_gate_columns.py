@@ -180,7 +180,11 @@ def test_the_drift_report_and_the_gate_build_no_object_per_record(
     records = gate.Records.of_examples([e for e, m in zip(examples, mask, strict=True) if m], pool)
     want = gate.compare_on("held_out", records, candidate, served_model, True)
     assert verdict.comparisons[0] == want
-    assert [c.name for c in verdict.comparisons] == ["held_out", "newest"]
+    whole = [c.name for c in verdict.comparisons if c.segment is None]
+    assert whole == ["held_out", "newest"]  # and the served model's agents, one by one:
+    assert {c.segment for c in verdict.comparisons} - {None} == gate.known_segments(
+        data.columns, served_model
+    )
 
 
 def test_each_model_is_judged_by_the_split_hash_it_was_drawn_with(

@@ -1,0 +1,52 @@
+"""The judged run's gate (any API-3 plugin): per-segment questions, Holm over them, and
+an inconclusive verdict apart from a rejection (issue 62)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from genesis_fp16_infrastructure.contract.judging import RecordLosses
+from genesis_fp16_infrastructure.judging.gate import compare, compare_segments, decide
+
+
+def _margin(served_mean: float) -> float:
+    return 0.01
+
+
+def _losses(values: np.ndarray, segments: list[str]) -> RecordLosses:
+    return RecordLosses.of([str(i) for i in range(len(values))], values.tolist(), segments)
+
+
+def test_a_loss_on_a_known_segment_is_rejected_though_a_new_one_gains() -> None:
+    """The candidate gains 0.3 on a segment only it knew and loses 0.05 on one the
+    served model knew: the whole set passes, the verdict is rejected and names the
+    segment; judged on the whole set alone it would have been promoted."""
+    rng = np.random.default_rng(0)
+    segments = ["old"] * 300 + ["new"] * 300
+    served = rng.uniform(0.2, 0.6, 600)
+    served[300:] += 0.3  # it never saw "new"
+    candidate = served + rng.normal(0.0, 0.05, 600)
+    candidate[:300] += 0.05
+    candidate[300:] -= 0.3
+    ours, theirs = _losses(candidate, segments), _losses(served, segments)
+    found = compare_segments("current", ours, theirs, 2.0, _margin, known={"old"})
+    assert [c.segment for c in found] == [None, "old"]  # "new": the candidate's alone
+    outcome, reason, settled = decide(found)
+    assert outcome == "rejected" and "current (segment old)" in reason
+    assert settled[0].finding == "no_worse" and settled[1].finding == "worse"
+    assert decide([compare("current", ours, theirs, 2.0, _margin)])[0] == "promoted"
+
+
+def test_too_few_records_are_inconclusive_not_worse() -> None:
+    """Sixty records a little worse by the point estimate: neither shown no worse nor
+    worse beyond the margin; inconclusive, with the records it would need."""
+    rng = np.random.default_rng(1)
+    served = rng.uniform(0.2, 0.6, 60)
+    candidate = served + rng.normal(0.006, 0.1, 60)
+    paired = compare("current", _losses(candidate, ["a"] * 60), _losses(served, ["a"] * 60),
+                     2.0, _margin)  # fmt: skip
+    outcome, reason, settled = decide([paired])
+    assert outcome == "inconclusive" and "inconclusive" in reason, reason
+    assert settled[0].passed is None
+    needed = settled[0].comparison().records_needed
+    assert needed is not None and needed > 60
