@@ -16,8 +16,10 @@ REPO = BENCHMARKS.parent
 # runs, the range statistics and replay's rebuild added names; the branch that wrote this
 # measured 35 / 142, benchmarks/results/design_counts_58.md). The issue's targets, 8 / 70,
 # are not met: a change that widens the seam or writes a worse function fails here.
-MAX_LIBRARY_MODULES = 36
-MAX_LIBRARY_NAMES = 154
+# Issue 60's event outbox added one module and three names (agent_folder.outbox: the
+# daemon delivers what the library's transitions wrote): 37 / 157.
+MAX_LIBRARY_MODULES = 37
+MAX_LIBRARY_NAMES = 157
 MAX_COMPLEXITY = 42
 
 DAEMON = """

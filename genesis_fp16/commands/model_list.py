@@ -18,7 +18,7 @@ from typing import Any
 
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.metrics.last_run import LastRunUnreadable, load_last_run
-from genesis_fp16.metrics.live_metrics import watch_state
+from genesis_fp16.metrics.watch_state import watch_state
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     CANDIDATE_META,
     VERDICT_NAME,

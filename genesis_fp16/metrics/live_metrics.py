@@ -32,7 +32,6 @@ True
 
 from __future__ import annotations
 
-import calendar
 import contextlib
 import math
 import time
@@ -41,6 +40,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from genesis_fp16.metrics.watch_state import watch_state
 from genesis_fp16_infrastructure.contract import GateReport, LiveReport
 
 LIVE_REGRESSION = "live_regression"  # the watch's rollback reason (judge_sets.LIVE_REGRESSION)
@@ -245,47 +245,6 @@ class LiveMetrics:
         if test is not None:
             for bound, value in zip(BOUNDS, (test.rate, test.lower, test.upper), strict=True):
                 self.false_rollback_rate.labels(agent=agent, bound=bound).set(value)
-
-
-def watch_state(
-    served: Mapping[str, Any], predecessor: bool, now: float, idle_seconds: float
-) -> dict[str, Any]:
-    """Whether the served model (the pointer's ``served`` entry) is watched: ``watching``
-    while labelled records reached its watch within ``idle_seconds`` (the setting
-    GENESIS_FP16_LIVE_WATCH_IDLE_SECONDS, one day by default), else ``not_watching`` with
-    why: silence is never a passing watch. ``predecessor``: the pointer names one
-    (without it there is nothing to watch against). ``since``: the last time the watch
-    scored new records, or the model was served if later (Unix seconds; None: unknown).
-
-    >>> watch_state({"served_at": "2026-01-01T00:00:00Z"}, True, 1767229200.0, 3600)["state"]
-    'watching'
-    >>> watch_state({"served_at": "2026-01-01T00:00:00Z"}, True, 1767240000.0, 3600)["reason"]
-    'no new labelled record for 4.0 h (the limit: 1 h)'
-    """
-    live = served.get("live")
-    times = [_seconds(served.get("served_at"))]
-    if isinstance(live, Mapping):
-        times.append(_seconds(live.get("updated_at")))
-    known = [t for t in times if t is not None]
-    since = max(known) if known else None
-    state: dict[str, Any] = {"state": "watching", "since": since, "limit": idle_seconds}
-    if not predecessor:
-        return {**state, "state": "not_watching", "reason": "no predecessor to watch against"}
-    if since is None:
-        return {**state, "state": "not_watching", "reason": "when it was served is not known"}
-    idle = now - since
-    if idle > idle_seconds:
-        hours = f"{idle / 3600:.1f} h (the limit: {idle_seconds / 3600:g} h)"
-        return {**state, "state": "not_watching", "reason": f"no new labelled record for {hours}"}
-    return {**state, "reason": None}
-
-
-def _seconds(stamp: Any) -> float | None:
-    """Unix seconds of one of the pointer's UTC stamps (``2026-01-01T00:00:00Z``)."""
-    try:
-        return float(calendar.timegm(time.strptime(str(stamp), "%Y-%m-%dT%H:%M:%SZ")))
-    except ValueError:
-        return None
 
 
 def _stamp(seconds: float) -> str:

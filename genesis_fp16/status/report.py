@@ -29,7 +29,7 @@ from genesis_fp16.config.agent_names import is_agent_name
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.metrics.last_run import LastRun, LastRunUnreadable, load_last_run
 from genesis_fp16.metrics.last_success import LastSuccessStore, LastSuccessUnreadable
-from genesis_fp16.metrics.live_metrics import watch_state
+from genesis_fp16.metrics.watch_state import watch_state
 from genesis_fp16.status.history import AgentHistory, gather_history
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import AGENTS_FOLDER, SERVED_POINTER
