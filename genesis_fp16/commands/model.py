@@ -30,7 +30,7 @@ from genesis_fp16.commands.model_list import list_models
 from genesis_fp16.commands.named_agent import agent_paths
 from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.config.plugins import known_agent_names
-from genesis_fp16.config.settings import load_settings
+from genesis_fp16.config.settings_reading import load_settings_for_reading
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     CANDIDATE_META,
     VERDICT_NAME,
@@ -79,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"unknown agent {agent!r}; known agents: {', '.join(known) or 'none'}")
         folder = paths.checkpoint_dir
         if args.action == "list":
-            idle = load_settings().live_watch_idle_seconds  # loaded above: agent_paths
+            # read as agent_paths read them (a refused .env's other lines), said once there
+            idle = load_settings_for_reading().settings.live_watch_idle_seconds
             return list_models(folder, agent, as_json, idle)
         if not any(p.exists() for p in (candidates_dir(folder), pointer_path(folder))) and not (
             aside_path(folder).exists()

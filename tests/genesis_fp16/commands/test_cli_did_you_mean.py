@@ -41,7 +41,7 @@ def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
             "usage: genesis-fp16 probe ",
             "unrecognized arguments: --optimiser=adam (did you mean --optimizer?)",
         ),
-        (("trian", "se_darwin"), "usage: genesis-fp16 ", "'model') (did you mean train?)"),
+        (("trian", "se_darwin"), "usage: genesis-fp16 ", "'events') (did you mean train?)"),
     ],
     ids=["train", "config-check", "probe", "command"],
 )

