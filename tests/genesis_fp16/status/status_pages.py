@@ -19,6 +19,17 @@ from genesis_fp16.metrics.run_history import GateMark, RunEntry, append_run
 
 # An agent name cannot carry markup ([a-z][a-z0-9_]{0,63}: genesis_fp16/config/agent_names.py);
 # a folder beside the agents' named with some is no agent's, and the report leaves it out.
+# Headless Chromium with nothing of its own on the network: the page's tests' browser.
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
 HOSTILE_AGENT = "hostile_agent"
 STRAY_FOLDER = "<img src=x onerror=alert(1)>"
 HOSTILE_REASON = '<script>alert(1)</script> & "quoted"'

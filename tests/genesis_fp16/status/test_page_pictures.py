@@ -14,23 +14,12 @@ from pathlib import Path
 import pytest
 from daemon_harness import FIXTURE_PLUGINS, DaemonProcess, daemon_env, start_daemon
 from judged_daemon import AGENT, gate_outcomes, install_scaffold, judged_env, write_records
-from status_pages import colour_count, png_pixels
+from status_pages import CHROMIUM_FLAGS, colour_count, png_pixels
 
 from genesis_fp16.status.svg import KINDS
 
 GUARD_PLUGINS = Path(__file__).resolve().parents[2] / "fixtures" / "guard_plugins"
 FAULT = "fixture_fault"
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--hide-scrollbars",
-)
 
 
 def _env(package: Path, data: Path, golden: Path) -> dict[str, str]:
@@ -111,7 +100,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
 
 def _chromium(chromium: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+        [chromium, *CHROMIUM_FLAGS, "--hide-scrollbars", f"--user-data-dir={profile}", *args],
         capture_output=True,
         text=True,
         timeout=180,

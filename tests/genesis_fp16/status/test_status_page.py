@@ -16,6 +16,7 @@ import pytest
 from daemon_harness import DaemonProcess, daemon_env, start_daemon
 from prometheus_client import CollectorRegistry
 from status_pages import (
+    CHROMIUM_FLAGS,
     HOSTILE_AGENT,
     HOSTILE_MODEL,
     HOSTILE_REASON,
@@ -115,14 +116,7 @@ def test_page_in_a_headless_browser(daemon: DaemonProcess, chromium: str, tmp_pa
     done = subprocess.run(
         [
             chromium,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
+            *CHROMIUM_FLAGS,
             f"--user-data-dir={tmp_path / 'profile'}",
             "--dump-dom",
             f"http://127.0.0.1:{daemon.port}/",
