@@ -49,6 +49,11 @@ def _record(state: Path, count: int, ids: dict[str, list[str]]) -> None:
             ids[agent].append(outbox.record(state / "agents" / agent, "promote", {}))
 
 
+def _all_delivered(state: Path) -> bool:
+    events = [e for agent in AGENTS for e in outbox.read_events(state / "agents" / agent)]
+    return all(e.status == "delivered" for e in events)
+
+
 @pytest.mark.slow
 def test_kill_9_around_delivery_loses_nothing_and_duplicates_only_by_key(
     tmp_path: Path, receiver: Receiver
@@ -73,6 +78,9 @@ def test_kill_9_around_delivery_loses_nothing_and_duplicates_only_by_key(
     try:
         expected = {i for agent_ids in ids.values() for i in agent_ids}
         receiver.wait_for(lambda: expected <= {e["id"] for e in receiver.events()}, "all", 180)
+        # the receiver records an event before it answers; the child marks it delivered
+        # after the answer: wait for the files too, or the last kill lands between the two
+        receiver.wait_for(lambda: _all_delivered(state), "every file marked delivered", 60)
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=60)
