@@ -62,6 +62,7 @@ from genesis_fp16.config.settings import (
     load_settings,
     resolve_device,
 )
+from genesis_fp16.events.runs import announce_run
 from genesis_fp16.jobs.run_request import (
     RequestOverrides,
     budget,
@@ -376,7 +377,8 @@ def _train(
             if result is not None:
                 tracker.log_result(result)
             close_tracker(tracker)
-    if recorded:
+    if recorded:  # the daemon announces its own runs' (jobs.guard_state.record_run)
+        announce_run(Path(request.checkpoint_dir).parent, args.agent, result)
         record_foreground(request.checkpoint_dir, result, "", started)
     out = result.to_json()
     tracking = None

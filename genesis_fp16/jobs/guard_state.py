@@ -23,7 +23,8 @@ import structlog
 from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.config.state_files import locked
-from genesis_fp16_infrastructure.agent_folder import files, outbox
+from genesis_fp16.events.runs import announce_run
+from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import PRECISION_STATE
 from genesis_fp16_infrastructure.contract import AgentState, Demotion, TrainResult
 from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
@@ -132,7 +133,7 @@ def record_run(
     """Announce (the agent's outbox), count, log and remember the run's demotions and
     fault bundles; count a clean run; maybe promote."""
     demotions = tuple(result.demotions)
-    announce(settings, agent, result)
+    announce_run(AgentPaths.for_agent(settings.state_dir, agent).root, agent, result)
     for d in demotions:
         metrics.precision_demotions.labels(
             agent=agent, **{"from": d.from_, "to": d.to}, reason=d.reason
@@ -161,22 +162,6 @@ def record_run(
     path = AgentPaths.for_agent(settings.state_dir, agent).precision_state_path
     with locked(path):  # `precision reset` may be rewriting it now: take turns
         return _record_memory(settings, agent, path, result, demotions)
-
-
-def announce(settings: Settings, agent: str, result: TrainResult) -> None:
-    """Write the run's demotions and fault bundles to the agent's outbox, before they are
-    counted or logged (genesis_fp16/events delivers them). A full disk loses the
-    announcement, logged, never the run's record."""
-    folder = AgentPaths.for_agent(settings.state_dir, agent).root
-    found = [("demotion", d.to_json()) for d in result.demotions]
-    found += [("fault_bundle", b.to_json()) for b in result.fault_bundles]
-    for kind, data in found:
-        try:
-            outbox.record(folder, kind, data)
-        except OSError as exc:
-            log.error(
-                "cannot write the event to the outbox", agent=agent, kind=kind, error=str(exc)
-            )
 
 
 def _record_memory(

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from daemon_harness import FIXTURE_PLUGINS, daemon_env
 
+from genesis_fp16_infrastructure.agent_folder import outbox
+
 GUARD_PLUGINS = Path(__file__).resolve().parents[2] / "fixtures" / "guard_plugins"
 AGENT = "fixture_fault"
 ENV = {
@@ -69,6 +71,11 @@ def test_train_writes_a_bundle_that_replay_reproduces_and_explains(tmp_path: Pat
     bundle = result["fault_bundle"]
     assert bundle and Path(bundle).parent == tmp_path / "agents" / AGENT / "fault_bundles"
     assert [b["reason"] for b in result["fault_bundles"]] == ["demotion"]
+    # an operator's train in the state folder announces them as the daemon's runs do
+    events = outbox.read_events(tmp_path / "agents" / AGENT)
+    assert [e.kind for e in events] == ["demotion", "fault_bundle"]
+    assert events[0].data["to"] == result["demotions"][0]["to"]
+    assert events[1].data["path"] == bundle
     report = json.loads(_cli(tmp_path, "replay", bundle, "--json").stdout)
     assert report["reproduced"] is True and report["same_setup"] is True
     assert report["first_nonfinite"] == {"module": "loss", "phase": "backward", "tensor": "grad"}
