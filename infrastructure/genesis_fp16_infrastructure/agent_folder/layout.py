@@ -22,6 +22,7 @@
                 .lock                    its flock
                 <order>-<id>.json        one event and its delivery log
                 outbox.json              journal events pruned, events dropped
+                verdicts_seen.json       each candidate's verdict file as last seen
             checkpoints/                 HOME_CHECKPOINTS
                 served.json              the served-model pointer
                 served.json.lock         its writers' flock
@@ -123,6 +124,7 @@ JUDGED_WATCH = StateFile("judged-live-{id}.npz", "judged_watch", "candidate", "b
 OUTBOX_EVENT = StateFile("<order>-<id>.json", "outbox_event", "outbox", "json", 4 * MIB)
 OUTBOX_STATE = StateFile("outbox.json", "outbox_state", "outbox", "json", 64 * KIB)
 OUTBOX_LOCK = StateFile(".lock", "outbox_lock", "outbox", "lock", 4 * KIB)
+OUTBOX_VERDICTS = StateFile("verdicts_seen.json", "outbox_verdicts", "outbox", "json", 4 * MIB)
 
 LAYOUT: tuple[StateFile, ...] = (
     PRECISION_STATE,

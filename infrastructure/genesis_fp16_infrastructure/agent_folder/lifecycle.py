@@ -278,6 +278,7 @@ def update_pointer(folder: Path, change: PointerChange) -> ServedPointer | None:
     the new one, or the same object (or None) to leave the file untouched; it may raise
     :class:`ServedPointerError` to refuse. Returns the pointer as it now stands."""
     with pointer_lock(folder):
+        outbox.announce_verdicts(folder)  # a rejection or hold whose event a kill lost
         current = read_pointer(folder)
         if current is not None:
             roll_forward(folder, current)  # what a transition killed midway decided
@@ -504,10 +505,13 @@ def _a_dict(data: Any) -> dict[str, Any]:
 
 
 def write_verdict(candidate: Path, verdict: Mapping[str, Any]) -> None:
-    """A verdict no transition of the pointer carries (rejected, held, undecided): one
-    atomic write. A promotion's and a rollback's go through the pointer (serve, rollback)."""
-    files.write_json(Path(candidate) / VERDICT_NAME, VERDICT, _stamped(verdict))
-    outbox.announce_verdict(candidate, verdict)  # a rejection or a hold, before it is logged
+    """A verdict no transition of the pointer carries (rejected, held, undecided), then a
+    rejection's or hold's event (a kill between: ``outbox.announce_verdicts`` copies it).
+    A promotion's and a rollback's go through the pointer (serve, rollback)."""
+    stamped = _stamped(verdict)
+    outbox.open_verdicts(Path(candidate).parent.parent)  # earlier verdicts: seen before it
+    files.write_json(Path(candidate) / VERDICT_NAME, VERDICT, stamped)
+    outbox.announce_verdict(candidate, stamped)  # before it is logged
 
 
 def _stamped(verdict: Mapping[str, Any]) -> dict[str, Any]:

@@ -68,11 +68,15 @@ from typing import Any
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import (
+    CANDIDATES_FOLDER,
     CHECKPOINTS_FOLDER,
     OUTBOX_EVENT,
     OUTBOX_FOLDER,
     OUTBOX_LOCK,
     OUTBOX_STATE,
+    OUTBOX_VERDICTS,
+    VERDICT,
+    StateFile,
 )
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
 
@@ -207,10 +211,10 @@ def _write_new(
     return event_id
 
 
-def _write_unsynced(path: Path, data: Mapping[str, Any]) -> None:
+def _write_unsynced(path: Path, data: Mapping[str, Any], file: StateFile = OUTBOX_EVENT) -> None:
     """Write an event atomically (a temp file renamed: a reader finds all of it or
     nothing), without an fsync (the module docstring says why and what covers it)."""
-    files.clear_way(path, OUTBOX_EVENT)
+    files.clear_way(path, file)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -269,18 +273,166 @@ def announce_journal(
 
 VERDICT_KINDS = {"rejected": "reject", "held": "hold"}
 # What a verdict's event carries (its comparisons' details stay in verdict.json).
-VERDICT_KEYS = ("outcome", "reason", "precision", "served_id", "candidate", "served", "checkpoint")
+VERDICT_KEYS = (
+    "outcome",
+    "reason",
+    "precision",
+    "served_id",
+    "candidate",
+    "served",
+    "checkpoint",
+    "decided_at",
+)
+VerdictEvent = tuple[str, str, dict[str, Any]]  # (id, kind, data)
+
+
+def verdict_event_id(agent: str, candidate_id: str, verdict: Mapping[str, Any]) -> str:
+    """A verdict's event id: the same whoever copies it, and again after a kill; another
+    for another verdict of the same candidate (held, then rejected), which has its own
+    decision time (``decided_at_s``, stamped by ``lifecycle.write_verdict``)."""
+    when = verdict.get("decided_at_s", verdict.get("decided_at"))
+    key = f"verdict\0{agent}\0{candidate_id}\0{verdict.get('outcome')}\0{when!r}"
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def verdict_event(agent: str, candidate_id: str, verdict: Mapping[str, Any]) -> VerdictEvent | None:
+    """The event announcing ``verdict`` (as its file holds it); None for an outcome that
+    is not announced (a promotion's and a rollback's are the pointer journal's)."""
+    kind = VERDICT_KINDS.get(str(verdict.get("outcome")))
+    if kind is None:
+        return None
+    data = {"candidate_id": candidate_id, **{k: verdict[k] for k in VERDICT_KEYS if k in verdict}}
+    return verdict_event_id(agent, candidate_id, verdict), kind, data
 
 
 def announce_verdict(candidate: Path, verdict: Mapping[str, Any]) -> str | None:
-    """The event of a rejection or a hold just written to ``candidate`` (a state
-    folder's ``<checkpoints>/candidates/<id>``); None for any other verdict or folder."""
-    kind = VERDICT_KINDS.get(str(verdict.get("outcome")))
+    """The event of a rejection or a hold just written to ``candidate`` (a state folder's
+    ``<checkpoints>/candidates/<id>``), ``verdict`` as its file holds it; None for any
+    other verdict or folder. Written once: a catch-up that copied it first wins."""
     agent_folder = agent_folder_of(Path(candidate).parent.parent)
-    if kind is None or agent_folder is None:
+    found = (
+        None
+        if agent_folder is None
+        else verdict_event(agent_folder.name, Path(candidate).name, verdict)
+    )
+    if agent_folder is None or found is None:
         return None
-    data = {k: verdict[k] for k in VERDICT_KEYS if k in verdict}
-    return record(agent_folder, kind, {"candidate_id": Path(candidate).name, **data})
+    event_id, kind, data = found
+    with outbox_lock(agent_folder) as lock:
+        if not os.path.lexists(_path(agent_folder, event_id)):
+            _write_new(agent_folder, lock, kind, data, event_id)
+        return event_id
+
+
+# The verdicts' catch-up. A verdict file has no journal behind it: the outbox remembers
+# each candidate's verdict file as last seen (its inode, modification time and size, and
+# the id of the event it announces, if any) in verdicts_seen.json, so that a catch-up is
+# one listing of candidates/ and one stat per candidate, and reads only a verdict file
+# that changed since. Its entries follow the candidates (the daemon's prune bounds them).
+Seen = dict[str, list[Any]]  # candidate id -> [inode, mtime_ns, size, event id or None]
+
+
+def open_verdicts(checkpoint_folder: Path) -> None:
+    """Before a verdict is written: make sure the outbox remembers the verdicts already
+    there (a state folder's first outbox takes them as history, not announced), so that
+    the one about to be written is caught up if a kill loses its event."""
+    agent_folder = agent_folder_of(checkpoint_folder)
+    if agent_folder is None or os.path.lexists(_seen_path(agent_folder)):
+        return
+    with outbox_lock(agent_folder) as lock:
+        if not os.path.lexists(_seen_path(agent_folder)):
+            _catch_up_verdicts(agent_folder, lock)
+
+
+def announce_verdicts(checkpoint_folder: Path) -> list[str]:
+    """Copy the rejections and holds whose event the outbox lacks (a kill between the
+    verdict file and its event) into it, oldest candidate first; never one pruned, nor one
+    the first outbox took as history. Cheap when nothing changed: one listing, one stat
+    per candidate, no lock. Returns the ids written."""
+    agent_folder = agent_folder_of(checkpoint_folder)
+    if agent_folder is None:
+        return []
+    stats = _verdict_stats(agent_folder)
+    seen = read_seen(agent_folder)
+    if seen is None and not stats:
+        return []  # nothing to take as history yet: open_verdicts precedes the first
+    if seen is not None and all(seen.get(n, [None])[:3] == s for n, s in stats.items()):
+        return []
+    with outbox_lock(agent_folder) as lock:
+        return _catch_up_verdicts(agent_folder, lock)
+
+
+def _catch_up_verdicts(agent_folder: Path, lock: int) -> list[str]:
+    """The catch-up's work under the outbox's lock: each verdict file changed since it
+    was last seen is read, and its event written unless the outbox holds it, pruned it,
+    or takes it as history (no verdicts_seen.json yet)."""
+    seen = read_seen(agent_folder)
+    history, seen = seen is None, seen or {}
+    pruned = set((read_state(agent_folder) or {"pruned": []})["pruned"])
+    root = _candidates_root(agent_folder)
+    written, now = [], {}
+    for name, stat in sorted(_verdict_stats(agent_folder).items()):
+        before = seen.get(name, [None, None, None, None])
+        if before[:3] == stat:
+            now[name] = before
+            continue
+        verdict = files.load(Path(root, name, VERDICT.name), VERDICT, _a_dict)
+        found = None if verdict is None else verdict_event(agent_folder.name, name, verdict)
+        event_id = None if found is None else found[0]
+        known = history or event_id == before[3] or event_id in pruned
+        if found is not None and not known and not os.path.lexists(_path(agent_folder, found[0])):
+            written.append(_write_new(agent_folder, lock, found[1], found[2], found[0]))
+        now[name] = [*stat, event_id]
+    _write_unsynced(_seen_path(agent_folder), {"version": VERSION, "seen": now}, OUTBOX_VERDICTS)
+    return written
+
+
+def _verdict_stats(agent_folder: Path) -> dict[str, list[int]]:
+    """Each candidate's verdict file as a stat sees it (a candidate without one is
+    unfinished). Plain strings: pathlib's parsing would cost more than the stats."""
+    root = _candidates_root(agent_folder)
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return {}
+    found = {}
+    for name in names:
+        try:
+            info = os.stat(f"{root}/{name}/{VERDICT.name}", follow_symlinks=False)
+        except OSError:
+            continue
+        found[name] = [info.st_ino, info.st_mtime_ns, info.st_size]
+    return found
+
+
+def _candidates_root(agent_folder: Path) -> str:
+    return f"{os.fspath(agent_folder)}/{CHECKPOINTS_FOLDER}/{CANDIDATES_FOLDER}"
+
+
+def _seen_path(agent_folder: Path) -> Path:
+    return outbox_of(agent_folder) / OUTBOX_VERDICTS.name
+
+
+def read_seen(agent_folder: Path) -> Seen | None:
+    """``verdicts_seen.json``: each candidate's verdict file as last seen; None when there
+    is none (or it was unusable: set aside, reported, and the verdicts then there taken
+    as history)."""
+    return files.load(_seen_path(agent_folder), OUTBOX_VERDICTS, _seen)
+
+
+def _seen(data: Any) -> Seen:
+    seen = data.get("seen") if data.get("version") == VERSION else None
+    if not isinstance(seen, dict) or not all(
+        isinstance(v, list) and len(v) == 4 for v in seen.values()
+    ):
+        raise TypeError(f"not a version {VERSION} record of verdicts seen")
+    return {str(k): v for k, v in seen.items()}
+
+
+def _a_dict(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise TypeError(f"a JSON {type(data).__name__}, not an object")
+    return data
 
 
 def read_state(agent_folder: Path) -> dict[str, Any] | None:
