@@ -1,29 +1,34 @@
 """What the event outbox adds to a run: the time of its writes on the transition path.
 
-A transition of the served model (serve, rollback, ...) now also copies its journal entry
-into the agent's outbox before it returns (``lifecycle._commit`` ->
-``outbox.announce_journal``), and looks for a copy a kill left undone before it starts
-(the same call, which then writes nothing). A rejection, a hold, a demotion or a fault
-bundle writes one event (``outbox.record``). This script times exactly those calls,
+A transition of the served model (serve, rollback, ...) copies its journal entry into the
+agent's outbox before it returns (``lifecycle._commit`` -> ``outbox.announce_journal``),
+and before it starts looks for a copy a kill left undone: the journal's (the same call,
+which then writes nothing) and the verdicts' (``outbox.announce_verdicts``: one listing of
+``candidates/`` and one stat per verdict file, a read of only those that changed). A
+rejection, a hold (``outbox.open_verdicts`` and ``announce_verdict``), a demotion or a
+fault bundle (``outbox.record``) writes one event. This script times exactly those calls,
 inside real transitions on a real state folder (temp file, fsync, rename, folder fsync:
-``atomic.write_atomic``), each transition's two calls summed:
+``atomic.write_atomic``), each transition's calls summed:
 
 - ``promotion``: ``lifecycle.serve`` of a new candidate (the gate's promotion), with
   the outbox holding ``--backlog`` events already (its listing grows with them: the
-  daemon keeps ``GENESIS_FP16_EVENTS_KEEP``, 1000 by default, per agent), plus the
-  ``--repeats`` written meanwhile;
-- ``rejection``: the ``outbox.record`` inside ``lifecycle.write_verdict`` of a rejected
-  candidate (a hold's, a demotion's and a fault bundle's are the same call);
+  daemon keeps ``GENESIS_FP16_EVENTS_KEEP``, 1000 by default, per agent), and
+  ``--candidates`` rejected candidates kept (the daemon's prune keeps them
+  ``GENESIS_FP16_REJECTED_KEEP_DAYS``), plus the ``--repeats`` promoted meanwhile;
+- ``rejection``: the outbox's calls inside ``lifecycle.write_verdict`` of a rejected
+  candidate (a hold's is the same; a demotion's and a fault bundle's are one
+  ``outbox.record``, the same write);
 - ``control``: a busy loop as long as the promotion's median, timed the same way: the
   machine's own scheduling noise, which a loaded 2-core machine adds to any p99.
 
 Each row gives wall time and the thread's CPU time (wall minus CPU: waiting for the CPU
-or the disk).
+or the disk). A call the code under test lacks is not timed (the script runs on earlier
+versions too, for a before and after).
 
 Run it with the folder on the disk the daemon's state folder uses (``--dir``; default:
 a temp folder). Prints a Markdown table and writes ``--json``::
 
-    python benchmarks/event_outbox.py --repeats 300 --backlog 0 1000 \\
+    python benchmarks/event_outbox.py --repeats 300 --backlog 0 1000 --candidates 0 300 \\
         --json benchmarks/results/event_outbox_cpu-2-cores.json
 """
 
@@ -36,73 +41,101 @@ import platform
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from genesis_fp16_infrastructure.agent_folder import lifecycle, outbox
 
 BOUND_MS = 5.0  # issue 60's bound on a run's added time, p99
+TRANSITION_CALLS = ("announce_journal", "announce_verdicts")
+VERDICT_CALLS = ("open_verdicts", "announce_verdict", "record")
 
 
 Timing = tuple[float, float]  # (wall seconds, this thread's CPU seconds)
 
 
-def _timed(calls: list[Timing], function: Callable[..., Any]) -> Callable[..., Any]:
+def _timed(
+    calls: list[Timing], function: Callable[..., Any], depth: list[int] | None = None
+) -> Callable[..., Any]:
+    """``function``, each call's time appended to ``calls``; with ``depth`` (shared by the
+    functions timed together) a call inside another timed one is not counted twice."""
+    depth = [0] if depth is None else depth
+
     def timed(*args: Any, **kwargs: Any) -> Any:
         start, cpu = time.perf_counter(), time.thread_time()
+        depth[0] += 1
         try:
             return function(*args, **kwargs)
         finally:
-            calls.append((time.perf_counter() - start, time.thread_time() - cpu))
+            depth[0] -= 1
+            if depth[0] == 0:
+                calls.append((time.perf_counter() - start, time.thread_time() - cpu))
 
     return timed
 
 
-def _fill(agent_folder: Path, backlog: int) -> None:
-    """``backlog`` delivered events already in the outbox."""
+def _fill(agent_folder: Path, backlog: int, candidates: int) -> None:
+    """``backlog`` events already in the outbox, ``candidates`` rejected ones kept."""
     for n in range(backlog):
         outbox.record(agent_folder, "promote", {"n": n})
-
-
-def time_transitions(root: Path, repeats: int, backlog: int) -> list[Timing]:
-    """Each serve's outbox seconds (its two announce_journal calls summed)."""
-    agent_folder = root / "agents" / f"bench_{backlog}"
     folder = agent_folder / "checkpoints"
-    _fill(agent_folder, backlog)
+    for n in range(candidates):
+        candidate = lifecycle.new_candidate(folder, {"fingerprint": f"r{n:07d}", "records": 1})
+        lifecycle.write_verdict(candidate, {"outcome": "rejected", "reason": "worse"})
+
+
+@contextmanager
+def _timing(names: tuple[str, ...]) -> Iterator[list[Timing]]:
+    """Time each call of the outbox functions ``names`` (those the code has)."""
     calls: list[Timing] = []
-    real = outbox.announce_journal
-    outbox.announce_journal = _timed(calls, real)  # type: ignore[assignment]
+    real = {n: getattr(outbox, n) for n in names if hasattr(outbox, n)}
+    depth = [0]
+    for name, function in real.items():
+        setattr(outbox, name, _timed(calls, function, depth))
     try:
-        per_transition = []
+        yield calls
+    finally:
+        for name, function in real.items():
+            setattr(outbox, name, function)
+
+
+def _summed(calls: list[Timing], before: int) -> Timing:
+    mine = calls[before:]
+    return sum(c[0] for c in mine), sum(c[1] for c in mine)
+
+
+def time_transitions(root: Path, repeats: int, backlog: int, candidates: int) -> list[Timing]:
+    """Each serve's outbox seconds (its catch-ups and its journal entry's copy, summed)."""
+    agent_folder = root / "agents" / f"bench_{backlog}_{candidates}"
+    folder = agent_folder / "checkpoints"
+    _fill(agent_folder, backlog, candidates)
+    per_transition = []
+    with _timing(TRANSITION_CALLS) as calls:
         for n in range(repeats):
             candidate = lifecycle.new_candidate(folder, {"fingerprint": f"{n:08d}", "records": 1})
             (candidate / "ckpt-0000000001.pt").write_bytes(b"w")
             entry = lifecycle.candidate_entry(folder, candidate, candidate / "ckpt-0000000001.pt")
             before = len(calls)
             lifecycle.serve(folder, entry, "gate", keep=3, verdict={"outcome": "promoted"})
-            mine = calls[before:]
-            per_transition.append((sum(c[0] for c in mine), sum(c[1] for c in mine)))
-    finally:
-        outbox.announce_journal = real  # type: ignore[assignment]
+            per_transition.append(_summed(calls, before))
     return per_transition
 
 
-def time_rejections(root: Path, repeats: int, backlog: int) -> list[Timing]:
-    """Each gate rejection's outbox seconds: ``outbox.record`` inside a real
-    ``lifecycle.write_verdict`` (whose own verdict file is fsynced first)."""
-    agent_folder = root / "agents" / f"reject_{backlog}"
+def time_rejections(root: Path, repeats: int, backlog: int, candidates: int) -> list[Timing]:
+    """Each gate rejection's outbox seconds: the outbox's calls inside a real
+    ``lifecycle.write_verdict`` (whose own verdict file is fsynced between them)."""
+    agent_folder = root / "agents" / f"reject_{backlog}_{candidates}"
     folder = agent_folder / "checkpoints"
-    _fill(agent_folder, backlog)
-    found: list[Timing] = []
-    real = outbox.record
-    outbox.record = _timed(found, real)  # type: ignore[assignment]
-    try:
+    _fill(agent_folder, backlog, candidates)
+    found = []
+    with _timing(VERDICT_CALLS) as calls:
         for n in range(repeats):
             candidate = lifecycle.new_candidate(folder, {"fingerprint": f"{n:08d}", "records": 1})
+            before = len(calls)
             lifecycle.write_verdict(candidate, {"outcome": "rejected", "reason": "worse"})
-    finally:
-        outbox.record = real  # type: ignore[assignment]
+            found.append(_summed(calls, before))
     return found
 
 
@@ -144,18 +177,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=300)
     parser.add_argument("--backlog", type=int, nargs="+", default=[0, 1000])
+    parser.add_argument("--candidates", type=int, nargs="+", default=[0, 300])
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for backlog in args.backlog:
-            for what, timer in (("promotion", time_transitions), ("rejection", time_rejections)):
-                figures = summary(timer(Path(tmp), args.repeats, backlog))
-                rows.append({"what": what, "backlog": backlog, **figures})
+            for kept in args.candidates:
+                for what, timer in (
+                    ("promotion", time_transitions),
+                    ("rejection", time_rejections),
+                ):
+                    figures = summary(timer(Path(tmp), args.repeats, backlog, kept))
+                    rows.append({"what": what, "backlog": backlog, "candidates": kept, **figures})
     median = statistics.median(r["p50_ms"] for r in rows if r["what"] == "promotion")
     control = summary(time_control(median / 1000, args.repeats))
-    rows.append({"what": "control (busy loop)", "backlog": "-", **control})
+    rows.append({"what": "control (busy loop)", "backlog": "-", "candidates": "-", **control})
     _print(rows)
     if args.json is not None:
         load = os.getloadavg()
@@ -171,14 +209,14 @@ def main() -> None:
 
 def _print(rows: list[dict[str, Any]]) -> None:
     print(
-        f"| what | events kept | n | wall p50 ms | wall p99 ms | wall max ms | CPU p50 ms | "
-        f"CPU p99 ms | wall p99 <= {BOUND_MS} ms |"
+        "| what | events kept | candidates kept | n | wall p50 ms | wall p99 ms | wall max ms "
+        f"| CPU p50 ms | CPU p99 ms | wall p99 <= {BOUND_MS} ms |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         ok = "yes" if r["p99_ms"] <= BOUND_MS else "NO"
         print(
-            f"| {r['what']} | {r['backlog']} | {r['n']} | {r['p50_ms']:.2f} | "
+            f"| {r['what']} | {r['backlog']} | {r['candidates']} | {r['n']} | {r['p50_ms']:.2f} | "
             f"{r['p99_ms']:.2f} | {r['max_ms']:.2f} | {r['cpu_p50_ms']:.2f} | "
             f"{r['cpu_p99_ms']:.2f} | {ok} |"
         )

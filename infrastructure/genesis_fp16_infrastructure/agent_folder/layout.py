@@ -23,6 +23,7 @@
                 <order>-<id>.json        one event and its delivery log
                 outbox.json              journal events pruned, events dropped
                 verdicts_seen.json       each candidate's verdict file as last seen
+                verdicts_seen.digest     a digest of those, for a catch-up's first look
             checkpoints/                 HOME_CHECKPOINTS
                 served.json              the served-model pointer
                 served.json.lock         its writers' flock
@@ -125,6 +126,9 @@ OUTBOX_EVENT = StateFile("<order>-<id>.json", "outbox_event", "outbox", "json", 
 OUTBOX_STATE = StateFile("outbox.json", "outbox_state", "outbox", "json", 64 * KIB)
 OUTBOX_LOCK = StateFile(".lock", "outbox_lock", "outbox", "lock", 4 * KIB)
 OUTBOX_VERDICTS = StateFile("verdicts_seen.json", "outbox_verdicts", "outbox", "json", 4 * MIB)
+OUTBOX_VERDICTS_DIGEST = StateFile(
+    "verdicts_seen.digest", "outbox_verdicts_digest", "outbox", "text", 1 * KIB
+)
 
 LAYOUT: tuple[StateFile, ...] = (
     PRECISION_STATE,

@@ -75,6 +75,7 @@ from genesis_fp16_infrastructure.agent_folder.layout import (
     OUTBOX_LOCK,
     OUTBOX_STATE,
     OUTBOX_VERDICTS,
+    OUTBOX_VERDICTS_DIGEST,
     VERDICT,
     StateFile,
 )
@@ -214,11 +215,15 @@ def _write_new(
 def _write_unsynced(path: Path, data: Mapping[str, Any], file: StateFile = OUTBOX_EVENT) -> None:
     """Write an event atomically (a temp file renamed: a reader finds all of it or
     nothing), without an fsync (the module docstring says why and what covers it)."""
+    _replace_unsynced(path, json.dumps(data, sort_keys=True), file)
+
+
+def _replace_unsynced(path: Path, text: str, file: StateFile) -> None:
     files.clear_way(path, file)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, sort_keys=True)
+            handle.write(text)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -326,10 +331,13 @@ def announce_verdict(candidate: Path, verdict: Mapping[str, Any]) -> str | None:
 
 # The verdicts' catch-up. A verdict file has no journal behind it: the outbox remembers
 # each candidate's verdict file as last seen (its inode, modification time and size, and
-# the id of the event it announces, if any) in verdicts_seen.json, so that a catch-up is
-# one listing of candidates/ and one stat per candidate, and reads only a verdict file
-# that changed since. Its entries follow the candidates (the daemon's prune bounds them).
+# the id of the event it announces, if any) in verdicts_seen.json, and a digest of those
+# stats in verdicts_seen.digest (written after it), so that a catch-up with nothing
+# changed is one listing of candidates/, one stat per candidate and one small read, and
+# one after a change reads only the verdict files that changed. The entries follow the
+# candidates (the daemon's prune bounds them).
 Seen = dict[str, list[Any]]  # candidate id -> [inode, mtime_ns, size, event id or None]
+Stats = dict[str, tuple[int, int, int]]  # candidate id -> its verdict file's stat
 
 
 def open_verdicts(checkpoint_folder: Path) -> None:
@@ -341,39 +349,40 @@ def open_verdicts(checkpoint_folder: Path) -> None:
         return
     with outbox_lock(agent_folder) as lock:
         if not os.path.lexists(_seen_path(agent_folder)):
-            _catch_up_verdicts(agent_folder, lock)
+            _catch_up_verdicts(agent_folder, lock, _verdict_stats(agent_folder))
 
 
 def announce_verdicts(checkpoint_folder: Path) -> list[str]:
     """Copy the rejections and holds whose event the outbox lacks (a kill between the
     verdict file and its event) into it, oldest candidate first; never one pruned, nor one
-    the first outbox took as history. Cheap when nothing changed: one listing, one stat
-    per candidate, no lock. Returns the ids written."""
+    the first outbox took as history. Without a lock while nothing changed. Returns the
+    ids written."""
     agent_folder = agent_folder_of(checkpoint_folder)
     if agent_folder is None:
         return []
     stats = _verdict_stats(agent_folder)
-    seen = read_seen(agent_folder)
-    if seen is None and not stats:
-        return []  # nothing to take as history yet: open_verdicts precedes the first
-    if seen is not None and all(seen.get(n, [None])[:3] == s for n, s in stats.items()):
+    if _seen_digest(agent_folder) == _digest(stats):
         return []
+    if not stats and not os.path.lexists(_seen_path(agent_folder)):
+        return []  # nothing to take as history yet: open_verdicts precedes the first
     with outbox_lock(agent_folder) as lock:
-        return _catch_up_verdicts(agent_folder, lock)
+        return _catch_up_verdicts(agent_folder, lock, stats)
 
 
-def _catch_up_verdicts(agent_folder: Path, lock: int) -> list[str]:
+def _catch_up_verdicts(agent_folder: Path, lock: int, stats: Stats) -> list[str]:
     """The catch-up's work under the outbox's lock: each verdict file changed since it
-    was last seen is read, and its event written unless the outbox holds it, pruned it,
-    or takes it as history (no verdicts_seen.json yet)."""
+    was last seen (``stats``: as the caller saw them) is read, and its event written
+    unless the outbox holds it, pruned it, or takes it as history (no verdicts_seen.json
+    yet). A verdict written since ``stats`` is read by the next catch-up: its file's stat
+    differs from the one remembered."""
     seen = read_seen(agent_folder)
     history, seen = seen is None, seen or {}
     pruned = set((read_state(agent_folder) or {"pruned": []})["pruned"])
     root = _candidates_root(agent_folder)
     written, now = [], {}
-    for name, stat in sorted(_verdict_stats(agent_folder).items()):
+    for name, stat in sorted(stats.items()):
         before = seen.get(name, [None, None, None, None])
-        if before[:3] == stat:
+        if tuple(before[:3]) == stat:
             now[name] = before
             continue
         verdict = files.load(Path(root, name, VERDICT.name), VERDICT, _a_dict)
@@ -384,25 +393,46 @@ def _catch_up_verdicts(agent_folder: Path, lock: int) -> list[str]:
             written.append(_write_new(agent_folder, lock, found[1], found[2], found[0]))
         now[name] = [*stat, event_id]
     _write_unsynced(_seen_path(agent_folder), {"version": VERSION, "seen": now}, OUTBOX_VERDICTS)
+    digest = outbox_of(agent_folder) / OUTBOX_VERDICTS_DIGEST.name
+    _replace_unsynced(digest, _digest(stats), OUTBOX_VERDICTS_DIGEST)
     return written
 
 
-def _verdict_stats(agent_folder: Path) -> dict[str, list[int]]:
+def _verdict_stats(agent_folder: Path) -> Stats:
     """Each candidate's verdict file as a stat sees it (a candidate without one is
-    unfinished). Plain strings: pathlib's parsing would cost more than the stats."""
-    root = _candidates_root(agent_folder)
+    unfinished). Relative to the open candidates folder: a path walked from the root
+    would cost more than the stat itself."""
     try:
-        names = os.listdir(root)
+        fd = os.open(_candidates_root(agent_folder), os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
         return {}
     found = {}
-    for name in names:
-        try:
-            info = os.stat(f"{root}/{name}/{VERDICT.name}", follow_symlinks=False)
-        except OSError:
-            continue
-        found[name] = [info.st_ino, info.st_mtime_ns, info.st_size]
+    try:
+        for name in os.listdir(fd):
+            try:
+                info = os.stat(f"{name}/{VERDICT.name}", dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue
+            found[name] = (info.st_ino, info.st_mtime_ns, info.st_size)
+    finally:
+        os.close(fd)
     return found
+
+
+def _digest(stats: Stats) -> str:
+    """The stats' digest, whatever their order: a sum of the hashes of integers, which
+    are the same in every process (a string's hash is not)."""
+    return f"{len(stats)}:{sum(hash(s) for s in stats.values()) & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+def _seen_digest(agent_folder: Path) -> str | None:
+    """The digest of the stats last seen (None: none, or unreadable: a catch-up then
+    reads verdicts_seen.json, and writes both again)."""
+    try:
+        with open(outbox_of(agent_folder) / OUTBOX_VERDICTS_DIGEST.name, encoding="ascii") as f:
+            return f.read(64)
+    except (OSError, ValueError):
+        return None
 
 
 def _candidates_root(agent_folder: Path) -> str:
