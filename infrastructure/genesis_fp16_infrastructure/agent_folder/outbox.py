@@ -9,6 +9,8 @@ GitHub logs its webhook deliveries::
         <id>.json          one event (16 hex digits: its id, the receivers' idempotency
                            key), its order, its receivers and its delivery log
         outbox.json        ids of journal events pruned, events dropped undelivered
+        verdicts_seen.json each candidate's verdict file as last seen, its event's id
+        verdicts_seen.digest  a digest of those stats: a catch-up's first look
 
 Each event carries an order number (nanoseconds, strictly increasing per agent, given
 under the lock), which orders the agent's events for delivery.
@@ -24,18 +26,33 @@ Where the event is written, and what a kill -9 does:
   owner call: every transition, the daemon's prune after each run and its delivery
   thread at start-up copy what the journal holds and the outbox lacks. No transition is
   lost; none is announced that did not happen (a refused one writes no journal entry).
-- A rejection or a hold (``lifecycle.write_verdict``), a demotion and a fault bundle (the
-  daemon's record of a run): the event is written right after the record it announces
-  and before any log line or metric says so (:func:`record`). A kill between the two
-  writes (microseconds) loses that one announcement; it never announces what did not
+- A rejection or a hold (``lifecycle.write_verdict``): the candidate's fsynced verdict
+  file is the record, and the event is written right after it, before any log line or
+  metric says so (:func:`announce_verdict`), its id a hash of what it announces (agent,
+  candidate, outcome and the verdict's own decision time: held then rejected are two
+  events, one verdict copied twice is one). A kill (or a power cut) between the two is
+  mended where the journal's copy is (:func:`announce_verdicts`): each candidate's
+  verdict file is compared by one stat with the one the outbox last saw
+  (``verdicts_seen.json``), a changed one is read, and a rejection or hold the outbox
+  lacks is copied, unless it was pruned (remembered while its candidate is kept, and in
+  ``outbox.json``). A state folder's first outbox (no ``verdicts_seen.json``: older than
+  this, or its verdicts announced under random ids before) takes the verdicts it holds as
+  history, not announced; the writer of a verdict makes sure of that record before it
+  writes (:func:`open_verdicts`), so its own verdict is never history.
+- A demotion and a fault bundle (the daemon's record of a run): the event is written
+  right after the record it announces and before any log line or metric says so
+  (:func:`record`). A kill between the two writes (microseconds) loses that one
+  announcement (no journal, no record a catch-up reads); it never announces what did not
   happen.
 
 An event's first write is atomic (a temp file renamed) but not fsynced: an fsync costs
 4-16 ms on the 2-core test machine, more than the 5 ms a transition may add
 (benchmarks/event_outbox.py). A killed process's writes are in the page cache all the
-same; against a power cut, a transition's event is in the fsynced journal, and the
-daemon's first write of every event (addressing it to the receivers, within a second of
-it) is fsynced.
+same; against a power cut, a transition's event is in the fsynced journal, a rejection's
+or hold's in its fsynced verdict file, and the daemon's first write of every event
+(addressing it to the receivers, within a second of it) is fsynced. ``verdicts_seen.json``
+is not fsynced either: a power cut that loses it whole (its first write) makes the next
+catch-up take the verdicts then kept as history.
 
 The outbox is bounded by the daemon (:func:`prune`): delivered events beyond the newest
 ``keep`` are removed; undelivered ones are never removed silently: past ``limit`` events
