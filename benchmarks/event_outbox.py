@@ -3,10 +3,11 @@
 A transition of the served model (serve, rollback, ...) copies its journal entry into the
 agent's outbox before it returns (``lifecycle._commit`` -> ``outbox.announce_journal``),
 and before it starts looks for a copy a kill left undone: the journal's (the same call,
-which then writes nothing) and the verdicts' (``outbox.announce_verdicts``: one listing of
-``candidates/`` and one stat per verdict file, a read of only those that changed). A
-rejection, a hold (``outbox.open_verdicts`` and ``announce_verdict``), a demotion or a
-fault bundle (``outbox.record``) writes one event. This script times exactly those calls,
+which then writes nothing) and a verdict's (``outbox.announce_verdicts``: one listing of
+the outbox's ``staged/`` folder, empty unless a verdict's writer was killed). A rejection
+or a hold stages its event before its verdict file and releases it after
+(``outbox.stage_verdict``, ``release_verdict``); a demotion or a fault bundle writes one
+event (``outbox.record``). This script times exactly those calls,
 inside real transitions on a real state folder (temp file, fsync, rename, folder fsync:
 ``atomic.write_atomic``), each transition's calls summed:
 
@@ -14,7 +15,8 @@ inside real transitions on a real state folder (temp file, fsync, rename, folder
   the outbox holding ``--backlog`` events already (its listing grows with them: the
   daemon keeps ``GENESIS_FP16_EVENTS_KEEP``, 1000 by default, per agent), and
   ``--candidates`` rejected candidates kept (the daemon's prune keeps them
-  ``GENESIS_FP16_REJECTED_KEEP_DAYS``), plus the ``--repeats`` promoted meanwhile;
+  ``GENESIS_FP16_REJECTED_KEEP_DAYS``; a catch-up must not cost more with them), plus
+  the ``--repeats`` promoted meanwhile;
 - ``rejection``: the outbox's calls inside ``lifecycle.write_verdict`` of a rejected
   candidate (a hold's is the same; a demotion's and a fault bundle's are one
   ``outbox.record``, the same write);
@@ -50,7 +52,8 @@ from genesis_fp16_infrastructure.agent_folder import lifecycle, outbox
 
 BOUND_MS = 5.0  # issue 60's bound on a run's added time, p99
 TRANSITION_CALLS = ("announce_journal", "announce_verdicts")
-VERDICT_CALLS = ("open_verdicts", "announce_verdict", "record")
+# Earlier versions' names too (announce_verdict, record), for a before and after.
+VERDICT_CALLS = ("stage_verdict", "release_verdict", "announce_verdict", "record")
 
 
 Timing = tuple[float, float]  # (wall seconds, this thread's CPU seconds)
@@ -125,7 +128,9 @@ def time_transitions(root: Path, repeats: int, backlog: int, candidates: int) ->
 
 def time_rejections(root: Path, repeats: int, backlog: int, candidates: int) -> list[Timing]:
     """Each gate rejection's outbox seconds: the outbox's calls inside a real
-    ``lifecycle.write_verdict`` (whose own verdict file is fsynced between them)."""
+    ``lifecycle.write_verdict`` (whose own verdict file is fsynced between them, not
+    counted: the outbox's lock is held meanwhile, which delays only another outbox
+    writer)."""
     agent_folder = root / "agents" / f"reject_{backlog}_{candidates}"
     folder = agent_folder / "checkpoints"
     _fill(agent_folder, backlog, candidates)

@@ -22,8 +22,7 @@
                 .lock                    its flock
                 <order>-<id>.json        one event and its delivery log
                 outbox.json              journal events pruned, events dropped
-                verdicts_seen.json       each candidate's verdict file as last seen
-                verdicts_seen.digest     a digest of those, for a catch-up's first look
+                staged/<id>.json         a verdict's event while its verdict is written
             checkpoints/                 HOME_CHECKPOINTS
                 served.json              the served-model pointer
                 served.json.lock         its writers' flock
@@ -125,10 +124,6 @@ JUDGED_WATCH = StateFile("judged-live-{id}.npz", "judged_watch", "candidate", "b
 OUTBOX_EVENT = StateFile("<order>-<id>.json", "outbox_event", "outbox", "json", 4 * MIB)
 OUTBOX_STATE = StateFile("outbox.json", "outbox_state", "outbox", "json", 64 * KIB)
 OUTBOX_LOCK = StateFile(".lock", "outbox_lock", "outbox", "lock", 4 * KIB)
-OUTBOX_VERDICTS = StateFile("verdicts_seen.json", "outbox_verdicts", "outbox", "json", 4 * MIB)
-OUTBOX_VERDICTS_DIGEST = StateFile(
-    "verdicts_seen.digest", "outbox_verdicts_digest", "outbox", "text", 1 * KIB
-)
 
 LAYOUT: tuple[StateFile, ...] = (
     PRECISION_STATE,
@@ -162,6 +157,7 @@ QUARANTINE_FOLDER = "quarantine"
 CANDIDATES_FOLDER = "candidates"
 RECORD_CACHE_FOLDER = "record_cache"
 OUTBOX_FOLDER = "outbox"  # the agent's events to announce (agent_folder.outbox)
+OUTBOX_STAGED_FOLDER = "staged"  # in it: a verdict's event until its verdict is written
 BUNDLES_FOLDER = "fault_bundles"  # the flight recorder's fault bundles (training.flight)
 
 

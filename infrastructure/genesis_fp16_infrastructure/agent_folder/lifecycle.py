@@ -506,12 +506,11 @@ def _a_dict(data: Any) -> dict[str, Any]:
 
 def write_verdict(candidate: Path, verdict: Mapping[str, Any]) -> None:
     """A verdict no transition of the pointer carries (rejected, held, undecided), then a
-    rejection's or hold's event (a kill between: ``outbox.announce_verdicts`` copies it).
+    rejection's or hold's event (staged before it: ``outbox.verdict_announced``).
     A promotion's and a rollback's go through the pointer (serve, rollback)."""
     stamped = _stamped(verdict)
-    outbox.open_verdicts(Path(candidate).parent.parent)  # earlier verdicts: seen before it
-    files.write_json(Path(candidate) / VERDICT_NAME, VERDICT, stamped)
-    outbox.announce_verdict(candidate, stamped)  # before it is logged
+    with outbox.verdict_announced(candidate, stamped):  # in the outbox before it is logged
+        files.write_json(Path(candidate) / VERDICT_NAME, VERDICT, stamped)
 
 
 def _stamped(verdict: Mapping[str, Any]) -> dict[str, Any]:

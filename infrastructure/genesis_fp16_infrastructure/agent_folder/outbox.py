@@ -90,9 +90,8 @@ from genesis_fp16_infrastructure.agent_folder.layout import (
     OUTBOX_EVENT,
     OUTBOX_FOLDER,
     OUTBOX_LOCK,
+    OUTBOX_STAGED_FOLDER,
     OUTBOX_STATE,
-    OUTBOX_VERDICTS,
-    OUTBOX_VERDICTS_DIGEST,
     VERDICT,
     StateFile,
 )
@@ -208,9 +207,15 @@ def _next_order(lock: int) -> int:
 
 
 def _write_new(
-    agent_folder: Path, lock: int, kind: str, data: Mapping[str, Any], event_id: str
+    agent_folder: Path,
+    lock: int,
+    kind: str,
+    data: Mapping[str, Any],
+    event_id: str,
+    folder: Path | None = None,
 ) -> str:
-    """The event's file, under the next order number (the caller holds ``lock``)."""
+    """The event's file, under the next order number (the caller holds ``lock``), in the
+    outbox (``folder``: elsewhere, a verdict's event staged)."""
     order = _next_order(lock)
     now = time.time()
     event = {
@@ -225,7 +230,7 @@ def _write_new(
         "targets": None,
         "attempts": [],
     }
-    _write_unsynced(outbox_of(agent_folder) / f"{event_id}.json", event)
+    _write_unsynced((folder or outbox_of(agent_folder)) / f"{event_id}.json", event)
     return event_id
 
 
@@ -327,10 +332,43 @@ def verdict_event(agent: str, candidate_id: str, verdict: Mapping[str, Any]) -> 
     return verdict_event_id(agent, candidate_id, verdict), kind, data
 
 
-def announce_verdict(candidate: Path, verdict: Mapping[str, Any]) -> str | None:
-    """The event of a rejection or a hold just written to ``candidate`` (a state folder's
-    ``<checkpoints>/candidates/<id>``), ``verdict`` as its file holds it; None for any
-    other verdict or folder. Written once: a catch-up that copied it first wins."""
+# A verdict's event is staged before its verdict file is written and released into the
+# outbox after it, the outbox's lock held throughout (one fsync of the verdict file): a
+# staged event a catch-up finds is a dead writer's, released if the verdict file says
+# what it announces, else discarded. So a catch-up is one listing of an empty folder.
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A verdict's event staged under the outbox's lock (``lock``, its descriptor)."""
+
+    agent_folder: Path
+    event_id: str
+    path: Path
+    lock: int
+
+
+@contextmanager
+def verdict_announced(candidate: Path, verdict: Mapping[str, Any]) -> Iterator[None]:
+    """Around the write of ``verdict`` (as its file will hold it) to ``candidate`` (a
+    state folder's ``<checkpoints>/candidates/<id>``): a rejection's or a hold's event is
+    staged before, and moved into the outbox once the block wrote the file; a block that
+    raises leaves it staged, for the next catch-up to release or discard by what the file
+    says. Any other verdict or folder: nothing."""
+    staged = stage_verdict(candidate, verdict)
+    if staged is None:
+        yield
+        return
+    try:
+        yield
+    except BaseException:
+        os.close(staged.lock)
+        raise
+    release_verdict(staged)
+
+
+def stage_verdict(candidate: Path, verdict: Mapping[str, Any]) -> Staged | None:
+    """Take the outbox's lock and write the verdict's event to ``outbox/staged/``."""
     agent_folder = agent_folder_of(Path(candidate).parent.parent)
     found = (
         None
@@ -340,140 +378,79 @@ def announce_verdict(candidate: Path, verdict: Mapping[str, Any]) -> str | None:
     if agent_folder is None or found is None:
         return None
     event_id, kind, data = found
-    with outbox_lock(agent_folder) as lock:
-        if not os.path.lexists(_path(agent_folder, event_id)):
-            _write_new(agent_folder, lock, kind, data, event_id)
-        return event_id
+    lock = take_lock(outbox_of(agent_folder) / OUTBOX_LOCK.name, OUTBOX_LOCK)
+    try:
+        staged = outbox_of(agent_folder) / OUTBOX_STAGED_FOLDER
+        staged.mkdir(exist_ok=True)
+        _write_new(agent_folder, lock, kind, data, event_id, staged)
+    except BaseException:
+        os.close(lock)
+        raise
+    return Staged(agent_folder, event_id, staged / f"{event_id}.json", lock)
 
 
-# The verdicts' catch-up. A verdict file has no journal behind it: the outbox remembers
-# each candidate's verdict file as last seen (its inode, modification time and size, and
-# the id of the event it announces, if any) in verdicts_seen.json, and a digest of those
-# stats in verdicts_seen.digest (written after it), so that a catch-up with nothing
-# changed is one listing of candidates/, one stat per candidate and one small read, and
-# one after a change reads only the verdict files that changed. The entries follow the
-# candidates (the daemon's prune bounds them).
-Seen = dict[str, list[Any]]  # candidate id -> [inode, mtime_ns, size, event id or None]
-Stats = dict[str, tuple[int, int, int]]  # candidate id -> its verdict file's stat
-
-
-def open_verdicts(checkpoint_folder: Path) -> None:
-    """Before a verdict is written: make sure the outbox remembers the verdicts already
-    there (a state folder's first outbox takes them as history, not announced), so that
-    the one about to be written is caught up if a kill loses its event."""
-    agent_folder = agent_folder_of(checkpoint_folder)
-    if agent_folder is None or os.path.lexists(_seen_path(agent_folder)):
-        return
-    with outbox_lock(agent_folder) as lock:
-        if not os.path.lexists(_seen_path(agent_folder)):
-            _catch_up_verdicts(agent_folder, lock, _verdict_stats(agent_folder))
+def release_verdict(staged: Staged) -> str:
+    """Move the staged event into the outbox (one rename; none if a copy is there
+    already) and drop the lock; returns its id."""
+    try:
+        final = _path(staged.agent_folder, staged.event_id)
+        if os.path.lexists(final):
+            staged.path.unlink(missing_ok=True)
+        else:
+            os.replace(staged.path, final)
+        return staged.event_id
+    finally:
+        os.close(staged.lock)
 
 
 def announce_verdicts(checkpoint_folder: Path) -> list[str]:
-    """Copy the rejections and holds whose event the outbox lacks (a kill between the
-    verdict file and its event) into it, oldest candidate first; never one pruned, nor one
-    the first outbox took as history. Without a lock while nothing changed. Returns the
-    ids written."""
+    """Settle the verdict events a killed writer left staged: each whose candidate's
+    verdict file says what it announces is moved into the outbox (under a new order
+    number, unless the outbox holds it or pruned it), the others are discarded: nothing
+    announced that was not decided. Without a lock when none is staged (one listing).
+    Returns the ids moved."""
     agent_folder = agent_folder_of(checkpoint_folder)
     if agent_folder is None:
         return []
-    stats = _verdict_stats(agent_folder)
-    if _seen_digest(agent_folder) == _digest(stats):
-        return []
-    if not stats and not os.path.lexists(_seen_path(agent_folder)):
-        return []  # nothing to take as history yet: open_verdicts precedes the first
-    with outbox_lock(agent_folder) as lock:
-        return _catch_up_verdicts(agent_folder, lock, stats)
-
-
-def _catch_up_verdicts(agent_folder: Path, lock: int, stats: Stats) -> list[str]:
-    """The catch-up's work under the outbox's lock: each verdict file changed since it
-    was last seen (``stats``: as the caller saw them) is read, and its event written
-    unless the outbox holds it, pruned it, or takes it as history (no verdicts_seen.json
-    yet). A verdict written since ``stats`` is read by the next catch-up: its file's stat
-    differs from the one remembered."""
-    seen = read_seen(agent_folder)
-    history, seen = seen is None, seen or {}
-    pruned = set((read_state(agent_folder) or {"pruned": []})["pruned"])
-    root = _candidates_root(agent_folder)
-    written, now = [], {}
-    for name, stat in sorted(stats.items()):
-        before = seen.get(name, [None, None, None, None])
-        if tuple(before[:3]) == stat:
-            now[name] = before
-            continue
-        verdict = files.load(Path(root, name, VERDICT.name), VERDICT, _a_dict)
-        found = None if verdict is None else verdict_event(agent_folder.name, name, verdict)
-        event_id = None if found is None else found[0]
-        known = history or event_id == before[3] or event_id in pruned
-        if found is not None and not known and not os.path.lexists(_path(agent_folder, found[0])):
-            written.append(_write_new(agent_folder, lock, found[1], found[2], found[0]))
-        now[name] = [*stat, event_id]
-    _write_unsynced(_seen_path(agent_folder), {"version": VERSION, "seen": now}, OUTBOX_VERDICTS)
-    digest = outbox_of(agent_folder) / OUTBOX_VERDICTS_DIGEST.name
-    _replace_unsynced(digest, _digest(stats), OUTBOX_VERDICTS_DIGEST)
-    return written
-
-
-def _verdict_stats(agent_folder: Path) -> Stats:
-    """Each candidate's verdict file as a stat sees it (a candidate without one is
-    unfinished). Relative to the open candidates folder: a path walked from the root
-    would cost more than the stat itself."""
+    staged = f"{os.fspath(outbox_of(agent_folder))}/{OUTBOX_STAGED_FOLDER}"
     try:
-        fd = os.open(_candidates_root(agent_folder), os.O_RDONLY | os.O_DIRECTORY)
+        names = os.listdir(staged)
     except OSError:
-        return {}
-    found = {}
-    try:
-        for name in os.listdir(fd):
-            try:
-                info = os.stat(f"{name}/{VERDICT.name}", dir_fd=fd, follow_symlinks=False)
-            except OSError:
-                continue
-            found[name] = (info.st_ino, info.st_mtime_ns, info.st_size)
-    finally:
-        os.close(fd)
-    return found
+        return []
+    if not any(_EVENT_NAME.match(n) or n.startswith(".tmp-") for n in names):
+        return []  # empty, or only files set aside (reported when they were)
+    with outbox_lock(agent_folder) as lock:
+        settled = [_settle(agent_folder, lock, Path(staged, n)) for n in sorted(os.listdir(staged))]
+        return [event_id for event_id in settled if event_id is not None]
 
 
-def _digest(stats: Stats) -> str:
-    """The stats' digest, whatever their order: a sum of the hashes of integers, which
-    are the same in every process (a string's hash is not)."""
-    return f"{len(stats)}:{sum(hash(s) for s in stats.values()) & 0xFFFFFFFFFFFFFFFF:016x}"
-
-
-def _seen_digest(agent_folder: Path) -> str | None:
-    """The digest of the stats last seen (None: none, or unreadable: a catch-up then
-    reads verdicts_seen.json, and writes both again)."""
-    try:
-        with open(outbox_of(agent_folder) / OUTBOX_VERDICTS_DIGEST.name, encoding="ascii") as f:
-            return f.read(64)
-    except (OSError, ValueError):
+def _settle(agent_folder: Path, lock: int, path: Path) -> str | None:
+    """One staged file under the lock (its writer is dead: a live one holds the lock)."""
+    if path.name.startswith(".tmp-"):  # a writer killed before its staged file's rename
+        path.unlink(missing_ok=True)
         return None
+    event = read_event(path) if _EVENT_NAME.match(path.name) else None
+    if event is None:  # not an event (set aside when unusable): left as it is
+        return None
+    said = _verdict_of(agent_folder, event.data.get("candidate_id"))
+    decided = said is not None and event.id == verdict_event_id(
+        agent_folder.name, str(event.data["candidate_id"]), said
+    )
+    pruned = event.id in (read_state(agent_folder) or {"pruned": []})["pruned"]
+    moved = decided and not pruned and not os.path.lexists(_path(agent_folder, event.id))
+    if moved:
+        _write_new(agent_folder, lock, event.kind, event.data, event.id)
+    path.unlink(missing_ok=True)
+    return event.id if moved else None
 
 
-def _candidates_root(agent_folder: Path) -> str:
-    return f"{os.fspath(agent_folder)}/{CHECKPOINTS_FOLDER}/{CANDIDATES_FOLDER}"
-
-
-def _seen_path(agent_folder: Path) -> Path:
-    return outbox_of(agent_folder) / OUTBOX_VERDICTS.name
-
-
-def read_seen(agent_folder: Path) -> Seen | None:
-    """``verdicts_seen.json``: each candidate's verdict file as last seen; None when there
-    is none (or it was unusable: set aside, reported, and the verdicts then there taken
-    as history)."""
-    return files.load(_seen_path(agent_folder), OUTBOX_VERDICTS, _seen)
-
-
-def _seen(data: Any) -> Seen:
-    seen = data.get("seen") if data.get("version") == VERSION else None
-    if not isinstance(seen, dict) or not all(
-        isinstance(v, list) and len(v) == 4 for v in seen.values()
-    ):
-        raise TypeError(f"not a version {VERSION} record of verdicts seen")
-    return {str(k): v for k, v in seen.items()}
+def _verdict_of(agent_folder: Path, candidate_id: Any) -> dict[str, Any] | None:
+    """What the candidate's verdict file says now (None: no such candidate or verdict)."""
+    name = str(candidate_id)
+    if Path(name).name != name or name in ("", ".", ".."):
+        return None  # a hand-edited id naming a path elsewhere
+    path = agent_folder / CHECKPOINTS_FOLDER / CANDIDATES_FOLDER / name / VERDICT.name
+    return files.load(path, VERDICT, _a_dict)
 
 
 def _a_dict(data: Any) -> dict[str, Any]:

@@ -78,8 +78,8 @@ def _build(tmp: Path, scenario: str) -> Path:
     fresh, old = _candidate(ck, "dddd0000"), _candidate(ck, "eeee0000")
     month_ago = time.time() - 30 * DAY  # written as write_verdict would have, then
     verdict = {"outcome": "rejected", "decided_at": "a month ago", "decided_at_s": month_ago}
-    (old / VERDICT_NAME).write_text(json.dumps(verdict))
-    outbox.announce_verdict(old, verdict)
+    with outbox.verdict_announced(old, verdict):
+        (old / VERDICT_NAME).write_text(json.dumps(verdict))
     if scenario == "operator_unpin":
         lifecycle.update_pointer(ck, lambda p: _pinned(p))
     if scenario in ("repair", "operator_repair"):  # a pointer naming a checkpoint gone
