@@ -301,10 +301,10 @@ def agent_folders(state_dir: Path) -> list[Path]:
 
 def catch_up(state_dir: Path) -> None:
     """Copy into each agent's outbox what its served pointer's journal holds and the
-    outbox lacks (a transition killed between its commit and its event), and the
-    rejections and holds its candidates' verdict files say and the outbox lacks (a
-    verdict's writer killed before its event): the daemon's start-up. A pointer that
-    cannot be read is left to its own reporters (its verdicts are caught up first)."""
+    outbox lacks (a transition killed between its commit and its event), and settle the
+    rejections and holds a killed verdict writer left staged: the daemon's start-up. A
+    pointer that cannot be read is left to its own reporters (the staged verdict events
+    are settled before it is read)."""
     root = Path(state_dir) / AGENTS_FOLDER
     for folder in sorted(root.glob(f"*/{CHECKPOINTS_FOLDER}")):
         try:

@@ -9,8 +9,7 @@ GitHub logs its webhook deliveries::
         <id>.json          one event (16 hex digits: its id, the receivers' idempotency
                            key), its order, its receivers and its delivery log
         outbox.json        ids of journal events pruned, events dropped undelivered
-        verdicts_seen.json each candidate's verdict file as last seen, its event's id
-        verdicts_seen.digest  a digest of those stats: a catch-up's first look
+        staged/<id>.json   a rejection's or hold's event while its verdict file is written
 
 Each event carries an order number (nanoseconds, strictly increasing per agent, given
 under the lock), which orders the agent's events for delivery.
@@ -26,19 +25,18 @@ Where the event is written, and what a kill -9 does:
   owner call: every transition, the daemon's prune after each run and its delivery
   thread at start-up copy what the journal holds and the outbox lacks. No transition is
   lost; none is announced that did not happen (a refused one writes no journal entry).
-- A rejection or a hold (``lifecycle.write_verdict``): the candidate's fsynced verdict
-  file is the record, and the event is written right after it, before any log line or
-  metric says so (:func:`announce_verdict`), its id a hash of what it announces (agent,
-  candidate, outcome and the verdict's own decision time: held then rejected are two
-  events, one verdict copied twice is one). A kill (or a power cut) between the two is
-  mended where the journal's copy is (:func:`announce_verdicts`): each candidate's
-  verdict file is compared by one stat with the one the outbox last saw
-  (``verdicts_seen.json``), a changed one is read, and a rejection or hold the outbox
-  lacks is copied, unless it was pruned (remembered while its candidate is kept, and in
-  ``outbox.json``). A state folder's first outbox (no ``verdicts_seen.json``: older than
-  this, or its verdicts announced under random ids before) takes the verdicts it holds as
-  history, not announced; the writer of a verdict makes sure of that record before it
-  writes (:func:`open_verdicts`), so its own verdict is never history.
+- A rejection or a hold (``lifecycle.write_verdict``): its event, its id a hash of what
+  it announces (agent, candidate, outcome and the verdict's own decision time: held then
+  rejected are two events, one verdict released twice is one), is staged in ``staged/``
+  before the candidate's verdict file is written and moved into the outbox by one rename
+  after it, the outbox's lock held throughout (:func:`verdict_announced`), so before any
+  log line or metric says so. A staged event is a killed writer's (a live one holds the
+  lock), and the next owner call (where the journal's copies are made:
+  :func:`announce_verdicts`) settles it by what the verdict file says: moved in if it
+  says that verdict (a kill after the file), discarded if not (a kill before it). Never
+  twice, never one pruned meanwhile; a verdict of a state folder from before this was
+  never staged and is never announced. With nothing staged a catch-up is one listing of
+  an empty folder, whatever the candidates kept.
 - A demotion and a fault bundle (the daemon's record of a run): the event is written
   right after the record it announces and before any log line or metric says so
   (:func:`record`). A kill between the two writes (microseconds) loses that one
@@ -48,11 +46,10 @@ Where the event is written, and what a kill -9 does:
 An event's first write is atomic (a temp file renamed) but not fsynced: an fsync costs
 4-16 ms on the 2-core test machine, more than the 5 ms a transition may add
 (benchmarks/event_outbox.py). A killed process's writes are in the page cache all the
-same; against a power cut, a transition's event is in the fsynced journal, a rejection's
-or hold's in its fsynced verdict file, and the daemon's first write of every event
-(addressing it to the receivers, within a second of it) is fsynced. ``verdicts_seen.json``
-is not fsynced either: a power cut that loses it whole (its first write) makes the next
-catch-up take the verdicts then kept as history.
+same; against a power cut, a transition's event is in the fsynced journal, and the
+daemon's first write of every event (addressing it to the receivers, within a second of
+it) is fsynced. A staged verdict event is not: a power cut within that second can keep a
+rejection's fsynced verdict file and lose its event.
 
 The outbox is bounded by the daemon (:func:`prune`): delivered events beyond the newest
 ``keep`` are removed; undelivered ones are never removed silently: past ``limit`` events
