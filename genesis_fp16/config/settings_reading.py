@@ -1,5 +1,6 @@
 """Settings for the commands that only read (``status``, ``agents``, ``model list``,
-``config check``) when the ``.env`` file is refused.
+``precision show``, ``events list``...: genesis_fp16/commands/reading.py's
+``SETTINGS_USE`` names them all) and for ``config check`` when the ``.env`` file is refused.
 
 A typo in ``.env`` makes the running daemon refuse the reload and keep its settings; the
 read-only commands must not go blind meanwhile. They use the file's other lines: every
@@ -21,8 +22,8 @@ the commands print on stderr, so their ``--json`` stays one object on stdout::
     if read.note is not None:
         print(f"genesis-fp16: warning: {read.note}", file=sys.stderr)
 
-Writing commands (``train``, ``model promote``) keep refusing a bad file: they act, and
-must act on the settings the operator wrote.
+The commands that act (``train``, ``model promote``, ``events redeliver``...) keep
+refusing a bad file: they must act on the settings the operator wrote.
 """
 
 from __future__ import annotations

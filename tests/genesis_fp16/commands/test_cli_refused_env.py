@@ -201,6 +201,28 @@ def test_json_output_stays_one_object_on_stdout(world: dict[str, object]) -> Non
         assert json.loads(done.stdout) and "is refused" in done.stderr
 
 
+def test_config_check_names_the_commands_that_read_and_act(world: dict[str, object]) -> None:
+    """The checker, beside the settings the readers use, says which commands read them
+    and which refuse: the table's lists, as text and as JSON."""
+    root = Path(str(world["root"]))
+    for words in (("config", "check"), ("config", "check", "--json")):
+        done = subprocess.run(
+            [sys.executable, "-m", "genesis_fp16", *words],
+            cwd=root,
+            env=daemon_env({}, fixtures=False),
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert done.returncode == 2, done.stderr
+        if "--json" in words:
+            used = json.loads(done.stdout)["used_instead"]
+            assert used["read_by"] == commands_that(READS)
+            assert used["refused_by"] == commands_that(ACTS)
+        else:
+            assert f"# read by: {', '.join(commands_that(READS))}" in done.stdout.splitlines()
+
+
 def test_the_documented_list_is_the_table() -> None:
     """docs/configuration.md lists the commands that read and those that act, as the
     table has them (a command moved in one and not the other fails here)."""
