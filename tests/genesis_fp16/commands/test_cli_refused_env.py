@@ -45,9 +45,10 @@ EVENT_ID = "0123456789abcdef"
 NOT_ALLOWED = "se_darwin"  # installed, not in the file's allowlist
 REFUSED_PLUGIN = "'se_darwin' is not in GENESIS_FP16_PLUGIN_ALLOWLIST"
 
-# Each command's words (EVENT and BUNDLE filled in per test), its exit code on the
-# refused file, and what its output shows of the file's other lines. A command missing
-# here fails test_every_command_meets_a_refused_env_file as it says.
+# Each command's words (BUNDLE: the test's fault bundle), its exit code on the refused
+# file, and what its output shows of the file's other lines (a command that acts shows
+# nothing of them: its checks are its one line and the folder left as it was). A command
+# missing here fails test_every_command_meets_a_refused_env_file, saying so.
 ROWS: dict[str, tuple[tuple[str, ...], int, str]] = {
     "serve": (("serve",), 2, ""),
     "status": (("status", "--json"), 0, "kept-state"),
