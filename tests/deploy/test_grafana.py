@@ -121,6 +121,12 @@ def test_dashboard_has_stable_uid_schema_and_variables() -> None:
     assert agent["datasource"]["uid"] == "${datasource}"
 
 
+def test_panel_ids_are_unique() -> None:
+    """No two panels (rows included) share an id: Grafana keys links, edits and repeats by it."""
+    ids = [panel["id"] for panel in _dashboard()["panels"]]
+    assert sorted(ident for ident in set(ids) if ids.count(ident) > 1) == []
+
+
 def test_every_panel_has_a_unit_and_uses_the_datasource_variable() -> None:
     """Each panel and query reads from ${datasource}, and each panel sets a unit."""
     for panel in _panels():
