@@ -202,6 +202,25 @@ def test_json_output_stays_one_object_on_stdout(world: dict[str, object]) -> Non
         assert json.loads(done.stdout) and "is refused" in done.stderr
 
 
+def test_a_refused_allowlist_imports_no_plugin_it_left_out(tmp_path: Path) -> None:
+    """An allowlist refused for one bad name: `agents` loads the names it got right and
+    imports none of the others (rlhf_ppo stays not_allowed), and its warning says so."""
+    (tmp_path / ".env").write_text("GENESIS_FP16_PLUGIN_ALLOWLIST=se_darwin,../evil\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "genesis_fp16", "agents", "--json"],
+        cwd=tmp_path,
+        env=daemon_env({}, fixtures=False),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    states = {row["name"]: row["state"] for row in json.loads(done.stdout)}
+    assert states["se_darwin"] == "loaded" and states["rlhf_ppo"] == "not_allowed"
+    (line,) = done.stderr.splitlines()
+    assert line.endswith("GENESIS_FP16_PLUGIN_ALLOWLIST's valid names only (se_darwin)")
+
+
 def test_config_check_names_the_commands_that_read_and_act(world: dict[str, object]) -> None:
     """The checker, beside the settings the readers use, says which commands read them
     and which refuse: the table's lists, as text and as JSON."""
