@@ -159,14 +159,7 @@ def test_every_command_meets_a_refused_env_file(world: dict[str, object], comman
     root = Path(str(world["root"]))
     words = tuple(str(world["bundle"]) if w == "BUNDLE" else w for w in words)
     before = _snapshot(root)
-    done = subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", *words],
-        cwd=root,
-        env=daemon_env({}, fixtures=False),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    done = _cli(root, *words)
     lines = done.stderr.splitlines()
     assert done.returncode == code, done.stderr[-2000:]
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
@@ -190,14 +183,7 @@ def test_json_output_stays_one_object_on_stdout(world: dict[str, object]) -> Non
     """With --json the warning stays on stderr: each reader's stdout is JSON alone."""
     root = Path(str(world["root"]))
     for words in (("events", "list", "--json"), ("precision", "show", "se_darwin", "--json")):
-        done = subprocess.run(
-            [sys.executable, "-m", "genesis_fp16", *words],
-            cwd=root,
-            env=daemon_env({}, fixtures=False),
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+        done = _cli(root, *words)
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout) and "is refused" in done.stderr
 
@@ -206,14 +192,7 @@ def test_a_refused_allowlist_imports_no_plugin_it_left_out(tmp_path: Path) -> No
     """An allowlist refused for one bad name: `agents` loads the names it got right and
     imports none of the others (rlhf_ppo stays not_allowed), and its warning says so."""
     (tmp_path / ".env").write_text("GENESIS_FP16_PLUGIN_ALLOWLIST=se_darwin,../evil\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", "agents", "--json"],
-        cwd=tmp_path,
-        env=daemon_env({}, fixtures=False),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    done = _cli(tmp_path, "agents", "--json")
     assert done.returncode == 0, done.stderr
     states = {row["name"]: row["state"] for row in json.loads(done.stdout)}
     assert states["se_darwin"] == "loaded" and states["rlhf_ppo"] == "not_allowed"
@@ -226,14 +205,7 @@ def test_config_check_names_the_commands_that_read_and_act(world: dict[str, obje
     and which refuse: the table's lists, as text and as JSON."""
     root = Path(str(world["root"]))
     for words in (("config", "check"), ("config", "check", "--json")):
-        done = subprocess.run(
-            [sys.executable, "-m", "genesis_fp16", *words],
-            cwd=root,
-            env=daemon_env({}, fixtures=False),
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+        done = _cli(root, *words)
         assert done.returncode == 2, done.stderr
         if "--json" in words:
             used = json.loads(done.stdout)["used_instead"]
@@ -294,9 +266,14 @@ def test_beside_a_daemon_that_refused_a_reload(
 
 def _beside(daemon: DaemonProcess, *words: str) -> subprocess.CompletedProcess[str]:
     """A command in the daemon's working folder (its .env, its ./state)."""
+    return _cli(daemon.workdir, *words)
+
+
+def _cli(folder: Path, *words: str) -> subprocess.CompletedProcess[str]:
+    """`genesis-fp16 WORDS` in ``folder`` (its .env), with no setting from this process."""
     return subprocess.run(
         [sys.executable, "-m", "genesis_fp16", *words],
-        cwd=daemon.workdir,
+        cwd=folder,
         env=daemon_env({}, fixtures=False),
         capture_output=True,
         text=True,
