@@ -264,6 +264,7 @@ BLOCKS: dict[tuple[str, str], Plan] = {
     ("docs/architecture.md", "flowchart BT"): Skip("diagram", "Mermaid, drawn by GitHub"),
     ("docs/architecture.md", "flowchart LR"): Skip("diagram", "Mermaid, drawn by GitHub"),
     ("docs/architecture.md", "class Scored:"): Run("fresh"),
+    ("docs/configuration.md", "echo 'GENESIS_FP16_STATE_DIR=state' > .env"): Run("fresh"),
     ("docs/benchmarks.md", "pip install -e '.[bench]'"): Skip(
         "needs a GPU",
         "its last lines are --device cuda runs; the whole bench takes tens of minutes",

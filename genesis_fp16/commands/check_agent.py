@@ -13,9 +13,9 @@ import json
 from typing import Any
 
 from genesis_fp16.cli import UsageError
+from genesis_fp16.commands.reading import settings_for_reading
 from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.config.plugins import PluginError, load_plugin
-from genesis_fp16.config.settings import SettingsError, load_settings
 
 
 def register(subparsers: Any) -> None:
@@ -44,12 +44,11 @@ def run(args: argparse.Namespace) -> int:
     from genesis_fp16.jobs.run_request import parse_option_flags
     from genesis_fp16.testing import check_agent
 
+    # Only the allowlist is read (a refused .env: its other lines, said on stderr).
+    allowlist = settings_for_reading().plugin_allowlist
     try:
-        settings = load_settings()
-        plugin = load_plugin(args.agent, settings.plugin_allowlist)
+        plugin = load_plugin(args.agent, allowlist)
         options = parse_option_flags(args.option)
-    except SettingsError as exc:
-        raise UsageError(f"invalid configuration: {exc}") from None
     except (PluginError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     report = check_agent(plugin, options)

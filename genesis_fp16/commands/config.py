@@ -6,7 +6,8 @@ environment replaces is reported as shadowed. The output is itself valid ``.env`
 syntax (the notes are comments).
 
 A refused file still exits 2 (this is the checker), and after its errors it prints the
-settings that ``status``, ``agents`` and ``model list`` use meanwhile: the file's other
+settings that the commands that only read (``status``, ``agents``, ``model list``...:
+``SETTINGS_USE`` in genesis_fp16/commands/reading.py) use meanwhile: the file's other
 lines (``--json``: under ``used_instead``).
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16.cli import error_object
+from genesis_fp16.commands.reading import ACTS, READS, commands_that
 from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.settings import (
     AGENT_VARIABLE_PREFIX,
@@ -80,11 +82,15 @@ def _refused(args: argparse.Namespace, exc: SettingsError) -> int:
                 **_json_answer(read.settings, read.sources),
                 "note": read.note,
                 "left_out": list(read.left_out),
+                "read_by": commands_that(READS),
+                "refused_by": commands_that(ACTS),
             }
         print(json.dumps(answer))
     elif read is not None:
         print(f"# env file: {read.sources.env_file} (refused)")
         print(f"# the read-only commands use instead: {read.note}")
+        print(f"# read by: {', '.join(commands_that(READS))}")
+        print(f"# refused by: {', '.join(commands_that(ACTS))}")
         _print_values(read.settings, read.sources)
     return 2
 

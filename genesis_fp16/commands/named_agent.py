@@ -14,7 +14,8 @@ from genesis_fp16.config.settings import SettingsError, load_settings
 def agent_paths(agent: str, read_only: bool = False) -> AgentPaths:
     """``agent``'s folders under the configured state folder; a name that is not an agent
     name, or settings that do not load, are one line (exit 2). ``read_only`` (``model
-    list``): a refused ``.env`` file's other lines do, said on stderr (commands/reading.py)."""
+    list``, ``precision show``): a refused ``.env`` file's other lines do, said on stderr
+    (commands/reading.py)."""
     try:
         check_agent_name(agent)
     except ValueError as exc:

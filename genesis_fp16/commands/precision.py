@@ -64,7 +64,8 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     agent = str(args.agent)
-    paths = agent_paths(agent)
+    # show reads (a refused .env: its other lines, said on stderr); reset acts: it refuses
+    paths = agent_paths(agent, read_only=args.action == "show")
     known = known_agent_names()
     if agent not in known and not paths.root.exists():  # a typo, not an agent without state
         raise UsageError(f"unknown agent {agent!r}; known agents: {', '.join(known) or 'none'}")

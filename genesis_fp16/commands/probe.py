@@ -16,13 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16.cli import UsageError
+from genesis_fp16.commands.reading import settings_for_reading
 from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.config.plugins import PluginError, load_plugin
 from genesis_fp16.config.settings import (
     Settings,
-    SettingsError,
     check_device_name,
-    load_settings,
     resolve_device,
 )
 from genesis_fp16_infrastructure.atomic import write_json_atomic
@@ -85,10 +84,11 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.data is not None and not args.data.exists():
         raise UsageError(f"--data {args.data}: no such file or folder")
+    # The probe changes nothing (a refused .env: its other lines, said on stderr).
+    settings = settings_for_reading()
     try:
-        settings = load_settings()
         plugin = load_plugin(args.agent, settings.plugin_allowlist)
-    except (PluginError, SettingsError) as exc:
+    except PluginError as exc:
         raise UsageError(str(exc)) from None
     apply_defaults(args, settings)
     if args.device.startswith("cuda"):

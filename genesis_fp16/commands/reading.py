@@ -1,6 +1,14 @@
-"""The settings of the commands that only read (``status``, ``agents``, ``model list``):
-with a refused ``.env`` file they go on with its other lines and say so in one line on
-stderr (genesis_fp16/config/settings_reading.py), where a writing command stops."""
+"""The settings of the commands that only read: with a refused ``.env`` file they go on
+with its other lines and say so in one line on stderr
+(genesis_fp16/config/settings_reading.py), where a command that acts stops.
+
+``SETTINGS_USE`` says, for every command of the parser, which of the two it is. The rule:
+a command *reads* when it changes nothing the daemon, Genesis or a receiver sees (the
+state folder, a served model, the data, a webhook); it *acts* otherwise, and must act on
+the settings the operator wrote. A test holds the table to the parser
+(tests/genesis_fp16/commands/test_cli_refused_env.py), so a new command must be put in
+it, and runs each command on a refused file.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +17,49 @@ import sys
 from genesis_fp16.cli import UsageError
 from genesis_fp16.config.settings import Settings, SettingsError
 from genesis_fp16.config.settings_reading import load_settings_for_reading
+
+READS = "reads"  # the file's other lines, one line on stderr, then the command as ever
+ACTS = "acts"  # refused in one line naming the bad setting, exit 2, nothing done
+CHECKS = "checks"  # `config check`: exit 2, every error, then what the readers use
+NO_SETTINGS = "no settings"  # reads none: a bad file is not its concern
+
+# Every command (its words, as typed) and how it meets a refused .env file.
+SETTINGS_USE: dict[str, str] = {
+    "serve": ACTS,
+    "status": READS,
+    # The daemon runs the agent with its running settings; this only finds the folder.
+    "run": READS,
+    "train": ACTS,
+    # Writes a dataset with the settings' seed and count, where a daemon may train on it.
+    "data generate": ACTS,
+    "agents": READS,
+    "config check": CHECKS,
+    # Measures in a temporary copy; its steps, seed and device are flags too.
+    "probe": READS,
+    "bench": NO_SETTINGS,
+    "precision show": READS,
+    "precision reset": ACTS,
+    "replay": READS,
+    "new-agent": NO_SETTINGS,
+    # Runs the contract's rules in a temporary folder: only the allowlist is read.
+    "check-agent": READS,
+    "model list": READS,
+    "model promote": ACTS,
+    "model rollback": ACTS,
+    "model unpin": ACTS,
+    "events list": READS,
+    # Posts to the receivers the settings name: never to a refused file's guess.
+    "events redeliver": ACTS,
+}
+
+
+def commands_that(use: str) -> list[str]:
+    """The commands of ``SETTINGS_USE`` with that use, in the parser's order.
+
+    >>> commands_that(CHECKS)
+    ['config check']
+    """
+    return [command for command, found in SETTINGS_USE.items() if found == use]
 
 
 def settings_for_reading() -> Settings:

@@ -98,8 +98,8 @@ def _target(bundle: Mapping[str, Any], device: str) -> tuple[Any, str | None]:
     """What rebuilds the bundle's step, from its agent's plugin, and a line on its data
     (None: unchanged). Only an allowlisted plugin's code runs; nothing the bundle names
     is imported (its batch types resolve against the plugin's ``batch_types``)."""
+    from genesis_fp16.commands.reading import settings_for_reading
     from genesis_fp16.config.plugins import PluginError, load_plugin
-    from genesis_fp16.config.settings import SettingsError, load_settings
     from genesis_fp16_infrastructure.training.flight.bundle import BundleError
     from genesis_fp16_infrastructure.training.flight.bundle_files import data_change
     from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget
@@ -109,9 +109,12 @@ def _target(bundle: Mapping[str, Any], device: str) -> tuple[Any, str | None]:
     agent = context.get("agent")
     if not isinstance(agent, str) or not _AGENT_NAME.fullmatch(agent):
         raise BundleError("the bundle names no agent: replay it from the library with its task")
+    # Replay reads (a refused .env: its other lines, said on stderr); its allowlist is
+    # never wider than the file's (settings_reading.py).
+    allowlist = settings_for_reading().plugin_allowlist
     try:
-        plugin = load_plugin(agent, load_settings().plugin_allowlist)
-    except (SettingsError, PluginError) as exc:
+        plugin = load_plugin(agent, allowlist)
+    except PluginError as exc:
         raise UsageError(str(exc)) from None
     types = tuple(getattr(plugin, "batch_types", ()))
     note = data_change(bundle.get("data"))

@@ -1,5 +1,6 @@
 """Settings for the commands that only read (``status``, ``agents``, ``model list``,
-``config check``) when the ``.env`` file is refused.
+``precision show``, ``events list``...: genesis_fp16/commands/reading.py's
+``SETTINGS_USE`` names them all) and for ``config check`` when the ``.env`` file is refused.
 
 A typo in ``.env`` makes the running daemon refuse the reload and keep its settings; the
 read-only commands must not go blind meanwhile. They use the file's other lines: every
@@ -8,6 +9,12 @@ the daemon most likely runs with), and what the errors name is left out. When th
 does not load, they use the environment and the defaults alone. A bad value in the
 process environment is not the file's fault: it stays an error (exit 2).
 
+The allowlist is never widened: when the file's ``GENESIS_FP16_PLUGIN_ALLOWLIST`` is not
+used as written (its line is left out, unparsable, or the file is left out whole) and the
+environment sets none, only that line's valid agent names are allowed, or none when it
+cannot be read. Without this a typo in one name would let the commands import every
+installed plugin.
+
 ``load_settings_for_reading`` says what it did in one line (``SettingsRead.note``), which
 the commands print on stderr, so their ``--json`` stays one object on stdout::
 
@@ -15,8 +22,8 @@ the commands print on stderr, so their ``--json`` stays one object on stdout::
     if read.note is not None:
         print(f"genesis-fp16: warning: {read.note}", file=sys.stderr)
 
-Writing commands (``train``, ``model promote``) keep refusing a bad file: they act, and
-must act on the settings the operator wrote.
+The commands that act (``train``, ``model promote``, ``events redeliver``...) keep
+refusing a bad file: they must act on the settings the operator wrote.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from genesis_fp16.config.agent_names import is_agent_name
 from genesis_fp16.config.settings import (
     DEFAULT_ENV_FILE,
     ENV_FILE_VARIABLE,
@@ -43,6 +51,7 @@ _LEADING = re.compile(r"^((?:GENESIS|ENABLE)_FP16_\w*)")
 _MENTIONED = re.compile(r"\b((?:GENESIS|ENABLE)_FP16_\w*)")
 # Each round leaves out what the errors name; a pair refused together (TLS) takes two.
 MAX_ROUNDS = 5
+ALLOWLIST = "GENESIS_FP16_PLUGIN_ALLOWLIST"
 
 
 @dataclass(frozen=True)
@@ -50,7 +59,9 @@ class SettingsRead:
     """The settings a read-only command uses, and why they may not be the file's.
 
     ``refused``: the file's error (one line), None when the file loaded as it is;
-    ``left_out``: the file's variables not used (all of them: ``whole_file``).
+    ``left_out``: the file's variables not used (all of them: ``whole_file``);
+    ``allowed_only``: the plugins allowed when the file's allowlist was not used as
+    written (its valid names; none when it cannot be read), else None.
     """
 
     settings: Settings
@@ -59,6 +70,7 @@ class SettingsRead:
     refused: str | None = None
     left_out: tuple[str, ...] = ()
     whole_file: bool = False
+    allowed_only: tuple[str, ...] | None = None
 
     @property
     def note(self) -> str | None:
@@ -72,6 +84,9 @@ class SettingsRead:
         else:
             used = "using its other lines, the environment and the defaults (left out: "
             used += f"{', '.join(self.left_out)})"
+        if self.allowed_only is not None:
+            names = ", ".join(self.allowed_only) or "none"
+            used += f"; plugins allowed: its {ALLOWLIST}'s valid names only ({names})"
         return f"{self.env_file} is refused ({self.refused}); {used}"
 
 
@@ -96,7 +111,8 @@ def load_settings_for_reading(env_file: Path | str | None = None) -> SettingsRea
             loaded = _load_lines(kept, lines, left_out, path.resolve())
             if not isinstance(loaded, SettingsError):
                 shown, whole = tuple(sorted(left_out)), not set(lines) - left_out
-                return SettingsRead(*loaded, path.resolve(), refused, shown, whole)
+                read = SettingsRead(*loaded, path.resolve(), refused, shown, whole)
+                return _allowlist_kept(read, path, lines, used=set(lines) - left_out)
             blamed = _blamed(loaded, set(lines) - left_out)
             if not blamed:
                 break
@@ -104,7 +120,33 @@ def load_settings_for_reading(env_file: Path | str | None = None) -> SettingsRea
         loaded = _load_lines(kept, {}, set(), path.resolve())
     if isinstance(loaded, SettingsError):
         raise first
-    return SettingsRead(*loaded, path.resolve(), refused, (), whole_file=True)
+    read = SettingsRead(*loaded, path.resolve(), refused, (), whole_file=True)
+    return _allowlist_kept(read, path, lines, used=set())
+
+
+def _allowlist_kept(
+    read: SettingsRead, path: Path, lines: dict[str, str], used: set[str]
+) -> SettingsRead:
+    """``read``, its allowlist narrowed to the file's when the file's line is not used:
+    that line's valid names, or none when the line cannot be read (module docstring)."""
+    if ALLOWLIST in used or read.sources.source(ALLOWLIST) == "environment":
+        return read
+    if ALLOWLIST in lines:
+        names = [n.strip() for n in _value(lines[ALLOWLIST]).split(",") if n.strip()]
+        allowed = tuple(n for n in names if is_agent_name(n))
+    elif ALLOWLIST in path.read_bytes().decode("utf-8", "replace").upper():
+        allowed = ()  # named on a line that is not NAME=value, or in a file not UTF-8
+    else:
+        return read  # the file has no allowlist: the default is what it asks for
+    settings = read.settings.model_copy(update={"plugin_allowlist": list(allowed)})
+    return replace(read, settings=settings, allowed_only=allowed)
+
+
+def _value(line: str) -> str:
+    """The value of one ``NAME=value`` line, unquoted, as the file's reader reads it."""
+    from dotenv.parser import parse_stream
+
+    return next((b.value for b in parse_stream(io.StringIO(line)) if b.value), "")
 
 
 def _good_lines(path: Path) -> dict[str, str]:

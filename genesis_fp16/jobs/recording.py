@@ -237,6 +237,7 @@ def _export_report(ctx: JobContext, agent: str, result: TrainResult) -> None:
     report.set_eval(agent, result.eval, result.early_stop)
     if result.data is not None:
         report.set_data(agent, result.data, result.steps, time.time())
+    report.count_quarantined(agent, result.quarantined, result.data)
     if result.phases is not None:  # where the run's time went (se_darwin)
         report.set_phases(agent, result.phases)
     if result.device_memory_peak_bytes is not None:

@@ -73,6 +73,7 @@ METRIC_NAMES = (
     "genesis_fp16_last_learned_timestamp_seconds",
     "genesis_fp16_training_records",
     "genesis_fp16_new_records_total",
+    "genesis_fp16_records_quarantined_total",
     "genesis_fp16_scheduler_heartbeat_timestamp_seconds",
     "genesis_fp16_plugin_load_failures_total",
     "genesis_fp16_plugin_load_stuck",

@@ -28,6 +28,7 @@ import os
 import stat
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,21 @@ class LiveMark(msgspec.Struct, frozen=True):
     regression: bool
     rolled_back: bool
 
+    @classmethod
+    def of(cls, live: Mapping[str, Any]) -> LiveMark:
+        """The figures of a live watch's JSON (a run's result or the served entry, which
+        a hand may have edited): what is not a finite number, a count or true is left out."""
+        records = live.get("records")
+        return cls(
+            difference=_finite(live.get("difference")),
+            lower=_finite(live.get("lower")),
+            upper=_finite(live.get("upper")),
+            margin=_finite(live.get("margin")),
+            records=records if isinstance(records, int) and not isinstance(records, bool) else 0,
+            regression=live.get("regression") is True,
+            rolled_back=live.get("rolled_back") is True,
+        )
+
 
 class RunEntry(msgspec.Struct, frozen=True):
     """One finished run as the history keeps it: its last-run record (why it trained in
@@ -125,7 +141,7 @@ def entry_of(result: TrainResult | None, record: LastRun) -> RunEntry:
         quarantined=result.quarantined,
         drift=_drift_warning(drift.flagged, drift.label_shift_flagged) if drift else None,
         gate=None if result.gate is None or result.up_to_date else gate_mark(result.gate),
-        live=None if result.live is None else _live_mark(result.live.to_json()),
+        live=None if result.live is None else LiveMark.of(result.live.to_json()),
     )
 
 
@@ -162,19 +178,6 @@ def score_of(scores: ScoresOn | dict[str, Any] | None, name: str | None) -> floa
         return None
     value = scores.get(name) if isinstance(scores, dict) else getattr(scores, name, None)
     return _finite(value)
-
-
-def _live_mark(live: dict[str, Any]) -> LiveMark:
-    records = live.get("records")
-    return LiveMark(
-        difference=_finite(live.get("difference")),
-        lower=_finite(live.get("lower")),
-        upper=_finite(live.get("upper")),
-        margin=_finite(live.get("margin")),
-        records=records if isinstance(records, int) else 0,
-        regression=bool(live.get("regression")),
-        rolled_back=bool(live.get("rolled_back")),
-    )
 
 
 def _drift_warning(flagged: tuple[str, ...], label_shift: bool) -> str | None:

@@ -1,5 +1,6 @@
 """What a finished run reports beyond its counters: its eval quality, the step early
-stopping kept, a measured ``auto``, where its time went, its data and its device memory.
+stopping kept, a measured ``auto``, where its time went, its data, the records its read
+quarantined and its device memory.
 
 Each ``set_*`` takes one typed field of the run's ``TrainResult``
 (genesis_fp16/jobs/recording.py passes them), so an agent that reports none of them
@@ -68,6 +69,15 @@ class RunReportMetrics:
             agent,
             registry=registry,
         )
+        self.records_quarantined = Counter(
+            f"{PREFIX}_records_quarantined",
+            "Records a run's read of its data set aside as malformed (TrainResult."
+            "quarantined; each kept in the run's quarantine file): a malformed record left "
+            "in the data is counted again by each run that reads the data, never by a run "
+            "the data manifest found up to date (it reads nothing).",
+            agent,
+            registry=registry,
+        )
         self.run_phase_seconds = gauge(
             "run_phase_seconds",
             "Seconds the last finished run spent per phase (check, read, encode, train, eval, "
@@ -80,8 +90,20 @@ class RunReportMetrics:
         )
 
     def add_agent(self, agent: str) -> None:
-        """Create the agent's counter at zero, so that its rate works from the first run."""
+        """Create the agent's counters at zero, so that their rates work from the first run."""
         self.new_records.labels(agent=agent)
+        self.records_quarantined.labels(agent=agent)
+
+    def count_quarantined(self, agent: str, quarantined: int, data: DataReport | None) -> None:
+        """Count the records the run's read set aside (``TrainResult.quarantined``).
+
+        A run the data manifest found up to date read no file: its result is the stored
+        run's, quarantined count included, which was counted when that run read them.
+        """
+        if data is not None and data.checked_by == "manifest":
+            return
+        if quarantined > 0:  # a plugin's negative count is its bug: nothing to add
+            self.records_quarantined.labels(agent=agent).inc(quarantined)
 
     def set_auto_measurement(self, agent: str, calibration: Calibration) -> None:
         """Export a measured ``auto`` (``TrainResult.precision_calibration``)."""

@@ -217,17 +217,7 @@ def _live_now(pointer: dict[str, Any]) -> LiveMark | None:
     live = served.get("live") if isinstance(served, dict) else None
     if not isinstance(live, dict):
         return None
-    number = _number
-    records = live.get("records")
-    return LiveMark(
-        difference=number(live.get("difference")),
-        lower=number(live.get("lower")),
-        upper=number(live.get("upper")),
-        margin=number(live.get("margin")),
-        records=records if isinstance(records, int) and not isinstance(records, bool) else 0,
-        regression=live.get("regression") is True,
-        rolled_back=live.get("rolled_back") is True,
-    )
+    return LiveMark.of(live)
 
 
 def _live_at(pointer: dict[str, Any]) -> float | None:
@@ -263,12 +253,6 @@ def last_drift(runs: tuple[RunEntry, ...]) -> tuple[float, str] | None:
         if entry.drift is not None:
             return entry.run.finished_at, entry.drift
     return None
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def _text(value: Any) -> str | None:

@@ -30,6 +30,7 @@ GRAFANA = ROOT / "deploy" / "grafana"
 DASHBOARD = GRAFANA / "genesis-fp16.json"
 sys.path.insert(0, str(ROOT / "tests" / "genesis_fp16"))
 from daemon_harness import FIXTURE_PLUGINS, DaemonProcess, start_daemon  # noqa: E402
+from webhook_receiver import Receiver  # noqa: E402
 
 # The fixture agent of the daemon tests: it really trains (autocast forward, scaled
 # backward, optimizer step on the CPU) and takes milliseconds per run. rlhf_ppo runs one
@@ -39,6 +40,11 @@ from daemon_harness import FIXTURE_PLUGINS, DaemonProcess, start_daemon  # noqa:
 # demotes it to bf16, for the demotion panel.
 AGENT = "fixture_good"
 AGENTS = f"{AGENT}|rlhf_ppo|probe_toy|fixture_fault"
+# For the plugins panel: fixture_broken fails its import (a load failure), and HANG,
+# installed once the daemon runs, sleeps in its import past the 30 s deadline (stuck).
+HANG = "hang_agent"
+ALLOWLIST = f"{AGENTS.replace('|', ',')},fixture_broken,{HANG}"
+HANG_SOURCE = "import time\n\ntime.sleep(600)  # far past the test\nplugin = None\n"
 PROBE_PLUGIN = ROOT / "tests" / "genesis_fp16" / "probe_plugin"
 GUARD_PLUGINS = ROOT / "tests" / "fixtures" / "guard_plugins"
 SCRAPE_SECONDS = 1
@@ -77,6 +83,10 @@ EXPECTED_EMPTY["Live records, regressions and rollbacks"] = "only se_darwin repo
 EXPECTED_EMPTY["Live watch: segments, self-test, not watching"] = "no watched pair here"
 # Exported once a tracked run ends: the scraped daemon below writes no curves.
 EXPECTED_EMPTY["Lost curve writes (tracking)"] = "no GENESIS_FP16_TRACKING_DIR here"
+# Counted from the served-model pointer's journal and the gate's verdicts: the fixture
+# agents and rlhf_ppo keep no served model (tests/genesis_fp16/metrics/
+# test_promotion_metrics.py and the se_darwin daemon tests cover both series).
+EXPECTED_EMPTY["Promotions and gate verdicts"] = "only se_darwin judges candidates"
 # NVIDIA's dcgm-exporter series, joined to ours on the GPU UUID: no GPU or exporter here.
 EXPECTED_EMPTY["GPU utilisation (DCGM)"] = "no dcgm-exporter is scraped"
 EXPECTED_EMPTY["GPU memory used (DCGM)"] = "no dcgm-exporter is scraped"
@@ -121,6 +131,12 @@ def test_dashboard_has_stable_uid_schema_and_variables() -> None:
     assert agent["datasource"]["uid"] == "${datasource}"
 
 
+def test_panel_ids_are_unique() -> None:
+    """No two panels (rows included) share an id: Grafana keys links, edits and repeats by it."""
+    ids = [panel["id"] for panel in _dashboard()["panels"]]
+    assert sorted(ident for ident in set(ids) if ids.count(ident) > 1) == []
+
+
 def test_every_panel_has_a_unit_and_uses_the_datasource_variable() -> None:
     """Each panel and query reads from ${datasource}, and each panel sets a unit."""
     for panel in _panels():
@@ -158,6 +174,49 @@ def test_dashboard_shows_the_required_panels() -> None:
     )
 
 
+# The series the last row shows: the outbox, the plugins, the daemon's threads and jobs,
+# run failures, promotions and quarantined records.
+EVENTS_ROW_SERIES = {
+    "genesis_fp16_events_undelivered",
+    "genesis_fp16_events_dropped",
+    "genesis_fp16_event_deliveries_total",
+    "genesis_fp16_fault_bundles_total",
+    "genesis_fp16_promotions_total",
+    "genesis_fp16_gate_verdicts_total",
+    "genesis_fp16_plugin_load_failures_total",
+    "genesis_fp16_plugin_load_stuck",
+    "genesis_fp16_plugin_names_refused_total",
+    "genesis_fp16_thread_exceptions_total",
+    "genesis_fp16_jobs_skipped_total",
+    "genesis_fp16_runs_overdue",
+    "genesis_fp16_run_failures_total",
+    "genesis_fp16_records_quarantined_total",
+}
+
+
+def _row_metrics(title: str) -> set[str]:
+    """The metrics queried by the panels under the row ``title`` (up to the next row)."""
+    panels = _dashboard()["panels"]
+    start = next(i for i, p in enumerate(panels) if p["type"] == "row" and p["title"] == title)
+    found: set[str] = set()
+    for panel in panels[start + 1 :]:
+        if panel["type"] == "row":
+            break
+        found |= {s.metric for t in panel["targets"] for s in selectors(t["expr"])}
+    return found
+
+
+def test_the_last_row_shows_events_plugins_threads_and_quarantined_records() -> None:
+    """The bottom row holds a panel for each outbox, plugin, thread, job, failure,
+    promotion and quarantine series, and its panels sit below every other panel."""
+    title = "Events, plugins and the daemon's threads: what was announced, refused or lost"
+    assert _row_metrics(title) >= EVENTS_ROW_SERIES
+    panels = _dashboard()["panels"]
+    row = next(p for p in panels if p["title"] == title)
+    below = [p for p in panels if p["gridPos"]["y"] > row["gridPos"]["y"]]
+    assert below == panels[panels.index(row) + 1 :]
+
+
 def test_range_queries_use_rate_interval_and_the_agent_filter() -> None:
     """Every range is [$__rate_interval]; every per-agent query filters on $agent."""
     per_agent = exported_series_names() - {
@@ -166,6 +225,9 @@ def test_range_queries_use_rate_interval_and_the_agent_filter() -> None:
         "genesis_fp16_config_reloads_total",
         "genesis_fp16_build_info",
         "genesis_fp16_plugin_load_failures_total",
+        "genesis_fp16_plugin_load_stuck",
+        "genesis_fp16_plugin_names_refused_total",
+        "genesis_fp16_thread_exceptions_total",
         "genesis_fp16_device_info",
     }
     for title, expr in _queries():
@@ -220,19 +282,37 @@ def _has_finite_value(result: list[dict[str, Any]]) -> bool:
     return any(math.isfinite(float(series["value"][1])) for series in result)
 
 
+def _install_plugin(folder: Path, name: str, source: str) -> None:
+    """Put plugin ``name`` on ``folder`` as pip would: its module, then its dist-info whole
+    (renamed into place, so a rescan never reads half of it)."""
+    (folder / f"{name}.py").write_text(source)
+    info = folder.parent / "staging" / f"{name}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[genesis_fp16.agents]\n{name} = {name}:plugin\n")
+    info.rename(folder / info.name)
+
+
 @pytest.fixture
 def scraped_daemon(
     prometheus_server: str, tmp_path: Path, free_port: int
 ) -> Iterator[tuple[DaemonProcess, int]]:
-    """A daemon training every 2 s (rlhf_ppo, probe_toy, fixture_fault once), scraped every 1 s."""
+    """A daemon training every 2 s (rlhf_ppo, probe_toy, fixture_fault once), scraped every
+    1 s, posting its events (fixture_fault's demotion) to a webhook receiver on loopback;
+    a broken plugin, and one whose import hangs, installed once the daemon runs."""
     (tmp_path / "daemon").mkdir()
+    hot = tmp_path / "hot"
+    hot.mkdir()
+    receiver = Receiver()
     daemon = start_daemon(
         tmp_path / "daemon",
         {
             "PYTHONPATH": os.pathsep.join(
-                [str(FIXTURE_PLUGINS), str(PROBE_PLUGIN), str(GUARD_PLUGINS)]
+                [str(FIXTURE_PLUGINS), str(PROBE_PLUGIN), str(GUARD_PLUGINS), str(hot)]
             ),
-            "GENESIS_FP16_PLUGIN_ALLOWLIST": AGENTS.replace("|", ","),
+            "GENESIS_FP16_PLUGIN_ALLOWLIST": ALLOWLIST,
+            "GENESIS_FP16_EVENTS_URLS": receiver.url,
+            "GENESIS_FP16_EVENTS_SECRET": "dashboard-test-secret",
             "GENESIS_FP16_AGENTS__RLHF_PPO__STEPS": "4",
             # A bf16 rollout copy, so that no mismatch diagnostic is undefined (NaN) as it
             # is when trainer and rollout are both fp32 (auto on a CPU without bf16).
@@ -282,6 +362,7 @@ def scraped_daemon(
         stderr=subprocess.STDOUT,
     )
     try:
+        _install_plugin(hot, HANG, HANG_SOURCE)  # found by the daemon's next rescan
         yield daemon, free_port
     finally:
         server.terminate()
@@ -292,6 +373,7 @@ def scraped_daemon(
             server.wait()
         log.close()
         daemon.stop()
+        receiver.close()
 
 
 @pytest.mark.slow
@@ -305,7 +387,8 @@ def test_every_panel_query_returns_data_from_a_real_prometheus(
         for title, expr in _queries()
     ]
     assert {title for title, _ in queries} >= set(EXPECTED_EMPTY)
-    deadline = time.monotonic() + 90
+    # The hanging import is stuck 30 s (the import deadline) after a rescan finds it.
+    deadline = time.monotonic() + 150
     missing: list[str] = []
     while time.monotonic() < deadline:
         missing = []

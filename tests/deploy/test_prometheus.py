@@ -106,6 +106,18 @@ def test_rule_unit_tests_catch_born_counters_without_the_first_scrape_guard(
         assert re.search(rf'alertname="{alert}".*instance="old"', output), alert
 
 
+def test_rule_unit_tests_catch_an_events_dropped_rule_on_the_count_itself(
+    promtool: str, tmp_path: Path
+) -> None:
+    """genesis_fp16_events_dropped counts since the outbox was made: a rule on the count
+    alone fires on a new Prometheus's first scrape of an old outbox, and the tests say so."""
+    rule = "genesis_fp16_events_dropped > min_over_time(genesis_fp16_events_dropped[1h])"
+    assert rule in RULES.read_text()
+    raw = RULES.read_text().replace(rule, "genesis_fp16_events_dropped > 0")
+    output = _rule_tests_against(promtool, tmp_path, raw)
+    assert re.search(r'alertname="GenesisFp16EventsDropped".*instance="old"', output)
+
+
 def test_every_counter_alert_has_a_first_scrape_test() -> None:
     """Each alert built on increase() is tested silent on a target first scraped after
     time 0 (its series start with missing samples), so a first scrape mid-run is covered."""
@@ -149,6 +161,9 @@ def test_alerts_cover_the_required_conditions() -> None:
         "GenesisFp16NoRecentSuccess",
         "GenesisFp16ConfigReloadFailed",
         "GenesisFp16PrecisionDemoted",
+        "GenesisFp16PluginLoadStuck",
+        "GenesisFp16DaemonThreadDied",
+        "GenesisFp16EventsDropped",
     }
 
 

@@ -94,3 +94,42 @@ def test_a_named_file_that_is_missing_is_still_an_error() -> None:
     """--env-file naming no file: the error it always was, no settings made up."""
     with pytest.raises(SettingsError, match=r"--env-file: env file 'nope\.env' does not exist"):
         load_settings_for_reading("nope.env")
+
+
+def test_a_refused_allowlist_keeps_only_its_valid_names() -> None:
+    """A bad name in the allowlist leaves its line out, yet the plugins allowed are that
+    line's valid names, not every installed plugin; the note says so."""
+    Path(".env").write_text("GENESIS_FP16_PLUGIN_ALLOWLIST=se_darwin,../evil\n")
+    read = load_settings_for_reading()
+    assert read.left_out == ("GENESIS_FP16_PLUGIN_ALLOWLIST",)
+    assert read.settings.plugin_allowlist == ["se_darwin"]
+    assert read.allowed_only == ("se_darwin",)
+    assert read.note is not None and read.note.endswith("valid names only (se_darwin)")
+
+
+def test_an_allowlist_that_cannot_be_read_allows_no_plugin() -> None:
+    """An allowlist on a line that is not NAME=value, or in a file that is not UTF-8:
+    no plugin is allowed, rather than all of them."""
+    Path(".env").write_text("GENESIS_FP16_PLUGIN_ALLOWLIST se_darwin\nGENESIS_FP16_SEED=2\n")
+    assert load_settings_for_reading().settings.plugin_allowlist == []
+    Path(".env").write_bytes(b"GENESIS_FP16_PLUGIN_ALLOWLIST=se_darwin\nGENESIS_FP16_SEED=\xff\n")
+    read = load_settings_for_reading()
+    assert read.whole_file and read.settings.plugin_allowlist == []
+    assert read.note is not None and read.note.endswith("valid names only (none)")
+
+
+def test_an_allowlist_is_narrowed_only_when_the_file_had_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A refused file without an allowlist keeps the default (all allowed), as does one
+    whose allowlist line is used; the environment's allowlist wins over a refused line."""
+    Path(".env").write_text("ENABLE_FP16_TRAINIG=false\n")
+    assert load_settings_for_reading().settings.plugin_allowlist is None
+    Path(".env").write_text("GENESIS_FP16_PLUGIN_ALLOWLIST=rlhf_ppo\nENABLE_FP16_TRAINIG=false\n")
+    read = load_settings_for_reading()
+    assert read.settings.plugin_allowlist == ["rlhf_ppo"] and read.allowed_only is None
+    Path(".env").write_bytes(b"GENESIS_FP16_PLUGIN_ALLOWLIST=rlhf_ppo\nGENESIS_FP16_SEED=\xff\n")
+    monkeypatch.setenv("GENESIS_FP16_PLUGIN_ALLOWLIST", "se_darwin")
+    read = load_settings_for_reading()
+    assert read.whole_file and read.allowed_only is None
+    assert read.settings.plugin_allowlist == ["se_darwin"]

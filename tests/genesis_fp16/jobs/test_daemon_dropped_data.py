@@ -21,6 +21,7 @@ from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 SAMPLE = 300  # GENESIS_FP16_SAMPLE_COUNT: the generated pool, kept small for the CPU
 DROPPED = 600  # a new agent's records, enough for the gate to judge the candidate on
+QUARANTINED = "genesis_fp16_records_quarantined_total"
 
 
 def _state(daemon: DaemonProcess) -> Path:
@@ -65,9 +66,19 @@ def _said_at(daemon: DaemonProcess, mark: int, start: str) -> int | None:
     return None
 
 
+def _quarantined_by_reads(daemon: DaemonProcess) -> int:
+    """Records quarantined by the runs that read the data, by their log lines (a run the
+    manifest found up to date read nothing: its count is the stored run's)."""
+    done = daemon.events("training run finished")
+    return sum(e.get("quarantined") or 0 for e in done if not _by_manifest(e))
+
+
+def _by_manifest(event: dict[str, Any]) -> bool:
+    return (event.get("data") or {}).get("checked_by") == "manifest"
+
+
 def _settled(event: dict[str, Any]) -> bool:
-    data = event.get("data") or {}
-    return data.get("checked_by") == "manifest" and not data.get("files_hashed")
+    return _by_manifest(event) and not (event.get("data") or {}).get("files_hashed")
 
 
 def _trained(event: dict[str, Any]) -> bool:
@@ -84,9 +95,9 @@ def test_pools_dropped_beside_the_sample_are_trained_on_quarantined_or_cost_noth
 ) -> None:
     """A pool dropped beside the sample is trained on (its records counted, none
     removed); a malformed file (and a file with a malformed record) is quarantined,
-    named in one log line, and costs no training; a touched sample costs no run
-    process; an identical copy trains nothing: the served model stays served and each
-    skip says "up to date: nothing new"."""
+    named in one log line, counted on /metrics by each run that reads it, and costs no
+    training; a touched sample costs no run process; an identical copy trains nothing:
+    the served model stays served and each skip says "up to date: nothing new"."""
     daemon = daemon_factory(
         {
             "GENESIS_FP16_PLUGIN_ALLOWLIST": AGENT,
@@ -112,6 +123,7 @@ def test_pools_dropped_beside_the_sample_are_trained_on_quarantined_or_cost_noth
     assert quiet["data"]["checked_by"] == "manifest"
 
     # A malformed file, and a file with one good and one malformed record.
+    assert daemon.sample(QUARANTINED, agent=AGENT) == 0  # exported from start-up
     mark = len(daemon.logs())
     (sample.parent / "broken.json").write_text('{"trajectories": {"t1": ')
     key, known = next(iter(json.loads(sample.read_text())["trajectories"].items()))
@@ -130,6 +142,7 @@ def test_pools_dropped_beside_the_sample_are_trained_on_quarantined_or_cost_noth
     assert len(mixed_line) == 1 and "mixed.jsonl, the first at line 2" in mixed_line[0], said
     assert skipped["outcome"] == "up_to_date" and skipped["steps"] == 0
     assert skipped["quarantined"] == 2  # counted: the truncated file and the bad line
+    assert daemon.sample(QUARANTINED, agent=AGENT) == 2  # later runs: the manifest's
     assert _last_run_reason(daemon).startswith("up to date: nothing new")
     kept = [json.loads(line) for f in (_state(daemon) / "quarantine").glob("*.jsonl")
             for line in f.read_text().splitlines()]  # fmt: skip
@@ -158,6 +171,9 @@ def test_pools_dropped_beside_the_sample_are_trained_on_quarantined_or_cost_noth
     assert copied["outcome"] == "up_to_date" and copied["steps"] == 0
     assert copied["data"]["new"] == 0 and copied["data"]["removed"] == 0
     assert _served_id(daemon) == served
+    # The copy's run read the folder again, and set the two records aside again.
+    assert copied["quarantined"] == 2
+    assert daemon.sample(QUARANTINED, agent=AGENT) == _quarantined_by_reads(daemon) >= 4
     assert daemon.sample("genesis_fp16_training_runs_total", agent=AGENT, outcome="failed") in (
         None,
         0.0,

@@ -163,6 +163,22 @@ def test_up_to_date_runs_are_healthy_and_new_data_is_counted() -> None:
     assert value(registry, runs, agent="a", outcome="success") == 0
 
 
+def test_quarantined_records_are_counted_by_the_runs_that_read_them() -> None:
+    """The counter starts at 0 per agent; runs that read their data add what they set
+    aside; a run the data manifest found up to date (the stored run's count) adds none."""
+    registry = CollectorRegistry()
+    metrics = DaemonMetrics(registry, version="1")
+    metrics.add_agent("a")
+    name = "genesis_fp16_records_quarantined_total"
+    assert value(registry, name, agent="a") == 0
+    metrics.report.count_quarantined("a", 2, DataReport(800, "f", "unchanged", new=0))
+    metrics.report.count_quarantined("a", 3, None)  # an agent that reports no data
+    stored = DataReport(800, "f", "unchanged", new=0, checked_by="manifest", files_hashed=0)
+    metrics.report.count_quarantined("a", 2, stored)
+    metrics.report.count_quarantined("a", 0, None)
+    assert value(registry, name, agent="a") == 5
+
+
 def test_no_created_series_and_run_durations_fit_below_the_timeout() -> None:
     """Counters and the histogram export no *_created series (one series per counter, not
     two), and a run that lasts until the default 6 h timeout lands in a finite bucket."""

@@ -1,7 +1,8 @@
 """The page's memory and pictures on a real daemon, in a real headless Chromium: a judged
 agent's promotions, a rejection and an operator's rollback on its quality chart, a
 fault agent's demotion on its loss-scale chart; the DOM holds each mark in its agent's
-chart, and the screenshot shows each in its colour."""
+chart, and the screenshot shows each in its colour. The same daemon posts each of those
+events to a loopback webhook receiver, signed and in order per agent."""
 
 from __future__ import annotations
 
@@ -15,16 +16,20 @@ import pytest
 from daemon_harness import FIXTURE_PLUGINS, DaemonProcess, daemon_env, start_daemon
 from judged_daemon import AGENT, gate_outcomes, install_scaffold, judged_env, write_records
 from status_pages import CHROMIUM_FLAGS, colour_count, png_pixels
+from webhook_receiver import Receiver
 
+from genesis_fp16.events import signing
 from genesis_fp16.status.svg import KINDS
 
 GUARD_PLUGINS = Path(__file__).resolve().parents[2] / "fixtures" / "guard_plugins"
 FAULT = "fixture_fault"
+SECRET = "pictures-secret"
 
 
-def _env(package: Path, data: Path, golden: Path) -> dict[str, str]:
+def _env(package: Path, data: Path, golden: Path, url: str) -> dict[str, str]:
     """The judged scaffold agent on ``data`` judged on ``golden``, beside the guard's
-    fault agent, whose fp16 overflows from step 12 on (one run: demoted to bf16)."""
+    fault agent, whose fp16 overflows from step 12 on (one run: demoted to bf16); the
+    events posted to ``url``."""
     path = os.pathsep.join([str(package), str(GUARD_PLUGINS), str(FIXTURE_PLUGINS)])
     return judged_env(
         package,
@@ -43,6 +48,8 @@ def _env(package: Path, data: Path, golden: Path) -> dict[str, str]:
         GENESIS_FP16_GUARD_OVERFLOW_WARMUP="0",
         GENESIS_FP16_GUARD_BF16_NEEDS_NATIVE="false",
         FIXTURE_FAULT_STEP="12",
+        GENESIS_FP16_EVENTS_URLS=url,
+        GENESIS_FP16_EVENTS_SECRET=SECRET,
     )
 
 
@@ -66,7 +73,14 @@ def _rollback(daemon: DaemonProcess, package: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+def receiver() -> Iterator[Receiver]:
+    found = Receiver()
+    yield found
+    found.close()
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Iterator[DaemonProcess]:
     """A daemon whose judged agent had its first model promoted, a second promoted, a
     third (trained on shuffled labels) rejected on the golden set, then the operator's
     rollback; and whose fault agent's one run was demoted from fp16 to bf16."""
@@ -75,7 +89,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     data, golden = workdir / "records.jsonl", workdir / "golden.jsonl"
     write_records(data, 300, seed=1)
     write_records(golden, 200, seed=9)
-    daemon = start_daemon(workdir, _env(package, data, golden), fixtures=False)
+    daemon = start_daemon(workdir, _env(package, data, golden, receiver.url), fixtures=False)
     try:
         assert _next_gate(daemon, 0, "the first model") == "promoted"
         write_records(data, 300, seed=2)
@@ -171,3 +185,25 @@ def test_the_screenshot_shows_each_mark_in_its_colour(
     assert counts["rejected"] >= one_mark, counts
     assert counts["rolled_back"] >= one_mark, counts
     assert counts["demoted"] >= one_mark, counts
+
+
+@pytest.mark.slow
+def test_the_receiver_gets_each_event_signed_and_in_order(
+    daemon: DaemonProcess, receiver: Receiver
+) -> None:
+    """The gate's two promotions, its rejection and the operator's rollback of the judged
+    agent, and the fault agent's demotion and fault bundle, each posted signed under its
+    own id, in the order each agent's events happened."""
+
+    def kinds(agent: str) -> list[str]:
+        return [e["kind"] for e in receiver.events() if e["agent"] == agent]
+
+    judged = ["promote", "promote", "reject", "rollback"]
+    receiver.wait_for(lambda: kinds(AGENT)[:4] == judged, "the judged agent's events", 120)
+    receiver.wait_for(lambda: kinds(FAULT) == ["demotion", "fault_bundle"], "the demotion", 120)
+    events = [e for e in receiver.events() if e["agent"] == AGENT]
+    assert [e["data"].get("kind") for e in events[:2]] == ["first", "gate"]
+    assert events[3]["data"]["reason"] == "operator"
+    assert all(r.signed_by(SECRET.encode()) for r in receiver.received)
+    keys = [r.headers[signing.IDEMPOTENCY_HEADER] for r in receiver.received]
+    assert keys == [r.event["id"] for r in receiver.received]
