@@ -278,7 +278,7 @@ def update_pointer(folder: Path, change: PointerChange) -> ServedPointer | None:
     the new one, or the same object (or None) to leave the file untouched; it may raise
     :class:`ServedPointerError` to refuse. Returns the pointer as it now stands."""
     with pointer_lock(folder):
-        outbox.announce_verdicts(folder)  # a rejection or hold whose event a kill lost
+        outbox.announce_verdicts(folder)  # a killed verdict writer's event, left staged
         current = read_pointer(folder)
         if current is not None:
             roll_forward(folder, current)  # what a transition killed midway decided

@@ -379,6 +379,7 @@ def stage_verdict(candidate: Path, verdict: Mapping[str, Any]) -> Staged | None:
     try:
         staged = outbox_of(agent_folder) / OUTBOX_STAGED_FOLDER
         staged.mkdir(exist_ok=True)
+        _settle_all(agent_folder, lock, staged)  # a dead writer's, by the file it wrote
         _write_new(agent_folder, lock, kind, data, event_id, staged)
     except BaseException:
         os.close(lock)
@@ -417,8 +418,12 @@ def announce_verdicts(checkpoint_folder: Path) -> list[str]:
     if not any(_EVENT_NAME.match(n) or n.startswith(".tmp-") for n in names):
         return []  # empty, or only files set aside (reported when they were)
     with outbox_lock(agent_folder) as lock:
-        settled = [_settle(agent_folder, lock, Path(staged, n)) for n in sorted(os.listdir(staged))]
-        return [event_id for event_id in settled if event_id is not None]
+        return _settle_all(agent_folder, lock, Path(staged))
+
+
+def _settle_all(agent_folder: Path, lock: int, staged: Path) -> list[str]:
+    settled = [_settle(agent_folder, lock, staged / n) for n in sorted(os.listdir(staged))]
+    return [event_id for event_id in settled if event_id is not None]
 
 
 def _settle(agent_folder: Path, lock: int, path: Path) -> str | None:

@@ -196,3 +196,17 @@ def test_a_damaged_staged_event_is_set_aside_and_the_rest_settled(
     [aside] = [p.name for p in staged.iterdir()]
     assert aside.startswith("0123456789abcdef.json.unusable-")
     assert outbox.announce_verdicts(folder) == []  # what was set aside holds nothing up
+
+
+def test_the_next_verdict_of_a_candidate_settles_the_one_a_killed_writer_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rejection left staged by a killed writer, then a hold written on the same
+    candidate before any catch-up ran: the hold's writer settles the rejection first (by
+    the verdict file it finds), so both are announced, in that order."""
+    agent_folder, folder = _folders(tmp_path)
+    candidate = _candidate(folder, "aaaa")
+    _killed_before_release(monkeypatch, candidate, outcome="rejected")
+    lifecycle.write_verdict(candidate, {"outcome": "held"})
+    assert [e.kind for e in outbox.read_events(agent_folder)] == ["reject", "hold"]
+    assert _staged(agent_folder) == []
