@@ -32,11 +32,11 @@ Where the event is written, and what a kill -9 does:
   after it, the outbox's lock held throughout (:func:`verdict_announced`), so before any
   log line or metric says so. A staged event is a killed writer's (a live one holds the
   lock), and the next owner call (where the journal's copies are made:
-  :func:`announce_verdicts`) settles it by what the verdict file says: moved in if it
-  says that verdict (a kill after the file), discarded if not (a kill before it). Never
-  twice, never one pruned meanwhile; a verdict of a state folder from before this was
-  never staged and is never announced. With nothing staged a catch-up is one listing of
-  an empty folder, whatever the candidates kept.
+  :func:`announce_verdicts`) or verdict writer settles it by what the verdict file says:
+  moved in if it says that verdict (a kill after the file), discarded if not (a kill
+  before it). Never twice, never one pruned meanwhile; a verdict of a state folder from
+  before this was never staged and is never announced. With nothing staged a catch-up
+  is one listing of an empty folder, whatever the candidates kept.
 - A demotion and a fault bundle (the daemon's record of a run): the event is written
   right after the record it announces and before any log line or metric says so
   (:func:`record`). A kill between the two writes (microseconds) loses that one
