@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from daemon_harness import DaemonFactory, DaemonProcess, clear_daemon_env, start_daemon
+from webhook_receiver import Receiver
 
 
 @pytest.fixture
@@ -37,3 +38,10 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     ``pytestmark = pytest.mark.usefixtures("clean_env")`` gives it to every test)."""
     clear_daemon_env(monkeypatch)
     monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A webhook receiver on loopback (tests/genesis_fp16/webhook_receiver.py), closed after."""
+    with Receiver() as found:
+        yield found

@@ -66,6 +66,12 @@ class Receiver:
         self.release.set()
         self.down()
 
+    def __enter__(self) -> Receiver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def events(self) -> list[dict[str, Any]]:
         with self._lock:
             return [r.event for r in self.received]

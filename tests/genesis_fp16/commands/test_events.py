@@ -7,7 +7,6 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,13 +18,6 @@ from genesis_fp16_infrastructure.agent_folder import outbox
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "events.md"
 SECRET = "s3cret"
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    found = Receiver()
-    yield found
-    found.close()
 
 
 def _cli(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,13 +19,6 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import read_pointer
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 SECRET = "daemon-test-secret"
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    found = Receiver()
-    yield found
-    found.close()
 
 
 def _events(daemon: DaemonProcess, url: str, *args: str) -> subprocess.CompletedProcess[str]:

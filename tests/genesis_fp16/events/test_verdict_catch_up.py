@@ -8,7 +8,6 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,13 +22,6 @@ from genesis_fp16_infrastructure.data.synthetic import generate_pool
 # The infrastructure's kill child: runs the gate's rejection, SIGKILLs itself after step N.
 KILL_CHILD = Path(__file__).parents[2] / "infrastructure/agent_folder/lifecycle_kill_child.py"
 SECRET = "verdict-test-secret"
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    found = Receiver()
-    yield found
-    found.close()
 
 
 def _gate_reject(ck: Path, candidate: Path, kill_after: int) -> subprocess.CompletedProcess[str]:

@@ -74,9 +74,9 @@ def _rollback(daemon: DaemonProcess, package: Path) -> None:
 
 @pytest.fixture(scope="module")
 def receiver() -> Iterator[Receiver]:
-    found = Receiver()
-    yield found
-    found.close()
+    """One receiver for the module's one daemon."""
+    with Receiver() as found:
+        yield found
 
 
 @pytest.fixture(scope="module")
