@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from bundle_files import minimal_bundle
 from daemon_harness import DaemonFactory, DaemonProcess, daemon_env
 from se_darwin_daemon import AGENT, se_darwin_env, write_pool
 
@@ -118,26 +119,8 @@ def world(tmp_path: Path) -> dict[str, object]:
     write_precision_memory(agent.precision_state_path, demotion)
     outbox.record(agent.root, "promoted", {"candidate": "c1"}, event_id=EVENT_ID)
     bundle = tmp_path / "se_darwin.fault.pt"
-    torch.save(_bundle_of(NOT_ALLOWED), bundle)
+    torch.save(minimal_bundle(NOT_ALLOWED, {"seed": 0}), bundle)
     return {"root": tmp_path, "bundle": str(bundle)}
-
-
-def _bundle_of(agent: str) -> dict[str, object]:
-    """The least a fault bundle must hold to be loaded; its agent is what replay asks for."""
-    return {
-        "version": 1,
-        "reason": "first_nonfinite",
-        "step": 3,
-        "precision": "fp16",
-        "execution": "eager",
-        "device": "cpu",
-        "torch": str(torch.__version__),
-        "config": {},
-        "state": {"model": {}},
-        "batches": [],
-        "recorded": {"loss_bits": [0], "loss": [0.0], "loss_finite": [True], "skipped": False},
-        "context": {"agent": agent, "request": {"seed": 0}},
-    }
 
 
 def _snapshot(folder: Path) -> dict[str, str]:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import torch
+from bundle_files import minimal_bundle
 from daemon_harness import FIXTURE_PLUGINS, daemon_env
 
 GUARD_PLUGINS = Path(__file__).resolve().parents[2] / "fixtures" / "guard_plugins"
@@ -58,21 +59,7 @@ def world(tmp_path: Path) -> dict[str, Path]:
 def _bundle(path: Path, world: dict[str, Path], **changes: Any) -> Path:
     """A minimal bundle of the fixture agent (every key load_bundle needs), changed."""
     request = {"data_path": str(world["data"]), "seed": 0}
-    bundle: dict[str, Any] = {
-        "version": 1,
-        "reason": "first_nonfinite",
-        "step": 3,
-        "precision": "fp16",
-        "execution": "eager",
-        "device": "cpu",
-        "torch": str(torch.__version__),
-        "config": {},
-        "state": {"model": {}},
-        "batches": [],
-        "recorded": {"loss_bits": [0], "loss": [0.0], "loss_finite": [True], "skipped": False},
-        "context": {"agent": AGENT, "request": request},
-        **changes,
-    }
+    bundle = minimal_bundle(AGENT, request, **changes)
     torch.save(bundle, path)
     return path
 
