@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from bundle_files import minimal_bundle
 from daemon_harness import DaemonFactory, DaemonProcess, daemon_env
+from minimal_bundles import minimal_bundle
 from se_darwin_daemon import AGENT, se_darwin_env, write_pool
 
 from genesis_fp16.cli import build_parser

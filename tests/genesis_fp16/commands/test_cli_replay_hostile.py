@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 import torch
-from bundle_files import minimal_bundle
 from daemon_harness import FIXTURE_PLUGINS, daemon_env
+from minimal_bundles import minimal_bundle
 
 GUARD_PLUGINS = Path(__file__).resolve().parents[2] / "fixtures" / "guard_plugins"
 AGENT = "fixture_fault"
