@@ -256,6 +256,14 @@ def load(
     return None
 
 
+def json_object(data: Any) -> dict[str, Any]:
+    """``data`` when it is a JSON object: the ``decode`` of :func:`load` for a file that
+    holds one record (a non-object raises TypeError: the file is set aside)."""
+    if not isinstance(data, dict):
+        raise TypeError(f"a JSON {type(data).__name__}, not an object")
+    return data
+
+
 def load_text(path: Path, file: StateFile, unusable: Listener | None = None) -> str | None:
     """The text at ``path`` (a file that is not JSON), or None as :func:`load` says."""
     try:

@@ -495,13 +495,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
     """A candidate's meta or verdict (``path``'s name says which); None when absent, or
     unusable: set aside as ``<name>.unusable-*`` and reported (agent_folder.files)."""
     file = {VERDICT_NAME: VERDICT, CANDIDATE_META: CANDIDATE_META_FILE}[Path(path).name]
-    return files.load(path, file, _a_dict)
-
-
-def _a_dict(data: Any) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise TypeError(f"a JSON {type(data).__name__}, not an object")
-    return data
+    return files.load(path, file, files.json_object)
 
 
 def write_verdict(candidate: Path, verdict: Mapping[str, Any]) -> None:

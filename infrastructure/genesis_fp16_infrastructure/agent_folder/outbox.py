@@ -452,13 +452,7 @@ def _verdict_of(agent_folder: Path, candidate_id: Any) -> dict[str, Any] | None:
     if Path(name).name != name or name in ("", ".", ".."):
         return None  # a hand-edited id naming a path elsewhere
     path = agent_folder / CHECKPOINTS_FOLDER / CANDIDATES_FOLDER / name / VERDICT.name
-    return files.load(path, VERDICT, _a_dict)
-
-
-def _a_dict(data: Any) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise TypeError(f"a JSON {type(data).__name__}, not an object")
-    return data
+    return files.load(path, VERDICT, files.json_object)
 
 
 def read_state(agent_folder: Path) -> dict[str, Any] | None:

@@ -291,14 +291,8 @@ def _served_checkpoint_unchanged(request: TrainRequest, recorded: Any) -> bool:
 def _load(folder: Path) -> dict[str, Any] | None:
     """The folder's record; None when absent, of another version, or unusable (set aside
     as ``data_manifest.json.unusable-*`` and reported: the run reads the pool)."""
-    record = files.load(record_path(folder), DATA_MANIFEST, _a_record)
+    record = files.load(record_path(folder), DATA_MANIFEST, files.json_object)
     return record if record is not None and record.get("version") == RECORD_VERSION else None
-
-
-def _a_record(data: Any) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise TypeError(f"a JSON {type(data).__name__}, not an object")
-    return data
 
 
 def _write(folder: Path, record: Mapping[str, Any]) -> None:
