@@ -88,10 +88,10 @@ class _Scan:
         """Which quotes follow an odd run of backslashes (the run may start in the last
         window). Checked only where the byte before is a backslash: a few in most data."""
         escaped = np.zeros(len(quotes), dtype=bool)
-        previous = np.where(quotes > 0, data[np.maximum(quotes - 1, 0)], -1)
-        suspects = np.flatnonzero(
-            (previous == _BACKSLASH) | ((quotes == 0) & (self.backslashes > 0))
-        )
+        # The byte before each quote, compared where there is one: no stand-in value for
+        # "none" (a -1 in a uint8 array wraps to 255 on numpy 2.4 and raises on 2.5).
+        after_backslash = (quotes > 0) & (data[np.maximum(quotes - 1, 0)] == _BACKSLASH)
+        suspects = np.flatnonzero(after_backslash | ((quotes == 0) & (self.backslashes > 0)))
         for i in suspects.tolist():
             at, run = int(quotes[i]) - 1, 0
             while at >= 0 and data[at] == _BACKSLASH:

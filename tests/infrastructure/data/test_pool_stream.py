@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -130,3 +131,31 @@ def test_a_streamed_read_equals_a_whole_read(
     monkeypatch.setattr(sources, "split_pool", lambda f: split_calls.append(f) or split_pool(f))
     assert read("streamed") == whole
     assert split_calls and whole[2][0] == 3
+
+
+@pytest.mark.parametrize("carried", [0, 1, 2])
+def test_a_window_that_begins_with_a_quote_after_carried_backslashes(carried: int) -> None:
+    """A window whose first byte is a quote, inside a string, after the last window ended
+    with 0, 1 or 2 backslashes: the quote is escaped only after an odd run, and an escaped
+    quote mid-window stays escaped (no stand-in byte for "no byte before", any numpy)."""
+    scan = pool_stream._Scan()
+    scan.in_string, scan.backslashes = True, carried
+    data = np.frombuffer(b'"a\\"b', dtype=np.uint8)  # quotes at 0 and 3, one \ before 3
+    quotes = np.flatnonzero(data == ord('"'))
+    assert scan._escaped(data, quotes).tolist() == [carried % 2 == 1, True]
+    scan.window(data, base=100)
+    assert scan.in_string == (carried % 2 == 1)  # only an unescaped first quote closes it
+    assert scan.backslashes == 0
+
+
+@pytest.mark.parametrize("key", ["a", "a\\", 'a"', 'a\\"'])
+def test_an_escape_at_the_end_of_the_last_window(tmp_path: Path, key: str) -> None:
+    """The key's backslashes end one window and the quote after them begins the next
+    (0, 2, 1 and 3 backslashes in the file): the split reads the key as json.loads does."""
+    text = json.dumps({"trajectories": {key: {"n": 1}, "b": {"n": 2}}})
+    path = tmp_path / "pool.json"
+    path.write_text(text)
+    start = text.index('"', len('{"trajectories": {"a'))  # the first quote after the 'a'
+    run = len(text[:start]) - len(text[:start].rstrip("\\"))
+    assert run == {"a": 0, "a\\": 2, 'a"': 1, 'a\\"': 3}[key]
+    assert _split(path, start) == ((0.7, 0.3), [(key, {"n": 1}), ("b", {"n": 2})])
