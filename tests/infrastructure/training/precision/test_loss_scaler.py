@@ -11,10 +11,13 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import example, given, settings
-from hypothesis import strategies as st
 
 from genesis_fp16_infrastructure.training import LossScaler, PrecisionPolicy, ScalerConfig
+
+# The dev extra has it; a bare GPU image may not, and this module also holds a gpu test.
+pytest.importorskip("hypothesis")
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 INF = float("inf")
 
