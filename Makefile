@@ -2,10 +2,11 @@
 # make test - set up with the dev and bench extras, then lint, type-check and run the whole test suite
 # make test-fast - the same without the distributed tier (-m "not distributed")
 # make dist - build the wheel and the sdist into dist/ (python -m build)
-# make gpu-check - on a CUDA host: the gpu-marked tests in one process, both agents' training
-#                  on cuda (and se_darwin on the host's cpu), the bench's CUDA rows and the
-#                  memory table; one line per check; results to
-#                  benchmarks/results/gpu-check_<device>.md and .json
+# make gpu-check - on a CUDA host: the gpu-marked tests (one process per file), both agents'
+#                  training on cuda (and se_darwin on the host's cpu), a forced overflow
+#                  replayed, a 100k pool read, the GPU-against-CPU benchmark, the bench's
+#                  CUDA rows and the memory table, in <= 6 minutes; one line per check;
+#                  results to benchmarks/results/gpu-check_<device>.md and .json
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -92,9 +93,11 @@ dist: setup
 # beside its own CUDA torch (pip install --no-deps -e .). Without CUDA: one line, exit 1.
 GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 GPU_CHECK_OUT ?= benchmarks/results
+# A piece again: make gpu-check GPU_CHECK_ARGS='--only tests' (or --skip bench,compile).
+GPU_CHECK_ARGS ?=
 
 gpu-check:
-	@$(GPU_PYTHON) tests/gpu_check.py --out $(GPU_CHECK_OUT)
+	@$(GPU_PYTHON) tests/gpu_check.py --out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build dist

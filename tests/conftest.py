@@ -5,16 +5,20 @@ Without the tool the test skips and says why, except when the environment variab
 set: CI installs every tool (see .ci/run), so there a missing tool is a failure.
 
 Under pytest-xdist on a CUDA host, the tests that use CUDA run one at a time (cuda_serial.py).
+A gpu test that leaves the CUDA generator stuck in capture state fails by name, and the
+generator is healed for the tests after it (cuda_generator.py).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cuda_generator import left_stuck
 from cuda_serial import cuda_lock_path, exclusive, uses_cuda
 
 VENV_BIN = Path(__file__).resolve().parents[1] / ".venv" / "bin"
@@ -76,3 +80,17 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
         return
     with exclusive(path):
         yield
+
+
+@pytest.fixture(autouse=True)
+def _cuda_generator_left_usable(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a gpu test that used CUDA: one eager draw; a stuck generator fails the test."""
+    yield
+    torch = sys.modules.get("torch")
+    if request.node.get_closest_marker("gpu") is None or torch is None:
+        return
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return
+    problem = left_stuck(torch, request.node.nodeid)
+    if problem is not None:
+        pytest.fail(problem)
