@@ -128,6 +128,11 @@ CHECKS: dict[str, tuple[str, ...]] = {
     "range statistics sampled from replayed steps of a captured, capturable task": (
         "test_range_stats_sample_replayed_steps_of_a_captured_task",
     ),
+    # The rangestats branch's own (sampled steps run eagerly, the plain graph replays).
+    "range statistics sampled off the replayed graph (eager sampled steps, plain replays)": (
+        "test_captured_run_samples_eagerly_and_replays_the_plain_graph",
+        "test_cost_chosen_sampling_on_the_captured_step",
+    ),
     "the flight recorder on a captured, capturable task (its bundle replays)": (
         "test_a_captured_task_bundles_its_overflow_and_replay_reproduces_it",
     ),

@@ -7,13 +7,17 @@ and roll back to ``ROLLBACK_TO``; the next rung is bf16 on every CPU (see ``BASE
 
     fault, guard, scaler = CASES["divergence"]
     result = guarded_run(FaultTask(fault), tmp_path, guard, scaler)
+
+``CudaFaultTask`` is the same regression made capturable, for the captured CUDA step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
+import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -25,6 +29,7 @@ from genesis_fp16_infrastructure.training import (
     FitResult,
     GuardConfig,
     ScalerConfig,
+    Trainer,
     fit,
 )
 
@@ -101,6 +106,96 @@ class FaultTask:
 
     def extra_state(self) -> dict[str, object]:
         return {}
+
+
+class CudaFaultTask(FaultTask):
+    """``FaultTask`` (no fault, or ``overflow``) in a form a CUDA graph can capture and
+    replay: its data on the device, a fused, capturable AdamW and no LR scheduler, and
+    the fault carried by the batch as a device tensor (1.0 on a fault step, else 0.0),
+    so every batch has one signature and the captured step switches the fault on by
+    value, as ``verify_capture._Boosted`` does, where ``FaultTask``'s Python step number
+    would give each batch a graph of its own. ``_faulty`` reads CUDA's autocast dtype.
+    The batch's number is ``(boost, x, y)``'s position in the run, as in ``FaultTask``.
+    """
+
+    def __init__(
+        self,
+        fault: str | None,
+        fault_step: int = FAULT_STEP,
+        until: int | None = None,
+        fault_in: tuple[torch.dtype, ...] = (torch.float16,),
+        device: str = "cuda",
+    ) -> None:
+        if fault not in (None, "overflow"):
+            raise ValueError(f"CudaFaultTask: fault {fault!r}: None or 'overflow'")
+        super().__init__(fault, fault_step, until, fault_in)
+        self.device = torch.device(device)
+        self.x, self.y = self.x.to(self.device), self.y.to(self.device)
+        numbers = torch.arange(4 * STEPS)
+        on = numbers >= fault_step
+        if until is not None:
+            on &= numbers < until
+        # One device scalar per batch number, made here: a batch holds a view of it.
+        self.boosts = on.to(torch.float32).to(self.device)
+
+    def build_optimizers(self, model: nn.Module) -> Sequence[Optimizer]:
+        return [torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True, capturable=True)]
+
+    def build_schedulers(self, optimizers: Sequence[Optimizer]) -> Sequence[LRScheduler]:
+        return []
+
+    def train_batches(  # type: ignore[override]
+        self, epoch: int, seed: int
+    ) -> Iterator[tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], int]]:
+        generator = torch.Generator().manual_seed(seed + epoch)
+        order = torch.randperm(len(self.x), generator=generator).to(self.device)
+        for i in range(BATCHES_PER_EPOCH):
+            idx = order[i * 16 : (i + 1) * 16]
+            yield (self.boosts[epoch * BATCHES_PER_EPOCH + i], self.x[idx], self.y[idx]), 16
+
+    def _faults_here(self) -> bool:
+        """Whether this precision faults (autocast's dtype on the task's device)."""
+        if self.fault is None:
+            return False
+        kind = self.device.type
+        if not torch.is_autocast_enabled(kind):  # fp32 runs without autocast
+            return torch.float32 in self.fault_in
+        return torch.get_autocast_dtype(kind) in self.fault_in
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        boost, x, y = batch
+        loss = F.mse_loss(model(x).float(), y)
+        if not self._faults_here():
+            return loss
+        # The value unchanged; the gradient times 1 + 1e9 * boost: fp16 overflows on a
+        # fault step at any loss scale, and is untouched elsewhere.
+        big = 1e9 * boost * loss
+        return loss + (big - big.detach())
+
+
+def graph_steps(monkeypatch: pytest.MonkeyPatch) -> dict[int, list[tuple[int, bool]]]:
+    """Every ``Trainer.step`` from now on, by trainer: ``(step number, ran from a
+    graph)``, the graph's ``captured_steps`` counting it (a capture that replays, or a
+    replay). A run's own trainer is the one with the most steps (a verification or the
+    recorder's scratch trainer are others)."""
+    found: dict[int, list[tuple[int, bool]]] = {}
+    original = Trainer.step
+
+    def step(self: Trainer, *args: Any, **kwargs: Any) -> None:
+        graphs = self.graphs
+        before = graphs.captured_steps if graphs is not None else 0
+        number = self.step_count + 1
+        original(self, *args, **kwargs)
+        after = graphs.captured_steps if graphs is not None else 0
+        found.setdefault(id(self), []).append((number, after > before))
+
+    monkeypatch.setattr(Trainer, "step", step)
+    return found
+
+
+def the_runs_steps(found: dict[int, list[tuple[int, bool]]]) -> list[tuple[int, bool]]:
+    """The steps of the trainer that ran the most: the run's own."""
+    return max(found.values(), key=len) if found else []
 
 
 class _NanGradient(torch.autograd.Function):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from guard_faults import BASE, STEPS, FaultTask
+from guard_faults import BASE, STEPS, CudaFaultTask, FaultTask, graph_steps, the_runs_steps
 
 from genesis_fp16_infrastructure.training import (
     FitOptions,
@@ -190,20 +190,59 @@ def test_a_cuda_bundle_asks_for_a_device_here(tmp_path: Path) -> None:
             replay(bundle, ReplayTarget.of_task(task))
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_a_captured_run_bundles_its_overflow_and_keeps_its_graph(tmp_path: Path) -> None:
-    """On a captured CUDA-graph step the recorder re-runs eagerly in its scratch trainer:
-    the lone overflow is bundled at its own step, and the live run stays captured."""
+def _captured_overflow(
+    folder: Path, device: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[FitResult, list[tuple[int, bool]]]:
+    """``CudaFaultTask``'s lone overflow at batch 17 (the run's step 18), in fp16, with
+    the recorder on; the run and its own trainer's steps (step, ran from a graph)."""
+    found = graph_steps(monkeypatch)
     options = FitOptions(
         precision="fp16",
-        device="cuda",
+        device=device,
         steps=STEPS,
         log_interval=10,
         guard=QUIET,
-        cuda_graph="on",
-        flight=FlightConfig(folder=tmp_path),
+        cuda_graph="on" if device == "cuda" else "off",
+        flight=FlightConfig(folder=folder),
     )
-    result = fit(FaultTask("overflow", until=18), options)
-    assert result.execution.used == "cuda_graph"
+    result = fit(CudaFaultTask("overflow", until=18, device=device), options)
+    return result, the_runs_steps(found)
+
+
+def _assert_bundle_replays(result: FitResult, device: str) -> None:
     assert [(b.reason, b.step) for b in result.fault_bundles] == [("first_nonfinite", 18)]
+    bundle = load_bundle(Path(result.fault_bundles[0].path))
+    assert bundle["state"]["step"] == 17  # the state before the step
+    task = CudaFaultTask("overflow", until=18, device=device)
+    report = replay(bundle, ReplayTarget.of_task(task))
+    assert report["reproduced"] is True and report["same_setup"] is True
+    assert report["recorded"]["loss_finite"] == [True]
+    assert report["first_nonfinite"] == {"module": "loss", "phase": "backward", "tensor": "grad"}
+
+
+def test_the_capturable_task_faults_by_its_batchs_value_on_the_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CudaFaultTask's control flow on the CPU: the fault rides in the batch as a tensor
+    (no Python step number), so batch 17 alone overflows; its bundle replays it."""
+    result, steps = _captured_overflow(tmp_path, "cpu", monkeypatch)
+    assert result.execution.used == "eager" and result.skipped_run == 1
+    assert len(steps) == STEPS and not any(graphed for _, graphed in steps)
+    _assert_bundle_replays(result, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_captured_task_bundles_its_overflow_and_replay_reproduces_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a capturable task (fused capturable AdamW, data and fault on the device) the
+    run really replays, the overflowing step 18 itself runs from the graph, the recorder
+    bundles it from its eager scratch trainer, the run stays captured after it, and
+    replay reproduces the bundle."""
+    result, steps = _captured_overflow(tmp_path, "cuda", monkeypatch)
+    assert result.execution.used == "cuda_graph", result.execution
+    graphed = [number for number, from_graph in steps if from_graph]
+    assert graphed, f"no step ran from a graph: {steps}"
+    assert 18 in graphed and STEPS in graphed, steps
+    _assert_bundle_replays(result, "cuda")
