@@ -258,6 +258,19 @@ BLOCKS: dict[tuple[str, str], Plan] = {
     ("docs/commands.md", "torchrun --nproc-per-node 2 -m genesis_fp16 train se_darwin"): Run(
         "fresh", slow=True, env=SMALL_POOL
     ),
+    (
+        "docs/install.md",
+        "python3 -m pip download -q --no-deps --only-binary=:all: -d .whl",
+    ): Covered(
+        "tests/test_gpu_check.py::test_the_bare_host_download_runs_as_written",
+        "run as written in a copy of the checkout's constraints (it writes .whl/ where it runs); "
+        "the list is every runtime dependency but torch and numpy",
+    ),
+    ("docs/install.md", "python3 -m pip install --no-index --no-deps .whl/*.whl"): Skip(
+        "needs a GPU",
+        "cp312 wheels on a bare CUDA host, then make gpu-check; the wheels' download is run "
+        "as written by tests/test_gpu_check.py",
+    ),
     ("docs/results.md", "make setup-cuda && make gpu-check"): Skip(
         "needs a GPU", "make gpu-check stops at once without CUDA (tests/test_makefile.py)"
     ),

@@ -8,6 +8,8 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import gpu_check
 import pytest
 import torch
 from cuda_generator import left_stuck
+from doc_blocks import all_blocks
 from gpu_check import (
     CHECKS,
     NOT_RUN,
@@ -38,6 +41,9 @@ from gpu_check import (
     speedup,
     verdict,
 )
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from test_packaging import probe_package_index, skip_or_fail
 
 from genesis_fp16_infrastructure.contract.reports import ModuleRange, RangeSummary
 from genesis_fp16_infrastructure.record_codec import encode_record
@@ -586,3 +592,80 @@ def test_the_footprint_run_fails_for_real_without_cuda(tmp_path: Path) -> None:
     found = run_footprint(tmp_path, "NVIDIA H100", timeout=600)
     assert found.exit_code not in (0, -1) and not found.ok and "cuda" in found.tail.lower()
     assert not (tmp_path / "se_darwin_footprint_nvidia-h100.md").exists()
+
+
+def _install_block(start: str) -> str:
+    (text,) = [
+        block.text
+        for block in all_blocks()
+        if block.file == "docs/install.md" and block.key_line.startswith(start)
+    ]
+    return text
+
+
+def _runtime_closure() -> set[str]:
+    """genesis-fp16's runtime dependencies and theirs, as installed here, less torch and
+    numpy (the GPU image's own are kept) and what only torch brings."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    todo = [Requirement(r) for r in pyproject["project"]["dependencies"]]
+    found: set[str] = set()
+    while todo:
+        requirement = todo.pop()
+        name = canonicalize_name(requirement.name)
+        if name in found or name in ("torch", "numpy"):
+            continue
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        found.add(name)
+        todo += [Requirement(r) for r in metadata.requires(name) or []]
+    return found
+
+
+def test_the_bare_host_download_names_every_dependency_but_torch_and_numpy() -> None:
+    """docs/install.md's wheel list is exactly the runtime dependencies' closure (less
+    torch and numpy), at constraints.txt's pins, and the GPU host's lines install them
+    without an index and then run make gpu-check."""
+    text = _install_block("python3 -m pip download")
+    words = text.replace("\\\n", " ").split()
+    named = {canonicalize_name(w) for w in words if re.fullmatch(r"[a-z][a-z0-9-]*", w)}
+    named -= {"python3", "pip", "download", "cp"}
+    assert named == _runtime_closure()
+    assert "-c constraints.txt" in " ".join(words) and "--python-version 3.12" in " ".join(words)
+    install = _install_block("python3 -m pip install --no-index").splitlines()
+    assert install == [
+        "python3 -m pip install --no-index --no-deps .whl/*.whl",
+        "python3 -m pip install --no-index --no-deps --no-build-isolation -e .",
+        "make gpu-check",
+    ]
+
+
+@pytest.mark.slow
+def test_the_bare_host_download_runs_as_written(tmp_path: Path) -> None:
+    """The download block, run by bash beside a copy of constraints.txt: one cp312 or
+    pure-Python Linux wheel per package, at its pin (skipped without a package index,
+    a failure under CI)."""
+    reason = probe_package_index()
+    if reason is not None:
+        skip_or_fail(reason)
+    shutil.copy(ROOT / "constraints.txt", tmp_path / "constraints.txt")
+    done = subprocess.run(
+        ["bash", "-c", _install_block("python3 -m pip download")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    pins: dict[str, str] = {
+        str(canonicalize_name(line.split("==")[0])): line.split("==")[1].strip()
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    }
+    wheels = sorted(p.name for p in (tmp_path / ".whl").iterdir())
+    got: dict[str, str] = {}
+    for wheel in wheels:
+        name, version, *_, python, _abi, platform = wheel[: -len(".whl")].split("-")
+        assert python in ("py3", "cp312") or python.startswith("py2.py3"), wheel
+        assert platform == "any" or "x86_64" in platform, wheel
+        got[str(canonicalize_name(name))] = version
+    assert got == {name: pins[name] for name in _runtime_closure()}
