@@ -19,7 +19,7 @@ silently. The pieces, in the order they run (``--only``/``--skip`` name them):
    (the CPU replay tests' forced overflow, tests/genesis_fp16/commands/
    test_cli_replay_agents.py) writes a fault bundle, and ``replay`` reproduces it;
 4. ``pool``: a 100,000-record se_darwin pool (over the streaming threshold) split and
-   read with the host's numpy, its version reported;
+   read with the host's numpy, its version reported (CPU work: it runs beside the tests);
 5. ``gpu-vs-cpu``: ``benchmarks/gpu_vs_cpu.py --json`` where the checkout has it, its
    ratio line printed;
 6. ``bench``: the bench's CUDA rows (large preset, eager and captured);
@@ -107,6 +107,7 @@ OVERFLOW_ENV = {
     "GENESIS_FP16_GUARD_OVERFLOW_WARMUP": "0",
 }
 POOL_RECORDS = 100_000
+POOL_LABEL = "100,000-record pool read"
 # A captured step's first replay: 3 eager warm-ups (StepGraphs.warmup), then the capture
 # (step 4); a range sample from a replayed step is at step 5 or later.
 FIRST_REPLAYED_STEP = 5
@@ -143,7 +144,10 @@ CHECKS: dict[str, tuple[str, ...]] = {
 PIECES = ("tests", "training", "flight", "pool", "gpu-vs-cpu", "bench", "memory", "compile")
 BUDGET_S = 360.0  # the whole check: six minutes on an H100 or H200
 FILE_TIMEOUT_S = 90.0  # one gpu test file's pytest process
-TESTS_SHARE = 0.5  # of the budget, at most, for the tests (the rest for the runs)
+TESTS_SHARE = 0.6  # of the budget, at most, for the tests (the rest for the runs)
+# Run last among the test files: their compiles take the longest, so a budget cut leaves
+# the fewest tests unrun.
+SLOW_TEST_FILES = ("test_bench.py", "test_compiled_step.py")
 RUN_TIMEOUT_S = 60.0  # one training run, bench command or benchmark
 MIN_START_S = 10.0  # a piece is not started with less than this left
 GPU_SPEEDUP_TARGET = 3.0  # default train se_darwin: the GPU against its own host's CPU
@@ -635,13 +639,19 @@ def run_overflow_replay(timeout: float | None) -> list[RunOutcome]:
 
 
 def run_python(
-    label: str, argv: list[str], timeout: float | None, shown: str | None = None
+    label: str,
+    argv: list[str],
+    timeout: float | None,
+    shown: str | None = None,
+    echo: bool = True,
 ) -> tuple[RunOutcome, list[str]]:
-    """``python ARGV`` from the checkout's root with a timeout; the outcome and its lines."""
+    """``python ARGV`` from the checkout's root with a timeout; the outcome and its lines
+    (``echo``: printed as it ends)."""
     shown = shown or "python " + " ".join(argv)
     if timeout is None:
         return not_run(label, shown, "the check's budget was spent"), []
-    print(f"\n--- {shown} (timeout {timeout:.0f} s)", flush=True)
+    if echo:
+        print(f"\n--- {shown} (timeout {timeout:.0f} s)", flush=True)
     started = time.monotonic()
     env = {**os.environ}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
@@ -659,16 +669,17 @@ def run_python(
         return RunOutcome(label, shown, -1, wall, None, f"timed out after {wall} s"), []
     wall = round(time.monotonic() - started, 1)
     lines = proc.stdout.splitlines()
-    print(proc.stdout, end="", flush=True)
+    if echo:
+        print(proc.stdout, end="", flush=True)
     tail = "" if proc.returncode == 0 else "\n".join(proc.stderr.splitlines()[-TAIL_LINES:])
     result = {"exit_code": 0} if proc.returncode == 0 else None
     return RunOutcome(label, shown, proc.returncode, wall, result, tail), lines
 
 
-def run_pool_read(timeout: float | None) -> RunOutcome:
+def run_pool_read(timeout: float | None, echo: bool = True) -> RunOutcome:
     """A 100,000-record pool split and read by this host's numpy (a child process)."""
     argv = [str(Path(__file__).resolve()), "--read-pool", str(POOL_RECORDS)]
-    outcome, lines = run_python("100,000-record pool read", argv, timeout)
+    outcome, lines = run_python(POOL_LABEL, argv, timeout, echo=echo)
     outcome.command = f"python tests/gpu_check.py --read-pool {POOL_RECORDS}"
     if outcome.exit_code == 0:
         found = last_json_line("\n".join(lines))
@@ -915,32 +926,76 @@ def chosen_pieces(only: str | None, skip: str | None) -> list[str]:
     return [p for p in PIECES if p in wanted and p not in left_out]
 
 
+def guarded(label: str, piece: Callable[[], RunOutcome]) -> RunOutcome:
+    """``piece()``, or, when it raises, a failed outcome naming the error: a bug in one
+    piece never loses the results of the others."""
+    try:
+        return piece()
+    except Exception as exc:
+        return _raised(label, exc)
+
+
+def guarded_many(label: str, piece: Callable[[], list[RunOutcome]]) -> list[RunOutcome]:
+    """``guarded`` for a piece of several outcomes."""
+    try:
+        return piece()
+    except Exception as exc:
+        return [_raised(label, exc)]
+
+
+def _raised(label: str, exc: Exception) -> RunOutcome:
+    why = f"gpu-check's own step raised {type(exc).__name__}: {exc}"
+    return RunOutcome(label, label, 1, 0.0, None, why)
+
+
 def run_pieces(pieces: list[str], out: Path, device: str, budget: Budget) -> dict[str, Any]:
     """Each chosen piece, in order, each under its timeout and the budget left."""
     out_dir = str(out.resolve())
     tests = None
     runs: list[RunOutcome] = []
     bench: list[RunOutcome] = []
+    pool: list[RunOutcome] = []
+    beside = None
+    if "pool" in pieces and "tests" in pieces:
+        # CPU work only: read beside the gpu tests (the host has cores to spare).
+        beside = threading.Thread(
+            target=lambda: pool.append(
+                guarded(POOL_LABEL, lambda: run_pool_read(RUN_TIMEOUT_S, echo=False))
+            )
+        )
+        beside.start()
     if "tests" in pieces:
-        files = gpu_test_files()
+        files = sorted(gpu_test_files(), key=lambda path: path.name in SLOW_TEST_FILES)
         tests = run_gpu_tests(files, Budget(budget.left() * TESTS_SHARE))
     if "training" in pieces:
         for label, args in TRAINING_RUNS.items():
             runs.append(run_training(label, args, budget.timeout(RUN_TIMEOUT_S)))
-        runs.append(ranges_reach_metrics(runs[0]))
+        runs.append(
+            guarded("range statistics to the metrics", lambda: ranges_reach_metrics(runs[0]))
+        )
     if "flight" in pieces:
-        runs += run_overflow_replay(budget.timeout(2 * RUN_TIMEOUT_S))
+        timeout = budget.timeout(2 * RUN_TIMEOUT_S)
+        runs += guarded_many("forced overflow", lambda: run_overflow_replay(timeout))
     if "pool" in pieces:
-        runs.append(run_pool_read(budget.timeout(RUN_TIMEOUT_S)))
+        if beside is not None:
+            beside.join()
+            print(f"\n--- {POOL_LABEL} (beside the tests)", flush=True)
+        else:
+            pool.append(guarded(POOL_LABEL, lambda: run_pool_read(budget.timeout(RUN_TIMEOUT_S))))
+        runs += pool
+        print(pool[0].result.get("line") if pool[0].result else pool[0].tail, flush=True)
     if "gpu-vs-cpu" in pieces:
-        runs.append(run_gpu_vs_cpu(out, device, budget.timeout(2 * RUN_TIMEOUT_S)))
+        timeout = budget.timeout(2 * RUN_TIMEOUT_S)
+        runs.append(guarded("GPU against CPU", lambda: run_gpu_vs_cpu(out, device, timeout)))
     if "bench" in pieces:
         for label, args in BENCH_RUNS.items():
             args = (*args, "--out-dir", out_dir)
             bench.append(run_bench(label, args, budget.timeout(RUN_TIMEOUT_S)))
     if "memory" in pieces:
-        bench.append(run_memory_table(out, device, budget.timeout(RUN_TIMEOUT_S)))
-        bench.append(run_footprint(out, device, budget.timeout(RUN_TIMEOUT_S / 2)))
+        timeout = budget.timeout(RUN_TIMEOUT_S)
+        bench.append(guarded("memory table", lambda: run_memory_table(out, device, timeout)))
+        timeout = budget.timeout(RUN_TIMEOUT_S / 2)
+        bench.append(guarded("se_darwin footprint", lambda: run_footprint(out, device, timeout)))
     if "compile" in pieces:
         for label, args in COMPILE_RUNS.items():
             runs.append(run_training(label, args, budget.timeout(RUN_TIMEOUT_S)))

@@ -669,3 +669,54 @@ def test_the_bare_host_download_runs_as_written(tmp_path: Path) -> None:
         assert platform == "any" or "x86_64" in platform, wheel
         got[str(canonicalize_name(name))] = version
     assert got == {name: pins[name] for name in _runtime_closure()}
+
+
+def test_every_piece_reports_even_when_one_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """run_pieces with each piece faked: the pool is read beside the tests, a piece whose
+    own code raises is one FAIL line naming the error, a spent budget gives NOT RUN, and
+    every other piece still reports."""
+    order: list[str] = []
+
+    def outcome(label: str) -> RunOutcome:
+        order.append(label)
+        return RunOutcome(label, label, 0, 1.0, {"exit_code": 0})
+
+    def tests(files: list[Path], budget: Budget) -> PytestOutcome:
+        order.append("tests")
+        assert [f.name for f in files][-2:] == ["test_bench.py", "test_compiled_step.py"]
+        return PytestOutcome("pytest", 0, "1 passed", {"t::a": "passed"})
+
+    def broken(run: RunOutcome) -> RunOutcome:
+        raise KeyError("ranges")
+
+    fakes: dict[str, Any] = {
+        "run_gpu_tests": tests,
+        "run_training": lambda label, args, timeout: outcome(label),
+        "ranges_reach_metrics": broken,
+        "run_overflow_replay": lambda timeout: [outcome("overflow"), outcome("replay")],
+        "run_pool_read": lambda timeout, echo=True: outcome(f"pool echo={echo}"),
+        "run_gpu_vs_cpu": lambda out, device, timeout: outcome("gpu-vs-cpu"),
+        "run_bench": lambda label, args, timeout: (
+            outcome(label)
+            if timeout is not None
+            else gpu_check.not_run(label, label, "the check's budget was spent")
+        ),
+        "run_memory_table": lambda out, device, timeout: outcome("memory"),
+        "run_footprint": lambda out, device, timeout: outcome("footprint"),
+    }
+    for name, fake in fakes.items():
+        monkeypatch.setattr(gpu_check, name, fake)
+    found = gpu_check.run_pieces(list(gpu_check.PIECES), tmp_path, "H200", Budget(1000))
+    assert "pool echo=False" in order and order.index("tests") < order.index("se_darwin")
+    lines = check_lines(found["tests"], [*found["runs"], *found["bench"]])
+    (raised,) = [line for line in lines if "raised" in line]
+    assert raised.startswith("FAIL     range statistics to the metrics") and "KeyError" in raised
+    assert {"overflow", "replay", "gpu-vs-cpu", "memory", "footprint"} <= set(order)
+    assert "se_darwin --compile on" in order
+    # A spent budget: the bench's commands are not run, and say so.
+    monkeypatch.setattr(gpu_check, "MIN_START_S", 10**6)
+    found = gpu_check.run_pieces(["bench"], tmp_path, "H200", Budget(1000))
+    (line,) = check_lines(None, found["bench"])[-1:]
+    assert line == "NOT RUN  large, eager and captured: the check's budget was spent"
