@@ -143,12 +143,14 @@ CHECKS: dict[str, tuple[str, ...]] = {
 }
 PIECES = ("tests", "training", "flight", "pool", "gpu-vs-cpu", "bench", "memory", "compile")
 BUDGET_S = 360.0  # the whole check: six minutes on an H100 or H200
-FILE_TIMEOUT_S = 90.0  # one gpu test file's pytest process
+FILE_TIMEOUT_S = 120.0  # one gpu test file's pytest process (the compiles take longest)
 TESTS_SHARE = 0.6  # of the budget, at most, for the tests (the rest for the runs)
 # Run last among the test files: their compiles take the longest, so a budget cut leaves
 # the fewest tests unrun.
 SLOW_TEST_FILES = ("test_bench.py", "test_compiled_step.py")
-RUN_TIMEOUT_S = 60.0  # one training run, bench command or benchmark
+RUN_TIMEOUT_S = 60.0  # one training run or benchmark
+BENCH_TIMEOUT_S = 90.0  # one bench command (18 rows, each built, warmed up and captured)
+POOL_TIMEOUT_S = 120.0  # the pool read, beside the tests: it costs the budget nothing
 MIN_START_S = 10.0  # a piece is not started with less than this left
 GPU_SPEEDUP_TARGET = 3.0  # default train se_darwin: the GPU against its own host's CPU
 TAIL_LINES = 40
@@ -960,7 +962,7 @@ def run_pieces(pieces: list[str], out: Path, device: str, budget: Budget) -> dic
         # CPU work only: read beside the gpu tests (the host has cores to spare).
         beside = threading.Thread(
             target=lambda: pool.append(
-                guarded(POOL_LABEL, lambda: run_pool_read(RUN_TIMEOUT_S, echo=False))
+                guarded(POOL_LABEL, lambda: run_pool_read(POOL_TIMEOUT_S, echo=False))
             )
         )
         beside.start()
@@ -981,7 +983,7 @@ def run_pieces(pieces: list[str], out: Path, device: str, budget: Budget) -> dic
             beside.join()
             print(f"\n--- {POOL_LABEL} (beside the tests)", flush=True)
         else:
-            pool.append(guarded(POOL_LABEL, lambda: run_pool_read(budget.timeout(RUN_TIMEOUT_S))))
+            pool.append(guarded(POOL_LABEL, lambda: run_pool_read(budget.timeout(POOL_TIMEOUT_S))))
         runs += pool
         print(pool[0].result.get("line") if pool[0].result else pool[0].tail, flush=True)
     if "gpu-vs-cpu" in pieces:
@@ -990,9 +992,9 @@ def run_pieces(pieces: list[str], out: Path, device: str, budget: Budget) -> dic
     if "bench" in pieces:
         for label, args in BENCH_RUNS.items():
             args = (*args, "--out-dir", out_dir)
-            bench.append(run_bench(label, args, budget.timeout(RUN_TIMEOUT_S)))
+            bench.append(run_bench(label, args, budget.timeout(BENCH_TIMEOUT_S)))
     if "memory" in pieces:
-        timeout = budget.timeout(RUN_TIMEOUT_S)
+        timeout = budget.timeout(BENCH_TIMEOUT_S)
         bench.append(guarded("memory table", lambda: run_memory_table(out, device, timeout)))
         timeout = budget.timeout(RUN_TIMEOUT_S / 2)
         bench.append(guarded("se_darwin footprint", lambda: run_footprint(out, device, timeout)))
