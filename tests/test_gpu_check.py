@@ -323,9 +323,15 @@ def test_the_overflow_run_needs_a_bundle_that_replay_reproduces(
 
 
 def test_the_ratio_line_is_the_benchmarks_own() -> None:
-    """The last line giving a ratio, else the last line."""
-    lines = ["reading", "gpu 2.1 s, cpu 6.3 s: 3.00x", "wrote x.json"]
-    assert ratio_line(lines) == "gpu 2.1 s, cpu 6.3 s: 3.00x"
+    """The lines giving a ratio (the benchmark's ratio table's rows), else the last line."""
+    lines = [
+        '{"records": 100000, "device": "cuda", "process_seconds": 12.5}',
+        "| records | run | CPU ÷ GPU, process | CPU ÷ GPU, run's wall_seconds |",
+        "| --- | --- | --- | --- |",
+        "| 100,000 | cold | 1.10x | 1.32x |",
+        "| 100,000 | warm | 3.05x | 4.20x |",
+    ]
+    assert ratio_line(lines) == "100,000 | cold | 1.10x | 1.32x; 100,000 | warm | 3.05x | 4.20x"
     assert ratio_line(["a", "GPU/CPU ratio 0.9"]) == "GPU/CPU ratio 0.9"
     assert ratio_line(["a", "b"]) == "b" and ratio_line([]) == "no output"
 
