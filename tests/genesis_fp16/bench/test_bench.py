@@ -312,7 +312,7 @@ def test_tiny_is_one_size_ours_and_hand_in_one_process_and_flags_widen_it() -> N
     )  # fmt: skip
     assert (wide.sizes, wide.runners, wide.steps) == (("default", "large"), ("hand",), 2)
     plain = options_from_args(_args("--device", "cpu"))
-    assert (plain.sizes, plain.warmup, plain.steps) == (("default", "large"), 3, 20)
+    assert (plain.sizes, plain.warmup, plain.steps) == (("default", "large"), 4, 20)
 
 
 def test_the_large_preset_is_larger_tiny_or_not(tmp_path: Path) -> None:
@@ -404,7 +404,7 @@ def test_compile_row_runs_on_a_cpu_and_reports_eager_execution() -> None:
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_graph_runners_replay_and_ours_graph_trains_like_ours(precision: str) -> None:
     """hand-graph and ours-graph run from CUDA graphs; ours-graph's weights equal ours'."""
-    config = replace(_tiny(precision, "ours", device="cuda"), warmup_steps=3, timed_steps=6)
+    config = replace(_tiny(precision, "ours", device="cuda"), warmup_steps=4, timed_steps=6)
     eager = run_config(config, isolated=False)
     graphed = run_config(replace(config, runner="ours-graph"), isolated=False)
     anchor = run_config(replace(config, runner="hand-graph"), isolated=False)
@@ -420,7 +420,7 @@ def test_graph_runners_replay_and_ours_graph_trains_like_ours(precision: str) ->
 def test_ours_graph_compile_replays_the_compiled_step_and_trains_like_ours_graph() -> None:
     """ours-graph-compile runs as cuda_graph_compiled without host syncs, and its eval loss
     tracks ours-graph's (compiled kernels round differently: a tolerance, not equality)."""
-    config = replace(_tiny("bf16", "ours-graph", device="cuda"), warmup_steps=3, timed_steps=6)
+    config = replace(_tiny("bf16", "ours-graph", device="cuda"), warmup_steps=4, timed_steps=6)
     graphed = run_config(config, isolated=False)
     compiled = run_config(replace(config, runner="ours-graph-compile"), isolated=False)
     assert compiled["execution"] == "cuda_graph_compiled" and compiled["honest"] is True
