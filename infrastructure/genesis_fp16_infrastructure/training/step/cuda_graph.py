@@ -87,6 +87,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import logging
 import random
 import sys
@@ -269,9 +270,11 @@ class StepGraphs:
         host_rng = host_rng_state()  # 5 kB copied, once per capture
         main = torch.cuda.current_stream(self.device)  # torch.cuda.graph may not restore it
         try:
-            with _stance(self.fail_on_recompile):
-                with torch.cuda.graph(graph, pool=self._pool, stream=self._stream()):
-                    body(static_batch)
+            with (
+                _stance(self.fail_on_recompile),
+                torch.cuda.graph(graph, pool=self._pool, stream=self._stream()),
+            ):
+                body(static_batch)
         except BaseException as exc:  # whatever it was, the process must stay usable
             self._recover(graph, main)
             if not isinstance(exc, Exception):
@@ -368,10 +371,9 @@ def _stance(fail_on_recompile: bool) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
     set_stance = getattr(torch.compiler, "set_stance", None)  # torch 2.6 on
     if set_stance is not None:
-        return set_stance("fail_on_recompile")  # type: ignore[no-any-return]
-    import torch._dynamo  # noqa: PLC0415 (imported already: the step is compiled)
-
-    return torch._dynamo.config.patch(error_on_recompile=True)  # type: ignore[no-any-return]
+        return set_stance("fail_on_recompile")
+    dynamo = importlib.import_module("torch._dynamo")  # imported already: a compiled step
+    return dynamo.config.patch(error_on_recompile=True)
 
 
 def _off_device(micro_batches: Sequence[Any], device: torch.device) -> str | None:
@@ -403,6 +405,7 @@ def heal_generators(
     (tests pass a stand-in)."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     every = [torch.cuda.default_generators[index], *generators]
+    probe = draw or (lambda g: torch.rand(1, device=device, generator=g))
     main = torch.cuda.current_stream(device)
     how = []
     try:
@@ -410,14 +413,13 @@ def heal_generators(
         _register(graph, generators)
         with torch.cuda.graph(graph, stream=side):
             for generator in every:
-                torch.rand(1, device=device, generator=generator)
+                probe(generator)
         graph.reset()
-        how.append("clean capture")
-    except RuntimeError as exc:
-        how.append(f"clean capture raised: {exc}")
+        how.append("a clean capture")
+    except Exception as exc:  # healing must not hide the capture's own error
+        how.append(f"a clean capture raised: {exc}")
     finally:
         torch.cuda.set_stream(main)
-    probe = draw or (lambda g: torch.rand(1, device=device, generator=g))
     for number, generator in enumerate(every):
         saved = generator.get_state()
         try:
