@@ -269,6 +269,7 @@ class StepGraphs:
         _register(graph, self.generators)
         host_rng = host_rng_state()  # 5 kB copied, once per capture
         main = torch.cuda.current_stream(self.device)  # torch.cuda.graph may not restore it
+        before = generator_states(self.device, self.generators)  # host values: no sync
         try:
             with (
                 _stance(self.fail_on_recompile),
@@ -276,7 +277,7 @@ class StepGraphs:
             ):
                 body(static_batch)
         except BaseException as exc:  # whatever it was, the process must stay usable
-            self._recover(graph, main)
+            self._recover(graph, main, before)
             if not isinstance(exc, Exception):
                 raise
             if "generator" in str(exc).lower() and "offset increment" not in str(exc).lower():
@@ -297,13 +298,16 @@ class StepGraphs:
         )
         return _Captured(graph, flatten_tensors(static_batch), static_batch)
 
-    def _recover(self, graph: torch.cuda.CUDAGraph, main: torch.cuda.Stream) -> None:
+    def _recover(
+        self, graph: torch.cuda.CUDAGraph, main: torch.cuda.Stream, before: list[Any]
+    ) -> None:
         """After a capture that raised: the caller's stream current again, the graph
-        dropped, every generator usable (see the module docstring)."""
+        dropped, every generator usable and where it was before the capture (a capture
+        runs no kernel: it consumed no number; see the module docstring)."""
         torch.cuda.set_stream(main)
         with contextlib.suppress(RuntimeError):
             graph.reset()
-        how = heal_generators(self.device, self.generators, self._stream())
+        how = heal_generators(self.device, self.generators, self._stream(), before=before)
         logger.warning("a CUDA graph capture raised: stream restored; generators: %s", how)
 
 
@@ -388,11 +392,24 @@ def _off_device(micro_batches: Sequence[Any], device: torch.device) -> str | Non
     return None
 
 
+def _every_generator(
+    device: torch.device, generators: Sequence[torch.Generator]
+) -> list[torch.Generator]:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return [torch.cuda.default_generators[index], *generators]
+
+
+def generator_states(device: torch.device, generators: Sequence[torch.Generator]) -> list[Any]:
+    """The states of the default CUDA generator and ``generators`` (host values)."""
+    return [generator.get_state() for generator in _every_generator(device, generators)]
+
+
 def heal_generators(
     device: torch.device,
     generators: Sequence[torch.Generator],
     side: torch.cuda.Stream,
     draw: Callable[[torch.Generator], object] | None = None,
+    before: Sequence[Any] | None = None,
 ) -> list[str]:
     """Make every CUDA generator a failed capture touched usable again; return how.
 
@@ -402,9 +419,9 @@ def heal_generators(
     the eager offsets. Then each generator draws once eagerly (its state saved and put
     back, so the eager sequence goes on unchanged); one that still raises gets a clean
     copy of its own state (``graphsafe_set_state(clone_state())``). ``draw`` is that probe
-    (tests pass a stand-in)."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    every = [torch.cuda.default_generators[index], *generators]
+    (tests pass a stand-in). ``before``: the states from before the failed capture
+    (:func:`generator_states`), put back where a generator moved anyway."""
+    every = _every_generator(device, generators)
     probe = draw or (lambda g: torch.rand(1, device=device, generator=g))
     main = torch.cuda.current_stream(device)
     how = []
@@ -432,6 +449,11 @@ def heal_generators(
                 clean(generator.clone_state())
                 how.append(f"generator {number}: graphsafe_set_state(clone_state())")
         generator.set_state(saved)
+    for number, (generator, state) in enumerate(zip(every, before or (), strict=False)):
+        now = generator.get_state()
+        if not (torch.equal(now, state) if isinstance(now, torch.Tensor) else now == state):
+            generator.set_state(state)
+            how.append(f"generator {number}: moved by the failed capture, put back")
     return how
 
 

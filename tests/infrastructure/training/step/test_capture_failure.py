@@ -141,12 +141,13 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeCuda, list[
         yield seen
         seen.extend(syncs)
 
-    def heal(device: Any, generators: Any, side: Any) -> list[str]:
+    def heal(device: Any, generators: Any, side: Any, before: Any = None) -> list[str]:
         healed.append([repr(fake.current)])
         return ["stand-in"]
 
     monkeypatch.setattr(cuda_graph, "watch_syncs", watch)
     monkeypatch.setattr(cuda_graph, "heal_generators", heal)
+    monkeypatch.setattr(cuda_graph, "generator_states", lambda device, generators: [])
     monkeypatch.setattr(cuda_graph, "_off_device", lambda batches, device: None)
     fake.syncs = syncs  # type: ignore[attr-defined]
     yield fake, healed
@@ -412,6 +413,13 @@ def test_heal_generators_clears_a_stuck_generator_and_keeps_its_offset(
     assert how[1:] == ["generator 0: graphsafe_set_state(clone_state())"]
     assert default.calls == ["clone"] and own.calls == [] and not default.stuck
     assert default.offset == own.offset == 7  # the probe's draw put back
+
+    default, own = Gen(stuck=False), Gen(stuck=False)
+    default.offset = 11  # moved by the failed capture (a torch that did): put back
+    monkeypatch.setattr(torch.cuda, "default_generators", [default])
+    how = heal_generators(torch.device("cuda"), [own], FakeStream("side"), draw, before=[7, 7])  # type: ignore[list-item, arg-type]
+    assert how[-1] == "generator 0: moved by the failed capture, put back"
+    assert default.offset == own.offset == 7
 
 
 class Switch:
