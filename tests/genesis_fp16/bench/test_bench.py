@@ -28,9 +28,9 @@ from genesis_fp16.bench.run import (
     plan,
     run_benchmark,
 )
-from genesis_fp16.bench.runners import HandWrittenRunner
+from genesis_fp16.bench.runners import HandWrittenRunner, OursRunner
 from genesis_fp16.cli import main as cli_main
-from genesis_fp16_infrastructure.training.step.execution import ExecutionError
+from genesis_fp16_infrastructure.training.step.execution import ExecutionError, ResolvedExecution
 
 
 def _tiny(precision: str, runner: str, device: str = "cpu") -> BenchConfig:
@@ -426,6 +426,27 @@ def test_ours_graph_compile_replays_the_compiled_step_and_trains_like_ours_graph
     assert compiled["execution"] == "cuda_graph_compiled" and compiled["honest"] is True
     assert compiled["host_syncs_per_step"] == 0
     assert compiled["eval_loss"] == pytest.approx(graphed["eval_loss"], rel=0.02)
+
+
+def test_ours_row_says_eager_when_its_capture_fell_back_during_the_steps() -> None:
+    """A row's execution is how its steps really ran: a trainer that fell back to eager
+    after a failed capture makes the row say eager, with the reason in its note."""
+
+    class FallingBack:
+        def __init__(self) -> None:
+            self.execution = ResolvedExecution("on", "cuda_graph", "captured")
+
+        def step(self, batches: Any, loss_fn: Any, num_samples: int) -> None:
+            self.execution = ResolvedExecution(
+                "on", "eager", "the capture at step 4 raised: x", fallback="capture_failed"
+            )
+
+    runner = OursRunner()
+    runner.trainer, runner._loss_fn, runner._n = FallingBack(), None, 1  # type: ignore[assignment]
+    runner.execution, runner.note = "cuda_graph", "policy used fp32"
+    runner.step((torch.zeros(1),))  # type: ignore[arg-type]
+    assert runner.execution == "eager"
+    assert runner.note == "policy used fp32; then eager: the capture at step 4 raised: x"
 
 
 def test_a_loaded_machine_is_named_in_one_line_and_an_idle_one_is_not() -> None:
