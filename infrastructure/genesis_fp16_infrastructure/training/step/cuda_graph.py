@@ -282,7 +282,7 @@ class StepGraphs:
                 raise
             if "generator" in str(exc).lower() and "offset increment" not in str(exc).lower():
                 raise CaptureFailed(_UNREGISTERED + f" (torch: {exc})") from exc
-            raise CaptureFailed(f"{type(exc).__name__}: {exc}") from exc
+            raise CaptureFailed(describe(exc)) from exc
         if host_rng_state() != host_rng:  # a valid capture: nothing to heal
             raise CaptureFailed(_ON_THE_HOST)
         try:
@@ -329,6 +329,26 @@ _SYNCED = (
     "from pageable memory. Keep the step on the device (no .item(), .tolist() or "
     "data-dependent shapes; batches on the device before the step), or run cuda_graph=off"
 )
+
+
+_NOISE = ("CUDA kernel errors", "For debugging", "Compile with", "Search for", "Device-side")
+
+
+def describe(exc: BaseException, limit: int = 800) -> str:
+    """One line for a capture's error: its type and message without torch's CUDA
+    boilerplate, then the error that caused it (an invalidated capture raises "operation
+    failed due to a previous error during capture"; the first error names the op).
+
+    >>> describe(RuntimeError("a\\nCUDA kernel errors might be reported later\\n  b"))
+    'RuntimeError: a b'
+    """
+    lines = [line.strip() for line in str(exc).splitlines()]
+    text = " ".join(line for line in lines if line and not line.startswith(_NOISE))
+    text = f"{type(exc).__name__}: {text}"
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and not isinstance(cause, CaptureFailed):
+        text += f" (after {describe(cause, limit)})"
+    return text[:limit]
 
 
 def host_rng_state() -> tuple[Any, ...]:
