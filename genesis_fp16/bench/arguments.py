@@ -40,7 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--batch-size", type=int, default=None, help="one batch size")
     parser.add_argument(
-        "--warmup", type=int, default=None, help="untimed steps first (default 3, --tiny 1)"
+        "--warmup",
+        type=int,
+        default=None,
+        help="untimed steps first (default 4: graph warm-up, capture; --tiny 1)",
     )
     parser.add_argument(
         "--steps", type=int, default=None, help="timed steps (default 20, --tiny 5)"

@@ -9,6 +9,11 @@ from typing import Any, Literal
 from genesis_fp16_infrastructure.training.precision.precision_names import RequestedName
 
 SIZES: tuple[str, ...] = ("default", "large")
+# Untimed steps of a row by default: the graph runners' 3 eager warm-up steps and their
+# capture, so that every timed step of theirs is a replay (a capture is slow and, before
+# this, ours-graph's pre-capture state copy read the device inside the timed window).
+# Every runner gets the same count, so the rows train the same steps.
+UNTIMED_STEPS = 4
 # ours-graph: our Trainer with cuda_graph="on" (ours-graph-compile: and compile="on", the
 # model compiled inside the captured step); hand-graph: the same step written by hand
 # and replayed from one CUDA graph (the anchor: the limit of this workload on the device);
@@ -63,7 +68,7 @@ class BenchConfig:
     runner: str
     device: str = "cpu"
     batch_size: int = 64
-    warmup_steps: int = 3
+    warmup_steps: int = UNTIMED_STEPS
     timed_steps: int = 20
     seed: int = 0
     lr: float = 1e-3

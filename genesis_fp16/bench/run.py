@@ -38,6 +38,7 @@ from genesis_fp16.bench.config import (
     SIZES,
     TINY_RUNNERS,
     TINY_SIZES,
+    UNTIMED_STEPS,
     BenchConfig,
     BenchPrecision,
 )
@@ -64,7 +65,7 @@ class BenchOptions:
     precisions: tuple[BenchPrecision, ...]
     runners: tuple[str, ...]
     batch_sizes: tuple[int, ...] = (64,)
-    warmup: int = 3
+    warmup: int = UNTIMED_STEPS
     steps: int = 20
     fp16_warmup: int | None = None
     fp16_steps: int | None = None
@@ -126,7 +127,7 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         precisions = tuple(next(p for p in valid if p == name) for name in asked)
     if args.tag and not re.fullmatch(r"[A-Za-z0-9.-]+", args.tag):
         raise ValueError(f"--tag {args.tag!r}: use letters, digits, '.' and '-' only")
-    warmup = args.warmup if args.warmup is not None else (1 if args.tiny else 3)
+    warmup = args.warmup if args.warmup is not None else (1 if args.tiny else UNTIMED_STEPS)
     steps = args.steps if args.steps is not None else (5 if args.tiny else 20)
     for flag, value in (("--steps", steps), ("--threads", args.threads or 1)):
         if value < 1:

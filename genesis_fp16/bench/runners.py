@@ -102,6 +102,9 @@ class OursRunner:
 
     def step(self, batch: Batch) -> None:
         self.trainer.step([batch], self._loss_fn, self._n)
+        if self.trainer.execution.used != self.execution:  # a capture failed: eager since
+            self.execution = self.trainer.execution.used
+            self.note += f"; then {self.execution}: {self.trainer.execution.reason}"
 
     def skipped_steps(self) -> int:
         return int(self.trainer.summary().skipped_steps)

@@ -28,9 +28,9 @@ from genesis_fp16.bench.run import (
     plan,
     run_benchmark,
 )
-from genesis_fp16.bench.runners import HandWrittenRunner
+from genesis_fp16.bench.runners import HandWrittenRunner, OursRunner
 from genesis_fp16.cli import main as cli_main
-from genesis_fp16_infrastructure.training.step.execution import ExecutionError
+from genesis_fp16_infrastructure.training.step.execution import ExecutionError, ResolvedExecution
 
 
 def _tiny(precision: str, runner: str, device: str = "cpu") -> BenchConfig:
@@ -312,7 +312,7 @@ def test_tiny_is_one_size_ours_and_hand_in_one_process_and_flags_widen_it() -> N
     )  # fmt: skip
     assert (wide.sizes, wide.runners, wide.steps) == (("default", "large"), ("hand",), 2)
     plain = options_from_args(_args("--device", "cpu"))
-    assert (plain.sizes, plain.warmup, plain.steps) == (("default", "large"), 3, 20)
+    assert (plain.sizes, plain.warmup, plain.steps) == (("default", "large"), 4, 20)
 
 
 def test_the_large_preset_is_larger_tiny_or_not(tmp_path: Path) -> None:
@@ -404,7 +404,7 @@ def test_compile_row_runs_on_a_cpu_and_reports_eager_execution() -> None:
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_graph_runners_replay_and_ours_graph_trains_like_ours(precision: str) -> None:
     """hand-graph and ours-graph run from CUDA graphs; ours-graph's weights equal ours'."""
-    config = replace(_tiny(precision, "ours", device="cuda"), warmup_steps=3, timed_steps=6)
+    config = replace(_tiny(precision, "ours", device="cuda"), warmup_steps=4, timed_steps=6)
     eager = run_config(config, isolated=False)
     graphed = run_config(replace(config, runner="ours-graph"), isolated=False)
     anchor = run_config(replace(config, runner="hand-graph"), isolated=False)
@@ -420,12 +420,33 @@ def test_graph_runners_replay_and_ours_graph_trains_like_ours(precision: str) ->
 def test_ours_graph_compile_replays_the_compiled_step_and_trains_like_ours_graph() -> None:
     """ours-graph-compile runs as cuda_graph_compiled without host syncs, and its eval loss
     tracks ours-graph's (compiled kernels round differently: a tolerance, not equality)."""
-    config = replace(_tiny("bf16", "ours-graph", device="cuda"), warmup_steps=3, timed_steps=6)
+    config = replace(_tiny("bf16", "ours-graph", device="cuda"), warmup_steps=4, timed_steps=6)
     graphed = run_config(config, isolated=False)
     compiled = run_config(replace(config, runner="ours-graph-compile"), isolated=False)
     assert compiled["execution"] == "cuda_graph_compiled" and compiled["honest"] is True
     assert compiled["host_syncs_per_step"] == 0
     assert compiled["eval_loss"] == pytest.approx(graphed["eval_loss"], rel=0.02)
+
+
+def test_ours_row_says_eager_when_its_capture_fell_back_during_the_steps() -> None:
+    """A row's execution is how its steps really ran: a trainer that fell back to eager
+    after a failed capture makes the row say eager, with the reason in its note."""
+
+    class FallingBack:
+        def __init__(self) -> None:
+            self.execution = ResolvedExecution("on", "cuda_graph", "captured")
+
+        def step(self, batches: Any, loss_fn: Any, num_samples: int) -> None:
+            self.execution = ResolvedExecution(
+                "on", "eager", "the capture at step 4 raised: x", fallback="capture_failed"
+            )
+
+    runner = OursRunner()
+    runner.trainer, runner._loss_fn, runner._n = FallingBack(), None, 1  # type: ignore[assignment]
+    runner.execution, runner.note = "cuda_graph", "policy used fp32"
+    runner.step((torch.zeros(1),))  # type: ignore[arg-type]
+    assert runner.execution == "eager"
+    assert runner.note == "policy used fp32; then eager: the capture at step 4 raised: x"
 
 
 def test_a_loaded_machine_is_named_in_one_line_and_an_idle_one_is_not() -> None:

@@ -26,8 +26,10 @@ parameters, optimizer state, loss scale and random state::
   skipped steps and each step's loss within ``COMPILED_LOSS_RTOL`` of eager's. These
   tolerances are stated, not yet measured: no GPU has run them (``make gpu-check``'s
   ``verify compiled`` line measures the difference and checks it).
-- **Cached**: the verdict, pass or fail, is kept per key in ``cache`` (beside the
-  calibration cache); a run with a known key trusts the verdict. ``genesis-fp16
+- **Cached**: the verdict, a pass or a real difference, is kept per key in ``cache``
+  (beside the calibration cache); a run with a known key trusts the verdict. A captured
+  copy that raised (or fell back from its capture) fails this run's verification but is
+  not kept: the next run verifies again. ``genesis-fp16
   precision reset`` forgets it.
 - **Cost**: two copies of the model and its optimizer state beside the run's, and
   2 x 8 steps (plus one more compile for ``compile=on``), once per key. The global
@@ -102,8 +104,8 @@ def verify_run(
     key = verification_key(trainer, batches[0])
     verdict = read_verdict(cache, key)
     if verdict is None:
-        verdict = _verify(task, trainer, batches, key, make)
-        if cache is not None:
+        verdict, measured = _verify(task, trainer, batches, key, make)
+        if cache is not None and measured:  # a capture that raised is no verdict to keep
             write_verdict(cache, verdict)
     how = "cached" if verdict.cached else f"{verdict.steps} steps"
     if verdict.passed:
@@ -122,13 +124,17 @@ def _verify(
     batches: list[Any],
     key: Mapping[str, str],
     make: MakeTrainer,
-) -> Verdict:
+) -> tuple[Verdict, bool]:
+    """The verdict, and whether it was measured: False when the captured copy raised or
+    did not run captured (a failed capture says nothing lasting about the key: the next
+    run tries again), True for a pass or a real difference between the steps."""
     compiled = trainer.execution.used == "cuda_graph_compiled"
     rtol = COMPILED_LOSS_RTOL[trainer.policy.name] if compiled else None
     overflow = OVERFLOW_STEP if trainer.policy.name in LOSS_SCALED else None
     rng = capture_rng_state()
     own = [g.get_state() for g in trainer.generators]
     measured: list[float] = []
+    compared = False
     try:
         reference = make(task, trainer, "eager")
         candidate = make(task, trainer, trainer.execution.used)
@@ -139,6 +145,8 @@ def _verify(
             detail = f"the captured copy did not run captured: {candidate.execution.reason}"
         elif getattr(candidate.graphs, "captured_steps", 1) == 0:
             detail = f"the captured copy replayed none of its {VERIFY_STEPS} steps"
+        else:
+            compared = True
     except RuntimeError as exc:  # a capture that raises here fails the verification
         detail = f"the captured copy raised: {exc}"
     finally:
@@ -150,8 +158,8 @@ def _verify(
         if rtol is not None:
             what = f"losses within rtol {rtol:g} (largest difference {measured[0]:.3g})"
         skip = f", an overflow at step {overflow}" if overflow else ""
-        return Verdict(True, f"{VERIFY_STEPS} steps equal {what}{skip}", key, VERIFY_STEPS)
-    return Verdict(False, detail, key, VERIFY_STEPS)
+        return Verdict(True, f"{VERIFY_STEPS} steps equal {what}{skip}", key, VERIFY_STEPS), True
+    return Verdict(False, detail, key, VERIFY_STEPS), compared
 
 
 def compare_steps(

@@ -53,9 +53,29 @@ registered with every graph (``CUDAGraph.register_generator_state``, torch 2.3 o
 unregistered one fails the capture there, with an error that says what to do; torch
 with lazy registration (pytorch#176753, 2026) registers it by itself and deprecates the
 call, which is then skipped quietly. Numbers drawn on the host inside the
-step would be drawn once and replayed for ever: a capture that moved the CPU's default
-generator fails too (a task's own CPU generator, ``random`` and numpy cannot be seen:
-the contract is in ``TrainingTask``'s docstring).
+step would be drawn once and replayed for ever: a step that moves torch's default CPU
+generator, Python's ``random`` or numpy's global generator is refused (seen at the last
+warm-up step, and checked again around the capture). A task's own CPU
+``torch.Generator`` or ``numpy.random.Generator`` cannot be seen from here: the contract is
+in ``TrainingTask``'s docstring.
+
+Refused before capturing, as torch.compile refuses what it cannot trace: a batch tensor
+not on the CUDA device (its copy inside the step would sync), a host sync in the last
+warm-up step (``.item()``, a pageable copy: ``torch.cuda.set_sync_debug_mode("warn")``
+watches that one step) and host randomness. Each raises :class:`CaptureFailed` with the
+reason before any CUDA work, so the caller runs the step eagerly instead.
+
+A capture that fails anyway (a sync only inside the capture, a recompile, an allocation
+outside the pool) must not poison the process. On torch without per-capture generator
+states (pytorch#171263) an invalidated capture leaves the default CUDA generator marked
+as capturing, so every later ``torch.rand``, dropout or capture raises "Offset increment
+outside graph capture", and ``torch.cuda.graph`` leaves the side stream current. So on
+any exception ``_capture`` restores the caller's stream, resets the graph and heals
+every generator (:func:`heal_generators`) before it raises :class:`CaptureFailed`; the
+eager random offsets are those from before the capture, so the eager run continues
+exactly where it would have. A compiled step is captured with Dynamo's
+``fail_on_recompile`` stance: a recompile raises in Python, with its guard's reason,
+before any kernel.
 
 Bitwise: a replay runs the kernels the eager step runs, on the same inputs, so a graphed
 run computes what an eager run computes. The body must not keep Python state that
@@ -65,10 +85,14 @@ keeps every per-step value in device tensors updated in place.
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import importlib
 import logging
+import random
+import sys
 import warnings
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +101,11 @@ import torch
 logger = logging.getLogger(__name__)
 
 StepBody = Callable[[Sequence[Any]], object]  # its return value is ignored
+
+
+class CaptureFailed(RuntimeError):
+    """A capture refused or failed: no graph was kept, the step did not run, the stream
+    and the generators are as before the capture; run the step eagerly instead."""
 
 
 @dataclass
@@ -94,6 +123,7 @@ class StepGraphs:
     warmup: int = 3
     max_graphs: int = 4
     generators: tuple[torch.Generator, ...] = ()  # the task's own CUDA generators
+    fail_on_recompile: bool = False  # a compiled step: a recompile fails the capture
     captured_steps: int = 0  # steps that ran from a graph (capture-and-replay included)
     eager_steps: int = 0  # steps past the signature bound, run eagerly
     warmup_steps: int = 0
@@ -102,6 +132,7 @@ class StepGraphs:
     _pool: Any = None
     _side: torch.cuda.Stream | None = None
     _bound: Any = None  # the loss function the graphs call (see bind)
+    _refused: dict[Hashable, str] = field(default_factory=dict)  # seen at the last warm-up
 
     def __post_init__(self) -> None:
         self.generators = tuple(self.generators)
@@ -129,14 +160,17 @@ class StepGraphs:
         seen = self._seen.get(key, 0)
         if seen < self.warmup:
             self._seen[key] = seen + 1
-            self._on_side_stream(body, micro_batches)
+            if seen + 1 == self.warmup:  # the step the capture will record: watched
+                self._watched_warmup(key, body, micro_batches)
+            else:
+                self._on_side_stream(body, micro_batches)
             self.warmup_steps += 1
             return "warmup"
         if len(self._graphs) >= self.max_graphs:
             body(micro_batches)
             self.eager_steps += 1
             return "eager"
-        self._graphs[key] = self._capture(body, micro_batches)
+        self._graphs[key] = self._capture(key, body, micro_batches)
         self._graphs[key].graph.replay()
         self.captured_steps += 1
         return "captured"
@@ -158,6 +192,7 @@ class StepGraphs:
         written in place, or the loss function changes)."""
         self._graphs.clear()
         self._seen.clear()
+        self._refused.clear()
         self._pool = None
         self._bound = None
 
@@ -210,21 +245,50 @@ class StepGraphs:
             body(micro_batches)
         main.wait_stream(side)
 
-    def _capture(self, body: StepBody, micro_batches: Sequence[Any]) -> _Captured:
+    def _watched_warmup(self, key: Hashable, body: StepBody, micro_batches: Sequence[Any]) -> None:
+        """The last warm-up step, watched for what a capture cannot record: host syncs
+        and host randomness. The step itself runs as any warm-up does; what was seen
+        refuses the capture that would follow (``_refused``)."""
+        host = host_rng_state()
+        with watch_syncs() as synced:
+            self._on_side_stream(body, micro_batches)
+        reasons = []
+        if synced:
+            reasons.append(_SYNCED.format(what=synced[0]))
+        if host_rng_state() != host:
+            reasons.append(_ON_THE_HOST)
+        if reasons:
+            self._refused[key] = "; ".join(reasons)
+
+    def _capture(self, key: Hashable, body: StepBody, micro_batches: Sequence[Any]) -> _Captured:
+        refusal = self._refused.get(key) or _off_device(micro_batches, self.device)
+        if refusal:
+            raise CaptureFailed(f"capture refused before capturing: {refusal}")
         static_batch = [_clone_tensors(batch) for batch in micro_batches]
         graph = torch.cuda.CUDAGraph()
         _register(graph, self.generators)
-        host_rng = torch.random.get_rng_state()  # 5 kB copied, once per capture
+        host_rng = host_rng_state()  # 5 kB copied, once per capture
+        main = torch.cuda.current_stream(self.device)  # torch.cuda.graph may not restore it
+        before = generator_states(self.device, self.generators)  # host values: no sync
         try:
-            with torch.cuda.graph(graph, pool=self._pool, stream=self._stream()):
+            with (
+                _stance(self.fail_on_recompile),
+                torch.cuda.graph(graph, pool=self._pool, stream=self._stream()),
+            ):
                 body(static_batch)
+        except BaseException as exc:  # whatever it was, the process must stay usable
+            self._recover(graph, main, before)
+            if not isinstance(exc, Exception):
+                raise
+            if "generator" in str(exc).lower() and "offset increment" not in str(exc).lower():
+                raise CaptureFailed(_UNREGISTERED + f" (torch: {exc})") from exc
+            raise CaptureFailed(describe(exc)) from exc
+        if host_rng_state() != host_rng:  # a valid capture: nothing to heal
+            raise CaptureFailed(_ON_THE_HOST)
+        try:
+            _check_pool_empty(graph.pool(), len(self._graphs) + 1)
         except RuntimeError as exc:
-            if "generator" in str(exc).lower():
-                raise RuntimeError(_UNREGISTERED + f" (torch: {exc})") from exc
-            raise
-        if not torch.equal(torch.random.get_rng_state(), host_rng):
-            raise RuntimeError(_ON_THE_HOST)
-        _check_pool_empty(graph.pool(), len(self._graphs) + 1)
+            raise CaptureFailed(str(exc)) from exc
         if self._pool is None:
             self._pool = graph.pool()
         logger.info(
@@ -234,6 +298,18 @@ class StepGraphs:
         )
         return _Captured(graph, flatten_tensors(static_batch), static_batch)
 
+    def _recover(
+        self, graph: torch.cuda.CUDAGraph, main: torch.cuda.Stream, before: list[Any]
+    ) -> None:
+        """After a capture that raised: the caller's stream current again, the graph
+        dropped, every generator usable and where it was before the capture (a capture
+        runs no kernel: it consumed no number; see the module docstring)."""
+        torch.cuda.set_stream(main)
+        with contextlib.suppress(RuntimeError):
+            graph.reset()
+        how = heal_generators(self.device, self.generators, self._stream(), before=before)
+        logger.warning("a CUDA graph capture raised: stream restored; generators: %s", how)
+
 
 _UNREGISTERED = (
     "the step draws random numbers from a CUDA torch.Generator that is not registered with "
@@ -241,11 +317,164 @@ _UNREGISTERED = (
     "cuda_generators() (Trainer(generators=...)); the default CUDA generator needs nothing"
 )
 _ON_THE_HOST = (
-    "the step drew random numbers on the host (torch's default CPU generator moved during "
-    "the CUDA graph capture): they were drawn once and every replay would repeat them. "
+    "the step drew random numbers on the host (torch's default CPU generator, Python's "
+    "random or numpy's global generator moved in the step): they would be drawn once, at "
+    "capture, and every replay would repeat them. "
     "Draw them on the device (the default CUDA generator, or one listed in the task's "
     "cuda_generators()), or run cuda_graph=off"
 )
+_SYNC_WARNING = "called a synchronizing CUDA operation"  # torch's sync debug warning
+_SYNCED = (
+    "the step syncs with the host ({what}): a capture cannot record a host read or a copy "
+    "from pageable memory. Keep the step on the device (no .item(), .tolist() or "
+    "data-dependent shapes; batches on the device before the step), or run cuda_graph=off"
+)
+
+
+_NOISE = ("CUDA kernel errors", "For debugging", "Compile with", "Search for", "Device-side")
+
+
+def describe(exc: BaseException, limit: int = 800) -> str:
+    """One line for a capture's error: its type and message without torch's CUDA
+    boilerplate, then the error that caused it (an invalidated capture raises "operation
+    failed due to a previous error during capture"; the first error names the op).
+
+    >>> describe(RuntimeError("a\\nCUDA kernel errors might be reported later\\n  b"))
+    'RuntimeError: a b'
+    """
+    lines = [line.strip() for line in str(exc).splitlines()]
+    text = " ".join(line for line in lines if line and not line.startswith(_NOISE))
+    text = f"{type(exc).__name__}: {text}"
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and not isinstance(cause, CaptureFailed):
+        text += f" (after {describe(cause, limit)})"
+    return text[:limit]
+
+
+def host_rng_state() -> tuple[Any, ...]:
+    """The host generators a step could draw from, comparable with ``==``: torch's
+    default CPU generator, Python's ``random`` and numpy's global one (when imported)."""
+    numpy = sys.modules.get("numpy")
+    drawn = None
+    if numpy is not None:
+        _, keys, pos, has_gauss, cached = numpy.random.get_state()
+        drawn = (keys.tobytes(), int(pos), int(has_gauss), float(cached))
+    return (torch.random.get_rng_state().numpy().tobytes(), random.getstate(), drawn)
+
+
+@contextlib.contextmanager
+def watch_syncs() -> Iterator[list[str]]:
+    """Yield a list that gets the warning text of every host sync torch reports inside
+    (``set_sync_debug_mode("warn")``; restored after). Other warnings pass through, and
+    so do the syncs when the mode was already on (a caller counting them)."""
+    synced: list[str] = []
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            yield synced
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    for warning in caught:
+        text = str(warning.message)
+        sync = _SYNC_WARNING in text
+        if sync:
+            synced.append(text.splitlines()[0])
+        if not sync or previous:  # a caller counting syncs ("warn") still sees them
+            warnings.warn_explicit(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
+
+
+def _stance(fail_on_recompile: bool) -> contextlib.AbstractContextManager[Any]:
+    """Dynamo's ``fail_on_recompile`` stance for a compiled step's capture: a recompile
+    inside a capture does host and device work (module loads, autotuning) that invalidates
+    it; this way it raises first, naming the guard that failed."""
+    if not fail_on_recompile:
+        return contextlib.nullcontext()
+    set_stance = getattr(torch.compiler, "set_stance", None)  # torch 2.6 on
+    if set_stance is not None:
+        return set_stance("fail_on_recompile")
+    dynamo = importlib.import_module("torch._dynamo")  # imported already: a compiled step
+    return dynamo.config.patch(error_on_recompile=True)
+
+
+def _off_device(micro_batches: Sequence[Any], device: torch.device) -> str | None:
+    """Why the batch cannot be captured as it is: a tensor not on the CUDA device."""
+    for tensor in flatten_tensors(list(micro_batches)):
+        if tensor.device.type != "cuda":
+            return (
+                f"a batch tensor of shape {tuple(tensor.shape)} is on {tensor.device}, not "
+                f"{device}: its copy inside the step would sync with the host. Move "
+                "batches to the device before the step (pinned, non_blocking=True)"
+            )
+    return None
+
+
+def _every_generator(
+    device: torch.device, generators: Sequence[torch.Generator]
+) -> list[torch.Generator]:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return [torch.cuda.default_generators[index], *generators]
+
+
+def generator_states(device: torch.device, generators: Sequence[torch.Generator]) -> list[Any]:
+    """The states of the default CUDA generator and ``generators`` (host values)."""
+    return [generator.get_state() for generator in _every_generator(device, generators)]
+
+
+def heal_generators(
+    device: torch.device,
+    generators: Sequence[torch.Generator],
+    side: torch.cuda.Stream,
+    draw: Callable[[torch.Generator], object] | None = None,
+    before: Sequence[Any] | None = None,
+) -> list[str]:
+    """Make every CUDA generator a failed capture touched usable again; return how.
+
+    A tiny capture on ``side`` that registers ``generators`` and draws one number from
+    each, and from the default CUDA generator, runs the generators' capture prologue and
+    epilogue, which clears their "capturing" mark (pytorch#171263); a capture does not move
+    the eager offsets. Then each generator draws once eagerly (its state saved and put
+    back, so the eager sequence goes on unchanged); one that still raises gets a clean
+    copy of its own state (``graphsafe_set_state(clone_state())``). ``draw`` is that probe
+    (tests pass a stand-in). ``before``: the states from before the failed capture
+    (:func:`generator_states`), put back where a generator moved anyway."""
+    every = _every_generator(device, generators)
+    probe = draw or (lambda g: torch.rand(1, device=device, generator=g))
+    main = torch.cuda.current_stream(device)
+    how = []
+    try:
+        graph = torch.cuda.CUDAGraph()
+        _register(graph, generators)
+        with torch.cuda.graph(graph, stream=side):
+            for generator in every:
+                probe(generator)
+        graph.reset()
+        how.append("a clean capture")
+    except Exception as exc:  # healing must not hide the capture's own error
+        how.append(f"a clean capture raised: {exc}")
+    finally:
+        torch.cuda.set_stream(main)
+    for number, generator in enumerate(every):
+        saved = generator.get_state()
+        try:
+            probe(generator)
+        except RuntimeError as exc:
+            clean = getattr(generator, "graphsafe_set_state", None)  # torch 2.5 on
+            if clean is None:
+                how.append(f"generator {number} still raises, and this torch cannot heal it: {exc}")
+            else:
+                clean(generator.clone_state())
+                how.append(f"generator {number}: graphsafe_set_state(clone_state())")
+        generator.set_state(saved)
+    for number, (generator, state) in enumerate(zip(every, before or (), strict=False)):
+        now = generator.get_state()
+        if not (torch.equal(now, state) if isinstance(now, torch.Tensor) else now == state):
+            generator.set_state(state)
+            how.append(f"generator {number}: moved by the failed capture, put back")
+    return how
 
 
 def _register(graph: torch.cuda.CUDAGraph, generators: Sequence[torch.Generator]) -> None:

@@ -54,7 +54,7 @@ from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
-from genesis_fp16_infrastructure.training.step.cuda_graph import StepGraphs
+from genesis_fp16_infrastructure.training.step.cuda_graph import CaptureFailed, StepGraphs
 from genesis_fp16_infrastructure.training.step.execution import fell_back, resolve_execution
 from genesis_fp16_infrastructure.training.step.execution_names import COMPILE_MODE
 from genesis_fp16_infrastructure.training.step.step_stats import StepStats
@@ -129,7 +129,12 @@ class Trainer:
         # Warm-up, capture and replay of _device_step; None for eager steps.
         captured = self.execution.used in ("cuda_graph", "cuda_graph_compiled")
         self.generators = tuple(generators)
-        self.graphs = StepGraphs(policy.device, generators=self.generators) if captured else None
+        self.graphs = None
+        if captured:
+            compiled = self.execution.used == "cuda_graph_compiled"
+            self.graphs = StepGraphs(
+                policy.device, generators=self.generators, fail_on_recompile=compiled
+            )
         # What the loss function is given: the model, or a compiled view of it (the same
         # parameters). Its first calls compile (seconds to minutes with autotuning), in the
         # graphs' eager warm-up steps, never inside a capture.
@@ -183,30 +188,51 @@ class Trainer:
     def _graphed_step(
         self, graphs: StepGraphs, micro_batches: Sequence[B], loss_fn: LossFn
     ) -> bool:
-        """The step through ``graphs``; a capture that raises costs the run its graphs only.
+        """The step through ``graphs``; a capture that fails costs the run its graphs only.
 
-        Before a step that captures, the state is copied (one ``state_dict``: a host sync
-        and a copy of the model and optimizer state, once per captured signature). When
-        the capture raises, that state comes back, the run goes eager for good
-        (``execution.fallback`` is ``capture_failed``) and the same step runs eagerly.
+        Before a step that captures, the trainer keeps what a failed capture can change:
+        host-side state only (step count, loss statistics, random states, the scaler's
+        Python fields), no device read. A capture runs no kernel, so the parameters,
+        optimizer state and device counters are as they were. When the capture fails
+        (``CaptureFailed``: the graphs healed the stream and generators), the run goes
+        eager for good (``execution.fallback`` is ``capture_failed``) and the same step runs
+        eagerly, after the ``except`` block, so nothing of the failure is alive during it.
         A replay that raises is not caught: its step may have written part of the state.
         """
         graphs.bind(loss_fn)
-        good = None
-        if graphs.captures_next(micro_batches):
-            good = copy.deepcopy(self.state_dict()), self.stats.snapshot()
+        before = self._before_capture() if graphs.captures_next(micro_batches) else None
+        failed = None
         try:
             graphs.run(lambda batches: self._device_step(batches, loss_fn), micro_batches)
-        except RuntimeError as exc:
-            if good is None:
+        except CaptureFailed as exc:
+            if before is None:
                 raise
-            self.fall_back_to_eager(
-                "capture_failed", f"the capture at step {self.step_count + 1} raised: {exc}"
-            )
-            self.load_state_dict(good[0])  # the step boundary before the capture
-            self.stats.restore(good[1])  # and its loss statistics, which a load resets
-            return self._device_step(micro_batches, loss_fn)
-        return True
+            failed = f"the capture at step {self.step_count + 1} raised: {exc}"
+        if failed is None or before is None:
+            return True
+        self.fall_back_to_eager("capture_failed", failed)
+        self._restore_before_capture(before)  # the step boundary before the capture
+        return self._device_step(micro_batches, loss_fn)
+
+    def _before_capture(self) -> dict[str, Any]:
+        """What a failed capture can change, read without touching the device."""
+        return {
+            "stats": self.stats.snapshot(),  # clones on the device: no read
+            "rng": capture_rng_state(),  # host values only
+            "generators": [g.get_state() for g in self.generators],
+            "scaler": _python_fields(self.scaler),
+        }
+
+    def _restore_before_capture(self, before: dict[str, Any]) -> None:
+        for optimizer in self.optimizers:  # a capture may have left pool gradients behind
+            optimizer.zero_grad(set_to_none=True)
+        self.stats.restore(before["stats"])
+        restore_rng_state(before["rng"])
+        for generator, state in zip(self.generators, before["generators"], strict=True):
+            generator.set_state(state)
+        if before["scaler"] is not None:
+            vars(self.scaler).clear()
+            vars(self.scaler).update(before["scaler"])
 
     def fall_back_to_eager(self, fallback: str, why: str) -> None:
         """Leave the captured step for eager ones for the rest of this trainer's life;
@@ -381,6 +407,15 @@ class Trainer:
         if self.graphs is not None:  # the graphs read tensors this load replaced: capture anew
             self.graphs.reset()
         restore_rng_state(state[keys.RNG])
+
+
+def _python_fields(obj: object) -> dict[str, Any] | None:
+    """``obj``'s attributes, containers copied one level (the tensors are shared: a capture
+    never writes them); None for an object without ``__dict__``."""
+    fields = getattr(obj, "__dict__", None)
+    if fields is None:
+        return None
+    return {k: copy.copy(v) if isinstance(v, dict | list) else v for k, v in fields.items()}
 
 
 def _check_counts(what: str, saved: int, here: int) -> None:

@@ -29,6 +29,7 @@ from genesis_fp16_infrastructure.training.run.verify_capture import (
     write_verdict,
 )
 from genesis_fp16_infrastructure.training.step import trainer as trainer_module
+from genesis_fp16_infrastructure.training.step.cuda_graph import CaptureFailed
 from genesis_fp16_infrastructure.training.step.execution import ResolvedExecution
 from genesis_fp16_infrastructure.training.step.trainer_config import TrainerConfig
 
@@ -56,7 +57,7 @@ class StandInGraphs:
     def run(self, body: Callable[[Sequence[Any]], object], micro_batches: Sequence[Any]) -> str:
         self.calls += 1
         if self.calls == self.raise_at:
-            raise RuntimeError("stand-in: operation not permitted when stream is capturing")
+            raise CaptureFailed("stand-in: operation not permitted when stream is capturing")
         body(micro_batches)
         if self.calls == self.wrong_at:
             with torch.no_grad():
@@ -166,7 +167,7 @@ def stand_in(monkeypatch: pytest.MonkeyPatch) -> Callable[..., list[StandInGraph
                 return real(requested, device, *args, **kw)
             return ResolvedExecution(requested, "cuda_graph", "stand-in capture on a CPU")
 
-        def graphs(device: torch.device, generators: Any = ()) -> StandInGraphs:
+        def graphs(device: torch.device, generators: Any = (), **kw: Any) -> StandInGraphs:
             made.append(StandInGraphs(wrong_at, raise_at))
             return made[-1]
 
@@ -287,6 +288,37 @@ def test_a_failed_capture_in_verification_fails_the_verdict(
     assert result.execution.fallback == "verification_mismatch"
     assert "the captured copy did not run captured" in result.execution.reason
     assert "the capture at step 4 raised" in result.execution.reason
+
+
+def test_a_capture_that_raised_in_verification_is_not_cached(
+    tmp_path: Path, stand_in: Callable[..., list[StandInGraphs]]
+) -> None:
+    """A verification whose captured copy raised is no verdict to keep: the cache stays
+    without it, and the next run verifies again (and, with a capture that works, passes)."""
+    stand_in(raise_at=4)
+    first = fit(RegressionTask(), _options(tmp_path))
+    assert first.execution.fallback == "verification_mismatch"
+    cache = verification_cache(tmp_path / "precision_calibration.json")
+    assert cache is not None
+    assert not cache.exists() or json.loads(cache.read_text())["verdicts"] == {}
+    made = stand_in()
+    again = fit(RegressionTask(), _options(tmp_path))
+    assert again.execution.used == "cuda_graph" and "cached" not in again.execution.reason
+    assert len(made) == 2  # verified again: the run's trainer and the captured copy
+    (verdict,) = json.loads(cache.read_text())["verdicts"].values()
+    assert verdict["passed"]
+
+
+def test_a_real_difference_is_cached_as_a_failed_verdict(
+    tmp_path: Path, stand_in: Callable[..., list[StandInGraphs]]
+) -> None:
+    """A captured copy that ran and differed is a measured verdict: it is kept."""
+    stand_in(wrong_at=5)
+    fit(RegressionTask(), _options(tmp_path))
+    cache = verification_cache(tmp_path / "precision_calibration.json")
+    assert cache is not None
+    (verdict,) = json.loads(cache.read_text())["verdicts"].values()
+    assert not verdict["passed"] and "step 5" in verdict["detail"]
 
 
 def test_verify_run_ignores_an_eager_trainer(tmp_path: Path) -> None:
