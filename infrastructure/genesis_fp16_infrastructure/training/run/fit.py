@@ -20,12 +20,18 @@ from collections.abc import Mapping
 from dataclasses import fields, replace
 from pathlib import Path
 
-from genesis_fp16_infrastructure.training import distributed
+from genesis_fp16_infrastructure.training import checkpoint_keys, distributed
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.training.flight.range_stats import REPORTED_MODULES, RangeStats
 from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder
 from genesis_fp16_infrastructure.training.precision.carried_scale import clamp_scale
+from genesis_fp16_infrastructure.training.precision.decide import decide, runs_at_floor
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    PRECISIONS,
+    PrecisionName,
+)
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionError
 from genesis_fp16_infrastructure.training.reports import Demotion
 from genesis_fp16_infrastructure.training.rng import seed_everything
 from genesis_fp16_infrastructure.training.run.calibration import (
@@ -63,15 +69,19 @@ logger = logging.getLogger(__name__)
 
 def fit(task: TrainingTask, options: FitOptions) -> FitResult:
     """Train ``task`` as ``options`` say and return what happened; see the module docstring."""
-    policy, calibration = policy_for_run(
-        task,
-        options.precision,
-        options.device,
-        options.scaler,
-        options.seed,
-        _trainer_config(options),
-        expected_steps=_expected_steps(task, options),
-    )
+    continued = continued_precision(options)
+    if continued is not None:  # auto is decided once per job: no second measurement
+        policy, calibration = continued, None
+    else:
+        policy, calibration = policy_for_run(
+            task,
+            options.precision,
+            options.device,
+            options.scaler,
+            options.seed,
+            _trainer_config(options),
+            expected_steps=_expected_steps(task, options),
+        )
     seed_everything(options.seed)  # after the calibration: it leaves no trace in the run
     if options.initial_loss_scale is not None:  # a resumed checkpoint's scale replaces it
         start_scale_at(policy, options.initial_loss_scale)
@@ -213,6 +223,47 @@ def _recorder(
     if options.flight is None or guard is None or distributed.rank_and_world()[1] > 1:
         return None
     return FlightRecorder(options.flight, task, options.seed, options.trainer.grad_accum_steps)
+
+
+def continued_precision(options: FitOptions) -> PrecisionPolicy | None:
+    """For an ``auto`` run that resumes a checkpoint: the policy of the precision the
+    checkpoint ran in, decided once for the whole job. None (decide afresh): not ``auto``,
+    nothing to resume, or a checkpoint in a precision this run may not use (excluded,
+    or below the guard's floor: the resume then says at WARNING what changed and why).
+
+    Measuring again at each resume could pick another precision mid-job, on a host whose
+    load changed: a killed and resumed job would then end nowhere near the unbroken one.
+    """
+    request = options.precision
+    if request.requested != "auto" or not options.resume or options.checkpoint_dir is None:
+        return None
+    saved = _checkpoint_precision(options)
+    if saved is None or saved in request.excluded:
+        return None
+    if request.floor is not None and runs_at_floor("auto", saved, request.floor):
+        return None  # the guard's floor moves it: decided afresh, and said at the resume
+    why = f"auto, decided once per job: its checkpoint ran in {saved}, and so does this run"
+    try:
+        decision = decide(replace(request, requested=saved, basis=why), options.device)
+    except PrecisionError:  # resumed on a device that cannot run it: decided afresh
+        return None
+    decision = replace(decision, requested="auto")
+    return PrecisionPolicy.from_decision(decision, options.device, options.scaler)
+
+
+def _checkpoint_precision(options: FitOptions) -> PrecisionName | None:
+    """The precision of the checkpoint a resume would start from: the one read already,
+    else the newest one's summary (its file read only where it has none)."""
+    loaded = options.loaded_checkpoint
+    if loaded is not None:
+        record = loaded.state.get(checkpoint_keys.PRECISION)
+    else:
+        assert options.checkpoint_dir is not None
+        manager = CheckpointManager(options.checkpoint_dir, options.keep)
+        summary = manager.latest_summary() if manager.checkpoints() else None
+        record = {"used": summary.get("precision")} if summary else None
+    used = record.get("used") if isinstance(record, Mapping) else None
+    return used if used in PRECISIONS else None
 
 
 def start_scale_at(policy: PrecisionPolicy, scale: float) -> None:
