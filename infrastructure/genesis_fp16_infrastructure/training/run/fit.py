@@ -21,7 +21,8 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 from genesis_fp16_infrastructure.training import checkpoint_keys, distributed
-from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
+from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, CheckpointManager
+from genesis_fp16_infrastructure.training.checkpoint_load import Loaded, read_checkpoint
 from genesis_fp16_infrastructure.training.flight.range_stats import REPORTED_MODULES, RangeStats
 from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder
 from genesis_fp16_infrastructure.training.precision.carried_scale import clamp_scale
@@ -29,7 +30,6 @@ from genesis_fp16_infrastructure.training.precision.decide import decide, runs_a
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PRECISIONS,
-    PrecisionName,
 )
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionError
 from genesis_fp16_infrastructure.training.reports import Demotion
@@ -69,7 +69,7 @@ logger = logging.getLogger(__name__)
 
 def fit(task: TrainingTask, options: FitOptions) -> FitResult:
     """Train ``task`` as ``options`` say and return what happened; see the module docstring."""
-    continued = continued_precision(options)
+    continued, options = continued_job(options)
     if continued is not None:  # auto is decided once per job: no second measurement
         policy, calibration = continued, None
     else:
@@ -225,45 +225,55 @@ def _recorder(
     return FlightRecorder(options.flight, task, options.seed, options.trainer.grad_accum_steps)
 
 
-def continued_precision(options: FitOptions) -> PrecisionPolicy | None:
-    """For an ``auto`` run that resumes a checkpoint: the policy of the precision the
-    checkpoint ran in, decided once for the whole job. None (decide afresh): not ``auto``,
-    nothing to resume, or a checkpoint in a precision this run may not use (excluded,
-    or below the guard's floor: the resume then says at WARNING what changed and why).
+def continued_job(options: FitOptions) -> tuple[PrecisionPolicy | None, FitOptions]:
+    """For an ``auto`` run that continues an interrupted job (its newest checkpoint was
+    written by a run asked for the same budget that did not finish: killed, or stopped
+    by a signal): the policy of the precision that job ran in, decided once for the
+    whole job, and ``options`` with that checkpoint read (the resume does not read it
+    again). None (decided afresh): not ``auto``, nothing to resume, a finished run's
+    checkpoint (the next run is a new job), or a precision this run may not use
+    (excluded, or below the guard's floor: the resume then says at WARNING what
+    changed and why).
 
     Measuring again at each resume could pick another precision mid-job, on a host whose
     load changed: a killed and resumed job would then end nowhere near the unbroken one.
     """
     request = options.precision
     if request.requested != "auto" or not options.resume or options.checkpoint_dir is None:
-        return None
-    saved = _checkpoint_precision(options)
-    if saved is None or saved in request.excluded:
-        return None
+        return None, options
+    loaded = options.loaded_checkpoint or _newest_checkpoint(options.checkpoint_dir)
+    if loaded is None:
+        return None, options
+    options = replace(options, loaded_checkpoint=loaded)
+    run = loaded.state.get(checkpoint_keys.RUN)
+    interrupted = (
+        isinstance(run, Mapping)
+        and run.get("complete") is False
+        and (run.get("steps"), run.get("epochs")) == (options.steps, options.epochs)
+    )
+    record = loaded.state.get(checkpoint_keys.PRECISION)
+    saved = record.get("used") if isinstance(record, Mapping) else None
+    if not interrupted or saved not in PRECISIONS or saved in request.excluded:
+        return None, options
     if request.floor is not None and runs_at_floor("auto", saved, request.floor):
-        return None  # the guard's floor moves it: decided afresh, and said at the resume
+        return None, options  # the guard's floor moves it: decided afresh, said at the resume
     why = f"auto, decided once per job: its checkpoint ran in {saved}, and so does this run"
     try:
         decision = decide(replace(request, requested=saved, basis=why), options.device)
     except PrecisionError:  # resumed on a device that cannot run it: decided afresh
-        return None
+        return None, options
     decision = replace(decision, requested="auto")
-    return PrecisionPolicy.from_decision(decision, options.device, options.scaler)
+    return PrecisionPolicy.from_decision(decision, options.device, options.scaler), options
 
 
-def _checkpoint_precision(options: FitOptions) -> PrecisionName | None:
-    """The precision of the checkpoint a resume would start from: the one read already,
-    else the newest one's summary (its file read only where it has none)."""
-    loaded = options.loaded_checkpoint
-    if loaded is not None:
-        record = loaded.state.get(checkpoint_keys.PRECISION)
-    else:
-        assert options.checkpoint_dir is not None
-        manager = CheckpointManager(options.checkpoint_dir, options.keep)
-        summary = manager.latest_summary() if manager.checkpoints() else None
-        record = {"used": summary.get("precision")} if summary else None
-    used = record.get("used") if isinstance(record, Mapping) else None
-    return used if used in PRECISIONS else None
+def _newest_checkpoint(folder: Path) -> Loaded | None:
+    """The newest checkpoint in ``folder`` that reads, read once (the resume takes it)."""
+    for path in reversed(CheckpointManager(folder).checkpoints()):
+        try:
+            return read_checkpoint(path)
+        except CheckpointError:
+            continue  # the resume skips it too, with a warning
+    return None
 
 
 def start_scale_at(policy: PrecisionPolicy, scale: float) -> None:

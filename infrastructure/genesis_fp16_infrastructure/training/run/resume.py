@@ -74,7 +74,7 @@ def resume_run(
     saved = state[keys.PRECISION].get("used")
     if saved != trainer.policy.name:  # a job changing precision mid-way: said, with why
         logger.warning(
-            "checkpoint %s ran in %s; this run continues the job in %s: %s",
+            "checkpoint %s ran in %s; this run trains in %s: %s",
             path,
             saved,
             trainer.policy.name,

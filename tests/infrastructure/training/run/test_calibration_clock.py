@@ -243,3 +243,25 @@ def test_a_pool_grown_by_a_few_records_keeps_its_key() -> None:
     assert shape((torch.zeros(244, 8), torch.zeros(244, 1))) == "(float32[256, 8],float32[256, 1])"
     assert shape((torch.zeros(244, 8),)) == shape((torch.zeros(245, 8),))
     assert shape((torch.zeros(244, 8),)) != shape((torch.zeros(300, 8),))
+
+
+def test_se_darwins_pool_grown_from_1955_to_1960_records_keeps_its_key(tmp_path: Path) -> None:
+    """The whole key of se_darwin's task (model, bucketed batch, device, ...) over a
+    generated pool of 1,955 records and one of 1,960: equal, so the kept measurement is
+    reused (below 2,048 records the batch size moves with every record)."""
+    from genesis_fp16_infrastructure.data.readers import read_trajectories
+    from genesis_fp16_infrastructure.data.synthetic import generate_pool
+    from genesis_fp16_infrastructure.recipes.retrain.task import TaskOptions, WorldModelTask
+
+    keys, sizes = [], []
+    cpu = torch.device("cpu")
+    for records in (1955, 1960):
+        path = tmp_path / f"pool{records}.json"
+        path.write_text(json.dumps(generate_pool(records, seed=3)))
+        task = WorldModelTask(read_trajectories(path), TaskOptions.from_mapping({}), seed=0)
+        batch = cal._first_signature(task, 0, cpu)[0]
+        sizes.append(batch[0].shape[0])
+        model, config, scaler = task.build_model(), TrainerConfig(), ScalerConfig()
+        keys.append(cal._key(NATIVE_BOTH, cpu, model, batch, ["fp32", "bf16"], config, scaler))
+    assert sizes[0] != sizes[1]  # the batch did grow
+    assert keys[0] == keys[1], cal.key_changes(keys[0], keys[1])

@@ -100,7 +100,7 @@ def test_a_resume_that_names_another_precision_changes_it_and_says_so_at_warning
             RegressionTask(), FitOptions(steps=STEPS, precision="fp32", checkpoint_dir=tmp_path)
         )
     assert again.precision.used == "fp32"
-    said = [r for r in caplog.records if "this run continues the job in fp32" in r.getMessage()]
+    said = [r for r in caplog.records if "this run trains in fp32" in r.getMessage()]
     assert len(said) == 1 and said[0].levelno == logging.WARNING
     assert "ran in bf16" in said[0].getMessage() and "requested explicitly" in said[0].getMessage()
 
@@ -116,3 +116,18 @@ def test_a_resume_whose_precision_is_now_excluded_is_decided_afresh(
     red = PrecisionRequest(mode="measure", excluded={"bf16": "probe red"})
     again = fit(RegressionTask(), FitOptions(steps=STEPS, precision=red, checkpoint_dir=tmp_path))
     assert again.precision.used == "fp32" and "decided once per job" not in again.precision.reason
+
+
+def test_a_run_after_a_finished_job_is_a_new_job_and_decides_again(
+    flipping_load: list[str], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A finished auto run's checkpoint continued by the next run (steps on top): a new
+    job, so auto is decided again (here fp32), and the change is said at WARNING."""
+    auto = PrecisionRequest(mode="measure", cache=tmp_path / "cal.json")
+    first = fit(RegressionTask(), FitOptions(steps=2, precision=auto, checkpoint_dir=tmp_path))
+    assert first.precision.used == "bf16" and not first.stopped_early
+    with caplog.at_level(logging.WARNING):
+        again = fit(RegressionTask(), FitOptions(steps=2, precision=auto, checkpoint_dir=tmp_path))
+    assert flipping_load == ["bf16", "fp32"] and again.precision.used == "fp32"
+    assert again.summary.step == 4
+    assert any("ran in bf16; this run trains in fp32" in r.getMessage() for r in caplog.records)
