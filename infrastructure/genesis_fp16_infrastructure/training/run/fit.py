@@ -26,12 +26,8 @@ from genesis_fp16_infrastructure.training.checkpoint_load import Loaded, read_ch
 from genesis_fp16_infrastructure.training.flight.range_stats import REPORTED_MODULES, RangeStats
 from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder
 from genesis_fp16_infrastructure.training.precision.carried_scale import clamp_scale
-from genesis_fp16_infrastructure.training.precision.decide import decide, runs_at_floor
+from genesis_fp16_infrastructure.training.precision.decide import decide_continued
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.precision.precision_names import (
-    PRECISIONS,
-)
-from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionError
 from genesis_fp16_infrastructure.training.reports import Demotion
 from genesis_fp16_infrastructure.training.rng import seed_everything
 from genesis_fp16_infrastructure.training.run.calibration import (
@@ -226,20 +222,18 @@ def _recorder(
 
 
 def continued_job(options: FitOptions) -> tuple[PrecisionPolicy | None, FitOptions]:
-    """For an ``auto`` run that continues an interrupted job (its newest checkpoint was
-    written by a run asked for the same budget that did not finish: killed, or stopped
-    by a signal): the policy of the precision that job ran in, decided once for the
-    whole job, and ``options`` with that checkpoint read (the resume does not read it
-    again). None (decided afresh): not ``auto``, nothing to resume, a finished run's
-    checkpoint (the next run is a new job), or a precision this run may not use
-    (excluded, or below the guard's floor: the resume then says at WARNING what
-    changed and why).
+    """For a run that continues an interrupted job (its newest checkpoint was written by
+    a run asked for the same budget that did not finish: killed, or stopped by a signal):
+    the policy :func:`decide_continued` answers (an ``auto`` job keeps the precision it
+    was decided in), and ``options`` with that checkpoint read, so that the resume does
+    not read it again. None: decided afresh (nothing to resume, a finished run's
+    checkpoint: the next run is a new job, or a precision this run may not use; the
+    resume then says at WARNING what changed and why).
 
     Measuring again at each resume could pick another precision mid-job, on a host whose
     load changed: a killed and resumed job would then end nowhere near the unbroken one.
     """
-    request = options.precision
-    if request.requested != "auto" or not options.resume or options.checkpoint_dir is None:
+    if not options.resume or options.checkpoint_dir is None or not options.precision.measures:
         return None, options
     loaded = options.loaded_checkpoint or _newest_checkpoint(options.checkpoint_dir)
     if loaded is None:
@@ -253,16 +247,9 @@ def continued_job(options: FitOptions) -> tuple[PrecisionPolicy | None, FitOptio
     )
     record = loaded.state.get(checkpoint_keys.PRECISION)
     saved = record.get("used") if isinstance(record, Mapping) else None
-    if not interrupted or saved not in PRECISIONS or saved in request.excluded:
+    decision = decide_continued(options.precision, options.device, saved) if interrupted else None
+    if decision is None:
         return None, options
-    if request.floor is not None and runs_at_floor("auto", saved, request.floor):
-        return None, options  # the guard's floor moves it: decided afresh, said at the resume
-    why = f"auto, decided once per job: its checkpoint ran in {saved}, and so does this run"
-    try:
-        decision = decide(replace(request, requested=saved, basis=why), options.device)
-    except PrecisionError:  # resumed on a device that cannot run it: decided afresh
-        return None, options
-    decision = replace(decision, requested="auto")
     return PrecisionPolicy.from_decision(decision, options.device, options.scaler), options
 
 
