@@ -195,9 +195,17 @@ class Calibration(Record):
     revalidated: str = ""  # a reused one: its winner's live median against the kept one
 
     def to_json(self) -> dict[str, Any]:
-        # cached and revalidated are about the run that reused it, not the measurement.
-        leave_out = ("cached", "revalidated")
-        return {**encode_record(self, leave_out=leave_out), "version": CACHE_VERSION}
+        """The run's record (``train --json``'s ``precision_calibration``), ``cached`` and
+        ``revalidated`` included."""
+        return {**encode_record(self), "version": CACHE_VERSION}
+
+    def cache_json(self) -> dict[str, Any]:
+        """The cache file's: ``cached`` and ``revalidated`` are about a run that reused
+        it, not about the measurement, and are left out (a read of it says cached)."""
+        return {
+            **encode_record(self, leave_out=("cached", "revalidated")),
+            "version": CACHE_VERSION,
+        }
 
     @classmethod
     def from_json(cls, data: object, where: str = "") -> Calibration:
@@ -206,7 +214,8 @@ class Calibration(Record):
         if version != CACHE_VERSION:
             raise ReportError(f"{where}: calibration cache version {version!r}")
         found: Calibration = decode_record(cls, data, where)
-        return replace(found, cached=True)
+        assert isinstance(data, Mapping)
+        return replace(found, cached=bool(data.get("cached", True)))
 
 
 @dataclass(frozen=True)

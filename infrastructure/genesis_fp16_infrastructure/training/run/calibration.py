@@ -162,12 +162,15 @@ def warm_process(device: torch.device) -> None:
     """Pay the process's one-time costs on ``device`` before a calibration's clock starts:
     the first ``torch.optim`` optimizer imports ``torch._dynamo`` (3.55 s measured on an
     H200's host, 1.2-2.4 s on a 2-core CPU), and the first CUDA call makes a context
-    (0.3 s). Either would otherwise land in the first row. Once per process and device."""
+    (0.3 s) and cuBLAS its handle. Each would otherwise land in the first row. Once per
+    process and device type."""
     if device.type in _WARMED:
         return
     probe = torch.zeros(1, device=device, requires_grad=True)
     torch.optim.AdamW([probe])  # the import, through the optimizer's own path
-    if device.type == "cuda":
+    if device.type == "cuda":  # the context, and cuBLAS's handle and workspace
+        square = torch.ones(8, 8, device=device)
+        square @ square
         torch.cuda.synchronize(device)
     _WARMED.add(device.type)
 
@@ -240,7 +243,7 @@ def calibrate(
     )
     result = _finished(result, bench, entered, started)
     if cache is not None:  # with its cost: the file says what it took to measure
-        files.write_json(cache, CALIBRATION, result.to_json())
+        files.write_json(cache, CALIBRATION, result.cache_json())
     logger.info(
         "precision calibration in %.2f s (%s; process init %.2f s before it): %s",
         result.seconds,

@@ -265,3 +265,37 @@ def test_se_darwins_pool_grown_from_1955_to_1960_records_keeps_its_key(tmp_path:
         keys.append(cal._key(NATIVE_BOTH, cpu, model, batch, ["fp32", "bf16"], config, scaler))
     assert sizes[0] != sizes[1]  # the batch did grow
     assert keys[0] == keys[1], cal.key_changes(keys[0], keys[1])
+
+
+def test_on_cuda_samples_are_event_timed_blocks_of_replays(
+    fakes: tuple[FakeClock, list[Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CUDA path's control flow, by fake events on the fake clock: a captured row's
+    samples are EVENT_BLOCKS blocks (one sync each, none per step) of replays only, each
+    sample the block's time per step."""
+    clock, log = fakes
+    synced: list[float] = []
+
+    class FakeEvent:
+        def __init__(self, enable_timing: bool = False) -> None:
+            assert enable_timing
+            self.at = 0.0
+
+        def record(self) -> None:
+            self.at = clock()
+
+        def synchronize(self) -> None:
+            synced.append(clock())
+
+        def elapsed_time(self, end: FakeEvent) -> float:
+            return (end.at - self.at) * 1000
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    bench = _bench(clock, 10.0)
+    bench.device = torch.device("cuda")  # only the timing path asks; the trainer is fake
+    row = cal._time_row(bench, "bf16", "on")
+    assert not isinstance(row, str)
+    size = -(-cal.MAX_TIMED // cal.EVENT_BLOCKS)
+    assert row.samples == len(synced) == cal.EVENT_BLOCKS and row.steps == cal.EVENT_BLOCKS * size
+    assert row.median_ms == pytest.approx(REPLAY_MS) and row.spread == pytest.approx(1.0)
+    assert {how for _, how, inside in log if inside} == {"replayed"}
