@@ -291,10 +291,16 @@ class _Bench:
     def past_deadline(self) -> bool:
         return self.clock() >= self.deadline
 
-    @property
+    rows_left: int = 1  # this row and those after it, for its share of what is left
+
     def row_seconds(self) -> float:
-        """A row's share of the budget for its timed steps (the rest is fixed costs)."""
-        return self.budget_s / max(self.limit.rows, 1)
+        """This row's share of the time left for its timed steps: what is left to the
+        deadline over the rows still to time (each pays its own fixed costs in it)."""
+        return max(self.deadline - self.clock(), 0.0) / max(self.rows_left, 1)
+
+    def room_for(self, seconds: float) -> bool:
+        """Whether ``seconds`` more (a step, a block) end before the deadline."""
+        return self.clock() + seconds < self.deadline
 
 
 def _time_rows(
@@ -306,6 +312,7 @@ def _time_rows(
     rows: list[Measured] = []
     plan = [(name, eager_mode) for name in candidates]
     for index, (name, mode) in enumerate(plan):
+        bench.rows_left = len(plan) - index + (CAPTURED_ROWS if captured_too else 0)
         if index > 0 and bench.past_deadline():
             skipped[f"{name} {_label(mode)}"] = f"{PAST_DEADLINE} ({bench.budget_s:g} s)"
             continue
@@ -322,7 +329,8 @@ def _time_rows(
             skipped[f"{row.precision} captured"] = (
                 f"not captured: its eager step is not among the {CAPTURED_ROWS} fastest"
             )
-    for row in fastest:
+    for index, row in enumerate(fastest):
+        bench.rows_left = len(fastest) - index
         if bench.past_deadline():
             skipped[f"{row.precision} captured"] = f"{PAST_DEADLINE} ({bench.budget_s:g} s)"
             continue
@@ -436,11 +444,11 @@ def _samples(bench: _Bench, step: Callable[[], None]) -> tuple[list[float], int]
     if bench.device.type == "cuda":
         return _event_samples(bench, step)
     ms: list[float] = []
-    spent = 0.0
+    spent, share = 0.0, bench.row_seconds()
     while len(ms) < MIN_TIMED or (
         len(ms) < bench.limit.timed_steps
-        and spent < bench.row_seconds
-        and not bench.past_deadline()
+        and spent + ms[-1] / 1000 <= share
+        and bench.room_for(ms[-1] / 1000)  # the next step, as long as the last, fits
     ):
         began = bench.clock()
         step()
@@ -454,19 +462,21 @@ def _event_samples(bench: _Bench, step: Callable[[], None]) -> tuple[list[float]
     per step as the run sees it, without a sync per step."""
     size = max(1, math.ceil(bench.limit.timed_steps / EVENT_BLOCKS))
     ms: list[float] = []
-    began = bench.clock()
+    began, share, block = bench.clock(), bench.row_seconds(), 0.0
     while len(ms) < EVENT_BLOCKS or (
         len(ms) * size < bench.limit.timed_steps
-        and bench.clock() - began < bench.row_seconds
-        and not bench.past_deadline()
+        and bench.clock() - began + block <= share
+        and bench.room_for(block)  # the next block, as long as the last, fits
     ):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        block_began = bench.clock()
         start.record()
         for _ in range(size):
             step()
         end.record()
         end.synchronize()  # timing only: the steps themselves never sync
         ms.append(start.elapsed_time(end) / size)
+        block = bench.clock() - block_began
     return ms, len(ms) * size
 
 
@@ -499,12 +509,11 @@ class _Limit:
 
     timed_steps: int
     share: str | None  # the run's share of steps, said; None: the run's length is unknown
-    rows: int = 1
 
     @classmethod
     def for_run(cls, rows: int, expected_steps: int | None) -> _Limit:
         if expected_steps is None:
-            return cls(MAX_TIMED, None, rows)
+            return cls(MAX_TIMED, None)
         share = int(expected_steps * RUN_SHARE)
         timed = max(MIN_TIMED, min(MAX_TIMED, share // rows - WARMUP))
         why = f"at most {share} steps ({RUN_SHARE:.0%} of the run's {expected_steps})"
@@ -513,7 +522,7 @@ class _Limit:
                 f"the minimum, {WARMUP + MIN_TIMED} steps a row, is over {RUN_SHARE:.0%} "
                 f"of this {expected_steps}-step run: paid once, then cached"
             )
-        return cls(timed, why, rows)
+        return cls(timed, why)
 
     def why(self, budget_s: float) -> str:
         clock = f"a {budget_s:g} s deadline on everything it did"
