@@ -226,9 +226,10 @@ def continued_job(options: FitOptions) -> tuple[PrecisionPolicy | None, FitOptio
     a run asked for the same budget that did not finish: killed, or stopped by a signal):
     the policy :func:`decide_continued` answers (an ``auto`` job keeps the precision it
     was decided in), and ``options`` with that checkpoint read, so that the resume does
-    not read it again. None: decided afresh (nothing to resume, a finished run's
-    checkpoint: the next run is a new job, or a precision this run may not use; the
-    resume then says at WARNING what changed and why).
+    not read it again; a run of 0 steps (an eval) takes its checkpoint's precision too.
+    None: decided afresh (nothing to resume, a finished run's checkpoint: the next run is
+    a new job, or a precision this run may not use; the resume then says at WARNING what
+    changed and why).
 
     Measuring again at each resume could pick another precision mid-job, on a host whose
     load changed: a killed and resumed job would then end nowhere near the unbroken one.
@@ -247,7 +248,9 @@ def continued_job(options: FitOptions) -> tuple[PrecisionPolicy | None, FitOptio
     )
     record = loaded.state.get(checkpoint_keys.PRECISION)
     saved = record.get("used") if isinstance(record, Mapping) else None
-    decision = decide_continued(options.precision, options.device, saved) if interrupted else None
+    # A run that trains nothing (the served model's eval) evaluates in the precision it ran.
+    same_job = interrupted or options.steps == 0
+    decision = decide_continued(options.precision, options.device, saved) if same_job else None
     if decision is None:
         return None, options
     return PrecisionPolicy.from_decision(decision, options.device, options.scaler), options

@@ -131,3 +131,15 @@ def test_a_run_after_a_finished_job_is_a_new_job_and_decides_again(
     assert flipping_load == ["bf16", "fp32"] and again.precision.used == "fp32"
     assert again.summary.step == 4
     assert any("ran in bf16; this run trains in fp32" in r.getMessage() for r in caplog.records)
+
+
+def test_a_run_of_no_steps_evaluates_in_its_checkpoints_precision_measuring_nothing(
+    flipping_load: list[str], tmp_path: Path
+) -> None:
+    """steps=0 on a finished job's checkpoint (se_darwin's eval of the served model):
+    nothing is measured, the checkpoint's precision runs."""
+    auto = PrecisionRequest(mode="measure", cache=tmp_path / "cal.json")
+    fit(RegressionTask(), FitOptions(steps=2, precision=auto, checkpoint_dir=tmp_path))
+    again = fit(RegressionTask(), FitOptions(steps=0, precision=auto, checkpoint_dir=tmp_path))
+    assert flipping_load == ["bf16"] and again.calibration is None
+    assert again.precision.used == "bf16" and again.steps_run == 0
