@@ -77,7 +77,7 @@ def test_a_kept_measurement_is_reused_after_a_daemon_restart(
     assert "cached measurement" not in reason, reason
     path = AgentPaths.for_agent(first.state_dir, AGENT).calibration_path
     kept = json.loads(path.read_text())
-    assert [row["precision"] for row in kept["rows"]][0] == "fp32"
+    assert kept["rows"][0]["precision"] == "fp32"
     assert kept["seconds"] > 0 and set(kept["phases"]) >= {"build", "warmup", "timed"}
 
     first.log_path.rename(first.log_path.with_suffix(".first.log"))  # the second's log alone
