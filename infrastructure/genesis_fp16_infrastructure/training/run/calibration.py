@@ -279,6 +279,7 @@ class _Bench:
     template: nn.Module | None = None
     batches: list[Any] = field(default_factory=list)
     spent: dict[str, float] = field(default_factory=dict)
+    rows_left: int = 1  # this row and those after it, for its share of what is left
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -290,8 +291,6 @@ class _Bench:
 
     def past_deadline(self) -> bool:
         return self.clock() >= self.deadline
-
-    rows_left: int = 1  # this row and those after it, for its share of what is left
 
     def row_seconds(self) -> float:
         """This row's share of the time left for its timed steps: what is left to the
