@@ -1,8 +1,10 @@
 """`genesis-fp16 precision show|reset AGENT`: what an agent's precision rests on.
 
 ``show`` prints the precision guard's remembered demotion, when ``auto`` was measured
-the timing table and the choice, the captured step's verdicts against eager, and the
-loss scale carried to the next fp16 run, and the flight recorder's fault bundles.
+the timing table and the choice (with what it cost, and why it replaced the one kept
+before: the key fields that changed, each with both values), the captured step's
+verdicts against eager, and the loss scale carried to the next fp16 run, and the flight
+recorder's fault bundles.
 ``reset`` forgets them all but the bundles (evidence, bounded by their own folder), so
 the agent's next run (in a running daemon too: both are read at the start of every
 run) asks for its configured precision and, for ``auto``, measures again.
@@ -217,6 +219,13 @@ def _describe_calibration(data: Calibration | str | None, host: dict[str, bool] 
             f"{ratio:.2f}x{mark}"
         )
     lines += [f"{name:<10} not timed: {why}" for name, why in data.skipped.items()]
+    phases = ", ".join(f"{k} {v:.3f}" for k, v in data.phases.items())
+    lines.append(
+        f"measured in {data.seconds:.2f} s ({phases or 'no breakdown'}; bound: {data.bound}), "
+        f"after {data.init_s:.2f} s of the process's one-time init"
+    )
+    if data.remeasured:  # why it replaced the one kept before: a changed key field, load
+        lines.append(f"measured because: {data.remeasured}")
     lines.append("keyed by: " + ", ".join(f"{k}={v}" for k, v in sorted(data.key.items())))
     return "\n".join(lines)
 

@@ -114,7 +114,8 @@ def test_bad_json_is_refused_in_one_line_naming_the_place(data: Any, line: str) 
 
 def test_a_record_that_reads_itself_does_so_inside_another() -> None:
     """A calibration inside a result is read by its own from_json (the cache version
-    checked, marked cached); its refusal names the place from the result down."""
+    checked, its cached flag kept: a fresh one stays fresh, one without the flag, the
+    cache file's, reads as cached); its refusal names the place from the result down."""
     calibration = Calibration("bf16", "measured", (Measured("bf16", "eager", 1, 1, 1, 3),),
                               {}, {}, 0.5, measured_at=1.0)  # fmt: skip
     result = TrainResult(
@@ -125,8 +126,9 @@ def test_a_record_that_reads_itself_does_so_inside_another() -> None:
     )  # fmt: skip
     out = result.to_json()
     back = TrainResult.from_json(out).precision_calibration
-    assert back == replace(calibration, cached=True)
+    assert back == calibration
     kept = out["precision_calibration"]
+    assert Calibration.from_json(calibration.cache_json()) == replace(calibration, cached=True)
     with pytest.raises(ReportError) as raised:
         TrainResult.from_json({**out, "precision_calibration": {**kept, "version": 1}})
     assert str(raised.value) == "TrainResult.precision_calibration: calibration cache version 1"

@@ -87,8 +87,10 @@ class FaultBundle(Record):
     bytes: int
 
 
-# 2: rows per (precision, execution) and the chosen execution; 3: each row's p10 and p90
-CACHE_VERSION = 3
+# 2: rows per (precision, execution) and the chosen execution; 3: each row's p10 and p90;
+# 4: a key of validators (driver, device name, capability, TF32, bucketed batch), honest
+# windows (replays only), the cost's breakdown, and why it replaced the one kept before
+CACHE_VERSION = 4
 
 LOAD_BOUND = 1.5
 """A row whose p90 step is more than this times its p10 step was timed under load.
@@ -98,13 +100,20 @@ The same step on the same batches repeats closely on a quiet host (figures in
 ``MARGIN`` (5%). A spread of 1.5 is ten times that: other work took the CPU or GPU
 during the timed steps, and which precision won may say more about the neighbours than
 about the precisions. Such a measurement is used for its run but never reused: the next
-run measures again."""
+run measures again. Only the timed samples count (steady-state steps or replays, never a
+warm-up or a capture), and only a row with at least :data:`LOAD_SAMPLES` of them."""
+
+LOAD_SAMPLES = 4
+"""The fewest samples whose p10 and p90 say anything about load: a row with fewer is
+never called loaded (its spread is still reported)."""
 
 
 @dataclass(frozen=True)
 class Measured(Record):
     """One timed row of a calibration: a precision in an execution, its median, fastest
-    and slowest step, and its 10th and 90th percentile step, in milliseconds."""
+    and slowest step, and its 10th and 90th percentile step, in milliseconds, over
+    ``samples`` samples of ``steps`` steps (on CUDA a sample is a block of steps timed by
+    events; elsewhere one step; 0: not known, a row made by hand or kept by version 3)."""
 
     precision: PrecisionName
     execution: str
@@ -114,6 +123,7 @@ class Measured(Record):
     steps: int
     p10_ms: float = 0.0  # 0: not known (a row made by hand); NaN would break ==
     p90_ms: float = 0.0
+    samples: int = 0
 
     @property
     def spread(self) -> float:
@@ -138,7 +148,7 @@ def under_load(rows: Iterable[Measured]) -> str | None:
     >>> under_load([row])
     'taken under load (bf16 eager p90/p10 1.67 > 1.5)'
     """
-    loaded = [r for r in rows if r.spread > LOAD_BOUND]
+    loaded = [r for r in rows if (r.samples or r.steps) >= LOAD_SAMPLES and r.spread > LOAD_BOUND]
     if not loaded:
         return None
     named = ", ".join(f"{r.precision} {r.execution} p90/p10 {r.spread:.2f}" for r in loaded)
@@ -155,10 +165,19 @@ def _ms(value: float) -> str:
 @dataclass(frozen=True)
 class Calibration(Record):
     """What ``auto`` measured and chose (training.run.calibration). ``skipped`` maps a
-    precision to why it was not timed; ``key`` is what the measurement holds for (the
-    device, torch, model, batch shape, candidates). Its JSON is also the cache file's,
-    with ``version``; ``cached`` says it was read from there, ``remeasured`` why the one
-    kept there for the same key was not reused (it was taken under load), neither kept."""
+    row to why it was not timed; ``key`` is what the measurement holds for (its
+    validators: the device and its driver, torch, the model, the bucketed batch shape,
+    the candidates, TF32). Its JSON is also the cache file's, with ``version``.
+
+    - ``seconds``: the calibration's wall clock, everything it did; ``phases`` its
+      breakdown (``setup``, ``build``, ``warmup``, ``capture``, ``timed``, ``other``,
+      summing to it); ``init_s`` the process's one-time costs paid just before its clock
+      started (``torch._dynamo``'s import, a CUDA context), never part of ``seconds``.
+    - ``cached``: read from the cache (this run timed only the winner again), with
+      ``revalidated`` saying how its live median compared; neither is kept.
+    - ``remeasured``: why the measurement kept before was not reused (a key field that
+      changed, named with both values; under load; a winner that no longer timed the
+      same): kept with it, for ``genesis-fp16 precision show``."""
 
     chosen: PrecisionName
     reason: str
@@ -170,12 +189,23 @@ class Calibration(Record):
     cached: bool = False
     execution: str = "eager"
     bound: str = ""  # what limited the cost: the run's share of steps, or the clock
-    remeasured: str = ""  # why the measurement kept for this key was not reused (under load)
+    remeasured: str = ""  # why the measurement kept before was not reused
+    init_s: float = 0.0
+    phases: Mapping[str, float] = field(default_factory=dict)
+    revalidated: str = ""  # a reused one: its winner's live median against the kept one
 
     def to_json(self) -> dict[str, Any]:
-        # remeasured is about the run that measured: a later run reusing it did not.
-        leave_out = ("cached", "remeasured")
-        return {**encode_record(self, leave_out=leave_out), "version": CACHE_VERSION}
+        """The run's record (``train --json``'s ``precision_calibration``), ``cached`` and
+        ``revalidated`` included."""
+        return {**encode_record(self), "version": CACHE_VERSION}
+
+    def cache_json(self) -> dict[str, Any]:
+        """The cache file's: ``cached`` and ``revalidated`` are about a run that reused
+        it, not about the measurement, and are left out (a read of it says cached)."""
+        return {
+            **encode_record(self, leave_out=("cached", "revalidated")),
+            "version": CACHE_VERSION,
+        }
 
     @classmethod
     def from_json(cls, data: object, where: str = "") -> Calibration:
@@ -184,7 +214,8 @@ class Calibration(Record):
         if version != CACHE_VERSION:
             raise ReportError(f"{where}: calibration cache version {version!r}")
         found: Calibration = decode_record(cls, data, where)
-        return replace(found, cached=True)
+        assert isinstance(data, Mapping)
+        return replace(found, cached=bool(data.get("cached", True)))
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,8 @@ KEYS = {
                  "margin", "alpha", "regression", "rolled_back", "held", "now_served",
                  "updated_at"},
     Calibration: {"chosen", "reason", "rows", "skipped", "key", "seconds", "measured_at",
-                  "execution", "bound", "version"},
+                  "execution", "bound", "version", "remeasured", "init_s", "phases", "cached",
+                  "revalidated"},
 }  # fmt: skip
 
 

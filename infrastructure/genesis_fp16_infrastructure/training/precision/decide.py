@@ -104,6 +104,30 @@ def decide(
     return _floored(request, caps, pick)
 
 
+def decide_continued(
+    request: PrecisionRequest, device: torch.device | str, saved: str | None
+) -> ResolvedPrecision | None:
+    """The answer for a run that continues an interrupted job whose checkpoint ran in
+    ``saved``: for ``auto``, ``saved`` again (``auto`` is decided once per job), unless
+    this run may not use it (excluded since, below the guard's floor, or not runnable on
+    ``device``); None: decide afresh (an explicit request always is).
+
+    >>> decide_continued(PrecisionRequest("auto"), "cpu", "fp32").reason
+    'auto, decided once per job: its checkpoint ran in fp32, and so does this run'
+    """
+    if request.requested != "auto" or saved not in PRECISIONS or saved in request.excluded:
+        return None
+    if request.floor is not None and runs_at_floor("auto", saved, request.floor):
+        return None  # the guard's floor moves it: decided afresh, said at the resume
+    name = PRECISIONS[PRECISIONS.index(saved)]  # saved, as a PrecisionName
+    why = f"auto, decided once per job: its checkpoint ran in {name}, and so does this run"
+    try:
+        pick = _explicit(name, capabilities.detect_capabilities(as_device(device)), why)
+    except PrecisionError:  # resumed on a device that cannot run it
+        return None
+    return replace(pick, requested="auto")
+
+
 def measures_here(request: PrecisionRequest, ranks: int) -> bool:
     """Whether a run of ``request`` over ``ranks`` processes times its candidates before
     :func:`decide` answers: a measured ``auto`` in one process.

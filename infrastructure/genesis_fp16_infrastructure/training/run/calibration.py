@@ -10,38 +10,61 @@ model and batches in every candidate precision and trains in the fastest::
     calibration.chosen     # 'bf16'
     calibration.execution  # 'eager' (a CPU has no CUDA graphs)
     calibration.reason     # 'auto -> bf16, eager: measured 1.31x fp32 eager ...'
+    calibration.seconds    # 0.4: everything it did, against budget_s (1 s)
+    calibration.phases     # {'setup': 0.02, 'build': 0.05, 'warmup': 0.1, ...}
+
+The method is the one of Triton's autotuner and PyTorch's TunableOp: warm up untimed,
+time only the steady state, keep every candidate's figure, reuse it while what it was
+measured on holds, and check a reused winner before trusting it.
 
 - **Candidates**: fp32 always; bf16 where the device has it natively; fp16 where the
   device has it natively (CUDA, or a CPU with AVX512-FP16/AMX-FP16). Emulated 16-bit
   arithmetic is never faster, so it is not timed. ``excluded`` (e.g. a red precision
   probe) removes a candidate with its reason. With one candidate left nothing is timed.
-- **Execution**: on CUDA, when the run's ``cuda_graph`` is ``auto``, each candidate is
-  timed eagerly *and* as a captured CUDA graph (where its step can be captured), and the
-  run trains in the faster of the two (``Calibration.execution``). On a launch-bound
-  model the graph is several times faster; on a compute-bound one they tie. Rows are
-  never compiled: a ``compile="on"`` run is timed uncompiled, then trains compiled and
-  captured in the precision chosen.
+- **Rows**: every candidate is timed eagerly first (fp32 first: it is the floor). On
+  CUDA, when the run's ``cuda_graph`` is ``auto``, the ``CAPTURED_ROWS`` (2) fastest
+  precisions are then timed as a captured CUDA graph too, and the run trains in the
+  faster of the two (``Calibration.execution``): on a launch-bound model the graph is
+  several times faster; on a compute-bound one they tie. Rows are never compiled: a
+  ``compile="on"`` run is timed uncompiled, then trains compiled and captured.
+- **An honest window**: a row's samples are steps of the first batch's signature only
+  (an epoch's partial last batch would be another graph and its eager warm-ups). An
+  eager row runs ``WARMUP`` untimed steps; a captured row runs untimed until it has
+  been captured and replayed ``REPLAYS_BEFORE_TIMING`` times, so neither a graph's
+  warm-ups nor its capture is ever timed. On CUDA the samples are CUDA events around
+  blocks of steps (one sync per block, none per step); on a CPU, the host clock per step.
 - **Safety margin**: the most robust candidate (fp32, then bf16, then fp16) whose median
   step is within ``MARGIN`` (5%) of the fastest row wins, in its faster execution: fp32
   eager is always timed, so ``auto`` is never slower than fp32 eager beyond that margin
   and measurement noise.
-- **Cost, bounded by the run it serves**: each row (a precision in an execution) takes
-  ``WARMUP`` untimed steps, then timed steps, at least ``MIN_TIMED``. The rows share at
-  most ``RUN_SHARE`` (10%) of the run's expected steps, when ``fit()`` knows them, and
-  at most ``budget_s`` of wall clock (default 1 s: the bound when nothing is known).
-  A run too short for every row's minimum within its share pays the minimum once
-  (the cache keeps it). ``Calibration.seconds`` is the cost and ``Calibration.bound``
-  what bounded it, both reported with the run. The result is cached (``cache``), so a
-  daemon pays it once per agent until the device, torch version, model, batch shape or
-  candidates change, unless it was taken under load (a row's p90/p10 above
-  ``LOAD_BOUND``, 1.5): that one is used by its run, never reused, and the next run
-  measures again, its reason saying why.
+- **Cost, a real deadline**: ``budget_s`` (1 s by default) of wall clock covers
+  everything the calibration does, from its first line: the template model, the
+  batches, the cache, each row's model copy, optimizers and trainer, warm-ups,
+  captures and timed steps. It is checked before each row (a row past it is skipped,
+  its reason says so) and inside the timed loop; a row under way finishes its minimum,
+  so the cost is at most ``budget_s`` plus one row. The process's one-time costs (the
+  first ``torch.optim`` optimizer imports ``torch._dynamo``, 1-3.5 s; a CUDA context)
+  are paid before the clock starts (:func:`warm_process`) and reported as ``init_s``,
+  never as calibration. Each row's timed steps are also bounded by ``RUN_SHARE`` (10%)
+  of the run's expected steps, when ``fit()`` knows them. ``Calibration.seconds`` is the
+  cost, ``phases`` its breakdown (they sum to it) and ``bound`` what bounded it.
+- **Reused**: the result is kept (``cache``) with every row's median and a key of
+  validators: torch, the CUDA runtime and driver, the device's name and capability, the
+  model's parameter shapes, the batch's shapes with the batch size bucketed to the next
+  power of two (a pool grown by a few records keeps its key), the candidates and the
+  TF32 flags. A daemon reuses it across runs and restarts until one of them changes; the
+  measurement that replaces it names the fields that changed (``remeasured``, kept
+  with it and shown by ``genesis-fp16 precision show``). A reused winner is timed
+  again at the run's start: a live median more than ``REVALIDATE`` (10%) off the kept
+  one is measured again. A measurement whose timed steps were unsteady (a row's p90/p10
+  past ``LOAD_BOUND``, 1.5: "under load", nothing else) is used by its run, never reused.
 - **Reason**: every timed row with its median and p10-p90 (``Measured.describe``), then
   the choice; ``decide.choose`` writes it.
 - **Training untouched**: every candidate trains a deep copy of one freshly built model
   with its own optimizers and schedulers; the global RNG is saved and restored around
   it, and ``fit()`` seeds after it. A run with ``auto`` is bit for bit the run with the
-  chosen precision named explicitly.
+  chosen precision named explicitly. ``auto`` is decided once per job: a run that
+  resumes a checkpoint continues in its precision (``fit``).
 - Single process only: under torchrun every rank would time its own steps and could
   choose differently, so there ``decide`` keeps the rule, the exclusions and the floor,
   and says so.
@@ -53,10 +76,12 @@ import copy
 import hashlib
 import json
 import logging
+import math
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, replace
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -80,11 +105,16 @@ from genesis_fp16_infrastructure.training.precision.loss_scaler_config import Sc
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 from genesis_fp16_infrastructure.training.precision.precision_request import DEFAULT_BUDGET_S
-from genesis_fp16_infrastructure.training.reports import Calibration, Measured, under_load
+from genesis_fp16_infrastructure.training.reports import (
+    LOAD_SAMPLES,
+    Calibration,
+    Measured,
+    under_load,
+)
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
-from genesis_fp16_infrastructure.training.run.batches import batch_shapes, to_device
+from genesis_fp16_infrastructure.training.run.batches import to_device
 from genesis_fp16_infrastructure.training.run.task import TrainingTask
-from genesis_fp16_infrastructure.training.step.cuda_graph import cuda_generators
+from genesis_fp16_infrastructure.training.step.cuda_graph import cuda_generators, signature
 from genesis_fp16_infrastructure.training.step.execution import ExecutionError, MeasuredExecution
 from genesis_fp16_infrastructure.training.step.trainer import LossFn, Trainer
 from genesis_fp16_infrastructure.training.step.trainer_config import TrainerConfig
@@ -92,9 +122,21 @@ from genesis_fp16_infrastructure.training.step.trainer_config import TrainerConf
 logger = logging.getLogger(__name__)
 
 RUN_SHARE = 0.10
-WARMUP = 2
-MIN_TIMED = 3
+WARMUP = 2  # an eager row's untimed steps
+REPLAYS_BEFORE_TIMING = 2  # a captured row's untimed replays after its capture
+MIN_TIMED = LOAD_SAMPLES  # fewer samples say nothing about load
 MAX_TIMED = 20
+EVENT_BLOCKS = 4  # on CUDA: the timed steps in this many blocks, one event pair each
+CAPTURED_ROWS = 2  # on CUDA: the fastest eager precisions timed captured too
+REVALIDATE = 0.10  # a reused winner's live median must be this close to the kept one
+BATCHES_READ = 2 * (WARMUP + MAX_TIMED)  # of the first epoch, for the first signature
+
+PAST_DEADLINE = "wall-clock bound reached"
+PHASES = ("setup", "build", "warmup", "capture", "timed", "other")
+"""The breakdown of ``Calibration.seconds``: reading the template, batches and cache
+(``setup``); each row's model copy, optimizers and trainer (``build``); untimed steps
+(``warmup``); the captures (``capture``); the timed steps (``timed``); the rest
+(``other``: choosing, writing the cache)."""
 
 
 def measured_execution(calibration: Calibration) -> MeasuredExecution:
@@ -113,6 +155,26 @@ class NothingTimed:
     why: str
 
 
+_WARMED: set[str] = set()
+
+
+def warm_process(device: torch.device) -> None:
+    """Pay the process's one-time costs on ``device`` before a calibration's clock starts:
+    the first ``torch.optim`` optimizer imports ``torch._dynamo`` (3.55 s measured on an
+    H200's host, 1.2-2.4 s on a 2-core CPU), and the first CUDA call makes a context
+    (0.3 s) and cuBLAS its handle. Each would otherwise land in the first row. Once per
+    process and device type."""
+    if device.type in _WARMED:
+        return
+    probe = torch.zeros(1, device=device, requires_grad=True)
+    torch.optim.AdamW([probe])  # the import, through the optimizer's own path
+    if device.type == "cuda":  # the context, and cuBLAS's handle and workspace
+        square = torch.ones(8, 8, device=device)
+        square @ square
+        torch.cuda.synchronize(device)
+    _WARMED.add(device.type)
+
+
 def calibrate(
     task: TrainingTask,
     device: torch.device | str,
@@ -124,98 +186,348 @@ def calibrate(
     clock: Callable[[], float] = time.perf_counter,
     expected_steps: int | None = None,
     scaler: ScalerConfig = ScalerConfig(),  # noqa: B008 (frozen, so sharing is safe)
+    init: Callable[[torch.device], None] = warm_process,
 ) -> Calibration | NothingTimed:
-    """Time the candidates (or reuse ``cache``); :class:`NothingTimed` when nothing was:
-    one candidate only (the rule then names it and why the others are out), or no row
-    could run as asked (``cuda_graph=on`` where nothing can be captured: the rule
-    decides, then the trainer refuses the run in one line). ``expected_steps`` (the run's
-    budget, when known) bounds the cost to ``RUN_SHARE`` of it, or to each row's minimum
-    where that is more. ``scaler`` is the run's loss-scaler config: the fp16 rows step
-    with it (hysteresis above 1 takes more ops per step than the fused update), and it
-    is part of the cache key.
+    """Time the candidates (or reuse ``cache``, its winner timed again); :class:`NothingTimed`
+    when nothing was: one candidate only (the rule then names it and why the others are
+    out), or no row could run as asked (``cuda_graph=on`` where nothing can be captured:
+    the rule decides, then the trainer refuses the run in one line). ``budget_s`` is a
+    deadline on everything from ``init``'s end (see the module docstring);
+    ``expected_steps`` (the run's budget, when known) bounds each row's timed steps to
+    ``RUN_SHARE`` of it, or to its minimum where that is more. ``scaler`` is the run's
+    loss-scaler config: the fp16 rows step with it, and it is part of the key. ``init``
+    pays the process's one-time costs before the clock starts (``init_s``).
     """
     dev = torch.device(device)
     caps = capabilities.detect_capabilities(dev)
     candidates, skipped = auto_candidates(caps, excluded)
     if len(candidates) < 2:
         return NothingTimed("one candidate, nothing to time")
-    modes = _execution_modes(dev, trainer_config)
+    entered = clock()
+    init(dev)
+    started = clock()
+    bench = _Bench(task, dev, trainer_config, scaler, clock, started + budget_s, budget_s)
+    captured_too = _captured_too(dev, trainer_config)
+    limit = _Limit.for_run(len(candidates) + captured_too * CAPTURED_ROWS, expected_steps)
+    bench.limit = limit
     rng = capture_rng_state()
     try:
-        template = task.build_model()
-        batches = _first_batches(task, seed, WARMUP + MAX_TIMED)
-        key = _key(caps, dev, template, batches[0], candidates, trainer_config, scaler)
-        found, remeasured = _read_cache(cache, key)
+        with bench.phase("setup"):
+            template = task.build_model()
+            bench.template = template
+            bench.batches = _first_signature(task, seed, dev)
+            key = _key(caps, dev, template, bench.batches[0], candidates, trainer_config, scaler)
+            found, remeasured = _read_cache(cache, key)
         if found is not None:
-            logger.info("precision calibration reused from %s: %s", cache, found.reason)
-            return found
-        limit = _Limit.for_run(len(candidates) * len(modes), expected_steps, budget_s)
-        started = clock()
-        rows: list[Measured] = []
-        for name in candidates:
-            for mode in modes:
-                row = _time(
-                    name, mode, task, template, batches, dev, trainer_config, limit, clock, scaler
-                )
-                if isinstance(row, str):
-                    skipped[f"{name} captured"] = row
-                else:
-                    rows.append(row)
+            checked = _revalidated(bench, found, captured_too)
+            if isinstance(checked, Calibration):
+                return _finished(checked, bench, entered, started)
+            remeasured = checked
+        rows = _time_rows(bench, candidates, captured_too, skipped)
     finally:
         restore_rng_state(rng)
     if not rows:  # no row could run as asked (cuda_graph=on where nothing can be captured)
         return NothingTimed(f"no candidate could be timed as asked ({_not_timed(skipped)})")
     note = "; ".join(n for n in (_not_timed(skipped), remeasured) if n) or None
     decision = decide(PrecisionRequest("auto", mode="measure", note=note), dev, rows)
-    seconds = clock() - started
     result = Calibration(
         decision.used,
         decision.reason,
         tuple(rows),
         skipped,
         key,
-        seconds,
+        0.0,
         execution=decision.execution or "eager",
-        bound=limit.why,
+        bound=limit.why(budget_s),
         remeasured=remeasured or "",
     )
-    logger.info("precision calibration in %.2f s (%s): %s", seconds, limit.why, decision.reason)
-    if cache is not None:
-        files.write_json(cache, CALIBRATION, result.to_json())
+    result = _finished(result, bench, entered, started)
+    if cache is not None:  # with its cost: the file says what it took to measure
+        files.write_json(cache, CALIBRATION, result.cache_json())
+    logger.info(
+        "precision calibration in %.2f s (%s; process init %.2f s before it): %s",
+        result.seconds,
+        result.bound,
+        result.init_s,
+        decision.reason,
+    )
     return result
 
 
-def _execution_modes(device: torch.device, config: TrainerConfig) -> tuple[str, ...]:
-    """The ``cuda_graph`` settings to time: eager and captured for ``auto`` on CUDA (a
-    row that cannot be captured is skipped with its reason), else the run's own."""
-    if device.type == "cuda" and config.cuda_graph == "auto":
-        return ("off", "on")
-    return (config.cuda_graph,)
+def _finished(result: Calibration, bench: _Bench, entered: float, started: float) -> Calibration:
+    """``result`` with its cost: seconds since the clock started, the breakdown, init."""
+    seconds = bench.clock() - started
+    phases = {name: bench.spent.get(name, 0.0) for name in PHASES[:-1]}
+    phases["other"] = max(seconds - sum(phases.values()), 0.0)
+    rounded = {name: round(value, 4) for name, value in phases.items()}
+    return replace(result, seconds=seconds, phases=rounded, init_s=started - entered)
+
+
+@dataclass
+class _Bench:
+    """What every row of one calibration shares: the task, template and batches, the
+    clock and its deadline, the time each phase took."""
+
+    task: TrainingTask
+    device: torch.device
+    config: TrainerConfig
+    scaler: ScalerConfig
+    clock: Callable[[], float]
+    deadline: float
+    budget_s: float
+    limit: _Limit = field(default_factory=lambda: _Limit(MAX_TIMED, None))
+    template: nn.Module | None = None
+    batches: list[Any] = field(default_factory=list)
+    spent: dict[str, float] = field(default_factory=dict)
+    rows_left: int = 1  # this row and those after it, for its share of what is left
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        began = self.clock()
+        try:
+            yield
+        finally:
+            self.spent[name] = self.spent.get(name, 0.0) + self.clock() - began
+
+    def past_deadline(self) -> bool:
+        return self.clock() >= self.deadline
+
+    def row_seconds(self) -> float:
+        """This row's share of the time left for its timed steps: what is left to the
+        deadline over the rows still to time (each pays its own fixed costs in it)."""
+        return max(self.deadline - self.clock(), 0.0) / max(self.rows_left, 1)
+
+    def room_for(self, seconds: float) -> bool:
+        """Whether ``seconds`` more (a step, a block) end before the deadline."""
+        return self.clock() + seconds < self.deadline
+
+
+def _time_rows(
+    bench: _Bench, candidates: list[PrecisionName], captured_too: bool, skipped: dict[str, str]
+) -> list[Measured]:
+    """Every candidate eagerly (fp32 first, always), then, on CUDA under ``auto``, the
+    ``CAPTURED_ROWS`` fastest captured; a row past the deadline is skipped with why."""
+    eager_mode = "off" if captured_too else bench.config.cuda_graph
+    rows: list[Measured] = []
+    plan = [(name, eager_mode) for name in candidates]
+    for index, (name, mode) in enumerate(plan):
+        bench.rows_left = len(plan) - index + (CAPTURED_ROWS if captured_too else 0)
+        if index > 0 and bench.past_deadline():
+            skipped[f"{name} {_label(mode)}"] = f"{PAST_DEADLINE} ({bench.budget_s:g} s)"
+            continue
+        row = _time_row(bench, name, mode)
+        if isinstance(row, str):
+            skipped[f"{name} {_label(mode)}"] = row
+        else:
+            rows.append(row)
+    if not captured_too:
+        return rows
+    fastest = sorted(rows, key=lambda r: r.median_ms)[:CAPTURED_ROWS]
+    for row in rows:
+        if row not in fastest:
+            skipped[f"{row.precision} captured"] = (
+                f"not captured: its eager step is not among the {CAPTURED_ROWS} fastest"
+            )
+    for index, row in enumerate(fastest):
+        bench.rows_left = len(fastest) - index
+        if bench.past_deadline():
+            skipped[f"{row.precision} captured"] = f"{PAST_DEADLINE} ({bench.budget_s:g} s)"
+            continue
+        found = _time_row(bench, row.precision, "on")
+        if isinstance(found, str):
+            skipped[f"{row.precision} captured"] = found
+        else:
+            rows.append(found)
+    return rows
+
+
+def _captured_too(device: torch.device, config: TrainerConfig) -> bool:
+    """Whether captured rows are timed after the eager ones: on CUDA under
+    ``cuda_graph=auto``; elsewhere only the run's own execution is (nothing is timed that
+    the run could not use)."""
+    return device.type == "cuda" and config.cuda_graph == "auto"
+
+
+def _label(mode: str) -> str:
+    return "captured" if mode == "on" else "eager"
+
+
+def _revalidated(bench: _Bench, found: Calibration, captured_too: bool) -> Calibration | str:
+    """The kept ``found``, its winner timed again: within ``REVALIDATE`` of the kept
+    median it is reused (``revalidated`` says so); else why it is measured again."""
+    winner = next(
+        (r for r in found.rows if (r.precision, r.execution) == (found.chosen, found.execution)),
+        None,
+    )
+    if winner is None:
+        return "the kept measurement has no row for its own choice: measured again"
+    eager_mode = "off" if captured_too else bench.config.cuda_graph
+    mode = "on" if winner.execution.startswith("cuda_graph") else eager_mode
+    live = _time_row(bench, winner.precision, mode)
+    if isinstance(live, str):
+        return f"the kept winner could not run again ({live}): measured again"
+    off = live.median_ms / winner.median_ms - 1 if winner.median_ms > 0 else math.inf
+    said = (
+        f"the kept {winner.describe()} timed {live.median_ms:.3f} ms live ({off:+.0%}"
+        f"{' within' if abs(off) <= REVALIDATE else ', over'} {REVALIDATE:.0%})"
+    )
+    if abs(off) > REVALIDATE:
+        logger.info("precision calibration not reused: %s", said)
+        return f"{said}: measured again"
+    logger.info("precision calibration reused from the cache: %s", said)
+    return replace(found, revalidated=said)
+
+
+def _time_row(bench: _Bench, name: PrecisionName, mode: str) -> Measured | str:
+    """One row: ``name`` in the execution ``mode`` asks for, with the run's scaler; a str
+    says why it could not run (a step that cannot be captured: then it is not timed)."""
+    with bench.phase("build"):
+        built = _build_row(bench, name, mode)
+    if isinstance(built, str):
+        return built
+    trainer = built
+    loss: LossFn = bench.task.loss
+    cycle = _cycle(bench.batches)
+
+    def step() -> None:
+        trainer.step([next(cycle)], loss, 0)
+
+    _until_steady(bench, trainer, step)
+    with bench.phase("timed"):
+        ms, steps = _samples(bench, step)
+    used = trainer.execution.used
+    deciles = statistics.quantiles(ms, n=10, method="inclusive")  # MIN_TIMED >= 2 points
+    median = statistics.median(ms)
+    return Measured(
+        name, used, median, min(ms), max(ms), steps, deciles[0], deciles[-1], samples=len(ms)
+    )
+
+
+def _build_row(bench: _Bench, name: PrecisionName, mode: str) -> Trainer | str:
+    assert bench.template is not None
+    policy = PrecisionPolicy.create(name, bench.device, bench.scaler, announce=False)
+    model = copy.deepcopy(bench.template).to(bench.device)
+    optimizers = bench.task.build_optimizers(model)
+    # Uncompiled rows, for compile=on too: compiling every candidate would cost more than
+    # the run; such a run then trains the chosen precision compiled and captured.
+    row_config = replace(bench.config, cuda_graph=mode, measured_execution=None, compile="off")
+    try:
+        schedulers = bench.task.build_schedulers(optimizers)
+        generators = cuda_generators(bench.task)
+        return Trainer(model, optimizers, policy, row_config, schedulers, None, generators)
+    except ExecutionError as exc:
+        return exc.obstacle
+
+
+def _until_steady(bench: _Bench, trainer: Trainer, step: Callable[[], None]) -> None:
+    """Untimed steps: ``WARMUP`` for an eager row; for a captured one, until it has been
+    captured and replayed ``REPLAYS_BEFORE_TIMING`` times (a fallback to eager ends it)."""
+    graphs = trainer.graphs
+    if graphs is None:
+        with bench.phase("warmup"):
+            for _ in range(WARMUP):
+                step()
+        return
+    for _ in range(graphs.warmup + 1 + REPLAYS_BEFORE_TIMING):
+        current = trainer.graphs
+        if current is None or current.captured_steps >= 1 + REPLAYS_BEFORE_TIMING:
+            return
+        capturing = current.captured_steps == 0 and current.captures_next([bench.batches[0]])
+        with bench.phase("capture" if capturing else "warmup"):
+            step()
+
+
+def _samples(bench: _Bench, step: Callable[[], None]) -> tuple[list[float], int]:
+    """The row's timed samples in ms per step, and the steps they cover. The deadline
+    and the row's share of the budget end it once it has its minimum."""
+    if bench.device.type == "cuda":
+        return _event_samples(bench, step)
+    ms: list[float] = []
+    spent, share = 0.0, bench.row_seconds()
+    while len(ms) < MIN_TIMED or (
+        len(ms) < bench.limit.timed_steps
+        and spent + ms[-1] / 1000 <= share
+        and bench.room_for(ms[-1] / 1000)  # the next step, as long as the last, fits
+    ):
+        began = bench.clock()
+        step()
+        ms.append((bench.clock() - began) * 1000)
+        spent += ms[-1] / 1000
+    return ms, len(ms)
+
+
+def _event_samples(bench: _Bench, step: Callable[[], None]) -> tuple[list[float], int]:
+    """On CUDA: blocks of steps between two events, one sync per block: the device's time
+    per step as the run sees it, without a sync per step."""
+    size = max(1, math.ceil(bench.limit.timed_steps / EVENT_BLOCKS))
+    ms: list[float] = []
+    began, share, block = bench.clock(), bench.row_seconds(), 0.0
+    while len(ms) < EVENT_BLOCKS or (
+        len(ms) * size < bench.limit.timed_steps
+        and bench.clock() - began + block <= share
+        and bench.room_for(block)  # the next block, as long as the last, fits
+    ):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        block_began = bench.clock()
+        start.record()
+        for _ in range(size):
+            step()
+        end.record()
+        end.synchronize()  # timing only: the steps themselves never sync
+        ms.append(start.elapsed_time(end) / size)
+        block = bench.clock() - block_began
+    return ms, len(ms) * size
+
+
+def _cycle(items: list[Any]) -> Iterator[Any]:
+    while True:
+        yield from items
+
+
+def _first_signature(task: TrainingTask, seed: int, device: torch.device) -> list[Any]:
+    """The first epoch's first batches of the first batch's signature, on ``device``: the
+    same (epoch, seed) the run starts with (the protocol yields the same batches each
+    time, so reading them here changes nothing for the run). An epoch's partial last
+    batch is another signature: another graph, with its own eager warm-ups."""
+    batches = [batch for batch, _ in islice(iter(task.train_batches(0, seed)), BATCHES_READ)]
+    if not batches:
+        raise ValueError("precision calibration: the task yielded no training batch")
+    first = _shape_signature(batches[0])
+    same = [b for b in batches if _shape_signature(b) == first]
+    return [to_device(b, device) for b in same[: WARMUP + MAX_TIMED]]
+
+
+def _shape_signature(batch: Any) -> Any:
+    # A captured step's signature (shapes, dtypes, other leaves) on the batch's device.
+    return signature([batch])
 
 
 @dataclass(frozen=True)
 class _Limit:
-    """Each row's most timed steps and seconds, and what set them (for the report)."""
+    """Each row's most timed steps, and what set them (for the report)."""
 
     timed_steps: int
-    seconds: float
-    why: str
+    share: str | None  # the run's share of steps, said; None: the run's length is unknown
 
     @classmethod
-    def for_run(cls, rows: int, expected_steps: int | None, budget_s: float) -> _Limit:
-        seconds = budget_s / rows
-        clock = f"{budget_s:g} s of wall clock"
+    def for_run(cls, rows: int, expected_steps: int | None) -> _Limit:
         if expected_steps is None:
-            return cls(MAX_TIMED, seconds, f"at most {clock} (the run's length is unknown)")
+            return cls(MAX_TIMED, None)
         share = int(expected_steps * RUN_SHARE)
         timed = max(MIN_TIMED, min(MAX_TIMED, share // rows - WARMUP))
-        why = f"at most {share} steps ({RUN_SHARE:.0%} of the run's {expected_steps}) and {clock}"
+        why = f"at most {share} steps ({RUN_SHARE:.0%} of the run's {expected_steps})"
         if share // rows - WARMUP < MIN_TIMED:  # the least that measures anything
             why = (
                 f"the minimum, {WARMUP + MIN_TIMED} steps a row, is over {RUN_SHARE:.0%} "
                 f"of this {expected_steps}-step run: paid once, then cached"
             )
-        return cls(timed, seconds, why)
+        return cls(timed, why)
+
+    def why(self, budget_s: float) -> str:
+        clock = f"a {budget_s:g} s deadline on everything it did"
+        if self.share is None:
+            return f"{clock} (the run's length is unknown)"
+        return f"{self.share} and {clock}"
 
 
 def policy_for_run(
@@ -248,8 +560,13 @@ def policy_for_run(
     if isinstance(calibration, NothingTimed):  # the rule decides, less the exclusions
         decision = decide(replace(request, note=calibration.why), device)
         return PrecisionPolicy.from_decision(decision, device, scaler), None
-    cached = "cached measurement" if calibration.cached else None
-    notes = (_not_timed(calibration.skipped), cached, calibration.remeasured)
+    if calibration.cached:
+        notes: tuple[str | None, ...] = (
+            _not_timed(calibration.skipped),
+            f"cached measurement ({calibration.revalidated})",
+        )
+    else:
+        notes = (_not_timed(calibration.skipped), calibration.remeasured)
     note = "; ".join(n for n in notes if n) or None
     decision = decide(replace(request, note=note), device, calibration.rows)
     return PrecisionPolicy.from_decision(decision, device, scaler), calibration
@@ -261,71 +578,6 @@ def _not_timed(skipped: Mapping[str, str]) -> str | None:
     return "not timed: " + ", ".join(f"{n} ({why})" for n, why in skipped.items())
 
 
-def _first_batches(task: TrainingTask, seed: int, count: int) -> list[Any]:
-    # The same (epoch, seed) the run starts with: the protocol says it yields the same
-    # batches each time, so reading them here changes nothing for the run.
-    batches = [batch for batch, _ in islice(iter(task.train_batches(0, seed)), count)]
-    if not batches:
-        raise ValueError("precision calibration: the task yielded no training batch")
-    return batches
-
-
-def _time(
-    name: PrecisionName,
-    mode: str,
-    task: TrainingTask,
-    template: nn.Module,
-    batches: list[Any],
-    device: torch.device,
-    config: TrainerConfig,
-    limit: _Limit,
-    clock: Callable[[], float],
-    scaler: ScalerConfig,
-) -> Measured | str:
-    """One row: ``name`` in the execution ``mode`` asks for, with the run's ``scaler``; a
-    str says why a captured row could not be captured (then it is not timed)."""
-    policy = PrecisionPolicy.create(name, device, scaler, announce=False)
-    model = copy.deepcopy(template).to(device)
-    optimizers = task.build_optimizers(model)
-    # Uncompiled rows, for compile=on too: compiling every candidate would cost more than
-    # the run; such a run then trains the chosen precision compiled and captured.
-    row_config = replace(config, cuda_graph=mode, measured_execution=None, compile="off")
-    try:
-        schedulers = task.build_schedulers(optimizers)
-        generators = cuda_generators(task)
-        trainer = Trainer(model, optimizers, policy, row_config, schedulers, None, generators)
-    except ExecutionError as exc:
-        return exc.obstacle
-    loss: LossFn = task.loss
-    cycle = _cycle([to_device(b, device) for b in batches])
-    for _ in range(WARMUP):
-        trainer.step([next(cycle)], loss, 0)
-    times: list[float] = []
-    spent = 0.0
-    while len(times) < MIN_TIMED or (len(times) < limit.timed_steps and spent < limit.seconds):
-        _sync(device)
-        start = clock()
-        trainer.step([next(cycle)], loss, 0)
-        _sync(device)
-        times.append(clock() - start)
-        spent += times[-1]
-    ms = [t * 1000 for t in times]
-    deciles = statistics.quantiles(ms, n=10, method="inclusive")  # MIN_TIMED >= 2 points
-    median = statistics.median(ms)
-    used = trainer.execution.used
-    return Measured(name, used, median, min(ms), max(ms), len(ms), deciles[0], deciles[-1])
-
-
-def _cycle(items: list[Any]) -> Iterator[Any]:
-    while True:
-        yield from items
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)  # timing only: the steps themselves never sync
-
-
 def _key(
     caps: DeviceCapabilities,
     device: torch.device,
@@ -335,17 +587,80 @@ def _key(
     config: TrainerConfig,
     scaler: ScalerConfig,
 ) -> dict[str, str]:
+    """What a measurement holds for: each field a validator, named when it changes."""
     params = [(n, tuple(p.shape), str(p.dtype)) for n, p in model.named_parameters()]
     return {
         "device": f"{device.type} ({caps.source})",
+        "device_name": _device_name(device),
+        "capability": _capability(device, caps),
         "torch": torch.__version__,
+        "cuda_runtime": str(torch.version.cuda) if device.type == "cuda" else "none",
+        "driver": _driver_version() if device.type == "cuda" else "none",
         "model": hashlib.sha256(repr(params).encode()).hexdigest()[:16],
-        "batch": batch_shapes(batch),
+        "batch": bucketed_shapes(batch),
         "candidates": ",".join(candidates),
         "cuda_graph": config.cuda_graph,
+        "tf32": _tf32(),
         "margin": str(MARGIN),
         "scaler": json.dumps(asdict(scaler), sort_keys=True),
     }
+
+
+def bucketed_shapes(value: Any) -> str:
+    """A batch's dtypes and shapes as text, each tensor's first (batch) dimension rounded
+    up to a power of two: a pool grown by a few records keeps its key.
+
+    >>> bucketed_shapes((torch.zeros(244, 8), torch.zeros(244, dtype=torch.long)))
+    '(float32[256, 8],int64[256])'
+    """
+    if isinstance(value, torch.Tensor):
+        shape = list(value.shape)
+        if shape:
+            shape[0] = 1 << max(shape[0] - 1, 0).bit_length()
+        return f"{str(value.dtype).removeprefix('torch.')}{shape}"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{bucketed_shapes(v)}" for k, v in sorted(value.items())) + "}"
+    if isinstance(value, list | tuple):
+        return "(" + ",".join(bucketed_shapes(v) for v in value) + ")"
+    return type(value).__name__
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return "cpu"
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            return value.strip()
+    return "cpu"
+
+
+def _capability(device: torch.device, caps: DeviceCapabilities) -> str:
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        return f"sm_{major}{minor}"
+    return f"native bf16 {caps.native_bf16}, native fp16 {caps.native_fp16}"
+
+
+def _driver_version() -> str:
+    """The NVIDIA kernel driver's version (Linux), or "unknown"."""
+    try:
+        line = Path("/proc/driver/nvidia/version").read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return "unknown"
+    words = [w for w in line.split() if w[:1].isdigit() and "." in w]
+    return words[0] if words else "unknown"
+
+
+def _tf32() -> str:
+    return (
+        f"matmul {torch.backends.cuda.matmul.allow_tf32}, cudnn {torch.backends.cudnn.allow_tf32}"
+        f", float32 {torch.get_float32_matmul_precision()}"
+    )
 
 
 def kept_rows(path: Path) -> tuple[Measured, ...]:
@@ -363,16 +678,27 @@ def read_calibration(path: Path) -> Calibration | None:
     return records.read_calibration(path)
 
 
+def key_changes(kept: Mapping[str, str], key: Mapping[str, str]) -> str:
+    """The fields of ``key`` that differ from ``kept``, each with both values, or "".
+
+    >>> key_changes({"torch": "2.10", "model": "a"}, {"torch": "2.11", "model": "a"})
+    'torch (2.10 -> 2.11)'
+    """
+    changed = sorted(k for k in {*key, *kept} if key.get(k) != kept.get(k))
+    return ", ".join(f"{k} ({kept.get(k, 'none')} -> {key.get(k, 'none')})" for k in changed)
+
+
 def _read_cache(path: Path | None, key: Mapping[str, str]) -> tuple[Calibration | None, str | None]:
     """The kept measurement for ``key``, if it may be reused; else None, with why a kept
-    one for the same key was not (it was taken under load) for the new one's reason."""
+    one was not (a field of its key changed, or it was taken under load), for the new
+    one's reason and record."""
     found = None if path is None else read_calibration(path)
     if found is None:
         return None, None
     if dict(found.key) != dict(key):
-        changed = sorted(k for k in {*key, *found.key} if key.get(k) != found.key.get(k))
-        logger.info("precision calibration cache is stale (%s changed)", ", ".join(changed))
-        return None, None
+        changed = key_changes(found.key, key)
+        logger.info("precision calibration cache is stale: %s changed", changed)
+        return None, f"the kept measurement's key changed: {changed}: measured again"
     loaded = under_load(found.rows)
     if loaded is not None:  # its run used it; no later run trusts it
         why = f"the kept measurement was {loaded}: measured again"

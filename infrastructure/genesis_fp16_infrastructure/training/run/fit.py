@@ -20,11 +20,13 @@ from collections.abc import Mapping
 from dataclasses import fields, replace
 from pathlib import Path
 
-from genesis_fp16_infrastructure.training import distributed
-from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
+from genesis_fp16_infrastructure.training import checkpoint_keys, distributed
+from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, CheckpointManager
+from genesis_fp16_infrastructure.training.checkpoint_load import Loaded, read_checkpoint
 from genesis_fp16_infrastructure.training.flight.range_stats import REPORTED_MODULES, RangeStats
 from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder
 from genesis_fp16_infrastructure.training.precision.carried_scale import clamp_scale
+from genesis_fp16_infrastructure.training.precision.decide import decide_continued
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.reports import Demotion
 from genesis_fp16_infrastructure.training.rng import seed_everything
@@ -63,15 +65,19 @@ logger = logging.getLogger(__name__)
 
 def fit(task: TrainingTask, options: FitOptions) -> FitResult:
     """Train ``task`` as ``options`` say and return what happened; see the module docstring."""
-    policy, calibration = policy_for_run(
-        task,
-        options.precision,
-        options.device,
-        options.scaler,
-        options.seed,
-        _trainer_config(options),
-        expected_steps=_expected_steps(task, options),
-    )
+    continued, options = continued_job(options)
+    if continued is not None:  # auto is decided once per job: no second measurement
+        policy, calibration = continued, None
+    else:
+        policy, calibration = policy_for_run(
+            task,
+            options.precision,
+            options.device,
+            options.scaler,
+            options.seed,
+            _trainer_config(options),
+            expected_steps=_expected_steps(task, options),
+        )
     seed_everything(options.seed)  # after the calibration: it leaves no trace in the run
     if options.initial_loss_scale is not None:  # a resumed checkpoint's scale replaces it
         start_scale_at(policy, options.initial_loss_scale)
@@ -213,6 +219,51 @@ def _recorder(
     if options.flight is None or guard is None or distributed.rank_and_world()[1] > 1:
         return None
     return FlightRecorder(options.flight, task, options.seed, options.trainer.grad_accum_steps)
+
+
+def continued_job(options: FitOptions) -> tuple[PrecisionPolicy | None, FitOptions]:
+    """For a run that continues an interrupted job (its newest checkpoint was written by
+    a run asked for the same budget that did not finish: killed, or stopped by a signal):
+    the policy :func:`decide_continued` answers (an ``auto`` job keeps the precision it
+    was decided in), and ``options`` with that checkpoint read, so that the resume does
+    not read it again; a run of 0 steps (an eval) takes its checkpoint's precision too.
+    None: decided afresh (nothing to resume, a finished run's checkpoint: the next run is
+    a new job, or a precision this run may not use; the resume then says at WARNING what
+    changed and why).
+
+    Measuring again at each resume could pick another precision mid-job, on a host whose
+    load changed: a killed and resumed job would then end nowhere near the unbroken one.
+    """
+    if not options.resume or options.checkpoint_dir is None or not options.precision.measures:
+        return None, options
+    loaded = options.loaded_checkpoint or _newest_checkpoint(options.checkpoint_dir)
+    if loaded is None:
+        return None, options
+    options = replace(options, loaded_checkpoint=loaded)
+    run = loaded.state.get(checkpoint_keys.RUN)
+    interrupted = (
+        isinstance(run, Mapping)
+        and run.get("complete") is False
+        and (run.get("steps"), run.get("epochs")) == (options.steps, options.epochs)
+    )
+    record = loaded.state.get(checkpoint_keys.PRECISION)
+    saved = record.get("used") if isinstance(record, Mapping) else None
+    # A run that trains nothing (the served model's eval) evaluates in the precision it ran.
+    same_job = interrupted or options.steps == 0
+    decision = decide_continued(options.precision, options.device, saved) if same_job else None
+    if decision is None:
+        return None, options
+    return PrecisionPolicy.from_decision(decision, options.device, options.scaler), options
+
+
+def _newest_checkpoint(folder: Path) -> Loaded | None:
+    """The newest checkpoint in ``folder`` that reads, read once (the resume takes it)."""
+    for path in reversed(CheckpointManager(folder).checkpoints()):
+        try:
+            return read_checkpoint(path)
+        except CheckpointError:
+            continue  # the resume skips it too, with a warning
+    return None
 
 
 def start_scale_at(policy: PrecisionPolicy, scale: float) -> None:

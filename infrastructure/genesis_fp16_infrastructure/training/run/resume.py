@@ -72,8 +72,14 @@ def resume_run(
     position.epoch = int(state.get(keys.EPOCH, 0))
     position.batch = int(state.get(keys.BATCH, 0))
     saved = state[keys.PRECISION].get("used")
-    if saved != trainer.policy.name:
-        logger.info("checkpoint %s ran in %s; continuing in %s", path, saved, trainer.policy.name)
+    if saved != trainer.policy.name:  # a job changing precision mid-way: said, with why
+        logger.warning(
+            "checkpoint %s ran in %s; this run trains in %s: %s",
+            path,
+            saved,
+            trainer.policy.name,
+            trainer.policy.resolved.reason,
+        )
     logger.info(
         "resumed from %s at step %d (epoch %d, batch %d)",
         path,

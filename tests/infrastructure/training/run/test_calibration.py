@@ -107,7 +107,7 @@ def test_choose_picks_a_precision_and_an_execution_never_slower_than_fp32_eager(
         (None, cal.MAX_TIMED, "the run's length is unknown"),
         (10_000, cal.MAX_TIMED, "at most 1000 steps (10% of the run's 10000)"),
         (300, 13, "at most 30 steps (10% of the run's 300)"),  # 2 rows: 15 steps each
-        (60, cal.MIN_TIMED, "the minimum, 5 steps a row, is over 10% of this 60-step run"),
+        (60, cal.MIN_TIMED, "the minimum, 6 steps a row, is over 10% of this 60-step run"),
     ],
 )
 def test_calibration_takes_at_most_a_tenth_of_the_run_it_serves(
@@ -141,7 +141,7 @@ def test_auto_chooses_by_real_measurement_and_trains_as_that_precision_named(
     )
     assert (calibration.chosen, calibration.execution) == choose(calibration.rows)[:2]
     assert calibration.execution == "eager"  # a CPU has no CUDA graphs
-    assert "the minimum, 5 steps a row" in calibration.bound  # 10% of 6 steps is less
+    assert "the minimum, 6 steps a row" in calibration.bound  # 10% of 6 steps is less
     fp32 = calibration.rows[0].median_ms
     chosen_row = next(r for r in calibration.rows if r.precision == calibration.chosen)
     assert chosen_row.median_ms <= fp32 * (1 + cal.MARGIN)  # never slower than fp32
@@ -158,25 +158,39 @@ def test_auto_chooses_by_real_measurement_and_trains_as_that_precision_named(
 
 
 def test_the_cache_is_reused_until_what_it_depends_on_changes(
-    bf16_native: None, tmp_path: Path
+    bf16_native: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Same model and batches: no timing at all; another width: measured again."""
+    """Same model and batches: only the kept winner is timed again, and reused; another
+    width: measured again, and the new record names the field that changed."""
     cache = tmp_path / "cal.json"
     config = TrainerConfig()
     first = cal.calibrate(RegressionTask(), "cpu", 0, config, cache=cache, budget_s=0.2)
     assert isinstance(first, cal.Calibration) and cache.exists()
     steady = _keep_with_spread(cache, 1.0)  # a loaded host's timing would not be reused
+    timed: list[tuple[str, str]] = []
+    real_row = cal._time_row
 
-    def no_clock() -> float:
-        raise AssertionError("a cached calibration must not time anything")
+    def spy(bench: Any, name: str, mode: str) -> Any:
+        timed.append((name, mode))
+        return real_row(bench, name, mode)
 
-    again = cal.calibrate(RegressionTask(), "cpu", 0, config, cache=cache, clock=no_clock)
+    monkeypatch.setattr(cal, "_time_row", spy)
+    # Reuse across runs, not the 10% check (test_calibration_clock.py has that, by a fake
+    # clock): a shared 2-core host's noise must not decide this test.
+    monkeypatch.setattr(cal, "REVALIDATE", 100.0)
+    again = cal.calibrate(RegressionTask(), "cpu", 0, config, cache=cache)
     assert isinstance(again, cal.Calibration) and again.cached and again.chosen == first.chosen
     assert again.rows == steady and again.remeasured == ""
+    assert timed == [(first.chosen, "auto")]  # the winner only, on a CPU the run's own mode
+    assert again.revalidated.startswith(f"the kept {first.chosen} eager")
 
     wider = cal.calibrate(RegressionTask(width=32), "cpu", 0, config, cache=cache, budget_s=0.2)
     assert wider is not None and not wider.cached
     assert json.loads(cache.read_text())["key"]["model"] == wider.key["model"] != first.key["model"]
+    kept = json.loads(cache.read_text())["remeasured"]
+    assert kept == f"the kept measurement's key changed: model ({first.key['model']} -> " + (
+        f"{wider.key['model']}): measured again"
+    )
 
 
 def _keep_with_spread(cache: Path, spread: float) -> tuple[Measured, ...]:
@@ -208,7 +222,7 @@ def test_a_measurement_taken_under_load_is_measured_again_and_the_reason_says_so
     said = "the kept measurement was taken under load (fp32 eager p90/p10 2.00, bf16 eager"
     assert measured.remeasured.startswith(said)
     assert said in again.precision.reason and said in measured.reason
-    assert cal.read_calibration(cache) == replace(measured, cached=True, remeasured="")
+    assert cal.read_calibration(cache) == replace(measured, cached=True)
 
 
 def test_the_reason_names_every_timed_precision_with_its_median_and_spread(
@@ -316,9 +330,9 @@ def test_auto_on_cuda_times_eager_and_captured_rows_and_elsewhere_the_runs_own()
     """On CUDA under cuda_graph=auto both executions are timed; on a CPU, or with the
     execution named, only the run's own (nothing is timed that the run could not use)."""
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    assert cal._execution_modes(cuda, TrainerConfig(cuda_graph="auto")) == ("off", "on")
-    assert cal._execution_modes(cuda, TrainerConfig(cuda_graph="off")) == ("off",)
-    assert cal._execution_modes(cpu, TrainerConfig(cuda_graph="auto")) == ("auto",)
+    assert cal._captured_too(cuda, TrainerConfig(cuda_graph="auto"))
+    assert not cal._captured_too(cuda, TrainerConfig(cuda_graph="off"))
+    assert not cal._captured_too(cpu, TrainerConfig(cuda_graph="auto"))
 
 
 @pytest.mark.parametrize("request_", [{"cuda_graph": "on"}, {"compile": "on"}])

@@ -1,0 +1,87 @@
+"""A real daemon's measured ``auto`` is reused after a restart (issue 66 item 1): the
+first daemon's run measures and keeps the table; a second daemon, started afresh on the
+same state folder, reuses it (its winner timed again, nothing else), and says so.
+
+rlhf_ppo on its generated data, in the daemon's default precision (auto, measured). This
+CPU may have no native bf16, where ``auto`` times nothing: a ``sitecustomize`` hook in
+the daemon's interpreter takes bf16 as native (its arithmetic is real either way) and
+widens the winner's re-timing tolerance and the load bound, so that this test is about
+the key surviving a restart and not about a shared host's noise (the 10% check and the
+load verdict have their own tests: test_calibration_clock.py, test_calibration.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from daemon_harness import DaemonFactory, DaemonProcess
+
+from genesis_fp16.config.paths import AgentPaths
+
+pytestmark = pytest.mark.usefixtures("clean_env")
+
+AGENT = "rlhf_ppo"
+HOOK = textwrap.dedent(
+    """
+    from genesis_fp16_infrastructure.training import reports
+    from genesis_fp16_infrastructure.training.precision import capabilities
+    from genesis_fp16_infrastructure.training.run import calibration
+
+    _native = capabilities.DeviceCapabilities("cpu", True, False, "test hook: bf16 as native")
+    _detect = capabilities.detect_capabilities
+
+    def _detect_bf16(device):
+        found = _detect(device)
+        return _native if found.device_type == "cpu" else found
+
+    capabilities.detect_capabilities = _detect_bf16
+    capabilities.cpu_capabilities = lambda: _native
+    calibration.REVALIDATE = 100.0
+    reports.LOAD_BOUND = 1e9
+    """
+)
+
+
+def _first_run(daemon: DaemonProcess) -> dict[str, Any]:
+    """The daemon's first `training run finished` line."""
+    found: list[dict[str, Any]] = daemon.wait_for(
+        lambda: daemon.events("training run finished"), "the first run", timeout=240.0
+    )
+    return found[0]
+
+
+def test_a_kept_measurement_is_reused_after_a_daemon_restart(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """First daemon: its run measures fp32 and bf16 and keeps the table. Second daemon
+    on the same state folder: its run reuses the table (the file is not rewritten), and
+    its precision_reason says it was a cached measurement, its winner timed again."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(HOOK)
+    env = {
+        "GENESIS_FP16_PLUGIN_ALLOWLIST": AGENT,
+        "GENESIS_FP16_STEPS_PER_RUN": "4",
+        "GENESIS_FP16_RUN_ISOLATION": "thread",
+        "PYTHONPATH": os.pathsep.join([str(hooks), os.environ.get("PYTHONPATH", "")]),
+    }
+    first = daemon_factory(env, fixtures=False)
+    reason = _first_run(first)["precision_reason"]
+    first.stop()
+    # bf16 is timed, or skipped past the 1 s deadline on a slow host (said either way)
+    assert "timed, median (p10-p90): fp32 eager" in reason and "bf16 eager" in reason, reason
+    assert "cached measurement" not in reason, reason
+    path = AgentPaths.for_agent(first.state_dir, AGENT).calibration_path
+    kept = json.loads(path.read_text())
+    assert kept["rows"][0]["precision"] == "fp32"
+    assert kept["seconds"] > 0 and set(kept["phases"]) >= {"build", "warmup", "timed"}
+
+    first.log_path.rename(first.log_path.with_suffix(".first.log"))  # the second's log alone
+    second = daemon_factory(env, fixtures=False)
+    again = _first_run(second)["precision_reason"]
+    assert f"cached measurement (the kept {kept['chosen']} eager" in again, again
+    assert json.loads(path.read_text()) == kept  # reused, not measured and written again
