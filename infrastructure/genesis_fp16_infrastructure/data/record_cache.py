@@ -9,8 +9,9 @@ content digest of the data manifest (``genesis_fp16_infrastructure.data.manifest
 ``CACHE_VERSION``. The next read takes an unchanged file from there instead of parsing
 and validating it again; a changed file is read alone.
 
-A file is taken from the cache only while its size and mtime are still those the
-manifest hashed, and stored only when they still are after its read: a file appended or
+A file is taken from the cache only while its size, mtime, ctime and inode are still
+those the manifest hashed (``FileState.same_stat``), and stored only when they still are
+after its read: a file appended or
 rewritten while it was read is read again next time, never remembered under the old
 bytes' digest. A file modified within ``RACY_NS`` of the manifest's scan is never
 stored (its mtime cannot vouch for its bytes). Entries no file of the manifest uses are
@@ -61,6 +62,7 @@ class RecordCache:
         self.misses = 0
         self.continued = 0  # appended .jsonl files read from their stored offset
         self.write_failures = 0
+        self.unreadable = 0  # entries found damaged (truncated, another version): misses too
 
     def load(self, file: Path, slim: bool) -> RecordBlock | None:
         state = self._vouched(file)
@@ -75,6 +77,7 @@ class RecordCache:
         except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError) as exc:
             logger.warning("record cache entry for %s unreadable (%s): read again", file, exc)
             self.misses += 1
+            self.unreadable += 1
             return None
         self.hits += 1
         return out
@@ -154,7 +157,8 @@ class RecordCache:
         return removed
 
     def _vouched(self, file: Path) -> FileState | None:
-        """The manifest's state of ``file`` while the file still has its size and mtime."""
+        """The manifest's state of ``file`` while the file is still the one it hashed
+        (its size, mtime, ctime and inode; a state without them vouches for nothing)."""
         state = self.files.get(str(file))
         if state is None:
             return None
@@ -162,9 +166,7 @@ class RecordCache:
             stat = os.stat(file)
         except OSError:
             return None
-        if (stat.st_size, stat.st_mtime_ns) != (state.size, state.mtime_ns):
-            return None
-        return state
+        return state if state.same_stat(stat) else None
 
     def _head(self, file: Path) -> _HeadMarker | None:
         try:

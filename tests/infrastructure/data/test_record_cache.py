@@ -295,3 +295,46 @@ def test_a_block_that_cannot_be_encoded_costs_only_the_next_runs_shortcut(
     cache.store(folder / "a.json", broken, slim=False)
     assert cache.write_failures == 1
     assert not list((tmp_path / "cache").glob("*.msgpack"))
+
+
+def test_a_truncated_entry_is_a_logged_counted_miss(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An entry cut short (a full disk, a crash under another writer): never served, the
+    file parsed again, the reason logged with the file's name and the miss counted."""
+    folder = _pool(tmp_path)
+    plain = read_trajectories(folder)
+    _read(folder, tmp_path, "cold")
+    entries = sorted((tmp_path / "cache").glob("*.msgpack"))
+    entries[0].write_bytes(entries[0].read_bytes()[: entries[0].stat().st_size // 2])
+    with caplog.at_level("WARNING", logger=record_cache.__name__):
+        again, cache, _ = _read(folder, tmp_path, "again")
+    assert (cache.hits, cache.misses, cache.unreadable) == (1, 1, 1)
+    assert "unreadable" in caplog.text and "read again" in caplog.text
+    _same(plain, again)
+
+
+def test_a_file_replaced_under_its_old_size_and_mtime_is_not_served(tmp_path: Path) -> None:
+    """Other records of the same byte count put in place with the old mtime (cp -p,
+    rsync -t): the scan against the previous manifest hashes it again, the cache misses
+    it, and the read gives the new records, as a fresh parse does."""
+    folder = _pool(tmp_path)
+    first, _ = scan_files(folder)
+    cache = RecordCache(tmp_path / "cache", first)
+    cold = read_trajectories(folder, cache=cache)
+    assert cache.misses == 2
+    file = folder / "a.json"
+    before = file.stat()
+    text = file.read_text()
+    at = text.index('"success_score": 0.') + len('"success_score": 0.')
+    file.write_text(text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1 :])  # one digit
+    assert len(file.read_text()) == len(text)
+    os.utime(file, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (file.stat().st_size, file.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    manifest, report = scan_files(folder, first)
+    assert report.hashed == 1
+    cache = RecordCache(tmp_path / "cache", manifest)
+    warm = read_trajectories(folder, cache=cache)
+    assert (cache.hits, cache.misses) == (1, 1)
+    _same(read_trajectories(folder), warm)
+    assert warm.scores != cold.scores

@@ -118,4 +118,5 @@ def cache_record(cache: RecordCache) -> dict[str, int]:
         "files_read": cache.misses,
         "files_continued": cache.continued,  # appended .jsonl: new lines only
         "write_failures": cache.write_failures,
+        "entries_unreadable": cache.unreadable,  # damaged entries: their files parsed again
     }
