@@ -17,6 +17,12 @@ bytes' digest. A file modified within ``RACY_NS`` of the manifest's scan is neve
 stored (its mtime cannot vouch for its bytes). Entries no file of the manifest uses are
 deleted after each read.
 
+A slim read (``keep_text=False``, a training run's) whose every file is unchanged takes
+the whole joined pool from one more entry, ``pool-<key>.gfpool`` (``data.pool_file``:
+columns memory-mapped), keyed by the files' paths and digests in read order: no file
+decoded, no parent matched again. Any file changed, added or removed is another key, and
+the read joins the per-file entries as above.
+
     cache = RecordCache(state / "record_cache", manifest)
     data = read_trajectories(path, quarantine, cache=cache, keep_text=False)
     cache.prune()
@@ -36,6 +42,7 @@ from genesis_fp16_infrastructure.atomic import write_atomic
 from genesis_fp16_infrastructure.data.attempt_numbers import NUMBERS_VERSION
 from genesis_fp16_infrastructure.data.file_records import Head, RecordBlock
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest, prefix_of
+from genesis_fp16_infrastructure.data.pool_file import StoredPool, load_pool, save_pool
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION
 
 logger = logging.getLogger(__name__)
@@ -63,6 +70,7 @@ class RecordCache:
         self.continued = 0  # appended .jsonl files read from their stored offset
         self.write_failures = 0
         self.unreadable = 0  # entries found damaged (truncated, another version): misses too
+        self.pool_hit = False  # the whole joined pool came from its entry
 
     def load(self, file: Path, slim: bool) -> RecordBlock | None:
         state = self._vouched(file)
@@ -137,6 +145,43 @@ class RecordCache:
                 file,
             )
 
+    def load_pool(self, files: list[Path]) -> StoredPool | None:
+        """The joined pool of ``files`` (in read order) as a slim read made it, while
+        every one of them is unchanged; None otherwise (a damaged entry logged, counted)."""
+        if not files or any(self._vouched(file) is None for file in files):
+            return None
+        path = self._pool_path(files)
+        try:
+            stored = load_pool(path, CACHE_VERSION)
+            if stored.files != [str(file) for file in files]:
+                raise ValueError("its files are another pool's")
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            logger.warning("record cache: pool entry %s unreadable (%s): joined again", path, exc)
+            self.unreadable += 1
+            return None
+        self.hits += len(files)
+        self.pool_hit = True
+        return stored
+
+    def store_pool(self, files: list[Path], stored: StoredPool) -> None:
+        """Keep a slim read's joined pool, when every file is still as the manifest
+        hashed it and none was written within ``RACY_NS`` of its scan."""
+        states = [self._vouched(file) for file in files]
+        if any(s is None or s.mtime_ns >= self.scanned_ns - RACY_NS for s in states):
+            return
+        path = self._pool_path(files)
+        try:
+            save_pool(path, stored, CACHE_VERSION)
+        except (OSError, ValueError, TypeError, msgspec.EncodeError) as exc:
+            self.write_failures += 1
+            logger.warning(
+                "record cache: cannot write %s (%s): the pool is joined again next run",
+                path,
+                ascii(str(exc)),
+            )
+
     def prune(self) -> int:
         """Delete the entries of bytes no file of the manifest holds, but for the stored
         head of a listed ``.jsonl`` file (an append still reads on from it); their count."""
@@ -147,10 +192,12 @@ class RecordCache:
                 digests.append(head.digest)
         keep = {self._path(digest, slim).name for digest in digests for slim in (False, True)}
         keep |= {self._head_path(Path(path)).name for path in self.files}
+        keep.add(self._pool_path([Path(path) for path in self.files]).name)
         removed = 0
         if self.folder.is_dir():
             # *.json: entries of cache version 1, which no build reads any more.
-            for entry in [*self.folder.glob("*.msgpack"), *self.folder.glob("*.json")]:
+            found = ("*.msgpack", "*.json", "pool-*.gfpool")
+            for entry in [path for pattern in found for path in self.folder.glob(pattern)]:
                 if entry.name not in keep:
                     entry.unlink(missing_ok=True)
                     removed += 1
@@ -180,6 +227,17 @@ class RecordCache:
         # fsencode: a file name that is not UTF-8 comes back as the bytes it is.
         name = hashlib.blake2b(os.fsencode(file), digest_size=8).hexdigest()
         return self.folder / f"head-{name}.json"
+
+    def _pool_path(self, files: list[Path]) -> Path:
+        """The joined pool's entry: the files' paths and digests, in read order."""
+        key = hashlib.blake2b(CACHE_VERSION.encode(), digest_size=16)
+        for file in files:
+            state = self.files.get(str(file))
+            key.update(
+                os.fsencode(file) + b"\0" + (b"" if state is None else state.digest.encode())
+            )
+            key.update(b"\0")
+        return self.folder / f"pool-{key.hexdigest()}.gfpool"
 
     def _path(self, digest: str, slim: bool) -> Path:
         """An entry: its file's bytes' digest, the cache's version, and whether its
