@@ -79,8 +79,9 @@ def save_pool(path: Path, stored: StoredPool, version: str) -> None:
     columns = stored.columns
     if columns.text is not None:
         raise ValueError("only a slim read's pool is stored (its text is not kept)")
-    arrays = {name: np.ascontiguousarray(getattr(columns, name)) for name in _ARRAYS}
+    arrays = {name: getattr(columns, name) for name in _ARRAYS}
     arrays |= {f"{name}.codes": getattr(columns, name).codes for name in _CODED}
+    arrays = {name: np.ascontiguousarray(array) for name, array in arrays.items()}
     values = {name: getattr(columns, name).values for name in _CODED}
     rejected = [(i, r.where, r.reason, r.text) for i, r in stored.rejected]
 
@@ -106,7 +107,7 @@ def save_pool(path: Path, stored: StoredPool, version: str) -> None:
         handle.write(MAGIC + _LENGTH.pack(len(head)) + head)
         for name, array in arrays.items():
             handle.seek(offsets[name])
-            handle.write(array.tobytes())
+            handle.write(memoryview(array).cast("B"))  # the column's own bytes, no copy
         handle.truncate(at)
 
     write_atomic(path, write)

@@ -18,7 +18,8 @@ stored (its mtime cannot vouch for its bytes). Entries no file of the manifest u
 deleted after each read.
 
 A slim read (``keep_text=False``, a training run's) whose every file is unchanged takes
-the whole joined pool from one more entry, ``pool-<key>.gfpool`` (``data.pool_file``:
+the whole joined pool from one more entry (written by the first read that found every
+file's entry), ``pool-<key>.gfpool`` (``data.pool_file``:
 columns memory-mapped), keyed by the files' paths and digests in read order: no file
 decoded, no parent matched again. Any file changed, added or removed is another key, and
 the read joins the per-file entries as above.
@@ -166,8 +167,14 @@ class RecordCache:
         return stored
 
     def store_pool(self, files: list[Path], stored: StoredPool) -> None:
-        """Keep a slim read's joined pool, when every file is still as the manifest
-        hashed it and none was written within ``RACY_NS`` of its scan."""
+        """Keep a slim read's joined pool when this read took every file from its own
+        entry (the pool was read before, unchanged: it is likely read so again), every
+        file is still as the manifest hashed it and none was written within ``RACY_NS``
+        of its scan. A read that parsed anything (a daemon's run on new records) writes
+        no pool entry: its pool is the next run's old one, and at a million records the
+        entry is 260 MB to write."""
+        if (self.hits, self.misses, self.continued) != (len(files), 0, 0):
+            return
         states = [self._vouched(file) for file in files]
         if any(s is None or s.mtime_ns >= self.scanned_ns - RACY_NS for s in states):
             return

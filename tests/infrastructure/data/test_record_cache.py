@@ -365,14 +365,21 @@ def _same_columns(a: ReadResult, b: ReadResult) -> None:
     assert [getattr(a, c) for c in counts] == [getattr(b, c) for c in counts]
 
 
+def _pool_entries(tmp_path: Path) -> int:
+    return len(list((tmp_path / "cache").glob("pool-*.gfpool")))
+
+
 def test_an_unchanged_pool_is_served_whole_as_a_fresh_parse_gives_it(tmp_path: Path) -> None:
-    """The third slim read takes the joined pool from its entry (columns mapped from the
-    file, no block decoded): its columns, examples, lineage pool and quarantine file are
-    a fresh parse's; a column written to changes the run's copy, never the entry."""
+    """The first read that finds every file's entry writes the pool's (a read that parsed
+    writes none); the next takes the joined pool from it (columns mapped from the file,
+    no block decoded): its columns, examples, lineage pool and quarantine file are a
+    fresh parse's; a column written to changes the run's copy, never the entry."""
     folder = _pool(tmp_path)
     fresh, _, fresh_quarantine = _slim(folder, tmp_path / "fresh", "q")
-    cold, cache, _ = _slim(folder, tmp_path, "cold")
-    assert not cache.pool_hit and len(list((tmp_path / "cache").glob("pool-*.gfpool"))) == 1
+    _, cache, _ = _slim(folder, tmp_path, "cold")
+    assert not cache.pool_hit and _pool_entries(tmp_path) == 0
+    _, cache, _ = _slim(folder, tmp_path, "second")
+    assert not cache.pool_hit and _pool_entries(tmp_path) == 1
     warm, cache, warm_quarantine = _slim(folder, tmp_path, "warm")
     assert cache.pool_hit and (cache.hits, cache.misses) == (2, 0)
     _same_columns(fresh, warm)
@@ -390,10 +397,12 @@ def test_an_unchanged_pool_is_served_whole_as_a_fresh_parse_gives_it(tmp_path: P
 def test_a_changed_or_grown_pool_misses_the_whole_pool_entry(tmp_path: Path) -> None:
     """A record edited in one file, then lines appended to the .jsonl: each read joins
     the per-file entries again (the unchanged file still cached, the appended one read
-    from where it ended), gives a fresh parse's pool, and the next read is whole again;
-    the entries of the old pools are pruned."""
+    from where it ended) and gives a fresh parse's pool; two reads later it is whole
+    again, and the entries of the old pools are pruned."""
     folder = _pool(tmp_path)
     _slim(folder, tmp_path, "cold")
+    _slim(folder, tmp_path, "second")
+    assert _pool_entries(tmp_path) == 1
     pool = json.loads((folder / "a.json").read_text())
     first = next(iter(pool["trajectories"].values()))
     first["success_score"] = 0.999
@@ -409,9 +418,10 @@ def test_a_changed_or_grown_pool_misses_the_whole_pool_entry(tmp_path: Path) -> 
     assert not cache.pool_hit and cache.continued == 1
     assert len(grown.columns) == len(edited.columns) + 1
     _same_columns(_slim(folder, tmp_path / "fresh2", "q")[0], grown)
+    _slim(folder, tmp_path, "grown-again")
     manifest, _ = scan_files(folder)
     RecordCache(tmp_path / "cache", manifest).prune()
-    assert len(list((tmp_path / "cache").glob("pool-*.gfpool"))) == 1
+    assert _pool_entries(tmp_path) == 1
     again, cache, _ = _slim(folder, tmp_path, "again")
     assert cache.pool_hit
     _same_columns(grown, again)
@@ -427,6 +437,7 @@ def test_a_damaged_pool_entry_is_a_logged_counted_miss(
     folder = _pool(tmp_path)
     fresh, _, _ = _slim(folder, tmp_path / "fresh", "q")
     _slim(folder, tmp_path, "cold")
+    _slim(folder, tmp_path, "second")
     (entry,) = (tmp_path / "cache").glob("pool-*.gfpool")
     raw = entry.read_bytes()
     if damage == "truncated":
@@ -456,6 +467,7 @@ def test_a_pool_without_parents_or_quarantine_round_trips(tmp_path: Path) -> Non
     _age(folder)
     fresh, _, _ = _slim(folder, tmp_path / "fresh", "q")
     _slim(folder, tmp_path, "cold")
+    _slim(folder, tmp_path, "second")
     warm, cache, _ = _slim(folder, tmp_path, "warm")
     assert cache.pool_hit and len(warm.columns.parent) == 0 and warm.quarantined == 0
     _same_columns(fresh, warm)
