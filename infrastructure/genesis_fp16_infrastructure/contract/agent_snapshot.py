@@ -170,7 +170,7 @@ def _scan_to_json(scan: Manifest) -> dict[str, Any]:
     ``Manifest.to_json`` does not keep: the record cache continues an appended file
     from it)."""
     files = [
-        [f.path, f.size, f.mtime_ns, f.digest]
+        [f.path, f.size, f.mtime_ns, f.digest, f.ctime_ns, f.inode]
         + ([] if f.prefix is None else [_prefix_to_json(f.prefix)])
         for f in scan.files
     ]
@@ -183,10 +183,11 @@ def _prefix_to_json(prefix: Prefix) -> list[Any]:
 
 def _scan_from_json(data: Mapping[str, Any]) -> Manifest:
     files = []
-    for path, size, mtime_ns, digest, *rest in data["files"]:
+    for path, size, mtime_ns, digest, ctime_ns, inode, *rest in data["files"]:
         prefix = None
         if rest:
             p_size, p_digest, lines, last = rest[0]
             prefix = Prefix(int(p_size), str(p_digest), int(lines), bytes.fromhex(last))
-        files.append(FileState(str(path), int(size), int(mtime_ns), str(digest), prefix))
+        stat = (int(size), int(mtime_ns), str(digest), prefix, int(ctime_ns), int(inode))
+        files.append(FileState(str(path), *stat))
     return Manifest(tuple(files), int(data["scanned_ns"]))

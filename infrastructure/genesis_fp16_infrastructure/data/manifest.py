@@ -1,12 +1,21 @@
 """What the data files were when a model was trained on them: size, mtime and content digest.
 
 Whether a folder of data files changed since the served model's run is one ``stat`` per
-file, not a parse of every record: :func:`scan_files` hashes only the files whose size or
-modification time differ from the previous manifest's (and those modified too close to
-the previous scan to trust their mtime, see ``RACY_NS``), and reuses the stored digest of
-every other. Two manifests hold the same data when they list the same files with the same
-digests (:meth:`Manifest.same_content`): a file rewritten with identical bytes is
-unchanged, whatever its new mtime.
+file, not a parse of every record: :func:`scan_files` hashes only the files whose size,
+modification time, change time or inode differ from the previous manifest's (and those
+modified too close to the previous scan to trust their mtime, see ``RACY_NS``), and
+reuses the stored digest of every other. The change time (``st_ctime_ns``) is there
+because a file's mtime can be set back (``cp -p``, ``rsync -t``, ``touch -r``, a tar
+extracted over the pool): other bytes of the same size under the old mtime would
+otherwise keep the old digest. Its ctime moves with every write, rename or chmod and no
+program can set it back, so a stat that matches in all four is the file the digest was
+taken of (git's index trusts the same fields); any other is hashed again, which costs a
+read and never serves old records. What is left: a same-size rewrite in place with its
+mtime set back, all within one timestamp tick of the scan's ``stat`` (ctime, like mtime,
+has the kernel's coarse clock); the racy rule covers that tick for mtime only. Two
+manifests hold the same data when they list the same files with the same digests
+(:meth:`Manifest.same_content`): a file rewritten with identical bytes is unchanged,
+whatever its new mtime.
 
 Torch-free and cheap on purpose: the daemon asks it before starting a run's process
 (``genesis_fp16_infrastructure.recipes.retrain.freshness``), and an unchanged pool then costs
@@ -61,6 +70,20 @@ class FileState:
     mtime_ns: int
     digest: str  # blake2b-128 of the file's bytes, hex
     prefix: Prefix | None = field(default=None, compare=False, repr=False)
+    # st_ctime_ns and st_ino as scanned; 0: not known (a manifest saved before they
+    # were kept), and then the file is hashed again rather than trusted
+    ctime_ns: int = 0
+    inode: int = 0
+
+    def same_stat(self, stat: os.stat_result) -> bool:
+        """``stat`` is of the file this state was taken of: size, mtime, ctime and inode
+        all as scanned (and the latter two known)."""
+        return self.ctime_ns != 0 and (self.size, self.mtime_ns, self.ctime_ns, self.inode) == (
+            stat.st_size,
+            stat.st_mtime_ns,
+            stat.st_ctime_ns,
+            stat.st_ino,
+        )
 
 
 @dataclass(frozen=True)
@@ -90,19 +113,31 @@ class Manifest:
         return {
             "version": MANIFEST_VERSION,
             "scanned_ns": self.scanned_ns,
-            "files": [[f.path, f.size, f.mtime_ns, f.digest] for f in self.files],
+            "files": [
+                [f.path, f.size, f.mtime_ns, f.digest, f.ctime_ns, f.inode] for f in self.files
+            ],
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Manifest | None:
-        """The manifest saved by :meth:`to_json`; None for another version or a malformed one."""
+        """The manifest saved by :meth:`to_json`; None for another version or a malformed one.
+        A file saved without its ctime and inode (four fields) is hashed at the next scan."""
         if not isinstance(data, Mapping) or data.get("version") != MANIFEST_VERSION:
             return None
         try:
-            files = tuple(FileState(str(p), int(s), int(m), str(d)) for p, s, m, d in data["files"])
+            files = tuple(_file_from_json(*entry) for entry in data["files"])
             return cls(files, int(data["scanned_ns"]))
         except (KeyError, TypeError, ValueError):
             return None
+
+
+def _file_from_json(
+    path: Any, size: Any, mtime_ns: Any, digest: Any, ctime_ns: Any = 0, inode: Any = 0
+) -> FileState:
+    """One saved file: four fields before the ctime and inode were kept (0: not known)."""
+    return FileState(
+        str(path), int(size), int(mtime_ns), str(digest), None, int(ctime_ns), int(inode)
+    )
 
 
 def scan_files(path: Path, previous: Manifest | None = None) -> tuple[Manifest, ScanReport]:
@@ -119,12 +154,7 @@ def scan_files(path: Path, previous: Manifest | None = None) -> tuple[Manifest, 
         try:
             stat = os.stat(file)
             old = known.get(name)
-            if (
-                old is not None
-                and old.size == stat.st_size
-                and old.mtime_ns == stat.st_mtime_ns
-                and stat.st_mtime_ns < trusted_before
-            ):
+            if old is not None and old.same_stat(stat) and stat.st_mtime_ns < trusted_before:
                 files.append(old)
                 reused += 1
                 continue
@@ -141,7 +171,11 @@ def scan_files(path: Path, previous: Manifest | None = None) -> tuple[Manifest, 
         hashed_bytes += size
         # The stat taken before hashing: a write during the hash moves the mtime past it,
         # so the next scan hashes the file again instead of trusting this digest.
-        files.append(FileState(name, stat.st_size, stat.st_mtime_ns, digest, prefix))
+        files.append(
+            FileState(
+                name, stat.st_size, stat.st_mtime_ns, digest, prefix, stat.st_ctime_ns, stat.st_ino
+            )
+        )
     report = ScanReport(hashed, hashed_bytes, reused, vanished)
     return Manifest(tuple(files), scanned_ns), report
 

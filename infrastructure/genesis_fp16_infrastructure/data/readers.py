@@ -36,13 +36,10 @@ from pydantic import ValidationError
 
 from genesis_fp16_infrastructure.data.attempt_numbers import own_numbers, pack
 from genesis_fp16_infrastructure.data.fast_records import decode_record
-from genesis_fp16_infrastructure.data.file_records import (
-    FileCache,
-    FileRecord,
-    RecordBlock,
-)
+from genesis_fp16_infrastructure.data.file_records import FileRecord, RecordBlock
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns, collect
+from genesis_fp16_infrastructure.data.pool_file import PoolCache, StoredPool
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, Recorder, unencodable
 from genesis_fp16_infrastructure.data.record_key import labelled_hash, record_id_hash
 from genesis_fp16_infrastructure.data.schema import (
@@ -191,7 +188,7 @@ def read_trajectories(
     path: Path,
     quarantine: Path | None = None,
     max_bytes: int | None = None,
-    cache: FileCache | None = None,
+    cache: PoolCache | None = None,
     keep_text: bool = True,
 ) -> ReadResult:
     """Read every record under ``path`` and derive the labelled examples.
@@ -202,7 +199,8 @@ def read_trajectories(
     labelled record at all, and :class:`DataTooLarge` before reading anything when the
     files together hold more than ``max_bytes`` (None: no limit). With a ``cache``
     (``genesis_fp16_infrastructure.data.record_cache``), a file whose bytes were read before is
-    taken from it, records and quarantined entries alike, instead of parsed again.
+    taken from it, records and quarantined entries alike, instead of parsed again; a slim
+    read whose files are all unchanged takes the joined pool whole.
 
     ``keep_text=False`` reads for training only: each attempt keeps what the encoder,
     the lineage and the drift report read (id, agent, time, operator, generation,
@@ -218,9 +216,7 @@ def read_trajectories(
     slim = None if keep_text else _Strings()
     try:
         with paused_gc():  # a million records, no cycle among them (gc_pause)
-            blocks = [_file_records(file, sink, cache, slim) for file in files]
-            # The first record of an id wins, in file order.
-            columns, duplicates = collect(blocks, keep_text)
+            columns, duplicates = _pool(files, sink, cache, slim)
     finally:
         sink.close()
     unlabelled = len(columns) - len(columns.labelled)
@@ -283,8 +279,27 @@ class _Strings(dict[str, str]):
         return self.setdefault(text, text)
 
 
+def _pool(
+    files: list[Path], sink: QuarantineSink, cache: PoolCache | None, slim: _Strings | None
+) -> tuple[PoolColumns, int]:
+    """The files' records joined (the first record of an id wins, in file order) and the
+    duplicates left out; a slim read of unchanged files takes the joined pool from
+    ``cache`` whole, writing its quarantined entries to ``sink`` as a parse would."""
+    stored = cache.load_pool(files) if cache is not None and slim is not None else None
+    if stored is not None:
+        for index, entry in stored.rejected:
+            sink.add(Source(files[index], entry.where), entry.reason, entry.text)
+        return stored.columns, stored.duplicates
+    blocks = [_file_records(file, sink, cache, slim) for file in files]
+    columns, duplicates = collect(blocks, slim is None)
+    if cache is not None and slim is not None:
+        rejected = [(i, entry) for i, b in enumerate(blocks) for entry in b.rejected_entries]
+        cache.store_pool(files, StoredPool(columns, duplicates, list(map(str, files)), rejected))
+    return columns, duplicates
+
+
 def _file_records(
-    file: Path, sink: QuarantineSink, cache: FileCache | None, slim: _Strings | None
+    file: Path, sink: QuarantineSink, cache: PoolCache | None, slim: _Strings | None
 ) -> RecordBlock:
     """The valid records of one file, in file order (duplicates within it included),
     each quarantined entry written to ``sink``; from ``cache`` when it has the file.

@@ -9,12 +9,20 @@ content digest of the data manifest (``genesis_fp16_infrastructure.data.manifest
 ``CACHE_VERSION``. The next read takes an unchanged file from there instead of parsing
 and validating it again; a changed file is read alone.
 
-A file is taken from the cache only while its size and mtime are still those the
-manifest hashed, and stored only when they still are after its read: a file appended or
+A file is taken from the cache only while its size, mtime, ctime and inode are still
+those the manifest hashed (``FileState.same_stat``), and stored only when they still are
+after its read: a file appended or
 rewritten while it was read is read again next time, never remembered under the old
 bytes' digest. A file modified within ``RACY_NS`` of the manifest's scan is never
 stored (its mtime cannot vouch for its bytes). Entries no file of the manifest uses are
 deleted after each read.
+
+A slim read (``keep_text=False``, a training run's) whose every file is unchanged takes
+the whole joined pool from one more entry (written by the first read that found every
+file's entry), ``pool-<key>.gfpool`` (``data.pool_file``:
+columns memory-mapped), keyed by the files' paths and digests in read order: no file
+decoded, no parent matched again. Any file changed, added or removed is another key, and
+the read joins the per-file entries as above.
 
     cache = RecordCache(state / "record_cache", manifest)
     data = read_trajectories(path, quarantine, cache=cache, keep_text=False)
@@ -35,6 +43,7 @@ from genesis_fp16_infrastructure.atomic import write_atomic
 from genesis_fp16_infrastructure.data.attempt_numbers import NUMBERS_VERSION
 from genesis_fp16_infrastructure.data.file_records import Head, RecordBlock
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest, prefix_of
+from genesis_fp16_infrastructure.data.pool_file import StoredPool, load_pool, save_pool
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION
 
 logger = logging.getLogger(__name__)
@@ -61,6 +70,8 @@ class RecordCache:
         self.misses = 0
         self.continued = 0  # appended .jsonl files read from their stored offset
         self.write_failures = 0
+        self.unreadable = 0  # entries found damaged (truncated, another version): misses too
+        self.pool_hit = False  # the whole joined pool came from its entry
 
     def load(self, file: Path, slim: bool) -> RecordBlock | None:
         state = self._vouched(file)
@@ -75,6 +86,7 @@ class RecordCache:
         except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError) as exc:
             logger.warning("record cache entry for %s unreadable (%s): read again", file, exc)
             self.misses += 1
+            self.unreadable += 1
             return None
         self.hits += 1
         return out
@@ -134,6 +146,49 @@ class RecordCache:
                 file,
             )
 
+    def load_pool(self, files: list[Path]) -> StoredPool | None:
+        """The joined pool of ``files`` (in read order) as a slim read made it, while
+        every one of them is unchanged; None otherwise (a damaged entry logged, counted)."""
+        if not files or any(self._vouched(file) is None for file in files):
+            return None
+        path = self._pool_path(files)
+        try:
+            stored = load_pool(path, CACHE_VERSION)
+            if stored.files != [str(file) for file in files]:
+                raise ValueError("its files are another pool's")
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            logger.warning("record cache: pool entry %s unreadable (%s): joined again", path, exc)
+            self.unreadable += 1
+            return None
+        self.hits += len(files)
+        self.pool_hit = True
+        return stored
+
+    def store_pool(self, files: list[Path], stored: StoredPool) -> None:
+        """Keep a slim read's joined pool when this read took every file from its own
+        entry (the pool was read before, unchanged: it is likely read so again), every
+        file is still as the manifest hashed it and none was written within ``RACY_NS``
+        of its scan. A read that parsed anything (a daemon's run on new records) writes
+        no pool entry: its pool is the next run's old one, and at a million records the
+        entry is 260 MB to write."""
+        if (self.hits, self.misses, self.continued) != (len(files), 0, 0):
+            return
+        states = [self._vouched(file) for file in files]
+        if any(s is None or s.mtime_ns >= self.scanned_ns - RACY_NS for s in states):
+            return
+        path = self._pool_path(files)
+        try:
+            save_pool(path, stored, CACHE_VERSION)
+        except (OSError, ValueError, TypeError, msgspec.EncodeError) as exc:
+            self.write_failures += 1
+            logger.warning(
+                "record cache: cannot write %s (%s): the pool is joined again next run",
+                path,
+                ascii(str(exc)),
+            )
+
     def prune(self) -> int:
         """Delete the entries of bytes no file of the manifest holds, but for the stored
         head of a listed ``.jsonl`` file (an append still reads on from it); their count."""
@@ -144,17 +199,20 @@ class RecordCache:
                 digests.append(head.digest)
         keep = {self._path(digest, slim).name for digest in digests for slim in (False, True)}
         keep |= {self._head_path(Path(path)).name for path in self.files}
+        keep.add(self._pool_path([Path(path) for path in self.files]).name)
         removed = 0
         if self.folder.is_dir():
             # *.json: entries of cache version 1, which no build reads any more.
-            for entry in [*self.folder.glob("*.msgpack"), *self.folder.glob("*.json")]:
+            found = ("*.msgpack", "*.json", "pool-*.gfpool")
+            for entry in [path for pattern in found for path in self.folder.glob(pattern)]:
                 if entry.name not in keep:
                     entry.unlink(missing_ok=True)
                     removed += 1
         return removed
 
     def _vouched(self, file: Path) -> FileState | None:
-        """The manifest's state of ``file`` while the file still has its size and mtime."""
+        """The manifest's state of ``file`` while the file is still the one it hashed
+        (its size, mtime, ctime and inode; a state without them vouches for nothing)."""
         state = self.files.get(str(file))
         if state is None:
             return None
@@ -162,9 +220,7 @@ class RecordCache:
             stat = os.stat(file)
         except OSError:
             return None
-        if (stat.st_size, stat.st_mtime_ns) != (state.size, state.mtime_ns):
-            return None
-        return state
+        return state if state.same_stat(stat) else None
 
     def _head(self, file: Path) -> _HeadMarker | None:
         try:
@@ -178,6 +234,17 @@ class RecordCache:
         # fsencode: a file name that is not UTF-8 comes back as the bytes it is.
         name = hashlib.blake2b(os.fsencode(file), digest_size=8).hexdigest()
         return self.folder / f"head-{name}.json"
+
+    def _pool_path(self, files: list[Path]) -> Path:
+        """The joined pool's entry: the files' paths and digests, in read order."""
+        key = hashlib.blake2b(CACHE_VERSION.encode(), digest_size=16)
+        for file in files:
+            state = self.files.get(str(file))
+            key.update(
+                os.fsencode(file) + b"\0" + (b"" if state is None else state.digest.encode())
+            )
+            key.update(b"\0")
+        return self.folder / f"pool-{key.hexdigest()}.gfpool"
 
     def _path(self, digest: str, slim: bool) -> Path:
         """An entry: its file's bytes' digest, the cache's version, and whether its

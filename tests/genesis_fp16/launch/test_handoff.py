@@ -62,14 +62,16 @@ def _snapshot() -> AgentSnapshot:
         [{"id": "c1", "checkpoint": "candidates/c1/ckpt-0000000008.pt"}],
         {"by": "operator"},
     )
-    grown = FileState("pool/a.jsonl", 120, 7, "ab" * 16, Prefix(100, "cd" * 16, 4, b"\n"))
-    scan = Manifest((grown, FileState("pool/b.json", 9, 8, "ef" * 16)), 123)
+    prefix = Prefix(100, "cd" * 16, 4, b"\n")
+    grown = FileState("pool/a.jsonl", 120, 7, "ab" * 16, prefix, ctime_ns=11, inode=12)
+    scan = Manifest((grown, FileState("pool/b.json", 9, 8, "ef" * 16, None, 13, 14)), 123)
     return AgentSnapshot(None, pointer, None, DataCheck(scan, {"outcome": "up_to_date"}))
 
 
 def test_the_run_file_carries_the_plans_snapshot(tmp_path: Path) -> None:
-    """The pointer, the scan (with a grown file's prefix, which Manifest.to_json drops)
-    and the verdict reach the child as the plan took them; the plan's state stays."""
+    """The pointer, the scan (with a grown file's prefix, which Manifest.to_json drops,
+    and each file's ctime and inode, which the record cache checks) and the verdict reach
+    the child as the plan took them; the plan's state stays."""
     snapshot = _snapshot()
     request = TrainRequest(
         agent="a",

@@ -111,3 +111,33 @@ def test_a_file_that_cannot_be_read_is_a_data_error(tmp_path: Path) -> None:
 
     with pytest.raises(DataError, match=r"cannot read data file '/proc/self/mem'"):
         scan_files(Path("/proc/self/mem"))
+
+
+def test_a_file_replaced_under_its_old_size_and_mtime_is_hashed_again(tmp_path: Path) -> None:
+    """Other bytes of the same size with the old mtime set back (cp -p, rsync -t, touch -r):
+    the ctime moved, so the scan hashes the file and sees the change."""
+    folder = _pool(tmp_path)
+    file = folder / "b.json"
+    before = file.stat()
+    first, _ = scan_files(folder)
+    file.write_text('[{"trajectory_id": "x"}]')
+    os.utime(file, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = file.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    again, report = scan_files(folder, first)
+    assert report.hashed == 1 and not again.same_content(first)
+
+
+def test_a_manifest_saved_without_ctime_and_inode_is_read_and_hashed_again(
+    tmp_path: Path,
+) -> None:
+    """A manifest of four fields per file (before ctime and inode were kept) reads, and
+    vouches for nothing: each file is hashed once more, to the same content."""
+    folder = _pool(tmp_path)
+    first, _ = scan_files(folder)
+    saved = first.to_json()
+    old = Manifest.from_json({**saved, "files": [entry[:4] for entry in saved["files"]]})
+    assert old is not None and old.same_content(first)
+    again, report = scan_files(folder, old)
+    assert (report.hashed, report.reused) == (2, 0) and again.same_content(first)
+    assert scan_files(folder, again)[1].reused == 2

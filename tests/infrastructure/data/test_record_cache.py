@@ -7,12 +7,14 @@ import os
 from pathlib import Path
 
 import msgspec
+import numpy as np
 import pytest
 import torch
 
 from genesis_fp16_infrastructure.data import record_cache
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint, record_id_hash
 from genesis_fp16_infrastructure.data.manifest import scan_files
+from genesis_fp16_infrastructure.data.pool_columns import Coded
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.data.synthetic import generate_pool, write_replay_buffer
@@ -295,3 +297,177 @@ def test_a_block_that_cannot_be_encoded_costs_only_the_next_runs_shortcut(
     cache.store(folder / "a.json", broken, slim=False)
     assert cache.write_failures == 1
     assert not list((tmp_path / "cache").glob("*.msgpack"))
+
+
+def test_a_truncated_entry_is_a_logged_counted_miss(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An entry cut short (a full disk, a crash under another writer): never served, the
+    file parsed again, the reason logged with the file's name and the miss counted."""
+    folder = _pool(tmp_path)
+    plain = read_trajectories(folder)
+    _read(folder, tmp_path, "cold")
+    entries = sorted((tmp_path / "cache").glob("*.msgpack"))
+    entries[0].write_bytes(entries[0].read_bytes()[: entries[0].stat().st_size // 2])
+    with caplog.at_level("WARNING", logger=record_cache.__name__):
+        again, cache, _ = _read(folder, tmp_path, "again")
+    assert (cache.hits, cache.misses, cache.unreadable) == (1, 1, 1)
+    assert "unreadable" in caplog.text and "read again" in caplog.text
+    _same(plain, again)
+
+
+def test_a_file_replaced_under_its_old_size_and_mtime_is_not_served(tmp_path: Path) -> None:
+    """Other records of the same byte count put in place with the old mtime (cp -p,
+    rsync -t): the scan against the previous manifest hashes it again, the cache misses
+    it, and the read gives the new records, as a fresh parse does."""
+    folder = _pool(tmp_path)
+    first, _ = scan_files(folder)
+    cache = RecordCache(tmp_path / "cache", first)
+    cold = read_trajectories(folder, cache=cache)
+    assert cache.misses == 2
+    file = folder / "a.json"
+    before = file.stat()
+    text = file.read_text()
+    at = text.index('"success_score": 0.') + len('"success_score": 0.')
+    file.write_text(text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1 :])  # one digit
+    assert len(file.read_text()) == len(text)
+    os.utime(file, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (file.stat().st_size, file.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    manifest, report = scan_files(folder, first)
+    assert report.hashed == 1
+    cache = RecordCache(tmp_path / "cache", manifest)
+    warm = read_trajectories(folder, cache=cache)
+    assert (cache.hits, cache.misses) == (1, 1)
+    _same(read_trajectories(folder), warm)
+    assert warm.scores != cold.scores
+
+
+def _slim(folder: Path, tmp_path: Path, name: str) -> tuple[ReadResult, RecordCache, str]:
+    """A training run's read (keep_text=False) through the cache; its quarantine text."""
+    manifest, _ = scan_files(folder)
+    cache = RecordCache(tmp_path / "cache", manifest)
+    quarantine = tmp_path / f"{name}.jsonl"
+    data = read_trajectories(folder, quarantine, cache=cache, keep_text=False)
+    return data, cache, quarantine.read_text() if quarantine.exists() else ""
+
+
+def _same_columns(a: ReadResult, b: ReadResult) -> None:
+    """Every column of two reads' pools equal, value for value and dtype for dtype."""
+    for name, value in vars(a.columns).items():
+        other = getattr(b.columns, name)
+        if isinstance(value, np.ndarray):
+            assert value.dtype == other.dtype and np.array_equal(value, other, equal_nan=True)
+        elif isinstance(value, Coded):
+            assert value.values == other.values and np.array_equal(value.codes, other.codes)
+        else:
+            assert value == other, name
+    counts = ("quarantined", "duplicates", "unlabelled", "files")
+    assert [getattr(a, c) for c in counts] == [getattr(b, c) for c in counts]
+
+
+def _pool_entries(tmp_path: Path) -> int:
+    return len(list((tmp_path / "cache").glob("pool-*.gfpool")))
+
+
+def test_an_unchanged_pool_is_served_whole_as_a_fresh_parse_gives_it(tmp_path: Path) -> None:
+    """The first read that finds every file's entry writes the pool's (a read that parsed
+    writes none); the next takes the joined pool from it (columns mapped from the file,
+    no block decoded): its columns, examples, lineage pool and quarantine file are a
+    fresh parse's; a column written to changes the run's copy, never the entry."""
+    folder = _pool(tmp_path)
+    fresh, _, fresh_quarantine = _slim(folder, tmp_path / "fresh", "q")
+    _, cache, _ = _slim(folder, tmp_path, "cold")
+    assert not cache.pool_hit and _pool_entries(tmp_path) == 0
+    _, cache, _ = _slim(folder, tmp_path, "second")
+    assert not cache.pool_hit and _pool_entries(tmp_path) == 1
+    warm, cache, warm_quarantine = _slim(folder, tmp_path, "warm")
+    assert cache.pool_hit and (cache.hits, cache.misses) == (2, 0)
+    _same_columns(fresh, warm)
+    assert warm_quarantine == fresh_quarantine and warm.quarantined == 2
+    assert [(e.trajectory_id, e.label, e.key) for e in warm.examples] == [
+        (e.trajectory_id, e.label, e.key) for e in fresh.examples
+    ]
+    assert warm.pool.entries == fresh.pool.entries
+    warm.columns.score[:] = -1.0  # copy-on-write: the entry keeps its bytes
+    again, cache, _ = _slim(folder, tmp_path, "again")
+    assert cache.pool_hit
+    _same_columns(fresh, again)
+
+
+def test_a_changed_or_grown_pool_misses_the_whole_pool_entry(tmp_path: Path) -> None:
+    """A record edited in one file, then lines appended to the .jsonl: each read joins
+    the per-file entries again (the unchanged file still cached, the appended one read
+    from where it ended) and gives a fresh parse's pool; two reads later it is whole
+    again, and the entries of the old pools are pruned."""
+    folder = _pool(tmp_path)
+    _slim(folder, tmp_path, "cold")
+    _slim(folder, tmp_path, "second")
+    assert _pool_entries(tmp_path) == 1
+    pool = json.loads((folder / "a.json").read_text())
+    first = next(iter(pool["trajectories"].values()))
+    first["success_score"] = 0.999
+    (folder / "a.json").write_text(json.dumps(pool))
+    _age(folder)
+    edited, cache, _ = _slim(folder, tmp_path, "edited")
+    assert not cache.pool_hit and (cache.hits, cache.misses) == (1, 1)
+    _same_columns(_slim(folder, tmp_path / "fresh1", "q")[0], edited)
+    with (folder / "b.jsonl").open("a") as handle:
+        handle.write(json.dumps({**first, "trajectory_id": "appended"}) + "\n")
+    _age(folder)
+    grown, cache, _ = _slim(folder, tmp_path, "grown")
+    assert not cache.pool_hit and cache.continued == 1
+    assert len(grown.columns) == len(edited.columns) + 1
+    _same_columns(_slim(folder, tmp_path / "fresh2", "q")[0], grown)
+    _slim(folder, tmp_path, "grown-again")
+    manifest, _ = scan_files(folder)
+    RecordCache(tmp_path / "cache", manifest).prune()
+    assert _pool_entries(tmp_path) == 1
+    again, cache, _ = _slim(folder, tmp_path, "again")
+    assert cache.pool_hit
+    _same_columns(grown, again)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "header", "grown", "version"])
+def test_a_damaged_pool_entry_is_a_logged_counted_miss(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str
+) -> None:
+    """A pool entry cut short, with a garbled header, with bytes past its end, or of
+    another cache version is never served: the read joins the files' entries, logs why
+    and counts it, and gives a fresh parse's pool."""
+    folder = _pool(tmp_path)
+    fresh, _, _ = _slim(folder, tmp_path / "fresh", "q")
+    _slim(folder, tmp_path, "cold")
+    _slim(folder, tmp_path, "second")
+    (entry,) = (tmp_path / "cache").glob("pool-*.gfpool")
+    raw = entry.read_bytes()
+    if damage == "truncated":
+        entry.write_bytes(raw[: len(raw) - 100])
+    elif damage == "header":
+        entry.write_bytes(raw[:20] + b"\xc1" * 40 + raw[60:])
+    elif damage == "grown":
+        entry.write_bytes(raw + b"\0" * 64)
+    else:
+        version = record_cache.CACHE_VERSION.encode()
+        entry.write_bytes(raw.replace(version, b"0" * len(version), 1))
+    with caplog.at_level("WARNING", logger=record_cache.__name__):
+        again, cache, _ = _slim(folder, tmp_path, "again")
+    assert not cache.pool_hit and cache.unreadable == 1 and cache.hits == 2
+    assert "pool entry" in caplog.text and "unreadable" in caplog.text
+    _same_columns(fresh, again)
+
+
+def test_a_pool_without_parents_or_quarantine_round_trips(tmp_path: Path) -> None:
+    """Empty columns (no parent anywhere, nothing quarantined) are stored and come back."""
+    folder = tmp_path / "pool"
+    folder.mkdir()
+    pool = generate_pool(30, seed=3)
+    for record in pool["trajectories"].values():
+        record["parent_trajectories"] = []
+    (folder / "a.json").write_text(json.dumps(pool))
+    _age(folder)
+    fresh, _, _ = _slim(folder, tmp_path / "fresh", "q")
+    _slim(folder, tmp_path, "cold")
+    _slim(folder, tmp_path, "second")
+    warm, cache, _ = _slim(folder, tmp_path, "warm")
+    assert cache.pool_hit and len(warm.columns.parent) == 0 and warm.quarantined == 0
+    _same_columns(fresh, warm)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
-from genesis_fp16_infrastructure.data.file_records import FileCache
+from genesis_fp16_infrastructure.data.pool_file import PoolCache
 from genesis_fp16_infrastructure.data.readers import (
     DataTooLarge,
     ReadResult,
@@ -57,7 +57,7 @@ def read_pool(
     options: TaskOptions,
     quarantine: Path | None = None,
     memory_limit: int | None = None,
-    cache: FileCache | None = None,
+    cache: PoolCache | None = None,
     agent: str = "se_darwin",
 ) -> ReadResult:
     """The pool at ``path``, size-checked first against the options' ``max_pool_bytes``

@@ -118,4 +118,6 @@ def cache_record(cache: RecordCache) -> dict[str, int]:
         "files_read": cache.misses,
         "files_continued": cache.continued,  # appended .jsonl: new lines only
         "write_failures": cache.write_failures,
+        "entries_unreadable": cache.unreadable,  # damaged entries: their files parsed again
+        "pool_cached": int(cache.pool_hit),  # the joined pool whole: no file decoded
     }

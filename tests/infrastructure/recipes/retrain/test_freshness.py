@@ -150,6 +150,8 @@ def test_a_record_edited_in_place_is_seen_and_learned(
         "files_read": 1,
         "files_continued": 0,
         "write_failures": 0,
+        "entries_unreadable": 0,
+        "pool_cached": 0,
     }
 
 
