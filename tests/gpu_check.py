@@ -1054,4 +1054,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # Run as a script, sys.path[0] is tests/, where the folder tests/genesis_fp16/ (test
+    # modules, no __init__) is a namespace package that PathFinder returns before an
+    # editable install's finder is asked: `genesis_fp16.metrics` would then not be found
+    # (seen on the H200, 2026-11-26). The check imports nothing of its own from tests/.
+    if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+        del sys.path[0]
     sys.exit(main())
