@@ -69,6 +69,15 @@ def _stats(values: list[float]) -> dict[str, float]:
     return {"median": round(statistics.median(values), 3), "q1": round(q1, 3), "q3": round(q3, 3)}
 
 
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as handle:
+            names = [line.split(":", 1)[1].strip() for line in handle if "model name" in line]
+    except OSError:
+        names = []
+    return names[0] if names else platform.processor() or platform.machine()
+
+
 def _loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -100,7 +109,7 @@ def main() -> None:
     worker.close()
     report: dict[str, Any] = {
         "command": "python benchmarks/run_start.py " + " ".join(sys.argv[1:]),
-        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "machine": f"{_cpu_model()}, no GPU used (device cpu)",
         "cpu_count": os.cpu_count(),
         "python": sys.version.split()[0],
         "loadavg_before": load_before,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import select
 import signal
@@ -18,6 +19,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from typing import IO, Any
 
@@ -78,12 +80,12 @@ class ForkedChild:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        waited = 0.0
+        deadline = time.monotonic() + (timeout if timeout is not None else math.inf)
         while self.poll() is None:
-            if timeout is not None and waited >= timeout:
-                raise subprocess.TimeoutExpired(str(self.pid), timeout)
-            select.select([self._pidfd], [], [], 0.05)
-            waited += 0.05
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
+            open_status = self._status.fileno() != -1
+            select.select([self._status if open_status else self._pidfd], [], [], 0.05)
         assert self.returncode is not None
         return self.returncode
 
@@ -190,10 +192,11 @@ class RunWorker:
         self.ready = message["ready"]
         log.info(
             "run worker ready (pid %d): torch and the library imported in %.2f s, "
-            "%.0f MiB resident, CUDA not initialised",
+            "%s MiB resident (%s MiB its own), CUDA not initialised",
             self.ready["pid"],
             self.ready["seconds"],
-            self.ready["resident_mib"],
+            self.ready.get("resident_mib", "?"),
+            self.ready.get("private_mib", "?"),
         )
 
     def _fork(self, args: list[str], env: dict[str, str], cwd: str) -> ForkedChild:

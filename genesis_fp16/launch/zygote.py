@@ -38,15 +38,19 @@ descriptors (stdin, stdout, stderr, the run's status socket) is answered by
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import gc
 import json
 import os
 import select
 import signal
 import socket
 import sys
+import threading
 import time
-from typing import Any
+import traceback
+from typing import Any, NoReturn
 
 # What the worker imports before it serves: what every run's child imports before it trains.
 PRELOAD = (
@@ -69,12 +73,22 @@ def _threads() -> int:
         return 1
 
 
-def _resident_mib() -> float:
+def _memory_mib() -> dict[str, float]:
+    """This process's resident, proportional (PSS) and private memory, in MiB (Linux's
+    /proc/self/smaps_rollup; empty where unknown). Private is what it alone costs; the
+    shared rest (torch's libraries) is shared with every run's child as well."""
+    kib: dict[str, int] = {}
     try:
-        with open("/proc/self/statm") as handle:
-            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, ValueError, IndexError):
-        return 0.0
+        with open("/proc/self/smaps_rollup") as handle:
+            for line in handle:
+                name, _, rest = line.partition(":")
+                if rest.strip().endswith("kB"):
+                    kib[name] = int(rest.split()[0])
+    except (OSError, ValueError):
+        return {}
+    private = kib.get("Private_Clean", 0) + kib.get("Private_Dirty", 0)
+    mib = {"resident_mib": kib.get("Rss", 0), "pss_mib": kib.get("Pss", 0), "private_mib": private}
+    return {name: round(value / 1024, 1) for name, value in mib.items()}
 
 
 def _preload() -> dict[str, Any]:
@@ -91,7 +105,7 @@ def _preload() -> dict[str, Any]:
         "seconds": round(time.perf_counter() - started, 3),
         "threads": _threads(),
         "cuda_initialized": bool(torch.cuda.is_initialized()),
-        "resident_mib": round(_resident_mib(), 1),
+        **_memory_mib(),
     }
     if ready["cuda_initialized"]:
         return {"error": "the worker's imports initialised CUDA: a forked child could not use it"}
@@ -195,11 +209,40 @@ def _become_child(
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
-def run_child(request: dict[str, Any]) -> int:
-    """What ``python -m genesis_fp16 ARGS`` does after its imports."""
+def run_child(request: dict[str, Any]) -> NoReturn:
+    """What ``python -m genesis_fp16 ARGS`` does after its imports, and how it ends: its
+    non-daemon threads joined, its ``atexit`` functions run and its output flushed, as an
+    interpreter's exit does; then ``os._exit``, without tearing down every module. That
+    teardown would write to every object the worker imported (seconds of copy-on-write
+    page copies under load) for nothing: the process is about to end."""
     from genesis_fp16.cli import main as cli_main
 
-    return cli_main(list(request["args"]))
+    try:
+        code = _exit_status(cli_main(list(request["args"])))
+    except SystemExit as exc:
+        code = _exit_status(exc.code)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    try:
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and not thread.daemon:
+                thread.join()
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
+def _exit_status(code: object) -> int:
+    """``SystemExit(code)``'s exit status, as the interpreter computes it."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
 
 
 def main(argv: list[str]) -> int:
@@ -212,10 +255,11 @@ def main(argv: list[str]) -> int:
     _send(control, ready)
     if "error" in ready:
         return 1
+    gc.freeze()  # what the imports made is never collected: a child's GC leaves it shared
     request = serve(control)
     if request is None:
         return 0
-    return run_child(request)  # in a forked child: the interpreter then ends as usual
+    run_child(request)  # in a forked child, which ends there
 
 
 if __name__ == "__main__":
