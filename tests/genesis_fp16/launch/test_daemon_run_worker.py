@@ -11,7 +11,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from daemon_harness import FIXTURE_PLUGINS, DaemonProcess, child_pids, child_wait, start_daemon
+from daemon_harness import DaemonProcess, child_pids, child_wait, start_daemon
 
 RUNS = "genesis_fp16_training_runs_total"
 FORKED = re.compile(r"the run worker forked the run's process (\d+)")
@@ -22,7 +22,6 @@ def _daemon(tmp_path: Path, **env: str) -> DaemonProcess:
     return start_daemon(
         tmp_path,
         {
-            "PYTHONPATH": str(FIXTURE_PLUGINS),
             "GENESIS_FP16_PLUGIN_ALLOWLIST": "fixture_good",
             "GENESIS_FP16_RUN_ISOLATION": "process",
             "GENESIS_FP16_SHUTDOWN_TIMEOUT_SECONDS": "1",
