@@ -20,8 +20,9 @@ Rules it keeps:
   this worker, single-threaded, forks without exec. It refuses to serve (and the daemon
   starts runs by exec, saying why) if it has more than one thread after its imports.
 - **It never touches CUDA.** Importing torch creates no CUDA context; the worker checks
-  ``torch.cuda.is_initialized()`` is False before it serves, and each child creates its
-  own context as an exec'd one does.
+  that ``torch.cuda.is_initialized()`` is False and that the CUDA driver is not loaded
+  (:func:`cuda_driver_loaded`) before it serves, and each child creates its own context
+  as an exec'd one does.
 - **Plugins are not pre-imported**: each run imports its agent afresh, so an edited
   plugin is picked up at the next run, as before.
 - **A run costs only its own child**: a crash, a hang or a kill ends that child; the
@@ -91,10 +92,24 @@ def _memory_mib() -> dict[str, float]:
     return {name: round(value / 1024, 1) for name, value in mib.items()}
 
 
+def cuda_driver_loaded() -> bool:
+    """Whether this process has loaded the CUDA driver (``libcuda.so`` mapped: a CUDA call
+    such as ``cudaGetDeviceCount`` ran). ``torch.cuda.is_initialized()`` says only whether
+    torch made its context; a driver initialised before a fork is as unusable in the child."""
+    try:
+        with open("/proc/self/maps") as handle:
+            return any("libcuda.so" in line for line in handle)
+    except OSError:
+        return False
+
+
 def _preload() -> dict[str, Any]:
     """Import :data:`PRELOAD`; say what this process is now, or why it must not serve."""
     import importlib
 
+    # torch.cuda.is_available() and device_count() ask NVML, not the CUDA driver, should
+    # an import call them (a forked child gets its own environment back).
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     started = time.perf_counter()
     for name in PRELOAD:
         importlib.import_module(name)
@@ -105,9 +120,10 @@ def _preload() -> dict[str, Any]:
         "seconds": round(time.perf_counter() - started, 3),
         "threads": _threads(),
         "cuda_initialized": bool(torch.cuda.is_initialized()),
+        "cuda_driver_loaded": cuda_driver_loaded(),
         **_memory_mib(),
     }
-    if ready["cuda_initialized"]:
+    if ready["cuda_initialized"] or ready["cuda_driver_loaded"]:
         return {"error": "the worker's imports initialised CUDA: a forked child could not use it"}
     if ready["threads"] != 1:
         return {"error": f"the worker has {ready['threads']} threads after its imports"}
