@@ -63,3 +63,18 @@ def test_a_worker_that_cannot_start_sends_the_run_to_exec_with_the_reason(
     assert "exited before it was ready" in caplog.text
     with pytest.raises(WorkerUnavailable, match="could not start"):
         broken.start(["train"], {})
+
+
+def test_a_worker_whose_imports_touched_cuda_refuses_to_serve(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Preloading where the CUDA driver ends up loaded (faked: no GPU here) answers an
+    error, not ready: a forked child could not use CUDA, so the runs go to exec."""
+    from genesis_fp16.launch import zygote
+
+    assert zygote.cuda_driver_loaded() is False  # the CPU test host: torch never touched it
+    monkeypatch.setattr(zygote, "cuda_driver_loaded", lambda: True)
+    monkeypatch.setattr(zygote, "PRELOAD", ("torch",))
+    monkeypatch.setenv("PYTORCH_NVML_BASED_CUDA_CHECK", "0")  # restored after the test
+    answer = zygote._preload()
+    assert "ready" not in answer and "initialised CUDA" in answer["error"]
