@@ -221,6 +221,11 @@ def _become_child(
     sys.argv = [os.path.join(os.path.dirname(os.path.dirname(__file__)), "__main__.py")]
     sys.argv += list(request["args"])
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # Python reseeds ``random`` at a fork; numpy's global generator, seeded from entropy
+    # when the worker imported it, would otherwise start every run in the same state.
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        numpy_random.seed()
     hold_sigterm()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
