@@ -3,15 +3,16 @@ training step, with the run's child started by exec and forked by the run worker
 
 Calls the daemon's own launcher (``train_in_child``, genesis_fp16/launch/launcher.py) for a
 few-step se_darwin run in fp32 (no calibration: that is the precision's cost, not the
-start's), resumed from the previous run's checkpoint, with ``log_interval=1``: the child's
-first ``{"progress": ...}`` line comes after its first optimizer step, and the clock stops
+start's), every run in one state folder after a warm-up run, with ``log_interval=1``: the
+child's first ``{"progress": ...}`` line comes after its first optimizer step, and the clock stops
 when the launcher reads it (``on_log``). Each round runs ``exec`` then ``worker`` (or the
 other way round, alternating), so load on a shared machine falls on both; printed: median
 and quartiles of each, and the median of the paired differences. The worker is started
 (and its torch imported) before the first round, as the daemon's is by its first run; its
 resident memory and start time are reported too::
 
-    python benchmarks/run_start.py --runs 7 --out benchmarks/results/run_start_cpu-2-cores.json
+    python benchmarks/run_start.py --runs 7 \\
+        --out benchmarks/results/run_start_cpu-amd-epyc-2-cores.json
 """
 
 from __future__ import annotations
@@ -78,6 +79,12 @@ def _cpu_model() -> str:
     return names[0] if names else platform.processor() or platform.machine()
 
 
+def _torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
+
+
 def _loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -112,6 +119,7 @@ def main() -> None:
         "machine": f"{_cpu_model()}, no GPU used (device cpu)",
         "cpu_count": os.cpu_count(),
         "python": sys.version.split()[0],
+        "torch": _torch_version(),
         "loadavg_before": load_before,
         "loadavg_after": _loadavg(),
         "runs": args.runs,

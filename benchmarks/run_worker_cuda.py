@@ -1,4 +1,4 @@
-"""Does a run's child forked by the run worker see CUDA normally? (genesis_fp16/launch/zygote.py)
+"""Does a run's child forked by the run worker see CUDA normally? (genesis_fp16/commands/zygote.py)
 
 Daemon-free: this process does what the worker does before it serves (imports
 ``zygote.PRELOAD``, checks one thread and no CUDA context, ``gc.freeze()``), then forks a
@@ -44,7 +44,7 @@ def _child() -> int:
 
 
 def main() -> int:
-    from genesis_fp16.launch import zygote
+    from genesis_fp16.commands import zygote
 
     ready = zygote._preload()
     print(json.dumps(ready), flush=True)

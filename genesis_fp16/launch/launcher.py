@@ -164,7 +164,7 @@ def train_in_child(
     ``memory_limit`` bytes of resident memory ends that child, not the daemon: the run
     fails with a :class:`LaunchError` naming how. Costs a process start per run (an
     interpreter, torch and the plugin imported again: a few seconds), unless ``worker``
-    (genesis_fp16/launch/zygote.py) forks it from a process that has imported torch.
+    (genesis_fp16/commands/zygote.py) forks it from a process that has imported torch.
     """
     handed = request_file(request)
     write_run_file(handed, request, log_level)

@@ -1,9 +1,9 @@
-"""The daemon's side of the run worker (genesis_fp16/launch/zygote.py): start it, ask it
+"""The daemon's side of the run worker (genesis_fp16/commands/zygote.py): start it, ask it
 for a run's child, supervise that child as ``subprocess.Popen`` would, restart the worker
-when it dies, and say why when a run has to start by exec instead.
+when it dies, and say why when a run has to start by exec instead::
 
->>> child = worker.start(["train", "se_darwin", "--request", path], env)  # doctest: +SKIP
->>> child.poll(), child.send_signal(signal.SIGTERM)                       # doctest: +SKIP
+    child = WORKER.start(["train", "se_darwin", "--request", path], env)  # a ForkedChild
+    child.poll(), child.send_signal(signal.SIGTERM), child.returncode
 """
 
 from __future__ import annotations
@@ -24,10 +24,12 @@ from collections.abc import Mapping
 from typing import IO, Any
 
 from genesis_fp16.launch.handoff import SAFE_PYTHON
-from genesis_fp16.launch.zygote import MAX_MESSAGE
 
 log = logging.getLogger("genesis_fp16.launcher")
 
+# Largest message between the daemon and the worker: a request carries the run's whole
+# environment.
+MAX_MESSAGE = 1 << 20
 # How long the worker may take to import torch and the library (a loaded 2-core host
 # took 8 s); past it the run starts by exec.
 READY_SECONDS = 180.0
@@ -164,7 +166,7 @@ class RunWorker:
     def _launch(self, env: dict[str, str]) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            command = [self._python, *SAFE_PYTHON, "-m", "genesis_fp16.launch.zygote"]
+            command = [self._python, *SAFE_PYTHON, "-m", "genesis_fp16.commands.zygote"]
             self._process = subprocess.Popen(
                 [*command, str(theirs.fileno())],
                 pass_fds=[theirs.fileno()],

@@ -101,7 +101,7 @@ def test_a_runs_child_dies_with_its_daemon(tmp_path: Path, agent: str, nproc: in
     daemon = start_daemon(tmp_path, {**env, "FIXTURE_STEP_SECONDS": "0.05"})
     children: list[int] = []
     try:
-        # One child: the run worker and the run it forked (genesis_fp16/launch/zygote.py),
+        # One child: the run worker and the run it forked (genesis_fp16/commands/zygote.py),
         # or torchrun and its ranks.
         expected = 2 if nproc == 1 else 1 + nproc
         daemon.wait_for(lambda: len(_tree(daemon.process.pid)) >= expected, "a run's child")

@@ -1,4 +1,4 @@
-"""Runs forked by the run worker (genesis_fp16/launch/zygote.py) keep process isolation: a
+"""Runs forked by the run worker (genesis_fp16/commands/zygote.py) keep process isolation: a
 killed run costs only itself, a killed worker is replaced (real daemon subprocesses)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The run worker (genesis_fp16/launch/zygote.py) forks children that get the run's
+"""The run worker (genesis_fp16/commands/zygote.py) forks children that get the run's
 arguments, environment, directory and pipes, and the daemon's side falls back to exec,
 saying why, when the worker cannot start."""
 
@@ -70,7 +70,7 @@ def test_a_worker_whose_imports_touched_cuda_refuses_to_serve(
 ) -> None:
     """Preloading where the CUDA driver ends up loaded (faked: no GPU here) answers an
     error, not ready: a forked child could not use CUDA, so the runs go to exec."""
-    from genesis_fp16.launch import zygote
+    from genesis_fp16.commands import zygote
 
     assert zygote.cuda_driver_loaded() is False  # the CPU test host: torch never touched it
     monkeypatch.setattr(zygote, "cuda_driver_loaded", lambda: True)

@@ -2,9 +2,9 @@
 
 A fresh ``python -m genesis_fp16 train`` spends seconds importing torch and
 ``torch._dynamo`` (the first ``torch.optim`` optimizer imports it) before its first step:
-benchmarks/results/run_start_cpu-2-cores.md. Under ``GENESIS_FP16_RUN_WORKER=true`` (the
+benchmarks/results/run_start_cpu-amd-epyc-2-cores.md. Under ``GENESIS_FP16_RUN_WORKER=true`` (the
 default) the daemon starts this worker once, with an ordinary exec
-(``python -P -m genesis_fp16.launch.zygote FD``, the run's environment), and it imports
+(``python -P -m genesis_fp16.commands.zygote FD``, the run's environment), and it imports
 :data:`PRELOAD` and then waits. For each run the daemon sends, over a Unix socket, the
 command's arguments, environment and working directory, and the run's three standard
 descriptors (the watched stdin pipe, the stdout and stderr pipes) with ``SCM_RIGHTS``; the
@@ -53,6 +53,8 @@ import time
 import traceback
 from typing import Any, NoReturn
 
+from genesis_fp16.launch.run_worker import MAX_MESSAGE
+
 # What the worker imports before it serves: what every run's child imports before it trains.
 PRELOAD = (
     "torch",
@@ -61,8 +63,6 @@ PRELOAD = (
     "genesis_fp16.commands.train",
     "genesis_fp16_infrastructure.training",
 )
-# Largest message: a request carries the run's whole environment.
-MAX_MESSAGE = 1 << 20
 _REAP_SECONDS = 0.05
 
 
@@ -267,7 +267,7 @@ def _exit_status(code: object) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """``python -P -m genesis_fp16.launch.zygote FD``: preload, say so on FD, serve."""
+    """``python -P -m genesis_fp16.commands.zygote FD``: preload, say so on FD, serve."""
     control = socket.socket(fileno=int(argv[0]))
     try:
         ready = _preload()
