@@ -41,11 +41,11 @@ from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest
 from genesis_fp16_infrastructure.training.run.spec import RunCallbacks
 
 
-def _request(state: Path, steps: int, sample_count: int) -> TrainRequest:
+def _request(state: Path, steps: int, sample_count: int, device: str) -> TrainRequest:
     settings = Settings(state_dir=state, sample_count=sample_count)
     overrides = RequestOverrides(precision="fp32", steps=steps, log_interval=1)
     plugin = load_plugin("se_darwin")
-    request = plan_request(settings, "se_darwin", plugin, "cpu", overrides).request
+    request = plan_request(settings, "se_darwin", plugin, device, overrides).request
     return replace(request, checkpoint_steps=10**6)  # one checkpoint, at the end
 
 
@@ -85,6 +85,15 @@ def _torch_version() -> str:
     return str(torch.__version__)
 
 
+def _gpu_name(device: str) -> str | None:
+    """The GPU's name (asked after the runs: this process is neither the worker nor a run)."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    return str(torch.cuda.get_device_name(torch.device(device)))
+
+
 def _loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -94,6 +103,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="paired rounds")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--sample-count", type=int, default=200)
+    parser.add_argument("--device", default="cpu", help="the runs' device (cpu, cuda)")
     parser.add_argument("--out", type=Path, help="write the results JSON here too")
     args = parser.parse_args()
     # The children's relayed log records: warnings only, or they drown the figures.
@@ -102,7 +112,7 @@ def main() -> None:
     load_before = _loadavg()
     rounds: list[dict[str, dict[str, float]]] = []
     with tempfile.TemporaryDirectory() as folder:
-        request = _request(Path(folder), args.steps, args.sample_count)
+        request = _request(Path(folder), args.steps, args.sample_count, args.device)
         _time_run(request, None)  # warm-up: sample data, first checkpoint, the page cache
         started = time.perf_counter()
         _time_run(request, worker)  # the worker's start, as at the daemon's first run
@@ -116,7 +126,9 @@ def main() -> None:
     worker.close()
     report: dict[str, Any] = {
         "command": "python benchmarks/run_start.py " + " ".join(sys.argv[1:]),
-        "machine": f"{_cpu_model()}, no GPU used (device cpu)",
+        "machine": _cpu_model(),
+        "device": args.device,
+        "gpu": _gpu_name(args.device),
         "cpu_count": os.cpu_count(),
         "python": sys.version.split()[0],
         "torch": _torch_version(),
