@@ -132,6 +132,9 @@ class Settings(BaseSettings, GuardSettings):
     # are, so a plugin that hangs, calls os._exit or leaks cannot take the daemon down;
     # thread: in the daemon's own process (no process start; a hung run is abandoned).
     run_isolation: Isolation = "process"
+    # process isolation: each run's child forked by a worker that has imported torch once
+    # (genesis_fp16/commands/zygote.py), not started by exec; false: exec, as torchrun's ranks.
+    run_worker: bool = True
     # A run's process (and its children) killed past this resident memory, in bytes
     # (process isolation and torchrun jobs). Unset: the machine's memory, or its cgroup
     # limit, shared by the runs that may train at once (one per agent plugin; see

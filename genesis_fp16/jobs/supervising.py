@@ -21,6 +21,7 @@ import structlog
 
 from genesis_fp16.jobs.job_state import JobContext, Run
 from genesis_fp16.launch.launcher import train_in_child, train_with_torchrun
+from genesis_fp16.launch.run_worker import WORKER
 from genesis_fp16_infrastructure.contract import (
     AgentPlugin,
     TrainRequest,
@@ -52,8 +53,15 @@ def execute_run(run: Run, plugin: AgentPlugin, request: TrainRequest) -> TrainRe
             request, spec.nproc, run.timeout, memory_limit=limit, log_level=settings.log_level
         )
     if (spec.isolation or settings.run_isolation) == "process":
+        worker = WORKER if settings.run_worker else None  # torch imported once: zygote.py
         child = functools.partial(
-            train_in_child, request, run.timeout, grace, limit, log_level=settings.log_level
+            train_in_child,
+            request,
+            run.timeout,
+            grace,
+            limit,
+            log_level=settings.log_level,
+            worker=worker,
         )
         # The launcher stops, then kills, the child itself; the watch marks it overdue.
         return supervised(ctx, agent, child, run.deadline, run.timeout, grace + 60)

@@ -47,6 +47,7 @@ from genesis_fp16.config.settings import ENV_PREFIX
 from genesis_fp16.config.state_files import report_relayed
 from genesis_fp16.launch.handoff import SAFE_PYTHON, child_env, write_run_file
 from genesis_fp16.launch.kubeflow import without_pet
+from genesis_fp16.launch.run_worker import ForkedChild, RunWorker, WorkerUnavailable
 from genesis_fp16.launch.stderr_relay import relay_stderr
 from genesis_fp16_infrastructure.agent_folder.layout import RUN_REQUEST
 from genesis_fp16_infrastructure.contract import TrainRequest, TrainRequestError, TrainResult
@@ -155,24 +156,44 @@ def train_in_child(
     memory_limit: int | None = None,
     env: Mapping[str, str] | None = None,
     log_level: str = "INFO",
+    worker: RunWorker | None = None,
 ) -> TrainResult:
     """Run ``request`` in one child process, supervised as a torchrun job is.
 
     A plugin that hangs, calls ``os._exit``, crashes the interpreter or grows past
     ``memory_limit`` bytes of resident memory ends that child, not the daemon: the run
     fails with a :class:`LaunchError` naming how. Costs a process start per run (an
-    interpreter, torch and the plugin imported again: a few seconds).
+    interpreter, torch and the plugin imported again: a few seconds), unless ``worker``
+    (genesis_fp16/commands/zygote.py) forks it from a process that has imported torch.
     """
     handed = request_file(request)
     write_run_file(handed, request, log_level)
     try:
         command = child_command(request)
-        log.info("launching the run's process: %s", " ".join(command))
-        return _launch(
-            request, command, timeout, kill_after, env, memory_limit, what="the run's process"
-        )
+        forked = _fork(worker, command, env) if worker is not None else None
+        child: subprocess.Popen[str] | ForkedChild
+        if forked is None:
+            log.info("launching the run's process: %s", " ".join(command))
+            child = _start(command, env)
+        else:
+            log.info("the run worker forked the run's process %d: %s", forked.pid, command[4:])
+            child = forked
+        return _launch(request, child, timeout, kill_after, memory_limit, what="the run's process")
     finally:
         handed.unlink(missing_ok=True)
+
+
+def _fork(
+    worker: RunWorker, command: list[str], env: Mapping[str, str] | None
+) -> ForkedChild | None:
+    """The run's process forked by ``worker`` (``command`` minus ``python -P -m``), or None,
+    with the reason logged, where it cannot: the run then starts by exec."""
+    environ = child_env(without_pet(env if env is not None else os.environ))
+    try:
+        return worker.start(command[len(SAFE_PYTHON) + 3 :], environ)
+    except WorkerUnavailable as exc:
+        log.warning("starting the run's process by exec, not from the run worker: %s", exc)
+        return None
 
 
 def train_with_torchrun(
@@ -196,21 +217,19 @@ def train_with_torchrun(
     try:
         command = torchrun_command(request, nproc)
         log.info("launching torchrun with %d process(es): %s", nproc, " ".join(command))
-        return _launch(request, command, timeout, kill_after, env, memory_limit)
+        return _launch(request, _start(command, env), timeout, kill_after, memory_limit)
     finally:
         handed.unlink(missing_ok=True)
 
 
 def _launch(
     request: TrainRequest,
-    command: list[str],
+    child: subprocess.Popen[str] | ForkedChild,
     timeout: float | None,
     kill_after: float,
-    env: Mapping[str, str] | None,
     memory_limit: int | None = None,
     what: str = "the torchrun job",
 ) -> TrainResult:
-    child = _start(command, env)
     assert child.stdout is not None and child.stderr is not None
     output = _Output()
     # Both threads run in a copy of the job's context: the progress records the reader
@@ -244,7 +263,7 @@ def _launch(
         raise RunStopped(why)
     if output.result is None:
         raise LaunchError(f"{what} exited with code {code} without a result")
-    if code != 0 and ended.stopped_by is None:
+    if code != 0 and ended.stopped_by is None and getattr(child, "exit_known", True):
         raise LaunchError(f"{what} exited with code {code}")
     log.info("%s ended (exit code %d, stopped by %s)", what, code, ended.stopped_by or "nothing")
     return TrainResult.from_json(output.result)
@@ -277,7 +296,7 @@ class _Ended:
 
 
 def _supervise(
-    child: subprocess.Popen[str],
+    child: subprocess.Popen[str] | ForkedChild,
     should_stop: Callable[[], bool],
     timeout: float | None,
     kill_after: float,

@@ -21,12 +21,15 @@ from daemon_harness import (
 )
 
 ISOLATION_PLUGINS = Path(__file__).resolve().parents[2] / "fixtures" / "isolation_plugins"
+# The checkout under test (a worktree's PYTHONPATH), not whichever one the venv installed.
+CALLER_PATH = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+PLUGIN_PATH = os.pathsep.join([str(FIXTURE_PLUGINS), str(ISOLATION_PLUGINS), *CALLER_PATH])
 RUNS = "genesis_fp16_training_runs_total"
 
 
 def _env(agent: str, **extra: str) -> dict[str, str]:
     return {
-        "PYTHONPATH": os.pathsep.join([str(FIXTURE_PLUGINS), str(ISOLATION_PLUGINS)]),
+        "PYTHONPATH": PLUGIN_PATH,
         "GENESIS_FP16_PLUGIN_ALLOWLIST": agent,
         "GENESIS_FP16_RUN_ISOLATION": "process",
         "GENESIS_FP16_SCHEDULE": "1",
@@ -91,17 +94,20 @@ def test_a_rejected_env_edit_leaves_the_childrens_runs_succeeding(tmp_path: Path
 )
 def test_a_runs_child_dies_with_its_daemon(tmp_path: Path, agent: str, nproc: int) -> None:
     """kill -9 of the daemon mid-run: its child (or torchrun and its ranks), silent (no
-    progress line to fail on), busy or hung in train(), is gone within seconds; a busy
-    run stopped with a checkpoint."""
+    progress line to fail on), busy or hung in train(), is gone within seconds, and so is
+    the run worker that forked it; a busy run stopped with a checkpoint."""
     env = _env(agent, GENESIS_FP16_STEPS_PER_RUN="100000", GENESIS_FP16_LOG_INTERVAL="100000")
     env[f"GENESIS_FP16_AGENTS__{agent.upper()}__NPROC"] = str(nproc)
     daemon = start_daemon(tmp_path, {**env, "FIXTURE_STEP_SECONDS": "0.05"})
     children: list[int] = []
     try:
-        daemon.wait_for(lambda: child_pids(daemon.process.pid), "a run's child")
+        # One child: the run worker and the run it forked (genesis_fp16/commands/zygote.py),
+        # or torchrun and its ranks.
+        expected = 2 if nproc == 1 else 1 + nproc
+        daemon.wait_for(lambda: len(_tree(daemon.process.pid)) >= expected, "a run's child")
         time.sleep(child_wait(8))  # past its start-up: training (or hung) and writing nothing
         children += _tree(daemon.process.pid)
-        assert len(children) == (1 if nproc == 1 else 1 + nproc), children
+        assert len(children) == expected, children
         assert all(process_alive(pid) for pid in children)
         daemon.process.kill()
         daemon.process.wait()

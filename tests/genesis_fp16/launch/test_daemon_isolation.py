@@ -10,6 +10,9 @@ import pytest
 from daemon_harness import FIXTURE_PLUGINS, DaemonProcess, child_wait, start_daemon
 
 ISOLATION_PLUGINS = Path(__file__).resolve().parents[2] / "fixtures" / "isolation_plugins"
+# The checkout under test (a worktree's PYTHONPATH), not whichever one the venv installed.
+CALLER_PATH = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+PLUGIN_PATH = os.pathsep.join([str(FIXTURE_PLUGINS), str(ISOLATION_PLUGINS), *CALLER_PATH])
 GOOD_RUNS = ("genesis_fp16_training_runs_total",)
 
 
@@ -18,7 +21,7 @@ def _daemon(tmp_path: Path, bad: str, **env: str) -> DaemonProcess:
     return start_daemon(
         tmp_path,
         {
-            "PYTHONPATH": os.pathsep.join([str(FIXTURE_PLUGINS), str(ISOLATION_PLUGINS)]),
+            "PYTHONPATH": PLUGIN_PATH,
             "GENESIS_FP16_PLUGIN_ALLOWLIST": f"{bad},fixture_good",
             "GENESIS_FP16_SHUTDOWN_TIMEOUT_SECONDS": "1",
             "GENESIS_FP16_SCHEDULE": "2",

@@ -1,0 +1,287 @@
+"""The run worker: one process that has imported torch once, and forks each run's child.
+
+A fresh ``python -m genesis_fp16 train`` spends seconds importing torch and
+``torch._dynamo`` (the first ``torch.optim`` optimizer imports it) before its first step:
+benchmarks/results/run_start_cpu-amd-epyc-2-cores.md. Under ``GENESIS_FP16_RUN_WORKER=true`` (the
+default) the daemon starts this worker once, with an ordinary exec
+(``python -P -m genesis_fp16.commands.zygote FD``, the run's environment), and it imports
+:data:`PRELOAD` and then waits. For each run the daemon sends, over a Unix socket, the
+command's arguments, environment and working directory, and the run's three standard
+descriptors (the watched stdin pipe, the stdout and stderr pipes) with ``SCM_RIGHTS``; the
+worker forks, and the child, in a session of its own, takes those descriptors as 0, 1
+and 2 and runs the command as ``python -m genesis_fp16`` would, in the same interpreter
+state a fresh one reaches after its imports. The daemon supervises it as it supervises
+an exec'd child (:class:`ForkedChild`): a pidfd for signals and its end, the exit status
+reported by the worker over a socket of the run's own.
+
+Rules it keeps:
+
+- **It forks from one thread.** The daemon has many threads (jobs, HTTP, relays); only
+  this worker, single-threaded, forks without exec. It refuses to serve (and the daemon
+  starts runs by exec, saying why) if it has more than one thread after its imports.
+- **It never touches CUDA.** Importing torch creates no CUDA context; the worker checks
+  that ``torch.cuda.is_initialized()`` is False and that the CUDA driver is not loaded
+  (:func:`cuda_driver_loaded`) before it serves, and each child creates its own context
+  as an exec'd one does.
+- **Plugins are not pre-imported**: each run imports its agent afresh, so an edited
+  plugin is picked up at the next run, as before.
+- **A run costs only its own child**: a crash, a hang or a kill ends that child; the
+  worker only forks and reaps. If the worker itself dies, the daemon notices at the next
+  run (or when a fork request fails), logs why, and starts another; if it cannot, the
+  run is started by exec, with the reason logged.
+
+Protocol (``SOCK_SEQPACKET``, one JSON object per message): the worker first sends
+``{"ready": ...}`` (or ``{"error": ...}``); each request ``{"args", "env", "cwd"}`` with four
+descriptors (stdin, stdout, stderr, the run's status socket) is answered by
+``{"pid": N}`` with the child's pidfd; when the child ends, the worker sends
+``{"exit": code}`` (``subprocess``'s convention: negative for a signal) on its status socket.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import gc
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from typing import Any, NoReturn
+
+from genesis_fp16.launch.run_worker import MAX_MESSAGE
+
+# What the worker imports before it serves: what every run's child imports before it trains.
+PRELOAD = (
+    "torch",
+    "torch._dynamo",  # the first torch.optim optimizer imports it: seconds
+    "genesis_fp16.cli",
+    "genesis_fp16.commands.train",
+    "genesis_fp16_infrastructure.training",
+)
+_REAP_SECONDS = 0.05
+
+
+def _threads() -> int:
+    """OS threads of this process (Linux /proc); 1 where unknown."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def _memory_mib() -> dict[str, float]:
+    """This process's resident, proportional (PSS) and private memory, in MiB (Linux's
+    /proc/self/smaps_rollup; empty where unknown). Private is what it alone costs; the
+    shared rest (torch's libraries) is shared with every run's child as well."""
+    kib: dict[str, int] = {}
+    try:
+        with open("/proc/self/smaps_rollup") as handle:
+            for line in handle:
+                name, _, rest = line.partition(":")
+                if rest.strip().endswith("kB"):
+                    kib[name] = int(rest.split()[0])
+    except (OSError, ValueError):
+        return {}
+    private = kib.get("Private_Clean", 0) + kib.get("Private_Dirty", 0)
+    mib = {"resident_mib": kib.get("Rss", 0), "pss_mib": kib.get("Pss", 0), "private_mib": private}
+    return {name: round(value / 1024, 1) for name, value in mib.items()}
+
+
+def cuda_driver_loaded() -> bool:
+    """Whether this process has loaded the CUDA driver (``libcuda.so`` mapped: a CUDA call
+    such as ``cudaGetDeviceCount`` ran). ``torch.cuda.is_initialized()`` says only whether
+    torch made its context; a driver initialised before a fork is as unusable in the child."""
+    try:
+        with open("/proc/self/maps") as handle:
+            return any("libcuda.so" in line for line in handle)
+    except OSError:
+        return False
+
+
+def _preload() -> dict[str, Any]:
+    """Import :data:`PRELOAD`; say what this process is now, or why it must not serve."""
+    import importlib
+
+    # torch.cuda.is_available() and device_count() ask NVML, not the CUDA driver, should
+    # an import call them (a forked child gets its own environment back).
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    started = time.perf_counter()
+    for name in PRELOAD:
+        importlib.import_module(name)
+    import torch
+
+    ready: dict[str, Any] = {
+        "pid": os.getpid(),
+        "seconds": round(time.perf_counter() - started, 3),
+        "threads": _threads(),
+        "cuda_initialized": bool(torch.cuda.is_initialized()),
+        "cuda_driver_loaded": cuda_driver_loaded(),
+        **_memory_mib(),
+    }
+    if ready["cuda_initialized"] or ready["cuda_driver_loaded"]:
+        return {"error": "the worker's imports initialised CUDA: a forked child could not use it"}
+    if ready["threads"] != 1:
+        return {"error": f"the worker has {ready['threads']} threads after its imports"}
+    return {"ready": ready}
+
+
+def _send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
+    data = json.dumps(message).encode()
+    if fds:
+        socket.send_fds(sock, [data], fds)
+    else:
+        sock.send(data)
+
+
+def _exit_code(status: int) -> int:
+    return os.waitstatus_to_exitcode(status)
+
+
+def serve(control: socket.socket) -> dict[str, Any] | None:
+    """The worker's loop: fork a child per request, report each child's end. Returns
+    the request in a forked child (which then runs it); None in the worker when the
+    daemon's end of ``control`` closes."""
+    running: dict[int, socket.socket] = {}  # child pid -> its run's status socket
+    while True:
+        readable, _, _ = select.select([control], [], [], _REAP_SECONDS)
+        _reap(running)
+        if not readable:
+            continue
+        try:
+            data, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE, 4)
+        except OSError:
+            data, fds = b"", []
+        if not data:  # the daemon is gone: its runs watch their own stdin
+            return None
+        if len(fds) != 4:
+            for fd in fds:
+                os.close(fd)
+            _send(control, {"error": f"a request with {len(fds)} descriptors, not 4"})
+            continue
+        request = json.loads(data)
+        status = socket.socket(fileno=fds[3])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # SIGTERM is held from the fork until the child has its start-up handler (as
+        # ``python -m genesis_fp16`` holds one that comes while it imports).
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        pid = os.fork()
+        if pid == 0:
+            _become_child(request, fds, control, [status, *running.values()])
+            return dict(request)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        for fd in fds[:3]:
+            os.close(fd)
+        running[pid] = status
+        pidfd = os.pidfd_open(pid)  # before any reaping: it names this child, race-free
+        try:
+            _send(control, {"pid": pid}, [pidfd])
+        finally:
+            os.close(pidfd)
+
+
+def _reap(running: dict[int, socket.socket]) -> None:
+    while running:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        sock = running.pop(pid, None)
+        if sock is not None:
+            with contextlib.suppress(OSError):  # the daemon gave up on this run
+                _send(sock, {"exit": _exit_code(status)})
+            sock.close()
+
+
+def _become_child(
+    request: dict[str, Any], fds: list[int], control: socket.socket, others: list[socket.socket]
+) -> None:
+    """In the forked child: the run's descriptors as 0, 1, 2, its environment and
+    directory, a session of its own, SIGTERM held until the command takes it over."""
+    from genesis_fp16.service.startup_signals import hold_sigterm
+
+    os.setsid()  # as Popen(start_new_session=True): a Ctrl-C at the daemon goes through it
+    for target, fd in zip((0, 1, 2), fds[:3], strict=True):
+        os.dup2(fd, target)
+    for fd in fds[:3]:
+        os.close(fd)
+    control.close()
+    for sock in others:  # other runs' status sockets, and this run's: the worker's
+        sock.close()
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.argv = [os.path.join(os.path.dirname(os.path.dirname(__file__)), "__main__.py")]
+    sys.argv += list(request["args"])
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # Python reseeds ``random`` at a fork; numpy's global generator, seeded from entropy
+    # when the worker imported it, would otherwise start every run in the same state.
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        numpy_random.seed()
+    hold_sigterm()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+def run_child(request: dict[str, Any]) -> NoReturn:
+    """What ``python -m genesis_fp16 ARGS`` does after its imports, and how it ends: its
+    non-daemon threads joined, its ``atexit`` functions run and its output flushed, as an
+    interpreter's exit does; then ``os._exit``, without tearing down every module. That
+    teardown would write to every object the worker imported (seconds of copy-on-write
+    page copies under load) for nothing: the process is about to end."""
+    from genesis_fp16.cli import main as cli_main
+
+    try:
+        code = _exit_status(cli_main(list(request["args"])))
+    except SystemExit as exc:
+        code = _exit_status(exc.code)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    try:
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and not thread.daemon:
+                thread.join()
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
+def _exit_status(code: object) -> int:
+    """``SystemExit(code)``'s exit status, as the interpreter computes it."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def main(argv: list[str]) -> int:
+    """``python -P -m genesis_fp16.commands.zygote FD``: preload, say so on FD, serve."""
+    control = socket.socket(fileno=int(argv[0]))
+    try:
+        ready = _preload()
+    except Exception as exc:  # an import that fails: the daemon starts runs by exec
+        ready = {"error": f"preloading failed: {type(exc).__name__}: {exc}"}
+    _send(control, ready)
+    if "error" in ready:
+        return 1
+    gc.freeze()  # what the imports made is never collected: a child's GC leaves it shared
+    request = serve(control)
+    if request is None:
+        return 0
+    run_child(request)  # in a forked child, which ends there
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,123 @@
+"""Runs forked by the run worker (genesis_fp16/commands/zygote.py) keep process isolation: a
+killed run costs only itself, a killed worker is replaced (real daemon subprocesses)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+import signal
+from pathlib import Path
+
+import pytest
+from daemon_harness import DaemonProcess, child_pids, child_wait, start_daemon
+
+RUNS = "genesis_fp16_training_runs_total"
+FORKED = re.compile(r"the run worker forked the run's process (\d+)")
+READY = re.compile(r"run worker ready \(pid (\d+)\)")
+
+
+def _daemon(tmp_path: Path, **env: str) -> DaemonProcess:
+    return start_daemon(
+        tmp_path,
+        {
+            "GENESIS_FP16_PLUGIN_ALLOWLIST": "fixture_good",
+            "GENESIS_FP16_RUN_ISOLATION": "process",
+            "GENESIS_FP16_SHUTDOWN_TIMEOUT_SECONDS": "1",
+            "GENESIS_FP16_SCHEDULE": "1",
+            "GENESIS_FP16_STEPS_PER_RUN": "2",
+            "GENESIS_FP16_SAMPLE_COUNT": "16",
+            "FIXTURE_STEP_SECONDS": "0.01",
+            **env,
+        },
+    )
+
+
+def _pids(daemon: DaemonProcess, pattern: re.Pattern[str]) -> list[int]:
+    """The pids the daemon's log names in records matching ``pattern``, in order."""
+    found = (pattern.match(str(r.get("event", ""))) for r in daemon.logs())
+    return [int(m.group(1)) for m in found if m is not None]
+
+
+def _new(daemon: DaemonProcess, seen: set[int]) -> set[int]:
+    return set(_pids(daemon, FORKED)) - seen
+
+
+def _runs(daemon: DaemonProcess, outcome: str) -> float:
+    return daemon.sample(RUNS, agent="fixture_good", outcome=outcome) or 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(child_wait(240))
+def test_scheduled_runs_are_forked_by_one_worker_and_succeed(tmp_path: Path) -> None:
+    """Two scheduled runs succeed, each a child forked by the same worker, which is the
+    daemon's child (its only one between runs) and has not initialised CUDA."""
+    daemon = _daemon(tmp_path)
+    try:
+        daemon.wait_for(lambda: _runs(daemon, "success") >= 2, "two runs", timeout=120)
+        workers = _pids(daemon, READY)
+        forked = _pids(daemon, FORKED)
+        assert len(workers) == 1 and len(forked) >= 2 and len(set(forked)) == len(forked)
+        assert workers[0] in child_pids(daemon.process.pid)
+        assert not set(forked) & set(child_pids(daemon.process.pid))  # the worker's children
+        assert not daemon.events("starting the run's process by exec, not from the run worker")
+        ready = next(r for r in daemon.logs() if READY.match(str(r.get("event", ""))))
+        assert "CUDA not initialised" in ready["event"]
+    finally:
+        daemon.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(child_wait(300))
+def test_a_killed_run_costs_only_itself_and_the_next_run_is_forked_again(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL of a forked run's process mid-run: that run fails ('exit'), the daemon
+    serves, and the next runs are forked by the same worker and succeed."""
+    daemon = _daemon(tmp_path, GENESIS_FP16_STEPS_PER_RUN="40", FIXTURE_STEP_SECONDS="0.25")
+    try:
+        killed: int | None = None
+        seen: set[int] = set()
+        while killed is None:  # a run that ends before the kill lands: the next one
+            fresh = daemon.wait_for(functools.partial(_new, daemon, set(seen)), "a forked run")
+            seen |= fresh
+            for pid in fresh:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                    killed = pid
+        daemon.wait_for(
+            lambda: daemon.sample(
+                "genesis_fp16_run_failures_total", agent="fixture_good", reason="exit"
+            ),
+            "the killed run counted",
+            timeout=60,
+        )
+        successes = _runs(daemon, "success")
+        daemon.wait_for(lambda: _runs(daemon, "success") > successes, "a later run", 120)
+        assert len(_pids(daemon, READY)) == 1  # the same worker forked them all
+        assert _pids(daemon, FORKED)[-1] != killed
+        assert daemon.get("/metrics")[0] == 200
+    finally:
+        daemon.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(child_wait(300))
+def test_a_killed_worker_is_replaced_and_the_next_run_runs(tmp_path: Path) -> None:
+    """SIGKILL of the worker between runs: the daemon logs that it ended, starts another,
+    and the next run is forked by the new one and succeeds."""
+    daemon = _daemon(tmp_path, GENESIS_FP16_SCHEDULE="2")
+    try:
+        daemon.wait_for(lambda: _runs(daemon, "success") >= 1, "a first run", timeout=120)
+        (worker,) = _pids(daemon, READY)
+        os.kill(worker, signal.SIGKILL)
+        ended = f"the run worker (pid {worker}) ended with code -9: starting another"
+        daemon.wait_for(lambda: daemon.events(ended), "the dead worker noticed", timeout=60)
+        successes = _runs(daemon, "success")
+        daemon.wait_for(lambda: _runs(daemon, "success") > successes, "a later run", 120)
+        workers = _pids(daemon, READY)
+        assert len(workers) == 2 and workers[1] != worker
+        assert daemon.get("/metrics")[0] == 200
+    finally:
+        daemon.stop()

@@ -1,0 +1,80 @@
+"""The run worker (genesis_fp16/commands/zygote.py) forks children that get the run's
+arguments, environment, directory and pipes, and the daemon's side falls back to exec,
+saying why, when the worker cannot start."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from genesis_fp16.launch import launcher
+from genesis_fp16.launch.handoff import child_env
+from genesis_fp16.launch.run_worker import RunWorker, WorkerUnavailable
+
+
+@pytest.fixture(scope="module")
+def worker() -> Iterator[RunWorker]:
+    started = RunWorker()
+    yield started
+    started.close()
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return child_env({**os.environ, **extra})
+
+
+@pytest.mark.timeout(300)
+def test_forked_children_get_their_arguments_and_pipes_and_the_worker_reaps_them(
+    worker: RunWorker, tmp_path: Path
+) -> None:
+    """`train --help` forked by the worker prints its usage on the run's stdout pipe and
+    exits 0, and a bad command's usage error reaches the stderr pipe with exit 2; the
+    worker (one thread, no CUDA context) forked both and reaped them, not the caller."""
+    child = worker.start(["train", "--help"], _env(), cwd=str(tmp_path))
+    out = child.stdout.read()
+    assert child.wait(timeout=120) == 0
+    assert "usage:" in out and "train" in out
+    assert worker.ready["threads"] == 1 and worker.ready["cuda_initialized"] is False
+    with pytest.raises(ChildProcessError):
+        os.waitpid(child.pid, os.WNOHANG)  # the worker's child, reaped by the worker
+    second = worker.start(["no-such-command"], _env(), cwd=str(tmp_path))
+    assert second.wait(timeout=120) == 2
+    assert "invalid choice" in second.stderr.read()
+    for pipe in (child.stdin, child.stdout, child.stderr, second.stdin, second.stdout):
+        pipe.close()
+    second.stderr.close()
+
+
+def test_a_worker_that_cannot_start_sends_the_run_to_exec_with_the_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A worker whose interpreter exits at once (`false`): the fork gives None, the
+    warning names why, and the next run is not tried on it again."""
+    broken = RunWorker(python="/bin/false")
+    command = [sys.executable, "-P", "-m", "genesis_fp16", "train", "x", "--json"]
+    with caplog.at_level(logging.WARNING, logger="genesis_fp16.launcher"):
+        assert launcher._fork(broken, command, dict(os.environ)) is None
+    assert "by exec, not from the run worker" in caplog.text
+    assert "exited before it was ready" in caplog.text
+    with pytest.raises(WorkerUnavailable, match="could not start"):
+        broken.start(["train"], {})
+
+
+def test_a_worker_whose_imports_touched_cuda_refuses_to_serve(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Preloading where the CUDA driver ends up loaded (faked: no GPU here) answers an
+    error, not ready: a forked child could not use CUDA, so the runs go to exec."""
+    from genesis_fp16.commands import zygote
+
+    assert zygote.cuda_driver_loaded() is False  # the CPU test host: torch never touched it
+    monkeypatch.setattr(zygote, "cuda_driver_loaded", lambda: True)
+    monkeypatch.setattr(zygote, "PRELOAD", ("torch",))
+    monkeypatch.setenv("PYTORCH_NVML_BASED_CUDA_CHECK", "0")  # restored after the test
+    answer = zygote._preload()
+    assert "ready" not in answer and "initialised CUDA" in answer["error"]
