@@ -97,9 +97,8 @@ CHECKS: dict[str, tuple[str, ...]] = {
     "carried loss scale, at most 1 skipped step in the first 50, eval within its SE": (
         "test_on_cuda_a_carried_scale_skips_at_most_one_step_in_the_first_50",
     ),
-    "range statistics inside the captured step, and their cost there (off vs on)": (
-        "test_captured_step_reports_from_inside_the_graph",
-        "test_range_stats_cost_on_the_captured_step",
+    "range statistics sampled off the replayed graph (eager sampled steps, plain replays)": (
+        "test_captured_run_samples_eagerly_and_replays_the_plain_graph",
         "test_cost_chosen_sampling_on_the_captured_step",
     ),
     "the flight recorder on a captured step (its overflow bundled, the run still captured)": (
