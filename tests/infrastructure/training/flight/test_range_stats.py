@@ -347,19 +347,18 @@ class _CapturableTask:
 def _captured_run(
     monkeypatch: pytest.MonkeyPatch, steps: int, config: RangeStatsConfig | None
 ) -> tuple[FitResult, list[RangeReport], list[tuple[str, bool]]]:
-    """fit() of the capturable task on CUDA, cuda_graph on; each graphs' step logged as
-    (how it ran, whether the model had hooks then)."""
-    log: list[tuple[str, bool]] = []
+    """fit() of the capturable task on CUDA, cuda_graph on; each step the run's graphs
+    ran logged as (how it ran, whether the run's model had hooks then). The copies that
+    verify the capture before the run have graphs of their own, left out."""
+    log: list[tuple[int, str, bool]] = []
+    models: list[nn.Module] = []
     original = StepGraphs.run
 
     def logged(self: StepGraphs, body: Any, micro_batches: Any) -> str:
-        trainer_model = getattr(body, "__self__", None)
         how = original(self, body, micro_batches)
-        log.append((how, _hooked(models[-1]) if models else False))
-        del trainer_model
+        log.append((id(self), how, _hooked(models[-1])))
         return how
 
-    models: list[nn.Module] = []
     task = _CapturableTask()
     build = task.build_model
 
@@ -379,7 +378,9 @@ def _captured_run(
         range_stats=config,
         on_range_stats=reports.append,
     )
-    return fit(task, options), reports, log
+    result = fit(task, options)
+    run = log[-1][0]  # the run's own graphs step last
+    return result, reports, [(how, hooked) for graphs, how, hooked in log if graphs == run]
 
 
 @pytest.mark.gpu
