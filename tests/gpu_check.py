@@ -127,13 +127,19 @@ CHECKS: dict[str, tuple[str, ...]] = {
     "a capture that raises falls back to eager from the same step": (
         "test_a_real_capture_that_raises_falls_back_on_cuda",
     ),
+    "a mid-capture failure leaves the process usable (rand, dropout, a second capture)": (
+        "test_a_real_invalidated_capture_leaves_the_process_usable",
+        "test_after_a_failed_capture_the_eager_draws_are_those_of_a_run_that_never_tried",
+    ),
+    "steady-state captured steps sync nothing (se_darwin, rlhf_ppo)": (
+        "test_a_steady_state_captured_step_syncs_nothing_on_cuda",
+    ),
     "carried loss scale, at most 1 skipped step in the first 50, eval within its SE": (
         "test_on_cuda_a_carried_scale_skips_at_most_one_step_in_the_first_50",
     ),
     "range statistics sampled from replayed steps of a captured, capturable task": (
         "test_range_stats_sample_replayed_steps_of_a_captured_task",
     ),
-    # The rangestats branch's own (sampled steps run eagerly, the plain graph replays).
     "range statistics sampled off the replayed graph (eager sampled steps, plain replays)": (
         "test_captured_run_samples_eagerly_and_replays_the_plain_graph",
         "test_cost_chosen_sampling_on_the_captured_step",

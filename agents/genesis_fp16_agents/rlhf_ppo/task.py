@@ -62,6 +62,7 @@ from genesis_fp16_infrastructure.rl.rollout import (
 )
 from genesis_fp16_infrastructure.training import Trainer
 from genesis_fp16_infrastructure.training.precision.precision import autocast_to
+from genesis_fp16_infrastructure.training.run.batches import index_to
 
 logger = logging.getLogger(__name__)
 
@@ -195,8 +196,12 @@ class PPOTask:
         r = score(self.frozen, sampled, self.policy_logp(seqs), self.values(seqs), groups, shaping)
         self._rollout, self.kl_dtype_seen = r, r.k3.dtype
         size = cfg.batch_size // cfg.minibatches
-        for _ in range(cfg.ppo_epochs):
-            order = torch.randperm(cfg.batch_size, generator=gen)
+        # Every PPO epoch's order drawn now (the same draws as one at a time) and uploaded
+        # in one copy: a CPU index into device tensors is copied from pageable memory at
+        # each minibatch, and that waits for the step before it (a host sync a step).
+        draws = [torch.randperm(cfg.batch_size, generator=gen) for _ in range(cfg.ppo_epochs)]
+        orders = index_to(torch.stack(draws), r.seqs.device)
+        for order in orders:
             for i in range(cfg.minibatches):
                 idx = order[i * size : (i + 1) * size]
                 yield (r.seqs[idx], r.rollout_logp[idx], r.adv[idx], r.returns[idx]), size

@@ -60,6 +60,7 @@ from genesis_fp16_infrastructure.recipes.retrain.batch import (
 from genesis_fp16_infrastructure.recipes.retrain.options import FINAL_FITS, TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.pool_read import read_pool
 from genesis_fp16_infrastructure.recipes.retrain.split import ExampleRows, Split, choose_split
+from genesis_fp16_infrastructure.training.run.batches import index_to
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
 from genesis_fp16_infrastructure.world_model.features import (
     Categorical,
@@ -291,9 +292,11 @@ class WorldModelTask:
     def train_batches(self, epoch: int, seed: int) -> Iterator[tuple[Batch, int]]:
         generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
         order = torch.randperm(len(self.train_data), generator=generator)
+        # One upload an epoch: a batch's slice moved on its own was a pageable copy, and
+        # that waits for the step before it (a host sync every step on a GPU).
+        order = index_to(order, self.train_data.x.device)
         for start, end in _chunks(len(order), self.batch_size):
-            index = order[start:end].to(self.train_data.x.device)
-            yield self.train_data.take(index), len(index)
+            yield self.train_data.take(order[start:end]), end - start
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """The three heads' loss; cross-validated, the sum of each member's on the records

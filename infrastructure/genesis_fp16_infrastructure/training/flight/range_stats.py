@@ -16,23 +16,29 @@ sits over 2**-24 (``headroom_underflow``: at 0 the module's whole gradient flush
 
 Which steps: ``RangeStatsConfig(every=N)`` samples one step in N. The default
 (``every=None``) samples step ``first`` of the run (so a short run is covered), then
-measures what that sampled step cost beyond a plain one (the wall time around it less
-two plain steps, the median of the recent plain steps' times) and spaces the next samples
-so that their cost stays within ``budget`` (0.5%, half the 1% bound) of the run's step
-time: ``every = ceil(cost / (budget * plain))``, at least ``MIN_EVERY``. On the CPU the
-clock is this process's CPU time (other processes' load is not the samples' cost); on
-a GPU, the wall clock. The first sample is a
-fixed cost: a run shorter than ``cost / budget`` plain steps pays more than ``budget``.
+measures what that sampled step cost beyond a plain one and spaces the next samples so
+that their cost stays within ``budget`` (0.5%, half the 1% bound) of the run's step
+time: ``every = ceil(cost / (budget * plain))``, at least ``MIN_EVERY``. The clock is
+read at three points per sample and nowhere else (:class:`SampleClock`): a plain step is
+the time between two samples' windows over the steps between them (everything a run
+does per step: its checks, logs and saves included), and a sample's cost is its window
+(the hooks going in, the sampled step, the report, the next plain step) less two plain
+steps. On the CPU the clock is this process's CPU time (other processes' load is not the
+samples' cost); on a GPU, the wall clock after ``torch.cuda.synchronize()``, so that a
+time is the device's work and not the launches' (the three reads sit at sample steps,
+which read the device anyway). The first sample is a fixed cost: a run shorter than
+``cost / budget`` plain steps pays more than ``budget``.
 
-Cost: an eager run pays nothing on the steps in between: the hooks are installed after
-the step before a sampled one and removed after it, and the sampled step's figures
-are read in one host read. The sampled step itself runs a few small ops per module
-(benchmarks/flight_recorder.py measures it: benchmarks/results/flight_recorder_59.md).
-A captured CUDA graph cannot gain or lose hooks between replays, so there the
-hooks are installed before the capture and run inside the graph on every step,
-writing device buffers that keep the largest values since the last read; only the
-sampled steps read them (one host read) and zero them. That path is written for the
-GPU and not yet measured there (``make gpu-check`` has its line).
+Cost: the steps in between pay nothing, eager or captured. The hooks go in after the
+step before a sampled one and come out after it, and the sampled step's figures are
+read in one host read. A captured CUDA graph replays what it recorded and runs no
+Python hook, so on the captured path the sampled step is a separate one: it runs
+eagerly with the hooks in (``Trainer.eager_next``), bypassing the graphs, and every
+other step replays the plain graph, which never held a hook. On that path the first
+sample waits for the graphs' first replay (never an eager warm-up), so that what it
+reports and what its cost is measured against are the run's real steps. The sampled
+step itself runs a few small ops per module
+(benchmarks/range_stats_cost.py measures the whole: benchmarks/results/range_stats_cost_*).
 """
 
 from __future__ import annotations
@@ -153,10 +159,11 @@ def headrooms(activation_max: float, gradient_scaled_max: float) -> tuple[float,
 class SampleClock:
     """Which steps are sampled, and what a sampled step costs; see the module docstring.
 
-    :meth:`tick` at the start of every ``after_step`` times the steps: an interval with
-    no hooks put in or taken out is a plain step's time; the two intervals around a
-    sampled step (the hooks going in, the step, the report) less two plain steps are
-    what that sample cost, read at the tick after it.
+    Read only at :meth:`start`, :meth:`open` (the ``after_step`` before a sampled step)
+    and :meth:`close` (the ``after_step`` after the step that follows it): a plain step
+    is the time from the last ``start`` or ``close`` to an ``open``, over the steps
+    between; a sample's cost is the time from its ``open`` to its ``close``, in plain
+    steps, less the two plain steps that window holds.
     """
 
     def __init__(
@@ -166,11 +173,10 @@ class SampleClock:
         self.clock = clock
         self.every = config.every or MIN_EVERY
         self.next = 0
-        self.plain: deque[float] = deque(maxlen=32)
+        self.plain: deque[float] = deque(maxlen=8)  # per step, one figure per span
         self.costs: deque[float] = deque(maxlen=5)
-        self._ticks: tuple[float | None, float | None] = (None, None)  # (before last, last)
-        self._quiet = False  # the interval now running puts in or takes out no hooks
-        self._window: tuple[int, float] | None = None  # a sample and the tick before it
+        self._mark: tuple[int, float] | None = None  # a span of plain steps begins here
+        self._window: tuple[int, float] | None = None  # a sample's step, the time before it
 
     def start(self, step: int) -> None:
         """A (new) trainer at ``step``: the next sample after it; the clock starts over."""
@@ -179,32 +185,35 @@ class SampleClock:
             self.next = (step // fixed + 1) * fixed
         elif self.next <= step:
             self.next = step + self.config.first
-        self._ticks, self._quiet, self._window = (None, None), False, None
+        self._mark, self._window = (step, self.clock()), None
 
-    def tick(self, step: int) -> None:
-        """The start of ``after_step`` after step ``step``."""
+    def open(self, step: int) -> None:
+        """The ``after_step`` of ``step``, before the sampled step ``step + 1``."""
         now = self.clock()
-        last = self._ticks[1]
-        if last is not None and self._quiet:
-            self.plain.append(now - last)
-        if self._window is not None and step == self._window[0] + 1 and self.plain:
-            plain = statistics.median(self.plain)
-            self.costs.append((now - self._window[1]) / plain - 2.0)  # in plain steps
-            self._choose(self._window[0])
-        self._window = None
-        self._ticks, self._quiet = (last, now), True
+        if self._mark is not None and step > self._mark[0]:
+            self.plain.append((now - self._mark[1]) / (step - self._mark[0]))
+        self._mark, self._window = None, (step + 1, now)
 
-    def busy(self) -> None:
-        """Hooks go in or out in this ``after_step``: the coming interval is not plain."""
-        self._quiet = False
+    def closes(self, step: int) -> bool:
+        """True at the ``after_step`` that ends a sample's window (the step after it)."""
+        return self._window is not None and step == self._window[0] + 1
+
+    def close(self, step: int) -> None:
+        """End the window: the sample's cost, and a new span of plain steps."""
+        now = self.clock()
+        assert self._window is not None
+        sampled, before = self._window
+        if self.plain:
+            plain = statistics.median(self.plain)
+            if plain > 0:
+                self.costs.append((now - before) / plain - 2.0)  # in plain steps
+                self._choose(sampled)
+        self._mark, self._window = (step, now), None
 
     def sampled(self, step: int) -> None:
-        """Step ``step`` was sampled (reported at this tick): the next sample, for now
-        ``every`` on; the cost, at the next tick, may space them out."""
-        before = self._ticks[0]
-        self._window = (step, before) if before is not None else None
+        """Step ``step`` was sampled (reported now): the next sample, for now ``every``
+        on; its cost, measured at :meth:`close`, may space them out."""
         self.next = step + self.every
-        self._quiet = False
 
     def cost(self) -> float | None:
         """A sampled step's cost beyond a plain one, in plain steps (median; None: none)."""
@@ -217,6 +226,28 @@ class SampleClock:
         wanted = math.ceil(max(cost, 0.0) / self.config.budget)
         self.every = min(max(wanted, MIN_EVERY), MAX_EVERY)
         self.next = sampled + self.every
+
+
+def synced_clock(device: torch.device) -> Callable[[], float]:
+    """The clock of a run on ``device``: on the CPU this process's CPU time; on a GPU the
+    wall time once the device has finished what was launched (a host sync per read)."""
+    if device.type == "cpu":
+        return time.process_time
+    if device.type == "cuda":
+
+        def synced() -> float:
+            torch.cuda.synchronize(device)
+            return time.perf_counter()
+
+        return synced
+    return time.perf_counter
+
+
+def replayed(trainer: Any) -> bool:
+    """True once the trainer's steps are the run's real ones: eager steps, or a captured
+    path past its warm-up (a graph captured and replayed, or a step run past the bound)."""
+    graphs = trainer.graphs
+    return graphs is None or graphs.captured_steps + graphs.eager_steps > 0
 
 
 class RangeStats:
@@ -235,12 +266,12 @@ class RangeStats:
         self._last: RangeReport | None = None
         self._buffer: torch.Tensor | None = None
         self._handles: list[Any] = []
-        self._always = False
+        self._waiting = False  # a captured path not yet replayed: no sample scheduled
         self._trainer: Any = None
 
     def follow(self, trainer: Any) -> None:
         """Watch ``trainer``'s model (a new run's, or a demoted one's), before its first
-        step: on a captured step the hooks go in now, for good."""
+        step. No hook goes in until the step before a sampled one."""
         if trainer is self._trainer:
             return
         self._remove()
@@ -249,34 +280,49 @@ class RangeStats:
         self.names = [name or "(model)" for name, _ in trainer.model.named_modules()]
         device = trainer.policy.device
         self._buffer = torch.zeros(len(self.names), len(COLUMNS), device=device)
-        self._always = trainer.graphs is not None
-        # On the CPU, this process's CPU seconds: on a shared machine the other
-        # processes' load does not pass for the samples' cost. A GPU's steps are
-        # asynchronous: the wall clock there.
-        self.clock.clock = time.process_time if device.type == "cpu" else time.perf_counter
-        self.clock.start(trainer.step_count)
-        if self._always or trainer.step_count == self.clock.next - 1:
-            self._install()
+        self.clock.clock = synced_clock(device)
+        self._waiting = True
+        self._begin(trainer)
 
     def after_step(self, trainer: Any) -> None:
-        """After every step: report a sampled step; hooks in before the next sampled one."""
+        """After every step: report a sampled step; hooks in before the next sampled one.
+
+        Between samples this reads nothing, not even a clock."""
         self.follow(trainer)
+        if self._waiting:
+            self._begin(trainer)
+            return
         step = trainer.step_count
-        self.clock.tick(step)
-        if step == self.clock.next and self._buffer is not None and self._handles:
+        if self.clock.closes(step):
+            self.clock.close(step)
+        if step == self.clock.next and self._handles:
             self._report(trainer)
             self.clock.sampled(step)
-            if not self._always:
-                self._remove()
-        if self._always and trainer.graphs is None:
-            self._always = False  # fell back to eager: sample as eager steps do
             self._remove()
-        if not self._always and not self._handles and step == self.clock.next - 1:
-            self.clock.busy()
-            self._install()
+        if not self._handles and step == self.clock.next - 1:
+            self._arm(trainer, step)
+
+    def _begin(self, trainer: Any) -> None:
+        """Schedule the first sample once the trainer's steps are its real ones."""
+        if not replayed(trainer):
+            return
+        self._waiting = False
+        step = trainer.step_count
+        self.clock.start(step)
+        if step == self.clock.next - 1:
+            self._arm(trainer, step)
+
+    def _arm(self, trainer: Any, step: int) -> None:
+        """Hooks in for the coming step, which runs eagerly (a replay runs no hook)."""
+        self.clock.open(step)
+        self._install()
+        trainer.eager_next = trainer.graphs is not None
 
     def detach(self) -> None:
+        """No hooks left on the model, and no eager step asked of its trainer."""
         self._remove()
+        if self._trainer is not None:
+            self._trainer.eager_next = False
 
     def summary(self, k: int) -> RangeSummary | None:
         """The run's sampled steps as one record: per module its largest values and
@@ -315,7 +361,9 @@ class RangeStats:
 
     def _forward_hook(self, index: int) -> Callable[..., None]:
         def hook(module: nn.Module, inputs: Any, output: Any) -> None:
-            if isinstance(output, torch.Tensor) and output.is_floating_point():
+            # module.training: a validation or a recorder's forward between the hooks
+            # going in and the sampled step is not the sampled step.
+            if module.training and isinstance(output, torch.Tensor) and output.is_floating_point():
                 self._record_activation(index, output.detach())
 
         return hook

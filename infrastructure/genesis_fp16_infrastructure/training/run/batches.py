@@ -40,6 +40,23 @@ def to_device(batch: Any, device: torch.device | str) -> Any:
     return move(dev) if callable(move) else batch
 
 
+def index_to(index: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """A host-made index (an epoch's permutation) on ``device`` in one copy that does not
+    wait for the device: pinned, then copied with ``non_blocking=True``. A task slices
+    the result per batch, on the device, and no batch reads the host.
+
+    Slicing the CPU index per batch instead and moving each slice costs a host sync a
+    step: a pageable copy to the GPU waits for the step before it.
+
+    >>> index_to(torch.arange(3), "cpu").tolist()
+    [0, 1, 2]
+    """
+    dev = torch.device(device)
+    if dev.type == "cuda" and index.device.type == "cpu":
+        index = index.pin_memory()  # on the host only: no sync
+    return to_device(index, dev)
+
+
 def _tensor_to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     if _same_device(tensor.device, device):
         # .to() of a tensor already there returns it, no copy; called anyway so that the

@@ -107,6 +107,10 @@ class Trainer:
         self.on_log = on_log
         self.scaler = policy.scaler
         self.step_count = 0
+        # True: the next step() runs eagerly, bypassing the graphs (neither warmed up,
+        # captured nor replayed), then goes back to False. An instrumented step: Python
+        # hooks on the model run, which a replay never does (range statistics' samples).
+        self.eager_next = False
         self._params = [p for o in self.optimizers for g in o.param_groups for p in g["params"]]
         # DDP/FSDP: every micro-batch but the last accumulates without a collective.
         self._no_sync = distributed.no_sync(model)
@@ -173,7 +177,8 @@ class Trainer:
         if self.stats.started is None:
             self.stats.started = time.perf_counter()
         self.model.train()
-        if self.graphs is None:
+        eager, self.eager_next = self.eager_next, False
+        if self.graphs is None or eager:
             taken = self._device_step(micro_batches, loss_fn)
         else:  # the same step, replayed (resolve_execution: no schedulers on this path)
             taken = self._graphed_step(self.graphs, micro_batches, loss_fn)
