@@ -44,6 +44,7 @@ import contextlib
 import json
 import os
 import platform
+import queue
 import re
 import shutil
 import signal
@@ -352,6 +353,92 @@ def _stream(
     return proc.returncode, lines, fired.is_set()
 
 
+class ForkRunner:
+    """A ``Runner`` for pytest commands that forks each process from a warm parent
+    (tests/gpu_fork_runner.py: torch, ``torch._dynamo``, pytest and hypothesis imported
+    once, CUDA never touched) instead of starting it afresh; one process per file still.
+    ``start()`` gives None, with the reason printed, where that parent refuses or fails:
+    the caller then starts each file's process afresh (``_stream``)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    @classmethod
+    def start(cls, timeout: float = 120.0) -> ForkRunner | None:
+        command = [sys.executable, str(ROOT / "tests" / "gpu_fork_runner.py")]
+        try:
+            proc = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT
+            )
+        except OSError as exc:
+            print(f"gpu-check: no warm parent ({exc}): each file's process starts afresh")
+            return None
+        runner = cls(proc)
+        answer = runner._next(timeout)
+        if answer.get("ready"):
+            return runner
+        runner.close()
+        why = answer.get("refused") or answer.get("error") or answer
+        print(f"gpu-check: no warm parent ({why}): each file's process starts afresh")
+        return None
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def _next(self, timeout: float | None) -> dict[str, Any]:
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            return {"error": f"no answer in {timeout} s"}
+        if line is None:
+            return {"error": f"the warm parent ended (exit {self.proc.poll()})"}
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def __call__(
+        self, command: list[str], timeout: float | None = None, cwd: Path = ROOT
+    ) -> tuple[int, list[str], bool]:
+        if self.proc.poll() is not None:  # the warm parent died: start afresh, as before
+            return _stream(command, timeout=timeout, cwd=cwd)
+        args = command[command.index("pytest") + 1 :]
+        with tempfile.NamedTemporaryFile(suffix=".log", delete=False) as handle:
+            log = Path(handle.name)
+        try:
+            assert self.proc.stdin is not None
+            request = {"args": args, "log": str(log), "cwd": str(cwd)}
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            pid = self._next(30.0).get("pid")
+            if pid is None:
+                raise RuntimeError("the warm parent did not fork")
+            ended = self._next(timeout)
+            fired = "exit" not in ended
+            if fired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+                ended = self._next(30.0)
+            lines = log.read_text(errors="replace").splitlines()
+        finally:
+            log.unlink(missing_ok=True)
+        for line in lines:
+            print(line, flush=True)
+        return int(ended.get("exit", -9)), lines, fired
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
 def run_gpu_tests(
     files: list[Path],
     budget: Budget,
@@ -398,6 +485,8 @@ def run_gpu_tests(
     total = round(sum(run.wall_seconds for run in runs), 1)
     summary = f"{counts} in {len(files)} files, one process each, {total} s"
     shown = "python -m pytest FILE -m gpu -p no:xdist -p no:cacheprovider -rA, for each file"
+    if isinstance(runner, ForkRunner):
+        shown += " (forked from tests/gpu_fork_runner.py, torch already imported)"
     return PytestOutcome(
         shown, 1 if bad else 0, summary, merged, "\n\n".join(tails), properties, runs
     )
@@ -984,7 +1073,12 @@ def run_pieces(pieces: list[str], out: Path, device: str, budget: Budget) -> dic
         beside.start()
     if "tests" in pieces:
         files = sorted(gpu_test_files(), key=lambda path: path.name in SLOW_TEST_FILES)
-        tests = run_gpu_tests(files, Budget(budget.left() * TESTS_SHARE))
+        warm = ForkRunner.start()
+        try:
+            tests = run_gpu_tests(files, Budget(budget.left() * TESTS_SHARE), warm or _stream)
+        finally:
+            if warm is not None:
+                warm.close()
     if "training" in pieces:
         for label, args in TRAINING_RUNS.items():
             runs.append(run_training(label, args, budget.timeout(RUN_TIMEOUT_S)))

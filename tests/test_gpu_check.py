@@ -689,7 +689,7 @@ def test_every_piece_reports_even_when_one_raises(
         order.append(label)
         return RunOutcome(label, label, 0, 1.0, {"exit_code": 0})
 
-    def tests(files: list[Path], budget: Budget) -> PytestOutcome:
+    def tests(files: list[Path], budget: Budget, runner: Any = None) -> PytestOutcome:
         order.append("tests")
         assert [f.name for f in files][-2:] == ["test_bench.py", "test_compiled_step.py"]
         return PytestOutcome("pytest", 0, "1 passed", {"t::a": "passed"})
@@ -714,6 +714,7 @@ def test_every_piece_reports_even_when_one_raises(
     }
     for name, fake in fakes.items():
         monkeypatch.setattr(gpu_check, name, fake)
+    monkeypatch.setattr(gpu_check.ForkRunner, "start", classmethod(lambda cls: None))
     found = gpu_check.run_pieces(list(gpu_check.PIECES), tmp_path, "H200", Budget(1000))
     assert "pool echo=False" in order and order.index("tests") < order.index("se_darwin")
     lines = check_lines(found["tests"], [*found["runs"], *found["bench"]])
@@ -726,3 +727,64 @@ def test_every_piece_reports_even_when_one_raises(
     found = gpu_check.run_pieces(["bench"], tmp_path, "H200", Budget(1000))
     (line,) = check_lines(None, found["bench"])[-1:]
     assert line == "NOT RUN  large, eager and captured: the check's budget was spent"
+
+
+def _tiny_tests(folder: Path) -> Path:
+    path = folder / "test_tiny_fork.py"
+    path.write_text(
+        "import time\n"
+        "def test_passes():\n    assert 1 + 1 == 2\n"
+        "def test_fails():\n    assert 1 + 1 == 3\n"
+        "def test_hangs():\n    time.sleep(600)\n"
+    )
+    return path
+
+
+def test_the_warm_parent_forks_one_pytest_process_per_command_and_reports_its_exit(
+    tmp_path: Path,
+) -> None:
+    """A command run through the fork runner is a real pytest process: its output, its
+    exit code (0 when its tests pass, 1 when one fails), and the parent serves again."""
+    path = _tiny_tests(tmp_path)
+    runner = gpu_check.ForkRunner.start()
+    assert runner is not None, "the warm parent refused on a CPU host"
+    try:
+        base = [sys.executable, "-m", "pytest", str(path), "-p", "no:cacheprovider", "-q"]
+        code, lines, fired = runner([*base, "-k", "passes"], timeout=120, cwd=tmp_path)
+        assert (code, fired) == (0, False)
+        assert any("1 passed" in line for line in lines)
+        code, lines, fired = runner([*base, "-k", "fails"], timeout=120, cwd=tmp_path)
+        assert (code, fired) == (1, False)
+        assert any("1 failed" in line for line in lines)
+    finally:
+        runner.close()
+
+
+def test_a_forked_process_past_its_timeout_is_killed_and_said_so(tmp_path: Path) -> None:
+    """A hung file's forked process is killed at its timeout (fired), and the next command
+    still runs through the same parent."""
+    path = _tiny_tests(tmp_path)
+    runner = gpu_check.ForkRunner.start()
+    assert runner is not None
+    try:
+        base = [sys.executable, "-m", "pytest", str(path), "-p", "no:cacheprovider", "-q"]
+        code, _, fired = runner([*base, "-k", "hangs"], timeout=5, cwd=tmp_path)
+        assert fired and code != 0
+        code, _, fired = runner([*base, "-k", "passes"], timeout=120, cwd=tmp_path)
+        assert (code, fired) == (0, False)
+    finally:
+        runner.close()
+
+
+def test_the_warm_parent_refuses_to_fork_once_cuda_could_be_initialised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The parent refuses (and gpu-check starts each file afresh) when its imports left the
+    CUDA driver loaded or torch's CUDA initialised: a fork would hand that on broken."""
+    import gpu_fork_runner
+
+    monkeypatch.setattr(gpu_fork_runner, "WARM_MODULES", ("json",))
+    monkeypatch.setattr(gpu_fork_runner, "driver_mapped", lambda: True)
+    assert "driver" in (gpu_fork_runner.warm_up() or "")
+    monkeypatch.setattr(gpu_fork_runner, "driver_mapped", lambda: False)
+    assert gpu_fork_runner.warm_up() is None
