@@ -46,6 +46,8 @@ from genesis_fp16_infrastructure.contract import (
     declared_options,
     model_weights,
     parse_options,
+    trained_on,
+    training_rows,
 )
 
 if TYPE_CHECKING:
@@ -95,6 +97,8 @@ __all__ = [
     "model_weights",
     "parse_options",
     "to_device",
+    "trained_on",
+    "training_rows",
 ]
 
 

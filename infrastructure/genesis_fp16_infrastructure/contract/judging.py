@@ -9,11 +9,24 @@ when records that arrive later show it worse than the one before it, and the ope
 
     class MyAgent:
         api_version = 3
-        judging_version = 1      # this module's JUDGING_VERSION
+        judging_version = 2      # this module's JUDGING_VERSION
         loss_span = 1.0          # each record's loss is clipped to [0, loss_span]
 
         def score_records(self, checkpoint: Path, request: TrainRequest) -> RecordLosses:
             ...                  # the checkpoint's loss on each record the request names
+
+**Judged on records neither model trained on** (judging_version 2). The judged run holds
+out a fifth of the records, chosen by a stable hash of each record's id
+(:data:`~genesis_fp16_infrastructure.judging.split.HELD_OUT`: a record keeps its side as
+the pool grows), and the gate compares the candidate with the served model on those
+alone. The plugin keeps its side of that bargain in two lines: its ``train`` trains on
+the rows :func:`training_rows` keeps, and its task's ``extra_state()`` includes
+:func:`trained_on` of the ids it trains on, so that the checkpoint says what its model
+learned. The judged run reads that after training: a candidate that names no records,
+or any held-out one, is refused in one line and never served. Records a served model
+trained on are left out of the comparison too (a model served before the split: every
+record it knew). A plugin of judging_version 1 is still judged, on its training data,
+and its verdicts say so.
 
 and may set ``judging_margin`` (a loss difference, in the loss's units, that the gate
 and the watch tolerate; unset: 5% of the served model's mean loss) and
@@ -26,6 +39,8 @@ A plugin whose own ``train`` runs the lifecycle (se_darwin, through the retrain 
 declares no ``score_records``: that absence is what keeps the library's judged run off it
 (:func:`judging_of`), so there is nothing else to declare.
 
+>>> training_rows([f"r{i}" for i in range(8)])  # "r4" is held out
+[0, 1, 2, 3, 5, 6, 7]
 >>> losses = RecordLosses.of(["a", "b"], [0.5, 0.25])
 >>> losses.mean()
 0.375
@@ -38,15 +53,23 @@ genesis_fp16_infrastructure.contract.judging.RecordLossesError: RecordLosses: id
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+import numpy as np
+
+from genesis_fp16_infrastructure.judging.split import HELD_OUT, id_hashes
+
 if TYPE_CHECKING:
+    import torch
+
     from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 
-JUDGING_VERSION = 1
+JUDGING_VERSION = 2  # 2: the plugin trains on no held-out record and says what it trained on
+JUDGING_VERSIONS = (1, 2)  # 1: judged on its training data, and labelled so
+TRAINED_IDS = "judging.trained_ids"  # the task's extra_state key (trained_on)
 DEFAULT_RELATIVE_MARGIN = 0.05  # of the reference model's mean loss, when no margin is declared
 
 
@@ -103,6 +126,14 @@ class RecordLosses:
             raise RecordLossesError(f"RecordLosses: a loss is not a number ({exc})") from None
         return cls(tuple(ids), values, None if segments is None else tuple(segments))
 
+    def take(self, keep: Sequence[bool]) -> RecordLosses:
+        """The records where ``keep`` (one flag per record, in order) is true."""
+        rows = [i for i, k in enumerate(keep) if k]
+        segments = None if self.segments is None else tuple(self.segments[i] for i in rows)
+        return RecordLosses(
+            tuple(self.ids[i] for i in rows), tuple(self.losses[i] for i in rows), segments
+        )
+
     def mean(self) -> float:
         """The mean loss (NaN for no record)."""
         return math.fsum(self.losses) / len(self.losses) if self.losses else math.nan
@@ -129,9 +160,10 @@ def judging_of(plugin: object) -> JudgedPlugin | None:
         return None
     name = getattr(plugin, "name", type(plugin).__name__)
     version = getattr(plugin, "judging_version", None)
-    if version != JUDGING_VERSION:
+    if version not in JUDGING_VERSIONS:
+        supported = " and ".join(map(str, JUDGING_VERSIONS))
         raise TypeError(
-            f"{name}: judging_version {version!r}, this genesis-fp16 supports {JUDGING_VERSION}"
+            f"{name}: judging_version {version!r}, this genesis-fp16 supports {supported}"
         )
     span = getattr(plugin, "loss_span", None)
     if not isinstance(span, int | float) or isinstance(span, bool) or not 0 < span < math.inf:
@@ -174,3 +206,30 @@ def records_are_training_data(plugin: object) -> bool:
     """Whether ``plugin``'s scored records are what it trains on (the default): then a
     run on records the served model all knew has nothing to learn."""
     return bool(getattr(plugin, "records_are_training_data", True))
+
+
+def holds_records_out(plugin: object) -> bool:
+    """Whether the judged run holds records out of ``plugin``'s training (judging_version
+    2, whose records are its training data); False: its scored records are evaluation
+    episodes it never trains on, or (judging_version 1) it is judged on training data."""
+    return getattr(plugin, "judging_version", None) == 2 and records_are_training_data(plugin)
+
+
+def training_rows(ids: Sequence[str]) -> list[int]:
+    """The rows of ``ids`` (a plugin's records, by their stable ids, in its order) that a
+    judged plugin may train on: every record the held-out split does not hold out."""
+    return np.flatnonzero(~HELD_OUT.of_ids(ids)).tolist()
+
+
+def trained_on(ids: Iterable[str]) -> dict[str, torch.Tensor]:
+    """What a judged plugin's task adds to its ``extra_state()``: the ids of the records
+    it trains on (their 64-bit hashes, sorted), which every checkpoint then keeps and
+    the judged run checks (none held out)::
+
+        def extra_state(self) -> dict[str, Any]:
+            return trained_on(self.ids)
+    """
+    import torch  # here: importing the contract does not import torch
+
+    hashes = np.unique(id_hashes(ids))
+    return {TRAINED_IDS: torch.from_numpy(hashes.view(np.int64).copy())}

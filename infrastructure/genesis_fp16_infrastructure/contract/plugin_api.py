@@ -42,6 +42,8 @@ from genesis_fp16_infrastructure.contract.judging import (
     RecordLosses,
     RecordLossesError,
     model_weights,
+    trained_on,
+    training_rows,
 )
 from genesis_fp16_infrastructure.contract.train_request import DEFAULT_STEPS, TrainRequest
 from genesis_fp16_infrastructure.contract.train_result import (
@@ -84,6 +86,8 @@ __all__ = [
     "min_useful_steps",
     "model_weights",
     "parse_options",
+    "trained_on",
+    "training_rows",
 ]
 
 API_VERSION = 3
@@ -94,7 +98,8 @@ API_CHANGES: Mapping[int, str] = {
     2: "TrainRequest.precision is a PrecisionRequest, not a name: "
     "request.precision.requested is the name asked for ('auto', 'fp32', 'bf16', 'fp16')",
     3: "optional judged models: a plugin that declares score_records(checkpoint, request) "
-    "-> RecordLosses, judging_version = 1 and loss_span gets the served-model lifecycle "
+    "-> RecordLosses, judging_version (2: it trains on no held-out record, training_rows "
+    "and trained_on) and loss_span gets the served-model lifecycle "
     "(a candidate per run, a promotion gate, a live watch with rollback, the operator's "
     "pin); nothing changed for a plugin that does not (api_version 2 still loads)",
 }

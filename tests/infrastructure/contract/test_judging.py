@@ -65,7 +65,7 @@ def test_judging_of_tells_judged_plain_and_half_declared_plugins_apart() -> None
     old.api_version = 2
     assert judging_of(old) is None
     for attribute, value, why in (
-        ("judging_version", 2, "judging_version 2, this genesis-fp16 supports 1"),
+        ("judging_version", 3, "judging_version 3, this genesis-fp16 supports 1 and 2"),
         ("loss_span", 0.0, "loss_span 0.0 is not a positive finite number"),
         ("loss_span", math.inf, "loss_span inf is not a positive finite number"),
         ("judging_margin", "big", "judging_margin 'big' is not a number"),
@@ -82,3 +82,34 @@ def test_the_margin_is_declared_or_relative_to_the_reference() -> None:
     declared = _Judged()
     declared.judging_margin = 0.1  # type: ignore[attr-defined]
     assert judging_margin(declared, 0.4) == 0.1
+
+
+def test_training_rows_leave_out_the_held_out_records_and_trained_on_names_the_rest() -> None:
+    """training_rows keeps exactly the rows the split does not hold out, in order;
+    trained_on gives the task's extra_state entry: their sorted id hashes, as int64."""
+    import numpy as np
+    import torch
+
+    from genesis_fp16_infrastructure.contract.judging import (
+        TRAINED_IDS,
+        trained_on,
+        training_rows,
+    )
+    from genesis_fp16_infrastructure.judging.split import HELD_OUT, id_hashes
+
+    ids = [f"line-{i}" for i in range(500)]
+    rows = training_rows(ids)
+    assert rows == sorted(rows) and rows == np.flatnonzero(~HELD_OUT.of_ids(ids)).tolist()
+    assert 300 < len(rows) < 500
+    state = trained_on([ids[i] for i in rows])
+    assert set(state) == {TRAINED_IDS} and state[TRAINED_IDS].dtype == torch.int64
+    named = state[TRAINED_IDS].numpy().view(np.uint64)
+    assert np.array_equal(named, np.sort(id_hashes([ids[i] for i in rows])))
+
+
+def test_record_losses_take_keeps_the_flagged_records_and_their_segments() -> None:
+    """take() keeps the records whose flag is true, in order, segments with them."""
+    scored = RecordLosses.of(["a", "b", "c"], [0.1, 0.2, 0.3], ["s", "t", "s"])
+    kept = scored.take([True, False, True])
+    assert kept.ids == ("a", "c") and kept.losses == (0.1, 0.3) and kept.segments == ("s", "s")
+    assert RecordLosses.of(["a"], [0.5]).take([False]).ids == ()
