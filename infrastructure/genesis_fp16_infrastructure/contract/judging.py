@@ -9,24 +9,24 @@ when records that arrive later show it worse than the one before it, and the ope
 
     class MyAgent:
         api_version = 3
-        judging_version = 2      # this module's JUDGING_VERSION
+        judging_version = 1      # this module's JUDGING_VERSION
         loss_span = 1.0          # each record's loss is clipped to [0, loss_span]
 
         def score_records(self, checkpoint: Path, request: TrainRequest) -> RecordLosses:
             ...                  # the checkpoint's loss on each record the request names
 
-**Judged on records neither model trained on** (judging_version 2). The judged run holds
-out a fifth of the records, chosen by a stable hash of each record's id
+**Judged on records neither model trained on.** The judged run holds out a fifth of the
+records, chosen by a stable hash of each record's id
 (:data:`~genesis_fp16_infrastructure.judging.split.HELD_OUT`: a record keeps its side as
 the pool grows), and the gate compares the candidate with the served model on those
 alone. The plugin keeps its side of that bargain in two lines: its ``train`` trains on
 the rows :func:`training_rows` keeps, and its task's ``extra_state()`` includes
-:func:`trained_on` of the ids it trains on, so that the checkpoint says what its model
-learned. The judged run reads that after training: a candidate that names no records,
-or any held-out one, is refused in one line and never served. Records a served model
-trained on are left out of the comparison too (a model served before the split: every
-record it knew). A plugin of judging_version 1 is still judged, on its training data,
-and its verdicts say so.
+:func:`trained_on` of the ids it trains on, so that every checkpoint says what its model
+learned. The judged run reads that after training: a candidate that names a held-out
+record, or names none where the served model did, is refused in one line and never
+served. Records a served model trained on are left out of the comparison too (a model
+that names none: every record it knew). A plugin whose checkpoints name nothing (one
+written before this) is still judged, on its training data, and its verdicts say so.
 
 and may set ``judging_margin`` (a loss difference, in the loss's units, that the gate
 and the watch tolerate; unset: 5% of the served model's mean loss) and
@@ -67,8 +67,7 @@ if TYPE_CHECKING:
 
     from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 
-JUDGING_VERSION = 2  # 2: the plugin trains on no held-out record and says what it trained on
-JUDGING_VERSIONS = (1, 2)  # 1: judged on its training data, and labelled so
+JUDGING_VERSION = 1
 TRAINED_IDS = "judging.trained_ids"  # the task's extra_state key (trained_on)
 DEFAULT_RELATIVE_MARGIN = 0.05  # of the reference model's mean loss, when no margin is declared
 
@@ -160,10 +159,9 @@ def judging_of(plugin: object) -> JudgedPlugin | None:
         return None
     name = getattr(plugin, "name", type(plugin).__name__)
     version = getattr(plugin, "judging_version", None)
-    if version not in JUDGING_VERSIONS:
-        supported = " and ".join(map(str, JUDGING_VERSIONS))
+    if version != JUDGING_VERSION:
         raise TypeError(
-            f"{name}: judging_version {version!r}, this genesis-fp16 supports {supported}"
+            f"{name}: judging_version {version!r}, this genesis-fp16 supports {JUDGING_VERSION}"
         )
     span = getattr(plugin, "loss_span", None)
     if not isinstance(span, int | float) or isinstance(span, bool) or not 0 < span < math.inf:
@@ -206,13 +204,6 @@ def records_are_training_data(plugin: object) -> bool:
     """Whether ``plugin``'s scored records are what it trains on (the default): then a
     run on records the served model all knew has nothing to learn."""
     return bool(getattr(plugin, "records_are_training_data", True))
-
-
-def holds_records_out(plugin: object) -> bool:
-    """Whether the judged run holds records out of ``plugin``'s training (judging_version
-    2, whose records are its training data); False: its scored records are evaluation
-    episodes it never trains on, or (judging_version 1) it is judged on training data."""
-    return getattr(plugin, "judging_version", None) == 2 and records_are_training_data(plugin)
 
 
 def training_rows(ids: Sequence[str]) -> list[int]:

@@ -98,10 +98,11 @@ API_CHANGES: Mapping[int, str] = {
     2: "TrainRequest.precision is a PrecisionRequest, not a name: "
     "request.precision.requested is the name asked for ('auto', 'fp32', 'bf16', 'fp16')",
     3: "optional judged models: a plugin that declares score_records(checkpoint, request) "
-    "-> RecordLosses, judging_version (2: it trains on no held-out record, training_rows "
-    "and trained_on) and loss_span gets the served-model lifecycle "
+    "-> RecordLosses, judging_version = 1 and loss_span gets the served-model lifecycle "
     "(a candidate per run, a promotion gate, a live watch with rollback, the operator's "
-    "pin); nothing changed for a plugin that does not (api_version 2 still loads)",
+    "pin); nothing changed for a plugin that does not (api_version 2 still loads). "
+    "Judged on held-out records when its train keeps training_rows(ids) and its task's "
+    "extra_state() includes trained_on(ids); else on its training data, labelled so",
 }
 """What each version changed or added for a plugin written for the one before."""
 

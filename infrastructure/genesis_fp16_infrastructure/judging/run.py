@@ -22,15 +22,18 @@ A judged run, in the agent's checkpoint folder (``request.checkpoint_dir``):
    the first model is served as it is; a promotion waits for the operator's pin (``held``);
    the verdict file holds the figures, ``judged_ids.npz`` the records the model knew.
 
-**Records neither model trained on.** A plugin of judging_version 2 trains on no record
-the held-out split (:mod:`.split`) holds out, and its checkpoint names the records it
-trained on (``contract.judging.trained_on``). The run checks the candidate's after
-training: a candidate that names none, or names a held-out record, is refused in one line
+**Records neither model trained on** (issue 68). A plugin trains on no record the
+held-out split (:mod:`.split`) holds out, and its checkpoints name the records they
+trained on (``contract.judging.training_rows`` and ``trained_on``: the scaffold's two
+lines). The run reads the candidate's list after training: one that names a held-out
+record, or names none where the served model's did, is refused in one line
 (``TrainRequestError``; its verdict ``undecided``, never served). The gate then compares
 the two models on the held-out records the served model did not train on either (its
-checkpoint's list; a model served before the split: every record it knew), as set
-``held_out``. A plugin of judging_version 1 is judged on every current record (set
-``current``), and its verdict's reason says "on training data".
+checkpoint's list; a model that names none: every record it knew), set ``held_out``.
+A plugin whose checkpoints name nothing (written before the split) is judged on every
+current record (set ``current``), and its verdict's reason says "on training data"; one
+whose records are evaluation episodes (``records_are_training_data = False``) trains on
+none of them and is judged on all of them, as ``current``.
 
 Pruning the history is the daemon's, after every run of any agent with a pointer
 (``lifecycle.prune`` with its settings), so a judged run prunes nothing itself. The
@@ -73,7 +76,6 @@ from genesis_fp16_infrastructure.contract.judging import (
     JudgedPlugin,
     RecordLosses,
     RecordLossesError,
-    holds_records_out,
     judging_margin,
     judging_of,
     records_are_training_data,
@@ -132,12 +134,16 @@ class _Served:
             self.known = stores.read_known_ids(self.checkpoint.parent)
 
     @cached_property
+    def named(self) -> np.ndarray | None:
+        """The sorted id hashes of the records its checkpoint says it trained on, read
+        when the gate asks (a read of the checkpoint); None: it names none."""
+        return None if self.checkpoint is None else trained_ids(self.checkpoint)
+
+    @property
     def trained(self) -> np.ndarray | None:
-        """The sorted id hashes of the records it trained on, read when the gate asks (a
-        read of its checkpoint); a model served before the split names none: every
-        record it knew. None: unknown, every record may have been."""
-        found = None if self.checkpoint is None else trained_ids(self.checkpoint)
-        return self.known if found is None else found
+        """The records it may have trained on: those it names, else every one it knew;
+        None: unknown, every record may have been."""
+        return self.known if self.named is None else self.named
 
     @property
     def id(self) -> str | None:
@@ -283,7 +289,7 @@ def _judge(
         why = result.failure_detail or result.failure or "the run wrote no checkpoint"
         used = result.precision_used
         return _verdict(candidate, "undecided", f"not judged: {why}", started, used, [])
-    refusal = _held_out_refusal(judged, request, candidate, checkpoint)
+    held_out, refusal = _held_out_check(judged, request, served, candidate, checkpoint)
     if refusal is not None:
         _verdict(candidate, "undecided", refusal, started, result.precision_used, [])
         raise TrainRequestError(refusal)
@@ -295,9 +301,9 @@ def _judge(
         comparisons = [_first(losses)]
         outcome, reason = "promoted", "the first model"
     else:
-        asked = _comparisons(judged, request, served, losses, checkpoint)
+        asked = _comparisons(judged, request, served, losses, checkpoint, held_out)
         outcome, reason, comparisons = decide(asked)
-        reason += _evidence(judged)
+        reason += _evidence(judged, held_out)
     digest = _data_digest(request.data_path)
     used = result.precision_used
     report = _verdict(candidate, outcome, reason, started, used, comparisons, served.id, digest)
@@ -348,10 +354,11 @@ def _rejudge_kept(
         started = time.monotonic()
         losses = _score(judged, checkpoint, request, required=True)
         assert losses is not None
+        held_out = _held_out_check(judged, request, served, candidate, checkpoint)[0]
         outcome, reason, comparisons = decide(
-            _comparisons(judged, request, served, losses, checkpoint)
+            _comparisons(judged, request, served, losses, checkpoint, held_out)
         )
-        reason += _evidence(judged)
+        reason += _evidence(judged, held_out)
         precision = verdict.get("precision")
         used = cast(PrecisionName, precision) if precision in ("fp32", "bf16", "fp16") else None
         report = _verdict(candidate, outcome, reason, started, used, comparisons, served.id, digest)
@@ -383,6 +390,7 @@ def _comparisons(
     served: _Served,
     losses: RecordLosses,
     checkpoint: Path,
+    held_out: bool,
 ) -> list[Paired]:
     span = float(judged.loss_span)
 
@@ -391,7 +399,7 @@ def _comparisons(
 
     assert served.losses is not None and served.checkpoint is not None
     known = _known_segments(served)
-    name, losses = _judged_records(judged, served, losses)
+    name, losses = _judged_records(held_out, served, losses)
     found = compare_segments(name, losses, served.losses, span, margin, known)
     found += _on_known(losses, served, span, margin)
     if request.golden_data_path is not None:
@@ -428,13 +436,12 @@ def _on_known(
 
 
 def _judged_records(
-    judged: JudgedPlugin, served: _Served, losses: RecordLosses
+    held_out: bool, served: _Served, losses: RecordLosses
 ) -> tuple[str, RecordLosses]:
     """The set the gate compares on, and the candidate's losses there: ``held_out``, the
     held-out records the served model did not train on (the candidate trained on none:
-    :func:`_held_out_refusal` saw to it), when the plugin holds records out; else
-    ``current``, every record both scored."""
-    if not holds_records_out(judged):
+    :func:`_held_out_check` saw to it); else ``current``, every record both scored."""
+    if not held_out:
         return "current", losses
     ids = stores.id_hashes(losses.ids)
     keep = HELD_OUT.of_hashes(ids)
@@ -445,12 +452,12 @@ def _judged_records(
     return "held_out", losses.take(keep.tolist())
 
 
-def _evidence(judged: JudgedPlugin) -> str:
+def _evidence(judged: JudgedPlugin, held_out: bool) -> str:
     """What a verdict's reason adds about its records: nothing when they are records
-    neither model trained on; "on training data" when the plugin holds none out."""
-    if holds_records_out(judged) or not records_are_training_data(judged):
+    neither model trained on; "on training data" when the candidate names none."""
+    if held_out or not records_are_training_data(judged):
         return ""
-    return " (judged on training data: judging_version 1 holds no record out)"
+    return " (on training data: the candidate names no records it trained on)"
 
 
 def trained_ids(checkpoint: Path) -> np.ndarray | None:
@@ -467,27 +474,34 @@ def trained_ids(checkpoint: Path) -> np.ndarray | None:
     return np.sort(value.numpy().view(np.uint64))
 
 
-def _held_out_refusal(
-    judged: JudgedPlugin, request: TrainRequest, candidate: Path, checkpoint: Path
-) -> str | None:
-    """Why a candidate of a plugin that holds records out cannot be judged (one line):
-    its checkpoint names no records, or names a held-out one; None when it can."""
-    if not holds_records_out(judged):
-        return None
+def _held_out_check(
+    judged: JudgedPlugin,
+    request: TrainRequest,
+    served: _Served,
+    candidate: Path,
+    checkpoint: Path,
+) -> tuple[bool, str | None]:
+    """Whether the candidate is judged on held-out records (its checkpoint names the
+    records it trained on), and why it cannot be judged at all (one line: it names a
+    held-out record, or names none where the served model's did); None: it can."""
+    if not records_are_training_data(judged):
+        return False, None  # evaluation episodes: it trained on none of them
     trained = trained_ids(checkpoint)
     where = f"{request.agent}: candidate {candidate.name}"
     if trained is None:
-        return (
-            f"{where} does not say which records it trained on: a plugin of "
-            "judging_version 2 adds trained_on(ids) to its task's extra_state()"
+        if served.checkpoint is None or served.named is None:
+            return False, None  # judged on training data, and labelled so
+        return False, (
+            f"{where} names no records it trained on, where the served model did: the "
+            "task's extra_state() must include trained_on(ids) of the records it trains on"
         )
     held = int(HELD_OUT.of_hashes(trained).sum())
     if held:
-        return (
-            f"{where} trained on {held} held-out record(s) of {len(trained)}: a plugin of "
-            "judging_version 2 trains only on the rows training_rows(ids) keeps"
+        return True, (
+            f"{where} trained on {held} held-out record(s) of {len(trained)}: train only "
+            "on the rows training_rows(ids) keeps, which the gate does not judge on"
         )
-    return None
+    return True, None
 
 
 def _known_segments(served: _Served) -> set[str] | None:

@@ -158,33 +158,37 @@ def test_a_candidate_that_trained_on_held_out_records_is_refused_in_one_line(
 ) -> None:
     """A scaffold edited to train on every record (its training_rows keep all) is refused
     at its first run: one line naming the held-out records, the verdict undecided, no
-    model served; one whose task names no records is refused the same way."""
+    model served. Once a model that names its records is served, a candidate whose task
+    names none is refused the same way."""
     agent = _agent(tmp_path)
     lines = _lines(200, seed=3)
-    monkeypatch.setattr(agent, "training_rows", lambda ids: list(range(len(ids))))
-    with pytest.raises(TrainRequestError, match=r"trained on \d+ held-out record\(s\) of 1") as e:
-        run_plugin(agent.plugin, _request(tmp_path, lines))
+    with monkeypatch.context() as edited:
+        edited.setattr(agent, "training_rows", lambda ids: list(range(len(ids))))
+        with pytest.raises(
+            TrainRequestError, match=r"trained on \d+ held-out record\(s\) of 1"
+        ) as e:
+            run_plugin(agent.plugin, _request(tmp_path, lines))
     assert "\n" not in str(e.value) and read_pointer(tmp_path / "checkpoints") is None
     (candidate,) = list_candidates(tmp_path / "checkpoints")
     assert (read_json(candidate / "verdict.json") or {})["outcome"] == "undecided"
 
-    monkeypatch.undo()
+    first = _first_served(tmp_path, agent.plugin, lines)
     monkeypatch.setattr(agent.Task, "extra_state", lambda self: {})
-    with pytest.raises(TrainRequestError, match="does not say which records it trained on"):
-        run_plugin(agent.plugin, _request(tmp_path, lines))
-    assert read_pointer(tmp_path / "checkpoints") is None
+    with pytest.raises(TrainRequestError, match="names no records it trained on, where the"):
+        run_plugin(agent.plugin, _request(tmp_path, lines + _lines(100, seed=4)))
+    assert _served(tmp_path) == first
 
 
 @pytest.mark.slow
 def test_a_model_served_before_the_split_is_judged_only_on_records_it_never_knew(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A served model that names no trained records (judging_version 1, trained on
-    every record) is compared only on held-out records it never knew: the new ones."""
+    """A served model that names no trained records (a plugin written before the split,
+    trained on every record) is compared only on held-out records it never knew: the
+    new ones."""
     agent = _agent(tmp_path)
     old = _lines(300, seed=4)
     with monkeypatch.context() as legacy:
-        legacy.setattr(agent.plugin, "judging_version", 1, raising=False)
         legacy.setattr(agent, "training_rows", lambda ids: list(range(len(ids))))
         legacy.setattr(agent.Task, "extra_state", lambda self: {})
         _first_served(tmp_path, agent.plugin, old)
@@ -196,3 +200,19 @@ def test_a_model_served_before_the_split_is_judged_only_on_records_it_never_knew
     new_ids = agent.read_records(tmp_path / "records.jsonl", None)[0][len(old) :]
     assert _judged(verdict, "held_out")["records"] == int(HELD_OUT.of_ids(new_ids).sum())
     assert "known" not in {c["set"] for c in verdict["judged"]}
+
+
+def test_a_plugin_whose_checkpoints_name_no_records_is_judged_on_training_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plugin that names no records it trained on (written before the split) is still
+    judged, on every current record (set ``current``), and its verdict says so."""
+    agent = _agent(tmp_path)
+    monkeypatch.setattr(agent, "training_rows", lambda ids: list(range(len(ids))))
+    monkeypatch.setattr(agent.Task, "extra_state", lambda self: {})
+    lines = _lines(300, seed=6)
+    _first_served(tmp_path, agent.plugin, lines)
+    result = run_plugin(agent.plugin, _request(tmp_path, lines + _lines(300, seed=7)))
+    assert result.gate is not None
+    assert "(on training data: the candidate names no records" in result.gate.reason
+    assert _judged(_verdict(tmp_path, result.gate.candidate_id), "current")["records"] == 600

@@ -65,7 +65,7 @@ def test_judging_of_tells_judged_plain_and_half_declared_plugins_apart() -> None
     old.api_version = 2
     assert judging_of(old) is None
     for attribute, value, why in (
-        ("judging_version", 3, "judging_version 3, this genesis-fp16 supports 1 and 2"),
+        ("judging_version", 2, "judging_version 2, this genesis-fp16 supports 1"),
         ("loss_span", 0.0, "loss_span 0.0 is not a positive finite number"),
         ("loss_span", math.inf, "loss_span inf is not a positive finite number"),
         ("judging_margin", "big", "judging_margin 'big' is not a number"),
