@@ -46,8 +46,6 @@ from genesis_fp16_infrastructure.contract import (
     declared_options,
     model_weights,
     parse_options,
-    trained_on,
-    training_rows,
 )
 
 if TYPE_CHECKING:
@@ -97,8 +95,6 @@ __all__ = [
     "model_weights",
     "parse_options",
     "to_device",
-    "trained_on",
-    "training_rows",
 ]
 
 

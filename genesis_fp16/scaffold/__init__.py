@@ -104,8 +104,8 @@ once on SIGHUP: `systemctl reload genesis-fp16`) and trains it on its schedule.
 
 Edit `__AGENT__/__init__.py`: `Task` is the model, its data and its loss; `Agent.train`
 reads the request's data and calls `fit` on every record but the fifth genesis-fp16 holds
-out to judge the model on (`training_rows`; keep that, and `trained_on` in the task's
-`extra_state`, or the judged run refuses the candidate).
+out to judge the model on (`request.training_rows`; keep that, and `trained_ids` in the
+task's `extra_state`, or the judged run refuses the candidate).
 """
 
 # The package's own lint settings, in its pyproject.toml: ruff uses the nearest file that

@@ -12,9 +12,9 @@ genesis-fp16 trains each run into a candidate, serves it only when it is no wors
 the served model on records neither trained on, and rolls the served model back when
 records that come later show it worse than the one before it. A record's id is a hash of
 its line. The agent never trains on the records genesis-fp16 holds out for that judgement
-(``training_rows``: a fifth of them, by their ids), and each checkpoint says which
-records it trained on (``trained_on``, in the task's ``extra_state``): a candidate that
-trained on a held-out record is refused.
+(``request.training_rows``: a fifth of them, by their ids), and each checkpoint says
+which records it trained on (``trained_ids``, in the task's ``extra_state``): a candidate
+that trained on a held-out record is refused.
 """
 
 from __future__ import annotations
@@ -40,8 +40,6 @@ from genesis_fp16.plugin_api import (
     fit,
     model_weights,
     to_device,
-    trained_on,
-    training_rows,
 )
 
 FEATURES = 4
@@ -159,7 +157,7 @@ class Task:
 
     def extra_state(self) -> dict[str, Any]:
         # Which records this model learned: genesis-fp16 checks none was held out.
-        return trained_on(self.ids)
+        return {"trained_ids": self.ids}
 
 
 class Agent:
@@ -177,7 +175,7 @@ class Agent:
             raise TrainRequestError(f"{self.name}: no data (genesis-fp16 train passes --data)")
         ids, x, y, skipped = read_records(Path(request.data_path), request.quarantine_path)
         # Never the records genesis-fp16 holds out: the gate judges the model on them.
-        rows = training_rows(ids)
+        rows = request.training_rows(ids)
         if len(rows) < 2:
             raise TrainRequestError(
                 f"{request.data_path}: {len(rows)} of {len(ids)} records left to train on "

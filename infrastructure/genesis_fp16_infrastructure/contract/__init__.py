@@ -42,8 +42,6 @@ if TYPE_CHECKING:
         RecordLossesError,
         judging_of,
         model_weights,
-        trained_on,
-        training_rows,
     )
     from genesis_fp16_infrastructure.contract.plugin_api import (
         API_CHANGES,
@@ -117,8 +115,6 @@ _EXPORTS: dict[str, str] = {
     "RecordLossesError": "contract.judging",
     "judging_of": "contract.judging",
     "model_weights": "contract.judging",
-    "trained_on": "contract.judging",
-    "training_rows": "contract.judging",
     # The one call that trains any plugin (a judged run for a judged plugin): judging/.
     "run_plugin": "judging.run",
     "CACHE_VERSION": "contract.reports",
@@ -201,8 +197,6 @@ __all__ = [
     "read_resume_point",
     "read_snapshot",
     "run_plugin",
-    "trained_on",
-    "training_rows",
 ]
 
 

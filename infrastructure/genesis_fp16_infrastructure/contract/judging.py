@@ -20,24 +20,14 @@ records, chosen by a stable hash of each record's id
 (:data:`~genesis_fp16_infrastructure.judging.split.HELD_OUT`: a record keeps its side as
 the pool grows), and the gate compares the candidate with the served model on those
 alone. The plugin keeps its side of that bargain in two lines: its ``train`` trains on
-the rows :func:`training_rows` keeps, and its task's ``extra_state()`` includes
-:func:`trained_on` of the ids it trains on, so that every checkpoint says what its model
-learned. The judged run reads that after training: a candidate that names a held-out
-record, or names none where the served model did, is refused in one line and never
-served. Records a served model trained on are left out of the comparison too (a model
-that names none: every record it knew). A plugin whose checkpoints name nothing (one
-written before this) is still judged, on its training data, and its verdicts say so.
-
-and may set ``judging_margin`` (a loss difference, in the loss's units, that the gate
-and the watch tolerate; unset: 5% of the served model's mean loss) and
-``records_are_training_data = False`` (its records are evaluation episodes, not what it
-trains on: every run trains; unset, a run whose records the served model all knew is
-up to date). A plugin without ``score_records`` is not judged: it serves its newest
-checkpoint, as before.
-
-A plugin whose own ``train`` runs the lifecycle (se_darwin, through the retrain recipe)
-declares no ``score_records``: that absence is what keeps the library's judged run off it
-(:func:`judging_of`), so there is nothing else to declare.
+the rows ``request.training_rows(ids)`` keeps (:func:`training_rows`), and its task's
+``extra_state()`` includes ``"trained_ids"`` (:data:`TRAINED_IDS`), the list of the ids
+it trains on, so that every checkpoint says what its model learned. The judged run reads
+that after training: a candidate that names a held-out record, or names none where the
+served model did, is refused in one line and never served. Records a served model
+trained on are left out of the comparison too (a model that names none: every record it
+knew). A plugin whose checkpoints name nothing (one written before this) is still
+judged, on its training data, and its verdicts say so.
 
 >>> training_rows([f"r{i}" for i in range(8)])  # "r4" is held out
 [0, 1, 2, 3, 5, 6, 7]
@@ -60,15 +50,13 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from genesis_fp16_infrastructure.judging.split import HELD_OUT, id_hashes
+from genesis_fp16_infrastructure.judging.split import HELD_OUT
 
 if TYPE_CHECKING:
-    import torch
-
     from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 
 JUDGING_VERSION = 1
-TRAINED_IDS = "judging.trained_ids"  # the task's extra_state key (trained_on)
+TRAINED_IDS = "trained_ids"  # the task's extra_state key: the ids (str) it trains on
 DEFAULT_RELATIVE_MARGIN = 0.05  # of the reference model's mean loss, when no margin is declared
 
 
@@ -208,19 +196,6 @@ def records_are_training_data(plugin: object) -> bool:
 
 def training_rows(ids: Sequence[str]) -> list[int]:
     """The rows of ``ids`` (a plugin's records, by their stable ids, in its order) that a
-    judged plugin may train on: every record the held-out split does not hold out."""
+    judged plugin may train on: every record the held-out split does not hold out (what
+    ``TrainRequest.training_rows`` answers)."""
     return np.flatnonzero(~HELD_OUT.of_ids(ids)).tolist()
-
-
-def trained_on(ids: Iterable[str]) -> dict[str, torch.Tensor]:
-    """What a judged plugin's task adds to its ``extra_state()``: the ids of the records
-    it trains on (their 64-bit hashes, sorted), which every checkpoint then keeps and
-    the judged run checks (none held out)::
-
-        def extra_state(self) -> dict[str, Any]:
-            return trained_on(self.ids)
-    """
-    import torch  # here: importing the contract does not import torch
-
-    hashes = np.unique(id_hashes(ids))
-    return {TRAINED_IDS: torch.from_numpy(hashes.view(np.int64).copy())}

@@ -42,8 +42,6 @@ from genesis_fp16_infrastructure.contract.judging import (
     RecordLosses,
     RecordLossesError,
     model_weights,
-    trained_on,
-    training_rows,
 )
 from genesis_fp16_infrastructure.contract.train_request import DEFAULT_STEPS, TrainRequest
 from genesis_fp16_infrastructure.contract.train_result import (
@@ -86,8 +84,6 @@ __all__ = [
     "min_useful_steps",
     "model_weights",
     "parse_options",
-    "trained_on",
-    "training_rows",
 ]
 
 API_VERSION = 3
@@ -101,8 +97,8 @@ API_CHANGES: Mapping[int, str] = {
     "-> RecordLosses, judging_version = 1 and loss_span gets the served-model lifecycle "
     "(a candidate per run, a promotion gate, a live watch with rollback, the operator's "
     "pin); nothing changed for a plugin that does not (api_version 2 still loads). "
-    "Judged on held-out records when its train keeps training_rows(ids) and its task's "
-    "extra_state() includes trained_on(ids); else on its training data, labelled so",
+    "Judged on held-out records when its train keeps request.training_rows(ids) and its "
+    "task's extra_state() names them (trained_ids); else on its training data, labelled so",
 }
 """What each version changed or added for a plugin written for the one before."""
 

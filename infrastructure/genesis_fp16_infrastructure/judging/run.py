@@ -24,16 +24,17 @@ A judged run, in the agent's checkpoint folder (``request.checkpoint_dir``):
 
 **Records neither model trained on** (issue 68). A plugin trains on no record the
 held-out split (:mod:`.split`) holds out, and its checkpoints name the records they
-trained on (``contract.judging.training_rows`` and ``trained_on``: the scaffold's two
-lines). The run reads the candidate's list after training: one that names a held-out
-record, or names none where the served model's did, is refused in one line
-(``TrainRequestError``; its verdict ``undecided``, never served). The gate then compares
-the two models on the held-out records the served model did not train on either (its
-checkpoint's list; a model that names none: every record it knew), set ``held_out``.
-A plugin whose checkpoints name nothing (written before the split) is judged on every
-current record (set ``current``), and its verdict's reason says "on training data"; one
-whose records are evaluation episodes (``records_are_training_data = False``) trains on
-none of them and is judged on all of them, as ``current``.
+trained on (``request.training_rows(ids)`` and ``"trained_ids"`` in the task's
+``extra_state()``: the scaffold's two lines). The run reads the candidate's list after
+training: one that names a held-out record, or names none where the served model's did,
+is refused in one line (``TrainRequestError``; its verdict ``undecided``, never served).
+The gate then compares the two models on the held-out records the served model did not
+train on either (its checkpoint's list; a model that names none: every record it knew),
+set ``held_out``. A plugin whose checkpoints name nothing (written before the split) is
+judged on every current record (set ``current``), and its verdict's reason says "on
+training data"; one whose records are evaluation episodes
+(``records_are_training_data = False``) trains on none of them and is judged on all of
+them, as ``current``.
 
 Pruning the history is the daemon's, after every run of any agent with a pointer
 (``lifecycle.prune`` with its settings), so a judged run prunes nothing itself. The
@@ -54,7 +55,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
-import torch
 
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     CANDIDATE_META,
@@ -462,16 +462,16 @@ def _evidence(judged: JudgedPlugin, held_out: bool) -> str:
 
 def trained_ids(checkpoint: Path) -> np.ndarray | None:
     """The sorted id hashes of the records ``checkpoint``'s model trained on, as its task
-    said (``contract.judging.trained_on``); None when it says nothing, or cannot be read
-    (the plugin's own scoring reports that)."""
+    said (``extra_state()["trained_ids"]``: a list of the ids); None when it says
+    nothing, or cannot be read (the plugin's own scoring reports that)."""
     try:
         extra = load_checkpoint(checkpoint).get(checkpoint_keys.EXTRA)
     except (OSError, ValueError):
         return None
     value = extra.get(TRAINED_IDS) if isinstance(extra, dict) else None
-    if not isinstance(value, torch.Tensor) or value.dtype != torch.int64 or value.ndim != 1:
+    if not isinstance(value, list | tuple) or not all(isinstance(i, str) for i in value):
         return None
-    return np.sort(value.numpy().view(np.uint64))
+    return np.unique(stores.id_hashes(value))
 
 
 def _held_out_check(
@@ -493,13 +493,13 @@ def _held_out_check(
             return False, None  # judged on training data, and labelled so
         return False, (
             f"{where} names no records it trained on, where the served model did: the "
-            "task's extra_state() must include trained_on(ids) of the records it trains on"
+            "task's extra_state() must include trained_ids, the ids of the records it trains on"
         )
     held = int(HELD_OUT.of_hashes(trained).sum())
     if held:
         return True, (
             f"{where} trained on {held} held-out record(s) of {len(trained)}: train only "
-            "on the rows training_rows(ids) keeps, which the gate does not judge on"
+            "on the rows request.training_rows(ids) keeps, which the gate does not judge on"
         )
     return True, None
 

@@ -86,6 +86,11 @@ def _first_served(tmp_path: Path, plugin: Any, lines: list[str]) -> str:
     return _served(tmp_path)
 
 
+def _every_row(request: TrainRequest, ids: list[str]) -> list[int]:
+    """A plugin edited to train on every record: no row held out."""
+    return list(range(len(ids)))
+
+
 def _verdict(tmp_path: Path, candidate: str | None) -> dict[str, Any]:
     verdict = read_json(tmp_path / "checkpoints" / "candidates" / str(candidate) / "verdict.json")
     assert verdict is not None
@@ -156,14 +161,14 @@ def test_clean_growth_is_promoted_on_held_out_records(tmp_path: Path) -> None:
 def test_a_candidate_that_trained_on_held_out_records_is_refused_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A scaffold edited to train on every record (its training_rows keep all) is refused
+    """A scaffold edited to train on every record (training_rows keeps all) is refused
     at its first run: one line naming the held-out records, the verdict undecided, no
     model served. Once a model that names its records is served, a candidate whose task
     names none is refused the same way."""
     agent = _agent(tmp_path)
     lines = _lines(200, seed=3)
     with monkeypatch.context() as edited:
-        edited.setattr(agent, "training_rows", lambda ids: list(range(len(ids))))
+        edited.setattr(TrainRequest, "training_rows", _every_row)
         with pytest.raises(
             TrainRequestError, match=r"trained on \d+ held-out record\(s\) of 1"
         ) as e:
@@ -189,7 +194,7 @@ def test_a_model_served_before_the_split_is_judged_only_on_records_it_never_knew
     agent = _agent(tmp_path)
     old = _lines(300, seed=4)
     with monkeypatch.context() as legacy:
-        legacy.setattr(agent, "training_rows", lambda ids: list(range(len(ids))))
+        legacy.setattr(TrainRequest, "training_rows", _every_row)
         legacy.setattr(agent.Task, "extra_state", lambda self: {})
         _first_served(tmp_path, agent.plugin, old)
     new = _lines(POOL, seed=5)
@@ -208,7 +213,7 @@ def test_a_plugin_whose_checkpoints_name_no_records_is_judged_on_training_data(
     """A plugin that names no records it trained on (written before the split) is still
     judged, on every current record (set ``current``), and its verdict says so."""
     agent = _agent(tmp_path)
-    monkeypatch.setattr(agent, "training_rows", lambda ids: list(range(len(ids))))
+    monkeypatch.setattr(TrainRequest, "training_rows", _every_row)
     monkeypatch.setattr(agent.Task, "extra_state", lambda self: {})
     lines = _lines(300, seed=6)
     _first_served(tmp_path, agent.plugin, lines)

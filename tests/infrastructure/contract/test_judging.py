@@ -84,27 +84,26 @@ def test_the_margin_is_declared_or_relative_to_the_reference() -> None:
     assert judging_margin(declared, 0.4) == 0.1
 
 
-def test_training_rows_leave_out_the_held_out_records_and_trained_on_names_the_rest() -> None:
-    """training_rows keeps exactly the rows the split does not hold out, in order;
-    trained_on gives the task's extra_state entry: their sorted id hashes, as int64."""
+def test_the_request_keeps_the_rows_the_split_does_not_hold_out(tmp_path: Path) -> None:
+    """request.training_rows keeps exactly the rows the held-out split does not hold out,
+    in order: about four in five, the same for the same ids however the pool grows."""
     import numpy as np
-    import torch
 
-    from genesis_fp16_infrastructure.contract.judging import (
-        TRAINED_IDS,
-        trained_on,
-        training_rows,
+    from genesis_fp16_infrastructure.contract.plugin_api import PrecisionRequest, TrainRequest
+    from genesis_fp16_infrastructure.judging.split import HELD_OUT
+
+    request = TrainRequest(
+        agent="a",
+        precision=PrecisionRequest("fp32"),
+        precision_reason="test",
+        state_dir=tmp_path,
+        checkpoint_dir=tmp_path,
     )
-    from genesis_fp16_infrastructure.judging.split import HELD_OUT, id_hashes
-
     ids = [f"line-{i}" for i in range(500)]
-    rows = training_rows(ids)
-    assert rows == sorted(rows) and rows == np.flatnonzero(~HELD_OUT.of_ids(ids)).tolist()
-    assert 300 < len(rows) < 500
-    state = trained_on([ids[i] for i in rows])
-    assert set(state) == {TRAINED_IDS} and state[TRAINED_IDS].dtype == torch.int64
-    named = state[TRAINED_IDS].numpy().view(np.uint64)
-    assert np.array_equal(named, np.sort(id_hashes([ids[i] for i in rows])))
+    rows = request.training_rows(ids)
+    assert rows == np.flatnonzero(~HELD_OUT.of_ids(ids)).tolist() and 350 < len(rows) < 450
+    grown = request.training_rows([f"new-{i}" for i in range(100)] + ids)
+    assert [r - 100 for r in grown if r >= 100] == rows
 
 
 def test_record_losses_take_keeps_the_flagged_records_and_their_segments() -> None:
