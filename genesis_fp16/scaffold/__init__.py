@@ -103,7 +103,9 @@ A running daemon loads it within a few seconds of the install (at its next tick,
 once on SIGHUP: `systemctl reload genesis-fp16`) and trains it on its schedule.
 
 Edit `__AGENT__/__init__.py`: `Task` is the model, its data and its loss; `Agent.train`
-reads the request's data and calls `fit`.
+reads the request's data and calls `fit` on every record but the fifth genesis-fp16 holds
+out to judge the model on (`request.training_rows`; keep that, and `trained_ids` in the
+task's `extra_state`, or the judged run refuses the candidate).
 """
 
 # The package's own lint settings, in its pyproject.toml: ruff uses the nearest file that

@@ -9,8 +9,12 @@ usable record, or that cannot be read, is refused with one line naming it.
 
 Judged models: the agent scores each record (its squared error, ``score_records``), so
 genesis-fp16 trains each run into a candidate, serves it only when it is no worse than
-the served model on the same records, and rolls the served model back when records that
-come later show it worse than the one before it. A record's id is a hash of its line.
+the served model on records neither trained on, and rolls the served model back when
+records that come later show it worse than the one before it. A record's id is a hash of
+its line. The agent never trains on the records genesis-fp16 holds out for that judgement
+(``request.training_rows``: a fifth of them, by their ids), and each checkpoint says
+which records it trained on (``trained_ids``, in the task's ``extra_state``): a candidate
+that trained on a held-out record is refused.
 """
 
 from __future__ import annotations
@@ -117,12 +121,14 @@ def read_records(
 
 
 class Task:
-    """A TrainingTask: the model, its optimizer, the batches, the loss and the evaluation."""
+    """A TrainingTask: the model, its optimizer, the batches, the loss and the evaluation.
+    ``ids``: the records' ids, when known (the checkpoint then names those it trains on)."""
 
-    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        held_out = max(1, len(x) // 10)
-        self.x, self.y = x[held_out:], y[held_out:]
-        self.eval_x, self.eval_y = x[:held_out], y[:held_out]
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, ids: list[str] | None = None) -> None:
+        validation = max(1, len(x) // 10)  # fit() keeps the weights that do best here
+        self.x, self.y = x[validation:], y[validation:]
+        self.eval_x, self.eval_y = x[:validation], y[:validation]
+        self.ids = [] if ids is None else ids[validation:]
 
     def build_model(self) -> torch.nn.Module:
         return torch.nn.Linear(FEATURES, 1)
@@ -150,7 +156,8 @@ class Task:
             return {"loss": float(self.loss(model, batch))}
 
     def extra_state(self) -> dict[str, Any]:
-        return {}
+        # Which records this model learned: genesis-fp16 checks none was held out.
+        return {"trained_ids": self.ids}
 
 
 class Agent:
@@ -166,9 +173,17 @@ class Agent:
     def train(self, request: TrainRequest) -> TrainResult:
         if request.data_path is None:
             raise TrainRequestError(f"{self.name}: no data (genesis-fp16 train passes --data)")
-        x, y, skipped = load_records(Path(request.data_path), request.quarantine_path)
+        ids, x, y, skipped = read_records(Path(request.data_path), request.quarantine_path)
+        # Never the records genesis-fp16 holds out: the gate judges the model on them.
+        rows = request.training_rows(ids)
+        if len(rows) < 2:
+            raise TrainRequestError(
+                f"{request.data_path}: {len(rows)} of {len(ids)} records left to train on "
+                "once a fifth is held out for judging; add records"
+            )
+        task = Task(x[rows], y[rows], [ids[i] for i in rows])
         # No budget in the request (no --steps, no STEPS_PER_RUN): DEFAULT_STEPS.
-        result = fit(Task(x, y), request.fit_options())
+        result = fit(task, request.fit_options())
         return TrainResult.from_fit(request, result, quarantined=skipped)
 
     def score_records(self, checkpoint: Path, request: TrainRequest) -> RecordLosses:

@@ -15,17 +15,22 @@ when records that arrive later show it worse than the one before it, and the ope
         def score_records(self, checkpoint: Path, request: TrainRequest) -> RecordLosses:
             ...                  # the checkpoint's loss on each record the request names
 
-and may set ``judging_margin`` (a loss difference, in the loss's units, that the gate
-and the watch tolerate; unset: 5% of the served model's mean loss) and
-``records_are_training_data = False`` (its records are evaluation episodes, not what it
-trains on: every run trains; unset, a run whose records the served model all knew is
-up to date). A plugin without ``score_records`` is not judged: it serves its newest
-checkpoint, as before.
+**Judged on records neither model trained on.** The judged run holds out a fifth of the
+records, chosen by a stable hash of each record's id
+(:data:`~genesis_fp16_infrastructure.judging.split.HELD_OUT`: a record keeps its side as
+the pool grows), and the gate compares the candidate with the served model on those
+alone. The plugin keeps its side of that bargain in two lines: its ``train`` trains on
+the rows ``request.training_rows(ids)`` keeps (:func:`training_rows`), and its task's
+``extra_state()`` includes ``"trained_ids"`` (:data:`TRAINED_IDS`), the list of the ids
+it trains on, so that every checkpoint says what its model learned. The judged run reads
+that after training: a candidate that names a held-out record, or names none where the
+served model did, is refused in one line and never served. Records a served model
+trained on are left out of the comparison too (a model that names none: every record it
+knew). A plugin whose checkpoints name nothing (one written before this) is still
+judged, on its training data, and its verdicts say so.
 
-A plugin whose own ``train`` runs the lifecycle (se_darwin, through the retrain recipe)
-declares no ``score_records``: that absence is what keeps the library's judged run off it
-(:func:`judging_of`), so there is nothing else to declare.
-
+>>> training_rows([f"r{i}" for i in range(8)])  # "r4" is held out
+[0, 1, 2, 3, 5, 6, 7]
 >>> losses = RecordLosses.of(["a", "b"], [0.5, 0.25])
 >>> losses.mean()
 0.375
@@ -38,15 +43,20 @@ genesis_fp16_infrastructure.contract.judging.RecordLossesError: RecordLosses: id
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from genesis_fp16_infrastructure.judging.split import HELD_OUT
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 
 JUDGING_VERSION = 1
+TRAINED_IDS = "trained_ids"  # the task's extra_state key: the ids (str) it trains on
 DEFAULT_RELATIVE_MARGIN = 0.05  # of the reference model's mean loss, when no margin is declared
 
 
@@ -102,6 +112,14 @@ class RecordLosses:
         except (TypeError, ValueError) as exc:
             raise RecordLossesError(f"RecordLosses: a loss is not a number ({exc})") from None
         return cls(tuple(ids), values, None if segments is None else tuple(segments))
+
+    def take(self, keep: Sequence[bool]) -> RecordLosses:
+        """The records where ``keep`` (one flag per record, in order) is true."""
+        rows = [i for i, k in enumerate(keep) if k]
+        segments = None if self.segments is None else tuple(self.segments[i] for i in rows)
+        return RecordLosses(
+            tuple(self.ids[i] for i in rows), tuple(self.losses[i] for i in rows), segments
+        )
 
     def mean(self) -> float:
         """The mean loss (NaN for no record)."""
@@ -174,3 +192,10 @@ def records_are_training_data(plugin: object) -> bool:
     """Whether ``plugin``'s scored records are what it trains on (the default): then a
     run on records the served model all knew has nothing to learn."""
     return bool(getattr(plugin, "records_are_training_data", True))
+
+
+def training_rows(ids: Sequence[str]) -> list[int]:
+    """The rows of ``ids`` (a plugin's records, by their stable ids, in its order) that a
+    judged plugin may train on: every record the held-out split does not hold out (what
+    ``TrainRequest.training_rows`` answers)."""
+    return np.flatnonzero(~HELD_OUT.of_ids(ids)).tolist()

@@ -96,7 +96,9 @@ API_CHANGES: Mapping[int, str] = {
     3: "optional judged models: a plugin that declares score_records(checkpoint, request) "
     "-> RecordLosses, judging_version = 1 and loss_span gets the served-model lifecycle "
     "(a candidate per run, a promotion gate, a live watch with rollback, the operator's "
-    "pin); nothing changed for a plugin that does not (api_version 2 still loads)",
+    "pin); nothing changed for a plugin that does not (api_version 2 still loads). "
+    "Judged on held-out records when its train keeps request.training_rows(ids) and its "
+    "task's extra_state() names them (trained_ids); else on its training data, labelled so",
 }
 """What each version changed or added for a plugin written for the one before."""
 

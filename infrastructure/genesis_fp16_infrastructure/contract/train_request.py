@@ -7,7 +7,7 @@ Part of the plugin contract: import these from ``genesis_fp16_infrastructure.con
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -108,6 +108,19 @@ class TrainRequest(RunSpec, RunCallbacks):
         if merged.get("steps") is None and merged.get("epochs") is None:
             merged["steps"] = DEFAULT_STEPS
         return FitOptions(**merged)
+
+    def training_rows(self, ids: Sequence[str]) -> list[int]:
+        """The rows of ``ids`` (the records' stable ids, as ``score_records`` names them,
+        in the data's order) this run may train on: every record but the fifth a judged
+        run holds out to judge the model on (``contract.judging``). A judged plugin
+        trains on these alone and its task's ``extra_state()`` names them::
+
+            rows = request.training_rows(ids)
+            task = Task(x[rows], y[rows], [ids[i] for i in rows])  # its "trained_ids"
+        """
+        from genesis_fp16_infrastructure.contract.judging import training_rows
+
+        return training_rows(ids)
 
     def with_callbacks(self, callbacks: RunCallbacks) -> TrainRequest:
         """This request with every callback of ``callbacks`` (each one: a callback left

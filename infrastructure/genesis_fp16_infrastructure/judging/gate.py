@@ -28,8 +28,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from genesis_fp16_infrastructure.contract.judging import RecordLosses
-from genesis_fp16_infrastructure.contract.reports import GateComparison, ScoresOn
-from genesis_fp16_infrastructure.judging.noninferiority import Z_95, Bound, holm_worse
+from genesis_fp16_infrastructure.contract.reports import GateComparison, GateOutcome, ScoresOn
+from genesis_fp16_infrastructure.judging.noninferiority import Z_95, Bound, Finding, holm_worse
 
 MIN_RECORDS = 2  # an s.e. needs two; fewer shared records cannot decide
 SEGMENT_MIN_RECORDS = 100  # a segment is judged on its own from this many shared records
@@ -51,13 +51,15 @@ class Paired:
     segment: str | None = None  # the records' segment (RecordLosses.segments), if one
     # no_worse, worse or inconclusive (judging.noninferiority), as settled by decide()
     finding: str | None = None
+    # False: a veto only (shown worse rejects; not shown no worse holds nothing back)
+    required: bool = True
 
     def bound(self) -> Bound | None:
         """Its question for :func:`decide`; None when it has too few records."""
         if not math.isfinite(self.upper) or not math.isfinite(self.lower):
             return None
         se = (self.upper - self.lower) / (2 * Z_95)
-        return Bound(self.label, self.records, self.difference, se, self.margin)
+        return Bound(self.label, self.records, self.difference, se, self.margin, self.required)
 
     @property
     def label(self) -> str:
@@ -189,11 +191,19 @@ def _paired(
 _PASSED = {"no_worse": True, "worse": False}  # inconclusive: passed is None
 
 
-def decide(comparisons: Sequence[Paired]) -> tuple[str, str, list[Paired]]:
+def decide(comparisons: Sequence[Paired]) -> tuple[GateOutcome, str, list[Paired]]:
     """Every comparison's question settled together: ``rejected`` when Holm shows one
-    worse beyond its margin, ``promoted`` when each is shown no worse, ``inconclusive``
-    when neither (kept, judged again), ``undecided`` when none can be asked; with the
-    reason naming the sets and segments that decided, and the settled comparisons."""
+    worse beyond its margin, ``promoted`` when each required one is shown no worse,
+    ``inconclusive`` when neither (kept, judged again), ``undecided`` when none can be
+    asked; with the reason naming the sets and segments that decided, and the settled
+    comparisons. A comparison that is not ``required`` can only veto (be shown worse).
+
+    >>> d = np.tile([-0.2, 0.2], 20)  # 40 records, mean 0: not shown within 0.01
+    >>> wide = replace(_paired("known", d, np.zeros(40), lambda m: 0.01, None), required=False)
+    >>> sure = _paired("held_out", np.zeros(400), np.zeros(400) + 0.1, lambda m: 0.01, None)
+    >>> decide([sure, wide])[0], decide([sure, replace(wide, required=True)])[0]
+    ('promoted', 'inconclusive')
+    """
     bounds = [c.bound() for c in comparisons]
     asked = [b for b in bounds if b is not None]
     if not asked:
@@ -207,13 +217,14 @@ def decide(comparisons: Sequence[Paired]) -> tuple[str, str, list[Paired]]:
             continue
         finding = b.finding(next(flags))
         settled.append(replace(c, finding=finding, passed=_PASSED.get(finding)))
-    for outcome, finding, words in (
+    undecided: tuple[tuple[GateOutcome, Finding, str], ...] = (
         ("rejected", "worse", "worse than the served model"),
         ("inconclusive", "inconclusive", "inconclusive, not shown no worse"),
-    ):
-        found = [c for c in settled if c.finding == finding]
+    )
+    for outcome, finding, words in undecided:
+        found = [c for c in settled if c.finding == finding and (c.required or finding == "worse")]
         if found:
             return outcome, f"{words}: " + "; ".join(c.reason() for c in found), settled
-    if any(c.bound() is None for c in settled):
+    if any(c.bound() is None and c.required for c in settled):
         return "undecided", next(c for c in settled if c.bound() is None).reason(), settled
     return "promoted", "no worse than the served model: " + settled[0].reason(), settled

@@ -22,6 +22,20 @@ A judged run, in the agent's checkpoint folder (``request.checkpoint_dir``):
    the first model is served as it is; a promotion waits for the operator's pin (``held``);
    the verdict file holds the figures, ``judged_ids.npz`` the records the model knew.
 
+**Records neither model trained on** (issue 68). A plugin trains on no record the
+held-out split (:mod:`.split`) holds out, and its checkpoints name the records they
+trained on (``request.training_rows(ids)`` and ``"trained_ids"`` in the task's
+``extra_state()``: the scaffold's two lines). The run reads the candidate's list after
+training: one that names a held-out record, or names none where the served model's did,
+is refused in one line (``TrainRequestError``; its verdict ``undecided``, never served).
+The gate then compares the two models on the held-out records the served model did not
+train on either (its checkpoint's list; a model that names none: every record it knew),
+set ``held_out``. A plugin whose checkpoints name nothing (written before the split) is
+judged on every current record (set ``current``), and its verdict's reason says "on
+training data"; one whose records are evaluation episodes
+(``records_are_training_data = False``) trains on none of them and is judged on all of
+them, as ``current``.
+
 Pruning the history is the daemon's, after every run of any agent with a pointer
 (``lifecycle.prune`` with its settings), so a judged run prunes nothing itself. The
 result carries the gate's report (``result.gate``) and the watch's (``result.live``).
@@ -34,7 +48,9 @@ import logging
 import math
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, cast
 
@@ -56,6 +72,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     write_verdict,
 )
 from genesis_fp16_infrastructure.contract.judging import (
+    TRAINED_IDS,
     JudgedPlugin,
     RecordLosses,
     RecordLossesError,
@@ -68,13 +85,23 @@ from genesis_fp16_infrastructure.contract.reports import GateOutcome, GateReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.judging import stores
-from genesis_fp16_infrastructure.judging.gate import Paired, compare, compare_segments, decide
+from genesis_fp16_infrastructure.judging.gate import (
+    MIN_RECORDS,
+    SEGMENT_MIN_RECORDS,
+    Paired,
+    compare,
+    compare_segments,
+    decide,
+)
+from genesis_fp16_infrastructure.judging.split import HELD_OUT
 from genesis_fp16_infrastructure.judging.watch import watch
+from genesis_fp16_infrastructure.training import checkpoint_keys
 from genesis_fp16_infrastructure.training.checkpoint_files import (
     digest_path,
     read_summary,
     summary_path,
 )
+from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
 logger = logging.getLogger(__name__)
@@ -105,6 +132,18 @@ class _Served:
         if self.checkpoint is not None:
             self.losses = _score(plugin, self.checkpoint, request, required=True)
             self.known = stores.read_known_ids(self.checkpoint.parent)
+
+    @cached_property
+    def named(self) -> np.ndarray | None:
+        """The sorted id hashes of the records its checkpoint says it trained on, read
+        when the gate asks (a read of the checkpoint); None: it names none."""
+        return None if self.checkpoint is None else trained_ids(self.checkpoint)
+
+    @property
+    def trained(self) -> np.ndarray | None:
+        """The records it may have trained on: those it names, else every one it knew;
+        None: unknown, every record may have been."""
+        return self.known if self.named is None else self.named
 
     @property
     def id(self) -> str | None:
@@ -137,7 +176,8 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
         _continue_from(served.checkpoint, candidate)
     result = plugin.train(replace(request, checkpoint_dir=candidate))
     gate = _judge(judged, request, served, candidate, result)
-    return replace(result, gate=gate, rejected=gate.outcome == "rejected", live=_live(live))
+    rejected: GateOutcome = "rejected"
+    return replace(result, gate=gate, rejected=gate.outcome == rejected, live=_live(live))
 
 
 def _live(figures: dict[str, Any] | None) -> LiveReport | None:
@@ -192,10 +232,13 @@ def _last_judged(folder: Path, served_id: str | None) -> np.ndarray | None:
         verdict = read_json(candidate / VERDICT_NAME) or {}
         if meta.get("continues") != served_id or verdict.get("outcome") is None:
             continue
-        if verdict.get("outcome") in ("rejected", "held", "undecided", "inconclusive"):
+        if verdict.get("outcome") in _NOT_SERVED:
             return stores.read_known_ids(candidate)
         return None
     return None
+
+
+_NOT_SERVED: tuple[GateOutcome, ...] = ("rejected", "held", "undecided", "inconclusive")
 
 
 def _meta(request: TrainRequest, served: _Served) -> dict[str, Any]:
@@ -246,15 +289,21 @@ def _judge(
         why = result.failure_detail or result.failure or "the run wrote no checkpoint"
         used = result.precision_used
         return _verdict(candidate, "undecided", f"not judged: {why}", started, used, [])
+    held_out, refusal = _held_out_check(judged, request, served, candidate, checkpoint)
+    if refusal is not None:
+        _verdict(candidate, "undecided", refusal, started, result.precision_used, [])
+        raise TrainRequestError(refusal)
     losses = _score(judged, checkpoint, request, required=True)
     assert losses is not None  # required: a refusal raised
     stores.write_known_ids(candidate, _known_after(served, losses))
+    outcome: GateOutcome
     if served.losses is None:
         comparisons = [_first(losses)]
         outcome, reason = "promoted", "the first model"
     else:
-        asked = _comparisons(judged, request, served, losses, checkpoint)
+        asked = _comparisons(judged, request, served, losses, checkpoint, held_out)
         outcome, reason, comparisons = decide(asked)
+        reason += _evidence(judged, held_out)
     digest = _data_digest(request.data_path)
     used = result.precision_used
     report = _verdict(candidate, outcome, reason, started, used, comparisons, served.id, digest)
@@ -305,9 +354,11 @@ def _rejudge_kept(
         started = time.monotonic()
         losses = _score(judged, checkpoint, request, required=True)
         assert losses is not None
+        held_out = _held_out_check(judged, request, served, candidate, checkpoint)[0]
         outcome, reason, comparisons = decide(
-            _comparisons(judged, request, served, losses, checkpoint)
+            _comparisons(judged, request, served, losses, checkpoint, held_out)
         )
+        reason += _evidence(judged, held_out)
         precision = verdict.get("precision")
         used = cast(PrecisionName, precision) if precision in ("fp32", "bf16", "fp16") else None
         report = _verdict(candidate, outcome, reason, started, used, comparisons, served.id, digest)
@@ -339,6 +390,7 @@ def _comparisons(
     served: _Served,
     losses: RecordLosses,
     checkpoint: Path,
+    held_out: bool,
 ) -> list[Paired]:
     span = float(judged.loss_span)
 
@@ -347,7 +399,9 @@ def _comparisons(
 
     assert served.losses is not None and served.checkpoint is not None
     known = _known_segments(served)
-    found = compare_segments("current", losses, served.losses, span, margin, known)
+    name, losses = _judged_records(held_out, served, losses)
+    found = compare_segments(name, losses, served.losses, span, margin, known)
+    found += _on_known(losses, served, span, margin)
     if request.golden_data_path is not None:
         golden = replace(request, data_path=request.golden_data_path)
         ours = _score(judged, checkpoint, golden, required=True)
@@ -355,6 +409,99 @@ def _comparisons(
         assert ours is not None and theirs is not None
         found.append(compare("golden", ours, theirs, span, margin))
     return found
+
+
+def _on_known(
+    losses: RecordLosses, served: _Served, span: float, margin: Callable[[float], float]
+) -> list[Paired]:
+    """Issue 68: the set ``known``, those of the judged records the served model already
+    knew (it was judged on them), asked on its own when the records also hold new ones:
+    a candidate that learned the new records' noise gains there what it loses on the
+    records the served model was shown good on, and the new ones must not excuse it.
+    Under ``SEGMENT_MIN_RECORDS`` of them (the segment rule's threshold) it is a veto
+    only: shown worse, the candidate is rejected; not shown no worse, it holds nothing
+    back (the known records do not grow, and so few could hardly ever show it). Empty
+    when every record is known, fewer than two are, or the plugin's records are
+    evaluation episodes (a new task file is not noise)."""
+    if served.known is None or served.losses is None:
+        return []
+    if not records_are_training_data(served.plugin):
+        return []
+    knew = stores.known(stores.id_hashes(losses.ids), served.known)
+    count = int(knew.sum())
+    if knew.all() or count < MIN_RECORDS:
+        return []
+    found = compare("known", losses.take(knew.tolist()), served.losses, span, margin)
+    return [replace(found, required=count >= SEGMENT_MIN_RECORDS)]
+
+
+def _judged_records(
+    held_out: bool, served: _Served, losses: RecordLosses
+) -> tuple[str, RecordLosses]:
+    """The set the gate compares on, and the candidate's losses there: ``held_out``, the
+    held-out records the served model did not train on (the candidate trained on none:
+    :func:`_held_out_check` saw to it); else ``current``, every record both scored."""
+    if not held_out:
+        return "current", losses
+    ids = stores.id_hashes(losses.ids)
+    keep = HELD_OUT.of_hashes(ids)
+    if served.trained is None:  # nothing says what it trained on: it may have seen all
+        keep[:] = False
+    else:
+        keep &= ~stores.known(ids, served.trained)
+    return "held_out", losses.take(keep.tolist())
+
+
+def _evidence(judged: JudgedPlugin, held_out: bool) -> str:
+    """What a verdict's reason adds about its records: nothing when they are records
+    neither model trained on; "on training data" when the candidate names none."""
+    if held_out or not records_are_training_data(judged):
+        return ""
+    return " (on training data: the candidate names no records it trained on)"
+
+
+def trained_ids(checkpoint: Path) -> np.ndarray | None:
+    """The sorted id hashes of the records ``checkpoint``'s model trained on, as its task
+    said (``extra_state()["trained_ids"]``: a list of the ids); None when it says
+    nothing, or cannot be read (the plugin's own scoring reports that)."""
+    try:
+        extra = load_checkpoint(checkpoint).get(checkpoint_keys.EXTRA)
+    except (OSError, ValueError):
+        return None
+    value = extra.get(TRAINED_IDS) if isinstance(extra, dict) else None
+    if not isinstance(value, list | tuple) or not all(isinstance(i, str) for i in value):
+        return None
+    return np.unique(stores.id_hashes(value))
+
+
+def _held_out_check(
+    judged: JudgedPlugin,
+    request: TrainRequest,
+    served: _Served,
+    candidate: Path,
+    checkpoint: Path,
+) -> tuple[bool, str | None]:
+    """Whether the candidate is judged on held-out records (its checkpoint names the
+    records it trained on), and why it cannot be judged at all (one line: it names a
+    held-out record, or names none where the served model's did); None: it can."""
+    if not records_are_training_data(judged):
+        return False, None  # evaluation episodes: it trained on none of them
+    trained = trained_ids(checkpoint)
+    where = f"{request.agent}: candidate {candidate.name}"
+    if trained is None:
+        if served.checkpoint is None or served.named is None:
+            return False, None  # judged on training data, and labelled so
+        return False, (
+            f"{where} names no records it trained on, where the served model did: the "
+            "task's extra_state() must include trained_ids, the ids of the records it trains on"
+        )
+    held = int(HELD_OUT.of_hashes(trained).sum())
+    if held:
+        return True, (
+            f"{where} trained on {held} held-out record(s) of {len(trained)}: train only "
+            "on the rows request.training_rows(ids) keeps, which the gate does not judge on"
+        )
+    return True, None
 
 
 def _known_segments(served: _Served) -> set[str] | None:
@@ -369,7 +516,7 @@ def _known_segments(served: _Served) -> set[str] | None:
 
 def _verdict(
     candidate: Path,
-    outcome: str,
+    outcome: GateOutcome,
     reason: str,
     started: float,
     precision: PrecisionName | None,
@@ -382,7 +529,7 @@ def _verdict(
     first = comparisons[0] if comparisons else None
     checkpoint = newest_checkpoint(candidate)
     report = GateReport(
-        outcome=cast(GateOutcome, outcome),
+        outcome=outcome,
         reason=reason,
         comparisons=tuple(c.comparison() for c in comparisons),
         seconds=round(time.monotonic() - started, 4),

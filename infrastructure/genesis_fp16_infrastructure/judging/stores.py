@@ -8,9 +8,9 @@ folder's bounded reader and atomic writer (agent_folder.files):
 * ``judged-live-<predecessor id>.npz``: the live watch's records in arrival order (id
   hashes, the served model's and the predecessor's losses), so each record counts once.
 
-An id is hashed to 64 bits (blake2b): sortable, compact, and a collision between two of
-a few million ids has a chance of about 1e-7. A file that cannot be read is set aside and
-reported (agent_folder.files); the reader then goes on as if there were none.
+An id is hashed to 64 bits by :func:`~.split.id_hashes`, the held-out split's hash too. A
+file that cannot be read is set aside and reported (agent_folder.files); the reader then
+goes on as if there were none.
 
 >>> ids = id_hashes(["a", "b"])
 >>> bool(known(ids, np.sort(ids)).all())
@@ -19,23 +19,28 @@ True
 
 from __future__ import annotations
 
-import hashlib
 import io
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_IDS, JUDGED_WATCH, StateFile
+from genesis_fp16_infrastructure.judging.split import id_hashes
+
+__all__ = [  # id_hashes: the split's, re-exported as the stores' hash
+    "WATCH_ARRAYS",
+    "id_hashes",
+    "known",
+    "read_known_ids",
+    "read_watch",
+    "watch_path",
+    "write_known_ids",
+    "write_watch",
+]
 
 WATCH_ARRAYS = ("ids", "served", "previous")
-
-
-def id_hashes(ids: Iterable[str]) -> np.ndarray:
-    """Each id's 64-bit hash, in order (uint64)."""
-    digests = [hashlib.blake2b(i.encode("utf-8"), digest_size=8).digest() for i in ids]
-    return np.frombuffer(b"".join(digests), dtype=np.uint64).copy()
 
 
 def known(ids: np.ndarray, sorted_known: np.ndarray) -> np.ndarray:

@@ -82,3 +82,33 @@ def test_the_margin_is_declared_or_relative_to_the_reference() -> None:
     declared = _Judged()
     declared.judging_margin = 0.1  # type: ignore[attr-defined]
     assert judging_margin(declared, 0.4) == 0.1
+
+
+def test_the_request_keeps_the_rows_the_split_does_not_hold_out(tmp_path: Path) -> None:
+    """request.training_rows keeps exactly the rows the held-out split does not hold out,
+    in order: about four in five, the same for the same ids however the pool grows."""
+    import numpy as np
+
+    from genesis_fp16_infrastructure.contract.plugin_api import PrecisionRequest, TrainRequest
+    from genesis_fp16_infrastructure.judging.split import HELD_OUT
+
+    request = TrainRequest(
+        agent="a",
+        precision=PrecisionRequest("fp32"),
+        precision_reason="test",
+        state_dir=tmp_path,
+        checkpoint_dir=tmp_path,
+    )
+    ids = [f"line-{i}" for i in range(500)]
+    rows = request.training_rows(ids)
+    assert rows == np.flatnonzero(~HELD_OUT.of_ids(ids)).tolist() and 350 < len(rows) < 450
+    grown = request.training_rows([f"new-{i}" for i in range(100)] + ids)
+    assert [r - 100 for r in grown if r >= 100] == rows
+
+
+def test_record_losses_take_keeps_the_flagged_records_and_their_segments() -> None:
+    """take() keeps the records whose flag is true, in order, segments with them."""
+    scored = RecordLosses.of(["a", "b", "c"], [0.1, 0.2, 0.3], ["s", "t", "s"])
+    kept = scored.take([True, False, True])
+    assert kept.ids == ("a", "c") and kept.losses == (0.1, 0.3) and kept.segments == ("s", "s")
+    assert RecordLosses.of(["a"], [0.5]).take([False]).ids == ()

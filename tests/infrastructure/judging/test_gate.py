@@ -50,3 +50,35 @@ def test_too_few_records_are_inconclusive_not_worse() -> None:
     assert settled[0].passed is None
     needed = settled[0].comparison().records_needed
     assert needed is not None and needed > 60
+
+
+def test_a_veto_only_comparison_rejects_when_worse_and_holds_nothing_back_otherwise() -> None:
+    """Issue 68's ``known`` set under 100 records is a veto: shown worse (0.2 on 60
+    records) it rejects the candidate though the whole set passes; not shown either way
+    it leaves the whole set's promotion standing; required, the same one holds it back."""
+    from dataclasses import replace
+
+    rng = np.random.default_rng(1)
+    whole = compare(
+        "held_out",
+        _losses(rng.uniform(0.2, 0.4, 600), ["x"] * 600),
+        _losses(rng.uniform(0.2, 0.4, 600) + 0.1, ["x"] * 600),
+        1.0,
+        _margin,
+    )
+    served = _losses(rng.uniform(0.2, 0.4, 60), ["x"] * 60)
+    worse = compare(
+        "known", _losses(np.array(served.losses) + 0.2, ["x"] * 60), served, 1.0, _margin
+    )
+    unsure = compare(
+        "known",
+        _losses(np.array(served.losses) + rng.normal(0, 0.1, 60), ["x"] * 60),
+        served,
+        1.0,
+        _margin,
+    )
+    assert whole.finding == "no_worse" and unsure.finding == "inconclusive"
+    outcome, reason, _ = decide([whole, replace(worse, required=False)])
+    assert outcome == "rejected" and reason.startswith("worse than the served model: known")
+    assert decide([whole, replace(unsure, required=False)])[0] == "promoted"
+    assert decide([whole, unsure])[0] == "inconclusive"

@@ -1,0 +1,76 @@
+"""The held-out split: the records no judged model trains on, so that the gate can judge
+two models on records neither of them learned.
+
+A record is held out by a stable hash of its id alone, never by its place in a file: a
+record keeps its side as the pool grows, shrinks or is reordered, and every model trained
+under the split left out the same records, so "neither model trained on it" needs no
+list of what each one read. The split works on 64-bit id hashes (:func:`id_hashes` of a
+plugin's string ids, or any other stable 64-bit hash of a record's id, such as
+se_darwin's ``record_key.record_id_hash``): one vector pass, about 20 ms a million ids.
+
+How a record's side is drawn: its id hash, xor a 64-bit key hashed from ``salt``, through
+splitmix64's finalizer (an avalanche: a one-bit change of the id moves every output bit
+with probability 1/2), read as a number in [0, 1); the record is held out below
+``fraction``. Another salt is another, independent split.
+
+>>> split = HeldOutSplit()
+>>> held = split.of_ids([f"record-{i}" for i in range(10_000)])
+>>> int(held.sum()), bool(split.of_ids(["record-7"])[0] == held[7])  # about 2,000
+(1936, True)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+_MIX = (np.uint64(30), np.uint64(0xBF58476D1CE4E5B9), np.uint64(27), np.uint64(0x94D049BB133111EB))
+
+
+def id_hashes(ids: Iterable[str]) -> np.ndarray:
+    """Each id's 64-bit hash (blake2b), in order (uint64): sortable and compact; two of a
+    few million ids collide with a chance of about 1e-7."""
+    digests = [hashlib.blake2b(i.encode("utf-8"), digest_size=8).digest() for i in ids]
+    return np.frombuffer(b"".join(digests), dtype=np.uint64).copy()
+
+
+@dataclass(frozen=True)
+class HeldOutSplit:
+    """Which records are held out: ``fraction`` of them, by their ids (module docstring).
+
+    The judged run's split is :data:`HELD_OUT`; a recipe with a split of its own (another
+    fraction, a salt per purpose) builds another and gets the same guarantees.
+    """
+
+    fraction: float = 0.2
+    salt: str = "genesis-fp16 held-out 1"
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.fraction < 1.0:
+            raise ValueError(f"HeldOutSplit: fraction {self.fraction!r} is not in (0, 1)")
+
+    def of_hashes(self, hashes: np.ndarray) -> np.ndarray:
+        """Per record, whether it is held out, from its 64-bit id hash (any integer dtype
+        of 64 bits: an int64 hash is read as the same bits)."""
+        values = np.ascontiguousarray(hashes)
+        if values.dtype.itemsize != 8 or values.dtype.kind not in "iu":
+            raise ValueError(f"HeldOutSplit: id hashes of dtype {values.dtype}, not 64-bit")
+        key = np.frombuffer(
+            hashlib.blake2b(self.salt.encode(), digest_size=8).digest(), dtype=np.uint64
+        )[0]
+        z = values.view(np.uint64) ^ key
+        with np.errstate(over="ignore"):  # the finalizer multiplies modulo 2**64
+            z = (z ^ (z >> _MIX[0])) * _MIX[1]
+            z = (z ^ (z >> _MIX[2])) * _MIX[3]
+            z = z ^ (z >> np.uint64(31))
+        return np.asarray((z >> np.uint64(11)).astype(np.float64) * 2.0**-53 < self.fraction)
+
+    def of_ids(self, ids: Iterable[str]) -> np.ndarray:
+        """Per record, whether it is held out, from its string id."""
+        return self.of_hashes(id_hashes(ids))
+
+
+HELD_OUT = HeldOutSplit()  # the judged run's split (contract.judging, judging_version 2)

@@ -1,0 +1,223 @@
+"""The scaffold's agent, judged for real (fp32, its linear model, the default budget of
+100 steps): it trains on no held-out record, the gate judges it on records neither model
+trained on, and issue 68's attack (shuffled copies of the pool appended) is not served
+while clean growth is."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from genesis_fp16.scaffold import agent_source
+from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+    list_candidates,
+    read_json,
+    read_pointer,
+)
+from genesis_fp16_infrastructure.contract.plugin_api import (
+    PrecisionRequest,
+    TrainRequest,
+    TrainRequestError,
+)
+from genesis_fp16_infrastructure.contract.reports import GateOutcome
+from genesis_fp16_infrastructure.judging.run import run_plugin, trained_ids
+from genesis_fp16_infrastructure.judging.split import HELD_OUT, id_hashes
+
+POOL = 1000  # a fifth held out: about 200 records the served model knew, never trained on
+
+
+def _agent(tmp_path: Path, name: str = "judged_toy") -> ModuleType:
+    """The scaffold's agent module, as `new-agent` writes it, imported from tmp_path."""
+    source = tmp_path / f"{name}.py"
+    source.write_text(agent_source(name))
+    spec = importlib.util.spec_from_file_location(name, source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _lines(count: int, seed: int) -> list[str]:
+    """``count`` records of y = 2 sum(x) + noise, as the scaffold's sample data."""
+    rng = random.Random(seed)
+    xs = [[round(rng.uniform(-1, 1), 6) for _ in range(4)] for _ in range(count)]
+    return [json.dumps({"x": x, "y": round(2 * sum(x) + rng.gauss(0, 0.01), 6)}) for x in xs]
+
+
+def _shuffled(lines: list[str], seed: int) -> list[str]:
+    """The same inputs with one another's labels: new lines, labels that say nothing."""
+    records = [json.loads(line) for line in lines]
+    labels = [r["y"] for r in records]
+    random.Random(seed).shuffle(labels)
+    return [json.dumps({"x": r["x"], "y": y}) for r, y in zip(records, labels, strict=True)]
+
+
+def _request(tmp_path: Path, lines: list[str]) -> TrainRequest:
+    data = tmp_path / "records.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    return TrainRequest(
+        agent="judged_toy",
+        precision=PrecisionRequest("fp32"),
+        precision_reason="test",
+        state_dir=tmp_path,
+        checkpoint_dir=tmp_path / "checkpoints",
+        device="cpu",
+        seed=1,
+        resume=True,
+        data_path=data,
+    )
+
+
+def _served(tmp_path: Path) -> str:
+    pointer = read_pointer(tmp_path / "checkpoints")
+    assert pointer is not None
+    return str(pointer.served["id"])
+
+
+def _first_served(tmp_path: Path, plugin: Any, lines: list[str]) -> str:
+    first = run_plugin(plugin, _request(tmp_path, lines))
+    assert first.gate is not None and first.gate.outcome == "promoted", first.gate
+    return _served(tmp_path)
+
+
+def _every_row(request: TrainRequest, ids: list[str]) -> list[int]:
+    """A plugin edited to train on every record: no row held out."""
+    return list(range(len(ids)))
+
+
+def _verdict(tmp_path: Path, candidate: str | None) -> dict[str, Any]:
+    verdict = read_json(tmp_path / "checkpoints" / "candidates" / str(candidate) / "verdict.json")
+    assert verdict is not None
+    return verdict
+
+
+def _judged(verdict: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(c for c in verdict["judged"] if c["set"] == name and c["segment"] is None)
+
+
+def test_the_scaffold_trains_on_no_held_out_record_and_its_checkpoint_says_so(
+    tmp_path: Path,
+) -> None:
+    """The served checkpoint names the records its model trained on: none held out, and
+    every one a record of the pool that is not held out."""
+    lines = _lines(POOL, seed=1)
+    agent = _agent(tmp_path)
+    _first_served(tmp_path, agent.plugin, lines)
+    pointer = read_pointer(tmp_path / "checkpoints")
+    assert pointer is not None
+    trained = trained_ids(tmp_path / "checkpoints" / pointer.served["checkpoint"])
+    assert trained is not None and 0 < len(trained) < POOL
+    ids = agent.read_records(tmp_path / "records.jsonl", None)[0]
+    pool = id_hashes(ids)
+    assert not HELD_OUT.of_hashes(trained).any()
+    assert set(trained.tolist()) <= set(pool[~HELD_OUT.of_hashes(pool)].tolist())
+
+
+@pytest.mark.slow
+def test_shuffled_copies_of_the_pool_do_not_promote_a_candidate(tmp_path: Path) -> None:
+    """Issue 68's attack: the first model served on a clean pool, then five shuffled
+    copies of it appended (label noise, 5 of every 6 records). The candidate that learned
+    them is not served: the gate, on held-out records only, finds it worse on those the
+    served model knew (set ``known``), which the new records' noise cannot excuse."""
+    lines = _lines(POOL, seed=1)
+    plugin = _agent(tmp_path).plugin
+    first = _first_served(tmp_path, plugin, lines)
+    noisy = lines + [line for k in range(5) for line in _shuffled(lines, seed=10 + k)]
+    result = run_plugin(plugin, _request(tmp_path, noisy))
+    not_served: tuple[GateOutcome, ...] = ("rejected", "inconclusive")
+    assert result.gate is not None
+    assert result.gate.outcome in not_served, result.gate.reason
+    assert _served(tmp_path) == first
+    verdict = _verdict(tmp_path, result.gate.candidate_id)
+    held_out, known = _judged(verdict, "held_out"), _judged(verdict, "known")
+    # Judged on about a fifth of the 6,000 records, never on what the candidate learned
+    assert 0.15 * 6 * POOL < held_out["records"] < 0.25 * 6 * POOL
+    assert 0.15 * POOL < known["records"] < 0.25 * POOL
+    assert known["candidate_loss"] > known["served_loss"] + known["margin"]
+
+
+@pytest.mark.slow
+def test_clean_growth_is_promoted_on_held_out_records(tmp_path: Path) -> None:
+    """The first model served, then as many fresh clean records appended: the candidate
+    continues it on twice the records and is promoted, shown no worse on the held-out
+    records, both the whole set and those the served model knew."""
+    plugin = _agent(tmp_path).plugin
+    lines = _lines(POOL, seed=1)
+    first = _first_served(tmp_path, plugin, lines)
+    result = run_plugin(plugin, _request(tmp_path, lines + _lines(POOL, seed=2)))
+    assert result.gate is not None
+    assert result.gate.outcome == "promoted", result.gate.reason
+    assert _served(tmp_path) == result.gate.candidate_id != first
+    names = {c.name for c in result.gate.comparisons}
+    assert names == {"held_out", "known"}
+
+
+def test_a_candidate_that_trained_on_held_out_records_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scaffold edited to train on every record (training_rows keeps all) is refused
+    at its first run: one line naming the held-out records, the verdict undecided, no
+    model served. Once a model that names its records is served, a candidate whose task
+    names none is refused the same way."""
+    agent = _agent(tmp_path)
+    lines = _lines(200, seed=3)
+    with monkeypatch.context() as edited:
+        edited.setattr(TrainRequest, "training_rows", _every_row)
+        with pytest.raises(
+            TrainRequestError, match=r"trained on \d+ held-out record\(s\) of 1"
+        ) as e:
+            run_plugin(agent.plugin, _request(tmp_path, lines))
+    assert "\n" not in str(e.value) and read_pointer(tmp_path / "checkpoints") is None
+    (candidate,) = list_candidates(tmp_path / "checkpoints")
+    assert (read_json(candidate / "verdict.json") or {})["outcome"] == "undecided"
+
+    first = _first_served(tmp_path, agent.plugin, lines)
+    monkeypatch.setattr(agent.Task, "extra_state", lambda self: {})
+    with pytest.raises(TrainRequestError, match="names no records it trained on, where the"):
+        run_plugin(agent.plugin, _request(tmp_path, lines + _lines(100, seed=4)))
+    assert _served(tmp_path) == first
+
+
+@pytest.mark.slow
+def test_a_model_served_before_the_split_is_judged_only_on_records_it_never_knew(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A served model that names no trained records (a plugin written before the split,
+    trained on every record) is compared only on held-out records it never knew: the
+    new ones."""
+    agent = _agent(tmp_path)
+    old = _lines(300, seed=4)
+    with monkeypatch.context() as legacy:
+        legacy.setattr(TrainRequest, "training_rows", _every_row)
+        legacy.setattr(agent.Task, "extra_state", lambda self: {})
+        _first_served(tmp_path, agent.plugin, old)
+    new = _lines(POOL, seed=5)
+    result = run_plugin(agent.plugin, _request(tmp_path, old + new))
+    assert result.gate is not None
+    assert result.gate.outcome == "promoted", result.gate.reason
+    verdict = _verdict(tmp_path, result.gate.candidate_id)
+    new_ids = agent.read_records(tmp_path / "records.jsonl", None)[0][len(old) :]
+    assert _judged(verdict, "held_out")["records"] == int(HELD_OUT.of_ids(new_ids).sum())
+    assert "known" not in {c["set"] for c in verdict["judged"]}
+
+
+def test_a_plugin_whose_checkpoints_name_no_records_is_judged_on_training_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plugin that names no records it trained on (written before the split) is still
+    judged, on every current record (set ``current``), and its verdict says so."""
+    agent = _agent(tmp_path)
+    monkeypatch.setattr(TrainRequest, "training_rows", _every_row)
+    monkeypatch.setattr(agent.Task, "extra_state", lambda self: {})
+    lines = _lines(300, seed=6)
+    _first_served(tmp_path, agent.plugin, lines)
+    result = run_plugin(agent.plugin, _request(tmp_path, lines + _lines(300, seed=7)))
+    assert result.gate is not None
+    assert "(on training data: the candidate names no records" in result.gate.reason
+    assert _judged(_verdict(tmp_path, result.gate.candidate_id), "current")["records"] == 600
