@@ -134,6 +134,9 @@ class Daemon:
         self._reload_requested = False
         # (since, the one-line error) while the .env file is refused; None once it loads.
         self.reload_refused: tuple[float, str] | None = None
+        # Whether the running settings were read from the env file (a vanished file is
+        # then refused, not read as "no file").
+        self._env_file_in_force = sources.env_file_read if sources else env_file.is_file()
         # Agents whose run-now request brought their job forward, until the job returns.
         self._run_now_asked: dict[str, float] = {}
         self._strays_said: set[str] = set()
@@ -453,12 +456,27 @@ class Daemon:
         except OSError:
             return None
 
+    def _env_file_to_read(self) -> Path | None:
+        """The env file a reload reads; None when there is none and the running settings
+        came from none. A file that vanished under settings read from it is refused like
+        a typo (the rollback switch must not drop with it): an empty file means the
+        defaults. A link to /dev/zero, a folder, an unreadable or huge file is refused
+        by the reading itself."""
+        if os.path.lexists(self.env_file):
+            return self.env_file
+        if self._env_file_in_force:
+            raise SettingsError(
+                [
+                    f"env file {self.env_file} was deleted; the running settings stay "
+                    "(write an empty file for the defaults)"
+                ]
+            )
+        return None
+
     def reload(self) -> bool:
         """Re-read the settings; an invalid file keeps the old ones. True on success."""
         try:
-            new, sources = load_settings_with_sources(
-                self.env_file if self.env_file.is_file() else None
-            )
+            new, sources = load_settings_with_sources(self._env_file_to_read())
             check_configured_options(new, self._declared(), known_agent_names())
             check_devices(new)  # an edit naming a GPU this host lacks is refused like a typo
         except SettingsError as exc:
@@ -471,6 +489,7 @@ class Daemon:
             self.reload_refused = (since, _one_line(str(exc)))
             return False
         self.reload_refused = None
+        self._env_file_in_force = sources.env_file_read
         old = self.settings
         ignored = [name for name in RESTART_ONLY if getattr(old, name) != getattr(new, name)]
         if ignored:
