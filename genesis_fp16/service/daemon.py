@@ -56,6 +56,7 @@ from genesis_fp16.service.agent_rescan import AgentRescan
 from genesis_fp16.service.logsetup import on_thread_exception
 from genesis_fp16.service.run_now import (
     Answer,
+    NotAFolder,
     Outcome,
     not_scheduled,
     prune_answers,
@@ -67,6 +68,7 @@ from genesis_fp16.service.state_lock import (
     StateFolderBusy,
     acquire_state_folder,
     record_scheduled,
+    record_stopping,
 )
 from genesis_fp16.service.systemd import Notifier
 from genesis_fp16.status.serving import status_documents
@@ -140,6 +142,7 @@ class Daemon:
         # Agents whose run-now request brought their job forward, until the job returns.
         self._run_now_asked: dict[str, float] = {}
         self._strays_said: set[str] = set()
+        self._run_now_refused = False  # run_now/ is a link (said once until it is not)
         self._heartbeat = 0.0
         self._ready = False
         # Replaced whole when a plugin is installed or uninstalled (agent_rescan.py).
@@ -356,7 +359,16 @@ class Daemon:
         """Take the run-now requests in the state folder and answer each
         (genesis_fp16/service/run_now.py); nothing here raises into the main loop."""
         state_dir = self.settings.state_dir
-        taken, strays = take_requests(state_dir)
+        try:
+            taken, strays = take_requests(state_dir)
+        except NotAFolder as exc:  # a link: refused, nothing where it points is touched
+            if not self._run_now_refused:
+                log.error("run-now requests refused", error=str(exc))
+            self._run_now_refused = True
+            return
+        self._run_now_refused = False
+        if strays:
+            log.debug("run-now folder: entries that are no request skipped", count=len(strays))
         for name in strays:
             if name in self._strays_said:  # a folder at a request's name stays: said once
                 continue
@@ -371,7 +383,7 @@ class Daemon:
             for ident in idents:
                 try:
                     write_answer(state_dir, ident, answer)
-                except OSError as exc:  # a full disk: the command says it had no answer
+                except OSError as exc:  # a full disk, a linked answers/: no answer
                     log.error("cannot answer a run-now request", agent=agent, error=str(exc))
 
     def _run_now(self, agent: str) -> tuple[Outcome, str]:
@@ -512,6 +524,7 @@ class Daemon:
         log.info("shutting down", timeout_seconds=self.settings.shutdown_timeout_seconds)
         self.notifier.notify("STOPPING=1")
         self.stopping.set()
+        record_stopping(self._owner, self.scheduler.scheduled_agents())  # `run` exits 2
         self.agents.stop()
         self.scheduler.pause()
         deadline = time.monotonic() + self.settings.shutdown_timeout_seconds
