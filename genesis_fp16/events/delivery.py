@@ -20,11 +20,13 @@ is logged and the next pass goes on.
 
 from __future__ import annotations
 
+import http.client
 import os
 import random
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -94,12 +96,36 @@ class DeliveryConfig:
 Post = Callable[[str, bytes, Mapping[str, str], float], int]
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A 3xx is the receiver's answer, a failed attempt: never followed (urllib would
+    follow a 301 as a GET without the body and report the GET's 200)."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # urllib then raises the 3xx as an HTTPError
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
+def shown_url(url: str) -> str:
+    """``url`` for a log line: a password in it is replaced.
+
+    >>> shown_url("http://user:hunter2@hooks.example/x")
+    'http://user:***@hooks.example/x'
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+
+
 def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> int:
     """POST ``body``; the HTTP status (an error status too). A refused connection, a
     timeout or a broken answer raise OSError (``urllib.error.URLError`` is one)."""
     request = urllib.request.Request(url, data=body, headers=dict(headers), method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
+        with _OPENER.open(request, timeout=timeout) as answer:
             answer.read(64 * 1024)  # the receiver's answer is not ours to keep
             return int(answer.status)
     except urllib.error.HTTPError as exc:
@@ -186,13 +212,18 @@ class Deliverer:
         try:
             code = self.post(url, body, headers, config.timeout)
             error = None if 200 <= code < 300 else f"HTTP {code}"
-        except (OSError, ValueError) as exc:  # refused, timed out, reset, a bad answer
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            # Refused, timed out, reset, or an answer that is not HTTP: a failed attempt
+            # with its backoff (HTTPException escaped the pass, retried every second).
             error = _one_line(exc)
         delivered = error is None
         outbox.update(folder, event.id, _logged(url, started, code, error, config, self.rand))
         self.on_attempt(folder.name, delivered)
         if not delivered:
-            log.warning("event not delivered", agent=folder.name, id=event.id, url=url, error=error)
+            shown = shown_url(url)  # a password in the URL never reaches a log line
+            log.warning(
+                "event not delivered", agent=folder.name, id=event.id, url=shown, error=error
+            )
         return delivered
 
     def _address(self, folder: Path, event: Event, urls: tuple[str, ...]) -> Event:
