@@ -20,9 +20,11 @@ is logged and the next pass goes on.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import random
+import socket
 import threading
 import time
 import urllib.error
@@ -104,7 +106,55 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
         return None  # urllib then raises the 3xx as an HTTPError
 
 
-_OPENER = urllib.request.build_opener(_NoRedirects)
+# The post in flight on this thread: its deadline (monotonic), the timers that shut its
+# sockets then, and whether one did.
+_POST = threading.local()
+
+
+def _arm(sock: socket.socket) -> None:
+    """Shut ``sock`` down at the post's deadline: a receiver that answers a byte a second
+    never trips a per-read timeout, and would hold the delivery thread for minutes."""
+    deadline = getattr(_POST, "deadline", None)
+    if deadline is None:
+        return
+
+    def shut() -> None:
+        _POST_FIRED.add(id(sock))
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)  # the blocked read returns at once
+
+    timer = threading.Timer(max(0.0, deadline - time.monotonic()), shut)
+    timer.daemon = True
+    timer.start()
+    _POST.timers.append((timer, id(sock)))
+
+
+_POST_FIRED: set[int] = set()
+
+
+class _DeadlineHTTPConnection(http.client.HTTPConnection):
+    def connect(self) -> None:
+        super().connect()
+        _arm(self.sock)
+
+
+class _DeadlineHTTPSConnection(http.client.HTTPSConnection):
+    def connect(self) -> None:
+        super().connect()
+        _arm(self.sock)
+
+
+class _DeadlineHTTP(urllib.request.HTTPHandler):
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_DeadlineHTTPConnection, req)
+
+
+class _DeadlineHTTPS(urllib.request.HTTPSHandler):
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_DeadlineHTTPSConnection, req, context=self._context)  # type: ignore[attr-defined]
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects, _DeadlineHTTP, _DeadlineHTTPS)
 
 
 def shown_url(url: str) -> str:
@@ -121,16 +171,40 @@ def shown_url(url: str) -> str:
 
 
 def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> int:
-    """POST ``body``; the HTTP status (an error status too). A refused connection, a
-    timeout or a broken answer raise OSError (``urllib.error.URLError`` is one)."""
+    """POST ``body``; the HTTP status (an error status too). ``timeout`` bounds the whole
+    post (connect, send and the answer read), not each read. A refused connection, the
+    deadline or a broken answer raise OSError (``urllib.error.URLError`` is one), an
+    answer that is not HTTP ``http.client.HTTPException``."""
     request = urllib.request.Request(url, data=body, headers=dict(headers), method="POST")
+    _POST.deadline, _POST.timers = time.monotonic() + timeout, []
     try:
         with _OPENER.open(request, timeout=timeout) as answer:
             answer.read(64 * 1024)  # the receiver's answer is not ours to keep
-            return int(answer.status)
+            code = int(answer.status)
     except urllib.error.HTTPError as exc:
         exc.close()  # it holds the answer's socket
-        return int(exc.code)
+        code = int(exc.code)
+    except (OSError, http.client.HTTPException) as exc:
+        if _cut():
+            raise TimeoutError(f"no whole answer within the {timeout:g} s deadline") from exc
+        raise
+    finally:
+        timers, _POST.deadline = _POST.timers, None
+        for timer, _ in timers:
+            timer.cancel()
+    if _cut(timers):  # cut while the answer's end was read: not a whole answer
+        raise TimeoutError(f"no whole answer within the {timeout:g} s deadline")
+    return code
+
+
+def _cut(timers: list[tuple[threading.Timer, int]] | None = None) -> bool:
+    """Whether the deadline shut one of this post's sockets (forgotten once asked)."""
+    fired = False
+    for _, sock_id in timers if timers is not None else _POST.timers:
+        if sock_id in _POST_FIRED:
+            _POST_FIRED.discard(sock_id)
+            fired = True
+    return fired
 
 
 def backoff(attempts: int, cap: float, rand: Callable[[], float]) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -222,3 +223,39 @@ def test_a_password_in_a_receiver_url_never_reaches_a_log_line(
         _deliverer(tmp_path, url, Clock()).step()
     (failed,) = [entry for entry in logs if entry["event"] == "event not delivered"]
     assert "s3cret-pass" not in repr(logs) and failed["url"].startswith("http://hooks:***@")
+
+
+class _DripServer(_RawServer):
+    """Answers 200 one byte every 0.2 s: no read waits long, the whole answer does."""
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                self.lines.append("drip")
+                for byte in self.answer:
+                    try:
+                        conn.sendall(bytes([byte]))
+                    except OSError:
+                        break
+                    time.sleep(0.2)
+
+
+def test_a_slow_receiver_is_cut_by_a_deadline_for_the_whole_post(tmp_path: Path) -> None:
+    """A receiver dripping a 200 a byte every 0.2 s (about 9 s in all) never trips a 1 s
+    per-read timeout; the 1 s deadline for the whole post cuts it: a failed attempt
+    that says so, where it was `delivered` after holding the thread the whole drip."""
+    server = _DripServer(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+    try:
+        _record(tmp_path, "a", 1)
+        wait = _deliverer(tmp_path, server.url, Clock(), timeout=1.0).step()
+        assert wait is not None and wait > 0
+        (event,) = outbox.read_events(tmp_path / "agents" / "a")
+        assert (event.targets or {})[server.url]["status"] == "pending"
+        assert "no whole answer within the 1 s deadline" in str(event.attempts[-1]["error"])
+    finally:
+        server.close()
