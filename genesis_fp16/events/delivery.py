@@ -186,15 +186,19 @@ def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> i
         code = int(exc.code)
     except (OSError, http.client.HTTPException) as exc:
         if _cut():
-            raise TimeoutError(f"no whole answer within the {timeout:g} s deadline") from exc
+            raise TimeoutError(_cut_said(timeout)) from exc
         raise
     finally:
         timers, _POST.deadline = _POST.timers, None
         for timer, _ in timers:
             timer.cancel()
     if _cut(timers):  # cut while the answer's end was read: not a whole answer
-        raise TimeoutError(f"no whole answer within the {timeout:g} s deadline")
+        raise TimeoutError(_cut_said(timeout))
     return code
+
+
+def _cut_said(timeout: float) -> str:
+    return f"timed out: no whole answer within the {timeout:g} s deadline"
 
 
 def _cut(timers: list[tuple[threading.Timer, int]] | None = None) -> bool:
