@@ -3,9 +3,10 @@
 The request goes through the state folder (genesis_fp16/service/run_now.py), never an
 HTTP write: the command leaves a request file, the daemon's main loop takes it within a
 tick and answers, and the command prints the answer. Refused in one line (exit 2) when
-no daemon runs on the state folder, when the agent is unknown or not scheduled there,
-and when it is running now. Exit 1 when the daemon does not answer within
-``ANSWER_WAIT_SECONDS``: the request is withdrawn, and nothing runs.
+no daemon runs on the state folder, when it is shutting down (also while waiting), when
+the agent is unknown or not scheduled there, and when it is running now. Exit 1 when
+the daemon does not answer within ``ANSWER_WAIT_SECONDS``: the request is withdrawn,
+and nothing runs.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ if TYPE_CHECKING:  # imported where used: the parser alone stays light
 # The daemon looks every 0.5 s; a loaded host, or a daemon busy with a reload, is slower.
 ANSWER_WAIT_SECONDS = 20.0
 POLL_SECONDS = 0.05
+OWNER_LOOK_SECONDS = 0.5  # how often the wait asks whether the daemon began to stop
 
 
 def register(subparsers: Any) -> None:
@@ -79,6 +81,8 @@ def _daemon_pid(state_dir: Path, agent: str) -> int | None:
             f"`genesis-fp16 serve`, or train once with `genesis-fp16 train {agent}`"
         )
     holder = owned[0]
+    if holder.stopping:
+        raise UsageError(f"the daemon (pid {holder.pid}) is shutting down; it starts no run")
     if holder.agents is not None and agent not in holder.agents:
         raise UsageError(not_scheduled(agent, list(holder.agents), known_agent_names()))
     return holder.pid
@@ -91,14 +95,32 @@ def _wait_for_answer(state_dir: Path, agent: str, ident: str) -> Answer | None:
 
     for _ in range(2):
         deadline = time.monotonic() + ANSWER_WAIT_SECONDS
+        next_look = time.monotonic() + OWNER_LOOK_SECONDS
         while time.monotonic() < deadline:
             answer = read_answer(state_dir, ident)
             if answer is not None:
                 return answer
+            if time.monotonic() >= next_look:  # a daemon that began to stop answers no more
+                next_look = time.monotonic() + OWNER_LOOK_SECONDS
+                stopped = _stopped(state_dir)
+                if stopped is not None and withdraw(state_dir, agent, ident):
+                    raise UsageError(stopped)
             time.sleep(POLL_SECONDS)
         if withdraw(state_dir, agent, ident):
             return None
     return read_answer(state_dir, ident)
+
+
+def _stopped(state_dir: Path) -> str | None:
+    """Why the daemon will not answer (it shuts down, or is gone), or None."""
+    from genesis_fp16.status.owner import folder_owner
+
+    owned = folder_owner(state_dir)
+    if owned is None or owned[0].command != "serve":
+        return f"the daemon on {state_dir} stopped; withdrawn, nothing runs"
+    if owned[0].stopping:
+        return f"the daemon (pid {owned[0].pid}) is shutting down; withdrawn, nothing runs"
+    return None
 
 
 def _print(args: argparse.Namespace, answer: dict[str, Any]) -> None:

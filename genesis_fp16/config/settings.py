@@ -49,7 +49,12 @@ from genesis_fp16.config.agent_settings import (
 from genesis_fp16.config.extras import tensorboard_missing
 from genesis_fp16.config.guard_settings import GuardSettings
 from genesis_fp16.config.plugins import ENTRY_POINT_GROUP
-from genesis_fp16.config.settings_sources import SettingsSources, read_sources
+from genesis_fp16.config.settings_sources import (
+    SettingsSources,
+    bounded,
+    env_file_problem,
+    read_sources,
+)
 from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     CHOICES,
@@ -68,8 +73,8 @@ class SettingsError(Exception):
     """Invalid configuration; ``str(exc)`` is one line naming each bad setting."""
 
     def __init__(self, errors: list[str]) -> None:
-        self.errors = errors
-        super().__init__("; ".join(errors))
+        self.errors = [bounded(error) for error in errors]  # a 1 MB value is not echoed
+        super().__init__("; ".join(self.errors))
 
 
 class Settings(BaseSettings, GuardSettings):
@@ -355,6 +360,9 @@ def settings_sources(env_file: Path | str | None = None) -> SettingsSources:
     one error per unknown ``GENESIS_FP16_*``/``ENABLE_FP16_*`` name or unparsable line."""
     explicit = env_file is not None or ENV_FILE_VARIABLE in os.environ
     path = Path(env_file or os.environ.get(ENV_FILE_VARIABLE) or DEFAULT_ENV_FILE)
+    problem = env_file_problem(path)  # a link to /dev/zero is refused, never "no file"
+    if problem is not None:
+        raise SettingsError([problem])
     if explicit and not path.is_file():
         # Blame what named it: the commands pass their --env-file flag as ``env_file``.
         named_by = "--env-file" if env_file is not None else ENV_FILE_VARIABLE

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import difflib
 import io
+import os
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,46 @@ AGENTS_VARIABLE = "GENESIS_FP16_AGENTS"
 OPTIONS_PART = "OPTIONS"
 
 Source = str  # "default", ".env" or "environment"
+# An env file is a few kilobytes; a bigger one is a mistake or an attack (a link to
+# /dev/zero never ends), refused before it is read whole.
+MAX_ENV_FILE_BYTES = 256 * 1024
+# The most characters of one error or one value that reach a log line or stderr.
+MAX_SHOWN = 400
+
+
+def bounded(text: str, limit: int = MAX_SHOWN) -> str:
+    """``text``, or its first ``limit`` characters and how many more there were.
+
+    >>> bounded("x" * 500, 10)
+    'xxxxxxxxxx… (490 more characters)'
+    """
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more characters)"
+
+
+def env_file_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be read as an env file, in one line; None when it is a regular,
+    readable file of a sane size, or when nothing at all is there (a dangling link is
+    something: it is refused)."""
+    try:
+        info = path.stat()  # follows a link: what would be read
+    except FileNotFoundError:
+        if path.is_symlink():
+            return f"env file {path} is a link to {os.readlink(path)}, which does not exist"
+        return None
+    except OSError as exc:
+        return f"env file {path} cannot be read ({exc.strerror or exc})"
+    if not stat.S_ISREG(info.st_mode):
+        return f"env file {path} is not a regular file (a folder, a device or a pipe)"
+    if info.st_size > MAX_ENV_FILE_BYTES:
+        return f"env file {path} is {info.st_size} bytes; at most {MAX_ENV_FILE_BYTES} are read"
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        return f"env file {path} cannot be read ({exc.strerror or exc})"
+    return None
 
 
 @dataclass(frozen=True)
@@ -73,8 +115,8 @@ class SettingsSources:
         lines = []
         for name in self.shadowed():
             secret = "PASSWORD" in name
-            file_value = "**********" if secret else self.file[name].value
-            env_value = "**********" if secret else self.environ[name]
+            file_value = "**********" if secret else bounded(self.file[name].value)
+            env_value = "**********" if secret else bounded(self.environ[name])
             lines.append(
                 f"{name}={file_value} in {self.env_file} (line {self.file[name].line}) is "
                 f"shadowed by {name}={env_value} in the process environment, which wins"
@@ -102,7 +144,13 @@ def read_env_file(
     values: dict[str, EnvFileLine] = {}
     errors: list[str] = []
     repeated: list[tuple[str, int, int]] = []
-    raw = path.read_bytes()
+    try:
+        with path.open("rb") as stream:  # never more than the bound, whatever it grew to
+            raw = stream.read(MAX_ENV_FILE_BYTES + 1)
+    except OSError as exc:
+        return {}, [f"env file {path} cannot be read ({exc.strerror or exc})"], []
+    if len(raw) > MAX_ENV_FILE_BYTES:
+        return {}, [f"env file {path} is over {MAX_ENV_FILE_BYTES} bytes"], []
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -111,7 +159,7 @@ def read_env_file(
         return {}, [f"{path}, line {line}: byte 0x{byte} is not UTF-8; save the file as UTF-8"], []
     for binding in parse_stream(io.StringIO(text)):
         line = binding.original.line
-        shown = binding.original.string.strip()
+        shown = bounded(binding.original.string.strip())
         if binding.error:
             errors.append(f"{path}, line {line}: cannot parse {shown!r}; expected NAME=value")
         elif binding.key is not None and binding.value is None:

@@ -50,8 +50,17 @@ def run_agent_job(ctx: JobContext, agent: str, plugin: AgentPlugin) -> None:
     slots = slot_keys(device, settings.agent(agent).nproc)
     if not ctx.slots.acquire(slots, ctx.stopping.is_set):
         return
+    # A slot freed by the run a SIGTERM stopped is taken without a look at ``stopping``:
+    # look here, under the lock the shutdown waits on ``running`` with, so a job queued
+    # at SIGTERM never starts, and one that does start is one the shutdown waits for.
     with ctx.running_changed:
-        ctx.running.add(agent)
+        starts = not ctx.stopping.is_set()
+        if starts:
+            ctx.running.add(agent)
+    if not starts:
+        ctx.slots.release(slots)
+        log.info("job not started: the daemon is shutting down", agent=agent)
+        return
     try:
         # Each rerun follows a reload that changed the precision, so edits bound the loop.
         while _run_once(ctx, agent, plugin, device):

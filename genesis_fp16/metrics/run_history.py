@@ -299,6 +299,8 @@ class HistoryUnreadable(ValueError):
     """The history file exists but cannot be read: one line naming it."""
 
 
+# The latest Unix time a history line may carry (9999-12-31): the page's clock shows it.
+LATEST_TIME = 253_402_300_799.0
 _PREFIX = b'{"version":%d,' % VERSION  # how encode_entry begins every line it writes
 _DECODER = msgspec.json.Decoder(RunEntry)  # typed: no dict in between (the page's cost)
 
@@ -309,9 +311,14 @@ def decode_entry(line: bytes) -> RunEntry | None:
     if len(line) > LINE_BYTES or not line.startswith(_PREFIX):
         return None
     try:
-        return _DECODER.decode(line)  # its "version" is no field: msgspec skips it
-    except (msgspec.DecodeError, msgspec.ValidationError):
+        entry = _DECODER.decode(line)  # its "version" is no field: msgspec skips it
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+        return None  # UnicodeDecodeError: bytes that are not UTF-8 in a string
+    run = entry.run
+    # A time no clock can show (1e308 is valid JSON) is no run this module wrote.
+    if not (0.0 <= run.finished_at <= LATEST_TIME and 0.0 <= run.duration_seconds <= LATEST_TIME):
         return None
+    return entry
 
 
 def _tail(path: Path, limit: int) -> bytes:

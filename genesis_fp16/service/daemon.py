@@ -56,6 +56,7 @@ from genesis_fp16.service.agent_rescan import AgentRescan
 from genesis_fp16.service.logsetup import on_thread_exception
 from genesis_fp16.service.run_now import (
     Answer,
+    NotAFolder,
     Outcome,
     not_scheduled,
     prune_answers,
@@ -67,6 +68,7 @@ from genesis_fp16.service.state_lock import (
     StateFolderBusy,
     acquire_state_folder,
     record_scheduled,
+    record_stopping,
 )
 from genesis_fp16.service.systemd import Notifier
 from genesis_fp16.status.serving import status_documents
@@ -134,9 +136,13 @@ class Daemon:
         self._reload_requested = False
         # (since, the one-line error) while the .env file is refused; None once it loads.
         self.reload_refused: tuple[float, str] | None = None
+        # Whether the running settings were read from the env file (a vanished file is
+        # then refused, not read as "no file").
+        self._env_file_in_force = sources.env_file_read if sources else env_file.is_file()
         # Agents whose run-now request brought their job forward, until the job returns.
         self._run_now_asked: dict[str, float] = {}
         self._strays_said: set[str] = set()
+        self._run_now_refused = False  # run_now/ is a link (said once until it is not)
         self._heartbeat = 0.0
         self._ready = False
         # Replaced whole when a plugin is installed or uninstalled (agent_rescan.py).
@@ -353,7 +359,16 @@ class Daemon:
         """Take the run-now requests in the state folder and answer each
         (genesis_fp16/service/run_now.py); nothing here raises into the main loop."""
         state_dir = self.settings.state_dir
-        taken, strays = take_requests(state_dir)
+        try:
+            taken, strays = take_requests(state_dir)
+        except NotAFolder as exc:  # a link: refused, nothing where it points is touched
+            if not self._run_now_refused:
+                log.error("run-now requests refused", error=str(exc))
+            self._run_now_refused = True
+            return
+        self._run_now_refused = False
+        if strays:
+            log.debug("run-now folder: entries that are no request skipped", count=len(strays))
         for name in strays:
             if name in self._strays_said:  # a folder at a request's name stays: said once
                 continue
@@ -368,7 +383,7 @@ class Daemon:
             for ident in idents:
                 try:
                     write_answer(state_dir, ident, answer)
-                except OSError as exc:  # a full disk: the command says it had no answer
+                except OSError as exc:  # a full disk, a linked answers/: no answer
                     log.error("cannot answer a run-now request", agent=agent, error=str(exc))
 
     def _run_now(self, agent: str) -> tuple[Outcome, str]:
@@ -453,12 +468,27 @@ class Daemon:
         except OSError:
             return None
 
+    def _env_file_to_read(self) -> Path | None:
+        """The env file a reload reads; None when there is none and the running settings
+        came from none. A file that vanished under settings read from it is refused like
+        a typo (the rollback switch must not drop with it): an empty file means the
+        defaults. A link to /dev/zero, a folder, an unreadable or huge file is refused
+        by the reading itself."""
+        if os.path.lexists(self.env_file):
+            return self.env_file
+        if self._env_file_in_force:
+            raise SettingsError(
+                [
+                    f"env file {self.env_file} was deleted; the running settings stay "
+                    "(write an empty file for the defaults)"
+                ]
+            )
+        return None
+
     def reload(self) -> bool:
         """Re-read the settings; an invalid file keeps the old ones. True on success."""
         try:
-            new, sources = load_settings_with_sources(
-                self.env_file if self.env_file.is_file() else None
-            )
+            new, sources = load_settings_with_sources(self._env_file_to_read())
             check_configured_options(new, self._declared(), known_agent_names())
             check_devices(new)  # an edit naming a GPU this host lacks is refused like a typo
         except SettingsError as exc:
@@ -471,6 +501,7 @@ class Daemon:
             self.reload_refused = (since, _one_line(str(exc)))
             return False
         self.reload_refused = None
+        self._env_file_in_force = sources.env_file_read
         old = self.settings
         ignored = [name for name in RESTART_ONLY if getattr(old, name) != getattr(new, name)]
         if ignored:
@@ -493,6 +524,7 @@ class Daemon:
         log.info("shutting down", timeout_seconds=self.settings.shutdown_timeout_seconds)
         self.notifier.notify("STOPPING=1")
         self.stopping.set()
+        record_stopping(self._owner, self.scheduler.scheduled_agents())  # `run` exits 2
         self.agents.stop()
         self.scheduler.pause()
         deadline = time.monotonic() + self.settings.shutdown_timeout_seconds

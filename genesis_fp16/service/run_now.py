@@ -14,9 +14,11 @@ each request before it acts on it, so a request is taken once, and answers it:
 
 A request left by a command that died is taken and answered like any other (its answer
 is removed after ``ANSWER_KEEP_SECONDS``); a name that is not ``AGENT@ID.json`` is
-refused and logged once (a file removed, a folder left). Anyone who can write the state
-folder can ask for a run, as they can edit the ``.env`` file beside it: the folder is the
-daemon's own trust boundary.
+refused and logged once (a file removed, a folder left); requests are taken before
+strays, so thousands of strays never delay one. ``run_now/`` and ``answers/`` must be
+real folders: a link there is refused (logged; ``run`` exits 2), and nothing where it
+points is touched. Anyone who can write the state folder can ask for a run, as they
+can edit the ``.env`` file beside it: the folder is the daemon's own trust boundary.
 
 >>> import tempfile
 >>> folder = tempfile.TemporaryDirectory()
@@ -36,6 +38,7 @@ import json
 import os
 import re
 import secrets
+import stat
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -70,10 +73,30 @@ def requests_folder(state_dir: Path) -> Path:
     return Path(state_dir) / RUN_NOW_FOLDER
 
 
+class NotAFolder(OSError):
+    """``run_now/`` or its ``answers/`` is a link or not a folder: refused, nothing in it
+    (or where it points) is touched. ``str()``: one line naming it."""
+
+
+def real_folder(path: Path) -> Path:
+    """``path`` when it is a real folder (not a link) or absent; else :class:`NotAFolder`."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return path
+    if not stat.S_ISDIR(info.st_mode):
+        what = "a link" if stat.S_ISLNK(info.st_mode) else "not a folder"
+        raise NotAFolder(f"{path} is {what}; run-now needs a real folder there (remove it)")
+    return path
+
+
 def new_request(state_dir: Path, agent: str) -> str:
-    """Create ``agent``'s request file (created whole: it is empty); returns its id."""
+    """Create ``agent``'s request file (created whole: it is empty); returns its id.
+    Raises :class:`NotAFolder` when the folder or its answers' is a link."""
     ident = f"{os.getpid()}-{secrets.token_hex(4)}"
     folder = requests_folder(state_dir)
+    real_folder(folder)
+    real_folder(folder / ANSWERS_FOLDER)
     (folder / ANSWERS_FOLDER).mkdir(parents=True, exist_ok=True)
     fd = os.open(folder / f"{agent}@{ident}.json", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     os.close(fd)
@@ -91,34 +114,50 @@ def withdraw(state_dir: Path, agent: str, ident: str) -> bool:
 
 def take_requests(state_dir: Path) -> tuple[dict[str, list[str]], list[str]]:
     """Each agent's request ids, their files removed (whoever removes a file owns the
-    request), and the names of the files that were no request (removed too)."""
+    request), and the names of the entries that were no request (a file removed, a
+    folder left). Requests come first: strays, however many, never delay one (a look
+    takes at most MAX_REQUESTS_PER_LOOK of each). Raises :class:`NotAFolder` when
+    ``run_now/`` is a link: nothing where it points is removed."""
     folder = requests_folder(state_dir)
+    try:
+        # O_NOFOLLOW: a link at the folder's name fails here, and every unlink below is
+        # relative to this very folder (a rename meanwhile cannot redirect it).
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:  # no folder yet: nobody asked
+        return {}, []
+    except OSError:
+        real_folder(folder)  # raises NotAFolder for a link or a file
+        return {}, []  # unreadable: nobody's request can be taken
     try:
         # Every name but the answers' folder: a hostile ".x" is removed too (nothing
         # writes temporary files here; the answers' own are in their folder).
-        names = sorted(n for n in os.listdir(folder) if n != ANSWERS_FOLDER)
-    except OSError:  # no folder yet: nobody asked
-        return {}, []
-    taken: dict[str, list[str]] = {}
-    strays: list[str] = []
-    for name in names[:MAX_REQUESTS_PER_LOOK]:
-        try:
-            (folder / name).unlink()
-        except FileNotFoundError:
-            continue  # withdrawn by its command meanwhile
-        except OSError:  # a folder at that name: not a request, and not ours to remove
-            strays.append(shown_name(name))
-            continue
-        found = _REQUEST.fullmatch(name)
-        if found is None:
-            strays.append(shown_name(name))
-            continue
-        taken.setdefault(found.group(1), []).append(found.group(2))
+        names = [n for n in os.listdir(fd) if n != ANSWERS_FOLDER]
+        requests = sorted(n for n in names if _REQUEST.fullmatch(n))
+        others = sorted(n for n in names if not _REQUEST.fullmatch(n))
+        taken: dict[str, list[str]] = {}
+        strays: list[str] = []
+        for name in requests[:MAX_REQUESTS_PER_LOOK] + others[:MAX_REQUESTS_PER_LOOK]:
+            try:
+                os.unlink(name, dir_fd=fd)
+            except FileNotFoundError:
+                continue  # withdrawn by its command meanwhile
+            except OSError:  # a folder at that name: not a request, and not ours to remove
+                strays.append(shown_name(name))
+                continue
+            found = _REQUEST.fullmatch(name)
+            if found is None:
+                strays.append(shown_name(name))
+                continue
+            taken.setdefault(found.group(1), []).append(found.group(2))
+    finally:
+        os.close(fd)
     return taken, strays
 
 
 def write_answer(state_dir: Path, ident: str, answer: Answer) -> None:
-    write_json_atomic(requests_folder(state_dir) / ANSWERS_FOLDER / f"{ident}.json", asdict(answer))
+    """Write the answer; :class:`NotAFolder` when the answers' folder is a link."""
+    folder = real_folder(requests_folder(state_dir) / ANSWERS_FOLDER)
+    write_json_atomic(folder / f"{ident}.json", asdict(answer))
 
 
 def read_answer(state_dir: Path, ident: str) -> Answer | None:
@@ -142,7 +181,7 @@ def prune_answers(state_dir: Path, now: float) -> None:
     """Remove answers nobody read (their command died) after ``ANSWER_KEEP_SECONDS``."""
     folder = requests_folder(state_dir) / ANSWERS_FOLDER
     try:
-        entries = list(os.scandir(folder))
+        entries = list(os.scandir(real_folder(folder)))  # a link: nothing removed there
     except OSError:
         return
     for entry in entries[:MAX_REQUESTS_PER_LOOK]:

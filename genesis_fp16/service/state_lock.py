@@ -34,6 +34,7 @@ class Holder:
     pid: int | None
     command: str
     agents: tuple[str, ...] | None = None
+    stopping: bool = False  # a daemon shutting down: it starts no run (``run`` exits 2)
 
     def describe(self) -> str:
         pid = "an unknown pid" if self.pid is None else f"pid {self.pid}"
@@ -82,13 +83,31 @@ def _record(command: str) -> dict[str, object]:
     return {"pid": os.getpid(), "command": command}
 
 
+# The lock files whose daemon is shutting down (record_stopping): descriptor -> (device,
+# inode), so that a descriptor number reused for another file is not taken for one.
+_STOPPING: dict[int, tuple[int, int]] = {}
+
+
+def record_stopping(fd: int, agents: list[str]) -> None:
+    """Say in the lock file that the daemon shuts down: ``run`` refuses at once (exit 2)
+    rather than wait for an answer no stopping daemon gives."""
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        return
+    _STOPPING[fd] = (info.st_dev, info.st_ino)
+    record_scheduled(fd, agents)
+
+
 def record_scheduled(fd: int, agents: list[str]) -> None:
     """Name the agents the daemon schedules in its lock file (``fd`` from
     :func:`acquire_state_folder`), for a ``train`` it refuses. The file keeps its
     modification time: it is when the daemon took the folder, its start for ``status``."""
     try:
         before = os.fstat(fd)
-        record = {"pid": os.getpid(), "command": "serve", "agents": sorted(agents)}
+        record: dict[str, Any] = {"pid": os.getpid(), "command": "serve", "agents": sorted(agents)}
+        if _STOPPING.get(fd) == (before.st_dev, before.st_ino):  # a later rescan says it too
+            record["stopping"] = True
         write_holder(fd, record)
         os.utime(fd, ns=(before.st_atime_ns, before.st_mtime_ns))
     except OSError:
@@ -106,7 +125,8 @@ def _holder(record: dict[str, Any] | None) -> Holder:
         assert record is not None
         agents = record.get("agents")
         listed = None if not isinstance(agents, list) else tuple(map(str, agents))
-        return Holder(int(record["pid"]), str(record["command"]), listed)
+        stopping = record.get("stopping") is True
+        return Holder(int(record["pid"]), str(record["command"]), listed, stopping)
     except (AssertionError, ValueError, KeyError, TypeError):
         return Holder(None, "process")
 

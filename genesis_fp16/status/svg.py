@@ -340,4 +340,7 @@ def _finite(value: float | None) -> bool:
 
 def _clock(when: float, span: float) -> str:
     """A time on the x axis, UTC: to the second when the chart spans less than a day."""
-    return time.strftime("%H:%M:%S" if span < 86400 else "%m-%d %H:%M", time.gmtime(when))
+    try:
+        return time.strftime("%H:%M:%S" if span < 86400 else "%m-%d %H:%M", time.gmtime(when))
+    except (OverflowError, OSError, ValueError):  # no clock shows it: the page still draws
+        return "?"

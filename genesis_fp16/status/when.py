@@ -6,8 +6,12 @@ import time
 
 
 def clock(at: float) -> str:
-    """``at`` (Unix time) as ``2026-11-25 06:00:00 UTC``."""
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
+    """``at`` (Unix time) as ``2026-11-25 06:00:00 UTC``; a time no clock can show (a
+    hand-edited 1e308, NaN) as ``not a time (1e+308)``, never an error on the page."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
+    except (OverflowError, OSError, ValueError):
+        return f"not a time ({at!r:.24})"
 
 
 def when(at: float, now: float) -> str:

@@ -79,6 +79,15 @@ class RecordLosses:
     segments: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        # Copied here, then checked: a list the plugin passed and changes later (inf, an
+        # id short or twice) changes nothing that was checked.
+        try:
+            object.__setattr__(self, "ids", tuple(self.ids))
+            object.__setattr__(self, "losses", tuple(self.losses))
+            if self.segments is not None:
+                object.__setattr__(self, "segments", tuple(self.segments))
+        except TypeError as exc:
+            raise RecordLossesError(f"RecordLosses: a field is not a sequence ({exc})") from None
         if len(self.ids) != len(self.losses):
             raise RecordLossesError(
                 f"RecordLosses: {len(self.ids)} ids but {len(self.losses)} losses"
@@ -97,6 +106,15 @@ class RecordLosses:
             if isinstance(loss, bool) or not isinstance(loss, float) or not math.isfinite(loss):
                 raise RecordLossesError(
                     f"RecordLosses: loss of {id_!r} is {loss!r}, not a finite float"
+                )
+            if loss < 0.0:  # clipped to 0, all-negative losses would promote on "0 vs 0"
+                raise RecordLossesError(
+                    f"RecordLosses: loss of {id_!r} is {loss!r}; losses are 0 or more"
+                )
+        for index, segment in enumerate(self.segments or ()):
+            if not isinstance(segment, str):
+                raise RecordLossesError(
+                    f"RecordLosses: segment {index} is {segment!r:.40}, not a string"
                 )
 
     @classmethod

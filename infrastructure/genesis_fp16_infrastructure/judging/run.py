@@ -200,7 +200,9 @@ def _score(
             raise RecordLossesError(
                 f"score_records returned a {type(losses).__name__}, not RecordLosses"
             )
-        return losses
+        # Checked again on a copy of its own, here where it is used: the plugin's object
+        # may have been changed since it was built (object.__setattr__ on a frozen one).
+        return RecordLosses(losses.ids, losses.losses, losses.segments)
     except (RecordLossesError, TrainRequestError, OSError, ValueError) as exc:
         why = f"{request.agent}: cannot score {checkpoint}: {exc}"
         if required:

@@ -5,6 +5,7 @@ daemon that gives no answer in time is exit 1, and the request is withdrawn."""
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,11 @@ import pytest
 from genesis_fp16.cli import main
 from genesis_fp16.commands import run as run_command
 from genesis_fp16.service.run_now import ANSWERS_FOLDER, requests_folder
-from genesis_fp16.service.state_lock import acquire_state_folder, record_scheduled
+from genesis_fp16.service.state_lock import (
+    acquire_state_folder,
+    record_scheduled,
+    record_stopping,
+)
 
 pytestmark = pytest.mark.usefixtures("clean_env")  # conftest.py: an empty working folder
 
@@ -66,3 +71,27 @@ def test_a_foreground_train_is_no_daemon(capsys: pytest.CaptureFixture[str]) -> 
     err = capsys.readouterr().err
     assert err.startswith("genesis-fp16: error: no daemon runs on the state folder state; ")
     assert "genesis-fp16 train se_darwin owns it" in err and len(err.splitlines()) == 1
+
+
+def test_a_daemon_shutting_down_is_refused_at_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A daemon that begins to stop while `run` waits for its answer makes `run` exit 2
+    (the request withdrawn), not 1 after the whole wait; once the lock file says it
+    stops, `run` exits 2 in one line and writes no request."""
+    state = Path("state")
+    fd = acquire_state_folder(state, "serve")
+    record_scheduled(fd, ["se_darwin"])
+    monkeypatch.setattr(run_command, "ANSWER_WAIT_SECONDS", 5.0)
+    timer = threading.Timer(0.3, record_stopping, (fd, ["se_darwin"]))
+    timer.start()
+    try:
+        assert main(["run", "se_darwin"]) == 2
+        assert "is shutting down; withdrawn, nothing runs" in capsys.readouterr().err
+        assert os.listdir(requests_folder(state)) == [ANSWERS_FOLDER]
+        assert main(["run", "se_darwin"]) == 2
+        said = f"the daemon (pid {os.getpid()}) is shutting down; it starts no run"
+        assert capsys.readouterr().err == f"genesis-fp16: error: {said}\n"
+    finally:
+        timer.join()
+        os.close(fd)

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
+from genesis_fp16.launch.device_slots import slot_keys
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16_infrastructure.contract.plugin_api import API_VERSION, TrainRequest
 
@@ -67,3 +68,33 @@ def test_a_rollback_undone_before_the_stop_still_reruns_at_once(
     assert get(runs, {"agent": AGENT, "outcome": "stopped"}) == 1
     assert get(runs, {"agent": AGENT, "outcome": "success"}) == 1
     assert not ctx.running  # the job ended and gave its slot back
+
+
+class _FreedAtSigterm(DeviceSlots):
+    """The slot a SIGTERM-stopped run frees, taken by the queued job as SIGTERM lands."""
+
+    def __init__(self, stopping: threading.Event) -> None:
+        super().__init__(1)
+        self.stopping = stopping
+
+    def acquire(self, devices: Any, give_up: Any) -> bool:
+        taken = super().acquire(devices, give_up)
+        self.stopping.set()  # SIGTERM: after the wait, before the job looks again
+        return taken
+
+
+def test_a_job_queued_at_sigterm_never_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job that gets its device slot just as the daemon starts shutting down trains
+    nothing, is not counted running, and gives the slot back."""
+    clear_daemon_env(monkeypatch)
+    stopping = threading.Event()
+    slots = _FreedAtSigterm(stopping)
+    ctx = JobContext(_settings(tmp_path, fp16=True), DaemonMetrics(CollectorRegistry(), "t"),
+                     slots, stopping)  # fmt: skip
+    plugin = _Flapping(ctx, tmp_path)
+    run_agent_job(ctx, AGENT, plugin)  # type: ignore[arg-type]
+    assert plugin.requests == [] and not ctx.running
+    used = slot_keys(ctx.settings.device_for(AGENT))
+    assert DeviceSlots.acquire(slots, used, lambda: True)  # the slot was given back

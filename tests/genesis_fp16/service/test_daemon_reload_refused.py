@@ -9,7 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from daemon_harness import DaemonFactory, DaemonProcess, daemon_env
+import pytest
+from daemon_harness import (
+    MODULE_COMMAND,
+    DaemonFactory,
+    DaemonProcess,
+    daemon_env,
+    start_daemon,
+)
 
 RELOADS = "genesis_fp16_config_reloads_total"
 TYPO = "ENABLE_FP16_TRAINIG=false"  # the rollback switch, misspelt
@@ -109,3 +116,89 @@ def test_the_read_only_commands_work_on_a_refused_env_file(
     assert "did you mean ENABLE_FP16_TRAINING?" in checked.stderr.splitlines()[0]
     assert "(refused)" in checked.stdout.splitlines()[0]
     assert "GENESIS_FP16_SEED=3  # .env" in checked.stdout.splitlines()
+
+
+FP32 = {"agent": "se_darwin", "precision": "fp32"}
+ROLLBACK = "ENABLE_FP16_TRAINING=false\nGENESIS_FP16_SEED=3\n"
+
+
+def _trick(daemon: DaemonProcess, count: int, why: str) -> None:
+    """After one file trick and a SIGHUP: refused like a typo, and said where a typo is."""
+    daemon.signal(signal.SIGHUP)
+    daemon.wait_for(lambda: daemon.sample(RELOADS, outcome="failure") == count, why)
+    code, health = daemon.get("/healthz")
+    assert code == 200 and "reload refused since" in health and why in health, health
+    assert why in str(_daemon_part(daemon)["reload_error"])
+    assert "refused since" in daemon.get("/")[1]
+    assert daemon.sample("genesis_fp16_precision", **FP32) == 1  # the rollback holds
+    assert not daemon.sample(RELOADS, outcome="success")
+    failed = daemon.events("config reload failed, keeping the running configuration")
+    assert len(failed) == count and why in failed[-1]["error"]
+
+
+@pytest.mark.parametrize("named", [False, True], ids=[".env", "--env-file"])
+def test_no_file_trick_drops_the_rollback_switch(tmp_path: Path, named: bool) -> None:
+    """With ENABLE_FP16_TRAINING=false in force, the env file turned into a link to
+    /dev/zero, deleted, made a folder or grown to 1 MB is refused like a typo: fp32
+    stays, /healthz, /status.json, the page and the log say why (no line echoes a
+    huge value); an empty file (the defaults) reloads, and a valid file changes them."""
+    folder = tmp_path / "etc"
+    folder.mkdir()
+    env_file = folder / "genesis.env" if named else tmp_path / ".env"
+    env_file.write_text(ROLLBACK)
+    command = (*MODULE_COMMAND, "--env-file", str(env_file)) if named else MODULE_COMMAND
+    settings = {
+        "GENESIS_FP16_PLUGIN_ALLOWLIST": "se_darwin",
+        "GENESIS_FP16_RUN_AT_START": "false",
+        "GENESIS_FP16_WATCH_ENV_FILE": "false",  # SIGHUP alone reloads: no race
+    }
+    daemon = start_daemon(tmp_path, settings, fixtures=False, command=command)
+    try:
+        daemon.wait_for(lambda: daemon.sample("genesis_fp16_precision", **FP32) == 1, "fp32")
+        env_file.unlink()
+        env_file.symlink_to("/dev/zero")
+        _trick(daemon, 1, "is not a regular file")
+        env_file.unlink()
+        _trick(daemon, 2, "was deleted")
+        env_file.mkdir()
+        _trick(daemon, 3, "is not a regular file")
+        env_file.rmdir()
+        env_file.write_text(ROLLBACK + "GENESIS_FP16_LOG_LEVEL=" + "x" * 1_048_576 + "\n")
+        _trick(daemon, 4, "bytes; at most")
+        env_file.write_text("GENESIS_FP16_LOG_LEVEL=" + "x" * 200_000 + "\n")  # under the bound
+        _trick(daemon, 5, "GENESIS_FP16_LOG_LEVEL")
+        assert max(map(len, daemon.log_path.read_text().splitlines())) < 5_000
+        env_file.write_text("")  # the operator asks for the defaults in so many words
+        daemon.signal(signal.SIGHUP)
+        daemon.wait_for(lambda: daemon.sample(RELOADS, outcome="success") == 1, "the defaults")
+        assert daemon.get("/healthz") == (200, "ok: scheduler heartbeat is fresh\n")
+        env_file.write_text("ENABLE_FP16_TRAINING=true\n")  # a valid file changes settings
+        daemon.signal(signal.SIGHUP)
+        daemon.wait_for(lambda: daemon.sample("genesis_fp16_precision", **FP32) == 0, "fp16")
+    finally:
+        daemon.stop()
+
+
+def test_a_huge_value_is_cut_in_a_command_error(tmp_path: Path) -> None:
+    """`precision reset` on a .env with a 200,000-character bad value exits 2 with one
+    short line, not the value whole; on a .env that links to /dev/zero it exits 2 at once."""
+    env_file = tmp_path / ".env"
+    env_file.write_text("GENESIS_FP16_SEED=" + "x" * 200_000 + "\n")
+
+    def reset() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "genesis_fp16", "precision", "reset", "se_darwin"],
+            cwd=tmp_path,
+            env=daemon_env({}, fixtures=False),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    done = reset()
+    assert done.returncode == 2 and len(done.stderr) < 1_000, done.stderr[:2_000]
+    assert "GENESIS_FP16_SEED" in done.stderr and "more characters)" in done.stderr
+    env_file.unlink()
+    env_file.symlink_to("/dev/zero")
+    done = reset()
+    assert done.returncode == 2 and "is not a regular file" in done.stderr, done.stderr

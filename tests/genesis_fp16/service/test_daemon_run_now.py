@@ -5,6 +5,7 @@ a burst of requests, or one a dead command left, runs the agent once."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -130,4 +131,65 @@ def test_run_is_refused_while_the_agent_runs(daemon_factory: DaemonFactory, tmp_
     (line,) = again.stderr.splitlines()
     assert line == "genesis-fp16: error: fixture_good is running now; see `genesis-fp16 status`"
     assert not runs(daemon, FINISHED, "fixture_good")  # still the first run, going on
+    assert len(runs(daemon, STARTED, "fixture_good")) == 1
+
+
+def test_strays_never_delay_a_request_and_a_linked_folder_is_refused(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """100 stray folders and 300 stray files that sort before every request: `run
+    se_darwin` is still answered `started`. Then run_now/ as a link to another folder:
+    `run` exits 2 naming the link, the daemon logs the refusal, and the folder it points
+    to keeps every file (a request-shaped one too)."""
+    daemon = daemon_factory(PRODUCT, fixtures=False)
+    folder = requests_folder(daemon.state_dir)
+    (folder / ANSWERS_FOLDER).mkdir(parents=True, exist_ok=True)
+    for index in range(100):
+        (folder / f"a_stray_{index:03d}").mkdir()
+    for index in range(300):
+        (folder / f"b_stray_{index:03d}").write_text("")
+    asked = run_command(tmp_path, "se_darwin")
+    assert asked.returncode == 0, asked.stderr
+    assert "starts its run now" in asked.stdout
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    kept = ["keep.txt", "se_darwin@1-deadbeef.json"]
+    for name in kept:
+        (elsewhere / name).write_text("mine")
+    folder.rename(tmp_path / "old_run_now")
+    folder.symlink_to(elsewhere, target_is_directory=True)
+    refused = run_command(tmp_path, "se_darwin")
+    assert refused.returncode == 2 and "is a link" in refused.stderr, refused.stderr
+    daemon.wait_for(lambda: daemon.events("run-now requests refused"), "the refusal logged")
+    time.sleep(1.5)  # three more looks at the folder
+    assert sorted(p.name for p in elsewhere.iterdir()) == kept
+    assert len(daemon.events("run-now requests refused")) == 1  # said once
+
+
+def test_run_while_the_daemon_shuts_down_exits_2_at_once(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """SIGTERM while a run sleeps in its 30 s step (the shutdown waits for it): `run`
+    exits 2 in one line saying the daemon shuts down (it waited 20 s and exited 1)."""
+    settings = {
+        "GENESIS_FP16_PLUGIN_ALLOWLIST": "fixture_good",
+        "GENESIS_FP16_SCHEDULE": "3600",
+        "GENESIS_FP16_RUN_AT_START": "true",
+        "GENESIS_FP16_STEPS_PER_RUN": "3",
+        "GENESIS_FP16_LOG_INTERVAL": "1",
+        "GENESIS_FP16_SHUTDOWN_TIMEOUT_SECONDS": "120",
+        "FIXTURE_STEP_SECONDS": "30",
+    }
+    daemon = daemon_factory(settings)
+    progress = lambda: [r for r in daemon.logs() if r.get("progress")]  # noqa: E731
+    daemon.wait_for(progress, "the run's first step", RUN_DEADLINE)
+    daemon.signal(signal.SIGTERM)
+    daemon.wait_for(lambda: daemon.events("shutting down"), "the shutdown")
+    started = time.monotonic()
+    asked = run_command(tmp_path, "fixture_good", settings)
+    assert daemon.process.poll() is None, "the daemon stopped before `run` asked"
+    assert asked.returncode == 2, (asked.stdout, asked.stderr)
+    assert "is shutting down; it starts no run" in asked.stderr
+    assert time.monotonic() - started < 20  # not the whole wait for an answer
     assert len(runs(daemon, STARTED, "fixture_good")) == 1

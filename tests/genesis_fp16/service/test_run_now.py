@@ -7,10 +7,14 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from genesis_fp16.service.run_now import (
     ANSWER_KEEP_SECONDS,
     ANSWERS_FOLDER,
+    MAX_REQUESTS_PER_LOOK,
     Answer,
+    NotAFolder,
     new_request,
     prune_answers,
     read_answer,
@@ -96,3 +100,48 @@ def test_answers_nobody_read_are_pruned_when_old(tmp_path: Path) -> None:
         os.utime(answers / name, (past, past))
     prune_answers(tmp_path, now)
     assert sorted(p.name for p in answers.iterdir()) == sorted([f"{fresh}.json", "notes.txt"])
+
+
+def test_a_linked_folder_is_refused_and_nothing_there_is_touched(tmp_path: Path) -> None:
+    """run_now/ or answers/ as a link to another folder: taking, asking, answering and
+    pruning are refused (NotAFolder) and that folder's files all stay."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    old = time.time() - 2 * ANSWER_KEEP_SECONDS
+    for name in ("keep.txt", "se_darwin@1-deadbeef.json", "1-deadbeef.json"):
+        (elsewhere / name).write_text("mine")
+        os.utime(elsewhere / name, (old, old))
+    state = tmp_path / "state"
+    state.mkdir()
+    requests_folder(state).symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(NotAFolder, match="is a link"):
+        take_requests(state)
+    with pytest.raises(NotAFolder, match="is a link"):
+        new_request(state, "se_darwin")
+    requests_folder(state).unlink()
+    (requests_folder(state)).mkdir()
+    (requests_folder(state) / ANSWERS_FOLDER).symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(NotAFolder):
+        write_answer(state, "2-deadbeef", Answer("started", "x", 0.0))
+    prune_answers(state, time.time())
+    assert sorted(p.name for p in elsewhere.iterdir()) == [
+        "1-deadbeef.json",
+        "keep.txt",
+        "se_darwin@1-deadbeef.json",
+    ]
+
+
+def test_thousands_of_strays_never_delay_a_request(tmp_path: Path) -> None:
+    """150 stray folders and 2,000 stray files that sort first: the first look takes the
+    request, and each look removes at most MAX_REQUESTS_PER_LOOK strays."""
+    folder = requests_folder(tmp_path)
+    (folder / ANSWERS_FOLDER).mkdir(parents=True)
+    for index in range(150):
+        (folder / f"a{index:03d}").mkdir()
+    for index in range(2000):
+        (folder / f"b{index:04d}").write_text("")
+    ident = new_request(tmp_path, "se_darwin")
+    taken, strays = take_requests(tmp_path)
+    assert taken == {"se_darwin": [ident]}
+    assert len(strays) == MAX_REQUESTS_PER_LOOK  # the first folders, said by name
+    assert len(os.listdir(folder)) == 1 + 150 + 2000  # answers/, folders, files: untouched

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from genesis_fp16_infrastructure.contract.judging import (
     judging_margin,
     judging_of,
 )
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 
 
 @pytest.mark.parametrize(
@@ -28,12 +30,16 @@ from genesis_fp16_infrastructure.contract.judging import (
         (["a", "b"], [1.0, math.inf], None, "loss of 'b' is inf"),
         (["a", "b"], [1.0, "x"], None, "a loss is not a number"),
         (["a", "b"], [1.0, 2.0], ["s"], "1 segments for 2 records"),
+        (["a", "b"], [1.0, -0.5], None, "loss of 'b' is -0.5; losses are 0 or more"),
+        (["a", "b"], [1.0, 2.0], ["s", 7], "segment 1 is 7, not a string"),
+        (["a", "b"], [1.0, 2.0], ["s", None], "segment 1 is None, not a string"),
     ],
 )
 def test_record_losses_refuse_what_cannot_be_judged_in_one_line(
     ids: list[Any], losses: list[Any], segments: list[str] | None, why: str
 ) -> None:
-    """Unequal lengths, repeated or empty ids, non-finite or non-numeric losses."""
+    """Unequal lengths, repeated or empty ids, non-finite, non-numeric or negative
+    losses, segments that are not strings."""
     with pytest.raises(RecordLossesError, match=f"^RecordLosses: {why}") as caught:
         RecordLosses.of(ids, losses, segments)
     assert "\n" not in str(caught.value)
@@ -46,6 +52,31 @@ def test_record_losses_take_numpy_and_keep_order() -> None:
     scored = RecordLosses.of(["x", "y", "z"], np.array([0.5, 0.25, 0.0], dtype=np.float32))
     assert scored.losses == (0.5, 0.25, 0.0) and all(type(v) is float for v in scored.losses)
     assert scored.mean() == 0.25 and math.isnan(RecordLosses.of([], []).mean())
+
+
+def test_record_losses_keep_a_copy_of_what_was_checked() -> None:
+    """Lists passed in and changed after the check (inf, an id short, a duplicate id)
+    change nothing the RecordLosses holds; a frozen one changed behind its back is
+    caught where the judged run uses it (its own copy, checked again)."""
+    from genesis_fp16_infrastructure.judging.run import _score
+
+    ids, losses, segments = ["a", "b"], [0.5, 0.25], ["s", "t"]
+    scored = RecordLosses(ids, losses, segments)  # type: ignore[arg-type]
+    ids.append("c"), ids.__setitem__(1, "a"), losses.__setitem__(0, math.inf), segments.pop()
+    assert scored == RecordLosses(("a", "b"), (0.5, 0.25), ("s", "t"))
+
+    class Changing:
+        def score_records(self, checkpoint: Path, request: Any) -> RecordLosses:
+            self.returned = RecordLosses.of(["a", "b"], [0.5, 0.25])
+            return self.returned
+
+    plugin, request = Changing(), SimpleNamespace(agent="judged")
+    used = _score(plugin, Path("ckpt.pt"), request, required=True)  # type: ignore[arg-type]
+    object.__setattr__(plugin.returned, "losses", (0.5, math.inf))  # after the check
+    assert used is not None and used.losses == (0.5, 0.25) and used is not plugin.returned
+    plugin.score_records = lambda checkpoint, request: plugin.returned  # type: ignore[method-assign]
+    with pytest.raises(TrainRequestError, match=r"cannot score ckpt\.pt: .* loss of 'b' is inf"):
+        _score(plugin, Path("ckpt.pt"), request, required=True)  # type: ignore[arg-type]
 
 
 class _Judged:

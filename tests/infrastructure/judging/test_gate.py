@@ -42,7 +42,7 @@ def test_too_few_records_are_inconclusive_not_worse() -> None:
     worse beyond the margin; inconclusive, with the records it would need."""
     rng = np.random.default_rng(1)
     served = rng.uniform(0.2, 0.6, 60)
-    candidate = served + rng.normal(0.006, 0.1, 60)
+    candidate = np.maximum(served + rng.normal(0.006, 0.1, 60), 0.0)  # losses are >= 0
     paired = compare("current", _losses(candidate, ["a"] * 60), _losses(served, ["a"] * 60),
                      2.0, _margin)  # fmt: skip
     outcome, reason, settled = decide([paired])
