@@ -718,9 +718,12 @@ def run_overflow_replay(timeout: float | None) -> list[RunOutcome]:
             train.exit_code, train.result = train.exit_code or 1, None
             train.tail = f"{train.tail}\n{why}".strip()
             return [train, not_run(replay_label, shown_replay, why)]
-        # Exit 0 (the guard's demotion finished it) or 1 (it learned nothing) both ran:
-        # the bundled fault was the point.
-        if train.exit_code in (0, 1):
+        # Whatever the run's end, the bundled fault was the point, as in the CPU replay
+        # test (code=None there): exit 0 (a demotion finished it), or 1 or 2 (every rung
+        # down to fp32 overflowed at this learning rate, and the candidate wrote no
+        # checkpoint: "nothing to judge", exit 2 on the H200 on 2026-11-26). A run killed
+        # at its timeout or by a signal still fails the check.
+        if train.exit_code in (0, 1, 2):
             result = train.result or {}
             line = f"exit {train.exit_code}, {result.get('execution')}, bundle {bundles[0].name}"
             train.exit_code, train.result, train.tail = 0, {**result, "line": line}, ""

@@ -322,6 +322,28 @@ def test_the_overflow_run_needs_a_bundle_that_replay_reproduces(
     assert train.ok and not replay.ok and "did not reproduce" in replay.tail
 
 
+@pytest.mark.parametrize(("code", "passes"), [(0, True), (2, True), (-9, False)])
+def test_the_overflow_run_passes_on_its_bundle_whatever_its_end_but_not_when_killed(
+    monkeypatch: pytest.MonkeyPatch, code: int, passes: bool
+) -> None:
+    """With a bundle written, the forced-overflow run passes whether it ended 0 or 2 (every
+    rung to fp32 overflowed and no checkpoint was left to judge, as on the H200); a run
+    killed by a signal fails however many bundles it left."""
+
+    def run_cli(label: str, args: tuple[str, ...], timeout: float | None, **kw: Any) -> Any:
+        if args[0] == "train":
+            folder = kw["state"] / "agents" / "se_darwin" / "fault_bundles"
+            folder.mkdir(parents=True)
+            (folder / "0001.fault.pt").write_bytes(b"")
+            return RunOutcome(label, "train", code, 5.0, {"execution": "cuda_graph"})
+        report = {"reproduced": True, "first_nonfinite": {"module": "trunk.0"}}
+        return RunOutcome(label, "replay", 0, 2.0, report)
+
+    monkeypatch.setattr(gpu_check, "run_cli", run_cli)
+    train, _ = run_overflow_replay(100)
+    assert train.ok is passes
+
+
 def test_the_ratio_line_is_the_benchmarks_own() -> None:
     """The lines giving a ratio (the benchmark's ratio table's rows), else the last line."""
     lines = [
