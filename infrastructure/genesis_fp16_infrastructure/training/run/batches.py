@@ -73,13 +73,23 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
     return a.index is None or b.index is None or a.index == b.index
 
 
-def batch_shapes(value: Any) -> str:
+def batch_shapes(value: Any, *, bucketed: bool = False) -> str:
     """A batch's dtypes and shapes as text (tensors inside mappings, lists and tuples):
-    the part of a cache key that says which step a measurement or a verdict is for."""
+    the part of a cache key that says which step a measurement or a verdict is for.
+    ``bucketed`` rounds each tensor's first (batch) dimension up to a power of two, so a
+    pool grown by a few records keeps its key.
+
+    >>> batch_shapes((torch.zeros(244, 8), torch.zeros(244, dtype=torch.long)), bucketed=True)
+    '(float32[256, 8],int64[256])'
+    """
     if isinstance(value, torch.Tensor):
-        return f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
+        shape = list(value.shape)
+        if bucketed and shape:
+            shape[0] = 1 << max(shape[0] - 1, 0).bit_length()
+        return f"{str(value.dtype).removeprefix('torch.')}{shape}"
     if isinstance(value, Mapping):
-        return "{" + ",".join(f"{k}:{batch_shapes(v)}" for k, v in sorted(value.items())) + "}"
+        items = sorted(value.items())
+        return "{" + ",".join(f"{k}:{batch_shapes(v, bucketed=bucketed)}" for k, v in items) + "}"
     if isinstance(value, list | tuple):
-        return "(" + ",".join(batch_shapes(v) for v in value) + ")"
+        return "(" + ",".join(batch_shapes(v, bucketed=bucketed) for v in value) + ")"
     return type(value).__name__

@@ -112,7 +112,7 @@ from genesis_fp16_infrastructure.training.reports import (
     under_load,
 )
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
-from genesis_fp16_infrastructure.training.run.batches import to_device
+from genesis_fp16_infrastructure.training.run.batches import batch_shapes, to_device
 from genesis_fp16_infrastructure.training.run.task import TrainingTask
 from genesis_fp16_infrastructure.training.step.cuda_graph import cuda_generators, signature
 from genesis_fp16_infrastructure.training.step.execution import ExecutionError, MeasuredExecution
@@ -607,22 +607,12 @@ def _key(
 
 
 def bucketed_shapes(value: Any) -> str:
-    """A batch's dtypes and shapes as text, each tensor's first (batch) dimension rounded
-    up to a power of two: a pool grown by a few records keeps its key.
+    """A batch's dtypes and shapes with the batch dimension bucketed (see ``batch_shapes``).
 
     >>> bucketed_shapes((torch.zeros(244, 8), torch.zeros(244, dtype=torch.long)))
     '(float32[256, 8],int64[256])'
     """
-    if isinstance(value, torch.Tensor):
-        shape = list(value.shape)
-        if shape:
-            shape[0] = 1 << max(shape[0] - 1, 0).bit_length()
-        return f"{str(value.dtype).removeprefix('torch.')}{shape}"
-    if isinstance(value, Mapping):
-        return "{" + ",".join(f"{k}:{bucketed_shapes(v)}" for k, v in sorted(value.items())) + "}"
-    if isinstance(value, list | tuple):
-        return "(" + ",".join(bucketed_shapes(v) for v in value) + ")"
-    return type(value).__name__
+    return batch_shapes(value, bucketed=True)
 
 
 def _device_name(device: torch.device) -> str:
