@@ -36,6 +36,11 @@ training data"; one whose records are evaluation episodes
 (``records_are_training_data = False``) trains on none of them and is judged on all of
 them, as ``current``.
 
+**The checkpoint scored** (issue 69). ``score_records`` is handed a private copy of the
+checkpoint, whose digest is checked after scoring (:mod:`.scored_copy`): a plugin that
+changed it fails the run in one line, nothing is served, and the originals are as they
+were (a candidate's verdict ``undecided``).
+
 Pruning the history is the daemon's, after every run of any agent with a pointer
 (``lifecycle.prune`` with its settings), so a judged run prunes nothing itself. The
 result carries the gate's report (``result.gate``) and the watch's (``result.live``).
@@ -93,6 +98,7 @@ from genesis_fp16_infrastructure.judging.gate import (
     compare_segments,
     decide,
 )
+from genesis_fp16_infrastructure.judging.scored_copy import CheckpointChangedError, score_on_copy
 from genesis_fp16_infrastructure.judging.split import HELD_OUT
 from genesis_fp16_infrastructure.judging.watch import watch
 from genesis_fp16_infrastructure.training import checkpoint_keys
@@ -192,10 +198,17 @@ def _live(figures: dict[str, Any] | None) -> LiveReport | None:
 def _score(
     plugin: JudgedPlugin, checkpoint: Path, request: TrainRequest, required: bool
 ) -> RecordLosses | None:
-    """The plugin's losses of ``checkpoint``; a refusal is one line (``required``: the
-    run's; else logged, and None)."""
+    """The plugin's losses of ``checkpoint``, scored on a copy of it (:mod:`.scored_copy`);
+    a refusal is one line (``required``: the run's; else logged, and None). A plugin that
+    changed the copy always ends the run (CheckpointChangedError)."""
+    who = f"{request.agent}: plugin {getattr(plugin, 'name', type(plugin).__name__)}"
     try:
-        losses = plugin.score_records(checkpoint, request)
+        losses = score_on_copy(
+            lambda copy: plugin.score_records(copy, request),
+            checkpoint,
+            Path(request.checkpoint_dir),
+            who,
+        )
         if not isinstance(losses, RecordLosses):
             raise RecordLossesError(
                 f"score_records returned a {type(losses).__name__}, not RecordLosses"
@@ -203,6 +216,8 @@ def _score(
         # Checked again on a copy of its own, here where it is used: the plugin's object
         # may have been changed since it was built (object.__setattr__ on a frozen one).
         return RecordLosses(losses.ids, losses.losses, losses.segments)
+    except CheckpointChangedError:
+        raise
     except (RecordLossesError, TrainRequestError, OSError, ValueError) as exc:
         why = f"{request.agent}: cannot score {checkpoint}: {exc}"
         if required:
@@ -295,7 +310,11 @@ def _judge(
     if refusal is not None:
         _verdict(candidate, "undecided", refusal, started, result.precision_used, [])
         raise TrainRequestError(refusal)
-    losses = _score(judged, checkpoint, request, required=True)
+    try:
+        losses = _score(judged, checkpoint, request, required=True)
+    except CheckpointChangedError as exc:  # its own file intact: undecided, never served
+        _verdict(candidate, "undecided", str(exc), started, result.precision_used, [])
+        raise
     assert losses is not None  # required: a refusal raised
     stores.write_known_ids(candidate, _known_after(served, losses))
     outcome: GateOutcome

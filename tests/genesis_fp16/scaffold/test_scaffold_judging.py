@@ -5,6 +5,7 @@ while clean growth is."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import random
@@ -28,6 +29,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
 from genesis_fp16_infrastructure.contract.reports import GateOutcome
 from genesis_fp16_infrastructure.judging.run import run_plugin, trained_ids
 from genesis_fp16_infrastructure.judging.split import HELD_OUT, id_hashes
+from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
 
 POOL = 1000  # a fifth held out: about 200 records the served model knew, never trained on
 
@@ -221,3 +223,71 @@ def test_a_plugin_whose_checkpoints_name_no_records_is_judged_on_training_data(
     assert result.gate is not None
     assert "(on training data: the candidate names no records" in result.gate.reason
     assert _judged(_verdict(tmp_path, result.gate.candidate_id), "current")["records"] == 600
+
+
+def _appending(plugin: Any) -> Any:
+    """The plugin's score_records, edited to append bytes to the checkpoint it scored."""
+    honest = plugin.score_records
+
+    def score_records(checkpoint: Path, request: TrainRequest) -> Any:
+        losses = honest(checkpoint, request)
+        with checkpoint.open("ab") as file:
+            file.write(b"tampered")
+        return losses
+
+    return score_records
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_plugin_that_alters_the_candidate_it_scores_is_refused_and_nothing_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 69: a score_records that appends to its checkpoint fails the first run in
+    one line naming the plugin and the checkpoint; nothing is served, the candidate's own
+    checkpoint still loads (undecided); the next run with the honest plugin serves."""
+    agent = _agent(tmp_path)
+    lines = _lines(200, seed=8)
+    with monkeypatch.context() as edited:
+        edited.setattr(agent.plugin, "score_records", _appending(agent.plugin))
+        with pytest.raises(
+            TrainRequestError, match="plugin judged_toy: score_records changed"
+        ) as caught:
+            run_plugin(agent.plugin, _request(tmp_path, lines))
+    assert "\n" not in str(caught.value) and "ckpt-" in str(caught.value)
+    assert read_pointer(tmp_path / "checkpoints") is None
+    (candidate,) = list_candidates(tmp_path / "checkpoints")
+    verdict = read_json(candidate / "verdict.json") or {}
+    assert verdict["outcome"] == "undecided" and "changed the checkpoint" in verdict["reason"]
+    checkpoint = sorted(candidate.glob("ckpt-*.pt"))[-1]
+    load_checkpoint(checkpoint)  # as training wrote it: its digest still matches
+    assert not list((tmp_path / "checkpoints").glob(".scoring-*"))  # the altered copy: gone
+    assert _first_served(tmp_path, agent.plugin, lines) != candidate.name
+
+
+def test_a_plugin_that_alters_the_served_checkpoint_leaves_it_served_and_intact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 69: with a model served, a score_records that appends to what it scores
+    fails the run at the served model's scoring; the pointer and the served files are
+    byte for byte as they were, and the next honest run of the agent works."""
+    agent = _agent(tmp_path)
+    lines = _lines(200, seed=9)
+    first = _first_served(tmp_path, agent.plugin, lines)
+    folder = tmp_path / "checkpoints"
+    pointer = read_pointer(folder)
+    assert pointer is not None
+    served = folder / pointer.served["checkpoint"]
+    files = [folder / "served.json", served, served.with_name(served.name + ".sha256")]
+    before = [_sha256(path) for path in files]
+    grown = lines + _lines(100, seed=10)
+    with monkeypatch.context() as edited:
+        edited.setattr(agent.plugin, "score_records", _appending(agent.plugin))
+        with pytest.raises(TrainRequestError, match=r"score_records changed the checkpoint"):
+            run_plugin(agent.plugin, _request(tmp_path, grown))
+    assert [_sha256(path) for path in files] == before and _served(tmp_path) == first
+    result = run_plugin(agent.plugin, _request(tmp_path, grown))
+    assert result.gate is not None
+    assert result.failure is None, result.gate.reason

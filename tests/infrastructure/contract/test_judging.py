@@ -54,7 +54,7 @@ def test_record_losses_take_numpy_and_keep_order() -> None:
     assert scored.mean() == 0.25 and math.isnan(RecordLosses.of([], []).mean())
 
 
-def test_record_losses_keep_a_copy_of_what_was_checked() -> None:
+def test_record_losses_keep_a_copy_of_what_was_checked(tmp_path: Path) -> None:
     """Lists passed in and changed after the check (inf, an id short, a duplicate id)
     change nothing the RecordLosses holds; a frozen one changed behind its back is
     caught where the judged run uses it (its own copy, checked again)."""
@@ -70,13 +70,15 @@ def test_record_losses_keep_a_copy_of_what_was_checked() -> None:
             self.returned = RecordLosses.of(["a", "b"], [0.5, 0.25])
             return self.returned
 
-    plugin, request = Changing(), SimpleNamespace(agent="judged")
-    used = _score(plugin, Path("ckpt.pt"), request, required=True)  # type: ignore[arg-type]
+    plugin, request = Changing(), SimpleNamespace(agent="judged", checkpoint_dir=tmp_path)
+    checkpoint = tmp_path / "ckpt.pt"  # scored on a copy in the agent's folder (issue 69)
+    checkpoint.write_bytes(b"weights")
+    used = _score(plugin, checkpoint, request, required=True)  # type: ignore[arg-type]
     object.__setattr__(plugin.returned, "losses", (0.5, math.inf))  # after the check
     assert used is not None and used.losses == (0.5, 0.25) and used is not plugin.returned
     plugin.score_records = lambda checkpoint, request: plugin.returned  # type: ignore[method-assign]
-    with pytest.raises(TrainRequestError, match=r"cannot score ckpt\.pt: .* loss of 'b' is inf"):
-        _score(plugin, Path("ckpt.pt"), request, required=True)  # type: ignore[arg-type]
+    with pytest.raises(TrainRequestError, match=r"cannot score \S*ckpt\.pt: .* loss of 'b' is inf"):
+        _score(plugin, checkpoint, request, required=True)  # type: ignore[arg-type]
 
 
 class _Judged:

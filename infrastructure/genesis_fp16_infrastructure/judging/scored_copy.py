@@ -1,0 +1,80 @@
+"""What a plugin's ``score_records`` is handed: a private copy of the checkpoint, checked
+after scoring (issue 69).
+
+A plugin that wrote to the checkpoint it scored got that checkpoint served with bytes its
+digest file no longer names, and every later run of the agent failed to load it. So the
+judged run never hands a plugin the file the pointer serves or the gate judges: it
+copies the checkpoint (with its digest and summary files, which the plugin's loader
+reads) into a fresh hidden folder of the agent's checkpoint folder, takes the copy's
+SHA-256, lets the plugin score the copy, and takes it again. Different bytes, or no file,
+end the run in one line (:class:`CheckpointChangedError`, a ``TrainRequestError``) that
+names the plugin and the checkpoint, even where the plugin's own scoring failed; the
+altered copy is deleted with its folder. The original files were never the plugin's to
+write, so the served model and the candidate's checkpoint are as they were.
+
+A copy rather than a check of the original in place: a check alone detects a plugin that
+altered the served checkpoint while scoring it, but cannot undo it, and the agent's
+later runs would fail all the same. The copy costs one read and write of the checkpoint
+a score, of the order of the plugin's own load (which reads and hashes it too). A plugin
+that deliberately looks for the agent's files elsewhere (``request.checkpoint_dir``) is
+not stopped by it: a plugin runs in the daemon's process and could do anything there.
+A copy left by a killed process is a hidden ``.scoring-*`` folder that nothing reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
+
+T = TypeVar("T")
+
+SCORING_PREFIX = ".scoring-"  # <checkpoint_dir>/.scoring-*/: the copy, while it is scored
+
+
+class CheckpointChangedError(TrainRequestError):
+    """The plugin changed (or removed) the copy of a checkpoint it was given to score."""
+
+
+def score_on_copy(score: Callable[[Path], T], checkpoint: Path, folder: Path, who: str) -> T:
+    """``score(copy)`` on a private copy of ``checkpoint`` made in ``folder``; raises
+    :class:`CheckpointChangedError` naming ``who`` (the agent and plugin) and the
+    checkpoint when the copy's bytes differ after scoring, whatever ``score`` did."""
+    with tempfile.TemporaryDirectory(
+        prefix=SCORING_PREFIX, dir=folder, ignore_cleanup_errors=True
+    ) as temp:
+        copy = Path(temp) / checkpoint.name
+        for path in (digest_path(checkpoint), summary_path(checkpoint), checkpoint):
+            if path.is_file():
+                shutil.copyfile(path, Path(temp) / path.name)
+        before = _sha256(copy)
+        try:
+            return score(copy)
+        finally:
+            after = _sha256(copy)
+            if after != before:
+                raise CheckpointChangedError(
+                    f"{who}: score_records changed the checkpoint it scored ({checkpoint}, "
+                    f"given as a copy: sha256 {before[:16]} before, {after[:16]} after): the "
+                    "run is refused and nothing is served; score_records must only read it"
+                )
+
+
+def _sha256(path: Path) -> str:
+    """The file's hex SHA-256; "none" when it is not a regular file any more (a FIFO put
+    in its place is never opened: the read would block)."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return "none"
+        with path.open("rb") as file:
+            return hashlib.file_digest(file, "sha256").hexdigest()
+    except OSError:
+        return "none"

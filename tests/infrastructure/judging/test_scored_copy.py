@@ -1,0 +1,81 @@
+"""The copy a plugin scores (issue 69): the plugin never gets the original, and any
+change to the copy, even by a plugin that then fails, ends the run in one line."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.judging.scored_copy import (
+    CheckpointChangedError,
+    score_on_copy,
+)
+
+
+def _checkpoint(folder: Path) -> Path:
+    """A checkpoint with its digest file, as CheckpointManager writes them."""
+    folder.mkdir(parents=True)
+    path = folder / "ckpt-0000000001.pt"
+    path.write_bytes(b"weights")
+    (folder / "ckpt-0000000001.pt.sha256").write_text(hashlib.sha256(b"weights").hexdigest())
+    return path
+
+
+def test_an_honest_score_reads_a_copy_with_its_digest_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    """The plugin's path is not the original, holds the same bytes beside its digest
+    file, and the copy's folder is gone afterwards."""
+    original = _checkpoint(tmp_path / "candidate")
+    seen: list[Path] = []
+
+    def score(copy: Path) -> bytes:
+        seen.append(copy)
+        assert (copy.parent / (copy.name + ".sha256")).is_file()
+        return copy.read_bytes()
+
+    assert score_on_copy(score, original, tmp_path, "agent: plugin p") == b"weights"
+    assert seen[0] != original and seen[0].name == original.name
+    assert not seen[0].exists() and not list(tmp_path.glob(".scoring-*"))
+
+
+@pytest.mark.parametrize("change", ["append", "remove", "fifo"])
+def test_a_changed_copy_is_refused_in_one_line_and_the_original_kept(
+    tmp_path: Path, change: str
+) -> None:
+    """Appended bytes, a removed file or a FIFO in its place: CheckpointChangedError (a
+    TrainRequestError) naming the plugin and the checkpoint; the original unchanged."""
+    original = _checkpoint(tmp_path / "candidate")
+
+    def score(copy: Path) -> int:
+        if change == "append":
+            with copy.open("ab") as file:
+                file.write(b"x")
+        else:
+            copy.unlink()
+            if change == "fifo":
+                os.mkfifo(copy)
+        return 1
+
+    with pytest.raises(CheckpointChangedError, match="agent: plugin p: score_records") as e:
+        score_on_copy(score, original, tmp_path, "agent: plugin p")
+    assert isinstance(e.value, TrainRequestError) and "\n" not in str(e.value)
+    assert str(original) in str(e.value) and original.read_bytes() == b"weights"
+
+
+def test_a_plugin_that_changes_the_copy_and_then_fails_is_named_for_the_change(
+    tmp_path: Path,
+) -> None:
+    """The plugin's own error does not hide the change: the change is what is raised."""
+    original = _checkpoint(tmp_path / "candidate")
+
+    def score(copy: Path) -> int:
+        copy.write_bytes(b"other")
+        raise ValueError("cannot load")
+
+    with pytest.raises(CheckpointChangedError, match="changed the checkpoint it scored"):
+        score_on_copy(score, original, tmp_path, "agent: plugin p")
