@@ -9,11 +9,14 @@ the H200 host, benchmarks/results/gpu_probe_capture_heal_h200.json), pytest and 
 parent pays them once and forks one child per file.
 
 It never touches CUDA: a process that forks after initialising CUDA hands its children a
-context they cannot use. After its imports it checks that torch has not initialised CUDA
-and that the driver library is not mapped; if either is, it refuses (``{"refused": why}``)
-and gpu-check starts each file's process afresh, as before. What a child shares with the
-parent is imported code and nothing the tests make: every CUDA object, generator state and
-test module is made in the child, after the fork.
+driver they cannot use (one that merely has ``libcuda.so`` mapped, as importing a CUDA build
+of torch leaves it, does not). After its imports it checks that it has one thread and that
+torch has not initialised CUDA, then forks one probe child that uses CUDA where there is a
+device (genesis_fp16/launch/cuda_fork_probe.py); if a check or the probe fails, or the
+probe hangs, it refuses (``{"refused": why}``) and gpu-check starts each file's process
+afresh, as before. What a child shares with the parent is imported code and nothing the
+tests make: every CUDA object, generator state and test module is made in the child, after
+the fork.
 
 Protocol, JSON lines: it prints ``{"ready": true}`` or ``{"refused": "..."}``; then for
 each line it reads, ``{"args": [...pytest arguments], "log": path, "cwd": dir}``, it forks
@@ -38,14 +41,6 @@ from pathlib import Path
 WARM_MODULES = ("torch", "torch._dynamo", "numpy", "pytest", "hypothesis")
 
 
-def driver_mapped() -> bool:
-    """True when this process has the CUDA driver library mapped (Linux; False elsewhere)."""
-    maps = Path("/proc/self/maps")
-    if not maps.exists():
-        return False
-    return any("libcuda.so" in line for line in maps.read_text().splitlines())
-
-
 def warm_up() -> str | None:
     """Import what the children need; the reason to refuse forking, or None."""
     for name in WARM_MODULES:
@@ -59,8 +54,13 @@ def warm_up() -> str | None:
         return f"{threading.active_count()} threads after the imports: a fork copies one"
     if torch.cuda.is_initialized():
         return "torch initialised CUDA during the imports"
-    if driver_mapped():
-        return "the CUDA driver library was loaded during the imports"
+    # Imported here, not at the top: run as a script, tests/genesis_fp16/ shadows the
+    # package until main() has taken tests/ off sys.path.
+    from genesis_fp16.launch import cuda_fork_probe
+
+    usable, said = cuda_fork_probe.probe_forked_cuda()
+    if not usable:
+        return f"a forked child could not use CUDA: {said}"
     return None
 
 

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from importlib import metadata
 from pathlib import Path
@@ -798,15 +799,29 @@ def test_a_forked_process_past_its_timeout_is_killed_and_said_so(tmp_path: Path)
         runner.close()
 
 
-def test_the_warm_parent_refuses_to_fork_once_cuda_could_be_initialised(
+def _hang() -> str:
+    """A probe child's CUDA that never answers (faked)."""
+    time.sleep(600)
+    return "never reached"
+
+
+def test_the_warm_parent_refuses_to_fork_when_a_forked_child_could_not_use_cuda(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The parent refuses (and gpu-check starts each file afresh) when its imports left the
-    CUDA driver loaded or torch's CUDA initialised: a fork would hand that on broken."""
+    """The parent refuses (and gpu-check starts each file afresh) when torch's CUDA is
+    initialised or its forked CUDA probe fails or hangs, naming why, and serves when the
+    probe passes."""
     import gpu_fork_runner
 
+    from genesis_fp16.launch import cuda_fork_probe
+
     monkeypatch.setattr(gpu_fork_runner, "WARM_MODULES", ("json",))
-    monkeypatch.setattr(gpu_fork_runner, "driver_mapped", lambda: True)
-    assert "driver" in (gpu_fork_runner.warm_up() or "")
-    monkeypatch.setattr(gpu_fork_runner, "driver_mapped", lambda: False)
-    assert gpu_fork_runner.warm_up() is None
+    assert gpu_fork_runner.warm_up() is None  # the probe passes: no CUDA device here
+    monkeypatch.setattr(cuda_fork_probe, "use_cuda", lambda: os._exit(1))
+    refused = gpu_fork_runner.warm_up() or ""
+    assert refused == "a forked child could not use CUDA: the probe ended with exit code 1"
+    monkeypatch.setattr(cuda_fork_probe, "use_cuda", _hang)
+    monkeypatch.setattr(cuda_fork_probe, "PROBE_SECONDS", 1.0)
+    assert "did not finish in 1 s (killed)" in (gpu_fork_runner.warm_up() or "")
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert "initialised CUDA" in (gpu_fork_runner.warm_up() or "")

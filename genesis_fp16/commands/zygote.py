@@ -19,10 +19,12 @@ Rules it keeps:
 - **It forks from one thread.** The daemon has many threads (jobs, HTTP, relays); only
   this worker, single-threaded, forks without exec. It refuses to serve (and the daemon
   starts runs by exec, saying why) if it has more than one thread after its imports.
-- **It never touches CUDA.** Importing torch creates no CUDA context; the worker checks
-  that ``torch.cuda.is_initialized()`` is False and that the CUDA driver is not loaded
-  (:func:`cuda_driver_loaded`) before it serves, and each child creates its own context
-  as an exec'd one does.
+- **It never touches CUDA.** Importing torch creates no CUDA context (a CUDA build maps
+  the driver library, ``libcuda.so``, without initialising the driver: no obstacle to a
+  child). Before it serves, the worker checks that ``torch.cuda.is_initialized()`` is
+  False, then forks one probe child that uses CUDA where there is a device
+  (genesis_fp16/launch/cuda_fork_probe.py) and refuses with the probe's reason when it
+  fails or hangs. Each run's child creates its own context as an exec'd one does.
 - **Plugins are not pre-imported**: each run imports its agent afresh, so an edited
   plugin is picked up at the next run, as before.
 - **A run costs only its own child**: a crash, a hang or a kill ends that child; the
@@ -53,6 +55,7 @@ import time
 import traceback
 from typing import Any, NoReturn
 
+from genesis_fp16.launch.cuda_fork_probe import cuda_driver_loaded, probe_forked_cuda
 from genesis_fp16.launch.run_worker import MAX_MESSAGE
 
 # What the worker imports before it serves: what every run's child imports before it trains.
@@ -92,19 +95,9 @@ def _memory_mib() -> dict[str, float]:
     return {name: round(value / 1024, 1) for name, value in mib.items()}
 
 
-def cuda_driver_loaded() -> bool:
-    """Whether this process has loaded the CUDA driver (``libcuda.so`` mapped: a CUDA call
-    such as ``cudaGetDeviceCount`` ran). ``torch.cuda.is_initialized()`` says only whether
-    torch made its context; a driver initialised before a fork is as unusable in the child."""
-    try:
-        with open("/proc/self/maps") as handle:
-            return any("libcuda.so" in line for line in handle)
-    except OSError:
-        return False
-
-
 def _preload() -> dict[str, Any]:
-    """Import :data:`PRELOAD`; say what this process is now, or why it must not serve."""
+    """Import :data:`PRELOAD`; say what this process is now (and what a forked probe saw of
+    CUDA), or why it must not serve."""
     import importlib
 
     # torch.cuda.is_available() and device_count() ask NVML, not the CUDA driver, should
@@ -120,13 +113,18 @@ def _preload() -> dict[str, Any]:
         "seconds": round(time.perf_counter() - started, 3),
         "threads": _threads(),
         "cuda_initialized": bool(torch.cuda.is_initialized()),
-        "cuda_driver_loaded": cuda_driver_loaded(),
+        "cuda_driver_loaded": cuda_driver_loaded(),  # information: mapped, not initialised
         **_memory_mib(),
     }
-    if ready["cuda_initialized"] or ready["cuda_driver_loaded"]:
+    if ready["cuda_initialized"]:
         return {"error": "the worker's imports initialised CUDA: a forked child could not use it"}
     if ready["threads"] != 1:
         return {"error": f"the worker has {ready['threads']} threads after its imports"}
+    probed = time.perf_counter()
+    usable, said = probe_forked_cuda()
+    if not usable:
+        return {"error": f"a forked child could not use CUDA: {said}"}
+    ready.update(cuda_probe=said, probe_seconds=round(time.perf_counter() - probed, 3))
     return {"ready": ready}
 
 

@@ -31,7 +31,8 @@ log = logging.getLogger("genesis_fp16.launcher")
 # environment.
 MAX_MESSAGE = 1 << 20
 # How long the worker may take to import torch and the library (a loaded 2-core host
-# took 8 s); past it the run starts by exec.
+# took 8 s) and to probe CUDA in a forked child (60 s at most:
+# genesis_fp16/launch/cuda_fork_probe.py); past it the run starts by exec.
 READY_SECONDS = 180.0
 # How long a fork request may take to be answered.
 FORK_SECONDS = 30.0
@@ -194,11 +195,12 @@ class RunWorker:
         self.ready = message["ready"]
         log.info(
             "run worker ready (pid %d): torch and the library imported in %.2f s, "
-            "%s MiB resident (%s MiB its own), CUDA not initialised",
+            "%s MiB resident (%s MiB its own), CUDA not initialised; a forked probe: %s",
             self.ready["pid"],
             self.ready["seconds"],
             self.ready.get("resident_mib", "?"),
             self.ready.get("private_mib", "?"),
+            self.ready.get("cuda_probe", "?"),
         )
 
     def _fork(self, args: list[str], env: dict[str, str], cwd: str) -> ForkedChild:

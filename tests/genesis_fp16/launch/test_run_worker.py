@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from genesis_fp16.launch import launcher
+from genesis_fp16.launch import cuda_fork_probe, launcher
 from genesis_fp16.launch.handoff import child_env
 from genesis_fp16.launch.run_worker import RunWorker, WorkerUnavailable
 
@@ -65,16 +65,92 @@ def test_a_worker_that_cannot_start_sends_the_run_to_exec_with_the_reason(
         broken.start(["train"], {})
 
 
-def test_a_worker_whose_imports_touched_cuda_refuses_to_serve(
+def test_a_worker_whose_imports_initialised_cuda_refuses_to_serve(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Preloading where the CUDA driver ends up loaded (faked: no GPU here) answers an
+    """Preloading where torch ends up with a CUDA context (faked: no GPU here) answers an
     error, not ready: a forked child could not use CUDA, so the runs go to exec."""
+    import torch
+
     from genesis_fp16.commands import zygote
 
-    assert zygote.cuda_driver_loaded() is False  # the CPU test host: torch never touched it
-    monkeypatch.setattr(zygote, "cuda_driver_loaded", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(zygote, "PRELOAD", ("torch",))
     monkeypatch.setenv("PYTORCH_NVML_BASED_CUDA_CHECK", "0")  # restored after the test
     answer = zygote._preload()
     assert "ready" not in answer and "initialised CUDA" in answer["error"]
+
+
+def test_a_worker_with_the_driver_library_mapped_serves_when_its_probe_passes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``libcuda.so`` mapped (faked: a CUDA build of torch maps it at import) is reported,
+    not refused: the forked probe passes (no CUDA device here), so the worker is ready."""
+    from genesis_fp16.commands import zygote
+
+    assert zygote.cuda_driver_loaded() is False  # the CPU test host: torch never mapped it
+    monkeypatch.setattr(zygote, "cuda_driver_loaded", lambda: True)
+    monkeypatch.setattr(zygote, "_threads", lambda: 1)  # pytest's own threads aside
+    monkeypatch.setattr(zygote, "PRELOAD", ("torch",))
+    monkeypatch.setenv("PYTORCH_NVML_BASED_CUDA_CHECK", "0")
+    ready = zygote._preload()["ready"]
+    assert ready["cuda_driver_loaded"] is True and ready["cuda_probe"] == "no CUDA device"
+
+
+def test_a_worker_whose_cuda_probe_fails_refuses_with_the_probes_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A forked probe that cannot use CUDA (faked: it raises) makes preloading answer an
+    error naming what the probe saw, not ready."""
+    from genesis_fp16.commands import zygote
+
+    def broken() -> str:
+        raise RuntimeError("CUDA error: initialization error (faked)")
+
+    monkeypatch.setattr(cuda_fork_probe, "use_cuda", broken)
+    monkeypatch.setattr(zygote, "_threads", lambda: 1)
+    monkeypatch.setattr(zygote, "PRELOAD", ("torch",))
+    monkeypatch.setenv("PYTORCH_NVML_BASED_CUDA_CHECK", "0")
+    answer = zygote._preload()
+    assert "ready" not in answer
+    assert answer["error"].startswith("a forked child could not use CUDA: RuntimeError")
+    assert "initialization error (faked)" in answer["error"]
+
+
+FAILING_PROBE = """import sys
+from genesis_fp16.commands import zygote
+from genesis_fp16.launch import cuda_fork_probe
+zygote.PRELOAD = ("torch",)
+cuda_fork_probe.PROBE_SECONDS = {seconds}
+def probe():
+    {body}
+cuda_fork_probe.use_cuda = probe
+sys.exit(zygote.main(sys.argv[-1:]))
+"""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("seconds", "body", "reason"),
+    [
+        (60, "import os; os._exit(1)", "the probe ended with exit code 1"),
+        (1, "import time; time.sleep(600)", "the probe did not finish in 1 s (killed)"),
+    ],
+    ids=["exits-1", "hangs"],
+)
+def test_a_worker_whose_probe_fails_or_hangs_sends_the_run_to_exec_with_the_reason(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, seconds: int, body: str, reason: str
+) -> None:
+    """A real worker process whose forked probe exits 1, or hangs past its time and is
+    killed (faked in a wrapper script): the daemon's fork gives None and its warning says
+    the run starts by exec because a forked child could not use CUDA, and why."""
+    python = tmp_path / "python"
+    python.write_text(f"#!{sys.executable}\n" + FAILING_PROBE.format(seconds=seconds, body=body))
+    python.chmod(0o755)
+    worker = RunWorker(python=str(python))
+    command = [sys.executable, "-P", "-m", "genesis_fp16", "train", "x", "--json"]
+    with caplog.at_level(logging.WARNING, logger="genesis_fp16.launcher"):
+        assert launcher._fork(worker, command, dict(os.environ)) is None
+    assert "by exec, not from the run worker" in caplog.text
+    assert f"a forked child could not use CUDA: {reason}" in caplog.text
+    worker.close()
