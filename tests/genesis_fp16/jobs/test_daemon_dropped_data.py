@@ -51,7 +51,9 @@ def _served_id(daemon: DaemonProcess) -> str:
 def _launches(daemon: DaemonProcess, mark: int = 0) -> int:
     """Run processes the daemon started after its ``mark``-th log line."""
     later = daemon.logs()[mark:]
-    return sum(str(e.get("event", "")).startswith("launching the run's") for e in later)
+    # Started by exec or forked by the run worker (the default): either is a launch.
+    starts = ("launching the run's", "the run worker forked the run's")
+    return sum(str(e.get("event", "")).startswith(starts) for e in later)
 
 
 def _last_run_reason(daemon: DaemonProcess) -> str:
