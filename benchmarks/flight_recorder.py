@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "infrastructure" / "training"))
 from guard_faults import BASE, FaultTask  # noqa: E402
 
-from genesis_fp16.bench.report import device_slug  # noqa: E402
+from genesis_fp16.bench.probe import machine_slug  # noqa: E402
 from genesis_fp16_infrastructure.training import FitOptions, GuardConfig, fit  # noqa: E402
 from genesis_fp16_infrastructure.training.flight.bundle import load_bundle  # noqa: E402
 from genesis_fp16_infrastructure.training.flight.bundle_files import (  # noqa: E402
@@ -353,22 +353,8 @@ def main() -> None:
         print(json.dumps(results["bounded"]), flush=True)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        name = f"flight_recorder_{_machine()}{args.tag}.json"
+        name = f"flight_recorder_{machine_slug(torch.device('cpu'))}{args.tag}.json"
         (args.out / name).write_text(json.dumps(results, indent=1))
-
-
-def _machine() -> str:
-    """The result file's machine part, from /proc/cpuinfo: the CPUs this project runs on
-    vary (AMD EPYC, Intel Xeon), and a figure is only worth its machine's name."""
-    model = "cpu"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].replace("(R)", "").replace("Processor", "")
-                break
-    except OSError:
-        pass
-    return device_slug("cpu", f"{model} {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -41,7 +40,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from genesis_fp16.bench.report import device_slug
+from genesis_fp16.bench.probe import machine_slug
 from genesis_fp16.bench.workload import build_workload, load_data, world_model_loss, write_data
 from genesis_fp16_infrastructure.training.flight.range_stats import RangeStats, RangeStatsConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
@@ -139,20 +138,6 @@ def measure(
     }
 
 
-def _machine(device: torch.device) -> str:
-    if device.type == "cuda":
-        return device_slug("cuda", torch.cuda.get_device_name(device))
-    model = platform.processor() or "cpu"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].replace("(R)", "").replace("Processor", "")
-                break
-    except OSError:
-        pass
-    return device_slug("cpu", f"{model} {os.cpu_count()} cores")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -173,7 +158,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     results: dict[str, Any] = {
         "command": " ".join(["python", *sys.argv]),
-        "machine": _machine(device),
+        "machine": machine_slug(device),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": str(torch.__version__),
         "threads": torch.get_num_threads(),

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from genesis_fp16.bench.report import device_slug
 from genesis_fp16_infrastructure.phases import peak_rss_mib
 
 _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -131,6 +132,28 @@ def peak_rss_mb() -> float:
     Linux's VmHWM, not ``ru_maxrss``, which keeps the parent's size across fork and exec:
     a worker started by a larger bench process would report the parent's peak)."""
     return peak_rss_mib()
+
+
+def machine_slug(device: torch.device) -> str:
+    """A benchmark result file's machine part (``device_slug``): the GPU model, or the CPU
+    model from /proc/cpuinfo and the core count; the CPUs this project runs on vary (AMD
+    EPYC, Intel Xeon), and a figure is only worth its machine's name.
+
+    >>> machine_slug(torch.device("cpu")).startswith("cpu-")
+    True
+    """
+    if device.type == "cuda":
+        return device_slug("cuda", torch.cuda.get_device_name(device))
+    model = platform.processor() or "cpu"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].replace("(R)", "").replace("Processor", "")
+                    break
+    except OSError:
+        pass
+    return device_slug("cpu", f"{model} {os.cpu_count()} cores")
 
 
 def device_name(device: torch.device) -> str:
