@@ -286,3 +286,32 @@ def test_bench_without_its_extra_names_the_line_the_install_doc_gives(tmp_path: 
         extra = tomllib.load(file)["project"]["optional-dependencies"]["bench"]
     named = {re.split(r"[<>=!~\[ ]", requirement)[0] for requirement in extra}
     assert {"matplotlib", "accelerate", "lightning-fabric"} <= named
+
+
+API_CLAIM = re.compile(r"`API_VERSION = (\d+)`|\bAPI(?: version)? (\d+)\)")
+
+
+def api_version_claims(text: str) -> list[int]:
+    """The plugin API versions a text states as the current one: `API_VERSION = N`, and
+    "(API N)" / "(API version N)" headings and asides."""
+    return [int(a or b) for a, b in API_CLAIM.findall(text)]
+
+
+def test_every_documented_api_version_is_the_codes() -> None:
+    """Where a doc states the plugin API version (`API_VERSION = N`, "(API N)"), it is
+    contract/plugin_api.py's API_VERSION (docs/plugins.md said 2 while the code said 3)."""
+    from genesis_fp16.plugin_api import API_VERSION
+
+    stale = [
+        f"{name}: {n}"
+        for name, text in DOCS.items()
+        for n in api_version_claims(text)
+        if n != API_VERSION
+    ]
+    assert not stale, f"documented API versions that are not {API_VERSION}: {stale}"
+
+
+def test_the_api_version_check_sees_a_stale_version() -> None:
+    """docs/plugins.md's line before issue 69 states version 2, which the check reads."""
+    line = "`genesis_fp16.plugin_api.AgentPlugin`\n(`API_VERSION = 2`): ..."
+    assert api_version_claims(line) == [2]
