@@ -315,3 +315,24 @@ def test_the_api_version_check_sees_a_stale_version() -> None:
     """docs/plugins.md's line before issue 69 states version 2, which the check reads."""
     line = "`genesis_fp16.plugin_api.AgentPlugin`\n(`API_VERSION = 2`): ..."
     assert api_version_claims(line) == [2]
+
+
+def model_list_samples(text: str) -> list[list[str]]:
+    """The columns of each `model list` table a text shows: a line starting `ID ` and
+    naming STATE, split into words."""
+    return [line.split() for line in text.splitlines() if re.match(r"ID +STATE ", line)]
+
+
+def test_every_model_list_sample_has_the_codes_columns() -> None:
+    """Each `model list` table a doc shows has the columns the command prints, in order
+    (the README's sample lacked GATE)."""
+    from genesis_fp16.commands.model_list import HEADER
+
+    stale = [
+        f"{name}: {columns}"
+        for name, text in DOCS.items()
+        for columns in model_list_samples(text)
+        if columns != HEADER.split()
+    ]
+    assert any(model_list_samples(text) for text in DOCS.values())
+    assert not stale, f"model list samples whose columns are not {HEADER.split()}: {stale}"
