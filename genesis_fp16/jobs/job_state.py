@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from genesis_fp16.config.settings import Settings, precision_switched
 from genesis_fp16.launch.device_slots import DeviceSlots
+from genesis_fp16.launch.launcher import RunProcesses
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.metrics.tracking import RunTracker
 from genesis_fp16_infrastructure.training.precision.precision_names import RequestedName
@@ -51,6 +52,8 @@ class JobContext:
     # run's progress decides whether to set it: a step logged between the two would put
     # back the precision the reload just replaced.
     gauge_lock: threading.Lock = field(default_factory=threading.Lock)
+    # The runs' processes alive now: a shutdown past its timeout kills them.
+    processes: RunProcesses = field(default_factory=RunProcesses)
 
     def problems(self) -> dict[str, str]:
         """What makes the daemon degraded, by agent (empty: healthy)."""
