@@ -592,9 +592,10 @@ def _up_to_date(
     return TrainResult(
         agent=request.agent,
         precision_requested=request.precision.requested,
-        precision_used=used,
+        precision_used=request.precision.without_steps(used),  # what is asked now
         precision_reason=f"{request.precision_reason}; "
-        + ("a kept candidate judged again" if rejudged else "the served model's, unchanged"),
+        + ("a kept candidate judged again" if rejudged else "up to date, no step taken")
+        + f" (the served model was trained in {used})",
         device=request.device,
         steps=0,
         skipped_steps=0,

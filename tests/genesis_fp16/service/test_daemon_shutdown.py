@@ -1,5 +1,6 @@
 """SIGTERM with a run in its child (forked by the run worker, the default) and another
-agent's job queued for the CPU slot, on the real daemon: the queued job never starts,
+agent's job queued for the CPU slot, on the real daemon: the status shows that job
+queued behind the run (not at its schedule's next time), the queued job never starts,
 the state folder's lock is free only once every process the daemon started has ended,
 and nothing is logged after the daemon's last shutdown line."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import re
 import signal
@@ -79,10 +81,20 @@ def _queue_behind_a_run(
     daemon.wait_for(lambda: runs(daemon, STARTED, "fixture_good"), "its run", RUN_DEADLINE)
     queued = run_command(tmp_path, "se_darwin", settings)
     assert queued.returncode == 0, queued.stderr
-    time.sleep(1.0)  # the job's thread reaches the slot's wait (a tick)
+    # The status says so, not "next run: in 59 min" (it looked at the schedule alone).
+    note = daemon.wait_for(lambda: _queued_note(daemon), "se_darwin shown queued")
+    assert note.startswith("queued behind fixture_good's run ("), note
     processes = _descendants(daemon.process.pid)
     assert set(_pids(daemon, READY)) | set(_pids(daemon, FORKED)) <= processes
     return processes
+
+
+def _queued_note(daemon: DaemonProcess) -> str | None:
+    """se_darwin's next run in /status.json, once it says it is queued."""
+    report = json.loads(daemon.get("/status.json")[1])
+    (entry,) = [a for a in report["agents"] if a["name"] == "se_darwin"]
+    note = str(entry["next_run"]["note"])
+    return note if note.startswith("queued") and entry["next_run"]["at"] is None else None
 
 
 def _last_line(daemon: DaemonProcess) -> str:
