@@ -48,7 +48,12 @@ def run_agent_job(ctx: JobContext, agent: str, plugin: AgentPlugin) -> None:
     # The GPUs the run will occupy (cuda is cuda:0; torchrun's N ranks hold N GPUs): no
     # two agents' runs share one unless GENESIS_FP16_DEVICE_CONCURRENCY allows it.
     slots = slot_keys(device, settings.agent(agent).nproc)
-    if not ctx.slots.acquire(slots, ctx.stopping.is_set):
+    ctx.waiting[agent] = slots  # queued (the status names whose run it waits for)
+    try:
+        taken = ctx.slots.acquire(slots, ctx.stopping.is_set)
+    finally:
+        ctx.waiting.pop(agent, None)
+    if not taken:
         return
     # A slot freed by the run a SIGTERM stopped is taken without a look at ``stopping``:
     # look here, under the lock the shutdown waits on ``running`` with, so a job queued
@@ -57,6 +62,7 @@ def run_agent_job(ctx: JobContext, agent: str, plugin: AgentPlugin) -> None:
         starts = not ctx.stopping.is_set()
         if starts:
             ctx.running.add(agent)
+            ctx.holding[agent] = slots
     if not starts:
         ctx.slots.release(slots)
         log.info("job not started: the daemon is shutting down", agent=agent)
@@ -71,6 +77,7 @@ def run_agent_job(ctx: JobContext, agent: str, plugin: AgentPlugin) -> None:
         ctx.slots.release(slots)
         with ctx.running_changed:
             ctx.running.discard(agent)
+            ctx.holding.pop(agent, None)
             ctx.running_changed.notify_all()
 
 

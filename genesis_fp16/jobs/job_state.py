@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from genesis_fp16.config.settings import Settings, precision_switched
 from genesis_fp16.launch.device_slots import DeviceSlots
+from genesis_fp16.launch.launcher import RunProcesses
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.metrics.tracking import RunTracker
 from genesis_fp16_infrastructure.training.precision.precision_names import RequestedName
@@ -35,6 +36,10 @@ class JobContext:
     slots: DeviceSlots
     stopping: threading.Event
     running: set[str] = field(default_factory=set)
+    # The device slots each agent waits for (its job queued behind another's run), and
+    # those each running agent holds: the status says whose run a queued one waits for.
+    waiting: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    holding: dict[str, tuple[str, ...]] = field(default_factory=dict)
     running_changed: threading.Condition = field(default_factory=threading.Condition)
     # Why the daemon is degraded, by agent (a full or read-only disk): /healthz says so.
     degraded: dict[str, str] = field(default_factory=dict)
@@ -51,6 +56,8 @@ class JobContext:
     # run's progress decides whether to set it: a step logged between the two would put
     # back the precision the reload just replaced.
     gauge_lock: threading.Lock = field(default_factory=threading.Lock)
+    # The runs' processes alive now: a shutdown past its timeout kills them.
+    processes: RunProcesses = field(default_factory=RunProcesses)
 
     def problems(self) -> dict[str, str]:
         """What makes the daemon degraded, by agent (empty: healthy)."""

@@ -50,7 +50,12 @@ def execute_run(run: Run, plugin: AgentPlugin, request: TrainRequest) -> TrainRe
         return TrainResult.from_json(check.up_to_date)
     if spec.nproc > 1:  # N processes under torchrun, supervised: genesis_fp16/launch/launcher.py
         return train_with_torchrun(
-            request, spec.nproc, run.timeout, memory_limit=limit, log_level=settings.log_level
+            request,
+            spec.nproc,
+            run.timeout,
+            memory_limit=limit,
+            log_level=settings.log_level,
+            processes=ctx.processes,
         )
     if (spec.isolation or settings.run_isolation) == "process":
         worker = WORKER if settings.run_worker else None  # torch imported once: zygote.py
@@ -62,6 +67,7 @@ def execute_run(run: Run, plugin: AgentPlugin, request: TrainRequest) -> TrainRe
             limit,
             log_level=settings.log_level,
             worker=worker,
+            processes=ctx.processes,
         )
         # The launcher stops, then kills, the child itself; the watch marks it overdue.
         return supervised(ctx, agent, child, run.deadline, run.timeout, grace + 60)

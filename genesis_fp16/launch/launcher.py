@@ -157,6 +157,7 @@ def train_in_child(
     env: Mapping[str, str] | None = None,
     log_level: str = "INFO",
     worker: RunWorker | None = None,
+    processes: RunProcesses | None = None,
 ) -> TrainResult:
     """Run ``request`` in one child process, supervised as a torchrun job is.
 
@@ -165,6 +166,7 @@ def train_in_child(
     fails with a :class:`LaunchError` naming how. Costs a process start per run (an
     interpreter, torch and the plugin imported again: a few seconds), unless ``worker``
     (genesis_fp16/commands/zygote.py) forks it from a process that has imported torch.
+    The child is counted in ``processes`` (the daemon's, for its shutdown) while it lives.
     """
     handed = request_file(request)
     write_run_file(handed, request, log_level)
@@ -178,7 +180,8 @@ def train_in_child(
         else:
             log.info("the run worker forked the run's process %d: %s", forked.pid, command[4:])
             child = forked
-        return _launch(request, child, timeout, kill_after, memory_limit, what="the run's process")
+        what = "the run's process"
+        return _launch(request, child, timeout, kill_after, memory_limit, what, processes)
     finally:
         handed.unlink(missing_ok=True)
 
@@ -204,12 +207,14 @@ def train_with_torchrun(
     env: Mapping[str, str] | None = None,
     memory_limit: int | None = None,
     log_level: str = "INFO",
+    processes: RunProcesses | None = None,
 ) -> TrainResult:
     """Run ``request`` under torchrun with ``nproc`` processes and return rank 0's result.
 
     ``request.should_stop`` and ``timeout`` (seconds, None: none) end the run cleanly
     through SIGTERM; ``request.on_log`` receives rank 0's summaries as they come.
-    Raises :class:`LaunchError` when the job fails.
+    Raises :class:`LaunchError` when the job fails. torchrun is counted in ``processes``
+    while it lives, as :func:`train_in_child`'s child is.
     """
     check_layout(request, nproc)
     handed = request_file(request)
@@ -217,7 +222,8 @@ def train_with_torchrun(
     try:
         command = torchrun_command(request, nproc)
         log.info("launching torchrun with %d process(es): %s", nproc, " ".join(command))
-        return _launch(request, _start(command, env), timeout, kill_after, memory_limit)
+        job = _start(command, env)
+        return _launch(request, job, timeout, kill_after, memory_limit, processes=processes)
     finally:
         handed.unlink(missing_ok=True)
 
@@ -229,6 +235,7 @@ def _launch(
     kill_after: float,
     memory_limit: int | None = None,
     what: str = "the torchrun job",
+    processes: RunProcesses | None = None,
 ) -> TrainResult:
     assert child.stdout is not None and child.stderr is not None
     output = _Output()
@@ -246,7 +253,14 @@ def _launch(
     )
     reader.start()
     relay.start()
-    ended = _supervise(child, request.should_stop, timeout, kill_after, memory_limit, what)
+    if processes is not None and not processes.add(child):  # the daemon ended its runs
+        log.error("%s started after the daemon ended its runs: killing it", what)
+        _kill_tree(child.pid)
+    try:
+        ended = _supervise(child, request.should_stop, timeout, kill_after, memory_limit, what)
+    finally:
+        if processes is not None:
+            processes.discard(child)
     reader.join()
     relay.join()  # the ranks' last lines (a traceback) come before our verdict
     assert child.stdin is not None
@@ -285,6 +299,37 @@ def _start(command: list[str], env: Mapping[str, str] | None) -> subprocess.Pope
         env=environ,
         start_new_session=True,  # a Ctrl-C at the daemon's terminal goes through us
     )
+
+
+class RunProcesses:
+    """The runs' processes now alive (a child, a torchrun job), for the daemon's shutdown:
+    past its timeout it kills them all, and no run started later lives (the daemon's lock
+    is released only once every one has ended)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._alive: dict[int, subprocess.Popen[str] | ForkedChild] = {}
+        self._ended = False
+
+    def add(self, child: subprocess.Popen[str] | ForkedChild) -> bool:
+        """Count ``child`` in; False when :meth:`kill_all` came first (kill it)."""
+        with self._lock:
+            if not self._ended:
+                self._alive[child.pid] = child
+            return not self._ended
+
+    def discard(self, child: subprocess.Popen[str] | ForkedChild) -> None:
+        with self._lock:
+            self._alive.pop(child.pid, None)
+
+    def kill_all(self) -> list[int]:
+        """SIGKILL every run's process tree, and any started from now on; their pids."""
+        with self._lock:
+            self._ended = True
+            pids = sorted(self._alive)
+        for pid in pids:
+            _kill_tree(pid)
+        return pids
 
 
 @dataclass

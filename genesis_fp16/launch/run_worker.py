@@ -145,9 +145,15 @@ class RunWorker:
                 except OSError as again:
                     raise WorkerUnavailable(f"a new worker failed too: {again}") from None
 
-    def close(self) -> None:
-        """End the worker (its running children go on: they watch the daemon's pipe)."""
+    def close(self, wait: float = 0.0) -> None:
+        """End the worker (its running children go on: they watch the daemon's pipe): it
+        exits at the end of its control socket, killed if it has not ``wait`` s later."""
         with self._lock:
+            if self._control is not None and self._process is not None:
+                self._control.close()
+                self._control = None
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._process.wait(timeout=wait)
             self._stop()
 
     def _ensure(self, env: dict[str, str]) -> None:

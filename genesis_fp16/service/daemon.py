@@ -8,7 +8,8 @@ and asks for a rescan of the installed plugins (each tick asks too), which runs 
 neither a watchdog ping nor a signal. SIGTERM and SIGINT shut down. Shutdown
 pauses the agent jobs, sends STOPPING=1, asks running jobs to stop at their next step
 boundary (they checkpoint), and waits for them at most ``shutdown_timeout_seconds``;
-past that it exits 1 without waiting.
+past that it kills the runs' processes and exits 1. The state folder's lock is released
+only after every process a run started, and the run worker, has ended.
 
 >>> Daemon(load_settings(), env_file=Path(".env")).run()  # doctest: +SKIP
 0
@@ -49,6 +50,7 @@ from genesis_fp16.jobs.run_request import (
     precision_request,
 )
 from genesis_fp16.launch.devices import check_devices
+from genesis_fp16.launch.run_worker import WORKER
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.metrics.http import StatusServer, raise_open_file_limit, tls_context
 from genesis_fp16.metrics.last_success import LastSuccessStore
@@ -95,6 +97,8 @@ RESTART_ONLY = (
 MAX_STRAYS_SAID = 1000
 # The heartbeat is stale after this many missed intervals.
 HEARTBEAT_TOLERANCE = 3
+# How long the shutdown waits for a killed run's job, and for the run worker, to end.
+KILLED_SECONDS = 10.0
 
 
 class StartupError(Exception):
@@ -529,16 +533,21 @@ class Daemon:
         self.scheduler.pause()
         deadline = time.monotonic() + self.settings.shutdown_timeout_seconds
         ctx = self.context
-        with ctx.running_changed:
-            while ctx.running and time.monotonic() < deadline:
-                ctx.running_changed.wait(timeout=deadline - time.monotonic())
-            still_running = sorted(ctx.running)
+        late = _wait_for_jobs(ctx, deadline)
+        # The lock outlives every process a run started: those past the timeout are
+        # killed (and any run's started from now on), then the run worker ends.
+        killed = ctx.processes.kill_all()
+        still_running = _wait_for_jobs(ctx, time.monotonic() + KILLED_SECONDS) if killed else late
+        WORKER.close(wait=KILLED_SECONDS)
         self.scheduler.shutdown()
         self.delivery.stop(self.settings.events_timeout_seconds + 1.0)  # its post in flight
-        if still_running:
+        if late:
             log.error(
-                "jobs did not stop within the shutdown timeout; exiting without them",
-                agents=still_running,
+                "jobs did not stop within the shutdown timeout; their processes were killed"
+                if killed and not still_running
+                else "jobs did not stop within the shutdown timeout; exiting without them",
+                agents=late,
+                killed=killed,
             )
             return 1
         log.info("stopped cleanly")
@@ -556,6 +565,14 @@ class Daemon:
         signal.signal(signal.SIGTERM, on_stop)
         signal.signal(signal.SIGINT, on_stop)
         signal.signal(signal.SIGHUP, on_hup)
+
+
+def _wait_for_jobs(ctx: JobContext, deadline: float) -> list[str]:
+    """Wait until no job runs, or until ``deadline``; the agents still running."""
+    with ctx.running_changed:
+        while ctx.running and time.monotonic() < deadline:
+            ctx.running_changed.wait(timeout=deadline - time.monotonic())
+        return sorted(ctx.running)
 
 
 def describe_refused_reload(since: float, error: str) -> str:

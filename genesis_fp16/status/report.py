@@ -63,6 +63,8 @@ class DaemonStatus:
     nothing does. ``health``: the ``/healthz`` line, or why it is not known.
     ``reload_refused_at``: since when the daemon refuses its ``.env`` file (the first
     refused reload of a row; None: the last reload succeeded), ``reload_error`` why.
+    ``rollback``: the rollback switch (``ENABLE_FP16_TRAINING=false``) in the daemon's
+    settings, from the reload that turned it on: what it asks (None: off).
     """
 
     running: bool
@@ -75,6 +77,7 @@ class DaemonStatus:
     ready: str | None = None
     reload_refused_at: float | None = None
     reload_error: str | None = None
+    rollback: str | None = None
 
 
 @dataclass(frozen=True)

@@ -93,8 +93,25 @@ def _daemon_status(daemon: Daemon) -> DaemonStatus:
     refused: tuple[float, str] | None = getattr(daemon, "reload_refused", None)
     since, error = refused if refused is not None else (None, None)
     return DaemonStatus(
-        True, os.getpid(), "serve", started, uptime, healthy, health, ready, since, error
+        True,
+        os.getpid(),
+        "serve",
+        started,
+        uptime,
+        healthy,
+        health,
+        ready,
+        since,
+        error,
+        _rollback(daemon.settings),
     )
+
+
+def _rollback(settings: Settings) -> str | None:
+    """The rollback switch, when the settings turn it on: before any run says so."""
+    if settings.enable_fp16_training is not False:
+        return None
+    return "on: ENABLE_FP16_TRAINING=false, every agent's next run trains in fp32"
 
 
 def _schedule(daemon: Daemon) -> Callable[[str], NextRun]:
@@ -102,9 +119,12 @@ def _schedule(daemon: Daemon) -> Callable[[str], NextRun]:
     context = getattr(daemon, "context", None)
     scheduler = getattr(daemon, "scheduler", None)
     running: set[str] = set()
+    waiting: dict[str, tuple[str, ...]] = {}
+    holding: dict[str, tuple[str, ...]] = {}
     if context is not None:
         with context.running_changed:
             running = set(context.running)
+            waiting, holding = dict(context.waiting), dict(context.holding)
     due = scheduler.next_run_times() if scheduler is not None else {}
     loaded = set(dict(daemon.plugins))  # one C-level copy: a rescan may change it meanwhile
     notes: Mapping[str, str] = getattr(daemon, "plugin_notes", dict)()  # an import stuck
@@ -112,6 +132,8 @@ def _schedule(daemon: Daemon) -> Callable[[str], NextRun]:
     def next_run(agent: str) -> NextRun:
         if agent in running:
             return NextRun(None, "running now")
+        if agent in waiting:  # its job started and waits for a device slot
+            return NextRun(None, _queued(waiting[agent], holding))
         if agent not in loaded:
             why = notes.get(agent, "the daemon has not loaded this agent (see `agents`)")
             return NextRun(None, f"none: {why}")
@@ -123,6 +145,17 @@ def _schedule(daemon: Daemon) -> Callable[[str], NextRun]:
         return NextRun(when, _every(daemon.settings.schedule_for(agent)))
 
     return next_run
+
+
+def _queued(slots: tuple[str, ...], holding: Mapping[str, tuple[str, ...]]) -> str:
+    """``queued behind se_darwin's run (cpu)``: the agents whose runs hold the slots a
+    queued job waits for (none named: a slot just freed, or one a reload moved)."""
+    behind = sorted(agent for agent, held in holding.items() if set(held) & set(slots))
+    where = ", ".join(slots)
+    if not behind:
+        return f"queued for a device slot ({where}): starts when one is free"
+    whose = ", ".join(agent + "'s" for agent in behind)
+    return f"queued behind {whose} {'run' if len(behind) == 1 else 'runs'} ({where})"
 
 
 def _every(schedule: str) -> str:

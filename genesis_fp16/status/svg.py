@@ -158,6 +158,7 @@ class _Plot:
         ys = [y for _, y in chart.line] + [y for _, lo, hi in chart.band for y in (lo, hi)]
         ys += [m.y for m in chart.marks] + [chart.rule]
         self.empty = not xs
+        self.first_x, self.last_x = (min(xs), max(xs)) if xs else (0.0, 0.0)
         self.x0, self.x1 = _span(xs, 60.0 if chart.x_time else 1.0)
         self.y0, self.y1 = _span([y for y in ys if y is not None])
         self.bar_max = max([1.0, *(v for _, v in chart.bars if v is not None)])
@@ -178,12 +179,13 @@ class _Plot:
 
 def _span(values: Sequence[float], alone: float | None = None) -> tuple[float, float]:
     """A value range with room around it; a single value gets a range of its own
-    (``alone`` each side: a minute of time, a run; else 5% of it, at least 0.5)."""
+    (``alone`` each side: a minute of time, a run; else 5% of it, 0.5 around a zero):
+    one AUC of 0.83 spans 0.79 to 0.87, not 0.33 to 1.33."""
     if not values:
         return 0.0, 1.0
     low, high = min(values), max(values)
     if high - low < 1e-12 * max(1.0, abs(high)):
-        pad = max(abs(high) * 0.05, 0.5) if alone is None else alone
+        pad = (abs(high) * 0.05 or 0.5) if alone is None else alone
         return low - pad, high + pad
     pad = (high - low) * 0.08
     return low - pad, high + pad
@@ -199,8 +201,12 @@ def _axes(plot: _Plot, chart: Chart) -> list[str]:
         parts.append(
             f'<line x1="{LEFT}" x2="{LEFT + PLOT_W}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eaeef2"/>'
         )
-    first, last = plot.x0 + (plot.x1 - plot.x0) * 0.08, plot.x1 - (plot.x1 - plot.x0) * 0.08
-    for x, anchor in ((first, "start"), (last, "end")):
+    # The first and last x drawn, under their points: one point is one label (a lone
+    # run read "run 0 ... run 2", the room around it).
+    ends = [(plot.first_x, "start"), (plot.last_x, "end")]
+    if plot.first_x == plot.last_x:
+        ends = [(plot.first_x, "middle")]
+    for x, anchor in ends:
         label = _clock(x, plot.x1 - plot.x0) if chart.x_time else f"run {x:.0f}"
         parts.append(_text(plot.px(x), TOP + PLOT_H + 14, label, anchor, "tick"))
     parts.append(_text(LEFT, HEIGHT - 6, chart.y_label, "start", "axis"))

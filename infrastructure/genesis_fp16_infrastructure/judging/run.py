@@ -98,7 +98,11 @@ from genesis_fp16_infrastructure.judging.gate import (
     compare_segments,
     decide,
 )
-from genesis_fp16_infrastructure.judging.scored_copy import CheckpointChangedError, score_on_copy
+from genesis_fp16_infrastructure.judging.scored_copy import (
+    CheckpointChangedError,
+    score_on_copy,
+    sweep_copies,
+)
 from genesis_fp16_infrastructure.judging.split import HELD_OUT
 from genesis_fp16_infrastructure.judging.watch import watch
 from genesis_fp16_infrastructure.training import checkpoint_keys
@@ -160,6 +164,7 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
     """One judged run (module docstring); the result carries the gate's report and the
     live watch's (``live``)."""
     started = time.monotonic()
+    sweep_copies(Path(request.checkpoint_dir))  # a killed run's copies, before any scoring
     served = _Served(judged, request)
     live = None
     if served.pointer is not None and served.losses is not None:
@@ -592,9 +597,10 @@ def _up_to_date(
     return TrainResult(
         agent=request.agent,
         precision_requested=request.precision.requested,
-        precision_used=used,
+        precision_used=request.precision.without_steps(used),  # what is asked now
         precision_reason=f"{request.precision_reason}; "
-        + ("a kept candidate judged again" if rejudged else "the served model's, unchanged"),
+        + ("a kept candidate judged again" if rejudged else "up to date, no step taken")
+        + f" (the served model was trained in {used})",
         device=request.device,
         steps=0,
         skipped_steps=0,

@@ -18,12 +18,14 @@ later runs would fail all the same. The copy costs one read and write of the che
 a score, of the order of the plugin's own load (which reads and hashes it too). A plugin
 that deliberately looks for the agent's files elsewhere (``request.checkpoint_dir``) is
 not stopped by it: a plugin runs in the daemon's process and could do anything there.
-A copy left by a killed process is a hidden ``.scoring-*`` folder that nothing reads.
+A copy left by a killed process is a hidden ``.scoring-*`` folder that nothing reads:
+the agent's next judged run removes it (:func:`sweep_copies`) before it scores anything.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import stat
@@ -36,6 +38,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 SCORING_PREFIX = ".scoring-"  # <checkpoint_dir>/.scoring-*/: the copy, while it is scored
 
@@ -66,6 +69,29 @@ def score_on_copy(score: Callable[[Path], T], checkpoint: Path, folder: Path, wh
                     f"given as a copy: sha256 {before[:16]} before, {after[:16]} after): the "
                     "run is refused and nothing is served; score_records must only read it"
                 )
+
+
+def sweep_copies(folder: Path) -> int:
+    """Remove the ``.scoring-*`` folders a killed run left in ``folder`` (an agent's
+    checkpoint folder, which one run at a time scores in); a link of that name is not
+    followed, only unlinked. Returns how many went; an entry that cannot go is logged."""
+    try:
+        entries = [e for e in os.scandir(folder) if e.name.startswith(SCORING_PREFIX)]
+    except OSError:  # no checkpoint folder yet
+        return 0
+    removed = 0
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+            removed += 1
+        except OSError as exc:
+            logger.warning("cannot remove %s, left by a killed scoring: %s", entry.path, exc)
+    if removed:
+        logger.info("removed %d checkpoint copies a killed scoring left in %s", removed, folder)
+    return removed
 
 
 def _sha256(path: Path) -> str:

@@ -65,13 +65,22 @@ class Frozen:
         self, prompts: torch.Tensor, gen_len: int, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample ``gen_len`` tokens with the rollout copy: (sequences, their log-probs).
-        ``generator`` must be on the prompts' device (sampling draws there)."""
+        ``generator`` must be on the prompts' device (sampling draws there).
+
+        A row whose probabilities are not finite (weights that overflowed the rollout's
+        dtype) draws from a uniform stand-in and its log-prob is NaN: the rollout's loss
+        is then not finite, a non-finite step the precision guard counts, where
+        ``torch.multinomial`` would raise out of the run. No host read decides it."""
         seqs, logps = prompts, []
         with autocast_to(torch.float32, prompts.device.type):  # off, inside a run's too
             for _ in range(gen_len):
                 logp_all = torch.log_softmax(self.rollout(seqs)[:, -1].float(), dim=-1)
-                nxt = torch.multinomial(logp_all.exp(), 1, generator=generator)
-                logps.append(logp_all.gather(-1, nxt))
+                probs = logp_all.exp()
+                finite = torch.isfinite(probs).all(dim=-1, keepdim=True)
+                drawn = torch.where(finite, probs, torch.ones_like(probs))
+                nxt = torch.multinomial(drawn, 1, generator=generator)
+                logp = logp_all.gather(-1, nxt)
+                logps.append(torch.where(finite, logp, torch.full_like(logp, torch.nan)))
                 seqs = torch.cat([seqs, nxt], dim=1)
         return seqs, torch.cat(logps, dim=1)
 

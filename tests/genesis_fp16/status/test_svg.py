@@ -173,3 +173,33 @@ def test_the_watch_chart_draws_the_bounds_margin_and_a_rollback() -> None:
     assert len(list(root.iter(f"{NS}polygon"))) == 1  # the band: three points in one
     assert [t for t, _ in _marks(root)["rolled_back"]] == ["rolled back: 0.09"]
     assert any(e.get("class") == "rule" for e in root.iter(f"{NS}line"))
+
+
+def _ticks(root: ET.Element) -> list[str]:
+    return [t.text or "" for t in root.iter(f"{NS}text") if t.get("class") == "tick"]
+
+
+def test_one_run_draws_axes_around_its_own_values() -> None:
+    """One promoted AUC of 0.83 and one run's loss scale: the y axis stays near 0.83 (it
+    went to 1.33) and the run axis says "run 1" once (it said "run 0" and "run 2")."""
+    one = AgentHistory(
+        runs=(_run(100.0, gate=GateMark("promoted", "auc", "current", 0.83, None, "c1")),),
+        metric="auc",
+    )
+    quality = _ticks(_tree(draw_chart(quality_chart(one))))
+    values = [float(t) for t in quality if not t[0].isalpha() and ":" not in t]
+    assert len(values) == 3 and all(0.75 < v < 0.9 for v in values), quality
+    runs = [t for t in _ticks(_tree(draw_chart(scale_chart(one)))) if t.startswith("run")]
+    assert runs == ["run 1"]
+
+
+def test_two_runs_label_the_first_and_last_run() -> None:
+    """Two runs: the run axis reads "run 1" and "run 2", under their points."""
+    two = AgentHistory(runs=(_run(100.0, loss_scale=1024.0), _run(200.0, loss_scale=2048.0)))
+    root = _tree(draw_chart(scale_chart(two)))
+    assert [t for t in _ticks(root) if t.startswith("run")] == ["run 1", "run 2"]
+    points = sorted(float(c.get("cx", "nan")) for c in root.iter(f"{NS}circle"))
+    labels = [
+        float(t.get("x", "nan")) for t in root.iter(f"{NS}text") if (t.text or "").startswith("run")
+    ]
+    assert labels == points

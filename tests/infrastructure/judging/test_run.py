@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +146,22 @@ def test_the_first_model_is_served_and_unchanged_data_is_up_to_date(tmp_path: Pa
     again = run_plugin(plugin, request)
     assert again.up_to_date and again.outcome == "up_to_date" and plugin.resumed == [None]
     assert math.isclose(again.eval["loss"], result.gate.candidate.loss, abs_tol=1e-6)  # type: ignore[union-attr]
+
+
+def test_an_up_to_date_run_reports_the_precision_and_reason_asked_now(tmp_path: Path) -> None:
+    """Served in fp32, asked bf16 now, nothing new: the up-to-date result says bf16 for
+    today's reason and names the served model's fp32 (it said the served run's)."""
+    plugin = OneNumber()
+    request = _on(tmp_path, 0.5, range(40))
+    run_plugin(plugin, request)
+    asked = replace(request, precision=PrecisionRequest("bf16"), precision_reason="asked now")
+    again = run_plugin(plugin, asked)
+    assert again.up_to_date and again.steps == 0
+    assert (again.precision_requested, again.precision_used) == ("bf16", "bf16")
+    assert (
+        again.precision_reason
+        == "asked now; up to date, no step taken (the served model was trained in fp32)"
+    )
 
 
 def test_a_better_candidate_continues_the_served_model_and_is_promoted(tmp_path: Path) -> None:

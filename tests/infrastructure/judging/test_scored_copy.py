@@ -79,3 +79,66 @@ def test_a_plugin_that_changes_the_copy_and_then_fails_is_named_for_the_change(
 
     with pytest.raises(CheckpointChangedError, match="changed the checkpoint it scored"):
         score_on_copy(score, original, tmp_path, "agent: plugin p")
+
+
+# A judged run of test_run.py's one-number plugin whose scoring waits: killed there, it
+# leaves its copy. argv: the tests folder, the state folder, the data file.
+_KILLED_WHILE_SCORING = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import test_run
+from genesis_fp16_infrastructure.judging.run import run_plugin
+
+class Slow(test_run.OneNumber):
+    def score_records(self, checkpoint, request):
+        print("scoring", flush=True)
+        time.sleep(600)
+
+run_plugin(Slow(), test_run._request(Path(sys.argv[2]), Path(sys.argv[3])))
+"""
+
+
+def test_a_copy_left_by_a_killed_scoring_is_swept_by_the_next_judged_run(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL of a real process inside score_records leaves a .scoring-* folder with
+    the copy; the agent's next judged run removes it (it stayed for good), and a link of
+    that name is unlinked without touching the folder it points to."""
+    import subprocess
+    import sys
+
+    from test_run import OneNumber, _data, _request
+
+    from genesis_fp16_infrastructure.judging.run import run_plugin
+
+    data = _data(tmp_path / "d.json", 0.5, range(40))
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _KILLED_WHILE_SCORING,
+            str(Path(__file__).parent),
+            str(tmp_path),
+            str(data),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "scoring\n"
+    finally:
+        child.kill()
+        child.wait()
+    checkpoints = tmp_path / "checkpoints"
+    (left,) = checkpoints.glob(".scoring-*")
+    assert [p.name for p in left.iterdir()] and left.is_dir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep").write_text("mine")
+    (checkpoints / ".scoring-link").symlink_to(elsewhere, target_is_directory=True)
+
+    result = run_plugin(OneNumber(), _request(tmp_path, data))
+    assert result.gate is not None and result.gate.outcome == "promoted"
+    assert not list(checkpoints.glob(".scoring-*"))
+    assert (elsewhere / "keep").read_text() == "mine"

@@ -239,9 +239,14 @@ def _up_to_date_result(
     # record cache's counts (and its calibration, below); and the copies of the typed
     # fields a record kept before issue 53.
     extra = _without(served.extra, "peak_rss_mib", "record_cache", *_COPIES)
+    # The precision the settings ask now: the served model's run asked its own (a
+    # rollback to fp32 since must not read "up_to_date in bf16", for the old reason).
     return dataclasses.replace(
         served,
         precision_requested=request.precision.requested,
+        precision_used=request.precision.without_steps(served.precision_used),
+        precision_reason=f"{request.precision_reason}; up to date, no step taken "
+        f"(the served model was trained in {served.precision_used})",
         steps=0,
         skipped_steps=0,
         samples_per_second=0.0,

@@ -26,6 +26,7 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     REQUESTABLE,
     PrecisionName,
     RequestedName,
+    less_robust,
     requested_name,
 )
 
@@ -110,6 +111,21 @@ class PrecisionRequest:
     def measures(self) -> bool:
         """Whether ``auto`` here is decided by timing candidates (``mode="measure"``)."""
         return self.requested == "auto" and self.mode == "measure"
+
+    def without_steps(self, last: PrecisionName) -> PrecisionName:
+        """The precision a run that takes no step (up to date) reports: the one asked
+        now, not ``last`` (the precision its model was trained in), unless ``auto`` leaves
+        ``last`` standing; never less robust than the floor::
+
+            >>> PrecisionRequest("fp32").without_steps("bf16")
+            'fp32'
+            >>> PrecisionRequest("auto", floor="bf16").without_steps("fp16")
+            'bf16'
+        """
+        asked = last if self.requested == "auto" else self.requested
+        if self.floor is not None and less_robust(asked, self.floor):
+            return self.floor
+        return asked
 
     def to_json(self) -> dict[str, Any]:
         """The request as JSON-ready data (the run file's ``precision``)."""

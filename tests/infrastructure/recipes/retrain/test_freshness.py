@@ -81,6 +81,22 @@ def test_an_unchanged_pool_is_up_to_date_without_reading_it(
     assert not {"peak_rss_mib", "record_cache", "precision_calibration"} & set(out.extra)
 
 
+def test_an_up_to_date_run_reports_the_precision_and_reason_asked_now(
+    served: tuple[Path, Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Served in fp32, asked bf16 now: the up-to-date result says bf16 (asked bf16) for
+    today's reason, naming the served model's fp32; not the served run's fields."""
+    data, ckpt, first = served
+    assert first["precision_used"] == "fp32"
+    _no_reading(monkeypatch)
+    request = replace(_request(data, ckpt), precision="bf16", precision_reason="asked now")
+    out = plugin.train(request)
+    assert out.up_to_date and out.steps == 0
+    assert (out.precision_requested, out.precision_used) == ("bf16", "bf16")
+    assert out.precision_reason.startswith("asked now; up to date, no step taken")
+    assert "trained in fp32" in out.precision_reason
+
+
 def test_a_file_rewritten_with_the_same_content_is_up_to_date(
     served: tuple[Path, Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
