@@ -9,13 +9,6 @@ by ``genesis-fp16 agents``), the AGENT argument of every command
 plugin allowlist (genesis_fp16/config/settings.py), ``new-agent NAME``. The rule is the
 agent folder's (``agent_folder.layout``), and ``AgentFolder`` checks it again: no path is
 built from a name that was not checked.
-
->>> check_agent_name("se_darwin")
-'se_darwin'
->>> check_agent_name("../escape")
-Traceback (most recent call last):
-...
-ValueError: agent name '../escape' is not valid: use [a-z][a-z0-9_]{0,63} (...)
 """
 
 from __future__ import annotations

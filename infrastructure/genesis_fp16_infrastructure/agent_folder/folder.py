@@ -2,9 +2,11 @@
 
 Every folder and state file of the agent is a property here, named by the layout
 (:mod:`~genesis_fp16_infrastructure.agent_folder.layout`), and every record the daemon
-keeps between runs has a typed accessor: the last run, the last success and the run
-history (read and written by :mod:`.run_records` and :mod:`.run_history` with the
-folder's one reader and atomic writer), and the generated sample data's marker::
+keeps between runs has a typed accessor, read and written with the folder's one reader
+and atomic writer: the last run (``last_run.json``: what ``genesis-fp16 status`` shows),
+the last success (``last_success.json``: the daemon's gauge survives a restart), the
+run history (:mod:`.run_history`), the precision's records, and the generated sample
+data's marker::
 
     folder = AgentFolder(Path("state"), "my_agent")   # ValueError: not an agent name
     folder.checkpoint_dir        # state/agents/my_agent/checkpoints
@@ -18,11 +20,16 @@ run's result says, are the caller's.
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
-from genesis_fp16_infrastructure.agent_folder import files, records, run_history, run_records
+import msgspec
+
+from genesis_fp16_infrastructure.agent_folder import files, records, run_history
 from genesis_fp16_infrastructure.agent_folder import layout as L
 from genesis_fp16_infrastructure.agent_folder.records import Calibration, CaptureVerdict
 from genesis_fp16_infrastructure.agent_folder.run_history import KEEP, LastRun, RunEntry, RunHistory
@@ -34,8 +41,20 @@ from genesis_fp16_infrastructure.training.precision.precision_memory import (
     write_precision_memory,
 )
 
+logger = logging.getLogger(__name__)
+
 # A plugin's ``generate_sample_data(folder, count, seed)``: the file it wrote.
 Generate = Callable[[Path, int, int], Path]
+VERSION = 1  # of last_run.json and last_success.json
+SUCCESS_FIELD = "last_success_timestamp_seconds"
+
+
+class LastRunUnreadable(files.UnusableStateFile):
+    """The agent's last-run file exists but is not a record: one line naming it."""
+
+
+class LastSuccessUnreadable(files.UnusableStateFile):
+    """The agent's last-success file exists but holds no usable time; one line naming it."""
 
 
 @dataclass(frozen=True)
@@ -139,20 +158,33 @@ class AgentFolder:
 
     # -- the run records ----------------------------------------------------------------
     def last_run(self) -> LastRun | None:
-        """The last run, None when none was recorded; ``LastRunUnreadable`` (the folder's
+        """The last run, None when none was recorded; :class:`LastRunUnreadable` (an
         ``UnusableStateFile``) for a file that is not a record."""
-        return run_records.load_last_run(self.root)
-
-    def save_last_run(self, record: LastRun) -> None:
-        """Keep ``record`` as the last run; a failure is logged, never raised."""
-        run_records.save_last_run(self.root, record)
+        path = self.last_run_path
+        try:
+            data = files.read_json(path, L.LAST_RUN)
+        except files.UnusableStateFile as exc:
+            raise LastRunUnreadable(str(exc)) from None
+        if data is None:
+            return None
+        try:
+            if not isinstance(data, dict) or data.pop("version", None) != VERSION:
+                raise ValueError(f"not a version {VERSION} record")
+            return msgspec.convert(data, LastRun)
+        except (ValueError, msgspec.ValidationError) as exc:
+            raise LastRunUnreadable(f"{path}: {exc}") from None
 
     def save_run(self, record: LastRun, entry: RunEntry | None = None) -> None:
         """Keep a finished run: ``record`` as the last run and its history ``entry`` (a
         result's: ``TrainResult.history_entry``; None: the record alone) at the end of
-        the history. Never raises for the disk."""
-        run_records.save_last_run(self.root, record)
-        run_history.append_run(self.root, RunEntry(record) if entry is None else entry)
+        the history. Never raises for the disk: a failure is logged."""
+        self.save_last_run(record)
+        self.append_run(RunEntry(record) if entry is None else entry)
+
+    def save_last_run(self, record: LastRun) -> None:
+        """Keep ``record`` as the last run; a failure is logged, never raised."""
+        data = {"version": VERSION, **asdict(record)}
+        _write(self.last_run_path, L.LAST_RUN, data, "`status` will show an older run")
 
     def append_run(self, entry: RunEntry) -> None:
         """Append ``entry`` to the history; a failure is logged, never raised."""
@@ -165,18 +197,42 @@ class AgentFolder:
         return run_history.load_history(self.root, last)
 
     def last_success(self) -> float | None:
-        """When the last successful run ended (None: never); ``LastSuccessUnreadable`` (an
-        ``UnusableStateFile``) for a file that holds no usable time."""
-        return run_records.load_last_success(self.root)
+        """When the last successful run ended (None: never); :class:`LastSuccessUnreadable`
+        for a file that holds no usable time (torn, another format, a FIFO, a time that
+        is not a positive finite number)."""
+        path = self.last_success_path
+        try:
+            data = files.read_json(path, L.LAST_SUCCESS)
+        except files.UnusableStateFile as exc:
+            raise LastSuccessUnreadable(str(exc)) from None
+        if data is None:
+            return None
+        if not isinstance(data, dict) or data.get("version") != VERSION:
+            found = data.get("version") if isinstance(data, dict) else type(data).__name__
+            raise LastSuccessUnreadable(f"{path}: version {found!r}, expected {VERSION}")
+        when = data.get(SUCCESS_FIELD)
+        if isinstance(when, bool) or not isinstance(when, int | float):
+            raise LastSuccessUnreadable(f"{path}: {SUCCESS_FIELD}={when!r} is not a number")
+        if not (math.isfinite(when) and when > 0):
+            raise LastSuccessUnreadable(f"{path}: {SUCCESS_FIELD}={when!r} is not a positive time")
+        return float(when)
 
     def stored_last_success(self, unusable: files.Listener | None = None) -> float:
-        """The last success time, 0 when never or when its file is unusable (set aside,
-        reported, and told to ``unusable``)."""
-        return run_records.stored_last_success(self.root, unusable)
+        """The last success time, 0 when never or when its file is unusable: then set
+        aside as ``last_success.json.unusable-*``, reported, and told to ``unusable``."""
+        try:
+            return self.last_success() or 0.0
+        except LastSuccessUnreadable as exc:
+            event = files.set_aside(self.last_success_path, L.LAST_SUCCESS, str(exc))
+            if unusable is not None:
+                unusable(event)
+            return 0.0
 
     def save_last_success(self, when: float) -> None:
-        """Keep ``when`` as the last success time; a failure is logged, never raised."""
-        run_records.save_last_success(self.root, self.agent, when)
+        """Keep ``when`` as the last success time; a failure is logged, never raised (the
+        run that succeeded stays a success; only a restart would lose its time)."""
+        data = {"version": VERSION, "agent": self.agent, SUCCESS_FIELD: when}
+        _write(self.last_success_path, L.LAST_SUCCESS, data, "a restart will not show it")
 
     # -- the generated sample data --------------------------------------------------------
     def sample_data(self, generate: Generate, count: int, seed: int) -> Path:
@@ -192,6 +248,14 @@ class AgentFolder:
         data_path = generate(self.data_dir, count, seed)
         files.write_bytes(marker, L.SAMPLE_DATA_MARKER, _marker_text(data_path, self.data_dir))
         return data_path
+
+
+def _write(path: Path, file: L.StateFile, data: Any, lost: str) -> None:
+    """Write a record the run's outcome does not depend on: a failure is logged."""
+    try:
+        files.write_json(path, file, data)
+    except OSError as exc:
+        logger.error("cannot keep %s (%s): %s", path, exc.strerror or exc, lost)
 
 
 def _read_marker(marker: Path, data_dir: Path) -> Path | None:

@@ -18,8 +18,7 @@ import torch
 from daemon_harness import DaemonFactory, DaemonProcess, launch
 from prometheus_client.parser import text_string_to_metric_families
 
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.agent_folder.run_records import LastSuccessUnreadable
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder, LastSuccessUnreadable
 from genesis_fp16_infrastructure.training import (
     CheckpointManager,
     PrecisionPolicy,
