@@ -3,7 +3,7 @@ at most 100 ms on a 2-core CPU).
 
     python benchmarks/status_page.py [--agents 50] [--repeats 40] [--out FILE] > results.md
 
-Builds a state folder with the product's own writers: per agent, ``run_history.save_run``
+Builds a state folder with the product's own writers: per agent, ``AgentFolder.save_run``
 for as many runs as the history keeps (``run_history.KEEP``; each with a gate verdict,
 the live watch's figures, every tenth a demotion, every seventh a drift warning), a
 served pointer whose journal is full (``lifecycle.serve`` with the gate's verdict for
@@ -29,13 +29,12 @@ from pathlib import Path
 import msgspec
 import torch
 
-from genesis_fp16.config.paths import AgentPaths
-from genesis_fp16.metrics.last_run import from_result
-from genesis_fp16.metrics.run_history import KEEP, save_run
 from genesis_fp16.status import history, past
 from genesis_fp16.status.render import render_html
 from genesis_fp16.status.report import DaemonStatus, NextRun, gather_status
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.lifecycle import JOURNAL_KEEP, rollback, serve
+from genesis_fp16_infrastructure.agent_folder.run_history import KEEP
 from genesis_fp16_infrastructure.contract.plugin_api import TrainResult
 from genesis_fp16_infrastructure.contract.reports import (
     Demotion,
@@ -92,13 +91,14 @@ def _result(agent: str, run: int) -> TrainResult:
 
 
 def _seed_agent(state: Path, agent: str) -> None:
-    paths = AgentPaths.for_agent(state, agent)
-    paths.root.mkdir(parents=True)
+    agent_folder = AgentFolder(state, agent)
+    agent_folder.root.mkdir(parents=True)
     for run in range(KEEP):
         result = _result(agent, run)
         when = time.time() - (KEEP - run) * 3600  # hourly runs, the last an hour ago
-        save_run(paths, from_result(result, 30.0, "daemon", when=when), result)
-    folder = paths.checkpoint_dir
+        record = result.run_record(30.0, "daemon", when=when)
+        agent_folder.save_run(record, result.history_entry(record))
+    folder = agent_folder.checkpoint_dir
     for index in range(JOURNAL_KEEP + 4):
         candidate = folder / "candidates" / f"c{index}"
         candidate.mkdir(parents=True)
@@ -113,9 +113,9 @@ def _seed_agent(state: Path, agent: str) -> None:
         serve(folder, entry, "gate", keep=5, verdict=verdict)
         if index % 5 == 4:
             rollback(folder, verdict={"reason": "live_regression"})
-    paths.quarantine_dir.mkdir()
+    agent_folder.quarantine_dir.mkdir()
     for index in range(20):
-        (paths.quarantine_dir / f"20261125T{index:06d}.000000Z.jsonl").write_text("{}\n")
+        (agent_folder.quarantine_dir / f"20261125T{index:06d}.000000Z.jsonl").write_text("{}\n")
 
 
 def _ms(samples: list[float]) -> tuple[float, float]:

@@ -18,8 +18,10 @@ REPO = BENCHMARKS.parent
 # are not met: a change that widens the seam or writes a worse function fails here.
 # Issue 60's event outbox added one module and three names (agent_folder.outbox: the
 # daemon delivers what the library's transitions wrote): 37 / 157.
+# Issue 70's AgentFolder (the run records and AgentPaths' view moved into the library's
+# agent folder; the daemon reads the precision records through it): 37 / 156.
 MAX_LIBRARY_MODULES = 37
-MAX_LIBRARY_NAMES = 157
+MAX_LIBRARY_NAMES = 156
 MAX_COMPLEXITY = 42
 
 DAEMON = """

@@ -27,7 +27,7 @@ from typing import Any
 
 from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.model_list import list_models
-from genesis_fp16.commands.named_agent import agent_paths
+from genesis_fp16.commands.named_agent import agent_folder
 from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.settings_reading import load_settings_for_reading
@@ -73,13 +73,13 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     agent, as_json = str(args.agent), bool(args.json)
     try:
-        paths = agent_paths(agent, read_only=args.action == "list")
+        home = agent_folder(agent, read_only=args.action == "list")
         known = known_agent_names()
-        if agent not in known and not paths.root.exists():  # a typo, not an agent without state
+        if agent not in known and not home.root.exists():  # a typo, not an agent without state
             raise UsageError(f"unknown agent {agent!r}; known agents: {', '.join(known) or 'none'}")
-        folder = paths.checkpoint_dir
+        folder = home.checkpoint_dir
         if args.action == "list":
-            # read as agent_paths read them (a refused .env's other lines), said once there
+            # read as agent_folder read them (a refused .env's other lines), said once there
             idle = load_settings_for_reading().settings.live_watch_idle_seconds
             return list_models(folder, agent, as_json, idle)
         if not any(p.exists() for p in (candidates_dir(folder), pointer_path(folder))) and not (

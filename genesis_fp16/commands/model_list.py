@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16.config.paths import AgentPaths
-from genesis_fp16.metrics.last_run import LastRunUnreadable, load_last_run
 from genesis_fp16.metrics.watch_state import watch_state
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     CANDIDATE_META,
     VERDICT_NAME,
@@ -254,8 +254,8 @@ def _list_ungated(folder: Path, agent: str, as_json: bool) -> int:
 def _last_eval(agent_root: Path) -> dict[str, Any] | None:
     """The eval figures the agent's last run reported (``last_run.json``), if it kept any."""
     try:
-        record = load_last_run(AgentPaths(agent_root))
-    except LastRunUnreadable:
+        record = AgentFolder.at(agent_root).last_run()
+    except files.UnusableStateFile:  # not a record: no figures
         return None
     figures = None if record is None else record.eval
     if not isinstance(figures, dict):

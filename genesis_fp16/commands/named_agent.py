@@ -7,12 +7,12 @@ from __future__ import annotations
 from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.reading import settings_for_reading
 from genesis_fp16.config.agent_names import check_agent_name
-from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import SettingsError, load_settings
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 
 
-def agent_paths(agent: str, read_only: bool = False) -> AgentPaths:
-    """``agent``'s folders under the configured state folder; a name that is not an agent
+def agent_folder(agent: str, read_only: bool = False) -> AgentFolder:
+    """``agent``'s folder under the configured state folder; a name that is not an agent
     name, or settings that do not load, are one line (exit 2). ``read_only`` (``model
     list``, ``precision show``): a refused ``.env`` file's other lines do, said on stderr
     (commands/reading.py)."""
@@ -21,9 +21,9 @@ def agent_paths(agent: str, read_only: bool = False) -> AgentPaths:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if read_only:
-        return AgentPaths.for_agent(settings_for_reading().state_dir, agent)
+        return AgentFolder(settings_for_reading().state_dir, agent)
     try:
         settings = load_settings()
     except SettingsError as exc:
         raise UsageError(f"invalid configuration: {exc}") from None
-    return AgentPaths.for_agent(settings.state_dir, agent)
+    return AgentFolder(settings.state_dir, agent)

@@ -14,31 +14,18 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.commands.named_agent import agent_paths
+from genesis_fp16.commands.named_agent import agent_folder
 from genesis_fp16.config.agent_names import agent_argument
-from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.state_files import locked
 from genesis_fp16.jobs.guard_state import describe
 from genesis_fp16_infrastructure.agent_folder.files import SetAside
-from genesis_fp16_infrastructure.agent_folder.records import (
-    Calibration,
-    read_calibration,
-    read_capture_verdicts,
-)
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.contract import Calibration
 from genesis_fp16_infrastructure.training.flight.bundle_files import FOLDER, list_bundles
-from genesis_fp16_infrastructure.training.precision.carried_scale import (
-    read_carried_scale,
-    write_carried_scale,
-)
-from genesis_fp16_infrastructure.training.precision.precision_memory import (
-    read_precision_memory,
-    write_precision_memory,
-)
 
 # Torch-free: the calibration is read as the record the owner types, without torch.
 _NOT_MEASURED = "no measurement of 'auto' cached (it is timed at the next auto run)"
@@ -67,35 +54,34 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     agent = str(args.agent)
     # show reads (a refused .env: its other lines, said on stderr); reset acts: it refuses
-    paths = agent_paths(agent, read_only=args.action == "show")
+    folder = agent_folder(agent, read_only=args.action == "show")
     known = known_agent_names()
-    if agent not in known and not paths.root.exists():  # a typo, not an agent without state
+    if agent not in known and not folder.root.exists():  # a typo, not an agent without state
         raise UsageError(f"unknown agent {agent!r}; known agents: {', '.join(known) or 'none'}")
-    path = paths.precision_state_path
+    path = folder.precision_state_path
     if args.action == "show":
-        return _show(args, agent, paths)
+        return _show(args, agent, folder)
     # A running daemon may be recording a run's demotions into the same file: take turns.
     with locked(path):
-        return _reset(args, agent, paths)
+        return _reset(args, agent, folder)
 
 
-def _show(args: argparse.Namespace, agent: str, paths: AgentPaths) -> int:
-    path = paths.precision_state_path
-    calibration = _read_calibration(paths.calibration_path)
+def _show(args: argparse.Namespace, agent: str, folder: AgentFolder) -> int:
+    calibration = _read_calibration(folder)
     shown_calibration = (
         calibration.to_json()
         if isinstance(calibration, Calibration)
         else (None if calibration is None else {"error": calibration})
     )
     try:
-        memory = read_precision_memory(path)
+        memory = folder.precision_memory()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    verdicts = _read_verdicts(paths.verification_path)
-    carried = read_carried_scale(paths.loss_scale_path)
+    verdicts = _read_verdicts(folder)
+    carried = folder.carried_scale()
     # What this host can measure, asked only when nothing is cached (it imports torch).
     host = _host() if calibration is None or not verdicts else None
-    bundles = list_bundles(paths.root / FOLDER)
+    bundles = list_bundles(folder.root / FOLDER)
     if args.json:
         shown = {
             "host": host,
@@ -131,27 +117,27 @@ def _describe_bundles(bundles: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _reset(args: argparse.Namespace, agent: str, paths: AgentPaths) -> int:
-    path = paths.precision_state_path
+def _reset(args: argparse.Namespace, agent: str, folder: AgentFolder) -> int:
+    path = folder.precision_state_path
     try:
-        memory = read_precision_memory(path)
+        memory = folder.precision_memory()
     except ValueError:
         memory = None  # a broken file is reset all the same
     forgot: dict[str, Any] = {"calibration": False, "carried_loss_scale": False}
     said = []
-    if paths.calibration_path.exists():
-        paths.calibration_path.unlink()
+    if folder.calibration_path.exists():
+        folder.calibration_path.unlink()
         forgot["calibration"] = True
         said.append(f"{agent}: measurement of 'auto' forgotten; the next auto run measures again")
-    if read_carried_scale(paths.loss_scale_path) is not None:
+    if folder.carried_scale() is not None:
         forgot["carried_loss_scale"] = True
         said.append(
             f"{agent}: carried loss scale forgotten; the next fp16 run starts at its initial scale"
         )
-    write_carried_scale(paths.loss_scale_path, None)
-    forgot["captured_step_verdicts"] = paths.verification_path.exists()
+    folder.save_carried_scale(None)
+    forgot["captured_step_verdicts"] = folder.verification_path.exists()
     if forgot["captured_step_verdicts"]:
-        paths.verification_path.unlink()
+        folder.verification_path.unlink()
         said.append(
             f"{agent}: captured-step verdicts forgotten; the next captured run verifies again"
         )
@@ -159,7 +145,7 @@ def _reset(args: argparse.Namespace, agent: str, paths: AgentPaths) -> int:
     if not path.exists():
         said.append(f"{agent}: no precision demotion remembered ({path})")
     else:
-        write_precision_memory(path, None)
+        folder.save_precision_memory(None)
         was = f" (was {memory.demoted_from} -> {memory.demoted_to})" if memory else ""
         said.append(
             f"{agent}: precision demotion cleared{was}; the next run uses the configured precision"
@@ -171,11 +157,11 @@ def _reset(args: argparse.Namespace, agent: str, paths: AgentPaths) -> int:
     return 0
 
 
-def _read_calibration(path: Path) -> Calibration | str | None:
+def _read_calibration(folder: AgentFolder) -> Calibration | str | None:
     """The kept measurement, read by the agent folder's owner as the run reads it; a
     string: why the file was unusable (set aside; the next auto run measures again)."""
     unusable: list[SetAside] = []
-    found: Calibration | None = read_calibration(path, unusable=unusable.append)
+    found = folder.calibration(unusable.append)
     if unusable:
         return f"{unusable[0].why}; set aside, the next auto run measures again"
     return found
@@ -230,11 +216,11 @@ def _describe_calibration(data: Calibration | str | None, host: dict[str, bool] 
     return "\n".join(lines)
 
 
-def _read_verdicts(path: Path) -> list[dict[str, Any]]:
+def _read_verdicts(folder: AgentFolder) -> list[dict[str, Any]]:
     """The captured step's kept verdicts (verify_capture's file, read by the agent
     folder's owner), as JSON; an unusable file is set aside and said in one entry."""
     unusable: list[SetAside] = []
-    verdicts = read_capture_verdicts(path, unusable.append)
+    verdicts = folder.capture_verdicts(unusable.append)
     if unusable:
         why = unusable[0].why
         return [{"error": f"{why}; set aside, the next captured run verifies again"}]

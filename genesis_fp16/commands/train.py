@@ -51,7 +51,6 @@ from genesis_fp16.commands.train_output import (
     relay_to_daemon,
 )
 from genesis_fp16.config.agent_names import agent_argument
-from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.plugins import PluginError, load_plugin
 from genesis_fp16.config.settings import (
     COMPILE_CHOICES,
@@ -71,11 +70,12 @@ from genesis_fp16.jobs.run_request import (
     resolve_options,
 )
 from genesis_fp16.launch import kubeflow
-from genesis_fp16.metrics.run_history import record_foreground
 from genesis_fp16.metrics.tracking import RunTracker, close_tracker, open_tracker
 from genesis_fp16.service.logsetup import configure_logging
 from genesis_fp16.service.startup_signals import take_over_sigterm
-from genesis_fp16_infrastructure.contract import TrainRequest, TrainRequestError
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.agent_folder.run_history import LastRun
+from genesis_fp16_infrastructure.contract import TrainRequest, TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.data.readers import DataError
 from genesis_fp16_infrastructure.training.run.spec import RunCallbacks
 
@@ -365,12 +365,12 @@ def _train(
         CheckpointFolderBusy,  # another process writes --checkpoint-dir: named, one line
     ) as exc:
         if recorded:
-            record_foreground(request.checkpoint_dir, None, str(exc), started)
+            _record(request.checkpoint_dir, None, str(exc), started)
         raise UsageError(str(exc)) from None
     except (Exception, SystemExit) as exc:  # a plugin's bug: `status` says it in one line too
         if recorded:
             why = f"{type(exc).__name__}: {exc}"
-            record_foreground(request.checkpoint_dir, None, why, started)
+            _record(request.checkpoint_dir, None, why, started)
         raise  # the command's own handler reports it (and keeps the traceback)
     finally:
         if tracker is not None:  # after a failure too: the curves up to it stay readable
@@ -379,7 +379,7 @@ def _train(
             close_tracker(tracker)
     if recorded:  # the daemon announces its own runs' (jobs.guard_state.record_run)
         announce_run(Path(request.checkpoint_dir).parent, args.agent, result)
-        record_foreground(request.checkpoint_dir, result, "", started)
+        _record(request.checkpoint_dir, result, "", started)
     out = result.to_json()
     tracking = None
     if tracker is not None:
@@ -404,6 +404,19 @@ def _train(
     return exit_code(result.outcome)
 
 
+def _record(checkpoint_dir: Path, result: TrainResult | None, error: str, started: float) -> None:
+    """The run's record in its agent folder (``<state_dir>/agents/<agent>/checkpoints``
+    holds its models): ``result``, or the one-line ``error`` it ended with, as the daemon
+    keeps its own runs'. ``started``: ``time.monotonic()`` at its start."""
+    duration = time.monotonic() - started
+    folder = AgentFolder.at(Path(checkpoint_dir).parent)
+    if result is None:
+        folder.save_run(LastRun.of_error("failed", error, duration, "train"))
+    else:
+        record = result.run_record(duration, "train")
+        folder.save_run(record, result.history_entry(record))
+
+
 def _holds_models(folder: Path) -> bool:
     """A folder of served models and candidates (se_darwin's: served.json, candidates/<id>/
     ckpt-*.pt; genesis_fp16_infrastructure/recipes/retrain/served.py) holds checkpoints too."""
@@ -422,7 +435,7 @@ def _request(
     from genesis_fp16_infrastructure.training import CheckpointManager
 
     checkpoint_dir = (
-        args.checkpoint_dir or AgentPaths.for_agent(settings.state_dir, args.agent).checkpoint_dir
+        args.checkpoint_dir or AgentFolder(settings.state_dir, args.agent).checkpoint_dir
     )
     held = bool(CheckpointManager(checkpoint_dir).checkpoints()) or _holds_models(checkpoint_dir)
     if args.resume and not held:  # said, so that a mistyped folder is not a silent restart

@@ -15,24 +15,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import structlog
 
-from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.config.state_files import locked
 from genesis_fp16.events.runs import announce_run
 from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.layout import PRECISION_STATE
 from genesis_fp16_infrastructure.contract import AgentState, Demotion, TrainResult
 from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 from genesis_fp16_infrastructure.training.precision.precision_memory import (
     PrecisionMemory,
-    read_precision_memory,
     remember_demotions,
-    write_precision_memory,
 )
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     ROBUSTNESS,
@@ -63,11 +60,11 @@ def load_memory(settings: Settings, agent: str) -> PrecisionMemory | None:
     replaced by a memory whose floor is the most robust precision: a demotion it may
     have held is never forgotten into the precision that failed. `genesis-fp16
     precision reset AGENT` (the operator) clears it."""
-    path = AgentPaths.for_agent(settings.state_dir, agent).precision_state_path
+    folder = AgentFolder(settings.state_dir, agent)
     try:
-        return read_precision_memory(path)
+        return folder.precision_memory()
     except ValueError as exc:
-        return _replace_unusable(path, agent, str(exc))
+        return _replace_unusable(folder, agent, str(exc))
 
 
 def _usable_memory(settings: Settings, agent: str, state: AgentState) -> PrecisionMemory | None:
@@ -75,13 +72,13 @@ def _usable_memory(settings: Settings, agent: str, state: AgentState) -> Precisi
     is set aside and replaced as :func:`load_memory` does."""
     if state.memory_error is None:
         return state.memory
-    path = AgentPaths.for_agent(settings.state_dir, agent).precision_state_path
-    return _replace_unusable(path, agent, state.memory_error)
+    return _replace_unusable(AgentFolder(settings.state_dir, agent), agent, state.memory_error)
 
 
-def _replace_unusable(path: Path, agent: str, error: str) -> PrecisionMemory:
+def _replace_unusable(folder: AgentFolder, agent: str, error: str) -> PrecisionMemory:
     floor = ROBUSTNESS[-1]
-    moved = files.set_aside(path, PRECISION_STATE, error)  # counted by the folder's owner
+    # counted by the folder's owner
+    moved = files.set_aside(folder.precision_state_path, PRECISION_STATE, error)
     error = moved.why
     memory = PrecisionMemory(
         demoted_from="unknown",
@@ -93,14 +90,14 @@ def _replace_unusable(path: Path, agent: str, error: str) -> PrecisionMemory:
     )
     if moved.aside is not None:  # not ours to move: the floor holds all the same, this run
         try:
-            write_precision_memory(path, memory)
+            folder.save_precision_memory(memory)
         except OSError as exc:
             error += f"; cannot write the {floor} floor ({exc.strerror})"
     log.warning(
         f"unusable precision state file set aside: the agent trains in {floor} until "
         f"`genesis-fp16 precision reset {agent}`",
         agent=agent,
-        path=str(path),
+        path=str(folder.precision_state_path),
         set_aside=str(moved.aside),
         error=error,
     )
@@ -133,7 +130,7 @@ def record_run(
     """Announce (the agent's outbox), count, log and remember the run's demotions and
     fault bundles; count a clean run; maybe promote."""
     demotions = tuple(result.demotions)
-    announce_run(AgentPaths.for_agent(settings.state_dir, agent).root, agent, result)
+    announce_run(AgentFolder(settings.state_dir, agent).root, agent, result)
     for d in demotions:
         metrics.precision_demotions.labels(
             agent=agent, **{"from": d.from_, "to": d.to}, reason=d.reason
@@ -159,15 +156,15 @@ def record_run(
             path=bundle.path,
             replay=f"genesis-fp16 replay {bundle.path}",
         )
-    path = AgentPaths.for_agent(settings.state_dir, agent).precision_state_path
-    with locked(path):  # `precision reset` may be rewriting it now: take turns
-        return _record_memory(settings, agent, path, result, demotions)
+    folder = AgentFolder(settings.state_dir, agent)
+    with locked(folder.precision_state_path):  # `precision reset` may be rewriting it now
+        return _record_memory(settings, agent, folder, result, demotions)
 
 
 def _record_memory(
     settings: Settings,
     agent: str,
-    path: Path,
+    folder: AgentFolder,
     result: TrainResult,
     demotions: Sequence[Demotion],
 ) -> PrecisionMemory | None:
@@ -187,9 +184,10 @@ def _record_memory(
         )
         memory = None
     try:
-        write_precision_memory(path, memory)
+        folder.save_precision_memory(memory)
     except OSError as exc:
-        log.error("cannot write the precision state file", path=str(path), error=str(exc))
+        path = str(folder.precision_state_path)
+        log.error("cannot write the precision state file", path=path, error=str(exc))
     return memory
 
 

@@ -19,7 +19,7 @@ Checkpoints are the core's (``CheckpointManager``, ``checkpoint_keys``); a plugi
 writes its own format has none here, as for ``resumed_totals`` in genesis_fp16/jobs/recording.py.
 
 >>> from pathlib import Path
->>> expected_next_run(AgentPaths(Path("state/agents/se_darwin")), "fp32")
+>>> expected_next_run(AgentFolder(Path("state"), "se_darwin"), "fp32")
 NextRun(precision='fp32', loss_scale=1.0, source='request')
 """
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.contract import read_resume_point
 from genesis_fp16_infrastructure.training import CheckpointError
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
@@ -54,8 +54,8 @@ class NextRun:
     source: str
 
 
-def expected_next_run(paths: AgentPaths, precision: PrecisionName | None) -> NextRun:
-    """The :class:`NextRun` of the agent under ``paths`` whose next run computes in
+def expected_next_run(folder: AgentFolder, precision: PrecisionName | None) -> NextRun:
+    """The :class:`NextRun` of the agent under ``folder`` whose next run computes in
     ``precision``, as ``decide`` planned it (None: decided by the run's measurement).
 
     Reads the newest checkpoint's summary file only for fp16's scale; a checkpoint
@@ -66,19 +66,19 @@ def expected_next_run(paths: AgentPaths, precision: PrecisionName | None) -> Nex
         return NextRun(None, math.nan, "undecided")
     if precision not in LOSS_SCALED:
         return NextRun(precision, 1.0, "request")
-    scale = _newest_scale(paths)
+    scale = _newest_scale(folder)
     return NextRun(precision, INITIAL_SCALE if scale is None else scale, "request")
 
 
-def _newest_scale(paths: AgentPaths) -> float | None:
+def _newest_scale(folder: AgentFolder) -> float | None:
     """The served model's newest valid core checkpoint's scaler scale, or None: the
     resume point a run's plan reads (``agent_state.read_resume_point``: the folder the
     served-model pointer names, else the agent's own; the summary file when there is one)."""
     try:
-        resume = read_resume_point(paths.checkpoint_dir)
+        resume = read_resume_point(folder.checkpoint_dir)
     except (OSError, CheckpointError) as exc:  # a folder we may not read: no checkpoint
         log.warning(
-            "cannot read the agent's checkpoints", path=str(paths.checkpoint_dir), error=str(exc)
+            "cannot read the agent's checkpoints", path=str(folder.checkpoint_dir), error=str(exc)
         )
         return None
     if resume.pointer_error is not None:

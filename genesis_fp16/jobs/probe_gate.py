@@ -27,10 +27,10 @@ from typing import Any
 
 import structlog
 
-from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.metrics.probe_metrics import ProbeMetrics
 from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.layout import PROBE_RECORD
 from genesis_fp16_infrastructure.contract import AgentPlugin
 from genesis_fp16_infrastructure.training.precision.precision_names import (
@@ -92,7 +92,7 @@ class ProbeRecord:
 
 
 def probe_result_path(state_dir: Path, agent: str) -> Path:
-    return PROBE_RECORD.at(AgentPaths.for_agent(state_dir, agent).root)
+    return AgentFolder(state_dir, agent).probe_record_path
 
 
 # A probe record is a few KB; anything past its bound is not one, and is never read whole.

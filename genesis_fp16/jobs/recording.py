@@ -16,7 +16,6 @@ from typing import Any
 
 import structlog
 
-from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.storage import storage_error
 from genesis_fp16.jobs import guard_state, scale_memory
 from genesis_fp16.jobs.job_state import JobContext, Run
@@ -25,15 +24,16 @@ from genesis_fp16.jobs.run_request import expected_precision, precision_request
 from genesis_fp16.jobs.supervising import RunHung
 from genesis_fp16.launch.devices import device_lost
 from genesis_fp16.launch.launcher import LaunchError, RunStopped
-from genesis_fp16.metrics import last_run, run_history
 from genesis_fp16.metrics.diagnostics_export import export_diagnostics
 from genesis_fp16.metrics.tracking import RunTracker, close_tracker
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     ServedPointer,
     ServedPointerError,
     folder_bytes,
     prune_and_read,
 )
+from genesis_fp16_infrastructure.agent_folder.run_history import LastRun
 from genesis_fp16_infrastructure.contract import (
     EarlyStopReport,
     Record,
@@ -115,7 +115,7 @@ def record_stopped(run: Run, exc: RunStopped) -> None:
         steps=0,
         duration_seconds=round(duration, 3),
     )
-    _save_last_run(run.ctx, run.agent, last_run.from_error("stopped", str(exc), duration, "daemon"))
+    _save_last_run(run.ctx, run.agent, LastRun.of_error("stopped", str(exc), duration, "daemon"))
     run.ctx.metrics.finish_run(run.agent, "stopped", duration, None, time.time())
     _close_tracker(run.ctx, run.agent, run.tracker)
 
@@ -152,9 +152,7 @@ def record_failure(run: Run, device: str, exc: BaseException) -> None:
     else:  # the plugin's bug: its traceback, under the same one-line error as the others
         log.exception("training run failed", error=why, duration_seconds=round(duration, 3))
     _bound_history(ctx, agent)  # a gate that could not decide left a candidate too
-    _save_last_run(
-        ctx, agent, last_run.from_error("failed", f"{reason}: {why}", duration, "daemon")
-    )
+    _save_last_run(ctx, agent, LastRun.of_error("failed", f"{reason}: {why}", duration, "daemon"))
     ctx.metrics.finish_run(agent, "failed", duration, None, time.time())
     _close_tracker(ctx, agent, run.tracker)  # the curves up to the failure stay readable
 
@@ -215,18 +213,19 @@ def _finish(
         checkpoint=str(result.checkpoint) if result.checkpoint else None,
         duration_seconds=round(duration, 3),
     )
-    _save_last_run(ctx, agent, last_run.from_result(result, duration, "daemon"), result)
+    _save_last_run(ctx, agent, result.run_record(duration, "daemon"), result)
     # Counted last: whoever sees the count (a dashboard, a test) finds the run's other
     # series, its log line and its last-run record already there.
     ctx.metrics.finish_run(agent, outcome, duration, result.eval.get("loss"), time.time())
 
 
 def _save_last_run(
-    ctx: JobContext, agent: str, record: last_run.LastRun, result: TrainResult | None = None
+    ctx: JobContext, agent: str, record: LastRun, result: TrainResult | None = None
 ) -> None:
     """The run's record for ``genesis-fp16 status``, and its entry in the run history
     that the page at ``/`` draws (with what ``result`` reports, when it returned one)."""
-    run_history.save_run(AgentPaths.for_agent(ctx.settings.state_dir, agent), record, result)
+    entry = None if result is None else result.history_entry(record)
+    AgentFolder(ctx.settings.state_dir, agent).save_run(record, entry)
 
 
 def _export_report(ctx: JobContext, agent: str, result: TrainResult) -> None:
@@ -282,7 +281,7 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
     GENESIS_FP16_REJECTED_KEEP_DAYS) and export the bytes its folder holds. A pointer
     that cannot be read prunes nothing: logged, never a guess."""
     settings = ctx.settings
-    folder = AgentPaths.for_agent(settings.state_dir, agent).checkpoint_dir
+    folder = AgentFolder(settings.state_dir, agent).checkpoint_dir
     journal: list[dict[str, Any]] | None = None  # None: the pointer could not be read
     pointer = None
     try:

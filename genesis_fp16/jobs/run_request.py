@@ -34,7 +34,7 @@ from typing import Any
 
 import structlog
 
-from genesis_fp16.config.paths import AgentPaths, default_data_path
+from genesis_fp16.config.paths import default_data_path
 from genesis_fp16.config.settings import (
     AGENT_VARIABLE_PREFIX,
     Settings,
@@ -42,6 +42,7 @@ from genesis_fp16.config.settings import (
     requested_precision,
 )
 from genesis_fp16.jobs import guard_state
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.contract import (
     AgentPlugin,
     AgentSnapshot,
@@ -123,7 +124,7 @@ def precision_request(
         mode=settings.auto_precision,
         floor=None if floor is None else floor[0],
         floor_reason="" if floor is None else floor[1],
-        cache=AgentPaths.for_agent(settings.state_dir, agent).calibration_path,
+        cache=AgentFolder(settings.state_dir, agent).calibration_path,
     )
     return request, reason
 
@@ -196,11 +197,11 @@ def plan_request(
     the settings. Every library type of the run is built here, from the snapshot."""
     o = overrides or RequestOverrides()
     spec = settings.agent(agent)
-    paths = AgentPaths.for_agent(settings.state_dir, agent)
+    folder = AgentFolder(settings.state_dir, agent)
     ignored = ignored_request_fields(plugin)
-    checkpoint_dir = o.checkpoint_dir or paths.checkpoint_dir
+    checkpoint_dir = o.checkpoint_dir or folder.checkpoint_dir
     snapshot = read_snapshot(
-        AgentStateFiles(paths.precision_state_path, paths.loss_scale_path, checkpoint_dir)
+        AgentStateFiles(folder.precision_state_path, folder.loss_scale_path, checkpoint_dir)
     )
     state = snapshot.state
     assert state is not None  # read_snapshot reads it
@@ -209,13 +210,13 @@ def plan_request(
     # A run in a folder of its own keeps its quarantined records beside its checkpoints;
     # each run a file of its own, the folder bounded (data.quarantine).
     quarantine = new_quarantine_file(
-        paths.quarantine_dir if o.checkpoint_dir is None else checkpoint_dir / "quarantine"
+        folder.quarantine_dir if o.checkpoint_dir is None else checkpoint_dir / "quarantine"
     )
     data = o.data_path or spec.data_path
     if data is None:
         # The agent's data folder (se_darwin: the sample and every pool dropped beside
         # it), or its generated sample file (an agent that reads one file).
-        data = default_data_path(plugin, paths, count=settings.sample_count, seed=settings.seed)
+        data = default_data_path(plugin, folder, count=settings.sample_count, seed=settings.seed)
     steps, epochs = budget(settings, agent, o.steps, o.epochs)
     warn_ignored(ignored, agent, _operator_set(settings, o))
     request = TrainRequest(

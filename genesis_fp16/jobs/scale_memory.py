@@ -15,13 +15,9 @@ from __future__ import annotations
 
 import structlog
 
-from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.contract import TrainResult
-from genesis_fp16_infrastructure.training.precision.carried_scale import (
-    carry_after_run,
-    write_carried_scale,
-)
 
 log = structlog.get_logger("genesis_fp16.scale_memory")
 
@@ -32,14 +28,10 @@ def record_scale(settings: Settings, agent: str, result: TrainResult) -> None:
     A run that took no step (up to date) leaves the file as it is."""
     if result.steps == 0:
         return
-    path = AgentPaths.for_agent(settings.state_dir, agent).loss_scale_path
-    carried = carry_after_run(
-        result.precision_requested,
-        result.precision_used,
-        float(result.loss_scale),
-        demoted=bool(result.demotions),
-    )
+    folder = AgentFolder(settings.state_dir, agent)
+    carried = result.carried_scale()
     try:
-        write_carried_scale(path, carried)
+        folder.save_carried_scale(carried)
     except OSError as exc:
-        log.error("cannot write the carried loss scale", path=str(path), error=str(exc))
+        path = str(folder.loss_scale_path)
+        log.error("cannot write the carried loss scale", path=path, error=str(exc))

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import structlog
 
-from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.jobs.job_state import JobContext
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     aside_path,
     pointer_path,
@@ -29,7 +29,7 @@ log = structlog.get_logger("genesis_fp16.jobs")
 def check_served_pointer(ctx: JobContext, agent: str, snapshot: AgentSnapshot) -> None:
     """Set an unusable pointer aside (counted once), and export the pointer's state, as
     the run's plan read it (``snapshot``: the pointer is read again only to set it aside)."""
-    folder = AgentPaths.for_agent(ctx.settings.state_dir, agent).checkpoint_dir
+    folder = AgentFolder(ctx.settings.state_dir, agent).checkpoint_dir
     metrics = ctx.metrics.promotion
     if not any(p.exists() or p.is_symlink() for p in (pointer_path(folder), aside_path(folder))):
         ctx.unusable_pointer.pop(agent, None)  # none (rlhf_ppo; before the first model)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client import (
@@ -30,7 +30,6 @@ from prometheus_client import (
 from genesis_fp16.config.state_files import STATE_FILES
 from genesis_fp16.metrics.diagnostics_export import RlDiagnosticsMetrics
 from genesis_fp16.metrics.event_metrics import EventMetrics
-from genesis_fp16.metrics.last_success import LastSuccessStore
 from genesis_fp16.metrics.live_metrics import LiveMetrics
 from genesis_fp16.metrics.metric_names import (
     FAILURE_REASONS,
@@ -67,9 +66,9 @@ class DaemonMetrics:
 
     Counters that the training core reports as running totals (skipped steps, samples)
     advance by the increase between two summaries of the same agent; see
-    :meth:`observe_summary`. With a ``last_success_store``, every healthy run's time is
-    also written to the state folder, and the daemon passes the stored time back to
-    :meth:`add_agent` at start-up.
+    :meth:`observe_summary`. With ``keep_success`` (the agent folder's writer: it logs a
+    failure, never raises), every healthy run's time is also written to the state folder,
+    and the daemon passes the stored time back to :meth:`add_agent` at start-up.
     """
 
     def __init__(
@@ -77,10 +76,10 @@ class DaemonMetrics:
         registry: CollectorRegistry,
         version: str,
         placement: Placement | None = None,
-        last_success_store: LastSuccessStore | None = None,
+        keep_success: Callable[[str, float], None] | None = None,
     ) -> None:
         self.registry = registry
-        self._last_success_store = last_success_store
+        self._keep_success = keep_success
         # No *_created series: each counter and histogram would export a second series, a
         # creation time that Grafana and the alert rules never read. prometheus_client
         # keeps this switch process-wide; the daemon's registry is the one it serves.
@@ -384,8 +383,8 @@ class DaemonMetrics:
             self.eval_loss.labels(agent=agent).set(eval_loss)
         if outcome in HEALTHY_OUTCOMES:
             self.last_success.labels(agent=agent).set(now)
-            if self._last_success_store is not None:
-                self._last_success_store.save(agent, now)  # logs a failure, never raises
+            if self._keep_success is not None:
+                self._keep_success(agent, now)  # logs a failure, never raises
 
 
 def _steps(totals: Any) -> float:

@@ -31,7 +31,6 @@ import structlog
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from genesis_fp16 import __version__
-from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.settings import (
     Settings,
@@ -53,7 +52,6 @@ from genesis_fp16.launch.devices import check_devices
 from genesis_fp16.launch.run_worker import WORKER
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.metrics.http import StatusServer, raise_open_file_limit, tls_context
-from genesis_fp16.metrics.last_success import LastSuccessStore
 from genesis_fp16.service.agent_rescan import AgentRescan
 from genesis_fp16.service.logsetup import on_thread_exception
 from genesis_fp16.service.run_now import (
@@ -74,6 +72,8 @@ from genesis_fp16.service.state_lock import (
 )
 from genesis_fp16.service.systemd import Notifier
 from genesis_fp16.status.serving import status_documents
+from genesis_fp16_infrastructure.agent_folder.files import SetAside
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.contract import AgentPlugin
 
 log = structlog.get_logger("genesis_fp16.daemon")
@@ -120,11 +120,7 @@ class Daemon:
         self.sources = sources
         self.env_file = env_file
         self.registry = registry if registry is not None else CollectorRegistry()
-        # The state folder is restart-only: the store's folder is this run's for good.
-        self.last_success = LastSuccessStore(settings.state_dir)
-        self.metrics = DaemonMetrics(
-            self.registry, __version__, last_success_store=self.last_success
-        )
+        self.metrics = DaemonMetrics(self.registry, __version__, keep_success=self._keep_success)
         # process_resident_memory_bytes, process_open_fds, process_cpu_seconds_total, ...:
         # a leaking plugin or a flood of sockets shows on the dashboard before it kills us.
         ProcessCollector(registry=self.registry)
@@ -195,7 +191,20 @@ class Daemon:
     def _stored_success(self, agent: str) -> float:
         """The agent's last success time from the state folder; 0 when it never succeeded,
         or when its file is unusable (logged and counted: the daemon starts all the same)."""
-        return self.last_success.stored(agent)
+
+        def skipped(event: SetAside) -> None:
+            log.warning(
+                "skipping the last-success file: the agent starts at 0",
+                agent=agent,
+                error=event.why,
+            )
+
+        return AgentFolder(self.settings.state_dir, agent).stored_last_success(skipped)
+
+    def _keep_success(self, agent: str, when: float) -> None:
+        """Keep a healthy run's time in the agent's folder (a failure is logged, never
+        raised). The state folder is restart-only: the settings' is this run's for good."""
+        AgentFolder(self.settings.state_dir, agent).save_last_success(when)
 
     def _show_precisions(
         self, switched: frozenset[str] = frozenset(), startup: bool = False
@@ -235,8 +244,8 @@ class Daemon:
                 if agent in switched and precision is not None:
                     self.metrics.set_precision(agent, precision)
                 continue
-            paths = AgentPaths.for_agent(self.settings.state_dir, agent)
-            expected = expected_next_run(paths, precision)
+            folder = AgentFolder(self.settings.state_dir, agent)
+            expected = expected_next_run(folder, precision)
             if expected.precision is None and not startup:
                 continue
             self.metrics.set_precision(agent, expected.precision)

@@ -3,7 +3,7 @@ and what the page says of its precision, quarantined records and drift.
 
 Read from the state folder, bounded, each source on its own:
 
-- the run history (genesis_fp16/metrics/run_history.py): the last CHART_RUNS runs, with
+- the run history (agent_folder/run_history.py): the last CHART_RUNS runs, with
   the gate's scores, loss scale, skipped steps, demotions, drift and live figures;
 - the served pointer's journal (agent_folder/lifecycle.py): its last transitions
   (promotions, rollbacks, repairs), each with the served model's score where the
@@ -13,7 +13,7 @@ Read from the state folder, bounded, each source on its own:
 
 A source that cannot be read is a problem line on the page; its part stays empty::
 
-    history, problems = gather_history(paths, pointer_data)
+    history, problems = gather_history(folder, pointer_data)
     history.runs[-1].run.outcome      # the newest run's, when one was recorded
 """
 
@@ -27,13 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16.config.paths import AgentPaths
-from genesis_fp16.metrics.run_history import (
-    HistoryUnreadable,
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.agent_folder.run_history import (
     LiveMark,
     RunEntry,
-    history_path,
-    load_history,
     score_name,
     score_of,
 )
@@ -86,31 +84,31 @@ CACHE_AGENTS = 256
 _CACHE: dict[str, tuple[tuple[Any, ...], AgentHistory, tuple[str, ...]]] = {}
 
 
-def gather_history(paths: AgentPaths, pointer: Any) -> tuple[AgentHistory, list[str]]:
+def gather_history(folder: AgentFolder, pointer: Any) -> tuple[AgentHistory, list[str]]:
     """The agent's history, from its folder and the pointer's JSON as already read
     (``pointer``: None when there is none or it could not be read); and its problems.
     The same object as the last call's for the folder when nothing it reads changed."""
     pointer = pointer if isinstance(pointer, dict) else {}
-    key = _source_key(paths, pointer)  # each stat taken before its file is read
-    cached = _CACHE.get(str(paths.root))
+    key = _source_key(folder, pointer)  # each stat taken before its file is read
+    cached = _CACHE.get(str(folder.root))
     if cached is not None and cached[0] == key:
         return cached[1], list(cached[2])
-    history, problems = _build_history(paths, pointer)
+    history, problems = _build_history(folder, pointer)
     if len(_CACHE) >= CACHE_AGENTS:
         _CACHE.clear()
-    _CACHE[str(paths.root)] = (key, history, tuple(problems))
+    _CACHE[str(folder.root)] = (key, history, tuple(problems))
     return history, problems
 
 
-def _source_key(paths: AgentPaths, pointer: dict[str, Any]) -> tuple[Any, ...]:
+def _source_key(folder: AgentFolder, pointer: dict[str, Any]) -> tuple[Any, ...]:
     """What a history is built from, in a form that changes when any of it does: the
     history file's and the quarantine folder's identity, size and time (an append
     changes the size, a compaction the inode, a new quarantine file the folder's time),
     and the pointer's journal number and served entry (its live figures change alone)."""
     served = pointer.get("served")
     return (
-        _stat_key(history_path(paths)),
-        _stat_key(paths.quarantine_dir),
+        _stat_key(folder.history_path),
+        _stat_key(folder.quarantine_dir),
         pointer.get("sequence"),
         repr(served) if isinstance(served, dict) else None,
     )
@@ -124,12 +122,12 @@ def _stat_key(path: Path) -> tuple[int, int, int] | None:
     return info.st_ino, info.st_size, info.st_mtime_ns
 
 
-def _build_history(paths: AgentPaths, pointer: dict[str, Any]) -> tuple[AgentHistory, list[str]]:
+def _build_history(folder: AgentFolder, pointer: dict[str, Any]) -> tuple[AgentHistory, list[str]]:
     problems: list[str] = []
     try:
-        found = load_history(paths, CHART_RUNS)
+        found = folder.history(CHART_RUNS)
         runs, unreadable = found.entries, found.unreadable
-    except HistoryUnreadable as exc:
+    except files.UnusableStateFile as exc:
         runs, unreadable = (), 0
         problems.append(f"run history unreadable: {exc}")
     if unreadable:
@@ -143,7 +141,7 @@ def _build_history(paths: AgentPaths, pointer: dict[str, Any]) -> tuple[AgentHis
         metric_set=metric_set,
         live_now=_live_now(pointer),
         live_at=_live_at(pointer),
-        quarantine_file=_newest_quarantine(paths),
+        quarantine_file=_newest_quarantine(folder),
         unreadable=unreadable,
     )
     return history, problems
@@ -231,12 +229,12 @@ def _live_at(pointer: dict[str, Any]) -> float | None:
         return None
 
 
-def _newest_quarantine(paths: AgentPaths) -> str | None:
+def _newest_quarantine(folder: AgentFolder) -> str | None:
     """The newest quarantine file's path (files are named by their UTC time), from at
     most QUARANTINE_SCAN entries of the folder; None when there is none."""
     newest = None
     try:
-        with os.scandir(paths.quarantine_dir) as entries:
+        with os.scandir(folder.quarantine_dir) as entries:
             for index, entry in enumerate(entries):
                 if index >= QUARANTINE_SCAN:
                     break
@@ -244,7 +242,7 @@ def _newest_quarantine(paths: AgentPaths) -> str | None:
                     newest = entry.name
     except OSError:  # no folder yet, or not ours to list
         return None
-    return None if newest is None else _text(str(paths.quarantine_dir / newest))
+    return None if newest is None else _text(str(folder.quarantine_dir / newest))
 
 
 def last_drift(runs: tuple[RunEntry, ...]) -> tuple[float, str] | None:

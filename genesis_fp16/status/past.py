@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import html
 
-from genesis_fp16.metrics.run_history import RunEntry
 from genesis_fp16.status.charts import quality_chart, scale_chart, watch_chart
 from genesis_fp16.status.history import CACHE_AGENTS, TABLE_RUNS, AgentHistory, last_drift
 from genesis_fp16.status.report import AgentStatus
 from genesis_fp16.status.svg import Chart, draw_chart, legend
 from genesis_fp16.status.when import clock, span, when
+from genesis_fp16_infrastructure.agent_folder.run_history import RunEntry
 
 Row = tuple[str, str]
 PAST_STYLE = (

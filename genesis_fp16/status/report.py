@@ -26,12 +26,10 @@ import msgspec
 
 from genesis_fp16 import __version__
 from genesis_fp16.config.agent_names import is_agent_name
-from genesis_fp16.config.paths import AgentPaths
-from genesis_fp16.metrics.last_run import LastRun, LastRunUnreadable, load_last_run
-from genesis_fp16.metrics.last_success import LastSuccessStore, LastSuccessUnreadable
 from genesis_fp16.metrics.watch_state import watch_state
 from genesis_fp16.status.history import AgentHistory, gather_history
 from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.layout import AGENTS_FOLDER, SERVED_POINTER
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     REPAIR,
@@ -42,6 +40,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     pointer_path,
     read_json,
 )
+from genesis_fp16_infrastructure.agent_folder.run_history import LastRun
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionName,
     precision_name,
@@ -181,18 +180,18 @@ def gather_agent(
     state_dir: Path, name: str, installed: bool, next_run: NextRun, idle_seconds: float = 86400.0
 ) -> AgentStatus:
     """One agent's part of the report, from its folder under ``state_dir``."""
-    paths = AgentPaths.for_agent(state_dir, name)
+    folder = AgentFolder(state_dir, name)
     problems: list[str] = []
     try:
-        last_run = load_last_run(paths)
-    except LastRunUnreadable as exc:
+        last_run = folder.last_run()
+    except files.UnusableStateFile as exc:  # not a record: said, the page goes on
         last_run, problems = None, [*problems, str(exc)]
     try:
-        last_success = LastSuccessStore(state_dir).load(name)
-    except LastSuccessUnreadable as exc:
+        last_success = folder.last_success()
+    except files.UnusableStateFile as exc:
         last_success, problems = None, [*problems, str(exc)]
-    served, pointer = read_served(paths, idle_seconds)
-    history, more = gather_history(paths, pointer)
+    served, pointer = read_served(folder, idle_seconds)
+    history, more = gather_history(folder, pointer)
     return AgentStatus(
         name=_cut(name),
         installed=installed,
@@ -205,18 +204,20 @@ def gather_agent(
     )
 
 
-def read_served(paths: AgentPaths, idle_seconds: float = 86400.0) -> tuple[ServedModel | None, Any]:
+def read_served(
+    folder: AgentFolder, idle_seconds: float = 86400.0
+) -> tuple[ServedModel | None, Any]:
     """The served-model pointer's entry (None: no pointer, nothing served yet), and the
     pointer's JSON as read (None: none, or unreadable) for the agent's history."""
-    path = pointer_path(paths.checkpoint_dir)
+    path = pointer_path(folder.checkpoint_dir)
     try:
         data = files.read_json(path, SERVED_POINTER)  # a look: the daemon sets it aside
-        if data is None and aside_path(paths.checkpoint_dir).exists():
-            repair = REPAIR.replace("AGENT", paths.root.name)
+        if data is None and aside_path(folder.checkpoint_dir).exists():
+            repair = REPAIR.replace("AGENT", folder.agent)
             error = _cut(f"served-model pointer unusable, set aside: {repair}")
             return ServedModel(error=error), None
         if data is None:
-            return _newest_checkpoint(paths), None
+            return _newest_checkpoint(folder), None
     except files.UnusableStateFile as exc:
         return ServedModel(error=_cut(f"served-model pointer unreadable: {exc}")), None
     return _served_entry(path, data, idle_seconds), data
@@ -264,11 +265,11 @@ def _kept_inconclusive(folder: Path) -> str | None:
     return None
 
 
-def _newest_checkpoint(paths: AgentPaths) -> ServedModel | None:
+def _newest_checkpoint(folder: AgentFolder) -> ServedModel | None:
     """Without a pointer (rlhf_ppo keeps none; se_darwin before its first promotion has
     no checkpoint either) the agent serves its newest checkpoint, if it has one."""
     try:
-        newest = newest_checkpoint(paths.checkpoint_dir)
+        newest = newest_checkpoint(folder.checkpoint_dir)
     except OSError:  # no checkpoint folder yet, or not ours to list
         return None
     if newest is None:

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 import yaml
 
-from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings, load_settings, requested_precision
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -571,10 +571,7 @@ def _shared_state_problems(
         problems.append("the state folder is not on the shared claim")
     if "ReadWriteMany" not in claim["spec"]["accessModes"]:
         problems.append("the claim is not ReadWriteMany")
-    if (
-        Path(flags.get("--checkpoint-dir", ""))
-        != AgentPaths.for_agent(Path(state), agent).checkpoint_dir
-    ):
+    if Path(flags.get("--checkpoint-dir", "")) != AgentFolder(Path(state), agent).checkpoint_dir:
         problems.append(
             "--checkpoint-dir is not the daemon's checkpoint folder on the shared state"
         )

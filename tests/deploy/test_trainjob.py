@@ -14,7 +14,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 
 # The dev extra has it; a bare GPU image does not, and a failed import stops pytest.
 pytest.importorskip("kubeflow_trainer_api")
@@ -123,7 +123,7 @@ def trainjob_problems(text: str) -> list[str]:
     if claim != _documents(MULTINODE.read_text())["PersistentVolumeClaim"]:
         problems.append("the claim differs from multinode-job.yaml's")
     agent = trainer["args"][1]
-    wanted = f"--checkpoint-dir={AgentPaths.for_agent(Path(state), agent).checkpoint_dir}"
+    wanted = f"--checkpoint-dir={AgentFolder(Path(state), agent).checkpoint_dir}"
     if wanted not in trainer["args"]:
         problems.append(
             "--checkpoint-dir is not the daemon's checkpoint folder on the shared state"

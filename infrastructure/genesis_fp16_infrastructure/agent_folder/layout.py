@@ -11,6 +11,7 @@
             loss_scale.json              the fp16 scale carried to the next run
             last_success.json            when the last successful run ended
             last_run.json                the last run: outcome, precision, when, why
+            run_history.jsonl            the recent runs, one JSON line each
             precision_calibration.json   a measured auto's timings
             captured_step_verified.json  the captured step's verdicts against eager
             probe_result.json            the precision probe's record
@@ -59,7 +60,8 @@ _ASIDE = re.compile(
 )
 Home = Literal["state", "agent", "checkpoints", "candidate", "data", "outbox"]
 # json: a record read whole; lock: an flock whose file holds its holder; log: lines a run
-# writes and never reads back; binary: arrays read whole.
+# writes (the run history's end is read back, a bad line skipped and counted, never set
+# aside); binary: arrays read whole.
 Kind = Literal["json", "lock", "log", "text", "binary"]
 
 KIB = 1024
@@ -91,6 +93,9 @@ PRECISION_STATE_LOCK = StateFile(
 CARRIED_SCALE = StateFile("loss_scale.json", "carried_scale", "agent", "json", 4 * KIB)
 LAST_SUCCESS = StateFile("last_success.json", "last_success", "agent", "json", 4 * KIB)
 LAST_RUN = StateFile("last_run.json", "last_run", "agent", "json", 16 * KIB)
+# Its bound is what a read takes from its end (agent_folder.run_history: COMPACT_BYTES,
+# then a line of LINE_BYTES: 2 * 50 * 4 KiB + 4 KiB).
+RUN_HISTORY = StateFile("run_history.jsonl", "run_history", "agent", "log", 404 * KIB)
 CALIBRATION = StateFile(
     "precision_calibration.json", "precision_calibration", "agent", "json", 1 * MIB
 )
@@ -131,6 +136,7 @@ LAYOUT: tuple[StateFile, ...] = (
     CARRIED_SCALE,
     LAST_SUCCESS,
     LAST_RUN,
+    RUN_HISTORY,
     CALIBRATION,
     CAPTURE_VERDICTS,
     PROBE_RECORD,
@@ -159,6 +165,50 @@ RECORD_CACHE_FOLDER = "record_cache"
 OUTBOX_FOLDER = "outbox"  # the agent's events to announce (agent_folder.outbox)
 OUTBOX_STAGED_FOLDER = "staged"  # in it: a verdict's event until its verdict is written
 BUNDLES_FOLDER = "fault_bundles"  # the flight recorder's fault bundles (training.flight)
+
+
+# An agent's name is its folder's (``agents/<agent>/``), a metric label and a settings key:
+# never a path out of the state folder, a separator, a NUL or a newline.
+AGENT_NAME_PATTERN = "[a-z][a-z0-9_]{0,63}"
+_AGENT_NAME = re.compile(AGENT_NAME_PATTERN)
+# A refused name is shown cut: a 300-character one need not fill the line.
+_SHOWN_CHARS = 80
+
+
+def is_agent_name(name: object) -> bool:
+    """Whether ``name`` is an agent name (a ``str`` matching the pattern in full)."""
+    return isinstance(name, str) and _AGENT_NAME.fullmatch(name) is not None
+
+
+def check_agent_name(name: object) -> str:
+    """``name`` when it is an agent name; a one-line :class:`ValueError` naming it otherwise.
+
+    >>> check_agent_name("my_agent")
+    'my_agent'
+    >>> check_agent_name("../escape")
+    Traceback (most recent call last):
+    ...
+    ValueError: agent name '../escape' is not valid: use [a-z][a-z0-9_]{0,63} (...)
+    """
+    if is_agent_name(name):
+        return str(name)
+    raise ValueError(
+        f"agent name {shown_name(name)} is not valid: use {AGENT_NAME_PATTERN} (a lower-case "
+        "letter, then up to 63 lower-case letters, digits and _)"
+    )
+
+
+def shown_name(name: object) -> str:
+    """``name`` quoted for one line of text (its newlines escaped), cut when long.
+
+    >>> print(shown_name("a\\nb"), shown_name("x" * 300)[-20:])
+    'a\\nb' ... (300 characters)
+    """
+    text = repr(name)
+    if len(text) <= _SHOWN_CHARS:
+        return text
+    size = f" ({len(name)} characters)" if isinstance(name, str) else ""
+    return f"{text[:_SHOWN_CHARS]}...{size}"
 
 
 def agent_root(state_dir: Path, agent: str) -> Path:

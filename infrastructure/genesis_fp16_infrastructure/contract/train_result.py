@@ -10,11 +10,26 @@ Part of the plugin contract: import these from ``genesis_fp16_infrastructure.con
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from genesis_fp16_infrastructure.agent_folder.run_history import (
+    PRECISION_REASON_CHARS,
+    GateMark,
+    LastRun,
+    LiveMark,
+    RunEntry,
+    cut,
+    drift_warning,
+    finite,
+    score_name,
+    score_of,
+    short,
+    text,
+)
 from genesis_fp16_infrastructure.contract.reports import (
     Calibration,
     DataReport,
@@ -27,6 +42,10 @@ from genesis_fp16_infrastructure.contract.reports import (
     RangeSummary,
 )
 from genesis_fp16_infrastructure.record_codec import decode_record, encode_record
+from genesis_fp16_infrastructure.training.precision.carried_scale import (
+    CarriedScale,
+    carry_after_run,
+)
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionName,
     RequestedName,
@@ -248,6 +267,62 @@ class TrainResult:
         )
         return cls(**{**fields_, **reported})
 
+    def reason(self) -> str:
+        """Why the run ended as it did, in one line: the learning failure, the gate's
+        verdict, why the model was up to date, or that it trained."""
+        if self.failure is not None:
+            return f"learned nothing ({self.failure}): {self.failure_detail}".rstrip(": ")
+        if self.up_to_date:
+            why = self.up_to_date_against
+            return f"up to date: {why}" if why else "up to date"
+        if self.gate is not None:
+            return f"{self.gate.outcome}: {self.gate.reason or 'no reason given'}"
+        stopped = " (stopped early)" if self.stopped_early else ""
+        return f"trained {self.steps} steps in {self.precision_used}{stopped}"
+
+    def carried_scale(self) -> CarriedScale | None:
+        """The loss scale this run carries to the agent's next: its last scale when it
+        ended in fp16 undemoted, else None (the carried one is forgotten)."""
+        demoted = bool(self.demotions)
+        used, scale = self.precision_used, float(self.loss_scale)
+        return carry_after_run(self.precision_requested, used, scale, demoted=demoted)
+
+    def run_record(self, duration: float, source: str, when: float | None = None) -> LastRun:
+        """The run's record as its agent folder keeps it (``last_run.json``, and the
+        history's): ``source`` ran it (``daemon``, ``train``) in ``duration`` seconds,
+        ending at ``when`` (default: now)."""
+        figures = list(self.eval.items())[:12]
+        return LastRun(
+            outcome=self.outcome,
+            precision=self.precision_used,
+            precision_requested=self.precision_requested,
+            finished_at=time.time() if when is None else when,
+            duration_seconds=round(duration, 3),
+            reason=short(self.reason()),
+            source=source,
+            steps=self.steps,
+            eval={k: float(v) for k, v in figures if finite(v) is not None} or None,
+            precision_reason=short(self.precision_reason, PRECISION_REASON_CHARS),
+        )
+
+    def history_entry(self, record: LastRun) -> RunEntry:
+        """The run's entry in its agent's history: ``record`` (its :meth:`run_record`)
+        with what the result reports beyond it."""
+        demotions = tuple(
+            cut(f"{d.from_} to {d.to} at step {d.step}: {d.reason}") for d in self.demotions[:4]
+        )
+        drift = self.drift
+        return RunEntry(
+            run=record,
+            loss_scale=finite(self.loss_scale),
+            skipped_steps=self.skipped_steps,
+            demotions=demotions,
+            quarantined=self.quarantined,
+            drift=drift_warning(drift.flagged, drift.label_shift_flagged) if drift else None,
+            gate=None if self.gate is None or self.up_to_date else _gate_mark(self.gate),
+            live=None if self.live is None else LiveMark.of(self.live.to_json()),
+        )
+
     def to_json(self) -> dict[str, Any]:
         """The ``train --json`` object: JSON-ready, NaN and infinities as null, each
         record as its JSON object."""
@@ -265,3 +340,18 @@ class TrainResult:
             data = {**data, "checkpoint": None}
         found: TrainResult = decode_record(cls, data, "TrainResult")
         return found
+
+
+def _gate_mark(gate: GateReport) -> GateMark:
+    """The gate's verdict as the history marks it: both models' scores on its first set."""
+    metric = score_name(gate.candidate) or score_name(gate.served)
+    named = gate.candidate or gate.served
+    return GateMark(
+        outcome=gate.outcome,
+        metric=metric,
+        set=None if named is None else text(named.name),
+        candidate=score_of(gate.candidate, metric),
+        served=score_of(gate.served, metric),
+        candidate_id=text(gate.candidate_id),
+        served_id=text(gate.served_id),
+    )

@@ -13,8 +13,8 @@ import pytest
 import torch
 from daemon_harness import daemon_env
 
-from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.training import TrainerConfig
 from genesis_fp16_infrastructure.training.precision import capabilities
 from genesis_fp16_infrastructure.training.precision.precision import DeviceCapabilities
@@ -70,7 +70,7 @@ def test_show_prints_the_measurement_and_reset_forgets_it(
     """A real measurement (bf16 taken as native) is shown as a table and reset deletes it."""
     caps = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native")
     monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: caps)
-    path = AgentPaths.for_agent(tmp_path, AGENT).calibration_path
+    path = AgentFolder(tmp_path, AGENT).calibration_path
     path.parent.mkdir(parents=True)
     found = cal.calibrate(_Tiny(), "cpu", 0, TrainerConfig(), cache=path, budget_s=0.2)
     assert found is not None
@@ -102,7 +102,7 @@ def test_show_prints_the_measurement_and_reset_forgets_it(
 def test_show_survives_a_corrupt_cache(tmp_path: Path) -> None:
     """A torn or malformed calibration file is reported in one line, not a traceback,
     and set aside (the agent folder's one policy): the next show finds none."""
-    path = AgentPaths.for_agent(tmp_path, AGENT).calibration_path
+    path = AgentFolder(tmp_path, AGENT).calibration_path
     path.parent.mkdir(parents=True)
     path.write_text('{"rows": [}')
     said = _cli(tmp_path, "precision", "show", AGENT).stdout
@@ -145,7 +145,7 @@ def test_reset_takes_turns_with_the_daemon_recording_a_demotion(
 
     monkeypatch.setenv("GENESIS_FP16_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.chdir(tmp_path)
-    path = AgentPaths.for_agent(tmp_path / "state", "se_darwin").precision_state_path
+    path = AgentFolder(tmp_path / "state", "se_darwin").precision_state_path
     path.parent.mkdir(parents=True)
     done = threading.Event()
     reset = threading.Thread(
@@ -246,7 +246,7 @@ def test_train_names_every_timed_precision_and_times_a_loaded_measurement_again(
     for row in rows:
         said = rf"{row['precision']} eager [\d.]+ ms \([\d.]+-[\d.]+\)"
         assert re.search(said, first["precision_reason"]), (said, first["precision_reason"])
-    path = AgentPaths.for_agent(tmp_path, "rlhf_ppo").calibration_path
+    path = AgentFolder(tmp_path, "rlhf_ppo").calibration_path
     _keep_with_spread(path, 2.0)
     second = _train_auto(tmp_path)
     assert (

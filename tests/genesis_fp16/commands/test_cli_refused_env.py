@@ -29,8 +29,8 @@ from genesis_fp16.commands.reading import (
     SETTINGS_USE,
     commands_that,
 )
-from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16_infrastructure.agent_folder import outbox
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.training.precision.precision_memory import (
     PrecisionMemory,
@@ -117,7 +117,7 @@ def world(tmp_path: Path) -> dict[str, object]:
     """A working folder with the refused .env and, in the state folder its good line
     names, se_darwin's remembered demotion and one event in its outbox."""
     (tmp_path / ".env").write_text(ENV_FILE)
-    agent = AgentPaths.for_agent(tmp_path / "kept-state", "se_darwin")
+    agent = AgentFolder(tmp_path / "kept-state", "se_darwin")
     agent.root.mkdir(parents=True)
     demotion = PrecisionMemory("fp16", "bf16", "overflow_rate", 40, 30, "2026-11-25T20:00:00Z")
     write_precision_memory(agent.precision_state_path, demotion)

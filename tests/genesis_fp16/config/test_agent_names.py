@@ -11,10 +11,10 @@ import pytest
 from daemon_harness import daemon_env
 
 from genesis_fp16.config.agent_names import AGENT_NAME_PATTERN, check_agent_name
-from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.plugins import PluginError, discover_plugins, load_plugin
 from genesis_fp16.config.plugins import scan_entry_points as scan
 from genesis_fp16.config.settings import SettingsError, load_settings
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 
 # What must never be an agent's name: each is a path out of, or a mess in, the state folder.
 HOSTILE = ["../x", "a/b", "", "x" * 300, "a\0b", "a\nb", "..", "A", "se-darwin", "x" * 65]
@@ -25,20 +25,20 @@ HOSTILE_ENTRY_POINTS = ["../x", "a/b", "x" * 300, "a\0b", "..", "Se_Darwin"]
 @pytest.mark.parametrize("name", HOSTILE, ids=repr)
 def test_a_hostile_name_is_refused_in_one_line(name: str) -> None:
     """The one check refuses it in one line that quotes it (newlines escaped), with the
-    pattern; AgentPaths builds no path from it."""
+    pattern; AgentFolder builds no path from it."""
     with pytest.raises(ValueError) as caught:
         check_agent_name(name)
     message = str(caught.value)
     assert len(message.splitlines()) == 1 and AGENT_NAME_PATTERN in message
     with pytest.raises(ValueError):
-        AgentPaths.for_agent(Path("state"), name)
+        AgentFolder(Path("state"), name)
 
 
 @pytest.mark.parametrize("name", ["a", "se_darwin", "rlhf_ppo", "a" + "0" * 63])
 def test_an_agent_name_passes(name: str) -> None:
     """Lower-case letters, digits and _, a letter first, at most 64 characters."""
     assert check_agent_name(name) == name
-    assert AgentPaths.for_agent(Path("state"), name).root == Path("state", "agents", name)
+    assert AgentFolder(Path("state"), name).root == Path("state", "agents", name)
 
 
 def test_every_hostile_entry_point_is_refused_and_listed(

@@ -1,5 +1,6 @@
 """A state folder copied or mounted elsewhere keeps working: the paths it stores are
-relative to it (the sample-data marker), and old absolute ones are still read."""
+relative to it (the sample-data marker, ``AgentFolder.sample_data``), and old absolute
+ones are still read."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from genesis_fp16.config.paths import AgentPaths, ensure_sample_data
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 
 
 class _Writer:
@@ -32,11 +33,11 @@ def test_a_copied_state_folder_finds_its_sample_data(tmp_path: Path) -> None:
     """Generated under ./a, the folder copied to ./b and ./a removed: b's data is found
     under b (not regenerated), and the marker names no absolute path."""
     plugin = _Writer()
-    first = ensure_sample_data(plugin, AgentPaths.for_agent(tmp_path / "a", "writer"), 10)  # type: ignore[arg-type]
+    first = AgentFolder(tmp_path / "a", "writer").sample_data(plugin.generate_sample_data, 10, 0)
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     shutil.rmtree(tmp_path / "a")
-    moved = AgentPaths.for_agent(tmp_path / "b", "writer")
-    found = ensure_sample_data(plugin, moved, 10)  # type: ignore[arg-type]
+    moved = AgentFolder(tmp_path / "b", "writer")
+    found = moved.sample_data(plugin.generate_sample_data, 10, 0)
     assert found.exists() and found == moved.data_dir / first.relative_to(
         tmp_path / "a" / "agents" / "writer" / "data"
     )
@@ -48,13 +49,13 @@ def test_an_old_absolute_marker_is_still_read_after_a_move(tmp_path: Path) -> No
     """A marker written with an absolute path before markers were relative: read as it is
     where it exists, and found under the new folder once the state folder moved."""
     plugin = _Writer()
-    old = AgentPaths.for_agent(tmp_path / "a", "writer")
+    old = AgentFolder(tmp_path / "a", "writer")
     data = plugin.generate_sample_data(old.data_dir, 10, 0)
     (old.data_dir / ".generated").write_text(str(data.resolve()))
-    assert ensure_sample_data(plugin, old, 10) == data.resolve()  # type: ignore[arg-type]
+    assert old.sample_data(plugin.generate_sample_data, 10, 0) == data.resolve()
     shutil.move(tmp_path / "a", tmp_path / "b")
-    moved = AgentPaths.for_agent(tmp_path / "b", "writer")
-    found = ensure_sample_data(plugin, moved, 10)  # type: ignore[arg-type]
+    moved = AgentFolder(tmp_path / "b", "writer")
+    found = moved.sample_data(plugin.generate_sample_data, 10, 0)
     assert found.exists() and found.is_relative_to(tmp_path / "b")
     assert plugin.calls == 1
 
@@ -74,8 +75,8 @@ def test_an_unusable_sample_data_marker_is_set_aside_and_the_data_regenerated(
     monkeypatch.setattr(state_files, "_listeners", [lambda a, f: skipped.append((a, f))])
 
     plugin = _Writer()
-    paths = AgentPaths.for_agent(tmp_path, "writer")
-    first = ensure_sample_data(plugin, paths, 10)  # type: ignore[arg-type]
+    paths = AgentFolder(tmp_path, "writer")
+    first = paths.sample_data(plugin.generate_sample_data, 10, 0)
     marker = paths.data_dir / ".generated"
     marker.unlink()
     if kind == "torn":
@@ -90,9 +91,9 @@ def test_an_unusable_sample_data_marker_is_set_aside_and_the_data_regenerated(
         os.mkfifo(marker)
     else:
         marker.symlink_to(first)
-    assert ensure_sample_data(plugin, paths, 10) == first  # type: ignore[arg-type]
+    assert paths.sample_data(plugin.generate_sample_data, 10, 0) == first
     assert plugin.calls == 2
     assert newest_aside(paths.data_dir / ".generated") is not None
     assert skipped == [("writer", "sample_data_marker")]
-    assert ensure_sample_data(plugin, paths, 10) == first  # type: ignore[arg-type]
+    assert paths.sample_data(plugin.generate_sample_data, 10, 0) == first
     assert plugin.calls == 2  # the new marker is read as before

@@ -15,11 +15,11 @@ from daemon_harness import clear_daemon_env, force_jobs
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.plugins import load_plugin
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.lifecycle import served_checkpoint
 from genesis_fp16_infrastructure.training.step import trainer
 
@@ -122,7 +122,7 @@ def test_a_run_resuming_a_cut_short_candidate_reads_one_checkpoint_before_its_fi
         run_agent_job(ctx, AGENT, plugin)
     monkeypatch.setattr(trainer.Trainer, "step", step)
     ctx.stopping.clear()
-    served = served_checkpoint(AgentPaths.for_agent(tmp_path / "state", AGENT).checkpoint_dir)
+    served = served_checkpoint(AgentFolder(tmp_path / "state", AGENT).checkpoint_dir)
     assert served is not None
     served_bytes = hashlib.sha256(served.read_bytes()).hexdigest()
     reads = _Reads(monkeypatch)
@@ -147,7 +147,7 @@ def test_a_corrupt_served_checkpoint_is_a_one_line_counted_refusal(
     it; the run refuses in one line naming the file, and the job counts a failed run."""
     ctx, plugin = _job(tmp_path, monkeypatch)
     run_agent_job(ctx, AGENT, plugin)
-    served = served_checkpoint(AgentPaths.for_agent(tmp_path / "state", AGENT).checkpoint_dir)
+    served = served_checkpoint(AgentFolder(tmp_path / "state", AGENT).checkpoint_dir)
     assert served is not None
     served.write_bytes(served.read_bytes()[:-10] + b"0123456789")
     with capture_logs() as logs:

@@ -8,8 +8,8 @@ import pytest
 from daemon_harness import DaemonFactory
 from se_darwin_daemon import AGENT, runs, se_darwin_env, write_pool
 
-from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16_infrastructure.agent_folder.files import asides, newest_aside
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 SKIPPED = "genesis_fp16_state_files_skipped_total"
@@ -31,7 +31,7 @@ def test_things_in_the_way_cost_no_failed_run_even_where_the_old_aside_names_are
     pool.mkdir()
     write_pool(pool / "se_darwin.json", generate_pool(300, seed=4))
     (pool / "bad.jsonl").write_text("not a record\n")
-    paths = AgentPaths.for_agent(tmp_path / "state", AGENT)
+    paths = AgentFolder(tmp_path / "state", AGENT)
     run_file, memory = paths.root / "run_request.json", paths.precision_state_path
     for path, taken in (
         (run_file, run_file.with_name("run_request.json.unusable")),

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from daemon_harness import DaemonFactory, DaemonProcess
 
-from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.training.precision import capabilities
 
 pytestmark = pytest.mark.usefixtures("clean_env")
@@ -48,7 +48,7 @@ def test_the_daemon_says_every_timed_precision_and_times_a_loaded_one_again(
     assert timed[0] == "fp32" and len(timed) >= 2, reason
     first.stop()
 
-    path = AgentPaths.for_agent(first.state_dir, AGENT).calibration_path
+    path = AgentFolder(first.state_dir, AGENT).calibration_path
     kept = json.loads(path.read_text())
     for row in kept["rows"]:
         row["p10_ms"], row["p90_ms"] = row["median_ms"], row["median_ms"] * 2.0

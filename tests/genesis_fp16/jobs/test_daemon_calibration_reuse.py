@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from daemon_harness import DaemonFactory, DaemonProcess
 
-from genesis_fp16.config.paths import AgentPaths
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 
 pytestmark = pytest.mark.usefixtures("clean_env")
 
@@ -75,7 +75,7 @@ def test_a_kept_measurement_is_reused_after_a_daemon_restart(
     # bf16 is timed, or skipped past the 1 s deadline on a slow host (said either way)
     assert "timed, median (p10-p90): fp32 eager" in reason and "bf16 eager" in reason, reason
     assert "cached measurement" not in reason, reason
-    path = AgentPaths.for_agent(first.state_dir, AGENT).calibration_path
+    path = AgentFolder(first.state_dir, AGENT).calibration_path
     kept = json.loads(path.read_text())
     assert kept["rows"][0]["precision"] == "fp32"
     assert kept["seconds"] > 0 and set(kept["phases"]) >= {"build", "warmup", "timed"}

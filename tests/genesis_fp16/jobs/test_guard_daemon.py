@@ -13,12 +13,12 @@ from daemon_harness import FIXTURE_PLUGINS, DaemonFactory, DaemonProcess, daemon
 from fake_results import train_result
 from prometheus_client import CollectorRegistry
 
-from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.guard_state import guard_config, record_run
 from genesis_fp16.jobs.run_request import expected_precision, precision_request
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.contract.plugin_api import TrainResult
 from genesis_fp16_infrastructure.contract.reports import Demotion
 from genesis_fp16_infrastructure.training.precision.decide import decide, resolve_precision
@@ -80,7 +80,7 @@ def test_demotion_shows_in_metrics_survives_restart_and_reset_clears_it(
     assert (logged["precision_from"], logged["precision_to"]) == ("fp16", "bf16")
     assert (logged["reason"], logged["step"], logged["rollback_step"]) == ("overflow_rate", 15, 10)
     assert _started_precisions(daemon) == [("fp16", None)]
-    state_path = AgentPaths.for_agent(daemon.state_dir, AGENT).precision_state_path
+    state_path = AgentFolder(daemon.state_dir, AGENT).precision_state_path
     memory = read_precision_memory(state_path)
     assert memory is not None
     assert (memory.demoted_from, memory.demoted_to, memory.reason) == (
@@ -126,7 +126,7 @@ def _settings(tmp_path: Path, **values: object) -> Settings:
 
 
 def _remember(tmp_path: Path, demotion: Demotion = DEMOTION) -> Path:
-    path = AgentPaths.for_agent(tmp_path, AGENT).precision_state_path
+    path = AgentFolder(tmp_path, AGENT).precision_state_path
     write_precision_memory(path, remember_demotions(None, [demotion]))
     return path
 
@@ -245,7 +245,7 @@ def test_record_run_counts_remembers_and_promotes_after_clean_runs(tmp_path: Pat
     """Demotions increment the counter and write the file; N clean bf16 runs promote back."""
     settings = _settings(tmp_path, guard_promote_after_runs=2)
     metrics = DaemonMetrics(CollectorRegistry(), version="test")
-    path = AgentPaths.for_agent(tmp_path, AGENT).precision_state_path
+    path = AgentFolder(tmp_path, AGENT).precision_state_path
     record_run(settings, metrics, AGENT, _result("bf16", [DEMOTION]))
     labels = {"agent": AGENT, "from": "fp16", "to": "bf16", "reason": "overflow_rate"}
     assert metrics.registry.get_sample_value("genesis_fp16_precision_demotions_total", labels) == 1

@@ -16,10 +16,10 @@ from structlog.testing import capture_logs
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "infrastructure" / "training"))
 from guard_faults import CASES, DEMOTED_AT, ROLLBACK_TO, FaultTask, guarded_run
 
-from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.guard_state import record_run
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.training.run.guard import read_precision_memory
 
@@ -60,7 +60,7 @@ def test_a_real_demotion_is_counted_logged_and_remembered(reason: str, tmp_path:
         "bf16",
         reason,
     )
-    memory = read_precision_memory(AgentPaths.for_agent(tmp_path, AGENT).precision_state_path)
+    memory = read_precision_memory(AgentFolder(tmp_path, AGENT).precision_state_path)
     assert memory is not None
     assert (memory.demoted_from, memory.demoted_to, memory.reason) == ("fp16", "bf16", reason)
     assert (memory.step, memory.rollback_step, memory.clean_runs) == (DEMOTED_AT, ROLLBACK_TO, 0)

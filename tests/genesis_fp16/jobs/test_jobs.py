@@ -12,12 +12,11 @@ from daemon_harness import clear_daemon_env
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.metrics.last_run import load_last_run
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.contract.plugin_api import (
     API_VERSION,
     TrainRequest,
@@ -59,7 +58,7 @@ def test_refusal_is_one_line_a_bug_keeps_its_traceback(
     (failed,) = [e for e in logs if e["event"] == "training run failed"]
     assert ("exc_info" in failed) == traceback
     assert failed["error"] == ("RuntimeError: bug" if traceback else str(error))
-    record = load_last_run(AgentPaths.for_agent(tmp_path, AGENT))
+    record = AgentFolder(tmp_path, AGENT).last_run()
     assert record is not None and record.outcome == "failed"
     assert record.reason.endswith(failed["error"])
     runs = metrics.registry.get_sample_value(
@@ -110,13 +109,11 @@ def test_an_unusable_precision_state_is_set_aside_counted_and_floors_at_fp32(
     not failed; the file is set aside, counted once under file=precision_state, and the
     agent trains in fp32 (its floor written back) until `precision reset`."""
     from genesis_fp16.config import state_files
-    from genesis_fp16.config.paths import AgentPaths
-    from genesis_fp16.jobs import guard_state
 
     skipped: list[tuple[str, str]] = []
     monkeypatch.setattr(state_files, "_listeners", [lambda a, f: skipped.append((a, f))])
     ctx = _context(tmp_path, monkeypatch)
-    path = AgentPaths.for_agent(tmp_path, AGENT).precision_state_path
+    path = AgentFolder(tmp_path, AGENT).precision_state_path
     path.parent.mkdir(parents=True, exist_ok=True)
     if kind == "folder":
         path.mkdir()
@@ -138,7 +135,7 @@ def test_an_unusable_precision_state_is_set_aside_counted_and_floors_at_fp32(
     assert skipped == [(AGENT, "precision_state")]
     assert [e["event"] for e in logs].count("training run finished") == 2
     assert newest_aside(path) is not None
-    memory = guard_state.read_precision_memory(path)
+    memory = AgentFolder(tmp_path, AGENT).precision_memory()
     assert memory is not None and memory.demoted_to == "fp32"
 
 
@@ -241,7 +238,7 @@ def test_a_fallback_is_counted_and_logged_and_an_fp16_scale_carried(
     assert counted == 1
     (finished,) = [e for e in logs if e["event"] == "training run finished"]
     assert finished["execution_fallback"] == "capture_failed"
-    carried = read_carried_scale(AgentPaths.for_agent(tmp_path, AGENT).loss_scale_path)
+    carried = read_carried_scale(AgentFolder(tmp_path, AGENT).loss_scale_path)
     assert carried is not None and carried.scale == 4096.0
 
 
@@ -262,7 +259,7 @@ def test_a_run_whose_recording_fails_is_a_counted_failed_run_with_its_error_line
     (failed,) = [e for e in logs if e["event"] == "training run failed"]
     assert failed["error"] == "RuntimeError: cannot carry the scale"
     assert _failed_runs(ctx) == 1
-    record = load_last_run(AgentPaths.for_agent(tmp_path, AGENT))
+    record = AgentFolder(tmp_path, AGENT).last_run()
     assert record is not None and record.reason == "error: RuntimeError: cannot carry the scale"
 
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.jobs.next_run import INITIAL_SCALE, expected_next_run
 from genesis_fp16.jobs.run_request import expected_precision
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.lifecycle import ServedPointer, write_pointer
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
@@ -42,7 +42,7 @@ def test_fp16_reads_its_scale_from_the_served_candidate_not_the_empty_agent_fold
 ) -> None:
     """The agent's folder holds only served.json and candidates/: an fp16 next run's scale
     is the served candidate's checkpoint's."""
-    paths = AgentPaths.for_agent(tmp_path, "se_darwin")
+    paths = AgentFolder(tmp_path, "se_darwin")
     candidate = paths.checkpoint_dir / "candidates" / "c1"
     saved = CheckpointManager(candidate).save(_state("fp16", 512.0))
     relative = str(saved.relative_to(paths.checkpoint_dir))
@@ -54,7 +54,7 @@ def test_fp16_reads_its_scale_from_the_served_candidate_not_the_empty_agent_fold
 def test_a_broken_pointer_reads_the_agent_folder_and_says_so(tmp_path: Path) -> None:
     """A pointer naming a checkpoint that is gone: the agent's own folder is read (here
     empty: the initial scale), no exception reaches the job."""
-    paths = AgentPaths.for_agent(tmp_path, "se_darwin")
+    paths = AgentFolder(tmp_path, "se_darwin")
     paths.checkpoint_dir.mkdir(parents=True)
     write_pointer(paths.checkpoint_dir, ServedPointer({"id": "x", "checkpoint": "gone.pt"}))
     assert expected_next_run(paths, "fp16").loss_scale == INITIAL_SCALE
@@ -63,7 +63,7 @@ def test_a_broken_pointer_reads_the_agent_folder_and_says_so(tmp_path: Path) -> 
 def test_auto_on_the_gauge_is_what_decide_answers_not_the_last_checkpoint(tmp_path: Path) -> None:
     """A measured auto: undecided until a measurement is kept, then decide()'s answer from
     it (the floor applied), whatever precision the newest checkpoint was trained in."""
-    paths = AgentPaths.for_agent(tmp_path, "se_darwin")
+    paths = AgentFolder(tmp_path, "se_darwin")
     CheckpointManager(paths.checkpoint_dir).save(_state("fp16", 512.0))
     request = PrecisionRequest("auto", mode="measure", cache=paths.calibration_path)
     assert expected_precision(request, "cpu") is None

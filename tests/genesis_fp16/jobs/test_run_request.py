@@ -10,7 +10,6 @@ from types import SimpleNamespace
 import pytest
 from structlog.testing import capture_logs
 
-from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import AgentSettings, Settings
 from genesis_fp16.jobs.run_request import (
     RequestOverrides,
@@ -19,6 +18,7 @@ from genesis_fp16.jobs.run_request import (
     plan_request,
 )
 from genesis_fp16_agents.rlhf_ppo import plugin
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.contract.plugin_api import ignored_request_fields
 from genesis_fp16_infrastructure.contract.reports import Demotion
 from genesis_fp16_infrastructure.training.run.guard import (
@@ -88,7 +88,7 @@ def test_guard_memory_lowers_the_settings_request_but_not_an_explicit_flag(
     """A remembered fp16->bf16 demotion: fp16 from the settings runs bf16; --precision fp16 not."""
     settings = Settings(state_dir=tmp_path, ENABLE_FP16_TRAINING=True)  # type: ignore[call-arg]
     demotion = Demotion("fp16", "bf16", "overflow_rate", 5, 0)
-    path = AgentPaths.for_agent(tmp_path, AGENT).precision_state_path
+    path = AgentFolder(tmp_path, AGENT).precision_state_path
     write_precision_memory(path, remember_demotions(None, [demotion]))
     request = plan_request(settings, AGENT, plugin, "cpu").request
     assert (request.precision.requested, request.precision.floor) == ("fp16", "bf16")

@@ -14,11 +14,12 @@ import pytest
 import torch
 from daemon_harness import daemon_env
 
-from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.settings import AgentSettings, Settings
 from genesis_fp16.jobs.run_request import plan_request
 from genesis_fp16.jobs.scale_memory import record_scale
 from genesis_fp16_agents.rlhf_ppo import plugin
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.contract.agent_snapshot import AgentStateFiles
 from genesis_fp16_infrastructure.contract.agent_state import read_agent_state
 from genesis_fp16_infrastructure.contract.plugin_api import TrainResult
 from genesis_fp16_infrastructure.contract.reports import Demotion
@@ -37,8 +38,9 @@ def _settings(tmp_path: Path, precision: str = "fp16") -> Settings:
 
 def carried_scale(settings: Settings, agent: str, requested: str) -> float | None:
     """The scale the agent's next run asking ``requested`` starts at, as its plan reads it."""
-    paths = AgentPaths.for_agent(settings.state_dir, agent)
-    return read_agent_state(paths.state_files()).initial_scale(requested)
+    paths = AgentFolder(settings.state_dir, agent)
+    files = AgentStateFiles(paths.precision_state_path, paths.loss_scale_path, None)
+    return read_agent_state(files).initial_scale(requested)
 
 
 def _result(used: str = "fp16", scale: float = 2048.0, **more: object) -> TrainResult:
@@ -113,7 +115,7 @@ def test_precision_show_prints_it_and_reset_forgets_it(tmp_path: Path) -> None:
     shown = json.loads(_cli(tmp_path, "precision", "show", AGENT, "--json"))
     assert shown["carried_loss_scale"]["scale"] == 512.0
     assert "carried loss scale forgotten" in _cli(tmp_path, "precision", "reset", AGENT)
-    assert not AgentPaths.for_agent(tmp_path, AGENT).loss_scale_path.exists()
+    assert not AgentFolder(tmp_path, AGENT).loss_scale_path.exists()
     assert "none carried" in _cli(tmp_path, "precision", "show", AGENT)
 
 
@@ -122,7 +124,7 @@ def test_precision_show_lists_the_captured_step_verdicts_and_reset_forgets_them(
 ) -> None:
     """A failed verdict is shown as not trusted, with its first difference; reset deletes
     the file so that the next captured run verifies again."""
-    paths = AgentPaths.for_agent(tmp_path, AGENT)
+    paths = AgentFolder(tmp_path, AGENT)
     key = {"precision": "fp16", "execution": "cuda_graph", "device": "cuda X", "torch": "2"}
     write_verdict(paths.verification_path, Verdict(False, "step 5: parameters differ", key, 8))
     shown = _cli(tmp_path, "precision", "show", AGENT)

@@ -26,13 +26,13 @@ import pytest
 from daemon_harness import clear_daemon_env
 from prometheus_client import CollectorRegistry
 
-from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.config.plugins import load_plugin
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.jobs.run_request import plan_request
 from genesis_fp16.launch.launcher import train_in_child
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.data import manifest
 
 AGENT = "se_darwin"
@@ -127,7 +127,7 @@ def test_a_job_on_changed_data_reads_each_state_file_once_in_its_plan(
     with _counting(monkeypatch) as counts:
         run_agent_job(ctx, AGENT, plugin)
     assert _outcomes(ctx) == {"success": 2, "up_to_date": None, "failed": None}
-    folder = AgentPaths.for_agent(tmp_path / "state", AGENT).checkpoint_dir
+    folder = AgentFolder(tmp_path / "state", AGENT).checkpoint_dir
     pointer = json.loads((folder / "served.json").read_text())
     assert pointer["served"]["how"] == "gate"  # promoted: the pointer was written back
     assert counts["served.json"] <= 3, counts

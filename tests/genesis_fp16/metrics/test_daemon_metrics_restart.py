@@ -18,8 +18,7 @@ import torch
 from daemon_harness import DaemonFactory, DaemonProcess, launch
 from prometheus_client.parser import text_string_to_metric_families
 
-from genesis_fp16.config.paths import AgentPaths
-from genesis_fp16.metrics.last_success import LastSuccessStore, LastSuccessUnreadable
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder, LastSuccessUnreadable
 from genesis_fp16_infrastructure.training import (
     CheckpointManager,
     PrecisionPolicy,
@@ -77,9 +76,7 @@ def _plant_checkpoint(state_dir: Path, agent: str, precision: str, scale: float)
     model = torch.nn.Linear(4, 2)
     policy = PrecisionPolicy.create(precision, "cpu", ScalerConfig(init_scale=scale))
     trainer = Trainer(model, [torch.optim.SGD(model.parameters(), lr=0.1)], policy)
-    CheckpointManager(AgentPaths.for_agent(state_dir, agent).checkpoint_dir).save(
-        trainer.state_dict()
-    )
+    CheckpointManager(AgentFolder(state_dir, agent).checkpoint_dir).save(trainer.state_dict())
 
 
 def _stop(daemon: DaemonProcess) -> None:
@@ -118,13 +115,13 @@ def test_an_unusable_last_success_file_is_skipped_and_counted(
     start-up), is logged and counted; the daemon starts with 0 for that agent, and the
     other agent keeps its stored time."""
     state_dir = tmp_path / "state"
-    path = AgentPaths.for_agent(state_dir, GOOD).last_success_path
+    path = AgentFolder(state_dir, GOOD).last_success_path
     path.parent.mkdir(parents=True)
     if hazard == "torn":
         path.write_text('{"version": 1, "last_success_timestamp_sec')
     else:
         os.mkfifo(path)
-    LastSuccessStore(state_dir).save(RAISING, 1_700_000_000.5)
+    AgentFolder(state_dir, RAISING).save_last_success(1_700_000_000.5)
     daemon = daemon_factory(
         {
             "GENESIS_FP16_PLUGIN_ALLOWLIST": f"{GOOD},{RAISING}",
@@ -168,7 +165,7 @@ def _keep_measurement(state_dir: Path, agent: str) -> None:
         Measured("fp32", "eager", 2.0, 2.0, 2.0, 3),
         Measured("bf16", "eager", 1.0, 1.0, 1.0, 3),
     )
-    path = AgentPaths.for_agent(state_dir, agent).calibration_path
+    path = AgentFolder(state_dir, agent).calibration_path
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(Calibration("bf16", "measured", rows, {}, {}, 0.1).to_json()))
 
@@ -208,11 +205,11 @@ def test_precision_and_loss_scale_are_exported_from_the_first_scrape(
 def test_store_round_trip_and_what_it_refuses(tmp_path: Path) -> None:
     """The store reads back what it wrote, None when there is nothing, and refuses (one
     line naming the file) a wrong version, a non-number, a non-positive time and a folder."""
-    store = LastSuccessStore(tmp_path)
-    assert store.load("a") is None
-    store.save("a", 1_763_900_000.25)
-    assert store.load("a") == 1_763_900_000.25
-    path = store.path("a")
+    store = AgentFolder(tmp_path, "a")
+    assert store.last_success() is None
+    store.save_last_success(1_763_900_000.25)
+    assert store.last_success() == 1_763_900_000.25
+    path = store.last_success_path
     for bad in (
         {"version": 2, "last_success_timestamp_seconds": 1.0},
         {"version": 1, "last_success_timestamp_seconds": "yesterday"},
@@ -222,8 +219,8 @@ def test_store_round_trip_and_what_it_refuses(tmp_path: Path) -> None:
     ):
         path.write_text(json.dumps(bad))
         with pytest.raises(LastSuccessUnreadable, match=r"last_success\.json"):
-            store.load("a")
+            store.last_success()
     path.unlink()
     path.mkdir()
     with pytest.raises(LastSuccessUnreadable, match=r"last_success\.json"):
-        store.load("a")
+        store.last_success()

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from genesis_fp16.config.paths import AgentPaths
-from genesis_fp16.metrics.last_run import from_error
-from genesis_fp16.metrics.run_history import GateMark, RunEntry, append_run
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.agent_folder.run_history import GateMark, LastRun, RunEntry
 
 # An agent name cannot carry markup ([a-z][a-z0-9_]{0,63}: genesis_fp16/config/agent_names.py);
 # a folder beside the agents' named with some is no agent's, and the report leaves it out.
@@ -72,17 +71,17 @@ def seed_hostile_agent(state_dir: Path) -> Path:
     pointer = {"version": 1, "served": served, "history": [], "pinned": True, "sequence": 1,
                "journal": [rollback]}  # fmt: skip
     (root / "checkpoints" / "served.json").write_text(json.dumps(pointer))
-    _seed_hostile_history(AgentPaths(root))
+    _seed_hostile_history(AgentFolder.at(root))
     return root
 
 
-def _seed_hostile_history(paths: AgentPaths) -> None:
+def _seed_hostile_history(folder: AgentFolder) -> None:
     """A run in the history with a hostile reason, candidate id and drift warning."""
     run = replace(
-        from_error("failed", HOSTILE_REASON, 2.0, "daemon"), precision_reason=HOSTILE_REASON
+        LastRun.of_error("failed", HOSTILE_REASON, 2.0, "daemon"), precision_reason=HOSTILE_REASON
     )
     gate = GateMark("rejected", "auc", HOSTILE_REASON, 0.6, 0.7, HOSTILE_MODEL, HOSTILE_MODEL)
-    append_run(paths, RunEntry(replace(run, finished_at=1_700_000_000.0), gate=gate,
+    folder.append_run(RunEntry(replace(run, finished_at=1_700_000_000.0), gate=gate,
                                drift=HOSTILE_REASON))  # fmt: skip
 
 

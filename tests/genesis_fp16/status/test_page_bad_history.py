@@ -9,18 +9,18 @@ from pathlib import Path
 from daemon_harness import start_daemon
 from status_pages import HOSTILE_AGENT, seed_hostile_agent
 
-from genesis_fp16.config.paths import AgentPaths
-from genesis_fp16.metrics.run_history import decode_entry, history_path, load_history
 from genesis_fp16.status.when import clock
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.agent_folder.run_history import decode_entry
 
 
-def _spoil(state_dir: Path) -> AgentPaths:
+def _spoil(state_dir: Path) -> AgentFolder:
     """The hostile agent's history with two bad lines after its good one: a run that
     finished at 1e308 (valid JSON) and one whose reason holds bytes that are not UTF-8;
     its last run finished at 1e308 too."""
     root = seed_hostile_agent(state_dir)
-    paths = AgentPaths(root)
-    path = history_path(paths)
+    folder = AgentFolder.at(root)
+    path = folder.history_path
     good = path.read_bytes().splitlines()[-1]
     huge = json.loads(good)
     huge["run"]["finished_at"] = 1e308
@@ -29,15 +29,15 @@ def _spoil(state_dir: Path) -> AgentPaths:
         stream.write(json.dumps(huge, separators=(",", ":")).encode() + b"\n" + not_utf8 + b"\n")
     last = root / "last_run.json"
     last.write_text(last.read_text().replace("1700000000.0", "1e308"))
-    return paths
+    return folder
 
 
 def test_bad_history_lines_are_skipped_and_counted(tmp_path: Path) -> None:
     """Either line reads as no entry; the good line stays; two are counted unreadable."""
-    paths = _spoil(tmp_path)
-    lines = history_path(paths).read_bytes().splitlines()
+    folder = _spoil(tmp_path)
+    lines = folder.history_path.read_bytes().splitlines()
     assert [decode_entry(line) is None for line in lines] == [False, True, True]
-    found = load_history(paths)
+    found = folder.history()
     assert (len(found.entries), found.unreadable) == (1, 2)
     assert clock(1e308) == "not a time (1e+308)"
 

@@ -23,9 +23,6 @@ from status_pages import (
     text_rows,
 )
 
-from genesis_fp16.config.paths import AgentPaths
-from genesis_fp16.metrics.last_run import REASON_CHARS, from_error, load_last_run, save_last_run
-from genesis_fp16.metrics.run_history import append_run, entry_of
 from genesis_fp16.service.state_lock import hold_state_folder
 from genesis_fp16.status.render import render_html, render_text
 from genesis_fp16.status.report import (
@@ -35,6 +32,8 @@ from genesis_fp16.status.report import (
     StatusReport,
     gather_status,
 )
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.agent_folder.run_history import REASON_CHARS, LastRun, RunEntry
 
 ROOT = Path(__file__).resolve().parents[3]
 IDLE = DaemonStatus(False, None, None, None, None, None, "not running")
@@ -202,9 +201,11 @@ def test_the_report_is_bounded(tmp_path: Path) -> None:
 def test_a_long_reason_is_kept_to_one_bounded_line(tmp_path: Path) -> None:
     """A failure's reason (a traceback's lines, say) is kept as one line of at most
     REASON_CHARS characters, and reads back as it was written."""
-    paths = AgentPaths(tmp_path / "agents" / "se_darwin")
-    save_last_run(paths, from_error("failed", "line one\nline two " + "x" * 1000, 1.0, "daemon"))
-    record = load_last_run(paths)
+    folder = AgentFolder(tmp_path, "se_darwin")
+    folder.save_last_run(
+        LastRun.of_error("failed", "line one\nline two " + "x" * 1000, 1.0, "daemon")
+    )
+    record = folder.last_run()
     assert record is not None and record.reason.startswith("line one line two xx")
     assert len(record.reason) == REASON_CHARS and "\n" not in record.reason
 
@@ -217,8 +218,8 @@ def test_an_unchanged_history_is_not_read_or_drawn_again(tmp_path: Path) -> None
     again = gather_status(tmp_path, [], IDLE, _no_schedule, now=1_800_000_000.0)
     assert again.agents[0].history is first.agents[0].history
     assert render_html(again) == render_html(first)
-    paths = AgentPaths(tmp_path / "agents" / HOSTILE_AGENT)
-    append_run(paths, entry_of(None, from_error("failed", "the newest run", 1.0, "daemon")))
+    folder = AgentFolder(tmp_path, HOSTILE_AGENT)
+    folder.append_run(RunEntry(LastRun.of_error("failed", "the newest run", 1.0, "daemon")))
     later = gather_status(tmp_path, [], IDLE, _no_schedule)
     assert [e.run.reason for e in later.agents[0].history.runs][-1] == "the newest run"
     assert "the newest run" in render_html(later).decode()
@@ -253,7 +254,7 @@ def _pointer(state: Path, served_at: str, history: list[dict[str, object]]) -> N
     ]  # fmt: skip
     served = {"id": "m2", "served_at": served_at, "how": "gate",
               "live": {"records": 720, "updated_at": served_at, "segments": segments}}  # fmt: skip
-    folder = AgentPaths.for_agent(state, "se_darwin").checkpoint_dir
+    folder = AgentFolder(state, "se_darwin").checkpoint_dir
     folder.mkdir(parents=True)
     pointer = {"version": 1, "served": served, "history": history, "pinned": None}
     (folder / "served.json").write_text(json.dumps(pointer))

@@ -7,11 +7,15 @@ from __future__ import annotations
 import math
 import xml.etree.ElementTree as ET
 
-from genesis_fp16.metrics.last_run import LastRun
-from genesis_fp16.metrics.run_history import GateMark, LiveMark, RunEntry
 from genesis_fp16.status.charts import quality_chart, scale_chart, watch_chart
 from genesis_fp16.status.history import AgentHistory, Transition
 from genesis_fp16.status.svg import HEIGHT, KINDS, LEFT, TOP, WIDTH, Chart, Mark, draw_chart
+from genesis_fp16_infrastructure.agent_folder.run_history import (
+    GateMark,
+    LastRun,
+    LiveMark,
+    RunEntry,
+)
 
 NS = "{http://www.w3.org/2000/svg}"
 HOSTILE = '</title><script>alert(1)</script><image href="http://x/y.png"/> & "q"'

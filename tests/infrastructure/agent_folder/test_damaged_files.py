@@ -13,16 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from genesis_fp16.config.paths import AgentPaths, _read_marker
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.config.state_files import locked
 from genesis_fp16.jobs.guard_state import load_memory
 from genesis_fp16.jobs.probe_gate import read_record
 from genesis_fp16.launch.handoff import read_run_file, write_run_file
-from genesis_fp16.metrics.last_run import from_error, save_last_run
-from genesis_fp16.metrics.last_success import LastSuccessStore
 from genesis_fp16.service.state_lock import hold_state_folder
 from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.layout import LAYOUT, StateFile, parse_aside
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     list_candidates,
@@ -30,6 +28,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     read_json,
     set_aside_unusable,
 )
+from genesis_fp16_infrastructure.agent_folder.run_history import LastRun, RunEntry
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
 from genesis_fp16_infrastructure.data.sources import Source
@@ -48,7 +47,7 @@ class Folder:
 
     def __init__(self, tmp: Path) -> None:
         self.state = tmp / "state"
-        self.paths = AgentPaths.for_agent(self.state, AGENT)
+        self.paths = AgentFolder(self.state, AGENT)
         self.candidate = self.paths.checkpoint_dir / "candidates" / "c1"
         self.candidate.mkdir(parents=True)
         self.paths.data_dir.mkdir()
@@ -95,18 +94,29 @@ def _hold(lock: Callable[[], object]) -> Callable[[Folder, Path], None]:
     return take
 
 
+FAILED = LastRun.of_error("failed", "why", 1.0, "daemon")
+
+
+def _sample(folder: Path, count: int, seed: int) -> Path:
+    """A plugin's sample data: one file in its data folder."""
+    path = folder / "sample.json"
+    path.write_text("{}")
+    return path
+
+
 # What reads (or writes) each file in a run: the daemon's or the library's own call.
 CONSUMERS: dict[str, Callable[[Folder, Path], object]] = {
     "precision_state": lambda f, p: load_memory(Settings(state_dir=f.state), AGENT),
     "precision_state_lock": lambda f, p: _hold(lambda: locked(f.paths.precision_state_path))(f, p),
     "carried_scale": lambda f, p: read_carried_scale(p),
-    "last_success": lambda f, p: LastSuccessStore(f.state).stored(AGENT),
-    "last_run": lambda f, p: save_last_run(f.paths, from_error("failed", "why", 1.0, "daemon")),
+    "last_success": lambda f, p: f.paths.stored_last_success(),
+    "last_run": lambda f, p: f.paths.save_last_run(FAILED),
+    "run_history": lambda f, p: f.paths.append_run(RunEntry(FAILED)),
     "precision_calibration": lambda f, p: read_calibration(p),
     "capture_verdicts": lambda f, p: read_verdicts(p),
     "probe_result": lambda f, p: read_record(p),
     "run_request": _run_request,
-    "sample_data_marker": lambda f, p: _read_marker(p, f.paths.data_dir),
+    "sample_data_marker": lambda f, p: f.paths.sample_data(_sample, 1, 0),
     "owner_lock": lambda f, p: _hold(lambda: hold_state_folder(f.state, "serve"))(f, p),
     "served_pointer": lambda f, p: set_aside_unusable(f.paths.checkpoint_dir),
     "pointer_lock": lambda f, p: _hold(lambda: pointer_lock(f.paths.checkpoint_dir))(f, p),

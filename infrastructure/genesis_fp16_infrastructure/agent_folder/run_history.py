@@ -1,32 +1,35 @@
-"""Each agent's recent runs, kept in the state folder for the status page's memory.
+"""An agent's recent runs, kept in its folder for the status page's memory, and the
+record of one run (:class:`LastRun`), which ``last_run.json`` holds alone.
 
 ``last_run.json`` says what the last run did; the page also answers "lately": the last
 runs with their outcome, precision and why, the gate's scores of each candidate, the
 loss scale and skipped steps, the guard's demotions, the quarantined records, the drift
-warnings and the live watch's figures. So the step that records a run
-(genesis_fp16/jobs/recording.py, and a foreground ``train``) also appends one line to
-``<state_dir>/agents/<agent>/run_history.jsonl``::
+warnings and the live watch's figures. So the step that records a run (the daemon's, and
+a foreground ``train``) also appends one line to ``<agent folder>/run_history.jsonl``
+(:data:`~genesis_fp16_infrastructure.agent_folder.layout.RUN_HISTORY`)::
 
-    save_run(paths, record, result)    # last_run.json, and one JSON line at the end
-    history = load_history(paths)      # oldest first, at most KEEP entries
+    append_run(root, entry)            # one JSON line at the end
+    history = load_history(root)       # oldest first, at most KEEP entries
     history.entries[-1].run.outcome    # 'success'
 
 Bounded both ways. A line is at most LINE_BYTES (longer fields are cut before it is
 written). When the file passes COMPACT_BYTES it is rewritten with its newest KEEP
-lines, atomically (a reader sees the old file or the new one); the daemon runs one job
-per agent at a time and a foreground ``train`` is refused while it owns the folder, so
-the file has one writer. A read takes at most READ_BYTES from the end of a regular
-file (a FIFO or a link is never opened for reading), and a line that is not an entry
-(a torn last line after a kill, a hand edit) is skipped and counted, never raised:
-the page says how many. Writing never fails a run: an error is logged.
+lines by the folder's one atomic writer (a reader sees the old file or the new one);
+the daemon runs one job per agent at a time and a foreground ``train`` is refused while
+it owns the folder, so the file has one writer. A folder, FIFO or link at its name is
+set aside before a write, as for every file of the folder. A read takes at most
+READ_BYTES from the end of a regular file (a FIFO or a link is never opened for
+reading), and a line that is not an entry (a torn last line after a kill, a hand edit)
+is skipped and counted, never raised: the page says how many. Writing never fails a
+run: an error is logged.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import stat
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,22 +37,52 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import structlog
 
-from genesis_fp16.config.paths import AgentPaths
-from genesis_fp16.metrics.last_run import LastRun, from_error, from_result, save_last_run
-from genesis_fp16_infrastructure.contract import TrainResult
-from genesis_fp16_infrastructure.contract.reports import GateReport, ScoresOn
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.layout import RUN_HISTORY
+from genesis_fp16_infrastructure.training.precision.precision_names import (
+    PrecisionName,
+    RequestedName,
+)
 
-log = structlog.get_logger("genesis_fp16.run_history")
+logger = logging.getLogger(__name__)
 
-FILE_NAME = "run_history.jsonl"
 VERSION = 1
 KEEP = 50  # entries kept after a compaction: the page shows 10, the charts all of them
 LINE_BYTES = 4 * 1024
 COMPACT_BYTES = 2 * KEEP * LINE_BYTES  # the file never grows past about this
-READ_BYTES = COMPACT_BYTES + LINE_BYTES
+READ_BYTES = RUN_HISTORY.limit  # COMPACT_BYTES + LINE_BYTES
 TEXT_CHARS = 160  # a score's name, a model's id, a drift warning
+# A last run's reason is cut to REASON_CHARS; a measured auto on CUDA names six rows
+# (three precisions, eager and captured) in its precision's reason.
+REASON_CHARS = 400
+PRECISION_REASON_CHARS = 1000
+
+
+@dataclass(frozen=True)
+class LastRun:
+    """One finished run: its outcome (``success``, ``up_to_date``, ``failed``,
+    ``stopped``), the precision it trained in and was asked for, when it ended (Unix
+    time), how long it took, why it ended so (one line), who ran it (``daemon`` or
+    ``train``) and its optimizer steps."""
+
+    outcome: str
+    precision: PrecisionName | None
+    precision_requested: RequestedName | None
+    finished_at: float
+    duration_seconds: float
+    reason: str
+    source: str
+    steps: int | None
+    eval: dict[str, float] | None = None  # the run's eval figures (`model list` shows them)
+    # Why it ran in that precision (a measured auto: every timed precision, its spread).
+    precision_reason: str = ""
+
+    @classmethod
+    def of_error(cls, outcome: str, reason: str, duration: float, source: str) -> LastRun:
+        """The record of a run that ended without a result (failed, or stopped as it
+        started)."""
+        return cls(outcome, None, None, time.time(), round(duration, 3), short(reason), source, 0)
 
 
 class GateMark(msgspec.Struct, frozen=True):
@@ -86,10 +119,10 @@ class LiveMark(msgspec.Struct, frozen=True):
         a hand may have edited): what is not a finite number, a count or true is left out."""
         records = live.get("records")
         return cls(
-            difference=_finite(live.get("difference")),
-            lower=_finite(live.get("lower")),
-            upper=_finite(live.get("upper")),
-            margin=_finite(live.get("margin")),
+            difference=finite(live.get("difference")),
+            lower=finite(live.get("lower")),
+            upper=finite(live.get("upper")),
+            margin=finite(live.get("margin")),
             records=records if isinstance(records, int) and not isinstance(records, bool) else 0,
             regression=live.get("regression") is True,
             rolled_back=live.get("rolled_back") is True,
@@ -120,109 +153,52 @@ class RunHistory:
     unreadable: int = 0
 
 
-def history_path(paths: AgentPaths) -> Path:
-    return paths.root / FILE_NAME
-
-
-def entry_of(result: TrainResult | None, record: LastRun) -> RunEntry:
-    """The history's entry of a run: ``record`` (its last-run record), with what
-    ``result`` reports beyond it (None: the run ended without a result)."""
-    if result is None:
-        return RunEntry(record)
-    demotions = tuple(
-        _cut(f"{d.from_} to {d.to} at step {d.step}: {d.reason}") for d in result.demotions[:4]
-    )
-    drift = result.drift
-    return RunEntry(
-        run=record,
-        loss_scale=_finite(result.loss_scale),
-        skipped_steps=result.skipped_steps,
-        demotions=demotions,
-        quarantined=result.quarantined,
-        drift=_drift_warning(drift.flagged, drift.label_shift_flagged) if drift else None,
-        gate=None if result.gate is None or result.up_to_date else gate_mark(result.gate),
-        live=None if result.live is None else LiveMark.of(result.live.to_json()),
-    )
-
-
-def gate_mark(gate: GateReport) -> GateMark:
-    """The gate's verdict as a mark: both models' scores on its first set."""
-    metric = score_name(gate.candidate) or score_name(gate.served)
-    named = gate.candidate or gate.served
-    return GateMark(
-        outcome=gate.outcome,
-        metric=metric,
-        set=None if named is None else _text(named.name),
-        candidate=score_of(gate.candidate, metric),
-        served=score_of(gate.served, metric),
-        candidate_id=_text(gate.candidate_id),
-        served_id=_text(gate.served_id),
-    )
-
-
-def score_name(scores: ScoresOn | dict[str, Any] | None) -> str | None:
-    """Which score a model's figures are told by: a judged agent's ``loss`` where it
-    has one (its AUC is not a number), else ``auc``, else ``log_loss``; None: none."""
+def score_name(scores: Any) -> str | None:
+    """Which score a model's figures (a gate report's ``ScoresOn``, or its JSON) are
+    told by: a judged agent's ``loss`` where it has one (its AUC is not a number), else
+    ``auc``, else ``log_loss``; None: none."""
     if scores is None:
         return None
     get = scores.get if isinstance(scores, dict) else lambda name: getattr(scores, name, None)
     for name in ("loss", "auc", "log_loss"):
-        if _finite(get(name)) is not None:
+        if finite(get(name)) is not None:
             return name
     return None
 
 
-def score_of(scores: ScoresOn | dict[str, Any] | None, name: str | None) -> float | None:
+def score_of(scores: Any, name: str | None) -> float | None:
     """``scores``' figure ``name`` when it is a finite number, else None."""
     if scores is None or name is None:
         return None
     value = scores.get(name) if isinstance(scores, dict) else getattr(scores, name, None)
-    return _finite(value)
+    return finite(value)
 
 
-def _drift_warning(flagged: tuple[str, ...], label_shift: bool) -> str | None:
+def drift_warning(flagged: tuple[str, ...], label_shift: bool) -> str | None:
+    """The history's line for a run's drift report: the features flagged, and whether the
+    success rate shifted; None when nothing was flagged."""
     if not flagged and not label_shift:
         return None
     what = [f"features {', '.join(flagged[:8])}"] if flagged else []
     what += ["the success rate"] if label_shift else []
-    return _cut("drift flagged: " + " and ".join(what))
+    return cut("drift flagged: " + " and ".join(what))
 
 
-def save_run(paths: AgentPaths, record: LastRun, result: TrainResult | None = None) -> None:
-    """Keep a finished run: ``record`` as the agent's last run, and its entry (with what
-    ``result`` reports) at the end of its history. Never raises for the disk."""
-    save_last_run(paths, record)
-    append_run(paths, entry_of(result, record))
-
-
-def record_foreground(
-    checkpoint_dir: Path, result: TrainResult | None, error: str, started: float
-) -> None:
-    """A foreground ``train``'s record, when it trained the state folder's model (its
-    checkpoints in ``<state_dir>/agents/<agent>/checkpoints``): ``result``, or the
-    one-line ``error`` it ended with. ``started``: ``time.monotonic()`` at its start."""
-    duration = time.monotonic() - started
-    paths = AgentPaths(Path(checkpoint_dir).parent)
-    if result is not None:
-        save_run(paths, from_result(result, duration, "train"), result)
-    else:
-        save_run(paths, from_error("failed", error, duration, "train"))
-
-
-def append_run(paths: AgentPaths, entry: RunEntry) -> None:
-    """Append ``entry`` to the agent's history (compacted past COMPACT_BYTES); a failure
-    is logged, never raised: the run's outcome stands."""
-    path = history_path(paths)
+def append_run(root: Path, entry: RunEntry) -> None:
+    """Append ``entry`` to the history of the agent whose folder is ``root`` (compacted
+    past COMPACT_BYTES); a failure is logged, never raised: the run's outcome stands."""
+    path = RUN_HISTORY.at(root)
     line = encode_entry(entry)
     try:
+        files.clear_way(path, RUN_HISTORY)  # a folder, FIFO or link at its name: set aside
         _append(path, line)
         if path.stat().st_size > COMPACT_BYTES:
             _compact(path)
     except OSError as exc:
-        log.error(
-            "cannot keep the run in the run history: the page will miss it",
-            path=str(path),
-            error=exc.strerror or str(exc),
+        logger.error(
+            "cannot keep the run in the run history: the page will miss it: %s (%s)",
+            path,
+            exc.strerror or exc,
         )
 
 
@@ -258,26 +234,16 @@ def _compact(path: Path) -> None:
     """Rewrite the file with its newest KEEP lines, atomically."""
     data = _tail(path, READ_BYTES)
     lines = [line for line in data.split(b"\n") if line.strip()][-KEEP:]
-    kept = b"".join(line + b"\n" for line in lines)
-    # A temp file beside it, synced, renamed over it: a reader or a kill finds the old
-    # file or the new one. (Not the library's writer: the daemon's seam stays as narrow.)
-    fd, temp = tempfile.mkstemp(prefix=".tmp-", suffix=".jsonl", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(kept)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    # the folder's one atomic writer: a reader or a kill finds the old file or the new one
+    files.write_bytes(path, RUN_HISTORY, b"".join(line + b"\n" for line in lines))
 
 
-def load_history(paths: AgentPaths, last: int = KEEP) -> RunHistory:
-    """The agent's ``last`` recent runs (at most KEEP), oldest first; no file: none.
-    Only the file's last ``last`` lines are read, and counted when unreadable. Raises
-    :class:`HistoryUnreadable` (one line) for a file that cannot be read."""
-    path = history_path(paths)
+def load_history(root: Path, last: int = KEEP) -> RunHistory:
+    """The ``last`` recent runs (at most KEEP) of the agent whose folder is ``root``,
+    oldest first; no file: none. Only the file's last ``last`` lines are read, and
+    counted when unreadable. Raises :class:`HistoryUnreadable` (one line) for a file
+    that cannot be read."""
+    path = RUN_HISTORY.at(root)
     last = max(1, min(last, KEEP))
     try:
         data = _tail(path, min(READ_BYTES, (last + 1) * LINE_BYTES))
@@ -295,7 +261,7 @@ def load_history(paths: AgentPaths, last: int = KEEP) -> RunHistory:
     return RunHistory(tuple(entries), bad)
 
 
-class HistoryUnreadable(ValueError):
+class HistoryUnreadable(files.UnusableStateFile):
     """The history file exists but cannot be read: one line naming it."""
 
 
@@ -337,16 +303,25 @@ def _tail(path: Path, limit: int) -> bytes:
     return data.split(b"\n", 1)[-1] if start else data
 
 
-def _finite(value: Any) -> float | None:
+def finite(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number (not a bool), else None."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None
 
 
-def _text(value: Any) -> str | None:
-    return None if value is None else _cut(str(value))
+def text(value: Any) -> str | None:
+    """``value`` as one cut line (:func:`cut`), None kept."""
+    return None if value is None else cut(str(value))
 
 
-def _cut(text: str, chars: int = TEXT_CHARS) -> str:
+def cut(text: str, chars: int = TEXT_CHARS) -> str:
+    """``text`` on one line, cut to ``chars`` characters."""
     line = " ".join(str(text).split())
     return line if len(line) <= chars else line[: chars - 1] + "…"
+
+
+def short(text: str, limit: int = REASON_CHARS) -> str:
+    """``text`` on one line (a traceback's newlines would break it), cut to ``limit``."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -1,0 +1,302 @@
+"""``AgentFolder``: the one face of an agent's folder, ``<state_dir>/agents/<agent>/``.
+
+Every folder and state file of the agent is a property here, named by the layout
+(:mod:`~genesis_fp16_infrastructure.agent_folder.layout`), and every record the daemon
+keeps between runs has a typed accessor, read and written with the folder's one reader
+and atomic writer: the last run (``last_run.json``: what ``genesis-fp16 status`` shows),
+the last success (``last_success.json``: the daemon's gauge survives a restart), the
+run history (:mod:`.run_history`), the precision's records, and the generated sample
+data's marker::
+
+    folder = AgentFolder(Path("state"), "my_agent")   # ValueError: not an agent name
+    folder.checkpoint_dir        # state/agents/my_agent/checkpoints
+    folder.save_run(record, entry)                      # last_run.json, one history line
+    folder.last_run()            # LastRun | None; UnusableStateFile for a bad file
+    folder.history().entries     # the recent runs, oldest first
+
+It reads no setting and logs nothing of its own: where the state folder is, and what a
+run's result says, are the caller's.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from genesis_fp16_infrastructure.agent_folder import files, records, run_history
+from genesis_fp16_infrastructure.agent_folder import layout as L
+from genesis_fp16_infrastructure.agent_folder.records import Calibration, CaptureVerdict
+from genesis_fp16_infrastructure.agent_folder.run_history import KEEP, LastRun, RunEntry, RunHistory
+from genesis_fp16_infrastructure.training.precision import carried_scale
+from genesis_fp16_infrastructure.training.precision.carried_scale import CarriedScale
+from genesis_fp16_infrastructure.training.precision.precision_memory import (
+    PrecisionMemory,
+    read_precision_memory,
+    write_precision_memory,
+)
+
+logger = logging.getLogger(__name__)
+
+# A plugin's ``generate_sample_data(folder, count, seed)``: the file it wrote.
+Generate = Callable[[Path, int, int], Path]
+VERSION = 1  # of last_run.json and last_success.json
+SUCCESS_FIELD = "last_success_timestamp_seconds"
+
+
+class LastRunUnreadable(files.UnusableStateFile):
+    """The agent's last-run file exists but is not a record: one line naming it."""
+
+
+class LastSuccessUnreadable(files.UnusableStateFile):
+    """The agent's last-success file exists but holds no usable time; one line naming it."""
+
+
+@dataclass(frozen=True)
+class AgentFolder:
+    """The folders, files and records of ``agent`` under the state folder ``state_dir``."""
+
+    state_dir: Path
+    agent: str
+
+    def __post_init__(self) -> None:
+        # The last line, never a path out: the name was checked where it entered.
+        L.check_agent_name(self.agent)
+        object.__setattr__(self, "state_dir", Path(self.state_dir))
+
+    @classmethod
+    def at(cls, root: Path) -> AgentFolder:
+        """The agent folder ``root`` (``<state_dir>/agents/<agent>``)."""
+        root = Path(root)
+        return cls(root.parent.parent, root.name)
+
+    # -- folders ----------------------------------------------------------------------
+    @property
+    def root(self) -> Path:
+        return L.agent_root(self.state_dir, self.agent)
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / L.DATA_FOLDER
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.root / L.CHECKPOINTS_FOLDER
+
+    @property
+    def quarantine_dir(self) -> Path:
+        """A file per run (data.quarantine.new_quarantine_file)."""
+        return self.root / L.QUARANTINE_FOLDER
+
+    # -- files ------------------------------------------------------------------------
+    @property
+    def precision_state_path(self) -> Path:
+        return L.PRECISION_STATE.at(self.root)
+
+    @property
+    def loss_scale_path(self) -> Path:
+        """The loss scale an fp16 run ended with, carried to the agent's next run."""
+        return L.CARRIED_SCALE.at(self.root)
+
+    @property
+    def calibration_path(self) -> Path:
+        """A measured ``auto``'s timings (``precision show`` prints them)."""
+        return L.CALIBRATION.at(self.root)
+
+    @property
+    def verification_path(self) -> Path:
+        """The captured step's verdicts against eager, beside the calibration."""
+        return L.CAPTURE_VERDICTS.at(self.root)
+
+    @property
+    def probe_record_path(self) -> Path:
+        return L.PROBE_RECORD.at(self.root)
+
+    @property
+    def last_run_path(self) -> Path:
+        return L.LAST_RUN.at(self.root)
+
+    @property
+    def last_success_path(self) -> Path:
+        return L.LAST_SUCCESS.at(self.root)
+
+    @property
+    def history_path(self) -> Path:
+        return L.RUN_HISTORY.at(self.root)
+
+    # -- the precision's records --------------------------------------------------------
+    def precision_memory(self) -> PrecisionMemory | None:
+        """The precision guard's remembered demotion; None: none. A broken file raises
+        ValueError (``UnusableStateFile``: not a regular file, over its bound, not UTF-8)."""
+        return read_precision_memory(self.precision_state_path)
+
+    def save_precision_memory(self, memory: PrecisionMemory | None) -> None:
+        """Keep ``memory`` atomically; None forgets the demotion."""
+        write_precision_memory(self.precision_state_path, memory)
+
+    def calibration(self, unusable: files.Listener | None = None) -> Calibration | None:
+        """A measured ``auto``'s kept timings; None: none, another version, or unusable
+        (set aside, reported, and told to ``unusable``)."""
+        return records.read_calibration(self.calibration_path, unusable)
+
+    def capture_verdicts(self, unusable: files.Listener | None = None) -> dict[str, CaptureVerdict]:
+        """The captured step's kept verdicts by key id; {} without a usable file."""
+        return records.read_capture_verdicts(self.verification_path, unusable)
+
+    def carried_scale(self) -> CarriedScale | None:
+        """The fp16 loss scale carried to the next run; None: none, or unusable."""
+        return carried_scale.read_carried_scale(self.loss_scale_path)
+
+    def save_carried_scale(self, carried: CarriedScale | None) -> None:
+        """Carry ``carried`` to the next run, atomically; None forgets the scale."""
+        carried_scale.write_carried_scale(self.loss_scale_path, carried)
+
+    # -- the run records ----------------------------------------------------------------
+    def last_run(self) -> LastRun | None:
+        """The last run, None when none was recorded; :class:`LastRunUnreadable` (an
+        ``UnusableStateFile``) for a file that is not a record."""
+        path = self.last_run_path
+        try:
+            data = files.read_json(path, L.LAST_RUN)
+        except files.UnusableStateFile as exc:
+            raise LastRunUnreadable(str(exc)) from None
+        if data is None:
+            return None
+        try:
+            if not isinstance(data, dict) or data.pop("version", None) != VERSION:
+                raise ValueError(f"not a version {VERSION} record")
+            return msgspec.convert(data, LastRun)
+        except (ValueError, msgspec.ValidationError) as exc:
+            raise LastRunUnreadable(f"{path}: {exc}") from None
+
+    def save_run(self, record: LastRun, entry: RunEntry | None = None) -> None:
+        """Keep a finished run: ``record`` as the last run and its history ``entry`` (a
+        result's: ``TrainResult.history_entry``; None: the record alone) at the end of
+        the history. Never raises for the disk: a failure is logged."""
+        self.save_last_run(record)
+        self.append_run(RunEntry(record) if entry is None else entry)
+
+    def save_last_run(self, record: LastRun) -> None:
+        """Keep ``record`` as the last run; a failure is logged, never raised."""
+        data = {"version": VERSION, **asdict(record)}
+        _write(self.last_run_path, L.LAST_RUN, data, "`status` will show an older run")
+
+    def append_run(self, entry: RunEntry) -> None:
+        """Append ``entry`` to the history; a failure is logged, never raised."""
+        run_history.append_run(self.root, entry)
+
+    def history(self, last: int = KEEP) -> RunHistory:
+        """The ``last`` recent runs, oldest first; ``HistoryUnreadable`` (an
+        ``UnusableStateFile``) for a file that cannot be read (a line that is no entry is
+        counted, never raised)."""
+        return run_history.load_history(self.root, last)
+
+    def last_success(self) -> float | None:
+        """When the last successful run ended (None: never); :class:`LastSuccessUnreadable`
+        for a file that holds no usable time (torn, another format, a FIFO, a time that
+        is not a positive finite number)."""
+        path = self.last_success_path
+        try:
+            data = files.read_json(path, L.LAST_SUCCESS)
+        except files.UnusableStateFile as exc:
+            raise LastSuccessUnreadable(str(exc)) from None
+        if data is None:
+            return None
+        if not isinstance(data, dict) or data.get("version") != VERSION:
+            found = data.get("version") if isinstance(data, dict) else type(data).__name__
+            raise LastSuccessUnreadable(f"{path}: version {found!r}, expected {VERSION}")
+        when = data.get(SUCCESS_FIELD)
+        if isinstance(when, bool) or not isinstance(when, int | float):
+            raise LastSuccessUnreadable(f"{path}: {SUCCESS_FIELD}={when!r} is not a number")
+        if not (math.isfinite(when) and when > 0):
+            raise LastSuccessUnreadable(f"{path}: {SUCCESS_FIELD}={when!r} is not a positive time")
+        return float(when)
+
+    def stored_last_success(self, unusable: files.Listener | None = None) -> float:
+        """The last success time, 0 when never or when its file is unusable: then set
+        aside as ``last_success.json.unusable-*``, reported, and told to ``unusable``."""
+        try:
+            return self.last_success() or 0.0
+        except LastSuccessUnreadable as exc:
+            event = files.set_aside(self.last_success_path, L.LAST_SUCCESS, str(exc))
+            if unusable is not None:
+                unusable(event)
+            return 0.0
+
+    def save_last_success(self, when: float) -> None:
+        """Keep ``when`` as the last success time; a failure is logged, never raised (the
+        run that succeeded stays a success; only a restart would lose its time)."""
+        data = {"version": VERSION, "agent": self.agent, SUCCESS_FIELD: when}
+        _write(self.last_success_path, L.LAST_SUCCESS, data, "a restart will not show it")
+
+    # -- the generated sample data --------------------------------------------------------
+    def sample_data(self, generate: Generate, count: int, seed: int) -> Path:
+        """The agent's generated sample data, ``generate``-d into the data folder on first
+        use. A marker is written after ``generate`` returns, so a generation cut short is
+        redone rather than half-used; it holds the path relative to the data folder, so a
+        state folder copied or mounted elsewhere keeps finding its data."""
+        marker = L.SAMPLE_DATA_MARKER.at(self.data_dir)
+        found = _read_marker(marker, self.data_dir)
+        if found is not None:
+            return found
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        data_path = generate(self.data_dir, count, seed)
+        files.write_bytes(marker, L.SAMPLE_DATA_MARKER, _marker_text(data_path, self.data_dir))
+        return data_path
+
+
+def _write(path: Path, file: L.StateFile, data: Any, lost: str) -> None:
+    """Write a record the run's outcome does not depend on: a failure is logged."""
+    try:
+        files.write_json(path, file, data)
+    except OSError as exc:
+        logger.error("cannot keep %s (%s): %s", path, exc.strerror or exc, lost)
+
+
+def _read_marker(marker: Path, data_dir: Path) -> Path | None:
+    """The marked data path, or None to (re)generate: no marker, or one that is unusable
+    (torn, over its bound, not UTF-8, a folder, a FIFO, a link, naming no file), which is
+    set aside as ``.generated.unusable-*`` and reported. Never a failed run every hour for
+    a file nobody documented."""
+    text = files.load_text(marker, L.SAMPLE_DATA_MARKER)
+    if text is None:
+        return None
+    path = _marked_path(text.strip(), data_dir) if text.strip() else None
+    if path is not None and path.exists():
+        return path
+    moved = files.set_aside(
+        marker, L.SAMPLE_DATA_MARKER, f"{marker}: names no data file ({text.strip()[:200]!r})"
+    )
+    if moved.aside is None and (marker.exists() or marker.is_symlink()):
+        raise files.UnusableStateFile(moved.why)
+    return None  # reported: the sample data is generated again
+
+
+def _marker_text(data_path: Path, data_dir: Path) -> bytes:
+    """The path relative to ``data_dir`` when it lies inside it (a plugin may write
+    elsewhere: that path is kept as it is)."""
+    try:
+        return str(Path(data_path).resolve().relative_to(data_dir.resolve())).encode()
+    except ValueError:
+        return str(data_path).encode()
+
+
+def _marked_path(text: str, data_dir: Path) -> Path:
+    """The marker's path: relative ones under ``data_dir``; an absolute one (written
+    before markers were relative) as it is, or, when the state folder has moved since,
+    its longest tail that exists under ``data_dir``."""
+    path = Path(text)
+    if not path.is_absolute():
+        return data_dir / path
+    if path.exists():
+        return path
+    for start in range(1, len(path.parts)):
+        moved = data_dir.joinpath(*path.parts[start:])
+        if moved.exists():
+            return moved
+    return path
