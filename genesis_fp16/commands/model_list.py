@@ -20,8 +20,6 @@ from genesis_fp16.config.paths import AgentPaths
 from genesis_fp16.metrics.last_run import LastRunUnreadable, load_last_run
 from genesis_fp16.metrics.watch_state import watch_state
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
-    CANDIDATE_META,
-    VERDICT_NAME,
     ServedPointer,
     ServedPointerError,
     aside_path,
@@ -29,10 +27,12 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     list_candidates,
     newest_checkpoint,
     pointer_path,
-    read_json,
+    read_meta,
+    read_verdict,
     repairable_pointer,
     served_checkpoint,
 )
+from genesis_fp16_infrastructure.contract import Outcome
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 
 
@@ -139,8 +139,8 @@ def _rows(folder: Path, pointer: ServedPointer | None) -> list[dict[str, Any]]:
     )
     rows = []
     for candidate in reversed(list_candidates(folder)):
-        meta = read_json(candidate / CANDIDATE_META) or {}
-        verdict = read_json(candidate / VERDICT_NAME) or {}
+        meta = read_meta(candidate) or {}
+        verdict = read_verdict(candidate) or {}
         scores = verdict.get("candidate") or {}
         outcome = verdict.get("outcome", "training")
         served = candidate.name == served_id
@@ -195,10 +195,10 @@ def _gate(row: dict[str, Any]) -> str:
     """The gate's verdict in a few words: an inconclusive one with the records it needs,
     a rejected one with the set or segment that was worse."""
     verdict = str(row.get("gate_verdict") or "-")
-    if verdict == "inconclusive":
+    if verdict == Outcome.INCONCLUSIVE:
         needed = row.get("records_needed")
-        return f"inconclusive, needs {needed}" if needed else "inconclusive"
-    if verdict == "rejected" and row.get("deciding"):
+        return f"{verdict}, needs {needed}" if needed else verdict
+    if verdict == Outcome.REJECTED and row.get("deciding"):
         return f"rejected: {','.join(row['deciding'])}"
     return verdict
 

@@ -41,7 +41,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from genesis_fp16.metrics.watch_state import watch_state
-from genesis_fp16_infrastructure.contract import GateReport, LiveReport
+from genesis_fp16_infrastructure.contract import GateReport, LiveReport, Outcome
 
 LIVE_REGRESSION = "live_regression"  # the watch's rollback reason (judge_sets.LIVE_REGRESSION)
 BOUNDS = ("estimate", "lower", "upper")
@@ -193,7 +193,7 @@ class LiveMetrics:
     def observe(self, agent: str, live: LiveReport | None, gate: GateReport | None) -> None:
         """One run's live report (None: nothing scored) and its gate verdict."""
         self.rollbacks.labels(agent=agent)  # exists at 0 from the agent's first run
-        promoted = gate is not None and gate.outcome == "promoted"
+        promoted = gate is not None and gate.outcome == Outcome.PROMOTED
         if promoted:
             self.regression.labels(agent=agent).set(0)  # a new model: a new watch
         if live is None:

@@ -28,7 +28,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from genesis_fp16_infrastructure.contract import DriftReport, GateReport, ScoresOn
+from genesis_fp16_infrastructure.contract import DriftReport, GateReport, Outcome, ScoresOn
 
 SCORES = ("auc", "log_loss", "loss")  # loss: a judged plugin's mean loss (contract.judging)
 PROMOTING = ("gate", "first")  # the journal kinds of the gate's promotions (lifecycle.serve)
@@ -138,7 +138,7 @@ class PromotionMetrics:
 
     def export_gate(self, agent: str, gate: GateReport) -> None:
         """The verdict's scores; a promotion makes the candidate's the served quality."""
-        promoted = gate.outcome == "promoted"
+        promoted = gate.outcome == Outcome.PROMOTED
         for name in SCORES:
             candidate = _score(gate.candidate, name)
             if candidate is not None:
@@ -153,10 +153,10 @@ class PromotionMetrics:
             for name, margin in (("auc", first.delta_auc), ("log_loss", first.delta_log_loss)):
                 if math.isfinite(margin):
                     self.tolerance.labels(agent=agent, score=name).set(margin)
-        if gate.outcome in ("promoted", "rejected", "inconclusive"):
-            self.rejected.labels(agent=agent).set(float(gate.outcome == "rejected"))
+        if gate.outcome in (Outcome.PROMOTED, Outcome.REJECTED, Outcome.INCONCLUSIVE):
+            self.rejected.labels(agent=agent).set(float(gate.outcome == Outcome.REJECTED))
         self.verdicts.labels(agent=agent, outcome=gate.outcome).inc()
-        needed = gate.records_needed if gate.outcome == "inconclusive" else 0
+        needed = gate.records_needed if gate.outcome == Outcome.INCONCLUSIVE else 0
         self.records_needed.labels(agent=agent).set(math.nan if needed is None else needed)
 
     def count_promotions(self, agent: str, new: Sequence[Mapping[str, Any]]) -> int:

@@ -37,12 +37,14 @@ from genesis_fp16.metrics.run_history import (
     score_name,
     score_of,
 )
+from genesis_fp16_infrastructure.contract import Outcome
 
 CHART_RUNS = 30  # the runs the charts draw (the history keeps more)
 TABLE_RUNS = 10  # the runs the page lists
 QUARANTINE_SCAN = 200
-# The journal's kinds of a transition that served a new model (serve's ``how``).
-PROMOTIONS = ("first", "gate", "promoted", "manual", "adopted")
+# The journal's kinds of a transition that served a new model (serve's ``how``; an older
+# release wrote the outcome's word).
+PROMOTIONS = ("first", "gate", Outcome.PROMOTED, "manual", "adopted")
 TEXT_CHARS = 160
 
 

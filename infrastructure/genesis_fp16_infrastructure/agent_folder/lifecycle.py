@@ -81,6 +81,7 @@ from genesis_fp16_infrastructure.agent_folder.layout import (
 from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META as CANDIDATE_META_FILE
 from genesis_fp16_infrastructure.agent_folder.layout import POINTER_LOCK as POINTER_LOCK_FILE
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
+from genesis_fp16_infrastructure.outcome import Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -445,7 +446,7 @@ def _rolled_back_verdict(
         return {}
     old = read_json(candidate / VERDICT_NAME) or {}
     gate_outcome = old.get("gate_outcome", old.get("outcome"))  # what the gate said
-    new = {**old, **(verdict or {}), "outcome": "rolled_back", "gate_outcome": gate_outcome}
+    new = {**old, **(verdict or {}), "outcome": Outcome.ROLLED_BACK, "gate_outcome": gate_outcome}
     return {candidate.name: _stamped(new)}
 
 
@@ -496,6 +497,16 @@ def read_json(path: Path) -> dict[str, Any] | None:
     unusable: set aside as ``<name>.unusable-*`` and reported (agent_folder.files)."""
     file = {VERDICT_NAME: VERDICT, CANDIDATE_META: CANDIDATE_META_FILE}[Path(path).name]
     return files.load(path, file, files.json_object)
+
+
+def read_verdict(candidate: Path) -> dict[str, Any] | None:
+    """The candidate's verdict; None when it has none yet (training) or an unusable one."""
+    return read_json(Path(candidate) / VERDICT_NAME)
+
+
+def read_meta(candidate: Path) -> dict[str, Any] | None:
+    """The candidate's meta (its data and request); None when absent or unusable."""
+    return read_json(Path(candidate) / CANDIDATE_META)
 
 
 def write_verdict(candidate: Path, verdict: Mapping[str, Any]) -> None:
@@ -593,7 +604,7 @@ def _prunable(candidate: Path, pointer: ServedPointer | None, cutoff: float) -> 
     verdict = read_json(candidate / VERDICT_NAME)
     if verdict is None:  # unfinished and recent: the next run of its data resumes it
         return last_write(candidate) <= min(cutoff, time.time() - UNFINISHED_MIN_DAYS * 86400)
-    if verdict.get("outcome") == "promoted":
+    if verdict.get("outcome") == Outcome.PROMOTED:
         return pointer is not None
     return float(verdict.get("decided_at_s", 0)) <= cutoff  # a recent one kept for inspection
 
@@ -601,7 +612,7 @@ def _prunable(candidate: Path, pointer: ServedPointer | None, cutoff: float) -> 
 def _newest_inconclusive(folder: Path) -> list[str]:
     """The newest ``INCONCLUSIVE_KEEP`` candidates whose verdict is ``inconclusive``."""
     verdicts = [(c.name, read_json(c / VERDICT_NAME) or {}) for c in list_candidates(folder)]
-    return [n for n, v in verdicts if v.get("outcome") == "inconclusive"][-INCONCLUSIVE_KEEP:]
+    return [n for n, v in verdicts if v.get("outcome") == Outcome.INCONCLUSIVE][-INCONCLUSIVE_KEEP:]
 
 
 def _remove(folder: Path, candidate: Path) -> None:
@@ -693,7 +704,7 @@ def promoted_candidates(folder: Path) -> list[dict[str, Any]]:
     for candidate in list_candidates(folder):
         verdict = read_json(candidate / VERDICT_NAME) or {}
         checkpoint = newest_checkpoint(candidate)
-        if verdict.get("outcome") != "promoted" or checkpoint is None:
+        if verdict.get("outcome") != Outcome.PROMOTED or checkpoint is None:
             continue
         found.append((float(verdict.get("decided_at_s") or 0.0), served_entry(folder, candidate)))
     return [entry for _, entry in sorted(found, key=lambda pair: -pair[0]) if entry is not None]

@@ -93,6 +93,7 @@ from genesis_fp16_infrastructure.agent_folder.layout import (
     StateFile,
 )
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
+from genesis_fp16_infrastructure.outcome import Outcome
 
 VERSION = 1
 # The journal's kinds (a serve's ``how``, ``rollback``, ``unpin``, ``repair``) become these
@@ -295,7 +296,7 @@ def announce_journal(
         return written
 
 
-VERDICT_KINDS = {"rejected": "reject", "held": "hold"}
+VERDICT_KINDS: dict[str, str] = {Outcome.REJECTED: "reject", Outcome.HELD: "hold"}
 # What a verdict's event carries (its comparisons' details stay in verdict.json).
 VERDICT_KEYS = (
     "outcome",

@@ -86,7 +86,7 @@ from genesis_fp16_infrastructure.contract.judging import (
     records_are_training_data,
 )
 from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin, TrainRequestError
-from genesis_fp16_infrastructure.contract.reports import GateOutcome, GateReport, LiveReport
+from genesis_fp16_infrastructure.contract.reports import GateReport, LiveReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.judging import stores
@@ -101,6 +101,7 @@ from genesis_fp16_infrastructure.judging.gate import (
 from genesis_fp16_infrastructure.judging.scored_copy import CheckpointChangedError, score_on_copy
 from genesis_fp16_infrastructure.judging.split import HELD_OUT
 from genesis_fp16_infrastructure.judging.watch import watch
+from genesis_fp16_infrastructure.outcome import Finding, Outcome
 from genesis_fp16_infrastructure.training import checkpoint_keys
 from genesis_fp16_infrastructure.training.checkpoint_files import (
     digest_path,
@@ -182,8 +183,7 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
         _continue_from(served.checkpoint, candidate)
     result = plugin.train(replace(request, checkpoint_dir=candidate))
     gate = _judge(judged, request, served, candidate, result)
-    rejected: GateOutcome = "rejected"
-    return replace(result, gate=gate, rejected=gate.outcome == rejected, live=_live(live))
+    return replace(result, gate=gate, rejected=gate.outcome == Outcome.REJECTED, live=_live(live))
 
 
 def _live(figures: dict[str, Any] | None) -> LiveReport | None:
@@ -255,7 +255,7 @@ def _last_judged(folder: Path, served_id: str | None) -> np.ndarray | None:
     return None
 
 
-_NOT_SERVED: tuple[GateOutcome, ...] = ("rejected", "held", "undecided", "inconclusive")
+_NOT_SERVED = (Outcome.REJECTED, Outcome.HELD, Outcome.UNDECIDED, Outcome.INCONCLUSIVE)
 
 
 def _meta(request: TrainRequest, served: _Served) -> dict[str, Any]:
@@ -305,22 +305,22 @@ def _judge(
     if result.failure is not None or checkpoint is None:
         why = result.failure_detail or result.failure or "the run wrote no checkpoint"
         used = result.precision_used
-        return _verdict(candidate, "undecided", f"not judged: {why}", started, used, [])
+        return _verdict(candidate, Outcome.UNDECIDED, f"not judged: {why}", started, used, [])
     held_out, refusal = _held_out_check(judged, request, served, candidate, checkpoint)
     if refusal is not None:
-        _verdict(candidate, "undecided", refusal, started, result.precision_used, [])
+        _verdict(candidate, Outcome.UNDECIDED, refusal, started, result.precision_used, [])
         raise TrainRequestError(refusal)
     try:
         losses = _score(judged, checkpoint, request, required=True)
     except CheckpointChangedError as exc:  # its own file intact: undecided, never served
-        _verdict(candidate, "undecided", str(exc), started, result.precision_used, [])
+        _verdict(candidate, Outcome.UNDECIDED, str(exc), started, result.precision_used, [])
         raise
     assert losses is not None  # required: a refusal raised
     stores.write_known_ids(candidate, _known_after(served, losses))
-    outcome: GateOutcome
+    outcome: Outcome
     if served.losses is None:
         comparisons = [_first(losses)]
-        outcome, reason = "promoted", "the first model"
+        outcome, reason = Outcome.PROMOTED, "the first model"
     else:
         asked = _comparisons(judged, request, served, losses, checkpoint, held_out)
         outcome, reason, comparisons = decide(asked)
@@ -341,14 +341,14 @@ def _act(
 ) -> GateReport:
     """Serve a promoted candidate, unless the operator's pin holds it (``held``)."""
     outcome, reason, started = report.outcome, report.reason, time.monotonic()
-    if outcome != "promoted":
+    if outcome != Outcome.PROMOTED:
         return report
     folder = Path(request.checkpoint_dir)
     how = "first" if served.pointer is None else "gate"
     if serve_unless_pinned(folder, candidate_entry(folder, candidate, checkpoint), how):
         return report
     return _verdict(
-        candidate, "held", "pinned by the operator: " + reason, started, report.precision,
+        candidate, Outcome.HELD, "pinned by the operator: " + reason, started, report.precision,
         comparisons, served.id, report.judged_on,
     )  # fmt: skip
 
@@ -365,7 +365,7 @@ def _rejudge_kept(
     digest = _data_digest(request.data_path)
     for candidate in reversed(list_candidates(Path(request.checkpoint_dir))):
         verdict = read_json(candidate / VERDICT_NAME) or {}
-        if verdict.get("outcome") != "inconclusive":
+        if verdict.get("outcome") != Outcome.INCONCLUSIVE:
             continue
         checkpoint = newest_checkpoint(candidate)
         stale = verdict.get("served_id") != served.id or verdict.get("judged_on") == digest
@@ -384,7 +384,7 @@ def _rejudge_kept(
         used = cast(PrecisionName, precision) if precision in ("fp32", "bf16", "fp16") else None
         report = _verdict(candidate, outcome, reason, started, used, comparisons, served.id, digest)
         decided = _act(request, served, candidate, checkpoint, report, comparisons)
-        return None if decided.outcome == "inconclusive" else decided
+        return None if decided.outcome == Outcome.INCONCLUSIVE else decided
     return None
 
 
@@ -537,7 +537,7 @@ def _known_segments(served: _Served) -> set[str] | None:
 
 def _verdict(
     candidate: Path,
-    outcome: GateOutcome,
+    outcome: Outcome,
     reason: str,
     started: float,
     precision: PrecisionName | None,
@@ -560,7 +560,7 @@ def _verdict(
         served_id=served_id,
         checkpoint=None if checkpoint is None else checkpoint.name,
         candidate_id=candidate.name,
-        records_needed=_needed(comparisons) if outcome == "inconclusive" else None,
+        records_needed=_needed(comparisons) if outcome == Outcome.INCONCLUSIVE else None,
         judged_on=judged_on,
     )
     judged = {"judged": [c.to_json() for c in comparisons]}
@@ -571,7 +571,9 @@ def _verdict(
 def _needed(comparisons: list[Paired]) -> int | None:
     """The records an inconclusive verdict's undecided comparisons would need (None: more
     records alone would not show one of them no worse)."""
-    needs = [c.comparison().records_needed for c in comparisons if c.finding == "inconclusive"]
+    needs = [
+        c.comparison().records_needed for c in comparisons if c.finding == Finding.INCONCLUSIVE
+    ]
     return None if not needs or None in needs else max(n for n in needs if n is not None)
 
 
@@ -607,7 +609,7 @@ def _up_to_date(
         checkpoint=served.checkpoint,
         quarantined=0,
         up_to_date=rejudged is None,
-        rejected=rejudged is not None and rejudged.outcome == "rejected",
+        rejected=rejudged is not None and rejudged.outcome == Outcome.REJECTED,
         gate=rejudged,
         live=_live(live),
     )
