@@ -115,13 +115,13 @@ def _promote(folder: Path, agent: str, ident: str) -> dict[str, Any]:
         known = ", ".join(c.name for c in kept) or "none"
         raise UsageError(f"{agent}: no candidate {ident!r}; kept candidates: {known}")
     verdict = read_verdict(candidate)
-    if verdict is None:
+    if verdict.outcome is None:
         raise UsageError(f"{agent}: candidate {ident!r} has not finished training")
     entry = served_entry(folder, candidate)
     if entry is None:
         raise UsageError(f"{agent}: candidate {ident!r} holds no checkpoint")
     repaired = serve_by_hand(folder, entry, operator_pin("model promote"))
-    gate = verdict.get("gate_outcome") or verdict.get("outcome")
+    gate = verdict.gate_outcome or verdict.outcome
     fixed = "; the unusable pointer is replaced" if repaired else ""
     return {
         "agent": agent,
@@ -138,11 +138,7 @@ def _unpin(folder: Path, agent: str) -> dict[str, Any]:
     pointer = unpin(folder)
     if pointer is None:
         raise UsageError(f"{agent}: no model served: nothing to unpin")
-    held = [
-        c.name
-        for c in list_candidates(folder)
-        if (read_verdict(c) or {}).get("outcome") == Outcome.HELD
-    ]
+    held = [c.name for c in list_candidates(folder) if read_verdict(c).outcome == Outcome.HELD]
     hint = (
         f"; held by the pin: {', '.join(held)} (`genesis-fp16 model promote {agent} ID` serves one)"
         if held

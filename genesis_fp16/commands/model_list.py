@@ -139,10 +139,9 @@ def _rows(folder: Path, pointer: ServedPointer | None) -> list[dict[str, Any]]:
     )
     rows = []
     for candidate in reversed(list_candidates(folder)):
-        meta = read_meta(candidate) or {}
-        verdict = read_verdict(candidate) or {}
-        scores = verdict.get("candidate") or {}
-        outcome = verdict.get("outcome", "training")
+        meta, verdict = read_meta(candidate), read_verdict(candidate)
+        scores = verdict.candidate or {}
+        outcome = verdict.outcome or "training"
         served = candidate.name == served_id
         if served:
             state = "SERVED" if pointer is None or pointer.pinned is None else "SERVED,pinned"
@@ -160,31 +159,31 @@ def _rows(folder: Path, pointer: ServedPointer | None) -> list[dict[str, Any]]:
                 if candidate.name in earlier
                 else None,
                 "verdict": outcome,
-                "gate_verdict": verdict.get("gate_outcome", outcome),
-                "fingerprint": meta.get("fingerprint"),
-                "records": meta.get("records"),
-                "precision": verdict.get("precision"),
+                "gate_verdict": verdict.gate_outcome or outcome,
+                "fingerprint": meta.fingerprint,
+                "records": meta.records,
+                "precision": verdict.precision,
                 "auc": scores.get("auc"),
                 "log_loss": scores.get("log_loss"),
                 "loss": scores.get("loss"),  # a judged plugin's mean loss
-                "trained_at": meta.get("created_at"),
-                "reason": verdict.get("reason"),
+                "trained_at": meta.created_at,
+                "reason": verdict.reason,
                 # Issue 62: an inconclusive one's records needed, and the sets or segments
                 # (se_darwin: Genesis agents) that were shown worse or left undecided.
-                "records_needed": verdict.get("records_needed"),
-                "deciding": _deciding(verdict),
+                "records_needed": verdict.records_needed,
+                "deciding": _deciding(verdict.comparisons),
                 # The live watch's figures: the pointer's, or a rolled-back one's verdict's
-                "live": live.get(candidate.name) or verdict.get("live"),
+                "live": live.get(candidate.name) or verdict.live,
             }
         )
     return rows
 
 
-def _deciding(verdict: dict[str, Any]) -> list[str]:
+def _deciding(comparisons: list[Any]) -> list[str]:
     """The sets (``set:segment`` for a segment) whose finding decided a verdict that is
     not a promotion: those shown worse, else those left inconclusive."""
     found: dict[str, list[str]] = {"worse": [], "inconclusive": []}
-    for c in verdict.get("comparisons") or []:
+    for c in comparisons:
         if isinstance(c, dict) and c.get("finding") in found:
             name = f"{c.get('set')}:{c['segment']}" if c.get("segment") else str(c.get("set"))
             found[str(c["finding"])].append(name)

@@ -253,10 +253,10 @@ def _kept_inconclusive(folder: Path) -> str | None:
     except OSError:  # not ours to list: the served line says enough
         return None
     for candidate in reversed(candidates):
-        verdict = read_verdict(candidate) or {}
-        if verdict.get("outcome") == Outcome.INCONCLUSIVE:
-            needed = verdict.get("records_needed")
-            needs = f"about {needed} records" if isinstance(needed, int) else "more records"
+        verdict = read_verdict(candidate)
+        if verdict.outcome == Outcome.INCONCLUSIVE:
+            needed = verdict.records_needed
+            needs = f"about {needed} records" if needed is not None else "more records"
             return _cut(f"candidate {candidate.name} inconclusive: judged again as {needs} arrive")
     return None
 

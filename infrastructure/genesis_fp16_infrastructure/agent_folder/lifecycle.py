@@ -80,6 +80,7 @@ from genesis_fp16_infrastructure.agent_folder.layout import (
 )
 from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META as CANDIDATE_META_FILE
 from genesis_fp16_infrastructure.agent_folder.layout import POINTER_LOCK as POINTER_LOCK_FILE
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import CandidateMeta, Verdict
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
 from genesis_fp16_infrastructure.outcome import Outcome
 
@@ -343,8 +344,8 @@ def disagreeing(folder: Path, pointer: ServedPointer) -> list[str]:
         candidate = candidates_dir(folder) / ident
         if not (candidate / CANDIDATE_META).is_file():
             continue  # pruned since, or never here
-        said = (read_json(candidate / VERDICT_NAME) or {}).get("journal_seq")
-        if not isinstance(said, int) or said < verdict["journal_seq"]:
+        said = read_verdict(candidate).journal_seq
+        if said is None or said < verdict["journal_seq"]:
             found.append(ident)
     return found
 
@@ -444,9 +445,10 @@ def _rolled_back_verdict(
     candidate = (Path(folder) / str(dropped["checkpoint"])).parent
     if not (candidate / CANDIDATE_META).is_file():
         return {}
-    old = read_json(candidate / VERDICT_NAME) or {}
-    gate_outcome = old.get("gate_outcome", old.get("outcome"))  # what the gate said
-    new = {**old, **(verdict or {}), "outcome": Outcome.ROLLED_BACK, "gate_outcome": gate_outcome}
+    old = read_verdict(candidate)
+    gate_outcome = old.gate_outcome or old.outcome  # what the gate said
+    new = {**old.to_json(), **(verdict or {})}
+    new.update(outcome=Outcome.ROLLED_BACK, gate_outcome=gate_outcome)
     return {candidate.name: _stamped(new)}
 
 
@@ -488,7 +490,7 @@ def list_candidates(folder: Path) -> list[Path]:
         return []
     found = [p for p in root.iterdir() if p.is_dir() and os.path.lexists(p / CANDIDATE_META)]
     # An unusable meta is set aside (reported) as it is read; its candidate stays listed.
-    created = {p: str((read_json(p / CANDIDATE_META) or {}).get("created_at")) for p in found}
+    created = {p: str(read_meta(p).created_at) for p in found}
     return sorted(found, key=lambda p: (created[p], p.name))
 
 
@@ -499,14 +501,20 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return files.load(path, file, files.json_object)
 
 
-def read_verdict(candidate: Path) -> dict[str, Any] | None:
-    """The candidate's verdict; None when it has none yet (training) or an unusable one."""
-    return read_json(Path(candidate) / VERDICT_NAME)
+def read_verdict(candidate: Path) -> Verdict:
+    """The candidate's verdict; one without an outcome (``Verdict()``) while it has none
+    (training), or when its file is unusable: set aside and reported (agent_folder.files)."""
+    found = files.load(Path(candidate) / VERDICT_NAME, VERDICT, Verdict.from_json)
+    return Verdict() if found is None else found
 
 
-def read_meta(candidate: Path) -> dict[str, Any] | None:
-    """The candidate's meta (its data and request); None when absent or unusable."""
-    return read_json(Path(candidate) / CANDIDATE_META)
+def read_meta(candidate: Path) -> CandidateMeta:
+    """The candidate's meta (its data and request); empty when absent or unusable (set
+    aside and reported, as :func:`read_verdict`)."""
+    found = files.load(
+        Path(candidate) / CANDIDATE_META, CANDIDATE_META_FILE, CandidateMeta.from_json
+    )
+    return CandidateMeta() if found is None else found
 
 
 def write_verdict(candidate: Path, verdict: Mapping[str, Any]) -> None:
@@ -535,17 +543,16 @@ def candidate_entry(
     """The pointer's entry for a candidate: its id, checkpoint (relative to ``folder``),
     data, precision and gate scores, from its meta and ``verdict`` (None: its verdict
     file; the gate's promotion passes the verdict it has not written yet)."""
-    meta = read_json(Path(candidate) / CANDIDATE_META) or {}
-    if verdict is None:
-        verdict = read_json(Path(candidate) / VERDICT_NAME) or {}
+    meta = read_meta(candidate)
+    judged = read_verdict(candidate) if verdict is None else Verdict.from_json(verdict)
     return {
         "id": Path(candidate).name,
         "checkpoint": str(Path(checkpoint).resolve().relative_to(Path(folder).resolve())),
-        "fingerprint": meta.get("fingerprint"),
-        "records": meta.get("records"),
-        "precision": verdict.get("precision"),
-        "scores": (verdict.get("candidate") or {}),
-        "trained_at": meta.get("created_at"),
+        "fingerprint": meta.fingerprint,
+        "records": meta.records,
+        "precision": judged.precision,
+        "scores": judged.candidate or {},
+        "trained_at": meta.created_at,
     }
 
 
@@ -601,18 +608,18 @@ def _prunable(candidate: Path, pointer: ServedPointer | None, cutoff: float) -> 
     """Whether nobody may still name ``candidate`` (neither served nor kept in history:
     the caller's check): promoted and replaced, decided long ago, or unfinished and
     untouched. With no pointer at all a promoted one stays: a repair serves it again."""
-    verdict = read_json(candidate / VERDICT_NAME)
-    if verdict is None:  # unfinished and recent: the next run of its data resumes it
+    verdict = read_verdict(candidate)
+    if verdict.outcome is None:  # unfinished and recent: the next run of its data resumes it
         return last_write(candidate) <= min(cutoff, time.time() - UNFINISHED_MIN_DAYS * 86400)
-    if verdict.get("outcome") == Outcome.PROMOTED:
+    if verdict.outcome == Outcome.PROMOTED:
         return pointer is not None
-    return float(verdict.get("decided_at_s", 0)) <= cutoff  # a recent one kept for inspection
+    return (verdict.decided_at_s or 0.0) <= cutoff  # a recent one kept for inspection
 
 
 def _newest_inconclusive(folder: Path) -> list[str]:
     """The newest ``INCONCLUSIVE_KEEP`` candidates whose verdict is ``inconclusive``."""
-    verdicts = [(c.name, read_json(c / VERDICT_NAME) or {}) for c in list_candidates(folder)]
-    return [n for n, v in verdicts if v.get("outcome") == Outcome.INCONCLUSIVE][-INCONCLUSIVE_KEEP:]
+    verdicts = [(c.name, read_verdict(c)) for c in list_candidates(folder)]
+    return [n for n, v in verdicts if v.outcome == Outcome.INCONCLUSIVE][-INCONCLUSIVE_KEEP:]
 
 
 def _remove(folder: Path, candidate: Path) -> None:
@@ -702,11 +709,11 @@ def promoted_candidates(folder: Path) -> list[dict[str, Any]]:
     newest decision first: what a repair rebuilds the served model and history from."""
     found = []
     for candidate in list_candidates(folder):
-        verdict = read_json(candidate / VERDICT_NAME) or {}
+        verdict = read_verdict(candidate)
         checkpoint = newest_checkpoint(candidate)
-        if verdict.get("outcome") != Outcome.PROMOTED or checkpoint is None:
+        if verdict.outcome != Outcome.PROMOTED or checkpoint is None:
             continue
-        found.append((float(verdict.get("decided_at_s") or 0.0), served_entry(folder, candidate)))
+        found.append((verdict.decided_at_s or 0.0, served_entry(folder, candidate)))
     return [entry for _, entry in sorted(found, key=lambda pair: -pair[0]) if entry is not None]
 
 
@@ -714,8 +721,7 @@ def served_entry(folder: Path, candidate: Path) -> dict[str, Any] | None:
     """A kept candidate's pointer entry, from its own records: the checkpoint its verdict
     names (the newest file where the verdict names none: written before it did), and for
     final_fit=whole the split run's model the gate judged. None: it holds no checkpoint."""
-    verdict = read_json(Path(candidate) / VERDICT_NAME) or {}
-    named = Path(candidate) / str(verdict.get("checkpoint") or "-")
+    named = Path(candidate) / (read_verdict(candidate).checkpoint or "-")
     checkpoint = named if named.is_file() else newest_checkpoint(candidate)
     if checkpoint is None:
         return None

@@ -62,8 +62,6 @@ from typing import Any, cast
 import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
-    CANDIDATE_META,
-    VERDICT_NAME,
     ServedPointer,
     ServedPointerError,
     candidate_entry,
@@ -71,8 +69,9 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     list_candidates,
     new_candidate,
     newest_checkpoint,
-    read_json,
+    read_meta,
     read_pointer,
+    read_verdict,
     serve_unless_pinned,
     write_verdict,
 )
@@ -245,11 +244,10 @@ def _last_judged(folder: Path, served_id: str | None) -> np.ndarray | None:
     """The known ids of the newest candidate that continued ``served_id`` and was judged
     (not promoted: a promoted one is served, or was rolled back); None: there is none."""
     for candidate in reversed(list_candidates(folder)):
-        meta = read_json(candidate / CANDIDATE_META) or {}
-        verdict = read_json(candidate / VERDICT_NAME) or {}
-        if meta.get("continues") != served_id or verdict.get("outcome") is None:
+        outcome = read_verdict(candidate).outcome
+        if read_meta(candidate).continues != served_id or outcome is None:
             continue
-        if verdict.get("outcome") in _NOT_SERVED:
+        if outcome in _NOT_SERVED:
             return stores.read_known_ids(candidate)
         return None
     return None
@@ -364,11 +362,11 @@ def _rejudge_kept(
         return None
     digest = _data_digest(request.data_path)
     for candidate in reversed(list_candidates(Path(request.checkpoint_dir))):
-        verdict = read_json(candidate / VERDICT_NAME) or {}
-        if verdict.get("outcome") != Outcome.INCONCLUSIVE:
+        verdict = read_verdict(candidate)
+        if verdict.outcome != Outcome.INCONCLUSIVE:
             continue
         checkpoint = newest_checkpoint(candidate)
-        stale = verdict.get("served_id") != served.id or verdict.get("judged_on") == digest
+        stale = verdict.served_id != served.id or verdict.judged_on == digest
         if stale or checkpoint is None:
             return None
         logger.info("%s: judging kept candidate %s again", request.agent, candidate.name)
@@ -380,7 +378,7 @@ def _rejudge_kept(
             _comparisons(judged, request, served, losses, checkpoint, held_out)
         )
         reason += _evidence(judged, held_out)
-        precision = verdict.get("precision")
+        precision = verdict.precision
         used = cast(PrecisionName, precision) if precision in ("fp32", "bf16", "fp16") else None
         report = _verdict(candidate, outcome, reason, started, used, comparisons, served.id, digest)
         decided = _act(request, served, candidate, checkpoint, report, comparisons)
