@@ -51,7 +51,7 @@ def _entry(ident: str, how: str, **more: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
-POINTER = {
+POINTER: dict[str, Any] = {
     "version": 1,
     "served": _entry("c3", "manual", live={"difference": -0.01, "records": 300}),
     "history": [_entry("c1", "first"), _entry("c0", "adopted", judged="candidates/c0/split/x.pt")],
