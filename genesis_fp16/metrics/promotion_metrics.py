@@ -23,11 +23,11 @@ promotion gate's verdict) and ``export_drift`` its ``TrainResult.drift`` (a
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from genesis_fp16_infrastructure.agent_folder.lifecycle import JournalEntry
 from genesis_fp16_infrastructure.contract import DriftReport, GateReport, Outcome, ScoresOn
 
 SCORES = ("auc", "log_loss", "loss")  # loss: a judged plugin's mean loss (contract.judging)
@@ -159,9 +159,9 @@ class PromotionMetrics:
         needed = gate.records_needed if gate.outcome == Outcome.INCONCLUSIVE else 0
         self.records_needed.labels(agent=agent).set(math.nan if needed is None else needed)
 
-    def count_promotions(self, agent: str, new: Sequence[Mapping[str, Any]]) -> int:
+    def count_promotions(self, agent: str, new: Sequence[JournalEntry]) -> int:
         """Count the gate's promotions among ``new`` journal entries (JournalCursor.new)."""
-        counted = sum(1 for e in new if e.get("kind") in PROMOTING)
+        counted = sum(1 for e in new if e.kind in PROMOTING)
         self.promotions.labels(agent=agent).inc(counted)  # exists at 0 once observed
         return counted
 

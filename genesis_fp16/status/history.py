@@ -37,6 +37,7 @@ from genesis_fp16.metrics.run_history import (
     score_name,
     score_of,
 )
+from genesis_fp16_infrastructure.agent_folder.lifecycle import JournalEntry
 from genesis_fp16_infrastructure.contract import Outcome
 
 CHART_RUNS = 30  # the runs the charts draw (the history keeps more)
@@ -194,20 +195,21 @@ def _transitions(pointer: dict[str, Any], scores: dict[str, float]) -> tuple[Tra
     journal = pointer.get("journal")
     found = []
     for item in journal[-64:] if isinstance(journal, list) else []:
-        if not isinstance(item, dict) or item.get("kind") in ("trim", "unpin"):
+        try:
+            entry = JournalEntry.from_json(item)
+        except ValueError:  # hand-edited: the page draws the others
             continue
-        at = item.get("at_s")
-        if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
+        at = entry.at_s
+        if entry.kind in ("trim", "unpin") or at is None or not math.isfinite(at):
             continue
-        served = _text(item.get("served"))
         found.append(
             Transition(
-                at=float(at),
-                kind=_text(item.get("kind")) or "unknown",
-                served=served,
-                dropped=_text(item.get("dropped")),
-                reason=_text(item.get("reason")),
-                score=None if served is None else scores.get(served),
+                at=at,
+                kind=entry.kind or "unknown",
+                served=_text(entry.served),
+                dropped=_text(entry.dropped),
+                reason=_text(entry.reason),
+                score=None if entry.served is None else scores.get(entry.served),
             )
         )
     return tuple(found)

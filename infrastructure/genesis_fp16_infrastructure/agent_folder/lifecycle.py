@@ -81,6 +81,9 @@ from genesis_fp16_infrastructure.agent_folder.layout import (
 from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META as CANDIDATE_META_FILE
 from genesis_fp16_infrastructure.agent_folder.layout import POINTER_LOCK as POINTER_LOCK_FILE
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import CandidateMeta, Verdict
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
+    JournalEntry as JournalEntry,
+)
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
 from genesis_fp16_infrastructure.outcome import Outcome
 
@@ -108,7 +111,7 @@ class ServedPointer:
     pinned: dict[str, Any] | None = None
     # The transitions that wrote this pointer, numbered (module docstring, "Crash-safe").
     sequence: int = 0
-    journal: list[dict[str, Any]] = field(default_factory=list)
+    journal: list[JournalEntry] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -119,7 +122,8 @@ class ServedPointer:
         if self.pinned is not None:
             data["pinned"] = self.pinned
         if self.sequence:
-            data["sequence"], data["journal"] = self.sequence, self.journal
+            data["sequence"] = self.sequence
+            data["journal"] = [entry.to_json() for entry in self.journal]
         return data
 
 
@@ -180,8 +184,20 @@ def parse_pointer(path: Path) -> ServedPointer | None:
         [h for h in history if isinstance(h, dict)],
         pinned if isinstance(pinned, dict) else None,
         sequence,
-        [e for e in journal if isinstance(e, dict) and isinstance(e.get("seq"), int)],
+        _entries(journal),
     )
+
+
+def _entries(journal: list[Any]) -> list[JournalEntry]:
+    """The journal's readable entries (a hand-edited one that is not: left out, as the
+    transitions it numbers are counted from the others)."""
+    entries = []
+    for data in journal:
+        try:
+            entries.append(JournalEntry.from_json(data))
+        except ValueError:
+            continue
+    return entries
 
 
 def served_checkpoint(folder: Path) -> Path | None:
@@ -307,31 +323,35 @@ def journaled(
     new: ServedPointer,
     kind: str,
     verdicts: Mapping[str, Mapping[str, Any]] | None = None,
-    **detail: Any,
+    dropped: Any = None,
+    reason: str | None = None,
 ) -> ServedPointer:
     """``new`` with the transition that made it from ``current`` appended to its journal
     under the next sequence number: ``kind`` (serve's ``how``, ``rollback``, ``unpin``,
     ``trim``, ``repair``), the verdicts it decided (candidate id -> verdict, written to
-    the candidates after the pointer: :func:`roll_forward`) and ``detail``."""
+    the candidates after the pointer: :func:`roll_forward`), and what a rollback or a trim
+    ``dropped`` and why."""
     sequence = (current.sequence if current is not None else 0) + 1
-    entry: dict[str, Any] = {"seq": sequence, "kind": kind, "at": _now(), "at_s": time.time()}
-    entry.update(served=new.served.get("id"), pinned=new.pinned, **detail)
-    if verdicts:
-        entry["verdicts"] = {k: {**v, "journal_seq": sequence} for k, v in verdicts.items()}
+    decided = {
+        k: Verdict.from_json({**v, "journal_seq": sequence}) for k, v in (verdicts or {}).items()
+    }
+    entry = JournalEntry(
+        seq=sequence, kind=kind, at=_now(), at_s=time.time(), served=new.served.get("id"),
+        pinned=new.pinned, verdicts=decided, dropped=dropped, reason=reason,
+    )  # fmt: skip
     earlier = current.journal if current is not None else []
     return replace(new, sequence=sequence, journal=[*earlier, entry][-JOURNAL_KEEP:])
 
 
-def decided_verdicts(pointer: ServedPointer) -> dict[str, dict[str, Any]]:
+def decided_verdicts(pointer: ServedPointer) -> dict[str, Verdict]:
     """The verdict each candidate the journal names was last given (id -> verdict, with
     its ``journal_seq``): what its ``verdict.json`` must say."""
-    decided: dict[str, dict[str, Any]] = {}
+    decided: dict[str, Verdict] = {}
     for entry in pointer.journal:
-        verdicts = entry.get("verdicts")
-        for ident, verdict in (verdicts if isinstance(verdicts, dict) else {}).items():
-            plain = Path(str(ident)).name == str(ident) and str(ident) not in ("", ".", "..")
-            if plain and isinstance(verdict, dict) and isinstance(verdict.get("journal_seq"), int):
-                decided[str(ident)] = verdict  # a hand-edited one without its number: ignored
+        for ident, verdict in entry.verdicts.items():
+            plain = Path(ident).name == ident and ident not in ("", ".", "..")
+            if plain and verdict.journal_seq is not None:
+                decided[ident] = verdict  # a hand-edited one without its number: ignored
     return decided
 
 
@@ -345,7 +365,7 @@ def disagreeing(folder: Path, pointer: ServedPointer) -> list[str]:
         if not (candidate / CANDIDATE_META).is_file():
             continue  # pruned since, or never here
         said = read_verdict(candidate).journal_seq
-        if said is None or said < verdict["journal_seq"]:
+        if said is None or verdict.journal_seq is None or said < verdict.journal_seq:
             found.append(ident)
     return found
 
@@ -357,7 +377,8 @@ def roll_forward(folder: Path, pointer: ServedPointer) -> list[str]:
     decided = decided_verdicts(pointer)
     written = disagreeing(folder, pointer)
     for ident in written:
-        files.write_json(candidates_dir(folder) / ident / VERDICT_NAME, VERDICT, decided[ident])
+        path = candidates_dir(folder) / ident / VERDICT_NAME
+        files.write_json(path, VERDICT, decided[ident].to_json())
     return written
 
 

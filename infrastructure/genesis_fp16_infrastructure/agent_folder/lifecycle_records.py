@@ -1,6 +1,6 @@
 """The served-model lifecycle's records, typed: a candidate's meta (``candidate.json``)
-and verdict (``verdict.json``). Readers take fields, never string keys, and a verdict's
-outcome is an ``Outcome`` (genesis_fp16_infrastructure.outcome).
+and verdict (``verdict.json``), and the pointer's journal entries. Readers take fields,
+never string keys, and a verdict's outcome is an ``Outcome`` (genesis_fp16_infrastructure.outcome).
 
 Each record is a msgspec ``Struct`` declaring the keys the code reads. Nothing a file
 holds is lost: every other key (a verdict's comparisons' figures, a meta's request, keys
@@ -27,6 +27,7 @@ from typing import Any, Self
 import msgspec
 
 from genesis_fp16_infrastructure.outcome import Outcome
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
 EXTRA = "extra"
 
@@ -75,7 +76,7 @@ class Verdict(_Kept):
 
     outcome: Outcome | None = None
     reason: str | None = None
-    precision: str | None = None
+    precision: PrecisionName | None = None  # the precision the candidate was judged in
     checkpoint: str | None = None  # the candidate's file the gate judged
     candidate: dict[str, Any] | None = None  # its scores on the deciding set
     served_id: str | None = None
@@ -87,3 +88,43 @@ class Verdict(_Kept):
     journal_seq: int | None = None
     live: dict[str, Any] | None = None  # a rolled-back model's live figures
     comparisons: list[Any] = []
+
+
+class JournalEntry(_Kept, omit_defaults=False):
+    """One transition of the pointer (lifecycle.journaled): its number, its kind (serve's
+    ``how``, ``rollback``, ``unpin``, ``trim``, ``repair``), when, the model served and
+    the pin after it, the verdicts it decided (candidate id -> verdict, each with this
+    ``journal_seq``), and a rollback's or trim's ``dropped`` and ``reason``. Each entry
+    is the transition's event too (agent_folder.outbox): ``served`` and ``pinned`` are
+    written even when null, as they always were; the last three only when set."""
+
+    seq: int
+    kind: str
+    at: str | None = None
+    at_s: float | None = None
+    served: str | None = None
+    pinned: dict[str, Any] | None = None
+    verdicts: dict[str, Verdict] = {}
+    dropped: Any = None
+    reason: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        """As :meth:`_Kept.from_json`, each verdict read whole (:class:`Verdict`)."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{cls.__name__}: a JSON {type(data).__name__}, not an object")
+        verdicts = data.get("verdicts") or {}
+        if not isinstance(verdicts, Mapping):
+            raise ValueError(f"{cls.__name__}: verdicts is a {type(verdicts).__name__}")
+        entry = super().from_json({k: v for k, v in data.items() if k != "verdicts"})
+        read = {str(k): Verdict.from_json(v) for k, v in verdicts.items()}
+        return msgspec.structs.replace(entry, verdicts=read)
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        for key in ("verdicts", "dropped", "reason"):
+            if out[key] is None or out[key] == {}:
+                del out[key]
+        if self.verdicts:
+            out["verdicts"] = {k: v.to_json() for k, v in self.verdicts.items()}
+        return out

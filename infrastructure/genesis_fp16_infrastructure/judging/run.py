@@ -378,8 +378,7 @@ def _rejudge_kept(
             _comparisons(judged, request, served, losses, checkpoint, held_out)
         )
         reason += _evidence(judged, held_out)
-        precision = verdict.precision
-        used = cast(PrecisionName, precision) if precision in ("fp32", "bf16", "fp16") else None
+        used = verdict.precision  # typed: a precision name, or None
         report = _verdict(candidate, outcome, reason, started, used, comparisons, served.id, digest)
         decided = _act(request, served, candidate, checkpoint, report, comparisons)
         return None if decided.outcome == Outcome.INCONCLUSIVE else decided
