@@ -83,6 +83,10 @@ Issue 53's figures:
 Issue 58's figures, 10 to 13, are defined and counted in ``seam_counts.py``: the library
 modules and names the daemon imports, the daemon modules importing a recipe, the reads of
 ``.extra`` in the daemon, and the worst cyclomatic complexity (radon's rules).
+
+Issue 68's figure 14, *product files spelling an outcome string* (a verdict's or a run's
+outcome written as a string literal, not as a member of the one ``Outcome`` enum), is
+defined and counted in ``outcome_strings.py``.
 """
 
 from __future__ import annotations
@@ -108,6 +112,7 @@ from design_syntax import (
     scoped_nodes,
     simple_name,
 )
+from outcome_strings import outcome_strings
 from seam_counts import SeamFigures, seam_figures
 from state_reads import state_reads
 
@@ -132,6 +137,7 @@ class Figures:
     result_mappings: list[Place] = field(default_factory=list)
     state_reads: list[Place] = field(default_factory=list)
     precision_strs: list[Place] = field(default_factory=list)
+    outcome_strings: list[Place] = field(default_factory=list)
     seam: SeamFigures = field(default_factory=SeamFigures)
 
     @property
@@ -416,6 +422,7 @@ def count(root: Path, names: Sequence[str]) -> Figures:
     figures.state_reads = state_reads(figures.files)
     count_precision_strs(figures.files, figures)
     figures.seam = seam_figures(figures.files)
+    figures.outcome_strings = outcome_strings(figures.files)
     return figures
 
 
@@ -458,7 +465,13 @@ def rows(figures: Figures) -> list[tuple[str, str]]:
         ("8. Precision names typed as str", _in_files(figures.precision_strs)),
         ("9. Lines of the rlhf_ppo package", f"{figures.rlhf_ppo_lines:,}"),
         *seam_rows(figures.seam),
+        ("14. Product files spelling an outcome string", _files_of(figures.outcome_strings)),
     ]
+
+
+def _files_of(places: Sequence[Place]) -> str:
+    files = len({p.rel for p in places})
+    return f"{files} ({len(places)} string{'' if len(places) == 1 else 's'})"
 
 
 def seam_rows(seam: SeamFigures) -> list[tuple[str, str]]:
@@ -522,6 +535,7 @@ def details(head: str, figures: Figures) -> str:
             "Functions of complexity over 25",
             [f"{c}: `{p.rel}`: `{p.name}`" for c, p in figures.seam.worst(50) if c > 25],
         ),
+        ("Outcome strings", [str(p) for p in figures.outcome_strings]),
     ]
     out = []
     for title, items in parts:

@@ -272,3 +272,60 @@ def test_issue_53s_figures_count_what_they_say_and_nothing_else(tmp_path: Path) 
     rows = dict(dc.rows(figures))
     assert rows["7. State-file reads outside the agent folder's owner"] == "7 in 1 file"
     assert rows["... raw / through the hardened reader"] == "6 / 1"
+
+
+OUTCOMES = """
+from dataclasses import dataclass
+
+COLUMNS = ("rejected", "name")       # every element a field of this file: column names
+MIXED = ("rejected", "other")        # "other" is no field: counted
+
+@dataclass
+class Row:
+    rejected: list
+    name: str
+
+def judge(verdict, report):
+    if verdict.get("outcome") == "held":          # the key is a field; "held" counts
+        return {"rolled_back": True}              # a dict key: a field
+    report["up_to_date"] = getattr(report, "promoted", None)   # subscript, getattr name
+    return "inconclusive" if verdict else "success"  # success: not a counted word
+"""
+
+
+def test_issue_68s_outcome_strings_count_what_they_say_and_nothing_else(tmp_path: Path) -> None:
+    """An outcome word written as a literal counts, by file; the same word in a field's
+    place (a key, a subscript, .get, getattr, a tuple of the file's field names) and a
+    run's everyday words do not."""
+    dc = _script()
+    _write(tmp_path, "genesis_fp16/judge.py", OUTCOMES)
+    _write(tmp_path, "genesis_fp16/tests/test_judge.py", OUTCOMES)  # a test folder
+    figures = dc.count(tmp_path, ())  # no run fields: not this figure's question
+    assert [(p.name, p.why) for p in figures.outcome_strings] == [
+        ("<module>", "'rejected', line 5"),
+        ("judge", "'held', line 13"),
+        ("judge", "'inconclusive', line 16"),
+    ]
+    rows = dict(dc.rows(figures))
+    assert rows["14. Product files spelling an outcome string"] == "1 (3 strings)"
+
+
+# Issue 68: the outcomes are spelled once, by the enum (INF/outcome.py); every other
+# product file names a member. se_darwin's own gate, planner and judge sets spell theirs
+# until issue 68 deletes them (its first item): they are left out while they exist.
+OUTCOME_ENUM = "infrastructure/genesis_fp16_infrastructure/outcome.py"
+SE_DARWIN_OWN_GATE = {
+    f"infrastructure/genesis_fp16_infrastructure/recipes/retrain/{name}.py"
+    for name in ("gate", "promotion", "judge_sets", "live_watch", "served_model")
+}
+MAX_OUTCOME_STRING_FILES = 1
+
+
+def test_only_the_outcome_enum_spells_an_outcome() -> None:
+    """No product file but the enum's writes an outcome as a string literal (figure 14)."""
+    dc = _script()
+    repo = SCRIPT.parents[1]
+    places = dc.outcome_strings(dc.product_files(repo))
+    spelling = sorted({p.rel for p in places} - SE_DARWIN_OWN_GATE)
+    assert spelling == [OUTCOME_ENUM], [str(p) for p in places if p.rel != OUTCOME_ENUM]
+    assert len(spelling) <= MAX_OUTCOME_STRING_FILES

@@ -249,7 +249,7 @@ def test_floor_check_catches_an_import_from_above(tmp_path: Path) -> None:
 # (what a plugin and the daemon exchange; judging/, the judged run every plugin that scores
 # its records gets), the recipes. A component names no agent.
 LIBRARY_LAYERS = (
-    {"atomic", "gc_pause", "json_numbers", "machine_memory", "phases", "record_codec"},
+    {"atomic", "gc_pause", "json_numbers", "machine_memory", "outcome", "phases", "record_codec"},
     {"training", "data", "world_model", "rl", "probe", "agent_folder"},
     {"contract", "judging"},
     {"recipes"},

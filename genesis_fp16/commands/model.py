@@ -32,20 +32,19 @@ from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.settings_reading import load_settings_for_reading
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
-    CANDIDATE_META,
-    VERDICT_NAME,
     ServedPointerError,
     aside_path,
     candidates_dir,
     list_candidates,
     operator_pin,
     pointer_path,
-    read_json,
+    read_verdict,
     roll_back_by_hand,
     serve_by_hand,
     served_entry,
     unpin,
 )
+from genesis_fp16_infrastructure.contract import Outcome
 
 
 def register(subparsers: Any) -> None:
@@ -111,18 +110,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _promote(folder: Path, agent: str, ident: str) -> dict[str, Any]:
-    candidate = candidates_dir(folder) / ident
-    if "/" in ident or not (candidate / CANDIDATE_META).is_file():
-        known = ", ".join(c.name for c in list_candidates(folder)) or "none"
+    candidate, kept = candidates_dir(folder) / ident, list_candidates(folder)
+    if candidate not in kept:  # a kept candidate's folder, never a path beside them
+        known = ", ".join(c.name for c in kept) or "none"
         raise UsageError(f"{agent}: no candidate {ident!r}; kept candidates: {known}")
-    verdict = read_json(candidate / VERDICT_NAME)
-    if verdict is None:
+    verdict = read_verdict(candidate)
+    if verdict.outcome is None:
         raise UsageError(f"{agent}: candidate {ident!r} has not finished training")
     entry = served_entry(folder, candidate)
     if entry is None:
         raise UsageError(f"{agent}: candidate {ident!r} holds no checkpoint")
     repaired = serve_by_hand(folder, entry, operator_pin("model promote"))
-    gate = verdict.get("gate_outcome") or verdict.get("outcome")
+    gate = verdict.gate_outcome or verdict.outcome
     fixed = "; the unusable pointer is replaced" if repaired else ""
     return {
         "agent": agent,
@@ -139,11 +138,7 @@ def _unpin(folder: Path, agent: str) -> dict[str, Any]:
     pointer = unpin(folder)
     if pointer is None:
         raise UsageError(f"{agent}: no model served: nothing to unpin")
-    held = [
-        c.name
-        for c in list_candidates(folder)
-        if (read_json(c / VERDICT_NAME) or {}).get("outcome") == "held"
-    ]
+    held = [c.name for c in list_candidates(folder) if read_verdict(c).outcome == Outcome.HELD]
     hint = (
         f"; held by the pin: {', '.join(held)} (`genesis-fp16 model promote {agent} ID` serves one)"
         if held

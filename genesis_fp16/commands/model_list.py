@@ -20,8 +20,6 @@ from genesis_fp16.metrics.watch_state import watch_state
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
-    CANDIDATE_META,
-    VERDICT_NAME,
     ServedPointer,
     ServedPointerError,
     aside_path,
@@ -29,10 +27,12 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     list_candidates,
     newest_checkpoint,
     pointer_path,
-    read_json,
+    read_meta,
+    read_verdict,
     repairable_pointer,
     served_checkpoint,
 )
+from genesis_fp16_infrastructure.contract import Outcome
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 
 # The table's header (the docs' samples show it: tests/test_doc_claims.py compares them).
@@ -142,10 +142,9 @@ def _rows(folder: Path, pointer: ServedPointer | None) -> list[dict[str, Any]]:
     )
     rows = []
     for candidate in reversed(list_candidates(folder)):
-        meta = read_json(candidate / CANDIDATE_META) or {}
-        verdict = read_json(candidate / VERDICT_NAME) or {}
-        scores = verdict.get("candidate") or {}
-        outcome = verdict.get("outcome", "training")
+        meta, verdict = read_meta(candidate), read_verdict(candidate)
+        scores = verdict.candidate or {}
+        outcome = verdict.outcome or "training"
         served = candidate.name == served_id
         if served:
             state = "SERVED" if pointer is None or pointer.pinned is None else "SERVED,pinned"
@@ -163,31 +162,31 @@ def _rows(folder: Path, pointer: ServedPointer | None) -> list[dict[str, Any]]:
                 if candidate.name in earlier
                 else None,
                 "verdict": outcome,
-                "gate_verdict": verdict.get("gate_outcome", outcome),
-                "fingerprint": meta.get("fingerprint"),
-                "records": meta.get("records"),
-                "precision": verdict.get("precision"),
+                "gate_verdict": verdict.gate_outcome or outcome,
+                "fingerprint": meta.fingerprint,
+                "records": meta.records,
+                "precision": verdict.precision,
                 "auc": scores.get("auc"),
                 "log_loss": scores.get("log_loss"),
                 "loss": scores.get("loss"),  # a judged plugin's mean loss
-                "trained_at": meta.get("created_at"),
-                "reason": verdict.get("reason"),
+                "trained_at": meta.created_at,
+                "reason": verdict.reason,
                 # Issue 62: an inconclusive one's records needed, and the sets or segments
                 # (se_darwin: Genesis agents) that were shown worse or left undecided.
-                "records_needed": verdict.get("records_needed"),
-                "deciding": _deciding(verdict),
+                "records_needed": verdict.records_needed,
+                "deciding": _deciding(verdict.comparisons),
                 # The live watch's figures: the pointer's, or a rolled-back one's verdict's
-                "live": live.get(candidate.name) or verdict.get("live"),
+                "live": live.get(candidate.name) or verdict.live,
             }
         )
     return rows
 
 
-def _deciding(verdict: dict[str, Any]) -> list[str]:
+def _deciding(comparisons: list[Any]) -> list[str]:
     """The sets (``set:segment`` for a segment) whose finding decided a verdict that is
     not a promotion: those shown worse, else those left inconclusive."""
     found: dict[str, list[str]] = {"worse": [], "inconclusive": []}
-    for c in verdict.get("comparisons") or []:
+    for c in comparisons:
         if isinstance(c, dict) and c.get("finding") in found:
             name = f"{c.get('set')}:{c['segment']}" if c.get("segment") else str(c.get("set"))
             found[str(c["finding"])].append(name)
@@ -198,10 +197,10 @@ def _gate(row: dict[str, Any]) -> str:
     """The gate's verdict in a few words: an inconclusive one with the records it needs,
     a rejected one with the set or segment that was worse."""
     verdict = str(row.get("gate_verdict") or "-")
-    if verdict == "inconclusive":
+    if verdict == Outcome.INCONCLUSIVE:
         needed = row.get("records_needed")
-        return f"inconclusive, needs {needed}" if needed else "inconclusive"
-    if verdict == "rejected" and row.get("deciding"):
+        return f"{verdict}, needs {needed}" if needed else verdict
+    if verdict == Outcome.REJECTED and row.get("deciding"):
         return f"rejected: {','.join(row['deciding'])}"
     return verdict
 

@@ -130,10 +130,15 @@ def refuse_unusable_device(
 
 def bound_history(folder: Path, settings: Settings) -> None:
     """Bound the model history as the daemon does after each run (served.prune)."""
-    from genesis_fp16_infrastructure.agent_folder.lifecycle import ServedPointerError, prune
+    from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+        ServedPointerError,
+        prune_and_read,
+    )
 
     try:
-        removed = prune(folder, settings.served_history_keep, settings.rejected_keep_days)
+        removed, _ = prune_and_read(
+            folder, settings.served_history_keep, settings.rejected_keep_days
+        )
     except (ServedPointerError, OSError) as exc:
         logging.getLogger(__name__).warning("model history not pruned: %s", exc)
         return

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from genesis_fp16.config.state_files import relayed_set_aside
 from genesis_fp16_infrastructure.agent_folder.files import SetAside, on_set_aside
-from genesis_fp16_infrastructure.contract import GateReport, TrainResult
+from genesis_fp16_infrastructure.contract import GateReport, Outcome, TrainResult
 from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
 
 # Steps between two summaries when a terminal's bar or a tracker wants them.
@@ -146,23 +146,23 @@ def verdict(result: TrainResult) -> str:
     """What became of the run, and the short reason: ``served: AUC 0.924 vs 0.920,
     tolerance 0.02``, ``rejected: ...``, ``up to date: ...``, ``stopped: ...``."""
     outcome, gate = result.outcome, result.gate
-    if outcome == "up_to_date":
+    if outcome == Outcome.UP_TO_DATE:
         records = result.data.records if result.data is not None else None
         return f"up to date: the model has learned all {records} records, no step taken"
-    if outcome == "stopped":  # SIGTERM or Ctrl-C, or the daemon's stop
+    if outcome == Outcome.STOPPED:  # SIGTERM or Ctrl-C, or the daemon's stop
         return f"stopped at step {result.steps}, checkpointed: run train again to finish"
-    if outcome == "failed":
+    if outcome == Outcome.FAILED:
         return f"failed: {result.failure} ({result.failure_detail})"
     if gate is None:
         return f"done: {result.steps} steps (no promotion gate: the newest checkpoint is the model)"
-    if gate.outcome == "rejected":
+    if gate.outcome == Outcome.REJECTED:
         return f"rejected: {_gate_reason(gate, passed=False)}; the served model stays"
-    if gate.outcome == "inconclusive":  # issue 62: kept, judged again as records arrive
+    if gate.outcome == Outcome.INCONCLUSIVE:  # issue 62: kept, judged again as records arrive
         needs = f"about {gate.records_needed} records" if gate.records_needed else "more records"
         return f"inconclusive: kept, judged again when {needs} show it; the served model stays"
-    if gate.outcome == "held":  # the operator pinned the served model
+    if gate.outcome == Outcome.HELD:  # the operator pinned the served model
         return f"held by the pin: {_gate_reason(gate, passed=True)}; the pinned model stays"
-    if gate.outcome == "promoted":
+    if gate.outcome == Outcome.PROMOTED:
         if gate.served_id is None:
             return f"served: the first model, nothing to beat (AUC {_auc(result)})"
         return f"served: {_gate_reason(gate, passed=True)}"

@@ -47,7 +47,8 @@ INITIAL_SCALE = ScalerConfig().init_scale
 @dataclass(frozen=True)
 class NextRun:
     """The precision (None: undecided) and loss scale (NaN: unknown) a next run starts
-    with, and where they come from: ``request`` (decided for it) or ``undecided``."""
+    with, and where they come from: ``request`` (decided for it) or ``measurement`` (the
+    run's own, not made yet: undecided until then)."""
 
     precision: PrecisionName | None
     loss_scale: float
@@ -63,7 +64,7 @@ def expected_next_run(folder: AgentFolder, precision: PrecisionName | None) -> N
     none.
     """
     if precision is None:
-        return NextRun(None, math.nan, "undecided")
+        return NextRun(None, math.nan, "measurement")
     if precision not in LOSS_SCALED:
         return NextRun(precision, 1.0, "request")
     scale = _newest_scale(folder)

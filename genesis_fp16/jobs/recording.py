@@ -28,6 +28,7 @@ from genesis_fp16.metrics.diagnostics_export import export_diagnostics
 from genesis_fp16.metrics.tracking import RunTracker, close_tracker
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+    JournalEntry,
     ServedPointer,
     ServedPointerError,
     folder_bytes,
@@ -282,7 +283,7 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
     that cannot be read prunes nothing: logged, never a guess."""
     settings = ctx.settings
     folder = AgentFolder(settings.state_dir, agent).checkpoint_dir
-    journal: list[dict[str, Any]] | None = None  # None: the pointer could not be read
+    journal: list[JournalEntry] | None = None  # None: the pointer could not be read
     pointer = None
     try:
         removed, pointer = prune_and_read(
@@ -309,7 +310,7 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
     ctx.metrics.promotion.state_bytes.labels(agent=agent).set(folder_bytes(folder))
 
 
-def _journal_of(pointer: ServedPointer | None) -> list[dict[str, Any]]:
+def _journal_of(pointer: ServedPointer | None) -> list[JournalEntry]:
     """A pointer's journal ([]: nothing served)."""
     return [] if pointer is None else pointer.journal
 

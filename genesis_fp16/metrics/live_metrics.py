@@ -16,11 +16,10 @@ daemon: what came before was counted by an earlier daemon, or never)::
 >>> registry = CollectorRegistry()
 >>> metrics = LiveMetrics(registry)
 >>> metrics.baseline("se_darwin", [])
->>> metrics.observe_journal("se_darwin", [{"seq": 1, "kind": "gate"},
-...     {"seq": 2, "kind": "rollback", "reason": "live_regression"}])
+>>> rollback = JournalEntry(seq=2, kind="rollback", reason="live_regression")
+>>> metrics.observe_journal("se_darwin", [JournalEntry(seq=1, kind="gate"), rollback])
 1
->>> metrics.observe_journal("se_darwin", [{"seq": 2, "kind": "rollback",
-...     "reason": "live_regression"}])  # seen: not counted twice
+>>> metrics.observe_journal("se_darwin", [rollback])  # seen: not counted twice
 0
 >>> live = LiveReport("m2", "m1", records=300, new_records=300, served_auc=0.6,
 ...     previous_auc=0.7, served_log_loss=0.9, previous_log_loss=0.3, difference=0.6,
@@ -41,7 +40,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from genesis_fp16.metrics.watch_state import watch_state
-from genesis_fp16_infrastructure.contract import GateReport, LiveReport
+from genesis_fp16_infrastructure.agent_folder.lifecycle import JournalEntry
+from genesis_fp16_infrastructure.contract import GateReport, LiveReport, Outcome
 
 LIVE_REGRESSION = "live_regression"  # the watch's rollback reason (judge_sets.LIVE_REGRESSION)
 BOUNDS = ("estimate", "lower", "upper")
@@ -172,20 +172,18 @@ class LiveMetrics:
         state = watch_state(served, predecessor, time.time(), idle_seconds)
         return float(state["state"] != "watching")
 
-    def baseline(self, agent: str, journal: Sequence[Mapping[str, Any]]) -> None:
+    def baseline(self, agent: str, journal: Sequence[JournalEntry]) -> None:
         """Where counting starts for ``agent`` (:meth:`JournalCursor.baseline`)."""
         self.cursor.baseline(agent, journal)
 
-    def observe_journal(self, agent: str, journal: Sequence[Mapping[str, Any]]) -> int:
+    def observe_journal(self, agent: str, journal: Sequence[JournalEntry]) -> int:
         """Count the live-regression rollbacks of the journal not counted yet (each once,
         whoever ran it and whether or not its run reported); returns how many."""
         return self.count_rollbacks(agent, self.cursor.new(agent, journal))
 
-    def count_rollbacks(self, agent: str, new: Sequence[Mapping[str, Any]]) -> int:
+    def count_rollbacks(self, agent: str, new: Sequence[JournalEntry]) -> int:
         """Count the live-regression rollbacks among ``new`` journal entries."""
-        counted = sum(
-            1 for e in new if e.get("kind") == "rollback" and e.get("reason") == LIVE_REGRESSION
-        )
+        counted = sum(1 for e in new if e.kind == "rollback" and e.reason == LIVE_REGRESSION)
         if counted:
             self.rollbacks.labels(agent=agent).inc(counted)
         return counted
@@ -193,7 +191,7 @@ class LiveMetrics:
     def observe(self, agent: str, live: LiveReport | None, gate: GateReport | None) -> None:
         """One run's live report (None: nothing scored) and its gate verdict."""
         self.rollbacks.labels(agent=agent)  # exists at 0 from the agent's first run
-        promoted = gate is not None and gate.outcome == "promoted"
+        promoted = gate is not None and gate.outcome == Outcome.PROMOTED
         if promoted:
             self.regression.labels(agent=agent).set(0)  # a new model: a new watch
         if live is None:
@@ -258,22 +256,17 @@ class JournalCursor:
     def __init__(self) -> None:
         self._seen: dict[str, int] = {}  # agent -> the last number handed out
 
-    def baseline(self, agent: str, journal: Sequence[Mapping[str, Any]]) -> None:
+    def baseline(self, agent: str, journal: Sequence[JournalEntry]) -> None:
         """Where reading starts for ``agent``: after its journal as it stands before the
         agent's first run in this daemon (an earlier daemon counted what came before, or
         nobody did); later calls change nothing."""
-        self._seen.setdefault(agent, max((_seq(e) for e in journal), default=0))
+        self._seen.setdefault(agent, max((e.seq for e in journal), default=0))
 
-    def new(self, agent: str, journal: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    def new(self, agent: str, journal: Sequence[JournalEntry]) -> list[JournalEntry]:
         """The entries of ``journal`` not handed out before, oldest first."""
         # Never baselined (no run started here): what the journal holds came before.
         self.baseline(agent, journal)
         seen = self._seen[agent]
-        new = sorted((e for e in journal if _seq(e) > seen), key=_seq)
-        self._seen[agent] = max([seen, *(_seq(e) for e in new)])
+        new = sorted((e for e in journal if e.seq > seen), key=lambda e: e.seq)
+        self._seen[agent] = max([seen, *(e.seq for e in new)])
         return new
-
-
-def _seq(entry: Mapping[str, Any]) -> int:
-    seq = entry.get("seq")
-    return seq if isinstance(seq, int) else 0

@@ -11,15 +11,22 @@ from genesis_fp16.metrics.diagnostics_export import RL_METRIC_NAMES
 from genesis_fp16.metrics.event_metrics import EVENT_METRIC_NAMES
 from genesis_fp16.metrics.probe_metrics import PROBE_METRIC_NAMES
 from genesis_fp16.metrics.range_metrics import RANGE_METRIC_NAMES
+from genesis_fp16_infrastructure.contract import Outcome
 from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
 
 PREFIX = "genesis_fp16"
 PRECISION_LABELS = PRECISIONS
 # up_to_date: the agent's model had already learned all of its data, so the run took no
 # step (healthy: a daemon whose data does not change trains nothing and pages nobody).
-RUN_OUTCOMES = ("success", "failed", "stopped", "up_to_date", "rejected")
+RUN_OUTCOMES = (
+    Outcome.SUCCESS,
+    Outcome.FAILED,
+    Outcome.STOPPED,
+    Outcome.UP_TO_DATE,
+    Outcome.REJECTED,
+)
 # Outcomes that count as the agent being trained as it should (last_success_timestamp).
-HEALTHY_OUTCOMES = ("success", "up_to_date")
+HEALTHY_OUTCOMES = (Outcome.SUCCESS, Outcome.UP_TO_DATE)
 RELOAD_OUTCOMES = ("success", "failure")
 # Why a run failed (genesis_fp16_run_failures_total), and why a job did not start.
 # nonfinite_gradients / nonfinite_loss: the run ran its steps and learned nothing

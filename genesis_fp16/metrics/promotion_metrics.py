@@ -23,12 +23,12 @@ promotion gate's verdict) and ``export_drift`` its ``TrainResult.drift`` (a
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from genesis_fp16_infrastructure.contract import DriftReport, GateReport, ScoresOn
+from genesis_fp16_infrastructure.agent_folder.lifecycle import JournalEntry
+from genesis_fp16_infrastructure.contract import DriftReport, GateReport, Outcome, ScoresOn
 
 SCORES = ("auc", "log_loss", "loss")  # loss: a judged plugin's mean loss (contract.judging)
 PROMOTING = ("gate", "first")  # the journal kinds of the gate's promotions (lifecycle.serve)
@@ -138,7 +138,7 @@ class PromotionMetrics:
 
     def export_gate(self, agent: str, gate: GateReport) -> None:
         """The verdict's scores; a promotion makes the candidate's the served quality."""
-        promoted = gate.outcome == "promoted"
+        promoted = gate.outcome == Outcome.PROMOTED
         for name in SCORES:
             candidate = _score(gate.candidate, name)
             if candidate is not None:
@@ -153,15 +153,15 @@ class PromotionMetrics:
             for name, margin in (("auc", first.delta_auc), ("log_loss", first.delta_log_loss)):
                 if math.isfinite(margin):
                     self.tolerance.labels(agent=agent, score=name).set(margin)
-        if gate.outcome in ("promoted", "rejected", "inconclusive"):
-            self.rejected.labels(agent=agent).set(float(gate.outcome == "rejected"))
+        if gate.outcome in (Outcome.PROMOTED, Outcome.REJECTED, Outcome.INCONCLUSIVE):
+            self.rejected.labels(agent=agent).set(float(gate.outcome == Outcome.REJECTED))
         self.verdicts.labels(agent=agent, outcome=gate.outcome).inc()
-        needed = gate.records_needed if gate.outcome == "inconclusive" else 0
+        needed = gate.records_needed if gate.outcome == Outcome.INCONCLUSIVE else 0
         self.records_needed.labels(agent=agent).set(math.nan if needed is None else needed)
 
-    def count_promotions(self, agent: str, new: Sequence[Mapping[str, Any]]) -> int:
+    def count_promotions(self, agent: str, new: Sequence[JournalEntry]) -> int:
         """Count the gate's promotions among ``new`` journal entries (JournalCursor.new)."""
-        counted = sum(1 for e in new if e.get("kind") in PROMOTING)
+        counted = sum(1 for e in new if e.kind in PROMOTING)
         self.promotions.labels(agent=agent).inc(counted)  # exists at 0 once observed
         return counted
 

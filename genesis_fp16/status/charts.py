@@ -24,6 +24,7 @@ import math
 from genesis_fp16.status.history import PROMOTIONS, AgentHistory, Transition
 from genesis_fp16.status.svg import Chart, Mark
 from genesis_fp16_infrastructure.agent_folder.run_history import RunEntry
+from genesis_fp16_infrastructure.contract import Outcome
 
 Point = tuple[float, float | None]
 LOWER_IS_BETTER = ("loss", "log_loss")
@@ -48,7 +49,9 @@ def quality_chart(history: AgentHistory) -> Chart:
     for entry in history.runs:  # rollbacks the journal no longer holds
         live = entry.live
         if live is not None and live.rolled_back and entry.run.finished_at < oldest_change:
-            marks.append(Mark(entry.run.finished_at, None, "rolled_back", "rolled back (live)"))
+            marks.append(
+                Mark(entry.run.finished_at, None, Outcome.ROLLED_BACK, "rolled back (live)")
+            )
     return Chart(
         title=f"served model's {metric}{on} ({better} is better), promotions and rollbacks",
         y_label=f"{metric}{on}",
@@ -67,12 +70,13 @@ def _gate_points(entry: RunEntry, line: list[Point], marks: list[Mark]) -> None:
     score = f"{gate.metric} {_g(gate.candidate)}"
     against = "" if gate.served_id is None else f" vs {gate.served_id} ({_g(gate.served)})"
     label = f"{gate.candidate_id or 'candidate'} {score}{against}; {entry.run.reason}"
-    if gate.outcome == "promoted":
+    if gate.outcome == Outcome.PROMOTED:
         line.append((at, gate.candidate))
-        marks.append(Mark(at, gate.candidate, "promoted", label))
+        marks.append(Mark(at, gate.candidate, Outcome.PROMOTED, label))
         return
     line.append((at, gate.served))
-    kind = gate.outcome if gate.outcome in ("rejected", "held", "rolled_back") else "held"
+    marked = (Outcome.REJECTED, Outcome.HELD, Outcome.ROLLED_BACK)
+    kind = gate.outcome if gate.outcome in marked else Outcome.HELD
     marks.append(Mark(at, gate.candidate, kind, label))
 
 
@@ -81,14 +85,15 @@ def _transition_points(
 ) -> None:
     """A journal transition: rollbacks and repairs always, promotions the runs miss."""
     served = f"{change.served or '?'}"
+    kind: str
     if change.kind == "rollback":
         why = f": {change.reason}" if change.reason else ""
         label = f"rolled back to {served} from {change.dropped or '?'}{why}"
-        kind = "rolled_back"
+        kind = Outcome.ROLLED_BACK
     elif change.kind == "repair":
         label, kind = f"repaired: serves {served}", "repair"
     elif change.kind in PROMOTIONS and (change.kind == "manual" or change.at < first_run):
-        label, kind = f"{change.kind}: serves {served}", "promoted"
+        label, kind = f"{change.kind}: serves {served}", Outcome.PROMOTED
     else:
         return
     line.append((change.at, change.score))
@@ -127,7 +132,7 @@ def watch_chart(history: AgentHistory) -> Chart:
     marks = []
     for at, live in points:
         if live.rolled_back or live.regression:
-            kind = "rolled_back" if live.rolled_back else "regression"
+            kind = Outcome.ROLLED_BACK if live.rolled_back else "regression"
             what = "rolled back" if live.rolled_back else "regression, not rolled back"
             marks.append(Mark(at, live.difference, kind, f"{what}: {_g(live.difference)}"))
     margin = points[-1][1].margin if points else None

@@ -29,18 +29,21 @@ from typing import Any
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.agent_folder.lifecycle import JournalEntry
 from genesis_fp16_infrastructure.agent_folder.run_history import (
     LiveMark,
     RunEntry,
     score_name,
     score_of,
 )
+from genesis_fp16_infrastructure.contract import Outcome
 
 CHART_RUNS = 30  # the runs the charts draw (the history keeps more)
 TABLE_RUNS = 10  # the runs the page lists
 QUARANTINE_SCAN = 200
-# The journal's kinds of a transition that served a new model (serve's ``how``).
-PROMOTIONS = ("first", "gate", "promoted", "manual", "adopted")
+# The journal's kinds of a transition that served a new model (serve's ``how``; an older
+# release wrote the outcome's word).
+PROMOTIONS = ("first", "gate", Outcome.PROMOTED, "manual", "adopted")
 TEXT_CHARS = 160
 
 
@@ -190,20 +193,21 @@ def _transitions(pointer: dict[str, Any], scores: dict[str, float]) -> tuple[Tra
     journal = pointer.get("journal")
     found = []
     for item in journal[-64:] if isinstance(journal, list) else []:
-        if not isinstance(item, dict) or item.get("kind") in ("trim", "unpin"):
+        try:
+            entry = JournalEntry.from_json(item)
+        except ValueError:  # hand-edited: the page draws the others
             continue
-        at = item.get("at_s")
-        if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
+        at = entry.at_s
+        if entry.kind in ("trim", "unpin") or at is None or not math.isfinite(at):
             continue
-        served = _text(item.get("served"))
         found.append(
             Transition(
-                at=float(at),
-                kind=_text(item.get("kind")) or "unknown",
-                served=served,
-                dropped=_text(item.get("dropped")),
-                reason=_text(item.get("reason")),
-                score=None if served is None else scores.get(served),
+                at=at,
+                kind=entry.kind or "unknown",
+                served=_text(entry.served),
+                dropped=_text(entry.dropped),
+                reason=_text(entry.reason),
+                score=None if entry.served is None else scores.get(entry.served),
             )
         )
     return tuple(found)

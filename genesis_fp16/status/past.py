@@ -18,6 +18,7 @@ from genesis_fp16.status.report import AgentStatus
 from genesis_fp16.status.svg import Chart, draw_chart, legend
 from genesis_fp16.status.when import clock, span, when
 from genesis_fp16_infrastructure.agent_folder.run_history import RunEntry
+from genesis_fp16_infrastructure.contract import Outcome
 
 Row = tuple[str, str]
 PAST_STYLE = (
@@ -114,12 +115,16 @@ def runs_table(runs: tuple[RunEntry, ...]) -> list[str]:
     return parts
 
 
+# The marks a gate verdict or a rollback draws on the quality chart (charts._gate_points).
+_VERDICT_MARKS = (Outcome.PROMOTED, Outcome.REJECTED, Outcome.HELD, Outcome.ROLLED_BACK)
+
+
 def charts_html(history: AgentHistory) -> list[str]:
     """The three charts, each with its legend of the marks it can hold."""
     charts: list[tuple[Chart, tuple[str, ...]]] = [
-        (quality_chart(history), ("promoted", "rejected", "held", "rolled_back", "repair")),
+        (quality_chart(history), (*_VERDICT_MARKS, "repair")),
         (scale_chart(history), ("demoted",)),
-        (watch_chart(history), ("regression", "rolled_back")),
+        (watch_chart(history), ("regression", Outcome.ROLLED_BACK)),
     ]
     parts = ['<div class="charts">']
     for chart, kinds in charts:

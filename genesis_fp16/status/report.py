@@ -33,14 +33,14 @@ from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.layout import AGENTS_FOLDER, SERVED_POINTER
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     REPAIR,
-    VERDICT_NAME,
     aside_path,
     list_candidates,
     newest_checkpoint,
     pointer_path,
-    read_json,
+    read_verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.run_history import LastRun
+from genesis_fp16_infrastructure.contract import Outcome
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionName,
     precision_name,
@@ -257,10 +257,10 @@ def _kept_inconclusive(folder: Path) -> str | None:
     except OSError:  # not ours to list: the served line says enough
         return None
     for candidate in reversed(candidates):
-        verdict = read_json(candidate / VERDICT_NAME) or {}
-        if verdict.get("outcome") == "inconclusive":
-            needed = verdict.get("records_needed")
-            needs = f"about {needed} records" if isinstance(needed, int) else "more records"
+        verdict = read_verdict(candidate)
+        if verdict.outcome == Outcome.INCONCLUSIVE:
+            needed = verdict.records_needed
+            needs = f"about {needed} records" if needed is not None else "more records"
             return _cut(f"candidate {candidate.name} inconclusive: judged again as {needs} arrive")
     return None
 

@@ -22,19 +22,22 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from genesis_fp16_infrastructure.contract import Outcome
+
 WIDTH, HEIGHT = 540, 180
 LEFT, RIGHT, TOP, BOTTOM = 66, 52, 14, 36
 SIZE = 6.5  # a mark's half-width, px
 
-# kind -> (fill colour, shape, legend word). Colours no line, band or text uses.
-KINDS: dict[str, tuple[str, str, str]] = {
-    "promoted": ("#1a7f37", "up", "promoted"),
-    "rejected": ("#e8590c", "cross", "rejected"),
-    "rolled_back": ("#cf222e", "down", "rolled back"),
-    "demoted": ("#8250df", "diamond", "demoted"),
-    "held": ("#57606a", "circle", "held"),
-    "regression": ("#a40e26", "circle", "regression"),
-    "repair": ("#0550ae", "square", "repaired"),
+# kind -> (fill colour, shape). Colours no line, band or text uses. A verdict's kind is
+# its outcome; the legend's word is the kind's, spaced (_legend_word).
+KINDS: dict[str, tuple[str, str]] = {
+    Outcome.PROMOTED: ("#1a7f37", "up"),
+    Outcome.REJECTED: ("#e8590c", "cross"),
+    Outcome.ROLLED_BACK: ("#cf222e", "down"),
+    "demoted": ("#8250df", "diamond"),
+    Outcome.HELD: ("#57606a", "circle"),
+    "regression": ("#a40e26", "circle"),
+    "repair": ("#0550ae", "square"),
 }
 LINE, BAND, BARS, RULE, INK = "#0969da", "#cfe3fa", "#c3c9cf", "#bc4c00", "#24292f"
 
@@ -104,8 +107,12 @@ def legend(kinds: Iterable[str]) -> str:
     """A line of text naming each kind's mark, by its shape's glyph (no coloured fill:
     a mark's colour is found on the charts only)."""
     glyph = {"up": "▲", "down": "▼", "diamond": "◆", "cross": "✕", "circle": "●", "square": "■"}
-    words = [f"{glyph[KINDS[k][1]]} {KINDS[k][2]}" for k in kinds if k in KINDS]
+    words = [f"{glyph[KINDS[k][1]]} {_legend_word(k)}" for k in kinds if k in KINDS]
     return html.escape("   ".join(words))
+
+
+def _legend_word(kind: str) -> str:
+    return "repaired" if kind == "repair" else str(kind).replace("_", " ")
 
 
 PLOT_W, PLOT_H = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
@@ -287,7 +294,7 @@ def _line(plot: _Plot, chart: Chart) -> list[str]:
 
 
 def _mark(plot: _Plot, mark: Mark) -> str:
-    colour, shape, _ = KINDS.get(mark.kind, (INK, "circle", mark.kind))
+    colour, shape = KINDS.get(mark.kind, (INK, "circle"))
     x = plot.px(mark.x)
     y = TOP + SIZE + 1 if mark.y is None else plot.py(mark.y)
     kind = mark.kind if mark.kind in KINDS else "other"

@@ -6,9 +6,9 @@ A record's JSON is each field under its name (or ``metadata["json"]``), a record
 own object, a tuple as a list, a non-finite float as null, a float with
 ``metadata["round"]`` rounded, and a field with ``metadata["omit_none"]`` left out while
 it is None. Reading takes the JSON back with the fields' types checked (a Literal's
-values included), null back into NaN for a float, keys it does not know ignored (a file
-written by a newer version), and anything else refused in one line naming the record and
-the place::
+or an enum's values included, an enum's read back as its member), null back into NaN
+for a float, keys it does not know ignored (a file written by a newer version), and
+anything else refused in one line naming the record and the place::
 
     >>> from dataclasses import dataclass
     >>> @dataclass(frozen=True)
@@ -26,8 +26,8 @@ How: each record type gets a msgspec ``Struct`` of the same fields (its *mirror*
 once per type by :func:`mirror_of`) that carries the JSON names (``rename``) and the
 fields a JSON object may leave out (``UNSET``, then the dataclass's own default);
 ``msgspec.convert`` checks and reads the JSON into it. What msgspec has no word for is a
-custom type of the mirror's: a float that reads null as NaN, a Literal that names its
-values when refused, a ``Path``, and a record that reads itself (its own ``from_json``,
+custom type of the mirror's: a float that reads null as NaN, a Literal or enum that
+names its values when refused, a ``Path``, and a record that reads itself (its own ``from_json``,
 as the calibration cache checks its version). msgspec's refusal (``Expected `int`, got
 `str` - at `$.records```) is put in the record's words by :func:`one_line`. Writing is
 the fields' own walk (:func:`encode_record`): a plugin's value that is not JSON stays as
@@ -36,6 +36,7 @@ it is, for ``check_result`` to name.
 
 from __future__ import annotations
 
+import enum
 import math
 import re
 import sys
@@ -129,9 +130,11 @@ class _Float(float):
 
 
 class _Choice(str):
-    """A Literal field in a mirror (a subclass per Literal, ``choices`` its values)."""
+    """A Literal or enum field in a mirror (a subclass per type, ``choices`` its values;
+    ``enum``: the enum a value is read back as, None for a Literal)."""
 
     choices: tuple[Any, ...] = ()
+    enum: type[enum.Enum] | None = None
 
 
 _MIRRORS: dict[type[Any], type[msgspec.Struct]] = {}  # record type -> its mirror
@@ -173,6 +176,8 @@ def _mirror_hint(hint: Any) -> Any:
         return _Float
     if origin is Literal:
         return _choice(args)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return _choice(tuple(member.value for member in hint), hint)
     if origin is Union or origin is types.UnionType:
         return Union[tuple(_mirror_hint(a) for a in args)]  # noqa: UP007
     if origin is Mapping or origin is dict:
@@ -205,8 +210,8 @@ def _own(cls: type[Any]) -> type[_Own]:
 
 
 @cache
-def _choice(values: tuple[Any, ...]) -> type[_Choice]:
-    return type("Choice", (_Choice,), {"choices": values})
+def _choice(values: tuple[Any, ...], of: type[enum.Enum] | None = None) -> type[_Choice]:
+    return type("Choice", (_Choice,), {"choices": values, "enum": of})
 
 
 def _read_custom(kind: type[Any], value: Any) -> Any:
@@ -250,7 +255,8 @@ def _thaw(value: Any) -> Any:
     if isinstance(value, _Float):
         return float(value)
     if isinstance(value, _Choice):
-        return str(value)
+        of = type(value).enum
+        return str(value) if of is None else of(str(value))
     if isinstance(value, tuple):  # msgspec read a tuple field as one; Any's lists stay
         return tuple(_thaw(v) for v in value)
     if isinstance(value, dict):

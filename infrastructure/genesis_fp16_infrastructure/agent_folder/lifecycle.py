@@ -48,7 +48,9 @@ same way (``agent_folder.outbox``).
 tests/infrastructure/agent_folder/test_lifecycle_kill.py kills every write of each.
 
 JSON only, no torch: the daemon's up-to-date check and the ``model`` command use it
-without importing torch.
+without importing torch. The pointer's record, codec and lock are
+:mod:`~genesis_fp16_infrastructure.agent_folder.pointer` (named here too), the records of
+candidates and of the journal :mod:`~genesis_fp16_infrastructure.agent_folder.lifecycle_records`.
 
 >>> pointer = read_pointer(folder)  # doctest: +SKIP
 >>> pointer.served["id"], served_checkpoint(folder)  # doctest: +SKIP
@@ -60,169 +62,56 @@ import logging
 import os
 import re
 import shutil
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from genesis_fp16_infrastructure.agent_folder import files, outbox
 from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile, last_write
 from genesis_fp16_infrastructure.agent_folder.files import folder_bytes as folder_bytes
+from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META as CANDIDATE_META_FILE
 from genesis_fp16_infrastructure.agent_folder.layout import (
-    ASIDE_SUFFIX,
-    CANDIDATES_FOLDER,
-    CHECKPOINTS_FOLDER,
     SERVED_POINTER,
     VERDICT,
 )
-from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META as CANDIDATE_META_FILE
-from genesis_fp16_infrastructure.agent_folder.layout import POINTER_LOCK as POINTER_LOCK_FILE
-from genesis_fp16_infrastructure.agent_folder.lock import take_lock
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import CandidateMeta, Verdict
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
+    JournalEntry as JournalEntry,
+)
+from genesis_fp16_infrastructure.agent_folder.pointer import (
+    ASIDE_NAME as ASIDE_NAME,
+)
+from genesis_fp16_infrastructure.agent_folder.pointer import (
+    POINTER_LOCK as POINTER_LOCK,
+)
+from genesis_fp16_infrastructure.agent_folder.pointer import (
+    POINTER_NAME as POINTER_NAME,
+)
+from genesis_fp16_infrastructure.agent_folder.pointer import (
+    POINTER_VERSION as POINTER_VERSION,
+)
+from genesis_fp16_infrastructure.agent_folder.pointer import REPAIR as REPAIR
+from genesis_fp16_infrastructure.agent_folder.pointer import (
+    ServedPointer,
+    ServedPointerError,
+    aside_path,
+    candidates_dir,
+    parse_pointer,
+    pointer_lock,
+    pointer_path,
+    read_pointer,
+    served_checkpoint,
+    write_pointer,
+)
+from genesis_fp16_infrastructure.agent_folder.pointer import checkpoint_of as checkpoint_of
+from genesis_fp16_infrastructure.agent_folder.pointer import repair_hint as repair_hint
+from genesis_fp16_infrastructure.outcome import Outcome
 
 logger = logging.getLogger(__name__)
 
-# The pointer's record and codec ------------------------------------------------------------
-
-POINTER_NAME = SERVED_POINTER.name
-POINTER_VERSION = 1
-ASIDE_NAME = POINTER_NAME + ASIDE_SUFFIX  # an unusable pointer, set aside until a repair
-REPAIR = "`genesis-fp16 model promote AGENT ID` or `genesis-fp16 model rollback AGENT` repairs it"
-
-
-class ServedPointerError(ValueError):
-    """A pointer file that cannot be read or names nothing: one line naming the file."""
-
-
-@dataclass(frozen=True)
-class ServedPointer:
-    """What ``served.json`` holds: the served entry, the ones served before it, and the
-    operator's pin (None: the daemon's gate and live watch may replace the served model)."""
-
-    served: dict[str, Any]
-    history: list[dict[str, Any]] = field(default_factory=list)
-    pinned: dict[str, Any] | None = None
-    # The transitions that wrote this pointer, numbered (module docstring, "Crash-safe").
-    sequence: int = 0
-    journal: list[dict[str, Any]] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "version": POINTER_VERSION,
-            "served": self.served,
-            "history": self.history,
-        }
-        if self.pinned is not None:
-            data["pinned"] = self.pinned
-        if self.sequence:
-            data["sequence"], data["journal"] = self.sequence, self.journal
-        return data
-
-
-def pointer_path(folder: Path) -> Path:
-    return Path(folder) / POINTER_NAME
-
-
-def candidates_dir(folder: Path) -> Path:
-    return Path(folder) / CANDIDATES_FOLDER
-
-
-def read_pointer(folder: Path) -> ServedPointer | None:
-    """The folder's pointer; None when it has none yet (no model was ever promoted).
-    A pointer that exists but cannot be read raises :class:`ServedPointerError`: a served
-    model is never guessed."""
-    path = pointer_path(folder)
-    if not path.exists() and not path.is_symlink() and aside_path(folder).exists():
-        raise ServedPointerError(
-            f"served-model pointer {str(path)!r} was set aside as unusable "
-            f"({str(aside_path(folder))!r}); {repair_hint(folder)}"
-        )
-    return parse_pointer(path)
-
-
-def parse_pointer(path: Path) -> ServedPointer | None:
-    try:
-        data = files.read_json(path, SERVED_POINTER)
-    except UnusableStateFile as exc:
-        raise ServedPointerError(
-            f"served-model pointer {str(path)!r} unreadable: {exc}; {repair_hint(path.parent)}"
-        ) from None
-    if data is None:
-        return None
-    if not isinstance(data, dict) or data.get("version") != POINTER_VERSION:
-        raise ServedPointerError(
-            f"served-model pointer {str(path)!r} is not version {POINTER_VERSION} "
-            f"(found {data.get('version') if isinstance(data, dict) else type(data).__name__!r}); "
-            f"{repair_hint(path.parent)}"
-        )
-    served, history = data.get("served"), data.get("history", [])
-    if not isinstance(served, dict) or not isinstance(served.get("checkpoint"), str):
-        raise ServedPointerError(
-            f"served-model pointer {str(path)!r} names no checkpoint; {repair_hint(path.parent)}"
-        )
-    if not isinstance(history, list):
-        raise ServedPointerError(
-            f"served-model pointer {str(path)!r}: history is not a list; {repair_hint(path.parent)}"
-        )
-    pinned = data.get("pinned")
-    sequence, journal = data.get("sequence", 0), data.get("journal", [])
-    if not isinstance(sequence, int) or not isinstance(journal, list) or sequence < 0:
-        raise ServedPointerError(
-            f"served-model pointer {str(path)!r}: sequence or journal unreadable; "
-            f"{repair_hint(path.parent)}"
-        )
-    return ServedPointer(
-        served,
-        [h for h in history if isinstance(h, dict)],
-        pinned if isinstance(pinned, dict) else None,
-        sequence,
-        [e for e in journal if isinstance(e, dict) and isinstance(e.get("seq"), int)],
-    )
-
-
-def served_checkpoint(folder: Path) -> Path | None:
-    """The checkpoint file the pointer names (None: no pointer); ServedPointerError when
-    the file it names is gone."""
-    pointer = read_pointer(folder)
-    return None if pointer is None else checkpoint_of(folder, pointer)
-
-
-def checkpoint_of(folder: Path, pointer: ServedPointer) -> Path:
-    """The checkpoint file ``pointer`` (read from ``folder``) names; ServedPointerError
-    when it is gone."""
-    path = Path(folder) / pointer.served["checkpoint"]
-    if not path.is_file():
-        raise ServedPointerError(
-            f"served-model pointer {str(pointer_path(folder))!r} names {str(path)!r}, "
-            f"which is not there; {repair_hint(folder)}"
-        )
-    return path
-
-
-def repair_hint(folder: Path) -> str:
-    """The commands that repair the pointer of ``folder``, naming its agent where the
-    folder is a state folder's (``<state>/agents/<agent>/checkpoints``)."""
-    folder = Path(folder)
-    agent = folder.parent.name if folder.name == CHECKPOINTS_FOLDER else "AGENT"
-    return REPAIR.replace("AGENT", agent)
-
-
-def aside_path(folder: Path) -> Path:
-    """Where the pointer was last set aside (:func:`files.newest_aside`); when never,
-    ``served.json.unusable``, which is not there."""
-    return files.newest_aside(pointer_path(folder)) or Path(folder) / ASIDE_NAME
-
-
-def write_pointer(folder: Path, pointer: ServedPointer) -> None:
-    """Replace the pointer atomically (the old one or the new one, never neither). Callers
-    that read it first hold :func:`pointer_lock` around both (:func:`update_pointer`)."""
-    files.write_json(pointer_path(folder), SERVED_POINTER, pointer.to_json())
-
-
 # Transitions ----------------------------------------------------------------------
-POINTER_LOCK = POINTER_LOCK_FILE.name  # the flock every writer of the pointer holds
 CANDIDATE_META = CANDIDATE_META_FILE.name
 VERDICT_NAME = VERDICT.name
 UNFINISHED_MIN_DAYS = 1.0  # an unfinished candidate untouched this long is pruned
@@ -234,39 +123,6 @@ INCONCLUSIVE_KEEP = 2
 JOURNAL_KEEP = 16
 PRUNING_FOLDER = ".pruning"  # a candidate moved here (one rename) is removed, then or later
 _CHECKPOINT_NAME = re.compile(r"^ckpt-(\d{10})\.pt$")  # CheckpointManager's, without torch
-
-
-# One writer at a time: an flock conflicts between two descriptors even in one process, so
-# threads of one process (the daemon's jobs) are ordered by a process lock first, and a
-# thread that holds the pointer's lock may take it again (prune holds it around update).
-_THREAD_LOCK = threading.RLock()
-_HELD: dict[str, int] = {}  # lock file -> depth, only touched under _THREAD_LOCK
-
-
-@contextmanager
-def pointer_lock(folder: Path) -> Iterator[None]:
-    """Hold the pointer's lock (``served.json.lock``) until the block ends: every reader
-    that writes the pointer back (promotion, rollback, the live watch, pruning, the
-    operator's ``model`` commands) does so inside it, so no update is lost. Blocking: the
-    holders keep it for one small read and write. The kernel drops it with its holder;
-    the same thread may nest it."""
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    key = str((Path(folder) / POINTER_LOCK).resolve())
-    with _THREAD_LOCK:
-        if _HELD.get(key):
-            _HELD[key] += 1
-            try:
-                yield
-            finally:
-                _HELD[key] -= 1
-            return
-        fd = take_lock(Path(key), POINTER_LOCK_FILE)
-        try:
-            _HELD[key] = 1
-            yield
-        finally:
-            _HELD.pop(key, None)
-            os.close(fd)  # closing the descriptor drops the flock
 
 
 PointerChange = Callable[[ServedPointer | None], ServedPointer | None]
@@ -305,31 +161,35 @@ def journaled(
     new: ServedPointer,
     kind: str,
     verdicts: Mapping[str, Mapping[str, Any]] | None = None,
-    **detail: Any,
+    dropped: Any = None,
+    reason: str | None = None,
 ) -> ServedPointer:
     """``new`` with the transition that made it from ``current`` appended to its journal
     under the next sequence number: ``kind`` (serve's ``how``, ``rollback``, ``unpin``,
     ``trim``, ``repair``), the verdicts it decided (candidate id -> verdict, written to
-    the candidates after the pointer: :func:`roll_forward`) and ``detail``."""
+    the candidates after the pointer: :func:`roll_forward`), and what a rollback or a trim
+    ``dropped`` and why."""
     sequence = (current.sequence if current is not None else 0) + 1
-    entry: dict[str, Any] = {"seq": sequence, "kind": kind, "at": _now(), "at_s": time.time()}
-    entry.update(served=new.served.get("id"), pinned=new.pinned, **detail)
-    if verdicts:
-        entry["verdicts"] = {k: {**v, "journal_seq": sequence} for k, v in verdicts.items()}
+    decided = {
+        k: Verdict.from_json({**v, "journal_seq": sequence}) for k, v in (verdicts or {}).items()
+    }
+    entry = JournalEntry(
+        seq=sequence, kind=kind, at=_now(), at_s=time.time(), served=new.served.get("id"),
+        pinned=new.pinned, verdicts=decided, dropped=dropped, reason=reason,
+    )  # fmt: skip
     earlier = current.journal if current is not None else []
     return replace(new, sequence=sequence, journal=[*earlier, entry][-JOURNAL_KEEP:])
 
 
-def decided_verdicts(pointer: ServedPointer) -> dict[str, dict[str, Any]]:
+def decided_verdicts(pointer: ServedPointer) -> dict[str, Verdict]:
     """The verdict each candidate the journal names was last given (id -> verdict, with
     its ``journal_seq``): what its ``verdict.json`` must say."""
-    decided: dict[str, dict[str, Any]] = {}
+    decided: dict[str, Verdict] = {}
     for entry in pointer.journal:
-        verdicts = entry.get("verdicts")
-        for ident, verdict in (verdicts if isinstance(verdicts, dict) else {}).items():
-            plain = Path(str(ident)).name == str(ident) and str(ident) not in ("", ".", "..")
-            if plain and isinstance(verdict, dict) and isinstance(verdict.get("journal_seq"), int):
-                decided[str(ident)] = verdict  # a hand-edited one without its number: ignored
+        for ident, verdict in entry.verdicts.items():
+            plain = Path(ident).name == ident and ident not in ("", ".", "..")
+            if plain and verdict.journal_seq is not None:
+                decided[ident] = verdict  # a hand-edited one without its number: ignored
     return decided
 
 
@@ -342,8 +202,8 @@ def disagreeing(folder: Path, pointer: ServedPointer) -> list[str]:
         candidate = candidates_dir(folder) / ident
         if not (candidate / CANDIDATE_META).is_file():
             continue  # pruned since, or never here
-        said = (read_json(candidate / VERDICT_NAME) or {}).get("journal_seq")
-        if not isinstance(said, int) or said < verdict["journal_seq"]:
+        said = read_verdict(candidate).journal_seq
+        if said is None or verdict.journal_seq is None or said < verdict.journal_seq:
             found.append(ident)
     return found
 
@@ -355,7 +215,8 @@ def roll_forward(folder: Path, pointer: ServedPointer) -> list[str]:
     decided = decided_verdicts(pointer)
     written = disagreeing(folder, pointer)
     for ident in written:
-        files.write_json(candidates_dir(folder) / ident / VERDICT_NAME, VERDICT, decided[ident])
+        path = candidates_dir(folder) / ident / VERDICT_NAME
+        files.write_json(path, VERDICT, decided[ident].to_json())
     return written
 
 
@@ -443,9 +304,10 @@ def _rolled_back_verdict(
     candidate = (Path(folder) / str(dropped["checkpoint"])).parent
     if not (candidate / CANDIDATE_META).is_file():
         return {}
-    old = read_json(candidate / VERDICT_NAME) or {}
-    gate_outcome = old.get("gate_outcome", old.get("outcome"))  # what the gate said
-    new = {**old, **(verdict or {}), "outcome": "rolled_back", "gate_outcome": gate_outcome}
+    old = read_verdict(candidate)
+    gate_outcome = old.gate_outcome or old.outcome  # what the gate said
+    new = {**old.to_json(), **(verdict or {})}
+    new.update(outcome=Outcome.ROLLED_BACK, gate_outcome=gate_outcome)
     return {candidate.name: _stamped(new)}
 
 
@@ -487,7 +349,7 @@ def list_candidates(folder: Path) -> list[Path]:
         return []
     found = [p for p in root.iterdir() if p.is_dir() and os.path.lexists(p / CANDIDATE_META)]
     # An unusable meta is set aside (reported) as it is read; its candidate stays listed.
-    created = {p: str((read_json(p / CANDIDATE_META) or {}).get("created_at")) for p in found}
+    created = {p: str(read_meta(p).created_at) for p in found}
     return sorted(found, key=lambda p: (created[p], p.name))
 
 
@@ -496,6 +358,22 @@ def read_json(path: Path) -> dict[str, Any] | None:
     unusable: set aside as ``<name>.unusable-*`` and reported (agent_folder.files)."""
     file = {VERDICT_NAME: VERDICT, CANDIDATE_META: CANDIDATE_META_FILE}[Path(path).name]
     return files.load(path, file, files.json_object)
+
+
+def read_verdict(candidate: Path) -> Verdict:
+    """The candidate's verdict; one without an outcome (``Verdict()``) while it has none
+    (training), or when its file is unusable: set aside and reported (agent_folder.files)."""
+    found = files.load(Path(candidate) / VERDICT_NAME, VERDICT, Verdict.from_json)
+    return Verdict() if found is None else found
+
+
+def read_meta(candidate: Path) -> CandidateMeta:
+    """The candidate's meta (its data and request); empty when absent or unusable (set
+    aside and reported, as :func:`read_verdict`)."""
+    found = files.load(
+        Path(candidate) / CANDIDATE_META, CANDIDATE_META_FILE, CandidateMeta.from_json
+    )
+    return CandidateMeta() if found is None else found
 
 
 def write_verdict(candidate: Path, verdict: Mapping[str, Any]) -> None:
@@ -524,17 +402,16 @@ def candidate_entry(
     """The pointer's entry for a candidate: its id, checkpoint (relative to ``folder``),
     data, precision and gate scores, from its meta and ``verdict`` (None: its verdict
     file; the gate's promotion passes the verdict it has not written yet)."""
-    meta = read_json(Path(candidate) / CANDIDATE_META) or {}
-    if verdict is None:
-        verdict = read_json(Path(candidate) / VERDICT_NAME) or {}
+    meta = read_meta(candidate)
+    judged = read_verdict(candidate) if verdict is None else Verdict.from_json(verdict)
     return {
         "id": Path(candidate).name,
         "checkpoint": str(Path(checkpoint).resolve().relative_to(Path(folder).resolve())),
-        "fingerprint": meta.get("fingerprint"),
-        "records": meta.get("records"),
-        "precision": verdict.get("precision"),
-        "scores": (verdict.get("candidate") or {}),
-        "trained_at": meta.get("created_at"),
+        "fingerprint": meta.fingerprint,
+        "records": meta.records,
+        "precision": judged.precision,
+        "scores": judged.candidate or {},
+        "trained_at": meta.created_at,
     }
 
 
@@ -590,18 +467,18 @@ def _prunable(candidate: Path, pointer: ServedPointer | None, cutoff: float) -> 
     """Whether nobody may still name ``candidate`` (neither served nor kept in history:
     the caller's check): promoted and replaced, decided long ago, or unfinished and
     untouched. With no pointer at all a promoted one stays: a repair serves it again."""
-    verdict = read_json(candidate / VERDICT_NAME)
-    if verdict is None:  # unfinished and recent: the next run of its data resumes it
+    verdict = read_verdict(candidate)
+    if verdict.outcome is None:  # unfinished and recent: the next run of its data resumes it
         return last_write(candidate) <= min(cutoff, time.time() - UNFINISHED_MIN_DAYS * 86400)
-    if verdict.get("outcome") == "promoted":
+    if verdict.outcome == Outcome.PROMOTED:
         return pointer is not None
-    return float(verdict.get("decided_at_s", 0)) <= cutoff  # a recent one kept for inspection
+    return (verdict.decided_at_s or 0.0) <= cutoff  # a recent one kept for inspection
 
 
 def _newest_inconclusive(folder: Path) -> list[str]:
     """The newest ``INCONCLUSIVE_KEEP`` candidates whose verdict is ``inconclusive``."""
-    verdicts = [(c.name, read_json(c / VERDICT_NAME) or {}) for c in list_candidates(folder)]
-    return [n for n, v in verdicts if v.get("outcome") == "inconclusive"][-INCONCLUSIVE_KEEP:]
+    verdicts = [(c.name, read_verdict(c)) for c in list_candidates(folder)]
+    return [n for n, v in verdicts if v.outcome == Outcome.INCONCLUSIVE][-INCONCLUSIVE_KEEP:]
 
 
 def _remove(folder: Path, candidate: Path) -> None:
@@ -691,11 +568,11 @@ def promoted_candidates(folder: Path) -> list[dict[str, Any]]:
     newest decision first: what a repair rebuilds the served model and history from."""
     found = []
     for candidate in list_candidates(folder):
-        verdict = read_json(candidate / VERDICT_NAME) or {}
+        verdict = read_verdict(candidate)
         checkpoint = newest_checkpoint(candidate)
-        if verdict.get("outcome") != "promoted" or checkpoint is None:
+        if verdict.outcome != Outcome.PROMOTED or checkpoint is None:
             continue
-        found.append((float(verdict.get("decided_at_s") or 0.0), served_entry(folder, candidate)))
+        found.append((verdict.decided_at_s or 0.0, served_entry(folder, candidate)))
     return [entry for _, entry in sorted(found, key=lambda pair: -pair[0]) if entry is not None]
 
 
@@ -703,8 +580,7 @@ def served_entry(folder: Path, candidate: Path) -> dict[str, Any] | None:
     """A kept candidate's pointer entry, from its own records: the checkpoint its verdict
     names (the newest file where the verdict names none: written before it did), and for
     final_fit=whole the split run's model the gate judged. None: it holds no checkpoint."""
-    verdict = read_json(Path(candidate) / VERDICT_NAME) or {}
-    named = Path(candidate) / str(verdict.get("checkpoint") or "-")
+    named = Path(candidate) / (read_verdict(candidate).checkpoint or "-")
     checkpoint = named if named.is_file() else newest_checkpoint(candidate)
     if checkpoint is None:
         return None

@@ -74,7 +74,7 @@ import re
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -92,7 +92,9 @@ from genesis_fp16_infrastructure.agent_folder.layout import (
     VERDICT,
     StateFile,
 )
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import JournalEntry
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
+from genesis_fp16_infrastructure.outcome import Outcome
 
 VERSION = 1
 # The journal's kinds (a serve's ``how``, ``rollback``, ``unpin``, ``repair``) become these
@@ -249,19 +251,18 @@ def _replace_unsynced(path: Path, text: str, file: StateFile) -> None:
         raise
 
 
-def journal_event_id(agent: str, entry: Mapping[str, Any]) -> str:
+def journal_event_id(agent: str, entry: JournalEntry) -> str:
     """A journal entry's event id: the same whoever copies it, and again after a kill."""
-    key = f"{agent}\0{entry.get('seq')}\0{entry.get('at_s')!r}\0{entry.get('kind')}"
+    key = f"{agent}\0{entry.seq}\0{entry.at_s!r}\0{entry.kind}"
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def journal_kind(entry: Mapping[str, Any]) -> str:
-    kind = str(entry.get("kind"))
-    return "promote" if kind in PROMOTE_HOWS else kind
+def journal_kind(entry: JournalEntry) -> str:
+    return "promote" if entry.kind in PROMOTE_HOWS else entry.kind
 
 
 def announce_journal(
-    checkpoint_folder: Path, journal: list[dict[str, Any]], committed_now: bool
+    checkpoint_folder: Path, journal: Sequence[JournalEntry], committed_now: bool
 ) -> list[str]:
     """Copy the pointer journal's entries the outbox lacks into it, oldest first; the
     caller holds the pointer's lock. A state folder's first outbox takes the journal as it
@@ -273,9 +274,7 @@ def announce_journal(
         return []
     agent, root = agent_folder.name, os.fspath(outbox_of(agent_folder))  # plain strings:
     # pathlib's parsing cost more than the stats themselves, on every transition
-    entries = [
-        (journal_event_id(agent, e), e) for e in journal if str(e.get("kind")) not in UNANNOUNCED
-    ]
+    entries = [(journal_event_id(agent, e), e) for e in journal if e.kind not in UNANNOUNCED]
     # At most lifecycle.JOURNAL_KEEP entries, one stat each; all there: nothing to take
     # the lock for (an event file is only ever added, or pruned and named in outbox.json).
     missing = [(i, e) for i, e in entries if not os.path.lexists(f"{root}/{i}.json")]
@@ -290,12 +289,12 @@ def announce_journal(
         for event_id, entry in missing:
             if event_id in state["pruned"] or os.path.lexists(f"{root}/{event_id}.json"):
                 continue
-            data = {k: v for k, v in entry.items() if k != "at_s"}
+            data = {k: v for k, v in entry.to_json().items() if k != "at_s"}
             written.append(_write_new(agent_folder, lock, journal_kind(entry), data, event_id))
         return written
 
 
-VERDICT_KINDS = {"rejected": "reject", "held": "hold"}
+VERDICT_KINDS: dict[str, str] = {Outcome.REJECTED: "reject", Outcome.HELD: "hold"}
 # What a verdict's event carries (its comparisons' details stay in verdict.json).
 VERDICT_KEYS = (
     "outcome",

@@ -85,6 +85,7 @@ if TYPE_CHECKING:
         check_result,
     )
     from genesis_fp16_infrastructure.judging.run import run_plugin
+    from genesis_fp16_infrastructure.outcome import Outcome
     from genesis_fp16_infrastructure.record_codec import Record, ReportError
 
 # Exported name -> the module of the library that gives it.
@@ -140,6 +141,7 @@ _EXPORTS: dict[str, str] = {
     "read_agent_state": "contract.agent_state",
     "read_resume_point": "contract.agent_state",
     "read_snapshot": "contract.agent_state",
+    "Outcome": "outcome",
     "Record": "record_codec",
     "ReportError": "record_codec",
 }
@@ -172,6 +174,7 @@ __all__ = [
     "LiveReport",
     "Measured",
     "OptionValue",
+    "Outcome",
     "PrecisionRequest",
     "ProbeSetup",
     "Record",

@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from genesis_fp16_infrastructure.outcome import Outcome
 from genesis_fp16_infrastructure.record_codec import (
     JSON,
     OMIT_NONE,
@@ -183,9 +184,6 @@ class ScoresOn(Record):
         return cls(comparison.name, scores.auc, scores.log_loss, scores.auc_se, scores.records)
 
 
-GateOutcome = Literal["promoted", "rejected", "inconclusive", "undecided", "held", "rolled_back"]
-
-
 @dataclass(frozen=True)
 class GateReport(Record):
     """The promotion gate's verdict on a candidate (recipes.retrain.promotion): what
@@ -194,7 +192,7 @@ class GateReport(Record):
     served if promoted. The candidate's verdict file holds the same record; one read
     back from an older file keeps what this record knows of it."""
 
-    outcome: GateOutcome
+    outcome: Outcome
     reason: str
     comparisons: tuple[GateComparison, ...] = ()
     seconds: float = field(default=0.0, metadata={ROUND: 4})
@@ -207,7 +205,7 @@ class GateReport(Record):
     # Written with the verdict file (served.write_verdict) and by a rollback.
     decided_at: str | None = field(default=None, metadata=_OPTIONAL)
     decided_at_s: float | None = field(default=None, metadata=_OPTIONAL)
-    gate_outcome: str | None = field(default=None, metadata=_OPTIONAL)
+    gate_outcome: Outcome | None = field(default=None, metadata=_OPTIONAL)
     detail: str | None = field(default=None, metadata=_OPTIONAL)
     # An inconclusive verdict's (issue 62): the records its undecided sets would need, and
     # the data digest it was judged on (judged again when the data moves on).

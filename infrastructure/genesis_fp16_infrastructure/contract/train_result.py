@@ -41,6 +41,7 @@ from genesis_fp16_infrastructure.contract.reports import (
     LiveReport,
     RangeSummary,
 )
+from genesis_fp16_infrastructure.outcome import Outcome
 from genesis_fp16_infrastructure.record_codec import decode_record, encode_record
 from genesis_fp16_infrastructure.training.precision.carried_scale import (
     CarriedScale,
@@ -110,7 +111,7 @@ class TrainResult:
     ...     overflow_rate=0.0, loss_scale=1.0, final_train_loss=0.1, eval={"loss": 0.2},
     ...     samples_per_second=100.0, wall_seconds=2.0, checkpoint=None, quarantined=0,
     ...     phases={"read": 0.5, "train": 1.5})
-    >>> result.outcome, TrainResult.from_json(result.to_json()).phases
+    >>> f"{result.outcome}", TrainResult.from_json(result.to_json()).phases
     ('success', {'read': 0.5, 'train': 1.5})
     """
 
@@ -191,18 +192,18 @@ class TrainResult:
                 object.__setattr__(self, "failure_detail", detail)
 
     @property
-    def outcome(self) -> str:
+    def outcome(self) -> Outcome:
         """``failed`` (its steps learned nothing: ``failure`` says why), ``up_to_date``
         (nothing new to learn), ``rejected`` (trained, and judged worse than the served
         model), ``stopped`` (asked to stop before its end) or ``success``: the daemon's
         outcome label, and ``outcome`` in ``to_json``."""
         if self.failure is not None:
-            return "failed"
+            return Outcome.FAILED
         if self.up_to_date:
-            return "up_to_date"
+            return Outcome.UP_TO_DATE
         if self.rejected:
-            return "rejected"
-        return "stopped" if self.stopped_early else "success"
+            return Outcome.REJECTED
+        return Outcome.STOPPED if self.stopped_early else Outcome.SUCCESS
 
     @classmethod
     def from_fit(

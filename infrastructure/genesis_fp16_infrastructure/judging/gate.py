@@ -28,8 +28,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from genesis_fp16_infrastructure.contract.judging import RecordLosses
-from genesis_fp16_infrastructure.contract.reports import GateComparison, GateOutcome, ScoresOn
-from genesis_fp16_infrastructure.judging.noninferiority import Z_95, Bound, Finding, holm_worse
+from genesis_fp16_infrastructure.contract.reports import GateComparison, ScoresOn
+from genesis_fp16_infrastructure.judging.noninferiority import Z_95, Bound, holm_worse
+from genesis_fp16_infrastructure.outcome import Finding, Outcome
 
 MIN_RECORDS = 2  # an s.e. needs two; fewer shared records cannot decide
 SEGMENT_MIN_RECORDS = 100  # a segment is judged on its own from this many shared records
@@ -50,7 +51,7 @@ class Paired:
     lower: float = math.nan  # its one-sided 95% lower bound
     segment: str | None = None  # the records' segment (RecordLosses.segments), if one
     # no_worse, worse or inconclusive (judging.noninferiority), as settled by decide()
-    finding: str | None = None
+    finding: Finding | None = None
     # False: a veto only (shown worse rejects; not shown no worse holds nothing back)
     required: bool = True
 
@@ -68,7 +69,7 @@ class Paired:
     def comparison(self) -> GateComparison:
         """As the gate report's comparison (no AUC: the figures are in ``reason``)."""
         bound = self.bound()
-        needed = bound.records_needed() if bound and self.finding == "inconclusive" else None
+        needed = bound.records_needed() if bound and self.finding == Finding.INCONCLUSIVE else None
         return GateComparison(
             name=self.name,
             candidate=None,
@@ -87,10 +88,11 @@ class Paired:
     def reason(self) -> str:
         if self.bound() is None:
             return f"{self.label}: {self.records} shared record(s), too few to decide"
-        shown = {
-            "worse": "shown worse beyond",
-            "inconclusive": "neither shown within nor beyond",
-        }.get(str(self.finding), "within")
+        words = {
+            Finding.WORSE: "shown worse beyond",
+            Finding.INCONCLUSIVE: "neither shown within nor beyond",
+        }
+        shown = words.get(self.finding, "within") if self.finding else "within"
         return (
             f"{self.label}: loss {self.candidate:.6g} vs served {self.reference:.6g} on "
             f"{self.records} records, worse by {self.lower:+.6g} to {self.upper:+.6g} (95%), "
@@ -196,10 +198,10 @@ def _paired(
     )  # fmt: skip
 
 
-_PASSED = {"no_worse": True, "worse": False}  # inconclusive: passed is None
+_PASSED = {Finding.NO_WORSE: True, Finding.WORSE: False}  # inconclusive: passed is None
 
 
-def decide(comparisons: Sequence[Paired]) -> tuple[GateOutcome, str, list[Paired]]:
+def decide(comparisons: Sequence[Paired]) -> tuple[Outcome, str, list[Paired]]:
     """Every comparison's question settled together: ``rejected`` when Holm shows one
     worse beyond its margin, ``promoted`` when each required one is shown no worse,
     ``inconclusive`` when neither (kept, judged again), ``undecided`` when none can be
@@ -209,14 +211,14 @@ def decide(comparisons: Sequence[Paired]) -> tuple[GateOutcome, str, list[Paired
     >>> d = np.tile([-0.2, 0.2], 20)  # 40 records, mean 0: not shown within 0.01
     >>> wide = replace(_paired("known", d, np.zeros(40), lambda m: 0.01, None), required=False)
     >>> sure = _paired("held_out", np.zeros(400), np.zeros(400) + 0.1, lambda m: 0.01, None)
-    >>> decide([sure, wide])[0], decide([sure, replace(wide, required=True)])[0]
-    ('promoted', 'inconclusive')
+    >>> print(decide([sure, wide])[0], decide([sure, replace(wide, required=True)])[0])
+    promoted inconclusive
     """
     bounds = [c.bound() for c in comparisons]
     asked = [b for b in bounds if b is not None]
     if not asked:
         why = "; ".join(c.reason() for c in comparisons) or "no comparison"
-        return "undecided", why, list(comparisons)
+        return Outcome.UNDECIDED, why, list(comparisons)
     flags = iter(holm_worse(asked))
     settled = []
     for c, b in zip(comparisons, bounds, strict=True):
@@ -225,14 +227,16 @@ def decide(comparisons: Sequence[Paired]) -> tuple[GateOutcome, str, list[Paired
             continue
         finding = b.finding(next(flags))
         settled.append(replace(c, finding=finding, passed=_PASSED.get(finding)))
-    undecided: tuple[tuple[GateOutcome, Finding, str], ...] = (
-        ("rejected", "worse", "worse than the served model"),
-        ("inconclusive", "inconclusive", "inconclusive, not shown no worse"),
+    undecided: tuple[tuple[Outcome, Finding, str], ...] = (
+        (Outcome.REJECTED, Finding.WORSE, "worse than the served model"),
+        (Outcome.INCONCLUSIVE, Finding.INCONCLUSIVE, "inconclusive, not shown no worse"),
     )
     for outcome, finding, words in undecided:
-        found = [c for c in settled if c.finding == finding and (c.required or finding == "worse")]
+        found = [
+            c for c in settled if c.finding == finding and (c.required or finding == Finding.WORSE)
+        ]
         if found:
             return outcome, f"{words}: " + "; ".join(c.reason() for c in found), settled
     if any(c.bound() is None and c.required for c in settled):
-        return "undecided", next(c for c in settled if c.bound() is None).reason(), settled
-    return "promoted", "no worse than the served model: " + settled[0].reason(), settled
+        return Outcome.UNDECIDED, next(c for c in settled if c.bound() is None).reason(), settled
+    return Outcome.PROMOTED, "no worse than the served model: " + settled[0].reason(), settled

@@ -24,7 +24,7 @@ observed mean is itself beyond the margin: more records alone cannot show it).
 
 >>> b = Bound.of("newest", np.tile([-0.2, 0.2], 100), 0.01)  # 200 records, mean 0
 >>> b.finding(worse=False), b.records_needed()
-('inconclusive', 1088)
+(<Finding.INCONCLUSIVE: 'inconclusive'>, 1088)
 >>> holm_worse([Bound("a", 100, 0.05, 0.01, 0.01), Bound("b", 100, 0.03, 0.01, 0.01)])
 [True, True]
 """
@@ -34,14 +34,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
+
+from genesis_fp16_infrastructure.outcome import Finding
 
 ALPHA = 0.05  # each promotion question one-sided; the "worse" family as a whole
 Z_95 = 1.6448536269514722  # the one-sided 95% normal quantile
 
-Finding = Literal["no_worse", "worse", "inconclusive"]
+__all__ = ["ALPHA", "Z_95", "Bound", "Finding", "holm_worse"]
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,8 @@ class Bound:
     def finding(self, worse: bool) -> Finding:
         """This question's answer, given whether Holm's family found it ``worse``."""
         if worse:
-            return "worse"
-        return "no_worse" if self.upper <= self.margin else "inconclusive"
+            return Finding.WORSE
+        return Finding.NO_WORSE if self.upper <= self.margin else Finding.INCONCLUSIVE
 
     def records_needed(self) -> int | None:
         """The records at which, at this mean and spread, the upper bound would reach

@@ -62,8 +62,6 @@ from typing import Any, cast
 import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
-    CANDIDATE_META,
-    VERDICT_NAME,
     ServedPointer,
     ServedPointerError,
     candidate_entry,
@@ -71,8 +69,9 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     list_candidates,
     new_candidate,
     newest_checkpoint,
-    read_json,
+    read_meta,
     read_pointer,
+    read_verdict,
     serve_unless_pinned,
     write_verdict,
 )
@@ -86,7 +85,7 @@ from genesis_fp16_infrastructure.contract.judging import (
     records_are_training_data,
 )
 from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin, TrainRequestError
-from genesis_fp16_infrastructure.contract.reports import GateOutcome, GateReport, LiveReport
+from genesis_fp16_infrastructure.contract.reports import GateReport, LiveReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.judging import stores
@@ -105,6 +104,7 @@ from genesis_fp16_infrastructure.judging.scored_copy import (
 )
 from genesis_fp16_infrastructure.judging.split import HELD_OUT
 from genesis_fp16_infrastructure.judging.watch import watch
+from genesis_fp16_infrastructure.outcome import Finding, Outcome
 from genesis_fp16_infrastructure.training import checkpoint_keys
 from genesis_fp16_infrastructure.training.checkpoint_files import (
     digest_path,
@@ -187,8 +187,7 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
         _continue_from(served.checkpoint, candidate)
     result = plugin.train(replace(request, checkpoint_dir=candidate))
     gate = _judge(judged, request, served, candidate, result)
-    rejected: GateOutcome = "rejected"
-    return replace(result, gate=gate, rejected=gate.outcome == rejected, live=_live(live))
+    return replace(result, gate=gate, rejected=gate.outcome == Outcome.REJECTED, live=_live(live))
 
 
 def _live(figures: dict[str, Any] | None) -> LiveReport | None:
@@ -250,17 +249,16 @@ def _last_judged(folder: Path, served_id: str | None) -> np.ndarray | None:
     """The known ids of the newest candidate that continued ``served_id`` and was judged
     (not promoted: a promoted one is served, or was rolled back); None: there is none."""
     for candidate in reversed(list_candidates(folder)):
-        meta = read_json(candidate / CANDIDATE_META) or {}
-        verdict = read_json(candidate / VERDICT_NAME) or {}
-        if meta.get("continues") != served_id or verdict.get("outcome") is None:
+        outcome = read_verdict(candidate).outcome
+        if read_meta(candidate).continues != served_id or outcome is None:
             continue
-        if verdict.get("outcome") in _NOT_SERVED:
+        if outcome in _NOT_SERVED:
             return stores.read_known_ids(candidate)
         return None
     return None
 
 
-_NOT_SERVED: tuple[GateOutcome, ...] = ("rejected", "held", "undecided", "inconclusive")
+_NOT_SERVED = (Outcome.REJECTED, Outcome.HELD, Outcome.UNDECIDED, Outcome.INCONCLUSIVE)
 
 
 def _meta(request: TrainRequest, served: _Served) -> dict[str, Any]:
@@ -310,22 +308,22 @@ def _judge(
     if result.failure is not None or checkpoint is None:
         why = result.failure_detail or result.failure or "the run wrote no checkpoint"
         used = result.precision_used
-        return _verdict(candidate, "undecided", f"not judged: {why}", started, used, [])
+        return _verdict(candidate, Outcome.UNDECIDED, f"not judged: {why}", started, used, [])
     held_out, refusal = _held_out_check(judged, request, served, candidate, checkpoint)
     if refusal is not None:
-        _verdict(candidate, "undecided", refusal, started, result.precision_used, [])
+        _verdict(candidate, Outcome.UNDECIDED, refusal, started, result.precision_used, [])
         raise TrainRequestError(refusal)
     try:
         losses = _score(judged, checkpoint, request, required=True)
     except CheckpointChangedError as exc:  # its own file intact: undecided, never served
-        _verdict(candidate, "undecided", str(exc), started, result.precision_used, [])
+        _verdict(candidate, Outcome.UNDECIDED, str(exc), started, result.precision_used, [])
         raise
     assert losses is not None  # required: a refusal raised
     stores.write_known_ids(candidate, _known_after(served, losses))
-    outcome: GateOutcome
+    outcome: Outcome
     if served.losses is None:
         comparisons = [_first(losses)]
-        outcome, reason = "promoted", "the first model"
+        outcome, reason = Outcome.PROMOTED, "the first model"
     else:
         asked = _comparisons(judged, request, served, losses, checkpoint, held_out)
         outcome, reason, comparisons = decide(asked)
@@ -346,14 +344,14 @@ def _act(
 ) -> GateReport:
     """Serve a promoted candidate, unless the operator's pin holds it (``held``)."""
     outcome, reason, started = report.outcome, report.reason, time.monotonic()
-    if outcome != "promoted":
+    if outcome != Outcome.PROMOTED:
         return report
     folder = Path(request.checkpoint_dir)
     how = "first" if served.pointer is None else "gate"
     if serve_unless_pinned(folder, candidate_entry(folder, candidate, checkpoint), how):
         return report
     return _verdict(
-        candidate, "held", "pinned by the operator: " + reason, started, report.precision,
+        candidate, Outcome.HELD, "pinned by the operator: " + reason, started, report.precision,
         comparisons, served.id, report.judged_on,
     )  # fmt: skip
 
@@ -369,11 +367,11 @@ def _rejudge_kept(
         return None
     digest = _data_digest(request.data_path)
     for candidate in reversed(list_candidates(Path(request.checkpoint_dir))):
-        verdict = read_json(candidate / VERDICT_NAME) or {}
-        if verdict.get("outcome") != "inconclusive":
+        verdict = read_verdict(candidate)
+        if verdict.outcome != Outcome.INCONCLUSIVE:
             continue
         checkpoint = newest_checkpoint(candidate)
-        stale = verdict.get("served_id") != served.id or verdict.get("judged_on") == digest
+        stale = verdict.served_id != served.id or verdict.judged_on == digest
         if stale or checkpoint is None:
             return None
         logger.info("%s: judging kept candidate %s again", request.agent, candidate.name)
@@ -385,11 +383,10 @@ def _rejudge_kept(
             _comparisons(judged, request, served, losses, checkpoint, held_out)
         )
         reason += _evidence(judged, held_out)
-        precision = verdict.get("precision")
-        used = cast(PrecisionName, precision) if precision in ("fp32", "bf16", "fp16") else None
+        used = verdict.precision  # typed: a precision name, or None
         report = _verdict(candidate, outcome, reason, started, used, comparisons, served.id, digest)
         decided = _act(request, served, candidate, checkpoint, report, comparisons)
-        return None if decided.outcome == "inconclusive" else decided
+        return None if decided.outcome == Outcome.INCONCLUSIVE else decided
     return None
 
 
@@ -542,7 +539,7 @@ def _known_segments(served: _Served) -> set[str] | None:
 
 def _verdict(
     candidate: Path,
-    outcome: GateOutcome,
+    outcome: Outcome,
     reason: str,
     started: float,
     precision: PrecisionName | None,
@@ -565,7 +562,7 @@ def _verdict(
         served_id=served_id,
         checkpoint=None if checkpoint is None else checkpoint.name,
         candidate_id=candidate.name,
-        records_needed=_needed(comparisons) if outcome == "inconclusive" else None,
+        records_needed=_needed(comparisons) if outcome == Outcome.INCONCLUSIVE else None,
         judged_on=judged_on,
     )
     judged = {"judged": [c.to_json() for c in comparisons]}
@@ -576,7 +573,9 @@ def _verdict(
 def _needed(comparisons: list[Paired]) -> int | None:
     """The records an inconclusive verdict's undecided comparisons would need (None: more
     records alone would not show one of them no worse)."""
-    needs = [c.comparison().records_needed for c in comparisons if c.finding == "inconclusive"]
+    needs = [
+        c.comparison().records_needed for c in comparisons if c.finding == Finding.INCONCLUSIVE
+    ]
     return None if not needs or None in needs else max(n for n in needs if n is not None)
 
 
@@ -613,7 +612,7 @@ def _up_to_date(
         checkpoint=served.checkpoint,
         quarantined=0,
         up_to_date=rejudged is None,
-        rejected=rejudged is not None and rejudged.outcome == "rejected",
+        rejected=rejudged is not None and rejudged.outcome == Outcome.REJECTED,
         gate=rejudged,
         live=_live(live),
     )

@@ -68,7 +68,7 @@ def test_auto_on_the_gauge_is_what_decide_answers_not_the_last_checkpoint(tmp_pa
     request = PrecisionRequest("auto", mode="measure", cache=paths.calibration_path)
     assert expected_precision(request, "cpu") is None
     undecided = expected_next_run(paths, None)
-    assert (undecided.precision, undecided.source) == (None, "undecided")
+    assert (undecided.precision, undecided.source) == (None, "measurement")
     assert math.isnan(undecided.loss_scale)
     rows = (
         Measured("fp32", "eager", 2.0, 2.0, 2.0, 3),

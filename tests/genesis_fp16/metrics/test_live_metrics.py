@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from genesis_fp16.metrics import live_metrics
 from genesis_fp16.metrics.live_metrics import LiveMetrics
+from genesis_fp16_infrastructure.agent_folder.lifecycle import JournalEntry
 from genesis_fp16_infrastructure.contract.reports import (
     GateReport,
     LiveReport,
     SelfTest,
     WatchSegment,
 )
+from genesis_fp16_infrastructure.outcome import Outcome
 
 ROLLED_BACK = LiveReport(
     served="m2",
@@ -46,19 +49,23 @@ def test_a_rollback_is_flagged_and_the_flag_cleared_by_a_promotion() -> None:
     from the journal, not the report); a later promoted candidate clears the flag."""
     registry = CollectorRegistry()
     metrics = LiveMetrics(registry)
-    metrics.observe("se_darwin", None, GateReport("promoted", "no worse"))
+    metrics.observe("se_darwin", None, GateReport(Outcome.PROMOTED, "no worse"))
     assert _value(registry, "genesis_fp16_live_rollbacks_total") == 0.0  # exists before
-    metrics.observe("se_darwin", ROLLED_BACK, GateReport("rejected", "worse"))
+    metrics.observe("se_darwin", ROLLED_BACK, GateReport(Outcome.REJECTED, "worse"))
     assert _value(registry, "genesis_fp16_live_rollbacks_total") == 0.0  # the report's
     assert _value(registry, "genesis_fp16_live_regression") == 1.0
     assert _value(registry, "genesis_fp16_live_records") == 295.0
     assert _value(registry, "genesis_fp16_live_log_loss_difference", bound="lower") == 0.43
     assert _value(registry, "genesis_fp16_live_quality", model="previous", score="auc") == 0.69
-    metrics.observe("se_darwin", None, GateReport("promoted", "no worse"))
+    metrics.observe("se_darwin", None, GateReport(Outcome.PROMOTED, "no worse"))
     assert _value(registry, "genesis_fp16_live_regression") == 0.0
 
 
 ROLLBACK = {"kind": "rollback", "reason": "live_regression"}
+
+
+def _journal(*entries: dict[str, Any]) -> list[JournalEntry]:
+    return [JournalEntry.from_json(e) for e in entries]
 
 
 def test_journal_rollbacks_are_counted_once_from_the_baseline_on() -> None:
@@ -66,13 +73,13 @@ def test_journal_rollbacks_are_counted_once_from_the_baseline_on() -> None:
     it counts once however often the journal is read; an operator's does not count."""
     registry = CollectorRegistry()
     metrics = LiveMetrics(registry)
-    metrics.baseline("se_darwin", [{"seq": 1, **ROLLBACK}])
-    journal = [{"seq": 1, **ROLLBACK}, {"seq": 2, "kind": "gate"}, {"seq": 3, **ROLLBACK}]
+    metrics.baseline("se_darwin", _journal({"seq": 1, **ROLLBACK}))
+    journal = _journal({"seq": 1, **ROLLBACK}, {"seq": 2, "kind": "gate"}, {"seq": 3, **ROLLBACK})
     assert metrics.observe_journal("se_darwin", journal) == 1
     assert metrics.observe_journal("se_darwin", journal) == 0
-    operator = {"seq": 4, "kind": "rollback", "reason": "operator"}
+    operator = JournalEntry(seq=4, kind="rollback", reason="operator")
     assert metrics.observe_journal("se_darwin", [*journal, operator]) == 0
-    assert metrics.observe_journal("se_darwin", [{"seq": 5, **ROLLBACK}]) == 1
+    assert metrics.observe_journal("se_darwin", _journal({"seq": 5, **ROLLBACK})) == 1
     assert _value(registry, "genesis_fp16_live_rollbacks_total") == 2.0
 
 
@@ -80,8 +87,8 @@ def test_a_journal_never_baselined_counts_nothing_it_held_already() -> None:
     """A daemon that reads an agent's journal before any run of it started (a restart):
     what the journal held is an earlier daemon's, not counted again; what follows is."""
     metrics = LiveMetrics(CollectorRegistry())
-    assert metrics.observe_journal("se_darwin", [{"seq": 7, **ROLLBACK}]) == 0
-    assert metrics.observe_journal("se_darwin", [{"seq": 8, **ROLLBACK}]) == 1
+    assert metrics.observe_journal("se_darwin", _journal({"seq": 7, **ROLLBACK})) == 0
+    assert metrics.observe_journal("se_darwin", _journal({"seq": 8, **ROLLBACK})) == 1
 
 
 def test_a_held_regression_is_flagged_but_not_counted() -> None:

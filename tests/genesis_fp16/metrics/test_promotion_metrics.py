@@ -6,6 +6,7 @@ from prometheus_client import CollectorRegistry
 
 from genesis_fp16.metrics.live_metrics import JournalCursor
 from genesis_fp16.metrics.promotion_metrics import PromotionMetrics
+from genesis_fp16_infrastructure.agent_folder.lifecycle import JournalEntry
 
 
 def test_the_gates_promotions_are_counted_once_each_and_nothing_else() -> None:
@@ -15,13 +16,13 @@ def test_the_gates_promotions_are_counted_once_each_and_nothing_else() -> None:
     metrics, cursor = PromotionMetrics(registry), JournalCursor()
     cursor.baseline("a", [])
     journal = [
-        {"seq": 1, "kind": "first"},
-        {"seq": 2, "kind": "gate"},
-        {"seq": 3, "kind": "manual"},
-        {"seq": 4, "kind": "rollback", "reason": "operator"},
-        {"seq": 5, "kind": "unpin"},
+        JournalEntry(seq=1, kind="first"),
+        JournalEntry(seq=2, kind="gate"),
+        JournalEntry(seq=3, kind="manual"),
+        JournalEntry(seq=4, kind="rollback", reason="operator"),
+        JournalEntry(seq=5, kind="unpin"),
     ]
     assert metrics.count_promotions("a", cursor.new("a", journal)) == 2
     assert metrics.count_promotions("a", cursor.new("a", journal)) == 0
-    assert metrics.count_promotions("a", cursor.new("a", [{"seq": 6, "kind": "gate"}])) == 1
+    assert metrics.count_promotions("a", cursor.new("a", [JournalEntry(seq=6, kind="gate")])) == 1
     assert registry.get_sample_value("genesis_fp16_promotions_total", {"agent": "a"}) == 3.0

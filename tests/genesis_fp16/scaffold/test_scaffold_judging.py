@@ -26,9 +26,9 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainRequest,
     TrainRequestError,
 )
-from genesis_fp16_infrastructure.contract.reports import GateOutcome
 from genesis_fp16_infrastructure.judging.run import run_plugin, trained_ids
 from genesis_fp16_infrastructure.judging.split import HELD_OUT, id_hashes
+from genesis_fp16_infrastructure.outcome import Outcome
 from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
 
 POOL = 1000  # a fifth held out: about 200 records the served model knew, never trained on
@@ -132,7 +132,7 @@ def test_shuffled_copies_of_the_pool_do_not_promote_a_candidate(tmp_path: Path) 
     first = _first_served(tmp_path, plugin, lines)
     noisy = lines + [line for k in range(5) for line in _shuffled(lines, seed=10 + k)]
     result = run_plugin(plugin, _request(tmp_path, noisy))
-    not_served: tuple[GateOutcome, ...] = ("rejected", "inconclusive")
+    not_served = (Outcome.REJECTED, Outcome.INCONCLUSIVE)
     assert result.gate is not None
     assert result.gate.outcome in not_served, result.gate.reason
     assert _served(tmp_path) == first

@@ -159,7 +159,7 @@ def test_a_verdict_the_journal_decided_is_rolled_forward_before_prune_judges(
     served.rollback(tmp_path, verdict={"reason": "live_regression"})
     served.write_verdict(second, {"outcome": "promoted"})  # the state a kill left
     pointer = served.read_pointer(tmp_path)
-    assert pointer is not None and [e["kind"] for e in pointer.journal] == [
+    assert pointer is not None and [e.kind for e in pointer.journal] == [
         "gate",
         "gate",
         "rollback",
@@ -176,7 +176,8 @@ def test_a_journal_naming_a_path_writes_nothing_outside_the_candidates(tmp_path:
     _serve(tmp_path, candidate)
     pointer = served.read_pointer(tmp_path)
     assert pointer is not None
-    bad = {"seq": 9, "kind": "rollback", "verdicts": {"..": {"outcome": "x", "journal_seq": 9}}}
+    verdict = {"outcome": "rolled_back", "journal_seq": 9}
+    bad = served.JournalEntry.from_json({"seq": 9, "kind": "rollback", "verdicts": {"..": verdict}})
     served.write_pointer(tmp_path, replace(pointer, sequence=9, journal=[bad]))
     (tmp_path / "candidate.json").write_text("{}")  # as if `..` were a candidate
     served.unpin(tmp_path)  # an owner call: rolls forward what it can

@@ -105,7 +105,7 @@ def _child(roles: Path, scenario: str, kill_after: int) -> subprocess.CompletedP
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
 
-def _journal(ck: Path) -> list[dict[str, Any]] | None:
+def _journal(ck: Path) -> list[lifecycle.JournalEntry] | None:
     try:
         pointer = lifecycle.read_pointer(ck)
     except ServedPointerError:
@@ -192,7 +192,7 @@ def _assert_announced(ck: Path) -> None:
     pointer = lifecycle.repairable_pointer(ck)
     journal = [] if pointer is None else pointer.journal
     expected = {
-        outbox.journal_event_id(AGENT, e) for e in journal if e["kind"] not in outbox.UNANNOUNCED
+        outbox.journal_event_id(AGENT, e) for e in journal if e.kind not in outbox.UNANNOUNCED
     }
     events = outbox.read_events(ck.parent)
     assert {e.id for e in events if e.kind != "reject"} == expected

@@ -60,6 +60,7 @@ from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.schema import Example
 from genesis_fp16_infrastructure.judging.noninferiority import Z_95, Bound, holm_worse
+from genesis_fp16_infrastructure.outcome import Outcome
 from genesis_fp16_infrastructure.recipes.retrain.split import Draw, split_version
 from genesis_fp16_infrastructure.training.run.early_stop import served_weights
 from genesis_fp16_infrastructure.world_model.features import (
@@ -122,7 +123,7 @@ class Verdict:
         """The verdict as the run reports it, with ``fields`` (the precision, the model
         held against, the checkpoint) and the first set's scores of each model."""
         report = GateReport(
-            self.outcome,
+            Outcome(self.outcome),
             self.reason,
             tuple(self.comparisons),
             self.seconds,

@@ -54,6 +54,7 @@ from genesis_fp16_infrastructure.data.fingerprint import DataChange, DataFingerp
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.readers import DataError, ReadResult
 from genesis_fp16_infrastructure.data.schema import Example
+from genesis_fp16_infrastructure.outcome import Outcome
 from genesis_fp16_infrastructure.recipes.retrain import gate, judge_sets
 from genesis_fp16_infrastructure.recipes.retrain.freshness import request_key, same_request
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
@@ -309,7 +310,9 @@ def _settle(
     if verdict.promote and served is not None and served.pinned is not None:
         # The operator pinned the served model: the gate's figures are reported, and the
         # choice stays the operator's (`genesis-fp16 model promote AGENT ID`).
-        report = dataclasses.replace(report, outcome="held", reason=f"pinned: {verdict.reason}")
+        report = dataclasses.replace(
+            report, outcome=Outcome.HELD, reason=f"pinned: {verdict.reason}"
+        )
     if report.outcome != "promoted":
         write_verdict(candidate, report.to_json())  # a promotion's goes with the pointer
     report = dataclasses.replace(report, candidate_id=candidate.name)
@@ -338,7 +341,7 @@ def _settle(
     if not serve_unless_pinned(root, entry, how, verdict=decided):
         # Pinned by an operator while the candidate trained: held, as above.
         held = dataclasses.replace(
-            report, outcome="held", reason=f"pinned: {verdict.reason}", candidate_id=None
+            report, outcome=Outcome.HELD, reason=f"pinned: {verdict.reason}", candidate_id=None
         )
         write_verdict(candidate, held.to_json())
         logger.warning("%s: candidate %s held: pinned meanwhile", request.agent, candidate.name)

@@ -40,6 +40,7 @@ from genesis_fp16_infrastructure.data.fingerprint import (
 )
 from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.gc_pause import paused_gc
+from genesis_fp16_infrastructure.outcome import Outcome
 from genesis_fp16_infrastructure.phases import PhaseClock
 from genesis_fp16_infrastructure.recipes.retrain.drift import drift_report
 from genesis_fp16_infrastructure.recipes.retrain.freshness import (
@@ -142,7 +143,7 @@ def _train(request: TrainRequest) -> TrainResult:
     if not forced and single:  # issue 62: a kept inconclusive candidate is judged again
         with clock.phase("gate"):
             kept = rejudge_kept(root, request, seen, served, data, options, whole)
-        if kept is not None and kept.outcome != "inconclusive":
+        if kept is not None and kept.outcome != Outcome.INCONCLUSIVE:
             return _rejudged(request, data, seen, kept, clock, live, served)
     with clock.phase("check"):
         plan = plan_candidate(root, request, seen, served, not forced, whole)
@@ -222,7 +223,7 @@ def _train(request: TrainRequest) -> TrainResult:
         checkpoint=checkpoint,
         drift=drift,
         gate=gate,
-        rejected=gate is not None and gate.outcome == "rejected",
+        rejected=gate is not None and gate.outcome == Outcome.REJECTED,
         phases=clock.to_json(),
         wall_seconds=clock.elapsed(),
     )
@@ -324,10 +325,10 @@ def _rejudged(
         samples_per_second=0.0,
         wall_seconds=clock.elapsed(),
         checkpoint=checkpoint / str(gate.checkpoint)
-        if gate.outcome == "promoted"
+        if gate.outcome == Outcome.PROMOTED
         else (served.checkpoint if served is not None else None),
         quarantined=data.quarantined,
-        rejected=gate.outcome == "rejected",
+        rejected=gate.outcome == Outcome.REJECTED,
         data=DataReport(seen.records, seen.digest, "changed"),
         gate=gate,
         live=live,
@@ -381,7 +382,7 @@ def _served_now(
 ) -> Path | None:
     """What is served after the gate: the candidate, when it promoted it; else the model
     served before."""
-    if gate is not None and gate.outcome == "promoted":
+    if gate is not None and gate.outcome == Outcome.PROMOTED:
         return checkpoint
     return served.checkpoint if served else None
 

@@ -1,0 +1,130 @@
+"""The served-model lifecycle's records, typed: a candidate's meta (``candidate.json``)
+and verdict (``verdict.json``), and the pointer's journal entries. Readers take fields,
+never string keys, and a verdict's outcome is an ``Outcome`` (genesis_fp16_infrastructure.outcome).
+
+Each record is a msgspec ``Struct`` declaring the keys the code reads. Nothing a file
+holds is lost: every other key (a verdict's comparisons' figures, a meta's request, keys
+a newer release adds) is kept in ``extra`` and written back as it was, so a folder
+written before these types reads and writes the same JSON (a key written ``null`` may
+come back absent: the readers treat both alike)::
+
+    >>> v = Verdict.from_json({"outcome": "held", "reason": "pinned", "served": {"loss": 1}})
+    >>> v.outcome is Outcome.HELD, v.extra
+    (True, {'served': {'loss': 1}})
+    >>> v.to_json() == {"outcome": "held", "reason": "pinned", "served": {"loss": 1}}
+    True
+
+A value of the wrong type (an outcome no release wrote, a text where a number belongs)
+raises ``ValueError`` in one line naming the record: the reader sets the file aside
+(``agent_folder.files.load``), as it does an unreadable one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Self
+
+import msgspec
+
+from genesis_fp16_infrastructure.outcome import Outcome
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
+
+EXTRA = "extra"
+
+
+class _Kept(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A record of a JSON object: its declared fields, and ``extra``, the keys it does
+    not declare, kept as read."""
+
+    extra: dict[str, Any] = {}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        """The record ``data`` holds; ``ValueError`` (one line) when it does not fit."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{cls.__name__}: a JSON {type(data).__name__}, not an object")
+        declared = set(cls.__struct_fields__) - {EXTRA}
+        known = {k: v for k, v in data.items() if k in declared}
+        extra = {k: v for k, v in data.items() if k not in declared}
+        try:
+            return msgspec.convert({**known, EXTRA: extra}, cls)
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"{cls.__name__}: {exc}") from None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object: the declared fields that are set, then ``extra``'s keys."""
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        return {**out.pop(EXTRA, {}), **out}
+
+
+class CandidateMeta(_Kept):
+    """``candidate.json``: written when a candidate's training begins (its data and its
+    request are in ``extra``); ``continues``: the served model it resumed from."""
+
+    id: str | None = None
+    created_at: str | None = None
+    fingerprint: str | None = None
+    records: int | None = None
+    continues: str | None = None
+
+
+class Verdict(_Kept):
+    """``verdict.json`` (and a journal entry's ``verdicts``): the gate's record of a
+    candidate (``GateReport``'s JSON: its comparisons and scores on the sets stay in
+    ``extra``), stamped when written; ``gate_outcome``: what the gate said of a model
+    rolled back since; ``journal_seq``: the transition that decided it (roll-forward)."""
+
+    outcome: Outcome | None = None
+    reason: str | None = None
+    precision: PrecisionName | None = None  # the precision the candidate was judged in
+    checkpoint: str | None = None  # the candidate's file the gate judged
+    candidate: dict[str, Any] | None = None  # its scores on the deciding set
+    served_id: str | None = None
+    judged_on: str | None = None  # the data digest an inconclusive one was judged on
+    records_needed: int | None = None
+    gate_outcome: Outcome | None = None
+    decided_at: str | None = None
+    decided_at_s: float | None = None
+    journal_seq: int | None = None
+    live: dict[str, Any] | None = None  # a rolled-back model's live figures
+    comparisons: list[Any] = []
+
+
+class JournalEntry(_Kept, omit_defaults=False):
+    """One transition of the pointer (lifecycle.journaled): its number, its kind (serve's
+    ``how``, ``rollback``, ``unpin``, ``trim``, ``repair``), when, the model served and
+    the pin after it, the verdicts it decided (candidate id -> verdict, each with this
+    ``journal_seq``), and a rollback's or trim's ``dropped`` and ``reason``. Each entry
+    is the transition's event too (agent_folder.outbox): ``served`` and ``pinned`` are
+    written even when null, as they always were; the last three only when set."""
+
+    seq: int
+    kind: str
+    at: str | None = None
+    at_s: float | None = None
+    served: str | None = None
+    pinned: dict[str, Any] | None = None
+    verdicts: dict[str, Verdict] = {}
+    dropped: Any = None
+    reason: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        """As :meth:`_Kept.from_json`, each verdict read whole (:class:`Verdict`)."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{cls.__name__}: a JSON {type(data).__name__}, not an object")
+        verdicts = data.get("verdicts") or {}
+        if not isinstance(verdicts, Mapping):
+            raise ValueError(f"{cls.__name__}: verdicts is a {type(verdicts).__name__}")
+        entry = super().from_json({k: v for k, v in data.items() if k != "verdicts"})
+        read = {str(k): Verdict.from_json(v) for k, v in verdicts.items()}
+        return msgspec.structs.replace(entry, verdicts=read)
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        for key in ("verdicts", "dropped", "reason"):
+            if out[key] is None or out[key] == {}:
+                del out[key]
+        if self.verdicts:
+            out["verdicts"] = {k: v.to_json() for k, v in self.verdicts.items()}
+        return out

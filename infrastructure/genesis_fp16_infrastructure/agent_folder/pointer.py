@@ -1,0 +1,212 @@
+"""The served-model pointer (``served.json``) and its lock: the record, its codec, the
+hardened read every reader goes through, the atomic write, and ``served.json.lock``, the
+one lock every writer holds (agent_folder.lifecycle's module docstring says why, and
+holds the transitions that read and write it under this lock).
+
+No side effect here: :func:`read_pointer` reads, and nothing else; what a transition
+killed midway left to finish (its verdicts, its events) is the lifecycle's recovery.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile
+from genesis_fp16_infrastructure.agent_folder.layout import (
+    ASIDE_SUFFIX,
+    CANDIDATES_FOLDER,
+    CHECKPOINTS_FOLDER,
+    SERVED_POINTER,
+)
+from genesis_fp16_infrastructure.agent_folder.layout import POINTER_LOCK as POINTER_LOCK_FILE
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import JournalEntry
+from genesis_fp16_infrastructure.agent_folder.lock import take_lock
+
+POINTER_NAME = SERVED_POINTER.name
+POINTER_VERSION = 1
+ASIDE_NAME = POINTER_NAME + ASIDE_SUFFIX  # an unusable pointer, set aside until a repair
+REPAIR = "`genesis-fp16 model promote AGENT ID` or `genesis-fp16 model rollback AGENT` repairs it"
+
+
+class ServedPointerError(ValueError):
+    """A pointer file that cannot be read or names nothing: one line naming the file."""
+
+
+@dataclass(frozen=True)
+class ServedPointer:
+    """What ``served.json`` holds: the served entry, the ones served before it, and the
+    operator's pin (None: the daemon's gate and live watch may replace the served model)."""
+
+    served: dict[str, Any]
+    history: list[dict[str, Any]] = field(default_factory=list)
+    pinned: dict[str, Any] | None = None
+    # The transitions that wrote this pointer, numbered (module docstring, "Crash-safe").
+    sequence: int = 0
+    journal: list[JournalEntry] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "version": POINTER_VERSION,
+            "served": self.served,
+            "history": self.history,
+        }
+        if self.pinned is not None:
+            data["pinned"] = self.pinned
+        if self.sequence:
+            data["sequence"] = self.sequence
+            data["journal"] = [entry.to_json() for entry in self.journal]
+        return data
+
+
+def pointer_path(folder: Path) -> Path:
+    return Path(folder) / POINTER_NAME
+
+
+def candidates_dir(folder: Path) -> Path:
+    return Path(folder) / CANDIDATES_FOLDER
+
+
+def read_pointer(folder: Path) -> ServedPointer | None:
+    """The folder's pointer; None when it has none yet (no model was ever promoted).
+    A pointer that exists but cannot be read raises :class:`ServedPointerError`: a served
+    model is never guessed."""
+    path = pointer_path(folder)
+    if not path.exists() and not path.is_symlink() and aside_path(folder).exists():
+        raise ServedPointerError(
+            f"served-model pointer {str(path)!r} was set aside as unusable "
+            f"({str(aside_path(folder))!r}); {repair_hint(folder)}"
+        )
+    return parse_pointer(path)
+
+
+def parse_pointer(path: Path) -> ServedPointer | None:
+    try:
+        data = files.read_json(path, SERVED_POINTER)
+    except UnusableStateFile as exc:
+        raise ServedPointerError(
+            f"served-model pointer {str(path)!r} unreadable: {exc}; {repair_hint(path.parent)}"
+        ) from None
+    if data is None:
+        return None
+    if not isinstance(data, dict) or data.get("version") != POINTER_VERSION:
+        raise ServedPointerError(
+            f"served-model pointer {str(path)!r} is not version {POINTER_VERSION} "
+            f"(found {data.get('version') if isinstance(data, dict) else type(data).__name__!r}); "
+            f"{repair_hint(path.parent)}"
+        )
+    served, history = data.get("served"), data.get("history", [])
+    if not isinstance(served, dict) or not isinstance(served.get("checkpoint"), str):
+        raise ServedPointerError(
+            f"served-model pointer {str(path)!r} names no checkpoint; {repair_hint(path.parent)}"
+        )
+    if not isinstance(history, list):
+        raise ServedPointerError(
+            f"served-model pointer {str(path)!r}: history is not a list; {repair_hint(path.parent)}"
+        )
+    pinned = data.get("pinned")
+    sequence, journal = data.get("sequence", 0), data.get("journal", [])
+    if not isinstance(sequence, int) or not isinstance(journal, list) or sequence < 0:
+        raise ServedPointerError(
+            f"served-model pointer {str(path)!r}: sequence or journal unreadable; "
+            f"{repair_hint(path.parent)}"
+        )
+    return ServedPointer(
+        served,
+        [h for h in history if isinstance(h, dict)],
+        pinned if isinstance(pinned, dict) else None,
+        sequence,
+        _entries(journal),
+    )
+
+
+def _entries(journal: list[Any]) -> list[JournalEntry]:
+    """The journal's readable entries (a hand-edited one that is not: left out, as the
+    transitions it numbers are counted from the others)."""
+    entries = []
+    for data in journal:
+        try:
+            entries.append(JournalEntry.from_json(data))
+        except ValueError:
+            continue
+    return entries
+
+
+def served_checkpoint(folder: Path) -> Path | None:
+    """The checkpoint file the pointer names (None: no pointer); ServedPointerError when
+    the file it names is gone."""
+    pointer = read_pointer(folder)
+    return None if pointer is None else checkpoint_of(folder, pointer)
+
+
+def checkpoint_of(folder: Path, pointer: ServedPointer) -> Path:
+    """The checkpoint file ``pointer`` (read from ``folder``) names; ServedPointerError
+    when it is gone."""
+    path = Path(folder) / pointer.served["checkpoint"]
+    if not path.is_file():
+        raise ServedPointerError(
+            f"served-model pointer {str(pointer_path(folder))!r} names {str(path)!r}, "
+            f"which is not there; {repair_hint(folder)}"
+        )
+    return path
+
+
+def repair_hint(folder: Path) -> str:
+    """The commands that repair the pointer of ``folder``, naming its agent where the
+    folder is a state folder's (``<state>/agents/<agent>/checkpoints``)."""
+    folder = Path(folder)
+    agent = folder.parent.name if folder.name == CHECKPOINTS_FOLDER else "AGENT"
+    return REPAIR.replace("AGENT", agent)
+
+
+def aside_path(folder: Path) -> Path:
+    """Where the pointer was last set aside (:func:`files.newest_aside`); when never,
+    ``served.json.unusable``, which is not there."""
+    return files.newest_aside(pointer_path(folder)) or Path(folder) / ASIDE_NAME
+
+
+def write_pointer(folder: Path, pointer: ServedPointer) -> None:
+    """Replace the pointer atomically (the old one or the new one, never neither). Callers
+    that read it first hold :func:`pointer_lock` around both (:func:`update_pointer`)."""
+    files.write_json(pointer_path(folder), SERVED_POINTER, pointer.to_json())
+
+
+POINTER_LOCK = POINTER_LOCK_FILE.name  # the flock every writer of the pointer holds
+
+# One writer at a time: an flock conflicts between two descriptors even in one process, so
+# threads of one process (the daemon's jobs) are ordered by a process lock first, and a
+# thread that holds the pointer's lock may take it again (prune holds it around update).
+_THREAD_LOCK = threading.RLock()
+_HELD: dict[str, int] = {}  # lock file -> depth, only touched under _THREAD_LOCK
+
+
+@contextmanager
+def pointer_lock(folder: Path) -> Iterator[None]:
+    """Hold the pointer's lock (``served.json.lock``) until the block ends: every reader
+    that writes the pointer back (promotion, rollback, the live watch, pruning, the
+    operator's ``model`` commands) does so inside it, so no update is lost. Blocking: the
+    holders keep it for one small read and write. The kernel drops it with its holder;
+    the same thread may nest it."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    key = str((Path(folder) / POINTER_LOCK).resolve())
+    with _THREAD_LOCK:
+        if _HELD.get(key):
+            _HELD[key] += 1
+            try:
+                yield
+            finally:
+                _HELD[key] -= 1
+            return
+        fd = take_lock(Path(key), POINTER_LOCK_FILE)
+        try:
+            _HELD[key] = 1
+            yield
+        finally:
+            _HELD.pop(key, None)
+            os.close(fd)  # closing the descriptor drops the flock
