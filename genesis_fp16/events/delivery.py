@@ -125,15 +125,15 @@ Pair = tuple[Path, str | None]  # an agent folder and a receiver (None: none con
 class Deliverer:
     """Turns over the state folder's outboxes, one (agent, receiver) pair at a time.
     ``config``: called at each pass (a reload changes the receivers); ``post``, ``clock``
-    (monotonic: the backoff's), ``wall`` (the logs' times) and ``rand`` are injected by
-    tests (a receiver down for ten minutes, without waiting them). ``on_attempt(agent,
+    (the wall clock: the delivery log's times), ``monotonic`` (the backoff's) and
+    ``rand`` are injected by tests (a receiver down for ten minutes, without waiting them). ``on_attempt(agent,
     delivered)`` and ``on_pass(undelivered, dropped)`` (per agent) feed the daemon's
     metrics. Safe to share between threads that each turn their own pairs."""
 
     config: Callable[[], DeliveryConfig]
     post: Post = post
-    clock: Callable[[], float] = time.monotonic
-    wall: Callable[[], float] = time.time
+    clock: Callable[[], float] = time.time
+    monotonic: Callable[[], float] = time.monotonic
     rand: Callable[[], float] = random.random
     on_attempt: Callable[[str, bool], None] = lambda agent, delivered: None
     on_pass: Callable[[dict[str, int], dict[str, int]], None] = lambda waiting, dropped: None
@@ -255,10 +255,10 @@ class Deliverer:
         key = (folder, event.id, url)
         due = self._due.get(key)
         if due is None:
-            left = float(target.get("next_at_s", 0.0)) - self.wall()
-            due = (self.clock() + min(max(left, 0.0), config.backoff_max), 0)
+            left = float(target.get("next_at_s", 0.0)) - self.clock()
+            due = (self.monotonic() + min(max(left, 0.0), config.backoff_max), 0)
             self._due[key] = due
-        return due[0] - self.clock()
+        return due[0] - self.monotonic()
 
     def attempt(self, folder: Path, event: Event, url: str, config: DeliveryConfig) -> bool:
         """Post ``event`` to ``url`` once and log the attempt in its file; True: delivered.
@@ -266,7 +266,7 @@ class Deliverer:
         before this pair posts again)."""
         body = signing.body_of(event.body())
         headers = signing.headers(event.id, event.kind, body, config.secret)
-        started = self.wall()
+        started = self.clock()
         code: int | None = None
         try:
             code = self.post(url, body, headers, config.timeout)
@@ -284,7 +284,7 @@ class Deliverer:
             before = self._due.get(key, (0.0, 0))[1]
             tried = max(before, int((event.targets or {}).get(url, {}).get("attempts", 0))) + 1
             delay = backoff(tried, config.backoff_max, self.rand)
-            self._due[key] = (self.clock() + delay, tried)
+            self._due[key] = (self.monotonic() + delay, tried)
         self.on_attempt(folder.name, delivered)
         if not delivered:
             log.warning(
