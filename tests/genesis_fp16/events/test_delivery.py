@@ -12,7 +12,7 @@ import pytest
 import structlog.testing
 from webhook_receiver import RawReceiver, Receiver
 
-from genesis_fp16.events import signing
+from genesis_fp16.events import delivery, signing
 from genesis_fp16.events.delivery import Deliverer, DeliveryConfig
 from genesis_fp16_infrastructure.agent_folder import outbox
 
@@ -190,6 +190,24 @@ def test_a_password_in_a_receiver_url_never_reaches_a_log_line(
         _deliverer(tmp_path, url, Clock()).step()
     (failed,) = [entry for entry in logs if entry["event"] == "event not delivered"]
     assert "s3cret-pass" not in repr(logs) and failed["url"].startswith("http://hooks:***@")
+
+
+def test_every_logged_value_is_cut_to_a_bound(tmp_path: Path) -> None:
+    """A receiver URL of 5,000 characters answered with a 3,000-character line that is
+    not HTTP: each value of each log line is at most LOG_BOUND (300) characters and a
+    count of the rest."""
+    server = RawReceiver(b"x" * 3000 + b"\r\n\r\n")
+    try:
+        url = server.url + "/" + "p" * 5000
+        _record(tmp_path, "a", 1)
+        with structlog.testing.capture_logs() as logs:
+            _deliverer(tmp_path, url, Clock()).step()
+        assert any(entry["event"] == "event not delivered" for entry in logs)
+        bound = delivery.LOG_BOUND + len("… (1000000 more characters)")
+        for entry in logs:
+            assert all(len(str(value)) <= bound for value in entry.values()), entry
+    finally:
+        server.close()
 
 
 def test_a_slow_receiver_is_cut_by_a_deadline_for_the_whole_post(tmp_path: Path) -> None:
