@@ -28,6 +28,7 @@ from __future__ import annotations
 import http.client
 import os
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -124,11 +125,11 @@ Pair = tuple[Path, str | None]  # an agent folder and a receiver (None: none con
 @dataclass
 class Deliverer:
     """Turns over the state folder's outboxes, one (agent, receiver) pair at a time.
-    ``config``: called at each pass (a reload changes the receivers); ``post``, ``clock``
-    (the wall clock: the delivery log's times), ``monotonic`` (the backoff's) and
-    ``rand`` are injected by tests (a receiver down for ten minutes, without waiting them). ``on_attempt(agent,
-    delivered)`` and ``on_pass(undelivered, dropped)`` (per agent) feed the daemon's
-    metrics. Safe to share between threads that each turn their own pairs."""
+    ``config``: called at each turn (a reload changes the receivers); ``post``,
+    ``clock`` (the wall clock: the delivery log's times), ``monotonic`` (the backoff's)
+    and ``rand`` are injected by tests (a receiver down for ten minutes, without waiting
+    them). ``on_attempt(agent, delivered)`` and ``on_pass(undelivered, dropped)`` (per
+    agent) feed the daemon's metrics. Shared by threads that each turn their own pairs."""
 
     config: Callable[[], DeliveryConfig]
     post: Post = post
@@ -144,6 +145,7 @@ class Deliverer:
     _unwritten: dict[Pair, list[tuple[str, outbox.Change]]] = field(default_factory=dict)
     _errors: dict[Pair, int] = field(default_factory=dict)  # failed turns in a row
     _listed: dict[Path, int] = field(default_factory=dict)  # event files after the last prune
+    _pruning: dict[Path, threading.Lock] = field(default_factory=dict)  # one prune per agent
 
     def step(self) -> float | None:
         """One turn of every agent and receiver (tests, the `events` tools); seconds until
@@ -183,9 +185,7 @@ class Deliverer:
         self._flush((folder, url))
         names = outbox.event_names(folder)
         if len(names) > config.keep and self._listed.get(folder) != len(names):
-            self._prune(folder, config)
-            names = outbox.event_names(folder)
-            self._listed[folder] = len(names)
+            names = self._prune(folder, config)
         events = self._events(folder, names)
         if events is None:
             return 0.0  # files left to read: the next turn goes on at once
@@ -196,10 +196,21 @@ class Deliverer:
             return 0.0  # events left to address
         return wait
 
-    def _prune(self, folder: Path, config: DeliveryConfig) -> None:
-        pruned = outbox.prune(folder, config.keep, config.keep * LIMIT_PER_KEPT)
-        if pruned.dropped:
-            log.error("undelivered events dropped", agent=shown(folder.name), count=pruned.dropped)
+    def _prune(self, folder: Path, config: DeliveryConfig) -> list[str]:
+        """Bound the agent's outbox (outbox.prune reads all its events, under its lock:
+        only this agent's workers wait for it, one of them pruning); the names left."""
+        with self._pruning.setdefault(folder, threading.Lock()):
+            names = outbox.event_names(folder)
+            if self._listed.get(folder) == len(names):
+                return names  # another receiver's worker pruned meanwhile
+            pruned = outbox.prune(folder, config.keep, config.keep * LIMIT_PER_KEPT)
+            if pruned.dropped:
+                log.error(
+                    "undelivered events dropped", agent=shown(folder.name), count=pruned.dropped
+                )
+            names = outbox.event_names(folder)
+            self._listed[folder] = len(names)
+            return names
 
     def _address_batch(self, folder: Path, events: list[Event], urls: tuple[str, ...]) -> int:
         """Address the agent's events, oldest first, at most ADDRESS_BATCH writes; the

@@ -16,7 +16,6 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
-
 Post = Callable[[str, bytes, Mapping[str, str], float], int]
 
 

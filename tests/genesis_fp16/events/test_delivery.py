@@ -172,7 +172,7 @@ def test_a_redirect_or_a_non_http_answer_is_a_failed_attempt_that_backs_off(
         assert event.id == ident
         target = (event.targets or {})[server.url]
         assert target["status"] == "pending" and target["attempts"] == 1
-        assert why in str(event.attempts[-1]["error"])  # type: ignore[index]
+        assert why in str(event.attempts[-1]["error"])
     finally:
         server.close()
 

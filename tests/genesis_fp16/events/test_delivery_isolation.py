@@ -189,7 +189,12 @@ def test_a_flooded_outbox_is_read_a_batch_a_turn_while_another_agent_is_served(
     _flood(tmp_path, "a", count)
     read: list[Path] = []
     read_event = outbox.read_event
-    monkeypatch.setattr(outbox, "read_event", lambda path: read.append(path) or read_event(path))
+
+    def counted(path: Path) -> outbox.Event | None:
+        read.append(path)
+        return read_event(path)
+
+    monkeypatch.setattr(outbox, "read_event", counted)
     (b_id,) = [outbox.record(tmp_path / "agents" / "b", "promote", {})]
     settings = DeliveryConfig(tmp_path, (receiver.url,), SECRET, keep=10 * count)
     deliverer = Deliverer(lambda: settings)
