@@ -113,7 +113,7 @@ def shown(value: object, bound: int = LOG_BOUND) -> str:
     """``value`` for a log line: one line, at most ``bound`` characters and a count.
 
     >>> shown("a\\nb " + "x" * 400, 8)
-    'a b xxxx… (400 more characters)'
+    'a b xxxx… (396 more characters)'
     """
     text = " ".join(str(value).split())
     return text if len(text) <= bound else f"{text[:bound]}… ({len(text) - bound} more characters)"
