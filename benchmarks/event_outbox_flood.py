@@ -152,7 +152,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+    # An earlier version's thread may still write when the window ends: cleanup is best effort.
+    with tempfile.TemporaryDirectory(dir=args.dir, ignore_cleanup_errors=True) as tmp:
         row = measure(Path(tmp), args)
     record = {
         "machine": machine_slug(torch.device("cpu")),
