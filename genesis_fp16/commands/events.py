@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +110,7 @@ def _redeliver(settings: Settings, event_id: str, as_json: bool) -> int:
     event = outbox.update(folder, event_id, lambda e: redeliver_marked(e, config.urls))
     if event is None:
         raise UsageError(f"event {event_id!r} was pruned meanwhile")
-    deliverer = Deliverer(lambda: config, clock=time.time)
+    deliverer = Deliverer(lambda: config)
     taken = [url for url in config.urls if deliverer.attempt(folder, event, url, config)]
     done = len(taken) == len(config.urls)
     message = (

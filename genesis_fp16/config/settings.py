@@ -217,6 +217,13 @@ class Settings(BaseSettings, GuardSettings):
             check_webhook_url(url)
         return value
 
+    @field_validator("events_secret")
+    @classmethod
+    def _check_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            check_webhook_secret(value.get_secret_value())
+        return value
+
     @field_validator("schedule")
     @classmethod
     def _check_schedule(cls, value: str) -> str:
@@ -296,12 +303,40 @@ def resolve_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+MIN_SECRET_CHARACTERS = 16
+
+
 def check_webhook_url(url: str) -> str:
-    """An http(s) URL with a host, or ValueError naming it."""
+    """An http(s) URL with a host and without credentials, or ValueError naming it (its
+    credentials replaced: the error is printed and logged)."""
     parts = urllib.parse.urlsplit(url)
+    credentials = "@" in parts.netloc
+    shown = url
+    if credentials:
+        shown = urllib.parse.urlunsplit(
+            parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2])
+        )
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{url!r} is not an http:// or https:// URL with a host")
+        raise ValueError(f"{shown!r} is not an http:// or https:// URL with a host")
+    if credentials:
+        raise ValueError(
+            f"{shown!r} carries credentials (user:password@), which would be sent and "
+            "logged: receivers check each event's signature under GENESIS_FP16_EVENTS_SECRET"
+        )
     return url
+
+
+def check_webhook_secret(secret: str) -> str:
+    """A signing secret of at least 16 characters, not all whitespace, or ValueError
+    (which never shows it)."""
+    if not secret.strip():
+        raise ValueError("is empty or all whitespace: give a long random string")
+    if len(secret) < MIN_SECRET_CHARACTERS:
+        raise ValueError(
+            f"has {len(secret)} characters, fewer than {MIN_SECRET_CHARACTERS}: give a long "
+            "random string"
+        )
+    return secret
 
 
 def check_device_name(value: str) -> str:

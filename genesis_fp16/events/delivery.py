@@ -1,56 +1,59 @@
 """Deliver the agents' outbox events to the configured webhooks, at least once, in order
 per agent and receiver.
 
-One pass (:meth:`Deliverer.step`) walks every agent's outbox: an event not handled yet is
-addressed to the receivers configured now (``GENESIS_FP16_EVENTS_URLS``; none: it stays
-in the outbox as ``unsent``); then, per receiver, the agent's oldest event not delivered
-to it is posted, and the next only once it is. A refused connection, a timeout or an
-answer other than 2xx is logged in the event's file (time, status, HTTP code, error) and
-retried after an exponential backoff with jitter (1 s, 2 s, 4 s, ... capped at
-``GENESIS_FP16_EVENTS_BACKOFF_MAX_SECONDS``, each times a random 0.5-1), so a receiver
-down for ten minutes gets every event, in order, within a capped wait of coming back.
-One agent's stuck event holds only that agent's later events to that receiver.
+The work is split by agent and receiver: :meth:`Deliverer.turn` does one bounded turn of
+one agent's outbox for one receiver (``GENESIS_FP16_EVENTS_URLS``; none: the agent's
+events are kept as ``unsent``), and the daemon gives each (agent, receiver) pair its own
+thread (genesis_fp16.events.workers), so a receiver that answers a byte a second, an
+outbox on a full disk or a flood of events in one agent's outbox holds only its own
+pair. A turn reads at most ``READ_BATCH`` new event files, addresses at most
+``ADDRESS_BATCH`` events to the receivers configured now and posts at most
+``POST_BATCH``; the agent's oldest event not delivered to the receiver is posted, and
+the next only once it is. A refused connection, the post's deadline, an answer that is
+not HTTP, a redirect or any answer other than 2xx is logged in the event's file (time,
+status, HTTP code, error) and retried after an exponential backoff with jitter (1 s,
+2 s, 4 s, ... capped at ``GENESIS_FP16_EVENTS_BACKOFF_MAX_SECONDS``, each times a random
+0.5-1), timed on the monotonic clock: a wall clock stepped back does not delay it.
 
 Each attempt's outcome is written after the post: a kill -9 between the two posts the
-event again on restart, with the same idempotency key (its id). Nothing here runs on a
-training run's path: the daemon runs passes on its own thread (:class:`DeliveryThread`),
-a hung receiver is cut by ``GENESIS_FP16_EVENTS_TIMEOUT_SECONDS``, and an error in a pass
-is logged and the next pass goes on.
+event again on restart, with the same idempotency key (its id). An outcome the disk
+refuses (full, read-only) is kept in memory and written before the pair posts anything
+else, so the event is not posted again meanwhile. Nothing here runs on a training run's
+path, and every value logged is cut to ``LOG_BOUND`` characters, a URL's password
+replaced.
 """
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import os
 import random
-import socket
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import structlog
 
 from genesis_fp16.events import signing
+from genesis_fp16.events.posting import Post, post, shown_url
 from genesis_fp16_infrastructure.agent_folder import outbox
 from genesis_fp16_infrastructure.agent_folder.layout import AGENTS_FOLDER, CHECKPOINTS_FOLDER
 from genesis_fp16_infrastructure.agent_folder.lifecycle import ServedPointerError, update_pointer
 from genesis_fp16_infrastructure.agent_folder.outbox import Event
 
-if TYPE_CHECKING:  # the `events` command never needs prometheus_client (its start-up cost)
-    from genesis_fp16.metrics.event_metrics import EventMetrics
+__all__ = ["Deliverer", "DeliveryConfig", "agent_folders", "catch_up", "post", "shown_url"]
 
 log = structlog.get_logger("genesis_fp16.events")
 
 BACKOFF_FIRST_SECONDS = 1.0
-POLL_SECONDS = 1.0  # how often the thread looks for new events (children write them too)
 LIMIT_PER_KEPT = 10  # undelivered events kept per agent: ten times GENESIS_FP16_EVENTS_KEEP
+READ_BATCH = 500  # event files read per turn: a flooded outbox is read a slice at a time
+ADDRESS_BATCH = 100  # events addressed (an fsynced write each) per turn
+POST_BATCH = 100  # posts per turn
+LOG_BOUND = 300  # characters of any one value in a log line
 
 
 class Settingsish(Protocol):
@@ -95,122 +98,6 @@ class DeliveryConfig:
         )
 
 
-Post = Callable[[str, bytes, Mapping[str, str], float], int]
-
-
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """A 3xx is the receiver's answer, a failed attempt: never followed (urllib would
-    follow a 301 as a GET without the body and report the GET's 200)."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None  # urllib then raises the 3xx as an HTTPError
-
-
-# The post in flight on this thread: its deadline (monotonic), the timers that shut its
-# sockets then, and whether one did.
-_POST = threading.local()
-
-
-def _arm(sock: socket.socket) -> None:
-    """Shut ``sock`` down at the post's deadline: a receiver that answers a byte a second
-    never trips a per-read timeout, and would hold the delivery thread for minutes."""
-    deadline = getattr(_POST, "deadline", None)
-    if deadline is None:
-        return
-
-    def shut() -> None:
-        _POST_FIRED.add(id(sock))
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)  # the blocked read returns at once
-
-    timer = threading.Timer(max(0.0, deadline - time.monotonic()), shut)
-    timer.daemon = True
-    timer.start()
-    _POST.timers.append((timer, id(sock)))
-
-
-_POST_FIRED: set[int] = set()
-
-
-class _DeadlineHTTPConnection(http.client.HTTPConnection):
-    def connect(self) -> None:
-        super().connect()
-        _arm(self.sock)
-
-
-class _DeadlineHTTPSConnection(http.client.HTTPSConnection):
-    def connect(self) -> None:
-        super().connect()
-        _arm(self.sock)
-
-
-class _DeadlineHTTP(urllib.request.HTTPHandler):
-    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(_DeadlineHTTPConnection, req)
-
-
-class _DeadlineHTTPS(urllib.request.HTTPSHandler):
-    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(_DeadlineHTTPSConnection, req, context=self._context)  # type: ignore[attr-defined]
-
-
-_OPENER = urllib.request.build_opener(_NoRedirects, _DeadlineHTTP, _DeadlineHTTPS)
-
-
-def shown_url(url: str) -> str:
-    """``url`` for a log line: a password in it is replaced.
-
-    >>> shown_url("http://user:hunter2@hooks.example/x")
-    'http://user:***@hooks.example/x'
-    """
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
-
-
-def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> int:
-    """POST ``body``; the HTTP status (an error status too). ``timeout`` bounds the whole
-    post (connect, send and the answer read), not each read. A refused connection, the
-    deadline or a broken answer raise OSError (``urllib.error.URLError`` is one), an
-    answer that is not HTTP ``http.client.HTTPException``."""
-    request = urllib.request.Request(url, data=body, headers=dict(headers), method="POST")
-    _POST.deadline, _POST.timers = time.monotonic() + timeout, []
-    try:
-        with _OPENER.open(request, timeout=timeout) as answer:
-            answer.read(64 * 1024)  # the receiver's answer is not ours to keep
-            code = int(answer.status)
-    except urllib.error.HTTPError as exc:
-        exc.close()  # it holds the answer's socket
-        code = int(exc.code)
-    except (OSError, http.client.HTTPException) as exc:
-        if _cut():
-            raise TimeoutError(_cut_said(timeout)) from exc
-        raise
-    finally:
-        timers, _POST.deadline = _POST.timers, None
-        for timer, _ in timers:
-            timer.cancel()
-    if _cut(timers):  # cut while the answer's end was read: not a whole answer
-        raise TimeoutError(_cut_said(timeout))
-    return code
-
-
-def _cut_said(timeout: float) -> str:
-    return f"timed out: no whole answer within the {timeout:g} s deadline"
-
-
-def _cut(timers: list[tuple[threading.Timer, int]] | None = None) -> bool:
-    """Whether the deadline shut one of this post's sockets (forgotten once asked)."""
-    fired = False
-    for _, sock_id in timers if timers is not None else _POST.timers:
-        if sock_id in _POST_FIRED:
-            _POST_FIRED.discard(sock_id)
-            fired = True
-    return fired
-
-
 def backoff(attempts: int, cap: float, rand: Callable[[], float]) -> float:
     """Seconds before the next attempt after ``attempts`` failed ones: doubling from
     1 s, at most ``cap``, times a random 0.5-1 (receivers that come back are not hit by
@@ -222,67 +109,172 @@ def backoff(attempts: int, cap: float, rand: Callable[[], float]) -> float:
     return min(cap, BACKOFF_FIRST_SECONDS * 2 ** min(attempts - 1, 40)) * (0.5 + 0.5 * rand())
 
 
+def shown(value: object, bound: int = LOG_BOUND) -> str:
+    """``value`` for a log line: one line, at most ``bound`` characters and a count.
+
+    >>> shown("a\\nb " + "x" * 400, 8)
+    'a b xxxx… (396 more characters)'
+    """
+    text = " ".join(str(value).split())
+    return text if len(text) <= bound else f"{text[:bound]}… ({len(text) - bound} more characters)"
+
+
+Pair = tuple[Path, str | None]  # an agent folder and a receiver (None: none configured)
+
+
 @dataclass
 class Deliverer:
-    """Passes over the state folder's outboxes. ``config``: called at each pass (a reload
-    changes the receivers); ``post``, ``clock`` and ``rand`` are injected by tests (a
-    receiver down for ten minutes, without waiting them). ``on_attempt(agent, delivered)``
-    and ``on_pass(undelivered, dropped)`` (per agent) feed the daemon's metrics."""
+    """Turns over the state folder's outboxes, one (agent, receiver) pair at a time.
+    ``config``: called at each turn (a reload changes the receivers); ``post``,
+    ``clock`` (the wall clock: the delivery log's times), ``monotonic`` (the backoff's)
+    and ``rand`` are injected by tests (a receiver down for ten minutes, without waiting
+    them). ``on_attempt(agent, delivered)`` and ``on_pass(undelivered, dropped)`` (per
+    agent) feed the daemon's metrics. Shared by threads that each turn their own pairs."""
 
     config: Callable[[], DeliveryConfig]
     post: Post = post
     clock: Callable[[], float] = time.time
+    monotonic: Callable[[], float] = time.monotonic
     rand: Callable[[], float] = random.random
     on_attempt: Callable[[str, bool], None] = lambda agent, delivered: None
     on_pass: Callable[[dict[str, int], dict[str, int]], None] = lambda waiting, dropped: None
     _cache: dict[Path, tuple[int, int, Event]] = field(default_factory=dict)
+    # (agent folder, event id, url) -> (monotonic time the next attempt is due, attempts)
+    _due: dict[tuple[Path, str, str], tuple[float, int]] = field(default_factory=dict)
+    # outcomes posted but not yet written (the disk refused them), per pair, oldest first
+    _unwritten: dict[Pair, list[tuple[str, outbox.Change]]] = field(default_factory=dict)
+    _errors: dict[Pair, int] = field(default_factory=dict)  # failed turns in a row
+    _listed: dict[Path, int] = field(default_factory=dict)  # event files after the last prune
+    _pruning: dict[Path, threading.Lock] = field(default_factory=dict)  # one prune per agent
 
     def step(self) -> float | None:
-        """One pass over every agent; seconds until an attempt falls due (None: nothing
-        is waiting for a retry)."""
+        """One turn of every agent and receiver (tests, the `events` tools); seconds until
+        a turn is due again (0: a batch is left; None: nothing waits for a retry)."""
         config = self.config()
-        due: list[float] = []
-        waiting: dict[str, int] = {}
-        dropped: dict[str, int] = {}
-        for folder in agent_folders(config.state_dir):
-            wait = self.deliver_agent(folder, config)
-            if wait is not None:
-                due.append(wait)
-            events = self._events(folder)
-            waiting[folder.name] = sum(1 for e in events if e.undelivered)
-            dropped[folder.name] = int((outbox.read_state(folder) or {}).get("dropped", 0))
-        self.on_pass(waiting, dropped)
-        return min(due) if due else None
+        due = [
+            self.turn(folder, url, config)
+            for folder in agent_folders(config.state_dir)
+            for url in config.urls or (None,)
+        ]
+        found = [d for d in due if d is not None]
+        return min(found) if found else None
 
-    def deliver_agent(self, folder: Path, config: DeliveryConfig) -> float | None:
-        """Address, post and bound one agent's events; seconds until its next retry."""
-        if len(self._events(folder)) > config.keep:
+    def turn(self, folder: Path, url: str | None, config: DeliveryConfig) -> float | None:
+        """One bounded turn of ``folder``'s events for ``url``; seconds until the next is
+        due (0: more is left; None: nothing waits). A turn that fails (the agent's disk
+        full, its outbox unreadable) is logged, bounded, and the pair backs off: no other
+        agent or receiver waits for it."""
+        pair = (folder, url)
+        try:
+            wait = self._turn(folder, url, config)
+        except Exception as exc:  # one pair's trouble, never another's
+            failed = self._errors[pair] = self._errors.get(pair, 0) + 1
+            wait = backoff(failed, config.backoff_max, self.rand)
+            log.error(
+                "events: delivery turn failed",
+                agent=shown(folder.name),
+                url=shown(shown_url(url)) if url else None,
+                error=shown(f"{type(exc).__name__}: {exc}"),
+                retry_in_s=round(wait, 1),
+            )
+            return wait
+        self._errors.pop(pair, None)
+        return wait
+
+    def _turn(self, folder: Path, url: str | None, config: DeliveryConfig) -> float | None:
+        self._flush((folder, url))
+        names = outbox.event_names(folder)
+        if len(names) > config.keep and self._listed.get(folder) != len(names):
+            names = self._prune(folder, config)
+        events = self._events(folder, names)
+        if events is None:
+            return 0.0  # files left to read: the next turn goes on at once
+        addressed = self._address_batch(folder, events, config.urls)
+        self._report(folder, events)
+        wait = self._deliver_to(folder, events, url, config) if url is not None else None
+        if addressed < len(events):
+            return 0.0  # events left to address
+        return wait
+
+    def _prune(self, folder: Path, config: DeliveryConfig) -> list[str]:
+        """Bound the agent's outbox (outbox.prune reads all its events, under its lock:
+        only this agent's workers wait for it, one of them pruning); the names left."""
+        with self._pruning.setdefault(folder, threading.Lock()):
+            names = outbox.event_names(folder)
+            if self._listed.get(folder) == len(names):
+                return names  # another receiver's worker pruned meanwhile
             pruned = outbox.prune(folder, config.keep, config.keep * LIMIT_PER_KEPT)
             if pruned.dropped:
-                log.error("undelivered events dropped", agent=folder.name, count=pruned.dropped)
-        events = [self._address(folder, e, config.urls) for e in self._events(folder)]
-        waits = [self._deliver_to(folder, events, url, config) for url in config.urls]
-        found = [w for w in waits if w is not None]
-        return min(found) if found else None
+                log.error(
+                    "undelivered events dropped", agent=shown(folder.name), count=pruned.dropped
+                )
+            names = outbox.event_names(folder)
+            self._listed[folder] = len(names)
+            return names
+
+    def _address_batch(self, folder: Path, events: list[Event], urls: tuple[str, ...]) -> int:
+        """Address the agent's events, oldest first, at most ADDRESS_BATCH writes; the
+        count of events (from the oldest) addressed as ``urls`` want."""
+        writes = 0
+        for n, event in enumerate(events):
+            if not _needs_address(event, urls):
+                continue
+            if writes == ADDRESS_BATCH:
+                return n
+            writes += 1
+            new = outbox.update(folder, event.id, lambda e: _addressed(e, urls))
+            if new is not None:
+                events[n] = new
+                self._cache.pop(event.path, None)
+        return len(events)
+
+    def _report(self, folder: Path, events: list[Event]) -> None:
+        waiting = sum(1 for e in events if e.undelivered)
+        dropped = int((outbox.read_state(folder) or {}).get("dropped", 0))
+        self.on_pass({folder.name: waiting}, {folder.name: dropped})
 
     def _deliver_to(
         self, folder: Path, events: list[Event], url: str, config: DeliveryConfig
     ) -> float | None:
         """The agent's events still owed to ``url``, oldest first, until one fails or is
-        not due yet: the seconds until it is (None: all delivered)."""
+        not due yet: the seconds until it is (0: the batch is spent; None: all
+        delivered). An event not yet addressed stops the turn: nothing later goes first."""
+        posted = 0
         for event in events:
-            target = (event.targets or {}).get(url)
+            if event.targets is None:
+                return 0.0
+            target = event.targets.get(url)
             if target is None or target.get("status") != "pending":
                 continue
-            wait = float(target.get("next_at_s", 0.0)) - self.clock()
+            wait = self._wait(folder, event, url, target, config)
             if wait > 0:
                 return wait
+            if posted == POST_BATCH:
+                return 0.0
+            posted += 1
             if not self.attempt(folder, event, url, config):
-                return max(0.0, self._next_at(folder, event.id, url) - self.clock())
+                return max(0.0, self._wait(folder, event, url, target, config))
+            self._listed.pop(folder, None)  # a delivered event may now be pruned
         return None
 
+    def _wait(
+        self, folder: Path, event: Event, url: str, target: dict[str, Any], config: DeliveryConfig
+    ) -> float:
+        """Seconds until ``event`` is due for ``url``, on the monotonic clock. A retry
+        time this process did not set (a run before it, another process) is taken from
+        the file once, at most one capped backoff away whatever the wall clock did."""
+        key = (folder, event.id, url)
+        due = self._due.get(key)
+        if due is None:
+            left = float(target.get("next_at_s", 0.0)) - self.clock()
+            due = (self.monotonic() + min(max(left, 0.0), config.backoff_max), 0)
+            self._due[key] = due
+        return due[0] - self.monotonic()
+
     def attempt(self, folder: Path, event: Event, url: str, config: DeliveryConfig) -> bool:
-        """Post ``event`` to ``url`` once and log the attempt in its file; True: delivered."""
+        """Post ``event`` to ``url`` once and log the attempt in its file; True: delivered.
+        Raises OSError when the file cannot be written (the outcome is kept, and written
+        before this pair posts again)."""
         body = signing.body_of(event.body())
         headers = signing.headers(event.id, event.kind, body, config.secret)
         started = self.clock()
@@ -295,54 +287,86 @@ class Deliverer:
             # with its backoff (HTTPException escaped the pass, retried every second).
             error = _one_line(exc)
         delivered = error is None
-        outbox.update(folder, event.id, _logged(url, started, code, error, config, self.rand))
+        key = (folder, event.id, url)
+        if delivered:
+            self._due.pop(key, None)
+            delay = 0.0
+        else:
+            before = self._due.get(key, (0.0, 0))[1]
+            tried = max(before, int((event.targets or {}).get(url, {}).get("attempts", 0))) + 1
+            delay = backoff(tried, config.backoff_max, self.rand)
+            self._due[key] = (self.monotonic() + delay, tried)
         self.on_attempt(folder.name, delivered)
         if not delivered:
-            shown = shown_url(url)  # a password in the URL never reaches a log line
             log.warning(
-                "event not delivered", agent=folder.name, id=event.id, url=shown, error=error
+                "event not delivered",
+                agent=shown(folder.name),
+                id=event.id,
+                url=shown(shown_url(url)),  # a password in the URL never reaches a log line
+                error=shown(error),
             )
+        change = _logged(url, started, code, error, started + delay)
+        try:
+            outbox.update(folder, event.id, change)
+        except OSError:
+            if delivered:  # not posted again before the file says so
+                self._unwritten.setdefault((folder, url), []).append((event.id, change))
+            raise
         return delivered
 
-    def _address(self, folder: Path, event: Event, urls: tuple[str, ...]) -> Event:
-        """An event handled for the first time gets the receivers configured now; one
-        whose receiver is no longer configured stops waiting for it (status dropped)."""
-        stale = [u for u, t in (event.targets or {}).items() if u not in urls]
-        pending_stale = [u for u in stale if (event.targets or {})[u].get("status") == "pending"]
-        if event.targets is not None and not pending_stale:
-            return event
-        new = outbox.update(folder, event.id, lambda e: _addressed(e, urls))
-        return new if new is not None else event
+    def _flush(self, pair: Pair) -> None:
+        """Write the outcomes the disk refused before (raises OSError while it still does)."""
+        waiting = self._unwritten.get(pair)
+        while waiting:
+            event_id, change = waiting[0]
+            outbox.update(pair[0], event_id, change)
+            waiting.pop(0)
+        self._unwritten.pop(pair, None)
 
-    def _next_at(self, folder: Path, event_id: str, url: str) -> float:
-        event = self._read(outbox.find(folder, event_id))
-        target = (event.targets or {}).get(url, {}) if event is not None else {}
-        return float(target.get("next_at_s", 0.0))
-
-    def _events(self, folder: Path) -> list[Event]:
-        """The agent's events, re-reading only files changed since the last pass."""
-        paths = [outbox.outbox_of(folder) / n for n in outbox.event_names(folder)]
-        found = [e for e in (self._read(p) for p in paths) if e is not None]
+    def _events(self, folder: Path, names: list[str]) -> list[Event] | None:
+        """The agent's events, oldest first, re-reading only files changed since they were
+        read; None while files are left to read (READ_BATCH a turn: a flood of them is
+        read a slice at a time, and its order is known once all are)."""
+        root = outbox.outbox_of(folder)
+        reads, left = 0, False
+        found = []
+        for name in names:
+            path = root / name
+            try:
+                info = os.stat(path)
+            except OSError:
+                self._cache.pop(path, None)
+                continue
+            cached = self._cache.get(path)
+            if cached is not None and cached[:2] == (info.st_mtime_ns, info.st_size):
+                found.append(cached[2])
+                continue
+            if reads == READ_BATCH:
+                left = True
+                continue
+            reads += 1
+            event = outbox.read_event(path)
+            if event is not None:
+                self._cache[path] = (info.st_mtime_ns, info.st_size, event)
+                found.append(event)
+        if left:
+            return None
         return sorted(found, key=lambda e: (e.order, e.id))
 
-    def _read(self, path: Path | None) -> Event | None:
-        if path is None:
-            return None
-        try:
-            info = os.stat(path)
-        except OSError:
-            self._cache.pop(path, None)
-            return None
-        cached = self._cache.get(path)
-        if cached is not None and cached[:2] == (info.st_mtime_ns, info.st_size):
-            return cached[2]
-        event = outbox.read_event(path)
-        if event is not None:
-            self._cache[path] = (info.st_mtime_ns, info.st_size, event)
-        return event
+
+def _needs_address(event: Event, urls: tuple[str, ...]) -> bool:
+    """Not handled yet, or still waiting for a receiver configured no longer."""
+    if event.targets is None:
+        return True
+    return any(u not in urls and t.get("status") == "pending" for u, t in event.targets.items())
 
 
-def _addressed(event: Event, urls: tuple[str, ...]) -> Event:
+def _addressed(event: Event, urls: tuple[str, ...]) -> Event | None:
+    """An event handled for the first time gets the receivers configured now; one whose
+    receiver is no longer configured stops waiting for it (status dropped). None:
+    nothing to change (another worker did it)."""
+    if not _needs_address(event, urls):
+        return None
     targets = dict(event.targets) if event.targets is not None else {}
     for url, target in list(targets.items()):
         if url not in urls and target.get("status") == "pending":
@@ -353,14 +377,10 @@ def _addressed(event: Event, urls: tuple[str, ...]) -> Event:
 
 
 def _logged(
-    url: str,
-    at: float,
-    code: int | None,
-    error: str | None,
-    config: DeliveryConfig,
-    rand: Callable[[], float],
+    url: str, at: float, code: int | None, error: str | None, next_at: float
 ) -> Callable[[Event], Event]:
-    """The change that logs one attempt: the delivery log's line, the target's state."""
+    """The change that logs one attempt: the delivery log's line, the target's state
+    (``next_at_s``: the retry's wall time, for `events list` and a restart)."""
 
     def change(event: Event) -> Event:
         targets = dict(event.targets or {})
@@ -369,7 +389,7 @@ def _logged(
         if error is None:
             target.update(status="delivered", delivered_at_s=at)
         else:
-            target["next_at_s"] = at + backoff(target["attempts"], config.backoff_max, rand)
+            target["next_at_s"] = next_at
         targets[url] = target
         line = {
             "url": url,
@@ -394,8 +414,7 @@ def redeliver_marked(event: Event, urls: tuple[str, ...]) -> Event:
 
 def _one_line(exc: BaseException) -> str:
     reason = getattr(exc, "reason", None)  # URLError wraps the socket's error
-    text = str(reason if reason is not None else exc) or type(exc).__name__
-    return " ".join(text.split())[:300]
+    return shown(str(reason if reason is not None else exc) or type(exc).__name__)
 
 
 def agent_folders(state_dir: Path) -> list[Path]:
@@ -420,51 +439,7 @@ def catch_up(state_dir: Path) -> None:
             update_pointer(folder, lambda current: current)  # reads, rolls forward, announces
         except (ServedPointerError, OSError) as exc:
             log.warning(
-                "events: cannot read the served pointer", folder=str(folder), error=str(exc)
+                "events: cannot read the served pointer",
+                folder=shown(folder),
+                error=shown(exc),
             )
-
-
-class DeliveryThread:
-    """The daemon's ``event-delivery`` thread: a pass at start, then each second (or at
-    the next retry, if sooner), until :meth:`stop`. A pass that raises is logged; the
-    next goes on."""
-
-    def __init__(self, deliverer: Deliverer) -> None:
-        self.deliverer = deliverer
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="event-delivery", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout: float) -> None:
-        """Stop after the attempt in flight (cut by its timeout at worst)."""
-        self._stop.set()
-        self._thread.join(timeout)
-
-    def _loop(self) -> None:
-        try:
-            catch_up(self.deliverer.config().state_dir)
-        except Exception:
-            log.exception("events: catch-up failed")
-        while not self._stop.is_set():
-            wait = POLL_SECONDS
-            try:
-                due = self.deliverer.step()
-                wait = POLL_SECONDS if due is None else max(0.05, min(due, POLL_SECONDS))
-            except Exception:
-                log.exception("events: delivery pass failed")
-            self._stop.wait(wait)
-
-
-def start_delivery(settings: Callable[[], Settingsish], metrics: EventMetrics) -> DeliveryThread:
-    """The daemon's delivery thread, started: its receivers read from ``settings()`` at each
-    pass (a reload's new URLs apply at the next), its figures into ``metrics``."""
-    deliverer = Deliverer(
-        lambda: DeliveryConfig.from_settings(settings()),
-        on_attempt=metrics.observe_attempt,
-        on_pass=metrics.observe_pass,
-    )
-    thread = DeliveryThread(deliverer)
-    thread.start()
-    return thread

@@ -40,7 +40,7 @@ from genesis_fp16.config.settings import (
 )
 from genesis_fp16.config.settings_sources import SettingsSources
 from genesis_fp16.config.state_files import on_state_file_skipped
-from genesis_fp16.events.delivery import start_delivery
+from genesis_fp16.events.workers import start_delivery
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.jobs.next_run import expected_next_run
 from genesis_fp16.jobs.run_request import (

@@ -1,15 +1,18 @@
 """A webhook receiver for the event tests: stdlib ``http.server`` on 127.0.0.1 only, in a
-thread, recording every POST (its headers and body) and answering as the test says: a
-status, a delay (a slow or hung receiver), or not at all (:meth:`Receiver.down`: the
-port refuses connections until :meth:`Receiver.up` binds it again)."""
+thread, recording every POST (its headers, body and arrival time) and answering as the
+test says: a status, a delay (a slow or hung receiver), or not at all
+(:meth:`Receiver.down`: the port refuses connections until :meth:`Receiver.up` binds it
+again). :class:`RawReceiver` answers bytes as written (not HTTP, a redirect), at once or
+a byte at a time."""
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -20,6 +23,7 @@ from genesis_fp16.events import signing
 class Received:
     headers: dict[str, str]
     body: bytes
+    at: float = field(default_factory=time.monotonic)  # when it was taken
 
     @property
     def event(self) -> dict[str, Any]:
@@ -109,3 +113,56 @@ class Receiver:
                 pass  # the tests read ``received``, not stderr
 
         return Handler
+
+
+class RawReceiver:
+    """A loopback server that answers every connection with ``answer`` (bytes as
+    written, HTTP or not), one byte every ``drip`` seconds when ``drip`` is set, and
+    records each request's first line in ``lines``. Each connection has its own thread."""
+
+    def __init__(self, answer: bytes, drip: float = 0.0) -> None:
+        self.answer, self.drip = answer, drip
+        self.lines: list[str] = []
+        self.closed = threading.Event()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(5)
+            data = b""
+            try:
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                self.lines.append(data.split(b"\r\n", 1)[0].decode())
+                if not self.drip:
+                    conn.sendall(self.answer)
+                    return
+                for byte in self.answer:
+                    conn.sendall(bytes([byte]))
+                    if self.closed.wait(self.drip):
+                        return
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.closed.set()
+        self.sock.close()
+
+    def __enter__(self) -> RawReceiver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

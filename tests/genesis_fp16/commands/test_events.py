@@ -17,7 +17,7 @@ from genesis_fp16.config.settings import SettingsError, load_settings
 from genesis_fp16_infrastructure.agent_folder import outbox
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "events.md"
-SECRET = "s3cret"
+SECRET = "redeliver-test-secret"
 
 
 def _cli(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -51,6 +51,40 @@ def test_the_docs_settings_load_and_bad_ones_are_one_line(
     monkeypatch.delenv("GENESIS_FP16_EVENTS_SECRET")
     with pytest.raises(SettingsError, match="GENESIS_FP16_EVENTS_SECRET: required"):
         load_settings()
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "said"),
+    [
+        (
+            "GENESIS_FP16_EVENTS_SECRET",
+            "   ",
+            "GENESIS_FP16_EVENTS_SECRET: is empty or all whitespace",
+        ),
+        ("GENESIS_FP16_EVENTS_SECRET", "s3cret-15-chars", "has 15 characters, fewer than 16"),
+        (
+            "GENESIS_FP16_EVENTS_URLS",
+            "http://hooks:hunter2-password@127.0.0.1:1/x",
+            "'http://***@127.0.0.1:1/x' carries credentials",
+        ),
+        ("GENESIS_FP16_EVENTS_URLS", "http://hooks@127.0.0.1:1/x", "carries credentials"),
+    ],
+    ids=["whitespace-secret", "short-secret", "password-url", "user-url"],
+)
+def test_a_weak_secret_or_a_url_with_credentials_is_refused_in_one_line(
+    tmp_path: Path, name: str, value: str, said: str
+) -> None:
+    """`config check` (start-up's validation) refuses a secret shorter than 16 characters
+    or all whitespace, and a receiver URL with credentials, in one line that shows
+    neither the secret nor the password; exit 2."""
+    env = {"GENESIS_FP16_EVENTS_URLS": "http://127.0.0.1:1/x", "GENESIS_FP16_EVENTS_SECRET": SECRET}
+    refused = _cli(tmp_path, "config", "check", **{**env, name: value})
+    assert refused.returncode == 2, refused.stdout
+    (line,) = refused.stderr.strip().splitlines()
+    assert said in line and name in line
+    assert "hunter2" not in refused.stderr + refused.stdout
+    if name.endswith("SECRET") and value.strip():
+        assert value not in refused.stderr + refused.stdout
 
 
 def test_redeliver_says_who_took_it_and_refuses_bad_ids(tmp_path: Path, receiver: Receiver) -> None:

@@ -5,16 +5,14 @@ one agent's refused events holding no other agent's, a hung receiver cut by the 
 from __future__ import annotations
 
 import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import structlog.testing
-from webhook_receiver import Receiver
+from webhook_receiver import RawReceiver, Receiver
 
-from genesis_fp16.events import signing
+from genesis_fp16.events import delivery, signing
 from genesis_fp16.events.delivery import Deliverer, DeliveryConfig
 from genesis_fp16_infrastructure.agent_folder import outbox
 
@@ -47,7 +45,7 @@ def _deliverer(state: Path, url: str, clock: Clock | None = None, **config: floa
     settings = DeliveryConfig(state, (url,), SECRET, **config)  # type: ignore[arg-type]
     if clock is None:
         return Deliverer(lambda: settings)
-    return Deliverer(lambda: settings, clock=clock, rand=lambda: 1.0)
+    return Deliverer(lambda: settings, monotonic=clock, rand=lambda: 1.0)
 
 
 def test_events_arrive_signed_keyed_and_logged(tmp_path: Path, receiver: Receiver) -> None:
@@ -150,37 +148,6 @@ def test_events_without_a_receiver_stay_unsent_and_a_removed_receiver_stops_hold
     assert waiting == {"a": 0}
 
 
-class _RawServer:
-    """A loopback server that answers every connection with ``answer`` (bytes as
-    written, HTTP or not) and counts the requests' first lines."""
-
-    def __init__(self, answer: bytes) -> None:
-        self.answer, self.lines = answer, []  # type: list[str]
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                conn.settimeout(5)
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
-                self.lines.append(data.split(b"\r\n", 1)[0].decode())
-                conn.sendall(self.answer)
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 @pytest.mark.parametrize(
     ("answer", "why"),
     [
@@ -195,7 +162,7 @@ def test_a_redirect_or_a_non_http_answer_is_a_failed_attempt_that_backs_off(
     """A 301 is not followed (one POST, no GET) and not `delivered`; an answer that is
     not HTTP raises nothing out of the pass: both are failed attempts, logged in the
     event's file, and the next one waits for the backoff."""
-    server = _RawServer(answer)
+    server = RawReceiver(answer)
     try:
         (ident,) = _record(tmp_path, "a", 1)
         wait = _deliverer(tmp_path, server.url, Clock()).step()
@@ -205,7 +172,7 @@ def test_a_redirect_or_a_non_http_answer_is_a_failed_attempt_that_backs_off(
         assert event.id == ident
         target = (event.targets or {})[server.url]
         assert target["status"] == "pending" and target["attempts"] == 1
-        assert why in str(event.attempts[-1]["error"])  # type: ignore[index]
+        assert why in str(event.attempts[-1]["error"])
     finally:
         server.close()
 
@@ -225,31 +192,29 @@ def test_a_password_in_a_receiver_url_never_reaches_a_log_line(
     assert "s3cret-pass" not in repr(logs) and failed["url"].startswith("http://hooks:***@")
 
 
-class _DripServer(_RawServer):
-    """Answers 200 one byte every 0.2 s: no read waits long, the whole answer does."""
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                conn.recv(65536)
-                self.lines.append("drip")
-                for byte in self.answer:
-                    try:
-                        conn.sendall(bytes([byte]))
-                    except OSError:
-                        break
-                    time.sleep(0.2)
+def test_every_logged_value_is_cut_to_a_bound(tmp_path: Path) -> None:
+    """A receiver URL of 5,000 characters answered with a 3,000-character line that is
+    not HTTP: each value of each log line is at most LOG_BOUND (300) characters and a
+    count of the rest."""
+    server = RawReceiver(b"x" * 3000 + b"\r\n\r\n")
+    try:
+        url = server.url + "/" + "p" * 5000
+        _record(tmp_path, "a", 1)
+        with structlog.testing.capture_logs() as logs:
+            _deliverer(tmp_path, url, Clock()).step()
+        assert any(entry["event"] == "event not delivered" for entry in logs)
+        bound = delivery.LOG_BOUND + len("… (1000000 more characters)")
+        for entry in logs:
+            assert all(len(str(value)) <= bound for value in entry.values()), entry
+    finally:
+        server.close()
 
 
 def test_a_slow_receiver_is_cut_by_a_deadline_for_the_whole_post(tmp_path: Path) -> None:
     """A receiver dripping a 200 a byte every 0.2 s (about 9 s in all) never trips a 1 s
     per-read timeout; the 1 s deadline for the whole post cuts it: a failed attempt
     that says so, where it was `delivered` after holding the thread the whole drip."""
-    server = _DripServer(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+    server = RawReceiver(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", drip=0.2)
     try:
         _record(tmp_path, "a", 1)
         wait = _deliverer(tmp_path, server.url, Clock(), timeout=1.0).step()

@@ -23,7 +23,7 @@ from genesis_fp16.status.svg import KINDS
 
 GUARD_PLUGINS = Path(__file__).resolve().parents[2] / "fixtures" / "guard_plugins"
 FAULT = "fixture_fault"
-SECRET = "pictures-secret"
+SECRET = "pictures-test-secret"
 
 
 def _env(package: Path, data: Path, golden: Path, url: str) -> dict[str, str]:

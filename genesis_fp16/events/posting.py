@@ -1,0 +1,132 @@
+"""One webhook post with a deadline for the whole of it: connect, send and the answer's
+read, where a socket timeout bounds each read only (a receiver answering a byte a second
+never trips one). Redirects are answers, never followed; a password in a URL is never
+shown (:func:`shown_url`)."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import socket
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from typing import Any
+
+Post = Callable[[str, bytes, Mapping[str, str], float], int]
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A 3xx is the receiver's answer, a failed attempt: never followed (urllib would
+    follow a 301 as a GET without the body and report the GET's 200)."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # urllib then raises the 3xx as an HTTPError
+
+
+# The post in flight on this thread: its deadline (monotonic), the timers that shut its
+# sockets then, and whether one did.
+_POST = threading.local()
+
+
+def _arm(sock: socket.socket) -> None:
+    """Shut ``sock`` down at the post's deadline: a receiver that answers a byte a second
+    never trips a per-read timeout, and would hold the delivery thread for minutes."""
+    deadline = getattr(_POST, "deadline", None)
+    if deadline is None:
+        return
+
+    def shut() -> None:
+        _POST_FIRED.add(id(sock))
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)  # the blocked read returns at once
+
+    timer = threading.Timer(max(0.0, deadline - time.monotonic()), shut)
+    timer.daemon = True
+    timer.start()
+    _POST.timers.append((timer, id(sock)))
+
+
+_POST_FIRED: set[int] = set()
+
+
+class _DeadlineHTTPConnection(http.client.HTTPConnection):
+    def connect(self) -> None:
+        super().connect()
+        _arm(self.sock)
+
+
+class _DeadlineHTTPSConnection(http.client.HTTPSConnection):
+    def connect(self) -> None:
+        super().connect()
+        _arm(self.sock)
+
+
+class _DeadlineHTTP(urllib.request.HTTPHandler):
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_DeadlineHTTPConnection, req)
+
+
+class _DeadlineHTTPS(urllib.request.HTTPSHandler):
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_DeadlineHTTPSConnection, req, context=self._context)  # type: ignore[attr-defined]
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects, _DeadlineHTTP, _DeadlineHTTPS)
+
+
+def shown_url(url: str) -> str:
+    """``url`` for a log line: a password in it is replaced.
+
+    >>> shown_url("http://user:hunter2@hooks.example/x")
+    'http://user:***@hooks.example/x'
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+
+
+def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> int:
+    """POST ``body``; the HTTP status (an error status too). ``timeout`` bounds the whole
+    post (connect, send and the answer read), not each read. A refused connection, the
+    deadline or a broken answer raise OSError (``urllib.error.URLError`` is one), an
+    answer that is not HTTP ``http.client.HTTPException``."""
+    request = urllib.request.Request(url, data=body, headers=dict(headers), method="POST")
+    _POST.deadline, _POST.timers = time.monotonic() + timeout, []
+    try:
+        with _OPENER.open(request, timeout=timeout) as answer:
+            answer.read(64 * 1024)  # the receiver's answer is not ours to keep
+            code = int(answer.status)
+    except urllib.error.HTTPError as exc:
+        exc.close()  # it holds the answer's socket
+        code = int(exc.code)
+    except (OSError, http.client.HTTPException) as exc:
+        if _cut():
+            raise TimeoutError(_cut_said(timeout)) from exc
+        raise
+    finally:
+        timers, _POST.deadline = _POST.timers, None
+        for timer, _ in timers:
+            timer.cancel()
+    if _cut(timers):  # cut while the answer's end was read: not a whole answer
+        raise TimeoutError(_cut_said(timeout))
+    return code
+
+
+def _cut_said(timeout: float) -> str:
+    return f"timed out: no whole answer within the {timeout:g} s deadline"
+
+
+def _cut(timers: list[tuple[threading.Timer, int]] | None = None) -> bool:
+    """Whether the deadline shut one of this post's sockets (forgotten once asked)."""
+    fired = False
+    for _, sock_id in timers if timers is not None else _POST.timers:
+        if sock_id in _POST_FIRED:
+            _POST_FIRED.discard(sock_id)
+            fired = True
+    return fired

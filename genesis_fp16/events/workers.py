@@ -1,0 +1,127 @@
+"""The daemon's event delivery: a thread per agent and receiver, so that no receiver and
+no agent's outbox can stall another's.
+
+A supervisor thread (``event-delivery``) catches up the outboxes at start, then each
+second starts a worker (``event-delivery-<agent>``) for every agent folder with an
+outbox and every receiver configured now (one per agent when none is: it marks the
+events ``unsent``), and retires the workers of a receiver a reload removed. A worker
+turns its pair (:meth:`Deliverer.turn`) until it stops: at once while a batch is left,
+else at the next retry or the next second. A receiver that answers a byte a second
+holds its own workers for one post's deadline; an agent on a full disk, or with 100,000
+events in its outbox, holds only its own.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import structlog
+
+from genesis_fp16.events.delivery import (
+    Deliverer,
+    DeliveryConfig,
+    Pair,
+    Settingsish,
+    agent_folders,
+    catch_up,
+    shown,
+)
+
+if TYPE_CHECKING:  # the `events` command never needs prometheus_client (its start-up cost)
+    from genesis_fp16.metrics.event_metrics import EventMetrics
+
+log = structlog.get_logger("genesis_fp16.events")
+
+POLL_SECONDS = 1.0  # how often new events are looked for (children write them too)
+SHORTEST_WAIT = 0.05  # a retry due sooner than this waits this long
+
+
+class Worker:
+    """One (agent, receiver) pair's thread."""
+
+    def __init__(self, deliverer: Deliverer, pair: Pair, stopping: threading.Event) -> None:
+        self.deliverer, self.pair = deliverer, pair
+        self._stopping = stopping  # the whole delivery's
+        self._retired = threading.Event()  # this pair's (its receiver was removed)
+        self.thread = threading.Thread(
+            target=self._loop, name=f"event-delivery-{pair[0].name}", daemon=True
+        )
+
+    def retire(self) -> None:
+        self._retired.set()
+
+    def _loop(self) -> None:
+        folder, url = self.pair
+        while not (self._stopping.is_set() or self._retired.is_set()):
+            wait = self.deliverer.turn(folder, url, self.deliverer.config())
+            if wait is None or wait > 0:
+                self._retired.wait(POLL_SECONDS if wait is None else _bounded(wait))
+
+
+def _bounded(wait: float) -> float:
+    return max(SHORTEST_WAIT, min(wait, POLL_SECONDS))
+
+
+class DeliveryThread:
+    """The daemon's delivery: the supervisor and its workers, until :meth:`stop`."""
+
+    def __init__(self, deliverer: Deliverer) -> None:
+        self.deliverer = deliverer
+        self.workers: dict[Pair, Worker] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="event-delivery", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float) -> None:
+        """Stop after the posts in flight (each cut by its deadline at worst), waiting at
+        most ``timeout`` seconds in all."""
+        deadline = time.monotonic() + timeout
+        self._stop.set()
+        self._thread.join(timeout)
+        for worker in list(self.workers.values()):
+            worker.thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _loop(self) -> None:
+        try:
+            catch_up(self.deliverer.config().state_dir)
+        except Exception as exc:
+            log.error("events: catch-up failed", error=shown(f"{type(exc).__name__}: {exc}"))
+        while not self._stop.is_set():
+            try:
+                self.supervise(self.deliverer.config())
+            except Exception as exc:  # the next second tries again; workers go on
+                log.error(
+                    "events: delivery supervisor", error=shown(f"{type(exc).__name__}: {exc}")
+                )
+            self._stop.wait(POLL_SECONDS)
+
+    def supervise(self, config: DeliveryConfig) -> None:
+        """Start a worker for each (agent, receiver) pair configured now; retire the rest."""
+        wanted = {
+            (folder, url)
+            for folder in agent_folders(config.state_dir)
+            for url in config.urls or (None,)
+        }
+        for pair in wanted - self.workers.keys():
+            worker = self.workers[pair] = Worker(self.deliverer, pair, self._stop)
+            worker.thread.start()
+        for pair in self.workers.keys() - wanted:
+            self.workers.pop(pair).retire()
+
+
+def start_delivery(settings: Callable[[], Settingsish], metrics: EventMetrics) -> DeliveryThread:
+    """The daemon's delivery, started: its receivers read from ``settings()`` at each turn
+    (a reload's new URLs apply within a second), its figures into ``metrics``."""
+    deliverer = Deliverer(
+        lambda: DeliveryConfig.from_settings(settings()),
+        on_attempt=metrics.observe_attempt,
+        on_pass=metrics.observe_pass,
+    )
+    thread = DeliveryThread(deliverer)
+    thread.start()
+    return thread
