@@ -1,9 +1,8 @@
 """One run of any plugin: :func:`run_plugin`, the one call that trains an agent.
 
-A plugin that declares judged models (contract.judging) gets a judged run
-(:func:`run_judged`); any other plugin's ``train`` runs as it is: it serves its newest
-checkpoint, or runs the lifecycle itself (se_darwin: its train is the retrain recipe,
-and it declares no ``score_records``). The daemon (in a child or a thread), ``genesis-fp16
+A plugin that declares judged models (contract.judging: the scaffold's, se_darwin,
+rlhf_ppo) gets a judged run (:func:`run_judged`); any other plugin's ``train`` runs as it
+is, and serves its newest checkpoint. The daemon (in a child or a thread), ``genesis-fp16
 train``, ``check-agent`` and the run tracker's example all call :func:`run_plugin`.
 
 A judged run, in the agent's checkpoint folder (``request.checkpoint_dir``):
@@ -30,7 +29,11 @@ training: one that names a held-out record, or names none where the served model
 is refused in one line (``TrainRequestError``; its verdict ``undecided``, never served).
 The gate then compares the two models on the held-out records the served model did not
 train on either (its checkpoint's list; a model that names none: every record it knew),
-set ``held_out``. A plugin whose checkpoints name nothing (written before the split) is
+set ``held_out``. A served model that names nothing and knew no judged records (one
+served before its plugin was judged: se_darwin's, from its own gate) may have trained
+on any of them; the candidate is judged against it on the held-out records all the
+same, which can only favour the served model, and the verdict says so. A plugin whose
+checkpoints name nothing (written before the split) is
 judged on every current record (set ``current``), and its verdict's reason says "on
 training data"; one whose records are evaluation episodes
 (``records_are_training_data = False``) trains on none of them and is judged on all of
@@ -187,8 +190,8 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
 
 
 def _live(figures: dict[str, Any] | None) -> LiveReport | None:
-    """The watch's figures as the result's typed ``live`` report (the daemon exports it as
-    se_darwin's): AUC and log-loss do not apply (None, NaN), the loss does."""
+    """The watch's figures as the result's typed ``live`` report: AUC and log-loss are
+    not the watch's (None, NaN), the loss is."""
     if figures is None:
         return None
     nan = {"served_log_loss": math.nan, "previous_log_loss": math.nan}
@@ -324,7 +327,7 @@ def _judge(
     else:
         asked = _comparisons(judged, request, served, losses, checkpoint, held_out)
         outcome, reason, comparisons = decide(asked)
-        reason += _evidence(judged, held_out)
+        reason += _evidence(judged, held_out, served)
     digest = _data_digest(request.data_path)
     used = result.precision_used
     report = _verdict(candidate, outcome, reason, started, used, comparisons, served.id, digest)
@@ -379,7 +382,7 @@ def _rejudge_kept(
         outcome, reason, comparisons = decide(
             _comparisons(judged, request, served, losses, checkpoint, held_out)
         )
-        reason += _evidence(judged, held_out)
+        reason += _evidence(judged, held_out, served)
         precision = verdict.get("precision")
         used = cast(PrecisionName, precision) if precision in ("fp32", "bf16", "fp16") else None
         report = _verdict(candidate, outcome, reason, started, used, comparisons, served.id, digest)
@@ -466,19 +469,22 @@ def _judged_records(
         return "current", losses
     ids = stores.id_hashes(losses.ids)
     keep = HELD_OUT.of_hashes(ids)
-    if served.trained is None:  # nothing says what it trained on: it may have seen all
-        keep[:] = False
-    else:
+    if served.trained is not None:  # None: it may have trained on any (module docstring)
         keep &= ~stores.known(ids, served.trained)
     return "held_out", losses.take(keep.tolist())
 
 
-def _evidence(judged: JudgedPlugin, held_out: bool) -> str:
+def _evidence(judged: JudgedPlugin, held_out: bool, served: _Served) -> str:
     """What a verdict's reason adds about its records: nothing when they are records
-    neither model trained on; "on training data" when the candidate names none."""
-    if held_out or not records_are_training_data(judged):
+    neither model trained on; "on training data" when the candidate names none; that the
+    served model may know them when it names nothing and knew no judged records."""
+    if not records_are_training_data(judged):
         return ""
-    return " (on training data: the candidate names no records it trained on)"
+    if not held_out:
+        return " (on training data: the candidate names no records it trained on)"
+    if served.trained is None:
+        return " (the served model names no records it trained on: it may know these)"
+    return ""
 
 
 def trained_ids(checkpoint: Path) -> np.ndarray | None:

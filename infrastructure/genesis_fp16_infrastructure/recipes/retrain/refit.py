@@ -22,6 +22,7 @@ from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 logger = logging.getLogger(__name__)
 
 SUPERSEDED_FOLDER = "superseded"  # final_fit=whole: earlier checkpoints of the folder, kept
+SPLIT_FOLDER = "split"  # final_fit=whole: the split run's checkpoints, under the candidate
 
 
 def train_refit(

@@ -40,6 +40,7 @@ from torch.nn.functional import binary_cross_entropy_with_logits
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
+from genesis_fp16_infrastructure.contract.judging import TRAINED_IDS
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.data.fingerprint import (
     DataFingerprint,
@@ -59,7 +60,12 @@ from genesis_fp16_infrastructure.recipes.retrain.batch import (
 )
 from genesis_fp16_infrastructure.recipes.retrain.options import FINAL_FITS, TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.pool_read import read_pool
-from genesis_fp16_infrastructure.recipes.retrain.split import ExampleRows, Split, choose_split
+from genesis_fp16_infrastructure.recipes.retrain.split import (
+    ExampleRows,
+    Split,
+    choose_split,
+    judged_held_out,
+)
 from genesis_fp16_infrastructure.training.run.batches import index_to
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
 from genesis_fp16_infrastructure.world_model.features import (
@@ -195,6 +201,15 @@ class WorldModelTask:
         hashes = [
             _id_hashes(data, part, rows_of.get(id(part))) for part in (train, split.validation)
         ]
+        # The ids it trains on (training and validation parts), the checkpoint's
+        # "trained_ids" (contract.judging): the judged run checks none is held out.
+        self.trained_ids = sorted(
+            {
+                i
+                for part in (train, split.validation)
+                for i in _ids(data, part, rows_of.get(id(part)))
+            }
+        )
         ordered = np.sort(np.concatenate(hashes))  # np.unique, without its hash table
         distinct = ordered[np.r_[True, ordered[1:] != ordered[:-1]]] if len(ordered) else ordered
         self.data_key = hashlib.blake2b(distinct.astype("<i8").tobytes(), digest_size=8).hexdigest()
@@ -230,13 +245,14 @@ class WorldModelTask:
         return self.members > 1
 
     def on_whole_pool(self, data: ReadResult, device: str = "cpu") -> WorldModelTask:
-        """A task training on every labelled record of ``data`` (``final_fit="whole"``).
+        """A task training on every labelled record of ``data`` the judged run does not
+        hold out (``final_fit="whole"``).
 
         Its encoder is fitted on all of them; the model's shape and the batch size are
         this task's, so that a step count found here means the same there. Its validation
         and held-out parts are its training records: its own metrics are not a measure.
         """
-        rows = np.arange(data.labelled)
+        rows = np.flatnonzero(~judged_held_out(data))
         everything = ExampleRows(data, rows)
         pinned = replace(
             self.options,
@@ -350,7 +366,7 @@ class WorldModelTask:
                 "hash": self.split.hash,  # split.SPLIT_HASH: how records were drawn
             },
             data=self.seen.state_dict(),
-        )
+        ) | {TRAINED_IDS: self.trained_ids}
 
     def load_extra_state(self, state: Mapping[str, Any]) -> None:
         if state.get("encoder") != self.encoder.state_dict():
@@ -425,6 +441,14 @@ def _example_numbers(data: ReadResult) -> torch.Tensor:
     numeric = numeric_columns([e.attempt for e in data.examples], data.pool)
     forget_index(data.pool)  # every record's rows are in hand
     return numeric
+
+
+def _ids(data: ReadResult, part: Sequence[Example], rows: np.ndarray | None) -> list[str]:
+    """The record ids of a part: from the columns at its rows, else its objects'."""
+    if rows is None:
+        return [e.trajectory_id for e in part]
+    ids = data.columns.example_ids
+    return [ids[r] for r in rows.tolist()]
 
 
 def _id_hashes(data: ReadResult, part: Sequence[Example], rows: np.ndarray | None) -> np.ndarray:

@@ -16,7 +16,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainResult,
 )
 from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.recipes.retrain.promotion import SPLIT_FOLDER
+from genesis_fp16_infrastructure.recipes.retrain.refit import SPLIT_FOLDER
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 

@@ -23,7 +23,8 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     serve,
 )
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.recipes.retrain.judge_sets import LIVE_REGRESSION
+from genesis_fp16_infrastructure.judging import stores
+from genesis_fp16_infrastructure.judging.watch import LIVE_REGRESSION
 
 POOL = generate_pool(1600, seed=1)
 IDS = list(POOL["trajectories"])
@@ -124,7 +125,7 @@ def test_clean_records_keep_running_figures_and_count_each_record_once(tmp_path:
     assert pointer is not None
     watched = [e for e in [pointer.served, *pointer.history] if e["id"] == name]
     assert watched and watched[0]["live"]["records"] == again.records
-    store = (ck / watched[0]["checkpoint"]).parent / f"live-{first.extra['candidate']}.npz"
+    store = stores.watch_path((ck / watched[0]["checkpoint"]).parent, first.extra["candidate"])
     with np.load(store) as kept:
         assert len(np.unique(kept["ids"])) == len(kept["ids"]) == again.records
 
