@@ -8,16 +8,19 @@ train``, ``check-agent`` and the run tracker's example all call :func:`run_plugi
 A judged run, in the agent's checkpoint folder (``request.checkpoint_dir``):
 
 1. the served model (the pointer's) scores the current records; a pointer that cannot be
-   followed refuses the run in one line (``TrainRequestError``) naming the repair;
+   followed refuses the run in one line (``TrainRequestError``) naming the repair; a
+   folder written before the pointer existed adopts its newest checkpoint;
 2. the live watch (:mod:`.watch`) scores the records that came after the served model and
    its predecessor, and may roll the served model back;
 3. when the served model already knew every current record (and the plugin's records are
-   its training data, and the run is not forced), there is nothing to learn:
+   its training data, the run is not forced and asks the options the served model was
+   trained with), there is nothing to learn:
    ``up_to_date``, no candidate;
 4. a candidate folder (:func:`~genesis_fp16_infrastructure.agent_folder.lifecycle.new_candidate`)
    into which the plugin trains; with ``resume``, the served checkpoint is copied in first,
    so that the plugin's resume continues the served model;
-5. the gate (:mod:`.gate`): the candidate and the served model on the same records, paired;
+5. the gate (:mod:`.gate`): the candidate and the served model on the same records, paired
+   (a run stopped before its end is not judged: ``undecided``);
    the first model is served as it is; a promotion waits for the operator's pin (``held``);
    the verdict file holds the figures, ``judged_ids.npz`` the records the model knew.
 
@@ -52,6 +55,7 @@ result carries the gate's report (``result.gate``) and the watch's (``result.liv
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import shutil
@@ -76,6 +80,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     newest_checkpoint,
     read_json,
     read_pointer,
+    serve,
     serve_unless_pinned,
     write_verdict,
 )
@@ -104,7 +109,7 @@ from genesis_fp16_infrastructure.judging.gate import (
 from genesis_fp16_infrastructure.judging.scored_copy import CheckpointChangedError, score_on_copy
 from genesis_fp16_infrastructure.judging.split import HELD_OUT
 from genesis_fp16_infrastructure.judging.watch import watch
-from genesis_fp16_infrastructure.training import checkpoint_keys
+from genesis_fp16_infrastructure.training import CheckpointManager, checkpoint_keys
 from genesis_fp16_infrastructure.training.checkpoint_files import (
     digest_path,
     read_summary,
@@ -131,7 +136,7 @@ class _Served:
     def __init__(self, plugin: JudgedPlugin, request: TrainRequest) -> None:
         folder = Path(request.checkpoint_dir)
         try:
-            self.pointer: ServedPointer | None = read_pointer(folder)
+            self.pointer: ServedPointer | None = read_pointer(folder) or _adopt(folder)
             self.checkpoint = None if self.pointer is None else checkpoint_of(folder, self.pointer)
         except ServedPointerError as exc:
             raise TrainRequestError(str(exc).replace("AGENT", request.agent)) from None
@@ -157,6 +162,20 @@ class _Served:
     @property
     def id(self) -> str | None:
         return None if self.pointer is None else str(self.pointer.served.get("id"))
+
+
+def _adopt(folder: Path) -> ServedPointer | None:
+    """A checkpoint folder written before the pointer existed: its newest valid
+    checkpoint is what was served, and becomes the pointer's (logged), so that no
+    upgrade leaves the prediction API without a model while the first candidate trains;
+    None when it holds none."""
+    found = CheckpointManager(folder).load_latest() if folder.is_dir() else None
+    if found is None:
+        return None
+    path = found[1]
+    serve(folder, {"id": f"adopted-{path.stem}", "checkpoint": path.name}, "adopted")
+    logger.warning("no served.json in %s: serving its newest checkpoint %s", folder, path)
+    return read_pointer(folder)
 
 
 def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest) -> TrainResult:
@@ -235,13 +254,28 @@ def _nothing_new(served: _Served, request: TrainRequest) -> bool:
     train the same candidate again); a forced run trains all the same."""
     if request.forced or served.losses is None or served.known is None:
         return False
-    if not records_are_training_data(served.plugin):
+    if not records_are_training_data(served.plugin) or _other_options(served, request):
         return False
     ids = stores.id_hashes(served.losses.ids)
     if stores.known(ids, served.known).all():
         return True
     last = _last_judged(Path(request.checkpoint_dir), served.id)
     return last is not None and bool(stores.known(ids, last).all())
+
+
+def _options(request: TrainRequest) -> Any:
+    """The request's plugin options as JSON keeps them (keys sorted, values as text
+    where JSON has no type for them)."""
+    return json.loads(json.dumps(dict(request.options), sort_keys=True, default=str))
+
+
+def _other_options(served: _Served, request: TrainRequest) -> bool:
+    """The served model was trained with other plugin options than this run asks for (as
+    its candidate's meta says; a meta that does not say: the same): the run trains."""
+    assert served.checkpoint is not None
+    meta = read_json(served.checkpoint.parent / CANDIDATE_META) or {}
+    recorded = meta.get("options", (meta.get("request") or {}).get("options"))
+    return recorded is not None and recorded != _options(request)
 
 
 def _last_judged(folder: Path, served_id: str | None) -> np.ndarray | None:
@@ -270,6 +304,7 @@ def _meta(request: TrainRequest, served: _Served) -> dict[str, Any]:
         "continues": served.id if request.resume else None,
         "data_path": None if request.data_path is None else str(request.data_path),
         "seed": request.seed,
+        "options": _options(request),
     }
 
 
@@ -305,8 +340,10 @@ def _judge(
     """The gate's verdict on the trained candidate, written, and acted on."""
     started = time.monotonic()
     checkpoint = newest_checkpoint(candidate)
-    if result.failure is not None or checkpoint is None:
+    if result.failure is not None or checkpoint is None or result.stopped_early:
         why = result.failure_detail or result.failure or "the run wrote no checkpoint"
+        if result.stopped_early and result.failure is None and checkpoint is not None:
+            why = "stopped before its end (a half-trained model is never served)"
         used = result.precision_used
         return _verdict(candidate, "undecided", f"not judged: {why}", started, used, [])
     held_out, refusal = _held_out_check(judged, request, served, candidate, checkpoint)
@@ -595,6 +632,8 @@ def _up_to_date(
     entry = served.pointer.served if served.pointer is not None else {}
     precision = summary.get("precision") or entry.get("precision")
     used = cast(PrecisionName, precision if precision in ("fp32", "bf16", "fp16") else "fp32")
+    records = len(served.losses.ids)
+    why = f"nothing new: all {records} current records were learned or judged already"
     return TrainResult(
         agent=request.agent,
         precision_requested=request.precision.requested,
@@ -613,6 +652,7 @@ def _up_to_date(
         checkpoint=served.checkpoint,
         quarantined=0,
         up_to_date=rejudged is None,
+        up_to_date_against=None if rejudged else why,
         rejected=rejudged is not None and rejudged.outcome == "rejected",
         gate=rejudged,
         live=_live(live),

@@ -1,4 +1,5 @@
-"""``final_fit=whole``: the served model trained again on every labelled record.
+"""``final_fit=whole``: the served model trained again on every labelled record the
+judged run does not hold out.
 
 The split run finds how many steps the pool needs (its best validated step); the refit
 trains a fresh model on every record for that many steps and is what the candidate

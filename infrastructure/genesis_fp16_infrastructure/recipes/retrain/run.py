@@ -59,6 +59,7 @@ from genesis_fp16_infrastructure.recipes.retrain.run_report import (
     trained_extra,
 )
 from genesis_fp16_infrastructure.recipes.retrain.scoring import pool_numeric
+from genesis_fp16_infrastructure.recipes.retrain.split import judged_held_out
 from genesis_fp16_infrastructure.recipes.retrain.task import (
     TaskOptions,
     WorldModelTask,
@@ -96,8 +97,7 @@ def _train(request: TrainRequest) -> TrainResult:
     options = _options(request)
     whole = options.final_fit == "whole"
     clock = PhaseClock()  # issue 36: where the run's time goes (the result's phases)
-    checked = request.snapshot.data if request.snapshot is not None else None
-    manifest = None if checked is None else checked.scan
+    manifest = _scan(request)
     assert request.data_path is not None  # _options refused a request without one
     candidate = Path(request.checkpoint_dir)
     with clock.phase("check"):
@@ -147,7 +147,8 @@ def _train(request: TrainRequest) -> TrainResult:
         with clock.phase("final_fit"):
             refit = train_refit(request, task, data, result)
     if refit is not None:
-        extra["final_fit"] = refit_record(refit, data.labelled, result.checkpoint)
+        records = data.labelled - int(judged_held_out(data).sum())  # what the refit trained on
+        extra["final_fit"] = refit_record(refit, records, result.checkpoint)
     peak = _device_peak(request.device)
     if cache is not None:
         extra["record_cache"] = cache_record(cache)
@@ -171,6 +172,16 @@ def _train(request: TrainRequest) -> TrainResult:
     )
     save_record(request, manifest, out, checkpoint)  # issue 36: read while it is served
     return out
+
+
+def _scan(request: TrainRequest) -> Any:
+    """The data files as the job's plan scanned them (``request.snapshot``), else scanned
+    now (one process only: ranks must not decide apart): the record cache's and the data
+    manifest's (issue 36)."""
+    checked = request.snapshot.data if request.snapshot is not None else None
+    if checked is None and rank_and_world()[1] == 1:
+        checked = check_data(request)
+    return None if checked is None else checked.scan
 
 
 def _served_copy(

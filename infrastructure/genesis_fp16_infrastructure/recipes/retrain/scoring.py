@@ -3,8 +3,9 @@
 The judged run (``genesis_fp16_infrastructure.judging``) asks a plugin for a checkpoint's
 loss on every current record (``score_records``); se_darwin answers with the success
 head's log-loss, its probability clipped to ``[CLIP, 1 - CLIP]`` so that a record's loss
-is at most :data:`LOSS_SPAN` (4.6 nats), each record named by its trajectory id and
-segmented by the Genesis agent that wrote it (the gate judges every agent the served
+is at most :data:`LOSS_SPAN` (4.6 nats), each record named by its trajectory id and the
+hash of its label and inputs (``split.judged_ids``: a record edited in place is a new
+one) and segmented by the Genesis agent that wrote it (the gate judges every agent the served
 model knew on its own). The AUC is reported in the run's eval (its held-out part is the
 judged run's), not gated (docs/judging.md).
 
@@ -28,6 +29,7 @@ from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.recipes.retrain.freshness import record_cache
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.pool_read import read_pool
+from genesis_fp16_infrastructure.recipes.retrain.split import judged_ids
 from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
 from genesis_fp16_infrastructure.training.run.early_stop import served_weights
 from genesis_fp16_infrastructure.world_model.features import (
@@ -94,4 +96,4 @@ def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
         raise ValueError(f"not a world-model checkpoint: {exc}") from None
     losses = log_losses(p, columns.success)
     agents = ["-" if a is None else str(a) for a in columns.agent.take(columns.labelled)]
-    return RecordLosses.of(columns.example_ids, losses.tolist(), agents)
+    return RecordLosses.of(judged_ids(columns), losses.tolist(), agents)

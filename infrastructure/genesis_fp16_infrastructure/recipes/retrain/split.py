@@ -198,10 +198,19 @@ class Split(NamedTuple):
     hash: int = SPLIT_HASH  # how records were drawn into parts or folds (SPLIT_HASH)
 
 
+def judged_ids(columns: PoolColumns) -> list[str]:
+    """Each labelled record's id as the judged run knows it (``score_records``,
+    ``trained_ids``), in the read's order: its trajectory id and the hash of its label
+    and inputs (``record_key.labelled_hash``), so that a record relabelled or edited in
+    place is a new record, learned and judged as one."""
+    keys = (columns.key.astype(np.uint64) if len(columns.key) else columns.key).tolist()
+    return [f"{i}#{k:016x}" for i, k in zip(columns.example_ids, keys, strict=True)]
+
+
 def judged_held_out(data: ReadResult) -> np.ndarray:
     """Per labelled example (the read's examples, in order), whether the judged run holds
     it out (``contract.judging``): no part a model trains on holds it."""
-    return HELD_OUT.of_ids(data.columns.example_ids)
+    return HELD_OUT.of_ids(judged_ids(data.columns))
 
 
 def split_examples(

@@ -50,6 +50,7 @@ from genesis_fp16_infrastructure.data.fingerprint import (
 from genesis_fp16_infrastructure.data.readers import (
     ReadResult,
 )
+from genesis_fp16_infrastructure.data.record_key import record_hash
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION, Example
 from genesis_fp16_infrastructure.recipes.retrain.batch import (
     Batch,
@@ -65,6 +66,7 @@ from genesis_fp16_infrastructure.recipes.retrain.split import (
     Split,
     choose_split,
     judged_held_out,
+    judged_ids,
 )
 from genesis_fp16_infrastructure.training.run.batches import index_to
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
@@ -203,13 +205,9 @@ class WorldModelTask:
         ]
         # The ids it trains on (training and validation parts), the checkpoint's
         # "trained_ids" (contract.judging): the judged run checks none is held out.
-        self.trained_ids = sorted(
-            {
-                i
-                for part in (train, split.validation)
-                for i in _ids(data, part, rows_of.get(id(part)))
-            }
-        )
+        ids = judged_ids(columns)
+        parts = (_ids(ids, p, rows_of.get(id(p))) for p in (train, split.validation))
+        self.trained_ids = sorted({i for part in parts for i in part})
         ordered = np.sort(np.concatenate(hashes))  # np.unique, without its hash table
         distinct = ordered[np.r_[True, ordered[1:] != ordered[:-1]]] if len(ordered) else ordered
         self.data_key = hashlib.blake2b(distinct.astype("<i8").tobytes(), digest_size=8).hexdigest()
@@ -443,11 +441,11 @@ def _example_numbers(data: ReadResult) -> torch.Tensor:
     return numeric
 
 
-def _ids(data: ReadResult, part: Sequence[Example], rows: np.ndarray | None) -> list[str]:
-    """The record ids of a part: from the columns at its rows, else its objects'."""
+def _ids(ids: list[str], part: Sequence[Example], rows: np.ndarray | None) -> list[str]:
+    """The judged ids (``split.judged_ids``) of a part: at its rows, else its objects'."""
     if rows is None:
-        return [e.trajectory_id for e in part]
-    ids = data.columns.example_ids
+        keys = (np.uint64(record_hash(e) & (2**64 - 1)) for e in part)
+        return [f"{e.trajectory_id}#{int(k):016x}" for e, k in zip(part, keys, strict=True)]
     return [ids[r] for r in rows.tolist()]
 
 
