@@ -131,12 +131,18 @@ def run_plugin(plugin: AgentPlugin, request: TrainRequest) -> TrainResult:
 
 
 class _Served:
-    """The served model as this run sees it: pointer, checkpoint, losses, known ids."""
+    """The served model as this run sees it: pointer, checkpoint, losses, known ids. The
+    pointer is the one the job's plan read (``request.snapshot``: a run's child opens no
+    state file to find it), else read now; ``again``: read now (the watch changed it)."""
 
-    def __init__(self, plugin: JudgedPlugin, request: TrainRequest) -> None:
+    def __init__(self, plugin: JudgedPlugin, request: TrainRequest, again: bool = False) -> None:
         folder = Path(request.checkpoint_dir)
+        snapshot = None if again else request.snapshot
         try:
-            self.pointer: ServedPointer | None = read_pointer(folder) or _adopt(folder)
+            if snapshot is not None and snapshot.pointer_error is not None:
+                raise ServedPointerError(snapshot.pointer_error)
+            pointer = read_pointer(folder) if snapshot is None else snapshot.pointer
+            self.pointer: ServedPointer | None = pointer or _adopt(folder)
             self.checkpoint = None if self.pointer is None else checkpoint_of(folder, self.pointer)
         except ServedPointerError as exc:
             raise TrainRequestError(str(exc).replace("AGENT", request.agent)) from None
@@ -193,7 +199,7 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
             lambda path: _score(judged, path, request, required=False),
         )
         if live is not None and live.get("rolled_back"):  # the figures, a dict here
-            served = _Served(judged, request)  # the predecessor, served again
+            served = _Served(judged, request, again=True)  # the predecessor, served again
     rejudged = _rejudge_kept(judged, request, served)  # issue 62: before any training
     if rejudged is not None:
         return _up_to_date(request, served, time.monotonic() - started, live, rejudged)
