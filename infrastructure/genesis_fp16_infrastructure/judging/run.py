@@ -116,6 +116,7 @@ from genesis_fp16_infrastructure.training.checkpoint_files import (
     summary_path,
 )
 from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
+from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
 logger = logging.getLogger(__name__)
@@ -186,7 +187,60 @@ def _adopt(folder: Path) -> ServedPointer | None:
 
 def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest) -> TrainResult:
     """One judged run (module docstring); the result carries the gate's report and the
-    live watch's (``live``)."""
+    live watch's (``live``). Under torchrun, rank 0 judges and every rank trains in the
+    candidate folder rank 0 made (:func:`_ranked`)."""
+    rank, world = rank_and_world()
+    if world == 1:
+        return _judged_run(plugin, judged, request, lambda _: None)
+    return _ranked(plugin, judged, request, rank)
+
+
+def _ranked(
+    plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest, rank: int
+) -> TrainResult:
+    """Torchrun: rank 0 scores, watches, decides and makes the candidate, and tells the
+    other ranks what came of it (one broadcast): train in that folder (the plugin's
+    ranks train together; rank 0 then judges alone), or the run's result, or why it was
+    refused (one line on every rank)."""
+    if rank == 0:
+        said: list[tuple[str, Any]] = []
+
+        def tell(told: tuple[str, Any]) -> None:
+            said.append(told)
+            _broadcast(told)
+
+        try:
+            return _judged_run(plugin, judged, request, tell)
+        except BaseException as exc:
+            if not said:  # the others still wait for rank 0's word
+                _broadcast(("refused", f"{type(exc).__name__}: {exc}"))
+            raise
+    kind, value = _broadcast(None)
+    if kind == "train":
+        return plugin.train(replace(request, checkpoint_dir=Path(value)))
+    if kind == "done":
+        return TrainResult.from_json(value)
+    raise TrainRequestError(f"{request.agent}: rank 0 refused the run: {value}")
+
+
+def _broadcast(told: tuple[str, Any] | None) -> tuple[str, Any]:
+    """Rank 0's word (``told``) as every rank receives it."""
+    import torch.distributed as dist
+
+    box = [told]
+    dist.broadcast_object_list(box, src=0)
+    assert box[0] is not None
+    return box[0]
+
+
+def _judged_run(
+    plugin: AgentPlugin,
+    judged: JudgedPlugin,
+    request: TrainRequest,
+    tell: Callable[[tuple[str, Any]], Any],
+) -> TrainResult:
+    """The judged run itself; ``tell``: what the other ranks must know (nothing to do
+    alone)."""
     started = time.monotonic()
     served = _Served(judged, request)
     live = None
@@ -201,14 +255,19 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
         if live is not None and live.get("rolled_back"):  # the figures, a dict here
             served = _Served(judged, request, again=True)  # the predecessor, served again
     rejudged = _rejudge_kept(judged, request, served)  # issue 62: before any training
+    done = None
     if rejudged is not None:
-        return _up_to_date(request, served, time.monotonic() - started, live, rejudged)
-    if _nothing_new(served, request):
-        return _up_to_date(request, served, time.monotonic() - started, live)
+        done = _up_to_date(request, served, time.monotonic() - started, live, rejudged)
+    elif _nothing_new(served, request):
+        done = _up_to_date(request, served, time.monotonic() - started, live)
+    if done is not None:
+        tell(("done", done.to_json()))
+        return done
     candidate = new_candidate(Path(request.checkpoint_dir), _meta(request, served))
     if served.checkpoint is not None and request.resume:
         _continue_from(served.checkpoint, candidate)
     before = time.monotonic() - started  # the served model scored and watched
+    tell(("train", str(candidate)))
     result = plugin.train(replace(request, checkpoint_dir=candidate))
     gate = _judge(judged, request, served, candidate, result)
     rejected: GateOutcome = "rejected"

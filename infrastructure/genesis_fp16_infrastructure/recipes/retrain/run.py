@@ -193,8 +193,8 @@ def _served_copy(
     trains afresh (its encoder fitted on the current records): the copy is removed, so
     that it is never offered as the candidate."""
     newest = newest_checkpoint(candidate)
-    if newest is None:
-        return None, None, None
+    if newest is None or (rank_and_world()[0] != 0 and not request.forced):
+        return None, None, None  # torchrun: rank 0 alone removes the copy (and reports drift)
     try:
         loaded = read_checkpoint(newest)
         state = read_world_model_state(loaded.state)
