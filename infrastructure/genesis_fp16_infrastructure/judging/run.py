@@ -328,7 +328,8 @@ def _score(
 def _nothing_new(served: _Served, request: TrainRequest) -> bool:
     """The served model knew every current record, or the last candidate judged against
     it trained on them already (rejected, or held by the pin: the same records would
-    train the same candidate again); a forced run trains all the same."""
+    train the same candidate again; under a pin, promoted too: a pin is never undone by
+    training the same data again); a forced run trains all the same."""
     if request.forced or served.losses is None or served.known is None:
         return False
     if not records_are_training_data(served.plugin) or _other_options(served, request):
@@ -336,7 +337,8 @@ def _nothing_new(served: _Served, request: TrainRequest) -> bool:
     ids = stores.id_hashes(served.losses.ids)
     if stores.known(ids, served.known).all():
         return True
-    last = _last_judged(Path(request.checkpoint_dir), served.id)
+    pinned = served.pointer is not None and served.pointer.pinned is not None
+    last = _last_judged(Path(request.checkpoint_dir), served.id, pinned)
     return last is not None and bool(stores.known(ids, last).all())
 
 
@@ -355,21 +357,28 @@ def _other_options(served: _Served, request: TrainRequest) -> bool:
     return recorded is not None and recorded != _options(request)
 
 
-def _last_judged(folder: Path, served_id: str | None) -> np.ndarray | None:
+def _last_judged(folder: Path, served_id: str | None, pinned: bool) -> np.ndarray | None:
     """The known ids of the newest candidate that continued ``served_id`` and was judged
-    (not promoted: a promoted one is served, or was rolled back); None: there is none."""
+    (not promoted, unless ``pinned``: a promoted one is served, or was rolled back);
+    None: there is none."""
     for candidate in reversed(list_candidates(folder)):
         meta = read_json(candidate / CANDIDATE_META) or {}
         verdict = read_json(candidate / VERDICT_NAME) or {}
         if meta.get("continues") != served_id or verdict.get("outcome") is None:
             continue
-        if verdict.get("outcome") in _NOT_SERVED:
+        if verdict.get("outcome") in _NOT_SERVED or pinned:
             return stores.read_known_ids(candidate)
         return None
     return None
 
 
-_NOT_SERVED: tuple[GateOutcome, ...] = ("rejected", "held", "undecided", "inconclusive")
+_NOT_SERVED: tuple[GateOutcome, ...] = (
+    "rejected",
+    "held",
+    "undecided",
+    "inconclusive",
+    "rolled_back",
+)
 
 
 def _meta(request: TrainRequest, served: _Served) -> dict[str, Any]:
