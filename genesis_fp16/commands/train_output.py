@@ -171,8 +171,12 @@ def verdict(result: TrainResult) -> str:
 
 
 def _gate_reason(gate: GateReport, passed: bool) -> str:
-    """The deciding comparison's figures (the first set that passed, or did not), else
-    the gate's own reason, cut short: the verdict file has every set."""
+    """The deciding figures in a few words: both models' mean loss on the first set (the
+    gate's scores), else the first set that passed (or did not) in its own words, else
+    the gate's reason, cut short: the verdict file has every set."""
+    cand, served = gate.candidate, gate.served
+    if cand is not None and served is not None and None not in (cand.loss, served.loss):
+        return f"loss {cand.loss:.3f} vs {served.loss:.3f} on {cand.records} {cand.name} records"
     sets = [c for c in gate.comparisons if c.passed is passed and c.reason]
     return (sets[0].reason if sets else gate.reason)[:160]
 
