@@ -45,6 +45,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainR
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint, record_id_hash
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.judging.run import run_plugin
 from genesis_fp16_infrastructure.recipes.retrain.drift import drift_report
 
 PLUGIN = SEDarwinPlugin()
@@ -80,7 +81,7 @@ def _request(root: Path, data: Path, **kw: Any) -> TrainRequest:
 
 def _train(request: TrainRequest) -> tuple[str, dict[str, Any]]:
     try:
-        result = PLUGIN.train(request)
+        result = run_plugin(PLUGIN, request)
     except TrainRequestError as exc:
         return "undecided" if "promotion gate" in str(exc) else "error", {"error": str(exc)}
     return result.outcome, result.to_json()

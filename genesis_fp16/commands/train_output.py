@@ -143,8 +143,9 @@ def describe(result: TrainResult, tracking: Mapping[str, Any] | None = None) -> 
 
 
 def verdict(result: TrainResult) -> str:
-    """What became of the run, and the short reason: ``served: AUC 0.924 vs 0.920,
-    tolerance 0.02``, ``rejected: ...``, ``up to date: ...``, ``stopped: ...``."""
+    """What became of the run, and the short reason: ``served: held_out: loss 0.41 vs
+    served 0.43 on 400 records, ...``, ``rejected: ...``, ``up to date: ...``,
+    ``stopped: ...``."""
     outcome, gate = result.outcome, result.gate
     if outcome == Outcome.UP_TO_DATE:
         records = result.data.records if result.data is not None else None
@@ -170,26 +171,14 @@ def verdict(result: TrainResult) -> str:
 
 
 def _gate_reason(gate: GateReport, passed: bool) -> str:
-    """The deciding comparison in a few words (the gate's own reason names every set)."""
-    sets = [c for c in gate.comparisons if c.passed is passed]
-    if not sets or sets[0].candidate is None or sets[0].served is None:
-        return gate.reason[:120]
-    first = sets[0]
-    cand, served = first.candidate, first.served
-    assert cand is not None and served is not None
-    against = f" ({first.name} records)" if len(gate.comparisons) > 1 else ""
-    auc_margin, ll_margin = first.delta_auc, first.delta_log_loss
-    ll_worse = first.log_loss_worse_upper
-    by_loss = not passed and math.isfinite(ll_worse) and ll_worse > ll_margin
-    if not math.isfinite(auc_margin) or by_loss:
-        text = f"log-loss {cand.log_loss:.3f} vs {served.log_loss:.3f}"
-        worse, margin = ll_worse, ll_margin
-    else:
-        text = f"AUC {cand.auc:.3f} vs {served.auc:.3f}"
-        worse, margin = first.auc_worse_upper, auc_margin
-    if not passed and math.isfinite(worse):
-        text += f", up to {worse:.3f} worse"
-    return f"{text}, tolerance {margin:g}{against}"
+    """The deciding figures in a few words: both models' mean loss on the first set (the
+    gate's scores), else the first set that passed (or did not) in its own words, else
+    the gate's reason, cut short: the verdict file has every set."""
+    cand, served = gate.candidate, gate.served
+    if cand is not None and served is not None and None not in (cand.loss, served.loss):
+        return f"loss {cand.loss:.3f} vs {served.loss:.3f} on {cand.records} {cand.name} records"
+    sets = [c for c in gate.comparisons if c.passed is passed and c.reason]
+    return (sets[0].reason if sets else gate.reason)[:160]
 
 
 def _auc(result: TrainResult) -> str:

@@ -83,7 +83,7 @@ class AgentSettings(BaseModel):
     # process or thread (default GENESIS_FP16_RUN_ISOLATION): see Settings.run_isolation.
     isolation: Isolation | None = None
     # A trusted pool the promotion gate also scores candidate and served model on
-    # (GENESIS_FP16_AGENTS__<AGENT>__GOLDEN_DATA; genesis_fp16_infrastructure.recipes.retrain.gate).
+    # (GENESIS_FP16_AGENTS__<AGENT>__GOLDEN_DATA; genesis_fp16_infrastructure.judging.gate).
     golden_data: Path | None = None
     # The agent's own options (its plugin declares them: `genesis-fp16 agents --json`),
     # checked against that declaration at start-up and on reload (genesis_fp16/jobs/run_request.py).

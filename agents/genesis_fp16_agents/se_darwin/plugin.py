@@ -1,5 +1,10 @@
 """The SE-Darwin agent plugin: its sample data, and its world model trained by the
-library's retrain loop (``genesis_fp16_infrastructure.recipes.retrain``) in one call a run."""
+library's retrain loop (``genesis_fp16_infrastructure.recipes.retrain``) in one call a run.
+
+It is a judged plugin like any other (``contract.judging``): the library's judged run
+serves, watches, pins and rolls back its models, judging each candidate by the success
+head's log-loss on the held-out records neither model trained on (``score_records``),
+per Genesis agent. The AUC is reported in the run's eval, not gated (docs/judging.md)."""
 
 from __future__ import annotations
 
@@ -10,12 +15,14 @@ from typing import Any
 from genesis_fp16_infrastructure.contract.agent_snapshot import DataCheck
 from genesis_fp16_infrastructure.contract.plugin_api import (
     API_VERSION,
+    JUDGING_VERSION,
     ProbeSetup,
+    RecordLosses,
     TrainRequest,
     TrainResult,
 )
 from genesis_fp16_infrastructure.data.synthetic import write_pool
-from genesis_fp16_infrastructure.recipes.retrain import run
+from genesis_fp16_infrastructure.recipes.retrain import run, scoring
 from genesis_fp16_infrastructure.recipes.retrain.batch import Batch
 from genesis_fp16_infrastructure.recipes.retrain.options import agent_options
 from genesis_fp16_infrastructure.recipes.retrain.task import ReplayedTask
@@ -34,16 +41,27 @@ class SEDarwinPlugin:
     # <state>/agents/se_darwin/data/, the generated sample and every pool dropped beside it
     # (genesis_fp16.config.paths.default_data_path; docs/se-darwin.md, "Where to put data").
     data_folder = True
+    # Judged models (contract.judging): the success head's log-loss per record, clipped
+    # to [0, loss_span] (P(success) in [0.01, 0.99]), and no worse than the served model
+    # by more than judging_margin nats.
+    judging_version = JUDGING_VERSION
+    loss_span = scoring.LOSS_SPAN
+    judging_margin = scoring.MARGIN
 
     def generate_sample_data(self, out: Path, count: int, seed: int) -> Path:
         """Write ``<out>/trajectory_pools/se_darwin/trajectory_pool.json``; return its path."""
         return write_pool(Path(out), count, seed, agent=self.name)
 
     def train(self, request: TrainRequest) -> TrainResult:
-        """Read the data, compare it with what the served model saw, and train a candidate
-        that is served only if it is no worse (``retrain.run.train``): nothing new ends the
-        run at once (up to date), changed data trains afresh."""
+        """Train a candidate in the judged run's candidate folder (``retrain.run.train``)
+        on the records the held-out split leaves it: afresh on the current records, or
+        continuing the served model when the run is forced."""
         return run.train(request)
+
+    def score_records(self, checkpoint: Path, request: TrainRequest) -> RecordLosses:
+        """``checkpoint``'s success log-loss on each labelled record of the request's
+        pool, by trajectory id, segmented by Genesis agent (``retrain.scoring``)."""
+        return scoring.score_records(checkpoint, request)
 
     def check_data(self, request: TrainRequest) -> DataCheck:
         """The data files scanned once, and the run's result when nothing changed since

@@ -111,13 +111,11 @@ OWNER_LOCK = StateFile("owner.lock", "owner_lock", "state", "lock", 4 * KIB)
 SERVED_POINTER = StateFile("served.json", "served_pointer", "checkpoints", "json", 1 * MIB)
 POINTER_LOCK = StateFile("served.json.lock", "pointer_lock", "checkpoints", "lock", 4 * KIB)
 WRITER_LOCK = StateFile("writer.lock", "writer_lock", "checkpoints", "lock", 4 * KIB)
-DATA_MANIFEST = StateFile("data_manifest.json", "data_manifest", "checkpoints", "json", 64 * MIB)
 QUARANTINE_LOG = StateFile("quarantine.jsonl", "quarantine", "checkpoints", "log", 0)
 # A candidate's.
+DATA_MANIFEST = StateFile("data_manifest.json", "data_manifest", "candidate", "json", 64 * MIB)
 CANDIDATE_META = StateFile("candidate.json", "candidate_meta", "candidate", "json", 1 * MIB)
 VERDICT = StateFile("verdict.json", "verdict", "candidate", "json", 1 * MIB)
-# The live watch's scores of a served model against the one before it (``{id}``: that one's).
-LIVE_WATCH = StateFile("live-{id}.npz", "live_watch", "candidate", "binary", 1024 * MIB)
 # A judged plugin's model (genesis_fp16_infrastructure.judging): the hashes of the record
 # ids it was trained or judged on, and its live watch's losses against model ``{id}``.
 JUDGED_IDS = StateFile("judged_ids.npz", "judged_ids", "candidate", "binary", 256 * MIB)
@@ -150,7 +148,6 @@ LAYOUT: tuple[StateFile, ...] = (
     QUARANTINE_LOG,
     CANDIDATE_META,
     VERDICT,
-    LIVE_WATCH,
     JUDGED_IDS,
     JUDGED_WATCH,
 )

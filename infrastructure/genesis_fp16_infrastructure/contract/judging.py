@@ -158,7 +158,7 @@ class JudgedPlugin(Protocol):
 
 def judging_of(plugin: object) -> JudgedPlugin | None:
     """``plugin`` when it declares the judged-model capability, else None (it is not
-    judged: it serves its newest checkpoint, or runs the lifecycle itself). A plugin of
+    judged: it serves its newest checkpoint). A plugin of
     api_version 2 is never judged. A declaration that is half there, or of another
     judging version, raises TypeError naming what is wrong (the loader refuses it)."""
     if getattr(plugin, "api_version", None) == 2 or not hasattr(plugin, "score_records"):

@@ -186,7 +186,7 @@ class ScoresOn(Record):
 
 @dataclass(frozen=True)
 class GateReport(Record):
-    """The promotion gate's verdict on a candidate (recipes.retrain.promotion): what
+    """The promotion gate's verdict on a candidate (judging.run, judging.gate): what
     became of it and why, each set's comparison, the scores of the set that decided, the
     model it was held against (``served_id``: None for the first model) and the file
     served if promoted. The candidate's verdict file holds the same record; one read
@@ -254,7 +254,7 @@ class SelfTest(Record):
 
 @dataclass(frozen=True)
 class LiveReport(Record):
-    """The live watch's report of one run (recipes.retrain.live_watch): the model watched
+    """The live watch's report of one run (judging.watch): the model watched
     (``served``) against its predecessor (``against``) on every record scored since it
     was served (``records``, ``new_records`` of them this run), both models' AUC (None
     where the records cannot score one) and log-loss, the mean per-record log-loss

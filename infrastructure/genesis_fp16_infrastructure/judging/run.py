@@ -1,24 +1,26 @@
 """One run of any plugin: :func:`run_plugin`, the one call that trains an agent.
 
-A plugin that declares judged models (contract.judging) gets a judged run
-(:func:`run_judged`); any other plugin's ``train`` runs as it is: it serves its newest
-checkpoint, or runs the lifecycle itself (se_darwin: its train is the retrain recipe,
-and it declares no ``score_records``). The daemon (in a child or a thread), ``genesis-fp16
+A plugin that declares judged models (contract.judging: the scaffold's, se_darwin,
+rlhf_ppo) gets a judged run (:func:`run_judged`); any other plugin's ``train`` runs as it
+is, and serves its newest checkpoint. The daemon (in a child or a thread), ``genesis-fp16
 train``, ``check-agent`` and the run tracker's example all call :func:`run_plugin`.
 
 A judged run, in the agent's checkpoint folder (``request.checkpoint_dir``):
 
 1. the served model (the pointer's) scores the current records; a pointer that cannot be
-   followed refuses the run in one line (``TrainRequestError``) naming the repair;
+   followed refuses the run in one line (``TrainRequestError``) naming the repair; a
+   folder written before the pointer existed adopts its newest checkpoint;
 2. the live watch (:mod:`.watch`) scores the records that came after the served model and
    its predecessor, and may roll the served model back;
 3. when the served model already knew every current record (and the plugin's records are
-   its training data, and the run is not forced), there is nothing to learn:
+   its training data, the run is not forced and asks the options the served model was
+   trained with), there is nothing to learn:
    ``up_to_date``, no candidate;
 4. a candidate folder (:func:`~genesis_fp16_infrastructure.agent_folder.lifecycle.new_candidate`)
    into which the plugin trains; with ``resume``, the served checkpoint is copied in first,
    so that the plugin's resume continues the served model;
-5. the gate (:mod:`.gate`): the candidate and the served model on the same records, paired;
+5. the gate (:mod:`.gate`): the candidate and the served model on the same records, paired
+   (a run stopped before its end is not judged: ``undecided``);
    the first model is served as it is; a promotion waits for the operator's pin (``held``);
    the verdict file holds the figures, ``judged_ids.npz`` the records the model knew.
 
@@ -30,7 +32,11 @@ training: one that names a held-out record, or names none where the served model
 is refused in one line (``TrainRequestError``; its verdict ``undecided``, never served).
 The gate then compares the two models on the held-out records the served model did not
 train on either (its checkpoint's list; a model that names none: every record it knew),
-set ``held_out``. A plugin whose checkpoints name nothing (written before the split) is
+set ``held_out``. A served model that names nothing and knew no judged records (one
+served before its plugin was judged: se_darwin's, from its own gate) may have trained
+on any of them; the candidate is judged against it on the held-out records all the
+same, which can only favour the served model, and the verdict says so. A plugin whose
+checkpoints name nothing (written before the split) is
 judged on every current record (set ``current``), and its verdict's reason says "on
 training data"; one whose records are evaluation episodes
 (``records_are_training_data = False``) trains on none of them and is judged on all of
@@ -49,6 +55,7 @@ result carries the gate's report (``result.gate``) and the watch's (``result.liv
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import shutil
@@ -72,6 +79,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     read_meta,
     read_pointer,
     read_verdict,
+    serve,
     serve_unless_pinned,
     write_verdict,
 )
@@ -105,13 +113,14 @@ from genesis_fp16_infrastructure.judging.scored_copy import (
 from genesis_fp16_infrastructure.judging.split import HELD_OUT
 from genesis_fp16_infrastructure.judging.watch import watch
 from genesis_fp16_infrastructure.outcome import Finding, Outcome
-from genesis_fp16_infrastructure.training import checkpoint_keys
+from genesis_fp16_infrastructure.training import CheckpointManager, checkpoint_keys
 from genesis_fp16_infrastructure.training.checkpoint_files import (
     digest_path,
     read_summary,
     summary_path,
 )
 from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
+from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
 logger = logging.getLogger(__name__)
@@ -127,12 +136,18 @@ def run_plugin(plugin: AgentPlugin, request: TrainRequest) -> TrainResult:
 
 
 class _Served:
-    """The served model as this run sees it: pointer, checkpoint, losses, known ids."""
+    """The served model as this run sees it: pointer, checkpoint, losses, known ids. The
+    pointer is the one the job's plan read (``request.snapshot``: a run's child opens no
+    state file to find it), else read now; ``again``: read now (the watch changed it)."""
 
-    def __init__(self, plugin: JudgedPlugin, request: TrainRequest) -> None:
+    def __init__(self, plugin: JudgedPlugin, request: TrainRequest, again: bool = False) -> None:
         folder = Path(request.checkpoint_dir)
+        snapshot = None if again else request.snapshot
         try:
-            self.pointer: ServedPointer | None = read_pointer(folder)
+            if snapshot is not None and snapshot.pointer_error is not None:
+                raise ServedPointerError(snapshot.pointer_error)
+            pointer = read_pointer(folder) if snapshot is None else snapshot.pointer
+            self.pointer: ServedPointer | None = pointer or _adopt(folder)
             self.checkpoint = None if self.pointer is None else checkpoint_of(folder, self.pointer)
         except ServedPointerError as exc:
             raise TrainRequestError(str(exc).replace("AGENT", request.agent)) from None
@@ -160,9 +175,76 @@ class _Served:
         return None if self.pointer is None else str(self.pointer.served.get("id"))
 
 
+def _adopt(folder: Path) -> ServedPointer | None:
+    """A checkpoint folder written before the pointer existed: its newest valid
+    checkpoint is what was served, and becomes the pointer's (logged), so that no
+    upgrade leaves the prediction API without a model while the first candidate trains;
+    None when it holds none."""
+    found = CheckpointManager(folder).load_latest() if folder.is_dir() else None
+    if found is None:
+        return None
+    path = found[1]
+    serve(folder, {"id": f"adopted-{path.stem}", "checkpoint": path.name}, "adopted")
+    logger.warning("no served.json in %s: serving its newest checkpoint %s", folder, path)
+    return read_pointer(folder)
+
+
 def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest) -> TrainResult:
     """One judged run (module docstring); the result carries the gate's report and the
-    live watch's (``live``)."""
+    live watch's (``live``). Under torchrun, rank 0 judges and every rank trains in the
+    candidate folder rank 0 made (:func:`_ranked`)."""
+    rank, world = rank_and_world()
+    if world == 1:
+        return _judged_run(plugin, judged, request, lambda _: None)
+    return _ranked(plugin, judged, request, rank)
+
+
+def _ranked(
+    plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest, rank: int
+) -> TrainResult:
+    """Torchrun: rank 0 scores, watches, decides and makes the candidate, and tells the
+    other ranks what came of it (one broadcast): train in that folder (the plugin's
+    ranks train together; rank 0 then judges alone), or the run's result, or why it was
+    refused (one line on every rank)."""
+    if rank == 0:
+        said: list[tuple[str, Any]] = []
+
+        def tell(told: tuple[str, Any]) -> None:
+            said.append(told)
+            _broadcast(told)
+
+        try:
+            return _judged_run(plugin, judged, request, tell)
+        except BaseException as exc:
+            if not said:  # the others still wait for rank 0's word
+                _broadcast(("refused", f"{type(exc).__name__}: {exc}"))
+            raise
+    kind, value = _broadcast(None)
+    if kind == "train":
+        return plugin.train(replace(request, checkpoint_dir=Path(value)))
+    if kind == "done":
+        return TrainResult.from_json(value)
+    raise TrainRequestError(f"{request.agent}: rank 0 refused the run: {value}")
+
+
+def _broadcast(told: tuple[str, Any] | None) -> tuple[str, Any]:
+    """Rank 0's word (``told``) as every rank receives it."""
+    import torch.distributed as dist
+
+    box = [told]
+    dist.broadcast_object_list(box, src=0)
+    assert box[0] is not None
+    return box[0]
+
+
+def _judged_run(
+    plugin: AgentPlugin,
+    judged: JudgedPlugin,
+    request: TrainRequest,
+    tell: Callable[[tuple[str, Any]], Any],
+) -> TrainResult:
+    """The judged run itself; ``tell``: what the other ranks must know (nothing to do
+    alone)."""
     started = time.monotonic()
     sweep_copies(Path(request.checkpoint_dir))  # a killed run's copies, before any scoring
     served = _Served(judged, request)
@@ -176,23 +258,40 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
             lambda path: _score(judged, path, request, required=False),
         )
         if live is not None and live.get("rolled_back"):  # the figures, a dict here
-            served = _Served(judged, request)  # the predecessor, served again
+            served = _Served(judged, request, again=True)  # the predecessor, served again
     rejudged = _rejudge_kept(judged, request, served)  # issue 62: before any training
+    done = None
     if rejudged is not None:
-        return _up_to_date(request, served, time.monotonic() - started, live, rejudged)
-    if _nothing_new(served, request):
-        return _up_to_date(request, served, time.monotonic() - started, live)
+        done = _up_to_date(request, served, time.monotonic() - started, live, rejudged)
+    elif _nothing_new(served, request):
+        done = _up_to_date(request, served, time.monotonic() - started, live)
+    if done is not None:
+        tell(("done", done.to_json()))
+        return done
     candidate = new_candidate(Path(request.checkpoint_dir), _meta(request, served))
     if served.checkpoint is not None and request.resume:
         _continue_from(served.checkpoint, candidate)
+    before = time.monotonic() - started  # the served model scored and watched
+    tell(("train", str(candidate)))
     result = plugin.train(replace(request, checkpoint_dir=candidate))
     gate = _judge(judged, request, served, candidate, result)
-    return replace(result, gate=gate, rejected=gate.outcome == Outcome.REJECTED, live=_live(live))
+    # The run's phases and wall time count the judging too: "live" (the served model
+    # scored and watched, before training) and "gate" (the candidate scored and judged).
+    phases = {**(result.phases or {}), "live": round(before, 6), "gate": gate.seconds}
+    wall = round(result.wall_seconds + before + gate.seconds, 6)
+    return replace(
+        result,
+        gate=gate,
+        rejected=gate.outcome == Outcome.REJECTED,
+        live=_live(live),
+        phases=phases,
+        wall_seconds=wall,
+    )
 
 
 def _live(figures: dict[str, Any] | None) -> LiveReport | None:
-    """The watch's figures as the result's typed ``live`` report (the daemon exports it as
-    se_darwin's): AUC and log-loss do not apply (None, NaN), the loss does."""
+    """The watch's figures as the result's typed ``live`` report: AUC and log-loss are
+    not the watch's (None, NaN), the loss is."""
     if figures is None:
         return None
     nan = {"served_log_loss": math.nan, "previous_log_loss": math.nan}
@@ -233,32 +332,56 @@ def _score(
 def _nothing_new(served: _Served, request: TrainRequest) -> bool:
     """The served model knew every current record, or the last candidate judged against
     it trained on them already (rejected, or held by the pin: the same records would
-    train the same candidate again); a forced run trains all the same."""
+    train the same candidate again; under a pin, promoted too: a pin is never undone by
+    training the same data again); a forced run trains all the same."""
     if request.forced or served.losses is None or served.known is None:
         return False
-    if not records_are_training_data(served.plugin):
+    if not records_are_training_data(served.plugin) or _other_options(served, request):
         return False
     ids = stores.id_hashes(served.losses.ids)
     if stores.known(ids, served.known).all():
         return True
-    last = _last_judged(Path(request.checkpoint_dir), served.id)
+    pinned = served.pointer is not None and served.pointer.pinned is not None
+    last = _last_judged(Path(request.checkpoint_dir), served.id, pinned)
     return last is not None and bool(stores.known(ids, last).all())
 
 
-def _last_judged(folder: Path, served_id: str | None) -> np.ndarray | None:
+def _options(request: TrainRequest) -> Any:
+    """The request's plugin options as JSON keeps them (keys sorted, values as text
+    where JSON has no type for them)."""
+    return json.loads(json.dumps(dict(request.options), sort_keys=True, default=str))
+
+
+def _other_options(served: _Served, request: TrainRequest) -> bool:
+    """The served model was trained with other plugin options than this run asks for (as
+    its candidate's meta says; a meta that does not say: the same): the run trains."""
+    assert served.checkpoint is not None
+    extra = read_meta(served.checkpoint.parent).extra
+    recorded = extra.get("options", (extra.get("request") or {}).get("options"))
+    return recorded is not None and recorded != _options(request)
+
+
+def _last_judged(folder: Path, served_id: str | None, pinned: bool) -> np.ndarray | None:
     """The known ids of the newest candidate that continued ``served_id`` and was judged
-    (not promoted: a promoted one is served, or was rolled back); None: there is none."""
+    (not promoted, unless ``pinned``: a promoted one is served, or was rolled back);
+    None: there is none."""
     for candidate in reversed(list_candidates(folder)):
         outcome = read_verdict(candidate).outcome
         if read_meta(candidate).continues != served_id or outcome is None:
             continue
-        if outcome in _NOT_SERVED:
+        if outcome in _NOT_SERVED or pinned:
             return stores.read_known_ids(candidate)
         return None
     return None
 
 
-_NOT_SERVED = (Outcome.REJECTED, Outcome.HELD, Outcome.UNDECIDED, Outcome.INCONCLUSIVE)
+_NOT_SERVED = (
+    Outcome.REJECTED,
+    Outcome.HELD,
+    Outcome.UNDECIDED,
+    Outcome.INCONCLUSIVE,
+    Outcome.ROLLED_BACK,
+)
 
 
 def _meta(request: TrainRequest, served: _Served) -> dict[str, Any]:
@@ -270,6 +393,7 @@ def _meta(request: TrainRequest, served: _Served) -> dict[str, Any]:
         "continues": served.id if request.resume else None,
         "data_path": None if request.data_path is None else str(request.data_path),
         "seed": request.seed,
+        "options": _options(request),
     }
 
 
@@ -305,8 +429,10 @@ def _judge(
     """The gate's verdict on the trained candidate, written, and acted on."""
     started = time.monotonic()
     checkpoint = newest_checkpoint(candidate)
-    if result.failure is not None or checkpoint is None:
+    if result.failure is not None or checkpoint is None or result.stopped_early:
         why = result.failure_detail or result.failure or "the run wrote no checkpoint"
+        if result.stopped_early and result.failure is None and checkpoint is not None:
+            why = "stopped before its end (a half-trained model is never served)"
         used = result.precision_used
         return _verdict(candidate, Outcome.UNDECIDED, f"not judged: {why}", started, used, [])
     held_out, refusal = _held_out_check(judged, request, served, candidate, checkpoint)
@@ -327,7 +453,7 @@ def _judge(
     else:
         asked = _comparisons(judged, request, served, losses, checkpoint, held_out)
         outcome, reason, comparisons = decide(asked)
-        reason += _evidence(judged, held_out)
+        reason += _evidence(judged, held_out, served)
     digest = _data_digest(request.data_path)
     used = result.precision_used
     report = _verdict(candidate, outcome, reason, started, used, comparisons, served.id, digest)
@@ -382,7 +508,7 @@ def _rejudge_kept(
         outcome, reason, comparisons = decide(
             _comparisons(judged, request, served, losses, checkpoint, held_out)
         )
-        reason += _evidence(judged, held_out)
+        reason += _evidence(judged, held_out, served)
         used = verdict.precision  # typed: a precision name, or None
         report = _verdict(candidate, outcome, reason, started, used, comparisons, served.id, digest)
         decided = _act(request, served, candidate, checkpoint, report, comparisons)
@@ -468,19 +594,22 @@ def _judged_records(
         return "current", losses
     ids = stores.id_hashes(losses.ids)
     keep = HELD_OUT.of_hashes(ids)
-    if served.trained is None:  # nothing says what it trained on: it may have seen all
-        keep[:] = False
-    else:
+    if served.trained is not None:  # None: it may have trained on any (module docstring)
         keep &= ~stores.known(ids, served.trained)
     return "held_out", losses.take(keep.tolist())
 
 
-def _evidence(judged: JudgedPlugin, held_out: bool) -> str:
+def _evidence(judged: JudgedPlugin, held_out: bool, served: _Served) -> str:
     """What a verdict's reason adds about its records: nothing when they are records
-    neither model trained on; "on training data" when the candidate names none."""
-    if held_out or not records_are_training_data(judged):
+    neither model trained on; "on training data" when the candidate names none; that the
+    served model may know them when it names nothing and knew no judged records."""
+    if not records_are_training_data(judged):
         return ""
-    return " (on training data: the candidate names no records it trained on)"
+    if not held_out:
+        return " (on training data: the candidate names no records it trained on)"
+    if served.trained is None:
+        return " (the served model names no records it trained on: it may know these)"
+    return ""
 
 
 def trained_ids(checkpoint: Path) -> np.ndarray | None:
@@ -593,6 +722,8 @@ def _up_to_date(
     entry = served.pointer.served if served.pointer is not None else {}
     precision = summary.get("precision") or entry.get("precision")
     used = cast(PrecisionName, precision if precision in ("fp32", "bf16", "fp16") else "fp32")
+    records = len(served.losses.ids)
+    why = f"nothing new: all {records} current records were learned or judged already"
     return TrainResult(
         agent=request.agent,
         precision_requested=request.precision.requested,
@@ -612,6 +743,7 @@ def _up_to_date(
         checkpoint=served.checkpoint,
         quarantined=0,
         up_to_date=rejudged is None,
+        up_to_date_against=None if rejudged else why,
         rejected=rejudged is not None and rejudged.outcome == Outcome.REJECTED,
         gate=rejudged,
         live=_live(live),

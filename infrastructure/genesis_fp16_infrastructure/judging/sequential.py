@@ -1,10 +1,10 @@
 """An anytime-valid bound on a mean of bounded paired differences: the live watches' test.
 
-A live watch (se_darwin's :mod:`genesis_fp16_infrastructure.recipes.retrain.live_watch`,
-every judged plugin's :mod:`genesis_fp16_infrastructure.judging.watch`) looks at the
-served model's paired per-record loss differences from its predecessor at every run, for
-as long as it is served. A fixed-sample interval looked at that often would cross any threshold
-sooner or later by luck; a *confidence sequence* holds at every look at once.
+The live watch (:mod:`genesis_fp16_infrastructure.judging.watch`, every judged plugin's)
+looks at the served model's paired per-record loss differences from its predecessor at
+every run, for as long as it is served. A fixed-sample interval looked at that often
+would cross any threshold sooner or later by luck; a *confidence sequence* holds at
+every look at once.
 
 This is the predictable plug-in empirical-Bernstein confidence sequence of Waudby-Smith
 and Ramdas ("Estimating means of bounded random variables by betting", JRSSB 2024, its

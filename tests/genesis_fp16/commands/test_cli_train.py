@@ -417,8 +417,8 @@ def test_resume_with_steps_after_an_early_stopped_run_runs_them(tmp_path: Path) 
 
 def test_the_summary_leads_with_the_gates_verdict_in_a_short_line(tmp_path: Path) -> None:
     """The text summary's first line is the gate's verdict with a short reason (served,
-    the scores compared and the tolerance); the precision's long reason is left to the
-    log and --json."""
+    both models' loss and the records compared); the precision's long reason is left to
+    the log and --json."""
     pool = tmp_path / "pool.json"
     pool.write_text(json.dumps(generate_pool(300, seed=4)))
     common = ("train", "se_darwin", "--data", str(pool), "--steps", "5",
@@ -433,9 +433,9 @@ def test_the_summary_leads_with_the_gates_verdict_in_a_short_line(tmp_path: Path
     assert second.returncode == 0, second.stderr
     head = second.stdout.splitlines()[0]
     number = r"\d\.\d{3}"
-    shape = (rf"se_darwin: (served|rejected): (AUC|log-loss) {number} vs {number}"
-             rf"(, up to {number} worse)?, tolerance 0\.0[12]( \(\w+ records\))?"
-             r"(; the served model stays)?")  # fmt: skip
+    shape = (rf"se_darwin: ((served|rejected|held by the pin): loss {number} vs {number} "
+             r"on \d+ \w+ records(; the (served|pinned) model stays)?"
+             r"|inconclusive: kept, .*)")  # fmt: skip
     assert re.fullmatch(shape, head), head
     assert len(head) < 100
 
@@ -550,11 +550,11 @@ def test_bad_data_is_one_line_naming_the_cause_and_this_runs_quarantine_file(
         assert "invalid JSON at line 1" in json.loads(files[-1].read_text())["reason"]
 
 
-def test_train_bounds_the_model_history_and_names_the_gates_tolerance(tmp_path: Path) -> None:
+def test_train_bounds_the_model_history_and_names_the_gates_figures(tmp_path: Path) -> None:
     """Four `train --resume` runs, each on a grown pool, with a history of 1 and rejected
     candidates kept 0 days: at most the served model and one earlier are left (the
-    daemon's bounds, issue 51), and the text summary gives the gate's verdict with its
-    tolerance, never a bare δ."""
+    daemon's bounds, issue 51), and the text summary gives the gate's verdict with both
+    models' loss, never a bare δ."""
     pool = tmp_path / "pool"
     pool.mkdir()
     (pool / "se_darwin.json").write_text(json.dumps(generate_pool(200, seed=4)))
@@ -568,7 +568,7 @@ def test_train_bounds_the_model_history_and_names_the_gates_tolerance(tmp_path: 
         )
         text = _cli(tmp_path, *common, env=env)
         assert text.returncode == 0, text.stderr
-    assert "tolerance " in text.stdout, text.stdout
+    assert "loss " in text.stdout, text.stdout
     assert "δ" not in text.stdout
     kept = list((tmp_path / "ck" / "candidates").iterdir())
     # and the newest inconclusive ones, judged again as records arrive (issue 62)

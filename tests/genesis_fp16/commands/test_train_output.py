@@ -2,68 +2,66 @@
 
 from __future__ import annotations
 
-import dataclasses
-import math
-
 from fake_results import train_result
 
 from genesis_fp16.commands.train_output import verdict
 from genesis_fp16_infrastructure.contract.plugin_api import TrainResult
-from genesis_fp16_infrastructure.contract.reports import GateComparison, GateReport, GateScores
-from genesis_fp16_infrastructure.recipes.retrain import gate
+from genesis_fp16_infrastructure.contract.reports import GateReport
+from genesis_fp16_infrastructure.judging.gate import Paired, decide
 
 
-def _gate(*comparisons: GateComparison) -> GateReport:
-    """The gate record a run's result carries, as promotion.judge builds it."""
-    return gate.decide(comparisons).report(served_id="20261124T000000Z-served")
+def _gate(*comparisons: Paired) -> GateReport:
+    """The gate record a run's result carries, as the judged run builds it."""
+    outcome, reason, settled = decide(comparisons)
+    return GateReport(
+        outcome,
+        reason,
+        comparisons=tuple(c.comparison() for c in settled),
+        served_id="20261124T000000Z-served",
+    )
 
 
 def _out(record: GateReport, outcome: str) -> TrainResult:
     return train_result(gate=record, steps=40, eval={"auc": 0.9}, rejected=outcome == "rejected")
 
 
-def _comparison(name: str, cand_auc: float, auc_upper: float, ll_upper: float) -> GateComparison:
-    worse = auc_upper > gate.MARGIN_AUC or ll_upper > gate.MARGIN_LOG_LOSS
-    return GateComparison(
+def _paired(name: str, candidate: float, difference: float, se: float) -> Paired:
+    """Candidate against served on 400 records, worse by ``difference`` (s.e. ``se``)."""
+    return Paired(
         name,
-        GateScores(cand_auc, 0.01, 0.50, 400),
-        GateScores(0.920, 0.01, 0.48, 400),
-        gate.MARGIN_AUC,
-        gate.MARGIN_LOG_LOSS,
-        not worse,
-        "the gate's long reason, " * 8,
-        auc_upper,
-        ll_upper,
+        400,
+        candidate,
+        candidate - difference,
+        difference,
+        difference + 1.645 * se,
+        0.01,
+        None,
+        difference - 1.645 * se,
     )
 
 
-def test_a_rejected_candidate_names_the_criterion_that_failed_and_its_tolerance() -> None:
-    """Worse by log-loss: the log-loss pair, how much worse at most, the margin; worse by
-    AUC alone: the AUC pair. Never the gate's whole reason."""
-    by_loss = verdict(_out(_gate(_comparison("held_out", 0.924, 0.0, 0.031)), "rejected"))
-    assert by_loss == (
-        "rejected: log-loss 0.500 vs 0.480, up to 0.031 worse, tolerance 0.01; "
-        "the served model stays"
+def test_a_rejected_candidate_names_the_set_that_failed_and_its_figures() -> None:
+    """Shown worse: the failing set's loss pair, its bounds and the margin; never the
+    gate's whole reason."""
+    line = verdict(_out(_gate(_paired("held_out", 0.50, 0.03, 0.005)), "rejected"))
+    assert line.startswith("rejected: held_out: loss 0.5 vs served 0.47 on 400 records"), line
+    assert "shown worse beyond the margin 0.01" in line and line.endswith("the served model stays")
+
+
+def test_a_served_candidate_reads_the_passing_sets_figures() -> None:
+    """Promoted on two sets: the first passing set's loss pair, within the margin."""
+    record = _gate(_paired("held_out", 0.40, -0.02, 0.004), _paired("golden", 0.30, -0.01, 0.002))
+    line = verdict(_out(record, "success"))
+    assert line.startswith("served: held_out: loss 0.4 vs served 0.42 on 400 records"), line
+    assert line.endswith("within the margin 0.01")
+
+
+def test_the_first_model_reports_its_auc() -> None:
+    """The first model has nothing to beat: its run's AUC is reported (not gated)."""
+    record = GateReport("promoted", "the first model")
+    assert (
+        verdict(_out(record, "success")) == "served: the first model, nothing to beat (AUC 0.900)"
     )
-    by_auc = verdict(_out(_gate(_comparison("held_out", 0.880, 0.045, 0.0)), "rejected"))
-    assert by_auc.startswith("rejected: AUC 0.880 vs 0.920, up to 0.045 worse, tolerance 0.02")
-
-
-def test_a_served_candidate_reads_auc_against_served_and_names_the_set_among_several() -> None:
-    """Promoted on two sets: the first set's AUC pair and tolerance, and which set it was."""
-    record = _gate(
-        _comparison("held_out", 0.924, 0.001, 0.0), _comparison("newest", 0.93, 0.0, 0.0)
-    )
-    assert verdict(_out(record, "success")) == (
-        "served: AUC 0.924 vs 0.920, tolerance 0.02 (held_out records)"
-    )
-
-
-def test_without_auc_the_log_loss_carries_the_line() -> None:
-    """A set with too few of a class has no AUC margin (NaN → null): log-loss instead."""
-    comparison = _comparison("held_out", 0.924, math.nan, 0.0)
-    record = _gate(dataclasses.replace(comparison, delta_auc=math.nan))
-    assert verdict(_out(record, "success")) == "served: log-loss 0.500 vs 0.480, tolerance 0.01"
 
 
 def test_an_inconclusive_candidate_is_kept_not_called_worse() -> None:

@@ -26,10 +26,10 @@ REGRESSION = {
     "against": None,
     "records": 300,
     "new_records": 300,
-    "served_auc": None,
-    "previous_auc": None,
     "served_log_loss": 0.9,
     "previous_log_loss": 0.3,
+    "served_loss": 0.9,
+    "previous_loss": 0.3,
     "difference": 0.6,
     "lower": 0.4,
     "upper": 0.8,
@@ -67,9 +67,9 @@ def _scenarios(ck: Path, roles: dict[str, str], name: str) -> dict[str, Callable
         return cli(argv)
 
     def decide() -> Any:
-        from genesis_fp16_infrastructure.recipes.retrain import live_watch
+        from genesis_fp16_infrastructure.judging import watch
 
-        return lambda: live_watch._decide(ck, AGENT, roles["served"], REGRESSION)
+        return lambda: watch.decide(ck, AGENT, roles["served"], REGRESSION, watch._detail)
 
     if name.startswith("operator"):
         import genesis_fp16.cli  # noqa: F401

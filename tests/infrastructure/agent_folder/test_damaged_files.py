@@ -33,7 +33,7 @@ from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
 from genesis_fp16_infrastructure.data.sources import Source
 from genesis_fp16_infrastructure.judging import stores
-from genesis_fp16_infrastructure.recipes.retrain import freshness, live_watch
+from genesis_fp16_infrastructure.recipes.retrain import freshness
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.training.precision.carried_scale import read_carried_scale
 from genesis_fp16_infrastructure.training.run.calibration import read_calibration
@@ -121,11 +121,10 @@ CONSUMERS: dict[str, Callable[[Folder, Path], object]] = {
     "served_pointer": lambda f, p: set_aside_unusable(f.paths.checkpoint_dir),
     "pointer_lock": lambda f, p: _hold(lambda: pointer_lock(f.paths.checkpoint_dir))(f, p),
     "writer_lock": _claim,
-    "data_manifest": lambda f, p: freshness._load(f.paths.checkpoint_dir),
+    "data_manifest": lambda f, p: freshness._load(p.parent),
     "quarantine": _quarantine,
     "candidate_meta": lambda f, p: list_candidates(f.paths.checkpoint_dir),
     "verdict": lambda f, p: read_json(p),
-    "live_watch": lambda f, p: live_watch._read_store(p),
     "judged_ids": lambda f, p: stores.read_known_ids(p.parent),
     "judged_watch": lambda f, p: stores.read_watch(p),
 }

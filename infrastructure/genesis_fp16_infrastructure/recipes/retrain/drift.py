@@ -32,7 +32,7 @@ import torch
 from genesis_fp16_infrastructure.contract.reports import DriftReport
 from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, held_in
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
-from genesis_fp16_infrastructure.recipes.retrain.gate import pool_numeric
+from genesis_fp16_infrastructure.recipes.retrain.scoring import pool_numeric
 from genesis_fp16_infrastructure.world_model.features import NUMERIC_FEATURES, Categorical
 
 NOISE_DRAWS = 20

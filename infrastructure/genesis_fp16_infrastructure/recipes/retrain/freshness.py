@@ -1,11 +1,13 @@
 """Up to date without a parse: the served model's data manifest, kept beside it.
 
-A finished SE-Darwin run writes ``data_manifest.json`` into its checkpoint folder: the
+A finished SE-Darwin run writes ``data_manifest.json`` into its candidate's folder: the
 data files it read (size, mtime, content digest: ``genesis_fp16_infrastructure.data.manifest``),
-the request that asked for it (agent, options, seed), the served checkpoint (path,
+the request that asked for it (agent, options, seed), the candidate's checkpoint (path,
 size, mtime) and its ``train --json`` result. A later run's plan asks :func:`check_data`
-once; when the request is the same, the served checkpoint is the one recorded and every
-data file holds the same bytes, the run ends ``up_to_date`` at once: no record parsed,
+once, which reads the record beside the served checkpoint (the pointer's); when the
+request is the same, the served checkpoint is the one recorded (the candidate was
+promoted, and is still served) and every data file holds the same bytes, the run ends
+``up_to_date`` at once: no record parsed,
 no task built, no torch tensor made, and the daemon starts no child for it
 (``genesis_fp16/jobs/agent_job.py``). Anything else (no manifest, another request, a file
 added, removed or changed, a checkpoint written since) returns None and the run reads
@@ -64,27 +66,16 @@ def record_cache(request: TrainRequest, manifest: Manifest | None) -> RecordCach
     return cache
 
 
-def forget_record(folder: Path) -> None:
-    """Drop the record while a run trains: a forced run (``TrainRequest.forced``) on
-    unchanged data that is cut short leaves a candidate the next run must finish, and the
-    record, which predates it, would answer that run "unchanged". The run that ends
-    writes the record again (:func:`save_record`)."""
-    try:
-        record_path(folder).unlink(missing_ok=True)
-    except OSError as exc:  # the next run then reads the pool and decides in full
-        logger.warning("data manifest: cannot remove %s: %s", record_path(folder), exc)
-
-
 def save_record(
-    request: TrainRequest, manifest: Manifest | None, result: TrainResult, served: Path | None
+    request: TrainRequest, manifest: Manifest | None, result: TrainResult, trained: Path | None
 ) -> None:
-    """Keep what the next run needs to know nothing changed; a run that ended (not
-    stopped) while a model is served records, whatever its budget: a budget sizes a run
-    on new data, and the same data is up to date after it. A rejected run records too:
-    the same data is up to date against its candidate."""
-    if manifest is None or served is None or result.stopped_early:
+    """Keep what the next run needs to know nothing changed, in the candidate's folder
+    beside its checkpoint ``trained``: read only while that checkpoint is served. A run
+    that ended (not stopped) records, whatever its budget: a budget sizes a run on new
+    data, and the same data is up to date after it."""
+    if manifest is None or trained is None or result.stopped_early:
         return
-    checkpoint = Path(served)
+    checkpoint = Path(trained)
     stat = os.stat(checkpoint)
     record = {
         "version": RECORD_VERSION,
@@ -108,8 +99,9 @@ def check_data(request: TrainRequest) -> DataCheck:
     start = time.perf_counter()
     if request.data_path is None:
         return DataCheck(None)
-    folder = Path(request.checkpoint_dir)
-    record = _load(folder)
+    served = _served(request)
+    folder = None if served is None else served.parent
+    record = None if folder is None else _load(folder)
     before = Manifest.from_json(record.get("manifest")) if record else None
     try:
         manifest, report = scan_files(Path(request.data_path), before)
@@ -130,7 +122,7 @@ def check_data(request: TrainRequest) -> DataCheck:
             files_changed(before, manifest),
         )
         return DataCheck(manifest)
-    if report.hashed:  # new mtimes (or a scan too close to a write): trust them next time
+    if report.hashed and folder is not None:  # new mtimes: trust them next time
         _write(folder, {**record, "manifest": manifest.to_json()})
     seconds = time.perf_counter() - start
     why = _unchanged(len(manifest.files), report.hashed)
@@ -269,25 +261,33 @@ def _without(extra: Mapping[str, Any], *names: str) -> dict[str, Any]:
     return {k: v for k, v in extra.items() if k not in names}
 
 
+def _served(request: TrainRequest) -> Path | None:
+    """The served checkpoint, by the request's snapshot (the plan read the pointer once)
+    or the pointer read now; None when none is served or the pointer is unusable (the run
+    reads the pool, and reports it)."""
+    folder, snapshot = Path(request.checkpoint_dir), request.snapshot
+    try:
+        if snapshot is None:
+            return served_checkpoint(folder)
+        if snapshot.pointer_error is not None or snapshot.pointer is None:
+            return None
+        return checkpoint_of(folder, snapshot.pointer)
+    except (OSError, ServedPointerError):
+        return None
+
+
 def _served_checkpoint_unchanged(request: TrainRequest, recorded: Any) -> bool:
     """The recorded checkpoint is still there, unchanged, and still the one the
     served-model pointer names (agent_folder.lifecycle; a promotion, a rollback or an
     unreadable pointer: the run reads the pool)."""
     if not isinstance(recorded, Mapping):
         return False
-    folder, snapshot = Path(request.checkpoint_dir), request.snapshot
     path = Path(str(recorded.get("path")))
     try:
         stat = os.stat(path)
-        if snapshot is None:
-            served = served_checkpoint(folder)
-        elif snapshot.pointer_error is not None:
-            return False
-        else:
-            pointer = snapshot.pointer
-            served = None if pointer is None else checkpoint_of(folder, pointer)
-    except (OSError, ServedPointerError):
+    except OSError:
         return False
+    served = _served(request)
     if (stat.st_size, stat.st_mtime_ns) != (recorded.get("size"), recorded.get("mtime_ns")):
         return False
     return served is not None and served.resolve() == path.resolve()

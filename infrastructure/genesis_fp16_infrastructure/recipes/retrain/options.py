@@ -31,7 +31,7 @@ class TaskOptions:
     batch_size: int | None = None  # None: 256, fewer on small pools (at least 8 steps an epoch)
     learning_rate: float = 3e-3
     weight_decay: float = 0.01
-    eval_fraction: float | None = None  # None: sized by the pool (split_fractions)
+    eval_fraction: float | None = None  # None: the judged run's fifth alone (split.py)
     # Early stopping on the validation success log-loss (STOP_METRIC): validate every
     # epoch, or every `validate_every` steps when an epoch is longer; stop after
     # `patience` validations without improvement; `max_epochs` caps a run that gives
@@ -105,7 +105,7 @@ _OPTION_HELP = {
     "batch_size": "examples per step (default 256, fewer on small pools: 8+ steps an epoch)",
     "learning_rate": "AdamW learning rate",
     "weight_decay": "AdamW weight decay",
-    "eval_fraction": "held-out share of the pool (default: sized by the pool)",
+    "eval_fraction": "a further held-out share, beside the judged fifth (default: none)",
     "early_stopping": "validate and stop when validation stops improving",
     "patience": "validations without improvement before stopping",
     "validate_every": "validate every N steps when an epoch is longer",

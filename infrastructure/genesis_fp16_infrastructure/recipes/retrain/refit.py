@@ -1,4 +1,5 @@
-"""``final_fit=whole``: the served model trained again on every labelled record.
+"""``final_fit=whole``: the served model trained again on every labelled record the
+judged run does not hold out.
 
 The split run finds how many steps the pool needs (its best validated step); the refit
 trains a fresh model on every record for that many steps and is what the candidate
@@ -22,6 +23,7 @@ from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 logger = logging.getLogger(__name__)
 
 SUPERSEDED_FOLDER = "superseded"  # final_fit=whole: earlier checkpoints of the folder, kept
+SPLIT_FOLDER = "split"  # final_fit=whole: the split run's checkpoints, under the candidate
 
 
 def train_refit(

@@ -2,7 +2,10 @@
 
 Every part is chosen by a stable hash of (seed, trajectory id), never by file order, so a
 record stays where it was as the pool grows (``recipes.retrain.task`` has
-how each part is used).
+how each part is used). The held-out part is first of all the judged run's
+(:data:`~genesis_fp16_infrastructure.judging.split.HELD_OUT`, by the record's id: the
+records the gate judges on, which no model trains on; :func:`judged_held_out`), and
+``eval_fraction``, when given, holds out that share more.
 
 >>> split_fractions(5000)
 (0.2, 0.2)
@@ -21,6 +24,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.data.schema import Example
+from genesis_fp16_infrastructure.judging.split import HELD_OUT
 from genesis_fp16_infrastructure.recipes.retrain.options import (
     EVAL_BOUNDS,
     EVAL_TARGET,
@@ -194,15 +198,35 @@ class Split(NamedTuple):
     hash: int = SPLIT_HASH  # how records were drawn into parts or folds (SPLIT_HASH)
 
 
+def judged_ids(columns: PoolColumns) -> list[str]:
+    """Each labelled record's id as the judged run knows it (``score_records``,
+    ``trained_ids``), in the read's order: its trajectory id and the hash of its label
+    and inputs (``record_key.labelled_hash``), so that a record relabelled or edited in
+    place is a new record, learned and judged as one."""
+    keys = (columns.key.astype(np.uint64) if len(columns.key) else columns.key).tolist()
+    return [f"{i}#{k:016x}" for i, k in zip(columns.example_ids, keys, strict=True)]
+
+
+def judged_held_out(data: ReadResult) -> np.ndarray:
+    """Per labelled example (the read's examples, in order), whether the judged run holds
+    it out (``contract.judging``): no part a model trains on holds it."""
+    return HELD_OUT.of_ids(judged_ids(data.columns))
+
+
 def split_examples(
     data: ReadResult, seed: int, eval_fraction: float | None = None, version: int = SPLIT_HASH
 ) -> Split:
-    """Held-out, validation and training parts, each by a hash of (seed, id)."""
+    """Held-out, validation and training parts: held out, the judged run's records (and
+    ``eval_fraction`` more, by a hash of (seed, id), when given); validation, by a hash
+    of (seed, id) out of the rest."""
     count = data.labelled
-    fraction, validation = split_fractions(count, eval_fraction)
     draw = draw_of(data)
     everywhere = np.arange(count)
-    out = draw.points(seed, "", version) < fraction
+    out = judged_held_out(data)
+    if eval_fraction is not None:
+        out |= draw.points(seed, "", version) < eval_fraction
+    fraction = round(float(out.mean()), 4) if count else 0.0
+    validation = split_fractions(count, fraction)[1]
     held_rows, rest_rows = everywhere[out], everywhere[~out]
     in_validation = draw.take(rest_rows).points(seed, "validation:", version) < validation
     val_rows, train_rows = rest_rows[in_validation], rest_rows[~in_validation]
@@ -256,14 +280,15 @@ def choose_split(
 
 
 def fold_split(data: ReadResult, seed: int, folds: int, version: int = SPLIT_HASH) -> Split:
-    """Every record in each part, dealt into ``folds`` folds (see ``assign_folds``)."""
-    count = data.labelled
+    """Every record the judged run does not hold out (:func:`judged_held_out`) in each
+    part, dealt into ``folds`` folds (see ``assign_folds``)."""
+    rows = np.flatnonzero(~judged_held_out(data))
+    count = len(rows)
     if count < folds:
         raise TrainRequestError(
             f"{count} labelled example(s) cannot be dealt into {folds} folds; add data"
         )
-    dealt = draw_of(data).folds(seed, folds, version)
-    rows = np.arange(count)
+    dealt = draw_of(data).take(rows).folds(seed, folds, version)
     everything = ExampleRows(data, rows)
     return Split(
         everything, everything, everything, 0.0, 0.0, tuple(dealt.tolist()), folds, (rows,) * 3,

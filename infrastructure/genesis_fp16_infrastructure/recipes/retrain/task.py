@@ -40,6 +40,7 @@ from torch.nn.functional import binary_cross_entropy_with_logits
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
+from genesis_fp16_infrastructure.contract.judging import TRAINED_IDS
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.data.fingerprint import (
     DataFingerprint,
@@ -49,6 +50,7 @@ from genesis_fp16_infrastructure.data.fingerprint import (
 from genesis_fp16_infrastructure.data.readers import (
     ReadResult,
 )
+from genesis_fp16_infrastructure.data.record_key import record_hash
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION, Example
 from genesis_fp16_infrastructure.recipes.retrain.batch import (
     Batch,
@@ -59,7 +61,13 @@ from genesis_fp16_infrastructure.recipes.retrain.batch import (
 )
 from genesis_fp16_infrastructure.recipes.retrain.options import FINAL_FITS, TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.pool_read import read_pool
-from genesis_fp16_infrastructure.recipes.retrain.split import ExampleRows, Split, choose_split
+from genesis_fp16_infrastructure.recipes.retrain.split import (
+    ExampleRows,
+    Split,
+    choose_split,
+    judged_held_out,
+    judged_ids,
+)
 from genesis_fp16_infrastructure.training.run.batches import index_to
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
 from genesis_fp16_infrastructure.world_model.features import (
@@ -195,6 +203,11 @@ class WorldModelTask:
         hashes = [
             _id_hashes(data, part, rows_of.get(id(part))) for part in (train, split.validation)
         ]
+        # The ids it trains on (training and validation parts), the checkpoint's
+        # "trained_ids" (contract.judging): the judged run checks none is held out.
+        ids = judged_ids(columns)
+        parts = (_ids(ids, p, rows_of.get(id(p))) for p in (train, split.validation))
+        self.trained_ids = sorted({i for part in parts for i in part})
         ordered = np.sort(np.concatenate(hashes))  # np.unique, without its hash table
         distinct = ordered[np.r_[True, ordered[1:] != ordered[:-1]]] if len(ordered) else ordered
         self.data_key = hashlib.blake2b(distinct.astype("<i8").tobytes(), digest_size=8).hexdigest()
@@ -230,13 +243,14 @@ class WorldModelTask:
         return self.members > 1
 
     def on_whole_pool(self, data: ReadResult, device: str = "cpu") -> WorldModelTask:
-        """A task training on every labelled record of ``data`` (``final_fit="whole"``).
+        """A task training on every labelled record of ``data`` the judged run does not
+        hold out (``final_fit="whole"``).
 
         Its encoder is fitted on all of them; the model's shape and the batch size are
         this task's, so that a step count found here means the same there. Its validation
         and held-out parts are its training records: its own metrics are not a measure.
         """
-        rows = np.arange(data.labelled)
+        rows = np.flatnonzero(~judged_held_out(data))
         everything = ExampleRows(data, rows)
         pinned = replace(
             self.options,
@@ -350,7 +364,7 @@ class WorldModelTask:
                 "hash": self.split.hash,  # split.SPLIT_HASH: how records were drawn
             },
             data=self.seen.state_dict(),
-        )
+        ) | {TRAINED_IDS: self.trained_ids}
 
     def load_extra_state(self, state: Mapping[str, Any]) -> None:
         if state.get("encoder") != self.encoder.state_dict():
@@ -425,6 +439,14 @@ def _example_numbers(data: ReadResult) -> torch.Tensor:
     numeric = numeric_columns([e.attempt for e in data.examples], data.pool)
     forget_index(data.pool)  # every record's rows are in hand
     return numeric
+
+
+def _ids(ids: list[str], part: Sequence[Example], rows: np.ndarray | None) -> list[str]:
+    """The judged ids (``split.judged_ids``) of a part: at its rows, else its objects'."""
+    if rows is None:
+        keys = (np.uint64(record_hash(e) & (2**64 - 1)) for e in part)
+        return [f"{e.trajectory_id}#{int(k):016x}" for e, k in zip(part, keys, strict=True)]
+    return [ids[r] for r in rows.tolist()]
 
 
 def _id_hashes(data: ReadResult, part: Sequence[Example], rows: np.ndarray | None) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""One SE-Darwin training run through the plugin, as the tests of this folder start it."""
+"""One SE-Darwin run through the plugin's judged run, as the tests of this folder start it."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ from pathlib import Path
 
 from genesis_fp16_agents.se_darwin import plugin
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
+from genesis_fp16_infrastructure.judging.run import run_plugin
 
 
 def train(data: Path, ckpt: Path, precision: str = "fp32", **fields: object) -> TrainResult:
-    """``plugin.train`` on ``data`` into ``ckpt``: 20 steps, seed 3, fresh unless
-    ``fields`` (any TrainRequest field: steps, seed, resume, options...) say otherwise."""
+    """A judged run of the plugin (``run_plugin``: gate, watch and pointer) on ``data``
+    into ``ckpt``: 20 steps, seed 3, fresh unless ``fields`` (any TrainRequest field:
+    steps, seed, resume, options...) say otherwise."""
     request = TrainRequest(
         agent="se_darwin",
         precision=precision,
@@ -20,4 +22,4 @@ def train(data: Path, ckpt: Path, precision: str = "fp32", **fields: object) -> 
         data_path=data,
         **{"steps": 20, "seed": 3, "resume": False, **fields},  # type: ignore[arg-type]
     )
-    return plugin.train(request)
+    return run_plugin(plugin, request)

@@ -16,7 +16,8 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainResult,
 )
 from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.recipes.retrain.promotion import SPLIT_FOLDER
+from genesis_fp16_infrastructure.recipes.retrain.refit import SPLIT_FOLDER
+from genesis_fp16_infrastructure.recipes.retrain.split import judged_held_out
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 
@@ -53,15 +54,18 @@ def runs(data: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Trai
 def test_whole_serves_a_model_trained_on_every_record(
     data: Path, runs: dict[str, TrainResult]
 ) -> None:
-    """The folder's checkpoint holds a model trained on all labelled records for the split
-    run's best step count; the predictor loads it, and it is not the split's best weights."""
+    """The folder's checkpoint holds a model trained on every labelled record the judged
+    run does not hold out, for the split run's best step count; the predictor loads it,
+    and it is not the split's best weights."""
     whole = runs["whole"]
     folder = Path(whole.checkpoint).parent  # type: ignore[arg-type]
     best_step = whole.early_stop.best_step
     state, path = CheckpointManager(folder).load_latest()  # type: ignore[misc]
     assert path == whole.checkpoint and state["step"] == best_step and "early_stop" not in state
-    labelled = len(read_trajectories(data).examples)
-    assert state["extra"]["split"]["train_records"] == labelled == whole.extra["examples"]
+    read = read_trajectories(data)
+    trained = len(read.examples) - int(judged_held_out(read).sum())
+    assert state["extra"]["split"]["train_records"] == trained == len(state["extra"]["trained_ids"])
+    assert whole.extra["final_fit"]["records"] == trained < whole.extra["examples"]
     assert state["extra"]["split"]["eval_fraction"] == 0.0
     served = _weights(folder)
     assert _same(served, state["model"])
@@ -76,7 +80,7 @@ def test_whole_reports_the_split_models_eval_and_says_so(runs: dict[str, TrainRe
     assert whole.eval == split.eval and whole.steps == split.steps
     assert whole.eval["examples"] == whole.extra["split"]["held_out"]
     record = json.loads(json.dumps(whole.to_json()))["extra"]["final_fit"]
-    assert record["mode"] == "whole" and record["records"] == whole.extra["examples"]
+    assert record["mode"] == "whole" and record["records"] < whole.extra["examples"]
     assert record["steps"] == whole.early_stop.best_step
     assert record["checkpoint"] == str(whole.checkpoint)
     assert Path(record["split_checkpoint"]).parent.name == SPLIT_FOLDER
@@ -94,16 +98,13 @@ def test_default_serves_the_split_runs_best_weights(runs: dict[str, TrainResult]
 
 
 def test_resuming_a_finished_whole_run_takes_no_step(data: Path, tmp_path: Path) -> None:
-    """A resumed finished run changes no file; with the served refit's checkpoint gone, a
-    resume refuses in one line naming the missing file."""
+    """A resumed finished run is up to date and changes no file; with the served refit's
+    checkpoint gone, a resume refuses in one line naming the missing file."""
     first = _train(data, tmp_path / "c", final_fit="whole")
     candidate = Path(first.checkpoint).parent  # type: ignore[arg-type]
     files = {p: p.read_bytes() for p in (tmp_path / "c").rglob("ckpt-*")}
     again = _train(data, tmp_path / "c", resume=True, final_fit="whole")
-    assert (
-        again.steps == 0 and again.extra["final_fit"]["steps"] == first.extra["final_fit"]["steps"]
-    )
-    assert again.checkpoint == first.checkpoint and again.eval == first.eval
+    assert again.up_to_date and again.steps == 0 and again.checkpoint == first.checkpoint
     assert {p: p.read_bytes() for p in (tmp_path / "c").rglob("ckpt-*")} == files
     # The served refit's file gone: a resume refuses in one line, naming it (never a guess).
     for path in CheckpointManager(candidate).checkpoints():

@@ -1,4 +1,8 @@
-"""Up to date by the data manifest: no parse when nothing changed, a full read otherwise."""
+"""Up to date by the data manifest: no parse when nothing changed, a full read otherwise.
+
+The manifest is kept beside each candidate's checkpoint and answers only while that
+checkpoint is served; a run here does what the daemon's and ``train``'s plan do: the
+plugin's ``check_data`` first, then the judged run when it does not answer."""
 
 from __future__ import annotations
 
@@ -12,9 +16,10 @@ import pytest
 from se_darwin_runs import train
 
 from genesis_fp16_agents.se_darwin import plugin
-from genesis_fp16_infrastructure.agent_folder.lifecycle import list_candidates
+from genesis_fp16_infrastructure.agent_folder.lifecycle import list_candidates, served_checkpoint
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.judging.run import run_plugin
 from genesis_fp16_infrastructure.recipes.retrain import freshness, pool_read
 
 OPTIONS = {"max_epochs": 2, "hidden": 8, "cross_validation": False}
@@ -32,6 +37,21 @@ def _request(data: Path, ckpt: Path) -> TrainRequest:
         resume=True,
         options=OPTIONS,
     )
+
+
+def _run(request: TrainRequest) -> TrainResult:
+    """The plan's check, then the judged run when the check does not answer."""
+    check = plugin.check_data(request)
+    if check.up_to_date is not None:
+        return TrainResult.from_json(check.up_to_date)
+    return run_plugin(plugin, request)
+
+
+def _record(ckpt: Path) -> Path:
+    """The manifest beside the served checkpoint."""
+    served = served_checkpoint(ckpt)
+    assert served is not None
+    return freshness.record_path(served.parent)
 
 
 def _no_reading(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,13 +74,13 @@ def served(tmp_path: Path) -> tuple[Path, Path, dict[str, Any]]:
         os.utime(file, ns=(past, past))
     ckpt = tmp_path / "ck"
     first = train(data, ckpt, steps=None, resume=True, options=OPTIONS)
-    assert first.steps > 0 and freshness.record_path(ckpt).is_file()
+    assert first.steps > 0 and _record(ckpt).is_file()
     phases = first.phases
-    # live: the served model judged on the new records (issue 51), timed on every run
-    assert set(phases) == {"check", "read", "live", "encode", "train", "eval", "gate"}
+    # live and gate: the judged run's (the served model scored and watched; the gate)
+    assert set(phases) == {"check", "read", "encode", "train", "eval", "live", "gate"}
     assert sum(phases.values()) <= first.wall_seconds  # the real time, not the trainer's
-    # memory as each timed phase ended (eval is counted inside train)
-    assert set(first.extra["peak_rss_mib"]) == set(phases) - {"eval"}
+    # memory as each of the plugin's timed phases ended (eval is counted inside train)
+    assert set(first.extra["peak_rss_mib"]) == set(phases) - {"eval", "live", "gate"}
     return data, ckpt, first.to_json()
 
 
@@ -70,7 +90,7 @@ def test_an_unchanged_pool_is_up_to_date_without_reading_it(
     """No record read, no step; the served model's stored eval reported; the real time."""
     data, ckpt, first = served
     _no_reading(monkeypatch)
-    out = plugin.train(_request(data, ckpt))
+    out = _run(_request(data, ckpt))
     assert out.up_to_date and out.steps == 0 and out.outcome == "up_to_date"
     assert dict(out.eval) == pytest.approx(first["eval"], nan_ok=True)
     assert str(out.checkpoint) == first["checkpoint"]
@@ -105,7 +125,7 @@ def test_a_file_rewritten_with_the_same_content_is_up_to_date(
     text = (data / "more.json").read_text()
     (data / "more.json").write_text(text)
     _no_reading(monkeypatch)
-    out = plugin.train(_request(data, ckpt))
+    out = _run(_request(data, ckpt))
     assert out.up_to_date and out.data.files_hashed >= 1
     assert out.up_to_date_against is not None
     assert out.up_to_date_against.startswith("nothing new: the 2 data file(s) hold the bytes")
@@ -121,29 +141,26 @@ def test_the_same_records_at_another_path_are_up_to_date_not_trained_again(
     data, ckpt, first = served
     moved = data.rename(data.parent / "moved")
     assert freshness.check_data(_request(moved, ckpt)).up_to_date is None
-    out = plugin.train(_request(moved, ckpt))
+    out = _run(_request(moved, ckpt))
     assert out.up_to_date and out.steps == 0 and str(out.checkpoint) == first["checkpoint"]
     assert out.up_to_date_against is not None
-    assert out.up_to_date_against.startswith("nothing new: ")
+    assert out.up_to_date_against.startswith("nothing new: all ")
     assert len(list_candidates(ckpt)) == 1  # the first model's: no candidate trained
 
 
 def test_a_malformed_file_dropped_in_is_quarantined_named_and_brings_nothing_new(
     served: tuple[Path, Path, dict[str, Any]], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A truncated pool dropped beside the others: quarantined and counted, one log line
-    naming the file, no step; the next run is up to date by the manifest, unparsed."""
+    """A truncated pool dropped beside the others: one log line naming the file, and no
+    step (the served model knew every valid record); the next run is up to date too."""
     data, ckpt, _ = served
     (data / "broken.json").write_text('{"trajectories": {"t1": ')
     with caplog.at_level("WARNING", logger="genesis_fp16_infrastructure.data.quarantine"):
-        out = plugin.train(_request(data, ckpt))
-    assert out.up_to_date and out.steps == 0 and out.quarantined == 1
-    assert out.up_to_date_against is not None
-    assert out.up_to_date_against.endswith("; 1 record(s) quarantined")
+        out = _run(_request(data, ckpt))
+    assert out.up_to_date and out.steps == 0
     named = [r.getMessage() for r in caplog.records if "broken.json" in r.getMessage()]
     assert len(named) == 1 and named[0].startswith("quarantined data file ")
-    again = plugin.train(_request(data, ckpt))
-    assert again.up_to_date and again.data is not None and again.data.checked_by == "manifest"
+    assert _run(_request(data, ckpt)).up_to_date
 
 
 def test_a_record_edited_in_place_is_seen_and_learned(
@@ -157,9 +174,9 @@ def test_a_record_edited_in_place_is_seen_and_learned(
     record["code_changes"] = record.get("code_changes", "") + "\n+one more line"
     (data / "more.json").write_text(json.dumps(pool))
     assert freshness.check_data(_request(data, ckpt)).up_to_date is None
-    out = plugin.train(_request(data, ckpt))
+    out = _run(_request(data, ckpt))
     assert not out.up_to_date and out.steps > 0
-    assert out.data.relabelled == 1 and out.data.new == 0
+    assert out.data is not None and out.data.relabelled == 1 and out.data.new == 0
     # The untouched file came from the record cache; the edited one was parsed.
     assert out.extra["record_cache"] == {
         "files_cached": 1,
@@ -205,11 +222,11 @@ def test_a_record_kept_for_the_sample_file_answers_for_its_folder(
     data path (the key held it then) and lists the files by the paths the folder lists
     them by, so a run on the folder is up to date by the manifest, nothing read."""
     data, ckpt, _ = served
-    record = json.loads(freshness.record_path(ckpt).read_text())
+    record = json.loads(_record(ckpt).read_text())
     record["request"]["data_path"] = str((data / "pool.json").resolve())
-    freshness.record_path(ckpt).write_text(json.dumps(record))
+    _record(ckpt).write_text(json.dumps(record))
     _no_reading(monkeypatch)
-    out = plugin.train(_request(data, ckpt))
+    out = _run(_request(data, ckpt))
     assert out.up_to_date and out.data is not None and out.data.checked_by == "manifest"
     other = {**record["request"], "seed": 4}  # what still tells requests apart
     assert not freshness.same_request(other, freshness.request_key(_request(data, ckpt)))

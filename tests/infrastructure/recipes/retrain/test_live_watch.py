@@ -23,7 +23,8 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     serve,
 )
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.recipes.retrain.judge_sets import LIVE_REGRESSION
+from genesis_fp16_infrastructure.judging import stores
+from genesis_fp16_infrastructure.judging.watch import LIVE_REGRESSION
 
 POOL = generate_pool(1600, seed=1)
 IDS = list(POOL["trajectories"])
@@ -87,7 +88,6 @@ def test_a_poisoned_served_model_is_rolled_back_after_clean_records(
     verdict = read_json(candidates_dir(ck) / bad / VERDICT_NAME)
     assert verdict is not None and verdict["outcome"] == "rolled_back"
     assert verdict["reason"] == LIVE_REGRESSION and verdict["live"]["records"] == live.records
-    assert "live" in result.phases
     monkeypatch.setenv("GENESIS_FP16_STATE_DIR", str(ck.parents[2]))
     capsys.readouterr()
     assert main(["model", "list", "se_darwin", "--json"]) == 0
@@ -124,7 +124,7 @@ def test_clean_records_keep_running_figures_and_count_each_record_once(tmp_path:
     assert pointer is not None
     watched = [e for e in [pointer.served, *pointer.history] if e["id"] == name]
     assert watched and watched[0]["live"]["records"] == again.records
-    store = (ck / watched[0]["checkpoint"]).parent / f"live-{first.extra['candidate']}.npz"
+    store = stores.watch_path((ck / watched[0]["checkpoint"]).parent, first.extra["candidate"])
     with np.load(store) as kept:
         assert len(np.unique(kept["ids"])) == len(kept["ids"]) == again.records
 

@@ -1,5 +1,6 @@
-"""The retrain loop as a library call: an agent other than SE-Darwin hands it a request and
-gets its own model, named for it, served by the same gate."""
+"""The retrain loop as a library call: an agent other than SE-Darwin hands its request to
+the judged run with the recipe's train and scores (the se_darwin plugin's) and gets its
+own model, named for it, served by the same gate."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from genesis_fp16_agents.se_darwin import plugin
 from genesis_fp16_infrastructure.agent_folder.lifecycle import served_checkpoint
 from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainRequest,
@@ -17,7 +19,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainResult,
 )
 from genesis_fp16_infrastructure.data.synthetic import write_pool
-from genesis_fp16_infrastructure.recipes.retrain import run
+from genesis_fp16_infrastructure.judging.run import run_plugin
 from genesis_fp16_infrastructure.world_model.predict import read_world_model_state
 
 
@@ -42,7 +44,7 @@ def test_another_agent_trains_serves_and_is_named_in_its_model_and_log(
     data = write_pool(tmp_path / "data", 400, 5, agent="builder")
     folder = tmp_path / "state" / "builder"
     with caplog.at_level(logging.INFO, logger="genesis_fp16_infrastructure"):
-        first = run.train(_request(data, folder))
+        first = run_plugin(plugin, _request(data, folder))
     assert first.agent == "builder" and first.steps == 6 and not first.up_to_date
     served = served_checkpoint(folder)
     assert served is not None and first.checkpoint is not None
@@ -53,7 +55,7 @@ def test_another_agent_trains_serves_and_is_named_in_its_model_and_log(
     assert any(line.startswith("builder task:") for line in loop_lines), loop_lines
     assert not [line for line in loop_lines if "se_darwin" in line], loop_lines
 
-    again = run.train(_request(data, folder, steps=None))
+    again = run_plugin(plugin, _request(data, folder, steps=None))
     assert again.up_to_date and again.steps == 0
 
 
@@ -62,7 +64,7 @@ def test_the_result_is_typed_once_with_no_copy_in_extra(tmp_path: Path) -> None:
     nowhere else (issue 53: extra held copies of data, phases and gate); its JSON reads
     back to the same records."""
     data = write_pool(tmp_path / "data", 400, 5, agent="builder")
-    result = run.train(_request(data, tmp_path / "state" / "builder"))
+    result = run_plugin(plugin, _request(data, tmp_path / "state" / "builder"))
     assert result.data is not None and result.data.change == "first"
     assert result.gate is not None and result.gate.outcome == "promoted"
     assert result.gate.served_id is None and result.gate.candidate_id is not None
@@ -71,7 +73,8 @@ def test_the_result_is_typed_once_with_no_copy_in_extra(tmp_path: Path) -> None:
     typed |= {"up_to_date_against"}  # issue 58: typed fields, no longer in extra
     assert not typed & set(result.extra), sorted(result.extra)
     back = TrainResult.from_json(json.loads(json.dumps(result.to_json())))
-    assert (back.data, back.gate) == (result.data, result.gate)
+    assert back.data == result.data and result.gate is not None and back.gate is not None
+    assert back.gate.to_json() == result.gate.to_json()  # its NaN fields read back as NaN
 
 
 def test_a_pool_over_its_limit_is_refused_naming_the_agents_own_setting(tmp_path: Path) -> None:
@@ -79,6 +82,6 @@ def test_a_pool_over_its_limit_is_refused_naming_the_agents_own_setting(tmp_path
     data = write_pool(tmp_path / "data", 50, 5, agent="builder")
     options = {"cross_validation": False, "max_pool_bytes": 1000}
     with pytest.raises(TrainRequestError) as refused:
-        run.train(_request(data, tmp_path / "state" / "builder", options=options))
+        run_plugin(plugin, _request(data, tmp_path / "state" / "builder", options=options))
     assert "GENESIS_FP16_AGENTS__BUILDER__OPTIONS__MAX_POOL_BYTES" in str(refused.value)
     assert "se_darwin" not in str(refused.value).lower()

@@ -10,10 +10,9 @@ import pytest
 import torch
 from se_darwin_runs import train
 
-from genesis_fp16_infrastructure.agent_folder.lifecycle import served_checkpoint
+from genesis_fp16_infrastructure.agent_folder.lifecycle import read_pointer, served_checkpoint
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.recipes.retrain.freshness import record_path
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager, load_checkpoint
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 
@@ -38,29 +37,26 @@ def _served_state(ckpt: Path) -> dict[str, object]:
 
 
 def test_an_unchanged_pool_is_up_to_date_and_takes_no_step(pool: Path, tmp_path: Path) -> None:
-    """The same records again: outcome up_to_date, no step, the same checkpoint and eval."""
+    """The same records again: outcome up_to_date, no step, the same checkpoint, and the
+    served model's loss on them as the gate scored it."""
     first = train(pool, tmp_path / "ck", steps=None)
     again = train(pool, tmp_path / "ck", steps=None, resume=True)
     assert (first.outcome, again.outcome) == ("success", "up_to_date")
     assert again.steps == 0 and again.checkpoint == first.checkpoint
-    assert again.eval == first.eval
+    assert first.gate is not None and first.gate.candidate is not None
+    assert again.eval["loss"] == pytest.approx(first.gate.candidate.loss, abs=1e-6)
     assert again.to_json()["outcome"] == "up_to_date"
-    assert again.data.change == "unchanged"
 
 
 def test_a_budget_sizes_a_run_on_new_data_and_an_unchanged_pool_is_up_to_date(
     pool: Path, tmp_path: Path
 ) -> None:
-    """steps=5 on the pool the served model learned: up to date (by the manifest, and by
-    the full read without it); forced (train --resume --steps 5): 5 more steps."""
+    """steps=5 on the pool the served model learned: up to date (the judged run: the
+    served model knew every record; the manifest's answer is test_freshness's); forced
+    (train --resume --steps 5): 5 more steps, continuing the served model."""
     first = train(pool, tmp_path / "ck", steps=5)
-    again = train(pool, tmp_path / "ck", steps=5, resume=True)
-    assert again.outcome == "up_to_date" and again.steps == 0
-    assert again.data.checked_by == "manifest"
-    record_path(tmp_path / "ck").unlink()  # the full read decides alone
     read = train(pool, tmp_path / "ck", steps=5, resume=True)
     assert read.outcome == "up_to_date" and read.steps == 0
-    assert read.data.checked_by != "manifest"
     more = train(pool, tmp_path / "ck", steps=5, resume=True, forced=True)
     assert more.steps == 5 and more.extra["total_steps"] == first.steps + 5
 
@@ -84,8 +80,12 @@ def test_a_grown_pool_is_learned_afresh_by_an_encoder_that_knows_every_agent(
 
 
 @pytest.mark.parametrize("edit", ["shrink", "relabel"])
-def test_a_shrunk_or_relabelled_pool_retrains(pool: Path, tmp_path: Path, edit: str) -> None:
-    """Records removed, or labels changed, are new data: the next run trains again."""
+def test_a_relabelled_pool_retrains_and_a_shrunk_one_is_up_to_date(
+    pool: Path, tmp_path: Path, edit: str
+) -> None:
+    """Labels changed are new records (their judged ids hash the label): the next run
+    trains again. Records removed leave only records the served model knew: up to date
+    (the judged run's rule for every plugin)."""
     train(pool, tmp_path / "ck", steps=None)
     records = generate_pool(300, seed=4)
     trajectories = records["trajectories"]
@@ -97,20 +97,26 @@ def test_a_shrunk_or_relabelled_pool_retrains(pool: Path, tmp_path: Path, edit: 
             trajectories[key]["success_score"] = round(1.0 - trajectories[key]["success_score"], 3)
     _write(pool, "se_darwin", records)
     again = train(pool, tmp_path / "ck", steps=None, resume=True)
+    if edit == "shrink":
+        assert again.outcome == "up_to_date" and again.steps == 0
+        return
     data = again.data
-    assert again.outcome == "success" and again.steps > 0 and data.change == "changed"
-    assert (data.removed if edit == "shrink" else data.relabelled) > 0
+    assert again.steps > 0 and data is not None and data.change == "changed"
+    assert data.relabelled > 0
 
 
-def test_an_interrupted_run_is_not_up_to_date(pool: Path, tmp_path: Path) -> None:
-    """A run stopped before its end (daemon shutdown) continues at the next run instead of
-    being taken as up to date on the same records."""
+def test_an_interrupted_run_is_not_served_nor_up_to_date(pool: Path, tmp_path: Path) -> None:
+    """A run stopped before its end (daemon shutdown) is not judged (undecided: its
+    half-trained model is never served), and the next run trains instead of being taken
+    as up to date on the same records."""
     calls = iter(range(1000))
     stopped = train(pool, tmp_path / "ck", steps=None, should_stop=lambda: next(calls) >= 12)
     assert stopped.outcome == "stopped" and stopped.steps == 12
+    assert stopped.gate is not None and stopped.gate.outcome == "undecided"
+    assert served_checkpoint(tmp_path / "ck") is None
     again = train(pool, tmp_path / "ck", steps=None, resume=True)
     assert again.outcome == "success" and again.steps > 0
-    assert again.extra["resumed_from"] == str(stopped.checkpoint)
+    assert served_checkpoint(tmp_path / "ck") == again.checkpoint
 
 
 def test_a_newer_checkpoint_beside_the_served_one_is_never_served(
@@ -133,22 +139,19 @@ def test_a_usable_newer_checkpoint_beside_the_served_one_is_never_loaded(
     pool: Path, tmp_path: Path
 ) -> None:
     """A loadable file one step newer than the served one, with its digest (issue 51): an
-    up-to-date run on the unchanged pool evaluates the file the pointer names (its step,
-    its eval), not the planted one."""
+    up-to-date run on the unchanged pool scores the file the pointer names (its loss as
+    the gate recorded it), not the planted one."""
     good = train(pool, tmp_path / "ck", steps=None)
     assert good.checkpoint is not None
     verdict = json.loads((good.checkpoint.parent / "verdict.json").read_text())
-    assert verdict["candidate"]["auc"] == good.eval["auc"]  # the first model's, not "-"
     state = load_checkpoint(good.checkpoint)
     state["step"] = int(state["step"]) + 1
     state["model"] = {k: v + 0.5 for k, v in state["model"].items()}  # another model
     planted = CheckpointManager(good.checkpoint.parent, keep=10).save(state)
     assert planted != good.checkpoint and planted.is_file()
-    (tmp_path / "ck" / "data_manifest.json").unlink()  # the pool is read: the full check
     again = train(pool, tmp_path / "ck", steps=None, resume=True)
     assert again.outcome == "up_to_date" and again.checkpoint == good.checkpoint
-    assert again.extra["total_steps"] == good.extra["total_steps"]
-    assert again.eval == good.eval
+    assert again.eval["loss"] == pytest.approx(verdict["candidate"]["loss"], abs=1e-6)
 
 
 def test_an_unreadable_pointer_is_a_one_line_refusal(pool: Path, tmp_path: Path) -> None:
@@ -166,7 +169,8 @@ def test_a_folder_from_before_the_pointer_keeps_serving_its_newest_checkpoint(
     pool: Path, tmp_path: Path
 ) -> None:
     """A checkpoint folder written before served.json: its newest checkpoint is adopted as
-    the served model (the pointer names it), so the prediction API never loses it."""
+    the served model (the pointer names it), so the prediction API never loses it; the
+    run's candidate replaces it only if the gate promotes it."""
     first = train(pool, tmp_path / "first", steps=None)
     legacy = tmp_path / "legacy"
     legacy.mkdir()
@@ -174,5 +178,10 @@ def test_a_folder_from_before_the_pointer_keeps_serving_its_newest_checkpoint(
         shutil.copy2(path, legacy / path.name)
     again = train(pool, legacy, steps=None, resume=True)
     adopted = legacy / Path(str(first.checkpoint)).name
-    assert again.outcome == "up_to_date" and served_checkpoint(legacy) == adopted
-    assert WorldModelPredictor.load(legacy).checkpoint == adopted
+    pointer = read_pointer(legacy)
+    assert pointer is not None and again.gate is not None
+    kept = [pointer.served["id"], *(e["id"] for e in pointer.history)]
+    assert f"adopted-{adopted.stem}" in kept and adopted.is_file()
+    served = served_checkpoint(legacy)
+    assert (served == adopted) == (again.gate.outcome != "promoted"), again.gate.reason
+    assert WorldModelPredictor.load(legacy).checkpoint == served

@@ -21,6 +21,7 @@ from genesis_fp16_infrastructure.recipes.retrain.split import (
     assign_folds,
     choose_split,
     is_held_out,
+    judged_held_out,
     split_point,
     split_points,
 )
@@ -74,7 +75,8 @@ def test_version_2_draws_mix_the_id_hash_with_the_seed_and_salt() -> None:
 
 def test_a_checkpoint_keeps_the_split_it_was_drawn_with(tmp_path: Path) -> None:
     """A fresh run draws with SPLIT_HASH; resuming a checkpoint from before the version
-    was kept draws as it did (version 1), so no record changes part mid-run."""
+    was kept draws its validation part as it did (version 1), so no record changes part
+    mid-run; either way the held-out part is the judged run's records."""
     path = tmp_path / "pool.json"
     path.write_text(json.dumps(generate_pool(4000, seed=2)))
     data = read_trajectories(path)
@@ -83,8 +85,8 @@ def test_a_checkpoint_keeps_the_split_it_was_drawn_with(tmp_path: Path) -> None:
     assert fresh.hash == SPLIT_HASH == 2
     old = choose_split(data, options, 5, {"model": {"members": 1}, "split": {"seed": 5}})
     assert old.hash == 1 and old.rows is not None and fresh.rows is not None
-    held = [e.trajectory_id for e in old.held_out]
-    assert held == [i for i in data.columns.example_ids if is_held_out(i, 5, old.eval_fraction)]
-    assert not np.array_equal(old.rows[2], fresh.rows[2])  # the versions draw differently
-    # Both hold out about the same share.
-    assert abs(len(fresh.held_out) - len(old.held_out)) < 0.2 * len(old.held_out)
+    judged = np.flatnonzero(judged_held_out(data))
+    assert old.rows[2].tolist() == fresh.rows[2].tolist() == judged.tolist()
+    assert not np.array_equal(old.rows[1], fresh.rows[1])  # the versions draw differently
+    # Both validate on about the same share.
+    assert abs(len(fresh.validation) - len(old.validation)) < 0.2 * len(old.validation)

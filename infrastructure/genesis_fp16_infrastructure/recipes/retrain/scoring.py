@@ -1,0 +1,99 @@
+"""How an SE-Darwin model is judged: the log-loss of its success head on each record.
+
+The judged run (``genesis_fp16_infrastructure.judging``) asks a plugin for a checkpoint's
+loss on every current record (``score_records``); se_darwin answers with the success
+head's log-loss, its probability clipped to ``[CLIP, 1 - CLIP]`` so that a record's loss
+is at most :data:`LOSS_SPAN` (4.6 nats), each record named by its trajectory id and the
+hash of its label and inputs (``split.judged_ids``: a record edited in place is a new
+one) and segmented by the Genesis agent that wrote it (the gate judges every agent the served
+model knew on its own). The AUC is reported in the run's eval (its held-out part is the
+judged run's), not gated (docs/judging.md).
+
+>>> round(LOSS_SPAN, 3)
+4.595
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from genesis_fp16_infrastructure.contract.judging import RecordLosses
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainRequestError
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+from genesis_fp16_infrastructure.recipes.retrain.freshness import record_cache
+from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
+from genesis_fp16_infrastructure.recipes.retrain.pool_read import read_pool
+from genesis_fp16_infrastructure.recipes.retrain.split import judged_ids
+from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
+from genesis_fp16_infrastructure.training.run.early_stop import served_weights
+from genesis_fp16_infrastructure.world_model.features import (
+    Categorical,
+    FeatureEncoder,
+    numeric_columns,
+    numeric_rows,
+)
+from genesis_fp16_infrastructure.world_model.model import ModelConfig, build_world_model
+from genesis_fp16_infrastructure.world_model.predict import read_world_model_state
+
+CLIP = 0.01  # P(success) clipped to [CLIP, 1 - CLIP]: a record's loss is at most LOSS_SPAN
+LOSS_SPAN = math.log((1 - CLIP) / CLIP)
+# The loss difference a candidate may be shown worse by at most, in nats (the margin the
+# recipe's own gate had: clean growth on the daemon's 2,000-record sample pool passes).
+MARGIN = 0.01
+
+
+def pool_numeric(columns: PoolColumns, rows: np.ndarray) -> torch.Tensor:
+    """``numeric_columns`` of the pool's ``rows``, from the arrays; where those cannot
+    give them (``numeric_rows`` returns None), from the rows' objects and the whole
+    pool's (seconds on a million records: the fallback, not the rule)."""
+    numeric = numeric_rows(columns, rows)
+    if numeric is None:
+        numeric = numeric_columns(columns.attempts(rows), columns.pool())
+    return numeric
+
+
+def success_probability(state: Mapping[str, Any], columns: PoolColumns) -> torch.Tensor:
+    """P(success) of every labelled record of ``columns`` by the checkpoint ``state``'s
+    served weights (an ensemble's: its members' mean)."""
+    saved = read_world_model_state(state)
+    model = build_world_model(ModelConfig.from_dict(saved["model"])).eval()
+    model.load_state_dict(served_weights(state))
+    encoder = FeatureEncoder.from_state(saved["encoder"])
+    rows = columns.labelled
+    x = encoder.encode_parts(Categorical.of_rows(columns, rows), pool_numeric(columns, rows))
+    with torch.no_grad():
+        return torch.sigmoid(model(x).success_logit.float())
+
+
+def log_losses(p: torch.Tensor, success: np.ndarray) -> np.ndarray:
+    """Each record's log-loss of ``p`` (clipped to [CLIP, 1 - CLIP]) against its label."""
+    q = p.double().clamp(CLIP, 1 - CLIP).numpy()
+    return np.where(success, -np.log(q), -np.log1p(-q))
+
+
+def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
+    """``checkpoint``'s success log-loss on every labelled record of the request's pool,
+    by trajectory id, segmented by Genesis agent."""
+    if request.data_path is None:
+        raise TrainRequestError(f"{request.agent}: judged models need a data path")
+    options = TaskOptions.from_mapping(request.options)
+    checked = request.snapshot.data if request.snapshot is not None else None
+    cache = record_cache(request, checked.scan if checked is not None else None)
+    data = read_pool(
+        Path(request.data_path), options, None, request.memory_limit_bytes, cache, request.agent
+    )
+    columns = data.columns
+    try:
+        state = load_checkpoint(Path(checkpoint))
+        p = success_probability(state, columns)
+    except (KeyError, RuntimeError) as exc:  # not a world model this build can load
+        raise ValueError(f"not a world-model checkpoint: {exc}") from None
+    losses = log_losses(p, columns.success)
+    agents = ["-" if a is None else str(a) for a in columns.agent.take(columns.labelled)]
+    return RecordLosses.of(judged_ids(columns), losses.tolist(), agents)

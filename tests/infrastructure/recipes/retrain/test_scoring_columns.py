@@ -1,0 +1,147 @@
+"""se_darwin's judged scores and its drift report read a read's columns: the same
+losses and report as from objects, no object built on the way; and its models train on
+none of the records the judged run holds out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from se_darwin_runs import train
+
+import genesis_fp16_infrastructure.recipes.retrain.drift as drift
+from genesis_fp16_infrastructure.contract.judging import TRAINED_IDS
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest
+from genesis_fp16_infrastructure.data.fingerprint import fingerprint, record_id_hash
+from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
+from genesis_fp16_infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.judging.split import HELD_OUT
+from genesis_fp16_infrastructure.recipes.retrain import scoring
+from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
+from genesis_fp16_infrastructure.training.run.early_stop import served_weights
+from genesis_fp16_infrastructure.world_model.features import (
+    Categorical,
+    FeatureEncoder,
+    numeric_columns,
+)
+from genesis_fp16_infrastructure.world_model.model import ModelConfig, build_world_model
+from genesis_fp16_infrastructure.world_model.predict import read_world_model_state
+
+RECORDS = 3000
+# drift_report's reports on two pools, written by the object-reading drift.py of 8036660
+# (its drift_report(examples, pool, ...)): the columns must give the same dicts.
+PINNED = Path(__file__).with_name("drift_reports_before_columns.json")
+
+
+def _halves(tmp: Path, records: int, seed: int, rename_grep: bool = False) -> tuple[Path, Path]:
+    """A random half of a generated pool (what the served model read) and the whole pool,
+    its other half's "grep" renamed "ripgrep" when asked, as two files."""
+    pool = generate_pool(records, seed=seed)
+    ids = sorted(pool["trajectories"], key=lambda k: record_id_hash(f"{seed}:{k}"))
+    half = {**pool, "trajectories": {k: pool["trajectories"][k] for k in ids[: records // 2]}}
+    half = json.loads(json.dumps(half))  # a copy: the edit below is the whole pool's alone
+    if rename_grep:
+        for key in ids[records // 2 :]:
+            record = pool["trajectories"][key]
+            record["tools_used"] = ["ripgrep" if t == "grep" else t for t in record["tools_used"]]
+    tmp.mkdir(parents=True, exist_ok=True)
+    served, grown = tmp / "served.json", tmp / "grown.json"
+    served.write_text(json.dumps(half))
+    grown.write_text(json.dumps(pool))
+    return served, grown
+
+
+@pytest.fixture(scope="module")
+def pools(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return _halves(tmp_path_factory.mktemp("pools"), RECORDS, seed=11)
+
+
+@pytest.fixture(scope="module")
+def models(pools: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two checkpoints trained on the served half: a held-out one and a cross-validated one."""
+    out = {}
+    for name, cross in (("held_out", False), ("folds", True)):
+        folder = tmp_path_factory.mktemp(name)
+        result = train(pools[0], folder / "ckpt", options={"cross_validation": cross})
+        assert result.checkpoint is not None
+        out[name] = Path(result.checkpoint)
+    return out
+
+
+def _request(data: Path) -> TrainRequest:
+    return TrainRequest(
+        agent="se_darwin",
+        precision="fp32",
+        precision_reason="test",
+        state_dir=data.parent,
+        checkpoint_dir=data.parent / "ckpt",
+        data_path=data,
+    )
+
+
+@pytest.mark.parametrize("name", ["held_out", "folds"])
+def test_a_models_checkpoint_names_only_records_the_judged_run_does_not_hold_out(
+    pools: tuple[Path, Path], models: dict[str, Path], name: str
+) -> None:
+    """Held-out split or folds, the checkpoint's trained_ids are every record of its pool
+    but those HELD_OUT holds out: none held out, none missing."""
+    ids = read_trajectories(pools[0]).columns.example_ids
+    named = load_checkpoint(models[name])["extra"][TRAINED_IDS]
+    held = HELD_OUT.of_ids(ids)
+    assert sorted(named) == sorted(i for i, h in zip(ids, held.tolist(), strict=True) if not h)
+    assert 0 < int(held.sum()) < len(ids)
+
+
+def _refuse(self: PoolColumns) -> Any:
+    raise AssertionError("the hot path built every record as an object")
+
+
+def test_the_scores_build_no_object_per_record_and_equal_the_objects(
+    pools: tuple[Path, Path], models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """score_records never builds the read's examples or pool; each record's loss is the
+    clipped log-loss of the model's P(success) from the examples' own features, and its
+    segment is the record's Genesis agent."""
+    with monkeypatch.context() as patched:
+        patched.setattr(PoolColumns, "examples", _refuse)
+        patched.setattr(PoolColumns, "pool", _refuse)
+        losses = scoring.score_records(models["folds"], _request(pools[1]))
+    data = read_trajectories(pools[1])
+    examples, pool = data.examples, data.pool
+    assert list(losses.ids) == [e.trajectory_id for e in examples]
+    assert losses.segments == tuple(e.attempt.agent for e in examples)
+    state = load_checkpoint(models["folds"])
+    saved = read_world_model_state(state)
+    model = build_world_model(ModelConfig.from_dict(saved["model"])).eval()
+    model.load_state_dict(served_weights(state))
+    attempts = [e.attempt for e in examples]
+    encoder = FeatureEncoder.from_state(saved["encoder"])
+    x = encoder.encode_parts(Categorical.of(attempts), numeric_columns(attempts, pool))
+    with torch.no_grad():
+        p = torch.sigmoid(model(x).success_logit.float())
+    success = np.array([e.label.success for e in examples])
+    want = scoring.log_losses(p, success)
+    np.testing.assert_allclose(np.array(losses.losses), want, rtol=1e-6, atol=1e-9)
+    assert max(losses.losses) <= scoring.LOSS_SPAN + 1e-12
+
+
+@pytest.mark.parametrize("case", json.loads(PINNED.read_text()), ids=lambda c: f"seed{c['seed']}")
+def test_the_drift_report_from_columns_is_the_object_reports(
+    case: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On two pools (one sampled, one with a renamed tool), the report from the columns
+    equals the one the object-reading drift_report wrote, with or without ``numeric``."""
+    monkeypatch.setattr(drift, "DRIFT_SAMPLE", case["drift_sample"])
+    served_path, grown_path = _halves(tmp_path, case["records"], case["seed"], case["rename_grep"])
+    served, grown = read_trajectories(served_path), read_trajectories(grown_path)
+    seen = fingerprint(served.examples)
+    report = drift.drift_report(grown.columns, seen, case["seed"])
+    assert report is not None and report.to_json() == case["report"]
+    numeric = scoring.pool_numeric(grown.columns, grown.columns.labelled)
+    again = drift.drift_report(grown.columns, seen, case["seed"], numeric)
+    assert again is not None and again.to_json() == case["report"]
