@@ -286,3 +286,53 @@ def test_bench_without_its_extra_names_the_line_the_install_doc_gives(tmp_path: 
         extra = tomllib.load(file)["project"]["optional-dependencies"]["bench"]
     named = {re.split(r"[<>=!~\[ ]", requirement)[0] for requirement in extra}
     assert {"matplotlib", "accelerate", "lightning-fabric"} <= named
+
+
+API_CLAIM = re.compile(r"`API_VERSION = (\d+)`|\bAPI(?: version)? (\d+)\)")
+
+
+def api_version_claims(text: str) -> list[int]:
+    """The plugin API versions a text states as the current one: `API_VERSION = N`, and
+    "(API N)" / "(API version N)" headings and asides."""
+    return [int(a or b) for a, b in API_CLAIM.findall(text)]
+
+
+def test_every_documented_api_version_is_the_codes() -> None:
+    """Where a doc states the plugin API version (`API_VERSION = N`, "(API N)"), it is
+    contract/plugin_api.py's API_VERSION (docs/plugins.md said 2 while the code said 3)."""
+    from genesis_fp16.plugin_api import API_VERSION
+
+    stale = [
+        f"{name}: {n}"
+        for name, text in DOCS.items()
+        for n in api_version_claims(text)
+        if n != API_VERSION
+    ]
+    assert not stale, f"documented API versions that are not {API_VERSION}: {stale}"
+
+
+def test_the_api_version_check_sees_a_stale_version() -> None:
+    """docs/plugins.md's line before issue 69 states version 2, which the check reads."""
+    line = "`genesis_fp16.plugin_api.AgentPlugin`\n(`API_VERSION = 2`): ..."
+    assert api_version_claims(line) == [2]
+
+
+def model_list_samples(text: str) -> list[list[str]]:
+    """The columns of each `model list` table a text shows: a line starting `ID ` and
+    naming STATE, split into words."""
+    return [line.split() for line in text.splitlines() if re.match(r"ID +STATE ", line)]
+
+
+def test_every_model_list_sample_has_the_codes_columns() -> None:
+    """Each `model list` table a doc shows has the columns the command prints, in order
+    (the README's sample lacked GATE)."""
+    from genesis_fp16.commands.model_list import HEADER
+
+    stale = [
+        f"{name}: {columns}"
+        for name, text in DOCS.items()
+        for columns in model_list_samples(text)
+        if columns != HEADER.split()
+    ]
+    assert any(model_list_samples(text) for text in DOCS.values())
+    assert not stale, f"model list samples whose columns are not {HEADER.split()}: {stale}"

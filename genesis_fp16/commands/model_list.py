@@ -35,6 +35,12 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
 )
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 
+# The table's header (the docs' samples show it: tests/test_doc_claims.py compares them).
+HEADER = (
+    f"{'ID':<28} {'STATE':<12} {'RECORDS':>7} {'PREC':<5} {'AUC':>6} {'LOGLOSS':>7} "
+    f"{'LOSS':>7}  {'GATE':<26}  {'TRAINED':<20}  LIVE"
+)
+
 
 def list_models(folder: Path, agent: str, as_json: bool, idle_seconds: float = 86400.0) -> int:
     gated = any(
@@ -77,10 +83,7 @@ def list_models(folder: Path, agent: str, as_json: bool, idle_seconds: float = 8
     if not rows:
         print(f"{agent}: no model trained yet ({folder})")
         return 0
-    print(
-        f"{'ID':<28} {'STATE':<12} {'RECORDS':>7} {'PREC':<5} {'AUC':>6} {'LOGLOSS':>7} "
-        f"{'LOSS':>7}  {'GATE':<26}  {'TRAINED':<20}  LIVE"
-    )
+    print(HEADER)
     for row in rows:
         print(
             f"{row['id']:<28} {row['state']:<12} {row['records'] or '-':>7} "

@@ -66,6 +66,7 @@ ENV_PREFIX = "GENESIS_FP16_"
 AGENT_VARIABLE_PREFIX = ENV_PREFIX + "AGENTS__"
 ENV_FILE_VARIABLE = "GENESIS_FP16_ENV_FILE"
 DEFAULT_ENV_FILE = ".env"
+_NO_ENTRY = AgentSettings()  # an agent without settings of its own (frozen: one is enough)
 PRECISION_CHOICES: tuple[RequestedName, ...] = CHOICES
 
 
@@ -264,7 +265,7 @@ class Settings(BaseSettings, GuardSettings):
 
     def agent(self, name: str) -> AgentSettings:
         """The settings of ``name``, defaults when it has no entry."""
-        return self.agents.get(name.lower(), AgentSettings())
+        return self.agents.get(name.lower(), _NO_ENTRY)
 
     def schedule_for(self, name: str) -> str:
         return self.agent(name).schedule or self.schedule

@@ -28,6 +28,7 @@ from genesis_fp16_infrastructure.contract import (
     TrainResultError,
     api_version_error,
     check_result,
+    judging_of,
     run_plugin,
 )
 from genesis_fp16_infrastructure.data.readers import DataError
@@ -269,6 +270,27 @@ def _weights_only(bench: _Bench) -> str:
     return f"{Path(result.checkpoint).name} loads with weights_only=True"
 
 
+def _held_out(bench: _Bench) -> str:
+    """The judged run's own check, twice in one folder: the first model is served, and a
+    forced second run's candidate is judged against it. A candidate that trained on a
+    held-out record is refused by the run (TrainRequestError: this rule's line); one whose
+    checkpoint names no records it trained on is judged on its training data."""
+    judged = judging_of(bench.plugin)
+    if judged is None:
+        return "not judged (no score_records): no held-out split applies"
+    bench.train(bench.request(folder="held_out"))
+    gate = bench.train(bench.request(folder="held_out", forced=True)).gate
+    sets = {c.name for c in gate.comparisons} if gate is not None else set()
+    if "held_out" in sets:
+        return "a second model judged against the first on records neither trained on"
+    if not getattr(judged, "records_are_training_data", True):
+        return "its records are evaluation episodes: it trains on none of them"
+    raise RuleFailed(
+        f"judged on its training data (sets {sorted(sets)}): its task's extra_state() must "
+        "name the records it trains on, 'trained_ids' (docs/judging.md)"
+    )
+
+
 def _rebuilds(bench: _Bench) -> str:
     make = getattr(bench.plugin, "replay_task", None)
     if not callable(make):
@@ -293,6 +315,7 @@ RULES: dict[str, Callable[[_Bench], str]] = {
     "trains_under_device_audit": _device_audit,
     "probe_setup_works": _probe,
     "checkpoint_loads_weights_only": _weights_only,
+    "trains_on_no_held_out_record": _held_out,
     "rebuilds_fault_steps": _rebuilds,
 }
 

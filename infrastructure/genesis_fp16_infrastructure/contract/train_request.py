@@ -94,20 +94,25 @@ class TrainRequest(RunSpec, RunCallbacks):
         from genesis_fp16_infrastructure.training.run.fit import FitOptions
 
         values: dict[str, Any] = {name: getattr(self, name) for name in spec_fields()}
-        request = self.to_json()
-        request.pop("snapshot", None)  # a file list and a result: not a bundle's context
-        context = {"agent": self.agent, "request": request}
         values.update(
             **{f.name: getattr(self, f.name) for f in fields(RunCallbacks)},
             checkpoint_dir=Path(self.checkpoint_dir),
             # Fault bundles in the agent's state folder (the guard must be on to write any).
-            flight=FlightConfig(folder=bundle_folder(self.state_dir, self.agent), context=context),
+            # The request as a bundle's context: serialised only when a bundle is written.
+            flight=FlightConfig(
+                folder=bundle_folder(self.state_dir, self.agent), context=self._bundle_context
+            ),
             range_stats=RangeStatsConfig() if self.range_stats else None,
         )
         merged = {**values, **overrides}
         if merged.get("steps") is None and merged.get("epochs") is None:
             merged["steps"] = DEFAULT_STEPS
         return FitOptions(**merged)
+
+    def _bundle_context(self) -> dict[str, Any]:
+        request = self.to_json()
+        request.pop("snapshot", None)  # a file list and a result: not a bundle's context
+        return {"agent": self.agent, "request": request}
 
     def training_rows(self, ids: Sequence[str]) -> list[int]:
         """The rows of ``ids`` (the records' stable ids, as ``score_records`` names them,

@@ -146,24 +146,32 @@ def compare_segments(
     margin: Callable[[float], float],
     known: Collection[str] | None = None,
 ) -> list[Paired]:
-    """:func:`compare`, then one comparison per segment of the served model's records
-    (``RecordLosses.segments``; ``known``: only these, the segments the served model
-    knew) with at least ``SEGMENT_MIN_RECORDS`` shared records, when there are two or
-    more segments: a loss on one cannot hide in the whole set's mean (issue 62)."""
+    """The gate's questions on one set of records (issue 68's design, with power):
+
+    - required: the candidate no worse on the pooled records of the segments the served
+      model knew (``known``; None: every segment), so that records only the candidate
+      knows excuse nothing;
+    - a veto each: every known segment with at least ``SEGMENT_MIN_RECORDS`` shared
+      records, shown worse on its own (Holm over all the questions, in :func:`decide`),
+      when the records hold two or more segments: a loss on one cannot hide in the
+      pooled mean, and a segment too small to show itself no worse holds nothing back.
+    """
     a, b = paired_losses(candidate, served, span)
-    found = [_paired(name, a, b, margin, None)]
     if served.segments is None:
-        return found
+        return [_paired(name, a, b, margin, None)]
     where = {id_: i for i, id_ in enumerate(served.ids)}
     keys = np.array(
         [served.segments[where[id_]] for id_ in candidate.ids if id_ in where], dtype=object
     )
     if len(set(keys.tolist())) < 2:
-        return found
-    for segment in sorted(set(keys.tolist())):
+        return [_paired(name, a, b, margin, None)]
+    inside = np.array([known is None or k in known for k in keys.tolist()], dtype=bool)
+    found = [_paired(name, a[inside], b[inside], margin, None)]
+    for segment in sorted(set(keys[inside].tolist())):
         picked = keys == segment
-        if (known is None or segment in known) and picked.sum() >= SEGMENT_MIN_RECORDS:
-            found.append(_paired(name, a[picked], b[picked], margin, str(segment)))
+        if picked.sum() >= SEGMENT_MIN_RECORDS:
+            veto = _paired(name, a[picked], b[picked], margin, str(segment))
+            found.append(replace(veto, required=False))
     return found
 
 

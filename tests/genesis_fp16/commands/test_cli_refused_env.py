@@ -11,6 +11,7 @@ import json
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,9 @@ ENV_FILE = (
 )
 EVENT_ID = "0123456789abcdef"
 NOT_ALLOWED = "se_darwin"  # installed, not in the file's allowlist
+# new-agent's name: one no reader has installed (the README's plugin block installs the
+# name the reader chose, my_agent as written, which new-agent would then refuse).
+NEW_AGENT = f"refused_env_{uuid.uuid4().hex[:12]}"
 REFUSED_PLUGIN = "'se_darwin' is not in GENESIS_FP16_PLUGIN_ALLOWLIST"
 
 # Each command's words (BUNDLE: the test's fault bundle), its exit code on the refused
@@ -63,7 +67,7 @@ ROWS: dict[str, tuple[tuple[str, ...], int, str]] = {
     "precision show": (("precision", "show", "se_darwin", "--json"), 0, '"demoted_to": "bf16"'),
     "precision reset": (("precision", "reset", "se_darwin"), 2, ""),
     "replay": (("replay", "BUNDLE"), 2, REFUSED_PLUGIN),
-    "new-agent": (("new-agent", "my_agent"), 0, "my-agent"),
+    "new-agent": (("new-agent", NEW_AGENT), 0, NEW_AGENT.replace("_", "-")),
     "check-agent": (("check-agent", NOT_ALLOWED), 2, REFUSED_PLUGIN),
     "model list": (("model", "list", "se_darwin"), 0, "kept-state/agents/se_darwin/checkpoints"),
     "model promote": (("model", "promote", "se_darwin", "c1"), 2, ""),

@@ -65,6 +65,9 @@ def _broken(scaffold: Any, rule: str) -> Any:
                 raise ValueError("FitOptions needs steps=N or epochs=N")  # before the default
             x, y, _ = scaffold.load_records(Path(request.data_path), None)
             task = scaffold.Task(x, y)
+            if rule == "trains_on_no_held_out_record":  # every record, held-out ones too
+                ids, x, y, _ = scaffold.read_records(Path(request.data_path), None)
+                task = scaffold.Task(x, y, ids)
             if rule == "device_audit":  # a host tensor added to the run device's output
                 plain_loss = task.loss
                 task.loss = lambda m, b: plain_loss(m, b) + torch.zeros(1)  # type: ignore[method-assign]

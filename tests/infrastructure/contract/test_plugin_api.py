@@ -76,6 +76,22 @@ def test_fit_options_carry_the_request_and_take_overrides(tmp_path: Path) -> Non
     assert options.guard == request.guard and options.log_interval == 4
 
 
+def test_the_bundle_context_is_the_request_made_only_when_a_bundle_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fit_options() does not serialise the request (issue 70: no JSON round trip per run);
+    the flight config makes the context when asked: the agent and the request's JSON."""
+    request = _request(tmp_path)
+    made = []
+    plain = TrainRequest.to_json
+    monkeypatch.setattr(TrainRequest, "to_json", lambda self: made.append(1) or plain(self))
+    flight = request.fit_options().flight
+    assert flight is not None and made == []
+    context = flight.context_data()
+    assert made == [1] and context["agent"] == "line"
+    assert context["request"]["seed"] == 3 and "snapshot" not in context["request"]
+
+
 def test_from_fit_reports_what_ran(tmp_path: Path) -> None:
     """The report's figures are the fit run's own: precision used, steps, eval, checkpoint."""
     request = _request(tmp_path)

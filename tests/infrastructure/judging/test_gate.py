@@ -3,6 +3,8 @@ an inconclusive verdict apart from a rejection (issue 62)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from genesis_fp16_infrastructure.contract.judging import RecordLosses
@@ -19,8 +21,9 @@ def _losses(values: np.ndarray, segments: list[str]) -> RecordLosses:
 
 def test_a_loss_on_a_known_segment_is_rejected_though_a_new_one_gains() -> None:
     """The candidate gains 0.3 on a segment only it knew and loses 0.05 on one the
-    served model knew: the whole set passes, the verdict is rejected and names the
-    segment; judged on the whole set alone it would have been promoted."""
+    served model knew: the pooled known records (the "old" segment's alone) show it worse,
+    the verdict is rejected and names the segment; judged on the whole set alone, where
+    the new segment's gain excuses the loss, it would have been promoted."""
     rng = np.random.default_rng(0)
     segments = ["old"] * 300 + ["new"] * 300
     served = rng.uniform(0.2, 0.6, 600)
@@ -33,7 +36,8 @@ def test_a_loss_on_a_known_segment_is_rejected_though_a_new_one_gains() -> None:
     assert [c.segment for c in found] == [None, "old"]  # "new": the candidate's alone
     outcome, reason, settled = decide(found)
     assert outcome == "rejected" and "current (segment old)" in reason
-    assert settled[0].finding == "no_worse" and settled[1].finding == "worse"
+    assert settled[0].finding == "worse" and settled[1].finding == "worse"
+    assert settled[0].records == 300 and not settled[1].required  # pooled known; a veto
     assert decide([compare("current", ours, theirs, 2.0, _margin)])[0] == "promoted"
 
 
@@ -56,8 +60,6 @@ def test_a_veto_only_comparison_rejects_when_worse_and_holds_nothing_back_otherw
     """Issue 68's ``known`` set under 100 records is a veto: shown worse (0.2 on 60
     records) it rejects the candidate though the whole set passes; not shown either way
     it leaves the whole set's promotion standing; required, the same one holds it back."""
-    from dataclasses import replace
-
     rng = np.random.default_rng(1)
     whole = compare(
         "held_out",
@@ -82,3 +84,42 @@ def test_a_veto_only_comparison_rejects_when_worse_and_holds_nothing_back_otherw
     assert outcome == "rejected" and reason.startswith("worse than the served model: known")
     assert decide([whole, replace(unsure, required=False)])[0] == "promoted"
     assert decide([whole, unsure])[0] == "inconclusive"
+
+
+def _segments(
+    effects: list[float], per: int, seed: int, sd: float = 0.05
+) -> tuple[RecordLosses, RecordLosses]:
+    """A served model and a candidate on ``per`` records of each segment ``s0``, ``s1``
+    ...; the candidate's loss differs by that segment's effect, plus noise (``sd``)."""
+    rng = np.random.default_rng(seed)
+    served = rng.uniform(0.2, 0.6, per * len(effects))
+    shift = np.repeat(effects, per) + rng.normal(0.0, sd, per * len(effects))
+    segments = [f"s{i}" for i in range(len(effects)) for _ in range(per)]
+    return _losses(np.maximum(served + shift, 0.0), segments), _losses(served, segments)
+
+
+def test_clean_growth_is_promoted_on_the_pooled_known_segments() -> None:
+    """Issue 68's gate with power: four known segments of 150 records, the candidate a
+    little better on each (-0.005, noise sd 0.15). No segment alone is shown no worse,
+    which held the candidate back under issue 62's rule (every segment required); pooled,
+    the 600 records show it, and the segments are vetoes that find nothing worse."""
+    ours, theirs = _segments([-0.005] * 4, 150, 3, sd=0.15)
+    found = compare_segments("held_out", ours, theirs, 1.0, _margin, known={"s0", "s1", "s2", "s3"})
+    assert [c.segment for c in found] == [None, "s0", "s1", "s2", "s3"]
+    outcome, reason, settled = decide(found)
+    assert outcome == "promoted", reason
+    assert settled[0].finding == "no_worse" and settled[0].records == 600
+    assert any(c.finding == "inconclusive" for c in settled[1:])
+    required = [replace(c, required=True) for c in found]  # issue 62's rule
+    assert decide(required)[0] == "inconclusive"
+
+
+def test_poison_confined_to_one_known_segment_is_rejected_though_the_pool_passes() -> None:
+    """Three clean known segments and one whose loss is 0.1 worse, 400 records each: the
+    pooled mean is worse by only 0.025 on 1,600 records, and the poisoned segment's veto
+    rejects the candidate, naming it."""
+    ours, theirs = _segments([-0.03, -0.03, -0.03, 0.1], 400, 4)
+    found = compare_segments("held_out", ours, theirs, 1.0, lambda m: 0.02, known=None)
+    outcome, reason, settled = decide(found)
+    assert settled[0].finding != "worse", settled[0].reason()
+    assert outcome == "rejected" and "held_out (segment s3)" in reason, reason

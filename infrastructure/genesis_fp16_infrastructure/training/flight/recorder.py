@@ -61,12 +61,17 @@ logger = logging.getLogger(__name__)
 class FlightConfig:
     """Where bundles go and how many: ``folder`` (the agent's state folder's
     ``fault_bundles``), ``limits``, and ``context`` (plain data saved in every bundle:
-    the agent and the run's request). ``on_bundle`` is called with each bundle's record."""
+    the agent and the run's request; or a function that makes it, called only when a
+    bundle is written). ``on_bundle`` is called with each bundle's record."""
 
     folder: Path
     limits: BundleLimits = field(default_factory=BundleLimits)
-    context: Mapping[str, Any] = field(default_factory=dict)
+    context: Mapping[str, Any] | Callable[[], Mapping[str, Any]] = field(default_factory=dict)
     on_bundle: Callable[[FaultBundle], None] | None = None
+
+    def context_data(self) -> Mapping[str, Any]:
+        """The context a bundle saves (made now, when ``context`` is a function)."""
+        return self.context() if callable(self.context) else self.context
 
 
 @dataclass
@@ -155,6 +160,7 @@ class FlightRecorder:
         return first if demotion else None
 
     def _save(self, fault: _Fault, reason: str, trainer: Trainer) -> None:
+        context = self.config.context_data()
         bundle = {
             "reason": reason,
             "step": fault.step,
@@ -174,11 +180,11 @@ class FlightRecorder:
             "samples": fault.samples,
             "record_ids": _record_ids(self.task, fault.batches),
             "recorded": fault.recorded,
-            "context": _plain(dict(self.config.context)),
+            "context": _plain(dict(context)),
             # What rebuilds the step without the run's data (the task's replay_spec(),
             # for its plugin's replay_task), and what tells later whether that data changed.
             "rebuild": _rebuild_spec(self.task),
-            "data": data_signature(_data_path(self.config.context)),
+            "data": data_signature(_data_path(context)),
         }
         try:
             path = save_bundle(self.config.folder, bundle, self.config.limits)
