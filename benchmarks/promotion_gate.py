@@ -100,7 +100,7 @@ def keep_pair(agent: Agent, folder: Path, first: Run, seed: int, records: int, o
     a = agent.plugin.score_records(candidate, request)
     b = agent.plugin.score_records(served, request)
     assert a.ids == b.ids
-    np.savez(out, candidate=np.array(a.losses), served=np.array(b.losses),
+    np.savez_compressed(out, candidate=np.array(a.losses), served=np.array(b.losses),
              segments=np.array(a.segments or ["all"] * len(a.ids)))  # fmt: skip
 
 
