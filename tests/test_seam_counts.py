@@ -17,10 +17,11 @@ REPO = BENCHMARKS.parent
 # measured 35 / 142, benchmarks/results/design_counts_58.md). The issue's targets, 8 / 70,
 # are not met: a change that widens the seam or writes a worse function fails here.
 # Issue 60's event outbox added one module and three names (agent_folder.outbox: the
-# daemon delivers what the library's transitions wrote): 37 / 157.
+# daemon delivers what the library's transitions wrote): 37 / 157. Issue 68 deleted
+# se_darwin's own planner (plan_candidate, 42): the worst function is 30.
 MAX_LIBRARY_MODULES = 37
 MAX_LIBRARY_NAMES = 157
-MAX_COMPLEXITY = 42
+MAX_COMPLEXITY = 30
 
 DAEMON = """
 from genesis_fp16_infrastructure.contract.train_result import TrainResult

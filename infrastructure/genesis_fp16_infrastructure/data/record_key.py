@@ -16,7 +16,7 @@ from genesis_fp16_infrastructure.data.schema import AttemptInput, Example, Label
 
 def record_id_hash(trajectory_id: str) -> int:
     """A record's id hash as the fingerprint keeps it in ``ids``: whether a model's pool
-    held a record; se_darwin's folds and validation draw
+    held a record; the retrain recipe's folds and validation draw
     (genesis_fp16_infrastructure.recipes.retrain.split)."""
     return _hash(trajectory_id)
 

@@ -202,10 +202,22 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
     candidate = new_candidate(Path(request.checkpoint_dir), _meta(request, served))
     if served.checkpoint is not None and request.resume:
         _continue_from(served.checkpoint, candidate)
+    before = time.monotonic() - started  # the served model scored and watched
     result = plugin.train(replace(request, checkpoint_dir=candidate))
     gate = _judge(judged, request, served, candidate, result)
     rejected: GateOutcome = "rejected"
-    return replace(result, gate=gate, rejected=gate.outcome == rejected, live=_live(live))
+    # The run's phases and wall time count the judging too: "live" (the served model
+    # scored and watched, before training) and "gate" (the candidate scored and judged).
+    phases = {**(result.phases or {}), "live": round(before, 6), "gate": gate.seconds}
+    wall = round(result.wall_seconds + before + gate.seconds, 6)
+    return replace(
+        result,
+        gate=gate,
+        rejected=gate.outcome == rejected,
+        live=_live(live),
+        phases=phases,
+        wall_seconds=wall,
+    )
 
 
 def _live(figures: dict[str, Any] | None) -> LiveReport | None:

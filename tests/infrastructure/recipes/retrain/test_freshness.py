@@ -76,10 +76,11 @@ def served(tmp_path: Path) -> tuple[Path, Path, dict[str, Any]]:
     first = train(data, ckpt, steps=None, resume=True, options=OPTIONS)
     assert first.steps > 0 and _record(ckpt).is_file()
     phases = first.phases
-    assert set(phases) == {"check", "read", "encode", "train", "eval"}
+    # live and gate: the judged run's (the served model scored and watched; the gate)
+    assert set(phases) == {"check", "read", "encode", "train", "eval", "live", "gate"}
     assert sum(phases.values()) <= first.wall_seconds  # the real time, not the trainer's
-    # memory as each timed phase ended (eval is counted inside train)
-    assert set(first.extra["peak_rss_mib"]) == set(phases) - {"eval"}
+    # memory as each of the plugin's timed phases ended (eval is counted inside train)
+    assert set(first.extra["peak_rss_mib"]) == set(phases) - {"eval", "live", "gate"}
     return data, ckpt, first.to_json()
 
 

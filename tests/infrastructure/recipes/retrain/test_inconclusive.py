@@ -12,6 +12,7 @@ import pytest
 from se_darwin_runs import train
 
 from genesis_fp16.commands.model_list import list_models
+from genesis_fp16_agents.se_darwin import plugin
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     VERDICT_NAME,
     list_candidates,
@@ -28,12 +29,13 @@ def _write(folder: Path, pool: dict[str, Any], keys: list[str], name: str) -> No
 
 
 def test_an_inconclusive_candidate_is_kept_and_decided_later_without_training(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Served on 400 records; 80 new ones cannot show the next candidate no worse nor
-    worse (inconclusive, with the records it needs; `model list` says so; prune keeps
-    it); 520 more arrive: the next run judges that same candidate again, decides, takes
-    no step and trains no candidate."""
+    """Served on 400 records; with no margin (so that the held-out records of 80 new
+    ones cannot show a candidate about as good no worse, nor worse) the next candidate
+    is inconclusive, with the records it needs (`model list` says so; prune keeps it);
+    520 more arrive, and with se_darwin's margin the next run judges that same candidate
+    again through the judged run, decides, takes no step and trains no candidate."""
     data, ck = tmp_path / "data", tmp_path / "ck"
     data.mkdir()
     pool = generate_pool(1000, seed=1)
@@ -41,7 +43,9 @@ def test_an_inconclusive_candidate_is_kept_and_decided_later_without_training(
     _write(data, pool, ids[:400], "a.json")
     assert train(data, ck, resume=True, steps=40).outcome == "success"
     _write(data, pool, ids[400:480], "b.json")
-    second = train(data, ck, resume=True, steps=40)
+    with monkeypatch.context() as patched:
+        patched.setattr(plugin, "judging_margin", 0.0)
+        second = train(data, ck, resume=True, steps=40)
     gate = second.gate
     assert gate is not None and gate.outcome == "inconclusive", gate and gate.reason
     assert second.outcome == "success" and not second.rejected  # never reported as worse
