@@ -44,8 +44,9 @@ COLUMNS = {
 }
 
 
-def replay(diffs: np.ndarray, served: np.ndarray, n: int, effects: list[float],
-           rng: np.random.Generator) -> str:  # fmt: skip
+def replay(
+    diffs: np.ndarray, served: np.ndarray, n: int, effects: list[float], rng: np.random.Generator
+) -> str:
     """One candidate's verdict: ``n`` records a segment, each shifted by its effect."""
     a, b, keys = [], [], []
     for k, effect in enumerate(effects):
@@ -56,8 +57,9 @@ def replay(diffs: np.ndarray, served: np.ndarray, n: int, effects: list[float],
     ids = [str(i) for i in range(len(keys))]
     candidate = RecordLosses.of(ids, np.concatenate(a), keys)
     reference = RecordLosses.of(ids, np.concatenate(b), keys)
-    asked = compare_segments("held_out", candidate, reference, LOSS_SPAN, lambda m: MARGIN,
-                             known=None)  # fmt: skip
+    asked = compare_segments(
+        "held_out", candidate, reference, LOSS_SPAN, lambda m: MARGIN, known=None
+    )
     return decide(asked)[0]
 
 
@@ -85,13 +87,20 @@ def main(argv: list[str] | None = None) -> None:
         cells = []
         for effect in COLUMNS.values():
             effects = [effect(k) for k in range(args.segments)]
-            found = collections.Counter(replay(diffs, served, n, effects, rng)
-                                        for _ in range(args.replays))  # fmt: skip
-            cells.append(" / ".join(f"{100 * found[o] / args.replays:.0f}%"
-                                    for o in ("promoted", "inconclusive", "rejected")))  # fmt: skip
+            found = collections.Counter(
+                replay(diffs, served, n, effects, rng) for _ in range(args.replays)
+            )
+            cells.append(
+                " / ".join(
+                    f"{100 * found[o] / args.replays:.0f}%"
+                    for o in ("promoted", "inconclusive", "rejected")
+                )
+            )
         lines.append(f"| {n:,} | " + " | ".join(cells) + " |")
-    text = "\n".join([*header("The gate's power", sys.argv[1:] if argv is None else argv),
-                      *lines]) + "\n"  # fmt: skip
+    text = (
+        "\n".join([*header("The gate's power", sys.argv[1:] if argv is None else argv), *lines])
+        + "\n"
+    )
     if args.out is not None:
         args.out.write_text(text)
     print(text, end="")

@@ -172,15 +172,32 @@ def agents(root: Path) -> dict[str, Agent]:
     from genesis_fp16_agents.se_darwin.plugin import SEDarwinPlugin
 
     return {
-        "se_darwin": Agent("se_darwin", SEDarwinPlugin(), _pool, _flip_pool, _poison_pool,
-                           _write_pools),
-        "scaffold": Agent("toy_bench", _scaffold_plugin(root), _lines, _shuffle_lines,
-                          _poison_lines, _write_lines, serve_steps=1000, short_steps=100),
-        "rlhf_ppo": Agent("rlhf_ppo", RlhfPpoPlugin(), _task, _reverse_reward,
-                          lambda task: _reverse_reward(task, 0), _write_task, steps=40,
-                          short_steps=8, short_options={"lr": 1.0, "critic_lr": 1.0},
-                          short_resume=False),
-    }  # fmt: skip
+        "se_darwin": Agent(
+            "se_darwin", SEDarwinPlugin(), _pool, _flip_pool, _poison_pool, _write_pools
+        ),
+        "scaffold": Agent(
+            "toy_bench",
+            _scaffold_plugin(root),
+            _lines,
+            _shuffle_lines,
+            _poison_lines,
+            _write_lines,
+            serve_steps=1000,
+            short_steps=100,
+        ),
+        "rlhf_ppo": Agent(
+            "rlhf_ppo",
+            RlhfPpoPlugin(),
+            _task,
+            _reverse_reward,
+            lambda task: _reverse_reward(task, 0),
+            _write_task,
+            steps=40,
+            short_steps=8,
+            short_options={"lr": 1.0, "critic_lr": 1.0},
+            short_resume=False,
+        ),
+    }
 
 
 @dataclass
@@ -240,26 +257,42 @@ def run(agent: Agent, folder: Path, batches: list[Batch], **kw: Any) -> Run:
     return Run(result, time.perf_counter() - start, spent[0])
 
 
+def _commit() -> str:
+    """The commit the benchmark's code is at (read when it starts: a later commit in
+    the same folder must not name a run it did not make), "+" when files differ."""
+    git = ["git", "-C", str(Path(__file__).parent)]
+    head = subprocess.run(
+        [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    dirty = subprocess.run(
+        [*git, "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return head + (" (with uncommitted changes)" if dirty else "")
+
+
+STARTED_AT = _commit()
+
+
 def header(title: str, argv: list[str]) -> list[str]:
     """A result file's first lines: the command, the machine, the commit, the load."""
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "benchmarks", "infrastructure",
-                            "agents", "genesis_fp16"], capture_output=True, text=True,
-                           check=False).stdout.strip()  # fmt: skip
     load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else []
     return [
         f"# {title}",
         "",
-        f"`python {' '.join([sys.argv[0], *argv])}` at {commit}{' (uncommitted changes)' if dirty else ''}, "
-        f"machine `{machine_slug(torch.device('cpu'))}`, load average {' '.join(load)} at the "
-        f"end, torch threads {torch.get_num_threads()}, fp32 on the CPU.",
+        f"`python {' '.join([sys.argv[0], *argv])}` at {STARTED_AT}, machine "
+        f"`{machine_slug(torch.device('cpu'))}` (2 cores shared with other sessions), load "
+        f"average {' '.join(load)} when written, torch threads {torch.get_num_threads()}, "
+        "fp32 on the CPU.",
         "",
     ]
 
 
-def serve_first(agent: Agent, root: Path, tag: str, records: int, seed: int) -> tuple[Path, list[Batch]]:
+def serve_first(
+    agent: Agent, root: Path, tag: str, records: int, seed: int
+) -> tuple[Path, list[Batch]]:
     """A first model served on ``records`` clean records (seed ``seed``), in ``root/tag``."""
     folder = root / tag
     folder.mkdir(parents=True)
@@ -267,8 +300,6 @@ def serve_first(agent: Agent, root: Path, tag: str, records: int, seed: int) -> 
     first = run(agent, folder, batches, steps=agent.serve_steps or agent.steps)
     assert first.outcome == "promoted", (agent.name, first.result.gate)
     return folder, batches
-
-
 
 
 def serve_by_hand(folder: Path, result: TrainResult) -> None:

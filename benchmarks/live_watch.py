@@ -82,13 +82,18 @@ def main(argv: list[str] | None = None) -> None:
         for name in args.agents.split(","):
             agent = every[name]
             for seed in range(args.sequences):
-                served, batches = serve_first(agent, Path(tmp), f"{name}-{seed}", args.records, seed)
+                served, batches = serve_first(
+                    agent, Path(tmp), f"{name}-{seed}", args.records, seed
+                )
                 found = poison(agent, served, batches, seed, args.records)
                 poisoned[name][found.split(";")[1].split(" at ")[0].strip()] += 1
                 counts = clean(agent, served, batches, seed, args)
                 cleans[name].update(counts)
-                rows.append(f"| {name} | {seed} | {found} | "
-                            + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + " |")
+                rows.append(
+                    f"| {name} | {seed} | {found} | "
+                    + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+                    + " |"
+                )
                 print(name, seed, found, dict(counts), file=sys.stderr, flush=True)
                 text = write(args, argv, poisoned, cleans, rows)
     print(text, end="")
@@ -98,11 +103,20 @@ def write(args: Any, argv: list[str] | None, poisoned: Any, cleans: Any, rows: l
     lines = ["| agent | poison (sequences run) | clean runs |", "| --- | --- | --- |"]
     for name, found in poisoned.items():
         total = sum(found.values())
-        lines.append(f"| {name} | " + ", ".join(f"{k} {v} of {total}" for k, v in sorted(found.items()))
-                     + " | " + ", ".join(f"{k} {v}" for k, v in sorted(cleans[name].items())) + " |")
+        lines.append(
+            f"| {name} | "
+            + ", ".join(f"{k} {v} of {total}" for k, v in sorted(found.items()))
+            + " | "
+            + ", ".join(f"{k} {v}" for k, v in sorted(cleans[name].items()))
+            + " |"
+        )
     lines += ["", "| agent | seed | poison | clean runs |", "| --- | --- | --- | --- |", *rows]
-    return report(args, "The live watch on issue 68's cases, per agent",
-                  sys.argv[1:] if argv is None else argv, lines)  # fmt: skip
+    return report(
+        args,
+        "The live watch on issue 68's cases, per agent",
+        sys.argv[1:] if argv is None else argv,
+        lines,
+    )
 
 
 if __name__ == "__main__":

@@ -55,8 +55,14 @@ def cut_short(agent: Agent, served: Path, batches: list[Any], seed: int) -> Run:
     shutil.copytree(served, folder)
     new = agent.clean(len_of(agent, batches[0]), seed + 1000)
     bad = agent.wrong(new, seed) if not agent.short_options else new
-    return run(agent, folder, [*batches, bad], steps=agent.short_steps,
-               options=agent.short_options, resume=agent.short_resume)  # fmt: skip
+    return run(
+        agent,
+        folder,
+        [*batches, bad],
+        steps=agent.short_steps,
+        options=agent.short_options,
+        resume=agent.short_resume,
+    )
 
 
 def clean_growth(agent: Agent, served: Path, batches: list[Any], seed: int) -> tuple[str, Run]:
@@ -93,15 +99,25 @@ def keep_pair(agent: Agent, folder: Path, first: Run, seed: int, records: int, o
     fresh = folder.with_name("fresh")
     fresh.mkdir(exist_ok=True)
     data = agent.write(fresh, [agent.clean(records, 40_000 + seed)])
-    request = TrainRequest(agent=agent.name, precision=PrecisionRequest("fp32"),
-                           precision_reason="benchmark", state_dir=fresh,
-                           checkpoint_dir=fresh / "ck", device="cpu", data_path=data)  # fmt: skip
+    request = TrainRequest(
+        agent=agent.name,
+        precision=PrecisionRequest("fp32"),
+        precision_reason="benchmark",
+        state_dir=fresh,
+        checkpoint_dir=fresh / "ck",
+        device="cpu",
+        data_path=data,
+    )
     assert served is not None and candidate is not None
     a = agent.plugin.score_records(candidate, request)
     b = agent.plugin.score_records(served, request)
     assert a.ids == b.ids
-    np.savez_compressed(out, candidate=np.array(a.losses), served=np.array(b.losses),
-             segments=np.array(a.segments or ["all"] * len(a.ids)))  # fmt: skip
+    np.savez_compressed(
+        out,
+        candidate=np.array(a.losses),
+        served=np.array(b.losses),
+        segments=np.array(a.segments or ["all"] * len(a.ids)),
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -120,7 +136,9 @@ def main(argv: list[str] | None = None) -> None:
         for name in args.agents.split(","):
             agent = every[name]
             for seed in range(args.sequences):
-                served, batches = serve_first(agent, Path(tmp), f"{name}-{seed}", args.records, seed)
+                served, batches = serve_first(
+                    agent, Path(tmp), f"{name}-{seed}", args.records, seed
+                )
                 short = cut_short(agent, served, batches, seed)
                 growth, first = clean_growth(agent, served, batches, seed)
                 if args.pair is not None and name == "se_darwin" and seed == 0:
@@ -129,8 +147,11 @@ def main(argv: list[str] | None = None) -> None:
                 counts[name, "clean growth"][growth] += 1
                 shares[name].append(first.judging_share)
                 why = short.result.gate.reason[:140] if short.result.gate else ""
-                rows.append(f"| {name} | {seed} | {short.outcome}: {why} | {growth} | "
-                            f"{first.wall:.2f} s, {100 * first.judging_share:.1f}% |")  # fmt: skip
+                grew = first.result.gate.reason[:140] if first.result.gate else ""
+                rows.append(
+                    f"| {name} | {seed} | {short.outcome}: {why} | {growth}; first: "
+                    f"{grew} | {first.wall:.2f} s, {100 * first.judging_share:.1f}% |"
+                )
                 print(name, seed, short.outcome, growth, file=sys.stderr, flush=True)
                 write(args, argv, counts, shares, rows, [])
             shutil.rmtree(Path(tmp) / "fresh", ignore_errors=True)
@@ -141,30 +162,54 @@ def main(argv: list[str] | None = None) -> None:
             folder = served.with_name(served.name + "-grow")
             shutil.copytree(served, folder)
             grown = run(agent, folder, [*batches, agent.clean(args.cost // 2, 2099)])
-            costs.append(f"| {name} | {args.cost:,} | {grown.wall:.2f} s | {grown.train:.2f} s | "
-                         f"{100 * grown.judging_share:.1f}% | {grown.outcome} |")  # fmt: skip
+            costs.append(
+                f"| {name} | {args.cost:,} | {grown.wall:.2f} s | {grown.train:.2f} s | "
+                f"{100 * grown.judging_share:.1f}% | {grown.outcome} |"
+            )
             write(args, argv, counts, shares, rows, costs)
     print(write(args, argv, counts, shares, rows, costs), end="")
 
 
-def write(args: Any, argv: list[str] | None, counts: Any, shares: Any, rows: list[str],
-          costs: list[str]) -> str:  # fmt: skip
+def write(
+    args: Any, argv: list[str] | None, counts: Any, shares: Any, rows: list[str], costs: list[str]
+) -> str:
     lines = ["| agent | case | outcomes (of the sequences run) |", "| --- | --- | --- |"]
     for (name, case), found in counts.items():
         total = sum(found.values())
-        lines.append(f"| {name} | {case} | " + ", ".join(
-            f"{k} {v} of {total}" for k, v in sorted(found.items())) + " |")  # fmt: skip
-    lines += ["", "Judging and watching as a share of clean growth's first run (median, range):", ""]
+        lines.append(
+            f"| {name} | {case} | "
+            + ", ".join(f"{k} {v} of {total}" for k, v in sorted(found.items()))
+            + " |"
+        )
+    lines += [
+        "",
+        "Judging and watching as a share of clean growth's first run (median, range):",
+        "",
+    ]
     for name, found in shares.items():
-        lines.append(f"- {name}: {100 * statistics.median(found):.1f}% "
-                     f"({100 * min(found):.1f}-{100 * max(found):.1f}%), {len(found)} runs")  # fmt: skip
+        lines.append(
+            f"- {name}: {100 * statistics.median(found):.1f}% "
+            f"({100 * min(found):.1f}-{100 * max(found):.1f}%), {len(found)} runs"
+        )
     if costs:
-        lines += ["", "| agent | records | run | train | judging+watching | verdict |",
-                  "| --- | --- | --- | --- | --- | --- |", *costs]  # fmt: skip
-    lines += ["", "| agent | seed | cut short | clean growth | growth run, judging share |",
-              "| --- | --- | --- | --- | --- |", *rows]  # fmt: skip
-    return report(args, "The gate on issue 68's cases, per agent", sys.argv[1:] if argv is None else argv,
-           lines)  # fmt: skip
+        lines += [
+            "",
+            "| agent | records | run | train | judging+watching | verdict |",
+            "| --- | --- | --- | --- | --- | --- |",
+            *costs,
+        ]
+    lines += [
+        "",
+        "| agent | seed | cut short | clean growth | growth run, judging share |",
+        "| --- | --- | --- | --- | --- |",
+        *rows,
+    ]
+    return report(
+        args,
+        "The gate on issue 68's cases, per agent",
+        sys.argv[1:] if argv is None else argv,
+        lines,
+    )
 
 
 if __name__ == "__main__":
