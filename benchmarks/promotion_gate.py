@@ -13,8 +13,8 @@ batch, wrong labels and budget are): a first model served on ``records`` clean r
   recipe trains; the scaffold its default 100, continuing a served model trained 1,000);
   rlhf_ppo, which has no labels the gate could judge it against, gets a damaged
   candidate instead: a fresh policy trained 8 steps at learning rate 1.0 on a new clean
-  task file (fresh: a resumed run keeps its optimizer's saved learning rate). Target:
-  rejected in >= 9 of 10.
+  task file (continuing the served policy at that rate, it still came out better than
+  the served one in a first try: why was not looked into). Target: rejected in >= 9 of 10.
 * **clean growth**: ``records`` fresh clean records appended, a candidate trained; when
   it is ``inconclusive``, up to two more runs, each after ``records // 4`` more clean
   records (the kept candidate is judged again first). Target: promoted in >= 8 of 10,
