@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import random
 import subprocess
 import sys
@@ -75,6 +76,7 @@ class Agent:
     short_steps: int = 3
     short_options: dict[str, Any] = field(default_factory=dict)
     short_resume: bool = True  # the cut-short candidate continues the served model
+    has_labels: bool = True  # False: the cut-short case is a damaged candidate on clean data
 
 
 # se_darwin: a folder of pools, one file a batch.
@@ -196,6 +198,7 @@ def agents(root: Path) -> dict[str, Agent]:
             short_steps=8,
             short_options={"lr": 1.0, "critic_lr": 1.0},
             short_resume=False,
+            has_labels=False,
         ),
     }
 
@@ -259,7 +262,8 @@ def run(agent: Agent, folder: Path, batches: list[Batch], **kw: Any) -> Run:
 
 def _commit() -> str:
     """The commit the benchmark's code is at (read when it starts: a later commit in
-    the same folder must not name a run it did not make), "+" when files differ."""
+    the same folder must not name a run it did not make), and whether tracked files
+    differed from it."""
     git = ["git", "-C", str(Path(__file__).parent)]
     head = subprocess.run(
         [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
@@ -283,8 +287,8 @@ def header(title: str, argv: list[str]) -> list[str]:
         f"# {title}",
         "",
         f"`python {' '.join([sys.argv[0], *argv])}` at {STARTED_AT}, machine "
-        f"`{machine_slug(torch.device('cpu'))}` (2 cores shared with other sessions), load "
-        f"average {' '.join(load)} when written, torch threads {torch.get_num_threads()}, "
+        f"`{machine_slug(torch.device('cpu'))}` ({os.cpu_count()} CPUs), load average "
+        f"{' '.join(load)} when written, torch threads {torch.get_num_threads()}, "
         "fp32 on the CPU.",
         "",
     ]

@@ -54,7 +54,7 @@ def cut_short(agent: Agent, served: Path, batches: list[Any], seed: int) -> Run:
     folder = served.with_name(served.name + "-short")
     shutil.copytree(served, folder)
     new = agent.clean(len_of(agent, batches[0]), seed + 1000)
-    bad = agent.wrong(new, seed) if not agent.short_options else new
+    bad = agent.wrong(new, seed) if agent.has_labels else new
     return run(
         agent,
         folder,
