@@ -2,9 +2,9 @@
 
 ``observe`` reads a finished run's ``live`` (a
 :class:`~genesis_fp16_infrastructure.contract.reports.LiveReport`, from
-genesis_fp16_infrastructure.recipes.retrain.live_watch) and its gate verdict; it is called
-for every se_darwin-style run, so that the rollback counter exists at 0 before its first
-rollback (an ``increase()`` over it then sees the first one).
+genesis_fp16_infrastructure.judging.watch) and its gate verdict; it is called for every
+judged run, so that the rollback counter exists at 0 before its first rollback (an
+``increase()`` over it then sees the first one).
 
 Rollbacks are counted from the served-model pointer's journal, not from the run's report:
 a child killed after its rollback reached the pointer sends no report, and its rollback
@@ -43,7 +43,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from genesis_fp16.metrics.watch_state import watch_state
 from genesis_fp16_infrastructure.contract import GateReport, LiveReport
 
-LIVE_REGRESSION = "live_regression"  # the watch's rollback reason (judge_sets.LIVE_REGRESSION)
+LIVE_REGRESSION = "live_regression"  # the watch's rollback reason (judging.watch)
 BOUNDS = ("estimate", "lower", "upper")
 
 

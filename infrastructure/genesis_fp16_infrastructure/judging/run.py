@@ -116,6 +116,7 @@ from genesis_fp16_infrastructure.training.checkpoint_files import (
     summary_path,
 )
 from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
+from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
 logger = logging.getLogger(__name__)
@@ -131,12 +132,18 @@ def run_plugin(plugin: AgentPlugin, request: TrainRequest) -> TrainResult:
 
 
 class _Served:
-    """The served model as this run sees it: pointer, checkpoint, losses, known ids."""
+    """The served model as this run sees it: pointer, checkpoint, losses, known ids. The
+    pointer is the one the job's plan read (``request.snapshot``: a run's child opens no
+    state file to find it), else read now; ``again``: read now (the watch changed it)."""
 
-    def __init__(self, plugin: JudgedPlugin, request: TrainRequest) -> None:
+    def __init__(self, plugin: JudgedPlugin, request: TrainRequest, again: bool = False) -> None:
         folder = Path(request.checkpoint_dir)
+        snapshot = None if again else request.snapshot
         try:
-            self.pointer: ServedPointer | None = read_pointer(folder) or _adopt(folder)
+            if snapshot is not None and snapshot.pointer_error is not None:
+                raise ServedPointerError(snapshot.pointer_error)
+            pointer = read_pointer(folder) if snapshot is None else snapshot.pointer
+            self.pointer: ServedPointer | None = pointer or _adopt(folder)
             self.checkpoint = None if self.pointer is None else checkpoint_of(folder, self.pointer)
         except ServedPointerError as exc:
             raise TrainRequestError(str(exc).replace("AGENT", request.agent)) from None
@@ -180,7 +187,60 @@ def _adopt(folder: Path) -> ServedPointer | None:
 
 def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest) -> TrainResult:
     """One judged run (module docstring); the result carries the gate's report and the
-    live watch's (``live``)."""
+    live watch's (``live``). Under torchrun, rank 0 judges and every rank trains in the
+    candidate folder rank 0 made (:func:`_ranked`)."""
+    rank, world = rank_and_world()
+    if world == 1:
+        return _judged_run(plugin, judged, request, lambda _: None)
+    return _ranked(plugin, judged, request, rank)
+
+
+def _ranked(
+    plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest, rank: int
+) -> TrainResult:
+    """Torchrun: rank 0 scores, watches, decides and makes the candidate, and tells the
+    other ranks what came of it (one broadcast): train in that folder (the plugin's
+    ranks train together; rank 0 then judges alone), or the run's result, or why it was
+    refused (one line on every rank)."""
+    if rank == 0:
+        said: list[tuple[str, Any]] = []
+
+        def tell(told: tuple[str, Any]) -> None:
+            said.append(told)
+            _broadcast(told)
+
+        try:
+            return _judged_run(plugin, judged, request, tell)
+        except BaseException as exc:
+            if not said:  # the others still wait for rank 0's word
+                _broadcast(("refused", f"{type(exc).__name__}: {exc}"))
+            raise
+    kind, value = _broadcast(None)
+    if kind == "train":
+        return plugin.train(replace(request, checkpoint_dir=Path(value)))
+    if kind == "done":
+        return TrainResult.from_json(value)
+    raise TrainRequestError(f"{request.agent}: rank 0 refused the run: {value}")
+
+
+def _broadcast(told: tuple[str, Any] | None) -> tuple[str, Any]:
+    """Rank 0's word (``told``) as every rank receives it."""
+    import torch.distributed as dist
+
+    box = [told]
+    dist.broadcast_object_list(box, src=0)
+    assert box[0] is not None
+    return box[0]
+
+
+def _judged_run(
+    plugin: AgentPlugin,
+    judged: JudgedPlugin,
+    request: TrainRequest,
+    tell: Callable[[tuple[str, Any]], Any],
+) -> TrainResult:
+    """The judged run itself; ``tell``: what the other ranks must know (nothing to do
+    alone)."""
     started = time.monotonic()
     served = _Served(judged, request)
     live = None
@@ -193,16 +253,21 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
             lambda path: _score(judged, path, request, required=False),
         )
         if live is not None and live.get("rolled_back"):  # the figures, a dict here
-            served = _Served(judged, request)  # the predecessor, served again
+            served = _Served(judged, request, again=True)  # the predecessor, served again
     rejudged = _rejudge_kept(judged, request, served)  # issue 62: before any training
+    done = None
     if rejudged is not None:
-        return _up_to_date(request, served, time.monotonic() - started, live, rejudged)
-    if _nothing_new(served, request):
-        return _up_to_date(request, served, time.monotonic() - started, live)
+        done = _up_to_date(request, served, time.monotonic() - started, live, rejudged)
+    elif _nothing_new(served, request):
+        done = _up_to_date(request, served, time.monotonic() - started, live)
+    if done is not None:
+        tell(("done", done.to_json()))
+        return done
     candidate = new_candidate(Path(request.checkpoint_dir), _meta(request, served))
     if served.checkpoint is not None and request.resume:
         _continue_from(served.checkpoint, candidate)
     before = time.monotonic() - started  # the served model scored and watched
+    tell(("train", str(candidate)))
     result = plugin.train(replace(request, checkpoint_dir=candidate))
     gate = _judge(judged, request, served, candidate, result)
     rejected: GateOutcome = "rejected"
@@ -263,7 +328,8 @@ def _score(
 def _nothing_new(served: _Served, request: TrainRequest) -> bool:
     """The served model knew every current record, or the last candidate judged against
     it trained on them already (rejected, or held by the pin: the same records would
-    train the same candidate again); a forced run trains all the same."""
+    train the same candidate again; under a pin, promoted too: a pin is never undone by
+    training the same data again); a forced run trains all the same."""
     if request.forced or served.losses is None or served.known is None:
         return False
     if not records_are_training_data(served.plugin) or _other_options(served, request):
@@ -271,7 +337,8 @@ def _nothing_new(served: _Served, request: TrainRequest) -> bool:
     ids = stores.id_hashes(served.losses.ids)
     if stores.known(ids, served.known).all():
         return True
-    last = _last_judged(Path(request.checkpoint_dir), served.id)
+    pinned = served.pointer is not None and served.pointer.pinned is not None
+    last = _last_judged(Path(request.checkpoint_dir), served.id, pinned)
     return last is not None and bool(stores.known(ids, last).all())
 
 
@@ -290,21 +357,28 @@ def _other_options(served: _Served, request: TrainRequest) -> bool:
     return recorded is not None and recorded != _options(request)
 
 
-def _last_judged(folder: Path, served_id: str | None) -> np.ndarray | None:
+def _last_judged(folder: Path, served_id: str | None, pinned: bool) -> np.ndarray | None:
     """The known ids of the newest candidate that continued ``served_id`` and was judged
-    (not promoted: a promoted one is served, or was rolled back); None: there is none."""
+    (not promoted, unless ``pinned``: a promoted one is served, or was rolled back);
+    None: there is none."""
     for candidate in reversed(list_candidates(folder)):
         meta = read_json(candidate / CANDIDATE_META) or {}
         verdict = read_json(candidate / VERDICT_NAME) or {}
         if meta.get("continues") != served_id or verdict.get("outcome") is None:
             continue
-        if verdict.get("outcome") in _NOT_SERVED:
+        if verdict.get("outcome") in _NOT_SERVED or pinned:
             return stores.read_known_ids(candidate)
         return None
     return None
 
 
-_NOT_SERVED: tuple[GateOutcome, ...] = ("rejected", "held", "undecided", "inconclusive")
+_NOT_SERVED: tuple[GateOutcome, ...] = (
+    "rejected",
+    "held",
+    "undecided",
+    "inconclusive",
+    "rolled_back",
+)
 
 
 def _meta(request: TrainRequest, served: _Served) -> dict[str, Any]:

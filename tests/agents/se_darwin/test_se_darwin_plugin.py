@@ -198,7 +198,9 @@ def test_only_rank_0_writes_quarantined_records(data: Path, tmp_path: Path) -> N
     mp.start_processes(_quarantine_rank, (init, str(tmp_path)), nprocs=2, start_method="spawn")
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     quarantine = tmp_path / "ckpt" / "quarantine.jsonl"
-    assert ranks[0]["given"] == [str(quarantine)] and ranks[1]["given"] == [None]
+    # rank 0's later reads are the gate's scoring (it quarantines nothing: None)
+    assert ranks[0]["given"][0] == str(quarantine) and set(ranks[0]["given"][1:]) <= {None}
+    assert ranks[1]["given"] == [None]
     assert [r["quarantined"] for r in ranks] == [1, 1]
     assert [r["steps"] for r in ranks] == [2, 2]
     lines = quarantine.read_text().splitlines()
@@ -236,15 +238,16 @@ def test_default_budget_stops_on_validation_and_more_steps_never_serve_worse(
 ) -> None:
     """With no steps or epochs the run stops on validation; it reports the best step, the
     stop, the evaluation (this 1,500-record pool's default: 5-fold, out of fold over every
-    record) and the AUC interval; a shorter cap follows the same trajectory and its served
-    validation log-loss is never better; the predictor serves the best weights."""
+    record it trains on: all but the judged run's held-out fifth) and the AUC interval; a
+    shorter cap follows the same trajectory and its served validation log-loss is never
+    better; the predictor serves the best weights."""
     full = _train(data, tmp_path / "full", steps=None)
     early = full.early_stop
     assert early.stop_reason.startswith("no improvement in 8 validations")
     assert early.best_step < full.steps and early.best == min(v for _, v in early.history)
     split = full.extra["split"]
     assert split["mode"] == "cross_validation" and split["folds"] == 5
-    assert split["records"] == full.extra["examples"] == full.eval["examples"]
+    assert split["records"] == full.eval["examples"] < 0.9 * full.extra["examples"]
     assert full.eval["auc_ci_low"] < full.eval["auc"] < full.eval["auc_ci_high"]
     cap = early.history[1][0]  # stop after the second validation
     short = _train(data, tmp_path / "short", steps=cap)

@@ -79,7 +79,7 @@ def test_a_pinned_model_survives_unchanged_data_and_holds_a_better_candidate(
     )
     verdict = read_json(held / "verdict.json")
     assert verdict is not None and verdict["outcome"] == "held"
-    assert verdict["reason"].startswith("pinned: ") and verdict["comparisons"]
+    assert verdict["reason"].startswith("pinned by the operator: ") and verdict["comparisons"]
     pointer = read_pointer(folder)
     assert pointer is not None and pointer.served["id"] == first and pointer.pinned
     ups = _runs(daemon, "up_to_date")

@@ -55,7 +55,7 @@ def test_a_rejected_candidate_keeps_the_served_model_serving(
     daemon_factory: DaemonFactory, tmp_path: Path
 ) -> None:
     """New records with every label flipped train a candidate the golden pool judges worse:
-    outcome rejected (both scores and δ logged, counted), the prediction API returns the
+    outcome rejected (its loss and the comparison logged, counted), the prediction API returns the
     old scores, the candidate is kept, and the same data does not train it again."""
     pool, golden = tmp_path / "pool", tmp_path / "golden.json"
     pool.mkdir()
@@ -75,15 +75,14 @@ def test_a_rejected_candidate_keeps_the_served_model_serving(
     event = next(e for e in daemon.events("training run finished") if e["outcome"] == "rejected")
     gate = event["gate"]
     golden_set = next(c for c in gate["comparisons"] if c["set"] == "golden")
-    assert golden_set["passed"] is False and golden_set["delta_auc"] >= 0.005
-    assert golden_set["candidate"]["auc"] < golden_set["served"]["auc"]
+    assert golden_set["passed"] is False and golden_set["finding"] == "worse", golden_set
     pointer = read_pointer(folder)
     assert pointer is not None and pointer.served["id"] == served.served["id"]
     assert _scores(folder, golden) == before  # the prediction API serves the old model
     verdict = read_json(folder / "candidates" / gate["candidate_id"] / "verdict.json")
     assert verdict is not None and verdict["outcome"] == "rejected"
     quality = "genesis_fp16_candidate_model_quality"
-    assert daemon.sample(quality, agent=AGENT, score="auc") == gate["candidate"]["auc"]
+    assert daemon.sample(quality, agent=AGENT, score="loss") == gate["candidate"]["loss"]
     # Up to date against the rejected candidate: no second candidate of the same data.
     ups = _runs(daemon, "up_to_date")
     daemon.wait_for(lambda: _runs(daemon, "up_to_date") >= ups + 2, "two up-to-date runs", 120)

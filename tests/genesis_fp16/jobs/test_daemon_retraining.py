@@ -46,8 +46,9 @@ def test_a_pool_that_changes_is_learned_and_an_unchanged_one_is_up_to_date(
 ) -> None:
     """Unchanged: up_to_date runs (no step, counted under their own outcome, the model's
     records and last success exported); grown by a new agent: learned afresh (steps, the
-    new records counted, an encoder that knows the new agent); shrunk or relabelled:
-    trained again."""
+    new records counted, an encoder that knows the new agent); relabelled: trained again
+    (new records, by their judged ids); shrunk: up to date (every record left was learned
+    or judged: the judged run's rule, issue 68)."""
     pool = tmp_path / "pool"
     pool.mkdir()
     _write(pool / "se_darwin.json", generate_pool(300, seed=4))
@@ -99,7 +100,13 @@ def test_a_pool_that_changes_is_learned_and_an_unchanged_one_is_up_to_date(
     kept = dict(list(relabelled["trajectories"].items())[50:])
     seen = len(daemon.events("training run finished"))
     _write(pool / "se_darwin.json", {**relabelled, "trajectories": kept})
-    assert _trained_after(daemon, seen)["data"]["removed"] == 50
+    daemon.wait_for(
+        lambda: any(
+            e["outcome"] == "up_to_date" for e in daemon.events("training run finished")[seen:]
+        ),
+        "an up-to-date run on the shrunk pool",
+        180,
+    )
     assert _runs(daemon, "failed") == 0
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG
+from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATES_FOLDER, QUARANTINE_LOG
 from genesis_fp16_infrastructure.agent_folder.lifecycle import newest_checkpoint
 from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainRequest,
@@ -193,8 +193,8 @@ def _served_copy(
     trains afresh (its encoder fitted on the current records): the copy is removed, so
     that it is never offered as the candidate."""
     newest = newest_checkpoint(candidate)
-    if newest is None:
-        return None, None, None
+    if newest is None or (rank_and_world()[0] != 0 and not request.forced):
+        return None, None, None  # torchrun: rank 0 alone removes the copy (and reports drift)
     try:
         loaded = read_checkpoint(newest)
         state = read_world_model_state(loaded.state)
@@ -266,4 +266,7 @@ def _quarantine_path(request: TrainRequest) -> Path | None:
     """
     if rank_and_world()[0] != 0:
         return None
-    return request.quarantine_path or QUARANTINE_LOG.at(Path(request.checkpoint_dir))
+    folder = Path(request.checkpoint_dir)  # a judged run's candidates/<id>: the agent's
+    if folder.parent.name == CANDIDATES_FOLDER:
+        folder = folder.parent.parent
+    return request.quarantine_path or QUARANTINE_LOG.at(folder)
