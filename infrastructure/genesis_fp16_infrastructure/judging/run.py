@@ -99,7 +99,6 @@ from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.gate import (
     MIN_RECORDS,
-    SEGMENT_MIN_RECORDS,
     Paired,
     compare,
     compare_segments,
@@ -567,9 +566,11 @@ def _on_known(
     knew (it was judged on them), asked on its own when the records also hold new ones:
     a candidate that learned the new records' noise gains there what it loses on the
     records the served model was shown good on, and the new ones must not excuse it.
-    Under ``SEGMENT_MIN_RECORDS`` of them (the segment rule's threshold) it is a veto
-    only: shown worse, the candidate is rejected; not shown no worse, it holds nothing
-    back (the known records do not grow, and so few could hardly ever show it). Empty
+    It is a veto, as a known segment is (issue 68's gate with power): shown worse, the
+    candidate is rejected; not shown no worse, it holds nothing back. The known records
+    never grow, so a required question there held clean growth back for good whenever a
+    candidate trained afresh could not show itself within the margin on them (se_darwin:
+    inconclusive on the same 382 records after 1,000 more arrived). Empty
     when every record is known, fewer than two are, or the plugin's records are
     evaluation episodes (a new task file is not noise)."""
     if served.known is None or served.losses is None:
@@ -581,7 +582,7 @@ def _on_known(
     if knew.all() or count < MIN_RECORDS:
         return []
     found = compare("known", losses.take(knew.tolist()), served.losses, span, margin)
-    return [replace(found, required=count >= SEGMENT_MIN_RECORDS)]
+    return [replace(found, required=False)]
 
 
 def _judged_records(

@@ -311,3 +311,37 @@ def test_an_inconclusive_candidate_is_judged_again_without_training(tmp_path: Pa
     assert list_candidates(tmp_path / "checkpoints") == candidates
     pointer = read_pointer(tmp_path / "checkpoints")
     assert pointer is not None and pointer.served["id"] == kept
+
+
+def test_the_known_records_are_a_veto_that_holds_no_clean_candidate_back() -> None:
+    """Issue 68's gate with power: 400 held-out records the served model knew, on which
+    a candidate trained afresh is neither shown within the margin nor beyond it, do not
+    hold back its promotion on the pooled held-out records (se_darwin's clean growth
+    stayed inconclusive on the same known records for good); shown worse there, it is
+    still rejected."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from genesis_fp16_infrastructure.judging.gate import compare, decide
+    from genesis_fp16_infrastructure.judging.run import _on_known
+
+    rng = np.random.default_rng(7)
+    ids = [f"r{i}" for i in range(2000)]
+    theirs = RecordLosses.of(ids, rng.uniform(0.2, 0.6, 2000).tolist())
+    served = SimpleNamespace(
+        known=np.sort(stores.id_hashes(ids[:400])), losses=theirs, plugin=object()
+    )
+
+    def margin(mean: float) -> float:
+        return 0.01
+
+    for shift, outcome in ((0.005, "promoted"), (0.1, "rejected")):
+        noise = rng.normal(0.0, 0.1, 2000)
+        noise[400:] = rng.normal(-0.02, 0.02, 1600)
+        noise[:400] += shift
+        ours = RecordLosses.of(ids, np.maximum(np.array(theirs.losses) + noise, 0.0).tolist())
+        (on_known,) = _on_known(ours, served, 1.0, margin)  # type: ignore[arg-type]
+        assert on_known.records == 400 and not on_known.required
+        whole = compare("held_out", ours, theirs, 1.0, margin)
+        assert decide([whole, on_known])[0] == outcome
