@@ -110,7 +110,7 @@ def test_an_up_to_date_run_reports_the_precision_and_reason_asked_now(
     assert first["precision_used"] == "fp32"
     _no_reading(monkeypatch)
     request = replace(_request(data, ckpt), precision="bf16", precision_reason="asked now")
-    out = plugin.train(request)
+    out = _run(request)
     assert out.up_to_date and out.steps == 0
     assert (out.precision_requested, out.precision_used) == ("bf16", "bf16")
     assert out.precision_reason.startswith("asked now; up to date, no step taken")
