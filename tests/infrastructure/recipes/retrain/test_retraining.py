@@ -29,13 +29,6 @@ def pool(tmp_path: Path) -> Path:
     return folder
 
 
-def _served_state(ckpt: Path) -> dict[str, object]:
-    served = served_checkpoint(ckpt)
-    assert served is not None
-    state: dict[str, object] = torch.load(served, weights_only=True)
-    return state
-
-
 def test_an_unchanged_pool_is_up_to_date_and_takes_no_step(pool: Path, tmp_path: Path) -> None:
     """The same records again: outcome up_to_date, no step, the same checkpoint, and the
     served model's loss on them as the gate scored it."""
