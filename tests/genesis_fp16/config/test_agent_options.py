@@ -92,8 +92,9 @@ def test_train_option_preset_runs_the_kl_in_fp32(tmp_path: Path) -> None:
 
 def test_train_option_final_fit_whole_serves_the_refit(tmp_path: Path) -> None:
     """`train se_darwin --option final_fit=whole --json`: the refit trains on every record
-    the judged run does not hold out; extra.final_fit names its checkpoint, in the candidate's folder, which the prediction API loads from the agent's
-    folder (its served-model pointer); a bad value is one line."""
+    the judged run does not hold out; extra.final_fit names its checkpoint, in the
+    candidate's folder, which the prediction API loads from the agent's folder (its
+    served-model pointer); a bad value is one line."""
     data = write_pool(tmp_path / "data", 300, seed=4)
     ckpt = tmp_path / "ckpt"
     proc = _cli(
