@@ -68,6 +68,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     ServedPointer,
     ServedPointerError,
@@ -127,7 +128,12 @@ logger = logging.getLogger(__name__)
 
 def run_plugin(plugin: AgentPlugin, request: TrainRequest) -> TrainResult:
     """Train ``plugin`` as ``request`` asks: a judged run when it declares judged models,
-    its own ``train`` otherwise."""
+    its own ``train`` otherwise. When the plan's data check (``request.snapshot``) found
+    nothing changed since the served model's run, its up-to-date result, and nothing
+    read (the daemon answers it before starting a child; ``train`` and others here)."""
+    check = request.snapshot.data if request.snapshot is not None else None
+    if check is not None and check.up_to_date is not None:
+        return TrainResult.from_json(check.up_to_date)
     judged = judging_of(plugin)
     if judged is None:
         return plugin.train(request)
@@ -154,7 +160,11 @@ class _Served:
         self.losses: RecordLosses | None = None
         self.known: np.ndarray | None = None
         if self.checkpoint is not None:
-            self.losses = _score(plugin, self.checkpoint, request, required=True)
+            # The run's first read of the data: the plugin keeps what it quarantines (a run
+            # that takes no step reads nothing else; its count is the run's).
+            kept = request.quarantine_path or QUARANTINE_LOG.at(folder)
+            reading = replace(request, quarantine_path=kept)
+            self.losses = _score(plugin, self.checkpoint, reading, required=True)
             self.known = stores.read_known_ids(self.checkpoint.parent)
 
     @cached_property
@@ -317,7 +327,7 @@ def _score(
             )
         # Checked again on a copy of its own, here where it is used: the plugin's object
         # may have been changed since it was built (object.__setattr__ on a frozen one).
-        return RecordLosses(losses.ids, losses.losses, losses.segments)
+        return RecordLosses(losses.ids, losses.losses, losses.segments, losses.quarantined)
     except CheckpointChangedError:
         raise
     except (RecordLossesError, TrainRequestError, OSError, ValueError) as exc:
@@ -742,7 +752,7 @@ def _up_to_date(
         samples_per_second=0.0,
         wall_seconds=round(seconds, 6),
         checkpoint=served.checkpoint,
-        quarantined=0,
+        quarantined=served.losses.quarantined,
         up_to_date=rejudged is None,
         up_to_date_against=None if rejudged else why,
         rejected=rejudged is not None and rejudged.outcome == Outcome.REJECTED,
