@@ -203,9 +203,18 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
     live watch's (``live``). Under torchrun, rank 0 judges and every rank trains in the
     candidate folder rank 0 made (:func:`_ranked`)."""
     rank, world = rank_and_world()
-    if world == 1:
-        return _judged_run(plugin, judged, request, lambda _: None)
-    return _ranked(plugin, judged, request, rank)
+    # The agent's folder has one judged run at a time (rank 0's): another process that
+    # writes it is refused at once, in one line naming it (CheckpointFolderBusy).
+    owner = CheckpointManager(request.checkpoint_dir) if rank == 0 else None
+    if owner is not None:
+        owner.claim(f"{request.agent} judged run (agent folder {request.checkpoint_dir})")
+    try:
+        if world == 1:
+            return _judged_run(plugin, judged, request, lambda _: None)
+        return _ranked(plugin, judged, request, rank)
+    finally:
+        if owner is not None:
+            owner.release()
 
 
 def _ranked(
