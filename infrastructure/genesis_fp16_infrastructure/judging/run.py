@@ -68,6 +68,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from genesis_fp16_infrastructure.agent_folder import data_manifest
 from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     ServedPointer,
@@ -94,7 +95,7 @@ from genesis_fp16_infrastructure.contract.judging import (
     records_are_training_data,
 )
 from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin, TrainRequestError
-from genesis_fp16_infrastructure.contract.reports import GateReport, LiveReport
+from genesis_fp16_infrastructure.contract.reports import DataReport, GateReport, LiveReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.judging import stores
@@ -284,6 +285,8 @@ def _judged_run(
     elif _nothing_new(served, request):
         done = _up_to_date(request, served, time.monotonic() - started, live)
     if done is not None:
+        if rejudged is None:
+            _renew_manifest(request, served)
         tell(("done", done.to_json()))
         return done
     candidate = new_candidate(Path(request.checkpoint_dir), _meta(request, served))
@@ -728,6 +731,36 @@ def _needed(comparisons: list[Paired]) -> int | None:
     return None if not needs or None in needs else max(n for n in needs if n is not None)
 
 
+def _unchanged(losses: RecordLosses, known: np.ndarray | None) -> DataReport:
+    """An up-to-date run's data report, from the records it scored: none new; those the
+    served model knew and the pool no longer holds, removed. The fingerprint is the
+    digest of the current records' ids."""
+    ids = np.unique(stores.id_hashes(losses.ids))
+    digest = hashlib.sha256(ids.tobytes()).hexdigest()[:32]
+    removed = None if known is None else int((~stores.known(known, ids)).sum())
+    return DataReport(
+        records=len(ids),
+        fingerprint=digest,
+        change="unchanged",
+        previous_records=None if known is None else len(known),
+        new=0,
+        removed=removed,
+        relabelled=0,
+        checked_by="records",
+    )
+
+
+def _renew_manifest(request: TrainRequest, served: _Served) -> None:
+    """Nothing new after reading the files: the served model's data manifest (when its
+    plugin keeps one) vouches for the files as the plan scanned them, so the next run is
+    answered without a read (a copy, a quarantined file, a touched file)."""
+    check = request.snapshot.data if request.snapshot is not None else None
+    if check is None or check.scan is None or served.checkpoint is None:
+        return
+    if data_manifest.renew(served.checkpoint, check.scan.to_json()):
+        logger.info("%s: nothing new in the files read: their manifest renewed", request.agent)
+
+
 def _up_to_date(
     request: TrainRequest,
     served: _Served,
@@ -744,6 +777,9 @@ def _up_to_date(
     used = cast(PrecisionName, precision if precision in ("fp32", "bf16", "fp16") else "fp32")
     records = len(served.losses.ids)
     why = f"nothing new: all {records} current records were learned or judged already"
+    data = None
+    if rejudged is None:
+        data = _unchanged(served.losses, served.known)
     return TrainResult(
         agent=request.agent,
         precision_requested=request.precision.requested,
@@ -762,6 +798,7 @@ def _up_to_date(
         wall_seconds=round(seconds, 6),
         checkpoint=served.checkpoint,
         quarantined=served.losses.quarantined,
+        data=data,
         up_to_date=rejudged is None,
         up_to_date_against=None if rejudged else why,
         rejected=rejudged is not None and rejudged.outcome == Outcome.REJECTED,

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder import data_manifest
 from genesis_fp16_infrastructure.agent_folder.layout import DATA_MANIFEST, RECORD_CACHE_FOLDER
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     ServedPointerError,
@@ -47,12 +47,8 @@ from genesis_fp16_infrastructure.data.record_cache import RecordCache
 logger = logging.getLogger(__name__)
 
 RECORD_NAME = DATA_MANIFEST.name
-# under the state folder, one folder per agent
-RECORD_VERSION = 1
-
-
-def record_path(folder: Path) -> Path:
-    return Path(folder) / RECORD_NAME
+RECORD_VERSION = data_manifest.RECORD_VERSION
+record_path = data_manifest.record_path
 
 
 def record_cache(request: TrainRequest, manifest: Manifest | None) -> RecordCache | None:
@@ -85,7 +81,7 @@ def save_record(
         # The live watch's report is this run's: an up-to-date run never reports it again.
         "result": {**result.to_json(), "live": None},
     }
-    _write(Path(request.checkpoint_dir), record)
+    data_manifest.write(Path(request.checkpoint_dir), record)
 
 
 def check_data(request: TrainRequest) -> DataCheck:
@@ -101,7 +97,7 @@ def check_data(request: TrainRequest) -> DataCheck:
         return DataCheck(None)
     served = _served(request)
     folder = None if served is None else served.parent
-    record = None if folder is None else _load(folder)
+    record = None if folder is None else data_manifest.load(folder)
     before = Manifest.from_json(record.get("manifest")) if record else None
     try:
         manifest, report = scan_files(Path(request.data_path), before)
@@ -123,7 +119,7 @@ def check_data(request: TrainRequest) -> DataCheck:
         )
         return DataCheck(manifest)
     if report.hashed and folder is not None:  # new mtimes: trust them next time
-        _write(folder, {**record, "manifest": manifest.to_json()})
+        data_manifest.write(folder, {**record, "manifest": manifest.to_json()})
     seconds = time.perf_counter() - start
     why = _unchanged(len(manifest.files), report.hashed)
     logger.info("%s: up to date by the data manifest, %s: no step to take", request.agent, why)
@@ -291,15 +287,3 @@ def _served_checkpoint_unchanged(request: TrainRequest, recorded: Any) -> bool:
     if (stat.st_size, stat.st_mtime_ns) != (recorded.get("size"), recorded.get("mtime_ns")):
         return False
     return served is not None and served.resolve() == path.resolve()
-
-
-def _load(folder: Path) -> dict[str, Any] | None:
-    """The folder's record; None when absent, of another version, or unusable (set aside
-    as ``data_manifest.json.unusable-*`` and reported: the run reads the pool)."""
-    record = files.load(record_path(folder), DATA_MANIFEST, files.json_object)
-    return record if record is not None and record.get("version") == RECORD_VERSION else None
-
-
-def _write(folder: Path, record: Mapping[str, Any]) -> None:
-    text = json.dumps(record, sort_keys=True)
-    files.write_bytes(record_path(folder), DATA_MANIFEST, text.encode("utf-8"))
