@@ -6,7 +6,8 @@ the request that asked for it (agent, options, seed), the candidate's checkpoint
 size, mtime) and its ``train --json`` result. A later run's plan asks :func:`check_data`
 once, which reads the record beside the served checkpoint (the pointer's); when the
 request is the same, the served checkpoint is the one recorded (the candidate was
-promoted, and is still served) and every data file holds the same bytes, the run ends
+promoted, and is still served) and the data files hold the same bytes (by digest, format
+and read order, whatever their names: ``Manifest.same_content``), the run ends
 ``up_to_date`` at once: no record parsed,
 no task built, no torch tensor made, and the daemon starts no child for it
 (``genesis_fp16/jobs/agent_job.py``). Anything else (no manifest, another request, a file
