@@ -174,6 +174,8 @@ def _rows(folder: Path, pointer: ServedPointer | None) -> list[dict[str, Any]]:
                 # Issue 62: an inconclusive one's records needed, and the sets or segments
                 # (se_darwin: Genesis agents) that were shown worse or left undecided.
                 "records_needed": verdict.records_needed,
+                # Issue 68: judged on held-out records, or on the plugin's training data
+                "evidence": verdict.evidence,
                 "deciding": _deciding(verdict.comparisons),
                 # The live watch's figures: the pointer's, or a rolled-back one's verdict's
                 "live": live.get(candidate.name) or verdict.live,
@@ -195,14 +197,17 @@ def _deciding(comparisons: list[Any]) -> list[str]:
 
 def _gate(row: dict[str, Any]) -> str:
     """The gate's verdict in a few words: an inconclusive one with the records it needs,
-    a rejected one with the set or segment that was worse."""
+    a rejected one with the set or segment that was worse; "(on training data)" when it
+    stands on records the candidate may have trained on (issue 68)."""
     verdict = str(row.get("gate_verdict") or "-")
-    if verdict == Outcome.INCONCLUSIVE:
-        needed = row.get("records_needed")
-        return f"{verdict}, needs {needed}" if needed else verdict
-    if verdict == Outcome.REJECTED and row.get("deciding"):
-        return f"rejected: {','.join(row['deciding'])}"
-    return verdict
+    text = verdict
+    if verdict == Outcome.INCONCLUSIVE and row.get("records_needed"):
+        text = f"{verdict}, needs {row['records_needed']}"
+    elif verdict == Outcome.REJECTED and row.get("deciding"):
+        text = f"rejected: {','.join(row['deciding'])}"
+    if row.get("evidence") == "training_data":
+        text += " (on training data)"
+    return text
 
 
 def _live(figures: Any) -> str:

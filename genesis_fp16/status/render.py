@@ -170,6 +170,8 @@ def _served_rows(served: ServedModel | None) -> list[Row]:
         rows.append(("pinned", served.pinned))
     if served.judging is not None:
         rows.append(("judging", served.judging))
+    if served.evidence is not None:
+        rows.append(("evidence", served.evidence))
     return rows
 
 

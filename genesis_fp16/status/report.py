@@ -34,6 +34,7 @@ from genesis_fp16_infrastructure.agent_folder.layout import AGENTS_FOLDER, SERVE
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     REPAIR,
     aside_path,
+    candidates_dir,
     list_candidates,
     newest_checkpoint,
     pointer_path,
@@ -97,6 +98,9 @@ class ServedModel:
     watch: dict[str, Any] | None = None
     # Issue 62: the newest candidate kept inconclusive (judged again as records arrive)
     judging: str | None = None
+    # Issue 68: the gate judged it on records it may have trained on (its verdict's
+    # evidence ``training_data``), in words; None: on held-out records, or not known
+    evidence: str | None = None
 
 
 @dataclass(frozen=True)
@@ -239,7 +243,22 @@ def _served_entry(path: Path, data: Any, idle_seconds: float) -> ServedModel:
         pinned=None if pinned in (None, False) else _describe_pin(pinned),
         watch=_watch(served, data.get("history"), idle_seconds),
         judging=_kept_inconclusive(path.parent),
+        evidence=_on_training_data(path.parent, served.get("id")),
     )
+
+
+def _on_training_data(folder: Path, served_id: Any) -> str | None:
+    """Why the served model's verdict does not stand on held-out records, when it does
+    not (issue 68: a plugin whose candidate names no records it trained on)."""
+    if not isinstance(served_id, str) or not served_id or "/" in served_id:
+        return None
+    try:
+        verdict = read_verdict(candidates_dir(folder) / served_id)
+    except OSError:
+        return None
+    if verdict.evidence != "training_data":
+        return None
+    return "judged on its training data: the plugin names no records it trained on"
 
 
 def _watch(served: dict[str, Any], history: Any, idle_seconds: float) -> dict[str, Any]:

@@ -81,6 +81,7 @@ class Verdict(_Kept):
     candidate: dict[str, Any] | None = None  # its scores on the deciding set
     served_id: str | None = None
     judged_on: str | None = None  # the data digest an inconclusive one was judged on
+    evidence: str | None = None  # held_out or training_data (GateReport.evidence)
     records_needed: int | None = None
     gate_outcome: Outcome | None = None
     decided_at: str | None = None

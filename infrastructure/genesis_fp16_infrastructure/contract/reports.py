@@ -211,6 +211,10 @@ class GateReport(Record):
     # the data digest it was judged on (judged again when the data moves on).
     records_needed: int | None = field(default=None, metadata=_OPTIONAL)
     judged_on: str | None = field(default=None, metadata=_OPTIONAL)
+    # Issue 68: the records the verdict stands on: ``held_out`` (neither model trained on
+    # them) or ``training_data`` (a plugin whose candidate names none it trained on);
+    # None: records no model trains on (rlhf_ppo's evaluation episodes), or older files.
+    evidence: Literal["held_out", "training_data"] | None = field(default=None, metadata=_OPTIONAL)
 
     def first_scores(self, side: Literal["candidate", "served"]) -> ScoresOn | None:
         """``side``'s scores on the first set that scored it."""

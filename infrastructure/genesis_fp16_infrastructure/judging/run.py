@@ -64,7 +64,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -477,7 +477,10 @@ def _judge(
         reason += _evidence(judged, held_out, served)
     digest = _data_digest(request.data_path)
     used = result.precision_used
-    report = _verdict(candidate, outcome, reason, started, used, comparisons, served.id, digest)
+    evidence = _evidence_kind(judged, held_out)
+    report = _verdict(
+        candidate, outcome, reason, started, used, comparisons, served.id, digest, evidence
+    )
     return _act(request, served, candidate, checkpoint, report, comparisons)
 
 
@@ -622,6 +625,16 @@ def _judged_records(
     return "held_out", losses.take(keep.tolist())
 
 
+def _evidence_kind(
+    judged: JudgedPlugin, held_out: bool
+) -> Literal["held_out", "training_data"] | None:
+    """The verdict's ``evidence``: held-out records, the plugin's training data (its
+    candidate names none it trained on), or None (records no model trains on)."""
+    if not records_are_training_data(judged):
+        return None
+    return "held_out" if held_out else "training_data"
+
+
 def _evidence(judged: JudgedPlugin, held_out: bool, served: _Served) -> str:
     """What a verdict's reason adds about its records: nothing when they are records
     neither model trained on; "on training data" when the candidate names none; that the
@@ -698,6 +711,7 @@ def _verdict(
     comparisons: list[Paired],
     served_id: str | None = None,
     judged_on: str | None = None,
+    evidence: Literal["held_out", "training_data"] | None = None,
 ) -> GateReport:
     """The gate's report, written as the candidate's verdict file (with the figures);
     ``judged_on``: the data's digest (an inconclusive one is judged again on other data)."""
@@ -716,6 +730,7 @@ def _verdict(
         candidate_id=candidate.name,
         records_needed=_needed(comparisons) if outcome == Outcome.INCONCLUSIVE else None,
         judged_on=judged_on,
+        evidence=evidence,
     )
     judged = {"judged": [c.to_json() for c in comparisons]}
     write_verdict(candidate, report.to_json() | judged)

@@ -15,7 +15,10 @@ from typing import Any
 
 import pytest
 
+from genesis_fp16.commands.model_list import list_models
 from genesis_fp16.scaffold import agent_source
+from genesis_fp16.status.report import read_served
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     list_candidates,
     read_json,
@@ -207,13 +210,16 @@ def test_a_model_served_before_the_split_is_judged_only_on_records_it_never_knew
     new_ids = agent.read_records(tmp_path / "records.jsonl", None)[0][len(old) :]
     assert _judged(verdict, "held_out")["records"] == int(HELD_OUT.of_ids(new_ids).sum())
     assert "known" not in {c["set"] for c in verdict["judged"]}
+    assert verdict["evidence"] == "held_out"
 
 
 def test_a_plugin_whose_checkpoints_name_no_records_is_judged_on_training_data(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A plugin that names no records it trained on (written before the split) is still
-    judged, on every current record (set ``current``), and its verdict says so."""
+    judged, on every current record (set ``current``), and says so: in its verdict
+    (reason and evidence), in `model list` (its row and GATE column) and, served, on the
+    status page."""
     agent = _agent(tmp_path)
     monkeypatch.setattr(TrainRequest, "training_rows", _every_row)
     monkeypatch.setattr(agent.Task, "extra_state", lambda self: {})
@@ -222,7 +228,23 @@ def test_a_plugin_whose_checkpoints_name_no_records_is_judged_on_training_data(
     result = run_plugin(agent.plugin, _request(tmp_path, lines + _lines(300, seed=7)))
     assert result.gate is not None
     assert "(on training data: the candidate names no records" in result.gate.reason
-    assert _judged(_verdict(tmp_path, result.gate.candidate_id), "current")["records"] == 600
+    verdict = _verdict(tmp_path, result.gate.candidate_id)
+    assert _judged(verdict, "current")["records"] == 600
+    assert verdict["evidence"] == result.gate.evidence == "training_data"
+    folder = tmp_path / "checkpoints"
+    assert list_models(folder, "judged_toy", as_json=True) == 0
+    rows = {r["id"]: r for r in json.loads(capsys.readouterr().out)["models"]}
+    assert rows[result.gate.candidate_id]["evidence"] == "training_data"
+    assert list_models(folder, "judged_toy", as_json=False) == 0
+    table = capsys.readouterr().out
+    assert "(on training data)" in table.split(result.gate.candidate_id, 1)[1].splitlines()[0]
+    status = AgentFolder(tmp_path / "state", "judged_toy")  # the page reads the state layout
+    status.checkpoint_dir.parent.mkdir(parents=True)
+    status.checkpoint_dir.symlink_to(folder)
+    served, _ = read_served(status, 86400.0)
+    # Served, the first model or the candidate: each was judged on its training data.
+    assert served is not None and served.evidence is not None
+    assert served.evidence.startswith("judged on its training data")
 
 
 def _appending(plugin: Any) -> Any:
