@@ -40,7 +40,11 @@ __all__ = [  # id_hashes: the split's, re-exported as the stores' hash
     "write_watch",
 ]
 
-WATCH_ARRAYS = ("ids", "served", "previous")
+WATCH_ARRAYS = ("ids", "served", "previous", "segments")
+# A watch record's segment (the plugin's RecordLosses.segments: se_darwin's Genesis agent),
+# cut to this many characters; "" where the plugin declares none, or a store written
+# before segments were kept.
+SEGMENT_CHARS = 64
 
 
 def known(ids: np.ndarray, sorted_known: np.ndarray) -> np.ndarray:
@@ -67,13 +71,16 @@ def watch_path(served_candidate: Path, predecessor: str) -> Path:
 
 def read_watch(path: Path) -> dict[str, np.ndarray]:
     """The watch's records so far (none: absent, or unusable and set aside)."""
-    arrays = _read(path, JUDGED_WATCH, WATCH_ARRAYS)
+    arrays = _read(path, JUDGED_WATCH, WATCH_ARRAYS[:3], optional=WATCH_ARRAYS[3:])
     if arrays is None:
         return {
             "ids": np.zeros(0, dtype=np.uint64),
             "served": np.zeros(0, dtype=np.float64),
             "previous": np.zeros(0, dtype=np.float64),
+            "segments": np.zeros(0, dtype="<U1"),
         }
+    if "segments" not in arrays:  # written before segments were kept
+        arrays["segments"] = np.full(len(arrays["ids"]), "", dtype="<U1")
     return arrays
 
 
@@ -81,13 +88,16 @@ def write_watch(path: Path, kept: Mapping[str, np.ndarray]) -> None:
     _write(path, JUDGED_WATCH, kept)
 
 
-def _read(path: Path, file: StateFile, names: tuple[str, ...]) -> dict[str, np.ndarray] | None:
+def _read(
+    path: Path, file: StateFile, names: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> dict[str, np.ndarray] | None:
     try:
         raw = files.read_bytes(path, file.limit)  # a regular file, within its bound
         if raw is None:
             return None
         with np.load(io.BytesIO(raw), allow_pickle=False) as data:
             arrays = {name: np.asarray(data[name]) for name in names}
+            arrays |= {name: np.asarray(data[name]) for name in optional if name in data.files}
     except (OSError, ValueError, KeyError, EOFError) as exc:  # UnusableStateFile too
         files.set_aside(path, file, f"{path}: {exc}")
         return None

@@ -92,10 +92,14 @@ def watch(
         return None
     by_id = dict(zip(before.ids, before.losses, strict=True))
     picked = [i for i in np.flatnonzero(new) if served_now.ids[i] in by_id]
+    named = served_now.segments
     scored = {
         "ids": ids[picked],
         "served": np.array([served_now.losses[i] for i in picked], dtype=np.float64),
         "previous": np.array([by_id[served_now.ids[i]] for i in picked], dtype=np.float64),
+        "segments": np.array(
+            ["" if named is None else named[i][: stores.SEGMENT_CHARS] for i in picked], dtype=str
+        ),
     }
     kept = {k: np.concatenate([kept[k], scored[k]]) for k in stores.WATCH_ARRAYS}
     stores.write_watch(store, kept)
@@ -115,7 +119,10 @@ def figures_of(kept: Mapping[str, np.ndarray], span: float, plugin: object) -> d
     previous = np.clip(np.asarray(kept["previous"], dtype=np.float64), 0.0, span)
     margin = judging_margin(plugin, float(previous.mean()) if len(previous) else 0.0)
     d = served - previous
-    judged = judge(d, None, span, margin, ALPHA)  # one segment: the overall test at ALPHA
+    # Each record's segment (se_darwin: its Genesis agent): the overall test at ALPHA / 2
+    # and each segment's beside it; none declared: one segment, the overall test at ALPHA.
+    names = _segment_names(kept.get("segments"))
+    judged = judge(d, names, span, margin, ALPHA)
     return {
         "score": "loss",
         "records": judged["records"],
@@ -129,9 +136,18 @@ def figures_of(kept: Mapping[str, np.ndarray], span: float, plugin: object) -> d
         "span": span,
         "evidence": judged["evidence"],
         "records_needed": judged["records_needed"],
-        "self_test": self_test(d, None, span, margin, ALPHA, seed=len(d)),
+        "segments": judged["segments"],
+        "self_test": self_test(d, names, span, margin, ALPHA, seed=len(d)),
         "regression": judged["regression"],
     }
+
+
+def _segment_names(segments: np.ndarray | None) -> np.ndarray | None:
+    """The records' segment names for the test, None when no record has one; a record
+    kept before segments were (an older store), ``(unsegmented)``."""
+    if segments is None or not len(segments) or not (segments != "").any():
+        return None
+    return np.where(segments == "", "(unsegmented)", segments)
 
 
 def decide(
