@@ -1,6 +1,6 @@
 """The data manifest kept beside a served model's checkpoint (``data_manifest.json``):
 what its run read, for a later run's plan to call the same files up to date without
-parsing them (``recipes.retrain.freshness`` writes and reads it for se_darwin).
+parsing them (a plugin that keeps one: the retrain recipe's freshness writes and reads it).
 
 The judged run renews it when it finds nothing new after reading (:func:`renew`): the
 files changed (a copy, a quarantined file dropped in) but the served model knew every
