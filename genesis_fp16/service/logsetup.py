@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 import structlog
@@ -31,6 +31,12 @@ from genesis_fp16.config.settings_sources import LOG_VALUE_BOUND, bounded
 
 # A traceback is many lines, each a frame: cut at twenty values' worth, start and end kept.
 TRACEBACK_BOUND = 20 * LOG_VALUE_BOUND
+# A list or mapping stays structured (a JSON log's reader reads its fields): its strings
+# cut at LOG_VALUE_BOUND, at most LOG_ITEMS_BOUND items a level, LOG_DEPTH_BOUND levels;
+# one whose text is still over LOG_CONTAINER_BOUND characters becomes its text, cut.
+LOG_ITEMS_BOUND = 100
+LOG_DEPTH_BOUND = 4
+LOG_CONTAINER_BOUND = 20 * LOG_VALUE_BOUND
 _MULTILINE = ("exception", "stack")
 # Loggers that are chatty at INFO about each job execution; WARNING keeps the problems.
 _QUIET = {"apscheduler.executors": logging.WARNING, "apscheduler.scheduler": logging.INFO}
@@ -132,21 +138,49 @@ def _cut_values(
 ) -> MutableMapping[str, Any]:
     """Each value of ``event`` (ours or a standard-library record's) at most
     ``LOG_VALUE_BOUND`` characters, a traceback at most ``TRACEBACK_BOUND``: a longer one
-    is cut, and says by how much. Numbers and short values are left as they are; a long
-    list or mapping becomes its text, cut.
+    is cut, and says by how much. Numbers and short values are left as they are; a list
+    or mapping keeps its structure (a JSON log's reader reads its fields), its strings cut
+    and past ``LOG_ITEMS_BOUND`` items the rest counted.
 
     >>> cut = _cut_values(None, "info", {"event": "x" * 1005, "n": 7, "ok": [1]})
     >>> cut["event"][995:], cut["n"], cut["ok"]
     ('xxxxx… (5 more characters)', 7, [1])
+    >>> gate = {"reason": "y" * 1002, "ids": list(range(102))}
+    >>> kept = _cut_values(None, "info", {"gate": gate})["gate"]
+    >>> kept["ids"][-1], len(kept["reason"])
+    ('… (2 more items)', 1021)
     """
     for key, value in event.items():
-        if value is None or isinstance(value, bool | int | float):
-            continue
-        text = value if isinstance(value, str) else str(value)
-        if key in _MULTILINE and len(text) > TRACEBACK_BOUND:
-            half = TRACEBACK_BOUND // 2
-            cut = len(text) - 2 * half
-            event[key] = f"{text[:half]}\n… ({cut} characters cut) …\n{text[-half:]}"
-        elif key not in _MULTILINE and len(text) > LOG_VALUE_BOUND:
-            event[key] = bounded(text, LOG_VALUE_BOUND)
+        if key in _MULTILINE:
+            text = value if isinstance(value, str) else str(value)
+            if len(text) > TRACEBACK_BOUND:
+                half = TRACEBACK_BOUND // 2
+                cut = len(text) - 2 * half
+                event[key] = f"{text[:half]}\n… ({cut} characters cut) …\n{text[-half:]}"
+        else:
+            kept = _bounded_value(value)
+            if isinstance(kept, dict | list) and len(text := str(kept)) > LOG_CONTAINER_BOUND:
+                kept = bounded(text, LOG_VALUE_BOUND)
+            event[key] = kept
     return event
+
+
+def _bounded_value(value: Any, depth: int = 0) -> Any:
+    """``value`` with every string in it at most ``LOG_VALUE_BOUND`` characters, every
+    list or mapping at most ``LOG_ITEMS_BOUND`` items (the rest counted), nested at most
+    ``LOG_DEPTH_BOUND`` deep (deeper: its text, cut); numbers as they are."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, Mapping) and depth < LOG_DEPTH_BOUND:
+        items = list(value.items())
+        kept = {str(k): _bounded_value(v, depth + 1) for k, v in items[:LOG_ITEMS_BOUND]}
+        if len(items) > LOG_ITEMS_BOUND:
+            kept["…"] = f"{len(items) - LOG_ITEMS_BOUND} more items"
+        return kept
+    if isinstance(value, list | tuple) and depth < LOG_DEPTH_BOUND:
+        kept_items = [_bounded_value(v, depth + 1) for v in value[:LOG_ITEMS_BOUND]]
+        if len(value) > LOG_ITEMS_BOUND:
+            kept_items.append(f"… ({len(value) - LOG_ITEMS_BOUND} more items)")
+        return kept_items
+    text = value if isinstance(value, str) else str(value)
+    return bounded(text, LOG_VALUE_BOUND) if len(text) > LOG_VALUE_BOUND else value

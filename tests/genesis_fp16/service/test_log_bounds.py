@@ -52,6 +52,22 @@ def test_a_huge_structlog_value_is_cut_and_said(lines: Lines) -> None:
     assert (record["count"], record["short"]) == (7, "ok")
 
 
+def test_a_mapping_field_stays_a_mapping_with_its_strings_cut(lines: Lines) -> None:
+    """A run's structured field (its gate, with a long reason and many comparisons) stays
+    an object a JSON log's reader reads field by field: its long string cut, its long
+    list kept to LOG_ITEMS_BOUND items and the rest counted."""
+    read = lines("json")
+    gate = {"outcome": "promoted", "reason": "r" * 5_000, "comparisons": list(range(150))}
+    structlog.get_logger("genesis_fp16.test").info("training run finished", gate=gate)
+    (line,) = read()
+    record = json.loads(line)
+    assert record["gate"]["outcome"] == "promoted"
+    assert record["gate"]["reason"] == "r" * LOG_VALUE_BOUND + "… (4000 more characters)"
+    kept = record["gate"]["comparisons"]
+    assert kept[:-1] == list(range(logsetup.LOG_ITEMS_BOUND))
+    assert kept[-1] == f"… ({150 - logsetup.LOG_ITEMS_BOUND} more items)"
+
+
 def test_a_library_record_is_cut_too(lines: Lines) -> None:
     """A standard-library record (the library logs through ``logging``) quoting 1 MB: its
     message is cut like ours; its exception's traceback keeps its start and its end."""
