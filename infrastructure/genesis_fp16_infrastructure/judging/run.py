@@ -64,11 +64,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import numpy as np
 
-from genesis_fp16_infrastructure.agent_folder import data_manifest
 from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     ServedPointer,
@@ -95,7 +94,7 @@ from genesis_fp16_infrastructure.contract.judging import (
     records_are_training_data,
 )
 from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin, TrainRequestError
-from genesis_fp16_infrastructure.contract.reports import DataReport, GateReport, LiveReport
+from genesis_fp16_infrastructure.contract.reports import GateReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.judging import stores
@@ -112,12 +111,17 @@ from genesis_fp16_infrastructure.judging.scored_copy import (
     sweep_copies,
 )
 from genesis_fp16_infrastructure.judging.split import HELD_OUT
+from genesis_fp16_infrastructure.judging.up_to_date import (
+    ServedView,
+    live_report,
+    renew_manifest,
+    up_to_date,
+)
 from genesis_fp16_infrastructure.judging.watch import watch
 from genesis_fp16_infrastructure.outcome import Finding, Outcome
 from genesis_fp16_infrastructure.training import CheckpointManager, checkpoint_keys
 from genesis_fp16_infrastructure.training.checkpoint_files import (
     digest_path,
-    read_summary,
     summary_path,
 )
 from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
@@ -179,6 +183,12 @@ class _Served:
         """The records it may have trained on: those it names, else every one it knew;
         None: unknown, every record may have been."""
         return self.known if self.named is None else self.named
+
+    @property
+    def view(self) -> ServedView:
+        """What an up-to-date result reads of it (there is a served model, scored)."""
+        assert self.checkpoint is not None and self.losses is not None
+        return ServedView(self.pointer, self.checkpoint, self.losses, self.known)
 
     @property
     def id(self) -> str | None:
@@ -281,12 +291,12 @@ def _judged_run(
     rejudged = _rejudge_kept(judged, request, served)  # issue 62: before any training
     done = None
     if rejudged is not None:
-        done = _up_to_date(request, served, time.monotonic() - started, live, rejudged)
+        done = up_to_date(request, served.view, time.monotonic() - started, live, rejudged)
     elif _nothing_new(served, request):
-        done = _up_to_date(request, served, time.monotonic() - started, live)
+        done = up_to_date(request, served.view, time.monotonic() - started, live)
     if done is not None:
         if rejudged is None:
-            _renew_manifest(request, served)
+            renew_manifest(request, served.checkpoint)
         tell(("done", done.to_json()))
         return done
     candidate = new_candidate(Path(request.checkpoint_dir), _meta(request, served))
@@ -304,19 +314,10 @@ def _judged_run(
         result,
         gate=gate,
         rejected=gate.outcome == Outcome.REJECTED,
-        live=_live(live),
+        live=live_report(live),
         phases=phases,
         wall_seconds=wall,
     )
-
-
-def _live(figures: dict[str, Any] | None) -> LiveReport | None:
-    """The watch's figures as the result's typed ``live`` report: AUC and log-loss are
-    not the watch's (None, NaN), the loss is."""
-    if figures is None:
-        return None
-    nan = {"served_log_loss": math.nan, "previous_log_loss": math.nan}
-    return LiveReport.from_json({**figures, **nan, "served_auc": None, "previous_auc": None})
 
 
 def _score(
@@ -744,79 +745,3 @@ def _needed(comparisons: list[Paired]) -> int | None:
         c.comparison().records_needed for c in comparisons if c.finding == Finding.INCONCLUSIVE
     ]
     return None if not needs or None in needs else max(n for n in needs if n is not None)
-
-
-def _unchanged(losses: RecordLosses, known: np.ndarray | None) -> DataReport:
-    """An up-to-date run's data report, from the records it scored: none new; those the
-    served model knew and the pool no longer holds, removed. The fingerprint is the
-    digest of the current records' ids."""
-    ids = np.unique(stores.id_hashes(losses.ids))
-    digest = hashlib.sha256(ids.tobytes()).hexdigest()[:32]
-    removed = None if known is None else int((~stores.known(known, ids)).sum())
-    return DataReport(
-        records=len(ids),
-        fingerprint=digest,
-        change="unchanged",
-        previous_records=None if known is None else len(known),
-        new=0,
-        removed=removed,
-        relabelled=0,
-        checked_by="records",
-    )
-
-
-def _renew_manifest(request: TrainRequest, served: _Served) -> None:
-    """Nothing new after reading the files: the served model's data manifest (when its
-    plugin keeps one) vouches for the files as the plan scanned them, so the next run is
-    answered without a read (a copy, a quarantined file, a touched file)."""
-    check = request.snapshot.data if request.snapshot is not None else None
-    if check is None or check.scan is None or served.checkpoint is None:
-        return
-    if data_manifest.renew(served.checkpoint, check.scan.to_json()):
-        logger.info("%s: nothing new in the files read: their manifest renewed", request.agent)
-
-
-def _up_to_date(
-    request: TrainRequest,
-    served: _Served,
-    seconds: float,
-    live: dict[str, Any] | None,
-    rejudged: GateReport | None = None,
-) -> TrainResult:
-    """No step taken: the served model knew every current record, or (``rejudged``) a
-    kept inconclusive candidate was judged again and decided (issue 62)."""
-    assert served.checkpoint is not None and served.losses is not None
-    summary = read_summary(served.checkpoint) or {}
-    entry = served.pointer.served if served.pointer is not None else {}
-    precision = summary.get("precision") or entry.get("precision")
-    used = cast(PrecisionName, precision if precision in ("fp32", "bf16", "fp16") else "fp32")
-    records = len(served.losses.ids)
-    why = f"nothing new: all {records} current records were learned or judged already"
-    data = None
-    if rejudged is None:
-        data = _unchanged(served.losses, served.known)
-    return TrainResult(
-        agent=request.agent,
-        precision_requested=request.precision.requested,
-        precision_used=request.precision.without_steps(used),  # what is asked now
-        precision_reason=f"{request.precision_reason}; "
-        + ("a kept candidate judged again" if rejudged else "up to date, no step taken")
-        + f" (the served model was trained in {used})",
-        device=request.device,
-        steps=0,
-        skipped_steps=0,
-        overflow_rate=0.0,
-        loss_scale=float(summary.get("loss_scale") or 1.0),
-        final_train_loss=math.nan,
-        eval={"loss": served.losses.mean()},
-        samples_per_second=0.0,
-        wall_seconds=round(seconds, 6),
-        checkpoint=served.checkpoint,
-        quarantined=served.losses.quarantined,
-        data=data,
-        up_to_date=rejudged is None,
-        up_to_date_against=None if rejudged else why,
-        rejected=rejudged is not None and rejudged.outcome == Outcome.REJECTED,
-        gate=rejudged,
-        live=_live(live),
-    )
