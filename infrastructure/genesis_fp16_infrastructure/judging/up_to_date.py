@@ -51,7 +51,9 @@ def data_unchanged(losses: RecordLosses, known: np.ndarray | None) -> DataReport
     digest of the current records' ids."""
     ids = np.unique(stores.id_hashes(losses.ids))
     digest = hashlib.sha256(ids.tobytes()).hexdigest()[:32]
-    removed = None if known is None else int((~stores.known(known, ids)).sum())
+    # The known ids the pool no longer holds: those known less those found among the
+    # current ones (asked in that direction: the current ids are the plugin's hashes).
+    removed = None if known is None else len(known) - int(stores.known(ids, known).sum())
     return DataReport(
         records=len(ids),
         fingerprint=digest,
