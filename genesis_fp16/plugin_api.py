@@ -1,8 +1,11 @@
 """The import path for agent plugins: what a plugin's code imports from genesis-fp16.
 
-This name stays put when the library's modules move; the implementation lives in the
-training library (``genesis_fp16_infrastructure.contract.plugin_api``), which the built-in agents
-import directly because the library must not import the daemon. A third-party plugin::
+This name stays put when the library's modules move, and it is the one path a plugin
+imports the contract from: the built-in agents (``agents/``), the docs and the daemon's
+own code import each of these names from here, never from the library's module that
+defines it (only the library itself does; ``tests/test_import_paths.py`` checks). The
+names come through the library's door for the daemon, ``genesis_fp16_infrastructure.api``.
+A third-party plugin::
 
     from genesis_fp16.plugin_api import API_VERSION, TrainRequest, TrainResult, fit
 
@@ -28,7 +31,7 @@ names (``fit``, ``to_device``, ...) are imported when first used.
 
 from typing import TYPE_CHECKING
 
-from genesis_fp16_infrastructure.contract import (
+from genesis_fp16_infrastructure.api import (
     API_CHANGES,
     API_VERSION,
     DEFAULT_STEPS,

@@ -62,7 +62,8 @@ class OursRunner:
     chosen: PrecisionName | None = None  # what `auto` resolved to; None for a named precision
 
     def prepare(self, workload: Workload, config: BenchConfig, device: torch.device) -> None:
-        from genesis_fp16_infrastructure.training import PrecisionRequest, Trainer, TrainerConfig
+        from genesis_fp16.plugin_api import PrecisionRequest
+        from genesis_fp16_infrastructure.training import Trainer, TrainerConfig
         from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
         from genesis_fp16_infrastructure.training.precision.precision_request import (
             checked_request,

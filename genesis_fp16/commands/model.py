@@ -44,7 +44,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     served_entry,
     unpin,
 )
-from genesis_fp16_infrastructure.contract import Outcome
+from genesis_fp16_infrastructure.api import Outcome
 
 
 def register(subparsers: Any) -> None:

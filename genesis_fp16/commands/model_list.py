@@ -32,7 +32,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     repairable_pointer,
     served_checkpoint,
 )
-from genesis_fp16_infrastructure.contract import Outcome
+from genesis_fp16_infrastructure.api import Outcome
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 
 # The table's header (the docs' samples show it: tests/test_doc_claims.py compares them).

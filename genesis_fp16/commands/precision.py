@@ -24,7 +24,7 @@ from genesis_fp16.config.state_files import locked
 from genesis_fp16.jobs.guard_state import describe
 from genesis_fp16_infrastructure.agent_folder.files import SetAside
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.contract import Calibration
+from genesis_fp16_infrastructure.api import Calibration
 from genesis_fp16_infrastructure.training.flight.bundle_files import FOLDER, list_bundles
 
 # Torch-free: the calibration is read as the record the owner types, without torch.

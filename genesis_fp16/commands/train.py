@@ -71,11 +71,11 @@ from genesis_fp16.jobs.run_request import (
 )
 from genesis_fp16.launch import kubeflow
 from genesis_fp16.metrics.tracking import RunTracker, close_tracker, open_tracker
+from genesis_fp16.plugin_api import TrainRequest, TrainRequestError, TrainResult
 from genesis_fp16.service.logsetup import configure_logging
 from genesis_fp16.service.startup_signals import take_over_sigterm
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.run_history import LastRun
-from genesis_fp16_infrastructure.contract import TrainRequest, TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.data.readers import DataError
 from genesis_fp16_infrastructure.training.run.spec import RunCallbacks
 
@@ -342,7 +342,7 @@ def _train(
         request.precision_reason,
         request.device,
     )
-    from genesis_fp16_infrastructure.contract import check_result, run_plugin
+    from genesis_fp16_infrastructure.api import check_result, run_plugin
     from genesis_fp16_infrastructure.training import PrecisionError
     from genesis_fp16_infrastructure.training.checkpoint import CheckpointFolderBusy
     from genesis_fp16_infrastructure.training.step.execution import ExecutionError

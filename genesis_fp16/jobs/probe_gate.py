@@ -29,16 +29,15 @@ import structlog
 
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.metrics.probe_metrics import ProbeMetrics
+from genesis_fp16.plugin_api import AgentPlugin, PrecisionRequest
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.layout import PROBE_RECORD
-from genesis_fp16_infrastructure.contract import AgentPlugin
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     LOW_PRECISIONS,
     PrecisionName,
     precision_name,
 )
-from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 log = structlog.get_logger("genesis_fp16.probe_gate")
 

@@ -42,21 +42,24 @@ from genesis_fp16.config.settings import (
     requested_precision,
 )
 from genesis_fp16.jobs import guard_state
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.contract import (
+from genesis_fp16.plugin_api import (
     AgentPlugin,
+    PrecisionRequest,
+    TrainRequest,
+    TrainRequestError,
+    TrainResult,
+    declared_options,
+    parse_options,
+)
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.api import (
     AgentSnapshot,
     AgentState,
     AgentStateFiles,
     DataCheck,
     OptionValue,
-    TrainRequest,
-    TrainRequestError,
-    TrainResult,
     check_result,
-    declared_options,
     ignored_request_fields,
-    parse_options,
     read_snapshot,
 )
 from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
@@ -64,7 +67,6 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionName,
     RequestedName,
 )
-from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 log = structlog.get_logger("genesis_fp16.run_request")
 

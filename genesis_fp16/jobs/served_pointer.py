@@ -21,7 +21,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     pointer_path,
     set_aside_unusable,
 )
-from genesis_fp16_infrastructure.contract import AgentSnapshot
+from genesis_fp16_infrastructure.api import AgentSnapshot
 
 log = structlog.get_logger("genesis_fp16.jobs")
 

@@ -38,7 +38,7 @@ from genesis_fp16_infrastructure.training.precision.precision_names import PRECI
 from genesis_fp16_infrastructure.training.step.execution_names import EXECUTION_MODES
 
 if TYPE_CHECKING:
-    from genesis_fp16_infrastructure.contract import TrainRequest
+    from genesis_fp16.plugin_api import TrainRequest
 
 log = structlog.get_logger("genesis_fp16.tracking")
 

@@ -36,7 +36,7 @@ from genesis_fp16_infrastructure.agent_folder.run_history import (
     score_name,
     score_of,
 )
-from genesis_fp16_infrastructure.contract import Outcome
+from genesis_fp16_infrastructure.api import Outcome
 
 CHART_RUNS = 30  # the runs the charts draw (the history keeps more)
 TABLE_RUNS = 10  # the runs the page lists

@@ -40,7 +40,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     read_verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.run_history import LastRun
-from genesis_fp16_infrastructure.contract import Outcome
+from genesis_fp16_infrastructure.api import Outcome
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionName,
     precision_name,

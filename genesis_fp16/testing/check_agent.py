@@ -18,13 +18,10 @@ from typing import Any
 
 import torch
 
+from genesis_fp16.plugin_api import ProbeSetup, TrainRequest, TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.agent_folder.layout import CHECKPOINTS_FOLDER, QUARANTINE_LOG
-from genesis_fp16_infrastructure.contract import (
+from genesis_fp16_infrastructure.api import (
     SUPPORTED_API_VERSIONS,
-    ProbeSetup,
-    TrainRequest,
-    TrainRequestError,
-    TrainResult,
     TrainResultError,
     api_version_error,
     check_result,
