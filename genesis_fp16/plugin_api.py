@@ -29,6 +29,7 @@ Importing this module does not import torch, the daemon or its settings: the tra
 names (``fit``, ``to_device``, ...) are imported when first used.
 """
 
+import importlib
 from typing import TYPE_CHECKING
 
 from genesis_fp16_infrastructure.api import (
@@ -52,7 +53,7 @@ from genesis_fp16_infrastructure.api import (
 )
 
 if TYPE_CHECKING:
-    from genesis_fp16_infrastructure.training import (
+    from genesis_fp16_infrastructure.api import (
         CheckpointError,
         FitOptions,
         FitResult,
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
         to_device,
     )
 
-# Imported from the training library on first use: each would import torch.
+# Imported from the library's door on first use: each would import torch.
 _TRAINING_NAMES = (
     "CheckpointError",
     "FitOptions",
@@ -102,8 +103,6 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    if name in _TRAINING_NAMES:
-        from genesis_fp16_infrastructure import training
-
-        return getattr(training, name)
+    if name in _TRAINING_NAMES:  # the door's own module: imported above
+        return getattr(importlib.import_module("genesis_fp16_infrastructure.api"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

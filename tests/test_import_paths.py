@@ -3,13 +3,13 @@ from the module that defines it, and everyone else (the daemon, the agents, benc
 the daemon's tests, the docs' code) from its one door.
 
 A contract type is a public class or alias defined under the library's ``contract/``, or
-one the plugin door takes from the daemon's door (``PrecisionRequest``: the request's
-precision). Its door is ``genesis_fp16.plugin_api`` when the plugin door gives it, else
-``genesis_fp16_infrastructure.api`` when the daemon's door gives it, else the defining
-module. The library is ``infrastructure/`` and its tests, ``tests/infrastructure/``; the
-plugin door itself takes its names from the daemon's door. Imports are read with ``ast``
-(``from M import T``, at any depth, in doctests and in Markdown ``python`` blocks too),
-so nothing is imported.
+one the plugin door takes from the daemon's door when it loads (``PrecisionRequest``:
+the request's precision). Its door is ``genesis_fp16.plugin_api`` when the plugin door
+gives it, else ``genesis_fp16_infrastructure.api`` when the daemon's door gives it, else
+the defining module. The library is ``infrastructure/`` and its tests,
+``tests/infrastructure/``; the plugin door itself takes its names from the daemon's door.
+Imports are read with ``ast`` (``from M import T``, at any depth, in doctests and in
+Markdown ``python`` blocks too), so nothing is imported.
 """
 
 from __future__ import annotations
@@ -54,11 +54,12 @@ def _defined(tree: ast.Module) -> Iterator[str]:
 
 
 def _imported_from(path: Path, module: str) -> set[str]:
-    """The names ``path`` imports from ``module``, at any depth."""
+    """The names ``path`` imports from ``module`` when it loads (its top-level imports;
+    the plugin door's training names, loaded on first use, are not the contract's)."""
     tree = ast.parse(path.read_text())
     return {
         alias.name
-        for node in ast.walk(tree)
+        for node in tree.body
         if isinstance(node, ast.ImportFrom) and node.module == module
         for alias in node.names
     }

@@ -24,7 +24,7 @@ from genesis_fp16.jobs.recording import record_progress
 from genesis_fp16.jobs.run_request import RunPlan, plan_request, warn_ignored
 from genesis_fp16.metrics.tracking import open_tracker
 from genesis_fp16.plugin_api import AgentPlugin
-from genesis_fp16_infrastructure.training.run.spec import RunCallbacks
+from genesis_fp16_infrastructure.api import RunCallbacks
 
 log = structlog.get_logger("genesis_fp16.jobs")
 

@@ -73,8 +73,7 @@ from genesis_fp16.service.state_lock import (
 )
 from genesis_fp16.service.systemd import Notifier
 from genesis_fp16.status.serving import status_documents
-from genesis_fp16_infrastructure.agent_folder.files import SetAside
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.api import AgentFolder, SetAside
 
 log = structlog.get_logger("genesis_fp16.daemon")
 
