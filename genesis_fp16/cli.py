@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from genesis_fp16 import __version__
+from genesis_fp16.config.settings_sources import LOG_VALUE_BOUND, bounded
 from genesis_fp16.config.storage import storage_error
 from genesis_fp16.service.startup_signals import release_sigterm
 
@@ -41,7 +42,8 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 
 class UsageError(Exception):
-    """Bad input from the user: printed as one line, exit code 2."""
+    """Bad input from the user: printed as one line (cut at ``LOG_VALUE_BOUND``
+    characters), exit code 2."""
 
     # How a daemon's child run reports it (genesis_fp16_run_failures_total's reason).
     kind = "refused"
@@ -74,7 +76,7 @@ class Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         if self.json_errors:
             print(json.dumps(error_object(message, "usage", 2)), flush=True)
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {bounded(message, LOG_VALUE_BOUND)}\n")
 
 
 def _given_command(parser: argparse.ArgumentParser, parsed: argparse.Namespace) -> Parser:
@@ -169,7 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + 13
     except UsageError as exc:
         _report(args, exc.kind, str(exc), 2)
-        print(f"genesis-fp16: error: {exc}", file=sys.stderr)
+        # One line of at most LOG_VALUE_BOUND characters: a value echoed is cut.
+        print(f"genesis-fp16: error: {bounded(str(exc), LOG_VALUE_BOUND)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         if getattr(args, "json", False):  # not a daemon's child: its daemon stops it
@@ -181,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _report(args, "error", f"{type(exc).__name__}: {exc}", 1)
             raise
         _report(args, "storage", why, 1)
-        print(f"genesis-fp16: error: {why}", file=sys.stderr)
+        print(f"genesis-fp16: error: {bounded(why, LOG_VALUE_BOUND)}", file=sys.stderr)
         return 1
     except Exception as exc:
         from genesis_fp16.launch.devices import device_lost

@@ -50,6 +50,7 @@ from genesis_fp16.config.extras import tensorboard_missing
 from genesis_fp16.config.guard_settings import GuardSettings
 from genesis_fp16.config.plugins import ENTRY_POINT_GROUP
 from genesis_fp16.config.settings_sources import (
+    MAX_SHOWN,
     SettingsSources,
     bounded,
     env_file_problem,
@@ -71,11 +72,13 @@ PRECISION_CHOICES: tuple[RequestedName, ...] = CHOICES
 
 
 class SettingsError(Exception):
-    """Invalid configuration; ``str(exc)`` is one line naming each bad setting."""
+    """Invalid configuration; ``str(exc)`` is one line naming each bad setting, cut at
+    two errors' worth (a thousand bad lines are not echoed whole; with a command's or a
+    log line's words around it, it stays within ``LOG_VALUE_BOUND``, not cut twice)."""
 
     def __init__(self, errors: list[str]) -> None:
         self.errors = [bounded(error) for error in errors]  # a 1 MB value is not echoed
-        super().__init__("; ".join(self.errors))
+        super().__init__(bounded("; ".join(self.errors), 2 * MAX_SHOWN))
 
 
 class Settings(BaseSettings, GuardSettings):

@@ -43,7 +43,7 @@ from genesis_fp16.config.settings import (
     SettingsError,
     load_settings_with_sources,
 )
-from genesis_fp16.config.settings_sources import SettingsSources
+from genesis_fp16.config.settings_sources import MAX_SHOWN, SettingsSources, bounded
 
 # A variable an error is about: the name it starts with (settings.py's messages do), or
 # failing that any it mentions.
@@ -74,7 +74,8 @@ class SettingsRead:
 
     @property
     def note(self) -> str | None:
-        """One line for stderr: the file is refused, why, and which settings are used."""
+        """One line for stderr: the file is refused, why, and which settings are used;
+        each part cut (a file of a thousand bad lines is not echoed whole)."""
         if self.refused is None:
             return None
         if self.whole_file:
@@ -83,11 +84,11 @@ class SettingsRead:
             used = "using its other lines, the environment and the defaults"
         else:
             used = "using its other lines, the environment and the defaults (left out: "
-            used += f"{', '.join(self.left_out)})"
+            used += f"{bounded(', '.join(self.left_out), MAX_SHOWN // 2)})"
         if self.allowed_only is not None:
-            names = ", ".join(self.allowed_only) or "none"
+            names = bounded(", ".join(self.allowed_only), MAX_SHOWN // 2) or "none"
             used += f"; plugins allowed: its {ALLOWLIST}'s valid names only ({names})"
-        return f"{self.env_file} is refused ({self.refused}); {used}"
+        return f"{self.env_file} is refused ({bounded(self.refused)}); {used}"
 
 
 def load_settings_for_reading(env_file: Path | str | None = None) -> SettingsRead:

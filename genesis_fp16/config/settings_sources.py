@@ -33,8 +33,12 @@ Source = str  # "default", ".env" or "environment"
 # An env file is a few kilobytes; a bigger one is a mistake or an attack (a link to
 # /dev/zero never ends), refused before it is read whole.
 MAX_ENV_FILE_BYTES = 256 * 1024
-# The most characters of one error or one value that reach a log line or stderr.
+# The most characters of one settings error or one value shown from the file.
 MAX_SHOWN = 400
+# The most characters of any one value of a daemon's log line (genesis_fp16/service/
+# logsetup.py cuts every value, ours and the library's) and of a command's one-line error
+# on stderr: what is logged is cut, never the data itself.
+LOG_VALUE_BOUND = 1000
 
 
 def bounded(text: str, limit: int = MAX_SHOWN) -> str:

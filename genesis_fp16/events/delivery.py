@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from genesis_fp16.config.settings_sources import bounded
 from genesis_fp16.events import signing
 from genesis_fp16.events.posting import Post, post, shown_url
 from genesis_fp16_infrastructure.api import (
@@ -57,7 +58,7 @@ LIMIT_PER_KEPT = 10  # undelivered events kept per agent: ten times GENESIS_FP16
 READ_BATCH = 500  # event files read per turn: a flooded outbox is read a slice at a time
 ADDRESS_BATCH = 100  # events addressed (an fsynced write each) per turn
 POST_BATCH = 100  # posts per turn
-LOG_BOUND = 300  # characters of any one value in a log line
+LOG_BOUND = 300  # characters of any one value in delivery's lines (every line: LOG_VALUE_BOUND)
 
 
 class Settingsish(Protocol):
@@ -119,8 +120,7 @@ def shown(value: object, bound: int = LOG_BOUND) -> str:
     >>> shown("a\\nb " + "x" * 400, 8)
     'a b xxxx… (396 more characters)'
     """
-    text = " ".join(str(value).split())
-    return text if len(text) <= bound else f"{text[:bound]}… ({len(text) - bound} more characters)"
+    return bounded(" ".join(str(value).split()), bound)
 
 
 Pair = tuple[Path, str | None]  # an agent folder and a receiver (None: none configured)

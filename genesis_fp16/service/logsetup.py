@@ -6,6 +6,11 @@ training job carry ``agent`` and ``run_id`` because the job binds them with
 ``genesis_fp16_infrastructure.*`` go through structlog's ``ProcessorFormatter`` and pick up the same
 context variables.
 
+Every value of every line, the message included, is cut at ``LOG_VALUE_BOUND``
+characters, its length said (a 1 MB value in an error, a library's message quoting a
+whole file); a traceback or a stack at ``TRACEBACK_BOUND``, keeping its start and its end
+(the frames and the exception's line). Only what is logged is cut, never the data.
+
 >>> configure_logging("json", "INFO")
 'json'
 >>> structlog.get_logger("genesis_fp16").info("started", port=9464)  # doctest: +SKIP
@@ -22,6 +27,11 @@ from typing import Any
 
 import structlog
 
+from genesis_fp16.config.settings_sources import LOG_VALUE_BOUND, bounded
+
+# A traceback is many lines, each a frame: cut at twenty values' worth, start and end kept.
+TRACEBACK_BOUND = 20 * LOG_VALUE_BOUND
+_MULTILINE = ("exception", "stack")
 # Loggers that are chatty at INFO about each job execution; WARNING keeps the problems.
 _QUIET = {"apscheduler.executors": logging.WARNING, "apscheduler.scheduler": logging.INFO}
 # Called once per exception that ends a thread (the daemon counts them in a metric).
@@ -88,7 +98,9 @@ def configure_logging(log_format: str = "auto", level: str = "INFO") -> str:
         foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder()],
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-            structlog.processors.format_exc_info if chosen == "json" else _keep,
+            # A string in both formats, so that it is cut like any value.
+            structlog.processors.format_exc_info,
+            _cut_values,
             renderer,
         ],
     )
@@ -115,6 +127,26 @@ def _drop_tentative(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith("Adding job tentatively")
 
 
-def _keep(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    # The console renderer formats exceptions itself.
+def _cut_values(
+    logger: Any, method: str, event: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """Each value of ``event`` (ours or a standard-library record's) at most
+    ``LOG_VALUE_BOUND`` characters, a traceback at most ``TRACEBACK_BOUND``: a longer one
+    is cut, and says by how much. Numbers and short values are left as they are; a long
+    list or mapping becomes its text, cut.
+
+    >>> cut = _cut_values(None, "info", {"event": "x" * 1005, "n": 7, "ok": [1]})
+    >>> cut["event"][995:], cut["n"], cut["ok"]
+    ('xxxxx… (5 more characters)', 7, [1])
+    """
+    for key, value in event.items():
+        if value is None or isinstance(value, bool | int | float):
+            continue
+        text = value if isinstance(value, str) else str(value)
+        if key in _MULTILINE and len(text) > TRACEBACK_BOUND:
+            half = TRACEBACK_BOUND // 2
+            cut = len(text) - 2 * half
+            event[key] = f"{text[:half]}\n… ({cut} characters cut) …\n{text[-half:]}"
+        elif key not in _MULTILINE and len(text) > LOG_VALUE_BOUND:
+            event[key] = bounded(text, LOG_VALUE_BOUND)
     return event

@@ -71,12 +71,15 @@ class RecordLosses:
     ``ids``: one non-empty string per record, the same for the same record in every run
     (a hash of its line, an episode's seed): the gate pairs two models by it, the watch
     tells new records from known ones by it. ``losses``: finite floats. ``segments``:
-    an optional key per record (a task, a source file) for reports.
+    an optional key per record (a task, a source file) for reports. ``quarantined``:
+    the malformed records the plugin's read set aside (a run that takes no step reports
+    them as its own: the read that scored the served model is that run's only read).
     """
 
     ids: tuple[str, ...]
     losses: tuple[float, ...]
     segments: tuple[str, ...] | None = None
+    quarantined: int = 0
 
     def __post_init__(self) -> None:
         # Copied here, then checked: a list the plugin passed and changes later (inf, an
@@ -111,6 +114,9 @@ class RecordLosses:
                 raise RecordLossesError(
                     f"RecordLosses: loss of {id_!r} is {loss!r}; losses are 0 or more"
                 )
+        count = self.quarantined
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise RecordLossesError(f"RecordLosses: quarantined is {count!r:.40}, not a count")
         for index, segment in enumerate(self.segments or ()):
             if not isinstance(segment, str):
                 raise RecordLossesError(
@@ -123,21 +129,22 @@ class RecordLosses:
         ids: Iterable[str],
         losses: Iterable[float],
         segments: Iterable[str] | None = None,
+        quarantined: int = 0,
     ) -> RecordLosses:
         """From any sequences (a list, a numpy array): losses become Python floats."""
         try:
             values = tuple(float(v) for v in losses)
         except (TypeError, ValueError) as exc:
             raise RecordLossesError(f"RecordLosses: a loss is not a number ({exc})") from None
-        return cls(tuple(ids), values, None if segments is None else tuple(segments))
+        kept = None if segments is None else tuple(segments)
+        return cls(tuple(ids), values, kept, quarantined)
 
     def take(self, keep: Sequence[bool]) -> RecordLosses:
         """The records where ``keep`` (one flag per record, in order) is true."""
         rows = [i for i, k in enumerate(keep) if k]
         segments = None if self.segments is None else tuple(self.segments[i] for i in rows)
-        return RecordLosses(
-            tuple(self.ids[i] for i in rows), tuple(self.losses[i] for i in rows), segments
-        )
+        kept = tuple(self.ids[i] for i in rows), tuple(self.losses[i] for i in rows)
+        return RecordLosses(*kept, segments, self.quarantined)
 
     def mean(self) -> float:
         """The mean loss (NaN for no record)."""

@@ -13,9 +13,12 @@ taken of (git's index trusts the same fields); any other is hashed again, which 
 read and never serves old records. What is left: a same-size rewrite in place with its
 mtime set back, all within one timestamp tick of the scan's ``stat`` (ctime, like mtime,
 has the kernel's coarse clock); the racy rule covers that tick for mtime only. Two
-manifests hold the same data when they list the same files with the same digests
-(:meth:`Manifest.same_content`): a file rewritten with identical bytes is unchanged,
-whatever its new mtime.
+manifests hold the same data when a read of their files gives the same records
+(:meth:`Manifest.same_content`): the same digests in the same formats (suffixes) and read
+order, a file that repeats an earlier file's bytes left out (its records are all
+duplicates). A file rewritten with identical bytes, renamed or moved without changing
+the read order, or copied beside itself, is unchanged; one renamed ahead of another
+(which of two files' records with one id is read first) is a change, read in full.
 
 Torch-free and cheap on purpose: the daemon asks it before starting a run's process
 (``genesis_fp16_infrastructure.recipes.retrain.freshness``), and an unchanged pool then costs
@@ -36,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from genesis_fp16_infrastructure.data.readers import DataError, list_data_files
+from genesis_fp16_infrastructure.data.readers import DATA_SUFFIXES, DataError, list_data_files
 
 MANIFEST_VERSION = 1
 # A file whose mtime is this close to the scan (or after it) may be written again within
@@ -104,7 +107,8 @@ class Manifest:
     scanned_ns: int
 
     def same_content(self, other: Manifest | None) -> bool:
-        """The same files, each with the same bytes (sizes and mtimes aside)."""
+        """The same bytes in the same formats, read in the same order, whatever the files'
+        names and mtimes; a file that repeats an earlier one's bytes adds nothing."""
         if other is None:
             return False
         return _contents(self) == _contents(other)
@@ -247,4 +251,25 @@ class _Newlines:
 
 
 def _contents(manifest: Manifest) -> list[tuple[str, str]]:
-    return sorted((f.path, f.digest) for f in manifest.files)
+    """What a read of ``manifest``'s files gives, whatever their names: each file's format
+    (its data suffix: the reader parses by it) and digest, in read order (the listing's:
+    where two files hold one id, the first read wins). A file of the format and bytes of
+    one read before it is left out: each of its records is a later one of an id already
+    read, which the read leaves out as a duplicate.
+
+    >>> def files(*named):
+    ...     return Manifest(tuple(FileState(p, 1, 1, d) for p, d in named), 0)
+    >>> _contents(files(("d/a.json", "x"), ("d/a copy.json", "x"), ("d/b.jsonl", "x")))
+    [('.json', 'x'), ('.jsonl', 'x')]
+    """
+    contents: list[tuple[str, str]] = []
+    for file in manifest.files:  # as scan_files listed them: the readers' order
+        content = (_format(file.path), file.digest)
+        if content not in contents:
+            contents.append(content)
+    return contents
+
+
+def _format(path: str) -> str:
+    """The data suffix ``path`` ends with, the longest ('' for a data path named otherwise)."""
+    return max((s for s in DATA_SUFFIXES if path.endswith(s)), key=len, default="")

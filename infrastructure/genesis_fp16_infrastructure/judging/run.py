@@ -68,6 +68,8 @@ from typing import Any, cast
 
 import numpy as np
 
+from genesis_fp16_infrastructure.agent_folder import data_manifest
+from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     ServedPointer,
     ServedPointerError,
@@ -93,7 +95,7 @@ from genesis_fp16_infrastructure.contract.judging import (
     records_are_training_data,
 )
 from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin, TrainRequestError
-from genesis_fp16_infrastructure.contract.reports import GateReport, LiveReport
+from genesis_fp16_infrastructure.contract.reports import DataReport, GateReport, LiveReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.judging import stores
@@ -127,7 +129,12 @@ logger = logging.getLogger(__name__)
 
 def run_plugin(plugin: AgentPlugin, request: TrainRequest) -> TrainResult:
     """Train ``plugin`` as ``request`` asks: a judged run when it declares judged models,
-    its own ``train`` otherwise."""
+    its own ``train`` otherwise. When the plan's data check (``request.snapshot``) found
+    nothing changed since the served model's run, its up-to-date result, and nothing
+    read (the daemon answers it before starting a child; ``train`` and others here)."""
+    check = request.snapshot.data if request.snapshot is not None else None
+    if check is not None and check.up_to_date is not None:
+        return TrainResult.from_json(check.up_to_date)
     judged = judging_of(plugin)
     if judged is None:
         return plugin.train(request)
@@ -154,7 +161,11 @@ class _Served:
         self.losses: RecordLosses | None = None
         self.known: np.ndarray | None = None
         if self.checkpoint is not None:
-            self.losses = _score(plugin, self.checkpoint, request, required=True)
+            # The run's first read of the data: the plugin keeps what it quarantines (a run
+            # that takes no step reads nothing else; its count is the run's).
+            kept = request.quarantine_path or QUARANTINE_LOG.at(folder)
+            reading = replace(request, quarantine_path=kept)
+            self.losses = _score(plugin, self.checkpoint, reading, required=True)
             self.known = stores.read_known_ids(self.checkpoint.parent)
 
     @cached_property
@@ -193,9 +204,18 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
     live watch's (``live``). Under torchrun, rank 0 judges and every rank trains in the
     candidate folder rank 0 made (:func:`_ranked`)."""
     rank, world = rank_and_world()
-    if world == 1:
-        return _judged_run(plugin, judged, request, lambda _: None)
-    return _ranked(plugin, judged, request, rank)
+    # The agent's folder has one judged run at a time (rank 0's): another process that
+    # writes it is refused at once, in one line naming it (CheckpointFolderBusy).
+    owner = CheckpointManager(request.checkpoint_dir) if rank == 0 else None
+    if owner is not None:
+        owner.claim(f"{request.agent} judged run (agent folder {request.checkpoint_dir})")
+    try:
+        if world == 1:
+            return _judged_run(plugin, judged, request, lambda _: None)
+        return _ranked(plugin, judged, request, rank)
+    finally:
+        if owner is not None:
+            owner.release()
 
 
 def _ranked(
@@ -265,6 +285,8 @@ def _judged_run(
     elif _nothing_new(served, request):
         done = _up_to_date(request, served, time.monotonic() - started, live)
     if done is not None:
+        if rejudged is None:
+            _renew_manifest(request, served)
         tell(("done", done.to_json()))
         return done
     candidate = new_candidate(Path(request.checkpoint_dir), _meta(request, served))
@@ -317,7 +339,7 @@ def _score(
             )
         # Checked again on a copy of its own, here where it is used: the plugin's object
         # may have been changed since it was built (object.__setattr__ on a frozen one).
-        return RecordLosses(losses.ids, losses.losses, losses.segments)
+        return RecordLosses(losses.ids, losses.losses, losses.segments, losses.quarantined)
     except CheckpointChangedError:
         raise
     except (RecordLossesError, TrainRequestError, OSError, ValueError) as exc:
@@ -709,6 +731,36 @@ def _needed(comparisons: list[Paired]) -> int | None:
     return None if not needs or None in needs else max(n for n in needs if n is not None)
 
 
+def _unchanged(losses: RecordLosses, known: np.ndarray | None) -> DataReport:
+    """An up-to-date run's data report, from the records it scored: none new; those the
+    served model knew and the pool no longer holds, removed. The fingerprint is the
+    digest of the current records' ids."""
+    ids = np.unique(stores.id_hashes(losses.ids))
+    digest = hashlib.sha256(ids.tobytes()).hexdigest()[:32]
+    removed = None if known is None else int((~stores.known(known, ids)).sum())
+    return DataReport(
+        records=len(ids),
+        fingerprint=digest,
+        change="unchanged",
+        previous_records=None if known is None else len(known),
+        new=0,
+        removed=removed,
+        relabelled=0,
+        checked_by="records",
+    )
+
+
+def _renew_manifest(request: TrainRequest, served: _Served) -> None:
+    """Nothing new after reading the files: the served model's data manifest (when its
+    plugin keeps one) vouches for the files as the plan scanned them, so the next run is
+    answered without a read (a copy, a quarantined file, a touched file)."""
+    check = request.snapshot.data if request.snapshot is not None else None
+    if check is None or check.scan is None or served.checkpoint is None:
+        return
+    if data_manifest.renew(served.checkpoint, check.scan.to_json()):
+        logger.info("%s: nothing new in the files read: their manifest renewed", request.agent)
+
+
 def _up_to_date(
     request: TrainRequest,
     served: _Served,
@@ -725,6 +777,9 @@ def _up_to_date(
     used = cast(PrecisionName, precision if precision in ("fp32", "bf16", "fp16") else "fp32")
     records = len(served.losses.ids)
     why = f"nothing new: all {records} current records were learned or judged already"
+    data = None
+    if rejudged is None:
+        data = _unchanged(served.losses, served.known)
     return TrainResult(
         agent=request.agent,
         precision_requested=request.precision.requested,
@@ -742,7 +797,8 @@ def _up_to_date(
         samples_per_second=0.0,
         wall_seconds=round(seconds, 6),
         checkpoint=served.checkpoint,
-        quarantined=0,
+        quarantined=served.losses.quarantined,
+        data=data,
         up_to_date=rejudged is None,
         up_to_date_against=None if rejudged else why,
         rejected=rejudged is not None and rejudged.outcome == Outcome.REJECTED,

@@ -103,10 +103,12 @@ def test_json_contract_and_quarantine(tmp_path: Path, data: Path) -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     assert out["steps"] == 5 and str(out["device"]).split(":")[0] == device
     assert out["quarantined"] == 1
-    # A 400-record pool is cross-validated: eval is out of fold over every labelled record.
+    # A 400-record pool is cross-validated: eval is out of fold over every labelled record
+    # the folds hold, which are all but the judged run's held-out records.
     extra, quality = out["extra"], out["eval"]
-    assert extra["split"]["mode"] == "cross_validation" and extra["split"]["folds"] == 5  # type: ignore[index]
-    assert quality["examples"] == extra["examples"]  # type: ignore[index]
+    split = extra["split"]  # type: ignore[index]
+    assert split["mode"] == "cross_validation" and split["folds"] == 5
+    assert quality["examples"] == split["records"] < extra["examples"]  # type: ignore[index]
     assert quality["auc_ci_low"] < quality["auc"] < quality["auc_ci_high"]  # type: ignore[index]
     # auto: eager on a CPU (no CUDA device) and, for now, on a GPU too (not yet verified).
     assert out["execution"] == "eager" and out["execution_reason"]
@@ -244,7 +246,7 @@ def test_bad_input_is_one_line_and_exit_2(
 @pytest.mark.parametrize(
     ("options", "fragment"),
     [
-        ((), "2 labelled example(s) cannot be dealt into 5 folds"),
+        ((), "1 labelled example(s) cannot be dealt into 5 folds"),  # 1 of 2 held out
         (
             ("--option", "cross_validation=false"),
             "cannot be split into train, validation and held-out parts",
@@ -254,8 +256,9 @@ def test_bad_input_is_one_line_and_exit_2(
 def test_a_request_the_plugin_refuses_is_one_line_and_exit_2(
     tmp_path: Path, options: tuple[str, ...], fragment: str
 ) -> None:
-    """A plugin's TrainRequestError (here: 2 records cannot be dealt into folds, or split
-    when cross-validation is off) is one line, exit 2."""
+    """A plugin's TrainRequestError (here: of 2 records the judged run holds one out, and
+    one cannot be dealt into folds, or split when cross-validation is off) is one line,
+    exit 2."""
     path = tmp_path / "pool.json"
     path.write_text(json.dumps(generate_pool(2, seed=5)))
     proc = _cli(tmp_path, "train", "se_darwin", "--data", str(path), "--steps", "2", *options)

@@ -18,7 +18,10 @@ from genesis_fp16.jobs.run_request import parse_option_flags, resolve_options
 from genesis_fp16.plugin_api import TrainRequestError
 from genesis_fp16_agents.rlhf_ppo import plugin as rlhf_ppo
 from genesis_fp16_agents.se_darwin import plugin as se_darwin
+from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import write_pool
+from genesis_fp16_infrastructure.judging.split import HELD_OUT
+from genesis_fp16_infrastructure.recipes.retrain.split import judged_ids
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 
 
@@ -88,9 +91,10 @@ def test_train_option_preset_runs_the_kl_in_fp32(tmp_path: Path) -> None:
 
 
 def test_train_option_final_fit_whole_serves_the_refit(tmp_path: Path) -> None:
-    """`train se_darwin --option final_fit=whole --json`: extra.final_fit names the refit's
-    checkpoint, in the candidate's folder, which the prediction API loads from the agent's
-    folder (its served-model pointer); a bad value is one line."""
+    """`train se_darwin --option final_fit=whole --json`: the refit trains on every record
+    the judged run does not hold out; extra.final_fit names its checkpoint, in the
+    candidate's folder, which the prediction API loads from the agent's folder (its
+    served-model pointer); a bad value is one line."""
     data = write_pool(tmp_path / "data", 300, seed=4)
     ckpt = tmp_path / "ckpt"
     proc = _cli(
@@ -101,7 +105,11 @@ def test_train_option_final_fit_whole_serves_the_refit(tmp_path: Path) -> None:
     extra = out["extra"]
     assert isinstance(extra, dict)
     record = extra["final_fit"]
-    assert record["mode"] == "whole" and record["records"] == extra["examples"]
+    # The refit learns every labelled record but the judged run's held-out ones.
+    columns = read_trajectories(data).columns
+    held = int(HELD_OUT.of_ids(judged_ids(columns)).sum())
+    assert 0 < held < extra["examples"]
+    assert record["mode"] == "whole" and record["records"] == extra["examples"] - held
     assert out["checkpoint"] == record["checkpoint"]
     # The refit is a candidate of the folder (its own subfolder), served through served.json.
     assert Path(record["checkpoint"]).parent.parent == ckpt / "candidates"

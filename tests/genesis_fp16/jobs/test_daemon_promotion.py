@@ -225,6 +225,8 @@ def test_the_prediction_api_never_fails_to_load_while_the_pool_grows(
                 f"the run after change {change}",
                 240,
             )
+        # The runs may be quicker than ten loads: the poller goes on until it has made them.
+        daemon.wait_for(lambda: len(loads) > 10, "ten loads of the served model", 60)
     finally:
         stop.set()
         poller.join(timeout=30)

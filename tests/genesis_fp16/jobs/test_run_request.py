@@ -17,9 +17,10 @@ from genesis_fp16.jobs.run_request import (
     expected_precision,
     plan_request,
 )
+from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_agents.rlhf_ppo import plugin
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.api import Demotion, ignored_request_fields
+from genesis_fp16_infrastructure.api import Demotion, ignored_request_fields, run_plugin
 from genesis_fp16_infrastructure.training.run.guard import (
     remember_demotions,
     write_precision_memory,
@@ -161,7 +162,11 @@ def test_a_scheduled_budget_on_an_unchanged_pool_is_up_to_date(tmp_path: Path) -
         if grow:
             (pool / "b.json").write_text(json.dumps(generate_pool(60, seed=2, agent="new")))
         request = plan_request(settings, "se_darwin", se_darwin, "cpu").request
-        runs.append(se_darwin.train(replace(request, precision="fp32")))
+        check = request.snapshot.data if request.snapshot is not None else None
+        if check is not None and check.up_to_date is not None:  # the daemon's: no child
+            runs.append(TrainResult.from_json(check.up_to_date))
+        else:
+            runs.append(run_plugin(se_darwin, replace(request, precision="fp32")))
     assert [r.steps for r in runs] == [6, 0, 6]
     assert runs[1].up_to_date and runs[1].data is not None
     assert runs[1].data.checked_by == "manifest"

@@ -18,6 +18,8 @@ from daemon_harness import (
     start_daemon,
 )
 
+from genesis_fp16.config.settings_sources import LOG_VALUE_BOUND
+
 RELOADS = "genesis_fp16_config_reloads_total"
 TYPO = "ENABLE_FP16_TRAINIG=false"  # the rollback switch, misspelt
 
@@ -202,3 +204,33 @@ def test_a_huge_value_is_cut_in_a_command_error(tmp_path: Path) -> None:
     env_file.symlink_to("/dev/zero")
     done = reset()
     assert done.returncode == 2 and "is not a regular file" in done.stderr, done.stderr
+
+
+def test_a_file_of_a_thousand_bad_lines_is_cut_everywhere(
+    daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    """A .env of 1,000 bad lines, 220 KB (under the size refused at once): the daemon's
+    refusal line, `precision reset`'s error and `status`'s warning each stay within
+    LOG_VALUE_BOUND and say how much was cut, where each echoed all 290 KB; /healthz too."""
+    daemon = daemon_factory(
+        {
+            "GENESIS_FP16_PLUGIN_ALLOWLIST": "se_darwin",
+            "GENESIS_FP16_RUN_AT_START": "false",
+            "GENESIS_FP16_WATCH_ENV_FILE": "false",
+        },
+        fixtures=False,
+    )
+    bad = "".join(f"GENESIS_FP16_BAD{n}{'X' * 200}=1\n" for n in range(1_000))
+    _reload(daemon, bad, "failure", 1)
+    (failed,) = daemon.events("config reload failed, keeping the running configuration")
+    assert len(json.dumps(failed)) < 2 * LOG_VALUE_BOUND and "more characters)" in failed["error"]
+    assert max(map(len, daemon.log_path.read_text().splitlines())) < 2 * LOG_VALUE_BOUND
+    code, health = daemon.get("/healthz")
+    assert code == 200 and len(health) < LOG_VALUE_BOUND and "GENESIS_FP16…" in health
+    reset = cli(daemon, "precision", "reset", "se_darwin")
+    assert reset.returncode == 2 and "GENESIS_FP16_BAD0" in reset.stderr
+    assert len(reset.stderr) < LOG_VALUE_BOUND and "more characters)" in reset.stderr
+    status = cli(daemon, "status")
+    assert status.returncode == 0 and "is refused (GENESIS_FP16_BAD0" in status.stderr
+    assert len(status.stderr) < LOG_VALUE_BOUND + len(str(tmp_path)) + 100, status.stderr[:2_000]
+    assert "more characters)" in status.stderr

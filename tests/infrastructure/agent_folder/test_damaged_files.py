@@ -19,7 +19,7 @@ from genesis_fp16.jobs.guard_state import load_memory
 from genesis_fp16.jobs.probe_gate import read_record
 from genesis_fp16.launch.handoff import read_run_file, write_run_file
 from genesis_fp16.service.state_lock import hold_state_folder
-from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder import data_manifest, files
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.layout import LAYOUT, StateFile, parse_aside
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
@@ -33,7 +33,6 @@ from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink
 from genesis_fp16_infrastructure.data.sources import Source
 from genesis_fp16_infrastructure.judging import stores
-from genesis_fp16_infrastructure.recipes.retrain import freshness
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.training.precision.carried_scale import read_carried_scale
 from genesis_fp16_infrastructure.training.run.calibration import read_calibration
@@ -121,7 +120,7 @@ CONSUMERS: dict[str, Callable[[Folder, Path], object]] = {
     "served_pointer": lambda f, p: set_aside_unusable(f.paths.checkpoint_dir),
     "pointer_lock": lambda f, p: _hold(lambda: pointer_lock(f.paths.checkpoint_dir))(f, p),
     "writer_lock": _claim,
-    "data_manifest": lambda f, p: freshness._load(p.parent),
+    "data_manifest": lambda f, p: data_manifest.load(p.parent),
     "quarantine": _quarantine,
     "candidate_meta": lambda f, p: list_candidates(f.paths.checkpoint_dir),
     "verdict": lambda f, p: read_json(p),

@@ -141,3 +141,32 @@ def test_a_manifest_saved_without_ctime_and_inode_is_read_and_hashed_again(
     again, report = scan_files(folder, old)
     assert (report.hashed, report.reused) == (2, 0) and again.same_content(first)
     assert scan_files(folder, again)[1].reused == 2
+
+
+def test_a_copy_or_a_rename_keeping_the_read_order_holds_the_same_content(
+    tmp_path: Path,
+) -> None:
+    """A file copied beside itself (its records all duplicates), a file renamed without
+    changing the read order, and the pool's folder moved: the same content, whatever the
+    names (issue 69: an identical copy of a pool started a child and a calibration)."""
+    folder = _pool(tmp_path)
+    first, _ = scan_files(folder)
+    (folder / "b copy.json").write_bytes((folder / "b.json").read_bytes())  # just before it
+    assert scan_files(folder, first)[0].same_content(first)
+    (folder / "a.jsonl").rename(folder / "a0.jsonl")  # still read first
+    assert scan_files(folder, first)[0].same_content(first)
+    moved = folder.rename(tmp_path / "moved")
+    assert scan_files(moved, first)[0].same_content(first)
+
+
+def test_the_same_bytes_read_otherwise_are_a_change(tmp_path: Path) -> None:
+    """The same bytes under another format (``.json`` read as ``.jsonl``), or a rename
+    that reads two files in the other order (where both hold one id, the first read
+    wins): a change, read in full."""
+    folder = _pool(tmp_path)
+    first, _ = scan_files(folder)
+    (folder / "b.json").rename(folder / "b.jsonl")
+    assert not scan_files(folder, first)[0].same_content(first)
+    (folder / "b.jsonl").rename(folder / "b.json")
+    (folder / "a.jsonl").rename(folder / "c.jsonl")  # now read after b.json
+    assert not scan_files(folder, first)[0].same_content(first)

@@ -6,7 +6,8 @@ the request that asked for it (agent, options, seed), the candidate's checkpoint
 size, mtime) and its ``train --json`` result. A later run's plan asks :func:`check_data`
 once, which reads the record beside the served checkpoint (the pointer's); when the
 request is the same, the served checkpoint is the one recorded (the candidate was
-promoted, and is still served) and every data file holds the same bytes, the run ends
+promoted, and is still served) and the data files hold the same bytes (by digest, format
+and read order, whatever their names: ``Manifest.same_content``), the run ends
 ``up_to_date`` at once: no record parsed,
 no task built, no torch tensor made, and the daemon starts no child for it
 (``genesis_fp16/jobs/agent_job.py``). Anything else (no manifest, another request, a file
@@ -30,7 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16_infrastructure.agent_folder import files
+from genesis_fp16_infrastructure.agent_folder import data_manifest
 from genesis_fp16_infrastructure.agent_folder.layout import DATA_MANIFEST, RECORD_CACHE_FOLDER
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     ServedPointerError,
@@ -48,12 +49,8 @@ from genesis_fp16_infrastructure.record_codec import ReportError
 logger = logging.getLogger(__name__)
 
 RECORD_NAME = DATA_MANIFEST.name
-# under the state folder, one folder per agent
-RECORD_VERSION = 1
-
-
-def record_path(folder: Path) -> Path:
-    return Path(folder) / RECORD_NAME
+RECORD_VERSION = data_manifest.RECORD_VERSION
+record_path = data_manifest.record_path
 
 
 def record_cache(request: TrainRequest, manifest: Manifest | None) -> RecordCache | None:
@@ -86,7 +83,7 @@ def save_record(
         # The live watch's report is this run's: an up-to-date run never reports it again.
         "result": {**result.to_json(), "live": None},
     }
-    _write(Path(request.checkpoint_dir), record)
+    data_manifest.write(Path(request.checkpoint_dir), record)
 
 
 def check_data(request: TrainRequest) -> DataCheck:
@@ -102,7 +99,7 @@ def check_data(request: TrainRequest) -> DataCheck:
         return DataCheck(None)
     served = _served(request)
     folder = None if served is None else served.parent
-    record = None if folder is None else _load(folder)
+    record = None if folder is None else data_manifest.load(folder)
     before = Manifest.from_json(record.get("manifest")) if record else None
     try:
         manifest, report = scan_files(Path(request.data_path), before)
@@ -124,7 +121,7 @@ def check_data(request: TrainRequest) -> DataCheck:
         )
         return DataCheck(manifest)
     if report.hashed and folder is not None:  # new mtimes: trust them next time
-        _write(folder, {**record, "manifest": manifest.to_json()})
+        data_manifest.write(folder, {**record, "manifest": manifest.to_json()})
     seconds = time.perf_counter() - start
     why = _unchanged(len(manifest.files), report.hashed)
     logger.info("%s: up to date by the data manifest, %s: no step to take", request.agent, why)
@@ -292,15 +289,3 @@ def _served_checkpoint_unchanged(request: TrainRequest, recorded: Any) -> bool:
     if (stat.st_size, stat.st_mtime_ns) != (recorded.get("size"), recorded.get("mtime_ns")):
         return False
     return served is not None and served.resolve() == path.resolve()
-
-
-def _load(folder: Path) -> dict[str, Any] | None:
-    """The folder's record; None when absent, of another version, or unusable (set aside
-    as ``data_manifest.json.unusable-*`` and reported: the run reads the pool)."""
-    record = files.load(record_path(folder), DATA_MANIFEST, files.json_object)
-    return record if record is not None and record.get("version") == RECORD_VERSION else None
-
-
-def _write(folder: Path, record: Mapping[str, Any]) -> None:
-    text = json.dumps(record, sort_keys=True)
-    files.write_bytes(record_path(folder), DATA_MANIFEST, text.encode("utf-8"))

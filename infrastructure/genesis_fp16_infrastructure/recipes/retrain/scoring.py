@@ -86,8 +86,13 @@ def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
     options = TaskOptions.from_mapping(request.options)
     checked = request.snapshot.data if request.snapshot is not None else None
     cache = record_cache(request, checked.scan if checked is not None else None)
-    data = read_pool(
-        Path(request.data_path), options, None, request.memory_limit_bytes, cache, request.agent
+    data = read_pool(  # quarantined records kept where the judged run asks (its first read)
+        Path(request.data_path),
+        options,
+        request.quarantine_path,
+        request.memory_limit_bytes,
+        cache,
+        request.agent,
     )
     columns = data.columns
     try:
@@ -97,4 +102,4 @@ def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
         raise ValueError(f"not a world-model checkpoint: {exc}") from None
     losses = log_losses(p, columns.success)
     agents = ["-" if a is None else str(a) for a in columns.agent.take(columns.labelled)]
-    return RecordLosses.of(judged_ids(columns), losses.tolist(), agents)
+    return RecordLosses.of(judged_ids(columns), losses.tolist(), agents, data.quarantined)

@@ -111,7 +111,7 @@ def test_an_up_to_date_run_reports_the_precision_and_reason_asked_now(
     assert first["precision_used"] == "fp32"
     _no_reading(monkeypatch)
     request = replace(_request(data, ckpt), precision="bf16", precision_reason="asked now")
-    out = plugin.train(request)
+    out = _run(request)
     assert out.up_to_date and out.steps == 0
     assert (out.precision_requested, out.precision_used) == ("bf16", "bf16")
     assert out.precision_reason.startswith("asked now; up to date, no step taken")
@@ -133,20 +133,43 @@ def test_a_file_rewritten_with_the_same_content_is_up_to_date(
 
 
 def test_the_same_records_at_another_path_are_up_to_date_not_trained_again(
-    served: tuple[Path, Path, dict[str, Any]],
+    served: tuple[Path, Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The pool's folder moved (or a data path set to the folder its one file was in):
-    the manifest's paths differ, so the run reads the records, and they are the served
-    model's: no step, "nothing new" (the path was part of the request, which trained
-    afresh on the same records and served a model with the same scores)."""
+    the manifest's paths differ, its files' bytes and read order do not, so the plan's
+    check answers up to date: nothing read, no step, no candidate (the path was part of
+    the request, which trained afresh on the same records and served a model with the
+    same scores)."""
     data, ckpt, first = served
     moved = data.rename(data.parent / "moved")
-    assert freshness.check_data(_request(moved, ckpt)).up_to_date is None
-    out = _run(_request(moved, ckpt))
+    _no_reading(monkeypatch)
+    verdict = freshness.check_data(_request(moved, ckpt)).up_to_date
+    assert verdict is not None
+    why = TrainResult.from_json(verdict).up_to_date_against
+    assert why is not None and why.startswith("nothing new: the 2 data file(s) hold the bytes")
+    out = _run(_request(moved, ckpt))  # the new paths are trusted now: hashed no more
     assert out.up_to_date and out.steps == 0 and str(out.checkpoint) == first["checkpoint"]
-    assert out.up_to_date_against is not None
-    assert out.up_to_date_against.startswith("nothing new: all ")
+    assert out.up_to_date_against == "nothing new: the 2 data file(s) are unchanged"
     assert len(list_candidates(ckpt)) == 1  # the first model's: no candidate trained
+
+
+def test_an_identical_copy_in_the_pool_is_up_to_date_by_the_plans_check(
+    served: tuple[Path, Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pool file copied beside itself under a new name, and another renamed where it
+    is read in the same order: the plan's check answers up to date (the daemon starts no
+    child, no calibration), nothing read; a copy with one byte changed is read in full."""
+    data, ckpt, _ = served
+    (data / "pool copy.json").write_bytes((data / "pool.json").read_bytes())
+    (data / "more.json").rename(data / "less.json")  # read before pool.json, as before
+    with monkeypatch.context() as patched:
+        _no_reading(patched)
+        verdict = freshness.check_data(_request(data, ckpt)).up_to_date
+        assert verdict is not None and TrainResult.from_json(verdict).steps == 0
+        out = _run(_request(data, ckpt))
+        assert out.up_to_date and out.data is not None and out.data.checked_by == "manifest"
+    (data / "pool copy.json").write_text((data / "pool.json").read_text() + " ")
+    assert freshness.check_data(_request(data, ckpt)).up_to_date is None
 
 
 def test_a_malformed_file_dropped_in_is_quarantined_named_and_brings_nothing_new(

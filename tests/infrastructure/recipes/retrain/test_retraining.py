@@ -29,13 +29,6 @@ def pool(tmp_path: Path) -> Path:
     return folder
 
 
-def _served_state(ckpt: Path) -> dict[str, object]:
-    served = served_checkpoint(ckpt)
-    assert served is not None
-    state: dict[str, object] = torch.load(served, weights_only=True)
-    return state
-
-
 def test_an_unchanged_pool_is_up_to_date_and_takes_no_step(pool: Path, tmp_path: Path) -> None:
     """The same records again: outcome up_to_date, no step, the same checkpoint, and the
     served model's loss on them as the gate scored it."""
@@ -73,10 +66,12 @@ def test_a_grown_pool_is_learned_afresh_by_an_encoder_that_knows_every_agent(
     assert grown.outcome == "success" and grown.steps > 0 and grown.extra["resumed_from"] is None
     assert data.new == grown.extra["examples"] - first.extra["examples"] > 250
     assert (data.removed, data.relabelled) == (0, 0)
-    rates = _served_state(tmp_path / "ck")["extra"]["encoder"]["agent_rates"]  # type: ignore[index]
-    assert set(rates) == {"se_darwin", "qa"}
+    candidate = torch.load(grown.checkpoint, weights_only=True)  # type: ignore[arg-type]
+    assert set(candidate["extra"]["encoder"]["agent_rates"]) == {"se_darwin", "qa"}
     assert Path(first.checkpoint).exists()  # type: ignore[arg-type]  # kept, never moved
-    assert grown.checkpoint == served_checkpoint(tmp_path / "ck")  # promoted by the gate
+    # Judged on the 61 held-out records the served model knew: clean growth is promoted or
+    # held inconclusive at this size (docs/judging.md has the gate's power), never rejected.
+    assert grown.gate is not None and grown.gate.outcome in ("promoted", "inconclusive")
 
 
 @pytest.mark.parametrize("edit", ["shrink", "relabel"])

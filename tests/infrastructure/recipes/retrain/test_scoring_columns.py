@@ -22,6 +22,7 @@ from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.judging.split import HELD_OUT
 from genesis_fp16_infrastructure.recipes.retrain import scoring
+from genesis_fp16_infrastructure.recipes.retrain.split import judged_ids
 from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
 from genesis_fp16_infrastructure.training.run.early_stop import served_weights
 from genesis_fp16_infrastructure.world_model.features import (
@@ -90,7 +91,7 @@ def test_a_models_checkpoint_names_only_records_the_judged_run_does_not_hold_out
 ) -> None:
     """Held-out split or folds, the checkpoint's trained_ids are every record of its pool
     but those HELD_OUT holds out: none held out, none missing."""
-    ids = read_trajectories(pools[0]).columns.example_ids
+    ids = judged_ids(read_trajectories(pools[0]).columns)  # id and label-and-inputs hash
     named = load_checkpoint(models[name])["extra"][TRAINED_IDS]
     held = HELD_OUT.of_ids(ids)
     assert sorted(named) == sorted(i for i, h in zip(ids, held.tolist(), strict=True) if not h)
@@ -113,7 +114,8 @@ def test_the_scores_build_no_object_per_record_and_equal_the_objects(
         losses = scoring.score_records(models["folds"], _request(pools[1]))
     data = read_trajectories(pools[1])
     examples, pool = data.examples, data.pool
-    assert list(losses.ids) == [e.trajectory_id for e in examples]
+    assert list(losses.ids) == judged_ids(data.columns)
+    assert [i.split("#")[0] for i in losses.ids] == [e.trajectory_id for e in examples]
     assert losses.segments == tuple(e.attempt.agent for e in examples)
     state = load_checkpoint(models["folds"])
     saved = read_world_model_state(state)
