@@ -41,7 +41,7 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.run_request import RequestOverrides, plan_request
 from genesis_fp16.launch.handoff import write_run_file
 from genesis_fp16.launch.launcher import child_command, request_file
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest
+from genesis_fp16.plugin_api import TrainRequest
 
 PHASES = ("set_up_s", "first_step_s", "exit_s", "cpu_s")
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from judged_cases import header
 
-from genesis_fp16_infrastructure.contract.judging import RecordLosses
+from genesis_fp16.plugin_api import RecordLosses
 from genesis_fp16_infrastructure.judging.gate import compare_segments, decide
 from genesis_fp16_infrastructure.recipes.retrain.scoring import LOSS_SPAN, MARGIN
 

@@ -43,6 +43,7 @@ from typing import Any
 import torch
 
 from genesis_fp16.bench.probe import machine_slug
+from genesis_fp16.plugin_api import PrecisionRequest, TrainRequest, TrainResult
 from genesis_fp16.scaffold import write_agent
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     candidate_entry,
@@ -50,13 +51,8 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     newest_checkpoint,
     serve,
 )
-from genesis_fp16_infrastructure.contract.plugin_api import (
-    PrecisionRequest,
-    TrainRequest,
-    TrainResult,
-)
+from genesis_fp16_infrastructure.api import run_plugin
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.judging.run import run_plugin
 
 Batch = Any  # one agent's records as it writes them (a pool, lines, a task file)
 

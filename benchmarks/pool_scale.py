@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from genesis_fp16.plugin_api import TrainRequest
 from genesis_fp16_agents.se_darwin import plugin
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest
 from genesis_fp16_infrastructure.data.manifest import RACY_NS
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 

@@ -43,8 +43,8 @@ from typing import Any
 
 import torch
 
+from genesis_fp16.plugin_api import TrainRequest
 from genesis_fp16_agents.se_darwin.plugin import SEDarwinPlugin
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.recipes.retrain.task import TaskOptions, WorldModelTask

@@ -37,7 +37,7 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.run_request import RequestOverrides, plan_request
 from genesis_fp16.launch.launcher import train_in_child
 from genesis_fp16.launch.run_worker import RunWorker
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest
+from genesis_fp16.plugin_api import TrainRequest
 from genesis_fp16_infrastructure.training.run.spec import RunCallbacks
 
 

@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from genesis_fp16.plugin_api import PrecisionRequest, TrainRequest
 from genesis_fp16.scaffold import agent_source
-from genesis_fp16_infrastructure.contract.plugin_api import PrecisionRequest, TrainRequest
 from genesis_fp16_infrastructure.judging import run as judged_run
 
 AGENT = "toy_bench"

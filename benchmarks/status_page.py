@@ -29,20 +29,14 @@ from pathlib import Path
 import msgspec
 import torch
 
+from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16.status import history, past
 from genesis_fp16.status.render import render_html
 from genesis_fp16.status.report import DaemonStatus, NextRun, gather_status
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.lifecycle import JOURNAL_KEEP, rollback, serve
 from genesis_fp16_infrastructure.agent_folder.run_history import KEEP
-from genesis_fp16_infrastructure.contract.plugin_api import TrainResult
-from genesis_fp16_infrastructure.contract.reports import (
-    Demotion,
-    DriftReport,
-    GateReport,
-    LiveReport,
-    ScoresOn,
-)
+from genesis_fp16_infrastructure.api import Demotion, DriftReport, GateReport, LiveReport, ScoresOn
 
 BOUND_MS = 100.0
 DAEMON = DaemonStatus(True, os.getpid(), "serve", time.time() - 3600, 3600.0, True, "ok", "ready")

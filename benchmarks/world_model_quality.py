@@ -74,8 +74,8 @@ from typing import Any
 
 import torch
 
+from genesis_fp16.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_agents.se_darwin.plugin import SEDarwinPlugin
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.readers import ReadResult, read_trajectories
 from genesis_fp16_infrastructure.data.schema import OPERATORS, AttemptInput

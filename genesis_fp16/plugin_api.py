@@ -1,8 +1,11 @@
 """The import path for agent plugins: what a plugin's code imports from genesis-fp16.
 
-This name stays put when the library's modules move; the implementation lives in the
-training library (``genesis_fp16_infrastructure.contract.plugin_api``), which the built-in agents
-import directly because the library must not import the daemon. A third-party plugin::
+This name stays put when the library's modules move, and it is the one path a plugin
+imports the contract from: the built-in agents (``agents/``), the docs and the daemon's
+own code import each of these names from here, never from the library's module that
+defines it (only the library itself does; ``tests/test_import_paths.py`` checks). The
+names come through the library's door for the daemon, ``genesis_fp16_infrastructure.api``.
+A third-party plugin::
 
     from genesis_fp16.plugin_api import API_VERSION, TrainRequest, TrainResult, fit
 
@@ -26,9 +29,10 @@ Importing this module does not import torch, the daemon or its settings: the tra
 names (``fit``, ``to_device``, ...) are imported when first used.
 """
 
+import importlib
 from typing import TYPE_CHECKING
 
-from genesis_fp16_infrastructure.contract import (
+from genesis_fp16_infrastructure.api import (
     API_CHANGES,
     API_VERSION,
     DEFAULT_STEPS,
@@ -49,7 +53,7 @@ from genesis_fp16_infrastructure.contract import (
 )
 
 if TYPE_CHECKING:
-    from genesis_fp16_infrastructure.training import (
+    from genesis_fp16_infrastructure.api import (
         CheckpointError,
         FitOptions,
         FitResult,
@@ -59,7 +63,7 @@ if TYPE_CHECKING:
         to_device,
     )
 
-# Imported from the training library on first use: each would import torch.
+# Imported from the library's door on first use: each would import torch.
 _TRAINING_NAMES = (
     "CheckpointError",
     "FitOptions",
@@ -99,8 +103,6 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    if name in _TRAINING_NAMES:
-        from genesis_fp16_infrastructure import training
-
-        return getattr(training, name)
+    if name in _TRAINING_NAMES:  # the door's own module: imported above
+        return getattr(importlib.import_module("genesis_fp16_infrastructure.api"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -691,7 +691,7 @@ def _export_ranges(result: dict[str, Any]) -> str:
     from prometheus_client import CollectorRegistry, generate_latest
 
     from genesis_fp16.metrics.range_metrics import RangeMetrics
-    from genesis_fp16_infrastructure.contract.reports import RangeSummary
+    from genesis_fp16_infrastructure.api import RangeSummary
     from genesis_fp16_infrastructure.record_codec import decode_record
 
     registry = CollectorRegistry()

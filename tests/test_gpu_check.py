@@ -46,7 +46,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from test_packaging import probe_package_index, skip_or_fail
 
-from genesis_fp16_infrastructure.contract.reports import ModuleRange, RangeSummary
+from genesis_fp16_infrastructure.api import ModuleRange, RangeSummary
 from genesis_fp16_infrastructure.record_codec import encode_record
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,17 +22,21 @@ ALLOWED = {
         "genesis_fp16_agents",
     },
 }
+# The one daemon module a room may import: the plugin authors' door, which imports only
+# the library (agents/ are plugins, and import the contract through it).
+DOORS = {"agents": frozenset({"genesis_fp16.plugin_api"})}
 FORBIDDEN_CALLS = {"os.environ", "os.getenv", "logging.basicConfig", "logging.config"}
 
 
-def _imports(path: Path) -> set[str]:
+def _imports(path: Path, doors: frozenset[str] = frozenset()) -> set[str]:
+    """The top-level packages ``path`` imports, leaving out imports of a module in ``doors``."""
     tree = ast.parse(path.read_text(), filename=str(path))
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
+            names.update(a.name.split(".")[0] for a in node.names if a.name not in doors)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
+            names.update(node.module.split(".")[:1] if node.module not in doors else [])
     return names
 
 
@@ -42,14 +46,15 @@ def _sources(room: str) -> list[Path]:
 
 @pytest.mark.parametrize("room", sorted(ALLOWED))
 def test_room_imports_only_what_it_may(room: str) -> None:
-    """infrastructure/ and agents/ import no daemon packages (prometheus, structlog, ...)."""
+    """infrastructure/ and agents/ import no daemon packages (prometheus, structlog, ...);
+    agents/ import of the daemon only its plugin door, genesis_fp16.plugin_api."""
     import sys
 
     stdlib = set(sys.stdlib_module_names)
     offenders = {
         f"{path.relative_to(ROOT)}: {name}"
         for path in _sources(room)
-        for name in _imports(path)
+        for name in _imports(path, DOORS.get(room, frozenset()))
         if name not in stdlib and name not in ALLOWED[room]
     }
     assert not offenders, sorted(offenders)
@@ -67,10 +72,14 @@ def test_infrastructure_reads_no_environment_and_configures_no_logging() -> None
 
 
 def test_layering_check_catches_a_forbidden_import(tmp_path: Path) -> None:
-    """The import scanner sees a daemon import, so the tests above can fail."""
+    """The import scanner sees a daemon import, so the tests above can fail; the agents'
+    door lets through genesis_fp16.plugin_api alone."""
     bad = tmp_path / "bad.py"
     bad.write_text("import prometheus_client\nfrom structlog import get_logger\n")
     assert {"prometheus_client", "structlog"} <= _imports(bad)
+    door = tmp_path / "door.py"
+    door.write_text("from genesis_fp16.plugin_api import TrainResult\nimport genesis_fp16.config\n")
+    assert _imports(door, DOORS["agents"]) == {"genesis_fp16"}  # the door only, not the daemon
 
 
 # Import name -> its folder (the folder is the name, under a source root).
@@ -247,12 +256,14 @@ def test_floor_check_catches_an_import_from_above(tmp_path: Path) -> None:
 
 # The library's layers, bottom up: the root's utilities, the components, the contract
 # (what a plugin and the daemon exchange; judging/, the judged run every plugin that scores
-# its records gets), the recipes. A component names no agent.
+# its records gets), the recipes, and on top the daemon's door (api: it gives the daemon
+# names of every layer, and no module of the library imports it). A component names no agent.
 LIBRARY_LAYERS = (
     {"atomic", "gc_pause", "json_numbers", "machine_memory", "outcome", "phases", "record_codec"},
     {"training", "data", "world_model", "rl", "probe", "agent_folder"},
     {"contract", "judging"},
     {"recipes"},
+    {"api"},
 )
 LIBRARY = ROOT / "infrastructure" / "genesis_fp16_infrastructure"
 AGENT_NAMES = re.compile(r"se_darwin|SE-Darwin|rlhf_ppo|RLHF-PPO", re.IGNORECASE)

@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from genesis_fp16_infrastructure.training.precision.precision_names import RequestedName
+from genesis_fp16_infrastructure.api import RequestedName
 
 SIZES: tuple[str, ...] = ("default", "large")
 # Untimed steps of a row by default: the graph runners' 3 eager warm-up steps and their

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from genesis_fp16.bench.report import device_slug
-from genesis_fp16_infrastructure.phases import peak_rss_mib
+from genesis_fp16_infrastructure.api import peak_rss_mib
 
 _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 

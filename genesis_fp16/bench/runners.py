@@ -18,7 +18,7 @@ from torch import nn
 from genesis_fp16.bench.config import BenchConfig
 from genesis_fp16.bench.probe import set_tf32
 from genesis_fp16.bench.workload import Batch, Workload
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
+from genesis_fp16_infrastructure.api import PrecisionName
 
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -62,12 +62,14 @@ class OursRunner:
     chosen: PrecisionName | None = None  # what `auto` resolved to; None for a named precision
 
     def prepare(self, workload: Workload, config: BenchConfig, device: torch.device) -> None:
-        from genesis_fp16_infrastructure.training import PrecisionRequest, Trainer, TrainerConfig
-        from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
-        from genesis_fp16_infrastructure.training.precision.precision_request import (
+        from genesis_fp16.plugin_api import PrecisionRequest
+        from genesis_fp16_infrastructure.api import (
+            ScalerConfig,
+            Trainer,
+            TrainerConfig,
             checked_request,
+            policy_for_run,
         )
-        from genesis_fp16_infrastructure.training.run.calibration import policy_for_run
 
         set_tf32(config.precision == "tf32")
         requested = "fp32" if config.precision == "tf32" else config.precision

@@ -16,13 +16,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.data.synthetic import write_pool
-from genesis_fp16_infrastructure.world_model import (
+from genesis_fp16_infrastructure.api import (
     FeatureEncoder,
     ModelConfig,
     WorldModel,
+    read_trajectories,
     world_model_losses,
+    write_pool,
 )
 
 # x, success, score, score_known, outcome

@@ -17,7 +17,8 @@ from genesis_fp16.config.agent_names import shown_name
 from genesis_fp16.config.plugins import PluginRecord, discover_plugins
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.guard_state import describe, load_memory
-from genesis_fp16_infrastructure.contract import declared_options, ignored_request_fields
+from genesis_fp16.plugin_api import declared_options
+from genesis_fp16_infrastructure.api import ignored_request_fields
 
 
 def register(subparsers: Any) -> None:

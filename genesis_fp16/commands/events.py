@@ -31,8 +31,7 @@ from genesis_fp16.events.delivery import (
     agent_folders,
     redeliver_marked,
 )
-from genesis_fp16_infrastructure.agent_folder import outbox
-from genesis_fp16_infrastructure.agent_folder.outbox import Event
+from genesis_fp16_infrastructure.api import Event, outbox
 
 EVENT_ID = re.compile(r"^[0-9a-f]{16}$")
 COLUMNS = ("ID", "AGENT", "KIND", "TIME", "STATUS", "ATTEMPTS", "LAST")

@@ -31,7 +31,8 @@ from genesis_fp16.commands.named_agent import agent_folder
 from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.settings_reading import load_settings_for_reading
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+from genesis_fp16_infrastructure.api import (
+    Outcome,
     ServedPointerError,
     aside_path,
     candidates_dir,
@@ -44,7 +45,6 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     served_entry,
     unpin,
 )
-from genesis_fp16_infrastructure.contract import Outcome
 
 
 def register(subparsers: Any) -> None:

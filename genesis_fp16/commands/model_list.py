@@ -17,23 +17,23 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16.metrics.watch_state import watch_state
-from genesis_fp16_infrastructure.agent_folder import files
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+from genesis_fp16_infrastructure.api import (
+    AgentFolder,
+    Outcome,
     ServedPointer,
     ServedPointerError,
     aside_path,
     candidates_dir,
+    files,
     list_candidates,
     newest_checkpoint,
     pointer_path,
     read_meta,
+    read_summary,
     read_verdict,
     repairable_pointer,
     served_checkpoint,
 )
-from genesis_fp16_infrastructure.contract import Outcome
-from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 
 # The table's header (the docs' samples show it: tests/test_doc_claims.py compares them).
 HEADER = (

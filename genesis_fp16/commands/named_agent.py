@@ -8,7 +8,7 @@ from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.reading import settings_for_reading
 from genesis_fp16.config.agent_names import check_agent_name
 from genesis_fp16.config.settings import SettingsError, load_settings
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.api import AgentFolder
 
 
 def agent_folder(agent: str, read_only: bool = False) -> AgentFolder:

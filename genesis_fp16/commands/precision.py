@@ -22,10 +22,7 @@ from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.state_files import locked
 from genesis_fp16.jobs.guard_state import describe
-from genesis_fp16_infrastructure.agent_folder.files import SetAside
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.contract import Calibration
-from genesis_fp16_infrastructure.training.flight.bundle_files import FOLDER, list_bundles
+from genesis_fp16_infrastructure.api import FOLDER, AgentFolder, Calibration, SetAside, list_bundles
 
 # Torch-free: the calibration is read as the record the owner types, without torch.
 _NOT_MEASURED = "no measurement of 'auto' cached (it is timed at the next auto run)"
@@ -172,7 +169,7 @@ def _host() -> dict[str, bool]:
     measured ``auto`` and a captured step need."""
     import torch
 
-    from genesis_fp16_infrastructure.training.precision import capabilities
+    from genesis_fp16_infrastructure.api import capabilities
 
     cpu = capabilities.cpu_capabilities()
     return {

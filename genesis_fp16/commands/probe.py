@@ -24,7 +24,7 @@ from genesis_fp16.config.settings import (
     check_device_name,
     resolve_device,
 )
-from genesis_fp16_infrastructure.atomic import write_json_atomic
+from genesis_fp16_infrastructure.api import write_json_atomic
 
 # genesis_fp16_infrastructure.probe.runner.OPTIMIZERS, repeated: that module imports torch, and the
 # parser (--help included) is built without it. A test checks that the two agree.
@@ -76,7 +76,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     # The probe runs models through torch: imported here, not at the top, because cli.py
     # imports every command module to build its parser and --help should not wait for it.
-    from genesis_fp16_infrastructure.probe import ProbeError, format_table, run_probe
+    from genesis_fp16_infrastructure.api import ProbeError, format_table, run_probe
 
     if args.out is not None and importlib.util.find_spec("matplotlib") is None:
         raise UsageError(

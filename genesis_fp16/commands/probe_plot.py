@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from genesis_fp16_infrastructure.probe import ProbeReport
+from genesis_fp16_infrastructure.api import ProbeReport
 
 
 class PlotUnavailable(Exception):

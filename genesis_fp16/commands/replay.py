@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from genesis_fp16.cli import UsageError
 
 if TYPE_CHECKING:
-    from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
+    from genesis_fp16_infrastructure.api import PrecisionName
 
 PRECISIONS = ("fp16", "bf16", "fp32")
 DEFAULT_TOLERANCE = 0.1  # replay_compare.DEFAULT_TOLERANCE, without importing torch here
@@ -70,8 +70,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from genesis_fp16_infrastructure.training.flight.bundle import BundleError, load_bundle
-    from genesis_fp16_infrastructure.training.flight.replay import replay
+    from genesis_fp16_infrastructure.api import BundleError, load_bundle, replay
 
     if not 0 < args.tolerance < math.inf:
         raise UsageError(f"--tolerance {args.tolerance}: must be a positive number")
@@ -100,9 +99,7 @@ def _target(bundle: Mapping[str, Any], device: str) -> tuple[Any, str | None]:
     is imported (its batch types resolve against the plugin's ``batch_types``)."""
     from genesis_fp16.commands.reading import settings_for_reading
     from genesis_fp16.config.plugins import PluginError, load_plugin
-    from genesis_fp16_infrastructure.training.flight.bundle import BundleError
-    from genesis_fp16_infrastructure.training.flight.bundle_files import data_change
-    from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget
+    from genesis_fp16_infrastructure.api import BundleError, ReplayTarget, data_change
 
     found = bundle.get("context")
     context: Mapping[str, Any] = found if isinstance(found, Mapping) else {}

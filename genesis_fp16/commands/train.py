@@ -71,13 +71,10 @@ from genesis_fp16.jobs.run_request import (
 )
 from genesis_fp16.launch import kubeflow
 from genesis_fp16.metrics.tracking import RunTracker, close_tracker, open_tracker
+from genesis_fp16.plugin_api import TrainRequest, TrainRequestError, TrainResult
 from genesis_fp16.service.logsetup import configure_logging
 from genesis_fp16.service.startup_signals import take_over_sigterm
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.agent_folder.run_history import LastRun
-from genesis_fp16_infrastructure.contract import TrainRequest, TrainRequestError, TrainResult
-from genesis_fp16_infrastructure.data.readers import DataError
-from genesis_fp16_infrastructure.training.run.spec import RunCallbacks
+from genesis_fp16_infrastructure.api import AgentFolder, DataError, LastRun, RunCallbacks
 
 # torch (through genesis_fp16.launch.distributed and genesis_fp16_infrastructure.training's
 # checkpoint and precision modules) is imported inside run(), _train() and _request(), not here:
@@ -342,10 +339,13 @@ def _train(
         request.precision_reason,
         request.device,
     )
-    from genesis_fp16_infrastructure.contract import check_result, run_plugin
-    from genesis_fp16_infrastructure.training import PrecisionError
-    from genesis_fp16_infrastructure.training.checkpoint import CheckpointFolderBusy
-    from genesis_fp16_infrastructure.training.step.execution import ExecutionError
+    from genesis_fp16_infrastructure.api import (
+        CheckpointFolderBusy,
+        ExecutionError,
+        PrecisionError,
+        check_result,
+        run_plugin,
+    )
 
     result = None
     started = time.monotonic()
@@ -420,7 +420,7 @@ def _record(checkpoint_dir: Path, result: TrainResult | None, error: str, starte
 def _holds_models(folder: Path) -> bool:
     """A folder of served models and candidates (se_darwin's: served.json, candidates/<id>/
     ckpt-*.pt; genesis_fp16_infrastructure/recipes/retrain/served.py) holds checkpoints too."""
-    from genesis_fp16_infrastructure.agent_folder.lifecycle import candidates_dir, pointer_path
+    from genesis_fp16_infrastructure.api import candidates_dir, pointer_path
 
     if pointer_path(folder).exists():
         return True
@@ -432,7 +432,7 @@ def _request(
 ) -> tuple[TrainRequest, ProgressBar | None]:
     """The run request (genesis_fp16/jobs/run_request.py) and the progress bar: on a terminal
     only (a pipe or a file gets the log records alone, no carriage returns)."""
-    from genesis_fp16_infrastructure.training import CheckpointManager
+    from genesis_fp16_infrastructure.api import CheckpointManager
 
     checkpoint_dir = (
         args.checkpoint_dir or AgentFolder(settings.state_dir, args.agent).checkpoint_dir

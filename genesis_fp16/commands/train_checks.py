@@ -130,10 +130,7 @@ def refuse_unusable_device(
 
 def bound_history(folder: Path, settings: Settings) -> None:
     """Bound the model history as the daemon does after each run (served.prune)."""
-    from genesis_fp16_infrastructure.agent_folder.lifecycle import (
-        ServedPointerError,
-        prune_and_read,
-    )
+    from genesis_fp16_infrastructure.api import ServedPointerError, prune_and_read
 
     try:
         removed, _ = prune_and_read(

@@ -18,9 +18,14 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TextIO
 
 from genesis_fp16.config.state_files import relayed_set_aside
-from genesis_fp16_infrastructure.agent_folder.files import SetAside, on_set_aside
-from genesis_fp16_infrastructure.contract import GateReport, Outcome, TrainResult
-from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
+from genesis_fp16.plugin_api import TrainResult
+from genesis_fp16_infrastructure.api import (
+    GateReport,
+    Outcome,
+    SetAside,
+    TrainingSummary,
+    on_set_aside,
+)
 
 # Steps between two summaries when a terminal's bar or a tracker wants them.
 PROGRESS_INTERVAL = 10

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from genesis_fp16_infrastructure.agent_folder.layout import (
+from genesis_fp16_infrastructure.api import (
     AGENT_NAME_PATTERN,
     check_agent_name,
     is_agent_name,

@@ -12,7 +12,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from genesis_fp16_infrastructure.training.precision.precision_names import RequestedName
+from genesis_fp16_infrastructure.api import RequestedName
 
 # The vocabulary's own Literal (precision_names.RequestedName, whose values are CHOICES):
 # mypy and pydantic check the per-agent precision against it, and a new precision is one

@@ -32,8 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig, bounds_of
-from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS, PrecisionName
+from genesis_fp16_infrastructure.api import PRECISIONS, GuardConfig, PrecisionName, bounds_of
 
 # The value types a GuardConfig field may have, and the setting's type for each.
 # A ladder of precisions is written as a comma-separated string (GuardConfig checks it).

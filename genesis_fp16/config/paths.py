@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.contract import AgentPlugin
+from genesis_fp16.plugin_api import AgentPlugin
+from genesis_fp16_infrastructure.api import AgentFolder
 
 SAMPLE_DATA_COUNT = 20_000
 SAMPLE_DATA_SEED = 0

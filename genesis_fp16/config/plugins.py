@@ -28,12 +28,8 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Literal
 
 from genesis_fp16.config.agent_names import check_agent_name, is_agent_name
-from genesis_fp16_infrastructure.contract import (
-    SUPPORTED_API_VERSIONS,
-    AgentPlugin,
-    api_version_error,
-    judging_of,
-)
+from genesis_fp16.plugin_api import AgentPlugin
+from genesis_fp16_infrastructure.api import SUPPORTED_API_VERSIONS, api_version_error, judging_of
 
 ENTRY_POINT_GROUP = "genesis_fp16.agents"
 OWN_DISTRIBUTION = "genesis-fp16"  # registers the built-in agents

@@ -56,10 +56,10 @@ from genesis_fp16.config.settings_sources import (
     env_file_problem,
     read_sources,
 )
-from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
-from genesis_fp16_infrastructure.training.precision.precision_names import (
+from genesis_fp16_infrastructure.api import (
     CHOICES,
     RequestedName,
+    machine_memory_bytes,
     requested_name,
 )
 

@@ -14,14 +14,15 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from genesis_fp16_infrastructure.agent_folder.files import SetAside, on_set_aside
-from genesis_fp16_infrastructure.agent_folder.layout import (
+from genesis_fp16_infrastructure.api import (
     LAYOUT,
     PRECISION_STATE_LOCK,
+    SetAside,
     StateFile,
     agent_of,
+    on_set_aside,
+    take_lock,
 )
-from genesis_fp16_infrastructure.agent_folder.lock import take_lock
 
 # Every file name reported here (the metric's ``file`` label, created at 0 per agent):
 # each file the agent folder's layout names, set aside as ``<name>.unusable-*``.

@@ -40,10 +40,14 @@ import structlog
 from genesis_fp16.config.settings_sources import bounded
 from genesis_fp16.events import signing
 from genesis_fp16.events.posting import Post, post, shown_url
-from genesis_fp16_infrastructure.agent_folder import outbox
-from genesis_fp16_infrastructure.agent_folder.layout import AGENTS_FOLDER, CHECKPOINTS_FOLDER
-from genesis_fp16_infrastructure.agent_folder.lifecycle import ServedPointerError, update_pointer
-from genesis_fp16_infrastructure.agent_folder.outbox import Event
+from genesis_fp16_infrastructure.api import (
+    AGENTS_FOLDER,
+    CHECKPOINTS_FOLDER,
+    Event,
+    ServedPointerError,
+    outbox,
+    update_pointer,
+)
 
 __all__ = ["Deliverer", "DeliveryConfig", "agent_folders", "catch_up", "post", "shown_url"]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import structlog
 
-from genesis_fp16_infrastructure.agent_folder import outbox
-from genesis_fp16_infrastructure.contract import TrainResult
+from genesis_fp16.plugin_api import TrainResult
+from genesis_fp16_infrastructure.api import outbox
 
 log = structlog.get_logger("genesis_fp16.events")
 

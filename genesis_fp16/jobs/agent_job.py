@@ -29,7 +29,7 @@ from genesis_fp16.jobs.supervising import execute_run
 from genesis_fp16.launch.device_slots import DeviceSlots as DeviceSlots  # the daemon's import
 from genesis_fp16.launch.device_slots import slot_keys
 from genesis_fp16.launch.launcher import RunStopped
-from genesis_fp16_infrastructure.contract import AgentPlugin
+from genesis_fp16.plugin_api import AgentPlugin
 
 log = structlog.get_logger("genesis_fp16.jobs")
 

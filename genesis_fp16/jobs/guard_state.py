@@ -22,18 +22,18 @@ import structlog
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.config.state_files import locked
 from genesis_fp16.events.runs import announce_run
-from genesis_fp16_infrastructure.agent_folder import files
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.agent_folder.layout import PRECISION_STATE
-from genesis_fp16_infrastructure.contract import AgentState, Demotion, TrainResult
-from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
-from genesis_fp16_infrastructure.training.precision.precision_memory import (
-    PrecisionMemory,
-    remember_demotions,
-)
-from genesis_fp16_infrastructure.training.precision.precision_names import (
+from genesis_fp16.plugin_api import TrainResult
+from genesis_fp16_infrastructure.api import (
+    PRECISION_STATE,
     ROBUSTNESS,
+    AgentFolder,
+    AgentState,
+    Demotion,
+    GuardConfig,
+    PrecisionMemory,
     PrecisionName,
+    files,
+    remember_demotions,
 )
 
 if TYPE_CHECKING:  # the daemon passes its metrics in; `train` (and a child run) never

@@ -21,7 +21,7 @@ from genesis_fp16.launch.device_slots import DeviceSlots
 from genesis_fp16.launch.launcher import RunProcesses
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.metrics.tracking import RunTracker
-from genesis_fp16_infrastructure.training.precision.precision_names import RequestedName
+from genesis_fp16_infrastructure.api import RequestedName
 
 if TYPE_CHECKING:  # run_request imports the settings' modules; a Run only holds its plan
     from genesis_fp16.jobs.run_request import RunPlan

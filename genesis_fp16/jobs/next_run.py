@@ -30,13 +30,13 @@ from dataclasses import dataclass
 
 import structlog
 
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.contract import read_resume_point
-from genesis_fp16_infrastructure.training import CheckpointError
-from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
-from genesis_fp16_infrastructure.training.precision.precision_names import (
+from genesis_fp16_infrastructure.api import (
     LOSS_SCALED,
+    AgentFolder,
+    CheckpointError,
     PrecisionName,
+    ScalerConfig,
+    read_resume_point,
 )
 
 log = structlog.get_logger("genesis_fp16.next_run")

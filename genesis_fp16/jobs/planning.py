@@ -23,8 +23,8 @@ from genesis_fp16.jobs.progress_text import Progress
 from genesis_fp16.jobs.recording import record_progress
 from genesis_fp16.jobs.run_request import RunPlan, plan_request, warn_ignored
 from genesis_fp16.metrics.tracking import open_tracker
-from genesis_fp16_infrastructure.contract import AgentPlugin
-from genesis_fp16_infrastructure.training.run.spec import RunCallbacks
+from genesis_fp16.plugin_api import AgentPlugin
+from genesis_fp16_infrastructure.api import RunCallbacks
 
 log = structlog.get_logger("genesis_fp16.jobs")
 

@@ -29,16 +29,15 @@ import structlog
 
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.metrics.probe_metrics import ProbeMetrics
-from genesis_fp16_infrastructure.agent_folder import files
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.agent_folder.layout import PROBE_RECORD
-from genesis_fp16_infrastructure.contract import AgentPlugin
-from genesis_fp16_infrastructure.training.precision.precision_names import (
+from genesis_fp16.plugin_api import AgentPlugin, PrecisionRequest
+from genesis_fp16_infrastructure.api import (
     LOW_PRECISIONS,
+    PROBE_RECORD,
+    AgentFolder,
     PrecisionName,
+    files,
     precision_name,
 )
-from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 log = structlog.get_logger("genesis_fp16.probe_gate")
 
@@ -114,7 +113,7 @@ def write_record(path: Path, record: ProbeRecord) -> None:
 def _used_precision(request: PrecisionRequest, device: str) -> PrecisionName | None:
     """What ``decide`` answers the run's request before anything is timed: a measured
     ``auto`` then says the rule's pick, the 16-bit precision a measurement may choose."""
-    from genesis_fp16_infrastructure.training.precision.decide import PrecisionError, decide
+    from genesis_fp16_infrastructure.api import PrecisionError, decide
 
     try:
         return decide(request, device).used
@@ -185,7 +184,7 @@ def _probe(
     device: str,
     used: PrecisionName,
 ) -> ProbeRecord:
-    from genesis_fp16_infrastructure.probe import run_probe
+    from genesis_fp16_infrastructure.api import run_probe
 
     steps, seed = settings.probe_steps, settings.seed
     log.info("precision probe started", agent=agent, precision=used, steps=steps, device=device)

@@ -26,23 +26,20 @@ from genesis_fp16.launch.devices import device_lost
 from genesis_fp16.launch.launcher import LaunchError, RunStopped
 from genesis_fp16.metrics.diagnostics_export import export_diagnostics
 from genesis_fp16.metrics.tracking import RunTracker, close_tracker
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+from genesis_fp16.plugin_api import TrainRequestError, TrainResult
+from genesis_fp16_infrastructure.api import (
+    AgentFolder,
+    EarlyStopReport,
+    ExecutionError,
     JournalEntry,
+    LastRun,
+    Record,
     ServedPointer,
     ServedPointerError,
+    TrainingSummary,
     folder_bytes,
     prune_and_read,
 )
-from genesis_fp16_infrastructure.agent_folder.run_history import LastRun
-from genesis_fp16_infrastructure.contract import (
-    EarlyStopReport,
-    Record,
-    TrainRequestError,
-    TrainResult,
-)
-from genesis_fp16_infrastructure.training import TrainingSummary
-from genesis_fp16_infrastructure.training.step.execution import ExecutionError
 
 log = structlog.get_logger("genesis_fp16.jobs")
 

@@ -42,29 +42,29 @@ from genesis_fp16.config.settings import (
     requested_precision,
 )
 from genesis_fp16.jobs import guard_state
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.contract import (
+from genesis_fp16.plugin_api import (
     AgentPlugin,
+    PrecisionRequest,
+    TrainRequest,
+    TrainRequestError,
+    TrainResult,
+    declared_options,
+    parse_options,
+)
+from genesis_fp16_infrastructure.api import (
+    AgentFolder,
     AgentSnapshot,
     AgentState,
     AgentStateFiles,
     DataCheck,
     OptionValue,
-    TrainRequest,
-    TrainRequestError,
-    TrainResult,
-    check_result,
-    declared_options,
-    ignored_request_fields,
-    parse_options,
-    read_snapshot,
-)
-from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
-from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionName,
     RequestedName,
+    check_result,
+    ignored_request_fields,
+    new_quarantine_file,
+    read_snapshot,
 )
-from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 log = structlog.get_logger("genesis_fp16.run_request")
 
@@ -136,11 +136,7 @@ def expected_precision(request: PrecisionRequest, device: str) -> PrecisionName 
     on ``device`` is None: the run fails with the clear error."""
     # decide() probes the device through torch: imported here, not at the top, so that
     # `genesis-fp16 agents` and `precision` (which use this module) start fast.
-    from genesis_fp16_infrastructure.training.precision.decide import (
-        PrecisionError,
-        planned_precision,
-    )
-    from genesis_fp16_infrastructure.training.run.calibration import kept_rows
+    from genesis_fp16_infrastructure.api import PrecisionError, kept_rows, planned_precision
 
     kept = kept_rows(request.cache) if request.measures and request.cache is not None else ()
     try:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import structlog
 
 from genesis_fp16.config.settings import Settings
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.contract import TrainResult
+from genesis_fp16.plugin_api import TrainResult
+from genesis_fp16_infrastructure.api import AgentFolder
 
 log = structlog.get_logger("genesis_fp16.scale_memory")
 

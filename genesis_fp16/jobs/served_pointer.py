@@ -15,13 +15,13 @@ from __future__ import annotations
 import structlog
 
 from genesis_fp16.jobs.job_state import JobContext
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+from genesis_fp16_infrastructure.api import (
+    AgentFolder,
+    AgentSnapshot,
     aside_path,
     pointer_path,
     set_aside_unusable,
 )
-from genesis_fp16_infrastructure.contract import AgentSnapshot
 
 log = structlog.get_logger("genesis_fp16.jobs")
 

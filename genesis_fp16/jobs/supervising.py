@@ -22,13 +22,8 @@ import structlog
 from genesis_fp16.jobs.job_state import JobContext, Run
 from genesis_fp16.launch.launcher import train_in_child, train_with_torchrun
 from genesis_fp16.launch.run_worker import WORKER
-from genesis_fp16_infrastructure.contract import (
-    AgentPlugin,
-    TrainRequest,
-    TrainResult,
-    check_result,
-    run_plugin,
-)
+from genesis_fp16.plugin_api import AgentPlugin, TrainRequest, TrainResult
+from genesis_fp16_infrastructure.api import check_result, run_plugin
 
 log = structlog.get_logger("genesis_fp16.jobs")
 

@@ -32,9 +32,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from genesis_fp16_infrastructure.agent_folder import files
-from genesis_fp16_infrastructure.agent_folder.layout import RUN_REQUEST
-from genesis_fp16_infrastructure.contract import TrainRequest
+from genesis_fp16.plugin_api import TrainRequest
+from genesis_fp16_infrastructure.api import RUN_REQUEST, files
 
 # Before the interpreter's first import: no working directory (or script folder) on sys.path.
 SAFE_PYTHON = ("-P",)

@@ -37,8 +37,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16_infrastructure.contract import TrainRequest
-from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
+from genesis_fp16.plugin_api import TrainRequest
+from genesis_fp16_infrastructure.api import TrainingSummary
 
 log = logging.getLogger("genesis_fp16.kubeflow")
 

@@ -49,9 +49,8 @@ from genesis_fp16.launch.handoff import SAFE_PYTHON, child_env, write_run_file
 from genesis_fp16.launch.kubeflow import without_pet
 from genesis_fp16.launch.run_worker import ForkedChild, RunWorker, WorkerUnavailable
 from genesis_fp16.launch.stderr_relay import relay_stderr
-from genesis_fp16_infrastructure.agent_folder.layout import RUN_REQUEST
-from genesis_fp16_infrastructure.contract import TrainRequest, TrainRequestError, TrainResult
-from genesis_fp16_infrastructure.training import TrainingSummary
+from genesis_fp16.plugin_api import TrainRequest, TrainRequestError, TrainResult
+from genesis_fp16_infrastructure.api import RUN_REQUEST, TrainingSummary
 
 log = logging.getLogger("genesis_fp16.launcher")
 

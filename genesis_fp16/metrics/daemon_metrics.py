@@ -46,11 +46,7 @@ from genesis_fp16.metrics.probe_metrics import ProbeMetrics
 from genesis_fp16.metrics.promotion_metrics import PromotionMetrics
 from genesis_fp16.metrics.range_metrics import RangeMetrics
 from genesis_fp16.metrics.run_report_metrics import RunReportMetrics
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
-from genesis_fp16_infrastructure.training.step.execution_names import (
-    EXECUTION_MODES,
-    FALLBACK_REASONS,
-)
+from genesis_fp16_infrastructure.api import EXECUTION_MODES, FALLBACK_REASONS, PrecisionName
 
 # The summary's cumulative counts and the counters they advance.
 _CUMULATIVE = {

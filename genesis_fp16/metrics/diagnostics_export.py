@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import structlog
 from prometheus_client import CollectorRegistry, Gauge
 
-from genesis_fp16_infrastructure.contract import TrainResult
+from genesis_fp16.plugin_api import TrainResult
 
 log = structlog.get_logger("genesis_fp16.diagnostics")
 

@@ -40,8 +40,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from genesis_fp16.metrics.watch_state import watch_state
-from genesis_fp16_infrastructure.agent_folder.lifecycle import JournalEntry
-from genesis_fp16_infrastructure.contract import GateReport, LiveReport, Outcome
+from genesis_fp16_infrastructure.api import GateReport, JournalEntry, LiveReport, Outcome
 
 LIVE_REGRESSION = "live_regression"  # the watch's rollback reason (judging.watch)
 BOUNDS = ("estimate", "lower", "upper")

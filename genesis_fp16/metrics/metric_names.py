@@ -11,8 +11,7 @@ from genesis_fp16.metrics.diagnostics_export import RL_METRIC_NAMES
 from genesis_fp16.metrics.event_metrics import EVENT_METRIC_NAMES
 from genesis_fp16.metrics.probe_metrics import PROBE_METRIC_NAMES
 from genesis_fp16.metrics.range_metrics import RANGE_METRIC_NAMES
-from genesis_fp16_infrastructure.contract import Outcome
-from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
+from genesis_fp16_infrastructure.api import PRECISIONS, Outcome
 
 PREFIX = "genesis_fp16"
 PRECISION_LABELS = PRECISIONS

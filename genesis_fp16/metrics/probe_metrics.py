@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from genesis_fp16_infrastructure.training.precision.precision_names import LOW_PRECISIONS
+from genesis_fp16_infrastructure.api import LOW_PRECISIONS
 
 COLOUR_VALUES = {"green": 0, "amber": 1, "red": 2}
 PROBE_METRIC_NAMES = (

@@ -5,7 +5,7 @@ promotion gate's verdict) and ``export_drift`` its ``TrainResult.drift`` (a
 ``DriftReport``); ``set_state_bytes`` the bytes of the agent's folder after pruning.
 
 >>> from prometheus_client import CollectorRegistry
->>> from genesis_fp16_infrastructure.contract import GateReport, ScoresOn
+>>> from genesis_fp16_infrastructure.api import GateReport, ScoresOn
 >>> metrics = PromotionMetrics(CollectorRegistry())
 >>> metrics.export_gate("se_darwin", GateReport("rejected", "worse",
 ...     candidate=ScoresOn("held_out", 0.80, 0.4), served=ScoresOn("held_out", 0.90, 0.3)))
@@ -27,8 +27,7 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from genesis_fp16_infrastructure.agent_folder.lifecycle import JournalEntry
-from genesis_fp16_infrastructure.contract import DriftReport, GateReport, Outcome, ScoresOn
+from genesis_fp16_infrastructure.api import DriftReport, GateReport, JournalEntry, Outcome, ScoresOn
 
 SCORES = ("auc", "log_loss", "loss")  # loss: a judged plugin's mean loss (contract.judging)
 PROMOTING = ("gate", "first")  # the journal kinds of the gate's promotions (lifecycle.serve)

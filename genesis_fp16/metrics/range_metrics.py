@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from genesis_fp16_infrastructure.contract.reports import ModuleRange, RangeSummary
+from genesis_fp16_infrastructure.api import ModuleRange, RangeSummary
 
 TOTAL = "(all)"
 HEADROOM_NAMES = (

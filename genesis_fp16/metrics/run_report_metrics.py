@@ -24,8 +24,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from genesis_fp16.metrics.metric_names import EVAL_QUALITY, PRECISION_LABELS, PREFIX
-from genesis_fp16_infrastructure.contract import Calibration, DataReport, EarlyStopReport
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
+from genesis_fp16_infrastructure.api import Calibration, DataReport, EarlyStopReport, PrecisionName
 
 
 class RunReportMetrics:

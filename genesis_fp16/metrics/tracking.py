@@ -34,11 +34,10 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from genesis_fp16_infrastructure.training.precision.precision_names import PRECISIONS
-from genesis_fp16_infrastructure.training.step.execution_names import EXECUTION_MODES
+from genesis_fp16_infrastructure.api import EXECUTION_MODES, PRECISIONS
 
 if TYPE_CHECKING:
-    from genesis_fp16_infrastructure.contract import TrainRequest
+    from genesis_fp16.plugin_api import TrainRequest
 
 log = structlog.get_logger("genesis_fp16.tracking")
 

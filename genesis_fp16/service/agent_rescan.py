@@ -60,9 +60,9 @@ from genesis_fp16.config.plugins import (
 from genesis_fp16.config.settings import Settings, SettingsError
 from genesis_fp16.jobs.run_request import check_configured_options
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16.plugin_api import AgentOption, AgentPlugin, declared_options
 from genesis_fp16.service.scheduler import AgentScheduler
 from genesis_fp16.service.state_lock import record_scheduled
-from genesis_fp16_infrastructure.contract import AgentOption, AgentPlugin, declared_options
 
 log = structlog.get_logger("genesis_fp16.daemon")
 

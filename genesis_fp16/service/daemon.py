@@ -52,6 +52,7 @@ from genesis_fp16.launch.devices import check_devices
 from genesis_fp16.launch.run_worker import WORKER
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.metrics.http import StatusServer, raise_open_file_limit, tls_context
+from genesis_fp16.plugin_api import AgentPlugin
 from genesis_fp16.service.agent_rescan import AgentRescan
 from genesis_fp16.service.logsetup import on_thread_exception
 from genesis_fp16.service.run_now import (
@@ -72,9 +73,7 @@ from genesis_fp16.service.state_lock import (
 )
 from genesis_fp16.service.systemd import Notifier
 from genesis_fp16.status.serving import status_documents
-from genesis_fp16_infrastructure.agent_folder.files import SetAside
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.contract import AgentPlugin
+from genesis_fp16_infrastructure.api import AgentFolder, SetAside
 
 log = structlog.get_logger("genesis_fp16.daemon")
 

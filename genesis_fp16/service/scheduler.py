@@ -25,7 +25,7 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from genesis_fp16.config.settings import Settings, parse_schedule
-from genesis_fp16_infrastructure.contract import AgentPlugin
+from genesis_fp16.plugin_api import AgentPlugin
 
 HEARTBEAT_JOB = "heartbeat"
 JOB_PREFIX = "train:"

@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16_infrastructure.agent_folder.layout import OWNER_LOCK
-from genesis_fp16_infrastructure.agent_folder.lock import LockBusy, take_lock, write_holder
-from genesis_fp16_infrastructure.agent_folder.lock import read_holder as read_lock_holder
+from genesis_fp16_infrastructure.api import OWNER_LOCK, LockBusy, take_lock, write_holder
+from genesis_fp16_infrastructure.api import read_holder as read_lock_holder
 
 LOCK_NAME = OWNER_LOCK.name
 

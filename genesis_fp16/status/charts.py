@@ -23,8 +23,7 @@ import math
 
 from genesis_fp16.status.history import PROMOTIONS, AgentHistory, Transition
 from genesis_fp16.status.svg import Chart, Mark
-from genesis_fp16_infrastructure.agent_folder.run_history import RunEntry
-from genesis_fp16_infrastructure.contract import Outcome
+from genesis_fp16_infrastructure.api import Outcome, RunEntry
 
 Point = tuple[float, float | None]
 LOWER_IS_BETTER = ("loss", "log_loss")

@@ -27,16 +27,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16_infrastructure.agent_folder import files
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.agent_folder.lifecycle import JournalEntry
-from genesis_fp16_infrastructure.agent_folder.run_history import (
+from genesis_fp16_infrastructure.api import (
+    AgentFolder,
+    JournalEntry,
     LiveMark,
+    Outcome,
     RunEntry,
+    files,
     score_name,
     score_of,
 )
-from genesis_fp16_infrastructure.contract import Outcome
 
 CHART_RUNS = 30  # the runs the charts draw (the history keeps more)
 TABLE_RUNS = 10  # the runs the page lists

@@ -17,8 +17,7 @@ from genesis_fp16.status.history import CACHE_AGENTS, TABLE_RUNS, AgentHistory, 
 from genesis_fp16.status.report import AgentStatus
 from genesis_fp16.status.svg import Chart, draw_chart, legend
 from genesis_fp16.status.when import clock, span, when
-from genesis_fp16_infrastructure.agent_folder.run_history import RunEntry
-from genesis_fp16_infrastructure.contract import Outcome
+from genesis_fp16_infrastructure.api import Outcome, RunEntry
 
 Row = tuple[str, str]
 PAST_STYLE = (

@@ -28,23 +28,22 @@ from genesis_fp16 import __version__
 from genesis_fp16.config.agent_names import is_agent_name
 from genesis_fp16.metrics.watch_state import watch_state
 from genesis_fp16.status.history import AgentHistory, gather_history
-from genesis_fp16_infrastructure.agent_folder import files
-from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.agent_folder.layout import AGENTS_FOLDER, SERVED_POINTER
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+from genesis_fp16_infrastructure.api import (
+    AGENTS_FOLDER,
     REPAIR,
+    SERVED_POINTER,
+    AgentFolder,
+    LastRun,
+    Outcome,
+    PrecisionName,
     aside_path,
     candidates_dir,
+    files,
     list_candidates,
     newest_checkpoint,
     pointer_path,
-    read_verdict,
-)
-from genesis_fp16_infrastructure.agent_folder.run_history import LastRun
-from genesis_fp16_infrastructure.contract import Outcome
-from genesis_fp16_infrastructure.training.precision.precision_names import (
-    PrecisionName,
     precision_name,
+    read_verdict,
 )
 
 # Bounds that keep the page small whatever the state folder holds.

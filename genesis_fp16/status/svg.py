@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from genesis_fp16_infrastructure.contract import Outcome
+from genesis_fp16_infrastructure.api import Outcome
 
 WIDTH, HEIGHT = 540, 180
 LEFT, RIGHT, TOP, BOTTOM = 66, 52, 14, 36

@@ -18,21 +18,19 @@ from typing import Any
 
 import torch
 
-from genesis_fp16_infrastructure.agent_folder.layout import CHECKPOINTS_FOLDER, QUARANTINE_LOG
-from genesis_fp16_infrastructure.contract import (
+from genesis_fp16.plugin_api import ProbeSetup, TrainRequest, TrainRequestError, TrainResult
+from genesis_fp16_infrastructure.api import (
+    CHECKPOINTS_FOLDER,
+    PRECISIONS,
+    QUARANTINE_LOG,
     SUPPORTED_API_VERSIONS,
-    ProbeSetup,
-    TrainRequest,
-    TrainRequestError,
-    TrainResult,
+    DataError,
     TrainResultError,
     api_version_error,
     check_result,
     judging_of,
     run_plugin,
 )
-from genesis_fp16_infrastructure.data.readers import DataError
-from genesis_fp16_infrastructure.training import PRECISIONS
 
 # Records of sample data the rules train on, and the steps of a run: tiny on purpose.
 SAMPLE_COUNT = 64

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 import torch
 
+from genesis_fp16.plugin_api import TrainRequest, TrainResult
 from genesis_fp16.testing.device_audit import DeviceAudit, DeviceAuditError
 from genesis_fp16_agents.rlhf_ppo import plugin as rlhf_ppo
 from genesis_fp16_agents.rlhf_ppo.task import PPOTask
 from genesis_fp16_agents.se_darwin import plugin as se_darwin
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
-from genesis_fp16_infrastructure.judging.run import run_plugin
+from genesis_fp16_infrastructure.api import run_plugin
 from genesis_fp16_infrastructure.probe import run_probe
 
 pytestmark = pytest.mark.skipif(

@@ -25,10 +25,10 @@ from typing import Any
 import pytest
 import torch
 
+from genesis_fp16.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_agents.rlhf_ppo import plugin as rlhf_ppo
 from genesis_fp16_agents.rlhf_ppo.task import PPOTask
 from genesis_fp16_agents.se_darwin import plugin as se_darwin
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.recipes.retrain.task import TaskOptions, WorldModelTask
 from genesis_fp16_infrastructure.training.flight.range_stats import RangeStats, SampleClock

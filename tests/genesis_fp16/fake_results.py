@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from genesis_fp16_infrastructure.contract.plugin_api import TrainResult
+from genesis_fp16.plugin_api import TrainResult
 
 
 def train_result(**fields: Any) -> TrainResult:

@@ -12,7 +12,6 @@ from typing import Any, Literal
 
 import pytest
 
-from genesis_fp16_infrastructure.contract.reports import Calibration, Measured
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.record_codec import (
     JSON,
@@ -22,6 +21,7 @@ from genesis_fp16_infrastructure.record_codec import (
     ReportError,
     mirror_of,
 )
+from genesis_fp16_infrastructure.training.reports import Calibration, Measured
 
 
 @dataclass(frozen=True)

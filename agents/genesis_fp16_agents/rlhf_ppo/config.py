@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from genesis_fp16.plugin_api import TrainRequestError
 from genesis_fp16_agents.rlhf_ppo.model import TaskConfig
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 
 
 @dataclass(frozen=True)

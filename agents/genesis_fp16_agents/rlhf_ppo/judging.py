@@ -29,15 +29,10 @@ from typing import Any
 
 import torch
 
+from genesis_fp16.plugin_api import RecordLosses, TrainRequest, TrainRequestError, model_weights
 from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
 from genesis_fp16_agents.rlhf_ppo.task import PPOTask
 from genesis_fp16_agents.rlhf_ppo.task_file import read_task
-from genesis_fp16_infrastructure.contract.plugin_api import (
-    RecordLosses,
-    TrainRequest,
-    TrainRequestError,
-    model_weights,
-)
 
 
 def task_digest(document: Any) -> str:

@@ -41,14 +41,7 @@ from typing import Any
 
 import torch
 
-from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
-from genesis_fp16_agents.rlhf_ppo.judging import score_episodes
-from genesis_fp16_agents.rlhf_ppo.model import TaskConfig, random_prompts
-from genesis_fp16_agents.rlhf_ppo.probe import build_probe_setup
-from genesis_fp16_agents.rlhf_ppo.task import PPOTask, replayed
-from genesis_fp16_agents.rlhf_ppo.task_file import read_task
-from genesis_fp16_infrastructure.atomic import write_json_atomic
-from genesis_fp16_infrastructure.contract.plugin_api import (
+from genesis_fp16.plugin_api import (
     API_VERSION,
     JUDGING_VERSION,
     AgentOption,
@@ -59,6 +52,13 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainResult,
     parse_options,
 )
+from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
+from genesis_fp16_agents.rlhf_ppo.judging import score_episodes
+from genesis_fp16_agents.rlhf_ppo.model import TaskConfig, random_prompts
+from genesis_fp16_agents.rlhf_ppo.probe import build_probe_setup
+from genesis_fp16_agents.rlhf_ppo.task import PPOTask, replayed
+from genesis_fp16_agents.rlhf_ppo.task_file import read_task
+from genesis_fp16_infrastructure.atomic import write_json_atomic
 from genesis_fp16_infrastructure.rl.ppo_guard import ppo_guard
 from genesis_fp16_infrastructure.rl.precision_presets import (
     DEFAULT_PRESET,

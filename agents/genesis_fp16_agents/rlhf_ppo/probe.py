@@ -12,10 +12,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from genesis_fp16.plugin_api import ProbeSetup
 from genesis_fp16_agents.rlhf_ppo.config import PPOConfig
 from genesis_fp16_agents.rlhf_ppo.model import Critic, Policy, RewardModel, init_weights
 from genesis_fp16_agents.rlhf_ppo.task import PPOTask
-from genesis_fp16_infrastructure.contract.plugin_api import ProbeSetup
 from genesis_fp16_infrastructure.rl.ppo_math import (
     clipped_policy_loss,
     gae,

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
+from genesis_fp16.plugin_api import TrainRequestError
 from genesis_fp16_agents.rlhf_ppo.model import TaskConfig
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 
 logger = logging.getLogger(__name__)
 

@@ -12,8 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16_infrastructure.contract.agent_snapshot import DataCheck
-from genesis_fp16_infrastructure.contract.plugin_api import (
+from genesis_fp16.plugin_api import (
     API_VERSION,
     JUDGING_VERSION,
     ProbeSetup,
@@ -21,6 +20,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainRequest,
     TrainResult,
 )
+from genesis_fp16_infrastructure.api import DataCheck
 from genesis_fp16_infrastructure.data.synthetic import write_pool
 from genesis_fp16_infrastructure.recipes.retrain import run, scoring
 from genesis_fp16_infrastructure.recipes.retrain.batch import Batch

@@ -31,7 +31,7 @@ import msgspec
 
 from genesis_fp16_infrastructure.agent_folder import files, records, run_history
 from genesis_fp16_infrastructure.agent_folder import layout as L
-from genesis_fp16_infrastructure.agent_folder.records import Calibration, CaptureVerdict
+from genesis_fp16_infrastructure.agent_folder.records import CaptureVerdict
 from genesis_fp16_infrastructure.agent_folder.run_history import KEEP, LastRun, RunEntry, RunHistory
 from genesis_fp16_infrastructure.training.precision import carried_scale
 from genesis_fp16_infrastructure.training.precision.carried_scale import CarriedScale
@@ -40,6 +40,7 @@ from genesis_fp16_infrastructure.training.precision.precision_memory import (
     read_precision_memory,
     write_precision_memory,
 )
+from genesis_fp16_infrastructure.training.reports import Calibration
 
 logger = logging.getLogger(__name__)
 

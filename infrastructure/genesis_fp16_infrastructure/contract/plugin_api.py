@@ -25,8 +25,9 @@ A plugin may declare the options its ``train`` reads from ``TrainRequest.options
 before any training starts (:func:`parse_options`). A plugin without the attribute takes
 no options.
 
-The request and the result live beside this module (``train_request.py``, ``train_result.py``);
-every name of the contract is imported from here (``__all__``).
+The request and the result live beside this module (``train_request.py``,
+``train_result.py``); each name is imported from the module that defines it, or by a
+plugin from ``genesis_fp16.plugin_api``.
 """
 
 from __future__ import annotations
@@ -36,21 +37,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from genesis_fp16_infrastructure.contract.judging import (
-    JUDGING_VERSION,
-    JudgedPlugin,
-    RecordLosses,
-    RecordLossesError,
-    model_weights,
-)
-from genesis_fp16_infrastructure.contract.train_request import DEFAULT_STEPS, TrainRequest
-from genesis_fp16_infrastructure.contract.train_result import (
-    LEARNING_FAILURES,
-    SCALER_CALIBRATION_SKIPS,
-    TrainResult,
-    learning_failure,
-    min_useful_steps,
-)
+from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 if TYPE_CHECKING:
@@ -61,28 +49,15 @@ if TYPE_CHECKING:
 __all__ = [
     "API_CHANGES",
     "API_VERSION",
-    "DEFAULT_STEPS",
-    "JUDGING_VERSION",
-    "LEARNING_FAILURES",
-    "SCALER_CALIBRATION_SKIPS",
     "SUPPORTED_API_VERSIONS",
     "AgentOption",
     "AgentPlugin",
-    "JudgedPlugin",
     "OptionValue",
-    "PrecisionRequest",
     "ProbeSetup",
-    "RecordLosses",
-    "RecordLossesError",
-    "TrainRequest",
     "TrainRequestError",
-    "TrainResult",
     "api_version_error",
     "declared_options",
     "ignored_request_fields",
-    "learning_failure",
-    "min_useful_steps",
-    "model_weights",
     "parse_options",
 ]
 

@@ -31,15 +31,10 @@ from genesis_fp16_infrastructure.agent_folder.run_history import (
     text,
 )
 from genesis_fp16_infrastructure.contract.reports import (
-    Calibration,
     DataReport,
-    Demotion,
     DriftReport,
-    EarlyStopReport,
-    FaultBundle,
     GateReport,
     LiveReport,
-    RangeSummary,
 )
 from genesis_fp16_infrastructure.outcome import Outcome
 from genesis_fp16_infrastructure.record_codec import decode_record, encode_record
@@ -50,6 +45,13 @@ from genesis_fp16_infrastructure.training.precision.carried_scale import (
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionName,
     RequestedName,
+)
+from genesis_fp16_infrastructure.training.reports import (
+    Calibration,
+    Demotion,
+    EarlyStopReport,
+    FaultBundle,
+    RangeSummary,
 )
 
 if TYPE_CHECKING:

@@ -20,7 +20,6 @@ if TYPE_CHECKING:
         PrecisionError,
     )
     from genesis_fp16_infrastructure.training.precision.decide import (
-        PrecisionRequest,
         ResolvedPrecision,
         decide,
         resolve_precision,
@@ -64,7 +63,6 @@ _EXPORTS: dict[str, str] = {
     "DeviceCapabilities": "precision.capabilities",
     "PrecisionError": "precision.capabilities",
     "PrecisionPolicy": "precision.precision",
-    "PrecisionRequest": "precision.decide",
     "ResolvedPrecision": "precision.decide",
     "decide": "precision.decide",
     "resolve_precision": "precision.decide",
@@ -94,7 +92,6 @@ __all__ = [
     "PrecisionError",
     "PrecisionMemory",
     "PrecisionPolicy",
-    "PrecisionRequest",
     "ResolvedPrecision",
     "ScalerConfig",
     "StepTuning",

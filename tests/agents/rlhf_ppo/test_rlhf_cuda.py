@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
+from genesis_fp16.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_agents.rlhf_ppo import plugin
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
 
 pytestmark = [
     pytest.mark.gpu,

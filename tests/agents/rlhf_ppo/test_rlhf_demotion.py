@@ -20,9 +20,9 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "infrastructure" / "training"))
 from guard_faults import FaultTask
 
+from genesis_fp16.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_agents.rlhf_ppo import plugin
 from genesis_fp16_agents.rlhf_ppo.task import PPOTask
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.training import FitOptions, GuardConfig, fit
 
 FAULT_STEP = 8  # an iteration boundary of rlhf_ppo (4 optimizer steps each) and a check

@@ -11,13 +11,8 @@ from typing import Any
 import pytest
 import torch
 
+from genesis_fp16.plugin_api import AgentPlugin, TrainRequest, TrainRequestError, TrainResult
 from genesis_fp16_agents.rlhf_ppo import plugin
-from genesis_fp16_infrastructure.contract.plugin_api import (
-    AgentPlugin,
-    TrainRequest,
-    TrainRequestError,
-    TrainResult,
-)
 from genesis_fp16_infrastructure.training import TrainingSummary
 
 RANDOM_POLICY_REWARD = 0.25  # mean partial credit of a uniform next digit
@@ -233,9 +228,9 @@ def test_a_measured_auto_times_the_ppo_update_and_the_preset_follows(
 ) -> None:
     """precision.mode=measure (the daemon's default) is honoured: auto is decided by timing
     the update steps, cached in precision.cache, and the preset is the decision's."""
+    from genesis_fp16.plugin_api import PrecisionRequest
     from genesis_fp16_infrastructure.training.precision import capabilities
     from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
-    from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
     # Two candidates on any CPU (fp32 and bf16), so there is something to time.
     caps = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native")

@@ -9,8 +9,8 @@ import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from genesis_fp16.plugin_api import TrainRequest
 from genesis_fp16_agents.rlhf_ppo import plugin
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed missing")
 

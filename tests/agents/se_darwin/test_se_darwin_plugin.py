@@ -22,12 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "infrastructure/rec
 from se_darwin_runs import train as _train
 
 from genesis_fp16.config.plugins import load_plugin
+from genesis_fp16.plugin_api import AgentPlugin, TrainRequestError, TrainResult
 from genesis_fp16_agents.se_darwin import plugin
-from genesis_fp16_infrastructure.contract.plugin_api import (
-    AgentPlugin,
-    TrainRequestError,
-    TrainResult,
-)
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.recipes.retrain import pool_read
 from genesis_fp16_infrastructure.recipes.retrain import task as task_module

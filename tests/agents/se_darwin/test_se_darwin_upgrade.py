@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from genesis_fp16.commands.model_list import list_models
+from genesis_fp16.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_agents.se_darwin import plugin
 from genesis_fp16_infrastructure.agent_folder.lifecycle import read_pointer, unpin
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
+from genesis_fp16_infrastructure.api import run_plugin
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.judging.run import run_plugin
 
 FIXTURE = Path(__file__).with_name("fixtures") / "se_darwin_0357b12.tar.gz"
 FIRST, SECOND = "20261126T063259Z-37187fb7", "20261126T063339Z-34cfb18b"

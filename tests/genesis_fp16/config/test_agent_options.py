@@ -15,9 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "commands"))  # tes
 from test_cli_train import _cli, _last_json, _one_line_error
 
 from genesis_fp16.jobs.run_request import parse_option_flags, resolve_options
+from genesis_fp16.plugin_api import TrainRequestError
 from genesis_fp16_agents.rlhf_ppo import plugin as rlhf_ppo
 from genesis_fp16_agents.se_darwin import plugin as se_darwin
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import write_pool
 from genesis_fp16_infrastructure.judging.split import HELD_OUT

@@ -15,10 +15,10 @@ from prometheus_client import CollectorRegistry
 from genesis_fp16.config.settings import SettingsError, load_settings
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext
 from genesis_fp16.jobs.run_request import check_configured_options
+from genesis_fp16.plugin_api import AgentPlugin, declared_options
 from genesis_fp16.service.agent_rescan import DeclaredOptions
 from genesis_fp16.service.daemon import Daemon
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin, declared_options
 from genesis_fp16_infrastructure.training.run.guard import PrecisionMemory, write_precision_memory
 
 AGENT = "agent_a"

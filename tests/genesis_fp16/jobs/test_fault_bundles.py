@@ -24,7 +24,7 @@ from genesis_fp16.commands.train_output import describe
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.guard_state import record_run
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
+from genesis_fp16.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.training import GuardConfig, fit
 
 AGENT = "se_darwin"

@@ -17,10 +17,10 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.guard_state import guard_config, record_run
 from genesis_fp16.jobs.run_request import expected_precision, precision_request
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.contract.plugin_api import TrainResult
-from genesis_fp16_infrastructure.contract.reports import Demotion
+from genesis_fp16_infrastructure.api import Demotion
 from genesis_fp16_infrastructure.training.precision.decide import decide, resolve_precision
 from genesis_fp16_infrastructure.training.run.guard import (
     GuardConfig,

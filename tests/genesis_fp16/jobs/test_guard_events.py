@@ -15,8 +15,8 @@ from guard_faults import CASES, STEPS, FaultTask, guarded_run
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.guard_state import record_run
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.agent_folder import outbox
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_infrastructure.training import GuardConfig, fit
 
 AGENT = "fault_agent"

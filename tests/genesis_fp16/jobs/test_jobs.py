@@ -15,14 +15,9 @@ from structlog.testing import capture_logs
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16.plugin_api import API_VERSION, TrainRequest, TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.contract.plugin_api import (
-    API_VERSION,
-    TrainRequest,
-    TrainRequestError,
-    TrainResult,
-)
 from genesis_fp16_infrastructure.training.precision.carried_scale import read_carried_scale
 from genesis_fp16_infrastructure.training.precision.decide import decide
 

@@ -16,7 +16,7 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.launch.device_slots import slot_keys
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16_infrastructure.contract.plugin_api import API_VERSION, TrainRequest
+from genesis_fp16.plugin_api import API_VERSION, TrainRequest
 
 AGENT = "flapping"
 

@@ -14,13 +14,13 @@ import torch
 
 from genesis_fp16.jobs.next_run import INITIAL_SCALE, expected_next_run
 from genesis_fp16.jobs.run_request import expected_precision
+from genesis_fp16.plugin_api import PrecisionRequest
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.lifecycle import ServedPointer, write_pointer
+from genesis_fp16_infrastructure.api import Calibration, Measured
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
-from genesis_fp16_infrastructure.training.precision.decide import Measured, decide
-from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
-from genesis_fp16_infrastructure.training.run.calibration import Calibration
+from genesis_fp16_infrastructure.training.precision.decide import decide
 
 
 def _state(used: str, scale: float) -> dict[str, Any]:

@@ -21,8 +21,8 @@ from genesis_fp16.jobs.probe_gate import (
     write_record,
 )
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
+from genesis_fp16.plugin_api import PrecisionRequest
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
-from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 PROBE_PLUGIN = Path(__file__).resolve().parents[1] / "probe_plugin"
 sys.path.insert(0, str(PROBE_PLUGIN))

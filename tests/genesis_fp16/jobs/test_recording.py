@@ -15,8 +15,8 @@ from structlog.testing import capture_logs
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16_infrastructure.contract.plugin_api import API_VERSION, TrainRequest, TrainResult
-from genesis_fp16_infrastructure.contract.reports import (
+from genesis_fp16.plugin_api import API_VERSION, TrainRequest, TrainResult
+from genesis_fp16_infrastructure.api import (
     Calibration,
     DataReport,
     DriftReport,

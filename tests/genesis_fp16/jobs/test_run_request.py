@@ -17,11 +17,10 @@ from genesis_fp16.jobs.run_request import (
     expected_precision,
     plan_request,
 )
+from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_agents.rlhf_ppo import plugin
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.contract.plugin_api import TrainResult, ignored_request_fields
-from genesis_fp16_infrastructure.contract.reports import Demotion
-from genesis_fp16_infrastructure.judging.run import run_plugin
+from genesis_fp16_infrastructure.api import Demotion, ignored_request_fields, run_plugin
 from genesis_fp16_infrastructure.training.run.guard import (
     remember_demotions,
     write_precision_memory,

@@ -17,7 +17,7 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.launch.launcher import LaunchError, RunStopped, train_in_child
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16_infrastructure.contract.plugin_api import API_VERSION, TrainRequest
+from genesis_fp16.plugin_api import API_VERSION, TrainRequest
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 AGENT = "stopping"

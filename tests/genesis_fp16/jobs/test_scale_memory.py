@@ -17,12 +17,10 @@ from daemon_harness import daemon_env
 from genesis_fp16.config.settings import AgentSettings, Settings
 from genesis_fp16.jobs.run_request import plan_request
 from genesis_fp16.jobs.scale_memory import record_scale
+from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_agents.rlhf_ppo import plugin
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.contract.agent_snapshot import AgentStateFiles
-from genesis_fp16_infrastructure.contract.agent_state import read_agent_state
-from genesis_fp16_infrastructure.contract.plugin_api import TrainResult
-from genesis_fp16_infrastructure.contract.reports import Demotion
+from genesis_fp16_infrastructure.api import AgentStateFiles, Demotion, read_agent_state
 from genesis_fp16_infrastructure.training.run.verify_capture import Verdict, write_verdict
 
 AGENT = "rlhf_ppo"

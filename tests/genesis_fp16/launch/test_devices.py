@@ -21,7 +21,7 @@ from genesis_fp16.config.settings import Settings, SettingsError
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.launch.devices import check_devices, device_lost, device_problem
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16_infrastructure.contract.plugin_api import API_VERSION, TrainRequest
+from genesis_fp16.plugin_api import API_VERSION, TrainRequest
 
 # More GPUs than any host has: refused on every host, with or without CUDA.
 NO_SUCH_GPU = "cuda:99"

@@ -25,7 +25,7 @@ from genesis_fp16.launch.kubeflow import (
     report_progress,
     trainer_status,
 )
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest
+from genesis_fp16.plugin_api import TrainRequest
 from genesis_fp16_infrastructure.training import TrainingSummary
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint

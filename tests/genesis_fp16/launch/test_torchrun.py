@@ -25,11 +25,10 @@ from genesis_fp16.launch.launcher import (
     train_with_torchrun,
 )
 from genesis_fp16.launch.stderr_relay import relay_stderr
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainRequestError
+from genesis_fp16.plugin_api import PrecisionRequest, TrainRequest, TrainRequestError
 from genesis_fp16_infrastructure.training import TrainingSummary
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager, load_checkpoint
-from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.metrics.diagnostics_export import RL_GAUGES, RL_METRIC_NAMES, export_diagnostics
 from genesis_fp16.metrics.metric_names import METRIC_NAMES
-from genesis_fp16_infrastructure.contract.plugin_api import TrainResult
+from genesis_fp16.plugin_api import TrainResult
 
 AGENT = "rlhf_ppo"
 # The diagnostics issue 10 asks to export, by their names in docs/precision-forensics.md.

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from torch import nn
 
 from genesis_fp16.metrics.range_metrics import RANGE_METRIC_NAMES, TOTAL, RangeMetrics
-from genesis_fp16_infrastructure.contract.reports import ModuleRange, RangeSummary
+from genesis_fp16_infrastructure.api import ModuleRange, RangeSummary
 
 GUARD_PLUGINS = Path(__file__).resolve().parents[2] / "fixtures" / "guard_plugins"
 AGENT = "fixture_fault"

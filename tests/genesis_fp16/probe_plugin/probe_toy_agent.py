@@ -12,12 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from genesis_fp16_infrastructure.contract.plugin_api import (
-    API_VERSION,
-    ProbeSetup,
-    TrainRequest,
-    TrainResult,
-)
+from genesis_fp16.plugin_api import API_VERSION, ProbeSetup, TrainRequest, TrainResult
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from genesis_fp16.commands.model_list import list_models
+from genesis_fp16.plugin_api import PrecisionRequest, TrainRequest, TrainRequestError
 from genesis_fp16.scaffold import agent_source
 from genesis_fp16.status.report import read_served
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
@@ -24,14 +25,9 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     read_json,
     read_pointer,
 )
-from genesis_fp16_infrastructure.contract.plugin_api import (
-    PrecisionRequest,
-    TrainRequest,
-    TrainRequestError,
-)
-from genesis_fp16_infrastructure.judging.run import run_plugin, trained_ids
+from genesis_fp16_infrastructure.api import Outcome, run_plugin
+from genesis_fp16_infrastructure.judging.run import trained_ids
 from genesis_fp16_infrastructure.judging.split import HELD_OUT, id_hashes
-from genesis_fp16_infrastructure.outcome import Outcome
 from genesis_fp16_infrastructure.training.checkpoint_load import load_checkpoint
 
 POOL = 1000  # a fifth held out: about 200 records the served model knew, never trained on

@@ -36,7 +36,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     ServedPointer,
     ServedPointerError,
 )
-from genesis_fp16_infrastructure.contract import LiveReport
+from genesis_fp16_infrastructure.contract.reports import LiveReport
 
 CHILD = Path(__file__).with_name("lifecycle_kill_child.py")
 AGENT = "se_darwin"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from genesis_fp16_infrastructure.agent_folder import files
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest
+from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.synthetic import write_pool
 from genesis_fp16_infrastructure.recipes.retrain import run
 

@@ -12,8 +12,8 @@ from typing import Any
 import torch
 
 from genesis_fp16_infrastructure.agent_folder.lifecycle import ServedPointer, write_pointer
-from genesis_fp16_infrastructure.contract.agent_state import AgentStateFiles, read_agent_state
-from genesis_fp16_infrastructure.contract.reports import Demotion
+from genesis_fp16_infrastructure.contract.agent_snapshot import AgentStateFiles
+from genesis_fp16_infrastructure.contract.agent_state import read_agent_state
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.precision.carried_scale import (
@@ -24,6 +24,7 @@ from genesis_fp16_infrastructure.training.precision.precision_memory import (
     remember_demotions,
     write_precision_memory,
 )
+from genesis_fp16_infrastructure.training.reports import Demotion
 
 
 def _files(root: Path, resume: bool = True) -> AgentStateFiles:

@@ -122,8 +122,9 @@ def test_the_request_keeps_the_rows_the_split_does_not_hold_out(tmp_path: Path) 
     in order: about four in five, the same for the same ids however the pool grows."""
     import numpy as np
 
-    from genesis_fp16_infrastructure.contract.plugin_api import PrecisionRequest, TrainRequest
+    from genesis_fp16_infrastructure.contract.train_request import TrainRequest
     from genesis_fp16_infrastructure.judging.split import HELD_OUT
+    from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
     request = TrainRequest(
         agent="a",

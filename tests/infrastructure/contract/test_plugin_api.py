@@ -12,12 +12,12 @@ import torch
 from genesis_fp16_infrastructure.contract.plugin_api import (
     API_CHANGES,
     API_VERSION,
-    PrecisionRequest,
-    TrainRequest,
-    TrainResult,
     api_version_error,
 )
+from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.training import GuardConfig, fit
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 
 class _Line:
@@ -139,7 +139,7 @@ def test_agent_option_parses_text_and_refuses_wrong_types() -> None:
 
 def test_a_request_without_a_budget_trains_the_documented_default(tmp_path: Path) -> None:
     """No steps and no epochs: fit_options() gives DEFAULT_STEPS, not a ValueError."""
-    from genesis_fp16_infrastructure.contract.plugin_api import DEFAULT_STEPS
+    from genesis_fp16_infrastructure.contract.train_request import DEFAULT_STEPS
 
     request = dataclasses.replace(_request(tmp_path), steps=None)
     assert request.steps is None and request.epochs is None

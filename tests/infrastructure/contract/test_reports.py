@@ -10,21 +10,23 @@ from typing import Any
 import pytest
 
 from genesis_fp16_infrastructure.contract.reports import (
-    Calibration,
     DataReport,
-    Demotion,
     DriftReport,
-    EarlyStopReport,
-    FaultBundle,
     GateComparison,
     GateReport,
     GateScores,
     LiveReport,
-    Measured,
     ScoresOn,
 )
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.record_codec import ReportError
+from genesis_fp16_infrastructure.training.reports import (
+    Calibration,
+    Demotion,
+    EarlyStopReport,
+    FaultBundle,
+    Measured,
+)
 
 COMPARISON = GateComparison(
     "held_out",

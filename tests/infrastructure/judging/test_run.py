@@ -22,14 +22,12 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     serve,
 )
 from genesis_fp16_infrastructure.contract.judging import RecordLosses
-from genesis_fp16_infrastructure.contract.plugin_api import (
-    PrecisionRequest,
-    TrainRequest,
-    TrainRequestError,
-    TrainResult,
-)
+from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.run import run_plugin
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 
 @dataclass

@@ -39,11 +39,12 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle import (
     served_checkpoint,
 )
 from genesis_fp16_infrastructure.contract.agent_snapshot import DataCheck
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest, TrainResult
-from genesis_fp16_infrastructure.contract.reports import ReportError
+from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
 from genesis_fp16_infrastructure.data.readers import DataError
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
+from genesis_fp16_infrastructure.record_codec import ReportError
 
 logger = logging.getLogger(__name__)
 

@@ -15,12 +15,12 @@ from genesis_fp16_infrastructure.contract.reports import (
     DriftReport,
     GateReport,
     LiveReport,
-    ReportError,
 )
 from genesis_fp16_infrastructure.data.fingerprint import DataChange, DataFingerprint
 from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
+from genesis_fp16_infrastructure.record_codec import ReportError
 from genesis_fp16_infrastructure.training import FitResult
 
 logger = logging.getLogger(__name__)

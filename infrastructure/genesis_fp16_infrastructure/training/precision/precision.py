@@ -32,7 +32,6 @@ from genesis_fp16_infrastructure.training.precision.capabilities import (
     detect_capabilities,
 )
 from genesis_fp16_infrastructure.training.precision.decide import (
-    PrecisionRequest,
     ResolvedPrecision,
     decide,
     resolve_precision,
@@ -46,7 +45,10 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionName,
     RequestedName,
 )
-from genesis_fp16_infrastructure.training.precision.precision_request import as_request
+from genesis_fp16_infrastructure.training.precision.precision_request import (
+    PrecisionRequest,
+    as_request,
+)
 
 if TYPE_CHECKING:
     from torch.distributed.fsdp import MixedPrecisionPolicy

@@ -96,7 +96,6 @@ from genesis_fp16_infrastructure.training.precision import capabilities
 from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
 from genesis_fp16_infrastructure.training.precision.decide import (
     MARGIN,
-    PrecisionRequest,
     auto_candidates,
     decide,
     measures_here,
@@ -104,7 +103,10 @@ from genesis_fp16_infrastructure.training.precision.decide import (
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
-from genesis_fp16_infrastructure.training.precision.precision_request import DEFAULT_BUDGET_S
+from genesis_fp16_infrastructure.training.precision.precision_request import (
+    DEFAULT_BUDGET_S,
+    PrecisionRequest,
+)
 from genesis_fp16_infrastructure.training.reports import (
     LOAD_SAMPLES,
     Calibration,

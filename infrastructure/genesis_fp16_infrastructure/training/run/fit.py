@@ -28,13 +28,9 @@ from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder
 from genesis_fp16_infrastructure.training.precision.carried_scale import clamp_scale
 from genesis_fp16_infrastructure.training.precision.decide import decide_continued
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.reports import Demotion
+from genesis_fp16_infrastructure.training.reports import Calibration, Demotion
 from genesis_fp16_infrastructure.training.rng import seed_everything
-from genesis_fp16_infrastructure.training.run.calibration import (
-    Calibration,
-    measured_execution,
-    policy_for_run,
-)
+from genesis_fp16_infrastructure.training.run.calibration import measured_execution, policy_for_run
 from genesis_fp16_infrastructure.training.run.demotion import demote_run, failure_at_last_rung
 from genesis_fp16_infrastructure.training.run.guard import (
     PrecisionGuard,

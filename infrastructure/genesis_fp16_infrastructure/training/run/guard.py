@@ -44,7 +44,6 @@ from torch import nn
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.precision import capabilities
 from genesis_fp16_infrastructure.training.precision.decide import (
-    PrecisionRequest,
     ResolvedPrecision,
     decide,
     next_precision,
@@ -62,6 +61,7 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     DEFAULT_LADDER,
     ROBUSTNESS,
 )
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import Demotion
 from genesis_fp16_infrastructure.training.run.snapshot import SnapshotStore
 from genesis_fp16_infrastructure.training.step.trainer import Trainer

@@ -13,12 +13,12 @@ from genesis_fp16_infrastructure.training.flight.recorder import FlightConfig
 from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import ResolvedPrecision
 from genesis_fp16_infrastructure.training.reports import (
+    Calibration,
     Demotion,
     EarlyStopReport,
     FaultBundle,
     RangeSummary,
 )
-from genesis_fp16_infrastructure.training.run.calibration import Calibration
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
 from genesis_fp16_infrastructure.training.run.spec import RunCallbacks, RunSpec
 from genesis_fp16_infrastructure.training.step.execution import ResolvedExecution

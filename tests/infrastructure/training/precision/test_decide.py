@@ -15,14 +15,14 @@ from genesis_fp16_infrastructure.training.precision.capabilities import (
     PrecisionError,
 )
 from genesis_fp16_infrastructure.training.precision.decide import (
-    Measured,
-    PrecisionRequest,
     decide,
     measures_here,
     planned_precision,
     runs_at_floor,
 )
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
+from genesis_fp16_infrastructure.training.reports import Measured
 
 REPO = Path(__file__).resolve().parents[4]
 BF16_CPU = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native")

@@ -13,17 +13,13 @@ import pytest
 import torch
 from test_fit import RegressionTask
 
-from genesis_fp16_infrastructure.contract.reports import CACHE_VERSION
 from genesis_fp16_infrastructure.training import FitOptions, TrainerConfig, fit
 from genesis_fp16_infrastructure.training.precision import capabilities
-from genesis_fp16_infrastructure.training.precision.decide import (
-    Measured,
-    auto_candidates,
-    choose,
-)
+from genesis_fp16_infrastructure.training.precision.decide import auto_candidates, choose
 from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler, ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import DeviceCapabilities
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
+from genesis_fp16_infrastructure.training.reports import CACHE_VERSION, Measured
 from genesis_fp16_infrastructure.training.run import calibration as cal
 from genesis_fp16_infrastructure.training.step.execution import ExecutionError
 
@@ -363,7 +359,7 @@ def test_the_run_follows_the_measured_execution_with_both_timings() -> None:
 
 def test_a_train_request_carries_its_precision_request_to_fit(tmp_path: Path) -> None:
     """The daemon's request (mode, red-probe exclusions, floor, cache) reaches FitOptions whole."""
-    from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest
+    from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 
     asked = PrecisionRequest(
         "auto",

@@ -21,12 +21,8 @@ from guard_faults import (
     guarded_run,
 )
 
-from genesis_fp16_infrastructure.contract.plugin_api import (
-    TrainRequest,
-    TrainResult,
-    min_useful_steps,
-)
-from genesis_fp16_infrastructure.contract.reports import Demotion
+from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.contract.train_result import TrainResult, min_useful_steps
 from genesis_fp16_infrastructure.training import (
     CheckpointManager,
     FitOptions,
@@ -36,6 +32,7 @@ from genesis_fp16_infrastructure.training import (
 )
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.precision.precision import DeviceCapabilities
+from genesis_fp16_infrastructure.training.reports import Demotion
 from genesis_fp16_infrastructure.training.run.guard import (
     PrecisionMemory,
     next_precision,

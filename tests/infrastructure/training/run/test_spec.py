@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequest
+from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.training import FitOptions, GuardConfig, StepTuning, TrainerConfig
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.run.fit import _trainer_config

@@ -1,0 +1,255 @@
+"""The library's one door for the daemon: every name ``genesis_fp16`` (its commands,
+``bench`` and ``probe`` included) imports from the library, it imports from here.
+
+``from genesis_fp16_infrastructure.api import AgentFolder, check_result``: the plugin
+contract, the precision vocabulary and decision, the agent's folder, ``run_plugin``, the
+probe, the flight recorder's replay and what ``bench`` builds. The library's own modules
+never import this one: each imports a name from the module that defines it. A plugin
+imports the contract through the daemon's ``genesis_fp16.plugin_api``, which takes its
+names from here (``tests/test_import_paths.py``; ``benchmarks/seam_counts.py`` counts the
+daemon's imports of the library).
+
+The imports under ``TYPE_CHECKING`` below are the one list of what this module exports:
+a type checker reads them, and ``__getattr__`` reads the same block from this file to
+load each name on first use (PEP 562), so that importing a torch-free name
+(``AgentPlugin``, ``Outcome``) does not import torch through ``run_plugin``.
+"""
+
+# ruff: noqa: F401  (the imports under TYPE_CHECKING are this module's exports)
+
+from __future__ import annotations
+
+import ast
+import importlib
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from genesis_fp16_infrastructure.agent_folder import files, outbox
+    from genesis_fp16_infrastructure.agent_folder.files import SetAside, folder_bytes, on_set_aside
+    from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+    from genesis_fp16_infrastructure.agent_folder.layout import (
+        AGENT_NAME_PATTERN,
+        AGENTS_FOLDER,
+        CHECKPOINTS_FOLDER,
+        LAYOUT,
+        OWNER_LOCK,
+        PRECISION_STATE,
+        PRECISION_STATE_LOCK,
+        PROBE_RECORD,
+        QUARANTINE_LOG,
+        RUN_REQUEST,
+        SERVED_POINTER,
+        StateFile,
+        agent_of,
+        check_agent_name,
+        is_agent_name,
+        shown_name,
+    )
+    from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+        list_candidates,
+        newest_checkpoint,
+        operator_pin,
+        prune_and_read,
+        read_meta,
+        read_verdict,
+        repairable_pointer,
+        roll_back_by_hand,
+        serve_by_hand,
+        served_entry,
+        set_aside_unusable,
+        unpin,
+        update_pointer,
+    )
+    from genesis_fp16_infrastructure.agent_folder.lifecycle_records import JournalEntry
+    from genesis_fp16_infrastructure.agent_folder.lock import (
+        LockBusy,
+        read_holder,
+        take_lock,
+        write_holder,
+    )
+    from genesis_fp16_infrastructure.agent_folder.outbox import Event
+    from genesis_fp16_infrastructure.agent_folder.pointer import (
+        REPAIR,
+        ServedPointer,
+        ServedPointerError,
+        aside_path,
+        candidates_dir,
+        pointer_path,
+        served_checkpoint,
+    )
+    from genesis_fp16_infrastructure.agent_folder.run_history import (
+        LastRun,
+        LiveMark,
+        RunEntry,
+        score_name,
+        score_of,
+    )
+    from genesis_fp16_infrastructure.atomic import write_json_atomic
+    from genesis_fp16_infrastructure.contract.agent_snapshot import (
+        AgentSnapshot,
+        AgentState,
+        AgentStateFiles,
+        DataCheck,
+        ResumePoint,
+    )
+    from genesis_fp16_infrastructure.contract.agent_state import (
+        read_agent_state,
+        read_resume_point,
+        read_snapshot,
+    )
+    from genesis_fp16_infrastructure.contract.judging import (
+        JUDGING_VERSION,
+        JudgedPlugin,
+        RecordLosses,
+        RecordLossesError,
+        judging_of,
+        model_weights,
+    )
+    from genesis_fp16_infrastructure.contract.plugin_api import (
+        API_CHANGES,
+        API_VERSION,
+        SUPPORTED_API_VERSIONS,
+        AgentOption,
+        AgentPlugin,
+        OptionValue,
+        ProbeSetup,
+        TrainRequestError,
+        api_version_error,
+        declared_options,
+        ignored_request_fields,
+        parse_options,
+    )
+    from genesis_fp16_infrastructure.contract.reports import (
+        DataReport,
+        DriftReport,
+        GateComparison,
+        GateReport,
+        GateScores,
+        LiveReport,
+        ScoresOn,
+    )
+    from genesis_fp16_infrastructure.contract.result_check import TrainResultError, check_result
+    from genesis_fp16_infrastructure.contract.train_request import DEFAULT_STEPS, TrainRequest
+    from genesis_fp16_infrastructure.contract.train_result import (
+        LEARNING_FAILURES,
+        SCALER_CALIBRATION_SKIPS,
+        TrainResult,
+        learning_failure,
+        min_useful_steps,
+    )
+    from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
+    from genesis_fp16_infrastructure.data.readers import read_trajectories
+    from genesis_fp16_infrastructure.data.sources import DataError
+    from genesis_fp16_infrastructure.data.synthetic import write_pool
+    from genesis_fp16_infrastructure.judging.run import run_plugin
+    from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
+    from genesis_fp16_infrastructure.outcome import Outcome
+    from genesis_fp16_infrastructure.phases import peak_rss_mib
+    from genesis_fp16_infrastructure.probe.report import ProbeReport, format_table
+    from genesis_fp16_infrastructure.probe.runner import run_probe
+    from genesis_fp16_infrastructure.probe.variants import ProbeError
+    from genesis_fp16_infrastructure.record_codec import Record, ReportError
+    from genesis_fp16_infrastructure.training.checkpoint import (
+        CheckpointFolderBusy,
+        CheckpointManager,
+    )
+    from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
+    from genesis_fp16_infrastructure.training.checkpoint_load import CheckpointError
+    from genesis_fp16_infrastructure.training.flight.bundle import BundleError, load_bundle
+    from genesis_fp16_infrastructure.training.flight.bundle_files import (
+        FOLDER,
+        data_change,
+        list_bundles,
+    )
+    from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget, replay
+    from genesis_fp16_infrastructure.training.precision import capabilities
+    from genesis_fp16_infrastructure.training.precision.decide import decide, planned_precision
+    from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig, bounds_of
+    from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
+    from genesis_fp16_infrastructure.training.precision.precision_memory import (
+        PrecisionMemory,
+        remember_demotions,
+    )
+    from genesis_fp16_infrastructure.training.precision.precision_names import (
+        CHOICES,
+        LOSS_SCALED,
+        LOW_PRECISIONS,
+        PRECISIONS,
+        ROBUSTNESS,
+        PrecisionName,
+        RequestedName,
+        precision_name,
+        requested_name,
+    )
+    from genesis_fp16_infrastructure.training.precision.precision_request import (
+        PrecisionError,
+        PrecisionRequest,
+        checked_request,
+    )
+    from genesis_fp16_infrastructure.training.reports import (
+        CACHE_VERSION,
+        Calibration,
+        Demotion,
+        EarlyStopReport,
+        FaultBundle,
+        Measured,
+        ModuleRange,
+        RangeSummary,
+    )
+    from genesis_fp16_infrastructure.training.run.batches import to_device
+    from genesis_fp16_infrastructure.training.run.calibration import kept_rows, policy_for_run
+    from genesis_fp16_infrastructure.training.run.fit import fit
+    from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
+    from genesis_fp16_infrastructure.training.run.spec import RunCallbacks
+    from genesis_fp16_infrastructure.training.run.task import TrainingTask
+    from genesis_fp16_infrastructure.training.step.execution import ExecutionError
+    from genesis_fp16_infrastructure.training.step.execution_names import (
+        EXECUTION_MODES,
+        FALLBACK_REASONS,
+    )
+    from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
+    from genesis_fp16_infrastructure.training.step.trainer import Trainer
+    from genesis_fp16_infrastructure.training.step.trainer_config import TrainerConfig
+    from genesis_fp16_infrastructure.world_model.features import FeatureEncoder
+    from genesis_fp16_infrastructure.world_model.model import (
+        ModelConfig,
+        WorldModel,
+        world_model_losses,
+    )
+
+
+@cache
+def _exports() -> dict[str, str]:
+    """Each exported name -> the module that defines it: the block above, read once."""
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    block = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.If)
+        and isinstance(node.test, ast.Name)
+        and node.test.id == "TYPE_CHECKING"
+    )
+    return {
+        alias.asname or alias.name: str(node.module)
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+
+
+def __getattr__(name: str) -> object:
+    module = _exports().get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        value = getattr(importlib.import_module(module), name)
+    except AttributeError:  # a submodule its package has not imported yet (agent_folder.files)
+        value = importlib.import_module(f"{module}.{name}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_exports()})
