@@ -15,11 +15,12 @@ daemon=$!
 ok=0
 for _ in $(seq 1 150); do
   sleep 1
-  done_runs=$(grep -c '"training run finished"\|training run finished' "$out/serve.log")
+  done_runs=$(grep -c 'training run finished' "$out/serve.log")
   if [ "$done_runs" -ge 4 ]; then ok=1; break; fi
 done
-curl -s 127.0.0.1:9464/metrics > "$out/metrics.txt"
-curl -s 127.0.0.1:9464/ > "$out/page.html"
+fetch() { python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' "$1"; }
+fetch http://127.0.0.1:9464/metrics > "$out/metrics.txt"
+fetch http://127.0.0.1:9464/ > "$out/page.html"
 genesis-fp16 status > "$out/status.txt" 2>&1
 kill -TERM "$daemon"; wait "$daemon"; echo "serve exit $? (4 runs finished: $ok)" > "$out/serve-exit.txt"
 export GENESIS_FP16_STATE_DIR="$state/train"
