@@ -36,6 +36,9 @@ MAX_MESSAGE = 1 << 20
 READY_SECONDS = 180.0
 # How long a fork request may take to be answered.
 FORK_SECONDS = 30.0
+# After a failed fork request, how long to wait for the worker's end (a SIGKILL is
+# delivered while the request fails): the log then says how it ended.
+ENDED_WAIT_SECONDS = 2.0
 
 
 class WorkerUnavailable(RuntimeError):
@@ -137,7 +140,7 @@ class RunWorker:
             try:
                 return self._fork(args, dict(env), cwd or os.getcwd())
             except OSError as exc:  # it died since: once more, with a new one
-                log.warning("the run worker failed a fork request (%s): starting another", exc)
+                self._say_why(exc)
                 self._stop()
                 self._ensure(dict(env))
                 try:
@@ -155,6 +158,22 @@ class RunWorker:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self._process.wait(timeout=wait)
             self._stop()
+
+    def _say_why(self, failed: OSError) -> None:
+        """A fork request failed: the worker ended (a kill the last run start did not yet
+        see: said as that check says it), or it failed for ``failed`` alive."""
+        assert self._process is not None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._process.wait(timeout=ENDED_WAIT_SECONDS)
+        code = self._process.poll()
+        if code is None:
+            log.warning("the run worker failed a fork request (%s): starting another", failed)
+        else:
+            log.warning(
+                "the run worker (pid %d) ended with code %s: starting another",
+                self._process.pid,
+                code,
+            )
 
     def _ensure(self, env: dict[str, str]) -> None:
         if self._process is not None and self._env != env:
