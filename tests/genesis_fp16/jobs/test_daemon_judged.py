@@ -184,12 +184,26 @@ def test_rlhf_ppo_is_judged_pinned_and_repaired_like_any_judged_agent(
     package = tmp_path  # nothing to install: rlhf_ppo is built in
     done = model_command(daemon, package, "promote", agent, first, "--json")
     assert done.returncode == 0 and json.loads(done.stdout)["pinned"] is True, done.stderr
-    seen = len(gate_outcomes(daemon, agent))
+    mark = len(daemon.logs())  # a run in flight at the pin may end promoted: not counted
+
+    def after_pin() -> list[str]:
+        """The gate verdicts of the runs that started after the pin."""
+        later = daemon.logs()[mark:]
+        started = {e.get("run_id") for e in later if e.get("event") == "training run started"}
+        return [
+            str(e["gate"]["outcome"])
+            for e in later
+            if e.get("event") == "training run finished"
+            and e.get("run_id") in started
+            and e.get("agent") == agent
+            and e.get("gate")
+        ]
+
     for n in range(3):
-        assert _next_gate(daemon, seen + n, f"run {n + 1} after the pin", agent) in (
-            "held",
-            "rejected",
+        done_runs = daemon.wait_for(
+            lambda n=n: len(after_pin()) > n and after_pin(), f"run {n + 1} after the pin", 180
         )
+        assert done_runs[n] in ("held", "rejected"), done_runs
         pointer = read_pointer(_folder(daemon, agent))
         assert pointer is not None and pointer.served["id"] == first and pointer.pinned
 
