@@ -71,6 +71,23 @@ def gate_outcomes(daemon: DaemonProcess, agent: str = AGENT) -> list[str]:
     return [str(e["gate"]["outcome"]) for e in finished(daemon, agent) if e.get("gate")]
 
 
+def gate_outcomes_since(daemon: DaemonProcess, mark: int, agent: str = AGENT) -> list[str]:
+    """The gate verdicts of the agent's runs that started after the daemon's first
+    ``mark`` log lines: a run started before an operator's pin judges against the model
+    served at its start, and may end promoted or inconclusive, so a test of the pin
+    counts only the runs that began after it."""
+    later = daemon.logs()[mark:]
+    started = {e.get("run_id") for e in later if e.get("event") == "training run started"}
+    return [
+        str(e["gate"]["outcome"])
+        for e in later
+        if e.get("event") == "training run finished"
+        and e.get("run_id") in started
+        and e.get("agent") == agent
+        and e.get("gate")
+    ]
+
+
 def model_command(
     daemon: DaemonProcess, package: Path, *args: str
 ) -> subprocess.CompletedProcess[str]:

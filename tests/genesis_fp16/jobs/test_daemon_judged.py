@@ -13,6 +13,7 @@ from daemon_harness import DaemonFactory, DaemonProcess
 from judged_daemon import (
     AGENT,
     gate_outcomes,
+    gate_outcomes_since,
     install_scaffold,
     judged_env,
     model_command,
@@ -145,9 +146,13 @@ def test_judged_pin_holds_through_three_runs_and_a_broken_pointer_is_repaired(
 
     done = model_command(daemon, package, "promote", AGENT, first, "--json")
     assert done.returncode == 0 and json.loads(done.stdout)["pinned"] is True, done.stderr
+    mark = len(daemon.logs())  # a run in flight at the pin judges the second model: not counted
     for n in range(3):
         write_records(data, 300, seed=10 + n, shift=1.0)
-        assert _next_gate(daemon, 2 + n, f"held candidate {n + 1}") == "held"
+        held = daemon.wait_for(
+            lambda n=n: len(gate_outcomes_since(daemon, mark)) > n, f"held candidate {n + 1}", 180
+        )
+        assert held and gate_outcomes_since(daemon, mark)[n] == "held"
         pointer = read_pointer(_folder(daemon))
         assert pointer is not None and pointer.served["id"] == first and pointer.pinned
     assert daemon.sample("genesis_fp16_served_model_pinned", agent=AGENT) == 1
@@ -186,22 +191,14 @@ def test_rlhf_ppo_is_judged_pinned_and_repaired_like_any_judged_agent(
     assert done.returncode == 0 and json.loads(done.stdout)["pinned"] is True, done.stderr
     mark = len(daemon.logs())  # a run in flight at the pin may end promoted: not counted
 
-    def after_pin() -> list[str]:
-        """The gate verdicts of the runs that started after the pin."""
-        later = daemon.logs()[mark:]
-        started = {e.get("run_id") for e in later if e.get("event") == "training run started"}
-        return [
-            str(e["gate"]["outcome"])
-            for e in later
-            if e.get("event") == "training run finished"
-            and e.get("run_id") in started
-            and e.get("agent") == agent
-            and e.get("gate")
-        ]
-
     for n in range(3):
         done_runs = daemon.wait_for(
-            lambda n=n: len(after_pin()) > n and after_pin(), f"run {n + 1} after the pin", 180
+            lambda n=n: (
+                len(gate_outcomes_since(daemon, mark, agent)) > n
+                and gate_outcomes_since(daemon, mark, agent)
+            ),
+            f"run {n + 1} after the pin",
+            180,
         )
         assert done_runs[n] in ("held", "rejected"), done_runs
         pointer = read_pointer(_folder(daemon, agent))
