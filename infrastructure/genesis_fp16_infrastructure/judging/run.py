@@ -364,8 +364,9 @@ def _nothing_new(served: _Served, request: TrainRequest) -> bool:
     if stores.known(ids, served.known).all():
         return True
     pinned = served.pointer is not None and served.pointer.pinned is not None
-    last = _last_judged(Path(request.checkpoint_dir), served.id, pinned)
-    return last is not None and bool(stores.known(ids, last).all())
+    last = stores.last_judged(Path(request.checkpoint_dir), served.id, pinned)
+    known = None if last is None else stores.read_known_ids(last)
+    return known is not None and bool(stores.known(ids, known).all())
 
 
 def _options(request: TrainRequest) -> Any:
@@ -381,29 +382,6 @@ def _other_options(served: _Served, request: TrainRequest) -> bool:
     extra = read_meta(served.checkpoint.parent).extra
     recorded = extra.get("options", (extra.get("request") or {}).get("options"))
     return recorded is not None and recorded != _options(request)
-
-
-def _last_judged(folder: Path, served_id: str | None, pinned: bool) -> np.ndarray | None:
-    """The known ids of the newest candidate that continued ``served_id`` and was judged
-    (not promoted, unless ``pinned``: a promoted one is served, or was rolled back);
-    None: there is none."""
-    for candidate in reversed(list_candidates(folder)):
-        outcome = read_verdict(candidate).outcome
-        if read_meta(candidate).continues != served_id or outcome is None:
-            continue
-        if outcome in _NOT_SERVED or pinned:
-            return stores.read_known_ids(candidate)
-        return None
-    return None
-
-
-_NOT_SERVED = (
-    Outcome.REJECTED,
-    Outcome.HELD,
-    Outcome.UNDECIDED,
-    Outcome.INCONCLUSIVE,
-    Outcome.ROLLED_BACK,
-)
 
 
 def _meta(request: TrainRequest, served: _Served) -> dict[str, Any]:

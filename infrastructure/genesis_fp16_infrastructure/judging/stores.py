@@ -27,12 +27,19 @@ import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_IDS, JUDGED_WATCH, StateFile
+from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+    list_candidates,
+    read_meta,
+    read_verdict,
+)
 from genesis_fp16_infrastructure.judging.split import id_hashes
+from genesis_fp16_infrastructure.outcome import Outcome
 
 __all__ = [  # id_hashes: the split's, re-exported as the stores' hash
     "WATCH_ARRAYS",
     "id_hashes",
     "known",
+    "last_judged",
     "read_known_ids",
     "read_watch",
     "watch_path",
@@ -53,6 +60,29 @@ def known(ids: np.ndarray, sorted_known: np.ndarray) -> np.ndarray:
         return np.zeros(len(ids), dtype=bool)
     at = np.searchsorted(sorted_known, ids).clip(0, len(sorted_known) - 1)
     return np.asarray(sorted_known[at] == ids)
+
+
+def last_judged(folder: Path, served_id: str | None, pinned: bool) -> Path | None:
+    """The newest candidate that continued ``served_id`` and was judged, when its records
+    count as learned for the served model: it was not served (rejected, held,
+    inconclusive, undecided, rolled back), or the served model is pinned (a promoted one
+    was served, and a pin is never undone by training the same data again); None when
+    the newest such candidate was promoted and no pin holds, or there is none."""
+    for candidate in reversed(list_candidates(folder)):
+        outcome = read_verdict(candidate).outcome
+        if read_meta(candidate).continues != served_id or outcome is None:
+            continue
+        return candidate if outcome in _NOT_SERVED or pinned else None
+    return None
+
+
+_NOT_SERVED = (
+    Outcome.REJECTED,
+    Outcome.HELD,
+    Outcome.UNDECIDED,
+    Outcome.INCONCLUSIVE,
+    Outcome.ROLLED_BACK,
+)
 
 
 def read_known_ids(candidate: Path) -> np.ndarray | None:

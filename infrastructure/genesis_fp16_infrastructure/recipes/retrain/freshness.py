@@ -34,8 +34,10 @@ from typing import Any
 from genesis_fp16_infrastructure.agent_folder import data_manifest
 from genesis_fp16_infrastructure.agent_folder.layout import DATA_MANIFEST, RECORD_CACHE_FOLDER
 from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+    ServedPointer,
     ServedPointerError,
     checkpoint_of,
+    read_pointer,
     served_checkpoint,
 )
 from genesis_fp16_infrastructure.contract.agent_snapshot import DataCheck
@@ -44,6 +46,7 @@ from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
 from genesis_fp16_infrastructure.data.readers import DataError
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
+from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.record_codec import ReportError
 
 logger = logging.getLogger(__name__)
@@ -114,23 +117,77 @@ def check_data(request: TrainRequest) -> DataCheck:
     )
     if record is None or not _may_be_up_to_date(request, record):
         return DataCheck(manifest)
+    judged, stored = None, record["result"]
     if not manifest.same_content(before):
-        logger.info(
-            "data manifest: the files changed (%s); the run reads the data, its records decide",
-            files_changed(before, manifest),
-        )
-        return DataCheck(manifest)
-    if report.hashed and folder is not None:  # new mtimes: trust them next time
+        found = _read_by_the_last_judged(request, manifest)
+        if found is not None:  # its data report: the records as they are now
+            judged, stored = found[0], {**stored, "data": found[1].get("data")}
+        else:
+            logger.info(
+                "data manifest: the files changed (%s); the run reads the data, its records decide",
+                files_changed(before, manifest),
+            )
+            return DataCheck(manifest)
+    if (report.hashed or judged) and folder is not None:  # trust these files next time
         data_manifest.write(folder, {**record, "manifest": manifest.to_json()})
     seconds = time.perf_counter() - start
-    why = _unchanged(len(manifest.files), report.hashed)
+    why = judged or _unchanged(len(manifest.files), report.hashed)
     logger.info("%s: up to date by the data manifest, %s: no step to take", request.agent, why)
     try:
-        verdict = _up_to_date_result(request, record["result"], seconds, report.hashed, why)
+        verdict = _up_to_date_result(request, stored, seconds, report.hashed, why)
     except ReportError as exc:  # kept by an older version, or damaged: read the pool
         logger.warning("data manifest: its result is unreadable (%s); the run reads the pool", exc)
         return DataCheck(manifest)
     return DataCheck(manifest, verdict.to_json())
+
+
+def _read_by_the_last_judged(
+    request: TrainRequest, manifest: Manifest
+) -> tuple[str, Mapping[str, Any]] | None:
+    """Why the files are nothing new although the served model's run read others: they
+    hold the bytes the newest candidate judged against the served model read, and that
+    candidate was not served (rejected, held, inconclusive, rolled back) or a pin holds
+    the served model (the operator rolled back from it). The judged run would score the
+    pool only to find every record learned or judged already (``judging.run``, its
+    nothing-new rule): the plan answers instead, and no child starts. None: another
+    candidate, other bytes, another request, or a forced run. With the why, that
+    candidate's recorded result (its data report counts the records as they are)."""
+    if request.forced:
+        return None  # a forced run trains all the same
+    pointer = _pointer(request)
+    if pointer is None:
+        return None
+    folder = Path(request.checkpoint_dir)
+    last = stores.last_judged(folder, str(pointer.served.get("id")), pointer.pinned is not None)
+    record = None if last is None else data_manifest.load(last)
+    if (
+        last is None
+        or record is None
+        or not same_request(record.get("request"), request_key(request))
+    ):
+        return None
+    result = record.get("result")
+    if not isinstance(result, Mapping):
+        return None
+    if not manifest.same_content(Manifest.from_json(record.get("manifest"))):
+        return None
+    return (
+        f"nothing new: the {len(manifest.files)} data file(s) hold the bytes candidate "
+        f"{last.name} was trained and judged on (it is not the served model)"
+        + (" (the served model is pinned)" if pointer.pinned is not None else ""),
+        result,
+    )
+
+
+def _pointer(request: TrainRequest) -> ServedPointer | None:
+    """The served-model pointer, as the plan read it (the request's snapshot) or now."""
+    snapshot = request.snapshot
+    if snapshot is not None:
+        return snapshot.pointer if snapshot.pointer_error is None else None
+    try:
+        return read_pointer(Path(request.checkpoint_dir))
+    except (OSError, ServedPointerError):
+        return None
 
 
 def _unchanged(files: int, hashed: int) -> str:

@@ -16,7 +16,15 @@ import pytest
 from se_darwin_runs import train
 
 from genesis_fp16_agents.se_darwin import plugin
-from genesis_fp16_infrastructure.agent_folder.lifecycle import list_candidates, served_checkpoint
+from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+    list_candidates,
+    operator_pin,
+    read_pointer,
+    roll_back_by_hand,
+    serve_by_hand,
+    served_checkpoint,
+    served_entry,
+)
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
@@ -254,3 +262,33 @@ def test_a_record_kept_for_the_sample_file_answers_for_its_folder(
     assert out.up_to_date and out.data is not None and out.data.checked_by == "manifest"
     other = {**record["request"], "seed": 4}  # what still tells requests apart
     assert not freshness.same_request(other, freshness.request_key(_request(data, ckpt)))
+
+
+def test_after_a_rollback_the_candidates_bytes_are_answered_by_the_plan(
+    served: tuple[Path, Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 69: new records train a candidate, the operator serves it and rolls back: the
+    files hold the bytes that candidate read, so the plan answers up to date (no child, no
+    read); its data report counts the records as they are; a byte more, and it does not."""
+    data, ckpt, first = served
+    (data / "new.json").write_text(json.dumps(generate_pool(60, seed=4, agent="new")))
+    grown = _run(_request(data, ckpt))
+    assert grown.steps > 0
+    (candidate,) = [
+        c for c in list_candidates(ckpt) if str(c) != str(Path(first["checkpoint"]).parent)
+    ]
+    entry = served_entry(ckpt, candidate)
+    assert entry is not None
+    serve_by_hand(ckpt, entry, operator_pin("model promote"))
+    roll_back_by_hand(ckpt, operator_pin("model rollback"))
+    pointer = read_pointer(ckpt)
+    assert pointer is not None and pointer.pinned and pointer.served["id"] != candidate.name
+    _no_reading(monkeypatch)
+    answer = freshness.check_data(_request(data, ckpt)).up_to_date
+    assert answer is not None, "the plan read the pool: a child would start"
+    out = TrainResult.from_json(answer)
+    assert out.up_to_date and out.steps == 0 and candidate.name in str(out.up_to_date_against)
+    assert out.data is not None and out.data.records == grown.data.records
+    assert str(out.checkpoint) == first["checkpoint"]
+    (data / "new.json").write_text(json.dumps(generate_pool(61, seed=4, agent="new")))
+    assert freshness.check_data(_request(data, ckpt)).up_to_date is None
