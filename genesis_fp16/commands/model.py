@@ -3,9 +3,10 @@
 ``list`` shows the served model, the ones served before it (newest first) and every
 candidate kept: its data fingerprint, records, precision, gate scores and time, and the
 live watch's figures of a model once served (records scored since it was served, its
-log-loss minus its predecessor's on them, with anytime-valid 95% bounds). Agents
-without a promotion gate (rlhf_ppo, plugins) serve their newest checkpoint: ``list``
-shows it, and says that they have no gate. ``promote AGENT ID`` serves a kept candidate
+log-loss minus its predecessor's on them, with anytime-valid 95% bounds). A plugin
+without a promotion gate (one that declares no ``score_records``; the built-in agents
+all have one) serves its newest checkpoint: ``list`` shows it, and says that it has no
+gate. ``promote AGENT ID`` serves a kept candidate
 (the gate is bypassed: the operator decides); ``rollback AGENT`` serves the model served
 before the current one. Both pin the served model: the daemon's gate then reports a
 better candidate (verdict ``held``) instead of serving it, and never trains the same data

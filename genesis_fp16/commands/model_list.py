@@ -164,7 +164,8 @@ def _rows(folder: Path, pointer: ServedPointer | None) -> list[dict[str, Any]]:
                 "verdict": outcome,
                 "gate_verdict": verdict.gate_outcome or outcome,
                 "fingerprint": meta.fingerprint,
-                "records": meta.records,
+                # the first model's meta cannot know them: its verdict's scores count them
+                "records": meta.records if meta.records is not None else scores.get("records"),
                 "precision": verdict.precision,
                 "auc": scores.get("auc"),
                 "log_loss": scores.get("log_loss"),

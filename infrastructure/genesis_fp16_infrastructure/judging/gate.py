@@ -86,6 +86,11 @@ class Paired:
         return ScoresOn(self.name, math.nan, math.nan, records=self.records, loss=round(loss, 6))
 
     def reason(self) -> str:
+        if math.isnan(self.reference):  # the first model: nothing served to compare with
+            return (
+                f"{self.label}: loss {self.candidate:.6g} on {self.records} records, "
+                "nothing served to compare with"
+            )
         if self.bound() is None:
             return f"{self.label}: {self.records} shared record(s), too few to decide"
         words = {

@@ -60,7 +60,7 @@ import logging
 import math
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
@@ -457,8 +457,9 @@ def _judge(
     digest = _data_digest(request.data_path)
     used = result.precision_used
     evidence = _evidence_kind(judged, held_out)
+    auc = _reported_auc(result.eval)
     report = _verdict(
-        candidate, outcome, reason, started, used, comparisons, served.id, digest, evidence
+        candidate, outcome, reason, started, used, comparisons, served.id, digest, evidence, auc
     )
     return _act(request, served, candidate, checkpoint, report, comparisons)
 
@@ -479,9 +480,10 @@ def _act(
     how = "first" if served.pointer is None else "gate"
     if serve_unless_pinned(folder, candidate_entry(folder, candidate, checkpoint), how):
         return report
+    auc = report.candidate.auc if report.candidate is not None else math.nan
     return _verdict(
         candidate, Outcome.HELD, "pinned by the operator: " + reason, started, report.precision,
-        comparisons, served.id, report.judged_on,
+        comparisons, served.id, report.judged_on, report.evidence, auc,
     )  # fmt: skip
 
 
@@ -513,7 +515,10 @@ def _rejudge_kept(
         )
         reason += _evidence(judged, held_out, served)
         used = verdict.precision  # typed: a precision name, or None
-        report = _verdict(candidate, outcome, reason, started, used, comparisons, served.id, digest)
+        auc = _reported_auc(verdict.candidate or {})  # its run's, as its first verdict kept it
+        report = _verdict(
+            candidate, outcome, reason, started, used, comparisons, served.id, digest, auc=auc
+        )
         decided = _act(request, served, candidate, checkpoint, report, comparisons)
         return None if decided.outcome == Outcome.INCONCLUSIVE else decided
     return None
@@ -691,10 +696,16 @@ def _verdict(
     served_id: str | None = None,
     judged_on: str | None = None,
     evidence: Literal["held_out", "training_data"] | None = None,
+    auc: float = math.nan,
 ) -> GateReport:
     """The gate's report, written as the candidate's verdict file (with the figures);
-    ``judged_on``: the data's digest (an inconclusive one is judged again on other data)."""
+    ``judged_on``: the data's digest (an inconclusive one is judged again on other data);
+    ``auc``: the candidate run's own evaluation's AUC, reported beside its loss and never
+    gated (NaN: its plugin reports none)."""
     first = comparisons[0] if comparisons else None
+    scores = None if first is None else first.scores("candidate")
+    if scores is not None and math.isfinite(auc):
+        scores = replace(scores, auc=round(auc, 6))
     checkpoint = newest_checkpoint(candidate)
     report = GateReport(
         outcome=outcome,
@@ -702,7 +713,7 @@ def _verdict(
         comparisons=tuple(c.comparison() for c in comparisons),
         seconds=round(time.monotonic() - started, 4),
         precision=precision,
-        candidate=None if first is None else first.scores("candidate"),
+        candidate=scores,
         served=None if first is None or served_id is None else first.scores("served"),
         served_id=served_id,
         checkpoint=None if checkpoint is None else checkpoint.name,
@@ -714,6 +725,15 @@ def _verdict(
     judged = {"judged": [c.to_json() for c in comparisons]}
     write_verdict(candidate, report.to_json() | judged)
     return report
+
+
+def _reported_auc(figures: Any) -> float:
+    """The ``auc`` a run's evaluation (or a kept verdict's scores) reports; NaN when it
+    reports none, or not a finite number."""
+    value = figures.get("auc") if isinstance(figures, Mapping) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return math.nan
+    return float(value) if math.isfinite(value) else math.nan
 
 
 def _needed(comparisons: list[Paired]) -> int | None:

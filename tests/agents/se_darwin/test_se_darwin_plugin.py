@@ -46,6 +46,18 @@ def trained(data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Train
     return _train(data, ckpt, steps=20, options={"cross_validation": False}), ckpt
 
 
+def test_the_served_models_auc_is_reported_beside_its_gated_loss(
+    trained: tuple[TrainResult, Path],
+) -> None:
+    """Issue 68: se_darwin is judged on its per-record loss; its run's AUC is reported with
+    the verdict (and so in `model list` and `status`), never gated."""
+    result, ckpt = trained
+    assert result.checkpoint is not None and result.gate is not None
+    verdict = json.loads((result.checkpoint.parent / "verdict.json").read_text())
+    assert verdict["candidate"]["auc"] == pytest.approx(result.eval["auc"], abs=1e-6)
+    assert verdict["candidate"]["loss"] >= 0
+
+
 def test_plugin_is_discovered_through_its_entry_point() -> None:
     """`se_darwin` loads from the genesis_fp16.agents entry point as the plugin object."""
     assert isinstance(plugin, AgentPlugin)
