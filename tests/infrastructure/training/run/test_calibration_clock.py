@@ -129,29 +129,49 @@ def _bench(clock: FakeClock, budget_s: float, expected: int | None = None) -> ca
 def test_captured_rows_time_replays_only_and_read_steady(
     fakes: tuple[FakeClock, list[Any]],
 ) -> None:
-    """Eager rows first, then the two fastest (bf16, fp16) captured; a captured row's
-    three warm-ups, its capture and two replays are never timed, so its median is the
-    replay, its spread 1.0, and nothing reads as under load (it read 9.61 on an H200)."""
+    """fp32 eager, fp32 captured, the other two eager, then the faster of them (bf16)
+    captured; a captured row's three warm-ups, its capture and two replays are never
+    timed, so its median is the replay, its spread 1.0, and nothing reads as under load
+    (it read 9.61 on an H200)."""
     clock, log = fakes
     skipped: dict[str, str] = {}
     rows = cal._time_rows(_bench(clock, 10.0), ["fp32", "bf16", "fp16"], True, skipped)
     assert [(r.precision, r.execution) for r in rows] == [
         ("fp32", "eager"),
+        ("fp32", "cuda_graph"),
         ("bf16", "eager"),
         ("fp16", "eager"),
         ("bf16", "cuda_graph"),
-        ("fp16", "cuda_graph"),
     ]
-    assert skipped == {"fp32 captured": "not captured: its eager step is not among the 2 fastest"}
+    assert skipped == {
+        "fp16 captured": "not captured: its eager step is not among the 1 fastest after fp32's"
+    }
     captured = [how for name, how, _ in log if how != "eager"]
     assert captured[:6] == ["warmup"] * 3 + ["captured", "replayed", "replayed"]
     timed = {how for _, how, inside in log if inside}
     assert timed == {"eager", "replayed"}  # no warm-up, no capture inside the window
     assert all(not inside for _, how, inside in log if how in ("warmup", "captured"))
-    for row in rows[3:]:
+    for row in (rows[1], rows[4]):
         assert row.median_ms == pytest.approx(REPLAY_MS) and row.spread == pytest.approx(1.0)
         assert row.steps >= cal.MIN_TIMED
     assert under_load(rows) is None
+
+
+def test_a_deadline_that_runs_out_early_has_timed_the_floors_captured_step(
+    fakes: tuple[FakeClock, list[Any]],
+) -> None:
+    """On CUDA under auto, a deadline with room for two rows times fp32 eager and fp32
+    captured, and skips the 16-bit rows: the run can train the graph (on an H200, three
+    eager rows once spent the whole second and the run trained eager, 13x slower)."""
+    clock, _ = fakes
+    skipped: dict[str, str] = {}
+    rows = cal._time_rows(_bench(clock, 0.12), ["fp32", "bf16", "fp16"], True, skipped)
+    assert [(r.precision, r.execution) for r in rows] == [
+        ("fp32", "eager"),
+        ("fp32", "cuda_graph"),
+    ]
+    assert set(skipped) == {"bf16 eager", "fp16 eager"}
+    assert all(cal.PAST_DEADLINE in why for why in skipped.values())
 
 
 def test_rows_past_the_deadline_are_skipped_and_the_cost_is_at_most_budget_plus_one_row(
