@@ -29,9 +29,9 @@ def watch_state(
     'no new labelled record for 4.0 h (the limit: 1 h)'
     """
     live = served.get("live")
-    times = [_seconds(served.get("served_at"))]
+    times = [stamp_seconds(served.get("served_at"))]
     if isinstance(live, Mapping):
-        times.append(_seconds(live.get("updated_at")))
+        times.append(stamp_seconds(live.get("updated_at")))
     known = [t for t in times if t is not None]
     since = max(known) if known else None
     state: dict[str, Any] = {"state": "watching", "since": since, "limit": idle_seconds}
@@ -46,7 +46,7 @@ def watch_state(
     return {**state, "reason": None}
 
 
-def _seconds(stamp: Any) -> float | None:
+def stamp_seconds(stamp: Any) -> float | None:
     """Unix seconds of one of the pointer's UTC stamps (``2026-01-01T00:00:00Z``)."""
     try:
         return float(calendar.timegm(time.strptime(str(stamp), "%Y-%m-%dT%H:%M:%SZ")))
