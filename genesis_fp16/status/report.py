@@ -28,6 +28,7 @@ from genesis_fp16 import __version__
 from genesis_fp16.config.agent_names import is_agent_name
 from genesis_fp16.metrics.watch_state import stamp_seconds, watch_state
 from genesis_fp16.status.history import AgentHistory, gather_history
+from genesis_fp16.status.when import clock
 from genesis_fp16_infrastructure.api import (
     AGENTS_FOLDER,
     REPAIR,
@@ -271,6 +272,20 @@ def _watch(served: dict[str, Any], history: Any, idle_seconds: float) -> dict[st
     live = served.get("live")
     segments = live.get("segments") if isinstance(live, dict) else None
     return {**state, "segments": segments if isinstance(segments, list) else None}
+
+
+def watch_words(watch: Mapping[str, Any] | None) -> str:
+    """The watch state (:attr:`ServedModel.watch`) in words: the page's watch row and its
+    watch chart both say these, so they cannot disagree."""
+    if watch is None:
+        return "NOT WATCHED: no served-model pointer to watch"
+    if watch.get("state") != "watching":
+        return f"NOT WATCHED: {watch.get('reason')}"
+    scored, since = watch.get("scored_at"), watch.get("since")
+    if isinstance(scored, int | float):
+        return f"watched, last records {clock(scored)}"
+    served = f" since it was served at {clock(since)}" if isinstance(since, int | float) else ""
+    return f"watched{served}: no labelled record scored yet"
 
 
 def _kept_inconclusive(folder: Path) -> str | None:

@@ -171,7 +171,7 @@ def test_the_watch_chart_draws_the_bounds_margin_and_a_rollback() -> None:
     worse = LiveMark(0.09, 0.05, 0.13, 0.03, 300, True, True)
     runs = (_run(10.0, live=live), _run(20.0, live=worse))
     history = AgentHistory(runs=runs, live_now=live, live_at=30.0)
-    chart = watch_chart(history)
+    chart = watch_chart(history, {"state": "watching", "since": 30.0, "scored_at": 30.0})
     assert [x for x, _ in chart.line] == [10.0, 20.0, 30.0] and chart.rule == 0.03
     root = _tree(draw_chart(chart))
     assert len(list(root.iter(f"{NS}polygon"))) == 1  # the band: three points in one
