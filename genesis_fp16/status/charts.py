@@ -30,6 +30,11 @@ from genesis_fp16_infrastructure.api import Outcome, RunEntry
 
 Point = tuple[float, float | None]
 LOWER_IS_BETTER = ("loss", "log_loss")
+# The values a score can take: its axis stays inside them (a plugin's loss may be negative)
+SCORE_BOUNDS: dict[str, tuple[float | None, float | None]] = {
+    "auc": (0.0, 1.0),
+    "log_loss": (0.0, None),
+}
 
 
 def quality_chart(history: AgentHistory) -> Chart:
@@ -61,6 +66,7 @@ def quality_chart(history: AgentHistory) -> Chart:
         marks=tuple(marks),
         step=True,
         empty="no gate verdict or served-model change recorded yet",
+        y_bounds=SCORE_BOUNDS.get(metric, (None, None)),
     )
 
 
