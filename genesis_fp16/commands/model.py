@@ -32,8 +32,8 @@ from genesis_fp16.commands.named_agent import agent_folder
 from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.settings_reading import load_settings_for_reading
+from genesis_fp16.status.report import held_by_pin, held_words
 from genesis_fp16_infrastructure.api import (
-    Outcome,
     ServedPointerError,
     aside_path,
     candidates_dir,
@@ -41,6 +41,7 @@ from genesis_fp16_infrastructure.api import (
     operator_pin,
     pointer_path,
     read_verdict,
+    repairable_pointer,
     roll_back_by_hand,
     serve_by_hand,
     served_entry,
@@ -136,20 +137,20 @@ def _promote(folder: Path, agent: str, ident: str) -> dict[str, Any]:
 
 
 def _unpin(folder: Path, agent: str) -> dict[str, Any]:
+    before = repairable_pointer(folder)  # the pin lifted: the candidates held while it stood
     pointer = unpin(folder)
     if pointer is None:
         raise UsageError(f"{agent}: no model served: nothing to unpin")
-    held = [c.name for c in list_candidates(folder) if read_verdict(c).outcome == Outcome.HELD]
+    served = pointer.served.get("id")
+    held = held_by_pin(folder, before.pinned if before else None, served)
     hint = (
-        f"; held by the pin: {', '.join(held)} (`genesis-fp16 model promote {agent} ID` serves one)"
-        if held
-        else ""
+        f"; {held_words(held)} (`genesis-fp16 model promote {agent} ID` serves one)" if held else ""
     )
     return {
         "agent": agent,
-        "served": pointer.served.get("id"),
+        "served": served,
         "pinned": False,
         "held": held,
-        "message": f"{agent}: {pointer.served.get('id')} served, not pinned: the daemon's "
+        "message": f"{agent}: {served} served, not pinned: the daemon's "
         f"gate may replace it with a candidate of new data{hint}",
     }

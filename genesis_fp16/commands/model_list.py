@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16.metrics.watch_state import watch_state
+from genesis_fp16.status.report import held_by_pin, held_words
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
     Outcome,
@@ -55,12 +56,14 @@ def list_models(folder: Path, agent: str, as_json: bool, idle_seconds: float = 8
         pointer, unusable = None, str(exc)
     rows = _rows(folder, pointer)
     watched = _watch(pointer, idle_seconds)
+    held = held_by_pin(folder, pointer.pinned, pointer.served.get("id")) if pointer else []
     if as_json:
         answer = {
             "agent": agent,
             "gate": True,
             "served": pointer.served.get("id") if pointer else None,
             "pinned": pointer.pinned if pointer else None,
+            "held": held,
             "pointer_error": unusable,
             "watch": watched,
             "models": rows,
@@ -74,12 +77,7 @@ def list_models(folder: Path, agent: str, as_json: bool, idle_seconds: float = 8
             )
         )
     elif pointer is not None and pointer.pinned is not None:
-        pin = pointer.pinned
-        print(
-            f"{agent}: {pointer.served.get('id')} pinned by `{pin.get('by')}` at "
-            f"{pin.get('at')}: the gate reports better candidates (held), the operator "
-            f"serves them (`genesis-fp16 model unpin {agent}` lifts the pin)"
-        )
+        print(_pin_line(agent, pointer, held))
     if not rows:
         print(f"{agent}: no model trained yet ({folder})")
         return 0
@@ -94,6 +92,18 @@ def list_models(folder: Path, agent: str, as_json: bool, idle_seconds: float = 8
     for line in _watch_lines(agent, watched):
         print(line)
     return 0
+
+
+def _pin_line(agent: str, pointer: ServedPointer, held: list[str]) -> str:
+    """The pin above the table: the pinned model, by what and when, and the candidates
+    the gate held since (named only when there are some)."""
+    pin = pointer.pinned or {}
+    said = f"{agent}: {pointer.served.get('id')} pinned by `{pin.get('by')}` at {pin.get('at')}"
+    if held:
+        serve = f"`genesis-fp16 model promote {agent} ID` serves one, "
+    else:
+        serve = "the gate holds a better candidate instead of serving it; "
+    return f"{said}: {held_words(held)} ({serve}`genesis-fp16 model unpin {agent}` lifts the pin)"
 
 
 def _watch(pointer: ServedPointer | None, idle_seconds: float) -> dict[str, Any] | None:

@@ -21,7 +21,8 @@ def watch_state(
     GENESIS_FP16_LIVE_WATCH_IDLE_SECONDS, one day by default), else ``not_watching`` with
     why: silence is never a passing watch. ``predecessor``: the pointer names one
     (without it there is nothing to watch against). ``since``: the last time the watch
-    scored new records, or the model was served if later (Unix seconds; None: unknown).
+    scored new records, or the model was served if later (Unix seconds; None: unknown);
+    ``scored_at``: when the watch last scored records (None: none scored yet).
 
     >>> watch_state({"served_at": "2026-01-01T00:00:00Z"}, True, 1767229200.0, 3600)["state"]
     'watching'
@@ -29,12 +30,12 @@ def watch_state(
     'no new labelled record for 4.0 h (the limit: 1 h)'
     """
     live = served.get("live")
-    times = [_seconds(served.get("served_at"))]
-    if isinstance(live, Mapping):
-        times.append(_seconds(live.get("updated_at")))
-    known = [t for t in times if t is not None]
+    scored = stamp_seconds(live.get("updated_at")) if isinstance(live, Mapping) else None
+    known = [t for t in (stamp_seconds(served.get("served_at")), scored) if t is not None]
     since = max(known) if known else None
-    state: dict[str, Any] = {"state": "watching", "since": since, "limit": idle_seconds}
+    state: dict[str, Any] = {
+        "state": "watching", "since": since, "scored_at": scored, "limit": idle_seconds
+    }  # fmt: skip
     if not predecessor:
         return {**state, "state": "not_watching", "reason": "no predecessor to watch against"}
     if since is None:
@@ -46,7 +47,7 @@ def watch_state(
     return {**state, "reason": None}
 
 
-def _seconds(stamp: Any) -> float | None:
+def stamp_seconds(stamp: Any) -> float | None:
     """Unix seconds of one of the pointer's UTC stamps (``2026-01-01T00:00:00Z``)."""
     try:
         return float(calendar.timegm(time.strptime(str(stamp), "%Y-%m-%dT%H:%M:%SZ")))

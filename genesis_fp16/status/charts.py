@@ -20,13 +20,21 @@ from its run's live figures, a promotion older than the history from the journal
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 from genesis_fp16.status.history import PROMOTIONS, AgentHistory, Transition
+from genesis_fp16.status.report import watch_words
 from genesis_fp16.status.svg import Chart, Mark
 from genesis_fp16_infrastructure.api import Outcome, RunEntry
 
 Point = tuple[float, float | None]
 LOWER_IS_BETTER = ("loss", "log_loss")
+# The values a score can take: its axis stays inside them (a plugin's loss may be negative)
+SCORE_BOUNDS: dict[str, tuple[float | None, float | None]] = {
+    "auc": (0.0, 1.0),
+    "log_loss": (0.0, None),
+}
 
 
 def quality_chart(history: AgentHistory) -> Chart:
@@ -58,6 +66,7 @@ def quality_chart(history: AgentHistory) -> Chart:
         marks=tuple(marks),
         step=True,
         empty="no gate verdict or served-model change recorded yet",
+        y_bounds=SCORE_BOUNDS.get(metric, (None, None)),
     )
 
 
@@ -120,10 +129,12 @@ def scale_chart(history: AgentHistory) -> Chart:
     )
 
 
-def watch_chart(history: AgentHistory) -> Chart:
+def watch_chart(history: AgentHistory, watch: Mapping[str, Any] | None) -> Chart:
     """The live watch's difference, its bounds and margin; regressions marked. The
     pointer's figures now are the last point (at the time the watch wrote them) when no
-    run reported them."""
+    run reported them. ``watch``: the served model's watch state, the one the page's
+    watch row says (:func:`~genesis_fp16.status.report.watch_words`): the chart's title
+    and, with nothing to draw, its note say it in the same words."""
     points = [(e.run.finished_at, e.live) for e in history.runs if e.live is not None]
     now, at = history.live_now, history.live_at
     if now is not None and at is not None and (not points or points[-1][1] != now):
@@ -135,15 +146,16 @@ def watch_chart(history: AgentHistory) -> Chart:
             what = "rolled back" if live.rolled_back else "regression, not rolled back"
             marks.append(Mark(at, live.difference, kind, f"{what}: {_g(live.difference)}"))
     margin = points[-1][1].margin if points else None
+    said = watch_words(watch)
     return Chart(
-        title="live watch: served model minus its predecessor, bounds and margin",
+        title=f"live watch ({said}): served model minus its predecessor, bounds and margin",
         y_label="difference",
         line=tuple((at, live.difference) for at, live in points),
         band=tuple((at, live.lower, live.upper) for at, live in points),
         marks=tuple(marks),
         rule=margin,
         rule_label="" if margin is None else f"margin {_g(margin)}",
-        empty="not watching: no model replaced another yet",
+        empty=said,
     )
 
 

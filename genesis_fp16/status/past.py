@@ -11,6 +11,7 @@ so a later part is one more function::
 from __future__ import annotations
 
 import html
+from typing import Any
 
 from genesis_fp16.status.charts import quality_chart, scale_chart, watch_chart
 from genesis_fp16.status.history import CACHE_AGENTS, TABLE_RUNS, AgentHistory, last_drift
@@ -67,9 +68,10 @@ def _runs(history: AgentHistory) -> str:
     return "the last run" if count == 1 else f"the last {count} runs"
 
 
-# The last drawing per agent, by the history object it drew: gather_history hands the
-# same object back while nothing it reads changed. Bounded like its cache.
-_DRAWN: dict[str, tuple[AgentHistory, list[str]]] = {}
+# The last drawing per agent, by the history object and the watch state it drew:
+# gather_history hands the same object back while nothing it reads changed. Bounded
+# like its cache.
+_DRAWN: dict[str, tuple[AgentHistory, dict[str, Any] | None, list[str]]] = {}
 
 
 def agent_past_html(agent: AgentStatus) -> list[str]:
@@ -78,13 +80,14 @@ def agent_past_html(agent: AgentStatus) -> list[str]:
     history = agent.history
     if not history.runs and not history.transitions:
         return []
+    watch = agent.served.watch if agent.served is not None else None
     drawn = _DRAWN.get(agent.name)
-    if drawn is not None and drawn[0] is history:
-        return drawn[1]
-    parts = [*runs_table(history.runs), *charts_html(history)]
+    if drawn is not None and drawn[0] is history and drawn[1] == watch:
+        return drawn[2]
+    parts = [*runs_table(history.runs), *charts_html(history, watch)]
     if len(_DRAWN) >= CACHE_AGENTS:
         _DRAWN.clear()
-    _DRAWN[agent.name] = (history, parts)
+    _DRAWN[agent.name] = (history, watch, parts)
     return parts
 
 
@@ -118,12 +121,13 @@ def runs_table(runs: tuple[RunEntry, ...]) -> list[str]:
 _VERDICT_MARKS = (Outcome.PROMOTED, Outcome.REJECTED, Outcome.HELD, Outcome.ROLLED_BACK)
 
 
-def charts_html(history: AgentHistory) -> list[str]:
-    """The three charts, each with its legend of the marks it can hold."""
+def charts_html(history: AgentHistory, watch: dict[str, Any] | None) -> list[str]:
+    """The three charts, each with its legend of the marks it can hold; ``watch``: the
+    served model's watch state, the one its watch row says."""
     charts: list[tuple[Chart, tuple[str, ...]]] = [
         (quality_chart(history), (*_VERDICT_MARKS, "repair")),
         (scale_chart(history), ("demoted",)),
-        (watch_chart(history), ("regression", Outcome.ROLLED_BACK)),
+        (watch_chart(history, watch), ("regression", Outcome.ROLLED_BACK)),
     ]
     parts = ['<div class="charts">']
     for chart, kinds in charts:

@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from genesis_fp16.status.past import PAST_STYLE, agent_past_html, past_rows
-from genesis_fp16.status.report import AgentStatus, DaemonStatus, ServedModel, StatusReport
+from genesis_fp16.status.report import (
+    AgentStatus,
+    DaemonStatus,
+    ServedModel,
+    StatusReport,
+    watch_words,
+)
 from genesis_fp16.status.when import clock as _clock
 from genesis_fp16.status.when import span as _span
 from genesis_fp16.status.when import when as _when
@@ -179,11 +185,7 @@ def _watch_rows(watch: dict[str, Any] | None) -> list[Row]:
     """The live watch: NOT WATCHED and why, or watched; then one row per segment."""
     if watch is None:
         return []
-    if watch.get("state") != "watching":
-        rows: list[Row] = [("watch", f"NOT WATCHED: {watch.get('reason')}")]
-    else:
-        since = watch.get("since")
-        rows = [("watch", "watched" + (f", last records {_clock(since)}" if since else ""))]
+    rows: list[Row] = [("watch", watch_words(watch))]  # the watch chart says the same
     for seg in (watch.get("segments") or [])[:16]:  # the watch's slots: 16 at most
         if isinstance(seg, dict):
             flag = ", REGRESSION" if seg.get("regression") else ""

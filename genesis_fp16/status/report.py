@@ -26,8 +26,9 @@ import msgspec
 
 from genesis_fp16 import __version__
 from genesis_fp16.config.agent_names import is_agent_name
-from genesis_fp16.metrics.watch_state import watch_state
+from genesis_fp16.metrics.watch_state import stamp_seconds, watch_state
 from genesis_fp16.status.history import AgentHistory, gather_history
+from genesis_fp16.status.when import clock
 from genesis_fp16_infrastructure.api import (
     AGENTS_FOLDER,
     REPAIR,
@@ -49,6 +50,7 @@ from genesis_fp16_infrastructure.api import (
 # Bounds that keep the page small whatever the state folder holds.
 MAX_AGENTS = 100
 MAX_FIGURES = 12
+MAX_HELD = 8  # the held candidates a line names
 TEXT_CHARS = 200
 POINTER_BYTES = SERVED_POINTER.limit  # the pointer keeps a bounded history: far below this
 SUMMARY_BYTES = 64 * 1024  # a checkpoint's summary file: a few hundred bytes
@@ -93,6 +95,8 @@ class ServedModel:
     live: dict[str, Any] | None = None
     pinned: str | None = None
     error: str | None = None
+    # The candidates the gate held while the pin stands (:func:`held_by_pin`)
+    held: tuple[str, ...] = ()
     # The live watch: watched or not (state, reason, since, limit: live_metrics.watch_state)
     watch: dict[str, Any] | None = None
     # Issue 62: the newest candidate kept inconclusive (judged again as records arrive)
@@ -232,6 +236,7 @@ def _served_entry(path: Path, data: Any, idle_seconds: float) -> ServedModel:
     if not isinstance(served, dict):
         return ServedModel(error=_cut(f"served-model pointer {path} names no served model"))
     pinned = data.get("pinned")
+    held = held_by_pin(path.parent, pinned, served.get("id"))
     return ServedModel(
         id=_text(served.get("id")),
         precision=_precision(served.get("precision")),
@@ -239,7 +244,8 @@ def _served_entry(path: Path, data: Any, idle_seconds: float) -> ServedModel:
         served_at=_text(served.get("served_at")),
         quality=_figures(served.get("scores")),
         live=_figures(served.get("live")),
-        pinned=None if pinned in (None, False) else _describe_pin(pinned),
+        pinned=None if pinned in (None, False) else _describe_pin(pinned, served.get("id"), held),
+        held=tuple(held),
         watch=_watch(served, data.get("history"), idle_seconds),
         judging=_kept_inconclusive(path.parent),
         evidence=_on_training_data(path.parent, served.get("id")),
@@ -266,6 +272,20 @@ def _watch(served: dict[str, Any], history: Any, idle_seconds: float) -> dict[st
     live = served.get("live")
     segments = live.get("segments") if isinstance(live, dict) else None
     return {**state, "segments": segments if isinstance(segments, list) else None}
+
+
+def watch_words(watch: Mapping[str, Any] | None) -> str:
+    """The watch state (:attr:`ServedModel.watch`) in words: the page's watch row and its
+    watch chart both say these, so they cannot disagree."""
+    if watch is None:
+        return "NOT WATCHED: no served-model pointer to watch"
+    if watch.get("state") != "watching":
+        return f"NOT WATCHED: {watch.get('reason')}"
+    scored, since = watch.get("scored_at"), watch.get("since")
+    if isinstance(scored, int | float):
+        return f"watched, last records {clock(scored)}"
+    served = f" since it was served at {clock(since)}" if isinstance(since, int | float) else ""
+    return f"watched{served}: no labelled record scored yet"
 
 
 def _kept_inconclusive(folder: Path) -> str | None:
@@ -306,13 +326,50 @@ def _newest_checkpoint(folder: AgentFolder) -> ServedModel | None:
     )
 
 
-def _describe_pin(pinned: Any) -> str:
-    """A pin as one line: ``True``, an id, or a mapping of its fields."""
+def _describe_pin(pinned: Any, served_id: Any, held: list[str]) -> str:
+    """A pin as one line: the pinned model, by what and when (a pin is ``True``, a text or
+    a mapping: an operator's command sets ``by`` and ``at``), then the candidates held."""
+    model = _text(served_id) or "the served model"
     if pinned is True:
-        return "pinned"
-    if isinstance(pinned, Mapping):
-        return _cut(", ".join(f"{k}={_text(v)}" for k, v in list(pinned.items())[:MAX_FIGURES]))
-    return _cut(str(pinned))
+        said = f"{model} pinned"
+    elif isinstance(pinned, Mapping) and set(pinned) == {"by", "at"}:
+        said = f"{model} pinned by `{_text(pinned['by'])}` at {_text(pinned['at'])}"
+    elif isinstance(pinned, Mapping):
+        fields = ", ".join(f"{k}={_text(v)}" for k, v in list(pinned.items())[:MAX_FIGURES])
+        said = f"{model} pinned: {fields}"
+    else:
+        said = f"{model} pinned: {pinned}"
+    return _cut(f"{said}; {held_words(held)}")
+
+
+def held_by_pin(folder: Path, pin: Any, served_id: Any) -> list[str]:
+    """The candidates the gate held (a better model, verdict ``held``) while ``pin``
+    stands: decided since the pin was set (when the pin says when), never the served
+    model (``model promote`` serves a held one). None without a pin."""
+    if pin in (None, False):
+        return []
+    since = stamp_seconds(pin.get("at")) if isinstance(pin, Mapping) else None
+    try:
+        candidates = list_candidates(folder)
+    except OSError:  # not ours to list: the pin's own line says enough
+        return []
+    held = []
+    for candidate in candidates:
+        verdict = read_verdict(candidate)
+        if candidate.name == served_id or verdict.outcome != Outcome.HELD:
+            continue
+        decided = verdict.decided_at_s
+        if since is None or (decided is not None and decided >= since):
+            held.append(candidate.name)
+    return held
+
+
+def held_words(held: list[str]) -> str:
+    """The held candidates in words: their ids (the first few), or that there is none."""
+    if not held:
+        return "no candidate held by the pin yet"
+    more = f" and {len(held) - MAX_HELD} more" if len(held) > MAX_HELD else ""
+    return f"held by the pin: {', '.join(_cut(h) for h in held[:MAX_HELD])}{more}"
 
 
 def _figures(mapping: Any) -> dict[str, Any] | None:

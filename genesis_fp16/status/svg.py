@@ -58,7 +58,8 @@ class Chart:
     """What one chart draws. ``line``: (x, y) points, joined in x order (``step``: as a
     staircase, a value holding until the next); ``band``: (x, low, high) around it;
     ``bars``: (x, value) on a second axis from zero at the right; ``rule``: a level
-    across; ``log_y``: the left axis in powers of two; ``x_time``: x is Unix time."""
+    across; ``log_y``: the left axis in powers of two; ``x_time``: x is Unix time;
+    ``y_bounds``: the values y can take (an AUC: 0 to 1), the left axis kept inside them."""
 
     title: str
     y_label: str
@@ -73,6 +74,7 @@ class Chart:
     log_y: bool = False
     x_time: bool = True
     empty: str = "nothing recorded yet"
+    y_bounds: tuple[float | None, float | None] = (None, None)
 
 
 def draw_chart(chart: Chart) -> str:
@@ -167,7 +169,8 @@ class _Plot:
         self.empty = not xs
         self.first_x, self.last_x = (min(xs), max(xs)) if xs else (0.0, 0.0)
         self.x0, self.x1 = _span(xs, 60.0 if chart.x_time else 1.0)
-        self.y0, self.y1 = _span([y for y in ys if y is not None])
+        drawn = [y for y in ys if y is not None]
+        self.y0, self.y1 = _inside(_span(drawn), drawn, chart.y_bounds)
         self.bar_max = max([1.0, *(v for _, v in chart.bars if v is not None)])
         self._xk = PLOT_W / (self.x1 - self.x0)
         self._yk = PLOT_H / (self.y1 - self.y0)
@@ -196,6 +199,21 @@ def _span(values: Sequence[float], alone: float | None = None) -> tuple[float, f
         return low - pad, high + pad
     pad = (high - low) * 0.08
     return low - pad, high + pad
+
+
+def _inside(
+    span: tuple[float, float], values: Sequence[float], bounds: tuple[float | None, float | None]
+) -> tuple[float, float]:
+    """``span`` moved inside ``bounds`` (its width kept where there is room): one AUC of
+    0.99 spans 0.9 to 1, not 0.95 to 1.04. A bound some value is past is not kept."""
+    low, high = span
+    floor, ceiling = bounds
+    if ceiling is not None and high > ceiling and all(v <= ceiling for v in values):
+        low, high = low - (high - ceiling), ceiling
+    if floor is not None and low < floor and all(v >= floor for v in values):
+        cap = ceiling if ceiling is not None and high <= ceiling else math.inf
+        low, high = floor, min(high + (floor - low), cap)
+    return (low, high) if high > low else span
 
 
 def _axes(plot: _Plot, chart: Chart) -> list[str]:

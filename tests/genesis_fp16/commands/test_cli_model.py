@@ -119,3 +119,48 @@ def test_an_agent_without_a_gate_or_a_name_unknown_is_one_line_and_exit_2(
         assert len(done.stderr.strip().splitlines()) == 1
     listed = _cli(tmp_path, "model", "list", "rlhf_ppo")
     assert listed.returncode == 0 and "no promotion gate" in listed.stdout
+
+
+def _held(folder: Path, name: str) -> None:
+    """Candidate ``name`` trained and held by the gate (a better model, the pointer pinned)."""
+    path = folder / "candidates" / name
+    path.mkdir(parents=True)
+    (path / "candidate.json").write_text(json.dumps({"id": name, "records": 300}))
+    (path / "ckpt-0000000010.pt").write_bytes(b"weights")
+    scores = {"set": "its run's evaluation", "auc": 0.95, "log_loss": 0.3}
+    write_verdict(path, {"outcome": "held", "candidate": scores, "served_id": "a"})
+
+
+def _pin_rows(tmp_path: Path) -> tuple[str, str, list[str]]:
+    """`model list`'s pin line, `status`'s pinned row, and the held ids `list --json` names."""
+    listed = _cli(tmp_path, "model", "list", AGENT).stdout.splitlines()[0]
+    status = _cli(tmp_path, "status").stdout
+    row = next(line for line in status.splitlines() if line.strip().startswith("pinned:"))
+    held = json.loads(_cli(tmp_path, "model", "list", AGENT, "--json").stdout)["held"]
+    return listed, row, held
+
+
+def test_the_pin_lines_name_the_pinned_model_and_only_the_candidates_held(
+    folder: Path, tmp_path: Path
+) -> None:
+    """After a rollback no candidate is held yet, and neither `model list` nor `status`
+    says one is; a held c is named by both; once `model promote c` serves it, c is named
+    as held by neither, nor by `model unpin` (they said "better candidates (held)" with
+    none held, and unpin called the served c "held by the pin")."""
+    assert _cli(tmp_path, "model", "rollback", AGENT).returncode == 0
+    listed, row, held = _pin_rows(tmp_path)
+    assert listed.startswith(f"{AGENT}: a pinned by `model rollback`"), listed
+    assert "no candidate held" in listed and "(held)" not in listed, listed
+    assert "no candidate held" in row and held == [], row
+    _held(folder, "c")
+    listed, row, held = _pin_rows(tmp_path)
+    assert "held by the pin: c " in listed and "model promote se_darwin ID" in listed, listed
+    assert row.endswith("held by the pin: c") and held == ["c"], row
+    assert _cli(tmp_path, "model", "promote", AGENT, "c").returncode == 0
+    listed, row, held = _pin_rows(tmp_path)
+    assert listed.startswith(f"{AGENT}: c pinned by `model promote`"), listed
+    assert "no candidate held" in listed and "no candidate held" in row and held == []
+    unpinned = _cli(tmp_path, "model", "unpin", AGENT, "--json")
+    answer = json.loads(unpinned.stdout)
+    assert answer["served"] == "c" and answer["held"] == [], answer
+    assert "held by the pin" not in answer["message"], answer["message"]

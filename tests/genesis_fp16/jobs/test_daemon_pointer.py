@@ -46,7 +46,8 @@ def test_a_pinned_model_survives_unchanged_data_and_holds_a_better_candidate(
     """`model promote` of the first model over the second pins it: three scheduled runs
     on the unchanged pool are up to date (no retrain, no new candidate), and new data
     trains a candidate the gate would promote, which is held (verdict held, reason
-    pinned) while the pinned model keeps serving; the pin is a gauge; unpin names it."""
+    pinned) while the pinned model keeps serving; the pin is a gauge; `model list`'s pin
+    line names no held candidate before it, then it; unpin names it."""
     pool = tmp_path / "pool"
     pool.mkdir()
     _write(pool / "se_darwin.json", generate_pool(300, seed=4))
@@ -70,6 +71,7 @@ def test_a_pinned_model_survives_unchanged_data_and_holds_a_better_candidate(
     assert daemon.sample("genesis_fp16_served_model_pinned", agent=AGENT) == 1
     listed = _model(daemon, "list", AGENT)
     assert "pinned by `model promote`" in listed.stdout and "SERVED,pinned" in listed.stdout
+    assert "no candidate held by the pin yet" in listed.stdout  # it said "(held)", none was
 
     _write(pool / "docs.json", generate_pool(300, seed=6, agent="docs"))
     daemon.wait_for(lambda: _runs(daemon, "success") >= 3, "a candidate of the new data", 240)
@@ -85,6 +87,8 @@ def test_a_pinned_model_survives_unchanged_data_and_holds_a_better_candidate(
     ups = _runs(daemon, "up_to_date")
     daemon.wait_for(lambda: _runs(daemon, "up_to_date") >= ups + 1, "an up-to-date run", 120)
     assert len(list_candidates(folder)) == 3  # the held candidate's data is not retrained
+    listed = _model(daemon, "list", AGENT)
+    assert f"held by the pin: {held.name} (" in listed.stdout.splitlines()[0], listed.stdout
 
     unpinned = _model(daemon, "unpin", AGENT)
     assert unpinned.returncode == 0 and held.name in unpinned.stdout

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from status_pages import (
     HOSTILE_AGENT,
+    HOSTILE_MODEL,
     HOSTILE_REASON,
     page_rows,
     seed_hostile_agent,
@@ -181,7 +182,7 @@ def test_page_shows_hostile_text_escaped_and_the_text_rows(tmp_path: Path) -> No
     hostile = dict(sections)[f"{HOSTILE_AGENT} (plugin not installed)"]
     assert ("why", HOSTILE_REASON) in hostile
     assert ("live", "auc 0.87, window.records 412") in hostile
-    assert ("pinned", "pinned") in hostile
+    assert ("pinned", f"{HOSTILE_MODEL} pinned; no candidate held by the pin yet") in hostile
     assert ("quality", "auc 0.9113, log_loss 0.31") in hostile
     # The history's texts too: the runs table's reason, the marks' titles, the drift row.
     assert any(label == "drift" and value.startswith(HOSTILE_REASON) for label, value in hostile)

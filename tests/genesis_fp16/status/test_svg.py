@@ -7,9 +7,11 @@ from __future__ import annotations
 import math
 import xml.etree.ElementTree as ET
 
+import pytest
+
 from genesis_fp16.status.charts import quality_chart, scale_chart, watch_chart
 from genesis_fp16.status.history import AgentHistory, Transition
-from genesis_fp16.status.svg import HEIGHT, KINDS, LEFT, TOP, WIDTH, Chart, Mark, draw_chart
+from genesis_fp16.status.svg import BOTTOM, HEIGHT, KINDS, LEFT, TOP, WIDTH, Chart, Mark, draw_chart
 from genesis_fp16_infrastructure.agent_folder.run_history import (
     GateMark,
     LastRun,
@@ -171,7 +173,7 @@ def test_the_watch_chart_draws_the_bounds_margin_and_a_rollback() -> None:
     worse = LiveMark(0.09, 0.05, 0.13, 0.03, 300, True, True)
     runs = (_run(10.0, live=live), _run(20.0, live=worse))
     history = AgentHistory(runs=runs, live_now=live, live_at=30.0)
-    chart = watch_chart(history)
+    chart = watch_chart(history, {"state": "watching", "since": 30.0, "scored_at": 30.0})
     assert [x for x, _ in chart.line] == [10.0, 20.0, 30.0] and chart.rule == 0.03
     root = _tree(draw_chart(chart))
     assert len(list(root.iter(f"{NS}polygon"))) == 1  # the band: three points in one
@@ -207,3 +209,19 @@ def test_two_runs_label_the_first_and_last_run() -> None:
         float(t.get("x", "nan")) for t in root.iter(f"{NS}text") if (t.text or "").startswith("run")
     ]
     assert labels == points
+
+
+@pytest.mark.parametrize("auc", [0.97, 0.99, 1.0, 0.0])
+def test_one_auc_near_a_bound_keeps_its_axis_between_0_and_1(auc: float) -> None:
+    """One promoted AUC of 0.97, 0.99, 1.0 (its axis read 1.01 to 1.04 at the top) or 0.0
+    (-0.5 at the bottom): every tick of the AUC axis is between 0 and 1, the point drawn
+    inside the plot."""
+    one = AgentHistory(
+        runs=(_run(100.0, gate=GateMark("promoted", "auc", "current", auc, None, "c1")),),
+        metric="auc",
+    )
+    root = _tree(draw_chart(quality_chart(one)))
+    values = [float(t) for t in _ticks(root) if not t[0].isalpha() and ":" not in t]
+    assert len(values) == 3 and all(0.0 <= v <= 1.0 for v in values), values
+    (point,) = [float(c.get("cy", "nan")) for c in root.iter(f"{NS}circle")]
+    assert TOP <= point <= HEIGHT - BOTTOM, point
