@@ -216,13 +216,6 @@ class GateReport(Record):
     # None: records no model trains on (rlhf_ppo's evaluation episodes), or older files.
     evidence: Literal["held_out", "training_data"] | None = field(default=None, metadata=_OPTIONAL)
 
-    def first_scores(self, side: Literal["candidate", "served"]) -> ScoresOn | None:
-        """``side``'s scores on the first set that scored it."""
-        for comparison in self.comparisons:
-            if getattr(comparison, side) is not None:
-                return ScoresOn.of(comparison, side)
-        return None
-
 
 @dataclass(frozen=True)
 class WatchSegment(Record):

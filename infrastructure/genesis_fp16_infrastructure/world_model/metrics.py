@@ -50,45 +50,6 @@ def auc_with_interval(
     return value, max(0.0, value - half), min(1.0, value + half)
 
 
-def paired_auc_difference(
-    first: torch.Tensor, second: torch.Tensor, labels: torch.Tensor
-) -> tuple[float, float]:
-    """AUC(first) - AUC(second) on the same records, and its standard error by DeLong's
-    method (DeLong, DeLong and Clarke-Pearson, 1988), which counts that both models score
-    the same records: two similar models' AUCs move together, so their difference is far
-    better known than either AUC. Midranks give each record's placement in O(n log n)
-    (Sun and Xu's form). NaNs with one class only.
-
-    >>> y = torch.tensor([0.0, 0.0, 1.0, 1.0])
-    >>> p = torch.tensor([0.1, 0.2, 0.8, 0.9])
-    >>> paired_auc_difference(p, p, y)
-    (0.0, 0.0)
-    """
-    labels = labels.detach().flatten() > 0.5
-    m = int(labels.sum())
-    n = labels.numel() - m
-    if m == 0 or n == 0:
-        return math.nan, math.nan
-    v10, v01 = [], []  # per positive, per negative: each model's placements
-    for scores in (first, second):
-        scores = scores.detach().double().flatten()
-        ranks = _average_ranks(scores)
-        within_pos = _average_ranks(scores[labels])
-        within_neg = _average_ranks(scores[~labels])
-        v10.append((ranks[labels] - within_pos) / n)
-        v01.append(1.0 - (ranks[~labels] - within_neg) / m)
-    diff = float(v10[0].mean() - v10[1].mean())
-    variance = _difference_variance(v10) / m + _difference_variance(v01) / n
-    return diff, math.sqrt(max(variance, 0.0))
-
-
-def _difference_variance(placements: list[torch.Tensor]) -> float:
-    """The sample variance of first - second placements (var a + var b - 2 cov a b)."""
-    if placements[0].numel() < 2:
-        return 0.0
-    return float((placements[0] - placements[1]).var(unbiased=True))
-
-
 def _average_ranks(values: torch.Tensor) -> torch.Tensor:
     """1-based ranks, a run of equal values sharing the mean of its ranks: (first + last)
     / 2 of the run, found with tensor ops (a Python step per distinct value cost 85 ms on

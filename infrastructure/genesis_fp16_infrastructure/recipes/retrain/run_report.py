@@ -1,47 +1,23 @@
 """What a retrain run reports beside its counts (contract.reports): the data it trained
-on and what changed, the drift of the new records (logged when flagged), the stored
-verdict of a judged candidate, the live watch's report, and how the records were split;
-``run`` builds its result from these once."""
+on and what changed, the drift of the new records (logged when flagged), and how the
+records were split; ``run`` builds its result from these once."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
-from genesis_fp16_infrastructure.agent_folder.layout import VERDICT
 from genesis_fp16_infrastructure.contract.reports import (
     DataReport,
     DriftReport,
-    GateReport,
-    LiveReport,
 )
 from genesis_fp16_infrastructure.data.fingerprint import DataChange, DataFingerprint
 from genesis_fp16_infrastructure.data.readers import ReadResult
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
 from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
-from genesis_fp16_infrastructure.record_codec import ReportError
 from genesis_fp16_infrastructure.training import FitResult
 
 logger = logging.getLogger(__name__)
-
-
-def stored_verdict(verdict: Mapping[str, Any] | None, agent: str) -> GateReport | None:
-    """The judged candidate's verdict file as the up-to-date run's ``gate``; one this
-    version cannot read is logged and left out (the run's outcome does not depend on it)."""
-    if not verdict:
-        return None
-    try:
-        return GateReport.from_json(verdict, VERDICT.name)
-    except ReportError as exc:
-        logger.warning("%s: the judged candidate's verdict is unreadable: %s", agent, exc)
-        return None
-
-
-def live_record(report: Mapping[str, Any] | None) -> LiveReport | None:
-    """The live watch's report (``live_watch.watch``: None when it scored nothing) as the
-    run's typed ``live``; the watch writes the same figures into the pointer as JSON."""
-    return None if report is None else LiveReport.from_json(report, "live")
 
 
 def log_drift(drift: DriftReport, agent: str) -> None:
