@@ -314,8 +314,8 @@ def _time_rows(
     (``CAPTURED_ROWS`` captured rows in all); a row past the deadline is skipped with why.
     The floor's captured step comes before the 16-bit rows because a launch-bound model's
     fastest step is a graph's and a deadline must not spend itself on slower rows first:
-    an H200's `train se_darwin` once spent its whole second on three eager rows, skipped
-    both captured ones, and trained eager at 13x the captured step's cost."""
+    an H200's `train` of the world model once spent its whole second on three eager
+    rows, skipped both captured ones, and trained eager at 13x the captured step's cost."""
     eager_mode = "off" if captured_too else bench.config.cuda_graph
     floor, others = candidates[0], candidates[1:]
     plan = [(floor, eager_mode), *([(floor, "on")] if captured_too else [])]
