@@ -11,13 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
-    pointer_path,
-    read_pointer,
-    serve,
-    served_entry,
-    write_verdict,
-)
+from genesis_fp16_infrastructure.agent_folder.candidates import served_entry, write_verdict
+from genesis_fp16_infrastructure.agent_folder.pointer import pointer_path, read_pointer
+from genesis_fp16_infrastructure.agent_folder.transitions import serve
 
 ROOT = Path(__file__).resolve().parents[3]
 AGENT = "se_darwin"

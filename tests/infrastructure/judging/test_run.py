@@ -13,14 +13,9 @@ from typing import Any
 
 import pytest
 
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
-    list_candidates,
-    operator_pin,
-    pointer_path,
-    read_json,
-    read_pointer,
-    serve,
-)
+from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_json
+from genesis_fp16_infrastructure.agent_folder.pointer import pointer_path, read_pointer
+from genesis_fp16_infrastructure.agent_folder.transitions import operator_pin, serve
 from genesis_fp16_infrastructure.contract.judging import RecordLosses
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
