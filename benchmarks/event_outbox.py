@@ -1,10 +1,12 @@
 """What the event outbox adds to a run: the time of its writes on the transition path.
 
 A transition of the served model (serve, rollback, ...) copies its journal entry into the
-agent's outbox before it returns (``transitions.commit`` -> ``outbox.announce_journal``),
-and before it starts looks for a copy a kill left undone: the journal's (the same call,
-which then writes nothing) and a verdict's (``outbox.announce_verdicts``: one listing of
-the outbox's ``staged/`` folder, empty unless a verdict's writer was killed). A rejection
+agent's outbox before it returns (``transitions.commit`` -> ``outbox.announce_journal``).
+The copies a kill left undone (the journal's, and a verdict's: ``outbox.announce_verdicts``,
+one listing of the outbox's ``staged/`` folder) are looked for by ``transitions.recover``,
+which the daemon calls at its start and after each run, not inside a transition; before
+the owner's split a transition looked for them before it started (timed where the code
+under test still does). A rejection
 or a hold stages its event before its verdict file and releases it after
 (``outbox.stage_verdict``, ``release_verdict``); a demotion or a fault bundle writes one
 event (``outbox.record``). This script times exactly those calls,
