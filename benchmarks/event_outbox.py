@@ -1,23 +1,25 @@
 """What the event outbox adds to a run: the time of its writes on the transition path.
 
 A transition of the served model (serve, rollback, ...) copies its journal entry into the
-agent's outbox before it returns (``lifecycle._commit`` -> ``outbox.announce_journal``),
-and before it starts looks for a copy a kill left undone: the journal's (the same call,
-which then writes nothing) and a verdict's (``outbox.announce_verdicts``: one listing of
-the outbox's ``staged/`` folder, empty unless a verdict's writer was killed). A rejection
+agent's outbox before it returns (``transitions.commit`` -> ``outbox.announce_journal``).
+The copies a kill left undone (the journal's, and a verdict's: ``outbox.announce_verdicts``,
+one listing of the outbox's ``staged/`` folder) are looked for by ``transitions.recover``,
+which the daemon calls at its start and after each run, not inside a transition; before
+the owner's split a transition looked for them before it started (timed where the code
+under test still does). A rejection
 or a hold stages its event before its verdict file and releases it after
 (``outbox.stage_verdict``, ``release_verdict``); a demotion or a fault bundle writes one
 event (``outbox.record``). This script times exactly those calls,
 inside real transitions on a real state folder (temp file, fsync, rename, folder fsync:
 ``atomic.write_atomic``), each transition's calls summed:
 
-- ``promotion``: ``lifecycle.serve`` of a new candidate (the gate's promotion), with
+- ``promotion``: ``transitions.serve`` of a new candidate (the gate's promotion), with
   the outbox holding ``--backlog`` events already (its listing grows with them: the
   daemon keeps ``GENESIS_FP16_EVENTS_KEEP``, 1000 by default, per agent), and
   ``--candidates`` rejected candidates kept (the daemon's prune keeps them
   ``GENESIS_FP16_REJECTED_KEEP_DAYS``; a catch-up must not cost more with them), plus
   the ``--repeats`` promoted meanwhile;
-- ``rejection``: the outbox's calls inside ``lifecycle.write_verdict`` of a rejected
+- ``rejection``: the outbox's calls inside ``candidates.write_verdict`` of a rejected
   candidate (a hold's is the same; a demotion's and a fault bundle's are one
   ``outbox.record``, the same write);
 - ``control``: a busy loop as long as the promotion's median, timed the same way: the
@@ -48,7 +50,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16_infrastructure.agent_folder import lifecycle, outbox
+from genesis_fp16_infrastructure.agent_folder import outbox, transitions
+from genesis_fp16_infrastructure.agent_folder.candidates import (
+    candidate_entry,
+    new_candidate,
+    write_verdict,
+)
 
 BOUND_MS = 5.0  # issue 60's bound on a run's added time, p99
 TRANSITION_CALLS = ("announce_journal", "announce_verdicts")
@@ -85,8 +92,8 @@ def _fill(agent_folder: Path, backlog: int, candidates: int) -> None:
         outbox.record(agent_folder, "promote", {"n": n})
     folder = agent_folder / "checkpoints"
     for n in range(candidates):
-        candidate = lifecycle.new_candidate(folder, {"fingerprint": f"r{n:07d}", "records": 1})
-        lifecycle.write_verdict(candidate, {"outcome": "rejected", "reason": "worse"})
+        candidate = new_candidate(folder, {"fingerprint": f"r{n:07d}", "records": 1})
+        write_verdict(candidate, {"outcome": "rejected", "reason": "worse"})
 
 
 @contextmanager
@@ -117,18 +124,18 @@ def time_transitions(root: Path, repeats: int, backlog: int, candidates: int) ->
     per_transition = []
     with _timing(TRANSITION_CALLS) as calls:
         for n in range(repeats):
-            candidate = lifecycle.new_candidate(folder, {"fingerprint": f"{n:08d}", "records": 1})
+            candidate = new_candidate(folder, {"fingerprint": f"{n:08d}", "records": 1})
             (candidate / "ckpt-0000000001.pt").write_bytes(b"w")
-            entry = lifecycle.candidate_entry(folder, candidate, candidate / "ckpt-0000000001.pt")
+            entry = candidate_entry(folder, candidate, candidate / "ckpt-0000000001.pt")
             before = len(calls)
-            lifecycle.serve(folder, entry, "gate", keep=3, verdict={"outcome": "promoted"})
+            transitions.serve(folder, entry, "gate", keep=3, verdict={"outcome": "promoted"})
             per_transition.append(_summed(calls, before))
     return per_transition
 
 
 def time_rejections(root: Path, repeats: int, backlog: int, candidates: int) -> list[Timing]:
     """Each gate rejection's outbox seconds: the outbox's calls inside a real
-    ``lifecycle.write_verdict`` (whose own verdict file is fsynced between them, not
+    ``candidates.write_verdict`` (whose own verdict file is fsynced between them, not
     counted: the outbox's lock is held meanwhile, which delays only another outbox
     writer)."""
     agent_folder = root / "agents" / f"reject_{backlog}_{candidates}"
@@ -137,9 +144,9 @@ def time_rejections(root: Path, repeats: int, backlog: int, candidates: int) -> 
     found = []
     with _timing(VERDICT_CALLS) as calls:
         for n in range(repeats):
-            candidate = lifecycle.new_candidate(folder, {"fingerprint": f"{n:08d}", "records": 1})
+            candidate = new_candidate(folder, {"fingerprint": f"{n:08d}", "records": 1})
             before = len(calls)
-            lifecycle.write_verdict(candidate, {"outcome": "rejected", "reason": "worse"})
+            write_verdict(candidate, {"outcome": "rejected", "reason": "worse"})
             found.append(_summed(calls, before))
     return found
 

@@ -45,12 +45,9 @@ import torch
 from genesis_fp16.bench.probe import machine_slug
 from genesis_fp16.plugin_api import PrecisionRequest, TrainRequest, TrainResult
 from genesis_fp16.scaffold import write_agent
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
-    candidate_entry,
-    candidates_dir,
-    newest_checkpoint,
-    serve,
-)
+from genesis_fp16_infrastructure.agent_folder.candidates import candidate_entry, newest_checkpoint
+from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir
+from genesis_fp16_infrastructure.agent_folder.transitions import serve
 from genesis_fp16_infrastructure.api import run_plugin
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 

@@ -43,11 +43,8 @@ import numpy as np
 from judged_cases import Agent, Run, agents, parse, report, run, serve_first
 
 from genesis_fp16.plugin_api import PrecisionRequest, TrainRequest
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
-    candidates_dir,
-    newest_checkpoint,
-    served_checkpoint,
-)
+from genesis_fp16_infrastructure.agent_folder.candidates import newest_checkpoint
+from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir, served_checkpoint
 
 
 def cut_short(agent: Agent, served: Path, batches: list[Any], seed: int) -> Run:

@@ -6,8 +6,8 @@ at most 100 ms on a 2-core CPU).
 Builds a state folder with the product's own writers: per agent, ``AgentFolder.save_run``
 for as many runs as the history keeps (``run_history.KEEP``; each with a gate verdict,
 the live watch's figures, every tenth a demotion, every seventh a drift warning), a
-served pointer whose journal is full (``lifecycle.serve`` with the gate's verdict for
-each promotion, ``lifecycle.rollback`` every fifth) and a quarantine folder of 20 files.
+served pointer whose journal is full (``transitions.serve`` with the gate's verdict for
+each promotion, ``transitions.rollback`` every fifth) and a quarantine folder of 20 files.
 Then times what one request for ``/`` does on the daemon's page thread (the daemon part
 and the schedule are given: they are a dictionary copy in the daemon):
 ``gather_status`` (every file read, bounded) plus ``render_html`` (rows, runs tables, 150
@@ -34,8 +34,8 @@ from genesis_fp16.status import history, past
 from genesis_fp16.status.render import render_html
 from genesis_fp16.status.report import DaemonStatus, NextRun, gather_status
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.agent_folder.lifecycle import JOURNAL_KEEP, rollback, serve
 from genesis_fp16_infrastructure.agent_folder.run_history import KEEP
+from genesis_fp16_infrastructure.agent_folder.transitions import JOURNAL_KEEP, rollback, serve
 from genesis_fp16_infrastructure.api import Demotion, DriftReport, GateReport, LiveReport, ScoresOn
 
 BOUND_MS = 100.0

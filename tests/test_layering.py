@@ -329,7 +329,7 @@ def _recipe_importers(root: Path) -> list[str]:
 
 def test_the_daemon_imports_no_recipe() -> None:
     """The daemon reaches the served model through the agent folder's owner
-    (agent_folder/lifecycle.py) and the contract, never through an agent's recipe."""
+    (agent_folder/transitions.py) and the contract, never through an agent's recipe."""
     assert _recipe_importers(ROOT / "genesis_fp16") == []
 
 

@@ -22,6 +22,7 @@ JSON object; on failure (exit code 2) the CLI's ``{"error", "kind", "exit_code"}
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from genesis_fp16_infrastructure.api import (
     operator_pin,
     pointer_path,
     read_verdict,
+    recover,
     repairable_pointer,
     roll_back_by_hand,
     serve_by_hand,
@@ -90,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
                 f"{agent}: no served-model pointer or candidate in {folder}: the agent has "
                 "no promotion gate (it serves its newest checkpoint) or has trained nothing yet"
             )
+        with contextlib.suppress(ServedPointerError):  # unusable: what the command repairs
+            recover(folder)  # what a writer killed midway left, settled first
         if args.action == "promote":
             answer = _promote(folder, agent, str(args.id))
         elif args.action == "rollback":

@@ -130,9 +130,10 @@ def refuse_unusable_device(
 
 def bound_history(folder: Path, settings: Settings) -> None:
     """Bound the model history as the daemon does after each run (served.prune)."""
-    from genesis_fp16_infrastructure.api import ServedPointerError, prune_and_read
+    from genesis_fp16_infrastructure.api import ServedPointerError, prune_and_read, recover
 
     try:
+        recover(folder)  # what the run, killed or not, left to finish
         removed, _ = prune_and_read(
             folder, settings.served_history_keep, settings.rejected_keep_days
         )

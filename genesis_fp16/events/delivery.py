@@ -46,7 +46,7 @@ from genesis_fp16_infrastructure.api import (
     Event,
     ServedPointerError,
     outbox,
-    update_pointer,
+    recover,
 )
 
 __all__ = ["Deliverer", "DeliveryConfig", "agent_folders", "catch_up", "post", "shown_url"]
@@ -440,7 +440,7 @@ def catch_up(state_dir: Path) -> None:
     root = Path(state_dir) / AGENTS_FOLDER
     for folder in sorted(root.glob(f"*/{CHECKPOINTS_FOLDER}")):
         try:
-            update_pointer(folder, lambda current: current)  # reads, rolls forward, announces
+            recover(folder)  # rolls forward, announces what a kill left
         except (ServedPointerError, OSError) as exc:
             log.warning(
                 "events: cannot read the served pointer",

@@ -39,6 +39,7 @@ from genesis_fp16_infrastructure.api import (
     TrainingSummary,
     folder_bytes,
     prune_and_read,
+    recover,
 )
 
 log = structlog.get_logger("genesis_fp16.jobs")
@@ -276,13 +277,15 @@ def _show_next_precision(ctx: JobContext, agent: str, device: str) -> None:
 def _bound_history(ctx: JobContext, agent: str) -> None:
     """Prune the agent's models to the bounded history (the last
     GENESIS_FP16_SERVED_HISTORY_KEEP served ones, rejected candidates for
-    GENESIS_FP16_REJECTED_KEEP_DAYS) and export the bytes its folder holds. A pointer
-    that cannot be read prunes nothing: logged, never a guess."""
+    GENESIS_FP16_REJECTED_KEEP_DAYS) and export the bytes its folder holds, after the
+    recovery of what the run, killed or not, left to finish. A pointer that cannot be
+    read prunes nothing: logged, never a guess."""
     settings = ctx.settings
     folder = AgentFolder(settings.state_dir, agent).checkpoint_dir
     journal: list[JournalEntry] | None = None  # None: the pointer could not be read
     pointer = None
     try:
+        recover(folder)  # what the run, killed or not, left to finish
         removed, pointer = prune_and_read(
             folder, settings.served_history_keep, settings.rejected_keep_days
         )

@@ -1,7 +1,7 @@
 """Before each run: is the agent's served-model pointer usable, and is it pinned?
 
 An unreadable, wrong-version or dangling ``served.json`` is set aside as
-``served.json.unusable-<UTC time>`` (agent_folder.lifecycle), logged in one line
+``served.json.unusable-<UTC time>`` (agent_folder.repair), logged in one line
 and counted in ``genesis_fp16_state_files_skipped_total{file="served_pointer"}``; while no
 usable pointer replaces it the agent is degraded on ``/healthz``,
 ``genesis_fp16_served_pointer_unusable`` is 1 (alert GenesisFp16ServedPointerUnusable),

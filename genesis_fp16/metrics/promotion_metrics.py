@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from genesis_fp16_infrastructure.api import DriftReport, GateReport, JournalEntry, Outcome, ScoresOn
 
 SCORES = ("auc", "log_loss", "loss")  # loss: a judged plugin's mean loss (contract.judging)
-PROMOTING = ("gate", "first")  # the journal kinds of the gate's promotions (lifecycle.serve)
+PROMOTING = ("gate", "first")  # the journal kinds of the gate's promotions (transitions.serve)
 
 
 class PromotionMetrics:

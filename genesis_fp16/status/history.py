@@ -5,7 +5,7 @@ Read from the state folder, bounded, each source on its own:
 
 - the run history (agent_folder/run_history.py): the last CHART_RUNS runs, with
   the gate's scores, loss scale, skipped steps, demotions, drift and live figures;
-- the served pointer's journal (agent_folder/lifecycle.py): its last transitions
+- the served pointer's journal (agent_folder/transitions.py): its last transitions
   (promotions, rollbacks, repairs), each with the served model's score where the
   pointer or the runs know it; the pointer's ``live``: the watch's running figures now;
 - the quarantine folder: the newest file's name (a scan of at most QUARANTINE_SCAN

@@ -27,6 +27,13 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.agent_folder import files, outbox
+    from genesis_fp16_infrastructure.agent_folder.candidates import (
+        list_candidates,
+        newest_checkpoint,
+        read_meta,
+        read_verdict,
+        served_entry,
+    )
     from genesis_fp16_infrastructure.agent_folder.files import SetAside, folder_bytes, on_set_aside
     from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
     from genesis_fp16_infrastructure.agent_folder.layout import (
@@ -47,21 +54,6 @@ if TYPE_CHECKING:
         is_agent_name,
         shown_name,
     )
-    from genesis_fp16_infrastructure.agent_folder.lifecycle import (
-        list_candidates,
-        newest_checkpoint,
-        operator_pin,
-        prune_and_read,
-        read_meta,
-        read_verdict,
-        repairable_pointer,
-        roll_back_by_hand,
-        serve_by_hand,
-        served_entry,
-        set_aside_unusable,
-        unpin,
-        update_pointer,
-    )
     from genesis_fp16_infrastructure.agent_folder.lifecycle_records import JournalEntry
     from genesis_fp16_infrastructure.agent_folder.lock import (
         LockBusy,
@@ -79,6 +71,13 @@ if TYPE_CHECKING:
         pointer_path,
         served_checkpoint,
     )
+    from genesis_fp16_infrastructure.agent_folder.prune import prune_and_read
+    from genesis_fp16_infrastructure.agent_folder.repair import (
+        repairable_pointer,
+        roll_back_by_hand,
+        serve_by_hand,
+        set_aside_unusable,
+    )
     from genesis_fp16_infrastructure.agent_folder.run_history import (
         LastRun,
         LiveMark,
@@ -86,6 +85,7 @@ if TYPE_CHECKING:
         score_name,
         score_of,
     )
+    from genesis_fp16_infrastructure.agent_folder.transitions import operator_pin, recover, unpin
     from genesis_fp16_infrastructure.atomic import write_json_atomic
     from genesis_fp16_infrastructure.contract.agent_snapshot import (
         AgentSnapshot,

@@ -92,7 +92,7 @@ class Verdict(_Kept):
 
 
 class JournalEntry(_Kept, omit_defaults=False):
-    """One transition of the pointer (lifecycle.journaled): its number, its kind (serve's
+    """One transition of the pointer (transitions.journaled): its number, its kind (serve's
     ``how``, ``rollback``, ``unpin``, ``trim``, ``repair``), when, the model served and
     the pin after it, the verdicts it decided (candidate id -> verdict, each with this
     ``journal_seq``), and a rollback's or trim's ``dropped`` and ``reason``. Each entry

@@ -16,7 +16,7 @@ under the lock), which orders the agent's events for delivery.
 
 Where the event is written, and what a kill -9 does:
 
-- A pointer transition (serve, rollback, unpin, repair: ``lifecycle``) is committed by
+- A pointer transition (serve, rollback, unpin, repair: ``transitions``, ``repair``) is committed by
   one atomic, fsynced replace of ``served.json`` whose numbered journal says what it
   decided: that journal entry is the event, made durable in the transition's own step.
   It is copied here under the pointer's lock before the transition returns
@@ -25,7 +25,7 @@ Where the event is written, and what a kill -9 does:
   owner call: every transition, the daemon's prune after each run and its delivery
   thread at start-up copy what the journal holds and the outbox lacks. No transition is
   lost; none is announced that did not happen (a refused one writes no journal entry).
-- A rejection or a hold (``lifecycle.write_verdict``): its event, its id a hash of what
+- A rejection or a hold (``candidates.write_verdict``): its event, its id a hash of what
   it announces (agent, candidate, outcome and the verdict's own decision time: held then
   rejected are two events, one verdict released twice is one), is staged in ``staged/``
   before the candidate's verdict file is written and moved into the outbox by one rename
@@ -275,7 +275,7 @@ def announce_journal(
     agent, root = agent_folder.name, os.fspath(outbox_of(agent_folder))  # plain strings:
     # pathlib's parsing cost more than the stats themselves, on every transition
     entries = [(journal_event_id(agent, e), e) for e in journal if e.kind not in UNANNOUNCED]
-    # At most lifecycle.JOURNAL_KEEP entries, one stat each; all there: nothing to take
+    # At most transitions.JOURNAL_KEEP entries, one stat each; all there: nothing to take
     # the lock for (an event file is only ever added, or pruned and named in outbox.json).
     missing = [(i, e) for i, e in entries if not os.path.lexists(f"{root}/{i}.json")]
     if not missing:
@@ -312,7 +312,7 @@ VerdictEvent = tuple[str, str, dict[str, Any]]  # (id, kind, data)
 def verdict_event_id(agent: str, candidate_id: str, verdict: Mapping[str, Any]) -> str:
     """A verdict's event id: the same whoever copies it, and again after a kill; another
     for another verdict of the same candidate (held, then rejected), which has its own
-    decision time (``decided_at_s``, stamped by ``lifecycle.write_verdict``)."""
+    decision time (``decided_at_s``, stamped by ``candidates.write_verdict``)."""
     when = verdict.get("decided_at_s", verdict.get("decided_at"))
     key = f"verdict\0{agent}\0{candidate_id}\0{verdict.get('outcome')}\0{when!r}"
     return hashlib.sha256(key.encode()).hexdigest()[:16]

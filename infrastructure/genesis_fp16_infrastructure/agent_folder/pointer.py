@@ -1,10 +1,10 @@
 """The served-model pointer (``served.json``) and its lock: the record, its codec, the
 hardened read every reader goes through, the atomic write, and ``served.json.lock``, the
-one lock every writer holds (agent_folder.lifecycle's module docstring says why, and
+one lock every writer holds (agent_folder.transitions' module docstring says why, and
 holds the transitions that read and write it under this lock).
 
 No side effect here: :func:`read_pointer` reads, and nothing else; what a transition
-killed midway left to finish (its verdicts, its events) is the lifecycle's recovery.
+killed midway left to finish (its verdicts, its events) is :func:`transitions.recover`.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16_infrastructure.agent_folder.lifecycle import ServedPointer
+from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer
 from genesis_fp16_infrastructure.data.manifest import FileState, Manifest, Prefix
 from genesis_fp16_infrastructure.training.precision.carried_scale import CarriedScale
 from genesis_fp16_infrastructure.training.precision.precision_memory import PrecisionMemory

@@ -16,7 +16,7 @@ A judged run, in the agent's checkpoint folder (``request.checkpoint_dir``):
    its training data, the run is not forced and asks the options the served model was
    trained with), there is nothing to learn:
    ``up_to_date``, no candidate;
-4. a candidate folder (:func:`~genesis_fp16_infrastructure.agent_folder.lifecycle.new_candidate`)
+4. a candidate folder (:func:`~genesis_fp16_infrastructure.agent_folder.candidates.new_candidate`)
    into which the plugin trains; with ``resume``, the served checkpoint is copied in first,
    so that the plugin's resume continues the served model;
 5. the gate (:mod:`.gate`): the candidate and the served model on the same records, paired
@@ -48,12 +48,13 @@ changed it fails the run in one line, nothing is served, and the originals are a
 were (a candidate's verdict ``undecided``).
 
 Pruning the history is the daemon's, after every run of any agent with a pointer
-(``lifecycle.prune`` with its settings), so a judged run prunes nothing itself. The
+(``prune.prune`` with its settings), so a judged run prunes nothing itself. The
 result carries the gate's report (``result.gate``) and the watch's (``result.live``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -68,22 +69,23 @@ from typing import Any, Literal
 
 import numpy as np
 
-from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
-    ServedPointer,
-    ServedPointerError,
+from genesis_fp16_infrastructure.agent_folder.candidates import (
     candidate_entry,
-    checkpoint_of,
     list_candidates,
     new_candidate,
     newest_checkpoint,
     read_meta,
-    read_pointer,
     read_verdict,
-    serve,
-    serve_unless_pinned,
     write_verdict,
 )
+from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG
+from genesis_fp16_infrastructure.agent_folder.pointer import (
+    ServedPointer,
+    ServedPointerError,
+    checkpoint_of,
+    read_pointer,
+)
+from genesis_fp16_infrastructure.agent_folder.transitions import recover, serve, serve_unless_pinned
 from genesis_fp16_infrastructure.contract.judging import (
     TRAINED_IDS,
     JudgedPlugin,
@@ -219,6 +221,10 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
     owner = CheckpointManager(request.checkpoint_dir) if rank == 0 else None
     if owner is not None:
         owner.claim(f"{request.agent} judged run (agent folder {request.checkpoint_dir})")
+        # What a transition or verdict writer killed midway left, finished before the run
+        # reads its candidates; an unusable pointer is refused below, in one line.
+        with contextlib.suppress(ServedPointerError):
+            recover(Path(request.checkpoint_dir))
     try:
         if world == 1:
             return _judged_run(plugin, judged, request, lambda _: None)

@@ -26,12 +26,12 @@ from pathlib import Path
 import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder import files
-from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_IDS, JUDGED_WATCH, StateFile
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+from genesis_fp16_infrastructure.agent_folder.candidates import (
     list_candidates,
     read_meta,
     read_verdict,
 )
+from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_IDS, JUDGED_WATCH, StateFile
 from genesis_fp16_infrastructure.judging.split import id_hashes
 from genesis_fp16_infrastructure.outcome import Outcome
 

@@ -14,7 +14,7 @@ the lower bound passes the margin (the plugin's ``judging_margin``, else 5% of t
 predecessor's mean loss on those records), the served model is worse than the one
 before it beyond the margin, at ``ALPHA`` over its whole watch however many runs looked.
 Unless the operator pinned it (then ``held``), the predecessor is served again through
-:func:`~genesis_fp16_infrastructure.agent_folder.lifecycle.rollback`, and the dropped
+:func:`~genesis_fp16_infrastructure.agent_folder.transitions.rollback`, and the dropped
 model's verdict becomes ``rolled_back`` with reason ``live_regression`` and the figures.
 The running figures go into the served entry of ``served.json`` as ``live``.
 
@@ -34,14 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
     ServedPointerError,
     pointer_lock,
     read_pointer,
-    rollback,
-    update_pointer,
 )
+from genesis_fp16_infrastructure.agent_folder.transitions import rollback, update_pointer
 from genesis_fp16_infrastructure.contract.judging import (
     JudgedPlugin,
     RecordLosses,

@@ -31,10 +31,7 @@ from typing import Any
 
 import torch
 
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
-    candidates_dir,
-    served_checkpoint,
-)
+from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir, served_checkpoint
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.schema import OUTCOMES, AttemptInput, Trajectory
@@ -127,7 +124,7 @@ class WorldModelPredictor:
     @classmethod
     def load(cls, path: Path, device: str = "cpu") -> WorldModelPredictor:
         """Load a checkpoint file; or, from a folder, the model its served-model pointer
-        names (``served.json``, agent_folder.lifecycle: the daemon's agent folders), and
+        names (``served.json``, agent_folder.pointer: the daemon's agent folders), and
         in a folder with no pointer (``train --checkpoint-dir``, one candidate's folder)
         its newest valid checkpoint. An unreadable pointer raises ServedPointerError."""
         path = Path(path)

@@ -20,7 +20,8 @@ import pytest
 from genesis_fp16.commands.model_list import list_models
 from genesis_fp16.plugin_api import TrainRequest, TrainResult
 from genesis_fp16_agents.se_darwin import plugin
-from genesis_fp16_infrastructure.agent_folder.lifecycle import read_pointer, unpin
+from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
+from genesis_fp16_infrastructure.agent_folder.transitions import unpin
 from genesis_fp16_infrastructure.api import run_plugin
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
-    pointer_path,
-    read_pointer,
-    serve,
+from genesis_fp16_infrastructure.agent_folder import outbox
+from genesis_fp16_infrastructure.agent_folder.candidates import (
+    read_verdict,
     served_entry,
     write_verdict,
 )
+from genesis_fp16_infrastructure.agent_folder.pointer import pointer_path, read_pointer
+from genesis_fp16_infrastructure.agent_folder.transitions import rollback, serve
 
 ROOT = Path(__file__).resolve().parents[3]
 AGENT = "se_darwin"
@@ -77,6 +78,23 @@ def test_a_hand_promoted_model_reads_as_pinned_with_the_gates_own_verdict(
     assert unpinned == {**unpinned, "served": "b", "pinned": False}
     pointer = read_pointer(folder)
     assert pointer is not None and pointer.pinned is None
+
+
+def test_a_model_command_first_settles_what_a_killed_writer_left(
+    folder: Path, tmp_path: Path
+) -> None:
+    """A rollback killed after its pointer's commit (b's verdict and the event not written
+    yet): `model unpin`, which changes nothing here, writes b's rolled_back verdict and
+    puts the rollback's event in the agent's outbox before it answers."""
+    rollback(folder, verdict={"reason": "live_regression"})
+    lost = outbox.read_events(folder.parent)[-1]
+    assert lost.kind == "rollback"
+    lost.path.unlink()  # the state the kill left: no event, b still says promoted
+    write_verdict(folder / "candidates" / "b", {"outcome": "promoted"})
+    done = _cli(tmp_path, "model", "unpin", AGENT)
+    assert done.returncode == 0, done.stderr
+    assert read_verdict(folder / "candidates" / "b").outcome == "rolled_back"
+    assert [e.id for e in outbox.read_events(folder.parent)][-1] == lost.id
 
 
 def test_an_unusable_pointer_is_listed_repaired_and_named_by_status(

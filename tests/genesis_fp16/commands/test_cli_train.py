@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from genesis_fp16_infrastructure.agent_folder.lifecycle import INCONCLUSIVE_KEEP, VERDICT_NAME
+from genesis_fp16_infrastructure.agent_folder.candidates import VERDICT_NAME
+from genesis_fp16_infrastructure.agent_folder.prune import INCONCLUSIVE_KEEP
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -15,7 +15,7 @@ from se_darwin_daemon import AGENT, model_command, se_darwin_env, write_pool
 from webhook_receiver import Receiver
 
 from genesis_fp16.events import signing
-from genesis_fp16_infrastructure.agent_folder.lifecycle import read_pointer
+from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 SECRET = "daemon-test-secret"

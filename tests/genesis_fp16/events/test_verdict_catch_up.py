@@ -16,7 +16,7 @@ from se_darwin_daemon import AGENT, se_darwin_env, write_pool
 from webhook_receiver import Receiver
 
 from genesis_fp16.events.delivery import catch_up
-from genesis_fp16_infrastructure.agent_folder import lifecycle, outbox
+from genesis_fp16_infrastructure.agent_folder import candidates, outbox
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 # The infrastructure's kill child: runs the gate's rejection, SIGKILLs itself after step N.
@@ -39,11 +39,11 @@ def _killed_rejection(state: Path) -> tuple[Path, str]:
     ck = state / "agents" / AGENT / "checkpoints"
     for kill_after in range(1, 30):
         fingerprint = f"{kill_after:08d}"
-        candidate = lifecycle.new_candidate(ck, {"fingerprint": fingerprint, "records": 10})
+        candidate = candidates.new_candidate(ck, {"fingerprint": fingerprint, "records": 10})
         (candidate / "ckpt-0000000005.pt").write_bytes(b"weights")
         killed = _gate_reject(ck, candidate, kill_after)
         assert killed.returncode == -signal.SIGKILL, (kill_after, killed.stderr[-3000:])
-        verdict = lifecycle.read_json(candidate / lifecycle.VERDICT_NAME)
+        verdict = candidates.read_json(candidate / candidates.VERDICT_NAME)
         if verdict is not None:
             assert verdict["outcome"] == "rejected"
             assert outbox.read_events(ck.parent) == []  # the kill came before its event

@@ -16,7 +16,7 @@ import pytest
 from daemon_harness import DaemonFactory, DaemonProcess
 from se_darwin_daemon import AGENT, write_pool
 
-from genesis_fp16_infrastructure.agent_folder.lifecycle import read_pointer
+from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 SAMPLE = 300  # GENESIS_FP16_SAMPLE_COUNT: the generated pool, kept small for the CPU

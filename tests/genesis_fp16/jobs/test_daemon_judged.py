@@ -21,12 +21,8 @@ from judged_daemon import (
     write_records,
 )
 
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
-    list_candidates,
-    pointer_path,
-    read_json,
-    read_pointer,
-)
+from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_json
+from genesis_fp16_infrastructure.agent_folder.pointer import pointer_path, read_pointer
 
 
 def _folder(daemon: DaemonProcess, agent: str = AGENT) -> Path:

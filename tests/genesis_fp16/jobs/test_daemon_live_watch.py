@@ -12,16 +12,15 @@ from typing import Any
 import pytest
 from daemon_harness import DaemonFactory, DaemonProcess, daemon_env
 
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+from genesis_fp16_infrastructure.agent_folder.candidates import (
     VERDICT_NAME,
     candidate_entry,
-    candidates_dir,
     list_candidates,
     newest_checkpoint,
     read_json,
-    read_pointer,
-    serve,
 )
+from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir, read_pointer
+from genesis_fp16_infrastructure.agent_folder.transitions import serve
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 AGENT = "se_darwin"

@@ -13,13 +13,13 @@ import pytest
 from daemon_harness import DaemonFactory, DaemonProcess, daemon_env
 from se_darwin_daemon import AGENT, runs, se_darwin_env, write_pool
 
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+from genesis_fp16_infrastructure.agent_folder.candidates import (
     candidate_entry,
     list_candidates,
     newest_checkpoint,
-    read_pointer,
-    serve,
 )
+from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
+from genesis_fp16_infrastructure.agent_folder.transitions import serve
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 POOL = generate_pool(900, seed=3)

@@ -16,11 +16,10 @@ from se_darwin_daemon import runs as _runs
 from se_darwin_daemon import se_darwin_env as _env
 from se_darwin_daemon import write_pool as _write
 
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_json
+from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointerError,
-    list_candidates,
     pointer_path,
-    read_json,
     read_pointer,
 )
 from genesis_fp16_infrastructure.data.synthetic import generate_pool

@@ -17,6 +17,7 @@ from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext, run_agent_job
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.plugin_api import API_VERSION, TrainRequest, TrainResult
 from genesis_fp16_infrastructure.api import (
+    AgentFolder,
     Calibration,
     DataReport,
     DriftReport,
@@ -142,3 +143,34 @@ def test_a_childs_result_line_is_the_result_and_a_diagnostics_line_is_live() -> 
     output = _Output()
     _read_stdout(io.StringIO("\n".join(lines) + "\n"), output, None, lambda d: live.append(dict(d)))
     assert output.result == result and live == [{"mismatch_k3": 1e-7}]
+
+
+def test_the_post_run_step_recovers_what_a_killed_transition_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After each run (recording._bound_history) the daemon finishes, before it prunes,
+    what a rollback killed after its pointer's commit left: the candidate's verdict the
+    journal decided and the rollback's event in the agent's outbox."""
+    from genesis_fp16.jobs.recording import _bound_history
+    from genesis_fp16_infrastructure.agent_folder import candidates, outbox, transitions
+
+    ctx = _context(tmp_path, monkeypatch)
+    home = AgentFolder(tmp_path, AGENT)
+    folder = home.checkpoint_dir
+    served = []
+    for digest in ("aaaa", "bbbb"):
+        candidate = candidates.new_candidate(folder, {"fingerprint": digest, "records": 10})
+        checkpoint = candidate / "ckpt-0000000005.pt"
+        checkpoint.write_bytes(b"weights " + digest.encode())
+        entry = candidates.candidate_entry(folder, candidate, checkpoint, {"outcome": "promoted"})
+        transitions.serve(folder, entry, "gate", verdict={"outcome": "promoted"})
+        served.append(candidate)
+    transitions.rollback(folder, verdict={"reason": "live_regression"})
+    lost = outbox.read_events(home.root)[-1]
+    assert lost.kind == "rollback"
+    lost.path.unlink()  # the state a kill between the pointer and its copies left:
+    candidates.write_verdict(served[1], {"outcome": "promoted"})  # the verdict not rolled
+    _bound_history(ctx, AGENT)
+    verdict = candidates.read_verdict(served[1])
+    assert verdict.outcome == "rolled_back" and verdict.journal_seq == 3
+    assert [e.id for e in outbox.read_events(home.root)][-1] == lost.id

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from genesis_fp16.metrics import live_metrics
 from genesis_fp16.metrics.live_metrics import LiveMetrics
-from genesis_fp16_infrastructure.agent_folder.lifecycle import JournalEntry
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import JournalEntry
 from genesis_fp16_infrastructure.api import GateReport, LiveReport, Outcome
 from genesis_fp16_infrastructure.contract.reports import SelfTest, WatchSegment
 

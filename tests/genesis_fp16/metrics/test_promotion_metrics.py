@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry
 
 from genesis_fp16.metrics.live_metrics import JournalCursor
 from genesis_fp16.metrics.promotion_metrics import PromotionMetrics
-from genesis_fp16_infrastructure.agent_folder.lifecycle import JournalEntry
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import JournalEntry
 
 
 def test_the_gates_promotions_are_counted_once_each_and_nothing_else() -> None:

@@ -19,12 +19,9 @@ from genesis_fp16.commands.model_list import list_models
 from genesis_fp16.plugin_api import PrecisionRequest, TrainRequest, TrainRequestError
 from genesis_fp16.scaffold import agent_source
 from genesis_fp16.status.report import read_served
+from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_json
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
-    list_candidates,
-    read_json,
-    read_pointer,
-)
+from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
 from genesis_fp16_infrastructure.api import Outcome, run_plugin
 from genesis_fp16_infrastructure.judging.run import trained_ids
 from genesis_fp16_infrastructure.judging.split import HELD_OUT, id_hashes

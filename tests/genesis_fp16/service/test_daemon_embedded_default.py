@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from daemon_harness import DaemonFactory, DaemonProcess
 
-from genesis_fp16_infrastructure.agent_folder.lifecycle import served_checkpoint
+from genesis_fp16_infrastructure.agent_folder.pointer import served_checkpoint
 
 AGENT = "se_darwin"
 

@@ -59,7 +59,7 @@ def _count_steps(kill_after: int) -> list[int]:
 def _scenarios(ck: Path, roles: dict[str, str], name: str) -> dict[str, Callable[[], Any]]:
     """Each transition as its caller runs it (imports done before the steps are counted;
     the CLI's and the watch's, which are slow, only for the scenario ``name`` that runs)."""
-    from genesis_fp16_infrastructure.agent_folder import lifecycle
+    from genesis_fp16_infrastructure.agent_folder import candidates, prune, repair, transitions
 
     def main(argv: list[str]) -> int:
         from genesis_fp16.cli import main as cli
@@ -80,19 +80,19 @@ def _scenarios(ck: Path, roles: dict[str, str], name: str) -> dict[str, Callable
     promoted = {"outcome": "promoted", "reason": "better", "checkpoint": checkpoint.name}
 
     def gate_promotes() -> bool:  # promotion.judge: the verdict goes with the pointer
-        entry = lifecycle.candidate_entry(ck, fresh, checkpoint, promoted)
-        return lifecycle.serve_unless_pinned(ck, entry, "gate", verdict=promoted)
+        entry = candidates.candidate_entry(ck, fresh, checkpoint, promoted)
+        return transitions.serve_unless_pinned(ck, entry, "gate", verdict=promoted)
 
     return {
         "gate_promote": gate_promotes,
-        "gate_reject": lambda: lifecycle.write_verdict(fresh, {"outcome": "rejected"}),
+        "gate_reject": lambda: candidates.write_verdict(fresh, {"outcome": "rejected"}),
         "watch_rollback": lambda: watch_rollback() if watch_rollback else None,
         "operator_promote": lambda: main(["model", "promote", AGENT, roles["old_rejected"]]),
         "operator_rollback": lambda: main(["model", "rollback", AGENT]),
         "operator_unpin": lambda: main(["model", "unpin", AGENT]),
-        "repair": lambda: [str(x) for x in lifecycle.set_aside_unusable(ck)],
+        "repair": lambda: [str(x) for x in repair.set_aside_unusable(ck)],
         "operator_repair": lambda: main(["model", "rollback", AGENT]),
-        "prune": lambda: [p.name for p in lifecycle.prune(ck, 1, 7.0)],
+        "prune": lambda: [p.name for p in prune.prune(ck, 1, 7.0)],
     }
 
 

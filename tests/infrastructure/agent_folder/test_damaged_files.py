@@ -20,14 +20,11 @@ from genesis_fp16.jobs.probe_gate import read_record
 from genesis_fp16.launch.handoff import read_run_file, write_run_file
 from genesis_fp16.service.state_lock import hold_state_folder
 from genesis_fp16_infrastructure.agent_folder import data_manifest, files
+from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_json
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.layout import LAYOUT, StateFile, parse_aside
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
-    list_candidates,
-    pointer_lock,
-    read_json,
-    set_aside_unusable,
-)
+from genesis_fp16_infrastructure.agent_folder.pointer import pointer_lock
+from genesis_fp16_infrastructure.agent_folder.repair import set_aside_unusable
 from genesis_fp16_infrastructure.agent_folder.run_history import LastRun, RunEntry
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink

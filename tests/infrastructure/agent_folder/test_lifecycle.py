@@ -10,23 +10,35 @@ from pathlib import Path
 
 import pytest
 
-from genesis_fp16_infrastructure.agent_folder import lifecycle as served
-from genesis_fp16_infrastructure.agent_folder import lifecycle as served_pointer
-from genesis_fp16_infrastructure.agent_folder.lifecycle import ServedPointerError
+from genesis_fp16_infrastructure.agent_folder import (
+    candidates,
+    files,
+    lifecycle_records,
+    prune,
+    transitions,
+)
+from genesis_fp16_infrastructure.agent_folder.pointer import (
+    ServedPointer,
+    ServedPointerError,
+    pointer_path,
+    read_pointer,
+    served_checkpoint,
+    write_pointer,
+)
 
 
 def _candidate(folder: Path, digest: str, outcome: str | None) -> Path:
-    path = served.new_candidate(folder, {"fingerprint": digest, "records": 10})
+    path = candidates.new_candidate(folder, {"fingerprint": digest, "records": 10})
     (path / "ckpt-0000000005.pt").write_bytes(b"weights " + digest.encode())
     if outcome is not None:
-        served.write_verdict(path, {"outcome": outcome})
+        candidates.write_verdict(path, {"outcome": outcome})
     return path
 
 
 def _serve(folder: Path, candidate: Path) -> None:
-    checkpoint = served.newest_checkpoint(candidate)
+    checkpoint = candidates.newest_checkpoint(candidate)
     assert checkpoint is not None
-    served.serve(folder, served.candidate_entry(folder, candidate, checkpoint), "gate")
+    transitions.serve(folder, candidates.candidate_entry(folder, candidate, checkpoint), "gate")
 
 
 def test_the_pointer_names_the_promoted_model_and_rolls_back(tmp_path: Path) -> None:
@@ -36,12 +48,12 @@ def test_the_pointer_names_the_promoted_model_and_rolls_back(tmp_path: Path) -> 
     _serve(tmp_path, first)
     second = _candidate(tmp_path, "bbbb", "promoted")
     _serve(tmp_path, second)
-    assert served_pointer.served_checkpoint(tmp_path) == second / "ckpt-0000000005.pt"
-    assert served.rollback(tmp_path)["id"] == first.name
-    assert served_pointer.served_checkpoint(tmp_path) == first / "ckpt-0000000005.pt"
-    assert served.read_json(second / served.VERDICT_NAME)["outcome"] == "rolled_back"  # type: ignore[index]
+    assert served_checkpoint(tmp_path) == second / "ckpt-0000000005.pt"
+    assert transitions.rollback(tmp_path)["id"] == first.name
+    assert served_checkpoint(tmp_path) == first / "ckpt-0000000005.pt"
+    assert candidates.read_json(second / candidates.VERDICT_NAME)["outcome"] == "rolled_back"  # type: ignore[index]
     with pytest.raises(ServedPointerError, match="kept no earlier model"):
-        served.rollback(tmp_path)
+        transitions.rollback(tmp_path)
 
 
 def test_an_unreadable_pointer_or_a_missing_file_is_an_error_not_a_guess(tmp_path: Path) -> None:
@@ -50,10 +62,10 @@ def test_an_unreadable_pointer_or_a_missing_file_is_an_error_not_a_guess(tmp_pat
     _serve(tmp_path, candidate)
     (candidate / "ckpt-0000000005.pt").unlink()
     with pytest.raises(ServedPointerError, match="which is not there"):
-        served_pointer.served_checkpoint(tmp_path)
-    served_pointer.pointer_path(tmp_path).write_text("{half")
+        served_checkpoint(tmp_path)
+    pointer_path(tmp_path).write_text("{half")
     with pytest.raises(ServedPointerError, match=r"served\.json"):
-        served_pointer.read_pointer(tmp_path)
+        read_pointer(tmp_path)
 
 
 def test_prune_keeps_the_served_the_last_k_and_recent_rejections(tmp_path: Path) -> None:
@@ -65,15 +77,15 @@ def test_prune_keeps_the_served_the_last_k_and_recent_rejections(tmp_path: Path)
         _serve(tmp_path, promoted[-1])
     rejected = [_candidate(tmp_path, f"r{i}", "rejected") for i in range(2)]
     training = _candidate(tmp_path, "t", None)
-    removed = served.prune(tmp_path, keep_served=2, rejected_days=1)
+    removed = prune.prune(tmp_path, keep_served=2, rejected_days=1)
     assert sorted(removed) == promoted[:3]
     assert all(p.exists() for p in rejected)  # decided just now: within their day
     time.sleep(0.01)
-    served.prune(tmp_path, keep_served=2, rejected_days=0)
-    left = {p.name for p in served.list_candidates(tmp_path)}
+    prune.prune(tmp_path, keep_served=2, rejected_days=0)
+    left = {p.name for p in candidates.list_candidates(tmp_path)}
     assert left == {promoted[5].name, promoted[4].name, promoted[3].name, training.name}
-    assert len(served_pointer.read_pointer(tmp_path).history) == 2  # type: ignore[union-attr]
-    assert served.folder_bytes(tmp_path) > 0
+    assert len(read_pointer(tmp_path).history) == 2  # type: ignore[union-attr]
+    assert files.folder_bytes(tmp_path) > 0
 
 
 def test_prune_removes_an_unfinished_candidate_nobody_resumed(tmp_path: Path) -> None:
@@ -85,7 +97,7 @@ def test_prune_removes_an_unfinished_candidate_nobody_resumed(tmp_path: Path) ->
     old = time.time() - 2 * 86400
     for path in [stale, *stale.rglob("*")]:
         os.utime(path, (old, old))
-    assert served.prune(tmp_path, keep_served=2, rejected_days=0) == [stale]
+    assert prune.prune(tmp_path, keep_served=2, rejected_days=0) == [stale]
     assert recent.exists() and not stale.exists()
 
 
@@ -94,15 +106,13 @@ def _tag_pointer(folder: str, tag: str, rounds: int) -> None:
     loses its neighbours' tags unless the read and the write are one locked update."""
     for i in range(rounds):
 
-        def change(
-            current: served_pointer.ServedPointer | None, i: int = i
-        ) -> served_pointer.ServedPointer:
+        def change(current: ServedPointer | None, i: int = i) -> ServedPointer:
             assert current is not None
             time.sleep(0.002)  # widen the window a lost update needs
             tags = [*current.served.get("tags", []), f"{tag}-{i}"]
-            return served_pointer.ServedPointer({**current.served, "tags": tags}, current.history)
+            return ServedPointer({**current.served, "tags": tags}, current.history)
 
-        served.update_pointer(Path(folder), change)
+        transitions.update_pointer(Path(folder), change)
 
 
 def test_concurrent_writers_of_the_pointer_lose_no_update(tmp_path: Path) -> None:
@@ -120,13 +130,13 @@ def test_concurrent_writers_of_the_pointer_lose_no_update(tmp_path: Path) -> Non
     ]
     for worker in [*procs, *threads]:
         worker.start()
-    served.prune(tmp_path, keep_served=1, rejected_days=0)
+    prune.prune(tmp_path, keep_served=1, rejected_days=0)
     for thread in threads:
         thread.join()
     for proc in procs:
         proc.join()
         assert proc.exitcode == 0
-    pointer = served_pointer.read_pointer(tmp_path)
+    pointer = read_pointer(tmp_path)
     assert pointer is not None
     assert len(pointer.served["tags"]) == 100
     assert len(set(pointer.served["tags"])) == 100
@@ -136,13 +146,13 @@ def test_the_pin_survives_a_promotion_and_a_prune(tmp_path: Path) -> None:
     """A pin set with a manual serve stays through the next serve and prune, until a serve
     that sets another."""
     first = _candidate(tmp_path, "aaaa", "promoted")
-    checkpoint = served.newest_checkpoint(first)
+    checkpoint = candidates.newest_checkpoint(first)
     assert checkpoint is not None
-    entry = served.candidate_entry(tmp_path, first, checkpoint)
-    served.serve(tmp_path, entry, "manual", pin={"by": "operator", "id": first.name})
+    entry = candidates.candidate_entry(tmp_path, first, checkpoint)
+    transitions.serve(tmp_path, entry, "manual", pin={"by": "operator", "id": first.name})
     _serve(tmp_path, _candidate(tmp_path, "bbbb", "promoted"))
-    served.prune(tmp_path, keep_served=1, rejected_days=0)
-    pointer = served_pointer.read_pointer(tmp_path)
+    prune.prune(tmp_path, keep_served=1, rejected_days=0)
+    pointer = read_pointer(tmp_path)
     assert pointer is not None and pointer.pinned == {"by": "operator", "id": first.name}
 
 
@@ -150,38 +160,61 @@ def test_a_verdict_the_journal_decided_is_rolled_forward_before_prune_judges(
     tmp_path: Path,
 ) -> None:
     """A rollback whose verdict never reached the candidate (killed between): the journal
-    names it as disagreeing, the next owner call writes it, and prune keeps the model."""
+    names it as disagreeing, prune keeps the model, and the recovery writes it."""
     first, second = _candidate(tmp_path, "aaaa", None), _candidate(tmp_path, "bbbb", None)
     for candidate in (first, second):
         checkpoint = candidate / "ckpt-0000000005.pt"
-        entry = served.candidate_entry(tmp_path, candidate, checkpoint, {"outcome": "promoted"})
-        served.serve(tmp_path, entry, "gate", verdict={"outcome": "promoted"})
-    served.rollback(tmp_path, verdict={"reason": "live_regression"})
-    served.write_verdict(second, {"outcome": "promoted"})  # the state a kill left
-    pointer = served.read_pointer(tmp_path)
+        entry = candidates.candidate_entry(tmp_path, candidate, checkpoint, {"outcome": "promoted"})
+        transitions.serve(tmp_path, entry, "gate", verdict={"outcome": "promoted"})
+    transitions.rollback(tmp_path, verdict={"reason": "live_regression"})
+    candidates.write_verdict(second, {"outcome": "promoted"})  # the state a kill left
+    pointer = read_pointer(tmp_path)
     assert pointer is not None and [e.kind for e in pointer.journal] == [
         "gate",
         "gate",
         "rollback",
     ]
-    assert served.disagreeing(tmp_path, pointer) == [second.name]
-    assert served.prune(tmp_path, 0, 1.0) == []
-    assert served.read_json(second / served.VERDICT_NAME)["outcome"] == "rolled_back"  # type: ignore[index]
-    assert served.disagreeing(tmp_path, pointer) == []
+    assert transitions.disagreeing(tmp_path, pointer) == [second.name]
+    assert prune.prune(tmp_path, 0, 1.0) == []
+    transitions.recover(tmp_path)
+    assert candidates.read_json(second / candidates.VERDICT_NAME)["outcome"] == "rolled_back"  # type: ignore[index]
+    assert transitions.disagreeing(tmp_path, pointer) == []
+
+
+def test_reading_or_an_unchanged_update_recovers_nothing_until_recover_is_called(
+    tmp_path: Path,
+) -> None:
+    """Recovery is an explicit call: a read of the pointer and an update that changes
+    nothing leave a verdict the journal decided unwritten; :func:`transitions.recover`
+    writes it."""
+    first, second = _candidate(tmp_path, "aaaa", None), _candidate(tmp_path, "bbbb", None)
+    for candidate in (first, second):
+        checkpoint = candidate / "ckpt-0000000005.pt"
+        entry = candidates.candidate_entry(tmp_path, candidate, checkpoint, {"outcome": "promoted"})
+        transitions.serve(tmp_path, entry, "gate", verdict={"outcome": "promoted"})
+    transitions.rollback(tmp_path, verdict={"reason": "live_regression"})
+    candidates.write_verdict(second, {"outcome": "promoted"})  # the state a kill left
+    pointer = read_pointer(tmp_path)
+    assert transitions.update_pointer(tmp_path, lambda current: current) == pointer
+    assert pointer is not None and transitions.disagreeing(tmp_path, pointer) == [second.name]
+    assert transitions.recover(tmp_path) == pointer
+    assert transitions.disagreeing(tmp_path, pointer) == []
 
 
 def test_a_journal_naming_a_path_writes_nothing_outside_the_candidates(tmp_path: Path) -> None:
     """A hand-edited journal whose verdict names ``..``: ignored, no file written there."""
     candidate = _candidate(tmp_path, "aaaa", "promoted")
     _serve(tmp_path, candidate)
-    pointer = served.read_pointer(tmp_path)
+    pointer = read_pointer(tmp_path)
     assert pointer is not None
     verdict = {"outcome": "rolled_back", "journal_seq": 9}
-    bad = served.JournalEntry.from_json({"seq": 9, "kind": "rollback", "verdicts": {"..": verdict}})
-    served.write_pointer(tmp_path, replace(pointer, sequence=9, journal=[bad]))
+    bad = lifecycle_records.JournalEntry.from_json(
+        {"seq": 9, "kind": "rollback", "verdicts": {"..": verdict}}
+    )
+    write_pointer(tmp_path, replace(pointer, sequence=9, journal=[bad]))
     (tmp_path / "candidate.json").write_text("{}")  # as if `..` were a candidate
-    served.unpin(tmp_path)  # an owner call: rolls forward what it can
-    assert not (tmp_path / served.VERDICT_NAME).exists()
+    transitions.unpin(tmp_path)  # an owner call: rolls forward what it can
+    assert not (tmp_path / candidates.VERDICT_NAME).exists()
 
 
 def test_prune_keeps_the_newest_inconclusive_candidates_however_old(tmp_path: Path) -> None:
@@ -193,10 +226,10 @@ def test_prune_keeps_the_newest_inconclusive_candidates_however_old(tmp_path: Pa
     rejected = _candidate(tmp_path, "r", "rejected")
     old = time.time() - 2 * 86400
     for path in [*found, rejected]:
-        verdict = served.read_json(path / served.VERDICT_NAME)
+        verdict = candidates.read_json(path / candidates.VERDICT_NAME)
         assert verdict is not None
-        (path / served.VERDICT_NAME).write_text(json.dumps({**verdict, "decided_at_s": old}))
-    assert served.INCONCLUSIVE_KEEP == 2
-    removed = served.prune(tmp_path, keep_served=2, rejected_days=1)
+        (path / candidates.VERDICT_NAME).write_text(json.dumps({**verdict, "decided_at_s": old}))
+    assert prune.INCONCLUSIVE_KEEP == 2
+    removed = prune.prune(tmp_path, keep_served=2, rejected_days=1)
     assert sorted(removed) == sorted([found[0], rejected])
     assert found[1].exists() and found[2].exists()

@@ -4,8 +4,8 @@ For each transition (the gate's promotion and rejection, the live watch's rollba
 operator's promote, rollback and unpin, the pre-run repair and the operator's repair over
 an unusable pointer, prune), a child process runs it as its caller does
 (lifecycle_kill_child.py) once to count its durable steps, then once per step, killed
-right after it. After each kill the daemon's next owner call (its post-run prune, then
-its journal count) runs, and the folder must hold the state before the transition or the
+right after it. After each kill the daemon's next owner call (its post-run recovery and
+prune, then its journal count) runs, and the folder must hold the state before the transition or the
 state after it: no model lost, no verdict that disagrees with the pointer, the watch's
 rollback counted once when it reached the pointer and never when it did not, and its
 event in the agent's outbox once when it happened, never when it did not.
@@ -30,11 +30,22 @@ from prometheus_client import CollectorRegistry
 
 from genesis_fp16.metrics.live_metrics import LiveMetrics
 from genesis_fp16.metrics.promotion_metrics import PromotionMetrics
-from genesis_fp16_infrastructure.agent_folder import lifecycle, outbox
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
-    VERDICT_NAME,
+from genesis_fp16_infrastructure.agent_folder import (
+    candidates,
+    lifecycle_records,
+    outbox,
+    prune,
+    repair,
+    transitions,
+)
+from genesis_fp16_infrastructure.agent_folder.candidates import VERDICT_NAME
+from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
     ServedPointerError,
+    pointer_path,
+    read_pointer,
+    served_checkpoint,
+    write_pointer,
 )
 from genesis_fp16_infrastructure.contract.reports import LiveReport
 
@@ -55,7 +66,7 @@ DAY = 86400.0
 
 
 def _candidate(ck: Path, digest: str) -> Path:
-    path = lifecycle.new_candidate(ck, {"fingerprint": digest, "records": 10})
+    path = candidates.new_candidate(ck, {"fingerprint": digest, "records": 10})
     (path / "ckpt-0000000005.pt").write_bytes(b"weights " + digest.encode())
     return path
 
@@ -64,8 +75,8 @@ def _gate_serve(ck: Path, candidate: Path) -> None:
     """Serve ``candidate`` as the gate does (its verdict carried by the pointer)."""
     checkpoint = candidate / "ckpt-0000000005.pt"
     verdict = {"outcome": "promoted", "reason": "better", "checkpoint": checkpoint.name}
-    entry = lifecycle.candidate_entry(ck, candidate, checkpoint, verdict)
-    assert lifecycle.serve_unless_pinned(ck, entry, "gate", verdict=verdict)
+    entry = candidates.candidate_entry(ck, candidate, checkpoint, verdict)
+    assert transitions.serve_unless_pinned(ck, entry, "gate", verdict=verdict)
 
 
 def _build(tmp: Path, scenario: str) -> Path:
@@ -81,12 +92,12 @@ def _build(tmp: Path, scenario: str) -> Path:
     with outbox.verdict_announced(old, verdict):
         (old / VERDICT_NAME).write_text(json.dumps(verdict))
     if scenario == "operator_unpin":
-        lifecycle.update_pointer(ck, lambda p: _pinned(p))
+        transitions.update_pointer(ck, lambda p: _pinned(p))
     if scenario in ("repair", "operator_repair"):  # a pointer naming a checkpoint gone
-        pointer = lifecycle.read_pointer(ck)
+        pointer = read_pointer(ck)
         assert pointer is not None
         gone = {**pointer.served, "checkpoint": "candidates/gone/ckpt-0000000005.pt"}
-        lifecycle.write_pointer(ck, replace(pointer, served=gone))
+        write_pointer(ck, replace(pointer, served=gone))
     roles = {"checkpoints": str(ck), "served": served[-1].name, "fresh": fresh.name}
     roles["old_rejected"] = old.name
     (tmp / "roles.json").write_text(json.dumps(roles))
@@ -95,7 +106,7 @@ def _build(tmp: Path, scenario: str) -> Path:
 
 def _pinned(pointer: ServedPointer | None) -> ServedPointer:
     assert pointer is not None
-    return lifecycle.journaled(pointer, replace(pointer, pinned={"by": "test"}), "pin")
+    return transitions.journaled(pointer, replace(pointer, pinned={"by": "test"}), "pin")
 
 
 def _child(roles: Path, scenario: str, kill_after: int) -> subprocess.CompletedProcess[str]:
@@ -105,20 +116,22 @@ def _child(roles: Path, scenario: str, kill_after: int) -> subprocess.CompletedP
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
 
-def _journal(ck: Path) -> list[lifecycle.JournalEntry] | None:
+def _journal(ck: Path) -> list[lifecycle_records.JournalEntry] | None:
     try:
-        pointer = lifecycle.read_pointer(ck)
+        pointer = read_pointer(ck)
     except ServedPointerError:
         return None
     return [] if pointer is None else pointer.journal
 
 
 def _next_owner_call(ck: Path, metrics: tuple[LiveMetrics, PromotionMetrics]) -> list[int]:
-    """What the daemon does after a run, killed or not (recording._bound_history): prune
-    (keeping the last five served and 60 days of decisions: nothing here is due), then
-    count the journal's rollbacks and promotions. Returns what it counted of each."""
+    """What the daemon does after a run, killed or not (recording._bound_history): recover
+    what the run left to finish (transitions.recover), prune (keeping the last five
+    served and 60 days of decisions: nothing here is due), then count the journal's
+    rollbacks and promotions. Returns what it counted of each."""
     with contextlib.suppress(ServedPointerError):  # it prunes nothing (the daemon logs it)
-        lifecycle.prune(ck, 5, 60.0)
+        transitions.recover(ck)
+        prune.prune(ck, 5, 60.0)
     live, promotion = metrics
     new = live.cursor.new(AGENT, _journal(ck) or [])
     return [live.count_rollbacks(AGENT, new), promotion.count_promotions(AGENT, new)]
@@ -153,18 +166,18 @@ def _state(ck: Path) -> dict[str, Any]:
     """What a transition changes: the pointer (served, history, pin; "unusable") and each
     candidate's verdict outcome (None: unfinished), timestamps left out."""
     try:
-        pointer = lifecycle.read_pointer(ck)
-        lifecycle.served_checkpoint(ck)
+        pointer = read_pointer(ck)
+        served_checkpoint(ck)
     except ServedPointerError:
         pointer = None
-        where = "in place" if lifecycle.pointer_path(ck).exists() else "set aside"
+        where = "in place" if pointer_path(ck).exists() else "set aside"
         shown: Any = f"unusable, {where}"
     else:
         assert pointer is not None
         shown = [pointer.served["id"], [e["id"] for e in pointer.history], bool(pointer.pinned)]
     verdicts = {
-        c.name: (lifecycle.read_json(c / VERDICT_NAME) or {}).get("outcome")
-        for c in lifecycle.list_candidates(ck)
+        c.name: (candidates.read_json(c / VERDICT_NAME) or {}).get("outcome")
+        for c in candidates.list_candidates(ck)
     }
     return {"pointer": shown, "verdicts": verdicts}
 
@@ -172,14 +185,14 @@ def _state(ck: Path) -> dict[str, Any]:
 def _assert_nothing_lost(ck: Path) -> None:
     """Every checkpoint the pointer or a promoted verdict names exists, and no verdict
     disagrees with the pointer's journal."""
-    pointer = lifecycle.repairable_pointer(ck)
+    pointer = repair.repairable_pointer(ck)
     if pointer is not None and pointer.served["id"] != "gone":
         for entry in [pointer.served, *pointer.history]:
             if "gone" not in entry["checkpoint"]:
                 assert (ck / entry["checkpoint"]).is_file(), entry
-        assert lifecycle.disagreeing(ck, pointer) == []
-    for candidate in lifecycle.list_candidates(ck):
-        verdict = lifecycle.read_json(candidate / VERDICT_NAME) or {}
+        assert transitions.disagreeing(ck, pointer) == []
+    for candidate in candidates.list_candidates(ck):
+        verdict = candidates.read_json(candidate / VERDICT_NAME) or {}
         if verdict.get("outcome") == "promoted":
             assert (candidate / verdict["checkpoint"]).is_file(), candidate
 
@@ -189,7 +202,7 @@ def _assert_announced(ck: Path) -> None:
     rejection a kept candidate's verdict says (each once, the kill's lost copy caught up
     by the next owner call, under the id made of what it announces), and no other
     rejection than a pruned candidate's: nothing announced that did not happen."""
-    pointer = lifecycle.repairable_pointer(ck)
+    pointer = repair.repairable_pointer(ck)
     journal = [] if pointer is None else pointer.journal
     expected = {
         outbox.journal_event_id(AGENT, e) for e in journal if e.kind not in outbox.UNANNOUNCED
@@ -197,8 +210,8 @@ def _assert_announced(ck: Path) -> None:
     events = outbox.read_events(ck.parent)
     assert {e.id for e in events if e.kind != "reject"} == expected
     rejected = {}
-    for candidate in lifecycle.list_candidates(ck):
-        verdict = lifecycle.read_json(candidate / VERDICT_NAME) or {}
+    for candidate in candidates.list_candidates(ck):
+        verdict = candidates.read_json(candidate / VERDICT_NAME) or {}
         if verdict.get("outcome") == "rejected":
             rejected[outbox.verdict_event_id(AGENT, candidate.name, verdict)] = candidate.name
     kept = [

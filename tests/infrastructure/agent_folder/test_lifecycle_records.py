@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from genesis_fp16_infrastructure.agent_folder import lifecycle
+from genesis_fp16_infrastructure.agent_folder import candidates, prune, transitions
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Verdict
+from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer, served_checkpoint
 from genesis_fp16_infrastructure.outcome import Outcome
 
 SCORES = {"set": "held_out", "auc": None, "log_loss": None, "records": 400, "loss": 0.4213}
@@ -20,7 +21,7 @@ COMPARISON = {
     "difference": -0.0087, "upper": 0.001, "lower": -0.018, "margin": 0.01, "passed": True,
     "segment": None, "finding": "no_worse",
 }  # fmt: skip
-GATE = {  # GateReport.to_json of a promotion, stamped by lifecycle._stamped
+GATE = {  # GateReport.to_json of a promotion, stamped by candidates.stamped
     "outcome": "promoted", "reason": "no worse than the served model: held_out ...",
     "comparisons": [COMPARISON], "seconds": 0.8123, "precision": "bf16",
     "candidate": SCORES, "served": {**SCORES, "loss": 0.43}, "served_id": "c1",
@@ -105,17 +106,17 @@ def test_an_old_folders_verdicts_and_metas_read_typed_and_whole(tmp_path: Path) 
     folder = _folder(tmp_path)
     for ident, (meta, verdict) in CANDIDATES.items():
         candidate = folder / "candidates" / ident
-        read = lifecycle.read_verdict(candidate)
+        read = candidates.read_verdict(candidate)
         assert _without_nulls(read.to_json()) == _without_nulls(verdict or {})
-        assert lifecycle.read_meta(candidate).to_json() == meta
-        assert lifecycle.read_meta(candidate).continues == "c1"
-    rolled = lifecycle.read_verdict(folder / "candidates" / "c2")
+        assert candidates.read_meta(candidate).to_json() == meta
+        assert candidates.read_meta(candidate).continues == "c1"
+    rolled = candidates.read_verdict(folder / "candidates" / "c2")
     assert (rolled.outcome, rolled.gate_outcome) == (Outcome.ROLLED_BACK, Outcome.PROMOTED)
     assert rolled.live == ROLLED_BACK["live"] and rolled.extra["detail"] == "worse by 0.03"
-    kept = lifecycle.read_verdict(folder / "candidates" / "c4")
+    kept = candidates.read_verdict(folder / "candidates" / "c4")
     assert (kept.outcome, kept.records_needed) == (Outcome.INCONCLUSIVE, 1088)
-    assert lifecycle.read_verdict(folder / "candidates" / "c5") == Verdict()
-    assert [c.name for c in lifecycle.list_candidates(folder)] == list(CANDIDATES)
+    assert candidates.read_verdict(folder / "candidates" / "c5") == Verdict()
+    assert [c.name for c in candidates.list_candidates(folder)] == list(CANDIDATES)
     assert not list(folder.rglob("*.unusable*"))  # nothing set aside
 
 
@@ -123,19 +124,19 @@ def test_an_old_pointer_reads_the_same_and_a_transition_keeps_every_key(tmp_path
     """The served model, its pin, history and journal of an old pointer read as written;
     unpinning it (a transition: read, change, write) keeps each entry's every key."""
     folder = _folder(tmp_path)
-    pointer = lifecycle.read_pointer(folder)
+    pointer = read_pointer(folder)
     assert pointer is not None
-    assert lifecycle.served_checkpoint(folder) == folder / POINTER["served"]["checkpoint"]
+    assert served_checkpoint(folder) == folder / POINTER["served"]["checkpoint"]
     assert _without_nulls(pointer.to_json()) == _without_nulls(POINTER)
-    assert lifecycle.disagreeing(folder, pointer) == []  # c2's verdict says what seq 3 decided
-    lifecycle.unpin(folder)
+    assert transitions.disagreeing(folder, pointer) == []  # c2's verdict says what seq 3 decided
+    transitions.unpin(folder)
     after = json.loads((folder / "served.json").read_text())
     assert "pinned" not in after  # unpinned: the key is left out, as before
     assert (after["served"], after["history"]) == (POINTER["served"], POINTER["history"])
     assert _without_nulls(after["journal"][:-1]) == _without_nulls(POINTER["journal"])
     assert (after["sequence"], after["journal"][-1]["kind"]) == (5, "unpin")
     # Pruning keeps what the pointer names and the kept inconclusive one; no verdict moved.
-    assert lifecycle.prune(folder, keep_served=2, rejected_days=3650.0) == []
+    assert prune.prune(folder, keep_served=2, rejected_days=3650.0) == []
     for ident, (_, verdict) in CANDIDATES.items():
         path = folder / "candidates" / ident / "verdict.json"
         assert (json.loads(path.read_text()) if path.exists() else None) == verdict
@@ -151,7 +152,7 @@ def test_a_verdict_that_no_release_wrote_is_set_aside(tmp_path: Path, bad: Any, 
     candidate = tmp_path / "candidates" / "c9"
     candidate.mkdir(parents=True)
     (candidate / "verdict.json").write_text(json.dumps(bad))
-    assert lifecycle.read_verdict(candidate).outcome is None
+    assert candidates.read_verdict(candidate).outcome is None
     aside = list(candidate.glob("verdict.json.unusable*"))
     assert len(aside) == 1 and json.loads(aside[0].read_text()) == bad
     with pytest.raises(ValueError, match=why):

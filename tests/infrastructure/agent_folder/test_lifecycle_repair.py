@@ -10,22 +10,21 @@ from pathlib import Path
 
 import pytest
 
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+from genesis_fp16_infrastructure.agent_folder.candidates import served_entry, write_verdict
+from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointerError,
     aside_path,
-    operator_pin,
     pointer_path,
-    prune,
     read_pointer,
-    roll_back_by_hand,
-    serve,
-    serve_by_hand,
     served_checkpoint,
-    served_entry,
-    set_aside_unusable,
-    unpin,
-    write_verdict,
 )
+from genesis_fp16_infrastructure.agent_folder.prune import prune
+from genesis_fp16_infrastructure.agent_folder.repair import (
+    roll_back_by_hand,
+    serve_by_hand,
+    set_aside_unusable,
+)
+from genesis_fp16_infrastructure.agent_folder.transitions import operator_pin, serve, unpin
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 
 

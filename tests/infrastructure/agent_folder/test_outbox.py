@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from genesis_fp16_infrastructure.agent_folder import lifecycle, outbox
-from genesis_fp16_infrastructure.agent_folder.lifecycle import ServedPointerError
+from genesis_fp16_infrastructure.agent_folder import (
+    candidates,
+    outbox,
+    pointer,
+    prune,
+    repair,
+    transitions,
+)
+from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointerError
 
 
 def _folders(tmp_path: Path, agent: str = "se_darwin") -> tuple[Path, Path]:
@@ -18,18 +25,18 @@ def _folders(tmp_path: Path, agent: str = "se_darwin") -> tuple[Path, Path]:
 
 
 def _candidate(folder: Path, digest: str, outcome: str | None = None) -> Path:
-    path = lifecycle.new_candidate(folder, {"fingerprint": digest, "records": 10})
+    path = candidates.new_candidate(folder, {"fingerprint": digest, "records": 10})
     (path / "ckpt-0000000005.pt").write_bytes(b"weights " + digest.encode())
     if outcome is not None:
-        lifecycle.write_verdict(path, {"outcome": outcome, "reason": f"{outcome} by test"})
+        candidates.write_verdict(path, {"outcome": outcome, "reason": f"{outcome} by test"})
     return path
 
 
 def _serve(folder: Path, candidate: Path, how: str = "gate") -> None:
-    checkpoint = lifecycle.newest_checkpoint(candidate)
+    checkpoint = candidates.newest_checkpoint(candidate)
     assert checkpoint is not None
-    entry = lifecycle.candidate_entry(folder, candidate, checkpoint)
-    lifecycle.serve(folder, entry, how, verdict={"outcome": "promoted"})
+    entry = candidates.candidate_entry(folder, candidate, checkpoint)
+    transitions.serve(folder, entry, how, verdict={"outcome": "promoted"})
 
 
 def _kinds(agent_folder: Path) -> list[str]:
@@ -46,12 +53,12 @@ def test_every_transition_is_in_the_outbox_in_order_once(tmp_path: Path) -> None
     second = _candidate(folder, "bbbb")
     _serve(folder, second)
     _candidate(folder, "hhhh", "held")
-    lifecycle.rollback(folder, verdict={"reason": "live_regression"})
-    lifecycle.serve_by_hand(
-        folder, lifecycle.served_entry(folder, second) or {}, lifecycle.operator_pin("t")
+    transitions.rollback(folder, verdict={"reason": "live_regression"})
+    repair.serve_by_hand(
+        folder, candidates.served_entry(folder, second) or {}, transitions.operator_pin("t")
     )
-    lifecycle.unpin(folder)
-    lifecycle.prune(folder, keep_served=1, rejected_days=7)  # a trim: no event
+    transitions.unpin(folder)
+    prune.prune(folder, keep_served=1, rejected_days=7)  # a trim: no event
     kinds = ["promote", "reject", "promote", "hold", "rollback", "promote", "unpin"]
     assert _kinds(agent_folder) == kinds
     events = outbox.read_events(agent_folder)
@@ -68,7 +75,8 @@ def test_a_transition_killed_before_its_event_is_announced_by_the_next_owner_cal
     tmp_path: Path,
 ) -> None:
     """A pointer committed without its event (the copy lost to a kill) is announced at the
-    next owner call, once; a refused transition announces nothing."""
+    next recovery (the daemon's after each run), once; a refused transition announces
+    nothing."""
     agent_folder, folder = _folders(tmp_path)
     _serve(folder, _candidate(folder, "aaaa"), "first")
     second = _candidate(folder, "bbbb")
@@ -76,13 +84,16 @@ def test_a_transition_killed_before_its_event_is_announced_by_the_next_owner_cal
     lost = outbox.read_events(agent_folder)[-1]
     lost.path.unlink()  # as if killed between the pointer's write and the event's
     assert _kinds(agent_folder) == ["promote"]
-    lifecycle.prune(folder, keep_served=5, rejected_days=7)  # the daemon's after each run
+    prune.prune(folder, keep_served=5, rejected_days=7)  # prunes: recovers nothing
+    assert _kinds(agent_folder) == ["promote"]
+    transitions.recover(folder)  # the daemon's after each run
     events = outbox.read_events(agent_folder)
     assert [e.id for e in events][-1] == lost.id and len(events) == 2
-    lifecycle.prune(folder, keep_served=5, rejected_days=7)
-    lifecycle.unpin(folder)  # not pinned: no transition
+    transitions.recover(folder)
+    prune.prune(folder, keep_served=5, rejected_days=7)
+    transitions.unpin(folder)  # not pinned: no transition
     with pytest.raises(ServedPointerError):
-        lifecycle.rollback(tmp_path / "agents" / "other" / "checkpoints")
+        transitions.rollback(tmp_path / "agents" / "other" / "checkpoints")
     assert len(outbox.read_events(agent_folder)) == 2
     assert not (tmp_path / "agents" / "other" / "outbox").exists()
 
@@ -95,7 +106,7 @@ def test_the_first_outbox_does_not_announce_older_history(tmp_path: Path) -> Non
     _serve(folder, _candidate(folder, "bbbb"))
     for path in outbox.outbox_of(agent_folder).iterdir():
         path.unlink()
-    lifecycle.rollback(folder)
+    transitions.rollback(folder)
     assert _kinds(agent_folder) == ["rollback"]
 
 
@@ -104,7 +115,7 @@ def test_a_folder_outside_a_state_folder_has_no_outbox(tmp_path: Path) -> None:
     no outbox beside it."""
     folder = tmp_path / "my_models"
     _serve(folder, _candidate(folder, "aaaa", "rejected"), "first")
-    assert lifecycle.read_pointer(folder) is not None
+    assert pointer.read_pointer(folder) is not None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["my_models"]
 
 

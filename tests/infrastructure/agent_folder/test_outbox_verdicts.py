@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from genesis_fp16_infrastructure.agent_folder import files, lifecycle, outbox
+from genesis_fp16_infrastructure.agent_folder import candidates, files, outbox, prune, transitions
 from genesis_fp16_infrastructure.agent_folder.layout import VERDICT
 
 AGENT = "se_darwin"
@@ -29,20 +29,21 @@ def _folders(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def _candidate(folder: Path, digest: str) -> Path:
-    path = lifecycle.new_candidate(folder, {"fingerprint": digest, "records": 10})
+    path = candidates.new_candidate(folder, {"fingerprint": digest, "records": 10})
     (path / "ckpt-0000000005.pt").write_bytes(b"weights " + digest.encode())
     return path
 
 
 def _verdict(candidate: Path) -> dict[str, Any]:
-    return json.loads((candidate / lifecycle.VERDICT_NAME).read_text())
+    return json.loads((candidate / candidates.VERDICT_NAME).read_text())
 
 
 def _catch_ups(folder: Path) -> None:
-    """The owner calls that catch up: the daemon's prune after a run, and a transition
-    (here one that changes nothing, as the delivery thread's start runs it)."""
-    lifecycle.prune(folder, keep_served=5, rejected_days=7)
-    lifecycle.update_pointer(folder, lambda current: current)
+    """The owner calls that catch up: the daemon's recovery and prune after a run, and
+    the recovery the delivery thread's start runs."""
+    transitions.recover(folder)
+    prune.prune(folder, keep_served=5, rejected_days=7)
+    transitions.recover(folder)
 
 
 def _staged(agent_folder: Path) -> list[str]:
@@ -62,7 +63,7 @@ def _killed_before_release(
     with monkeypatch.context() as patch:
         patch.setattr(outbox, "release_verdict", killed)
         with pytest.raises(Killed):
-            lifecycle.write_verdict(candidate, verdict)
+            candidates.write_verdict(candidate, verdict)
 
 
 def test_a_verdict_whose_event_was_not_released_is_announced_once_by_the_next_owner_calls(
@@ -92,11 +93,11 @@ def test_a_staged_event_whose_verdict_was_not_written_is_discarded(
     announcing nothing for the candidate's older verdict."""
     agent_folder, folder = _folders(tmp_path)
     candidate = _candidate(folder, "hhhh")
-    lifecycle.write_verdict(candidate, {"outcome": "held"})
+    candidates.write_verdict(candidate, {"outcome": "held"})
     with monkeypatch.context() as patch:
         patch.setattr(files, "write_json", lambda *args: (_ for _ in ()).throw(Killed()))
         with pytest.raises(Killed):
-            lifecycle.write_verdict(candidate, {"outcome": "rejected"})
+            candidates.write_verdict(candidate, {"outcome": "rejected"})
     assert len(_staged(agent_folder)) == 1
     _catch_ups(folder)
     assert [e.kind for e in outbox.read_events(agent_folder)] == ["hold"]
@@ -111,7 +112,7 @@ def test_held_then_rejected_are_two_events_and_one_verdict_released_twice_is_one
     copy, before removing the staged file) adds none."""
     agent_folder, folder = _folders(tmp_path)
     candidate = _candidate(folder, "hhhh")
-    lifecycle.write_verdict(candidate, {"outcome": "held", "reason": "pinned"})
+    candidates.write_verdict(candidate, {"outcome": "held", "reason": "pinned"})
     _killed_before_release(monkeypatch, candidate, outcome="rejected", reason="worse")
     [staged] = _staged(agent_folder)
     copy = (outbox.outbox_of(agent_folder) / "staged" / staged).read_text()
@@ -130,11 +131,11 @@ def test_an_old_state_folder_announces_none_of_its_verdicts(tmp_path: Path) -> N
     agent_folder, folder = _folders(tmp_path)
     for digest, outcome in (("aaaa", "rejected"), ("bbbb", "held")):
         candidate = _candidate(folder, digest)
-        files.write_json(candidate / lifecycle.VERDICT_NAME, VERDICT, {"outcome": outcome})
+        files.write_json(candidate / candidates.VERDICT_NAME, VERDICT, {"outcome": outcome})
     _catch_ups(folder)
     assert outbox.read_events(agent_folder) == []
     new = _candidate(folder, "cccc")
-    lifecycle.write_verdict(new, {"outcome": "rejected"})
+    candidates.write_verdict(new, {"outcome": "rejected"})
     _catch_ups(folder)
     assert [e.data["candidate_id"] for e in outbox.read_events(agent_folder)] == [new.name]
 
@@ -167,7 +168,7 @@ def test_a_catch_up_with_nothing_staged_reads_no_file(
     (one listing): its cost does not grow with the candidates kept."""
     agent_folder, folder = _folders(tmp_path)
     for n in range(5):
-        lifecycle.write_verdict(_candidate(folder, f"{n:04d}"), {"outcome": "rejected"})
+        candidates.write_verdict(_candidate(folder, f"{n:04d}"), {"outcome": "rejected"})
     read: list[str] = []
     real = files.load
 
@@ -207,6 +208,6 @@ def test_the_next_verdict_of_a_candidate_settles_the_one_a_killed_writer_left(
     agent_folder, folder = _folders(tmp_path)
     candidate = _candidate(folder, "aaaa")
     _killed_before_release(monkeypatch, candidate, outcome="rejected")
-    lifecycle.write_verdict(candidate, {"outcome": "held"})
+    candidates.write_verdict(candidate, {"outcome": "held"})
     assert [e.kind for e in outbox.read_events(agent_folder)] == ["reject", "hold"]
     assert _staged(agent_folder) == []

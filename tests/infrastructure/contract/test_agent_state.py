@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from genesis_fp16_infrastructure.agent_folder.lifecycle import ServedPointer, write_pointer
+from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer, write_pointer
 from genesis_fp16_infrastructure.contract.agent_snapshot import AgentStateFiles
 from genesis_fp16_infrastructure.contract.agent_state import read_agent_state
 from genesis_fp16_infrastructure.training import CheckpointManager

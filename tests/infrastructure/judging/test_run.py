@@ -13,14 +13,13 @@ from typing import Any
 
 import pytest
 
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+from genesis_fp16_infrastructure.agent_folder.candidates import (
     list_candidates,
-    operator_pin,
-    pointer_path,
     read_json,
-    read_pointer,
-    serve,
+    write_verdict,
 )
+from genesis_fp16_infrastructure.agent_folder.pointer import pointer_path, read_pointer
+from genesis_fp16_infrastructure.agent_folder.transitions import operator_pin, rollback, serve
 from genesis_fp16_infrastructure.contract.judging import RecordLosses
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
@@ -220,6 +219,20 @@ def test_the_watch_rolls_back_a_served_model_worse_on_later_records(tmp_path: Pa
     assert live.records == 40 and live.lower > live.margin and live.difference > 0.3
     assert live.served_loss is not None and live.served_log_loss != live.served_log_loss
     verdict = read_json(tmp_path / "checkpoints" / "candidates" / second / "verdict.json") or {}
+    assert verdict["outcome"] == "rolled_back" and verdict["reason"] == "live_regression"
+
+
+def test_a_judged_run_first_settles_what_a_killed_rollback_left(tmp_path: Path) -> None:
+    """A rollback killed after its pointer's commit left B's verdict ``promoted``: the next
+    judged run (up to date here: it writes no pointer) writes B's ``rolled_back`` first."""
+    plugin = OneNumber()
+    _served_after(plugin, _on(tmp_path, 0.0, range(40)))
+    second = _served_after(plugin, _on(tmp_path, 0.6, range(40, 80)))
+    folder = tmp_path / "checkpoints"
+    rollback(folder, verdict={"reason": "live_regression"})
+    write_verdict(folder / "candidates" / second, {"outcome": "promoted"})  # the kill's state
+    assert run_plugin(plugin, _on(tmp_path, 0.0, range(40))).up_to_date
+    verdict = read_json(folder / "candidates" / second / "verdict.json") or {}
     assert verdict["outcome"] == "rolled_back" and verdict["reason"] == "live_regression"
 
 

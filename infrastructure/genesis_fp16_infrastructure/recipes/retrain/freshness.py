@@ -33,7 +33,7 @@ from typing import Any
 
 from genesis_fp16_infrastructure.agent_folder import data_manifest
 from genesis_fp16_infrastructure.agent_folder.layout import DATA_MANIFEST, RECORD_CACHE_FOLDER
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
     ServedPointerError,
     checkpoint_of,
@@ -333,7 +333,7 @@ def _served(request: TrainRequest) -> Path | None:
 
 def _served_checkpoint_unchanged(request: TrainRequest, recorded: Any) -> bool:
     """The recorded checkpoint is still there, unchanged, and still the one the
-    served-model pointer names (agent_folder.lifecycle; a promotion, a rollback or an
+    served-model pointer names (agent_folder.transitions; a promotion, a rollback or an
     unreadable pointer: the run reads the pool)."""
     if not isinstance(recorded, Mapping):
         return False

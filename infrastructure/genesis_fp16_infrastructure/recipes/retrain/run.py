@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
+from genesis_fp16_infrastructure.agent_folder.candidates import newest_checkpoint
 from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATES_FOLDER, QUARANTINE_LOG
-from genesis_fp16_infrastructure.agent_folder.lifecycle import newest_checkpoint
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.reports import DriftReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest

@@ -16,15 +16,10 @@ import pytest
 from se_darwin_runs import train
 
 from genesis_fp16_agents.se_darwin import plugin
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
-    list_candidates,
-    operator_pin,
-    read_pointer,
-    roll_back_by_hand,
-    serve_by_hand,
-    served_checkpoint,
-    served_entry,
-)
+from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, served_entry
+from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer, served_checkpoint
+from genesis_fp16_infrastructure.agent_folder.repair import roll_back_by_hand, serve_by_hand
+from genesis_fp16_infrastructure.agent_folder.transitions import operator_pin
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.data.synthetic import generate_pool

@@ -13,13 +13,13 @@ from se_darwin_runs import train
 
 from genesis_fp16.commands.model_list import list_models
 from genesis_fp16_agents.se_darwin import plugin
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+from genesis_fp16_infrastructure.agent_folder.candidates import (
     VERDICT_NAME,
     list_candidates,
-    prune,
     read_json,
-    read_pointer,
 )
+from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer
+from genesis_fp16_infrastructure.agent_folder.prune import prune
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 
 

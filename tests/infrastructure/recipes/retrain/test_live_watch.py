@@ -13,15 +13,14 @@ import pytest
 from se_darwin_runs import train
 
 from genesis_fp16.cli import main
-from genesis_fp16_infrastructure.agent_folder.lifecycle import (
+from genesis_fp16_infrastructure.agent_folder.candidates import (
     VERDICT_NAME,
     candidate_entry,
-    candidates_dir,
     newest_checkpoint,
     read_json,
-    read_pointer,
-    serve,
 )
+from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir, read_pointer
+from genesis_fp16_infrastructure.agent_folder.transitions import serve
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.watch import LIVE_REGRESSION

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from genesis_fp16_agents.se_darwin import plugin
-from genesis_fp16_infrastructure.agent_folder.lifecycle import served_checkpoint
+from genesis_fp16_infrastructure.agent_folder.pointer import served_checkpoint
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.contract.train_result import TrainResult

@@ -10,7 +10,7 @@ import pytest
 import torch
 from se_darwin_runs import train
 
-from genesis_fp16_infrastructure.agent_folder.lifecycle import read_pointer, served_checkpoint
+from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer, served_checkpoint
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager, load_checkpoint

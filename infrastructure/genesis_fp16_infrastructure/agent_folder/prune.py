@@ -1,0 +1,114 @@
+"""Pruning an agent's candidates: the ones nobody may still name (neither served nor
+kept in the pointer's history, nor a verdict the journal decided and its file does not
+say yet) are removed, each by one rename out of ``candidates/``; the pointer's history is
+trimmed to the last ``keep_served`` models (a ``trim`` transition,
+:mod:`~genesis_fp16_infrastructure.agent_folder.transitions`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_verdict
+from genesis_fp16_infrastructure.agent_folder.files import last_write
+from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer, pointer_lock
+from genesis_fp16_infrastructure.agent_folder.transitions import (
+    disagreeing,
+    journaled,
+    update_pointer,
+)
+from genesis_fp16_infrastructure.outcome import Outcome
+
+UNFINISHED_MIN_DAYS = 1.0  # an unfinished candidate untouched this long is pruned
+# Inconclusive candidates (issue 62: judged again as records arrive) kept whatever their
+# age: the newest two; an older one is pruned as a rejected one is.
+INCONCLUSIVE_KEEP = 2
+PRUNING_FOLDER = ".pruning"  # a candidate moved here (one rename) is removed, then or later
+
+
+def prune(folder: Path, keep_served: int, rejected_days: float) -> list[Path]:
+    """Remove candidates neither served nor among the last ``keep_served`` served:
+    rejected, undecided or inconclusive ones (but the newest ``INCONCLUSIVE_KEEP``
+    inconclusive) older than ``rejected_days``, unfinished ones (no verdict) untouched
+    for ``rejected_days`` and ``UNFINISHED_MIN_DAYS`` (a run cut short by its timeout
+    every hour must find its candidate next time). Returns what was removed."""
+    return prune_and_read(folder, keep_served, rejected_days)[0]
+
+
+def prune_and_read(
+    folder: Path, keep_served: int, rejected_days: float
+) -> tuple[list[Path], ServedPointer | None]:
+    """:func:`prune`, and the pointer as it stands after it (None: nothing served), read
+    once under the same lock: the daemon counts the journal from it without a second read."""
+    with pointer_lock(folder):  # nothing served meanwhile is removed
+        return _prune_locked(folder, keep_served, rejected_days)
+
+
+def _prune_locked(
+    folder: Path, keep_served: int, rejected_days: float
+) -> tuple[list[Path], ServedPointer | None]:
+    def trim(current: ServedPointer | None) -> ServedPointer | None:
+        if current is None or len(current.history) <= keep_served:
+            return current
+        dropped = [e.get("id") for e in current.history[keep_served:]]
+        trimmed = replace(current, history=current.history[:keep_served])
+        return journaled(current, trimmed, "trim", dropped=dropped)
+
+    pointer = update_pointer(folder, trim)  # rolls forward what a killed transition decided
+    _empty_pruning(folder)
+    kept_ids: set[str] = set()
+    if pointer is not None:
+        kept_ids = {str(e.get("id")) for e in [pointer.served, *pointer.history]}
+        kept_ids |= set(disagreeing(folder, pointer))  # a verdict not yet rolled forward
+    kept_ids |= set(_newest_inconclusive(folder))
+    cutoff = time.time() - rejected_days * 86400
+    removed = []
+    for stale in Path(folder).glob(".up-to-date-*"):  # an up-to-date run killed mid-eval
+        if stale.is_dir() and last_write(stale) < time.time() - UNFINISHED_MIN_DAYS * 86400:
+            shutil.rmtree(stale, ignore_errors=True)
+    for candidate in list_candidates(folder):
+        if candidate.name in kept_ids or not _prunable(candidate, pointer, cutoff):
+            continue
+        _remove(folder, candidate)
+        removed.append(candidate)
+    return removed, pointer
+
+
+def _prunable(candidate: Path, pointer: ServedPointer | None, cutoff: float) -> bool:
+    """Whether nobody may still name ``candidate`` (neither served nor kept in history:
+    the caller's check): promoted and replaced, decided long ago, or unfinished and
+    untouched. With no pointer at all a promoted one stays: a repair serves it again."""
+    verdict = read_verdict(candidate)
+    if verdict.outcome is None:  # unfinished and recent: the next run of its data resumes it
+        return last_write(candidate) <= min(cutoff, time.time() - UNFINISHED_MIN_DAYS * 86400)
+    if verdict.outcome == Outcome.PROMOTED:
+        return pointer is not None
+    return (verdict.decided_at_s or 0.0) <= cutoff  # a recent one kept for inspection
+
+
+def _newest_inconclusive(folder: Path) -> list[str]:
+    """The newest ``INCONCLUSIVE_KEEP`` candidates whose verdict is ``inconclusive``."""
+    verdicts = [(c.name, read_verdict(c)) for c in list_candidates(folder)]
+    return [n for n, v in verdicts if v.outcome == Outcome.INCONCLUSIVE][-INCONCLUSIVE_KEEP:]
+
+
+def _remove(folder: Path, candidate: Path) -> None:
+    """Remove a candidate in one step that counts: its rename out of ``candidates/`` (a
+    kill during the removal of its files then leaves no half candidate to list)."""
+    trash = Path(folder) / PRUNING_FOLDER
+    trash.mkdir(exist_ok=True)
+    moved = trash / candidate.name
+    shutil.rmtree(moved, ignore_errors=True)  # the same name pruned before, killed midway
+    os.replace(candidate, moved)
+    shutil.rmtree(moved)
+
+
+def _empty_pruning(folder: Path) -> None:
+    """What a prune killed midway left in ``.pruning``: removed (nobody names it)."""
+    trash = Path(folder) / PRUNING_FOLDER
+    if trash.is_dir():
+        shutil.rmtree(trash, ignore_errors=True)
