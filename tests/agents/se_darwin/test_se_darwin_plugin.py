@@ -51,7 +51,7 @@ def test_the_served_models_auc_is_reported_beside_its_gated_loss(
 ) -> None:
     """Issue 68: se_darwin is judged on its per-record loss; its run's AUC is reported with
     the verdict (and so in `model list` and `status`), never gated."""
-    result, ckpt = trained
+    result, _ = trained
     assert result.checkpoint is not None and result.gate is not None
     verdict = json.loads((result.checkpoint.parent / "verdict.json").read_text())
     assert verdict["candidate"]["auc"] == pytest.approx(result.eval["auc"], abs=1e-6)
