@@ -130,12 +130,14 @@ def refuse_unusable_device(
 
 def bound_history(folder: Path, settings: Settings) -> None:
     """Bound the model history as the daemon does after each run (served.prune)."""
-    from genesis_fp16_infrastructure.api import ServedPointerError, prune_and_read, recover
+    from genesis_fp16_infrastructure.api import ServedPointerError, prune_and_read
 
     try:
-        recover(folder)  # what the run, killed or not, left to finish
         removed, _ = prune_and_read(
-            folder, settings.served_history_keep, settings.rejected_keep_days
+            folder,
+            settings.served_history_keep,
+            settings.rejected_keep_days,
+            recover_first=True,  # what the run, killed or not, left: on the prune's one read
         )
     except (ServedPointerError, OSError) as exc:
         logging.getLogger(__name__).warning("model history not pruned: %s", exc)

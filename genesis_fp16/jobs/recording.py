@@ -39,7 +39,6 @@ from genesis_fp16_infrastructure.api import (
     TrainingSummary,
     folder_bytes,
     prune_and_read,
-    recover,
 )
 
 log = structlog.get_logger("genesis_fp16.jobs")
@@ -285,9 +284,11 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
     journal: list[JournalEntry] | None = None  # None: the pointer could not be read
     pointer = None
     try:
-        recover(folder)  # what the run, killed or not, left to finish
         removed, pointer = prune_and_read(
-            folder, settings.served_history_keep, settings.rejected_keep_days
+            folder,
+            settings.served_history_keep,
+            settings.rejected_keep_days,
+            recover_first=True,  # what the run, killed or not, left: on the prune's one read
         )
         journal = _journal_of(pointer)
     except (ServedPointerError, OSError) as exc:

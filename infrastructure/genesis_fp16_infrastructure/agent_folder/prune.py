@@ -40,16 +40,18 @@ def prune(folder: Path, keep_served: int, rejected_days: float) -> list[Path]:
 
 
 def prune_and_read(
-    folder: Path, keep_served: int, rejected_days: float
+    folder: Path, keep_served: int, rejected_days: float, recover_first: bool = False
 ) -> tuple[list[Path], ServedPointer | None]:
     """:func:`prune`, and the pointer as it stands after it (None: nothing served), read
-    once under the same lock: the daemon counts the journal from it without a second read."""
+    once under the same lock: the daemon counts the journal from it without a second
+    read. ``recover_first``: :func:`~.transitions.recover`'s work first, on that same
+    read (the daemon's after each run: what the run, killed or not, left to finish)."""
     with pointer_lock(folder):  # nothing served meanwhile is removed
-        return _prune_locked(folder, keep_served, rejected_days)
+        return _prune_locked(folder, keep_served, rejected_days, recover_first)
 
 
 def _prune_locked(
-    folder: Path, keep_served: int, rejected_days: float
+    folder: Path, keep_served: int, rejected_days: float, recover_first: bool
 ) -> tuple[list[Path], ServedPointer | None]:
     def trim(current: ServedPointer | None) -> ServedPointer | None:
         if current is None or len(current.history) <= keep_served:
@@ -58,7 +60,7 @@ def _prune_locked(
         trimmed = replace(current, history=current.history[:keep_served])
         return journaled(current, trimmed, "trim", dropped=dropped)
 
-    pointer = update_pointer(folder, trim)  # rolls forward what a killed transition decided
+    pointer = update_pointer(folder, trim, settle_first=recover_first)
     _empty_pruning(folder)
     kept_ids: set[str] = set()
     if pointer is not None:

@@ -80,15 +80,18 @@ JOURNAL_KEEP = 16
 PointerChange = Callable[[ServedPointer | None], ServedPointer | None]
 
 
-def update_pointer(folder: Path, change: PointerChange) -> ServedPointer | None:
+def update_pointer(
+    folder: Path, change: PointerChange, settle_first: bool = False
+) -> ServedPointer | None:
     """Read the pointer, apply ``change`` and write what it returns, all under
     :func:`pointer_lock`. ``change`` gets the current pointer (None: none yet) and returns
     the new one, or the same object (or None) to leave the file untouched; it may raise
     :class:`ServedPointerError` to refuse. Returns the pointer as it now stands. It
-    recovers nothing before (:func:`recover`); its commit rolls forward and announces the
-    whole journal it writes, what an earlier transition killed midway left included."""
+    recovers nothing before unless ``settle_first`` (then :func:`recover`'s work, on the
+    same one read of the pointer); its commit rolls forward and announces the whole
+    journal it writes, what an earlier transition killed midway left included."""
     with pointer_lock(folder):
-        current = read_pointer(folder)
+        current = _settle(folder) if settle_first else read_pointer(folder)
         new = change(current)
         if new is not None and new is not current:
             if current is not None and new.sequence < current.sequence:
@@ -109,12 +112,17 @@ def recover(folder: Path) -> ServedPointer | None:
     stands (None: none yet); one that cannot be read raises :class:`ServedPointerError`,
     the staged events settled first."""
     with pointer_lock(folder):
-        outbox.announce_verdicts(folder)  # a killed verdict writer's event, left staged
-        current = read_pointer(folder)
-        if current is not None:
-            roll_forward(folder, current)  # what a transition killed midway decided
-            outbox.announce_journal(folder, current.journal, committed_now=False)  # likewise
-        return current
+        return _settle(folder)
+
+
+def _settle(folder: Path) -> ServedPointer | None:
+    """:func:`recover`'s work, its caller holding the lock; the pointer read once."""
+    outbox.announce_verdicts(folder)  # a killed verdict writer's event, left staged
+    current = read_pointer(folder)
+    if current is not None:
+        roll_forward(folder, current)  # what a transition killed midway decided
+        outbox.announce_journal(folder, current.journal, committed_now=False)  # likewise
+    return current
 
 
 def commit(folder: Path, new: ServedPointer) -> None:

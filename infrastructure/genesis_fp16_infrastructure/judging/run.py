@@ -222,9 +222,12 @@ def run_judged(plugin: AgentPlugin, judged: JudgedPlugin, request: TrainRequest)
     if owner is not None:
         owner.claim(f"{request.agent} judged run (agent folder {request.checkpoint_dir})")
         # What a transition or verdict writer killed midway left, finished before the run
-        # reads its candidates; an unusable pointer is refused below, in one line.
-        with contextlib.suppress(ServedPointerError):
-            recover(Path(request.checkpoint_dir))
+        # reads its candidates; an unusable pointer is refused below, in one line. A run
+        # with the plan's snapshot reads no state file (the daemon recovers at its start
+        # and after each run, with the prune's one read).
+        if request.snapshot is None:
+            with contextlib.suppress(ServedPointerError):
+                recover(Path(request.checkpoint_dir))
     try:
         if world == 1:
             return _judged_run(plugin, judged, request, lambda _: None)
