@@ -71,20 +71,21 @@ def gate_outcomes(daemon: DaemonProcess, agent: str = AGENT) -> list[str]:
     return [str(e["gate"]["outcome"]) for e in finished(daemon, agent) if e.get("gate")]
 
 
-def gate_outcomes_since(daemon: DaemonProcess, mark: int, agent: str = AGENT) -> list[str]:
-    """The gate verdicts of the agent's runs that started after the daemon's first
-    ``mark`` log lines: a run started before an operator's pin judges against the model
-    served at its start, and may end promoted or inconclusive, so a test of the pin
-    counts only the runs that began after it."""
-    later = daemon.logs()[mark:]
-    started = {e.get("run_id") for e in later if e.get("event") == "training run started"}
+def gate_outcomes_since(
+    daemon: DaemonProcess, mark: int, against: str, agent: str = AGENT
+) -> list[str]:
+    """The gate verdicts, after the daemon's first ``mark`` log lines, of the agent's runs
+    that judged their candidate against ``against`` (the pinned model): a run under way
+    at an operator's pin judges against the model served at its start, and may end
+    promoted or inconclusive; which run saw the pin is told by the model it was judged
+    against, not by when it logged its start (its plan reads the pointer after that)."""
     return [
         str(e["gate"]["outcome"])
-        for e in later
+        for e in daemon.logs()[mark:]
         if e.get("event") == "training run finished"
-        and e.get("run_id") in started
         and e.get("agent") == agent
         and e.get("gate")
+        and e["gate"].get("served_id") == against
     ]
 
 

@@ -142,13 +142,15 @@ def test_judged_pin_holds_through_three_runs_and_a_broken_pointer_is_repaired(
 
     done = model_command(daemon, package, "promote", AGENT, first, "--json")
     assert done.returncode == 0 and json.loads(done.stdout)["pinned"] is True, done.stderr
-    mark = len(daemon.logs())  # a run in flight at the pin judges the second model: not counted
+    mark = len(daemon.logs())  # runs judged against the pinned model from here on
     for n in range(3):
         write_records(data, 300, seed=10 + n, shift=1.0)
         held = daemon.wait_for(
-            lambda n=n: len(gate_outcomes_since(daemon, mark)) > n, f"held candidate {n + 1}", 180
+            lambda n=n: len(gate_outcomes_since(daemon, mark, first)) > n,
+            f"held candidate {n + 1}",
+            180,
         )
-        assert held and gate_outcomes_since(daemon, mark)[n] == "held"
+        assert held and gate_outcomes_since(daemon, mark, first)[n] == "held"
         pointer = read_pointer(_folder(daemon))
         assert pointer is not None and pointer.served["id"] == first and pointer.pinned
     assert daemon.sample("genesis_fp16_served_model_pinned", agent=AGENT) == 1
@@ -190,8 +192,8 @@ def test_rlhf_ppo_is_judged_pinned_and_repaired_like_any_judged_agent(
     for n in range(3):
         done_runs = daemon.wait_for(
             lambda n=n: (
-                len(gate_outcomes_since(daemon, mark, agent)) > n
-                and gate_outcomes_since(daemon, mark, agent)
+                len(gate_outcomes_since(daemon, mark, first, agent)) > n
+                and gate_outcomes_since(daemon, mark, first, agent)
             ),
             f"run {n + 1} after the pin",
             180,
