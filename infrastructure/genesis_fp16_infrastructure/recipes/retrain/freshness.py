@@ -38,7 +38,6 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointerError,
     checkpoint_of,
     read_pointer,
-    served_checkpoint,
 )
 from genesis_fp16_infrastructure.contract.agent_snapshot import DataCheck
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
@@ -100,7 +99,8 @@ def check_data(request: TrainRequest) -> DataCheck:
     start = time.perf_counter()
     if request.data_path is None:
         return DataCheck(None)
-    served = _served(request)
+    pointer = _pointer(request)
+    served = _served(request, pointer)
     folder = None if served is None else served.parent
     record = None if folder is None else data_manifest.load(folder)
     before = Manifest.from_json(record.get("manifest")) if record else None
@@ -119,7 +119,7 @@ def check_data(request: TrainRequest) -> DataCheck:
         return DataCheck(manifest)
     judged, stored = None, record["result"]
     if not manifest.same_content(before):
-        found = _read_by_the_last_judged(request, manifest)
+        found = _read_by_the_last_judged(request, pointer, manifest)
         if found is not None:  # its data report: the records as they are now
             judged, stored = found[0], {**stored, "data": found[1].get("data")}
         else:
@@ -142,7 +142,7 @@ def check_data(request: TrainRequest) -> DataCheck:
 
 
 def _read_by_the_last_judged(
-    request: TrainRequest, manifest: Manifest
+    request: TrainRequest, pointer: ServedPointer | None, manifest: Manifest
 ) -> tuple[str, Mapping[str, Any]] | None:
     """Why the files are nothing new although the served model's run read others: they
     hold the bytes the newest candidate judged against the served model read, and that
@@ -154,7 +154,6 @@ def _read_by_the_last_judged(
     candidate's recorded result (its data report counts the records as they are)."""
     if request.forced:
         return None  # a forced run trains all the same
-    pointer = _pointer(request)
     if pointer is None:
         return None
     folder = Path(request.checkpoint_dir)
@@ -316,17 +315,11 @@ def _without(extra: Mapping[str, Any], *names: str) -> dict[str, Any]:
     return {k: v for k, v in extra.items() if k not in names}
 
 
-def _served(request: TrainRequest) -> Path | None:
-    """The served checkpoint, by the request's snapshot (the plan read the pointer once)
-    or the pointer read now; None when none is served or the pointer is unusable (the run
-    reads the pool, and reports it)."""
-    folder, snapshot = Path(request.checkpoint_dir), request.snapshot
+def _served(request: TrainRequest, pointer: ServedPointer | None) -> Path | None:
+    """The checkpoint ``pointer`` (:func:`_pointer`'s) names; None when none is served or
+    the pointer is unusable (the run reads the pool, and reports it)."""
     try:
-        if snapshot is None:
-            return served_checkpoint(folder)
-        if snapshot.pointer_error is not None or snapshot.pointer is None:
-            return None
-        return checkpoint_of(folder, snapshot.pointer)
+        return None if pointer is None else checkpoint_of(Path(request.checkpoint_dir), pointer)
     except (OSError, ServedPointerError):
         return None
 
@@ -342,7 +335,7 @@ def _served_checkpoint_unchanged(request: TrainRequest, recorded: Any) -> bool:
         stat = os.stat(path)
     except OSError:
         return False
-    served = _served(request)
+    served = _served(request, _pointer(request))
     if (stat.st_size, stat.st_mtime_ns) != (recorded.get("size"), recorded.get("mtime_ns")):
         return False
     return served is not None and served.resolve() == path.resolve()
