@@ -101,10 +101,10 @@ def run(args: argparse.Namespace) -> int:
             fixed = " (the unusable pointer is replaced)" if repaired else ""
             answer = {
                 "agent": agent,
-                "served": served["id"],
+                "served": served.id,
                 "pinned": True,
                 "repaired": repaired,
-                "message": f"{agent}: serving {served['id']} again (rolled back, pinned){fixed}",
+                "message": f"{agent}: serving {served.id} again (rolled back, pinned){fixed}",
             }
         else:
             answer = _unpin(folder, agent)
@@ -145,8 +145,9 @@ def _unpin(folder: Path, agent: str) -> dict[str, Any]:
     pointer = unpin(folder)
     if pointer is None:
         raise UsageError(f"{agent}: no model served: nothing to unpin")
-    served = pointer.served.get("id")
-    held = held_by_pin(folder, before.pinned if before else None, served)
+    served = pointer.served.id
+    pin = before.pinned.to_json() if before and before.pinned else None
+    held = held_by_pin(folder, pin, served)
     hint = (
         f"; {held_words(held)} (`genesis-fp16 model promote {agent} ID` serves one)" if held else ""
     )

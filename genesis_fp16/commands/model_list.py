@@ -56,13 +56,14 @@ def list_models(folder: Path, agent: str, as_json: bool, idle_seconds: float = 8
         pointer, unusable = None, str(exc)
     rows = _rows(folder, pointer)
     watched = _watch(pointer, idle_seconds)
-    held = held_by_pin(folder, pointer.pinned, pointer.served.get("id")) if pointer else []
+    pin = pointer.pinned.to_json() if pointer and pointer.pinned else None
+    held = held_by_pin(folder, pin, pointer.served.id) if pointer else []
     if as_json:
         answer = {
             "agent": agent,
             "gate": True,
-            "served": pointer.served.get("id") if pointer else None,
-            "pinned": pointer.pinned if pointer else None,
+            "served": pointer.served.id if pointer else None,
+            "pinned": pin,
             "held": held,
             "pointer_error": unusable,
             "watch": watched,
@@ -97,8 +98,8 @@ def list_models(folder: Path, agent: str, as_json: bool, idle_seconds: float = 8
 def _pin_line(agent: str, pointer: ServedPointer, held: list[str]) -> str:
     """The pin above the table: the pinned model, by what and when, and the candidates
     the gate held since (named only when there are some)."""
-    pin = pointer.pinned or {}
-    said = f"{agent}: {pointer.served.get('id')} pinned by `{pin.get('by')}` at {pin.get('at')}"
+    by, at = (pointer.pinned.by, pointer.pinned.at) if pointer.pinned else (None, None)
+    said = f"{agent}: {pointer.served.id} pinned by `{by}` at {at}"
     if held:
         serve = f"`genesis-fp16 model promote {agent} ID` serves one, "
     else:
@@ -112,9 +113,10 @@ def _watch(pointer: ServedPointer | None, idle_seconds: float) -> dict[str, Any]
     if pointer is None:
         return None
     served = pointer.served
-    state = watch_state(served, bool(pointer.history), time.time(), idle_seconds)
-    live = served.get("live")
-    live = live if isinstance(live, dict) else {}
+    state = watch_state(
+        served.served_at, served.live, bool(pointer.history), time.time(), idle_seconds
+    )
+    live = served.live or {}
     return {**state, "segments": live.get("segments"), "self_test": live.get("self_test")}
 
 
@@ -144,12 +146,10 @@ def _watch_lines(agent: str, watched: dict[str, Any] | None) -> list[str]:
 
 
 def _rows(folder: Path, pointer: ServedPointer | None) -> list[dict[str, Any]]:
-    served_id = pointer.served.get("id") if pointer else None
-    how = pointer.served.get("how") if pointer else None
-    earlier = [h.get("id") for h in pointer.history] if pointer else []
-    live = (
-        {e.get("id"): e.get("live") for e in [pointer.served, *pointer.history]} if pointer else {}
-    )
+    served_id = pointer.served.id if pointer else None
+    how = pointer.served.how if pointer else None
+    earlier = [h.id for h in pointer.history] if pointer else []
+    live = {e.id: e.live for e in [pointer.served, *pointer.history]} if pointer else {}
     rows = []
     for candidate in reversed(list_candidates(folder)):
         meta, verdict = read_meta(candidate), read_verdict(candidate)

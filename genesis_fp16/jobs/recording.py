@@ -305,7 +305,7 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
     if pointer is not None:  # watched, or not: the gauge then follows the clock
         served, predecessor = pointer.served, bool(pointer.history)
         ctx.metrics.live.observe_pointer(
-            agent, served, predecessor, settings.live_watch_idle_seconds
+            agent, served.served_at, served.live, predecessor, settings.live_watch_idle_seconds
         )
     ctx.metrics.promotion.pruned.labels(agent=agent).set(len(removed))
     ctx.metrics.promotion.state_bytes.labels(agent=agent).set(folder_bytes(folder))

@@ -150,13 +150,19 @@ class LiveMetrics:
         )
 
     def observe_pointer(
-        self, agent: str, served: Mapping[str, Any], predecessor: bool, idle_seconds: float
+        self,
+        agent: str,
+        served_at: str | None,
+        live: Mapping[str, Any] | None,
+        predecessor: bool,
+        idle_seconds: float,
     ) -> None:
-        """The served model's watch state, from the pointer as a run left it: the
-        not-watching gauge then follows the clock at each scrape, between runs too."""
+        """The served model's watch state, from the pointer as a run left it (when it was
+        served, its live figures): the not-watching gauge then follows the clock at each
+        scrape, between runs too."""
         first = agent not in self._since
         self._since[agent] = (
-            watch_state(served, predecessor, time.time(), idle_seconds)["since"],
+            watch_state(served_at, live, predecessor, time.time(), idle_seconds)["since"],
             predecessor,
             idle_seconds,
         )
@@ -167,8 +173,8 @@ class LiveMetrics:
 
     def _idle(self, agent: str) -> float:
         since, predecessor, idle_seconds = self._since[agent]
-        served = {} if since is None else {"served_at": _stamp(since)}
-        state = watch_state(served, predecessor, time.time(), idle_seconds)
+        served_at = None if since is None else _stamp(since)
+        state = watch_state(served_at, None, predecessor, time.time(), idle_seconds)
         return float(state["state"] != "watching")
 
     def baseline(self, agent: str, journal: Sequence[JournalEntry]) -> None:

@@ -14,9 +14,10 @@ from typing import Any
 
 
 def watch_state(
-    served: Mapping[str, Any], predecessor: bool, now: float, idle_seconds: float
+    served_at: Any, live: Any, predecessor: bool, now: float, idle_seconds: float
 ) -> dict[str, Any]:
-    """Whether the served model (the pointer's ``served`` entry) is watched: ``watching``
+    """Whether the served model (the pointer's ``served`` entry: when it was served and
+    its live figures, as read, checked here) is watched: ``watching``
     while labelled records reached its watch within ``idle_seconds`` (the setting
     GENESIS_FP16_LIVE_WATCH_IDLE_SECONDS, one day by default), else ``not_watching`` with
     why: silence is never a passing watch. ``predecessor``: the pointer names one
@@ -24,14 +25,13 @@ def watch_state(
     scored new records, or the model was served if later (Unix seconds; None: unknown);
     ``scored_at``: when the watch last scored records (None: none scored yet).
 
-    >>> watch_state({"served_at": "2026-01-01T00:00:00Z"}, True, 1767229200.0, 3600)["state"]
+    >>> watch_state("2026-01-01T00:00:00Z", None, True, 1767229200.0, 3600)["state"]
     'watching'
-    >>> watch_state({"served_at": "2026-01-01T00:00:00Z"}, True, 1767240000.0, 3600)["reason"]
+    >>> watch_state("2026-01-01T00:00:00Z", None, True, 1767240000.0, 3600)["reason"]
     'no new labelled record for 4.0 h (the limit: 1 h)'
     """
-    live = served.get("live")
     scored = stamp_seconds(live.get("updated_at")) if isinstance(live, Mapping) else None
-    known = [t for t in (stamp_seconds(served.get("served_at")), scored) if t is not None]
+    known = [t for t in (stamp_seconds(served_at), scored) if t is not None]
     since = max(known) if known else None
     state: dict[str, Any] = {
         "state": "watching", "since": since, "scored_at": scored, "limit": idle_seconds

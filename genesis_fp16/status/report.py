@@ -268,7 +268,9 @@ def _on_training_data(folder: Path, served_id: Any) -> str | None:
 
 def _watch(served: dict[str, Any], history: Any, idle_seconds: float) -> dict[str, Any]:
     """Watched or not (GENESIS_FP16_LIVE_WATCH_IDLE_SECONDS), and the segments' figures."""
-    state = watch_state(served, bool(history), time.time(), idle_seconds)
+    state = watch_state(
+        served.get("served_at"), served.get("live"), bool(history), time.time(), idle_seconds
+    )
     live = served.get("live")
     segments = live.get("segments") if isinstance(live, dict) else None
     return {**state, "segments": segments if isinstance(segments, list) else None}

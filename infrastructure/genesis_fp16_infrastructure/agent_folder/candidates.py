@@ -24,10 +24,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from genesis_fp16_infrastructure.agent_folder import files, outbox
 from genesis_fp16_infrastructure.agent_folder.layout import CANDIDATE_META as CANDIDATE_META_FILE
 from genesis_fp16_infrastructure.agent_folder.layout import VERDICT
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import CandidateMeta, Verdict
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
+    CandidateMeta,
+    ServedEntry,
+    Verdict,
+)
 from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir
 from genesis_fp16_infrastructure.outcome import Outcome
 
@@ -121,24 +127,24 @@ def newest_checkpoint(candidate: Path) -> Path | None:
 
 def candidate_entry(
     folder: Path, candidate: Path, checkpoint: Path, verdict: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
+) -> ServedEntry:
     """The pointer's entry for a candidate: its id, checkpoint (relative to ``folder``),
     data, precision and gate scores, from its meta and ``verdict`` (None: its verdict
     file; the gate's promotion passes the verdict it has not written yet)."""
     meta = read_meta(candidate)
     judged = read_verdict(candidate) if verdict is None else Verdict.from_json(verdict)
-    return {
-        "id": Path(candidate).name,
-        "checkpoint": str(Path(checkpoint).resolve().relative_to(Path(folder).resolve())),
-        "fingerprint": meta.fingerprint,
-        "records": meta.records,
-        "precision": judged.precision,
-        "scores": judged.candidate or {},
-        "trained_at": meta.created_at,
-    }
+    return ServedEntry(
+        id=Path(candidate).name,
+        checkpoint=str(Path(checkpoint).resolve().relative_to(Path(folder).resolve())),
+        fingerprint=meta.fingerprint,
+        records=meta.records,
+        precision=judged.precision,
+        scores=judged.candidate or {},
+        trained_at=meta.created_at,
+    )
 
 
-def promoted_candidates(folder: Path) -> list[dict[str, Any]]:
+def promoted_candidates(folder: Path) -> list[ServedEntry]:
     """Pointer entries of the candidates the gate promoted whose checkpoint is intact,
     newest decision first: what a repair rebuilds the served model and history from."""
     found = []
@@ -151,7 +157,7 @@ def promoted_candidates(folder: Path) -> list[dict[str, Any]]:
     return [entry for _, entry in sorted(found, key=lambda pair: -pair[0]) if entry is not None]
 
 
-def served_entry(folder: Path, candidate: Path) -> dict[str, Any] | None:
+def served_entry(folder: Path, candidate: Path) -> ServedEntry | None:
     """A kept candidate's pointer entry, from its own records: the checkpoint its verdict
     names (the newest file where the verdict names none: written before it did), and for
     final_fit=whole the split run's model the gate judged. None: it holds no checkpoint."""
@@ -162,9 +168,11 @@ def served_entry(folder: Path, candidate: Path) -> dict[str, Any] | None:
     entry = candidate_entry(folder, candidate, checkpoint)
     split = Path(candidate) / "split"
     judged = newest_checkpoint(split) if split.is_dir() else None
-    if judged is not None:
-        entry["judged"] = str(judged.resolve().relative_to(Path(folder).resolve()))
-    return entry
+    if judged is None:
+        return entry
+    return msgspec.structs.replace(
+        entry, judged=str(judged.resolve().relative_to(Path(folder).resolve()))
+    )
 
 
 def utc_now() -> str:

@@ -1,5 +1,6 @@
 """The served-model lifecycle's records, typed: a candidate's meta (``candidate.json``)
-and verdict (``verdict.json``), and the pointer's journal entries. Readers take fields,
+and verdict (``verdict.json``), and the pointer's entries (the served model and those
+before it), its pin and its journal entries. Readers take fields,
 never string keys, and a verdict's outcome is an ``Outcome`` (genesis_fp16_infrastructure.outcome).
 
 Each record is a msgspec ``Struct`` declaring the keys the code reads. Nothing a file
@@ -91,6 +92,34 @@ class Verdict(_Kept):
     comparisons: list[Any] = []
 
 
+class ServedEntry(_Kept):
+    """A model in ``served.json``, served now or before: the candidate's id and
+    checkpoint (relative to the checkpoints folder), the data, precision and gate scores
+    it was judged with (agent_folder.candidates.candidate_entry), ``how`` it came to be
+    served (first, gate, manual, rollback) and when, ``judged``: a whole-pool fit's
+    split model the gate judged, and ``live``: the live watch's last figures on it."""
+
+    id: str | None = None
+    checkpoint: str | None = None
+    fingerprint: str | None = None
+    records: int | None = None
+    precision: PrecisionName | None = None
+    scores: dict[str, Any] | None = None
+    trained_at: str | None = None
+    how: str | None = None
+    served_at: str | None = None
+    judged: str | None = None
+    live: dict[str, Any] | None = None
+
+
+class Pin(_Kept):
+    """The operator's pin: the command that set it and when; while it holds, neither
+    the gate nor the live watch replaces the served model."""
+
+    by: str | None = None
+    at: str | None = None
+
+
 class JournalEntry(_Kept, omit_defaults=False):
     """One transition of the pointer (transitions.journaled): its number, its kind (serve's
     ``how``, ``rollback``, ``unpin``, ``trim``, ``repair``), when, the model served and
@@ -104,7 +133,7 @@ class JournalEntry(_Kept, omit_defaults=False):
     at: str | None = None
     at_s: float | None = None
     served: str | None = None
-    pinned: dict[str, Any] | None = None
+    pinned: dict[str, Any] | None = None  # Pin's JSON, as the event carries it
     verdicts: dict[str, Verdict] = {}
     dropped: Any = None
     reason: str | None = None

@@ -26,7 +26,11 @@ from genesis_fp16_infrastructure.agent_folder.layout import (
     SERVED_POINTER,
 )
 from genesis_fp16_infrastructure.agent_folder.layout import POINTER_LOCK as POINTER_LOCK_FILE
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import JournalEntry
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
+    JournalEntry,
+    Pin,
+    ServedEntry,
+)
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
 
 POINTER_NAME = SERVED_POINTER.name
@@ -44,9 +48,9 @@ class ServedPointer:
     """What ``served.json`` holds: the served entry, the ones served before it, and the
     operator's pin (None: the daemon's gate and live watch may replace the served model)."""
 
-    served: dict[str, Any]
-    history: list[dict[str, Any]] = field(default_factory=list)
-    pinned: dict[str, Any] | None = None
+    served: ServedEntry
+    history: list[ServedEntry] = field(default_factory=list)
+    pinned: Pin | None = None
     # The transitions that wrote this pointer, numbered (module docstring, "Crash-safe").
     sequence: int = 0
     journal: list[JournalEntry] = field(default_factory=list)
@@ -54,11 +58,11 @@ class ServedPointer:
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "version": POINTER_VERSION,
-            "served": self.served,
-            "history": self.history,
+            "served": self.served.to_json(),
+            "history": [entry.to_json() for entry in self.history],
         }
         if self.pinned is not None:
-            data["pinned"] = self.pinned
+            data["pinned"] = self.pinned.to_json()
         if self.sequence:
             data["sequence"] = self.sequence
             data["journal"] = [entry.to_json() for entry in self.journal]
@@ -117,13 +121,15 @@ def parse_pointer(path: Path) -> ServedPointer | None:
             f"served-model pointer {str(path)!r}: sequence or journal unreadable; "
             f"{repair_hint(path.parent)}"
         )
-    return ServedPointer(
-        served,
-        [h for h in history if isinstance(h, dict)],
-        pinned if isinstance(pinned, dict) else None,
-        sequence,
-        _entries(journal),
-    )
+    try:  # a field of the wrong type: unusable, kept aside whole, never half-read
+        entry = ServedEntry.from_json(served)
+        earlier = [ServedEntry.from_json(h) for h in history if isinstance(h, dict)]
+        pin = Pin.from_json(pinned) if isinstance(pinned, dict) else None
+    except ValueError as exc:
+        raise ServedPointerError(
+            f"served-model pointer {str(path)!r}: {exc}; {repair_hint(path.parent)}"
+        ) from None
+    return ServedPointer(entry, earlier, pin, sequence, _entries(journal))
 
 
 def _entries(journal: list[Any]) -> list[JournalEntry]:
@@ -148,7 +154,7 @@ def served_checkpoint(folder: Path) -> Path | None:
 def checkpoint_of(folder: Path, pointer: ServedPointer) -> Path:
     """The checkpoint file ``pointer`` (read from ``folder``) names; ServedPointerError
     when it is gone."""
-    path = Path(folder) / pointer.served["checkpoint"]
+    path = Path(folder) / str(pointer.served.checkpoint)
     if not path.is_file():
         raise ServedPointerError(
             f"served-model pointer {str(pointer_path(folder))!r} names {str(path)!r}, "

@@ -56,7 +56,7 @@ def _prune_locked(
     def trim(current: ServedPointer | None) -> ServedPointer | None:
         if current is None or len(current.history) <= keep_served:
             return current
-        dropped = [e.get("id") for e in current.history[keep_served:]]
+        dropped = [e.id for e in current.history[keep_served:]]
         trimmed = replace(current, history=current.history[:keep_served])
         return journaled(current, trimmed, "trim", dropped=dropped)
 
@@ -64,7 +64,7 @@ def _prune_locked(
     _empty_pruning(folder)
     kept_ids: set[str] = set()
     if pointer is not None:
-        kept_ids = {str(e.get("id")) for e in [pointer.served, *pointer.history]}
+        kept_ids = {str(e.id) for e in [pointer.served, *pointer.history]}
         kept_ids |= set(disagreeing(folder, pointer))  # a verdict not yet rolled forward
     kept_ids |= set(_newest_inconclusive(folder))
     cutoff = time.time() - rejected_days * 86400

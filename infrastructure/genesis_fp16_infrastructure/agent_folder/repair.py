@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+
+import msgspec
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.candidates import promoted_candidates, utc_now
 from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile
 from genesis_fp16_infrastructure.agent_folder.layout import SERVED_POINTER
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin, ServedEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
     ServedPointerError,
@@ -74,7 +76,7 @@ def repairable_pointer(folder: Path) -> ServedPointer | None:
     return None
 
 
-def serve_by_hand(folder: Path, entry: dict[str, Any], pin: dict[str, Any]) -> bool:
+def serve_by_hand(folder: Path, entry: ServedEntry, pin: Pin) -> bool:
     """``model promote``: serve ``entry`` and pin it, over a usable pointer or in place of
     an unusable one (set aside; a dangling one's history is kept). True: it repaired one."""
     with pointer_lock(folder):
@@ -84,13 +86,13 @@ def serve_by_hand(folder: Path, entry: dict[str, Any], pin: dict[str, Any]) -> b
             return False
         _set_aside_if_there(folder)
         earlier = [] if current is None else [current.served, *current.history]
-        history = [e for e in earlier if e.get("id") != entry.get("id") and _intact(folder, e)]
-        served = {**entry, "how": "manual", "served_at": utc_now()}
-        commit(folder, journaled(current, ServedPointer(served, history, dict(pin)), "repair"))
+        history = [e for e in earlier if e.id != entry.id and _intact(folder, e)]
+        served = msgspec.structs.replace(entry, how="manual", served_at=utc_now())
+        commit(folder, journaled(current, ServedPointer(served, history, pin), "repair"))
         return True
 
 
-def roll_back_by_hand(folder: Path, pin: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+def roll_back_by_hand(folder: Path, pin: Pin) -> tuple[ServedEntry, bool]:
     """``model rollback``: serve the model served before, pinned; returns its entry and
     whether it repaired an unusable pointer (then: the old history's first intact model,
     else the newest candidate the gate promoted, the one most likely served before)."""
@@ -100,8 +102,8 @@ def roll_back_by_hand(folder: Path, pin: dict[str, Any]) -> tuple[dict[str, Any]
             return rollback(folder, pin=pin, verdict={"reason": "operator"}), False
         choices = [] if current is None else [e for e in current.history if _intact(folder, e)]
         if not choices:
-            gone = current.served.get("id") if current is not None else None
-            choices = [e for e in promoted_candidates(folder) if e.get("id") != gone]
+            gone = current.served.id if current is not None else None
+            choices = [e for e in promoted_candidates(folder) if e.id != gone]
         if not choices:
             raise ServedPointerError(
                 f"{str(folder)!r}: the served-model pointer is unusable and no promoted "
@@ -109,8 +111,8 @@ def roll_back_by_hand(folder: Path, pin: dict[str, Any]) -> tuple[dict[str, Any]
                 "what is, `genesis-fp16 model promote AGENT ID` serves one"
             )
         _set_aside_if_there(folder)
-        served = {**choices[0], "how": "rollback", "served_at": utc_now()}
-        commit(folder, journaled(current, ServedPointer(served, choices[1:], dict(pin)), "repair"))
+        served = msgspec.structs.replace(choices[0], how="rollback", served_at=utc_now())
+        commit(folder, journaled(current, ServedPointer(served, choices[1:], pin), "repair"))
         return served, True
 
 
@@ -141,5 +143,5 @@ def _set_aside_if_there(folder: Path) -> None:
         logger.warning("unusable served-model pointer copied to %s: %s", copy, why)
 
 
-def _intact(folder: Path, entry: dict[str, Any]) -> bool:
-    return (Path(folder) / str(entry.get("checkpoint") or "-")).is_file()
+def _intact(folder: Path, entry: ServedEntry) -> bool:
+    return (Path(folder) / (entry.checkpoint or "-")).is_file()

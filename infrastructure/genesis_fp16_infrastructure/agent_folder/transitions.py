@@ -53,6 +53,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from genesis_fp16_infrastructure.agent_folder import files, outbox
 from genesis_fp16_infrastructure.agent_folder.candidates import (
     CANDIDATE_META,
@@ -62,7 +64,12 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     utc_now,
 )
 from genesis_fp16_infrastructure.agent_folder.layout import VERDICT
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import JournalEntry, Verdict
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
+    JournalEntry,
+    Pin,
+    ServedEntry,
+    Verdict,
+)
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
     ServedPointerError,
@@ -149,9 +156,10 @@ def journaled(
     decided = {
         k: Verdict.from_json({**v, "journal_seq": sequence}) for k, v in (verdicts or {}).items()
     }
+    pinned = None if new.pinned is None else new.pinned.to_json()
     entry = JournalEntry(
-        seq=sequence, kind=kind, at=utc_now(), at_s=time.time(), served=new.served.get("id"),
-        pinned=new.pinned, verdicts=decided, dropped=dropped, reason=reason,
+        seq=sequence, kind=kind, at=utc_now(), at_s=time.time(), served=new.served.id,
+        pinned=pinned, verdicts=decided, dropped=dropped, reason=reason,
     )  # fmt: skip
     earlier = current.journal if current is not None else []
     return replace(new, sequence=sequence, journal=[*earlier, entry][-JOURNAL_KEEP:])
@@ -198,10 +206,10 @@ def roll_forward(folder: Path, pointer: ServedPointer) -> list[str]:
 
 def serve(
     folder: Path,
-    entry: Mapping[str, Any],
+    entry: ServedEntry,
     how: str,
     keep: int | None = None,
-    pin: Mapping[str, Any] | None = None,
+    pin: Pin | None = None,
     unless_pinned: bool = False,
     verdict: Mapping[str, Any] | None = None,
 ) -> bool:
@@ -220,13 +228,13 @@ def serve(
             held = True
             return current
         history = [] if current is None else [current.served, *current.history]
-        history = [h for h in history if h.get("id") != entry.get("id")]
+        history = [h for h in history if h.id != entry.id]
         if keep is not None:
             history = history[:keep]
-        served = {**entry, "how": how, "served_at": utc_now()}
-        pinned = dict(pin) if pin is not None else (current.pinned if current else None)
+        served = msgspec.structs.replace(entry, how=how, served_at=utc_now())
+        pinned = pin if pin is not None else (current.pinned if current else None)
         new = ServedPointer(served, history, pinned)
-        decided = None if verdict is None else {str(entry.get("id")): stamped(verdict)}
+        decided = None if verdict is None else {str(entry.id): stamped(verdict)}
         return journaled(current, new, how, decided)
 
     update_pointer(folder, change)
@@ -235,9 +243,9 @@ def serve(
 
 def rollback(
     folder: Path,
-    pin: Mapping[str, Any] | None = None,
+    pin: Pin | None = None,
     verdict: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> ServedEntry:
     """Serve the model served before the current one again; returns its entry. ``pin``: as
     in :func:`serve`. The model rolled back from gets the verdict ``rolled_back``, with
     ``verdict``'s keys (a reason and its figures) added: carried by the pointer, which is
@@ -249,22 +257,20 @@ def rollback(
             raise ServedPointerError(f"{str(folder)!r} serves no model yet: nothing to roll back")
         if not current.history:
             raise ServedPointerError(
-                f"{str(folder)!r} serves {current.served.get('id')!r} and kept no earlier model"
+                f"{str(folder)!r} serves {current.served.id!r} and kept no earlier model"
             )
         previous = current.history[0]
-        if not (Path(folder) / previous["checkpoint"]).is_file():
+        if not (Path(folder) / str(previous.checkpoint)).is_file():
             raise ServedPointerError(
-                f"the earlier model's checkpoint {previous['checkpoint']!r} is gone"
+                f"the earlier model's checkpoint {previous.checkpoint!r} is gone"
             )
-        served = {**previous, "how": "rollback", "served_at": utc_now()}
-        pinned = dict(pin) if pin is not None else current.pinned
+        served = msgspec.structs.replace(previous, how="rollback", served_at=utc_now())
+        pinned = pin if pin is not None else current.pinned
         new = ServedPointer(served, current.history[1:], pinned)
         dropped = current.served
         reason = (verdict or {}).get("reason")
         decided = _rolled_back_verdict(folder, dropped, verdict)
-        return journaled(
-            current, new, "rollback", decided, dropped=dropped.get("id"), reason=reason
-        )
+        return journaled(current, new, "rollback", decided, dropped=dropped.id, reason=reason)
 
     after = update_pointer(folder, change)
     assert after is not None  # change() raises or returns a pointer
@@ -272,12 +278,12 @@ def rollback(
 
 
 def _rolled_back_verdict(
-    folder: Path, dropped: Mapping[str, Any], verdict: Mapping[str, Any] | None
+    folder: Path, dropped: ServedEntry, verdict: Mapping[str, Any] | None
 ) -> dict[str, dict[str, Any]]:
     """The dropped model's new verdict (by its candidate's id), kept like a rejected
     candidate's (inspection, pruning) so that the same data does not train it again
     (retrain.freshness); none when it is no candidate of this folder."""
-    candidate = (Path(folder) / str(dropped["checkpoint"])).parent
+    candidate = (Path(folder) / str(dropped.checkpoint)).parent
     if not (candidate / CANDIDATE_META).is_file():
         return {}
     old = read_verdict(candidate)
@@ -287,9 +293,9 @@ def _rolled_back_verdict(
     return {candidate.name: stamped(new)}
 
 
-def operator_pin(command: str) -> dict[str, Any]:
+def operator_pin(command: str) -> Pin:
     """The pin an operator's command sets: which command, and when (UTC)."""
-    return {"by": command, "at": utc_now()}
+    return Pin(by=command, at=utc_now())
 
 
 def unpin(folder: Path) -> ServedPointer | None:
@@ -305,7 +311,7 @@ def unpin(folder: Path) -> ServedPointer | None:
 
 
 def serve_unless_pinned(
-    folder: Path, entry: dict[str, Any], how: str, verdict: Mapping[str, Any] | None = None
+    folder: Path, entry: ServedEntry, how: str, verdict: Mapping[str, Any] | None = None
 ) -> bool:
     """The gate's promotion (:func:`serve`), unless the pointer is pinned *now* (an operator's
     ``model promote`` while the candidate trained wins). True: served; False: held."""

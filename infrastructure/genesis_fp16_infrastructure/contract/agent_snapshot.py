@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin, ServedEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer
 from genesis_fp16_infrastructure.data.manifest import FileState, Manifest, Prefix
 from genesis_fp16_infrastructure.training.precision.carried_scale import CarriedScale
@@ -154,7 +155,11 @@ class AgentSnapshot:
                 raise TypeError("agent snapshot: a served-model pointer without its entries")
             if not all(isinstance(h, dict) for h in history):
                 raise TypeError("agent snapshot: a served-model history entry is not an object")
-            pointer = ServedPointer(served, history, pinned if isinstance(pinned, dict) else None)
+            pointer = ServedPointer(
+                ServedEntry.from_json(served),
+                [ServedEntry.from_json(h) for h in history],
+                Pin.from_json(pinned) if isinstance(pinned, dict) else None,
+            )
         check = None
         if data["data"] is not None:
             scan, verdict = data["data"]["scan"], data["data"]["up_to_date"]

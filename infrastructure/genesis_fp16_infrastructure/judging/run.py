@@ -79,6 +79,7 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     write_verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
     ServedPointerError,
@@ -194,7 +195,7 @@ class _Served:
 
     @property
     def id(self) -> str | None:
-        return None if self.pointer is None else str(self.pointer.served.get("id"))
+        return None if self.pointer is None else str(self.pointer.served.id)
 
 
 def _adopt(folder: Path) -> ServedPointer | None:
@@ -206,7 +207,7 @@ def _adopt(folder: Path) -> ServedPointer | None:
     if found is None:
         return None
     path = found[1]
-    serve(folder, {"id": f"adopted-{path.stem}", "checkpoint": path.name}, "adopted")
+    serve(folder, ServedEntry(id=f"adopted-{path.stem}", checkpoint=path.name), "adopted")
     logger.warning("no served.json in %s: serving its newest checkpoint %s", folder, path)
     return read_pointer(folder)
 

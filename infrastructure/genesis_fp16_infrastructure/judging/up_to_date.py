@@ -87,8 +87,8 @@ def up_to_date(
     """No step taken: the served model knew every current record, or (``rejudged``) a
     kept inconclusive candidate was judged again and decided (issue 62)."""
     summary = read_summary(served.checkpoint) or {}
-    entry = served.pointer.served if served.pointer is not None else {}
-    precision = summary.get("precision") or entry.get("precision")
+    entry = served.pointer.served.precision if served.pointer is not None else None
+    precision = summary.get("precision") or entry
     used = cast(PrecisionName, precision if precision in ("fp32", "bf16", "fp16") else "fp32")
     records = len(served.losses.ids)
     why = f"nothing new: all {records} current records were learned or judged already"

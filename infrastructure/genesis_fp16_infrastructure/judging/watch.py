@@ -32,8 +32,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
     ServedPointerError,
@@ -72,21 +74,21 @@ def watch(
     folder = Path(request.checkpoint_dir)
     if not pointer.history:
         return None
-    served_c = (folder / str(pointer.served["checkpoint"])).parent
+    served_c = (folder / str(pointer.served.checkpoint)).parent
     previous = pointer.history[0]
     known = [stores.read_known_ids(c) for c in (served_c, _candidate(folder, previous))]
     if known[0] is None or known[1] is None:
         name = getattr(plugin, "name", "agent")
         logger.warning("%s: live watch off: a model's known records are not kept", name)
         return None
-    store = stores.watch_path(served_c, str(previous.get("id")))
+    store = stores.watch_path(served_c, str(previous.id))
     kept = stores.read_watch(store)
     ids = stores.id_hashes(served_now.ids)
     new = ~stores.known(ids, known[0]) & ~stores.known(ids, known[1])
     new &= ~stores.known(ids, np.sort(kept["ids"]))
     if not new.any():
         return None
-    before = score(folder / str(previous.get("checkpoint")))
+    before = score(folder / str(previous.checkpoint))
     if before is None:
         return None
     by_id = dict(zip(before.ids, before.losses, strict=True))
@@ -103,13 +105,13 @@ def watch(
     kept = {k: np.concatenate([kept[k], scored[k]]) for k in stores.WATCH_ARRAYS}
     stores.write_watch(store, kept)
     figures = figures_of(kept, float(plugin.loss_span), plugin)
-    figures.update(against=previous.get("id"), new_records=len(picked))
+    figures.update(against=previous.id, new_records=len(picked))
     name = str(getattr(plugin, "name", request.agent))
-    return decide(folder, name, str(pointer.served.get("id")), figures, _detail)
+    return decide(folder, name, str(pointer.served.id), figures, _detail)
 
 
-def _candidate(folder: Path, entry: Mapping[str, Any]) -> Path:
-    return (folder / str(entry.get("checkpoint"))).parent
+def _candidate(folder: Path, entry: ServedEntry) -> Path:
+    return (folder / str(entry.checkpoint)).parent
 
 
 def figures_of(kept: Mapping[str, np.ndarray], span: float, plugin: object) -> dict[str, Any]:
@@ -167,7 +169,7 @@ def decide(
             current = read_pointer(folder)
         except ServedPointerError:
             return {**report, "held": "the pointer changed and cannot be read"}
-        if current is None or current.served.get("id") != watched:
+        if current is None or current.served.id != watched:
             return {**report, "held": "the served model changed meanwhile"}
         if figures["regression"] and current.pinned is not None:
             report["held"] = "pinned by the operator"
@@ -182,16 +184,16 @@ def decide(
                     "%s: served model %s rolled back to %s: %s",
                     agent,
                     watched,
-                    now.get("id"),
+                    now.id,
                     detail(figures),
                 )
-                return {**report, "rolled_back": True, "now_served": now.get("id")}
+                return {**report, "rolled_back": True, "now_served": now.id}
 
         def add(pointer: ServedPointer | None) -> ServedPointer | None:
             if pointer is None:
                 return None
             # replace(): the pointer's journal and sequence go with it, untouched
-            return replace(pointer, served={**pointer.served, "live": figures})
+            return replace(pointer, served=msgspec.structs.replace(pointer.served, live=figures))
 
         update_pointer(folder, add)
     if figures["regression"]:

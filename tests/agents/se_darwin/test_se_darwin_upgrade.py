@@ -70,7 +70,7 @@ def test_the_pinned_served_model_and_the_journal_survive_a_judged_run(
     list` shows both old models and the new candidate."""
     folder, data = _old_folder(tmp_path)
     before = read_pointer(folder)
-    assert before is not None and before.served["id"] == FIRST and before.pinned is not None
+    assert before is not None and before.served.id == FIRST and before.pinned is not None
     result = _run(folder, data)
     assert result.gate is not None and result.gate.outcome != "promoted", result.gate
     after = read_pointer(folder)
@@ -96,7 +96,7 @@ def test_unpinned_the_old_served_model_is_judged_on_held_out_records(tmp_path: P
     assert "it may know these" in gate.reason, gate.reason
     after = read_pointer(folder)
     assert after is not None
-    served = after.served["id"]
+    served = after.served.id
     assert served == (gate.candidate_id if gate.outcome == "promoted" else FIRST)
-    kept = {served, *(e["id"] for e in after.history)}
+    kept = {served, *(e.id for e in after.history)}
     assert FIRST in kept

@@ -117,7 +117,7 @@ def test_an_unusable_pointer_is_listed_repaired_and_named_by_status(
     fixed = json.loads(_cli(tmp_path, "model", "promote", AGENT, "b", "--json").stdout)
     assert fixed["repaired"] is True
     pointer = read_pointer(folder)
-    assert pointer is not None and pointer.served["id"] == "b"
+    assert pointer is not None and pointer.served.id == "b"
     (folder / "served.json").rename(folder / "served.json.unusable")  # as the daemon sets it aside
     status = _cli(tmp_path, "status")
     assert "unusable" in status.stdout and "model promote se_darwin ID" in status.stdout

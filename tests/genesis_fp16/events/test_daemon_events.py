@@ -57,9 +57,9 @@ def test_a_promotion_pin_and_unpin_reach_the_receiver_signed_and_in_order(
     assert first.signed_by(SECRET.encode()) and not first.signed_by(b"not the secret")
     assert first.headers[signing.IDEMPOTENCY_HEADER] == first.event["id"]
     pointer = read_pointer(daemon.state_dir / "agents" / AGENT / "checkpoints")
-    assert pointer is not None and first.event["data"]["served"] == pointer.served["id"]
+    assert pointer is not None and first.event["data"]["served"] == pointer.served.id
 
-    assert model_command(daemon, "promote", AGENT, pointer.served["id"]).returncode == 0
+    assert model_command(daemon, "promote", AGENT, pointer.served.id).returncode == 0
     assert model_command(daemon, "unpin", AGENT).returncode == 0
     receiver.wait_for(lambda: _kinds(receiver)[-2:] == ["promote", "unpin"], "pin, unpin", 60)
     pinned = [e for e in receiver.events() if e["kind"] == "promote"][-1]

@@ -45,7 +45,7 @@ def _finished_after(
 def _served_id(daemon: DaemonProcess) -> str:
     pointer = read_pointer(_state(daemon) / "checkpoints")
     assert pointer is not None
-    return str(pointer.served["id"])
+    return str(pointer.served.id)
 
 
 def _launches(daemon: DaemonProcess, mark: int = 0) -> int:

@@ -31,7 +31,7 @@ def _folder(daemon: DaemonProcess, agent: str = AGENT) -> Path:
 
 def _served(daemon: DaemonProcess, agent: str = AGENT) -> str | None:
     pointer = read_pointer(_folder(daemon, agent))
-    return None if pointer is None else str(pointer.served["id"])
+    return None if pointer is None else str(pointer.served.id)
 
 
 def _verdict(daemon: DaemonProcess, candidate: str) -> dict[str, object]:
@@ -60,7 +60,7 @@ def test_judged_agent_is_served_through_the_gate_and_rolled_back_by_the_watch(
     assert _next_gate(daemon, 0, "the first model") == "promoted"
     first = _served(daemon)
     pointer = read_pointer(_folder(daemon))
-    assert first is not None and pointer is not None and pointer.served["how"] == "first"
+    assert first is not None and pointer is not None and pointer.served.how == "first"
     assert _verdict(daemon, first)["reason"] == "the first model"
     daemon.wait_for(lambda: runs(daemon, "up_to_date") >= 1, "an up-to-date run", 120)
 
@@ -68,7 +68,7 @@ def test_judged_agent_is_served_through_the_gate_and_rolled_back_by_the_watch(
     assert _next_gate(daemon, 1, "a candidate on shifted labels") == "promoted"
     second = _served(daemon)
     pointer = read_pointer(_folder(daemon))
-    assert second != first and pointer is not None and pointer.history[0]["id"] == first
+    assert second != first and pointer is not None and pointer.history[0].id == first
     assert "no worse than the served model" in str(_verdict(daemon, str(second))["reason"])
 
     write_records(data, 300, seed=3)
@@ -152,7 +152,7 @@ def test_judged_pin_holds_through_three_runs_and_a_broken_pointer_is_repaired(
         )
         assert held and gate_outcomes_since(daemon, mark, first)[n] == "held"
         pointer = read_pointer(_folder(daemon))
-        assert pointer is not None and pointer.served["id"] == first and pointer.pinned
+        assert pointer is not None and pointer.served.id == first and pointer.pinned
     assert daemon.sample("genesis_fp16_served_model_pinned", agent=AGENT) == 1
 
     pointer_path(_folder(daemon)).write_text("garbage")
@@ -200,7 +200,7 @@ def test_rlhf_ppo_is_judged_pinned_and_repaired_like_any_judged_agent(
         )
         assert done_runs[n] in ("held", "rejected"), done_runs
         pointer = read_pointer(_folder(daemon, agent))
-        assert pointer is not None and pointer.served["id"] == first and pointer.pinned
+        assert pointer is not None and pointer.served.id == first and pointer.pinned
 
     pointer_path(_folder(daemon, agent)).write_text("garbage")
     daemon.wait_for(lambda: daemon.get("/healthz")[0] == 503, "degraded health", 60)

@@ -73,7 +73,7 @@ def test_the_daemon_rolls_back_a_poisoned_model_on_clean_records(
     daemon.stop()
     bad = list_candidates(folder)[-1]
     checkpoint = newest_checkpoint(bad)
-    assert checkpoint is not None and bad.name != first.served["id"]
+    assert checkpoint is not None and bad.name != first.served.id
     serve(folder, candidate_entry(folder, bad, checkpoint), "manual")  # unpinned
 
     _write(pool / "b2.json", IDS[900:1200])
@@ -82,9 +82,9 @@ def test_the_daemon_rolls_back_a_poisoned_model_on_clean_records(
     again.wait_for(lambda: again.sample(rollbacks, agent=AGENT), "a live rollback", 240)
     (event,) = again.events("served model rolled back: live regression")
     assert event["live"]["served"] == bad.name and event["live"]["rolled_back"] is True
-    assert event["live"]["now_served"] == first.served["id"]
+    assert event["live"]["now_served"] == first.served.id
     pointer = read_pointer(folder)
-    assert pointer is not None and pointer.served["id"] != bad.name
+    assert pointer is not None and pointer.served.id != bad.name
     verdict = read_json(candidates_dir(folder) / bad.name / VERDICT_NAME)
     assert verdict is not None and verdict["outcome"] == "rolled_back"
     assert verdict["reason"] == "live_regression"
@@ -111,4 +111,4 @@ def test_the_daemon_rolls_back_a_poisoned_model_on_clean_records(
     assert segment["name"] == "se_darwin" and segment["records"] == event["live"]["records"]
     assert rows[bad.name]["live"]["self_test"]["replays"] == 200
     assert again.sample("genesis_fp16_live_watch_alpha", agent=AGENT) == 0.05
-    assert rows[first.served["id"]]["served"] is not promoted
+    assert rows[first.served.id]["served"] is not promoted

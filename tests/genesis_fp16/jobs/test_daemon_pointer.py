@@ -57,7 +57,7 @@ def test_a_pinned_model_survives_unchanged_data_and_holds_a_better_candidate(
     folder = _folder(daemon)
     pointer = read_pointer(folder)
     assert pointer is not None and len(pointer.history) == 1
-    first = pointer.history[0]["id"]
+    first = pointer.history[0].id
 
     done = _model(daemon, "promote", AGENT, first, "--json")
     assert done.returncode == 0, done.stderr
@@ -65,7 +65,7 @@ def test_a_pinned_model_survives_unchanged_data_and_holds_a_better_candidate(
     ups = _runs(daemon, "up_to_date")
     daemon.wait_for(lambda: _runs(daemon, "up_to_date") >= ups + 3, "3 up-to-date runs", 180)
     pointer = read_pointer(folder)
-    assert pointer is not None and pointer.served["id"] == first and pointer.pinned
+    assert pointer is not None and pointer.served.id == first and pointer.pinned
     assert _runs(daemon, "success") == 2 and len(list_candidates(folder)) == 2
     assert daemon.sample("genesis_fp16_served_model_pinned", agent=AGENT) == 1
     listed = _model(daemon, "list", AGENT)
@@ -75,14 +75,12 @@ def test_a_pinned_model_survives_unchanged_data_and_holds_a_better_candidate(
     _write(pool / "docs.json", generate_pool(300, seed=6, agent="docs"))
     daemon.wait_for(lambda: _runs(daemon, "success") >= 3, "a candidate of the new data", 240)
     assert _gate_outcomes(daemon)[-1] == "held"
-    held = next(
-        c for c in list_candidates(folder) if c.name not in (first, pointer.history[0]["id"])
-    )
+    held = next(c for c in list_candidates(folder) if c.name not in (first, pointer.history[0].id))
     verdict = read_json(held / "verdict.json")
     assert verdict is not None and verdict["outcome"] == "held"
     assert verdict["reason"].startswith("pinned by the operator: ") and verdict["comparisons"]
     pointer = read_pointer(folder)
-    assert pointer is not None and pointer.served["id"] == first and pointer.pinned
+    assert pointer is not None and pointer.served.id == first and pointer.pinned
     ups = _runs(daemon, "up_to_date")
     daemon.wait_for(lambda: _runs(daemon, "up_to_date") >= ups + 1, "an up-to-date run", 120)
     assert len(list_candidates(folder)) == 3  # the held candidate's data is not retrained
@@ -92,7 +90,7 @@ def test_a_pinned_model_survives_unchanged_data_and_holds_a_better_candidate(
     unpinned = _model(daemon, "unpin", AGENT)
     assert unpinned.returncode == 0 and held.name in unpinned.stdout
     pointer = read_pointer(folder)
-    assert pointer is not None and pointer.served["id"] == first and pointer.pinned is None
+    assert pointer is not None and pointer.served.id == first and pointer.pinned is None
 
 
 @pytest.mark.slow
@@ -145,7 +143,7 @@ def test_an_operator_racing_the_daemons_promotions_and_prunes_loses_no_update(
                 assert "no candidate" in done.stderr, done.stderr  # pruned meanwhile
             elif done is not None:
                 pointer = read_pointer(folder)
-                assert pointer is not None and pointer.served["id"] == kept[0] and pointer.pinned
+                assert pointer is not None and pointer.served.id == kept[0] and pointer.pinned
                 assert _model(daemon, "unpin", AGENT).returncode == 0
                 pointer = read_pointer(folder)
                 assert pointer is not None and pointer.pinned is None
@@ -195,7 +193,7 @@ def test_each_broken_pointer_degrades_health_and_is_repaired_by_the_model_comman
     folder = _folder(daemon)
     pointer = read_pointer(folder)
     assert pointer is not None
-    served = pointer.served["id"]
+    served = pointer.served.id
     skipped = "genesis_fp16_state_files_skipped_total"
     for n, kind in enumerate(sorted(BREAK)):
         BREAK[kind](folder)

@@ -77,7 +77,7 @@ def test_a_rejected_candidate_keeps_the_served_model_serving(
     golden_set = next(c for c in gate["comparisons"] if c["set"] == "golden")
     assert golden_set["passed"] is False and golden_set["finding"] == "worse", golden_set
     pointer = read_pointer(folder)
-    assert pointer is not None and pointer.served["id"] == served.served["id"]
+    assert pointer is not None and pointer.served.id == served.served.id
     assert _scores(folder, golden) == before  # the prediction API serves the old model
     verdict = read_json(folder / "candidates" / gate["candidate_id"] / "verdict.json")
     assert verdict is not None and verdict["outcome"] == "rejected"
@@ -108,11 +108,11 @@ def test_model_rollback_and_promote_hold_across_a_restart(
     folder = daemon.state_dir / "agents" / AGENT / "checkpoints"
     pointer = read_pointer(folder)
     assert pointer is not None and len(pointer.history) == 1
-    second, first = pointer.served["id"], pointer.history[0]["id"]
+    second, first = pointer.served.id, pointer.history[0].id
 
     done = _model(daemon, "rollback", AGENT)
     assert done.returncode == 0, done.stderr
-    assert read_pointer(folder).served["id"] == first  # type: ignore[union-attr]
+    assert read_pointer(folder).served.id == first  # type: ignore[union-attr]
     listed = _model(daemon, "list", AGENT, "--json")
     rows = {row["id"]: row for row in json.loads(listed.stdout)["models"]}
     assert rows[first]["served"] and rows[second]["verdict"] == "rolled_back"
@@ -120,13 +120,13 @@ def test_model_rollback_and_promote_hold_across_a_restart(
     again = daemon_factory(env, fixtures=False)
     again.wait_for(lambda: _runs(again, "up_to_date") >= 2, "two up-to-date runs", 180)
     assert _runs(again, "success") == 0  # the rolled-back data is not trained again
-    assert read_pointer(folder).served["id"] == first  # type: ignore[union-attr]
+    assert read_pointer(folder).served.id == first  # type: ignore[union-attr]
     assert WorldModelPredictor.load(folder).checkpoint.parent.name == first  # type: ignore[union-attr]
     again.stop()
 
     done = _model(daemon, "promote", AGENT, second)
     assert done.returncode == 0, done.stderr
-    assert read_pointer(folder).served["id"] == second  # type: ignore[union-attr]
+    assert read_pointer(folder).served.id == second  # type: ignore[union-attr]
     assert WorldModelPredictor.load(folder).checkpoint.parent.name == second  # type: ignore[union-attr]
     bad = _model(daemon, "promote", AGENT, "no-such-id")
     assert bad.returncode != 0 and "no-such-id" in bad.stderr

@@ -16,6 +16,7 @@ from genesis_fp16.jobs.next_run import INITIAL_SCALE, expected_next_run
 from genesis_fp16.jobs.run_request import expected_precision
 from genesis_fp16.plugin_api import PrecisionRequest
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer, write_pointer
 from genesis_fp16_infrastructure.api import Calibration, Measured
 from genesis_fp16_infrastructure.training import CheckpointManager
@@ -46,7 +47,7 @@ def test_fp16_reads_its_scale_from_the_served_candidate_not_the_empty_agent_fold
     candidate = paths.checkpoint_dir / "candidates" / "c1"
     saved = CheckpointManager(candidate).save(_state("fp16", 512.0))
     relative = str(saved.relative_to(paths.checkpoint_dir))
-    write_pointer(paths.checkpoint_dir, ServedPointer({"id": "c1", "checkpoint": relative}))
+    write_pointer(paths.checkpoint_dir, ServedPointer(ServedEntry(id="c1", checkpoint=relative)))
     nxt = expected_next_run(paths, "fp16")
     assert (nxt.precision, nxt.loss_scale, nxt.source) == ("fp16", 512.0, "request")
 
@@ -56,7 +57,7 @@ def test_a_broken_pointer_reads_the_agent_folder_and_says_so(tmp_path: Path) -> 
     empty: the initial scale), no exception reaches the job."""
     paths = AgentFolder(tmp_path, "se_darwin")
     paths.checkpoint_dir.mkdir(parents=True)
-    write_pointer(paths.checkpoint_dir, ServedPointer({"id": "x", "checkpoint": "gone.pt"}))
+    write_pointer(paths.checkpoint_dir, ServedPointer(ServedEntry(id="x", checkpoint="gone.pt")))
     assert expected_next_run(paths, "fp16").loss_scale == INITIAL_SCALE
 
 

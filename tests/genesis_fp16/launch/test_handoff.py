@@ -11,6 +11,7 @@ from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.train import _read_request_file
 from genesis_fp16.launch.handoff import child_env, read_run_file, write_run_file
 from genesis_fp16.plugin_api import TrainRequest
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin, ServedEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer
 from genesis_fp16_infrastructure.api import AgentSnapshot, DataCheck
 from genesis_fp16_infrastructure.data.manifest import FileState, Manifest, Prefix
@@ -58,9 +59,9 @@ def _snapshot() -> AgentSnapshot:
     """A snapshot with everything a child reads: a pinned pointer, a scan (one grown file
     with its prefix) and an up-to-date verdict."""
     pointer = ServedPointer(
-        {"id": "c2", "checkpoint": "candidates/c2/ckpt-0000000008.pt"},
-        [{"id": "c1", "checkpoint": "candidates/c1/ckpt-0000000008.pt"}],
-        {"by": "operator"},
+        ServedEntry(id="c2", checkpoint="candidates/c2/ckpt-0000000008.pt"),
+        [ServedEntry(id="c1", checkpoint="candidates/c1/ckpt-0000000008.pt")],
+        Pin(by="operator"),
     )
     prefix = Prefix(100, "cd" * 16, 4, b"\n")
     grown = FileState("pool/a.jsonl", 120, 7, "ab" * 16, prefix, ctime_ns=11, inode=12)

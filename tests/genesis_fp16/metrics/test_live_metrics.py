@@ -139,19 +139,19 @@ def test_not_watching_follows_the_clock_between_runs(monkeypatch: pytest.MonkeyP
     run in between (computed at the scrape); no predecessor reads 1 at once."""
     registry = CollectorRegistry()
     metrics = LiveMetrics(registry)
-    served = {"served_at": "2026-01-01T00:00:00Z"}
+    served = "2026-01-01T00:00:00Z"
     start = 1767225600.0  # that stamp
     clock = [start + 30]
     monkeypatch.setattr(live_metrics.time, "time", lambda: clock[0])
-    metrics.observe_pointer("se_darwin", served, True, 60.0)
+    metrics.observe_pointer("se_darwin", served, None, True, 60.0)
     name = "genesis_fp16_live_watch_not_watching"
     assert _value(registry, name) == 0.0
     assert _value(registry, "genesis_fp16_live_watch_last_record_timestamp_seconds") == start
     clock[0] = start + 61
     assert _value(registry, name) == 1.0
-    later = {**served, "live": {"updated_at": "2026-01-01T00:01:00Z"}}  # records arrived
-    metrics.observe_pointer("se_darwin", later, True, 60.0)
+    later = {"updated_at": "2026-01-01T00:01:00Z"}  # records arrived
+    metrics.observe_pointer("se_darwin", served, later, True, 60.0)
     assert _value(registry, name) == 0.0
-    metrics.observe_pointer("se_darwin", served, False, 60.0)
+    metrics.observe_pointer("se_darwin", served, None, False, 60.0)
     clock[0] = start
     assert _value(registry, name) == 1.0

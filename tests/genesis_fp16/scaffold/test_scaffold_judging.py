@@ -75,7 +75,7 @@ def _request(tmp_path: Path, lines: list[str]) -> TrainRequest:
 def _served(tmp_path: Path) -> str:
     pointer = read_pointer(tmp_path / "checkpoints")
     assert pointer is not None
-    return str(pointer.served["id"])
+    return str(pointer.served.id)
 
 
 def _first_served(tmp_path: Path, plugin: Any, lines: list[str]) -> str:
@@ -109,7 +109,7 @@ def test_the_scaffold_trains_on_no_held_out_record_and_its_checkpoint_says_so(
     _first_served(tmp_path, agent.plugin, lines)
     pointer = read_pointer(tmp_path / "checkpoints")
     assert pointer is not None
-    trained = trained_ids(tmp_path / "checkpoints" / pointer.served["checkpoint"])
+    trained = trained_ids(tmp_path / "checkpoints" / pointer.served.checkpoint)
     assert trained is not None and 0 < len(trained) < POOL
     ids = agent.read_records(tmp_path / "records.jsonl", None)[0]
     pool = id_hashes(ids)
@@ -294,7 +294,7 @@ def test_a_plugin_that_alters_the_served_checkpoint_leaves_it_served_and_intact(
     folder = tmp_path / "checkpoints"
     pointer = read_pointer(folder)
     assert pointer is not None
-    served = folder / pointer.served["checkpoint"]
+    served = folder / pointer.served.checkpoint
     files = [folder / "served.json", served, served.with_name(served.name + ".sha256")]
     before = [_sha256(path) for path in files]
     grown = lines + _lines(100, seed=10)

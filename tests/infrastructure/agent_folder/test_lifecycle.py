@@ -8,6 +8,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from genesis_fp16_infrastructure.agent_folder import (
@@ -17,6 +18,7 @@ from genesis_fp16_infrastructure.agent_folder import (
     prune,
     transitions,
 )
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
     ServedPointerError,
@@ -49,7 +51,7 @@ def test_the_pointer_names_the_promoted_model_and_rolls_back(tmp_path: Path) -> 
     second = _candidate(tmp_path, "bbbb", "promoted")
     _serve(tmp_path, second)
     assert served_checkpoint(tmp_path) == second / "ckpt-0000000005.pt"
-    assert transitions.rollback(tmp_path)["id"] == first.name
+    assert transitions.rollback(tmp_path).id == first.name
     assert served_checkpoint(tmp_path) == first / "ckpt-0000000005.pt"
     assert candidates.read_json(second / candidates.VERDICT_NAME)["outcome"] == "rolled_back"  # type: ignore[index]
     with pytest.raises(ServedPointerError, match="kept no earlier model"):
@@ -109,8 +111,9 @@ def _tag_pointer(folder: str, tag: str, rounds: int) -> None:
         def change(current: ServedPointer | None, i: int = i) -> ServedPointer:
             assert current is not None
             time.sleep(0.002)  # widen the window a lost update needs
-            tags = [*current.served.get("tags", []), f"{tag}-{i}"]
-            return ServedPointer({**current.served, "tags": tags}, current.history)
+            tags = [*current.served.extra.get("tags", []), f"{tag}-{i}"]
+            served = msgspec.structs.replace(current.served, extra={"tags": tags})
+            return ServedPointer(served, current.history)
 
         transitions.update_pointer(Path(folder), change)
 
@@ -138,8 +141,8 @@ def test_concurrent_writers_of_the_pointer_lose_no_update(tmp_path: Path) -> Non
         assert proc.exitcode == 0
     pointer = read_pointer(tmp_path)
     assert pointer is not None
-    assert len(pointer.served["tags"]) == 100
-    assert len(set(pointer.served["tags"])) == 100
+    assert len(pointer.served.extra["tags"]) == 100  # a key the entry does not declare
+    assert len(set(pointer.served.extra["tags"])) == 100
 
 
 def test_the_pin_survives_a_promotion_and_a_prune(tmp_path: Path) -> None:
@@ -149,11 +152,12 @@ def test_the_pin_survives_a_promotion_and_a_prune(tmp_path: Path) -> None:
     checkpoint = candidates.newest_checkpoint(first)
     assert checkpoint is not None
     entry = candidates.candidate_entry(tmp_path, first, checkpoint)
-    transitions.serve(tmp_path, entry, "manual", pin={"by": "operator", "id": first.name})
+    transitions.serve(tmp_path, entry, "manual", pin=Pin(by="operator", extra={"id": first.name}))
     _serve(tmp_path, _candidate(tmp_path, "bbbb", "promoted"))
     prune.prune(tmp_path, keep_served=1, rejected_days=0)
     pointer = read_pointer(tmp_path)
-    assert pointer is not None and pointer.pinned == {"by": "operator", "id": first.name}
+    assert pointer is not None and pointer.pinned is not None
+    assert pointer.pinned.to_json() == {"by": "operator", "id": first.name}
 
 
 def test_a_verdict_the_journal_decided_is_rolled_forward_before_prune_judges(

@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -39,6 +40,7 @@ from genesis_fp16_infrastructure.agent_folder import (
     transitions,
 )
 from genesis_fp16_infrastructure.agent_folder.candidates import VERDICT_NAME
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
     ServedPointerError,
@@ -96,7 +98,9 @@ def _build(tmp: Path, scenario: str) -> Path:
     if scenario in ("repair", "operator_repair"):  # a pointer naming a checkpoint gone
         pointer = read_pointer(ck)
         assert pointer is not None
-        gone = {**pointer.served, "checkpoint": "candidates/gone/ckpt-0000000005.pt"}
+        gone = msgspec.structs.replace(
+            pointer.served, checkpoint="candidates/gone/ckpt-0000000005.pt"
+        )
         write_pointer(ck, replace(pointer, served=gone))
     roles = {"checkpoints": str(ck), "served": served[-1].name, "fresh": fresh.name}
     roles["old_rejected"] = old.name
@@ -106,7 +110,7 @@ def _build(tmp: Path, scenario: str) -> Path:
 
 def _pinned(pointer: ServedPointer | None) -> ServedPointer:
     assert pointer is not None
-    return transitions.journaled(pointer, replace(pointer, pinned={"by": "test"}), "pin")
+    return transitions.journaled(pointer, replace(pointer, pinned=Pin(by="test")), "pin")
 
 
 def _child(roles: Path, scenario: str, kill_after: int) -> subprocess.CompletedProcess[str]:
@@ -174,7 +178,7 @@ def _state(ck: Path) -> dict[str, Any]:
         shown: Any = f"unusable, {where}"
     else:
         assert pointer is not None
-        shown = [pointer.served["id"], [e["id"] for e in pointer.history], bool(pointer.pinned)]
+        shown = [pointer.served.id, [e.id for e in pointer.history], bool(pointer.pinned)]
     verdicts = {
         c.name: (candidates.read_json(c / VERDICT_NAME) or {}).get("outcome")
         for c in candidates.list_candidates(ck)
@@ -186,10 +190,10 @@ def _assert_nothing_lost(ck: Path) -> None:
     """Every checkpoint the pointer or a promoted verdict names exists, and no verdict
     disagrees with the pointer's journal."""
     pointer = repair.repairable_pointer(ck)
-    if pointer is not None and pointer.served["id"] != "gone":
+    if pointer is not None and pointer.served.id != "gone":
         for entry in [pointer.served, *pointer.history]:
-            if "gone" not in entry["checkpoint"]:
-                assert (ck / entry["checkpoint"]).is_file(), entry
+            if "gone" not in str(entry.checkpoint):
+                assert (ck / str(entry.checkpoint)).is_file(), entry
         assert transitions.disagreeing(ck, pointer) == []
     for candidate in candidates.list_candidates(ck):
         verdict = candidates.read_json(candidate / VERDICT_NAME) or {}

@@ -12,7 +12,11 @@ import pytest
 
 from genesis_fp16_infrastructure.agent_folder import candidates, prune, transitions
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Verdict
-from genesis_fp16_infrastructure.agent_folder.pointer import read_pointer, served_checkpoint
+from genesis_fp16_infrastructure.agent_folder.pointer import (
+    ServedPointerError,
+    read_pointer,
+    served_checkpoint,
+)
 from genesis_fp16_infrastructure.outcome import Outcome
 
 SCORES = {"set": "held_out", "auc": None, "log_loss": None, "records": 400, "loss": 0.4213}
@@ -157,3 +161,20 @@ def test_a_verdict_that_no_release_wrote_is_set_aside(tmp_path: Path, bad: Any, 
     assert len(aside) == 1 and json.loads(aside[0].read_text()) == bad
     with pytest.raises(ValueError, match=why):
         Verdict.from_json(bad)
+
+
+@pytest.mark.parametrize("where", ["served", "history"])
+def test_a_pointer_entry_of_the_wrong_type_makes_the_pointer_unusable_not_half_read(
+    tmp_path: Path, where: str
+) -> None:
+    """A served or history entry whose field no release wrote (records as text) makes the
+    pointer unusable in one line naming it, with the file left as it was: never an
+    entry dropped that the next write would lose."""
+    folder = _folder(tmp_path)
+    bad = {**POINTER["served"], "records": "many"}
+    data = {**POINTER, where: bad if where == "served" else [POINTER["history"][0], bad]}
+    written = json.dumps(data)
+    (folder / "served.json").write_text(written)
+    with pytest.raises(ServedPointerError, match=r"served.json.*ServedEntry.*records"):
+        read_pointer(folder)
+    assert (folder / "served.json").read_text() == written

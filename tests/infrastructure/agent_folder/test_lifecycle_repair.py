@@ -97,9 +97,9 @@ def test_promote_repairs_from_the_checkpoint_the_candidates_verdict_names(folder
     assert entry is not None
     assert serve_by_hand(folder, entry, operator_pin("model promote")) is True
     pointer = read_pointer(folder)
-    assert pointer is not None and pointer.served["id"] == "a"
+    assert pointer is not None and pointer.served.id == "a"
     assert served_checkpoint(folder) == folder / "candidates" / "a" / "ckpt-0000000010.pt"
-    assert pointer.pinned is not None and pointer.pinned["by"] == "model promote"
+    assert pointer.pinned is not None and pointer.pinned.by == "model promote"
 
 
 def test_rollback_repairs_from_a_dangling_pointers_history(folder: Path) -> None:
@@ -107,7 +107,7 @@ def test_rollback_repairs_from_a_dangling_pointers_history(folder: Path) -> None
     BROKEN["dangling"](folder)
     set_aside_unusable(folder)
     served, repaired = roll_back_by_hand(folder, operator_pin("model rollback"))
-    assert repaired and served["id"] == "a"
+    assert repaired and served.id == "a"
     assert served_checkpoint(folder) == folder / "candidates" / "a" / "ckpt-0000000010.pt"
 
 
@@ -117,8 +117,8 @@ def test_rollback_over_garbage_serves_the_newest_promoted_candidate(folder: Path
     pointer_path(folder).write_text("\x00\x01")
     served, repaired = roll_back_by_hand(folder, operator_pin("model rollback"))
     pointer = read_pointer(folder)
-    assert repaired and served["id"] == "b"
-    assert pointer is not None and [h["id"] for h in pointer.history] == ["a"]
+    assert repaired and served.id == "b"
+    assert pointer is not None and [h.id for h in pointer.history] == ["a"]
     assert aside_path(folder).read_bytes() == b"\x00\x01"  # kept for the post-mortem
 
 
@@ -126,11 +126,11 @@ def test_a_usable_rollback_pins_and_unpin_lifts_the_pin(folder: Path) -> None:
     """rollback over a usable pointer serves a, pinned, and marks b rolled_back keeping
     the gate's verdict; unpin keeps a served and drops the pin."""
     served, repaired = roll_back_by_hand(folder, operator_pin("model rollback"))
-    assert (served["id"], repaired) == ("a", False)
+    assert (served.id, repaired) == ("a", False)
     verdict = json.loads((folder / "candidates" / "b" / "verdict.json").read_text())
     assert (verdict["outcome"], verdict["gate_outcome"]) == ("rolled_back", "promoted")
     pointer = unpin(folder)
-    assert pointer is not None and pointer.served["id"] == "a" and pointer.pinned is None
+    assert pointer is not None and pointer.served.id == "a" and pointer.pinned is None
 
 
 def test_prune_removes_a_killed_up_to_date_runs_folder_after_a_day(folder: Path) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer, write_pointer
 from genesis_fp16_infrastructure.contract.agent_snapshot import AgentStateFiles
 from genesis_fp16_infrastructure.contract.agent_state import read_agent_state
@@ -91,12 +92,13 @@ def test_the_resume_point_follows_the_served_pointer(tmp_path: Path) -> None:
     checkpoints = tmp_path / "checkpoints"
     saved = CheckpointManager(checkpoints / "candidates" / "c1").save(_state(12))
     write_pointer(
-        checkpoints, ServedPointer({"id": "c1", "checkpoint": str(saved.relative_to(checkpoints))})
+        checkpoints,
+        ServedPointer(ServedEntry(id="c1", checkpoint=str(saved.relative_to(checkpoints)))),
     )
     resume = read_agent_state(_files(tmp_path)).resume
     assert resume is not None and resume.folder == saved.parent and resume.pointer_error is None
     assert resume.summary is not None and resume.summary["step"] == 12
-    write_pointer(checkpoints, ServedPointer({"id": "x", "checkpoint": "gone.pt"}))
+    write_pointer(checkpoints, ServedPointer(ServedEntry(id="x", checkpoint="gone.pt")))
     broken = read_agent_state(_files(tmp_path)).resume
     assert broken is not None and broken.folder == checkpoints and broken.summary is None
     assert broken.pointer_error is not None and "gone.pt" in broken.pointer_error

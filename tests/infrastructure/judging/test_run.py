@@ -99,7 +99,7 @@ def _served_after(plugin: OneNumber, request: TrainRequest) -> str:
     run_plugin(plugin, request)
     pointer = read_pointer(request.checkpoint_dir)
     assert pointer is not None
-    return str(pointer.served["id"])
+    return str(pointer.served.id)
 
 
 def _data(path: Path, label: float, ids: range) -> Path:
@@ -137,8 +137,8 @@ def test_the_first_model_is_served_and_unchanged_data_is_up_to_date(tmp_path: Pa
     assert result.gate is not None and result.gate.outcome == "promoted"
     (candidate,) = list_candidates(request.checkpoint_dir)
     pointer = read_pointer(request.checkpoint_dir)
-    assert pointer is not None and pointer.served["id"] == candidate.name
-    assert pointer.served["how"] == "first" and plugin.resumed == [None]
+    assert pointer is not None and pointer.served.id == candidate.name
+    assert pointer.served.how == "first" and plugin.resumed == [None]
     assert len(stores.read_known_ids(candidate)) == 40  # type: ignore[arg-type]
     again = run_plugin(plugin, request)
     assert again.up_to_date and again.outcome == "up_to_date" and plugin.resumed == [None]
@@ -171,9 +171,9 @@ def test_a_better_candidate_continues_the_served_model_and_is_promoted(tmp_path:
     assert result.gate is not None and result.gate.outcome == "promoted", result.gate
     assert plugin.resumed[-1] == pytest.approx(0.00975)  # the served model's value, copied
     pointer = read_pointer(request.checkpoint_dir)
-    assert pointer is not None and pointer.served["id"] == result.gate.candidate_id
-    assert pointer.history[0]["id"] == first and pointer.served["how"] == "gate"
-    candidate = request.checkpoint_dir / "candidates" / pointer.served["id"]
+    assert pointer is not None and pointer.served.id == result.gate.candidate_id
+    assert pointer.history[0].id == first and pointer.served.how == "gate"
+    candidate = request.checkpoint_dir / "candidates" / pointer.served.id
     verdict = read_json(candidate / "verdict.json") or {}
     assert verdict["judged"][0]["upper"] < verdict["judged"][0]["margin"]
 
@@ -188,7 +188,7 @@ def test_a_worse_candidate_is_rejected_and_not_trained_again(tmp_path: Path) -> 
     result = run_plugin(plugin, request)
     assert result.gate is not None and result.gate.outcome == "rejected" and result.rejected
     assert result.outcome == "rejected" and "worse than the served model" in result.gate.reason
-    assert result.gate.served_id == read_pointer(request.checkpoint_dir).served["id"]  # type: ignore[union-attr]
+    assert result.gate.served_id == read_pointer(request.checkpoint_dir).served.id  # type: ignore[union-attr]
     assert run_plugin(plugin, request).up_to_date
 
 
@@ -203,7 +203,7 @@ def test_a_pinned_model_holds_a_better_candidate(tmp_path: Path) -> None:
     result = run_plugin(plugin, _on(tmp_path, 0.6, range(40, 80)))
     assert result.gate is not None and result.gate.outcome == "held"
     assert result.gate.reason.startswith("pinned by the operator")
-    assert read_pointer(folder).served["id"] == pointer.served["id"]  # type: ignore[union-attr]
+    assert read_pointer(folder).served.id == pointer.served.id  # type: ignore[union-attr]
 
 
 def test_the_watch_rolls_back_a_served_model_worse_on_later_records(tmp_path: Path) -> None:
@@ -247,9 +247,9 @@ def test_the_watch_keeps_a_model_no_worse_on_later_records(tmp_path: Path) -> No
     assert live is not None and not live.rolled_back and not live.regression
     pointer = read_pointer(tmp_path / "checkpoints")
     assert pointer is not None  # the watched model: served, or first in the history since
-    watched = next(e for e in [pointer.served, *pointer.history] if e["id"] == live.served)
-    assert watched["live"]["records"] == live.records == 40
-    assert watched["live"]["against"] == live.against
+    watched = next(e for e in [pointer.served, *pointer.history] if e.id == live.served)
+    assert watched.live is not None and watched.live["records"] == live.records == 40
+    assert watched.live["against"] == live.against
 
 
 def test_a_broken_pointer_or_bad_scores_refuse_the_run_in_one_line(tmp_path: Path) -> None:
@@ -308,7 +308,7 @@ def test_an_inconclusive_candidate_is_judged_again_without_training(tmp_path: Pa
     assert first.gate is not None and first.gate.outcome == "promoted"
     served = read_pointer(tmp_path / "checkpoints")
     assert served is not None
-    value = json.loads((tmp_path / "checkpoints" / served.served["checkpoint"]).read_text())
+    value = json.loads((tmp_path / "checkpoints" / served.served.checkpoint).read_text())
     plugin.fixed = value["value"] + 0.08
     second = run_plugin(plugin, _request(tmp_path, _coin_data(tmp_path / "d.json", 50)))
     assert second.gate is not None and second.gate.outcome == "inconclusive", second.gate.reason
@@ -321,7 +321,7 @@ def test_an_inconclusive_candidate_is_judged_again_without_training(tmp_path: Pa
     assert len(plugin.resumed) == trained  # the plugin's train was not called
     assert list_candidates(tmp_path / "checkpoints") == candidates
     pointer = read_pointer(tmp_path / "checkpoints")
-    assert pointer is not None and pointer.served["id"] == kept
+    assert pointer is not None and pointer.served.id == kept
 
 
 def test_the_known_records_are_a_veto_that_holds_no_clean_candidate_back() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder import pointer, transitions
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.watch import decide, figures_of
 
@@ -17,8 +18,8 @@ FIGURES: dict[str, Any] = {"records": 40, "difference": 0.0, "lower": -0.1, "reg
 def test_recording_the_figures_keeps_the_pointers_journal(tmp_path: Path) -> None:
     """A watch that finds no regression writes its figures into the served entry and leaves
     the journal the daemon counts transitions from as it was."""
-    transitions.serve(tmp_path, {"id": "a", "checkpoint": "a/ckpt.pt"}, "first")
-    transitions.serve(tmp_path, {"id": "b", "checkpoint": "b/ckpt.pt"}, "gate")
+    transitions.serve(tmp_path, ServedEntry(id="a", checkpoint="a/ckpt.pt"), "first")
+    transitions.serve(tmp_path, ServedEntry(id="b", checkpoint="b/ckpt.pt"), "gate")
     before = pointer.read_pointer(tmp_path)
     assert before is not None and before.sequence >= 2 and before.journal
 
@@ -26,7 +27,7 @@ def test_recording_the_figures_keeps_the_pointers_journal(tmp_path: Path) -> Non
 
     after = pointer.read_pointer(tmp_path)
     assert after is not None and report["rolled_back"] is False and report["held"] is None
-    assert after.served["live"]["records"] == 40
+    assert after.served.live["records"] == 40
     assert (after.sequence, after.journal) == (before.sequence, before.journal)
 
 

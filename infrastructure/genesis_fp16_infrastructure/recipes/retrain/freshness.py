@@ -157,7 +157,7 @@ def _read_by_the_last_judged(
     if pointer is None:
         return None
     folder = Path(request.checkpoint_dir)
-    last = stores.last_judged(folder, str(pointer.served.get("id")), pointer.pinned is not None)
+    last = stores.last_judged(folder, str(pointer.served.id), pointer.pinned is not None)
     record = None if last is None else data_manifest.load(last)
     if (
         last is None

@@ -277,7 +277,7 @@ def test_after_a_rollback_the_candidates_bytes_are_answered_by_the_plan(
     serve_by_hand(ckpt, entry, operator_pin("model promote"))
     roll_back_by_hand(ckpt, operator_pin("model rollback"))
     pointer = read_pointer(ckpt)
-    assert pointer is not None and pointer.pinned and pointer.served["id"] != candidate.name
+    assert pointer is not None and pointer.pinned and pointer.served.id != candidate.name
     _no_reading(monkeypatch)
     answer = freshness.check_data(_request(data, ckpt)).up_to_date
     assert answer is not None, "the plan read the pool: a child would start"

@@ -51,7 +51,7 @@ def test_an_inconclusive_candidate_is_kept_and_decided_later_without_training(
     assert second.outcome == "success" and not second.rejected  # never reported as worse
     assert gate.records_needed is not None and gate.records_needed > 80
     kept = gate.candidate_id
-    assert kept is not None and read_pointer(ck).served["id"] != kept  # type: ignore[union-attr]
+    assert kept is not None and read_pointer(ck).served.id != kept  # type: ignore[union-attr]
     assert list_models(ck, "se_darwin", as_json=True) == 0
     row = next(r for r in json.loads(capsys.readouterr().out)["models"] if r["id"] == kept)
     assert row["state"] == "inconclusive" and row["records_needed"] == gate.records_needed
@@ -67,4 +67,4 @@ def test_an_inconclusive_candidate_is_kept_and_decided_later_without_training(
     verdict = read_json(ck / "candidates" / kept / VERDICT_NAME)
     assert verdict is not None and verdict["outcome"] == decided.outcome
     served = read_pointer(ck)
-    assert served is not None and (served.served["id"] == kept) == (decided.outcome == "promoted")
+    assert served is not None and (served.served.id == kept) == (decided.outcome == "promoted")

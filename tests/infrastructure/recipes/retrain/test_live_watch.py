@@ -19,6 +19,7 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     newest_checkpoint,
     read_json,
 )
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin
 from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir, read_pointer
 from genesis_fp16_infrastructure.agent_folder.transitions import serve
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
@@ -45,7 +46,7 @@ def _poison(record: dict[str, Any]) -> None:
     record.update(status="success", success_score=None)
 
 
-def _serve_candidate(ck: Path, name: str, pin: dict[str, Any] | None = None) -> str:
+def _serve_candidate(ck: Path, name: str, pin: Pin | None = None) -> str:
     """Serve a kept candidate as ``model promote`` does (whatever the gate said)."""
     candidate = candidates_dir(ck) / name
     checkpoint = newest_checkpoint(candidate)
@@ -83,7 +84,7 @@ def test_a_poisoned_served_model_is_rolled_back_after_clean_records(
     assert live is not None and live.rolled_back and (live.served, live.now_served) == (bad, good)
     assert live.lower > live.margin and live.records == live.new_records > 250
     pointer = read_pointer(ck)
-    assert pointer is not None and pointer.served["id"] == good
+    assert pointer is not None and pointer.served.id == good
     verdict = read_json(candidates_dir(ck) / bad / VERDICT_NAME)
     assert verdict is not None and verdict["outcome"] == "rolled_back"
     assert verdict["reason"] == LIVE_REGRESSION and verdict["live"]["records"] == live.records
@@ -121,9 +122,10 @@ def test_clean_records_keep_running_figures_and_count_each_record_once(tmp_path:
     assert again.lower <= again.difference <= again.upper
     pointer = read_pointer(ck)
     assert pointer is not None
-    watched = [e for e in [pointer.served, *pointer.history] if e["id"] == name]
-    assert watched and watched[0]["live"]["records"] == again.records
-    store = stores.watch_path((ck / watched[0]["checkpoint"]).parent, first.extra["candidate"])
+    watched = [e for e in [pointer.served, *pointer.history] if e.id == name]
+    assert watched and watched[0].live is not None
+    assert watched[0].live["records"] == again.records
+    store = stores.watch_path((ck / str(watched[0].checkpoint)).parent, first.extra["candidate"])
     with np.load(store) as kept:
         assert len(np.unique(kept["ids"])) == len(kept["ids"]) == again.records
 
@@ -134,11 +136,11 @@ def test_a_pinned_model_is_watched_but_not_rolled_back(
     """The operator's pin holds a regressed model: the figures say regression, the report
     says held, and the served model stays."""
     pool, ck, _, bad = poisoned
-    _serve_candidate(ck, bad, pin={"by": "test"})
+    _serve_candidate(ck, bad, pin=Pin(by="test"))
     _write(pool, "b2", IDS[900:1200])
     live = train(pool, ck, resume=True).live
     assert live is not None and live.regression and not live.rolled_back
     assert live.held is not None and "pinned" in live.held
     pointer = read_pointer(ck)
-    assert pointer is not None and pointer.served["id"] == bad
-    assert pointer.served["live"]["regression"] is True
+    assert pointer is not None and pointer.served.id == bad
+    assert pointer.served.live["regression"] is True

@@ -175,7 +175,7 @@ def test_a_folder_from_before_the_pointer_keeps_serving_its_newest_checkpoint(
     adopted = legacy / Path(str(first.checkpoint)).name
     pointer = read_pointer(legacy)
     assert pointer is not None and again.gate is not None
-    kept = [pointer.served["id"], *(e["id"] for e in pointer.history)]
+    kept = [pointer.served.id, *(e.id for e in pointer.history)]
     assert f"adopted-{adopted.stem}" in kept and adopted.is_file()
     served = served_checkpoint(legacy)
     assert (served == adopted) == (again.gate.outcome != "promoted"), again.gate.reason
