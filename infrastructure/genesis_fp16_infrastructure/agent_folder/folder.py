@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -75,6 +76,22 @@ class AgentFolder:
         """The agent folder ``root`` (``<state_dir>/agents/<agent>``)."""
         root = Path(root)
         return cls(root.parent.parent, root.name)
+
+    @classmethod
+    def each(cls, state_dir: Path) -> list[AgentFolder]:
+        """Every agent's folder under ``<state_dir>/agents``, by name; none when that is
+        not there. A folder whose name is not an agent name is no agent's (the daemon
+        never makes one)."""
+        agents = Path(state_dir) / L.AGENTS_FOLDER
+        try:
+            names = sorted(os.listdir(agents))
+        except OSError:
+            return []
+        return [
+            cls(state_dir, name)
+            for name in names
+            if L.is_agent_name(name) and (agents / name).is_dir()
+        ]
 
     # -- folders ----------------------------------------------------------------------
     @property
