@@ -26,8 +26,10 @@ REPO = BENCHMARKS.parent
 # Issue 70's plugin protocol: check_agent and the agents listing read capabilities_of
 # instead of judging_of and ignored_request_fields: 1 / 154. AgentFolder.each lists the
 # agents' folders for the status page and the event outbox (no AGENTS_FOLDER): 1 / 153.
+# check-agent lays its runs out through AgentFolder (no CHECKPOINTS_FOLDER and
+# QUARANTINE_LOG of its own): 1 / 151.
 MAX_LIBRARY_MODULES = 1
-MAX_LIBRARY_NAMES = 153
+MAX_LIBRARY_NAMES = 151
 MAX_COMPLEXITY = 30
 # Issue 70's figure 10b: the library modules that define the names the daemon imports,
 # each name resolved through the door (its __module__; a constant: the module it is

@@ -20,15 +20,15 @@ import torch
 
 from genesis_fp16.plugin_api import ProbeSetup, TrainRequest, TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.api import (
-    CHECKPOINTS_FOLDER,
     PRECISIONS,
-    QUARANTINE_LOG,
     SUPPORTED_API_VERSIONS,
+    AgentFolder,
     DataError,
     TrainResultError,
     api_version_error,
     capabilities_of,
     check_result,
+    new_quarantine_file,
     run_plugin,
 )
 
@@ -94,13 +94,14 @@ class _Bench:
         if folder is None:
             self.runs += 1
             folder = f"run{self.runs}"
+        agent = AgentFolder(self.root / folder, self.plugin.name)  # laid out as the daemon's
         values: dict[str, Any] = {
             "agent": self.plugin.name,
             "precision": "fp32",
             "precision_reason": "check-agent",
-            "state_dir": self.root / folder,
-            "checkpoint_dir": self.root / folder / CHECKPOINTS_FOLDER,
-            "quarantine_path": QUARANTINE_LOG.at(self.root / folder),
+            "state_dir": agent.state_dir,
+            "checkpoint_dir": agent.checkpoint_dir,
+            "quarantine_path": new_quarantine_file(agent.quarantine_dir),
             "device": "cpu",
             "seed": 1,
             "steps": STEPS,
