@@ -27,14 +27,17 @@ REPO = BENCHMARKS.parent
 # instead of judging_of and ignored_request_fields: 1 / 154. AgentFolder.each lists the
 # agents' folders for the status page and the event outbox (no AGENTS_FOLDER): 1 / 153.
 # check-agent lays its runs out through AgentFolder (no CHECKPOINTS_FOLDER and
-# QUARANTINE_LOG of its own): 1 / 151.
+# QUARANTINE_LOG of its own): 1 / 151. The operator's and the daemon's transitions are
+# AgentFolder's methods (recover, promote, roll_back, unpin, set_aside_unusable_pointer):
+# 1 / 145.
 MAX_LIBRARY_MODULES = 1
-MAX_LIBRARY_NAMES = 151
+MAX_LIBRARY_NAMES = 145
 MAX_COMPLEXITY = 30
 # Issue 70's figure 10b: the library modules that define the names the daemon imports,
 # each name resolved through the door (its __module__; a constant: the module it is
-# imported from), measured at 7d40474: 60. The issue's target is 20.
-MAX_DEFINING_MODULES = 60
+# imported from), measured at 7d40474: 60. The issue's target is 20. The transitions as
+# AgentFolder's methods (agent_folder.transitions no longer defines a name it uses): 59.
+MAX_DEFINING_MODULES = 59
 
 DAEMON = """
 from genesis_fp16_infrastructure.contract.train_result import TrainResult

@@ -45,7 +45,6 @@ from genesis_fp16_infrastructure.api import (
     Event,
     ServedPointerError,
     outbox,
-    recover,
 )
 
 __all__ = ["Deliverer", "DeliveryConfig", "agent_folders", "catch_up", "post", "shown_url"]
@@ -436,7 +435,7 @@ def catch_up(state_dir: Path) -> None:
         if not folder.exists():
             continue
         try:
-            recover(folder)  # rolls forward, announces what a kill left
+            agent.recover()  # rolls forward, announces what a kill left
         except (ServedPointerError, OSError) as exc:
             log.warning(
                 "events: cannot read the served pointer",
