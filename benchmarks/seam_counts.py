@@ -21,6 +21,15 @@ prints them as figures 10 to 13 beside the older ones. Product files are
     assigned), and calls ``getattr(x, "extra", ...)``, in daemon files. A keyword
     argument ``extra=`` is no read.
 
+10b. *Library modules that define the names the daemon imports* (issue 70): each name of
+    figure 10, taken from the module the daemon imports it from (through
+    ``genesis_fp16_infrastructure.api``), resolved to the library module that defines it:
+    a class's or function's ``__module__``; a module is itself; a constant (anything else:
+    a number, a tuple, a type alias, an instance) counts the module it is imported from
+    (the module its import in that module names, or that module when it assigns it).
+    This one figure imports the library (:func:`defining_modules`, in the process that
+    asks; ``python benchmarks/seam_counts.py TREE`` runs it on TREE's library).
+
 13. *Worst cyclomatic complexity*: McCabe's count of each function (1, plus one per
     ``if``/``elif``, conditional expression, ``for``/``while`` (and one more for its
     ``else``), ``except`` clause, ``try``'s ``else``, ``assert`` (as a whole), comprehension
@@ -35,9 +44,17 @@ prints them as figures 10 to 13 beside the older ones. Product files are
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 from design_syntax import Place, SourceFile, product_files
 
@@ -171,3 +188,79 @@ def seam_figures(files: Iterable[SourceFile]) -> SeamFigures:
 def seam_of(root: Path) -> SeamFigures:
     """Figures 10 to 13 of the tree ``root``."""
     return seam_figures(product_files(root))
+
+
+def defining_module(module: str, name: str) -> str:
+    """The library module that defines ``name`` as imported from ``module`` (figure 10b).
+
+    >>> defining_module("genesis_fp16_infrastructure.api", "AgentFolder")
+    'genesis_fp16_infrastructure.agent_folder.folder'
+    >>> defining_module("genesis_fp16_infrastructure.api", "DEFAULT_STEPS")  # a constant
+    'genesis_fp16_infrastructure.contract.train_request'
+    """
+    if name == module:  # ``import genesis_fp16_infrastructure.x``: the module itself
+        return module
+    value = getattr(importlib.import_module(module), name)
+    if isinstance(value, ModuleType):
+        return value.__name__
+    if isinstance(value, type) or inspect.isroutine(value):
+        defined = getattr(value, "__module__", None)
+        if isinstance(defined, str) and _is_library(defined):
+            return defined
+    return _imported_from(module, name)
+
+
+def _imported_from(module: str, name: str) -> str:
+    """The module whose ``from M import name`` brings ``name`` into ``module`` (at any
+    depth: ``api``'s imports are under ``TYPE_CHECKING``), or ``module`` when none does."""
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin is not None, module
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module):
+            continue
+        if any((alias.asname or alias.name) == name for alias in node.names):
+            return node.module
+    return module
+
+
+def defining_modules(imports: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Each (module, name) of figure 10 as ``"module:name"`` -> the module defining it."""
+    return {f"{m}:{n}": defining_module(m, n) for m, n in sorted(imports)}
+
+
+def defining_modules_of(root: Path) -> dict[str, str]:
+    """Figure 10b of the tree ``root``: its library imported in a process of its own."""
+    imports = sorted(seam_of(root).imports)
+    path = [str(root / "infrastructure"), str(root), str(Path(__file__).parent)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    code = (
+        "import json, sys; from seam_counts import defining_modules; "
+        "print(json.dumps(defining_modules(json.load(sys.stdin))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        input=json.dumps(imports),
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found: dict[str, str] = json.loads(done.stdout)
+    return found
+
+
+def main(argv: list[str]) -> None:
+    """``python benchmarks/seam_counts.py [TREE]``: figure 10 and 10b of TREE (this one)."""
+    root = Path(argv[0]) if argv else Path(__file__).resolve().parents[1]
+    figures = seam_of(root)
+    defined = defining_modules_of(root)
+    print(f"10. library modules / distinct names: {len(figures.modules)} / {len(figures.names)}")
+    print(f"10b. defining modules: {len(set(defined.values()))}")
+    for module in sorted(set(defined.values())):
+        names = sorted(k.split(":")[1] for k, v in defined.items() if v == module)
+        print(f"  {module}: {len(names)}: {', '.join(names)}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -17,8 +17,7 @@ from genesis_fp16.config.agent_names import shown_name
 from genesis_fp16.config.plugins import PluginRecord, discover_plugins
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.guard_state import describe, load_memory
-from genesis_fp16.plugin_api import declared_options
-from genesis_fp16_infrastructure.api import ignored_request_fields
+from genesis_fp16_infrastructure.api import capabilities_of
 
 
 def register(subparsers: Any) -> None:
@@ -37,12 +36,13 @@ def run(args: argparse.Namespace) -> int:
         for record in records:
             memory = load_memory(settings, record.name) if record.state != "refused" else None
             guard = memory.to_json() if memory is not None else None
-            options = [option.to_json() for option in declared_options(record.plugin)]
+            # None for a plugin not loaded; the loader checked a loaded one's declarations.
+            declared = capabilities_of(record.plugin)
             listed.append(
                 {
                     **record.to_json(),
-                    "options": options,
-                    "ignored_request_fields": _ignored(record.plugin),
+                    "options": [option.to_json() for option in declared.options],
+                    "ignored_request_fields": dict(declared.ignored_request_fields),
                     "precision_guard": guard,
                 }
             )
@@ -71,7 +71,7 @@ def _print_table(settings: Settings, records: list[PluginRecord]) -> None:
     names = [shown_name(r.name) if r.state == "refused" else r.name for r in records]
     width = max(len(name) for name in names)
     for name, record in zip(names, records, strict=True):
-        detail = record.error or getattr(record.plugin, "description", "")
+        detail = record.error or (record.plugin.description if record.plugin else "")
         line = f"{name:<{width}}  {record.state:<11}  {record.value}  {detail}"
         if record.state != "refused":
             demoted = describe(load_memory(settings, record.name))
@@ -79,11 +79,3 @@ def _print_table(settings: Settings, records: list[PluginRecord]) -> None:
         if record.shadowed:
             line = f"{line}  (shadowed: {record.shadowed})"
         print(line)
-
-
-def _ignored(plugin: object) -> dict[str, str]:
-    """What the plugin says it does not use; a bad declaration is listed as the error."""
-    try:
-        return ignored_request_fields(plugin)
-    except TypeError as exc:
-        return {"error": str(exc)}

@@ -2,8 +2,9 @@
 
 Runs every rule of ``genesis_fp16.testing.check_agent`` on the installed plugin NAME (a
 few steps each, on the CPU, in a temporary folder) and prints one line a rule, ``PASS`` or
-``FAIL`` with why (``--json``: one object). Exit 0 when every rule passes, 1 when one
-fails, 2 for bad input.
+``FAIL`` with why, then one ``HAS`` line for each optional capability the plugin declares
+(``genesis_fp16.plugin_api``'s protocol; ``--json``: one object). Exit 0 when every rule
+passes, 1 when one fails, 2 for bad input.
 """
 
 from __future__ import annotations
@@ -54,7 +55,19 @@ def run(args: argparse.Namespace) -> int:
     report = check_agent(plugin, options)
     if args.json:
         rules = [{"rule": r.rule, "ok": r.ok, "detail": r.detail} for r in report.results]
-        print(json.dumps({"agent": report.agent, "ok": report.ok, "rules": rules}))
+        capabilities = list(report.capabilities)
+        print(
+            json.dumps(
+                {
+                    "agent": report.agent,
+                    "ok": report.ok,
+                    "rules": rules,
+                    "capabilities": capabilities,
+                }
+            )
+        )
     else:
         print(report.summary())
+        for line in report.capability_lines():
+            print(line)
     return 0 if report.ok else 1

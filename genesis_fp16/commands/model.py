@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-from pathlib import Path
 from typing import Any
 
 from genesis_fp16.cli import UsageError
@@ -35,19 +34,15 @@ from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.settings_reading import load_settings_for_reading
 from genesis_fp16.status.report import held_by_pin, held_words
 from genesis_fp16_infrastructure.api import (
+    AgentFolder,
     ServedPointerError,
     aside_path,
     candidates_dir,
     list_candidates,
-    operator_pin,
     pointer_path,
     read_verdict,
-    recover,
     repairable_pointer,
-    roll_back_by_hand,
-    serve_by_hand,
     served_entry,
-    unpin,
 )
 
 
@@ -93,11 +88,11 @@ def run(args: argparse.Namespace) -> int:
                 "no promotion gate (it serves its newest checkpoint) or has trained nothing yet"
             )
         with contextlib.suppress(ServedPointerError):  # unusable: what the command repairs
-            recover(folder)  # what a writer killed midway left, settled first
+            home.recover()  # what a writer killed midway left, settled first
         if args.action == "promote":
-            answer = _promote(folder, agent, str(args.id))
+            answer = _promote(home, agent, str(args.id))
         elif args.action == "rollback":
-            served, repaired = roll_back_by_hand(folder, operator_pin("model rollback"))
+            served, repaired = home.roll_back(by="model rollback")
             fixed = " (the unusable pointer is replaced)" if repaired else ""
             answer = {
                 "agent": agent,
@@ -107,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
                 "message": f"{agent}: serving {served.id} again (rolled back, pinned){fixed}",
             }
         else:
-            answer = _unpin(folder, agent)
+            answer = _unpin(home, agent)
     except ServedPointerError as exc:
         # One line on stderr, exit 2; with --json the CLI's error object on stdout too.
         raise UsageError(f"{agent}: {exc}") from None
@@ -115,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _promote(folder: Path, agent: str, ident: str) -> dict[str, Any]:
+def _promote(home: AgentFolder, agent: str, ident: str) -> dict[str, Any]:
+    folder = home.checkpoint_dir
     candidate, kept = candidates_dir(folder) / ident, list_candidates(folder)
     if candidate not in kept:  # a kept candidate's folder, never a path beside them
         known = ", ".join(c.name for c in kept) or "none"
@@ -126,7 +122,7 @@ def _promote(folder: Path, agent: str, ident: str) -> dict[str, Any]:
     entry = served_entry(folder, candidate)
     if entry is None:
         raise UsageError(f"{agent}: candidate {ident!r} holds no checkpoint")
-    repaired = serve_by_hand(folder, entry, operator_pin("model promote"))
+    repaired = home.promote(entry, by="model promote")
     gate = verdict.gate_outcome or verdict.outcome
     fixed = "; the unusable pointer is replaced" if repaired else ""
     return {
@@ -140,9 +136,10 @@ def _promote(folder: Path, agent: str, ident: str) -> dict[str, Any]:
     }
 
 
-def _unpin(folder: Path, agent: str) -> dict[str, Any]:
+def _unpin(home: AgentFolder, agent: str) -> dict[str, Any]:
+    folder = home.checkpoint_dir
     before = repairable_pointer(folder)  # the pin lifted: the candidates held while it stood
-    pointer = unpin(folder)
+    pointer = home.unpin()
     if pointer is None:
         raise UsageError(f"{agent}: no model served: nothing to unpin")
     served = pointer.served.id

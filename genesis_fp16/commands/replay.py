@@ -99,7 +99,12 @@ def _target(bundle: Mapping[str, Any], device: str) -> tuple[Any, str | None]:
     is imported (its batch types resolve against the plugin's ``batch_types``)."""
     from genesis_fp16.commands.reading import settings_for_reading
     from genesis_fp16.config.plugins import PluginError, load_plugin
-    from genesis_fp16_infrastructure.api import BundleError, ReplayTarget, data_change
+    from genesis_fp16_infrastructure.api import (
+        BundleError,
+        ReplayTarget,
+        capabilities_of,
+        data_change,
+    )
 
     found = bundle.get("context")
     context: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
@@ -113,10 +118,10 @@ def _target(bundle: Mapping[str, Any], device: str) -> tuple[Any, str | None]:
         plugin = load_plugin(agent, allowlist)
     except PluginError as exc:
         raise UsageError(str(exc)) from None
-    types = tuple(getattr(plugin, "batch_types", ()))
+    declared = capabilities_of(plugin)  # plugin_api's ReplaysSteps and NamesBatchTypes
     note = data_change(bundle.get("data"))
-    make_task = getattr(plugin, "replay_task", None)
-    if not callable(make_task):
+    make_task = declared.replay_task
+    if make_task is None:
         raise UsageError(
             f"agent {agent!r} cannot rebuild a bundle's step: its plugin has no replay_task "
             "(genesis-fp16 check-agent says so too)"
@@ -130,7 +135,7 @@ def _target(bundle: Mapping[str, Any], device: str) -> tuple[Any, str | None]:
         ) from None
     if note:
         note += f": replaying from the {len(bundle['batches'])} batch(es) the bundle holds"
-    return ReplayTarget.of_task(task, types), note
+    return ReplayTarget.of_task(task, declared.batch_types), note
 
 
 def _first_line(error: BaseException) -> str:

@@ -29,7 +29,11 @@ from typing import Literal
 
 from genesis_fp16.config.agent_names import check_agent_name, is_agent_name
 from genesis_fp16.plugin_api import AgentPlugin
-from genesis_fp16_infrastructure.api import SUPPORTED_API_VERSIONS, api_version_error, judging_of
+from genesis_fp16_infrastructure.api import (
+    SUPPORTED_API_VERSIONS,
+    api_version_error,
+    capabilities_of,
+)
 
 ENTRY_POINT_GROUP = "genesis_fp16.agents"
 OWN_DISTRIBUTION = "genesis-fp16"  # registers the built-in agents
@@ -74,7 +78,7 @@ class PluginRecord:
             "error": self.error,
             "location": self.location,
             "shadowed": self.shadowed,
-            "description": getattr(self.plugin, "description", None),
+            "description": None if self.plugin is None else self.plugin.description,
         }
 
 
@@ -195,10 +199,10 @@ def load_entry_point(ep: EntryPoint) -> PluginRecord:
             if not hasattr(obj, attr)
         ]
         return replace(found, error=f"not an AgentPlugin: missing {', '.join(missing)}")
-    try:  # the judged-model capability, when declared, declared whole
-        judging_of(obj)
-    except TypeError as exc:
-        return replace(found, error=f"judged models: {exc}")
+    try:  # each optional capability, when declared, declared whole (plugin_api's protocol)
+        capabilities_of(obj)
+    except Exception as exc:  # a property that raises is the plugin's too
+        return replace(found, error=f"capabilities: {type(exc).__name__}: {exc}")
     return replace(found, state="loaded", plugin=obj)
 
 

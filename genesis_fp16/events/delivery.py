@@ -41,12 +41,10 @@ from genesis_fp16.config.settings_sources import bounded
 from genesis_fp16.events import signing
 from genesis_fp16.events.posting import Post, post, shown_url
 from genesis_fp16_infrastructure.api import (
-    AGENTS_FOLDER,
-    CHECKPOINTS_FOLDER,
+    AgentFolder,
     Event,
     ServedPointerError,
     outbox,
-    recover,
 )
 
 __all__ = ["Deliverer", "DeliveryConfig", "agent_folders", "catch_up", "post", "shown_url"]
@@ -423,12 +421,7 @@ def _one_line(exc: BaseException) -> str:
 
 def agent_folders(state_dir: Path) -> list[Path]:
     """Every agent folder of the state folder that has an outbox, by name."""
-    root = Path(state_dir) / AGENTS_FOLDER
-    try:
-        names = sorted(os.listdir(root))
-    except OSError:
-        return []
-    return [root / n for n in names if outbox.outbox_of(root / n).is_dir()]
+    return [f.root for f in AgentFolder.each(state_dir) if outbox.outbox_of(f.root).is_dir()]
 
 
 def catch_up(state_dir: Path) -> None:
@@ -437,10 +430,12 @@ def catch_up(state_dir: Path) -> None:
     rejections and holds a killed verdict writer left staged: the daemon's start-up. A
     pointer that cannot be read is left to its own reporters (the staged verdict events
     are settled before it is read)."""
-    root = Path(state_dir) / AGENTS_FOLDER
-    for folder in sorted(root.glob(f"*/{CHECKPOINTS_FOLDER}")):
+    for agent in AgentFolder.each(state_dir):
+        folder = agent.checkpoint_dir
+        if not folder.exists():
+            continue
         try:
-            recover(folder)  # rolls forward, announces what a kill left
+            agent.recover()  # rolls forward, announces what a kill left
         except (ServedPointerError, OSError) as exc:
             log.warning(
                 "events: cannot read the served pointer",

@@ -27,7 +27,7 @@ declares before anything trains.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -60,8 +60,8 @@ from genesis_fp16_infrastructure.api import (
     OptionValue,
     PrecisionName,
     RequestedName,
+    capabilities_of,
     check_result,
-    ignored_request_fields,
     new_quarantine_file,
     read_snapshot,
 )
@@ -194,7 +194,8 @@ def plan_request(
     o = overrides or RequestOverrides()
     spec = settings.agent(agent)
     folder = AgentFolder(settings.state_dir, agent)
-    ignored = ignored_request_fields(plugin)
+    capabilities = capabilities_of(plugin)  # what it declares, read once
+    ignored = dict(capabilities.ignored_request_fields)
     checkpoint_dir = o.checkpoint_dir or folder.checkpoint_dir
     snapshot = read_snapshot(
         AgentStateFiles(folder.precision_state_path, folder.loss_scale_path, checkpoint_dir)
@@ -244,17 +245,18 @@ def plan_request(
         range_stats=settings.range_stats,
     )
     # The data scanned once, and whether anything changed: the last piece of the snapshot.
-    checked = replace(snapshot, data=check_data(plugin, request))
+    checked = replace(snapshot, data=check_data(capabilities.check_data, request))
     return RunPlan(replace(request, snapshot=checked), ignored)
 
 
-def check_data(plugin: AgentPlugin, request: TrainRequest) -> DataCheck | None:
-    """The plugin's own data check, when it has one (``check_data(request)``: the data
-    files scanned once and, when nothing changed since its served model, the run's
-    result), asked once by the plan: an up-to-date run then costs no process start, and
-    the run reads neither the manifest nor the files' bytes again. A check that fails is
-    logged and the run goes on in full, where the plugin decides."""
-    check = getattr(plugin, "check_data", None)
+def check_data(
+    check: Callable[[TrainRequest], DataCheck] | None, request: TrainRequest
+) -> DataCheck | None:
+    """The plugin's own data check, when it has one (``check_data(request)``, plugin_api's
+    ``ChecksData``: the data files scanned once and, when nothing changed since its served
+    model, the run's result), asked once by the plan: an up-to-date run then costs no
+    process start, and the run reads neither the manifest nor the files' bytes again. A
+    check that fails is logged and the run goes on in full, where the plugin decides."""
     if check is None:
         return None
     try:

@@ -20,7 +20,6 @@ from genesis_fp16_infrastructure.api import (
     AgentSnapshot,
     aside_path,
     pointer_path,
-    set_aside_unusable,
 )
 
 log = structlog.get_logger("genesis_fp16.jobs")
@@ -29,7 +28,8 @@ log = structlog.get_logger("genesis_fp16.jobs")
 def check_served_pointer(ctx: JobContext, agent: str, snapshot: AgentSnapshot) -> None:
     """Set an unusable pointer aside (counted once), and export the pointer's state, as
     the run's plan read it (``snapshot``: the pointer is read again only to set it aside)."""
-    folder = AgentFolder(ctx.settings.state_dir, agent).checkpoint_dir
+    home = AgentFolder(ctx.settings.state_dir, agent)
+    folder = home.checkpoint_dir
     metrics = ctx.metrics.promotion
     if not any(p.exists() or p.is_symlink() for p in (pointer_path(folder), aside_path(folder))):
         ctx.unusable_pointer.pop(agent, None)  # none (rlhf_ppo; before the first model)
@@ -42,7 +42,7 @@ def check_served_pointer(ctx: JobContext, agent: str, snapshot: AgentSnapshot) -
         metrics.pinned.labels(agent=agent).set(float(pinned))
         return
     try:  # under the pointer's lock, read again: a repair since is not set aside
-        why, moved = set_aside_unusable(folder)
+        why, moved = home.set_aside_unusable_pointer()
     except OSError as exc:  # not ours to rename: reported all the same, never followed
         why, moved = f"served-model pointer in {folder} unusable: {exc}", None
     if moved is not None:

@@ -25,12 +25,10 @@ from typing import Any
 import msgspec
 
 from genesis_fp16 import __version__
-from genesis_fp16.config.agent_names import is_agent_name
 from genesis_fp16.metrics.watch_state import stamp_seconds, watch_state
 from genesis_fp16.status.history import AgentHistory, gather_history
 from genesis_fp16.status.when import clock
 from genesis_fp16_infrastructure.api import (
-    AGENTS_FOLDER,
     REPAIR,
     SERVED_POINTER,
     AgentFolder,
@@ -167,7 +165,7 @@ def gather_status(
     """The report for ``state_dir``: every installed agent and every agent with a folder
     there (a model outlives its plugin), at most :data:`MAX_AGENTS` of them."""
     installed = set(installed)
-    names = sorted(installed | set(_agent_folders(state_dir)))
+    names = sorted(installed | {folder.agent for folder in AgentFolder.each(state_dir)})
     shown = names[:MAX_AGENTS]
     agents = tuple(
         gather_agent(state_dir, name, name in installed, schedule(name), idle_seconds)
@@ -391,16 +389,6 @@ def _figures(mapping: Any) -> dict[str, Any] | None:
             elif isinstance(inner, float):
                 flat[name] = inner if math.isfinite(inner) else None
     return flat
-
-
-def _agent_folders(state_dir: Path) -> list[str]:
-    """The agent folders under ``<state_dir>/agents`` (none when it is not there); a folder
-    whose name is not an agent name is no agent's (the daemon never makes one)."""
-    try:
-        folders = (Path(state_dir) / AGENTS_FOLDER).iterdir()
-        return [p.name for p in folders if is_agent_name(p.name) and p.is_dir()]
-    except OSError:
-        return []
 
 
 def _precision(value: Any) -> PrecisionName | None:

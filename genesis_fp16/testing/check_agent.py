@@ -20,15 +20,15 @@ import torch
 
 from genesis_fp16.plugin_api import ProbeSetup, TrainRequest, TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.api import (
-    CHECKPOINTS_FOLDER,
     PRECISIONS,
-    QUARANTINE_LOG,
     SUPPORTED_API_VERSIONS,
+    AgentFolder,
     DataError,
     TrainResultError,
     api_version_error,
+    capabilities_of,
     check_result,
-    judging_of,
+    new_quarantine_file,
     run_plugin,
 )
 
@@ -55,6 +55,9 @@ class RuleResult:
 class AgentReport:
     agent: str
     results: tuple[RuleResult, ...]
+    # The optional capabilities the plugin declares, a line each (plugin_api's protocol):
+    # "judged: judging_version 1, loss_span 1.0"; none when its contract rule failed.
+    capabilities: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -66,6 +69,10 @@ class AgentReport:
 
     def summary(self) -> str:
         return "\n".join(r.line() for r in self.results)
+
+    def capability_lines(self) -> list[str]:
+        """One ``HAS`` line for each optional capability the plugin declares."""
+        return [f"HAS {line}" for line in self.capabilities]
 
 
 @dataclass
@@ -87,13 +94,14 @@ class _Bench:
         if folder is None:
             self.runs += 1
             folder = f"run{self.runs}"
+        agent = AgentFolder(self.root / folder, self.plugin.name)  # laid out as the daemon's
         values: dict[str, Any] = {
             "agent": self.plugin.name,
             "precision": "fp32",
             "precision_reason": "check-agent",
-            "state_dir": self.root / folder,
-            "checkpoint_dir": self.root / folder / CHECKPOINTS_FOLDER,
-            "quarantine_path": QUARANTINE_LOG.at(self.root / folder),
+            "state_dir": agent.state_dir,
+            "checkpoint_dir": agent.checkpoint_dir,
+            "quarantine_path": new_quarantine_file(agent.quarantine_dir),
             "device": "cpu",
             "seed": 1,
             "steps": STEPS,
@@ -136,6 +144,10 @@ def _contract(bench: _Bench) -> str:
         raise RuleFailed(f"missing {', '.join(missing)}")
     if plugin.api_version not in SUPPORTED_API_VERSIONS:
         raise RuleFailed(api_version_error(plugin.api_version))
+    try:  # each optional capability declared whole, as the loader checks it
+        capabilities_of(plugin)
+    except TypeError as exc:
+        raise RuleFailed(str(exc)) from None
     return f"api_version {plugin.api_version}, name {plugin.name!r}"
 
 
@@ -273,15 +285,15 @@ def _held_out(bench: _Bench) -> str:
     forced second run's candidate is judged against it. A candidate that trained on a
     held-out record is refused by the run (TrainRequestError: this rule's line); one whose
     checkpoint names no records it trained on is judged on its training data."""
-    judged = judging_of(bench.plugin)
-    if judged is None:
+    declared = capabilities_of(bench.plugin)
+    if declared.judged is None:
         return "not judged (no score_records): no held-out split applies"
     bench.train(bench.request(folder="held_out"))
     gate = bench.train(bench.request(folder="held_out", forced=True)).gate
     sets = {c.name for c in gate.comparisons} if gate is not None else set()
     if "held_out" in sets:
         return "a second model judged against the first on records neither trained on"
-    if not getattr(judged, "records_are_training_data", True):
+    if not declared.records_are_training_data:
         return "its records are evaluation episodes: it trains on none of them"
     raise RuleFailed(
         f"judged on its training data (sets {sorted(sets)}): its task's extra_state() must "
@@ -290,15 +302,15 @@ def _held_out(bench: _Bench) -> str:
 
 
 def _rebuilds(bench: _Bench) -> str:
-    make = getattr(bench.plugin, "replay_task", None)
-    if not callable(make):
+    declared = capabilities_of(bench.plugin)
+    if declared.replay_task is None:
         raise RuleFailed(
             "no replay_task(context): `genesis-fp16 replay` cannot rebuild this agent's fault "
             "bundles (return the run's TrainingTask, from the bundle's request or its rebuild "
             "record: docs/precision-forensics.md)"
         )
-    declared = getattr(bench.plugin, "batch_types", ())
-    return f"replay_task rebuilds a bundle's step; {len(tuple(declared))} batch type(s) declared"
+    count = len(declared.batch_types)
+    return f"replay_task rebuilds a bundle's step; {count} batch type(s) declared"
 
 
 RULES: dict[str, Callable[[_Bench], str]] = {
@@ -350,7 +362,8 @@ def check_agent(
             except Exception as exc:
                 why = str(exc).splitlines()[0] if str(exc) else ""
                 results.append(RuleResult(rule, False, f"{type(exc).__name__}: {why}"))
-    return AgentReport(getattr(plugin, "name", "?"), tuple(results))
+    declared = capabilities_of(plugin).lines() if results[0].ok else []
+    return AgentReport(getattr(plugin, "name", "?"), tuple(results), tuple(declared))
 
 
 __all__ = ["RULES", "AgentReport", "RuleResult", "check_agent"]

@@ -117,6 +117,7 @@ if TYPE_CHECKING:
         ProbeSetup,
         TrainRequestError,
         api_version_error,
+        capabilities_of,
         declared_options,
         ignored_request_fields,
         parse_options,

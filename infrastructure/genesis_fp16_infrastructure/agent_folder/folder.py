@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,8 +30,15 @@ from typing import Any
 
 import msgspec
 
-from genesis_fp16_infrastructure.agent_folder import files, records, run_history
+from genesis_fp16_infrastructure.agent_folder import (
+    files,
+    records,
+    repair,
+    run_history,
+    transitions,
+)
 from genesis_fp16_infrastructure.agent_folder import layout as L
+from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer
 from genesis_fp16_infrastructure.agent_folder.records import CaptureVerdict
 from genesis_fp16_infrastructure.agent_folder.run_history import KEEP, LastRun, RunEntry, RunHistory
 from genesis_fp16_infrastructure.training.precision import carried_scale
@@ -75,6 +83,22 @@ class AgentFolder:
         """The agent folder ``root`` (``<state_dir>/agents/<agent>``)."""
         root = Path(root)
         return cls(root.parent.parent, root.name)
+
+    @classmethod
+    def each(cls, state_dir: Path) -> list[AgentFolder]:
+        """Every agent's folder under ``<state_dir>/agents``, by name; none when that is
+        not there. A folder whose name is not an agent name is no agent's (the daemon
+        never makes one)."""
+        agents = Path(state_dir) / L.AGENTS_FOLDER
+        try:
+            names = sorted(os.listdir(agents))
+        except OSError:
+            return []
+        return [
+            cls(state_dir, name)
+            for name in names
+            if L.is_agent_name(name) and (agents / name).is_dir()
+        ]
 
     # -- folders ----------------------------------------------------------------------
     @property
@@ -234,6 +258,33 @@ class AgentFolder:
         run that succeeded stays a success; only a restart would lose its time)."""
         data = {"version": VERSION, "agent": self.agent, SUCCESS_FIELD: when}
         _write(self.last_success_path, L.LAST_SUCCESS, data, "a restart will not show it")
+
+    # -- the served model's transitions, as the operator and the daemon make them ----------
+    def recover(self) -> ServedPointer | None:
+        """Settle what a writer killed midway left in the checkpoints folder, and return
+        the pointer (:func:`.transitions.recover`: the daemon's start-up, the operator's
+        commands)."""
+        return transitions.recover(self.checkpoint_dir)
+
+    def promote(self, entry: dict[str, Any], by: str) -> bool:
+        """Serve ``entry`` (a kept candidate's pointer entry) by hand and pin it, pinned by
+        the command ``by``; whether an unusable pointer was replaced
+        (:func:`.repair.serve_by_hand`)."""
+        return repair.serve_by_hand(self.checkpoint_dir, entry, transitions.operator_pin(by))
+
+    def roll_back(self, by: str) -> tuple[dict[str, Any], bool]:
+        """Serve the model served before this one, pinned by the command ``by``: its entry,
+        and whether an unusable pointer was replaced (:func:`.repair.roll_back_by_hand`)."""
+        return repair.roll_back_by_hand(self.checkpoint_dir, transitions.operator_pin(by))
+
+    def unpin(self) -> ServedPointer | None:
+        """Lift the operator's pin (:func:`.transitions.unpin`); None: nothing served."""
+        return transitions.unpin(self.checkpoint_dir)
+
+    def set_aside_unusable_pointer(self) -> tuple[str | None, Path | None]:
+        """Set an unusable pointer aside under its lock: why it is unusable, and where it
+        went (:func:`.repair.set_aside_unusable`)."""
+        return repair.set_aside_unusable(self.checkpoint_dir)
 
     # -- the generated sample data --------------------------------------------------------
     def sample_data(self, generate: Generate, count: int, seed: int) -> Path:

@@ -163,6 +163,22 @@ class JudgedPlugin(Protocol):
         ...
 
 
+@runtime_checkable
+class DeclaresMargin(Protocol):
+    """A judged plugin's own margin: the loss difference tolerated against a reference
+    model (:func:`judging_margin`), instead of a share of its mean loss."""
+
+    judging_margin: float | None
+
+
+@runtime_checkable
+class DeclaresRecords(Protocol):
+    """``records_are_training_data = False``: the scored records are evaluation episodes,
+    none of them trained on (:func:`records_are_training_data`)."""
+
+    records_are_training_data: bool
+
+
 def judging_of(plugin: object) -> JudgedPlugin | None:
     """``plugin`` when it declares the judged-model capability, else None (it is not
     judged: it serves its newest checkpoint). A plugin of
@@ -196,7 +212,7 @@ def judging_margin(plugin: object, reference_mean: float) -> float:
     >>> judging_margin(Agent(), 0.4)
     0.02
     """
-    declared = getattr(plugin, "judging_margin", None)
+    declared = plugin.judging_margin if isinstance(plugin, DeclaresMargin) else None
     if declared is not None:
         return float(declared)
     return round(DEFAULT_RELATIVE_MARGIN * max(reference_mean, 0.0), 12)
@@ -216,7 +232,7 @@ def model_weights(checkpoint: Path) -> dict[str, Any]:
 def records_are_training_data(plugin: object) -> bool:
     """Whether ``plugin``'s scored records are what it trains on (the default): then a
     run on records the served model all knew has nothing to learn."""
-    return bool(getattr(plugin, "records_are_training_data", True))
+    return not isinstance(plugin, DeclaresRecords) or bool(plugin.records_are_training_data)
 
 
 def training_rows(ids: Sequence[str]) -> list[int]:

@@ -1,4 +1,4 @@
-"""The contract between genesis-fp16 and its agent plugins.
+"""The contract between genesis-fp16 and its agent plugins, in one place.
 
 A plugin is any object that satisfies :class:`AgentPlugin`. It is registered in the
 ``genesis_fp16.agents`` entry-point group of its own distribution; the entry point names
@@ -13,17 +13,38 @@ The daemon loads a plugin whose ``api_version`` is one of :data:`SUPPORTED_API_V
 unchanged), and refuses any other, saying what changed since the plugin's version
 (:func:`api_version_error`).
 
-A plugin may declare the one optional capability, judged models
-(:mod:`~genesis_fp16_infrastructure.contract.judging`: ``score_records``,
-``judging_version``, ``loss_span``): the library then runs the served-model lifecycle
-for it (candidates, the gate, the live watch, rollback, the operator's pin).
+**Required** (:class:`AgentPlugin`): ``api_version``, ``name``, ``description``,
+``generate_sample_data(out, count, seed)``, ``train(request)`` and
+``probe_setup(data_path, seed)``.
 
-A plugin may declare the options its ``train`` reads from ``TrainRequest.options`` as an
-``options`` attribute (a sequence of :class:`AgentOption`); operators then set them with
-``genesis-fp16 train AGENT --option KEY=VALUE`` or
-``GENESIS_FP16_AGENTS__<AGENT>__OPTIONS__<KEY>=VALUE``, and a bad key or value is refused
-before any training starts (:func:`parse_options`). A plugin without the attribute takes
-no options.
+**Optional capabilities**, each a :class:`~typing.Protocol` below that a plugin satisfies by
+declaring its members; the loader reads and checks them all once, when it loads the plugin
+(:func:`capabilities_of`: a capability declared half or wrong refuses the plugin in one
+line), and ``genesis-fp16 check-agent`` prints one ``HAS`` line for each it has:
+
+- :class:`TakesOptions` (``options``): the options its ``train`` reads from
+  ``TrainRequest.options``, a sequence of :class:`AgentOption`. Operators set them with
+  ``genesis-fp16 train AGENT --option KEY=VALUE`` or
+  ``GENESIS_FP16_AGENTS__<AGENT>__OPTIONS__<KEY>=VALUE``; a bad key or value is refused
+  before any training starts (:func:`parse_options`). Without it, the plugin takes none.
+- :class:`IgnoresRequestFields` (``ignored_request_fields``): the request fields its
+  ``train`` does not use, each with what it does instead; an operator who sets one is
+  warned (:func:`ignored_request_fields`).
+- :class:`ReadsDataFolder` (``data_folder = True``): with no data path configured, it
+  trains on its whole data folder, not on its one generated sample file.
+- :class:`ChecksData` (``check_data(request) -> DataCheck``): the data scanned once by
+  the daemon's plan; an unchanged folder is answered without starting a run.
+- :class:`ReplaysSteps` (``replay_task(context)``, and :class:`NamesBatchTypes`,
+  ``batch_types``): ``genesis-fp16 replay`` rebuilds a fault bundle's step with it.
+- :class:`~genesis_fp16_infrastructure.contract.judging.JudgedPlugin` (``score_records``,
+  ``judging_version``, ``loss_span``; optionally ``judging_margin`` and
+  ``records_are_training_data``): judged models
+  (:mod:`~genesis_fp16_infrastructure.contract.judging`): the library then runs the
+  served-model lifecycle for it (candidates, the gate, the live watch, rollback, the
+  operator's pin).
+
+No other member of a plugin is read (``tests/test_plugin_protocol.py`` fails on a
+``getattr``/``hasattr`` of a plugin outside the checks here).
 
 The request and the result live beside this module (``train_request.py``,
 ``train_result.py``); each name is imported from the module that defines it, or by a
@@ -37,6 +58,11 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from genesis_fp16_infrastructure.contract.judging import (
+    JudgedPlugin,
+    judging_of,
+    records_are_training_data,
+)
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
@@ -45,6 +71,8 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from genesis_fp16_infrastructure.contract.agent_snapshot import DataCheck
+
 
 __all__ = [
     "API_CHANGES",
@@ -52,10 +80,18 @@ __all__ = [
     "SUPPORTED_API_VERSIONS",
     "AgentOption",
     "AgentPlugin",
+    "Capabilities",
+    "ChecksData",
+    "IgnoresRequestFields",
+    "NamesBatchTypes",
     "OptionValue",
     "ProbeSetup",
+    "ReadsDataFolder",
+    "ReplaysSteps",
+    "TakesOptions",
     "TrainRequestError",
     "api_version_error",
+    "capabilities_of",
     "declared_options",
     "ignored_request_fields",
     "parse_options",
@@ -166,31 +202,34 @@ class AgentOption:
 
 
 def declared_options(plugin: object) -> tuple[AgentOption, ...]:
-    """The options ``plugin`` declares (none when it has no ``options`` attribute)."""
-    return tuple(getattr(plugin, "options", ()))
+    """The options ``plugin`` declares (:class:`TakesOptions`; none when it does not)."""
+    return tuple(plugin.options) if isinstance(plugin, TakesOptions) else ()
 
 
 def ignored_request_fields(plugin: object) -> dict[str, str]:
     """The :class:`TrainRequest` fields ``plugin`` does not use, each with what it does instead.
 
-    A plugin declares them as an ``ignored_request_fields`` mapping; the daemon and
-    ``train`` then warn when an operator sets one of them (a setting or a flag) instead
-    of letting it do nothing. A name that is not a field of ``TrainRequest`` is a bug in
-    the plugin. A field of the precision request is named ``precision.<field>``
-    (``precision.mode``: how ``auto`` is decided):
+    A plugin declares them as an ``ignored_request_fields`` mapping
+    (:class:`IgnoresRequestFields`); the daemon and ``train`` then warn when an operator
+    sets one of them (a setting or a flag) instead of letting it do nothing. A name that
+    is not a field of ``TrainRequest`` is a bug in the plugin. A field of the precision
+    request is named ``precision.<field>`` (``precision.mode``: how ``auto`` is decided):
 
     >>> class Agent:
     ...     ignored_request_fields = {"checkpoint_steps": "one checkpoint, at the end"}
     >>> ignored_request_fields(Agent())
     {'checkpoint_steps': 'one checkpoint, at the end'}
     """
-    declared = dict(getattr(plugin, "ignored_request_fields", {}))
+    if not isinstance(plugin, IgnoresRequestFields):
+        return {}
+    declared = dict(plugin.ignored_request_fields)
     known = {f.name for f in fields(TrainRequest)}
     known |= {f"precision.{f.name}" for f in fields(PrecisionRequest)}
     unknown = sorted(set(declared) - known)
     if unknown:
-        name = getattr(plugin, "name", type(plugin).__name__)
-        raise TypeError(f"{name}: ignored_request_fields names no TrainRequest field: {unknown}")
+        raise TypeError(
+            f"{_name(plugin)}: ignored_request_fields names no TrainRequest field: {unknown}"
+        )
     return declared
 
 
@@ -264,3 +303,142 @@ class AgentPlugin(Protocol):
     def probe_setup(self, data_path: Path | None, seed: int) -> ProbeSetup:
         """Return the model, loss and batches the precision probe runs on."""
         ...
+
+
+@runtime_checkable
+class _Named(Protocol):
+    name: str
+
+
+def _name(plugin: object) -> str:
+    """The plugin's name for a message (its class's while it has none)."""
+    return str(plugin.name) if isinstance(plugin, _Named) else type(plugin).__name__
+
+
+@runtime_checkable
+class TakesOptions(Protocol):
+    """Options: what its ``train`` reads from ``TrainRequest.options`` (module docstring)."""
+
+    options: Sequence[AgentOption]
+
+
+@runtime_checkable
+class IgnoresRequestFields(Protocol):
+    """The request fields its ``train`` does not use, each with what it does instead."""
+
+    ignored_request_fields: Mapping[str, str]
+
+
+@runtime_checkable
+class ReadsDataFolder(Protocol):
+    """``data_folder = True``: with no data path configured it trains on its whole data
+    folder (the generated sample and every file beside it), not on the one sample file."""
+
+    data_folder: bool
+
+
+@runtime_checkable
+class ChecksData(Protocol):
+    """The data scanned once by the run's plan: when nothing changed since the served
+    model's run, the :class:`DataCheck` carries that run's result and no run starts."""
+
+    def check_data(self, request: TrainRequest) -> DataCheck:
+        """The data files of ``request`` scanned, and whether anything changed."""
+        ...
+
+
+@runtime_checkable
+class ReplaysSteps(Protocol):
+    """``genesis-fp16 replay`` rebuilds a fault bundle's step with the task this returns
+    (the bundle's context: its request, its rebuild record, the device)."""
+
+    def replay_task(self, context: Mapping[str, Any]) -> Any:
+        """The run's ``TrainingTask``, rebuilt from a fault bundle's ``context``."""
+        ...
+
+
+@runtime_checkable
+class NamesBatchTypes(Protocol):
+    """The named tuples and dataclasses a fault bundle's batches may be rebuilt as."""
+
+    batch_types: Sequence[type]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """The optional capabilities one plugin declares, read and checked once
+    (:func:`capabilities_of`); each field is the capability's value, or its absence
+    (empty, False, None)."""
+
+    options: tuple[AgentOption, ...] = ()
+    ignored_request_fields: Mapping[str, str] = field(default_factory=dict)
+    data_folder: bool = False
+    check_data: Callable[[TrainRequest], DataCheck] | None = None
+    replay_task: Callable[[Mapping[str, Any]], Any] | None = None
+    batch_types: tuple[type, ...] = ()
+    judged: JudgedPlugin | None = None
+    # A judged plugin's ``records_are_training_data`` (judging's DeclaresRecords): False
+    # when its scored records are evaluation episodes it never trains on.
+    records_are_training_data: bool = True
+
+    def lines(self) -> list[str]:
+        """One line for each capability declared, as ``check-agent`` prints them.
+
+        >>> for line in Capabilities(data_folder=True, batch_types=(int,)).lines():
+        ...     print(line)
+        data_folder: trains on its whole data folder
+        batch_types: 1 declared
+        """
+        found: list[tuple[str, object]] = [
+            ("options", ", ".join(option.name for option in self.options)),
+            ("ignored_request_fields", ", ".join(self.ignored_request_fields)),
+            ("data_folder", self.data_folder and "trains on its whole data folder"),
+            ("check_data", self.check_data and "an unchanged data folder starts no run"),
+            ("replay_task", self.replay_task and "rebuilds a fault bundle's step"),
+            ("batch_types", self.batch_types and f"{len(self.batch_types)} declared"),
+            ("judged", self.judged and self._judged()),
+        ]
+        return [f"{name}: {line}" for name, line in found if line]
+
+    def _judged(self) -> str:
+        assert self.judged is not None
+        line = f"judging_version {self.judged.judging_version}, loss_span {self.judged.loss_span}"
+        if not self.records_are_training_data:
+            line += ", judged on records it does not train on"
+        return line
+
+
+def capabilities_of(plugin: object) -> Capabilities:
+    """Every optional capability ``plugin`` declares (module docstring), each checked
+    whole: a TypeError names the plugin and what is wrong (the loader refuses it).
+
+    A method set to None is not declared (``typing.Protocol``'s rule).
+
+    >>> class Agent:
+    ...     name, data_folder = "a", True
+    ...     def replay_task(self, context): ...
+    >>> sorted(line.split(":")[0] for line in capabilities_of(Agent()).lines())
+    ['data_folder', 'replay_task']
+    """
+    options = declared_options(plugin)
+    for index, option in enumerate(options):
+        if not isinstance(option, AgentOption):
+            raise TypeError(f"{_name(plugin)}: options[{index}] is not an AgentOption")
+    check = plugin.check_data if isinstance(plugin, ChecksData) else None
+    replay = plugin.replay_task if isinstance(plugin, ReplaysSteps) else None
+    for member, method in (("check_data", check), ("replay_task", replay)):
+        if method is not None and not callable(method):
+            raise TypeError(f"{_name(plugin)}: {member} is not a method")
+    types = tuple(plugin.batch_types) if isinstance(plugin, NamesBatchTypes) else ()
+    if not all(isinstance(kind, type) for kind in types):
+        raise TypeError(f"{_name(plugin)}: batch_types holds something that is not a class")
+    return Capabilities(
+        options=options,
+        ignored_request_fields=ignored_request_fields(plugin),
+        data_folder=isinstance(plugin, ReadsDataFolder) and plugin.data_folder is True,
+        check_data=check,
+        replay_task=replay,
+        batch_types=types,
+        judged=judging_of(plugin),
+        records_are_training_data=records_are_training_data(plugin),
+    )

@@ -225,7 +225,9 @@ def test_the_scaffold_installs_in_a_fresh_venv_and_trains_under_serve(tmp_path: 
     spec = importlib.util.find_spec("my_agent")
     assert spec is None or tmp_path not in Path(spec.origin or "").parents
     check = outputs[-1].strip().splitlines()
-    assert len(check) == len(RULES) and all(line.startswith("PASS ") for line in check), check
+    rules, capabilities = check[: len(RULES)], check[len(RULES) :]
+    assert all(line.startswith("PASS ") for line in rules), check
+    assert [line.split(":")[0] for line in capabilities] == ["HAS replay_task", "HAS judged"]
     try:
         daemon.wait_for(
             lambda: daemon.sample(

@@ -65,3 +65,18 @@ def test_names_are_unique_and_found_back() -> None:
         agent_of(Path("/s/agents/se_darwin/checkpoints/candidates/c/verdict.json")) == "se_darwin"
     )
     assert agent_of(Path("/s/other/x.json")) is None
+
+
+def test_each_agent_folder_is_listed_by_name_and_nothing_else(tmp_path: Path) -> None:
+    """AgentFolder.each: the agents' folders under <state>/agents by name; a file, or a
+    folder whose name is no agent name, is not one; no agents folder: none."""
+    from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+
+    assert AgentFolder.each(tmp_path) == []
+    agents = tmp_path / "agents"
+    for name in ("zeta", "alpha", ".hidden", "has space"):
+        (agents / name).mkdir(parents=True)
+    (agents / "a_file").write_text("")
+    found = AgentFolder.each(tmp_path)
+    assert [f.agent for f in found] == ["alpha", "zeta"]
+    assert found[0].root == agents / "alpha" and found[0].state_dir == tmp_path
