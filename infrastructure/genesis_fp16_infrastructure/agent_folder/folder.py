@@ -38,6 +38,7 @@ from genesis_fp16_infrastructure.agent_folder import (
     transitions,
 )
 from genesis_fp16_infrastructure.agent_folder import layout as L
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer
 from genesis_fp16_infrastructure.agent_folder.records import CaptureVerdict
 from genesis_fp16_infrastructure.agent_folder.run_history import KEEP, LastRun, RunEntry, RunHistory
@@ -266,13 +267,13 @@ class AgentFolder:
         commands)."""
         return transitions.recover(self.checkpoint_dir)
 
-    def promote(self, entry: dict[str, Any], by: str) -> bool:
+    def promote(self, entry: ServedEntry, by: str) -> bool:
         """Serve ``entry`` (a kept candidate's pointer entry) by hand and pin it, pinned by
         the command ``by``; whether an unusable pointer was replaced
         (:func:`.repair.serve_by_hand`)."""
         return repair.serve_by_hand(self.checkpoint_dir, entry, transitions.operator_pin(by))
 
-    def roll_back(self, by: str) -> tuple[dict[str, Any], bool]:
+    def roll_back(self, by: str) -> tuple[ServedEntry, bool]:
         """Serve the model served before this one, pinned by the command ``by``: its entry,
         and whether an unusable pointer was replaced (:func:`.repair.roll_back_by_hand`)."""
         return repair.roll_back_by_hand(self.checkpoint_dir, transitions.operator_pin(by))
