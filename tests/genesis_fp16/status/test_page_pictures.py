@@ -139,7 +139,7 @@ def test_the_dom_holds_each_mark_in_its_agents_chart(
     daemon: DaemonProcess, chromium: str, tmp_path: Path
 ) -> None:
     """Chromium's DOM of the live page: the judged agent's quality chart marks two
-    promotions, the rejection and the operator's rollback, its runs table lists the
+    promotions, each rejection and the operator's rollback, its runs table lists the
     runs; the fault agent's loss-scale chart marks its demotion, and its rows say why it
     trains in bf16. No script anywhere."""
     done = _chromium(
@@ -151,7 +151,10 @@ def test_the_dom_holds_each_mark_in_its_agents_chart(
     judged = _agent_part(dom, AGENT)
     quality = _charts(judged)[0]
     assert quality.count('class="mark promoted"') >= 2
-    assert quality.count('class="mark rejected"') == 1
+    # The rejection, and any later run's: after the rollback the pinned first model is
+    # served, and a run that trains on the shuffled records again is rejected again.
+    rejected = gate_outcomes(daemon).count("rejected")  # read after the dump: an upper bound
+    assert 1 <= quality.count('class="mark rejected"') <= rejected
     assert quality.count('class="mark rolled_back"') == 1
     assert "rolled back to" in quality and ": operator" in quality
     assert '<table class="runs">' in judged and "rejected" in judged
