@@ -161,6 +161,8 @@ class GateComparison(Record):
     auc_worse_lower: float | None = field(default=None, metadata={**_R6, **_OPTIONAL})
     auc_vetoes_only: bool | None = field(default=None, metadata=_OPTIONAL)
     records_needed: int | None = field(default=None, metadata=_OPTIONAL)
+    # The judged plugin's loss column compared (contract.judging.RecordLosses.losses).
+    metric: str | None = field(default=None, metadata=_OPTIONAL)
 
 
 @dataclass(frozen=True)

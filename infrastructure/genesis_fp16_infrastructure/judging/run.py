@@ -349,7 +349,8 @@ def _score(
             )
         # Checked again on a copy of its own, here where it is used: the plugin's object
         # may have been changed since it was built (object.__setattr__ on a frozen one).
-        return RecordLosses(losses.ids, losses.losses, losses.segments, losses.quarantined)
+        kept = losses.ids, losses.losses, losses.segments, losses.quarantined, losses.primary
+        return RecordLosses(*kept)
     except CheckpointChangedError:
         raise
     except (RecordLossesError, TrainRequestError, OSError, ValueError) as exc:
@@ -546,8 +547,9 @@ def _known_after(served: _Served, losses: RecordLosses) -> np.ndarray:
 
 
 def _first(losses: RecordLosses) -> Paired:
-    mean = losses.mean()
-    return Paired("current", len(losses.ids), mean, math.nan, math.nan, math.nan, math.nan, True)
+    mean, nan = losses.mean(), math.nan
+    first = Paired("current", len(losses.ids), mean, nan, nan, nan, nan, True)
+    return replace(first, metric=losses.primary)
 
 
 def _comparisons(
@@ -558,27 +560,41 @@ def _comparisons(
     checkpoint: Path,
     held_out: bool,
 ) -> list[Paired]:
+    """Every question the gate asks, of every loss column both models have (the primary
+    first: its pooled comparison is the verdict's figure), each with its column's margin;
+    :func:`~.gate.decide` settles them together (Holm over all of them)."""
     span = float(judged.loss_span)
-
-    def margin(mean: float) -> float:
-        return judging_margin(judged, mean)
-
     assert served.losses is not None and served.checkpoint is not None
     known = _known_segments(served)
     name, losses = _judged_records(held_out, served, losses)
-    found = compare_segments(name, losses, served.losses, span, margin, known)
-    found += _on_known(losses, served, span, margin)
+    golden = None
     if request.golden_data_path is not None:
-        golden = replace(request, data_path=request.golden_data_path)
-        ours = _score(judged, checkpoint, golden, required=True)
-        theirs = _score(judged, served.checkpoint, golden, required=True)
-        assert ours is not None and theirs is not None
-        found.append(compare("golden", ours, theirs, span, margin))
+        ask = replace(request, data_path=request.golden_data_path)
+        golden = (
+            _score(judged, checkpoint, ask, required=True),
+            _score(judged, served.checkpoint, ask, required=True),
+        )
+    found: list[Paired] = []
+    for metric in [m for m in losses.metrics() if m in served.losses.losses]:
+
+        def margin(mean: float, metric: str = metric) -> float:
+            return judging_margin(judged, mean, metric)
+
+        found += compare_segments(name, losses, served.losses, span, margin, known, metric)
+        found += _on_known(losses, served, span, margin, metric)
+        if golden is not None:
+            ours, theirs = golden
+            assert ours is not None and theirs is not None
+            found.append(compare("golden", ours, theirs, span, margin, metric))
     return found
 
 
 def _on_known(
-    losses: RecordLosses, served: _Served, span: float, margin: Callable[[float], float]
+    losses: RecordLosses,
+    served: _Served,
+    span: float,
+    margin: Callable[[float], float],
+    metric: str | None = None,
 ) -> list[Paired]:
     """Issue 68: the set ``known``, those of the judged records the served model already
     knew (it was judged on them), asked on its own when the records also hold new ones:
@@ -599,7 +615,7 @@ def _on_known(
     count = int(knew.sum())
     if knew.all() or count < MIN_RECORDS:
         return []
-    found = compare("known", losses.take(knew.tolist()), served.losses, span, margin)
+    found = compare("known", losses.take(knew.tolist()), served.losses, span, margin, metric)
     return [replace(found, required=False)]
 
 

@@ -89,12 +89,14 @@ def watch(
     before = score(folder / str(previous.get("checkpoint")))
     if before is None:
         return None
-    by_id = dict(zip(before.ids, before.losses, strict=True))
+    # The watch watches the primary loss column (contract.judging: RecordLosses.primary).
+    by_id = dict(zip(before.ids, before.column(served_now.primary), strict=True))
+    now = served_now.column()
     picked = [i for i in np.flatnonzero(new) if served_now.ids[i] in by_id]
     named = served_now.segments
     scored = {
         "ids": ids[picked],
-        "served": np.array([served_now.losses[i] for i in picked], dtype=np.float64),
+        "served": np.array([now[i] for i in picked], dtype=np.float64),
         "previous": np.array([by_id[served_now.ids[i]] for i in picked], dtype=np.float64),
         "segments": np.array(
             ["" if named is None else named[i][: stores.SEGMENT_CHARS] for i in picked], dtype=str

@@ -128,8 +128,8 @@ def test_the_scores_build_no_object_per_record_and_equal_the_objects(
         p = torch.sigmoid(model(x).success_logit.float())
     success = np.array([e.label.success for e in examples])
     want = scoring.log_losses(p, success)
-    np.testing.assert_allclose(np.array(losses.losses), want, rtol=1e-6, atol=1e-9)
-    assert max(losses.losses) <= scoring.LOSS_SPAN + 1e-12
+    np.testing.assert_allclose(np.array(losses.column()), want, rtol=1e-6, atol=1e-9)
+    assert max(losses.column()) <= scoring.LOSS_SPAN + 1e-12
 
 
 @pytest.mark.parametrize("case", json.loads(PINNED.read_text()), ids=lambda c: f"seed{c['seed']}")
