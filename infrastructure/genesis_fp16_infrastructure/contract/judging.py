@@ -248,7 +248,7 @@ def judging_of(plugin: object) -> JudgedPlugin | None:
     return plugin
 
 
-def judging_margin(plugin: object, reference_mean: float, metric: str = "loss") -> float:
+def judging_margin(plugin: object, reference_mean: float, metric: str) -> float:
     """The difference of loss column ``metric`` tolerated against a reference model whose
     mean there (clipped) is ``reference_mean``: the plugin's ``judging_margin`` (a number
     for every column, or a map by column), else :data:`DEFAULT_RELATIVE_MARGIN` of that

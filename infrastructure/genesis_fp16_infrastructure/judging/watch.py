@@ -104,7 +104,7 @@ def watch(
     }
     kept = {k: np.concatenate([kept[k], scored[k]]) for k in stores.WATCH_ARRAYS}
     stores.write_watch(store, kept)
-    figures = figures_of(kept, float(plugin.loss_span), plugin)
+    figures = figures_of(kept, float(plugin.loss_span), plugin, served_now.primary)
     figures.update(against=previous.get("id"), new_records=len(picked))
     name = str(getattr(plugin, "name", request.agent))
     return decide(folder, name, str(pointer.served.get("id")), figures, _detail)
@@ -114,11 +114,14 @@ def _candidate(folder: Path, entry: Mapping[str, Any]) -> Path:
     return (folder / str(entry.get("checkpoint"))).parent
 
 
-def figures_of(kept: Mapping[str, np.ndarray], span: float, plugin: object) -> dict[str, Any]:
-    """The running figures of a watch's records (in arrival order)."""
+def figures_of(
+    kept: Mapping[str, np.ndarray], span: float, plugin: object, metric: str = "loss"
+) -> dict[str, Any]:
+    """The running figures of a watch's records (in arrival order), of loss column
+    ``metric`` (its margin is that column's)."""
     served = np.clip(np.asarray(kept["served"], dtype=np.float64), 0.0, span)
     previous = np.clip(np.asarray(kept["previous"], dtype=np.float64), 0.0, span)
-    margin = judging_margin(plugin, float(previous.mean()) if len(previous) else 0.0)
+    margin = judging_margin(plugin, float(previous.mean()) if len(previous) else 0.0, metric)
     d = served - previous
     # Each record's segment (se_darwin: its Genesis agent): the overall test at ALPHA / 2
     # and each segment's beside it; none declared: one segment, the overall test at ALPHA.

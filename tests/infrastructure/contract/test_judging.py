@@ -154,10 +154,10 @@ def test_judging_of_tells_judged_plain_and_half_declared_plugins_apart() -> None
 def test_the_margin_is_declared_or_relative_to_the_reference() -> None:
     """Without judging_margin, 5% of the reference's mean loss; with it, that number; with a
     map by column, the column's number, else 5% of its mean."""
-    assert judging_margin(_Judged(), 0.4) == pytest.approx(0.02)
+    assert judging_margin(_Judged(), 0.4, "loss") == pytest.approx(0.02)
     declared = _Judged()
     declared.judging_margin = 0.1  # type: ignore[attr-defined]
-    assert judging_margin(declared, 0.4) == 0.1
+    assert judging_margin(declared, 0.4, "loss") == 0.1
     by_column = _Judged()
     by_column.judging_margin = {"log_loss": 0.01}  # type: ignore[attr-defined]
     assert judging_margin(by_column, 0.4, "log_loss") == 0.01
