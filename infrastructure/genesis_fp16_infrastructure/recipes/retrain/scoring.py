@@ -44,9 +44,10 @@ from genesis_fp16_infrastructure.world_model.predict import read_world_model_sta
 
 CLIP = 0.01  # P(success) clipped to [CLIP, 1 - CLIP]: a record's loss is at most LOSS_SPAN
 LOSS_SPAN = math.log((1 - CLIP) / CLIP)
-# The loss difference a candidate may be shown worse by at most, in nats (the margin the
-# recipe's own gate had: clean growth on the daemon's 2,000-record sample pool passes).
-MARGIN = 0.01
+# The difference a candidate may be shown worse by at most, by loss column: log-loss in
+# nats (the margin the recipe's own gate had: clean growth on the daemon's 2,000-record
+# sample pool passes).
+MARGIN = {"log_loss": 0.01}
 
 
 def pool_numeric(columns: PoolColumns, rows: np.ndarray) -> torch.Tensor:
@@ -100,6 +101,6 @@ def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
         p = success_probability(state, columns)
     except (KeyError, RuntimeError) as exc:  # not a world model this build can load
         raise ValueError(f"not a world-model checkpoint: {exc}") from None
-    losses = log_losses(p, columns.success)
+    losses = {"log_loss": log_losses(p, columns.success)}  # the first column: the primary
     agents = ["-" if a is None else str(a) for a in columns.agent.take(columns.labelled)]
-    return RecordLosses.of(judged_ids(columns), losses.tolist(), agents, data.quarantined)
+    return RecordLosses.of(judged_ids(columns), losses, agents, data.quarantined)
