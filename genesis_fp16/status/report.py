@@ -372,9 +372,13 @@ def held_words(held: list[str]) -> str:
     return f"held by the pin: {', '.join(_cut(h) for h in held[:MAX_HELD])}{more}"
 
 
+_BARE = ("losses", "reported")  # ScoresOn's {metric: figure} maps (contract.reports)
+
+
 def _figures(mapping: Any) -> dict[str, Any] | None:
-    """A mapping's scalar figures (one level of nesting flattened to ``a.b``), bounded:
-    what a reader can take in on one line; None when there is no mapping."""
+    """A mapping's scalar figures (one level of nesting flattened to ``a.b``; a gate's
+    ``losses`` and ``reported`` maps to their figures' own names), bounded: what a reader
+    can take in on one line; None when there is no mapping."""
     if not isinstance(mapping, Mapping):
         return None
     flat: dict[str, Any] = {}
@@ -383,7 +387,7 @@ def _figures(mapping: Any) -> dict[str, Any] | None:
         for sub, inner in items:
             if len(flat) >= MAX_FIGURES:
                 return flat
-            name = _cut(str(key) if sub is None else f"{key}.{sub}")
+            name = _cut(str(key) if sub is None else str(sub) if key in _BARE else f"{key}.{sub}")
             if isinstance(inner, bool) or inner is None or isinstance(inner, int | str):
                 flat[name] = _cut(inner) if isinstance(inner, str) else inner
             elif isinstance(inner, float):

@@ -126,7 +126,6 @@ if TYPE_CHECKING:
         DriftReport,
         GateComparison,
         GateReport,
-        GateScores,
         LiveReport,
         ScoresOn,
     )

@@ -76,24 +76,19 @@ class Paired:
         return self.name if self.segment is None else f"{self.name} (segment {self.segment})"
 
     def comparison(self) -> GateComparison:
-        """As the gate report's comparison (no AUC: the figures are in ``reason``)."""
+        """As the gate report's comparison (the figures are in ``reason``)."""
         bound = self.bound()
         needed = bound.records_needed() if bound and self.finding == Finding.INCONCLUSIVE else None
         return GateComparison(
             name=self.name,
-            candidate=None,
-            served=None,
             passed=self.passed,
             reason=self.reason(),
             segment=self.segment,
             finding=self.finding,
             records_needed=needed,
             metric=self.metric,
+            margin=self.margin if math.isfinite(self.margin) else None,
         )
-
-    def scores(self, side: str) -> ScoresOn:
-        loss = self.candidate if side == "candidate" else self.reference
-        return ScoresOn(self.name, math.nan, math.nan, records=self.records, loss=round(loss, 6))
 
     def reason(self) -> str:
         if math.isnan(self.reference):  # the first model: nothing served to compare with
@@ -129,6 +124,18 @@ class Paired:
             "finding": self.finding,
             "metric": self.metric,
         }
+
+
+def scores_on(comparisons: Sequence[Paired], side: str) -> ScoresOn | None:
+    """``side``'s (``candidate`` or ``served``) figures on the first set: each column's
+    mean on its pooled records, the primary first (the first comparison's column)."""
+    if not comparisons:
+        return None
+    first = comparisons[0]
+    pooled = [c for c in comparisons if c.name == first.name and c.segment is None]
+    means = {c.metric: c.candidate if side == "candidate" else c.reference for c in pooled}
+    losses = {metric: round(mean, 6) for metric, mean in means.items() if math.isfinite(mean)}
+    return ScoresOn(first.name, losses, first.records)
 
 
 def paired_losses(

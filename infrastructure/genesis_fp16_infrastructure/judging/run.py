@@ -106,6 +106,7 @@ from genesis_fp16_infrastructure.judging.gate import (
     compare,
     compare_segments,
     decide,
+    scores_on,
 )
 from genesis_fp16_infrastructure.judging.scored_copy import (
     CheckpointChangedError,
@@ -458,7 +459,7 @@ def _judge(
     stores.write_known_ids(candidate, _known_after(served, losses))
     outcome: Outcome
     if served.losses is None:
-        comparisons = [_first(losses)]
+        comparisons = _first(losses)
         outcome, reason = Outcome.PROMOTED, "the first model"
     else:
         asked = _comparisons(judged, request, served, losses, checkpoint, held_out)
@@ -490,7 +491,7 @@ def _act(
     how = "first" if served.pointer is None else "gate"
     if serve_unless_pinned(folder, candidate_entry(folder, candidate, checkpoint), how):
         return report
-    auc = report.candidate.auc if report.candidate is not None else math.nan
+    auc = report.candidate.reported.get("auc", math.nan) if report.candidate else math.nan
     return _verdict(
         candidate, Outcome.HELD, "pinned by the operator: " + reason, started, report.precision,
         comparisons, served.id, report.judged_on, report.evidence, auc,
@@ -525,7 +526,7 @@ def _rejudge_kept(
         )
         reason += _evidence(judged, held_out, served)
         used = verdict.precision  # typed: a precision name, or None
-        auc = _reported_auc(verdict.candidate or {})  # its run's, as its first verdict kept it
+        auc = _reported_auc(verdict.candidate)  # its run's, as its first verdict kept it
         report = _verdict(
             candidate, outcome, reason, started, used, comparisons, served.id, digest, auc=auc
         )
@@ -546,10 +547,11 @@ def _known_after(served: _Served, losses: RecordLosses) -> np.ndarray:
     return ids if served.known is None else np.concatenate([served.known, ids])
 
 
-def _first(losses: RecordLosses) -> Paired:
-    mean, nan = losses.mean(), math.nan
-    first = Paired("current", len(losses.ids), mean, nan, nan, nan, nan, True)
-    return replace(first, metric=losses.primary)
+def _first(losses: RecordLosses) -> list[Paired]:
+    """The first model's figures: each column's mean on every record, nothing to compare."""
+    nan, records = math.nan, len(losses.ids)
+    first = Paired("current", records, nan, nan, nan, nan, nan, True)
+    return [replace(first, candidate=losses.mean(m), metric=m) for m in losses.metrics()]
 
 
 def _comparisons(
@@ -727,10 +729,9 @@ def _verdict(
     ``judged_on``: the data's digest (an inconclusive one is judged again on other data);
     ``auc``: the candidate run's own evaluation's AUC, reported beside its loss and never
     gated (NaN: its plugin reports none)."""
-    first = comparisons[0] if comparisons else None
-    scores = None if first is None else first.scores("candidate")
+    scores = scores_on(comparisons, "candidate")
     if scores is not None and math.isfinite(auc):
-        scores = replace(scores, auc=round(auc, 6))
+        scores = replace(scores, reported={"auc": round(auc, 6)})
     checkpoint = newest_checkpoint(candidate)
     report = GateReport(
         outcome=outcome,
@@ -739,7 +740,7 @@ def _verdict(
         seconds=round(time.monotonic() - started, 4),
         precision=precision,
         candidate=scores,
-        served=None if first is None or served_id is None else first.scores("served"),
+        served=None if served_id is None else scores_on(comparisons, "served"),
         served_id=served_id,
         checkpoint=None if checkpoint is None else checkpoint.name,
         candidate_id=candidate.name,
@@ -755,6 +756,8 @@ def _verdict(
 def _reported_auc(figures: Any) -> float:
     """The ``auc`` a run's evaluation (or a kept verdict's scores) reports; NaN when it
     reports none, or not a finite number."""
+    if isinstance(figures, Mapping) and "losses" in figures:  # a verdict's ScoresOn
+        figures = figures.get("reported")
     value = figures.get("auc") if isinstance(figures, Mapping) else None
     if isinstance(value, bool) or not isinstance(value, int | float):
         return math.nan

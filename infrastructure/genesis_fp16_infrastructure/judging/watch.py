@@ -129,6 +129,7 @@ def figures_of(
     judged = judge(d, names, span, margin, ALPHA)
     return {
         "score": "loss",
+        "metric": metric,
         "records": judged["records"],
         "served_loss": round(float(served.mean()), 6) if len(served) else None,
         "previous_loss": round(float(previous.mean()), 6) if len(previous) else None,
@@ -206,8 +207,9 @@ def decide(
 
 def _detail(figures: Mapping[str, Any]) -> str:
     return (
-        f"live regression: loss {figures['served_loss']:.6g} vs its predecessor's "
-        f"{figures['previous_loss']:.6g} on {figures['records']} later record(s), at least "
-        f"{figures['lower']:.6g} worse (anytime, {1 - figures['alpha']:.0%}), margin "
+        f"live regression: {figures['metric']} {figures['served_loss']:.6g} vs its "
+        f"predecessor's {figures['previous_loss']:.6g} on {figures['records']} later "
+        f"record(s), at least {figures['lower']:.6g} worse (anytime, "
+        f"{1 - figures['alpha']:.0%}), margin "
         f"{figures['margin']:.6g}"
     )

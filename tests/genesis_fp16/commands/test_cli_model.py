@@ -73,7 +73,7 @@ def test_a_hand_promoted_model_reads_as_pinned_with_the_gates_own_verdict(
         for r in json.loads(_cli(tmp_path, "model", "list", AGENT, "--json").stdout)["models"]
     }
     assert rows["b"]["state"] == "SERVED,pinned" and rows["b"]["gate_verdict"] == "promoted"
-    assert rows["a"]["auc"] == 0.91  # the first model's figure, from its run
+    assert rows["a"]["reported"] == {"auc": 0.91}  # the first model's figure, from its run
     unpinned = json.loads(_cli(tmp_path, "model", "unpin", AGENT, "--json").stdout)
     assert unpinned == {**unpinned, "served": "b", "pinned": False}
     pointer = read_pointer(folder)

@@ -240,13 +240,13 @@ def test_the_prediction_api_never_fails_to_load_while_the_pool_grows(
     _write(fresh_path, generate_pool(1000, seed=99))
     fresh = read_trajectories(fresh_path)
     for before, after in itertools.pairwise(served):
-        sets = {c["set"]: c for c in deltas[after.parent.name]}  # no golden pool here
-        assert all(c["passed"] is not False for c in sets.values()), sets
-        comparison = sets["held_out"]
-        assert comparison["passed"] is True
+        comparisons = deltas[after.parent.name]  # no golden pool here
+        assert all(c["passed"] is not False for c in comparisons), comparisons
+        comparison = comparisons[0]  # the primary column's, on the pooled held-out records
+        assert comparison["set"] == "held_out" and comparison["passed"] is True
         earlier, se_before = _fresh_auc(before, fresh)
         later, se_after = _fresh_auc(after, fresh)
-        allowed = max(comparison["delta_auc"] or 0.0, 2 * math.hypot(se_before, se_after))
+        allowed = 2 * math.hypot(se_before, se_after)  # AUC is reported, never gated
         assert later >= earlier - allowed, (before.parent.name, after.parent.name)
 
 

@@ -142,7 +142,7 @@ def test_the_first_model_is_served_and_unchanged_data_is_up_to_date(tmp_path: Pa
     assert len(stores.read_known_ids(candidate)) == 40  # type: ignore[arg-type]
     again = run_plugin(plugin, request)
     assert again.up_to_date and again.outcome == "up_to_date" and plugin.resumed == [None]
-    assert math.isclose(again.eval["loss"], result.gate.candidate.loss, abs_tol=1e-6)  # type: ignore[union-attr]
+    assert math.isclose(again.eval["loss"], result.gate.candidate.losses["loss"], abs_tol=1e-6)  # type: ignore[union-attr]
 
 
 def test_an_up_to_date_run_reports_the_precision_and_reason_asked_now(tmp_path: Path) -> None:
@@ -217,7 +217,7 @@ def test_the_watch_rolls_back_a_served_model_worse_on_later_records(tmp_path: Pa
     live = result.live
     assert live is not None and live.rolled_back and live.now_served == first
     assert live.records == 40 and live.lower > live.margin and live.difference > 0.3
-    assert live.served_loss is not None and live.served_log_loss != live.served_log_loss
+    assert live.served_loss is not None and live.metric == "loss"
     verdict = read_json(tmp_path / "checkpoints" / "candidates" / second / "verdict.json") or {}
     assert verdict["outcome"] == "rolled_back" and verdict["reason"] == "live_regression"
 
