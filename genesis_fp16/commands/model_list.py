@@ -179,7 +179,7 @@ def _rows(folder: Path, pointer: ServedPointer | None) -> list[dict[str, Any]]:
                 "records": meta.records if meta.records is not None else scores.records,
                 "precision": verdict.precision,
                 # each gated loss column's mean (the primary first); reported beside: AUC
-                "losses": dict(scores.losses),
+                "losses": {k: v for k, v in scores.figures().items() if k in scores.losses},
                 "reported": dict(scores.reported),
                 "trained_at": meta.created_at,
                 "reason": verdict.reason,

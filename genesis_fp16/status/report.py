@@ -37,6 +37,7 @@ from genesis_fp16_infrastructure.api import (
     LastRun,
     Outcome,
     PrecisionName,
+    ScoresOn,
     aside_path,
     candidates_dir,
     files,
@@ -242,7 +243,7 @@ def _served_entry(path: Path, data: Any, idle_seconds: float) -> ServedModel:
         precision=_precision(served.get("precision")),
         how=_text(served.get("how")),
         served_at=_text(served.get("served_at")),
-        quality=_figures(served.get("scores")),
+        quality=_quality(served.get("scores")),
         live=_figures(served.get("live")),
         pinned=None if pinned in (None, False) else _describe_pin(pinned, served.get("id"), held),
         held=tuple(held),
@@ -372,13 +373,22 @@ def held_words(held: list[str]) -> str:
     return f"held by the pin: {', '.join(_cut(h) for h in held[:MAX_HELD])}{more}"
 
 
-_BARE = ("losses", "reported")  # ScoresOn's {metric: figure} maps (contract.reports)
+def _quality(scores: Any) -> dict[str, Any] | None:
+    """The served model's gate figures by name (its loss columns, the primary first, then
+    the reported ones: any version's verdict), its records and set; a hand-edited entry
+    as it stands."""
+    try:
+        read = ScoresOn.from_json(scores) if isinstance(scores, Mapping) else None
+    except ValueError:
+        return _figures(scores)
+    if read is None:
+        return None
+    return _figures({**read.figures(), "records": read.records, "set": read.name})
 
 
 def _figures(mapping: Any) -> dict[str, Any] | None:
-    """A mapping's scalar figures (one level of nesting flattened to ``a.b``; a gate's
-    ``losses`` and ``reported`` maps to their figures' own names), bounded: what a reader
-    can take in on one line; None when there is no mapping."""
+    """A mapping's scalar figures (one level of nesting flattened to ``a.b``), bounded:
+    what a reader can take in on one line; None when there is no mapping."""
     if not isinstance(mapping, Mapping):
         return None
     flat: dict[str, Any] = {}
@@ -387,7 +397,7 @@ def _figures(mapping: Any) -> dict[str, Any] | None:
         for sub, inner in items:
             if len(flat) >= MAX_FIGURES:
                 return flat
-            name = _cut(str(key) if sub is None else str(sub) if key in _BARE else f"{key}.{sub}")
+            name = _cut(str(key) if sub is None else f"{key}.{sub}")
             if isinstance(inner, bool) or inner is None or isinstance(inner, int | str):
                 flat[name] = _cut(inner) if isinstance(inner, str) else inner
             elif isinstance(inner, float):

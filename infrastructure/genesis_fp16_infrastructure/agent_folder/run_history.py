@@ -171,9 +171,12 @@ def _figures(scores: Any) -> dict[str, float]:
     if scores is None:
         return {}
     if not isinstance(scores, dict):  # a ScoresOn
-        scores = {"losses": scores.losses, "reported": scores.reported}
+        return scores.figures()
+    losses = scores.get("losses")
     found: dict[str, Any] = {}
-    for nested in (scores.get("losses"), scores.get("reported")):
+    if isinstance(losses, dict) and scores.get("primary") in losses:  # files keep no order
+        found[scores["primary"]] = losses[scores["primary"]]
+    for nested in (losses, scores.get("reported")):
         found |= nested if isinstance(nested, dict) else {}
     found |= {name: scores.get(name) for name in ("loss", "auc", "log_loss") if name in scores}
     figures = {name: finite(value) for name, value in found.items()}

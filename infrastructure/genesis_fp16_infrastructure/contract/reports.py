@@ -154,13 +154,20 @@ class ScoresOn(Record):
     (else ``log_loss``) into ``losses`` and its ``auc`` into ``reported``.
 
     >>> ScoresOn.from_json({"set": "current", "auc": 0.9, "log_loss": None, "loss": 0.2})
-    ScoresOn(name='current', losses={'loss': 0.2}, records=None, reported={'auc': 0.9})
+    ScoresOn(name='current', losses={'loss': 0.2}, records=None, reported={'auc': 0.9}, \
+primary='loss')
     """
 
     name: str = field(metadata={JSON: "set"})
     losses: Mapping[str, float] = field(default_factory=dict, metadata=_R6)
     records: int | None = field(default=None, metadata=_OPTIONAL)
     reported: Mapping[str, float] = field(default_factory=dict, metadata=_R6)
+    # The primary column (None: the first of ``losses``): files keep no key order.
+    primary: str | None = field(default=None, metadata=_OPTIONAL)
+
+    def __post_init__(self) -> None:
+        if self.primary is None and self.losses:
+            object.__setattr__(self, "primary", next(iter(self.losses)))
 
     @classmethod
     def from_json(cls, data: object, where: str = "") -> ScoresOn:
@@ -174,7 +181,9 @@ class ScoresOn(Record):
 
     def figures(self) -> dict[str, float]:
         """Every figure by name: the loss columns (the primary first), then the reported."""
-        return {**self.losses, **self.reported}
+        primary = self.primary or ""
+        first = {primary: self.losses[primary]} if primary in self.losses else {}
+        return {**first, **self.losses, **self.reported}
 
 
 def _finite(value: object) -> bool:

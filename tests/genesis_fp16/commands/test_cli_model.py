@@ -68,6 +68,7 @@ def test_a_hand_promoted_model_reads_as_pinned_with_the_gates_own_verdict(
     assert "verdict on it: promoted" in done.stdout and "rolled_back" not in done.stdout
     listed = _cli(tmp_path, "model", "list", AGENT)
     assert "pinned by `model promote`" in listed.stdout.splitlines()[0]
+    assert " log_loss 0.400 auc 0.910 " in listed.stdout  # a verdict from before columns
     rows = {
         r["id"]: r
         for r in json.loads(_cli(tmp_path, "model", "list", AGENT, "--json").stdout)["models"]

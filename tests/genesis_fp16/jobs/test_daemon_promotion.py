@@ -82,7 +82,10 @@ def test_a_rejected_candidate_keeps_the_served_model_serving(
     verdict = read_json(folder / "candidates" / gate["candidate_id"] / "verdict.json")
     assert verdict is not None and verdict["outcome"] == "rejected"
     quality = "genesis_fp16_candidate_model_quality"
-    assert daemon.sample(quality, agent=AGENT, score="loss") == gate["candidate"]["loss"]
+    assert (
+        daemon.sample(quality, agent=AGENT, score="log_loss")
+        == gate["candidate"]["losses"]["log_loss"]
+    )
     # Up to date against the rejected candidate: no second candidate of the same data.
     ups = _runs(daemon, "up_to_date")
     daemon.wait_for(lambda: _runs(daemon, "up_to_date") >= ups + 2, "two up-to-date runs", 120)
