@@ -53,7 +53,6 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -81,7 +80,7 @@ class RecordLosses:
     tells new records from known ones by it. ``losses``: the gated loss columns by metric
     name (lower_snake_case), one finite float of 0 or more per record each; a plain
     sequence is one column named ``loss``. ``primary``: the column reported first and
-    watched live ("" : the first). The gate judges every column (docs/judging.md).
+    watched live ("": the first). The gate judges every column (docs/judging.md).
     ``segments``: an optional key per record (a task, a source file) for reports.
     ``quarantined``: the malformed records the plugin's read set aside (a run that takes
     no step reports them as its own: the read that scored the served model is that
@@ -107,7 +106,7 @@ class RecordLosses:
             if not isinstance(columns, Mapping):  # today's one column: named "loss"
                 columns = {self.primary or "loss": columns}
             copied = {name: tuple(values) for name, values in columns.items()}
-            object.__setattr__(self, "losses", MappingProxyType(copied))
+            object.__setattr__(self, "losses", copied)
             if self.segments is not None:
                 object.__setattr__(self, "segments", tuple(self.segments))
         except TypeError as exc:
