@@ -105,7 +105,8 @@ def test_the_gate_json_holds_its_figures_as_maps_by_metric() -> None:
                           "metric": "log_loss", "margin": 0.01}  # fmt: skip
     assert out["seconds"] == 1.2346
     assert out["candidate"] == {"set": "held_out", "losses": {"log_loss": 0.5, "brier": 0.2},
-                                "records": 400, "reported": {"auc": 0.812346}}  # fmt: skip
+                                "records": 400, "reported": {"auc": 0.812346},
+                                "primary": "log_loss"}  # fmt: skip
     assert list(GateReport.from_json(out).candidate.losses) == ["log_loss", "brier"]  # type: ignore[union-attr]
     assert "candidate_id" not in GateReport("rejected", "worse").to_json()
 
