@@ -58,7 +58,7 @@ def replay(
     candidate = RecordLosses.of(ids, np.concatenate(a), keys)
     reference = RecordLosses.of(ids, np.concatenate(b), keys)
     asked = compare_segments(
-        "held_out", candidate, reference, LOSS_SPAN, lambda m: MARGIN, known=None
+        "held_out", candidate, reference, LOSS_SPAN, lambda m: MARGIN["log_loss"], known=None
     )
     return decide(asked)[0]
 
@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> None:
     rng = np.random.default_rng(0)
     lines = [
         f"Pair: {len(diffs)} records, per-record difference s.d. {diffs.std():.4f} nats; "
-        f"{args.segments} segments, {args.replays} replays a cell; margin {MARGIN} nats; "
+        f"{args.segments} segments, {args.replays} replays a cell; "
+        f"margin {MARGIN['log_loss']} nats; "
         "promoted / inconclusive / rejected.",
         "",
         "| records per segment | " + " | ".join(COLUMNS) + " |",

@@ -111,8 +111,8 @@ def keep_pair(agent: Agent, folder: Path, first: Run, seed: int, records: int, o
     assert a.ids == b.ids
     np.savez_compressed(
         out,
-        candidate=np.array(a.losses),
-        served=np.array(b.losses),
+        candidate=np.array(a.column()),
+        served=np.array(b.column()),
         segments=np.array(a.segments or ["all"] * len(a.ids)),
     )
 

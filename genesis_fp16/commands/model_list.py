@@ -3,8 +3,9 @@
 An agent with a promotion gate (se_darwin, and every plugin that declares judged models:
 ``score_records``) keeps its models as candidates and a pointer naming the served one:
 each row is a candidate, with its state (``SERVED``, ``pinned``, ``previous-N``, or the
-gate's verdict), records, precision, scores (se_darwin's AUC and log-loss, a judged
-plugin's mean loss) and time. A pointer that is unusable is said in one line above the
+gate's verdict), records, precision, scores (each gated loss column's mean, the primary
+first, then what is reported beside them: se_darwin's ``log_loss``, ``brier`` and
+``auc``) and time. A pointer that is unusable is said in one line above the
 rows, with the command that repairs it. An agent without a gate (a plugin that declares
 no ``score_records``) serves its newest checkpoint: one row.
 """
@@ -21,6 +22,7 @@ from genesis_fp16.status.report import held_by_pin, held_words
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
     Outcome,
+    ScoresOn,
     ServedPointer,
     ServedPointerError,
     aside_path,
@@ -38,8 +40,8 @@ from genesis_fp16_infrastructure.api import (
 
 # The table's header (the docs' samples show it: tests/test_doc_claims.py compares them).
 HEADER = (
-    f"{'ID':<28} {'STATE':<12} {'RECORDS':>7} {'PREC':<5} {'AUC':>6} {'LOGLOSS':>7} "
-    f"{'LOSS':>7}  {'GATE':<26}  {'TRAINED':<20}  LIVE"
+    f"{'ID':<28} {'STATE':<12} {'RECORDS':>7} {'PREC':<5} {'SCORES':<36}  {'GATE':<26}  "
+    f"{'TRAINED':<20}  LIVE"
 )
 
 
@@ -86,9 +88,8 @@ def list_models(folder: Path, agent: str, as_json: bool, idle_seconds: float = 8
     for row in rows:
         print(
             f"{row['id']:<28} {row['state']:<12} {row['records'] or '-':>7} "
-            f"{row['precision'] or '-':<5} {_num(row['auc']):>6} {_num(row['log_loss']):>7} "
-            f"{_num(row['loss']):>7}  {_gate(row):<26}  {row['trained_at'] or '-':<20}  "
-            f"{_live(row['live'])}"
+            f"{row['precision'] or '-':<5} {_scores(row):<36}  {_gate(row):<26}  "
+            f"{row['trained_at'] or '-':<20}  {_live(row['live'])}"
         )
     for line in _watch_lines(agent, watched):
         print(line)
@@ -153,7 +154,7 @@ def _rows(folder: Path, pointer: ServedPointer | None) -> list[dict[str, Any]]:
     rows = []
     for candidate in reversed(list_candidates(folder)):
         meta, verdict = read_meta(candidate), read_verdict(candidate)
-        scores = verdict.candidate or {}
+        scores = _scores_on(verdict.candidate)
         outcome = verdict.outcome or "training"
         served = candidate.name == served_id
         if served:
@@ -175,11 +176,11 @@ def _rows(folder: Path, pointer: ServedPointer | None) -> list[dict[str, Any]]:
                 "gate_verdict": verdict.gate_outcome or outcome,
                 "fingerprint": meta.fingerprint,
                 # the first model's meta cannot know them: its verdict's scores count them
-                "records": meta.records if meta.records is not None else scores.get("records"),
+                "records": meta.records if meta.records is not None else scores.records,
                 "precision": verdict.precision,
-                "auc": scores.get("auc"),
-                "log_loss": scores.get("log_loss"),
-                "loss": scores.get("loss"),  # a judged plugin's mean loss
+                # each gated loss column's mean (the primary first); reported beside: AUC
+                "losses": {k: v for k, v in scores.figures().items() if k in scores.losses},
+                "reported": dict(scores.reported),
                 "trained_at": meta.created_at,
                 "reason": verdict.reason,
                 # Issue 62: an inconclusive one's records needed, and the sets or segments
@@ -227,7 +228,7 @@ def _live(figures: Any) -> str:
     verdict when the test found a regression."""
     if not isinstance(figures, dict) or not figures.get("records"):
         return "-"
-    score = "loss" if figures.get("score") == "loss" else "log-loss"
+    score = figures.get("metric") or ("loss" if figures.get("score") == "loss" else "log-loss")
     text = (
         f"{figures['records']} rec, {score} {figures['difference']:+.3f} "
         f"[{figures['lower']:+.3f}, {figures['upper']:+.3f}] vs previous"
@@ -280,3 +281,17 @@ def _last_eval(agent_root: Path) -> dict[str, Any] | None:
 
 def _num(value: Any) -> str:
     return "-" if value is None else f"{float(value):.3f}"
+
+
+def _scores_on(scores: Any) -> ScoresOn:
+    """A verdict's scores (any version's; none, or unreadable: none)."""
+    try:
+        return ScoresOn.from_json(scores) if isinstance(scores, dict) else ScoresOn("-")
+    except ValueError:  # a hand-edited verdict: its row shows no score
+        return ScoresOn("-")
+
+
+def _scores(row: dict[str, Any]) -> str:
+    """The SCORES cell: each figure as ``name value``, the primary loss first; ``-``: none."""
+    figures = {**row["losses"], **row["reported"]}
+    return " ".join(f"{name} {value:.3f}" for name, value in figures.items()) or "-"

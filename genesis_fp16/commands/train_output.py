@@ -180,8 +180,10 @@ def _gate_reason(gate: GateReport, passed: bool) -> str:
     gate's scores), else the first set that passed (or did not) in its own words, else
     the gate's reason, cut short: the verdict file has every set."""
     cand, served = gate.candidate, gate.served
-    if cand is not None and served is not None and None not in (cand.loss, served.loss):
-        return f"loss {cand.loss:.3f} vs {served.loss:.3f} on {cand.records} {cand.name} records"
+    metric = next(iter(cand.losses), "") if cand is not None else ""
+    if cand is not None and served is not None and metric in served.losses:
+        ours, theirs = cand.losses[metric], served.losses[metric]
+        return f"{metric} {ours:.3f} vs {theirs:.3f} on {cand.records} {cand.name} records"
     sets = [c for c in gate.comparisons if c.passed is passed and c.reason]
     return (sets[0].reason if sets else gate.reason)[:160]
 

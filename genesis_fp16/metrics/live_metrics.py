@@ -21,9 +21,9 @@ daemon: what came before was counted by an earlier daemon, or never)::
 1
 >>> metrics.observe_journal("se_darwin", [rollback])  # seen: not counted twice
 0
->>> live = LiveReport("m2", "m1", records=300, new_records=300, served_auc=0.6,
-...     previous_auc=0.7, served_log_loss=0.9, previous_log_loss=0.3, difference=0.6,
-...     lower=0.4, upper=0.8, margin=0.02, alpha=0.05, regression=True, rolled_back=True)
+>>> live = LiveReport("m2", "m1", records=300, new_records=300, difference=0.6, lower=0.4,
+...     upper=0.8, margin=0.02, alpha=0.05, regression=True, rolled_back=True,
+...     metric="log_loss", served_loss=0.9, previous_loss=0.3)
 >>> metrics.observe("se_darwin", live, None)  # the report's rollback: counted by the journal
 >>> b'genesis_fp16_live_rollbacks_total{agent="se_darwin"} 1.0' in generate_latest(registry)
 True
@@ -62,13 +62,13 @@ class LiveMetrics:
         self.quality = gauge(
             "quality",
             "The watched model's (model=served) and its predecessor's (model=previous) "
-            "AUC and log-loss (a judged plugin's: its mean loss, score=loss) on those "
-            "records, at the last run that scored new ones.",
+            "mean of the watched loss column (score: its name, the plugin's primary) on "
+            "those records, at the last run that scored new ones.",
             ("agent", "model", "score"),
         )
         self.difference = gauge(
             "log_loss_difference",
-            "Mean per-record log-loss (a judged plugin's: its own loss) of the watched "
+            "Mean per-record loss (the watched column's; se_darwin's: log-loss) of the watched "
             "model minus its predecessor's on the same new records (bound=estimate), and "
             "its anytime-valid 95% bounds (bound=lower, upper); a lower bound above the "
             "margin is a live regression.",
@@ -76,7 +76,7 @@ class LiveMetrics:
         )
         self.margin = gauge(
             "margin",
-            "The log-loss (a judged plugin's: loss) margin of the live watch: worse by more "
+            "The live watch's margin, in the watched loss column's units: worse by more "
             "than this is a regression.",
             ("agent",),
         )
@@ -202,18 +202,9 @@ class LiveMetrics:
         if live is None:
             return
         self.records.labels(agent=agent).set(live.records)
-        scores = {
-            ("served", "auc"): live.served_auc,
-            ("served", "log_loss"): live.served_log_loss,
-            ("previous", "auc"): live.previous_auc,
-            ("previous", "log_loss"): live.previous_log_loss,
-            ("served", "loss"): live.served_loss,  # a judged plugin's (contract.judging)
-            ("previous", "loss"): live.previous_loss,
-        }
-        for (side, score), value in scores.items():
-            # an AUC the records could not give; a judged plugin's absent log-loss (NaN)
-            if value is not None and math.isfinite(value):
-                self.quality.labels(agent=agent, model=side, score=score).set(value)
+        for side, value in (("served", live.served_loss), ("previous", live.previous_loss)):
+            if value is not None and math.isfinite(value):  # the watched loss column's
+                self.quality.labels(agent=agent, model=side, score=live.metric).set(value)
         for bound, value in zip(BOUNDS, (live.difference, live.lower, live.upper), strict=True):
             self.difference.labels(agent=agent, bound=bound).set(value)
         self.margin.labels(agent=agent).set(live.margin)

@@ -8,9 +8,10 @@ promotion gate's verdict) and ``export_drift`` its ``TrainResult.drift`` (a
 >>> from genesis_fp16_infrastructure.api import GateReport, ScoresOn
 >>> metrics = PromotionMetrics(CollectorRegistry())
 >>> metrics.export_gate("se_darwin", GateReport("rejected", "worse",
-...     candidate=ScoresOn("held_out", 0.80, 0.4), served=ScoresOn("held_out", 0.90, 0.3)))
->>> metrics.candidate.labels(agent="se_darwin", score="auc")._value.get()
-0.8
+...     candidate=ScoresOn("held_out", {"log_loss": 0.4}, reported={"auc": 0.8}),
+...     served=ScoresOn("held_out", {"log_loss": 0.3})))
+>>> metrics.candidate.labels(agent="se_darwin", score="log_loss")._value.get()
+0.4
 >>> metrics.export_gate("se_darwin", GateReport("inconclusive", "too few", records_needed=900))
 >>> metrics.verdicts.labels(agent="se_darwin", outcome="inconclusive")._value.get()
 1.0
@@ -29,7 +30,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from genesis_fp16_infrastructure.api import DriftReport, GateReport, JournalEntry, Outcome, ScoresOn
 
-SCORES = ("auc", "log_loss", "loss")  # loss: a judged plugin's mean loss (contract.judging)
 PROMOTING = ("gate", "first")  # the journal kinds of the gate's promotions (transitions.serve)
 
 
@@ -42,17 +42,18 @@ class PromotionMetrics:
 
         self.served = gauge(
             "served_model_quality",
-            "The served model's score (auc, log_loss; a judged plugin's: loss) on the gate's last "
-            "comparison set; after a promotion, the promoted candidate's.",
+            "The served model's score on the gate's last comparison set, by name: each gated "
+            "loss column's mean, and what is reported beside them (se_darwin's auc); after a "
+            "promotion, the promoted candidate's.",
         )
         self.candidate = gauge(
             "candidate_model_quality",
-            "The last judged candidate's score (auc, log_loss; a judged plugin's: loss) on the "
-            "same records.",
+            "The last judged candidate's score on the same records, by name (as "
+            "served_model_quality).",
         )
         self.tolerance = gauge(
             "promotion_tolerance",
-            "The gate's margin per score at the last comparison: how much worse (95% "
+            "The gate's margin per loss column at the last comparison: how much worse (95% "
             "upper bound, paired) a candidate may be shown at most.",
         )
         self.rejected = gauge(
@@ -138,20 +139,18 @@ class PromotionMetrics:
     def export_gate(self, agent: str, gate: GateReport) -> None:
         """The verdict's scores; a promotion makes the candidate's the served quality."""
         promoted = gate.outcome == Outcome.PROMOTED
-        for name in SCORES:
-            candidate = _score(gate.candidate, name)
-            if candidate is not None:
-                self.candidate.labels(agent=agent, score=name).set(candidate)
-                if promoted:
-                    self.served.labels(agent=agent, score=name).set(candidate)
-            served = _score(gate.served, name)
-            if not promoted and served is not None:
+        for name, candidate in _figures(gate.candidate).items():
+            self.candidate.labels(agent=agent, score=name).set(candidate)
+            if promoted:
+                self.served.labels(agent=agent, score=name).set(candidate)
+        for name, served in _figures(gate.served).items():
+            if not promoted:
                 self.served.labels(agent=agent, score=name).set(served)
         if gate.comparisons:  # the first set's (held_out); the golden one's is in train --json
-            first = gate.comparisons[0]
-            for name, margin in (("auc", first.delta_auc), ("log_loss", first.delta_log_loss)):
-                if math.isfinite(margin):
-                    self.tolerance.labels(agent=agent, score=name).set(margin)
+            first = gate.comparisons[0].name
+            for c in gate.comparisons:
+                if c.name == first and c.segment is None and c.margin is not None:
+                    self.tolerance.labels(agent=agent, score=c.metric or "loss").set(c.margin)
         if gate.outcome in (Outcome.PROMOTED, Outcome.REJECTED, Outcome.INCONCLUSIVE):
             self.rejected.labels(agent=agent).set(float(gate.outcome == Outcome.REJECTED))
         self.verdicts.labels(agent=agent, outcome=gate.outcome).inc()
@@ -174,7 +173,7 @@ class PromotionMetrics:
         self.drift_flagged.labels(agent=agent).set(len(drift.flagged))
 
 
-def _score(scores: ScoresOn | None, name: str) -> float | None:
-    """One of a model's scores (``auc``, ``log_loss``); None where it has none."""
-    value = getattr(scores, name) if scores is not None else None
-    return value if value is not None and math.isfinite(value) else None
+def _figures(scores: ScoresOn | None) -> dict[str, float]:
+    """A model's finite figures by name (its loss columns, then the reported ones)."""
+    found = {} if scores is None else scores.figures()
+    return {name: value for name, value in found.items() if math.isfinite(value)}

@@ -29,18 +29,17 @@ from genesis_fp16.status.svg import Chart, Mark
 from genesis_fp16_infrastructure.api import Outcome, RunEntry
 
 Point = tuple[float, float | None]
-LOWER_IS_BETTER = ("loss", "log_loss")
-# The values a score can take: its axis stays inside them (a plugin's loss may be negative)
-SCORE_BOUNDS: dict[str, tuple[float | None, float | None]] = {
-    "auc": (0.0, 1.0),
-    "log_loss": (0.0, None),
-}
+# The figures told by "higher is better" (reported beside the gate, never gated); every
+# gated loss column (contract.judging) is lower is better, and 0 or more.
+HIGHER_IS_BETTER = ("auc",)
+# The values a score can take: its axis stays inside them (a loss column: 0 or more)
+SCORE_BOUNDS: dict[str, tuple[float | None, float | None]] = {"auc": (0.0, 1.0)}
 
 
 def quality_chart(history: AgentHistory) -> Chart:
     """The served model's score over time, promotions, rejections and rollbacks marked."""
     metric = history.metric or "score"
-    better = "lower" if metric in LOWER_IS_BETTER else "higher"
+    better = "higher" if metric in HIGHER_IS_BETTER else "lower"
     on = f" on set {history.metric_set}" if history.metric_set else ""
     line: list[Point] = []
     marks: list[Mark] = []
@@ -66,7 +65,7 @@ def quality_chart(history: AgentHistory) -> Chart:
         marks=tuple(marks),
         step=True,
         empty="no gate verdict or served-model change recorded yet",
-        y_bounds=SCORE_BOUNDS.get(metric, (None, None)),
+        y_bounds=SCORE_BOUNDS.get(metric, (0.0, None) if history.metric else (None, None)),
     )
 
 

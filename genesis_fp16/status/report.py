@@ -35,6 +35,7 @@ from genesis_fp16_infrastructure.api import (
     LastRun,
     Outcome,
     PrecisionName,
+    ScoresOn,
     aside_path,
     candidates_dir,
     files,
@@ -240,7 +241,7 @@ def _served_entry(path: Path, data: Any, idle_seconds: float) -> ServedModel:
         precision=_precision(served.get("precision")),
         how=_text(served.get("how")),
         served_at=_text(served.get("served_at")),
-        quality=_figures(served.get("scores")),
+        quality=_quality(served.get("scores")),
         live=_figures(served.get("live")),
         pinned=None if pinned in (None, False) else _describe_pin(pinned, served.get("id"), held),
         held=tuple(held),
@@ -370,6 +371,19 @@ def held_words(held: list[str]) -> str:
         return "no candidate held by the pin yet"
     more = f" and {len(held) - MAX_HELD} more" if len(held) > MAX_HELD else ""
     return f"held by the pin: {', '.join(_cut(h) for h in held[:MAX_HELD])}{more}"
+
+
+def _quality(scores: Any) -> dict[str, Any] | None:
+    """The served model's gate figures by name (its loss columns, the primary first, then
+    the reported ones: any version's verdict), its records and set; a hand-edited entry
+    as it stands."""
+    try:
+        read = ScoresOn.from_json(scores) if isinstance(scores, Mapping) else None
+    except ValueError:
+        return _figures(scores)
+    if read is None:
+        return None
+    return _figures({**read.figures(), "records": read.records, "set": read.name})
 
 
 def _figures(mapping: Any) -> dict[str, Any] | None:

@@ -127,7 +127,6 @@ if TYPE_CHECKING:
         DriftReport,
         GateComparison,
         GateReport,
-        GateScores,
         LiveReport,
         ScoresOn,
     )

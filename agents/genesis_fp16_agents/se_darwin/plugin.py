@@ -41,9 +41,9 @@ class SEDarwinPlugin:
     # <state>/agents/se_darwin/data/, the generated sample and every pool dropped beside it
     # (genesis_fp16.config.paths.default_data_path; docs/se-darwin.md, "Where to put data").
     data_folder = True
-    # Judged models (contract.judging): the success head's log-loss per record, clipped
-    # to [0, loss_span] (P(success) in [0.01, 0.99]), and no worse than the served model
-    # by more than judging_margin nats.
+    # Judged models (contract.judging): the success head's losses per record (retrain.
+    # scoring: its log-loss, the primary column), clipped to [0, loss_span] (P(success)
+    # in [0.01, 0.99]), each no worse than the served model's by more than its margin.
     judging_version = JUDGING_VERSION
     loss_span = scoring.LOSS_SPAN
     judging_margin = scoring.MARGIN

@@ -154,24 +154,33 @@ class RunHistory:
 
 
 def score_name(scores: Any) -> str | None:
-    """Which score a model's figures (a gate report's ``ScoresOn``, or its JSON) are
-    told by: a judged agent's ``loss`` where it has one (its AUC is not a number), else
-    ``auc``, else ``log_loss``; None: none."""
-    if scores is None:
-        return None
-    get = scores.get if isinstance(scores, dict) else lambda name: getattr(scores, name, None)
-    for name in ("loss", "auc", "log_loss"):
-        if finite(get(name)) is not None:
-            return name
-    return None
+    """Which score a model's figures (a gate report's ``ScoresOn``, or its JSON) are told
+    by: its primary loss column (the first of ``losses``), else a reported figure; in a
+    verdict written before loss columns, ``loss``, else ``auc``, else ``log_loss``; None:
+    none."""
+    return next(iter(_figures(scores)), None)
 
 
 def score_of(scores: Any, name: str | None) -> float | None:
     """``scores``' figure ``name`` when it is a finite number, else None."""
-    if scores is None or name is None:
-        return None
-    value = scores.get(name) if isinstance(scores, dict) else getattr(scores, name, None)
-    return finite(value)
+    return None if name is None else _figures(scores).get(name)
+
+
+def _figures(scores: Any) -> dict[str, float]:
+    """A model's finite figures by name, in the order :func:`score_name` prefers them."""
+    if scores is None:
+        return {}
+    if not isinstance(scores, dict):  # a ScoresOn
+        return scores.figures()
+    losses = scores.get("losses")
+    found: dict[str, Any] = {}
+    if isinstance(losses, dict) and scores.get("primary") in losses:  # files keep no order
+        found[scores["primary"]] = losses[scores["primary"]]
+    for nested in (losses, scores.get("reported")):
+        found |= nested if isinstance(nested, dict) else {}
+    found |= {name: scores.get(name) for name in ("loss", "auc", "log_loss") if name in scores}
+    figures = {name: finite(value) for name, value in found.items()}
+    return {name: value for name, value in figures.items() if value is not None}
 
 
 def drift_warning(flagged: tuple[str, ...], label_shift: bool) -> str | None:

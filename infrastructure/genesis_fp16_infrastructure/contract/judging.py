@@ -29,6 +29,12 @@ trained on are left out of the comparison too (a model that names none: every re
 knew). A plugin whose checkpoints name nothing (one written before this) is still
 judged, on its training data, and its verdicts say so.
 
+**Loss columns.** ``score_records`` may return several named columns of per-record
+losses (a mapping; se_darwin: ``log_loss`` and ``brier``), naming one ``primary`` (the
+figure shown where one is, and the one the live watch watches). The gate judges every
+column, and promotes only a candidate shown no worse on each (docs/judging.md). A plain
+list is one column named ``loss``, as before columns were: same ``judging_version``.
+
 >>> training_rows([f"r{i}" for i in range(8)])  # "r4" is held out
 [0, 1, 2, 3, 5, 6, 7]
 >>> losses = RecordLosses.of(["a", "b"], [0.5, 0.25])
@@ -43,7 +49,8 @@ genesis_fp16_infrastructure.contract.judging.RecordLossesError: RecordLosses: id
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -66,54 +73,58 @@ class RecordLossesError(ValueError):
 
 @dataclass(frozen=True)
 class RecordLosses:
-    """One checkpoint's loss on each record (lower is better), by the record's stable id.
+    """One checkpoint's losses on each record (lower is better), by the record's stable id.
 
     ``ids``: one non-empty string per record, the same for the same record in every run
     (a hash of its line, an episode's seed): the gate pairs two models by it, the watch
-    tells new records from known ones by it. ``losses``: finite floats. ``segments``:
-    an optional key per record (a task, a source file) for reports. ``quarantined``:
-    the malformed records the plugin's read set aside (a run that takes no step reports
-    them as its own: the read that scored the served model is that run's only read).
+    tells new records from known ones by it. ``losses``: the gated loss columns by metric
+    name (lower_snake_case), one finite float of 0 or more per record each; a plain
+    sequence is one column named ``loss``. ``primary``: the column reported first and
+    watched live ("": the first). The gate judges every column (docs/judging.md).
+    ``segments``: an optional key per record (a task, a source file) for reports.
+    ``quarantined``: the malformed records the plugin's read set aside (a run that takes
+    no step reports them as its own: the read that scored the served model is that
+    run's only read).
+
+    >>> two = RecordLosses.of(["a", "b"], {"log_loss": [0.5, 0.25], "brier": [0.2, 0.1]})
+    >>> two.primary, two.column("brier"), two.mean()
+    ('log_loss', (0.2, 0.1), 0.375)
     """
 
     ids: tuple[str, ...]
-    losses: tuple[float, ...]
+    losses: Mapping[str, tuple[float, ...]]
     segments: tuple[str, ...] | None = None
     quarantined: int = 0
+    primary: str = ""
 
     def __post_init__(self) -> None:
-        # Copied here, then checked: a list the plugin passed and changes later (inf, an
-        # id short or twice) changes nothing that was checked.
+        # Copied here, then checked: a list or dict the plugin passed and changes later
+        # (inf, an id short or twice, a column added) changes nothing that was checked.
         try:
             object.__setattr__(self, "ids", tuple(self.ids))
-            object.__setattr__(self, "losses", tuple(self.losses))
+            columns = self.losses
+            if not isinstance(columns, Mapping):  # today's one column: named "loss"
+                columns = {self.primary or "loss": columns}
+            copied = {name: tuple(values) for name, values in columns.items()}
+            object.__setattr__(self, "losses", copied)
             if self.segments is not None:
                 object.__setattr__(self, "segments", tuple(self.segments))
         except TypeError as exc:
             raise RecordLossesError(f"RecordLosses: a field is not a sequence ({exc})") from None
-        if len(self.ids) != len(self.losses):
-            raise RecordLossesError(
-                f"RecordLosses: {len(self.ids)} ids but {len(self.losses)} losses"
-            )
-        if self.segments is not None and len(self.segments) != len(self.ids):
-            raise RecordLossesError(
-                f"RecordLosses: {len(self.segments)} segments for {len(self.ids)} records"
-            )
+        self._check_columns()
         seen: set[str] = set()
-        for index, (id_, loss) in enumerate(zip(self.ids, self.losses, strict=True)):
+        for index, id_ in enumerate(self.ids):
             if not isinstance(id_, str) or not id_:
                 raise RecordLossesError(f"RecordLosses: id {index} is {id_!r}, not a string")
             if id_ in seen:
                 raise RecordLossesError(f"RecordLosses: id {id_!r} twice")
             seen.add(id_)
-            if isinstance(loss, bool) or not isinstance(loss, float) or not math.isfinite(loss):
-                raise RecordLossesError(
-                    f"RecordLosses: loss of {id_!r} is {loss!r}, not a finite float"
-                )
-            if loss < 0.0:  # clipped to 0, all-negative losses would promote on "0 vs 0"
-                raise RecordLossesError(
-                    f"RecordLosses: loss of {id_!r} is {loss!r}; losses are 0 or more"
-                )
+        for name, values in self.losses.items():
+            _check_column(name, self.ids, values)
+        if self.segments is not None and len(self.segments) != len(self.ids):
+            raise RecordLossesError(
+                f"RecordLosses: {len(self.segments)} segments for {len(self.ids)} records"
+            )
         count = self.quarantined
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise RecordLossesError(f"RecordLosses: quarantined is {count!r:.40}, not a count")
@@ -123,32 +134,80 @@ class RecordLosses:
                     f"RecordLosses: segment {index} is {segment!r:.40}, not a string"
                 )
 
+    def _check_columns(self) -> None:
+        names = list(self.losses)
+        for name in names:
+            if not isinstance(name, str) or not _METRIC.fullmatch(name):
+                raise RecordLossesError(
+                    f"RecordLosses: column name {name!r:.40} is not lower_snake_case "
+                    "(at most 32 characters)"
+                )
+        if not names:
+            raise RecordLossesError("RecordLosses: no loss column")
+        if not self.primary:
+            object.__setattr__(self, "primary", names[0])
+        if self.primary not in self.losses:
+            raise RecordLossesError(
+                f"RecordLosses: primary {self.primary!r:.40} is not a column of {names}"
+            )
+
     @classmethod
     def of(
         cls,
         ids: Iterable[str],
-        losses: Iterable[float],
+        losses: Iterable[float] | Mapping[str, Iterable[float]],
         segments: Iterable[str] | None = None,
         quarantined: int = 0,
+        primary: str = "",
     ) -> RecordLosses:
-        """From any sequences (a list, a numpy array): losses become Python floats."""
+        """From any sequences (a list, a numpy array), one column or a mapping of named
+        columns: losses become Python floats."""
+        columns = losses if isinstance(losses, Mapping) else {primary or "loss": losses}
         try:
-            values = tuple(float(v) for v in losses)
+            values = {name: tuple(float(v) for v in column) for name, column in columns.items()}
         except (TypeError, ValueError) as exc:
             raise RecordLossesError(f"RecordLosses: a loss is not a number ({exc})") from None
         kept = None if segments is None else tuple(segments)
-        return cls(tuple(ids), values, kept, quarantined)
+        return cls(tuple(ids), values, kept, quarantined, primary)
+
+    def column(self, metric: str | None = None) -> tuple[float, ...]:
+        """The losses of column ``metric`` (None: the primary), one per id."""
+        return self.losses[metric or self.primary]
+
+    def metrics(self) -> tuple[str, ...]:
+        """The column names, the primary first."""
+        return (self.primary, *(name for name in self.losses if name != self.primary))
 
     def take(self, keep: Sequence[bool]) -> RecordLosses:
         """The records where ``keep`` (one flag per record, in order) is true."""
         rows = [i for i, k in enumerate(keep) if k]
         segments = None if self.segments is None else tuple(self.segments[i] for i in rows)
-        kept = tuple(self.ids[i] for i in rows), tuple(self.losses[i] for i in rows)
-        return RecordLosses(*kept, segments, self.quarantined)
+        columns = {name: tuple(values[i] for i in rows) for name, values in self.losses.items()}
+        ids = tuple(self.ids[i] for i in rows)
+        return RecordLosses(ids, columns, segments, self.quarantined, self.primary)
 
-    def mean(self) -> float:
-        """The mean loss (NaN for no record)."""
-        return math.fsum(self.losses) / len(self.losses) if self.losses else math.nan
+    def mean(self, metric: str | None = None) -> float:
+        """The mean loss of column ``metric`` (None: the primary; NaN for no record)."""
+        values = self.column(metric)
+        return math.fsum(values) / len(values) if values else math.nan
+
+
+_METRIC = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+def _check_column(name: str, ids: tuple[str, ...], values: tuple[float, ...]) -> None:
+    """One loss column against the ids: as long, each a finite float of 0 or more."""
+    if len(values) != len(ids):
+        raise RecordLossesError(f"RecordLosses: {len(ids)} ids but {len(values)} {name} values")
+    for id_, loss in zip(ids, values, strict=True):
+        if isinstance(loss, bool) or not isinstance(loss, float) or not math.isfinite(loss):
+            raise RecordLossesError(
+                f"RecordLosses: {name} of {id_!r} is {loss!r}, not a finite float"
+            )
+        if loss < 0.0:  # clipped to 0, all-negative losses would promote on "0 vs 0"
+            raise RecordLossesError(
+                f"RecordLosses: {name} of {id_!r} is {loss!r}; losses are 0 or more"
+            )
 
 
 @runtime_checkable
@@ -168,7 +227,7 @@ class DeclaresMargin(Protocol):
     """A judged plugin's own margin: the loss difference tolerated against a reference
     model (:func:`judging_margin`), instead of a share of its mean loss."""
 
-    judging_margin: float | None
+    judging_margin: float | Mapping[str, float] | None
 
 
 @runtime_checkable
@@ -196,26 +255,35 @@ def judging_of(plugin: object) -> JudgedPlugin | None:
     if not isinstance(span, int | float) or isinstance(span, bool) or not 0 < span < math.inf:
         raise TypeError(f"{name}: loss_span {span!r} is not a positive finite number")
     margin = getattr(plugin, "judging_margin", None)
-    if margin is not None and (isinstance(margin, bool) or not isinstance(margin, int | float)):
-        raise TypeError(f"{name}: judging_margin {margin!r} is not a number")
+    margins = margin.values() if isinstance(margin, Mapping) else [margin]
+    if margin is not None and not all(_is_number(m) for m in margins):
+        raise TypeError(f"{name}: judging_margin {margin!r:.80} is not a number, or a map of them")
     if not callable(plugin.score_records) or not isinstance(plugin, JudgedPlugin):
         raise TypeError(f"{name}: score_records is not a method")
     return plugin
 
 
-def judging_margin(plugin: object, reference_mean: float) -> float:
-    """The loss difference tolerated against a reference model whose mean loss (clipped)
-    is ``reference_mean``: the plugin's ``judging_margin``, else
-    :data:`DEFAULT_RELATIVE_MARGIN` of that mean.
+def judging_margin(plugin: object, reference_mean: float, metric: str) -> float:
+    """The difference of loss column ``metric`` tolerated against a reference model whose
+    mean there (clipped) is ``reference_mean``: the plugin's ``judging_margin`` (a number
+    for every column, or a map by column), else :data:`DEFAULT_RELATIVE_MARGIN` of that
+    mean.
 
-    >>> class Agent: ...
-    >>> judging_margin(Agent(), 0.4)
-    0.02
+    >>> class Agent:
+    ...     judging_margin = {"log_loss": 0.01}
+    >>> judging_margin(Agent(), 0.4, "log_loss"), judging_margin(Agent(), 0.4, "brier")
+    (0.01, 0.02)
     """
     declared = plugin.judging_margin if isinstance(plugin, DeclaresMargin) else None
+    if isinstance(declared, Mapping):
+        declared = declared.get(metric)
     if declared is not None:
         return float(declared)
     return round(DEFAULT_RELATIVE_MARGIN * max(reference_mean, 0.0), 12)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def model_weights(checkpoint: Path) -> dict[str, Any]:

@@ -9,7 +9,7 @@ key as before they were typed; ``from_json`` refuses what does not fit in one li
 - :class:`DataReport`: the records a run trained on, and what changed (``data``);
 - :class:`DriftReport`: how the new records differ from the served model's (``drift``);
 - :class:`GateReport`: the promotion gate's verdict (``gate``), its sets'
-  :class:`GateComparison` and :class:`GateScores`, its models' :class:`ScoresOn`;
+  :class:`GateComparison`, its models' :class:`ScoresOn` (``{metric: figure}`` maps);
 - :class:`LiveReport`: the live watch's report of the served model against its
   predecessor on new records (``live``);
 - :class:`EarlyStopReport`: early stopping's record (``early_stop``);
@@ -71,7 +71,6 @@ __all__ = [
     "FaultBundle",
     "GateComparison",
     "GateReport",
-    "GateScores",
     "LiveReport",
     "Measured",
     "ModuleRange",
@@ -126,62 +125,69 @@ class DriftReport(Record):
 
 
 @dataclass(frozen=True)
-class GateScores(Record):
-    """One model's scores on one set: AUC (with its s.e.), mean log-loss, records."""
-
-    auc: float = field(metadata=_R6)
-    auc_se: float = field(metadata=_R6)
-    log_loss: float = field(metadata=_R6)
-    records: int
-
-
-@dataclass(frozen=True)
 class GateComparison(Record):
     """Candidate against served on one set of records (``name``: ``held_out``,
-    ``newest``, ``best_earlier`` or ``golden``), with the margins and the verdict."""
+    ``current``, ``known`` or ``golden``), on one loss column (``metric``), its segment if
+    one, with the margin and the verdict; the figures are in ``reason``."""
 
     name: str = field(metadata={JSON: "set"})
-    candidate: GateScores | None
-    served: GateScores | None
-    delta_auc: float = field(default=math.nan, metadata=_R6)  # the margin held to
-    delta_log_loss: float = field(default=math.nan, metadata=_R6)
     passed: bool | None = None  # None: this set cannot decide
     reason: str = ""
-    # 95% upper bounds of how much worse the candidate is: served − candidate AUC, and
-    # candidate − served mean log-loss (paired); passed when each is within its margin.
-    auc_worse_upper: float = field(default=math.nan, metadata=_R6)
-    log_loss_worse_upper: float = field(default=math.nan, metadata=_R6)
-    reference: str | None = None  # the model compared with, when not the served one
-    # Issue 62: the segment (se_darwin: the Genesis agent) a per-segment comparison is of;
-    # its answer (judging.noninferiority: no_worse, worse or inconclusive; passed is None
-    # when inconclusive) and, when inconclusive, the records it would need.
+    # The segment (se_darwin: the Genesis agent) a per-segment comparison is of; its
+    # answer (judging.noninferiority: no_worse, worse or inconclusive; passed is None when
+    # inconclusive) and, when inconclusive, the records it would need.
     segment: str | None = field(default=None, metadata=_OPTIONAL)
     finding: str | None = field(default=None, metadata=_OPTIONAL)
-    log_loss_worse_lower: float | None = field(default=None, metadata={**_R6, **_OPTIONAL})
-    auc_worse_lower: float | None = field(default=None, metadata={**_R6, **_OPTIONAL})
-    auc_vetoes_only: bool | None = field(default=None, metadata=_OPTIONAL)
     records_needed: int | None = field(default=None, metadata=_OPTIONAL)
+    # The judged plugin's loss column compared (contract.judging.RecordLosses.losses), and
+    # the difference tolerated there.
+    metric: str | None = field(default=None, metadata=_OPTIONAL)
+    margin: float | None = field(default=None, metadata={**_R6, **_OPTIONAL})
 
 
 @dataclass(frozen=True)
 class ScoresOn(Record):
-    """A model's scores on the set that decided (``name``); the first model's are its
-    run's own evaluation, without an s.e. or a record count. A judged plugin's model
-    (genesis_fp16_infrastructure.judging) has no AUC or log-loss (NaN) but ``loss``, its
-    mean per-record loss, clipped to the plugin's ``loss_span``."""
+    """A model's figures on the set that decided (``name``): each gated loss column's mean
+    (``losses``, clipped to the plugin's ``loss_span``, the primary first), the records,
+    and what is reported beside them, never gated (``reported``: se_darwin's AUC, from
+    its run's own evaluation). A verdict written before loss columns reads its ``loss``
+    (else ``log_loss``) into ``losses`` and its ``auc`` into ``reported``.
+
+    >>> ScoresOn.from_json({"set": "current", "auc": 0.9, "log_loss": None, "loss": 0.2})
+    ScoresOn(name='current', losses={'loss': 0.2}, records=None, reported={'auc': 0.9}, \
+primary='loss')
+    """
 
     name: str = field(metadata={JSON: "set"})
-    auc: float
-    log_loss: float
-    auc_se: float | None = field(default=None, metadata=_OPTIONAL)
+    losses: Mapping[str, float] = field(default_factory=dict, metadata=_R6)
     records: int | None = field(default=None, metadata=_OPTIONAL)
-    loss: float | None = field(default=None, metadata=_OPTIONAL)
+    reported: Mapping[str, float] = field(default_factory=dict, metadata=_R6)
+    # The primary column (None: the first of ``losses``): files keep no key order.
+    primary: str | None = field(default=None, metadata=_OPTIONAL)
+
+    def __post_init__(self) -> None:
+        if self.primary is None and self.losses:
+            object.__setattr__(self, "primary", next(iter(self.losses)))
 
     @classmethod
-    def of(cls, comparison: GateComparison, side: Literal["candidate", "served"]) -> ScoresOn:
-        """``side``'s scores on ``comparison``'s set, as its JSON rounds them."""
-        scores = GateScores.from_json(getattr(comparison, side).to_json())
-        return cls(comparison.name, scores.auc, scores.log_loss, scores.auc_se, scores.records)
+    def from_json(cls, data: object, where: str = "") -> ScoresOn:
+        if isinstance(data, Mapping) and "losses" not in data:  # before loss columns
+            older = [(k, data.get(k)) for k in ("loss", "log_loss") if _finite(data.get(k))]
+            auc = data.get("auc")
+            reported = {"auc": auc} if _finite(auc) else {}
+            data = {**data, "losses": dict(older[:1]), "reported": reported}
+        found: ScoresOn = super().from_json(data, where)
+        return found
+
+    def figures(self) -> dict[str, float]:
+        """Every figure by name: the loss columns (the primary first), then the reported."""
+        primary = self.primary or ""
+        first = {primary: self.losses[primary]} if primary in self.losses else {}
+        return {**first, **self.losses, **self.reported}
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -253,19 +259,15 @@ class SelfTest(Record):
 class LiveReport(Record):
     """The live watch's report of one run (judging.watch): the model watched
     (``served``) against its predecessor (``against``) on every record scored since it
-    was served (``records``, ``new_records`` of them this run), both models' AUC (None
-    where the records cannot score one) and log-loss, the mean per-record log-loss
-    difference with its anytime-valid bounds, the margin and level of the test, and what
-    the watch did: rolled back (to ``now_served``), or ``held`` (why not)."""
+    was served (``records``, ``new_records`` of them this run), both models' mean of the
+    loss column watched (``metric``: the plugin's primary, clipped to its span), the mean
+    per-record difference with its anytime-valid bounds, the margin and level of the
+    test, and what the watch did: rolled back (to ``now_served``), or ``held`` (why not)."""
 
     served: str
     against: str | None
     records: int
     new_records: int
-    served_auc: float | None
-    previous_auc: float | None
-    served_log_loss: float
-    previous_log_loss: float
     difference: float
     lower: float
     upper: float
@@ -276,9 +278,7 @@ class LiveReport(Record):
     held: str | None = None
     now_served: str | None = field(default=None, metadata=_OPTIONAL)
     updated_at: str = ""
-    # A judged plugin's watch (genesis_fp16_infrastructure.judging.watch): no AUC or
-    # log-loss (None, NaN), but both models' mean loss, clipped to the plugin's span; the
-    # difference, its bounds and the margin are in that loss's units.
+    metric: str = "loss"
     served_loss: float | None = field(default=None, metadata=_OPTIONAL)
     previous_loss: float | None = field(default=None, metadata=_OPTIONAL)
     # The evidence so far (an e-value of the overall test), the records still needed to

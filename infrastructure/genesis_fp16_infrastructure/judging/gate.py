@@ -10,6 +10,13 @@ bounded); the live watch, which looks again at every run, needs the anytime-vali
 (:mod:`.sequential`). The margin is the plugin's ``judging_margin``, else 5% of the
 served model's mean loss on those records (contract.judging.judging_margin).
 
+A plugin that returns several loss columns (contract.judging: se_darwin's ``log_loss`` and
+``brier``) has each column asked every question, with its own margin: the candidate is
+promoted only when shown no worse on every required question of every column (an
+intersection-union test keeps each at its level), and Holm's step-down over all the
+questions of all the columns (:mod:`.noninferiority`) keeps the family-wise chance of a
+false "worse" at 5%.
+
 When the request names a golden set (``GENESIS_FP16_AGENTS__<AGENT>__GOLDEN_DATA``: a
 fixed pool the operator trusts), the candidate must pass there too.
 
@@ -54,41 +61,39 @@ class Paired:
     finding: Finding | None = None
     # False: a veto only (shown worse rejects; not shown no worse holds nothing back)
     required: bool = True
+    metric: str = "loss"  # the loss column (RecordLosses.losses) compared
 
     def bound(self) -> Bound | None:
         """Its question for :func:`decide`; None when it has too few records."""
         if not math.isfinite(self.upper) or not math.isfinite(self.lower):
             return None
         se = (self.upper - self.lower) / (2 * Z_95)
-        return Bound(self.label, self.records, self.difference, se, self.margin, self.required)
+        name = f"{self.metric} on {self.label}"
+        return Bound(name, self.records, self.difference, se, self.margin, self.required)
 
     @property
     def label(self) -> str:
         return self.name if self.segment is None else f"{self.name} (segment {self.segment})"
 
     def comparison(self) -> GateComparison:
-        """As the gate report's comparison (no AUC: the figures are in ``reason``)."""
+        """As the gate report's comparison (the figures are in ``reason``)."""
         bound = self.bound()
         needed = bound.records_needed() if bound and self.finding == Finding.INCONCLUSIVE else None
         return GateComparison(
             name=self.name,
-            candidate=None,
-            served=None,
             passed=self.passed,
             reason=self.reason(),
             segment=self.segment,
             finding=self.finding,
             records_needed=needed,
+            metric=self.metric,
+            margin=self.margin if math.isfinite(self.margin) else None,
         )
-
-    def scores(self, side: str) -> ScoresOn:
-        loss = self.candidate if side == "candidate" else self.reference
-        return ScoresOn(self.name, math.nan, math.nan, records=self.records, loss=round(loss, 6))
 
     def reason(self) -> str:
         if math.isnan(self.reference):  # the first model: nothing served to compare with
             return (
-                f"{self.label}: loss {self.candidate:.6g} on {self.records} records, "
+                f"{self.label}: {self.metric} {self.candidate:.6g} on {self.records} records, "
                 "nothing served to compare with"
             )
         if self.bound() is None:
@@ -99,7 +104,7 @@ class Paired:
         }
         shown = words.get(self.finding, "within") if self.finding else "within"
         return (
-            f"{self.label}: loss {self.candidate:.6g} vs served {self.reference:.6g} on "
+            f"{self.label}: {self.metric} {self.candidate:.6g} vs served {self.reference:.6g} on "
             f"{self.records} records, worse by {self.lower:+.6g} to {self.upper:+.6g} (95%), "
             f"{shown} the margin {self.margin:.6g}"
         )
@@ -117,17 +122,32 @@ class Paired:
             "passed": self.passed,
             "segment": self.segment,
             "finding": self.finding,
+            "metric": self.metric,
         }
 
 
+def scores_on(comparisons: Sequence[Paired], side: str) -> ScoresOn | None:
+    """``side``'s (``candidate`` or ``served``) figures on the first set: each column's
+    mean on its pooled records, the primary first (the first comparison's column)."""
+    if not comparisons:
+        return None
+    first = comparisons[0]
+    pooled = [c for c in comparisons if c.name == first.name and c.segment is None]
+    means = {c.metric: c.candidate if side == "candidate" else c.reference for c in pooled}
+    losses = {metric: round(mean, 6) for metric, mean in means.items() if math.isfinite(mean)}
+    return ScoresOn(first.name, losses, first.records)
+
+
 def paired_losses(
-    first: RecordLosses, second: RecordLosses, span: float
+    first: RecordLosses, second: RecordLosses, span: float, metric: str | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Both models' clipped losses on the records both scored, in ``first``'s order."""
+    """Both models' clipped losses of column ``metric`` (None: the primary) on the records
+    both scored, in ``first``'s order."""
     where = {id_: i for i, id_ in enumerate(second.ids)}
     shared = [(i, where[id_]) for i, id_ in enumerate(first.ids) if id_ in where]
-    a = np.array([first.losses[i] for i, _ in shared], dtype=np.float64)
-    b = np.array([second.losses[j] for _, j in shared], dtype=np.float64)
+    ours, theirs = first.column(metric), second.column(metric)
+    a = np.array([ours[i] for i, _ in shared], dtype=np.float64)
+    b = np.array([theirs[j] for _, j in shared], dtype=np.float64)
     return np.clip(a, 0.0, span), np.clip(b, 0.0, span)
 
 
@@ -137,12 +157,14 @@ def compare(
     served: RecordLosses,
     span: float,
     margin: Callable[[float], float],
+    metric: str | None = None,
 ) -> Paired:
-    """The candidate against the served model on the records both scored; ``margin``
-    maps the served model's mean (clipped) loss there to the difference tolerated. Its
-    finding is its own question's alone (:func:`decide` settles it with the others)."""
-    a, b = paired_losses(candidate, served, span)
-    return _paired(name, a, b, margin, None)
+    """The candidate against the served model on the records both scored, on loss column
+    ``metric`` (None: the primary); ``margin`` maps the served model's mean (clipped)
+    loss there to the difference tolerated. Its finding is its own question's alone
+    (:func:`decide` settles it with the others)."""
+    a, b = paired_losses(candidate, served, span, metric)
+    return _paired(name, a, b, margin, None, metric or candidate.primary)
 
 
 def compare_segments(
@@ -152,8 +174,10 @@ def compare_segments(
     span: float,
     margin: Callable[[float], float],
     known: Collection[str] | None = None,
+    metric: str | None = None,
 ) -> list[Paired]:
-    """The gate's questions on one set of records (issue 68's design, with power):
+    """The gate's questions on one set of records, on loss column ``metric`` (None: the
+    primary; issue 68's design, with power):
 
     - required: the candidate no worse on the pooled records of the segments the served
       model knew (``known``; None: every segment), so that records only the candidate
@@ -163,21 +187,22 @@ def compare_segments(
       when the records hold two or more segments: a loss on one cannot hide in the
       pooled mean, and a segment too small to show itself no worse holds nothing back.
     """
-    a, b = paired_losses(candidate, served, span)
+    metric = metric or candidate.primary
+    a, b = paired_losses(candidate, served, span, metric)
     if served.segments is None:
-        return [_paired(name, a, b, margin, None)]
+        return [_paired(name, a, b, margin, None, metric)]
     where = {id_: i for i, id_ in enumerate(served.ids)}
     keys = np.array(
         [served.segments[where[id_]] for id_ in candidate.ids if id_ in where], dtype=object
     )
     if len(set(keys.tolist())) < 2:
-        return [_paired(name, a, b, margin, None)]
+        return [_paired(name, a, b, margin, None, metric)]
     inside = np.array([known is None or k in known for k in keys.tolist()], dtype=bool)
-    found = [_paired(name, a[inside], b[inside], margin, None)]
+    found = [_paired(name, a[inside], b[inside], margin, None, metric)]
     for segment in sorted(set(keys[inside].tolist())):
         picked = keys == segment
         if picked.sum() >= SEGMENT_MIN_RECORDS:
-            veto = _paired(name, a[picked], b[picked], margin, str(segment))
+            veto = _paired(name, a[picked], b[picked], margin, str(segment), metric)
             found.append(replace(veto, required=False))
     return found
 
@@ -188,18 +213,19 @@ def _paired(
     b: np.ndarray,
     margin: Callable[[float], float],
     segment: str | None,
+    metric: str = "loss",
 ) -> Paired:
     n = len(a)
     if n < MIN_RECORDS:
         mean_a = float(a.mean()) if n else math.nan
         mean_b = float(b.mean()) if n else math.nan
         return Paired(name, n, mean_a, mean_b, mean_a - mean_b, math.nan, math.nan, None,
-                      segment=segment)  # fmt: skip
+                      segment=segment, metric=metric)  # fmt: skip
     bound = Bound.of(name, a - b, margin(float(b.mean())))
     finding = bound.finding(holm_worse([bound])[0])
     return Paired(
         name, n, float(a.mean()), float(b.mean()), bound.mean, bound.upper, bound.margin,
-        _PASSED.get(finding), bound.lower, segment, finding,
+        _PASSED.get(finding), bound.lower, segment, finding, metric=metric,
     )  # fmt: skip
 
 
@@ -244,4 +270,10 @@ def decide(comparisons: Sequence[Paired]) -> tuple[Outcome, str, list[Paired]]:
             return outcome, f"{words}: " + "; ".join(c.reason() for c in found), settled
     if any(c.bound() is None and c.required for c in settled):
         return Outcome.UNDECIDED, next(c for c in settled if c.bound() is None).reason(), settled
-    return Outcome.PROMOTED, "no worse than the served model: " + settled[0].reason(), settled
+    also = sorted({c.metric for c in settled if c.required} - {settled[0].metric})
+    shown = "".join(f"; and on {metric}" for metric in also)
+    return (
+        Outcome.PROMOTED,
+        f"no worse than the served model: {settled[0].reason()}{shown}",
+        settled,
+    )

@@ -107,6 +107,7 @@ from genesis_fp16_infrastructure.judging.gate import (
     compare,
     compare_segments,
     decide,
+    scores_on,
 )
 from genesis_fp16_infrastructure.judging.scored_copy import (
     CheckpointChangedError,
@@ -350,7 +351,8 @@ def _score(
             )
         # Checked again on a copy of its own, here where it is used: the plugin's object
         # may have been changed since it was built (object.__setattr__ on a frozen one).
-        return RecordLosses(losses.ids, losses.losses, losses.segments, losses.quarantined)
+        kept = losses.ids, losses.losses, losses.segments, losses.quarantined, losses.primary
+        return RecordLosses(*kept)
     except CheckpointChangedError:
         raise
     except (RecordLossesError, TrainRequestError, OSError, ValueError) as exc:
@@ -458,7 +460,7 @@ def _judge(
     stores.write_known_ids(candidate, _known_after(served, losses))
     outcome: Outcome
     if served.losses is None:
-        comparisons = [_first(losses)]
+        comparisons = _first(losses)
         outcome, reason = Outcome.PROMOTED, "the first model"
     else:
         asked = _comparisons(judged, request, served, losses, checkpoint, held_out)
@@ -490,7 +492,7 @@ def _act(
     how = "first" if served.pointer is None else "gate"
     if serve_unless_pinned(folder, candidate_entry(folder, candidate, checkpoint), how):
         return report
-    auc = report.candidate.auc if report.candidate is not None else math.nan
+    auc = report.candidate.reported.get("auc", math.nan) if report.candidate else math.nan
     return _verdict(
         candidate, Outcome.HELD, "pinned by the operator: " + reason, started, report.precision,
         comparisons, served.id, report.judged_on, report.evidence, auc,
@@ -525,7 +527,7 @@ def _rejudge_kept(
         )
         reason += _evidence(judged, held_out, served)
         used = verdict.precision  # typed: a precision name, or None
-        auc = _reported_auc(verdict.candidate or {})  # its run's, as its first verdict kept it
+        auc = _reported_auc(verdict.candidate)  # its run's, as its first verdict kept it
         report = _verdict(
             candidate, outcome, reason, started, used, comparisons, served.id, digest, auc=auc
         )
@@ -546,9 +548,11 @@ def _known_after(served: _Served, losses: RecordLosses) -> np.ndarray:
     return ids if served.known is None else np.concatenate([served.known, ids])
 
 
-def _first(losses: RecordLosses) -> Paired:
-    mean = losses.mean()
-    return Paired("current", len(losses.ids), mean, math.nan, math.nan, math.nan, math.nan, True)
+def _first(losses: RecordLosses) -> list[Paired]:
+    """The first model's figures: each column's mean on every record, nothing to compare."""
+    nan, records = math.nan, len(losses.ids)
+    first = Paired("current", records, nan, nan, nan, nan, nan, True)
+    return [replace(first, candidate=losses.mean(m), metric=m) for m in losses.metrics()]
 
 
 def _comparisons(
@@ -559,27 +563,41 @@ def _comparisons(
     checkpoint: Path,
     held_out: bool,
 ) -> list[Paired]:
+    """Every question the gate asks, of every loss column both models have (the primary
+    first: its pooled comparison is the verdict's figure), each with its column's margin;
+    :func:`~.gate.decide` settles them together (Holm over all of them)."""
     span = float(judged.loss_span)
-
-    def margin(mean: float) -> float:
-        return judging_margin(judged, mean)
-
     assert served.losses is not None and served.checkpoint is not None
     known = _known_segments(served)
     name, losses = _judged_records(held_out, served, losses)
-    found = compare_segments(name, losses, served.losses, span, margin, known)
-    found += _on_known(losses, served, span, margin)
+    golden = None
     if request.golden_data_path is not None:
-        golden = replace(request, data_path=request.golden_data_path)
-        ours = _score(judged, checkpoint, golden, required=True)
-        theirs = _score(judged, served.checkpoint, golden, required=True)
-        assert ours is not None and theirs is not None
-        found.append(compare("golden", ours, theirs, span, margin))
+        ask = replace(request, data_path=request.golden_data_path)
+        golden = (
+            _score(judged, checkpoint, ask, required=True),
+            _score(judged, served.checkpoint, ask, required=True),
+        )
+    found: list[Paired] = []
+    for metric in [m for m in losses.metrics() if m in served.losses.losses]:
+
+        def margin(mean: float, metric: str = metric) -> float:
+            return judging_margin(judged, mean, metric)
+
+        found += compare_segments(name, losses, served.losses, span, margin, known, metric)
+        found += _on_known(losses, served, span, margin, metric)
+        if golden is not None:
+            ours, theirs = golden
+            assert ours is not None and theirs is not None
+            found.append(compare("golden", ours, theirs, span, margin, metric))
     return found
 
 
 def _on_known(
-    losses: RecordLosses, served: _Served, span: float, margin: Callable[[float], float]
+    losses: RecordLosses,
+    served: _Served,
+    span: float,
+    margin: Callable[[float], float],
+    metric: str | None = None,
 ) -> list[Paired]:
     """Issue 68: the set ``known``, those of the judged records the served model already
     knew (it was judged on them), asked on its own when the records also hold new ones:
@@ -600,7 +618,7 @@ def _on_known(
     count = int(knew.sum())
     if knew.all() or count < MIN_RECORDS:
         return []
-    found = compare("known", losses.take(knew.tolist()), served.losses, span, margin)
+    found = compare("known", losses.take(knew.tolist()), served.losses, span, margin, metric)
     return [replace(found, required=False)]
 
 
@@ -712,10 +730,9 @@ def _verdict(
     ``judged_on``: the data's digest (an inconclusive one is judged again on other data);
     ``auc``: the candidate run's own evaluation's AUC, reported beside its loss and never
     gated (NaN: its plugin reports none)."""
-    first = comparisons[0] if comparisons else None
-    scores = None if first is None else first.scores("candidate")
+    scores = scores_on(comparisons, "candidate")
     if scores is not None and math.isfinite(auc):
-        scores = replace(scores, auc=round(auc, 6))
+        scores = replace(scores, reported={"auc": round(auc, 6)})
     checkpoint = newest_checkpoint(candidate)
     report = GateReport(
         outcome=outcome,
@@ -724,7 +741,7 @@ def _verdict(
         seconds=round(time.monotonic() - started, 4),
         precision=precision,
         candidate=scores,
-        served=None if first is None or served_id is None else first.scores("served"),
+        served=None if served_id is None else scores_on(comparisons, "served"),
         served_id=served_id,
         checkpoint=None if checkpoint is None else checkpoint.name,
         candidate_id=candidate.name,
@@ -740,6 +757,8 @@ def _verdict(
 def _reported_auc(figures: Any) -> float:
     """The ``auc`` a run's evaluation (or a kept verdict's scores) reports; NaN when it
     reports none, or not a finite number."""
+    if isinstance(figures, Mapping) and "losses" in figures:  # a verdict's ScoresOn
+        figures = figures.get("reported")
     value = figures.get("auc") if isinstance(figures, Mapping) else None
     if isinstance(value, bool) or not isinstance(value, int | float):
         return math.nan

@@ -37,12 +37,8 @@ class ServedView(NamedTuple):
 
 
 def live_report(figures: dict[str, Any] | None) -> LiveReport | None:
-    """The watch's figures as the result's typed ``live`` report: AUC and log-loss are
-    not the watch's (None, NaN), the loss is."""
-    if figures is None:
-        return None
-    nan = {"served_log_loss": math.nan, "previous_log_loss": math.nan}
-    return LiveReport.from_json({**figures, **nan, "served_auc": None, "previous_auc": None})
+    """The watch's figures as the result's typed ``live`` report."""
+    return None if figures is None else LiveReport.from_json(figures)
 
 
 def data_unchanged(losses: RecordLosses, known: np.ndarray | None) -> DataReport:

@@ -91,12 +91,14 @@ def watch(
     before = score(folder / str(previous.checkpoint))
     if before is None:
         return None
-    by_id = dict(zip(before.ids, before.losses, strict=True))
+    # The watch watches the primary loss column (contract.judging: RecordLosses.primary).
+    by_id = dict(zip(before.ids, before.column(served_now.primary), strict=True))
+    now = served_now.column()
     picked = [i for i in np.flatnonzero(new) if served_now.ids[i] in by_id]
     named = served_now.segments
     scored = {
         "ids": ids[picked],
-        "served": np.array([served_now.losses[i] for i in picked], dtype=np.float64),
+        "served": np.array([now[i] for i in picked], dtype=np.float64),
         "previous": np.array([by_id[served_now.ids[i]] for i in picked], dtype=np.float64),
         "segments": np.array(
             ["" if named is None else named[i][: stores.SEGMENT_CHARS] for i in picked], dtype=str
@@ -104,7 +106,7 @@ def watch(
     }
     kept = {k: np.concatenate([kept[k], scored[k]]) for k in stores.WATCH_ARRAYS}
     stores.write_watch(store, kept)
-    figures = figures_of(kept, float(plugin.loss_span), plugin)
+    figures = figures_of(kept, float(plugin.loss_span), plugin, served_now.primary)
     figures.update(against=previous.id, new_records=len(picked))
     name = str(getattr(plugin, "name", request.agent))
     return decide(folder, name, str(pointer.served.id), figures, _detail)
@@ -114,11 +116,14 @@ def _candidate(folder: Path, entry: ServedEntry) -> Path:
     return (folder / str(entry.checkpoint)).parent
 
 
-def figures_of(kept: Mapping[str, np.ndarray], span: float, plugin: object) -> dict[str, Any]:
-    """The running figures of a watch's records (in arrival order)."""
+def figures_of(
+    kept: Mapping[str, np.ndarray], span: float, plugin: object, metric: str = "loss"
+) -> dict[str, Any]:
+    """The running figures of a watch's records (in arrival order), of loss column
+    ``metric`` (its margin is that column's)."""
     served = np.clip(np.asarray(kept["served"], dtype=np.float64), 0.0, span)
     previous = np.clip(np.asarray(kept["previous"], dtype=np.float64), 0.0, span)
-    margin = judging_margin(plugin, float(previous.mean()) if len(previous) else 0.0)
+    margin = judging_margin(plugin, float(previous.mean()) if len(previous) else 0.0, metric)
     d = served - previous
     # Each record's segment (se_darwin: its Genesis agent): the overall test at ALPHA / 2
     # and each segment's beside it; none declared: one segment, the overall test at ALPHA.
@@ -126,6 +131,7 @@ def figures_of(kept: Mapping[str, np.ndarray], span: float, plugin: object) -> d
     judged = judge(d, names, span, margin, ALPHA)
     return {
         "score": "loss",
+        "metric": metric,
         "records": judged["records"],
         "served_loss": round(float(served.mean()), 6) if len(served) else None,
         "previous_loss": round(float(previous.mean()), 6) if len(previous) else None,
@@ -203,8 +209,9 @@ def decide(
 
 def _detail(figures: Mapping[str, Any]) -> str:
     return (
-        f"live regression: loss {figures['served_loss']:.6g} vs its predecessor's "
-        f"{figures['previous_loss']:.6g} on {figures['records']} later record(s), at least "
-        f"{figures['lower']:.6g} worse (anytime, {1 - figures['alpha']:.0%}), margin "
+        f"live regression: {figures['metric']} {figures['served_loss']:.6g} vs its "
+        f"predecessor's {figures['previous_loss']:.6g} on {figures['records']} later "
+        f"record(s), at least {figures['lower']:.6g} worse (anytime, "
+        f"{1 - figures['alpha']:.0%}), margin "
         f"{figures['margin']:.6g}"
     )

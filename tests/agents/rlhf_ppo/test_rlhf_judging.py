@@ -53,7 +53,7 @@ def test_episodes_are_scored_with_common_random_numbers(
     first = plugin.score_records(checkpoint, request)
     again = plugin.score_records(checkpoint, request)
     assert first == again and len(first.ids) == 24
-    assert all(0.0 <= loss <= 1.0 for loss in first.losses)
+    assert all(0.0 <= loss <= 1.0 for loss in first.column())
 
 
 def test_a_changed_task_file_brings_new_episode_ids(

@@ -54,8 +54,10 @@ def test_the_served_models_auc_is_reported_beside_its_gated_loss(
     result, _ = trained
     assert result.checkpoint is not None and result.gate is not None
     verdict = json.loads((result.checkpoint.parent / "verdict.json").read_text())
-    assert verdict["candidate"]["auc"] == pytest.approx(result.eval["auc"], abs=1e-6)
-    assert verdict["candidate"]["loss"] >= 0
+    scores = verdict["candidate"]
+    assert scores["reported"]["auc"] == pytest.approx(result.eval["auc"], abs=1e-6)
+    assert scores["primary"] == "log_loss" and set(scores["losses"]) == {"log_loss", "brier"}
+    assert all(loss >= 0 for loss in scores["losses"].values())
 
 
 def test_plugin_is_discovered_through_its_entry_point() -> None:

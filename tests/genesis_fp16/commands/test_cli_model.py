@@ -68,12 +68,13 @@ def test_a_hand_promoted_model_reads_as_pinned_with_the_gates_own_verdict(
     assert "verdict on it: promoted" in done.stdout and "rolled_back" not in done.stdout
     listed = _cli(tmp_path, "model", "list", AGENT)
     assert "pinned by `model promote`" in listed.stdout.splitlines()[0]
+    assert " log_loss 0.400 auc 0.910 " in listed.stdout  # a verdict from before columns
     rows = {
         r["id"]: r
         for r in json.loads(_cli(tmp_path, "model", "list", AGENT, "--json").stdout)["models"]
     }
     assert rows["b"]["state"] == "SERVED,pinned" and rows["b"]["gate_verdict"] == "promoted"
-    assert rows["a"]["auc"] == 0.91  # the first model's figure, from its run
+    assert rows["a"]["reported"] == {"auc": 0.91}  # the first model's figure, from its run
     unpinned = json.loads(_cli(tmp_path, "model", "unpin", AGENT, "--json").stdout)
     assert unpinned == {**unpinned, "served": "b", "pinned": False}
     pointer = read_pointer(folder)

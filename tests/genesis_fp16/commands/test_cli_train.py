@@ -421,8 +421,8 @@ def test_resume_with_steps_after_an_early_stopped_run_runs_them(tmp_path: Path) 
 
 def test_the_summary_leads_with_the_gates_verdict_in_a_short_line(tmp_path: Path) -> None:
     """The text summary's first line is the gate's verdict with a short reason (served,
-    both models' loss and the records compared); the precision's long reason is left to
-    the log and --json."""
+    both models' primary loss, named, and the records compared); the precision's long
+    reason is left to the log and --json."""
     pool = tmp_path / "pool.json"
     pool.write_text(json.dumps(generate_pool(300, seed=4)))
     common = ("train", "se_darwin", "--data", str(pool), "--steps", "5",
@@ -437,7 +437,7 @@ def test_the_summary_leads_with_the_gates_verdict_in_a_short_line(tmp_path: Path
     assert second.returncode == 0, second.stderr
     head = second.stdout.splitlines()[0]
     number = r"\d\.\d{3}"
-    shape = (rf"se_darwin: ((served|rejected|held by the pin): loss {number} vs {number} "
+    shape = (rf"se_darwin: ((served|rejected|held by the pin): log_loss {number} vs {number} "
              r"on \d+ \w+ records(; the (served|pinned) model stays)?"
              r"|inconclusive: kept, .*)")  # fmt: skip
     assert re.fullmatch(shape, head), head

@@ -247,7 +247,7 @@ def test_model_lists_a_judged_agent_and_refuses_an_unknown_one(
     (model,) = row["models"]
     assert row["gate"] is True and row["served"] == model["id"] and model["state"] == "SERVED"
     assert model["verdict"] == "promoted" and model["reason"] == "the first model"
-    assert 0.0 <= model["loss"] <= 1.0 and model["id"] in listed.stdout
+    assert 0.0 <= model["losses"]["loss"] <= 1.0 and model["id"] in listed.stdout
     unknown = _model(daemon, "list", "nope")
     assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
     assert "unknown agent 'nope'" in unknown.stderr

@@ -82,7 +82,10 @@ def test_a_rejected_candidate_keeps_the_served_model_serving(
     verdict = read_json(folder / "candidates" / gate["candidate_id"] / "verdict.json")
     assert verdict is not None and verdict["outcome"] == "rejected"
     quality = "genesis_fp16_candidate_model_quality"
-    assert daemon.sample(quality, agent=AGENT, score="loss") == gate["candidate"]["loss"]
+    assert (
+        daemon.sample(quality, agent=AGENT, score="log_loss")
+        == gate["candidate"]["losses"]["log_loss"]
+    )
     # Up to date against the rejected candidate: no second candidate of the same data.
     ups = _runs(daemon, "up_to_date")
     daemon.wait_for(lambda: _runs(daemon, "up_to_date") >= ups + 2, "two up-to-date runs", 120)
@@ -240,13 +243,13 @@ def test_the_prediction_api_never_fails_to_load_while_the_pool_grows(
     _write(fresh_path, generate_pool(1000, seed=99))
     fresh = read_trajectories(fresh_path)
     for before, after in itertools.pairwise(served):
-        sets = {c["set"]: c for c in deltas[after.parent.name]}  # no golden pool here
-        assert all(c["passed"] is not False for c in sets.values()), sets
-        comparison = sets["held_out"]
-        assert comparison["passed"] is True
+        comparisons = deltas[after.parent.name]  # no golden pool here
+        assert all(c["passed"] is not False for c in comparisons), comparisons
+        comparison = comparisons[0]  # the primary column's, on the pooled held-out records
+        assert comparison["set"] == "held_out" and comparison["passed"] is True
         earlier, se_before = _fresh_auc(before, fresh)
         later, se_after = _fresh_auc(after, fresh)
-        allowed = max(comparison["delta_auc"] or 0.0, 2 * math.hypot(se_before, se_after))
+        allowed = 2 * math.hypot(se_before, se_after)  # AUC is reported, never gated
         assert later >= earlier - allowed, (before.parent.name, after.parent.name)
 
 

@@ -20,10 +20,6 @@ ROLLED_BACK = LiveReport(
     against="m1",
     records=295,
     new_records=95,
-    served_auc=0.61,
-    previous_auc=0.69,
-    served_log_loss=0.95,
-    previous_log_loss=0.32,
     difference=0.63,
     lower=0.43,
     upper=0.84,
@@ -32,6 +28,9 @@ ROLLED_BACK = LiveReport(
     regression=True,
     rolled_back=True,
     now_served="m1",
+    metric="log_loss",
+    served_loss=0.95,
+    previous_loss=0.32,
 )
 
 
@@ -51,7 +50,7 @@ def test_a_rollback_is_flagged_and_the_flag_cleared_by_a_promotion() -> None:
     assert _value(registry, "genesis_fp16_live_regression") == 1.0
     assert _value(registry, "genesis_fp16_live_records") == 295.0
     assert _value(registry, "genesis_fp16_live_log_loss_difference", bound="lower") == 0.43
-    assert _value(registry, "genesis_fp16_live_quality", model="previous", score="auc") == 0.69
+    assert _value(registry, "genesis_fp16_live_quality", model="previous", score="log_loss") == 0.32
     metrics.observe("se_darwin", None, GateReport(Outcome.PROMOTED, "no worse"))
     assert _value(registry, "genesis_fp16_live_regression") == 0.0
 
@@ -96,15 +95,15 @@ def test_a_held_regression_is_flagged_but_not_counted() -> None:
     assert _value(registry, "genesis_fp16_live_rollbacks_total") == 0.0
 
 
-def test_an_auc_the_records_could_not_give_is_left_unset() -> None:
-    """A report whose AUCs are None (records of one label) sets the log-losses and leaves
-    the AUC series absent rather than exporting a made-up value."""
+def test_the_quality_series_is_named_by_the_watched_column_and_a_missing_mean_left_unset() -> None:
+    """The watched column's name labels the quality series (se_darwin: log_loss, another
+    plugin: loss); a mean the report does not have is left absent, never made up."""
     registry = CollectorRegistry()
-    LiveMetrics(registry).observe(
-        "se_darwin", replace(ROLLED_BACK, served_auc=None, previous_auc=None), None
-    )
-    assert _value(registry, "genesis_fp16_live_quality", model="served", score="auc") is None
+    metrics = LiveMetrics(registry)
+    metrics.observe("se_darwin", replace(ROLLED_BACK, previous_loss=None), None)
     assert _value(registry, "genesis_fp16_live_quality", model="served", score="log_loss") == 0.95
+    assert _value(registry, "genesis_fp16_live_quality", model="previous", score="log_loss") is None
+    assert _value(registry, "genesis_fp16_live_quality", model="served", score="auc") is None
 
 
 def test_the_watchs_own_figures_are_exported_per_segment() -> None:

@@ -276,3 +276,17 @@ def test_the_page_says_per_segment_and_when_the_model_is_not_watched(tmp_path: P
     _pointer(tmp_path / "c", fresh, [])
     text = render_text(gather_status(tmp_path / "c", ["se_darwin"], IDLE, _no_schedule))
     assert "NOT WATCHED: no predecessor to watch against" in text
+
+
+def test_the_quality_line_names_each_figure_the_primary_loss_first() -> None:
+    """Issue 68: the served entry's gate scores, as a verdict file keeps them (keys sorted,
+    the primary named), read as figures by name: the primary loss column first, the
+    others, the reported AUC, then the records and set; an entry written before loss
+    columns reads its loss and AUC, with no NaN filler."""
+    from genesis_fp16.status.report import _quality
+
+    new = {"losses": {"brier": 0.05, "log_loss": 0.17}, "primary": "log_loss",
+           "records": 9, "reported": {"auc": 0.91}, "set": "held_out"}  # fmt: skip
+    assert list(_quality(new) or {}) == ["log_loss", "brier", "auc", "records", "set"]
+    old = {"auc": 0.91, "log_loss": None, "loss": 0.17, "records": 9, "set": "current"}
+    assert _quality(old) == {"loss": 0.17, "auc": 0.91, "records": 9, "set": "current"}

@@ -145,7 +145,7 @@ def _live_report(report: dict[str, Any]) -> LiveReport:
     """The run's report of the child's rollback, as the daemon receives it (the fields
     the child's figures leave out filled in)."""
     assert report["rolled_back"] is True
-    filled = {"against": None, "new_records": 300, "served_auc": None, "previous_auc": None}
+    filled = {"against": None, "new_records": 300}
     return LiveReport.from_json({**filled, **report})
 
 

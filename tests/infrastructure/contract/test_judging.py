@@ -22,7 +22,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 @pytest.mark.parametrize(
     ("ids", "losses", "segments", "why"),
     [
-        (["a", "b"], [1.0], None, "2 ids but 1 losses"),
+        (["a", "b"], [1.0], None, "2 ids but 1 loss values"),
         (["a", "a"], [1.0, 2.0], None, "id 'a' twice"),
         (["a", ""], [1.0, 2.0], None, "id 1 is ''"),
         ([1, "b"], [1.0, 2.0], None, "id 0 is 1, not a string"),
@@ -45,12 +45,53 @@ def test_record_losses_refuse_what_cannot_be_judged_in_one_line(
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("losses", "primary", "why"),
+    [
+        ({"log_loss": [1.0, 2.0], "brier": [0.5]}, "", "2 ids but 1 brier values"),
+        ({"log_loss": [1.0, 2.0], "brier": [0.5, math.nan]}, "", "brier of 'b' is nan"),
+        ({"log_loss": [1.0, 2.0], "brier": [0.5, -0.1]}, "", "brier of 'b' is -0.1; losses"),
+        ({"log_loss": [1.0, 2.0], "Brier Score": [0.5, 0.1]}, "", "column name 'Brier Score'"),
+        ({}, "", "no loss column"),
+        ({"log_loss": [1.0, 2.0]}, "brier", "primary 'brier' is not a column of"),
+    ],
+)
+def test_every_loss_column_is_checked_as_the_first_is(
+    losses: dict[str, list[float]], primary: str, why: str
+) -> None:
+    """Each named column is as long as the ids, finite and not negative; names are
+    lower_snake_case; the primary names a column; each refusal is one line."""
+    with pytest.raises(RecordLossesError, match=f"^RecordLosses: {why}") as caught:
+        RecordLosses.of(["a", "b"], losses, primary=primary)
+    assert "\n" not in str(caught.value)
+
+
+def test_named_columns_keep_their_order_and_name_a_primary() -> None:
+    """A mapping keeps its columns, the first primary unless one is named; a plain
+    sequence (the one-column shape of plugins before columns) is one column "loss";
+    take() and mean() work on every column; a dict changed after the check changes
+    nothing."""
+    columns = {"log_loss": [0.5, 0.25, 0.0], "brier": [0.2, 0.1, 0.0]}
+    scored = RecordLosses.of(["x", "y", "z"], columns)
+    assert scored.primary == "log_loss" and scored.metrics() == ("log_loss", "brier")
+    assert RecordLosses.of(["x"], {"a": [1.0], "b": [2.0]}, primary="b").metrics() == ("b", "a")
+    raw = {"loss": [0.5]}
+    plain = RecordLosses(("x",), raw)  # type: ignore[arg-type]
+    raw["loss"].append(math.inf)
+    raw["more"] = [1.0]
+    assert plain == RecordLosses(("x",), (0.5,))  # type: ignore[arg-type]
+    assert dict(plain.losses) == {"loss": (0.5,)} and plain.primary == "loss"
+    kept = scored.take([True, False, True])
+    assert kept.column("brier") == (0.2, 0.0) and kept.mean() == 0.25
+    assert kept.mean("brier") == pytest.approx(0.1)
+
+
 def test_record_losses_take_numpy_and_keep_order() -> None:
     """Losses from numpy become floats, in the ids' order; the mean is the plain mean."""
     import numpy as np
 
     scored = RecordLosses.of(["x", "y", "z"], np.array([0.5, 0.25, 0.0], dtype=np.float32))
-    assert scored.losses == (0.5, 0.25, 0.0) and all(type(v) is float for v in scored.losses)
+    assert scored.column() == (0.5, 0.25, 0.0) and all(type(v) is float for v in scored.column())
     assert scored.mean() == 0.25 and math.isnan(RecordLosses.of([], []).mean())
 
 
@@ -63,7 +104,7 @@ def test_record_losses_keep_a_copy_of_what_was_checked(tmp_path: Path) -> None:
     ids, losses, segments = ["a", "b"], [0.5, 0.25], ["s", "t"]
     scored = RecordLosses(ids, losses, segments)  # type: ignore[arg-type]
     ids.append("c"), ids.__setitem__(1, "a"), losses.__setitem__(0, math.inf), segments.pop()
-    assert scored == RecordLosses(("a", "b"), (0.5, 0.25), ("s", "t"))
+    assert scored == RecordLosses(("a", "b"), (0.5, 0.25), ("s", "t"))  # type: ignore[arg-type]
 
     class Changing:
         def score_records(self, checkpoint: Path, request: Any) -> RecordLosses:
@@ -75,7 +116,7 @@ def test_record_losses_keep_a_copy_of_what_was_checked(tmp_path: Path) -> None:
     checkpoint.write_bytes(b"weights")
     used = _score(plugin, checkpoint, request, required=True)  # type: ignore[arg-type]
     object.__setattr__(plugin.returned, "losses", (0.5, math.inf))  # after the check
-    assert used is not None and used.losses == (0.5, 0.25) and used is not plugin.returned
+    assert used is not None and used.column() == (0.5, 0.25) and used is not plugin.returned
     plugin.score_records = lambda checkpoint, request: plugin.returned  # type: ignore[method-assign]
     with pytest.raises(TrainRequestError, match=r"cannot score \S*ckpt\.pt: .* loss of 'b' is inf"):
         _score(plugin, checkpoint, request, required=True)  # type: ignore[arg-type]
@@ -102,6 +143,7 @@ def test_judging_of_tells_judged_plain_and_half_declared_plugins_apart() -> None
         ("loss_span", 0.0, "loss_span 0.0 is not a positive finite number"),
         ("loss_span", math.inf, "loss_span inf is not a positive finite number"),
         ("judging_margin", "big", "judging_margin 'big' is not a number"),
+        ("judging_margin", {"brier": "big"}, "judging_margin {'brier': 'big'} is not a number"),
     ):
         bad = _Judged()
         setattr(bad, attribute, value)
@@ -110,11 +152,16 @@ def test_judging_of_tells_judged_plain_and_half_declared_plugins_apart() -> None
 
 
 def test_the_margin_is_declared_or_relative_to_the_reference() -> None:
-    """Without judging_margin, 5% of the reference's mean loss; with it, that number."""
-    assert judging_margin(_Judged(), 0.4) == pytest.approx(0.02)
+    """Without judging_margin, 5% of the reference's mean loss; with it, that number; with a
+    map by column, the column's number, else 5% of its mean."""
+    assert judging_margin(_Judged(), 0.4, "loss") == pytest.approx(0.02)
     declared = _Judged()
     declared.judging_margin = 0.1  # type: ignore[attr-defined]
-    assert judging_margin(declared, 0.4) == 0.1
+    assert judging_margin(declared, 0.4, "loss") == 0.1
+    by_column = _Judged()
+    by_column.judging_margin = {"log_loss": 0.01}  # type: ignore[attr-defined]
+    assert judging_margin(by_column, 0.4, "log_loss") == 0.01
+    assert judging_margin(by_column, 0.4, "brier") == pytest.approx(0.02)
 
 
 def test_the_request_keeps_the_rows_the_split_does_not_hold_out(tmp_path: Path) -> None:
@@ -144,5 +191,5 @@ def test_record_losses_take_keeps_the_flagged_records_and_their_segments() -> No
     """take() keeps the records whose flag is true, in order, segments with them."""
     scored = RecordLosses.of(["a", "b", "c"], [0.1, 0.2, 0.3], ["s", "t", "s"])
     kept = scored.take([True, False, True])
-    assert kept.ids == ("a", "c") and kept.losses == (0.1, 0.3) and kept.segments == ("s", "s")
+    assert kept.ids == ("a", "c") and kept.column() == (0.1, 0.3) and kept.segments == ("s", "s")
     assert RecordLosses.of(["a"], [0.5]).take([False]).ids == ()

@@ -14,7 +14,6 @@ from genesis_fp16_infrastructure.contract.reports import (
     DriftReport,
     GateComparison,
     GateReport,
-    GateScores,
     LiveReport,
     ScoresOn,
 )
@@ -29,23 +28,16 @@ from genesis_fp16_infrastructure.training.reports import (
 )
 
 COMPARISON = GateComparison(
-    "held_out",
-    GateScores(0.81234567, 0.01, 0.5, 400),
-    GateScores(0.8, 0.01, 0.52, 400),
-    delta_auc=0.02,
-    delta_log_loss=0.01,
-    passed=True,
-    reason="no worse",
-    auc_worse_upper=math.nan,  # a set too small for the AUC: NaN, null in JSON
-    log_loss_worse_upper=-0.004,
+    "held_out", passed=True, reason="no worse", metric="log_loss", margin=0.01000000049
 )
+CANDIDATE = ScoresOn("held_out", {"log_loss": 0.50000049, "brier": 0.2}, 400, {"auc": 0.81234567})
 RECORDS = [
     DataReport(40, "abc", "changed", previous_records=30, new=10, removed=0, relabelled=0),
     DataReport(40, "abc", "first"),
     DriftReport(20, 30, {"new": 20, "reference": 30}, {"tool": 0.2}, {"tool": 0.1}, ("tool",),
                 0.01, 0.05, False),
     GateReport("promoted", "no worse", (COMPARISON,), 1.23456, "bf16",
-               ScoresOn.of(COMPARISON, "candidate"), ScoresOn.of(COMPARISON, "served"),
+               CANDIDATE, ScoresOn("held_out", {"log_loss": 0.52, "brier": 0.21}, 400),
                "20261124T000000Z-served", "ckpt-00000040.pt", candidate_id="c1"),
     EarlyStopReport("loss", "min", 0.5, 8, 4, 1, 3, 2, "budget spent", {"loss": 0.6},
                     ((2, 0.7), (4, math.nan))),
@@ -53,8 +45,9 @@ RECORDS = [
     Calibration("bf16", "measured", (Measured("bf16", "eager", 1.0, 0.9, 1.2, 5),), {"fp16": "no"},
                 {"device": "cpu"}, 0.5, measured_at=1.0, cached=True),
     FaultBundle("/state/fault_bundles/b.pt", "first_nonfinite", 18, "fp16", 2048),
-    LiveReport("m2", "m1", 295, 95, 0.61, None, 0.95, 0.32, 0.63, 0.43, 0.84, 0.01, 0.05, True,
-               rolled_back=True, now_served="m1", updated_at="2026-11-25T00:00:00Z"),
+    LiveReport("m2", "m1", 295, 95, 0.63, 0.43, 0.84, 0.01, 0.05, True, rolled_back=True,
+               now_served="m1", updated_at="2026-11-25T00:00:00Z", metric="log_loss",
+               served_loss=0.95, previous_loss=0.32),
 ]  # fmt: skip
 
 # The keys train --json had for each record before issue 53 typed it (the dicts the
@@ -70,11 +63,11 @@ KEYS = {
                       "patience", "every_steps", "stop_reason", "last", "history"},
     Demotion: {"from", "to", "reason", "step", "rollback_step", "detail"},
     FaultBundle: {"path", "reason", "step", "precision", "bytes"},
-    # the dict live_watch.watch returns (extra.live before issue 58)
-    LiveReport: {"served", "against", "records", "new_records", "served_auc", "previous_auc",
-                 "served_log_loss", "previous_log_loss", "difference", "lower", "upper",
-                 "margin", "alpha", "regression", "rolled_back", "held", "now_served",
-                 "updated_at"},
+    # the dict judging.watch returns; issue 68: the watched column's name and means, where
+    # the AUC and log-loss of se_darwin's own watch were
+    LiveReport: {"served", "against", "records", "new_records", "difference", "lower",
+                 "upper", "margin", "alpha", "regression", "rolled_back", "held", "now_served",
+                 "updated_at", "metric", "served_loss", "previous_loss"},
     Calibration: {"chosen", "reason", "rows", "skipped", "key", "seconds", "measured_at",
                   "execution", "bound", "version", "remeasured", "init_s", "phases", "cached",
                   "revalidated"},
@@ -101,20 +94,44 @@ def test_each_record_reads_back_from_its_json_with_the_keys_it_had(record: Any) 
         assert _same(back, record)
 
 
-def test_the_gate_json_is_the_one_the_untyped_gate_wrote() -> None:
-    """Scores and margins rounded to 6 places, NaN as null, the comparison's name under
-    "set", seconds to 4 places: the verdict files already on disk read the same."""
+def test_the_gate_json_holds_its_figures_as_maps_by_metric() -> None:
+    """Issue 68: a model's figures are ``{metric: figure}`` maps (the loss columns, the
+    primary first, then what is reported beside them), rounded to 6 places, no field
+    named for one agent and no NaN filler; the comparison's name under "set", its
+    column under "metric", seconds to 4 places."""
     out = RECORDS[3].to_json()
     comparison = out["comparisons"][0]
-    assert comparison["set"] == "held_out" and comparison["candidate"]["auc"] == 0.812346
-    assert comparison["auc_worse_upper"] is None and out["seconds"] == 1.2346
-    assert out["candidate"] == {"set": "held_out", "auc": 0.812346, "log_loss": 0.5,
-                                "auc_se": 0.01, "records": 400}  # fmt: skip
-    first = GateReport("promoted", "the first", candidate=ScoresOn("its run's evaluation", 0.9,
-                                                                    0.4))  # fmt: skip
-    assert first.to_json()["candidate"] == {"set": "its run's evaluation", "auc": 0.9,
-                                            "log_loss": 0.4}  # fmt: skip
+    assert comparison == {"set": "held_out", "passed": True, "reason": "no worse",
+                          "metric": "log_loss", "margin": 0.01}  # fmt: skip
+    assert out["seconds"] == 1.2346
+    assert out["candidate"] == {"set": "held_out", "losses": {"log_loss": 0.5, "brier": 0.2},
+                                "records": 400, "reported": {"auc": 0.812346},
+                                "primary": "log_loss"}  # fmt: skip
+    assert list(GateReport.from_json(out).candidate.losses) == ["log_loss", "brier"]  # type: ignore[union-attr]
     assert "candidate_id" not in GateReport("rejected", "worse").to_json()
+
+
+@pytest.mark.parametrize(
+    ("written", "losses", "reported"),
+    [  # a judged verdict before loss columns (auc reported, log_loss a NaN filler)
+        ({"set": "held_out", "auc": 0.91, "log_loss": None, "records": 9, "loss": 0.2},
+         {"loss": 0.2}, {"auc": 0.91}),
+        # se_darwin's own gate, before issue 68 (AUC with its s.e., the log-loss)
+        ({"set": "held_out", "auc": 0.8, "auc_se": 0.01, "log_loss": 0.4, "records": 9},
+         {"log_loss": 0.4}, {"auc": 0.8}),
+        ({"set": "its run's evaluation", "auc": None, "log_loss": None}, {}, {}),
+    ],
+)  # fmt: skip
+def test_scores_written_before_loss_columns_read_into_the_maps(
+    written: dict[str, Any], losses: dict[str, float], reported: dict[str, float]
+) -> None:
+    """A verdict's (or the pointer's) scores written by an earlier version read: its loss
+    (else its log-loss) as the one loss column, its AUC as reported, NaN fillers left
+    out; a whole verdict with such scores reads too."""
+    scores = ScoresOn.from_json(written)
+    assert (dict(scores.losses), dict(scores.reported)) == (losses, reported)
+    verdict = GateReport.from_json({"outcome": "promoted", "reason": "r", "candidate": written})
+    assert verdict.candidate == scores
 
 
 def test_an_older_verdict_file_reads_with_its_unknown_keys_left_out() -> None:
@@ -142,8 +159,8 @@ def test_an_older_verdict_file_reads_with_its_unknown_keys_left_out() -> None:
          "DataReport.records: int expected, got str '40'"),
         (DataReport, {"records": True, "fingerprint": "a", "change": "first"},
          "DataReport.records: int expected, got True"),
-        (GateReport, {"outcome": "promoted", "reason": "r", "comparisons": [{"set": "x"}]},
-         "GateReport.comparisons[0]: 'candidate' missing"),
+        (GateReport, {"outcome": "promoted", "reason": "r", "comparisons": [{"passed": True}]},
+         "GateReport.comparisons[0]: 'set' missing"),
         (EarlyStopReport, {**RECORDS[4].to_json(), "history": [[2, 0.5, 9]]},
          "EarlyStopReport.history[0]: 2 items expected, got 3"),
         (DriftReport, {**RECORDS[2].to_json(), "features": {"tool": "far"}},
@@ -185,4 +202,4 @@ def test_train_result_json_holds_each_record_once_and_reads_back_typed() -> None
     assert back.precision_calibration == calibration
     assert back.early_stop is not None and _same(back.early_stop, early)
     assert (back.live, back.up_to_date_against) == (live, "nothing new")
-    assert out["live"]["previous_auc"] is None and out["live"]["now_served"] == "m1"
+    assert out["live"]["metric"] == "log_loss" and out["live"]["now_served"] == "m1"

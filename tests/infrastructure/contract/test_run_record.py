@@ -43,8 +43,8 @@ def test_a_run_with_its_reports_reads_back(tmp_path: Path) -> None:
     gate = GateReport(
         "rejected",
         "worse on the golden set",
-        candidate=ScoresOn("golden", 0.61, 0.7),
-        served=ScoresOn("golden", 0.74, 0.5),
+        candidate=ScoresOn("golden", {"log_loss": 0.7, "brier": 0.2}, reported={"auc": 0.61}),
+        served=ScoresOn("golden", {"log_loss": 0.5, "brier": 0.1}, reported={"auc": 0.74}),
         served_id="c1",
         candidate_id="c2",
     )
@@ -69,17 +69,15 @@ def test_a_run_with_its_reports_reads_back(tmp_path: Path) -> None:
     assert entry.demotions == ("fp16 to bf16 at step 12: overflow_rate",)
     assert entry.drift == "drift flagged: features reward"
     assert entry.gate is not None and entry.gate.outcome == "rejected"
-    assert (entry.gate.metric, entry.gate.candidate, entry.gate.served) == ("auc", 0.61, 0.74)
+    assert (entry.gate.metric, entry.gate.candidate, entry.gate.served) == ("log_loss", 0.7, 0.5)
     assert (entry.gate.candidate_id, entry.gate.served_id) == ("c2", "c1")
 
 
 def test_a_judged_score_is_its_loss_and_nan_is_none(tmp_path: Path) -> None:
-    """A judged agent's gate (AUC not a number, a loss) is told by its loss; a loss scale
-    that is not finite is kept as None (JSON has no NaN)."""
+    """A judged agent's gate is told by its primary loss column (here the one column,
+    ``loss``); a loss scale that is not finite is kept as None (JSON has no NaN)."""
     folder = _folder(tmp_path)
-    gate = GateReport(
-        "promoted", "the first model", candidate=ScoresOn("current", math.nan, math.nan, loss=0.3)
-    )
+    gate = GateReport("promoted", "the first model", candidate=ScoresOn("current", {"loss": 0.3}))
     result = replace(RAN, gate=gate, loss_scale=math.inf)
     record = result.run_record(1.0, "daemon")
     folder.save_run(record, result.history_entry(record))

@@ -70,11 +70,11 @@ def test_a_veto_only_comparison_rejects_when_worse_and_holds_nothing_back_otherw
     )
     served = _losses(rng.uniform(0.2, 0.4, 60), ["x"] * 60)
     worse = compare(
-        "known", _losses(np.array(served.losses) + 0.2, ["x"] * 60), served, 1.0, _margin
+        "known", _losses(np.array(served.column()) + 0.2, ["x"] * 60), served, 1.0, _margin
     )
     unsure = compare(
         "known",
-        _losses(np.array(served.losses) + rng.normal(0, 0.1, 60), ["x"] * 60),
+        _losses(np.array(served.column()) + rng.normal(0, 0.1, 60), ["x"] * 60),
         served,
         1.0,
         _margin,
@@ -123,3 +123,40 @@ def test_poison_confined_to_one_known_segment_is_rejected_though_the_pool_passes
     outcome, reason, settled = decide(found)
     assert settled[0].finding != "worse", settled[0].reason()
     assert outcome == "rejected" and "held_out (segment s3)" in reason, reason
+
+
+def _columns(columns: dict[str, np.ndarray]) -> RecordLosses:
+    ids = [str(i) for i in range(len(next(iter(columns.values()))))]
+    return RecordLosses.of(ids, {name: values.tolist() for name, values in columns.items()})
+
+
+def test_every_loss_column_is_judged_and_one_shown_worse_rejects() -> None:
+    """Two columns: the candidate equal on the primary (log_loss) and worse by 0.05 on
+    brier over 400 records is rejected, and the reason names the column; each
+    comparison says which column it is of, the primary first."""
+    rng = np.random.default_rng(3)
+    served = {"log_loss": rng.uniform(0.2, 0.6, 400), "brier": rng.uniform(0.05, 0.2, 400)}
+    candidate = {"log_loss": served["log_loss"].copy(), "brier": served["brier"] + 0.05}
+    ours, theirs = _columns(candidate), _columns(served)
+    found = [compare("held_out", ours, theirs, 2.0, _margin, metric) for metric in ours.metrics()]
+    outcome, reason, settled = decide(found)
+    assert outcome == "rejected" and "held_out: brier " in reason, reason
+    assert [c.metric for c in settled] == ["log_loss", "brier"]
+    assert [c.comparison().metric for c in settled] == ["log_loss", "brier"]
+    assert settled[0].finding == "no_worse" and settled[1].finding == "worse"
+    assert decide(found[:1])[0] == "promoted"
+
+
+def test_holm_counts_every_column() -> None:
+    """A column whose own test says worse (p about 0.036, under 5%) is not called worse
+    beside a second column shown no worse: Holm's first step over the two questions
+    asks p under 2.5%. The verdict is inconclusive, not rejected."""
+    d = 0.028 + 0.2 * np.tile([-1.0, 1.0], 200)  # mean 1.8 s.e. past the margin 0.01
+    served = np.full(400, 0.5)
+    ours = _columns({"a": served.copy(), "b": served + d})
+    theirs = _columns({"a": served, "b": served})
+    alone = compare("held_out", ours, theirs, 2.0, _margin, "b")
+    assert decide([alone])[0] == "rejected"
+    both = [compare("held_out", ours, theirs, 2.0, _margin, m) for m in ("a", "b")]
+    outcome, _, settled = decide(both)
+    assert outcome == "inconclusive" and settled[1].finding == "inconclusive"

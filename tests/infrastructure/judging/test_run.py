@@ -142,7 +142,7 @@ def test_the_first_model_is_served_and_unchanged_data_is_up_to_date(tmp_path: Pa
     assert len(stores.read_known_ids(candidate)) == 40  # type: ignore[arg-type]
     again = run_plugin(plugin, request)
     assert again.up_to_date and again.outcome == "up_to_date" and plugin.resumed == [None]
-    assert math.isclose(again.eval["loss"], result.gate.candidate.loss, abs_tol=1e-6)  # type: ignore[union-attr]
+    assert math.isclose(again.eval["loss"], result.gate.candidate.losses["loss"], abs_tol=1e-6)  # type: ignore[union-attr]
 
 
 def test_an_up_to_date_run_reports_the_precision_and_reason_asked_now(tmp_path: Path) -> None:
@@ -217,7 +217,7 @@ def test_the_watch_rolls_back_a_served_model_worse_on_later_records(tmp_path: Pa
     live = result.live
     assert live is not None and live.rolled_back and live.now_served == first
     assert live.records == 40 and live.lower > live.margin and live.difference > 0.3
-    assert live.served_loss is not None and live.served_log_loss != live.served_log_loss
+    assert live.served_loss is not None and live.metric == "loss"
     verdict = read_json(tmp_path / "checkpoints" / "candidates" / second / "verdict.json") or {}
     assert verdict["outcome"] == "rolled_back" and verdict["reason"] == "live_regression"
 
@@ -351,8 +351,42 @@ def test_the_known_records_are_a_veto_that_holds_no_clean_candidate_back() -> No
         noise = rng.normal(0.0, 0.1, 2000)
         noise[400:] = rng.normal(-0.02, 0.02, 1600)
         noise[:400] += shift
-        ours = RecordLosses.of(ids, np.maximum(np.array(theirs.losses) + noise, 0.0).tolist())
+        ours = RecordLosses.of(ids, np.maximum(np.array(theirs.column()) + noise, 0.0).tolist())
         (on_known,) = _on_known(ours, served, 1.0, margin)  # type: ignore[arg-type]
         assert on_known.records == 400 and not on_known.required
         whole = compare("held_out", ours, theirs, 1.0, margin)
         assert decide([whole, on_known])[0] == outcome
+
+
+@dataclass
+class TwoColumns(OneNumber):
+    """OneNumber scored on two columns: ``sq`` (primary, the squared error) and ``abs``
+    (the absolute error, plus ``abs_bias`` for the candidate trained with ``fixed``)."""
+
+    abs_bias: float = 0.0
+
+    def score_records(self, checkpoint: Path, request: TrainRequest) -> RecordLosses:
+        value = json.loads(checkpoint.read_text())["value"]
+        bias = self.abs_bias if self.fixed is not None and value == self.fixed else 0.0
+        records = _records(request)
+        columns = {
+            "sq": [(value - r["y"]) ** 2 for r in records],
+            "abs": [abs(value - r["y"]) + bias for r in records],
+        }
+        return RecordLosses.of([r["id"] for r in records], columns)
+
+
+def test_a_judged_run_judges_every_loss_column(tmp_path: Path) -> None:
+    """A candidate as good as the served model on the primary column and worse by 0.2 on
+    the second is rejected; its verdict's comparisons cover both columns, the primary's
+    first, and its reason names the worse one."""
+    plugin = TwoColumns()
+    first = _served_after(plugin, _on(tmp_path, 0.5, range(400)))
+    plugin.fixed, plugin.abs_bias = 0.51, 0.2  # the mean label of the records below
+    result = run_plugin(plugin, replace(_on(tmp_path, 0.5, range(400)), forced=True))
+    assert result.gate is not None and result.gate.outcome == "rejected", result.gate
+    assert "abs " in result.gate.reason
+    metrics = [c.metric for c in result.gate.comparisons]
+    assert metrics[0] == "sq" and set(metrics) == {"sq", "abs"}
+    pointer = read_pointer(tmp_path / "checkpoints")
+    assert pointer is not None and pointer.served["id"] == first

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
+import pytest
 
 from genesis_fp16_infrastructure.agent_folder import pointer, transitions
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
@@ -65,3 +66,17 @@ def test_a_store_written_before_segments_reads_as_one_segment(tmp_path: Path) ->
     kept = stores.read_watch(path)
     assert kept["segments"].tolist() == [""] * 50
     assert figures_of(kept, 4.6, _Plugin())["segments"] is None
+
+
+def test_the_watch_uses_the_margin_of_the_column_it_watches() -> None:
+    """A plugin whose margins are a map by loss column: the watch of its primary column
+    ``log_loss`` holds that column's margin (0.01), not the 5% default (0.03 here)."""
+
+    class ByColumn:
+        loss_span = 4.6
+        judging_margin: ClassVar = {"log_loss": 0.01, "brier": 0.005}
+
+    kept = {"served": np.full(40, 0.6), "previous": np.full(40, 0.6)}
+    assert figures_of(kept, 4.6, ByColumn(), "log_loss")["margin"] == 0.01
+    assert figures_of(kept, 4.6, ByColumn(), "brier")["margin"] == 0.005
+    assert figures_of(kept, 4.6, ByColumn())["margin"] == pytest.approx(0.03)

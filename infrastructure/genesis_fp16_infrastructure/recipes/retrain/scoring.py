@@ -1,13 +1,14 @@
-"""How an SE-Darwin model is judged: the log-loss of its success head on each record.
+"""How an SE-Darwin model is judged: its success head's log-loss and Brier score on each
+record, two gated loss columns (the log-loss primary).
 
 The judged run (``genesis_fp16_infrastructure.judging``) asks a plugin for a checkpoint's
 loss on every current record (``score_records``); se_darwin answers with the success
-head's log-loss, its probability clipped to ``[CLIP, 1 - CLIP]`` so that a record's loss
-is at most :data:`LOSS_SPAN` (4.6 nats), each record named by its trajectory id and the
-hash of its label and inputs (``split.judged_ids``: a record edited in place is a new
-one) and segmented by the Genesis agent that wrote it (the gate judges every agent the served
-model knew on its own). The AUC is reported in the run's eval (its held-out part is the
-judged run's), not gated (docs/judging.md).
+head's log-loss and Brier score, its probability clipped to ``[CLIP, 1 - CLIP]`` so that a
+record's log-loss is at most :data:`LOSS_SPAN` (4.6 nats), each record named by its
+trajectory id and the hash of its label and inputs (``split.judged_ids``: a record edited
+in place is a new one) and segmented by the Genesis agent that wrote it (the gate judges
+every agent the served model knew on its own, on each column). The AUC is reported in
+the run's eval (its held-out part is the judged run's), not gated (docs/judging.md).
 
 >>> round(LOSS_SPAN, 3)
 4.595
@@ -44,9 +45,13 @@ from genesis_fp16_infrastructure.world_model.predict import read_world_model_sta
 
 CLIP = 0.01  # P(success) clipped to [CLIP, 1 - CLIP]: a record's loss is at most LOSS_SPAN
 LOSS_SPAN = math.log((1 - CLIP) / CLIP)
-# The loss difference a candidate may be shown worse by at most, in nats (the margin the
-# recipe's own gate had: clean growth on the daemon's 2,000-record sample pool passes).
-MARGIN = 0.01
+# The difference a candidate may be shown worse by at most, by loss column: log-loss in
+# nats (the margin the recipe's own gate had: clean growth on the daemon's 2,000-record
+# sample pool passes).
+# Brier: 0.005, the Brier difference of the probability shift that costs 0.01 nats at
+# P(success) = 0.5 (for a small shift d, log-loss grows by d^2 / (2 p (1 - p)), Brier by
+# d^2): nowhere stricter than the log-loss margin.
+MARGIN = {"log_loss": 0.01, "brier": 0.005}
 
 
 def pool_numeric(columns: PoolColumns, rows: np.ndarray) -> torch.Tensor:
@@ -78,6 +83,12 @@ def log_losses(p: torch.Tensor, success: np.ndarray) -> np.ndarray:
     return np.where(success, -np.log(q), -np.log1p(-q))
 
 
+def brier_losses(p: torch.Tensor, success: np.ndarray) -> np.ndarray:
+    """Each record's Brier score of ``p`` (clipped as for the log-loss): (p - label)^2."""
+    q = p.double().clamp(CLIP, 1 - CLIP).numpy()
+    return np.asarray((q - success.astype(np.float64)) ** 2)
+
+
 def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
     """``checkpoint``'s success log-loss on every labelled record of the request's pool,
     by trajectory id, segmented by Genesis agent."""
@@ -100,6 +111,9 @@ def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
         p = success_probability(state, columns)
     except (KeyError, RuntimeError) as exc:  # not a world model this build can load
         raise ValueError(f"not a world-model checkpoint: {exc}") from None
-    losses = log_losses(p, columns.success)
+    losses = {  # the first column: the primary
+        "log_loss": log_losses(p, columns.success),
+        "brier": brier_losses(p, columns.success),
+    }
     agents = ["-" if a is None else str(a) for a in columns.agent.take(columns.labelled)]
-    return RecordLosses.of(judged_ids(columns), losses.tolist(), agents, data.quarantined)
+    return RecordLosses.of(judged_ids(columns), losses, agents, data.quarantined)

@@ -37,7 +37,7 @@ def test_an_unchanged_pool_is_up_to_date_and_takes_no_step(pool: Path, tmp_path:
     assert (first.outcome, again.outcome) == ("success", "up_to_date")
     assert again.steps == 0 and again.checkpoint == first.checkpoint
     assert first.gate is not None and first.gate.candidate is not None
-    assert again.eval["loss"] == pytest.approx(first.gate.candidate.loss, abs=1e-6)
+    assert again.eval["loss"] == pytest.approx(first.gate.candidate.losses["log_loss"], abs=1e-6)
     assert again.to_json()["outcome"] == "up_to_date"
 
 
@@ -146,7 +146,7 @@ def test_a_usable_newer_checkpoint_beside_the_served_one_is_never_loaded(
     assert planted != good.checkpoint and planted.is_file()
     again = train(pool, tmp_path / "ck", steps=None, resume=True)
     assert again.outcome == "up_to_date" and again.checkpoint == good.checkpoint
-    assert again.eval["loss"] == pytest.approx(verdict["candidate"]["loss"], abs=1e-6)
+    assert again.eval["loss"] == pytest.approx(verdict["candidate"]["losses"]["log_loss"], abs=1e-6)
 
 
 def test_an_unreadable_pointer_is_a_one_line_refusal(pool: Path, tmp_path: Path) -> None:

@@ -105,9 +105,9 @@ def _refuse(self: PoolColumns) -> Any:
 def test_the_scores_build_no_object_per_record_and_equal_the_objects(
     pools: tuple[Path, Path], models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """score_records never builds the read's examples or pool; each record's loss is the
-    clipped log-loss of the model's P(success) from the examples' own features, and its
-    segment is the record's Genesis agent."""
+    """score_records never builds the read's examples or pool; each record's losses are
+    the clipped log-loss (primary) and the Brier score of the model's P(success) from the
+    examples' own features, and its segment is the record's Genesis agent."""
     with monkeypatch.context() as patched:
         patched.setattr(PoolColumns, "examples", _refuse)
         patched.setattr(PoolColumns, "pool", _refuse)
@@ -128,8 +128,11 @@ def test_the_scores_build_no_object_per_record_and_equal_the_objects(
         p = torch.sigmoid(model(x).success_logit.float())
     success = np.array([e.label.success for e in examples])
     want = scoring.log_losses(p, success)
-    np.testing.assert_allclose(np.array(losses.losses), want, rtol=1e-6, atol=1e-9)
-    assert max(losses.losses) <= scoring.LOSS_SPAN + 1e-12
+    np.testing.assert_allclose(np.array(losses.column()), want, rtol=1e-6, atol=1e-9)
+    assert max(losses.column()) <= scoring.LOSS_SPAN + 1e-12
+    assert losses.primary == "log_loss" and losses.metrics() == ("log_loss", "brier")
+    q = p.double().clamp(scoring.CLIP, 1 - scoring.CLIP).numpy()
+    np.testing.assert_allclose(np.array(losses.column("brier")), (q - success) ** 2, rtol=1e-6)
 
 
 @pytest.mark.parametrize("case", json.loads(PINNED.read_text()), ids=lambda c: f"seed{c['seed']}")
