@@ -389,4 +389,4 @@ def test_a_judged_run_judges_every_loss_column(tmp_path: Path) -> None:
     metrics = [c.metric for c in result.gate.comparisons]
     assert metrics[0] == "sq" and set(metrics) == {"sq", "abs"}
     pointer = read_pointer(tmp_path / "checkpoints")
-    assert pointer is not None and pointer.served["id"] == first
+    assert pointer is not None and pointer.served.id == first
