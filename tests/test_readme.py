@@ -86,11 +86,11 @@ def test_the_live_legend_is_what_model_list_prints() -> None:
     figures, and REGRESSION is its mark for a regression."""
     from genesis_fp16.commands.model_list import _live
 
-    example = re.search(r"for example `(\d+) rec, log-loss ([-+][\d.]+) \[([-+][\d.]+), "
+    example = re.search(r"for example `(\d+) rec, (\w+) ([-+][\d.]+) \[([-+][\d.]+), "
                         r"([-+][\d.]+)\] vs previous`", README)  # fmt: skip
     assert example, "the README's LIVE legend has no example cell"
-    records, difference, lower, upper = example.groups()
-    figures = {"records": int(records), "difference": float(difference)}
+    records, metric, difference, lower, upper = example.groups()
+    figures = {"records": int(records), "metric": metric, "difference": float(difference)}
     figures |= {"lower": float(lower), "upper": float(upper)}
     assert f"for example `{_live(figures)}`" in README
     assert _live({**figures, "regression": True}).endswith(" REGRESSION")

@@ -80,7 +80,11 @@ def test_the_daemon_rolls_back_a_poisoned_model_on_clean_records(
     again = daemon_factory(env, fixtures=False)
     rollbacks = "genesis_fp16_live_rollbacks_total"
     again.wait_for(lambda: again.sample(rollbacks, agent=AGENT), "a live rollback", 240)
-    (event,) = again.events("served model rolled back: live regression")
+    # The counter comes from the pointer's journal, read before the run's report is
+    # logged: the line may follow the counter by a moment.
+    said = "served model rolled back: live regression"
+    again.wait_for(lambda: again.events(said), "the rollback's log line", 60)
+    (event,) = again.events(said)
     assert event["live"]["served"] == bad.name and event["live"]["rolled_back"] is True
     assert event["live"]["now_served"] == first.served.id
     pointer = read_pointer(folder)
