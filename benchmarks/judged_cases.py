@@ -31,27 +31,36 @@ import importlib.util
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from genesis_fp16.bench.probe import machine_slug
-from genesis_fp16.plugin_api import PrecisionRequest, TrainRequest, TrainResult
+from genesis_fp16.config.settings import Settings
+from genesis_fp16.jobs.run_request import RequestOverrides, plan_request
+from genesis_fp16.plugin_api import TrainRequest, TrainResult
 from genesis_fp16.scaffold import write_agent
-from genesis_fp16_infrastructure.agent_folder.candidates import candidate_entry, newest_checkpoint
-from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir
+from genesis_fp16_infrastructure.agent_folder.candidates import (
+    candidate_entry,
+    new_candidate,
+    newest_checkpoint,
+)
+from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir, served_checkpoint
 from genesis_fp16_infrastructure.agent_folder.transitions import serve
 from genesis_fp16_infrastructure.api import run_plugin
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
 
 Batch = Any  # one agent's records as it writes them (a pool, lines, a task file)
+ARRIVED_BEFORE_S = 60  # how long before its run a batch's file was written
 
 
 @dataclass
@@ -198,11 +207,13 @@ def agents(root: Path) -> dict[str, Agent]:
 
 @dataclass
 class Run:
-    """One run_plugin call: its result, wall seconds, and the plugin's train's seconds."""
+    """One run_plugin call: its result, wall seconds, the plugin's train's seconds, and
+    the seconds of the daemon's plan before it."""
 
     result: TrainResult
     wall: float
     train: float
+    plan: float = 0.0
 
     @property
     def outcome(self) -> str:
@@ -218,22 +229,49 @@ class Run:
         return (self.wall - self.train) / self.wall
 
 
-def run(agent: Agent, folder: Path, batches: list[Batch], **kw: Any) -> Run:
-    """One judged run of ``agent`` in ``folder`` on ``batches``, as the daemon runs it."""
+def _arrived_earlier(data: Path) -> None:
+    """The data files dated a minute back: records a scheduled run finds arrived before
+    it, not in the scan's racy 2 s (data.manifest.RACY_NS), whose files no run may keep
+    in the record cache (their bytes could still change within the same mtime tick)."""
+    when = time.time() - ARRIVED_BEFORE_S
+    for file in [data] if data.is_file() else [p for p in data.rglob("*") if p.is_file()]:
+        os.utime(file, (when, when))
+
+
+def run(agent: Agent, folder: Path, batches: list[Batch], judged: bool = True, **kw: Any) -> Run:
+    """One judged run of ``agent`` in ``folder`` on ``batches``, as the daemon runs it: the
+    request is the daemon's plan (``plan_request``: the agent's state read once, the
+    plugin's data check and its record cache), then ``run_plugin``; ``judged=False``: the
+    plugin's ``train`` alone on the same plan (judging's baseline). ``Run.plan`` is the
+    plan's seconds, outside ``wall``."""
     data = agent.write(folder, batches)
-    request = TrainRequest(
-        agent=agent.name,
-        precision=PrecisionRequest("fp32"),
-        precision_reason="benchmark",
-        state_dir=folder,
+    _arrived_earlier(data)
+    options = {key: str(value) for key, value in kw.pop("options", {}).items()}
+    overrides = RequestOverrides(
+        precision="fp32",
+        data_path=data,
         checkpoint_dir=folder / "checkpoints",
-        device="cpu",
         seed=kw.pop("seed", 1),
         steps=kw.pop("steps", agent.steps),
         resume=kw.pop("resume", True),
-        data_path=data,
-        **kw,
+        options=options,
     )
+    assert not kw, f"unknown run arguments {sorted(kw)}"
+    settings = Settings(state_dir=folder, auto_precision="rule", _env_file=None)  # type: ignore[call-arg]
+    planned = time.perf_counter()
+    request = plan_request(settings, agent.name, agent.plugin, "cpu", overrides).request
+    plan = time.perf_counter() - planned
+    if not judged:  # the plan's train alone, in a candidate folder as a judged run's
+        candidate = new_candidate(Path(request.checkpoint_dir), {})
+        served = served_checkpoint(Path(request.checkpoint_dir))
+        if served is not None and request.resume:
+            for path in (digest_path(served), summary_path(served), served):
+                if path.is_file():
+                    shutil.copy2(path, candidate / path.name)
+        start = time.perf_counter()
+        result = agent.plugin.train(replace(request, checkpoint_dir=candidate))
+        wall = time.perf_counter() - start
+        return Run(result, wall, wall, plan)
     spent = [0.0]
     plugin_train = agent.plugin.train
 
@@ -250,7 +288,7 @@ def run(agent: Agent, folder: Path, batches: list[Batch], **kw: Any) -> Run:
         result = run_plugin(agent.plugin, request)
     finally:
         agent.plugin.train = plugin_train
-    return Run(result, time.perf_counter() - start, spent[0])
+    return Run(result, time.perf_counter() - start, spent[0], plan)
 
 
 def _commit() -> str:

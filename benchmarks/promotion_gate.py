@@ -117,9 +117,45 @@ def keep_pair(agent: Agent, folder: Path, first: Run, seed: int, records: int, o
     )
 
 
+def cost_row(agent: Agent, root: Path, records: int, repeats: int) -> str:
+    """The cost case at a pool of ``records``: a first model served on half of them, a
+    second promoted after a quarter more (so that the watch has a predecessor to score, as
+    in every later run), then the measured run after the last quarter, ``repeats`` times
+    from copies of that state: judged (``run_plugin``), and the same plan's ``train``
+    alone (no judging, in a candidate folder as the judged run gives it). Judging's cost
+    is what it adds: judged wall - train-alone wall (the first read of the new records
+    is paid by whichever reads first, the served model's scoring in a judged run)."""
+    served, batches = serve_first(agent, root, f"{agent.name}-cost", records // 2, 99)
+    batches = [*batches, agent.clean(records // 4, 2099)]
+    second = run(agent, served, batches)
+    batches = [*batches, agent.clean(records - records // 2 - records // 4, 3099)]
+    judged: list[Run] = []
+    alone: list[Run] = []
+    for repeat in range(repeats):
+        for kind in ("judged", "alone") if repeat % 2 == 0 else ("alone", "judged"):
+            folder = served.with_name(f"{served.name}-{kind}-{repeat}")
+            shutil.copytree(served, folder)
+            if kind == "judged":
+                judged.append(run(agent, folder, batches))
+            else:
+                alone.append(run(agent, folder, batches, judged=False))
+            shutil.rmtree(folder, ignore_errors=True)
+    wall = statistics.median(r.wall for r in judged)
+    plain = statistics.median(r.wall for r in alone)
+    outside = statistics.median(r.judging_share for r in judged)
+    spread = f"{min(r.wall for r in judged):.2f}-{max(r.wall for r in judged):.2f}"
+    plain_spread = f"{min(r.wall for r in alone):.2f}-{max(r.wall for r in alone):.2f}"
+    return (
+        f"| {agent.name} | {records:,} | {second.outcome} | {wall:.2f} s ({spread}) | "
+        f"{plain:.2f} s ({plain_spread}) | {100 * (wall - plain) / wall:.1f}% | "
+        f"{100 * outside:.1f}% | {', '.join(sorted({r.outcome for r in judged}))} |"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = parse(__doc__, argv)
     parser.add_argument("--cost", type=int, default=0, help="a pool of N records, once")
+    parser.add_argument("--cost-repeats", type=int, default=3, help="the cost case's runs")
     parser.add_argument("--pair", type=Path, help="se_darwin's pair, for gate_power.py")
     args = parser.parse_args(argv)
     logging.disable(logging.WARNING)
@@ -154,15 +190,7 @@ def main(argv: list[str] | None = None) -> None:
             shutil.rmtree(Path(tmp) / "fresh", ignore_errors=True)
         costs = []
         for name in args.agents.split(",") if args.cost else []:
-            agent = every[name]
-            served, batches = serve_first(agent, Path(tmp), f"{name}-cost", args.cost // 2, 99)
-            folder = served.with_name(served.name + "-grow")
-            shutil.copytree(served, folder)
-            grown = run(agent, folder, [*batches, agent.clean(args.cost // 2, 2099)])
-            costs.append(
-                f"| {name} | {args.cost:,} | {grown.wall:.2f} s | {grown.train:.2f} s | "
-                f"{100 * grown.judging_share:.1f}% | {grown.outcome} |"
-            )
+            costs.append(cost_row(every[name], Path(tmp), args.cost, args.cost_repeats))
             write(args, argv, counts, shares, rows, costs)
     print(write(args, argv, counts, shares, rows, costs), end="")
 
@@ -191,8 +219,13 @@ def write(
     if costs:
         lines += [
             "",
-            "| agent | records | run | train | judging+watching | verdict |",
-            "| --- | --- | --- | --- | --- | --- |",
+            "The cost case (`cost_row`): median wall of the judged run and of the same "
+            "plan's train alone (range), judging's share as what it adds, and as all the "
+            "judged run does outside train (which counts the first read of the new records):",
+            "",
+            "| agent | records | second model | judged run | train alone | judging adds "
+            "| outside train | verdicts |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
             *costs,
         ]
     lines += [

@@ -68,6 +68,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import torch
 
 from genesis_fp16_infrastructure.agent_folder.candidates import (
     candidate_entry,
@@ -372,7 +373,7 @@ def _nothing_new(served: _Served, request: TrainRequest) -> bool:
         return False
     if not records_are_training_data(served.plugin) or _other_options(served, request):
         return False
-    ids = stores.id_hashes(served.losses.ids)
+    ids = served.losses.id_hashes
     if stores.known(ids, served.known).all():
         return True
     pinned = served.pointer is not None and served.pointer.pinned is not None
@@ -541,10 +542,10 @@ def _known_after(served: _Served, losses: RecordLosses) -> np.ndarray:
     which are the ones scored both before it trained and after (records that came while
     it trained are new to it: the next run learns them). The first model knows the
     records it was scored on."""
-    ids = stores.id_hashes(losses.ids)
+    ids = losses.id_hashes
     if served.losses is None:
         return ids
-    ids = ids[stores.known(ids, np.sort(stores.id_hashes(served.losses.ids)))]
+    ids = ids[stores.known(ids, np.sort(served.losses.id_hashes))]
     return ids if served.known is None else np.concatenate([served.known, ids])
 
 
@@ -614,7 +615,7 @@ def _on_known(
         return []
     if not records_are_training_data(served.plugin):
         return []
-    knew = stores.known(stores.id_hashes(losses.ids), served.known)
+    knew = stores.known(losses.id_hashes, served.known)
     count = int(knew.sum())
     if knew.all() or count < MIN_RECORDS:
         return []
@@ -630,7 +631,7 @@ def _judged_records(
     :func:`_held_out_check` saw to it); else ``current``, every record both scored."""
     if not held_out:
         return "current", losses
-    ids = stores.id_hashes(losses.ids)
+    ids = losses.id_hashes
     keep = HELD_OUT.of_hashes(ids)
     if served.trained is not None:  # None: it may have trained on any (module docstring)
         keep &= ~stores.known(ids, served.trained)
@@ -662,13 +663,18 @@ def _evidence(judged: JudgedPlugin, held_out: bool, served: _Served) -> str:
 
 def trained_ids(checkpoint: Path) -> np.ndarray | None:
     """The sorted id hashes of the records ``checkpoint``'s model trained on, as its task
-    said (``extra_state()["trained_ids"]``: a list of the ids); None when it says
-    nothing, or cannot be read (the plugin's own scoring reports that)."""
+    said (``extra_state()["trained_ids"]``: a list of the ids, or their 64-bit hashes as
+    one int64 tensor, contract.judging); None when it says nothing, or cannot be read
+    (the plugin's own scoring reports that)."""
     try:
         extra = load_checkpoint(checkpoint).get(checkpoint_keys.EXTRA)
     except (OSError, ValueError):
         return None
     value = extra.get(TRAINED_IDS) if isinstance(extra, dict) else None
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 1 or value.dtype != torch.int64:
+            return None
+        return np.unique(value.cpu().numpy().view(np.uint64))
     if not isinstance(value, list | tuple) or not all(isinstance(i, str) for i in value):
         return None
     return np.unique(stores.id_hashes(value))
@@ -710,7 +716,7 @@ def _known_segments(served: _Served) -> set[str] | None:
     losses = served.losses
     if losses is None or losses.segments is None or served.known is None:
         return None
-    knew = stores.known(stores.id_hashes(losses.ids), served.known)
+    knew = stores.known(losses.id_hashes, served.known)
     return {s for s, k in zip(losses.segments, knew.tolist(), strict=True) if k}
 
 

@@ -45,7 +45,7 @@ def data_unchanged(losses: RecordLosses, known: np.ndarray | None) -> DataReport
     """An up-to-date run's data report, from the records it scored: none new; those the
     served model knew and the pool no longer holds, removed. The fingerprint is the
     digest of the current records' ids."""
-    ids = np.unique(stores.id_hashes(losses.ids))
+    ids = np.unique(losses.id_hashes)
     digest = hashlib.sha256(ids.tobytes()).hexdigest()[:32]
     # The known ids the pool no longer holds: those known less those found among the
     # current ones (asked in that direction: the current ids are the plugin's hashes).

@@ -83,7 +83,7 @@ def watch(
         return None
     store = stores.watch_path(served_c, str(previous.id))
     kept = stores.read_watch(store)
-    ids = stores.id_hashes(served_now.ids)
+    ids = served_now.id_hashes
     new = ~stores.known(ids, known[0]) & ~stores.known(ids, known[1])
     new &= ~stores.known(ids, np.sort(kept["ids"]))
     if not new.any():

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from genesis_fp16_infrastructure.agent_folder.candidates import (
     list_candidates,
@@ -20,12 +21,18 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
 )
 from genesis_fp16_infrastructure.agent_folder.pointer import pointer_path, read_pointer
 from genesis_fp16_infrastructure.agent_folder.transitions import operator_pin, rollback, serve
-from genesis_fp16_infrastructure.contract.judging import RecordLosses
+from genesis_fp16_infrastructure.contract.judging import (
+    TRAINED_IDS,
+    RecordLosses,
+    trained_id_hashes,
+)
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.judging import stores
-from genesis_fp16_infrastructure.judging.run import run_plugin
+from genesis_fp16_infrastructure.judging.run import run_plugin, trained_ids
+from genesis_fp16_infrastructure.training import CheckpointManager
+from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 
@@ -390,3 +397,32 @@ def test_a_judged_run_judges_every_loss_column(tmp_path: Path) -> None:
     assert metrics[0] == "sq" and set(metrics) == {"sq", "abs"}
     pointer = read_pointer(tmp_path / "checkpoints")
     assert pointer is not None and pointer.served.id == first
+
+
+def _named(tmp_path: Path, name: str, value: Any) -> Path:
+    state = {
+        keys.SCHEMA: keys.SCHEMA_VERSION,
+        keys.MODEL: {"w": torch.zeros(2)},
+        keys.OPTIMIZER: [],
+        keys.SCHEDULER: [],
+        keys.SCALER: {"scale": 1.0, "_growth_tracker": 0},
+        keys.PRECISION: {"requested": "fp32", "used": "fp32", "reason": "test"},
+        keys.STEP: 1,
+        keys.RNG: {},
+        keys.CONFIG: {},
+        keys.EXTRA: {TRAINED_IDS: value},
+    }
+    return CheckpointManager(tmp_path / name).save(state)
+
+
+def test_a_checkpoint_names_its_records_as_ids_or_as_their_hashes_alike(tmp_path: Path) -> None:
+    """trained_ids reads a list of ids and the int64 tensor of their hashes
+    (trained_id_hashes, se_darwin's form) as the same records; a tensor of another dtype
+    or shape names nothing."""
+    ids = [f"r{i}" for i in range(50)]
+    as_list = trained_ids(_named(tmp_path, "list", ids))
+    as_hashes = trained_ids(_named(tmp_path, "hashes", trained_id_hashes(reversed(ids))))
+    assert as_list is not None and as_hashes is not None and len(as_list) == 50
+    assert as_list.tolist() == as_hashes.tolist()
+    assert trained_ids(_named(tmp_path, "f32", torch.zeros(3))) is None
+    assert trained_ids(_named(tmp_path, "2d", torch.zeros((2, 2), dtype=torch.int64))) is None

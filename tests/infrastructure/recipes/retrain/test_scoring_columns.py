@@ -14,7 +14,7 @@ import torch
 from se_darwin_runs import train
 
 import genesis_fp16_infrastructure.recipes.retrain.drift as drift
-from genesis_fp16_infrastructure.contract.judging import TRAINED_IDS
+from genesis_fp16_infrastructure.contract.judging import TRAINED_IDS, trained_id_hashes
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint, record_id_hash
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
@@ -92,9 +92,10 @@ def test_a_models_checkpoint_names_only_records_the_judged_run_does_not_hold_out
     """Held-out split or folds, the checkpoint's trained_ids are every record of its pool
     but those HELD_OUT holds out: none held out, none missing."""
     ids = judged_ids(read_trajectories(pools[0]).columns)  # id and label-and-inputs hash
-    named = load_checkpoint(models[name])["extra"][TRAINED_IDS]
+    named = load_checkpoint(models[name])["extra"][TRAINED_IDS]  # their hashes, a tensor
     held = HELD_OUT.of_ids(ids)
-    assert sorted(named) == sorted(i for i, h in zip(ids, held.tolist(), strict=True) if not h)
+    kept = [i for i, h in zip(ids, held.tolist(), strict=True) if not h]
+    assert sorted(named.tolist()) == sorted(trained_id_hashes(kept).tolist())
     assert 0 < int(held.sum()) < len(ids)
 
 
