@@ -105,10 +105,7 @@ class RecordLosses:
         # (inf, an id short or twice, a column added) changes nothing that was checked.
         try:
             object.__setattr__(self, "ids", tuple(self.ids))
-            columns = self.losses
-            if not isinstance(columns, Mapping):  # today's one column: named "loss"
-                columns = {self.primary or "loss": columns}
-            copied = {name: tuple(values) for name, values in columns.items()}
+            copied = {name: tuple(v) for name, v in _named(self.losses, self.primary).items()}
             object.__setattr__(self, "losses", copied)
             if self.segments is not None:
                 object.__setattr__(self, "segments", tuple(self.segments))
@@ -170,9 +167,8 @@ class RecordLosses:
     ) -> RecordLosses:
         """From any sequences (a list, a numpy array), one column or a mapping of named
         columns: losses become Python floats."""
-        columns = losses if isinstance(losses, Mapping) else {primary or "loss": losses}
         try:
-            values = {name: _floats(column) for name, column in columns.items()}
+            values = {name: _floats(column) for name, column in _named(losses, primary).items()}
         except (TypeError, ValueError) as exc:
             raise RecordLossesError(f"RecordLosses: a loss is not a number ({exc})") from None
         kept = None if segments is None else tuple(segments)
@@ -209,6 +205,12 @@ class RecordLosses:
 
 
 _METRIC = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+def _named(losses: Any, primary: str) -> Mapping[str, Any]:
+    """The loss columns by name: a mapping as it is, one plain column named ``primary``
+    (else ``loss``, as before columns had names)."""
+    return losses if isinstance(losses, Mapping) else {primary or "loss": losses}
 
 
 def _all_of(values: tuple[Any, ...], kind: type) -> bool:
