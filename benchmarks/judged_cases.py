@@ -207,13 +207,15 @@ def agents(root: Path) -> dict[str, Agent]:
 
 @dataclass
 class Run:
-    """One run_plugin call: its result, wall seconds, the plugin's train's seconds, and
-    the seconds of the daemon's plan before it."""
+    """One run_plugin call: its result, wall seconds, the plugin's train's seconds, the
+    seconds of the daemon's plan before it, and the process's CPU seconds over the call
+    (``time.process_time``: one torch thread, so steadier than wall on a shared CPU)."""
 
     result: TrainResult
     wall: float
     train: float
     plan: float = 0.0
+    cpu: float = 0.0
 
     @property
     def outcome(self) -> str:
@@ -268,10 +270,10 @@ def run(agent: Agent, folder: Path, batches: list[Batch], judged: bool = True, *
             for path in (digest_path(served), summary_path(served), served):
                 if path.is_file():
                     shutil.copy2(path, candidate / path.name)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         result = agent.plugin.train(replace(request, checkpoint_dir=candidate))
         wall = time.perf_counter() - start
-        return Run(result, wall, wall, plan)
+        return Run(result, wall, wall, plan, time.process_time() - cpu)
     spent = [0.0]
     plugin_train = agent.plugin.train
 
@@ -282,13 +284,13 @@ def run(agent: Agent, folder: Path, batches: list[Batch], judged: bool = True, *
         finally:
             spent[0] += time.perf_counter() - start
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     agent.plugin.train = timed
     try:
         result = run_plugin(agent.plugin, request)
     finally:
         agent.plugin.train = plugin_train
-    return Run(result, time.perf_counter() - start, spent[0], plan)
+    return Run(result, time.perf_counter() - start, spent[0], plan, time.process_time() - cpu)
 
 
 def _commit() -> str:

@@ -145,9 +145,12 @@ def cost_row(agent: Agent, root: Path, records: int, repeats: int) -> str:
     outside = statistics.median(r.judging_share for r in judged)
     spread = f"{min(r.wall for r in judged):.2f}-{max(r.wall for r in judged):.2f}"
     plain_spread = f"{min(r.wall for r in alone):.2f}-{max(r.wall for r in alone):.2f}"
+    cpu = statistics.median(r.cpu for r in judged)
+    plain_cpu = statistics.median(r.cpu for r in alone)
     return (
         f"| {agent.name} | {records:,} | {second.outcome} | {wall:.2f} s ({spread}) | "
         f"{plain:.2f} s ({plain_spread}) | {100 * (wall - plain) / wall:.1f}% | "
+        f"{cpu:.2f} s / {plain_cpu:.2f} s: {100 * (cpu - plain_cpu) / cpu:.1f}% | "
         f"{100 * outside:.1f}% | {', '.join(sorted({r.outcome for r in judged}))} |"
     )
 
@@ -220,12 +223,13 @@ def write(
         lines += [
             "",
             "The cost case (`cost_row`): median wall of the judged run and of the same "
-            "plan's train alone (range), judging's share as what it adds, and as all the "
+            "plan's train alone (range), judging's share as what it adds (by wall, and by "
+            "the process's CPU seconds, steadier on a shared machine), and as all the "
             "judged run does outside train (which counts the first read of the new records):",
             "",
             "| agent | records | second model | judged run | train alone | judging adds "
-            "| outside train | verdicts |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+            "(wall) | CPU judged / alone: judging adds | outside train | verdicts |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
             *costs,
         ]
     lines += [
