@@ -3,10 +3,10 @@ here, and this repository holds no precision name typed as ``str``."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
+
+from script_module import load_script
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -44,17 +44,7 @@ def describe(precision_text: str) -> str: ...
 
 
 def _script() -> ModuleType:
-    sys.path.insert(0, str(BENCHMARKS))  # it imports design_counts beside it
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "contract_counts", BENCHMARKS / "contract_counts.py"
-        )
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
+    return load_script(BENCHMARKS / "contract_counts.py")  # it imports design_counts
 
 
 def test_each_figure_counts_what_it_says_and_nothing_else(tmp_path: Path) -> None:

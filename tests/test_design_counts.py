@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
+
+from script_module import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "design_counts.py"
 
@@ -61,12 +61,7 @@ class RunSpec(StepSpec):
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("design_counts", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def _write(root: Path, rel: str, text: str) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -44,6 +43,7 @@ from gpu_check import (
 )
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from script_module import load_script
 from test_packaging import probe_package_index, skip_or_fail
 
 from genesis_fp16_infrastructure.api import ModuleRange, RangeSummary
@@ -417,11 +417,7 @@ class FakeTorch:
 def _fake_torch(tmp_path: Path) -> Any:
     """The fake torch module, written where a child pytest can import it too."""
     (tmp_path / "fake_torch.py").write_text(FAKE_TORCH)
-    spec = importlib.util.spec_from_file_location("fake_torch", tmp_path / "fake_torch.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(tmp_path / "fake_torch.py")
 
 
 def test_a_stuck_generator_is_healed_and_names_the_test(tmp_path: Path) -> None:

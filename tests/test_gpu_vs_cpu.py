@@ -3,26 +3,20 @@ its table, ratios and JSON have the shape the GPU check reads (no timing is asse
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from script_module import load_script
 
 TREE = Path(__file__).resolve().parents[1]
 SCRIPT = TREE / "benchmarks" / "gpu_vs_cpu.py"
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_vs_cpu", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_vs_cpu"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def _row(device: str, run: str, process: float, wall: float) -> dict[str, Any]:

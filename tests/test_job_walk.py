@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import threading
 from pathlib import Path
 from types import ModuleType
+
+from script_module import load_script
 
 TREE = Path(__file__).resolve().parents[1]
 SCRIPT = TREE / "benchmarks" / "job_walk.py"
@@ -27,12 +27,7 @@ WALK = [
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("job_walk", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["job_walk"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def test_a_synthetic_walk_is_counted_exactly() -> None:

@@ -6,14 +6,13 @@ Protocols of ``contract/plugin_api.py``, read once by ``capabilities_of``."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import re
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from script_module import load_script
 
 from genesis_fp16.config.plugins import load_entry_point
 from genesis_fp16.plugin_api import AgentPlugin, JudgedPlugin
@@ -25,13 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _design_syntax() -> ModuleType:
     """benchmarks/design_syntax.py: the product files and each node's function."""
-    path = REPO / "benchmarks" / "design_syntax.py"
-    spec = importlib.util.spec_from_file_location("design_syntax", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "benchmarks" / "design_syntax.py")
 
 
 SYNTAX = _design_syntax()

@@ -10,7 +10,6 @@ of one name (GPU and CPU): each is checked with the files applied beside it.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import re
@@ -22,6 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
+from script_module import load_script
 
 from genesis_fp16.config.settings import Settings, load_settings, requested_precision
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
@@ -402,11 +402,7 @@ def test_the_guard_check_catches_a_broken_copy(key: str, edit: Any, problem: str
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("k8s_generate", K8S / "generate.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(K8S / "generate.py", "k8s_generate")
 
 
 def test_generated_manifests_match_rules_and_dashboard() -> None:

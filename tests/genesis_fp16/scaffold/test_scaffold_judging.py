@@ -6,7 +6,6 @@ while clean growth is."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import random
 from pathlib import Path
@@ -14,6 +13,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from script_module import load_script
 
 from genesis_fp16.commands.model_list import list_models
 from genesis_fp16.plugin_api import PrecisionRequest, TrainRequest, TrainRequestError
@@ -34,11 +34,7 @@ def _agent(tmp_path: Path, name: str = "judged_toy") -> ModuleType:
     """The scaffold's agent module, as `new-agent` writes it, imported from tmp_path."""
     source = tmp_path / f"{name}.py"
     source.write_text(agent_source(name))
-    spec = importlib.util.spec_from_file_location(name, source)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(source)
 
 
 def _lines(count: int, seed: int) -> list[str]:
