@@ -143,12 +143,24 @@ def paired_losses(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Both models' clipped losses of column ``metric`` (None: the primary) on the records
     both scored, in ``first``'s order."""
-    where = {id_: i for i, id_ in enumerate(second.ids)}
-    shared = [(i, where[id_]) for i, id_ in enumerate(first.ids) if id_ in where]
+    i, j = shared_rows(first, second)
     ours, theirs = first.column(metric), second.column(metric)
-    a = np.array([ours[i] for i, _ in shared], dtype=np.float64)
-    b = np.array([theirs[j] for _, j in shared], dtype=np.float64)
+    a = np.fromiter(ours, dtype=np.float64, count=len(ours))[i]
+    b = np.fromiter(theirs, dtype=np.float64, count=len(theirs))[j]
     return np.clip(a, 0.0, span), np.clip(b, 0.0, span)
+
+
+def shared_rows(first: RecordLosses, second: RecordLosses) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of the records both scored, paired by id (its 64-bit hash, as the held-out
+    split and the stores pair them): ``first``'s rows in its order, and ``second``'s row
+    of each. One sort and one binary search, not a dict of every id per question."""
+    order = np.argsort(second.id_hashes, kind="stable")
+    ranked = second.id_hashes[order]
+    if not len(ranked):
+        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)
+    at = np.minimum(np.searchsorted(ranked, first.id_hashes), len(ranked) - 1)
+    hit = ranked[at] == first.id_hashes
+    return np.flatnonzero(hit), order[at[hit]]
 
 
 def compare(
@@ -191,10 +203,7 @@ def compare_segments(
     a, b = paired_losses(candidate, served, span, metric)
     if served.segments is None:
         return [_paired(name, a, b, margin, None, metric)]
-    where = {id_: i for i, id_ in enumerate(served.ids)}
-    keys = np.array(
-        [served.segments[where[id_]] for id_ in candidate.ids if id_ in where], dtype=object
-    )
+    keys = np.array(served.segments, dtype=object)[shared_rows(candidate, served)[1]]
     if len(set(keys.tolist())) < 2:
         return [_paired(name, a, b, margin, None, metric)]
     inside = np.array([known is None or k in known for k in keys.tolist()], dtype=bool)

@@ -8,7 +8,12 @@ from dataclasses import replace
 import numpy as np
 
 from genesis_fp16_infrastructure.contract.judging import RecordLosses
-from genesis_fp16_infrastructure.judging.gate import compare, compare_segments, decide
+from genesis_fp16_infrastructure.judging.gate import (
+    compare,
+    compare_segments,
+    decide,
+    paired_losses,
+)
 
 
 def _margin(served_mean: float) -> float:
@@ -160,3 +165,14 @@ def test_holm_counts_every_column() -> None:
     both = [compare("held_out", ours, theirs, 2.0, _margin, m) for m in ("a", "b")]
     outcome, _, settled = decide(both)
     assert outcome == "inconclusive" and settled[1].finding == "inconclusive"
+
+
+def test_losses_are_paired_by_record_whatever_the_order_and_overlap() -> None:
+    """Two models' losses pair record by record: the first's order, only the records both
+    scored, each with the other model's loss of the same id, clipped to the span."""
+    first = RecordLosses.of(["a", "b", "c", "d"], [0.1, 0.2, 0.3, 9.0])
+    second = RecordLosses.of(["d", "x", "b", "a"], [4.0, 0.5, 0.6, 0.7])
+    ours, theirs = paired_losses(first, second, span=5.0)
+    assert ours.tolist() == [0.1, 0.2, 5.0] and theirs.tolist() == [0.7, 0.6, 4.0]
+    none = paired_losses(first, RecordLosses.of(["y"], [1.0]), span=5.0)
+    assert [len(side) for side in none] == [0, 0]
