@@ -29,15 +29,21 @@ REPO = BENCHMARKS.parent
 # check-agent lays its runs out through AgentFolder (no CHECKPOINTS_FOLDER and
 # QUARANTINE_LOG of its own): 1 / 151. The operator's and the daemon's transitions are
 # AgentFolder's methods (recover, promote, roll_back, unpin, set_aside_unusable_pointer):
-# 1 / 145.
+# 1 / 145. The bench's workload (model, data, loss, and our Trainer built as the agents
+# build it) moved into the library's world_model package: bench imports it as one module
+# (world_model.workload) instead of the world model's, the data's and the trainer's ten
+# names: 1 / 137.
 MAX_LIBRARY_MODULES = 1
-MAX_LIBRARY_NAMES = 145
+MAX_LIBRARY_NAMES = 137
 MAX_COMPLEXITY = 30
 # Issue 70's figure 10b: the library modules that define the names the daemon imports,
 # each name resolved through the door (its __module__; a constant: the module it is
 # imported from), measured at 7d40474: 60. The issue's target is 20. The transitions as
 # AgentFolder's methods (agent_folder.transitions no longer defines a name it uses): 59.
-MAX_DEFINING_MODULES = 59
+# The bench's workload in the library (data.readers, data.synthetic, world_model.features,
+# world_model.model, training.step.trainer, training.step.trainer_config behind one
+# module, world_model.workload): 54.
+MAX_DEFINING_MODULES = 54
 
 DAEMON = """
 from genesis_fp16_infrastructure.contract.train_result import TrainResult

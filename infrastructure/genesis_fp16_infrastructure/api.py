@@ -140,9 +140,7 @@ if TYPE_CHECKING:
         min_useful_steps,
     )
     from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
-    from genesis_fp16_infrastructure.data.readers import read_trajectories
     from genesis_fp16_infrastructure.data.sources import DataError
-    from genesis_fp16_infrastructure.data.synthetic import write_pool
     from genesis_fp16_infrastructure.judging.run import run_plugin
     from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
     from genesis_fp16_infrastructure.outcome import Outcome
@@ -186,7 +184,6 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.precision.precision_request import (
         PrecisionError,
         PrecisionRequest,
-        checked_request,
     )
     from genesis_fp16_infrastructure.training.reports import (
         CACHE_VERSION,
@@ -199,7 +196,7 @@ if TYPE_CHECKING:
         RangeSummary,
     )
     from genesis_fp16_infrastructure.training.run.batches import to_device
-    from genesis_fp16_infrastructure.training.run.calibration import kept_rows, policy_for_run
+    from genesis_fp16_infrastructure.training.run.calibration import kept_rows
     from genesis_fp16_infrastructure.training.run.fit import fit
     from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
     from genesis_fp16_infrastructure.training.run.spec import RunCallbacks
@@ -210,14 +207,7 @@ if TYPE_CHECKING:
         FALLBACK_REASONS,
     )
     from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
-    from genesis_fp16_infrastructure.training.step.trainer import Trainer
-    from genesis_fp16_infrastructure.training.step.trainer_config import TrainerConfig
-    from genesis_fp16_infrastructure.world_model.features import FeatureEncoder
-    from genesis_fp16_infrastructure.world_model.model import (
-        ModelConfig,
-        WorldModel,
-        world_model_losses,
-    )
+    from genesis_fp16_infrastructure.world_model import workload
 
 
 @cache
