@@ -113,6 +113,7 @@ if TYPE_CHECKING:
         SUPPORTED_API_VERSIONS,
         AgentOption,
         AgentPlugin,
+        Capabilities,
         OptionValue,
         ProbeSetup,
         TrainRequestError,
