@@ -38,7 +38,6 @@ from genesis_fp16_infrastructure.api import (
     ServedPointerError,
     TrainingSummary,
     folder_bytes,
-    prune_and_read,
 )
 
 log = structlog.get_logger("genesis_fp16.jobs")
@@ -280,12 +279,11 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
     recovery of what the run, killed or not, left to finish. A pointer that cannot be
     read prunes nothing: logged, never a guess."""
     settings = ctx.settings
-    folder = AgentFolder(settings.state_dir, agent).checkpoint_dir
+    models = AgentFolder(settings.state_dir, agent).checkpoints
     journal: list[JournalEntry] | None = None  # None: the pointer could not be read
     pointer = None
     try:
-        removed, pointer = prune_and_read(
-            folder,
+        removed, pointer = models.prune(
             settings.served_history_keep,
             settings.rejected_keep_days,
             recover_first=True,  # what the run, killed or not, left: on the prune's one read
@@ -308,7 +306,7 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
             agent, served.served_at, served.live, predecessor, settings.live_watch_idle_seconds
         )
     ctx.metrics.promotion.pruned.labels(agent=agent).set(len(removed))
-    ctx.metrics.promotion.state_bytes.labels(agent=agent).set(folder_bytes(folder))
+    ctx.metrics.promotion.state_bytes.labels(agent=agent).set(folder_bytes(models.path))
 
 
 def _journal_of(pointer: ServedPointer | None) -> list[JournalEntry]:

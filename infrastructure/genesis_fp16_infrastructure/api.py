@@ -27,15 +27,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.agent_folder import files, outbox
-    from genesis_fp16_infrastructure.agent_folder.candidates import (
-        list_candidates,
-        newest_checkpoint,
-        read_meta,
-        read_verdict,
-        served_entry,
-    )
     from genesis_fp16_infrastructure.agent_folder.files import SetAside, folder_bytes, on_set_aside
-    from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+    from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder, CheckpointsFolder
     from genesis_fp16_infrastructure.agent_folder.layout import (
         AGENT_NAME_PATTERN,
         AGENTS_FOLDER,
@@ -62,18 +55,8 @@ if TYPE_CHECKING:
         write_holder,
     )
     from genesis_fp16_infrastructure.agent_folder.outbox import Event
-    from genesis_fp16_infrastructure.agent_folder.pointer import (
-        REPAIR,
-        ServedPointer,
-        ServedPointerError,
-        aside_path,
-        candidates_dir,
-        pointer_path,
-        served_checkpoint,
-    )
-    from genesis_fp16_infrastructure.agent_folder.prune import prune_and_read
+    from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer, ServedPointerError
     from genesis_fp16_infrastructure.agent_folder.repair import (
-        repairable_pointer,
         roll_back_by_hand,
         serve_by_hand,
         set_aside_unusable,
