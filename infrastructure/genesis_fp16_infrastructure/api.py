@@ -76,8 +76,6 @@ if TYPE_CHECKING:
         AgentStateFiles,
         DataCheck,
         ResumePoint,
-    )
-    from genesis_fp16_infrastructure.contract.agent_state import (
         read_agent_state,
         read_resume_point,
         read_snapshot,
