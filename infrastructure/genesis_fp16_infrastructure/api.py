@@ -124,9 +124,8 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
     from genesis_fp16_infrastructure.data.sources import DataError
     from genesis_fp16_infrastructure.judging.run import run_plugin
-    from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
+    from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes, peak_rss_mib
     from genesis_fp16_infrastructure.outcome import Outcome
-    from genesis_fp16_infrastructure.phases import peak_rss_mib
     from genesis_fp16_infrastructure.probe.report import ProbeReport, format_table
     from genesis_fp16_infrastructure.probe.runner import run_probe
     from genesis_fp16_infrastructure.probe.variants import ProbeError
