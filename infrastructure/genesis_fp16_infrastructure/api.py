@@ -98,8 +98,10 @@ if TYPE_CHECKING:
         OptionValue,
         ProbeSetup,
         TrainRequestError,
+        TrainResultError,
         api_version_error,
         capabilities_of,
+        check_result,
         declared_options,
         ignored_request_fields,
         parse_options,
@@ -112,7 +114,6 @@ if TYPE_CHECKING:
         LiveReport,
         ScoresOn,
     )
-    from genesis_fp16_infrastructure.contract.result_check import TrainResultError, check_result
     from genesis_fp16_infrastructure.contract.train_request import DEFAULT_STEPS, TrainRequest
     from genesis_fp16_infrastructure.contract.train_result import (
         LEARNING_FAILURES,
