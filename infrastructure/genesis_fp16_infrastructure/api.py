@@ -31,14 +31,11 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder, CheckpointsFolder
     from genesis_fp16_infrastructure.agent_folder.layout import (
         AGENT_NAME_PATTERN,
-        AGENTS_FOLDER,
-        CHECKPOINTS_FOLDER,
         LAYOUT,
         OWNER_LOCK,
         PRECISION_STATE,
         PRECISION_STATE_LOCK,
         PROBE_RECORD,
-        QUARANTINE_LOG,
         RUN_REQUEST,
         SERVED_POINTER,
         StateFile,
@@ -56,11 +53,6 @@ if TYPE_CHECKING:
     )
     from genesis_fp16_infrastructure.agent_folder.outbox import Event
     from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer, ServedPointerError
-    from genesis_fp16_infrastructure.agent_folder.repair import (
-        roll_back_by_hand,
-        serve_by_hand,
-        set_aside_unusable,
-    )
     from genesis_fp16_infrastructure.agent_folder.run_history import (
         LastRun,
         LiveMark,
@@ -68,14 +60,12 @@ if TYPE_CHECKING:
         score_name,
         score_of,
     )
-    from genesis_fp16_infrastructure.agent_folder.transitions import operator_pin, recover, unpin
     from genesis_fp16_infrastructure.atomic import write_json_atomic
     from genesis_fp16_infrastructure.contract.agent_snapshot import (
         AgentSnapshot,
         AgentState,
         AgentStateFiles,
         DataCheck,
-        ResumePoint,
         read_agent_state,
         read_resume_point,
         read_snapshot,
@@ -109,19 +99,12 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.contract.reports import (
         DataReport,
         DriftReport,
-        GateComparison,
         GateReport,
         LiveReport,
         ScoresOn,
     )
     from genesis_fp16_infrastructure.contract.train_request import DEFAULT_STEPS, TrainRequest
-    from genesis_fp16_infrastructure.contract.train_result import (
-        LEARNING_FAILURES,
-        SCALER_CALIBRATION_SKIPS,
-        TrainResult,
-        learning_failure,
-        min_useful_steps,
-    )
+    from genesis_fp16_infrastructure.contract.train_result import TrainResult
     from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
     from genesis_fp16_infrastructure.data.sources import DataError
     from genesis_fp16_infrastructure.judging.run import run_plugin
@@ -168,11 +151,9 @@ if TYPE_CHECKING:
         PrecisionRequest,
     )
     from genesis_fp16_infrastructure.training.reports import (
-        CACHE_VERSION,
         Calibration,
         Demotion,
         EarlyStopReport,
-        FaultBundle,
         Measured,
         ModuleRange,
         RangeSummary,
