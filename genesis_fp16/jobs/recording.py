@@ -29,11 +29,13 @@ from genesis_fp16.metrics.tracking import RunTracker, close_tracker
 from genesis_fp16.plugin_api import TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
+    DataReport,
+    DriftReport,
     EarlyStopReport,
     ExecutionError,
+    GateReport,
     JournalEntry,
     LastRun,
-    Record,
     ServedPointer,
     ServedPointerError,
     TrainingSummary,
@@ -314,7 +316,7 @@ def _journal_of(pointer: ServedPointer | None) -> list[JournalEntry]:
     return [] if pointer is None else pointer.journal
 
 
-def _plain(record: Record | None) -> dict[str, Any] | None:
+def _plain(record: DataReport | GateReport | DriftReport | None) -> dict[str, Any] | None:
     """A reported record as the log line's plain dict (None: not reported)."""
     return None if record is None else record.to_json()
 
