@@ -148,7 +148,12 @@ def injected_faults(seeds: int) -> dict[str, Any]:
 
 def _world_model(size: str, folder: Path) -> tuple[nn.Module, Any, list[Any]]:
     """se_darwin's world model at a bench preset (``default``: the agent's own size)."""
-    from genesis_fp16.bench.workload import build_workload, load_data, world_model_loss, write_data
+    from genesis_fp16_infrastructure.world_model.workload import (
+        build_workload,
+        load_data,
+        world_model_loss,
+        write_data,
+    )
 
     data = load_data(write_data(folder, False, 0), 64, torch.device("cpu"))
     work = build_workload(size, data, 0, False, torch.device("cpu"))

@@ -24,7 +24,7 @@ from genesis_fp16.bench.probe import (
     set_tf32,
 )
 from genesis_fp16.bench.runners import RUNNER_CLASSES, RUNNER_LIBRARIES, Runner
-from genesis_fp16.bench.workload import Workload, build_workload, load_data, write_data
+from genesis_fp16_infrastructure.api import workload as bench_workload
 
 Row = dict[str, Any]
 
@@ -76,7 +76,11 @@ def _sync_debug_paused(device: torch.device) -> Iterator[None]:
 
 
 def _train(
-    runner: Runner, workload: Workload, config: BenchConfig, device: torch.device, probe: DtypeProbe
+    runner: Runner,
+    workload: bench_workload.Workload,
+    config: BenchConfig,
+    device: torch.device,
+    probe: DtypeProbe,
 ) -> tuple[list[float], int | None, dict[int, float]]:
     """Run warm-up and timed steps; return the step times, host syncs and mid-run evals."""
     evals: dict[int, float] = {}
@@ -105,7 +109,7 @@ KERNEL_STEPS = 3  # profiled steps after the timed ones, for kernels_per_step
 
 
 def _kernels_per_step(
-    runner: Runner, workload: Workload, config: BenchConfig, device: torch.device
+    runner: Runner, workload: bench_workload.Workload, config: BenchConfig, device: torch.device
 ) -> float | None:
     """CUDA kernels launched per step, counted by torch.profiler (None off CUDA).
 
@@ -186,10 +190,12 @@ def _measure(
     # taken after reading it, as before (the reader's own allocations are not the row's).
     cuda_baseline = _fresh_device_state(device) if device.type == "cuda" else 0.0
     with tempfile.TemporaryDirectory() as folder:
-        data_path = Path(config.data_path or write_data(Path(folder), config.tiny, config.seed))
-        data = load_data(data_path, config.batch_size, device)
+        data_path = Path(
+            config.data_path or bench_workload.write_data(Path(folder), config.tiny, config.seed)
+        )
+        data = bench_workload.load_data(data_path, config.batch_size, device)
     rss_baseline = cuda_baseline if device.type == "cuda" else _fresh_device_state(device)
-    workload = build_workload(config.size, data, config.seed, config.tiny, device)
+    workload = bench_workload.build_workload(config.size, data, config.seed, config.tiny, device)
     runner = (make_runner or (lambda name: RUNNER_CLASSES[name]()))(config.runner)
     probe = DtypeProbe(workload.model)
     try:

@@ -8,8 +8,6 @@ scaler update, zero grads. Only who does the bookkeeping differs.
 from __future__ import annotations
 
 import contextlib
-import copy
-from collections.abc import Iterator
 from typing import Any, ClassVar, Protocol
 
 import torch
@@ -17,8 +15,11 @@ from torch import nn
 
 from genesis_fp16.bench.config import BenchConfig
 from genesis_fp16.bench.probe import set_tf32
-from genesis_fp16.bench.workload import Batch, Workload
 from genesis_fp16_infrastructure.api import PrecisionName
+from genesis_fp16_infrastructure.api import workload as bench_workload
+
+Batch = bench_workload.Batch
+Workload = bench_workload.Workload
 
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -62,40 +63,27 @@ class OursRunner:
     chosen: PrecisionName | None = None  # what `auto` resolved to; None for a named precision
 
     def prepare(self, workload: Workload, config: BenchConfig, device: torch.device) -> None:
-        from genesis_fp16.plugin_api import PrecisionRequest
-        from genesis_fp16_infrastructure.api import (
-            ScalerConfig,
-            Trainer,
-            TrainerConfig,
-            checked_request,
-            policy_for_run,
-        )
-
         set_tf32(config.precision == "tf32")
         requested = "fp32" if config.precision == "tf32" else config.precision
         self._loss_fn = workload.loss_fn
         self._n = config.batch_size
-        trainer_config = TrainerConfig(
-            max_grad_norm=config.max_grad_norm, cuda_graph=self.cuda_graph, compile=self.compile
-        )
         calibrated = ""
         # `auto` as the daemon decides it
-        request = PrecisionRequest(checked_request(requested), mode="measure")
-        policy, calibration = policy_for_run(
-            _WorkloadTask(workload, config),
-            request,
-            str(device),
-            ScalerConfig(),
+        self.trainer, policy, calibration = bench_workload.agents_trainer(
+            workload,
+            lambda model: [_optimizer(model, config)],
+            requested,
+            device,
             config.seed,
-            trainer_config,
+            config.batch_size,
+            max_grad_norm=config.max_grad_norm,
+            cuda_graph=self.cuda_graph,
+            compile=self.compile,
         )
-        if request.measures:
+        if requested == "auto":
             self.chosen = policy.name
         if calibration is not None:
             calibrated = f"; calibration took {calibration.seconds:.2f} s (not timed)"
-        self.trainer = Trainer(
-            workload.model, [_optimizer(workload.model, config)], policy, trainer_config
-        )
         self.execution = self.trainer.execution.used
         self.note = (
             f"policy used {policy.name}: {policy.resolved.reason}{calibrated}; "
@@ -110,36 +98,6 @@ class OursRunner:
 
     def skipped_steps(self) -> int:
         return int(self.trainer.summary().skipped_steps)
-
-
-class _WorkloadTask:
-    """The bench workload as a `TrainingTask`, for the `auto` calibration: copies of the
-    row's model, its optimizer, its batches in order."""
-
-    def __init__(self, workload: Workload, config: BenchConfig) -> None:
-        self.workload, self.config = workload, config
-
-    def build_model(self) -> nn.Module:
-        return copy.deepcopy(self.workload.model)
-
-    def build_optimizers(self, model: nn.Module) -> list[torch.optim.Optimizer]:
-        return [_optimizer(model, self.config)]
-
-    def build_schedulers(self, optimizers: Any) -> list[Any]:
-        return []
-
-    def train_batches(self, epoch: int, seed: int) -> Iterator[tuple[Batch, int]]:
-        for batch in self.workload.train_batches:
-            yield batch, self.config.batch_size
-
-    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
-        return self.workload.loss_fn(model, batch)
-
-    def evaluate(self, model: nn.Module) -> dict[str, float]:
-        return {"loss": self.workload.eval_loss(model)}
-
-    def extra_state(self) -> dict[str, Any]:
-        return {}
 
 
 class _FoundInfTally:

@@ -17,7 +17,6 @@ from genesis_fp16.config.agent_names import shown_name
 from genesis_fp16.config.plugins import PluginRecord, discover_plugins
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.guard_state import describe, load_memory
-from genesis_fp16_infrastructure.api import capabilities_of
 
 
 def register(subparsers: Any) -> None:
@@ -36,8 +35,7 @@ def run(args: argparse.Namespace) -> int:
         for record in records:
             memory = load_memory(settings, record.name) if record.state != "refused" else None
             guard = memory.to_json() if memory is not None else None
-            # None for a plugin not loaded; the loader checked a loaded one's declarations.
-            declared = capabilities_of(record.plugin)
+            declared = record.capabilities  # the loader's: none for a plugin not loaded
             listed.append(
                 {
                     **record.to_json(),

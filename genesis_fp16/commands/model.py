@@ -33,17 +33,7 @@ from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.settings_reading import load_settings_for_reading
 from genesis_fp16.status.report import held_by_pin, held_words
-from genesis_fp16_infrastructure.api import (
-    AgentFolder,
-    ServedPointerError,
-    aside_path,
-    candidates_dir,
-    list_candidates,
-    pointer_path,
-    read_verdict,
-    repairable_pointer,
-    served_entry,
-)
+from genesis_fp16_infrastructure.api import AgentFolder, ServedPointerError
 
 
 def register(subparsers: Any) -> None:
@@ -80,9 +70,7 @@ def run(args: argparse.Namespace) -> int:
             # read as agent_folder read them (a refused .env's other lines), said once there
             idle = load_settings_for_reading().settings.live_watch_idle_seconds
             return list_models(folder, agent, as_json, idle)
-        if not any(p.exists() for p in (candidates_dir(folder), pointer_path(folder))) and not (
-            aside_path(folder).exists()
-        ):
+        if not home.checkpoints.holds_models():
             raise UsageError(
                 f"{agent}: no served-model pointer or candidate in {folder}: the agent has "
                 "no promotion gate (it serves its newest checkpoint) or has trained nothing yet"
@@ -111,15 +99,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _promote(home: AgentFolder, agent: str, ident: str) -> dict[str, Any]:
-    folder = home.checkpoint_dir
-    candidate, kept = candidates_dir(folder) / ident, list_candidates(folder)
+    models = home.checkpoints
+    candidate, kept = models.candidates_dir / ident, models.candidates()
     if candidate not in kept:  # a kept candidate's folder, never a path beside them
         known = ", ".join(c.name for c in kept) or "none"
         raise UsageError(f"{agent}: no candidate {ident!r}; kept candidates: {known}")
-    verdict = read_verdict(candidate)
+    verdict = models.verdict(candidate)
     if verdict.outcome is None:
         raise UsageError(f"{agent}: candidate {ident!r} has not finished training")
-    entry = served_entry(folder, candidate)
+    entry = models.served_entry(candidate)
     if entry is None:
         raise UsageError(f"{agent}: candidate {ident!r} holds no checkpoint")
     repaired = home.promote(entry, by="model promote")
@@ -137,14 +125,14 @@ def _promote(home: AgentFolder, agent: str, ident: str) -> dict[str, Any]:
 
 
 def _unpin(home: AgentFolder, agent: str) -> dict[str, Any]:
-    folder = home.checkpoint_dir
-    before = repairable_pointer(folder)  # the pin lifted: the candidates held while it stood
+    models = home.checkpoints
+    before = models.repairable_pointer()  # the pin lifted: the candidates held while it stood
     pointer = home.unpin()
     if pointer is None:
         raise UsageError(f"{agent}: no model served: nothing to unpin")
     served = pointer.served.id
     pin = before.pinned.to_json() if before and before.pinned else None
-    held = held_by_pin(folder, pin, served)
+    held = held_by_pin(models, pin, served)
     hint = (
         f"; {held_words(held)} (`genesis-fp16 model promote {agent} ID` serves one)" if held else ""
     )

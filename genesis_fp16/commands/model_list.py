@@ -21,21 +21,13 @@ from genesis_fp16.metrics.watch_state import watch_state
 from genesis_fp16.status.report import held_by_pin, held_words
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
+    CheckpointsFolder,
     Outcome,
     ScoresOn,
     ServedPointer,
     ServedPointerError,
-    aside_path,
-    candidates_dir,
     files,
-    list_candidates,
-    newest_checkpoint,
-    pointer_path,
-    read_meta,
     read_summary,
-    read_verdict,
-    repairable_pointer,
-    served_checkpoint,
 )
 
 # The table's header (the docs' samples show it: tests/test_doc_claims.py compares them).
@@ -46,20 +38,18 @@ HEADER = (
 
 
 def list_models(folder: Path, agent: str, as_json: bool, idle_seconds: float = 86400.0) -> int:
-    gated = any(
-        p.exists() for p in (candidates_dir(folder), pointer_path(folder), aside_path(folder))
-    )
-    if not gated:
-        return _list_ungated(folder, agent, as_json)
+    models = CheckpointsFolder(folder)
+    if not models.holds_models():
+        return _list_ungated(models, agent, as_json)
     try:
-        served_checkpoint(folder)
-        pointer, unusable = repairable_pointer(folder), None
+        models.served_checkpoint()
+        pointer, unusable = models.repairable_pointer(), None
     except ServedPointerError as exc:
         pointer, unusable = None, str(exc)
-    rows = _rows(folder, pointer)
+    rows = _rows(models, pointer)
     watched = _watch(pointer, idle_seconds)
     pin = pointer.pinned.to_json() if pointer and pointer.pinned else None
-    held = held_by_pin(folder, pin, pointer.served.id) if pointer else []
+    held = held_by_pin(models, pin, pointer.served.id) if pointer else []
     if as_json:
         answer = {
             "agent": agent,
@@ -146,14 +136,14 @@ def _watch_lines(agent: str, watched: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def _rows(folder: Path, pointer: ServedPointer | None) -> list[dict[str, Any]]:
+def _rows(models: CheckpointsFolder, pointer: ServedPointer | None) -> list[dict[str, Any]]:
     served_id = pointer.served.id if pointer else None
     how = pointer.served.how if pointer else None
     earlier = [h.id for h in pointer.history] if pointer else []
     live = {e.id: e.live for e in [pointer.served, *pointer.history]} if pointer else {}
     rows = []
-    for candidate in reversed(list_candidates(folder)):
-        meta, verdict = read_meta(candidate), read_verdict(candidate)
+    for candidate in reversed(models.candidates()):
+        meta, verdict = models.meta(candidate), models.verdict(candidate)
         scores = _scores_on(verdict.candidate)
         outcome = verdict.outcome or "training"
         served = candidate.name == served_id
@@ -236,10 +226,11 @@ def _live(figures: Any) -> str:
     return text + (" REGRESSION" if figures.get("regression") else "")
 
 
-def _list_ungated(folder: Path, agent: str, as_json: bool) -> int:
+def _list_ungated(models: CheckpointsFolder, agent: str, as_json: bool) -> int:
     """An agent without a promotion gate: its newest checkpoint is what it serves."""
+    folder = models.path
     try:
-        newest = newest_checkpoint(folder) if folder.is_dir() else None
+        newest = models.newest_checkpoint() if folder.is_dir() else None
     except OSError:
         newest = None
     row: dict[str, Any] | None = None

@@ -420,11 +420,12 @@ def _record(checkpoint_dir: Path, result: TrainResult | None, error: str, starte
 def _holds_models(folder: Path) -> bool:
     """A folder of served models and candidates (se_darwin's: served.json, candidates/<id>/
     ckpt-*.pt; genesis_fp16_infrastructure/recipes/retrain/served.py) holds checkpoints too."""
-    from genesis_fp16_infrastructure.api import candidates_dir, pointer_path
+    from genesis_fp16_infrastructure.api import CheckpointsFolder
 
-    if pointer_path(folder).exists():
+    models = CheckpointsFolder(folder)
+    if models.pointer_path.exists():
         return True
-    return any(candidates_dir(folder).rglob("ckpt-*.pt"))
+    return any(models.candidates_dir.rglob("ckpt-*.pt"))
 
 
 def _request(

@@ -130,11 +130,10 @@ def refuse_unusable_device(
 
 def bound_history(folder: Path, settings: Settings) -> None:
     """Bound the model history as the daemon does after each run (served.prune)."""
-    from genesis_fp16_infrastructure.api import ServedPointerError, prune_and_read
+    from genesis_fp16_infrastructure.api import CheckpointsFolder, ServedPointerError
 
     try:
-        removed, _ = prune_and_read(
-            folder,
+        removed, _ = CheckpointsFolder(folder).prune(
             settings.served_history_keep,
             settings.rejected_keep_days,
             recover_first=True,  # what the run, killed or not, left: on the prune's one read

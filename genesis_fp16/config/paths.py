@@ -20,14 +20,18 @@ def default_data_path(
     folder: AgentFolder,
     count: int = SAMPLE_DATA_COUNT,
     seed: int = SAMPLE_DATA_SEED,
+    data_folder: bool | None = None,
 ) -> Path:
     """What ``plugin`` trains on when no data path is configured: its data folder
     (``<state>/agents/<agent>/data/``) when it reads a folder of pools (it declares
     ``data_folder = True``: plugin_api's ``ReadsDataFolder``) and its sample lies inside
     it, else the generated sample file itself (``AgentFolder.sample_data`` generates it
-    on first use, either way)."""
+    on first use, either way). ``data_folder``: that declaration as the loader read it
+    (the plan's ``Capabilities``), read from ``plugin`` only when not given."""
     sample = folder.sample_data(plugin.generate_sample_data, count, seed)
-    if not capabilities_of(plugin).data_folder:
+    if data_folder is None:
+        data_folder = capabilities_of(plugin).data_folder
+    if not data_folder:
         return sample
     try:
         Path(sample).resolve().relative_to(folder.data_dir.resolve())

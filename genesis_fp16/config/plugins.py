@@ -23,7 +23,7 @@ import threading
 import time
 import traceback
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib.metadata import EntryPoint, entry_points
 from typing import Literal
 
@@ -31,6 +31,7 @@ from genesis_fp16.config.agent_names import check_agent_name, is_agent_name
 from genesis_fp16.plugin_api import AgentPlugin
 from genesis_fp16_infrastructure.api import (
     SUPPORTED_API_VERSIONS,
+    Capabilities,
     api_version_error,
     capabilities_of,
 )
@@ -62,6 +63,8 @@ class PluginRecord:
     state: PluginState
     error: str | None = None
     plugin: AgentPlugin | None = None
+    # What the loaded plugin declares, read and checked once, at load (none otherwise).
+    capabilities: Capabilities = field(default_factory=Capabilities)
     # Where a failed import failed, in the plugin's own code: "path/to/file.py:12".
     location: str | None = None
     # The failed import's whole traceback, for the daemon's DEBUG log.
@@ -200,10 +203,10 @@ def load_entry_point(ep: EntryPoint) -> PluginRecord:
         ]
         return replace(found, error=f"not an AgentPlugin: missing {', '.join(missing)}")
     try:  # each optional capability, when declared, declared whole (plugin_api's protocol)
-        capabilities_of(obj)
+        capabilities = capabilities_of(obj)
     except Exception as exc:  # a property that raises is the plugin's too
         return replace(found, error=f"capabilities: {type(exc).__name__}: {exc}")
-    return replace(found, state="loaded", plugin=obj)
+    return replace(found, state="loaded", plugin=obj, capabilities=capabilities)
 
 
 class PendingImport:

@@ -30,12 +30,16 @@ from genesis_fp16.launch.device_slots import DeviceSlots as DeviceSlots  # the d
 from genesis_fp16.launch.device_slots import slot_keys
 from genesis_fp16.launch.launcher import RunStopped
 from genesis_fp16.plugin_api import AgentPlugin
+from genesis_fp16_infrastructure.api import Capabilities
 
 log = structlog.get_logger("genesis_fp16.jobs")
 
 
-def run_agent_job(ctx: JobContext, agent: str, plugin: AgentPlugin) -> None:
-    """The scheduler's entry point for one agent; never raises."""
+def run_agent_job(
+    ctx: JobContext, agent: str, plugin: AgentPlugin, capabilities: Capabilities | None = None
+) -> None:
+    """The scheduler's entry point for one agent, with what the loader read of its plugin
+    (``capabilities``: each run's plan takes them, not the plugin's own); never raises."""
     settings = ctx.settings
     if ctx.stopping.is_set() or not settings.agent(agent).enabled:
         return
@@ -69,7 +73,7 @@ def run_agent_job(ctx: JobContext, agent: str, plugin: AgentPlugin) -> None:
         return
     try:
         # Each rerun follows a reload that changed the precision, so edits bound the loop.
-        while _run_once(ctx, agent, plugin, device):
+        while _run_once(ctx, agent, plugin, device, capabilities):
             if ctx.stopping.is_set() or not ctx.settings.agent(agent).enabled:
                 break
             log.info("run stopped by a configuration change: rerunning at once", agent=agent)
@@ -81,14 +85,20 @@ def run_agent_job(ctx: JobContext, agent: str, plugin: AgentPlugin) -> None:
             ctx.running_changed.notify_all()
 
 
-def _run_once(ctx: JobContext, agent: str, plugin: AgentPlugin, device: str) -> bool:
+def _run_once(
+    ctx: JobContext,
+    agent: str,
+    plugin: AgentPlugin,
+    device: str,
+    capabilities: Capabilities | None,
+) -> bool:
     """One run, top-down: plan it, execute it, record it. True when a reload that changed
     its precision stopped it (the job reruns it at once)."""
     run = Run(ctx, agent, ctx.settings)
     structlog.contextvars.bind_contextvars(agent=agent, run_id=run.id)
     try:
         # Inside the try: an unreadable state file while planning is a counted failed run.
-        plan = plan_run(run, plugin, device)
+        plan = plan_run(run, plugin, device, capabilities)
         # As the plan read it: an unusable one set aside (the run refuses it), degraded.
         check_served_pointer(ctx, agent, plan.snapshot)
         record_start(run)

@@ -24,19 +24,21 @@ from genesis_fp16.jobs.recording import record_progress
 from genesis_fp16.jobs.run_request import RunPlan, plan_request, warn_ignored
 from genesis_fp16.metrics.tracking import open_tracker
 from genesis_fp16.plugin_api import AgentPlugin
-from genesis_fp16_infrastructure.api import RunCallbacks
+from genesis_fp16_infrastructure.api import Capabilities, RunCallbacks
 
 log = structlog.get_logger("genesis_fp16.jobs")
 
 
-def plan_run(run: Run, plugin: AgentPlugin, device: str) -> RunPlan:
+def plan_run(
+    run: Run, plugin: AgentPlugin, device: str, capabilities: Capabilities | None = None
+) -> RunPlan:
     """The run's :class:`RunPlan`, kept on the run: its request with the job's callbacks,
     built once (genesis_fp16/jobs/run_request.py: the precision request with the guard's
     remembered floor, the checkpoint it resumes read with the agent's other state files),
     the probe's red precisions added to it as exclusions when a probe is configured, with
     the run's curves opened when a tracking folder is set."""
     ctx, agent, settings = run.ctx, run.agent, run.settings
-    plan = plan_request(settings, agent, plugin, device)
+    plan = plan_request(settings, agent, plugin, device, capabilities=capabilities)
     request = plan.request
     # Once per agent, when configured: the probe before its first bf16/fp16 run. decide()
     # leaves out of an 'auto' the precisions it marks red.

@@ -29,16 +29,17 @@ from genesis_fp16.metrics.tracking import RunTracker, close_tracker
 from genesis_fp16.plugin_api import TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
+    DataReport,
+    DriftReport,
     EarlyStopReport,
     ExecutionError,
+    GateReport,
     JournalEntry,
     LastRun,
-    Record,
     ServedPointer,
     ServedPointerError,
     TrainingSummary,
     folder_bytes,
-    prune_and_read,
 )
 
 log = structlog.get_logger("genesis_fp16.jobs")
@@ -280,12 +281,11 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
     recovery of what the run, killed or not, left to finish. A pointer that cannot be
     read prunes nothing: logged, never a guess."""
     settings = ctx.settings
-    folder = AgentFolder(settings.state_dir, agent).checkpoint_dir
+    models = AgentFolder(settings.state_dir, agent).checkpoints
     journal: list[JournalEntry] | None = None  # None: the pointer could not be read
     pointer = None
     try:
-        removed, pointer = prune_and_read(
-            folder,
+        removed, pointer = models.prune(
             settings.served_history_keep,
             settings.rejected_keep_days,
             recover_first=True,  # what the run, killed or not, left: on the prune's one read
@@ -308,7 +308,7 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
             agent, served.served_at, served.live, predecessor, settings.live_watch_idle_seconds
         )
     ctx.metrics.promotion.pruned.labels(agent=agent).set(len(removed))
-    ctx.metrics.promotion.state_bytes.labels(agent=agent).set(folder_bytes(folder))
+    ctx.metrics.promotion.state_bytes.labels(agent=agent).set(folder_bytes(models.path))
 
 
 def _journal_of(pointer: ServedPointer | None) -> list[JournalEntry]:
@@ -316,7 +316,7 @@ def _journal_of(pointer: ServedPointer | None) -> list[JournalEntry]:
     return [] if pointer is None else pointer.journal
 
 
-def _plain(record: Record | None) -> dict[str, Any] | None:
+def _plain(record: DataReport | GateReport | DriftReport | None) -> dict[str, Any] | None:
     """A reported record as the log line's plain dict (None: not reported)."""
     return None if record is None else record.to_json()
 
@@ -361,7 +361,7 @@ def _failure_reason(exc: BaseException) -> str:
 
 def resumed_totals(summary: Mapping[str, Any] | None) -> dict[str, float]:
     """The run counters of the checkpoint a run will resume from (empty: none), from its
-    summary (``agent_state.ResumePoint.summary``).
+    summary (``agent_snapshot.ResumePoint.summary``).
 
     The summary is the newest checkpoint's summary file (``checkpoint_files.summarize``),
     a few hundred bytes, so that the run alone reads the checkpoint itself; a checkpoint

@@ -56,6 +56,7 @@ from genesis_fp16_infrastructure.api import (
     AgentSnapshot,
     AgentState,
     AgentStateFiles,
+    Capabilities,
     DataCheck,
     OptionValue,
     PrecisionName,
@@ -186,15 +187,18 @@ def plan_request(
     plugin: AgentPlugin,
     device: str,
     overrides: RequestOverrides | None = None,
+    capabilities: Capabilities | None = None,
 ) -> RunPlan:
-    """The :class:`RunPlan` of one run: its inputs read once (what the plugin declares;
-    the agent's state folder, with the pointer and resume point of the folder the run
+    """The :class:`RunPlan` of one run: its inputs read once (what the plugin declares,
+    ``capabilities``: the loader's record of it, read here only when not given; the
+    agent's state folder, with the pointer and resume point of the folder the run
     trains in; the plugin's data check, :func:`check_data`), its fields worked out from
     the settings. Every library type of the run is built here, from the snapshot."""
     o = overrides or RequestOverrides()
     spec = settings.agent(agent)
     folder = AgentFolder(settings.state_dir, agent)
-    capabilities = capabilities_of(plugin)  # what it declares, read once
+    if capabilities is None:  # a caller without the loader's record: read once, here
+        capabilities = capabilities_of(plugin)
     ignored = dict(capabilities.ignored_request_fields)
     checkpoint_dir = o.checkpoint_dir or folder.checkpoint_dir
     snapshot = read_snapshot(
@@ -202,7 +206,7 @@ def plan_request(
     )
     state = snapshot.state
     assert state is not None  # read_snapshot reads it
-    options = resolve_options(agent, plugin, spec.options, o.options)
+    options = resolve_options(agent, capabilities, spec.options, o.options)
     precision, reason = precision_request(settings, agent, o.precision, state)
     # A run in a folder of its own keeps its quarantined records beside its checkpoints;
     # each run a file of its own, the folder bounded (data.quarantine).
@@ -213,7 +217,9 @@ def plan_request(
     if data is None:
         # The agent's data folder (se_darwin: the sample and every pool dropped beside
         # it), or its generated sample file (an agent that reads one file).
-        data = default_data_path(plugin, folder, count=settings.sample_count, seed=settings.seed)
+        data = default_data_path(
+            plugin, folder, settings.sample_count, settings.seed, capabilities.data_folder
+        )
     steps, epochs = budget(settings, agent, o.steps, o.epochs)
     warn_ignored(ignored, agent, _operator_set(settings, o))
     request = TrainRequest(
@@ -322,7 +328,8 @@ def resolve_options(
     configured: Mapping[str, Any],
     flags: Mapping[str, str] | None = None,
 ) -> dict[str, OptionValue]:
-    """The typed options of one run: ``configured`` (settings), then ``flags`` (CLI) on top.
+    """The typed options of one run: ``configured`` (settings), then ``flags`` (CLI) on top,
+    checked against the options ``plugin`` (the plugin, or its ``Capabilities``) declares.
 
     Raises :class:`TrainRequestError`, one line naming the setting or flag, the agent,
     the option and what is valid.

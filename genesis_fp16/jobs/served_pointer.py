@@ -18,8 +18,6 @@ from genesis_fp16.jobs.job_state import JobContext
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
     AgentSnapshot,
-    aside_path,
-    pointer_path,
 )
 
 log = structlog.get_logger("genesis_fp16.jobs")
@@ -29,9 +27,9 @@ def check_served_pointer(ctx: JobContext, agent: str, snapshot: AgentSnapshot) -
     """Set an unusable pointer aside (counted once), and export the pointer's state, as
     the run's plan read it (``snapshot``: the pointer is read again only to set it aside)."""
     home = AgentFolder(ctx.settings.state_dir, agent)
-    folder = home.checkpoint_dir
+    models = home.checkpoints
     metrics = ctx.metrics.promotion
-    if not any(p.exists() or p.is_symlink() for p in (pointer_path(folder), aside_path(folder))):
+    if not any(p.exists() or p.is_symlink() for p in (models.pointer_path, models.aside_path)):
         ctx.unusable_pointer.pop(agent, None)  # none (rlhf_ppo; before the first model)
         metrics.pointer_unusable.labels(agent=agent).set(0)
         return
@@ -44,7 +42,7 @@ def check_served_pointer(ctx: JobContext, agent: str, snapshot: AgentSnapshot) -
     try:  # under the pointer's lock, read again: a repair since is not set aside
         why, moved = home.set_aside_unusable_pointer()
     except OSError as exc:  # not ours to rename: reported all the same, never followed
-        why, moved = f"served-model pointer in {folder} unusable: {exc}", None
+        why, moved = f"served-model pointer in {models.path} unusable: {exc}", None
     if moved is not None:
         # counted by the agent folder's owner, which set it aside
         log.error("unusable served-model pointer set aside", path=str(moved), error=why)

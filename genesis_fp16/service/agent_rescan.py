@@ -43,7 +43,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from importlib.metadata import EntryPoint
 from pathlib import Path
 
@@ -60,9 +59,10 @@ from genesis_fp16.config.plugins import (
 from genesis_fp16.config.settings import Settings, SettingsError
 from genesis_fp16.jobs.run_request import check_configured_options
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
-from genesis_fp16.plugin_api import AgentOption, AgentPlugin, declared_options
+from genesis_fp16.plugin_api import AgentPlugin
 from genesis_fp16.service.scheduler import AgentScheduler
 from genesis_fp16.service.state_lock import record_scheduled
+from genesis_fp16_infrastructure.api import Capabilities
 
 log = structlog.get_logger("genesis_fp16.daemon")
 
@@ -94,19 +94,13 @@ def _key(ep: EntryPoint) -> str:
     return f"{ep.value} {ep.dist.version} {hash(record)}"
 
 
-@dataclass(frozen=True)
-class DeclaredOptions:
-    """A loaded plugin's declared options, read once on the scan thread: the main thread's
-    option checks (start-up, reload) read this, never the plugin's own ``options``."""
-
-    options: tuple[AgentOption, ...]
-
-
 class AgentRescan:
     """The loaded plugins by name (:attr:`plugins`, replaced whole on each change, so a
     reader on another thread sees the old set or the new one, never one in between), and
     the imports still running past their deadline (:attr:`stuck`: name to when it began,
-    on ``time.monotonic``)."""
+    on ``time.monotonic``). :attr:`capabilities` holds what each loaded plugin declares,
+    read once when it was loaded: the main thread's option checks (start-up, reload) and
+    each run's plan read these, never the plugin's own declarations."""
 
     def __init__(
         self,
@@ -120,7 +114,7 @@ class AgentRescan:
         self.stored_success = stored_success
         self.deadline = deadline
         self.plugins: dict[str, AgentPlugin] = {}
-        self.options: dict[str, DeclaredOptions] = {}
+        self.capabilities: dict[str, Capabilities] = {}
         self.stuck: dict[str, float] = {}
         self.refused: set[str] = set()  # entry-point names that are not agent names
         self.shadowed: dict[str, str] = {}  # name -> which of its registrations is used
@@ -297,18 +291,14 @@ class AgentRescan:
             if record.trace:
                 log.debug("plugin import traceback", plugin=name, traceback=record.trace)
             return None
-        try:  # the plugin's code (a property, say): read here, off the main thread
-            declared = DeclaredOptions(declared_options(plugin))
-        except Exception as exc:
-            self._failed(name, "bad_options", f"{type(exc).__name__}: {exc}", None)
-            return None
+        declared = record.capabilities  # read off the main thread, at load
         if check_options:  # a bad option keeps this one plugin out; the daemon goes on
             try:
                 check_configured_options(settings, {name: declared})
             except SettingsError as exc:
                 self._failed(name, "bad_options", str(exc), None)
                 return None
-        self.options = {**self.options, name: declared}
+        self.capabilities = {**self.capabilities, name: declared}
         self.metrics.add_agent(name, self.stored_success(name))
         log.info("plugin loaded", plugin=name, value=record.value)
         return plugin

@@ -363,7 +363,7 @@ class Daemon:
 
     def _job(self, agent: str, plugin: AgentPlugin) -> None:
         try:
-            run_agent_job(self.context, agent, plugin)
+            run_agent_job(self.context, agent, plugin, self.agents.capabilities.get(agent))
         finally:
             self._run_now_asked.pop(agent, None)
 
@@ -462,7 +462,7 @@ class Daemon:
     def _declared(self) -> dict[str, object]:
         """Each loaded agent's declared options as the scan thread read them: an option
         check on the main thread never calls into a plugin."""
-        plugins, declared = self.plugins, self.agents.options
+        plugins, declared = self.plugins, self.agents.capabilities
         return {name: declared[name] for name in plugins if name in declared}
 
     def plugin_notes(self) -> dict[str, str]:

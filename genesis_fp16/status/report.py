@@ -29,21 +29,15 @@ from genesis_fp16.metrics.watch_state import stamp_seconds, watch_state
 from genesis_fp16.status.history import AgentHistory, gather_history
 from genesis_fp16.status.when import clock
 from genesis_fp16_infrastructure.api import (
-    REPAIR,
     SERVED_POINTER,
     AgentFolder,
+    CheckpointsFolder,
     LastRun,
     Outcome,
     PrecisionName,
     ScoresOn,
-    aside_path,
-    candidates_dir,
     files,
-    list_candidates,
-    newest_checkpoint,
-    pointer_path,
     precision_name,
-    read_verdict,
 )
 
 # Bounds that keep the page small whatever the state folder holds.
@@ -215,27 +209,28 @@ def read_served(
 ) -> tuple[ServedModel | None, Any]:
     """The served-model pointer's entry (None: no pointer, nothing served yet), and the
     pointer's JSON as read (None: none, or unreadable) for the agent's history."""
-    path = pointer_path(folder.checkpoint_dir)
+    models = folder.checkpoints
     try:
-        data = files.read_json(path, SERVED_POINTER)  # a look: the daemon sets it aside
-        if data is None and aside_path(folder.checkpoint_dir).exists():
-            repair = REPAIR.replace("AGENT", folder.agent)
-            error = _cut(f"served-model pointer unusable, set aside: {repair}")
+        # A look: the daemon sets an unusable pointer aside, not this page.
+        data = files.read_json(models.pointer_path, SERVED_POINTER)
+        if data is None and models.aside_path.exists():
+            error = _cut(f"served-model pointer unusable, set aside: {models.repair_hint()}")
             return ServedModel(error=error), None
         if data is None:
             return _newest_checkpoint(folder), None
     except files.UnusableStateFile as exc:
         return ServedModel(error=_cut(f"served-model pointer unreadable: {exc}")), None
-    return _served_entry(path, data, idle_seconds), data
+    return _served_entry(models, data, idle_seconds), data
 
 
-def _served_entry(path: Path, data: Any, idle_seconds: float) -> ServedModel:
+def _served_entry(models: CheckpointsFolder, data: Any, idle_seconds: float) -> ServedModel:
     """The pointer's served entry, its fields cut to a line each."""
     served = data.get("served") if isinstance(data, dict) else None
     if not isinstance(served, dict):
+        path = models.pointer_path
         return ServedModel(error=_cut(f"served-model pointer {path} names no served model"))
     pinned = data.get("pinned")
-    held = held_by_pin(path.parent, pinned, served.get("id"))
+    held = held_by_pin(models, pinned, served.get("id"))
     return ServedModel(
         id=_text(served.get("id")),
         precision=_precision(served.get("precision")),
@@ -246,18 +241,18 @@ def _served_entry(path: Path, data: Any, idle_seconds: float) -> ServedModel:
         pinned=None if pinned in (None, False) else _describe_pin(pinned, served.get("id"), held),
         held=tuple(held),
         watch=_watch(served, data.get("history"), idle_seconds),
-        judging=_kept_inconclusive(path.parent),
-        evidence=_on_training_data(path.parent, served.get("id")),
+        judging=_kept_inconclusive(models),
+        evidence=_on_training_data(models, served.get("id")),
     )
 
 
-def _on_training_data(folder: Path, served_id: Any) -> str | None:
+def _on_training_data(models: CheckpointsFolder, served_id: Any) -> str | None:
     """Why the served model's verdict does not stand on held-out records, when it does
     not (issue 68: a plugin whose candidate names no records it trained on)."""
     if not isinstance(served_id, str) or not served_id or "/" in served_id:
         return None
     try:
-        verdict = read_verdict(candidates_dir(folder) / served_id)
+        verdict = models.verdict(models.candidates_dir / served_id)
     except OSError:
         return None
     if verdict.evidence != "training_data":
@@ -289,14 +284,14 @@ def watch_words(watch: Mapping[str, Any] | None) -> str:
     return f"watched{served}: no labelled record scored yet"
 
 
-def _kept_inconclusive(folder: Path) -> str | None:
+def _kept_inconclusive(models: CheckpointsFolder) -> str | None:
     """The newest candidate kept ``inconclusive``, and the records it needs, in words."""
     try:
-        candidates = list_candidates(folder)
+        candidates = models.candidates()
     except OSError:  # not ours to list: the served line says enough
         return None
     for candidate in reversed(candidates):
-        verdict = read_verdict(candidate)
+        verdict = models.verdict(candidate)
         if verdict.outcome == Outcome.INCONCLUSIVE:
             needed = verdict.records_needed
             needs = f"about {needed} records" if needed is not None else "more records"
@@ -308,7 +303,7 @@ def _newest_checkpoint(folder: AgentFolder) -> ServedModel | None:
     """Without a pointer (rlhf_ppo keeps none; se_darwin before its first promotion has
     no checkpoint either) the agent serves its newest checkpoint, if it has one."""
     try:
-        newest = newest_checkpoint(folder.checkpoint_dir)
+        newest = folder.checkpoints.newest_checkpoint()
     except OSError:  # no checkpoint folder yet, or not ours to list
         return None
     if newest is None:
@@ -343,7 +338,7 @@ def _describe_pin(pinned: Any, served_id: Any, held: list[str]) -> str:
     return _cut(f"{said}; {held_words(held)}")
 
 
-def held_by_pin(folder: Path, pin: Any, served_id: Any) -> list[str]:
+def held_by_pin(models: CheckpointsFolder, pin: Any, served_id: Any) -> list[str]:
     """The candidates the gate held (a better model, verdict ``held``) while ``pin``
     stands: decided since the pin was set (when the pin says when), never the served
     model (``model promote`` serves a held one). None without a pin."""
@@ -351,12 +346,12 @@ def held_by_pin(folder: Path, pin: Any, served_id: Any) -> list[str]:
         return []
     since = stamp_seconds(pin.get("at")) if isinstance(pin, Mapping) else None
     try:
-        candidates = list_candidates(folder)
+        candidates = models.candidates()
     except OSError:  # not ours to list: the pin's own line says enough
         return []
     held = []
     for candidate in candidates:
-        verdict = read_verdict(candidate)
+        verdict = models.verdict(candidate)
         if candidate.name == served_id or verdict.outcome != Outcome.HELD:
             continue
         decided = verdict.decided_at_s

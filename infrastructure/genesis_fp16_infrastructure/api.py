@@ -27,25 +27,15 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.agent_folder import files, outbox
-    from genesis_fp16_infrastructure.agent_folder.candidates import (
-        list_candidates,
-        newest_checkpoint,
-        read_meta,
-        read_verdict,
-        served_entry,
-    )
     from genesis_fp16_infrastructure.agent_folder.files import SetAside, folder_bytes, on_set_aside
-    from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+    from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder, CheckpointsFolder
     from genesis_fp16_infrastructure.agent_folder.layout import (
         AGENT_NAME_PATTERN,
-        AGENTS_FOLDER,
-        CHECKPOINTS_FOLDER,
         LAYOUT,
         OWNER_LOCK,
         PRECISION_STATE,
         PRECISION_STATE_LOCK,
         PROBE_RECORD,
-        QUARANTINE_LOG,
         RUN_REQUEST,
         SERVED_POINTER,
         StateFile,
@@ -62,22 +52,7 @@ if TYPE_CHECKING:
         write_holder,
     )
     from genesis_fp16_infrastructure.agent_folder.outbox import Event
-    from genesis_fp16_infrastructure.agent_folder.pointer import (
-        REPAIR,
-        ServedPointer,
-        ServedPointerError,
-        aside_path,
-        candidates_dir,
-        pointer_path,
-        served_checkpoint,
-    )
-    from genesis_fp16_infrastructure.agent_folder.prune import prune_and_read
-    from genesis_fp16_infrastructure.agent_folder.repair import (
-        repairable_pointer,
-        roll_back_by_hand,
-        serve_by_hand,
-        set_aside_unusable,
-    )
+    from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer, ServedPointerError
     from genesis_fp16_infrastructure.agent_folder.run_history import (
         LastRun,
         LiveMark,
@@ -85,16 +60,12 @@ if TYPE_CHECKING:
         score_name,
         score_of,
     )
-    from genesis_fp16_infrastructure.agent_folder.transitions import operator_pin, recover, unpin
     from genesis_fp16_infrastructure.atomic import write_json_atomic
     from genesis_fp16_infrastructure.contract.agent_snapshot import (
         AgentSnapshot,
         AgentState,
         AgentStateFiles,
         DataCheck,
-        ResumePoint,
-    )
-    from genesis_fp16_infrastructure.contract.agent_state import (
         read_agent_state,
         read_resume_point,
         read_snapshot,
@@ -113,11 +84,14 @@ if TYPE_CHECKING:
         SUPPORTED_API_VERSIONS,
         AgentOption,
         AgentPlugin,
+        Capabilities,
         OptionValue,
         ProbeSetup,
         TrainRequestError,
+        TrainResultError,
         api_version_error,
         capabilities_of,
+        check_result,
         declared_options,
         ignored_request_fields,
         parse_options,
@@ -125,28 +99,17 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.contract.reports import (
         DataReport,
         DriftReport,
-        GateComparison,
         GateReport,
         LiveReport,
         ScoresOn,
     )
-    from genesis_fp16_infrastructure.contract.result_check import TrainResultError, check_result
     from genesis_fp16_infrastructure.contract.train_request import DEFAULT_STEPS, TrainRequest
-    from genesis_fp16_infrastructure.contract.train_result import (
-        LEARNING_FAILURES,
-        SCALER_CALIBRATION_SKIPS,
-        TrainResult,
-        learning_failure,
-        min_useful_steps,
-    )
+    from genesis_fp16_infrastructure.contract.train_result import TrainResult
     from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
-    from genesis_fp16_infrastructure.data.readers import read_trajectories
     from genesis_fp16_infrastructure.data.sources import DataError
-    from genesis_fp16_infrastructure.data.synthetic import write_pool
     from genesis_fp16_infrastructure.judging.run import run_plugin
-    from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes
+    from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes, peak_rss_mib
     from genesis_fp16_infrastructure.outcome import Outcome
-    from genesis_fp16_infrastructure.phases import peak_rss_mib
     from genesis_fp16_infrastructure.probe.report import ProbeReport, format_table
     from genesis_fp16_infrastructure.probe.runner import run_probe
     from genesis_fp16_infrastructure.probe.variants import ProbeError
@@ -186,20 +149,17 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.precision.precision_request import (
         PrecisionError,
         PrecisionRequest,
-        checked_request,
     )
     from genesis_fp16_infrastructure.training.reports import (
-        CACHE_VERSION,
         Calibration,
         Demotion,
         EarlyStopReport,
-        FaultBundle,
         Measured,
         ModuleRange,
         RangeSummary,
     )
     from genesis_fp16_infrastructure.training.run.batches import to_device
-    from genesis_fp16_infrastructure.training.run.calibration import kept_rows, policy_for_run
+    from genesis_fp16_infrastructure.training.run.calibration import kept_rows
     from genesis_fp16_infrastructure.training.run.fit import fit
     from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
     from genesis_fp16_infrastructure.training.run.spec import RunCallbacks
@@ -210,14 +170,7 @@ if TYPE_CHECKING:
         FALLBACK_REASONS,
     )
     from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
-    from genesis_fp16_infrastructure.training.step.trainer import Trainer
-    from genesis_fp16_infrastructure.training.step.trainer_config import TrainerConfig
-    from genesis_fp16_infrastructure.world_model.features import FeatureEncoder
-    from genesis_fp16_infrastructure.world_model.model import (
-        ModelConfig,
-        WorldModel,
-        world_model_losses,
-    )
+    from genesis_fp16_infrastructure.world_model import workload
 
 
 @cache

@@ -1,4 +1,5 @@
-"""How much memory this process may use: the machine's RAM, or less under a cgroup limit.
+"""How much memory this process may use: the machine's RAM, or less under a cgroup limit;
+and how much it has used at its peak (:func:`peak_rss_mib`).
 
 >>> machine_memory_bytes() > 0
 True
@@ -12,6 +13,8 @@ environment, so the library stays free of settings.
 from __future__ import annotations
 
 import os
+import resource
+import sys
 from pathlib import Path
 
 # cgroup v2, then v1; "max" (v2) or a huge number (v1: 2**63 rounded to pages) is no limit.
@@ -41,3 +44,19 @@ def _cgroup_limit(path: Path) -> int | None:
         return None  # "max": unlimited
     value = int(text)
     return value if 0 < value < 2**60 else None
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set size so far, in MiB: Linux's ``VmHWM``, the high
+    water mark of this program's own memory. ``ru_maxrss`` is not used there: it keeps the
+    parent's resident size across fork and exec (a run started by a 300 MiB daemon would
+    never report less); elsewhere it is all there is."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 2**10  # kB
+    except OSError:
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes there, KiB here

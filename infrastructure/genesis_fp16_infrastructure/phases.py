@@ -10,11 +10,11 @@ clock.peaks()  # the process's peak resident memory (MiB) as each phase ended
 
 from __future__ import annotations
 
-import resource
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from genesis_fp16_infrastructure.machine_memory import peak_rss_mib
 
 
 class PhaseClock:
@@ -54,19 +54,3 @@ class PhaseClock:
         """The process's peak resident memory in MiB as each phase last ended: the phase
         where it first reaches the run's peak is where the memory went."""
         return {name: round(value, 1) for name, value in self.peak_mib.items()}
-
-
-def peak_rss_mib() -> float:
-    """This process's peak resident set size so far, in MiB: Linux's ``VmHWM``, the high
-    water mark of this program's own memory. ``ru_maxrss`` is not used there: it keeps the
-    parent's resident size across fork and exec (a run started by a 300 MiB daemon would
-    never report less); elsewhere it is all there is."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 2**10  # kB
-    except OSError:
-        pass
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes there, KiB here

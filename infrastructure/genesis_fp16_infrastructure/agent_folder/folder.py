@@ -13,6 +13,11 @@ data's marker::
     folder.save_run(record, entry)                      # last_run.json, one history line
     folder.last_run()            # LastRun | None; UnusableStateFile for a bad file
     folder.history().entries     # the recent runs, oldest first
+    folder.checkpoints.candidates()  # the served models' folder: CheckpointsFolder
+
+:class:`CheckpointsFolder` is the face of one checkpoints folder's served models (the
+pointer, its set-aside copy, the candidates and their verdicts), an agent's
+(``AgentFolder.checkpoints``) or any other (``train --checkpoint-dir``'s, a test's).
 
 It reads no setting and logs nothing of its own: where the state folder is, and what a
 run's result says, are the caller's.
@@ -31,14 +36,21 @@ from typing import Any
 import msgspec
 
 from genesis_fp16_infrastructure.agent_folder import (
+    candidates,
     files,
+    pointer,
+    prune,
     records,
     repair,
     run_history,
     transitions,
 )
 from genesis_fp16_infrastructure.agent_folder import layout as L
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
+    CandidateMeta,
+    ServedEntry,
+    Verdict,
+)
 from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer
 from genesis_fp16_infrastructure.agent_folder.records import CaptureVerdict
 from genesis_fp16_infrastructure.agent_folder.run_history import KEEP, LastRun, RunEntry, RunHistory
@@ -113,6 +125,11 @@ class AgentFolder:
     @property
     def checkpoint_dir(self) -> Path:
         return self.root / L.CHECKPOINTS_FOLDER
+
+    @property
+    def checkpoints(self) -> CheckpointsFolder:
+        """The served models of :attr:`checkpoint_dir` (:class:`CheckpointsFolder`)."""
+        return CheckpointsFolder(self.checkpoint_dir)
 
     @property
     def quarantine_dir(self) -> Path:
@@ -301,6 +318,79 @@ class AgentFolder:
         data_path = generate(self.data_dir, count, seed)
         files.write_bytes(marker, L.SAMPLE_DATA_MARKER, _marker_text(data_path, self.data_dir))
         return data_path
+
+
+@dataclass(frozen=True)
+class CheckpointsFolder:
+    """The served models of the checkpoints folder ``path``, read with the lifecycle's
+    own readers: the pointer and where it was set aside, the candidates, each one's
+    verdict and meta, and the pruning the daemon does after a run.
+
+    >>> models = CheckpointsFolder(Path("state/agents/my_agent/checkpoints"))
+    >>> models.holds_models()  # a pointer, one set aside, or a candidate
+    False
+    """
+
+    path: Path
+
+    @property
+    def pointer_path(self) -> Path:
+        return pointer.pointer_path(self.path)
+
+    @property
+    def aside_path(self) -> Path:
+        """Where the pointer was last set aside (``served.json.unusable``: never)."""
+        return pointer.aside_path(self.path)
+
+    @property
+    def candidates_dir(self) -> Path:
+        return pointer.candidates_dir(self.path)
+
+    def holds_models(self) -> bool:
+        """Whether the folder has a promotion gate's models: a pointer, one set aside,
+        or a candidate (an agent without a gate serves its newest checkpoint)."""
+        return any(p.exists() for p in (self.candidates_dir, self.pointer_path, self.aside_path))
+
+    def repair_hint(self) -> str:
+        """The commands that repair an unusable pointer, naming the agent."""
+        return pointer.repair_hint(self.path)
+
+    def candidates(self) -> list[Path]:
+        """The kept candidates' folders, oldest first."""
+        return candidates.list_candidates(self.path)
+
+    @staticmethod
+    def verdict(candidate: Path) -> Verdict:
+        """``candidate``'s verdict; ``Verdict()`` while it has none (training)."""
+        return candidates.read_verdict(candidate)
+
+    @staticmethod
+    def meta(candidate: Path) -> CandidateMeta:
+        return candidates.read_meta(candidate)
+
+    def newest_checkpoint(self, candidate: Path | None = None) -> Path | None:
+        """The newest checkpoint file of ``candidate``, or of the folder itself (an agent
+        without a gate)."""
+        return candidates.newest_checkpoint(self.path if candidate is None else candidate)
+
+    def served_entry(self, candidate: Path) -> ServedEntry | None:
+        """The pointer entry that serves ``candidate`` (None: it holds no checkpoint)."""
+        return candidates.served_entry(self.path, candidate)
+
+    def served_checkpoint(self) -> Path | None:
+        """The checkpoint the pointer names (None: no pointer); ServedPointerError when
+        it is gone."""
+        return pointer.served_checkpoint(self.path)
+
+    def repairable_pointer(self) -> ServedPointer | None:
+        """The pointer a repair starts from (:func:`.repair.repairable_pointer`)."""
+        return repair.repairable_pointer(self.path)
+
+    def prune(
+        self, keep_served: int, rejected_days: float, recover_first: bool = False
+    ) -> tuple[list[Path], ServedPointer | None]:
+        """Bound the history, and the pointer as it stands after (:func:`.prune.prune_and_read`)."""
+        return prune.prune_and_read(self.path, keep_served, rejected_days, recover_first)
 
 
 def _write(path: Path, file: L.StateFile, data: Any, lost: str) -> None:

@@ -318,7 +318,11 @@ def test_tiny_is_one_size_ours_and_hand_in_one_process_and_flags_widen_it() -> N
 def test_the_large_preset_is_larger_tiny_or_not(tmp_path: Path) -> None:
     """The bench's large model has more parameters than its default one, --tiny as well
     (24,069 against 917; 12,718,085 against 7,941 in full, on the pool's 49 features)."""
-    from genesis_fp16.bench.workload import build_workload, load_data, write_data
+    from genesis_fp16_infrastructure.world_model.workload import (
+        build_workload,
+        load_data,
+        write_data,
+    )
 
     counts = {}
     for tiny in (True, False):
@@ -348,7 +352,11 @@ def test_ours_graph_compile_is_a_cuda_row_and_a_cpu_refuses_it_naming_why() -> N
 
 def test_a_batch_larger_than_the_data_is_drawn_from_it_at_full_size(tmp_path: Path) -> None:
     """A batch of 8192 from a pool of 2048 records has 8192 rows, not the 1638 there are."""
-    from genesis_fp16.bench.workload import RESAMPLED_BATCHES, load_data, write_data
+    from genesis_fp16_infrastructure.world_model.workload import (
+        RESAMPLED_BATCHES,
+        load_data,
+        write_data,
+    )
 
     data = load_data(write_data(tmp_path, tiny=True, seed=0), 512, torch.device("cpu"))
     assert len(data.train_batches) == RESAMPLED_BATCHES
@@ -361,8 +369,8 @@ def test_the_workload_encodes_the_lineage_as_the_plugin_does(tmp_path: Path) -> 
     """The bench trains on what the plugin trains on: the grandparents', siblings' and
     parents' operators' columns vary over the pool (encoded with the scores alone, as
     before, they were constant)."""
-    from genesis_fp16.bench.workload import load_data, write_data
     from genesis_fp16_infrastructure.world_model.features import NUMERIC_FEATURES
+    from genesis_fp16_infrastructure.world_model.workload import load_data, write_data
 
     data = load_data(write_data(tmp_path, tiny=False, seed=0), 256, torch.device("cpu"))
     x = torch.cat([batch[0] for batch in data.train_batches] + [data.eval_set[0]])

@@ -15,10 +15,10 @@ from prometheus_client import CollectorRegistry
 from genesis_fp16.config.settings import SettingsError, load_settings
 from genesis_fp16.jobs.agent_job import DeviceSlots, JobContext
 from genesis_fp16.jobs.run_request import check_configured_options
-from genesis_fp16.plugin_api import AgentPlugin, declared_options
-from genesis_fp16.service.agent_rescan import DeclaredOptions
+from genesis_fp16.plugin_api import AgentPlugin
 from genesis_fp16.service.daemon import Daemon
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.api import capabilities_of
 from genesis_fp16_infrastructure.training.run.guard import PrecisionMemory, write_precision_memory
 
 AGENT = "agent_a"
@@ -84,7 +84,7 @@ def test_reload_with_a_bad_agent_option_is_a_counted_failure(daemon: Daemon) -> 
 
     daemon.plugins = {"rlhf_ppo": plugin}
     # What the scan thread records when it loads a plugin: the main thread checks these.
-    daemon.agents.options = {"rlhf_ppo": DeclaredOptions(declared_options(plugin))}
+    daemon.agents.capabilities = {"rlhf_ppo": capabilities_of(plugin)}
     kept = daemon.settings
     text = daemon.env_file.read_text()
     daemon.env_file.write_text(text + "GENESIS_FP16_AGENTS__RLHF_PPO__OPTIONS__PRESETT=bf16_pure\n")

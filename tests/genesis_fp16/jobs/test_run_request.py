@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 from structlog.testing import capture_logs
 
+from genesis_fp16.config.plugins import load_entry_point
 from genesis_fp16.config.settings import AgentSettings, Settings
 from genesis_fp16.jobs.run_request import (
     RequestOverrides,
@@ -170,3 +171,46 @@ def test_a_scheduled_budget_on_an_unchanged_pool_is_up_to_date(tmp_path: Path) -
     assert [r.steps for r in runs] == [6, 0, 6]
     assert runs[1].up_to_date and runs[1].data is not None
     assert runs[1].data.checked_by == "manifest"
+
+
+class _Counted:
+    """A plugin that counts each read of its declarations (options, data_folder)."""
+
+    api_version, name, description = 3, AGENT, "counts its declarations' reads"
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    @property
+    def options(self) -> tuple[object, ...]:
+        self.reads += 1
+        return ()
+
+    @property
+    def data_folder(self) -> bool:
+        self.reads += 1
+        return False
+
+    def generate_sample_data(self, out: Path, count: int, seed: int) -> Path:
+        out.mkdir(parents=True, exist_ok=True)
+        return out / "sample.json"
+
+    def train(self, request: object) -> object: ...
+
+    def probe_setup(self, data_path: Path | None, seed: int) -> object: ...
+
+
+def test_each_plan_takes_the_capabilities_the_loader_read(tmp_path: Path) -> None:
+    """The loaded plugin's record carries its capabilities; two plans given them read
+    none of the plugin's declarations again (options, the default data path's folder)."""
+    plugin = _Counted()
+    entry = SimpleNamespace(
+        name=AGENT, value="x:plugin", module="x", dist=None, load=lambda: plugin
+    )
+    record = load_entry_point(entry)  # type: ignore[arg-type]
+    assert record.state == "loaded" and record.capabilities.data_folder is False
+    at_load = plugin.reads
+    for _ in range(2):
+        plan = plan_request(_settings(tmp_path), AGENT, plugin, "cpu", None, record.capabilities)  # type: ignore[arg-type]
+        assert str(plan.request.data_path).endswith("sample.json")
+    assert at_load > 0 and plugin.reads == at_load

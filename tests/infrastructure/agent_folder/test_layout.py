@@ -80,3 +80,22 @@ def test_each_agent_folder_is_listed_by_name_and_nothing_else(tmp_path: Path) ->
     found = AgentFolder.each(tmp_path)
     assert [f.agent for f in found] == ["alpha", "zeta"]
     assert found[0].root == agents / "alpha" and found[0].state_dir == tmp_path
+
+
+def test_an_agents_checkpoints_folder_is_one_face_of_its_served_models(tmp_path: Path) -> None:
+    """AgentFolder.checkpoints: the served models of its checkpoint folder; it holds
+    models once a candidate, a pointer or one set aside is there, and its repair hint
+    names the agent."""
+    from genesis_fp16_infrastructure.agent_folder.candidates import new_candidate
+    from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+
+    models = AgentFolder(tmp_path, "alpha").checkpoints
+    assert models.path == AgentFolder(tmp_path, "alpha").checkpoint_dir
+    assert not models.holds_models() and models.candidates_dir.parent == models.path
+    models.path.mkdir(parents=True)
+    assert models.newest_checkpoint() is None
+    candidate = new_candidate(models.path, {"records": 3})
+    assert models.holds_models() and models.candidates() == [candidate]
+    assert candidate.parent == models.candidates_dir
+    assert models.verdict(models.candidates()[0]).outcome is None  # training: no verdict
+    assert "model rollback alpha" in models.repair_hint()

@@ -13,8 +13,7 @@ import torch
 
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer, write_pointer
-from genesis_fp16_infrastructure.contract.agent_snapshot import AgentStateFiles
-from genesis_fp16_infrastructure.contract.agent_state import read_agent_state
+from genesis_fp16_infrastructure.contract.agent_snapshot import AgentStateFiles, read_agent_state
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.precision.carried_scale import (
@@ -108,7 +107,7 @@ def test_reading_without_a_resume_point_does_not_import_torch(tmp_path: Path) ->
     """The `agents` and `precision` commands read state without paying for torch."""
     code = (
         "import sys; from pathlib import Path;"
-        "from genesis_fp16_infrastructure.contract.agent_state import"
+        "from genesis_fp16_infrastructure.contract.agent_snapshot import"
         " AgentStateFiles, read_agent_state;"
         f"root = Path({str(tmp_path)!r});"
         "read_agent_state(AgentStateFiles(root / 'memory', root / 'scale'));"

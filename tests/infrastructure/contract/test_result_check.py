@@ -11,9 +11,12 @@ from typing import Any
 import pytest
 import torch
 
-from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.contract.plugin_api import (
+    TrainRequestError,
+    TrainResultError,
+    check_result,
+)
 from genesis_fp16_infrastructure.contract.reports import GateReport
-from genesis_fp16_infrastructure.contract.result_check import TrainResultError, check_result
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import Demotion

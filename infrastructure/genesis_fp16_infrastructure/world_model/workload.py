@@ -1,28 +1,42 @@
-"""The model, data and loss every runner trains: identical across runners for one seed.
+"""The model, data and loss every runner of ``genesis-fp16 bench`` trains: identical
+across runners for one seed (the daemon's bench reaches it through the library's door,
+as one module: ``from genesis_fp16_infrastructure.api import workload``).
 
-The SE-Darwin world model at a named preset, trained on the synthetic trajectory pool
+The world model at a named preset, trained on the synthetic trajectory pool
 that `genesis-fp16 data generate` writes, read back through the real reader and feature
 encoder, encoded as the plugin and the prediction API encode: with the pool around each
 attempt (its lineage) and the training part's per-agent base rates. 80% of the labelled
-examples train, the last 20% are held out.
+examples train, the last 20% are held out. :func:`agents_trainer` builds this project's
+``Trainer`` on a workload as the agents' ``fit`` builds it, ``auto`` measured as the
+daemon measures it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import copy
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
-from genesis_fp16_infrastructure.api import (
-    FeatureEncoder,
+from genesis_fp16_infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.data.synthetic import write_pool
+from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
+from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
+from genesis_fp16_infrastructure.training.precision.precision_names import RequestedName
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
+from genesis_fp16_infrastructure.training.reports import Calibration
+from genesis_fp16_infrastructure.training.run.calibration import policy_for_run
+from genesis_fp16_infrastructure.training.step.trainer import Trainer
+from genesis_fp16_infrastructure.training.step.trainer_config import TrainerConfig
+from genesis_fp16_infrastructure.world_model.features import FeatureEncoder
+from genesis_fp16_infrastructure.world_model.model import (
     ModelConfig,
     WorldModel,
-    read_trajectories,
     world_model_losses,
-    write_pool,
 )
 
 # x, success, score, score_known, outcome
@@ -141,3 +155,57 @@ def build_workload(size: str, data: Data, seed: int, tiny: bool, device: torch.d
     torch.manual_seed(seed)
     model = WorldModel(ModelConfig.preset(size, data.in_features, **overrides)).to(device)
     return Workload(model, data.train_batches, data.eval_set)
+
+
+Optimizers = Callable[[nn.Module], list[torch.optim.Optimizer]]
+
+
+def agents_trainer(
+    workload: Workload,
+    optimizers: Optimizers,
+    requested: RequestedName,
+    device: torch.device,
+    seed: int,
+    batch_size: int,
+    **trainer: Any,
+) -> tuple[Trainer, PrecisionPolicy, Calibration | None]:
+    """This project's ``Trainer`` on ``workload``, its policy and its calibration (None
+    but for ``auto``): ``requested`` decided as the daemon decides it (``auto`` measured
+    on copies of the workload's model, outside any timed step), then the trainer built
+    on the workload's own model and ``optimizers(model)``; ``trainer``: the
+    ``TrainerConfig`` fields (``max_grad_norm``, ``cuda_graph``, ``compile``)."""
+    config = TrainerConfig(**trainer)
+    request = PrecisionRequest(requested, mode="measure")
+    task = _WorkloadTask(workload, optimizers, batch_size)
+    policy, calibration = policy_for_run(task, request, str(device), ScalerConfig(), seed, config)
+    return Trainer(workload.model, optimizers(workload.model), policy, config), policy, calibration
+
+
+class _WorkloadTask:
+    """The workload as a ``TrainingTask``, for the ``auto`` calibration: copies of its
+    model, their optimizers, its batches in order."""
+
+    def __init__(self, workload: Workload, optimizers: Optimizers, batch_size: int) -> None:
+        self.workload, self.optimizers, self.batch_size = workload, optimizers, batch_size
+
+    def build_model(self) -> nn.Module:
+        return copy.deepcopy(self.workload.model)
+
+    def build_optimizers(self, model: nn.Module) -> list[torch.optim.Optimizer]:
+        return self.optimizers(model)
+
+    def build_schedulers(self, optimizers: Any) -> list[Any]:
+        return []
+
+    def train_batches(self, epoch: int, seed: int) -> Iterator[tuple[Batch, int]]:
+        for batch in self.workload.train_batches:
+            yield batch, self.batch_size
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        return self.workload.loss_fn(model, batch)
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        return {"loss": self.workload.eval_loss(model)}
+
+    def extra_state(self) -> dict[str, Any]:
+        return {}
