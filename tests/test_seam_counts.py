@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from script_module import load_script
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 REPO = BENCHMARKS.parent
 
@@ -78,16 +80,7 @@ def not_the_daemon(result):
 
 
 def _script() -> ModuleType:
-    sys.path.insert(0, str(BENCHMARKS))  # it imports design_syntax beside it
-    try:
-        spec = importlib.util.spec_from_file_location("seam_counts", BENCHMARKS / "seam_counts.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up by name
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
+    return load_script(BENCHMARKS / "seam_counts.py")  # it imports design_syntax beside it
 
 
 def _figures_of(tmp_path: Path, files: dict[str, str]) -> object:
