@@ -89,7 +89,7 @@ def test_temp_files_of_a_killed_save_are_removed_and_counted_at_the_next_start(
     assert killed.returncode == -9
     left = list(tmp_path.glob(".tmp-*"))
     assert len(left) == 2
-    assert _result(_child(tmp_path, 0))["temps_removed"] == 2
+    assert _resume(tmp_path)["temps_removed"] == 2
     assert not list(tmp_path.glob(".tmp-*"))
 
 
