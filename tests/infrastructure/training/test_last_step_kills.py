@@ -12,6 +12,7 @@ from guard_faults import FaultTask
 
 from genesis_fp16_infrastructure.training import CheckpointManager, FitOptions, fit
 from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 CHILD = Path(__file__).with_name("last_step_child.py")
 STEPS = 10
@@ -38,7 +39,11 @@ def _resume(folder: Path) -> dict[str, int]:
     only the killed run needs a process of its own, and each child spends seconds
     importing torch."""
     options = FitOptions(
-        precision="fp32", steps=STEPS, checkpoint_dir=folder, checkpoint_steps=5, resume=True
+        precision=PrecisionRequest("fp32"),  # the child's bare "fp32", typed
+        steps=STEPS,
+        checkpoint_dir=folder,
+        checkpoint_steps=5,
+        resume=True,
     )
     result = fit(FaultTask(None), options)
     return {"steps_run": result.steps_run, "temps_removed": result.temps_removed}
