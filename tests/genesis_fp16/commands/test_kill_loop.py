@@ -57,27 +57,34 @@ def _weights(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tenso
     return state[keys.MODEL], served_weights(state)
 
 
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """600 se_darwin records (seed 0), generated once: both budgets only read them."""
+    folder = tmp_path_factory.mktemp("kill_loop_data")
+    data = folder / "data.jsonl"
+    subprocess.run(
+        [
+            *(sys.executable, "-m", "genesis_fp16", "data", "generate", "--agent", "se_darwin"),
+            *("--out", str(data), "--count", "600", "--seed", "0"),
+        ],
+        env=_env(folder),
+        check=True,
+        capture_output=True,
+    )
+    return data
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("budget", [(), ("--steps", "90")], ids=["early-stopping", "steps"])
 def test_kill_9_loop_keeps_progress_and_ends_bitwise_equal(
-    tmp_path: Path, budget: tuple[str, ...]
+    tmp_path: Path, data: Path, budget: tuple[str, ...]
 ) -> None:
     """Three kill -9s mid-run, each after its life wrote two checkpoints: what was written
     stays, and the finished run's last and served weights equal an unbroken run's, whether
     early stopping or an explicit budget ends it (an interrupted run resumes toward its
     own target, not a fresh budget)."""
     env = _env(tmp_path)
-    data = tmp_path / "data.jsonl"
-    subprocess.run(
-        [
-            *(sys.executable, "-m", "genesis_fp16", "data", "generate", "--agent", "se_darwin"),
-            *("--out", str(data), "--count", "600", "--seed", "0"),
-        ],
-        env=env,
-        check=True,
-        capture_output=True,
-    )
     whole = subprocess.run(
         _train_command(data, tmp_path / "whole", budget), env=env, capture_output=True, text=True
     )

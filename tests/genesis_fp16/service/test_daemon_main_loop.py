@@ -134,9 +134,20 @@ def test_a_plugin_hanging_at_import_holds_no_ping_signal_or_other_agent(
         "NOTIFY_SOCKET": str(notify.path),
         "WATCHDOG_USEC": str(WATCHDOG_USEC),
     }
+    listing: subprocess.Popen[str] | None = None
     try:
         daemon = daemon_factory(env, fixtures=False)
         _install(hot, HANG, "hang_module", HANG_SOURCE)
+        # `agents` imports too, in its own process: it waits the deadline, not the hang.
+        # Started now, its deadline runs out beside the daemon's rather than after it.
+        listing = subprocess.Popen(
+            [str(Path(sys.executable).parent / "genesis-fp16"), "agents"],
+            cwd=tmp_path,
+            env=daemon_env(env, fixtures=False),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         # The tick finds it; after the import deadline it is reported, once.
         wait = 60 + 2 * IMPORT_DEADLINE_SECONDS
         (stuck,) = daemon.wait_for(lambda: daemon.events(STUCK), "the stuck import", wait)
@@ -144,17 +155,9 @@ def test_a_plugin_hanging_at_import_holds_no_ping_signal_or_other_agent(
         assert daemon.sample("genesis_fp16_plugin_load_stuck", plugin=HANG) == 1
         row = daemon.wait_for(lambda: _stuck_row(daemon), "the page to show the hang")
         assert row["installed"] is True and row["next_run"]["at"] is None, row
-        # `agents` imports too, in its own process: it waits the deadline, not the hang.
-        listing = subprocess.run(
-            [str(Path(sys.executable).parent / "genesis-fp16"), "agents"],
-            cwd=tmp_path,
-            env=daemon_env(env, fixtures=False),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert listing.returncode == 1, listing
-        (line,) = [x for x in listing.stdout.splitlines() if x.startswith(HANG)]
+        out, err = listing.communicate(timeout=120)
+        assert listing.returncode == 1, (out, err)
+        (line,) = [x for x in out.splitlines() if x.startswith(HANG)]
         assert " stuck " in line and "has not returned" in line, line
         # SIGHUP: the reload is logged within 1 s of the signal, by the daemon's clock.
         sent = time.time()
@@ -168,6 +171,9 @@ def test_a_plugin_hanging_at_import_holds_no_ping_signal_or_other_agent(
         assert daemon.wait_exit(timeout=60) == 0, daemon.tail()
         assert time.monotonic() - sent < SHUTDOWN_TIMEOUT
     finally:
+        if listing is not None and listing.poll() is None:
+            listing.kill()  # a test that failed before reading it
+            listing.communicate()
         notify.close()
     (ready,) = notify.times("READY=1")
     (stopping,) = notify.times("STOPPING=1")

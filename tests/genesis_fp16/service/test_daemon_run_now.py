@@ -193,3 +193,8 @@ def test_run_while_the_daemon_shuts_down_exits_2_at_once(
     assert "is shutting down; it starts no run" in asked.stderr
     assert time.monotonic() - started < 20  # not the whole wait for an answer
     assert len(runs(daemon, STARTED, "fixture_good")) == 1
+    # The shutdown still waits out the run's 30 s step, which the teardown's stop would
+    # wait for in vain (30 s, then SIGKILL): what this test proves is above, so kill now.
+    # The run's child goes with the daemon (launch/handoff.py's pipe).
+    daemon.process.kill()
+    daemon.process.wait()

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemon_harness import DaemonFactory, daemon_env, free_port, start_daemon
+from daemon_harness import DaemonFactory, DaemonProcess, daemon_env, free_port, start_daemon
 
 from genesis_fp16.service.state_lock import (
     LOCK_NAME,
@@ -48,12 +49,22 @@ def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
+@pytest.fixture(scope="module")
+def owner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    """One daemon for the tests whose refused commands leave it and its folder as they
+    were (each asserts so): a daemon start and stop each, on a loaded 2-core CPU, is
+    seconds."""
+    daemon = start_daemon(tmp_path_factory.mktemp("owner"), ENV)
+    yield daemon
+    daemon.stop()
+
+
 def test_a_second_daemon_in_the_same_folder_exits_1_naming_the_holder(
-    daemon_factory: DaemonFactory, tmp_path: Path
+    owner: DaemonProcess,
 ) -> None:
     """A second `serve` on another port in the owned folder: exit 1, one line, the pid."""
-    first = daemon_factory(ENV)
-    second = _cli(tmp_path, "serve")
+    first = owner
+    second = _cli(first.workdir, "serve")
     assert second.returncode == 1, second.stderr
     line = _one_line(second)
     assert f"owned by genesis-fp16 serve (pid {first.process.pid})" in line
@@ -61,12 +72,10 @@ def test_a_second_daemon_in_the_same_folder_exits_1_naming_the_holder(
     assert first.get("/readyz")[0] == 200
 
 
-def test_train_against_the_daemons_folder_is_refused_in_one_line(
-    daemon_factory: DaemonFactory, tmp_path: Path
-) -> None:
+def test_train_against_the_daemons_folder_is_refused_in_one_line(owner: DaemonProcess) -> None:
     """`train --resume` beside the daemon: exit 2, one line naming its pid and what to do."""
-    first = daemon_factory(ENV)
-    refused = _cli(tmp_path, "train", GOOD, "--resume", "--steps", "2")
+    first = owner
+    refused = _cli(first.workdir, "train", GOOD, "--resume", "--steps", "2")
     assert refused.returncode == 2, refused.stderr
     line = _one_line(refused)
     assert f"genesis-fp16 serve (pid {first.process.pid})" in line
@@ -76,7 +85,7 @@ def test_train_against_the_daemons_folder_is_refused_in_one_line(
     # An installed agent the daemon does not schedule (outside its allowlist): not told
     # that the daemon trains it; told what it schedules, and refused all the same.
     other = _cli(
-        tmp_path,
+        first.workdir,
         "train",
         "fixture_raising",
         GENESIS_FP16_PLUGIN_ALLOWLIST=f"{GOOD},fixture_raising",
@@ -106,19 +115,19 @@ def test_data_generate_into_the_daemons_state_folder_is_refused_in_one_line(
 
 
 def test_train_into_the_daemons_checkpoint_folder_from_another_state_folder_is_refused(
-    daemon_factory: DaemonFactory, tmp_path: Path
+    owner: DaemonProcess, tmp_path: Path
 ) -> None:
     """`train --checkpoint-dir <the daemon's checkpoints>` with a state folder of its own,
     between the daemon's runs: exit 2, one line naming the daemon, nothing written."""
-    first = daemon_factory(ENV)
+    first = owner
     first.wait_for(  # its start-up run has ended: the folder is between runs
         lambda: first.sample("genesis_fp16_training_runs_total", agent=GOOD, outcome="success"),
         "the daemon's first run",
     )
-    checkpoints = tmp_path / "state" / "agents" / GOOD / "checkpoints"
+    checkpoints = first.state_dir / "agents" / GOOD / "checkpoints"
     before = sorted(p.name for p in checkpoints.rglob("*")) if checkpoints.exists() else []
     refused = _cli(
-        tmp_path,
+        first.workdir,
         "train",
         GOOD,
         "--resume",

@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from guard_faults import FaultTask
 
-from genesis_fp16_infrastructure.training import CheckpointManager
+from genesis_fp16_infrastructure.training import CheckpointManager, FitOptions, fit
 from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
+from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 CHILD = Path(__file__).with_name("last_step_child.py")
 STEPS = 10
@@ -32,6 +34,21 @@ def _result(run: subprocess.CompletedProcess[str]) -> dict[str, int]:
     return found
 
 
+def _resume(folder: Path) -> dict[str, int]:
+    """The run after a kill, as the child's ``KILL_AT`` 0 runs it, but in this process:
+    only the killed run needs a process of its own, and each child spends seconds
+    importing torch."""
+    options = FitOptions(
+        precision=PrecisionRequest("fp32"),  # the child's bare "fp32", typed
+        steps=STEPS,
+        checkpoint_dir=folder,
+        checkpoint_steps=5,
+        resume=True,
+    )
+    result = fit(FaultTask(None), options)
+    return {"steps_run": result.steps_run, "temps_removed": result.temps_removed}
+
+
 def _last_step_renames(tmp_path: Path) -> list[int]:
     """The 1-based indices of the renames that write step STEPS's checkpoint (its
     periodic save and its end-of-run save), from a clean run."""
@@ -50,7 +67,9 @@ def test_a_kill_at_any_rename_of_the_last_steps_saves_never_stalls_or_breaks(
 ) -> None:
     """Before each rename of the last step's periodic and end-of-run saves (and between
     them): every checkpoint left loads, the next start removes the killed save's temp
-    files, and of the two runs after it the second trains its whole budget."""
+    files, and of the two runs after it the second trains its whole budget. The killed
+    run is a process of its own (SIGKILL); the two after it run fit() here, as its child
+    would."""
     points = _last_step_renames(tmp_path)
     assert len(points) >= 4  # a periodic save and an end-of-run save of the same step
     for kill_at in points:
@@ -59,9 +78,9 @@ def test_a_kill_at_any_rename_of_the_last_steps_saves_never_stalls_or_breaks(
         assert killed.returncode == -9, killed.stderr[-2000:]
         for path in CheckpointManager(folder).checkpoints():
             load_checkpoint(path)  # raises for a checkpoint that no longer loads
-        first = _result(_child(folder, 0))
+        first = _resume(folder)
         assert not list(folder.glob(".tmp-*")), f"kill {kill_at}: temp files left"
-        second = _result(_child(folder, 0))
+        second = _resume(folder)
         assert second["steps_run"] == STEPS, f"kill before rename {kill_at}: {first}, {second}"
 
 
@@ -75,7 +94,7 @@ def test_temp_files_of_a_killed_save_are_removed_and_counted_at_the_next_start(
     assert killed.returncode == -9
     left = list(tmp_path.glob(".tmp-*"))
     assert len(left) == 2
-    assert _result(_child(tmp_path, 0))["temps_removed"] == 2
+    assert _resume(tmp_path)["temps_removed"] == 2
     assert not list(tmp_path.glob(".tmp-*"))
 
 
