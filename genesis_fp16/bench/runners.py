@@ -15,6 +15,7 @@ from torch import nn
 
 from genesis_fp16.bench.config import BenchConfig
 from genesis_fp16.bench.probe import set_tf32
+from genesis_fp16.plugin_api import PrecisionRequest
 from genesis_fp16_infrastructure.api import PrecisionName
 from genesis_fp16_infrastructure.api import workload as bench_workload
 
@@ -80,7 +81,7 @@ class OursRunner:
             cuda_graph=self.cuda_graph,
             compile=self.compile,
         )
-        if requested == "auto":
+        if PrecisionRequest(requested, mode="measure").measures:  # `auto`, as decide() reads it
             self.chosen = policy.name
         if calibration is not None:
             calibrated = f"; calibration took {calibration.seconds:.2f} s (not timed)"
