@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import torch
+from checkpoint_state import checkpoint_state
 
 from genesis_fp16.jobs.next_run import INITIAL_SCALE, expected_next_run
 from genesis_fp16.jobs.run_request import expected_precision
@@ -20,22 +20,11 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEnt
 from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer, write_pointer
 from genesis_fp16_infrastructure.api import Calibration, Measured
 from genesis_fp16_infrastructure.training import CheckpointManager
-from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.precision.decide import decide
 
 
 def _state(used: str, scale: float) -> dict[str, Any]:
-    return {
-        keys.SCHEMA: keys.SCHEMA_VERSION,
-        keys.MODEL: {"w": torch.zeros(2)},
-        keys.OPTIMIZER: [],
-        keys.SCHEDULER: [],
-        keys.SCALER: {"scale": scale, "_growth_tracker": 0},
-        keys.PRECISION: {"requested": "auto", "used": used, "reason": "test"},
-        keys.STEP: 10,
-        keys.RNG: {},
-        keys.CONFIG: {},
-    }
+    return checkpoint_state(10, scale=scale, precision=("auto", used))
 
 
 def test_fp16_reads_its_scale_from_the_served_candidate_not_the_empty_agent_folder(

@@ -9,13 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
+from checkpoint_state import checkpoint_state
 
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer, write_pointer
 from genesis_fp16_infrastructure.contract.agent_snapshot import AgentStateFiles, read_agent_state
 from genesis_fp16_infrastructure.training import CheckpointManager
-from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.precision.carried_scale import (
     carry_after_run,
     write_carried_scale,
@@ -33,17 +32,7 @@ def _files(root: Path, resume: bool = True) -> AgentStateFiles:
 
 
 def _state(step: int) -> dict[str, Any]:
-    return {
-        keys.SCHEMA: keys.SCHEMA_VERSION,
-        keys.MODEL: {"w": torch.zeros(2)},
-        keys.OPTIMIZER: [],
-        keys.SCHEDULER: [],
-        keys.SCALER: {"scale": 512.0, "_growth_tracker": 0},
-        keys.PRECISION: {"requested": "fp16", "used": "fp16", "reason": "test"},
-        keys.STEP: step,
-        keys.RNG: {},
-        keys.CONFIG: {},
-    }
+    return checkpoint_state(step, scale=512.0, precision=("fp16", "fp16"))
 
 
 def test_an_empty_folder_remembers_nothing_and_resumes_its_own_checkpoints(tmp_path: Path) -> None:

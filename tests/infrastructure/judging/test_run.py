@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from checkpoint_state import checkpoint_state
 
 from genesis_fp16_infrastructure.agent_folder.candidates import (
     list_candidates,
@@ -400,18 +401,7 @@ def test_a_judged_run_judges_every_loss_column(tmp_path: Path) -> None:
 
 
 def _named(tmp_path: Path, name: str, value: Any) -> Path:
-    state = {
-        keys.SCHEMA: keys.SCHEMA_VERSION,
-        keys.MODEL: {"w": torch.zeros(2)},
-        keys.OPTIMIZER: [],
-        keys.SCHEDULER: [],
-        keys.SCALER: {"scale": 1.0, "_growth_tracker": 0},
-        keys.PRECISION: {"requested": "fp32", "used": "fp32", "reason": "test"},
-        keys.STEP: 1,
-        keys.RNG: {},
-        keys.CONFIG: {},
-        keys.EXTRA: {TRAINED_IDS: value},
-    }
+    state = checkpoint_state(more={keys.EXTRA: {TRAINED_IDS: value}})
     return CheckpointManager(tmp_path / name).save(state)
 
 

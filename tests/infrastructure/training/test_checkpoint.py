@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from checkpoint_state import checkpoint_state
 from torch import nn
 
 from genesis_fp16_infrastructure.training import (
@@ -26,17 +27,7 @@ from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_
 
 
 def _state(step: int) -> dict[str, Any]:
-    return {
-        keys.SCHEMA: keys.SCHEMA_VERSION,
-        keys.MODEL: {"w": torch.full((3,), float(step))},
-        keys.OPTIMIZER: [],
-        keys.SCHEDULER: [],
-        keys.SCALER: {"scale": 1.0, "_growth_tracker": 0},
-        keys.PRECISION: {"requested": "fp32", "used": "fp32", "reason": "test"},
-        keys.STEP: step,
-        keys.RNG: {},
-        keys.CONFIG: {},
-    }
+    return checkpoint_state(step, torch.full((3,), float(step)))
 
 
 def _saved(tmp_path: Path, steps: list[int], keep: int = 5) -> CheckpointManager:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from checkpoint_state import checkpoint_state
 
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
@@ -15,18 +16,8 @@ from genesis_fp16_infrastructure.training.checkpoint_load import read_checkpoint
 
 
 def _state(step: int, scale: float = 1024.0) -> dict[str, Any]:
-    return {
-        keys.SCHEMA: keys.SCHEMA_VERSION,
-        keys.MODEL: {"w": torch.full((3,), float(step))},
-        keys.OPTIMIZER: [],
-        keys.SCHEDULER: [],
-        keys.SCALER: {"scale": scale, "_growth_tracker": 0},
-        keys.PRECISION: {"requested": "auto", "used": "fp16", "reason": "test"},
-        keys.STEP: step,
-        keys.RNG: {},
-        keys.CONFIG: {},
-        keys.STATS: {"skipped_steps": 2, "nonfinite_losses": 1},
-    }
+    stats = {keys.STATS: {"skipped_steps": 2, "nonfinite_losses": 1}}
+    return checkpoint_state(step, torch.full((3,), float(step)), scale, ("auto", "fp16"), stats)
 
 
 @pytest.fixture
