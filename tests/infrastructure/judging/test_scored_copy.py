@@ -87,6 +87,7 @@ _KILLED_WHILE_SCORING = """
 import sys, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, str(Path(sys.argv[1]).parents[1]))  # tests/, as pytest puts it: its helpers
 import test_run
 from genesis_fp16_infrastructure.judging.run import run_plugin
 
