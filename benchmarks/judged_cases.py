@@ -31,7 +31,6 @@ import importlib.util
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -57,7 +56,7 @@ from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir, ser
 from genesis_fp16_infrastructure.agent_folder.transitions import serve
 from genesis_fp16_infrastructure.api import run_plugin
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
+from genesis_fp16_infrastructure.judging.run import continue_from
 
 Batch = Any  # one agent's records as it writes them (a pool, lines, a task file)
 ARRIVED_BEFORE_S = 60  # how long before its run a batch's file was written
@@ -267,9 +266,7 @@ def run(agent: Agent, folder: Path, batches: list[Batch], judged: bool = True, *
         candidate = new_candidate(Path(request.checkpoint_dir), {})
         served = served_checkpoint(Path(request.checkpoint_dir))
         if served is not None and request.resume:
-            for path in (digest_path(served), summary_path(served), served):
-                if path.is_file():
-                    shutil.copy2(path, candidate / path.name)
+            continue_from(served, candidate)  # the judged run's own copy
         start, cpu = time.perf_counter(), time.process_time()
         result = agent.plugin.train(replace(request, checkpoint_dir=candidate))
         wall = time.perf_counter() - start

@@ -143,16 +143,19 @@ def cost_row(agent: Agent, root: Path, records: int, repeats: int) -> str:
     wall = statistics.median(r.wall for r in judged)
     plain = statistics.median(r.wall for r in alone)
     outside = statistics.median(r.judging_share for r in judged)
-    spread = f"{min(r.wall for r in judged):.2f}-{max(r.wall for r in judged):.2f}"
-    plain_spread = f"{min(r.wall for r in alone):.2f}-{max(r.wall for r in alone):.2f}"
     cpu = statistics.median(r.cpu for r in judged)
     plain_cpu = statistics.median(r.cpu for r in alone)
     return (
-        f"| {agent.name} | {records:,} | {second.outcome} | {wall:.2f} s ({spread}) | "
-        f"{plain:.2f} s ({plain_spread}) | {100 * (wall - plain) / wall:.1f}% | "
+        f"| {agent.name} | {records:,} | {second.outcome} | {wall:.2f} s ({_span(judged)}) | "
+        f"{plain:.2f} s ({_span(alone)}) | {100 * (wall - plain) / wall:.1f}% | "
         f"{cpu:.2f} s / {plain_cpu:.2f} s: {100 * (cpu - plain_cpu) / cpu:.1f}% | "
         f"{100 * outside:.1f}% | {', '.join(sorted({r.outcome for r in judged}))} |"
     )
+
+
+def _span(runs: list[Run]) -> str:
+    """The runs' wall seconds, lowest to highest."""
+    return f"{min(r.wall for r in runs):.2f}-{max(r.wall for r in runs):.2f}"
 
 
 def main(argv: list[str] | None = None) -> None:

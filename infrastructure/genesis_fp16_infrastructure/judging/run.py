@@ -313,7 +313,7 @@ def _judged_run(
         return done
     candidate = new_candidate(Path(request.checkpoint_dir), _meta(request, served))
     if served.checkpoint is not None and request.resume:
-        _continue_from(served.checkpoint, candidate)
+        continue_from(served.checkpoint, candidate)
     before = time.monotonic() - started  # the served model scored and watched
     tell(("train", str(candidate)))
     result = plugin.train(replace(request, checkpoint_dir=candidate))
@@ -424,7 +424,7 @@ def _data_digest(path: Path | None) -> str:
     return digest.hexdigest()
 
 
-def _continue_from(checkpoint: Path, candidate: Path) -> None:
+def continue_from(checkpoint: Path, candidate: Path) -> None:
     """The served checkpoint (its digest and summary files too) in the candidate, for the
     plugin's resume to continue: the candidate starts where the served model is."""
     for path in (digest_path(checkpoint), summary_path(checkpoint), checkpoint):
