@@ -340,12 +340,12 @@ def records_are_training_data(plugin: object) -> bool:
 
 
 def trained_id_hashes(ids: Iterable[str]) -> Any:
-    """``ids``' 64-bit hashes (judging.split.id_hashes) as one int64 tensor: what a task's
-    ``extra_state()["trained_ids"]`` may hold instead of the ids themselves (the same
-    records to the judged run, far cheaper to save and load)."""
+    """The distinct ``ids``' 64-bit hashes (judging.split.id_hashes), sorted, as one int64
+    tensor: what a task's ``extra_state()["trained_ids"]`` may hold instead of the ids
+    themselves (the same records to the judged run, far cheaper to save and load)."""
     import torch
 
-    return torch.from_numpy(id_hashes(list(ids)).view(np.int64))
+    return torch.from_numpy(np.unique(id_hashes(list(ids))).view(np.int64))
 
 
 def training_rows(ids: Sequence[str]) -> list[int]:

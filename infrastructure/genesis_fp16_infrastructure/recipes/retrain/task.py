@@ -209,7 +209,7 @@ class WorldModelTask:
         # it (as 100,000 strings, 0.7 s a load).
         ids = judged_ids(columns)
         parts = (_ids(ids, p, rows_of.get(id(p))) for p in (train, split.validation))
-        self.trained_ids = trained_id_hashes(sorted({i for part in parts for i in part}))
+        self.trained_ids = trained_id_hashes(i for part in parts for i in part)
         ordered = np.sort(np.concatenate(hashes))  # np.unique, without its hash table
         distinct = ordered[np.r_[True, ordered[1:] != ordered[:-1]]] if len(ordered) else ordered
         self.data_key = hashlib.blake2b(distinct.astype("<i8").tobytes(), digest_size=8).hexdigest()
