@@ -187,15 +187,17 @@ class Agent:
         return TrainResult.from_fit(request, result, quarantined=skipped)
 
     def score_records(self, checkpoint: Path, request: TrainRequest) -> RecordLosses:
-        """The checkpoint's squared error on each record of the request's data."""
+        """The checkpoint's squared error on each record of the request's data that it
+        asks for (the judged run asks for a part: the records it judges on)."""
         if request.data_path is None:
             raise TrainRequestError(f"{self.name}: no data to score")
         ids, x, y, _ = read_records(Path(request.data_path), None)
+        rows = request.scoring_rows(ids)
         model = Task(x, y).build_model()
         model.load_state_dict(model_weights(checkpoint))
         with torch.no_grad():
-            errors = ((model(x) - y) ** 2).squeeze(1)
-        return RecordLosses.of(ids, errors.tolist())
+            errors = ((model(x[rows]) - y[rows]) ** 2).squeeze(1)
+        return RecordLosses.of([ids[i] for i in rows], errors.tolist())
 
     def replay_task(self, context: dict[str, Any]) -> Task:
         """A fault bundle's step, for `genesis-fp16 replay`: this model, optimizer and loss.

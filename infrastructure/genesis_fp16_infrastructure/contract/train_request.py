@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot
+from genesis_fp16_infrastructure.judging.split import ScoreOnly
 from genesis_fp16_infrastructure.training.run.spec import (
     RunCallbacks,
     RunSpec,
@@ -74,6 +75,10 @@ class TrainRequest(RunSpec, RunCallbacks):
     # Per-layer range statistics of sampled steps, at a rate chosen to cost <= 1% of the
     # run's step time (training.flight.range_stats; GENESIS_FP16_RANGE_STATS). False: off.
     range_stats: bool = True
+    # The records a judged run asks ``score_records`` to score (judging.split.ScoreOnly:
+    # their id hashes); None: every record. Only the judged run sets it, on the request
+    # it hands ``score_records``; never part of the JSON (``to_json`` writes null).
+    score_only: ScoreOnly | None = None
 
     def fit_options(self, **overrides: Any) -> FitOptions:
         """The :class:`~genesis_fp16_infrastructure.training.FitOptions` this request asks for.
@@ -126,6 +131,17 @@ class TrainRequest(RunSpec, RunCallbacks):
         from genesis_fp16_infrastructure.contract.judging import training_rows
 
         return training_rows(ids)
+
+    def scoring_rows(self, ids: Sequence[str]) -> list[int]:
+        """The rows of ``ids`` (as ``score_records`` names the records, in the data's
+        order) this request asks scored: every row, unless the judged run asks for some
+        (``score_only``: the watch wants only records new since the served model, the
+        gate only those it judges on). A plugin scores these, or all of them::
+
+            rows = request.scoring_rows(ids)
+            return RecordLosses.of([ids[i] for i in rows], losses_of(rows))
+        """
+        return list(range(len(ids))) if self.score_only is None else self.score_only.rows(ids)
 
     def with_callbacks(self, callbacks: RunCallbacks) -> TrainRequest:
         """This request with every callback of ``callbacks`` (each one: a callback left

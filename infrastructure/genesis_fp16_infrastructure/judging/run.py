@@ -115,7 +115,7 @@ from genesis_fp16_infrastructure.judging.scored_copy import (
     score_on_copy,
     sweep_copies,
 )
-from genesis_fp16_infrastructure.judging.split import HELD_OUT
+from genesis_fp16_infrastructure.judging.split import HELD_OUT, ScoreOnly
 from genesis_fp16_infrastructure.judging.up_to_date import (
     ServedView,
     live_report,
@@ -296,7 +296,7 @@ def _judged_run(
             request,
             served.pointer,
             served.losses,
-            lambda path: _score(judged, path, request, required=False),
+            lambda path, only: _score(judged, path, request, required=False, only=only),
         )
         if live is not None and live.get("rolled_back"):  # the figures, a dict here
             served = _Served(judged, request, again=True)  # the predecessor, served again
@@ -333,12 +333,20 @@ def _judged_run(
 
 
 def _score(
-    plugin: JudgedPlugin, checkpoint: Path, request: TrainRequest, required: bool
+    plugin: JudgedPlugin,
+    checkpoint: Path,
+    request: TrainRequest,
+    required: bool,
+    only: np.ndarray | None = None,
 ) -> RecordLosses | None:
     """The plugin's losses of ``checkpoint``, scored on a copy of it (:mod:`.scored_copy`);
     a refusal is one line (``required``: the run's; else logged, and None). A plugin that
-    changed the copy always ends the run (CheckpointChangedError)."""
+    changed the copy always ends the run (CheckpointChangedError). ``only``: the sorted
+    id hashes of the records the run needs (the request's ``score_only``; the plugin may
+    score more); None: every record."""
     who = f"{request.agent}: plugin {getattr(plugin, 'name', type(plugin).__name__)}"
+    if only is not None:
+        request = replace(request, score_only=ScoreOnly(only))
     try:
         losses = score_on_copy(
             lambda copy: plugin.score_records(copy, request),
@@ -453,7 +461,7 @@ def _judge(
         _verdict(candidate, Outcome.UNDECIDED, refusal, started, result.precision_used, [])
         raise TrainRequestError(refusal)
     try:
-        losses = _score(judged, checkpoint, request, required=True)
+        losses = _score(judged, checkpoint, request, True, _judged_ids(held_out, served))
     except CheckpointChangedError as exc:  # its own file intact: undecided, never served
         _verdict(candidate, Outcome.UNDECIDED, str(exc), started, result.precision_used, [])
         raise
@@ -520,9 +528,9 @@ def _rejudge_kept(
             return None
         logger.info("%s: judging kept candidate %s again", request.agent, candidate.name)
         started = time.monotonic()
-        losses = _score(judged, checkpoint, request, required=True)
-        assert losses is not None
         held_out = _held_out_check(judged, request, served, candidate, checkpoint)[0]
+        losses = _score(judged, checkpoint, request, True, _judged_ids(held_out, served))
+        assert losses is not None
         outcome, reason, comparisons = decide(
             _comparisons(judged, request, served, losses, checkpoint, held_out)
         )
@@ -539,13 +547,12 @@ def _rejudge_kept(
 
 def _known_after(served: _Served, losses: RecordLosses) -> np.ndarray:
     """The records the candidate knows: the served model's, and those of this run's data,
-    which are the ones scored both before it trained and after (records that came while
+    the ones the served model was scored on before it trained (records that came while
     it trained are new to it: the next run learns them). The first model knows the
     records it was scored on."""
-    ids = losses.id_hashes
     if served.losses is None:
-        return ids
-    ids = ids[stores.known(ids, np.sort(served.losses.id_hashes))]
+        return losses.id_hashes
+    ids = served.losses.id_hashes
     return ids if served.known is None else np.concatenate([served.known, ids])
 
 
@@ -621,6 +628,15 @@ def _on_known(
         return []
     found = compare("known", losses.take(knew.tolist()), served.losses, span, margin, metric)
     return [replace(found, required=False)]
+
+
+def _judged_ids(held_out: bool, served: _Served) -> np.ndarray | None:
+    """The sorted id hashes of the records the gate compares the two models on, as the
+    served model's scoring found them (the only ones both are scored on): the candidate
+    is scored on these alone; None: on every record (a first model, or judged on all)."""
+    if served.losses is None or not held_out:
+        return None
+    return np.sort(_judged_records(held_out, served, served.losses)[1].id_hashes)
 
 
 def _judged_records(

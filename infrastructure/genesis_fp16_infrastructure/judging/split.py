@@ -22,7 +22,7 @@ with probability 1/2), read as a number in [0, 1); the record is held out below
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,3 +74,25 @@ class HeldOutSplit:
 
 
 HELD_OUT = HeldOutSplit()  # the judged run's split (contract.judging, judging_version 2)
+
+
+@dataclass(frozen=True, eq=False)
+class ScoreOnly:
+    """The records a judged run needs a checkpoint's losses on: their 64-bit id hashes
+    (``RecordLosses.id_hashes``), sorted. The run sets it on the request it hands
+    ``score_records`` (``TrainRequest.score_only``), so that a plugin may score those
+    alone (``TrainRequest.scoring_rows``); one that scores more is judged the same. Not
+    part of a run's JSON: a run's child or a bundle never sees it."""
+
+    hashes: np.ndarray
+
+    def rows(self, ids: Sequence[str]) -> list[int]:
+        """The rows of ``ids`` (in order) that are asked for."""
+        hashes = id_hashes(ids)
+        if not len(self.hashes):
+            return []
+        at = np.searchsorted(self.hashes, hashes).clip(0, len(self.hashes) - 1)
+        return np.flatnonzero(self.hashes[at] == hashes).tolist()
+
+    def to_json(self) -> None:
+        return None

@@ -63,12 +63,13 @@ def watch(
     request: TrainRequest,
     pointer: ServedPointer,
     served_now: RecordLosses,
-    score: Callable[[Path], RecordLosses | None],
+    score: Callable[[Path, np.ndarray], RecordLosses | None],
 ) -> dict[str, Any] | None:
     """Score the new records (module docstring), update the figures, roll back on a
     regression. ``served_now``: the served model's losses on the current records;
-    ``score(checkpoint)``: the plugin's losses of a checkpoint, or None (logged) when it
-    cannot score it. Returns the report (the run's ``live``), or None when there is
+    ``score(checkpoint, only)``: the plugin's losses of a checkpoint on the records whose
+    sorted id hashes are ``only`` (at least those), or None (logged) when it cannot score
+    it. Returns the report (the run's ``live``), or None when there is
     nothing to watch: no predecessor, a model whose known records are not kept, or no
     new record."""
     folder = Path(request.checkpoint_dir)
@@ -88,7 +89,7 @@ def watch(
     new &= ~stores.known(ids, np.sort(kept["ids"]))
     if not new.any():
         return None
-    before = score(folder / str(previous.checkpoint))
+    before = score(folder / str(previous.checkpoint), np.sort(ids[new]))
     if before is None:
         return None
     # The watch watches the primary loss column (contract.judging: RecordLosses.primary).

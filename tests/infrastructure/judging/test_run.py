@@ -32,6 +32,7 @@ from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.run import run_plugin, trained_ids
+from genesis_fp16_infrastructure.judging.split import HELD_OUT
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
@@ -416,3 +417,72 @@ def test_a_checkpoint_names_its_records_as_ids_or_as_their_hashes_alike(tmp_path
     assert as_list.tolist() == as_hashes.tolist()
     assert trained_ids(_named(tmp_path, "f32", torch.zeros(3))) is None
     assert trained_ids(_named(tmp_path, "2d", torch.zeros((2, 2), dtype=torch.int64))) is None
+
+
+@dataclass
+class HeldOut(OneNumber):
+    """OneNumber with real checkpoints that name the records they trained on (the rows
+    ``request.training_rows`` keeps), so that the gate judges on held-out records; with
+    ``honour``, it scores only the rows the request asks for (``scoring_rows``); every
+    ``score_only`` it is handed is kept in ``asked`` (None: every record)."""
+
+    honour: bool = True
+    asked: list[list[str] | None] = field(default_factory=list)
+
+    def train(self, request: TrainRequest) -> TrainResult:
+        records = _records(request)
+        rows = request.training_rows([r["id"] for r in records])
+        value = sum(records[i]["y"] for i in rows) / len(rows)
+        folder = Path(request.checkpoint_dir)
+        step = len(list(folder.glob("*.pt"))) + 1
+        extra = {TRAINED_IDS: [records[i]["id"] for i in rows]}
+        more = {keys.EXTRA: extra}
+        CheckpointManager(folder).save(checkpoint_state(step, torch.tensor([value]), more=more))
+        return _result(request)
+
+    def score_records(self, checkpoint: Path, request: TrainRequest) -> RecordLosses:
+        value = float(torch.load(checkpoint, weights_only=True)[keys.MODEL]["w"][0])
+        records = _records(request)
+        ids = [r["id"] for r in records]
+        rows = request.scoring_rows(ids) if self.honour else range(len(ids))
+        only = request.score_only
+        self.asked.append(None if only is None else [ids[i] for i in only.rows(ids)])
+        errors = [(value - records[i]["y"]) ** 2 for i in rows]
+        return RecordLosses.of([ids[i] for i in rows], errors)
+
+
+def _three_runs(tmp_path: Path, plugin: HeldOut) -> list[TrainResult]:
+    """A first model on 300 records, a second after 300 more with other labels, then a
+    third run after 300 more: the second's gate and the third's watch."""
+    found = []
+    tmp_path.mkdir()
+    for n, label in enumerate((0.3, 0.5, 0.5)):
+        request = _request(tmp_path, _data(tmp_path / f"d{n}.json", label, range(300 * (n + 1))))
+        found.append(run_plugin(plugin, request))
+    return found
+
+
+def test_the_gate_and_the_watch_ask_only_for_the_records_they_judge(tmp_path: Path) -> None:
+    """The candidate is asked for the held-out records the served model did not train on,
+    the watch's predecessor for the records new since the served model, the served model
+    for all; a plugin that scores only those gets the same verdicts and figures as one
+    that scores every record."""
+    honours, ignores = HeldOut(), HeldOut(honour=False)
+    judged = _three_runs(tmp_path / "honours", honours)
+    alike = _three_runs(tmp_path / "ignores", ignores)
+    assert honours.asked == ignores.asked
+    first, served2, candidate2, served3, previous3, candidate3 = honours.asked
+    assert first is None and served2 is None and served3 is None
+    held = [f"r{i}" for i in range(600) if HELD_OUT.of_ids([f"r{i}"])[0]]
+    assert candidate2 is not None and sorted(candidate2) == sorted(held)
+    assert 20 < len(held) < 300  # about a fifth
+    assert previous3 is not None and sorted(previous3) == sorted(f"r{i}" for i in range(600, 900))
+    assert candidate3 is not None and len(candidate3) > len(candidate2)
+    for ours, theirs in zip(judged, alike, strict=True):
+        assert ours.gate is not None and theirs.gate is not None
+        assert ours.gate.outcome == theirs.gate.outcome
+        assert ours.gate.comparisons == theirs.gate.comparisons
+        assert (ours.live is None) == (theirs.live is None)
+    assert judged[2].live is not None and alike[2].live is not None
+    assert judged[2].live.records == alike[2].live.records == 300
+    assert judged[2].live.difference == alike[2].live.difference

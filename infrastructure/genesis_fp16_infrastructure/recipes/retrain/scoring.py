@@ -64,14 +64,17 @@ def pool_numeric(columns: PoolColumns, rows: np.ndarray) -> torch.Tensor:
     return numeric
 
 
-def success_probability(state: Mapping[str, Any], columns: PoolColumns) -> torch.Tensor:
-    """P(success) of every labelled record of ``columns`` by the checkpoint ``state``'s
-    served weights (an ensemble's: its members' mean)."""
+def success_probability(
+    state: Mapping[str, Any], columns: PoolColumns, labelled: np.ndarray | None = None
+) -> torch.Tensor:
+    """P(success) of the labelled records of ``columns`` (``labelled``: those, by their
+    place among the labelled; None: every one) by the checkpoint ``state``'s served
+    weights (an ensemble's: its members' mean)."""
     saved = read_world_model_state(state)
     model = build_world_model(ModelConfig.from_dict(saved["model"])).eval()
     model.load_state_dict(served_weights(state))
     encoder = FeatureEncoder.from_state(saved["encoder"])
-    rows = columns.labelled
+    rows = columns.labelled if labelled is None else columns.labelled[labelled]
     x = encoder.encode_parts(Categorical.of_rows(columns, rows), pool_numeric(columns, rows))
     with torch.no_grad():
         return torch.sigmoid(model(x).success_logit.float())
@@ -90,8 +93,9 @@ def brier_losses(p: torch.Tensor, success: np.ndarray) -> np.ndarray:
 
 
 def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
-    """``checkpoint``'s success log-loss on every labelled record of the request's pool,
-    by trajectory id, segmented by Genesis agent."""
+    """``checkpoint``'s success log-loss and Brier score on the labelled records of the
+    request's pool it asks for (``request.scoring_rows``: the judged run's watch and
+    gate ask for a part), by judged id, segmented by Genesis agent."""
     if request.data_path is None:
         raise TrainRequestError(f"{request.agent}: judged models need a data path")
     options = TaskOptions.from_mapping(request.options)
@@ -106,14 +110,19 @@ def score_records(checkpoint: Path, request: TrainRequest) -> RecordLosses:
         request.agent,
     )
     columns = data.columns
+    ids = judged_ids(columns)
+    # The rows asked for, among the labelled: the model's inputs are built for these alone.
+    asked = np.asarray(request.scoring_rows(ids), dtype=np.int64)
     try:
         state = load_checkpoint(Path(checkpoint))
-        p = success_probability(state, columns)
+        p = success_probability(state, columns, asked)
     except (KeyError, RuntimeError) as exc:  # not a world model this build can load
         raise ValueError(f"not a world-model checkpoint: {exc}") from None
+    success = columns.success[asked]
     losses = {  # the first column: the primary
-        "log_loss": log_losses(p, columns.success),
-        "brier": brier_losses(p, columns.success),
+        "log_loss": log_losses(p, success),
+        "brier": brier_losses(p, success),
     }
-    agents = ["-" if a is None else str(a) for a in columns.agent.take(columns.labelled)]
-    return RecordLosses.of(judged_ids(columns), losses, agents, data.quarantined)
+    agents = columns.agent.take(columns.labelled[asked])
+    named = ["-" if a is None else str(a) for a in agents]
+    return RecordLosses.of([ids[i] for i in asked], losses, named, data.quarantined)

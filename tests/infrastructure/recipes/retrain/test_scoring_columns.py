@@ -5,6 +5,7 @@ none of the records the judged run holds out."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from genesis_fp16_infrastructure.data.fingerprint import fingerprint, record_id_
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.judging.split import HELD_OUT
+from genesis_fp16_infrastructure.judging.split import HELD_OUT, ScoreOnly, id_hashes
 from genesis_fp16_infrastructure.recipes.retrain import scoring
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_ids
 from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
@@ -134,6 +135,25 @@ def test_the_scores_build_no_object_per_record_and_equal_the_objects(
     assert losses.primary == "log_loss" and losses.metrics() == ("log_loss", "brier")
     q = p.double().clamp(scoring.CLIP, 1 - scoring.CLIP).numpy()
     np.testing.assert_allclose(np.array(losses.column("brier")), (q - success) ** 2, rtol=1e-6)
+
+
+def test_asked_for_some_records_it_scores_those_alone_and_the_same(
+    pools: tuple[Path, Path], models: dict[str, Path]
+) -> None:
+    """With ``score_only`` (the judged run's gate and watch), se_darwin scores exactly the
+    records asked for, in the pool's order, each with the losses and segment a scoring
+    of every record gives it."""
+    whole = scoring.score_records(models["held_out"], _request(pools[1]))
+    wanted = [i for n, i in enumerate(whole.ids) if n % 7 == 3]
+    only = ScoreOnly(np.sort(id_hashes(wanted)))
+    part = scoring.score_records(models["held_out"], replace(_request(pools[1]), score_only=only))
+    assert list(part.ids) == wanted
+    at = {i: n for n, i in enumerate(whole.ids)}
+    assert whole.segments is not None and part.segments is not None
+    assert list(part.segments) == [whole.segments[at[i]] for i in wanted]
+    for metric in ("log_loss", "brier"):
+        want = [whole.column(metric)[at[i]] for i in wanted]
+        np.testing.assert_allclose(part.column(metric), want, rtol=1e-6, atol=1e-9)
 
 
 @pytest.mark.parametrize("case", json.loads(PINNED.read_text()), ids=lambda c: f"seed{c['seed']}")
