@@ -29,7 +29,10 @@ The judged run reads that after training: a candidate that names a held-out reco
 names none where the served model did, is refused in one line and never served. Records
 a served model trained on are left out of the comparison too (a model that names none:
 every record it knew). A plugin whose checkpoints name nothing (one written before this) is still
-judged, on its training data, and its verdicts say so.
+judged, on its training data, and its verdicts say so. The run asks for some records
+only where it needs no more (``request.score_only``: the candidate's on the gate's
+records, the watch's predecessor's on the new ones): a plugin may score the rows
+``request.scoring_rows(ids)`` names alone, or every record, judged the same.
 
 **Loss columns.** ``score_records`` may return several named columns of per-record
 losses (a mapping; se_darwin: ``log_loss`` and ``brier``), naming one ``primary`` (the
