@@ -76,7 +76,7 @@ class TrainRequest(RunSpec, RunCallbacks):
     # run's step time (training.flight.range_stats; GENESIS_FP16_RANGE_STATS). False: off.
     range_stats: bool = True
     # The records a judged run asks ``score_records`` to score (judging.split.ScoreOnly:
-    # their id hashes); None: every record. Only the judged run sets it, on the request
+    # their ids); None: every record. Only the judged run sets it, on the request
     # it hands ``score_records``; never part of the JSON (``to_json`` writes null).
     score_only: ScoreOnly | None = None
 

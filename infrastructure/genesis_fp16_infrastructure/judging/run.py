@@ -61,7 +61,7 @@ import logging
 import math
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
@@ -337,16 +337,16 @@ def _score(
     checkpoint: Path,
     request: TrainRequest,
     required: bool,
-    only: np.ndarray | None = None,
+    only: Collection[str] | None = None,
 ) -> RecordLosses | None:
     """The plugin's losses of ``checkpoint``, scored on a copy of it (:mod:`.scored_copy`);
     a refusal is one line (``required``: the run's; else logged, and None). A plugin that
-    changed the copy always ends the run (CheckpointChangedError). ``only``: the sorted
-    id hashes of the records the run needs (the request's ``score_only``; the plugin may
-    score more); None: every record."""
+    changed the copy always ends the run (CheckpointChangedError). ``only``: the ids of
+    the records the run needs (the request's ``score_only``; the plugin may score more);
+    None: every record."""
     who = f"{request.agent}: plugin {getattr(plugin, 'name', type(plugin).__name__)}"
     if only is not None:
-        request = replace(request, score_only=ScoreOnly(only))
+        request = replace(request, score_only=ScoreOnly(frozenset(only)))
     try:
         losses = score_on_copy(
             lambda copy: plugin.score_records(copy, request),
@@ -630,13 +630,13 @@ def _on_known(
     return [replace(found, required=False)]
 
 
-def _judged_ids(held_out: bool, served: _Served) -> np.ndarray | None:
-    """The sorted id hashes of the records the gate compares the two models on, as the
-    served model's scoring found them (the only ones both are scored on): the candidate
-    is scored on these alone; None: on every record (a first model, or judged on all)."""
+def _judged_ids(held_out: bool, served: _Served) -> tuple[str, ...] | None:
+    """The ids of the records the gate compares the two models on, as the served model's
+    scoring found them (the only ones both are scored on): the candidate is scored on
+    these alone; None: on every record (a first model, or judged on all)."""
     if served.losses is None or not held_out:
         return None
-    return np.sort(_judged_records(held_out, served, served.losses)[1].id_hashes)
+    return _judged_records(held_out, served, served.losses)[1].ids
 
 
 def _judged_records(

@@ -78,21 +78,23 @@ HELD_OUT = HeldOutSplit()  # the judged run's split (contract.judging, judging_v
 
 @dataclass(frozen=True, eq=False)
 class ScoreOnly:
-    """The records a judged run needs a checkpoint's losses on: their 64-bit id hashes
-    (``RecordLosses.id_hashes``), sorted. The run sets it on the request it hands
-    ``score_records`` (``TrainRequest.score_only``), so that a plugin may score those
-    alone (``TrainRequest.scoring_rows``); one that scores more is judged the same. Not
-    part of a run's JSON: a run's child or a bundle never sees it."""
+    """The records a judged run needs a checkpoint's losses on, by their ids. The run
+    sets it on the request it hands ``score_records`` (``TrainRequest.score_only``), so
+    that a plugin may score those alone (``TrainRequest.scoring_rows``); one that scores
+    more is judged the same. Not part of a run's JSON: a run's child or a bundle never
+    sees it.
 
-    hashes: np.ndarray
+    >>> ScoreOnly(frozenset({"b", "d"})).rows(["a", "b", "c", "d"])
+    [1, 3]
+    """
+
+    ids: frozenset[str]
 
     def rows(self, ids: Sequence[str]) -> list[int]:
-        """The rows of ``ids`` (in order) that are asked for."""
-        hashes = id_hashes(ids)
-        if not len(self.hashes):
-            return []
-        at = np.searchsorted(self.hashes, hashes).clip(0, len(self.hashes) - 1)
-        return np.flatnonzero(self.hashes[at] == hashes).tolist()
+        """The rows of ``ids`` (in order) that are asked for (a set lookup each: hashing
+        100,000 ids to compare them took 0.1 s)."""
+        wanted = self.ids
+        return [row for row, id_ in enumerate(ids) if id_ in wanted]
 
     def to_json(self) -> None:
         return None

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -63,15 +63,14 @@ def watch(
     request: TrainRequest,
     pointer: ServedPointer,
     served_now: RecordLosses,
-    score: Callable[[Path, np.ndarray], RecordLosses | None],
+    score: Callable[[Path, Collection[str]], RecordLosses | None],
 ) -> dict[str, Any] | None:
     """Score the new records (module docstring), update the figures, roll back on a
     regression. ``served_now``: the served model's losses on the current records;
     ``score(checkpoint, only)``: the plugin's losses of a checkpoint on the records whose
-    sorted id hashes are ``only`` (at least those), or None (logged) when it cannot score
-    it. Returns the report (the run's ``live``), or None when there is
-    nothing to watch: no predecessor, a model whose known records are not kept, or no
-    new record."""
+    ids are ``only`` (at least those), or None (logged) when it cannot score it. Returns
+    the report (the run's ``live``), or None when there is nothing to watch: no
+    predecessor, a model whose known records are not kept, or no new record."""
     folder = Path(request.checkpoint_dir)
     if not pointer.history:
         return None
@@ -89,7 +88,9 @@ def watch(
     new &= ~stores.known(ids, np.sort(kept["ids"]))
     if not new.any():
         return None
-    before = score(folder / str(previous.checkpoint), np.sort(ids[new]))
+    before = score(
+        folder / str(previous.checkpoint), [served_now.ids[i] for i in np.flatnonzero(new)]
+    )
     if before is None:
         return None
     # The watch watches the primary loss column (contract.judging: RecordLosses.primary).
