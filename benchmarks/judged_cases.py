@@ -215,6 +215,13 @@ class Run:
     train: float
     plan: float = 0.0
     cpu: float = 0.0
+    train_cpu: float = 0.0  # the process's CPU seconds inside the plugin's train
+
+    @property
+    def judging_cpu_share(self) -> float:
+        """The CPU seconds outside the plugin's train over the run's (with a warm record
+        cache, judging's own: the first read of the records is not in the run)."""
+        return (self.cpu - self.train_cpu) / self.cpu if self.cpu else float("nan")
 
     @property
     def outcome(self) -> str:
@@ -239,12 +246,22 @@ def _arrived_earlier(data: Path) -> None:
         os.utime(file, (when, when))
 
 
-def run(agent: Agent, folder: Path, batches: list[Batch], judged: bool = True, **kw: Any) -> Run:
+def run(
+    agent: Agent,
+    folder: Path,
+    batches: list[Batch],
+    judged: bool = True,
+    warm: bool = False,
+    **kw: Any,
+) -> Run:
     """One judged run of ``agent`` in ``folder`` on ``batches``, as the daemon runs it: the
     request is the daemon's plan (``plan_request``: the agent's state read once, the
     plugin's data check and its record cache), then ``run_plugin``; ``judged=False``: the
     plugin's ``train`` alone on the same plan (judging's baseline). ``Run.plan`` is the
-    plan's seconds, outside ``wall``."""
+    plan's seconds, outside ``wall``. ``warm``: the served model scores the records once
+    before the run, untimed, so that the records' first read (into se_darwin's record
+    cache) is in neither a judged run nor train alone: what is left outside train is
+    judging's own."""
     data = agent.write(folder, batches)
     _arrived_earlier(data)
     options = {key: str(value) for key, value in kw.pop("options", {}).items()}
@@ -262,24 +279,27 @@ def run(agent: Agent, folder: Path, batches: list[Batch], judged: bool = True, *
     planned = time.perf_counter()
     request = plan_request(settings, agent.name, agent.plugin, "cpu", overrides).request
     plan = time.perf_counter() - planned
+    served_now = served_checkpoint(Path(request.checkpoint_dir))
+    if warm and served_now is not None:
+        agent.plugin.score_records(served_now, request)
     if not judged:  # the plan's train alone, in a candidate folder as a judged run's
         candidate = new_candidate(Path(request.checkpoint_dir), {})
-        served = served_checkpoint(Path(request.checkpoint_dir))
-        if served is not None and request.resume:
-            continue_from(served, candidate)  # the judged run's own copy
+        if served_now is not None and request.resume:
+            continue_from(served_now, candidate)  # the judged run's own copy
         start, cpu = time.perf_counter(), time.process_time()
         result = agent.plugin.train(replace(request, checkpoint_dir=candidate))
-        wall = time.perf_counter() - start
-        return Run(result, wall, wall, plan, time.process_time() - cpu)
-    spent = [0.0]
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+        return Run(result, wall, wall, plan, cpu, cpu)
+    spent = [0.0, 0.0]
     plugin_train = agent.plugin.train
 
     def timed(request: TrainRequest) -> TrainResult:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         try:
             return plugin_train(request)
         finally:
             spent[0] += time.perf_counter() - start
+            spent[1] += time.process_time() - cpu
 
     start, cpu = time.perf_counter(), time.process_time()
     agent.plugin.train = timed
@@ -287,7 +307,8 @@ def run(agent: Agent, folder: Path, batches: list[Batch], judged: bool = True, *
         result = run_plugin(agent.plugin, request)
     finally:
         agent.plugin.train = plugin_train
-    return Run(result, time.perf_counter() - start, spent[0], plan, time.process_time() - cpu)
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return Run(result, wall, spent[0], plan, cpu, spent[1])
 
 
 def _commit() -> str:

@@ -122,9 +122,11 @@ def cost_row(agent: Agent, root: Path, records: int, repeats: int) -> str:
     second promoted after a quarter more (so that the watch has a predecessor to score, as
     in every later run), then the measured run after the last quarter, ``repeats`` times
     from copies of that state: judged (``run_plugin``), and the same plan's ``train``
-    alone (no judging, in a candidate folder as the judged run gives it). Judging's cost
-    is what it adds: judged wall - train-alone wall (the first read of the new records
-    is paid by whichever reads first, the served model's scoring in a judged run)."""
+    alone (no judging, in a candidate folder as the judged run gives it). Each measured
+    run starts with the records read once (``run(warm=True)``: the first read of the new
+    records is train's work, whoever pays it), so judging's cost is what the judged run
+    does outside train, by the process's CPU seconds within that one run (paired: the
+    steadiest figure on a shared machine), and what it adds over train alone."""
     served, batches = serve_first(agent, root, f"{agent.name}-cost", records // 2, 99)
     batches = [*batches, agent.clean(records // 4, 2099)]
     second = run(agent, served, batches)
@@ -136,20 +138,21 @@ def cost_row(agent: Agent, root: Path, records: int, repeats: int) -> str:
             folder = served.with_name(f"{served.name}-{kind}-{repeat}")
             shutil.copytree(served, folder)
             if kind == "judged":
-                judged.append(run(agent, folder, batches))
+                judged.append(run(agent, folder, batches, warm=True))
             else:
-                alone.append(run(agent, folder, batches, judged=False))
+                alone.append(run(agent, folder, batches, judged=False, warm=True))
             shutil.rmtree(folder, ignore_errors=True)
     wall = statistics.median(r.wall for r in judged)
     plain = statistics.median(r.wall for r in alone)
-    outside = statistics.median(r.judging_share for r in judged)
     cpu = statistics.median(r.cpu for r in judged)
     plain_cpu = statistics.median(r.cpu for r in alone)
+    shares = sorted(100 * r.judging_cpu_share for r in judged)
     return (
         f"| {agent.name} | {records:,} | {second.outcome} | {wall:.2f} s ({_span(judged)}) | "
-        f"{plain:.2f} s ({_span(alone)}) | {100 * (wall - plain) / wall:.1f}% | "
+        f"{plain:.2f} s ({_span(alone)}) | {statistics.median(shares):.1f}% "
+        f"({shares[0]:.1f}-{shares[-1]:.1f}) | "
         f"{cpu:.2f} s / {plain_cpu:.2f} s: {100 * (cpu - plain_cpu) / cpu:.1f}% | "
-        f"{100 * outside:.1f}% | {', '.join(sorted({r.outcome for r in judged}))} |"
+        f"{', '.join(sorted({r.outcome for r in judged}))} |"
     )
 
 
@@ -225,14 +228,16 @@ def write(
     if costs:
         lines += [
             "",
-            "The cost case (`cost_row`): median wall of the judged run and of the same "
-            "plan's train alone (range), judging's share as what it adds (by wall, and by "
-            "the process's CPU seconds, steadier on a shared machine), and as all the "
-            "judged run does outside train (which counts the first read of the new records):",
+            "The cost case (`cost_row`), each run with the records read once before it "
+            "(the first read of new records is train's work): median wall of the judged "
+            "run and of the same plan's train alone (range); judging's share: the judged "
+            "run's CPU seconds outside train over its own (median, range: paired within "
+            "each run, the steadiest figure on a shared machine); and the CPU seconds of "
+            "the judged run over train alone's, with what judging adds:",
             "",
-            "| agent | records | second model | judged run | train alone | judging adds "
-            "(wall) | CPU judged / alone: judging adds | outside train | verdicts |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            "| agent | records | second model | judged run | train alone | judging's CPU "
+            "share in the judged run | CPU judged / alone: judging adds | verdicts |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
             *costs,
         ]
     lines += [
