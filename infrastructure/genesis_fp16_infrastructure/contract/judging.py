@@ -193,13 +193,16 @@ class RecordLosses:
         """The column names, the primary first."""
         return (self.primary, *(name for name in self.losses if name != self.primary))
 
-    def take(self, keep: Sequence[bool]) -> RecordLosses:
+    def take(self, keep: Sequence[bool] | np.ndarray) -> RecordLosses:
         """The records where ``keep`` (one flag per record, in order) is true."""
-        rows = [i for i, k in enumerate(keep) if k]
-        segments = None if self.segments is None else tuple(self.segments[i] for i in rows)
-        columns = {name: tuple(values[i] for i in rows) for name, values in self.losses.items()}
-        ids = tuple(self.ids[i] for i in rows)
-        return RecordLosses(ids, columns, segments, self.quarantined, self.primary)
+        rows = np.flatnonzero(np.asarray(keep, dtype=bool)).tolist()
+
+        def pick(values: tuple[Any, ...]) -> tuple[Any, ...]:
+            return tuple(values[i] for i in rows)
+
+        segments = None if self.segments is None else pick(self.segments)
+        columns = {name: pick(values) for name, values in self.losses.items()}
+        return RecordLosses(pick(self.ids), columns, segments, self.quarantined, self.primary)
 
     def mean(self, metric: str | None = None) -> float:
         """The mean loss of column ``metric`` (None: the primary; NaN for no record)."""

@@ -626,7 +626,7 @@ def _on_known(
     count = int(knew.sum())
     if knew.all() or count < MIN_RECORDS:
         return []
-    found = compare("known", losses.take(knew.tolist()), served.losses, span, margin, metric)
+    found = compare("known", losses.take(knew), served.losses, span, margin, metric)
     return [replace(found, required=False)]
 
 
@@ -636,7 +636,8 @@ def _judged_ids(held_out: bool, served: _Served) -> tuple[str, ...] | None:
     these alone; None: on every record (a first model, or judged on all)."""
     if served.losses is None or not held_out:
         return None
-    return _judged_records(held_out, served, served.losses)[1].ids
+    ids = served.losses.ids
+    return tuple(ids[row] for row in np.flatnonzero(_held_out_unknown(served, served.losses)))
 
 
 def _judged_records(
@@ -647,11 +648,17 @@ def _judged_records(
     :func:`_held_out_check` saw to it); else ``current``, every record both scored."""
     if not held_out:
         return "current", losses
+    return "held_out", losses.take(_held_out_unknown(served, losses))
+
+
+def _held_out_unknown(served: _Served, losses: RecordLosses) -> np.ndarray:
+    """Per record of ``losses``, whether it is held out and the served model did not
+    train on it (module docstring)."""
     ids = losses.id_hashes
     keep = HELD_OUT.of_hashes(ids)
     if served.trained is not None:  # None: it may have trained on any (module docstring)
         keep &= ~stores.known(ids, served.trained)
-    return "held_out", losses.take(keep.tolist())
+    return keep
 
 
 def _evidence_kind(
