@@ -7,6 +7,7 @@
 See docs/precision-probe.md for the variants, the measures and the thresholds.
 """
 
+from genesis_fp16_infrastructure.errors import ProbeError
 from genesis_fp16_infrastructure.probe.report import (
     Measures,
     ProbeReport,
@@ -15,7 +16,7 @@ from genesis_fp16_infrastructure.probe.report import (
 )
 from genesis_fp16_infrastructure.probe.runner import OPTIMIZERS, run_probe
 from genesis_fp16_infrastructure.probe.scale_search import ScaleSearch, search_loss_scale
-from genesis_fp16_infrastructure.probe.variants import ProbeError, Variant, build_variants
+from genesis_fp16_infrastructure.probe.variants import Variant, build_variants
 from genesis_fp16_infrastructure.probe.verdict import Thresholds
 
 __all__ = [

@@ -9,7 +9,8 @@ import pytest
 import torch
 from probe_toys import overflowing_model, setup_for, small_init_model
 
-from genesis_fp16_infrastructure.probe import ProbeError, format_table, run_probe
+from genesis_fp16_infrastructure.errors import ProbeError
+from genesis_fp16_infrastructure.probe import format_table, run_probe
 
 
 def test_activation_past_fp16_max_makes_fp16_red_and_names_the_module() -> None:
