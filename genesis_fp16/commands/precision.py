@@ -22,7 +22,7 @@ from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.state_files import locked
 from genesis_fp16.jobs.guard_state import describe
-from genesis_fp16_infrastructure.api import FOLDER, AgentFolder, Calibration, SetAside, list_bundles
+from genesis_fp16_infrastructure.api import AgentFolder, Calibration, SetAside
 
 # Torch-free: the calibration is read as the record the owner types, without torch.
 _NOT_MEASURED = "no measurement of 'auto' cached (it is timed at the next auto run)"
@@ -78,7 +78,7 @@ def _show(args: argparse.Namespace, agent: str, folder: AgentFolder) -> int:
     carried = folder.carried_scale()
     # What this host can measure, asked only when nothing is cached (it imports torch).
     host = _host() if calibration is None or not verdicts else None
-    bundles = list_bundles(folder.root / FOLDER)
+    bundles = folder.fault_bundles()
     if args.json:
         shown = {
             "host": host,

@@ -54,6 +54,8 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
 from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer
 from genesis_fp16_infrastructure.agent_folder.records import CaptureVerdict
 from genesis_fp16_infrastructure.agent_folder.run_history import KEEP, LastRun, RunEntry, RunHistory
+from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
+from genesis_fp16_infrastructure.training.flight.bundle_files import list_bundles
 from genesis_fp16_infrastructure.training.precision import carried_scale
 from genesis_fp16_infrastructure.training.precision.carried_scale import CarriedScale
 from genesis_fp16_infrastructure.training.precision.precision_memory import (
@@ -135,6 +137,10 @@ class AgentFolder:
     def quarantine_dir(self) -> Path:
         """A file per run (data.quarantine.new_quarantine_file)."""
         return self.root / L.QUARANTINE_FOLDER
+
+    def fault_bundles(self) -> list[dict[str, Any]]:
+        """The flight recorder's fault bundles here, oldest first (``list_bundles``)."""
+        return list_bundles(self.root / L.BUNDLES_FOLDER)
 
     # -- files ------------------------------------------------------------------------
     @property
@@ -367,6 +373,12 @@ class CheckpointsFolder:
     @staticmethod
     def meta(candidate: Path) -> CandidateMeta:
         return candidates.read_meta(candidate)
+
+    @staticmethod
+    def summary(checkpoint: Path) -> dict[str, Any] | None:
+        """``checkpoint``'s summary file (step, precision, ...), its own bytes unread; None:
+        none, unreadable, or not of the bytes its digest names now (``read_summary``)."""
+        return read_summary(checkpoint)
 
     def newest_checkpoint(self, candidate: Path | None = None) -> Path | None:
         """The newest checkpoint file of ``candidate``, or of the folder itself (an agent
