@@ -20,7 +20,6 @@ from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.named_agent import agent_folder
 from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.config.plugins import known_agent_names
-from genesis_fp16.config.state_files import locked
 from genesis_fp16.jobs.guard_state import describe
 from genesis_fp16_infrastructure.api import AgentFolder, Calibration, SetAside
 
@@ -55,11 +54,10 @@ def run(args: argparse.Namespace) -> int:
     known = known_agent_names()
     if agent not in known and not folder.root.exists():  # a typo, not an agent without state
         raise UsageError(f"unknown agent {agent!r}; known agents: {', '.join(known) or 'none'}")
-    path = folder.precision_state_path
     if args.action == "show":
         return _show(args, agent, folder)
     # A running daemon may be recording a run's demotions into the same file: take turns.
-    with locked(path):
+    with folder.precision_memory_locked():
         return _reset(args, agent, folder)
 
 

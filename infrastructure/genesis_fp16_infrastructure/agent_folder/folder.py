@@ -25,10 +25,11 @@ run's result says, are the caller's.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ import msgspec
 from genesis_fp16_infrastructure.agent_folder import (
     candidates,
     files,
+    lock,
     pointer,
     prune,
     records,
@@ -187,6 +189,29 @@ class AgentFolder:
     def save_precision_memory(self, memory: PrecisionMemory | None) -> None:
         """Keep ``memory`` atomically; None forgets the demotion."""
         write_precision_memory(self.precision_state_path, memory)
+
+    def set_aside_precision_memory(self, why: str) -> files.SetAside:
+        """Set the unusable precision memory aside (``files.set_aside``: reported once)."""
+        return files.set_aside(self.precision_state_path, L.PRECISION_STATE, why)
+
+    @contextlib.contextmanager
+    def precision_memory_locked(self) -> Iterator[None]:
+        """Hold the precision memory's flock (``precision_state.json.lock``) around a
+        read-modify-write of it: the daemon recording a run's demotions and `precision
+        reset` beside it take turns, so neither overwrites what the other just wrote from a
+        stale read. A folder this process cannot write is left unlocked (nothing of ours
+        writes there either)."""
+        try:
+            fd = lock.take_lock(
+                L.PRECISION_STATE_LOCK.at(self.root), L.PRECISION_STATE_LOCK, mode=0o600
+            )
+        except OSError:
+            yield
+            return
+        try:
+            yield  # the other writer waited its few milliseconds in take_lock
+        finally:
+            os.close(fd)  # releases the flock
 
     def calibration(self, unusable: files.Listener | None = None) -> Calibration | None:
         """A measured ``auto``'s kept timings; None: none, another version, or unusable
