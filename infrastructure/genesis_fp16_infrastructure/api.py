@@ -35,7 +35,6 @@ if TYPE_CHECKING:
         OWNER_LOCK,
         PROBE_RECORD,
         RUN_REQUEST,
-        SERVED_POINTER,
         agent_of,
         check_agent_name,
         is_agent_name,
@@ -112,7 +111,7 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.judging.run import run_plugin
     from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes, peak_rss_mib
     from genesis_fp16_infrastructure.outcome import Outcome
-    from genesis_fp16_infrastructure.probe.report import ProbeReport, format_table
+    from genesis_fp16_infrastructure.probe.report import ProbeReport
     from genesis_fp16_infrastructure.probe.runner import run_probe
     from genesis_fp16_infrastructure.record_codec import Record, ReportError
     from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager

@@ -386,6 +386,11 @@ class CheckpointsFolder:
         """The commands that repair an unusable pointer, naming the agent."""
         return pointer.repair_hint(self.path)
 
+    def pointer_json(self) -> Any:
+        """The pointer's JSON as the file holds it, read within its bound; None: no pointer.
+        A look: an unusable file raises ``UnusableStateFile`` and stays where it is."""
+        return files.read_json(self.pointer_path, L.SERVED_POINTER)
+
     def candidates(self) -> list[Path]:
         """The kept candidates' folders, oldest first."""
         return candidates.list_candidates(self.path)
