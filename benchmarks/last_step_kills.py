@@ -27,8 +27,9 @@ from pathlib import Path
 
 import torch
 
+from genesis_fp16_infrastructure.errors import CheckpointError
 from genesis_fp16_infrastructure.training import CheckpointManager
-from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, load_checkpoint
+from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
 
 CHILD = Path(__file__).resolve().parents[1] / "tests/infrastructure/training/last_step_child.py"
 STEPS = 10

@@ -27,7 +27,6 @@ from genesis_fp16_infrastructure.api import (
     ServedPointer,
     ServedPointerError,
     files,
-    read_summary,
 )
 
 # The table's header (the docs' samples show it: tests/test_doc_claims.py compares them).
@@ -235,7 +234,7 @@ def _list_ungated(models: CheckpointsFolder, agent: str, as_json: bool) -> int:
         newest = None
     row: dict[str, Any] | None = None
     if newest is not None:
-        summary = read_summary(newest) or {}
+        summary = models.summary(newest) or {}
         row = {
             "checkpoint": newest.name,
             "step": summary.get("step"),

@@ -20,9 +20,8 @@ from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.named_agent import agent_folder
 from genesis_fp16.config.agent_names import agent_argument
 from genesis_fp16.config.plugins import known_agent_names
-from genesis_fp16.config.state_files import locked
 from genesis_fp16.jobs.guard_state import describe
-from genesis_fp16_infrastructure.api import FOLDER, AgentFolder, Calibration, SetAside, list_bundles
+from genesis_fp16_infrastructure.api import AgentFolder, Calibration, SetAside
 
 # Torch-free: the calibration is read as the record the owner types, without torch.
 _NOT_MEASURED = "no measurement of 'auto' cached (it is timed at the next auto run)"
@@ -55,11 +54,10 @@ def run(args: argparse.Namespace) -> int:
     known = known_agent_names()
     if agent not in known and not folder.root.exists():  # a typo, not an agent without state
         raise UsageError(f"unknown agent {agent!r}; known agents: {', '.join(known) or 'none'}")
-    path = folder.precision_state_path
     if args.action == "show":
         return _show(args, agent, folder)
     # A running daemon may be recording a run's demotions into the same file: take turns.
-    with locked(path):
+    with folder.precision_memory_locked():
         return _reset(args, agent, folder)
 
 
@@ -78,7 +76,7 @@ def _show(args: argparse.Namespace, agent: str, folder: AgentFolder) -> int:
     carried = folder.carried_scale()
     # What this host can measure, asked only when nothing is cached (it imports torch).
     host = _host() if calibration is None or not verdicts else None
-    bundles = list_bundles(folder.root / FOLDER)
+    bundles = folder.fault_bundles()
     if args.json:
         shown = {
             "host": host,

@@ -76,7 +76,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     # The probe runs models through torch: imported here, not at the top, because cli.py
     # imports every command module to build its parser and --help should not wait for it.
-    from genesis_fp16_infrastructure.api import ProbeError, format_table, run_probe
+    from genesis_fp16_infrastructure.api import ProbeError, run_probe
 
     if args.out is not None and importlib.util.find_spec("matplotlib") is None:
         raise UsageError(
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out))
     else:
-        print(format_table(report))
+        print(report.table())
         for kind, path in out.get("files", {}).items():
             print(f"{kind}: {path}")
     return 0

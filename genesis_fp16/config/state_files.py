@@ -9,20 +9,10 @@ that every reader above it (paths, the guard's memory, the probe gate) can repor
 
 from __future__ import annotations
 
-import contextlib
-import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-from genesis_fp16_infrastructure.api import (
-    LAYOUT,
-    PRECISION_STATE_LOCK,
-    SetAside,
-    StateFile,
-    agent_of,
-    on_set_aside,
-    take_lock,
-)
+from genesis_fp16_infrastructure.api import LAYOUT, SetAside, agent_of, on_set_aside
 
 # Every file name reported here (the metric's ``file`` label, created at 0 per agent):
 # each file the agent folder's layout names, set aside as ``<name>.unusable-*``.
@@ -60,21 +50,3 @@ def report_state_file_skipped(agent: str, file: str) -> None:
     """Tell every listener that ``agent``'s state file ``file`` was set aside."""
     for listener in _listeners:
         listener(agent, file)
-
-
-@contextlib.contextmanager
-def locked(path: Path, file: StateFile = PRECISION_STATE_LOCK) -> Iterator[None]:
-    """Hold ``<path>.lock`` (the agent folder's flock, ``file``) around a
-    read-modify-write of the state file ``path``: the daemon recording a run's demotions
-    and `precision reset` beside it take turns, so neither overwrites what the other just
-    wrote from a stale read. A folder this process cannot write is left unlocked
-    (nothing of ours writes there either)."""
-    try:
-        fd = take_lock(path.with_name(path.name + ".lock"), file, mode=0o600)
-    except OSError:
-        yield
-        return
-    try:
-        yield  # the other writer waited its few milliseconds in take_lock
-    finally:
-        os.close(fd)  # releases the flock

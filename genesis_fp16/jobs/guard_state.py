@@ -20,11 +20,9 @@ from typing import TYPE_CHECKING
 import structlog
 
 from genesis_fp16.config.settings import Settings
-from genesis_fp16.config.state_files import locked
 from genesis_fp16.events.runs import announce_run
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_infrastructure.api import (
-    PRECISION_STATE,
     ROBUSTNESS,
     AgentFolder,
     AgentState,
@@ -32,7 +30,6 @@ from genesis_fp16_infrastructure.api import (
     GuardConfig,
     PrecisionMemory,
     PrecisionName,
-    files,
     remember_demotions,
 )
 
@@ -78,7 +75,7 @@ def _usable_memory(settings: Settings, agent: str, state: AgentState) -> Precisi
 def _replace_unusable(folder: AgentFolder, agent: str, error: str) -> PrecisionMemory:
     floor = ROBUSTNESS[-1]
     # counted by the folder's owner
-    moved = files.set_aside(folder.precision_state_path, PRECISION_STATE, error)
+    moved = folder.set_aside_precision_memory(error)
     error = moved.why
     memory = PrecisionMemory(
         demoted_from="unknown",
@@ -157,7 +154,7 @@ def record_run(
             replay=f"genesis-fp16 replay {bundle.path}",
         )
     folder = AgentFolder(settings.state_dir, agent)
-    with locked(folder.precision_state_path):  # `precision reset` may be rewriting it now
+    with folder.precision_memory_locked():  # `precision reset` may be rewriting it now
         return _record_memory(settings, agent, folder, result, demotions)
 
 

@@ -29,7 +29,6 @@ from genesis_fp16.metrics.watch_state import stamp_seconds, watch_state
 from genesis_fp16.status.history import AgentHistory, gather_history
 from genesis_fp16.status.when import clock
 from genesis_fp16_infrastructure.api import (
-    SERVED_POINTER,
     AgentFolder,
     CheckpointsFolder,
     LastRun,
@@ -45,7 +44,6 @@ MAX_AGENTS = 100
 MAX_FIGURES = 12
 MAX_HELD = 8  # the held candidates a line names
 TEXT_CHARS = 200
-POINTER_BYTES = SERVED_POINTER.limit  # the pointer keeps a bounded history: far below this
 SUMMARY_BYTES = 64 * 1024  # a checkpoint's summary file: a few hundred bytes
 
 
@@ -212,7 +210,7 @@ def read_served(
     models = folder.checkpoints
     try:
         # A look: the daemon sets an unusable pointer aside, not this page.
-        data = files.read_json(models.pointer_path, SERVED_POINTER)
+        data = models.pointer_json()
         if data is None and models.aside_path.exists():
             error = _cut(f"served-model pointer unusable, set aside: {models.repair_hint()}")
             return ServedModel(error=error), None

@@ -33,26 +33,17 @@ if TYPE_CHECKING:
         AGENT_NAME_PATTERN,
         LAYOUT,
         OWNER_LOCK,
-        PRECISION_STATE,
-        PRECISION_STATE_LOCK,
         PROBE_RECORD,
         RUN_REQUEST,
-        SERVED_POINTER,
-        StateFile,
         agent_of,
         check_agent_name,
         is_agent_name,
         shown_name,
     )
     from genesis_fp16_infrastructure.agent_folder.lifecycle_records import JournalEntry
-    from genesis_fp16_infrastructure.agent_folder.lock import (
-        LockBusy,
-        read_holder,
-        take_lock,
-        write_holder,
-    )
+    from genesis_fp16_infrastructure.agent_folder.lock import read_holder, take_lock, write_holder
     from genesis_fp16_infrastructure.agent_folder.outbox import Event
-    from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer, ServedPointerError
+    from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer
     from genesis_fp16_infrastructure.agent_folder.run_history import (
         LastRun,
         LiveMark,
@@ -106,26 +97,26 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.contract.train_request import DEFAULT_STEPS, TrainRequest
     from genesis_fp16_infrastructure.contract.train_result import TrainResult
     from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
-    from genesis_fp16_infrastructure.data.sources import DataError
+    from genesis_fp16_infrastructure.errors import (
+        BundleError,
+        CheckpointError,
+        CheckpointFolderBusy,
+        DataError,
+        ExecutionError,
+        LockBusy,
+        PrecisionError,
+        ProbeError,
+        ServedPointerError,
+    )
     from genesis_fp16_infrastructure.judging.run import run_plugin
     from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes, peak_rss_mib
     from genesis_fp16_infrastructure.outcome import Outcome
-    from genesis_fp16_infrastructure.probe.report import ProbeReport, format_table
+    from genesis_fp16_infrastructure.probe.report import ProbeReport
     from genesis_fp16_infrastructure.probe.runner import run_probe
-    from genesis_fp16_infrastructure.probe.variants import ProbeError
     from genesis_fp16_infrastructure.record_codec import Record, ReportError
-    from genesis_fp16_infrastructure.training.checkpoint import (
-        CheckpointFolderBusy,
-        CheckpointManager,
-    )
-    from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
-    from genesis_fp16_infrastructure.training.checkpoint_load import CheckpointError
-    from genesis_fp16_infrastructure.training.flight.bundle import BundleError, load_bundle
-    from genesis_fp16_infrastructure.training.flight.bundle_files import (
-        FOLDER,
-        data_change,
-        list_bundles,
-    )
+    from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
+    from genesis_fp16_infrastructure.training.flight.bundle import load_bundle
+    from genesis_fp16_infrastructure.training.flight.bundle_files import data_change
     from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget, replay
     from genesis_fp16_infrastructure.training.precision import capabilities
     from genesis_fp16_infrastructure.training.precision.decide import decide, planned_precision
@@ -146,10 +137,7 @@ if TYPE_CHECKING:
         precision_name,
         requested_name,
     )
-    from genesis_fp16_infrastructure.training.precision.precision_request import (
-        PrecisionError,
-        PrecisionRequest,
-    )
+    from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
     from genesis_fp16_infrastructure.training.reports import (
         Calibration,
         Demotion,
@@ -164,7 +152,6 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
     from genesis_fp16_infrastructure.training.run.spec import RunCallbacks
     from genesis_fp16_infrastructure.training.run.task import TrainingTask
-    from genesis_fp16_infrastructure.training.step.execution import ExecutionError
     from genesis_fp16_infrastructure.training.step.execution_names import (
         EXECUTION_MODES,
         FALLBACK_REASONS,

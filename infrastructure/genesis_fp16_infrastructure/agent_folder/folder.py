@@ -25,10 +25,11 @@ run's result says, are the caller's.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ import msgspec
 from genesis_fp16_infrastructure.agent_folder import (
     candidates,
     files,
+    lock,
     pointer,
     prune,
     records,
@@ -54,6 +56,8 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
 from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer
 from genesis_fp16_infrastructure.agent_folder.records import CaptureVerdict
 from genesis_fp16_infrastructure.agent_folder.run_history import KEEP, LastRun, RunEntry, RunHistory
+from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
+from genesis_fp16_infrastructure.training.flight.bundle_files import list_bundles
 from genesis_fp16_infrastructure.training.precision import carried_scale
 from genesis_fp16_infrastructure.training.precision.carried_scale import CarriedScale
 from genesis_fp16_infrastructure.training.precision.precision_memory import (
@@ -136,6 +140,10 @@ class AgentFolder:
         """A file per run (data.quarantine.new_quarantine_file)."""
         return self.root / L.QUARANTINE_FOLDER
 
+    def fault_bundles(self) -> list[dict[str, Any]]:
+        """The flight recorder's fault bundles here, oldest first (``list_bundles``)."""
+        return list_bundles(self.root / L.BUNDLES_FOLDER)
+
     # -- files ------------------------------------------------------------------------
     @property
     def precision_state_path(self) -> Path:
@@ -181,6 +189,29 @@ class AgentFolder:
     def save_precision_memory(self, memory: PrecisionMemory | None) -> None:
         """Keep ``memory`` atomically; None forgets the demotion."""
         write_precision_memory(self.precision_state_path, memory)
+
+    def set_aside_precision_memory(self, why: str) -> files.SetAside:
+        """Set the unusable precision memory aside (``files.set_aside``: reported once)."""
+        return files.set_aside(self.precision_state_path, L.PRECISION_STATE, why)
+
+    @contextlib.contextmanager
+    def precision_memory_locked(self) -> Iterator[None]:
+        """Hold the precision memory's flock (``precision_state.json.lock``) around a
+        read-modify-write of it: the daemon recording a run's demotions and `precision
+        reset` beside it take turns, so neither overwrites what the other just wrote from a
+        stale read. A folder this process cannot write is left unlocked (nothing of ours
+        writes there either)."""
+        try:
+            fd = lock.take_lock(
+                L.PRECISION_STATE_LOCK.at(self.root), L.PRECISION_STATE_LOCK, mode=0o600
+            )
+        except OSError:
+            yield
+            return
+        try:
+            yield  # the other writer waited its few milliseconds in take_lock
+        finally:
+            os.close(fd)  # releases the flock
 
     def calibration(self, unusable: files.Listener | None = None) -> Calibration | None:
         """A measured ``auto``'s kept timings; None: none, another version, or unusable
@@ -355,6 +386,11 @@ class CheckpointsFolder:
         """The commands that repair an unusable pointer, naming the agent."""
         return pointer.repair_hint(self.path)
 
+    def pointer_json(self) -> Any:
+        """The pointer's JSON as the file holds it, read within its bound; None: no pointer.
+        A look: an unusable file raises ``UnusableStateFile`` and stays where it is."""
+        return files.read_json(self.pointer_path, L.SERVED_POINTER)
+
     def candidates(self) -> list[Path]:
         """The kept candidates' folders, oldest first."""
         return candidates.list_candidates(self.path)
@@ -367,6 +403,12 @@ class CheckpointsFolder:
     @staticmethod
     def meta(candidate: Path) -> CandidateMeta:
         return candidates.read_meta(candidate)
+
+    @staticmethod
+    def summary(checkpoint: Path) -> dict[str, Any] | None:
+        """``checkpoint``'s summary file (step, precision, ...), its own bytes unread; None:
+        none, unreadable, or not of the bytes its digest names now (``read_summary``)."""
+        return read_summary(checkpoint)
 
     def newest_checkpoint(self, candidate: Path | None = None) -> Path | None:
         """The newest checkpoint file of ``candidate``, or of the folder itself (an agent

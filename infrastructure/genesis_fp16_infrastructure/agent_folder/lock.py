@@ -27,18 +27,10 @@ from typing import Any
 
 from genesis_fp16_infrastructure.agent_folder.files import UnusableStateFile, read_text, set_aside
 from genesis_fp16_infrastructure.agent_folder.layout import StateFile
+from genesis_fp16_infrastructure.errors import LockBusy
 
 _BUSY = (errno.EWOULDBLOCK, errno.EACCES)
 _NOT_A_FILE = (errno.EISDIR, errno.ELOOP, errno.ENXIO, errno.ENOTDIR)
-
-
-class LockBusy(Exception):
-    """Another process holds the lock; ``holder`` is what its file says (None: nothing)."""
-
-    def __init__(self, path: Path, holder: dict[str, Any] | None) -> None:
-        self.path = path
-        self.holder = holder
-        super().__init__(f"{path} is held by {holder or 'another process'}")
 
 
 def take_lock(

@@ -32,15 +32,12 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     ServedEntry,
 )
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
+from genesis_fp16_infrastructure.errors import ServedPointerError
 
 POINTER_NAME = SERVED_POINTER.name
 POINTER_VERSION = 1
 ASIDE_NAME = POINTER_NAME + ASIDE_SUFFIX  # an unusable pointer, set aside until a repair
 REPAIR = "`genesis-fp16 model promote AGENT ID` or `genesis-fp16 model rollback AGENT` repairs it"
-
-
-class ServedPointerError(ValueError):
-    """A pointer file that cannot be read or names nothing: one line naming the file."""
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ from genesis_fp16_infrastructure.agent_folder.layout import SERVED_POINTER
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin, ServedEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
-    ServedPointerError,
     aside_path,
     parse_pointer,
     pointer_lock,
@@ -36,6 +35,7 @@ from genesis_fp16_infrastructure.agent_folder.transitions import (
     rollback,
     serve,
 )
+from genesis_fp16_infrastructure.errors import ServedPointerError
 
 logger = logging.getLogger(__name__)
 

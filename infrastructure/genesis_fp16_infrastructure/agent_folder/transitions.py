@@ -72,12 +72,12 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
 )
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
-    ServedPointerError,
     candidates_dir,
     pointer_lock,
     read_pointer,
     write_pointer,
 )
+from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.outcome import Outcome
 
 # Transitions the pointer remembers: enough for the daemon to count each one between two

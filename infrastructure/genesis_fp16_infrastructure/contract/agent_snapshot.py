@@ -43,11 +43,11 @@ from typing import Any
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin, ServedEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
-    ServedPointerError,
     checkpoint_of,
     read_pointer,
 )
 from genesis_fp16_infrastructure.data.manifest import FileState, Manifest, Prefix
+from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.training.precision.carried_scale import (
     CarriedScale,
     read_carried_scale,
@@ -271,7 +271,8 @@ def _resume_point(checkpoint_dir: Path, served: Path | None, error: str | None) 
 
 def _summary_of(path: Path) -> Mapping[str, Any] | None:
     """The summary of one checkpoint file: its summary file, else the file read."""
-    from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, load_checkpoint
+    from genesis_fp16_infrastructure.errors import CheckpointError
+    from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
     from genesis_fp16_infrastructure.training.checkpoint_files import read_summary, summarize
 
     summary = read_summary(path)

@@ -1,11 +1,6 @@
 """Trajectory data: the versioned schema, readers for both record shapes, and a generator."""
 
-from genesis_fp16_infrastructure.data.readers import (
-    DataError,
-    ReadResult,
-    list_data_files,
-    read_trajectories,
-)
+from genesis_fp16_infrastructure.data.readers import ReadResult, list_data_files, read_trajectories
 from genesis_fp16_infrastructure.data.schema import (
     OUTCOMES,
     SCHEMA_VERSION,
@@ -17,6 +12,7 @@ from genesis_fp16_infrastructure.data.schema import (
     TrajectoryPool,
     derive_label,
 )
+from genesis_fp16_infrastructure.errors import DataError
 
 __all__ = [
     "OUTCOMES",

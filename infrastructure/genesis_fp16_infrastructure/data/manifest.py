@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from genesis_fp16_infrastructure.data.readers import DATA_SUFFIXES, DataError, list_data_files
+from genesis_fp16_infrastructure.data.readers import DATA_SUFFIXES, list_data_files
+from genesis_fp16_infrastructure.errors import DataError
 
 MANIFEST_VERSION = 1
 # A file whose mtime is this close to the scan (or after it) may be written again within

@@ -52,7 +52,6 @@ from genesis_fp16_infrastructure.data.schema import (
 )
 from genesis_fp16_infrastructure.data.slot_objects import builder
 from genesis_fp16_infrastructure.data.sources import (
-    DataError,
     Sink,
     Source,
     not_utf8_reason,
@@ -60,6 +59,7 @@ from genesis_fp16_infrastructure.data.sources import (
     raw_records,
     reason,
 )
+from genesis_fp16_infrastructure.errors import DataError
 from genesis_fp16_infrastructure.gc_pause import paused_gc
 
 logger = logging.getLogger(__name__)

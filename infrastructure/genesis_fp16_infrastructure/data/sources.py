@@ -30,6 +30,7 @@ from genesis_fp16_infrastructure.data.schema import (
     SUCCESS_THRESHOLD,
     TrajectoryPool,
 )
+from genesis_fp16_infrastructure.errors import DataError
 
 # A gzip file that inflates past this is a bomb, not a pool (20,000 records are ~20 MiB).
 MAX_DECOMPRESSED_BYTES = 256 * 2**20
@@ -49,10 +50,6 @@ _UNSPLIT = (
 )
 
 Raw = tuple["Source", Any, tuple[float, float], str | None]  # (where, record, thresholds, key)
-
-
-class DataError(Exception):
-    """Input the user has to fix: a missing path, an unreadable file, nothing to train on."""
 
 
 @dataclass(frozen=True)

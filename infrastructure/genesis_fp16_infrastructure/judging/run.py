@@ -83,7 +83,6 @@ from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
-    ServedPointerError,
     checkpoint_of,
     read_pointer,
 )
@@ -101,6 +100,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin, TrainRe
 from genesis_fp16_infrastructure.contract.reports import GateReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
+from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.gate import (
     MIN_RECORDS,

@@ -38,7 +38,6 @@ import numpy as np
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
-    ServedPointerError,
     pointer_lock,
     read_pointer,
 )
@@ -49,6 +48,7 @@ from genesis_fp16_infrastructure.contract.judging import (
     judging_margin,
 )
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.segments import judge, self_test
 

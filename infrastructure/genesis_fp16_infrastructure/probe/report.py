@@ -2,7 +2,7 @@
 
 >>> report.recommended                     # doctest: +SKIP
 'bf16_autocast'
->>> print(format_table(report))            # doctest: +SKIP
+>>> print(report.table())                  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -98,6 +98,74 @@ class ProbeReport:
         out["verdict"] = self.verdict
         return _finite_json(out)
 
+    def table(self) -> str:
+        """A fixed-width table, one row per variant; ``~`` marks amber and ``!`` red."""
+        cols = [
+            ("variant", 30),
+            ("loss err", 9),
+            ("grad/noise", 10),
+            ("worst cos", 9),
+            ("flushed", 8),
+            ("flips/noise", 11),
+            ("act max", 8),
+            ("drift/noise", 11),
+            ("upd cos", 8),
+            ("unchanged", 9),
+            ("ms/step", 9),
+            ("verdict", 7),
+        ]
+        lines = [
+            "  ".join(
+                title.rjust(width) if i else title.ljust(width)
+                for i, (title, width) in enumerate(cols)
+            )
+        ]
+        for var in self.variants:
+            m, v = var.measures, var.verdicts
+            cells = [
+                var.name,
+                _num(m.loss_rel_err, v.get("loss", "")),
+                _num(m.grad_noise_ratio, v.get("grad_error", "")),
+                _num(m.worst_layer_cosine, v.get("layer_cosine", ""), "{:.4f}"),
+                _num(m.flushed_fraction, v.get("flushed", ""), "{:.1%}"),
+                _num(m.sign_flip_ratio, v.get("sign_flips", ""), "{:.2f}"),
+                _num(m.activation_max, v.get("headroom", "")),
+                _num(m.drift_noise_ratio, v.get("drift", "")),
+                _num(m.update_cosine, v.get("update_cosine", ""), "{:.4f}"),
+                _num(m.unchanged_fraction, v.get("unchanged", ""), "{:.1%}"),
+                _num(m.seconds_per_step * 1e3, "", "{:.1f}"),
+                var.overall if var.error is None else "error",
+            ]
+            lines.append(
+                "  ".join(
+                    c.rjust(w) if i else c.ljust(w)
+                    for i, (c, (_, w)) in enumerate(zip(cells, cols, strict=True))
+                )
+            )
+        lines.append("")
+        lines.append(
+            f"device {self.device}; {self.steps} {self.optimizer} steps at lr "
+            f"{self.learning_rate:g}; minibatch noise floor {self.noise_floor:.3g} "
+            f"(gradient), {self.sign_noise:.3g} (sign flips)"
+        )
+        for var in self.variants:
+            if var.error:
+                lines.append(f"{var.name}: did not run: {var.error}")
+            elif var.measures.scale_halvings is not None:
+                lines.append(
+                    f"{var.name}: loss scale {var.measures.loss_scale:g} after "
+                    f"{var.measures.scale_halvings} halvings from 65536"
+                    + (
+                        f", {var.measures.skipped_steps} skipped steps"
+                        if var.measures.skipped_steps
+                        else ""
+                    )
+                )
+        lines.append(f"recommended: {self.recommended}")
+        for name, why in self.reasons.items():
+            lines.append(f"  not {name}: {'; '.join(why)}")
+        return "\n".join(lines)
+
 
 def _finite_json(obj: Any) -> Any:
     if isinstance(obj, float) and not math.isfinite(obj):
@@ -115,71 +183,3 @@ _MARK = {"green": " ", "amber": "~", "red": "!", "n/a": " "}
 def _num(value: float, colour: str, fmt: str = "{:.1e}") -> str:
     text = "-" if math.isnan(value) else fmt.format(value)
     return text + _MARK.get(colour, " ")
-
-
-def format_table(report: ProbeReport) -> str:
-    """A fixed-width table, one row per variant; ``~`` marks amber and ``!`` red."""
-    cols = [
-        ("variant", 30),
-        ("loss err", 9),
-        ("grad/noise", 10),
-        ("worst cos", 9),
-        ("flushed", 8),
-        ("flips/noise", 11),
-        ("act max", 8),
-        ("drift/noise", 11),
-        ("upd cos", 8),
-        ("unchanged", 9),
-        ("ms/step", 9),
-        ("verdict", 7),
-    ]
-    lines = [
-        "  ".join(
-            title.rjust(width) if i else title.ljust(width) for i, (title, width) in enumerate(cols)
-        )
-    ]
-    for var in report.variants:
-        m, v = var.measures, var.verdicts
-        cells = [
-            var.name,
-            _num(m.loss_rel_err, v.get("loss", "")),
-            _num(m.grad_noise_ratio, v.get("grad_error", "")),
-            _num(m.worst_layer_cosine, v.get("layer_cosine", ""), "{:.4f}"),
-            _num(m.flushed_fraction, v.get("flushed", ""), "{:.1%}"),
-            _num(m.sign_flip_ratio, v.get("sign_flips", ""), "{:.2f}"),
-            _num(m.activation_max, v.get("headroom", "")),
-            _num(m.drift_noise_ratio, v.get("drift", "")),
-            _num(m.update_cosine, v.get("update_cosine", ""), "{:.4f}"),
-            _num(m.unchanged_fraction, v.get("unchanged", ""), "{:.1%}"),
-            _num(m.seconds_per_step * 1e3, "", "{:.1f}"),
-            var.overall if var.error is None else "error",
-        ]
-        lines.append(
-            "  ".join(
-                c.rjust(w) if i else c.ljust(w)
-                for i, (c, (_, w)) in enumerate(zip(cells, cols, strict=True))
-            )
-        )
-    lines.append("")
-    lines.append(
-        f"device {report.device}; {report.steps} {report.optimizer} steps at lr "
-        f"{report.learning_rate:g}; minibatch noise floor {report.noise_floor:.3g} "
-        f"(gradient), {report.sign_noise:.3g} (sign flips)"
-    )
-    for var in report.variants:
-        if var.error:
-            lines.append(f"{var.name}: did not run: {var.error}")
-        elif var.measures.scale_halvings is not None:
-            lines.append(
-                f"{var.name}: loss scale {var.measures.loss_scale:g} after "
-                f"{var.measures.scale_halvings} halvings from 65536"
-                + (
-                    f", {var.measures.skipped_steps} skipped steps"
-                    if var.measures.skipped_steps
-                    else ""
-                )
-            )
-    lines.append(f"recommended: {report.recommended}")
-    for name, why in report.reasons.items():
-        lines.append(f"  not {name}: {'; '.join(why)}")
-    return "\n".join(lines)

@@ -22,12 +22,12 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from genesis_fp16_infrastructure.errors import ProbeError
 from genesis_fp16_infrastructure.probe import measures as ms
 from genesis_fp16_infrastructure.probe.measures import FP16_MAX, Activations
 from genesis_fp16_infrastructure.probe.report import Measures, ProbeReport, VariantResult
 from genesis_fp16_infrastructure.probe.scale_search import all_finite, search_loss_scale
 from genesis_fp16_infrastructure.probe.variants import (
-    ProbeError,
     Variant,
     build_variants,
     forward_loss,

@@ -25,6 +25,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from genesis_fp16_infrastructure.errors import ProbeError
 from genesis_fp16_infrastructure.training.precision.precision import dtype_of
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     LOSS_SCALED,
@@ -41,10 +42,6 @@ _LOW_DTYPES: tuple[torch.dtype, ...] = tuple(dtype_of(name) for name in LOW_PREC
 
 # Lower is cheaper: fewer FP32 bytes and FP32 operations per step.
 _COST_RANK: dict[Family, int] = {"pure": 0, "autocast": 1, "island": 2, "fp32": 4}
-
-
-class ProbeError(Exception):
-    """The probe cannot run on what the agent gave it."""
 
 
 @dataclass(frozen=True)

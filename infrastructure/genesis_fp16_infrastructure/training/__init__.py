@@ -14,11 +14,9 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, CheckpointManager
-    from genesis_fp16_infrastructure.training.precision.capabilities import (
-        DeviceCapabilities,
-        PrecisionError,
-    )
+    from genesis_fp16_infrastructure.errors import CheckpointError, PrecisionError
+    from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
+    from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
     from genesis_fp16_infrastructure.training.precision.decide import (
         ResolvedPrecision,
         decide,

@@ -24,7 +24,8 @@ from typing import Any
 import torch
 
 from genesis_fp16_infrastructure.agent_folder.layout import WRITER_LOCK as WRITER_LOCK_FILE
-from genesis_fp16_infrastructure.agent_folder.lock import LockBusy, take_lock
+from genesis_fp16_infrastructure.agent_folder.lock import take_lock
+from genesis_fp16_infrastructure.errors import CheckpointError, CheckpointFolderBusy, LockBusy
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint_files import (
     digest_path,
@@ -36,7 +37,6 @@ from genesis_fp16_infrastructure.training.checkpoint_files import (
     write_summary,
 )
 from genesis_fp16_infrastructure.training.checkpoint_load import (
-    CheckpointError,
     Loaded,
     file_signature,
     load_checkpoint,
@@ -57,10 +57,6 @@ Accept = Callable[[dict[str, Any], Path], None]
 # two descriptors even in one process, so a second claim here shares the first's.
 _CLAIMS: dict[str, tuple[int, int]] = {}
 _CLAIMS_LOCK = threading.Lock()
-
-
-class CheckpointFolderBusy(RuntimeError):
-    """Another process writes this checkpoint folder; the message names it, in one line."""
 
 
 class CheckpointManager:

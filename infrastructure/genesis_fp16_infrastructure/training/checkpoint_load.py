@@ -20,14 +20,11 @@ from typing import Any
 
 import torch
 
+from genesis_fp16_infrastructure.errors import CheckpointError
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path
 
 logger = logging.getLogger(__name__)
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file that cannot be used: unreadable, corrupt, of another schema, unfit."""
 
 
 @dataclass(frozen=True)

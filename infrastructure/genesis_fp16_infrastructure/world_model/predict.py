@@ -35,12 +35,9 @@ from genesis_fp16_infrastructure.agent_folder.pointer import candidates_dir, ser
 from genesis_fp16_infrastructure.data.lineage import Pool
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.schema import OUTCOMES, AttemptInput, Trajectory
+from genesis_fp16_infrastructure.errors import CheckpointError
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
-from genesis_fp16_infrastructure.training.checkpoint import (
-    CheckpointError,
-    CheckpointManager,
-    load_checkpoint,
-)
+from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager, load_checkpoint
 from genesis_fp16_infrastructure.training.run.early_stop import served_weights
 from genesis_fp16_infrastructure.world_model.features import FeatureEncoder, PoolLike
 from genesis_fp16_infrastructure.world_model.model import (

@@ -30,7 +30,8 @@ from genesis_fp16.bench.run import (
 )
 from genesis_fp16.bench.runners import HandWrittenRunner, OursRunner
 from genesis_fp16.cli import main as cli_main
-from genesis_fp16_infrastructure.training.step.execution import ExecutionError, ResolvedExecution
+from genesis_fp16_infrastructure.errors import ExecutionError
+from genesis_fp16_infrastructure.training.step.execution import ResolvedExecution
 
 
 def _tiny(precision: str, runner: str, device: str = "cpu") -> BenchConfig:

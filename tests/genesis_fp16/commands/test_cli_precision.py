@@ -136,7 +136,6 @@ def test_reset_takes_turns_with_the_daemon_recording_a_demotion(
     import threading
 
     from genesis_fp16.cli import main
-    from genesis_fp16.config.state_files import locked
     from genesis_fp16_infrastructure.training.precision.precision_memory import (
         PrecisionMemory,
         read_precision_memory,
@@ -145,13 +144,14 @@ def test_reset_takes_turns_with_the_daemon_recording_a_demotion(
 
     monkeypatch.setenv("GENESIS_FP16_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.chdir(tmp_path)
-    path = AgentFolder(tmp_path / "state", "se_darwin").precision_state_path
+    folder = AgentFolder(tmp_path / "state", "se_darwin")
+    path = folder.precision_state_path
     path.parent.mkdir(parents=True)
     done = threading.Event()
     reset = threading.Thread(
         target=lambda: (main(["precision", "reset", "se_darwin"]), done.set()), daemon=True
     )
-    with locked(path):  # the daemon's turn
+    with folder.precision_memory_locked():  # the daemon's turn
         reset.start()
         assert not done.wait(1.0)  # reset is waiting for the lock
         demoted = PrecisionMemory(

@@ -17,12 +17,9 @@ from se_darwin_daemon import se_darwin_env as _env
 from se_darwin_daemon import write_pool as _write
 
 from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_json
-from genesis_fp16_infrastructure.agent_folder.pointer import (
-    ServedPointerError,
-    pointer_path,
-    read_pointer,
-)
+from genesis_fp16_infrastructure.agent_folder.pointer import pointer_path, read_pointer
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
+from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 
 

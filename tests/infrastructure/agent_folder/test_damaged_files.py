@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from genesis_fp16.config.settings import Settings
-from genesis_fp16.config.state_files import locked
 from genesis_fp16.jobs.guard_state import load_memory
 from genesis_fp16.jobs.probe_gate import read_record
 from genesis_fp16.launch.handoff import read_run_file, write_run_file
@@ -103,7 +102,7 @@ def _sample(folder: Path, count: int, seed: int) -> Path:
 # What reads (or writes) each file in a run: the daemon's or the library's own call.
 CONSUMERS: dict[str, Callable[[Folder, Path], object]] = {
     "precision_state": lambda f, p: load_memory(Settings(state_dir=f.state), AGENT),
-    "precision_state_lock": lambda f, p: _hold(lambda: locked(f.paths.precision_state_path))(f, p),
+    "precision_state_lock": lambda f, p: _hold(f.paths.precision_memory_locked)(f, p),
     "carried_scale": lambda f, p: read_carried_scale(p),
     "last_success": lambda f, p: f.paths.stored_last_success(),
     "last_run": lambda f, p: f.paths.save_last_run(FAILED),

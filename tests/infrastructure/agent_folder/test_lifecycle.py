@@ -21,12 +21,12 @@ from genesis_fp16_infrastructure.agent_folder import (
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
-    ServedPointerError,
     pointer_path,
     read_pointer,
     served_checkpoint,
     write_pointer,
 )
+from genesis_fp16_infrastructure.errors import ServedPointerError
 
 
 def _candidate(folder: Path, digest: str, outcome: str | None) -> Path:

@@ -43,13 +43,13 @@ from genesis_fp16_infrastructure.agent_folder.candidates import VERDICT_NAME
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
-    ServedPointerError,
     pointer_path,
     read_pointer,
     served_checkpoint,
     write_pointer,
 )
 from genesis_fp16_infrastructure.contract.reports import LiveReport
+from genesis_fp16_infrastructure.errors import ServedPointerError
 
 CHILD = Path(__file__).with_name("lifecycle_kill_child.py")
 AGENT = "se_darwin"

@@ -12,7 +12,6 @@ import pytest
 
 from genesis_fp16_infrastructure.agent_folder.candidates import served_entry, write_verdict
 from genesis_fp16_infrastructure.agent_folder.pointer import (
-    ServedPointerError,
     aside_path,
     pointer_path,
     read_pointer,
@@ -25,6 +24,7 @@ from genesis_fp16_infrastructure.agent_folder.repair import (
     set_aside_unusable,
 )
 from genesis_fp16_infrastructure.agent_folder.transitions import operator_pin, serve, unpin
+from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.world_model.predict import WorldModelPredictor
 
 

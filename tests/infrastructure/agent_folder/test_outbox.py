@@ -16,7 +16,7 @@ from genesis_fp16_infrastructure.agent_folder import (
     repair,
     transitions,
 )
-from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointerError
+from genesis_fp16_infrastructure.errors import ServedPointerError
 
 
 def _folders(tmp_path: Path, agent: str = "se_darwin") -> tuple[Path, Path]:

@@ -107,7 +107,7 @@ def test_a_file_that_cannot_be_read_is_a_data_error(tmp_path: Path) -> None:
     """An unreadable file is the readers' DataError naming it, never a raw OSError."""
     import pytest
 
-    from genesis_fp16_infrastructure.data.readers import DataError
+    from genesis_fp16_infrastructure.errors import DataError
 
     with pytest.raises(DataError, match=r"cannot read data file '/proc/self/mem'"):
         scan_files(Path("/proc/self/mem"))

@@ -12,7 +12,6 @@ import pytest
 
 from genesis_fp16_infrastructure.data.quarantine import QuarantineSink, new_quarantine_file
 from genesis_fp16_infrastructure.data.readers import (
-    DataError,
     DataTooLarge,
     list_data_files,
     read_trajectories,
@@ -24,6 +23,7 @@ from genesis_fp16_infrastructure.data.synthetic import (
     write_pool,
     write_replay_buffer,
 )
+from genesis_fp16_infrastructure.errors import DataError
 
 
 def _pool(records: dict[str, dict[str, Any]], **header: Any) -> dict[str, Any]:

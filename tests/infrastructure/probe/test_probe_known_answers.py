@@ -9,7 +9,8 @@ import pytest
 import torch
 from probe_toys import overflowing_model, setup_for, small_init_model
 
-from genesis_fp16_infrastructure.probe import ProbeError, format_table, run_probe
+from genesis_fp16_infrastructure.errors import ProbeError
+from genesis_fp16_infrastructure.probe import run_probe
 
 
 def test_activation_past_fp16_max_makes_fp16_red_and_names_the_module() -> None:
@@ -100,7 +101,7 @@ def test_table_lists_every_variant_marks_red_and_explains_the_recommendation() -
     """The terminal table has one row per variant, '!' on red cells, and the reasons."""
     setup = setup_for(overflowing_model, features=4)
     report = run_probe(setup, steps=1, only=["fp16_autocast"])
-    table = format_table(report)
+    table = report.table()
     rows = {line.split()[0]: line for line in table.splitlines() if line.strip()}
     assert {"fp32", "fp32_repeat", "fp16_autocast"} <= set(rows)
     assert rows["fp16_autocast"].rstrip().endswith("red")

@@ -15,6 +15,7 @@ import torch
 from checkpoint_state import checkpoint_state
 from torch import nn
 
+from genesis_fp16_infrastructure.errors import CheckpointError
 from genesis_fp16_infrastructure.training import (
     CheckpointManager,
     PrecisionPolicy,
@@ -22,7 +23,7 @@ from genesis_fp16_infrastructure.training import (
     Trainer,
 )
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
-from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, load_checkpoint
+from genesis_fp16_infrastructure.training.checkpoint import load_checkpoint
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
 
 

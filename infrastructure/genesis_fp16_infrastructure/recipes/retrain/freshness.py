@@ -35,7 +35,6 @@ from genesis_fp16_infrastructure.agent_folder import data_manifest
 from genesis_fp16_infrastructure.agent_folder.layout import DATA_MANIFEST, RECORD_CACHE_FOLDER
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
-    ServedPointerError,
     checkpoint_of,
     read_pointer,
 )
@@ -43,8 +42,8 @@ from genesis_fp16_infrastructure.contract.agent_snapshot import DataCheck
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
-from genesis_fp16_infrastructure.data.readers import DataError
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
+from genesis_fp16_infrastructure.errors import DataError, ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.record_codec import ReportError
 

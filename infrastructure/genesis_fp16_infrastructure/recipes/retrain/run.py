@@ -35,6 +35,7 @@ from genesis_fp16_infrastructure.data.fingerprint import (
     fingerprint_of,
 )
 from genesis_fp16_infrastructure.data.readers import ReadResult
+from genesis_fp16_infrastructure.errors import CheckpointError
 from genesis_fp16_infrastructure.gc_pause import paused_gc
 from genesis_fp16_infrastructure.phases import PhaseClock
 from genesis_fp16_infrastructure.recipes.retrain.drift import drift_report
@@ -64,7 +65,6 @@ from genesis_fp16_infrastructure.recipes.retrain.task import (
     read_pool,
 )
 from genesis_fp16_infrastructure.training import CheckpointManager, EarlyStopping, fit
-from genesis_fp16_infrastructure.training.checkpoint import CheckpointError
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded, read_checkpoint
 from genesis_fp16_infrastructure.training.distributed import rank_and_world

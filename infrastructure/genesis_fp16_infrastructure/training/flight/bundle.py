@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from genesis_fp16_infrastructure.atomic import write_atomic
+from genesis_fp16_infrastructure.errors import BundleError
 from genesis_fp16_infrastructure.training.flight.bundle_files import (
     BundleLimits,
     bundle_name,
@@ -38,7 +39,6 @@ from genesis_fp16_infrastructure.training.flight.bundle_files import (
 )
 
 __all__ = [
-    "BundleError",
     "BundleLimits",
     "allowed_types",
     "list_bundles",
@@ -63,10 +63,6 @@ REQUIRED = (
     "batches",
     "recorded",
 )
-
-
-class BundleError(ValueError):
-    """A bundle that cannot be used: missing, too big, not a bundle, or damaged."""
 
 
 def save_bundle(folder: Path, bundle: Mapping[str, Any], limits: BundleLimits) -> Path:

@@ -40,11 +40,8 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from genesis_fp16_infrastructure.training.flight.bundle import (
-    BundleError,
-    allowed_types,
-    rebuilt_batch,
-)
+from genesis_fp16_infrastructure.errors import BundleError
+from genesis_fp16_infrastructure.training.flight.bundle import allowed_types, rebuilt_batch
 from genesis_fp16_infrastructure.training.flight.recorder import run_recorded_step
 from genesis_fp16_infrastructure.training.flight.replay_compare import (
     advise,

@@ -15,10 +15,7 @@ from pathlib import Path
 
 import torch
 
-# Declared torch-free beside the request it refuses; raised here too, and imported from here.
-from genesis_fp16_infrastructure.training.precision.precision_request import (
-    PrecisionError as PrecisionError,
-)
+from genesis_fp16_infrastructure.errors import PrecisionError
 
 DEVICE_TYPES: tuple[str, ...] = ("cpu", "cuda")
 

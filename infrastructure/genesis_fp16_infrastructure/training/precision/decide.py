@@ -30,11 +30,11 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from genesis_fp16_infrastructure.errors import PrecisionError
 from genesis_fp16_infrastructure.training.precision import capabilities
 from genesis_fp16_infrastructure.training.precision.capabilities import (
     CPU_FP16_SLOWDOWN,
     DeviceCapabilities,
-    PrecisionError,
     as_device,
 )
 from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig

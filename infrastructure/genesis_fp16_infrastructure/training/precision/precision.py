@@ -23,11 +23,11 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
+from genesis_fp16_infrastructure.errors import PrecisionError
 from genesis_fp16_infrastructure.training.precision.capabilities import (
     CPU_FP16_SLOWDOWN,
     DEVICE_TYPES,
     DeviceCapabilities,
-    PrecisionError,
     as_device,
     detect_capabilities,
 )
@@ -59,7 +59,6 @@ __all__ = [
     "DEVICE_TYPES",
     "PRECISIONS",
     "DeviceCapabilities",
-    "PrecisionError",
     "PrecisionPolicy",
     "PrecisionRequest",
     "ResolvedPrecision",

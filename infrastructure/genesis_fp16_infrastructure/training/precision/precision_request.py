@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from genesis_fp16_infrastructure.errors import PrecisionError
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     PRECISIONS,
     REQUESTABLE,
@@ -35,10 +36,6 @@ AUTO_PRECISION_MODES: tuple[str, ...] = ("measure", "rule")
 
 DEFAULT_BUDGET_S = 1.0
 """The most wall clock a measured ``auto`` spends timing, when nothing else bounds it."""
-
-
-class PrecisionError(ValueError):
-    """A precision request or a model that cannot run as asked; the message says why."""
 
 
 def checked_request(value: object) -> RequestedName:

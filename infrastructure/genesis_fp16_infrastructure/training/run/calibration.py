@@ -93,6 +93,7 @@ from torch import nn
 
 from genesis_fp16_infrastructure.agent_folder import files, records
 from genesis_fp16_infrastructure.agent_folder.layout import CALIBRATION
+from genesis_fp16_infrastructure.errors import ExecutionError
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.precision import capabilities
 from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
@@ -119,7 +120,7 @@ from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_
 from genesis_fp16_infrastructure.training.run.batches import batch_shapes, to_device
 from genesis_fp16_infrastructure.training.run.task import TrainingTask
 from genesis_fp16_infrastructure.training.step.cuda_graph import cuda_generators, signature
-from genesis_fp16_infrastructure.training.step.execution import ExecutionError, MeasuredExecution
+from genesis_fp16_infrastructure.training.step.execution import MeasuredExecution
 from genesis_fp16_infrastructure.training.step.trainer import LossFn, Trainer
 from genesis_fp16_infrastructure.training.step.trainer_config import TrainerConfig
 

@@ -20,8 +20,9 @@ from collections.abc import Mapping
 from dataclasses import fields, replace
 from pathlib import Path
 
+from genesis_fp16_infrastructure.errors import CheckpointError
 from genesis_fp16_infrastructure.training import checkpoint_keys, distributed
-from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, CheckpointManager
+from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded, read_checkpoint
 from genesis_fp16_infrastructure.training.flight.range_stats import REPORTED_MODULES, RangeStats
 from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder

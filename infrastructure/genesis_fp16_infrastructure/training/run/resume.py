@@ -13,8 +13,9 @@ from typing import Any
 
 import torch
 
+from genesis_fp16_infrastructure.errors import CheckpointError
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
-from genesis_fp16_infrastructure.training.checkpoint import CheckpointError, CheckpointManager
+from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopTracker
 from genesis_fp16_infrastructure.training.run.options import FitOptions

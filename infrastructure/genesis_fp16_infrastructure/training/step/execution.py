@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch.optim import Optimizer
 
+from genesis_fp16_infrastructure.errors import ExecutionError
 from genesis_fp16_infrastructure.training.step.execution_names import (
     COMPILE_MODE,
     COMPILE_REQUESTS,
@@ -39,15 +40,6 @@ from genesis_fp16_infrastructure.training.step.execution_names import (
     EXECUTION_MODES,
     FALLBACK_REASONS,
 )
-
-
-class ExecutionError(ValueError):
-    """``cuda_graph='on'`` (or ``compile='on'``) for a run that cannot be captured; the
-    message says why and ``obstacle`` is the reason alone."""
-
-    def __init__(self, message: str, obstacle: str | None = None) -> None:
-        super().__init__(message)
-        self.obstacle = obstacle or message
 
 
 @dataclass(frozen=True)

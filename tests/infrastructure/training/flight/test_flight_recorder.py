@@ -8,6 +8,7 @@ import pytest
 import torch
 from guard_faults import BASE, STEPS, CudaFaultTask, FaultTask, graph_steps, the_runs_steps
 
+from genesis_fp16_infrastructure.errors import BundleError
 from genesis_fp16_infrastructure.training import (
     FitOptions,
     FitResult,
@@ -16,7 +17,6 @@ from genesis_fp16_infrastructure.training import (
     fit,
 )
 from genesis_fp16_infrastructure.training.flight.bundle import (
-    BundleError,
     BundleLimits,
     list_bundles,
     load_bundle,

@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch import nn
 
+from genesis_fp16_infrastructure.errors import BundleError
 from genesis_fp16_infrastructure.training.flight.bundle import (
-    BundleError,
     allowed_types,
     plain_batch,
     rebuilt_batch,

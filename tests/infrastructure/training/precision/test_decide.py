@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from genesis_fp16_infrastructure.errors import PrecisionError
 from genesis_fp16_infrastructure.training.precision import capabilities
-from genesis_fp16_infrastructure.training.precision.capabilities import (
-    DeviceCapabilities,
-    PrecisionError,
-)
+from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
 from genesis_fp16_infrastructure.training.precision.decide import (
     decide,
     measures_here,

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from genesis_fp16_infrastructure.errors import PrecisionError
 from genesis_fp16_infrastructure.training import (
     PRECISIONS,
     REQUESTABLE,
     DeviceCapabilities,
-    PrecisionError,
     PrecisionPolicy,
     resolve_precision,
 )

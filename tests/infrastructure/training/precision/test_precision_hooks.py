@@ -12,6 +12,7 @@ from torch import nn
 from genesis_fp16.config import agent_settings, settings
 from genesis_fp16.jobs import probe_gate
 from genesis_fp16.metrics import metric_names as metrics
+from genesis_fp16_infrastructure.errors import PrecisionError
 from genesis_fp16_infrastructure.probe import build_variants, verdict
 from genesis_fp16_infrastructure.training import (
     GuardConfig,
@@ -22,7 +23,6 @@ from genesis_fp16_infrastructure.training import (
 )
 from genesis_fp16_infrastructure.training.precision import precision_names as names
 from genesis_fp16_infrastructure.training.precision.grad_check import LOW_DTYPES
-from genesis_fp16_infrastructure.training.precision.precision import PrecisionError
 from genesis_fp16_infrastructure.training.precision.precision_names import ROBUSTNESS
 from genesis_fp16_infrastructure.training.run import verify_capture
 from genesis_fp16_infrastructure.training.step import trainer

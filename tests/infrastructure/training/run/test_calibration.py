@@ -13,6 +13,7 @@ import pytest
 import torch
 from test_fit import RegressionTask
 
+from genesis_fp16_infrastructure.errors import ExecutionError
 from genesis_fp16_infrastructure.training import FitOptions, TrainerConfig, fit
 from genesis_fp16_infrastructure.training.precision import capabilities
 from genesis_fp16_infrastructure.training.precision.decide import auto_candidates, choose
@@ -21,7 +22,6 @@ from genesis_fp16_infrastructure.training.precision.precision import DeviceCapab
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import CACHE_VERSION, Measured
 from genesis_fp16_infrastructure.training.run import calibration as cal
-from genesis_fp16_infrastructure.training.step.execution import ExecutionError
 
 NATIVE_BF16 = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native")
 

@@ -12,6 +12,7 @@ import torch
 
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
+from genesis_fp16_infrastructure.errors import ExecutionError
 from genesis_fp16_infrastructure.training import (
     FitOptions,
     PrecisionPolicy,
@@ -21,11 +22,7 @@ from genesis_fp16_infrastructure.training import (
 )
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training.step.cuda_graph import flatten_tensors, signature
-from genesis_fp16_infrastructure.training.step.execution import (
-    ExecutionError,
-    MeasuredExecution,
-    resolve_execution,
-)
+from genesis_fp16_infrastructure.training.step.execution import MeasuredExecution, resolve_execution
 from genesis_fp16_infrastructure.training.step.execution_names import COMPILE_MODE, EXECUTION_MODES
 
 CUDA = torch.device("cuda", 0)  # resolve_execution only reads .type: no GPU needed
