@@ -1,8 +1,9 @@
 """`genesis-fp16 agents [--json]`: the agent plugins found and the state of each.
 
 Exits 1 when an allowed plugin failed to load, or its import is stuck (it has not returned
-after `IMPORT_DEADLINE_SECONDS`, 30 s: listed ``stuck``, and the command does not wait
-longer), so that a deployment check (`genesis-fp16 agents && ...`) notices; 0 otherwise.
+after `GENESIS_FP16_PLUGIN_IMPORT_DEADLINE_SECONDS`, 30 s by default: listed ``stuck``, and
+the command does not wait longer), so that a deployment check (`genesis-fp16 agents &&
+...`) notices; 0 otherwise.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_for_reading()  # a refused .env: its other lines, said on stderr
-    records = discover_plugins(settings.plugin_allowlist)
+    records = discover_plugins(settings.plugin_allowlist, settings.plugin_import_deadline_seconds)
     if args.json:
         listed = []
         for record in records:

@@ -4,9 +4,10 @@ Discovery reads only package metadata; the allowlist is applied before anything 
 imported, and a plugin is imported only when it is allowed. A plugin that fails to
 import, has the wrong API version, or does not implement :class:`AgentPlugin` is
 recorded with its state and error, and the others are unaffected. Each import runs on
-its own thread, waited for at most ``IMPORT_DEADLINE_SECONDS``: a plugin whose import
-hangs is recorded ``stuck`` (its thread goes on; :class:`PendingImport` holds its result
-for whoever asks again), and the caller goes on without it.
+its own thread, waited for at most the import deadline (the setting
+``plugin_import_deadline_seconds``, by default ``IMPORT_DEADLINE_SECONDS``): a plugin
+whose import hangs is recorded ``stuck`` (its thread goes on; :class:`PendingImport`
+holds its result for whoever asks again), and the caller goes on without it.
 
 >>> states = {r.name: r.state for r in discover_plugins(allowlist=["se_darwin"])}
 >>> states["se_darwin"], states["rlhf_ppo"]
@@ -42,11 +43,16 @@ OWN_DISTRIBUTION = "genesis-fp16"  # registers the built-in agents
 log = logging.getLogger(__name__)
 
 PluginState = Literal["loaded", "failed", "wrong_api", "not_allowed", "stuck", "refused"]
-# How long one wait for a plugin's import lasts. Importing the built-in agents (torch
+# How long one wait for a plugin's import lasts by default
+# (GENESIS_FP16_PLUGIN_IMPORT_DEADLINE_SECONDS). Importing the built-in agents (torch
 # first) took 8 s of wall time on a loaded 2-core host (`time genesis-fp16 agents`), so 10
 # s reported healthy plugins stuck; one that takes longer than this is reported
 # ``stuck`` and taken whenever it ends.
 IMPORT_DEADLINE_SECONDS = 30.0
+# Its ceiling: start-up waits the deadline before READY=1, and the shipped systemd unit
+# gives start-up 300 s (TimeoutStartSec), so a longer wait would have systemd kill a
+# daemon whose plugin hangs instead of it going on without that plugin.
+MAX_IMPORT_DEADLINE_SECONDS = 240.0
 
 
 class PluginError(Exception):

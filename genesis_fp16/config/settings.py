@@ -48,7 +48,11 @@ from genesis_fp16.config.agent_settings import (
 )
 from genesis_fp16.config.extras import tensorboard_missing
 from genesis_fp16.config.guard_settings import GuardSettings
-from genesis_fp16.config.plugins import ENTRY_POINT_GROUP
+from genesis_fp16.config.plugins import (
+    ENTRY_POINT_GROUP,
+    IMPORT_DEADLINE_SECONDS,
+    MAX_IMPORT_DEADLINE_SECONDS,
+)
 from genesis_fp16.config.settings_sources import (
     MAX_SHOWN,
     SettingsSources,
@@ -106,6 +110,11 @@ class Settings(BaseSettings, GuardSettings):
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     plugin_allowlist: Annotated[list[str] | None, NoDecode] = None
+    # How long start-up, each rescan and `agents` wait for a plugin's import before
+    # listing it ``stuck`` and going on without it (read at start-up).
+    plugin_import_deadline_seconds: float = Field(
+        default=IMPORT_DEADLINE_SECONDS, gt=0, le=MAX_IMPORT_DEADLINE_SECONDS
+    )
     device: str = "auto"
     device_concurrency: int = Field(default=1, ge=1)
     cuda_graph: CudaGraph = "auto"

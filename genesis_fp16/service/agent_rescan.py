@@ -16,13 +16,14 @@ scheduler tick (every ``GENESIS_FP16_HEARTBEAT_SECONDS``) and on SIGHUP:
 None of this runs on the daemon's main thread, which only waits, pings systemd's watchdog
 and handles signals: :meth:`AgentRescan.request` hands a rescan to the ``plugin-scan``
 thread and returns. Each import runs on a thread of its own (config/plugins.py's
-:class:`PendingImport`) and is waited for at most ``IMPORT_DEADLINE_SECONDS``; one that has
-not returned by then is *stuck*: logged once, shown by ``genesis_fp16_plugin_load_stuck``,
-by the status page and by ``genesis-fp16 agents``, and looked at again at each rescan,
-which takes its result (loaded or failed) whenever the import ends. A hung import cannot
-be stopped or started twice (the interpreter's lock on that module is held), so a plugin
-stays stuck until its import returns or the daemon restarts; the other agents' loading,
-scheduling and runs go on meanwhile.
+:class:`PendingImport`) and is waited for at most the import deadline (the setting
+``plugin_import_deadline_seconds``, 30 s by default); one that has not returned by then
+is *stuck*: logged once, shown by ``genesis_fp16_plugin_load_stuck``, by the status page
+and by ``genesis-fp16 agents``, and looked at again at each rescan, which takes its result
+(loaded or failed) whenever the import ends. A hung import cannot be stopped or started
+twice (the interpreter's lock on that module is held), so a plugin stays stuck until its
+import returns or the daemon restarts; the other agents' loading, scheduling and runs go
+on meanwhile.
 
 A plugin already loaded keeps the code the daemon imported until a restart; each run in
 a child process (the default) imports the installed code afresh. The state folder's lock

@@ -88,6 +88,7 @@ RESTART_ONLY = (
     "log_format",
     "log_level",
     "plugin_allowlist",
+    "plugin_import_deadline_seconds",
     "device_concurrency",
     "heartbeat_seconds",
     "misfire_grace_seconds",
@@ -145,7 +146,12 @@ class Daemon:
         self._heartbeat = 0.0
         self._ready = False
         # Replaced whole when a plugin is installed or uninstalled (agent_rescan.py).
-        self.agents = AgentRescan(settings.plugin_allowlist, self.metrics, self._stored_success)
+        self.agents = AgentRescan(
+            settings.plugin_allowlist,
+            self.metrics,
+            self._stored_success,
+            deadline=settings.plugin_import_deadline_seconds,
+        )
         self.plugins: dict[str, AgentPlugin] = {}
 
     # -- health -----------------------------------------------------------------------

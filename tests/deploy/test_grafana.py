@@ -45,6 +45,7 @@ AGENTS = f"{AGENT}|rlhf_ppo|probe_toy|fixture_fault"
 HANG = "hang_agent"
 ALLOWLIST = f"{AGENTS.replace('|', ',')},fixture_broken,{HANG}"
 HANG_SOURCE = "import time\n\ntime.sleep(600)  # far past the test\nplugin = None\n"
+IMPORT_DEADLINE = 10.0
 PROBE_PLUGIN = ROOT / "tests" / "genesis_fp16" / "probe_plugin"
 GUARD_PLUGINS = ROOT / "tests" / "fixtures" / "guard_plugins"
 SCRAPE_SECONDS = 1
@@ -307,10 +308,20 @@ def scraped_daemon(
     daemon = start_daemon(
         tmp_path / "daemon",
         {
+            # The caller's path kept after ours: the daemon runs the code under test.
             "PYTHONPATH": os.pathsep.join(
-                [str(FIXTURE_PLUGINS), str(PROBE_PLUGIN), str(GUARD_PLUGINS), str(hot)]
+                [
+                    str(FIXTURE_PLUGINS),
+                    str(PROBE_PLUGIN),
+                    str(GUARD_PLUGINS),
+                    str(hot),
+                    *filter(None, [os.environ.get("PYTHONPATH")]),
+                ]
             ),
             "GENESIS_FP16_PLUGIN_ALLOWLIST": ALLOWLIST,
+            # The hanging import is stuck this long after a rescan finds it, not the
+            # default 30 s; the other plugins' imports (torch already loaded) take far less.
+            "GENESIS_FP16_PLUGIN_IMPORT_DEADLINE_SECONDS": str(IMPORT_DEADLINE),
             "GENESIS_FP16_EVENTS_URLS": receiver.url,
             "GENESIS_FP16_EVENTS_SECRET": "dashboard-test-secret",
             "GENESIS_FP16_AGENTS__RLHF_PPO__STEPS": "4",
@@ -387,7 +398,7 @@ def test_every_panel_query_returns_data_from_a_real_prometheus(
         for title, expr in _queries()
     ]
     assert {title for title, _ in queries} >= set(EXPECTED_EMPTY)
-    # The hanging import is stuck 30 s (the import deadline) after a rescan finds it.
+    # The hanging import is stuck IMPORT_DEADLINE s after a rescan finds it.
     deadline = time.monotonic() + 150
     missing: list[str] = []
     while time.monotonic() < deadline:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from daemon_harness import daemon_env
+from daemon_harness import FIXTURE_PLUGINS, daemon_env
 
 
 def cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -102,6 +103,34 @@ def test_agents_exits_0_when_every_allowed_plugin_loads(tmp_path: Path) -> None:
     assert "fixture_good" in result.stdout and "not_allowed" in result.stdout
 
 
+def test_agents_gives_up_on_an_import_after_the_configured_deadline(tmp_path: Path) -> None:
+    """With GENESIS_FP16_PLUGIN_IMPORT_DEADLINE_SECONDS=1, a plugin whose import takes 20 s
+    is listed stuck and the command exits 1 (the default 30 s would have seen it load)."""
+    site = tmp_path / "site"
+    info = site / "slow_agent-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: slow_agent\nVersion: 0.1\n")
+    entry = "[genesis_fp16.agents]\nslow_agent = slow_agent:plugin\n"
+    (info / "entry_points.txt").write_text(entry)
+    (site / "slow_agent.py").write_text(
+        "import time\n\ntime.sleep(20)\n\n"
+        "from fixture_agents.good import FixtureAgent\n\nplugin = FixtureAgent('slow_agent')\n"
+    )
+    path = os.pathsep.join(
+        [str(site), str(FIXTURE_PLUGINS), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    result = cli(
+        tmp_path,
+        "agents",
+        PYTHONPATH=path,
+        GENESIS_FP16_PLUGIN_ALLOWLIST="slow_agent",
+        GENESIS_FP16_PLUGIN_IMPORT_DEADLINE_SECONDS="1",
+    )
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    (line,) = [row for row in result.stdout.splitlines() if row.startswith("slow_agent ")]
+    assert " stuck " in line and "has not returned" in line, line
+
+
 def test_agents_into_a_closed_pipe_ends_without_a_traceback(tmp_path: Path) -> None:
     """`genesis-fp16 agents | head -1`: the reader is gone; no BrokenPipeError traceback."""
     child = subprocess.Popen(
@@ -119,16 +148,22 @@ def test_agents_into_a_closed_pipe_ends_without_a_traceback(tmp_path: Path) -> N
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
 
 
-def test_help_shows_no_raw_double_backticks(tmp_path: Path) -> None:
-    """Docstrings as --help text: ``code`` shows as `code` in every command's help."""
-    from genesis_fp16.cli import COMMAND_MODULES
+def test_help_shows_no_raw_double_backticks(capsys: pytest.CaptureFixture[str]) -> None:
+    """Docstrings as --help text: ``code`` shows as `code` in every command's help (the
+    console script's main(), called here: each command's --help in a process of its own,
+    exiting 0, is test_cli_startup.py's)."""
+    from genesis_fp16.cli import COMMAND_MODULES, main
+
+    def help_of(*words: str) -> str:
+        with pytest.raises(SystemExit) as done:
+            main([*words, "--help"])
+        assert done.value.code == 0, words
+        return capsys.readouterr().out
 
     # A module's command is its name with dashes (new_agent: `genesis-fp16 new-agent`).
     for command in ("", *(name.replace("_", "-") for name in COMMAND_MODULES)):
-        result = cli(tmp_path, *([command] if command else []), "--help")
-        assert result.returncode == 0, result.stderr
-        assert "``" not in result.stdout, command
-    assert "`--precision`" in cli(tmp_path, "train", "--help").stdout
+        assert "``" not in help_of(*([command] if command else [])), command
+    assert "`--precision`" in help_of("train")
 
 
 def test_config_check_refuses_settings_for_an_agent_that_is_not_installed(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from genesis_fp16.config.settings import Settings, load_settings
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.service import agent_rescan
 from genesis_fp16.service.agent_rescan import AgentRescan
+from genesis_fp16.service.daemon import Daemon
 from genesis_fp16.service.scheduler import AgentScheduler
 from genesis_fp16.service.state_lock import LOCK_NAME, acquire_state_folder, read_holder
 
@@ -177,3 +179,35 @@ def test_an_import_past_its_deadline_is_stuck_then_taken_when_it_returns(
         release.touch()
         scheduler.shutdown()
         os.close(fd)
+
+
+def test_the_daemon_waits_for_an_import_only_its_configured_deadline(
+    site_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GENESIS_FP16_PLUGIN_IMPORT_DEADLINE_SECONDS=0.5: the daemon's start-up load gives up on
+    an import that returns 10 s later and lists it stuck (the default 30 s would load it)."""
+    monkeypatch.setenv("GENESIS_FP16_PLUGIN_ALLOWLIST", "late_agent")
+    monkeypatch.setenv("GENESIS_FP16_PLUGIN_IMPORT_DEADLINE_SECONDS", "0.5")
+    monkeypatch.setenv("GENESIS_FP16_STATE_DIR", str(tmp_path / "state"))
+    release = tmp_path / "release"
+    (site_dir / "late_agent.py").write_text(
+        "import pathlib, time\n"
+        f"while not pathlib.Path({str(release)!r}).exists():\n    time.sleep(0.05)\n"
+        "from fixture_agents.good import FixtureAgent\nplugin = FixtureAgent('late_agent')\n"
+    )
+    _dist(site_dir, "late_agent", "late_agent")
+    settings = load_settings()
+    daemon = Daemon(settings, tmp_path / ".env", CollectorRegistry(), notifier=None)
+    timer = threading.Timer(10.0, release.touch)
+    timer.start()
+    try:
+        daemon.agents.load(settings)
+        assert daemon.agents.plugins == {} and list(daemon.agents.stuck) == ["late_agent"]
+        assert _stuck(daemon.agents, "late_agent") == 1
+    finally:
+        timer.cancel()
+        release.touch()
+        for thread in threading.enumerate():
+            if thread.name == "plugin-import-late_agent":
+                thread.join(timeout=60)
+        sys.modules.pop("late_agent", None)

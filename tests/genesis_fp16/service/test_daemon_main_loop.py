@@ -26,14 +26,18 @@ from pathlib import Path
 
 from daemon_harness import FIXTURE_PLUGINS, DaemonFactory, DaemonProcess, daemon_env
 
-from genesis_fp16.config.plugins import IMPORT_DEADLINE_SECONDS
-
 GOOD = "fixture_good"
 HANG = "hang_agent"
 WATCHDOG_USEC = 4_000_000
 # The harness's own: a run under way (a child process, still importing torch on a loaded
 # host) stops at its next step; a hung import held SIGTERM 51 s on main.
 SHUTDOWN_TIMEOUT = 20.0
+# The daemon's and `agents`' import deadline (GENESIS_FP16_PLUGIN_IMPORT_DEADLINE_SECONDS):
+# short, so the test does not wait out the default 30 s; the healthy plugin's import
+# (torch already imported by the daemon) takes well under it.
+IMPORT_DEADLINE = 5.0
+# Pings the test sees before it stops the daemon, so that the gaps are a real sample.
+PINGS = 12
 # Linux's SO_TIMESTAMPNS (asm-generic/socket.h), which the socket module does not name:
 # each datagram carries the kernel's arrival time as a struct timespec.
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
@@ -125,7 +129,11 @@ def test_a_plugin_hanging_at_import_holds_no_ping_signal_or_other_agent(
     hot.mkdir()
     notify = NotifySocket(Path(f"/tmp/gfp16-mainloop-{os.getpid()}.sock"))
     env = {
-        "PYTHONPATH": f"{hot}:{FIXTURE_PLUGINS}",
+        # The caller's path kept after ours: the daemon runs the code under test.
+        "PYTHONPATH": os.pathsep.join(
+            [str(hot), str(FIXTURE_PLUGINS), *filter(None, [os.environ.get("PYTHONPATH")])]
+        ),
+        "GENESIS_FP16_PLUGIN_IMPORT_DEADLINE_SECONDS": str(IMPORT_DEADLINE),
         "GENESIS_FP16_PLUGIN_ALLOWLIST": f"{GOOD},{HANG}",
         "GENESIS_FP16_SCHEDULE": "2",
         "GENESIS_FP16_STEPS_PER_RUN": "2",
@@ -149,7 +157,7 @@ def test_a_plugin_hanging_at_import_holds_no_ping_signal_or_other_agent(
             text=True,
         )
         # The tick finds it; after the import deadline it is reported, once.
-        wait = 60 + 2 * IMPORT_DEADLINE_SECONDS
+        wait = 60 + 2 * IMPORT_DEADLINE
         (stuck,) = daemon.wait_for(lambda: daemon.events(STUCK), "the stuck import", wait)
         assert stuck["plugin"] == HANG
         assert daemon.sample("genesis_fp16_plugin_load_stuck", plugin=HANG) == 1
@@ -166,6 +174,7 @@ def test_a_plugin_hanging_at_import_holds_no_ping_signal_or_other_agent(
         assert _when(reloaded) - sent < 1.0, _when(reloaded) - sent
         # The other agent trains on while the import still sleeps.
         daemon.wait_for(lambda: _runs_after(daemon, _when(stuck)), "a run after the hang", 120)
+        daemon.wait_for(lambda: len(notify.times("WATCHDOG=1")) >= PINGS, "enough pings", 60)
         sent = time.monotonic()
         daemon.signal(signal.SIGTERM)
         assert daemon.wait_exit(timeout=60) == 0, daemon.tail()
