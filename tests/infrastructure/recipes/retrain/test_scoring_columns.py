@@ -154,6 +154,9 @@ def test_asked_for_some_records_it_scores_those_alone_and_the_same(
     for metric in ("log_loss", "brier"):
         want = [whole.column(metric)[at[i]] for i in wanted]
         np.testing.assert_allclose(part.column(metric), want, rtol=1e-6, atol=1e-9)
+    none = replace(_request(pools[1]), score_only=ScoreOnly(frozenset()))
+    empty = scoring.score_records(models["held_out"], none)  # a gate with no record to judge
+    assert empty.ids == () and empty.column("brier") == ()
 
 
 @pytest.mark.parametrize("case", json.loads(PINNED.read_text()), ids=lambda c: f"seed{c['seed']}")
