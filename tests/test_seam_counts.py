@@ -64,8 +64,10 @@ MAX_COMPLEXITY = 30
 # into contract.plugin_api): 48. No Record (record_codec) in the daemon: 47. The errors a
 # caller handles defined in one module, errors (data.sources, probe.variants,
 # training.checkpoint_load and training.step.execution defined only those): 44. A
-# checkpoint's summary through CheckpointsFolder (no training.checkpoint_files): 43.
-MAX_DEFINING_MODULES = 43
+# checkpoint's summary through CheckpointsFolder (no training.checkpoint_files): 43. The
+# pointer's record beside the records it holds (ServedPointer moved from
+# agent_folder.pointer into agent_folder.lifecycle_records): 42.
+MAX_DEFINING_MODULES = 42
 
 DAEMON = """
 from genesis_fp16_infrastructure.contract.train_result import TrainResult

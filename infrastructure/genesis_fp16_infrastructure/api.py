@@ -40,10 +40,12 @@ if TYPE_CHECKING:
         is_agent_name,
         shown_name,
     )
-    from genesis_fp16_infrastructure.agent_folder.lifecycle_records import JournalEntry
+    from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
+        JournalEntry,
+        ServedPointer,
+    )
     from genesis_fp16_infrastructure.agent_folder.lock import read_holder, take_lock, write_holder
     from genesis_fp16_infrastructure.agent_folder.outbox import Event
-    from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer
     from genesis_fp16_infrastructure.agent_folder.run_history import (
         LastRun,
         LiveMark,

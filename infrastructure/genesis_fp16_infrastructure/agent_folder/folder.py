@@ -51,9 +51,9 @@ from genesis_fp16_infrastructure.agent_folder import layout as L
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     CandidateMeta,
     ServedEntry,
+    ServedPointer,
     Verdict,
 )
-from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer
 from genesis_fp16_infrastructure.agent_folder.records import CaptureVerdict
 from genesis_fp16_infrastructure.agent_folder.run_history import KEEP, LastRun, RunEntry, RunHistory
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
