@@ -66,8 +66,10 @@ MAX_COMPLEXITY = 30
 # training.checkpoint_load and training.step.execution defined only those): 44. A
 # checkpoint's summary through CheckpointsFolder (no training.checkpoint_files): 43. The
 # pointer's record beside the records it holds (ServedPointer moved from
-# agent_folder.pointer into agent_folder.lifecycle_records): 42.
-MAX_DEFINING_MODULES = 42
+# agent_folder.pointer into agent_folder.lifecycle_records): 42. A bundle's data
+# signature and its check beside the bundle's format (data_signature, data_change moved
+# from training.flight.bundle_files into training.flight.bundle): 41.
+MAX_DEFINING_MODULES = 41
 
 DAEMON = """
 from genesis_fp16_infrastructure.contract.train_result import TrainResult

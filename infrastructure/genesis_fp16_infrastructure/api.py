@@ -117,8 +117,7 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.probe.runner import run_probe
     from genesis_fp16_infrastructure.record_codec import Record, ReportError
     from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
-    from genesis_fp16_infrastructure.training.flight.bundle import load_bundle
-    from genesis_fp16_infrastructure.training.flight.bundle_files import data_change
+    from genesis_fp16_infrastructure.training.flight.bundle import data_change, load_bundle
     from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget, replay
     from genesis_fp16_infrastructure.training.precision import capabilities
     from genesis_fp16_infrastructure.training.precision.decide import decide, planned_precision
