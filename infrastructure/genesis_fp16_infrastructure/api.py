@@ -148,7 +148,6 @@ if TYPE_CHECKING:
         RangeSummary,
     )
     from genesis_fp16_infrastructure.training.run.batches import to_device
-    from genesis_fp16_infrastructure.training.run.calibration import kept_rows
     from genesis_fp16_infrastructure.training.run.fit import fit
     from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
     from genesis_fp16_infrastructure.training.run.spec import RunCallbacks

@@ -667,14 +667,6 @@ def _tf32() -> str:
     )
 
 
-def kept_rows(path: Path) -> tuple[Measured, ...]:
-    """The rows of the measurement kept at ``path`` (none: no file, or an unusable one),
-    whatever its key: what a measured ``auto`` chose last, for ``decide`` to answer again
-    before the next run (the daemon's gauge); the run itself measures again on a new key."""
-    found = read_calibration(path)
-    return () if found is None else found.rows
-
-
 def read_calibration(path: Path) -> Calibration | None:
     """The measurement kept at ``path``, whatever its key; None: none, one of another
     version (measured again), or an unusable one (set aside as
