@@ -146,6 +146,7 @@ if TYPE_CHECKING:
         Measured,
         ModuleRange,
         RangeSummary,
+        TrainingSummary,
     )
     from genesis_fp16_infrastructure.training.run.batches import to_device
     from genesis_fp16_infrastructure.training.run.fit import fit
@@ -156,7 +157,6 @@ if TYPE_CHECKING:
         EXECUTION_MODES,
         FALLBACK_REASONS,
     )
-    from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
     from genesis_fp16_infrastructure.world_model import workload
 
 

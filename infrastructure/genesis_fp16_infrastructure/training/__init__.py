@@ -35,12 +35,12 @@ if TYPE_CHECKING:
         PRECISIONS,
         REQUESTABLE,
     )
+    from genesis_fp16_infrastructure.training.reports import TrainingSummary
     from genesis_fp16_infrastructure.training.run.batches import to_device
     from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
     from genesis_fp16_infrastructure.training.run.fit import fit
     from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
     from genesis_fp16_infrastructure.training.run.task import IterationHooks, TrainingTask
-    from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
     from genesis_fp16_infrastructure.training.step.trainer import Trainer
     from genesis_fp16_infrastructure.training.step.trainer_config import StepTuning, TrainerConfig
 
@@ -69,7 +69,7 @@ _EXPORTS: dict[str, str] = {
     "PrecisionMemory": "precision.precision_memory",
     "PRECISIONS": "precision.precision_names",
     "REQUESTABLE": "precision.precision_names",
-    "TrainingSummary": "step.summary",
+    "TrainingSummary": "reports",
     "Trainer": "step.trainer",
     "TrainerConfig": "step.trainer_config",
     "StepTuning": "step.trainer_config",
