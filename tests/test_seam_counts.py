@@ -73,8 +73,9 @@ MAX_COMPLEXITY = 30
 # from training.flight.bundle_files into training.flight.bundle): 41. planned_precision
 # reads the kept measurement itself (no training.run.calibration.kept_rows): 40. The
 # trainer's report with training's other reports (TrainingSummary moved from
-# training.step.summary into training.reports): 39.
-MAX_DEFINING_MODULES = 39
+# training.step.summary into training.reports): 39. The guard's memory of its demotions
+# beside its config (training.precision.precision_memory merged into guard_config): 38.
+MAX_DEFINING_MODULES = 38
 
 DAEMON = """
 from genesis_fp16_infrastructure.contract.train_result import TrainResult

@@ -121,12 +121,13 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget, replay
     from genesis_fp16_infrastructure.training.precision import capabilities
     from genesis_fp16_infrastructure.training.precision.decide import decide, planned_precision
-    from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig, bounds_of
-    from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
-    from genesis_fp16_infrastructure.training.precision.precision_memory import (
+    from genesis_fp16_infrastructure.training.precision.guard_config import (
+        GuardConfig,
         PrecisionMemory,
+        bounds_of,
         remember_demotions,
     )
+    from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
     from genesis_fp16_infrastructure.training.precision.precision_names import (
         CHOICES,
         LOSS_SCALED,

@@ -60,7 +60,7 @@ from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 from genesis_fp16_infrastructure.training.flight.bundle_files import list_bundles
 from genesis_fp16_infrastructure.training.precision import carried_scale
 from genesis_fp16_infrastructure.training.precision.carried_scale import CarriedScale
-from genesis_fp16_infrastructure.training.precision.precision_memory import (
+from genesis_fp16_infrastructure.training.precision.guard_config import (
     PrecisionMemory,
     read_precision_memory,
     write_precision_memory,

@@ -19,7 +19,7 @@ from genesis_fp16_infrastructure.training.precision.carried_scale import (
     carry_after_run,
     write_carried_scale,
 )
-from genesis_fp16_infrastructure.training.precision.precision_memory import (
+from genesis_fp16_infrastructure.training.precision.guard_config import (
     remember_demotions,
     write_precision_memory,
 )
