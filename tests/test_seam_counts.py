@@ -75,7 +75,9 @@ MAX_COMPLEXITY = 30
 # trainer's report with training's other reports (TrainingSummary moved from
 # training.step.summary into training.reports): 39. The guard's memory of its demotions
 # beside its config (training.precision.precision_memory merged into guard_config): 38.
-MAX_DEFINING_MODULES = 38
+# to_device beside the task whose batches it moves (training.run.batches merged into
+# training.run.task): 37.
+MAX_DEFINING_MODULES = 37
 
 DAEMON = """
 from genesis_fp16_infrastructure.contract.train_result import TrainResult

@@ -149,11 +149,10 @@ if TYPE_CHECKING:
         RangeSummary,
         TrainingSummary,
     )
-    from genesis_fp16_infrastructure.training.run.batches import to_device
     from genesis_fp16_infrastructure.training.run.fit import fit
     from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
     from genesis_fp16_infrastructure.training.run.spec import RunCallbacks
-    from genesis_fp16_infrastructure.training.run.task import TrainingTask
+    from genesis_fp16_infrastructure.training.run.task import TrainingTask, to_device
     from genesis_fp16_infrastructure.training.step.execution_names import (
         EXECUTION_MODES,
         FALLBACK_REASONS,

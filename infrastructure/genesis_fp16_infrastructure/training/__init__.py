@@ -38,17 +38,20 @@ if TYPE_CHECKING:
         REQUESTABLE,
     )
     from genesis_fp16_infrastructure.training.reports import TrainingSummary
-    from genesis_fp16_infrastructure.training.run.batches import to_device
     from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
     from genesis_fp16_infrastructure.training.run.fit import fit
     from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
-    from genesis_fp16_infrastructure.training.run.task import IterationHooks, TrainingTask
+    from genesis_fp16_infrastructure.training.run.task import (
+        IterationHooks,
+        TrainingTask,
+        to_device,
+    )
     from genesis_fp16_infrastructure.training.step.trainer import Trainer
     from genesis_fp16_infrastructure.training.step.trainer_config import StepTuning, TrainerConfig
 
 # Exported name -> the submodule that defines it.
 _EXPORTS: dict[str, str] = {
-    "to_device": "run.batches",
+    "to_device": "run.task",
     "CheckpointError": "checkpoint",
     "CheckpointManager": "checkpoint",
     "EarlyStopping": "run.early_stop",
