@@ -76,8 +76,10 @@ MAX_COMPLEXITY = 30
 # training.step.summary into training.reports): 39. The guard's memory of its demotions
 # beside its config (training.precision.precision_memory merged into guard_config): 38.
 # to_device beside the task whose batches it moves (training.run.batches merged into
-# training.run.task): 37.
-MAX_DEFINING_MODULES = 37
+# training.run.task): 37. The execution vocabulary beside the precision one (a measured
+# auto chooses both; training.step.execution_names merged into
+# training.precision.precision_names): 36.
+MAX_DEFINING_MODULES = 36
 
 DAEMON = """
 from genesis_fp16_infrastructure.contract.train_result import TrainResult

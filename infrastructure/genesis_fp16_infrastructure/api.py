@@ -130,6 +130,8 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
     from genesis_fp16_infrastructure.training.precision.precision_names import (
         CHOICES,
+        EXECUTION_MODES,
+        FALLBACK_REASONS,
         LOSS_SCALED,
         LOW_PRECISIONS,
         PRECISIONS,
@@ -153,10 +155,6 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
     from genesis_fp16_infrastructure.training.run.spec import RunCallbacks
     from genesis_fp16_infrastructure.training.run.task import TrainingTask, to_device
-    from genesis_fp16_infrastructure.training.step.execution_names import (
-        EXECUTION_MODES,
-        FALLBACK_REASONS,
-    )
     from genesis_fp16_infrastructure.world_model import workload
 
 
