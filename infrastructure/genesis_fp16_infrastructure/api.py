@@ -27,7 +27,12 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.agent_folder import files, outbox
-    from genesis_fp16_infrastructure.agent_folder.files import SetAside, folder_bytes, on_set_aside
+    from genesis_fp16_infrastructure.agent_folder.files import (
+        SetAside,
+        folder_bytes,
+        on_set_aside,
+        write_json_atomic,
+    )
     from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder, CheckpointsFolder
     from genesis_fp16_infrastructure.agent_folder.layout import (
         AGENT_NAME_PATTERN,
@@ -53,7 +58,6 @@ if TYPE_CHECKING:
         score_name,
         score_of,
     )
-    from genesis_fp16_infrastructure.atomic import write_json_atomic
     from genesis_fp16_infrastructure.contract.agent_snapshot import (
         AgentSnapshot,
         AgentState,

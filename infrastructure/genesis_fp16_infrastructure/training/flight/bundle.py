@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from genesis_fp16_infrastructure.atomic import write_atomic
+from genesis_fp16_infrastructure.agent_folder.files import write_atomic
 from genesis_fp16_infrastructure.errors import BundleError
 from genesis_fp16_infrastructure.training.flight.bundle_files import (
     BundleLimits,

@@ -219,7 +219,7 @@ def read_precision_memory(path: Path) -> PrecisionMemory | None:
 
 
 def write_precision_memory(path: Path, memory: PrecisionMemory | None) -> None:
-    """Write the state file atomically (see genesis_fp16_infrastructure.atomic); None deletes it."""
+    """Write the state file atomically (see agent_folder.files.write_atomic); None deletes it."""
     path = Path(path)
     if memory is None:
         path.unlink(missing_ok=True)
