@@ -260,7 +260,6 @@ def test_floor_check_catches_an_import_from_above(tmp_path: Path) -> None:
 # names of every layer, and no module of the library imports it). A component names no agent.
 LIBRARY_LAYERS = (
     {
-        "atomic",
         "errors",
         "gc_pause",
         "json_numbers",

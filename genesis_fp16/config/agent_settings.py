@@ -18,11 +18,11 @@ from genesis_fp16_infrastructure.api import RequestedName
 # mypy and pydantic check the per-agent precision against it, and a new precision is one
 # edit there.
 Precision = RequestedName
-# The values of CUDA_GRAPH_REQUESTS in genesis_fp16_infrastructure.training.step.execution_names
-# (a test checks).
+# The values of CUDA_GRAPH_REQUESTS in
+# genesis_fp16_infrastructure.training.precision.precision_names (a test checks).
 CudaGraph = Literal["auto", "on", "off"]
-# The values of COMPILE_REQUESTS in genesis_fp16_infrastructure.training.step.execution_names
-# (a test checks).
+# The values of COMPILE_REQUESTS in
+# genesis_fp16_infrastructure.training.precision.precision_names (a test checks).
 Compile = Literal["off", "on"]
 Isolation = Literal["process", "thread"]
 CUDA_GRAPH_CHOICES: tuple[str, ...] = get_args(CudaGraph)

@@ -137,11 +137,10 @@ def expected_precision(request: PrecisionRequest, device: str) -> PrecisionName 
     on ``device`` is None: the run fails with the clear error."""
     # decide() probes the device through torch: imported here, not at the top, so that
     # `genesis-fp16 agents` and `precision` (which use this module) start fast.
-    from genesis_fp16_infrastructure.api import PrecisionError, kept_rows, planned_precision
+    from genesis_fp16_infrastructure.api import PrecisionError, planned_precision
 
-    kept = kept_rows(request.cache) if request.measures and request.cache is not None else ()
-    try:
-        return planned_precision(request, device, kept)
+    try:  # a measured auto: planned_precision reads the rows kept at request.cache
+        return planned_precision(request, device)
     except PrecisionError:
         return None
 

@@ -27,7 +27,12 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.agent_folder import files, outbox
-    from genesis_fp16_infrastructure.agent_folder.files import SetAside, folder_bytes, on_set_aside
+    from genesis_fp16_infrastructure.agent_folder.files import (
+        SetAside,
+        folder_bytes,
+        on_set_aside,
+        write_json_atomic,
+    )
     from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder, CheckpointsFolder
     from genesis_fp16_infrastructure.agent_folder.layout import (
         AGENT_NAME_PATTERN,
@@ -40,10 +45,12 @@ if TYPE_CHECKING:
         is_agent_name,
         shown_name,
     )
-    from genesis_fp16_infrastructure.agent_folder.lifecycle_records import JournalEntry
+    from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
+        JournalEntry,
+        ServedPointer,
+    )
     from genesis_fp16_infrastructure.agent_folder.lock import read_holder, take_lock, write_holder
     from genesis_fp16_infrastructure.agent_folder.outbox import Event
-    from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer
     from genesis_fp16_infrastructure.agent_folder.run_history import (
         LastRun,
         LiveMark,
@@ -51,7 +58,6 @@ if TYPE_CHECKING:
         score_name,
         score_of,
     )
-    from genesis_fp16_infrastructure.atomic import write_json_atomic
     from genesis_fp16_infrastructure.contract.agent_snapshot import (
         AgentSnapshot,
         AgentState,
@@ -115,19 +121,21 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.probe.runner import run_probe
     from genesis_fp16_infrastructure.record_codec import Record, ReportError
     from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
-    from genesis_fp16_infrastructure.training.flight.bundle import load_bundle
-    from genesis_fp16_infrastructure.training.flight.bundle_files import data_change
+    from genesis_fp16_infrastructure.training.flight.bundle import data_change, load_bundle
     from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget, replay
     from genesis_fp16_infrastructure.training.precision import capabilities
     from genesis_fp16_infrastructure.training.precision.decide import decide, planned_precision
-    from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig, bounds_of
-    from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
-    from genesis_fp16_infrastructure.training.precision.precision_memory import (
+    from genesis_fp16_infrastructure.training.precision.guard_config import (
+        GuardConfig,
         PrecisionMemory,
+        bounds_of,
         remember_demotions,
     )
+    from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
     from genesis_fp16_infrastructure.training.precision.precision_names import (
         CHOICES,
+        EXECUTION_MODES,
+        FALLBACK_REASONS,
         LOSS_SCALED,
         LOW_PRECISIONS,
         PRECISIONS,
@@ -145,18 +153,12 @@ if TYPE_CHECKING:
         Measured,
         ModuleRange,
         RangeSummary,
+        TrainingSummary,
     )
-    from genesis_fp16_infrastructure.training.run.batches import to_device
-    from genesis_fp16_infrastructure.training.run.calibration import kept_rows
     from genesis_fp16_infrastructure.training.run.fit import fit
     from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
     from genesis_fp16_infrastructure.training.run.spec import RunCallbacks
-    from genesis_fp16_infrastructure.training.run.task import TrainingTask
-    from genesis_fp16_infrastructure.training.step.execution_names import (
-        EXECUTION_MODES,
-        FALLBACK_REASONS,
-    )
-    from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
+    from genesis_fp16_infrastructure.training.run.task import TrainingTask, to_device
     from genesis_fp16_infrastructure.world_model import workload
 
 

@@ -8,7 +8,7 @@ from typing import IO
 
 import pytest
 
-from genesis_fp16_infrastructure.atomic import write_atomic, write_json_atomic
+from genesis_fp16_infrastructure.agent_folder.files import write_atomic, write_json_atomic
 
 
 def test_json_is_written_whole_and_replaces_the_old_file(tmp_path: Path) -> None:

@@ -62,7 +62,7 @@ from genesis_fp16_infrastructure.rl.rollout import (
 )
 from genesis_fp16_infrastructure.training import Trainer
 from genesis_fp16_infrastructure.training.precision.precision import autocast_to
-from genesis_fp16_infrastructure.training.run.batches import index_to
+from genesis_fp16_infrastructure.training.run.task import index_to
 
 logger = logging.getLogger(__name__)
 

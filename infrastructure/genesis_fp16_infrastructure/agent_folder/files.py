@@ -13,8 +13,9 @@ file nobody wrote, never the evidence of an earlier damage overwritten::
     memory = load(path, PRECISION_STATE, PrecisionMemory.from_json)   # None: none, or set aside
     write_json(path, PRECISION_STATE, memory.to_json())               # atomic
 
-Writes are atomic (:mod:`genesis_fp16_infrastructure.atomic`); a folder, FIFO or link at
-the name is set aside first, so that a write never fails for it either.
+Writes are atomic (:func:`write_atomic`, the library's one atomic writer: after a crash
+the old file or the new one is there, never half of one); a folder, FIFO or link at the
+name is set aside first, so that a write never fails for it either.
 
 Each folder keeps its newest :data:`KEEP_ASIDES` set-aside entries (all names together),
 holding at most :data:`KEEP_ASIDE_BYTES` bytes, as the quarantine folder bounds its files:
@@ -31,14 +32,14 @@ import logging
 import os
 import shutil
 import stat
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import IO, Any, TextIO, TypeVar
 
 from genesis_fp16_infrastructure.agent_folder.layout import StateFile, aside_name, parse_aside
-from genesis_fp16_infrastructure.atomic import write_atomic, write_json_atomic
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -334,6 +335,56 @@ def clear_way(path: Path, file: StateFile) -> SetAside | None:
         return None
     kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
     return set_aside(Path(path), file, f"{path}: {kind} in the way of a write")
+
+
+def write_atomic(path: Path, write: Callable[[IO[bytes]], object]) -> None:
+    """Write ``path`` through ``write(handle)``: a temp file in the same folder, flushed and
+    fsynced, renamed over ``path`` with ``os.replace``, then the folder fsynced so the rename
+    itself is durable. A failure removes the temp file and leaves ``path`` as it was."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", suffix=path.suffix, dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except OSError as error:
+        Path(tmp_name).unlink(missing_ok=True)
+        if error.filename is None and error.errno is not None:  # write() names no file
+            raise OSError(error.errno, error.strerror, str(path)) from error
+        raise
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    fsync_directory(path.parent)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """:func:`write_atomic` of ``data`` as indented, key-sorted JSON with a final newline.
+
+    >>> import tempfile, pathlib
+    >>> target = pathlib.Path(tempfile.mkdtemp()) / "state.json"
+    >>> write_json_atomic(target, {"precision": "bf16"})
+    >>> target.read_text()
+    '{\\n  "precision": "bf16"\\n}\\n'
+    """
+    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    write_atomic(path, lambda handle: handle.write(text.encode()))
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make the renames in ``directory`` durable."""
+    # Not every platform can open a folder (Windows); there the rename is as durable as it gets.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_json(path: Path, file: StateFile, data: Any) -> None:

@@ -51,16 +51,16 @@ from genesis_fp16_infrastructure.agent_folder import layout as L
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
     CandidateMeta,
     ServedEntry,
+    ServedPointer,
     Verdict,
 )
-from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer
 from genesis_fp16_infrastructure.agent_folder.records import CaptureVerdict
 from genesis_fp16_infrastructure.agent_folder.run_history import KEEP, LastRun, RunEntry, RunHistory
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 from genesis_fp16_infrastructure.training.flight.bundle_files import list_bundles
 from genesis_fp16_infrastructure.training.precision import carried_scale
 from genesis_fp16_infrastructure.training.precision.carried_scale import CarriedScale
-from genesis_fp16_infrastructure.training.precision.precision_memory import (
+from genesis_fp16_infrastructure.training.precision.guard_config import (
     PrecisionMemory,
     read_precision_memory,
     write_precision_memory,

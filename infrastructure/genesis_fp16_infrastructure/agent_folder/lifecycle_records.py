@@ -1,6 +1,7 @@
 """The served-model lifecycle's records, typed: a candidate's meta (``candidate.json``)
-and verdict (``verdict.json``), and the pointer's entries (the served model and those
-before it), its pin and its journal entries. Readers take fields,
+and verdict (``verdict.json``), and the pointer (``served.json``, :class:`ServedPointer`):
+its entries (the served model and those before it), its pin and its journal entries.
+Readers take fields,
 never string keys, and a verdict's outcome is an ``Outcome`` (genesis_fp16_infrastructure.outcome).
 
 Each record is a msgspec ``Struct`` declaring the keys the code reads. Nothing a file
@@ -23,6 +24,7 @@ raises ``ValueError`` in one line naming the record: the reader sets the file as
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Self
 
 import msgspec
@@ -31,6 +33,7 @@ from genesis_fp16_infrastructure.outcome import Outcome
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
 
 EXTRA = "extra"
+POINTER_VERSION = 1
 
 
 class _Kept(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -158,3 +161,29 @@ class JournalEntry(_Kept, omit_defaults=False):
         if self.verdicts:
             out["verdicts"] = {k: v.to_json() for k, v in self.verdicts.items()}
         return out
+
+
+@dataclass(frozen=True)
+class ServedPointer:
+    """What ``served.json`` holds: the served entry, the ones served before it, and the
+    operator's pin (None: the daemon's gate and live watch may replace the served model)."""
+
+    served: ServedEntry
+    history: list[ServedEntry] = field(default_factory=list)
+    pinned: Pin | None = None
+    # The transitions that wrote this pointer, numbered (module docstring, "Crash-safe").
+    sequence: int = 0
+    journal: list[JournalEntry] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "version": POINTER_VERSION,
+            "served": self.served.to_json(),
+            "history": [entry.to_json() for entry in self.history],
+        }
+        if self.pinned is not None:
+            data["pinned"] = self.pinned.to_json()
+        if self.sequence:
+            data["sequence"] = self.sequence
+            data["journal"] = [entry.to_json() for entry in self.journal]
+        return data

@@ -1,7 +1,8 @@
-"""The served-model pointer (``served.json``) and its lock: the record, its codec, the
-hardened read every reader goes through, the atomic write, and ``served.json.lock``, the
-one lock every writer holds (agent_folder.transitions' module docstring says why, and
-holds the transitions that read and write it under this lock).
+"""The served-model pointer (``served.json``) and its lock: its codec (the record,
+``ServedPointer``, is lifecycle_records' with the records it holds), the hardened read
+every reader goes through, the atomic write, and ``served.json.lock``, the one lock
+every writer holds (agent_folder.transitions' module docstring says why, and holds the
+transitions that read and write it under this lock).
 
 No side effect here: :func:`read_pointer` reads, and nothing else; what a transition
 killed midway left to finish (its verdicts, its events) is :func:`transitions.recover`.
@@ -13,7 +14,6 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,43 +27,18 @@ from genesis_fp16_infrastructure.agent_folder.layout import (
 )
 from genesis_fp16_infrastructure.agent_folder.layout import POINTER_LOCK as POINTER_LOCK_FILE
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
+    POINTER_VERSION,
     JournalEntry,
     Pin,
     ServedEntry,
+    ServedPointer,
 )
 from genesis_fp16_infrastructure.agent_folder.lock import take_lock
 from genesis_fp16_infrastructure.errors import ServedPointerError
 
 POINTER_NAME = SERVED_POINTER.name
-POINTER_VERSION = 1
 ASIDE_NAME = POINTER_NAME + ASIDE_SUFFIX  # an unusable pointer, set aside until a repair
 REPAIR = "`genesis-fp16 model promote AGENT ID` or `genesis-fp16 model rollback AGENT` repairs it"
-
-
-@dataclass(frozen=True)
-class ServedPointer:
-    """What ``served.json`` holds: the served entry, the ones served before it, and the
-    operator's pin (None: the daemon's gate and live watch may replace the served model)."""
-
-    served: ServedEntry
-    history: list[ServedEntry] = field(default_factory=list)
-    pinned: Pin | None = None
-    # The transitions that wrote this pointer, numbered (module docstring, "Crash-safe").
-    sequence: int = 0
-    journal: list[JournalEntry] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "version": POINTER_VERSION,
-            "served": self.served.to_json(),
-            "history": [entry.to_json() for entry in self.history],
-        }
-        if self.pinned is not None:
-            data["pinned"] = self.pinned.to_json()
-        if self.sequence:
-            data["sequence"] = self.sequence
-            data["journal"] = [entry.to_json() for entry in self.journal]
-        return data
 
 
 def pointer_path(folder: Path) -> Path:

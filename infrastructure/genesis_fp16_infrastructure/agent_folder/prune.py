@@ -15,7 +15,8 @@ from pathlib import Path
 
 from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_verdict
 from genesis_fp16_infrastructure.agent_folder.files import last_write
-from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer, pointer_lock
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedPointer
+from genesis_fp16_infrastructure.agent_folder.pointer import pointer_lock
 from genesis_fp16_infrastructure.agent_folder.transitions import (
     disagreeing,
     journaled,

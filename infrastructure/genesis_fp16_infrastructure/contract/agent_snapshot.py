@@ -52,7 +52,7 @@ from genesis_fp16_infrastructure.training.precision.carried_scale import (
     CarriedScale,
     read_carried_scale,
 )
-from genesis_fp16_infrastructure.training.precision.precision_memory import (
+from genesis_fp16_infrastructure.training.precision.guard_config import (
     PrecisionMemory,
     read_precision_memory,
 )

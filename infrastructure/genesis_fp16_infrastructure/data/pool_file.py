@@ -27,7 +27,7 @@ from typing import IO, Any, Protocol
 import msgspec
 import numpy as np
 
-from genesis_fp16_infrastructure.atomic import write_atomic
+from genesis_fp16_infrastructure.agent_folder.files import write_atomic
 from genesis_fp16_infrastructure.data.file_records import FileCache, Rejected
 from genesis_fp16_infrastructure.data.pool_columns import Coded, PoolColumns
 

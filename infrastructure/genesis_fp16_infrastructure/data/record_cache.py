@@ -39,7 +39,7 @@ from pathlib import Path
 import msgspec
 
 from genesis_fp16_infrastructure.agent_folder import files
-from genesis_fp16_infrastructure.atomic import write_atomic
+from genesis_fp16_infrastructure.agent_folder.files import write_atomic
 from genesis_fp16_infrastructure.data.attempt_numbers import NUMBERS_VERSION
 from genesis_fp16_infrastructure.data.file_records import Head, RecordBlock
 from genesis_fp16_infrastructure.data.manifest import RACY_NS, FileState, Manifest, prefix_of

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, cast
 import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder import data_manifest
-from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedPointer
 from genesis_fp16_infrastructure.contract.judging import RecordLosses
 from genesis_fp16_infrastructure.contract.reports import DataReport, GateReport, LiveReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest

@@ -39,7 +39,7 @@ from genesis_fp16_infrastructure.probe.verdict import (
     grade_measures,
     recommend,
 )
-from genesis_fp16_infrastructure.training.run.batches import to_device
+from genesis_fp16_infrastructure.training.run.task import to_device
 
 logger = logging.getLogger(__name__)
 

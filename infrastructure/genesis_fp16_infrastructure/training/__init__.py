@@ -3,7 +3,7 @@
 Imports torch, pydantic and the standard library only.
 
 The names below load on first use (PEP 562), so that importing a torch-free submodule
-(``guard_config``, ``precision_memory``, ``loss_scaler_config``, ``precision_names``) does
+(``guard_config``, ``loss_scaler_config``, ``precision_names``) does
 not pay for torch through this package: a CLI's ``--help`` should not take two seconds.
 ``from genesis_fp16_infrastructure.training import fit`` works as before.
 """
@@ -22,7 +22,10 @@ if TYPE_CHECKING:
         decide,
         resolve_precision,
     )
-    from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
+    from genesis_fp16_infrastructure.training.precision.guard_config import (
+        GuardConfig,
+        PrecisionMemory,
+    )
     from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler
     from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
     from genesis_fp16_infrastructure.training.precision.precision import (
@@ -30,23 +33,25 @@ if TYPE_CHECKING:
         autocast_to,
         dtype_of,
     )
-    from genesis_fp16_infrastructure.training.precision.precision_memory import PrecisionMemory
     from genesis_fp16_infrastructure.training.precision.precision_names import (
         PRECISIONS,
         REQUESTABLE,
     )
-    from genesis_fp16_infrastructure.training.run.batches import to_device
+    from genesis_fp16_infrastructure.training.reports import TrainingSummary
     from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
     from genesis_fp16_infrastructure.training.run.fit import fit
     from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
-    from genesis_fp16_infrastructure.training.run.task import IterationHooks, TrainingTask
-    from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
+    from genesis_fp16_infrastructure.training.run.task import (
+        IterationHooks,
+        TrainingTask,
+        to_device,
+    )
     from genesis_fp16_infrastructure.training.step.trainer import Trainer
     from genesis_fp16_infrastructure.training.step.trainer_config import StepTuning, TrainerConfig
 
 # Exported name -> the submodule that defines it.
 _EXPORTS: dict[str, str] = {
-    "to_device": "run.batches",
+    "to_device": "run.task",
     "CheckpointError": "checkpoint",
     "CheckpointManager": "checkpoint",
     "EarlyStopping": "run.early_stop",
@@ -66,10 +71,10 @@ _EXPORTS: dict[str, str] = {
     "resolve_precision": "precision.decide",
     "autocast_to": "precision.precision",
     "dtype_of": "precision.precision",
-    "PrecisionMemory": "precision.precision_memory",
+    "PrecisionMemory": "precision.guard_config",
     "PRECISIONS": "precision.precision_names",
     "REQUESTABLE": "precision.precision_names",
-    "TrainingSummary": "step.summary",
+    "TrainingSummary": "reports",
     "Trainer": "step.trainer",
     "TrainerConfig": "step.trainer_config",
     "StepTuning": "step.trainer_config",

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16_infrastructure.atomic import fsync_directory, write_json_atomic
+from genesis_fp16_infrastructure.agent_folder.files import fsync_directory, write_json_atomic
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 
 DIGEST_SUFFIX = ".sha256"  # ckpt-<step>.pt.sha256: the hex SHA-256 of ckpt-<step>.pt

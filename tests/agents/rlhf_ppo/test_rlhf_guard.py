@@ -22,8 +22,8 @@ from genesis_fp16_infrastructure.training import (
     Trainer,
     fit,
 )
+from genesis_fp16_infrastructure.training.precision.guard_config import remember_demotions
 from genesis_fp16_infrastructure.training.precision.precision import autocast_to
-from genesis_fp16_infrastructure.training.precision.precision_memory import remember_demotions
 
 FAULT_STEP = 8  # from this optimizer step on, the policy has an activation outlier
 STEPS = 16

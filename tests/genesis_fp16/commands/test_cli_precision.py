@@ -136,7 +136,7 @@ def test_reset_takes_turns_with_the_daemon_recording_a_demotion(
     import threading
 
     from genesis_fp16.cli import main
-    from genesis_fp16_infrastructure.training.precision.precision_memory import (
+    from genesis_fp16_infrastructure.training.precision.guard_config import (
         PrecisionMemory,
         read_precision_memory,
         write_precision_memory,

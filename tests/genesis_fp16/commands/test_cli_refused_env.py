@@ -32,7 +32,7 @@ from genesis_fp16.commands.reading import (
 from genesis_fp16_infrastructure.agent_folder import outbox
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.training.precision.precision_memory import (
+from genesis_fp16_infrastructure.training.precision.guard_config import (
     PrecisionMemory,
     write_precision_memory,
 )

@@ -16,8 +16,8 @@ from genesis_fp16.jobs.next_run import INITIAL_SCALE, expected_next_run
 from genesis_fp16.jobs.run_request import expected_precision
 from genesis_fp16.plugin_api import PrecisionRequest
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
-from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer, write_pointer
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry, ServedPointer
+from genesis_fp16_infrastructure.agent_folder.pointer import write_pointer
 from genesis_fp16_infrastructure.api import Calibration, Measured
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training.precision.decide import decide

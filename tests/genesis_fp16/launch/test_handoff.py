@@ -11,8 +11,11 @@ from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.train import _read_request_file
 from genesis_fp16.launch.handoff import child_env, read_run_file, write_run_file
 from genesis_fp16.plugin_api import TrainRequest
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin, ServedEntry
-from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
+    Pin,
+    ServedEntry,
+    ServedPointer,
+)
 from genesis_fp16_infrastructure.api import AgentSnapshot, DataCheck
 from genesis_fp16_infrastructure.data.manifest import FileState, Manifest, Prefix
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from genesis_fp16_infrastructure import atomic
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.layout import RUN_HISTORY
@@ -53,8 +52,8 @@ def test_a_compaction_is_the_folder_s_atomic_write(
     syncing the agent's folder (the hand copy it replaced never synced the folder)."""
     folder = _folder(tmp_path)
     synced: list[Path] = []
-    real = atomic.fsync_directory
-    monkeypatch.setattr(atomic, "fsync_directory", lambda d: (synced.append(Path(d)), real(d)))
+    real = files.fsync_directory
+    monkeypatch.setattr(files, "fsync_directory", lambda d: (synced.append(Path(d)), real(d)))
     for _ in range(20 * KEEP):  # lines of about 600 bytes: the bound is passed long before
         folder.append_run(_failed("x" * 390))
         if synced:

@@ -11,15 +11,15 @@ from typing import Any
 
 from checkpoint_state import checkpoint_state
 
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
-from genesis_fp16_infrastructure.agent_folder.pointer import ServedPointer, write_pointer
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry, ServedPointer
+from genesis_fp16_infrastructure.agent_folder.pointer import write_pointer
 from genesis_fp16_infrastructure.contract.agent_snapshot import AgentStateFiles, read_agent_state
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training.precision.carried_scale import (
     carry_after_run,
     write_carried_scale,
 )
-from genesis_fp16_infrastructure.training.precision.precision_memory import (
+from genesis_fp16_infrastructure.training.precision.guard_config import (
     remember_demotions,
     write_precision_memory,
 )

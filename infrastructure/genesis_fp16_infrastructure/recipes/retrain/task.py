@@ -68,8 +68,8 @@ from genesis_fp16_infrastructure.recipes.retrain.split import (
     judged_held_out,
     judged_ids,
 )
-from genesis_fp16_infrastructure.training.run.batches import index_to
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
+from genesis_fp16_infrastructure.training.run.task import index_to
 from genesis_fp16_infrastructure.world_model.features import (
     Categorical,
     FeatureEncoder,

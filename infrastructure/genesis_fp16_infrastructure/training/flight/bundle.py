@@ -5,7 +5,7 @@ the step's micro-batches (on the CPU), the trainer state before the step (model,
 optimizers, schedulers, scaler, RNG: ``Trainer.state_dict()``), what the step gave
 (each micro-batch's loss bits, whether its gradients were finite), where it ran, what
 rebuilds the step without the run's data (``rebuild``: the task's ``replay_spec()``) and
-a signature of that data (``data``: ``bundle_files.data_signature``)::
+a signature of that data (``data``: :func:`data_signature`)::
 
     path = save_bundle(folder, bundle, BundleLimits(max_count=20, max_bytes=2**30))
     bundle = load_bundle(path)      # BundleError, one line, for a damaged file
@@ -19,6 +19,7 @@ alone over the byte bound: it is the one an operator asked for).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 import stat
@@ -29,7 +30,7 @@ from typing import Any
 
 import torch
 
-from genesis_fp16_infrastructure.atomic import write_atomic
+from genesis_fp16_infrastructure.agent_folder.files import write_atomic
 from genesis_fp16_infrastructure.errors import BundleError
 from genesis_fp16_infrastructure.training.flight.bundle_files import (
     BundleLimits,
@@ -192,3 +193,46 @@ def allowed_types(classes: Iterable[type]) -> dict[str, type]:
 def _type_name(value: Any) -> str:
     cls = type(value)
     return f"{cls.__module__}:{cls.__qualname__}"
+
+
+# A data file or folder over this many bytes is not hashed on the fault path: its size
+# and its files' sizes are kept instead (a bundle is written in the middle of a run).
+HASH_MAX_BYTES = 2**30
+
+
+def data_signature(path: str | Path | None) -> dict[str, Any] | None:
+    """What a bundle keeps of the data its run read, to tell later whether that data is
+    still there and the same: the path, its bytes and a SHA-256 of its contents (a
+    folder's: of each file's relative name and contents, in name order). None: no path."""
+    if path is None:
+        return None
+    root = Path(path)
+    if not (root.is_file() or root.is_dir()):  # gone, or a device, a pipe: never read
+        return {"path": str(root), "error": "not a file or folder"}
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    try:
+        total = sum(p.stat().st_size for p in files)
+        digest = hashlib.sha256()
+        for file in files if total <= HASH_MAX_BYTES else []:
+            digest.update(str(file.relative_to(root) if root.is_dir() else "").encode())
+            with open(file, "rb") as f:
+                while chunk := f.read(2**20):
+                    digest.update(chunk)
+    except OSError as error:
+        return {"path": str(root), "error": error.strerror or str(error)}
+    hashed = total <= HASH_MAX_BYTES
+    return {"path": str(root), "bytes": total, "sha256": digest.hexdigest() if hashed else None}
+
+
+def data_change(recorded: Mapping[str, Any] | None) -> str | None:
+    """One line saying how the data a bundle names differs from what its run read (gone,
+    changed, or not checkable); None when it is the same."""
+    if not recorded or "path" not in recorded:
+        return "the bundle records no data signature: its data cannot be checked"
+    now = data_signature(str(recorded["path"]))
+    assert now is not None
+    if "error" in now:
+        return f"the bundle's data {recorded['path']} is gone ({now['error']})"
+    if now.get("bytes") != recorded.get("bytes") or now.get("sha256") != recorded.get("sha256"):
+        return f"the bundle's data {recorded['path']} has changed since its run read it"
+    return None

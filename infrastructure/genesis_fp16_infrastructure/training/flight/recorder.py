@@ -42,16 +42,15 @@ import torch
 
 from genesis_fp16_infrastructure.training.flight.bundle import (
     BundleLimits,
+    data_signature,
     plain_batch,
     save_bundle,
 )
-from genesis_fp16_infrastructure.training.flight.bundle_files import data_signature
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.reports import FaultBundle
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
-from genesis_fp16_infrastructure.training.run.batches import to_device
 from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard
-from genesis_fp16_infrastructure.training.run.task import IterationHooks, TrainingTask
+from genesis_fp16_infrastructure.training.run.task import IterationHooks, TrainingTask, to_device
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
 
 logger = logging.getLogger(__name__)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from genesis_fp16_infrastructure.agent_folder.records import read_calibration
 from genesis_fp16_infrastructure.errors import PrecisionError
 from genesis_fp16_infrastructure.training.precision import capabilities
 from genesis_fp16_infrastructure.training.precision.capabilities import (
@@ -225,12 +226,16 @@ def fp32_baseline(rows: Iterable[Measured]) -> Measured | None:
 
 
 def planned_precision(
-    request: PrecisionRequest, device: torch.device | str, timings: Sequence[Measured] = ()
+    request: PrecisionRequest,
+    device: torch.device | str,
+    timings: Sequence[Measured] | None = None,
 ) -> PrecisionName | None:
     """What a run of ``request`` will compute in, as far as it is known before it starts
-    (the daemon's gauge): :func:`decide`'s answer, ``timings`` being a kept measurement;
-    None for a measured ``auto`` with none. An explicit name is floored by name, without
-    the device (no CUDA context in the daemon for it).
+    (the daemon's gauge): :func:`decide`'s answer, ``timings`` being a kept measurement
+    (None: a measured ``auto``'s rows kept at its ``cache``, read here; an unusable file
+    is set aside, as the run's read does); None for a measured ``auto`` with none. An
+    explicit name is floored by name, without the device (no CUDA context in the daemon
+    for it).
 
     >>> planned_precision(PrecisionRequest("fp16", floor="bf16"), "cuda")
     'bf16'
@@ -240,6 +245,11 @@ def planned_precision(
         if floor is not None and runs_at_floor(request.requested, request.requested, floor):
             return floor
         return request.requested
+    if timings is None:
+        kept = None
+        if request.measures and request.cache is not None:
+            kept = read_calibration(request.cache)
+        timings = () if kept is None else kept.rows
     if request.measures and not timings:
         return None
     return decide(request, device, timings).used

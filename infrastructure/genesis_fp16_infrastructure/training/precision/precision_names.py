@@ -1,4 +1,4 @@
-"""The precision vocabulary of the whole project, importable without torch.
+"""The precision and execution vocabulary of the whole project, importable without torch.
 
 Every list or map of precision names elsewhere (the daemon's settings and metric
 labels, the probe gate, the guard's ladder, a plugin's presets) is derived from these;
@@ -11,6 +11,23 @@ pydantic check a field against); the tuples are read from them.
     ('fp32', 'bf16', 'fp16')
     >>> DEFAULT_LADDER      # a guarded run demotes along this
     ('fp16', 'bf16', 'fp32')
+
+The other half of what a run requests, and of what a measured ``auto`` chooses with its
+precision, is how its step executes (``cuda_graph``, :data:`CUDA_GRAPH_REQUESTS`); its
+names are here too, for the same reasons:
+
+- ``auto``: a captured CUDA-graph step where the run can be captured, eager otherwise,
+  with the reason; a measured ``auto``
+  (``genesis_fp16_infrastructure.training.run.calibration``) times both on CUDA and keeps
+  the faster.
+- ``on``: the captured step, or a clear error before the first step where it cannot be.
+- ``off``: eager steps.
+
+``compile`` is a second, separate request: ``on`` compiles the model's forward and
+backward with ``torch.compile(mode=COMPILE_MODE)`` (Inductor kernels, CUDA graphs left to
+us) and captures the whole step around them, reported as ``cuda_graph_compiled``; it
+needs a step that can be captured and is an error before the first step where it cannot.
+``off`` (the default until it is measured on a GPU) compiles nothing.
 """
 
 from __future__ import annotations
@@ -87,3 +104,14 @@ def requested_name(value: object, what: str = "precision") -> RequestedName:
         return precision_name(value, what)
     except ValueError:
         raise ValueError(f"{what} {value!r}: choose from {', '.join(CHOICES)}") from None
+
+
+CUDA_GRAPH_REQUESTS: tuple[str, ...] = ("auto", "on", "off")
+COMPILE_REQUESTS: tuple[str, ...] = ("off", "on")
+# Inductor's kernels without its own CUDA graphs: the captured step is the graph.
+COMPILE_MODE = "max-autotune-no-cudagraphs"
+EXECUTION_MODES: tuple[str, ...] = ("eager", "cuda_graph", "cuda_graph_compiled")
+# Why a run resolved to a captured step ran eagerly after all (ResolvedExecution.fallback,
+# the daemon's genesis_fp16_execution_fallbacks_total{reason}): its first captured steps
+# differed from eager ones from the same state (step/verify.py), or a capture raised.
+FALLBACK_REASONS: tuple[str, ...] = ("verification_mismatch", "capture_failed")

@@ -117,8 +117,7 @@ from genesis_fp16_infrastructure.training.reports import (
     under_load,
 )
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
-from genesis_fp16_infrastructure.training.run.batches import batch_shapes, to_device
-from genesis_fp16_infrastructure.training.run.task import TrainingTask
+from genesis_fp16_infrastructure.training.run.task import TrainingTask, batch_shapes, to_device
 from genesis_fp16_infrastructure.training.step.cuda_graph import cuda_generators, signature
 from genesis_fp16_infrastructure.training.step.execution import MeasuredExecution
 from genesis_fp16_infrastructure.training.step.trainer import LossFn, Trainer
@@ -665,14 +664,6 @@ def _tf32() -> str:
         f"matmul {torch.backends.cuda.matmul.allow_tf32}, cudnn {torch.backends.cudnn.allow_tf32}"
         f", float32 {torch.get_float32_matmul_precision()}"
     )
-
-
-def kept_rows(path: Path) -> tuple[Measured, ...]:
-    """The rows of the measurement kept at ``path`` (none: no file, or an unusable one),
-    whatever its key: what a measured ``auto`` chose last, for ``decide`` to answer again
-    before the next run (the daemon's gauge); the run itself measures again on a new key."""
-    found = read_calibration(path)
-    return () if found is None else found.rows
 
 
 def read_calibration(path: Path) -> Calibration | None:

@@ -22,10 +22,9 @@ same target step.
 
 This module is the runtime that watches a run and needs torch. What a run is guarded
 with, :class:`GuardConfig` and the ladder, is in
-:mod:`genesis_fp16_infrastructure.training.precision.guard_config`;
-the per-agent precision memory a daemon keeps (:class:`PrecisionMemory`) is in
-:mod:`genesis_fp16_infrastructure.training.precision.precision_memory`. Both are importable
-without torch and re-exported here.
+:mod:`genesis_fp16_infrastructure.training.precision.guard_config`, with the per-agent
+precision memory a daemon keeps (:class:`PrecisionMemory`). Both are importable without
+torch and re-exported here.
 """
 
 from __future__ import annotations
@@ -48,15 +47,16 @@ from genesis_fp16_infrastructure.training.precision.decide import (
     decide,
     next_precision,
 )
-from genesis_fp16_infrastructure.training.precision.guard_config import REASONS, GuardConfig
-from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.precision.precision_memory import (
+from genesis_fp16_infrastructure.training.precision.guard_config import (
     MEMORY_VERSION,
+    REASONS,
+    GuardConfig,
     PrecisionMemory,
     read_precision_memory,
     remember_demotions,
     write_precision_memory,
 )
+from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.precision.precision_names import (
     DEFAULT_LADDER,
     ROBUSTNESS,

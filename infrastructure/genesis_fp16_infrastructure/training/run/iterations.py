@@ -43,12 +43,11 @@ from torch import nn
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder
-from genesis_fp16_infrastructure.training.run.batches import to_device
 from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard
 from genesis_fp16_infrastructure.training.run.loop import Cadence, Targets, grouped, validate
 from genesis_fp16_infrastructure.training.run.options import FitOptions
 from genesis_fp16_infrastructure.training.run.resume import Position, checkpoint_state
-from genesis_fp16_infrastructure.training.run.task import IterationHooks
+from genesis_fp16_infrastructure.training.run.task import IterationHooks, to_device
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
 
 logger = logging.getLogger(__name__)

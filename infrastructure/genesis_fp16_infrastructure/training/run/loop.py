@@ -19,13 +19,12 @@ from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.training.flight.recorder import FlightRecorder
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.run.batches import to_device
+from genesis_fp16_infrastructure.training.reports import TrainingSummary
 from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopTracker
 from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard
 from genesis_fp16_infrastructure.training.run.options import FitOptions
 from genesis_fp16_infrastructure.training.run.resume import Position, checkpoint_state
-from genesis_fp16_infrastructure.training.run.task import TrainingTask
-from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
+from genesis_fp16_infrastructure.training.run.task import TrainingTask, to_device
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
 
 logger = logging.getLogger(__name__)

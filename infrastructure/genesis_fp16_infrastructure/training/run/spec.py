@@ -34,11 +34,11 @@ from genesis_fp16_infrastructure.training.precision.precision_request import (
     PrecisionRequest,
     as_request,
 )
-from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
 
 # At run time, not only for the type checker: the codec resolves every field's annotation
 # to its real type (typing.get_type_hints), and on_log's names this one.
-from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
+from genesis_fp16_infrastructure.training.reports import TrainingSummary
+from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
 
 S = TypeVar("S", bound="RunSpec")
 

@@ -58,8 +58,7 @@ from genesis_fp16_infrastructure.agent_folder.records import CAPTURE_VERSION, Ca
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.precision.precision_names import LOSS_SCALED
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
-from genesis_fp16_infrastructure.training.run.batches import batch_shapes, to_device
-from genesis_fp16_infrastructure.training.run.task import TrainingTask
+from genesis_fp16_infrastructure.training.run.task import TrainingTask, batch_shapes, to_device
 from genesis_fp16_infrastructure.training.step.cuda_graph import signature
 from genesis_fp16_infrastructure.training.step.trainer import LossFn, Trainer
 

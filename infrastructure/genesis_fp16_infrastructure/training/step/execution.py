@@ -33,7 +33,7 @@ import torch
 from torch.optim import Optimizer
 
 from genesis_fp16_infrastructure.errors import ExecutionError
-from genesis_fp16_infrastructure.training.step.execution_names import (
+from genesis_fp16_infrastructure.training.precision.precision_names import (
     COMPILE_MODE,
     COMPILE_REQUESTS,
     CUDA_GRAPH_REQUESTS,

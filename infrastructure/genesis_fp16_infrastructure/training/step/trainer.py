@@ -53,12 +53,12 @@ from torch.optim.lr_scheduler import LRScheduler
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
 from genesis_fp16_infrastructure.training import distributed
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
+from genesis_fp16_infrastructure.training.precision.precision_names import COMPILE_MODE
+from genesis_fp16_infrastructure.training.reports import TrainingSummary
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state
 from genesis_fp16_infrastructure.training.step.cuda_graph import CaptureFailed, StepGraphs
 from genesis_fp16_infrastructure.training.step.execution import fell_back, resolve_execution
-from genesis_fp16_infrastructure.training.step.execution_names import COMPILE_MODE
 from genesis_fp16_infrastructure.training.step.step_stats import StepStats
-from genesis_fp16_infrastructure.training.step.summary import TrainingSummary
 from genesis_fp16_infrastructure.training.step.trainer_config import TrainerConfig
 
 logger = logging.getLogger(__name__)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from genesis_fp16_infrastructure.training.step.execution import MeasuredExecution
-from genesis_fp16_infrastructure.training.step.execution_names import (
+from genesis_fp16_infrastructure.training.precision.precision_names import (
     COMPILE_REQUESTS,
     CUDA_GRAPH_REQUESTS,
 )
+from genesis_fp16_infrastructure.training.step.execution import MeasuredExecution
 from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
 
 

@@ -15,10 +15,11 @@ from torch import nn
 from genesis_fp16_infrastructure.errors import BundleError
 from genesis_fp16_infrastructure.training.flight.bundle import (
     allowed_types,
+    data_change,
+    data_signature,
     plain_batch,
     rebuilt_batch,
 )
-from genesis_fp16_infrastructure.training.flight.bundle_files import data_change, data_signature
 from genesis_fp16_infrastructure.training.flight.replay_compare import Trace, advise, compare
 
 
