@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from genesis_fp16_infrastructure.judging.split import HELD_OUT, id_hashes
+from genesis_fp16_infrastructure.judging.split import HELD_OUT, id_hashes, sorted_unique
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.contract.train_request import TrainRequest
@@ -351,7 +351,7 @@ def trained_id_hashes(ids: Iterable[str]) -> Any:
     themselves (the same records to the judged run, far cheaper to save and load)."""
     import torch
 
-    return torch.from_numpy(np.unique(id_hashes(list(ids))).view(np.int64))
+    return torch.from_numpy(sorted_unique(id_hashes(list(ids))).view(np.int64))
 
 
 def training_rows(ids: Sequence[str]) -> list[int]:

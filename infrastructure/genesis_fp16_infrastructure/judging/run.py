@@ -115,7 +115,7 @@ from genesis_fp16_infrastructure.judging.scored_copy import (
     score_on_copy,
     sweep_copies,
 )
-from genesis_fp16_infrastructure.judging.split import HELD_OUT, ScoreOnly
+from genesis_fp16_infrastructure.judging.split import HELD_OUT, ScoreOnly, sorted_unique
 from genesis_fp16_infrastructure.judging.up_to_date import (
     ServedView,
     live_report,
@@ -697,10 +697,10 @@ def trained_ids(checkpoint: Path) -> np.ndarray | None:
     if isinstance(value, torch.Tensor):
         if value.dim() != 1 or value.dtype != torch.int64:
             return None
-        return np.unique(value.cpu().numpy().view(np.uint64))
+        return sorted_unique(value.cpu().numpy().view(np.uint64))
     if not isinstance(value, list | tuple) or not all(isinstance(i, str) for i in value):
         return None
-    return np.unique(stores.id_hashes(value))
+    return sorted_unique(stores.id_hashes(value))
 
 
 def _held_out_check(

@@ -32,7 +32,7 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     read_verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.layout import JUDGED_IDS, JUDGED_WATCH, StateFile
-from genesis_fp16_infrastructure.judging.split import id_hashes
+from genesis_fp16_infrastructure.judging.split import id_hashes, sorted_unique
 from genesis_fp16_infrastructure.outcome import Outcome
 
 __all__ = [  # id_hashes: the split's, re-exported as the stores' hash
@@ -92,7 +92,7 @@ def read_known_ids(candidate: Path) -> np.ndarray | None:
 
 
 def write_known_ids(candidate: Path, ids: np.ndarray) -> None:
-    _write(JUDGED_IDS.at(candidate), JUDGED_IDS, {"ids": np.unique(ids.astype(np.uint64))})
+    _write(JUDGED_IDS.at(candidate), JUDGED_IDS, {"ids": sorted_unique(ids.astype(np.uint64))})
 
 
 def watch_path(served_candidate: Path, predecessor: str) -> Path:

@@ -19,6 +19,7 @@ from genesis_fp16_infrastructure.contract.reports import DataReport, GateReport,
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.judging import stores
+from genesis_fp16_infrastructure.judging.split import sorted_unique
 from genesis_fp16_infrastructure.outcome import Outcome
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
@@ -45,7 +46,7 @@ def data_unchanged(losses: RecordLosses, known: np.ndarray | None) -> DataReport
     """An up-to-date run's data report, from the records it scored: none new; those the
     served model knew and the pool no longer holds, removed. The fingerprint is the
     digest of the current records' ids."""
-    ids = np.unique(losses.id_hashes)
+    ids = sorted_unique(losses.id_hashes)
     digest = hashlib.sha256(ids.tobytes()).hexdigest()[:32]
     # The known ids the pool no longer holds: those known less those found among the
     # current ones (asked in that direction: the current ids are the plugin's hashes).

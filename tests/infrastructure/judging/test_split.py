@@ -1,13 +1,19 @@
 """The held-out split: a record's side is its id's alone (stable as the pool grows or is
 reordered), about the stated fraction is held out, hashes of either 64-bit integer type
-give the same sides, and what it cannot read is refused in one line."""
+give the same sides, what it cannot read is refused in one line, and sorted_unique is
+np.unique's answer."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from genesis_fp16_infrastructure.judging.split import HELD_OUT, HeldOutSplit, id_hashes
+from genesis_fp16_infrastructure.judging.split import (
+    HELD_OUT,
+    HeldOutSplit,
+    id_hashes,
+    sorted_unique,
+)
 
 
 def test_a_record_keeps_its_side_as_the_pool_grows_and_is_reordered() -> None:
@@ -50,3 +56,15 @@ def test_what_the_split_cannot_read_is_refused_in_one_line(call: object, why: st
     with pytest.raises(ValueError, match=why) as caught:
         call()  # type: ignore[operator]
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("dtype", [np.uint64, np.int64])
+def test_sorted_unique_is_numpys_unique_of_ids(dtype: type) -> None:
+    """sorted_unique gives np.unique's array (values, order, dtype) for 64-bit ids with
+    repeats, extremes and none at all."""
+    rng = np.random.default_rng(5)
+    drawn: np.ndarray = rng.integers(0, 2**63, 5_000, dtype=np.int64).astype(dtype)
+    extremes: np.ndarray = np.array([0, 1, np.iinfo(dtype).max, np.iinfo(dtype).min], dtype=dtype)
+    for values in (np.concatenate([drawn, drawn[::3], extremes]), extremes[:1], drawn[:0]):
+        found, expected = sorted_unique(values), np.unique(values)
+        assert found.dtype == expected.dtype and found.tolist() == expected.tolist()

@@ -52,6 +52,7 @@ from genesis_fp16_infrastructure.data.readers import (
 )
 from genesis_fp16_infrastructure.data.record_key import record_hash
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION, Example
+from genesis_fp16_infrastructure.judging.split import sorted_unique
 from genesis_fp16_infrastructure.recipes.retrain.batch import (
     Batch,
     Labels,
@@ -210,8 +211,7 @@ class WorldModelTask:
         ids = judged_ids(columns)
         parts = (_ids(ids, p, rows_of.get(id(p))) for p in (train, split.validation))
         self.trained_ids = trained_id_hashes(i for part in parts for i in part)
-        ordered = np.sort(np.concatenate(hashes))  # np.unique, without its hash table
-        distinct = ordered[np.r_[True, ordered[1:] != ordered[:-1]]] if len(ordered) else ordered
+        distinct = sorted_unique(np.concatenate(hashes))
         self.data_key = hashlib.blake2b(distinct.astype("<i8").tobytes(), digest_size=8).hexdigest()
         held = split.held_out
         if self.cross_validated:
