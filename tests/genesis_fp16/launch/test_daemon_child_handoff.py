@@ -82,6 +82,10 @@ def test_a_rejected_env_edit_leaves_the_childrens_runs_succeeding(tmp_path: Path
         daemon.stop()
 
 
+def _lines(path: Path) -> int:
+    return len(path.read_text().split()) if path.exists() else 0
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(child_wait(180))
 @pytest.mark.parametrize(
@@ -98,13 +102,18 @@ def test_a_runs_child_dies_with_its_daemon(tmp_path: Path, agent: str, nproc: in
     the run worker that forked it; a busy run stopped with a checkpoint."""
     env = _env(agent, GENESIS_FP16_STEPS_PER_RUN="100000", GENESIS_FP16_LOG_INTERVAL="100000")
     env[f"GENESIS_FP16_AGENTS__{agent.upper()}__NPROC"] = str(nproc)
-    daemon = start_daemon(tmp_path, {**env, "FIXTURE_STEP_SECONDS": "0.05"})
+    started = tmp_path / "started"  # each busy rank's pid, once it is in train()
+    daemon = start_daemon(
+        tmp_path, {**env, "FIXTURE_STEP_SECONDS": "0.05", "FIXTURE_STARTED_FILE": str(started)}
+    )
     children: list[int] = []
     try:
         # One child: the run worker and the run it forked (genesis_fp16/commands/zygote.py),
         # or torchrun and its ranks.
         expected = 2 if nproc == 1 else 1 + nproc
         daemon.wait_for(lambda: len(_tree(daemon.process.pid)) >= expected, "a run's child")
+        if agent == "fixture_good":  # every rank in train(), however long a loaded start
+            daemon.wait_for(lambda: _lines(started) >= nproc, "every rank training", 120)
         time.sleep(child_wait(8))  # past its start-up: training (or hung) and writing nothing
         children += _tree(daemon.process.pid)
         assert len(children) == expected, children
