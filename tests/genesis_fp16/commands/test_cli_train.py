@@ -1,4 +1,4 @@
-"""`genesis-fp16 train` as a real subprocess: --json contract, precision switch, errors."""
+"""`genesis-fp16 train` as a real process: --json contract, precision switch, errors."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_fork import run_cli
 
 from genesis_fp16_infrastructure.agent_folder.candidates import VERDICT_NAME
 from genesis_fp16_infrastructure.agent_folder.prune import INCONCLUSIVE_KEEP
@@ -52,16 +53,10 @@ def _cli(
     clean["GENESIS_FP16_LOG_LEVEL"] = "WARNING"
     clean.update(env or {})
     clean["PYTHONPATH"] = str(ROOT)
-    return subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", *args],
-        cwd=cwd,  # no .env here unless a test writes one
-        env=clean,
-        capture_output=stderr is None,
-        stdout=subprocess.PIPE if stderr is not None else None,
-        stderr=stderr,
-        text=True,
-        timeout=300,
-    )
+    # A forked child of a process that has imported torch (tests/cli_fork.py): what is
+    # tested here is what train does, not how a fresh interpreter starts.
+    err = subprocess.PIPE if stderr is None else stderr
+    return run_cli(args, cwd=cwd, env=clean, stderr=err, timeout=300)
 
 
 def _last_json(proc: subprocess.CompletedProcess[str]) -> dict[str, object]:
