@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import random
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+from cli_fork import run_cli
 from daemon_harness import DaemonProcess, daemon_env
 
 from genesis_fp16.scaffold import write_agent
@@ -93,12 +93,9 @@ def model_command(
     daemon: DaemonProcess, package: Path, *args: str
 ) -> subprocess.CompletedProcess[str]:
     """`genesis-fp16 model ...` against the daemon's state folder, the agent installed."""
-    return subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", "model", *args],
+    return run_cli(
+        ["model", *args],
         cwd=daemon.workdir,
         env=daemon_env({"PYTHONPATH": str(package)}, fixtures=False),
-        capture_output=True,
-        text=True,
         timeout=120,
-        check=False,
     )

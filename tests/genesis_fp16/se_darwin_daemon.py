@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+from cli_fork import run_cli
 from daemon_harness import DaemonProcess, daemon_env
 
 AGENT = "se_darwin"
@@ -41,12 +41,9 @@ def runs(daemon: DaemonProcess, outcome: str) -> float:
 
 def model_command(daemon: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
     """`genesis-fp16 model ...` against the daemon's state folder (its working folder's)."""
-    return subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", "model", *args],
+    return run_cli(
+        ["model", *args],
         cwd=daemon.workdir,
         env=daemon_env({}, fixtures=False),
-        capture_output=True,
-        text=True,
         timeout=120,
-        check=False,
     )

@@ -9,16 +9,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_fork import run_cli
 from daemon_harness import FIXTURE_PLUGINS, daemon_env
 
 
 def cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", *args],
+    return run_cli(
+        [*args],
         cwd=tmp_path,
         env=daemon_env(env),
-        capture_output=True,
-        text=True,
         timeout=120,
     )
 

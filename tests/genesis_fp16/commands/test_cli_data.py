@@ -8,18 +8,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+from cli_fork import run_cli
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_FP16_")}
     env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", "data", "generate", *args],
+    return run_cli(
+        ["data", "generate", *args],
         cwd=cwd,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=120,
     )
 

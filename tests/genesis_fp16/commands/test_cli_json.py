@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_fork import run_cli
 from daemon_harness import daemon_env
 
 from genesis_fp16.cli import build_parser, main
@@ -39,12 +39,10 @@ def test_every_command_takes_json_but_the_ones_named() -> None:
 
 def _cli(cwd: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
     env = daemon_env({"GENESIS_FP16_STATE_DIR": str(cwd / "state"), **extra}, fixtures=False)
-    return subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", *args],
+    return run_cli(
+        [*args],
         cwd=cwd,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=120,
     )
 
@@ -110,12 +108,10 @@ def test_without_json_a_failure_leaves_stdout_empty(tmp_path: Path) -> None:
 def test_check_agent_json_lists_every_rule(tmp_path: Path) -> None:
     """`check-agent fixture_good --json`: one object, a verdict and a reason per rule."""
     env = daemon_env({"GENESIS_FP16_STATE_DIR": str(tmp_path)}, fixtures=True)
-    proc = subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", "check-agent", "fixture_good", "--json"],
+    proc = run_cli(
+        ["check-agent", "fixture_good", "--json"],
         cwd=tmp_path,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     from genesis_fp16.testing import RULES
@@ -152,12 +148,10 @@ def test_a_run_that_learned_nothing_exits_1_with_its_result(tmp_path: Path) -> N
     env = daemon_env(
         {"GENESIS_FP16_STATE_DIR": str(tmp_path), "FIXTURE_SKIPPED_STEPS": "4"}, fixtures=True
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", "train", "fixture_good", "--steps", "4", "--json"],
+    proc = run_cli(
+        ["train", "fixture_good", "--steps", "4", "--json"],
         cwd=tmp_path,
         env={**env, "FIXTURE_STEP_SECONDS": "0"},
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert proc.returncode == 1, proc.stderr

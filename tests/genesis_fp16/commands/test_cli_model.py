@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_fork import run_cli
 
 from genesis_fp16_infrastructure.agent_folder import outbox
 from genesis_fp16_infrastructure.agent_folder.candidates import (
@@ -27,14 +27,11 @@ AGENT = "se_darwin"
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_FP16_")}
     env.update(GENESIS_FP16_STATE_DIR=str(cwd / "state"), PYTHONPATH=str(ROOT))
-    return subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", *args],
+    return run_cli(
+        [*args],
         cwd=cwd,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=120,
-        check=False,
     )
 
 

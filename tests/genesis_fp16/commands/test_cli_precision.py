@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from cli_fork import run_cli
 from daemon_harness import daemon_env
 
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
@@ -25,12 +25,10 @@ AGENT = "se_darwin"
 
 def _cli(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = daemon_env({"GENESIS_FP16_STATE_DIR": str(state)}, fixtures=False)
-    done = subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", *args],
+    done = run_cli(
+        [*args],
         cwd=state,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
@@ -115,12 +113,10 @@ def test_show_survives_a_corrupt_cache(tmp_path: Path) -> None:
 
 def test_show_of_an_unknown_agent_says_so(tmp_path: Path) -> None:
     """`precision show nosuch`: exit 2, "unknown agent 'nosuch'" with the known ones."""
-    result = subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", "precision", "show", "nosuch"],
+    result = run_cli(
+        ["precision", "show", "nosuch"],
         cwd=tmp_path,
         env=daemon_env({}, fixtures=False),
-        capture_output=True,
-        text=True,
         timeout=60,
     )
     assert result.returncode == 2

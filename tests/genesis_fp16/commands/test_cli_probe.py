@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_fork import run_cli
 
 from genesis_fp16.cli import main
 
@@ -20,12 +21,10 @@ PROBE_PLUGIN = Path(__file__).resolve().parents[1] / "probe_plugin"
 def _probe(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_FP16_")}
     env["PYTHONPATH"] = os.pathsep.join([str(PROBE_PLUGIN), str(ROOT)])
-    return subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", "probe", *args],
+    return run_cli(
+        ["probe", *args],
         cwd=ROOT,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=300,
     )
 

@@ -1,7 +1,7 @@
-"""Every command of the parser on a refused `.env`, as real subprocesses: the commands that
-read go on with the file's other lines and say so in one line on stderr; the commands
-that act refuse in one line naming the bad setting and change nothing
-(genesis_fp16/commands/reading.py's ``SETTINGS_USE``, held to the parser here)."""
+"""Every command of the parser on a refused `.env`, as real processes (tests/cli_fork.py):
+the commands that read go on with the file's other lines and say so in one line on
+stderr; the commands that act refuse in one line naming the bad setting and change
+nothing (genesis_fp16/commands/reading.py's ``SETTINGS_USE``, held to the parser here)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import hashlib
 import json
 import signal
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 import torch
+from cli_fork import run_cli
 from daemon_harness import DaemonFactory, DaemonProcess, daemon_env
 from minimal_bundles import minimal_bundle
 from se_darwin_daemon import AGENT, se_darwin_env, write_pool
@@ -258,11 +258,4 @@ def _beside(daemon: DaemonProcess, *words: str) -> subprocess.CompletedProcess[s
 
 def _cli(folder: Path, *words: str) -> subprocess.CompletedProcess[str]:
     """`genesis-fp16 WORDS` in ``folder`` (its .env), with no setting from this process."""
-    return subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", *words],
-        cwd=folder,
-        env=daemon_env({}, fixtures=False),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    return run_cli(words, cwd=folder, env=daemon_env({}, fixtures=False), timeout=180)

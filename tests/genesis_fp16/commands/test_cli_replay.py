@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_fork import run_cli
 from daemon_harness import FIXTURE_PLUGINS, daemon_env
 
 from genesis_fp16_infrastructure.agent_folder import outbox
@@ -35,12 +35,10 @@ ENV = {
 
 def _cli(state: Path, *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
     env = daemon_env({"GENESIS_FP16_STATE_DIR": str(state), **ENV}, fixtures=False)
-    done = subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", *args],
+    done = run_cli(
+        [*args],
         cwd=state,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert done.returncode == code, done.stderr[-2000:]

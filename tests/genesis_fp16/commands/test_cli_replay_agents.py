@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_fork import run_cli
 from daemon_harness import daemon_env
 
 ENV = {
@@ -31,12 +31,10 @@ def _cli(
     state: Path, *args: str, code: int | None = 0, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     settings = {"GENESIS_FP16_STATE_DIR": str(state), **ENV, **(env or {})}
-    done = subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", *args],
+    done = run_cli(
+        [*args],
         cwd=state,
         env=daemon_env(settings, fixtures=False),
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert code is None or done.returncode == code, done.stderr[-2000:]

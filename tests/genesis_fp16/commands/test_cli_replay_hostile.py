@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import os
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from cli_fork import run_cli
 from daemon_harness import FIXTURE_PLUGINS, daemon_env
 from minimal_bundles import minimal_bundle
 
@@ -76,12 +75,10 @@ def _refused(world: dict[str, Path], bundle: Path | str, *fragments: str) -> str
         },
         fixtures=False,
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", "replay", str(bundle)],
+    done = run_cli(
+        ["replay", str(bundle)],
         cwd=world["root"],
         env=env,
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     lines = done.stderr.strip().splitlines()

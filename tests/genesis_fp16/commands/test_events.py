@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_fork import run_cli
 from daemon_harness import daemon_env
 from webhook_receiver import Receiver
 
@@ -21,12 +21,10 @@ SECRET = "redeliver-test-secret"
 
 
 def _cli(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", *args],
+    return run_cli(
+        [*args],
         cwd=cwd,
         env=daemon_env({"GENESIS_FP16_STATE_DIR": str(cwd / "state"), **env}, fixtures=False),
-        capture_output=True,
-        text=True,
         timeout=120,
     )
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from cli_fork import run_cli
 from daemon_harness import DaemonFactory, daemon_env
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "commands"))  # test_cli_train
@@ -49,12 +49,10 @@ def test_options_from_settings_then_flags_are_typed_and_checked() -> None:
 
 def test_agents_json_lists_every_option_of_both_built_in_agents(tmp_path: Path) -> None:
     """`agents --json` has name, type, default, choices and help of each declared option."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", "agents", "--json"],
+    proc = run_cli(
+        ["agents", "--json"],
         cwd=tmp_path,
         env=daemon_env({}, fixtures=False),
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
@@ -131,12 +129,10 @@ def test_bad_option_is_one_line_before_anything_trains(tmp_path: Path) -> None:
 def test_bad_option_in_env_file_stops_daemon_start_up(tmp_path: Path) -> None:
     """GENESIS_FP16_AGENTS__RLHF_PPO__OPTIONS__PRESET=nope in .env: serve exits 2, one line."""
     (tmp_path / ".env").write_text("GENESIS_FP16_AGENTS__RLHF_PPO__OPTIONS__PRESET=nope\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", "serve"],
+    proc = run_cli(
+        ["serve"],
         cwd=tmp_path,
         env=daemon_env({"GENESIS_FP16_PLUGIN_ALLOWLIST": "rlhf_ppo"}, fixtures=False),
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert proc.returncode == 2, proc.stderr

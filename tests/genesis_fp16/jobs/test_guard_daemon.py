@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_fork import run_cli
 from daemon_harness import FIXTURE_PLUGINS, DaemonFactory, DaemonProcess, daemon_env
 from fake_results import train_result
 from prometheus_client import CollectorRegistry
@@ -109,12 +109,10 @@ def test_demotion_shows_in_metrics_survives_restart_and_reset_clears_it(
 
 def _cli(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = daemon_env(ENV, fixtures=False)
-    done = subprocess.run(
-        [sys.executable, "-m", "genesis_fp16", *args],
+    done = run_cli(
+        [*args],
         cwd=workdir,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
