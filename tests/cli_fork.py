@@ -1,5 +1,8 @@
 """`python -m genesis_fp16 ARGS` as a child forked from a process that has imported torch.
 
+The daemon does this for its runs (its run worker, genesis_fp16/commands/zygote.py); the
+tests do it for the commands they run, with the run worker's own child set-up.
+
 A command run as a fresh interpreter spends about 3 CPU-seconds importing torch before it
 reads its first argument: for the suite's hundreds of commands, that import is most of
 their cost. The tests whose subject is what a command does (its output, its exit code,
@@ -7,10 +10,10 @@ the files it leaves) run it through :func:`run_cli` instead. A server process pe
 worker imports torch and the daemon's command-line module once; each call forks a child
 of it that sets up what a fresh ``python -m genesis_fp16`` would have (the call's argv,
 environment, working directory, sys.path with the working directory and PYTHONPATH first,
-standard streams on the call's pipes, default signal handlers) and runs the package's
-``__main__`` with runpy. The child is a real process: its exit code (or the signal that
-killed it), its stdout and stderr, and everything it writes are its own, and nothing it
-does reaches the server or the next call.
+standard streams on the call's pipes, a session of its own as a run's child) and runs
+the command-line's main as the run worker's child does. The child is a real process: its
+exit code (or the signal that killed it), its stdout and stderr, and everything it writes
+are its own, and nothing it does reaches the server or the next call.
 
 What is not the same as a fresh interpreter, so that a test whose subject it is runs the
 command with subprocess instead: the modules the server imported are not imported again
@@ -167,15 +170,19 @@ def _stop(server: subprocess.Popen[bytes]) -> None:
 def serve(address: str) -> None:
     """Import what every command imports, then fork a child per connection (module
     docstring); each connection's waiter reports the child's pid, then its return code."""
-    import torch  # noqa: F401  (the import a fresh interpreter pays)
+    import gc
 
     from genesis_fp16.cli import build_parser
+    from genesis_fp16.commands.zygote import PRELOAD
 
+    for name in PRELOAD:  # what the daemon's run worker imports: torch, torch._dynamo, ...
+        importlib.import_module(name)
     build_parser()  # imports every command's module, as each command's parse does
     # The built-in agents, and the library they train through: the library reads no
     # environment at import (tests/test_layering.py), so importing it here changes no call.
     for name in PREIMPORTED:
         importlib.import_module(name)
+    gc.freeze()  # as the run worker: a child's collections leave the imports' pages shared
 
     parent = os.getppid()
     base_path = [entry for entry in sys.path if entry not in _pythonpath(os.environ)]
@@ -220,8 +227,7 @@ def _wait_for_command(
     try:
         pid = os.fork()
         if pid == 0:
-            conn.close()
-            _command(fds, request, base_path)
+            _command(fds, request, base_path, [conn])
         for fd in fds:
             os.close(fd)
         conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
@@ -237,65 +243,33 @@ def _pythonpath(env: Mapping[str, str]) -> list[str]:
     return [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
 
 
-def _command(fds: list[int], request: dict[str, Any], base_path: list[str]) -> None:
-    """The child: a fresh ``python -m genesis_fp16`` as far as the command can tell."""
-    import atexit as child_atexit
-    import runpy
-    import traceback
-
-    code: int = 1
+def _command(
+    fds: list[int], request: dict[str, Any], base_path: list[str], sockets: list[socket.socket]
+) -> None:
+    """The child: the daemon's run worker's own child set-up and run (zygote.py's
+    ``_become_child`` and ``run_child``: descriptors, session, directory, environment,
+    argv, numpy's generator reseeded, SIGTERM held; the CLI's main, its non-daemon threads
+    joined, atexit, flushed, ``os._exit``), then what a fresh ``python -m genesis_fp16``
+    has and a run's child does not: the working directory and this call's PYTHONPATH first
+    on sys.path, and standard streams made for the call's descriptors."""
     try:
-        for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP, signal.SIGUSR1):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-        for fd in set(fds):
-            if fd > 2:
-                os.close(fd)
+        from genesis_fp16.commands import zygote
+
+        zygote._become_child(request, fds, sockets[0], sockets[1:])
         env = request["env"]
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(env)
         sys.path[:] = [os.getcwd(), *_pythonpath(env), *base_path]
         importlib.invalidate_caches()
         unbuffered = bool(env.get("PYTHONUNBUFFERED"))
         sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "rb", closefd=False)))
         sys.stdout = _text(1, line=os.isatty(1), through=unbuffered)
         sys.stderr = _text(2, line=True, through=unbuffered, errors="backslashreplace")
-        sys.argv = [str(Path(sys.modules["genesis_fp16"].__file__ or "").parent / "__main__.py")]
-        sys.argv += request["args"]
-        try:
-            runpy.run_module("genesis_fp16", run_name="__main__", alter_sys=True)
-            code = 0
-        except SystemExit as exc:
-            code = _exit_code(exc.code)
-        except KeyboardInterrupt:  # as Python does: the traceback, then death by SIGINT
-            traceback.print_exc()
-            sys.stderr.flush()
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGINT)
-        except BaseException:
-            traceback.print_exc()
-            code = 1
-        child_atexit._run_exitfuncs()
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        zygote.run_child(request)
     finally:
-        os._exit(code)
+        os._exit(1)  # run_child ends the process; this only if the set-up failed
 
 
 def _text(fd: int, *, line: bool, through: bool, errors: str = "strict") -> io.TextIOWrapper:
     """A standard stream as Python's start-up makes it (PYTHONUNBUFFERED: written through)."""
     raw = io.BufferedWriter(io.FileIO(fd, "wb", closefd=False))
     return io.TextIOWrapper(raw, errors=errors, line_buffering=line, write_through=through)
-
-
-def _exit_code(code: object) -> int:
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    sys.stderr.write(f"{code}\n")
-    return 1
