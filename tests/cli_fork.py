@@ -29,6 +29,7 @@ import importlib
 import io
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -155,13 +156,14 @@ def _server_address() -> str:
             server.kill()
             raise RuntimeError(f"the command server did not start: {ready!r}")
         _SERVER[os.getpid()] = (server, address)
-        atexit.register(_stop, server)
+        atexit.register(_stop, server, folder)
         return address
 
 
-def _stop(server: subprocess.Popen[bytes]) -> None:
+def _stop(server: subprocess.Popen[bytes], folder: str) -> None:
     server.kill()
     server.wait()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 # --- the server --------------------------------------------------------------------
@@ -187,6 +189,7 @@ def serve(address: str) -> None:
     parent = os.getppid()
     base_path = [entry for entry in sys.path if entry not in _pythonpath(os.environ)]
     base_path = [entry for entry in base_path if entry not in ("", os.getcwd())]
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the waiters
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(address)
     listener.listen(64)
@@ -194,7 +197,6 @@ def serve(address: str) -> None:
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     while os.getppid() == parent:
-        _reap()
         try:
             conn, _ = listener.accept()
         except TimeoutError:
@@ -210,21 +212,12 @@ def serve(address: str) -> None:
         conn.close()
 
 
-def _reap() -> None:
-    while True:
-        try:
-            pid, _status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
 def _wait_for_command(
     conn: socket.socket, fds: list[int], request: dict[str, Any], base_path: list[str]
 ) -> None:
     code = 1
     try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # this one waits for its command
         pid = os.fork()
         if pid == 0:
             _command(fds, request, base_path, [conn])
