@@ -244,6 +244,12 @@ def test_beside_a_daemon_that_refused_a_reload(
     shown = _beside(daemon, "precision", "show", AGENT)
     assert shown.returncode == 0 and "is refused" in shown.stderr, shown.stderr
     assert shown.stdout.startswith(f"{AGENT}: no precision demotion remembered")
+    # The daemon's delivery writes each new event once more, to address it to the
+    # receivers configured (none here): after that, nothing but a command writes it.
+    daemon.wait_for(
+        lambda: all(e.targets is not None for e in outbox.read_events(outbox_folder)),
+        "every event addressed",
+    )
     before = _snapshot(outbox_folder / "outbox")
     for words in (("events", "redeliver", promotion["id"]), ("precision", "reset", AGENT)):
         refused = _beside(daemon, *words)
