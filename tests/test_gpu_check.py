@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from importlib import metadata
@@ -812,6 +813,9 @@ def test_the_warm_parent_refuses_to_fork_when_a_forked_child_could_not_use_cuda(
     from genesis_fp16.launch import cuda_fork_probe
 
     monkeypatch.setattr(gpu_fork_runner, "WARM_MODULES", ("json",))
+    # This worker's earlier tests may have left threads of their own (CI's run saw two):
+    # the probe's refusals are asserted with one thread, the thread refusal at the end.
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
     assert gpu_fork_runner.warm_up() is None  # the probe passes: no CUDA device here
     monkeypatch.setattr(cuda_fork_probe, "use_cuda", lambda: os._exit(1))
     refused = gpu_fork_runner.warm_up() or ""
@@ -821,3 +825,5 @@ def test_the_warm_parent_refuses_to_fork_when_a_forked_child_could_not_use_cuda(
     assert "did not finish in 1 s (killed)" in (gpu_fork_runner.warm_up() or "")
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     assert "initialised CUDA" in (gpu_fork_runner.warm_up() or "")
+    monkeypatch.setattr(threading, "active_count", lambda: 2)
+    assert gpu_fork_runner.warm_up() == "2 threads after the imports: a fork copies one"
