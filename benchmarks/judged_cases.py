@@ -196,6 +196,7 @@ def agents(root: Path) -> dict[str, Agent]:
             lambda task: _reverse_reward(task, 0),
             _write_task,
             steps=40,
+            serve_steps=240,  # the plugin's default budget: 60 iterations of 4 steps
             short_steps=8,
             short_options={"lr": 1.0, "critic_lr": 1.0},
             short_resume=False,
