@@ -251,8 +251,16 @@ def test_train_names_every_timed_precision_and_times_a_loaded_measurement_again(
     )
     measured_at = second["precision_calibration"]["measured_at"]
     assert measured_at > first["precision_calibration"]["measured_at"]
-    _keep_with_spread(path, 1.0)
-    third = _train_auto(tmp_path)
+    for _ in range(3):
+        # Reused only when the kept winner, timed again, is within 10% of its median: on
+        # a loaded machine that can miss, the train says so, and the new one is kept.
+        _keep_with_spread(path, 1.0)
+        third = _train_auto(tmp_path)
+        if "cached measurement" in third["precision_reason"]:
+            break
+        live = r"timed [\d.]+ ms live \([+-]\d+%, over 10%\): measured again"
+        assert re.search(live, third["precision_reason"]), third["precision_reason"]
+        measured_at = third["precision_calibration"]["measured_at"]
     assert "cached measurement" in third["precision_reason"]
     assert third["precision_calibration"]["measured_at"] == measured_at
     shown = _cli(tmp_path, "status").stdout
