@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from genesis_fp16_infrastructure.outcome import Outcome
 from genesis_fp16_infrastructure.record_codec import (
@@ -71,6 +71,7 @@ __all__ = [
     "FaultBundle",
     "GateComparison",
     "GateReport",
+    "LiveFigures",
     "LiveReport",
     "Measured",
     "ModuleRange",
@@ -256,34 +257,106 @@ class SelfTest(Record):
 
 
 @dataclass(frozen=True)
+class LiveFigures(Record):
+    """One loss column's live test (judging.watch): the records scored on it, both
+    models' mean of it (clipped to the plugin's span), the mean per-record difference
+    (served minus predecessor) with its anytime-valid bounds at the column's level
+    ``alpha`` (the watch's, split over its columns), the margin, the evidence so far (an
+    e-value), the records still needed at the margin, the segments' tests (None: one
+    segment) and whether it found a regression."""
+
+    records: int
+    difference: float | None
+    lower: float
+    upper: float
+    margin: float
+    alpha: float
+    regression: bool
+    served_loss: float | None = field(default=None, metadata=_OPTIONAL)
+    previous_loss: float | None = field(default=None, metadata=_OPTIONAL)
+    evidence: float | None = field(default=None, metadata=_OPTIONAL)
+    records_needed: int | None = field(default=None, metadata=_OPTIONAL)
+    segments: tuple[WatchSegment, ...] | None = field(default=None, metadata=_OPTIONAL)
+
+
+@dataclass(frozen=True)
 class LiveReport(Record):
     """The live watch's report of one run (judging.watch): the model watched
     (``served``) against its predecessor (``against``) on every record scored since it
-    was served (``records``, ``new_records`` of them this run), both models' mean of the
-    loss column watched (``metric``: the plugin's primary, clipped to its span), the mean
-    per-record difference with its anytime-valid bounds, the margin and level of the
-    test, and what the watch did: rolled back (to ``now_served``), or ``held`` (why not)."""
+    was served (``records``, ``new_records`` of them this run), each loss column's test
+    (``metrics``, :class:`LiveFigures`; ``primary``'s is :attr:`watched`), the level of
+    the whole family, the A/A self-test, and what the watch did: rolled back (to
+    ``now_served``), or ``held`` (why not). A report written before the map (one column,
+    its figures beside the rest) reads as that column's map.
+
+    >>> old = {"served": "m2", "against": "m1", "records": 9, "new_records": 9,
+    ...     "difference": 0.6, "lower": 0.4, "upper": 0.8, "margin": 0.02, "alpha": 0.05,
+    ...     "regression": True, "metric": "log_loss", "served_loss": 0.9}
+    >>> live = LiveReport.from_json(old)
+    >>> live.primary, live.watched.served_loss, live.regressed
+    ('log_loss', 0.9, ('log_loss',))
+    """
 
     served: str
     against: str | None
     records: int
     new_records: int
-    difference: float
-    lower: float
-    upper: float
-    margin: float
     alpha: float
     regression: bool
     rolled_back: bool = False
     held: str | None = None
     now_served: str | None = field(default=None, metadata=_OPTIONAL)
     updated_at: str = ""
-    metric: str = "loss"
-    served_loss: float | None = field(default=None, metadata=_OPTIONAL)
-    previous_loss: float | None = field(default=None, metadata=_OPTIONAL)
-    # The evidence so far (an e-value of the overall test), the records still needed to
-    # decide at the margin, the segments' tests (None: one segment) and the A/A self-test.
-    evidence: float | None = field(default=None, metadata=_OPTIONAL)
-    records_needed: int | None = field(default=None, metadata=_OPTIONAL)
-    segments: tuple[WatchSegment, ...] | None = field(default=None, metadata=_OPTIONAL)
+    primary: str = "loss"
+    metrics: Mapping[str, LiveFigures] = field(default_factory=dict)
     self_test: SelfTest | None = field(default=None, metadata=_OPTIONAL)
+
+    def __post_init__(self) -> None:
+        if self.primary not in self.metrics:
+            raise ValueError(f"primary {self.primary!r:.40} is not one of {list(self.metrics)}")
+
+    @property
+    def watched(self) -> LiveFigures:
+        """The primary column's figures: what a one-line view shows."""
+        return self.metrics[self.primary]
+
+    @property
+    def regressed(self) -> tuple[str, ...]:
+        """The columns whose test found a regression (a rollback names them)."""
+        return tuple(name for name, f in self.metrics.items() if f.regression)
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "") -> LiveReport:
+        found: LiveReport = super().from_json(_one_column_map(data), where)
+        return found
+
+    @staticmethod
+    def figures_of(data: object) -> dict[str, Any]:
+        """A live report's JSON (either shape, as a pointer a hand may have edited holds
+        it) as one level for a one-line view: the report's own figures, then its primary
+        column's (``metric``: its name; ``regressed``: every column that regressed)."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("metrics"), Mapping):
+            return dict(data) if isinstance(data, Mapping) else {}
+        metrics, metric = data["metrics"], data.get("primary")
+        out = {k: v for k, v in data.items() if k != "metrics"}
+        out["metric"] = metric
+        out["regressed"] = [
+            k for k, f in metrics.items() if isinstance(f, Mapping) and f.get("regression")
+        ]
+        column = metrics.get(metric)
+        return {**(column if isinstance(column, Mapping) else {}), **out}
+
+
+# A LiveReport's keys that were its one column's, before LiveFigures (issue 68)
+_COLUMN_KEYS = ("served_loss", "previous_loss", "difference", "lower", "upper", "margin",
+                "evidence", "records_needed", "segments")  # fmt: skip
+
+
+def _one_column_map(data: object) -> object:
+    """A LiveReport's JSON written before the map, as the map of its one column."""
+    if not isinstance(data, Mapping) or "metrics" in data:
+        return data
+    column = {k: data[k] for k in (*_COLUMN_KEYS, "records", "alpha", "regression") if k in data}
+    metric = data.get("metric") or "loss"
+    rest = {k: v for k, v in data.items() if k not in _COLUMN_KEYS}
+    return {**rest, "primary": metric, "metrics": {metric: column}}

@@ -31,7 +31,7 @@ this data, with its 95% Wilson interval. A sound watch keeps it at most ``alpha`
 >>> figures = judge(d, np.array(["a", "b", "c"] * 200), span=4.6, margin=0.01, alpha=0.05)
 >>> figures["regression"], [s["name"] for s in figures["segments"]]
 (False, ['a', 'b', 'c'])
->>> self_test(d, None, span=4.6, margin=0.01, alpha=0.05)["replays"]
+>>> tally(crossings(d, None, span=4.6, margin=0.01, alpha=0.05), len(d))["replays"]
 200
 """
 
@@ -108,7 +108,7 @@ def _test(d: np.ndarray, span: float, margin: float, alpha: float) -> dict[str, 
     }
 
 
-def self_test(
+def crossings(
     differences: np.ndarray,
     names: np.ndarray | None,
     span: float,
@@ -116,9 +116,11 @@ def self_test(
     alpha: float,
     replays: int = REPLAYS,
     seed: int = 0,
-) -> dict[str, Any]:
-    """The A/A self-test (module docstring) on the last ``RECENT`` records: how many of
-    ``replays`` would have rolled back, the rate and its 95% interval."""
+) -> np.ndarray:
+    """The A/A self-test's replays (module docstring) of the last ``RECENT`` records: per
+    replay, whether the decision at ``alpha`` would have rolled back. The same ``seed``
+    and record count flip the same signs, so the flags of several loss columns of the
+    same records may be or-ed into their family's (:func:`tally` counts them)."""
     d = np.asarray(differences, dtype=np.float64)[-RECENT:]
     slot = np.zeros(len(d), dtype=np.int64)
     if names is not None:
@@ -132,11 +134,17 @@ def self_test(
         for k in range(int(slot.max()) + 1 if names is not None else 0):
             part = replay[:, slot == k]
             crossed |= _crosses(part, span, margin, alpha / (2 * SLOTS))
-    false = int(crossed.sum())
+    return crossed
+
+
+def tally(crossed: np.ndarray, records: int) -> dict[str, Any]:
+    """The self-test's figures from its replays' flags (:func:`crossings`) on ``records``
+    records: how many would have rolled back, the rate and its 95% interval."""
+    false, replays = int(crossed.sum()), len(crossed)
     lower, upper = wilson(false, replays)
     return {
         "replays": replays,
-        "records": len(d),
+        "records": records,
         "false_rollbacks": false,
         "rate": round(false / replays, 6),
         "lower": round(lower, 6),
