@@ -258,12 +258,9 @@ class SelfTest(Record):
 
 @dataclass(frozen=True)
 class LiveFigures(Record):
-    """One loss column's live test (judging.watch): the records scored on it, both
-    models' mean of it (clipped to the plugin's span), the mean per-record difference
-    (served minus predecessor) with its anytime-valid bounds at the column's level
-    ``alpha`` (the watch's, split over its columns), the margin, the evidence so far (an
-    e-value), the records still needed at the margin, the segments' tests (None: one
-    segment) and whether it found a regression."""
+    """One loss column's live test (judging.watch), as :class:`WatchSegment`'s figures at
+    the column's level ``alpha``, with both models' means (clipped), the column's margin
+    and its segments' tests (None: one segment)."""
 
     records: int
     difference: float | None
@@ -284,17 +281,15 @@ class LiveReport(Record):
     """The live watch's report of one run (judging.watch): the model watched
     (``served``) against its predecessor (``against``) on every record scored since it
     was served (``records``, ``new_records`` of them this run), each loss column's test
-    (``metrics``, :class:`LiveFigures`; ``primary``'s is :attr:`watched`), the level of
-    the whole family, the A/A self-test, and what the watch did: rolled back (to
-    ``now_served``), or ``held`` (why not). A report written before the map (one column,
-    its figures beside the rest) reads as that column's map.
+    by name (``metrics``; the ``primary``'s is :attr:`watched`), the family's level and
+    A/A self-test, and what the watch did: rolled back (to ``now_served``), or ``held``
+    (why not). A report of one column, its figures beside the rest (before the map),
+    reads as its map.
 
-    >>> old = {"served": "m2", "against": "m1", "records": 9, "new_records": 9,
-    ...     "difference": 0.6, "lower": 0.4, "upper": 0.8, "margin": 0.02, "alpha": 0.05,
-    ...     "regression": True, "metric": "log_loss", "served_loss": 0.9}
-    >>> live = LiveReport.from_json(old)
-    >>> live.primary, live.watched.served_loss, live.regressed
-    ('log_loss', 0.9, ('log_loss',))
+    >>> old = {"served": "m2", "against": "m1", "records": 9, "new_records": 9, "alpha": 0.05,
+    ...     "difference": 0.6, "lower": 0.4, "upper": 0.8, "margin": 0.02, "regression": True}
+    >>> LiveReport.from_json(old).metrics["loss"].lower
+    0.4
     """
 
     served: str
@@ -327,36 +322,28 @@ class LiveReport(Record):
 
     @classmethod
     def from_json(cls, data: object, where: str = "") -> LiveReport:
-        found: LiveReport = super().from_json(_one_column_map(data), where)
+        if isinstance(data, Mapping) and "metrics" not in data:  # one column, before the map
+            column = {k: data[k] for k in _COLUMN if k in data}
+            metric = data.get("metric") or "loss"
+            data = {**data, "primary": metric, "metrics": {metric: column}}
+        found: LiveReport = super().from_json(data, where)
         return found
 
     @staticmethod
     def figures_of(data: object) -> dict[str, Any]:
-        """A live report's JSON (either shape, as a pointer a hand may have edited holds
-        it) as one level for a one-line view: the report's own figures, then its primary
-        column's (``metric``: its name; ``regressed``: every column that regressed)."""
-        if not isinstance(data, Mapping) or not isinstance(data.get("metrics"), Mapping):
+        """A live report's JSON (either shape; a pointer's, a hand may have edited it) in
+        one level for a one-line view: the primary column's figures, then the report's
+        own (``metric``: the primary's name; ``regressed``: the columns that regressed)."""
+        metrics = data.get("metrics") if isinstance(data, Mapping) else None
+        if not isinstance(data, Mapping) or not isinstance(metrics, Mapping):
             return dict(data) if isinstance(data, Mapping) else {}
-        metrics, metric = data["metrics"], data.get("primary")
+        columns = {k: f for k, f in metrics.items() if isinstance(f, Mapping)}
+        regressed = [k for k, f in columns.items() if f.get("regression")]
         out = {k: v for k, v in data.items() if k != "metrics"}
-        out["metric"] = metric
-        out["regressed"] = [
-            k for k, f in metrics.items() if isinstance(f, Mapping) and f.get("regression")
-        ]
-        column = metrics.get(metric)
-        return {**(column if isinstance(column, Mapping) else {}), **out}
+        metric = data.get("primary")
+        return {**columns.get(str(metric), {}), **out, "metric": metric, "regressed": regressed}
 
 
-# A LiveReport's keys that were its one column's, before LiveFigures (issue 68)
-_COLUMN_KEYS = ("served_loss", "previous_loss", "difference", "lower", "upper", "margin",
-                "evidence", "records_needed", "segments")  # fmt: skip
-
-
-def _one_column_map(data: object) -> object:
-    """A LiveReport's JSON written before the map, as the map of its one column."""
-    if not isinstance(data, Mapping) or "metrics" in data:
-        return data
-    column = {k: data[k] for k in (*_COLUMN_KEYS, "records", "alpha", "regression") if k in data}
-    metric = data.get("metric") or "loss"
-    rest = {k: v for k, v in data.items() if k not in _COLUMN_KEYS}
-    return {**rest, "primary": metric, "metrics": {metric: column}}
+# A LiveReport's keys before the map that are its one column's (unknown keys: ignored)
+_COLUMN = ("served_loss", "previous_loss", "difference", "lower", "upper", "margin", "evidence",
+           "records_needed", "segments", "records", "alpha", "regression")  # fmt: skip

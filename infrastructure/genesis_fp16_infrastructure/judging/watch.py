@@ -61,7 +61,7 @@ from genesis_fp16_infrastructure.contract.reports import LiveReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
-from genesis_fp16_infrastructure.judging.segments import RECENT, REPLAYS, crossings, judge, tally
+from genesis_fp16_infrastructure.judging.segments import judge, self_test
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ def figures_of(
     of ``metrics`` (the primary first) at ``ALPHA / len(metrics)`` with its own margin,
     and the family's A/A self-test."""
     names = _segment_names(kept.get("segments"))
-    level, columns, crossed = ALPHA / len(metrics), {}, np.zeros(REPLAYS, dtype=np.bool_)
+    level, columns, tests = ALPHA / len(metrics), {}, []
     for metric in metrics:
         served = np.asarray(kept.get(f"served/{metric}", []), dtype=np.float64)
         previous = np.asarray(kept.get(f"previous/{metric}", []), dtype=np.float64)
@@ -155,13 +155,13 @@ def figures_of(
             "margin": margin,
             "alpha": level,
         }
-        crossed |= crossings(d, segments, span, margin, level, seed=len(kept["ids"]))
+        tests.append((d, segments, margin))
     return {
         "records": len(kept["ids"]),
         "alpha": ALPHA,
         "primary": metrics[0],
         "metrics": columns,
-        "self_test": tally(crossed, min(len(kept["ids"]), RECENT)),
+        "self_test": self_test(tests, span, level, seed=len(kept["ids"])),
         "regression": any(c["regression"] for c in columns.values()),
     }
 
