@@ -95,7 +95,7 @@ class LiveMetrics:
         )
         self.cursor = JournalCursor()  # the daemon's one reader of each agent's journal
         self._add_watch_series(gauge)
-        self._since: dict[str, tuple[float | None, bool, float]] = {}
+        self._pointer: dict[str, tuple[Any, Any, bool, float]] = {}  # what observe_pointer saw
         self._segments: dict[str, set[str]] = {}
 
     def _add_watch_series(self, gauge: Any) -> None:
@@ -160,21 +160,16 @@ class LiveMetrics:
         """The served model's watch state, from the pointer as a run left it (when it was
         served, its live figures): the not-watching gauge then follows the clock at each
         scrape, between runs too."""
-        first = agent not in self._since
-        self._since[agent] = (
-            watch_state(served_at, live, predecessor, time.time(), idle_seconds)["since"],
-            predecessor,
-            idle_seconds,
-        )
-        since = self._since[agent][0]
+        first = agent not in self._pointer
+        self._pointer[agent] = (served_at, live, predecessor, idle_seconds)
+        since = watch_state(served_at, live, predecessor, time.time(), idle_seconds)["since"]
         self.last_record.labels(agent=agent).set(math.nan if since is None else since)
         if first:
             self.not_watching.labels(agent=agent).set_function(lambda: self._idle(agent))
 
     def _idle(self, agent: str) -> float:
-        since, predecessor, idle_seconds = self._since[agent]
-        served_at = None if since is None else _stamp(since)
-        state = watch_state(served_at, None, predecessor, time.time(), idle_seconds)
+        served_at, live, predecessor, idle_seconds = self._pointer[agent]
+        state = watch_state(served_at, live, predecessor, time.time(), idle_seconds)
         return float(state["state"] != "watching")
 
     def baseline(self, agent: str, journal: Sequence[JournalEntry]) -> None:
@@ -243,10 +238,6 @@ class LiveMetrics:
         if test is not None:
             for bound, value in zip(BOUNDS, (test.rate, test.lower, test.upper), strict=True):
                 self.false_rollback_rate.labels(agent=agent, bound=bound).set(value)
-
-
-def _stamp(seconds: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 class JournalCursor:

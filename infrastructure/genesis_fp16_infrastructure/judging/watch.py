@@ -82,14 +82,13 @@ def watch(
     ids are ``only`` (at least those), or None (logged) when it cannot score it. Returns
     the report (the run's ``live``), or None when there is nothing to watch: no
     predecessor, a model whose known records are not kept, or no new record."""
-    folder = Path(request.checkpoint_dir)
+    folder, name = Path(request.checkpoint_dir), str(getattr(plugin, "name", request.agent))
     if not pointer.history:
         return None
     served_c = (folder / str(pointer.served.checkpoint)).parent
     previous = pointer.history[0]
     known = [stores.read_known_ids(c) for c in (served_c, _candidate(folder, previous))]
     if known[0] is None or known[1] is None:
-        name = getattr(plugin, "name", "agent")
         logger.warning("%s: live watch off: a model's known records are not kept", name)
         return None
     store = stores.watch_path(served_c, str(previous.id))
@@ -122,7 +121,6 @@ def watch(
     stores.write_watch(store, kept)
     figures = figures_of(kept, float(plugin.loss_span), plugin, served_now.metrics())
     figures.update(against=previous.id, new_records=len(picked))
-    name = str(getattr(plugin, "name", request.agent))
     return LiveReport.from_json(decide(folder, name, str(pointer.served.id), figures))
 
 
