@@ -215,8 +215,8 @@ def _live(figures: Any) -> str:
         f"{figures['records']} rec, {score} {figures['difference']:+.3f} "
         f"[{figures['lower']:+.3f}, {figures['upper']:+.3f}] vs previous"
     )
-    regressed = "".join(f"; {', '.join(figures.get('regressed') or ())}")
-    return text + (f"{regressed} REGRESSION" if figures.get("regression") else "")
+    said = f"; {figures['regressed']}" if figures.get("regressed") else ""
+    return text + (f"{said} REGRESSION" if figures.get("regression") else "")
 
 
 def _list_ungated(models: CheckpointsFolder, agent: str, as_json: bool) -> int:

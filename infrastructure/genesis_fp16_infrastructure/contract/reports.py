@@ -332,16 +332,16 @@ class LiveReport(Record):
     @staticmethod
     def figures_of(data: object) -> dict[str, Any]:
         """A live report's JSON (either shape; a pointer's, a hand may have edited it) in
-        one level for a one-line view: the primary column's figures, then the report's
-        own (``metric``: the primary's name; ``regressed``: the columns that regressed)."""
+        one level for a one-line view: ``metric`` (the primary's name), ``regressed`` (the
+        columns that regressed, in words), the primary column's figures, the report's."""
         metrics = data.get("metrics") if isinstance(data, Mapping) else None
         if not isinstance(data, Mapping) or not isinstance(metrics, Mapping):
             return dict(data) if isinstance(data, Mapping) else {}
         columns = {k: f for k, f in metrics.items() if isinstance(f, Mapping)}
-        regressed = [k for k, f in columns.items() if f.get("regression")]
+        regressed = ", ".join(k for k, f in columns.items() if f.get("regression"))
         out = {k: v for k, v in data.items() if k != "metrics"}
         metric = data.get("primary")
-        return {**columns.get(str(metric), {}), **out, "metric": metric, "regressed": regressed}
+        return {"metric": metric, "regressed": regressed, **columns.get(str(metric), {}), **out}
 
 
 # A LiveReport's keys before the map that are its one column's (unknown keys: ignored)
