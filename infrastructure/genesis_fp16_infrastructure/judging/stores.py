@@ -102,9 +102,7 @@ def read_watch(path: Path, primary: str) -> dict[str, np.ndarray]:
     """The watch's records so far (none: absent, or unusable and set aside); a store
     written before loss columns (``served``, ``previous``: the column watched then) as
     column ``primary``'s, one before segments with every record unsegmented."""
-    arrays = _read(path, JUDGED_WATCH, ("ids",))
-    if arrays is None:
-        return {"ids": np.zeros(0, dtype=np.uint64), "segments": np.zeros(0, dtype="<U1")}
+    arrays = _read(path, JUDGED_WATCH, ("ids",)) or {"ids": np.zeros(0, dtype=np.uint64)}
     for side in ("served", "previous"):
         if side in arrays:
             arrays[f"{side}/{primary}"] = arrays.pop(side)

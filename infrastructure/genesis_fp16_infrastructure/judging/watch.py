@@ -14,13 +14,10 @@ anytime-valid empirical-Bernstein bounds of :mod:`.sequential` at ``ALPHA / k`` 
 ``k`` columns; when a column's lower bound passes its margin (the plugin's
 ``judging_margin``, else 5% of the predecessor's mean loss there), the served model is
 worse than the one before it beyond the margin. Why ``ALPHA / k`` (Bonferroni): each
-column's bounds hold over the whole watch, however many runs looked, except with
-probability ``ALPHA / k``, so all ``k`` hold together except with at most ``ALPHA``,
-whatever the columns' dependence (log-loss and Brier of one prediction move together).
-Holm's step-down would test no column at a wider level before one has failed, and the
-first failure already rolls back: for the rollback it is this split, and it would only
-name more columns afterwards. The A/A self-test replays the columns together (the same
-sign flips per record) and counts a replay once if any column would have rolled back.
+column's bounds hold over the whole watch except with probability ``ALPHA / k``, so all
+hold together except with at most ``ALPHA``, whatever the columns' dependence; Holm's
+step-down tests nothing at a wider level before a first failure, which already rolls
+back (docs/judging.md). The A/A self-test replays the columns together.
 Unless the operator pinned it (then ``held``), the predecessor is served again through
 :func:`~genesis_fp16_infrastructure.agent_folder.transitions.rollback`, and the dropped
 model's verdict becomes ``rolled_back`` with reason ``live_regression``, the figures,
