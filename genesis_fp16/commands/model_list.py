@@ -22,6 +22,7 @@ from genesis_fp16.status.report import held_by_pin, held_words
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
     CheckpointsFolder,
+    LiveReport,
     Outcome,
     ScoresOn,
     ServedPointer,
@@ -46,7 +47,11 @@ def list_models(folder: Path, agent: str, as_json: bool, idle_seconds: float = 8
     except ServedPointerError as exc:
         pointer, unusable = None, str(exc)
     rows = _rows(models, pointer)
-    watched = _watch(pointer, idle_seconds)
+    watched = None  # the served model's watch: watched or not (why), its segments' figures
+    if pointer is not None:
+        served, now = pointer.served, time.time()
+        predecessor = bool(pointer.history)
+        watched = watch_state(served.served_at, served.live, predecessor, now, idle_seconds)
     pin = pointer.pinned.to_json() if pointer and pointer.pinned else None
     held = held_by_pin(models, pin, pointer.served.id) if pointer else []
     if as_json:
@@ -95,19 +100,6 @@ def _pin_line(agent: str, pointer: ServedPointer, held: list[str]) -> str:
     else:
         serve = "the gate holds a better candidate instead of serving it; "
     return f"{said}: {held_words(held)} ({serve}`genesis-fp16 model unpin {agent}` lifts the pin)"
-
-
-def _watch(pointer: ServedPointer | None, idle_seconds: float) -> dict[str, Any] | None:
-    """The served model's live watch: watched or not (and why), and its segments'
-    figures (se_darwin: one per Genesis agent) where the watch kept them."""
-    if pointer is None:
-        return None
-    served = pointer.served
-    state = watch_state(
-        served.served_at, served.live, bool(pointer.history), time.time(), idle_seconds
-    )
-    live = served.live or {}
-    return {**state, "segments": live.get("segments"), "self_test": live.get("self_test")}
 
 
 def _watch_lines(agent: str, watched: dict[str, Any] | None) -> list[str]:
@@ -215,14 +207,16 @@ def _live(figures: Any) -> str:
     """The live watch's figures in one cell: records, the loss difference from the
     predecessor (se_darwin's log-loss, a judged plugin's loss) and its bounds, and the
     verdict when the test found a regression."""
-    if not isinstance(figures, dict) or not figures.get("records"):
+    figures = LiveReport.figures_of(figures)
+    if not figures.get("records"):
         return "-"
     score = figures.get("metric") or ("loss" if figures.get("score") == "loss" else "log-loss")
     text = (
         f"{figures['records']} rec, {score} {figures['difference']:+.3f} "
         f"[{figures['lower']:+.3f}, {figures['upper']:+.3f}] vs previous"
     )
-    return text + (" REGRESSION" if figures.get("regression") else "")
+    said = f"; {figures['regressed']}" if figures.get("regressed") else ""
+    return text + (f"{said} REGRESSION" if figures.get("regression") else "")
 
 
 def _list_ungated(models: CheckpointsFolder, agent: str, as_json: bool) -> int:

@@ -21,9 +21,9 @@ daemon: what came before was counted by an earlier daemon, or never)::
 1
 >>> metrics.observe_journal("se_darwin", [rollback])  # seen: not counted twice
 0
->>> live = LiveReport("m2", "m1", records=300, new_records=300, difference=0.6, lower=0.4,
-...     upper=0.8, margin=0.02, alpha=0.05, regression=True, rolled_back=True,
-...     metric="log_loss", served_loss=0.9, previous_loss=0.3)
+>>> live = LiveReport.from_json({"served": "m2", "against": "m1", "records": 300,
+...     "new_records": 300, "difference": 0.6, "lower": 0.4, "upper": 0.8, "margin": 0.02,
+...     "alpha": 0.05, "regression": True, "rolled_back": True, "metric": "log_loss"})
 >>> metrics.observe("se_darwin", live, None)  # the report's rollback: counted by the journal
 >>> b'genesis_fp16_live_rollbacks_total{agent="se_darwin"} 1.0' in generate_latest(registry)
 True
@@ -62,8 +62,8 @@ class LiveMetrics:
         self.quality = gauge(
             "quality",
             "The watched model's (model=served) and its predecessor's (model=previous) "
-            "mean of the watched loss column (score: its name, the plugin's primary) on "
-            "those records, at the last run that scored new ones.",
+            "mean of each watched loss column (score: its name) on those records, at the "
+            "last run that scored new ones.",
             ("agent", "model", "score"),
         )
         self.difference = gauge(
@@ -95,7 +95,7 @@ class LiveMetrics:
         )
         self.cursor = JournalCursor()  # the daemon's one reader of each agent's journal
         self._add_watch_series(gauge)
-        self._since: dict[str, tuple[float | None, bool, float]] = {}
+        self._pointer: dict[str, tuple[Any, Any, bool, float]] = {}  # what observe_pointer saw
         self._segments: dict[str, set[str]] = {}
 
     def _add_watch_series(self, gauge: Any) -> None:
@@ -160,21 +160,16 @@ class LiveMetrics:
         """The served model's watch state, from the pointer as a run left it (when it was
         served, its live figures): the not-watching gauge then follows the clock at each
         scrape, between runs too."""
-        first = agent not in self._since
-        self._since[agent] = (
-            watch_state(served_at, live, predecessor, time.time(), idle_seconds)["since"],
-            predecessor,
-            idle_seconds,
-        )
-        since = self._since[agent][0]
+        first = agent not in self._pointer
+        self._pointer[agent] = (served_at, live, predecessor, idle_seconds)
+        since = watch_state(served_at, live, predecessor, time.time(), idle_seconds)["since"]
         self.last_record.labels(agent=agent).set(math.nan if since is None else since)
         if first:
             self.not_watching.labels(agent=agent).set_function(lambda: self._idle(agent))
 
     def _idle(self, agent: str) -> float:
-        since, predecessor, idle_seconds = self._since[agent]
-        served_at = None if since is None else _stamp(since)
-        state = watch_state(served_at, None, predecessor, time.time(), idle_seconds)
+        served_at, live, predecessor, idle_seconds = self._pointer[agent]
+        state = watch_state(served_at, live, predecessor, time.time(), idle_seconds)
         return float(state["state"] != "watching")
 
     def baseline(self, agent: str, journal: Sequence[JournalEntry]) -> None:
@@ -202,12 +197,15 @@ class LiveMetrics:
         if live is None:
             return
         self.records.labels(agent=agent).set(live.records)
-        for side, value in (("served", live.served_loss), ("previous", live.previous_loss)):
-            if value is not None and math.isfinite(value):  # the watched loss column's
-                self.quality.labels(agent=agent, model=side, score=live.metric).set(value)
-        for bound, value in zip(BOUNDS, (live.difference, live.lower, live.upper), strict=True):
+        for metric, f in live.metrics.items():  # each loss column's means
+            for side, value in (("served", f.served_loss), ("previous", f.previous_loss)):
+                if value is not None and math.isfinite(value):
+                    self.quality.labels(agent=agent, model=side, score=metric).set(value)
+        w = live.watched  # the rest: the primary column's
+        for bound, value in zip(BOUNDS, (w.difference, w.lower, w.upper), strict=True):
+            value = math.nan if value is None else value
             self.difference.labels(agent=agent, bound=bound).set(value)
-        self.margin.labels(agent=agent).set(live.margin)
+        self.margin.labels(agent=agent).set(w.margin)
         self.regression.labels(agent=agent).set(float(live.regression and not promoted))
         self._observe_watch(agent, live)
         # A reported rollback is counted from the journal (observe_journal), once.
@@ -215,12 +213,13 @@ class LiveMetrics:
     def _observe_watch(self, agent: str, live: LiveReport) -> None:
         """The per-segment figures, the evidence, the records needed and the self-test."""
         self.alpha.labels(agent=agent).set(live.alpha)
-        if live.records_needed is not None or live.evidence is not None:
-            needed = live.records_needed
+        w = live.watched
+        if w.records_needed is not None or w.evidence is not None:
+            needed = w.records_needed
             self.records_needed.labels(agent=agent).set(math.nan if needed is None else needed)
         rows: list[tuple[str, float | None, float, float, float | None]]
-        rows = [("all", live.difference, live.lower, live.upper, live.evidence)]
-        rows += [(s.name, s.difference, s.lower, s.upper, s.evidence) for s in live.segments or ()]
+        rows = [("all", w.difference, w.lower, w.upper, w.evidence)]
+        rows += [(s.name, s.difference, s.lower, s.upper, s.evidence) for s in w.segments or ()]
         shown = set()
         for name, *bounds, evidence in rows:
             shown.add(name)
@@ -239,10 +238,6 @@ class LiveMetrics:
         if test is not None:
             for bound, value in zip(BOUNDS, (test.rate, test.lower, test.upper), strict=True):
                 self.false_rollback_rate.labels(agent=agent, bound=bound).set(value)
-
-
-def _stamp(seconds: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 class JournalCursor:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import calendar
 import time
-from collections.abc import Mapping
 from typing import Any
+
+from genesis_fp16_infrastructure.api import LiveReport
 
 
 def watch_state(
@@ -23,18 +24,23 @@ def watch_state(
     why: silence is never a passing watch. ``predecessor``: the pointer names one
     (without it there is nothing to watch against). ``since``: the last time the watch
     scored new records, or the model was served if later (Unix seconds; None: unknown);
-    ``scored_at``: when the watch last scored records (None: none scored yet).
+    ``scored_at``: when the watch last scored records (None: none scored yet);
+    ``segments`` and ``self_test``: the primary column's segments and the A/A self-test.
 
     >>> watch_state("2026-01-01T00:00:00Z", None, True, 1767229200.0, 3600)["state"]
     'watching'
     >>> watch_state("2026-01-01T00:00:00Z", None, True, 1767240000.0, 3600)["reason"]
     'no new labelled record for 4.0 h (the limit: 1 h)'
     """
-    scored = stamp_seconds(live.get("updated_at")) if isinstance(live, Mapping) else None
+    live = LiveReport.figures_of(live)  # either shape, the primary column's figures
+    scored = stamp_seconds(live.get("updated_at")) if live else None
     known = [t for t in (stamp_seconds(served_at), scored) if t is not None]
     since = max(known) if known else None
+    segments, test = live.get("segments"), live.get("self_test")
     state: dict[str, Any] = {
-        "state": "watching", "since": since, "scored_at": scored, "limit": idle_seconds
+        "state": "watching", "since": since, "scored_at": scored, "limit": idle_seconds,
+        "segments": segments if isinstance(segments, list) else None,
+        "self_test": test if isinstance(test, dict) else None,
     }  # fmt: skip
     if not predecessor:
         return {**state, "state": "not_watching", "reason": "no predecessor to watch against"}

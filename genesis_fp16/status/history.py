@@ -19,18 +19,18 @@ A source that cannot be read is a problem line on the page; its part stays empty
 
 from __future__ import annotations
 
-import calendar
 import math
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from genesis_fp16.metrics.watch_state import stamp_seconds
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
     JournalEntry,
     LiveMark,
+    LiveReport,
     Outcome,
     RunEntry,
     files,
@@ -137,13 +137,16 @@ def _build_history(folder: AgentFolder, pointer: dict[str, Any]) -> tuple[AgentH
         problems.append(f"run history: {unreadable} line(s) unreadable, skipped")
     metric, metric_set = _metric(runs, pointer)
     scores = _scores_by_id(pointer, runs, metric)
+    served = pointer.get("served")  # the watch's running figures now, when it wrote some
+    live = served.get("live") if isinstance(served, dict) else None
+    live = live if isinstance(live, dict) else None
     history = AgentHistory(
         runs=runs,
         transitions=_transitions(pointer, scores),
         metric=metric,
         metric_set=metric_set,
-        live_now=_live_now(pointer),
-        live_at=_live_at(pointer),
+        live_now=None if live is None else LiveMark.of(LiveReport.figures_of(live)),
+        live_at=None if live is None else stamp_seconds(live.get("updated_at")),
         quarantine_file=_newest_quarantine(folder),
         unreadable=unreadable,
     )
@@ -211,26 +214,6 @@ def _transitions(pointer: dict[str, Any], scores: dict[str, float]) -> tuple[Tra
             )
         )
     return tuple(found)
-
-
-def _live_now(pointer: dict[str, Any]) -> LiveMark | None:
-    """The live watch's running figures in the served entry (None: not watching yet)."""
-    served = pointer.get("served")
-    live = served.get("live") if isinstance(served, dict) else None
-    if not isinstance(live, dict):
-        return None
-    return LiveMark.of(live)
-
-
-def _live_at(pointer: dict[str, Any]) -> float | None:
-    """When the watch wrote the pointer's live figures (their ``updated_at``)."""
-    served = pointer.get("served")
-    live = served.get("live") if isinstance(served, dict) else None
-    stamp = live.get("updated_at") if isinstance(live, dict) else None
-    try:
-        return float(calendar.timegm(time.strptime(str(stamp), "%Y-%m-%dT%H:%M:%SZ")))
-    except ValueError:
-        return None
 
 
 def _newest_quarantine(folder: AgentFolder) -> str | None:

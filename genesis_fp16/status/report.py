@@ -32,6 +32,7 @@ from genesis_fp16_infrastructure.api import (
     AgentFolder,
     CheckpointsFolder,
     LastRun,
+    LiveReport,
     Outcome,
     PrecisionName,
     ScoresOn,
@@ -235,10 +236,16 @@ def _served_entry(models: CheckpointsFolder, data: Any, idle_seconds: float) -> 
         how=_text(served.get("how")),
         served_at=_text(served.get("served_at")),
         quality=_quality(served.get("scores")),
-        live=_figures(served.get("live")),
+        live=_figures(LiveReport.figures_of(served.get("live")) or None),
         pinned=None if pinned in (None, False) else _describe_pin(pinned, served.get("id"), held),
         held=tuple(held),
-        watch=_watch(served, data.get("history"), idle_seconds),
+        watch=watch_state(
+            served.get("served_at"),
+            served.get("live"),
+            bool(data.get("history")),
+            time.time(),
+            idle_seconds,
+        ),
         judging=_kept_inconclusive(models),
         evidence=_on_training_data(models, served.get("id")),
     )
@@ -256,16 +263,6 @@ def _on_training_data(models: CheckpointsFolder, served_id: Any) -> str | None:
     if verdict.evidence != "training_data":
         return None
     return "judged on its training data: the plugin names no records it trained on"
-
-
-def _watch(served: dict[str, Any], history: Any, idle_seconds: float) -> dict[str, Any]:
-    """Watched or not (GENESIS_FP16_LIVE_WATCH_IDLE_SECONDS), and the segments' figures."""
-    state = watch_state(
-        served.get("served_at"), served.get("live"), bool(history), time.time(), idle_seconds
-    )
-    live = served.get("live")
-    segments = live.get("segments") if isinstance(live, dict) else None
-    return {**state, "segments": segments if isinstance(segments, list) else None}
 
 
 def watch_words(watch: Mapping[str, Any] | None) -> str:

@@ -33,7 +33,6 @@
                 candidates/<id>/         HOME_CANDIDATE: one training run
                     candidate.json       its data and request
                     verdict.json         the gate's verdict
-                    live-<id>.npz        the live watch's scores against model <id>
                     judged_ids.npz       a judged plugin's model: the record ids it knew
                     judged-live-<id>.npz a judged plugin's live watch against model <id>
 

@@ -36,8 +36,8 @@ records, the watch's predecessor's on the new ones): a plugin may score the rows
 
 **Loss columns.** ``score_records`` may return several named columns of per-record
 losses (a mapping; se_darwin: ``log_loss`` and ``brier``), naming one ``primary`` (the
-figure shown where one is, and the one the live watch watches). The gate judges every
-column, and promotes only a candidate shown no worse on each (docs/judging.md). A plain
+figure shown where one is). The gate judges every column, and promotes only a candidate
+shown no worse on each; the live watch rolls back on any (docs/judging.md). A plain
 list is one column named ``loss``, as before columns were: same ``judging_version``.
 
 >>> training_rows([f"r{i}" for i in range(8)])  # "r4" is held out
@@ -85,8 +85,8 @@ class RecordLosses:
     (a hash of its line, an episode's seed): the gate pairs two models by it, the watch
     tells new records from known ones by it. ``losses``: the gated loss columns by metric
     name (lower_snake_case), one finite float of 0 or more per record each; a plain
-    sequence is one column named ``loss``. ``primary``: the column reported first and
-    watched live ("": the first). The gate judges every column (docs/judging.md).
+    sequence is one column named ``loss``. ``primary``: the column reported first ("":
+    the first). The gate and the live watch judge every column (docs/judging.md).
     ``segments``: an optional key per record (a task, a source file) for reports.
     ``quarantined``: the malformed records the plugin's read set aside (a run that takes
     no step reports them as its own: the read that scored the served model is that

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from genesis_fp16_infrastructure.outcome import Outcome
 from genesis_fp16_infrastructure.record_codec import (
@@ -71,6 +71,7 @@ __all__ = [
     "FaultBundle",
     "GateComparison",
     "GateReport",
+    "LiveFigures",
     "LiveReport",
     "Measured",
     "ModuleRange",
@@ -256,34 +257,93 @@ class SelfTest(Record):
 
 
 @dataclass(frozen=True)
+class LiveFigures(Record):
+    """One loss column's live test (judging.watch), as :class:`WatchSegment`'s figures at
+    the column's level ``alpha``, with both models' means (clipped), the column's margin
+    and its segments' tests (None: one segment)."""
+
+    records: int
+    difference: float | None
+    lower: float
+    upper: float
+    margin: float
+    alpha: float
+    regression: bool
+    served_loss: float | None = field(default=None, metadata=_OPTIONAL)
+    previous_loss: float | None = field(default=None, metadata=_OPTIONAL)
+    evidence: float | None = field(default=None, metadata=_OPTIONAL)
+    records_needed: int | None = field(default=None, metadata=_OPTIONAL)
+    segments: tuple[WatchSegment, ...] | None = field(default=None, metadata=_OPTIONAL)
+
+
+@dataclass(frozen=True)
 class LiveReport(Record):
     """The live watch's report of one run (judging.watch): the model watched
     (``served``) against its predecessor (``against``) on every record scored since it
-    was served (``records``, ``new_records`` of them this run), both models' mean of the
-    loss column watched (``metric``: the plugin's primary, clipped to its span), the mean
-    per-record difference with its anytime-valid bounds, the margin and level of the
-    test, and what the watch did: rolled back (to ``now_served``), or ``held`` (why not)."""
+    was served (``records``, ``new_records`` of them this run), each loss column's test
+    by name (``metrics``; the ``primary``'s is :attr:`watched`), the family's level and
+    A/A self-test, and what the watch did: rolled back (to ``now_served``), or ``held``
+    (why not). A report of one column, its figures beside the rest (before the map),
+    reads as its map.
+
+    >>> old = {"served": "m2", "against": "m1", "records": 9, "new_records": 9, "alpha": 0.05,
+    ...     "difference": 0.6, "lower": 0.4, "upper": 0.8, "margin": 0.02, "regression": True}
+    >>> LiveReport.from_json(old).metrics["loss"].lower
+    0.4
+    """
 
     served: str
     against: str | None
     records: int
     new_records: int
-    difference: float
-    lower: float
-    upper: float
-    margin: float
     alpha: float
     regression: bool
     rolled_back: bool = False
     held: str | None = None
     now_served: str | None = field(default=None, metadata=_OPTIONAL)
     updated_at: str = ""
-    metric: str = "loss"
-    served_loss: float | None = field(default=None, metadata=_OPTIONAL)
-    previous_loss: float | None = field(default=None, metadata=_OPTIONAL)
-    # The evidence so far (an e-value of the overall test), the records still needed to
-    # decide at the margin, the segments' tests (None: one segment) and the A/A self-test.
-    evidence: float | None = field(default=None, metadata=_OPTIONAL)
-    records_needed: int | None = field(default=None, metadata=_OPTIONAL)
-    segments: tuple[WatchSegment, ...] | None = field(default=None, metadata=_OPTIONAL)
+    primary: str = "loss"
+    metrics: Mapping[str, LiveFigures] = field(default_factory=dict)
     self_test: SelfTest | None = field(default=None, metadata=_OPTIONAL)
+
+    def __post_init__(self) -> None:
+        if self.primary not in self.metrics:
+            raise ValueError(f"primary {self.primary!r:.40} is not one of {list(self.metrics)}")
+
+    @property
+    def watched(self) -> LiveFigures:
+        """The primary column's figures: what a one-line view shows."""
+        return self.metrics[self.primary]
+
+    @property
+    def regressed(self) -> tuple[str, ...]:
+        """The columns whose test found a regression (a rollback names them)."""
+        return tuple(name for name, f in self.metrics.items() if f.regression)
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "") -> LiveReport:
+        if isinstance(data, Mapping) and "metrics" not in data:  # one column, before the map
+            column = {k: data[k] for k in _COLUMN if k in data}
+            metric = data.get("metric") or "loss"
+            data = {**data, "primary": metric, "metrics": {metric: column}}
+        found: LiveReport = super().from_json(data, where)
+        return found
+
+    @staticmethod
+    def figures_of(data: object) -> dict[str, Any]:
+        """A live report's JSON (either shape; a pointer's, a hand may have edited it) in
+        one level for a one-line view: ``metric`` (the primary's name), ``regressed`` (the
+        columns that regressed, in words), the primary column's figures, the report's."""
+        metrics = data.get("metrics") if isinstance(data, Mapping) else None
+        if not isinstance(data, Mapping) or not isinstance(metrics, Mapping):
+            return dict(data) if isinstance(data, Mapping) else {}
+        columns = {k: f for k, f in metrics.items() if isinstance(f, Mapping)}
+        regressed = ", ".join(k for k, f in columns.items() if f.get("regression"))
+        out = {k: v for k, v in data.items() if k != "metrics"}
+        metric = data.get("primary")
+        return {"metric": metric, "regressed": regressed, **columns.get(str(metric), {}), **out}
+
+
+# A LiveReport's keys before the map that are its one column's (unknown keys: ignored)
+_COLUMN = ("served_loss", "previous_loss", "difference", "lower", "upper", "margin", "evidence",
+           "records_needed", "segments", "records", "alpha", "regression")  # fmt: skip

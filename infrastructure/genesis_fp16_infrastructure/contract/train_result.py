@@ -323,7 +323,7 @@ class TrainResult:
             quarantined=self.quarantined,
             drift=drift_warning(drift.flagged, drift.label_shift_flagged) if drift else None,
             gate=None if self.gate is None or self.up_to_date else _gate_mark(self.gate),
-            live=None if self.live is None else LiveMark.of(self.live.to_json()),
+            live=None if not self.live else LiveMark.of(LiveReport.figures_of(self.live.to_json())),
         )
 
     def to_json(self) -> dict[str, Any]:

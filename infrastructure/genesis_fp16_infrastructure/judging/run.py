@@ -118,7 +118,6 @@ from genesis_fp16_infrastructure.judging.scored_copy import (
 from genesis_fp16_infrastructure.judging.split import HELD_OUT, ScoreOnly, sorted_unique
 from genesis_fp16_infrastructure.judging.up_to_date import (
     ServedView,
-    live_report,
     renew_manifest,
     up_to_date,
 )
@@ -298,7 +297,7 @@ def _judged_run(
             served.losses,
             lambda path, only: _score(judged, path, request, required=False, only=only),
         )
-        if live is not None and live.get("rolled_back"):  # the figures, a dict here
+        if live is not None and live.rolled_back:
             served = _Served(judged, request, again=True)  # the predecessor, served again
     rejudged = _rejudge_kept(judged, request, served)  # issue 62: before any training
     done = None
@@ -326,7 +325,7 @@ def _judged_run(
         result,
         gate=gate,
         rejected=gate.outcome == Outcome.REJECTED,
-        live=live_report(live),
+        live=live,
         phases=phases,
         wall_seconds=wall,
     )

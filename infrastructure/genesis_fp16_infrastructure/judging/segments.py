@@ -31,13 +31,14 @@ this data, with its 95% Wilson interval. A sound watch keeps it at most ``alpha`
 >>> figures = judge(d, np.array(["a", "b", "c"] * 200), span=4.6, margin=0.01, alpha=0.05)
 >>> figures["regression"], [s["name"] for s in figures["segments"]]
 (False, ['a', 'b', 'c'])
->>> self_test(d, None, span=4.6, margin=0.01, alpha=0.05)["replays"]
+>>> self_test([(d, None, 0.01)], span=4.6, alpha=0.05)["replays"]
 200
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -109,34 +110,34 @@ def _test(d: np.ndarray, span: float, margin: float, alpha: float) -> dict[str, 
 
 
 def self_test(
-    differences: np.ndarray,
-    names: np.ndarray | None,
+    columns: Sequence[tuple[np.ndarray, np.ndarray | None, float]],
     span: float,
-    margin: float,
     alpha: float,
     replays: int = REPLAYS,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """The A/A self-test (module docstring) on the last ``RECENT`` records: how many of
-    ``replays`` would have rolled back, the rate and its 95% interval."""
-    d = np.asarray(differences, dtype=np.float64)[-RECENT:]
-    slot = np.zeros(len(d), dtype=np.int64)
-    if names is not None:
-        slot = slots(np.asarray(names)[-RECENT:])[1]
-    crossed = np.zeros(replays, dtype=np.bool_)
-    if len(d):
+    """The A/A self-test (module docstring) of the loss columns of the same records, each
+    ``(differences, names, margin)`` and tested at ``alpha``, on their last ``RECENT``
+    records: how many of ``replays`` would have rolled back on any column (each record's
+    sign flipped alike in every column), the rate and its 95% interval."""
+    crossed, records = np.zeros(replays, dtype=np.bool_), 0
+    for differences, names, margin in columns:
+        d = np.asarray(differences, dtype=np.float64)[-RECENT:]
+        slot = np.zeros(len(d), dtype=np.int64) if names is None else slots(names[-RECENT:])[1]
+        records = max(records, len(d))
+        if not len(d):
+            continue
         centred = d - (np.bincount(slot, d) / np.bincount(slot))[slot]
         signs = np.random.default_rng(seed).choice((-1.0, 1.0), size=(replays, len(d)))
         replay = np.clip(margin + signs * centred, -span, span)
-        crossed = _crosses(replay, span, margin, alpha if names is None else alpha / 2)
+        crossed |= _crosses(replay, span, margin, alpha if names is None else alpha / 2)
         for k in range(int(slot.max()) + 1 if names is not None else 0):
-            part = replay[:, slot == k]
-            crossed |= _crosses(part, span, margin, alpha / (2 * SLOTS))
+            crossed |= _crosses(replay[:, slot == k], span, margin, alpha / (2 * SLOTS))
     false = int(crossed.sum())
     lower, upper = wilson(false, replays)
     return {
         "replays": replays,
-        "records": len(d),
+        "records": records,
         "false_rollbacks": false,
         "rate": round(false / replays, 6),
         "lower": round(lower, 6),

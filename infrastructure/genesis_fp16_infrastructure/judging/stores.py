@@ -6,7 +6,8 @@ folder's bounded reader and atomic writer (agent_folder.files):
   model nor its predecessor knew, and a run whose records the served model all knew has
   nothing to learn;
 * ``judged-live-<predecessor id>.npz``: the live watch's records in arrival order (id
-  hashes, the served model's and the predecessor's losses), so each record counts once.
+  hashes, segments, and per loss column ``served/<metric>`` and ``previous/<metric>``,
+  NaN where a record was not scored on that column), so each record counts once.
 
 An id is hashed to 64 bits by :func:`~.split.id_hashes`, the held-out split's hash too. A
 file that cannot be read is set aside and reported (agent_folder.files); the reader then
@@ -36,7 +37,7 @@ from genesis_fp16_infrastructure.judging.split import id_hashes, sorted_unique
 from genesis_fp16_infrastructure.outcome import Outcome
 
 __all__ = [  # id_hashes: the split's, re-exported as the stores' hash
-    "WATCH_ARRAYS",
+    "extend_watch",
     "id_hashes",
     "known",
     "last_judged",
@@ -46,8 +47,6 @@ __all__ = [  # id_hashes: the split's, re-exported as the stores' hash
     "write_known_ids",
     "write_watch",
 ]
-
-WATCH_ARRAYS = ("ids", "served", "previous", "segments")
 # A watch record's segment (the plugin's RecordLosses.segments: se_darwin's Genesis agent),
 # cut to this many characters; "" where the plugin declares none, or a store written
 # before segments were kept.
@@ -99,35 +98,41 @@ def watch_path(served_candidate: Path, predecessor: str) -> Path:
     return JUDGED_WATCH.at(served_candidate, predecessor)
 
 
-def read_watch(path: Path) -> dict[str, np.ndarray]:
-    """The watch's records so far (none: absent, or unusable and set aside)."""
-    arrays = _read(path, JUDGED_WATCH, WATCH_ARRAYS[:3], optional=WATCH_ARRAYS[3:])
-    if arrays is None:
-        return {
-            "ids": np.zeros(0, dtype=np.uint64),
-            "served": np.zeros(0, dtype=np.float64),
-            "previous": np.zeros(0, dtype=np.float64),
-            "segments": np.zeros(0, dtype="<U1"),
-        }
-    if "segments" not in arrays:  # written before segments were kept
-        arrays["segments"] = np.full(len(arrays["ids"]), "", dtype="<U1")
+def read_watch(path: Path, primary: str) -> dict[str, np.ndarray]:
+    """The watch's records so far (none: absent, or unusable and set aside); a store
+    written before loss columns (``served``, ``previous``: the column watched then) as
+    column ``primary``'s, one before segments with every record unsegmented."""
+    arrays = _read(path, JUDGED_WATCH, ("ids",)) or {"ids": np.zeros(0, dtype=np.uint64)}
+    for side in ("served", "previous"):
+        if side in arrays:
+            arrays[f"{side}/{primary}"] = arrays.pop(side)
+    arrays.setdefault("segments", np.full(len(arrays["ids"]), "", dtype="<U1"))
     return arrays
+
+
+def extend_watch(
+    kept: Mapping[str, np.ndarray], new: Mapping[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """``kept``'s records, then ``new``'s; a column one side lacks is NaN there."""
+
+    def part(arrays: Mapping[str, np.ndarray], name: str) -> np.ndarray:
+        return arrays[name] if name in arrays else np.full(len(arrays["ids"]), np.nan)
+
+    return {k: np.concatenate([part(kept, k), part(new, k)]) for k in {**kept, **new}}
 
 
 def write_watch(path: Path, kept: Mapping[str, np.ndarray]) -> None:
     _write(path, JUDGED_WATCH, kept)
 
 
-def _read(
-    path: Path, file: StateFile, names: tuple[str, ...], optional: tuple[str, ...] = ()
-) -> dict[str, np.ndarray] | None:
+def _read(path: Path, file: StateFile, names: tuple[str, ...]) -> dict[str, np.ndarray] | None:
+    """Every array of the file, ``names`` among them."""
     try:
         raw = files.read_bytes(path, file.limit)  # a regular file, within its bound
         if raw is None:
             return None
         with np.load(io.BytesIO(raw), allow_pickle=False) as data:
-            arrays = {name: np.asarray(data[name]) for name in names}
-            arrays |= {name: np.asarray(data[name]) for name in optional if name in data.files}
+            arrays = {name: np.asarray(data[name]) for name in (*names, *data.files)}
     except (OSError, ValueError, KeyError, EOFError) as exc:  # UnusableStateFile too
         files.set_aside(path, file, f"{path}: {exc}")
         return None

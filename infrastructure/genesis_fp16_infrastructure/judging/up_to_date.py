@@ -8,7 +8,7 @@ import hashlib
 import logging
 import math
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -35,11 +35,6 @@ class ServedView(NamedTuple):
     checkpoint: Path
     losses: RecordLosses
     known: np.ndarray | None
-
-
-def live_report(figures: dict[str, Any] | None) -> LiveReport | None:
-    """The watch's figures as the result's typed ``live`` report."""
-    return None if figures is None else LiveReport.from_json(figures)
 
 
 def data_unchanged(losses: RecordLosses, known: np.ndarray | None) -> DataReport:
@@ -78,7 +73,7 @@ def up_to_date(
     request: TrainRequest,
     served: ServedView,
     seconds: float,
-    live: dict[str, Any] | None,
+    live: LiveReport | None,
     rejudged: GateReport | None = None,
 ) -> TrainResult:
     """No step taken: the served model knew every current record, or (``rejudged``) a
@@ -113,5 +108,5 @@ def up_to_date(
         up_to_date_against=None if rejudged else why,
         rejected=rejudged is not None and rejudged.outcome == Outcome.REJECTED,
         gate=rejudged,
-        live=live_report(live),
+        live=live,
     )

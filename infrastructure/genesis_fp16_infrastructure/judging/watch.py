@@ -7,16 +7,23 @@ this watch has not scored before, are scored by the predecessor as well and appe
 arrival order, to ``judged-live-<predecessor>.npz`` in the served model's candidate
 folder: each record counts once, in one fixed order, as the bound below requires.
 
-The test: both losses clipped to ``[0, loss_span]`` (the plugin's declared span: the
-bound needs bounded differences), the paired differences (served - predecessor) get
-the anytime-valid empirical-Bernstein bounds of :mod:`.sequential` at ``ALPHA``; when
-the lower bound passes the margin (the plugin's ``judging_margin``, else 5% of the
-predecessor's mean loss on those records), the served model is worse than the one
-before it beyond the margin, at ``ALPHA`` over its whole watch however many runs looked.
+The test, on each loss column the plugin declares (``RecordLosses.losses``): both
+losses clipped to ``[0, loss_span]`` (the plugin's declared span: the bound needs
+bounded differences), the paired differences (served - predecessor) get the
+anytime-valid empirical-Bernstein bounds of :mod:`.sequential` at ``ALPHA / k`` for
+``k`` columns; when a column's lower bound passes its margin (the plugin's
+``judging_margin``, else 5% of the predecessor's mean loss there), the served model is
+worse than the one before it beyond the margin. Why ``ALPHA / k`` (Bonferroni): each
+column's bounds hold over the whole watch except with probability ``ALPHA / k``, so all
+hold together except with at most ``ALPHA``, whatever the columns' dependence; Holm's
+step-down tests nothing at a wider level before a first failure, which already rolls
+back (docs/judging.md). The A/A self-test replays the columns together.
 Unless the operator pinned it (then ``held``), the predecessor is served again through
 :func:`~genesis_fp16_infrastructure.agent_folder.transitions.rollback`, and the dropped
-model's verdict becomes ``rolled_back`` with reason ``live_regression`` and the figures.
-The running figures go into the served entry of ``served.json`` as ``live``.
+model's verdict becomes ``rolled_back`` with reason ``live_regression``, the figures,
+and the columns that regressed. The running figures (a
+:class:`~genesis_fp16_infrastructure.contract.reports.LiveReport`'s JSON, a map by
+column) go into the served entry of ``served.json`` as ``live``.
 
 What counts as a "later record" is the plugin's: its ids. The scaffold's are lines of
 its data file (a new file brings new ids); rlhf_ppo's are evaluation episodes of the
@@ -27,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -47,6 +54,7 @@ from genesis_fp16_infrastructure.contract.judging import (
     RecordLosses,
     judging_margin,
 )
+from genesis_fp16_infrastructure.contract.reports import LiveReport
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
 from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
@@ -64,25 +72,24 @@ def watch(
     pointer: ServedPointer,
     served_now: RecordLosses,
     score: Callable[[Path, Collection[str]], RecordLosses | None],
-) -> dict[str, Any] | None:
+) -> LiveReport | None:
     """Score the new records (module docstring), update the figures, roll back on a
     regression. ``served_now``: the served model's losses on the current records;
     ``score(checkpoint, only)``: the plugin's losses of a checkpoint on the records whose
     ids are ``only`` (at least those), or None (logged) when it cannot score it. Returns
     the report (the run's ``live``), or None when there is nothing to watch: no
     predecessor, a model whose known records are not kept, or no new record."""
-    folder = Path(request.checkpoint_dir)
+    folder, name = Path(request.checkpoint_dir), str(getattr(plugin, "name", request.agent))
     if not pointer.history:
         return None
     served_c = (folder / str(pointer.served.checkpoint)).parent
     previous = pointer.history[0]
     known = [stores.read_known_ids(c) for c in (served_c, _candidate(folder, previous))]
     if known[0] is None or known[1] is None:
-        name = getattr(plugin, "name", "agent")
         logger.warning("%s: live watch off: a model's known records are not kept", name)
         return None
     store = stores.watch_path(served_c, str(previous.id))
-    kept = stores.read_watch(store)
+    kept = stores.read_watch(store, served_now.primary)
     ids = served_now.id_hashes
     new = ~stores.known(ids, known[0]) & ~stores.known(ids, known[1])
     new &= ~stores.known(ids, np.sort(kept["ids"]))
@@ -93,25 +100,25 @@ def watch(
     )
     if before is None:
         return None
-    # The watch watches the primary loss column (contract.judging: RecordLosses.primary).
-    by_id = dict(zip(before.ids, before.column(served_now.primary), strict=True))
-    now = served_now.column()
-    picked = [i for i in np.flatnonzero(new) if served_now.ids[i] in by_id]
+    row = {id_: k for k, id_ in enumerate(before.ids)}
+    picked = [i for i in np.flatnonzero(new) if served_now.ids[i] in row]
     named = served_now.segments
     scored = {
         "ids": ids[picked],
-        "served": np.array([now[i] for i in picked], dtype=np.float64),
-        "previous": np.array([by_id[served_now.ids[i]] for i in picked], dtype=np.float64),
         "segments": np.array(
             ["" if named is None else named[i][: stores.SEGMENT_CHARS] for i in picked], dtype=str
         ),
     }
-    kept = {k: np.concatenate([kept[k], scored[k]]) for k in stores.WATCH_ARRAYS}
+    rows, missing = [row[served_now.ids[i]] for i in picked], np.full(len(picked), np.nan)
+    for metric in served_now.metrics():  # every loss column: a column the predecessor
+        theirs = before.losses.get(metric)  # does not score is NaN there (not tested)
+        scored[f"served/{metric}"] = np.asarray(served_now.column(metric))[picked]
+        scored[f"previous/{metric}"] = missing if theirs is None else np.asarray(theirs)[rows]
+    kept = stores.extend_watch(kept, scored)
     stores.write_watch(store, kept)
-    figures = figures_of(kept, float(plugin.loss_span), plugin, served_now.primary)
+    figures = figures_of(kept, float(plugin.loss_span), plugin, served_now.metrics())
     figures.update(against=previous.id, new_records=len(picked))
-    name = str(getattr(plugin, "name", request.agent))
-    return decide(folder, name, str(pointer.served.id), figures, _detail)
+    return LiveReport.from_json(decide(folder, name, str(pointer.served.id), figures))
 
 
 def _candidate(folder: Path, entry: ServedEntry) -> Path:
@@ -119,35 +126,38 @@ def _candidate(folder: Path, entry: ServedEntry) -> Path:
 
 
 def figures_of(
-    kept: Mapping[str, np.ndarray], span: float, plugin: object, metric: str = "loss"
+    kept: Mapping[str, np.ndarray], span: float, plugin: object, metrics: Sequence[str]
 ) -> dict[str, Any]:
-    """The running figures of a watch's records (in arrival order), of loss column
-    ``metric`` (its margin is that column's)."""
-    served = np.clip(np.asarray(kept["served"], dtype=np.float64), 0.0, span)
-    previous = np.clip(np.asarray(kept["previous"], dtype=np.float64), 0.0, span)
-    margin = judging_margin(plugin, float(previous.mean()) if len(previous) else 0.0, metric)
-    d = served - previous
-    # Each record's segment (se_darwin: its Genesis agent): the overall test at ALPHA / 2
-    # and each segment's beside it; none declared: one segment, the overall test at ALPHA.
+    """The running figures of a watch's records (in arrival order): each loss column's
+    of ``metrics`` (the primary first) at ``ALPHA / len(metrics)`` with its own margin,
+    and the family's A/A self-test."""
     names = _segment_names(kept.get("segments"))
-    judged = judge(d, names, span, margin, ALPHA)
+    level, columns, tests = ALPHA / len(metrics), {}, []
+    for metric in metrics:
+        served = np.asarray(kept.get(f"served/{metric}", []), dtype=np.float64)
+        previous = np.asarray(kept.get(f"previous/{metric}", []), dtype=np.float64)
+        on = np.isfinite(served) & np.isfinite(previous)  # the records scored on it
+        served, previous = np.clip(served[on], 0.0, span), np.clip(previous[on], 0.0, span)
+        margin = judging_margin(plugin, float(previous.mean()) if on.any() else 0.0, metric)
+        d, segments = served - previous, None if names is None else names[on]
+        # Each record's segment (se_darwin: its Genesis agent): the column's test at half
+        # its level and each segment's beside it; none declared: the column's test alone.
+        judged = judge(d, segments, span, margin, level)
+        columns[metric] = {
+            **judged,
+            "served_loss": round(float(served.mean()), 6) if on.any() else None,
+            "previous_loss": round(float(previous.mean()), 6) if on.any() else None,
+            "margin": margin,
+            "alpha": level,
+        }
+        tests.append((d, segments, margin))
     return {
-        "score": "loss",
-        "metric": metric,
-        "records": judged["records"],
-        "served_loss": round(float(served.mean()), 6) if len(served) else None,
-        "previous_loss": round(float(previous.mean()), 6) if len(previous) else None,
-        "difference": judged["difference"] if len(d) else float("nan"),
-        "lower": judged["lower"],
-        "upper": judged["upper"],
-        "margin": margin,
+        "records": len(kept["ids"]),
         "alpha": ALPHA,
-        "span": span,
-        "evidence": judged["evidence"],
-        "records_needed": judged["records_needed"],
-        "segments": judged["segments"],
-        "self_test": self_test(d, names, span, margin, ALPHA, seed=len(d)),
-        "regression": judged["regression"],
+        "primary": metrics[0],
+        "metrics": columns,
+        "self_test": self_test(tests, span, level, seed=len(kept["ids"])),
+        "regression": any(c["regression"] for c in columns.values()),
     }
 
 
@@ -159,17 +169,11 @@ def _segment_names(segments: np.ndarray | None) -> np.ndarray | None:
     return np.where(segments == "", "(unsegmented)", segments)
 
 
-def decide(
-    folder: Path,
-    agent: str,
-    watched: str,
-    figures: dict[str, Any],
-    detail: Callable[[Mapping[str, Any]], str],
-) -> dict[str, Any]:
-    """A watch's decision, for both watches (this one and the retrain recipe's): write the
-    figures into the pointer, or roll back, under the pointer's lock and only while the
-    model watched is still the one served (an operator may have changed it meanwhile: then
-    nothing is written). ``detail``: the rollback's one-line reason, from the figures."""
+def decide(folder: Path, agent: str, watched: str, figures: dict[str, Any]) -> dict[str, Any]:
+    """The watch's decision: write the figures (a LiveReport's JSON but the outcome's
+    fields) into the pointer, or roll back, under the pointer's lock and only while the
+    model watched is still the one served (an operator may have changed it meanwhile:
+    then nothing is written)."""
     figures = {**figures, "updated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     report = {**figures, "served": watched, "rolled_back": False, "held": None}
     with pointer_lock(folder):
@@ -182,19 +186,14 @@ def decide(
         if figures["regression"] and current.pinned is not None:
             report["held"] = "pinned by the operator"
         elif figures["regression"]:
-            verdict = {"reason": LIVE_REGRESSION, "live": figures, "detail": detail(figures)}
+            verdict = {"reason": LIVE_REGRESSION, "live": figures, "detail": _detail(figures)}
             try:
                 now = rollback(folder, verdict=verdict)
             except ServedPointerError as exc:  # its predecessor's checkpoint is gone
                 report["held"] = str(exc)
             else:
-                logger.warning(
-                    "%s: served model %s rolled back to %s: %s",
-                    agent,
-                    watched,
-                    now.id,
-                    detail(figures),
-                )
+                said = (agent, watched, now.id, verdict["detail"])
+                logger.warning("%s: served model %s rolled back to %s: %s", *said)
                 return {**report, "rolled_back": True, "now_served": now.id}
 
         def add(pointer: ServedPointer | None) -> ServedPointer | None:
@@ -210,10 +209,12 @@ def decide(
 
 
 def _detail(figures: Mapping[str, Any]) -> str:
-    return (
-        f"live regression: {figures['metric']} {figures['served_loss']:.6g} vs its "
-        f"predecessor's {figures['previous_loss']:.6g} on {figures['records']} later "
-        f"record(s), at least {figures['lower']:.6g} worse (anytime, "
-        f"{1 - figures['alpha']:.0%}), margin "
-        f"{figures['margin']:.6g}"
-    )
+    """The rollback's reason in one line: each column that regressed, with its figures."""
+    said = [
+        f"{metric} {f['served_loss']:.6g} vs its predecessor's {f['previous_loss']:.6g} on "
+        f"{f['records']} later record(s), at least {f['lower']:.6g} worse (anytime, "
+        f"{1 - f['alpha']:.1%}), margin {f['margin']:.6g}"
+        for metric, f in figures["metrics"].items()
+        if f["regression"]
+    ]
+    return "live regression: " + "; ".join(said)

@@ -78,7 +78,8 @@ def test_judged_agent_is_served_through_the_gate_and_rolled_back_by_the_watch(
     verdict = _verdict(daemon, str(second))
     live = verdict["live"]
     assert verdict["reason"] == "live_regression" and verdict["gate_outcome"] == "promoted"
-    assert isinstance(live, dict) and live["regression"] and live["lower"] > live["margin"]
+    assert isinstance(live, dict) and live["regression"] and live["primary"] == "loss"
+    assert live["metrics"]["loss"]["lower"] > live["metrics"]["loss"]["margin"]
     assert live["records"] == 300 and live["against"] == first
     daemon.wait_for(
         lambda: daemon.sample("genesis_fp16_live_rollbacks_total", agent=AGENT) == 1,

@@ -110,8 +110,9 @@ def test_the_daemon_rolls_back_a_poisoned_model_on_clean_records(
     assert listed.returncode == 0, listed.stderr
     rows: dict[str, Any] = {row["id"]: row for row in json.loads(listed.stdout)["models"]}
     assert rows[bad.name]["verdict"] == "rolled_back" and rows[bad.name]["live"]["regression"]
-    # The watch per segment: the pool's one Genesis agent, and the self-test beside it.
-    (segment,) = rows[bad.name]["live"]["segments"]
+    # The watch per column and segment (the pool's one Genesis agent), the self-test beside.
+    assert set(rows[bad.name]["live"]["metrics"]) == {"log_loss", "brier"}
+    (segment,) = rows[bad.name]["live"]["metrics"]["log_loss"]["segments"]
     assert segment["name"] == "se_darwin" and segment["records"] == event["live"]["records"]
     assert rows[bad.name]["live"]["self_test"]["replays"] == 200
     assert again.sample("genesis_fp16_live_watch_alpha", agent=AGENT) == 0.05

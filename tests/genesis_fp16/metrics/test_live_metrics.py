@@ -13,25 +13,28 @@ from genesis_fp16.metrics import live_metrics
 from genesis_fp16.metrics.live_metrics import LiveMetrics
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import JournalEntry
 from genesis_fp16_infrastructure.api import GateReport, LiveReport, Outcome
-from genesis_fp16_infrastructure.contract.reports import SelfTest, WatchSegment
+from genesis_fp16_infrastructure.contract.reports import LiveFigures, SelfTest, WatchSegment
 
 ROLLED_BACK = LiveReport(
     served="m2",
     against="m1",
     records=295,
     new_records=95,
-    difference=0.63,
-    lower=0.43,
-    upper=0.84,
-    margin=0.01,
     alpha=0.05,
     regression=True,
     rolled_back=True,
     now_served="m1",
-    metric="log_loss",
-    served_loss=0.95,
-    previous_loss=0.32,
+    primary="log_loss",
+    metrics={
+        "log_loss": LiveFigures(295, 0.63, 0.43, 0.84, 0.01, 0.025, True, 0.95, 0.32),
+        "brier": LiveFigures(295, 0.0, -0.01, 0.01, 0.005, 0.025, False, 0.21, 0.2),
+    },
 )
+
+
+def _primary(live: LiveReport, **figures: Any) -> LiveReport:
+    """``live`` with its primary column's figures replaced."""
+    return replace(live, metrics={**live.metrics, "log_loss": replace(live.watched, **figures)})
 
 
 def _value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
@@ -96,14 +99,16 @@ def test_a_held_regression_is_flagged_but_not_counted() -> None:
 
 
 def test_the_quality_series_is_named_by_the_watched_column_and_a_missing_mean_left_unset() -> None:
-    """The watched column's name labels the quality series (se_darwin: log_loss, another
-    plugin: loss); a mean the report does not have is left absent, never made up."""
+    """Each watched column's name labels its quality series (se_darwin: log_loss and
+    brier, another plugin: loss); a mean the report does not have is left absent, never
+    made up."""
     registry = CollectorRegistry()
     metrics = LiveMetrics(registry)
-    metrics.observe("se_darwin", replace(ROLLED_BACK, previous_loss=None), None)
+    metrics.observe("se_darwin", _primary(ROLLED_BACK, previous_loss=None), None)
     assert _value(registry, "genesis_fp16_live_quality", model="served", score="log_loss") == 0.95
     assert _value(registry, "genesis_fp16_live_quality", model="previous", score="log_loss") is None
     assert _value(registry, "genesis_fp16_live_quality", model="served", score="auc") is None
+    assert _value(registry, "genesis_fp16_live_quality", model="previous", score="brier") == 0.2
 
 
 def test_the_watchs_own_figures_are_exported_per_segment() -> None:
@@ -114,10 +119,7 @@ def test_the_watchs_own_figures_are_exported_per_segment() -> None:
     metrics = LiveMetrics(registry)
     segment = WatchSegment("qa", 120, 0.4, 0.1, 0.7, 0.05 / 32, 900.0, 0, True)
     live = replace(
-        ROLLED_BACK,
-        evidence=3.5,
-        records_needed=None,
-        segments=(segment,),
+        _primary(ROLLED_BACK, evidence=3.5, records_needed=None, segments=(segment,)),
         self_test=SelfTest(200, 295, 1, 0.005, 0.0009, 0.0277),
     )
     metrics.observe("se_darwin", live, None)
@@ -129,7 +131,7 @@ def test_the_watchs_own_figures_are_exported_per_segment() -> None:
     rate = "genesis_fp16_live_watch_false_rollback_rate"
     assert _value(registry, rate, bound="estimate") == 0.005
     assert _value(registry, rate, bound="upper") == 0.0277
-    metrics.observe("se_darwin", replace(live, segments=()), None)
+    metrics.observe("se_darwin", _primary(live, segments=()), None)
     assert _value(registry, diff, segment="qa", bound="lower") is None
 
 

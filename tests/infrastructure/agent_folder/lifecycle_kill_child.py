@@ -22,18 +22,16 @@ from typing import Any
 
 STEPS = ("fsync", "replace", "rename", "unlink", "remove", "rmdir")
 AGENT = "se_darwin"
+COLUMN = {"records": 300, "served_loss": 0.9, "previous_loss": 0.3, "difference": 0.6,
+          "lower": 0.4, "upper": 0.8, "margin": 0.01, "alpha": 0.05,
+          "regression": True}  # fmt: skip
 REGRESSION = {
     "against": None,
     "records": 300,
     "new_records": 300,
-    "metric": "log_loss",
-    "served_loss": 0.9,
-    "previous_loss": 0.3,
-    "difference": 0.6,
-    "lower": 0.4,
-    "upper": 0.8,
-    "margin": 0.01,
     "alpha": 0.05,
+    "primary": "log_loss",
+    "metrics": {"log_loss": COLUMN},
     "regression": True,
 }
 
@@ -68,7 +66,7 @@ def _scenarios(ck: Path, roles: dict[str, str], name: str) -> dict[str, Callable
     def decide() -> Any:
         from genesis_fp16_infrastructure.judging import watch
 
-        return lambda: watch.decide(ck, AGENT, roles["served"], REGRESSION, watch._detail)
+        return lambda: watch.decide(ck, AGENT, roles["served"], REGRESSION)
 
     if name.startswith("operator"):
         import genesis_fp16.cli  # noqa: F401

@@ -121,7 +121,7 @@ CONSUMERS: dict[str, Callable[[Folder, Path], object]] = {
     "candidate_meta": lambda f, p: list_candidates(f.paths.checkpoint_dir),
     "verdict": lambda f, p: read_json(p),
     "judged_ids": lambda f, p: stores.read_known_ids(p.parent),
-    "judged_watch": lambda f, p: stores.read_watch(p),
+    "judged_watch": lambda f, p: stores.read_watch(p, "loss"),
 }
 # Files a run writes whole and never reads as a record: damaged content is replaced.
 WRITTEN = {"last_run", "run_request", "quarantine"}

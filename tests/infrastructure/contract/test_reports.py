@@ -14,6 +14,7 @@ from genesis_fp16_infrastructure.contract.reports import (
     DriftReport,
     GateComparison,
     GateReport,
+    LiveFigures,
     LiveReport,
     ScoresOn,
 )
@@ -45,9 +46,11 @@ RECORDS = [
     Calibration("bf16", "measured", (Measured("bf16", "eager", 1.0, 0.9, 1.2, 5),), {"fp16": "no"},
                 {"device": "cpu"}, 0.5, measured_at=1.0, cached=True),
     FaultBundle("/state/fault_bundles/b.pt", "first_nonfinite", 18, "fp16", 2048),
-    LiveReport("m2", "m1", 295, 95, 0.63, 0.43, 0.84, 0.01, 0.05, True, rolled_back=True,
-               now_served="m1", updated_at="2026-11-25T00:00:00Z", metric="log_loss",
-               served_loss=0.95, previous_loss=0.32),
+    LiveReport("m2", "m1", 295, 95, 0.05, True, rolled_back=True, now_served="m1",
+               updated_at="2026-11-25T00:00:00Z", primary="log_loss",
+               metrics={"log_loss": LiveFigures(295, 0.63, 0.43, 0.84, 0.01, 0.025, True,
+                                                served_loss=0.95, previous_loss=0.32),
+                        "brier": LiveFigures(295, 0.0, -0.1, 0.1, 0.01, 0.025, False)}),
 ]  # fmt: skip
 
 # The keys train --json had for each record before issue 53 typed it (the dicts the
@@ -63,11 +66,10 @@ KEYS = {
                       "patience", "every_steps", "stop_reason", "last", "history"},
     Demotion: {"from", "to", "reason", "step", "rollback_step", "detail"},
     FaultBundle: {"path", "reason", "step", "precision", "bytes"},
-    # the dict judging.watch returns; issue 68: the watched column's name and means, where
-    # the AUC and log-loss of se_darwin's own watch were
-    LiveReport: {"served", "against", "records", "new_records", "difference", "lower",
-                 "upper", "margin", "alpha", "regression", "rolled_back", "held", "now_served",
-                 "updated_at", "metric", "served_loss", "previous_loss"},
+    # the dict judging.watch returns; issue 68: each loss column's figures in a map by
+    # its name, where the one watched column's were beside the rest
+    LiveReport: {"served", "against", "records", "new_records", "alpha", "regression",
+                 "rolled_back", "held", "now_served", "updated_at", "primary", "metrics"},
     Calibration: {"chosen", "reason", "rows", "skipped", "key", "seconds", "measured_at",
                   "execution", "bound", "version", "remeasured", "init_s", "phases", "cached",
                   "revalidated"},
@@ -202,4 +204,67 @@ def test_train_result_json_holds_each_record_once_and_reads_back_typed() -> None
     assert back.precision_calibration == calibration
     assert back.early_stop is not None and _same(back.early_stop, early)
     assert (back.live, back.up_to_date_against) == (live, "nothing new")
-    assert out["live"]["metric"] == "log_loss" and out["live"]["now_served"] == "m1"
+    assert out["live"]["primary"] == "log_loss" and out["live"]["now_served"] == "m1"
+
+
+# A served.json's ``live`` entry as the watch wrote it before its columns were a map
+# (one column, its figures beside the report's; se_darwin, two segments).
+OLD_LIVE = {
+    "score": "loss", "metric": "log_loss", "records": 412, "served_loss": 0.41,
+    "previous_loss": 0.38, "difference": 0.03, "lower": 0.012, "upper": 0.048,
+    "margin": 0.01, "alpha": 0.05, "evidence": 55.2, "records_needed": None,
+    "segments": [{"name": "coder", "records": 200, "difference": 0.05, "lower": 0.02,
+                  "upper": 0.08, "alpha": 0.0015625, "evidence": 700.0,
+                  "records_needed": None, "regression": True},
+                 {"name": "qa", "records": 212, "difference": 0.01, "lower": -0.02,
+                  "upper": 0.04, "alpha": 0.0015625, "evidence": 1.2,
+                  "records_needed": 900, "regression": False}],
+    "self_test": {"replays": 200, "records": 412, "false_rollbacks": 1, "rate": 0.005,
+                  "lower": 0.0009, "upper": 0.0278},
+    "regression": True, "against": "m1", "new_records": 112,
+    "updated_at": "2026-11-20T10:00:00Z", "served": "m2", "rolled_back": True, "held": None,
+    "now_served": "m1",
+}  # fmt: skip
+
+
+def test_a_live_report_of_one_column_reads_as_the_map_of_that_column() -> None:
+    """A live report written before the map (served.json's ``live``, a run's history or
+    a rolled-back verdict) reads without loss: every figure it held is its one column's
+    or the report's, and the one-line view the pages read shows the same figures."""
+    live = LiveReport.from_json(OLD_LIVE)
+    assert (live.primary, list(live.metrics), live.regressed) == ("log_loss", ["log_loss"],
+                                                                  ("log_loss",))  # fmt: skip
+    column = live.watched
+    assert (column.records, column.served_loss, column.previous_loss) == (412, 0.41, 0.38)
+    assert (column.difference, column.lower, column.upper, column.margin) == (
+        0.03, 0.012, 0.048, 0.01)  # fmt: skip
+    assert (column.evidence, column.alpha, column.regression) == (55.2, 0.05, True)
+    assert column.segments is not None and [s.name for s in column.segments] == ["coder", "qa"]
+    assert column.segments[0].regression and column.segments[1].records_needed == 900
+    assert live.self_test is not None and live.self_test.false_rollbacks == 1
+    assert (live.served, live.against, live.now_served, live.rolled_back) == (
+        "m2", "m1", "m1", True)  # fmt: skip
+    assert (live.records, live.new_records, live.updated_at) == (412, 112, OLD_LIVE["updated_at"])
+    again = LiveReport.from_json(json.loads(json.dumps(live.to_json())))
+    assert again == live
+    flat = LiveReport.figures_of(live.to_json())
+    assert all(flat[k] == OLD_LIVE[k] for k in ("difference", "lower", "margin", "records"))
+    assert flat["metric"] == "log_loss" and flat["regressed"] == "log_loss"
+    assert LiveReport.figures_of(OLD_LIVE) == OLD_LIVE
+
+
+def test_a_live_report_whose_primary_is_no_column_is_refused() -> None:
+    """The primary must name one of the columns: refused in one line otherwise."""
+    data = {**RECORDS[8].to_json(), "primary": "auc"}
+    with pytest.raises(ReportError, match="LiveReport: primary 'auc' is not one of"):
+        LiveReport.from_json(data)
+
+
+def test_the_one_line_view_names_the_primary_and_the_columns_that_regressed() -> None:
+    """figures_of, what `model list` and the status page read: the primary's name and the
+    columns that regressed first, then the primary column's figures, the report's own."""
+    flat = LiveReport.figures_of(RECORDS[8].to_json())
+    assert list(flat)[:2] == ["metric", "regressed"]
+    assert (flat["metric"], flat["regressed"], flat["lower"], flat["records"]) == (
+        "log_loss", "log_loss", 0.43, 295)  # fmt: skip
+    assert flat["served"] == "m2" and "metrics" not in flat

@@ -16,7 +16,9 @@ import torch
 from checkpoint_state import checkpoint_state
 
 from genesis_fp16_infrastructure.agent_folder.candidates import (
+    candidate_entry,
     list_candidates,
+    newest_checkpoint,
     read_json,
     write_verdict,
 )
@@ -225,8 +227,11 @@ def test_the_watch_rolls_back_a_served_model_worse_on_later_records(tmp_path: Pa
     result = run_plugin(plugin, _on(tmp_path, 0.0, range(80, 120)))
     live = result.live
     assert live is not None and live.rolled_back and live.now_served == first
-    assert live.records == 40 and live.lower > live.margin and live.difference > 0.3
-    assert live.served_loss is not None and live.metric == "loss"
+    watched = live.watched
+    assert live.records == 40 and watched.lower > watched.margin and (watched.difference or 0) > 0.3
+    assert (
+        watched.served_loss is not None and live.primary == "loss" and live.regressed == ("loss",)
+    )
     verdict = read_json(tmp_path / "checkpoints" / "candidates" / second / "verdict.json") or {}
     assert verdict["outcome"] == "rolled_back" and verdict["reason"] == "live_regression"
 
@@ -401,6 +406,56 @@ def test_a_judged_run_judges_every_loss_column(tmp_path: Path) -> None:
     assert pointer is not None and pointer.served.id == first
 
 
+def _serve_fixed(tmp_path: Path, plugin: TwoColumns, bias: float) -> tuple[str, str]:
+    """A served on 400 records, then B (the same number, its ``abs`` worse by ``bias``)
+    served by hand over it, whatever the gate said; their ids."""
+    first = _served_after(plugin, _on(tmp_path, 0.5, range(400)))
+    plugin.fixed, plugin.abs_bias = 0.51, bias
+    result = run_plugin(plugin, replace(_on(tmp_path, 0.5, range(400)), forced=True))
+    folder = tmp_path / "checkpoints"
+    assert result.gate is not None and result.gate.candidate_id is not None
+    candidate = folder / "candidates" / result.gate.candidate_id
+    checkpoint = newest_checkpoint(candidate)
+    assert checkpoint is not None
+    serve(folder, candidate_entry(folder, candidate, checkpoint), "manual")
+    return first, result.gate.candidate_id
+
+
+def test_the_watch_rolls_back_on_a_regression_of_the_second_column_alone(
+    tmp_path: Path,
+) -> None:
+    """Served B is as good as its predecessor A on the primary column ``sq`` and worse by
+    0.2 on ``abs``: on later records the watch rolls B back, naming ``abs`` alone, in the
+    report and in B's verdict."""
+    plugin = TwoColumns()
+    first, second = _serve_fixed(tmp_path, plugin, 0.2)
+    live = run_plugin(plugin, _on(tmp_path, 0.5, range(400, 600))).live
+    assert live is not None and live.rolled_back and live.now_served == first
+    assert live.regressed == ("abs",) and live.primary == "sq" and not live.watched.regression
+    assert set(live.metrics) == {"sq", "abs"} and live.metrics["abs"].alpha == 0.025
+    verdict = read_json(tmp_path / "checkpoints" / "candidates" / second / "verdict.json") or {}
+    assert verdict["outcome"] == "rolled_back" and verdict["detail"].startswith(
+        "live regression: abs "
+    )
+
+
+def test_clean_records_on_two_columns_keep_the_served_model(tmp_path: Path) -> None:
+    """The same with B no worse on either column: each batch of later records is watched
+    on both columns (B first, then the candidates the gate serves after it), and no
+    model is rolled back."""
+    plugin = TwoColumns()
+    _, second = _serve_fixed(tmp_path, plugin, 0.0)
+    watched = []
+    for start in (400, 600, 800):
+        live = run_plugin(plugin, _on(tmp_path, 0.5, range(start, start + 200))).live
+        assert live is not None and not live.regression and not live.rolled_back
+        assert set(live.metrics) == {"sq", "abs"} and live.self_test is not None
+        watched.append(live.served)
+    assert watched[0] == second
+    pointer = read_pointer(tmp_path / "checkpoints")
+    assert pointer is not None and "rollback" not in [e.kind for e in pointer.journal]
+
+
 def _named(tmp_path: Path, name: str, value: Any) -> Path:
     state = checkpoint_state(more={keys.EXTRA: {TRAINED_IDS: value}})
     return CheckpointManager(tmp_path / name).save(state)
@@ -485,4 +540,4 @@ def test_the_gate_and_the_watch_ask_only_for_the_records_they_judge(tmp_path: Pa
         assert (ours.live is None) == (theirs.live is None)
     assert judged[2].live is not None and alike[2].live is not None
     assert judged[2].live.records == alike[2].live.records == 300
-    assert judged[2].live.difference == alike[2].live.difference
+    assert judged[2].live.metrics == alike[2].live.metrics

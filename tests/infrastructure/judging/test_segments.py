@@ -85,7 +85,7 @@ def test_the_self_test_replays_the_watchs_own_decision(segmented: bool) -> None:
     at alpha 0.9 so that some do), with segments and without."""
     d, names = _mixed(150, 0.0, seed=4, spread=3.0)
     split = names if segmented else None
-    found = segments.self_test(d, split, SPAN, 0.3, 0.9, replays=16, seed=5)
+    found = segments.self_test([(d, split, 0.3)], SPAN, 0.9, replays=16, seed=5)
     signs = np.random.default_rng(5).choice((-1.0, 1.0), size=(16, 150))
     means = {n: d[names == n].mean() for n in AGENTS} if segmented else {}
     centred = d - (np.array([means[n] for n in names]) if segmented else d.mean())
@@ -105,7 +105,7 @@ def test_on_data_at_the_margin_the_self_test_keeps_the_rate_below_alpha() -> Non
     """A/A on 2,000 records of six agents (each at the margin's edge after centring):
     false rollbacks at most alpha of 400 replays, and the interval says so."""
     d, names = _mixed(2000, 0.2, seed=6)
-    found = segments.self_test(d, names, SPAN, MARGIN, ALPHA, replays=400)
+    found = segments.self_test([(d, names, MARGIN)], SPAN, ALPHA, replays=400)
     assert found["rate"] <= ALPHA and found["lower"] <= found["rate"] <= found["upper"]
     assert found["records"] == 2000 and found["replays"] == 400
 

@@ -82,7 +82,8 @@ def test_a_poisoned_served_model_is_rolled_back_after_clean_records(
     result = train(pool, ck, resume=True)
     live = result.live
     assert live is not None and live.rolled_back and (live.served, live.now_served) == (bad, good)
-    assert live.lower > live.margin and live.records == live.new_records > 250
+    assert live.regressed and live.records == live.new_records > 250
+    assert all(live.metrics[m].lower > live.metrics[m].margin for m in live.regressed)
     pointer = read_pointer(ck)
     assert pointer is not None and pointer.served.id == good
     verdict = read_json(candidates_dir(ck) / bad / VERDICT_NAME)
@@ -119,7 +120,9 @@ def test_clean_records_keep_running_figures_and_count_each_record_once(tmp_path:
     _write(pool, "b3", IDS[1100:1300])
     again = train(pool, ck, resume=True, steps=1).live
     assert again is not None and again.records == live.records + again.new_records > 300
-    assert again.lower <= again.difference <= again.upper
+    assert set(again.metrics) == {"log_loss", "brier"}  # each at ALPHA / 2
+    w = again.watched
+    assert w.lower <= (w.difference or 0) <= w.upper and again.primary == "log_loss"
     pointer = read_pointer(ck)
     assert pointer is not None
     watched = [e for e in [pointer.served, *pointer.history] if e.id == name]
