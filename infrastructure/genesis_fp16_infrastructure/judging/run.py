@@ -300,12 +300,8 @@ def _judged_run(
         if live is not None and live.rolled_back:
             served = _Served(judged, request, again=True)  # the predecessor, served again
     rejudged = _rejudge_kept(judged, request, served)  # issue 62: before any training
-    done = None
-    if rejudged is not None:
+    if rejudged is not None or _nothing_new(served, request):
         done = up_to_date(request, served.view, time.monotonic() - started, live, rejudged)
-    elif _nothing_new(served, request):
-        done = up_to_date(request, served.view, time.monotonic() - started, live)
-    if done is not None:
         if rejudged is None:
             renew_manifest(request, served.checkpoint)
         tell(("done", done.to_json()))
