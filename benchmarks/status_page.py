@@ -24,6 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import msgspec
@@ -34,12 +35,20 @@ from genesis_fp16.status import history, past
 from genesis_fp16.status.render import render_html
 from genesis_fp16.status.report import DaemonStatus, NextRun, gather_status
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
 from genesis_fp16_infrastructure.agent_folder.run_history import KEEP
 from genesis_fp16_infrastructure.agent_folder.transitions import JOURNAL_KEEP, rollback, serve
 from genesis_fp16_infrastructure.api import Demotion, DriftReport, GateReport, LiveReport, ScoresOn
+from genesis_fp16_infrastructure.contract.reports import LiveFigures
 
 BOUND_MS = 100.0
 DAEMON = DaemonStatus(True, os.getpid(), "serve", time.time() - 3600, 3600.0, True, "ok", "ready")
+
+
+def _scores(auc: float, log_loss: float) -> ScoresOn:
+    """se_darwin's figures on its held-out set: two gated columns, AUC beside them."""
+    losses = {"log_loss": log_loss, "brier": log_loss / 3}
+    return ScoresOn("held_out", losses, 2000, {"auc": auc}, "log_loss")
 
 
 def _result(agent: str, run: int) -> TrainResult:
@@ -49,14 +58,15 @@ def _result(agent: str, run: int) -> TrainResult:
     gate = GateReport(
         outcome,  # type: ignore[arg-type]
         f"candidate c{run} against c{run - 1} on 2000 records",
-        candidate=ScoresOn("current", 0.80 + run * 0.001, 0.45, 0.01, 2000),
-        served=ScoresOn("current", 0.79 + run * 0.001, 0.46, 0.01, 2000),
+        candidate=_scores(0.80 + run * 0.001, 0.45),
+        served=_scores(0.79 + run * 0.001, 0.46),
         served_id=f"c{run - 1}",
         candidate_id=f"c{run}",
     )
+    figures = LiveFigures(400 + run, -0.01, -0.03, 0.01, 0.02, 0.025, False, 0.45, 0.46)
     live = LiveReport(
-        f"c{run - 1}", f"c{run - 2}", 400 + run, 40, 0.8, 0.79, 0.45, 0.46,
-        -0.01, -0.03, 0.01, 0.02, 0.05, False,
+        f"c{run - 1}", f"c{run - 2}", 400 + run, 40, 0.05, False, primary="log_loss",
+        metrics={"log_loss": figures, "brier": replace(figures, served_loss=0.15)},
     )  # fmt: skip
     drift = DriftReport(
         40, 2000, {}, {"reward": 0.3}, {"reward": 0.2}, ("reward",), 0.0, 0.1, False
@@ -97,12 +107,12 @@ def _seed_agent(state: Path, agent: str) -> None:
         candidate = folder / "candidates" / f"c{index}"
         candidate.mkdir(parents=True)
         (candidate / "ckpt-0000000240.pt").write_bytes(b"")
-        entry = {
-            "id": f"c{index}",
-            "checkpoint": f"candidates/c{index}/ckpt-0000000240.pt",
-            "precision": "bf16",
-            "scores": {"set": "current", "auc": 0.8, "log_loss": 0.45, "records": 2000},
-        }
+        entry = ServedEntry(
+            id=f"c{index}",
+            checkpoint=f"candidates/c{index}/ckpt-0000000240.pt",
+            precision="bf16",
+            scores=_scores(0.8, 0.45).to_json(),
+        )
         verdict = {"outcome": "promoted", "reason": "no worse than the served model " * 8}
         serve(folder, entry, "gate", keep=5, verdict=verdict)
         if index % 5 == 4:
