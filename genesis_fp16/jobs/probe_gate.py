@@ -94,10 +94,6 @@ def probe_result_path(state_dir: Path, agent: str) -> Path:
     return AgentFolder(state_dir, agent).probe_record_path
 
 
-# A probe record is a few KB; anything past its bound is not one, and is never read whole.
-PROBE_RECORD_BYTES = PROBE_RECORD.limit
-
-
 def read_record(path: Path, unusable: files.Listener | None = None) -> ProbeRecord | None:
     """The stored probe record; None when there is none, or when it is unusable (torn,
     oversize, not UTF-8, a folder, FIFO or link at its name): set aside as

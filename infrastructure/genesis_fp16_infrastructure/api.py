@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.agent_folder.layout import (
         AGENT_NAME_PATTERN,
         LAYOUT,
-        OWNER_LOCK,
         PROBE_RECORD,
         RUN_REQUEST,
         agent_of,
@@ -49,7 +48,6 @@ if TYPE_CHECKING:
         JournalEntry,
         ServedPointer,
     )
-    from genesis_fp16_infrastructure.agent_folder.lock import read_holder, take_lock, write_holder
     from genesis_fp16_infrastructure.agent_folder.outbox import Event
     from genesis_fp16_infrastructure.agent_folder.run_history import (
         LastRun,
@@ -78,7 +76,6 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.contract.plugin_api import (
         API_CHANGES,
         API_VERSION,
-        SUPPORTED_API_VERSIONS,
         AgentOption,
         AgentPlugin,
         Capabilities,
@@ -102,7 +99,6 @@ if TYPE_CHECKING:
     )
     from genesis_fp16_infrastructure.contract.train_request import DEFAULT_STEPS, TrainRequest
     from genesis_fp16_infrastructure.contract.train_result import TrainResult
-    from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
     from genesis_fp16_infrastructure.errors import (
         BundleError,
         CheckpointError,
@@ -120,7 +116,6 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.probe.report import ProbeReport
     from genesis_fp16_infrastructure.probe.runner import run_probe
     from genesis_fp16_infrastructure.record_codec import Record, ReportError
-    from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
     from genesis_fp16_infrastructure.training.flight.bundle import data_change, load_bundle
     from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget, replay
     from genesis_fp16_infrastructure.training.precision import capabilities
@@ -131,11 +126,11 @@ if TYPE_CHECKING:
         bounds_of,
         remember_demotions,
     )
-    from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
     from genesis_fp16_infrastructure.training.precision.precision_names import (
         CHOICES,
         EXECUTION_MODES,
         FALLBACK_REASONS,
+        INITIAL_LOSS_SCALE,
         LOSS_SCALED,
         LOW_PRECISIONS,
         PRECISIONS,
