@@ -71,13 +71,9 @@ def acquire_state_folder(state_dir: Path, command: str) -> int:
     """
     # The holder's pid stays readable until we hold the lock ourselves (written after).
     try:
-        return AgentFolder.take_owner(state_dir, _record(command))
+        return AgentFolder.take_owner(state_dir, {"pid": os.getpid(), "command": command})
     except LockBusy as busy:
         raise StateFolderBusy(Path(state_dir), _holder(busy.holder)) from None
-
-
-def _record(command: str) -> dict[str, object]:
-    return {"pid": os.getpid(), "command": command}
 
 
 # The lock files whose daemon is shutting down (record_stopping): descriptor -> (device,

@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.agent_folder.layout import (
         AGENT_NAME_PATTERN,
         LAYOUT,
-        PROBE_RECORD,
         RUN_REQUEST,
         agent_of,
         check_agent_name,

@@ -32,7 +32,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import msgspec
 
@@ -72,6 +72,7 @@ logger = logging.getLogger(__name__)
 
 # A plugin's ``generate_sample_data(folder, count, seed)``: the file it wrote.
 Generate = Callable[[Path, int, int], Path]
+T = TypeVar("T")
 VERSION = 1  # of last_run.json and last_success.json
 SUCCESS_FIELD = "last_success_timestamp_seconds"
 
@@ -244,6 +245,16 @@ class AgentFolder:
     def capture_verdicts(self, unusable: files.Listener | None = None) -> dict[str, CaptureVerdict]:
         """The captured step's kept verdicts by key id; {} without a usable file."""
         return records.read_capture_verdicts(self.verification_path, unusable)
+
+    def probe_record(
+        self, parse: Callable[[Any], T], unusable: files.Listener | None = None
+    ) -> T | None:
+        """The probe's record, as ``parse`` reads it (``files.load``); None: none, unusable."""
+        return files.load(self.probe_record_path, L.PROBE_RECORD, parse, unusable)
+
+    def save_probe_record(self, record: Mapping[str, Any]) -> None:
+        """Keep the probe's record atomically: the old one or this, never half of it."""
+        files.write_json(self.probe_record_path, L.PROBE_RECORD, record)
 
     def carried_scale(self) -> CarriedScale | None:
         """The fp16 loss scale carried to the next run; None: none, or unusable."""
