@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.agent_folder import files, outbox
     from genesis_fp16_infrastructure.agent_folder.files import (
         SetAside,
-        folder_bytes,
         on_set_aside,
         write_json_atomic,
     )

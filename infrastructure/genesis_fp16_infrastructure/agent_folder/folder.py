@@ -411,9 +411,12 @@ class CheckpointsFolder:
     def candidates_dir(self) -> Path:
         return pointer.candidates_dir(self.path)
 
+    def disk_bytes(self) -> int:
+        """The bytes of every file here (``files.folder_bytes``: the disk use gauge)."""
+        return files.folder_bytes(self.path)
+
     def has_checkpoint(self) -> bool:
-        """Whether a run here can resume: a checkpoint of its own (this imports torch's
-        module), or a served model's or a candidate's."""
+        """A checkpoint to resume from: the folder's own (imports torch), or a served one."""
         from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 
         return bool(CheckpointManager(self.path).checkpoints()) or self.serves_checkpoints()
