@@ -47,9 +47,17 @@ REPO = BENCHMARKS.parent
 # The status page looks at the pointer through CheckpointsFolder.pointer_json (no
 # SERVED_POINTER), and the probe's table is ProbeReport.table (no format_table): 1 / 117.
 # planned_precision reads a measured auto's kept rows at the request's cache itself (no
-# kept_rows): 1 / 116.
+# kept_rows): 1 / 116. api_version_error answers None for a supported version (no
+# SUPPORTED_API_VERSIONS); the state folder's owner lock is AgentFolder's (take_owner,
+# owner, write_owner: no OWNER_LOCK, take_lock, read_holder, write_holder); a run's
+# quarantine file is AgentFolder.new_quarantine_file; `train --resume` asks
+# CheckpointsFolder.has_checkpoint (no CheckpointManager); the first loss scale is the
+# precision vocabulary's INITIAL_LOSS_SCALE (no ScalerConfig): 1 / 109. The probe gate
+# keeps its record through AgentFolder.probe_record and save_probe_record (no
+# PROBE_RECORD): 1 / 108. The job's disk-use gauge reads CheckpointsFolder.disk_bytes (no
+# folder_bytes): 1 / 107.
 MAX_LIBRARY_MODULES = 1
-MAX_LIBRARY_NAMES = 116
+MAX_LIBRARY_NAMES = 107
 MAX_COMPLEXITY = 30
 # Issue 70's figure 10b: the library modules that define the names the daemon imports,
 # each name resolved through the door (its __module__; a constant: the module it is
@@ -79,8 +87,11 @@ MAX_COMPLEXITY = 30
 # training.run.task): 37. The execution vocabulary beside the precision one (a measured
 # auto chooses both; training.step.execution_names merged into
 # training.precision.precision_names): 36. The one atomic writer in the agent folder's
-# files, beneath the writer it wraps (atomic merged into agent_folder.files): 35.
-MAX_DEFINING_MODULES = 35
+# files, beneath the writer it wraps (atomic merged into agent_folder.files): 35. The
+# owner lock, the quarantine file and the resume check through AgentFolder and
+# CheckpointsFolder, the first loss scale a constant of precision_names (agent_folder.lock,
+# data.quarantine, training.checkpoint, training.precision.loss_scaler_config): 31.
+MAX_DEFINING_MODULES = 31
 
 DAEMON = """
 from genesis_fp16_infrastructure.contract.train_result import TrainResult

@@ -14,10 +14,10 @@ import sys
 from typing import Any
 
 from genesis_fp16.commands.reading import settings_for_reading
-from genesis_fp16.config.agent_names import shown_name
 from genesis_fp16.config.plugins import PluginRecord, discover_plugins
 from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.guard_state import describe, load_memory
+from genesis_fp16_infrastructure.api import shown_name
 
 
 def register(subparsers: Any) -> None:

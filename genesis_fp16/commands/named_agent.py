@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.reading import settings_for_reading
-from genesis_fp16.config.agent_names import check_agent_name
 from genesis_fp16.config.settings import SettingsError, load_settings
-from genesis_fp16_infrastructure.api import AgentFolder
+from genesis_fp16_infrastructure.api import AgentFolder, check_agent_name
 
 
 def agent_folder(agent: str, read_only: bool = False) -> AgentFolder:

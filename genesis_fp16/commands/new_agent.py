@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16.cli import UsageError
-from genesis_fp16.config.agent_names import check_agent_name
 from genesis_fp16.config.plugins import installed_entry_points
 from genesis_fp16.scaffold import ScaffoldError, check_name, write_agent
+from genesis_fp16_infrastructure.api import check_agent_name
 
 
 def register(subparsers: Any) -> None:

@@ -74,7 +74,13 @@ from genesis_fp16.metrics.tracking import RunTracker, close_tracker, open_tracke
 from genesis_fp16.plugin_api import TrainRequest, TrainRequestError, TrainResult
 from genesis_fp16.service.logsetup import configure_logging
 from genesis_fp16.service.startup_signals import take_over_sigterm
-from genesis_fp16_infrastructure.api import AgentFolder, DataError, LastRun, RunCallbacks
+from genesis_fp16_infrastructure.api import (
+    AgentFolder,
+    CheckpointsFolder,
+    DataError,
+    LastRun,
+    RunCallbacks,
+)
 
 # torch (through genesis_fp16.launch.distributed and genesis_fp16_infrastructure.training's
 # checkpoint and precision modules) is imported inside run(), _train() and _request(), not here:
@@ -266,7 +272,8 @@ def _run_owned(
         request = request.with_callbacks(callbacks)
         with kubeflow.report_progress(os.environ, request, main, stop.is_set) as request:
             code = _train(args, plugin, request, main, bar, tracker)
-        if settings is not None and main and _holds_models(Path(request.checkpoint_dir)):
+        models = CheckpointsFolder(Path(request.checkpoint_dir))
+        if settings is not None and main and models.serves_checkpoints():
             bound_history(Path(request.checkpoint_dir), settings)  # the daemon's bounds
         # An operator's run says in its exit code how it ended; a daemon's child and a
         # torchrun rank exit 0 (their launchers read the result, and torchrun takes a
@@ -417,29 +424,16 @@ def _record(checkpoint_dir: Path, result: TrainResult | None, error: str, starte
         folder.save_run(record, result.history_entry(record))
 
 
-def _holds_models(folder: Path) -> bool:
-    """A folder of served models and candidates (se_darwin's: served.json, candidates/<id>/
-    ckpt-*.pt; genesis_fp16_infrastructure/recipes/retrain/served.py) holds checkpoints too."""
-    from genesis_fp16_infrastructure.api import CheckpointsFolder
-
-    models = CheckpointsFolder(folder)
-    if models.pointer_path.exists():
-        return True
-    return any(models.candidates_dir.rglob("ckpt-*.pt"))
-
-
 def _request(
     args: argparse.Namespace, settings: Settings, plugin: Any, device: str, main: bool
 ) -> tuple[TrainRequest, ProgressBar | None]:
     """The run request (genesis_fp16/jobs/run_request.py) and the progress bar: on a terminal
     only (a pipe or a file gets the log records alone, no carriage returns)."""
-    from genesis_fp16_infrastructure.api import CheckpointManager
-
     checkpoint_dir = (
         args.checkpoint_dir or AgentFolder(settings.state_dir, args.agent).checkpoint_dir
     )
-    held = bool(CheckpointManager(checkpoint_dir).checkpoints()) or _holds_models(checkpoint_dir)
-    if args.resume and not held:  # said, so that a mistyped folder is not a silent restart
+    # Said, so that a mistyped folder is not a silent restart.
+    if args.resume and not CheckpointsFolder(checkpoint_dir).has_checkpoint():
         print(
             f"genesis-fp16: warning: --resume: no checkpoint in {str(checkpoint_dir)!r}; "
             "training from scratch",

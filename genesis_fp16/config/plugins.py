@@ -28,13 +28,13 @@ from dataclasses import dataclass, field, replace
 from importlib.metadata import EntryPoint, entry_points
 from typing import Literal
 
-from genesis_fp16.config.agent_names import check_agent_name, is_agent_name
 from genesis_fp16.plugin_api import AgentPlugin
 from genesis_fp16_infrastructure.api import (
-    SUPPORTED_API_VERSIONS,
     Capabilities,
     api_version_error,
     capabilities_of,
+    check_agent_name,
+    is_agent_name,
 )
 
 ENTRY_POINT_GROUP = "genesis_fp16.agents"
@@ -194,13 +194,9 @@ def load_entry_point(ep: EntryPoint) -> PluginRecord:
             location=where,
             trace="".join(traceback.format_exception(exc)),
         )
-    api = getattr(obj, "api_version", None)
-    if api not in SUPPORTED_API_VERSIONS:
-        return replace(
-            found,
-            state="wrong_api",
-            error=api_version_error(api),
-        )
+    wrong_api = api_version_error(getattr(obj, "api_version", None))
+    if wrong_api is not None:
+        return replace(found, state="wrong_api", error=wrong_api)
     if not isinstance(obj, AgentPlugin):
         missing = [
             attr

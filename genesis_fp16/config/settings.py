@@ -34,8 +34,6 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from genesis_fp16.config.agent_names import check_agent_name
-
 # The choices keep their import path here too (commands/train.py reads them from settings).
 from genesis_fp16.config.agent_settings import COMPILE_CHOICES as COMPILE_CHOICES
 from genesis_fp16.config.agent_settings import CUDA_GRAPH_CHOICES as CUDA_GRAPH_CHOICES
@@ -63,6 +61,7 @@ from genesis_fp16.config.settings_sources import (
 from genesis_fp16_infrastructure.api import (
     CHOICES,
     RequestedName,
+    check_agent_name,
     machine_memory_bytes,
     requested_name,
 )

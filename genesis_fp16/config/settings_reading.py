@@ -35,7 +35,6 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from genesis_fp16.config.agent_names import is_agent_name
 from genesis_fp16.config.settings import (
     DEFAULT_ENV_FILE,
     ENV_FILE_VARIABLE,
@@ -44,6 +43,7 @@ from genesis_fp16.config.settings import (
     load_settings_with_sources,
 )
 from genesis_fp16.config.settings_sources import MAX_SHOWN, SettingsSources, bounded
+from genesis_fp16_infrastructure.api import is_agent_name
 
 # A variable an error is about: the name it starts with (settings.py's messages do), or
 # failing that any it mentions.

@@ -22,9 +22,8 @@ import structlog
 
 from genesis_fp16.jobs.job_state import JobContext as JobContext  # the daemon's import
 from genesis_fp16.jobs.job_state import Run
-from genesis_fp16.jobs.planning import plan_run
+from genesis_fp16.jobs.planning import check_served_pointer, plan_run
 from genesis_fp16.jobs.recording import record_failure, record_result, record_start, record_stopped
-from genesis_fp16.jobs.served_pointer import check_served_pointer
 from genesis_fp16.jobs.supervising import execute_run
 from genesis_fp16.launch.device_slots import DeviceSlots as DeviceSlots  # the daemon's import
 from genesis_fp16.launch.device_slots import slot_keys

@@ -30,18 +30,16 @@ from dataclasses import dataclass
 
 import structlog
 
+from genesis_fp16_infrastructure.api import INITIAL_LOSS_SCALE as INITIAL_SCALE
 from genesis_fp16_infrastructure.api import (
     LOSS_SCALED,
     AgentFolder,
     CheckpointError,
     PrecisionName,
-    ScalerConfig,
     read_resume_point,
 )
 
 log = structlog.get_logger("genesis_fp16.next_run")
-
-INITIAL_SCALE = ScalerConfig().init_scale
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,6 @@ from genesis_fp16.metrics.probe_metrics import ProbeMetrics
 from genesis_fp16.plugin_api import AgentPlugin, PrecisionRequest
 from genesis_fp16_infrastructure.api import (
     LOW_PRECISIONS,
-    PROBE_RECORD,
     AgentFolder,
     PrecisionName,
     files,
@@ -94,20 +93,16 @@ def probe_result_path(state_dir: Path, agent: str) -> Path:
     return AgentFolder(state_dir, agent).probe_record_path
 
 
-# A probe record is a few KB; anything past its bound is not one, and is never read whole.
-PROBE_RECORD_BYTES = PROBE_RECORD.limit
-
-
 def read_record(path: Path, unusable: files.Listener | None = None) -> ProbeRecord | None:
     """The stored probe record; None when there is none, or when it is unusable (torn,
     oversize, not UTF-8, a folder, FIFO or link at its name): set aside as
     ``probe_result.json.unusable-*`` and counted by the agent folder's owner."""
-    return files.load(path, PROBE_RECORD, ProbeRecord.from_json, unusable)
+    return AgentFolder.at(path.parent).probe_record(ProbeRecord.from_json, unusable)
 
 
 def write_record(path: Path, record: ProbeRecord) -> None:
     """Write atomically: a crash leaves the old file or none, never half a record."""
-    files.write_json(path, PROBE_RECORD, record.to_json())
+    AgentFolder.at(path.parent).save_probe_record(record.to_json())
 
 
 def _used_precision(request: PrecisionRequest, device: str) -> PrecisionName | None:

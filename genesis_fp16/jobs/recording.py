@@ -39,7 +39,6 @@ from genesis_fp16_infrastructure.api import (
     ServedPointer,
     ServedPointerError,
     TrainingSummary,
-    folder_bytes,
 )
 
 log = structlog.get_logger("genesis_fp16.jobs")
@@ -308,7 +307,7 @@ def _bound_history(ctx: JobContext, agent: str) -> None:
             agent, served.served_at, served.live, predecessor, settings.live_watch_idle_seconds
         )
     ctx.metrics.promotion.pruned.labels(agent=agent).set(len(removed))
-    ctx.metrics.promotion.state_bytes.labels(agent=agent).set(folder_bytes(models.path))
+    ctx.metrics.promotion.state_bytes.labels(agent=agent).set(models.disk_bytes())
 
 
 def _journal_of(pointer: ServedPointer | None) -> list[JournalEntry]:

@@ -63,7 +63,6 @@ from genesis_fp16_infrastructure.api import (
     RequestedName,
     capabilities_of,
     check_result,
-    new_quarantine_file,
     read_snapshot,
 )
 
@@ -207,11 +206,7 @@ def plan_request(
     assert state is not None  # read_snapshot reads it
     options = resolve_options(agent, capabilities, spec.options, o.options)
     precision, reason = precision_request(settings, agent, o.precision, state)
-    # A run in a folder of its own keeps its quarantined records beside its checkpoints;
-    # each run a file of its own, the folder bounded (data.quarantine).
-    quarantine = new_quarantine_file(
-        folder.quarantine_dir if o.checkpoint_dir is None else checkpoint_dir / "quarantine"
-    )
+    quarantine = folder.new_quarantine_file(o.checkpoint_dir)  # beside a run's own checkpoints
     data = o.data_path or spec.data_path
     if data is None:
         # The agent's data folder (se_darwin: the sample and every pool dropped beside

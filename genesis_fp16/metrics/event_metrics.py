@@ -19,7 +19,6 @@ EVENT_METRIC_NAMES = (
     "genesis_fp16_event_deliveries_total",
     "genesis_fp16_events_dropped",
 )
-DELIVERY_OUTCOMES = ("delivered", "failed")
 
 
 class EventMetrics:

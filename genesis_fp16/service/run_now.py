@@ -44,8 +44,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-from genesis_fp16.config.agent_names import AGENT_NAME_PATTERN, shown_name
-from genesis_fp16_infrastructure.api import write_json_atomic
+from genesis_fp16_infrastructure.api import AGENT_NAME_PATTERN, shown_name, write_json_atomic
 
 RUN_NOW_FOLDER = "run_now"
 ANSWERS_FOLDER = "answers"

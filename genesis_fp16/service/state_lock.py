@@ -19,10 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from genesis_fp16_infrastructure.api import OWNER_LOCK, LockBusy, take_lock, write_holder
-from genesis_fp16_infrastructure.api import read_holder as read_lock_holder
+from genesis_fp16_infrastructure.api import AgentFolder, LockBusy
 
-LOCK_NAME = OWNER_LOCK.name
+LOCK_NAME = AgentFolder.OWNER_LOCK_NAME
 
 
 @dataclass(frozen=True)
@@ -70,16 +69,11 @@ def acquire_state_folder(state_dir: Path, command: str) -> int:
 
     Not inherited by child processes (descriptors are opened close-on-exec).
     """
-    path = Path(state_dir) / LOCK_NAME
     # The holder's pid stays readable until we hold the lock ourselves (written after).
     try:
-        return take_lock(path, OWNER_LOCK, wait=False, record=_record(command))
+        return AgentFolder.take_owner(state_dir, {"pid": os.getpid(), "command": command})
     except LockBusy as busy:
         raise StateFolderBusy(Path(state_dir), _holder(busy.holder)) from None
-
-
-def _record(command: str) -> dict[str, object]:
-    return {"pid": os.getpid(), "command": command}
 
 
 # The lock files whose daemon is shutting down (record_stopping): descriptor -> (device,
@@ -107,16 +101,16 @@ def record_scheduled(fd: int, agents: list[str]) -> None:
         record: dict[str, Any] = {"pid": os.getpid(), "command": "serve", "agents": sorted(agents)}
         if _STOPPING.get(fd) == (before.st_dev, before.st_ino):  # a later rescan says it too
             record["stopping"] = True
-        write_holder(fd, record)
+        AgentFolder.write_owner(fd, record)
         os.utime(fd, ns=(before.st_atime_ns, before.st_mtime_ns))
     except OSError:
         pass  # os.devnull (a filesystem without flock), a full disk: the refusal names none
 
 
 def read_holder(path: Path, attempts: int = 20) -> Holder:
-    """The holder named in the lock file; it may have taken the lock a moment before
-    writing its pid, so an empty file is read again for up to a second."""
-    return _holder(read_lock_holder(path, OWNER_LOCK, attempts))
+    """The holder named in the lock file ``path``; it may have taken the lock a moment
+    before writing its pid, so an empty file is read again for up to a second."""
+    return _holder(AgentFolder.owner(Path(path).parent, attempts))
 
 
 def _holder(record: dict[str, Any] | None) -> Holder:

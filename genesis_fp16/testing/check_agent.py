@@ -21,14 +21,12 @@ import torch
 from genesis_fp16.plugin_api import ProbeSetup, TrainRequest, TrainRequestError, TrainResult
 from genesis_fp16_infrastructure.api import (
     PRECISIONS,
-    SUPPORTED_API_VERSIONS,
     AgentFolder,
     DataError,
     TrainResultError,
     api_version_error,
     capabilities_of,
     check_result,
-    new_quarantine_file,
     run_plugin,
 )
 
@@ -101,7 +99,7 @@ class _Bench:
             "precision_reason": "check-agent",
             "state_dir": agent.state_dir,
             "checkpoint_dir": agent.checkpoint_dir,
-            "quarantine_path": new_quarantine_file(agent.quarantine_dir),
+            "quarantine_path": agent.new_quarantine_file(),
             "device": "cpu",
             "seed": 1,
             "steps": STEPS,
@@ -142,8 +140,9 @@ def _contract(bench: _Bench) -> str:
     ]
     if missing:
         raise RuleFailed(f"missing {', '.join(missing)}")
-    if plugin.api_version not in SUPPORTED_API_VERSIONS:
-        raise RuleFailed(api_version_error(plugin.api_version))
+    wrong_api = api_version_error(plugin.api_version)
+    if wrong_api is not None:
+        raise RuleFailed(wrong_api)
     try:  # each optional capability declared whole, as the loader checks it
         capabilities_of(plugin)
     except TypeError as exc:

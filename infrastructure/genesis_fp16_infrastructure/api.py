@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.agent_folder import files, outbox
     from genesis_fp16_infrastructure.agent_folder.files import (
         SetAside,
-        folder_bytes,
         on_set_aside,
         write_json_atomic,
     )
@@ -37,8 +36,6 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.agent_folder.layout import (
         AGENT_NAME_PATTERN,
         LAYOUT,
-        OWNER_LOCK,
-        PROBE_RECORD,
         RUN_REQUEST,
         agent_of,
         check_agent_name,
@@ -49,7 +46,6 @@ if TYPE_CHECKING:
         JournalEntry,
         ServedPointer,
     )
-    from genesis_fp16_infrastructure.agent_folder.lock import read_holder, take_lock, write_holder
     from genesis_fp16_infrastructure.agent_folder.outbox import Event
     from genesis_fp16_infrastructure.agent_folder.run_history import (
         LastRun,
@@ -78,7 +74,6 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.contract.plugin_api import (
         API_CHANGES,
         API_VERSION,
-        SUPPORTED_API_VERSIONS,
         AgentOption,
         AgentPlugin,
         Capabilities,
@@ -102,7 +97,6 @@ if TYPE_CHECKING:
     )
     from genesis_fp16_infrastructure.contract.train_request import DEFAULT_STEPS, TrainRequest
     from genesis_fp16_infrastructure.contract.train_result import TrainResult
-    from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
     from genesis_fp16_infrastructure.errors import (
         BundleError,
         CheckpointError,
@@ -120,7 +114,6 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.probe.report import ProbeReport
     from genesis_fp16_infrastructure.probe.runner import run_probe
     from genesis_fp16_infrastructure.record_codec import Record, ReportError
-    from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
     from genesis_fp16_infrastructure.training.flight.bundle import data_change, load_bundle
     from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget, replay
     from genesis_fp16_infrastructure.training.precision import capabilities
@@ -131,11 +124,11 @@ if TYPE_CHECKING:
         bounds_of,
         remember_demotions,
     )
-    from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
     from genesis_fp16_infrastructure.training.precision.precision_names import (
         CHOICES,
         EXECUTION_MODES,
         FALLBACK_REASONS,
+        INITIAL_LOSS_SCALE,
         LOSS_SCALED,
         LOW_PRECISIONS,
         PRECISIONS,

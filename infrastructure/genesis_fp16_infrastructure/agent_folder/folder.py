@@ -29,10 +29,10 @@ import contextlib
 import logging
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import msgspec
 
@@ -56,6 +56,7 @@ from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
 )
 from genesis_fp16_infrastructure.agent_folder.records import CaptureVerdict
 from genesis_fp16_infrastructure.agent_folder.run_history import KEEP, LastRun, RunEntry, RunHistory
+from genesis_fp16_infrastructure.data.quarantine import new_quarantine_file
 from genesis_fp16_infrastructure.training.checkpoint_files import read_summary
 from genesis_fp16_infrastructure.training.flight.bundle_files import list_bundles
 from genesis_fp16_infrastructure.training.precision import carried_scale
@@ -71,6 +72,7 @@ logger = logging.getLogger(__name__)
 
 # A plugin's ``generate_sample_data(folder, count, seed)``: the file it wrote.
 Generate = Callable[[Path, int, int], Path]
+T = TypeVar("T")
 VERSION = 1  # of last_run.json and last_success.json
 SUCCESS_FIELD = "last_success_timestamp_seconds"
 
@@ -117,6 +119,22 @@ class AgentFolder:
             if L.is_agent_name(name) and (agents / name).is_dir()
         ]
 
+    # -- the state folder's owner (genesis_fp16/service/state_lock.py) ----------------------
+    OWNER_LOCK_NAME: ClassVar[str] = L.OWNER_LOCK.name
+    write_owner = staticmethod(lock.write_holder)  # replace the record (fd: take_owner's)
+
+    @staticmethod
+    def take_owner(state_dir: Path, record: Mapping[str, Any]) -> int:
+        """Own ``state_dir`` now or raise ``LockBusy`` naming its holder; ``record`` (pid,
+        command) goes into its ``owner.lock``. Closing the descriptor returned drops it."""
+        path = L.OWNER_LOCK.at(state_dir)
+        return lock.take_lock(path, L.OWNER_LOCK, wait=False, record=record)
+
+    @staticmethod
+    def owner(state_dir: Path, attempts: int = 20) -> dict[str, Any] | None:
+        """The record in ``state_dir``'s ``owner.lock`` (``lock.read_holder``); None: none."""
+        return lock.read_holder(L.OWNER_LOCK.at(state_dir), L.OWNER_LOCK, attempts)
+
     # -- folders ----------------------------------------------------------------------
     @property
     def root(self) -> Path:
@@ -137,8 +155,14 @@ class AgentFolder:
 
     @property
     def quarantine_dir(self) -> Path:
-        """A file per run (data.quarantine.new_quarantine_file)."""
+        """A file per run (:meth:`new_quarantine_file`)."""
         return self.root / L.QUARANTINE_FOLDER
+
+    def new_quarantine_file(self, checkpoint_dir: Path | None = None) -> Path:
+        """This run's file of quarantined records (``data.quarantine``), beside the
+        checkpoints of a run in a ``checkpoint_dir`` of its own."""
+        home = self.root if checkpoint_dir is None else Path(checkpoint_dir)
+        return new_quarantine_file(home / L.QUARANTINE_FOLDER)
 
     def fault_bundles(self) -> list[dict[str, Any]]:
         """The flight recorder's fault bundles here, oldest first (``list_bundles``)."""
@@ -221,6 +245,16 @@ class AgentFolder:
     def capture_verdicts(self, unusable: files.Listener | None = None) -> dict[str, CaptureVerdict]:
         """The captured step's kept verdicts by key id; {} without a usable file."""
         return records.read_capture_verdicts(self.verification_path, unusable)
+
+    def probe_record(
+        self, parse: Callable[[Any], T], unusable: files.Listener | None = None
+    ) -> T | None:
+        """The probe's record, as ``parse`` reads it (``files.load``); None: none, unusable."""
+        return files.load(self.probe_record_path, L.PROBE_RECORD, parse, unusable)
+
+    def save_probe_record(self, record: Mapping[str, Any]) -> None:
+        """Keep the probe's record atomically: the old one or this, never half of it."""
+        files.write_json(self.probe_record_path, L.PROBE_RECORD, record)
 
     def carried_scale(self) -> CarriedScale | None:
         """The fp16 loss scale carried to the next run; None: none, or unusable."""
@@ -376,6 +410,20 @@ class CheckpointsFolder:
     @property
     def candidates_dir(self) -> Path:
         return pointer.candidates_dir(self.path)
+
+    def disk_bytes(self) -> int:
+        """The bytes of every file here (``files.folder_bytes``: the disk use gauge)."""
+        return files.folder_bytes(self.path)
+
+    def has_checkpoint(self) -> bool:
+        """A checkpoint to resume from: the folder's own (imports torch), or a served one."""
+        from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
+
+        return bool(CheckpointManager(self.path).checkpoints()) or self.serves_checkpoints()
+
+    def serves_checkpoints(self) -> bool:
+        """A pointer, or a candidate's ``ckpt-*.pt`` (a gate's folder holds checkpoints)."""
+        return self.pointer_path.exists() or any(self.candidates_dir.rglob("ckpt-*.pt"))
 
     def holds_models(self) -> bool:
         """Whether the folder has a promotion gate's models: a pointer, one set aside,

@@ -138,12 +138,15 @@ API_CHANGES: Mapping[int, str] = {
 """What each version changed or added for a plugin written for the one before."""
 
 
-def api_version_error(found: object) -> str:
-    """Why a plugin declaring ``api_version = found`` is refused, and what changed since:
+def api_version_error(found: object) -> str | None:
+    """Why a plugin declaring ``api_version = found`` is refused, and what changed since;
+    None: a version this genesis-fp16 loads.
 
     >>> print(api_version_error(1))
     api_version 1, this genesis-fp16 supports 2 and 3; changed since 1: TrainRequest.precision ...
     """
+    if found in SUPPORTED_API_VERSIONS:
+        return None
     supported = " and ".join(str(v) for v in SUPPORTED_API_VERSIONS)
     message = f"api_version {found!r}, this genesis-fp16 supports {supported}"
     if isinstance(found, int) and found < API_VERSION:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from daemon_harness import daemon_env
 
-from genesis_fp16.config.agent_names import AGENT_NAME_PATTERN, check_agent_name
 from genesis_fp16.config.plugins import PluginError, discover_plugins, load_plugin
 from genesis_fp16.config.plugins import scan_entry_points as scan
 from genesis_fp16.config.settings import SettingsError, load_settings
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
+from genesis_fp16_infrastructure.api import AGENT_NAME_PATTERN, check_agent_name
 
 # What must never be an agent's name: each is a path out of, or a mess in, the state folder.
 HOSTILE = ["../x", "a/b", "", "x" * 300, "a\0b", "a\nb", "..", "A", "se-darwin", "x" * 65]

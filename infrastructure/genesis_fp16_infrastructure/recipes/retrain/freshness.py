@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from genesis_fp16_infrastructure.agent_folder import data_manifest
-from genesis_fp16_infrastructure.agent_folder.layout import DATA_MANIFEST, RECORD_CACHE_FOLDER
+from genesis_fp16_infrastructure.agent_folder.layout import RECORD_CACHE_FOLDER
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
     checkpoint_of,
@@ -49,7 +49,6 @@ from genesis_fp16_infrastructure.record_codec import ReportError
 
 logger = logging.getLogger(__name__)
 
-RECORD_NAME = DATA_MANIFEST.name
 RECORD_VERSION = data_manifest.RECORD_VERSION
 record_path = data_manifest.record_path
 

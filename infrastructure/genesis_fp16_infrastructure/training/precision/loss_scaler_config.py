@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from genesis_fp16_infrastructure.training.precision.precision_names import INITIAL_LOSS_SCALE
+
 
 @dataclass(frozen=True)
 class ScalerConfig:
@@ -27,7 +29,7 @@ class ScalerConfig:
         scaler = LossScaler.from_config("cpu", config)
     """
 
-    init_scale: float = 65536.0
+    init_scale: float = INITIAL_LOSS_SCALE
     growth_factor: float = 2.0
     backoff_factor: float = 0.5
     growth_interval: int = 2000

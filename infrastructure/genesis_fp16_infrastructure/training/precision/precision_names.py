@@ -80,6 +80,8 @@ DTYPE_NAMES: dict[str, str] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "f
 
 LOSS_SCALED: tuple[PrecisionName, ...] = ("fp16",)
 """Precisions whose gradients need dynamic loss scaling (fp16's narrow exponent)."""
+INITIAL_LOSS_SCALE = 65536.0
+"""The scale their first run starts from (``ScalerConfig.init_scale``'s default)."""
 
 
 def precision_name(value: object, what: str = "precision") -> PrecisionName:
