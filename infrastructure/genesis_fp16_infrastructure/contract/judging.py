@@ -202,7 +202,12 @@ class RecordLosses:
 
         segments = None if self.segments is None else pick(self.segments)
         columns = {name: pick(values) for name, values in self.losses.items()}
-        return RecordLosses(pick(self.ids), columns, segments, self.quarantined, self.primary)
+        taken = RecordLosses(pick(self.ids), columns, segments, self.quarantined, self.primary)
+        if "id_hashes" in self.__dict__:  # hashed already: the part's are these, picked
+            hashes = self.id_hashes[rows]
+            hashes.flags.writeable = False
+            taken.__dict__["id_hashes"] = hashes
+        return taken
 
     def mean(self, metric: str | None = None) -> float:
         """The mean loss of column ``metric`` (None: the primary; NaN for no record)."""

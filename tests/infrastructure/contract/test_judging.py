@@ -193,3 +193,19 @@ def test_record_losses_take_keeps_the_flagged_records_and_their_segments() -> No
     kept = scored.take([True, False, True])
     assert kept.ids == ("a", "c") and kept.column() == (0.1, 0.3) and kept.segments == ("s", "s")
     assert RecordLosses.of(["a"], [0.5]).take([False]).ids == ()
+
+
+@pytest.mark.parametrize("hashed_first", [True, False])
+def test_a_part_s_id_hashes_are_its_own_ids_hashes(hashed_first: bool) -> None:
+    """take() hands its part the whole's id hashes, picked, when the whole has them:
+    the same as hashing the part's own ids, and read-only like them."""
+    ids = [f"record-{i}" for i in range(50)]
+    scored = RecordLosses.of(ids, [0.1] * 50)
+    if hashed_first:
+        assert len(scored.id_hashes) == 50
+    keep = [i % 3 == 0 for i in range(50)]
+    part = scored.take(keep)
+    fresh = RecordLosses.of(part.ids, part.column())
+    assert part.id_hashes.tolist() == fresh.id_hashes.tolist()
+    assert not part.id_hashes.flags.writeable
+    assert scored.take([False] * 50).id_hashes.tolist() == []
