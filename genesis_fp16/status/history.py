@@ -30,12 +30,10 @@ from genesis_fp16_infrastructure.api import (
     AgentFolder,
     JournalEntry,
     LiveMark,
-    LiveReport,
     Outcome,
     RunEntry,
+    ScoresOn,
     files,
-    score_name,
-    score_of,
 )
 
 CHART_RUNS = 30  # the runs the charts draw (the history keeps more)
@@ -145,7 +143,7 @@ def _build_history(folder: AgentFolder, pointer: dict[str, Any]) -> tuple[AgentH
         transitions=_transitions(pointer, scores),
         metric=metric,
         metric_set=metric_set,
-        live_now=None if live is None else LiveMark.of(LiveReport.figures_of(live)),
+        live_now=None if live is None else LiveMark.of(live),
         live_at=None if live is None else stamp_seconds(live.get("updated_at")),
         quarantine_file=_newest_quarantine(folder),
         unreadable=unreadable,
@@ -157,13 +155,11 @@ def _metric(runs: tuple[RunEntry, ...], pointer: dict[str, Any]) -> tuple[str | 
     """The score the agent's models are told by and on which set: the newest gate's,
     else the pointer's."""
     for entry in reversed(runs):
-        if entry.gate is not None and entry.gate.metric is not None:
-            return entry.gate.metric, entry.gate.set
+        if entry.gate is not None and entry.gate.primary is not None:
+            return entry.gate.primary, entry.gate.set
     served = pointer.get("served")
-    scores = served.get("scores") if isinstance(served, dict) else None
-    if not isinstance(scores, dict):
-        return None, None
-    return score_name(scores), _text(scores.get("set"))
+    scores = _scores(served.get("scores") if isinstance(served, dict) else None)
+    return (next(iter(scores.figures()), None), _text(scores.name)) if scores else (None, None)
 
 
 def _scores_by_id(
@@ -174,21 +170,30 @@ def _scores_by_id(
     scores: dict[str, float] = {}
     for entry in runs:
         gate = entry.gate
-        if gate is not None and gate.metric == metric:
+        column = None if gate is None else gate.metrics.get(metric or "")
+        if gate is not None and column is not None:
             for ident, value in (
-                (gate.candidate_id, gate.candidate),
-                (gate.served_id, gate.served),
+                (gate.candidate_id, column.candidate),
+                (gate.served_id, column.served),
             ):
                 if ident is not None and value is not None:
                     scores[ident] = value
     served, history = pointer.get("served"), pointer.get("history")
     entries = [served, *(history if isinstance(history, list) else [])][:32]
     for item in entries:
-        if isinstance(item, dict) and isinstance(item.get("scores"), dict):
-            value = score_of(item["scores"], metric)
-            if value is not None:
-                scores[str(item.get("id"))] = value
+        found = _scores(item.get("scores")) if isinstance(item, dict) else None
+        value = None if found is None else found.figures().get(metric or "")
+        if value is not None and math.isfinite(value):
+            scores[str(item.get("id"))] = value
     return scores
+
+
+def _scores(scores: Any) -> ScoresOn | None:
+    """A pointer entry's scores (any version's verdict); None: none, or a hand's edit."""
+    try:
+        return ScoresOn.from_json(scores) if isinstance(scores, dict) else None
+    except ValueError:
+        return None
 
 
 def _transitions(pointer: dict[str, Any], scores: dict[str, float]) -> tuple[Transition, ...]:

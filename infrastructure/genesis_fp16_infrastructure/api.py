@@ -51,8 +51,6 @@ if TYPE_CHECKING:
         LastRun,
         LiveMark,
         RunEntry,
-        score_name,
-        score_of,
     )
     from genesis_fp16_infrastructure.contract.agent_snapshot import (
         AgentSnapshot,

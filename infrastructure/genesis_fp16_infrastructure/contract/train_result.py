@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from genesis_fp16_infrastructure.agent_folder.run_history import (
+    MARK_COLUMNS,
+    NAME_CHARS,
     PRECISION_REASON_CHARS,
+    GateColumn,
     GateMark,
     LastRun,
     LiveMark,
@@ -25,8 +28,6 @@ from genesis_fp16_infrastructure.agent_folder.run_history import (
     cut,
     drift_warning,
     finite,
-    score_name,
-    score_of,
     short,
     text,
 )
@@ -35,6 +36,7 @@ from genesis_fp16_infrastructure.contract.reports import (
     DriftReport,
     GateReport,
     LiveReport,
+    ScoresOn,
 )
 from genesis_fp16_infrastructure.outcome import Outcome
 from genesis_fp16_infrastructure.record_codec import decode_record, encode_record
@@ -323,7 +325,7 @@ class TrainResult:
             quarantined=self.quarantined,
             drift=drift_warning(drift.flagged, drift.label_shift_flagged) if drift else None,
             gate=None if self.gate is None or self.up_to_date else _gate_mark(self.gate),
-            live=None if not self.live else LiveMark.of(LiveReport.figures_of(self.live.to_json())),
+            live=None if not self.live else LiveMark.of(self.live.to_json()),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -346,15 +348,24 @@ class TrainResult:
 
 
 def _gate_mark(gate: GateReport) -> GateMark:
-    """The gate's verdict as the history marks it: both models' scores on its first set."""
-    metric = score_name(gate.candidate) or score_name(gate.served)
+    """The gate's verdict as the history marks it: both models' scores on its first set,
+    every column's (at most MARK_COLUMNS, the candidate's primary first)."""
+    candidate, served = (_finite_figures(scores) for scores in (gate.candidate, gate.served))
+    names = list({**candidate, **served})[:MARK_COLUMNS]
     named = gate.candidate or gate.served
     return GateMark(
         outcome=gate.outcome,
-        metric=metric,
         set=None if named is None else text(named.name),
-        candidate=score_of(gate.candidate, metric),
-        served=score_of(gate.served, metric),
+        primary=cut(names[0], NAME_CHARS) if names else None,
+        metrics={
+            cut(name, NAME_CHARS): GateColumn(candidate.get(name), served.get(name))
+            for name in names
+        },
         candidate_id=text(gate.candidate_id),
         served_id=text(gate.served_id),
     )
+
+
+def _finite_figures(scores: ScoresOn | None) -> dict[str, float]:
+    figures = {} if scores is None else scores.figures()
+    return {name: value for name, value in figures.items() if finite(value) is not None}
