@@ -183,7 +183,7 @@ def _scores_by_id(
     for item in entries:
         found = _scores(item.get("scores")) if isinstance(item, dict) else None
         value = None if found is None else found.figures().get(metric or "")
-        if value is not None and math.isfinite(value):
+        if value is not None:
             scores[str(item.get("id"))] = value
     return scores
 

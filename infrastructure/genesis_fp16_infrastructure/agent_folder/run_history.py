@@ -159,21 +159,20 @@ class LiveMark(msgspec.Struct, frozen=True):
             metrics = {primary: live}
         columns = {str(k): c for k, c in metrics.items() if isinstance(c, Mapping)}
         primary = primary if isinstance(primary, str) and primary in columns else None
-        names = sorted(columns, key=lambda name: name != primary)[:MARK_COLUMNS]
+        kept = sorted(columns.items(), key=lambda item: item[0] != primary)[:MARK_COLUMNS]
         return cls(
             records=records if isinstance(records, int) and not isinstance(records, bool) else 0,
             regression=live.get("regression") is True,
             rolled_back=live.get("rolled_back") is True,
             primary=None if primary is None else cut(primary, NAME_CHARS),
-            metrics={cut(name, NAME_CHARS): _live_column(columns[name]) for name in names},
+            metrics={
+                cut(name, NAME_CHARS): LiveColumn(
+                    *(finite(column.get(k)) for k in ("difference", "lower", "upper", "margin")),
+                    regression=column.get("regression") is True,
+                )
+                for name, column in kept
+            },
         )
-
-
-def _live_column(figures: Mapping[str, Any]) -> LiveColumn:
-    difference, lower, upper, margin = (
-        finite(figures.get(k)) for k in ("difference", "lower", "upper", "margin")
-    )
-    return LiveColumn(difference, lower, upper, margin, figures.get("regression") is True)
 
 
 class RunEntry(msgspec.Struct, frozen=True):

@@ -181,10 +181,11 @@ primary='loss')
         return found
 
     def figures(self) -> dict[str, float]:
-        """Every figure by name: the loss columns (the primary first), then the reported."""
+        """Every finite figure by name: the loss columns (the primary first), then the
+        reported."""
         primary = self.primary or ""
         first = {primary: self.losses[primary]} if primary in self.losses else {}
-        return {**first, **self.losses, **self.reported}
+        return {k: v for k, v in {**first, **self.losses, **self.reported}.items() if _finite(v)}
 
 
 def _finite(value: object) -> bool:

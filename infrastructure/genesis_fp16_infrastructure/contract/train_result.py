@@ -36,7 +36,6 @@ from genesis_fp16_infrastructure.contract.reports import (
     DriftReport,
     GateReport,
     LiveReport,
-    ScoresOn,
 )
 from genesis_fp16_infrastructure.outcome import Outcome
 from genesis_fp16_infrastructure.record_codec import decode_record, encode_record
@@ -350,7 +349,7 @@ class TrainResult:
 def _gate_mark(gate: GateReport) -> GateMark:
     """The gate's verdict as the history marks it: both models' scores on its first set,
     every column's (at most MARK_COLUMNS, the candidate's primary first)."""
-    candidate, served = (_finite_figures(scores) for scores in (gate.candidate, gate.served))
+    candidate, served = (s.figures() if s else {} for s in (gate.candidate, gate.served))
     names = list({**candidate, **served})[:MARK_COLUMNS]
     named = gate.candidate or gate.served
     return GateMark(
@@ -364,8 +363,3 @@ def _gate_mark(gate: GateReport) -> GateMark:
         candidate_id=text(gate.candidate_id),
         served_id=text(gate.served_id),
     )
-
-
-def _finite_figures(scores: ScoresOn | None) -> dict[str, float]:
-    figures = {} if scores is None else scores.figures()
-    return {name: value for name, value in figures.items() if finite(value) is not None}
