@@ -125,6 +125,12 @@ class LiveColumn(msgspec.Struct, frozen=True):
     margin: float | None = None
     regression: bool = False
 
+    @classmethod
+    def of(cls, figures: Mapping[str, Any]) -> LiveColumn:
+        """A column's figures in a live watch's JSON: what is not finite or true left out."""
+        d, lo, up, m = (finite(figures.get(k)) for k in ("difference", "lower", "upper", "margin"))
+        return cls(d, lo, up, m, figures.get("regression") is True)
+
 
 class LiveMark(msgspec.Struct, frozen=True):
     """The live watch's running figures after the run: the records scored, whether it
@@ -165,13 +171,7 @@ class LiveMark(msgspec.Struct, frozen=True):
             regression=live.get("regression") is True,
             rolled_back=live.get("rolled_back") is True,
             primary=None if primary is None else cut(primary, NAME_CHARS),
-            metrics={
-                cut(name, NAME_CHARS): LiveColumn(
-                    *(finite(column.get(k)) for k in ("difference", "lower", "upper", "margin")),
-                    regression=column.get("regression") is True,
-                )
-                for name, column in kept
-            },
+            metrics={cut(name, NAME_CHARS): LiveColumn.of(column) for name, column in kept},
         )
 
 
