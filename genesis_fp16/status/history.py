@@ -34,6 +34,7 @@ from genesis_fp16_infrastructure.api import (
     RunEntry,
     ScoresOn,
     files,
+    text,
 )
 
 CHART_RUNS = 30  # the runs the charts draw (the history keeps more)
@@ -42,7 +43,6 @@ QUARANTINE_SCAN = 200
 # The journal's kinds of a transition that served a new model (serve's ``how``; an older
 # release wrote the outcome's word).
 PROMOTIONS = ("first", "gate", Outcome.PROMOTED, "manual", "adopted")
-TEXT_CHARS = 160
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ def _metric(runs: tuple[RunEntry, ...], pointer: dict[str, Any]) -> tuple[str | 
             return entry.gate.primary, entry.gate.set
     served = pointer.get("served")
     scores = _scores(served.get("scores") if isinstance(served, dict) else None)
-    return (next(iter(scores.figures()), None), _text(scores.name)) if scores else (None, None)
+    return (next(iter(scores.figures()), None), text(scores.name)) if scores else (None, None)
 
 
 def _scores_by_id(
@@ -212,9 +212,9 @@ def _transitions(pointer: dict[str, Any], scores: dict[str, float]) -> tuple[Tra
             Transition(
                 at=at,
                 kind=entry.kind or "unknown",
-                served=_text(entry.served),
-                dropped=_text(entry.dropped),
-                reason=_text(entry.reason),
+                served=text(entry.served),
+                dropped=text(entry.dropped),
+                reason=text(entry.reason),
                 score=None if entry.served is None else scores.get(entry.served),
             )
         )
@@ -234,7 +234,7 @@ def _newest_quarantine(folder: AgentFolder) -> str | None:
                     newest = entry.name
     except OSError:  # no folder yet, or not ours to list
         return None
-    return None if newest is None else _text(str(folder.quarantine_dir / newest))
+    return None if newest is None else text(str(folder.quarantine_dir / newest))
 
 
 def last_drift(runs: tuple[RunEntry, ...]) -> tuple[float, str] | None:
@@ -243,10 +243,3 @@ def last_drift(runs: tuple[RunEntry, ...]) -> tuple[float, str] | None:
         if entry.drift is not None:
             return entry.run.finished_at, entry.drift
     return None
-
-
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    text = " ".join(str(value).split())
-    return text if len(text) <= TEXT_CHARS else text[: TEXT_CHARS - 1] + "…"

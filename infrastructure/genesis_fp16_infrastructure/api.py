@@ -51,6 +51,7 @@ if TYPE_CHECKING:
         LastRun,
         LiveMark,
         RunEntry,
+        text,
     )
     from genesis_fp16_infrastructure.contract.agent_snapshot import (
         AgentSnapshot,

@@ -84,7 +84,8 @@ class LastRun:
     def of_error(cls, outcome: str, reason: str, duration: float, source: str) -> LastRun:
         """The record of a run that ended without a result (failed, or stopped as it
         started)."""
-        return cls(outcome, None, None, time.time(), round(duration, 3), short(reason), source, 0)
+        reason = cut(reason, REASON_CHARS)
+        return cls(outcome, None, None, time.time(), round(duration, 3), reason, source, 0)
 
 
 class GateColumn(msgspec.Struct, frozen=True):
@@ -358,12 +359,6 @@ def text(value: Any) -> str | None:
 
 
 def cut(text: str, chars: int = TEXT_CHARS) -> str:
-    """``text`` on one line, cut to ``chars`` characters."""
+    """``text`` on one line (a traceback's newlines would break it), cut to ``chars``."""
     line = " ".join(str(text).split())
     return line if len(line) <= chars else line[: chars - 1] + "…"
-
-
-def short(text: str, limit: int = REASON_CHARS) -> str:
-    """``text`` on one line (a traceback's newlines would break it), cut to ``limit``."""
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"

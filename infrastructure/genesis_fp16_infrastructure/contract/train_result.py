@@ -20,6 +20,7 @@ from genesis_fp16_infrastructure.agent_folder.run_history import (
     MARK_COLUMNS,
     NAME_CHARS,
     PRECISION_REASON_CHARS,
+    REASON_CHARS,
     GateColumn,
     GateMark,
     LastRun,
@@ -28,7 +29,6 @@ from genesis_fp16_infrastructure.agent_folder.run_history import (
     cut,
     drift_warning,
     finite,
-    short,
     text,
 )
 from genesis_fp16_infrastructure.contract.reports import (
@@ -302,11 +302,11 @@ class TrainResult:
             precision_requested=self.precision_requested,
             finished_at=time.time() if when is None else when,
             duration_seconds=round(duration, 3),
-            reason=short(self.reason()),
+            reason=cut(self.reason(), REASON_CHARS),
             source=source,
             steps=self.steps,
             eval={k: float(v) for k, v in figures if finite(v) is not None} or None,
-            precision_reason=short(self.precision_reason, PRECISION_REASON_CHARS),
+            precision_reason=cut(self.precision_reason, PRECISION_REASON_CHARS),
         )
 
     def history_entry(self, record: LastRun) -> RunEntry:
