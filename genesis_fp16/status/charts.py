@@ -74,18 +74,19 @@ def _gate_points(entry: RunEntry, line: list[Point], marks: list[Mark]) -> None:
     gate, at = entry.gate, entry.run.finished_at
     if gate is None:
         return
-    scores = gate.scores  # the primary column's; a rejection's reason names the worse one
-    score = f"{gate.primary} {_g(scores.candidate)}"
-    against = "" if gate.served_id is None else f" vs {gate.served_id} ({_g(scores.served)})"
+    # the primary column's scores; a rejection's reason names the column it was worse on
+    candidate, served = (side.get(gate.primary or "") for side in (gate.candidate, gate.served))
+    score = f"{gate.primary} {_g(candidate)}"
+    against = "" if gate.served_id is None else f" vs {gate.served_id} ({_g(served)})"
     label = f"{gate.candidate_id or 'candidate'} {score}{against}; {entry.run.reason}"
     if gate.outcome == Outcome.PROMOTED:
-        line.append((at, scores.candidate))
-        marks.append(Mark(at, scores.candidate, Outcome.PROMOTED, label))
+        line.append((at, candidate))
+        marks.append(Mark(at, candidate, Outcome.PROMOTED, label))
         return
-    line.append((at, scores.served))
+    line.append((at, served))
     marked = (Outcome.REJECTED, Outcome.HELD, Outcome.ROLLED_BACK)
     kind = gate.outcome if gate.outcome in marked else Outcome.HELD
-    marks.append(Mark(at, scores.candidate, kind, label))
+    marks.append(Mark(at, candidate, kind, label))
 
 
 def _transition_points(

@@ -168,16 +168,10 @@ def _scores_by_id(
     """Each model's score where known: the runs' gates, then the pointer's entries and
     the journal's verdicts (the newer the source, the later it is written)."""
     scores: dict[str, float] = {}
-    for entry in runs:
-        gate = entry.gate
-        column = None if gate is None else gate.metrics.get(metric or "")
-        if gate is not None and column is not None:
-            for ident, value in (
-                (gate.candidate_id, column.candidate),
-                (gate.served_id, column.served),
-            ):
-                if ident is not None and value is not None:
-                    scores[ident] = value
+    for gate in (entry.gate for entry in runs if entry.gate is not None):
+        for ident, side in ((gate.candidate_id, gate.candidate), (gate.served_id, gate.served)):
+            if ident is not None and (metric or "") in side:
+                scores[ident] = side[metric or ""]
     served, history = pointer.get("served"), pointer.get("history")
     entries = [served, *(history if isinstance(history, list) else [])][:32]
     for item in entries:

@@ -88,32 +88,20 @@ class LastRun:
         return cls(outcome, None, None, time.time(), round(duration, 3), reason, source, 0)
 
 
-class GateColumn(msgspec.Struct, frozen=True):
-    """One column's scores in a gate mark: the candidate's and the served model's (None:
-    no finite score)."""
-
-    candidate: float | None = None
-    served: float | None = None
-
-
 class GateMark(msgspec.Struct, frozen=True):
     """The gate's verdict on the run's candidate: the outcome, the two models' ids and
-    their scores on the gate's first set (``set``: ``current``, the run's own records,
-    for the built-in gates) by column (``metrics``: the loss columns, then what is
-    reported beside them, se_darwin's ``auc``), the ``primary`` first. The set that
-    decided, and the column a rejection was worse on, are in the run's reason."""
+    their finite scores on the gate's first set (``set``: ``current``, the run's own
+    records, for the built-in gates) by column (the loss columns, then what is reported
+    beside them, se_darwin's ``auc``), the ``primary`` first. The set that decided, and
+    the column a rejection was worse on, are in the run's reason."""
 
     outcome: str
     set: str | None = None
     primary: str | None = None
-    metrics: dict[str, GateColumn] = msgspec.field(default_factory=dict)
+    candidate: dict[str, float] = msgspec.field(default_factory=dict)
+    served: dict[str, float] = msgspec.field(default_factory=dict)
     candidate_id: str | None = None
     served_id: str | None = None
-
-    @property
-    def scores(self) -> GateColumn:
-        """The primary column's scores: what the quality chart draws."""
-        return self.metrics.get(self.primary or "", GateColumn())
 
 
 class LiveColumn(msgspec.Struct, frozen=True):
@@ -300,11 +288,12 @@ _PREFIX_1 = b'{"version":1,'
 
 def _upgraded(data: Any) -> Any:
     """A version-1 entry's JSON with its marks as maps: the gate's scores of its one
-    ``metric`` (``candidate``, ``served``) and the live figures beside the rest."""
+    ``metric`` (None: no finite score) and the live figures beside the rest."""
     gate, live = (data.get(k) if isinstance(data, dict) else None for k in ("gate", "live"))
-    if isinstance(gate, dict) and isinstance(gate.get("metric"), str):
-        scores = {k: gate[k] for k in ("candidate", "served") if k in gate}
-        gate.update(primary=gate["metric"], metrics={gate["metric"]: scores})
+    if isinstance(gate, dict):
+        metric = gate["primary"] = gate.get("metric")
+        for side in ("candidate", "served"):
+            gate[side] = {} if gate.get(side) is None else {metric: gate[side]}
     if isinstance(live, dict):
         data["live"] = msgspec.to_builtins(LiveMark.of(live))
     return data

@@ -21,7 +21,6 @@ from genesis_fp16_infrastructure.agent_folder.run_history import (
     NAME_CHARS,
     PRECISION_REASON_CHARS,
     REASON_CHARS,
-    GateColumn,
     GateMark,
     LastRun,
     LiveMark,
@@ -356,10 +355,8 @@ def _gate_mark(gate: GateReport) -> GateMark:
         outcome=gate.outcome,
         set=None if named is None else text(named.name),
         primary=cut(names[0], NAME_CHARS) if names else None,
-        metrics={
-            cut(name, NAME_CHARS): GateColumn(candidate.get(name), served.get(name))
-            for name in names
-        },
+        candidate={cut(k, NAME_CHARS): candidate[k] for k in names if k in candidate},
+        served={cut(k, NAME_CHARS): served[k] for k in names if k in served},
         candidate_id=text(gate.candidate_id),
         served_id=text(gate.served_id),
     )

@@ -15,7 +15,6 @@ import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.run_history import (
-    GateColumn,
     GateMark,
     LastRun,
     RunEntry,
@@ -85,8 +84,8 @@ def _seed_hostile_history(folder: AgentFolder) -> None:
     run = replace(
         LastRun.of_error("failed", HOSTILE_REASON, 2.0, "daemon"), precision_reason=HOSTILE_REASON
     )
-    scores = {"auc": GateColumn(0.6, 0.7)}
-    gate = GateMark("rejected", HOSTILE_REASON, "auc", scores, HOSTILE_MODEL, HOSTILE_MODEL)
+    scores = ({"auc": 0.6}, {"auc": 0.7})
+    gate = GateMark("rejected", HOSTILE_REASON, "auc", *scores, HOSTILE_MODEL, HOSTILE_MODEL)
     folder.append_run(RunEntry(replace(run, finished_at=1_700_000_000.0), gate=gate,
                                drift=HOSTILE_REASON))  # fmt: skip
 

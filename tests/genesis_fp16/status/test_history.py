@@ -120,13 +120,12 @@ def test_a_plugin_s_second_loss_column_reaches_the_marks_and_the_page(tmp_path: 
     report = gather_status(folder.state_dir, [AGENT], idle, lambda _: NextRun(None, "none"))
     (agent,) = report.agents
     first, gated, watched = agent.history.runs
-    assert first.gate is not None and list(first.gate.metrics) == ["sq", "wobble"]
+    assert first.gate is not None and list(first.gate.candidate) == ["sq", "wobble"]
     gate = gated.gate
     assert gate is not None and gate.outcome == "rejected" and gate.primary == "sq"
-    assert list(gate.metrics) == ["sq", "wobble"] and agent.history.metric == "sq"
-    wobble = gate.metrics["wobble"]
-    assert wobble.candidate is not None and wobble.served is not None
-    assert wobble.candidate > wobble.served + 0.15  # the candidate's bias of 0.2
+    assert list(gate.candidate) == list(gate.served) == ["sq", "wobble"]
+    assert agent.history.metric == "sq"
+    assert gate.candidate["wobble"] > gate.served["wobble"] + 0.15  # the candidate's bias of 0.2
     mark = watched.live
     assert mark is not None and mark.primary == "sq" and list(mark.metrics) == ["sq", "wobble"]
     assert mark.rolled_back and mark.regressed == ("wobble",) and not mark.watched.regression

@@ -13,7 +13,6 @@ from genesis_fp16.status.charts import quality_chart, scale_chart, watch_chart
 from genesis_fp16.status.history import AgentHistory, Transition
 from genesis_fp16.status.svg import BOTTOM, HEIGHT, KINDS, LEFT, TOP, WIDTH, Chart, Mark, draw_chart
 from genesis_fp16_infrastructure.agent_folder.run_history import (
-    GateColumn,
     GateMark,
     LastRun,
     LiveColumn,
@@ -109,7 +108,8 @@ def test_values_that_are_not_finite_are_left_out_with_a_note() -> None:
 
 def _gate(outcome: str, scores: tuple[float, float | None], *ids: str) -> GateMark:
     """A verdict on one column, ``auc``: the candidate's and the served model's scores."""
-    return GateMark(outcome, "current", "auc", {"auc": GateColumn(*scores)}, *ids)
+    candidate, served = ({} if s is None else {"auc": s} for s in scores)
+    return GateMark(outcome, "current", "auc", candidate, served, *ids)
 
 
 def _run(at: float, **fields: object) -> RunEntry:

@@ -21,7 +21,6 @@ from genesis_fp16_infrastructure.agent_folder.run_history import (
     NAME_CHARS,
     PRECISION_REASON_CHARS,
     REASON_CHARS,
-    GateColumn,
     GateMark,
     HistoryUnreadable,
     LastRun,
@@ -155,13 +154,13 @@ def test_a_history_written_before_the_maps_reads_back_without_loss(tmp_path: Pat
     assert promoted.demotions == ("fp16 to bf16 at step 40: overflow_rate",)
     assert promoted.drift == "drift flagged: features reward"
     assert promoted.gate == GateMark(
-        "promoted", "current", "auc", {"auc": GateColumn(0.9109, 0.9)}, "c2", "c1"
+        "promoted", "current", "auc", {"auc": 0.9109}, {"auc": 0.9}, "c2", "c1"
     )
     assert promoted.live == LiveMark(
         412, False, False, "loss", {"loss": LiveColumn(0.02, -0.01, 0.05, 0.03)}
     )
     assert rejected.gate == GateMark(
-        "rejected", "held_out", "loss", {"loss": GateColumn(0.31, 0.25)}, "c3", "c2"
+        "rejected", "held_out", "loss", {"loss": 0.31}, {"loss": 0.25}, "c3", "c2"
     )
     assert rejected.live is not None and rejected.live.rolled_back
     assert rejected.live.regressed == ("loss",) and rejected.live.watched.upper == 0.13
@@ -184,8 +183,8 @@ def test_a_mark_keeps_its_columns_the_primary_first_within_a_line() -> None:
     live = LiveMark.of(report)
     assert list(live.metrics) == [names[-1], *names[: MARK_COLUMNS - 1]]
     assert live.watched == LiveColumn(0.1 / 3, -1 / 7, 2 / 3, 1 / 9, True)
-    scores = {name: GateColumn(1 / 3, 2 / 3) for name in names[:MARK_COLUMNS]}
-    gate = GateMark("rejected", "held_out", names[0], scores, "c" * 160, "s" * 160)
+    scores = [{name: value for name in names[:MARK_COLUMNS]} for value in (1 / 3, 2 / 3)]
+    gate = GateMark("rejected", "held_out", names[0], *scores, "c" * 160, "s" * 160)
     run = LastRun.of_error("failed", "r" * REASON_CHARS, 1.0, "daemon")
     evaluated = {f"eval_{index:02d}_".ljust(NAME_CHARS, "x"): 1 / 3 for index in range(12)}
     run = replace(run, precision_reason="p" * PRECISION_REASON_CHARS, eval=evaluated)

@@ -8,7 +8,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.agent_folder.run_history import GateColumn
 from genesis_fp16_infrastructure.contract.reports import DriftReport, GateReport, ScoresOn
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.training.reports import Demotion
@@ -72,11 +71,8 @@ def test_a_run_with_its_reports_reads_back(tmp_path: Path) -> None:
     assert entry.drift == "drift flagged: features reward"
     assert entry.gate is not None and entry.gate.outcome == "rejected"
     assert entry.gate.primary == "log_loss"
-    assert list(entry.gate.metrics.items()) == [
-        ("log_loss", GateColumn(0.7, 0.5)),
-        ("brier", GateColumn(0.2, 0.1)),
-        ("auc", GateColumn(0.61, 0.74)),
-    ]
+    assert list(entry.gate.candidate.items()) == [("log_loss", 0.7), ("brier", 0.2), ("auc", 0.61)]
+    assert entry.gate.served == {"log_loss": 0.5, "brier": 0.1, "auc": 0.74}
     assert (entry.gate.candidate_id, entry.gate.served_id) == ("c2", "c1")
 
 
@@ -90,4 +86,5 @@ def test_a_judged_score_is_its_loss_and_nan_is_none(tmp_path: Path) -> None:
     folder.save_run(record, result.history_entry(record))
     (entry,) = folder.history().entries
     assert entry.gate is not None and entry.gate.primary == "loss"
-    assert entry.gate.metrics == {"loss": GateColumn(0.3, None)} and entry.loss_scale is None
+    assert (entry.gate.candidate, entry.gate.served) == ({"loss": 0.3}, {})
+    assert entry.loss_scale is None
