@@ -158,7 +158,7 @@ def _metric(runs: tuple[RunEntry, ...], pointer: dict[str, Any]) -> tuple[str | 
         if entry.gate is not None and entry.gate.primary is not None:
             return entry.gate.primary, entry.gate.set
     served = pointer.get("served")
-    scores = _scores(served.get("scores") if isinstance(served, dict) else None)
+    scores = pointer_scores(served.get("scores") if isinstance(served, dict) else None)
     return (next(iter(scores.figures()), None), text(scores.name)) if scores else (None, None)
 
 
@@ -175,14 +175,14 @@ def _scores_by_id(
     served, history = pointer.get("served"), pointer.get("history")
     entries = [served, *(history if isinstance(history, list) else [])][:32]
     for item in entries:
-        found = _scores(item.get("scores")) if isinstance(item, dict) else None
+        found = pointer_scores(item.get("scores")) if isinstance(item, dict) else None
         value = None if found is None else found.figures().get(metric or "")
         if value is not None:
             scores[str(item.get("id"))] = value
     return scores
 
 
-def _scores(scores: Any) -> ScoresOn | None:
+def pointer_scores(scores: Any) -> ScoresOn | None:
     """A pointer entry's scores (any version's verdict); None: none, or a hand's edit."""
     try:
         return ScoresOn.from_json(scores) if isinstance(scores, dict) else None

@@ -90,9 +90,8 @@ class LastRun:
 
 class GateMark(msgspec.Struct, frozen=True):
     """The gate's verdict on the run's candidate: the outcome, the two models' ids and
-    their finite scores on the gate's first set (``set``: ``current``, the run's own
-    records, for the built-in gates) by column (the loss columns, then what is reported
-    beside them, se_darwin's ``auc``), the ``primary`` first. The set that decided, and
+    their finite scores on the gate's first set by column (the loss columns, then the
+    reported ones, such as ``auc``), the ``primary`` first. The set that decided, and
     the column a rejection was worse on, are in the run's reason."""
 
     outcome: str
@@ -145,11 +144,9 @@ class LiveMark(msgspec.Struct, frozen=True):
     @classmethod
     def of(cls, live: Mapping[str, Any]) -> LiveMark:
         """The figures of a live watch's JSON (a run's report, or the served entry's, which
-        a hand may have edited), every column's; a report before the map has one column
-        beside the rest, named by its ``metric`` or ``loss``. What is not a finite number,
-        a count or true is left out."""
+        a hand may have edited): what is not a finite number, a count or true left out."""
         records, metrics, primary = live.get("records"), live.get("metrics"), live.get("primary")
-        if not isinstance(metrics, Mapping):
+        if not isinstance(metrics, Mapping):  # one column beside the rest, before the map
             primary = live.get("metric") if isinstance(live.get("metric"), str) else "loss"
             metrics = {primary: live}
         columns = {str(k): c for k, c in metrics.items() if isinstance(c, Mapping)}
@@ -301,8 +298,7 @@ def _upgraded(data: Any) -> Any:
 
 def decode_entry(line: bytes) -> RunEntry | None:
     """One line's entry, or None when it is not one (torn, another version, edited:
-    a line this module did not write as it writes them). A version-1 line (its marks
-    of one column) reads as its entry in this version's shape."""
+    a line this module did not write as it writes them, or a version-1 line's upgrade)."""
     if len(line) > LINE_BYTES or not line.startswith((_PREFIX, _PREFIX_1)):
         return None
     try:

@@ -12,16 +12,14 @@ from typing import Any
 
 import pytest
 
+from genesis_fp16.commands.model_list import _live
+from genesis_fp16.plugin_api import PrecisionRequest, RecordLosses, TrainRequest, TrainResult
 from genesis_fp16.status.render import render_html
 from genesis_fp16.status.report import DaemonStatus, NextRun, gather_status
 from genesis_fp16_infrastructure.agent_folder.candidates import candidate_entry, newest_checkpoint
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.transitions import serve
-from genesis_fp16_infrastructure.contract.judging import RecordLosses
-from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.judging.run import run_plugin
-from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 
 AGENT = "two_losses"
 
@@ -97,7 +95,8 @@ def test_a_plugin_s_second_loss_column_reaches_the_marks_and_the_page(tmp_path: 
     rejected; served by hand all the same, then rolled back by the watch on later
     records. The history's gate mark holds both models' scores on both columns, its live
     mark both columns' tests; the page's history holds them, and its watch chart names
-    ``wobble`` where it rolled back (the chart draws ``sq``, the primary)."""
+    ``wobble`` where it rolled back (the chart draws ``sq``, the primary), and so does
+    `model list`'s LIVE cell."""
     folder = AgentFolder(tmp_path / "state", AGENT)
     folder.root.mkdir(parents=True)
     plugin = TwoLosses()
@@ -133,3 +132,5 @@ def test_a_plugin_s_second_loss_column_reaches_the_marks_and_the_page(tmp_path: 
     assert mark.metrics["wobble"].difference == pytest.approx(reported.difference, abs=1e-6)
     page = render_html(report).decode()
     assert "rolled back on wobble: " in page and "served model&#x27;s sq" in page
+    cell = _live(live.to_json())  # `model list`'s LIVE cell: the primary drawn, wobble named
+    assert cell.startswith(f"{live.records} rec, sq ") and cell.endswith("; wobble REGRESSION")
