@@ -22,7 +22,7 @@ from genesis_fp16.status.report import held_by_pin, held_words
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
     CheckpointsFolder,
-    LiveReport,
+    LiveMark,
     Outcome,
     ScoresOn,
     ServedPointer,
@@ -204,19 +204,19 @@ def _gate(row: dict[str, Any]) -> str:
 
 
 def _live(figures: Any) -> str:
-    """The live watch's figures in one cell: records, the loss difference from the
-    predecessor (se_darwin's log-loss, a judged plugin's loss) and its bounds, and the
-    verdict when the test found a regression."""
-    figures = LiveReport.figures_of(figures)
-    if not figures.get("records"):
+    """The live watch's figures in one cell: records, the primary loss column's difference
+    from the predecessor and its bounds, and the verdict when a column's test found a
+    regression, naming the columns."""
+    live = LiveMark.of(figures if isinstance(figures, dict) else {})
+    if not live.records:
         return "-"
-    score = figures.get("metric") or ("loss" if figures.get("score") == "loss" else "log-loss")
+    w = live.watched
     text = (
-        f"{figures['records']} rec, {score} {figures['difference']:+.3f} "
-        f"[{figures['lower']:+.3f}, {figures['upper']:+.3f}] vs previous"
+        f"{live.records} rec, {live.primary} {w.difference:+.3f} "
+        f"[{w.lower:+.3f}, {w.upper:+.3f}] vs previous"
     )
-    said = f"; {figures['regressed']}" if figures.get("regressed") else ""
-    return text + (f"{said} REGRESSION" if figures.get("regression") else "")
+    said = f"; {', '.join(live.regressed)}" if live.regressed else ""
+    return text + (f"{said} REGRESSION" if live.regression else "")
 
 
 def _list_ungated(models: CheckpointsFolder, agent: str, as_json: bool) -> int:

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from genesis_fp16_infrastructure.api import DriftReport, GateReport, JournalEntry, Outcome, ScoresOn
+from genesis_fp16_infrastructure.api import DriftReport, GateReport, JournalEntry, Outcome
 
 PROMOTING = ("gate", "first")  # the journal kinds of the gate's promotions (transitions.serve)
 
@@ -139,11 +139,11 @@ class PromotionMetrics:
     def export_gate(self, agent: str, gate: GateReport) -> None:
         """The verdict's scores; a promotion makes the candidate's the served quality."""
         promoted = gate.outcome == Outcome.PROMOTED
-        for name, candidate in _figures(gate.candidate).items():
+        for name, candidate in (gate.candidate.figures() if gate.candidate else {}).items():
             self.candidate.labels(agent=agent, score=name).set(candidate)
             if promoted:
                 self.served.labels(agent=agent, score=name).set(candidate)
-        for name, served in _figures(gate.served).items():
+        for name, served in (gate.served.figures() if gate.served else {}).items():
             if not promoted:
                 self.served.labels(agent=agent, score=name).set(served)
         if gate.comparisons:  # the first set's (held_out); the golden one's is in train --json
@@ -171,9 +171,3 @@ class PromotionMetrics:
             flagged = float(drift.label_shift_flagged)
             self.label_shift_flagged.labels(agent=agent).set(flagged)
         self.drift_flagged.labels(agent=agent).set(len(drift.flagged))
-
-
-def _figures(scores: ScoresOn | None) -> dict[str, float]:
-    """A model's finite figures by name (its loss columns, then the reported ones)."""
-    found = {} if scores is None else scores.figures()
-    return {name: value for name, value in found.items() if math.isfinite(value)}

@@ -74,17 +74,19 @@ def _gate_points(entry: RunEntry, line: list[Point], marks: list[Mark]) -> None:
     gate, at = entry.gate, entry.run.finished_at
     if gate is None:
         return
-    score = f"{gate.metric} {_g(gate.candidate)}"
-    against = "" if gate.served_id is None else f" vs {gate.served_id} ({_g(gate.served)})"
+    # the primary column's scores; a rejection's reason names the column it was worse on
+    candidate, served = (side.get(gate.primary or "") for side in (gate.candidate, gate.served))
+    score = f"{gate.primary} {_g(candidate)}"
+    against = "" if gate.served_id is None else f" vs {gate.served_id} ({_g(served)})"
     label = f"{gate.candidate_id or 'candidate'} {score}{against}; {entry.run.reason}"
     if gate.outcome == Outcome.PROMOTED:
-        line.append((at, gate.candidate))
-        marks.append(Mark(at, gate.candidate, Outcome.PROMOTED, label))
+        line.append((at, candidate))
+        marks.append(Mark(at, candidate, Outcome.PROMOTED, label))
         return
-    line.append((at, gate.served))
+    line.append((at, served))
     marked = (Outcome.REJECTED, Outcome.HELD, Outcome.ROLLED_BACK)
     kind = gate.outcome if gate.outcome in marked else Outcome.HELD
-    marks.append(Mark(at, gate.candidate, kind, label))
+    marks.append(Mark(at, candidate, kind, label))
 
 
 def _transition_points(
@@ -139,18 +141,20 @@ def watch_chart(history: AgentHistory, watch: Mapping[str, Any] | None) -> Chart
     if now is not None and at is not None and (not points or points[-1][1] != now):
         points.append((at, now))
     marks = []
-    for at, live in points:
+    for at, live in points:  # the primary column drawn, the regressed ones named
         if live.rolled_back or live.regression:
             kind = Outcome.ROLLED_BACK if live.rolled_back else "regression"
             what = "rolled back" if live.rolled_back else "regression, not rolled back"
-            marks.append(Mark(at, live.difference, kind, f"{what}: {_g(live.difference)}"))
-    margin = points[-1][1].margin if points else None
+            on = f" on {', '.join(live.regressed)}" if live.regressed else ""
+            difference = live.watched.difference
+            marks.append(Mark(at, difference, kind, f"{what}{on}: {_g(difference)}"))
+    margin = points[-1][1].watched.margin if points else None
     said = watch_words(watch)
     return Chart(
         title=f"live watch ({said}): served model minus its predecessor, bounds and margin",
         y_label="difference",
-        line=tuple((at, live.difference) for at, live in points),
-        band=tuple((at, live.lower, live.upper) for at, live in points),
+        line=tuple((at, live.watched.difference) for at, live in points),
+        band=tuple((at, live.watched.lower, live.watched.upper) for at, live in points),
         marks=tuple(marks),
         rule=margin,
         rule_label="" if margin is None else f"margin {_g(margin)}",

@@ -30,12 +30,11 @@ from genesis_fp16_infrastructure.api import (
     AgentFolder,
     JournalEntry,
     LiveMark,
-    LiveReport,
     Outcome,
     RunEntry,
+    ScoresOn,
     files,
-    score_name,
-    score_of,
+    text,
 )
 
 CHART_RUNS = 30  # the runs the charts draw (the history keeps more)
@@ -44,7 +43,6 @@ QUARANTINE_SCAN = 200
 # The journal's kinds of a transition that served a new model (serve's ``how``; an older
 # release wrote the outcome's word).
 PROMOTIONS = ("first", "gate", Outcome.PROMOTED, "manual", "adopted")
-TEXT_CHARS = 160
 
 
 @dataclass(frozen=True)
@@ -145,7 +143,7 @@ def _build_history(folder: AgentFolder, pointer: dict[str, Any]) -> tuple[AgentH
         transitions=_transitions(pointer, scores),
         metric=metric,
         metric_set=metric_set,
-        live_now=None if live is None else LiveMark.of(LiveReport.figures_of(live)),
+        live_now=None if live is None else LiveMark.of(live),
         live_at=None if live is None else stamp_seconds(live.get("updated_at")),
         quarantine_file=_newest_quarantine(folder),
         unreadable=unreadable,
@@ -157,13 +155,11 @@ def _metric(runs: tuple[RunEntry, ...], pointer: dict[str, Any]) -> tuple[str | 
     """The score the agent's models are told by and on which set: the newest gate's,
     else the pointer's."""
     for entry in reversed(runs):
-        if entry.gate is not None and entry.gate.metric is not None:
-            return entry.gate.metric, entry.gate.set
+        if entry.gate is not None and entry.gate.primary is not None:
+            return entry.gate.primary, entry.gate.set
     served = pointer.get("served")
-    scores = served.get("scores") if isinstance(served, dict) else None
-    if not isinstance(scores, dict):
-        return None, None
-    return score_name(scores), _text(scores.get("set"))
+    scores = pointer_scores(served.get("scores") if isinstance(served, dict) else None)
+    return (next(iter(scores.figures()), None), text(scores.name)) if scores else (None, None)
 
 
 def _scores_by_id(
@@ -172,23 +168,26 @@ def _scores_by_id(
     """Each model's score where known: the runs' gates, then the pointer's entries and
     the journal's verdicts (the newer the source, the later it is written)."""
     scores: dict[str, float] = {}
-    for entry in runs:
-        gate = entry.gate
-        if gate is not None and gate.metric == metric:
-            for ident, value in (
-                (gate.candidate_id, gate.candidate),
-                (gate.served_id, gate.served),
-            ):
-                if ident is not None and value is not None:
-                    scores[ident] = value
+    for gate in (entry.gate for entry in runs if entry.gate is not None):
+        for ident, side in ((gate.candidate_id, gate.candidate), (gate.served_id, gate.served)):
+            if ident is not None and (metric or "") in side:
+                scores[ident] = side[metric or ""]
     served, history = pointer.get("served"), pointer.get("history")
     entries = [served, *(history if isinstance(history, list) else [])][:32]
     for item in entries:
-        if isinstance(item, dict) and isinstance(item.get("scores"), dict):
-            value = score_of(item["scores"], metric)
-            if value is not None:
-                scores[str(item.get("id"))] = value
+        found = pointer_scores(item.get("scores")) if isinstance(item, dict) else None
+        value = None if found is None else found.figures().get(metric or "")
+        if value is not None:
+            scores[str(item.get("id"))] = value
     return scores
+
+
+def pointer_scores(scores: Any) -> ScoresOn | None:
+    """A pointer entry's scores (any version's verdict); None: none, or a hand's edit."""
+    try:
+        return ScoresOn.from_json(scores) if isinstance(scores, dict) else None
+    except ValueError:
+        return None
 
 
 def _transitions(pointer: dict[str, Any], scores: dict[str, float]) -> tuple[Transition, ...]:
@@ -207,9 +206,9 @@ def _transitions(pointer: dict[str, Any], scores: dict[str, float]) -> tuple[Tra
             Transition(
                 at=at,
                 kind=entry.kind or "unknown",
-                served=_text(entry.served),
-                dropped=_text(entry.dropped),
-                reason=_text(entry.reason),
+                served=text(entry.served),
+                dropped=text(entry.dropped),
+                reason=text(entry.reason),
                 score=None if entry.served is None else scores.get(entry.served),
             )
         )
@@ -229,7 +228,7 @@ def _newest_quarantine(folder: AgentFolder) -> str | None:
                     newest = entry.name
     except OSError:  # no folder yet, or not ours to list
         return None
-    return None if newest is None else _text(str(folder.quarantine_dir / newest))
+    return None if newest is None else text(str(folder.quarantine_dir / newest))
 
 
 def last_drift(runs: tuple[RunEntry, ...]) -> tuple[float, str] | None:
@@ -238,10 +237,3 @@ def last_drift(runs: tuple[RunEntry, ...]) -> tuple[float, str] | None:
         if entry.drift is not None:
             return entry.run.finished_at, entry.drift
     return None
-
-
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    text = " ".join(str(value).split())
-    return text if len(text) <= TEXT_CHARS else text[: TEXT_CHARS - 1] + "…"

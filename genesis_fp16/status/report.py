@@ -26,7 +26,7 @@ import msgspec
 
 from genesis_fp16 import __version__
 from genesis_fp16.metrics.watch_state import stamp_seconds, watch_state
-from genesis_fp16.status.history import AgentHistory, gather_history
+from genesis_fp16.status.history import AgentHistory, gather_history, pointer_scores
 from genesis_fp16.status.when import clock
 from genesis_fp16_infrastructure.api import (
     AgentFolder,
@@ -35,7 +35,6 @@ from genesis_fp16_infrastructure.api import (
     LiveReport,
     Outcome,
     PrecisionName,
-    ScoresOn,
     files,
     precision_name,
 )
@@ -367,12 +366,9 @@ def _quality(scores: Any) -> dict[str, Any] | None:
     """The served model's gate figures by name (its loss columns, the primary first, then
     the reported ones: any version's verdict), its records and set; a hand-edited entry
     as it stands."""
-    try:
-        read = ScoresOn.from_json(scores) if isinstance(scores, Mapping) else None
-    except ValueError:
+    read = pointer_scores(scores)
+    if read is None:  # none (None), or a hand's edit
         return _figures(scores)
-    if read is None:
-        return None
     return _figures({**read.figures(), "records": read.records, "set": read.name})
 
 

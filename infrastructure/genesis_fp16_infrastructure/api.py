@@ -51,8 +51,7 @@ if TYPE_CHECKING:
         LastRun,
         LiveMark,
         RunEntry,
-        score_name,
-        score_of,
+        text,
     )
     from genesis_fp16_infrastructure.contract.agent_snapshot import (
         AgentSnapshot,

@@ -47,7 +47,7 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
 
 logger = logging.getLogger(__name__)
 
-VERSION = 1
+VERSION = 2  # 1: the marks of one column, before their maps (read and upgraded)
 KEEP = 50  # entries kept after a compaction: the page shows 10, the charts all of them
 LINE_BYTES = 4 * 1024
 COMPACT_BYTES = 2 * KEEP * LINE_BYTES  # the file never grows past about this
@@ -57,6 +57,8 @@ TEXT_CHARS = 160  # a score's name, a model's id, a drift warning
 # (three precisions, eager and captured) in its precision's reason.
 REASON_CHARS = 400
 PRECISION_REASON_CHARS = 1000
+MARK_COLUMNS = 4  # the columns a gate or live mark keeps, the primary first
+NAME_CHARS = 32  # a column's name (contract.judging: at most 32 characters)
 
 
 @dataclass(frozen=True)
@@ -82,50 +84,80 @@ class LastRun:
     def of_error(cls, outcome: str, reason: str, duration: float, source: str) -> LastRun:
         """The record of a run that ended without a result (failed, or stopped as it
         started)."""
-        return cls(outcome, None, None, time.time(), round(duration, 3), short(reason), source, 0)
+        reason = cut(reason, REASON_CHARS)
+        return cls(outcome, None, None, time.time(), round(duration, 3), reason, source, 0)
 
 
 class GateMark(msgspec.Struct, frozen=True):
     """The gate's verdict on the run's candidate: the outcome, the two models' ids and
-    their scores on the gate's first set (``set``: ``current``, the run's own records,
-    for the built-in gates; ``metric``: ``auc``, or a judged agent's ``loss``; None
-    where a side has no finite score). The set that decided is in the run's reason."""
+    their finite scores on the gate's first set by column (the loss columns, then the
+    reported ones, such as ``auc``), the ``primary`` first. The set that decided, and
+    the column a rejection was worse on, are in the run's reason."""
 
     outcome: str
-    metric: str | None = None
     set: str | None = None
-    candidate: float | None = None
-    served: float | None = None
+    primary: str | None = None
+    candidate: dict[str, float] = msgspec.field(default_factory=dict)
+    served: dict[str, float] = msgspec.field(default_factory=dict)
     candidate_id: str | None = None
     served_id: str | None = None
 
 
-class LiveMark(msgspec.Struct, frozen=True):
-    """The live watch's running figures after the run: the mean difference (served minus
-    predecessor, in the watch's units), its anytime-valid bounds, the margin, the records
-    scored, and whether it found a regression and rolled back."""
+class LiveColumn(msgspec.Struct, frozen=True):
+    """One column's live test: the mean difference (served minus predecessor, in the
+    column's units), its anytime-valid bounds, the margin, and whether it regressed."""
 
-    difference: float | None
-    lower: float | None
-    upper: float | None
-    margin: float | None
+    difference: float | None = None
+    lower: float | None = None
+    upper: float | None = None
+    margin: float | None = None
+    regression: bool = False
+
+    @classmethod
+    def of(cls, figures: Mapping[str, Any]) -> LiveColumn:
+        """A column's figures in a live watch's JSON: what is not finite or true left out."""
+        d, lo, up, m = (finite(figures.get(k)) for k in ("difference", "lower", "upper", "margin"))
+        return cls(d, lo, up, m, figures.get("regression") is True)
+
+
+class LiveMark(msgspec.Struct, frozen=True):
+    """The live watch's running figures after the run: the records scored, whether it
+    found a regression and rolled back, and each column's test (``metrics``, the
+    ``primary`` first)."""
+
     records: int
     regression: bool
     rolled_back: bool
+    primary: str | None = None
+    metrics: dict[str, LiveColumn] = msgspec.field(default_factory=dict)
+
+    @property
+    def watched(self) -> LiveColumn:
+        """The primary column's test: what the watch chart draws."""
+        return self.metrics.get(self.primary or "", LiveColumn())
+
+    @property
+    def regressed(self) -> tuple[str, ...]:
+        """The columns whose test found a regression."""
+        return tuple(name for name, column in self.metrics.items() if column.regression)
 
     @classmethod
     def of(cls, live: Mapping[str, Any]) -> LiveMark:
-        """The figures of a live watch's JSON (a run's result or the served entry, which
-        a hand may have edited): what is not a finite number, a count or true is left out."""
-        records = live.get("records")
+        """The figures of a live watch's JSON (a run's report, or the served entry's, which
+        a hand may have edited): what is not a finite number, a count or true left out."""
+        records, metrics, primary = live.get("records"), live.get("metrics"), live.get("primary")
+        if not isinstance(metrics, Mapping):  # one column beside the rest, before the map
+            primary = live.get("metric") if isinstance(live.get("metric"), str) else "loss"
+            metrics = {primary: live}
+        columns = {str(k): c for k, c in metrics.items() if isinstance(c, Mapping)}
+        primary = primary if isinstance(primary, str) and primary in columns else None
+        kept = sorted(columns.items(), key=lambda item: item[0] != primary)[:MARK_COLUMNS]
         return cls(
-            difference=finite(live.get("difference")),
-            lower=finite(live.get("lower")),
-            upper=finite(live.get("upper")),
-            margin=finite(live.get("margin")),
             records=records if isinstance(records, int) and not isinstance(records, bool) else 0,
             regression=live.get("regression") is True,
             rolled_back=live.get("rolled_back") is True,
+            primary=None if primary is None else cut(primary, NAME_CHARS),
+            metrics={cut(name, NAME_CHARS): LiveColumn.of(column) for name, column in kept},
         )
 
 
@@ -151,36 +183,6 @@ class RunHistory:
 
     entries: tuple[RunEntry, ...]
     unreadable: int = 0
-
-
-def score_name(scores: Any) -> str | None:
-    """Which score a model's figures (a gate report's ``ScoresOn``, or its JSON) are told
-    by: its primary loss column (the first of ``losses``), else a reported figure; in a
-    verdict written before loss columns, ``loss``, else ``auc``, else ``log_loss``; None:
-    none."""
-    return next(iter(_figures(scores)), None)
-
-
-def score_of(scores: Any, name: str | None) -> float | None:
-    """``scores``' figure ``name`` when it is a finite number, else None."""
-    return None if name is None else _figures(scores).get(name)
-
-
-def _figures(scores: Any) -> dict[str, float]:
-    """A model's finite figures by name, in the order :func:`score_name` prefers them."""
-    if scores is None:
-        return {}
-    if not isinstance(scores, dict):  # a ScoresOn
-        return scores.figures()
-    losses = scores.get("losses")
-    found: dict[str, Any] = {}
-    if isinstance(losses, dict) and scores.get("primary") in losses:  # files keep no order
-        found[scores["primary"]] = losses[scores["primary"]]
-    for nested in (losses, scores.get("reported")):
-        found |= nested if isinstance(nested, dict) else {}
-    found |= {name: scores.get(name) for name in ("loss", "auc", "log_loss") if name in scores}
-    figures = {name: finite(value) for name, value in found.items()}
-    return {name: value for name, value in figures.items() if value is not None}
 
 
 def drift_warning(flagged: tuple[str, ...], label_shift: bool) -> str | None:
@@ -278,15 +280,32 @@ class HistoryUnreadable(files.UnusableStateFile):
 LATEST_TIME = 253_402_300_799.0
 _PREFIX = b'{"version":%d,' % VERSION  # how encode_entry begins every line it writes
 _DECODER = msgspec.json.Decoder(RunEntry)  # typed: no dict in between (the page's cost)
+_PREFIX_1 = b'{"version":1,'
+
+
+def _upgraded(data: Any) -> Any:
+    """A version-1 entry's JSON with its marks as maps: the gate's scores of its one
+    ``metric`` (None: no finite score) and the live figures beside the rest."""
+    gate, live = (data.get(k) if isinstance(data, dict) else None for k in ("gate", "live"))
+    if isinstance(gate, dict):
+        metric = gate["primary"] = gate.get("metric")
+        for side in ("candidate", "served"):
+            gate[side] = {} if gate.get(side) is None else {metric: gate[side]}
+    if isinstance(live, dict):
+        data["live"] = msgspec.to_builtins(LiveMark.of(live))
+    return data
 
 
 def decode_entry(line: bytes) -> RunEntry | None:
     """One line's entry, or None when it is not one (torn, another version, edited:
-    a line this module did not write as it writes them)."""
-    if len(line) > LINE_BYTES or not line.startswith(_PREFIX):
+    a line this module did not write as it writes them, or a version-1 line's upgrade)."""
+    if len(line) > LINE_BYTES or not line.startswith((_PREFIX, _PREFIX_1)):
         return None
     try:
-        entry = _DECODER.decode(line)  # its "version" is no field: msgspec skips it
+        if line.startswith(_PREFIX):
+            entry = _DECODER.decode(line)  # its "version" is no field: msgspec skips it
+        else:  # through a dict: only lines written before the maps pay for one
+            entry = msgspec.convert(_upgraded(msgspec.json.decode(line)), RunEntry)
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
         return None  # UnicodeDecodeError: bytes that are not UTF-8 in a string
     run = entry.run
@@ -325,12 +344,6 @@ def text(value: Any) -> str | None:
 
 
 def cut(text: str, chars: int = TEXT_CHARS) -> str:
-    """``text`` on one line, cut to ``chars`` characters."""
+    """``text`` on one line (a traceback's newlines would break it), cut to ``chars``."""
     line = " ".join(str(text).split())
     return line if len(line) <= chars else line[: chars - 1] + "…"
-
-
-def short(text: str, limit: int = REASON_CHARS) -> str:
-    """``text`` on one line (a traceback's newlines would break it), cut to ``limit``."""
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"

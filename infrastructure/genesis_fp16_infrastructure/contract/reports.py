@@ -181,10 +181,11 @@ primary='loss')
         return found
 
     def figures(self) -> dict[str, float]:
-        """Every figure by name: the loss columns (the primary first), then the reported."""
+        """Every finite figure by name: the loss columns (the primary first), then the
+        reported."""
         primary = self.primary or ""
         first = {primary: self.losses[primary]} if primary in self.losses else {}
-        return {**first, **self.losses, **self.reported}
+        return {k: v for k, v in {**first, **self.losses, **self.reported}.items() if _finite(v)}
 
 
 def _finite(value: object) -> bool:
@@ -332,16 +333,15 @@ class LiveReport(Record):
     @staticmethod
     def figures_of(data: object) -> dict[str, Any]:
         """A live report's JSON (either shape; a pointer's, a hand may have edited it) in
-        one level for a one-line view: ``metric`` (the primary's name), ``regressed`` (the
-        columns that regressed, in words), the primary column's figures, the report's."""
+        one level for a one-line view: ``metric`` (the primary's name), the primary
+        column's figures, the report's."""
         metrics = data.get("metrics") if isinstance(data, Mapping) else None
         if not isinstance(data, Mapping) or not isinstance(metrics, Mapping):
             return dict(data) if isinstance(data, Mapping) else {}
         columns = {k: f for k, f in metrics.items() if isinstance(f, Mapping)}
-        regressed = ", ".join(k for k, f in columns.items() if f.get("regression"))
         out = {k: v for k, v in data.items() if k != "metrics"}
         metric = data.get("primary")
-        return {"metric": metric, "regressed": regressed, **columns.get(str(metric), {}), **out}
+        return {"metric": metric, **columns.get(str(metric), {}), **out}
 
 
 # A LiveReport's keys before the map that are its one column's (unknown keys: ignored)

@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from genesis_fp16_infrastructure.agent_folder.run_history import (
+    MARK_COLUMNS,
+    NAME_CHARS,
     PRECISION_REASON_CHARS,
+    REASON_CHARS,
     GateMark,
     LastRun,
     LiveMark,
@@ -25,9 +28,6 @@ from genesis_fp16_infrastructure.agent_folder.run_history import (
     cut,
     drift_warning,
     finite,
-    score_name,
-    score_of,
-    short,
     text,
 )
 from genesis_fp16_infrastructure.contract.reports import (
@@ -301,11 +301,11 @@ class TrainResult:
             precision_requested=self.precision_requested,
             finished_at=time.time() if when is None else when,
             duration_seconds=round(duration, 3),
-            reason=short(self.reason()),
+            reason=cut(self.reason(), REASON_CHARS),
             source=source,
             steps=self.steps,
             eval={k: float(v) for k, v in figures if finite(v) is not None} or None,
-            precision_reason=short(self.precision_reason, PRECISION_REASON_CHARS),
+            precision_reason=cut(self.precision_reason, PRECISION_REASON_CHARS),
         )
 
     def history_entry(self, record: LastRun) -> RunEntry:
@@ -323,7 +323,7 @@ class TrainResult:
             quarantined=self.quarantined,
             drift=drift_warning(drift.flagged, drift.label_shift_flagged) if drift else None,
             gate=None if self.gate is None or self.up_to_date else _gate_mark(self.gate),
-            live=None if not self.live else LiveMark.of(LiveReport.figures_of(self.live.to_json())),
+            live=None if not self.live else LiveMark.of(self.live.to_json()),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -346,15 +346,17 @@ class TrainResult:
 
 
 def _gate_mark(gate: GateReport) -> GateMark:
-    """The gate's verdict as the history marks it: both models' scores on its first set."""
-    metric = score_name(gate.candidate) or score_name(gate.served)
+    """The gate's verdict as the history marks it: both models' scores on its first set,
+    every column's (at most MARK_COLUMNS, the candidate's primary first)."""
+    candidate, served = (s.figures() if s else {} for s in (gate.candidate, gate.served))
+    names = list({**candidate, **served})[:MARK_COLUMNS]
     named = gate.candidate or gate.served
     return GateMark(
         outcome=gate.outcome,
-        metric=metric,
         set=None if named is None else text(named.name),
-        candidate=score_of(gate.candidate, metric),
-        served=score_of(gate.served, metric),
+        primary=cut(names[0], NAME_CHARS) if names else None,
+        candidate={cut(k, NAME_CHARS): candidate[k] for k in names if k in candidate},
+        served={cut(k, NAME_CHARS): served[k] for k in names if k in served},
         candidate_id=text(gate.candidate_id),
         served_id=text(gate.served_id),
     )

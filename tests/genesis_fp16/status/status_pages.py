@@ -14,7 +14,11 @@ from pathlib import Path
 import numpy as np
 
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.agent_folder.run_history import GateMark, LastRun, RunEntry
+from genesis_fp16_infrastructure.agent_folder.run_history import (
+    GateMark,
+    LastRun,
+    RunEntry,
+)
 
 # An agent name cannot carry markup ([a-z][a-z0-9_]{0,63}: genesis_fp16/config/agent_names.py);
 # a folder beside the agents' named with some is no agent's, and the report leaves it out.
@@ -80,7 +84,8 @@ def _seed_hostile_history(folder: AgentFolder) -> None:
     run = replace(
         LastRun.of_error("failed", HOSTILE_REASON, 2.0, "daemon"), precision_reason=HOSTILE_REASON
     )
-    gate = GateMark("rejected", "auc", HOSTILE_REASON, 0.6, 0.7, HOSTILE_MODEL, HOSTILE_MODEL)
+    scores = ({"auc": 0.6}, {"auc": 0.7})
+    gate = GateMark("rejected", HOSTILE_REASON, "auc", *scores, HOSTILE_MODEL, HOSTILE_MODEL)
     folder.append_run(RunEntry(replace(run, finished_at=1_700_000_000.0), gate=gate,
                                drift=HOSTILE_REASON))  # fmt: skip
 

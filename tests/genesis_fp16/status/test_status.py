@@ -237,7 +237,7 @@ def test_a_real_train_leaves_its_run_in_the_history_and_on_the_chart(
     (agent,) = [a for a in report.agents if a.name == "rlhf_ppo"]
     (entry,) = agent.history.runs
     assert entry.gate is not None and entry.gate.outcome == "promoted"
-    assert entry.gate.metric == "loss" and entry.gate.candidate is not None
+    assert entry.gate.primary == "loss" and entry.gate.candidate["loss"] is not None
     assert entry.run.precision_reason == run["precision_reason"]
     page = render_html(report).decode()
     assert page.count('class="mark promoted"') == 1 and "<h3>last 1 run</h3>" in page

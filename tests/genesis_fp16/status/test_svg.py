@@ -15,6 +15,7 @@ from genesis_fp16.status.svg import BOTTOM, HEIGHT, KINDS, LEFT, TOP, WIDTH, Cha
 from genesis_fp16_infrastructure.agent_folder.run_history import (
     GateMark,
     LastRun,
+    LiveColumn,
     LiveMark,
     RunEntry,
 )
@@ -105,6 +106,12 @@ def test_values_that_are_not_finite_are_left_out_with_a_note() -> None:
     assert "1 value(s)" in "".join(t.text or "" for t in logged.iter(f"{NS}text"))
 
 
+def _gate(outcome: str, scores: tuple[float, float | None], *ids: str) -> GateMark:
+    """A verdict on one column, ``auc``: the candidate's and the served model's scores."""
+    candidate, served = ({} if s is None else {"auc": s} for s in scores)
+    return GateMark(outcome, "current", "auc", candidate, served, *ids)
+
+
 def _run(at: float, **fields: object) -> RunEntry:
     record = LastRun("success", "fp32", "auto", at, 1.0, "why", "daemon", 10)
     return RunEntry(record, **fields)  # type: ignore[arg-type]
@@ -113,17 +120,15 @@ def _run(at: float, **fields: object) -> RunEntry:
 def _history() -> AgentHistory:
     """A first model, a better one promoted, a rejected one, an operator's rollback."""
     runs = (
-        _run(
-            100.0, gate=GateMark("promoted", "auc", "current", 0.70, None, "c1"), loss_scale=65536.0
-        ),
+        _run(100.0, gate=_gate("promoted", (0.70, None), "c1"), loss_scale=65536.0),
         _run(
             200.0,
-            gate=GateMark("promoted", "auc", "current", 0.80, 0.70, "c2", "c1"),
+            gate=_gate("promoted", (0.80, 0.70), "c2", "c1"),
             skipped_steps=4,
         ),
         _run(
             300.0,
-            gate=GateMark("rejected", "auc", "current", 0.60, 0.80, "c3", "c2"),
+            gate=_gate("rejected", (0.60, 0.80), "c3", "c2"),
             demotions=("fp16 to bf16 at step 12: overflow_rate",),
         ),
     )
@@ -169,15 +174,15 @@ def test_the_scale_chart_marks_a_demotion_above_its_run() -> None:
 def test_the_watch_chart_draws_the_bounds_margin_and_a_rollback() -> None:
     """The difference with its bounds as a band, the margin as a rule, the rollback
     marked; the pointer's figures now are one more point."""
-    live = LiveMark(0.02, -0.01, 0.05, 0.03, 120, False, False)
-    worse = LiveMark(0.09, 0.05, 0.13, 0.03, 300, True, True)
+    live = LiveMark(120, False, False, "loss", {"loss": LiveColumn(0.02, -0.01, 0.05, 0.03)})
+    worse = LiveMark(300, True, True, "loss", {"loss": LiveColumn(0.09, 0.05, 0.13, 0.03, True)})
     runs = (_run(10.0, live=live), _run(20.0, live=worse))
     history = AgentHistory(runs=runs, live_now=live, live_at=30.0)
     chart = watch_chart(history, {"state": "watching", "since": 30.0, "scored_at": 30.0})
     assert [x for x, _ in chart.line] == [10.0, 20.0, 30.0] and chart.rule == 0.03
     root = _tree(draw_chart(chart))
     assert len(list(root.iter(f"{NS}polygon"))) == 1  # the band: three points in one
-    assert [t for t, _ in _marks(root)["rolled_back"]] == ["rolled back: 0.09"]
+    assert [t for t, _ in _marks(root)["rolled_back"]] == ["rolled back on loss: 0.09"]
     assert any(e.get("class") == "rule" for e in root.iter(f"{NS}line"))
 
 
@@ -189,7 +194,7 @@ def test_one_run_draws_axes_around_its_own_values() -> None:
     """One promoted AUC of 0.83 and one run's loss scale: the y axis stays near 0.83 (it
     went to 1.33) and the run axis says "run 1" once (it said "run 0" and "run 2")."""
     one = AgentHistory(
-        runs=(_run(100.0, gate=GateMark("promoted", "auc", "current", 0.83, None, "c1")),),
+        runs=(_run(100.0, gate=_gate("promoted", (0.83, None), "c1")),),
         metric="auc",
     )
     quality = _ticks(_tree(draw_chart(quality_chart(one))))
@@ -217,7 +222,7 @@ def test_one_auc_near_a_bound_keeps_its_axis_between_0_and_1(auc: float) -> None
     (-0.5 at the bottom): every tick of the AUC axis is between 0 and 1, the point drawn
     inside the plot."""
     one = AgentHistory(
-        runs=(_run(100.0, gate=GateMark("promoted", "auc", "current", auc, None, "c1")),),
+        runs=(_run(100.0, gate=_gate("promoted", (auc, None), "c1")),),
         metric="auc",
     )
     root = _tree(draw_chart(quality_chart(one)))

@@ -5,6 +5,7 @@ agent folder's one atomic writer."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,9 +17,18 @@ from genesis_fp16_infrastructure.agent_folder.run_history import (
     COMPACT_BYTES,
     KEEP,
     LINE_BYTES,
+    MARK_COLUMNS,
+    NAME_CHARS,
+    PRECISION_REASON_CHARS,
+    REASON_CHARS,
+    GateMark,
     HistoryUnreadable,
     LastRun,
+    LiveColumn,
+    LiveMark,
     RunEntry,
+    decode_entry,
+    encode_entry,
 )
 
 
@@ -99,3 +109,85 @@ def test_no_file_is_no_history(tmp_path: Path) -> None:
     """An agent that never ran has an empty history, not an error."""
     history = _folder(tmp_path).history()
     assert (history.entries, history.unreadable) == ((), 0)
+
+
+# Lines as the release before the marks' maps wrote them (version 1: one column each),
+# written by its encode_entry at 05a05695.
+OLD_LINES = (
+    b'{"version":1,"run":{"outcome":"success","precision":"bf16","precision_requested":"auto",'
+    b'"finished_at":1764093704.0,"duration_seconds":44.0,"reason":"promoted: no worse than the'
+    b' served model","source":"daemon","steps":112,"eval":{"auc":0.9109,"log_loss":0.175},'
+    b'"precision_reason":"auto measured bf16 fastest"},"loss_scale":65536.0,"skipped_steps":2,'
+    b'"demotions":["fp16 to bf16 at step 40: overflow_rate"],"quarantined":3,"drift":"drift '
+    b'flagged: features reward","gate":{"outcome":"promoted","metric":"auc","set":"current",'
+    b'"candidate":0.9109,"served":0.9,"candidate_id":"c2","served_id":"c1"},"live":{"difference"'
+    b':0.02,"lower":-0.01,"upper":0.05,"margin":0.03,"records":412,"regression":false,'
+    b'"rolled_back":false}}',
+    b'{"version":1,"run":{"outcome":"rejected","precision":"fp32","precision_requested":"fp32",'
+    b'"finished_at":1764097304.0,"duration_seconds":3.5,"reason":"rejected: loss worse",'
+    b'"source":"train","steps":8,"eval":null,"precision_reason":""},"loss_scale":null,'
+    b'"skipped_steps":null,"demotions":[],"quarantined":null,"drift":null,"gate":{"outcome":'
+    b'"rejected","metric":"loss","set":"held_out","candidate":0.31,"served":0.25,"candidate_id":'
+    b'"c3","served_id":"c2"},"live":{"difference":0.09,"lower":0.05,"upper":0.13,"margin":0.03,'
+    b'"records":300,"regression":true,"rolled_back":true}}',
+    b'{"version":1,"run":{"outcome":"success","precision":"fp32","precision_requested":"fp32",'
+    b'"finished_at":1764100904.0,"duration_seconds":1.0,"reason":"promoted: the first model",'
+    b'"source":"daemon","steps":8,"eval":null,"precision_reason":""},"loss_scale":null,'
+    b'"skipped_steps":null,"demotions":[],"quarantined":null,"drift":null,"gate":{"outcome":'
+    b'"promoted","metric":null,"set":null,"candidate":null,"served":null,"candidate_id":"c1",'
+    b'"served_id":null},"live":null}',
+)
+
+
+def test_a_history_written_before_the_maps_reads_back_without_loss(tmp_path: Path) -> None:
+    """Version-1 lines (a gate of one ``metric``, a live mark of one column) read as maps
+    of that one column, every other field as written; a new entry appended after them is
+    written in this version, and the three old and the new read back together."""
+    folder = _folder(tmp_path)
+    folder.history_path.write_bytes(b"".join(line + b"\n" for line in OLD_LINES))
+    promoted, rejected, first = folder.history().entries
+    assert promoted.run == LastRun(
+        "success", "bf16", "auto", 1764093704.0, 44.0, "promoted: no worse than the served model",
+        "daemon", 112, {"auc": 0.9109, "log_loss": 0.175}, "auto measured bf16 fastest",
+    )  # fmt: skip
+    assert (promoted.loss_scale, promoted.skipped_steps, promoted.quarantined) == (65536.0, 2, 3)
+    assert promoted.demotions == ("fp16 to bf16 at step 40: overflow_rate",)
+    assert promoted.drift == "drift flagged: features reward"
+    assert promoted.gate == GateMark(
+        "promoted", "current", "auc", {"auc": 0.9109}, {"auc": 0.9}, "c2", "c1"
+    )
+    assert promoted.live == LiveMark(
+        412, False, False, "loss", {"loss": LiveColumn(0.02, -0.01, 0.05, 0.03)}
+    )
+    assert rejected.gate == GateMark(
+        "rejected", "held_out", "loss", {"loss": 0.31}, {"loss": 0.25}, "c3", "c2"
+    )
+    assert rejected.live is not None and rejected.live.rolled_back
+    assert rejected.live.regressed == ("loss",) and rejected.live.watched.upper == 0.13
+    assert first.gate == GateMark("promoted", candidate_id="c1") and first.live is None
+    folder.append_run(rejected)
+    assert folder.history_path.read_bytes().splitlines()[-1].startswith(b'{"version":2,')
+    history = folder.history()
+    assert history.entries == (promoted, rejected, first, rejected) and history.unreadable == 0
+
+
+def test_a_mark_keeps_its_columns_the_primary_first_within_a_line() -> None:
+    """A live report of more columns than a mark keeps: MARK_COLUMNS of them, the primary
+    first; at the longest names, full-precision figures, the longest reasons and twelve
+    eval figures (run_record keeps 12), the entry is one line under LINE_BYTES that reads
+    back as written."""
+    names = [f"column_{index:02d}_".ljust(NAME_CHARS, "x") for index in range(MARK_COLUMNS + 3)]
+    figures = {"difference": 0.1 / 3, "lower": -1 / 7, "upper": 2 / 3, "margin": 1 / 9}
+    report = {"records": 10**9, "regression": True, "rolled_back": True, "primary": names[-1],
+              "metrics": {name: {**figures, "regression": True} for name in names}}  # fmt: skip
+    live = LiveMark.of(report)
+    assert list(live.metrics) == [names[-1], *names[: MARK_COLUMNS - 1]]
+    assert live.watched == LiveColumn(0.1 / 3, -1 / 7, 2 / 3, 1 / 9, True)
+    scores = [{name: value for name in names[:MARK_COLUMNS]} for value in (1 / 3, 2 / 3)]
+    gate = GateMark("rejected", "held_out", names[0], *scores, "c" * 160, "s" * 160)
+    run = LastRun.of_error("failed", "r" * REASON_CHARS, 1.0, "daemon")
+    evaluated = {f"eval_{index:02d}_".ljust(NAME_CHARS, "x"): 1 / 3 for index in range(12)}
+    run = replace(run, precision_reason="p" * PRECISION_REASON_CHARS, eval=evaluated)
+    entry = RunEntry(run, gate=gate, live=live)
+    line = encode_entry(entry)
+    assert len(line) < LINE_BYTES and decode_entry(line.rstrip(b"\n")) == entry

@@ -37,8 +37,9 @@ def _folder(tmp_path: Path) -> AgentFolder:
 
 
 def test_a_run_with_its_reports_reads_back(tmp_path: Path) -> None:
-    """A run's gate scores, demotion, drift, quarantine, loss scale and precision reason
-    are kept in its entry and read back as written; last_run.json is written too."""
+    """A run's gate scores (every column, the primary first), demotion, drift,
+    quarantine, loss scale and precision reason are kept in its entry and read back as
+    written; last_run.json is written too."""
     folder = _folder(tmp_path)
     gate = GateReport(
         "rejected",
@@ -69,7 +70,9 @@ def test_a_run_with_its_reports_reads_back(tmp_path: Path) -> None:
     assert entry.demotions == ("fp16 to bf16 at step 12: overflow_rate",)
     assert entry.drift == "drift flagged: features reward"
     assert entry.gate is not None and entry.gate.outcome == "rejected"
-    assert (entry.gate.metric, entry.gate.candidate, entry.gate.served) == ("log_loss", 0.7, 0.5)
+    assert entry.gate.primary == "log_loss"
+    assert list(entry.gate.candidate.items()) == [("log_loss", 0.7), ("brier", 0.2), ("auc", 0.61)]
+    assert entry.gate.served == {"log_loss": 0.5, "brier": 0.1, "auc": 0.74}
     assert (entry.gate.candidate_id, entry.gate.served_id) == ("c2", "c1")
 
 
@@ -82,5 +85,6 @@ def test_a_judged_score_is_its_loss_and_nan_is_none(tmp_path: Path) -> None:
     record = result.run_record(1.0, "daemon")
     folder.save_run(record, result.history_entry(record))
     (entry,) = folder.history().entries
-    assert entry.gate is not None and (entry.gate.metric, entry.gate.candidate) == ("loss", 0.3)
-    assert entry.gate.served is None and entry.loss_scale is None
+    assert entry.gate is not None and entry.gate.primary == "loss"
+    assert (entry.gate.candidate, entry.gate.served) == ({"loss": 0.3}, {})
+    assert entry.loss_scale is None
