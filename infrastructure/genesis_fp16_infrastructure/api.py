@@ -11,7 +11,7 @@ daemon's imports of the library).
 
 The imports under ``TYPE_CHECKING`` below are the one list of what this module exports:
 a type checker reads them, and ``__getattr__`` reads the same block from this file to
-load each name on first use (PEP 562), so that importing a torch-free name
+load each name on first use (PEP 562, ``lazy_exports``), so that importing a torch-free name
 (``AgentPlugin``, ``Outcome``) does not import torch through ``run_plugin``.
 """
 
@@ -19,11 +19,9 @@ load each name on first use (PEP 562), so that importing a torch-free name
 
 from __future__ import annotations
 
-import ast
-import importlib
-from functools import cache
-from pathlib import Path
 from typing import TYPE_CHECKING
+
+from genesis_fp16_infrastructure.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.agent_folder import files, outbox
@@ -155,36 +153,4 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.world_model import workload
 
 
-@cache
-def _exports() -> dict[str, str]:
-    """Each exported name -> the module that defines it: the block above, read once."""
-    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
-    block = next(
-        node
-        for node in tree.body
-        if isinstance(node, ast.If)
-        and isinstance(node.test, ast.Name)
-        and node.test.id == "TYPE_CHECKING"
-    )
-    return {
-        alias.asname or alias.name: str(node.module)
-        for node in block.body
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-    }
-
-
-def __getattr__(name: str) -> object:
-    module = _exports().get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        value = getattr(importlib.import_module(module), name)
-    except AttributeError:  # a submodule its package has not imported yet (agent_folder.files)
-        value = importlib.import_module(f"{module}.{name}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_exports()})
+__getattr__, __dir__ = lazy_exports(__name__, __file__)
