@@ -23,6 +23,7 @@ from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates,
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.layout import LAYOUT, StateFile, parse_aside
 from genesis_fp16_infrastructure.agent_folder.pointer import pointer_lock
+from genesis_fp16_infrastructure.agent_folder.records import read_calibration
 from genesis_fp16_infrastructure.agent_folder.repair import set_aside_unusable
 from genesis_fp16_infrastructure.agent_folder.run_history import LastRun, RunEntry
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
@@ -31,7 +32,6 @@ from genesis_fp16_infrastructure.data.sources import Source
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.training.precision.carried_scale import read_carried_scale
-from genesis_fp16_infrastructure.training.run.calibration import read_calibration
 from genesis_fp16_infrastructure.training.run.verify_capture import read_verdicts
 
 AGENT = "a"
