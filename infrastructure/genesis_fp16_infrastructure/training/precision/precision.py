@@ -30,6 +30,7 @@ from genesis_fp16_infrastructure.training.precision.capabilities import (
     DeviceCapabilities,
     as_device,
     detect_capabilities,
+    same_device,
 )
 from genesis_fp16_infrastructure.training.precision.decide import (
     ResolvedPrecision,
@@ -261,7 +262,7 @@ class PrecisionPolicy:
         ``.bfloat16()``: AMP needs float32 parameters (the master weights).
         """
         for name, param in model.named_parameters():
-            if not _same_device(param.device, self.device):
+            if not same_device(param.device, self.device):
                 raise PrecisionError(
                     f"model parameter {name!r} is on {param.device} but the precision "
                     f"policy is for {self.device}: call model.to({str(self.device)!r}) "
@@ -274,9 +275,3 @@ class PrecisionPolicy:
                     f"master weights and autocast casts to {self.compute_dtype} per "
                     "operation. Do not call model.half()/.bfloat16(); use model.float()"
                 )
-
-
-def _same_device(a: torch.device, b: torch.device) -> bool:
-    if a.type != b.type:
-        return False
-    return a.index is None or b.index is None or a.index == b.index
