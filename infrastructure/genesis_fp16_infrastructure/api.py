@@ -57,7 +57,6 @@ if TYPE_CHECKING:
         AgentState,
         AgentStateFiles,
         DataCheck,
-        read_agent_state,
         read_resume_point,
         read_snapshot,
     )
