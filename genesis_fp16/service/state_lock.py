@@ -6,8 +6,8 @@ daemon's own runs (``train --request``, torchrun ranks) work under the daemon's 
 take none. The kernel drops the lock when its holder dies, ``kill -9`` included, so a
 restarted daemon takes it again at once; no stale lock file is ever to be removed by hand.
 
->>> fd = acquire_state_folder(Path("state"), "serve")  # doctest: +SKIP
->>> os.close(fd)  # doctest: +SKIP  (the lock is dropped with its only descriptor)
+>>> fd = acquire_state_folder(Path("state"), "serve")  # held until fd is closed
+>>> os.close(fd)
 """
 
 from __future__ import annotations
