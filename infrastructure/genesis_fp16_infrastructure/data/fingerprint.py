@@ -31,7 +31,6 @@ from genesis_fp16_infrastructure.data.record_key import (
     example_id_hashes,
     record_hash,
     record_id_hash,
-    record_id_hashes,
 )
 from genesis_fp16_infrastructure.data.schema import Example
 
@@ -46,7 +45,6 @@ __all__ = [
     "fingerprint",
     "record_hash",
     "record_id_hash",
-    "record_id_hashes",
 ]
 
 STATE_VERSION = 2  # 2: the attempt's fields are part of a record's hash

@@ -58,9 +58,8 @@ from genesis_fp16_infrastructure.recipes.retrain.batch import (
     Labels,
     batch_of,
     rows_in,
-    to_batch,
 )
-from genesis_fp16_infrastructure.recipes.retrain.options import FINAL_FITS, TaskOptions
+from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.pool_read import read_pool
 from genesis_fp16_infrastructure.recipes.retrain.split import (
     ExampleRows,
@@ -91,14 +90,11 @@ from genesis_fp16_infrastructure.world_model.predict import world_model_state
 # The names importers used from this module before it was split (issue 40: files over 450
 # lines): its options, the pool's read and the split live beside it now.
 __all__ = [
-    "FINAL_FITS",
     "Batch",
     "ReplayedTask",
-    "Split",
     "TaskOptions",
     "WorldModelTask",
     "read_pool",
-    "to_batch",
 ]
 
 logger = logging.getLogger(__name__)

@@ -25,17 +25,12 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from genesis_fp16_infrastructure.errors import PrecisionError
 from genesis_fp16_infrastructure.training.precision.capabilities import (
-    CPU_FP16_SLOWDOWN,
-    DEVICE_TYPES,
-    DeviceCapabilities,
     as_device,
-    detect_capabilities,
     same_device,
 )
 from genesis_fp16_infrastructure.training.precision.decide import (
     ResolvedPrecision,
     decide,
-    resolve_precision,
 )
 from genesis_fp16_infrastructure.training.precision.grad_check import LOW_DTYPES, step_or_skip
 from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler, ScalerConfig
@@ -54,21 +49,6 @@ from genesis_fp16_infrastructure.training.precision.precision_request import (
 if TYPE_CHECKING:
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
-# What a device can do and the decision are re-exported: callers import them from here.
-__all__ = [
-    "CPU_FP16_SLOWDOWN",
-    "DEVICE_TYPES",
-    "PRECISIONS",
-    "DeviceCapabilities",
-    "PrecisionPolicy",
-    "PrecisionRequest",
-    "ResolvedPrecision",
-    "autocast_to",
-    "decide",
-    "detect_capabilities",
-    "dtype_of",
-    "resolve_precision",
-]
 
 logger = logging.getLogger(__name__)
 

@@ -48,8 +48,6 @@ from genesis_fp16_infrastructure.training.precision.decide import (
     next_precision,
 )
 from genesis_fp16_infrastructure.training.precision.guard_config import (
-    MEMORY_VERSION,
-    REASONS,
     GuardConfig,
     PrecisionMemory,
     read_precision_memory,
@@ -57,20 +55,12 @@ from genesis_fp16_infrastructure.training.precision.guard_config import (
     write_precision_memory,
 )
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.precision.precision_names import (
-    DEFAULT_LADDER,
-    ROBUSTNESS,
-)
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import Demotion
 from genesis_fp16_infrastructure.training.run.snapshot import SnapshotStore
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
 
 __all__ = [
-    "DEFAULT_LADDER",
-    "MEMORY_VERSION",
-    "REASONS",
-    "ROBUSTNESS",
     "GuardConfig",
     "PrecisionGuard",
     "PrecisionMemory",

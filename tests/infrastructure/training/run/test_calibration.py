@@ -17,9 +17,9 @@ from genesis_fp16_infrastructure.agent_folder import records
 from genesis_fp16_infrastructure.errors import ExecutionError
 from genesis_fp16_infrastructure.training import FitOptions, TrainerConfig, fit
 from genesis_fp16_infrastructure.training.precision import capabilities
+from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
 from genesis_fp16_infrastructure.training.precision.decide import auto_candidates, choose
 from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler, ScalerConfig
-from genesis_fp16_infrastructure.training.precision.precision import DeviceCapabilities
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import CACHE_VERSION, Measured
 from genesis_fp16_infrastructure.training.run import calibration as cal

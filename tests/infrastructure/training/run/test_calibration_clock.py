@@ -20,8 +20,8 @@ from test_fit import RegressionTask
 
 from genesis_fp16_infrastructure.training import TrainerConfig
 from genesis_fp16_infrastructure.training.precision import capabilities
+from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
 from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerConfig
-from genesis_fp16_infrastructure.training.precision.precision import DeviceCapabilities
 from genesis_fp16_infrastructure.training.reports import under_load
 from genesis_fp16_infrastructure.training.run import calibration as cal
 
