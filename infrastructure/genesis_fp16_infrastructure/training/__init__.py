@@ -21,11 +21,7 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.errors import CheckpointError, PrecisionError
     from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
     from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
-    from genesis_fp16_infrastructure.training.precision.decide import (
-        ResolvedPrecision,
-        decide,
-        resolve_precision,
-    )
+    from genesis_fp16_infrastructure.training.precision.decide import resolve_precision
     from genesis_fp16_infrastructure.training.precision.guard_config import (
         GuardConfig,
         PrecisionMemory,
@@ -45,11 +41,7 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.run.early_stop import EarlyStopping
     from genesis_fp16_infrastructure.training.run.fit import fit
     from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
-    from genesis_fp16_infrastructure.training.run.task import (
-        IterationHooks,
-        TrainingTask,
-        to_device,
-    )
+    from genesis_fp16_infrastructure.training.run.task import TrainingTask, to_device
     from genesis_fp16_infrastructure.training.step.trainer import Trainer
     from genesis_fp16_infrastructure.training.step.trainer_config import StepTuning, TrainerConfig
 
