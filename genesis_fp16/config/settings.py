@@ -35,8 +35,6 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 # The choices keep their import path here too (commands/train.py reads them from settings).
-from genesis_fp16.config.agent_settings import COMPILE_CHOICES as COMPILE_CHOICES
-from genesis_fp16.config.agent_settings import CUDA_GRAPH_CHOICES as CUDA_GRAPH_CHOICES
 from genesis_fp16.config.agent_settings import (
     AgentSettings,
     Compile,
