@@ -46,7 +46,6 @@ from genesis_fp16_infrastructure.recipes.retrain.freshness import (
 )
 from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.pool_read import read_pool
-from genesis_fp16_infrastructure.recipes.retrain.probe import probe_setup
 from genesis_fp16_infrastructure.recipes.retrain.refit import (
     SPLIT_FOLDER,
     refit_record,
@@ -69,8 +68,6 @@ from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.world_model.predict import read_world_model_state
 
 logger = logging.getLogger(__name__)
-
-__all__ = ["check_data", "probe_setup", "train"]
 
 
 def train(request: TrainRequest) -> TrainResult:
