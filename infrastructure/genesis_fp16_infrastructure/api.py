@@ -65,7 +65,6 @@ if TYPE_CHECKING:
         JudgedPlugin,
         RecordLosses,
         RecordLossesError,
-        judging_of,
         model_weights,
     )
     from genesis_fp16_infrastructure.contract.plugin_api import (
@@ -82,7 +81,6 @@ if TYPE_CHECKING:
         capabilities_of,
         check_result,
         declared_options,
-        ignored_request_fields,
         parse_options,
     )
     from genesis_fp16_infrastructure.contract.reports import (
@@ -110,7 +108,6 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.outcome import Outcome
     from genesis_fp16_infrastructure.probe.report import ProbeReport
     from genesis_fp16_infrastructure.probe.runner import run_probe
-    from genesis_fp16_infrastructure.record_codec import Record, ReportError
     from genesis_fp16_infrastructure.training.flight.bundle import data_change, load_bundle
     from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget, replay
     from genesis_fp16_infrastructure.training.precision import capabilities
@@ -140,7 +137,6 @@ if TYPE_CHECKING:
         Calibration,
         Demotion,
         EarlyStopReport,
-        Measured,
         ModuleRange,
         RangeSummary,
         TrainingSummary,
