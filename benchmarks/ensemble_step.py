@@ -41,7 +41,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from genesis_fp16_agents.se_darwin import plugin
 from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.recipes.retrain.task import TaskOptions, WorldModelTask
+from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
+from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
 from genesis_fp16_infrastructure.world_model.model import (
     ModelConfig,
     WorldModel,

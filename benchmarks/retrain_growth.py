@@ -47,7 +47,8 @@ from genesis_fp16.plugin_api import TrainRequest
 from genesis_fp16_agents.se_darwin.plugin import SEDarwinPlugin
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.recipes.retrain.task import TaskOptions, WorldModelTask
+from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
+from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
 from genesis_fp16_infrastructure.training import CheckpointManager, FitOptions, fit
 from genesis_fp16_infrastructure.world_model.metrics import auc
 from genesis_fp16_infrastructure.world_model.predict import (

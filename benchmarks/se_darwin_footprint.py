@@ -28,7 +28,8 @@ import torch
 from genesis_fp16.bench.memory import predicted_saving
 from genesis_fp16_agents.se_darwin import plugin
 from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.recipes.retrain.task import TaskOptions, WorldModelTask
+from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
+from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
 from genesis_fp16_infrastructure.training import PrecisionPolicy, Trainer, TrainerConfig
 
 

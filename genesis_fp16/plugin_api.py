@@ -63,17 +63,6 @@ if TYPE_CHECKING:
         to_device,
     )
 
-# Imported from the library's door on first use: each would import torch.
-_TRAINING_NAMES = (
-    "CheckpointError",
-    "FitOptions",
-    "FitResult",
-    "PrecisionError",
-    "TrainingTask",
-    "fit",
-    "to_device",
-)
-
 __all__ = [
     "API_CHANGES",
     "API_VERSION",
@@ -103,6 +92,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    if name in _TRAINING_NAMES:  # the door's own module: imported above
+    # A name of __all__ not imported above (those under TYPE_CHECKING: each would import
+    # torch) comes from the library's door on first use.
+    if name in __all__:
         return getattr(importlib.import_module("genesis_fp16_infrastructure.api"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

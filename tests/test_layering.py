@@ -263,6 +263,7 @@ LIBRARY_LAYERS = (
         "errors",
         "gc_pause",
         "json_numbers",
+        "lazy_exports",
         "machine_memory",
         "outcome",
         "phases",

@@ -5,7 +5,3 @@ in a fresh subprocess (`worker`) so that CPU peak RSS belongs to that configurat
 alone; `run.run_benchmark` plans the configurations, collects the rows, derives the
 ratios and writes the CSV and the plot (`report`).
 """
-
-from genesis_fp16.bench.config import PRECISIONS_BY_DEVICE, RUNNERS, SIZES, BenchConfig
-
-__all__ = ["PRECISIONS_BY_DEVICE", "RUNNERS", "SIZES", "BenchConfig"]

@@ -20,10 +20,10 @@ from genesis_fp16.bench.probe import (
     SyncCounter,
     current_rss_mb,
     device_name,
-    peak_rss_mb,
     set_tf32,
 )
 from genesis_fp16.bench.runners import RUNNER_CLASSES, RUNNER_LIBRARIES, Runner
+from genesis_fp16_infrastructure.api import peak_rss_mib
 from genesis_fp16_infrastructure.api import workload as bench_workload
 
 Row = dict[str, Any]
@@ -156,7 +156,7 @@ def _peak_memory(device: torch.device, baseline: float, isolated: bool) -> tuple
         return peak, "cuda_max_memory_allocated_over_row_start"
     if not isolated:
         return None, "not measured (CPU, in-process run)"
-    return peak_rss_mb() - baseline, "cpu_peak_rss_over_baseline"
+    return peak_rss_mib() - baseline, "cpu_peak_rss_over_baseline"
 
 
 def run_config(

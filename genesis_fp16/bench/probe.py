@@ -20,7 +20,6 @@ import torch
 from torch import nn
 
 from genesis_fp16.bench.report import device_slug
-from genesis_fp16_infrastructure.api import peak_rss_mib
 
 _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
@@ -125,13 +124,6 @@ def current_rss_mb() -> float:
     with open("/proc/self/statm") as f:
         pages = int(f.read().split()[1])
     return pages * resource.getpagesize() / 2**20
-
-
-def peak_rss_mb() -> float:
-    """Peak resident set size of this process's own memory (``phases.peak_rss_mib``:
-    Linux's VmHWM, not ``ru_maxrss``, which keeps the parent's size across fork and exec:
-    a worker started by a larger bench process would report the parent's peak)."""
-    return peak_rss_mib()
 
 
 def machine_slug(device: torch.device) -> str:

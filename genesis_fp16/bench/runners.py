@@ -205,7 +205,7 @@ class HandGraphRunner:
         self.model, self.loss_fn, self.device = workload.model, workload.loss_fn, device
         self.dtype = _AUTOCAST_DTYPES.get(config.precision)
         self.optimizer = _optimizer(self.model, config)
-        self.params = [p for p in self.model.parameters()]
+        self.params = list(self.model.parameters())
         self.max_norm = config.max_grad_norm
         fp16 = config.precision == "fp16"
         self.scale = torch.full((), 65536.0 if fp16 else 1.0, device=device)

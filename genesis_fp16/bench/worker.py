@@ -1,7 +1,7 @@
 """Run one configuration in this (fresh) process: config JSON on stdin, row JSON on stdout.
 
 A process of its own gives the configuration its own CPU peak RSS (a lifetime peak:
-``probe.peak_rss_mb``, this process's VmHWM) and its own Accelerate singleton and TF32
+``peak_rss_mib``, this process's VmHWM) and its own Accelerate singleton and TF32
 flags.
 """
 

@@ -51,10 +51,9 @@ from genesis_fp16.commands.train_output import (
     relay_to_daemon,
 )
 from genesis_fp16.config.agent_names import agent_argument
+from genesis_fp16.config.agent_settings import COMPILE_CHOICES, CUDA_GRAPH_CHOICES
 from genesis_fp16.config.plugins import PluginError, load_plugin
 from genesis_fp16.config.settings import (
-    COMPILE_CHOICES,
-    CUDA_GRAPH_CHOICES,
     PRECISION_CHOICES,
     Settings,
     SettingsError,

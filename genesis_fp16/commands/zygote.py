@@ -136,10 +136,6 @@ def _send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = 
         sock.send(data)
 
 
-def _exit_code(status: int) -> int:
-    return os.waitstatus_to_exitcode(status)
-
-
 def serve(control: socket.socket) -> dict[str, Any] | None:
     """The worker's loop: fork a child per request, report each child's end. Returns
     the request in a forked child (which then runs it); None in the worker when the
@@ -194,7 +190,7 @@ def _reap(running: dict[int, socket.socket]) -> None:
         sock = running.pop(pid, None)
         if sock is not None:
             with contextlib.suppress(OSError):  # the daemon gave up on this run
-                _send(sock, {"exit": _exit_code(status)})
+                _send(sock, {"exit": os.waitstatus_to_exitcode(status)})
             sock.close()
 
 

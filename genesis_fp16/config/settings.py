@@ -35,8 +35,6 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 # The choices keep their import path here too (commands/train.py reads them from settings).
-from genesis_fp16.config.agent_settings import COMPILE_CHOICES as COMPILE_CHOICES
-from genesis_fp16.config.agent_settings import CUDA_GRAPH_CHOICES as CUDA_GRAPH_CHOICES
 from genesis_fp16.config.agent_settings import (
     AgentSettings,
     Compile,
@@ -209,23 +207,15 @@ class Settings(BaseSettings, GuardSettings):
             raise ValueError(missing)
         return value
 
-    @field_validator("plugin_allowlist", mode="before")
+    @field_validator("plugin_allowlist", "events_urls", mode="before")
     @classmethod
-    def _split_allowlist(cls, value: Any) -> Any:
+    def _split_list(cls, value: Any, info: ValidationInfo) -> Any:
         if isinstance(value, str):
-            names = [name.strip() for name in value.split(",") if name.strip()]
-            value = names or None
-        for name in value or ():  # a name that could never match an entry point, refused
-            check_agent_name(name)
-        return value
-
-    @field_validator("events_urls", mode="before")
-    @classmethod
-    def _split_urls(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = [url.strip() for url in value.split(",") if url.strip()] or None
-        for url in value or ():
-            check_webhook_url(url)
+            value = [item.strip() for item in value.split(",") if item.strip()] or None
+        # An agent name that could never match an entry point, or a URL no post reaches.
+        check = check_agent_name if info.field_name == "plugin_allowlist" else check_webhook_url
+        for item in value or ():
+            check(item)
         return value
 
     @field_validator("events_secret")

@@ -91,14 +91,13 @@ class PetLayout:
                 f"runtime sets all of {', '.join(PET_VARIABLES)}"
             )
         nnodes = _integer(environ, "PET_NNODES", low=1)
-        layout = cls(
+        return cls(
             nnodes=nnodes,
             nproc_per_node=_nproc(environ["PET_NPROC_PER_NODE"]),
             node_rank=_integer(environ, "PET_NODE_RANK", low=0, high=nnodes - 1),
             master_addr=environ["PET_MASTER_ADDR"],
             master_port=_integer(environ, "PET_MASTER_PORT", low=1, high=65535),
         )
-        return layout
 
     def torchrun_command(self, argv: list[str], python: str) -> list[str]:
         """``python -m torch.distributed.run`` with this layout, running ``genesis_fp16 argv``."""

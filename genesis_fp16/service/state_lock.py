@@ -6,15 +6,13 @@ daemon's own runs (``train --request``, torchrun ranks) work under the daemon's 
 take none. The kernel drops the lock when its holder dies, ``kill -9`` included, so a
 restarted daemon takes it again at once; no stale lock file is ever to be removed by hand.
 
->>> with hold_state_folder(Path("state"), "serve"):  # doctest: +SKIP
-...     serve()
+>>> fd = acquire_state_folder(Path("state"), "serve")  # held until fd is closed
+>>> os.close(fd)
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,23 +49,11 @@ class StateFolderBusy(Exception):
         )
 
 
-@contextmanager
-def hold_state_folder(state_dir: Path, command: str) -> Iterator[None]:
-    """Own ``state_dir`` until the block ends (or the process dies).
-
-    Raises :class:`StateFolderBusy` at once, without waiting, when another process owns it.
-    """
-    fd = acquire_state_folder(state_dir, command)
-    try:
-        yield
-    finally:
-        os.close(fd)  # closing the only descriptor drops the lock
-
-
 def acquire_state_folder(state_dir: Path, command: str) -> int:
     """Take the state folder's lock; returns the descriptor that holds it (keep it open).
 
-    Not inherited by child processes (descriptors are opened close-on-exec).
+    Raises :class:`StateFolderBusy` at once, without waiting, when another process owns
+    it. Not inherited by child processes (descriptors are opened close-on-exec).
     """
     # The holder's pid stays readable until we hold the lock ourselves (written after).
     try:

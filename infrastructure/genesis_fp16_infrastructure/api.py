@@ -11,7 +11,7 @@ daemon's imports of the library).
 
 The imports under ``TYPE_CHECKING`` below are the one list of what this module exports:
 a type checker reads them, and ``__getattr__`` reads the same block from this file to
-load each name on first use (PEP 562), so that importing a torch-free name
+load each name on first use (PEP 562, ``lazy_exports``), so that importing a torch-free name
 (``AgentPlugin``, ``Outcome``) does not import torch through ``run_plugin``.
 """
 
@@ -19,11 +19,9 @@ load each name on first use (PEP 562), so that importing a torch-free name
 
 from __future__ import annotations
 
-import ast
-import importlib
-from functools import cache
-from pathlib import Path
 from typing import TYPE_CHECKING
+
+from genesis_fp16_infrastructure.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.agent_folder import files, outbox
@@ -58,7 +56,6 @@ if TYPE_CHECKING:
         AgentState,
         AgentStateFiles,
         DataCheck,
-        read_agent_state,
         read_resume_point,
         read_snapshot,
     )
@@ -67,7 +64,6 @@ if TYPE_CHECKING:
         JudgedPlugin,
         RecordLosses,
         RecordLossesError,
-        judging_of,
         model_weights,
     )
     from genesis_fp16_infrastructure.contract.plugin_api import (
@@ -84,7 +80,6 @@ if TYPE_CHECKING:
         capabilities_of,
         check_result,
         declared_options,
-        ignored_request_fields,
         parse_options,
     )
     from genesis_fp16_infrastructure.contract.reports import (
@@ -112,7 +107,6 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.outcome import Outcome
     from genesis_fp16_infrastructure.probe.report import ProbeReport
     from genesis_fp16_infrastructure.probe.runner import run_probe
-    from genesis_fp16_infrastructure.record_codec import Record, ReportError
     from genesis_fp16_infrastructure.training.flight.bundle import data_change, load_bundle
     from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget, replay
     from genesis_fp16_infrastructure.training.precision import capabilities
@@ -142,7 +136,6 @@ if TYPE_CHECKING:
         Calibration,
         Demotion,
         EarlyStopReport,
-        Measured,
         ModuleRange,
         RangeSummary,
         TrainingSummary,
@@ -154,36 +147,4 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.world_model import workload
 
 
-@cache
-def _exports() -> dict[str, str]:
-    """Each exported name -> the module that defines it: the block above, read once."""
-    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
-    block = next(
-        node
-        for node in tree.body
-        if isinstance(node, ast.If)
-        and isinstance(node.test, ast.Name)
-        and node.test.id == "TYPE_CHECKING"
-    )
-    return {
-        alias.asname or alias.name: str(node.module)
-        for node in block.body
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-    }
-
-
-def __getattr__(name: str) -> object:
-    module = _exports().get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        value = getattr(importlib.import_module(module), name)
-    except AttributeError:  # a submodule its package has not imported yet (agent_folder.files)
-        value = importlib.import_module(f"{module}.{name}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_exports()})
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

@@ -30,7 +30,8 @@ from genesis_fp16_agents.rlhf_ppo import plugin as rlhf_ppo
 from genesis_fp16_agents.rlhf_ppo.task import PPOTask
 from genesis_fp16_agents.se_darwin import plugin as se_darwin
 from genesis_fp16_infrastructure.data.readers import read_trajectories
-from genesis_fp16_infrastructure.recipes.retrain.task import TaskOptions, WorldModelTask
+from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
+from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
 from genesis_fp16_infrastructure.training.flight.range_stats import RangeStats, SampleClock
 from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard
 from genesis_fp16_infrastructure.training.step.cuda_graph import StepGraphs

@@ -10,12 +10,13 @@ import sys
 import pytest
 
 from genesis_fp16_infrastructure import api
+from genesis_fp16_infrastructure.lazy_exports import exports_of
 
 
-@pytest.mark.parametrize("name", sorted(api._exports()))
+@pytest.mark.parametrize("name", sorted(exports_of(api.__file__)))
 def test_every_listed_name_is_the_defining_modules_own(name: str) -> None:
     """Each name of the list loads from the door and is its defining module's object."""
-    module = importlib.import_module(api._exports()[name])
+    module = importlib.import_module(exports_of(api.__file__)[name])
     assert getattr(api, name) is getattr(module, name)
 
 

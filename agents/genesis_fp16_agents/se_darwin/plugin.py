@@ -22,7 +22,7 @@ from genesis_fp16.plugin_api import (
 )
 from genesis_fp16_infrastructure.api import DataCheck
 from genesis_fp16_infrastructure.data.synthetic import write_pool
-from genesis_fp16_infrastructure.recipes.retrain import run, scoring
+from genesis_fp16_infrastructure.recipes.retrain import freshness, probe, run, scoring
 from genesis_fp16_infrastructure.recipes.retrain.batch import Batch
 from genesis_fp16_infrastructure.recipes.retrain.options import agent_options
 from genesis_fp16_infrastructure.recipes.retrain.task import ReplayedTask
@@ -68,11 +68,11 @@ class SEDarwinPlugin:
         the served model's run (decided from the data manifest beside it, without parsing
         or torch; None: the run must read the pool). A job's plan asks once, before it
         starts a run's process, and hands both to the run in ``request.snapshot``."""
-        return run.check_data(request)
+        return freshness.check_data(request)
 
     def probe_setup(self, data_path: Path | None, seed: int) -> ProbeSetup:
         """The world model, its loss and a few real batches, for the precision probe."""
-        return run.probe_setup(data_path, seed, agent=self.name)
+        return probe.probe_setup(data_path, seed, agent=self.name)
 
     def replay_task(self, context: Mapping[str, Any]) -> ReplayedTask:
         """A fault bundle's step rebuilt for ``genesis-fp16 replay``: the model the run

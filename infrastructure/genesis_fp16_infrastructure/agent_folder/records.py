@@ -17,13 +17,11 @@ from typing import Any
 
 from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import CALIBRATION, CAPTURE_VERDICTS
-from genesis_fp16_infrastructure.training.reports import CACHE_VERSION, Calibration, Measured
+from genesis_fp16_infrastructure.training.reports import CACHE_VERSION, Calibration
 
 __all__ = [
     "CALIBRATION_VERSION",
-    "Calibration",
     "CaptureVerdict",
-    "Measured",
     "read_calibration",
     "read_capture_verdicts",
     "write_capture_verdicts",

@@ -25,7 +25,7 @@ says what was found, and why a file could not be used, instead of raising. Where
 files are is the caller's (:class:`AgentStateFiles`)::
 
     >>> files = AgentStateFiles(Path("state/precision_state.json"), Path("state/loss_scale.json"))
-    >>> state = read_agent_state(files)  # no files yet: nothing remembered, nothing carried
+    >>> state = read_snapshot(files).state  # no files yet: nothing remembered, nothing carried
     >>> state.memory, state.carried, state.resume
     (None, None, None)
 
@@ -233,13 +233,6 @@ def read_snapshot(files: AgentStateFiles) -> AgentSnapshot:
     pointer, served, error = _read_pointer(files.checkpoint_dir)
     resume = _resume_point(files.checkpoint_dir, served, error)
     return AgentSnapshot(AgentState(memory, memory_error, carried, resume), pointer, error)
-
-
-def read_agent_state(files: AgentStateFiles) -> AgentState:
-    """The :class:`AgentState` part of :func:`read_snapshot`."""
-    state = read_snapshot(files).state
-    assert state is not None  # read_snapshot always reads it
-    return state
 
 
 def read_resume_point(checkpoint_dir: Path) -> ResumePoint:

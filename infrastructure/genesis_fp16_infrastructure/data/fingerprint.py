@@ -30,24 +30,11 @@ import torch
 from genesis_fp16_infrastructure.data.record_key import (
     example_id_hashes,
     record_hash,
-    record_id_hash,
-    record_id_hashes,
 )
 from genesis_fp16_infrastructure.data.schema import Example
 
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
-
-__all__ = [
-    "DataChange",
-    "DataFingerprint",
-    "compare",
-    "example_id_hashes",
-    "fingerprint",
-    "record_hash",
-    "record_id_hash",
-    "record_id_hashes",
-]
 
 STATE_VERSION = 2  # 2: the attempt's fields are part of a record's hash
 

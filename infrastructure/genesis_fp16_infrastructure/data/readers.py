@@ -111,6 +111,7 @@ def _size(count: int) -> str:
     return f"{count / 2**20:,.1f} MiB ({count:,} bytes)"
 
 
+@dataclass(eq=False)
 class ReadResult:
     """Labelled examples, the recorded scores of every record, and what was skipped.
 
@@ -119,19 +120,11 @@ class ReadResult:
     record, for lineage) and ``scores`` (id -> recorded success score) are built from
     them when first asked."""
 
-    def __init__(
-        self,
-        columns: PoolColumns,
-        quarantined: int = 0,
-        duplicates: int = 0,
-        unlabelled: int = 0,
-        files: int = 0,
-    ) -> None:
-        self.columns = columns
-        self.quarantined = quarantined
-        self.duplicates = duplicates
-        self.unlabelled = unlabelled
-        self.files = files
+    columns: PoolColumns
+    quarantined: int = 0
+    duplicates: int = 0
+    unlabelled: int = 0
+    files: int = 0
 
     @cached_property
     def examples(self) -> list[Example]:

@@ -7,27 +7,8 @@
 See docs/precision-probe.md for the variants, the measures and the thresholds.
 """
 
-from genesis_fp16_infrastructure.errors import ProbeError
-from genesis_fp16_infrastructure.probe.report import (
-    Measures,
-    ProbeReport,
-    VariantResult,
-)
-from genesis_fp16_infrastructure.probe.runner import OPTIMIZERS, run_probe
-from genesis_fp16_infrastructure.probe.scale_search import ScaleSearch, search_loss_scale
-from genesis_fp16_infrastructure.probe.variants import Variant, build_variants
-from genesis_fp16_infrastructure.probe.verdict import Thresholds
+from genesis_fp16_infrastructure.probe.runner import run_probe
+from genesis_fp16_infrastructure.probe.scale_search import search_loss_scale
+from genesis_fp16_infrastructure.probe.variants import build_variants
 
-__all__ = [
-    "OPTIMIZERS",
-    "Measures",
-    "ProbeError",
-    "ProbeReport",
-    "ScaleSearch",
-    "Thresholds",
-    "Variant",
-    "VariantResult",
-    "build_variants",
-    "run_probe",
-    "search_loss_scale",
-]
+__all__ = ["build_variants", "run_probe", "search_loss_scale"]

@@ -353,56 +353,23 @@ def _report(
     results: list[VariantResult] = []
     candidates: list[Candidate] = []
     for variant, run in zip(variants, runs, strict=True):
-        modules = variant.fp32_prefixes
+        named = (variant.name, variant.family, variant.precision, variant.fp32_prefixes)
         if isinstance(run, str):
             results.append(
-                VariantResult(
-                    variant.name,
-                    variant.family,
-                    variant.precision,
-                    modules,
-                    Measures(),
-                    {},
-                    "red",
-                    (f"red: did not run: {run}",),
-                    run,
-                )
+                VariantResult(*named, Measures(), {}, "red", (f"red: did not run: {run}",), run)
             )
-            candidates.append(
-                Candidate(
-                    variant.name, variant.cost_rank, "red", math.nan, (f"did not run: {run}",), ()
-                )
-            )
+            why = (f"did not run: {run}",)
+            candidates.append(Candidate(variant.name, variant.cost_rank, "red", math.nan, why, ()))
             continue
         measured = _measure(variant, run, ref, ctx, noise, sign_noise)
         colours, problems, blocking = grade_measures(measured, variant.precision, thresholds)
-        overall = (
-            "green"
-            if not problems
-            else ("red" if any(c == "red" for c in colours.values()) else "amber")
-        )
-        results.append(
-            VariantResult(
-                variant.name,
-                variant.family,
-                variant.precision,
-                modules,
-                measured,
-                colours,
-                overall,
-                problems,
-            )
-        )
+        red = any(c == "red" for c in colours.values())
+        overall = "green" if not problems else ("red" if red else "amber")
+        results.append(VariantResult(*named, measured, colours, overall, problems))
         if variant.family != "fp32":
+            seconds = measured.seconds_per_step
             candidates.append(
-                Candidate(
-                    variant.name,
-                    variant.cost_rank,
-                    overall,
-                    measured.seconds_per_step,
-                    problems,
-                    blocking,
-                )
+                Candidate(variant.name, variant.cost_rank, overall, seconds, problems, blocking)
             )
     # Both FP32 runs time the same arithmetic: their fastest step is FP32's cost here.
     fp32_seconds = min(t for r in runs[:2] if isinstance(r, _Run) for t in r.step_seconds)

@@ -8,7 +8,6 @@ with ``torch.load(weights_only=True)``; a file read once can be handed on as
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import io
 import logging
@@ -40,12 +39,6 @@ class Loaded:
     state: dict[str, Any]
     path: Path
     signature: tuple[int, int] | None
-
-    def copied_to(self, path: Path) -> Loaded:
-        """The state of a byte-for-byte copy of the file, just made at ``path``: a copy
-        of this state too (a memory copy, not a read), so that whoever resumes one never
-        trains the other's tensors."""
-        return Loaded(copy.deepcopy(self.state), Path(path), file_signature(Path(path)))
 
 
 def read_checkpoint(path: Path) -> Loaded:

@@ -259,7 +259,7 @@ class FeatureEncoder:
             "mean": list(self.mean),
             "std": list(self.std),
             "base_rate": self.base_rate,
-            "agent_rates": {agent: rate for agent, rate in self.agent_rates},
+            "agent_rates": dict(self.agent_rates),
         }
 
     @classmethod

@@ -221,14 +221,13 @@ def _columns(
     siblings = _siblings(index, me, slot_owner, slot_parent, created)
     if siblings is None:
         return None
-    columns = [
+    return [
         *_parent_scores(index, slot_owner, slot_parent, m),
         _log1p(_depth(index, slot_owner, slot_parent, slot_counts, m)),
         *_grandparents(index, me, slot_owner, slot_parent, m),
         *siblings,
         *_operator_shares(index, me, slot_owner, slot_parent, m),
     ]
-    return columns
 
 
 def _parent_scores(

@@ -141,15 +141,6 @@ class WorldModelEnsemble(nn.Module):
         one = replace(config, members=1)
         self._stack([WorldModel(one) for _ in range(config.members)], config)
 
-    @classmethod
-    def from_members(cls, members: Sequence[WorldModel]) -> WorldModelEnsemble:
-        """The ensemble of these networks (their weights copied), in this order."""
-        if len(members) < 2:
-            raise ValueError(f"an ensemble needs at least 2 members, got {len(members)}")
-        ensemble = cls.__new__(cls)
-        ensemble._stack(members, replace(members[0].config, members=len(members)))
-        return ensemble
-
     def _stack(self, members: Sequence[WorldModel], config: ModelConfig) -> None:
         nn.Module.__init__(self)
         self.config = config

@@ -10,7 +10,7 @@ import pytest
 
 from genesis_fp16.plugin_api import PrecisionRequest, TrainRequest, TrainRequestError
 from genesis_fp16_agents.rlhf_ppo import plugin
-from genesis_fp16_infrastructure.api import judging_of
+from genesis_fp16_infrastructure.contract.judging import judging_of
 
 
 def _request(tmp_path: Path, data: Path | None) -> TrainRequest:

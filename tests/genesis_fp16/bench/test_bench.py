@@ -181,7 +181,7 @@ def test_an_auto_row_runs_what_the_calibration_chose_and_says_so(
     (its arithmetic is real either way) both are timed on the row's own model and the row
     runs, and is labelled with, the choice."""
     from genesis_fp16_infrastructure.training.precision import capabilities
-    from genesis_fp16_infrastructure.training.precision.precision import DeviceCapabilities
+    from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
 
     # Both cases set the capabilities: on a CPU with AVX512-BF16 bf16 really is native.
     if bf16_native:

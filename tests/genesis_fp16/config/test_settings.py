@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from genesis_fp16.config.agent_settings import COMPILE_CHOICES, CUDA_GRAPH_CHOICES
 from genesis_fp16.config.settings import (
-    COMPILE_CHOICES,
-    CUDA_GRAPH_CHOICES,
     SettingsError,
     default_run_memory_limit,
     load_settings,

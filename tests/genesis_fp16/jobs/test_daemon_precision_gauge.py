@@ -19,7 +19,10 @@ from genesis_fp16.plugin_api import AgentPlugin
 from genesis_fp16.service.daemon import Daemon
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.api import capabilities_of
-from genesis_fp16_infrastructure.training.run.guard import PrecisionMemory, write_precision_memory
+from genesis_fp16_infrastructure.training.precision.guard_config import (
+    PrecisionMemory,
+    write_precision_memory,
+)
 
 AGENT = "agent_a"
 

@@ -22,7 +22,7 @@ from genesis_fp16_infrastructure.agent_folder.files import newest_aside
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.api import Demotion
 from genesis_fp16_infrastructure.training.precision.decide import decide, resolve_precision
-from genesis_fp16_infrastructure.training.run.guard import (
+from genesis_fp16_infrastructure.training.precision.guard_config import (
     GuardConfig,
     read_precision_memory,
     remember_demotions,

@@ -18,9 +18,10 @@ from genesis_fp16.plugin_api import PrecisionRequest
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry, ServedPointer
 from genesis_fp16_infrastructure.agent_folder.pointer import write_pointer
-from genesis_fp16_infrastructure.api import Calibration, Measured
+from genesis_fp16_infrastructure.api import Calibration
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training.precision.decide import decide
+from genesis_fp16_infrastructure.training.reports import Measured
 
 
 def _state(used: str, scale: float) -> dict[str, Any]:

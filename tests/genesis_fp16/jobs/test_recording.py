@@ -23,9 +23,9 @@ from genesis_fp16_infrastructure.api import (
     DriftReport,
     EarlyStopReport,
     GateReport,
-    Measured,
-    ReportError,
 )
+from genesis_fp16_infrastructure.record_codec import ReportError
+from genesis_fp16_infrastructure.training.reports import Measured
 
 AGENT = "typed"
 

@@ -8,7 +8,8 @@ from prometheus_client import CollectorRegistry
 
 from genesis_fp16.metrics.daemon_metrics import DaemonMetrics
 from genesis_fp16.metrics.metric_names import METRIC_NAMES
-from genesis_fp16_infrastructure.api import Calibration, DataReport, EarlyStopReport, Measured
+from genesis_fp16_infrastructure.api import Calibration, DataReport, EarlyStopReport
+from genesis_fp16_infrastructure.training.reports import Measured
 
 
 @dataclass(frozen=True)

@@ -19,13 +19,14 @@ from daemon_harness import DaemonFactory, DaemonProcess, launch
 from prometheus_client.parser import text_string_to_metric_families
 
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder, LastSuccessUnreadable
-from genesis_fp16_infrastructure.api import Calibration, Measured
+from genesis_fp16_infrastructure.api import Calibration
 from genesis_fp16_infrastructure.training import (
     CheckpointManager,
     PrecisionPolicy,
     ScalerConfig,
     Trainer,
 )
+from genesis_fp16_infrastructure.training.reports import Measured
 
 GOOD = "fixture_good"
 RAISING = "fixture_raising"  # loads, fails any run: none starts here (RUN_AT_START=false)

@@ -15,7 +15,6 @@ from genesis_fp16.service.state_lock import (
     LOCK_NAME,
     StateFolderBusy,
     acquire_state_folder,
-    hold_state_folder,
     read_holder,
     record_scheduled,
 )
@@ -161,14 +160,14 @@ def test_after_kill_9_a_new_daemon_takes_the_folder(tmp_path: Path) -> None:
 def test_a_second_holder_in_one_process_is_refused_and_the_lock_is_released(
     tmp_path: Path,
 ) -> None:
-    """hold_state_folder: busy while held (naming this pid), free again after the block."""
-    with hold_state_folder(tmp_path, "train se_darwin"):
-        with pytest.raises(StateFolderBusy) as busy, hold_state_folder(tmp_path, "serve"):
-            pass
-        assert busy.value.holder.pid == os.getpid()
-        assert "genesis-fp16 train se_darwin" in str(busy.value)
-    with hold_state_folder(tmp_path, "serve"):
-        pass
+    """acquire_state_folder: busy while held (naming this pid), free again once closed."""
+    fd = acquire_state_folder(tmp_path, "train se_darwin")
+    with pytest.raises(StateFolderBusy) as busy:
+        acquire_state_folder(tmp_path, "serve")
+    assert busy.value.holder.pid == os.getpid()
+    assert "genesis-fp16 train se_darwin" in str(busy.value)
+    os.close(fd)
+    os.close(acquire_state_folder(tmp_path, "serve"))
 
 
 def test_the_scheduled_agents_are_recorded_and_the_start_time_kept(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from status_pages import (
     text_rows,
 )
 
-from genesis_fp16.service.state_lock import hold_state_folder
+from genesis_fp16.service.state_lock import acquire_state_folder
 from genesis_fp16.status.render import render_html, render_text
 from genesis_fp16.status.report import (
     MAX_AGENTS,
@@ -118,8 +118,11 @@ def test_status_names_the_foreground_run_that_owns_the_folder(tmp_path: Path) ->
     and its agent's next run says it trains now."""
     state = tmp_path / "state"
     state.mkdir()
-    with hold_state_folder(state, "train se_darwin"):
+    owner = acquire_state_folder(state, "train se_darwin")
+    try:
         report = json.loads(_cli(tmp_path, "status", "--json"))
+    finally:
+        os.close(owner)
     daemon = report["daemon"]
     assert (daemon["running"], daemon["owner"], daemon["pid"]) == (
         False,
@@ -137,10 +140,13 @@ def test_status_says_when_the_daemon_does_not_answer(tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir()
     port = "9"  # discard: nothing listens there
-    with hold_state_folder(state, "serve"):
+    owner = acquire_state_folder(state, "serve")
+    try:
         report = json.loads(
             _cli(tmp_path, "status", "--json", env={"GENESIS_FP16_METRICS_PORT": port})
         )
+    finally:
+        os.close(owner)
     daemon = report["daemon"]
     assert (daemon["running"], daemon["pid"], daemon["healthy"]) == (True, os.getpid(), None)
     assert daemon["health"].startswith(

@@ -17,12 +17,13 @@ from genesis_fp16.config.settings import Settings
 from genesis_fp16.jobs.guard_state import load_memory
 from genesis_fp16.jobs.probe_gate import read_record
 from genesis_fp16.launch.handoff import read_run_file, write_run_file
-from genesis_fp16.service.state_lock import hold_state_folder
+from genesis_fp16.service.state_lock import acquire_state_folder
 from genesis_fp16_infrastructure.agent_folder import data_manifest, files
 from genesis_fp16_infrastructure.agent_folder.candidates import list_candidates, read_json
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.layout import LAYOUT, StateFile, parse_aside
 from genesis_fp16_infrastructure.agent_folder.pointer import pointer_lock
+from genesis_fp16_infrastructure.agent_folder.records import read_calibration
 from genesis_fp16_infrastructure.agent_folder.repair import set_aside_unusable
 from genesis_fp16_infrastructure.agent_folder.run_history import LastRun, RunEntry
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
@@ -31,7 +32,6 @@ from genesis_fp16_infrastructure.data.sources import Source
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.training.checkpoint import CheckpointManager
 from genesis_fp16_infrastructure.training.precision.carried_scale import read_carried_scale
-from genesis_fp16_infrastructure.training.run.calibration import read_calibration
 from genesis_fp16_infrastructure.training.run.verify_capture import read_verdicts
 
 AGENT = "a"
@@ -112,7 +112,7 @@ CONSUMERS: dict[str, Callable[[Folder, Path], object]] = {
     "probe_result": lambda f, p: read_record(p),
     "run_request": _run_request,
     "sample_data_marker": lambda f, p: f.paths.sample_data(_sample, 1, 0),
-    "owner_lock": lambda f, p: _hold(lambda: hold_state_folder(f.state, "serve"))(f, p),
+    "owner_lock": lambda f, p: os.close(acquire_state_folder(f.state, "serve")),
     "served_pointer": lambda f, p: set_aside_unusable(f.paths.checkpoint_dir),
     "pointer_lock": lambda f, p: _hold(lambda: pointer_lock(f.paths.checkpoint_dir))(f, p),
     "writer_lock": _claim,

@@ -13,7 +13,7 @@ from checkpoint_state import checkpoint_state
 
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry, ServedPointer
 from genesis_fp16_infrastructure.agent_folder.pointer import write_pointer
-from genesis_fp16_infrastructure.contract.agent_snapshot import AgentStateFiles, read_agent_state
+from genesis_fp16_infrastructure.contract.agent_snapshot import AgentStateFiles, read_snapshot
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training.precision.carried_scale import (
     carry_after_run,
@@ -38,12 +38,12 @@ def _state(step: int) -> dict[str, Any]:
 def test_an_empty_folder_remembers_nothing_and_resumes_its_own_checkpoints(tmp_path: Path) -> None:
     """No files: no memory, no carried scale, the checkpoint folder itself with no summary;
     without a checkpoint folder asked, no resume point at all."""
-    state = read_agent_state(_files(tmp_path))
+    state = read_snapshot(_files(tmp_path)).state
     assert (state.memory, state.memory_error, state.carried) == (None, None, None)
     assert state.resume is not None
     assert (state.resume.folder, state.resume.pointer_error) == (tmp_path / "checkpoints", None)
     assert state.resume.summary is None
-    assert read_agent_state(_files(tmp_path, resume=False)).resume is None
+    assert read_snapshot(_files(tmp_path, resume=False)).state.resume is None
     assert state.initial_scale("fp16") is None
 
 
@@ -55,7 +55,7 @@ def test_it_reads_what_the_memory_and_the_carried_scale_wrote(tmp_path: Path) ->
     write_carried_scale(
         tmp_path / "loss_scale.json", carry_after_run("fp16", "fp16", 2048.0, False)
     )
-    state = read_agent_state(_files(tmp_path))
+    state = read_snapshot(_files(tmp_path)).state
     assert state.memory is not None and state.memory.demoted_to == "bf16"
     assert state.memory_error is None
     assert (state.initial_scale("fp16"), state.initial_scale("auto")) == (2048.0, None)
@@ -67,7 +67,7 @@ def test_an_unusable_memory_file_is_reported_and_left_where_it_is(tmp_path: Path
     torn = tmp_path / "precision_state.json"
     torn.write_text('{"version": 1, "demoted_to"')
     write_carried_scale(tmp_path / "loss_scale.json", carry_after_run("fp16", "fp16", 64.0, False))
-    state = read_agent_state(_files(tmp_path))
+    state = read_snapshot(_files(tmp_path)).state
     assert state.memory is None
     assert state.memory_error is not None and str(torn) in state.memory_error
     assert torn.exists() and state.initial_scale("fp16") == 64.0
@@ -83,11 +83,11 @@ def test_the_resume_point_follows_the_served_pointer(tmp_path: Path) -> None:
         checkpoints,
         ServedPointer(ServedEntry(id="c1", checkpoint=str(saved.relative_to(checkpoints)))),
     )
-    resume = read_agent_state(_files(tmp_path)).resume
+    resume = read_snapshot(_files(tmp_path)).state.resume
     assert resume is not None and resume.folder == saved.parent and resume.pointer_error is None
     assert resume.summary is not None and resume.summary["step"] == 12
     write_pointer(checkpoints, ServedPointer(ServedEntry(id="x", checkpoint="gone.pt")))
-    broken = read_agent_state(_files(tmp_path)).resume
+    broken = read_snapshot(_files(tmp_path)).state.resume
     assert broken is not None and broken.folder == checkpoints and broken.summary is None
     assert broken.pointer_error is not None and "gone.pt" in broken.pointer_error
 
@@ -97,9 +97,9 @@ def test_reading_without_a_resume_point_does_not_import_torch(tmp_path: Path) ->
     code = (
         "import sys; from pathlib import Path;"
         "from genesis_fp16_infrastructure.contract.agent_snapshot import"
-        " AgentStateFiles, read_agent_state;"
+        " AgentStateFiles, read_snapshot;"
         f"root = Path({str(tmp_path)!r});"
-        "read_agent_state(AgentStateFiles(root / 'memory', root / 'scale'));"
+        "read_snapshot(AgentStateFiles(root / 'memory', root / 'scale')).state;"
         "print('torch' in sys.modules)"
     )
     done = subprocess.run(

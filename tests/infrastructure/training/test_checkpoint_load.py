@@ -51,21 +51,6 @@ def test_a_loaded_checkpoint_is_resumed_without_a_second_read(
     assert len(loads) == 2
 
 
-def test_a_copy_of_a_loaded_checkpoint_has_its_own_state(tmp_path: Path) -> None:
-    """copied_to: the copy resumes without a read, and its tensors are not the original's."""
-    path = CheckpointManager(tmp_path / "a").save(_state(3))
-    loaded = read_checkpoint(path)
-    (tmp_path / "b").mkdir()
-    copy = tmp_path / "b" / path.name
-    copy.write_bytes(path.read_bytes())
-    digest_path(copy).write_bytes(digest_path(path).read_bytes())
-    copied = loaded.copied_to(copy)
-    copied.state[keys.MODEL]["w"].add_(1.0)
-    assert torch.equal(loaded.state[keys.MODEL]["w"], torch.full((3,), 3.0))
-    found = CheckpointManager(tmp_path / "b").load_latest(loaded=copied)
-    assert found is not None and found[0] is copied.state
-
-
 def test_pruning_does_not_read_again_a_file_this_manager_loaded(
     tmp_path: Path, loads: list[int]
 ) -> None:

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 import genesis_fp16_infrastructure.training as training
+from genesis_fp16_infrastructure.lazy_exports import exports_of
 
 TORCH_FREE = (
     "genesis_fp16_infrastructure.training.precision.guard_config",
@@ -40,15 +41,14 @@ def test_config_modules_import_without_torch() -> None:
     assert _run(code) == "False"
 
 
-def test_all_lists_exactly_the_lazy_exports() -> None:
-    """__all__ and the lazy-export table name the same set: neither can drift alone."""
-    assert sorted(training.__all__) == sorted(training._EXPORTS)
-
-
-@pytest.mark.parametrize("name", training.__all__)
+@pytest.mark.parametrize("name", sorted(exports_of(training.__file__)))
 def test_every_exported_name_resolves(name: str) -> None:
-    """Each name in __all__ loads from the package and is its submodule's own object."""
-    module = importlib.import_module(
-        f"genesis_fp16_infrastructure.training.{training._EXPORTS[name]}"
-    )
+    """Each name of the package's list loads from the package and is its module's own object."""
+    module = importlib.import_module(exports_of(training.__file__)[name])
     assert getattr(training, name) is getattr(module, name)
+
+
+def test_a_name_not_listed_is_no_attribute() -> None:
+    """A name outside the list raises AttributeError naming the package."""
+    with pytest.raises(AttributeError, match="no attribute 'AgentFolder'"):
+        _ = training.AgentFolder

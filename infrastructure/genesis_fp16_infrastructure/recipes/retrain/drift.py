@@ -201,18 +201,6 @@ def _js(p: torch.Tensor, q: torch.Tensor) -> float:
     return math.sqrt(max(divergence, 0.0))
 
 
-def linf_distance(reference: Sequence[str], new: Sequence[str]) -> float:
-    """The largest difference of one category's share between two samples."""
-    return _linf(Counter(reference), Counter(new))
-
-
-def _linf(p: Counter[str], q: Counter[str]) -> float:
-    p_total, q_total = p.total(), q.total()
-    if not p_total or not q_total:
-        return 0.0 if not p_total and not q_total else 1.0
-    return max(abs(p[k] / p_total - q[k] / q_total) for k in p.keys() | q.keys())
-
-
 def _sample(rows: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """``rows``, or ``DRIFT_SAMPLE`` of them drawn without replacement, in pool order."""
     if len(rows) <= DRIFT_SAMPLE:

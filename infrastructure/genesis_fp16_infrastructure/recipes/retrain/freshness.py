@@ -49,9 +49,6 @@ from genesis_fp16_infrastructure.record_codec import ReportError
 
 logger = logging.getLogger(__name__)
 
-RECORD_VERSION = data_manifest.RECORD_VERSION
-record_path = data_manifest.record_path
-
 
 def record_cache(request: TrainRequest, manifest: Manifest | None) -> RecordCache | None:
     """The per-file record cache of this agent's state folder, for the files ``manifest``
@@ -76,7 +73,7 @@ def save_record(
     checkpoint = Path(trained)
     stat = os.stat(checkpoint)
     record = {
-        "version": RECORD_VERSION,
+        "version": data_manifest.RECORD_VERSION,
         "request": request_key(request),
         "checkpoint": {"path": str(checkpoint), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns},
         "manifest": manifest.to_json(),

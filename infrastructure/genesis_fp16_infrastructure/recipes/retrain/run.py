@@ -44,7 +44,8 @@ from genesis_fp16_infrastructure.recipes.retrain.freshness import (
     record_cache,
     save_record,
 )
-from genesis_fp16_infrastructure.recipes.retrain.probe import probe_setup
+from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
+from genesis_fp16_infrastructure.recipes.retrain.pool_read import read_pool
 from genesis_fp16_infrastructure.recipes.retrain.refit import (
     SPLIT_FOLDER,
     refit_record,
@@ -59,11 +60,7 @@ from genesis_fp16_infrastructure.recipes.retrain.run_report import (
 )
 from genesis_fp16_infrastructure.recipes.retrain.scoring import pool_numeric
 from genesis_fp16_infrastructure.recipes.retrain.split import judged_held_out
-from genesis_fp16_infrastructure.recipes.retrain.task import (
-    TaskOptions,
-    WorldModelTask,
-    read_pool,
-)
+from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
 from genesis_fp16_infrastructure.training import CheckpointManager, EarlyStopping, fit
 from genesis_fp16_infrastructure.training.checkpoint_files import digest_path, summary_path
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded, read_checkpoint
@@ -71,8 +68,6 @@ from genesis_fp16_infrastructure.training.distributed import rank_and_world
 from genesis_fp16_infrastructure.world_model.predict import read_world_model_state
 
 logger = logging.getLogger(__name__)
-
-__all__ = ["check_data", "probe_setup", "train"]
 
 
 def train(request: TrainRequest) -> TrainResult:

@@ -112,23 +112,9 @@ def draw_of(data: ReadResult) -> Draw:
     return Draw.of_columns(data.columns)
 
 
-def is_held_out(trajectory_id: str, seed: int, fraction: float, salt: str = "") -> bool:
-    """The deterministic split: a stable hash of (seed, id), independent of file order."""
-    return split_point(trajectory_id, seed, salt) < fraction
-
-
-def split_point(trajectory_id: str, seed: int, salt: str = "") -> float:
-    """Where the record falls in [0, 1) for a seed: held out at fractions above it."""
-    return _id_hash(trajectory_id, seed, salt) / 2**64
-
-
-def _id_hash(trajectory_id: str, seed: int, salt: str) -> int:
-    """A stable 64-bit hash of (seed, salt, id): the held-out split's and the folds'."""
-    return _id_hashes((trajectory_id,), seed, salt)[0]
-
-
 def _id_hashes(ids: Sequence[str], seed: int, salt: str) -> list[int]:
-    """``_id_hash`` of each id, in one loop (a million ids: one pass of blake2b)."""
+    """A stable 64-bit hash of (seed, salt, id) for each id, the held-out split's and the
+    folds', in one loop (a million ids: one pass of blake2b)."""
     prefix = f"{seed}:{salt}"
     blake, to_int = hashlib.blake2b, int.from_bytes
     return [to_int(blake((prefix + i).encode(), digest_size=8).digest(), "big") for i in ids]
@@ -304,5 +290,6 @@ def assign_folds(ids: Sequence[str], seed: int, folds: int) -> list[int]:
 
 
 def split_points(ids: Sequence[str], seed: int, salt: str = "") -> list[float]:
-    """``split_point`` of each id, hashed in one loop (``_id_hashes``)."""
+    """Where each id falls in [0, 1) for a seed (held out at fractions above it), hashed
+    in one loop (``_id_hashes``)."""
     return [h / 2**64 for h in _id_hashes(ids, seed, salt)]

@@ -42,15 +42,11 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from genesis_fp16_infrastructure.contract.judging import TRAINED_IDS, trained_id_hashes
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
-from genesis_fp16_infrastructure.data.fingerprint import (
-    DataFingerprint,
-    example_id_hashes,
-    fingerprint_of,
-)
+from genesis_fp16_infrastructure.data.fingerprint import DataFingerprint, fingerprint_of
 from genesis_fp16_infrastructure.data.readers import (
     ReadResult,
 )
-from genesis_fp16_infrastructure.data.record_key import record_hash
+from genesis_fp16_infrastructure.data.record_key import example_id_hashes, record_hash
 from genesis_fp16_infrastructure.data.schema import SCHEMA_VERSION, Example
 from genesis_fp16_infrastructure.judging.split import sorted_unique
 from genesis_fp16_infrastructure.recipes.retrain.batch import (
@@ -58,10 +54,8 @@ from genesis_fp16_infrastructure.recipes.retrain.batch import (
     Labels,
     batch_of,
     rows_in,
-    to_batch,
 )
-from genesis_fp16_infrastructure.recipes.retrain.options import FINAL_FITS, TaskOptions
-from genesis_fp16_infrastructure.recipes.retrain.pool_read import read_pool
+from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
 from genesis_fp16_infrastructure.recipes.retrain.split import (
     ExampleRows,
     Split,
@@ -87,19 +81,6 @@ from genesis_fp16_infrastructure.world_model.model import (
     world_model_losses,
 )
 from genesis_fp16_infrastructure.world_model.predict import world_model_state
-
-# The names importers used from this module before it was split (issue 40: files over 450
-# lines): its options, the pool's read and the split live beside it now.
-__all__ = [
-    "FINAL_FITS",
-    "Batch",
-    "ReplayedTask",
-    "Split",
-    "TaskOptions",
-    "WorldModelTask",
-    "read_pool",
-    "to_batch",
-]
 
 logger = logging.getLogger(__name__)
 

@@ -35,19 +35,8 @@ from genesis_fp16_infrastructure.errors import BundleError
 from genesis_fp16_infrastructure.training.flight.bundle_files import (
     BundleLimits,
     bundle_name,
-    list_bundles,
     trim_folder,
 )
-
-__all__ = [
-    "BundleLimits",
-    "allowed_types",
-    "list_bundles",
-    "load_bundle",
-    "plain_batch",
-    "rebuilt_batch",
-    "save_bundle",
-]
 
 BUNDLE_VERSION = 1
 # Keys every bundle holds; load_bundle refuses a file without them.

@@ -105,11 +105,6 @@ class RangeReport:
     precision: PrecisionName
     modules: dict[str, dict[str, float]]
 
-    def nearest_limits(self, k: int) -> list[str]:
-        """The ``k`` modules nearest fp16's limits, nearest first (see :func:`nearness`)."""
-        ranked = sorted(self.modules, key=lambda m: nearness(self.modules[m]), reverse=True)
-        return ranked[:k]
-
     def totals(self) -> dict[str, float]:
         """Every module together: the largest values and fractions, the smallest
         headrooms, non-finite summed."""
@@ -132,17 +127,6 @@ _SMALLEST = ("headroom_overflow", "headroom_underflow")
 
 def _empty_row() -> dict[str, float]:
     return {**dict.fromkeys((*_LARGEST, "nonfinite"), 0.0), **dict.fromkeys(_SMALLEST, math.inf)}
-
-
-def nearness(row: dict[str, float]) -> float:
-    """How near fp16's limits a module runs, in doublings: its largest activation's
-    log2 distance below 65504 counted as closeness, or any overflow, underflow or
-    non-finite value (nearest of all)."""
-    if row["nonfinite"] or row["overflow"]:
-        return math.inf
-    act = row["activation_max"]
-    over = math.log2(act / FP16_MAX) if act > 0 else -64.0  # 0: at the limit; < 0 below
-    return max(over, row["underflow"] * 64.0 - 64.0)
 
 
 def headrooms(activation_max: float, gradient_scaled_max: float) -> tuple[float, float]:

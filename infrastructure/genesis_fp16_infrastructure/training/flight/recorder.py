@@ -41,11 +41,11 @@ from typing import Any
 import torch
 
 from genesis_fp16_infrastructure.training.flight.bundle import (
-    BundleLimits,
     data_signature,
     plain_batch,
     save_bundle,
 )
+from genesis_fp16_infrastructure.training.flight.bundle_files import BundleLimits
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
 from genesis_fp16_infrastructure.training.reports import FaultBundle
 from genesis_fp16_infrastructure.training.rng import capture_rng_state, restore_rng_state

@@ -153,7 +153,7 @@ def _against_fp32(
     fp32, outcome = traced_step(
         _trainer(bundle, target, "fp32", device), target.loss, batches, samples
     )
-    report = compare(low, fp32, used, tolerance)
+    report = compare(low, fp32, tolerance)
     finite = all(outcome["loss_finite"]) and not outcome["skipped"]
     report["fp32_step"] = _summary(outcome)
     report["advice"] = advise(

@@ -126,9 +126,7 @@ def traced_step(
     return trace, outcome
 
 
-def compare(
-    low: Trace, fp32: Trace, precision: PrecisionName, tolerance: float = DEFAULT_TOLERANCE
-) -> dict[str, Any]:
+def compare(low: Trace, fp32: Trace, tolerance: float = DEFAULT_TOLERANCE) -> dict[str, Any]:
     """The first tensor of ``low`` that departs from ``fp32``'s (module docstring), each
     module's largest forward magnitude in both, and the advice."""
     reference = _by_key(fp32.entries)

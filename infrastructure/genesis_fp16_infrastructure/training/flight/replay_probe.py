@@ -29,6 +29,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from genesis_fp16_infrastructure.training.step.cuda_graph import flatten_tensors
+
 ROOT = "(model)"
 # Which hook to trust when several see the same first non-finite gradient.
 _PREFERENCE = {"grad_input": 0, "param_grad": 1, "grad_output": 2}
@@ -109,7 +111,7 @@ class NumericsProbe:
 
     def _pre_hook(self, label: str) -> Callable[..., None]:
         def hook(module: nn.Module, inputs: tuple[Any, ...]) -> None:
-            for index, value in enumerate(_tensors(inputs)):
+            for index, value in enumerate(flatten_tensors(inputs)):
                 if value.requires_grad and value.is_floating_point():
                     value.register_hook(self._grad_hook(label, "grad_input", f"input{index}.grad"))
 
@@ -118,7 +120,7 @@ class NumericsProbe:
     def _forward_hook(self, label: str) -> Callable[..., None]:
         def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
             self._tick += 1
-            for value in _tensors(output):
+            for value in flatten_tensors(output):
                 if not value.is_floating_point():
                     continue
                 largest, bad = _measure(value)
@@ -157,13 +159,3 @@ def _measure(value: torch.Tensor) -> tuple[float, int]:
     bad = int((~finite).sum().item())
     largest = float(torch.where(finite, data.abs(), 0).max().item())
     return largest, bad
-
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, list | tuple):
-        return [t for v in value for t in _tensors(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors(v)]
-    return []

@@ -90,3 +90,11 @@ def as_device(device: torch.device | str) -> torch.device:
         return torch.device(device)
     except RuntimeError as exc:
         raise PrecisionError(f"invalid device {device!r}: {exc}") from None
+
+
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether ``a`` and ``b`` are one device: a device without an index matches every
+    index of its type."""
+    if a.type != b.type:
+        return False
+    return a.index is None or b.index is None or a.index == b.index

@@ -25,16 +25,12 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from genesis_fp16_infrastructure.errors import PrecisionError
 from genesis_fp16_infrastructure.training.precision.capabilities import (
-    CPU_FP16_SLOWDOWN,
-    DEVICE_TYPES,
-    DeviceCapabilities,
     as_device,
-    detect_capabilities,
+    same_device,
 )
 from genesis_fp16_infrastructure.training.precision.decide import (
     ResolvedPrecision,
     decide,
-    resolve_precision,
 )
 from genesis_fp16_infrastructure.training.precision.grad_check import LOW_DTYPES, step_or_skip
 from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler, ScalerConfig
@@ -53,21 +49,6 @@ from genesis_fp16_infrastructure.training.precision.precision_request import (
 if TYPE_CHECKING:
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
-# What a device can do and the decision are re-exported: callers import them from here.
-__all__ = [
-    "CPU_FP16_SLOWDOWN",
-    "DEVICE_TYPES",
-    "PRECISIONS",
-    "DeviceCapabilities",
-    "PrecisionPolicy",
-    "PrecisionRequest",
-    "ResolvedPrecision",
-    "autocast_to",
-    "decide",
-    "detect_capabilities",
-    "dtype_of",
-    "resolve_precision",
-]
 
 logger = logging.getLogger(__name__)
 
@@ -261,7 +242,7 @@ class PrecisionPolicy:
         ``.bfloat16()``: AMP needs float32 parameters (the master weights).
         """
         for name, param in model.named_parameters():
-            if not _same_device(param.device, self.device):
+            if not same_device(param.device, self.device):
                 raise PrecisionError(
                     f"model parameter {name!r} is on {param.device} but the precision "
                     f"policy is for {self.device}: call model.to({str(self.device)!r}) "
@@ -274,9 +255,3 @@ class PrecisionPolicy:
                     f"master weights and autocast casts to {self.compute_dtype} per "
                     "operation. Do not call model.half()/.bfloat16(); use model.float()"
                 )
-
-
-def _same_device(a: torch.device, b: torch.device) -> bool:
-    if a.type != b.type:
-        return False
-    return a.index is None or b.index is None or a.index == b.index

@@ -666,13 +666,6 @@ def _tf32() -> str:
     )
 
 
-def read_calibration(path: Path) -> Calibration | None:
-    """The measurement kept at ``path``, whatever its key; None: none, one of another
-    version (measured again), or an unusable one (set aside as
-    ``precision_calibration.json.unusable-*`` and reported, read within its bound)."""
-    return records.read_calibration(path)
-
-
 def key_changes(kept: Mapping[str, str], key: Mapping[str, str]) -> str:
     """The fields of ``key`` that differ from ``kept``, each with both values, or "".
 
@@ -687,7 +680,7 @@ def _read_cache(path: Path | None, key: Mapping[str, str]) -> tuple[Calibration 
     """The kept measurement for ``key``, if it may be reused; else None, with why a kept
     one was not (a field of its key changed, or it was taken under load), for the new
     one's reason and record."""
-    found = None if path is None else read_calibration(path)
+    found = None if path is None else records.read_calibration(path)
     if found is None:
         return None, None
     if dict(found.key) != dict(key):

@@ -55,7 +55,7 @@ from genesis_fp16_infrastructure.training.step.step_spec import StepSpec
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
 from genesis_fp16_infrastructure.training.step.trainer_config import StepTuning, TrainerConfig
 
-__all__ = ["FitOptions", "FitResult", "TrainingTask", "fit"]
+__all__ = ["FitOptions", "FitResult", "fit"]
 
 logger = logging.getLogger(__name__)
 

@@ -47,41 +47,12 @@ from genesis_fp16_infrastructure.training.precision.decide import (
     decide,
     next_precision,
 )
-from genesis_fp16_infrastructure.training.precision.guard_config import (
-    MEMORY_VERSION,
-    REASONS,
-    GuardConfig,
-    PrecisionMemory,
-    read_precision_memory,
-    remember_demotions,
-    write_precision_memory,
-)
+from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.precision.precision_names import (
-    DEFAULT_LADDER,
-    ROBUSTNESS,
-)
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import Demotion
 from genesis_fp16_infrastructure.training.run.snapshot import SnapshotStore
 from genesis_fp16_infrastructure.training.step.trainer import Trainer
-
-__all__ = [
-    "DEFAULT_LADDER",
-    "MEMORY_VERSION",
-    "REASONS",
-    "ROBUSTNESS",
-    "GuardConfig",
-    "PrecisionGuard",
-    "PrecisionMemory",
-    "Snapshot",
-    "Trouble",
-    "checkpoints_after",
-    "next_precision",
-    "read_precision_memory",
-    "remember_demotions",
-    "write_precision_memory",
-]
 
 logger = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from typing import Any
 from genesis_fp16_infrastructure.training.checkpoint_load import Loaded
 from genesis_fp16_infrastructure.training.flight.range_stats import RangeReport, RangeStatsConfig
 from genesis_fp16_infrastructure.training.flight.recorder import FlightConfig
+from genesis_fp16_infrastructure.training.precision.decide import ResolvedPrecision
 from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerConfig
-from genesis_fp16_infrastructure.training.precision.precision import ResolvedPrecision
 from genesis_fp16_infrastructure.training.reports import (
     Calibration,
     Demotion,

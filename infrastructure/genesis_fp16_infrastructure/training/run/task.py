@@ -28,6 +28,8 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
+from genesis_fp16_infrastructure.training.precision.capabilities import same_device
+
 if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.step.trainer import Trainer
 
@@ -154,19 +156,13 @@ def index_to(index: torch.Tensor, device: torch.device | str) -> torch.Tensor:
 
 
 def _tensor_to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    if _same_device(tensor.device, device):
+    if same_device(tensor.device, device):
         # .to() of a tensor already there returns it, no copy; called anyway so that the
         # device audit (genesis_fp16.testing.device_audit) sees the move on a CPU run.
         return tensor.to(device)
     # is_pinned() is only meaningful (and cheap) for a CPU tensor bound for an accelerator.
     pinned = tensor.device.type == "cpu" and device.type != "cpu" and tensor.is_pinned()
     return tensor.to(device, non_blocking=pinned)
-
-
-def _same_device(a: torch.device, b: torch.device) -> bool:
-    if a.type != b.type:
-        return False
-    return a.index is None or b.index is None or a.index == b.index
 
 
 def batch_shapes(value: Any, *, bucketed: bool = False) -> str:

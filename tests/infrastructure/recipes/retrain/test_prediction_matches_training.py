@@ -10,7 +10,8 @@ from se_darwin_runs import train
 
 from genesis_fp16_infrastructure.data.readers import read_trajectories
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
-from genesis_fp16_infrastructure.recipes.retrain.task import TaskOptions, WorldModelTask
+from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
+from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.world_model.predict import (
     WorldModelPredictor,

@@ -17,9 +17,10 @@ from se_darwin_runs import train
 import genesis_fp16_infrastructure.recipes.retrain.drift as drift
 from genesis_fp16_infrastructure.contract.judging import TRAINED_IDS, trained_id_hashes
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.data.fingerprint import fingerprint, record_id_hash
+from genesis_fp16_infrastructure.data.fingerprint import fingerprint
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import read_trajectories
+from genesis_fp16_infrastructure.data.record_key import record_id_hash
 from genesis_fp16_infrastructure.data.synthetic import generate_pool
 from genesis_fp16_infrastructure.judging.split import HELD_OUT, ScoreOnly
 from genesis_fp16_infrastructure.recipes.retrain import scoring

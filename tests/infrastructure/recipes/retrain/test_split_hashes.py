@@ -20,9 +20,7 @@ from genesis_fp16_infrastructure.recipes.retrain.split import (
     Draw,
     assign_folds,
     choose_split,
-    is_held_out,
     judged_held_out,
-    split_point,
     split_points,
 )
 
@@ -38,8 +36,6 @@ def test_split_points_are_the_hash_of_seed_salt_and_id() -> None:
         for salt in ("", "validation:"):
             expected = [int.from_bytes(_blake(f"{seed}:{salt}{i}"), "big") / 2**64 for i in IDS]
             assert split_points(IDS, seed, salt) == expected
-            assert [split_point(i, seed, salt) for i in IDS] == expected
-            assert [is_held_out(i, seed, 0.5, salt) for i in IDS] == [p < 0.5 for p in expected]
 
 
 def test_folds_and_id_hashes_are_the_documented_hashes() -> None:

@@ -17,13 +17,12 @@ from genesis_fp16_infrastructure.training import (
     fit,
 )
 from genesis_fp16_infrastructure.training.flight.bundle import (
-    BundleLimits,
-    list_bundles,
     load_bundle,
     plain_batch,
     rebuilt_batch,
     save_bundle,
 )
+from genesis_fp16_infrastructure.training.flight.bundle_files import BundleLimits, list_bundles
 from genesis_fp16_infrastructure.training.flight.recorder import FlightConfig
 from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget, replay, reproduces
 

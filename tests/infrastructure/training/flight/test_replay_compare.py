@@ -48,7 +48,7 @@ def test_an_fp16_overflow_in_one_module_is_named_with_both_values_and_bf16_advis
     x = torch.full((3, 4), 3.0)
     fp32 = _traced(_model(1e5), x, None)
     low = _traced(_model(1e5), x, torch.float16)
-    report = compare(low, fp32, "fp16", tolerance=0.1)
+    report = compare(low, fp32, tolerance=0.1)
     first = report["first_departure"]
     assert (first["module"], first["phase"], first["tensor"]) == ("1", "forward", "output")
     assert math.isinf(first["low"]) and 65504 < abs(first["fp32"]) < 1e7
@@ -62,7 +62,7 @@ def test_an_fp16_overflow_in_one_module_is_named_with_both_values_and_bf16_advis
 def test_the_same_step_within_range_has_no_departure() -> None:
     """Unscaled weights: fp16 stays within 10% of fp32 everywhere, forward and backward."""
     x = torch.ones(3, 4)
-    report = compare(_traced(_model(1.0), x, torch.float16), _traced(_model(1.0), x, None), "fp16")
+    report = compare(_traced(_model(1.0), x, torch.float16), _traced(_model(1.0), x, None))
     assert report["first_departure"] is None
     assert advise("fp16", None, report["forward_max"]["fp32"], True)["action"] == "none"
 
@@ -72,7 +72,7 @@ def test_a_tighter_tolerance_finds_bf16s_rounding_in_the_first_module() -> None:
     (lost precision, finite), and the advice is that module kept in fp32."""
     x = torch.full((3, 4), 0.3333)
     low = _traced(_model(1.0), x, torch.bfloat16)
-    report = compare(low, _traced(_model(1.0), x, None), "bf16", tolerance=1e-6)
+    report = compare(low, _traced(_model(1.0), x, None), tolerance=1e-6)
     first = report["first_departure"]
     assert first["module"] == "0" and first["kind"] == "beyond the tolerance"
     assert math.isfinite(first["low"]) and first["relative_error"] > 1e-6

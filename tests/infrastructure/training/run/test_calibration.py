@@ -13,12 +13,13 @@ import pytest
 import torch
 from test_fit import RegressionTask
 
+from genesis_fp16_infrastructure.agent_folder import records
 from genesis_fp16_infrastructure.errors import ExecutionError
 from genesis_fp16_infrastructure.training import FitOptions, TrainerConfig, fit
 from genesis_fp16_infrastructure.training.precision import capabilities
+from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
 from genesis_fp16_infrastructure.training.precision.decide import auto_candidates, choose
 from genesis_fp16_infrastructure.training.precision.loss_scaler import LossScaler, ScalerConfig
-from genesis_fp16_infrastructure.training.precision.precision import DeviceCapabilities
 from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import CACHE_VERSION, Measured
 from genesis_fp16_infrastructure.training.run import calibration as cal
@@ -196,7 +197,7 @@ def _keep_with_spread(cache: Path, spread: float) -> tuple[Measured, ...]:
     for row in data["rows"]:
         row["p10_ms"], row["p90_ms"] = row["median_ms"], row["median_ms"] * spread
     cache.write_text(json.dumps(data))
-    kept = cal.read_calibration(cache)
+    kept = records.read_calibration(cache)
     assert kept is not None
     return kept.rows
 
@@ -218,7 +219,7 @@ def test_a_measurement_taken_under_load_is_measured_again_and_the_reason_says_so
     said = "the kept measurement was taken under load (fp32 eager p90/p10 2.00, bf16 eager"
     assert measured.remeasured.startswith(said)
     assert said in again.precision.reason and said in measured.reason
-    assert cal.read_calibration(cache) == replace(measured, cached=True)
+    assert records.read_calibration(cache) == replace(measured, cached=True)
 
 
 def test_the_reason_names_every_timed_precision_with_its_median_and_spread(

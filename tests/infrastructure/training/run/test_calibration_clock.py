@@ -20,8 +20,8 @@ from test_fit import RegressionTask
 
 from genesis_fp16_infrastructure.training import TrainerConfig
 from genesis_fp16_infrastructure.training.precision import capabilities
+from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
 from genesis_fp16_infrastructure.training.precision.loss_scaler import ScalerConfig
-from genesis_fp16_infrastructure.training.precision.precision import DeviceCapabilities
 from genesis_fp16_infrastructure.training.reports import under_load
 from genesis_fp16_infrastructure.training.run import calibration as cal
 
@@ -272,7 +272,8 @@ def test_se_darwins_pool_grown_from_1955_to_1965_records_keeps_its_key(tmp_path:
     rows here; the judged run's held-out records are not in it)."""
     from genesis_fp16_infrastructure.data.readers import read_trajectories
     from genesis_fp16_infrastructure.data.synthetic import generate_pool
-    from genesis_fp16_infrastructure.recipes.retrain.task import TaskOptions, WorldModelTask
+    from genesis_fp16_infrastructure.recipes.retrain.options import TaskOptions
+    from genesis_fp16_infrastructure.recipes.retrain.task import WorldModelTask
 
     keys, sizes = [], []
     cpu = torch.device("cpu")

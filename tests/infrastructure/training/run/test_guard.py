@@ -31,15 +31,15 @@ from genesis_fp16_infrastructure.training import (
     fit,
 )
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
-from genesis_fp16_infrastructure.training.precision.precision import DeviceCapabilities
-from genesis_fp16_infrastructure.training.reports import Demotion
-from genesis_fp16_infrastructure.training.run.guard import (
+from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
+from genesis_fp16_infrastructure.training.precision.decide import next_precision
+from genesis_fp16_infrastructure.training.precision.guard_config import (
     PrecisionMemory,
-    next_precision,
     read_precision_memory,
     remember_demotions,
     write_precision_memory,
 )
+from genesis_fp16_infrastructure.training.reports import Demotion
 
 
 def _model_of(folder: Path) -> dict[str, torch.Tensor]:
