@@ -206,11 +206,12 @@ def _gate(row: dict[str, Any]) -> str:
 def _live(figures: Any) -> str:
     """The live watch's figures in one cell: records, the primary loss column's difference
     from the predecessor and its bounds, and the verdict when a column's test found a
-    regression, naming the columns."""
+    regression, naming the columns; ``-`` where the figures are missing or not numbers (a
+    hand's edit of the pointer)."""
     live = LiveMark.of(figures if isinstance(figures, dict) else {})
-    if not live.records:
-        return "-"
     w = live.watched
+    if not live.records or None in (live.primary, w.difference, w.lower, w.upper):
+        return "-"
     text = (
         f"{live.records} rec, {live.primary} {w.difference:+.3f} "
         f"[{w.lower:+.3f}, {w.upper:+.3f}] vs previous"

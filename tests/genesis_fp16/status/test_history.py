@@ -134,3 +134,18 @@ def test_a_plugin_s_second_loss_column_reaches_the_marks_and_the_page(tmp_path: 
     assert "rolled back on wobble: " in page and "served model&#x27;s sq" in page
     cell = _live(live.to_json())  # `model list`'s LIVE cell: the primary drawn, wobble named
     assert cell.startswith(f"{live.records} rec, sq ") and cell.endswith("; wobble REGRESSION")
+
+
+@pytest.mark.parametrize(
+    "figures",
+    [
+        {"records": 5},
+        {"records": 5, "difference": "x", "lower": 0.1, "upper": 0.2},
+        {"records": 5, "primary": "loss", "metrics": {"loss": {"difference": None}}},
+        {"records": 5, "primary": "gone", "metrics": {"loss": {"difference": 0.1}}},
+    ],
+)
+def test_a_live_cell_of_damaged_figures_is_a_dash(figures: dict[str, Any]) -> None:
+    """`model list`'s LIVE cell of a pointer entry a hand edited: figures missing or not
+    numbers show as ``-``, not a traceback."""
+    assert _live(figures) == "-"
