@@ -141,12 +141,13 @@ def _run_pool(request: TrainRequest, options: TaskOptions) -> _RunPool:
     pool = _RunPool(plan, key, data, judged_ids(data.columns))
     if checked is not None:  # forgotten with the plan: a daemon thread keeps no old pool
         _RUN_POOL[:] = [pool]
-        weakref.finalize(checked, _forget, pool)
+        weakref.finalize(checked, _forget)
     return pool
 
 
-def _forget(pool: _RunPool) -> None:
-    if _RUN_POOL and _RUN_POOL[0] is pool:
+def _forget() -> None:
+    """A plan is gone: its pool with it, unless a later run's replaced it already."""
+    if _RUN_POOL and (_RUN_POOL[0].plan is None or _RUN_POOL[0].plan() is None):
         _RUN_POOL.clear()
 
 

@@ -168,7 +168,7 @@ def test_one_runs_scorings_share_its_pool_and_another_run_reads_it_again(
     """Scorings of one run (one plan's snapshot) read the pool once and build every
     record's inputs once: a later scoring of a part, by another model, gives exactly the
     losses a fresh read gives. A scoring of another plan, or of none, reads it again; the
-    pool is forgotten with its plan."""
+    pool is forgotten with its plan, and only with its own."""
     reads: list[Path] = []
     real = scoring.read_pool
     monkeypatch.setattr(scoring, "read_pool", lambda path, *a: reads.append(path) or real(path, *a))
@@ -183,7 +183,10 @@ def test_one_runs_scorings_share_its_pool_and_another_run_reads_it_again(
     assert shared == fresh and len(reads) == 2
     other = replace(part, snapshot=AgentSnapshot(None, data=DataCheck(None)))
     assert scoring.score_records(models["held_out"], other) == fresh and len(reads) == 3
-    del plan, request, part, other
+    del plan, request, part
+    gc.collect()  # the first plan gone: the pool kept is the later one's, still there
+    assert scoring._RUN_POOL and scoring._RUN_POOL[0].plan() is other.snapshot.data
+    del other
     gc.collect()
     assert not scoring._RUN_POOL
 
