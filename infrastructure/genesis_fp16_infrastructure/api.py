@@ -142,7 +142,6 @@ if TYPE_CHECKING:
     )
     from genesis_fp16_infrastructure.training.run.fit import fit
     from genesis_fp16_infrastructure.training.run.options import FitOptions, FitResult
-    from genesis_fp16_infrastructure.training.run.spec import RunCallbacks
     from genesis_fp16_infrastructure.training.run.task import TrainingTask, to_device
     from genesis_fp16_infrastructure.world_model import workload
 

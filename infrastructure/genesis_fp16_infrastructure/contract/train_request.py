@@ -7,7 +7,7 @@ Part of the plugin contract: import these from ``genesis_fp16_infrastructure.con
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +23,7 @@ from genesis_fp16_infrastructure.training.run.spec import (
 )
 
 if TYPE_CHECKING:
+    from genesis_fp16_infrastructure.training.reports import TrainingSummary
     from genesis_fp16_infrastructure.training.run.fit import FitOptions
 
 # The optimizer steps a run trains when its request names no budget (TrainRequest.fit_options).
@@ -143,13 +144,18 @@ class TrainRequest(RunSpec, RunCallbacks):
         """
         return list(range(len(ids))) if self.score_only is None else self.score_only.rows(ids)
 
-    def with_callbacks(self, callbacks: RunCallbacks) -> TrainRequest:
-        """This request with every callback of ``callbacks`` (each one: a callback left
-        unset there is unset here too), built once by whoever starts the run::
+    def with_callbacks(
+        self,
+        on_log: Callable[[TrainingSummary], None] | None,
+        should_stop: Callable[[], bool],
+        on_diagnostics: Callable[[Mapping[str, float]], None] | None = None,
+    ) -> TrainRequest:
+        """This request with the run's callbacks, all set together (``on_diagnostics`` left
+        out: none) by whoever starts the run::
 
-            request.with_callbacks(RunCallbacks(on_log=show, should_stop=stop.is_set))
+            request.with_callbacks(on_log=show, should_stop=stop.is_set)
         """
-        return replace(self, **{f.name: getattr(callbacks, f.name) for f in fields(RunCallbacks)})
+        return replace(self, on_log=on_log, should_stop=should_stop, on_diagnostics=on_diagnostics)
 
     def to_json(self) -> dict[str, Any]:
         """The request as JSON-ready data, callbacks left out (they cannot cross a process).
