@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     )
     from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder, CheckpointsFolder
     from genesis_fp16_infrastructure.agent_folder.layout import (
-        AGENT_NAME_PATTERN,
         LAYOUT,
         RUN_REQUEST,
         agent_of,
