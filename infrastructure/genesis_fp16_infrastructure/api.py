@@ -32,9 +32,7 @@ if TYPE_CHECKING:
     )
     from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder, CheckpointsFolder
     from genesis_fp16_infrastructure.agent_folder.layout import (
-        LAYOUT,
         RUN_REQUEST,
-        agent_of,
         check_agent_name,
         is_agent_name,
         shown_name,

@@ -119,6 +119,9 @@ class AgentFolder:
             if L.is_agent_name(name) and (agents / name).is_dir()
         ]
 
+    # Every state file's label (a set-aside one's ``file``), as the layout names them.
+    STATE_FILES: ClassVar[tuple[str, ...]] = tuple(f.label for f in L.LAYOUT)
+
     # -- the state folder's owner (genesis_fp16/service/state_lock.py) ----------------------
     OWNER_LOCK_NAME: ClassVar[str] = L.OWNER_LOCK.name
     write_owner = staticmethod(lock.write_holder)  # replace the record (fd: take_owner's)
