@@ -61,9 +61,11 @@ REPO = BENCHMARKS.parent
 # RunCallbacks to build and pass): 1 / 105. The run-now folder asks is_agent_name of a
 # request's name (no AGENT_NAME_PATTERN in its pattern): 1 / 104. A set-aside file
 # names its agent (SetAside.agent; a child's relayed line carries it) and the state files'
-# labels are AgentFolder.STATE_FILES (no LAYOUT, agent_of): 1 / 102.
+# labels are AgentFolder.STATE_FILES (no LAYOUT, agent_of): 1 / 102. The plan reads the
+# agent's snapshot from its AgentFolder (read_snapshot(folder, checkpoint_dir); no
+# AgentStateFiles): 1 / 101.
 MAX_LIBRARY_MODULES = 1
-MAX_LIBRARY_NAMES = 102
+MAX_LIBRARY_NAMES = 101
 MAX_COMPLEXITY = 30
 # Issue 70's figure 10b: the library modules that define the names the daemon imports,
 # each name resolved through the door (its __module__; a constant: the module it is

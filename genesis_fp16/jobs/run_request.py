@@ -55,7 +55,6 @@ from genesis_fp16_infrastructure.api import (
     AgentFolder,
     AgentSnapshot,
     AgentState,
-    AgentStateFiles,
     Capabilities,
     DataCheck,
     OptionValue,
@@ -199,9 +198,7 @@ def plan_request(
         capabilities = capabilities_of(plugin)
     ignored = dict(capabilities.ignored_request_fields)
     checkpoint_dir = o.checkpoint_dir or folder.checkpoint_dir
-    snapshot = read_snapshot(
-        AgentStateFiles(folder.precision_state_path, folder.loss_scale_path, checkpoint_dir)
-    )
+    snapshot = read_snapshot(folder, checkpoint_dir)
     state = snapshot.state
     assert state is not None  # read_snapshot reads it
     options = resolve_options(agent, capabilities, spec.options, o.options)

@@ -51,7 +51,6 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.contract.agent_snapshot import (
         AgentSnapshot,
         AgentState,
-        AgentStateFiles,
         DataCheck,
         read_resume_point,
         read_snapshot,

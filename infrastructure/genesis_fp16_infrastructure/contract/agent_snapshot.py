@@ -9,7 +9,7 @@ reading again: the
 daemon's own checks, the run in the daemon's process, and a child process, which gets it
 in its run file (:meth:`AgentSnapshot.to_json`, inside ``TrainRequest.to_json``)::
 
-    snapshot = replace(read_snapshot(files), data=DataCheck(scan, None))
+    snapshot = replace(read_snapshot(folder, checkpoint_dir), data=DataCheck(scan, None))
     AgentSnapshot.from_json(json.loads(json.dumps(snapshot.to_json()))).data == snapshot.data
 
 - :class:`AgentState`: what the next run starts from (the guard's memory, the carried
@@ -21,11 +21,11 @@ in its run file (:meth:`AgentSnapshot.to_json`, inside ``TrainRequest.to_json``)
   up-to-date verdict taken from them (a result: nothing changed; None: the run trains).
 
 What an unusable file means is the reader's (set aside, a floor, a warning): the record
-says what was found, and why a file could not be used, instead of raising. Where the
-files are is the caller's (:class:`AgentStateFiles`)::
+says what was found, and why a file could not be used, instead of raising. The files
+are the agent folder's; the checkpoints whose resume point the next run takes, the caller's::
 
-    >>> files = AgentStateFiles(Path("state/precision_state.json"), Path("state/loss_scale.json"))
-    >>> state = read_snapshot(files).state  # no files yet: nothing remembered, nothing carried
+    >>> folder = AgentFolder(Path("state"), "my_agent")
+    >>> state = read_snapshot(folder).state  # no files yet: nothing remembered, nothing carried
     >>> state.memory, state.carried, state.resume
     (None, None, None)
 
@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Pin, ServedEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
@@ -48,28 +49,11 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
 )
 from genesis_fp16_infrastructure.data.manifest import FileState, Manifest, Prefix
 from genesis_fp16_infrastructure.errors import ServedPointerError
-from genesis_fp16_infrastructure.training.precision.carried_scale import (
-    CarriedScale,
-    read_carried_scale,
-)
-from genesis_fp16_infrastructure.training.precision.guard_config import (
-    PrecisionMemory,
-    read_precision_memory,
-)
+from genesis_fp16_infrastructure.training.precision.carried_scale import CarriedScale
+from genesis_fp16_infrastructure.training.precision.guard_config import PrecisionMemory
 from genesis_fp16_infrastructure.training.precision.precision_names import RequestedName
 
 SNAPSHOT_VERSION = 1
-
-
-@dataclass(frozen=True)
-class AgentStateFiles:
-    """Where one agent's state files are. ``checkpoint_dir``: the folder whose served
-    model the next run resumes, when the caller asks for that resume point (None: it
-    does not, and :attr:`AgentState.resume` is None)."""
-
-    precision_state: Path
-    loss_scale: Path
-    checkpoint_dir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -218,20 +202,21 @@ def _scan_from_json(data: Mapping[str, Any]) -> Manifest:
     return Manifest(tuple(files), int(data["scanned_ns"]))
 
 
-def read_snapshot(files: AgentStateFiles) -> AgentSnapshot:
-    """The :class:`AgentSnapshot` under ``files`` (its ``data`` left to the plugin's
-    check): each file read once, the pointer only with a resume point. An unusable
-    memory file or pointer is reported in the record. Raises ``OSError`` (or
+def read_snapshot(folder: AgentFolder, checkpoint_dir: Path | None = None) -> AgentSnapshot:
+    """The :class:`AgentSnapshot` of ``folder`` (its ``data`` left to the plugin's check):
+    each file read once, the pointer and the resume point only of ``checkpoint_dir``, the
+    folder whose served model the next run resumes (None: no resume point asked). An
+    unusable memory file or pointer is reported in the record. Raises ``OSError`` (or
     ``CheckpointError``) only when the resume point's checkpoints cannot be read."""
     try:
-        memory, memory_error = read_precision_memory(files.precision_state), None
+        memory, memory_error = folder.precision_memory(), None
     except ValueError as exc:  # UnusableStateFile too
         memory, memory_error = None, str(exc)
-    carried = read_carried_scale(files.loss_scale)
-    if files.checkpoint_dir is None:
+    carried = folder.carried_scale()
+    if checkpoint_dir is None:
         return AgentSnapshot(AgentState(memory, memory_error, carried, None))
-    pointer, served, error = _read_pointer(files.checkpoint_dir)
-    resume = _resume_point(files.checkpoint_dir, served, error)
+    pointer, served, error = _read_pointer(checkpoint_dir)
+    resume = _resume_point(checkpoint_dir, served, error)
     return AgentSnapshot(AgentState(memory, memory_error, carried, resume), pointer, error)
 
 
