@@ -120,7 +120,6 @@ if TYPE_CHECKING:
         LOSS_SCALED,
         LOW_PRECISIONS,
         PRECISIONS,
-        ROBUSTNESS,
         PrecisionName,
         RequestedName,
         precision_name,
@@ -129,7 +128,6 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
     from genesis_fp16_infrastructure.training.reports import (
         Calibration,
-        Demotion,
         EarlyStopReport,
         ModuleRange,
         RangeSummary,

@@ -20,7 +20,8 @@ from genesis_fp16.jobs.scale_memory import record_scale
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_agents.rlhf_ppo import plugin
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
-from genesis_fp16_infrastructure.api import Demotion, read_snapshot
+from genesis_fp16_infrastructure.api import read_snapshot
+from genesis_fp16_infrastructure.training.reports import Demotion
 from genesis_fp16_infrastructure.training.run.verify_capture import Verdict, write_verdict
 
 AGENT = "rlhf_ppo"
