@@ -79,8 +79,6 @@ if TYPE_CHECKING:
         parse_options,
     )
     from genesis_fp16_infrastructure.contract.reports import (
-        DataReport,
-        DriftReport,
         GateReport,
         LiveReport,
         ScoresOn,
@@ -128,7 +126,6 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
     from genesis_fp16_infrastructure.training.reports import (
         Calibration,
-        EarlyStopReport,
         ModuleRange,
         RangeSummary,
         TrainingSummary,
