@@ -27,7 +27,7 @@ declares before anything trains.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,6 @@ from genesis_fp16.plugin_api import (
     PrecisionRequest,
     TrainRequest,
     TrainRequestError,
-    TrainResult,
     declared_options,
     parse_options,
 )
@@ -56,12 +55,10 @@ from genesis_fp16_infrastructure.api import (
     AgentSnapshot,
     AgentState,
     Capabilities,
-    DataCheck,
     OptionValue,
     PrecisionName,
     RequestedName,
     capabilities_of,
-    check_result,
     read_snapshot,
 )
 
@@ -189,7 +186,7 @@ def plan_request(
     """The :class:`RunPlan` of one run: its inputs read once (what the plugin declares,
     ``capabilities``: the loader's record of it, read here only when not given; the
     agent's state folder, with the pointer and resume point of the folder the run
-    trains in; the plugin's data check, :func:`check_data`), its fields worked out from
+    trains in; the plugin's data check, :func:`with_data_check`), its fields worked out from
     the settings. Every library type of the run is built here, from the snapshot."""
     o = overrides or RequestOverrides()
     spec = settings.agent(agent)
@@ -242,30 +239,24 @@ def plan_request(
         range_stats=settings.range_stats,
     )
     # The data scanned once, and whether anything changed: the last piece of the snapshot.
-    checked = replace(snapshot, data=check_data(capabilities.check_data, request))
+    checked = with_data_check(snapshot, capabilities, request)
     return RunPlan(replace(request, snapshot=checked), ignored)
 
 
-def check_data(
-    check: Callable[[TrainRequest], DataCheck] | None, request: TrainRequest
-) -> DataCheck | None:
-    """The plugin's own data check, when it has one (``check_data(request)``, plugin_api's
-    ``ChecksData``: the data files scanned once and, when nothing changed since its served
-    model, the run's result), asked once by the plan: an up-to-date run then costs no
-    process start, and the run reads neither the manifest nor the files' bytes again. A
-    check that fails is logged and the run goes on in full, where the plugin decides."""
-    if check is None:
-        return None
+def with_data_check(
+    snapshot: AgentSnapshot, capabilities: Capabilities, request: TrainRequest
+) -> AgentSnapshot:
+    """``snapshot`` with the plugin's own data check, when it has one
+    (``Capabilities.data_check``, plugin_api's ``ChecksData``: the data files scanned once
+    and, when nothing changed since its served model, the run's result), asked once by the
+    plan: an up-to-date run then costs no process start, and the run reads neither the
+    manifest nor the files' bytes again. A check that fails is logged and the run goes on
+    in full (no data check in the snapshot), where the plugin decides."""
     try:
-        found = check(request)
-        if not isinstance(found, DataCheck):
-            raise TypeError(f"check_data returned {type(found).__name__}, not a DataCheck")
-        if found.up_to_date is not None:  # a wrong field: logged, the run reads its data
-            check_result(TrainResult.from_json(found.up_to_date), request.agent)
-        return found
+        return replace(snapshot, data=capabilities.data_check(request))
     except Exception:  # a plugin's: whatever it raises, the run reads its data
         log.warning("the plugin's data check failed: the run reads its data", exc_info=True)
-        return None
+        return snapshot
 
 
 def _operator_set(settings: Settings, overrides: RequestOverrides) -> dict[str, str]:
