@@ -238,8 +238,7 @@ def _export_report(ctx: JobContext, agent: str, result: TrainResult) -> None:
     if result.gate is not None and not result.up_to_date:
         ctx.metrics.promotion.export_gate(agent, result.gate)
     ctx.metrics.promotion.export_drift(agent, result)
-    if result.ranges is not None:  # a run that sampled no step leaves the last run's
-        ctx.metrics.ranges.export(agent, result.ranges)
+    ctx.metrics.ranges.export(agent, result)
     _export_live(ctx, agent, result)
 
 

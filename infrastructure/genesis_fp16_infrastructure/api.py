@@ -127,7 +127,6 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.training.reports import (
         Calibration,
         ModuleRange,
-        RangeSummary,
         TrainingSummary,
     )
     from genesis_fp16_infrastructure.training.run.fit import fit
