@@ -35,7 +35,7 @@ with a folder named ``tests``, ``benchmarks`` or ``__pycache__``, or starting wi
    Also counted apart: the functions that test ``== "auto"`` or ``!= "auto"`` on such a
    precision-named value (the same rule) outside the file that defines ``decide`` at its
    top level (``precision/decide.py``). Unlike the test, this does not leave out
-   ``precision_request.py`` nor the test's list of allowed places, nor count ``in``: it
+   ``precision_names.py`` nor the test's list of allowed places, nor count ``in``: it
    shows all of them, and the results say which the test allows.
 
 2. *Types that declare run fields.* A record type is a class decorated with

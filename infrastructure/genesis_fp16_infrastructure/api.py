@@ -119,11 +119,11 @@ if TYPE_CHECKING:
         LOW_PRECISIONS,
         PRECISIONS,
         PrecisionName,
+        PrecisionRequest,
         RequestedName,
         precision_name,
         requested_name,
     )
-    from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
     from genesis_fp16_infrastructure.training.reports import (
         Calibration,
         ModuleRange,

@@ -41,7 +41,7 @@ class TrainRequest(RunSpec, RunCallbacks):
     :class:`~genesis_fp16_infrastructure.training.run.spec.RunSpec`'s and
     :class:`~genesis_fp16_infrastructure.training.run.spec.RunCallbacks`', shared with
     ``FitOptions``; the rest are the agent's. ``precision`` is the
-    :class:`~genesis_fp16_infrastructure.training.precision.precision_request.PrecisionRequest`
+    :class:`~genesis_fp16_infrastructure.training.precision.precision_names.PrecisionRequest`
     (what was asked, how ``auto`` is decided, the probe's exclusions, the guard's
     remembered floor), answered by ``decide()`` in the run, and ``precision_reason`` says
     who asked for it (a CLI flag, ``ENABLE_FP16_TRAINING``, a per-agent override).

@@ -37,7 +37,7 @@ from genesis_fp16_infrastructure.judging.run import run_plugin, trained_ids
 from genesis_fp16_infrastructure.judging.split import HELD_OUT
 from genesis_fp16_infrastructure.training import CheckpointManager
 from genesis_fp16_infrastructure.training import checkpoint_keys as keys
-from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 
 
 @dataclass

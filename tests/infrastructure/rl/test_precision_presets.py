@@ -14,7 +14,7 @@ from genesis_fp16_infrastructure.rl.precision_presets import (
 from genesis_fp16_infrastructure.training.precision import capabilities
 from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
 from genesis_fp16_infrastructure.training.precision.decide import decide
-from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 
 SEED_MATRIX = {  # the seed's table: policy, ref, reward, value, kl
     "bf16_pure": ("bf16", "bf16", "bf16", "bf16", "bf16"),

@@ -45,7 +45,7 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     RequestedName,
     less_robust,
 )
-from genesis_fp16_infrastructure.training.precision.precision_request import (
+from genesis_fp16_infrastructure.training.precision.precision_names import (
     PrecisionRequest as PrecisionRequest,
 )
 from genesis_fp16_infrastructure.training.reports import Measured, under_load

@@ -39,10 +39,8 @@ from genesis_fp16_infrastructure.training.precision.precision_names import (
     LOSS_SCALED,
     PRECISIONS,
     PrecisionName,
-    RequestedName,
-)
-from genesis_fp16_infrastructure.training.precision.precision_request import (
     PrecisionRequest,
+    RequestedName,
     as_request,
 )
 

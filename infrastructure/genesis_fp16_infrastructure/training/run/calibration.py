@@ -105,9 +105,9 @@ from genesis_fp16_infrastructure.training.precision.decide import (
 )
 from genesis_fp16_infrastructure.training.precision.loss_scaler_config import ScalerConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionName
-from genesis_fp16_infrastructure.training.precision.precision_request import (
+from genesis_fp16_infrastructure.training.precision.precision_names import (
     DEFAULT_BUDGET_S,
+    PrecisionName,
     PrecisionRequest,
 )
 from genesis_fp16_infrastructure.training.reports import (

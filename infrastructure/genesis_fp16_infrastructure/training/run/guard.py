@@ -49,7 +49,7 @@ from genesis_fp16_infrastructure.training.precision.decide import (
 )
 from genesis_fp16_infrastructure.training.precision.guard_config import GuardConfig
 from genesis_fp16_infrastructure.training.precision.precision import PrecisionPolicy
-from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import Demotion
 from genesis_fp16_infrastructure.training.run.snapshot import SnapshotStore
 from genesis_fp16_infrastructure.training.step.trainer import Trainer

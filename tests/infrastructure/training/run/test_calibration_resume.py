@@ -16,7 +16,7 @@ from test_fit import RegressionTask
 from genesis_fp16_infrastructure.training import FitOptions, fit
 from genesis_fp16_infrastructure.training.precision import capabilities
 from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
-from genesis_fp16_infrastructure.training.precision.precision_request import PrecisionRequest
+from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import Measured, under_load
 from genesis_fp16_infrastructure.training.run import calibration as cal
 
