@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     )
     from genesis_fp16_infrastructure.agent_folder.lifecycle_records import (
         JournalEntry,
+        Outcome,
         ServedPointer,
     )
     from genesis_fp16_infrastructure.agent_folder.outbox import Event
@@ -98,7 +99,6 @@ if TYPE_CHECKING:
     )
     from genesis_fp16_infrastructure.judging.run import run_plugin
     from genesis_fp16_infrastructure.machine_memory import machine_memory_bytes, peak_rss_mib
-    from genesis_fp16_infrastructure.outcome import Outcome
     from genesis_fp16_infrastructure.probe.runner import ProbeReport, run_probe
     from genesis_fp16_infrastructure.training.flight.bundle import data_change, load_bundle
     from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget, replay

@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from genesis_fp16_infrastructure.outcome import Outcome
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome
 from genesis_fp16_infrastructure.record_codec import (
     JSON,
     OMIT_NONE,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Outcome
 from genesis_fp16_infrastructure.agent_folder.run_history import (
     MARK_COLUMNS,
     NAME_CHARS,
@@ -36,7 +37,6 @@ from genesis_fp16_infrastructure.contract.reports import (
     GateReport,
     LiveReport,
 )
-from genesis_fp16_infrastructure.outcome import Outcome
 from genesis_fp16_infrastructure.record_codec import decode_record, encode_record
 from genesis_fp16_infrastructure.training.precision.carried_scale import (
     CarriedScale,

@@ -80,7 +80,7 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     write_verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Finding, Outcome, ServedEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
     checkpoint_of,
@@ -122,7 +122,6 @@ from genesis_fp16_infrastructure.judging.up_to_date import (
     up_to_date,
 )
 from genesis_fp16_infrastructure.judging.watch import watch
-from genesis_fp16_infrastructure.outcome import Finding, Outcome
 from genesis_fp16_infrastructure.training import CheckpointManager, checkpoint_keys
 from genesis_fp16_infrastructure.training.checkpoint_files import (
     digest_path,
