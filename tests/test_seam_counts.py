@@ -112,7 +112,9 @@ MAX_COMPLEXITY = 30
 # probe.runner, its Measures beside the measures in probe.measures): 29. The request a run
 # makes beside the names it is made of (precision_request merged into precision_names): 28.
 # The outcomes beside the records that keep them (outcome merged into lifecycle_records): 27.
-MAX_DEFINING_MODULES = 27
+# The agent's folder as the plan read it beside the request that carries it
+# (contract.agent_snapshot merged into contract.train_request): 26.
+MAX_DEFINING_MODULES = 26
 
 DAEMON = """
 from genesis_fp16_infrastructure.contract.train_result import TrainResult

@@ -349,7 +349,7 @@ def _failure_reason(exc: BaseException) -> str:
 
 def resumed_totals(summary: Mapping[str, Any] | None) -> dict[str, float]:
     """The run counters of the checkpoint a run will resume from (empty: none), from its
-    summary (``agent_snapshot.ResumePoint.summary``).
+    summary (``train_request.ResumePoint.summary``).
 
     The summary is the newest checkpoint's summary file (``checkpoint_files.summarize``),
     a few hundred bytes, so that the run alone reads the checkpoint itself; a checkpoint

@@ -49,13 +49,6 @@ if TYPE_CHECKING:
         RunEntry,
         text,
     )
-    from genesis_fp16_infrastructure.contract.agent_snapshot import (
-        AgentSnapshot,
-        AgentState,
-        DataCheck,
-        read_resume_point,
-        read_snapshot,
-    )
     from genesis_fp16_infrastructure.contract.judging import (
         JUDGING_VERSION,
         JudgedPlugin,
@@ -84,7 +77,15 @@ if TYPE_CHECKING:
         LiveReport,
         ScoresOn,
     )
-    from genesis_fp16_infrastructure.contract.train_request import DEFAULT_STEPS, TrainRequest
+    from genesis_fp16_infrastructure.contract.train_request import (
+        DEFAULT_STEPS,
+        AgentSnapshot,
+        AgentState,
+        DataCheck,
+        TrainRequest,
+        read_resume_point,
+        read_snapshot,
+    )
     from genesis_fp16_infrastructure.contract.train_result import TrainResult
     from genesis_fp16_infrastructure.errors import (
         BundleError,

@@ -38,8 +38,7 @@ from genesis_fp16_infrastructure.agent_folder.pointer import (
     checkpoint_of,
     read_pointer,
 )
-from genesis_fp16_infrastructure.contract.agent_snapshot import DataCheck
-from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.contract.train_request import DataCheck, TrainRequest
 from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.data.manifest import Manifest, scan_files
 from genesis_fp16_infrastructure.data.record_cache import RecordCache
