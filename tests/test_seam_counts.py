@@ -113,8 +113,10 @@ MAX_COMPLEXITY = 30
 # makes beside the names it is made of (precision_request merged into precision_names): 28.
 # The outcomes beside the records that keep them (outcome merged into lifecycle_records): 27.
 # The agent's folder as the plan read it beside the request that carries it
-# (contract.agent_snapshot merged into contract.train_request): 26.
-MAX_DEFINING_MODULES = 26
+# (contract.agent_snapshot merged into contract.train_request): 26. What a device computes
+# natively beside the one decision made from it (precision.capabilities merged into decide;
+# the daemon asks decide's cpu_capabilities): 25.
+MAX_DEFINING_MODULES = 25
 
 DAEMON = """
 from genesis_fp16_infrastructure.contract.train_result import TrainResult

@@ -167,9 +167,9 @@ def _host() -> dict[str, bool]:
     measured ``auto`` and a captured step need."""
     import torch
 
-    from genesis_fp16_infrastructure.api import capabilities
+    from genesis_fp16_infrastructure.api import cpu_capabilities
 
-    cpu = capabilities.cpu_capabilities()
+    cpu = cpu_capabilities()
     return {
         "cuda": torch.cuda.is_available(),
         "cpu_native_bf16": cpu.native_bf16,

@@ -103,8 +103,11 @@ if TYPE_CHECKING:
     from genesis_fp16_infrastructure.probe.runner import ProbeReport, run_probe
     from genesis_fp16_infrastructure.training.flight.bundle import data_change, load_bundle
     from genesis_fp16_infrastructure.training.flight.replay import ReplayTarget, replay
-    from genesis_fp16_infrastructure.training.precision import capabilities
-    from genesis_fp16_infrastructure.training.precision.decide import decide, planned_precision
+    from genesis_fp16_infrastructure.training.precision.decide import (
+        cpu_capabilities,
+        decide,
+        planned_precision,
+    )
     from genesis_fp16_infrastructure.training.precision.guard_config import (
         GuardConfig,
         PrecisionMemory,

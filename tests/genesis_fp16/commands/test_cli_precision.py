@@ -16,8 +16,8 @@ from daemon_harness import daemon_env
 from genesis_fp16_infrastructure.agent_folder.files import newest_aside
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
 from genesis_fp16_infrastructure.training import TrainerConfig
-from genesis_fp16_infrastructure.training.precision import capabilities
-from genesis_fp16_infrastructure.training.precision.capabilities import DeviceCapabilities
+from genesis_fp16_infrastructure.training.precision import decide
+from genesis_fp16_infrastructure.training.precision.decide import DeviceCapabilities
 from genesis_fp16_infrastructure.training.run import calibration as cal
 
 AGENT = "se_darwin"
@@ -67,7 +67,7 @@ def test_show_prints_the_measurement_and_reset_forgets_it(
 ) -> None:
     """A real measurement (bf16 taken as native) is shown as a table and reset deletes it."""
     caps = DeviceCapabilities("cpu", True, False, "test: bf16 taken as native")
-    monkeypatch.setattr(capabilities, "detect_capabilities", lambda device: caps)
+    monkeypatch.setattr(decide, "detect_capabilities", lambda device: caps)
     path = AgentFolder(tmp_path, AGENT).calibration_path
     path.parent.mkdir(parents=True)
     found = cal.calibrate(_Tiny(), "cpu", 0, TrainerConfig(), cache=path, budget_s=0.2)
@@ -201,7 +201,7 @@ def test_show_on_a_host_with_only_fp32_says_auto_has_nothing_to_measure(
     from genesis_fp16.cli import main
 
     plain = DeviceCapabilities("cpu", False, False, "test: fp32 only")
-    monkeypatch.setattr(capabilities, "cpu_capabilities", lambda: plain)
+    monkeypatch.setattr(decide, "cpu_capabilities", lambda: plain)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv("GENESIS_FP16_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.chdir(tmp_path)
@@ -233,7 +233,7 @@ def test_train_names_every_timed_precision_and_times_a_loaded_measurement_again(
     """The product path, rlhf_ppo's real data: `train --json` and `status` name each
     timed precision with its median and p10-p90; a kept measurement marked loaded is
     timed again by the next train, which says so; one marked steady is reused."""
-    caps = capabilities.cpu_capabilities()
+    caps = decide.cpu_capabilities()
     if not (caps.native_bf16 or caps.native_fp16):
         pytest.skip(f"auto times nothing on this CPU ({caps.source}); test_calibration.py has it")
     first = _train_auto(tmp_path)

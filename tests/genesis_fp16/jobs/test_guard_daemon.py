@@ -203,13 +203,13 @@ def test_an_explicit_request_meets_the_memory_without_probing_the_device(
     """An explicit fp16 under a remembered bf16 floor is planned as bf16 without asking the
     device (no CUDA start in the daemon's process); only an auto by the rule needs it, and
     a measured auto with nothing measured yet is left to its run."""
-    from genesis_fp16_infrastructure.training.precision import capabilities
+    from genesis_fp16_infrastructure.training.precision import decide as decide_module
 
     def no_probe(device: object) -> object:
         raise AssertionError(f"the device {device} was probed")
 
     _remember(tmp_path)
-    monkeypatch.setattr(capabilities, "detect_capabilities", no_probe)
+    monkeypatch.setattr(decide_module, "detect_capabilities", no_probe)
     fp16 = _settings(tmp_path, ENABLE_FP16_TRAINING=True)
     assert _planned(fp16, "cuda") == "bf16"
     assert _planned(_settings(tmp_path), "cuda") is None  # measured: the run decides
