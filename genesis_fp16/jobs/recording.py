@@ -225,8 +225,7 @@ def _save_last_run(
 def _export_report(ctx: JobContext, agent: str, result: TrainResult) -> None:
     """What the run reports beyond its counts, each typed field the agent filled."""
     report = ctx.metrics.report
-    if result.precision_calibration is not None:
-        report.set_auto_measurement(agent, result.precision_calibration)
+    report.set_auto_measurement(agent, result)
     report.set_eval(agent, result)
     report.set_data(agent, result, time.time())
     report.count_quarantined(agent, result)

@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from genesis_fp16.metrics.metric_names import EVAL_QUALITY, PRECISION_LABELS, PREFIX
 from genesis_fp16.plugin_api import TrainResult
-from genesis_fp16_infrastructure.api import Calibration, PrecisionName
+from genesis_fp16_infrastructure.api import PrecisionName
 
 
 class RunReportMetrics:
@@ -105,8 +105,12 @@ class RunReportMetrics:
         if result.quarantined > 0:  # a plugin's negative count is its bug: nothing to add
             self.records_quarantined.labels(agent=agent).inc(result.quarantined)
 
-    def set_auto_measurement(self, agent: str, calibration: Calibration) -> None:
-        """Export a measured ``auto`` (``TrainResult.precision_calibration``)."""
+    def set_auto_measurement(self, agent: str, result: TrainResult) -> None:
+        """Export the run's measured ``auto`` (``TrainResult.precision_calibration``); a run
+        that measured none leaves the series."""
+        calibration = result.precision_calibration
+        if calibration is None:
+            return
         rows, chosen = calibration.rows, calibration.chosen
         for name in PRECISION_LABELS:  # one series per precision: drop the stale one
             for flag in ("0", "1"):

@@ -164,8 +164,9 @@ def test_reset_takes_turns_with_the_daemon_recording_a_demotion(
 
 
 def test_precision_show_names_every_candidate_and_the_choice() -> None:
-    """The measurement's table: each row with its ratio to fp32, the chosen row (precision
-    and execution) marked once, and the precisions not timed with why."""
+    """The measurement's table (Calibration.table, which show prints): each row with its
+    ratio to fp32, the chosen row (precision and execution) marked once, and the
+    precisions not timed with why."""
     from genesis_fp16.commands.precision import _describe_calibration
     from genesis_fp16_infrastructure.training.run import calibration as cal
 
@@ -176,7 +177,8 @@ def test_precision_show_names_every_candidate_and_the_choice() -> None:
     calibration = cal.Calibration(
         "bf16", "r", rows, {"fp16": "no native fp16"}, {"device": "cpu"}, 0.1
     )
-    table = _describe_calibration(calibration, None)
+    table = calibration.table()
+    assert _describe_calibration(table, None) == table
     assert table.count("<- chosen") == 1 and "bf16       eager" in table
     assert "2.00x  <- chosen" in table and "fp16       not timed: no native fp16" in table
     assert "fp32       eager           2.000   1.800-2.400" in table  # median, p10-p90

@@ -98,7 +98,8 @@ def test_execution_gauge_has_the_compiled_step_as_its_own_mode() -> None:
 
 
 def test_auto_measurement_exports_each_precisions_step_time_and_the_choice() -> None:
-    """set_auto_measurement: seconds per precision, chosen=1 on one; a new choice replaces it."""
+    """set_auto_measurement: seconds per precision, chosen=1 on one; a new choice replaces
+    it; a run that measured nothing leaves them."""
     registry = CollectorRegistry()
     metrics = DaemonMetrics(registry, "1")
     rows = (
@@ -106,11 +107,13 @@ def test_auto_measurement_exports_each_precisions_step_time_and_the_choice() -> 
         Measured("bf16", "eager", 1.0, 1.0, 1.0, 3),
     )
     measured = Calibration("bf16", "faster", rows, {}, {}, 0.1)
-    metrics.report.set_auto_measurement("a", measured)
+    metrics.report.set_auto_measurement("a", train_result(precision_calibration=measured))
     name = "genesis_fp16_auto_step_seconds"
     assert value(registry, name, agent="a", precision="bf16", chosen="1") == 0.001
     assert value(registry, name, agent="a", precision="fp32", chosen="0") == 0.002
-    metrics.report.set_auto_measurement("a", replace(measured, chosen="fp32"))
+    again = replace(measured, chosen="fp32")
+    metrics.report.set_auto_measurement("a", train_result(precision_calibration=again))
+    metrics.report.set_auto_measurement("a", train_result())  # nothing measured: kept
     assert value(registry, name, agent="a", precision="fp32", chosen="1") == 0.002
     assert (
         registry.get_sample_value(name, {"agent": "a", "precision": "bf16", "chosen": "1"}) is None
