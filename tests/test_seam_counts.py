@@ -117,8 +117,9 @@ MAX_COMPLEXITY = 30
 # The agent's folder as the plan read it beside the request that carries it
 # (contract.agent_snapshot merged into contract.train_request): 26. What a device computes
 # natively beside the one decision made from it (precision.capabilities merged into decide;
-# the daemon asks decide's cpu_capabilities): 25.
-MAX_DEFINING_MODULES = 25
+# the daemon asks decide's cpu_capabilities): 25. The run's result beside the typed records
+# it carries (contract.train_result merged into contract.reports): 24.
+MAX_DEFINING_MODULES = 24
 
 DAEMON = """
 from genesis_fp16_infrastructure.contract.train_result import TrainResult

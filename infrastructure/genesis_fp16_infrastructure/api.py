@@ -76,6 +76,7 @@ if TYPE_CHECKING:
         GateReport,
         LiveReport,
         ScoresOn,
+        TrainResult,
     )
     from genesis_fp16_infrastructure.contract.train_request import (
         DEFAULT_STEPS,
@@ -86,7 +87,6 @@ if TYPE_CHECKING:
         read_resume_point,
         read_snapshot,
     )
-    from genesis_fp16_infrastructure.contract.train_result import TrainResult
     from genesis_fp16_infrastructure.errors import (
         BundleError,
         CheckpointError,

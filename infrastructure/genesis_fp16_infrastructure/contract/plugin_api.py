@@ -84,8 +84,8 @@ from genesis_fp16_infrastructure.contract.judging import (
     judging_of,
     records_are_training_data,
 )
+from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.train_request import DataCheck, TrainRequest
-from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.record_codec import Record, ReportError
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 

@@ -16,8 +16,7 @@ from genesis_fp16_infrastructure.contract.plugin_api import (
     TrainResultError,
     check_result,
 )
-from genesis_fp16_infrastructure.contract.reports import GateReport
-from genesis_fp16_infrastructure.contract.train_result import TrainResult
+from genesis_fp16_infrastructure.contract.reports import GateReport, TrainResult
 from genesis_fp16_infrastructure.training.precision.precision_names import PrecisionRequest
 from genesis_fp16_infrastructure.training.reports import Demotion
 

@@ -30,8 +30,8 @@ from genesis_fp16_infrastructure.contract.judging import (
     trained_id_hashes,
 )
 from genesis_fp16_infrastructure.contract.plugin_api import TrainRequestError
+from genesis_fp16_infrastructure.contract.reports import TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.run import run_plugin, trained_ids
 from genesis_fp16_infrastructure.judging.split import HELD_OUT

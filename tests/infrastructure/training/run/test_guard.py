@@ -21,8 +21,8 @@ from guard_faults import (
     guarded_run,
 )
 
+from genesis_fp16_infrastructure.contract.reports import TrainResult, min_useful_steps
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.contract.train_result import TrainResult, min_useful_steps
 from genesis_fp16_infrastructure.training import (
     CheckpointManager,
     FitOptions,
