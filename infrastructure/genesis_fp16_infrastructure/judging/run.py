@@ -79,7 +79,7 @@ from genesis_fp16_infrastructure.agent_folder.candidates import (
     write_verdict,
 )
 from genesis_fp16_infrastructure.agent_folder.layout import QUARANTINE_LOG
-from genesis_fp16_infrastructure.agent_folder.lifecycle_records import ServedEntry
+from genesis_fp16_infrastructure.agent_folder.lifecycle_records import Finding, Outcome, ServedEntry
 from genesis_fp16_infrastructure.agent_folder.pointer import (
     ServedPointer,
     checkpoint_of,
@@ -96,9 +96,8 @@ from genesis_fp16_infrastructure.contract.judging import (
     records_are_training_data,
 )
 from genesis_fp16_infrastructure.contract.plugin_api import AgentPlugin, TrainRequestError
-from genesis_fp16_infrastructure.contract.reports import GateReport
+from genesis_fp16_infrastructure.contract.reports import GateReport, TrainResult
 from genesis_fp16_infrastructure.contract.train_request import TrainRequest
-from genesis_fp16_infrastructure.contract.train_result import TrainResult
 from genesis_fp16_infrastructure.errors import ServedPointerError
 from genesis_fp16_infrastructure.judging import stores
 from genesis_fp16_infrastructure.judging.gate import (
@@ -121,7 +120,6 @@ from genesis_fp16_infrastructure.judging.up_to_date import (
     up_to_date,
 )
 from genesis_fp16_infrastructure.judging.watch import watch
-from genesis_fp16_infrastructure.outcome import Finding, Outcome
 from genesis_fp16_infrastructure.training import CheckpointManager, checkpoint_keys
 from genesis_fp16_infrastructure.training.checkpoint_files import (
     digest_path,
