@@ -16,9 +16,12 @@ import torch
 from se_darwin_runs import train
 
 import genesis_fp16_infrastructure.recipes.retrain.drift as drift
-from genesis_fp16_infrastructure.contract.agent_snapshot import AgentSnapshot, DataCheck
 from genesis_fp16_infrastructure.contract.judging import TRAINED_IDS, trained_id_hashes
-from genesis_fp16_infrastructure.contract.train_request import TrainRequest
+from genesis_fp16_infrastructure.contract.train_request import (
+    AgentSnapshot,
+    DataCheck,
+    TrainRequest,
+)
 from genesis_fp16_infrastructure.data.fingerprint import fingerprint
 from genesis_fp16_infrastructure.data.pool_columns import PoolColumns
 from genesis_fp16_infrastructure.data.readers import read_trajectories
