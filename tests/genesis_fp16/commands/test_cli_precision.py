@@ -234,7 +234,8 @@ def test_train_names_every_timed_precision_and_times_a_loaded_measurement_again(
 ) -> None:
     """The product path, rlhf_ppo's real data: `train --json` and `status` name each
     timed precision with its median and p10-p90; a kept measurement marked loaded is
-    timed again by the next train, which says so; one marked steady is reused."""
+    timed again by the next train, which says so; one marked steady has only its winner
+    timed live, and is reused or (off by over 10%) measured again, as the train says."""
     caps = decide.cpu_capabilities()
     if not (caps.native_bf16 or caps.native_fp16):
         pytest.skip(f"auto times nothing on this CPU ({caps.source}); test_calibration.py has it")
@@ -253,17 +254,20 @@ def test_train_names_every_timed_precision_and_times_a_loaded_measurement_again(
     )
     measured_at = second["precision_calibration"]["measured_at"]
     assert measured_at > first["precision_calibration"]["measured_at"]
-    for _ in range(3):
-        # Reused only when the kept winner, timed again, is within 10% of its median: on
-        # a loaded machine that can miss, the train says so, and the new one is kept.
-        _keep_with_spread(path, 1.0)
-        third = _train_auto(tmp_path)
-        if "cached measurement" in third["precision_reason"]:
-            break
+    # Marked steady, it is not measured again for its spread: its winner is timed live
+    # and it is reused within 10% of its median. On a loaded machine (this one beside
+    # other test processes: +133% seen) the live timing can miss, and the train says so
+    # and keeps the new one; test_daemon_calibration_reuse.py holds the reuse itself
+    # (its tolerance widened), test_calibration_clock.py both branches (a fake clock).
+    _keep_with_spread(path, 1.0)
+    third = _train_auto(tmp_path)
+    reason = third["precision_reason"]
+    assert "taken under load" not in reason, reason
+    if "cached measurement" in reason:
+        assert third["precision_calibration"]["measured_at"] == measured_at
+    else:
         live = r"timed [\d.]+ ms live \([+-]\d+%, over 10%\): measured again"
-        assert re.search(live, third["precision_reason"]), third["precision_reason"]
-        measured_at = third["precision_calibration"]["measured_at"]
-    assert "cached measurement" in third["precision_reason"]
-    assert third["precision_calibration"]["measured_at"] == measured_at
+        assert re.search(live, reason), reason
+        assert third["precision_calibration"]["measured_at"] > measured_at
     shown = _cli(tmp_path, "status").stdout
     assert re.search(r"precision +.*timed, median \(p10-p90\): fp32 eager [\d.]+ ms", shown)
