@@ -73,12 +73,7 @@ def run_iterations(
     cadence = Cadence.of(options)
     tracker = position.tracker
 
-    def reached() -> bool:
-        return (targets.step is not None and trainer.step_count >= targets.step) or (
-            targets.epoch is not None and position.epoch >= targets.epoch
-        )
-
-    while not reached():
+    while not targets.reached(trainer.step_count, position.epoch):
         if options.should_stop():
             logger.info("stop requested: stopping at step %d", trainer.step_count)
             return True
@@ -97,7 +92,7 @@ def run_iterations(
                 and trainer.step_count % tracker.config.every_steps == 0
                 and validate(task, trainer, tracker)
             )
-            if patience_out or reached():
+            if patience_out or targets.reached(trainer.step_count, position.epoch):
                 break  # the rest of this iteration's batches are dropped
         if not stepped:
             raise ValueError(

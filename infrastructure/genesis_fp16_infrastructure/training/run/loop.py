@@ -35,6 +35,12 @@ class Targets:
     step: int | None
     epoch: int | None
 
+    def reached(self, step: int, epoch: int) -> bool:
+        """Whether a run at ``step`` and ``epoch`` has reached either target."""
+        return (self.step is not None and step >= self.step) or (
+            self.epoch is not None and epoch >= self.epoch
+        )
+
 
 def run_targets(options: FitOptions, first_step: int, position: Position) -> Targets:
     """Where this run stops: its budget counted from here, or, when the checkpoint it
@@ -49,14 +55,18 @@ def run_targets(options: FitOptions, first_step: int, position: Position) -> Tar
         isinstance(saved, dict)
         and saved.get("complete") is False
         and (saved.get("steps"), saved.get("epochs")) == (options.steps, options.epochs)
-        and not _reached(saved, first_step, position.epoch)
     ):
-        targets = Targets(saved.get("target_step"), saved.get("target_epoch"))
-        logger.info(
-            "continuing an interrupted run toward its own target (step %s, epoch %s)",
-            targets.step,
-            targets.epoch,
-        )
+        own = Targets(saved.get("target_step"), saved.get("target_epoch"))
+        # Reached where it was saved: killed after its last periodic save, before its
+        # end-of-run one. It ended in all but its record, so this run trains its own budget
+        # instead of "continuing" to a target it reached (0 steps, for ever).
+        if not own.reached(first_step, position.epoch):
+            targets = own
+            logger.info(
+                "continuing an interrupted run toward its own target (step %s, epoch %s)",
+                targets.step,
+                targets.epoch,
+            )
     position.run = {
         "steps": options.steps,
         "epochs": options.epochs,
@@ -65,17 +75,6 @@ def run_targets(options: FitOptions, first_step: int, position: Position) -> Tar
         "complete": False,
     }
     return targets
-
-
-def _reached(saved: dict[str, Any], step: int, epoch: int) -> bool:
-    """Whether an interrupted run had reached its own target where it was saved: killed
-    after its last step's periodic save, before its end-of-run one. It ended in all but
-    its record, so the next run trains its own budget instead of "continuing" to a
-    target it reached (0 steps, for ever)."""
-    target_step, target_epoch = saved.get("target_step"), saved.get("target_epoch")
-    return (isinstance(target_step, int) and step >= target_step) or (
-        isinstance(target_epoch, int) and epoch >= target_epoch
-    )
 
 
 def run_steps(
@@ -93,16 +92,10 @@ def run_steps(
 
     Also returns (False) when the guard fires; ``fit()`` then demotes and calls again.
     """
-    step_target, epoch_target = targets.step, targets.epoch
     accum = options.trainer.grad_accum_steps
     cadence = Cadence.of(options)
 
-    def done() -> bool:
-        return (step_target is not None and trainer.step_count >= step_target) or (
-            epoch_target is not None and position.epoch >= epoch_target
-        )
-
-    while not done():
+    while not targets.reached(trainer.step_count, position.epoch):
         batches = iter(task.train_batches(position.epoch, options.seed))
         # Exact mid-epoch resume: skip exactly the batches the checkpointed run consumed.
         for _ in islice(batches, position.batch):
@@ -131,7 +124,7 @@ def run_steps(
             if manager is not None and cadence.due(trainer.step_count):
                 manager.save(checkpoint_state(task, trainer, options, position))
                 cadence.saved()
-            if done() or patience_out:
+            if targets.reached(trainer.step_count, position.epoch) or patience_out:
                 return False
         if not yielded:
             raise ValueError(
