@@ -34,11 +34,11 @@ from genesis_fp16_infrastructure.training.reports import Calibration, Demotion
 from genesis_fp16_infrastructure.training.rng import seed_everything
 from genesis_fp16_infrastructure.training.run.calibration import measured_execution, policy_for_run
 from genesis_fp16_infrastructure.training.run.guard import PrecisionGuard, checkpoints_after
-from genesis_fp16_infrastructure.training.run.iterations import run_iterations
 from genesis_fp16_infrastructure.training.run.loop import (
     early_stop_tracker,
     evaluate,
     final_summary,
+    run_iterations,
     run_steps,
     run_targets,
 )
