@@ -15,8 +15,8 @@ import torch
 from daemon_harness import daemon_env
 
 from genesis_fp16.config.settings import AgentSettings, Settings
+from genesis_fp16.jobs.recording import record_scale
 from genesis_fp16.jobs.run_request import plan_request
-from genesis_fp16.jobs.scale_memory import record_scale
 from genesis_fp16.plugin_api import TrainResult
 from genesis_fp16_agents.rlhf_ppo import plugin
 from genesis_fp16_infrastructure.agent_folder.folder import AgentFolder
