@@ -19,13 +19,6 @@ from genesis_fp16_infrastructure.agent_folder import files
 from genesis_fp16_infrastructure.agent_folder.layout import CALIBRATION, CAPTURE_VERDICTS
 from genesis_fp16_infrastructure.training.reports import CACHE_VERSION, Calibration
 
-__all__ = [
-    "CaptureVerdict",
-    "read_calibration",
-    "read_capture_verdicts",
-    "write_capture_verdicts",
-]
-
 CAPTURE_VERSION = 1
 
 
