@@ -31,7 +31,6 @@ from typing import Any
 from genesis_fp16.cli import UsageError
 from genesis_fp16.commands.named_agent import agent_folder
 from genesis_fp16.config.agent_names import agent_argument
-from genesis_fp16.config.plugins import known_agent_names
 from genesis_fp16.config.settings_reading import load_settings_for_reading
 from genesis_fp16.metrics.watch_state import watch_state
 from genesis_fp16.status.report import held_by_pin, held_words
@@ -73,9 +72,6 @@ def run(args: argparse.Namespace) -> int:
     agent, as_json = str(args.agent), bool(args.json)
     try:
         home = agent_folder(agent, read_only=args.action == "list")
-        known = known_agent_names()
-        if agent not in known and not home.root.exists():  # a typo, not an agent without state
-            raise UsageError(f"unknown agent {agent!r}; known agents: {', '.join(known) or 'none'}")
         folder = home.checkpoint_dir
         if args.action == "list":
             # read as agent_folder read them (a refused .env's other lines), said once there
